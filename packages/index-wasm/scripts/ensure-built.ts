@@ -1,0 +1,1 @@
+// placeholder until the index lands; replaced by the index-wasm build
