@@ -1,0 +1,63 @@
+/** A worker is one engine rank: (worker_id, dp_rank), see DESIGN.md section 3. */
+export type WorkerRef = { workerId: string; dpRank: number };
+
+/** One full block as a worker reports it: the engine's opaque id and our local tokens hash. */
+export type StoredBlock = { externalHash: bigint; tokensHash: bigint };
+
+export type IndexEvent =
+  | { kind: "stored"; worker: WorkerRef; parentHash: bigint | null; blocks: StoredBlock[] }
+  | { kind: "removed"; worker: WorkerRef; hashes: bigint[] }
+  | { kind: "cleared"; worker: WorkerRef };
+
+/** A stored event of the dump: applying the dump in order to an empty index rebuilds it. */
+export type DumpEvent = { worker: WorkerRef; parentHash: bigint | null; blocks: StoredBlock[] };
+
+/**
+ * What one event did. `blocks` counts residencies added (stored) or dropped (removed, including
+ * descendants dropped with a removed block); `unknown` counts removals of blocks the worker did not hold.
+ */
+export type ApplyOutcome =
+  | { kind: "applied"; blocks: number; unknown: number }
+  | { kind: "rejected"; reason: RejectReason; blocks: number };
+
+/**
+ * unknown-parent: the parent hash is not held by that worker (event dropped whole).
+ * hash-conflict: an external hash the worker already holds under another prefix (event cut there).
+ */
+export type RejectReason = "unknown-parent" | "hash-conflict";
+
+export type BatchOutcome = { events: number; blocks: number; unknown: number; rejected: number };
+
+export type MatchResult = {
+  /** workerKey → number of leading query blocks the worker holds (only workers with >= 1). */
+  scores: Map<string, number>;
+  /** workerKey → number of blocks the worker holds in this index (for the workers in `scores`). */
+  treeSizes: Map<string, number>;
+};
+
+export type IndexStats = {
+  /** distinct sequence identities (tree nodes) */
+  blocks: number;
+  /** (block, worker) pairs */
+  residencies: number;
+  workers: number;
+  /** bytes of linear memory the index occupies */
+  bytes: number;
+  /** bytes held by live index structures (tables at their current capacity) */
+  bytesInUse: number;
+  /** stored events rejected (unknown parent or hash conflict), since creation */
+  rejected: number;
+  /** removals of blocks the worker did not hold, since creation */
+  unknownRemovals: number;
+};
+
+/** The map key for a worker: `${workerId}\u0000${dpRank}`. */
+export function workerKey(w: WorkerRef): string {
+  return `${w.workerId}\u0000${w.dpRank}`;
+}
+
+export function parseWorkerKey(key: string): WorkerRef {
+  const cut = key.lastIndexOf("\u0000");
+  if (cut < 0) throw new Error(`not a worker key: ${JSON.stringify(key)}`);
+  return { workerId: key.slice(0, cut), dpRank: Number(key.slice(cut + 1)) };
+}
