@@ -1,0 +1,106 @@
+import { Template } from "@huggingface/jinja";
+import { Tokenizer } from "@huggingface/tokenizers";
+import { templateMessages } from "./messages";
+import { SegmentCache } from "./segment-cache";
+import { Segmenter } from "./segmenter";
+import { tokenContent, type TokenizerFiles } from "./tokenizer-files";
+import type { CacheOptions, CacheStats, ChatMessage, ChatOptions, Preprocessor } from "./types";
+
+const NO_CACHE_STATS: CacheStats = { hits: 0, misses: 0, entries: 0, bytes: 0, evictions: 0 };
+
+/** A Hugging Face tokenizer (tokenizer.json + tokenizer_config.json) with its chat template and segment cache. */
+export class HfPreprocessor implements Preprocessor {
+  readonly kind = "hf" as const;
+  private readonly tokenizer: Tokenizer;
+  private readonly template: Template | null;
+  private readonly templateTokens: Record<string, unknown>;
+  private readonly segmenter: Segmenter;
+  private readonly cache: SegmentCache | null;
+  // What the model's post-processor adds around a single text (e.g. [bos] before it), learned once by probing.
+  private readonly completionPrefix: Uint32Array;
+  private readonly completionSuffix: Uint32Array;
+
+  constructor(files: TokenizerFiles, cache: CacheOptions | false) {
+    const { tokenizerJson, config, chatTemplate } = files;
+    this.tokenizer = new Tokenizer(tokenizerJson, config);
+    this.template = chatTemplate === null ? null : new Template(chatTemplate);
+    // transformers hands the template every special token of the tokenizer (special_tokens_map); the jinja
+    // library already defines raise_exception.
+    this.templateTokens = {
+      bos_token: tokenContent(config.bos_token) ?? "",
+      eos_token: tokenContent(config.eos_token) ?? "",
+      unk_token: tokenContent(config.unk_token) ?? "",
+      pad_token: tokenContent(config.pad_token) ?? "",
+      additional_special_tokens: (config.additional_special_tokens ?? []).map(tokenContent),
+    };
+    this.segmenter = new Segmenter(this.tokenizer, tokenizerJson.added_tokens, tokenizerJson.normalizer != null);
+    this.cache = cache === false ? null : new SegmentCache(cache);
+    [this.completionPrefix, this.completionSuffix] = this.probeSpecialTokenRules(files);
+  }
+
+  encodeCompletion(prompt: string | readonly number[]): Uint32Array {
+    if (typeof prompt !== "string") return Uint32Array.from(prompt);
+    const body = this.encodeText(prompt);
+    if (this.completionPrefix.length === 0 && this.completionSuffix.length === 0) return body;
+    const out = new Uint32Array(this.completionPrefix.length + body.length + this.completionSuffix.length);
+    out.set(this.completionPrefix, 0);
+    out.set(body, this.completionPrefix.length);
+    out.set(this.completionSuffix, this.completionPrefix.length + body.length);
+    return out;
+  }
+
+  renderChat(messages: readonly ChatMessage[], opts: ChatOptions = {}): string {
+    if (this.template === null) throw new Error("tokenizer has no chat template");
+    const vars: Record<string, unknown> = {
+      ...this.templateTokens,
+      ...opts.templateKwargs,
+      messages: templateMessages(messages),
+      add_generation_prompt: true,
+    };
+    if (opts.tools !== undefined) vars.tools = opts.tools;
+    return this.template.render(vars);
+  }
+
+  encodeChat(messages: readonly ChatMessage[], opts?: ChatOptions): Uint32Array {
+    // vLLM tokenizes the rendered chat with add_special_tokens=False: the template already placed them.
+    return this.encodeText(this.renderChat(messages, opts));
+  }
+
+  decode(ids: ArrayLike<number>): string {
+    return ids.length === 0 ? "" : this.tokenizer.decode(Array.from(ids), { skip_special_tokens: false });
+  }
+
+  cacheStats(): CacheStats {
+    return this.cache === null ? NO_CACHE_STATS : this.cache.stats();
+  }
+
+  private encodeText(text: string): Uint32Array {
+    if (this.cache === null) return Uint32Array.from(this.tokenizer.encode(text, { add_special_tokens: false }).ids);
+    return this.segmenter.encode(text, this.cache);
+  }
+
+  // The tokenizer.json post-processor decides what a text prompt gets (vLLM calls the tokenizer with
+  // add_special_tokens=True). Its additions are found by encoding a probe with and without them. Like
+  // transformers' Llama-style fast tokenizers, an explicit add_bos_token/add_eos_token in the config wins.
+  private probeSpecialTokenRules(files: TokenizerFiles): [Uint32Array, Uint32Array] {
+    const probe = "a";
+    const bare = this.tokenizer.encode(probe, { add_special_tokens: false }).ids;
+    const full = this.tokenizer.encode(probe, { add_special_tokens: true }).ids;
+    let at = 0;
+    while (at + bare.length <= full.length && !bare.every((id, i) => full[at + i] === id)) at++;
+    if (at + bare.length > full.length) throw new Error("tokenizer post-processor drops the text it is given");
+    let prefix = full.slice(0, at);
+    let suffix = full.slice(at + bare.length);
+    const id = (v: Parameters<typeof tokenContent>[0]) => {
+      const c = tokenContent(v);
+      return c === null ? undefined : this.tokenizer.token_to_id(c);
+    };
+    const bos = id(files.config.bos_token);
+    const eos = id(files.config.eos_token);
+    if (bos !== undefined && files.config.add_bos_token === true && prefix[0] !== bos) prefix = [bos, ...prefix];
+    if (bos !== undefined && files.config.add_bos_token === false && prefix[0] === bos) prefix = prefix.slice(1);
+    if (eos !== undefined && files.config.add_eos_token === true && suffix.at(-1) !== eos) suffix = [...suffix, eos];
+    if (eos !== undefined && files.config.add_eos_token === false && suffix.at(-1) === eos) suffix = suffix.slice(0, -1);
+    return [Uint32Array.from(prefix), Uint32Array.from(suffix)];
+  }
+}

@@ -1,0 +1,31 @@
+import { byteFallbackDecode, byteFallbackEncode, byteFallbackRenderChat } from "./byte-fallback";
+import { HfPreprocessor } from "./hf-preprocessor";
+import { registerPreprocessorMetrics } from "./metrics";
+import { loadTokenizerFiles } from "./tokenizer-files";
+import type { CacheStats, ChatMessage, ChatOptions, Preprocessor, PreprocessorOptions } from "./types";
+
+/**
+ * The request preprocessor of one model: a Hugging Face tokenizer read from `tokenizerDir`, or the byte-level
+ * fallback when no directory is given. Loading is synchronous (a few hundred ms for a 150k vocabulary) and happens
+ * once per model at startup; a directory that is given but unreadable throws.
+ */
+export function createPreprocessor(opts: PreprocessorOptions = {}): Preprocessor {
+  const pre: Preprocessor = opts.tokenizerDir === undefined
+    ? byteFallbackPreprocessor
+    : new HfPreprocessor(loadTokenizerFiles(opts.tokenizerDir), opts.cache ?? {});
+  if (opts.registry !== undefined) {
+    registerPreprocessorMetrics(opts.registry, { model: opts.model ?? "", kind: pre.kind, cacheStats: () => pre.cacheStats() });
+  }
+  return pre;
+}
+
+const NO_CACHE: CacheStats = { hits: 0, misses: 0, entries: 0, bytes: 0, evictions: 0 };
+
+const byteFallbackPreprocessor: Preprocessor = {
+  kind: "byte-fallback",
+  encodeCompletion: (prompt) => (typeof prompt === "string" ? byteFallbackEncode(prompt) : Uint32Array.from(prompt)),
+  encodeChat: (messages: readonly ChatMessage[], opts?: ChatOptions) => byteFallbackEncode(byteFallbackRenderChat(messages, opts)),
+  renderChat: byteFallbackRenderChat,
+  decode: byteFallbackDecode,
+  cacheStats: () => NO_CACHE,
+};

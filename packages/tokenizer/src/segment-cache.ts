@@ -1,0 +1,63 @@
+import type { CacheOptions, CacheStats } from "./types";
+
+// Rough per-entry cost beyond the key and the ids (Map slot, typed-array header), so that many tiny segments
+// ("\n", "user\n") are still accounted for.
+const ENTRY_OVERHEAD_BYTES = 96;
+export const DEFAULT_CACHE_MAX_BYTES = 64 * 1024 * 1024;
+
+/**
+ * LRU of segment text → token ids, bounded by entries and by bytes (UTF-16 key + ids + overhead).
+ * A Map keeps insertion order, so re-inserting on a hit makes the first key the least recently used.
+ */
+export class SegmentCache {
+  private readonly map = new Map<string, Uint32Array>();
+  private readonly maxEntries: number;
+  private readonly maxBytes: number;
+  private bytesUsed = 0;
+  hits = 0;
+  misses = 0;
+  evictions = 0;
+
+  constructor(opts: CacheOptions = {}) {
+    this.maxEntries = opts.maxEntries ?? Number.POSITIVE_INFINITY;
+    this.maxBytes = opts.maxBytes ?? DEFAULT_CACHE_MAX_BYTES;
+  }
+
+  get(key: string): Uint32Array | undefined {
+    const ids = this.map.get(key);
+    if (ids === undefined) {
+      this.misses++;
+      return undefined;
+    }
+    this.hits++;
+    this.map.delete(key);
+    this.map.set(key, ids);
+    return ids;
+  }
+
+  set(key: string, ids: Uint32Array): void {
+    const cost = entryCost(key, ids);
+    if (cost > this.maxBytes || this.maxEntries < 1) return; // would evict everything and still not fit
+    const old = this.map.get(key);
+    if (old !== undefined) {
+      this.map.delete(key);
+      this.bytesUsed -= entryCost(key, old);
+    }
+    this.map.set(key, ids);
+    this.bytesUsed += cost;
+    while (this.bytesUsed > this.maxBytes || this.map.size > this.maxEntries) {
+      const [oldestKey, oldestIds] = this.map.entries().next().value as [string, Uint32Array];
+      this.map.delete(oldestKey);
+      this.bytesUsed -= entryCost(oldestKey, oldestIds);
+      this.evictions++;
+    }
+  }
+
+  stats(): CacheStats {
+    return { hits: this.hits, misses: this.misses, entries: this.map.size, bytes: this.bytesUsed, evictions: this.evictions };
+  }
+}
+
+function entryCost(key: string, ids: Uint32Array): number {
+  return key.length * 2 + ids.byteLength + ENTRY_OVERHEAD_BYTES;
+}

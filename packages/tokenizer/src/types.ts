@@ -1,0 +1,45 @@
+import type { Registry } from "prom-client";
+
+/** An OpenAI chat message; extra fields (tool_calls, reasoning_content, name, ...) reach the chat template as given. */
+export type ChatMessage = {
+  role: string;
+  content?: string | ContentPart[] | null;
+  [field: string]: unknown;
+};
+export type ContentPart = { type: string; text?: string; [field: string]: unknown };
+
+export type ChatOptions = {
+  /** OpenAI `tools` of the request; the template sees them as `tools`. */
+  tools?: unknown[];
+  /** Extra template variables, as vLLM's `chat_template_kwargs` (e.g. `{ enable_thinking: false }`). */
+  templateKwargs?: Record<string, unknown>;
+};
+
+export type CacheOptions = { maxEntries?: number; maxBytes?: number };
+
+export type PreprocessorOptions = {
+  /** Directory holding tokenizer.json and tokenizer_config.json; absent → byte-level fallback. */
+  tokenizerDir?: string;
+  /** Segment cache bounds, or false to disable it (the bench's "without cache" arm). */
+  cache?: CacheOptions | false;
+  /** Registry for the cache and fallback metrics; absent → no Prometheus metrics (plain numbers still kept). */
+  registry?: Registry;
+  /** Label value for the metrics (the model name). */
+  model?: string;
+};
+
+export type CacheStats = { hits: number; misses: number; entries: number; bytes: number; evictions: number };
+
+export type PreprocessorKind = "hf" | "byte-fallback";
+
+export interface Preprocessor {
+  readonly kind: PreprocessorKind;
+  /** `/v1/completions`: a text prompt gets the model's special-token rules; a token-id prompt is used as given. */
+  encodeCompletion(prompt: string | readonly number[]): Uint32Array;
+  /** `/v1/chat/completions`: chat template with add_generation_prompt, then tokenized without adding special tokens. */
+  encodeChat(messages: readonly ChatMessage[], opts?: ChatOptions): Uint32Array;
+  /** The rendered chat text (what encodeChat tokenizes). */
+  renderChat(messages: readonly ChatMessage[], opts?: ChatOptions): string;
+  decode(ids: ArrayLike<number>): string;
+  cacheStats(): CacheStats;
+}
