@@ -1,0 +1,111 @@
+import type { Peer } from "./types.ts";
+
+// The candidate model of DESIGN.md §7 rules 4-5. Level-triggered: `update()` receives the whole current
+// eligible set every time and reconciles toward it, so no event needs to be seen to stay right.
+// - The eligible *set* (sorted ids) is what change detection compares: reshuffling never counts as a change.
+// - Priorities are random and scoped to a cycle: a peer gets one when it enters pending (cycle start or join).
+// - One peer is active at a time; updates never touch it, so an in-flight dump may finish after its peer left.
+// - A failed peer goes to `tried` for the rest of the cycle; a peer that leaves is forgotten from `tried`,
+//   so if it comes back (restarted, now serving) it is newly eligible again.
+
+type Pending = { peer: Peer; priority: number };
+
+export class CandidateSet {
+  private eligible = new Map<string, Peer>();
+  private setKey = "";
+  private readonly pending = new Map<string, Pending>();
+  private readonly tried = new Set<string>();
+  private activePeer: Peer | null = null;
+
+  constructor(private readonly random: () => number = Math.random) {}
+
+  /** Reconciles with the current eligible peers; returns true when the set of peers really changed. */
+  update(peers: readonly Peer[]): boolean {
+    const next = new Map<string, Peer>();
+    for (const p of peers) next.set(p.id, p);
+    const key = [...next.keys()].sort().join("\n");
+    const changed = key !== this.setKey;
+    for (const id of [...this.pending.keys()]) if (!next.has(id)) this.pending.delete(id);
+    for (const id of [...this.tried]) if (!next.has(id)) this.tried.delete(id);
+    for (const [id, peer] of next) {
+      const pending = this.pending.get(id);
+      if (pending !== undefined) pending.peer = peer;
+      else if (id !== this.activePeer?.id && !this.tried.has(id)) this.pending.set(id, { peer, priority: this.random() });
+    }
+    this.eligible = next;
+    this.setKey = key;
+    return changed;
+  }
+
+  /** Starts a fresh cycle: nothing tried, every eligible peer pending with a newly drawn priority. */
+  newCycle(): void {
+    this.tried.clear();
+    this.pending.clear();
+    for (const [id, peer] of this.eligible) if (id !== this.activePeer?.id) this.pending.set(id, { peer, priority: this.random() });
+  }
+
+  /** Takes the pending peer with the lowest priority as the active one (null when none is pending). */
+  next(): Peer | null {
+    if (this.activePeer !== null) throw new Error("an attempt is already active");
+    let best: Pending | null = null;
+    for (const p of this.pending.values()) if (best === null || p.priority < best.priority || (p.priority === best.priority && p.peer.id < best.peer.id)) best = p;
+    if (best === null) return null;
+    this.pending.delete(best.peer.id);
+    this.activePeer = best.peer;
+    return best.peer;
+  }
+
+  /** Ends the active attempt as failed: the peer is tried for this cycle (if it is still eligible). */
+  fail(): void {
+    const p = this.activePeer;
+    this.activePeer = null;
+    if (p !== null && this.eligible.has(p.id)) this.tried.add(p.id);
+  }
+
+  get active(): Peer | null {
+    return this.activePeer;
+  }
+  get eligibleCount(): number {
+    return this.eligible.size;
+  }
+  /** Pending peers, in the order they would be tried. */
+  pendingIds(): string[] {
+    return [...this.pending.values()].sort((a, b) => a.priority - b.priority || (a.peer.id < b.peer.id ? -1 : 1)).map((p) => p.peer.id);
+  }
+  triedIds(): string[] {
+    return [...this.tried].sort();
+  }
+  /** Nothing pending and nothing in flight: the cycle is over. */
+  get exhausted(): boolean {
+    return this.pending.size === 0 && this.activePeer === null;
+  }
+}
+
+export type BackoffOptions = { initialMs?: number; maxMs?: number; factor?: number };
+
+/** Exponential backoff between cycles; `reset()` is called only on a real change of the candidate set. */
+export class Backoff {
+  private readonly initialMs: number;
+  private readonly maxMs: number;
+  private readonly factor: number;
+  private current: number;
+
+  constructor(opts: BackoffOptions = {}) {
+    this.initialMs = opts.initialMs ?? 500;
+    this.maxMs = opts.maxMs ?? 30_000;
+    this.factor = opts.factor ?? 2;
+    this.current = this.initialMs;
+  }
+  /** The delay to wait now; the following one grows. */
+  next(): number {
+    const d = this.current;
+    this.current = Math.min(this.current * this.factor, this.maxMs);
+    return d;
+  }
+  reset(): void {
+    this.current = this.initialMs;
+  }
+  peek(): number {
+    return this.current;
+  }
+}

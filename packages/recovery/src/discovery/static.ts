@@ -1,0 +1,82 @@
+import type { Logger } from "pino";
+import { authHeaders, dumpUrl } from "../dump/client.ts";
+import type { Peer } from "../types.ts";
+import { ChangeListeners, type PeerDiscovery, sortedPeers } from "./types.ts";
+
+// Static peers (DESIGN.md §7 rule 8): a listed peer is eligible only while it is *serving*, i.e. its /dump
+// does not answer 503 (a cold sibling answers 503 until it has recovered). Unreachable counts as not serving.
+// So replicas that list each other and start together all see "no serving peer" and bootstrap empty at once
+// instead of waiting on each other. The probe is a HEAD, which our /dump answers without generating a body.
+
+export type StaticDiscoveryOptions = {
+  /** selection-http base URLs, e.g. http://127.0.0.3:9093 */
+  peers: string[];
+  token?: string;
+  /** Per-probe timeout (default 2000 ms): an unanswered probe means "not serving". */
+  probeTimeoutMs?: number;
+  /** Re-probe period while recovery runs (default 1000 ms); 0 disables polling. */
+  pollMs?: number;
+  logger: Logger;
+};
+
+export function peerFromUrl(url: string): Peer {
+  const u = url.replace(/\/+$/, "");
+  return { id: u, url: u };
+}
+
+export async function probePeer(peer: Peer, token: string | undefined, timeoutMs: number): Promise<boolean> {
+  try {
+    const res = await fetch(dumpUrl(peer), { method: "HEAD", headers: authHeaders(token), signal: AbortSignal.timeout(timeoutMs) });
+    await res.body?.cancel().catch(() => {});
+    return res.status !== 503;
+  } catch {
+    return false;
+  }
+}
+
+export function staticPeerDiscovery(opts: StaticDiscoveryOptions): PeerDiscovery {
+  const listed = sortedPeers(opts.peers.map(peerFromUrl));
+  const log = opts.logger.child({ component: "static-peers" });
+  const listeners = new ChangeListeners();
+  const probeTimeoutMs = opts.probeTimeoutMs ?? 2000;
+  const pollMs = opts.pollMs ?? 1000;
+  let serving: Peer[] = [];
+  let started: Promise<void> | null = null;
+  let timer: ReturnType<typeof setTimeout> | null = null;
+  let stopped = false;
+
+  const probeAll = async () => {
+    const up = await Promise.all(listed.map((p) => probePeer(p, opts.token, probeTimeoutMs)));
+    const next = listed.filter((_, i) => up[i]);
+    const changed = next.map((p) => p.id).join("\n") !== serving.map((p) => p.id).join("\n");
+    serving = next;
+    if (changed) {
+      log.info({ serving: next.map((p) => p.id), listed: listed.length }, "static peers re-probed: serving set changed");
+      listeners.emit();
+    }
+  };
+  const poll = () => {
+    if (stopped || pollMs <= 0) return;
+    timer = setTimeout(() => void probeAll().finally(poll), opts.pollMs);
+    timer.unref?.();
+  };
+
+  return {
+    description: `static peers [${listed.map((p) => p.id).join(", ")}]`,
+    start() {
+      started ??= (async () => {
+        const up = await Promise.all(listed.map((p) => probePeer(p, opts.token, probeTimeoutMs)));
+        serving = listed.filter((_, i) => up[i]);
+        log.info({ serving: serving.map((p) => p.id), listed: listed.length }, "static peers probed");
+        poll();
+      })();
+      return started;
+    },
+    peers: () => serving,
+    onChange: (cb) => listeners.add(cb),
+    async stop() {
+      stopped = true;
+      if (timer !== null) clearTimeout(timer);
+    },
+  };
+}

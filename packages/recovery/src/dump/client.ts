@@ -1,0 +1,126 @@
+import type { DumpTarget, Peer } from "../types.ts";
+import { DumpFormatError, DumpParser, type DumpParserLimits } from "./parser.ts";
+
+// The dump client of one attempt (DESIGN.md §7 rules 3, 6): GET <peer>/dump, stream the body through the
+// parser into a fresh staging area, commit only when the whole body was valid. Progress, not total time, is
+// bounded: no headers or no body bytes for `timeoutMs` fails the attempt, so a large dump from a healthy
+// peer may take as long as it needs while a stalled peer cannot hold recovery.
+
+export type DumpFailureReason = "status" | "timeout" | "network" | "malformed" | "apply";
+
+export class DumpFetchError extends Error {
+  constructor(readonly reason: DumpFailureReason, message: string, readonly status?: number) {
+    super(message);
+    this.name = "DumpFetchError";
+  }
+}
+
+export type FetchDumpOptions = {
+  peer: Peer;
+  target: DumpTarget;
+  timeoutMs: number;
+  token?: string;
+  limits?: Partial<DumpParserLimits>;
+  /** Aborts the attempt (shutdown); the staging is aborted as for any failure. */
+  signal?: AbortSignal;
+};
+
+export type DumpFetchResult = { events: number; bytes: number; ms: number };
+
+export function dumpUrl(peer: Peer): string {
+  return peer.url.replace(/\/+$/, "") + "/dump";
+}
+
+export function authHeaders(token: string | undefined): Record<string, string> {
+  return token ? { authorization: `Bearer ${token}` } : {};
+}
+
+/** A watchdog that rejects `stalled` when `progress()` has not been called for `timeoutMs`. */
+function watchdog(timeoutMs: number, onStall: () => void) {
+  let last = performance.now();
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  let reject!: (e: Error) => void;
+  const stalled = new Promise<never>((_, r) => (reject = r));
+  stalled.catch(() => {});
+  // One timer re-armed lazily for the remaining time, instead of a clearTimeout/setTimeout pair per chunk.
+  const check = () => {
+    const idle = performance.now() - last;
+    if (idle >= timeoutMs) {
+      reject(new DumpFetchError("timeout", `no progress for ${timeoutMs} ms`));
+      onStall();
+    } else timer = setTimeout(check, timeoutMs - idle);
+  };
+  timer = setTimeout(check, timeoutMs);
+  return {
+    stalled,
+    progress: () => void (last = performance.now()),
+    stop: () => clearTimeout(timer),
+  };
+}
+
+export async function fetchDump(opts: FetchDumpOptions): Promise<DumpFetchResult> {
+  const started = performance.now();
+  const abort = new AbortController();
+  const onOuterAbort = () => abort.abort(opts.signal?.reason);
+  opts.signal?.addEventListener("abort", onOuterAbort, { once: true });
+  const dog = watchdog(opts.timeoutMs, () => abort.abort(new Error("stalled")));
+  let staging: ReturnType<DumpTarget["begin"]> | null = null;
+  let reader: { cancel(): Promise<void> } | null = null;
+  try {
+    const res = await Promise.race([
+      fetch(dumpUrl(opts.peer), { headers: { accept: "application/json", ...authHeaders(opts.token) }, signal: abort.signal }),
+      dog.stalled,
+    ]);
+    dog.progress();
+    if (res.status !== 200) {
+      await res.body?.cancel().catch(() => {});
+      throw new DumpFetchError("status", `peer answered HTTP ${res.status}`, res.status);
+    }
+    if (res.body === null) throw new DumpFetchError("malformed", "empty response body");
+    staging = opts.target.begin();
+    const into = staging;
+    const parser = new DumpParser((key, blockSize, e) => guardApply(() => into.apply(key, blockSize, e)), opts.limits);
+    const body = res.body.getReader();
+    reader = body;
+    for (;;) {
+      const r = await Promise.race([body.read(), dog.stalled]);
+      if (r.done) break;
+      dog.progress();
+      parser.push(r.value);
+    }
+    parser.end();
+    guardApply(() => into.commit());
+    staging = null;
+    return { events: parser.events, bytes: parser.bytes, ms: Math.round(performance.now() - started) };
+  } catch (err) {
+    throw classify(err, opts.signal);
+  } finally {
+    dog.stop();
+    opts.signal?.removeEventListener("abort", onOuterAbort);
+    if (staging !== null) {
+      try {
+        staging.abort();
+      } catch {
+        // the attempt already failed; the staging's own error adds nothing the caller can act on
+      }
+    }
+    if (reader !== null) reader.cancel().catch(() => {});
+    abort.abort();
+  }
+}
+
+function classify(err: unknown, signal: AbortSignal | undefined): Error {
+  if (err instanceof DumpFetchError) return err;
+  if (err instanceof DumpFormatError) return new DumpFetchError("malformed", err.message);
+  if (signal?.aborted) return err instanceof Error ? err : new Error(String(err));
+  return new DumpFetchError("network", err instanceof Error ? err.message : String(err));
+}
+
+/** Errors thrown by the staging come from the index, not the wire: keep them distinct in logs. */
+function guardApply(f: () => void): void {
+  try {
+    f();
+  } catch (err) {
+    throw new DumpFetchError("apply", `applying the dump failed: ${err instanceof Error ? err.message : String(err)}`);
+  }
+}

@@ -1,0 +1,72 @@
+import type { Logger } from "pino";
+import type { DumpSource } from "../types.ts";
+import { chunker, dumpPieces, streamFromChunks } from "./writer.ts";
+
+// The producer side of GET /dump (DESIGN.md §6), framework-free: `(Request) => Response`, so Hono mounts it
+// with `app.on(["GET", "HEAD"], "/dump", (c) => handler(c.req.raw))`.
+
+export type DumpHandlerOptions = {
+  source: DumpSource;
+  /** True once this replica's recovery has ended; until then /dump answers 503 (a cold index is no snapshot). */
+  ready: () => boolean;
+  /** DYN_EPP_PEER_TOKEN: when set, requests without `Authorization: Bearer <token>` get 401. */
+  token?: string;
+  logger: Logger;
+  chunkChars?: number;
+};
+
+const JSON_TYPE = { "content-type": "application/json" };
+
+function jsonError(status: number, error: string, extra: Record<string, string> = {}): Response {
+  return new Response(JSON.stringify({ error }), { status, headers: { ...JSON_TYPE, ...extra } });
+}
+
+/** Compares in time independent of where the strings differ, so the token cannot be guessed byte by byte. */
+function sameSecret(a: string, b: string): boolean {
+  const x = new TextEncoder().encode(a);
+  const y = new TextEncoder().encode(b);
+  let diff = x.length ^ y.length;
+  for (let i = 0; i < Math.max(x.length, y.length); i++) diff |= (x[i] ?? 0) ^ (y[i] ?? 0);
+  return diff === 0;
+}
+
+export function dumpHandler(opts: DumpHandlerOptions): (req: Request) => Response {
+  const log = opts.logger.child({ component: "dump" });
+  return (req) => {
+    if (opts.token) {
+      const auth = req.headers.get("authorization") ?? "";
+      if (!auth.startsWith("Bearer ") || !sameSecret(auth.slice(7), opts.token)) {
+        return jsonError(401, "unauthorized", { "www-authenticate": "Bearer" });
+      }
+    }
+    if (!opts.ready()) return jsonError(503, "KV index not recovered yet", { "retry-after": "1" });
+    // The static-peer probe is a HEAD: answer it without walking the index.
+    if (req.method === "HEAD") return new Response(null, { status: 200, headers: JSON_TYPE });
+    const started = performance.now();
+    let bytes = 0;
+    let first: Uint8Array | null;
+    let next: () => Uint8Array | null;
+    try {
+      // The first chunk is produced before answering, so a dump that cannot start is still a clean 500.
+      next = chunker(dumpPieces(opts.source), opts.chunkChars);
+      first = next();
+    } catch (err) {
+      log.error({ err: String(err) }, "dump failed before the first byte");
+      return jsonError(500, `dump failed: ${err instanceof Error ? err.message : String(err)}`);
+    }
+    const counted = () => {
+      try {
+        const c = next();
+        if (c === null) log.info({ bytes, ms: Math.round(performance.now() - started) }, "dump served");
+        else bytes += c.length;
+        return c;
+      } catch (err) {
+        // Headers are gone: erroring the stream aborts the connection, and the reader fails on a truncated body.
+        log.error({ err: String(err), bytes }, "dump failed mid-body, aborting the response");
+        throw err;
+      }
+    };
+    if (first !== null) bytes += first.length;
+    return new Response(streamFromChunks(counted, first), { status: 200, headers: JSON_TYPE });
+  };
+}

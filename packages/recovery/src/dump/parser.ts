@@ -1,0 +1,369 @@
+import type { RouterEvent, StoredBlockRef } from "../types.ts";
+import { type JsonHandler, JsonSyntaxError, JsonTokenizer } from "./json-tokenizer.ts";
+
+// Streaming `/dump` parser: bytes in, RouterEvents out as soon as each event's closing brace arrives. Memory
+// is bounded by one event (plus, only if a producer put "events" before "block_size", a bounded buffer).
+// Unknown keys are skipped so a newer producer can add fields; an event kind other than `stored` is refused,
+// since a snapshot that needs removals to be applied in order cannot be applied by this consumer.
+
+export class DumpFormatError extends Error {
+  constructor(message: string, readonly offset: number) {
+    super(message);
+    this.name = "DumpFormatError";
+  }
+}
+
+export type DumpParserLimits = {
+  /** Total body bytes accepted (default 4 GiB). */
+  maxBytes: number;
+  /** Blocks in one event (default 1,048,576): one event is held in memory while it is parsed. */
+  maxEventBlocks: number;
+  /** Blocks held while "events" precedes "block_size" in a model object (default 65,536). */
+  maxBufferedBlocks: number;
+  maxStringBytes: number;
+  maxDepth: number;
+};
+
+export const DEFAULT_PARSER_LIMITS: DumpParserLimits = {
+  maxBytes: 4 * 1024 ** 3,
+  maxEventBlocks: 1 << 20,
+  maxBufferedBlocks: 1 << 16,
+  maxStringBytes: 64 * 1024,
+  maxDepth: 64,
+};
+
+export type DumpSink = (key: string, blockSize: number, e: RouterEvent) => void;
+
+const enum F {
+  None, Model, BlockSize, Events, WorkerId, DpRank, Event, EventId, Data, Stored, Parent, Blocks, BlockHash, TokensHash, Skip,
+}
+
+const enc = new TextEncoder();
+type KeyTable = { bytes: Uint8Array; field: F }[];
+function keys(...entries: [string, F][]): KeyTable {
+  return entries.map(([k, field]) => ({ bytes: enc.encode(k), field }));
+}
+// Keys valid at each depth of the fixed shape (depth = number of open containers when the key is read).
+const KEYS_BY_DEPTH: (KeyTable | undefined)[] = [];
+KEYS_BY_DEPTH[2] = keys(["block_size", F.BlockSize], ["events", F.Events]);
+KEYS_BY_DEPTH[4] = keys(["worker_id", F.WorkerId], ["dp_rank", F.DpRank], ["event", F.Event]);
+KEYS_BY_DEPTH[5] = keys(["event_id", F.EventId], ["data", F.Data]);
+KEYS_BY_DEPTH[7] = keys(["parent_hash", F.Parent], ["blocks", F.Blocks]);
+KEYS_BY_DEPTH[9] = keys(["block_hash", F.BlockHash], ["tokens_hash", F.TokensHash]);
+const STORED = enc.encode("stored");
+
+function sameBytes(a: Uint8Array, buf: Uint8Array, start: number, end: number): boolean {
+  if (a.length !== end - start) return false;
+  for (let i = 0; i < a.length; i++) if (a[i] !== buf[start + i]) return false;
+  return true;
+}
+
+const TWO32 = 4294967296;
+const u64View = new DataView(new ArrayBuffer(8));
+function toBigInt(hi: number, lo: number): bigint {
+  if (hi < 0x200000) return BigInt(hi * TWO32 + lo); // below 2^53: one exact conversion
+  u64View.setUint32(0, hi);
+  u64View.setUint32(4, lo);
+  return u64View.getBigUint64(0);
+}
+
+class DumpAssembler implements JsonHandler {
+  private depth = 0;
+  private field = F.None;
+  private skip = 0;
+  private readonly utf8 = new TextDecoder("utf-8", { fatal: true });
+
+  private modelKey = "";
+  private blockSize = -1;
+  private buffered: RouterEvent[] = [];
+  private bufferedBlocks = 0;
+
+  private workerId: string | null = null;
+  private lastWorkerBytes = new Uint8Array(0);
+  private lastWorkerId = "";
+  private dpRank = -1;
+  private eventId = -1;
+  private parent: bigint | null | undefined = undefined;
+  private blocks: StoredBlockRef[] | null = null;
+  private sawStored = false;
+  private blockHash: bigint | null = null;
+  private tokensHash: bigint | null = null;
+
+  events = 0;
+
+  constructor(private readonly sink: DumpSink, private readonly limits: DumpParserLimits, private readonly where: () => number) {}
+
+  private fail(msg: string): never {
+    throw new DumpFormatError(`malformed dump: ${msg} at byte ${this.where()}`, this.where());
+  }
+
+  private decode(buf: Uint8Array, start: number, end: number): string {
+    try {
+      return this.utf8.decode(buf.subarray(start, end));
+    } catch {
+      this.fail("invalid UTF-8 in a string");
+    }
+  }
+
+  /** What the next value is: array items take their meaning from the array, object values from their key. */
+  private valueField(): F {
+    if (this.skip > 0) return F.Skip;
+    if (this.depth === 3) return F.Event;
+    if (this.depth === 8) return F.Blocks;
+    return this.field;
+  }
+
+  startObject(): void {
+    const f = this.valueField();
+    if (f === F.Skip) {
+      this.skip++;
+      return;
+    }
+    if (this.depth === 0) {
+      this.depth = 1;
+      return;
+    }
+    if (f === F.Model) {
+      this.blockSize = -1;
+      this.buffered = [];
+      this.bufferedBlocks = 0;
+    } else if (f === F.Event && this.depth === 3) {
+      this.workerId = null;
+      this.dpRank = -1;
+      this.eventId = -1;
+      this.parent = undefined;
+      this.blocks = null;
+      this.sawStored = false;
+    } else if (f === F.Blocks && this.depth === 8) {
+      this.blockHash = null;
+      this.tokensHash = null;
+    } else if (!((f === F.Event && this.depth === 4) || f === F.Data || f === F.Stored)) {
+      this.fail(this.depth === 0 ? "the body is not a JSON object" : "unexpected object");
+    }
+    if (f === F.Stored) this.sawStored = true;
+    this.depth++;
+    this.field = F.None;
+  }
+
+  startArray(): void {
+    const f = this.valueField();
+    if (f === F.Skip) {
+      this.skip++;
+      return;
+    }
+    if (f === F.Events && this.depth === 2) {
+      this.depth = 3;
+    } else if (f === F.Blocks && this.depth === 7) {
+      this.blocks = [];
+      this.depth = 8;
+    } else this.fail(this.depth === 0 ? "the body is not a JSON object" : "unexpected array");
+    this.field = F.None;
+  }
+
+  endObject(): void {
+    if (this.skip > 0) {
+      this.skip--;
+      return;
+    }
+    switch (this.depth) {
+      case 9: {
+        if (this.blockHash === null || this.tokensHash === null) this.fail("a block needs block_hash and tokens_hash");
+        if (this.blocks!.length >= this.limits.maxEventBlocks) this.fail(`more than ${this.limits.maxEventBlocks} blocks in one event`);
+        this.blocks!.push({ blockHash: this.blockHash, tokensHash: this.tokensHash });
+        break;
+      }
+      case 7:
+        if (this.blocks === null || this.parent === undefined) this.fail("a stored event needs parent_hash and blocks");
+        break;
+      case 6:
+        if (!this.sawStored) this.fail("event data without `stored`");
+        break;
+      case 4:
+        this.finishEvent();
+        break;
+      case 2:
+        if (this.blockSize < 0) this.fail(`model ${JSON.stringify(this.modelKey)} has no block_size`);
+        break;
+    }
+    this.depth--;
+    this.field = F.None;
+  }
+
+  endArray(): void {
+    if (this.skip > 0) {
+      this.skip--;
+      return;
+    }
+    this.depth--;
+    this.field = F.None;
+  }
+
+  private finishEvent(): void {
+    if (this.workerId === null || this.dpRank < 0 || this.eventId < 0 || this.blocks === null) {
+      this.fail("an event needs worker_id, dp_rank, event.event_id and event.data.stored");
+    }
+    const e: RouterEvent = { workerId: this.workerId, dpRank: this.dpRank, eventId: this.eventId, parentHash: this.parent!, blocks: this.blocks };
+    this.events++;
+    if (this.blockSize >= 0) {
+      this.sink(this.modelKey, this.blockSize, e);
+      return;
+    }
+    this.bufferedBlocks += e.blocks.length + 1;
+    if (this.bufferedBlocks > this.limits.maxBufferedBlocks) this.fail("too many events before block_size");
+    this.buffered.push(e);
+  }
+
+  key(buf: Uint8Array, start: number, end: number): void {
+    if (this.skip > 0) return;
+    if (this.depth === 1) {
+      this.modelKey = this.decode(buf, start, end);
+      this.field = F.Model;
+      return;
+    }
+    if (this.depth === 6) {
+      if (!sameBytes(STORED, buf, start, end)) this.fail(`unsupported event kind ${JSON.stringify(this.decode(buf, start, end))}`);
+      this.field = F.Stored;
+      return;
+    }
+    this.field = F.Skip;
+    const table = KEYS_BY_DEPTH[this.depth];
+    if (table === undefined) return;
+    for (const k of table) {
+      if (sameBytes(k.bytes, buf, start, end)) {
+        this.field = k.field;
+        return;
+      }
+    }
+  }
+
+  string(buf: Uint8Array, start: number, end: number): void {
+    const f = this.valueField();
+    if (f === F.Skip) return this.skipped();
+    if (f !== F.WorkerId) this.fail("unexpected string");
+    // Consecutive events usually share a worker: reuse the decoded string instead of decoding again.
+    if (!sameBytes(this.lastWorkerBytes, buf, start, end)) {
+      this.lastWorkerBytes = buf.slice(start, end);
+      this.lastWorkerId = this.decode(buf, start, end);
+    }
+    this.workerId = this.lastWorkerId;
+    this.field = F.None;
+  }
+
+  private skipped(): void {
+    if (this.skip === 0) this.field = F.None;
+  }
+
+  integer(hi: number, lo: number): void {
+    const f = this.valueField();
+    switch (f) {
+      case F.Skip:
+        return this.skipped();
+      case F.BlockHash:
+        this.blockHash = toBigInt(hi, lo);
+        break;
+      case F.TokensHash:
+        this.tokensHash = toBigInt(hi, lo);
+        break;
+      case F.Parent:
+        this.parent = toBigInt(hi, lo);
+        break;
+      case F.BlockSize:
+      case F.DpRank:
+      case F.EventId: {
+        if (hi >= 0x200000) this.fail("integer too large");
+        const v = hi * TWO32 + lo;
+        if (f === F.BlockSize) {
+          if (v === 0) this.fail("block_size must be positive");
+          this.blockSize = v;
+          for (const e of this.buffered) this.sink(this.modelKey, v, e);
+          this.buffered = [];
+        } else if (f === F.DpRank) this.dpRank = v;
+        else this.eventId = v;
+        break;
+      }
+      default:
+        this.fail("unexpected number");
+    }
+    this.field = F.None;
+  }
+
+  otherNumber(): void {
+    const f = this.valueField();
+    if (f === F.Skip) return this.skipped();
+    this.fail("expected an unsigned 64-bit integer");
+  }
+
+  literal(value: boolean | null): void {
+    const f = this.valueField();
+    if (f === F.Skip) return this.skipped();
+    if (f !== F.Parent || value !== null) this.fail(`unexpected ${String(value)}`);
+    this.parent = null;
+    this.field = F.None;
+  }
+}
+
+/**
+ * Push parser: `push(chunk)` hands every event completed by that chunk to the sink, synchronously;
+ * `end()` throws unless the body was complete. Errors are DumpFormatError (malformed, truncated, too large).
+ */
+export class DumpParser {
+  private readonly tokenizer: JsonTokenizer;
+  private readonly assembler: DumpAssembler;
+  private readonly limits: DumpParserLimits;
+  bytes = 0;
+
+  constructor(sink: DumpSink, limits: Partial<DumpParserLimits> = {}) {
+    this.limits = { ...DEFAULT_PARSER_LIMITS, ...limits };
+    this.assembler = new DumpAssembler(sink, this.limits, () => this.bytes);
+    this.tokenizer = new JsonTokenizer(this.assembler, this.limits);
+  }
+
+  get events(): number {
+    return this.assembler.events;
+  }
+
+  push(chunk: Uint8Array): void {
+    if (this.bytes + chunk.length > this.limits.maxBytes) {
+      throw new DumpFormatError(`dump larger than the limit of ${this.limits.maxBytes} bytes`, this.bytes);
+    }
+    this.wrap(() => this.tokenizer.push(chunk));
+    this.bytes += chunk.length;
+  }
+
+  end(): void {
+    this.wrap(() => this.tokenizer.end());
+  }
+
+  private wrap(f: () => void): void {
+    try {
+      f();
+    } catch (err) {
+      if (err instanceof JsonSyntaxError) throw new DumpFormatError(`malformed dump: ${err.message}`, err.offset);
+      throw err;
+    }
+  }
+}
+
+/** Pull form of the parser: yields events as the stream's bytes arrive. */
+export async function* readDump(
+  body: ReadableStream<Uint8Array>,
+  limits: Partial<DumpParserLimits> = {},
+): AsyncGenerator<{ key: string; blockSize: number; event: RouterEvent }> {
+  let out: { key: string; blockSize: number; event: RouterEvent }[] = [];
+  const parser = new DumpParser((key, blockSize, event) => out.push({ key, blockSize, event }), limits);
+  const reader = body.getReader();
+  try {
+    for (;;) {
+      const r = await reader.read();
+      if (r.done) break;
+      parser.push(r.value);
+      const ready = out;
+      out = [];
+      yield* ready;
+    }
+    parser.end();
+    yield* out;
+  } finally {
+    reader.releaseLock();
+  }
+}

@@ -1,0 +1,129 @@
+import type { Logger } from "pino";
+import { Backoff, type BackoffOptions, CandidateSet } from "./candidates.ts";
+import type { PeerDiscovery } from "./discovery/types.ts";
+import { DumpFetchError, fetchDump } from "./dump/client.ts";
+import type { DumpParserLimits } from "./dump/parser.ts";
+import type { DumpTarget, Peer, RecoveryOutcome } from "./types.ts";
+
+// The recovery loop (DESIGN.md §7). The caller has already started its KV listeners (rule 1, subscribe
+// first); this decides where the snapshot comes from and applies it through the staging of `target`.
+
+export type RecoveryState =
+  | { kind: "discovering" }
+  | { kind: "attempting"; cycle: number; attempt: number; peer: Peer }
+  | { kind: "backing_off"; cycle: number; delayMs: number }
+  | { kind: "recovered"; from: string; events: number; bytes: number; ms: number }
+  | { kind: "empty_bootstrap"; reason: "no_serving_peer" | "all_peers_left" }
+  | { kind: "disabled" };
+
+export type RunRecoveryOptions = {
+  /** Where peers come from; null/undefined when no peer Service and no static peers are configured. */
+  discovery: PeerDiscovery | null | undefined;
+  target: DumpTarget;
+  /** Per-progress HTTP timeout (DYN_EPP_RECOVERY_HTTP_TIMEOUT_MS, default 30000). */
+  timeoutMs: number;
+  token?: string;
+  logger: Logger;
+  backoff?: BackoffOptions;
+  /** Source of the attempt-scoped priorities (tests pass a seeded one). */
+  random?: () => number;
+  limits?: Partial<DumpParserLimits>;
+  /** Observes every state transition (logs, tests). */
+  onState?: (s: RecoveryState) => void;
+  /** Stops recovery (shutdown): the promise then rejects with the signal's reason. */
+  signal?: AbortSignal;
+};
+
+export async function runRecovery(opts: RunRecoveryOptions): Promise<RecoveryOutcome> {
+  const log = opts.logger.child({ component: "recovery" });
+  const enter = (s: RecoveryState) => opts.onState?.(s);
+  const discovery = opts.discovery;
+  if (!discovery) {
+    enter({ kind: "disabled" });
+    log.error("recovery disabled: no peer Service (DYN_EPP_PEER_SERVICE) and no static peers configured; this replica starts with an EMPTY KV index and will not recover from siblings");
+    return { kind: "recovery_disabled" };
+  }
+
+  enter({ kind: "discovering" });
+  const candidates = new CandidateSet(opts.random ?? Math.random);
+  const backoff = new Backoff(opts.backoff);
+  let wake: (() => void) | null = null;
+  const reconcile = () => {
+    if (candidates.update(discovery.peers())) {
+      backoff.reset();
+      log.info({ eligible: candidates.eligibleCount, pending: candidates.pendingIds(), active: candidates.active?.id ?? null }, "candidate set changed");
+      wake?.();
+    }
+  };
+  const unsubscribe = discovery.onChange(reconcile);
+  const emptyBootstrap = (reason: "no_serving_peer" | "all_peers_left"): RecoveryOutcome => {
+    enter({ kind: "empty_bootstrap", reason });
+    log.warn({ reason, source: discovery.description }, "no serving peer: starting with an EMPTY KV index (empty bootstrap)");
+    return { kind: "empty_bootstrap" };
+  };
+
+  try {
+    await discovery.start();
+    candidates.update(discovery.peers());
+    // Rule 2: no serving peer at start means nobody holds an index to wait for.
+    if (candidates.eligibleCount === 0) return emptyBootstrap("no_serving_peer");
+    candidates.newCycle();
+    let cycle = 1;
+    let attempt = 0;
+    for (;;) {
+      opts.signal?.throwIfAborted();
+      const peer = candidates.next();
+      if (peer !== null) {
+        attempt++;
+        enter({ kind: "attempting", cycle, attempt, peer });
+        log.info({ peer: peer.id, cycle, attempt }, "fetching dump from peer");
+        try {
+          const r = await fetchDump({ peer, target: opts.target, timeoutMs: opts.timeoutMs, token: opts.token, limits: opts.limits, signal: opts.signal });
+          enter({ kind: "recovered", from: peer.id, ...r });
+          log.info({ peer: peer.id, events: r.events, bytes: r.bytes, ms: r.ms }, "dump fetched from peer");
+          log.info({ peer: peer.id, events: r.events }, "recovered KV index from peer");
+          return { kind: "recovered", peer: peer.id, ...r };
+        } catch (err) {
+          opts.signal?.throwIfAborted();
+          const reason = err instanceof DumpFetchError ? err.reason : "network";
+          log.warn({ peer: peer.id, reason, err: err instanceof Error ? err.message : String(err), cycle, attempt }, "dump attempt failed, trying the next peer");
+          candidates.fail();
+          continue;
+        }
+      }
+      // The cycle is exhausted. With nobody eligible left there is nothing to wait for (rule 2 again).
+      if (candidates.eligibleCount === 0) return emptyBootstrap("all_peers_left");
+      const delayMs = backoff.next();
+      enter({ kind: "backing_off", cycle, delayMs });
+      log.warn({ cycle, delayMs, tried: candidates.triedIds() }, "every eligible peer failed, backing off before a new cycle");
+      const changed = await waitFor(delayMs, (w) => (wake = w), opts.signal);
+      wake = null;
+      // A real change during the wait re-evaluates at once: a newly eligible peer is already pending.
+      if (!changed) {
+        candidates.newCycle();
+        cycle++;
+      }
+    }
+  } finally {
+    unsubscribe();
+    await discovery.stop().catch(() => {});
+  }
+}
+
+/** Sleeps `ms`; resolves true early when woken. */
+function waitFor(ms: number, setWake: (w: () => void) => void, signal?: AbortSignal): Promise<boolean> {
+  return new Promise<boolean>((resolve, reject) => {
+    const done = (v: boolean) => {
+      clearTimeout(t);
+      signal?.removeEventListener("abort", onAbort);
+      resolve(v);
+    };
+    const onAbort = () => {
+      clearTimeout(t);
+      reject(signal?.reason);
+    };
+    const t = setTimeout(() => done(false), ms);
+    setWake(() => done(true));
+    signal?.addEventListener("abort", onAbort, { once: true });
+  });
+}

@@ -1,0 +1,43 @@
+// The narrow interface through which recovery sees the index (DESIGN.md §2: recovery knows the index only
+// through "apply events, dump events"). u64 values are always bigint, never JS numbers (DESIGN.md §3).
+
+export type StoredBlockRef = { blockHash: bigint; tokensHash: bigint };
+
+/** One `stored` event of a `/dump` body (DESIGN.md §6). */
+export type RouterEvent = {
+  workerId: string;
+  dpRank: number;
+  eventId: number;
+  parentHash: bigint | null;
+  blocks: StoredBlockRef[];
+};
+
+/** One indexer as the dump sees it: `"<model>:<tenant>"`, its block size, its events parents-first. */
+export type DumpModel = { key: string; blockSize: number; events: Iterable<RouterEvent> };
+
+/** Producer side. Iterated lazily while the body streams, so the iterables may interleave with live writes. */
+export interface DumpSource {
+  models(): Iterable<DumpModel>;
+}
+
+/** Consumer side: a fresh staging area per attempt, so a failed attempt leaves the index as it was. */
+export interface DumpTarget {
+  begin(): DumpStaging;
+}
+
+export interface DumpStaging {
+  apply(key: string, blockSize: number, e: RouterEvent): void;
+  commit(): void;
+  abort(): void;
+}
+
+/** A recovery peer: `id` is stable across updates (the endpoint address), `url` the selection-http base URL. */
+export type Peer = { id: string; url: string };
+
+export type RecoveryOutcome =
+  | { kind: "recovered"; peer: string; events: number; bytes: number; ms: number }
+  | { kind: "empty_bootstrap" }
+  | { kind: "recovery_disabled" };
+
+export type RecoveryStateName = RecoveryOutcome["kind"];
+export const RECOVERY_STATES: readonly RecoveryStateName[] = ["recovered", "empty_bootstrap", "recovery_disabled"];

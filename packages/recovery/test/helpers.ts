@@ -1,0 +1,80 @@
+import pino from "pino";
+import type { DumpModel, DumpSource, DumpStaging, DumpTarget, RouterEvent } from "../src/index.ts";
+
+export const quietLogger = () => pino({ level: process.env.RECOVERY_TEST_LOG ?? "silent" });
+
+/** A logger whose lines can be inspected (for the loud-log requirements). */
+export function capturingLogger(): { logger: pino.Logger; lines: { level: number; msg: string; [k: string]: unknown }[] } {
+  const lines: { level: number; msg: string }[] = [];
+  const logger = pino({ level: "debug" }, { write: (s: string) => void lines.push(JSON.parse(s)) });
+  return { logger, lines };
+}
+
+export type ModelDump = { key: string; blockSize: number; events: RouterEvent[] };
+
+/** An in-memory index stand-in: per model key, the events applied, in order. */
+export class MapIndex implements DumpSource, DumpTarget {
+  readonly models_ = new Map<string, { blockSize: number; events: RouterEvent[] }>();
+  commits = 0;
+  aborts = 0;
+
+  constructor(initial: ModelDump[] = []) {
+    for (const m of initial) this.models_.set(m.key, { blockSize: m.blockSize, events: [...m.events] });
+  }
+
+  models(): Iterable<DumpModel> {
+    return [...this.models_].map(([key, m]) => ({ key, blockSize: m.blockSize, events: m.events }));
+  }
+
+  begin(): DumpStaging {
+    const staged: ModelDump[] = [];
+    return {
+      apply: (key, blockSize, e) => {
+        let m = staged.find((s) => s.key === key);
+        if (!m) staged.push((m = { key, blockSize, events: [] }));
+        m.events.push(e);
+      },
+      commit: () => {
+        this.commits++;
+        for (const s of staged) {
+          const m = this.models_.get(s.key) ?? { blockSize: s.blockSize, events: [] };
+          m.events.push(...s.events);
+          this.models_.set(s.key, m);
+        }
+      },
+      abort: () => void this.aborts++,
+    };
+  }
+
+  snapshot(): ModelDump[] {
+    return [...this.models_].map(([key, m]) => ({ key, blockSize: m.blockSize, events: m.events }));
+  }
+
+  get eventCount(): number {
+    let n = 0;
+    for (const m of this.models_.values()) n += m.events.length;
+    return n;
+  }
+}
+
+export function sampleIndex(workers = 2, chains = 3, blocksPerEvent = 4): MapIndex {
+  const events: RouterEvent[] = [];
+  let id = 0;
+  for (let w = 0; w < workers; w++) {
+    for (let c = 0; c < chains; c++) {
+      let parent: bigint | null = null;
+      const blocks = [];
+      for (let b = 0; b < blocksPerEvent; b++) {
+        const h = (BigInt(w) << 56n) | (BigInt(c) << 32n) | BigInt(b) | (1n << 63n);
+        blocks.push({ blockHash: h, tokensHash: 0xffff_ffff_ffff_ffffn - h });
+      }
+      events.push({ workerId: `worker-${w}`, dpRank: c % 2, eventId: id++, parentHash: parent, blocks });
+      parent = blocks.at(-1)!.blockHash;
+    }
+  }
+  return new MapIndex([{ key: "Qwen/Qwen3-0.6B:default", blockSize: 16, events }]);
+}
+
+export async function readAll(stream: ReadableStream<Uint8Array>): Promise<Uint8Array> {
+  return new Uint8Array(await new Response(stream).arrayBuffer());
+}
