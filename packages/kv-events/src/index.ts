@@ -1,0 +1,20 @@
+// @kv-epp/kv-events: vLLM KV-event codec and ZMTP 3.x sockets in pure TypeScript (Bun and Node).
+export type {
+  AllBlocksCleared, BlockRemoved, BlockStored, DecodeStats, EventEncoding, HashMode, KvEvent, KvEventBatch, Medium,
+} from "./codec/types.ts";
+export { KvDecodeError } from "./codec/types.ts";
+export { decodeBatch } from "./codec/decode.ts";
+export { encodeBatch, type EncodeOptions } from "./codec/encode.ts";
+export { foldHashBytes, hashToDigest } from "./codec/hash.ts";
+export { PubSocket } from "./zmtp/pub.ts";
+export { SubSocket } from "./zmtp/sub.ts";
+export { RouterSocket } from "./zmtp/router.ts";
+export { DealerSocket } from "./zmtp/dealer.ts";
+export { DEFAULT_MAX_MESSAGE_SIZE, type SocketCounters, type SocketOptions } from "./zmtp/base.ts";
+export { parseEndpoint, formatEndpoint } from "./zmtp/endpoint.ts";
+export { KvEventPublisher, type PublisherOptions } from "./publisher.ts";
+export {
+  KvEventListener, type ListenerCounters, type ListenerOptions, type ListenerSignal, type ResetReason,
+} from "./listener.ts";
+export { END_SEQ, decodeSeq, encodeSeq } from "./replay.ts";
+export type { Logger } from "./logger.ts";

@@ -1,0 +1,251 @@
+// One listener per worker rank: subscribes to the worker's PUB, decodes batches, tracks seq
+// and hands an ordered stream of signals to a sink (DESIGN.md §4 consumer rules):
+//  - the first message sets the baseline;
+//  - a gap replays from the gap over the replay endpoint when one is configured, and falls back
+//    to a reset ("gap-unrecovered") when the replay does not cover it;
+//  - seq going backwards means the publisher restarted: reset ("restarted");
+//  - malformed messages are counted and skipped.
+// Signals produced before a sink is attached are buffered (bounded; overflow → reset "overflow"),
+// so a consumer can subscribe first and attach after recovering a snapshot.
+import { decodeBatch } from "./codec/decode.ts";
+import type { DecodeStats, KvEventBatch } from "./codec/types.ts";
+import { childLogger, type Logger } from "./logger.ts";
+import { decodeSeq, encodeSeq, parseReplayReply } from "./replay.ts";
+import type { SocketOptions } from "./zmtp/base.ts";
+import { DealerSocket } from "./zmtp/dealer.ts";
+import { SubSocket } from "./zmtp/sub.ts";
+
+export type ResetReason = "restarted" | "gap-unrecovered" | "overflow";
+
+export type ListenerSignal =
+  | { kind: "batch"; seq: bigint; batch: KvEventBatch }
+  | { kind: "reset"; reason: ResetReason };
+
+export type ListenerOptions = {
+  workerId: string;
+  dpRank: number;
+  endpoint: string;
+  replayEndpoint?: string;
+  topic?: string;
+  /** Signals held while no sink is attached (default 50000). */
+  maxBuffered?: number;
+  /** How long a replay may take before the gap counts as unrecovered (default 2000 ms). */
+  replayTimeoutMs?: number;
+  socket?: SocketOptions;
+  logger?: Logger;
+};
+
+export type ListenerCounters = DecodeStats & {
+  messages: number;
+  batches: number;
+  events: number;
+  blocks: number;
+  bytes: number;
+  gaps: number;
+  replays: number;
+  replayedBatches: number;
+  replayFailures: number;
+  restarts: number;
+  resets: number;
+  overflows: number;
+  decodeErrors: number;
+};
+
+type Held = { seq: bigint; payload: Buffer };
+
+type SeqState =
+  | { kind: "fresh" }
+  | { kind: "live"; next: bigint }
+  | { kind: "replaying"; from: bigint; held: Held[]; got: Held[]; timer: ReturnType<typeof setTimeout> };
+
+const MAX_HELD = 100_000;
+
+export class KvEventListener {
+  readonly counters: ListenerCounters = {
+    messages: 0, batches: 0, events: 0, blocks: 0, bytes: 0, gaps: 0, replays: 0, replayedBatches: 0,
+    replayFailures: 0, restarts: 0, resets: 0, overflows: 0, decodeErrors: 0, skippedEvents: 0,
+  };
+  private state: SeqState = { kind: "fresh" };
+  private sub: SubSocket | undefined;
+  private dealer: DealerSocket | undefined;
+  private sink: ((s: ListenerSignal) => void) | undefined;
+  private buffered: ListenerSignal[] = [];
+  private closed = false;
+  private readonly log: Logger;
+
+  constructor(readonly opts: ListenerOptions) {
+    this.log = childLogger(opts.logger, { component: "kv-listener", worker: opts.workerId, rank: opts.dpRank });
+  }
+
+  get connected(): boolean {
+    return (this.sub?.peerCount ?? 0) > 0;
+  }
+
+  /** The seq expected next, or null before the baseline message. */
+  get nextSeq(): bigint | null {
+    return this.state.kind === "live" ? this.state.next : this.state.kind === "replaying" ? this.state.from : null;
+  }
+
+  /** Signals waiting for a sink. */
+  get bufferedCount(): number {
+    return this.buffered.length;
+  }
+
+  /** Socket-level counters of the subscription (reconnects, protocol errors, oversize...). */
+  get socketCounters() {
+    return this.sub?.counters;
+  }
+
+  start(): void {
+    if (this.sub || this.closed) return;
+    const sub = new SubSocket({ logger: this.opts.logger, ...this.opts.socket });
+    sub.onMessage((frames) => this.onMessage(frames));
+    sub.onPeer((up, peer) => this.log.info({ peer }, up ? "publisher connected" : "publisher disconnected"));
+    sub.subscribe(this.opts.topic ?? "");
+    sub.connect(this.opts.endpoint);
+    this.sub = sub;
+  }
+
+  /** Attaches the consumer; buffered signals are delivered first, in order. */
+  attach(sink: (s: ListenerSignal) => void): void {
+    this.sink = sink;
+    const pending = this.buffered;
+    this.buffered = [];
+    for (const s of pending) sink(s);
+  }
+
+  async close(): Promise<void> {
+    this.closed = true;
+    if (this.state.kind === "replaying") clearTimeout(this.state.timer);
+    await Promise.all([this.sub?.close(), this.dealer?.close()]);
+  }
+
+  private onMessage(frames: Buffer[]): void {
+    this.counters.messages++;
+    // [topic, seq, payload]; tolerate a missing topic frame ([seq, payload]).
+    const n = frames.length;
+    const seq = n === 3 || n === 2 ? decodeSeq(frames[n - 2]!) : undefined;
+    if (seq === undefined) {
+      this.counters.decodeErrors++;
+      return;
+    }
+    const payload = frames[n - 1]!;
+    this.counters.bytes += payload.length;
+    this.onSequenced({ seq, payload });
+  }
+
+  private onSequenced(m: Held): void {
+    const st = this.state;
+    switch (st.kind) {
+      case "fresh":
+        return this.deliver(m);
+      case "replaying":
+        if (st.held.length >= MAX_HELD) return this.finishReplay(false);
+        st.held.push(m);
+        return;
+      case "live":
+        if (m.seq === st.next) return this.deliver(m);
+        if (m.seq < st.next) {
+          this.counters.restarts++;
+          this.log.warn({ seq: m.seq.toString() }, "publisher restarted (seq went backwards)");
+          this.reset("restarted");
+          return this.deliver(m);
+        }
+        this.counters.gaps++;
+        this.log.warn({ seq: st.next.toString(), events: Number(m.seq - st.next) }, "seq gap");
+        if (this.opts.replayEndpoint && !this.closed) return this.startReplay(st.next, m);
+        this.reset("gap-unrecovered");
+        return this.deliver(m);
+    }
+  }
+
+  private deliver(m: Held): void {
+    this.state = { kind: "live", next: m.seq + 1n };
+    let batch: KvEventBatch;
+    try {
+      batch = decodeBatch(m.payload, this.counters);
+    } catch {
+      this.counters.decodeErrors++;
+      return;
+    }
+    this.counters.batches++;
+    this.counters.events += batch.events.length;
+    for (const e of batch.events) if (e.type === "BlockStored") this.counters.blocks += e.blockHashes.length;
+    this.emit({ kind: "batch", seq: m.seq, batch });
+  }
+
+  private reset(reason: ResetReason): void {
+    this.counters.resets++;
+    this.emit({ kind: "reset", reason });
+  }
+
+  private emit(s: ListenerSignal): void {
+    if (this.sink) return this.sink(s);
+    if (this.buffered.length >= (this.opts.maxBuffered ?? 50_000)) {
+      // The consumer would miss these batches: it must drop this worker's blocks instead.
+      this.counters.overflows++;
+      this.buffered = [{ kind: "reset", reason: "overflow" }];
+      if (s.kind === "reset") return;
+    }
+    this.buffered.push(s);
+  }
+
+  private startReplay(from: bigint, trigger: Held): void {
+    this.counters.replays++;
+    if (!this.dealer) {
+      this.dealer = new DealerSocket({ logger: this.opts.logger, ...this.opts.socket });
+      this.dealer.onMessage((frames) => this.onReplayReply(frames));
+      this.dealer.connect(this.opts.replayEndpoint!);
+    }
+    const timer = setTimeout(() => this.finishReplay(false), this.opts.replayTimeoutMs ?? 2000);
+    timer.unref?.();
+    this.state = { kind: "replaying", from, held: [trigger], got: [], timer };
+    this.dealer.send([Buffer.alloc(0), encodeSeq(from)]);
+  }
+
+  private onReplayReply(frames: Buffer[]): void {
+    const st = this.state;
+    if (st.kind !== "replaying") return; // a late answer to an abandoned replay
+    const r = parseReplayReply(frames);
+    if (!r) {
+      this.counters.decodeErrors++;
+      return;
+    }
+    if (r.kind === "end") return this.finishReplay(true);
+    st.got.push({ seq: r.seq, payload: r.payload });
+  }
+
+  /** Applies what the replay returned, then the messages held meanwhile. */
+  private finishReplay(answered: boolean): void {
+    const st = this.state;
+    if (st.kind !== "replaying") return;
+    clearTimeout(st.timer);
+    const firstHeld = st.held[0]!.seq;
+    const got = st.got.filter((g) => g.seq >= st.from && g.seq < firstHeld);
+    // Covered = the replay holds every seq from the gap up to the first held live message.
+    let covered = answered && got.length === Number(firstHeld - st.from);
+    for (let i = 0; covered && i < got.length; i++) if (got[i]!.seq !== st.from + BigInt(i)) covered = false;
+    const held = st.held;
+    if (covered) {
+      this.counters.replayedBatches += got.length;
+      this.state = { kind: "live", next: st.from };
+      for (const g of got) this.deliver(g);
+    } else {
+      this.counters.replayFailures++;
+      this.log.warn({ seq: st.from.toString(), events: got.length }, "replay did not cover the gap");
+      this.reset("gap-unrecovered");
+      this.state = { kind: "fresh" };
+    }
+    // Held messages go through the normal path (a further gap among them replays again).
+    for (let i = 0; i < held.length; i++) {
+      const now = this.state as SeqState;
+      if (now.kind === "replaying") {
+        now.held.push(...held.slice(i));
+        return;
+      }
+      const h = held[i]!;
+      if (now.kind === "live" && h.seq < now.next) continue; // already delivered by the replay
+      this.onSequenced(h);
+    }
+  }
+}

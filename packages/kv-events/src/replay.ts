@@ -1,0 +1,40 @@
+// vLLM's replay protocol (DESIGN.md §4), spoken between a DEALER client and a ROUTER server:
+//   request:  ["", start_seq (8 B BE)]
+//   replies:  ["", topic, seq, payload] (newer vLLM) or ["", seq, payload] (older), one per
+//             buffered batch with seq >= start, then an end marker with seq = -1 (8 x 0xFF)
+//             and an empty payload.
+
+export const END_SEQ = Buffer.alloc(8, 0xff);
+
+export function encodeSeq(seq: bigint): Buffer {
+  const b = Buffer.allocUnsafe(8);
+  b.writeBigUInt64BE(BigInt.asUintN(64, seq));
+  return b;
+}
+
+/** An 8-byte big-endian sequence number, or undefined when the frame is not one. */
+export function decodeSeq(b: Uint8Array): bigint | undefined {
+  if (b.length !== 8) return undefined;
+  const hi = ((b[0]! << 24) | (b[1]! << 16) | (b[2]! << 8) | b[3]!) >>> 0;
+  const lo = ((b[4]! << 24) | (b[5]! << 16) | (b[6]! << 8) | b[7]!) >>> 0;
+  return (BigInt(hi) << 32n) | BigInt(lo);
+}
+
+export type ReplayReply = { kind: "batch"; seq: bigint; payload: Buffer } | { kind: "end" };
+
+/** Parses one DEALER-side reply (delimiter included); undefined = malformed. */
+export function parseReplayReply(frames: Buffer[]): ReplayReply | undefined {
+  if (frames.length < 3 || frames.length > 4 || frames[0]!.length !== 0) return undefined;
+  const seqFrame = frames[frames.length - 2]!;
+  const payload = frames[frames.length - 1]!;
+  if (seqFrame.length === 8 && seqFrame.equals(END_SEQ)) return payload.length === 0 ? { kind: "end" } : undefined;
+  const seq = decodeSeq(seqFrame);
+  return seq === undefined ? undefined : { kind: "batch", seq, payload };
+}
+
+/** Parses a ROUTER-side request [id, "", start_seq]; undefined = malformed. */
+export function parseReplayRequest(frames: Buffer[]): { id: Buffer; start: bigint } | undefined {
+  if (frames.length !== 3 || frames[1]!.length !== 0) return undefined;
+  const start = decodeSeq(frames[2]!);
+  return start === undefined ? undefined : { id: frames[0]!, start };
+}

@@ -1,0 +1,87 @@
+// PUB: fan-out to every subscriber whose subscriptions prefix-match the first frame.
+// Accepts subscriptions both as ZMTP 3.0 messages (0x01/0x00 + prefix) and as ZMTP 3.1
+// SUBSCRIBE/CANCEL commands. A slow subscriber loses messages at its HWM; send() never blocks.
+import { ZmtpSocket, type SocketOptions } from "./base.ts";
+import type { Connection } from "./connection.ts";
+import { encodeMessage } from "./wire.ts";
+
+/** Subscription prefixes of one subscriber, counted (a prefix subscribed twice needs two cancels). */
+class Subscriptions {
+  private readonly counts = new Map<string, number>();
+  prefixes: Buffer[] = [];
+  add(p: Buffer): void {
+    const k = p.toString("latin1");
+    const n = this.counts.get(k) ?? 0;
+    this.counts.set(k, n + 1);
+    if (n === 0) this.prefixes.push(Buffer.from(p));
+  }
+  remove(p: Buffer): void {
+    const k = p.toString("latin1");
+    const n = this.counts.get(k);
+    if (n === undefined) return;
+    if (n > 1) return void this.counts.set(k, n - 1);
+    this.counts.delete(k);
+    this.prefixes = this.prefixes.filter((x) => !x.equals(p));
+  }
+  matches(topic: Uint8Array): boolean {
+    for (const p of this.prefixes) {
+      if (p.length === 0) return true;
+      if (p.length > topic.length) continue;
+      let i = 0;
+      while (i < p.length && p[i] === topic[i]) i++;
+      if (i === p.length) return true;
+    }
+    return false;
+  }
+}
+
+export class PubSocket extends ZmtpSocket {
+  private readonly subs = new Map<Connection, Subscriptions>();
+
+  constructor(opts: SocketOptions = {}) {
+    super("PUB", opts);
+  }
+
+  /** Subscribers that completed the handshake. */
+  get subscriberCount(): number {
+    return this.subs.size;
+  }
+
+  /** Sends one multipart message to every matching subscriber. Returns how many got it queued. */
+  send(frames: readonly Uint8Array[]): number {
+    if (this.subs.size === 0 || frames.length === 0) return 0;
+    const topic = frames[0]!;
+    let encoded: Buffer | undefined;
+    let n = 0;
+    for (const [c, s] of this.subs) {
+      if (!s.matches(topic)) continue;
+      encoded ??= encodeMessage(frames);
+      if (c.send(encoded)) {
+        n++;
+        this.counters.messagesOut++;
+      } else this.counters.dropped++;
+    }
+    return n;
+  }
+
+  protected onPeerReady(c: Connection): void {
+    this.subs.set(c, new Subscriptions());
+  }
+
+  protected override onPeerGone(c: Connection): void {
+    this.subs.delete(c);
+  }
+
+  protected received(c: Connection, frames: Buffer[]): void {
+    // ZMTP 3.0 subscription form: a single-frame message 0x01|0x00 + prefix; anything else is ignored.
+    const f = frames[0]!;
+    if (frames.length !== 1 || f.length === 0) return;
+    if (f[0] === 1) this.subs.get(c)?.add(f.subarray(1));
+    else if (f[0] === 0) this.subs.get(c)?.remove(f.subarray(1));
+  }
+
+  protected override onCommand(c: Connection, name: string, data: Buffer): void {
+    if (name === "SUBSCRIBE") this.subs.get(c)?.add(data);
+    else if (name === "CANCEL") this.subs.get(c)?.remove(data);
+  }
+}

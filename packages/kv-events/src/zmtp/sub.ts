@@ -1,0 +1,74 @@
+// SUB: connects to publishers, (re)sends its subscriptions on every new session in the form
+// the peer speaks (3.1 SUBSCRIBE command, or 3.0 0x01+prefix message), filters by prefix too.
+import { ZmtpSocket, type SocketOptions } from "./base.ts";
+import type { Connection } from "./connection.ts";
+import { encodeCommand, encodeMessage } from "./wire.ts";
+
+export type MessageHandler = (frames: Buffer[]) => void;
+
+export class SubSocket extends ZmtpSocket {
+  private readonly prefixes = new Map<string, Buffer>();
+  private messageHandler: MessageHandler = () => {};
+  private peerHandler: (up: boolean, peer: string) => void = () => {};
+
+  constructor(opts: SocketOptions = {}) {
+    super("SUB", opts);
+  }
+
+  /** Receives every matching message (callback style; the handler runs synchronously per message). */
+  onMessage(h: MessageHandler): void {
+    this.messageHandler = h;
+  }
+
+  /** Told when a publisher session comes up (handshake done) or goes away. */
+  onPeer(h: (up: boolean, peer: string) => void): void {
+    this.peerHandler = h;
+  }
+
+  subscribe(prefix: Uint8Array | string = ""): void {
+    const p = Buffer.from(prefix);
+    const k = p.toString("latin1");
+    if (this.prefixes.has(k)) return;
+    this.prefixes.set(k, p);
+    for (const c of this.peers) sendSubscription(c, p, true);
+  }
+
+  unsubscribe(prefix: Uint8Array | string = ""): void {
+    const p = Buffer.from(prefix);
+    if (!this.prefixes.delete(p.toString("latin1"))) return;
+    for (const c of this.peers) sendSubscription(c, p, false);
+  }
+
+  protected onPeerReady(c: Connection): void {
+    for (const p of this.prefixes.values()) sendSubscription(c, p, true);
+    this.peerHandler(true, c.peer);
+  }
+
+  protected override onPeerGone(c: Connection): void {
+    this.peerHandler(false, c.peer);
+  }
+
+  protected received(_c: Connection, frames: Buffer[]): void {
+    if (!this.matches(frames[0]!)) return;
+    this.messageHandler(frames);
+  }
+
+  private matches(topic: Buffer): boolean {
+    for (const p of this.prefixes.values()) {
+      if (p.length === 0) return true;
+      if (p.length <= topic.length && topic.compare(p, 0, p.length, 0, p.length) === 0) return true;
+    }
+    return false;
+  }
+}
+
+function sendSubscription(c: Connection, prefix: Buffer, subscribe: boolean): void {
+  if (c.peerMinor >= 1) {
+    c.send(encodeCommand(subscribe ? "SUBSCRIBE" : "CANCEL", prefix));
+  } else {
+    const body = Buffer.allocUnsafe(prefix.length + 1);
+    body[0] = subscribe ? 1 : 0;
+    prefix.copy(body, 1);
+    c.send(encodeMessage([body]));
+  }
+}
