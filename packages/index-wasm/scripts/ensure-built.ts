@@ -1,1 +1,4 @@
-// placeholder until the index lands; replaced by the index-wasm build
+// bun test preload (root bunfig.toml): rebuild the index module only when its sources changed.
+import { buildWasm, isBuildStale } from "../src/wasm-module.ts";
+
+if (isBuildStale()) buildWasm();

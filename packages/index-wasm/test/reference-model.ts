@@ -53,8 +53,8 @@ export class ReferenceIndex {
     for (const b of blocks) {
       const held = s.byExternal.get(b.externalHash);
       const child = cur.children.get(b.tokensHash);
-      if (held) {
-        if (held === child) { cur = child; continue; }
+      if (held || child?.holders.has(key)) {
+        if (held && held === child) { cur = child; continue; } // idempotent re-store
         this.rejectedCount++;
         return { kind: "rejected", reason: "hash-conflict", blocks: added };
       }

@@ -1,0 +1,561 @@
+// The KV index over linear memory. See ../README.md for the layout and why it looks like this.
+//
+// Sequence identity: a node is (parent node, tokens hash); node 1 is the root (the empty prefix).
+// Residency: (worker, node) with the worker's external hash for that block.
+// Invariant (prefix semantics): a worker holding a node holds its parent, so a node's worker mask is a
+// subset of its parent's, a worker's overlap is the depth of the deepest matched node it is in, and
+// every residency is reachable from the root through its worker's own chain (which makes dump exact).
+// Removing a block therefore drops the worker's residencies below it too.
+import { xxh3 } from "./xxh3";
+
+const NIL: u32 = 0;
+const ROOT: u32 = 1;
+const EMPTY: u32 = 0;
+
+// ---- growable raw arrays (TLSF heap of the minimal runtime: freed space is reused) ----
+function grow(ptr: usize, oldBytes: usize, newBytes: usize): usize {
+  const p = ptr == 0 ? heap.alloc(newBytes) : heap.realloc(ptr, newBytes);
+  memory.fill(p + oldBytes, 0, newBytes - oldBytes);
+  return p;
+}
+function zeroed(bytes: usize): usize {
+  const p = heap.alloc(bytes);
+  memory.fill(p, 0, bytes);
+  return p;
+}
+
+// ---- nodes (struct of arrays) ----
+let nodeCap: u32 = 0;
+let nodeTop: u32 = 2;
+let nodeFree: u32 = NIL;
+let nodesLive: u32 = 0;
+let nTok: usize = 0;    // u64 tokens hash
+let nParent: usize = 0; // u32
+let nFirst: usize = 0;  // u32 first child
+let nNext: usize = 0;   // u32 next sibling (free-list link when free)
+let nPrev: usize = 0;   // u32 previous sibling
+let nRes: usize = 0;    // u32 head of the node's residency list
+let nMask: usize = 0;   // u64 x maskWords worker bitset
+let maskWords: u32 = 1;
+
+@inline function tokOf(n: u32): u64 { return load<u64>(nTok + (<usize>n << 3)); }
+@inline function parentOf(n: u32): u32 { return load<u32>(nParent + (<usize>n << 2)); }
+@inline function firstOf(n: u32): u32 { return load<u32>(nFirst + (<usize>n << 2)); }
+@inline function nextOf(n: u32): u32 { return load<u32>(nNext + (<usize>n << 2)); }
+@inline function prevOf(n: u32): u32 { return load<u32>(nPrev + (<usize>n << 2)); }
+@inline function resOf(n: u32): u32 { return load<u32>(nRes + (<usize>n << 2)); }
+@inline function setFirst(n: u32, v: u32): void { store<u32>(nFirst + (<usize>n << 2), v); }
+@inline function setNext(n: u32, v: u32): void { store<u32>(nNext + (<usize>n << 2), v); }
+@inline function setPrev(n: u32, v: u32): void { store<u32>(nPrev + (<usize>n << 2), v); }
+@inline function setRes(n: u32, v: u32): void { store<u32>(nRes + (<usize>n << 2), v); }
+@inline function maskAt(n: u32, word: u32): usize { return nMask + ((<usize>n * maskWords + word) << 3); }
+@inline function holds(n: u32, w: u32): bool {
+  return ((load<u64>(maskAt(n, w >> 6)) >> (<u64>(w & 63))) & 1) != 0;
+}
+
+function growNodes(): void {
+  const cap: u32 = nodeCap == 0 ? 1024 : nodeCap * 2;
+  nTok = grow(nTok, <usize>nodeCap << 3, <usize>cap << 3);
+  nParent = grow(nParent, <usize>nodeCap << 2, <usize>cap << 2);
+  nFirst = grow(nFirst, <usize>nodeCap << 2, <usize>cap << 2);
+  nNext = grow(nNext, <usize>nodeCap << 2, <usize>cap << 2);
+  nPrev = grow(nPrev, <usize>nodeCap << 2, <usize>cap << 2);
+  nRes = grow(nRes, <usize>nodeCap << 2, <usize>cap << 2);
+  nMask = grow(nMask, (<usize>nodeCap * maskWords) << 3, (<usize>cap * maskWords) << 3);
+  nodeCap = cap;
+}
+
+// ---- child index: open addressing (linear probing, backward-shift delete), (parent, tok) -> node ----
+let cSlots: usize = 0;
+let cCap: u32 = 0;
+let cCount: u32 = 0;
+
+@inline function mix(h: u64): u64 {
+  h ^= h >> 32;
+  h *= 0xD6E8FEB86659FD93;
+  return h ^ (h >> 32);
+}
+@inline function childHome(parent: u32, tok: u64): u32 {
+  return <u32>mix(tok ^ (<u64>parent * 0x9E3779B97F4A7C15)) & (cCap - 1);
+}
+
+function childFind(parent: u32, tok: u64): u32 {
+  const m = cCap - 1;
+  let i = childHome(parent, tok);
+  while (true) {
+    const id = load<u32>(cSlots + (<usize>i << 2));
+    if (id == EMPTY) return NIL;
+    if (tokOf(id) == tok && parentOf(id) == parent) return id;
+    i = (i + 1) & m;
+  }
+}
+
+function childPlace(id: u32): void {
+  const m = cCap - 1;
+  let i = childHome(parentOf(id), tokOf(id));
+  while (load<u32>(cSlots + (<usize>i << 2)) != EMPTY) i = (i + 1) & m;
+  store<u32>(cSlots + (<usize>i << 2), id);
+}
+
+function childInsert(id: u32): void {
+  if ((cCount + 1) * 4 > cCap * 3) {
+    const old = cSlots, oldCap = cCap;
+    cCap = cCap * 2;
+    cSlots = zeroed(<usize>cCap << 2);
+    for (let i: u32 = 0; i < oldCap; i++) {
+      const v = load<u32>(old + (<usize>i << 2));
+      if (v != EMPTY) childPlace(v);
+    }
+    heap.free(old);
+  }
+  childPlace(id);
+  cCount++;
+}
+
+function childDelete(id: u32): void {
+  const m = cCap - 1;
+  let i = childHome(parentOf(id), tokOf(id));
+  while (load<u32>(cSlots + (<usize>i << 2)) != id) i = (i + 1) & m;
+  let j = i;
+  while (true) {
+    j = (j + 1) & m;
+    const v = load<u32>(cSlots + (<usize>j << 2));
+    if (v == EMPTY) break;
+    const k = childHome(parentOf(v), tokOf(v));
+    // move v back into the hole unless its home lies cyclically in (i, j]
+    if (i <= j ? (i < k && k <= j) : (i < k || k <= j)) continue;
+    store<u32>(cSlots + (<usize>i << 2), v);
+    i = j;
+  }
+  store<u32>(cSlots + (<usize>i << 2), EMPTY);
+  cCount--;
+}
+
+function newNode(parent: u32, tok: u64): u32 {
+  let id: u32;
+  if (nodeFree != NIL) {
+    id = nodeFree;
+    nodeFree = nextOf(id);
+  } else {
+    if (nodeTop == nodeCap) growNodes();
+    id = nodeTop++;
+  }
+  store<u64>(nTok + (<usize>id << 3), tok);
+  store<u32>(nParent + (<usize>id << 2), parent);
+  setFirst(id, NIL);
+  setRes(id, NIL);
+  memory.fill(maskAt(id, 0), 0, <usize>maskWords << 3);
+  const head = firstOf(parent);
+  setNext(id, head);
+  setPrev(id, NIL);
+  if (head != NIL) setPrev(head, id);
+  setFirst(parent, id);
+  childInsert(id);
+  nodesLive++;
+  return id;
+}
+
+function freeNode(id: u32): void {
+  const prev = prevOf(id), next = nextOf(id);
+  if (prev != NIL) setNext(prev, next); else setFirst(parentOf(id), next);
+  if (next != NIL) setPrev(next, prev);
+  childDelete(id);
+  setNext(id, nodeFree);
+  nodeFree = id;
+  nodesLive--;
+}
+
+// ---- residencies: records + open-addressing index (worker, external hash) -> record ----
+let resCap: u32 = 0;
+let resTop: u32 = 1;
+let resFree: u32 = NIL;
+let resLive: u32 = 0;
+let rExt: usize = 0;    // u64 external hash
+let rNode: usize = 0;   // u32
+let rNext: usize = 0;   // u32 next residency of the same node (free-list link when free)
+let rWorker: usize = 0; // u16 worker slot
+let xSlots: usize = 0;
+let xCap: u32 = 0;
+let xCount: u32 = 0;
+
+@inline function extOf(r: u32): u64 { return load<u64>(rExt + (<usize>r << 3)); }
+@inline function nodeOfRes(r: u32): u32 { return load<u32>(rNode + (<usize>r << 2)); }
+@inline function nextRes(r: u32): u32 { return load<u32>(rNext + (<usize>r << 2)); }
+@inline function workerOf(r: u32): u32 { return <u32>load<u16>(rWorker + (<usize>r << 1)); }
+@inline function resHome(w: u32, ext: u64): u32 {
+  return <u32>mix(ext ^ (<u64>(w + 1) * 0x9E3779B97F4A7C15)) & (xCap - 1);
+}
+
+function growRes(): void {
+  const cap: u32 = resCap == 0 ? 1024 : resCap * 2;
+  rExt = grow(rExt, <usize>resCap << 3, <usize>cap << 3);
+  rNode = grow(rNode, <usize>resCap << 2, <usize>cap << 2);
+  rNext = grow(rNext, <usize>resCap << 2, <usize>cap << 2);
+  rWorker = grow(rWorker, <usize>resCap << 1, <usize>cap << 1);
+  resCap = cap;
+}
+
+function resFind(w: u32, ext: u64): u32 {
+  const m = xCap - 1;
+  let i = resHome(w, ext);
+  while (true) {
+    const r = load<u32>(xSlots + (<usize>i << 2));
+    if (r == EMPTY) return NIL;
+    if (extOf(r) == ext && workerOf(r) == w) return r;
+    i = (i + 1) & m;
+  }
+}
+
+function resPlace(r: u32): void {
+  const m = xCap - 1;
+  let i = resHome(workerOf(r), extOf(r));
+  while (load<u32>(xSlots + (<usize>i << 2)) != EMPTY) i = (i + 1) & m;
+  store<u32>(xSlots + (<usize>i << 2), r);
+}
+
+function resIndexInsert(r: u32): void {
+  if ((xCount + 1) * 4 > xCap * 3) {
+    const old = xSlots, oldCap = xCap;
+    xCap = xCap * 2;
+    xSlots = zeroed(<usize>xCap << 2);
+    for (let i: u32 = 0; i < oldCap; i++) {
+      const v = load<u32>(old + (<usize>i << 2));
+      if (v != EMPTY) resPlace(v);
+    }
+    heap.free(old);
+  }
+  resPlace(r);
+  xCount++;
+}
+
+function resIndexDelete(r: u32): void {
+  const m = xCap - 1;
+  let i = resHome(workerOf(r), extOf(r));
+  while (load<u32>(xSlots + (<usize>i << 2)) != r) i = (i + 1) & m;
+  let j = i;
+  while (true) {
+    j = (j + 1) & m;
+    const v = load<u32>(xSlots + (<usize>j << 2));
+    if (v == EMPTY) break;
+    const k = resHome(workerOf(v), extOf(v));
+    if (i <= j ? (i < k && k <= j) : (i < k || k <= j)) continue;
+    store<u32>(xSlots + (<usize>i << 2), v);
+    i = j;
+  }
+  store<u32>(xSlots + (<usize>i << 2), EMPTY);
+  xCount--;
+}
+
+// ---- workers ----
+let wCap: u32 = 0;
+let wCount: usize = 0; // u32 residencies per worker slot (its tree size)
+let scratchMask: usize = 0;
+
+function ensureWorker(w: u32): void {
+  if (w >= wCap) {
+    let cap: u32 = wCap == 0 ? 64 : wCap;
+    while (cap <= w) cap *= 2;
+    wCount = grow(wCount, <usize>wCap << 2, <usize>cap << 2);
+    wCap = cap;
+  }
+  const words = (w >> 6) + 1;
+  if (words > maskWords) {
+    // rare: more than 64 x maskWords worker slots; re-stride the masks
+    const fresh = zeroed((<usize>nodeCap * words) << 3);
+    for (let n: u32 = 0; n < nodeTop; n++) {
+      memory.copy(fresh + ((<usize>n * words) << 3), nMask + ((<usize>n * maskWords) << 3), <usize>maskWords << 3);
+    }
+    heap.free(nMask);
+    nMask = fresh;
+    maskWords = words;
+    heap.free(scratchMask);
+    scratchMask = zeroed(<usize>words << 3);
+  }
+}
+
+@inline function treeSizePtr(w: u32): usize { return wCount + (<usize>w << 2); }
+
+function addResidency(w: u32, node: u32, ext: u64): void {
+  let r: u32;
+  if (resFree != NIL) {
+    r = resFree;
+    resFree = nextRes(r);
+  } else {
+    if (resTop == resCap) growRes();
+    r = resTop++;
+  }
+  store<u64>(rExt + (<usize>r << 3), ext);
+  store<u32>(rNode + (<usize>r << 2), node);
+  store<u16>(rWorker + (<usize>r << 1), <u16>w);
+  store<u32>(rNext + (<usize>r << 2), resOf(node));
+  setRes(node, r);
+  resIndexInsert(r);
+  const mp = maskAt(node, w >> 6);
+  store<u64>(mp, load<u64>(mp) | (<u64>1 << (<u64>(w & 63))));
+  store<u32>(treeSizePtr(w), load<u32>(treeSizePtr(w)) + 1);
+  resLive++;
+}
+
+/** The worker's residency record at a node it holds. */
+function recordAt(node: u32, w: u32): u32 {
+  let r = resOf(node);
+  while (workerOf(r) != w) r = nextRes(r);
+  return r;
+}
+
+function dropResidency(node: u32, w: u32): void {
+  let prev: u32 = NIL;
+  let r = resOf(node);
+  while (workerOf(r) != w) { prev = r; r = nextRes(r); }
+  if (prev == NIL) setRes(node, nextRes(r)); else store<u32>(rNext + (<usize>prev << 2), nextRes(r));
+  resIndexDelete(r);
+  store<u32>(rNext + (<usize>r << 2), resFree);
+  resFree = r;
+  resLive--;
+  const mp = maskAt(node, w >> 6);
+  store<u64>(mp, load<u64>(mp) & ~(<u64>1 << (<u64>(w & 63))));
+  store<u32>(treeSizePtr(w), load<u32>(treeSizePtr(w)) - 1);
+  if (resOf(node) == NIL) freeNode(node);
+}
+
+// ---- traversal scratch: the worker's nodes under a start node, parents before children ----
+let listPtr: usize = 0;
+let listCap: u32 = 0;
+let listLen: u32 = 0;
+let stackPtr: usize = 0;
+let stackCap: u32 = 0;
+
+function pushStack(len: u32, v: u32): u32 {
+  if (len == stackCap) {
+    const cap = stackCap == 0 ? 256 : stackCap * 2;
+    stackPtr = grow(stackPtr, <usize>stackCap << 2, <usize>cap << 2);
+    stackCap = cap;
+  }
+  store<u32>(stackPtr + (<usize>len << 2), v);
+  return len + 1;
+}
+
+function appendList(v: u32): void {
+  if (listLen == listCap) {
+    const cap = listCap == 0 ? 256 : listCap * 2;
+    listPtr = grow(listPtr, <usize>listCap << 2, <usize>cap << 2);
+    listCap = cap;
+  }
+  store<u32>(listPtr + (<usize>listLen << 2), v);
+  listLen++;
+}
+
+/** Fills the list with the worker's nodes in the subtree of `start` (itself included unless root). */
+function collect(start: u32, w: u32): void {
+  listLen = 0;
+  let sp = pushStack(0, start);
+  while (sp > 0) {
+    sp--;
+    const n = load<u32>(stackPtr + (<usize>sp << 2));
+    if (n != ROOT) appendList(n);
+    for (let c = firstOf(n); c != NIL; c = nextOf(c)) {
+      if (holds(c, w)) sp = pushStack(sp, c);
+    }
+  }
+}
+
+function dropSubtree(start: u32, w: u32): u32 {
+  collect(start, w);
+  const count = listLen;
+  for (let i = count; i > 0; i--) dropResidency(load<u32>(listPtr + (<usize>(i - 1) << 2)), w);
+  return count;
+}
+
+// ---- events ----
+let totalRejected: u64 = 0;
+let totalUnknown: u64 = 0;
+let outBlocks: u32 = 0;
+let outUnknown: u32 = 0;
+let outRejected: u32 = 0;
+let lastReject: u32 = 0; // 0 none, 1 unknown parent, 2 hash conflict
+
+function stored(w: u32, hasParent: bool, parentExt: u64, p: usize, n: u32): void {
+  let cur = ROOT;
+  lastReject = 0;
+  if (hasParent) {
+    const r = resFind(w, parentExt);
+    if (r == NIL) { lastReject = 1; outRejected++; totalRejected++; return; }
+    cur = nodeOfRes(r);
+  }
+  for (let i: u32 = 0; i < n; i++) {
+    const ext = load<u64>(p + (<usize>i << 4));
+    const tok = load<u64>(p + (<usize>i << 4) + 8);
+    const held = resFind(w, ext);
+    let child = childFind(cur, tok);
+    if (held != NIL || (child != NIL && holds(child, w))) {
+      if (held != NIL && nodeOfRes(held) == child) { cur = child; continue; } // idempotent re-store
+      lastReject = 2; outRejected++; totalRejected++;
+      return;
+    }
+    if (child == NIL) child = newNode(cur, tok);
+    addResidency(w, child, ext);
+    outBlocks++;
+    cur = child;
+  }
+}
+
+function removed(w: u32, p: usize, n: u32): void {
+  for (let i: u32 = 0; i < n; i++) {
+    const r = resFind(w, load<u64>(p + (<usize>i << 3)));
+    if (r == NIL) { outUnknown++; totalUnknown++; continue; }
+    outBlocks += dropSubtree(nodeOfRes(r), w);
+  }
+}
+
+export function clearWorker(w: u32): u32 {
+  ensureWorker(w);
+  return dropSubtree(ROOT, w);
+}
+
+/**
+ * Applies encoded events from linear memory. Each event starts with a header word
+ * kind | worker << 8 | count << 32 (kind 1 stored at the root, 2 stored under the parent hash in the
+ * next word, 3 removed, 4 cleared), then `count` (external hash, tokens hash) pairs (stored) or
+ * `count` external hashes (removed). Returns the words consumed; tallies are read with the getters.
+ */
+export function applyBatch(p: usize, words: u32): u32 {
+  outBlocks = 0; outUnknown = 0; outRejected = 0;
+  let i: u32 = 0;
+  while (i < words) {
+    const h = load<u64>(p + (<usize>i << 3));
+    const kind = <u32>(h & 0xff);
+    const w = <u32>((h >> 8) & 0xffffff);
+    const n = <u32>(h >> 32);
+    ensureWorker(w);
+    i++;
+    if (kind == 1 || kind == 2) {
+      let parent: u64 = 0;
+      if (kind == 2) { parent = load<u64>(p + (<usize>i << 3)); i++; }
+      stored(w, kind == 2, parent, p + (<usize>i << 3), n);
+      i += n * 2;
+    } else if (kind == 3) {
+      removed(w, p + (<usize>i << 3), n);
+      i += n;
+    } else if (kind == 4) {
+      outBlocks += dropSubtree(ROOT, w);
+    } else {
+      unreachable();
+    }
+  }
+  return i;
+}
+
+export function batchBlocks(): u32 { return outBlocks; }
+export function batchUnknown(): u32 { return outUnknown; }
+export function batchRejected(): u32 { return outRejected; }
+export function lastRejectReason(): u32 { return lastReject; }
+
+// ---- queries ----
+
+/**
+ * Walks the query's tokens hashes from the root; writes (worker slot, overlap) u32 pairs at `out` for
+ * every worker holding at least the first block, returns how many.
+ */
+export function findMatches(q: usize, n: u32, out: usize): u32 {
+  let count: u32 = 0;
+  let cur = ROOT;
+  let depth: u32 = 0;
+  const words = maskWords;
+  for (; depth < n; depth++) {
+    const child = childFind(cur, load<u64>(q + (<usize>depth << 3)));
+    if (child == NIL) break;
+    for (let k: u32 = 0; k < words; k++) {
+      const m = load<u64>(maskAt(child, k));
+      const sp = scratchMask + (<usize>k << 3);
+      if (depth > 0) {
+        // workers in the parent but not here stop at this depth (masks only shrink going down)
+        let dropped = load<u64>(sp) & ~m;
+        while (dropped != 0) {
+          const bit = <u32>ctz<u64>(dropped);
+          dropped &= dropped - 1;
+          store<u32>(out + (<usize>count << 3), (k << 6) + bit);
+          store<u32>(out + (<usize>count << 3) + 4, depth);
+          count++;
+        }
+      }
+      store<u64>(sp, m);
+    }
+    cur = child;
+  }
+  if (depth > 0) {
+    for (let k: u32 = 0; k < words; k++) {
+      let rest = load<u64>(scratchMask + (<usize>k << 3));
+      while (rest != 0) {
+        const bit = <u32>ctz<u64>(rest);
+        rest &= rest - 1;
+        store<u32>(out + (<usize>count << 3), (k << 6) + bit);
+        store<u32>(out + (<usize>count << 3) + 4, depth);
+        count++;
+      }
+    }
+  }
+  return count;
+}
+
+export function treeSizes(): usize { return wCount; }
+export function workerCapacity(): u32 { return wCap; }
+
+/**
+ * Copies the worker's residencies, parents before children, as (parent external hash, external hash,
+ * tokens hash, has-parent) u64 quadruples into a fresh buffer; the caller frees it with release().
+ * Depth-first order keeps each single-child chain contiguous.
+ */
+export function dumpWorker(w: u32): usize {
+  ensureWorker(w);
+  collect(ROOT, w);
+  const out = heap.alloc(<usize>max<u32>(listLen, 1) << 5);
+  for (let i: u32 = 0; i < listLen; i++) {
+    const n = load<u32>(listPtr + (<usize>i << 2));
+    const parent = parentOf(n);
+    const o = out + (<usize>i << 5);
+    store<u64>(o, parent == ROOT ? 0 : extOf(recordAt(parent, w)));
+    store<u64>(o + 8, extOf(recordAt(n, w)));
+    store<u64>(o + 16, tokOf(n));
+    store<u64>(o + 24, parent == ROOT ? 0 : 1);
+  }
+  return out;
+}
+export function dumpLength(): u32 { return listLen; }
+
+// ---- I/O buffers and stats ----
+export function reserve(bytes: usize): usize { return heap.alloc(bytes); }
+export function release(p: usize): void { heap.free(p); }
+
+export function blocks(): u32 { return nodesLive; }
+export function residencies(): u32 { return resLive; }
+export function rejectedTotal(): u64 { return totalRejected; }
+export function unknownTotal(): u64 { return totalUnknown; }
+export function bytesInUse(): usize {
+  return (<usize>nodeCap * (8 + 5 * 4 + 8 * maskWords)) + (<usize>cCap << 2)
+    + (<usize>resCap * (8 + 4 + 4 + 2)) + (<usize>xCap << 2) + (<usize>wCap << 2)
+    + (<usize>listCap << 2) + (<usize>stackCap << 2);
+}
+
+/** XXH3-64 (seed) of each full block of `blockSize` u32 token ids at `tokens`; returns the block count. */
+export function computeBlockHashes(tokens: usize, nTokens: u32, blockSize: u32, seed: u64, out: usize): u32 {
+  const n = nTokens / blockSize;
+  const len = <usize>blockSize << 2;
+  for (let i: u32 = 0; i < n; i++) store<u64>(out + (<usize>i << 3), xxh3(tokens + <usize>i * len, len, seed));
+  return n;
+}
+
+export function hashBytes(p: usize, len: usize, seed: u64): u64 { return xxh3(p, len, seed); }
+
+function init(): void {
+  growNodes();
+  growRes();
+  cCap = 1024;
+  cSlots = zeroed(<usize>cCap << 2);
+  xCap = 1024;
+  xSlots = zeroed(<usize>xCap << 2);
+  scratchMask = zeroed(8);
+  ensureWorker(0);
+  // the root: never freed, no parent, not in the child index
+  nodeTop = 2;
+}
+init();

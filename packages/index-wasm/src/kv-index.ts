@@ -1,0 +1,226 @@
+// The TypeScript face of the WebAssembly index: maps workers to small slots, encodes events into linear
+// memory (u64 words written through BigUint64Array views, never through JS numbers) and decodes results.
+import { instantiate, ScratchRegion, type IndexExports } from "./wasm-module.ts";
+import {
+  workerKey, type ApplyOutcome, type BatchOutcome, type DumpEvent, type IndexEvent, type IndexStats,
+  type MatchResult, type RejectReason, type StoredBlock, type WorkerRef,
+} from "./types.ts";
+
+const KIND_STORED_ROOT = 1n;
+const KIND_STORED_CHILD = 2n;
+const KIND_REMOVED = 3n;
+const KIND_CLEARED = 4n;
+/** Worker slots are u16 inside the module. */
+const MAX_WORKERS = 65535;
+
+const rejectReasons: Record<number, RejectReason> = { 1: "unknown-parent", 2: "hash-conflict" };
+
+export class KvIndex {
+  readonly blockSize: number;
+  private readonly ex: IndexExports;
+  private readonly events: ScratchRegion;
+  private readonly query: ScratchRegion;
+  private readonly matches: ScratchRegion;
+  private readonly slots = new Map<string, number>();
+  private readonly keys: (string | undefined)[] = [];
+  private readonly refs: (WorkerRef | undefined)[] = [];
+  private readonly freeSlots: number[] = [];
+
+  private constructor(blockSize: number) {
+    this.blockSize = blockSize;
+    this.ex = instantiate();
+    this.events = new ScratchRegion(this.ex);
+    this.query = new ScratchRegion(this.ex);
+    this.matches = new ScratchRegion(this.ex);
+  }
+
+  static create(opts: { blockSize: number }): KvIndex {
+    return new KvIndex(opts.blockSize);
+  }
+
+  private slotOf(w: WorkerRef): number {
+    const key = workerKey(w);
+    let slot = this.slots.get(key);
+    if (slot === undefined) {
+      slot = this.freeSlots.pop() ?? this.keys.length;
+      if (slot >= MAX_WORKERS) throw new Error(`index-wasm: more than ${MAX_WORKERS} workers`);
+      this.slots.set(key, slot);
+      this.keys[slot] = key;
+      this.refs[slot] = { workerId: w.workerId, dpRank: w.dpRank };
+    }
+    return slot;
+  }
+
+  private words(ptr: number, count: number): BigUint64Array {
+    return new BigUint64Array(this.ex.memory.buffer, ptr, count);
+  }
+
+  private header(kind: bigint, slot: number, count: number): bigint {
+    return kind | (BigInt(slot) << 8n) | (BigInt(count) << 32n);
+  }
+
+  /** Encodes one event at `at` in `buf`; returns the next free word. */
+  private encode(buf: BigUint64Array, at: number, e: IndexEvent): number {
+    const slot = this.slotOf(e.worker);
+    if (e.kind === "stored") {
+      const hasParent = e.parentHash !== null;
+      buf[at++] = this.header(hasParent ? KIND_STORED_CHILD : KIND_STORED_ROOT, slot, e.blocks.length);
+      if (hasParent) buf[at++] = e.parentHash!;
+      for (const b of e.blocks) {
+        buf[at++] = b.externalHash;
+        buf[at++] = b.tokensHash;
+      }
+    } else if (e.kind === "removed") {
+      buf[at++] = this.header(KIND_REMOVED, slot, e.hashes.length);
+      for (const h of e.hashes) buf[at++] = h;
+    } else {
+      buf[at++] = this.header(KIND_CLEARED, slot, 0);
+    }
+    return at;
+  }
+
+  private static wordsFor(e: IndexEvent): number {
+    if (e.kind === "stored") return 2 + 2 * e.blocks.length;
+    if (e.kind === "removed") return 1 + e.hashes.length;
+    return 1;
+  }
+
+  applyBatch(events: IndexEvent[]): BatchOutcome {
+    let total = 0;
+    for (const e of events) total += KvIndex.wordsFor(e);
+    // registering workers may not touch linear memory, but reserving may grow it: views after reserve
+    const ptr = this.events.ensure(total * 8);
+    const buf = this.words(ptr, total);
+    let at = 0;
+    for (const e of events) at = this.encode(buf, at, e);
+    this.ex.applyBatch(ptr, at);
+    return {
+      events: events.length,
+      blocks: this.ex.batchBlocks(),
+      unknown: this.ex.batchUnknown(),
+      rejected: this.ex.batchRejected(),
+    };
+  }
+
+  /**
+   * Applies events already encoded in the module's wire layout (see assembly/index.ts applyBatch), for
+   * callers that decode straight into u64 words. Worker slots come from slotFor().
+   */
+  applyEncoded(words: BigUint64Array): BatchOutcome {
+    const ptr = this.events.ensure(words.length * 8);
+    this.words(ptr, words.length).set(words);
+    this.ex.applyBatch(ptr, words.length);
+    return { events: -1, blocks: this.ex.batchBlocks(), unknown: this.ex.batchUnknown(), rejected: this.ex.batchRejected() };
+  }
+
+  /** The slot a worker has in this index (assigned on first use), for applyEncoded callers. */
+  slotFor(w: WorkerRef): number {
+    return this.slotOf(w);
+  }
+
+  private applyOne(e: IndexEvent): ApplyOutcome {
+    const r = this.applyBatch([e]);
+    if (r.rejected > 0) {
+      return { kind: "rejected", reason: rejectReasons[this.ex.lastRejectReason()]!, blocks: r.blocks };
+    }
+    return { kind: "applied", blocks: r.blocks, unknown: r.unknown };
+  }
+
+  applyStored(w: WorkerRef, parent: bigint | null, blocks: StoredBlock[]): ApplyOutcome {
+    return this.applyOne({ kind: "stored", worker: w, parentHash: parent, blocks });
+  }
+
+  applyRemoved(w: WorkerRef, hashes: bigint[]): ApplyOutcome {
+    return this.applyOne({ kind: "removed", worker: w, hashes });
+  }
+
+  clearWorker(w: WorkerRef): void {
+    const slot = this.slots.get(workerKey(w));
+    if (slot !== undefined) this.ex.clearWorker(slot);
+  }
+
+  removeWorker(w: WorkerRef): void {
+    const key = workerKey(w);
+    const slot = this.slots.get(key);
+    if (slot === undefined) return;
+    this.ex.clearWorker(slot);
+    this.slots.delete(key);
+    this.keys[slot] = undefined;
+    this.refs[slot] = undefined;
+    this.freeSlots.push(slot);
+  }
+
+  findMatches(tokensHashes: BigUint64Array): MatchResult {
+    const n = tokensHashes.length;
+    const qPtr = this.query.ensure(Math.max(n, 1) * 8);
+    const outPtr = this.matches.ensure(this.ex.workerCapacity() * 8);
+    this.words(qPtr, n).set(tokensHashes);
+    const count = this.ex.findMatches(qPtr, n, outPtr);
+    const scores = new Map<string, number>();
+    const treeSizes = new Map<string, number>();
+    if (count === 0) return { scores, treeSizes };
+    const mem = this.ex.memory.buffer;
+    const pairs = new Uint32Array(mem, outPtr, count * 2);
+    const sizes = new Uint32Array(mem, this.ex.treeSizes(), this.ex.workerCapacity());
+    for (let i = 0; i < count; i++) {
+      const slot = pairs[2 * i]!;
+      const key = this.keys[slot]!;
+      scores.set(key, pairs[2 * i + 1]!);
+      treeSizes.set(key, sizes[slot]!);
+    }
+    return { scores, treeSizes };
+  }
+
+  /** Blocks the worker holds in this index. */
+  treeSize(w: WorkerRef): number {
+    const slot = this.slots.get(workerKey(w));
+    if (slot === undefined) return 0;
+    return new Uint32Array(this.ex.memory.buffer, this.ex.treeSizes(), this.ex.workerCapacity())[slot]!;
+  }
+
+  /**
+   * Stored events that rebuild this index, one worker at a time, parents before children. Each worker's
+   * blocks are copied out of linear memory when the iterator reaches that worker, so the index may keep
+   * changing while a dump streams; nothing beyond one worker's blocks is held at once.
+   */
+  *dump(): Iterable<DumpEvent> {
+    const order = [...this.slots.entries()];
+    for (const [key, slot] of order) {
+      if (this.slots.get(key) !== slot) continue; // removed meanwhile
+      const worker = this.refs[slot]!;
+      const ptr = this.ex.dumpWorker(slot);
+      const len = this.ex.dumpLength();
+      const rows = this.words(ptr, len * 4).slice();
+      this.ex.release(ptr);
+      let current: DumpEvent | null = null;
+      let lastExt = 0n;
+      for (let i = 0; i < len; i++) {
+        const parentExt = rows[4 * i]!, ext = rows[4 * i + 1]!, tok = rows[4 * i + 2]!, hasParent = rows[4 * i + 3]! !== 0n;
+        if (current && hasParent && parentExt === lastExt) {
+          current.blocks.push({ externalHash: ext, tokensHash: tok });
+        } else {
+          if (current) yield current;
+          current = { worker, parentHash: hasParent ? parentExt : null, blocks: [{ externalHash: ext, tokensHash: tok }] };
+        }
+        lastExt = ext;
+      }
+      if (current) yield current;
+    }
+  }
+
+  stats(): IndexStats {
+    return {
+      blocks: this.ex.blocks(),
+      residencies: this.ex.residencies(),
+      workers: this.slots.size,
+      bytes: this.ex.memory.buffer.byteLength,
+      bytesInUse: this.ex.bytesInUse(),
+      rejected: Number(this.ex.rejectedTotal()),
+      unknownRemovals: Number(this.ex.unknownTotal()),
+    };
+  }
+
+  workers(): WorkerRef[] {
+    return [...this.slots.values()].map((slot) => this.refs[slot]!);
+  }
+}
