@@ -1,0 +1,87 @@
+import { z } from "zod";
+
+/**
+ * The mock worker's configuration, parsed once at the edge from flags and environment variables.
+ * Every flag `--some-name` also reads `MOCK_WORKER_SOME_NAME`; a flag wins over its variable.
+ */
+
+const port = z.coerce.number().int().min(0).max(65535);
+const positiveInt = z.coerce.number().int().positive();
+const nonNegative = z.coerce.number().min(0);
+// A ZeroMQ TCP endpoint as vLLM takes it: `tcp://*:5557`, `tcp://127.0.0.2:5557`, port 0 for ephemeral.
+const tcpEndpoint = z.string().regex(/^tcp:\/\/(\*|[^:\s]+|\[[0-9a-fA-F:]+\]):\d{1,5}$/, "expected tcp://HOST:PORT");
+
+export const OPTIONS = {
+  listen: { schema: z.string().min(1).default("0.0.0.0"), help: "IP the HTTP server binds" },
+  port: { schema: port.default(8000), help: "OpenAI HTTP port" },
+  "kv-events": { schema: tcpEndpoint.default("tcp://*:5557"), help: "KV-event PUB endpoint; rank r binds port + r" },
+  replay: { schema: tcpEndpoint.optional(), help: "replay ROUTER endpoint; rank r binds port + r" },
+  "replay-buffer": { schema: positiveInt.default(10_000), help: "batches kept for replay per rank" },
+  "block-size": { schema: positiveInt.default(16), help: "tokens per KV block" },
+  "capacity-blocks": { schema: positiveInt.default(8192), help: "KV cache capacity per rank, in blocks" },
+  "dp-size": { schema: positiveInt.max(256).default(1), help: "data-parallel ranks, each with its own cache" },
+  "event-encoding": { schema: z.enum(["array", "map"]).default("array"), help: "KV event encoding" },
+  "hash-mode": { schema: z.enum(["int", "bytes"]).default("int"), help: "block hashes as u64 ints or 32-byte digests" },
+  topic: { schema: z.string().default(""), help: "ZeroMQ topic frame" },
+  speed: { schema: nonNegative.default(1), help: "time scale of the timing model; 0 answers at once" },
+  "max-running": { schema: positiveInt.default(64), help: "requests running at once per rank; others wait" },
+  "prefill-base-ms": { schema: nonNegative.default(5), help: "fixed prefill cost per request" },
+  "prefill-ms-per-token": { schema: nonNegative.default(0.1), help: "prefill cost per uncached prompt token" },
+  "decode-ms-per-token": { schema: nonNegative.default(10), help: "decode cost per output token" },
+  "decode-batch-factor": { schema: nonNegative.default(0.01), help: "decode slowdown per extra running request" },
+  "tokenizer-dir": { schema: z.string().min(1).optional(), help: "dir with tokenizer.json (+ tokenizer_config.json)" },
+  model: { schema: z.string().min(1).default("Qwen/Qwen3-0.6B"), help: "served model name" },
+  "worker-id": { schema: z.string().min(1).optional(), help: "name used in logs (default host:port)" },
+  "log-level": { schema: z.enum(["fatal", "error", "warn", "info", "debug", "trace", "silent"]).default("info"), help: "pino level" },
+} as const;
+
+type Options = typeof OPTIONS;
+type FlagName = keyof Options;
+type CamelCase<S extends string> = S extends `${infer H}-${infer T}` ? `${H}${Capitalize<CamelCase<T>>}` : S;
+
+export type MockWorkerConfig = { [K in FlagName as CamelCase<K>]: z.output<Options[K]["schema"]> };
+
+export class ConfigError extends Error {
+  override name = "ConfigError";
+}
+
+export const envName = (flag: string) => `MOCK_WORKER_${flag.toUpperCase().replaceAll("-", "_")}`;
+const camel = (flag: string) => flag.replace(/-([a-z])/g, (_, c: string) => c.toUpperCase());
+
+/** Parses `--flag value` / `--flag=value` arguments over environment variables; throws ConfigError naming the flag. */
+export function parseConfig(argv: string[], env: Record<string, string | undefined> = {}): MockWorkerConfig {
+  const raw = new Map<FlagName, string>();
+  for (const flag of Object.keys(OPTIONS) as FlagName[]) {
+    const v = env[envName(flag)];
+    if (v !== undefined) raw.set(flag, v);
+  }
+  for (let i = 0; i < argv.length; i++) {
+    const arg = argv[i]!;
+    const m = /^--([a-z-]+)(?:=(.*))?$/s.exec(arg);
+    if (!m || !(m[1]! in OPTIONS)) throw new ConfigError(`unknown argument ${JSON.stringify(arg)}\n${usage()}`);
+    const flag = m[1] as FlagName;
+    let value = m[2];
+    if (value === undefined) {
+      value = argv[++i];
+      if (value === undefined) throw new ConfigError(`--${flag} needs a value`);
+    }
+    raw.set(flag, value);
+  }
+  const out: Record<string, unknown> = {};
+  for (const [flag, opt] of Object.entries(OPTIONS) as [FlagName, Options[FlagName]][]) {
+    const given = raw.get(flag);
+    const parsed = opt.schema.safeParse(given);
+    if (!parsed.success) {
+      const source = argv.some((a) => a === `--${flag}` || a.startsWith(`--${flag}=`)) ? `--${flag}` : envName(flag);
+      const why = parsed.error.issues.map((i) => i.message).join("; ");
+      throw new ConfigError(`invalid ${source} ${JSON.stringify(given)}: ${why}`);
+    }
+    out[camel(flag)] = parsed.data;
+  }
+  return out as MockWorkerConfig;
+}
+
+export function usage(): string {
+  const lines = Object.entries(OPTIONS).map(([flag, o]) => `  --${flag.padEnd(22)} ${envName(flag).padEnd(34)} ${o.help}`);
+  return `usage: bun run mock-worker [flags]   (each flag also reads its environment variable)\n${lines.join("\n")}`;
+}

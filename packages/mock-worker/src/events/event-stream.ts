@@ -1,0 +1,150 @@
+import { KvEventPublisher, type KvEvent } from "@kv-epp/kv-events";
+import type { Logger } from "pino";
+import type { CacheEvent } from "../cache/prefix-cache.ts";
+
+/**
+ * The one place the mock worker touches the KV-event wire: turns a rank's cache changes into vLLM
+ * KVEventBatches and publishes them on that rank's PUB socket (topic, 8-byte BE seq, msgpack payload)
+ * with an optional replay ROUTER, and carries the fault switches tests use to break the stream.
+ */
+
+export type EventStreamOptions = {
+  rank: number;
+  /** Whether batches carry `data_parallel_rank` (vLLM sets it when DP is configured). */
+  tagRank: boolean;
+  endpoint: string;
+  replayEndpoint?: string;
+  replayBuffer: number;
+  topic: string;
+  encoding: "array" | "map";
+  hashMode: "int" | "bytes";
+  blockSize: number;
+  log: Logger;
+  onPublished?: (events: number) => void;
+  onError?: () => void;
+};
+
+export type EventStreamState = {
+  rank: number;
+  endpoint: string;
+  replayEndpoint: string | null;
+  /** Seq the next published batch will carry. */
+  nextSeq: string;
+  paused: boolean;
+  restarts: number;
+};
+
+export class RankEventStream {
+  private paused = false;
+  /** True while the sockets are rebound: changes made then are lost, as during a real restart. */
+  private restarting = false;
+  private restarts = 0;
+
+  private constructor(
+    private readonly opts: EventStreamOptions,
+    private publisher: KvEventPublisher,
+  ) {}
+
+  static async open(opts: EventStreamOptions): Promise<RankEventStream> {
+    return new RankEventStream(opts, await bindPublisher(opts));
+  }
+
+  get endpoint(): string {
+    return this.publisher.endpoint;
+  }
+
+  get replayEndpoint(): string | null {
+    return this.publisher.replayEndpoint ?? null;
+  }
+
+  state(): EventStreamState {
+    return {
+      rank: this.opts.rank,
+      endpoint: this.endpoint,
+      replayEndpoint: this.replayEndpoint,
+      nextSeq: this.publisher.nextSeq.toString(),
+      paused: this.paused,
+      restarts: this.restarts,
+    };
+  }
+
+  /** Publishes one batch for one cache change. Never throws: a failed send is counted and logged. */
+  publish(changes: CacheEvent[]): void {
+    if (this.paused || this.restarting) return;
+    const events = changes.map((ch) => this.toKvEvent(ch));
+    try {
+      const seq = this.publisher.publish({ ts: Date.now() / 1000, events, dataParallelRank: this.opts.tagRank ? this.opts.rank : null });
+      this.opts.onPublished?.(events.length);
+      this.opts.log.trace({ seq: seq.toString(), events: events.length }, "published");
+    } catch (e) {
+      this.opts.onError?.();
+      this.opts.log.warn({ err: e, events: events.length }, "KV-event publish failed");
+    }
+  }
+
+  /** Fault: stop publishing; cache changes made meanwhile are never sent (no seq is used for them). */
+  pause(): void {
+    this.paused = true;
+  }
+
+  resume(): void {
+    this.paused = false;
+  }
+
+  /** Fault: the next `count` seq numbers are never sent, so subscribers see a gap. */
+  skip(count: number): void {
+    skipSeq(this.publisher, count);
+  }
+
+  /**
+   * Fault: what a worker restart looks like on the wire. The sockets are closed and bound again, and
+   * seq starts from 0; the caller clears the cache without publishing AllBlocksCleared (a restarted
+   * engine does not know what it held).
+   */
+  async restart(): Promise<void> {
+    // Rebind on the ports actually bound before, so an ephemeral (port 0) endpoint keeps its address.
+    const endpoint = this.endpoint;
+    const replayEndpoint = this.replayEndpoint ?? undefined;
+    this.restarting = true;
+    try {
+      await this.publisher.close();
+      this.publisher = await bindPublisher({ ...this.opts, endpoint, replayEndpoint });
+      this.restarts++;
+    } finally {
+      this.restarting = false;
+    }
+  }
+
+  close(): Promise<void> {
+    return this.publisher.close();
+  }
+
+  private toKvEvent(ch: CacheEvent): KvEvent {
+    switch (ch.kind) {
+      case "stored":
+        return {
+          type: "BlockStored", blockHashes: ch.hashes, parentBlockHash: ch.parent, tokenIds: ch.tokenIds,
+          blockSize: this.opts.blockSize, loraId: null, medium: "GPU",
+        };
+      case "removed":
+        return { type: "BlockRemoved", blockHashes: ch.hashes, medium: "GPU" };
+      case "cleared":
+        return { type: "AllBlocksCleared" };
+    }
+  }
+}
+
+function bindPublisher(o: EventStreamOptions): Promise<KvEventPublisher> {
+  return KvEventPublisher.bind({
+    endpoint: o.endpoint, replayEndpoint: o.replayEndpoint, topic: o.topic, replayBuffer: o.replayBuffer,
+    encoding: o.encoding, hashMode: o.hashMode, logger: o.log,
+  });
+}
+
+// KvEventPublisher has no public way to burn seq numbers yet (requested from kv-events as
+// `skipSeq(count)`); until it has, the fault reaches its private counter. Only this test switch uses it.
+function skipSeq(p: KvEventPublisher, count: number): void {
+  const withSkip = p as unknown as { skipSeq?: (n: number) => void; seq: bigint };
+  if (typeof withSkip.skipSeq === "function") withSkip.skipSeq(count);
+  else withSkip.seq += BigInt(count);
+}

@@ -1,0 +1,104 @@
+import type { Context } from "hono";
+import { streamSSE } from "hono/streaming";
+import type { Generation, RankEngine } from "../engine/rank-engine.ts";
+
+/**
+ * Runs prompts on ranks and shapes the OpenAI answer, for both endpoints: a JSON body, or SSE chunks
+ * ending with `data: [DONE]` (plus a usage chunk when `stream_options.include_usage` is set, as OpenAI
+ * and vLLM do).
+ */
+
+export type Endpoint = "completion" | "chat";
+
+export type GenerateRequest = {
+  endpoint: Endpoint;
+  model: string;
+  prompts: Uint32Array[];
+  maxTokens: number;
+  stream: boolean;
+  includeUsage: boolean;
+  /** Picks the rank for each prompt. */
+  pick: () => RankEngine;
+};
+
+type Usage = {
+  prompt_tokens: number;
+  completion_tokens: number;
+  total_tokens: number;
+  prompt_tokens_details: { cached_tokens: number };
+};
+
+let nextId = 0;
+
+function usageOf(gens: { promptTokens: number; cachedTokens: number; outputTokens: number }[]): Usage {
+  let prompt = 0, cached = 0, output = 0;
+  for (const g of gens) {
+    prompt += g.promptTokens;
+    cached += g.cachedTokens;
+    output += g.outputTokens;
+  }
+  return { prompt_tokens: prompt, completion_tokens: output, total_tokens: prompt + output, prompt_tokens_details: { cached_tokens: cached } };
+}
+
+async function collect(gen: Generation): Promise<string> {
+  let text = "";
+  try {
+    for await (const t of gen.tokens()) text += t;
+  } finally {
+    gen.finish();
+  }
+  return text;
+}
+
+export async function generate(c: Context, req: GenerateRequest): Promise<Response> {
+  const signal = c.req.raw.signal;
+  const id = `${req.endpoint === "chat" ? "chatcmpl" : "cmpl"}-mock${(++nextId).toString(16)}`;
+  const created = Math.floor(Date.now() / 1000);
+  const head = { id, object: req.endpoint === "chat" ? "chat.completion" : "text_completion", created, model: req.model };
+
+  if (!req.stream) {
+    const done = await Promise.all(
+      req.prompts.map(async (p) => {
+        const gen = await req.pick().start(p, req.maxTokens, signal);
+        return { gen, text: await collect(gen) };
+      }),
+    );
+    const choices = done.map(({ text }, index) =>
+      req.endpoint === "chat"
+        ? { index, message: { role: "assistant", content: text }, logprobs: null, finish_reason: "length" }
+        : { index, text, logprobs: null, finish_reason: "length", stop_reason: null },
+    );
+    return c.json({ ...head, choices, usage: usageOf(done.map((d) => d.gen)) });
+  }
+
+  const chunkHead = { ...head, object: req.endpoint === "chat" ? "chat.completion.chunk" : "text_completion" };
+  return streamSSE(c, async (sse) => {
+    const send = (body: object) => sse.writeSSE({ data: JSON.stringify(body) });
+    const gens: Generation[] = [];
+    // Prompts of a list are streamed one after another, each chunk tagged with its choice index.
+    for (let index = 0; index < req.prompts.length && !sse.aborted; index++) {
+      const gen = await req.pick().start(req.prompts[index]!, req.maxTokens, signal);
+      gens.push(gen);
+      try {
+        if (req.endpoint === "chat") await send({ ...chunkHead, choices: [{ index, delta: { role: "assistant", content: "" }, logprobs: null, finish_reason: null }] });
+        let n = 0;
+        for await (const t of gen.tokens()) {
+          if (sse.aborted) break;
+          const last = ++n === gen.outputTokens;
+          const finish_reason = last ? "length" : null;
+          await send({
+            ...chunkHead,
+            choices: [req.endpoint === "chat" ? { index, delta: { content: t }, logprobs: null, finish_reason } : { index, text: t, logprobs: null, finish_reason }],
+          });
+        }
+      } finally {
+        gen.finish();
+      }
+    }
+    if (sse.aborted) return;
+    if (req.includeUsage) await send({ ...chunkHead, choices: [], usage: usageOf(gens) });
+    await sse.writeSSE({ data: "[DONE]" });
+  }, async () => {
+    // The client went away mid-stream (or aborted while waiting); its blocks were released in finally.
+  });
+}

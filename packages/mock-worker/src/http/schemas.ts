@@ -1,0 +1,40 @@
+import { z } from "zod";
+
+/** The request fields the mock reads; everything else in an OpenAI body is accepted and ignored. */
+
+const tokenId = z.number().int().min(0).max(0xffffffff);
+const common = {
+  model: z.string().optional(),
+  stream: z.boolean().optional().default(false),
+  stream_options: z.object({ include_usage: z.boolean().optional() }).nullish(),
+};
+
+export const CompletionRequest = z.looseObject({
+  ...common,
+  prompt: z.union([
+    z.string(),
+    z.array(tokenId).min(1),
+    z.array(z.string()).min(1),
+    z.array(z.array(tokenId).min(1)).min(1),
+  ]),
+  max_tokens: z.number().int().min(1).nullish(),
+});
+export type CompletionRequest = z.output<typeof CompletionRequest>;
+
+const contentPart = z.looseObject({ type: z.string(), text: z.string().optional() });
+const message = z.looseObject({
+  role: z.string().min(1),
+  content: z.union([z.string(), z.array(contentPart), z.null()]).optional(),
+});
+
+export const ChatRequest = z.looseObject({
+  ...common,
+  messages: z.array(message).min(1),
+  tools: z.array(z.unknown()).nullish(),
+  chat_template_kwargs: z.record(z.string(), z.unknown()).nullish(),
+  max_tokens: z.number().int().min(1).nullish(),
+  max_completion_tokens: z.number().int().min(1).nullish(),
+});
+export type ChatRequest = z.output<typeof ChatRequest>;
+
+export const DEFAULT_MAX_TOKENS = 16;

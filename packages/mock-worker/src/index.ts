@@ -1,0 +1,9 @@
+// Public entry of @kv-epp/mock-worker: the worker as a library (for in-process tests and the trace
+// benchmark) and its two models, usable on their own in simulated time.
+export { startMockWorker, rankEndpoint, type MockWorker, type MockWorkerOptions, type MockWorkerRank } from "./worker.ts";
+export { PrefixCacheSim, type CacheEvent, type Acquisition, type Lease, type PrefixCacheOptions } from "./cache/prefix-cache.ts";
+export { chainBlockIds, foldDigest, type BlockId } from "./cache/block-hash.ts";
+export { TimingModel, DEFAULT_TIMING, type TimingParams } from "./engine/timing.ts";
+export { RankEngine, type Generation } from "./engine/rank-engine.ts";
+export { parseConfig, usage, envName, ConfigError, type MockWorkerConfig } from "./config.ts";
+export { FaultRequest } from "./http/admin-routes.ts";

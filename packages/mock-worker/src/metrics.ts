@@ -1,0 +1,72 @@
+import { Counter, Gauge, Histogram, Registry } from "prom-client";
+import type { RankEngine } from "./engine/rank-engine.ts";
+
+/**
+ * vLLM-named metrics, labelled as vLLM v1 labels them (`model_name`, and `engine` = the DP rank), so
+ * scrapers written for vLLM read the mock unchanged. One registry per worker: several workers can run
+ * in one process (the trace benchmark).
+ */
+export type WorkerMetrics = {
+  registry: Registry;
+  firstToken(rank: number, seconds: number): void;
+  finished(rank: number, outputTokens: number): void;
+  eventsPublished(rank: number, events: number): void;
+  publishFailed(rank: number): void;
+};
+
+const TTFT_BUCKETS = [0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10, 20, 40, 80];
+
+export function createMetrics(model: string, engines: () => readonly RankEngine[]): WorkerMetrics {
+  const registry = new Registry();
+  const labelNames = ["model_name", "engine"] as const;
+  const labels = (rank: number) => ({ model_name: model, engine: String(rank) });
+
+  // Gauges and cache counters are read from the engines at scrape time (level, not event counting).
+  const gauge = (name: string, help: string, read: (e: RankEngine) => number) =>
+    new Gauge({
+      name, help, labelNames, registers: [registry],
+      collect() {
+        for (const e of engines()) this.set(labels(e.rank), read(e));
+      },
+    });
+  gauge("vllm:num_requests_running", "Requests in the running batch.", (e) => e.admission.running);
+  gauge("vllm:num_requests_waiting", "Requests waiting to be admitted.", (e) => e.admission.waiting);
+  gauge("vllm:gpu_cache_usage_perc", "KV-cache usage, 1 = full (legacy name).", (e) => e.cache.usage);
+  gauge("vllm:kv_cache_usage_perc", "KV-cache usage, 1 = full.", (e) => e.cache.usage);
+  gauge("vllm:num_gpu_blocks", "KV-cache capacity in blocks.", (e) => e.cache.capacityBlocks);
+
+  const cacheCounter = (name: string, help: string, read: (e: RankEngine) => number) =>
+    new Counter({
+      name, help, labelNames, registers: [registry],
+      collect() {
+        this.reset();
+        for (const e of engines()) this.inc(labels(e.rank), read(e));
+      },
+    });
+  cacheCounter("vllm:prefix_cache_queries_total", "Prompt tokens looked up in the prefix cache.", (e) => e.cache.queriedTokens);
+  cacheCounter("vllm:prefix_cache_hits_total", "Prompt tokens found in the prefix cache.", (e) => e.cache.hitTokens);
+
+  const ttft = new Histogram({
+    name: "vllm:time_to_first_token_seconds", help: "Time from arrival to the first token.",
+    labelNames, buckets: TTFT_BUCKETS, registers: [registry],
+  });
+  const success = new Counter({ name: "vllm:request_success_total", help: "Finished requests.", labelNames, registers: [registry] });
+  const generated = new Counter({ name: "vllm:generation_tokens_total", help: "Output tokens.", labelNames, registers: [registry] });
+  const published = new Counter({
+    name: "mock_worker_kv_events_published_total", help: "KV events published.", labelNames, registers: [registry],
+  });
+  const failed = new Counter({
+    name: "mock_worker_kv_publish_errors_total", help: "KV-event batches that failed to publish.", labelNames, registers: [registry],
+  });
+
+  return {
+    registry,
+    firstToken: (rank, s) => ttft.observe(labels(rank), s),
+    finished: (rank, n) => {
+      success.inc(labels(rank));
+      generated.inc(labels(rank), n);
+    },
+    eventsPublished: (rank, n) => published.inc(labels(rank), n),
+    publishFailed: (rank) => failed.inc(labels(rank)),
+  };
+}

@@ -1,0 +1,146 @@
+import { Hono } from "hono";
+import pino, { type Logger } from "pino";
+import { createPreprocessor } from "@kv-epp/tokenizer";
+import { PrefixCacheSim } from "./cache/prefix-cache.ts";
+import { parseConfig, type MockWorkerConfig } from "./config.ts";
+import { RankEngine } from "./engine/rank-engine.ts";
+import { TimingModel } from "./engine/timing.ts";
+import { RankEventStream } from "./events/event-stream.ts";
+import { Faults, type RankParts } from "./faults.ts";
+import { adminRoutes } from "./http/admin-routes.ts";
+import { openAiRoutes } from "./http/openai-routes.ts";
+import { createMetrics } from "./metrics.ts";
+
+export type MockWorkerOptions = Partial<MockWorkerConfig> & { logger?: Logger };
+
+export type MockWorkerRank = {
+  rank: number;
+  cache: PrefixCacheSim;
+  engine: RankEngine;
+  /** Where a subscriber connects (a wildcard bind is reported with the listen address). */
+  kvEvents: string;
+  replay: string | null;
+};
+
+export type MockWorker = {
+  /** Base URL of the OpenAI server, e.g. `http://127.0.2.1:8000`. */
+  url: string;
+  config: MockWorkerConfig;
+  ranks: MockWorkerRank[];
+  close(): Promise<void>;
+};
+
+/** Rank r's endpoint: port + r, except an ephemeral port 0, which every rank binds on its own. */
+export function rankEndpoint(endpoint: string, rank: number): string {
+  const m = /^(tcp:\/\/.+):(\d+)$/.exec(endpoint)!;
+  const port = Number(m[2]);
+  return port === 0 ? endpoint : `${m[1]}:${port + rank}`;
+}
+
+/** The address a client dials for a server bound on `listen` (a wildcard bind is reached on loopback). */
+function dialHost(listen: string): string {
+  return listen === "0.0.0.0" || listen === "::" ? "127.0.0.1" : listen;
+}
+
+function connectable(endpoint: string, host: string): string {
+  return endpoint.replace(/^tcp:\/\/(\*|0\.0\.0\.0)(?=:)/, `tcp://${host}`);
+}
+
+/**
+ * Starts a mock vLLM worker: `dpSize` ranks, each with its own prefix cache and KV-event publisher,
+ * behind one OpenAI HTTP server. Options not given take the CLI defaults.
+ */
+export async function startMockWorker(opts: MockWorkerOptions = {}): Promise<MockWorker> {
+  const { logger, ...given } = opts;
+  const config: MockWorkerConfig = { ...parseConfig([], {}), ...stripUndefined(given) };
+  const root = logger ?? pino({ level: config.logLevel });
+  const workerName = config.workerId ?? `${config.listen}:${config.port}`;
+  const log = root.child({ component: "mock-worker", worker: workerName });
+
+  const preprocessor = await createPreprocessor({ tokenizerDir: config.tokenizerDir, model: config.model });
+  const timing = new TimingModel({
+    speed: config.speed, maxRunning: config.maxRunning, prefillBaseMs: config.prefillBaseMs,
+    prefillMsPerToken: config.prefillMsPerToken, decodeMsPerToken: config.decodeMsPerToken,
+    decodeBatchFactor: config.decodeBatchFactor,
+  });
+
+  const ranks: RankParts[] = [];
+  const metrics = createMetrics(config.model, () => ranks.map((r) => r.engine));
+  try {
+    for (let rank = 0; rank < config.dpSize; rank++) {
+      const cache = new PrefixCacheSim({ blockSize: config.blockSize, capacityBlocks: config.capacityBlocks });
+      const engine = new RankEngine(rank, cache, timing, {
+        onFirstToken: (s) => metrics.firstToken(rank, s),
+        onFinished: (n) => metrics.finished(rank, n),
+      });
+      const events = await RankEventStream.open({
+        rank, tagRank: config.dpSize > 1,
+        endpoint: rankEndpoint(config.kvEvents, rank),
+        replayEndpoint: config.replay ? rankEndpoint(config.replay, rank) : undefined,
+        replayBuffer: config.replayBuffer, topic: config.topic,
+        encoding: config.eventEncoding, hashMode: config.hashMode, blockSize: config.blockSize,
+        log: log.child({ rank }),
+        onPublished: (n) => metrics.eventsPublished(rank, n),
+        onError: () => metrics.publishFailed(rank),
+      });
+      cache.subscribe((changes) => events.publish(changes));
+      ranks.push({ engine, events });
+    }
+  } catch (e) {
+    await Promise.allSettled(ranks.map((r) => r.events.close()));
+    throw e;
+  }
+
+  // Least loaded rank, ties broken round-robin, unless the request names its rank.
+  let cursor = 0;
+  const pickRank = (requested: number | undefined): RankEngine => {
+    if (requested !== undefined) return ranks[requested]!.engine;
+    let best = ranks[cursor % ranks.length]!.engine;
+    for (let i = 1; i < ranks.length; i++) {
+      const e = ranks[(cursor + i) % ranks.length]!.engine;
+      if (e.load < best.load) best = e;
+    }
+    cursor = (cursor + 1) % ranks.length;
+    return best;
+  };
+
+  const app = new Hono();
+  app.get("/health", (c) => c.body(null, 200));
+  app.get("/metrics", async (c) => c.text(await metrics.registry.metrics(), 200, { "content-type": metrics.registry.contentType }));
+  app.route("/", openAiRoutes({ model: config.model, preprocessor, pickRank, dpSize: config.dpSize }));
+  app.route("/", adminRoutes(new Faults(ranks)));
+
+  let server: ReturnType<typeof Bun.serve>;
+  try {
+    server = Bun.serve({ hostname: config.listen, port: config.port, fetch: app.fetch, idleTimeout: 0 });
+  } catch (e) {
+    await Promise.allSettled(ranks.map((r) => r.events.close()));
+    throw e;
+  }
+  const host = dialHost(config.listen);
+  const url = `http://${host}:${server.port}`;
+  const view = ranks.map(({ engine, events }) => ({
+    rank: engine.rank,
+    cache: engine.cache,
+    engine,
+    kvEvents: connectable(events.endpoint, host),
+    replay: events.replayEndpoint ? connectable(events.replayEndpoint, host) : null,
+  }));
+  log.info({ url, ranks: view.map((r) => ({ rank: r.rank, kvEvents: r.kvEvents, replay: r.replay })), tokenizer: preprocessor.kind }, "mock worker listening");
+
+  let closed: Promise<void> | undefined;
+  return {
+    url,
+    config,
+    ranks: view,
+    close: () =>
+      (closed ??= (async () => {
+        await server.stop(true);
+        await Promise.allSettled(ranks.map((r) => r.events.close()));
+      })()),
+  };
+}
+
+function stripUndefined<T extends object>(o: T): Partial<T> {
+  return Object.fromEntries(Object.entries(o).filter(([, v]) => v !== undefined)) as Partial<T>;
+}

@@ -1,0 +1,127 @@
+import { describe, expect, test } from "bun:test";
+import fc from "fast-check";
+import { chainBlockIds, foldDigest } from "../src/cache/block-hash.ts";
+import { PrefixCacheSim, type CacheEvent, type Lease } from "../src/cache/prefix-cache.ts";
+
+const BS = 4;
+const seq = (from: number, n: number) => Uint32Array.from({ length: n }, (_, i) => from + i);
+
+/** Applies published events to a plain set, as a subscriber's index would. */
+function follow(cache: PrefixCacheSim) {
+  const held = new Set<bigint>();
+  const log: CacheEvent[] = [];
+  cache.subscribe((events) => {
+    for (const e of events) {
+      log.push(e);
+      if (e.kind === "stored") {
+        if (e.parent !== null) expect(held.has(e.parent)).toBe(true);
+        for (const h of e.hashes) held.add(h);
+      } else if (e.kind === "removed") {
+        for (const h of e.hashes) expect(held.delete(h)).toBe(true);
+      } else held.clear();
+    }
+  });
+  return { held, log };
+}
+
+describe("block hashes", () => {
+  test("each block's id names its whole prefix and int ids are the folded digest", () => {
+    const a = chainBlockIds(Uint32Array.of(1, 2, 3, 4, 5, 6, 7, 8, 9), BS);
+    const b = chainBlockIds(Uint32Array.of(9, 9, 9, 9, 5, 6, 7, 8), BS);
+    expect(a.length).toBe(2); // the partial tail is not hashed
+    expect(a[1]!.hash).not.toBe(b[1]!.hash); // same tokens, different parent
+    for (const id of a) {
+      expect(id.digest.length).toBe(32);
+      expect(id.hash).toBe(foldDigest(id.digest));
+      expect(id.hash).toBe(BigInt("0x" + Buffer.from(id.digest.subarray(24)).toString("hex")));
+    }
+    expect(chainBlockIds(Uint32Array.of(1, 2, 3, 4), BS)[0]!.hash).toBe(a[0]!.hash);
+  });
+});
+
+describe("PrefixCacheSim", () => {
+  test("a repeated prompt hits its cached blocks and stores nothing new", () => {
+    const cache = new PrefixCacheSim({ blockSize: BS, capacityBlocks: 100 });
+    const { held, log } = follow(cache);
+    const prompt = seq(100, 10); // two full blocks + 2 tokens
+    const first = cache.acquire(prompt);
+    expect(first.cachedTokens).toBe(0);
+    expect(log).toEqual([{ kind: "stored", parent: null, hashes: chainBlockIds(prompt, BS).map((i) => i.hash), tokenIds: Array.from(prompt.subarray(0, 8)) }]);
+    cache.release(first.lease);
+    const second = cache.acquire(prompt);
+    expect(second.cachedTokens).toBe(8);
+    expect(second.storedBlocks).toBe(0);
+    expect(log.length).toBe(1);
+    expect(held).toEqual(cache.residentHashes());
+    expect(cache.hitTokens).toBe(8);
+    expect(cache.queriedTokens).toBe(20);
+  });
+
+  test("a longer prompt stores only its new blocks, chained to the cached parent", () => {
+    const cache = new PrefixCacheSim({ blockSize: BS, capacityBlocks: 100 });
+    const { log } = follow(cache);
+    cache.release(cache.acquire(seq(0, 8)).lease);
+    const ids = chainBlockIds(seq(0, 16), BS);
+    const acq = cache.acquire(seq(0, 16));
+    expect(acq.hitBlocks).toBe(2);
+    expect(log[1]).toEqual({ kind: "stored", parent: ids[1]!.hash, hashes: [ids[2]!.hash, ids[3]!.hash], tokenIds: Array.from(seq(8, 8)) });
+  });
+
+  test("eviction removes exactly the least recently used unreferenced blocks, tails first", () => {
+    const cache = new PrefixCacheSim({ blockSize: BS, capacityBlocks: 4 });
+    const { held, log } = follow(cache);
+    const a = chainBlockIds(seq(0, 8), BS);
+    cache.release(cache.acquire(seq(0, 8)).lease);
+    cache.release(cache.acquire(seq(50, 8)).lease);
+    const running = cache.acquire(seq(90, 8)); // needs 2 slots: a's blocks are the oldest
+    const removed = log.filter((e) => e.kind === "removed");
+    expect(removed).toEqual([{ kind: "removed", hashes: [a[1]!.hash, a[0]!.hash] }]);
+    // Removals come before the stores that reuse the slots, in one batch.
+    expect(log.at(-2)!.kind).toBe("removed");
+    expect(log.at(-1)!.kind).toBe("stored");
+    expect(held).toEqual(cache.residentHashes());
+    expect(cache.usedBlocks).toBe(4);
+    // Referenced blocks are never evicted: with everything else evicted, only what fits is cached.
+    const big = cache.acquire(seq(200, 16));
+    expect(big.storedBlocks).toBe(2);
+    for (const h of chainBlockIds(seq(90, 8), BS)) expect(cache.residentHashes().has(h.hash)).toBe(true);
+    cache.release(running.lease);
+    cache.release(big.lease);
+    expect(held).toEqual(cache.residentHashes());
+  });
+
+  test("clear publishes AllBlocksCleared, a silent clear publishes nothing", () => {
+    const cache = new PrefixCacheSim({ blockSize: BS, capacityBlocks: 10 });
+    const { log } = follow(cache);
+    const lease = cache.acquire(seq(0, 8)).lease;
+    cache.clear();
+    expect(log.at(-1)).toEqual({ kind: "cleared" });
+    expect(cache.usedBlocks).toBe(0);
+    cache.release(lease); // a lease from before the clear is harmless
+    cache.acquire(seq(0, 8));
+    const n = log.length;
+    cache.clear({ silent: true });
+    expect(log.length).toBe(n);
+  });
+
+  test("published events always reproduce the cache's resident set (property)", () => {
+    const op = fc.oneof(
+      fc.record({ kind: fc.constant("acquire" as const), stem: fc.integer({ min: 0, max: 3 }), len: fc.integer({ min: 0, max: 20 }) }),
+      fc.record({ kind: fc.constant("release" as const), pick: fc.nat() }),
+    );
+    fc.assert(
+      fc.property(fc.integer({ min: 1, max: 8 }), fc.array(op, { maxLength: 60 }), (capacity, ops) => {
+        const cache = new PrefixCacheSim({ blockSize: BS, capacityBlocks: capacity });
+        const { held } = follow(cache);
+        const leases: Lease[] = [];
+        for (const o of ops) {
+          if (o.kind === "acquire") leases.push(cache.acquire(seq(o.stem * 1000, o.len)).lease);
+          else if (leases.length > 0) cache.release(leases.splice(o.pick % leases.length, 1)[0]!);
+          expect(cache.usedBlocks).toBeLessThanOrEqual(capacity);
+          expect(held).toEqual(cache.residentHashes());
+        }
+      }),
+      { numRuns: 300 },
+    );
+  });
+});
