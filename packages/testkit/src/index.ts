@@ -1,0 +1,8 @@
+// @kv-epp/testkit: shared fixtures for process-level tests (fake Kubernetes API server, child
+// processes, waiting, ports).
+export { startFakeKubeApi, type FakeKubeApi, type FakeKubeApiOptions, type RequestRecord } from "./kube/server.ts";
+export type { KubeObject, KubeMeta } from "./kube/resources.ts";
+export { parseLabelSelector, parseFieldSelector } from "./kube/selectors.ts";
+export { spawnProcess, spawnBun, killAll, type ProcessHandle, type SpawnOptions } from "./process.ts";
+export { waitFor, type WaitOptions } from "./wait.ts";
+export { freePort } from "./net.ts";
