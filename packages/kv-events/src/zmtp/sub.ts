@@ -30,17 +30,17 @@ export class SubSocket extends ZmtpSocket {
     const k = p.toString("latin1");
     if (this.prefixes.has(k)) return;
     this.prefixes.set(k, p);
-    for (const c of this.peers) sendSubscription(c, p, true);
+    for (const c of this.peers) this.sendSubscription(c, p, true);
   }
 
   unsubscribe(prefix: Uint8Array | string = ""): void {
     const p = Buffer.from(prefix);
     if (!this.prefixes.delete(p.toString("latin1"))) return;
-    for (const c of this.peers) sendSubscription(c, p, false);
+    for (const c of this.peers) this.sendSubscription(c, p, false);
   }
 
   protected onPeerReady(c: Connection): void {
-    for (const p of this.prefixes.values()) sendSubscription(c, p, true);
+    for (const p of this.prefixes.values()) this.sendSubscription(c, p, true);
     this.peerHandler(true, c.peer);
   }
 
@@ -53,6 +53,18 @@ export class SubSocket extends ZmtpSocket {
     this.messageHandler(frames);
   }
 
+  /** 3.1 commands only when both sides speak 3.1; otherwise the 3.0 message form. */
+  private sendSubscription(c: Connection, prefix: Buffer, subscribe: boolean): void {
+    if (c.peerMinor >= 1 && (this.opts.zmtpMinor ?? 1) >= 1) {
+      c.send(encodeCommand(subscribe ? "SUBSCRIBE" : "CANCEL", prefix));
+    } else {
+      const body = Buffer.allocUnsafe(prefix.length + 1);
+      body[0] = subscribe ? 1 : 0;
+      prefix.copy(body, 1);
+      c.send(encodeMessage([body]));
+    }
+  }
+
   private matches(topic: Buffer): boolean {
     for (const p of this.prefixes.values()) {
       if (p.length === 0) return true;
@@ -62,13 +74,3 @@ export class SubSocket extends ZmtpSocket {
   }
 }
 
-function sendSubscription(c: Connection, prefix: Buffer, subscribe: boolean): void {
-  if (c.peerMinor >= 1) {
-    c.send(encodeCommand(subscribe ? "SUBSCRIBE" : "CANCEL", prefix));
-  } else {
-    const body = Buffer.allocUnsafe(prefix.length + 1);
-    body[0] = subscribe ? 1 : 0;
-    prefix.copy(body, 1);
-    c.send(encodeMessage([body]));
-  }
-}

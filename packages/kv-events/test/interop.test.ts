@@ -1,0 +1,163 @@
+// Our ZMTP sockets (under Bun) against libzmq (the `zeromq` package under Node), both directions.
+import { afterAll, afterEach, describe, expect, test } from "bun:test";
+import { DealerSocket, PubSocket, RouterSocket, SubSocket } from "../src/index.ts";
+import { killAllPeers, waitUntil, ZmqPeer } from "./zmq-peer.ts";
+
+const cleanups: (() => Promise<void> | void)[] = [];
+afterEach(async () => {
+  for (const c of cleanups.splice(0)) await c();
+  await killAllPeers();
+});
+afterAll(killAllPeers);
+
+const big = (n: number, seed: number) => Buffer.from(Array.from({ length: n }, (_, i) => (i * 31 + seed) & 0xff));
+const hex = (fs: Uint8Array[]) => fs.map((f) => Buffer.from(f).toString("hex"));
+
+describe("libzmq PUB → our SUB", () => {
+  test("multipart messages with short, long (>255 B) and very long (>64 KiB) frames arrive intact, filtered by prefix", async () => {
+    const peer = await ZmqPeer.start("PUB", "bind", "tcp://127.0.1.1:*");
+    const sub = new SubSocket();
+    cleanups.push(() => sub.close());
+    const got: Buffer[][] = [];
+    sub.onMessage((f) => got.push(f.map((x) => Buffer.from(x))));
+    sub.subscribe("kv");
+    sub.connect(peer.endpoint);
+    // Slow joiner: probe until the subscription has reached libzmq.
+    await waitUntil(() => {
+      peer.send([Buffer.from("kv-probe")]);
+      return got.length > 0;
+    });
+    const msgs = [
+      [Buffer.from("kv"), Buffer.alloc(0), big(300, 1)],
+      [Buffer.from("other"), big(10, 2)],
+      [Buffer.from("kv.1"), big(70_000, 3), big(5, 4), big(256, 5)],
+    ];
+    for (const m of msgs) peer.send(m);
+    peer.send([Buffer.from("kv-end")]);
+    await waitUntil(() => got.some((g) => g[0]!.toString() === "kv-end"));
+    const real = got.filter((g) => !g[0]!.toString().startsWith("kv-"));
+    expect(real.map(hex)).toEqual([hex(msgs[0]!), hex(msgs[2]!)]);
+  });
+
+  test("a 3.0-speaking SUB (message-form subscriptions) is understood by libzmq", async () => {
+    const peer = await ZmqPeer.start("PUB", "bind", "tcp://127.0.1.1:*");
+    const sub = new SubSocket({ zmtpMinor: 0 });
+    cleanups.push(() => sub.close());
+    const got: string[] = [];
+    sub.onMessage((f) => got.push(f[0]!.toString()));
+    sub.subscribe("a");
+    sub.connect(peer.endpoint);
+    await waitUntil(() => {
+      peer.send([Buffer.from("b-no")]);
+      peer.send([Buffer.from("a-yes")]);
+      return got.length > 0;
+    });
+    expect(got.every((t) => t === "a-yes")).toBe(true);
+  });
+
+  test("the SUB reconnects after the publisher restarts and re-sends its subscription", async () => {
+    let peer = await ZmqPeer.start("PUB", "bind", "tcp://127.0.1.1:*");
+    const endpoint = peer.endpoint;
+    const sub = new SubSocket({ reconnectMinMs: 20, reconnectMaxMs: 200 });
+    cleanups.push(() => sub.close());
+    const got: string[] = [];
+    sub.onMessage((f) => got.push(f[0]!.toString()));
+    sub.subscribe("");
+    sub.connect(endpoint);
+    await waitUntil(() => {
+      peer.send([Buffer.from("before")]);
+      return got.includes("before");
+    });
+    await peer.kill();
+    await waitUntil(() => sub.peerCount === 0);
+    peer = await ZmqPeer.start("PUB", "bind", endpoint);
+    await waitUntil(() => {
+      peer.send([Buffer.from("after")]);
+      return got.includes("after");
+    });
+    expect(sub.counters.disconnects).toBeGreaterThanOrEqual(1);
+    expect(sub.counters.reconnects).toBeGreaterThanOrEqual(1);
+  });
+
+  test("a message above maxMessageSize closes that connection and is counted", async () => {
+    const peer = await ZmqPeer.start("PUB", "bind", "tcp://127.0.1.1:*");
+    const sub = new SubSocket({ maxMessageSize: 1000, reconnectMinMs: 20 });
+    cleanups.push(() => sub.close());
+    const got: number[] = [];
+    sub.onMessage((f) => got.push(f[0]!.length));
+    sub.subscribe("");
+    sub.connect(peer.endpoint);
+    await waitUntil(() => {
+      peer.send([Buffer.from("x")]);
+      return got.length > 0;
+    });
+    peer.send([big(5000, 9)]);
+    await waitUntil(() => sub.counters.oversize >= 1);
+    expect(got.includes(5000)).toBe(false);
+  });
+});
+
+describe("our PUB → libzmq SUB", () => {
+  test("libzmq (ZMTP 3.1 SUBSCRIBE) receives multipart and long frames, prefix-filtered", async () => {
+    const pub = new PubSocket();
+    cleanups.push(() => pub.close());
+    const endpoint = await pub.bind("tcp://127.0.1.1:0");
+    const peer = await ZmqPeer.start("SUB", "connect", endpoint);
+    peer.subscribe("kv");
+    await waitUntil(() => {
+      pub.send([Buffer.from("kv-probe")]);
+      return peer.messages.length > 0;
+    });
+    const msgs = [
+      [Buffer.from("kv"), Buffer.alloc(0), big(300, 1)],
+      [Buffer.from("zz"), big(10, 2)],
+      [Buffer.from("kv.2"), big(70_000, 3), big(256, 5)],
+    ];
+    for (const m of msgs) pub.send(m);
+    pub.send([Buffer.from("kv-end")]);
+    await waitUntil(() => peer.messages.some((g) => g[0]!.toString() === "kv-end"));
+    const real = peer.messages.filter((g) => !g[0]!.toString().startsWith("kv-"));
+    expect(real.map(hex)).toEqual([hex(msgs[0]!), hex(msgs[2]!)]);
+  });
+
+  test("a 3.0 PUB (ours advertising minor 0) gets libzmq's message-form subscriptions", async () => {
+    const pub = new PubSocket({ zmtpMinor: 0 });
+    cleanups.push(() => pub.close());
+    const endpoint = await pub.bind("tcp://127.0.1.1:0");
+    const peer = await ZmqPeer.start("SUB", "connect", endpoint);
+    peer.subscribe("t");
+    await waitUntil(() => {
+      pub.send([Buffer.from("u-no")]);
+      pub.send([Buffer.from("t-yes")]);
+      return peer.messages.length > 0;
+    });
+    expect(peer.messages.every((m) => m[0]!.toString() === "t-yes")).toBe(true);
+  });
+});
+
+describe("ROUTER / DEALER", () => {
+  test("libzmq DEALER → our ROUTER: requests carry a routing id and replies are routed back", async () => {
+    const router = new RouterSocket();
+    cleanups.push(() => router.close());
+    const endpoint = await router.bind("tcp://127.0.1.1:0");
+    router.onMessage((frames) => router.send([frames[0]!, ...frames.slice(1), Buffer.from("pong")]));
+    const peer = await ZmqPeer.start("DEALER", "connect", endpoint);
+    peer.send([Buffer.alloc(0), big(300, 7)]);
+    await waitUntil(() => peer.messages.length > 0);
+    expect(hex(peer.messages[0]!)).toEqual(hex([Buffer.alloc(0), big(300, 7), Buffer.from("pong")]));
+  });
+
+  test("our DEALER → libzmq ROUTER (echo): multipart with a 64 KiB+ frame round-trips", async () => {
+    const peer = await ZmqPeer.start("ROUTER", "bind", "tcp://127.0.1.1:*");
+    peer.command({ echo: true });
+    const dealer = new DealerSocket();
+    cleanups.push(() => dealer.close());
+    const got: Buffer[][] = [];
+    dealer.onMessage((f) => got.push(f.map((x) => Buffer.from(x))));
+    dealer.connect(peer.endpoint);
+    const msg = [Buffer.alloc(0), big(70_000, 11), Buffer.from("tail")];
+    dealer.send(msg); // queued until the session is up
+    await waitUntil(() => got.length > 0);
+    expect(hex(got[0]!)).toEqual(hex(msg));
+  });
+});
