@@ -16,6 +16,8 @@ export class CandidateSet {
   private readonly pending = new Map<string, Pending>();
   private readonly tried = new Set<string>();
   private activePeer: Peer | null = null;
+  /** Before the first cycle, updates only record the eligible set: priorities are drawn per cycle. */
+  private inCycle = false;
 
   constructor(private readonly random: () => number = Math.random) {}
 
@@ -30,7 +32,7 @@ export class CandidateSet {
     for (const [id, peer] of next) {
       const pending = this.pending.get(id);
       if (pending !== undefined) pending.peer = peer;
-      else if (id !== this.activePeer?.id && !this.tried.has(id)) this.pending.set(id, { peer, priority: this.random() });
+      else if (this.inCycle && id !== this.activePeer?.id && !this.tried.has(id)) this.pending.set(id, { peer, priority: this.random() });
     }
     this.eligible = next;
     this.setKey = key;
@@ -39,6 +41,7 @@ export class CandidateSet {
 
   /** Starts a fresh cycle: nothing tried, every eligible peer pending with a newly drawn priority. */
   newCycle(): void {
+    this.inCycle = true;
     this.tried.clear();
     this.pending.clear();
     for (const [id, peer] of this.eligible) if (id !== this.activePeer?.id) this.pending.set(id, { peer, priority: this.random() });

@@ -78,3 +78,82 @@ export function sampleIndex(workers = 2, chains = 3, blocksPerEvent = 4): MapInd
 export async function readAll(stream: ReadableStream<Uint8Array>): Promise<Uint8Array> {
   return new Uint8Array(await new Response(stream).arrayBuffer());
 }
+
+import type { Peer, PeerDiscovery } from "../src/index.ts";
+
+/** A discovery whose eligible set the test sets by hand (level-triggered, like the real ones). */
+export class ManualDiscovery implements PeerDiscovery {
+  readonly description = "manual test peers";
+  private current: Peer[];
+  private readonly cbs = new Set<() => void>();
+  stopped = false;
+  constructor(peers: Peer[] = []) {
+    this.current = peers;
+  }
+  async start(): Promise<void> {}
+  peers(): Peer[] {
+    return this.current;
+  }
+  onChange(cb: () => void): () => void {
+    this.cbs.add(cb);
+    return () => this.cbs.delete(cb);
+  }
+  async stop(): Promise<void> {
+    this.stopped = true;
+  }
+  set(peers: Peer[]): void {
+    this.current = peers;
+    for (const cb of [...this.cbs]) cb();
+  }
+}
+
+export const peer = (url: string): Peer => ({ id: url, url });
+
+/** A seeded PRNG (mulberry32) for reproducible attempt orders. */
+export function seeded(seed: number): () => number {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+/** Random numbers from a fixed list, in order (then repeating the last). */
+export function scripted(values: number[]): () => number {
+  let i = 0;
+  return () => values[Math.min(i++, values.length - 1)]!;
+}
+
+/** An HTTP peer on loopback (recovery's 127.0.3.0/24, ephemeral port) with a programmable /dump. */
+export function startPeer(handle: (req: Request) => Response | Promise<Response>): { peer: Peer; requests: () => number; stop: () => void } {
+  let n = 0;
+  const server = Bun.serve({
+    hostname: "127.0.3.1",
+    port: 0,
+    idleTimeout: 0,
+    fetch: (req) => {
+      n++;
+      return handle(req);
+    },
+  });
+  const url = `http://127.0.3.1:${server.port}`;
+  return { peer: peer(url), requests: () => n, stop: () => void server.stop(true) };
+}
+
+/** A promise with its resolver outside, to hold a response until the test releases it. */
+export function gate(): { wait: Promise<void>; open: () => void } {
+  let open!: () => void;
+  const wait = new Promise<void>((r) => (open = r));
+  return { wait, open };
+}
+
+export async function until(pred: () => boolean, what: string, ms = 10_000): Promise<void> {
+  const deadline = Date.now() + ms;
+  while (!pred()) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await Bun.sleep(2);
+  }
+}
