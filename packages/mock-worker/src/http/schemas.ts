@@ -16,7 +16,7 @@ export const CompletionRequest = z.looseObject({
     z.array(tokenId).min(1),
     z.array(z.string()).min(1),
     z.array(z.array(tokenId).min(1)).min(1),
-  ]),
+  ], { error: (iss) => (iss.input === undefined ? "required" : "must be a string, a list of token ids, or a non-empty list of either") }),
   max_tokens: z.number().int().min(1).nullish(),
 });
 export type CompletionRequest = z.output<typeof CompletionRequest>;
