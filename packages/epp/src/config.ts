@@ -1,0 +1,251 @@
+// Configuration, parsed once at the edge (flags > environment > defaults), plus the optional
+// static config file (YAML or JSON). Nothing below main.ts reads process.env or argv.
+import { readFileSync } from "node:fs";
+import { parseArgs } from "node:util";
+import { parse as parseYaml } from "yaml";
+import { z } from "zod";
+
+export class ConfigError extends Error {}
+
+type Kind = "string" | "port" | "int" | "number" | "bool";
+type Option = { flag: string; env: string; kind: Kind; default?: string; help: string };
+
+/** Every option is a flag and an environment variable (DESIGN.md 10); extra options follow the same naming. */
+export const OPTIONS = {
+  config: { flag: "config", env: "DYN_EPP_CONFIG", kind: "string", help: "static config file (YAML/JSON)" },
+  listen: { flag: "listen", env: "DYN_EPP_LISTEN", kind: "string", default: "0.0.0.0", help: "address every server binds" },
+  grpcPort: { flag: "grpc-port", env: "DYN_EPP_GRPC_PORT", kind: "port", default: "9002", help: "ext_proc gRPC port" },
+  grpcHealthPort: { flag: "grpc-health-port", env: "DYN_EPP_GRPC_HEALTH_PORT", kind: "port", default: "9003", help: "grpc-health port" },
+  metricsPort: { flag: "metrics-port", env: "DYN_EPP_METRICS_PORT", kind: "port", default: "9090", help: "Prometheus port" },
+  replicaAggPort: { flag: "replica-agg-port", env: "DYN_EPP_REPLICA_AGG_PORT", kind: "port", default: "9092", help: "replica-agg port" },
+  selectionPort: { flag: "selection-port", env: "DYN_EPP_SELECTION_PORT", kind: "port", default: "9093", help: "selection-http port" },
+  peerService: { flag: "peer-service", env: "DYN_EPP_PEER_SERVICE", kind: "string", help: "peer Service (EndpointSlices) for recovery" },
+  poolName: { flag: "pool-name", env: "DYN_EPP_POOL_NAME", kind: "string", help: "InferencePool name (Kubernetes mode)" },
+  poolNamespace: { flag: "pool-namespace", env: "POD_NAMESPACE", kind: "string", default: "default", help: "namespace of the pool and peers" },
+  recoveryTimeoutMs: { flag: "recovery-timeout-ms", env: "DYN_EPP_RECOVERY_HTTP_TIMEOUT_MS", kind: "int", default: "30000", help: "dump no-progress timeout" },
+  peerToken: { flag: "peer-token", env: "DYN_EPP_PEER_TOKEN", kind: "string", help: "bearer token for /dump" },
+  secureServing: { flag: "secure-serving", env: "DYN_SECURE_SERVING", kind: "bool", default: "false", help: "TLS on the gRPC ports" },
+  tlsCertFile: { flag: "tls-cert-file", env: "DYN_EPP_TLS_CERT_FILE", kind: "string", help: "PEM certificate (with --secure-serving)" },
+  tlsKeyFile: { flag: "tls-key-file", env: "DYN_EPP_TLS_KEY_FILE", kind: "string", help: "PEM private key (with --secure-serving)" },
+  podIp: { flag: "pod-ip", env: "POD_IP", kind: "string", help: "this replica's own IP (excluded from peers)" },
+  model: { flag: "model", env: "DYN_EPP_MODEL", kind: "string", default: "default", help: "model name (Kubernetes mode)" },
+  tenant: { flag: "tenant", env: "DYN_EPP_TENANT", kind: "string", default: "default", help: "tenant of the indexer key" },
+  blockSize: { flag: "block-size", env: "DYN_EPP_BLOCK_SIZE", kind: "int", default: "16", help: "KV block size in tokens (Kubernetes mode)" },
+  kvEventsPort: { flag: "kv-events-port", env: "DYN_EPP_KV_EVENTS_PORT", kind: "port", default: "5557", help: "workers' KV event port (rank r: +r)" },
+  kvReplayPort: { flag: "kv-replay-port", env: "DYN_EPP_KV_REPLAY_PORT", kind: "port", help: "workers' KV replay port (rank r: +r)" },
+  kvTopic: { flag: "kv-topic", env: "DYN_EPP_KV_TOPIC", kind: "string", default: "", help: "KV event topic" },
+  dpSize: { flag: "dp-size", env: "DYN_EPP_DP_SIZE", kind: "int", default: "1", help: "data-parallel ranks per worker (Kubernetes mode)" },
+  tokenizerDir: { flag: "tokenizer-dir", env: "DYN_EPP_TOKENIZER_DIR", kind: "string", help: "tokenizer.json directory" },
+  prefillLoadScale: { flag: "prefill-load-scale", env: "DYN_EPP_PREFILL_LOAD_SCALE", kind: "number", default: "1", help: "cost weight of blocks to prefill" },
+  decodeLoadScale: { flag: "decode-load-scale", env: "DYN_EPP_DECODE_LOAD_SCALE", kind: "number", default: "1", help: "cost weight of active blocks" },
+  queueWeight: { flag: "queue-weight", env: "DYN_EPP_QUEUE_WEIGHT", kind: "number", default: "0", help: "cost per scraped waiting request" },
+  queueThreshold: { flag: "queue-threshold", env: "DYN_EPP_QUEUE_THRESHOLD", kind: "int", default: "0", help: "skip workers with more waiting requests (0: off)" },
+  temperature: { flag: "temperature", env: "DYN_EPP_TEMPERATURE", kind: "number", default: "0", help: "softmax temperature (0: argmin)" },
+  scrapeIntervalMs: { flag: "scrape-interval-ms", env: "DYN_EPP_SCRAPE_INTERVAL_MS", kind: "int", default: "1000", help: "vLLM /metrics scrape period (0: off)" },
+  maxInflight: { flag: "max-inflight", env: "DYN_EPP_MAX_INFLIGHT", kind: "int", default: "0", help: "shed (429) above this many in-flight requests (0: off)" },
+  bodyMode: { flag: "body-mode", env: "DYN_EPP_BODY_MODE", kind: "string", default: "auto", help: "ext_proc request body mode: auto|buffered|full-duplex" },
+  logLevel: { flag: "log-level", env: "DYN_EPP_LOG_LEVEL", kind: "string", default: "info", help: "pino level" },
+} as const satisfies Record<string, Option>;
+
+type Key = keyof typeof OPTIONS;
+
+const port = z.coerce.number().int().min(0).max(65535);
+const int = z.coerce.number().int().min(0);
+const bool = z.enum(["true", "false", "1", "0", "yes", "no"]).transform((v) => v === "true" || v === "1" || v === "yes");
+const KIND_SCHEMA: Record<Kind, z.ZodType> = {
+  string: z.string(),
+  port,
+  int,
+  number: z.coerce.number().finite().min(0),
+  bool,
+};
+
+const WorkerEntry = z.object({
+  id: z.string().min(1),
+  address: z.string().regex(/^[^\s:]+:\d+$/, "expected ip:port"),
+  kvEvents: z.string().regex(/^tcp:\/\/[^\s:]+:\d+$/, "expected tcp://host:port"),
+  replay: z.string().regex(/^tcp:\/\/[^\s:]+:\d+$/, "expected tcp://host:port").optional(),
+  dpSize: z.number().int().min(1).default(1),
+  metrics: z.string().url().optional(),
+});
+const PeerEntry = z.union([
+  z.string().url(),
+  z.object({ url: z.string().url(), replicaAgg: z.string().optional() }),
+]);
+export const StaticFile = z.object({
+  model: z.string().min(1),
+  tenant: z.string().min(1).default("default"),
+  blockSize: z.number().int().min(1).max(4096),
+  tokenizerDir: z.string().optional(),
+  workers: z.array(WorkerEntry).default([]),
+  peers: z.array(PeerEntry).default([]),
+});
+export type StaticWorker = z.infer<typeof WorkerEntry>;
+export type StaticFileConfig = z.infer<typeof StaticFile>;
+
+export type BodyMode = "auto" | "buffered" | "full-duplex";
+
+export type EppConfig = {
+  listen: string;
+  ports: { grpc: number; grpcHealth: number; metrics: number; replicaAgg: number; selection: number };
+  model: { name: string; tenant: string; blockSize: number };
+  tokenizerDir?: string;
+  workers:
+    | { mode: "static"; list: StaticWorker[] }
+    | { mode: "kubernetes"; poolName: string; namespace: string; kvEventsPort: number; kvReplayPort?: number; dpSize: number };
+  kvTopic: string;
+  recovery:
+    | { mode: "static"; peers: string[] }
+    | { mode: "kubernetes"; peerService: string; namespace: string }
+    | { mode: "disabled" };
+  recoveryTimeoutMs: number;
+  peerToken?: string;
+  podIp?: string;
+  tls?: { certFile: string; keyFile: string };
+  picker: {
+    prefillLoadScale: number;
+    decodeLoadScale: number;
+    queueWeight: number;
+    queueThreshold: number;
+    temperature: number;
+  };
+  scrapeIntervalMs: number;
+  maxInflight: number;
+  bodyMode: BodyMode;
+  logLevel: string;
+};
+
+function raw(argv: string[], env: Record<string, string | undefined>): Record<Key, { value?: string; source: string }> {
+  const options = Object.fromEntries(
+    Object.values(OPTIONS).map((o) => [o.flag, { type: o.kind === "bool" ? ("string" as const) : ("string" as const) }]),
+  );
+  let values: Record<string, unknown>;
+  try {
+    // Booleans take an explicit value (--secure-serving=true) so every flag has one shape.
+    values = parseArgs({ args: argv.map((a) => (a === "--secure-serving" ? "--secure-serving=true" : a)), options, strict: true, allowPositionals: false }).values;
+  } catch (e) {
+    throw new ConfigError((e as Error).message);
+  }
+  const out = {} as Record<Key, { value?: string; source: string }>;
+  for (const [key, o] of Object.entries(OPTIONS) as [Key, Option][]) {
+    const fromFlag = values[o.flag] as string | undefined;
+    if (fromFlag !== undefined) out[key] = { value: fromFlag, source: `--${o.flag}` };
+    else if (env[o.env] !== undefined && env[o.env] !== "") out[key] = { value: env[o.env], source: `${o.env} (--${o.flag})` };
+    else out[key] = { value: o.default, source: `--${o.flag} default` };
+  }
+  return out;
+}
+
+function value<T>(r: { value?: string; source: string }, kind: Kind): T | undefined {
+  if (r.value === undefined) return undefined;
+  const parsed = KIND_SCHEMA[kind].safeParse(r.value);
+  if (!parsed.success) throw new ConfigError(`invalid value for ${r.source}: ${JSON.stringify(r.value)} (expected ${kind})`);
+  return parsed.data as T;
+}
+
+export function loadStaticFile(path: string): StaticFileConfig {
+  let text: string;
+  try {
+    text = readFileSync(path, "utf8");
+  } catch (e) {
+    throw new ConfigError(`cannot read --config ${JSON.stringify(path)}: ${(e as Error).message}`);
+  }
+  let doc: unknown;
+  try {
+    doc = path.endsWith(".json") ? JSON.parse(text) : parseYaml(text);
+  } catch (e) {
+    throw new ConfigError(`cannot parse --config ${JSON.stringify(path)}: ${(e as Error).message}`);
+  }
+  const parsed = StaticFile.safeParse(doc);
+  if (!parsed.success) {
+    const issue = parsed.error.issues[0]!;
+    const at = issue.path.join(".");
+    let got: unknown = doc;
+    for (const p of issue.path) got = (got as Record<PropertyKey, unknown> | undefined)?.[p as PropertyKey];
+    throw new ConfigError(`invalid --config ${JSON.stringify(path)}: ${at || "(root)"} = ${JSON.stringify(got)}: ${issue.message}`);
+  }
+  return parsed.data;
+}
+
+/** Parses flags and environment into an EppConfig; throws ConfigError naming the bad flag and value. */
+export function parseConfig(argv: string[], env: Record<string, string | undefined>): EppConfig {
+  const r = raw(argv, env);
+  const get = <T>(k: Key): T | undefined => value<T>(r[k], OPTIONS[k].kind);
+
+  const bodyMode = get<string>("bodyMode")!;
+  if (!["auto", "buffered", "full-duplex"].includes(bodyMode))
+    throw new ConfigError(`invalid value for ${r.bodyMode.source}: ${JSON.stringify(bodyMode)} (expected auto|buffered|full-duplex)`);
+  const logLevel = get<string>("logLevel")!;
+  if (!["fatal", "error", "warn", "info", "debug", "trace", "silent"].includes(logLevel))
+    throw new ConfigError(`invalid value for ${r.logLevel.source}: ${JSON.stringify(logLevel)}`);
+  const blockSize = get<number>("blockSize")!;
+  if (blockSize < 1) throw new ConfigError(`invalid value for ${r.blockSize.source}: ${JSON.stringify(r.blockSize.value)} (expected >= 1)`);
+  const dpSize = get<number>("dpSize")!;
+  if (dpSize < 1) throw new ConfigError(`invalid value for ${r.dpSize.source}: ${JSON.stringify(r.dpSize.value)} (expected >= 1)`);
+
+  const file = get<string>("config");
+  const staticFile = file ? loadStaticFile(file) : undefined;
+  const poolName = get<string>("poolName");
+  const namespace = get<string>("poolNamespace")!;
+  if (!staticFile && !poolName) throw new ConfigError("no workers: give --config FILE (static mode) or --pool-name NAME (Kubernetes mode)");
+
+  const peerService = get<string>("peerService");
+  const secure = get<boolean>("secureServing")!;
+  const certFile = get<string>("tlsCertFile");
+  const keyFile = get<string>("tlsKeyFile");
+  if (secure && (!certFile || !keyFile))
+    throw new ConfigError(`${r.secureServing.source}=true needs --tls-cert-file and --tls-key-file`);
+
+  return {
+    listen: get<string>("listen")!,
+    ports: {
+      grpc: get<number>("grpcPort")!,
+      grpcHealth: get<number>("grpcHealthPort")!,
+      metrics: get<number>("metricsPort")!,
+      replicaAgg: get<number>("replicaAggPort")!,
+      selection: get<number>("selectionPort")!,
+    },
+    model: staticFile
+      ? { name: staticFile.model, tenant: staticFile.tenant, blockSize: staticFile.blockSize }
+      : { name: get<string>("model")!, tenant: get<string>("tenant")!, blockSize },
+    tokenizerDir: get<string>("tokenizerDir") ?? staticFile?.tokenizerDir,
+    workers: staticFile
+      ? { mode: "static", list: staticFile.workers }
+      : {
+          mode: "kubernetes",
+          poolName: poolName!,
+          namespace,
+          kvEventsPort: get<number>("kvEventsPort")!,
+          kvReplayPort: get<number>("kvReplayPort"),
+          dpSize,
+        },
+    kvTopic: get<string>("kvTopic")!,
+    recovery: peerService
+      ? { mode: "kubernetes", peerService, namespace }
+      : staticFile && staticFile.peers.length > 0
+        ? { mode: "static", peers: staticFile.peers.map((p) => (typeof p === "string" ? p : p.url)) }
+        : { mode: "disabled" },
+    recoveryTimeoutMs: get<number>("recoveryTimeoutMs")!,
+    peerToken: get<string>("peerToken"),
+    podIp: get<string>("podIp"),
+    tls: secure ? { certFile: certFile!, keyFile: keyFile! } : undefined,
+    picker: {
+      prefillLoadScale: get<number>("prefillLoadScale")!,
+      decodeLoadScale: get<number>("decodeLoadScale")!,
+      queueWeight: get<number>("queueWeight")!,
+      queueThreshold: get<number>("queueThreshold")!,
+      temperature: get<number>("temperature")!,
+    },
+    scrapeIntervalMs: get<number>("scrapeIntervalMs")!,
+    maxInflight: get<number>("maxInflight")!,
+    bodyMode: bodyMode as BodyMode,
+    logLevel,
+  };
+}
+
+export function usage(): string {
+  const lines = Object.values(OPTIONS).map(
+    (o: Option) => `  --${o.flag.padEnd(22)} ${o.env.padEnd(34)} ${o.help}${o.default !== undefined ? ` (default ${JSON.stringify(o.default)})` : ""}`,
+  );
+  return `usage: bun run epp [flags]\n${lines.join("\n")}`;
+}

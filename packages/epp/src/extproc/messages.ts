@@ -1,0 +1,114 @@
+// ext_proc message shapes (as @grpc/proto-loader objects) and builders for the EPP's answers
+// (GAIE endpoint picker protocol: destination header + envoy.lb dynamic metadata).
+
+export type HeaderValue = { key: string; value?: string; raw_value?: Uint8Array };
+export type HeaderMap = { headers?: HeaderValue[] };
+export type StructValue = {
+  stringValue?: string;
+  listValue?: { values?: StructValue[] };
+  structValue?: Struct;
+  kind?: string;
+};
+export type Struct = { fields?: Record<string, StructValue> };
+
+export type BodySendMode = "NONE" | "STREAMED" | "BUFFERED" | "BUFFERED_PARTIAL" | "FULL_DUPLEX_STREAMED" | "GRPC";
+
+export type ProcessingRequest = {
+  request?: "request_headers" | "response_headers" | "request_body" | "response_body" | "request_trailers" | "response_trailers";
+  request_headers?: { headers?: HeaderMap; end_of_stream?: boolean };
+  response_headers?: { headers?: HeaderMap; end_of_stream?: boolean };
+  request_body?: { body?: Uint8Array; end_of_stream?: boolean };
+  response_body?: { body?: Uint8Array; end_of_stream?: boolean };
+  request_trailers?: { trailers?: HeaderMap };
+  response_trailers?: { trailers?: HeaderMap };
+  metadata_context?: { filter_metadata?: Record<string, Struct> };
+  observability_mode?: boolean;
+  protocol_config?: { request_body_mode?: BodySendMode; response_body_mode?: BodySendMode };
+};
+
+export type ProcessingResponse = Record<string, unknown>;
+
+export const DESTINATION_HEADER = "x-gateway-destination-endpoint";
+export const METADATA_NAMESPACE = "envoy.lb";
+export const SUBSET_NAMESPACE = "envoy.lb.subset_hint";
+export const SUBSET_KEY = "x-gateway-destination-endpoint-subset";
+/** vLLM's API server routes to this data-parallel rank when the header is present. */
+export const DP_RANK_HEADER = "x-data-parallel-rank";
+
+const encoder = new TextEncoder();
+const decoder = new TextDecoder();
+
+export function headerValue(h: HeaderValue): string {
+  // Envoy puts values in raw_value; value is kept for senders that predate it.
+  return h.raw_value && h.raw_value.length > 0 ? decoder.decode(h.raw_value) : (h.value ?? "");
+}
+
+export function findHeader(map: HeaderMap | undefined, key: string): string | undefined {
+  for (const h of map?.headers ?? []) if (h.key === key) return headerValue(h);
+  return undefined;
+}
+
+/** The GAIE subset hint: a list of "ip:port" strings or one comma-separated string. */
+export function subsetHint(req: ProcessingRequest): Set<string> | undefined {
+  const v = req.metadata_context?.filter_metadata?.[SUBSET_NAMESPACE]?.fields?.[SUBSET_KEY];
+  if (!v) return undefined;
+  const out = new Set<string>();
+  const add = (s: string) => {
+    for (const part of s.split(",")) if (part.trim()) out.add(part.trim());
+  };
+  if (v.listValue) for (const item of v.listValue.values ?? []) if (item.stringValue !== undefined) add(item.stringValue);
+  if (v.stringValue !== undefined) add(v.stringValue);
+  return out;
+}
+
+function setHeader(key: string, value: string) {
+  return { header: { key, raw_value: encoder.encode(value) }, append_action: "OVERWRITE_IF_EXISTS_OR_ADD" };
+}
+
+export type Route = { endpoint: string; dpRank?: number; contentLength?: number };
+
+function routeCommon(r: Route) {
+  const set = [setHeader(DESTINATION_HEADER, r.endpoint)];
+  if (r.dpRank !== undefined) set.push(setHeader(DP_RANK_HEADER, String(r.dpRank)));
+  if (r.contentLength !== undefined) set.push(setHeader("content-length", String(r.contentLength)));
+  return { header_mutation: { set_headers: set }, clear_route_cache: true };
+}
+
+function routeMetadata(endpoint: string): Struct {
+  return { fields: { [METADATA_NAMESPACE]: { structValue: { fields: { [DESTINATION_HEADER]: { stringValue: endpoint } } } } } };
+}
+
+/** The routing answer, on the request-headers response (streamed mode, or a body-less request). */
+export function routedHeaders(r: Route): ProcessingResponse {
+  return { request_headers: { response: routeCommon(r) }, dynamic_metadata: routeMetadata(r.endpoint) };
+}
+
+/** The routing answer on the request-body response (buffered mode: header mutations apply there). */
+export function routedBody(r: Route): ProcessingResponse {
+  return { request_body: { response: routeCommon(r) }, dynamic_metadata: routeMetadata(r.endpoint) };
+}
+
+export type Phase = "request_headers" | "request_body" | "response_headers" | "response_body" | "request_trailers" | "response_trailers";
+
+export function continueResponse(phase: Phase): ProcessingResponse {
+  if (phase === "request_trailers" || phase === "response_trailers") return { [phase]: {} };
+  return { [phase]: { response: {} } };
+}
+
+/** FULL_DUPLEX_STREAMED: body chunks must be handed back for the data plane to forward them. */
+export function streamedBody(phase: "request_body" | "response_body", body: Uint8Array, endOfStream: boolean): ProcessingResponse {
+  return { [phase]: { response: { body_mutation: { streamed_response: { body, end_of_stream: endOfStream } } } } };
+}
+
+export type ImmediateStatus = 400 | 413 | 429 | 500 | 503;
+
+export function immediate(code: ImmediateStatus, message: string, details: string): ProcessingResponse {
+  return {
+    immediate_response: {
+      status: { code },
+      headers: { set_headers: [setHeader("content-type", "application/json")] },
+      body: encoder.encode(JSON.stringify({ error: { message, type: details, code } })),
+      details,
+    },
+  };
+}

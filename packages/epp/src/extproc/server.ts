@@ -1,0 +1,257 @@
+// ext_proc ExternalProcessor.Process: one gRPC stream per HTTP request (a new request_headers on the
+// same stream starts a new request). Request headers + body -> routing decision; response headers and
+// body are watched to release the request's load when it finishes, or when the stream breaks.
+import type * as grpc from "@grpc/grpc-js";
+import type { Logger } from "pino";
+import type { BodyMode } from "../config.ts";
+import type { Metrics, RequestOutcome } from "../metrics.ts";
+import type { ActiveLoad, Lease } from "../picker/load.ts";
+import type { Decision, Picker } from "../picker/picker.ts";
+import type { Tokenize } from "../tokens.ts";
+import { BadRequest, parseBodyBytes } from "./openai-body.ts";
+import {
+  continueResponse,
+  findHeader,
+  immediate,
+  routedBody,
+  routedHeaders,
+  streamedBody,
+  subsetHint,
+  type ImmediateStatus,
+  type ProcessingRequest,
+  type ProcessingResponse,
+  type Route,
+} from "./messages.ts";
+
+export type ExtProcDeps = {
+  picker: Picker;
+  load: ActiveLoad;
+  tokenize: Tokenize;
+  metrics: Metrics;
+  log: Logger;
+  bodyMode: BodyMode;
+  /** Shed (429) when this many requests are in flight (0: never). */
+  maxInflight: number;
+  /** Endpoint -> whether the worker serves several data-parallel ranks (then the rank header is set). */
+  multiRank: (workerId: string) => boolean;
+  maxBodyBytes?: number;
+};
+
+type Duplex = grpc.ServerDuplexStream<ProcessingRequest, ProcessingResponse>;
+
+/** Per-HTTP-request state on a stream. */
+type RequestState = {
+  subset: Set<string> | undefined;
+  chunks: Uint8Array[];
+  bytes: number;
+  lease: Lease | undefined;
+  /** A decision was sent (or an immediate response): later request messages are not expected. */
+  decided: boolean;
+};
+
+const STREAM_CHUNK = 64 * 1024;
+const DEFAULT_MAX_BODY = 32 * 1024 * 1024;
+
+export function createProcessHandler(deps: ExtProcDeps): (call: Duplex) => void {
+  return (call) => new ProcessStream(call, deps).run();
+}
+
+class ProcessStream {
+  #req: RequestState | undefined;
+  #fullDuplex: boolean | undefined;
+  #responseStreamed = false;
+  #observe = false;
+  #closed = false;
+
+  constructor(
+    private readonly call: Duplex,
+    private readonly deps: ExtProcDeps,
+  ) {}
+
+  run(): void {
+    this.call.on("data", (msg: ProcessingRequest) => {
+      try {
+        this.#onMessage(msg);
+      } catch (err) {
+        // Nothing in a message may take the stream down: log, count, answer 500 for this request.
+        this.deps.metrics.ioErrors.inc({ where: "ext_proc" });
+        this.deps.log.error({ err: String(err) }, "ext_proc message failed");
+        this.#immediate(500, "internal error", "epp_error", "error");
+      }
+    });
+    this.call.on("end", () => {
+      this.#finish();
+      if (!this.#closed) {
+        this.#closed = true;
+        this.call.end();
+      }
+    });
+    this.call.on("error", (err) => {
+      this.deps.log.debug({ err: String(err) }, "ext_proc stream error");
+      this.#finish();
+    });
+    this.call.on("cancelled", () => this.#finish());
+  }
+
+  #send(msg: ProcessingResponse): void {
+    if (this.#observe || this.#closed) return;
+    this.call.write(msg);
+  }
+
+  #onMessage(msg: ProcessingRequest): void {
+    if (this.#fullDuplex === undefined) {
+      const mode = msg.protocol_config?.request_body_mode;
+      this.#fullDuplex =
+        mode !== undefined ? mode === "FULL_DUPLEX_STREAMED" : this.deps.bodyMode !== "buffered";
+      const respMode = msg.protocol_config?.response_body_mode;
+      this.#responseStreamed = respMode !== undefined ? respMode === "FULL_DUPLEX_STREAMED" : this.#fullDuplex;
+    }
+    this.#observe = msg.observability_mode === true;
+
+    if (msg.request_headers) return this.#onRequestHeaders(msg);
+    if (msg.request_body) return this.#onRequestBody(msg.request_body.body ?? EMPTY, msg.request_body.end_of_stream === true);
+    if (msg.request_trailers) return this.#send(continueResponse("request_trailers"));
+    if (msg.response_headers) {
+      const status = findHeader(msg.response_headers.headers, ":status");
+      if (status && status !== "200") this.deps.log.debug({ status }, "upstream answered non-200");
+      this.#send(continueResponse("response_headers"));
+      if (msg.response_headers.end_of_stream) this.#finish();
+      return;
+    }
+    if (msg.response_body) {
+      const body = msg.response_body.body ?? EMPTY;
+      const eos = msg.response_body.end_of_stream === true;
+      this.#send(this.#responseStreamed ? streamedBody("response_body", body, eos) : continueResponse("response_body"));
+      if (eos) this.#finish();
+      return;
+    }
+    if (msg.response_trailers) {
+      this.#send(continueResponse("response_trailers"));
+      this.#finish();
+    }
+  }
+
+  #onRequestHeaders(msg: ProcessingRequest): void {
+    this.#finish(); // a previous request on this stream is over
+    this.#req = { subset: subsetHint(msg), chunks: [], bytes: 0, lease: undefined, decided: false };
+    if (msg.request_headers!.end_of_stream) {
+      // No body: nothing to match, so the decision is by load alone.
+      this.#decide(EMPTY, "headers");
+      return;
+    }
+    // Buffered modes wait for the headers answer before sending the body; full duplex does not,
+    // and there the headers answer must carry the route, so it waits for the body.
+    if (!this.#fullDuplex) this.#send(continueResponse("request_headers"));
+  }
+
+  #onRequestBody(chunk: Uint8Array, eos: boolean): void {
+    const req = this.#req;
+    if (!req || req.decided) {
+      // A body without headers (or after our answer): pass it through untouched.
+      this.#send(this.#fullDuplex ? streamedBody("request_body", chunk, eos) : continueResponse("request_body"));
+      return;
+    }
+    if (chunk.length > 0) {
+      req.chunks.push(chunk);
+      req.bytes += chunk.length;
+    }
+    if (req.bytes > (this.deps.maxBodyBytes ?? DEFAULT_MAX_BODY)) {
+      this.#immediate(413, "request body too large", "body_too_large", "bad_request");
+      return;
+    }
+    if (!eos) {
+      // STREAMED/BUFFERED_PARTIAL answer every chunk; full duplex answers once the route is known.
+      if (!this.#fullDuplex) this.#send(continueResponse("request_body"));
+      return;
+    }
+    this.#decide(concat(req.chunks, req.bytes), "body");
+  }
+
+  #decide(body: Uint8Array, at: "headers" | "body"): void {
+    const req = this.#req!;
+    req.decided = true;
+    const started = performance.now();
+    let decision: Decision;
+    let contentLength: number | undefined;
+    try {
+      const parsed = body.length > 0 ? parseBodyBytes(body) : { input: { kind: "none" as const } };
+      const m = this.deps.maxInflight;
+      if (m > 0 && this.deps.load.inflight >= m) {
+        this.#immediate(429, "too many requests in flight", "shed", "shed");
+        return;
+      }
+      const tokens = this.deps.tokenize(parsed.input);
+      decision = this.deps.picker.pick({ model: "model" in parsed ? parsed.model : undefined, tokens, subset: req.subset });
+    } catch (err) {
+      if (err instanceof BadRequest) {
+        this.#immediate(400, err.message, "bad_request", "bad_request");
+        return;
+      }
+      throw err;
+    }
+    if (decision.kind === "no_endpoint") {
+      this.#immediate(503, `no endpoint eligible (${decision.reason})`, decision.reason, "no_endpoint");
+      return;
+    }
+    const { chosen, requestBlocks } = decision;
+    req.lease = this.deps.load.acquire(chosen.candidate.key, requestBlocks);
+    this.deps.metrics.inflight.set(this.deps.load.inflight);
+    this.deps.metrics.pickLatency.observe((performance.now() - started) / 1000);
+    if (requestBlocks > 0) this.deps.metrics.overlapRatio.observe(chosen.overlap / requestBlocks);
+    this.deps.metrics.requests.inc({ outcome: "routed" });
+    if (at === "body" && this.#fullDuplex) contentLength = body.length;
+    const route: Route = {
+      endpoint: chosen.candidate.endpoint,
+      dpRank: this.deps.multiRank(chosen.candidate.workerId) ? chosen.candidate.dpRank : undefined,
+      contentLength,
+    };
+    this.deps.log.debug(
+      { worker: chosen.candidate.workerId, rank: chosen.candidate.dpRank, overlap: chosen.overlap, blocks: requestBlocks },
+      "routed",
+    );
+    if (at === "headers") {
+      this.#send(routedHeaders(route));
+    } else if (this.#fullDuplex) {
+      this.#send(routedHeaders(route));
+      // The body was held back until the route was known; hand it back in bounded chunks.
+      if (body.length === 0) this.#send(streamedBody("request_body", EMPTY, true));
+      for (let off = 0; off < body.length; off += STREAM_CHUNK) {
+        const end = Math.min(off + STREAM_CHUNK, body.length);
+        this.#send(streamedBody("request_body", body.subarray(off, end), end === body.length));
+      }
+    } else {
+      this.#send(routedBody(route));
+    }
+  }
+
+  #immediate(code: ImmediateStatus, message: string, details: string, outcome: RequestOutcome): void {
+    this.deps.metrics.requests.inc({ outcome });
+    this.#send(immediate(code, message, details));
+    // The HTTP request is answered; the stream stays up for whatever comes next.
+    this.#finish();
+  }
+
+  /** Releases the current request's load (idempotent). */
+  #finish(): void {
+    const req = this.#req;
+    if (!req) return;
+    this.#req = undefined;
+    if (req.lease) {
+      req.lease.release();
+      this.deps.metrics.inflight.set(this.deps.load.inflight);
+    }
+  }
+}
+
+const EMPTY = new Uint8Array(0);
+
+function concat(chunks: Uint8Array[], total: number): Uint8Array {
+  if (chunks.length === 1) return chunks[0]!;
+  const out = new Uint8Array(total);
+  let off = 0;
+  for (const c of chunks) {
+    out.set(c, off);
+    off += c.length;
+  }
+  return out;
+}

@@ -1,0 +1,287 @@
+// The EPP process, wired top to bottom: config -> logger -> metrics -> indexes -> workers and their
+// KV listeners (subscribed first, buffering) -> servers (health NOT_SERVING, /dump 503) -> recovery ->
+// listeners attached -> ready. SIGTERM: NOT_SERVING first, in-flight streams finish, then exit.
+import { readFileSync } from "node:fs";
+import * as grpc from "@grpc/grpc-js";
+import type { KubeConfig } from "@kubernetes/client-node";
+import {
+  endpointSliceDiscovery,
+  recoveryStateMetric,
+  runRecovery,
+  staticPeerDiscovery,
+  type PeerDiscovery,
+  type RecoveryOutcome,
+} from "@kv-epp/recovery";
+import { createPreprocessor } from "@kv-epp/tokenizer";
+import pino, { type Logger } from "pino";
+import { ConfigError, parseConfig, usage, type EppConfig } from "./config.ts";
+import { createProcessHandler } from "./extproc/server.ts";
+import { loadProtos } from "./extproc/protos.ts";
+import { HealthState, healthHandlers } from "./health.ts";
+import { Indexers } from "./indexer.ts";
+import { createMetrics } from "./metrics.ts";
+import { ActiveLoad } from "./picker/load.ts";
+import { Picker } from "./picker/picker.ts";
+import { WorkerMetricsScraper } from "./picker/worker-metrics.ts";
+import { selectionApp } from "./selection-http.ts";
+import { createTokenize } from "./tokens.ts";
+import { loadKubeConfig, startPoolWorkers } from "./workers/kubernetes.ts";
+import { WorkerRegistry } from "./workers/registry.ts";
+import { staticWorkers } from "./workers/static.ts";
+
+export type EppHandle = {
+  ports: { grpc: number; grpcHealth: number; metrics: number; selection: number };
+  health: HealthState;
+  /** Settles when recovery has ended and the replica is ready. */
+  ready: Promise<RecoveryOutcome>;
+  indexers: Indexers;
+  workers: WorkerRegistry;
+  stop(opts?: { graceMs?: number }): Promise<void>;
+};
+
+export async function startEpp(cfg: EppConfig, o: { log?: Logger; kubeConfig?: KubeConfig } = {}): Promise<EppHandle> {
+  const log = o.log ?? pino({ level: cfg.logLevel, base: { component: "epp" } });
+  const metrics = createMetrics();
+  const recoveryMetric = recoveryStateMetric(metrics.registry);
+
+  const indexers = new Indexers(metrics);
+  indexers.register(cfg.model.name, cfg.model.tenant, cfg.model.blockSize);
+  const preprocessor = createPreprocessor({ tokenizerDir: cfg.tokenizerDir, registry: metrics.registry, model: cfg.model.name });
+  const tokenize = createTokenize(preprocessor);
+  log.info({ model: cfg.model.name, blockSize: cfg.model.blockSize, tokenizer: preprocessor.kind }, "indexer ready");
+
+  // Workers and their KV listeners. Listeners start at once and buffer until recovery has ended.
+  const load = new ActiveLoad();
+  const failingScrapes = new Set<string>();
+  const scraper = new WorkerMetricsScraper({
+    intervalMs: cfg.scrapeIntervalMs,
+    onError: (workerId, err) => {
+      metrics.scrapeErrors.inc();
+      if (!failingScrapes.has(workerId)) log.warn({ worker: workerId, err: String(err) }, "worker /metrics scrape failing");
+      failingScrapes.add(workerId);
+    },
+  });
+  const workers = new WorkerRegistry({
+    topic: cfg.kvTopic,
+    log: log.child({ component: "workers" }),
+    onRemoved: (w) => indexers.removeWorker(w),
+    onChanged: (specs) => {
+      scraper.setTargets(specs.map((s) => ({ workerId: s.id, url: s.metricsUrl })));
+      metrics.workers.set(specs.reduce((n, s) => n + s.dpSize, 0));
+    },
+  });
+  let kubeConfig = o.kubeConfig;
+  const kube = () => (kubeConfig ??= loadKubeConfig());
+  let stopWorkerSource = async () => {};
+  if (cfg.workers.mode === "static") {
+    workers.reconcile(staticWorkers(cfg.workers.list));
+  } else {
+    const w = cfg.workers;
+    const poolLog = log.child({ component: "pool" });
+    const source = await startPoolWorkers({
+      kubeConfig: kube(),
+      poolName: w.poolName,
+      namespace: w.namespace,
+      kvEventsPort: w.kvEventsPort,
+      kvReplayPort: w.kvReplayPort,
+      dpSize: w.dpSize,
+      log: poolLog,
+      onWorkers: (specs) => workers.reconcile(specs),
+      onError: (err) => {
+        metrics.ioErrors.inc({ where: "kubernetes" });
+        poolLog.warn({ err: String(err) }, "pod informer error, restarting");
+      },
+    });
+    stopWorkerSource = source.stop;
+  }
+  scraper.start();
+  log.info({ workers: workers.specs().length, listeners: workers.candidates().length }, "listeners subscribed");
+
+  // Servers come up before recovery so liveness answers and cold siblings see our /dump as 503.
+  const health = new HealthState();
+  let recovered = false;
+  const picker = new Picker({
+    indexers,
+    candidates: () => workers.candidates(),
+    load,
+    workerMetrics: (id) => scraper.get(id),
+    options: cfg.picker,
+  });
+  const multiRank = new Set<string>();
+  const protos = loadProtos();
+  const grpcCreds = cfg.tls
+    ? grpc.ServerCredentials.createSsl(null, [
+        { cert_chain: readFileSync(cfg.tls.certFile), private_key: readFileSync(cfg.tls.keyFile) },
+      ])
+    : grpc.ServerCredentials.createInsecure();
+  const extProc = new grpc.Server();
+  extProc.addService(protos.extProc.service, {
+    Process: createProcessHandler({
+      picker,
+      load,
+      tokenize,
+      metrics,
+      log: log.child({ component: "ext_proc" }),
+      bodyMode: cfg.bodyMode,
+      maxInflight: cfg.maxInflight,
+      multiRank: (id) => multiRank.has(id),
+    }),
+  });
+  const grpcPort = await bind(extProc, cfg.listen, cfg.ports.grpc, grpcCreds);
+  const healthServer = new grpc.Server();
+  healthServer.addService(protos.health.service, healthHandlers(health));
+  // Kubelet gRPC probes do not speak TLS, so health stays plaintext.
+  const grpcHealthPort = await bind(healthServer, cfg.listen, cfg.ports.grpcHealth, grpc.ServerCredentials.createInsecure());
+
+  const selection = Bun.serve({
+    hostname: cfg.listen,
+    port: cfg.ports.selection,
+    idleTimeout: 0, // a large /dump may stream for longer than Bun's default idle timeout
+    fetch: selectionApp({
+      picker,
+      indexers,
+      workers,
+      tokenize,
+      dumpSource: indexers,
+      metrics,
+      recovered: () => recovered,
+      peerToken: cfg.peerToken,
+      log: log.child({ component: "selection-http" }),
+    }).fetch,
+  });
+  const metricsServer = Bun.serve({
+    hostname: cfg.listen,
+    port: cfg.ports.metrics,
+    fetch: async (req) => {
+      if (new URL(req.url).pathname !== "/metrics") return new Response("not found", { status: 404 });
+      indexers.updateGauges();
+      const c = workers.counters();
+      metrics.listenerGaps.set(c.gaps);
+      metrics.listenerReplays.set(c.replays);
+      metrics.listenerRestarts.set(c.restarts);
+      return new Response(await metrics.registry.metrics(), { headers: { "content-type": metrics.registry.contentType } });
+    },
+  });
+  log.info(
+    { grpc: grpcPort, grpcHealth: grpcHealthPort, selection: selection.port, metrics: metricsServer.port, listen: cfg.listen },
+    "servers listening",
+  );
+
+  // Recovery, then the buffered live events on top of the dump, then ready.
+  const recoveryAbort = new AbortController();
+  const discovery = peerDiscovery(cfg, kube, log);
+  const ready = runRecovery({
+    discovery,
+    target: indexers,
+    timeoutMs: cfg.recoveryTimeoutMs,
+    token: cfg.peerToken,
+    logger: log,
+    signal: recoveryAbort.signal,
+  }).then((outcome) => {
+    recoveryMetric.set(outcome);
+    indexers.pruneWorkers((w) => workers.has(w));
+    workers.attach((worker, signal) => {
+      try {
+        indexers.applySignal(indexerKeyOf(cfg), worker, signal);
+      } catch (err) {
+        metrics.ioErrors.inc({ where: "kv_events" });
+        log.warn({ worker: worker.workerId, rank: worker.dpRank, err: String(err) }, "applying KV events failed");
+      }
+    });
+    for (const s of workers.specs()) if (s.dpSize > 1) multiRank.add(s.id);
+    recovered = true;
+    health.setReady(true);
+    if (outcome.kind === "recovered") log.info({ peer: outcome.peer, events: outcome.events }, "recovered");
+    else log.warn({ state: outcome.kind }, "ready with an EMPTY KV index");
+    return outcome;
+  });
+  ready.catch((err) => {
+    if (!recoveryAbort.signal.aborted) log.error({ err: String(err) }, "recovery failed");
+  });
+
+  let stopping: Promise<void> | undefined;
+  const stop = (opts: { graceMs?: number } = {}) =>
+    (stopping ??= (async () => {
+      health.drain();
+      recoveryAbort.abort(new Error("shutting down"));
+      log.info("draining: NOT_SERVING, waiting for in-flight streams");
+      await shutdownGrpc(extProc, opts.graceMs ?? 30_000);
+      healthServer.forceShutdown();
+      selection.stop(true);
+      metricsServer.stop(true);
+      scraper.stop();
+      await stopWorkerSource().catch(() => {});
+      await workers.close();
+      log.info("stopped");
+    })());
+
+  return {
+    ports: { grpc: grpcPort, grpcHealth: grpcHealthPort, metrics: metricsServer.port!, selection: selection.port! },
+    health,
+    ready,
+    indexers,
+    workers,
+    stop,
+  };
+}
+
+function indexerKeyOf(cfg: EppConfig): string {
+  return `${cfg.model.name}:${cfg.model.tenant}`;
+}
+
+function peerDiscovery(cfg: EppConfig, kube: () => KubeConfig, log: Logger): PeerDiscovery | null {
+  switch (cfg.recovery.mode) {
+    case "disabled":
+      return null;
+    case "static":
+      return staticPeerDiscovery({ peers: cfg.recovery.peers, token: cfg.peerToken, logger: log });
+    case "kubernetes":
+      return endpointSliceDiscovery({
+        kubeConfig: kube(),
+        namespace: cfg.recovery.namespace,
+        service: cfg.recovery.peerService,
+        podIp: cfg.podIp,
+        logger: log,
+      });
+  }
+}
+
+function bind(server: grpc.Server, host: string, port: number, creds: grpc.ServerCredentials): Promise<number> {
+  const addr = host.includes(":") ? `[${host}]:${port}` : `${host}:${port}`;
+  return new Promise((resolve, reject) => server.bindAsync(addr, creds, (err, p) => (err ? reject(err) : resolve(p))));
+}
+
+/** Lets in-flight ext_proc streams finish, up to a deadline. */
+function shutdownGrpc(server: grpc.Server, graceMs: number): Promise<void> {
+  return new Promise((resolve) => {
+    const t = setTimeout(() => {
+      server.forceShutdown();
+      resolve();
+    }, graceMs);
+    server.tryShutdown(() => {
+      clearTimeout(t);
+      resolve();
+    });
+  });
+}
+
+if (import.meta.main) {
+  let cfg: EppConfig;
+  try {
+    cfg = parseConfig(Bun.argv.slice(2), process.env);
+  } catch (err) {
+    if (err instanceof ConfigError) {
+      console.error(`epp: ${err.message}\n\n${usage()}`);
+      process.exit(2);
+    }
+    throw err;
+  }
+  const log = pino({ level: cfg.logLevel, base: { component: "epp" } });
+  const epp = await startEpp(cfg, { log });
+  const onSignal = (sig: string) => {
+    log.info({ signal: sig }, "shutdown requested");
+    void epp.stop().then(() => process.exit(0));
+  };
+  process.on("SIGTERM", () => onSignal("SIGTERM"));
+  process.on("SIGINT", () => onSignal("SIGINT"));
+}

@@ -1,0 +1,66 @@
+// Prometheus metrics of the EPP. One registry per EPP instance so in-process tests can run several.
+import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from "prom-client";
+
+export type RequestOutcome = "routed" | "no_endpoint" | "shed" | "bad_request" | "error";
+
+export function createMetrics() {
+  const registry = new Registry();
+  collectDefaultMetrics({ register: registry, prefix: "dynamo_epp_" });
+  const m = {
+    registry,
+    requests: new Counter({
+      name: "dynamo_epp_requests_total",
+      help: "ext_proc and /select decisions by outcome",
+      labelNames: ["outcome"] as const,
+      registers: [registry],
+    }),
+    pickLatency: new Histogram({
+      name: "dynamo_epp_pick_duration_seconds",
+      help: "time from a complete request body to the decision",
+      buckets: [0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.05, 0.25],
+      registers: [registry],
+    }),
+    overlapRatio: new Histogram({
+      name: "dynamo_epp_overlap_ratio",
+      help: "overlap blocks of the chosen worker / request blocks",
+      buckets: [0, 0.1, 0.25, 0.5, 0.75, 0.9, 1],
+      registers: [registry],
+    }),
+    inflight: new Gauge({ name: "dynamo_epp_inflight_requests", help: "requests routed and not finished", registers: [registry] }),
+    indexBlocks: new Gauge({ name: "dynamo_epp_kv_index_blocks", help: "blocks in the KV index", labelNames: ["model"] as const, registers: [registry] }),
+    indexResidencies: new Gauge({
+      name: "dynamo_epp_kv_index_residencies",
+      help: "(block, worker) residencies in the KV index",
+      labelNames: ["model"] as const,
+      registers: [registry],
+    }),
+    indexWorkers: new Gauge({ name: "dynamo_epp_kv_index_workers", help: "workers in the KV index", labelNames: ["model"] as const, registers: [registry] }),
+    workers: new Gauge({ name: "dynamo_epp_workers", help: "known workers (ranks)", registers: [registry] }),
+    eventsApplied: new Counter({ name: "dynamo_epp_kv_events_applied_total", help: "KV events applied to the index", registers: [registry] }),
+    eventsRejected: new Counter({
+      name: "dynamo_epp_kv_events_rejected_total",
+      help: "KV events not applied (unknown parent, bad shape, non-GPU medium)",
+      labelNames: ["reason"] as const,
+      registers: [registry],
+    }),
+    listenerGaps: new Gauge({ name: "dynamo_epp_kv_listener_gaps", help: "sequence gaps seen by the KV listeners", registers: [registry] }),
+    listenerReplays: new Gauge({ name: "dynamo_epp_kv_listener_replays", help: "replays done by the KV listeners", registers: [registry] }),
+    listenerRestarts: new Gauge({ name: "dynamo_epp_kv_listener_restarts", help: "publisher restarts seen by the KV listeners", registers: [registry] }),
+    listenerResets: new Counter({
+      name: "dynamo_epp_kv_listener_resets_total",
+      help: "times a worker's blocks were dropped",
+      labelNames: ["reason"] as const,
+      registers: [registry],
+    }),
+    scrapeErrors: new Counter({ name: "dynamo_epp_worker_scrape_errors_total", help: "failed vLLM /metrics scrapes", registers: [registry] }),
+    ioErrors: new Counter({
+      name: "dynamo_epp_io_errors_total",
+      help: "errors caught at I/O boundaries",
+      labelNames: ["where"] as const,
+      registers: [registry],
+    }),
+  };
+  return m;
+}
+
+export type Metrics = ReturnType<typeof createMetrics>;

@@ -1,0 +1,62 @@
+// The routing decision as a pure function: cost per candidate, lowest wins, ties at random,
+// or a softmax over normalised costs when a temperature is set.
+
+export type Weights = {
+  /** Weight of the blocks this request would have to prefill on the worker. */
+  prefillLoadScale: number;
+  /** Weight of the blocks held by requests already routed to the worker. */
+  decodeLoadScale: number;
+  /** Cost per waiting request scraped from the worker's vLLM /metrics. */
+  queueWeight: number;
+  /** 0 picks the argmin; > 0 samples from softmax(-normalised cost / temperature). */
+  temperature: number;
+};
+
+export type CandidateLoad = { overlap: number; activeBlocks: number; waiting: number };
+
+export function cost(w: Weights, requestBlocks: number, c: CandidateLoad): number {
+  return (
+    w.prefillLoadScale * Math.max(requestBlocks - c.overlap, 0) + w.decodeLoadScale * c.activeBlocks + w.queueWeight * c.waiting
+  );
+}
+
+/** Index of the chosen candidate; `random` returns [0, 1). */
+export function choose(costs: readonly number[], temperature: number, random: () => number): number {
+  if (costs.length === 0) return -1;
+  if (temperature > 0) return softmaxSample(costs, temperature, random);
+  let best = Infinity;
+  let ties = 0;
+  let chosen = -1;
+  for (let i = 0; i < costs.length; i++) {
+    const c = costs[i]!;
+    if (c < best) {
+      best = c;
+      chosen = i;
+      ties = 1;
+    } else if (c === best) {
+      // Reservoir sampling over the tied minimum: uniform without a second pass.
+      ties += 1;
+      if (random() * ties < 1) chosen = i;
+    }
+  }
+  return chosen;
+}
+
+function softmaxSample(costs: readonly number[], temperature: number, random: () => number): number {
+  let min = Infinity;
+  let max = -Infinity;
+  for (const c of costs) {
+    if (c < min) min = c;
+    if (c > max) max = c;
+  }
+  // Costs are normalised to [0, 1] so the temperature means the same thing at any scale.
+  const span = max - min || 1;
+  const weights = costs.map((c) => Math.exp(-((c - min) / span) / temperature));
+  const total = weights.reduce((a, b) => a + b, 0);
+  let r = random() * total;
+  for (let i = 0; i < weights.length; i++) {
+    r -= weights[i]!;
+    if (r < 0) return i;
+  }
+  return weights.length - 1;
+}

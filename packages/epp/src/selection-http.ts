@@ -1,0 +1,101 @@
+// selection-http (Hono on Bun.serve): GET /dump for peers, and read-only views of the picker:
+// POST /score, POST /select (a dry run: records no load), GET /workers. Shapes: DESIGN.md 10.
+import { parseWorkerKey } from "@kv-epp/index-wasm";
+import { dumpHandler, type DumpSource } from "@kv-epp/recovery";
+import { Hono } from "hono";
+import type { Logger } from "pino";
+import { BadRequest, parseBody } from "./extproc/openai-body.ts";
+import type { Indexers } from "./indexer.ts";
+import type { Metrics } from "./metrics.ts";
+import type { Picker } from "./picker/picker.ts";
+import type { Tokenize } from "./tokens.ts";
+import type { WorkerRegistry } from "./workers/registry.ts";
+
+export type SelectionDeps = {
+  picker: Picker;
+  indexers: Indexers;
+  workers: WorkerRegistry;
+  tokenize: Tokenize;
+  dumpSource: DumpSource;
+  metrics: Metrics;
+  /** /dump answers 503 until this replica's recovery has ended. */
+  recovered: () => boolean;
+  peerToken?: string;
+  log: Logger;
+};
+
+/** {"<worker_id>": {"<dp_rank>": n}} from a map keyed by workerKey. */
+function byWorker(m: Map<string, number>): Record<string, Record<string, number>> {
+  const out: Record<string, Record<string, number>> = {};
+  for (const [key, n] of m) {
+    const w = parseWorkerKey(key);
+    (out[w.workerId] ??= {})[String(w.dpRank)] = n;
+  }
+  return out;
+}
+
+async function jsonBody(req: Request): Promise<unknown> {
+  try {
+    return await req.json();
+  } catch (e) {
+    throw new BadRequest(`request body is not JSON: ${(e as Error).message}`);
+  }
+}
+
+export function selectionApp(d: SelectionDeps): Hono {
+  const app = new Hono();
+  const dump = dumpHandler({ source: d.dumpSource, ready: d.recovered, token: d.peerToken, logger: d.log });
+  app.on(["GET", "HEAD"], "/dump", (c) => dump(c.req.raw));
+
+  app.post("/score", async (c) => {
+    const parsed = parseBody(await jsonBody(c.req.raw));
+    if (parsed.input.kind !== "tokens") throw new BadRequest("token_ids is required");
+    const r = d.picker.score(parsed.model, parsed.input.tokens);
+    if (!r) return c.json({ error: `unknown model ${JSON.stringify(parsed.model)}` }, 404);
+    return c.json({
+      block_size: r.indexer.blockSize,
+      request_blocks: r.requestBlocks,
+      scores: byWorker(r.scores),
+      tree_sizes: byWorker(r.treeSizes),
+    });
+  });
+
+  app.post("/select", async (c) => {
+    const parsed = parseBody(await jsonBody(c.req.raw));
+    const decision = d.picker.pick({ model: parsed.model, tokens: d.tokenize(parsed.input) });
+    if (decision.kind === "no_endpoint") return c.json({ error: `no endpoint eligible (${decision.reason})` }, 503);
+    const { chosen } = decision;
+    return c.json({
+      endpoint: chosen.candidate.endpoint,
+      worker_id: chosen.candidate.workerId,
+      dp_rank: chosen.candidate.dpRank,
+      overlap_blocks: chosen.overlap,
+      request_blocks: decision.requestBlocks,
+      scores: byWorker(decision.scores),
+    });
+  });
+
+  app.get("/workers", (c) => {
+    const ix = d.indexers.lookup();
+    return c.json(
+      d.workers.specs().flatMap((s) =>
+        Array.from({ length: s.dpSize }, (_, r) => ({
+          worker_id: s.id,
+          dp_rank: r,
+          address: s.address,
+          kv_events: s.kvEvents,
+          connected: d.workers.connected(s.id, r),
+          blocks: ix ? ix.index.treeSize({ workerId: s.id, dpRank: r }) : 0,
+        })),
+      ),
+    );
+  });
+
+  app.onError((err, c) => {
+    if (err instanceof BadRequest) return c.json({ error: err.message }, 400);
+    d.metrics.ioErrors.inc({ where: "selection_http" });
+    d.log.error({ err: String(err), path: c.req.path }, "selection-http handler failed");
+    return c.json({ error: "internal error" }, 500);
+  });
+  return app;
+}

@@ -1,0 +1,169 @@
+// The worker set, level-triggered: a source (static file or pod informer) hands over the whole desired
+// set on every change and the registry reconciles toward it: one KV listener per worker rank for new
+// workers, listeners closed and index entries dropped for workers that went away.
+import type { WorkerRef } from "@kv-epp/index-wasm";
+import { KvEventListener, type ListenerSignal } from "@kv-epp/kv-events";
+import type { Logger } from "pino";
+
+/** A model-server pod (or static entry). Ranks r publish KV events on kvEvents port + r. */
+export type WorkerSpec = {
+  id: string;
+  /** ip:port the gateway is told to call. */
+  address: string;
+  kvEvents: string;
+  replay?: string;
+  dpSize: number;
+  /** vLLM Prometheus endpoint, scraped for running/waiting/KV usage. */
+  metricsUrl: string;
+};
+
+/** One routable unit: a worker rank. `key` matches the index's workerKey. */
+export type Candidate = { key: string; workerId: string; dpRank: number; endpoint: string };
+
+export type ListenerCounters = { gaps: number; replays: number; restarts: number };
+
+type Entry = { spec: WorkerSpec; listeners: KvEventListener[] };
+
+export type Sink = (worker: WorkerRef, signal: ListenerSignal) => void;
+
+export function workerKeyOf(workerId: string, dpRank: number): string {
+  return `${workerId}\u0000${dpRank}`;
+}
+
+/** tcp://host:port + rank. */
+export function rankEndpoint(endpoint: string, rank: number): string {
+  const m = /^(tcp:\/\/.+):(\d+)$/.exec(endpoint);
+  if (!m) return endpoint;
+  return `${m[1]}:${Number(m[2]) + rank}`;
+}
+
+export class WorkerRegistry {
+  readonly #entries = new Map<string, Entry>();
+  #candidates: Candidate[] = [];
+  #sink: Sink | undefined;
+
+  constructor(
+    private readonly opts: {
+      topic: string;
+      log: Logger;
+      /** Called when a worker leaves, so its blocks leave the index. */
+      onRemoved: (worker: WorkerRef) => void;
+      onChanged?: (specs: WorkerSpec[]) => void;
+    },
+  ) {}
+
+  reconcile(desired: WorkerSpec[]): void {
+    const want = new Map(desired.map((s) => [s.id, s]));
+    let changed = false;
+    for (const [id, entry] of this.#entries) {
+      const next = want.get(id);
+      if (next && sameSpec(next, entry.spec)) continue;
+      this.#remove(id, entry);
+      changed = true;
+    }
+    for (const spec of desired) {
+      if (this.#entries.has(spec.id)) continue;
+      this.#add(spec);
+      changed = true;
+    }
+    if (!changed) return;
+    this.#candidates = [...this.#entries.values()].flatMap(({ spec }) =>
+      Array.from({ length: spec.dpSize }, (_, r) => ({
+        key: workerKeyOf(spec.id, r),
+        workerId: spec.id,
+        dpRank: r,
+        endpoint: spec.address,
+      })),
+    );
+    this.opts.onChanged?.(this.specs());
+  }
+
+  /**
+   * Switches from buffering to applying: every listener (and every later one) delivers to the sink.
+   * Called after recovery so buffered live events apply on top of the dump.
+   */
+  attach(sink: Sink): void {
+    this.#sink = sink;
+    for (const e of this.#entries.values()) e.listeners.forEach((l, r) => this.#attachOne(e.spec.id, l, r));
+  }
+
+  candidates(): readonly Candidate[] {
+    return this.#candidates;
+  }
+
+  specs(): WorkerSpec[] {
+    return [...this.#entries.values()].map((e) => e.spec);
+  }
+
+  has(worker: WorkerRef): boolean {
+    const e = this.#entries.get(worker.workerId);
+    return e !== undefined && worker.dpRank < e.spec.dpSize;
+  }
+
+  connected(workerId: string, dpRank: number): boolean {
+    return this.#entries.get(workerId)?.listeners[dpRank]?.connected ?? false;
+  }
+
+  counters(): ListenerCounters {
+    const sum = { gaps: 0, replays: 0, restarts: 0 };
+    for (const e of this.#entries.values())
+      for (const l of e.listeners) {
+        const c = l.counters as Partial<ListenerCounters> | undefined;
+        sum.gaps += c?.gaps ?? 0;
+        sum.replays += c?.replays ?? 0;
+        sum.restarts += c?.restarts ?? 0;
+      }
+    return sum;
+  }
+
+  async close(): Promise<void> {
+    const all = [...this.#entries.values()].flatMap((e) => e.listeners);
+    this.#entries.clear();
+    this.#candidates = [];
+    await Promise.allSettled(all.map((l) => l.close()));
+  }
+
+  #add(spec: WorkerSpec): void {
+    const listeners: KvEventListener[] = [];
+    for (let r = 0; r < spec.dpSize; r++) {
+      const l = new KvEventListener({
+        workerId: spec.id,
+        dpRank: r,
+        endpoint: rankEndpoint(spec.kvEvents, r),
+        replayEndpoint: spec.replay ? rankEndpoint(spec.replay, r) : undefined,
+        topic: this.opts.topic,
+        logger: this.opts.log,
+      });
+      // Started now (subscribe first): until a sink is attached the listener buffers live events.
+      l.start();
+      if (this.#sink) this.#attachOne(spec.id, l, r);
+      listeners.push(l);
+    }
+    this.#entries.set(spec.id, { spec, listeners });
+    this.opts.log.info({ worker: spec.id, address: spec.address, kvEvents: spec.kvEvents, ranks: spec.dpSize }, "worker added");
+  }
+
+  #attachOne(workerId: string, l: KvEventListener, dpRank: number): void {
+    const sink = this.#sink!;
+    const worker: WorkerRef = { workerId, dpRank };
+    l.attach((signal) => sink(worker, signal));
+  }
+
+  #remove(id: string, entry: Entry): void {
+    this.#entries.delete(id);
+    for (const l of entry.listeners)
+      void l.close().catch((err) => this.opts.log.warn({ worker: id, err: String(err) }, "listener close failed"));
+    for (let r = 0; r < entry.spec.dpSize; r++) this.opts.onRemoved({ workerId: id, dpRank: r });
+    this.opts.log.info({ worker: id }, "worker removed");
+  }
+}
+
+function sameSpec(a: WorkerSpec, b: WorkerSpec): boolean {
+  return (
+    a.address === b.address &&
+    a.kvEvents === b.kvEvents &&
+    a.replay === b.replay &&
+    a.dpSize === b.dpSize &&
+    a.metricsUrl === b.metricsUrl
+  );
+}

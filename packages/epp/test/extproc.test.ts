@@ -1,0 +1,249 @@
+// Full ext_proc streams against an in-process EPP whose workers' KV events come from real publishers.
+import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import { createPreprocessor } from "@kv-epp/tokenizer";
+import { waitFor } from "@kv-epp/testkit";
+import type { EppHandle } from "../src/main.ts";
+import {
+  FakeWorkerEvents,
+  HOST,
+  body,
+  extProcClient,
+  headers,
+  lbMetadata,
+  postJson,
+  setHeader,
+  startTestEpp,
+  tokens,
+} from "./helpers.ts";
+
+const A = "127.0.4.11:8000";
+const B = "127.0.4.12:8000";
+
+let evA: FakeWorkerEvents;
+let evB: FakeWorkerEvents;
+let epp: EppHandle;
+let client: ReturnType<typeof extProcClient>;
+const promptA = tokens(96, 1); // 6 blocks held by A
+const chatMessages = [
+  { role: "system", content: "You are terse." },
+  { role: "user", content: "Explain KV caches in one long sentence, please, with some detail about prefixes." },
+];
+
+async function overlap(ids: number[]): Promise<Record<string, Record<string, number>>> {
+  const r = await postJson(`http://${HOST}:${epp.ports.selection}/score`, { token_ids: ids });
+  return r.body.scores;
+}
+
+async function inflight(): Promise<number> {
+  const text = await (await fetch(`http://${HOST}:${epp.ports.metrics}/metrics`)).text();
+  return Number(/^dynamo_epp_inflight_requests (\S+)$/m.exec(text)?.[1] ?? "NaN");
+}
+
+beforeAll(async () => {
+  evA = await FakeWorkerEvents.start();
+  evB = await FakeWorkerEvents.start();
+  epp = await startTestEpp([
+    { id: "worker-a", address: A, kvEvents: evA.endpoint },
+    { id: "worker-b", address: B, kvEvents: evB.endpoint },
+  ]);
+  await waitFor(() => evA.pub.subscriberCount > 0 && evB.pub.subscriberCount > 0, { message: "listeners connected" });
+  evA.storePrompt(promptA);
+  // B holds the chat prompt as the byte-level fallback tokenizes it (the EPP has no tokenizer dir).
+  evB.storePrompt(Array.from(createPreprocessor({}).encodeChat(chatMessages)));
+  await waitFor(async () => (await overlap(promptA))["worker-a"]?.["0"] === 6, { message: "A's blocks indexed" });
+  client = extProcClient(epp.ports.grpc);
+});
+
+afterAll(async () => {
+  client?.close();
+  await epp?.stop({ graceMs: 1000 });
+  await evA?.close();
+  await evB?.close();
+});
+
+describe("ext_proc", () => {
+  test("a completion with token ids routes to the worker holding its prefix (full duplex)", async () => {
+    const s = client.open();
+    const req = { model: "test-model", prompt: [...promptA, ...tokens(40, 99)], max_tokens: 4 };
+    s.send({ ...headers(), protocol_config: { request_body_mode: "FULL_DUPLEX_STREAMED", response_body_mode: "FULL_DUPLEX_STREAMED" } });
+    s.send(body(req));
+    const h = await s.next();
+    expect(h.response).toBe("request_headers");
+    expect(setHeader(h.request_headers?.response, "x-gateway-destination-endpoint")).toBe(A);
+    expect(h.request_headers?.response?.clear_route_cache).toBe(true);
+    expect(lbMetadata(h)).toBe(A);
+    const b = await s.next();
+    expect(b.response).toBe("request_body");
+    const streamed = b.request_body?.response?.body_mutation?.streamed_response;
+    expect(streamed?.end_of_stream).toBe(true);
+    expect(JSON.parse(Buffer.from(streamed!.body!).toString())).toEqual(req);
+    s.end();
+  });
+
+  test("buffered mode answers headers with CONTINUE and routes on the body response", async () => {
+    const s = client.open();
+    s.send({ ...headers(), protocol_config: { request_body_mode: "BUFFERED" } });
+    const h = await s.next();
+    expect(h.response).toBe("request_headers");
+    expect(h.request_headers?.response?.header_mutation).toBeUndefined();
+    s.send(body({ prompt: promptA }));
+    const b = await s.next();
+    expect(b.response).toBe("request_body");
+    expect(setHeader(b.request_body?.response, "x-gateway-destination-endpoint")).toBe(A);
+    expect(b.request_body?.response?.clear_route_cache).toBe(true);
+    expect(lbMetadata(b)).toBe(A);
+    s.end();
+  });
+
+  test("a body streamed in chunks is accumulated until end_of_stream and handed back whole", async () => {
+    const s = client.open();
+    const text = JSON.stringify({ prompt: promptA, stream: true });
+    const cuts = [0, 7, 50, 51, text.length];
+    s.send({ ...headers(), protocol_config: { request_body_mode: "FULL_DUPLEX_STREAMED" } });
+    for (let i = 0; i + 1 < cuts.length; i++) s.send(body(text.slice(cuts[i], cuts[i + 1]), i + 2 === cuts.length));
+    const h = await s.next();
+    expect(setHeader(h.request_headers?.response, "x-gateway-destination-endpoint")).toBe(A);
+    let echoed = "";
+    for (;;) {
+      const r = await s.next();
+      const sr = r.request_body?.response?.body_mutation?.streamed_response;
+      echoed += Buffer.from(sr?.body ?? []).toString();
+      if (sr?.end_of_stream) break;
+    }
+    expect(echoed).toBe(text);
+    s.end();
+  });
+
+  test("a chat request is tokenized and routed to the worker holding its rendered prompt", async () => {
+    const s = client.open();
+    s.send(headers("/v1/chat/completions"));
+    s.send(body({ model: "test-model", messages: chatMessages }));
+    const h = await s.next();
+    expect(setHeader(h.request_headers?.response, "x-gateway-destination-endpoint")).toBe(B);
+    s.end();
+  });
+
+  test("the subset hint restricts candidates (list and comma-separated forms)", async () => {
+    for (const hint of [{ listValue: { values: [{ stringValue: B }] } }, { stringValue: `${B},127.0.4.99:1` }]) {
+      const s = client.open();
+      s.send({
+        ...headers(),
+        metadata_context: { filter_metadata: { "envoy.lb.subset_hint": { fields: { "x-gateway-destination-endpoint-subset": hint } } } },
+      });
+      s.send(body({ prompt: promptA }));
+      const h = await s.next();
+      expect(setHeader(h.request_headers?.response, "x-gateway-destination-endpoint")).toBe(B);
+      s.end();
+    }
+  });
+
+  test("a subset with no known endpoint gets an ImmediateResponse 503", async () => {
+    const s = client.open();
+    s.send({
+      ...headers(),
+      metadata_context: {
+        filter_metadata: { "envoy.lb.subset_hint": { fields: { "x-gateway-destination-endpoint-subset": { listValue: { values: [] } } } } },
+      },
+    });
+    s.send(body({ prompt: promptA }));
+    const r = await s.next();
+    expect(r.response).toBe("immediate_response");
+    expect(r.immediate_response?.status?.code).toBe("ServiceUnavailable");
+    s.end();
+  });
+
+  test("malformed JSON gets a 400 and the same stream then serves a good request", async () => {
+    const s = client.open();
+    s.send(headers());
+    s.send(body("{not json"));
+    const bad = await s.next();
+    expect(bad.response).toBe("immediate_response");
+    expect(bad.immediate_response?.status?.code).toBe("BadRequest");
+    s.send(headers());
+    s.send(body({ prompt: "not token ids but text", model: "test-model" }));
+    const good = await s.next();
+    expect(good.response).toBe("request_headers");
+    expect([A, B]).toContain(setHeader(good.request_headers?.response, "x-gateway-destination-endpoint")!);
+    s.end();
+  });
+
+  test("a request's load is held until its response ends, and released when a stream breaks", async () => {
+    const before = await inflight();
+    const s = client.open();
+    s.send({ ...headers(), protocol_config: { request_body_mode: "FULL_DUPLEX_STREAMED", response_body_mode: "FULL_DUPLEX_STREAMED" } });
+    s.send(body({ prompt: promptA }));
+    await s.next();
+    await s.next();
+    expect(await inflight()).toBe(before + 1);
+    s.send({ response_headers: { headers: { headers: [{ key: ":status", raw_value: new TextEncoder().encode("200") }] } } });
+    expect((await s.next()).response).toBe("response_headers");
+    s.send({ response_body: { body: new TextEncoder().encode("data: {}\n\n"), end_of_stream: false } });
+    const chunk = await s.next();
+    expect(Buffer.from(chunk.response_body?.response?.body_mutation?.streamed_response?.body ?? []).toString()).toBe("data: {}\n\n");
+    expect(await inflight()).toBe(before + 1);
+    s.send({ response_body: { body: new Uint8Array(0), end_of_stream: true } });
+    await s.next();
+    expect(await inflight()).toBe(before);
+
+    const broken = client.open();
+    broken.send(headers());
+    broken.send(body({ prompt: promptA }));
+    await broken.next();
+    expect(await inflight()).toBe(before + 1);
+    broken.call.cancel();
+    await waitFor(async () => (await inflight()) === before, { message: "load released on cancel" });
+  });
+
+  test("routed load spreads identical requests across workers", async () => {
+    const fresh = tokens(64, 4242); // nobody holds it: only load decides
+    const seen = new Set<string>();
+    const streams = [];
+    for (let i = 0; i < 4; i++) {
+      const s = client.open();
+      s.send(headers());
+      s.send(body({ prompt: fresh }));
+      seen.add(setHeader((await s.next()).request_headers?.response, "x-gateway-destination-endpoint")!);
+      streams.push(s); // kept open: their load stays on the chosen workers
+    }
+    expect(seen).toEqual(new Set([A, B]));
+    for (const s of streams) s.end();
+  });
+});
+
+describe("ext_proc shedding and empty pools", () => {
+  test("no workers: ImmediateResponse 503", async () => {
+    const empty = await startTestEpp([]);
+    const c = extProcClient(empty.ports.grpc);
+    try {
+      const s = c.open();
+      s.send(headers());
+      s.send(body({ prompt: [1, 2, 3] }));
+      const r = await s.next();
+      expect(r.immediate_response?.status?.code).toBe("ServiceUnavailable");
+      s.end();
+    } finally {
+      c.close();
+      await empty.stop({ graceMs: 500 });
+    }
+  });
+
+  test("above --max-inflight requests are shed with 429", async () => {
+    const capped = await startTestEpp([{ id: "w", address: A, kvEvents: "tcp://127.0.4.11:1" }], { flags: ["--max-inflight", "1"] });
+    const c = extProcClient(capped.ports.grpc);
+    try {
+      const first = c.open();
+      first.send(headers());
+      first.send(body({ prompt: [1, 2, 3] }));
+      expect(setHeader((await first.next()).request_headers?.response, "x-gateway-destination-endpoint")).toBe(A);
+      const second = c.open();
+      second.send(headers());
+      second.send(body({ prompt: [1, 2, 3] }));
+      expect((await second.next()).immediate_response?.status?.code).toBe("TooManyRequests");
+      first.end();
+      second.end();
+    } finally {
+      c.close();
+      await capped.stop({ graceMs: 500 });
+    }
+  });
+});

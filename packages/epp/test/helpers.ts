@@ -1,0 +1,220 @@
+// Test fixtures for the EPP: an ext_proc client over the same protos, an in-process EPP from a static
+// config, and KV event publishers standing in for workers' ZMQ endpoints.
+import { mkdtempSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import * as grpc from "@grpc/grpc-js";
+import { computeBlockHashes } from "@kv-epp/index-wasm";
+import { KvEventPublisher } from "@kv-epp/kv-events";
+import pino from "pino";
+import { stringify } from "yaml";
+import { parseConfig } from "../src/config.ts";
+import type { ProcessingRequest } from "../src/extproc/messages.ts";
+import { loadProtos } from "../src/extproc/protos.ts";
+import { startEpp, type EppHandle } from "../src/main.ts";
+
+export const HOST = "127.0.4.1";
+export const BLOCK = 16;
+export const MODEL = "test-model";
+
+// The fields tests read from responses (proto-loader objects).
+export type Resp = {
+  response?: string;
+  request_headers?: { response?: Common };
+  request_body?: { response?: Common };
+  response_headers?: { response?: Common };
+  response_body?: { response?: Common };
+  immediate_response?: { status?: { code?: string | number }; body?: Buffer; details?: string };
+  dynamic_metadata?: { fields?: Record<string, { structValue?: { fields?: Record<string, { stringValue?: string }> } }> };
+};
+type Common = {
+  header_mutation?: { set_headers?: { header?: { key: string; raw_value?: Buffer } }[] };
+  clear_route_cache?: boolean;
+  body_mutation?: { streamed_response?: { body?: Buffer; end_of_stream?: boolean } };
+};
+
+/** A duplex ext_proc stream with an awaitable queue of responses. */
+export class ExtProcStream {
+  readonly #queue: Resp[] = [];
+  readonly #waiters: ((r: Resp | Error) => void)[] = [];
+  #error: Error | undefined;
+  readonly call: grpc.ClientDuplexStream<ProcessingRequest, Resp>;
+
+  constructor(client: grpc.Client & { Process(): grpc.ClientDuplexStream<ProcessingRequest, Resp> }) {
+    this.call = client.Process();
+    this.call.on("data", (r: Resp) => {
+      const w = this.#waiters.shift();
+      if (w) w(r);
+      else this.#queue.push(r);
+    });
+    this.call.on("error", (e: Error) => {
+      this.#error = e;
+      for (const w of this.#waiters.splice(0)) w(e);
+    });
+  }
+
+  send(msg: ProcessingRequest): void {
+    this.call.write(msg);
+  }
+
+  next(timeoutMs = 5000): Promise<Resp> {
+    const queued = this.#queue.shift();
+    if (queued) return Promise.resolve(queued);
+    if (this.#error) return Promise.reject(this.#error);
+    return new Promise((resolve, reject) => {
+      const t = setTimeout(() => reject(new Error("no ext_proc response in time")), timeoutMs);
+      this.#waiters.push((r) => {
+        clearTimeout(t);
+        if (r instanceof Error) reject(r);
+        else resolve(r);
+      });
+    });
+  }
+
+  /** Responses already received and not yet read. */
+  get pending(): number {
+    return this.#queue.length;
+  }
+
+  end(): void {
+    this.call.end();
+  }
+}
+
+export function extProcClient(port: number, host = HOST) {
+  const { extProc } = loadProtos();
+  const client = new extProc(`${host}:${port}`, grpc.credentials.createInsecure()) as unknown as grpc.Client & {
+    Process(): grpc.ClientDuplexStream<ProcessingRequest, Resp>;
+  };
+  return { client, open: () => new ExtProcStream(client), close: () => client.close() };
+}
+
+export function healthClient(port: number, host = HOST) {
+  const { health } = loadProtos();
+  return new health(`${host}:${port}`, grpc.credentials.createInsecure()) as unknown as grpc.Client & {
+    Check(req: { service: string }, cb: (err: grpc.ServiceError | null, res?: { status: string }) => void): void;
+    Watch(req: { service: string }): grpc.ClientReadableStream<{ status: string }>;
+  };
+}
+
+export function checkHealth(c: ReturnType<typeof healthClient>, service: string): Promise<string> {
+  return new Promise((resolve, reject) => c.Check({ service }, (err, res) => (err ? reject(err) : resolve(res!.status))));
+}
+
+const enc = new TextEncoder();
+
+export function headers(path = "/v1/completions", endOfStream = false, extra: Partial<ProcessingRequest> = {}): ProcessingRequest {
+  return {
+    request_headers: {
+      headers: {
+        headers: [
+          { key: ":method", raw_value: enc.encode("POST") },
+          { key: ":path", raw_value: enc.encode(path) },
+          { key: "content-type", raw_value: enc.encode("application/json") },
+        ],
+      },
+      end_of_stream: endOfStream,
+    },
+    ...extra,
+  };
+}
+
+export function body(json: unknown, endOfStream = true): ProcessingRequest {
+  return { request_body: { body: typeof json === "string" ? enc.encode(json) : enc.encode(JSON.stringify(json)), end_of_stream: endOfStream } };
+}
+
+export function setHeader(r: Common | undefined, key: string): string | undefined {
+  const h = r?.header_mutation?.set_headers?.find((s) => s.header?.key === key);
+  return h?.header?.raw_value ? Buffer.from(h.header.raw_value).toString() : undefined;
+}
+
+export function lbMetadata(r: Resp): string | undefined {
+  return r.dynamic_metadata?.fields?.["envoy.lb"]?.structValue?.fields?.["x-gateway-destination-endpoint"]?.stringValue;
+}
+
+export function tokens(n: number, seed: number): number[] {
+  return Array.from({ length: n }, (_, i) => (seed * 7919 + i * 31) % 50000);
+}
+
+/** A stand-in for a worker's KV event endpoint: publishes BlockStored batches like vLLM. */
+export class FakeWorkerEvents {
+  #parent: bigint | null = null;
+  #next = 1n;
+  private constructor(readonly pub: KvEventPublisher) {}
+
+  static async start(host = HOST): Promise<FakeWorkerEvents> {
+    return new FakeWorkerEvents(await KvEventPublisher.bind({ endpoint: `tcp://${host}:0` }));
+  }
+
+  get endpoint(): string {
+    return this.pub.endpoint;
+  }
+
+  /** Stores a whole prompt's full blocks as one chain (fresh external hashes). */
+  storePrompt(ids: number[], blockSize = BLOCK): void {
+    const n = Math.floor(ids.length / blockSize);
+    const hashes = Array.from({ length: n }, () => this.#next++ + 1000n * BigInt(this.pub.endpoint.length));
+    this.pub.publish({
+      ts: Date.now() / 1000,
+      dataParallelRank: 0,
+      events: [
+        {
+          type: "BlockStored",
+          blockHashes: hashes,
+          parentBlockHash: null,
+          tokenIds: ids.slice(0, n * blockSize),
+          blockSize,
+          loraId: null,
+          medium: "GPU",
+        },
+      ],
+    });
+    this.#parent = hashes.at(-1) ?? this.#parent;
+  }
+
+  close(): Promise<void> {
+    return this.pub.close();
+  }
+}
+
+export function localHashes(ids: number[], blockSize = BLOCK): BigUint64Array {
+  return computeBlockHashes(Uint32Array.from(ids), blockSize);
+}
+
+export type TestWorker = { id: string; address: string; kvEvents: string; replay?: string; dpSize?: number };
+
+export function writeStaticConfig(workers: TestWorker[], peers: string[] = [], extra: Record<string, unknown> = {}): string {
+  const dir = mkdtempSync(join(tmpdir(), "epp-test-"));
+  const path = join(dir, "epp.yaml");
+  writeFileSync(path, stringify({ model: MODEL, blockSize: BLOCK, workers, peers, ...extra }));
+  return path;
+}
+
+export const quietLog = pino({ level: process.env.EPP_TEST_LOG ?? "silent" });
+
+/** An in-process EPP on HOST with ephemeral ports. */
+export async function startTestEpp(
+  workers: TestWorker[],
+  o: { peers?: string[]; flags?: string[]; host?: string; waitReady?: boolean } = {},
+): Promise<EppHandle> {
+  const host = o.host ?? HOST;
+  const cfg = parseConfig(
+    [
+      "--config", writeStaticConfig(workers, o.peers),
+      "--listen", host,
+      "--grpc-port", "0", "--grpc-health-port", "0", "--metrics-port", "0", "--selection-port", "0",
+      "--scrape-interval-ms", "0",
+      "--recovery-timeout-ms", "3000",
+      ...(o.flags ?? []),
+    ],
+    {},
+  );
+  const epp = await startEpp(cfg, { log: quietLog });
+  if (o.waitReady !== false) await epp.ready;
+  return epp;
+}
+
+export async function postJson(url: string, json: unknown): Promise<{ status: number; body: any }> {
+  const res = await fetch(url, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(json) });
+  return { status: res.status, body: await res.json() };
+}
