@@ -68,6 +68,8 @@ export function endpointSliceDiscovery(opts: EndpointSliceDiscoveryOptions): Pee
   let retry: ReturnType<typeof setTimeout> | null = null;
 
   const recompute = () => {
+    // Events replayed by the initial list are not changes: the first eligible set is published by sync().
+    if (!synced) return;
     const next = peersFromSlices(informer.list(opts.namespace), opts.podIp, opts.portName);
     const changed = next.map((p) => p.id).join("\n") !== current.map((p) => p.id).join("\n");
     current = next;
@@ -103,8 +105,8 @@ export function endpointSliceDiscovery(opts: EndpointSliceDiscoveryOptions): Pee
       await informer.stop().catch(() => {});
       await new Promise((r) => setTimeout(r, retryMs));
     }
+    current = peersFromSlices(informer.list(opts.namespace), opts.podIp, opts.portName);
     synced = true;
-    recompute();
     log.info({ peers: current.map((p) => p.id) }, "peer EndpointSlices synced");
   };
 

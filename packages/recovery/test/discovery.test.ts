@@ -1,0 +1,171 @@
+import { afterEach, describe, expect, test } from "bun:test";
+import type { V1EndpointSlice } from "@kubernetes/client-node";
+import { type FakeKubeApi, startFakeKubeApi } from "@kv-epp/testkit";
+import { dumpHandler, endpointSliceDiscovery, peersFromSlices, type PeerDiscovery, runRecovery, staticPeerDiscovery } from "../src/index.ts";
+import { capturingLogger, MapIndex, quietLogger, sampleIndex, until } from "./helpers.ts";
+
+const NS = "llm";
+const SERVICE = "dynamo-epp-peer";
+
+type Ep = { ip: string; ready?: boolean; serving?: boolean; terminating?: boolean };
+function slice(name: string, eps: Ep[], port: number, opts: { service?: string; portName?: string } = {}): V1EndpointSlice {
+  return {
+    apiVersion: "discovery.k8s.io/v1",
+    kind: "EndpointSlice",
+    metadata: { name, namespace: NS, labels: { "kubernetes.io/service-name": opts.service ?? SERVICE } },
+    addressType: "IPv4",
+    ports: [
+      { name: "replica-agg", port: 9092, protocol: "TCP" },
+      { name: opts.portName ?? "selection-http", port, protocol: "TCP" },
+    ],
+    endpoints: eps.map((e) => ({ addresses: [e.ip], conditions: { ready: e.ready, serving: e.serving, terminating: e.terminating } })),
+  };
+}
+
+describe("peersFromSlices", () => {
+  test("eligible = ready && serving && !terminating, never this pod, selection-http port by name", () => {
+    const slices = [
+      slice("a", [
+        { ip: "10.0.0.1", ready: true, serving: true, terminating: false },
+        { ip: "10.0.0.2", ready: false, serving: false },
+        { ip: "10.0.0.3", ready: true, serving: true, terminating: true },
+        { ip: "10.0.0.4", ready: true }, // serving defaults to ready, terminating to false
+        { ip: "10.0.0.5" }, // unknown readiness: not a candidate
+        { ip: "10.0.0.9", ready: true, serving: true }, // this pod
+      ], 9093),
+      slice("b", [{ ip: "10.0.1.1", ready: true, serving: true }], 19093),
+      slice("c", [{ ip: "10.0.2.1", ready: true, serving: true }], 9093, { portName: "http" }), // no selection-http port
+    ];
+    expect(peersFromSlices(slices, "10.0.0.9").map((p) => p.url)).toEqual(["http://10.0.0.1:9093", "http://10.0.0.4:9093", "http://10.0.1.1:19093"]);
+  });
+});
+
+let kube: FakeKubeApi | null = null;
+const stops: (() => unknown)[] = [];
+afterEach(async () => {
+  for (const s of stops.splice(0)) await s();
+  await kube?.close();
+  kube = null;
+});
+
+function discovery(podIp?: string): PeerDiscovery {
+  const d = endpointSliceDiscovery({ kubeConfig: kube!.kubeConfig, namespace: NS, service: SERVICE, podIp, logger: quietLogger(), retryMs: 50 });
+  stops.push(() => d.stop());
+  return d;
+}
+
+describe("EndpointSlice discovery against a fake API server", () => {
+  test("lists, then follows watch updates of the peer Service's slices only", async () => {
+    kube = await startFakeKubeApi();
+    kube.upsert(slice("peer-1", [{ ip: "127.0.3.10", ready: true, serving: true }, { ip: "127.0.3.11", ready: false }], 9093) as never);
+    kube.upsert(slice("other", [{ ip: "127.0.3.20", ready: true, serving: true }], 9093, { service: "dynamo-epp" }) as never);
+    const d = discovery("127.0.3.9");
+    let changes = 0;
+    d.onChange(() => changes++);
+    await d.start();
+    expect(d.peers().map((p) => p.id)).toEqual(["127.0.3.10:9093"]);
+
+    kube.upsert(slice("peer-1", [{ ip: "127.0.3.10", ready: true, serving: true }, { ip: "127.0.3.11", ready: true, serving: true }, { ip: "127.0.3.9", ready: true }], 9093) as never);
+    await until(() => d.peers().length === 2, "the second peer to become ready");
+    expect(d.peers().map((p) => p.id)).toEqual(["127.0.3.10:9093", "127.0.3.11:9093"]);
+
+    kube.remove("EndpointSlice", NS, "peer-1");
+    await until(() => d.peers().length === 0, "the slice deletion");
+    expect(changes).toBe(2);
+  });
+
+  test("keeps following after the watch is dropped and history compacted (410 Gone → relist)", async () => {
+    kube = await startFakeKubeApi();
+    kube.upsert(slice("peer-1", [{ ip: "127.0.3.10", ready: true, serving: true }], 9093) as never);
+    const d = discovery();
+    await d.start();
+    kube.compact();
+    kube.dropWatches();
+    kube.upsert(slice("peer-2", [{ ip: "127.0.3.12", ready: true, serving: true }], 9093) as never);
+    await until(() => d.peers().length === 2, "the slice created while the watch was down", 20_000);
+  });
+
+  test("the initial sync waits for the API instead of deciding on an unknown peer set", async () => {
+    kube = await startFakeKubeApi({ authorize: () => allowed });
+    let allowed = false;
+    kube.upsert(slice("peer-1", [{ ip: "127.0.3.10", ready: true, serving: true }], 9093) as never);
+    const d = discovery();
+    let synced = false;
+    const started = d.start().then(() => (synced = true));
+    await until(() => kube!.requests.length >= 2, "a couple of refused lists");
+    expect(synced).toBe(false);
+    allowed = true;
+    await started;
+    expect(d.peers().map((p) => p.id)).toEqual(["127.0.3.10:9093"]);
+  });
+
+  test("recovers from the serving peer of a slice; a not-ready peer is never a candidate", async () => {
+    kube = await startFakeKubeApi();
+    const hits = { ready: 0, notReady: 0 };
+    const serve = (host: string, key: keyof typeof hits) => {
+      const h = dumpHandler({ source: sampleIndex(), ready: () => true, logger: quietLogger() });
+      const s = Bun.serve({ hostname: host, port: 0, fetch: (r) => (hits[key]++, h(r)) });
+      stops.push(() => s.stop(true));
+      return s.port!;
+    };
+    const port = serve("127.0.3.2", "ready");
+    // The not-ready sibling would even serve a dump: it must still never be asked.
+    const port2 = serve("127.0.3.3", "notReady");
+    kube.upsert(slice("s1", [{ ip: "127.0.3.2", ready: true, serving: true }], port) as never);
+    kube.upsert(slice("s2", [{ ip: "127.0.3.3", ready: false, serving: false }], port2) as never);
+    const target = new MapIndex();
+    const out = await runRecovery({ discovery: discovery("127.0.3.1"), target, timeoutMs: 5000, logger: quietLogger() });
+    expect(out).toMatchObject({ kind: "recovered", peer: `127.0.3.2:${port}`, events: 6 });
+    expect(hits).toEqual({ ready: 1, notReady: 0 });
+    expect(target.snapshot()).toEqual(sampleIndex().snapshot());
+  });
+});
+
+describe("cold start with static peers (deadlock regression, rule 8)", () => {
+  async function coldStart(n: number) {
+    const replicas = Array.from({ length: n }, (_, i) => {
+      const state = { ready: false };
+      const index = new MapIndex();
+      const h = dumpHandler({ source: index, ready: () => state.ready, logger: quietLogger() });
+      const server = Bun.serve({ hostname: `127.0.3.${40 + i}`, port: 0, fetch: h });
+      stops.push(() => server.stop(true));
+      return { state, index, url: `http://127.0.3.${40 + i}:${server.port}` };
+    });
+    const runs = replicas.map((r) => {
+      const { logger, lines } = capturingLogger();
+      const d = staticPeerDiscovery({ peers: replicas.filter((o) => o !== r).map((o) => o.url), logger, probeTimeoutMs: 2000 });
+      stops.push(() => d.stop());
+      return { r, d, logger, lines };
+    });
+    // All replicas start together: every probe happens while every sibling is still cold (answers 503).
+    await Promise.all(runs.map((x) => x.d.start()));
+    const outcomes = await Promise.all(
+      runs.map(async (x) => {
+        const out = await runRecovery({ discovery: x.d, target: x.r.index, timeoutMs: 5000, logger: x.logger });
+        x.r.state.ready = true;
+        return out;
+      }),
+    );
+    return { outcomes, runs };
+  }
+
+  for (const n of [2, 3]) {
+    test(`${n} replicas listing each other all become ready with empty_bootstrap`, async () => {
+      const { outcomes, runs } = await coldStart(n);
+      expect(outcomes).toEqual(Array(n).fill({ kind: "empty_bootstrap" }));
+      for (const x of runs) expect(x.lines.some((l) => l.level === 40 && l.msg.includes("EMPTY KV index"))).toBe(true);
+    });
+  }
+
+  test("a not-ready (503) static peer is never a candidate; a serving one is", async () => {
+    const cold = Bun.serve({ hostname: "127.0.3.50", port: 0, fetch: dumpHandler({ source: sampleIndex(), ready: () => false, logger: quietLogger() }) });
+    const warm = Bun.serve({ hostname: "127.0.3.51", port: 0, fetch: dumpHandler({ source: sampleIndex(), ready: () => true, logger: quietLogger() }) });
+    stops.push(() => cold.stop(true), () => warm.stop(true));
+    const d = staticPeerDiscovery({ peers: [`http://127.0.3.50:${cold.port}`, `http://127.0.3.51:${warm.port}/`, "http://127.0.3.52:1"], logger: quietLogger() });
+    stops.push(() => d.stop());
+    await d.start();
+    expect(d.peers().map((p) => p.url)).toEqual([`http://127.0.3.51:${warm.port}`]);
+    const out = await runRecovery({ discovery: d, target: new MapIndex(), timeoutMs: 5000, logger: quietLogger() });
+    expect(out).toMatchObject({ kind: "recovered", peer: `http://127.0.3.51:${warm.port}` });
+  });
+});
