@@ -26,5 +26,5 @@ export function byteFallbackRenderChat(messages: readonly ChatMessage[], opts: C
   let out = "";
   if (opts.tools !== undefined && opts.tools.length > 0) out += `<|im_start|>tools\n${JSON.stringify(opts.tools)}<|im_end|>\n`;
   for (const m of messages) out += `<|im_start|>${m.role}\n${messageText(m)}<|im_end|>\n`;
-  return out + "<|im_start|>assistant\n";
+  return opts.addGenerationPrompt === false ? out : out + "<|im_start|>assistant\n";
 }

@@ -55,7 +55,7 @@ export class HfPreprocessor implements Preprocessor {
       ...this.templateTokens,
       ...opts.templateKwargs,
       messages: templateMessages(messages),
-      add_generation_prompt: true,
+      add_generation_prompt: opts.addGenerationPrompt ?? true,
     };
     if (opts.tools !== undefined) vars.tools = opts.tools;
     return this.template.render(vars);

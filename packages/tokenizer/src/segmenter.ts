@@ -64,7 +64,9 @@ export class Segmenter {
   }
 
   private section(text: string, first: boolean, cache: SegmentCache): Uint32Array {
-    const key = (first ? "F" : "N") + text;
+    // A section never contains a split-on token, so prefixing the rare first section with one keeps the two
+    // kinds of key apart without copying the common (later) sections into new key strings.
+    const key = first && this.anchor !== null ? this.anchor + text : text;
     const hit = cache.get(key);
     if (hit !== undefined) return hit;
     const ids = first || this.anchor === null

@@ -13,6 +13,8 @@ export type ChatOptions = {
   tools?: unknown[];
   /** Extra template variables, as vLLM's `chat_template_kwargs` (e.g. `{ enable_thinking: false }`). */
   templateKwargs?: Record<string, unknown>;
+  /** The request's `add_generation_prompt` (vLLM's default, and ours, is true). */
+  addGenerationPrompt?: boolean;
 };
 
 export type CacheOptions = { maxEntries?: number; maxBytes?: number };

@@ -3,6 +3,7 @@ import fc from "fast-check";
 import { mkdtempSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { heapStats } from "bun:jsc";
 import { createPreprocessor, SegmentCache } from "../src/index";
 
 describe("SegmentCache", () => {
@@ -15,6 +16,19 @@ describe("SegmentCache", () => {
     expect(cache.get("b")).toBeUndefined();
     expect(cache.get("a")).toEqual(Uint32Array.of(1));
     expect(cache.stats()).toMatchObject({ entries: 2, evictions: 1, hits: 2, misses: 1 });
+  });
+
+  test("cached keys do not keep the (much larger) texts they were sliced from alive", () => {
+    const cache = new SegmentCache();
+    const before = heapStats().extraMemorySize;
+    for (let i = 0; i < 200; i++) {
+      const conversation = `turn ${i} `.repeat(20_000) + "日"; // ~400 KB as UTF-16
+      cache.set(conversation.slice(100, 400), Uint32Array.of(i));
+    }
+    Bun.gc(true);
+    // Pinned, the 200 conversations would hold ~80 MB; the keys themselves are 120 KB.
+    expect(heapStats().extraMemorySize - before).toBeLessThan(20 * 1024 * 1024);
+    expect(cache.stats().entries).toBe(200);
   });
 
   test("an entry larger than maxBytes is not kept and does not flush the others", () => {
