@@ -61,6 +61,7 @@ export class KvIndex {
 
   /** Encodes one event at `at` in `buf`; returns the next free word. */
   private encode(buf: BigUint64Array, at: number, e: IndexEvent): number {
+    if (e.kind === "cleared" && !this.slots.has(workerKey(e.worker))) return at; // nothing to clear
     const slot = this.slotOf(e.worker);
     if (e.kind === "stored") {
       const hasParent = e.parentHash !== null;

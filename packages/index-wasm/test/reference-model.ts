@@ -102,12 +102,18 @@ export class ReferenceIndex {
   }
 
   clearWorker(w: WorkerRef): void {
+    this.clear(w);
+  }
+
+  private clear(w: WorkerRef): number {
     const key = workerKey(w);
     const s = this.workerStates.get(key);
-    if (!s) return;
+    if (!s) return 0;
+    let dropped = 0;
     for (const child of [...this.root.children.values()]) {
-      if (child.holders.has(key)) this.drop(s, key, child);
+      if (child.holders.has(key)) dropped += this.drop(s, key, child);
     }
+    return dropped;
   }
 
   removeWorker(w: WorkerRef): void {
@@ -118,7 +124,7 @@ export class ReferenceIndex {
   applyBatch(events: IndexEvent[]): BatchOutcome {
     const out: BatchOutcome = { events: events.length, blocks: 0, unknown: 0, rejected: 0 };
     for (const e of events) {
-      if (e.kind === "cleared") { this.clearWorker(e.worker); continue; }
+      if (e.kind === "cleared") { out.blocks += this.clear(e.worker); continue; }
       const r = e.kind === "stored"
         ? this.applyStored(e.worker, e.parentHash, e.blocks)
         : this.applyRemoved(e.worker, e.hashes);

@@ -1,0 +1,136 @@
+import { describe, expect, test } from "bun:test";
+import { KvIndex, parseWorkerKey, workerKey, type StoredBlock, type WorkerRef } from "../src/index.ts";
+
+const a: WorkerRef = { workerId: "vllm-0", dpRank: 0 };
+const b: WorkerRef = { workerId: "vllm-1", dpRank: 0 };
+const HIGH = 2n ** 63n;
+
+/** A chain of blocks whose external hashes are >= 2^63, tokens hashes t0..tn-1. */
+function chain(worker: number, tokens: bigint[]): StoredBlock[] {
+  return tokens.map((t, i) => ({ externalHash: HIGH + BigInt(worker) * 1_000_000n + BigInt(i) * 1000n + t, tokensHash: t }));
+}
+const q = (...t: bigint[]) => BigUint64Array.from(t);
+
+describe("KvIndex semantics", () => {
+  test("applying the same stored event twice changes nothing", () => {
+    const index = KvIndex.create({ blockSize: 16 });
+    const blocks = chain(0, [10n, 11n, 12n]);
+    expect(index.applyStored(a, null, blocks)).toEqual({ kind: "applied", blocks: 3, unknown: 0 });
+    expect(index.applyStored(a, null, blocks)).toEqual({ kind: "applied", blocks: 0, unknown: 0 });
+    expect(index.stats()).toMatchObject({ blocks: 3, residencies: 3, workers: 1, rejected: 0 });
+    expect(index.findMatches(q(10n, 11n, 12n, 13n)).scores).toEqual(new Map([[workerKey(a), 3]]));
+  });
+
+  test("removing a block the worker does not hold is a counted no-op", () => {
+    const index = KvIndex.create({ blockSize: 16 });
+    index.applyStored(a, null, chain(0, [1n, 2n]));
+    expect(index.applyRemoved(a, [2n ** 64n - 1n])).toEqual({ kind: "applied", blocks: 0, unknown: 1 });
+    expect(index.applyRemoved(b, chain(0, [1n]).map((x) => x.externalHash))).toEqual({ kind: "applied", blocks: 0, unknown: 1 });
+    expect(index.stats()).toMatchObject({ residencies: 2, unknownRemovals: 2 });
+  });
+
+  test("a stored event whose parent the worker does not hold is rejected, counted and changes nothing", () => {
+    const index = KvIndex.create({ blockSize: 16 });
+    const held = chain(0, [1n, 2n]);
+    index.applyStored(a, null, held);
+    // b never stored the parent, even though a holds it
+    expect(index.applyStored(b, held[1]!.externalHash, chain(1, [3n]))).toEqual({ kind: "rejected", reason: "unknown-parent", blocks: 0 });
+    expect(index.stats()).toMatchObject({ blocks: 2, residencies: 2, rejected: 1 });
+    expect(index.findMatches(q(1n, 2n, 3n)).scores).toEqual(new Map([[workerKey(a), 2]]));
+  });
+
+  test("a block is identified by its whole prefix: the same tokens under another parent is another block", () => {
+    const index = KvIndex.create({ blockSize: 16 });
+    index.applyStored(a, null, chain(0, [1n, 2n, 3n]));
+    index.applyStored(b, null, chain(1, [9n, 2n, 3n]));
+    expect(index.findMatches(q(1n, 2n, 3n)).scores).toEqual(new Map([[workerKey(a), 3]]));
+    expect(index.findMatches(q(9n, 2n)).scores).toEqual(new Map([[workerKey(b), 2]]));
+    expect(index.findMatches(q(2n, 3n)).scores.size).toBe(0);
+    expect(index.stats().blocks).toBe(6);
+  });
+
+  test("a worker that lost a block in the middle of a prefix matches only up to it", () => {
+    const index = KvIndex.create({ blockSize: 16 });
+    const blocks = chain(0, [1n, 2n, 3n, 4n, 5n]);
+    index.applyStored(a, null, blocks);
+    index.applyStored(b, null, chain(1, [1n, 2n, 3n, 4n, 5n]));
+    expect(index.applyRemoved(a, [blocks[2]!.externalHash])).toMatchObject({ kind: "applied" });
+    const m = index.findMatches(q(1n, 2n, 3n, 4n, 5n));
+    expect(m.scores).toEqual(new Map([[workerKey(a), 2], [workerKey(b), 5]]));
+    expect(m.treeSizes.get(workerKey(a))).toBe(2);
+    // the engine recomputes the evicted part and stores it again: the full overlap comes back
+    index.applyStored(a, blocks[1]!.externalHash, blocks.slice(2));
+    expect(index.findMatches(q(1n, 2n, 3n, 4n, 5n)).scores.get(workerKey(a))).toBe(5);
+  });
+
+  test("clearWorker drops every block of that worker only; removeWorker also forgets it", () => {
+    const index = KvIndex.create({ blockSize: 16 });
+    index.applyStored(a, null, chain(0, [1n, 2n]));
+    index.applyStored(b, null, chain(1, [1n, 7n]));
+    index.clearWorker(a);
+    expect(index.findMatches(q(1n, 2n)).scores).toEqual(new Map([[workerKey(b), 1]]));
+    expect(index.workers()).toEqual([a, b]);
+    index.removeWorker(a);
+    expect(index.workers()).toEqual([b]);
+    expect(index.stats()).toMatchObject({ blocks: 2, residencies: 2, workers: 1 });
+  });
+
+  test("more than 64 workers share a prefix (worker bitsets widen)", () => {
+    const index = KvIndex.create({ blockSize: 16 });
+    const workers = Array.from({ length: 200 }, (_, i) => ({ workerId: `pod-${i}`, dpRank: i % 4 }));
+    index.applyBatch(workers.map((w, i) => ({ kind: "stored" as const, worker: w, parentHash: null, blocks: chain(i, [1n, 2n, BigInt(3 + (i % 3))]) })));
+    const m = index.findMatches(q(1n, 2n, 4n));
+    expect(m.scores.size).toBe(200);
+    for (const [key, score] of m.scores) {
+      const i = Number(parseWorkerKey(key).workerId.slice(4));
+      expect(score).toBe(i % 3 === 1 ? 3 : 2);
+      expect(m.treeSizes.get(key)).toBe(3);
+    }
+  });
+
+  test("workerKey and parseWorkerKey round-trip ids that contain separators", () => {
+    const w = { workerId: "ns/pod:0\u0000x", dpRank: 7 };
+    expect(parseWorkerKey(workerKey(w))).toEqual(w);
+  });
+
+  test("a dump in progress survives changes to the index between workers", () => {
+    const index = KvIndex.create({ blockSize: 16 });
+    index.applyStored(a, null, chain(0, [1n, 2n]));
+    index.applyStored(b, null, chain(1, [1n, 3n]));
+    const it = index.dump()[Symbol.iterator]();
+    const first = it.next();
+    expect(first.done).toBe(false);
+    index.removeWorker(b);
+    index.applyStored(a, null, chain(0, [5n]));
+    const rest = [];
+    for (let r = it.next(); !r.done; r = it.next()) rest.push(r.value);
+    expect(rest.every((e) => workerKey(e.worker) !== workerKey(b))).toBe(true);
+  });
+});
+
+describe("KvIndex memory", () => {
+  test("a long stored/removed churn reuses space: linear memory stops growing", () => {
+    const index = KvIndex.create({ blockSize: 16 });
+    const workers = Array.from({ length: 16 }, (_, i) => ({ workerId: `pod-${i}`, dpRank: 0 }));
+    const live: { w: WorkerRef; head: bigint }[] = [];
+    let next = 1n;
+    const storeOne = (round: number) => {
+      const w = workers[round % workers.length]!;
+      const head = HIGH + next;
+      const blocks = Array.from({ length: 8 }, (_, i) => ({ externalHash: head + BigInt(i), tokensHash: next * 16n + BigInt(i) }));
+      next += 16n;
+      index.applyStored(w, null, blocks);
+      live.push({ w, head });
+    };
+    for (let r = 0; r < 4000; r++) storeOne(r);
+    const warm = () => { for (let r = 0; r < 20_000; r++) { storeOne(r); const old = live.shift()!; index.applyRemoved(old.w, [old.head]); } };
+    warm();
+    const after = index.stats();
+    warm(); warm(); warm();
+    const end = index.stats();
+    expect(end.residencies).toBe(after.residencies);
+    expect(end.bytes).toBe(after.bytes);
+    expect(end.bytesInUse).toBe(after.bytesInUse);
+    expect(end.residencies).toBe(4000 * 8);
+  });
+});
