@@ -1,0 +1,56 @@
+import { describe, expect, test } from "bun:test";
+import { writeStaticConfig } from "../test/helpers.ts";
+import { ConfigError, parseConfig } from "./config.ts";
+
+const file = writeStaticConfig([{ id: "a", address: "127.0.4.1:8000", kvEvents: "tcp://127.0.4.1:5557" }], ["http://127.0.4.2:9093"]);
+
+describe("config", () => {
+  test("defaults follow DESIGN.md 10; static peers enable static recovery", () => {
+    const c = parseConfig(["--config", file], {});
+    expect(c.ports).toEqual({ grpc: 9002, grpcHealth: 9003, metrics: 9090, replicaAgg: 9092, selection: 9093 });
+    expect(c.listen).toBe("0.0.0.0");
+    expect(c.recoveryTimeoutMs).toBe(30000);
+    expect(c.workers).toEqual({ mode: "static", list: [{ id: "a", address: "127.0.4.1:8000", kvEvents: "tcp://127.0.4.1:5557", dpSize: 1 }] });
+    expect(c.recovery).toEqual({ mode: "static", peers: ["http://127.0.4.2:9093"] });
+    expect(c.model).toEqual({ name: "test-model", tenant: "default", blockSize: 16 });
+  });
+
+  test("environment variables apply and flags win over them", () => {
+    const env = { DYN_EPP_CONFIG: file, DYN_EPP_GRPC_PORT: "7000", DYN_EPP_METRICS_PORT: "7001", DYN_EPP_PEER_SERVICE: "dynamo-epp-peer", POD_NAMESPACE: "ns1" };
+    const c = parseConfig(["--grpc-port", "7100"], env);
+    expect(c.ports.grpc).toBe(7100);
+    expect(c.ports.metrics).toBe(7001);
+    expect(c.recovery).toEqual({ mode: "kubernetes", peerService: "dynamo-epp-peer", namespace: "ns1" });
+  });
+
+  test("Kubernetes mode from --pool-name", () => {
+    const c = parseConfig(["--pool-name", "pool", "--model", "m", "--block-size", "32", "--dp-size", "2"], { POD_NAMESPACE: "ns" });
+    expect(c.workers).toEqual({ mode: "kubernetes", poolName: "pool", namespace: "ns", kvEventsPort: 5557, kvReplayPort: undefined, dpSize: 2 });
+    expect(c.model.blockSize).toBe(32);
+    expect(c.recovery).toEqual({ mode: "disabled" });
+  });
+
+  test.each([
+    [["--config", file, "--grpc-port", "70000"], /--grpc-port: "70000"/],
+    [["--config", file, "--grpc-port", "abc"], /--grpc-port: "abc"/],
+    [["--config", file, "--body-mode", "sideways"], /--body-mode: "sideways"/],
+    [["--config", file, "--secure-serving"], /--tls-cert-file/],
+    [["--config", file, "--frobnicate", "1"], /frobnicate/],
+    [["--config", "/nonexistent/epp.yaml"], /\/nonexistent\/epp.yaml/],
+    [[], /--config FILE.*--pool-name/],
+  ])("%p is rejected with a message naming the flag and value", (argv, message) => {
+    expect(() => parseConfig(argv as string[], {})).toThrow(ConfigError);
+    expect(() => parseConfig(argv as string[], {})).toThrow(message);
+  });
+
+  test("a bad environment value names the variable and the flag", () => {
+    expect(() => parseConfig(["--config", file], { DYN_EPP_RECOVERY_HTTP_TIMEOUT_MS: "-5" })).toThrow(
+      /DYN_EPP_RECOVERY_HTTP_TIMEOUT_MS \(--recovery-timeout-ms\): "-5"/,
+    );
+  });
+
+  test("a bad static file names the field and value", () => {
+    const bad = writeStaticConfig([{ id: "a", address: "nope", kvEvents: "tcp://127.0.4.1:5557" }]);
+    expect(() => parseConfig(["--config", bad], {})).toThrow(/workers\.0\.address = "nope"/);
+  });
+});

@@ -1,0 +1,7 @@
+// @kv-epp/epp: the endpoint picker server. `bun run epp` runs src/main.ts; tests, the demo and the
+// benches start it in-process through startEpp.
+export { startEpp, type EppHandle } from "./main.ts";
+export { parseConfig, usage, ConfigError, type EppConfig } from "./config.ts";
+export { loadProtos, PROTO_DIR, EXT_PROC_SERVICE } from "./extproc/protos.ts";
+export type { ProcessingRequest, ProcessingResponse } from "./extproc/messages.ts";
+export { DESTINATION_HEADER, METADATA_NAMESPACE, SUBSET_NAMESPACE, SUBSET_KEY } from "./extproc/messages.ts";

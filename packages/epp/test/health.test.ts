@@ -1,0 +1,67 @@
+// grpc.health.v1 states, gated on recovery: NOT_SERVING (and /dump 503) while a dump is in flight.
+import { afterAll, expect, test } from "bun:test";
+import { waitFor } from "@kv-epp/testkit";
+import { EXT_PROC_SERVICE } from "../src/extproc/protos.ts";
+import { HOST, checkHealth, healthClient, startTestEpp } from "./helpers.ts";
+
+const cleanups: (() => unknown)[] = [];
+afterAll(async () => {
+  for (const c of cleanups.reverse()) await c();
+});
+
+test("readiness and ext_proc stay NOT_SERVING until recovery ends, liveness serves throughout", async () => {
+  // A serving peer whose dump stalls until released: recovery is held in its attempt.
+  let release!: () => void;
+  const released = new Promise<void>((r) => (release = r));
+  const peer = Bun.serve({
+    hostname: HOST,
+    port: 0,
+    fetch: async (req) => {
+      if (req.method === "HEAD") return new Response(null, { status: 200 });
+      await released;
+      return new Response("{}", { headers: { "content-type": "application/json" } });
+    },
+  });
+  cleanups.push(() => peer.stop(true));
+  const epp = await startTestEpp([], { peers: [`http://${HOST}:${peer.port}`], waitReady: false });
+  cleanups.push(() => epp.stop({ graceMs: 500 }));
+  const h = healthClient(epp.ports.grpcHealth);
+  cleanups.push(() => h.close());
+
+  const watch = h.Watch({ service: "readiness" });
+  const seen: string[] = [];
+  watch.on("data", (r) => seen.push(r.status));
+  watch.on("error", () => {});
+  cleanups.push(() => watch.cancel());
+
+  expect(await checkHealth(h, "liveness")).toBe("SERVING");
+  expect(await checkHealth(h, "")).toBe("SERVING");
+  expect(await checkHealth(h, "readiness")).toBe("NOT_SERVING");
+  expect(await checkHealth(h, EXT_PROC_SERVICE)).toBe("NOT_SERVING");
+  expect((await fetch(`http://${HOST}:${epp.ports.selection}/dump`)).status).toBe(503);
+
+  release();
+  expect((await epp.ready).kind).toBe("recovered");
+  expect(await checkHealth(h, "readiness")).toBe("SERVING");
+  expect(await checkHealth(h, EXT_PROC_SERVICE)).toBe("SERVING");
+  expect((await fetch(`http://${HOST}:${epp.ports.selection}/dump`)).status).toBe(200);
+  await waitFor(() => seen.length >= 2, { message: "watch saw the transition" });
+  expect(seen.slice(0, 2)).toEqual(["NOT_SERVING", "SERVING"]);
+
+  // Shutdown: NOT_SERVING first.
+  const stopping = epp.stop({ graceMs: 500 });
+  await waitFor(() => seen.at(-1) === "NOT_SERVING", { message: "watch saw the drain" });
+  await stopping;
+});
+
+test("an unknown service is NOT_FOUND; no peers configured means recovery_disabled and ready", async () => {
+  const epp = await startTestEpp([]);
+  cleanups.push(() => epp.stop({ graceMs: 500 }));
+  const h = healthClient(epp.ports.grpcHealth);
+  cleanups.push(() => h.close());
+  await expect(checkHealth(h, "nope")).rejects.toThrow(/NOT_FOUND|unknown service/);
+  expect(await checkHealth(h, "readiness")).toBe("SERVING");
+  const text = await (await fetch(`http://${HOST}:${epp.ports.metrics}/metrics`)).text();
+  expect(text).toContain('dynamo_epp_kv_recovery_state{state="recovery_disabled"} 1');
+  expect(text).toContain('dynamo_epp_kv_recovery_state{state="recovered"} 0');
+});

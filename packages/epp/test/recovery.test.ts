@@ -1,0 +1,73 @@
+// Recovery wired into the EPP: replica B recovers A's index from A's /dump before it is ready, and
+// live events published while B's dump is in flight are applied on top (subscribe first).
+import { afterAll, expect, test } from "bun:test";
+import { waitFor } from "@kv-epp/testkit";
+import { FakeWorkerEvents, HOST, postJson, startTestEpp, tokens } from "./helpers.ts";
+
+const cleanups: (() => unknown)[] = [];
+afterAll(async () => {
+  for (const c of cleanups.reverse()) await c();
+});
+
+/** The dump's events as a sorted list, u64 kept exact (as strings) and event ids ignored. */
+async function canonicalDump(selectionPort: number): Promise<string[]> {
+  const text = await (await fetch(`http://${HOST}:${selectionPort}/dump`)).text();
+  const safe = text.replace(/([:\[,]\s*)(\d{15,})/g, '$1"$2"');
+  const doc = JSON.parse(safe) as Record<string, { block_size: number; events: { event: { event_id: unknown } }[] }>;
+  const out: string[] = [];
+  for (const [key, m] of Object.entries(doc))
+    for (const e of m.events) out.push(JSON.stringify([key, m.block_size, { ...e, event: { ...e.event, event_id: 0 } }]));
+  return out.sort();
+}
+
+test("B recovers A's index, and events published during B's recovery are present afterwards", async () => {
+  const ev = [await FakeWorkerEvents.start(), await FakeWorkerEvents.start()];
+  cleanups.push(() => Promise.all(ev.map((e) => e.close())));
+  const workers = [
+    { id: "worker-a", address: "127.0.4.21:8000", kvEvents: ev[0]!.endpoint },
+    { id: "worker-b", address: "127.0.4.22:8000", kvEvents: ev[1]!.endpoint },
+  ];
+  const a = await startTestEpp(workers);
+  cleanups.push(() => a.stop({ graceMs: 500 }));
+  await waitFor(() => ev.every((e) => e.pub.subscriberCount === 1), { message: "A subscribed" });
+  const p1 = tokens(128, 1);
+  const p2 = tokens(64, 2);
+  ev[0]!.storePrompt(p1);
+  ev[1]!.storePrompt(p2);
+  const scoreOf = async (port: number, ids: number[]) => (await postJson(`http://${HOST}:${port}/score`, { token_ids: ids })).body.scores;
+  await waitFor(async () => (await scoreOf(a.ports.selection, p2))["worker-b"]?.["0"] === 4, { message: "A indexed" });
+
+  // A peer in front of A that fetches A's dump at once but holds the body until released, so the
+  // snapshot predates the live event published meanwhile.
+  let release!: () => void;
+  const released = new Promise<void>((r) => (release = r));
+  let fetched = false;
+  const proxy = Bun.serve({
+    hostname: HOST,
+    port: 0,
+    fetch: async (req) => {
+      const upstream = `http://${HOST}:${a.ports.selection}/dump`;
+      if (req.method === "HEAD") return fetch(upstream, { method: "HEAD" });
+      const body = await (await fetch(upstream)).text();
+      fetched = true;
+      await released;
+      return new Response(body, { headers: { "content-type": "application/json" } });
+    },
+  });
+  cleanups.push(() => proxy.stop(true));
+
+  const b = await startTestEpp(workers, { peers: [`http://${HOST}:${proxy.port}`], waitReady: false });
+  cleanups.push(() => b.stop({ graceMs: 500 }));
+  await waitFor(() => fetched && ev.every((e) => e.pub.subscriberCount === 2), { message: "B subscribed, dump snapshotted" });
+  const p3 = tokens(80, 3);
+  ev[0]!.storePrompt(p3); // live only: not in the held snapshot
+  await waitFor(async () => (await scoreOf(a.ports.selection, p3))["worker-a"]?.["0"] === 5, { message: "A has p3" });
+  expect((await fetch(`http://${HOST}:${b.ports.selection}/dump`)).status).toBe(503);
+  release();
+
+  const outcome = await b.ready;
+  expect(outcome.kind).toBe("recovered");
+  await waitFor(async () => (await scoreOf(b.ports.selection, p3))["worker-a"]?.["0"] === 5, { message: "B has p3" });
+  expect((await scoreOf(b.ports.selection, p1))["worker-a"]?.["0"]).toBe(8);
+  expect(await canonicalDump(b.ports.selection)).toEqual(await canonicalDump(a.ports.selection));
+});

@@ -1,0 +1,68 @@
+// selection-http shapes (DESIGN.md 10): /score, /select (dry run), /workers, errors.
+import { afterAll, beforeAll, expect, test } from "bun:test";
+import { waitFor } from "@kv-epp/testkit";
+import type { EppHandle } from "../src/main.ts";
+import { FakeWorkerEvents, HOST, MODEL, postJson, startTestEpp, tokens } from "./helpers.ts";
+
+let ev: FakeWorkerEvents;
+let epp: EppHandle;
+const prompt = tokens(64, 7);
+const url = (p: string) => `http://${HOST}:${epp.ports.selection}${p}`;
+
+beforeAll(async () => {
+  ev = await FakeWorkerEvents.start();
+  epp = await startTestEpp([
+    { id: "worker-a", address: "127.0.4.31:8000", kvEvents: ev.endpoint },
+    { id: "worker-b", address: "127.0.4.32:8000", kvEvents: "tcp://127.0.4.32:1", dpSize: 2 },
+  ]);
+  await waitFor(() => ev.pub.subscriberCount > 0);
+  ev.storePrompt(prompt);
+  await waitFor(async () => (await postJson(url("/score"), { token_ids: prompt })).body.scores["worker-a"]?.["0"] === 4);
+});
+afterAll(async () => {
+  await epp?.stop({ graceMs: 500 });
+  await ev?.close();
+});
+
+test("POST /score reports overlap and tree sizes per worker and rank", async () => {
+  const r = await postJson(url("/score"), { model: MODEL, token_ids: [...prompt, ...tokens(20, 8)] });
+  expect(r.status).toBe(200);
+  expect(r.body).toEqual({ block_size: 16, request_blocks: 5, scores: { "worker-a": { "0": 4 } }, tree_sizes: { "worker-a": { "0": 4 } } });
+});
+
+test("POST /select picks the overlapping worker and records no load", async () => {
+  for (let i = 0; i < 3; i++) {
+    const r = await postJson(url("/select"), { model: MODEL, token_ids: prompt });
+    expect(r.status).toBe(200);
+    expect(r.body).toEqual({
+      endpoint: "127.0.4.31:8000",
+      worker_id: "worker-a",
+      dp_rank: 0,
+      overlap_blocks: 4,
+      request_blocks: 4,
+      scores: { "worker-a": { "0": 4 } },
+    });
+  }
+  const text = await postJson(url("/select"), { prompt: "hello there" });
+  expect(text.status).toBe(200);
+  expect(["worker-a", "worker-b"]).toContain(text.body.worker_id);
+});
+
+test("GET /workers lists every rank with its connection state and blocks", async () => {
+  const res = await fetch(url("/workers"));
+  const list = (await res.json()) as { worker_id: string; dp_rank: number }[];
+  expect(list).toEqual([
+    { worker_id: "worker-a", dp_rank: 0, address: "127.0.4.31:8000", kv_events: ev.endpoint, connected: true, blocks: 4 },
+    { worker_id: "worker-b", dp_rank: 0, address: "127.0.4.32:8000", kv_events: "tcp://127.0.4.32:1", connected: false, blocks: 0 },
+    { worker_id: "worker-b", dp_rank: 1, address: "127.0.4.32:8000", kv_events: "tcp://127.0.4.32:1", connected: false, blocks: 0 },
+  ]);
+});
+
+test("malformed bodies get 400 with a JSON error", async () => {
+  const bad = await fetch(url("/score"), { method: "POST", body: "{nope" });
+  expect(bad.status).toBe(400);
+  expect(((await bad.json()) as { error: string }).error).toContain("not JSON");
+  const wrong = await postJson(url("/score"), { token_ids: [1, -2] });
+  expect(wrong.status).toBe(400);
+  expect((await postJson(url("/score"), { prompt: "text" })).status).toBe(400);
+});
