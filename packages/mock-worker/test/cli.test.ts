@@ -1,0 +1,68 @@
+import { afterEach, describe, expect, test } from "bun:test";
+import { ConfigError, parseConfig } from "../src/index.ts";
+import { post, subscribe, syncSubscribers, waitFor } from "./support.ts";
+
+const ROOT = `${import.meta.dir}/../../..`;
+const children: Bun.Subprocess[] = [];
+afterEach(async () => {
+  for (const c of children.splice(0)) {
+    c.kill();
+    await c.exited;
+  }
+});
+
+function spawnCli(args: string[], env: Record<string, string> = {}) {
+  const child = Bun.spawn(["bun", "run", "mock-worker", ...args], {
+    cwd: ROOT, env: { ...process.env, ...env }, stdout: "pipe", stderr: "pipe",
+  });
+  children.push(child);
+  return child;
+}
+
+describe("configuration", () => {
+  test("flags win over MOCK_WORKER_* variables, defaults fill the rest", () => {
+    const c = parseConfig(["--port", "9000", "--dp-size=2", "--topic", ""], { MOCK_WORKER_PORT: "1", MOCK_WORKER_BLOCK_SIZE: "32", MOCK_WORKER_SPEED: "0" });
+    expect(c).toMatchObject({ port: 9000, dpSize: 2, topic: "", blockSize: 32, speed: 0, kvEvents: "tcp://*:5557", capacityBlocks: 8192, eventEncoding: "array", hashMode: "int" });
+    expect(c.replay).toBeUndefined();
+  });
+
+  test("a bad value names its flag or variable and the value", () => {
+    const bad: [string[], Record<string, string>, RegExp][] = [
+      [["--port", "http"], {}, /--port "http"/],
+      [["--event-encoding", "json"], {}, /--event-encoding "json"/],
+      [["--kv-events", "udp://x:1"], {}, /--kv-events "udp:\/\/x:1"/],
+      [[], { MOCK_WORKER_CAPACITY_BLOCKS: "0" }, /MOCK_WORKER_CAPACITY_BLOCKS "0"/],
+      [["--bogus", "1"], {}, /unknown argument "--bogus"/],
+      [["--model"], {}, /--model needs a value/],
+    ];
+    for (const [argv, env, message] of bad) expect(() => parseConfig(argv, env)).toThrow(message);
+    expect(() => parseConfig(["--port", "-1"])).toThrow(ConfigError);
+  });
+});
+
+describe("bun run mock-worker", () => {
+  test("serves /health on its listen address and publishes KV events", async () => {
+    const child = spawnCli(
+      ["--listen", "127.0.2.6", "--port", "18000", "--kv-events", "tcp://127.0.2.6:15557", "--block-size", "4", "--capacity-blocks", "64"],
+      { MOCK_WORKER_SPEED: "0", MOCK_WORKER_LOG_LEVEL: "warn" },
+    );
+    const url = "http://127.0.2.6:18000";
+    await waitFor(async () => child.exitCode === null && (await fetch(`${url}/health`).then((r) => r.ok, () => false)), "the worker's /health");
+    const sub = subscribe("tcp://127.0.2.6:15557");
+    try {
+      await syncSubscribers(url, [sub]);
+      const res = await post(`${url}/v1/completions`, { prompt: [1, 2, 3, 4, 5, 6, 7, 8], max_tokens: 1 });
+      expect(res.status).toBe(200);
+      await waitFor(() => sub.messages.length === 1, "a BlockStored from the process");
+      expect(sub.messages[0]!.batch.events[0]).toMatchObject({ type: "BlockStored", tokenIds: [1, 2, 3, 4, 5, 6, 7, 8], blockSize: 4 });
+    } finally {
+      await sub.close();
+    }
+  });
+
+  test("a bad flag stops the start with a message naming it", async () => {
+    const child = spawnCli(["--listen", "127.0.2.6", "--block-size", "zero"]);
+    expect(await child.exited).toBe(2);
+    expect(await new Response(child.stderr).text()).toContain('--block-size "zero"');
+  });
+});
