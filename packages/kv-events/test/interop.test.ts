@@ -5,7 +5,7 @@ import { killAllPeers, waitUntil, ZmqPeer } from "./zmq-peer.ts";
 
 const cleanups: (() => Promise<void> | void)[] = [];
 afterEach(async () => {
-  for (const c of cleanups.splice(0)) await c();
+  for (const c of cleanups.splice(0).reverse()) await c();
   await killAllPeers();
 });
 afterAll(killAllPeers);

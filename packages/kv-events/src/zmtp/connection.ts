@@ -120,8 +120,11 @@ export class Connection {
     this.closed = true;
     clearTimeout(this.handshakeTimer);
     if (reason.kind === "local") {
+      // Graceful end so queued messages go out, bounded so a peer that stopped reading
+      // cannot hold the socket (and a server's close()) open.
       this.flush();
       this.socket.end();
+      setTimeout(() => this.socket.destroy(), 100).unref?.();
     } else this.socket.destroy();
     this.out = [];
     this.handler.closed(this, reason);

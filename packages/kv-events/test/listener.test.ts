@@ -1,0 +1,158 @@
+// KvEventListener against a real KvEventPublisher over loopback TCP: baseline, ordering,
+// buffering before attach, gap → replay, gap without replay → reset, restart → reset.
+import { afterEach, describe, expect, test } from "bun:test";
+import { KvEventListener, type KvEventBatch, KvEventPublisher, type ListenerOptions, type ListenerSignal } from "../src/index.ts";
+import { TcpProxy } from "./tcp-proxy.ts";
+import { waitUntil } from "./zmq-peer.ts";
+
+const cleanups: (() => Promise<void> | void)[] = [];
+afterEach(async () => {
+  for (const c of cleanups.splice(0).reverse()) await c();
+});
+
+const batch = (i: number): KvEventBatch => ({
+  ts: i + 0.5,
+  events: [{ type: "BlockStored", blockHashes: [BigInt(i) + 2n ** 63n], parentBlockHash: null, tokenIds: [i], blockSize: 16, loraId: null, medium: null }],
+  dataParallelRank: 0,
+});
+
+async function publisher(opts: { replay?: boolean; replayBuffer?: number; endpoint?: string } = {}): Promise<KvEventPublisher> {
+  const p = await KvEventPublisher.bind({
+    endpoint: opts.endpoint ?? "tcp://127.0.1.4:0",
+    replayEndpoint: opts.replay ? "tcp://127.0.1.4:0" : undefined,
+    replayBuffer: opts.replayBuffer,
+  });
+  cleanups.push(() => p.close());
+  return p;
+}
+
+function listen(opts: Partial<ListenerOptions> & { endpoint: string }): [KvEventListener, ListenerSignal[]] {
+  const l = new KvEventListener({ workerId: "w1", dpRank: 0, socket: { reconnectMinMs: 10, reconnectMaxMs: 50 }, ...opts });
+  cleanups.push(() => l.close());
+  const got: ListenerSignal[] = [];
+  l.start();
+  l.attach((s) => got.push(s));
+  return [l, got];
+}
+
+/** Publishes consecutive batches until the listener has delivered `count` signals in total. */
+async function publishUntil(pub: KvEventPublisher, got: ListenerSignal[], count: number): Promise<void> {
+  await waitUntil(() => {
+    if (got.length >= count) return true;
+    pub.publish(batch(Number(pub.nextSeq)));
+    return false;
+  });
+}
+
+const seqs = (got: ListenerSignal[]) => got.map((s) => (s.kind === "batch" ? Number(s.seq) : s.reason));
+
+describe("KvEventListener", () => {
+  test("the first message sets the baseline; later ones arrive in order with decoded events", async () => {
+    const pub = await publisher();
+    for (let i = 0; i < 3; i++) pub.publish(batch(i)); // nobody listens yet: history before the baseline
+    const [l, got] = listen({ endpoint: pub.endpoint });
+    await publishUntil(pub, got, 4);
+    const first = got[0]!;
+    expect(first.kind).toBe("batch");
+    const s = seqs(got);
+    expect(s.every((x, i) => i === 0 || x === (s[i - 1] as number) + 1)).toBe(true);
+    const b = (first as Extract<ListenerSignal, { kind: "batch" }>).batch;
+    expect(b).toEqual(batch(Number((first as { seq: bigint }).seq)));
+    expect(l.counters.resets).toBe(0);
+    expect(l.connected).toBe(true);
+  });
+
+  test("signals wait (bounded) until a sink is attached; overflow turns into a reset", async () => {
+    const pub = await publisher();
+    const l = new KvEventListener({ workerId: "w1", dpRank: 0, endpoint: pub.endpoint, maxBuffered: 3 });
+    cleanups.push(() => l.close());
+    l.start();
+    await waitUntil(() => {
+      pub.publish(batch(Number(pub.nextSeq)));
+      return l.counters.batches >= 5;
+    });
+    const got: ListenerSignal[] = [];
+    l.attach((s) => got.push(s));
+    expect(got[0]).toEqual({ kind: "reset", reason: "overflow" });
+    expect(got.length).toBeLessThanOrEqual(3);
+    expect(l.counters.overflows).toBeGreaterThanOrEqual(1);
+  });
+
+  test("a gap is filled from the replay endpoint: every seq is delivered once, in order, no reset", async () => {
+    const pub = await publisher({ replay: true });
+    const proxy = await TcpProxy.start(pub.endpoint);
+    cleanups.push(() => proxy.close());
+    const [l, got] = listen({ endpoint: proxy.endpoint, replayEndpoint: pub.replayEndpoint });
+    await publishUntil(pub, got, 2);
+    proxy.cut();
+    await waitUntil(() => !l.connected && pub.subscriberCount === 0);
+    for (let i = 0; i < 5; i++) pub.publish(batch(Number(pub.nextSeq))); // lost on the live path
+    proxy.restore();
+    await publishUntil(pub, got, 10);
+    const s = seqs(got);
+    expect(s).toEqual(s.map((_, i) => (s[0] as number) + i));
+    expect(l.counters.gaps).toBe(1);
+    expect(l.counters.replays).toBe(1);
+    expect(l.counters.replayedBatches).toBeGreaterThanOrEqual(5);
+    expect(l.counters.resets).toBe(0);
+  });
+
+  test("a gap without a replay endpoint resets the worker (gap-unrecovered) and continues", async () => {
+    const pub = await publisher();
+    const proxy = await TcpProxy.start(pub.endpoint);
+    cleanups.push(() => proxy.close());
+    const [l, got] = listen({ endpoint: proxy.endpoint });
+    await publishUntil(pub, got, 2);
+    proxy.cut();
+    await waitUntil(() => !l.connected && pub.subscriberCount === 0);
+    for (let i = 0; i < 3; i++) pub.publish(batch(Number(pub.nextSeq)));
+    proxy.restore();
+    await publishUntil(pub, got, 4);
+    expect(got[2]).toEqual({ kind: "reset", reason: "gap-unrecovered" });
+    expect(got[3]!.kind).toBe("batch");
+    expect(l.counters.gaps).toBe(1);
+  });
+
+  test("a replay that does not reach back to the gap falls back to a reset", async () => {
+    const pub = await publisher({ replay: true, replayBuffer: 2 });
+    const proxy = await TcpProxy.start(pub.endpoint);
+    cleanups.push(() => proxy.close());
+    const [l, got] = listen({ endpoint: proxy.endpoint, replayEndpoint: pub.replayEndpoint });
+    await publishUntil(pub, got, 2);
+    proxy.cut();
+    await waitUntil(() => !l.connected && pub.subscriberCount === 0);
+    for (let i = 0; i < 6; i++) pub.publish(batch(Number(pub.nextSeq)));
+    proxy.restore();
+    await publishUntil(pub, got, 4);
+    expect(got[2]).toEqual({ kind: "reset", reason: "gap-unrecovered" });
+    expect(l.counters.replays).toBe(1);
+    expect(l.counters.replayFailures).toBe(1);
+  });
+
+  test("a publisher restart (seq going backwards) resets the worker as 'restarted'", async () => {
+    let pub = await publisher();
+    const endpoint = pub.endpoint;
+    for (let i = 0; i < 20; i++) pub.publish(batch(i));
+    const [l, got] = listen({ endpoint });
+    await publishUntil(pub, got, 2);
+    await pub.close();
+    await waitUntil(() => !l.connected);
+    pub = await publisher({ endpoint });
+    await publishUntil(pub, got, 4);
+    expect(got[2]).toEqual({ kind: "reset", reason: "restarted" });
+    expect(got[3]!.kind === "batch" && got[3]!.seq < 20n).toBe(true);
+    expect(l.counters.restarts).toBe(1);
+  });
+
+  test("a malformed payload is counted and skipped without opening a gap", async () => {
+    const pub = await publisher();
+    const [l, got] = listen({ endpoint: pub.endpoint });
+    await publishUntil(pub, got, 1);
+    pub.publishPayload(Buffer.from([0xc1, 0xff]));
+    pub.publish(batch(99));
+    await waitUntil(() => got.length >= 2);
+    expect(l.counters.decodeErrors).toBe(1);
+    expect(l.counters.gaps).toBe(0);
+    expect(got[1]!.kind).toBe("batch");
+  });
+});

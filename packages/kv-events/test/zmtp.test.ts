@@ -1,0 +1,155 @@
+// ZMTP behaviours checked with a hand-driven peer: 3.0 subscriptions, PING/PONG, garbage,
+// oversize frames, incompatible peers, and the HWM that drops instead of blocking.
+import { afterEach, describe, expect, test } from "bun:test";
+import { createServer } from "node:net";
+import { PubSocket, SubSocket } from "../src/index.ts";
+import { encodeCommand, encodeGreeting, encodeMessage, encodeReady, FLAG_COMMAND } from "../src/zmtp/wire.ts";
+import { RawPeer } from "./raw-peer.ts";
+import { waitUntil } from "./zmq-peer.ts";
+
+const cleanups: (() => Promise<void> | void)[] = [];
+afterEach(async () => {
+  for (const c of cleanups.splice(0).reverse()) await c();
+});
+
+async function boundPub(opts: ConstructorParameters<typeof PubSocket>[0] = {}): Promise<[PubSocket, string]> {
+  const pub = new PubSocket(opts);
+  cleanups.push(() => pub.close());
+  return [pub, await pub.bind("tcp://127.0.1.2:0")];
+}
+
+async function rawSub(endpoint: string, minor = 0): Promise<RawPeer> {
+  const p = await RawPeer.handshake(endpoint, minor, "SUB");
+  cleanups.push(() => p.close());
+  return p;
+}
+
+describe("ZMTP 3.0 peers", () => {
+  test("a 3.0 subscriber's message-form subscribe and cancel drive PUB filtering", async () => {
+    const [pub, ep] = await boundPub();
+    const raw = await rawSub(ep, 0);
+    raw.write(encodeMessage([Buffer.from("\x01ab")]));
+    await waitUntil(() => {
+      pub.send([Buffer.from("zz")]);
+      pub.send([Buffer.from("abc"), Buffer.from("x")]);
+      return raw.dataFrames().length >= 2;
+    });
+    expect(raw.dataFrames().some((f) => f.toString() === "zz")).toBe(false);
+    expect(raw.greeting![11]).toBe(1); // we advertise 3.1 but speak 3.0 to a 3.0 peer
+    raw.write(encodeMessage([Buffer.from("\x00ab")]));
+    await waitUntil(() => pub.send([Buffer.from("abc")]) === 0);
+  });
+
+  test("a 3.1 subscriber's SUBSCRIBE and CANCEL commands drive PUB filtering", async () => {
+    const [pub, ep] = await boundPub();
+    const raw = await rawSub(ep, 1);
+    raw.write(encodeCommand("SUBSCRIBE", Buffer.from("k")));
+    await waitUntil(() => pub.send([Buffer.from("kv")]) === 1);
+    raw.write(encodeCommand("CANCEL", Buffer.from("k")));
+    await waitUntil(() => pub.send([Buffer.from("kv")]) === 0);
+  });
+
+  test("our SUB sends 3.0 message-form subscriptions to a 3.0 publisher", async () => {
+    const frames: Buffer[] = [];
+    const server = createServer((s) => {
+      s.write(Buffer.concat([encodeGreeting(0, true), encodeReady("PUB")]));
+      s.on("data", (d: Buffer) => frames.push(d));
+      s.on("error", () => {});
+    });
+    await new Promise<void>((r) => server.listen(0, "127.0.1.2", () => r()));
+    cleanups.push(() => new Promise<void>((r) => server.close(() => r())));
+    const sub = new SubSocket();
+    cleanups.push(() => sub.close());
+    sub.subscribe("topic");
+    sub.connect(`tcp://127.0.1.2:${(server.address() as { port: number }).port}`);
+    const want = Buffer.from([0x00, 0x06, 0x01, ...Buffer.from("topic")]);
+    await waitUntil(() => Buffer.concat(frames).includes(want));
+  });
+});
+
+describe("commands and errors", () => {
+  test("PING is answered with a PONG carrying the ping context", async () => {
+    const [, ep] = await boundPub();
+    const raw = await rawSub(ep, 1);
+    raw.write(encodeCommand("PING", Buffer.from([0, 10, ...Buffer.from("ctx-42")])));
+    const pongs = await waitUntil(() => raw.commands("PONG").length > 0 && raw.commands("PONG"));
+    expect(pongs[0]!.toString()).toBe("ctx-42");
+  });
+
+  test("a garbage greeting closes that connection only; the publisher keeps serving", async () => {
+    const [pub, ep] = await boundPub();
+    const garbage = await RawPeer.open(ep);
+    cleanups.push(() => garbage.close());
+    garbage.write(Buffer.from("GET / HTTP/1.1\r\nHost: x\r\n\r\n".padEnd(80, "x")));
+    await waitUntil(() => garbage.closed);
+    expect(pub.counters.protocolErrors).toBe(1);
+    const good = await rawSub(ep, 1);
+    good.write(encodeCommand("SUBSCRIBE", Buffer.alloc(0)));
+    await waitUntil(() => pub.send([Buffer.from("still-alive")]) === 1);
+  });
+
+  test("garbage after a valid handshake (reserved flag bits) closes the connection and is counted", async () => {
+    const [pub, ep] = await boundPub();
+    const raw = await rawSub(ep, 1);
+    await waitUntil(() => pub.peerCount === 1);
+    raw.write(Buffer.from([0xf0, 0x01, 0x00]));
+    await waitUntil(() => raw.closed);
+    expect(pub.counters.protocolErrors).toBe(1);
+  });
+
+  test("a frame above maxMessageSize closes the connection and counts as oversize", async () => {
+    const [pub, ep] = await boundPub({ maxMessageSize: 1024 });
+    const raw = await rawSub(ep, 1);
+    await waitUntil(() => pub.peerCount === 1);
+    raw.write(encodeMessage([Buffer.alloc(4096, 1)]));
+    await waitUntil(() => raw.closed);
+    expect(pub.counters.oversize).toBe(1);
+  });
+
+  test("a peer announcing an incompatible socket type gets ERROR and is dropped", async () => {
+    const [pub, ep] = await boundPub();
+    const raw = await RawPeer.handshake(ep, 1, "PUB");
+    cleanups.push(() => raw.close());
+    await waitUntil(() => raw.closed);
+    expect(raw.commands("ERROR").length).toBe(1);
+    expect(pub.counters.protocolErrors).toBe(1);
+    expect(pub.peerCount).toBe(0);
+  });
+
+  test("command frames with MORE set are rejected", async () => {
+    const [pub, ep] = await boundPub();
+    const raw = await rawSub(ep, 1);
+    await waitUntil(() => pub.peerCount === 1);
+    const cmd = encodeCommand("PING", Buffer.from([0, 1]));
+    cmd[0] = FLAG_COMMAND | 1;
+    raw.write(cmd);
+    await waitUntil(() => raw.closed);
+    expect(pub.counters.protocolErrors).toBe(1);
+  });
+});
+
+describe("high-water mark", () => {
+  test("a subscriber that stops reading loses messages at its HWM; send() never blocks and others still get through", async () => {
+    const [pub, ep] = await boundPub({ hwm: 8 });
+    const slow = await rawSub(ep, 1);
+    slow.write(encodeCommand("SUBSCRIBE", Buffer.alloc(0)));
+    slow.sock.pause(); // never reads again: kernel buffers fill, then the HWM drops
+    await waitUntil(() => pub.send([Buffer.from("probe")]) === 1);
+    const payload = Buffer.alloc(64 * 1024, 7);
+    for (let i = 0; i < 400; i++) pub.send([Buffer.from("bulk"), payload]);
+    await waitUntil(() => {
+      pub.send([Buffer.from("bulk"), payload]);
+      return pub.counters.dropped > 0;
+    });
+    const sub = new SubSocket();
+    cleanups.push(() => sub.close());
+    const got: string[] = [];
+    sub.onMessage((f) => got.push(f[0]!.toString()));
+    sub.subscribe("fresh");
+    sub.connect(ep);
+    await waitUntil(() => {
+      pub.send([Buffer.from("fresh")]);
+      return got.length > 0;
+    });
+  });
+});
