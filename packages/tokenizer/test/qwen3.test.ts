@@ -52,6 +52,10 @@ describe("Qwen3 golden ids", () => {
     expect(after.hits - before.hits).toBeGreaterThan(after.misses - before.misses);
   });
 
+  test("decoding a chat's ids gives back the rendered text (NFC-normalized, as Qwen3 normalizes)", () => {
+    for (const c of goldens.chats) expect(cached.decode(c.ids)).toBe(c.rendered.normalize("NFC"));
+  });
+
   test("token-id prompts are used as given", () => {
     expect([...cached.encodeCompletion([5, 151644, 0, 42])]).toEqual([5, 151644, 0, 42]);
   });
