@@ -1,0 +1,141 @@
+// Property-based fuzzing: random and truncated msgpack and ZMTP input never lets an exception
+// escape; every failure is a counted, typed outcome.
+import { afterAll, describe, expect, test } from "bun:test";
+import fc from "fast-check";
+import { decodeBatch, encodeBatch, KvDecodeError, type KvEventBatch, PubSocket } from "../src/index.ts";
+import { ZmtpParser } from "../src/zmtp/parser.ts";
+import { encodeCommand, encodeGreeting, encodeMessage, encodeReady } from "../src/zmtp/wire.ts";
+import { RawPeer } from "./raw-peer.ts";
+import { waitUntil } from "./zmq-peer.ts";
+
+const sample: KvEventBatch = {
+  ts: 12.25,
+  events: [
+    { type: "BlockStored", blockHashes: [1n, 2n ** 64n - 2n], parentBlockHash: 9n, tokenIds: [1, 2, 3, 4], blockSize: 2, loraId: 1, medium: "GPU", loraName: "x", groupIdx: 1 },
+    { type: "BlockRemoved", blockHashes: [3n], medium: "CPU", groupIdx: 0 },
+    { type: "AllBlocksCleared" },
+  ],
+  dataParallelRank: 3,
+};
+const valid = [
+  encodeBatch(sample), encodeBatch(sample, { encoding: "map" }), encodeBatch(sample, { hashMode: "bytes" }),
+  encodeBatch(sample, { encoding: "map", hashMode: "bytes" }),
+];
+
+/** Decodes, classifying the outcome: a batch, or a KvDecodeError. Anything else fails the property. */
+function decodeOutcome(p: Uint8Array): "ok" | "error" {
+  const stats = { skippedEvents: 0 };
+  try {
+    decodeBatch(p, stats);
+    return "ok";
+  } catch (e) {
+    if (e instanceof KvDecodeError) return "error";
+    throw e;
+  }
+}
+
+describe("msgpack fuzzing", () => {
+  test("random bytes decode to a batch or a KvDecodeError, never anything else", () => {
+    fc.assert(fc.property(fc.uint8Array({ maxLength: 200 }), (b) => void decodeOutcome(b)), { numRuns: 3000 });
+  });
+
+  test("every truncation of a valid payload is a batch or a KvDecodeError", () => {
+    for (const v of valid) for (let n = 0; n < v.length; n++) decodeOutcome(v.subarray(0, n));
+  });
+
+  test("byte mutations of valid payloads are a batch or a KvDecodeError", () => {
+    fc.assert(
+      fc.property(fc.constantFrom(...valid), fc.array(fc.tuple(fc.nat(), fc.integer({ min: 0, max: 255 })), { minLength: 1, maxLength: 6 }), (v, muts) => {
+        const b = Uint8Array.from(v);
+        for (const [i, x] of muts) b[i % b.length] = x;
+        decodeOutcome(b);
+      }),
+      { numRuns: 3000 },
+    );
+  });
+});
+
+type Seen = { greeting?: string; frames: string[]; error: string | null };
+
+function parseAll(chunks: Uint8Array[]): Seen {
+  const seen: Seen = { frames: [], error: null };
+  const parser = new ZmtpParser(
+    {
+      greeting: (g) => void (seen.greeting = g.toString("hex")),
+      frame: (f, b) => void seen.frames.push(`${f}:${b.toString("hex")}`),
+    },
+    4096,
+  );
+  for (const c of chunks) parser.push(Buffer.from(c));
+  seen.error = parser.error;
+  return seen;
+}
+
+/** Splits a stream at random points. */
+const chunked = (stream: fc.Arbitrary<Uint8Array>) =>
+  stream.chain((s) => fc.array(fc.nat({ max: s.length }), { maxLength: 8 }).map((cuts) => {
+    const points = [...new Set([0, ...cuts, s.length])].sort((a, b) => a - b);
+    return { whole: s, chunks: points.slice(1).map((p, i) => s.subarray(points[i]!, p)) };
+  }));
+
+const frameStream = fc
+  .array(fc.tuple(fc.uint8Array({ maxLength: 600 }), fc.boolean()), { maxLength: 6 })
+  .map((frames) => {
+    const parts: Uint8Array[] = [encodeGreeting(1, false)];
+    for (const [body, more] of frames) {
+      const m = encodeMessage([body]);
+      if (more) m[0]! |= 1;
+      parts.push(m);
+    }
+    return Uint8Array.from(Buffer.concat(parts));
+  });
+
+describe("ZMTP fuzzing", () => {
+  test("random bytes never throw out of the parser; the outcome is frames or a recorded error", () => {
+    fc.assert(fc.property(fc.uint8Array({ maxLength: 300 }), fc.boolean(), (b, withGreeting) => {
+      const input = withGreeting ? Buffer.concat([encodeGreeting(1, false), b]) : b;
+      parseAll([input]);
+    }), { numRuns: 3000 });
+  });
+
+  test("however a valid stream is split into TCP chunks, the parser sees the same frames", () => {
+    fc.assert(fc.property(chunked(frameStream), ({ whole, chunks }) => {
+      expect(parseAll(chunks)).toEqual(parseAll([whole]));
+      expect(parseAll([whole]).error).toBeNull();
+    }), { numRuns: 500 });
+  });
+
+  test("truncated and split garbage after a greeting matches the unsplit outcome", () => {
+    fc.assert(fc.property(chunked(fc.uint8Array({ maxLength: 400 }).map((b) => Uint8Array.from(Buffer.concat([encodeGreeting(1, false), b])))), ({ whole, chunks }) => {
+      expect(parseAll(chunks)).toEqual(parseAll([whole]));
+    }), { numRuns: 1000 });
+  });
+
+  describe("over TCP", () => {
+    const pubP = (async () => {
+      const pub = new PubSocket({ maxMessageSize: 4096, handshakeTimeoutMs: 300 });
+      return { pub, endpoint: await pub.bind("tcp://127.0.1.5:0") };
+    })();
+    afterAll(async () => (await pubP).pub.close());
+
+    test("random bytes from many peers close only those connections; the publisher keeps serving", async () => {
+      const { pub, endpoint } = await pubP;
+      await fc.assert(
+        fc.asyncProperty(fc.uint8Array({ minLength: 1, maxLength: 200 }), fc.boolean(), async (junk, handshake) => {
+          const raw = await RawPeer.open(endpoint);
+          if (handshake) raw.write(Buffer.concat([encodeGreeting(1, false), encodeReady("SUB")]));
+          raw.write(junk);
+          await new Promise((r) => setTimeout(r, 5));
+          raw.close();
+        }),
+        { numRuns: 40 },
+      );
+      const good = await RawPeer.handshake(endpoint, 1, "SUB");
+      good.write(encodeCommand("SUBSCRIBE", Buffer.alloc(0)));
+      await waitUntil(() => pub.send([Buffer.from("alive")]) >= 1);
+      await waitUntil(() => good.dataFrames().some((f) => f.toString() === "alive"));
+      good.close();
+      expect(pub.counters.accepted).toBeGreaterThanOrEqual(41);
+    });
+  });
+});
