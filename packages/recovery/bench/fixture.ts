@@ -1,0 +1,121 @@
+// Shared pieces of the recovery benchmark: a deterministic 1M-residency KvIndex, the DumpSource adapter over
+// KvIndex.dump(), a DumpTarget whose staging is a fresh KvIndex, and RSS sampling.
+import { type DumpEvent, type IndexEvent, KvIndex } from "@kv-epp/index-wasm";
+import type { DumpSource, DumpStaging, DumpTarget, RouterEvent } from "../src/index.ts";
+
+export const MODEL_KEY = "Qwen/Qwen3-0.6B:default";
+export const BLOCK_SIZE = 16;
+export const WORKERS = 64;
+export const BLOCKS_PER_WORKER = 16_384;
+/** Each worker holds sequences of this many blocks; the first SHARED of each are common to all workers. */
+export const CHAIN = 32;
+export const SHARED = 8;
+
+/** splitmix64: deterministic, full-range u64 hashes (half of them >= 2^63). */
+function splitmix(seed: bigint): bigint {
+  let z = (seed + 0x9e3779b97f4a7c15n) & 0xffff_ffff_ffff_ffffn;
+  z = ((z ^ (z >> 30n)) * 0xbf58476d1ce4e5b9n) & 0xffff_ffff_ffff_ffffn;
+  z = ((z ^ (z >> 27n)) * 0x94d049bb133111ebn) & 0xffff_ffff_ffff_ffffn;
+  return z ^ (z >> 31n);
+}
+
+/** 64 workers x 16k blocks = 1,048,576 residencies; shared prefixes make the tree smaller than that. */
+export function buildIndex(): KvIndex {
+  const index = KvIndex.create({ blockSize: BLOCK_SIZE });
+  const chains = BLOCKS_PER_WORKER / CHAIN;
+  for (let w = 0; w < WORKERS; w++) {
+    const worker = { workerId: `worker-${w}`, dpRank: 0 };
+    const batch: IndexEvent[] = [];
+    for (let c = 0; c < chains; c++) {
+      let parent: bigint | null = null;
+      const blocks = [];
+      for (let b = 0; b < CHAIN; b++) {
+        // Shared prefix: same hashes for every worker; the rest is unique per worker.
+        const id = b < SHARED ? BigInt(c * CHAIN + b) : BigInt(((w + 1) * chains + c) * CHAIN + b) << 8n;
+        const h = splitmix(id);
+        blocks.push({ externalHash: h, tokensHash: splitmix(h) });
+      }
+      batch.push({ kind: "stored", worker, parentHash: parent, blocks });
+      parent = null;
+    }
+    index.applyBatch(batch);
+  }
+  return index;
+}
+
+/** The EPP's adapter, in small: KvIndex.dump() events as RouterEvents, numbered as they stream. */
+export function indexSource(index: KvIndex, key = MODEL_KEY): DumpSource {
+  return {
+    models: () => [
+      {
+        key,
+        blockSize: index.blockSize,
+        events: (function* (): Generator<RouterEvent> {
+          let eventId = 0;
+          for (const e of index.dump() as Iterable<DumpEvent>) {
+            yield {
+              workerId: e.worker.workerId,
+              dpRank: e.worker.dpRank,
+              eventId: eventId++,
+              parentHash: e.parentHash,
+              blocks: e.blocks.map((b) => ({ blockHash: b.externalHash, tokensHash: b.tokensHash })),
+            };
+          }
+        })(),
+      },
+    ],
+  };
+}
+
+/** A staging that is a fresh KvIndex per model, applied in batches; commit hands the indexes over. */
+export function indexTarget(onCommit: (indexes: Map<string, KvIndex>) => void): DumpTarget {
+  return {
+    begin(): DumpStaging {
+      const indexes = new Map<string, KvIndex>();
+      let pending: IndexEvent[] = [];
+      let pendingKey = "";
+      const flush = () => {
+        if (pending.length > 0) indexes.get(pendingKey)!.applyBatch(pending);
+        pending = [];
+      };
+      return {
+        apply(key, blockSize, e) {
+          if (key !== pendingKey) flush();
+          pendingKey = key;
+          if (!indexes.has(key)) indexes.set(key, KvIndex.create({ blockSize }));
+          pending.push({
+            kind: "stored",
+            worker: { workerId: e.workerId, dpRank: e.dpRank },
+            parentHash: e.parentHash,
+            blocks: e.blocks.map((b) => ({ externalHash: b.blockHash, tokensHash: b.tokensHash })),
+          });
+          if (pending.length >= 256) flush();
+        },
+        commit() {
+          flush();
+          onCommit(indexes);
+        },
+        abort() {
+          pending = [];
+          indexes.clear();
+        },
+      };
+    },
+  };
+}
+
+/** Samples resident set size while something runs (timers fire between the chunks of a streamed dump). */
+export function rssSampler(periodMs = 2) {
+  let peak = process.memoryUsage.rss();
+  const timer = setInterval(() => {
+    peak = Math.max(peak, process.memoryUsage.rss());
+  }, periodMs);
+  return {
+    sample: () => void (peak = Math.max(peak, process.memoryUsage.rss())),
+    reset: () => void (peak = process.memoryUsage.rss()),
+    peak: () => Math.max(peak, process.memoryUsage.rss()),
+    stop: () => clearInterval(timer),
+  };
+}
+
+export const MiB = 1024 * 1024;

@@ -1,0 +1,78 @@
+// Sender side of the recovery benchmark: builds the 1M-residency index, measures dump generation, then serves
+// GET /dump (streamed, the product's handler) and GET /dump-buffered (baseline: the whole body materialised
+// before answering). GET /stats reports the peak RSS seen since the previous /stats.
+import pino from "pino";
+import { dumpHandler, dumpPieces } from "../src/index.ts";
+import { buildIndex, indexSource, MiB, rssSampler } from "./fixture.ts";
+
+const host = process.argv[2] ?? "127.0.3.200";
+Bun.gc(true);
+const rss0 = process.memoryUsage.rss();
+const t0 = performance.now();
+const index = buildIndex();
+const buildMs = performance.now() - t0;
+Bun.gc(true);
+const stats = index.stats();
+
+// Generation rate: the writer alone, draining text pieces into nothing (encoding included).
+const enc = new TextEncoder();
+const g0 = performance.now();
+let genBytes = 0;
+let genEvents = 0;
+let text = "";
+for (const piece of dumpPieces(indexSource(index))) {
+  genEvents++;
+  text += piece;
+  if (text.length >= 65536) {
+    genBytes += enc.encode(text).length;
+    text = "";
+  }
+}
+genBytes += enc.encode(text).length;
+const genMs = performance.now() - g0;
+Bun.gc(true);
+
+const sampler = rssSampler();
+const handler = dumpHandler({ source: indexSource(index), ready: () => true, logger: pino({ level: "silent" }) });
+const server = Bun.serve({
+  hostname: host,
+  port: 0,
+  idleTimeout: 0,
+  async fetch(req) {
+    const path = new URL(req.url).pathname;
+    if (path === "/stats") {
+      Bun.gc(true);
+      const body = JSON.stringify({ peakRss: sampler.peak(), rss: process.memoryUsage.rss() });
+      sampler.reset();
+      return new Response(body);
+    }
+    if (path === "/dump") {
+      // A fresh source per request: the handler's source iterates the index anew each time.
+      return dumpHandler({ source: indexSource(index), ready: () => true, logger: pino({ level: "silent" }) })(req);
+    }
+    if (path === "/dump-buffered") {
+      const whole = new Uint8Array(await handler(new Request(req.url.replace("-buffered", ""))).arrayBuffer());
+      sampler.sample();
+      return new Response(whole, { headers: { "content-type": "application/json" } });
+    }
+    return new Response("not found", { status: 404 });
+  },
+});
+sampler.reset();
+console.log(
+  JSON.stringify({
+    url: `http://${host}:${server.port}`,
+    residencies: stats.residencies,
+    blocks: stats.blocks,
+    indexBytes: stats.bytes,
+    rssBeforeIndex: rss0,
+    rssWithIndex: process.memoryUsage.rss(),
+    buildMs,
+    gen: { ms: genMs, bytes: genBytes, pieces: genEvents },
+  }),
+);
+process.on("SIGTERM", () => {
+  server.stop(true);
+  process.exit(0);
+});
+void MiB;
