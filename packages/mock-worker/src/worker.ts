@@ -8,6 +8,7 @@ import { TimingModel } from "./engine/timing.ts";
 import { RankEventStream } from "./events/event-stream.ts";
 import { Faults, type RankParts } from "./faults.ts";
 import { adminRoutes } from "./http/admin-routes.ts";
+import { openAiError } from "./http/errors.ts";
 import { openAiRoutes } from "./http/openai-routes.ts";
 import { createMetrics } from "./metrics.ts";
 
@@ -105,6 +106,12 @@ export async function startMockWorker(opts: MockWorkerOptions = {}): Promise<Moc
   };
 
   const app = new Hono();
+  app.onError((err, c) => {
+    // A client that hung up while queued or decoding is not an error of ours; its slot was freed.
+    if (c.req.raw.signal.aborted) return c.body(null, 499 as never);
+    log.error({ err, path: c.req.path }, "request failed");
+    return openAiError(c, 500, err.message);
+  });
   app.get("/health", (c) => c.body(null, 200));
   app.get("/metrics", async (c) => c.text(await metrics.registry.metrics(), 200, { "content-type": metrics.registry.contentType }));
   app.route("/", openAiRoutes({ model: config.model, preprocessor, pickRank, dpSize: config.dpSize }));

@@ -64,7 +64,7 @@ describe("OpenAI HTTP", () => {
   });
 
   test("bad requests get 400 with an OpenAI error body naming the field", async () => {
-    const cases: [string, BodyInit, string | null, Record<string, string>?][] = [
+    const cases: [string, string, string | null, Record<string, string>?][] = [
       ["/v1/completions", "{not json", null],
       ["/v1/completions", JSON.stringify({ max_tokens: 3 }), "prompt"],
       ["/v1/completions", JSON.stringify({ prompt: "x", max_tokens: 0 }), "max_tokens"],
