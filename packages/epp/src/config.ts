@@ -171,6 +171,8 @@ export function loadStaticFile(path: string): StaticFileConfig {
 export function parseConfig(argv: string[], env: Record<string, string | undefined>): EppConfig {
   const r = raw(argv, env);
   const get = <T>(k: Key): T | undefined => value<T>(r[k], OPTIONS[k].kind);
+  // Every value is checked before cross-field rules, so the first message names the bad flag.
+  for (const k of Object.keys(OPTIONS) as Key[]) get(k);
 
   const bodyMode = get<string>("bodyMode")!;
   if (!["auto", "buffered", "full-duplex"].includes(bodyMode))

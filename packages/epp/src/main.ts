@@ -52,13 +52,21 @@ export async function startEpp(cfg: EppConfig, o: { log?: Logger; kubeConfig?: K
 
   // Workers and their KV listeners. Listeners start at once and buffer until recovery has ended.
   const load = new ActiveLoad();
-  const failingScrapes = new Set<string>();
+  // Consecutive failed scrapes per worker; DOWN_AFTER of them mark the worker down (static mode's
+  // only way to learn that a worker went away; in Kubernetes mode readiness says it first).
+  const DOWN_AFTER = 3;
+  const failedScrapes = new Map<string, number>();
   const scraper = new WorkerMetricsScraper({
     intervalMs: cfg.scrapeIntervalMs,
     onError: (workerId, err) => {
       metrics.scrapeErrors.inc();
-      if (!failingScrapes.has(workerId)) log.warn({ worker: workerId, err: String(err) }, "worker /metrics scrape failing");
-      failingScrapes.add(workerId);
+      const n = (failedScrapes.get(workerId) ?? 0) + 1;
+      failedScrapes.set(workerId, n);
+      if (n === 1) log.warn({ worker: workerId, err: String(err) }, "worker /metrics scrape failing");
+      if (n === DOWN_AFTER) workers.markDown(workerId);
+    },
+    onSuccess: (workerId) => {
+      if (failedScrapes.delete(workerId)) workers.markUp(workerId);
     },
   });
   const workers = new WorkerRegistry({

@@ -36,7 +36,12 @@ export class WorkerMetricsScraper {
   #running = false;
 
   constructor(
-    private readonly opts: { intervalMs: number; timeoutMs?: number; onError: (workerId: string, err: unknown) => void },
+    private readonly opts: {
+      intervalMs: number;
+      timeoutMs?: number;
+      onError: (workerId: string, err: unknown) => void;
+      onSuccess?: (workerId: string) => void;
+    },
   ) {}
 
   setTargets(targets: ScrapeTarget[]): void {
@@ -66,6 +71,7 @@ export class WorkerMetricsScraper {
             const res = await fetch(t.url, { signal: AbortSignal.timeout(this.opts.timeoutMs ?? 2000) });
             if (!res.ok) throw new Error(`HTTP ${res.status}`);
             this.#latest.set(t.workerId, parseVllmMetrics(await res.text()));
+            this.opts.onSuccess?.(t.workerId);
           } catch (err) {
             this.#latest.delete(t.workerId);
             this.opts.onError(t.workerId, err);

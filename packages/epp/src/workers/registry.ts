@@ -39,6 +39,8 @@ export function rankEndpoint(endpoint: string, rank: number): string {
 
 export class WorkerRegistry {
   readonly #entries = new Map<string, Entry>();
+  /** Workers whose model server stopped answering (see markDown): listed, but not routable. */
+  readonly #down = new Set<string>();
   #candidates: Candidate[] = [];
   #sink: Sink | undefined;
 
@@ -67,15 +69,41 @@ export class WorkerRegistry {
       changed = true;
     }
     if (!changed) return;
-    this.#candidates = [...this.#entries.values()].flatMap(({ spec }) =>
-      Array.from({ length: spec.dpSize }, (_, r) => ({
-        key: workerKeyOf(spec.id, r),
-        workerId: spec.id,
-        dpRank: r,
-        endpoint: spec.address,
-      })),
-    );
+    for (const id of this.#down) if (!this.#entries.has(id)) this.#down.delete(id);
+    this.#rebuild();
     this.opts.onChanged?.(this.specs());
+  }
+
+  /**
+   * A worker that stopped answering (static mode has no pod informer to say so) leaves the candidates
+   * and the index: whatever it held is gone if it restarts, and its events say so when it is back.
+   */
+  markDown(workerId: string): void {
+    const e = this.#entries.get(workerId);
+    if (!e || this.#down.has(workerId)) return;
+    this.#down.add(workerId);
+    this.#rebuild();
+    for (let r = 0; r < e.spec.dpSize; r++) this.opts.onRemoved({ workerId, dpRank: r });
+    this.opts.log.warn({ worker: workerId }, "worker down: not routable, blocks dropped");
+  }
+
+  markUp(workerId: string): void {
+    if (!this.#down.delete(workerId)) return;
+    this.#rebuild();
+    this.opts.log.info({ worker: workerId }, "worker back up");
+  }
+
+  #rebuild(): void {
+    this.#candidates = [...this.#entries.values()]
+      .filter(({ spec }) => !this.#down.has(spec.id))
+      .flatMap(({ spec }) =>
+        Array.from({ length: spec.dpSize }, (_, r) => ({
+          key: workerKeyOf(spec.id, r),
+          workerId: spec.id,
+          dpRank: r,
+          endpoint: spec.address,
+        })),
+      );
   }
 
   /**
