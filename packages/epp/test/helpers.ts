@@ -142,8 +142,8 @@ export class FakeWorkerEvents {
   #next = 1n;
   private constructor(readonly pub: KvEventPublisher) {}
 
-  static async start(host = HOST): Promise<FakeWorkerEvents> {
-    return new FakeWorkerEvents(await KvEventPublisher.bind({ endpoint: `tcp://${host}:0` }));
+  static async start(host = HOST, port = 0): Promise<FakeWorkerEvents> {
+    return new FakeWorkerEvents(await KvEventPublisher.bind({ endpoint: `tcp://${host}:${port}` }));
   }
 
   get endpoint(): string {

@@ -1,0 +1,78 @@
+// Kubernetes mode against the fake API server: the InferencePool's selector and target port, and a pod
+// informer keeping the workers (Running + IP + Ready) as pods appear, become ready, and go away.
+import { afterAll, expect, test } from "bun:test";
+import { startFakeKubeApi, waitFor } from "@kv-epp/testkit";
+import { parseConfig } from "../src/config.ts";
+import { startEpp } from "../src/main.ts";
+import { FakeWorkerEvents, HOST, postJson, quietLog, tokens } from "./helpers.ts";
+
+const cleanups: (() => unknown)[] = [];
+afterAll(async () => {
+  for (const c of cleanups.reverse()) await c();
+});
+
+function pod(name: string, ip: string | undefined, state: "pending" | "ready" | "unready", labels = { app: "vllm" }) {
+  return {
+    apiVersion: "v1",
+    kind: "Pod",
+    metadata: { name, namespace: "llm", labels },
+    status:
+      state === "pending"
+        ? { phase: "Pending" }
+        : { phase: "Running", podIP: ip, conditions: [{ type: "Ready", status: state === "ready" ? "True" : "False" }] },
+  };
+}
+
+test("pods selected by the InferencePool become workers when ready and leave when they go away", async () => {
+  const api = await startFakeKubeApi({ host: HOST, port: 0 });
+  cleanups.push(() => api.close());
+  api.upsert({
+    apiVersion: "inference.networking.k8s.io/v1",
+    kind: "InferencePool",
+    metadata: { name: "pool", namespace: "llm" },
+    spec: { selector: { matchLabels: { app: "vllm" } }, targetPorts: [{ number: 8000 }], endpointPickerRef: { name: "dynamo-epp", port: { number: 9002 } } },
+  } as never);
+  const ev = [await FakeWorkerEvents.start("127.0.4.51", 5557), await FakeWorkerEvents.start("127.0.4.52", 5557)];
+  cleanups.push(() => Promise.all(ev.map((e) => e.close())));
+
+  const cfg = parseConfig(
+    ["--pool-name", "pool", "--model", "test-model", "--block-size", "16", "--listen", HOST,
+      "--grpc-port", "0", "--grpc-health-port", "0", "--metrics-port", "0", "--selection-port", "0", "--scrape-interval-ms", "0"],
+    { POD_NAMESPACE: "llm" },
+  );
+  const epp = await startEpp(cfg, { log: quietLog, kubeConfig: api.kubeConfig });
+  cleanups.push(() => epp.stop({ graceMs: 500 }));
+  await epp.ready;
+  const workers = async () =>
+    ((await (await fetch(`http://${HOST}:${epp.ports.selection}/workers`)).json()) as { worker_id: string; address: string; connected: boolean }[])
+      .map((w) => `${w.worker_id}@${w.address}`)
+      .sort();
+
+  api.upsert(pod("vllm-0", undefined, "pending") as never);
+  api.upsert(pod("other", "127.0.4.59", "ready", { app: "not-vllm" } as never) as never);
+  api.upsert(pod("vllm-1", "127.0.4.52", "unready") as never);
+  api.upsert(pod("vllm-0", "127.0.4.51", "ready") as never);
+  await waitFor(async () => (await workers()).join() === "vllm-0@127.0.4.51:8000", { message: "only the ready pod is a worker" });
+
+  api.upsert(pod("vllm-1", "127.0.4.52", "ready") as never);
+  await waitFor(async () => (await workers()).length === 2, { message: "vllm-1 became ready" });
+  await waitFor(() => ev.every((e) => e.pub.subscriberCount === 1), { message: "listeners on tcp://<podIP>:5557" });
+
+  const prompt = tokens(64, 5);
+  ev[1]!.storePrompt(prompt);
+  const score = async () => (await postJson(`http://${HOST}:${epp.ports.selection}/score`, { token_ids: prompt })).body.scores;
+  await waitFor(async () => (await score())["vllm-1"]?.["0"] === 4, { message: "vllm-1's blocks indexed" });
+  const sel = await postJson(`http://${HOST}:${epp.ports.selection}/select`, { token_ids: prompt });
+  expect(sel.body.endpoint).toBe("127.0.4.52:8000");
+
+  // Not ready any more: removed from the workers and from the index, its listener closed.
+  api.upsert(pod("vllm-1", "127.0.4.52", "unready") as never);
+  await waitFor(async () => (await workers()).join() === "vllm-0@127.0.4.51:8000", { message: "vllm-1 left" });
+  expect(await score()).toEqual({});
+  await waitFor(() => ev[1]!.pub.subscriberCount === 0, { message: "vllm-1's listener closed" });
+
+  api.remove("Pod", "llm", "vllm-0");
+  await waitFor(async () => (await workers()).length === 0, { message: "deleted pod left" });
+  const none = await postJson(`http://${HOST}:${epp.ports.selection}/select`, { token_ids: prompt });
+  expect(none.status).toBe(503);
+});
