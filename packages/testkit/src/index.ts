@@ -6,3 +6,4 @@ export { parseLabelSelector, parseFieldSelector } from "./kube/selectors.ts";
 export { spawnProcess, spawnBun, killAll, type ProcessHandle, type SpawnOptions } from "./process.ts";
 export { waitFor, type WaitOptions } from "./wait.ts";
 export { freePort } from "./net.ts";
+export { renderKustomization, renderWithKubectl, rbacAuthorizer, strategicMerge } from "./kustomize.ts";
