@@ -24,111 +24,42 @@ function zeroed(bytes: usize): usize {
   return p;
 }
 
-// ---- nodes (struct of arrays) ----
+// ---- nodes: array of 40-byte structs, so creating or visiting a node touches one cache line ----
+// 0 tokens hash u64 | 8 worker mask for slots 0..63 u64 | 16 parent u32 | 20 first child u32
+// 24 next sibling u32 (free-list link when free) | 28 previous sibling u32 | 32 residency list head u32
+const NODE: usize = 40;
 let nodeCap: u32 = 0;
 let nodeTop: u32 = 2;
 let nodeFree: u32 = NIL;
 let nodesLive: u32 = 0;
-let nTok: usize = 0;    // u64 tokens hash
-let nParent: usize = 0; // u32
-let nFirst: usize = 0;  // u32 first child
-let nNext: usize = 0;   // u32 next sibling (free-list link when free)
-let nPrev: usize = 0;   // u32 previous sibling
-let nRes: usize = 0;    // u32 head of the node's residency list
-let nMask: usize = 0;   // u64 x maskWords worker bitset
-let maskWords: u32 = 1;
+let nodes: usize = 0;
+let maskWords: u32 = 1;  // 64-slot words per node; words past the first live in nMaskExt
+let nMaskExt: usize = 0; // u64 x (maskWords - 1) per node
 
-@inline function tokOf(n: u32): u64 { return load<u64>(nTok + (<usize>n << 3)); }
-@inline function parentOf(n: u32): u32 { return load<u32>(nParent + (<usize>n << 2)); }
-@inline function firstOf(n: u32): u32 { return load<u32>(nFirst + (<usize>n << 2)); }
-@inline function nextOf(n: u32): u32 { return load<u32>(nNext + (<usize>n << 2)); }
-@inline function prevOf(n: u32): u32 { return load<u32>(nPrev + (<usize>n << 2)); }
-@inline function resOf(n: u32): u32 { return load<u32>(nRes + (<usize>n << 2)); }
-@inline function setFirst(n: u32, v: u32): void { store<u32>(nFirst + (<usize>n << 2), v); }
-@inline function setNext(n: u32, v: u32): void { store<u32>(nNext + (<usize>n << 2), v); }
-@inline function setPrev(n: u32, v: u32): void { store<u32>(nPrev + (<usize>n << 2), v); }
-@inline function setRes(n: u32, v: u32): void { store<u32>(nRes + (<usize>n << 2), v); }
-@inline function maskAt(n: u32, word: u32): usize { return nMask + ((<usize>n * maskWords + word) << 3); }
+@inline function nodeAt(n: u32): usize { return nodes + <usize>n * NODE; }
+@inline function tokOf(n: u32): u64 { return load<u64>(nodeAt(n)); }
+@inline function parentOf(n: u32): u32 { return load<u32>(nodeAt(n), 16); }
+@inline function firstOf(n: u32): u32 { return load<u32>(nodeAt(n), 20); }
+@inline function nextOf(n: u32): u32 { return load<u32>(nodeAt(n), 24); }
+@inline function prevOf(n: u32): u32 { return load<u32>(nodeAt(n), 28); }
+@inline function resOf(n: u32): u32 { return load<u32>(nodeAt(n), 32); }
+@inline function setFirst(n: u32, v: u32): void { store<u32>(nodeAt(n), v, 20); }
+@inline function setNext(n: u32, v: u32): void { store<u32>(nodeAt(n), v, 24); }
+@inline function setPrev(n: u32, v: u32): void { store<u32>(nodeAt(n), v, 28); }
+@inline function setRes(n: u32, v: u32): void { store<u32>(nodeAt(n), v, 32); }
+@inline function maskAt(n: u32, word: u32): usize {
+  return word == 0 ? nodeAt(n) + 8 : nMaskExt + ((<usize>n * (maskWords - 1) + word - 1) << 3);
+}
 @inline function holds(n: u32, w: u32): bool {
   return ((load<u64>(maskAt(n, w >> 6)) >> (<u64>(w & 63))) & 1) != 0;
 }
 
 function growNodes(): void {
   const cap: u32 = nodeCap == 0 ? 1024 : nodeCap * 2;
-  nTok = grow(nTok, <usize>nodeCap << 3, <usize>cap << 3);
-  nParent = grow(nParent, <usize>nodeCap << 2, <usize>cap << 2);
-  nFirst = grow(nFirst, <usize>nodeCap << 2, <usize>cap << 2);
-  nNext = grow(nNext, <usize>nodeCap << 2, <usize>cap << 2);
-  nPrev = grow(nPrev, <usize>nodeCap << 2, <usize>cap << 2);
-  nRes = grow(nRes, <usize>nodeCap << 2, <usize>cap << 2);
-  nMask = grow(nMask, (<usize>nodeCap * maskWords) << 3, (<usize>cap * maskWords) << 3);
+  if (cap - 1 > MAX_ID) unreachable(); // table slots hold 26-bit ids
+  nodes = grow(nodes, <usize>nodeCap * NODE, <usize>cap * NODE);
+  if (maskWords > 1) nMaskExt = grow(nMaskExt, (<usize>nodeCap * (maskWords - 1)) << 3, (<usize>cap * (maskWords - 1)) << 3);
   nodeCap = cap;
-}
-
-// ---- child index: open addressing (linear probing, backward-shift delete), (parent, tok) -> node ----
-let cSlots: usize = 0;
-let cCap: u32 = 0;
-let cCount: u32 = 0;
-
-@inline function mix(h: u64): u64 {
-  h ^= h >> 32;
-  h *= 0xD6E8FEB86659FD93;
-  return h ^ (h >> 32);
-}
-@inline function childHome(parent: u32, tok: u64): u32 {
-  return <u32>mix(tok ^ (<u64>parent * 0x9E3779B97F4A7C15)) & (cCap - 1);
-}
-
-function childFind(parent: u32, tok: u64): u32 {
-  const m = cCap - 1;
-  let i = childHome(parent, tok);
-  while (true) {
-    const id = load<u32>(cSlots + (<usize>i << 2));
-    if (id == EMPTY) return NIL;
-    if (tokOf(id) == tok && parentOf(id) == parent) return id;
-    i = (i + 1) & m;
-  }
-}
-
-function childPlace(id: u32): void {
-  const m = cCap - 1;
-  let i = childHome(parentOf(id), tokOf(id));
-  while (load<u32>(cSlots + (<usize>i << 2)) != EMPTY) i = (i + 1) & m;
-  store<u32>(cSlots + (<usize>i << 2), id);
-}
-
-function childInsert(id: u32): void {
-  if ((cCount + 1) * 4 > cCap * 3) {
-    const old = cSlots, oldCap = cCap;
-    cCap = cCap * 2;
-    cSlots = zeroed(<usize>cCap << 2);
-    for (let i: u32 = 0; i < oldCap; i++) {
-      const v = load<u32>(old + (<usize>i << 2));
-      if (v != EMPTY) childPlace(v);
-    }
-    heap.free(old);
-  }
-  childPlace(id);
-  cCount++;
-}
-
-function childDelete(id: u32): void {
-  const m = cCap - 1;
-  let i = childHome(parentOf(id), tokOf(id));
-  while (load<u32>(cSlots + (<usize>i << 2)) != id) i = (i + 1) & m;
-  let j = i;
-  while (true) {
-    j = (j + 1) & m;
-    const v = load<u32>(cSlots + (<usize>j << 2));
-    if (v == EMPTY) break;
-    const k = childHome(parentOf(v), tokOf(v));
-    // move v back into the hole unless its home lies cyclically in (i, j]
-    if (i <= j ? (i < k && k <= j) : (i < k || k <= j)) continue;
-    store<u32>(cSlots + (<usize>i << 2), v);
-    i = j;
-  }
-  store<u32>(cSlots + (<usize>i << 2), EMPTY);
-  cCount--;
 }
 
 function newNode(parent: u32, tok: u64): u32 {
@@ -140,17 +71,18 @@ function newNode(parent: u32, tok: u64): u32 {
     if (nodeTop == nodeCap) growNodes();
     id = nodeTop++;
   }
-  store<u64>(nTok + (<usize>id << 3), tok);
-  store<u32>(nParent + (<usize>id << 2), parent);
+  store<u64>(nodeAt(id), tok);
+  store<u32>(nodeAt(id), parent, 16);
   setFirst(id, NIL);
   setRes(id, NIL);
-  memory.fill(maskAt(id, 0), 0, <usize>maskWords << 3);
+  store<u64>(nodeAt(id), 0, 8);
+  if (maskWords > 1) memory.fill(maskAt(id, 1), 0, <usize>(maskWords - 1) << 3);
   const head = firstOf(parent);
   setNext(id, head);
   setPrev(id, NIL);
   if (head != NIL) setPrev(head, id);
   setFirst(parent, id);
-  childInsert(id);
+  tableInsert(CHILD, id);
   nodesLive++;
   return id;
 }
@@ -159,91 +91,114 @@ function freeNode(id: u32): void {
   const prev = prevOf(id), next = nextOf(id);
   if (prev != NIL) setNext(prev, next); else setFirst(parentOf(id), next);
   if (next != NIL) setPrev(next, prev);
-  childDelete(id);
+  tableDelete(CHILD, id);
   setNext(id, nodeFree);
   nodeFree = id;
   nodesLive--;
 }
 
 // ---- residencies: records + open-addressing index (worker, external hash) -> record ----
+// records: 20-byte structs | 0 external hash u64 | 8 node u32 | 12 next residency of the same node u32
+// (free-list link when free) | 16 worker slot u32
+const REC: usize = 20;
 let resCap: u32 = 0;
 let resTop: u32 = 1;
 let resFree: u32 = NIL;
 let resLive: u32 = 0;
-let rExt: usize = 0;    // u64 external hash
-let rNode: usize = 0;   // u32
-let rNext: usize = 0;   // u32 next residency of the same node (free-list link when free)
-let rWorker: usize = 0; // u16 worker slot
-let xSlots: usize = 0;
-let xCap: u32 = 0;
-let xCount: u32 = 0;
+let recs: usize = 0;
 
-@inline function extOf(r: u32): u64 { return load<u64>(rExt + (<usize>r << 3)); }
-@inline function nodeOfRes(r: u32): u32 { return load<u32>(rNode + (<usize>r << 2)); }
-@inline function nextRes(r: u32): u32 { return load<u32>(rNext + (<usize>r << 2)); }
-@inline function workerOf(r: u32): u32 { return <u32>load<u16>(rWorker + (<usize>r << 1)); }
-@inline function resHome(w: u32, ext: u64): u32 {
-  return <u32>mix(ext ^ (<u64>(w + 1) * 0x9E3779B97F4A7C15)) & (xCap - 1);
-}
+@inline function recAt(r: u32): usize { return recs + <usize>r * REC; }
+@inline function extOf(r: u32): u64 { return load<u64>(recAt(r)); }
+@inline function nodeOfRes(r: u32): u32 { return load<u32>(recAt(r), 8); }
+@inline function nextRes(r: u32): u32 { return load<u32>(recAt(r), 12); }
+@inline function setNextRes(r: u32, v: u32): void { store<u32>(recAt(r), v, 12); }
+@inline function workerOf(r: u32): u32 { return load<u32>(recAt(r), 16); }
 
 function growRes(): void {
   const cap: u32 = resCap == 0 ? 1024 : resCap * 2;
-  rExt = grow(rExt, <usize>resCap << 3, <usize>cap << 3);
-  rNode = grow(rNode, <usize>resCap << 2, <usize>cap << 2);
-  rNext = grow(rNext, <usize>resCap << 2, <usize>cap << 2);
-  rWorker = grow(rWorker, <usize>resCap << 1, <usize>cap << 1);
+  if (cap - 1 > MAX_ID) unreachable(); // table slots hold 26-bit ids
+  recs = grow(recs, <usize>resCap * REC, <usize>cap * REC);
   resCap = cap;
 }
 
-function resFind(w: u32, ext: u64): u32 {
-  const m = xCap - 1;
-  let i = resHome(w, ext);
+// ---- two open-addressing tables (linear probing, backward-shift delete, no tombstones, so churn
+// cannot fill them): CHILD maps (parent node, tokens hash) -> node, RES maps (worker, external hash)
+// -> residency record. A slot is a u32: id in the low 26 bits, 6 hash bits above, so probing past
+// foreign entries rarely dereferences them (measured: most of the cost of a miss was those loads).
+const CHILD: i32 = 0;
+const RES: i32 = 1;
+const ID_BITS: u32 = 26;
+const ID_MASK: u32 = (1 << ID_BITS) - 1;
+const MAX_ID: u32 = ID_MASK;
+const TABLES: usize = memory.data(32, 8); // per table: slots ptr u32 | cap u32 | count u32 | pad
+
+@inline function slotsOf(t: i32): usize { return <usize>load<u32>(TABLES + (<usize>t << 4)); }
+@inline function capOf(t: i32): u32 { return load<u32>(TABLES + (<usize>t << 4), 4); }
+@inline function countOf(t: i32): u32 { return load<u32>(TABLES + (<usize>t << 4), 8); }
+@inline function setCount(t: i32, v: u32): void { store<u32>(TABLES + (<usize>t << 4), v, 8); }
+
+@inline function mix(h: u64): u64 {
+  h ^= h >> 32;
+  h *= 0xD6E8FEB86659FD93;
+  return h ^ (h >> 32);
+}
+@inline function keyHash(a: u32, b: u64): u64 { return mix(b ^ (<u64>(a + 1) * 0x9E3779B97F4A7C15)); }
+@inline function tagOf(h: u64): u32 { return <u32>(h >> 58) << ID_BITS; }
+
+/** The hash of the entry with this id, read back from its node or record. */
+@inline function hashOfId(t: i32, id: u32): u64 {
+  return t == CHILD ? keyHash(parentOf(id), tokOf(id)) : keyHash(workerOf(id), extOf(id));
+}
+@inline function matches(t: i32, id: u32, a: u32, b: u64): bool {
+  return t == CHILD ? tokOf(id) == b && parentOf(id) == a : extOf(id) == b && workerOf(id) == a;
+}
+
+@inline function tableFind(t: i32, a: u32, b: u64): u32 {
+  const slots = slotsOf(t), m = capOf(t) - 1;
+  const h = keyHash(a, b), tag = tagOf(h);
+  let i = <u32>h & m;
   while (true) {
-    const r = load<u32>(xSlots + (<usize>i << 2));
-    if (r == EMPTY) return NIL;
-    if (extOf(r) == ext && workerOf(r) == w) return r;
+    const v = load<u32>(slots + (<usize>i << 2));
+    if (v == EMPTY) return NIL;
+    if ((v & ~ID_MASK) == tag && matches(t, v & ID_MASK, a, b)) return v & ID_MASK;
     i = (i + 1) & m;
   }
 }
 
-function resPlace(r: u32): void {
-  const m = xCap - 1;
-  let i = resHome(workerOf(r), extOf(r));
-  while (load<u32>(xSlots + (<usize>i << 2)) != EMPTY) i = (i + 1) & m;
-  store<u32>(xSlots + (<usize>i << 2), r);
+function tablePlace(slots: usize, m: u32, h: u64, id: u32): void {
+  let i = <u32>h & m;
+  while (load<u32>(slots + (<usize>i << 2)) != EMPTY) i = (i + 1) & m;
+  store<u32>(slots + (<usize>i << 2), id | tagOf(h));
 }
 
-function resIndexInsert(r: u32): void {
-  if ((xCount + 1) * 4 > xCap * 3) {
-    const old = xSlots, oldCap = xCap;
-    xCap = xCap * 2;
-    xSlots = zeroed(<usize>xCap << 2);
-    for (let i: u32 = 0; i < oldCap; i++) {
-      const v = load<u32>(old + (<usize>i << 2));
-      if (v != EMPTY) resPlace(v);
-    }
-    heap.free(old);
-  }
-  resPlace(r);
-  xCount++;
+function tableInit(t: i32, cap: u32): void {
+  store<u32>(TABLES + (<usize>t << 4), <u32>zeroed(<usize>cap << 2));
+  store<u32>(TABLES + (<usize>t << 4), cap, 4);
 }
 
-function resIndexDelete(r: u32): void {
-  const m = xCap - 1;
-  let i = resHome(workerOf(r), extOf(r));
-  while (load<u32>(xSlots + (<usize>i << 2)) != r) i = (i + 1) & m;
+function tableInsert(t: i32, id: u32): void {
+  if ((countOf(t) + 1) * 4 > capOf(t) * 3) tableReserve(t, countOf(t) + 1);
+  tablePlace(slotsOf(t), capOf(t) - 1, hashOfId(t, id), id);
+  setCount(t, countOf(t) + 1);
+}
+
+function tableDelete(t: i32, id: u32): void {
+  const slots = slotsOf(t), m = capOf(t) - 1;
+  let i = <u32>hashOfId(t, id) & m;
+  while ((load<u32>(slots + (<usize>i << 2)) & ID_MASK) != id) i = (i + 1) & m;
   let j = i;
   while (true) {
     j = (j + 1) & m;
-    const v = load<u32>(xSlots + (<usize>j << 2));
+    const v = load<u32>(slots + (<usize>j << 2));
     if (v == EMPTY) break;
-    const k = resHome(workerOf(v), extOf(v));
+    const k = <u32>hashOfId(t, v & ID_MASK) & m;
+    // move v back into the hole unless its home lies cyclically in (i, j]
     if (i <= j ? (i < k && k <= j) : (i < k || k <= j)) continue;
-    store<u32>(xSlots + (<usize>i << 2), v);
+    store<u32>(slots + (<usize>i << 2), v);
     i = j;
   }
-  store<u32>(xSlots + (<usize>i << 2), EMPTY);
-  xCount--;
+  store<u32>(slots + (<usize>i << 2), EMPTY);
+  setCount(t, countOf(t) - 1);
 }
 
 // ---- workers ----
@@ -260,13 +215,15 @@ function ensureWorker(w: u32): void {
   }
   const words = (w >> 6) + 1;
   if (words > maskWords) {
-    // rare: more than 64 x maskWords worker slots; re-stride the masks
-    const fresh = zeroed((<usize>nodeCap * words) << 3);
-    for (let n: u32 = 0; n < nodeTop; n++) {
-      memory.copy(fresh + ((<usize>n * words) << 3), nMask + ((<usize>n * maskWords) << 3), <usize>maskWords << 3);
+    // rare: more than 64 x maskWords worker slots; re-stride the extra mask words
+    const fresh = zeroed((<usize>nodeCap * (words - 1)) << 3);
+    if (maskWords > 1) {
+      for (let n: u32 = 0; n < nodeTop; n++) {
+        memory.copy(fresh + ((<usize>n * (words - 1)) << 3), nMaskExt + ((<usize>n * (maskWords - 1)) << 3), <usize>(maskWords - 1) << 3);
+      }
+      heap.free(nMaskExt);
     }
-    heap.free(nMask);
-    nMask = fresh;
+    nMaskExt = fresh;
     maskWords = words;
     heap.free(scratchMask);
     scratchMask = zeroed(<usize>words << 3);
@@ -284,12 +241,13 @@ function addResidency(w: u32, node: u32, ext: u64): void {
     if (resTop == resCap) growRes();
     r = resTop++;
   }
-  store<u64>(rExt + (<usize>r << 3), ext);
-  store<u32>(rNode + (<usize>r << 2), node);
-  store<u16>(rWorker + (<usize>r << 1), <u16>w);
-  store<u32>(rNext + (<usize>r << 2), resOf(node));
+  const rp = recAt(r);
+  store<u64>(rp, ext);
+  store<u32>(rp, node, 8);
+  store<u32>(rp, resOf(node), 12);
+  store<u32>(rp, w, 16);
   setRes(node, r);
-  resIndexInsert(r);
+  tableInsert(RES, r);
   const mp = maskAt(node, w >> 6);
   store<u64>(mp, load<u64>(mp) | (<u64>1 << (<u64>(w & 63))));
   store<u32>(treeSizePtr(w), load<u32>(treeSizePtr(w)) + 1);
@@ -307,9 +265,9 @@ function dropResidency(node: u32, w: u32): void {
   let prev: u32 = NIL;
   let r = resOf(node);
   while (workerOf(r) != w) { prev = r; r = nextRes(r); }
-  if (prev == NIL) setRes(node, nextRes(r)); else store<u32>(rNext + (<usize>prev << 2), nextRes(r));
-  resIndexDelete(r);
-  store<u32>(rNext + (<usize>r << 2), resFree);
+  if (prev == NIL) setRes(node, nextRes(r)); else setNextRes(prev, nextRes(r));
+  tableDelete(RES, r);
+  setNextRes(r, resFree);
   resFree = r;
   resLive--;
   const mp = maskAt(node, w >> 6);
@@ -378,15 +336,15 @@ function stored(w: u32, hasParent: bool, parentExt: u64, p: usize, n: u32): void
   let cur = ROOT;
   lastReject = 0;
   if (hasParent) {
-    const r = resFind(w, parentExt);
+    const r = tableFind(RES, w, parentExt);
     if (r == NIL) { lastReject = 1; outRejected++; totalRejected++; return; }
     cur = nodeOfRes(r);
   }
   for (let i: u32 = 0; i < n; i++) {
     const ext = load<u64>(p + (<usize>i << 4));
     const tok = load<u64>(p + (<usize>i << 4) + 8);
-    const held = resFind(w, ext);
-    let child = childFind(cur, tok);
+    const held = tableFind(RES, w, ext);
+    let child = tableFind(CHILD, cur, tok);
     if (held != NIL || (child != NIL && holds(child, w))) {
       if (held != NIL && nodeOfRes(held) == child) { cur = child; continue; } // idempotent re-store
       lastReject = 2; outRejected++; totalRejected++;
@@ -401,7 +359,7 @@ function stored(w: u32, hasParent: bool, parentExt: u64, p: usize, n: u32): void
 
 function removed(w: u32, p: usize, n: u32): void {
   for (let i: u32 = 0; i < n; i++) {
-    const r = resFind(w, load<u64>(p + (<usize>i << 3)));
+    const r = tableFind(RES, w, load<u64>(p + (<usize>i << 3)));
     if (r == NIL) { outUnknown++; totalUnknown++; continue; }
     outBlocks += dropSubtree(nodeOfRes(r), w);
   }
@@ -462,7 +420,7 @@ export function findMatches(q: usize, n: u32, out: usize): u32 {
   let depth: u32 = 0;
   const words = maskWords;
   for (; depth < n; depth++) {
-    const child = childFind(cur, load<u64>(q + (<usize>depth << 3)));
+    const child = tableFind(CHILD, cur, load<u64>(q + (<usize>depth << 3)));
     if (child == NIL) break;
     for (let k: u32 = 0; k < words; k++) {
       const m = load<u64>(maskAt(child, k));
@@ -522,6 +480,31 @@ export function dumpWorker(w: u32): usize {
 }
 export function dumpLength(): u32 { return listLen; }
 
+/**
+ * Grows the arrays and tables up front for an expected number of blocks and residencies, so a large
+ * initial load (a recovery dump, a benchmark) does not pay for repeated doubling and rehashing.
+ */
+export function presize(blocksWanted: u32, residenciesWanted: u32): void {
+  while (nodeCap < blocksWanted + 2) growNodes();
+  while (resCap < residenciesWanted + 1) growRes();
+  tableReserve(CHILD, blocksWanted);
+  tableReserve(RES, residenciesWanted);
+}
+
+function tableReserve(t: i32, entries: u32): void {
+  let cap = capOf(t);
+  while (entries * 4 > cap * 3) cap *= 2;
+  if (cap == capOf(t)) return;
+  const old = slotsOf(t), oldCap = capOf(t);
+  tableInit(t, cap);
+  const slots = slotsOf(t);
+  for (let i: u32 = 0; i < oldCap; i++) {
+    const v = load<u32>(old + (<usize>i << 2));
+    if (v != EMPTY) tablePlace(slots, cap - 1, hashOfId(t, v & ID_MASK), v & ID_MASK);
+  }
+  heap.free(old);
+}
+
 // ---- I/O buffers and stats ----
 export function reserve(bytes: usize): usize { return heap.alloc(bytes); }
 export function release(p: usize): void { heap.free(p); }
@@ -531,8 +514,8 @@ export function residencies(): u32 { return resLive; }
 export function rejectedTotal(): u64 { return totalRejected; }
 export function unknownTotal(): u64 { return totalUnknown; }
 export function bytesInUse(): usize {
-  return (<usize>nodeCap * (8 + 5 * 4 + 8 * maskWords)) + (<usize>cCap << 2)
-    + (<usize>resCap * (8 + 4 + 4 + 2)) + (<usize>xCap << 2) + (<usize>wCap << 2)
+  return (<usize>nodeCap * (NODE + 8 * (maskWords - 1))) + (<usize>capOf(CHILD) << 2)
+    + (<usize>resCap * REC) + (<usize>capOf(RES) << 2) + (<usize>wCap << 2)
     + (<usize>listCap << 2) + (<usize>stackCap << 2);
 }
 
@@ -549,10 +532,8 @@ export function hashBytes(p: usize, len: usize, seed: u64): u64 { return xxh3(p,
 function init(): void {
   growNodes();
   growRes();
-  cCap = 1024;
-  cSlots = zeroed(<usize>cCap << 2);
-  xCap = 1024;
-  xSlots = zeroed(<usize>xCap << 2);
+  tableInit(CHILD, 1024);
+  tableInit(RES, 1024);
   scratchMask = zeroed(8);
   ensureWorker(0);
   // the root: never freed, no parent, not in the child index

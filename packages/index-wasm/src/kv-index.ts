@@ -6,10 +6,11 @@ import {
   type MatchResult, type RejectReason, type StoredBlock, type WorkerRef,
 } from "./types.ts";
 
-const KIND_STORED_ROOT = 1n;
-const KIND_STORED_CHILD = 2n;
-const KIND_REMOVED = 3n;
-const KIND_CLEARED = 4n;
+// event kinds of the module's wire layout (assembly/index.ts applyBatch)
+const KIND_STORED_ROOT = 1;
+const KIND_STORED_CHILD = 2;
+const KIND_REMOVED = 3;
+const KIND_CLEARED = 4;
 /** Worker slots are u16 inside the module. */
 const MAX_WORKERS = 65535;
 
@@ -26,16 +27,18 @@ export class KvIndex {
   private readonly refs: (WorkerRef | undefined)[] = [];
   private readonly freeSlots: number[] = [];
 
-  private constructor(blockSize: number) {
+  private constructor(blockSize: number, expected?: { blocks: number; residencies: number }) {
     this.blockSize = blockSize;
     this.ex = instantiate();
+    if (expected) this.ex.presize(expected.blocks, expected.residencies);
     this.events = new ScratchRegion(this.ex);
     this.query = new ScratchRegion(this.ex);
     this.matches = new ScratchRegion(this.ex);
   }
 
-  static create(opts: { blockSize: number }): KvIndex {
-    return new KvIndex(opts.blockSize);
+  /** `expected` sizes the tables up front (e.g. from a dump's size) instead of growing them by doubling. */
+  static create(opts: { blockSize: number; expected?: { blocks: number; residencies: number } }): KvIndex {
+    return new KvIndex(opts.blockSize, opts.expected);
   }
 
   private slotOf(w: WorkerRef): number {
@@ -55,27 +58,33 @@ export class KvIndex {
     return new BigUint64Array(this.ex.memory.buffer, ptr, count);
   }
 
-  private header(kind: bigint, slot: number, count: number): bigint {
-    return kind | (BigInt(slot) << 8n) | (BigInt(count) << 32n);
-  }
-
-  /** Encodes one event at `at` in `buf`; returns the next free word. */
-  private encode(buf: BigUint64Array, at: number, e: IndexEvent): number {
+  /**
+   * Encodes one event at byte offset `at`; returns the next free offset. DataView.setBigUint64 is used
+   * because it measured ~4x faster in Bun than assigning BigInts into a BigUint64Array.
+   */
+  private encode(dv: DataView, at: number, e: IndexEvent): number {
     if (e.kind === "cleared" && !this.slots.has(workerKey(e.worker))) return at; // nothing to clear
     const slot = this.slotOf(e.worker);
     if (e.kind === "stored") {
       const hasParent = e.parentHash !== null;
-      buf[at++] = this.header(hasParent ? KIND_STORED_CHILD : KIND_STORED_ROOT, slot, e.blocks.length);
-      if (hasParent) buf[at++] = e.parentHash!;
+      dv.setUint32(at, (hasParent ? KIND_STORED_CHILD : KIND_STORED_ROOT) | (slot << 8), true);
+      dv.setUint32(at + 4, e.blocks.length, true);
+      at += 8;
+      if (hasParent) { dv.setBigUint64(at, e.parentHash!, true); at += 8; }
       for (const b of e.blocks) {
-        buf[at++] = b.externalHash;
-        buf[at++] = b.tokensHash;
+        dv.setBigUint64(at, b.externalHash, true);
+        dv.setBigUint64(at + 8, b.tokensHash, true);
+        at += 16;
       }
     } else if (e.kind === "removed") {
-      buf[at++] = this.header(KIND_REMOVED, slot, e.hashes.length);
-      for (const h of e.hashes) buf[at++] = h;
+      dv.setUint32(at, KIND_REMOVED | (slot << 8), true);
+      dv.setUint32(at + 4, e.hashes.length, true);
+      at += 8;
+      for (const h of e.hashes) { dv.setBigUint64(at, h, true); at += 8; }
     } else {
-      buf[at++] = this.header(KIND_CLEARED, slot, 0);
+      dv.setUint32(at, KIND_CLEARED | (slot << 8), true);
+      dv.setUint32(at + 4, 0, true);
+      at += 8;
     }
     return at;
   }
@@ -91,10 +100,10 @@ export class KvIndex {
     for (const e of events) total += KvIndex.wordsFor(e);
     // registering workers may not touch linear memory, but reserving may grow it: views after reserve
     const ptr = this.events.ensure(total * 8);
-    const buf = this.words(ptr, total);
+    const dv = new DataView(this.ex.memory.buffer, ptr, total * 8);
     let at = 0;
-    for (const e of events) at = this.encode(buf, at, e);
-    this.ex.applyBatch(ptr, at);
+    for (const e of events) at = this.encode(dv, at, e);
+    this.ex.applyBatch(ptr, at / 8);
     return {
       events: events.length,
       blocks: this.ex.batchBlocks(),

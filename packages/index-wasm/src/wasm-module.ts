@@ -65,6 +65,7 @@ export type IndexExports = {
   bytesInUse(): number;
   computeBlockHashes(tokens: number, nTokens: number, blockSize: number, seed: bigint, out: number): number;
   hashBytes(p: number, len: number, seed: bigint): bigint;
+  presize(blocks: number, residencies: number): void;
 };
 
 export function instantiate(): IndexExports {

@@ -1,0 +1,114 @@
+// bun run bench:index — the WASM index against the TypeScript reference model, same workloads, same run.
+// Prints ingestion throughput, findMatches latency percentiles and memory per residency.
+import { KvIndex, type IndexEvent } from "../src/index.ts";
+import { ReferenceIndex } from "../test/reference-model.ts";
+import { prng, sequences, storedEvents, workers } from "./workload.ts";
+
+type Index = KvIndex | ReferenceIndex;
+const impls: [name: string, create: () => Index][] = [
+  ["wasm", () => KvIndex.create({ blockSize: 16 })],
+  ["reference", () => ReferenceIndex.create({ blockSize: 16 })],
+];
+const fmt = (n: number, d = 1) => n.toLocaleString("en-US", { maximumFractionDigits: d });
+
+function batches<T>(items: T[], size: number): T[][] {
+  const out: T[][] = [];
+  for (let i = 0; i < items.length; i += size) out.push(items.slice(i, i + size));
+  return out;
+}
+
+function blockCount(events: IndexEvent[]): number {
+  return events.reduce((n, e) => n + (e.kind === "stored" ? e.blocks.length : 0), 0);
+}
+
+// ---- ingestion: 64 workers, 32-block sequences (16 shared of 256 prompts + 16 unique), ~1M residencies ----
+function ingestion(): void {
+  const ws = workers(64);
+  const seqs = sequences(31_250, 32, 16, 256, 1);
+  const next = prng(2);
+  const events = storedEvents(ws, seqs, () => [next() % ws.length]);
+  const groups = batches(events, 256);
+  const blocks = blockCount(events);
+  console.log(`\ningestion: ${fmt(events.length, 0)} stored events, ${fmt(blocks, 0)} block events, batches of 256 events`);
+  for (const [name, create] of impls) {
+    let best = Infinity;
+    for (let rep = 0; rep < 3; rep++) {
+      const index = create();
+      const t0 = performance.now();
+      for (const g of groups) index.applyBatch(g);
+      best = Math.min(best, performance.now() - t0);
+    }
+    console.log(`  ${name.padEnd(10)} ${fmt(blocks / (best / 1000) / 1e6, 2)} M block events/s  (${fmt(best)} ms)`);
+  }
+}
+
+// ---- findMatches latency ----
+function percentile(sorted: Float64Array, p: number): number {
+  return sorted[Math.min(sorted.length - 1, Math.floor(p * sorted.length))]!;
+}
+
+function matching(workerCount: number, length: number): void {
+  const ws = workers(workerCount);
+  // each worker holds 24 sequences; half of each sequence is one of 8 shared prompts
+  const seqs = sequences(workerCount * 24, length, length / 2, 8, 3 + length);
+  const events = storedEvents(ws, seqs, (s) => [s % workerCount]);
+  const next = prng(4);
+  const queries = Array.from({ length: 2000 }, () => seqs[next() % seqs.length]!);
+  const line: string[] = [];
+  for (const [name, create] of impls) {
+    const index = create();
+    for (const g of batches(events, 256)) index.applyBatch(g);
+    const runs = name === "wasm" ? 20_000 : 4_000;
+    const times = new Float64Array(runs);
+    for (let i = 0; i < 1000; i++) index.findMatches(queries[i % queries.length]!); // warm up
+    let matched = 0;
+    for (let i = 0; i < runs; i++) {
+      const q = queries[i % queries.length]!;
+      const t0 = performance.now();
+      const m = index.findMatches(q);
+      times[i] = performance.now() - t0;
+      matched += m.scores.size;
+    }
+    times.sort();
+    line.push(`${name} p50 ${fmt(percentile(times, 0.5) * 1000, 2)} us, p99 ${fmt(percentile(times, 0.99) * 1000, 2)} us (${fmt(matched / runs)} workers matched)`);
+  }
+  console.log(`  ${String(length).padStart(3)} blocks x ${String(workerCount).padStart(2)} workers: ${line.join(" | ")}`);
+}
+
+// ---- memory per residency at ~1M residencies ----
+function memory(label: string, workerCount: number, pool: number, perWorker: number, length: number): void {
+  const ws = workers(workerCount);
+  const seqs = sequences(pool, length, 0, 1, 7);
+  const next = prng(8);
+  const holders: number[][] = seqs.map(() => []);
+  for (let w = 0; w < workerCount; w++) {
+    const picked = new Set<number>();
+    while (picked.size < perWorker) picked.add(next() % pool);
+    for (const s of picked) holders[s]!.push(w);
+  }
+  const events = storedEvents(ws, seqs, (s) => holders[s]!);
+  const parts: string[] = [];
+  for (const [name, create] of impls) {
+    Bun.gc(true);
+    const before = process.memoryUsage().heapUsed;
+    const index = create();
+    for (const g of batches(events, 256)) index.applyBatch(g);
+    const stats = index.stats();
+    if (index instanceof KvIndex) {
+      parts.push(`wasm ${fmt(stats.bytesInUse / stats.residencies)} B/residency in tables (${fmt(stats.bytes / stats.residencies)} B linear memory)`);
+    } else {
+      Bun.gc(true);
+      parts.push(`reference ${fmt((process.memoryUsage().heapUsed - before) / stats.residencies)} B/residency (JS heap)`);
+    }
+    if (name === "wasm") parts.unshift(`${fmt(stats.residencies, 0)} residencies, ${fmt(stats.blocks, 0)} blocks:`);
+  }
+  console.log(`  ${label}: ${parts.join(" ")}`);
+}
+
+console.log(`bun ${Bun.version}, ${process.platform}/${process.arch}`);
+ingestion();
+console.log("\nfindMatches latency (query = a stored sequence; half of it a prompt shared with other workers):");
+for (const length of [128, 512]) for (const w of [16, 64]) matching(w, length);
+console.log("\nmemory per (block, worker) residency:");
+memory("shared (2,000 64-block sequences, each worker holds 244: ~7.8 workers per block)", 64, 2000, 244, 64);
+memory("unshared (every block held by one worker)", 64, 15_625, 1, 64);
