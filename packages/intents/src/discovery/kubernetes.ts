@@ -1,0 +1,231 @@
+// Kubernetes discovery: each record is a coordination.k8s.io/v1 Lease in the pod's namespace, labelled
+// `kv-epp.dev/record=<kind>`, its JSON payload in the annotation `kv-epp.dev/payload`, and owned
+// (ownerReferences) by the pod that registered it, so the garbage collector removes a dead pod's
+// records. deploy/base/rbac.yaml grants both sides get/list/watch/create/update/patch/delete on leases.
+import { randomUUID } from "node:crypto";
+import { CoordinationV1Api, makeInformer, type KubeConfig, type V1Lease, type V1OwnerReference } from "@kubernetes/client-node";
+import pino, { type Logger } from "pino";
+import { RecordExistsError, type Discovery, type DiscoveryRecord, type Query, type RecordKind, type RecordSpec, type Registration, type WatchHandle } from "./types.ts";
+
+export const RECORD_LABEL = "kv-epp.dev/record";
+export const PAYLOAD_ANNOTATION = "kv-epp.dev/payload";
+export const PRODUCER_ANNOTATION = "kv-epp.dev/producer";
+/** Producers holding a shared record (JSON array). */
+export const HOLDERS_ANNOTATION = "kv-epp.dev/holders";
+
+export type KubernetesDiscoveryOptions = {
+  kubeConfig: KubeConfig;
+  namespace: string;
+  /** The registering pod (POD_NAME, POD_UID): its records are garbage-collected with it. */
+  pod?: { name: string; uid: string };
+  /** This process instance; default `<pod name or "proc">-<random>`. */
+  producer?: string;
+  log?: Logger;
+  /** Pause before restarting a failed watch. */
+  retryMs?: number;
+};
+
+const NAME = /^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$/;
+
+function status(err: unknown): number | undefined {
+  const code = (err as { code?: unknown }).code;
+  return typeof code === "number" ? code : undefined;
+}
+
+function toRecord(kind: RecordKind, lease: V1Lease): DiscoveryRecord {
+  const ann = lease.metadata?.annotations ?? {};
+  let payload: unknown;
+  try {
+    payload = JSON.parse(ann[PAYLOAD_ANNOTATION] ?? "");
+  } catch {
+    payload = undefined; // the reader's decoder reports it as undecodable
+  }
+  return { kind, name: lease.metadata?.name ?? "", payload, producer: ann[PRODUCER_ANNOTATION] ?? lease.spec?.holderIdentity ?? "" };
+}
+
+function holdersOf(lease: V1Lease): string[] {
+  try {
+    const h = JSON.parse(lease.metadata?.annotations?.[HOLDERS_ANNOTATION] ?? "[]");
+    return Array.isArray(h) ? h.filter((x): x is string => typeof x === "string") : [];
+  } catch {
+    return [];
+  }
+}
+
+export function kubernetesDiscovery(o: KubernetesDiscoveryOptions): Discovery {
+  const api = o.kubeConfig.makeApiClient(CoordinationV1Api);
+  const log = o.log ?? pino({ level: "silent" });
+  const producer = o.producer ?? `${o.pod?.name ?? "proc"}-${randomUUID().slice(0, 8)}`;
+  const namespace = o.namespace;
+  const lease = new AbortController();
+  const watches = new Set<WatchHandle>();
+  const ownerRef: V1OwnerReference | undefined = o.pod && { apiVersion: "v1", kind: "Pod", name: o.pod.name, uid: o.pod.uid };
+
+  const body = (spec: RecordSpec): V1Lease => ({
+    apiVersion: "coordination.k8s.io/v1",
+    kind: "Lease",
+    metadata: {
+      name: spec.name,
+      namespace,
+      labels: { [RECORD_LABEL]: spec.kind, "app.kubernetes.io/part-of": "kv-epp" },
+      annotations: {
+        [PAYLOAD_ANNOTATION]: JSON.stringify(spec.payload),
+        [PRODUCER_ANNOTATION]: producer,
+        ...(spec.shared ? { [HOLDERS_ANNOTATION]: JSON.stringify([producer]) } : {}),
+      },
+      ...(ownerRef ? { ownerReferences: [ownerRef] } : {}),
+    },
+    spec: { holderIdentity: producer },
+  });
+
+  /** Adds this producer (and its pod as an owner) to an existing shared record; retried on conflicts. */
+  async function join(name: string): Promise<void> {
+    for (let attempt = 0; attempt < 5; attempt++) {
+      const cur = await api.readNamespacedLease({ name, namespace });
+      const holders = holdersOf(cur);
+      if (!cur.metadata?.annotations?.[HOLDERS_ANNOTATION]) throw new RecordExistsError(`lease ${name} exists and is not shared`);
+      if (holders.includes(producer)) return;
+      const refs = cur.metadata.ownerReferences ?? [];
+      cur.metadata.annotations[HOLDERS_ANNOTATION] = JSON.stringify([...holders, producer]);
+      if (ownerRef && !refs.some((r) => r.uid === ownerRef.uid)) cur.metadata.ownerReferences = [...refs, ownerRef];
+      try {
+        await api.replaceNamespacedLease({ name, namespace, body: cur });
+        return;
+      } catch (err) {
+        if (status(err) !== 409) throw err;
+      }
+    }
+    throw new Error(`lease ${name}: too many update conflicts`);
+  }
+
+  /** Drops this producer from a shared record; deletes it when no holder is left. */
+  async function leave(reg: Registration): Promise<"removed" | "missing"> {
+    for (let attempt = 0; attempt < 5; attempt++) {
+      let cur: V1Lease;
+      try {
+        cur = await api.readNamespacedLease({ name: reg.name, namespace });
+      } catch (err) {
+        if (status(err) === 404) return "missing";
+        throw err;
+      }
+      const holders = holdersOf(cur);
+      if (!holders.includes(reg.producer)) return "missing";
+      const rest = holders.filter((h) => h !== reg.producer);
+      try {
+        if (rest.length === 0) {
+          await api.deleteNamespacedLease({ name: reg.name, namespace, body: { preconditions: { resourceVersion: cur.metadata?.resourceVersion } } });
+        } else {
+          cur.metadata!.annotations![HOLDERS_ANNOTATION] = JSON.stringify(rest);
+          // Another replica of this pod's kind may still hold it: keep every owner but ours.
+          if (ownerRef) cur.metadata!.ownerReferences = (cur.metadata!.ownerReferences ?? []).filter((r) => r.uid !== ownerRef.uid);
+          await api.replaceNamespacedLease({ name: reg.name, namespace, body: cur });
+        }
+        return "removed";
+      } catch (err) {
+        if (status(err) === 404) return "missing";
+        if (status(err) !== 409) throw err;
+      }
+    }
+    throw new Error(`lease ${reg.name}: too many update conflicts`);
+  }
+
+  return {
+    producer,
+    lease: lease.signal,
+
+    async register(spec) {
+      if (!NAME.test(spec.name)) throw new Error(`record name ${JSON.stringify(spec.name)} is not a valid object name`);
+      if (lease.signal.aborted) throw new Error(`lease of ${producer} has ended`);
+      try {
+        await api.createNamespacedLease({ namespace, body: body(spec) });
+      } catch (err) {
+        if (status(err) !== 409) throw err;
+        if (!spec.shared) throw new RecordExistsError(`${spec.kind} record ${spec.name} exists`);
+        await join(spec.name);
+      }
+      return { kind: spec.kind, name: spec.name, producer };
+    },
+
+    async unregister(reg) {
+      if (reg.kind === "host") return leave(reg);
+      try {
+        await api.deleteNamespacedLease({ name: reg.name, namespace });
+        return "removed";
+      } catch (err) {
+        if (status(err) === 404) return "missing";
+        throw err;
+      }
+    },
+
+    async list(q: Query) {
+      const res = await api.listNamespacedLease({ namespace, labelSelector: `${RECORD_LABEL}=${q.kind}` });
+      return res.items.map((l) => toRecord(q.kind, l));
+    },
+
+    listAndWatch(q, onSnapshot) {
+      const labelSelector = `${RECORD_LABEL}=${q.kind}`;
+      const informer = makeInformer<V1Lease>(
+        o.kubeConfig,
+        `/apis/coordination.k8s.io/v1/namespaces/${namespace}/leases`,
+        () => api.listNamespacedLease({ namespace, labelSelector }),
+        labelSelector,
+      );
+      let synced = false;
+      let stopped = false;
+      let retry: ReturnType<typeof setTimeout> | undefined;
+      // Level-triggered: every change hands over the whole cached set.
+      const publish = () => {
+        if (synced && !stopped) onSnapshot(informer.list(namespace).map((l) => toRecord(q.kind, l)));
+      };
+      informer.on("add", publish);
+      informer.on("update", publish);
+      informer.on("delete", publish);
+      const restart = () => {
+        if (stopped) return;
+        retry = setTimeout(() => {
+          informer.start().then(publish, (err) => {
+            log.warn({ err: String(err) }, "lease list failed, retrying");
+            restart();
+          });
+        }, o.retryMs ?? 1000);
+      };
+      informer.on("error", (err) => {
+        // The client's ListWatch stops on a watch error; its relist on restart reconciles.
+        if (!synced || stopped) return;
+        log.warn({ err: String(err), kind: q.kind }, "lease watch failed, restarting");
+        restart();
+      });
+      const ready = (async () => {
+        for (;;) {
+          try {
+            await informer.start();
+            break;
+          } catch (err) {
+            if (stopped) return;
+            log.warn({ err: String(err), kind: q.kind }, "listing leases failed, retrying");
+            await informer.stop().catch(() => {});
+            await new Promise((r) => setTimeout(r, o.retryMs ?? 1000));
+          }
+        }
+        synced = true;
+        publish();
+      })();
+      const handle: WatchHandle = {
+        ready,
+        close: () => {
+          stopped = true;
+          if (retry) clearTimeout(retry);
+          watches.delete(handle);
+          void informer.stop().catch(() => {});
+        },
+      };
+      watches.add(handle);
+      return handle;
+    },
+
+    async close() {
+      lease.abort(new Error(`discovery client ${producer} closed`));
+      for (const w of [...watches]) w.close();
+    },
+  };
+}

@@ -1,0 +1,31 @@
+// @kv-epp/intents: KV event sources registered by the workers (attachment intents) and consumed by
+// the KV-state host (the EPP). Both the worker side (mock-worker) and the host side (epp) use it.
+export type { Discovery, DiscoveryRecord, Query, RecordKind, RecordSpec, Registration, WatchHandle } from "./discovery/types.ts";
+export { RecordExistsError } from "./discovery/types.ts";
+export { MemoryDiscoveryStore } from "./discovery/memory.ts";
+export { kubernetesDiscovery, type KubernetesDiscoveryOptions, RECORD_LABEL, PAYLOAD_ANNOTATION, PRODUCER_ANNOTATION, HOLDERS_ANNOTATION } from "./discovery/kubernetes.ts";
+export {
+  VLLM_KV_EVENTS_PROTOCOL,
+  HOST_PROTOCOL_VERSION,
+  INTENT_RECORD_VERSION,
+  indexerDomainOf,
+  encodeIntent,
+  decodeIntent,
+  encodeHost,
+  decodeHost,
+  intentRecordName,
+  hostRecordName,
+  RecordDecodeError,
+  type CacheOwner,
+  type IntentDescriptor,
+  type AttachmentIntent,
+  type HostAdvertisement,
+} from "./protocol.ts";
+export { newIntentId, maskIntentId, type RandomFill } from "./ids.ts";
+export { validateDescriptors, IntentValidationError, type ValidationCode } from "./validate.ts";
+export { findHost, HostLookupError } from "./host-lookup.ts";
+export { registerIntents, IntentOwner, IntentRegistrationError, type RegisterIntentsOptions } from "./owner.ts";
+export { WITHDRAW_BACKOFF, realSleep, type Sleep } from "./retry.ts";
+export { advertiseHost, IntentWatcher, desiredAttachments, type HostAdvertiser, type IntentWatcherOptions } from "./host.ts";
+export { intentWorkers, mergeWorkerSets, type IntentWorker, type IntentWorkerSpec, type RankSource, type WorkerSpecLike } from "./workers.ts";
+export { registerWorkerIntents, workerDescriptors, type RegisterWorkerIntentsOptions, type WorkerRankInfo } from "./worker-side.ts";

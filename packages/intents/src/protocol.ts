@@ -1,0 +1,120 @@
+// The two record types of KV discovery and their JSON wire format (see README.md "Records"):
+// a host advertisement (written by the EPP) and an attachment intent (written by a worker, one per
+// DP rank). Payloads are versioned; a reader skips what it cannot decode instead of failing.
+import { z } from "zod";
+
+/** The one KV-event protocol a host can attach to: vLLM's ZeroMQ PUB stream (DESIGN.md 4). */
+export const VLLM_KV_EVENTS_PROTOCOL = "vllm-zmq-kv-events";
+/** Version of the host advertisement; a worker only addresses hosts of this version. */
+export const HOST_PROTOCOL_VERSION = 1;
+/** Version of the intent payload. */
+export const INTENT_RECORD_VERSION = 1;
+
+/** Who owns a cache whose blocks the rank reports (e.g. the GPU KV cache, an offload tier). */
+export type CacheOwner = {
+  id: string;
+  /** The indexer this cache's blocks belong to: `"<model>:<tenant>"` (DESIGN.md 3). */
+  indexerDomain: string;
+};
+
+/** What a worker declares for one of its DP ranks. */
+export type IntentDescriptor = {
+  workerId: string;
+  dpRank: number;
+  protocol: string;
+  /** ZeroMQ PUB endpoint the host subscribes to, e.g. `tcp://10.0.0.5:5557`. */
+  endpoint: string;
+  /** Optional replay ROUTER endpoint. */
+  replayEndpoint?: string;
+  /** Raw ZeroMQ topic frame ("" subscribes to everything). */
+  topic: string;
+  blockSize: number;
+  model: string;
+  tenant: string;
+  /** `"<model>:<tenant>"`. */
+  indexerDomain: string;
+  cacheOwners: CacheOwner[];
+  /** Token ids the model uses as multimodal placeholders (they hash like any other token). */
+  multimodalTokenIds: number[];
+  /** ip:port the gateway is told to call, for workers no pod informer knows about. */
+  address?: string;
+  /** The worker's Prometheus endpoint. */
+  metricsUrl?: string;
+};
+
+/** A registered intent as the host materializes it. */
+export type AttachmentIntent = IntentDescriptor & {
+  /** Random, 53-bit, never 0 (see ids.ts). */
+  intentId: number;
+  /** The host instance the intent is addressed to (the worker's control target). */
+  host: string;
+  /** The process instance that registered it. */
+  producer: string;
+  /** Epoch ms; a newer intent for the same worker rank supersedes an older one. */
+  registeredAt: number;
+};
+
+export type HostAdvertisement = { version: number; hostInstance: string; producer: string };
+
+export const indexerDomainOf = (model: string, tenant = "default"): string => `${model}:${tenant}`;
+
+const CacheOwnerSchema = z.object({ id: z.string().min(1), indexerDomain: z.string().min(1) });
+
+const IntentSchema = z.object({
+  v: z.literal(INTENT_RECORD_VERSION),
+  intentId: z.number().int().min(1).max(Number.MAX_SAFE_INTEGER),
+  host: z.string().min(1),
+  producer: z.string().min(1),
+  registeredAt: z.number(),
+  workerId: z.string().min(1),
+  dpRank: z.number().int().min(0),
+  protocol: z.string(),
+  endpoint: z.string().min(1),
+  replayEndpoint: z.string().min(1).optional(),
+  topic: z.string(),
+  blockSize: z.number().int().min(1),
+  model: z.string(),
+  tenant: z.string(),
+  indexerDomain: z.string(),
+  cacheOwners: z.array(CacheOwnerSchema),
+  multimodalTokenIds: z.array(z.number().int().min(0)),
+  address: z.string().min(1).optional(),
+  metricsUrl: z.string().min(1).optional(),
+});
+
+const HostSchema = z.object({ v: z.number().int(), hostInstance: z.string().min(1), producer: z.string().min(1) });
+
+export class RecordDecodeError extends Error {
+  override name = "RecordDecodeError";
+}
+
+export function encodeIntent(i: AttachmentIntent): Record<string, unknown> {
+  return stripUndefined({ v: INTENT_RECORD_VERSION, ...i });
+}
+
+export function decodeIntent(payload: unknown): AttachmentIntent {
+  const r = IntentSchema.safeParse(payload);
+  if (!r.success) throw new RecordDecodeError(`undecodable intent: ${r.error.issues.map((i) => `${i.path.join(".")}: ${i.message}`).join("; ")}`);
+  const { v: _v, ...intent } = r.data;
+  return stripUndefined(intent) as AttachmentIntent;
+}
+
+export function encodeHost(h: HostAdvertisement): Record<string, unknown> {
+  return { v: h.version, hostInstance: h.hostInstance, producer: h.producer };
+}
+
+/** Decodes any version (the reader filters on it); throws RecordDecodeError on a malformed payload. */
+export function decodeHost(payload: unknown): HostAdvertisement {
+  const r = HostSchema.safeParse(payload);
+  if (!r.success) throw new RecordDecodeError(`undecodable host advertisement: ${r.error.issues.map((i) => `${i.path.join(".")}: ${i.message}`).join("; ")}`);
+  return { version: r.data.v, hostInstance: r.data.hostInstance, producer: r.data.producer };
+}
+
+/** Record names double as Kubernetes object names: lowercase alphanumerics and '-', at most 63. */
+export const intentRecordName = (intentId: number): string => `kv-intent-${intentId.toString(36)}`;
+export const hostRecordName = (hostInstance: string): string =>
+  `kv-host-${hostInstance.toLowerCase().replace(/[^a-z0-9-]+/g, "-").replace(/^-+|-+$/g, "")}`.slice(0, 63).replace(/-+$/, "");
+
+function stripUndefined<T extends object>(o: T): T {
+  return Object.fromEntries(Object.entries(o).filter(([, v]) => v !== undefined)) as T;
+}
