@@ -1,0 +1,61 @@
+// Shared test fixtures: descriptors, a store with a live host, a sleep that records its delays.
+import pino from "pino";
+import { Writable } from "node:stream";
+import { advertiseHost, indexerDomainOf, MemoryDiscoveryStore, VLLM_KV_EVENTS_PROTOCOL, type IntentDescriptor, type Sleep } from "../src/index.ts";
+import { ControllableDiscovery } from "./double.ts";
+
+export const WORKER = "worker-a";
+export const HOST = "dynamo-epp";
+export const DOMAIN = indexerDomainOf("Qwen/Qwen3-0.6B");
+
+export function descriptor(dpRank: number, over: Partial<IntentDescriptor> = {}): IntentDescriptor {
+  return {
+    workerId: WORKER,
+    dpRank,
+    protocol: VLLM_KV_EVENTS_PROTOCOL,
+    endpoint: `tcp://127.0.7.1:${5557 + dpRank}`,
+    replayEndpoint: `tcp://127.0.7.1:${5600 + dpRank}`,
+    topic: "kv@worker-a",
+    blockSize: 16,
+    model: "Qwen/Qwen3-0.6B",
+    tenant: "default",
+    indexerDomain: DOMAIN,
+    cacheOwners: [{ id: "gpu", indexerDomain: DOMAIN }],
+    multimodalTokenIds: [151652, 151655],
+    ...over,
+  };
+}
+
+/** A store with the host advertised, and the worker's discovery as a controllable double. */
+export async function withHost() {
+  const store = new MemoryDiscoveryStore();
+  const hostSide = store.connect({ producer: "epp-0" });
+  await advertiseHost({ discovery: hostSide, hostInstance: HOST });
+  const worker = new ControllableDiscovery(store.connect({ producer: "worker-a-proc" }));
+  const intents = () => store.snapshot("intent");
+  return { store, hostSide, worker, intents };
+}
+
+/** Resolves at once (next microtask) and records each requested delay. */
+export function recordingSleep(onSleep?: (n: number) => void): { sleep: Sleep; delays: number[] } {
+  const delays: number[] = [];
+  return {
+    delays,
+    sleep: async (ms) => {
+      delays.push(ms);
+      onSleep?.(delays.length);
+    },
+  };
+}
+
+/** A pino logger whose lines are kept for assertions. */
+export function capturingLogger() {
+  const lines: Record<string, unknown>[] = [];
+  const stream = new Writable({
+    write(chunk, _enc, cb) {
+      for (const l of String(chunk).split("\n")) if (l) lines.push(JSON.parse(l));
+      cb();
+    },
+  });
+  return { log: pino({ level: "debug" }, stream), lines };
+}
