@@ -1,6 +1,11 @@
 // The KV index over linear memory. See ../README.md for the layout and why it looks like this.
 //
 // Sequence identity: a node is (parent node, tokens hash); node 1 is the root (the empty prefix).
+// Each node stores a 64-bit sequence hash seq = mixBijective(tokens hash ^ spread(parent's seq)) and the
+// child table is keyed by it. A query can then compute every level's table address from the tokens
+// alone, so the CPU overlaps the cache misses of successive levels instead of chaining them (the
+// parent id is still compared, so matching stays exact); and the mix is a bijection, so the tokens
+// hash is recovered from (seq, parent seq) for dumps instead of being stored twice.
 // Residency: (worker, node) with the worker's external hash for that block.
 // Invariant (prefix semantics): a worker holding a node holds its parent, so a node's worker mask is a
 // subset of its parent's, a worker's overlap is the depth of the deepest matched node it is in, and
@@ -25,7 +30,7 @@ function zeroed(bytes: usize): usize {
 }
 
 // ---- nodes: array of 40-byte structs, so creating or visiting a node touches one cache line ----
-// 0 tokens hash u64 | 8 worker mask for slots 0..63 u64 | 16 parent u32 | 20 first child u32
+// 0 sequence hash u64 | 8 worker mask for slots 0..63 u64 | 16 parent u32 | 20 first child u32
 // 24 next sibling u32 (free-list link when free) | 28 previous sibling u32 | 32 residency list head u32
 const NODE: usize = 40;
 let nodeCap: u32 = 0;
@@ -37,7 +42,24 @@ let maskWords: u32 = 1;  // 64-slot words per node; words past the first live in
 let nMaskExt: usize = 0; // u64 x (maskWords - 1) per node
 
 @inline function nodeAt(n: u32): usize { return nodes + <usize>n * NODE; }
-@inline function tokOf(n: u32): u64 { return load<u64>(nodeAt(n)); }
+@inline function seqOf(n: u32): u64 { return load<u64>(nodeAt(n)); }
+
+const ROOT_SEQ: u64 = 0x243F6A8885A308D3;
+const MIX_MUL: u64 = 0xD6E8FEB86659FD93;
+const MIX_MUL_INVERSE: u64 = 0xCFEE444D8B59A89B; // MIX_MUL * this == 1 (mod 2^64)
+@inline function spread(parentSeq: u64): u64 { return rotl<u64>(parentSeq, 23) * 0x9E3779B97F4A7C15; }
+@inline function mix(h: u64): u64 {
+  h ^= h >> 32;
+  h *= MIX_MUL;
+  return h ^ (h >> 32);
+}
+@inline function unmix(h: u64): u64 {
+  h ^= h >> 32;
+  h *= MIX_MUL_INVERSE;
+  return h ^ (h >> 32);
+}
+@inline function childSeq(parentSeq: u64, tok: u64): u64 { return mix(tok ^ spread(parentSeq)); }
+function tokOf(n: u32): u64 { return unmix(seqOf(n)) ^ spread(seqOf(parentOf(n))); }
 @inline function parentOf(n: u32): u32 { return load<u32>(nodeAt(n), 16); }
 @inline function firstOf(n: u32): u32 { return load<u32>(nodeAt(n), 20); }
 @inline function nextOf(n: u32): u32 { return load<u32>(nodeAt(n), 24); }
@@ -62,7 +84,7 @@ function growNodes(): void {
   nodeCap = cap;
 }
 
-function newNode(parent: u32, tok: u64): u32 {
+function newNode(parent: u32, seq: u64): u32 {
   let id: u32;
   if (nodeFree != NIL) {
     id = nodeFree;
@@ -71,7 +93,7 @@ function newNode(parent: u32, tok: u64): u32 {
     if (nodeTop == nodeCap) growNodes();
     id = nodeTop++;
   }
-  store<u64>(nodeAt(id), tok);
+  store<u64>(nodeAt(id), seq);
   store<u32>(nodeAt(id), parent, 16);
   setFirst(id, NIL);
   setRes(id, NIL);
@@ -137,25 +159,20 @@ const TABLES: usize = memory.data(32, 8); // per table: slots ptr u32 | cap u32 
 @inline function countOf(t: i32): u32 { return load<u32>(TABLES + (<usize>t << 4), 8); }
 @inline function setCount(t: i32, v: u32): void { store<u32>(TABLES + (<usize>t << 4), v, 8); }
 
-@inline function mix(h: u64): u64 {
-  h ^= h >> 32;
-  h *= 0xD6E8FEB86659FD93;
-  return h ^ (h >> 32);
-}
 @inline function keyHash(a: u32, b: u64): u64 { return mix(b ^ (<u64>(a + 1) * 0x9E3779B97F4A7C15)); }
 @inline function tagOf(h: u64): u32 { return <u32>(h >> 58) << ID_BITS; }
 
 /** The hash of the entry with this id, read back from its node or record. */
 @inline function hashOfId(t: i32, id: u32): u64 {
-  return t == CHILD ? keyHash(parentOf(id), tokOf(id)) : keyHash(workerOf(id), extOf(id));
+  return t == CHILD ? seqOf(id) : keyHash(workerOf(id), extOf(id));
 }
 @inline function matches(t: i32, id: u32, a: u32, b: u64): bool {
-  return t == CHILD ? tokOf(id) == b && parentOf(id) == a : extOf(id) == b && workerOf(id) == a;
+  return t == CHILD ? seqOf(id) == b && parentOf(id) == a : extOf(id) == b && workerOf(id) == a;
 }
 
 @inline function tableFind(t: i32, a: u32, b: u64): u32 {
   const slots = slotsOf(t), m = capOf(t) - 1;
-  const h = keyHash(a, b), tag = tagOf(h);
+  const h = t == CHILD ? b : keyHash(a, b), tag = tagOf(h);
   let i = <u32>h & m;
   while (true) {
     const v = load<u32>(slots + (<usize>i << 2));
@@ -343,14 +360,15 @@ function stored(w: u32, hasParent: bool, parentExt: u64, p: usize, n: u32): void
   for (let i: u32 = 0; i < n; i++) {
     const ext = load<u64>(p + (<usize>i << 4));
     const tok = load<u64>(p + (<usize>i << 4) + 8);
+    const seq = childSeq(seqOf(cur), tok);
     const held = tableFind(RES, w, ext);
-    let child = tableFind(CHILD, cur, tok);
+    let child = tableFind(CHILD, cur, seq);
     if (held != NIL || (child != NIL && holds(child, w))) {
       if (held != NIL && nodeOfRes(held) == child) { cur = child; continue; } // idempotent re-store
       lastReject = 2; outRejected++; totalRejected++;
       return;
     }
-    if (child == NIL) child = newNode(cur, tok);
+    if (child == NIL) child = newNode(cur, seq);
     addResidency(w, child, ext);
     outBlocks++;
     cur = child;
@@ -419,8 +437,10 @@ export function findMatches(q: usize, n: u32, out: usize): u32 {
   let cur = ROOT;
   let depth: u32 = 0;
   const words = maskWords;
+  let seq = ROOT_SEQ;
   for (; depth < n; depth++) {
-    const child = tableFind(CHILD, cur, load<u64>(q + (<usize>depth << 3)));
+    seq = childSeq(seq, load<u64>(q + (<usize>depth << 3)));
+    const child = tableFind(CHILD, cur, seq);
     if (child == NIL) break;
     for (let k: u32 = 0; k < words; k++) {
       const m = load<u64>(maskAt(child, k));
@@ -537,6 +557,7 @@ function init(): void {
   scratchMask = zeroed(8);
   ensureWorker(0);
   // the root: never freed, no parent, not in the child index
+  store<u64>(nodeAt(ROOT), ROOT_SEQ);
   nodeTop = 2;
 }
 init();

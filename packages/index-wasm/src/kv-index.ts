@@ -54,8 +54,28 @@ export class KvIndex {
     return slot;
   }
 
+  private viewBuffer: ArrayBuffer | undefined;
+  private u32 = new Uint32Array(0);
+  private u64 = new BigUint64Array(0);
+  private dv = new DataView(new ArrayBuffer(0));
+
+  /**
+   * Whole-memory views, rebuilt only after linear memory grew (growth detaches the old buffer): making
+   * views per call measured as a large share of a findMatches.
+   */
+  private views(): void {
+    if (this.viewBuffer === undefined || this.viewBuffer.byteLength === 0) {
+      const buf = this.ex.memory.buffer;
+      this.viewBuffer = buf;
+      this.u32 = new Uint32Array(buf);
+      this.u64 = new BigUint64Array(buf);
+      this.dv = new DataView(buf);
+    }
+  }
+
   private words(ptr: number, count: number): BigUint64Array {
-    return new BigUint64Array(this.ex.memory.buffer, ptr, count);
+    this.views();
+    return this.u64.subarray(ptr / 8, ptr / 8 + count);
   }
 
   /**
@@ -100,10 +120,10 @@ export class KvIndex {
     for (const e of events) total += KvIndex.wordsFor(e);
     // registering workers may not touch linear memory, but reserving may grow it: views after reserve
     const ptr = this.events.ensure(total * 8);
-    const dv = new DataView(this.ex.memory.buffer, ptr, total * 8);
-    let at = 0;
-    for (const e of events) at = this.encode(dv, at, e);
-    this.ex.applyBatch(ptr, at / 8);
+    this.views();
+    let at = ptr;
+    for (const e of events) at = this.encode(this.dv, at, e);
+    this.ex.applyBatch(ptr, (at - ptr) / 8);
     return {
       events: events.length,
       blocks: this.ex.batchBlocks(),
@@ -118,7 +138,8 @@ export class KvIndex {
    */
   applyEncoded(words: BigUint64Array): BatchOutcome {
     const ptr = this.events.ensure(words.length * 8);
-    this.words(ptr, words.length).set(words);
+    this.views();
+    this.u64.set(words, ptr / 8);
     this.ex.applyBatch(ptr, words.length);
     return { events: -1, blocks: this.ex.batchBlocks(), unknown: this.ex.batchUnknown(), rejected: this.ex.batchRejected() };
   }
@@ -164,19 +185,19 @@ export class KvIndex {
     const n = tokensHashes.length;
     const qPtr = this.query.ensure(Math.max(n, 1) * 8);
     const outPtr = this.matches.ensure(this.ex.workerCapacity() * 8);
-    this.words(qPtr, n).set(tokensHashes);
+    this.views();
+    this.u64.set(tokensHashes, qPtr / 8);
     const count = this.ex.findMatches(qPtr, n, outPtr);
     const scores = new Map<string, number>();
     const treeSizes = new Map<string, number>();
-    if (count === 0) return { scores, treeSizes };
-    const mem = this.ex.memory.buffer;
-    const pairs = new Uint32Array(mem, outPtr, count * 2);
-    const sizes = new Uint32Array(mem, this.ex.treeSizes(), this.ex.workerCapacity());
+    const u32 = this.u32;
+    const pairs = outPtr / 4;
+    const sizes = this.ex.treeSizes() / 4;
     for (let i = 0; i < count; i++) {
-      const slot = pairs[2 * i]!;
+      const slot = u32[pairs + 2 * i]!;
       const key = this.keys[slot]!;
-      scores.set(key, pairs[2 * i + 1]!);
-      treeSizes.set(key, sizes[slot]!);
+      scores.set(key, u32[pairs + 2 * i + 1]!);
+      treeSizes.set(key, u32[sizes + slot]!);
     }
     return { scores, treeSizes };
   }
@@ -185,7 +206,8 @@ export class KvIndex {
   treeSize(w: WorkerRef): number {
     const slot = this.slots.get(workerKey(w));
     if (slot === undefined) return 0;
-    return new Uint32Array(this.ex.memory.buffer, this.ex.treeSizes(), this.ex.workerCapacity())[slot]!;
+    this.views();
+    return this.u32[this.ex.treeSizes() / 4 + slot]!;
   }
 
   /**
