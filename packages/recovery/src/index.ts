@@ -1,7 +1,7 @@
 // @kv-epp/recovery: peer KV-index recovery before readiness (DESIGN.md §6-§7). See README.md for the wiring.
 export type { DumpModel, DumpSource, DumpStaging, DumpTarget, Peer, RecoveryOutcome, RecoveryStateName, RouterEvent, StoredBlockRef } from "./types.ts";
 export { RECOVERY_STATES } from "./types.ts";
-export { dumpStream, dumpPieces, DUMP_CHUNK_CHARS } from "./dump/writer.ts";
+export { dumpStream, dumpChunks, DUMP_CHUNK_BYTES } from "./dump/writer.ts";
 export { DumpParser, DumpFormatError, readDump, DEFAULT_PARSER_LIMITS, type DumpParserLimits, type DumpSink } from "./dump/parser.ts";
 export { fetchDump, DumpFetchError, type DumpFailureReason, type DumpFetchResult, type FetchDumpOptions } from "./dump/client.ts";
 export { dumpHandler, type DumpHandlerOptions } from "./dump/handler.ts";

@@ -48,7 +48,7 @@ describe("/dump writer", () => {
         yield { workerId: "w", dpRank: 0, eventId: i, parentHash: BigInt(i), blocks: [{ blockHash: BigInt(i), tokensHash: 2n }] };
       }
     };
-    const stream = dumpStream({ models: () => [{ key: "m", blockSize: 16, events: events() }] }, { chunkChars: 4096 });
+    const stream = dumpStream({ models: () => [{ key: "m", blockSize: 16, events: events() }] }, { chunkBytes: 4096 });
     const reader = stream.getReader();
     await reader.read();
     await reader.read();
@@ -97,7 +97,7 @@ describe("/dump parser", () => {
     const models = fc.uniqueArray(model, { selector: (m) => m.key, maxLength: 3 });
     await fc.assert(
       fc.asyncProperty(models, fc.integer({ min: 1, max: 64 }), async (ms, chunk) => {
-        const body = await readAll(dumpStream(new MapIndex(ms), { chunkChars: 16 }));
+        const body = await readAll(dumpStream(new MapIndex(ms), { chunkBytes: 16 }));
         const parsed = parseAll(body, chunk);
         // A model with no events yields nothing to apply: compare what has events.
         expect(parsed).toEqual(ms.filter((m) => m.events.length > 0));

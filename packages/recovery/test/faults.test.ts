@@ -137,7 +137,7 @@ describe("dump handler", () => {
       for (let i = 0; i < 5000; i++) yield { workerId: "w", dpRank: 0, eventId: i, parentHash: null, blocks: [{ blockHash: 1n, tokensHash: 2n }] };
       throw new Error("index changed under the iterator");
     }
-    const p = startPeer(dumpHandler({ source: { models: () => [{ key: "m", blockSize: 16, events: events() }] }, ready: () => true, logger: quietLogger(), chunkChars: 1024 }));
+    const p = startPeer(dumpHandler({ source: { models: () => [{ key: "m", blockSize: 16, events: events() }] }, ready: () => true, logger: quietLogger(), chunkBytes: 1024 }));
     servers.push({ stop: p.stop });
     const target = new MapIndex();
     await expect(fetchDump({ peer: p.peer, target, timeoutMs: 2000 })).rejects.toMatchObject({ name: "DumpFetchError" });

@@ -1,6 +1,7 @@
 import type { Logger } from "pino";
 import type { DumpSource } from "../types.ts";
-import { chunker, dumpPieces, streamFromChunks } from "./writer.ts";
+import { gcPacer } from "./gc-pacer.ts";
+import { dumpChunks, streamFromChunks } from "./writer.ts";
 
 // The producer side of GET /dump (DESIGN.md §6), framework-free: `(Request) => Response`, so Hono mounts it
 // with `app.on(["GET", "HEAD"], "/dump", (c) => handler(c.req.raw))`.
@@ -12,7 +13,7 @@ export type DumpHandlerOptions = {
   /** DYN_EPP_PEER_TOKEN: when set, requests without `Authorization: Bearer <token>` get 401. */
   token?: string;
   logger: Logger;
-  chunkChars?: number;
+  chunkBytes?: number;
 };
 
 const JSON_TYPE = { "content-type": "application/json" };
@@ -48,17 +49,25 @@ export function dumpHandler(opts: DumpHandlerOptions): (req: Request) => Respons
     let next: () => Uint8Array | null;
     try {
       // The first chunk is produced before answering, so a dump that cannot start is still a clean 500.
-      next = chunker(dumpPieces(opts.source), opts.chunkChars);
+      const chunks = dumpChunks(opts.source, opts.chunkBytes);
+      next = () => {
+        const r = chunks.next();
+        return r.done ? null : r.value;
+      };
       first = next();
     } catch (err) {
       log.error({ err: String(err) }, "dump failed before the first byte");
       return jsonError(500, `dump failed: ${err instanceof Error ? err.message : String(err)}`);
     }
+    const pace = gcPacer();
     const counted = () => {
       try {
         const c = next();
         if (c === null) log.info({ bytes, ms: Math.round(performance.now() - started) }, "dump served");
-        else bytes += c.length;
+        else {
+          bytes += c.length;
+          pace(c.length);
+        }
         return c;
       } catch (err) {
         // Headers are gone: erroring the stream aborts the connection, and the reader fails on a truncated body.

@@ -156,6 +156,10 @@ export class JsonTokenizer {
       return i + 1;
     }
     if (c === 0x22) return this.beginString(buf, i + 1, false);
+    if (c >= 0x31 && c <= 0x39) {
+      const j = this.fastInteger(buf, i);
+      if (j > i) return j;
+    }
     if ((c >= 0x30 && c <= 0x39) || c === 0x2d) {
       this.mode = Mode.Number;
       this.negative = c === 0x2d;
@@ -360,6 +364,40 @@ export class JsonTokenizer {
       return i;
     }
     return i;
+  }
+
+  /**
+   * The hot path of a dump (two u64 per block): a plain integer wholly inside this chunk, scanned in a tight
+   * loop. Returns the index after it, or `i` when the general state machine must take over (a chunk boundary,
+   * a fraction or exponent, more than 20 digits).
+   */
+  private fastInteger(buf: Uint8Array, i: number): number {
+    const n = buf.length;
+    let j = i;
+    let acc = 0;
+    const accEnd = Math.min(n, i + 15);
+    for (; j < accEnd; j++) {
+      const d = buf[j]! - 0x30;
+      if (d < 0 || d > 9) break;
+      acc = acc * 10 + d;
+    }
+    let tail = 0;
+    let tailDigits = 0;
+    if (j === i + 15) {
+      for (; j < n && tailDigits < 6; j++, tailDigits++) {
+        const d = buf[j]! - 0x30;
+        if (d < 0 || d > 9) break;
+        tail = tail * 10 + d;
+      }
+    }
+    if (j >= n || !isDelimiter(buf[j]!) || tailDigits > 5) return i;
+    this.acc = acc;
+    this.tail = tail;
+    this.tailDigits = tailDigits;
+    this.negative = false;
+    this.isInteger = true;
+    this.finishNumber();
+    return j;
   }
 
   private addDigit(d: number): void {
