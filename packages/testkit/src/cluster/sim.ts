@@ -1,0 +1,345 @@
+// The cluster simulation's control plane: it plays the kubelet (runs each "pod" as a process bound to
+// its own loopback IP, probes readiness, reflects it into the Pod's status, stops the process on
+// deletion: preStop delay, SIGTERM, grace, SIGKILL) and the EndpointSlice controller (one slice per
+// Service, recomputed from the pods on every tick: ready / serving / terminating). Everything it
+// writes goes to the fake API server, so the processes under test see it through client-node.
+import { connect } from "node:net";
+import type { FakeKubeApi } from "../kube/server.ts";
+import type { KubeObject } from "../kube/resources.ts";
+import { parseLabelSelector } from "../kube/selectors.ts";
+import { spawnProcess, type ProcessHandle } from "../process.ts";
+import { HealthProbe } from "./grpc-health.ts";
+
+const FINALIZER = "testkit.kv-epp.dev/kubelet";
+
+export type Probe =
+  | { grpc: { port: number; service?: string } }
+  | { http: { port: number; path: string } }
+  | { tcp: { port: number } }
+  | "running"; // ready as soon as the process runs
+
+export type PodIdentity = { name: string; namespace: string; ip: string; uid: string };
+
+export type SimPodSpec = {
+  name: string;
+  labels: Record<string, string>;
+  /** The process to run; it gets POD_IP, POD_NAME, POD_NAMESPACE, POD_UID and KUBECONFIG in its env. */
+  command: (pod: PodIdentity) => { cmd: string; args: string[]; env?: Record<string, string | undefined>; cwd?: string };
+  readiness?: Probe;
+  ports?: { name: string; containerPort: number }[];
+  ip?: string; // default: the next free address of the cluster's range
+  preStopMs?: number; // default 0
+  terminationGraceMs?: number; // default 5000
+};
+
+export type SimService = { name: string; selector: Record<string, string>; ports: { name: string; port: number }[] };
+
+type PodPhase = "Pending" | "Running" | "Succeeded" | "Failed";
+
+type PodState =
+  | { kind: "running" }
+  | { kind: "terminating"; since: number }
+  | { kind: "gone" };
+
+class SimPod {
+  ready = false;
+  state: PodState = { kind: "running" };
+  phase: PodPhase = "Running";
+  private probing = false;
+  private grpcProbe?: HealthProbe;
+  readonly removed: Promise<void>;
+  private markRemoved!: () => void;
+
+  constructor(
+    readonly spec: SimPodSpec,
+    readonly identity: PodIdentity,
+    readonly process: ProcessHandle,
+  ) {
+    this.removed = new Promise((r) => (this.markRemoved = r));
+    const probe = spec.readiness ?? "running";
+    if (typeof probe === "object" && "grpc" in probe) this.grpcProbe = new HealthProbe(`${identity.ip}:${probe.grpc.port}`);
+  }
+
+  /** One readiness probe; resolves to whether the pod's readiness changed. */
+  async probe(): Promise<boolean> {
+    if (this.probing || !this.process.running) {
+      const was = this.ready;
+      if (!this.process.running) this.ready = false;
+      return was !== this.ready;
+    }
+    this.probing = true;
+    try {
+      const ready = await probeOnce(this.spec.readiness ?? "running", this.identity.ip, this.grpcProbe);
+      const changed = ready !== this.ready;
+      this.ready = ready && this.process.running;
+      return changed;
+    } finally {
+      this.probing = false;
+    }
+  }
+
+  gone(): void {
+    this.state = { kind: "gone" };
+    this.ready = false;
+    this.grpcProbe?.close();
+    this.markRemoved();
+  }
+}
+
+async function probeOnce(probe: Probe, ip: string, grpcProbe: HealthProbe | undefined): Promise<boolean> {
+  if (probe === "running") return true;
+  if ("grpc" in probe) return (await grpcProbe!.check(probe.grpc.service ?? "", 1000)) === "SERVING";
+  if ("http" in probe) {
+    try {
+      const r = await fetch(`http://${ip}:${probe.http.port}${probe.http.path}`, { signal: AbortSignal.timeout(1000) });
+      await r.arrayBuffer();
+      return r.status >= 200 && r.status < 400;
+    } catch {
+      return false;
+    }
+  }
+  return new Promise((resolve) => {
+    const s = connect({ host: ip, port: probe.tcp.port });
+    const done = (ok: boolean) => {
+      s.destroy();
+      resolve(ok);
+    };
+    s.once("connect", () => done(true));
+    s.once("error", () => done(false));
+    s.setTimeout(1000, () => done(false));
+  });
+}
+
+export type SimClusterOptions = {
+  namespace?: string; // default "default"
+  /** First three octets of the pods' addresses, default "127.0.5" (the testkit's loopback range). */
+  ipPrefix?: string;
+  firstHost?: number; // default 2
+  periodMs?: number; // probe and reconcile period, default 100
+};
+
+export class SimCluster {
+  readonly namespace: string;
+  private readonly pods = new Map<string, SimPod>();
+  private readonly processes = new Map<string, ProcessHandle>(); // the last process run under each pod name
+  private readonly services = new Map<string, SimService>();
+  private readonly usedIps = new Set<string>();
+  private nextHost: number;
+  private readonly ipPrefix: string;
+  private timer: ReturnType<typeof setInterval> | undefined;
+  private ticking = false;
+  private closed = false;
+
+  constructor(
+    readonly api: FakeKubeApi,
+    opts: SimClusterOptions = {},
+  ) {
+    this.namespace = opts.namespace ?? "default";
+    this.ipPrefix = opts.ipPrefix ?? "127.0.5";
+    this.nextHost = opts.firstHost ?? 2;
+    this.timer = setInterval(() => void this.tick(), opts.periodMs ?? 100);
+  }
+
+  /** A fresh address in the cluster's range; addresses are not reused within one cluster. */
+  allocateIp(): string {
+    for (; this.nextHost < 255; this.nextHost++) {
+      const ip = `${this.ipPrefix}.${this.nextHost}`;
+      if (!this.usedIps.has(ip)) {
+        this.usedIps.add(ip);
+        this.nextHost++;
+        return ip;
+      }
+    }
+    throw new Error(`no free address left in ${this.ipPrefix}.0/24`);
+  }
+
+  /** Declares a Service: creates it and maintains its EndpointSlice from then on. */
+  addService(svc: SimService): void {
+    this.services.set(svc.name, svc);
+    this.api.upsert({
+      apiVersion: "v1",
+      kind: "Service",
+      metadata: { name: svc.name, namespace: this.namespace },
+      spec: { selector: svc.selector, ports: svc.ports.map((p) => ({ name: p.name, port: p.port, targetPort: p.port, protocol: "TCP" })) },
+    });
+    this.reconcileSlices();
+  }
+
+  /** Creates the Pod, starts its process and returns once both exist (not yet ready). */
+  runPod(spec: SimPodSpec): PodIdentity {
+    if (this.pods.has(spec.name)) throw new Error(`pod ${spec.name} already exists`);
+    const ip = spec.ip ?? this.allocateIp();
+    this.usedIps.add(ip);
+    const created = this.api.upsert({
+      apiVersion: "v1",
+      kind: "Pod",
+      metadata: { name: spec.name, namespace: this.namespace, labels: spec.labels, finalizers: [FINALIZER] },
+      spec: { nodeName: "sim-node", containers: [{ name: "main", image: "sim", ports: spec.ports ?? [] }] },
+      status: { phase: "Pending" },
+    });
+    const identity: PodIdentity = { name: spec.name, namespace: this.namespace, ip, uid: created.metadata!.uid! };
+    const c = spec.command(identity);
+    const process = spawnProcess(c.cmd, c.args, {
+      name: spec.name,
+      cwd: c.cwd,
+      env: {
+        KUBECONFIG: this.api.kubeconfigPath,
+        POD_IP: ip,
+        POD_NAME: spec.name,
+        POD_NAMESPACE: this.namespace,
+        POD_UID: identity.uid,
+        ...c.env,
+      },
+    });
+    const pod = new SimPod(spec, identity, process);
+    this.processes.set(spec.name, process);
+    this.pods.set(spec.name, pod);
+    void process.exited.then((code) => {
+      if (pod.state.kind === "running") pod.phase = code === 0 ? "Succeeded" : "Failed";
+      pod.ready = false;
+      this.writePodStatus(pod);
+      this.reconcileSlices();
+    });
+    this.writePodStatus(pod);
+    return identity;
+  }
+
+  /** The process of the pod of that name (also after the pod is gone, for its logs). */
+  process(name: string): ProcessHandle {
+    const p = this.processes.get(name);
+    if (!p) throw new Error(`no pod ${name} was run`);
+    return p;
+  }
+
+  isReady(name: string): boolean {
+    return this.pods.get(name)?.ready ?? false;
+  }
+
+  /** Names of pods that exist (not yet removed), optionally only those matching a label selector. */
+  podNames(selector?: string): string[] {
+    const match = parseLabelSelector(selector);
+    return [...this.pods.values()].filter((p) => p.state.kind !== "gone" && match({ metadata: { labels: p.spec.labels } })).map((p) => p.spec.name);
+  }
+
+  /**
+   * Deletes a pod as `kubectl delete pod` does: the API marks it (deletionTimestamp), the
+   * EndpointSlice turns it terminating, then preStop, SIGTERM, grace, SIGKILL, and the Pod object
+   * goes. Resolves when the Pod is gone unless `wait` is false.
+   */
+  async deletePod(name: string, opts: { wait?: boolean } = {}): Promise<void> {
+    const pod = this.mustGet(name);
+    const current = this.api.get("Pod", this.namespace, name);
+    if (current && !current.metadata?.deletionTimestamp) {
+      current.metadata!.deletionTimestamp = new Date().toISOString();
+      this.api.upsert(current);
+    }
+    this.beginTermination(pod);
+    if (opts.wait !== false) await pod.removed;
+  }
+
+  private beginTermination(pod: SimPod): void {
+    if (pod.state.kind !== "running") return;
+    pod.state = { kind: "terminating", since: Date.now() };
+    this.reconcileSlices();
+    void (async () => {
+      if (pod.spec.preStopMs) await Bun.sleep(pod.spec.preStopMs);
+      await pod.process.kill("SIGTERM", pod.spec.terminationGraceMs ?? 5000);
+      pod.gone();
+      this.pods.delete(pod.spec.name);
+      this.api.remove("Pod", this.namespace, pod.spec.name);
+      this.reconcileSlices();
+    })();
+  }
+
+  private mustGet(name: string): SimPod {
+    const pod = this.pods.get(name);
+    if (!pod) throw new Error(`no pod ${name}`);
+    return pod;
+  }
+
+  private async tick(): Promise<void> {
+    if (this.ticking || this.closed) return;
+    this.ticking = true;
+    try {
+      const pods = [...this.pods.values()];
+      // A delete through the API (not through deletePod) shows up as a deletionTimestamp.
+      for (const pod of pods) {
+        if (pod.state.kind === "running" && this.api.get("Pod", this.namespace, pod.spec.name)?.metadata?.deletionTimestamp) this.beginTermination(pod);
+      }
+      const changed = await Promise.all(pods.map((p) => (p.state.kind === "gone" ? false : p.probe())));
+      pods.forEach((p, i) => {
+        if (changed[i] && p.state.kind !== "gone") this.writePodStatus(p);
+      });
+      this.reconcileSlices();
+    } finally {
+      this.ticking = false;
+    }
+  }
+
+  private writePodStatus(pod: SimPod): void {
+    if (pod.state.kind === "gone" || this.closed) return;
+    const current = this.api.get("Pod", this.namespace, pod.spec.name);
+    if (!current) return;
+    const ready = pod.ready ? "True" : "False";
+    const status = {
+      phase: pod.phase,
+      podIP: pod.identity.ip,
+      podIPs: [{ ip: pod.identity.ip }],
+      hostIP: "127.0.0.1",
+      startTime: current.metadata?.creationTimestamp,
+      conditions: [
+        { type: "PodScheduled", status: "True" },
+        { type: "Initialized", status: "True" },
+        { type: "ContainersReady", status: ready },
+        { type: "Ready", status: ready },
+      ],
+      containerStatuses: [{ name: "main", ready: pod.ready, started: pod.process.running, restartCount: 0, image: "sim", imageID: "sim", state: pod.process.running ? { running: {} } : { terminated: { exitCode: 0 } } }],
+    };
+    if (JSON.stringify(current.status) === JSON.stringify(status)) return;
+    this.api.upsert({ ...current, status });
+  }
+
+  /** The EndpointSlice controller: level-triggered, writes only when a slice's content changes. */
+  private reconcileSlices(): void {
+    if (this.closed) return;
+    for (const svc of this.services.values()) {
+      const endpoints = [...this.pods.values()]
+        .filter((p) => p.state.kind !== "gone" && Object.entries(svc.selector).every(([k, v]) => p.spec.labels[k] === v))
+        .sort((a, b) => a.spec.name.localeCompare(b.spec.name))
+        .map((p) => {
+          const terminating = p.state.kind === "terminating";
+          return {
+            addresses: [p.identity.ip],
+            conditions: { ready: p.ready && !terminating, serving: p.ready, terminating },
+            targetRef: { kind: "Pod", name: p.spec.name, namespace: this.namespace, uid: p.identity.uid },
+            nodeName: "sim-node",
+          };
+        });
+      const slice: KubeObject = {
+        apiVersion: "discovery.k8s.io/v1",
+        kind: "EndpointSlice",
+        metadata: {
+          name: `${svc.name}-sim`,
+          namespace: this.namespace,
+          labels: { "kubernetes.io/service-name": svc.name, "endpointslice.kubernetes.io/managed-by": "testkit.kv-epp.dev" },
+        },
+        addressType: "IPv4",
+        endpoints,
+        ports: svc.ports.map((p) => ({ name: p.name, port: p.port, protocol: "TCP" })),
+      };
+      const current = this.api.get("EndpointSlice", this.namespace, `${svc.name}-sim`);
+      if (current && JSON.stringify(current.endpoints) === JSON.stringify(endpoints) && JSON.stringify(current.ports) === JSON.stringify(slice.ports)) continue;
+      this.api.upsert(slice);
+    }
+  }
+
+  /** Stops the loop and kills every pod's process at once (no graceful termination). */
+  async close(): Promise<void> {
+    this.closed = true;
+    clearInterval(this.timer);
+    const pods = [...this.pods.values()];
+    await Promise.all(pods.map((p) => p.process.kill("SIGKILL", 0)));
+    for (const p of pods) p.gone();
+    this.pods.clear();
+  }
+}

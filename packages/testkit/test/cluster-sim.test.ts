@@ -1,0 +1,112 @@
+import { afterEach, beforeEach, expect, test } from "bun:test";
+import { join } from "node:path";
+import { CoreV1Api, DiscoveryV1Api, makeInformer, type V1EndpointSlice } from "@kubernetes/client-node";
+import { HealthProbe, killAll, SimCluster, startFakeKubeApi, waitFor, type FakeKubeApi, type SimPodSpec } from "../src/index.ts";
+
+const NS = "sim";
+const FIXTURE = join(import.meta.dir, "fixtures", "health-server.ts");
+
+let api: FakeKubeApi;
+let sim: SimCluster;
+
+beforeEach(async () => {
+  api = await startFakeKubeApi({ namespace: NS });
+  sim = new SimCluster(api, { namespace: NS, periodMs: 50 });
+});
+
+afterEach(async () => {
+  await sim.close();
+  await api.close();
+  await killAll();
+});
+
+function healthPod(name: string, env: Record<string, string> = {}, extra: Partial<SimPodSpec> = {}): SimPodSpec {
+  return {
+    name,
+    labels: { app: "epp" },
+    command: () => ({ cmd: process.execPath, args: [FIXTURE], env }),
+    readiness: { grpc: { port: 9003, service: "readiness" } },
+    ports: [{ name: "grpc-health", containerPort: 9003 }],
+    ...extra,
+  };
+}
+
+type Conditions = { ready?: boolean; serving?: boolean; terminating?: boolean } | "absent";
+
+test("readiness from the grpc probe reaches the Pod and the EndpointSlice; deletion goes terminating, SIGTERM, removal", async () => {
+  sim.addService({ name: "peers", selector: { app: "epp" }, ports: [{ name: "selection-http", port: 9093 }] });
+  const discovery = api.kubeConfig.makeApiClient(DiscoveryV1Api);
+  const informer = makeInformer(
+    api.kubeConfig,
+    `/apis/discovery.k8s.io/v1/namespaces/${NS}/endpointslices`,
+    () => discovery.listNamespacedEndpointSlice({ namespace: NS, labelSelector: "kubernetes.io/service-name=peers" }),
+    "kubernetes.io/service-name=peers",
+  );
+  const seen: Conditions[] = [];
+  const record = (s: V1EndpointSlice) => {
+    const ep = s.endpoints?.find((e) => e.targetRef?.name === "p1");
+    const c: Conditions = ep ? { ready: ep.conditions?.ready, serving: ep.conditions?.serving, terminating: ep.conditions?.terminating } : "absent";
+    if (JSON.stringify(seen.at(-1)) !== JSON.stringify(c)) seen.push(c);
+  };
+  informer.on("add", record);
+  informer.on("update", record);
+  await informer.start();
+
+  const pod = sim.runPod(healthPod("p1", { READY_AFTER_MS: "300", TERM_DELAY_MS: "200" }, { preStopMs: 100 }));
+  expect(pod.ip).toMatch(/^127\.0\.5\.\d+$/);
+  const line = await sim.process("p1").waitForLog(/^listening/);
+  expect(line).toBe(`listening ${pod.ip}:9003 uid=${pod.uid} kubeconfig=set`);
+  await waitFor(() => sim.isReady("p1"), { message: "p1 ready" });
+  const core = api.kubeConfig.makeApiClient(CoreV1Api);
+  await waitFor(async () => (await core.readNamespacedPod({ namespace: NS, name: "p1" })).status?.conditions?.find((c) => c.type === "Ready")?.status === "True");
+
+  await sim.deletePod("p1");
+  expect(sim.process("p1").lines).toContain("SIGTERM received");
+  expect(api.get("Pod", NS, "p1")).toBeUndefined();
+  await waitFor(() => seen.at(-1) === "absent");
+  await informer.stop();
+
+  expect(seen).toEqual([
+    "absent", // the Service's slice exists before the pod
+    { ready: false, serving: false, terminating: false },
+    { ready: true, serving: true, terminating: false },
+    { ready: false, serving: true, terminating: true }, // preStop and SIGTERM: still serving
+    { ready: false, serving: false, terminating: true }, // the process has exited
+    "absent",
+  ]);
+});
+
+test("a delete through the API is carried out by the simulated kubelet", async () => {
+  sim.runPod(healthPod("p2"));
+  await waitFor(() => sim.isReady("p2"));
+  const core = api.kubeConfig.makeApiClient(CoreV1Api);
+  const marked = await core.deleteNamespacedPod({ namespace: NS, name: "p2" });
+  expect(marked.metadata?.deletionTimestamp).toBeDefined(); // graceful: the kubelet's finalizer holds it
+  await waitFor(() => api.get("Pod", NS, "p2") === undefined, { message: "pod removed" });
+  expect(sim.podNames()).toEqual([]);
+});
+
+test("a pod whose process dies turns Failed and not ready", async () => {
+  sim.addService({ name: "svc", selector: { app: "epp" }, ports: [{ name: "x", port: 1 }] });
+  sim.runPod({ name: "crash", labels: { app: "epp" }, command: () => ({ cmd: "sh", args: ["-c", "sleep 0.3; exit 3"] }) });
+  await waitFor(() => sim.isReady("crash"));
+  await waitFor(() => (api.get("Pod", NS, "crash")?.status as { phase?: string } | undefined)?.phase === "Failed", { message: "phase Failed" });
+  const slice = api.get("EndpointSlice", NS, "svc-sim") as { endpoints: { conditions: { ready: boolean } }[] } & object;
+  await waitFor(() => (api.get("EndpointSlice", NS, "svc-sim") as typeof slice).endpoints[0]?.conditions.ready === false);
+});
+
+test("the health probe tells SERVING, NOT_SERVING, an unknown service and an unreachable address apart", async () => {
+  const pod = sim.runPod(healthPod("h", { READY_AFTER_MS: "60000" }));
+  await sim.process("h").waitForLog(/^listening/);
+  const probe = new HealthProbe(`${pod.ip}:9003`);
+  try {
+    expect(await probe.check("liveness")).toBe("SERVING");
+    expect(await probe.check("readiness")).toBe("NOT_SERVING");
+    expect(await probe.check("nope")).toBe("SERVICE_UNKNOWN");
+  } finally {
+    probe.close();
+  }
+  const nobody = new HealthProbe("127.0.5.254:9003");
+  expect(await nobody.check("", 300)).toBe("UNREACHABLE");
+  nobody.close();
+});
