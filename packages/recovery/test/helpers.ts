@@ -109,18 +109,6 @@ export class ManualDiscovery implements PeerDiscovery {
 
 export const peer = (url: string): Peer => ({ id: url, url });
 
-/** A seeded PRNG (mulberry32) for reproducible attempt orders. */
-export function seeded(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
-
 /** Random numbers from a fixed list, in order (then repeating the last). */
 export function scripted(values: number[]): () => number {
   let i = 0;
