@@ -1,21 +1,16 @@
 // Token synthesis for trace records: each hash id expands to 512 deterministic token ids (a PRNG seeded
 // by the id), the last block cut to input_length. Routers hashing these tokens with any block size see
 // exactly the prefix sharing the trace encodes.
+import { mulberry32 } from "./prng.ts";
 import { TRACE_BLOCK_TOKENS, type TraceRecord } from "./trace.ts";
 
 /** Token ids are drawn below this (Qwen3's vocabulary size), so they are plausible ids for any model. */
 export const SYNTH_VOCAB = 151_643;
 
-/** mulberry32: tiny, fast, well-distributed 32-bit PRNG; the seed mixing keeps neighbouring ids apart. */
-function fillFromSeed(out: Uint32Array, seed: number): void {
-  let s = (Math.imul(seed ^ 0x9e3779b9, 0x85ebca6b) + 0x7f4a7c15) >>> 0;
-  for (let i = 0; i < out.length; i++) {
-    s = (s + 0x6d2b79f5) >>> 0;
-    let t = s;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    out[i] = ((t ^ (t >>> 14)) >>> 0) % SYNTH_VOCAB;
-  }
+function fillFromSeed(out: Uint32Array, hashId: number): void {
+  // Mixing the id first keeps the streams of neighbouring ids apart.
+  const next = mulberry32((Math.imul(hashId ^ 0x9e3779b9, 0x85ebca6b) + 0x7f4a7c15) >>> 0);
+  for (let i = 0; i < out.length; i++) out[i] = next() % SYNTH_VOCAB;
 }
 
 /** The 512 token ids of one trace block. */

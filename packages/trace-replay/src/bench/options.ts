@@ -1,0 +1,113 @@
+// `bun run bench:trace` options, parsed once at the edge.
+import { z } from "zod";
+import { POLICY_NAMES, type PolicyName } from "../policies/index.ts";
+import { DEFAULT_TRACE_PATH } from "../trace.ts";
+
+const positiveInt = z.coerce.number().int().positive();
+const nonNegative = z.coerce.number().min(0);
+
+const schema = z.object({
+  trace: z.string().min(1).default(DEFAULT_TRACE_PATH),
+  // 8 workers of 32768 blocks x 16 tokens = 512k tokens each (about what an 80 GB GPU holds for an 8B
+  // model): the trace's working set is ~93M tokens, so caches evict all the time and where a request
+  // lands decides whether its conversation's earlier turns are still cached.
+  workers: positiveInt.default(8),
+  "capacity-blocks": positiveInt.default(32768),
+  "block-size": positiveInt.default(16),
+  // 10x: the first 4000 requests (~20 min of trace) arrive over ~2 virtual minutes, ~33 requests/s.
+  "time-scale": z.coerce.number().positive().default(10),
+  /** 0 = the whole trace */
+  requests: z.coerce.number().int().min(0).default(4000),
+  /** replicas for the extra multi-replica rows (issue 10's measure); 1 = none */
+  replicas: positiveInt.default(2),
+  "replica-agg": z.enum(["both", "on", "off"]).default("both"),
+  "replica-policies": z.string().default("kv-aware,approx-prefix"),
+  policies: z.string().default(POLICY_NAMES.join(",")),
+  "event-lag-ms": nonNegative.default(10),
+  seed: z.coerce.number().int().default(1),
+  // The EPP's defaults (packages/epp config): prefill-load-scale 1, decode-load-scale 1.
+  "prefill-load-scale": nonNegative.default(1),
+  "decode-load-scale": nonNegative.default(1),
+  "max-running": positiveInt.default(64),
+  jobs: positiveInt.optional(),
+  out: z.string().min(1).default("reports"),
+  png: z.enum(["auto", "off"]).default("auto"),
+});
+
+export type BenchOptions = {
+  tracePath: string;
+  workers: number;
+  capacityBlocks: number;
+  blockSize: number;
+  timeScale: number;
+  requests: number;
+  replicas: number;
+  replicaAgg: "both" | "on" | "off";
+  replicaPolicies: PolicyName[];
+  policies: PolicyName[];
+  eventLagMs: number;
+  seed: number;
+  prefillLoadScale: number;
+  decodeLoadScale: number;
+  maxRunning: number;
+  jobs: number | undefined;
+  outDir: string;
+  png: boolean;
+};
+
+export class BenchOptionsError extends Error {
+  override name = "BenchOptionsError";
+}
+
+function policyList(flag: string, v: string): PolicyName[] {
+  const names = v.split(",").map((s) => s.trim()).filter(Boolean);
+  for (const n of names)
+    if (!(POLICY_NAMES as readonly string[]).includes(n))
+      throw new BenchOptionsError(`--${flag}: unknown policy ${JSON.stringify(n)} (know ${POLICY_NAMES.join(", ")})`);
+  return names as PolicyName[];
+}
+
+/** `--flag value` / `--flag=value`; a bare argument is the trace path. */
+export function parseBenchArgs(argv: string[]): BenchOptions {
+  const raw: Record<string, string> = {};
+  for (let i = 0; i < argv.length; i++) {
+    const arg = argv[i]!;
+    const m = /^--([a-z-]+)(?:=(.*))?$/s.exec(arg);
+    if (!m) {
+      raw.trace = arg;
+      continue;
+    }
+    const flag = m[1]!;
+    if (!(flag in schema.shape)) throw new BenchOptionsError(`unknown flag --${flag}; flags: ${Object.keys(schema.shape).map((k) => `--${k}`).join(" ")}`);
+    const value = m[2] ?? argv[++i];
+    if (value === undefined) throw new BenchOptionsError(`--${flag} needs a value`);
+    raw[flag] = value;
+  }
+  const parsed = schema.safeParse(raw);
+  if (!parsed.success) {
+    const issue = parsed.error.issues[0]!;
+    const flag = String(issue.path[0]);
+    throw new BenchOptionsError(`invalid --${flag} ${JSON.stringify(raw[flag])}: ${issue.message}`);
+  }
+  const o = parsed.data;
+  return {
+    tracePath: o.trace,
+    workers: o.workers,
+    capacityBlocks: o["capacity-blocks"],
+    blockSize: o["block-size"],
+    timeScale: o["time-scale"],
+    requests: o.requests,
+    replicas: o.replicas,
+    replicaAgg: o["replica-agg"],
+    replicaPolicies: policyList("replica-policies", o["replica-policies"]),
+    policies: policyList("policies", o.policies),
+    eventLagMs: o["event-lag-ms"],
+    seed: o.seed,
+    prefillLoadScale: o["prefill-load-scale"],
+    decodeLoadScale: o["decode-load-scale"],
+    maxRunning: o["max-running"],
+    jobs: o.jobs,
+    outDir: o.out,
+    png: o.png === "auto",
+  };
+}

@@ -1,0 +1,15 @@
+import { approxPrefix } from "./approx-prefix.ts";
+import { leastLoaded, random, roundRobin } from "./baselines.ts";
+import { kvAware } from "./kv-aware.ts";
+import { oracle } from "./oracle.ts";
+import type { PolicyName, PolicySpec } from "./types.ts";
+
+export const POLICIES: Record<PolicyName, PolicySpec> = {
+  "kv-aware": kvAware,
+  "round-robin": roundRobin,
+  random,
+  "least-loaded": leastLoaded,
+  "approx-prefix": approxPrefix,
+  oracle,
+};
+export { POLICY_NAMES, type PolicyName, type PolicySpec, type Router, type ReplicaContext } from "./types.ts";

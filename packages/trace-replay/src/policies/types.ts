@@ -1,0 +1,43 @@
+import type { KvIndex } from "@kv-epp/index-wasm";
+import type { ActiveLoad, Weights } from "../upstream.ts";
+import type { SimRequest } from "../sim/request.ts";
+import type { SimWorker } from "../sim/worker.ts";
+
+export const POLICY_NAMES = ["kv-aware", "round-robin", "random", "least-loaded", "approx-prefix", "oracle"] as const;
+export type PolicyName = (typeof POLICY_NAMES)[number];
+
+/** What one router replica knows and may use. */
+export type ReplicaContext = {
+  workers: readonly SimWorker[];
+  /** index-wasm worker keys, by worker position */
+  workerKeys: readonly string[];
+  random: () => number;
+  /** load from routing decisions: this replica's own, or every replica's when replica-agg is on */
+  load: ActiveLoad;
+  /** the KV index fed by the workers' KV events (every replica subscribes to every worker) */
+  index: KvIndex;
+  weights: Weights;
+  blockSize: number;
+  capacityBlocks: number;
+};
+
+/** One router replica under some policy. */
+export interface Router {
+  /** Worker position for this request. */
+  pick(req: SimRequest): number;
+  /** The request was sent to `worker` (after pick). */
+  routed?(req: SimRequest, worker: number): void;
+  /** The request's response ended on `worker`. */
+  finished?(req: SimRequest, worker: number): void;
+}
+
+export type PolicySpec = {
+  name: PolicyName;
+  /** one line for the report: what the policy knows */
+  knows: string;
+  /** whether it reads the load of its routing decisions (so replica-agg changes it) */
+  usesRouterLoad: boolean;
+  /** whether it reads the KV index (so the run must feed one) */
+  usesIndex: boolean;
+  create(ctx: ReplicaContext): Router;
+};

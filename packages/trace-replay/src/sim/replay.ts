@@ -1,0 +1,164 @@
+// Replays a trace against simulated workers under one routing policy, as a discrete-event simulation in
+// virtual time: arrivals come from the (time-compressed) trace, workers admit, prefill and decode per
+// mock-worker's timing model, KV events reach the KV index after a configurable lag. Nothing sleeps, so
+// a whole trace runs in seconds and the same seed gives the same figures.
+import { KvIndex, workerKey, type StoredBlock, type WorkerRef } from "@kv-epp/index-wasm";
+import { computeBlockHashes } from "@kv-epp/index-wasm";
+import { ActiveLoad, type CacheEvent, type TimingParams, type Weights } from "../upstream.ts";
+import { seededRandom } from "../prng.ts";
+import { POLICIES, type PolicyName, type ReplicaContext, type Router } from "../policies/index.ts";
+import { arrivalMs, type TraceRecord } from "../trace.ts";
+import { EventQueue } from "./event-queue.ts";
+import { percentile, Recorder, type RunSeries } from "./recorder.ts";
+import { toSimRequest } from "./request.ts";
+import { SimWorker } from "./worker.ts";
+
+export type ReplayOptions = {
+  workers: number;
+  capacityBlocks: number;
+  blockSize: number;
+  /** replay this many times faster than the trace's timestamps */
+  timeScale: number;
+  /** router replicas, request i goes to replica i mod N */
+  replicas: number;
+  /** replicas share the load of their routing decisions (issue 10) instead of each knowing only its own */
+  replicaAgg: boolean;
+  /** virtual ms between a cache change on a worker and its KV event reaching the index */
+  eventLagMs: number;
+  seed: number;
+  timing: Partial<TimingParams>;
+  weights: Weights;
+  /** width of the time buckets of the series, virtual ms */
+  bucketMs: number;
+};
+
+export type RunResult = {
+  policy: PolicyName;
+  /** e.g. "kv-aware", "kv-aware x2 agg" */
+  label: string;
+  replicas: number;
+  replicaAgg: boolean;
+  requests: number;
+  promptTokens: number;
+  cachedTokens: number;
+  hitRate: number;
+  ttftP50Ms: number;
+  ttftP99Ms: number;
+  imbalance: number;
+  instantImbalance: number;
+  picksPerSec: number;
+  /** blocks evicted over all workers (shows the capacity is tight enough to matter) */
+  evictedBlocks: number;
+  /** virtual ms from the first arrival to the last finish */
+  durationMs: number;
+  ttftMs: number[];
+  series: RunSeries;
+};
+
+export function runLabel(policy: PolicyName, replicas: number, replicaAgg: boolean): string {
+  if (replicas <= 1) return policy;
+  return `${policy} x${replicas}${POLICIES[policy].usesRouterLoad ? (replicaAgg ? " agg" : " no-agg") : ""}`;
+}
+
+export function replayPolicy(trace: readonly TraceRecord[], policy: PolicyName, opts: ReplayOptions): RunResult {
+  const spec = POLICIES[policy];
+  const queue = new EventQueue();
+  const rec = new Recorder(opts.workers, opts.bucketMs);
+  const random = seededRandom(opts.seed);
+  const refs: WorkerRef[] = Array.from({ length: opts.workers }, (_, i) => ({ workerId: `worker-${i}`, dpRank: 0 }));
+  const workerKeys = refs.map(workerKey);
+  let routers: Router[] = [];
+  let evictedBlocks = 0;
+
+  const workers = refs.map(
+    (_, i) =>
+      new SimWorker(i, { blockSize: opts.blockSize, capacityBlocks: opts.capacityBlocks, timing: opts.timing }, queue, {
+        onAdmitted: (a) => rec.admitted(a.admittedMs, a.req.promptTokens, a.cachedTokens, a.admittedMs - a.req.arrivalMs + a.ttftMs),
+        onFinished: (req, w, now) => {
+          rec.inflightChange(w, now, -1);
+          routerOf.get(req.id)?.finished?.(req, w);
+          routerOf.delete(req.id);
+        },
+      }),
+  );
+  const routerOf = new Map<number, Router>();
+
+  // Every replica subscribes to every worker, so their indexes hold the same blocks: one index stands
+  // for all of them. Events are applied in order per worker, `eventLagMs` after the cache changed.
+  const index = KvIndex.create({ blockSize: opts.blockSize });
+  workers.forEach((w, i) =>
+    w.onCacheEvents((events) => {
+      for (const e of events) if (e.kind === "removed") evictedBlocks += e.hashes.length;
+      if (!spec.usesIndex) return;
+      const apply = () => applyToIndex(index, refs[i]!, events, opts.blockSize);
+      if (opts.eventLagMs > 0) queue.schedule(queue.now + opts.eventLagMs, apply);
+      else apply();
+    }),
+  );
+
+  const sharedLoad = new ActiveLoad();
+  routers = Array.from({ length: Math.max(1, opts.replicas) }, (_, r) => {
+    const ctx: ReplicaContext = {
+      workers,
+      workerKeys,
+      random: r === 0 ? random : seededRandom(opts.seed + 7919 * r),
+      load: opts.replicaAgg ? sharedLoad : new ActiveLoad(),
+      index,
+      weights: opts.weights,
+      blockSize: opts.blockSize,
+      capacityBlocks: opts.capacityBlocks,
+    };
+    return spec.create(ctx);
+  });
+
+  let pickNs = 0;
+  const first = trace[0];
+  trace.forEach((record, id) => {
+    const at = arrivalMs(record, first!, opts.timeScale);
+    queue.runUntil(at);
+    const req = toSimRequest(id, record, at, opts.blockSize);
+    const router = routers[id % routers.length]!;
+    rec.sampleInstant();
+    const t0 = Bun.nanoseconds();
+    const w = router.pick(req);
+    pickNs += Bun.nanoseconds() - t0;
+    router.routed?.(req, w);
+    routerOf.set(id, router);
+    rec.inflightChange(w, at, +1);
+    workers[w]!.submit(req, at);
+  });
+  queue.runUntil(Number.POSITIVE_INFINITY);
+  rec.finish(queue.now);
+
+  return {
+    policy,
+    label: runLabel(policy, opts.replicas, opts.replicaAgg),
+    replicas: opts.replicas,
+    replicaAgg: opts.replicaAgg,
+    requests: trace.length,
+    promptTokens: rec.promptTokens,
+    cachedTokens: rec.cachedTokens,
+    hitRate: rec.promptTokens > 0 ? rec.cachedTokens / rec.promptTokens : 0,
+    ttftP50Ms: percentile(rec.ttftMs, 0.5),
+    ttftP99Ms: percentile(rec.ttftMs, 0.99),
+    imbalance: rec.imbalance(),
+    instantImbalance: rec.instantImbalance(),
+    picksPerSec: pickNs > 0 ? trace.length / (pickNs / 1e9) : Number.POSITIVE_INFINITY,
+    evictedBlocks,
+    durationMs: queue.now,
+    ttftMs: rec.ttftMs,
+    series: rec.series(),
+  };
+}
+
+/** Worker KV events (what the mock publishes) converted to index events, as the EPP's listener does. */
+function applyToIndex(index: KvIndex, worker: WorkerRef, events: CacheEvent[], blockSize: number): void {
+  for (const e of events) {
+    if (e.kind === "stored") {
+      const tokensHashes = computeBlockHashes(Uint32Array.from(e.tokenIds), blockSize);
+      const blocks: StoredBlock[] = e.hashes.map((h, i) => ({ externalHash: h, tokensHash: tokensHashes[i]! }));
+      index.applyStored(worker, e.parent, blocks);
+    } else if (e.kind === "removed") index.applyRemoved(worker, e.hashes);
+    else index.clearWorker(worker);
+  }
+}
