@@ -1,0 +1,169 @@
+// The Kubernetes backend against the fake API server (real HTTP, @kubernetes/client-node for real).
+import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import { startFakeKubeApi, waitFor, type FakeKubeApi } from "@kv-epp/testkit";
+import {
+  advertiseHost,
+  findHost,
+  HOLDERS_ANNOTATION,
+  IntentWatcher,
+  kubernetesDiscovery,
+  PAYLOAD_ANNOTATION,
+  RECORD_LABEL,
+  RecordExistsError,
+  registerIntents,
+  type AttachmentIntent,
+  type DiscoveryRecord,
+} from "../src/index.ts";
+import { capturingLogger, descriptor, HOST, WORKER } from "./fixtures.ts";
+
+const NS = "kv";
+let api: FakeKubeApi;
+let podSeq = 0;
+
+beforeAll(async () => {
+  api = await startFakeKubeApi({ host: "127.0.7.1", namespace: NS, bookmarkIntervalMs: 200 });
+});
+afterAll(async () => {
+  await api.close();
+});
+
+/** A pod object in the fake cluster, and a discovery client running "in" it. */
+function podClient(name = `pod-${++podSeq}`) {
+  const pod = api.upsert({ apiVersion: "v1", kind: "Pod", metadata: { name, namespace: NS, uid: `uid-${name}` }, status: { phase: "Running" } });
+  const discovery = kubernetesDiscovery({ kubeConfig: api.kubeConfig, namespace: NS, pod: { name, uid: pod.metadata!.uid! }, retryMs: 50 });
+  return { name, discovery };
+}
+
+/** Intent Leases owned by one pod. */
+const intentsOf = (pod: string) =>
+  api.list("Lease", NS).filter((l) => l.metadata?.labels?.[RECORD_LABEL] === "intent" && l.metadata.ownerReferences?.some((r) => r.name === pod));
+
+describe("Kubernetes discovery: records are Leases owned by the registering pod", () => {
+  test("register writes a labelled Lease with the payload and an owner reference; list reads it back; unregister removes it", async () => {
+    const { name, discovery } = podClient();
+    const reg = await discovery.register({ kind: "intent", name: "kv-intent-abc", payload: { hello: "world" } });
+    const lease = api.get("Lease", NS, "kv-intent-abc")!;
+    expect(lease.metadata?.labels?.[RECORD_LABEL]).toBe("intent");
+    expect(JSON.parse(lease.metadata!.annotations![PAYLOAD_ANNOTATION]!)).toEqual({ hello: "world" });
+    expect(lease.metadata?.ownerReferences).toEqual([{ apiVersion: "v1", kind: "Pod", name, uid: `uid-${name}` }]);
+    const listed = await discovery.list({ kind: "intent" });
+    expect(listed.find((r) => r.name === "kv-intent-abc")).toEqual({ kind: "intent", name: "kv-intent-abc", payload: { hello: "world" }, producer: discovery.producer });
+    expect(await discovery.list({ kind: "host" })).not.toContainEqual(expect.objectContaining({ name: "kv-intent-abc" }));
+    expect(await discovery.unregister(reg)).toBe("removed");
+    expect(await discovery.unregister(reg)).toBe("missing");
+    await expect(discovery.register({ kind: "intent", name: "Not_A_Name", payload: {} })).rejects.toThrow("not a valid object name");
+    await discovery.close();
+  });
+
+  test("a name already taken is an error unless the record is shared", async () => {
+    const a = podClient();
+    const b = podClient();
+    await a.discovery.register({ kind: "intent", name: "kv-intent-dup", payload: 1 });
+    await expect(b.discovery.register({ kind: "intent", name: "kv-intent-dup", payload: 2 })).rejects.toThrow(RecordExistsError);
+    api.remove("Pod", NS, a.name);
+    expect(api.get("Lease", NS, "kv-intent-dup")).toBeUndefined();
+    await a.discovery.close();
+    await b.discovery.close();
+  });
+
+  test("replicas share the host advertisement: it lives while any holder's pod does", async () => {
+    const a = podClient("epp-a");
+    const b = podClient("epp-b");
+    const adA = await advertiseHost({ discovery: a.discovery, hostInstance: HOST });
+    await advertiseHost({ discovery: b.discovery, hostInstance: HOST });
+    const name = adA.registration.name;
+    expect(JSON.parse(api.get("Lease", NS, name)!.metadata!.annotations![HOLDERS_ANNOTATION]!)).toEqual([a.discovery.producer, b.discovery.producer]);
+    expect(api.get("Lease", NS, name)!.metadata!.ownerReferences!.map((r) => r.name)).toEqual(["epp-a", "epp-b"]);
+    const worker = podClient();
+    expect((await findHost(worker.discovery, HOST, capturingLogger().log)).hostInstance).toBe(HOST);
+    await adA.close(); // replica a leaves cleanly: b still holds it
+    expect(api.get("Lease", NS, name)!.metadata!.ownerReferences!.map((r) => r.name)).toEqual(["epp-b"]);
+    api.remove("Pod", NS, "epp-b"); // replica b dies: the garbage collector takes the advertisement
+    expect(api.get("Lease", NS, name)).toBeUndefined();
+    await expect(findHost(worker.discovery, HOST, capturingLogger().log)).rejects.toThrow("found 0");
+    for (const c of [a, b, worker]) await c.discovery.close();
+  });
+
+  test("an undecodable payload reaches the reader as undecodable, not as an error", async () => {
+    const w = podClient();
+    api.upsert({
+      apiVersion: "coordination.k8s.io/v1",
+      kind: "Lease",
+      metadata: { name: "kv-host-broken", namespace: NS, labels: { [RECORD_LABEL]: "host" }, annotations: { [PAYLOAD_ANNOTATION]: "{not json" } },
+      spec: {},
+    });
+    const { log, lines } = capturingLogger();
+    await expect(findHost(w.discovery, HOST, log)).rejects.toThrow("found 0");
+    expect(lines.some((l) => l.msg === "skipping undecodable host advertisement" && l.record === "kv-host-broken")).toBe(true);
+    api.remove("Lease", NS, "kv-host-broken");
+    await w.discovery.close();
+  });
+
+  test("listAndWatch delivers whole snapshots, level-triggered, and survives a dropped watch", async () => {
+    const w = podClient();
+    const snapshots: DiscoveryRecord[][] = [];
+    const watch = w.discovery.listAndWatch({ kind: "intent" }, (s) => snapshots.push(s));
+    await watch.ready;
+    const names = () => (snapshots.at(-1) ?? []).map((r) => r.name).sort();
+    const before = names();
+    const other = podClient();
+    await other.discovery.register({ kind: "intent", name: "kv-intent-w1", payload: {} });
+    await waitFor(() => names().includes("kv-intent-w1"));
+    api.dropWatches();
+    await other.discovery.register({ kind: "intent", name: "kv-intent-w2", payload: {} });
+    await waitFor(() => names().includes("kv-intent-w2"));
+    api.remove("Pod", NS, other.name);
+    await waitFor(() => names().join() === before.join());
+    watch.close();
+    await w.discovery.close();
+    await other.discovery.close();
+  });
+});
+
+describe("intents over Kubernetes", () => {
+  test("two ranks register; the host attaches to both; the worker pod dies and the host detaches", async () => {
+    const epp = podClient("epp-0");
+    const host = await advertiseHost({ discovery: epp.discovery, hostInstance: HOST });
+    let desired: AttachmentIntent[] = [];
+    const watcher = new IntentWatcher({ discovery: epp.discovery, hostInstance: HOST, onChange: (d) => (desired = d) });
+    await watcher.start();
+    const worker = podClient(WORKER);
+    const owner = await registerIntents({ discovery: worker.discovery, workerId: WORKER, controlTarget: HOST, descriptors: [descriptor(0), descriptor(1)] });
+    expect(owner.managedRanks()).toEqual([0, 1]);
+    expect(intentsOf(WORKER).length).toBe(2);
+    await waitFor(() => desired.length === 2);
+    expect(desired.map((d) => [d.workerId, d.dpRank, d.endpoint, d.producer])).toEqual([
+      [WORKER, 0, "tcp://127.0.7.1:5557", worker.discovery.producer],
+      [WORKER, 1, "tcp://127.0.7.1:5558", worker.discovery.producer],
+    ]);
+    api.remove("Pod", NS, WORKER);
+    await waitFor(() => desired.length === 0);
+    expect(intentsOf(WORKER)).toEqual([]);
+    // The dead process's close finds its intents already missing: success, no retries.
+    await owner.close();
+    watcher.close();
+    await host.close();
+    await epp.discovery.close();
+    await worker.discovery.close();
+  });
+
+  test("close withdraws the intents through the API", async () => {
+    const epp = podClient();
+    const host = await advertiseHost({ discovery: epp.discovery, hostInstance: "epp-close" });
+    const worker = podClient();
+    const owner = await registerIntents({
+      discovery: worker.discovery,
+      workerId: WORKER,
+      controlTarget: "epp-close",
+      descriptors: [descriptor(0), descriptor(1), descriptor(2)],
+    });
+    expect(intentsOf(worker.name).length).toBe(3);
+    await owner.close();
+    expect(intentsOf(worker.name)).toEqual([]);
+    const deletes = api.requests.filter((r) => r.verb === "delete" && r.plural === "leases" && r.name?.startsWith("kv-intent-"));
+    expect(deletes.slice(-3).map((r) => r.name)).toEqual([...owner.intents].reverse().map((i) => `kv-intent-${i.intentId.toString(36)}`));
+    await host.close();
+    await epp.discovery.close();
+    await worker.discovery.close();
+  });
+});
