@@ -6,6 +6,8 @@ import { parseConfig } from "../src/config.ts";
 import { startEpp } from "../src/main.ts";
 import { FakeWorkerEvents, HOST, postJson, quietLog, tokens } from "./helpers.ts";
 
+// Not the default 5557: a stray process bound to *:5557 on a shared machine would block the bind.
+const KV_PORT = 15558;
 const cleanups: (() => unknown)[] = [];
 afterAll(async () => {
   for (const c of cleanups.reverse()) await c();
@@ -32,11 +34,11 @@ test("pods selected by the InferencePool become workers when ready and leave whe
     metadata: { name: "pool", namespace: "llm" },
     spec: { selector: { matchLabels: { app: "vllm" } }, targetPorts: [{ number: 8000 }], endpointPickerRef: { name: "dynamo-epp", port: { number: 9002 } } },
   } as never);
-  const ev = [await FakeWorkerEvents.start("127.0.4.51", 5557), await FakeWorkerEvents.start("127.0.4.52", 5557)];
+  const ev = [await FakeWorkerEvents.start("127.0.4.51", KV_PORT), await FakeWorkerEvents.start("127.0.4.52", KV_PORT)];
   cleanups.push(() => Promise.all(ev.map((e) => e.close())));
 
   const cfg = parseConfig(
-    ["--pool-name", "pool", "--model", "test-model", "--block-size", "16", "--listen", HOST,
+    ["--pool-name", "pool", "--model", "test-model", "--block-size", "16", "--listen", HOST, "--kv-events-port", String(KV_PORT),
       "--grpc-port", "0", "--grpc-health-port", "0", "--metrics-port", "0", "--selection-port", "0", "--scrape-interval-ms", "0"],
     { POD_NAMESPACE: "llm" },
   );
@@ -56,7 +58,7 @@ test("pods selected by the InferencePool become workers when ready and leave whe
 
   api.upsert(pod("vllm-1", "127.0.4.52", "ready") as never);
   await waitFor(async () => (await workers()).length === 2, { message: "vllm-1 became ready" });
-  await waitFor(() => ev.every((e) => e.pub.subscriberCount === 1), { message: "listeners on tcp://<podIP>:5557" });
+  await waitFor(() => ev.every((e) => e.pub.subscriberCount === 1), { message: "listeners on tcp://<podIP>:<kv port>" });
 
   const prompt = tokens(64, 5);
   ev[1]!.storePrompt(prompt);

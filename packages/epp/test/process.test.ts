@@ -10,6 +10,8 @@ const WORKERS = [
   { id: "worker-b", ip: "127.0.4.42" },
 ];
 const addr = (ip: string) => `${ip}:8000`;
+// Not 5557: on this shared machine a stray process bound to *:5557 blocks every per-IP bind of it.
+const KV_PORT = 15557;
 const procs = new Map<string, ProcessHandle>();
 let client: ReturnType<typeof extProcClient>;
 
@@ -18,19 +20,21 @@ beforeAll(async () => {
     procs.set(
       w.id,
       spawnBun(
-        ["run", "mock-worker", "--listen", w.ip, "--port", "8000", "--kv-events", `tcp://${w.ip}:5557`, "--block-size", "16", "--speed", "0", "--model", "test-model"],
+        ["run", "mock-worker", "--listen", w.ip, "--port", "8000", "--kv-events", `tcp://${w.ip}:${KV_PORT}`, "--block-size", "16", "--speed", "0", "--model", "test-model"],
         { MOCK_WORKER_LOG_LEVEL: "warn" },
         { name: w.id, cwd: `${import.meta.dir}/../../..` },
       ),
     );
   }
-  const config = writeStaticConfig(WORKERS.map((w) => ({ id: w.id, address: addr(w.ip), kvEvents: `tcp://${w.ip}:5557` })));
+  const config = writeStaticConfig(WORKERS.map((w) => ({ id: w.id, address: addr(w.ip), kvEvents: `tcp://${w.ip}:${KV_PORT}` })));
   const epp = spawnBun(["run", "epp", "--config", config, "--listen", EPP_IP, "--scrape-interval-ms", "200"], {}, {
     name: "epp",
     cwd: `${import.meta.dir}/../../..`,
   });
   procs.set("epp", epp);
   await epp.waitForLog(/servers listening/, { timeoutMs: 20_000 });
+  for (const w of WORKERS)
+    await waitFor(() => fetch(`http://${addr(w.ip)}/health`).then((r) => r.ok, () => false), { message: `${w.id} /health`, timeoutMs: 15_000 });
   const h = healthClient(9003, EPP_IP);
   await waitFor(async () => (await checkHealth(h, "readiness")) === "SERVING", { message: "EPP ready", timeoutMs: 15_000 });
   h.close();
@@ -110,4 +114,21 @@ test("a killed worker is removed: no longer picked, its blocks dropped", async (
     expect(r.endpoint).toBe(addr(survivor.ip));
     r.s.end();
   }
+});
+
+test("SIGTERM: readiness goes NOT_SERVING first, an in-flight stream finishes, then the process exits 0", async () => {
+  const inflight = await route(tokens(64, 9000));
+  const epp = procs.get("epp")!;
+  const h = healthClient(9003, EPP_IP);
+  process.kill(epp.pid, "SIGTERM");
+  await waitFor(async () => (await checkHealth(h, "readiness").catch(() => "gone")) === "NOT_SERVING", { message: "NOT_SERVING" });
+  h.close();
+  // The in-flight request still gets its response phase answered.
+  inflight.s.send({ response_headers: { headers: { headers: [] }, end_of_stream: false } });
+  expect((await inflight.s.next()).response).toBe("response_headers");
+  expect(epp.running).toBe(true);
+  inflight.s.send({ response_body: { body: new Uint8Array(0), end_of_stream: true } });
+  await inflight.s.next();
+  inflight.s.end();
+  expect(await epp.exited).toBe(0);
 });
