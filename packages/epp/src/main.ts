@@ -274,6 +274,10 @@ function shutdownGrpc(server: grpc.Server, graceMs: number): Promise<void> {
 }
 
 if (import.meta.main) {
+  if (Bun.argv.includes("--help") || Bun.argv.includes("-h")) {
+    console.log(usage());
+    process.exit(0);
+  }
   let cfg: EppConfig;
   try {
     cfg = parseConfig(Bun.argv.slice(2), process.env);
