@@ -4,7 +4,7 @@ import { gcPacer } from "./gc-pacer.ts";
 import { dumpChunks, streamFromChunks } from "./writer.ts";
 
 // The producer side of GET /dump (DESIGN.md §6), framework-free: `(Request) => Response`, so Hono mounts it
-// with `app.on(["GET", "HEAD"], "/dump", (c) => handler(c.req.raw))`.
+// with `app.get("/dump", (c) => handler(c.req.raw))` (Hono routes HEAD to it too, keeping the method).
 
 export type DumpHandlerOptions = {
   source: DumpSource;
