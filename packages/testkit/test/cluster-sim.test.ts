@@ -1,7 +1,7 @@
 import { afterEach, beforeEach, expect, test } from "bun:test";
 import { join } from "node:path";
 import { CoreV1Api, DiscoveryV1Api, makeInformer, type V1EndpointSlice } from "@kubernetes/client-node";
-import { HealthProbe, killAll, SimCluster, startFakeKubeApi, waitFor, type FakeKubeApi, type SimPodSpec } from "../src/index.ts";
+import { HealthProbe, killAll, SimCluster, SimDeployment, startFakeKubeApi, waitFor, type FakeKubeApi, type SimPodSpec } from "../src/index.ts";
 
 const NS = "sim";
 const FIXTURE = join(import.meta.dir, "fixtures", "health-server.ts");
@@ -109,4 +109,38 @@ test("the health probe tells SERVING, NOT_SERVING, an unknown service and an unr
   const nobody = new HealthProbe("127.0.5.254:9003");
   expect(await nobody.check("", 300)).toBe("UNREACHABLE");
   nobody.close();
+});
+
+test("a simulated Deployment replaces deleted pods and rolls out without ever dropping to zero ready", async () => {
+  const deploy = new SimDeployment(sim, {
+    name: "epp",
+    replicas: 2,
+    labels: { app: "epp" },
+    template: () => ({
+      command: () => ({ cmd: process.execPath, args: [FIXTURE], env: { READY_AFTER_MS: "150" } }),
+      readiness: { grpc: { port: 9003, service: "readiness" } },
+    }),
+  });
+  try {
+    const first = await waitFor(() => (deploy.readyPods().length === 2 ? deploy.readyPods() : undefined));
+    expect(new Set(first.map((p) => sim.process(p).lines.find((l) => l.startsWith("listening"))?.split(" ")[1])).size).toBe(2);
+
+    await sim.deletePod(first[0]!, { wait: false });
+    const afterDelete = await waitFor(() => {
+      const ready = deploy.readyPods();
+      return ready.length === 2 && !ready.includes(first[0]!) ? ready : undefined;
+    });
+    expect(afterDelete).toContain(first[1]!);
+
+    let minReady = 2;
+    const sampler = setInterval(() => (minReady = Math.min(minReady, deploy.readyPods().length)), 10);
+    const fresh = await deploy.rolloutRestart();
+    await waitFor(() => deploy.pods().length === 2);
+    clearInterval(sampler);
+    expect(minReady).toBeGreaterThanOrEqual(1);
+    expect(deploy.pods().sort()).toEqual([...fresh].sort());
+    for (const old of afterDelete) expect(sim.process(old).lines).toContain("SIGTERM received");
+  } finally {
+    deploy.stop();
+  }
 });

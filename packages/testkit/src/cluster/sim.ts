@@ -211,6 +211,11 @@ export class SimCluster {
     return p;
   }
 
+  /** "running" (ready or not), "terminating" (deletion under way) or "gone". */
+  podState(name: string): PodState["kind"] {
+    return this.pods.get(name)?.state.kind ?? "gone";
+  }
+
   isReady(name: string): boolean {
     return this.pods.get(name)?.ready ?? false;
   }
