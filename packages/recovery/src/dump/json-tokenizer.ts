@@ -25,6 +25,59 @@ export interface JsonHandler {
   /** Any other number (negative, fractional, exponent, or beyond u64): the dump never needs one exactly. */
   otherNumber(): void;
   literal(value: boolean | null): void;
+  /**
+   * Optional fast path for a hot object shape: called where an object value starts (`buf[i]` is '{');
+   * returns the index after the whole object if the handler consumed it, or -1 to let the tokenizer parse it.
+   */
+  fastObject?(buf: Uint8Array, i: number): number;
+}
+
+/** Where scanU64 leaves its result. */
+export type U64Parts = { hi: number; lo: number };
+const scanned: U64Parts = { hi: 0, lo: 0 };
+
+/**
+ * Scans the decimal digits of a u64 at buf[i..] (first digit 1-9, or a lone 0) into `out` as u32 halves.
+ * Returns the index after the digits, or -1 if there are none or the value exceeds u64. Exact: the first 15
+ * digits accumulate in a double (< 2^53), the last (at most 5) are folded in on u32 halves.
+ */
+export function scanU64(buf: Uint8Array, i: number, out: U64Parts): number {
+  const n = buf.length;
+  let j = i;
+  let acc = 0;
+  const accEnd = Math.min(n, i + 15);
+  for (; j < accEnd; j++) {
+    const d = buf[j]! - 0x30;
+    if (d < 0 || d > 9) break;
+    acc = acc * 10 + d;
+  }
+  if (j === i || (buf[i] === 0x30 && j > i + 1)) return -1;
+  let tail = 0;
+  let tailDigits = 0;
+  if (j === i + 15) {
+    for (; j < n; j++, tailDigits++) {
+      const d = buf[j]! - 0x30;
+      if (d < 0 || d > 9) break;
+      if (tailDigits === 5) return -1;
+      tail = tail * 10 + d;
+    }
+  }
+  if (tailDigits === 0) {
+    out.hi = Math.floor(acc / TWO32);
+    out.lo = acc - out.hi * TWO32;
+    return j;
+  }
+  // acc * 10^k + tail, exactly, in u32 halves: acc = aH*2^32 + aL with aH < 2^18, every product < 2^53.
+  const m = POW10[tailDigits]!;
+  const aH = Math.floor(acc / TWO32);
+  const aL = acc - aH * TWO32;
+  const low = aL * m + tail;
+  const carry = Math.floor(low / TWO32);
+  const hi = aH * m + carry;
+  if (hi >= TWO32) return -1;
+  out.hi = hi;
+  out.lo = low - carry * TWO32;
+  return j;
 }
 
 export type TokenizerLimits = { maxDepth: number; maxStringBytes: number };
@@ -146,6 +199,13 @@ export class JsonTokenizer {
   }
 
   private beginValue(buf: Uint8Array, i: number, c: number): number {
+    if (c === 0x7b && this.h.fastObject !== undefined) {
+      const j = this.h.fastObject(buf, i);
+      if (j > 0) {
+        this.valueDone();
+        return j;
+      }
+    }
     if (c === 0x7b || c === 0x5b) {
       if (this.depth >= this.limits.maxDepth) this.fail("nesting too deep", i);
       const obj = c === 0x7b;
@@ -372,31 +432,11 @@ export class JsonTokenizer {
    * a fraction or exponent, more than 20 digits).
    */
   private fastInteger(buf: Uint8Array, i: number): number {
-    const n = buf.length;
-    let j = i;
-    let acc = 0;
-    const accEnd = Math.min(n, i + 15);
-    for (; j < accEnd; j++) {
-      const d = buf[j]! - 0x30;
-      if (d < 0 || d > 9) break;
-      acc = acc * 10 + d;
-    }
-    let tail = 0;
-    let tailDigits = 0;
-    if (j === i + 15) {
-      for (; j < n && tailDigits < 6; j++, tailDigits++) {
-        const d = buf[j]! - 0x30;
-        if (d < 0 || d > 9) break;
-        tail = tail * 10 + d;
-      }
-    }
-    if (j >= n || !isDelimiter(buf[j]!) || tailDigits > 5) return i;
-    this.acc = acc;
-    this.tail = tail;
-    this.tailDigits = tailDigits;
-    this.negative = false;
-    this.isInteger = true;
-    this.finishNumber();
+    const j = scanU64(buf, i, scanned);
+    if (j < 0 || j >= buf.length || !isDelimiter(buf[j]!)) return i;
+    this.mode = Mode.Between;
+    this.h.integer(scanned.hi, scanned.lo);
+    this.valueDone();
     return j;
   }
 

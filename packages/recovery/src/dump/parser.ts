@@ -1,5 +1,5 @@
 import type { RouterEvent, StoredBlockRef } from "../types.ts";
-import { type JsonHandler, JsonSyntaxError, JsonTokenizer } from "./json-tokenizer.ts";
+import { type JsonHandler, JsonSyntaxError, JsonTokenizer, scanU64, type U64Parts } from "./json-tokenizer.ts";
 
 // Streaming `/dump` parser: bytes in, RouterEvents out as soon as each event's closing brace arrives. Memory
 // is bounded by one event (plus, only if a producer put "events" before "block_size", a bounded buffer).
@@ -51,6 +51,16 @@ KEYS_BY_DEPTH[5] = keys(["event_id", F.EventId], ["data", F.Data]);
 KEYS_BY_DEPTH[7] = keys(["parent_hash", F.Parent], ["blocks", F.Blocks]);
 KEYS_BY_DEPTH[9] = keys(["block_hash", F.BlockHash], ["tokens_hash", F.TokensHash]);
 const STORED = enc.encode("stored");
+// The exact block shape our writer emits; anything else (whitespace, key order, a chunk boundary) takes the
+// general path. Measured: this shape is ~90% of a dump's bytes, and the general path spends 10 tokens on it.
+const BLOCK_HEAD = enc.encode('{"block_hash":');
+const BLOCK_MID = enc.encode(',"tokens_hash":');
+
+function bytesAt(pattern: Uint8Array, buf: Uint8Array, i: number): boolean {
+  if (i + pattern.length > buf.length) return false;
+  for (let k = 0; k < pattern.length; k++) if (buf[i + k] !== pattern[k]) return false;
+  return true;
+}
 
 function sameBytes(a: Uint8Array, buf: Uint8Array, start: number, end: number): boolean {
   if (a.length !== end - start) return false;
@@ -90,6 +100,7 @@ class DumpAssembler implements JsonHandler {
   private tokensHash: bigint | null = null;
 
   events = 0;
+  private readonly parts: U64Parts = { hi: 0, lo: 0 };
 
   constructor(private readonly sink: DumpSink, private readonly limits: DumpParserLimits, private readonly where: () => number) {}
 
@@ -211,6 +222,19 @@ class DumpAssembler implements JsonHandler {
     this.bufferedBlocks += e.blocks.length + 1;
     if (this.bufferedBlocks > this.limits.maxBufferedBlocks) this.fail("too many events before block_size");
     this.buffered.push(e);
+  }
+
+  fastObject(buf: Uint8Array, i: number): number {
+    if (this.depth !== 8 || this.skip > 0 || !bytesAt(BLOCK_HEAD, buf, i)) return -1;
+    const p = this.parts;
+    let j = scanU64(buf, i + BLOCK_HEAD.length, p);
+    if (j < 0 || !bytesAt(BLOCK_MID, buf, j)) return -1;
+    const blockHash = toBigInt(p.hi, p.lo);
+    j = scanU64(buf, j + BLOCK_MID.length, p);
+    if (j < 0 || j >= buf.length || buf[j] !== 0x7d) return -1;
+    if (this.blocks!.length >= this.limits.maxEventBlocks) this.fail(`more than ${this.limits.maxEventBlocks} blocks in one event`);
+    this.blocks!.push({ blockHash, tokensHash: toBigInt(p.hi, p.lo) });
+    return j + 1;
   }
 
   key(buf: Uint8Array, start: number, end: number): void {
