@@ -3,7 +3,8 @@
 // is recorded in order.
 import type { Discovery, DiscoveryRecord, Query, RecordSpec, Registration, WatchHandle } from "../src/index.ts";
 
-type Pause = { k: number; reached: PromiseWithResolvers<void>; release: PromiseWithResolvers<void> };
+type Resolvers = ReturnType<typeof Promise.withResolvers<void>>;
+type Pause = { k: number; reached: Resolvers; release: Resolvers };
 
 export class ControllableDiscovery implements Discovery {
   readonly calls: string[] = [];

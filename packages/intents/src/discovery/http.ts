@@ -1,0 +1,125 @@
+// Client of the HTTP-served store (http-server.ts). Connecting opens this producer's lease stream; the
+// lease ends when that stream ends (store gone, network cut) or on close().
+import { randomUUID } from "node:crypto";
+import pino, { type Logger } from "pino";
+import { RecordExistsError, type Discovery, type DiscoveryRecord, type RecordSpec, type Registration, type WatchHandle } from "./types.ts";
+
+export type HttpDiscoveryOptions = {
+  /** Base URL of the store, e.g. `http://127.0.0.1:7070`. */
+  url: string;
+  producer?: string;
+  log?: Logger;
+  /** Pause before re-opening a dropped watch stream. */
+  retryMs?: number;
+};
+
+/** Reads an NDJSON body line by line until it ends or `signal` aborts. */
+async function* lines(res: Response): AsyncGenerator<unknown> {
+  const reader = res.body!.pipeThrough(new TextDecoderStream()).getReader();
+  let buf = "";
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) return;
+    buf += value;
+    let nl: number;
+    while ((nl = buf.indexOf("\n")) >= 0) {
+      const line = buf.slice(0, nl);
+      buf = buf.slice(nl + 1);
+      if (line) yield JSON.parse(line);
+    }
+  }
+}
+
+async function check(res: Response, what: string): Promise<Response> {
+  if (res.ok) return res;
+  const body = (await res.json().catch(() => ({}))) as { error?: string };
+  const msg = `${what}: HTTP ${res.status}${body.error ? ` ${body.error}` : ""}`;
+  throw res.status === 409 ? new RecordExistsError(msg) : new Error(msg);
+}
+
+export async function connectHttpDiscovery(o: HttpDiscoveryOptions): Promise<Discovery> {
+  const base = o.url.replace(/\/+$/, "");
+  const producer = o.producer ?? `proc-${randomUUID()}`;
+  const log = o.log ?? pino({ level: "silent" });
+  const retryMs = o.retryMs ?? 500;
+  const lease = new AbortController();
+  const leaseStream = new AbortController();
+  const watches = new Set<WatchHandle>();
+
+  const res = await check(await fetch(`${base}/v1/lease?producer=${encodeURIComponent(producer)}`, { signal: leaseStream.signal }), "opening the lease");
+  const stream = lines(res);
+  await stream.next(); // the server's first line: the lease is held
+  void (async () => {
+    try {
+      for await (const _ of stream);
+    } catch {
+      // a reset connection ends the lease like a clean end does
+    }
+    if (!lease.signal.aborted) log.warn({ producer }, "discovery lease stream ended: records withdrawn by the store");
+    lease.abort(new Error(`lease of ${producer} ended`));
+  })();
+
+  return {
+    producer,
+    lease: lease.signal,
+
+    async register(spec: RecordSpec, opts?: { signal?: AbortSignal }): Promise<Registration> {
+      if (lease.signal.aborted) throw new Error(`lease of ${producer} has ended`);
+      const r = await fetch(`${base}/v1/records`, {
+        method: "POST",
+        headers: { "content-type": "application/json" },
+        body: JSON.stringify({ ...spec, producer }),
+        signal: opts?.signal,
+      });
+      await check(r, `registering ${spec.kind} ${spec.name}`);
+      return { kind: spec.kind, name: spec.name, producer };
+    },
+
+    async unregister(reg) {
+      const r = await fetch(`${base}/v1/records/${encodeURIComponent(reg.kind)}/${encodeURIComponent(reg.name)}?producer=${encodeURIComponent(reg.producer)}`, {
+        method: "DELETE",
+      });
+      return ((await (await check(r, `withdrawing ${reg.name}`)).json()) as { outcome: "removed" | "missing" }).outcome;
+    },
+
+    async list(q) {
+      const r = await fetch(`${base}/v1/records?kind=${q.kind}`);
+      return (await (await check(r, `listing ${q.kind} records`)).json()) as DiscoveryRecord[];
+    },
+
+    listAndWatch(q, onSnapshot) {
+      const stop = new AbortController();
+      const first = Promise.withResolvers<void>();
+      void (async () => {
+        while (!stop.signal.aborted) {
+          try {
+            const r = await check(await fetch(`${base}/v1/watch?kind=${q.kind}`, { signal: stop.signal }), `watching ${q.kind} records`);
+            for await (const line of lines(r)) {
+              onSnapshot((line as { records: DiscoveryRecord[] }).records);
+              first.resolve();
+            }
+          } catch (err) {
+            if (stop.signal.aborted) break;
+            log.warn({ err: String(err), kind: q.kind }, "discovery watch failed, retrying");
+          }
+          await new Promise((r) => setTimeout(r, retryMs));
+        }
+      })();
+      const handle: WatchHandle = {
+        ready: first.promise,
+        close: () => {
+          stop.abort();
+          watches.delete(handle);
+        },
+      };
+      watches.add(handle);
+      return handle;
+    },
+
+    async close() {
+      for (const w of [...watches]) w.close();
+      lease.abort(new Error(`discovery client ${producer} closed`));
+      leaseStream.abort();
+    },
+  };
+}

@@ -1,0 +1,77 @@
+// The HTTP-served store: the in-memory semantics across processes, a lease that is an open stream.
+import { afterAll, afterEach, beforeAll, describe, expect, test } from "bun:test";
+import { killAll, spawnBun, waitFor } from "@kv-epp/testkit";
+import {
+  advertiseHost,
+  connectHttpDiscovery,
+  findHost,
+  IntentWatcher,
+  parseDiscoveryConfig,
+  RecordExistsError,
+  serveDiscoveryStore,
+  type AttachmentIntent,
+  type DiscoveryServer,
+} from "../src/index.ts";
+import { capturingLogger, HOST, WORKER } from "./fixtures.ts";
+
+let server: DiscoveryServer;
+beforeAll(() => {
+  server = serveDiscoveryStore({ hostname: "127.0.7.2" });
+});
+afterEach(() => killAll("SIGKILL", 1000));
+afterAll(() => server.close());
+
+describe("HTTP-served discovery store", () => {
+  test("register, list, unregister and a taken name behave as in memory", async () => {
+    const a = await connectHttpDiscovery({ url: server.url, producer: "a" });
+    const b = await connectHttpDiscovery({ url: server.url, producer: "b" });
+    const reg = await a.register({ kind: "intent", name: "kv-intent-1", payload: { x: 1 } });
+    expect(await b.list({ kind: "intent" })).toEqual([{ kind: "intent", name: "kv-intent-1", payload: { x: 1 }, producer: "a" }]);
+    await expect(b.register({ kind: "intent", name: "kv-intent-1", payload: {} })).rejects.toThrow(RecordExistsError);
+    expect(await b.unregister({ ...reg, producer: "b" })).toBe("missing"); // not b's to withdraw
+    expect(await a.unregister(reg)).toBe("removed");
+    expect(await a.unregister(reg)).toBe("missing");
+    await a.close();
+    await b.close();
+  });
+
+  test("closing a client ends its lease: its records go and its own lease signal fires", async () => {
+    const a = await connectHttpDiscovery({ url: server.url, producer: "closer" });
+    const watcher = await connectHttpDiscovery({ url: server.url });
+    await advertiseHost({ discovery: a, hostInstance: "closing-host" });
+    expect((await findHost(watcher, "closing-host", capturingLogger().log)).producer).toBe("closer");
+    await a.close();
+    expect(a.lease.aborted).toBe(true);
+    await waitFor(async () => (await watcher.list({ kind: "host" })).length === 0);
+    await watcher.close();
+  });
+
+  test("a worker process registers two ranks; the host sees both; the process is killed and the host detaches", async () => {
+    const epp = await connectHttpDiscovery({ url: server.url, producer: "epp" });
+    await advertiseHost({ discovery: epp, hostInstance: HOST });
+    let desired: AttachmentIntent[] = [];
+    const w = new IntentWatcher({ discovery: epp, hostInstance: HOST, onChange: (d) => (desired = d) });
+    await w.start();
+    const proc = spawnBun([`${import.meta.dir}/http-worker.ts`], { STORE_URL: server.url }, { name: "http-worker" });
+    await proc.waitForLog(/registered ranks 0,1/);
+    await waitFor(() => desired.length === 2);
+    expect(desired.map((d) => [d.workerId, d.dpRank, d.producer])).toEqual([
+      [WORKER, 0, "worker-proc"],
+      [WORKER, 1, "worker-proc"],
+    ]);
+    await proc.kill("SIGKILL");
+    await waitFor(() => desired.length === 0);
+    w.close();
+    await epp.close();
+  });
+
+  test("the discovery flag names kubernetes or an HTTP store, and a bad value is named", () => {
+    expect(parseDiscoveryConfig("kubernetes", { POD_NAME: "p", POD_UID: "u", POD_NAMESPACE: "ns" })).toEqual({
+      kind: "kubernetes",
+      namespace: "ns",
+      pod: { name: "p", uid: "u" },
+    });
+    expect(parseDiscoveryConfig("http://127.0.7.2:7070", {})).toEqual({ kind: "http", url: "http://127.0.7.2:7070" });
+    expect(() => parseDiscoveryConfig("etcd://x", {})).toThrow('invalid discovery "etcd://x"');
+  });
+});
