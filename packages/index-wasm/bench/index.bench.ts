@@ -2,7 +2,7 @@
 // Prints ingestion throughput, findMatches latency percentiles and memory per residency.
 import { KvIndex, type IndexEvent } from "../src/index.ts";
 import { ReferenceIndex } from "../test/reference-model.ts";
-import { prng, sequences, storedEvents, workers } from "./workload.ts";
+import { encodeWords, prng, sequences, storedEvents, workers } from "./workload.ts";
 
 type Index = KvIndex | ReferenceIndex;
 const impls: [name: string, create: () => Index][] = [
@@ -30,6 +30,7 @@ function ingestion(): void {
   const groups = batches(events, 256);
   const blocks = blockCount(events);
   console.log(`\ningestion: ${fmt(events.length, 0)} stored events, ${fmt(blocks, 0)} block events, batches of 256 events`);
+  const rates = new Map<string, number>();
   for (const [name, create] of impls) {
     let best = Infinity;
     for (let rep = 0; rep < 3; rep++) {
@@ -38,8 +39,23 @@ function ingestion(): void {
       for (const g of groups) index.applyBatch(g);
       best = Math.min(best, performance.now() - t0);
     }
-    console.log(`  ${name.padEnd(10)} ${fmt(blocks / (best / 1000) / 1e6, 2)} M block events/s  (${fmt(best)} ms)`);
+    rates.set(name, blocks / (best / 1000));
+    console.log(`  ${`${name} applyBatch`.padEnd(22)} ${fmt(blocks / (best / 1000) / 1e6, 2)} M block events/s  (${fmt(best)} ms)`);
   }
+  // the same events pre-encoded in the module's u64 wire layout (what a decoder writing hashes straight
+  // into linear memory would hand over): the index itself, without BigInt conversion
+  const slotsIndex = KvIndex.create({ blockSize: 16 });
+  const encoded = groups.map((g) => encodeWords(g, (w) => slotsIndex.slotFor(w)));
+  let best = Infinity;
+  for (let rep = 0; rep < 3; rep++) {
+    const index = KvIndex.create({ blockSize: 16 });
+    for (const w of ws) index.slotFor(w);
+    const t0 = performance.now();
+    for (const words of encoded) index.applyEncoded(words);
+    best = Math.min(best, performance.now() - t0);
+  }
+  console.log(`  ${"wasm applyEncoded".padEnd(22)} ${fmt(blocks / (best / 1000) / 1e6, 2)} M block events/s  (${fmt(best)} ms)`);
+  console.log(`  wasm / reference (applyBatch): ${fmt(rates.get("wasm")! / rates.get("reference")!, 1)}x`);
 }
 
 // ---- findMatches latency ----
@@ -76,17 +92,8 @@ function matching(workerCount: number, length: number): void {
 }
 
 // ---- memory per residency at ~1M residencies ----
-function memory(label: string, workerCount: number, pool: number, perWorker: number, length: number): void {
-  const ws = workers(workerCount);
-  const seqs = sequences(pool, length, 0, 1, 7);
-  const next = prng(8);
-  const holders: number[][] = seqs.map(() => []);
-  for (let w = 0; w < workerCount; w++) {
-    const picked = new Set<number>();
-    while (picked.size < perWorker) picked.add(next() % pool);
-    for (const s of picked) holders[s]!.push(w);
-  }
-  const events = storedEvents(ws, seqs, (s) => holders[s]!);
+function memory(label: string, workerCount: number, seqs: BigUint64Array[], assign: (seq: number) => number[]): void {
+  const events = storedEvents(workers(workerCount), seqs, assign);
   const parts: string[] = [];
   for (const [name, create] of impls) {
     Bun.gc(true);
@@ -94,15 +101,26 @@ function memory(label: string, workerCount: number, pool: number, perWorker: num
     const index = create();
     for (const g of batches(events, 256)) index.applyBatch(g);
     const stats = index.stats();
-    if (index instanceof KvIndex) {
-      parts.push(`wasm ${fmt(stats.bytesInUse / stats.residencies)} B/residency in tables (${fmt(stats.bytes / stats.residencies)} B linear memory)`);
+    if (name === "wasm") {
+      parts.push(`${fmt(stats.residencies, 0)} residencies over ${fmt(stats.blocks, 0)} blocks:`);
+      parts.push(`wasm ${fmt(stats.bytesInUse / stats.residencies)} B/residency in live tables (${fmt(stats.bytes / stats.residencies)} B of linear memory) |`);
     } else {
       Bun.gc(true);
-      parts.push(`reference ${fmt((process.memoryUsage().heapUsed - before) / stats.residencies)} B/residency (JS heap)`);
+      parts.push(`reference ${fmt((process.memoryUsage().heapUsed - before) / stats.residencies)} B/residency of JS heap`);
     }
-    if (name === "wasm") parts.unshift(`${fmt(stats.residencies, 0)} residencies, ${fmt(stats.blocks, 0)} blocks:`);
   }
   console.log(`  ${label}: ${parts.join(" ")}`);
+}
+
+function sharedHolders(pool: number, workerCount: number, perWorker: number): number[][] {
+  const next = prng(8);
+  const holders: number[][] = Array.from({ length: pool }, () => []);
+  for (let w = 0; w < workerCount; w++) {
+    const picked = new Set<number>();
+    while (picked.size < perWorker) picked.add(next() % pool);
+    for (const s of picked) holders[s]!.push(w);
+  }
+  return holders;
 }
 
 console.log(`bun ${Bun.version}, ${process.platform}/${process.arch}`);
@@ -110,5 +128,8 @@ ingestion();
 console.log("\nfindMatches latency (query = a stored sequence; half of it a prompt shared with other workers):");
 for (const length of [128, 512]) for (const w of [16, 64]) matching(w, length);
 console.log("\nmemory per (block, worker) residency:");
-memory("shared (2,000 64-block sequences, each worker holds 244: ~7.8 workers per block)", 64, 2000, 244, 64);
-memory("unshared (every block held by one worker)", 64, 15_625, 1, 64);
+{
+  const holders = sharedHolders(2000, 64, 244);
+  memory("shared: 64 workers each hold 244 of 2,000 64-block sequences (~7.8 workers per block)", 64, sequences(2000, 64, 0, 1, 7), (s) => holders[s]!);
+}
+memory("unshared: 15,625 64-block sequences, each held by one of 64 workers", 64, sequences(15_625, 64, 0, 1, 9), (s) => [s % 64]);

@@ -60,3 +60,16 @@ export function storedEvents(ws: WorkerRef[], seqs: BigUint64Array[], assign: (s
   });
   return events;
 }
+
+/** Stored events in the module's wire layout (header kind | slot << 8 | count << 32, then hash pairs). */
+export function encodeWords(events: IndexEvent[], slotOf: (w: WorkerRef) => number): BigUint64Array {
+  const words: bigint[] = [];
+  for (const e of events) {
+    if (e.kind !== "stored") throw new Error("only stored events");
+    const kind = e.parentHash === null ? 1n : 2n;
+    words.push(kind | (BigInt(slotOf(e.worker)) << 8n) | (BigInt(e.blocks.length) << 32n));
+    if (e.parentHash !== null) words.push(e.parentHash);
+    for (const b of e.blocks) words.push(b.externalHash, b.tokensHash);
+  }
+  return BigUint64Array.from(words);
+}

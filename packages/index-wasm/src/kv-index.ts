@@ -11,8 +11,8 @@ const KIND_STORED_ROOT = 1;
 const KIND_STORED_CHILD = 2;
 const KIND_REMOVED = 3;
 const KIND_CLEARED = 4;
-/** Worker slots are u16 inside the module. */
-const MAX_WORKERS = 65535;
+/** Worker slots are 12 bits inside the module (slot 4095 marks free records). */
+const MAX_WORKERS = 4095;
 
 const rejectReasons: Record<number, RejectReason> = { 1: "unknown-parent", 2: "hash-conflict" };
 

@@ -164,3 +164,43 @@ describe("KvIndex (WASM) against the reference model", () => {
     ), { numRuns: 100 });
   });
 });
+
+describe("KvIndex (WASM) against the reference model at scale", () => {
+  test("tables grown and rebuilt many times, with removals and clears, still agree with the model", () => {
+    const ws = Array.from({ length: 70 }, (_, i) => ({ workerId: `w${i}`, dpRank: 0 }));
+    const wasm = KvIndex.create({ blockSize: 16 });
+    const ref = ReferenceIndex.create({ blockSize: 16 });
+    let seed = 12345;
+    const next = () => (seed = (seed * 1103515245 + 12345) & 0x7fffffff);
+    const prompts = Array.from({ length: 40 }, () => Array.from({ length: 6 }, () => BigInt(next()) << 33n));
+    const held: { w: number; seq: bigint[] }[] = [];
+    const ext = (w: number, seq: bigint[], i: number) => Bun.hash.xxHash3(`${w}:${seq.slice(0, i + 1).join(",")}`) | (1n << 63n);
+    for (let step = 0; step < 6000; step++) {
+      const r = next() % 50;
+      if (r < 40 || held.length === 0) {
+        const w = next() % ws.length;
+        const seq = [...prompts[next() % prompts.length]!, ...Array.from({ length: 1 + (next() % 10) }, () => BigInt(next()))];
+        const blocks = seq.map((t, i) => ({ externalHash: ext(w, seq, i), tokensHash: t }));
+        expect(wasm.applyStored(ws[w]!, null, blocks)).toEqual(ref.applyStored(ws[w]!, null, blocks));
+        held.push({ w, seq });
+      } else if (r < 49) {
+        const { w, seq } = held[next() % held.length]!;
+        const i = next() % seq.length;
+        expect(wasm.applyRemoved(ws[w]!, [ext(w, seq, i)])).toEqual(ref.applyRemoved(ws[w]!, [ext(w, seq, i)]));
+      } else {
+        const w = ws[next() % ws.length]!;
+        wasm.clearWorker(w);
+        ref.clearWorker(w);
+      }
+    }
+    const { bytes: _a, bytesInUse: _b, ...wasmStats } = wasm.stats();
+    const { bytes: _c, bytesInUse: _d, ...refStats } = ref.stats();
+    expect(wasmStats).toEqual(refStats);
+    expect(wasmStats.residencies).toBeGreaterThan(3072); // tables start at 1024 slots: rebuilt at least twice
+    for (const { seq } of held.slice(-500)) {
+      const q = BigUint64Array.from(seq);
+      expect(wasm.findMatches(q)).toEqual(ref.findMatches(q));
+    }
+    expect(dumpRows(wasm)).toEqual(dumpRows(ref));
+  });
+});
