@@ -1,6 +1,7 @@
-// The EPP process, wired top to bottom: config -> logger -> metrics -> indexes -> workers and their
-// KV listeners (subscribed first, buffering) -> servers (health NOT_SERVING, /dump 503) -> recovery ->
-// listeners attached -> ready. SIGTERM: NOT_SERVING first, in-flight streams finish, then exit.
+// The EPP process, wired top to bottom: config -> logger -> metrics -> indexes -> servers (health
+// NOT_SERVING, /dump 503) -> workers and their KV listeners (subscribed first, buffering) -> recovery
+// -> listeners attached (buffered events on top of the dump) -> ready.
+// SIGTERM: NOT_SERVING first, in-flight streams finish, then exit.
 import { readFileSync } from "node:fs";
 import * as grpc from "@grpc/grpc-js";
 import type { KubeConfig } from "@kubernetes/client-node";
@@ -50,7 +51,7 @@ export async function startEpp(cfg: EppConfig, o: { log?: Logger; kubeConfig?: K
   const tokenize = createTokenize(preprocessor);
   log.info({ model: cfg.model.name, blockSize: cfg.model.blockSize, tokenizer: preprocessor.kind }, "indexer ready");
 
-  // Workers and their KV listeners. Listeners start at once and buffer until recovery has ended.
+  // Worker bookkeeping. Listeners start with their worker and buffer until recovery has ended.
   const load = new ActiveLoad();
   // Consecutive failed scrapes per worker; DOWN_AFTER of them mark the worker down (static mode's
   // only way to learn that a worker went away; in Kubernetes mode readiness says it first).
@@ -78,34 +79,8 @@ export async function startEpp(cfg: EppConfig, o: { log?: Logger; kubeConfig?: K
       metrics.workers.set(specs.reduce((n, s) => n + s.dpSize, 0));
     },
   });
-  let kubeConfig = o.kubeConfig;
-  const kube = () => (kubeConfig ??= loadKubeConfig());
-  let stopWorkerSource = async () => {};
-  if (cfg.workers.mode === "static") {
-    workers.reconcile(staticWorkers(cfg.workers.list));
-  } else {
-    const w = cfg.workers;
-    const poolLog = log.child({ component: "pool" });
-    const source = await startPoolWorkers({
-      kubeConfig: kube(),
-      poolName: w.poolName,
-      namespace: w.namespace,
-      kvEventsPort: w.kvEventsPort,
-      kvReplayPort: w.kvReplayPort,
-      dpSize: w.dpSize,
-      log: poolLog,
-      onWorkers: (specs) => workers.reconcile(specs),
-      onError: (err) => {
-        metrics.ioErrors.inc({ where: "kubernetes" });
-        poolLog.warn({ err: String(err) }, "pod informer error, restarting");
-      },
-    });
-    stopWorkerSource = source.stop;
-  }
-  scraper.start();
-  log.info({ workers: workers.specs().length, listeners: workers.candidates().length }, "listeners subscribed");
-
-  // Servers come up before recovery so liveness answers and cold siblings see our /dump as 503.
+  // Servers come up first so liveness answers during discovery and recovery, and cold siblings see
+  // this replica's /dump as 503.
   const health = new HealthState();
   let recovered = false;
   const picker = new Picker({
@@ -115,7 +90,6 @@ export async function startEpp(cfg: EppConfig, o: { log?: Logger; kubeConfig?: K
     workerMetrics: (id) => scraper.get(id),
     options: cfg.picker,
   });
-  const multiRank = new Set<string>();
   const protos = loadProtos();
   const grpcCreds = cfg.tls
     ? grpc.ServerCredentials.createSsl(null, [
@@ -132,7 +106,6 @@ export async function startEpp(cfg: EppConfig, o: { log?: Logger; kubeConfig?: K
       log: log.child({ component: "ext_proc" }),
       bodyMode: cfg.bodyMode,
       maxInflight: cfg.maxInflight,
-      multiRank: (id) => multiRank.has(id),
     }),
   });
   const grpcPort = await bind(extProc, cfg.listen, cfg.ports.grpc, grpcCreds);
@@ -175,34 +148,65 @@ export async function startEpp(cfg: EppConfig, o: { log?: Logger; kubeConfig?: K
     "servers listening",
   );
 
-  // Recovery, then the buffered live events on top of the dump, then ready.
+  // Workers and their KV listeners, subscribed before recovery fetches a dump (rule 1).
   const recoveryAbort = new AbortController();
-  const discovery = peerDiscovery(cfg, kube, log);
-  const ready = runRecovery({
-    discovery,
-    target: indexers,
-    timeoutMs: cfg.recoveryTimeoutMs,
-    token: cfg.peerToken,
-    logger: log,
-    signal: recoveryAbort.signal,
-  }).then((outcome) => {
-    recoveryMetric.set(outcome);
-    indexers.pruneWorkers((w) => workers.has(w));
-    workers.attach((worker, signal) => {
-      try {
-        indexers.applySignal(indexerKeyOf(cfg), worker, signal);
-      } catch (err) {
-        metrics.ioErrors.inc({ where: "kv_events" });
-        log.warn({ worker: worker.workerId, rank: worker.dpRank, err: String(err) }, "applying KV events failed");
-      }
+  let kubeConfig = o.kubeConfig;
+  const kube = () => (kubeConfig ??= loadKubeConfig());
+  // Kubernetes mode resolves once the pool is read and the pods are listed (not blocking the servers).
+  let workerSource: Promise<{ stop(): Promise<void> }> = Promise.resolve({ stop: async () => {} });
+  if (cfg.workers.mode === "static") {
+    workers.reconcile(staticWorkers(cfg.workers.list));
+  } else {
+    const w = cfg.workers;
+    const poolLog = log.child({ component: "pool" });
+    workerSource = startPoolWorkers({
+      kubeConfig: kube(),
+      poolName: w.poolName,
+      namespace: w.namespace,
+      kvEventsPort: w.kvEventsPort,
+      kvReplayPort: w.kvReplayPort,
+      dpSize: w.dpSize,
+      log: poolLog,
+      onWorkers: (specs) => workers.reconcile(specs),
+      onError: (err) => {
+        metrics.ioErrors.inc({ where: "kubernetes" });
+        poolLog.warn({ err: String(err) }, "Kubernetes API error");
+      },
+      signal: recoveryAbort.signal,
     });
-    for (const s of workers.specs()) if (s.dpSize > 1) multiRank.add(s.id);
-    recovered = true;
-    health.setReady(true);
-    if (outcome.kind === "recovered") log.info({ peer: outcome.peer, events: outcome.events }, "recovered");
-    else log.warn({ state: outcome.kind }, "ready with an EMPTY KV index");
-    return outcome;
-  });
+  }
+  scraper.start();
+
+  // Recovery, then the buffered live events on top of the dump, then ready.
+  const ready = workerSource
+    .then(() => {
+      log.info({ workers: workers.specs().length, listeners: workers.candidates().length }, "listeners subscribed");
+      return runRecovery({
+        discovery: peerDiscovery(cfg, kube, log),
+        target: indexers,
+        timeoutMs: cfg.recoveryTimeoutMs,
+        token: cfg.peerToken,
+        logger: log,
+        signal: recoveryAbort.signal,
+      });
+    })
+    .then((outcome) => {
+      recoveryMetric.set(outcome);
+      indexers.pruneWorkers((w) => workers.has(w));
+      workers.attach((worker, signal) => {
+        try {
+          indexers.applySignal(indexerKeyOf(cfg), worker, signal);
+        } catch (err) {
+          metrics.ioErrors.inc({ where: "kv_events" });
+          log.warn({ worker: worker.workerId, rank: worker.dpRank, err: String(err) }, "applying KV events failed");
+        }
+      });
+      recovered = true;
+      health.setReady(true);
+      if (outcome.kind === "recovered") log.info({ peer: outcome.peer, events: outcome.events }, "recovered");
+      else log.warn({ state: outcome.kind }, "ready with an EMPTY KV index");
+      return outcome;
+    });
   ready.catch((err) => {
     if (!recoveryAbort.signal.aborted) log.error({ err: String(err) }, "recovery failed");
   });
@@ -218,7 +222,7 @@ export async function startEpp(cfg: EppConfig, o: { log?: Logger; kubeConfig?: K
       selection.stop(true);
       metricsServer.stop(true);
       scraper.stop();
-      await stopWorkerSource().catch(() => {});
+      await workerSource.then((src) => src.stop()).catch(() => {});
       await workers.close();
       log.info("stopped");
     })());

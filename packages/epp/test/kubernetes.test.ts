@@ -78,3 +78,24 @@ test("pods selected by the InferencePool become workers when ready and leave whe
   const none = await postJson(`http://${HOST}:${epp.ports.selection}/select`, { token_ids: prompt });
   expect(none.status).toBe(503);
 });
+
+test("an InferencePool created after the EPP started is waited for; readiness follows", async () => {
+  const api = await startFakeKubeApi({ host: HOST, port: 0 });
+  cleanups.push(() => api.close());
+  const cfg = parseConfig(
+    ["--pool-name", "late", "--listen", HOST, "--grpc-port", "0", "--grpc-health-port", "0", "--metrics-port", "0", "--selection-port", "0", "--scrape-interval-ms", "0"],
+    { POD_NAMESPACE: "llm" },
+  );
+  const epp = await startEpp(cfg, { log: quietLog, kubeConfig: api.kubeConfig });
+  cleanups.push(() => epp.stop({ graceMs: 200 }));
+  await waitFor(() => api.requests.some((r) => r.plural === "inferencepools" && r.status === 404), { message: "pool looked up" });
+  expect(epp.health.ready).toBe(false);
+  api.upsert({
+    apiVersion: "inference.networking.k8s.io/v1",
+    kind: "InferencePool",
+    metadata: { name: "late", namespace: "llm" },
+    spec: { selector: { matchLabels: { app: "vllm" } }, targetPorts: [{ number: 8000 }] },
+  } as never);
+  expect((await epp.ready).kind).toBe("recovery_disabled");
+  expect(epp.health.ready).toBe(true);
+});

@@ -32,8 +32,6 @@ export type ExtProcDeps = {
   bodyMode: BodyMode;
   /** Shed (429) when this many requests are in flight (0: never). */
   maxInflight: number;
-  /** Endpoint -> whether the worker serves several data-parallel ranks (then the rank header is set). */
-  multiRank: (workerId: string) => boolean;
   maxBodyBytes?: number;
 };
 
@@ -202,7 +200,8 @@ class ProcessStream {
     if (at === "body" && this.#fullDuplex) contentLength = body.length;
     const route: Route = {
       endpoint: chosen.candidate.endpoint,
-      dpRank: this.deps.multiRank(chosen.candidate.workerId) ? chosen.candidate.dpRank : undefined,
+      // Several DP ranks behind one API server: tell vLLM which rank the decision was for.
+      dpRank: chosen.candidate.ranks > 1 ? chosen.candidate.dpRank : undefined,
       contentLength,
     };
     this.deps.log.debug(

@@ -14,6 +14,7 @@ export type PoolWorkersOptions = {
   log: Logger;
   onWorkers: (specs: WorkerSpec[]) => void;
   onError: (err: unknown) => void;
+  signal?: AbortSignal;
 };
 
 type InferencePool = {
@@ -70,15 +71,29 @@ export function podWorker(pod: V1Pod, o: Pick<PoolWorkersOptions, "kvEventsPort"
 export async function startPoolWorkers(o: PoolWorkersOptions): Promise<{ stop(): Promise<void> }> {
   const custom = o.kubeConfig.makeApiClient(CustomObjectsApi);
   const core = o.kubeConfig.makeApiClient(CoreV1Api);
-  const pool = (await custom.getNamespacedCustomObject({
-    group: "inference.networking.k8s.io",
-    version: "v1",
-    namespace: o.namespace,
-    plural: "inferencepools",
-    name: o.poolName,
-  })) as InferencePool;
-  const labelSelector = poolSelector(pool);
-  const port = poolTargetPort(pool);
+  // The pool may not exist yet (applied after the EPP): wait for it rather than crash-loop.
+  let labelSelector: string;
+  let port: number;
+  for (let attempt = 1; ; attempt++) {
+    try {
+      const pool = (await custom.getNamespacedCustomObject({
+        group: "inference.networking.k8s.io",
+        version: "v1",
+        namespace: o.namespace,
+        plural: "inferencepools",
+        name: o.poolName,
+      })) as InferencePool;
+      labelSelector = poolSelector(pool);
+      port = poolTargetPort(pool);
+      break;
+    } catch (err) {
+      o.signal?.throwIfAborted();
+      if (attempt === 1) o.onError(err);
+      o.log.warn({ pool: o.poolName, namespace: o.namespace, attempt, err: String(err) }, "inference pool not readable yet, retrying");
+      await Bun.sleep(Math.min(2000 * attempt, 10_000));
+      o.signal?.throwIfAborted();
+    }
+  }
   o.log.info({ pool: o.poolName, namespace: o.namespace, selector: labelSelector, port }, "inference pool read");
 
   const informer = makeInformer<V1Pod>(

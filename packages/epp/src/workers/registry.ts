@@ -17,8 +17,8 @@ export type WorkerSpec = {
   metricsUrl: string;
 };
 
-/** One routable unit: a worker rank. `key` matches the index's workerKey. */
-export type Candidate = { key: string; workerId: string; dpRank: number; endpoint: string };
+/** One routable unit: a worker rank. `key` matches the index's workerKey; `ranks` is the worker's dpSize. */
+export type Candidate = { key: string; workerId: string; dpRank: number; endpoint: string; ranks: number };
 
 export type ListenerCounters = { gaps: number; replays: number; restarts: number };
 
@@ -102,6 +102,7 @@ export class WorkerRegistry {
           workerId: spec.id,
           dpRank: r,
           endpoint: spec.address,
+          ranks: spec.dpSize,
         })),
       );
   }
