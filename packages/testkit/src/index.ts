@@ -8,5 +8,5 @@ export { waitFor, type WaitOptions } from "./wait.ts";
 export { freePort } from "./net.ts";
 export { renderKustomization, renderWithKubectl, rbacAuthorizer, strategicMerge } from "./kustomize.ts";
 export { SimCluster, type SimClusterOptions, type SimPodSpec, type SimService, type PodIdentity, type Probe } from "./cluster/sim.ts";
-export { HealthProbe, healthServiceDefinition, type ServingStatus, type ProbeResult } from "./cluster/grpc-health.ts";
+export { HealthProbe, healthServiceDefinition, type HealthCheckRequest, type ServingStatus, type ProbeResult } from "./cluster/grpc-health.ts";
 export { SimDeployment, type SimDeploymentOptions } from "./cluster/deployment.ts";

@@ -74,7 +74,7 @@ test("readiness from the grpc probe reaches the Pod and the EndpointSlice; delet
     { ready: false, serving: false, terminating: true }, // the process has exited
     "absent",
   ]);
-});
+}, 30_000);
 
 test("a delete through the API is carried out by the simulated kubelet", async () => {
   sim.runPod(healthPod("p2"));
@@ -84,7 +84,7 @@ test("a delete through the API is carried out by the simulated kubelet", async (
   expect(marked.metadata?.deletionTimestamp).toBeDefined(); // graceful: the kubelet's finalizer holds it
   await waitFor(() => api.get("Pod", NS, "p2") === undefined, { message: "pod removed" });
   expect(sim.podNames()).toEqual([]);
-});
+}, 30_000);
 
 test("a pod whose process dies turns Failed and not ready", async () => {
   sim.addService({ name: "svc", selector: { app: "epp" }, ports: [{ name: "x", port: 1 }] });
@@ -93,7 +93,7 @@ test("a pod whose process dies turns Failed and not ready", async () => {
   await waitFor(() => (api.get("Pod", NS, "crash")?.status as { phase?: string } | undefined)?.phase === "Failed", { message: "phase Failed" });
   const slice = api.get("EndpointSlice", NS, "svc-sim") as { endpoints: { conditions: { ready: boolean } }[] } & object;
   await waitFor(() => (api.get("EndpointSlice", NS, "svc-sim") as typeof slice).endpoints[0]?.conditions.ready === false);
-});
+}, 30_000);
 
 test("the health probe tells SERVING, NOT_SERVING, an unknown service and an unreachable address apart", async () => {
   const pod = sim.runPod(healthPod("h", { READY_AFTER_MS: "60000" }));
@@ -101,6 +101,7 @@ test("the health probe tells SERVING, NOT_SERVING, an unknown service and an unr
   const probe = new HealthProbe(`${pod.ip}:9003`);
   try {
     expect(await probe.check("liveness")).toBe("SERVING");
+    expect(await probe.check("")).toBe("SERVING"); // an empty request message (the kubelet's default)
     expect(await probe.check("readiness")).toBe("NOT_SERVING");
     expect(await probe.check("nope")).toBe("SERVICE_UNKNOWN");
   } finally {
@@ -109,7 +110,7 @@ test("the health probe tells SERVING, NOT_SERVING, an unknown service and an unr
   const nobody = new HealthProbe("127.0.5.254:9003");
   expect(await nobody.check("", 300)).toBe("UNREACHABLE");
   nobody.close();
-});
+}, 30_000);
 
 test("a simulated Deployment replaces deleted pods and rolls out without ever dropping to zero ready", async () => {
   const deploy = new SimDeployment(sim, {
@@ -143,4 +144,4 @@ test("a simulated Deployment replaces deleted pods and rolls out without ever dr
   } finally {
     deploy.stop();
   }
-});
+}, 30_000);

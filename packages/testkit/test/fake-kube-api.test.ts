@@ -74,7 +74,7 @@ describe("fake kube api with @kubernetes/client-node informers", () => {
     // resourceVersions grow strictly along the stream
     const rvs = seen.map((s) => Number(s.rv));
     expect([...rvs].sort((x, y) => x - y)).toEqual(rvs);
-  });
+  }, 30_000);
 
   test("a label-selected informer loses an object whose labels stop matching", async () => {
     api.upsert(pod("a", { app: "w" }));
@@ -89,7 +89,7 @@ describe("fake kube api with @kubernetes/client-node informers", () => {
     api.upsert(pod("other", { app: "w" }));
     await waitFor(() => seen.length === 3);
     expect(seen[2]).toMatchObject({ type: "add", name: "other" });
-  });
+  }, 30_000);
 
   test("after compaction a resumed watch gets 410 and the informer relists, reporting what it missed", async () => {
     api.upsert(pod("a", { app: "w" }));
@@ -109,7 +109,7 @@ describe("fake kube api with @kubernetes/client-node informers", () => {
     expect(api.requests.filter((r) => r.verb === "list").length).toBe(listsBefore + 1);
     expect(informer.list(NS).map((p) => p.metadata?.name).sort()).toEqual(["b", "c"]);
     expect(errors).toEqual([]);
-  });
+  }, 30_000);
 
   test("a raw watch from a compacted resourceVersion receives an ERROR event with code 410", async () => {
     const first = api.upsert(pod("a", { app: "w" }));
@@ -125,7 +125,7 @@ describe("fake kube api with @kubernetes/client-node informers", () => {
     );
     await done.promise;
     expect(events).toEqual([{ type: "ERROR", code: 410 }]);
-  });
+  }, 30_000);
 
   test("a watch resumed from a retained resourceVersion replays exactly the later events", async () => {
     const first = api.upsert(pod("a", { app: "w" }));
@@ -138,7 +138,7 @@ describe("fake kube api with @kubernetes/client-node informers", () => {
     stops.push(() => ctl.abort());
     await waitFor(() => events.length === 2);
     expect(events).toEqual(["ADDED:b", "DELETED:a"]);
-  });
+  }, 30_000);
 
   test("bookmarks arrive when asked for and carry the current resourceVersion", async () => {
     await api.close();
@@ -154,7 +154,7 @@ describe("fake kube api with @kubernetes/client-node informers", () => {
     stops.push(() => ctl.abort());
     await waitFor(() => bookmarks.length >= 1);
     expect(bookmarks[0]).toBe(String(api.resourceVersion));
-  });
+  }, 30_000);
 
   test("EndpointSlices list by service-name label through DiscoveryV1Api", async () => {
     const slice = (name: string, service: string, ready: boolean) => ({
@@ -172,7 +172,7 @@ describe("fake kube api with @kubernetes/client-node informers", () => {
     expect(list.items.map((s) => s.metadata?.name)).toEqual(["peer-1"]);
     expect(list.items[0]?.endpoints?.[0]?.conditions?.ready).toBe(true);
     expect(Number(list.metadata?.resourceVersion)).toBe(api.resourceVersion);
-  });
+  }, 30_000);
 
   test("InferencePools and unknown custom resources work through CustomObjectsApi, including patches", async () => {
     const custom = api.kubeConfig.makeApiClient(CustomObjectsApi);
@@ -207,7 +207,7 @@ describe("fake kube api with @kubernetes/client-node informers", () => {
     const widgets = await custom.listNamespacedCustomObject({ group: "kv-epp.dev", version: "v1alpha1", namespace: NS, plural: "widgets" });
     expect(widgets.kind).toBe("WidgetList");
     expect(widgets.items.map((w: KubernetesObject) => w.metadata?.name)).toEqual(["w1"]);
-  });
+  }, 30_000);
 
   test("writes follow API semantics: 409 on a stale update, 404 on a missing object, finalizers, owner garbage collection", async () => {
     const core = api.kubeConfig.makeApiClient(CoreV1Api);
@@ -231,7 +231,7 @@ describe("fake kube api with @kubernetes/client-node informers", () => {
     expect(held.metadata?.deletionTimestamp).toBeDefined();
     await core.replaceNamespacedConfigMap({ namespace: NS, name: "held", body: { ...held, metadata: { ...held.metadata, finalizers: [] } } });
     expect(api.get("ConfigMap", NS, "held")).toBeUndefined();
-  });
+  }, 30_000);
 
   test("the status subresource changes only status", async () => {
     const core = api.kubeConfig.makeApiClient(CoreV1Api);
@@ -240,7 +240,7 @@ describe("fake kube api with @kubernetes/client-node informers", () => {
     const after = api.get("pods", NS, "s")!;
     expect(after.metadata?.labels).toEqual({ app: "w" });
     expect((after.status as { phase: string }).phase).toBe("Failed");
-  });
+  }, 30_000);
 
   test("an authorize hook answers 403 for what it refuses", async () => {
     await api.close();
@@ -249,7 +249,7 @@ describe("fake kube api with @kubernetes/client-node informers", () => {
     await core.listNamespacedPod({ namespace: NS });
     await expect(core.createNamespacedPod({ namespace: NS, body: pod("x", {}) as V1Pod })).rejects.toMatchObject({ code: 403 });
     expect(api.requests.map((r) => `${r.verb}:${r.status}`)).toEqual(["list:200", "create:403"]);
-  });
+  }, 30_000);
 
   test("a child process finds the server through KUBECONFIG (writeKubeconfig)", async () => {
     api.upsert(pod("from-parent", { app: "w" }));
@@ -258,5 +258,5 @@ describe("fake kube api with @kubernetes/client-node informers", () => {
     const child = spawnBun([join(import.meta.dir, "fixtures", "list-pods.ts"), NS], { KUBECONFIG: path }, { name: "list-pods" });
     expect(await child.waitForLog(/^pods:/)).toBe("pods: from-parent");
     expect(await child.exited).toBe(0);
-  });
+  }, 30_000);
 });

@@ -75,14 +75,20 @@ export function decodeCheckResponse(buf: Uint8Array): ServingStatus {
 
 const CHECK_PATH = "/grpc.health.v1.Health/Check";
 
-/** The service definition, for a test server that plays a pod's health endpoint. */
+export type HealthCheckRequest = { service: string };
+
+/**
+ * The service definition, for a test server that plays a pod's health endpoint. The request
+ * deserializes to an object: grpc-js rejects a falsy request ("Received no request message"), which
+ * a bare "" (the kubelet's default, empty service) would be.
+ */
 export const healthServiceDefinition: grpc.ServiceDefinition = {
   Check: {
     path: CHECK_PATH,
     requestStream: false,
     responseStream: false,
-    requestSerialize: (s: string) => encodeCheckRequest(s),
-    requestDeserialize: (b: Buffer) => decodeCheckRequest(b),
+    requestSerialize: (r: HealthCheckRequest) => encodeCheckRequest(r.service),
+    requestDeserialize: (b: Buffer): HealthCheckRequest => ({ service: decodeCheckRequest(b) }),
     responseSerialize: (s: ServingStatus) => encodeCheckResponse(s),
     responseDeserialize: (b: Buffer) => decodeCheckResponse(b),
   },
