@@ -3,6 +3,8 @@
 import { afterAll, describe, expect, test } from "bun:test";
 import fc from "fast-check";
 import { decodeBatch, encodeBatch, KvDecodeError, type KvEventBatch, PubSocket } from "../src/index.ts";
+import { decodeGeneric } from "../src/codec/decode.ts";
+import { decodeFast } from "../src/codec/fast-decode.ts";
 import { ZmtpParser } from "../src/zmtp/parser.ts";
 import { encodeCommand, encodeGreeting, encodeMessage, encodeReady } from "../src/zmtp/wire.ts";
 import { RawPeer } from "./raw-peer.ts";
@@ -34,24 +36,44 @@ function decodeOutcome(p: Uint8Array): "ok" | "error" {
   }
 }
 
+/** The hand-written fast path must agree with the msgpackr path whenever it answers. */
+function agree(p: Uint8Array): void {
+  const fast = decodeFast(p);
+  if (fast === undefined) return;
+  expect(decodeGeneric(p)).toEqual(fast);
+}
+
+/** Valid payloads with a few bytes overwritten. */
+const mutated = fc
+  .tuple(fc.constantFrom(...valid), fc.array(fc.tuple(fc.nat(), fc.integer({ min: 0, max: 255 })), { minLength: 1, maxLength: 6 }))
+  .map(([v, muts]) => {
+    const b = Uint8Array.from(v);
+    for (const [i, x] of muts) b[i % b.length] = x;
+    return b;
+  });
+const truncations = valid.flatMap((v) => Array.from({ length: v.length }, (_, n) => v.subarray(0, n)));
+
 describe("msgpack fuzzing", () => {
-  test("random bytes decode to a batch or a KvDecodeError, never anything else", () => {
-    fc.assert(fc.property(fc.uint8Array({ maxLength: 200 }), (b) => void decodeOutcome(b)), { numRuns: 3000 });
+  test("the fast decoder answers for every encoder output and agrees with the msgpackr decoder", () => {
+    for (const v of valid) {
+      expect(decodeFast(v)).toBeDefined();
+      agree(v);
+    }
   });
 
-  test("every truncation of a valid payload is a batch or a KvDecodeError", () => {
-    for (const v of valid) for (let n = 0; n < v.length; n++) decodeOutcome(v.subarray(0, n));
+  test("random bytes: a batch or a KvDecodeError, never anything else; the fast path declines or agrees", () => {
+    fc.assert(fc.property(fc.uint8Array({ maxLength: 200 }), (b) => void (decodeOutcome(b), agree(b))), { numRuns: 3000 });
   });
 
-  test("byte mutations of valid payloads are a batch or a KvDecodeError", () => {
-    fc.assert(
-      fc.property(fc.constantFrom(...valid), fc.array(fc.tuple(fc.nat(), fc.integer({ min: 0, max: 255 })), { minLength: 1, maxLength: 6 }), (v, muts) => {
-        const b = Uint8Array.from(v);
-        for (const [i, x] of muts) b[i % b.length] = x;
-        decodeOutcome(b);
-      }),
-      { numRuns: 3000 },
-    );
+  test("every truncation of a valid payload: a batch or a KvDecodeError; the fast path declines or agrees", () => {
+    for (const t of truncations) {
+      decodeOutcome(t);
+      agree(t);
+    }
+  });
+
+  test("byte mutations of valid payloads: a batch or a KvDecodeError; the fast path declines or agrees", () => {
+    fc.assert(fc.property(mutated, (b) => void (decodeOutcome(b), agree(b))), { numRuns: 5000 });
   });
 });
 

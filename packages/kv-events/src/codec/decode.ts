@@ -4,6 +4,7 @@
 // Optional trailing fields may be missing (msgspec omit_defaults). Unknown tags and malformed
 // events are skipped and counted in DecodeStats; a malformed batch throws KvDecodeError.
 import { Unpackr } from "msgpackr";
+import { decodeFast } from "./fast-decode.ts";
 import { toHash } from "./hash.ts";
 import {
   type BlockRemoved,
@@ -21,7 +22,13 @@ const unpackr = new Unpackr({ int64AsType: "bigint", useRecords: false, mapsAsOb
 
 const NO_STATS: DecodeStats = { skippedEvents: 0 };
 
+/** Decodes one KVEventBatch payload; throws KvDecodeError when the batch itself is malformed. */
 export function decodeBatch(payload: Uint8Array, stats: DecodeStats = NO_STATS): KvEventBatch {
+  return decodeFast(payload) ?? decodeGeneric(payload, stats);
+}
+
+/** The msgpackr path: any well-typed msgpack, with per-event skipping and counting. */
+export function decodeGeneric(payload: Uint8Array, stats: DecodeStats = NO_STATS): KvEventBatch {
   let root: unknown;
   try {
     root = unpackr.unpack(payload);
@@ -72,7 +79,8 @@ function decodeEvent(raw: unknown): KvEvent | undefined {
       case "BlockStored":
         return stored(
           raw.block_hashes, raw.parent_block_hash, raw.token_ids, raw.block_size, raw.lora_id, raw.medium,
-          "lora_name" in raw || "extra_keys" in raw || "group_idx" in raw || "kv_cache_spec_kind" in raw,
+          "lora_name" in raw || "extra_keys" in raw || "group_idx" in raw || "kv_cache_spec_kind" in raw ||
+            "kv_cache_spec_sliding_window" in raw,
           raw.lora_name, raw.extra_keys, raw.group_idx, raw.kv_cache_spec_kind, raw.kv_cache_spec_sliding_window,
         );
       case "BlockRemoved":

@@ -47,6 +47,13 @@ export class PubSocket extends ZmtpSocket {
     return this.subs.size;
   }
 
+  /** The longest user-space send queue over subscribers (a publisher can pace itself on it). */
+  get maxQueued(): number {
+    let m = 0;
+    for (const c of this.subs.keys()) if (c.queued > m) m = c.queued;
+    return m;
+  }
+
   /** Sends one multipart message to every matching subscriber. Returns how many got it queued. */
   send(frames: readonly Uint8Array[]): number {
     if (this.subs.size === 0 || frames.length === 0) return 0;
