@@ -62,8 +62,10 @@ export class Indexers implements DumpSource, DumpTarget {
       if (ev) events.push(ev);
     }
     if (events.length === 0) return;
-    ix.index.applyBatch(events);
-    this.metrics.eventsApplied.inc(events.length);
+    const out = ix.index.applyBatch(events);
+    this.metrics.eventsApplied.inc(events.length - out.rejected);
+    // Unknown parent or hash conflict: the index refused it (e.g. a parent lost with a gap).
+    if (out.rejected > 0) this.metrics.eventsRejected.inc({ reason: "index" }, out.rejected);
   }
 
   #toIndexEvent(worker: WorkerRef, e: KvEvent): IndexEvent | undefined {

@@ -192,10 +192,17 @@ export function writeStaticConfig(workers: TestWorker[], peers: string[] = [], e
 
 export const quietLog = pino({ level: process.env.EPP_TEST_LOG ?? "silent" });
 
+/** A logger that keeps every line's msg (and fields) in memory, for asserting log order. */
+export function capturingLog(): { log: pino.Logger; lines: { msg: string; [k: string]: unknown }[] } {
+  const lines: { msg: string }[] = [];
+  const log = pino({ level: "info" }, { write: (s: string) => void lines.push(JSON.parse(s)) });
+  return { log, lines };
+}
+
 /** An in-process EPP on HOST with ephemeral ports. */
 export async function startTestEpp(
   workers: TestWorker[],
-  o: { peers?: string[]; flags?: string[]; host?: string; waitReady?: boolean } = {},
+  o: { peers?: string[]; flags?: string[]; host?: string; waitReady?: boolean; log?: pino.Logger } = {},
 ): Promise<EppHandle> {
   const host = o.host ?? HOST;
   const cfg = parseConfig(
@@ -209,7 +216,7 @@ export async function startTestEpp(
     ],
     {},
   );
-  const epp = await startEpp(cfg, { log: quietLog });
+  const epp = await startEpp(cfg, { log: o.log ?? quietLog });
   if (o.waitReady !== false) await epp.ready;
   return epp;
 }

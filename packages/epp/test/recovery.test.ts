@@ -2,7 +2,7 @@
 // live events published while B's dump is in flight are applied on top (subscribe first).
 import { afterAll, expect, test } from "bun:test";
 import { waitFor } from "@kv-epp/testkit";
-import { FakeWorkerEvents, HOST, postJson, startTestEpp, tokens } from "./helpers.ts";
+import { FakeWorkerEvents, HOST, capturingLog, postJson, startTestEpp, tokens } from "./helpers.ts";
 
 const cleanups: (() => unknown)[] = [];
 afterAll(async () => {
@@ -56,7 +56,8 @@ test("B recovers A's index, and events published during B's recovery are present
   });
   cleanups.push(() => proxy.stop(true));
 
-  const b = await startTestEpp(workers, { peers: [`http://${HOST}:${proxy.port}`], waitReady: false });
+  const logB = capturingLog();
+  const b = await startTestEpp(workers, { peers: [`http://${HOST}:${proxy.port}`], waitReady: false, log: logB.log });
   cleanups.push(() => b.stop({ graceMs: 500 }));
   await waitFor(() => fetched && ev.every((e) => e.pub.subscriberCount === 2), { message: "B subscribed, dump snapshotted" });
   const p3 = tokens(80, 3);
@@ -70,4 +71,23 @@ test("B recovers A's index, and events published during B's recovery are present
   await waitFor(async () => (await scoreOf(b.ports.selection, p3))["worker-a"]?.["0"] === 5, { message: "B has p3" });
   expect((await scoreOf(b.ports.selection, p1))["worker-a"]?.["0"]).toBe(8);
   expect(await canonicalDump(b.ports.selection)).toEqual(await canonicalDump(a.ports.selection));
+
+  // The order the logs tell: subscribed, then the dump (with its figures), then recovered.
+  const msgs = logB.lines.map((l) => l.msg);
+  const at = (m: string) => msgs.indexOf(m);
+  expect(at("listeners subscribed")).toBeGreaterThanOrEqual(0);
+  expect(at("dump fetched from peer")).toBeGreaterThan(at("listeners subscribed"));
+  expect(at("recovered")).toBeGreaterThan(at("dump fetched from peer"));
+  expect(logB.lines[at("dump fetched from peer")]).toMatchObject({ peer: `http://${HOST}:${proxy.port}`, events: expect.any(Number), bytes: expect.any(Number), ms: expect.any(Number) });
+});
+
+test("two cold replicas listing each other as static peers never wait on each other", async () => {
+  const start = (me: string, peer: string) =>
+    startTestEpp([], { host: me, peers: [`http://${peer}:9093`], waitReady: false, flags: ["--selection-port", "9093"] });
+  const [a, b] = await Promise.all([start("127.0.4.61", "127.0.4.62"), start("127.0.4.62", "127.0.4.61")]);
+  cleanups.push(() => a.stop({ graceMs: 200 }), () => b.stop({ graceMs: 200 }));
+  const outcomes = (await Promise.all([a.ready, b.ready])).map((o) => o.kind).sort();
+  // The first to finish bootstraps empty; the other may then see it serving and recover its empty dump.
+  expect([["empty_bootstrap", "empty_bootstrap"], ["empty_bootstrap", "recovered"]]).toContainEqual(outcomes);
+  expect(a.health.ready && b.health.ready).toBe(true);
 });
