@@ -1,6 +1,9 @@
 // Our ZMTP sockets (under Bun) against libzmq (the `zeromq` package under Node), both directions.
 import { afterAll, afterEach, describe, expect, test } from "bun:test";
-import { DealerSocket, PubSocket, RouterSocket, SubSocket } from "../src/index.ts";
+import {
+  DealerSocket, decodeBatch, decodeSeq, END_SEQ, encodeBatch, encodeSeq, type KvEventBatch, KvEventListener, KvEventPublisher,
+  type ListenerSignal, PubSocket, RouterSocket, SubSocket,
+} from "../src/index.ts";
 import { killAllPeers, waitUntil, ZmqPeer } from "./zmq-peer.ts";
 
 const cleanups: (() => Promise<void> | void)[] = [];
@@ -159,5 +162,54 @@ describe("ROUTER / DEALER", () => {
     dealer.send(msg); // queued until the session is up
     await waitUntil(() => got.length > 0);
     expect(hex(got[0]!)).toEqual(hex(msg));
+  });
+});
+
+describe("KV events with a vLLM-like libzmq publisher", () => {
+  const batch = (i: number): KvEventBatch => ({
+    ts: i,
+    events: [{ type: "BlockStored", blockHashes: [BigInt(i) * 0x1_0000_0001n], parentBlockHash: null, tokenIds: [i, i + 1], blockSize: 2, loraId: null, medium: "GPU" }],
+    dataParallelRank: null,
+  });
+  const payloadHex = (i: number) => Buffer.from(encodeBatch(batch(i))).toString("hex");
+
+  test("our listener fills a lost message from libzmq's replay ROUTER (older reply form without topic)", async () => {
+    const peer = await ZmqPeer.script("vllm-publisher.cjs", ["tcp://127.0.1.6:*", "tcp://127.0.1.6:*"]);
+    const replay = String(peer.lines[0]!.replay);
+    const l = new KvEventListener({ workerId: "w", dpRank: 0, endpoint: peer.endpoint, replayEndpoint: replay });
+    cleanups.push(() => l.close());
+    const got: ListenerSignal[] = [];
+    l.start();
+    l.attach((s) => got.push(s));
+    let i = 0;
+    await waitUntil(() => {
+      peer.command({ payload: payloadHex(i++) });
+      return got.length > 0;
+    });
+    const base = got.length;
+    peer.command({ payload: payloadHex(i++), drop: true });
+    peer.command({ payload: payloadHex(i++), drop: true });
+    peer.command({ payload: payloadHex(i++) });
+    await waitUntil(() => got.length >= base + 3);
+    const seqs = got.map((s) => (s.kind === "batch" ? Number(s.seq) : -1));
+    expect(seqs).toEqual(seqs.map((_, k) => seqs[0]! + k));
+    expect(l.counters.replays).toBe(1);
+    expect(l.counters.replayedBatches).toBe(2);
+    const last = got.at(-1) as Extract<ListenerSignal, { kind: "batch" }>;
+    expect(last.batch).toEqual(batch(i - 1));
+  });
+
+  test("a libzmq DEALER gets our publisher's replay (newer reply form with topic, then the end marker)", async () => {
+    const pub = await KvEventPublisher.bind({ endpoint: "tcp://127.0.1.6:0", replayEndpoint: "tcp://127.0.1.6:0", topic: "kv@w" });
+    cleanups.push(() => pub.close());
+    for (let k = 0; k < 4; k++) pub.publish(batch(k));
+    const peer = await ZmqPeer.start("DEALER", "connect", pub.replayEndpoint!);
+    peer.send([Buffer.alloc(0), encodeSeq(2n)]);
+    await waitUntil(() => peer.messages.length >= 3);
+    expect(peer.messages.map((m) => m.length)).toEqual([4, 4, 4]);
+    expect(peer.messages.map((m) => m[1]!.toString())).toEqual(["kv@w", "kv@w", "kv@w"]);
+    expect(peer.messages.map((m) => decodeSeq(m[2]!))).toEqual([2n, 3n, END_SEQ.readBigUInt64BE(0)]);
+    expect(decodeBatch(peer.messages[1]![3]!)).toEqual(batch(3));
+    expect(peer.messages[2]![3]!.length).toBe(0);
   });
 });

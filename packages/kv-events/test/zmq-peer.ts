@@ -10,12 +10,18 @@ export type ZmqRole = "PUB" | "SUB" | "ROUTER" | "DEALER";
 export class ZmqPeer {
   readonly messages: Buffer[][] = [];
   endpoint = "";
-  private lines: Record<string, unknown>[] = [];
+  /** Every JSON line the child printed. */
+  readonly lines: Record<string, unknown>[] = [];
   private constructor(private readonly child: ChildProcess) {}
 
-  static async start(role: ZmqRole, mode: "bind" | "connect", endpoint: string): Promise<ZmqPeer> {
+  static start(role: ZmqRole, mode: "bind" | "connect", endpoint: string): Promise<ZmqPeer> {
+    return ZmqPeer.script("zmq-peer.cjs", [role, mode, endpoint]);
+  }
+
+  /** Runs test/<script> under Node; it must print {"ready": ...} (or {"error": ...}) first. */
+  static async script(script: string, args: string[]): Promise<ZmqPeer> {
     // cwd = this package so require("zeromq") resolves to its devDependency.
-    const child = spawn("node", [join(PKG_DIR, "test", "zmq-peer.cjs"), role, mode, endpoint], {
+    const child = spawn("node", [join(PKG_DIR, "test", script), ...args], {
       cwd: PKG_DIR,
       stdio: ["pipe", "pipe", "inherit"],
     });
