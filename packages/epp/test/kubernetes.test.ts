@@ -99,3 +99,53 @@ test("an InferencePool created after the EPP started is waited for; readiness fo
   expect((await epp.ready).kind).toBe("recovery_disabled");
   expect(epp.health.ready).toBe(true);
 });
+
+test("with --peer-service, a replica recovers from the serving peer its EndpointSlice lists, never itself", async () => {
+  const api = await startFakeKubeApi({ host: HOST, port: 0 });
+  cleanups.push(() => api.close());
+  api.upsert({
+    apiVersion: "inference.networking.k8s.io/v1",
+    kind: "InferencePool",
+    metadata: { name: "pool", namespace: "llm" },
+    spec: { selector: { matchLabels: { app: "vllm" } }, targetPorts: [{ number: 8000 }] },
+  } as never);
+  const ev = await FakeWorkerEvents.start("127.0.4.53", KV_PORT);
+  cleanups.push(() => ev.close());
+  api.upsert(pod("vllm-0", "127.0.4.53", "ready") as never);
+  const replica = async (ip: string) => {
+    const cfg = parseConfig(
+      ["--pool-name", "pool", "--model", "test-model", "--listen", ip, "--kv-events-port", String(KV_PORT),
+        "--grpc-port", "0", "--grpc-health-port", "0", "--metrics-port", "0", "--selection-port", "9093", "--scrape-interval-ms", "0"],
+      { POD_NAMESPACE: "llm", POD_IP: ip, DYN_EPP_PEER_SERVICE: "dynamo-epp-peer" },
+    );
+    const epp = await startEpp(cfg, { log: quietLog, kubeConfig: api.kubeConfig });
+    cleanups.push(() => epp.stop({ graceMs: 200 }));
+    return epp;
+  };
+  const endpoint = (ip: string, ready: boolean) => ({ addresses: [ip], conditions: { ready, serving: ready, terminating: false } });
+  const slice = (eps: object[]) =>
+    api.upsert({
+      apiVersion: "discovery.k8s.io/v1",
+      kind: "EndpointSlice",
+      metadata: { name: "dynamo-epp-peer-abc", namespace: "llm", labels: { "kubernetes.io/service-name": "dynamo-epp-peer" } },
+      addressType: "IPv4",
+      ports: [{ name: "selection-http", port: 9093, protocol: "TCP" }],
+      endpoints: eps,
+    } as never);
+
+  // A: the only endpoint in the slice is itself (not ready yet) -> empty bootstrap.
+  slice([endpoint("127.0.4.71", false)]);
+  const a = await replica("127.0.4.71");
+  expect((await a.ready).kind).toBe("empty_bootstrap");
+  await waitFor(() => ev.pub.subscriberCount === 1);
+  const prompt = tokens(48, 12);
+  ev.storePrompt(prompt);
+  await waitFor(async () => (await postJson("http://127.0.4.71:9093/score", { token_ids: prompt })).body.scores["vllm-0"]?.["0"] === 3);
+
+  // B: A is now ready in the slice; B itself (not ready) is listed too and must be skipped.
+  slice([endpoint("127.0.4.71", true), endpoint("127.0.4.72", false)]);
+  const b = await replica("127.0.4.72");
+  const outcome = await b.ready;
+  expect(outcome).toMatchObject({ kind: "recovered", peer: "127.0.4.71:9093" });
+  expect((await postJson("http://127.0.4.72:9093/score", { token_ids: prompt })).body.scores["vllm-0"]?.["0"]).toBe(3);
+});
