@@ -216,7 +216,14 @@ export function streamFromChunks(next: () => Uint8Array | null, first: Uint8Arra
   return new ReadableStream<Uint8Array>(
     {
       pull(controller) {
-        const chunk = pending ?? next();
+        let chunk: Uint8Array | null;
+        try {
+          chunk = pending ?? next();
+        } catch (err) {
+          // Errors the stream: the server aborts the response, the reader sees a truncated body.
+          controller.error(err);
+          return;
+        }
         pending = null;
         if (chunk === null) controller.close();
         else controller.enqueue(chunk);
