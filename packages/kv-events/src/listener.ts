@@ -231,6 +231,11 @@ export class KvEventListener {
       this.state = { kind: "live", next: st.from };
       for (const g of got) this.deliver(g);
     } else {
+      if (!answered) {
+        // Drop the session: a late answer to this request must not be read as the next one's.
+        void this.dealer?.close();
+        this.dealer = undefined;
+      }
       this.counters.replayFailures++;
       this.log.warn({ seq: st.from.toString(), events: got.length }, "replay did not cover the gap");
       this.reset("gap-unrecovered");

@@ -16,3 +16,11 @@ export function parseEndpoint(endpoint: string): TcpEndpoint {
 export function formatEndpoint(host: string, port: number): string {
   return host.includes(":") ? `tcp://[${host}]:${port}` : `tcp://${host}:${port}`;
 }
+
+/** The endpoint of data-parallel rank r: vLLM publishes rank r on the base port + r (DESIGN.md §4). */
+export function rankEndpoint(endpoint: string, rank: number): string {
+  if (rank === 0) return endpoint;
+  const m = /^(.*):(\d+)$/.exec(endpoint);
+  if (!m) throw new Error(`endpoint ${JSON.stringify(endpoint)} has no port to offset`);
+  return `${m[1]}:${Number(m[2]) + rank}`;
+}
