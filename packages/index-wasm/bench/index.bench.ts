@@ -29,7 +29,7 @@ function ingestion(): void {
   const events = storedEvents(ws, seqs, () => [next() % ws.length]);
   const groups = batches(events, 256);
   const blocks = blockCount(events);
-  console.log(`\ningestion: ${fmt(events.length, 0)} stored events, ${fmt(blocks, 0)} block events, batches of 256 events`);
+  console.log(`\ningestion into an empty index: ${fmt(events.length, 0)} stored events, ${fmt(blocks, 0)} block events, batches of 256 events`);
   const rates = new Map<string, number>();
   for (const [name, create] of impls) {
     let best = Infinity;
@@ -55,6 +55,37 @@ function ingestion(): void {
     best = Math.min(best, performance.now() - t0);
   }
   console.log(`  ${"wasm applyEncoded".padEnd(22)} ${fmt(blocks / (best / 1000) / 1e6, 2)} M block events/s  (${fmt(best)} ms)`);
+  console.log(`  wasm / reference (applyBatch): ${fmt(rates.get("wasm")! / rates.get("reference")!, 1)}x`);
+}
+
+// ---- steady state: an index at ~1M residencies where each new sequence evicts an old one ----
+function steadyState(): void {
+  const ws = workers(64);
+  const seqs = sequences(62_500, 32, 16, 256, 11);
+  const next = prng(12);
+  const owner = seqs.map(() => next() % ws.length);
+  const stored = storedEvents(ws, seqs, (s) => [owner[s]!]);
+  const warm = 31_250; // ~1M residencies before timing
+  // after warm-up, event i stores sequence warm + i and removes sequence i leaf-first (as an engine evicts)
+  const churn: IndexEvent[] = [];
+  for (let i = 0; i + warm < seqs.length; i++) {
+    churn.push(stored[warm + i]!);
+    const e = stored[i]!;
+    if (e.kind === "stored") churn.push({ kind: "removed", worker: e.worker, hashes: e.blocks.map((b) => b.externalHash).reverse() });
+  }
+  const blocks = churn.reduce((n, e) => n + (e.kind === "stored" ? e.blocks.length : e.kind === "removed" ? e.hashes.length : 0), 0);
+  const groups = batches(churn, 256);
+  console.log(`\nsteady state at ~1M residencies: ${fmt(churn.length, 0)} events (stored and removed), ${fmt(blocks, 0)} block events, batches of 256 events`);
+  const rates = new Map<string, number>();
+  for (const [name, create] of impls) {
+    const index = create();
+    for (const g of batches(stored.slice(0, warm), 256)) index.applyBatch(g);
+    const t0 = performance.now();
+    for (const g of groups) index.applyBatch(g);
+    const ms = performance.now() - t0;
+    rates.set(name, blocks / (ms / 1000));
+    console.log(`  ${`${name} applyBatch`.padEnd(22)} ${fmt(blocks / (ms / 1000) / 1e6, 2)} M block events/s  (${fmt(ms)} ms, ${fmt(index.stats().residencies, 0)} residencies after)`);
+  }
   console.log(`  wasm / reference (applyBatch): ${fmt(rates.get("wasm")! / rates.get("reference")!, 1)}x`);
 }
 
@@ -125,6 +156,7 @@ function sharedHolders(pool: number, workerCount: number, perWorker: number): nu
 
 console.log(`bun ${Bun.version}, ${process.platform}/${process.arch}`);
 ingestion();
+steadyState();
 console.log("\nfindMatches latency (query = a stored sequence; half of it a prompt shared with other workers):");
 for (const length of [128, 512]) for (const w of [16, 64]) matching(w, length);
 console.log("\nmemory per (block, worker) residency:");
