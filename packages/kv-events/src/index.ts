@@ -12,7 +12,7 @@ export { RouterSocket } from "./zmtp/router.ts";
 export { DealerSocket } from "./zmtp/dealer.ts";
 export { DEFAULT_MAX_MESSAGE_SIZE, type SocketCounters, type SocketOptions } from "./zmtp/base.ts";
 export { formatEndpoint, parseEndpoint, rankEndpoint } from "./zmtp/endpoint.ts";
-export { KvEventPublisher, type PublisherOptions } from "./publisher.ts";
+export { KvEventPublisher, type PublisherOptions, type PublishOptions } from "./publisher.ts";
 export {
   KvEventListener, type ListenerCounters, type ListenerOptions, type ListenerSignal, type ResetReason,
 } from "./listener.ts";

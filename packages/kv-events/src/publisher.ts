@@ -25,6 +25,11 @@ export type PublisherOptions = {
   logger?: Logger;
 };
 
+export type PublishOptions = EncodeOptions & {
+  /** Fault injection: keep the batch for replay but do not send it (a message lost on the wire). */
+  drop?: boolean;
+};
+
 type Buffered = { seq: bigint; payload: Uint8Array };
 
 export class KvEventPublisher {
@@ -81,21 +86,30 @@ export class KvEventPublisher {
   }
 
   /** Encodes and publishes one batch; returns its seq. */
-  publish(batch: KvEventBatch, opts?: EncodeOptions): bigint {
+  publish(batch: KvEventBatch, opts?: PublishOptions): bigint {
     return this.publishPayload(
       encodeBatch(batch, { encoding: opts?.encoding ?? this.opts.encoding, hashMode: opts?.hashMode ?? this.opts.hashMode }),
+      opts,
     );
   }
 
   /** Publishes an already-encoded payload (any bytes: tests use this for malformed input). */
-  publishPayload(payload: Uint8Array): bigint {
+  publishPayload(payload: Uint8Array, opts?: { drop?: boolean }): bigint {
     const seq = this.seq++;
-    this.pub.send([this.topic, encodeSeq(seq), payload]);
+    if (!opts?.drop) this.pub.send([this.topic, encodeSeq(seq), payload]);
     if (this.ring.length > 0) {
       this.ring[this.ringNext] = { seq, payload };
       this.ringNext = (this.ringNext + 1) % this.ring.length;
     }
     return seq;
+  }
+
+  /**
+   * Fault injection: burns `count` seq numbers that are never published nor kept for replay,
+   * so listeners see a gap no replay can cover.
+   */
+  skipSeq(count: number): void {
+    this.seq += BigInt(count);
   }
 
   async close(): Promise<void> {

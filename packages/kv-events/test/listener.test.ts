@@ -156,3 +156,21 @@ describe("KvEventListener", () => {
     expect(got[1]!.kind).toBe("batch");
   });
 });
+
+describe("publisher fault injection", () => {
+  test("a dropped batch (kept for replay) is recovered by replay; a skipped seq forces a reset", async () => {
+    const pub = await publisher({ replay: true });
+    const [l, got] = listen({ endpoint: pub.endpoint, replayEndpoint: pub.replayEndpoint });
+    await publishUntil(pub, got, 1);
+    pub.publish(batch(1), { drop: true });
+    pub.publish(batch(2));
+    await waitUntil(() => got.length >= 3);
+    expect(got.slice(1).map((s) => s.kind)).toEqual(["batch", "batch"]);
+    expect(l.counters.replayedBatches).toBe(1);
+    pub.skipSeq(2);
+    pub.publish(batch(3));
+    await waitUntil(() => got.length >= 5);
+    expect(got[3]).toEqual({ kind: "reset", reason: "gap-unrecovered" });
+    expect(l.counters.replayFailures).toBe(1);
+  });
+});
