@@ -22,25 +22,45 @@ const quick = process.argv.includes("--quick");
 const RATES = quick ? [250, 500, 1000] : [250, 500, 750, 1000, 1500, 2000, 3000, 4000];
 const DURATION_MS = quick ? 1500 : 3000;
 
-type Run = { rate: number; sent: number; completed: number; achieved: number; p50: number; p90: number; p99: number; max: number; errors: number; endpoints: number };
+type Run = {
+  rate: number;
+  sent: number;
+  completed: number;
+  achieved: number;
+  p50: number;
+  p90: number;
+  p99: number;
+  max: number;
+  errors: number;
+  endpoints: number;
+  /** Server CPU time per decision (this process hosts both servers, one loaded at a time): robust to a busy machine. */
+  cpuUs: number;
+};
 
 async function loadgen(target: string, rate: number): Promise<Run> {
+  const cpu0 = process.cpuUsage();
   const p = Bun.spawn(["bun", `${import.meta.dir}/loadgen.ts`, "--target", target, "--rate", String(rate), "--duration-ms", String(DURATION_MS)], {
     stdout: "pipe",
     stderr: "inherit",
   });
   const out = await new Response(p.stdout).text();
   await p.exited;
-  return JSON.parse(out.trim().split("\n").at(-1)!) as Run;
+  const cpu = process.cpuUsage(cpu0);
+  const r = JSON.parse(out.trim().split("\n").at(-1)!) as Run;
+  // Includes the warm-up requests: cpu over every request sent, not only the measured ones.
+  r.cpuUs = (cpu.user + cpu.system) / Math.max(1, Math.round((rate * (DURATION_MS + 500)) / 1000));
+  return r;
 }
 
 function show(name: string, r: Run): void {
   console.log(
-    `${name.padEnd(9)} offered ${String(r.rate).padStart(5)}/s  achieved ${r.achieved.toFixed(0).padStart(5)}/s  p50 ${r.p50.toFixed(3)} ms  p90 ${r.p90.toFixed(3)} ms  p99 ${r.p99.toFixed(3)} ms  max ${r.max.toFixed(2)} ms  errors ${r.errors}  endpoints ${r.endpoints}`,
+    `${name.padEnd(9)} offered ${String(r.rate).padStart(5)}/s  achieved ${r.achieved.toFixed(0).padStart(5)}/s  p50 ${r.p50.toFixed(3)} ms  p90 ${r.p90.toFixed(3)} ms  p99 ${r.p99.toFixed(3)} ms  max ${r.max.toFixed(2)} ms  cpu ${r.cpuUs.toFixed(0)} µs/decision  errors ${r.errors}  endpoints ${r.endpoints}`,
   );
 }
 
-const keptUp = (r: Run) => r.achieved >= 0.95 * r.rate && r.p99 <= 100;
+/** Kept up: answered >= 95% of the offered rate in the window and no growing queue (p99 <= 50 ms). */
+const SUSTAINED_P99_MS = 50;
+const keptUp = (r: Run) => r.achieved >= 0.95 * r.rate && r.p99 <= SUSTAINED_P99_MS && r.errors === 0;
 
 /**
  * Steps the offered rate up, each step running the servers back to back (so machine noise hits both
@@ -62,9 +82,8 @@ async function sweep(targets: { name: string; target: string }[]): Promise<Map<s
   return runs;
 }
 
-const sustained = (runs: Run[]) => Math.max(0, ...runs.filter((r) => r.achieved >= 0.95 * r.rate && r.errors === 0).map((r) => r.rate));
-const withinTarget = (runs: Run[]) =>
-  Math.max(0, ...runs.filter((r) => r.achieved >= 0.95 * r.rate && r.errors === 0 && r.p99 <= TARGET_P99_MS).map((r) => r.rate));
+const sustained = (runs: Run[]) => Math.max(0, ...runs.filter(keptUp).map((r) => r.rate));
+const withinTarget = (runs: Run[]) => Math.max(0, ...runs.filter((r) => keptUp(r) && r.p99 <= TARGET_P99_MS).map((r) => r.rate));
 
 function microbench(name: string, n: number, f: () => unknown): number {
   for (let i = 0; i < Math.min(200, n); i++) f();
@@ -191,14 +210,14 @@ async function main() {
     `| computeBlockHashes (WASM, 512 blocks) | ${hot.hashes.toFixed(1)} |`,
     `| findMatches (512 blocks) | ${hot.matches.toFixed(1)} |`,
     ``,
-    `| server | offered/s | achieved/s | p50 ms | p90 ms | p99 ms | max ms |`,
-    `|---|---|---|---|---|---|---|`,
+    `| server | offered/s | achieved/s | p50 ms | p90 ms | p99 ms | max ms | server CPU µs/decision |`,
+    `|---|---|---|---|---|---|---|---|`,
     ...[...kv.map((r) => ["kv-epp", r] as const), ...base.map((r) => ["baseline", r] as const)].map(
-      ([n, r]) => `| ${n} | ${r.rate} | ${r.achieved.toFixed(0)} | ${r.p50.toFixed(3)} | ${r.p90.toFixed(3)} | ${r.p99.toFixed(3)} | ${r.max.toFixed(2)} |`,
+      ([n, r]) => `| ${n} | ${r.rate} | ${r.achieved.toFixed(0)} | ${r.p50.toFixed(3)} | ${r.p90.toFixed(3)} | ${r.p99.toFixed(3)} | ${r.max.toFixed(2)} | ${r.cpuUs.toFixed(0)} |`,
     ),
     ``,
     `Target p99 <= ${TARGET_P99_MS} ms at ${TARGET_RATE}/s: ${at500 ? `p99 ${at500.p99.toFixed(3)} ms, ${at500.p99 <= TARGET_P99_MS ? "met" : "NOT met"}` : "not reached"}.`,
-    `Max sustained rate (achieved >= 95% of offered, no errors): kv-epp ${sustained(kv)}/s, baseline ${sustained(base)}/s (highest step tried: ${RATES.at(-1)}/s).`,
+    `Max sustained rate (answered >= 95% of offered within the window, p99 <= ${SUSTAINED_P99_MS} ms, no errors): kv-epp ${sustained(kv)}/s, baseline ${sustained(base)}/s (highest step tried: ${RATES.at(-1)}/s).`,
     `Max rate with p99 <= ${TARGET_P99_MS} ms: kv-epp ${withinTarget(kv)}/s, baseline ${withinTarget(base)}/s.`,
   ];
   writeFileSync(`${import.meta.dir}/REPORT.md`, `${lines.join("\n")}\n`);
