@@ -49,6 +49,8 @@ export type ListenerCounters = DecodeStats & {
   resets: number;
   overflows: number;
   decodeErrors: number;
+  /** Exceptions thrown by the attached sink (counted, not propagated). */
+  sinkErrors: number;
 };
 
 type Held = { seq: bigint; payload: Buffer };
@@ -63,7 +65,7 @@ const MAX_HELD = 100_000;
 export class KvEventListener {
   readonly counters: ListenerCounters = {
     messages: 0, batches: 0, events: 0, blocks: 0, bytes: 0, gaps: 0, replays: 0, replayedBatches: 0,
-    replayFailures: 0, restarts: 0, resets: 0, overflows: 0, decodeErrors: 0, skippedEvents: 0,
+    replayFailures: 0, restarts: 0, resets: 0, overflows: 0, decodeErrors: 0, sinkErrors: 0, skippedEvents: 0,
   };
   private state: SeqState = { kind: "fresh" };
   private sub: SubSocket | undefined;
@@ -180,7 +182,15 @@ export class KvEventListener {
   }
 
   private emit(s: ListenerSignal): void {
-    if (this.sink) return this.sink(s);
+    if (this.sink) {
+      try {
+        return this.sink(s);
+      } catch (e) {
+        // The consumer's bug must not take the subscription down; count it and log the first.
+        if (this.counters.sinkErrors++ === 0) this.log.error({ err: String(e) }, "KV-event sink threw");
+        return;
+      }
+    }
     if (this.buffered.length >= (this.opts.maxBuffered ?? 50_000)) {
       // The consumer would miss these batches: it must drop this worker's blocks instead.
       this.counters.overflows++;

@@ -174,3 +174,23 @@ describe("publisher fault injection", () => {
     expect(l.counters.replayFailures).toBe(1);
   });
 });
+
+describe("containment", () => {
+  test("a sink that throws is counted; the listener keeps delivering", async () => {
+    const pub = await publisher();
+    const l = new KvEventListener({ workerId: "w1", dpRank: 0, endpoint: pub.endpoint });
+    cleanups.push(() => l.close());
+    let calls = 0;
+    l.attach(() => {
+      calls++;
+      throw new Error("consumer bug");
+    });
+    l.start();
+    await waitUntil(() => {
+      pub.publish(batch(Number(pub.nextSeq)));
+      return calls >= 3;
+    });
+    expect(l.counters.sinkErrors).toBe(calls);
+    expect(l.connected).toBe(true);
+  });
+});

@@ -65,7 +65,12 @@ export class Connection {
     socket.setNoDelay(true);
     socket.on("data", (chunk: Buffer) => {
       this.bytesIn += chunk.length;
-      this.parser.push(chunk);
+      try {
+        this.parser.push(chunk);
+      } catch (e) {
+        // A consumer callback threw: contain it to this connection rather than the process.
+        return this.close({ kind: "protocol", detail: `message handler threw: ${(e as Error)?.message ?? String(e)}` });
+      }
       if (this.parser.error !== null && !this.closed) {
         const detail = this.parser.error;
         this.close(detail.includes("exceeds") ? { kind: "oversize", detail } : { kind: "protocol", detail });
