@@ -96,7 +96,8 @@ export async function startEpp(cfg: EppConfig, o: { log?: Logger; kubeConfig?: K
         { cert_chain: readFileSync(cfg.tls.certFile), private_key: readFileSync(cfg.tls.keyFile) },
       ])
     : grpc.ServerCredentials.createInsecure();
-  const extProc = new grpc.Server();
+  // BUFFERED mode sends the whole body as one message: allow bodies up to the 32 MiB request cap.
+  const extProc = new grpc.Server({ "grpc.max_receive_message_length": 40 * 1024 * 1024 });
   extProc.addService(protos.extProc.service, {
     Process: createProcessHandler({
       picker,

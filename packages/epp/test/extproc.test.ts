@@ -114,6 +114,17 @@ describe("ext_proc", () => {
     s.end();
   });
 
+  test("a buffered body larger than gRPC's 4 MiB default message size is routed", async () => {
+    const s = client.open();
+    const big = [...promptA, ...Array.from({ length: 700_000 }, (_, i) => i % 50000)];
+    s.send({ ...headers(), protocol_config: { request_body_mode: "BUFFERED" } });
+    await s.next();
+    s.send(body({ prompt: big }));
+    const b = await s.next(15_000);
+    expect(setHeader(b.request_body?.response, "x-gateway-destination-endpoint")).toBe(A);
+    s.end();
+  });
+
   test("a chat request is tokenized and routed to the worker holding its rendered prompt", async () => {
     const s = client.open();
     s.send(headers("/v1/chat/completions"));
