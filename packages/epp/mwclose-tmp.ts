@@ -3,6 +3,8 @@ const pub = await KvEventPublisher.bind({ endpoint: "tcp://127.0.7.6:0" });
 const l = new KvEventListener({ workerId: "w", dpRank: 0, endpoint: pub.endpoint }); l.start();
 await Bun.sleep(Number(process.argv[2]));
 let t = Date.now();
+const iv = setInterval(() => {}, 1000);
 await pub.close();
+clearInterval(iv);
 console.log("delay", process.argv[2], "connected", l.connected, "pub closed in", Date.now() - t);
 await l.close();

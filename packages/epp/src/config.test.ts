@@ -54,3 +54,22 @@ describe("config", () => {
     expect(() => parseConfig(["--config", bad], {})).toThrow(/workers\.0\.address = "nope"/);
   });
 });
+
+describe("bun run epp", () => {
+  const run = (args: string[]) => {
+    const p = Bun.spawnSync(["bun", `${import.meta.dir}/main.ts`, ...args], { stderr: "pipe", stdout: "pipe" });
+    return { code: p.exitCode, stderr: p.stderr.toString() };
+  };
+
+  test("a bad flag value stops the start with exit 2 and a message naming flag and value", () => {
+    const r = run(["--config", file, "--metrics-port", "http"]);
+    expect(r.code).toBe(2);
+    expect(r.stderr).toContain('invalid value for --metrics-port: "http"');
+  });
+
+  test("an unusable tokenizer dir stops the start naming --tokenizer-dir", () => {
+    const r = run(["--config", file, "--tokenizer-dir", "/nonexistent-tokenizer", "--listen", "127.0.4.250"]);
+    expect(r.code).toBe(2);
+    expect(r.stderr).toContain('--tokenizer-dir: "/nonexistent-tokenizer"');
+  });
+});

@@ -47,7 +47,12 @@ export async function startEpp(cfg: EppConfig, o: { log?: Logger; kubeConfig?: K
 
   const indexers = new Indexers(metrics);
   indexers.register(cfg.model.name, cfg.model.tenant, cfg.model.blockSize);
-  const preprocessor = createPreprocessor({ tokenizerDir: cfg.tokenizerDir, registry: metrics.registry, model: cfg.model.name });
+  let preprocessor: ReturnType<typeof createPreprocessor>;
+  try {
+    preprocessor = createPreprocessor({ tokenizerDir: cfg.tokenizerDir, registry: metrics.registry, model: cfg.model.name });
+  } catch (err) {
+    throw new ConfigError(`invalid value for --tokenizer-dir: ${JSON.stringify(cfg.tokenizerDir)}: ${(err as Error).message}`);
+  }
   const tokenize = createTokenize(preprocessor);
   log.info({ model: cfg.model.name, blockSize: cfg.model.blockSize, tokenizer: preprocessor.kind }, "indexer ready");
 
@@ -294,7 +299,14 @@ if (import.meta.main) {
     throw err;
   }
   const log = pino({ level: cfg.logLevel, base: { component: "epp" } });
-  const epp = await startEpp(cfg, { log });
+  let epp: EppHandle;
+  try {
+    epp = await startEpp(cfg, { log });
+  } catch (err) {
+    // A start that cannot complete (bad tokenizer dir, port in use, unreadable TLS files) ends here.
+    console.error(`epp: failed to start: ${(err as Error).message}`);
+    process.exit(err instanceof ConfigError ? 2 : 1);
+  }
   const onSignal = (sig: string) => {
     log.info({ signal: sig }, "shutdown requested");
     void epp.stop().then(() => process.exit(0));
