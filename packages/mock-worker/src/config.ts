@@ -12,7 +12,7 @@ const nonNegative = z.coerce.number().min(0);
 const tcpEndpoint = z.string().regex(/^tcp:\/\/(\*|[^:\s]+|\[[0-9a-fA-F:]+\]):\d{1,5}$/, "expected tcp://HOST:PORT");
 
 export const OPTIONS = {
-  listen: { schema: z.string().min(1).default("0.0.0.0"), help: "IP the HTTP server binds" },
+  listen: { schema: z.union([z.ipv4(), z.ipv6(), z.literal("localhost")], { error: "expected an IP address" }).default("0.0.0.0"), help: "IP the HTTP server binds" },
   port: { schema: port.default(8000), help: "OpenAI HTTP port" },
   "kv-events": { schema: tcpEndpoint.default("tcp://*:5557"), help: "KV-event PUB endpoint; rank r binds port + r" },
   replay: { schema: tcpEndpoint.optional(), help: "replay ROUTER endpoint; rank r binds port + r" },

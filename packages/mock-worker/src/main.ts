@@ -17,7 +17,11 @@ try {
   process.exit(2);
 }
 
-const worker = await startMockWorker(config);
+const worker = await startMockWorker(config).catch((e: unknown) => {
+  // e.g. a port already in use: say which, without a stack trace.
+  console.error(`mock-worker: failed to start: ${(e as Error)?.message ?? String(e)}`);
+  process.exit(1);
+});
 let stopping = false;
 const stop = async () => {
   if (stopping) return;
