@@ -123,6 +123,37 @@ describe("our PUB → libzmq SUB", () => {
     expect(real.map(hex)).toEqual([hex(msgs[0]!), hex(msgs[2]!)]);
   });
 
+  test("one PUB fans out to many subscribers (libzmq and ours), each filtered by its own prefixes", async () => {
+    const pub = new PubSocket();
+    cleanups.push(() => pub.close());
+    const endpoint = await pub.bind("tcp://127.0.1.1:0");
+    const peer = await ZmqPeer.start("SUB", "connect", endpoint);
+    peer.subscribe("a");
+    const ours = ["b", "a"].map((prefix) => {
+      const sub = new SubSocket();
+      cleanups.push(() => sub.close());
+      const got: string[] = [];
+      sub.onMessage((f) => got.push(f[0]!.toString()));
+      sub.subscribe(prefix);
+      sub.connect(endpoint);
+      return got;
+    });
+    await waitUntil(() => {
+      pub.send([Buffer.from("a-probe")]);
+      pub.send([Buffer.from("b-probe")]);
+      return peer.messages.length > 0 && ours.every((g) => g.length > 0);
+    });
+    for (const t of ["a1", "b1", "c1", "a2"]) pub.send([Buffer.from(t)]);
+    pub.send([Buffer.from("a-end")]);
+    pub.send([Buffer.from("b-end")]);
+    await waitUntil(() => peer.messages.some((m) => m[0]!.toString() === "a-end") && ours[0]!.includes("b-end") && ours[1]!.includes("a-end"));
+    const real = (xs: string[]) => xs.filter((t) => !t.includes("-"));
+    expect(real(peer.messages.map((m) => m[0]!.toString()))).toEqual(["a1", "a2"]);
+    expect(real(ours[0]!)).toEqual(["b1"]);
+    expect(real(ours[1]!)).toEqual(["a1", "a2"]);
+    expect(pub.subscriberCount).toBe(3);
+  });
+
   test("a 3.0 PUB (ours advertising minor 0) gets libzmq's message-form subscriptions", async () => {
     const pub = new PubSocket({ zmtpMinor: 0 });
     cleanups.push(() => pub.close());

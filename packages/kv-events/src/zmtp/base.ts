@@ -151,6 +151,7 @@ export abstract class ZmtpSocket {
     sock.once("error", onConnectError);
     sock.once("connect", () => {
       sock.off("error", onConnectError);
+      if (this.closing) return void sock.destroy();
       this.counters.connects++;
       conn = this.attach(sock, false);
       d.conn = conn;
