@@ -2,7 +2,7 @@
 import { afterAll, afterEach, describe, expect, test } from "bun:test";
 import {
   DealerSocket, decodeBatch, decodeSeq, END_SEQ, encodeBatch, encodeSeq, type KvEventBatch, KvEventListener, KvEventPublisher,
-  type ListenerSignal, PubSocket, RouterSocket, SubSocket,
+  type ListenerSignal, PubSocket, RouterSocket, type SocketOptions, SubSocket,
 } from "../src/index.ts";
 import { killAllPeers, waitUntil, ZmqPeer } from "./zmq-peer.ts";
 
@@ -100,13 +100,19 @@ describe("libzmq PUB → our SUB", () => {
   });
 });
 
+/** Our PUB bound on loopback with a libzmq SUB connected and subscribed to `prefix`. */
+async function ourPubWithZmqSub(prefix: string, opts: SocketOptions = {}) {
+  const pub = new PubSocket(opts);
+  cleanups.push(() => pub.close());
+  const endpoint = await pub.bind("tcp://127.0.1.1:0");
+  const peer = await ZmqPeer.start("SUB", "connect", endpoint);
+  peer.subscribe(prefix);
+  return { pub, endpoint, peer };
+}
+
 describe("our PUB → libzmq SUB", () => {
   test("libzmq (ZMTP 3.1 SUBSCRIBE) receives multipart and long frames, prefix-filtered", async () => {
-    const pub = new PubSocket();
-    cleanups.push(() => pub.close());
-    const endpoint = await pub.bind("tcp://127.0.1.1:0");
-    const peer = await ZmqPeer.start("SUB", "connect", endpoint);
-    peer.subscribe("kv");
+    const { pub, peer } = await ourPubWithZmqSub("kv");
     await waitUntil(() => {
       pub.send([Buffer.from("kv-probe")]);
       return peer.messages.length > 0;
@@ -124,11 +130,7 @@ describe("our PUB → libzmq SUB", () => {
   });
 
   test("one PUB fans out to many subscribers (libzmq and ours), each filtered by its own prefixes", async () => {
-    const pub = new PubSocket();
-    cleanups.push(() => pub.close());
-    const endpoint = await pub.bind("tcp://127.0.1.1:0");
-    const peer = await ZmqPeer.start("SUB", "connect", endpoint);
-    peer.subscribe("a");
+    const { pub, endpoint, peer } = await ourPubWithZmqSub("a");
     const ours = ["b", "a"].map((prefix) => {
       const sub = new SubSocket();
       cleanups.push(() => sub.close());
@@ -155,11 +157,7 @@ describe("our PUB → libzmq SUB", () => {
   });
 
   test("a 3.0 PUB (ours advertising minor 0) gets libzmq's message-form subscriptions", async () => {
-    const pub = new PubSocket({ zmtpMinor: 0 });
-    cleanups.push(() => pub.close());
-    const endpoint = await pub.bind("tcp://127.0.1.1:0");
-    const peer = await ZmqPeer.start("SUB", "connect", endpoint);
-    peer.subscribe("t");
+    const { pub, peer } = await ourPubWithZmqSub("t", { zmtpMinor: 0 });
     await waitUntil(() => {
       pub.send([Buffer.from("u-no")]);
       pub.send([Buffer.from("t-yes")]);
