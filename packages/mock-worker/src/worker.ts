@@ -75,7 +75,7 @@ export async function startMockWorker(opts: MockWorkerOptions = {}): Promise<Moc
         onFinished: (n) => metrics.finished(rank, n),
       });
       const events = await RankEventStream.open({
-        rank, tagRank: config.dpSize > 1,
+        rank,
         endpoint: rankEndpoint(config.kvEvents, rank),
         replayEndpoint: config.replay ? rankEndpoint(config.replay, rank) : undefined,
         replayBuffer: config.replayBuffer, topic: config.topic,

@@ -6,12 +6,11 @@ import type { CacheEvent } from "../cache/prefix-cache.ts";
  * The one place the mock worker touches the KV-event wire: turns a rank's cache changes into vLLM
  * KVEventBatches and publishes them on that rank's PUB socket (topic, 8-byte BE seq, msgpack payload)
  * with an optional replay ROUTER, and carries the fault switches tests use to break the stream.
+ * `data_parallel_rank` is always set (0 without DP), as newer vLLM publishers do.
  */
 
 export type EventStreamOptions = {
   rank: number;
-  /** Whether batches carry `data_parallel_rank` (vLLM sets it when DP is configured). */
-  tagRank: boolean;
   endpoint: string;
   replayEndpoint?: string;
   replayBuffer: number;
@@ -73,7 +72,7 @@ export class RankEventStream {
     if (this.paused || this.restarting) return;
     const events = changes.map((ch) => this.toKvEvent(ch));
     try {
-      const seq = this.publisher.publish({ ts: Date.now() / 1000, events, dataParallelRank: this.opts.tagRank ? this.opts.rank : null });
+      const seq = this.publisher.publish({ ts: Date.now() / 1000, events, dataParallelRank: this.opts.rank });
       this.opts.onPublished?.(events.length);
       this.opts.log.trace({ seq: seq.toString(), events: events.length }, "published");
     } catch (e) {
