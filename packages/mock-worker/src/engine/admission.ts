@@ -15,6 +15,7 @@ export class Admission {
 
   /** Resolves when the request may run; the caller must call `leave()` exactly once afterwards. */
   enter(signal?: AbortSignal): Promise<void> {
+    if (signal?.aborted) return Promise.reject(signal.reason);
     if (this.runningCount < this.maxRunning && this.queue.length === 0) {
       this.runningCount++;
       return Promise.resolve();

@@ -24,7 +24,9 @@ export type RankObserver = { onFirstToken?: (seconds: number) => void; onFinishe
 const WORDS = [" the", " cache", " holds", " a", " prefix", " of", " blocks", " and", " tokens", " flow"];
 
 const sleep = (ms: number, signal?: AbortSignal) =>
-  ms <= 0
+  signal?.aborted
+    ? Promise.reject(signal.reason)
+    : ms <= 0
     ? Promise.resolve()
     : new Promise<void>((resolve, reject) => {
         const t = setTimeout(resolve, ms);
