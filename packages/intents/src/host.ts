@@ -100,3 +100,28 @@ export class IntentWatcher {
     this.o.onChange(desired);
   }
 }
+
+export type IntentHost = { readonly watcher: IntentWatcher; stop(): Promise<void> };
+
+/**
+ * The whole host side in one call: advertise, then watch. Resolves after the first desired set has been
+ * handed to `onChange`, so a caller that subscribes before recovery sees every live intent.
+ */
+export async function startIntentHost(o: IntentWatcherOptions): Promise<IntentHost> {
+  const ad = await advertiseHost(o);
+  const watcher = new IntentWatcher(o);
+  try {
+    await watcher.start();
+  } catch (err) {
+    watcher.close();
+    await ad.close();
+    throw err;
+  }
+  return {
+    watcher,
+    stop: async () => {
+      watcher.close();
+      await ad.close();
+    },
+  };
+}

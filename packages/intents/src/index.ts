@@ -26,7 +26,7 @@ export { validateDescriptors, IntentValidationError, type ValidationCode } from 
 export { findHost, HostLookupError } from "./host-lookup.ts";
 export { registerIntents, IntentOwner, IntentRegistrationError, type RegisterIntentsOptions } from "./owner.ts";
 export { WITHDRAW_BACKOFF, realSleep, type Sleep } from "./retry.ts";
-export { advertiseHost, IntentWatcher, desiredAttachments, type HostAdvertiser, type IntentWatcherOptions } from "./host.ts";
+export { advertiseHost, IntentWatcher, desiredAttachments, startIntentHost, type HostAdvertiser, type IntentHost, type IntentWatcherOptions } from "./host.ts";
 export { intentWorkers, mergeWorkerSets, type IntentWorker, type IntentWorkerSpec, type RankSource, type WorkerSpecLike } from "./workers.ts";
 export { registerWorkerIntents, workerDescriptors, type RegisterWorkerIntentsOptions, type WorkerRankInfo } from "./worker-side.ts";
 export { serveDiscoveryStore, type DiscoveryServer } from "./discovery/http-server.ts";

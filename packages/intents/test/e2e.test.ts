@@ -1,0 +1,135 @@
+// End to end, in process: a mock worker with two DP ranks registers its intents; an EPP (static mode,
+// no configured workers) advertises itself as host and attaches a KV listener to both ranks; blocks
+// stored on each rank reach its index; the worker exits and the EPP detaches. The glue between the
+// IntentWatcher and the EPP's worker registry is the wiring proposed for packages/epp (see README).
+import { afterEach, describe, expect, test } from "bun:test";
+import { mkdtempSync, writeFileSync } from "node:fs";
+import { createServer } from "node:net";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { parseConfig, startEpp, type EppHandle } from "@kv-epp/epp";
+import { startMockWorker, type MockWorker } from "@kv-epp/mock-worker";
+import { freePort, waitFor } from "@kv-epp/testkit";
+import pino from "pino";
+import { intentWorkers, MemoryDiscoveryStore, mergeWorkerSets, registerWorkerIntents, startIntentHost, type IntentHost, type IntentOwner } from "../src/index.ts";
+
+const MODEL = "e2e-model";
+const HOST_INSTANCE = "epp-e2e";
+const log = pino({ level: "silent" });
+
+let cleanup: (() => Promise<unknown>)[] = [];
+afterEach(async () => {
+  for (const c of cleanup.reverse()) await c().catch(() => {});
+  cleanup = [];
+});
+
+async function startStaticEpp(): Promise<EppHandle> {
+  const dir = mkdtempSync(join(tmpdir(), "intents-e2e-"));
+  const file = join(dir, "epp.yaml");
+  writeFileSync(file, JSON.stringify({ model: MODEL, blockSize: 16, workers: [] }));
+  const ports = ["--grpc-port", "0", "--grpc-health-port", "0", "--metrics-port", "0", "--replica-agg-port", "0", "--selection-port", "0"];
+  const cfg = parseConfig(["--config", file, "--listen", "127.0.7.3", ...ports, "--scrape-interval-ms", "0", "--log-level", "silent"], {});
+  const epp = await startEpp(cfg, { log });
+  cleanup.push(() => epp.stop({ graceMs: 100 }));
+  await epp.ready;
+  return epp;
+}
+
+/** What packages/epp wires beside pod discovery: intents (and pods, none here) → one worker set. */
+async function attachIntents(epp: EppHandle, store: MemoryDiscoveryStore): Promise<IntentHost> {
+  const host = await startIntentHost({
+    discovery: store.connect({ producer: "epp-proc" }),
+    hostInstance: HOST_INSTANCE,
+    onChange: (desired) => epp.workers.reconcile(mergeWorkerSets([], intentWorkers(desired)).workers),
+  });
+  cleanup.push(() => host.stop());
+  return host;
+}
+
+const canBind = (host: string, port: number) =>
+  new Promise<boolean>((resolve) => {
+    const srv = createServer();
+    srv.once("error", () => resolve(false));
+    srv.listen(port, host, () => srv.close(() => resolve(true)));
+  });
+
+/** p and p + 1 both free on `host`: the EPP's registry still derives rank r's port as port + r. */
+async function freePortPair(host: string): Promise<number> {
+  for (;;) {
+    const p = await freePort(host);
+    if (p < 65535 && (await canBind(host, p + 1))) return p;
+  }
+}
+
+async function startWorker(store: MemoryDiscoveryStore, producer: string): Promise<{ worker: MockWorker; owner: IntentOwner; discovery: ReturnType<MemoryDiscoveryStore["connect"]> }> {
+  const kvPort = await freePortPair("127.0.7.4");
+  const worker = await startMockWorker({ listen: "127.0.7.4", port: 0, kvEvents: `tcp://127.0.7.4:${kvPort}`, dpSize: 2, blockSize: 16, speed: 0, model: MODEL, workerId: "mock-a", logger: log });
+  cleanup.push(() => worker.close());
+  const discovery = store.connect({ producer });
+  const owner = await registerWorkerIntents({
+    discovery,
+    workerId: "mock-a",
+    controlTarget: HOST_INSTANCE,
+    model: MODEL,
+    blockSize: 16,
+    topic: worker.config.topic,
+    ranks: worker.ranks,
+    address: new URL(worker.url).host,
+    log,
+  });
+  cleanup.push(() => owner.close());
+  return { worker, owner, discovery };
+}
+
+async function complete(worker: MockWorker, rank: number, prompt: string): Promise<void> {
+  const res = await fetch(`${worker.url}/v1/completions`, {
+    method: "POST",
+    headers: { "content-type": "application/json", "x-data-parallel-rank": String(rank) },
+    body: JSON.stringify({ model: MODEL, prompt, max_tokens: 1 }),
+  });
+  expect(res.status).toBe(200);
+  await res.arrayBuffer();
+}
+
+type WorkerRow = { worker_id: string; dp_rank: number; connected: boolean; blocks: number };
+const workersOf = async (epp: EppHandle): Promise<WorkerRow[]> => (await (await fetch(`http://127.0.7.3:${epp.ports.selection}/workers`)).json()) as WorkerRow[];
+
+describe("intents end to end: mock worker → discovery → EPP", () => {
+  test("two DP ranks register, the EPP attaches to both and indexes their blocks, the worker exits and the EPP detaches", async () => {
+    const store = new MemoryDiscoveryStore();
+    const epp = await startStaticEpp();
+    await attachIntents(epp, store);
+    expect(epp.workers.specs()).toEqual([]);
+
+    const { worker, owner } = await startWorker(store, "mock-proc");
+    expect(owner.managedRanks()).toEqual([0, 1]);
+    await waitFor(() => epp.workers.connected("mock-a", 0) && epp.workers.connected("mock-a", 1), { message: "EPP connected to both ranks" });
+    expect(epp.workers.specs().map((s) => [s.id, s.address, s.dpSize])).toEqual([["mock-a", new URL(worker.url).host, 2]]);
+
+    const prompt = "the quick brown fox jumps over the lazy dog ".repeat(12);
+    await complete(worker, 0, prompt);
+    await complete(worker, 1, `${prompt} and again, differently`);
+    await waitFor(async () => {
+      const rows = await workersOf(epp);
+      return rows.length === 2 && rows.every((r) => r.connected && r.blocks > 0);
+    }, { message: "blocks of both ranks in the EPP's index" });
+
+    // The worker exits cleanly: intents withdrawn, then its process goes.
+    await owner.close();
+    await worker.close();
+    await waitFor(() => epp.workers.specs().length === 0, { message: "EPP detached" });
+    expect(await workersOf(epp)).toEqual([]);
+  });
+
+  test("a worker that dies without withdrawing is detached when its lease ends", async () => {
+    const store = new MemoryDiscoveryStore();
+    const epp = await startStaticEpp();
+    await attachIntents(epp, store);
+    const { worker } = await startWorker(store, "mock-proc-2");
+    // Connected first: a KvEventPublisher closed while a subscriber is mid-handshake hangs (kv-events).
+    await waitFor(() => epp.workers.connected("mock-a", 0) && epp.workers.connected("mock-a", 1));
+    await worker.close();
+    store.expire("mock-proc-2"); // the process is gone: its lease (pod, HTTP stream) ends
+    await waitFor(() => epp.workers.specs().length === 0, { message: "EPP detached" });
+  });
+});
