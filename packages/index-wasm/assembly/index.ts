@@ -125,7 +125,7 @@ function freeNode(id: u32): void {
 // records: 16-byte structs | 0 external hash u64 | 8 packed u64: node (26 bits) | next residency of
 // the same node, or free-list link (26 bits) << 26 | worker slot (12 bits) << 52. Packing keeps a
 // residency at 16 bytes (the memory budget is 32 bytes per residency, tables included); it caps an
-// index at 2^26 - 1 blocks and residencies and 4095 worker slots.
+// index at 2^25 blocks and residencies and 4095 worker slots.
 const REC: usize = 16;
 const DEAD_WORKER: u32 = 0xFFF;
 let resCap: u32 = 0;
@@ -152,21 +152,27 @@ function growRes(): void {
   resCap = cap;
 }
 
-// ---- two open-addressing tables (linear probing, backward-shift delete, no tombstones, so churn
-// cannot fill them): CHILD maps (parent node, tokens hash) -> node, RES maps (worker, external hash)
-// -> residency record. A slot is a u32: id in the low 26 bits, 6 hash bits above, so probing past
-// foreign entries rarely dereferences them (measured: most of the cost of a miss was those loads).
+// ---- two open-addressing tables (linear probing): CHILD maps (parent node, sequence hash) -> node,
+// RES maps (worker, external hash) -> residency record. A slot is a u32: id in the low 26 bits, 6 hash
+// bits above, so probing past foreign entries rarely dereferences them (measured: most of the cost of
+// a miss was those loads). Deletion leaves a tombstone instead of shifting the cluster back, because
+// the shift had to load every following entry to find its home (measured as most of the cost of a
+// removal); tombstones are reused by inserts and swept by a rebuild once they reach a quarter of the
+// table, which scans the node/record arrays sequentially.
 const CHILD: i32 = 0;
 const RES: i32 = 1;
 const ID_BITS: u32 = 26;
 const ID_MASK: u32 = (1 << ID_BITS) - 1;
-const MAX_ID: u32 = ID_MASK;
-const TABLES: usize = memory.data(32, 8); // per table: slots ptr u32 | cap u32 | count u32 | pad
+const MAX_ID: u32 = ID_MASK - 1; // ID_MASK with all tag bits is the tombstone
+const TOMB: u32 = 0xFFFFFFFF;
+const TABLES: usize = memory.data(32, 8); // per table: slots ptr u32 | cap u32 | count u32 | tombstones u32
 
 @inline function slotsOf(t: i32): usize { return <usize>load<u32>(TABLES + (<usize>t << 4)); }
 @inline function capOf(t: i32): u32 { return load<u32>(TABLES + (<usize>t << 4), 4); }
 @inline function countOf(t: i32): u32 { return load<u32>(TABLES + (<usize>t << 4), 8); }
 @inline function setCount(t: i32, v: u32): void { store<u32>(TABLES + (<usize>t << 4), v, 8); }
+@inline function tombsOf(t: i32): u32 { return load<u32>(TABLES + (<usize>t << 4), 12); }
+@inline function setTombs(t: i32, v: u32): void { store<u32>(TABLES + (<usize>t << 4), v, 12); }
 
 @inline function keyHash(a: u32, b: u64): u64 { return mix(b ^ (<u64>(a + 1) * 0x9E3779B97F4A7C15)); }
 @inline function tagOf(h: u64): u32 { return <u32>(h >> 58) << ID_BITS; }
@@ -186,26 +192,34 @@ const TABLES: usize = memory.data(32, 8); // per table: slots ptr u32 | cap u32 
   while (true) {
     const v = load<u32>(slots + (<usize>i << 2));
     if (v == EMPTY) return NIL;
-    if ((v & ~ID_MASK) == tag && matches(t, v & ID_MASK, a, b)) return v & ID_MASK;
+    if ((v & ~ID_MASK) == tag && v != TOMB && matches(t, v & ID_MASK, a, b)) return v & ID_MASK;
     i = (i + 1) & m;
   }
 }
 
-function tablePlace(slots: usize, m: u32, h: u64, id: u32): void {
+/** Puts an id whose key is absent into the first free or tombstone slot of its probe sequence. */
+function tablePlace(slots: usize, m: u32, h: u64, id: u32): bool {
   let i = <u32>h & m;
-  while (load<u32>(slots + (<usize>i << 2)) != EMPTY) i = (i + 1) & m;
-  store<u32>(slots + (<usize>i << 2), id | tagOf(h));
+  while (true) {
+    const v = load<u32>(slots + (<usize>i << 2));
+    if (v == EMPTY || v == TOMB) {
+      store<u32>(slots + (<usize>i << 2), id | tagOf(h));
+      return v == TOMB;
+    }
+    i = (i + 1) & m;
+  }
 }
 
 function tableInit(t: i32, cap: u32): void {
   store<u32>(TABLES + (<usize>t << 4), <u32>zeroed(<usize>cap << 2));
   store<u32>(TABLES + (<usize>t << 4), cap, 4);
+  setTombs(t, 0);
 }
 
 /** Indexes a node or record already written to its array (a rebuild picks it up from there). */
 function tableInsert(t: i32, id: u32): void {
-  if ((countOf(t) + 1) * 4 > capOf(t) * 3) tableReserve(t, countOf(t) + 1);
-  else tablePlace(slotsOf(t), capOf(t) - 1, hashOfId(t, id), id);
+  if ((countOf(t) + tombsOf(t) + 1) * 4 > capOf(t) * 3) tableRebuild(t, countOf(t) + 1);
+  else if (tablePlace(slotsOf(t), capOf(t) - 1, hashOfId(t, id), id)) setTombs(t, tombsOf(t) - 1);
   setCount(t, countOf(t) + 1);
 }
 
@@ -213,19 +227,9 @@ function tableDelete(t: i32, id: u32): void {
   const slots = slotsOf(t), m = capOf(t) - 1;
   let i = <u32>hashOfId(t, id) & m;
   while ((load<u32>(slots + (<usize>i << 2)) & ID_MASK) != id) i = (i + 1) & m;
-  let j = i;
-  while (true) {
-    j = (j + 1) & m;
-    const v = load<u32>(slots + (<usize>j << 2));
-    if (v == EMPTY) break;
-    const k = <u32>hashOfId(t, v & ID_MASK) & m;
-    // move v back into the hole unless its home lies cyclically in (i, j]
-    if (i <= j ? (i < k && k <= j) : (i < k || k <= j)) continue;
-    store<u32>(slots + (<usize>i << 2), v);
-    i = j;
-  }
-  store<u32>(slots + (<usize>i << 2), EMPTY);
+  store<u32>(slots + (<usize>i << 2), TOMB);
   setCount(t, countOf(t) - 1);
+  setTombs(t, tombsOf(t) + 1);
 }
 
 // ---- workers ----
@@ -523,13 +527,20 @@ export function presize(blocksWanted: u32, residenciesWanted: u32): void {
 }
 
 function tableReserve(t: i32, entries: u32): void {
-  let cap = capOf(t);
-  while (entries * 4 > cap * 3) cap *= 2;
-  if (cap == capOf(t)) return;
+  if (entries * 4 > capOf(t) * 3) tableRebuild(t, entries);
+}
+
+/**
+ * Rebuilds a table (dropping tombstones) at the smallest power-of-two size that keeps `entries` under
+ * 5/8 load (so at least 1/8 of the table absorbs tombstones before the next rebuild), from the node/record arrays in id order rather than from the old slots: the key reads are
+ * then sequential instead of one cache miss per entry.
+ */
+function tableRebuild(t: i32, entries: u32): void {
+  let cap: u32 = 1024;
+  while (entries * 8 > cap * 5) cap *= 2;
+  if (cap < capOf(t)) cap = capOf(t); // never shrink: steady churn keeps its footprint
   heap.free(slotsOf(t));
   tableInit(t, cap);
-  // Rebuild from the node/record arrays in id order rather than from the old slots: the key reads are
-  // then sequential instead of one cache miss per entry (measured as most of the cost of growing).
   const slots = slotsOf(t), m = cap - 1;
   if (t == CHILD) {
     for (let id: u32 = 2; id < nodeTop; id++) {
