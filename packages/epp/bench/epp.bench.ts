@@ -69,8 +69,9 @@ const keptUp = (r: Run) => r.achieved >= 0.95 * r.rate && r.p99 <= SUSTAINED_P99
 async function sweep(targets: { name: string; target: string }[]): Promise<Map<string, Run[]>> {
   const runs = new Map(targets.map((t) => [t.name, [] as Run[]]));
   const active = new Set(targets.map((t) => t.name));
-  for (const rate of RATES) {
-    for (const t of targets) {
+  for (const [step, rate] of RATES.entries()) {
+    // Alternate which server goes first, so drift in the machine's load does not favour one.
+    for (const t of step % 2 === 0 ? targets : [...targets].reverse()) {
       if (!active.has(t.name)) continue;
       const r = await loadgen(t.target, rate);
       runs.get(t.name)!.push(r);

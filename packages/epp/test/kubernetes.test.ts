@@ -25,15 +25,24 @@ function pod(name: string, ip: string | undefined, state: "pending" | "ready" | 
   };
 }
 
-test("pods selected by the InferencePool become workers when ready and leave when they go away", async () => {
+async function fakeApi() {
   const api = await startFakeKubeApi({ host: HOST, port: 0 });
   cleanups.push(() => api.close());
-  api.upsert({
+  return api;
+}
+
+function inferencePool(name: string) {
+  return {
     apiVersion: "inference.networking.k8s.io/v1",
     kind: "InferencePool",
-    metadata: { name: "pool", namespace: "llm" },
+    metadata: { name, namespace: "llm" },
     spec: { selector: { matchLabels: { app: "vllm" } }, targetPorts: [{ number: 8000 }], endpointPickerRef: { name: "dynamo-epp", port: { number: 9002 } } },
-  } as never);
+  } as never;
+}
+
+test("pods selected by the InferencePool become workers when ready and leave when they go away", async () => {
+  const api = await fakeApi();
+  api.upsert(inferencePool("pool"));
   const ev = [await FakeWorkerEvents.start("127.0.4.51", KV_PORT), await FakeWorkerEvents.start("127.0.4.52", KV_PORT)];
   cleanups.push(() => Promise.all(ev.map((e) => e.close())));
 
@@ -80,8 +89,7 @@ test("pods selected by the InferencePool become workers when ready and leave whe
 });
 
 test("an InferencePool created after the EPP started is waited for; readiness follows", async () => {
-  const api = await startFakeKubeApi({ host: HOST, port: 0 });
-  cleanups.push(() => api.close());
+  const api = await fakeApi();
   const cfg = parseConfig(
     ["--pool-name", "late", "--listen", HOST, "--grpc-port", "0", "--grpc-health-port", "0", "--metrics-port", "0", "--selection-port", "0", "--scrape-interval-ms", "0"],
     { POD_NAMESPACE: "llm" },
@@ -90,25 +98,14 @@ test("an InferencePool created after the EPP started is waited for; readiness fo
   cleanups.push(() => epp.stop({ graceMs: 200 }));
   await waitFor(() => api.requests.some((r) => r.plural === "inferencepools" && r.status === 404), { message: "pool looked up" });
   expect(epp.health.ready).toBe(false);
-  api.upsert({
-    apiVersion: "inference.networking.k8s.io/v1",
-    kind: "InferencePool",
-    metadata: { name: "late", namespace: "llm" },
-    spec: { selector: { matchLabels: { app: "vllm" } }, targetPorts: [{ number: 8000 }] },
-  } as never);
+  api.upsert(inferencePool("late"));
   expect((await epp.ready).kind).toBe("recovery_disabled");
   expect(epp.health.ready).toBe(true);
 });
 
 test("with --peer-service, a replica recovers from the serving peer its EndpointSlice lists, never itself", async () => {
-  const api = await startFakeKubeApi({ host: HOST, port: 0 });
-  cleanups.push(() => api.close());
-  api.upsert({
-    apiVersion: "inference.networking.k8s.io/v1",
-    kind: "InferencePool",
-    metadata: { name: "pool", namespace: "llm" },
-    spec: { selector: { matchLabels: { app: "vllm" } }, targetPorts: [{ number: 8000 }] },
-  } as never);
+  const api = await fakeApi();
+  api.upsert(inferencePool("pool"));
   const ev = await FakeWorkerEvents.start("127.0.4.53", KV_PORT);
   cleanups.push(() => ev.close());
   api.upsert(pod("vllm-0", "127.0.4.53", "ready") as never);
