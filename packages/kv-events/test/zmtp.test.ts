@@ -106,6 +106,15 @@ describe("commands and errors", () => {
     expect(pub.counters.oversize).toBe(1);
   });
 
+  test("a multipart message whose frames each fit but whose sum exceeds maxMessageSize is rejected", async () => {
+    const [pub, ep] = await boundPub({ maxMessageSize: 1024 });
+    const raw = await rawSub(ep, 1);
+    await waitUntil(() => pub.peerCount === 1);
+    raw.write(encodeMessage([Buffer.alloc(600, 1), Buffer.alloc(600, 2)]));
+    await waitUntil(() => raw.closed);
+    expect(pub.counters.oversize).toBe(1);
+  });
+
   test("a peer announcing an incompatible socket type gets ERROR and is dropped", async () => {
     const [pub, ep] = await boundPub();
     const raw = await RawPeer.handshake(ep, 1, "PUB");
