@@ -1,9 +1,11 @@
 // What a worker process calls at start: one intent per DP rank, built from what the worker already
 // knows about itself (its ranks' KV-event endpoints, model, block size, topic).
-import type { Logger } from "pino";
+import pino, { type Logger } from "pino";
 import type { Discovery } from "./discovery/types.ts";
-import { registerIntents, type IntentOwner } from "./owner.ts";
+import { HostLookupError } from "./host-lookup.ts";
+import { IntentRegistrationError, registerIntents, type IntentOwner } from "./owner.ts";
 import { indexerDomainOf, VLLM_KV_EVENTS_PROTOCOL, type IntentDescriptor } from "./protocol.ts";
+import { realSleep, type Sleep } from "./retry.ts";
 
 export type WorkerRankInfo = { rank: number; kvEvents: string; replay?: string | null };
 
@@ -16,25 +18,45 @@ export type RegisterWorkerIntentsOptions = {
   tenant?: string;
   blockSize: number;
   topic: string;
-  /** Connectable endpoints (not `tcp://*:…`): the mock worker's `MockWorker.ranks` fits as is. */
+  /** The mock worker's `MockWorker.ranks` fits as is. */
   ranks: readonly WorkerRankInfo[];
   /** ip:port the gateway calls; lets a host without pod discovery route to this worker. */
   address?: string;
   metricsUrl?: string;
+  /**
+   * The address other hosts reach this process on (the pod IP): replaces the host part of every
+   * endpoint and of `address`, since a wildcard bind is reported as a loopback address.
+   */
+  advertiseHost?: string;
   multimodalTokenIds?: number[];
+  /**
+   * Retry while no host is advertised yet (or a registration failed and was rolled back), with backoff
+   * from 1 s doubling to 30 s, until it succeeds or `signal` aborts. Invalid descriptors never retry.
+   */
+  retry?: boolean;
   signal?: AbortSignal;
   log?: Logger;
+  sleep?: Sleep;
 };
 
-export function workerDescriptors(o: Omit<RegisterWorkerIntentsOptions, "discovery" | "controlTarget" | "signal" | "log">): IntentDescriptor[] {
+const RETRY_BACKOFF = { initialMs: 1_000, maxMs: 30_000 } as const;
+
+/** `tcp://1.2.3.4:5557` or `1.2.3.4:8000` with its host replaced (IPv6 bracketed). */
+export function replaceHost(endpoint: string, host: string): string {
+  const h = host.includes(":") ? `[${host}]` : host;
+  return endpoint.replace(/^(tcp:\/\/)?(\[[^\]]*\]|[^:/]+)(?=:\d+$)/, (_, scheme: string | undefined) => `${scheme ?? ""}${h}`);
+}
+
+export function workerDescriptors(o: Omit<RegisterWorkerIntentsOptions, "discovery" | "controlTarget" | "signal" | "log" | "retry" | "sleep">): IntentDescriptor[] {
   const tenant = o.tenant ?? "default";
   const indexerDomain = indexerDomainOf(o.model, tenant);
+  const at = (e: string) => (o.advertiseHost ? replaceHost(e, o.advertiseHost) : e);
   return o.ranks.map((r) => ({
     workerId: o.workerId,
     dpRank: r.rank,
     protocol: VLLM_KV_EVENTS_PROTOCOL,
-    endpoint: r.kvEvents,
-    ...(r.replay ? { replayEndpoint: r.replay } : {}),
+    endpoint: at(r.kvEvents),
+    ...(r.replay ? { replayEndpoint: at(r.replay) } : {}),
     topic: o.topic,
     blockSize: o.blockSize,
     model: o.model,
@@ -42,18 +64,26 @@ export function workerDescriptors(o: Omit<RegisterWorkerIntentsOptions, "discove
     indexerDomain,
     cacheOwners: [{ id: "gpu", indexerDomain }],
     multimodalTokenIds: o.multimodalTokenIds ?? [],
-    ...(o.address ? { address: o.address } : {}),
+    ...(o.address ? { address: at(o.address) } : {}),
     ...(o.metricsUrl ? { metricsUrl: o.metricsUrl } : {}),
   }));
 }
 
-export function registerWorkerIntents(o: RegisterWorkerIntentsOptions): Promise<IntentOwner> {
-  return registerIntents({
-    discovery: o.discovery,
-    workerId: o.workerId,
-    controlTarget: o.controlTarget,
-    descriptors: workerDescriptors(o),
-    signal: o.signal,
-    log: o.log,
-  });
+export async function registerWorkerIntents(o: RegisterWorkerIntentsOptions): Promise<IntentOwner> {
+  const log = o.log ?? pino({ level: "silent" });
+  const sleep = o.sleep ?? realSleep;
+  const descriptors = workerDescriptors(o);
+  let delay: number = RETRY_BACKOFF.initialMs;
+  for (;;) {
+    try {
+      return await registerIntents({ discovery: o.discovery, workerId: o.workerId, controlTarget: o.controlTarget, descriptors, signal: o.signal, log });
+    } catch (err) {
+      const retriable = err instanceof HostLookupError || err instanceof IntentRegistrationError;
+      if (!o.retry || !retriable || o.signal?.aborted) throw err;
+      log.warn({ worker: o.workerId, err: String(err), ms: delay }, "registering KV intents failed, retrying");
+      await sleep(delay, o.signal ?? new AbortController().signal);
+      if (o.signal?.aborted) throw err;
+      delay = Math.min(delay * 2, RETRY_BACKOFF.maxMs);
+    }
+  }
 }
