@@ -1,0 +1,33 @@
+import { describe, expect, test } from "bun:test";
+import { BadRequest, parseBodyBytes } from "./openai-body.ts";
+
+const bytes = (v: unknown) => new TextEncoder().encode(typeof v === "string" ? v : JSON.stringify(v));
+
+describe("OpenAI request bodies", () => {
+  test("completions: token ids, text, and batches (the first prompt decides)", () => {
+    expect(parseBodyBytes(bytes({ model: "m", prompt: [1, 2, 3] }))).toEqual({ model: "m", input: { kind: "tokens", tokens: new Uint32Array([1, 2, 3]) } });
+    expect(parseBodyBytes(bytes({ prompt: "hi" })).input).toEqual({ kind: "prompt", text: "hi" });
+    expect(parseBodyBytes(bytes({ prompt: ["a", "b"] })).input).toEqual({ kind: "prompt", text: "a" });
+    expect(parseBodyBytes(bytes({ prompt: [[5, 6], [7]] })).input).toEqual({ kind: "tokens", tokens: new Uint32Array([5, 6]) });
+    expect(parseBodyBytes(bytes({ token_ids: [4294967295] })).input).toEqual({ kind: "tokens", tokens: new Uint32Array([4294967295]) });
+  });
+
+  test("chat: messages and tools", () => {
+    const msgs = [{ role: "user", content: "x" }];
+    expect(parseBodyBytes(bytes({ messages: msgs, tools: [{ type: "function" }] })).input).toEqual({ kind: "chat", messages: msgs, tools: [{ type: "function" }] });
+  });
+
+  test.each([
+    ["{", /not JSON/],
+    ["[1]", /JSON object/],
+    [JSON.stringify({ prompt: [1, -1] }), /prompt\[1\]/],
+    [JSON.stringify({ prompt: [1.5] }), /prompt\[0\]/],
+    [JSON.stringify({ prompt: [4294967296] }), /prompt\[0\]/],
+    [JSON.stringify({ prompt: 3 }), /prompt must be/],
+    [JSON.stringify({ messages: [{ content: "no role" }] }), /messages/],
+    [JSON.stringify({ model: 5, prompt: "x" }), /model/],
+  ])("%s is a bad request", (body, message) => {
+    expect(() => parseBodyBytes(bytes(body))).toThrow(BadRequest);
+    expect(() => parseBodyBytes(bytes(body))).toThrow(message);
+  });
+});
