@@ -172,3 +172,35 @@ describe("endpoints", () => {
     expect(() => parseEndpoint("ipc:///tmp/x")).toThrow();
   });
 });
+
+describe("async iteration", () => {
+  test("messages() yields in order, pauses reading at its high-water mark, and ends on close", async () => {
+    const [pub, ep] = await boundPub();
+    const sub = new SubSocket();
+    sub.subscribe("");
+    sub.connect(ep);
+    const it = sub.messages({ highWaterMark: 4 });
+    await waitUntil(() => pub.send([Buffer.from("probe")]) === 1);
+    for (let i = 0; i < 50; i++) pub.send([Buffer.from(`m${i}`)]);
+    const seen: string[] = [];
+    for await (const m of it) {
+      const t = m[0]!.toString();
+      if (t !== "probe") seen.push(t);
+      if (seen.length === 50) break;
+      if (seen.length === 1) {
+        await waitUntil(() => sub.isPaused); // a slow consumer: the queue fills and reading pauses
+      }
+    }
+    expect(seen).toEqual(Array.from({ length: 50 }, (_, i) => `m${i}`));
+    expect(sub.isPaused).toBe(false);
+    const rest = sub.messages();
+    const ended = (async () => {
+      for await (const _ of rest) {
+        // drained until close
+      }
+      return true;
+    })();
+    await sub.close();
+    expect(await ended).toBe(true);
+  });
+});

@@ -47,6 +47,7 @@ export abstract class ZmtpSocket {
   private readonly servers: Server[] = [];
   private readonly dialers: Dialer[] = [];
   private closing = false;
+  private paused = false;
   private readonly connHandler: ConnectionHandler;
 
   protected constructor(protected readonly type: SocketType, protected readonly opts: SocketOptions = {}) {
@@ -54,6 +55,7 @@ export abstract class ZmtpSocket {
     this.connHandler = {
       ready: (c) => {
         this.peers.add(c);
+        if (this.paused) c.socket.pause();
         this.onPeerReady(c);
       },
       message: (c, frames) => {
@@ -100,9 +102,22 @@ export abstract class ZmtpSocket {
     this.dial(d);
   }
 
+  /** Run once close() starts (used to end async iterators). */
+  protected readonly closeHooks: (() => void)[] = [];
+
+  /** True while reading is paused (pause() or an iterator at its high-water mark). */
+  get isPaused(): boolean {
+    return this.paused;
+  }
+
+  get isClosed(): boolean {
+    return this.closing;
+  }
+
   async close(): Promise<void> {
     if (this.closing) return;
     this.closing = true;
+    for (const h of this.closeHooks) h();
     for (const d of this.dialers) {
       clearTimeout(d.timer);
       d.socket?.destroy();
@@ -118,10 +133,12 @@ export abstract class ZmtpSocket {
 
   /** Stops reading from every peer (explicit back-pressure: TCP windows fill, the sender's HWM drops). */
   pause(): void {
+    this.paused = true;
     for (const c of this.peers) c.socket.pause();
   }
 
   resume(): void {
+    this.paused = false;
     for (const c of this.peers) c.socket.resume();
   }
 

@@ -20,6 +20,37 @@ export class SubSocket extends ZmtpSocket {
     this.messageHandler = h;
   }
 
+  /**
+   * Async-iterator style: messages queue up to `highWaterMark`, then reading from the publishers
+   * pauses until the consumer catches up (explicit back-pressure; the publisher's HWM then drops).
+   * Replaces any onMessage handler. Ends when the socket is closed.
+   */
+  messages(opts: { highWaterMark?: number } = {}): AsyncIterableIterator<Buffer[]> {
+    const hwm = opts.highWaterMark ?? 1000;
+    const queue: Buffer[][] = [];
+    let wake: (() => void) | undefined;
+    this.onMessage((frames) => {
+      queue.push(frames);
+      if (queue.length >= hwm) this.pause();
+      wake?.();
+    });
+    this.closeHooks.push(() => wake?.());
+    const self = this;
+    return (async function* () {
+      for (;;) {
+        const m = queue.shift();
+        if (m) {
+          if (queue.length < hwm / 2) self.resume();
+          yield m;
+          continue;
+        }
+        if (self.isClosed) return;
+        await new Promise<void>((r) => (wake = r));
+        wake = undefined;
+      }
+    })();
+  }
+
   /** Told when a publisher session comes up (handshake done) or goes away. */
   onPeer(h: (up: boolean, peer: string) => void): void {
     this.peerHandler = h;
