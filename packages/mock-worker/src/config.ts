@@ -81,6 +81,19 @@ export function parseConfig(argv: string[], env: Record<string, string | undefin
   return out as MockWorkerConfig;
 }
 
+/** The library's door: options given in code are validated like flags, defaults fill the rest. */
+export function resolveConfig(given: Partial<MockWorkerConfig>): MockWorkerConfig {
+  const out = parseConfig([], {}) as Record<string, unknown>;
+  for (const [flag, opt] of Object.entries(OPTIONS) as [FlagName, Options[FlagName]][]) {
+    const value = (given as Record<string, unknown>)[camel(flag)];
+    if (value === undefined) continue;
+    const parsed = opt.schema.safeParse(value);
+    if (!parsed.success) throw new ConfigError(`invalid option ${camel(flag)} ${JSON.stringify(value)}: ${parsed.error.issues.map((i) => i.message).join("; ")}`);
+    out[camel(flag)] = parsed.data;
+  }
+  return out as MockWorkerConfig;
+}
+
 export function usage(): string {
   const lines = Object.entries(OPTIONS).map(([flag, o]) => `  --${flag.padEnd(22)} ${envName(flag).padEnd(34)} ${o.help}`);
   return `usage: bun run mock-worker [flags]   (each flag also reads its environment variable)\n${lines.join("\n")}`;

@@ -5,5 +5,5 @@ export { PrefixCacheSim, type CacheEvent, type Acquisition, type Lease, type Pre
 export { chainBlockIds, foldDigest, type BlockId } from "./cache/block-hash.ts";
 export { TimingModel, DEFAULT_TIMING, type TimingParams } from "./engine/timing.ts";
 export { RankEngine, type Generation } from "./engine/rank-engine.ts";
-export { parseConfig, usage, envName, ConfigError, type MockWorkerConfig } from "./config.ts";
+export { parseConfig, resolveConfig, usage, envName, ConfigError, type MockWorkerConfig } from "./config.ts";
 export { FaultRequest } from "./http/admin-routes.ts";

@@ -2,7 +2,7 @@ import { Hono } from "hono";
 import pino, { type Logger } from "pino";
 import { createPreprocessor } from "@kv-epp/tokenizer";
 import { PrefixCacheSim } from "./cache/prefix-cache.ts";
-import { parseConfig, type MockWorkerConfig } from "./config.ts";
+import { resolveConfig, type MockWorkerConfig } from "./config.ts";
 import { RankEngine } from "./engine/rank-engine.ts";
 import { TimingModel } from "./engine/timing.ts";
 import { RankEventStream } from "./events/event-stream.ts";
@@ -53,7 +53,7 @@ function connectable(endpoint: string, host: string): string {
  */
 export async function startMockWorker(opts: MockWorkerOptions = {}): Promise<MockWorker> {
   const { logger, ...given } = opts;
-  const config: MockWorkerConfig = { ...parseConfig([], {}), ...stripUndefined(given) };
+  const config = resolveConfig(given);
   const root = logger ?? pino({ level: config.logLevel });
   const workerName = config.workerId ?? `${config.listen}:${config.port}`;
   const log = root.child({ component: "mock-worker", worker: workerName });
@@ -146,8 +146,4 @@ export async function startMockWorker(opts: MockWorkerOptions = {}): Promise<Moc
         await Promise.allSettled(ranks.map((r) => r.events.close()));
       })()),
   };
-}
-
-function stripUndefined<T extends object>(o: T): Partial<T> {
-  return Object.fromEntries(Object.entries(o).filter(([, v]) => v !== undefined)) as Partial<T>;
 }

@@ -1,5 +1,5 @@
 import { afterEach, describe, expect, test } from "bun:test";
-import { ConfigError, parseConfig } from "../src/index.ts";
+import { ConfigError, parseConfig, resolveConfig } from "../src/index.ts";
 import { post, subscribe, syncSubscribers, waitFor } from "./support.ts";
 
 const ROOT = `${import.meta.dir}/../../..`;
@@ -37,6 +37,12 @@ describe("configuration", () => {
     ];
     for (const [argv, env, message] of bad) expect(() => parseConfig(argv, env)).toThrow(message);
     expect(() => parseConfig(["--port", "-1"])).toThrow(ConfigError);
+  });
+
+  test("library options are validated like flags", () => {
+    expect(resolveConfig({ dpSize: 2, speed: 0 })).toMatchObject({ dpSize: 2, speed: 0, port: 8000 });
+    expect(() => resolveConfig({ dpSize: 0 })).toThrow(/dpSize 0/);
+    expect(() => resolveConfig({ hashMode: "hex" as never })).toThrow(/hashMode "hex"/);
   });
 });
 
