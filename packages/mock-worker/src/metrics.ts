@@ -33,7 +33,16 @@ export function createMetrics(model: string, engines: () => readonly RankEngine[
   gauge("vllm:num_requests_waiting", "Requests waiting to be admitted.", (e) => e.admission.waiting);
   gauge("vllm:gpu_cache_usage_perc", "KV-cache usage, 1 = full (legacy name).", (e) => e.cache.usage);
   gauge("vllm:kv_cache_usage_perc", "KV-cache usage, 1 = full.", (e) => e.cache.usage);
-  gauge("vllm:num_gpu_blocks", "KV-cache capacity in blocks.", (e) => e.cache.capacityBlocks);
+  // vLLM's info metric: the cache configuration as labels, value 1 (GAIE reads block_size from it).
+  new Gauge({
+    name: "vllm:cache_config_info", help: "Information of the KV-cache configuration.", registers: [registry],
+    labelNames: ["engine", "block_size", "num_gpu_blocks", "enable_prefix_caching"],
+    collect() {
+      for (const e of engines()) {
+        this.set({ engine: String(e.rank), block_size: String(e.cache.blockSize), num_gpu_blocks: String(e.cache.capacityBlocks), enable_prefix_caching: "True" }, 1);
+      }
+    },
+  });
 
   const cacheCounter = (name: string, help: string, read: (e: RankEngine) => number) =>
     new Counter({
