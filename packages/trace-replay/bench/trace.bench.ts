@@ -4,7 +4,8 @@
 // policy sees exactly the same arrivals. See ../README.md for what is measured and how.
 import { mkdirSync, writeFileSync } from "node:fs";
 import { resolve } from "node:path";
-import { BenchOptionsError, parseBenchArgs } from "../src/bench/options.ts";
+import { parseBenchArgs } from "../src/bench/options.ts";
+import { FlagError } from "../src/cli-flags.ts";
 import { bucketMsFor, planRuns, replayOptions } from "../src/bench/plan.ts";
 import { IMBALANCE_NOTE, TABLE_COLUMNS, benchReportData, checkTargets, tableRows } from "../src/bench/report.ts";
 import { runAll } from "../src/bench/runner.ts";
@@ -17,7 +18,7 @@ let o;
 try {
   o = parseBenchArgs(process.argv.slice(2));
 } catch (e) {
-  if (!(e instanceof BenchOptionsError)) throw e;
+  if (!(e instanceof FlagError)) throw e;
   console.error(e.message);
   process.exit(2);
 }

@@ -1,6 +1,7 @@
 // `bun run bench:trace` options, parsed once at the edge.
 import { z } from "zod";
 import { POLICY_NAMES, type PolicyName } from "../policies/index.ts";
+import { FlagError, parseFlags } from "../cli-flags.ts";
 import { DEFAULT_TRACE_PATH } from "../trace.ts";
 
 const positiveInt = z.coerce.number().int().positive();
@@ -55,41 +56,17 @@ export type BenchOptions = {
   png: boolean;
 };
 
-export class BenchOptionsError extends Error {
-  override name = "BenchOptionsError";
-}
-
 function policyList(flag: string, v: string): PolicyName[] {
   const names = v.split(",").map((s) => s.trim()).filter(Boolean);
   for (const n of names)
     if (!(POLICY_NAMES as readonly string[]).includes(n))
-      throw new BenchOptionsError(`--${flag}: unknown policy ${JSON.stringify(n)} (know ${POLICY_NAMES.join(", ")})`);
+      throw new FlagError(`--${flag}: unknown policy ${JSON.stringify(n)} (know ${POLICY_NAMES.join(", ")})`);
   return names as PolicyName[];
 }
 
-/** `--flag value` / `--flag=value`; a bare argument is the trace path. */
+/** A bare argument is the trace path. */
 export function parseBenchArgs(argv: string[]): BenchOptions {
-  const raw: Record<string, string> = {};
-  for (let i = 0; i < argv.length; i++) {
-    const arg = argv[i]!;
-    const m = /^--([a-z-]+)(?:=(.*))?$/s.exec(arg);
-    if (!m) {
-      raw.trace = arg;
-      continue;
-    }
-    const flag = m[1]!;
-    if (!(flag in schema.shape)) throw new BenchOptionsError(`unknown flag --${flag}; flags: ${Object.keys(schema.shape).map((k) => `--${k}`).join(" ")}`);
-    const value = m[2] ?? argv[++i];
-    if (value === undefined) throw new BenchOptionsError(`--${flag} needs a value`);
-    raw[flag] = value;
-  }
-  const parsed = schema.safeParse(raw);
-  if (!parsed.success) {
-    const issue = parsed.error.issues[0]!;
-    const flag = String(issue.path[0]);
-    throw new BenchOptionsError(`invalid --${flag} ${JSON.stringify(raw[flag])}: ${issue.message}`);
-  }
-  const o = parsed.data;
+  const o = parseFlags(schema, argv, "trace");
   return {
     tracePath: o.trace,
     workers: o.workers,

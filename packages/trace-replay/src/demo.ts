@@ -1,0 +1,132 @@
+// `bun run demo`: the whole thing on one machine. Mock workers and two EPP replicas (static mode) as
+// processes on 127.0.6.x with the standard ports, a load generator replaying the trace through the
+// replicas' ext_proc to the chosen workers; midway one replica is killed and a new one recovers its
+// index from the survivor. Ctrl-C stops every child.
+import { mkdirSync, writeFileSync } from "node:fs";
+import { resolve } from "node:path";
+import { FlagError } from "./cli-flags.ts";
+import { Children } from "./demo/children.ts";
+import { EPP_PORTS, eppReady, layout, startEppReplica, startWorker, waitUntil, workerHealthy } from "./demo/cluster.ts";
+import { ExtProcClient } from "./demo/extproc-client.ts";
+import { replay, type Replica } from "./demo/loadgen.ts";
+import { parseDemoArgs, type DemoOptions } from "./demo/options.ts";
+import { startProgress, statusLine } from "./demo/progress.ts";
+import { demoReportData, recoveryText, summaryRows, type RecoveryReport } from "./demo/report.ts";
+import { DemoStats } from "./demo/stats.ts";
+import { renderReport } from "./report/html.ts";
+import { loadTrace, type TraceRecord } from "./trace.ts";
+
+const REPO_ROOT = resolve(import.meta.dir, "../../..");
+
+function pickRecords(all: TraceRecord[], o: DemoOptions): TraceRecord[] {
+  const first = all[0]?.timestamp ?? 0;
+  const within = all.filter((r) => r.timestamp - first <= o.durationS * 1000);
+  return o.requests > 0 ? within.slice(0, o.requests) : within;
+}
+
+async function main(o: DemoOptions): Promise<number> {
+  const records = pickRecords(await loadTrace(o.tracePath, o.requests > 0 ? o.requests : undefined), o);
+  const runDir = resolve(REPO_ROOT, o.outDir, `demo-${new Date().toISOString().replace(/[:.]/g, "-")}`);
+  mkdirSync(runDir, { recursive: true });
+  const l = layout(o);
+  const children = new Children(REPO_ROOT);
+  const abort = new AbortController();
+  let stopping: Promise<void> | undefined;
+  const stopEverything = () => (stopping ??= children.stopAll());
+  for (const sig of ["SIGINT", "SIGTERM"] as const) {
+    process.on(sig, () => {
+      console.log(`\n${sig}: stopping ${children.names.length} child processes`);
+      abort.abort();
+      void stopEverything().then(() => process.exit(130));
+    });
+  }
+
+  try {
+    console.log(`demo: ${records.length} requests (${o.durationS} s of trace at ${o.timeScale}x), logs in ${runDir}`);
+    l.workers.forEach((_, i) => startWorker(children, l, i, runDir));
+    await Promise.all(l.workers.map((w) => waitUntil(`${w.id} at ${w.ip}:${w.httpPort}`, () => workerHealthy(w.ip, w.httpPort))));
+    console.log(`  ${l.workers.length} mock workers up: ${l.workers.map((w) => `${w.ip}:${w.httpPort}`).join(" ")}`);
+    const [a, b, c] = l.epps as [(typeof l.epps)[0], (typeof l.epps)[0], (typeof l.epps)[0]];
+    startEppReplica(children, l, a.name, [b.ip], runDir);
+    startEppReplica(children, l, b.name, [a.ip], runDir);
+    await Promise.all([a, b].map((e) => waitUntil(`${e.name} readiness`, () => eppReady(e.ip))));
+    console.log(`  EPP replicas ready: ${a.name} ${a.ip}, ${b.name} ${b.ip} (ext_proc :${EPP_PORTS.grpc}, peers of each other)`);
+
+    const clients = new Map(l.epps.map((e) => [e.name, new ExtProcClient(`${e.ip}:${EPP_PORTS.grpc}`)]));
+    let replicas: Replica[] = [a, b].map((e) => ({ name: e.name, client: clients.get(e.name)! }));
+    const workerByEndpoint = new Map(l.workers.map((w) => [`${w.ip}:${w.httpPort}`, w.id]));
+    const stats = new DemoStats(l.workers.map((w) => w.id));
+    const progress = startProgress(() => statusLine(stats, records.length));
+    const sampler = setInterval(() => stats.sampleLoad(), 1000);
+    let recovery: RecoveryReport | undefined;
+    let midway: Promise<void> | undefined;
+    const killAt = Math.max(1, Math.floor(records.length * o.killAt));
+
+    const replaceReplica = async () => {
+      progress.log(`  midway (${killAt} requests sent): killing ${a.name} (SIGKILL), starting ${c.name} with peers ${a.ip}, ${b.ip}`);
+      replicas = replicas.filter((r) => r.name !== a.name);
+      await children.stop(a.name, { signal: "SIGKILL" });
+      const started = performance.now();
+      let fetched: { peer: string; events: number; bytes: number; ms: number } | undefined;
+      startEppReplica(children, l, c.name, [a.ip, b.ip], runDir, (line) => {
+        if (!line.includes("dump fetched from peer")) return;
+        try {
+          const j = JSON.parse(line) as { peer: string; events: number; bytes: number; ms: number };
+          fetched = { peer: j.peer, events: j.events, bytes: j.bytes, ms: j.ms };
+        } catch {
+          // not a JSON log line
+        }
+      });
+      try {
+        await waitUntil(`${c.name} readiness`, () => eppReady(c.ip), 60_000);
+        const readyMs = Math.round(performance.now() - started);
+        recovery = fetched ? { replica: c.name, ...fetched, readyMs } : { replica: c.name, failed: `ready after ${readyMs} ms without a recovery from a peer (see ${c.name}.log)` };
+        replicas = [...replicas, { name: c.name, client: clients.get(c.name)! }];
+      } catch (e) {
+        recovery = { replica: c.name, failed: String(e) };
+      }
+      progress.log(`  recovery: ${recoveryText(recovery)}`);
+    };
+
+    await replay(records, {
+      model: l.model,
+      timeScale: o.timeScale,
+      replicas: () => replicas,
+      workerOf: (endpoint) => workerByEndpoint.get(endpoint) ?? endpoint,
+      stats,
+      signal: abort.signal,
+      onSent: (sent) => {
+        if (sent === killAt && o.killAt > 0) midway = replaceReplica();
+      },
+    });
+    await midway;
+    clearInterval(sampler);
+    progress.stop();
+    for (const client of clients.values()) client.close();
+
+    console.log("\nsummary");
+    for (const [k, v] of summaryRows(stats, recovery)) console.log(`  ${k.padEnd(22)} ${v}`);
+    const htmlPath = resolve(runDir, "demo-report.html");
+    writeFileSync(htmlPath, renderReport(demoReportData(o, stats, recovery)));
+    console.log(`\nreport: ${htmlPath}`);
+    return stats.outcomes.ok > 0 && recovery !== undefined && !("failed" in recovery) ? 0 : 1;
+  } finally {
+    await stopEverything();
+  }
+}
+
+let options: DemoOptions;
+try {
+  options = parseDemoArgs(process.argv.slice(2));
+} catch (e) {
+  if (!(e instanceof FlagError)) throw e;
+  console.error(`demo: ${e.message}`);
+  process.exit(2);
+}
+main(options).then(
+  (code) => process.exit(code),
+  (e: unknown) => {
+    console.error(`demo failed: ${e instanceof Error ? e.message : String(e)}`);
+    process.exit(1);
+  },
+);

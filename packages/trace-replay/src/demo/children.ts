@@ -1,0 +1,74 @@
+// The demo's child processes. Each is `bun run <script> ...` started in its own process group, so one
+// signal reaches `bun run` and the process it starts; every group is signalled on stop, on Ctrl-C and
+// on exit, so nothing is left running.
+import { spawn, type ChildProcess } from "node:child_process";
+import { createWriteStream, type WriteStream } from "node:fs";
+import { createInterface } from "node:readline";
+
+export type Child = {
+  name: string;
+  proc: ChildProcess;
+  /** resolves with the exit code (or signal name) */
+  exited: Promise<number | string>;
+  logPath: string;
+};
+
+export class Children {
+  private readonly live = new Map<string, Child>();
+
+  constructor(private readonly cwd: string) {
+    // Last resort for an exception that unwinds the demo: a synchronous kill of every group.
+    process.on("exit", () => {
+      for (const c of this.live.values()) signalGroup(c.proc, "SIGKILL");
+    });
+  }
+
+  /** Starts `bun run <args>`; stdout and stderr go to `logPath`, lines also to `onLine`. */
+  start(name: string, args: string[], logPath: string, onLine?: (line: string) => void): Child {
+    const proc = spawn("bun", ["run", ...args], { cwd: this.cwd, detached: true, stdio: ["ignore", "pipe", "pipe"] });
+    const log: WriteStream = createWriteStream(logPath);
+    for (const stream of [proc.stdout!, proc.stderr!]) {
+      createInterface({ input: stream }).on("line", (line) => {
+        log.write(`${line}\n`);
+        onLine?.(line);
+      });
+    }
+    const exited = new Promise<number | string>((resolve) =>
+      proc.on("exit", (code, signal) => {
+        this.live.delete(name);
+        log.end();
+        resolve(code ?? signal ?? -1);
+      }),
+    );
+    const child = { name, proc, exited, logPath };
+    this.live.set(name, child);
+    return child;
+  }
+
+  get names(): string[] {
+    return [...this.live.keys()];
+  }
+
+  /** SIGTERM (or `signal`) to the child's group, SIGKILL after `graceMs`; resolves once it exited. */
+  async stop(name: string, opts: { signal?: NodeJS.Signals; graceMs?: number } = {}): Promise<void> {
+    const c = this.live.get(name);
+    if (!c) return;
+    signalGroup(c.proc, opts.signal ?? "SIGTERM");
+    const timer = setTimeout(() => signalGroup(c.proc, "SIGKILL"), opts.graceMs ?? 5000);
+    await c.exited;
+    clearTimeout(timer);
+  }
+
+  async stopAll(graceMs = 5000): Promise<void> {
+    await Promise.all(this.names.map((n) => this.stop(n, { graceMs })));
+  }
+}
+
+function signalGroup(proc: ChildProcess, signal: NodeJS.Signals): void {
+  if (proc.pid === undefined || proc.exitCode !== null) return;
+  try {
+    process.kill(-proc.pid, signal);
+  } catch {
+    // The group is already gone.
+  }
+}

@@ -1,0 +1,133 @@
+// The demo's cluster on one machine: mock workers and EPP replicas as processes on their own loopback
+// addresses (127.0.6.x by default), each keeping the standard ports.
+import * as grpc from "@grpc/grpc-js";
+import { loadProtos } from "@kv-epp/epp";
+import { writeFileSync } from "node:fs";
+import { join } from "node:path";
+import type { Children } from "./children.ts";
+
+export type ClusterLayout = {
+  model: string;
+  blockSize: number;
+  capacityBlocks: number;
+  /** timing model speed of the mock workers (lower = faster) */
+  speed: number;
+  workers: { id: string; ip: string; httpPort: number; kvPort: number }[];
+  /** EPP replicas in start order: the first two run from the start, the third replaces the killed one */
+  epps: { name: string; ip: string }[];
+};
+
+export function layout(o: {
+  subnet: string;
+  workers: number;
+  capacityBlocks: number;
+  blockSize: number;
+  speed: number;
+  workerPort: number;
+  kvPort: number;
+}): ClusterLayout {
+  return {
+    model: "Qwen/Qwen3-0.6B",
+    blockSize: o.blockSize,
+    capacityBlocks: o.capacityBlocks,
+    speed: o.speed,
+    workers: Array.from({ length: o.workers }, (_, i) => ({
+      id: `worker-${i}`,
+      ip: `${o.subnet}.${11 + i}`,
+      httpPort: o.workerPort,
+      kvPort: o.kvPort,
+    })),
+    epps: ["epp-a", "epp-b", "epp-c"].map((name, i) => ({ name, ip: `${o.subnet}.${2 + i}` })),
+  };
+}
+
+export const EPP_PORTS = { grpc: 9002, grpcHealth: 9003, metrics: 9090, selection: 9093 };
+
+export function startWorker(children: Children, l: ClusterLayout, i: number, logDir: string) {
+  const w = l.workers[i]!;
+  return children.start(
+    w.id,
+    [
+      "mock-worker",
+      "--listen", w.ip,
+      "--port", String(w.httpPort),
+      "--kv-events", `tcp://${w.ip}:${w.kvPort}`,
+      "--replay", `tcp://${w.ip}:${w.kvPort + 1}`,
+      "--block-size", String(l.blockSize),
+      "--capacity-blocks", String(l.capacityBlocks),
+      "--speed", String(l.speed),
+      "--model", l.model,
+      "--worker-id", w.id,
+      "--log-level", "warn",
+    ],
+    join(logDir, `${w.id}.log`),
+  );
+}
+
+/** Static config of one EPP replica: every worker, and the other replicas as recovery peers. */
+export function writeEppConfig(l: ClusterLayout, self: string, peers: string[], dir: string): string {
+  const path = join(dir, `${self}.json`);
+  const config = {
+    model: l.model,
+    blockSize: l.blockSize,
+    workers: l.workers.map((w) => ({
+      id: w.id,
+      address: `${w.ip}:${w.httpPort}`,
+      kvEvents: `tcp://${w.ip}:${w.kvPort}`,
+      replay: `tcp://${w.ip}:${w.kvPort + 1}`,
+    })),
+    peers: peers.map((ip) => `http://${ip}:${EPP_PORTS.selection}`),
+  };
+  writeFileSync(path, JSON.stringify(config, null, 2));
+  return path;
+}
+
+export function startEppReplica(
+  children: Children,
+  l: ClusterLayout,
+  name: string,
+  peers: string[],
+  dir: string,
+  onLine?: (line: string) => void,
+) {
+  const epp = l.epps.find((e) => e.name === name)!;
+  const config = writeEppConfig(l, name, peers, dir);
+  return children.start(
+    name,
+    ["epp", "--config", config, "--listen", epp.ip, "--pod-ip", epp.ip, "--scrape-interval-ms", "1000"],
+    join(dir, `${name}.log`),
+    onLine,
+  );
+}
+
+/** Polls until `probe` resolves true; throws after `timeoutMs`, naming `what`. */
+export async function waitUntil(what: string, probe: () => Promise<boolean>, timeoutMs = 30_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (Date.now() < deadline) {
+    if (await probe().catch(() => false)) return;
+    await Bun.sleep(100);
+  }
+  throw new Error(`${what} not ready after ${timeoutMs} ms`);
+}
+
+export async function workerHealthy(ip: string, port: number): Promise<boolean> {
+  const r = await fetch(`http://${ip}:${port}/health`, { signal: AbortSignal.timeout(1000) });
+  return r.ok;
+}
+
+type HealthStub = grpc.Client & {
+  Check(req: { service: string }, opts: grpc.CallOptions, cb: (err: grpc.ServiceError | null, res?: { status: string }) => void): void;
+};
+
+/** grpc-health readiness of an EPP replica: SERVING once it has recovered (or bootstrapped empty). */
+export async function eppReady(ip: string): Promise<boolean> {
+  const { health } = loadProtos();
+  const stub = new health(`${ip}:${EPP_PORTS.grpcHealth}`, grpc.credentials.createInsecure()) as unknown as HealthStub;
+  try {
+    return await new Promise<boolean>((resolve) =>
+      stub.Check({ service: "readiness" }, { deadline: Date.now() + 1000 }, (err, res) => resolve(!err && res?.status === "SERVING")),
+    );
+  } finally {
+    stub.close();
+  }
+}

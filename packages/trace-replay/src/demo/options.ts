@@ -1,0 +1,64 @@
+// `bun run demo` options, parsed once at the edge.
+import { z } from "zod";
+import { parseFlags } from "../cli-flags.ts";
+import { DEFAULT_TRACE_PATH } from "../trace.ts";
+
+const positiveInt = z.coerce.number().int().positive();
+const port = z.coerce.number().int().min(1).max(65535);
+
+const schema = z.object({
+  trace: z.string().min(1).default(DEFAULT_TRACE_PATH),
+  workers: positiveInt.max(200).default(4),
+  // 16384 blocks x 16 tokens = 256k tokens per worker, against ~40k prompt tokens per second of trace:
+  // caches turn over within seconds, so where a conversation's next turn lands decides its hits.
+  "capacity-blocks": positiveInt.default(16384),
+  "block-size": positiveInt.default(16),
+  /** seconds of trace to replay */
+  duration: z.coerce.number().positive().default(180),
+  /** cap on requests (0: all within --duration) */
+  requests: z.coerce.number().int().min(0).default(0),
+  "time-scale": z.coerce.number().positive().default(4),
+  /** mock workers' timing speed; default 1 / time-scale, so the workers keep up with the compressed trace */
+  speed: z.coerce.number().min(0).optional(),
+  /** fraction of the requests after which one EPP replica is killed and replaced */
+  "kill-at": z.coerce.number().min(0).max(1).default(0.5),
+  subnet: z.string().regex(/^127\.\d{1,3}\.\d{1,3}$/, "expected the first three octets of a loopback /24, e.g. 127.0.6").default("127.0.6"),
+  "worker-port": port.default(8000),
+  "kv-port": port.default(5557),
+  out: z.string().min(1).default("reports"),
+});
+
+export type DemoOptions = {
+  tracePath: string;
+  workers: number;
+  capacityBlocks: number;
+  blockSize: number;
+  durationS: number;
+  requests: number;
+  timeScale: number;
+  speed: number;
+  killAt: number;
+  subnet: string;
+  workerPort: number;
+  kvPort: number;
+  outDir: string;
+};
+
+export function parseDemoArgs(argv: string[]): DemoOptions {
+  const o = parseFlags(schema, argv);
+  return {
+    tracePath: o.trace,
+    workers: o.workers,
+    capacityBlocks: o["capacity-blocks"],
+    blockSize: o["block-size"],
+    durationS: o.duration,
+    requests: o.requests,
+    timeScale: o["time-scale"],
+    speed: o.speed ?? 1 / o["time-scale"],
+    killAt: o["kill-at"],
+    subnet: o.subnet,
+    workerPort: o["worker-port"],
+    kvPort: o["kv-port"],
+    outDir: o.out,
+  };
+}

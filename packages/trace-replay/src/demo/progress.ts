@@ -1,0 +1,31 @@
+// The live status: a progress bar and a line of hit rate, picks per worker, p50/p99 pick latency.
+import { ms, pct } from "../report/table.ts";
+import type { DemoStats } from "./stats.ts";
+
+export function statusLine(s: DemoStats, total: number): string {
+  const width = 24;
+  const filled = total > 0 ? Math.round((s.done / total) * width) : 0;
+  const bar = `[${"#".repeat(filled)}${".".repeat(width - filled)}]`;
+  const picks = s.workerIds.map((w) => `${w.replace(/^worker-/, "w")}:${s.picksByWorker.get(w) ?? 0}`).join(" ");
+  const pick = s.pickMs.length > 0 ? `pick p50 ${ms(s.pickP(0.5))} ms p99 ${ms(s.pickP(0.99))} ms` : "pick -";
+  return `${bar} ${s.done}/${total} done, ${s.sent} sent | hit ${pct(s.hitRate)} | picks ${picks} | ${pick}`;
+}
+
+/** Redraws the status line in place on a terminal; elsewhere prints it every `plainEveryMs`. */
+export function startProgress(render: () => string, plainEveryMs = 5000): { log(line: string): void; stop(): void } {
+  const tty = process.stdout.isTTY === true;
+  const draw = () => process.stdout.write(tty ? `\r\x1b[2K${render()}` : `${render()}\n`);
+  const timer = setInterval(draw, tty ? 250 : plainEveryMs);
+  return {
+    /** prints a line above the status line */
+    log(line) {
+      process.stdout.write(tty ? `\r\x1b[2K${line}\n` : `${line}\n`);
+      if (tty) draw();
+    },
+    stop() {
+      clearInterval(timer);
+      draw();
+      if (tty) process.stdout.write("\n");
+    },
+  };
+}

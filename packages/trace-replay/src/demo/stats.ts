@@ -1,0 +1,94 @@
+// What the demo measures, in wall-clock time: picks, cache hits (from the workers' usage answers),
+// TTFT, in-flight requests per worker.
+import { percentile } from "../sim/recorder.ts";
+
+export type Outcome = "ok" | "routing-error" | "worker-error";
+
+export class DemoStats {
+  sent = 0;
+  done = 0;
+  readonly outcomes: Record<Outcome, number> = { ok: 0, "routing-error": 0, "worker-error": 0 };
+  /** a routing attempt that failed on one replica and went to another */
+  rerouted = 0;
+  /** why routing attempts failed, by message */
+  readonly routingErrors = new Map<string, number>();
+  promptTokens = 0;
+  cachedTokens = 0;
+  readonly pickMs: number[] = [];
+  readonly ttftMs: number[] = [];
+  readonly picksByWorker = new Map<string, number>();
+  readonly picksByEpp = new Map<string, number>();
+  private readonly inflight = new Map<string, number>();
+  /** per second since start: [prompt, cached] of the requests finished in it */
+  private readonly hitBuckets: [number, number][] = [];
+  /** per second since start: in-flight per worker, sampled */
+  readonly loadSamples: { t: number; byWorker: Map<string, number> }[] = [];
+  private readonly started = performance.now();
+
+  constructor(readonly workerIds: readonly string[]) {
+    for (const w of workerIds) this.inflight.set(w, 0);
+  }
+
+  elapsedS(): number {
+    return (performance.now() - this.started) / 1000;
+  }
+
+  picked(worker: string, epp: string, pickMs: number): void {
+    this.pickMs.push(pickMs);
+    this.picksByWorker.set(worker, (this.picksByWorker.get(worker) ?? 0) + 1);
+    this.picksByEpp.set(epp, (this.picksByEpp.get(epp) ?? 0) + 1);
+    this.inflight.set(worker, (this.inflight.get(worker) ?? 0) + 1);
+  }
+
+  routingFailed(reason: string): void {
+    this.routingErrors.set(reason, (this.routingErrors.get(reason) ?? 0) + 1);
+  }
+
+  released(worker: string): void {
+    this.inflight.set(worker, (this.inflight.get(worker) ?? 1) - 1);
+  }
+
+  finished(outcome: Outcome, r?: { promptTokens: number; cachedTokens: number; ttftMs: number }): void {
+    this.done++;
+    this.outcomes[outcome]++;
+    if (!r) return;
+    this.promptTokens += r.promptTokens;
+    this.cachedTokens += r.cachedTokens;
+    this.ttftMs.push(r.ttftMs);
+    const b = Math.floor(this.elapsedS());
+    const cell = (this.hitBuckets[b] ??= [0, 0]);
+    cell[0] += r.promptTokens;
+    cell[1] += r.cachedTokens;
+  }
+
+  sampleLoad(): void {
+    this.loadSamples.push({ t: Math.round(this.elapsedS() * 10) / 10, byWorker: new Map(this.inflight) });
+  }
+
+  get hitRate(): number {
+    return this.promptTokens > 0 ? this.cachedTokens / this.promptTokens : 0;
+  }
+
+  pickP(q: number): number {
+    return percentile(this.pickMs, q);
+  }
+
+  ttftP(q: number): number {
+    return percentile(this.ttftMs, q);
+  }
+
+  /** hit rate per 5-second window, [seconds, rate] */
+  hitSeries(windowS = 5): [number, number | null][] {
+    const out: [number, number | null][] = [];
+    for (let s = 0; s < this.hitBuckets.length; s += windowS) {
+      let p = 0;
+      let c = 0;
+      for (let b = s; b < s + windowS; b++) {
+        p += this.hitBuckets[b]?.[0] ?? 0;
+        c += this.hitBuckets[b]?.[1] ?? 0;
+      }
+      out.push([s + windowS / 2, p > 0 ? Math.round((c / p) * 1000) / 1000 : null]);
+    }
+    return out;
+  }
+}

@@ -1,0 +1,114 @@
+import { describe, expect, test } from "bun:test";
+import { DEFAULT_TIMING } from "../upstream.ts";
+import type { TraceRecord } from "../trace.ts";
+import { EventQueue } from "./event-queue.ts";
+import { Recorder, percentile } from "./recorder.ts";
+import { replayPolicy, type ReplayOptions } from "./replay.ts";
+
+const OPTS: ReplayOptions = {
+  workers: 4,
+  // Holds a few conversations per worker, not all of them.
+  capacityBlocks: 1500,
+  blockSize: 16,
+  timeScale: 1,
+  replicas: 1,
+  replicaAgg: true,
+  eventLagMs: 10,
+  seed: 1,
+  timing: DEFAULT_TIMING,
+  weights: { prefillLoadScale: 1, decodeLoadScale: 1, queueWeight: 0, temperature: 0 },
+  bucketMs: 10_000,
+};
+
+/**
+ * Conversations whose turns grow their own prefix (ids unique per conversation, a shared first block),
+ * a new turn every 5 s: the shape of the Mooncake trace, small enough for a unit test.
+ */
+function conversations(n: number, turns: number): TraceRecord[] {
+  const out: TraceRecord[] = [];
+  let nextId = 1;
+  const convs = Array.from({ length: n }, () => [0] as number[]);
+  for (let t = 0; t < turns; t++) {
+    convs.forEach((ids, c) => {
+      ids.push(nextId++, nextId++);
+      out.push({ timestamp: t * 5000 + c * 50, inputLength: ids.length * 512 - 100, outputLength: 20, hashIds: [...ids] });
+    });
+  }
+  return out.sort((a, b) => a.timestamp - b.timestamp);
+}
+
+describe("event queue", () => {
+  test("runs events in time order, equal times in scheduling order, up to the bound", () => {
+    const q = new EventQueue();
+    const seen: string[] = [];
+    q.schedule(30, () => seen.push("c"));
+    q.schedule(10, () => seen.push("a1"));
+    q.schedule(10, (now) => {
+      seen.push("a2");
+      q.schedule(now + 5, () => seen.push("b"));
+    });
+    q.schedule(40, () => seen.push("d"));
+    q.runUntil(30);
+    expect(seen).toEqual(["a1", "a2", "b", "c"]);
+    expect(q.now).toBe(30);
+    expect(q.size).toBe(1);
+  });
+});
+
+describe("recorder", () => {
+  test("imbalance is max/mean of the in-flight time integrals", () => {
+    const r = new Recorder(2, 1000);
+    r.inflightChange(0, 0, +2); // worker 0: 2 in flight for 1000 ms
+    r.inflightChange(1, 0, +1); // worker 1: 1 in flight for 1000 ms
+    r.finish(1000);
+    // integrals 2000 and 1000: max / mean = 2000 / 1500
+    expect(r.imbalance()).toBeCloseTo(4 / 3, 9);
+    expect(r.series().workerLoad).toEqual([[2], [1]]);
+  });
+
+  test("percentile is nearest-rank", () => {
+    expect(percentile([5, 1, 4, 2, 3], 0.5)).toBe(3);
+    expect(percentile([5, 1, 4, 2, 3], 0.99)).toBe(5);
+  });
+});
+
+describe("trace replay", () => {
+  // 13 conversations over 4 workers: round-robin sends each turn of a conversation to another worker.
+  const trace = conversations(13, 6);
+
+  test("KV-aware routing keeps conversations on the worker holding their prefix; round-robin does not", () => {
+    const kv = replayPolicy(trace, "kv-aware", OPTS);
+    const rr = replayPolicy(trace, "round-robin", OPTS);
+    expect(kv.requests).toBe(trace.length);
+    expect(kv.hitRate).toBeGreaterThan(0.5);
+    expect(kv.hitRate).toBeGreaterThan(rr.hitRate * 1.5);
+    expect(kv.ttftP50Ms).toBeLessThan(rr.ttftP50Ms);
+  });
+
+  test("the oracle and KV-aware agree when the index has every event", () => {
+    const kv = replayPolicy(trace, "kv-aware", { ...OPTS, eventLagMs: 0 });
+    const oracle = replayPolicy(trace, "oracle", OPTS);
+    expect(kv.hitRate).toBeCloseTo(oracle.hitRate, 2);
+  });
+
+  test("a replay is deterministic for a seed", () => {
+    const a = replayPolicy(trace, "random", OPTS);
+    const b = replayPolicy(trace, "random", OPTS);
+    expect(a.cachedTokens).toBe(b.cachedTokens);
+    expect(a.ttftMs).toEqual(b.ttftMs);
+  });
+
+  test("with a cache too small for the conversations, blocks are evicted", () => {
+    const r = replayPolicy(trace, "round-robin", { ...OPTS, capacityBlocks: 400 });
+    expect(r.evictedBlocks).toBeGreaterThan(0);
+  });
+
+  test("replicas without replica-agg each know only their own load", () => {
+    const agg = replayPolicy(trace, "least-loaded", { ...OPTS, replicas: 2, replicaAgg: true });
+    const solo = replayPolicy(trace, "least-loaded", { ...OPTS, replicas: 2, replicaAgg: false });
+    expect(agg.label).toBe("least-loaded x2 agg");
+    expect(solo.label).toBe("least-loaded x2 no-agg");
+    // Two replicas alternating requests, each balancing only its own: both may pick the same idle worker.
+    expect(agg.instantImbalance).toBeLessThanOrEqual(solo.instantImbalance);
+  });
+});

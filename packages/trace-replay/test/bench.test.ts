@@ -1,0 +1,54 @@
+// The trace benchmark as a user runs it: a short replay of the Mooncake trace through the CLI.
+import { afterAll, describe, expect, test } from "bun:test";
+import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join, resolve } from "node:path";
+import type { ReportData } from "../src/report/data.ts";
+import { DEFAULT_TRACE_PATH } from "../src/trace.ts";
+
+const REPO_ROOT = resolve(import.meta.dir, "../../..");
+const out = mkdtempSync(join(tmpdir(), "trace-bench-"));
+afterAll(() => rmSync(out, { recursive: true, force: true }));
+
+describe.skipIf(!existsSync(DEFAULT_TRACE_PATH))("bun run bench:trace", () => {
+  // Default workers and capacity (8 x 32768 blocks), the first 300 requests of the trace.
+  test("a 300-request run writes a report with every series it claims, and KV-aware beats round-robin", () => {
+    const r = Bun.spawnSync(
+      ["bun", "run", "bench:trace", "--requests", "300", "--out", out, "--png", "off"],
+      { cwd: REPO_ROOT, stdout: "pipe", stderr: "pipe" },
+    );
+    const stdout = r.stdout.toString();
+    expect(r.exitCode, r.stderr.toString()).toBe(0);
+    expect(stdout).toContain("kv-aware x2 no-agg");
+
+    const html = readFileSync(join(out, "trace-bench.html"), "utf8");
+    // Self-contained: the chart library is inlined, nothing is fetched.
+    expect(html).not.toMatch(/<script[^>]+src=/);
+    expect(html).toContain("echarts");
+    const data = JSON.parse(/<script id="report-data" type="application\/json">(.*?)<\/script>/s.exec(html)![1]!) as ReportData;
+    const labels = ["kv-aware", "round-robin", "random", "least-loaded", "approx-prefix", "oracle", "kv-aware x2 agg", "kv-aware x2 no-agg", "approx-prefix x2"];
+    expect(data.hitRate.map((s) => s.name)).toEqual(labels);
+    expect(data.ttftCdf.map((s) => s.name)).toEqual(labels);
+    expect(data.workerLoad.map((s) => s.name)).toEqual(labels);
+    for (const s of data.hitRate) expect(s.points.some(([, y]) => y !== null && y > 0)).toBe(true);
+    for (const s of data.ttftCdf) expect(s.points.at(-1)![1]).toBe(1);
+    for (const run of data.workerLoad) {
+      expect(run.workers.map((w) => w.name)).toEqual(Array.from({ length: 8 }, (_, i) => `worker-${i}`));
+      expect(run.workers.some((w) => w.points.some(([, y]) => (y ?? 0) > 0))).toBe(true);
+    }
+    for (const label of labels) expect(html).toContain(`<td>${label}</td>`);
+
+    const { figures } = JSON.parse(readFileSync(join(out, "trace-bench.json"), "utf8")) as {
+      figures: { label: string; hitRate: number; requests: number }[];
+    };
+    const hit = (label: string) => figures.find((f) => f.label === label)!.hitRate;
+    expect(figures.every((f) => f.requests === 300)).toBe(true);
+    expect(hit("kv-aware")).toBeGreaterThan(hit("round-robin"));
+  }, 120_000);
+
+  test("a bad option is refused with its name", () => {
+    const r = Bun.spawnSync(["bun", "run", "bench:trace", "--workers", "zero"], { cwd: REPO_ROOT, stdout: "pipe", stderr: "pipe" });
+    expect(r.exitCode).toBe(2);
+    expect(r.stderr.toString()).toContain("--workers");
+  }, 30_000);
+});

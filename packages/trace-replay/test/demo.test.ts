@@ -1,0 +1,72 @@
+// `bun run demo` end to end on 127.0.6.x: real mock-worker and EPP processes, the ext_proc load
+// generator, the midway replica replacement; and Ctrl-C leaving nothing behind.
+import { afterAll, afterEach, describe, expect, test } from "bun:test";
+import { existsSync, mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join, resolve } from "node:path";
+import type { Subprocess } from "bun";
+import { DEFAULT_TRACE_PATH } from "../src/trace.ts";
+
+const REPO_ROOT = resolve(import.meta.dir, "../../..");
+const SUBNET = "127.0.6";
+const out = mkdtempSync(join(tmpdir(), "demo-"));
+let demo: Subprocess<"ignore", "pipe", "pipe"> | undefined;
+
+/** Processes whose command line names an address of the demo's subnet (its workers and replicas). */
+function leftovers(): string[] {
+  const ps = Bun.spawnSync(["ps", "-eo", "pid,args"], { stdout: "pipe" }).stdout.toString();
+  return ps.split("\n").filter((l) => l.includes(`${SUBNET}.`) && /mock-worker|epp/.test(l) && !l.includes("ps -eo"));
+}
+
+async function readUntil(stream: ReadableStream<Uint8Array>, pattern: RegExp, sink: string[]): Promise<void> {
+  const decoder = new TextDecoder();
+  for await (const chunk of stream) {
+    sink.push(decoder.decode(chunk));
+    if (pattern.test(sink.join(""))) return;
+  }
+}
+
+afterEach(async () => {
+  // A failed test must not leave the demo (and through it, its children) running.
+  if (demo && demo.exitCode === null) {
+    demo.kill("SIGTERM");
+    await demo.exited;
+  }
+  demo = undefined;
+});
+afterAll(() => rmSync(out, { recursive: true, force: true }));
+
+describe.skipIf(!existsSync(DEFAULT_TRACE_PATH))("bun run demo", () => {
+  test("50 requests through two EPP replicas, one replaced midway and recovered from the survivor", async () => {
+    demo = Bun.spawn(["bun", "run", "demo", "--requests", "50", "--time-scale", "20", "--subnet", SUBNET, "--out", out], {
+      cwd: REPO_ROOT,
+      stdout: "pipe",
+      stderr: "pipe",
+    });
+    const code = await demo.exited;
+    const stdout = await new Response(demo.stdout).text();
+    expect(code, `${stdout}\n${await new Response(demo.stderr).text()}`).toBe(0);
+    expect(stdout).toMatch(/recovery: epp-c recovered \d+ events .* from http:\/\/127\.0\.6\.3:9093 in \d+ ms/);
+    expect(stdout).toMatch(/requests\s+50 done \(50 ok, 0 routing errors, 0 worker errors\)/);
+    const report = /report: (\S+\.html)/.exec(stdout)?.[1];
+    expect(report && existsSync(report)).toBe(true);
+    expect(leftovers()).toEqual([]);
+  }, 180_000);
+
+  test("SIGINT stops every child process", async () => {
+    demo = Bun.spawn(["bun", "run", "demo", "--requests", "400", "--subnet", SUBNET, "--out", out], {
+      cwd: REPO_ROOT,
+      stdout: "pipe",
+      stderr: "pipe",
+    });
+    const seen: string[] = [];
+    await readUntil(demo.stdout, /EPP replicas ready/, seen);
+    expect(leftovers().length).toBeGreaterThanOrEqual(6); // 4 workers + 2 replicas (and their `bun run` parents)
+    // `bun run demo` is the parent of the demo process: signal the demo itself, as a terminal's Ctrl-C would.
+    const demoPids = Bun.spawnSync(["ps", "-o", "pid=", "--ppid", String(demo.pid)], { stdout: "pipe" }).stdout.toString().trim().split(/\s+/);
+    expect(demoPids.length).toBe(1);
+    process.kill(Number(demoPids[0]), "SIGINT");
+    await demo.exited;
+    expect(leftovers()).toEqual([]);
+  }, 180_000);
+});
