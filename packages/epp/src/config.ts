@@ -44,6 +44,7 @@ export const OPTIONS = {
   scrapeIntervalMs: { flag: "scrape-interval-ms", env: "DYN_EPP_SCRAPE_INTERVAL_MS", kind: "int", default: "1000", help: "vLLM /metrics scrape period (0: off)" },
   maxInflight: { flag: "max-inflight", env: "DYN_EPP_MAX_INFLIGHT", kind: "int", default: "0", help: "shed (429) above this many in-flight requests (0: off)" },
   bodyMode: { flag: "body-mode", env: "DYN_EPP_BODY_MODE", kind: "string", default: "auto", help: "ext_proc request body mode: auto|buffered|full-duplex" },
+  shutdownDelayMs: { flag: "shutdown-delay-ms", env: "DYN_EPP_SHUTDOWN_DELAY_MS", kind: "int", default: "0", help: "on SIGTERM, keep serving this long after NOT_SERVING before draining" },
   logLevel: { flag: "log-level", env: "DYN_EPP_LOG_LEVEL", kind: "string", default: "info", help: "pino level" },
 } as const satisfies Record<string, Option>;
 
@@ -112,6 +113,7 @@ export type EppConfig = {
   scrapeIntervalMs: number;
   maxInflight: number;
   bodyMode: BodyMode;
+  shutdownDelayMs: number;
   logLevel: string;
 };
 
@@ -241,6 +243,7 @@ export function parseConfig(argv: string[], env: Record<string, string | undefin
     scrapeIntervalMs: get<number>("scrapeIntervalMs")!,
     maxInflight: get<number>("maxInflight")!,
     bodyMode: bodyMode as BodyMode,
+    shutdownDelayMs: get<number>("shutdownDelayMs")!,
     logLevel,
   };
 }

@@ -222,7 +222,12 @@ export async function startEpp(cfg: EppConfig, o: { log?: Logger; kubeConfig?: K
     (stopping ??= (async () => {
       health.drain();
       recoveryAbort.abort(new Error("shutting down"));
-      log.info("draining: NOT_SERVING, waiting for in-flight streams");
+      // Gateways and endpoint controllers need a moment to see NOT_SERVING; keep routing until then.
+      if (cfg.shutdownDelayMs > 0) {
+        log.info({ ms: cfg.shutdownDelayMs }, "NOT_SERVING, still routing during the shutdown delay");
+        await Bun.sleep(cfg.shutdownDelayMs);
+      }
+      log.info("draining: waiting for in-flight streams");
       await shutdownGrpc(extProc, opts.graceMs ?? 30_000);
       healthServer.forceShutdown();
       selection.stop(true);

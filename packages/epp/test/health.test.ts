@@ -2,7 +2,7 @@
 import { afterAll, expect, test } from "bun:test";
 import { waitFor } from "@kv-epp/testkit";
 import { EXT_PROC_SERVICE } from "../src/extproc/protos.ts";
-import { HOST, checkHealth, healthClient, startTestEpp } from "./helpers.ts";
+import { HOST, body, checkHealth, extProcClient, headers, healthClient, setHeader, startTestEpp } from "./helpers.ts";
 
 const cleanups: (() => unknown)[] = [];
 afterAll(async () => {
@@ -64,4 +64,19 @@ test("an unknown service is NOT_FOUND; no peers configured means recovery_disabl
   const text = await (await fetch(`http://${HOST}:${epp.ports.metrics}/metrics`)).text();
   expect(text).toContain('dynamo_epp_kv_recovery_state{state="recovery_disabled"} 1');
   expect(text).toContain('dynamo_epp_kv_recovery_state{state="recovered"} 0');
+});
+
+test("during --shutdown-delay-ms the replica reports NOT_SERVING but still routes new requests", async () => {
+  const epp = await startTestEpp([{ id: "w", address: "127.0.4.19:8000", kvEvents: "tcp://127.0.4.19:1" }], { flags: ["--shutdown-delay-ms", "3000"] });
+  const h = healthClient(epp.ports.grpcHealth);
+  const c = extProcClient(epp.ports.grpc);
+  cleanups.push(() => c.close(), () => h.close());
+  const stopping = epp.stop({ graceMs: 200 });
+  expect(await checkHealth(h, "readiness")).toBe("NOT_SERVING");
+  const s = c.open();
+  s.send(headers());
+  s.send(body({ prompt: [1, 2, 3] }));
+  expect(setHeader((await s.next()).request_headers?.response, "x-gateway-destination-endpoint")).toBe("127.0.4.19:8000");
+  s.end();
+  await stopping;
 });
