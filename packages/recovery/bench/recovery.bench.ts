@@ -9,7 +9,7 @@ import { MiB } from "./fixture.ts";
 const here = import.meta.dir;
 const HOST = "127.0.3.200";
 
-type SenderInfo = { url: string; residencies: number; blocks: number; indexBytes: number; rssBeforeIndex: number; rssWithIndex: number; buildMs: number; gen: { ms: number; bytes: number; pieces: number } };
+type SenderInfo = { url: string; residencies: number; blocks: number; indexBytes: number; rssBeforeIndex: number; rssWithIndex: number; buildMs: number; gen: { ms: number; bytes: number; chunks: number } };
 type ReceiverOut = { mode: string; ms: number; events: number; bytes: number; residencies: number; blocks: number; indexBytes: number; rss0: number; peakRss: number };
 
 async function firstLine(stream: ReadableStream<Uint8Array>): Promise<string> {
