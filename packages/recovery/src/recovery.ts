@@ -30,6 +30,8 @@ export type RunRecoveryOptions = {
   limits?: Partial<DumpParserLimits>;
   /** Observes every state transition (logs, tests). */
   onState?: (s: RecoveryState) => void;
+  /** Keep the discovery running after recovery (to reuse it, e.g. for replica-agg peers); default: stop it. */
+  keepDiscovery?: boolean;
   /** Stops recovery (shutdown): the promise then rejects with the signal's reason. */
   signal?: AbortSignal;
 };
@@ -106,7 +108,7 @@ export async function runRecovery(opts: RunRecoveryOptions): Promise<RecoveryOut
     }
   } finally {
     unsubscribe();
-    await discovery.stop().catch(() => {});
+    if (!opts.keepDiscovery) await discovery.stop().catch(() => {});
   }
 }
 
