@@ -186,5 +186,8 @@ describe("recovery loop and the candidate model", () => {
     const disc = new ManualDiscovery([]);
     expect(await runRecovery({ discovery: disc, target: new MapIndex(), timeoutMs: 1000, logger: quietLogger() })).toEqual({ kind: "empty_bootstrap" });
     expect(disc.stopped).toBe(true);
+    const kept = new ManualDiscovery([]);
+    await runRecovery({ discovery: kept, target: new MapIndex(), timeoutMs: 1000, logger: quietLogger(), keepDiscovery: true });
+    expect(kept.stopped).toBe(false);
   });
 });
