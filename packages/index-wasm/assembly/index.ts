@@ -359,6 +359,7 @@ let totalUnknown: u64 = 0;
 let outBlocks: u32 = 0;
 let outUnknown: u32 = 0;
 let outRejected: u32 = 0;
+let outEvents: u32 = 0;
 let lastReject: u32 = 0; // 0 none, 1 unknown parent, 2 hash conflict
 
 function stored(w: u32, hasParent: bool, parentExt: u64, p: usize, n: u32): void {
@@ -410,9 +411,10 @@ export function clearWorker(w: u32): u32 {
  * `count` external hashes (removed). Returns the words consumed; tallies are read with the getters.
  */
 export function applyBatch(p: usize, words: u32): u32 {
-  outBlocks = 0; outUnknown = 0; outRejected = 0;
+  outBlocks = 0; outUnknown = 0; outRejected = 0; outEvents = 0;
   let i: u32 = 0;
   while (i < words) {
+    outEvents++;
     const h = load<u64>(p + (<usize>i << 3));
     const kind = <u32>(h & 0xff);
     const w = <u32>((h >> 8) & 0xffffff);
@@ -436,6 +438,7 @@ export function applyBatch(p: usize, words: u32): u32 {
   return i;
 }
 
+export function batchEvents(): u32 { return outEvents; }
 export function batchBlocks(): u32 { return outBlocks; }
 export function batchUnknown(): u32 { return outUnknown; }
 export function batchRejected(): u32 { return outRejected; }

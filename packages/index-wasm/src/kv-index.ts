@@ -141,7 +141,7 @@ export class KvIndex {
     this.views();
     this.u64.set(words, ptr / 8);
     this.ex.applyBatch(ptr, words.length);
-    return { events: -1, blocks: this.ex.batchBlocks(), unknown: this.ex.batchUnknown(), rejected: this.ex.batchRejected() };
+    return { events: this.ex.batchEvents(), blocks: this.ex.batchBlocks(), unknown: this.ex.batchUnknown(), rejected: this.ex.batchRejected() };
   }
 
   /** The slot a worker has in this index (assigned on first use), for applyEncoded callers. */

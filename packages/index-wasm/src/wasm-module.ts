@@ -46,6 +46,7 @@ export function indexModule(): WebAssembly.Module {
 export type IndexExports = {
   memory: WebAssembly.Memory;
   applyBatch(p: number, words: number): number;
+  batchEvents(): number;
   batchBlocks(): number;
   batchUnknown(): number;
   batchRejected(): number;
