@@ -1,5 +1,6 @@
 // Test fixtures for the EPP: an ext_proc client over the same protos, an in-process EPP from a static
 // config, and KV event publishers standing in for workers' ZMQ endpoints.
+import { setDefaultTimeout } from "bun:test";
 import { mkdtempSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -12,6 +13,9 @@ import { parseConfig } from "../src/config.ts";
 import type { ProcessingRequest } from "../src/extproc/messages.ts";
 import { loadProtos } from "../src/extproc/protos.ts";
 import { startEpp, type EppHandle } from "../src/main.ts";
+
+// Real processes and sockets on a shared 2-core machine: generous per-test budget (waits are polled).
+setDefaultTimeout(30_000);
 
 export const HOST = "127.0.4.1";
 export const BLOCK = 16;
