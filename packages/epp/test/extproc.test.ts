@@ -125,6 +125,19 @@ describe("ext_proc", () => {
     s.end();
   });
 
+  test("a body ended by request trailers (no end_of_stream) is routed, then the trailers answered", async () => {
+    const s = client.open();
+    s.send({ ...headers(), protocol_config: { request_body_mode: "FULL_DUPLEX_STREAMED" } });
+    s.send(body({ prompt: promptA }, false));
+    s.send({ request_trailers: { trailers: { headers: [] } } });
+    const h = await s.next();
+    expect(setHeader(h.request_headers?.response, "x-gateway-destination-endpoint")).toBe(A);
+    const b = await s.next();
+    expect(b.request_body?.response?.body_mutation?.streamed_response?.end_of_stream).toBeFalsy();
+    expect((await s.next()).response).toBe("request_trailers");
+    s.end();
+  });
+
   test("a chat request is tokenized and routed to the worker holding its rendered prompt", async () => {
     const s = client.open();
     s.send(headers("/v1/chat/completions"));

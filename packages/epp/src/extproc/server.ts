@@ -108,7 +108,7 @@ class ProcessStream {
 
     if (msg.request_headers) return this.#onRequestHeaders(msg);
     if (msg.request_body) return this.#onRequestBody(msg.request_body.body ?? EMPTY, msg.request_body.end_of_stream === true);
-    if (msg.request_trailers) return this.#send(continueResponse("request_trailers"));
+    if (msg.request_trailers) return this.#onRequestTrailers();
     if (msg.response_headers) {
       const status = findHeader(msg.response_headers.headers, ":status");
       if (status && status !== "200") this.deps.log.debug({ status }, "upstream answered non-200");
@@ -165,7 +165,14 @@ class ProcessStream {
     this.#decide(concat(req.chunks, req.bytes), "body");
   }
 
-  #decide(body: Uint8Array, at: "headers" | "body"): void {
+  /** Trailers end a body that never carried end_of_stream: decide now, then answer the trailers. */
+  #onRequestTrailers(): void {
+    const req = this.#req;
+    if (req && !req.decided) this.#decide(concat(req.chunks, req.bytes), "body", false);
+    this.#send(continueResponse("request_trailers"));
+  }
+
+  #decide(body: Uint8Array, at: "headers" | "body", bodyEnds = true): void {
     const req = this.#req!;
     req.decided = true;
     const started = performance.now();
@@ -213,10 +220,10 @@ class ProcessStream {
     } else if (this.#fullDuplex) {
       this.#send(routedHeaders(route));
       // The body was held back until the route was known; hand it back in bounded chunks.
-      if (body.length === 0) this.#send(streamedBody("request_body", EMPTY, true));
+      if (body.length === 0) this.#send(streamedBody("request_body", EMPTY, bodyEnds));
       for (let off = 0; off < body.length; off += STREAM_CHUNK) {
         const end = Math.min(off + STREAM_CHUNK, body.length);
-        this.#send(streamedBody("request_body", body.subarray(off, end), end === body.length));
+        this.#send(streamedBody("request_body", body.subarray(off, end), bodyEnds && end === body.length));
       }
     } else {
       this.#send(routedBody(route));
