@@ -67,6 +67,7 @@ export function benchReportData(o: BenchOptions, results: RunResult[], targets: 
     ],
     table: { columns: TABLE_COLUMNS, rows: tableRows(results) },
     timeAxis: "virtual minutes",
+    ttftAxis: "TTFT (ms, simulated: queueing + prefill)",
     hitRate: results.map((r) => ({
       name: r.label,
       points: r.series.hitRate.map((h, b) => [minutes(b, r.series.bucketMs), h]),

@@ -9,9 +9,9 @@ const port = z.coerce.number().int().min(1).max(65535);
 const schema = z.object({
   trace: z.string().min(1).default(DEFAULT_TRACE_PATH),
   workers: positiveInt.max(200).default(4),
-  // 16384 blocks x 16 tokens = 256k tokens per worker, against ~40k prompt tokens per second of trace:
-  // caches turn over within seconds, so where a conversation's next turn lands decides its hits.
-  "capacity-blocks": positiveInt.default(16384),
+  // 65536 blocks x 16 tokens = 1M tokens per worker, against ~40k prompt tokens per second of trace:
+  // caches turn over within a minute or two, so where a conversation's next turn lands decides its hits.
+  "capacity-blocks": positiveInt.default(65536),
   "block-size": positiveInt.default(16),
   /** seconds of trace to replay */
   duration: z.coerce.number().positive().default(180),

@@ -35,8 +35,9 @@ export function demoReportData(o: DemoOptions, s: DemoStats, recovery: RecoveryR
       ["trace", `${o.tracePath}, ${o.durationS} s at ${o.timeScale}x`],
       ["workers", `${o.workers} x ${o.capacityBlocks} blocks of ${o.blockSize} tokens, timing speed ${o.speed}`],
     ],
-    table: { columns: ["", ""], rows: summaryRows(s, recovery) },
+    table: { columns: ["summary", ""], rows: summaryRows(s, recovery) },
     timeAxis: "seconds since start",
+    ttftAxis: "TTFT (ms, measured at the load generator)",
     hitRate: [{ name: "kv-aware (EPP)", points: s.hitSeries() }],
     ttftCdf: [{ name: "kv-aware (EPP)", points: cdfPoints(s.ttftMs) }],
     workerLoad: [

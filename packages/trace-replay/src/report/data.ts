@@ -13,6 +13,8 @@ export type ReportData = {
   timeAxis: string;
   /** the main chart: prefix-cache hit rate over time, one line per run */
   hitRate: { name: string; points: Points }[];
+  /** x-axis name of the TTFT chart (simulated or measured) */
+  ttftAxis: string;
   /** TTFT distribution per run: [ttft ms, fraction of requests <= it] */
   ttftCdf: { name: string; points: [number, number][] }[];
   /** per run, per worker: in-flight requests over time */

@@ -56,7 +56,7 @@ chart("chart-hit", {
   series: data.hitRate.map((s) => ({ name: s.name, type: "line", showSymbol: false, connectNulls: true, data: s.points })),
 });
 chart("chart-ttft", {
-  xAxis: { type: "log", name: "TTFT (ms, simulated)", nameLocation: "middle", nameGap: 28 },
+  xAxis: { type: "log", name: data.ttftAxis, nameLocation: "middle", nameGap: 28 },
   yAxis: { type: "value", name: "fraction of requests", min: 0, max: 1 },
   series: data.ttftCdf.map((s) => ({ name: s.name, type: "line", showSymbol: false, step: "end", data: s.points })),
 });
