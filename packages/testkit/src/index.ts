@@ -10,3 +10,4 @@ export { renderKustomization, renderWithKubectl, rbacAuthorizer, strategicMerge 
 export { SimCluster, type SimClusterOptions, type SimPodSpec, type SimService, type PodIdentity, type Probe } from "./cluster/sim.ts";
 export { HealthProbe, healthServiceDefinition, type HealthCheckRequest, type ServingStatus, type ProbeResult } from "./cluster/grpc-health.ts";
 export { SimDeployment, type SimDeploymentOptions } from "./cluster/deployment.ts";
+export { podSpecFromTemplate, simDeploymentFromManifest, simServiceFromManifest, type ManifestRuntime, type PodTemplate, type ContainerSpec } from "./cluster/manifest.ts";

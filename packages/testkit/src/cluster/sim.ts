@@ -30,9 +30,15 @@ export type SimPodSpec = {
   ip?: string; // default: the next free address of the cluster's range
   preStopMs?: number; // default 0
   terminationGraceMs?: number; // default 5000
+  /**
+   * Pod readiness gates (`spec.readinessGates`): condition types that must be True, besides the
+   * probe, for the pod to be Ready. They start False; `SimCluster.setReadinessGate` sets them.
+   */
+  readinessGates?: string[];
 };
 
-export type SimService = { name: string; selector: Record<string, string>; ports: { name: string; port: number }[] };
+/** `targetPort` (default `port`) is the container port the EndpointSlice names, as a Service's targetPort resolves. */
+export type SimService = { name: string; selector: Record<string, string>; ports: { name: string; port: number; targetPort?: number }[] };
 
 type PodPhase = "Pending" | "Running" | "Succeeded" | "Failed";
 
@@ -42,7 +48,9 @@ type PodState =
   | { kind: "gone" };
 
 class SimPod {
-  ready = false;
+  /** The last readiness probe passed (the process's own view, gates aside). */
+  probeOk = false;
+  readonly gates: Map<string, boolean>;
   state: PodState = { kind: "running" };
   phase: PodPhase = "Running";
   private probing = false;
@@ -56,31 +64,34 @@ class SimPod {
     readonly process: ProcessHandle,
   ) {
     this.removed = new Promise((r) => (this.markRemoved = r));
+    this.gates = new Map((spec.readinessGates ?? []).map((g) => [g, false]));
     const probe = spec.readiness ?? "running";
     if (typeof probe === "object" && "grpc" in probe) this.grpcProbe = new HealthProbe(`${identity.ip}:${probe.grpc.port}`);
   }
 
+  /** Ready as the kubelet reports it: probe passed, every readiness gate True, process running. */
+  get ready(): boolean {
+    return this.probeOk && this.process.running && [...this.gates.values()].every(Boolean);
+  }
+
   /** One readiness probe; resolves to whether the pod's readiness changed. */
   async probe(): Promise<boolean> {
-    if (this.probing || !this.process.running) {
-      const was = this.ready;
-      if (!this.process.running) this.ready = false;
-      return was !== this.ready;
+    const was = this.ready;
+    if (!this.process.running) this.probeOk = false;
+    else if (!this.probing) {
+      this.probing = true;
+      try {
+        this.probeOk = await probeOnce(this.spec.readiness ?? "running", this.identity.ip, this.grpcProbe);
+      } finally {
+        this.probing = false;
+      }
     }
-    this.probing = true;
-    try {
-      const ready = await probeOnce(this.spec.readiness ?? "running", this.identity.ip, this.grpcProbe);
-      const changed = ready !== this.ready;
-      this.ready = ready && this.process.running;
-      return changed;
-    } finally {
-      this.probing = false;
-    }
+    return was !== this.ready;
   }
 
   gone(): void {
     this.state = { kind: "gone" };
-    this.ready = false;
+    this.probeOk = false;
     this.grpcProbe?.close();
     this.markRemoved();
   }
@@ -160,7 +171,7 @@ export class SimCluster {
       apiVersion: "v1",
       kind: "Service",
       metadata: { name: svc.name, namespace: this.namespace },
-      spec: { selector: svc.selector, ports: svc.ports.map((p) => ({ name: p.name, port: p.port, targetPort: p.port, protocol: "TCP" })) },
+      spec: { selector: svc.selector, ports: svc.ports.map((p) => ({ name: p.name, port: p.port, targetPort: p.targetPort ?? p.port, protocol: "TCP" })) },
     });
     this.reconcileSlices();
   }
@@ -174,7 +185,11 @@ export class SimCluster {
       apiVersion: "v1",
       kind: "Pod",
       metadata: { name: spec.name, namespace: this.namespace, labels: spec.labels, finalizers: [FINALIZER] },
-      spec: { nodeName: "sim-node", containers: [{ name: "main", image: "sim", ports: spec.ports ?? [] }] },
+      spec: {
+        nodeName: "sim-node",
+        containers: [{ name: "main", image: "sim", ports: spec.ports ?? [] }],
+        readinessGates: (spec.readinessGates ?? []).map((conditionType) => ({ conditionType })),
+      },
       status: { phase: "Pending" },
     });
     const identity: PodIdentity = { name: spec.name, namespace: this.namespace, ip, uid: created.metadata!.uid! };
@@ -196,7 +211,7 @@ export class SimCluster {
     this.pods.set(spec.name, pod);
     void process.exited.then((code) => {
       if (pod.state.kind === "running") pod.phase = code === 0 ? "Succeeded" : "Failed";
-      pod.ready = false;
+      pod.probeOk = false;
       this.writePodStatus(pod);
       this.reconcileSlices();
     });
@@ -218,6 +233,24 @@ export class SimCluster {
 
   isReady(name: string): boolean {
     return this.pods.get(name)?.ready ?? false;
+  }
+
+  /** The pod's last readiness probe passed (whatever its readiness gates say). */
+  probePassing(name: string): boolean {
+    return this.pods.get(name)?.probeOk ?? false;
+  }
+
+  /**
+   * Sets a readiness gate's condition, as the controller owning that gate would. A test holds pods
+   * out of the EndpointSlices with it, e.g. so that replicas started together cannot see each other
+   * ready whatever their start-up speed.
+   */
+  setReadinessGate(name: string, conditionType: string, status: boolean): void {
+    const pod = this.mustGet(name);
+    if (!pod.gates.has(conditionType)) throw new Error(`pod ${name} has no readiness gate ${conditionType}`);
+    pod.gates.set(conditionType, status);
+    this.writePodStatus(pod);
+    this.reconcileSlices();
   }
 
   /** Names of pods that exist (not yet removed), optionally only those matching a label selector. */
@@ -295,10 +328,11 @@ export class SimCluster {
       conditions: [
         { type: "PodScheduled", status: "True" },
         { type: "Initialized", status: "True" },
-        { type: "ContainersReady", status: ready },
+        ...[...pod.gates].map(([type, on]) => ({ type, status: on ? "True" : "False" })),
+        { type: "ContainersReady", status: pod.probeOk && pod.process.running ? "True" : "False" },
         { type: "Ready", status: ready },
       ],
-      containerStatuses: [{ name: "main", ready: pod.ready, started: pod.process.running, restartCount: 0, image: "sim", imageID: "sim", state: pod.process.running ? { running: {} } : { terminated: { exitCode: 0 } } }],
+      containerStatuses: [{ name: "main", ready: pod.probeOk && pod.process.running, started: pod.process.running, restartCount: 0, image: "sim", imageID: "sim", state: pod.process.running ? { running: {} } : { terminated: { exitCode: 0 } } }],
     };
     if (JSON.stringify(current.status) === JSON.stringify(status)) return;
     this.api.upsert({ ...current, status });
@@ -330,7 +364,7 @@ export class SimCluster {
         },
         addressType: "IPv4",
         endpoints,
-        ports: svc.ports.map((p) => ({ name: p.name, port: p.port, protocol: "TCP" })),
+        ports: svc.ports.map((p) => ({ name: p.name, port: p.targetPort ?? p.port, protocol: "TCP" })),
       };
       const current = this.api.get("EndpointSlice", this.namespace, `${svc.name}-sim`);
       if (current && JSON.stringify(current.endpoints) === JSON.stringify(endpoints) && JSON.stringify(current.ports) === JSON.stringify(slice.ports)) continue;

@@ -1,0 +1,187 @@
+// deploy/base, running in the cluster simulation: the rendered kustomization's InferencePool,
+// Services, Roles and both Deployments, with the EPP and the mock worker as real processes, each pod
+// on its own 127.0.5.x address with the standard ports. The fake API server holds every client to the
+// Roles bound to the EPP's service account, so a request the manifests do not grant fails the run.
+import { join } from "node:path";
+import {
+  rbacAuthorizer,
+  renderKustomization,
+  SimCluster,
+  simDeploymentFromManifest,
+  simServiceFromManifest,
+  startFakeKubeApi,
+  waitFor,
+  type FakeKubeApi,
+  type KubeObject,
+  type PodTemplate,
+  type SimDeployment,
+} from "@kv-epp/testkit";
+import { heldPorts } from "./ports.ts";
+
+export const REPO_ROOT = join(import.meta.dir, "..", "..", "..");
+export const DEPLOY_BASE = join(REPO_ROOT, "deploy", "base");
+
+const EPP_DEPLOYMENT = "dynamo-epp";
+const WORKER_DEPLOYMENT = "vllm-mock";
+const KV_EVENTS_PORT = 5557;
+// When another process holds 5557 on the wildcard address (a shared machine), the workers publish
+// here instead and the EPPs are told so, both through their manifests' own knobs.
+const FALLBACK_KV_EVENTS_PORT = 15557;
+const EPP_PORTS = [9002, 9003, 9090, 9092, 9093];
+const WORKER_PORTS = [8000];
+
+/** The readiness gate that holds replicas started together out of the EndpointSlices (see `coldStart`). */
+export const COLD_START_GATE = "kv-epp.dev/cold-start";
+
+const byKindName = (objs: KubeObject[], kind: string, name: string): KubeObject => {
+  const o = objs.find((x) => x.kind === kind && x.metadata?.name === name);
+  if (!o) throw new Error(`${kind}/${name} is not in the rendered manifests`);
+  return o;
+};
+
+type RoleBinding = KubeObject & { roleRef: { kind: string; name: string }; subjects?: { kind: string; name: string }[] };
+
+/** The Roles bound to a service account by the manifests' RoleBindings. */
+export function rolesOf(objs: KubeObject[], serviceAccount: string): KubeObject[] {
+  const names = objs
+    .filter((o): o is RoleBinding => o.kind === "RoleBinding")
+    .filter((b) => b.subjects?.some((s) => s.kind === "ServiceAccount" && s.name === serviceAccount))
+    .map((b) => b.roleRef.name);
+  return objs.filter((o) => o.kind === "Role" && names.includes(o.metadata?.name ?? ""));
+}
+
+const templateOf = (d: KubeObject) => (d as KubeObject & { spec: { template: PodTemplate } }).spec.template;
+
+/** Edits the rendered objects so workers publish, and EPPs subscribe, on another KV-event port. */
+function moveKvEventsPort(objs: KubeObject[], port: number): void {
+  const worker = templateOf(byKindName(objs, "Deployment", WORKER_DEPLOYMENT)).spec.containers[0]!;
+  worker.args = worker.args?.map((a) => a.replace(`:${KV_EVENTS_PORT}`, `:${port}`));
+  for (const p of worker.ports ?? []) if (p.containerPort === KV_EVENTS_PORT) p.containerPort = port;
+  const epp = templateOf(byKindName(objs, "Deployment", EPP_DEPLOYMENT)).spec.containers[0]!;
+  const env = epp.env?.find((e) => e.name === "DYN_EPP_KV_EVENTS_PORT");
+  if (!env) throw new Error("the EPP Deployment sets no DYN_EPP_KV_EVENTS_PORT");
+  env.value = String(port);
+}
+
+export type SimulatedClusterOptions = {
+  /** The kustomization to run (default deploy/base). */
+  kustomization?: string;
+  /** First host of the pods' addresses in 127.0.5.0/24 (default 100: clear of the testkit's own tests). */
+  firstHost?: number;
+  /** Kubelet probe and EndpointSlice period (default 100 ms). */
+  periodMs?: number;
+};
+
+export class SimulatedCluster {
+  /** The Deployment's pods as they are started from now on carry the cold-start readiness gate. */
+  private gateNewEpps = false;
+
+  private constructor(
+    readonly api: FakeKubeApi,
+    readonly sim: SimCluster,
+    readonly namespace: string,
+    readonly manifests: KubeObject[],
+    readonly epps: SimDeployment,
+    readonly workers: SimDeployment,
+    readonly kvEventsPort: number,
+  ) {}
+
+  static async start(opts: SimulatedClusterOptions = {}): Promise<SimulatedCluster> {
+    const objs = renderKustomization(opts.kustomization ?? DEPLOY_BASE);
+    const eppDeployment = byKindName(objs, "Deployment", EPP_DEPLOYMENT);
+    const workerDeployment = byKindName(objs, "Deployment", WORKER_DEPLOYMENT);
+    const namespace = eppDeployment.metadata?.namespace ?? "default";
+
+    const probeIp = `127.0.5.${(opts.firstHost ?? 100) - 1}`;
+    const held = await heldPorts(probeIp, [...EPP_PORTS, ...WORKER_PORTS]);
+    if (held.length > 0) throw new Error(`ports ${held.join(", ")} are held on the wildcard address by another process: the simulated pods cannot bind them`);
+    let kvEventsPort = KV_EVENTS_PORT;
+    if ((await heldPorts(probeIp, [KV_EVENTS_PORT])).length > 0) {
+      kvEventsPort = FALLBACK_KV_EVENTS_PORT;
+      console.warn(`cluster-sim: port ${KV_EVENTS_PORT} is held on the wildcard address by another process; KV events use ${kvEventsPort}`);
+      moveKvEventsPort(objs, kvEventsPort);
+    }
+
+    const serviceAccount = templateOf(eppDeployment).spec.serviceAccountName ?? "default";
+    const api = await startFakeKubeApi({ host: "127.0.5.1", port: 0, namespace, authorize: rbacAuthorizer(rolesOf(objs, serviceAccount)) });
+    const sim = new SimCluster(api, { namespace, firstHost: opts.firstHost ?? 100, periodMs: opts.periodMs ?? 100 });
+    for (const o of objs) {
+      if (o.kind === "InferencePool") api.upsert(o);
+      if (o.kind === "Service") {
+        const selector = (o as KubeObject & { spec: { selector?: Record<string, string> } }).spec.selector ?? {};
+        const target = [eppDeployment, workerDeployment].find((d) => Object.entries(selector).every(([k, v]) => templateOf(d).metadata?.labels?.[k] === v));
+        sim.addService(simServiceFromManifest(o, target && templateOf(target)));
+      }
+    }
+
+    const entrypoints = {
+      epp: [process.execPath, "packages/epp/src/main.ts"],
+      "mock-worker": [process.execPath, "packages/mock-worker/src/main.ts"],
+    };
+    let cluster: SimulatedCluster | undefined;
+    const workers = simDeploymentFromManifest(sim, workerDeployment, { entrypoints, cwd: REPO_ROOT });
+    const epps = simDeploymentFromManifest(sim, eppDeployment, {
+      entrypoints,
+      cwd: REPO_ROOT,
+      // The EPP binds every server on DYN_EPP_LISTEN (default the wildcard): each pod gets its own IP.
+      env: (pod) => ({ DYN_EPP_LISTEN: pod.ip }),
+      extra: () => (cluster?.gateNewEpps ?? true ? { readinessGates: [COLD_START_GATE] } : {}),
+    });
+    cluster = new SimulatedCluster(api, sim, namespace, objs, epps, workers, kvEventsPort);
+    cluster.gateNewEpps = true; // the first replicas start cold, together
+    return cluster;
+  }
+
+  ip(pod: string): string {
+    const ip = this.api.get("Pod", this.namespace, pod)?.status as { podIP?: string } | undefined;
+    if (!ip?.podIP) throw new Error(`pod ${pod} has no IP`);
+    return ip.podIP;
+  }
+
+  /** Replicas started from now on are held unready by the cold-start gate until `coldStart` opens it. */
+  holdNewEpps(on: boolean): void {
+    this.gateNewEpps = on;
+  }
+
+  /**
+   * Replicas that start together, cold: each must become SERVING on its own (its probe passing) while
+   * every sibling is still held out of the EndpointSlices, whatever their start-up speeds, which is
+   * the deadlock the recovery rules forbid (a replica waiting for a sibling that waits for it). Then
+   * the gate opens and they turn Ready. Returns the pods.
+   */
+  async coldStart(count: number, timeoutMs = 60_000): Promise<string[]> {
+    const pods = await waitFor(() => {
+      const gated = this.epps.pods().filter((p) => this.sim.podState(p) === "running" && !this.sim.isReady(p));
+      return gated.length === count ? gated : undefined;
+    }, { timeoutMs, message: `${count} new EPP pods` });
+    this.gateNewEpps = false;
+    await waitFor(() => pods.every((p) => this.sim.probePassing(p)), { timeoutMs, message: `${pods.join(", ")} SERVING on their own (no deadlock)` });
+    for (const p of pods) this.sim.setReadinessGate(p, COLD_START_GATE, true);
+    await waitFor(() => pods.every((p) => this.sim.isReady(p)), { timeoutMs, message: `${pods.join(", ")} Ready` });
+    return pods;
+  }
+
+  /** Ready, not terminating EPP pods as the peer Service's EndpointSlice lists them. */
+  readyEpps(): string[] {
+    return this.epps.readyPods().sort();
+  }
+
+  /** Addresses of the ready endpoints of a Service's EndpointSlice, as a gateway or kube-proxy uses them. */
+  readyAddresses(service: string): string[] {
+    const slice = this.api.get("EndpointSlice", this.namespace, `${service}-sim`) as
+      | (KubeObject & { endpoints?: { addresses: string[]; conditions?: { ready?: boolean } }[] })
+      | undefined;
+    return (slice?.endpoints ?? []).filter((e) => e.conditions?.ready).flatMap((e) => e.addresses);
+  }
+
+  readyWorkers(): string[] {
+    return this.workers.readyPods().sort();
+  }
+
+  async close(): Promise<void> {
+    this.epps.stop();
+    this.workers.stop();
+    await this.sim.close();
+    await this.api.close();
+  }
+}

@@ -1,0 +1,89 @@
+// What the scenario reads from the processes, through their own interfaces only: an EPP's /dump,
+// /workers and recovery-state metric, a mock worker's cache usage, and the order of log lines.
+import { readDump } from "@kv-epp/recovery";
+
+export type EppPorts = { metrics: number; selection: number };
+const EPP_PORTS: EppPorts = { metrics: 9090, selection: 9093 };
+
+/**
+ * An EPP's /dump as a sorted list of canonical events: model key, block size, worker, rank, parent
+ * and blocks (u64 values as exact decimal strings). Event ids are left out: each replica numbers its
+ * own events.
+ */
+export async function dumpEvents(eppIp: string, ports: EppPorts = EPP_PORTS): Promise<string[]> {
+  const res = await fetch(`http://${eppIp}:${ports.selection}/dump`, { signal: AbortSignal.timeout(15_000) });
+  if (!res.ok || !res.body) throw new Error(`${eppIp} /dump answered ${res.status}`);
+  const out: string[] = [];
+  for await (const { key, blockSize, event: e } of readDump(res.body)) {
+    out.push(JSON.stringify([key, blockSize, e.workerId, e.dpRank, e.parentHash?.toString() ?? null, e.blocks.map((b) => [b.blockHash.toString(), b.tokensHash.toString()])]));
+  }
+  return out.sort();
+}
+
+/**
+ * The blocks of canonical events, one fact per block (its worker, rank, parent, hash, tokens hash):
+ * the index's content whatever the chains were cut into events, for "contains" comparisons.
+ */
+export function blockFacts(events: string[]): Set<string> {
+  const facts = new Set<string>();
+  for (const line of events) {
+    const [key, , worker, rank, parent, blocks] = JSON.parse(line) as [string, number, string, number, string | null, [string, string][]];
+    let prev = parent;
+    for (const [hash, tokens] of blocks) {
+      facts.add(JSON.stringify([key, worker, rank, prev, hash, tokens]));
+      prev = hash;
+    }
+  }
+  return facts;
+}
+
+export type RecoveryStateName = "recovered" | "empty_bootstrap" | "recovery_disabled";
+
+/** The state `dynamo_epp_kv_recovery_state{state}` reports as 1; undefined before recovery has ended. */
+export async function recoveryState(eppIp: string, ports: EppPorts = EPP_PORTS): Promise<RecoveryStateName | undefined> {
+  const text = await (await fetch(`http://${eppIp}:${ports.metrics}/metrics`, { signal: AbortSignal.timeout(5000) })).text();
+  const m = /^dynamo_epp_kv_recovery_state\{state="(\w+)"\} 1$/m.exec(text);
+  return m?.[1] as RecoveryStateName | undefined;
+}
+
+export type EppWorker = { worker_id: string; dp_rank: number; address: string; connected: boolean; blocks: number };
+
+export async function eppWorkers(eppIp: string, ports: EppPorts = EPP_PORTS): Promise<EppWorker[]> {
+  const res = await fetch(`http://${eppIp}:${ports.selection}/workers`, { signal: AbortSignal.timeout(5000) });
+  return ((await res.json()) as EppWorker[]).sort((a, b) => a.worker_id.localeCompare(b.worker_id) || a.dp_rank - b.dp_rank);
+}
+
+/**
+ * Blocks a mock worker's cache holds, summed over ranks: `vllm:kv_cache_usage_perc` times the
+ * capacity, which vLLM reports as `vllm:cache_config_info{num_gpu_blocks}` (or `vllm:num_gpu_blocks`).
+ */
+export async function workerCachedBlocks(address: string): Promise<number> {
+  const text = await (await fetch(`http://${address}/metrics`, { signal: AbortSignal.timeout(5000) })).text();
+  const samples = (name: string) => [...text.matchAll(new RegExp(`^${name}\\{([^}]*)\\} (\\S+)$`, "gm"))].map((m) => ({ labels: m[1]!, value: Number(m[2]) }));
+  const label = (labels: string, key: string) => new RegExp(`(?:^|,)${key}="([^"]*)"`).exec(labels)?.[1];
+  const capacity = new Map<string, number>();
+  for (const s of samples("vllm:num_gpu_blocks")) capacity.set(label(s.labels, "engine") ?? "0", s.value);
+  for (const s of samples("vllm:cache_config_info")) capacity.set(label(s.labels, "engine") ?? "0", Number(label(s.labels, "num_gpu_blocks")));
+  let blocks = 0;
+  for (const s of samples("vllm:kv_cache_usage_perc")) {
+    const cap = capacity.get(label(s.labels, "engine") ?? "0");
+    if (cap === undefined || !Number.isFinite(cap)) throw new Error(`${address}: no cache capacity in /metrics`);
+    blocks += Math.round(s.value * cap);
+  }
+  return blocks;
+}
+
+/** The `msg` of each JSON (pino) log line, in order; other lines are skipped. */
+export function logMessages(lines: readonly string[]): string[] {
+  const out: string[] = [];
+  for (const line of lines) {
+    if (!line.startsWith("{")) continue;
+    try {
+      const msg = (JSON.parse(line) as { msg?: unknown }).msg;
+      if (typeof msg === "string") out.push(msg);
+    } catch {
+      // not a log record
+    }
+  }
+  return out;
+}
