@@ -127,6 +127,8 @@ describe("dump handler", () => {
     const broken = { models: () => { throw new Error("index unavailable"); } };
     const p = startPeer(dumpHandler({ source: broken, ready: () => true, logger: quietLogger() }));
     servers.push({ stop: p.stop });
+    // The static-peer probe (HEAD) never walks the index: it still says "serving".
+    expect((await fetch(`${p.peer.url}/dump`, { method: "HEAD" })).status).toBe(200);
     const res = await fetch(`${p.peer.url}/dump`);
     expect(res.status).toBe(500);
     expect(await res.json()).toEqual({ error: "dump failed: index unavailable" });
