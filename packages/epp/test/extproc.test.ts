@@ -47,10 +47,10 @@ beforeAll(async () => {
     { id: "worker-b", address: B, kvEvents: evB.endpoint },
   ]);
   await waitFor(() => evA.pub.subscriberCount > 0 && evB.pub.subscriberCount > 0, { message: "listeners connected" });
-  evA.storePrompt(promptA);
+  await evA.storeUntil(promptA, async () => (await overlap(promptA))["worker-a"]?.["0"] === 6);
   // B holds the chat prompt as the byte-level fallback tokenizes it (the EPP has no tokenizer dir).
-  evB.storePrompt(Array.from(createPreprocessor({}).encodeChat(chatMessages)));
-  await waitFor(async () => (await overlap(promptA))["worker-a"]?.["0"] === 6, { message: "A's blocks indexed" });
+  const chat = Array.from(createPreprocessor({}).encodeChat(chatMessages));
+  await evB.storeUntil(chat, async () => (await overlap(chat))["worker-b"]?.["0"] === Math.floor(chat.length / 16));
   client = extProcClient(epp.ports.grpc);
 });
 

@@ -142,8 +142,6 @@ export function tokens(n: number, seed: number): number[] {
 
 /** A stand-in for a worker's KV event endpoint: publishes BlockStored batches like vLLM. */
 export class FakeWorkerEvents {
-  #parent: bigint | null = null;
-  #next = 1n;
   private constructor(readonly pub: KvEventPublisher) {}
 
   static async start(host = HOST, port = 0): Promise<FakeWorkerEvents> {
@@ -154,10 +152,21 @@ export class FakeWorkerEvents {
     return this.pub.endpoint;
   }
 
-  /** Stores a whole prompt's full blocks as one chain (fresh external hashes). */
+  /**
+   * Stores a prompt's full blocks as one chain. External hashes are derived from the content (as vLLM's
+   * are), so publishing the same prompt again is idempotent.
+   */
   storePrompt(ids: number[], blockSize = BLOCK): void {
-    const n = Math.floor(ids.length / blockSize);
-    const hashes = Array.from({ length: n }, () => this.#next++ + 1000n * BigInt(this.pub.endpoint.length));
+    const local = computeBlockHashes(Uint32Array.from(ids), blockSize);
+    const hashes: bigint[] = [];
+    const buf = new BigUint64Array(2);
+    let parent = 0n;
+    for (const t of local) {
+      buf[0] = parent;
+      buf[1] = t;
+      parent = Bun.hash.xxHash3(new Uint8Array(buf.buffer), 7n);
+      hashes.push(parent);
+    }
     this.pub.publish({
       ts: Date.now() / 1000,
       dataParallelRank: 0,
@@ -166,14 +175,29 @@ export class FakeWorkerEvents {
           type: "BlockStored",
           blockHashes: hashes,
           parentBlockHash: null,
-          tokenIds: ids.slice(0, n * blockSize),
+          tokenIds: ids.slice(0, hashes.length * blockSize),
           blockSize,
           loraId: null,
           medium: "GPU",
         },
       ],
     });
-    this.#parent = hashes.at(-1) ?? this.#parent;
+  }
+
+  /**
+   * Publishes until `indexed` holds. A PUB drops messages until the subscriber's subscription has
+   * arrived, which a completed handshake does not guarantee (ZeroMQ's "slow joiner").
+   */
+  async storeUntil(ids: number[], indexed: () => Promise<boolean> | boolean, opts: { timeoutMs?: number } = {}): Promise<void> {
+    const deadline = Date.now() + (opts.timeoutMs ?? 10_000);
+    for (;;) {
+      this.storePrompt(ids);
+      for (let i = 0; i < 5; i++) {
+        if (await indexed()) return;
+        await Bun.sleep(20);
+      }
+      if (Date.now() > deadline) throw new Error("prompt never indexed");
+    }
   }
 
   close(): Promise<void> {

@@ -70,9 +70,8 @@ test("pods selected by the InferencePool become workers when ready and leave whe
   await waitFor(() => ev.every((e) => e.pub.subscriberCount === 1), { message: "listeners on tcp://<podIP>:<kv port>" });
 
   const prompt = tokens(64, 5);
-  ev[1]!.storePrompt(prompt);
   const score = async () => (await postJson(`http://${HOST}:${epp.ports.selection}/score`, { token_ids: prompt })).body.scores;
-  await waitFor(async () => (await score())["vllm-1"]?.["0"] === 4, { message: "vllm-1's blocks indexed" });
+  await ev[1]!.storeUntil(prompt, async () => (await score())["vllm-1"]?.["0"] === 4);
   const sel = await postJson(`http://${HOST}:${epp.ports.selection}/select`, { token_ids: prompt });
   expect(sel.body.endpoint).toBe("127.0.4.52:8000");
 
@@ -96,7 +95,8 @@ test("an InferencePool created after the EPP started is waited for; readiness fo
   );
   const epp = await startEpp(cfg, { log: quietLog, kubeConfig: api.kubeConfig });
   cleanups.push(() => epp.stop({ graceMs: 200 }));
-  await waitFor(() => api.requests.some((r) => r.plural === "inferencepools" && r.status === 404), { message: "pool looked up" });
+  await waitFor(() => api.requests.some((r) => r.plural === "inferencepools"), { message: "pools listed" });
+  await Bun.sleep(200); // a stretch with no pool: still not ready
   expect(epp.health.ready).toBe(false);
   api.upsert(inferencePool("late"));
   expect((await epp.ready).kind).toBe("recovery_disabled");
@@ -136,8 +136,7 @@ test("with --peer-service, a replica recovers from the serving peer its Endpoint
   expect((await a.ready).kind).toBe("empty_bootstrap");
   await waitFor(() => ev.pub.subscriberCount === 1);
   const prompt = tokens(48, 12);
-  ev.storePrompt(prompt);
-  await waitFor(async () => (await postJson("http://127.0.4.71:9093/score", { token_ids: prompt })).body.scores["vllm-0"]?.["0"] === 3);
+  await ev.storeUntil(prompt, async () => (await postJson("http://127.0.4.71:9093/score", { token_ids: prompt })).body.scores["vllm-0"]?.["0"] === 3);
 
   // B: A is now ready in the slice; B itself (not ready) is listed too and must be skipped.
   slice([endpoint("127.0.4.71", true), endpoint("127.0.4.72", false)]);
@@ -145,4 +144,22 @@ test("with --peer-service, a replica recovers from the serving peer its Endpoint
   const outcome = await b.ready;
   expect(outcome).toMatchObject({ kind: "recovered", peer: "127.0.4.71:9093" });
   expect((await postJson("http://127.0.4.72:9093/score", { token_ids: prompt })).body.scores["vllm-0"]?.["0"]).toBe(3);
+});
+
+test("a changed InferencePool selector moves the worker set to the newly selected pods", async () => {
+  const api = await fakeApi();
+  api.upsert(inferencePool("pool"));
+  api.upsert(pod("vllm-0", "127.0.4.54", "ready") as never);
+  api.upsert(pod("next-0", "127.0.4.55", "ready", { app: "next" } as never) as never);
+  const cfg = parseConfig(
+    ["--pool-name", "pool", "--listen", HOST, "--kv-events-port", String(KV_PORT), "--grpc-port", "0", "--grpc-health-port", "0", "--metrics-port", "0", "--selection-port", "0", "--scrape-interval-ms", "0"],
+    { POD_NAMESPACE: "llm" },
+  );
+  const epp = await startEpp(cfg, { log: quietLog, kubeConfig: api.kubeConfig });
+  cleanups.push(() => epp.stop({ graceMs: 200 }));
+  await epp.ready;
+  const ids = async () => ((await (await fetch(`http://${HOST}:${epp.ports.selection}/workers`)).json()) as { worker_id: string; address: string }[]).map((w) => `${w.worker_id}@${w.address}`);
+  expect(await ids()).toEqual(["vllm-0@127.0.4.54:8000"]);
+  api.upsert({ ...(inferencePool("pool") as object), spec: { selector: { matchLabels: { app: "next" } }, targetPorts: [{ number: 8100 }] } } as never);
+  await waitFor(async () => (await ids()).join() === "next-0@127.0.4.55:8100", { message: "workers follow the new selector and port" });
 });

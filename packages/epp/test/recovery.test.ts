@@ -32,10 +32,9 @@ test("B recovers A's index, and events published during B's recovery are present
   await waitFor(() => ev.every((e) => e.pub.subscriberCount === 1), { message: "A subscribed" });
   const p1 = tokens(128, 1);
   const p2 = tokens(64, 2);
-  ev[0]!.storePrompt(p1);
-  ev[1]!.storePrompt(p2);
   const scoreOf = async (port: number, ids: number[]) => (await postJson(`http://${HOST}:${port}/score`, { token_ids: ids })).body.scores;
-  await waitFor(async () => (await scoreOf(a.ports.selection, p2))["worker-b"]?.["0"] === 4, { message: "A indexed" });
+  await ev[0]!.storeUntil(p1, async () => (await scoreOf(a.ports.selection, p1))["worker-a"]?.["0"] === 8);
+  await ev[1]!.storeUntil(p2, async () => (await scoreOf(a.ports.selection, p2))["worker-b"]?.["0"] === 4);
 
   // A peer in front of A that fetches A's dump at once but holds the body until released, so the
   // snapshot predates the live event published meanwhile.
@@ -60,14 +59,20 @@ test("B recovers A's index, and events published during B's recovery are present
   const b = await startTestEpp(workers, { peers: [`http://${HOST}:${proxy.port}`], waitReady: false, log: logB.log });
   cleanups.push(() => b.stop({ graceMs: 500 }));
   await waitFor(() => fetched && ev.every((e) => e.pub.subscriberCount === 2), { message: "B subscribed, dump snapshotted" });
+  // Live only, not in the held snapshot. Published for a while (idempotently), so B's subscription,
+  // which may land just after its handshake, has surely caught it while B is still recovering.
   const p3 = tokens(80, 3);
-  ev[0]!.storePrompt(p3); // live only: not in the held snapshot
-  await waitFor(async () => (await scoreOf(a.ports.selection, p3))["worker-a"]?.["0"] === 5, { message: "A has p3" });
+  await ev[0]!.storeUntil(p3, async () => (await scoreOf(a.ports.selection, p3))["worker-a"]?.["0"] === 5);
+  for (let i = 0; i < 10; i++) {
+    ev[0]!.storePrompt(p3);
+    await Bun.sleep(30);
+  }
   expect((await fetch(`http://${HOST}:${b.ports.selection}/dump`)).status).toBe(503);
   release();
 
   const outcome = await b.ready;
   expect(outcome.kind).toBe("recovered");
+  // Applied from B's buffer right after the dump: nothing is published any more.
   await waitFor(async () => (await scoreOf(b.ports.selection, p3))["worker-a"]?.["0"] === 5, { message: "B has p3" });
   expect((await scoreOf(b.ports.selection, p1))["worker-a"]?.["0"]).toBe(8);
   expect(await canonicalDump(b.ports.selection)).toEqual(await canonicalDump(a.ports.selection));

@@ -16,8 +16,7 @@ beforeAll(async () => {
     { id: "worker-b", address: "127.0.4.32:8000", kvEvents: "tcp://127.0.4.32:1", dpSize: 2 },
   ]);
   await waitFor(() => ev.pub.subscriberCount > 0);
-  ev.storePrompt(prompt);
-  await waitFor(async () => (await postJson(url("/score"), { token_ids: prompt })).body.scores["worker-a"]?.["0"] === 4);
+  await ev.storeUntil(prompt, async () => (await postJson(url("/score"), { token_ids: prompt })).body.scores["worker-a"]?.["0"] === 4);
 });
 afterAll(async () => {
   await epp?.stop({ graceMs: 500 });

@@ -67,60 +67,104 @@ export function podWorker(pod: V1Pod, o: Pick<PoolWorkersOptions, "kvEventsPort"
   };
 }
 
-/** Resolves once the pool is read and the pod informer has listed (the initial worker set is known). */
+type Target = { selector: string; port: number };
+
+/**
+ * Resolves once the pool has been seen and the pod informer has listed (the initial worker set is
+ * known). Level-triggered on both: a pool informer follows the pool (a changed selector or port restarts
+ * the pod informer), and every pod change recomputes the whole worker set.
+ */
 export async function startPoolWorkers(o: PoolWorkersOptions): Promise<{ stop(): Promise<void> }> {
   const custom = o.kubeConfig.makeApiClient(CustomObjectsApi);
   const core = o.kubeConfig.makeApiClient(CoreV1Api);
-  // The pool may not exist yet (applied after the EPP): wait for it rather than crash-loop.
-  let labelSelector: string;
-  let port: number;
-  for (let attempt = 1; ; attempt++) {
-    try {
-      const pool = (await custom.getNamespacedCustomObject({
-        group: "inference.networking.k8s.io",
-        version: "v1",
-        namespace: o.namespace,
-        plural: "inferencepools",
-        name: o.poolName,
-      })) as InferencePool;
-      labelSelector = poolSelector(pool);
-      port = poolTargetPort(pool);
-      break;
-    } catch (err) {
-      o.signal?.throwIfAborted();
-      if (attempt === 1) o.onError(err);
-      o.log.warn({ pool: o.poolName, namespace: o.namespace, attempt, err: String(err) }, "inference pool not readable yet, retrying");
-      await Bun.sleep(Math.min(2000 * attempt, 10_000));
-      o.signal?.throwIfAborted();
-    }
-  }
-  o.log.info({ pool: o.poolName, namespace: o.namespace, selector: labelSelector, port }, "inference pool read");
-
-  const informer = makeInformer<V1Pod>(
-    o.kubeConfig,
-    `/api/v1/namespaces/${o.namespace}/pods`,
-    () => core.listNamespacedPod({ namespace: o.namespace, labelSelector }),
-    labelSelector,
-  );
-  // Level-triggered: every change recomputes the whole set from the informer's cache.
-  const publish = () => o.onWorkers(informer.list(o.namespace).filter(isServingPod).map((p) => podWorker(p, o, port)));
-  informer.on("add", publish);
-  informer.on("update", publish);
-  informer.on("delete", publish);
+  const group = "inference.networking.k8s.io";
   let stopped = false;
-  let retry: ReturnType<typeof setTimeout> | undefined;
-  informer.on("error", (err) => {
-    o.onError(err);
-    // The informer stops on a watch error; restart it after a pause (its relist reconciles).
-    if (!stopped) retry = setTimeout(() => void informer.start().catch(o.onError), 1000);
-  });
-  await informer.start();
-  publish();
-  return {
-    stop: async () => {
-      stopped = true;
-      if (retry) clearTimeout(retry);
-      await informer.stop();
-    },
+  let target: Target | undefined;
+  let pods: ReturnType<typeof makeInformer<V1Pod>> | undefined;
+  let firstPods!: () => void;
+  const podsListed = new Promise<void>((resolve) => (firstPods = resolve));
+  const retries = new Set<ReturnType<typeof setTimeout>>();
+
+  // An informer stops on a watch error; restart it after a pause (its relist reconciles).
+  const restartOnError = (inf: { start(): Promise<void>; on(verb: "error", cb: (err: unknown) => void): void }) =>
+    inf.on("error", (err) => {
+      o.onError(err);
+      if (stopped) return;
+      const t = setTimeout(() => {
+        retries.delete(t);
+        if (!stopped) void inf.start().catch(o.onError);
+      }, 1000);
+      retries.add(t);
+    });
+
+  const watchPods = async (t: Target) => {
+    const old = pods;
+    const inf = makeInformer<V1Pod>(
+      o.kubeConfig,
+      `/api/v1/namespaces/${o.namespace}/pods`,
+      () => core.listNamespacedPod({ namespace: o.namespace, labelSelector: t.selector }),
+      t.selector,
+    );
+    const publish = () => {
+      if (pods === inf) o.onWorkers(inf.list(o.namespace).filter(isServingPod).map((p) => podWorker(p, o, t.port)));
+    };
+    pods = inf;
+    if (old) await old.stop().catch(() => {});
+    inf.on("add", publish);
+    inf.on("update", publish);
+    inf.on("delete", publish);
+    restartOnError(inf);
+    await inf.start().catch(o.onError);
+    publish();
+    firstPods();
   };
+
+  const onPool = (pool: InferencePool & { metadata?: { name?: string } }) => {
+    if (pool.metadata?.name !== o.poolName) return;
+    let next: Target;
+    try {
+      next = { selector: poolSelector(pool), port: poolTargetPort(pool) };
+    } catch (err) {
+      o.onError(err);
+      return;
+    }
+    if (target && target.selector === next.selector && target.port === next.port) return;
+    target = next;
+    o.log.info({ pool: o.poolName, namespace: o.namespace, selector: next.selector, port: next.port }, "inference pool read");
+    void watchPods(next);
+  };
+
+  const poolInformer = makeInformer<InferencePool & { apiVersion?: string; kind?: string; metadata?: { name?: string } }>(
+    o.kubeConfig,
+    `/apis/${group}/v1/namespaces/${o.namespace}/inferencepools`,
+    () => custom.listNamespacedCustomObject({ group, version: "v1", namespace: o.namespace, plural: "inferencepools" }),
+  );
+  poolInformer.on("add", onPool);
+  poolInformer.on("update", onPool);
+  poolInformer.on("delete", (pool) => {
+    // Keep routing to the last known pods: a deleted pool is an operator action, not a reason to drop traffic.
+    if (pool.metadata?.name === o.poolName) o.log.warn({ pool: o.poolName }, "inference pool deleted; keeping the last worker set");
+  });
+  restartOnError(poolInformer);
+  await poolInformer.start().catch(o.onError);
+  if (!target) o.log.warn({ pool: o.poolName, namespace: o.namespace }, "inference pool not found yet, waiting for it");
+
+  const stop = async () => {
+    stopped = true;
+    for (const t of retries) clearTimeout(t);
+    await Promise.allSettled([poolInformer.stop(), pods?.stop()]);
+  };
+  // The pool may be created after the EPP: wait for it (shutdown aborts the wait) rather than crash-loop.
+  await new Promise<void>((resolve, reject) => {
+    const onAbort = () => {
+      void stop();
+      reject(o.signal?.reason);
+    };
+    o.signal?.addEventListener("abort", onAbort, { once: true });
+    void podsListed.then(() => {
+      o.signal?.removeEventListener("abort", onAbort);
+      resolve();
+    });
+  });
+  return { stop };
 }
