@@ -1,6 +1,6 @@
 // The benchmark's results as a table, target checks and an HTML report.
 import { POLICIES } from "../policies/index.ts";
-import { cdfPoints, type ReportData } from "../report/data.ts";
+import { cdfPoints, type Points, type ReportData } from "../report/data.ts";
 import { ms, pct, rate } from "../report/table.ts";
 import type { RunResult } from "../sim/replay.ts";
 import type { BenchOptions } from "./options.ts";
@@ -70,7 +70,8 @@ export function benchReportData(o: BenchOptions, results: RunResult[], targets: 
     ttftAxis: "TTFT (ms, simulated: queueing + prefill)",
     hitRate: results.map((r) => ({
       name: r.label,
-      points: r.series.hitRate.map((h, b) => [minutes(b, r.series.bucketMs), h]),
+      // Buckets with no admission (the tail, after the last arrival) are left out, not drawn as gaps.
+      points: r.series.hitRate.flatMap((h, b): Points => (h === null ? [] : [[minutes(b, r.series.bucketMs), h]])),
     })),
     ttftCdf: results.map((r) => ({ name: r.label, points: cdfPoints(r.ttftMs) })),
     workerLoad: results.map((r) => ({

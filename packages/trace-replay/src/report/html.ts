@@ -50,7 +50,7 @@ function chart(id, option) {
 chart("chart-hit", {
   title: ${main ? `{ text: ${embed(data.title + ": prefix-cache hit rate")}, left: "center", top: 4, textStyle: { fontSize: 14 } }` : "undefined"},
   legend: { top: ${main ? 28 : 0}, type: "scroll" },
-  grid: { top: ${main ? 72 : 48}, left: 64, right: 32, bottom: 48 },
+  grid: { top: ${main ? 72 : 48}, left: 64, right: 32, bottom: 56 },
   xAxis: { type: "value", name: data.timeAxis, nameLocation: "middle", nameGap: 28, max: "dataMax" },
   yAxis: { type: "value", name: "cached / prompt tokens", min: 0, axisLabel: { formatter: (v) => Math.round(v * 100) + "%" } },
   series: data.hitRate.map((s) => ({ name: s.name, type: "line", showSymbol: false, connectNulls: true, data: s.points })),
