@@ -4,7 +4,7 @@ import pino, { type Logger } from "pino";
 import type { Discovery } from "./discovery/types.ts";
 import { HostLookupError } from "./host-lookup.ts";
 import { IntentRegistrationError, registerIntents, type IntentOwner } from "./owner.ts";
-import { indexerDomainOf, VLLM_KV_EVENTS_PROTOCOL, type IntentDescriptor } from "./protocol.ts";
+import { decodeIntent, indexerDomainOf, VLLM_KV_EVENTS_PROTOCOL, type IntentDescriptor } from "./protocol.ts";
 import { realSleep, type Sleep } from "./retry.ts";
 
 export type WorkerRankInfo = { rank: number; kvEvents: string; replay?: string | null };
@@ -69,10 +69,37 @@ export function workerDescriptors(o: Omit<RegisterWorkerIntentsOptions, "discove
   }));
 }
 
+/**
+ * Withdraws intents of this worker left by an earlier process of it. A restarted container keeps its
+ * pod, so the pod-owned records of its previous incarnation outlive it, possibly for ranks it no longer
+ * has. Best effort: a failure is logged, and the host prefers the newest intent per rank anyway.
+ */
+export async function withdrawStaleIntents(discovery: Discovery, workerId: string, host: string, log: Logger): Promise<number> {
+  let withdrawn = 0;
+  try {
+    for (const rec of await discovery.list({ kind: "intent" })) {
+      if (rec.producer === discovery.producer) continue;
+      let intent;
+      try {
+        intent = decodeIntent(rec.payload);
+      } catch {
+        continue;
+      }
+      if (intent.workerId !== workerId || intent.host !== host) continue;
+      if ((await discovery.unregister({ kind: "intent", name: rec.name, producer: rec.producer })) === "removed") withdrawn++;
+      log.info({ worker: workerId, rank: intent.dpRank, record: rec.name, producer: rec.producer }, "withdrew a stale intent of an earlier process");
+    }
+  } catch (err) {
+    log.warn({ worker: workerId, err: String(err) }, "withdrawing stale intents failed");
+  }
+  return withdrawn;
+}
+
 export async function registerWorkerIntents(o: RegisterWorkerIntentsOptions): Promise<IntentOwner> {
   const log = o.log ?? pino({ level: "silent" });
   const sleep = o.sleep ?? realSleep;
   const descriptors = workerDescriptors(o);
+  await withdrawStaleIntents(o.discovery, o.workerId, o.controlTarget, log);
   let delay: number = RETRY_BACKOFF.initialMs;
   for (;;) {
     try {

@@ -11,6 +11,7 @@ import {
   RECORD_LABEL,
   RecordExistsError,
   registerIntents,
+  registerWorkerIntents,
   type AttachmentIntent,
   type DiscoveryRecord,
 } from "../src/index.ts";
@@ -165,5 +166,27 @@ describe("intents over Kubernetes", () => {
     await host.close();
     await epp.discovery.close();
     await worker.discovery.close();
+  });
+
+  test("a restarted container withdraws its previous incarnation's intents, which its pod still owns", async () => {
+    const epp = podClient();
+    const host = await advertiseHost({ discovery: epp.discovery, hostInstance: "epp-restart" });
+    const other = podClient("worker-other");
+    await registerIntents({ discovery: other.discovery, workerId: "worker-other", controlTarget: "epp-restart", descriptors: [descriptor(0, { workerId: "worker-other" })] });
+    const pod = podClient("worker-r");
+    const ranks = (n: number) => Array.from({ length: n }, (_, r) => ({ rank: r, kvEvents: `tcp://127.0.7.1:${6000 + r}` }));
+    const common = { workerId: "worker-r", controlTarget: "epp-restart", model: "m", blockSize: 16, topic: "" };
+    await registerWorkerIntents({ ...common, discovery: pod.discovery, ranks: ranks(3) });
+    await pod.discovery.close(); // the container crashes: nothing withdrawn, the pod lives on
+    const again = kubernetesDiscovery({ kubeConfig: api.kubeConfig, namespace: NS, pod: { name: "worker-r", uid: "uid-worker-r" } });
+    await registerWorkerIntents({ ...common, discovery: again, ranks: ranks(2) });
+    const left = intentsOf("worker-r").map((l) => JSON.parse(l.metadata!.annotations![PAYLOAD_ANNOTATION]!) as AttachmentIntent);
+    expect(left.map((i) => [i.dpRank, i.producer]).sort()).toEqual([
+      [0, again.producer],
+      [1, again.producer],
+    ]);
+    expect(intentsOf("worker-other").length).toBe(1);
+    await host.close();
+    for (const d of [epp.discovery, other.discovery, again]) await d.close();
   });
 });
