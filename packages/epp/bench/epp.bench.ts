@@ -37,9 +37,9 @@ type Run = {
   cpuUs: number;
 };
 
-async function loadgen(target: string, rate: number): Promise<Run> {
+async function loadgen(target: string, rate: number, mode = "full-duplex"): Promise<Run> {
   const cpu0 = process.cpuUsage();
-  const p = Bun.spawn(["bun", `${import.meta.dir}/loadgen.ts`, "--target", target, "--rate", String(rate), "--duration-ms", String(DURATION_MS)], {
+  const p = Bun.spawn(["bun", `${import.meta.dir}/loadgen.ts`, "--target", target, "--rate", String(rate), "--duration-ms", String(DURATION_MS), "--mode", mode], {
     stdout: "pipe",
     stderr: "inherit",
   });
@@ -54,7 +54,7 @@ async function loadgen(target: string, rate: number): Promise<Run> {
 
 function show(name: string, r: Run): void {
   console.log(
-    `${name.padEnd(9)} offered ${String(r.rate).padStart(5)}/s  achieved ${r.achieved.toFixed(0).padStart(5)}/s  p50 ${r.p50.toFixed(3)} ms  p90 ${r.p90.toFixed(3)} ms  p99 ${r.p99.toFixed(3)} ms  max ${r.max.toFixed(2)} ms  cpu ${r.cpuUs.toFixed(0)} µs/decision  errors ${r.errors}  endpoints ${r.endpoints}`,
+    `${name.padEnd(15)} offered ${String(r.rate).padStart(5)}/s  achieved ${r.achieved.toFixed(0).padStart(5)}/s  p50 ${r.p50.toFixed(3)} ms  p90 ${r.p90.toFixed(3)} ms  p99 ${r.p99.toFixed(3)} ms  max ${r.max.toFixed(2)} ms  cpu ${r.cpuUs.toFixed(0)} µs/decision  errors ${r.errors}  endpoints ${r.endpoints}`,
   );
 }
 
@@ -187,6 +187,9 @@ async function main() {
     { name: "baseline", target: `${HOST}:${baseline.port}` },
   ]);
   baseline.stop();
+  // The same EPP in BUFFERED mode at the target rate: no body handed back over gRPC.
+  const buffered = await loadgen(`${HOST}:${epp.ports.grpc}`, TARGET_RATE, "buffered");
+  show("kv-epp/buffered", buffered);
   const kv = runs.get("kv-epp")!;
   const base = runs.get("baseline")!;
 
@@ -213,7 +216,7 @@ async function main() {
     ``,
     `| server | offered/s | achieved/s | p50 ms | p90 ms | p99 ms | max ms | server CPU µs/decision |`,
     `|---|---|---|---|---|---|---|---|`,
-    ...[...kv.map((r) => ["kv-epp", r] as const), ...base.map((r) => ["baseline", r] as const)].map(
+    ...[...kv.map((r) => ["kv-epp", r] as const), ...base.map((r) => ["baseline", r] as const), ["kv-epp (BUFFERED mode)", buffered] as const].map(
       ([n, r]) => `| ${n} | ${r.rate} | ${r.achieved.toFixed(0)} | ${r.p50.toFixed(3)} | ${r.p90.toFixed(3)} | ${r.p99.toFixed(3)} | ${r.max.toFixed(2)} | ${r.cpuUs.toFixed(0)} |`,
     ),
     ``,

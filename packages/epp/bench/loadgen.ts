@@ -5,7 +5,7 @@ import * as grpc from "@grpc/grpc-js";
 import { loadProtos } from "../src/extproc/protos.ts";
 import { requestBodies } from "./workload.ts";
 
-type Args = { target: string; rate: number; durationMs: number; warmupMs: number; seed: number };
+type Args = { target: string; rate: number; durationMs: number; warmupMs: number; seed: number; mode: "full-duplex" | "buffered" };
 
 function args(): Args {
   const a = new Map<string, string>();
@@ -17,16 +17,20 @@ function args(): Args {
     durationMs: Number(a.get("duration-ms") ?? 3000),
     warmupMs: Number(a.get("warmup-ms") ?? 500),
     seed: Number(a.get("seed") ?? 7),
+    mode: a.get("mode") === "buffered" ? "buffered" : "full-duplex",
   };
 }
 
 const enc = new TextEncoder();
-const HEADERS = {
+const headersMsg = (mode: Args["mode"]) => ({
   request_headers: {
     headers: { headers: [{ key: ":method", raw_value: enc.encode("POST") }, { key: ":path", raw_value: enc.encode("/v1/completions") }] },
   },
-  protocol_config: { request_body_mode: "FULL_DUPLEX_STREAMED", response_body_mode: "FULL_DUPLEX_STREAMED" },
-};
+  protocol_config:
+    mode === "buffered"
+      ? { request_body_mode: "BUFFERED", response_body_mode: "NONE" }
+      : { request_body_mode: "FULL_DUPLEX_STREAMED", response_body_mode: "FULL_DUPLEX_STREAMED" },
+});
 
 async function main() {
   const o = args();
@@ -48,6 +52,19 @@ async function main() {
   let measuredSent = 0;
   let measuredDone = 0;
 
+  const HEADERS = headersMsg(o.mode);
+  const record = (r: any, t0: number, counted: boolean, route: any) => {
+    if (!counted) return;
+    latencies.push(performance.now() - t0);
+    if (windowOpen) answeredInWindow++;
+    const h = route?.header_mutation?.set_headers?.[0]?.header?.raw_value;
+    const ep = h ? Buffer.from(h).toString() : "?";
+    endpoints.set(ep, (endpoints.get(ep) ?? 0) + 1);
+  };
+
+  // Full duplex: headers and body go out at once; the route comes on the headers response, then the
+  // body is handed back. Buffered: the body goes out after the headers' CONTINUE; the route comes on
+  // the body response.
   const one = (i: number) =>
     new Promise<void>((resolve) => {
       const s = client.Process();
@@ -55,18 +72,24 @@ async function main() {
       if (counted) measuredSent++;
       let t0 = 0;
       let gotRoute = false;
+      const sendBody = () => {
+        s.write({ request_body: { body: bodies[i % bodies.length], end_of_stream: true } });
+        t0 = performance.now();
+      };
       s.on("data", (r: any) => {
+        if (o.mode === "buffered") {
+          if (r.response === "request_headers") return sendBody();
+          if (r.response === "request_body") record(r, t0, counted, r.request_body?.response);
+          else errors++;
+          s.end();
+          return;
+        }
         if (!gotRoute) {
           gotRoute = true;
-          if (r.response !== "request_headers") errors++;
-          else if (counted) {
-            latencies.push(performance.now() - t0);
-            if (windowOpen) answeredInWindow++;
-            const h = r.request_headers?.response?.header_mutation?.set_headers?.[0]?.header?.raw_value;
-            const ep = h ? Buffer.from(h).toString() : "?";
-            endpoints.set(ep, (endpoints.get(ep) ?? 0) + 1);
-          }
-          if (r.response !== "request_headers") s.end();
+          if (r.response !== "request_headers") {
+            errors++;
+            s.end();
+          } else record(r, t0, counted, r.request_headers?.response);
           return;
         }
         if (r.request_body?.response?.body_mutation?.streamed_response?.end_of_stream) s.end();
@@ -81,8 +104,7 @@ async function main() {
         resolve();
       });
       s.write(HEADERS);
-      s.write({ request_body: { body: bodies[i % bodies.length], end_of_stream: true } });
-      t0 = performance.now();
+      if (o.mode !== "buffered") sendBody();
     });
 
   const inflight: Promise<void>[] = [];
