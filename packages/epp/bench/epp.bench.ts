@@ -179,6 +179,7 @@ async function main() {
   const hashes = parsed.map((t) => computeBlockHashes(t, WORKLOAD.blockSize));
   const ix = epp.indexers.lookup()!.index;
   hot.matches = microbench("findMatches (512 blocks, 16 workers)", 2000, () => ix.findMatches(hashes[i++ % 64]!));
+  const pick = microbench("Picker.pick (hashes + matches + 16 costs + choice)", 2000, () => epp.picker.pick({ tokens: parsed[i++ % 64]! }));
 
   console.log("ext_proc over gRPC, load generator in another process (open loop, one stream per request):");
   const baseline = await startBaseline();
@@ -213,6 +214,7 @@ async function main() {
     `| parseBodyBytes (JSON + ids -> Uint32Array) | ${hot.parseBody.toFixed(1)} |`,
     `| computeBlockHashes (WASM, 512 blocks) | ${hot.hashes.toFixed(1)} |`,
     `| findMatches (512 blocks) | ${hot.matches.toFixed(1)} |`,
+    `| Picker.pick (hashes + matches + costs + choice) | ${pick.toFixed(1)} |`,
     ``,
     `| server | offered/s | achieved/s | p50 ms | p90 ms | p99 ms | max ms | server CPU µs/decision |`,
     `|---|---|---|---|---|---|---|---|`,

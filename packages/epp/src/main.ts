@@ -37,6 +37,7 @@ export type EppHandle = {
   ready: Promise<RecoveryOutcome>;
   indexers: Indexers;
   workers: WorkerRegistry;
+  picker: Picker;
   stop(opts?: { graceMs?: number }): Promise<void>;
 };
 
@@ -244,6 +245,7 @@ export async function startEpp(cfg: EppConfig, o: { log?: Logger; kubeConfig?: K
     ready,
     indexers,
     workers,
+    picker,
     stop,
   };
 }
