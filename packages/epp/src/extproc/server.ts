@@ -8,7 +8,7 @@ import type { Metrics, RequestOutcome } from "../metrics.ts";
 import type { ActiveLoad, Lease } from "../picker/load.ts";
 import type { Decision, Picker } from "../picker/picker.ts";
 import type { Tokenize } from "../tokens.ts";
-import { BadRequest, parseBodyBytes } from "./openai-body.ts";
+import { BadRequest, parseBodyBytes, type ParsedBody } from "./openai-body.ts";
 import {
   continueResponse,
   findHeader,
@@ -179,14 +179,14 @@ class ProcessStream {
     let decision: Decision;
     let contentLength: number | undefined;
     try {
-      const parsed = body.length > 0 ? parseBodyBytes(body) : { input: { kind: "none" as const } };
+      const parsed: ParsedBody = body.length > 0 ? parseBodyBytes(body) : { input: { kind: "none" } };
       const m = this.deps.maxInflight;
       if (m > 0 && this.deps.load.inflight >= m) {
         this.#immediate(429, "too many requests in flight", "shed", "shed");
         return;
       }
       const tokens = this.deps.tokenize(parsed.input);
-      decision = this.deps.picker.pick({ model: "model" in parsed ? parsed.model : undefined, tokens, subset: req.subset });
+      decision = this.deps.picker.pick({ model: parsed.model, tokens, subset: req.subset });
     } catch (err) {
       if (err instanceof BadRequest) {
         this.#immediate(400, err.message, "bad_request", "bad_request");
