@@ -12,7 +12,14 @@ export type HostAdvertiser = { readonly registration: Registration; close(): Pro
  */
 export async function advertiseHost(o: { discovery: Discovery; hostInstance: string; log?: Logger }): Promise<HostAdvertiser> {
   const payload = encodeHost({ version: HOST_PROTOCOL_VERSION, hostInstance: o.hostInstance, producer: o.discovery.producer });
-  const registration = await o.discovery.register({ kind: "host", name: hostRecordName(o.hostInstance), payload, shared: true });
+  const registration = await o.discovery.register({
+    kind: "host",
+    name: hostRecordName(o.hostInstance),
+    payload,
+    shared: true,
+    host: o.hostInstance,
+    version: HOST_PROTOCOL_VERSION,
+  });
   o.log?.info({ host: o.hostInstance, record: registration.name }, "advertising as KV host");
   let closed: Promise<void> | undefined;
   return {
@@ -72,7 +79,7 @@ export class IntentWatcher {
 
   /** Resolves once the first snapshot has been reconciled (onChange called with it). */
   start(): Promise<void> {
-    this.#watch ??= this.o.discovery.listAndWatch({ kind: "intent" }, (records) => this.#reconcile(records));
+    this.#watch ??= this.o.discovery.listAndWatch({ kind: "intent", host: this.o.hostInstance }, (records) => this.#reconcile(records));
     return this.#watch.ready;
   }
 

@@ -3,7 +3,17 @@
 export type { Discovery, DiscoveryRecord, Query, RecordKind, RecordSpec, Registration, WatchHandle } from "./discovery/types.ts";
 export { RecordExistsError } from "./discovery/types.ts";
 export { MemoryDiscoveryStore } from "./discovery/memory.ts";
-export { kubernetesDiscovery, type KubernetesDiscoveryOptions, RECORD_LABEL, PAYLOAD_ANNOTATION, PRODUCER_ANNOTATION, HOLDERS_ANNOTATION } from "./discovery/kubernetes.ts";
+export {
+  kubernetesDiscovery,
+  type KubernetesDiscoveryOptions,
+  RECORD_LABEL,
+  RECORD_LABEL_VALUES,
+  HOST_LABEL,
+  VERSION_LABEL,
+  PAYLOAD_ANNOTATION,
+  PRODUCER_ANNOTATION,
+  HOLDERS_ANNOTATION,
+} from "./discovery/kubernetes.ts";
 export {
   VLLM_KV_EVENTS_PROTOCOL,
   HOST_PROTOCOL_VERSION,
@@ -15,6 +25,7 @@ export {
   decodeHost,
   intentRecordName,
   hostRecordName,
+  nameSafe,
   RecordDecodeError,
   type CacheOwner,
   type IntentDescriptor,

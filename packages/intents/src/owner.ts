@@ -4,7 +4,7 @@ import pino, { type Logger } from "pino";
 import type { Discovery, Registration } from "./discovery/types.ts";
 import { findHost } from "./host-lookup.ts";
 import { newIntentId } from "./ids.ts";
-import { encodeIntent, intentRecordName, type AttachmentIntent, type IntentDescriptor } from "./protocol.ts";
+import { encodeIntent, INTENT_RECORD_VERSION, intentRecordName, type AttachmentIntent, type IntentDescriptor } from "./protocol.ts";
 import { realSleep, withdrawWithRetry, type Sleep } from "./retry.ts";
 import { validateDescriptors } from "./validate.ts";
 
@@ -103,10 +103,11 @@ export async function registerIntents(o: RegisterIntentsOptions): Promise<Intent
   const owned: Owned[] = [];
   for (const d of ordered) {
     const intent: AttachmentIntent = { ...d, intentId: newId(), host: host.hostInstance, producer: o.discovery.producer, registeredAt: now() };
-    const reg: Registration = { kind: "intent", name: intentRecordName(intent.intentId), producer: o.discovery.producer };
+    const reg: Registration = { kind: "intent", name: intentRecordName(intent), producer: o.discovery.producer };
     try {
       if (o.signal?.aborted) throw abortError(o.signal);
-      const inFlight = o.discovery.register({ kind: "intent", name: reg.name, payload: encodeIntent(intent) }, { signal: o.signal });
+      const spec = { kind: "intent" as const, name: reg.name, payload: encodeIntent(intent), host: intent.host, version: INTENT_RECORD_VERSION };
+      const inFlight = o.discovery.register(spec, { signal: o.signal });
       // A registration the caller abandoned may still land later: withdraw it then too.
       inFlight.then(
         () => {

@@ -110,10 +110,19 @@ export function decodeHost(payload: unknown): HostAdvertisement {
   return { version: r.data.v, hostInstance: r.data.hostInstance, producer: r.data.producer };
 }
 
-/** Record names double as Kubernetes object names: lowercase alphanumerics and '-', at most 63. */
-export const intentRecordName = (intentId: number): string => `kv-intent-${intentId.toString(36)}`;
-export const hostRecordName = (hostInstance: string): string =>
-  `kv-host-${hostInstance.toLowerCase().replace(/[^a-z0-9-]+/g, "-").replace(/^-+|-+$/g, "")}`.slice(0, 63).replace(/-+$/, "");
+/** Lowercase alphanumerics and '-', trimmed: usable inside a Kubernetes object name or label value. */
+export function nameSafe(s: string, max = 63): string {
+  return s.toLowerCase().replace(/[^a-z0-9-]+/g, "-").replace(/^-+|-+$/g, "").slice(0, max).replace(/-+$/, "") || "x";
+}
+
+/**
+ * Record names double as Kubernetes object names (deploy/README.md): `kvi-<worker>-r<rank>-<id base 36>`
+ * for an intent (readable in `kubectl get leases`, unique by its random id), `kvh-<host instance>` for
+ * the host advertisement (one shared record per host, whatever the replica count).
+ */
+export const intentRecordName = (i: Pick<AttachmentIntent, "workerId" | "dpRank" | "intentId">): string =>
+  `kvi-${nameSafe(i.workerId, 200)}-r${i.dpRank}-${i.intentId.toString(36)}`;
+export const hostRecordName = (hostInstance: string): string => `kvh-${nameSafe(hostInstance, 200)}`;
 
 function stripUndefined<T extends object>(o: T): T {
   return Object.fromEntries(Object.entries(o).filter(([, v]) => v !== undefined)) as T;

@@ -5,10 +5,13 @@ import {
   advertiseHost,
   findHost,
   HOLDERS_ANNOTATION,
+  HOST_LABEL,
+  intentRecordName,
   IntentWatcher,
   kubernetesDiscovery,
   PAYLOAD_ANNOTATION,
   RECORD_LABEL,
+  VERSION_LABEL,
   RecordExistsError,
   registerIntents,
   registerWorkerIntents,
@@ -37,14 +40,18 @@ function podClient(name = `pod-${++podSeq}`) {
 
 /** Intent Leases owned by one pod. */
 const intentsOf = (pod: string) =>
-  api.list("Lease", NS).filter((l) => l.metadata?.labels?.[RECORD_LABEL] === "intent" && l.metadata.ownerReferences?.some((r) => r.name === pod));
+  api.list("Lease", NS).filter((l) => l.metadata?.labels?.[RECORD_LABEL] === "attachment-intent" && l.metadata.ownerReferences?.some((r) => r.name === pod));
 
 describe("Kubernetes discovery: records are Leases owned by the registering pod", () => {
   test("register writes a labelled Lease with the payload and an owner reference; list reads it back; unregister removes it", async () => {
     const { name, discovery } = podClient();
-    const reg = await discovery.register({ kind: "intent", name: "kv-intent-abc", payload: { hello: "world" } });
+    const reg = await discovery.register({ kind: "intent", name: "kv-intent-abc", payload: { hello: "world" }, host: "Dynamo_EPP", version: 1 });
     const lease = api.get("Lease", NS, "kv-intent-abc")!;
-    expect(lease.metadata?.labels?.[RECORD_LABEL]).toBe("intent");
+    expect(lease.metadata?.labels?.[RECORD_LABEL]).toBe("attachment-intent");
+    expect(lease.metadata?.labels?.[HOST_LABEL]).toBe("dynamo-epp");
+    expect(lease.metadata?.labels?.[VERSION_LABEL]).toBe("1");
+    expect((lease.spec as { holderIdentity?: string; leaseDurationSeconds?: number }).holderIdentity).toBe(name);
+    expect((lease.spec as { leaseDurationSeconds?: number }).leaseDurationSeconds).toBe(30);
     expect(JSON.parse(lease.metadata!.annotations![PAYLOAD_ANNOTATION]!)).toEqual({ hello: "world" });
     expect(lease.metadata?.ownerReferences).toEqual([{ apiVersion: "v1", kind: "Pod", name, uid: `uid-${name}` }]);
     const listed = await discovery.list({ kind: "intent" });
@@ -90,7 +97,7 @@ describe("Kubernetes discovery: records are Leases owned by the registering pod"
     api.upsert({
       apiVersion: "coordination.k8s.io/v1",
       kind: "Lease",
-      metadata: { name: "kv-host-broken", namespace: NS, labels: { [RECORD_LABEL]: "host" }, annotations: { [PAYLOAD_ANNOTATION]: "{not json" } },
+      metadata: { name: "kv-host-broken", namespace: NS, labels: { [RECORD_LABEL]: "kv-host" }, annotations: { [PAYLOAD_ANNOTATION]: "{not json" } },
       spec: {},
     });
     const { log, lines } = capturingLogger();
@@ -161,8 +168,8 @@ describe("intents over Kubernetes", () => {
     expect(intentsOf(worker.name).length).toBe(3);
     await owner.close();
     expect(intentsOf(worker.name)).toEqual([]);
-    const deletes = api.requests.filter((r) => r.verb === "delete" && r.plural === "leases" && r.name?.startsWith("kv-intent-"));
-    expect(deletes.slice(-3).map((r) => r.name)).toEqual([...owner.intents].reverse().map((i) => `kv-intent-${i.intentId.toString(36)}`));
+    const deletes = api.requests.filter((r) => r.verb === "delete" && r.plural === "leases" && r.name?.startsWith("kvi-"));
+    expect(deletes.slice(-3).map((r) => r.name)).toEqual([...owner.intents].reverse().map(intentRecordName));
     await host.close();
     await epp.discovery.close();
     await worker.discovery.close();
@@ -188,5 +195,45 @@ describe("intents over Kubernetes", () => {
     expect(intentsOf("worker-other").length).toBe(1);
     await host.close();
     for (const d of [epp.discovery, other.discovery, again]) await d.close();
+  });
+
+  test("a record not renewed within its lease is gone for readers; renewed ones stay", async () => {
+    const w = podClient("worker-lease");
+    const quick = kubernetesDiscovery({ kubeConfig: api.kubeConfig, namespace: NS, pod: { name: "worker-lease", uid: "uid-worker-lease" }, leaseDurationSeconds: 1 });
+    const reader = kubernetesDiscovery({ kubeConfig: api.kubeConfig, namespace: NS, resyncMs: 50 });
+    let seen: string[] = [];
+    const watch = reader.listAndWatch({ kind: "intent" }, (s) => (seen = s.map((r) => r.name)));
+    await watch.ready;
+    await quick.register({ kind: "intent", name: "kvi-lease-test", payload: {} });
+    await waitFor(() => seen.includes("kvi-lease-test"));
+    const renewTime = () => (api.get("Lease", NS, "kvi-lease-test")!.spec as { renewTime: string }).renewTime;
+    const first = renewTime();
+    await waitFor(() => renewTime() !== first, { message: "renewed" });
+    expect(seen).toContain("kvi-lease-test");
+    // The process dies, its pod lives on: nothing deletes the record, its lease runs out.
+    await quick.close();
+    await waitFor(() => !seen.includes("kvi-lease-test"), { message: "expired for the watcher" });
+    expect((await reader.list({ kind: "intent" })).map((r) => r.name)).not.toContain("kvi-lease-test");
+    expect(api.get("Lease", NS, "kvi-lease-test")).toBeDefined();
+    watch.close();
+    await reader.close();
+    await w.discovery.close();
+  });
+});
+
+describe("the registration's lease on Kubernetes", () => {
+  test("close stops retrying withdrawals once the API has been unreachable for a whole lease", async () => {
+    const gone = await startFakeKubeApi({ host: "127.0.7.1", namespace: NS });
+    gone.upsert({ apiVersion: "v1", kind: "Pod", metadata: { name: "w", namespace: NS, uid: "uid-w" } });
+    const epp = kubernetesDiscovery({ kubeConfig: gone.kubeConfig, namespace: NS });
+    await advertiseHost({ discovery: epp, hostInstance: HOST });
+    const discovery = kubernetesDiscovery({ kubeConfig: gone.kubeConfig, namespace: NS, pod: { name: "w", uid: "uid-w" }, leaseDurationSeconds: 1 });
+    const owner = await registerIntents({ discovery, workerId: WORKER, controlTarget: HOST, descriptors: [descriptor(0), descriptor(1)] });
+    await gone.close();
+    await owner.close(); // retries (100, 200, 400 ms, ...) until the lease, no longer renewable, ends
+    expect(discovery.lease.aborted).toBe(true);
+    expect(String(discovery.lease.reason)).toContain("not renewed");
+    await discovery.close();
+    await epp.close();
   });
 });

@@ -10,6 +10,8 @@ import {
 import { descriptor, HOST, recordingSleep, withHost, WORKER } from "./fixtures.ts";
 
 const ranks3 = [descriptor(0), descriptor(1), descriptor(2)];
+/** Ids are drawn 100, 101, ... in rank order (see opts). */
+const nameOf = (id: number) => intentRecordName({ workerId: WORKER, dpRank: id - 100, intentId: id });
 
 function opts(h: Awaited<ReturnType<typeof withHost>>, over: Partial<RegisterIntentsOptions> = {}): RegisterIntentsOptions {
   let next = 100;
@@ -21,7 +23,7 @@ describe("registration is a transaction in rank order", () => {
     const h = await withHost();
     const owner = await registerIntents(opts(h, { descriptors: [descriptor(2), descriptor(0), descriptor(1)] }));
     expect(owner.managedRanks()).toEqual([0, 1, 2]);
-    expect(h.worker.calls).toEqual([100, 101, 102].map((id) => `register ${intentRecordName(id)}`));
+    expect(h.worker.calls).toEqual([100, 101, 102].map((id) => `register ${nameOf(id)}`));
     expect(h.intents().length).toBe(3);
   });
 
@@ -34,7 +36,7 @@ describe("registration is a transaction in rank order", () => {
       expect((err as IntentRegistrationError).dpRank).toBe(k - 1);
       expect(h.intents()).toEqual([]);
       // Withdrawn newest first, starting with the one that failed (it half-landed).
-      const names = [100, 101, 102].slice(0, k).map(intentRecordName);
+      const names = [100, 101, 102].slice(0, k).map(nameOf);
       expect(h.worker.calls.filter((c) => c.startsWith("unregister"))).toEqual(names.reverse().map((n) => `unregister ${n}`));
     });
   }
@@ -54,7 +56,7 @@ describe("registration is a transaction in rank order", () => {
     pause.release();
     for (let i = 0; i < 20 && h.worker.calls.filter((c) => c.startsWith("unregister")).length < 3; i++) await Bun.sleep(1);
     expect(h.intents()).toEqual([]);
-    expect(h.worker.calls.filter((c) => c.startsWith("register"))).toEqual([`register ${intentRecordName(100)}`, `register ${intentRecordName(101)}`]);
+    expect(h.worker.calls.filter((c) => c.startsWith("register"))).toEqual([`register ${nameOf(100)}`, `register ${nameOf(101)}`]);
   });
 
   test("a caller that has already gone away registers nothing", async () => {
@@ -91,7 +93,7 @@ describe("close withdraws every intent", () => {
     await first;
     await owner.close();
     expect(h.intents()).toEqual([]);
-    expect(h.worker.calls.filter((c) => c.startsWith("unregister"))).toEqual([102, 101, 100].map((id) => `unregister ${intentRecordName(id)}`));
+    expect(h.worker.calls.filter((c) => c.startsWith("unregister"))).toEqual([102, 101, 100].map((id) => `unregister ${nameOf(id)}`));
   });
 
   test("retries through transient failures with backoff from 100 ms doubling to 5 s", async () => {
@@ -131,7 +133,7 @@ describe("close withdraws every intent", () => {
     const h = await withHost();
     const { sleep, delays } = recordingSleep();
     const owner = await registerIntents(opts(h, { descriptors: [descriptor(0), descriptor(1)], sleep }));
-    await h.worker.unregister({ kind: "intent", name: intentRecordName(101), producer: "worker-a-proc" });
+    await h.worker.unregister({ kind: "intent", name: nameOf(101), producer: "worker-a-proc" });
     await owner.close();
     expect(delays).toEqual([]);
     expect(h.intents()).toEqual([]);

@@ -32,7 +32,8 @@ describe("IntentWatcher: live intents to a desired set, level-triggered", () => 
     const before = v.changes.length;
     // A snapshot whose desired set is the same (an intent for another host appeared) is not a change.
     const elsewhere = { ...descriptor(0, { workerId: "w-x" }), intentId: 3, host: "another-epp", producer: "x", registeredAt: 1 };
-    await h.store.connect().register({ kind: "intent", name: "kv-intent-x", payload: encodeIntent(elsewhere) });
+    // (registered under this host's name, so only the payload says it is for another host)
+    await h.store.connect().register({ kind: "intent", name: "kv-intent-x", payload: encodeIntent(elsewhere), host: HOST });
     await v.settle();
     expect(v.changes.length).toBe(before);
     await owner.close();
@@ -57,15 +58,16 @@ describe("IntentWatcher: live intents to a desired set, level-triggered", () => 
     const h = await withHost();
     const other = h.store.connect({ producer: "stranger" });
     const base = { ...descriptor(0), intentId: 9, host: HOST, producer: "stranger", registeredAt: 1 };
-    await other.register({ kind: "intent", name: "kv-intent-a", payload: encodeIntent({ ...base, workerId: "w-other-host", host: "another-epp" }) });
-    await other.register({ kind: "intent", name: "kv-intent-b", payload: encodeIntent({ ...base, workerId: "w-sglang", protocol: "sglang" }) });
-    await other.register({ kind: "intent", name: "kv-intent-c", payload: { v: 1, intentId: 0 } });
-    await other.register({ kind: "intent", name: "kv-intent-d", payload: encodeIntent({ ...base, workerId: "w-ok" }) });
+    await other.register({ kind: "intent", name: "kv-intent-a", payload: encodeIntent({ ...base, workerId: "w-other-host", host: "another-epp" }), host: HOST });
+    await other.register({ kind: "intent", name: "kv-intent-a2", payload: encodeIntent({ ...base, workerId: "w-other-host2", host: "another-epp" }), host: "another-epp" });
+    await other.register({ kind: "intent", name: "kv-intent-b", payload: encodeIntent({ ...base, workerId: "w-sglang", protocol: "sglang" }), host: HOST });
+    await other.register({ kind: "intent", name: "kv-intent-c", payload: { v: 1, intentId: 0 }, host: HOST });
+    await other.register({ kind: "intent", name: "kv-intent-d", payload: encodeIntent({ ...base, workerId: "w-ok" }), host: HOST });
     const v = watch(h.hostSide);
     await v.w.start();
     expect(v.keys()).toEqual(["w-ok/0"]);
     // Another snapshot does not warn again about the same records.
-    await other.register({ kind: "intent", name: "kv-intent-e", payload: encodeIntent({ ...base, workerId: "w-ok2" }) });
+    await other.register({ kind: "intent", name: "kv-intent-e", payload: encodeIntent({ ...base, workerId: "w-ok2" }), host: HOST });
     await v.settle();
     expect(v.keys()).toEqual(["w-ok/0", "w-ok2/0"]);
     const warnings = v.lines.filter((l) => l.msg === "skipping intent");
@@ -77,8 +79,8 @@ describe("IntentWatcher: live intents to a desired set, level-triggered", () => 
     const old = h.store.connect({ producer: "old-proc" });
     const fresh = h.store.connect({ producer: "new-proc" });
     const base = { ...descriptor(0), host: HOST };
-    await old.register({ kind: "intent", name: "kv-intent-old", payload: encodeIntent({ ...base, intentId: 5, producer: "old-proc", registeredAt: 10, endpoint: "tcp://127.0.7.1:1" }) });
-    await fresh.register({ kind: "intent", name: "kv-intent-new", payload: encodeIntent({ ...base, intentId: 4, producer: "new-proc", registeredAt: 20, endpoint: "tcp://127.0.7.1:2" }) });
+    await old.register({ kind: "intent", name: "kv-intent-old", payload: encodeIntent({ ...base, intentId: 5, producer: "old-proc", registeredAt: 10, endpoint: "tcp://127.0.7.1:1" }), host: HOST });
+    await fresh.register({ kind: "intent", name: "kv-intent-new", payload: encodeIntent({ ...base, intentId: 4, producer: "new-proc", registeredAt: 20, endpoint: "tcp://127.0.7.1:2" }), host: HOST });
     const v = watch(h.hostSide);
     await v.w.start();
     expect(v.w.desired().map((d) => [d.producer, d.endpoint])).toEqual([["new-proc", "tcp://127.0.7.1:2"]]);

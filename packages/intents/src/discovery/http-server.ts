@@ -67,14 +67,14 @@ export function serveDiscoveryStore(o: { hostname?: string; port?: number; store
       const kind = kindOf(q.get("kind"));
       if (!kind) return problem(400, "kind must be intent or host");
       return ndjson(req, (send) => {
-        const w = store.watch("", { kind }, (records) => send({ records }));
+        const w = store.watch("", { kind, host: q.get("host") ?? undefined }, (records) => send({ records }));
         return () => w.close();
       });
     }
     if (url.pathname === "/v1/records" && req.method === "GET") {
       const kind = kindOf(q.get("kind"));
       if (!kind) return problem(400, "kind must be intent or host");
-      return json(store.snapshot(kind));
+      return json(store.snapshot(kind, q.get("host") ?? undefined));
     }
     if (url.pathname === "/v1/records" && req.method === "POST") {
       const body = (await req.json().catch(() => null)) as (RecordSpec & { producer?: string }) | null;
@@ -83,7 +83,10 @@ export function serveDiscoveryStore(o: { hostname?: string; port?: number; store
       const d = leases.get(body.producer ?? "");
       if (!d) return problem(412, `producer ${body.producer} holds no lease`);
       try {
-        return json(await d.register({ kind, name: body.name, payload: body.payload, shared: body.shared === true }), 201);
+        const spec: RecordSpec = { kind, name: body.name, payload: body.payload, shared: body.shared === true };
+        if (typeof body.host === "string") spec.host = body.host;
+        if (typeof body.version === "number") spec.version = body.version;
+        return json(await d.register(spec), 201);
       } catch (err) {
         if (err instanceof RecordExistsError) return problem(409, err.message);
         throw err;

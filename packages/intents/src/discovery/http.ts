@@ -2,7 +2,9 @@
 // lease ends when that stream ends (store gone, network cut) or on close().
 import { randomUUID } from "node:crypto";
 import pino, { type Logger } from "pino";
-import { RecordExistsError, type Discovery, type DiscoveryRecord, type RecordSpec, type Registration, type WatchHandle } from "./types.ts";
+import { RecordExistsError, type Discovery, type DiscoveryRecord, type Query, type RecordSpec, type Registration, type WatchHandle } from "./types.ts";
+
+const queryString = (q: Query) => `kind=${q.kind}${q.host !== undefined ? `&host=${encodeURIComponent(q.host)}` : ""}`;
 
 export type HttpDiscoveryOptions = {
   /** Base URL of the store, e.g. `http://127.0.0.1:7070`. */
@@ -83,7 +85,7 @@ export async function connectHttpDiscovery(o: HttpDiscoveryOptions): Promise<Dis
     },
 
     async list(q) {
-      const r = await fetch(`${base}/v1/records?kind=${q.kind}`);
+      const r = await fetch(`${base}/v1/records?${queryString(q)}`);
       return (await (await check(r, `listing ${q.kind} records`)).json()) as DiscoveryRecord[];
     },
 
@@ -93,7 +95,7 @@ export async function connectHttpDiscovery(o: HttpDiscoveryOptions): Promise<Dis
       void (async () => {
         while (!stop.signal.aborted) {
           try {
-            const r = await check(await fetch(`${base}/v1/watch?kind=${q.kind}`, { signal: stop.signal }), `watching ${q.kind} records`);
+            const r = await check(await fetch(`${base}/v1/watch?${queryString(q)}`, { signal: stop.signal }), `watching ${q.kind} records`);
             for await (const line of lines(r)) {
               onSnapshot((line as { records: DiscoveryRecord[] }).records);
               first.resolve();

@@ -1,13 +1,20 @@
-// Kubernetes discovery: each record is a coordination.k8s.io/v1 Lease in the pod's namespace, labelled
-// `kv-epp.dev/record=<kind>`, its JSON payload in the annotation `kv-epp.dev/payload`, and owned
-// (ownerReferences) by the pod that registered it, so the garbage collector removes a dead pod's
-// records. deploy/base/rbac.yaml grants both sides get/list/watch/create/update/patch/delete on leases.
+// Kubernetes discovery, following the convention in deploy/README.md: each record is a
+// coordination.k8s.io/v1 Lease in the pod's namespace, labelled `kv-epp.dev/record=attachment-intent|kv-host`
+// (plus `kv-epp.dev/host`, `kv-epp.dev/protocol-version`), its JSON payload in the annotation
+// `kv-epp.dev/payload`, owned (ownerReferences) by the pod that registered it so the garbage collector
+// removes a dead pod's records, and renewed (spec.renewTime every third of leaseDurationSeconds) so a
+// process that dies while its pod lives on expires too. deploy/base/rbac.yaml grants the verbs.
 import { randomUUID } from "node:crypto";
-import { CoordinationV1Api, makeInformer, type KubeConfig, type V1Lease, type V1OwnerReference } from "@kubernetes/client-node";
+import { CoordinationV1Api, makeInformer, V1MicroTime, type KubeConfig, type V1Lease, type V1OwnerReference } from "@kubernetes/client-node";
 import pino, { type Logger } from "pino";
+import { nameSafe } from "../protocol.ts";
 import { RecordExistsError, type Discovery, type DiscoveryRecord, type Query, type RecordKind, type RecordSpec, type Registration, type WatchHandle } from "./types.ts";
 
 export const RECORD_LABEL = "kv-epp.dev/record";
+export const HOST_LABEL = "kv-epp.dev/host";
+export const VERSION_LABEL = "kv-epp.dev/protocol-version";
+/** The label value of each record kind. */
+export const RECORD_LABEL_VALUES: Record<RecordKind, string> = { intent: "attachment-intent", host: "kv-host" };
 export const PAYLOAD_ANNOTATION = "kv-epp.dev/payload";
 export const PRODUCER_ANNOTATION = "kv-epp.dev/producer";
 /** Producers holding a shared record (JSON array). */
@@ -23,13 +30,35 @@ export type KubernetesDiscoveryOptions = {
   log?: Logger;
   /** Pause before restarting a failed watch. */
   retryMs?: number;
+  /**
+   * Lease of this producer's records (default 30 s, renewed every third of it). Readers treat a record
+   * not renewed for that long as gone; the producer's own `lease` signal ends when it could not renew
+   * for that long (its records are gone for everyone by then). 0: no renewal, no expiry.
+   */
+  leaseDurationSeconds?: number;
+  /** Readers re-evaluate expiry this often even without watch events (default: a third of the lease). */
+  resyncMs?: number;
+  now?: () => number;
 };
 
-const NAME = /^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$/;
+// A DNS subdomain (Lease names), at most 253 characters.
+const NAME = /^(?=.{1,253}$)[a-z0-9]([-a-z0-9.]*[a-z0-9])?$/;
+const DEFAULT_LEASE_SECONDS = 30;
 
 function status(err: unknown): number | undefined {
   const code = (err as { code?: unknown }).code;
   return typeof code === "number" ? code : undefined;
+}
+
+const selectorOf = (q: Query) => `${RECORD_LABEL}=${RECORD_LABEL_VALUES[q.kind]}${q.host !== undefined ? `,${HOST_LABEL}=${nameSafe(q.host)}` : ""}`;
+
+/** A renewed record is live until renewTime (or its creation) + leaseDurationSeconds. */
+function expired(lease: V1Lease, now: number): boolean {
+  const seconds = lease.spec?.leaseDurationSeconds;
+  if (!seconds) return false;
+  const renewed = lease.spec?.renewTime ?? lease.spec?.acquireTime ?? lease.metadata?.creationTimestamp;
+  if (renewed === undefined) return false;
+  return new Date(renewed).getTime() + seconds * 1000 < now;
 }
 
 function toRecord(kind: RecordKind, lease: V1Lease): DiscoveryRecord {
@@ -57,8 +86,15 @@ export function kubernetesDiscovery(o: KubernetesDiscoveryOptions): Discovery {
   const log = o.log ?? pino({ level: "silent" });
   const producer = o.producer ?? `${o.pod?.name ?? "proc"}-${randomUUID().slice(0, 8)}`;
   const namespace = o.namespace;
+  const now = o.now ?? Date.now;
+  const leaseSeconds = o.leaseDurationSeconds ?? DEFAULT_LEASE_SECONDS;
+  const resyncMs = o.resyncMs ?? Math.max(1000, (leaseSeconds * 1000) / 3);
   const lease = new AbortController();
   const watches = new Set<WatchHandle>();
+  /** Records this producer holds and renews. */
+  const held = new Set<string>();
+  let lastRenewed = now();
+  const live = (l: V1Lease) => !expired(l, now());
   const ownerRef: V1OwnerReference | undefined = o.pod && { apiVersion: "v1", kind: "Pod", name: o.pod.name, uid: o.pod.uid };
 
   const body = (spec: RecordSpec): V1Lease => ({
@@ -67,7 +103,12 @@ export function kubernetesDiscovery(o: KubernetesDiscoveryOptions): Discovery {
     metadata: {
       name: spec.name,
       namespace,
-      labels: { [RECORD_LABEL]: spec.kind, "app.kubernetes.io/part-of": "kv-epp" },
+      labels: {
+        [RECORD_LABEL]: RECORD_LABEL_VALUES[spec.kind],
+        ...(spec.host !== undefined ? { [HOST_LABEL]: nameSafe(spec.host) } : {}),
+        ...(spec.version !== undefined ? { [VERSION_LABEL]: String(spec.version) } : {}),
+        "app.kubernetes.io/part-of": "kv-epp",
+      },
       annotations: {
         [PAYLOAD_ANNOTATION]: JSON.stringify(spec.payload),
         [PRODUCER_ANNOTATION]: producer,
@@ -75,8 +116,42 @@ export function kubernetesDiscovery(o: KubernetesDiscoveryOptions): Discovery {
       },
       ...(ownerRef ? { ownerReferences: [ownerRef] } : {}),
     },
-    spec: { holderIdentity: producer },
+    spec: {
+      holderIdentity: o.pod?.name ?? producer,
+      ...(leaseSeconds > 0 ? { leaseDurationSeconds: leaseSeconds, acquireTime: new V1MicroTime(now()), renewTime: new V1MicroTime(now()) } : {}),
+    },
   });
+
+  /** One renewal round: every held record gets a fresh renewTime. */
+  async function renewAll(): Promise<void> {
+    let ok = true;
+    for (const name of [...held]) {
+      try {
+        const cur = await api.readNamespacedLease({ name, namespace });
+        cur.spec = { ...cur.spec, renewTime: new V1MicroTime(now()) };
+        await api.replaceNamespacedLease({ name, namespace, body: cur });
+      } catch (err) {
+        // Gone (withdrawn or collected) is not a failure to renew; anything else is.
+        if (status(err) === 404) held.delete(name);
+        else if (status(err) !== 409) {
+          ok = false;
+          log.warn({ record: name, err: String(err) }, "renewing a discovery record failed");
+        }
+      }
+    }
+    if (ok) lastRenewed = now();
+    else if (now() - lastRenewed > leaseSeconds * 1000) lease.abort(new Error(`lease of ${producer} ended: not renewed for ${leaseSeconds} s`));
+  }
+  let renewing = false;
+  const renewTimer =
+    leaseSeconds > 0
+      ? setInterval(() => {
+          if (renewing || lease.signal.aborted) return;
+          renewing = true;
+          void renewAll().finally(() => (renewing = false));
+        }, (leaseSeconds * 1000) / 3)
+      : undefined;
+  renewTimer?.unref?.();
 
   /** Adds this producer (and its pod as an owner) to an existing shared record; retried on conflicts. */
   async function join(name: string): Promise<void> {
@@ -143,10 +218,12 @@ export function kubernetesDiscovery(o: KubernetesDiscoveryOptions): Discovery {
         if (!spec.shared) throw new RecordExistsError(`${spec.kind} record ${spec.name} exists`);
         await join(spec.name);
       }
+      held.add(spec.name);
       return { kind: spec.kind, name: spec.name, producer };
     },
 
     async unregister(reg) {
+      held.delete(reg.name);
       if (reg.kind === "host") return leave(reg);
       try {
         await api.deleteNamespacedLease({ name: reg.name, namespace });
@@ -158,12 +235,12 @@ export function kubernetesDiscovery(o: KubernetesDiscoveryOptions): Discovery {
     },
 
     async list(q: Query) {
-      const res = await api.listNamespacedLease({ namespace, labelSelector: `${RECORD_LABEL}=${q.kind}` });
-      return res.items.map((l) => toRecord(q.kind, l));
+      const res = await api.listNamespacedLease({ namespace, labelSelector: selectorOf(q) });
+      return res.items.filter(live).map((l) => toRecord(q.kind, l));
     },
 
     listAndWatch(q, onSnapshot) {
-      const labelSelector = `${RECORD_LABEL}=${q.kind}`;
+      const labelSelector = selectorOf(q);
       const informer = makeInformer<V1Lease>(
         o.kubeConfig,
         `/apis/coordination.k8s.io/v1/namespaces/${namespace}/leases`,
@@ -173,9 +250,11 @@ export function kubernetesDiscovery(o: KubernetesDiscoveryOptions): Discovery {
       let synced = false;
       let stopped = false;
       let retry: ReturnType<typeof setTimeout> | undefined;
+      // Expiry happens without a watch event: re-evaluate the cache now and then.
+      const resync = leaseSeconds > 0 ? setInterval(() => publish(), resyncMs) : undefined;
       // Level-triggered: every change hands over the whole cached set.
       const publish = () => {
-        if (synced && !stopped) onSnapshot(informer.list(namespace).map((l) => toRecord(q.kind, l)));
+        if (synced && !stopped) onSnapshot(informer.list(namespace).filter(live).map((l) => toRecord(q.kind, l)));
       };
       informer.on("add", publish);
       informer.on("update", publish);
@@ -215,6 +294,7 @@ export function kubernetesDiscovery(o: KubernetesDiscoveryOptions): Discovery {
         close: () => {
           stopped = true;
           if (retry) clearTimeout(retry);
+          if (resync) clearInterval(resync);
           watches.delete(handle);
           void informer.stop().catch(() => {});
         },
@@ -224,6 +304,7 @@ export function kubernetesDiscovery(o: KubernetesDiscoveryOptions): Discovery {
     },
 
     async close() {
+      if (renewTimer) clearInterval(renewTimer);
       lease.abort(new Error(`discovery client ${producer} closed`));
       for (const w of [...watches]) w.close();
     },

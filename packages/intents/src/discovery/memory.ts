@@ -4,7 +4,7 @@
 import { randomUUID } from "node:crypto";
 import { RecordExistsError, type Discovery, type DiscoveryRecord, type Query, type RecordKind, type RecordSpec, type Registration, type WatchHandle } from "./types.ts";
 
-type Stored = { kind: RecordKind; name: string; payload: unknown; shared: boolean; holders: string[] };
+type Stored = { kind: RecordKind; name: string; payload: unknown; shared: boolean; host?: string; holders: string[] };
 type Watcher = { kind: RecordKind; producer: string; deliver: () => void; close: () => void };
 
 export class MemoryDiscoveryStore {
@@ -35,9 +35,9 @@ export class MemoryDiscoveryStore {
     for (const k of touched) this.#changed(k);
   }
 
-  snapshot(kind: RecordKind): DiscoveryRecord[] {
+  snapshot(kind: RecordKind, host?: string): DiscoveryRecord[] {
     return [...this.#records.values()]
-      .filter((r) => r.kind === kind)
+      .filter((r) => r.kind === kind && (host === undefined || r.host === host))
       .map((r) => ({ kind: r.kind, name: r.name, payload: structuredClone(r.payload), producer: r.holders[0]! }));
   }
 
@@ -49,7 +49,9 @@ export class MemoryDiscoveryStore {
       if (!existing.holders.includes(producer)) existing.holders.push(producer);
       return;
     }
-    this.#records.set(key, { kind: spec.kind, name: spec.name, payload: structuredClone(spec.payload), shared: spec.shared ?? false, holders: [producer] });
+    const stored: Stored = { kind: spec.kind, name: spec.name, payload: structuredClone(spec.payload), shared: spec.shared ?? false, holders: [producer] };
+    if (spec.host !== undefined) stored.host = spec.host;
+    this.#records.set(key, stored);
     this.#changed(spec.kind);
   }
 
@@ -77,7 +79,7 @@ export class MemoryDiscoveryStore {
         scheduled = true;
         queueMicrotask(() => {
           scheduled = false;
-          if (!closed) onSnapshot(this.snapshot(q.kind));
+          if (!closed) onSnapshot(this.snapshot(q.kind, q.host));
         });
       },
       close: () => {
@@ -118,7 +120,7 @@ class MemoryDiscovery implements Discovery {
   }
 
   async list(q: Query): Promise<DiscoveryRecord[]> {
-    return this.store.snapshot(q.kind);
+    return this.store.snapshot(q.kind, q.host);
   }
 
   listAndWatch(q: Query, onSnapshot: (records: DiscoveryRecord[]) => void): WatchHandle {

@@ -14,6 +14,10 @@ export type RecordSpec = {
    * the same host): it stays while any of them holds it. A plain record's name must be free.
    */
   shared?: boolean;
+  /** The host instance the record concerns (an intent's addressee, an advertisement's host): queryable. */
+  host?: string;
+  /** The payload's protocol version, for backends that index it (a Kubernetes label). */
+  version?: number;
 };
 
 /** What register returns and unregister takes. */
@@ -21,7 +25,8 @@ export type Registration = { kind: RecordKind; name: string; producer: string };
 
 export type DiscoveryRecord = { kind: RecordKind; name: string; payload: unknown; producer: string };
 
-export type Query = { kind: RecordKind };
+/** `host` narrows to records registered with that host (readers still check payloads). */
+export type Query = { kind: RecordKind; host?: string };
 
 export type WatchHandle = {
   /** Settles after the first snapshot has been delivered (rejects if the first list fails for good). */
