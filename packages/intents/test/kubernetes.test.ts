@@ -1,5 +1,8 @@
 // The Kubernetes backend against the fake API server (real HTTP, @kubernetes/client-node for real).
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import { createServer, request } from "node:http";
+import type { AddressInfo } from "node:net";
+import { KubeConfig } from "@kubernetes/client-node";
 import { startFakeKubeApi, waitFor, type FakeKubeApi } from "@kv-epp/testkit";
 import {
   advertiseHost,
@@ -235,5 +238,66 @@ describe("the registration's lease on Kubernetes", () => {
     expect(String(discovery.lease.reason)).toContain("not renewed");
     await discovery.close();
     await epp.close();
+  });
+
+  test("a watch the RBAC rules forbid fails its first snapshot instead of waiting forever", async () => {
+    const strict = await startFakeKubeApi({ host: "127.0.7.1", namespace: NS, authorize: (r) => !(r.plural === "leases" && (r.verb === "list" || r.verb === "watch")) });
+    const d = kubernetesDiscovery({ kubeConfig: strict.kubeConfig, namespace: NS });
+    const watcher = new IntentWatcher({ discovery: d, hostInstance: HOST, onChange: () => {} });
+    await expect(watcher.start()).rejects.toThrow();
+    watcher.close();
+    await d.close();
+    await strict.close();
+  });
+
+  test("a first list that fails for a while is retried: the first snapshot is the real one, not an empty guess", async () => {
+    const behind = await startFakeKubeApi({ host: "127.0.7.1", namespace: NS });
+    behind.upsert({
+      apiVersion: "coordination.k8s.io/v1",
+      kind: "Lease",
+      metadata: { name: "kvi-there", namespace: NS, labels: { [RECORD_LABEL]: "attachment-intent" }, annotations: { [PAYLOAD_ANNOTATION]: "{}" } },
+      spec: {},
+    });
+    // A proxy in front answers 503 to lists until told otherwise (a 403 would rightly fail at once).
+    // node:http, not Bun.serve: a streamed watch must get its headers before its first event.
+    let failed = 0;
+    let healthy = false;
+    const target = new URL(behind.url);
+    const proxy = createServer((req, res) => {
+      const u = new URL(req.url ?? "/", "http://proxy");
+      if (!healthy && u.pathname.endsWith("/leases") && u.searchParams.get("watch") === null) {
+        failed++;
+        res.writeHead(503, { "content-type": "application/json" });
+        return void res.end(JSON.stringify({ kind: "Status", apiVersion: "v1", status: "Failure", code: 503, reason: "ServiceUnavailable" }));
+      }
+      const up = request({ host: target.hostname, port: target.port, path: req.url, method: req.method, headers: req.headers }, (r) => {
+        res.writeHead(r.statusCode ?? 502, r.headers);
+        res.flushHeaders();
+        r.pipe(res);
+      });
+      req.pipe(up);
+    });
+    await new Promise<void>((resolve) => proxy.listen(0, "127.0.7.1", resolve));
+    const proxyPort = (proxy.address() as AddressInfo).port;
+    const kubeConfig = new KubeConfig();
+    kubeConfig.loadFromOptions({
+      clusters: [{ name: "p", server: `http://127.0.7.1:${proxyPort}`, skipTLSVerify: true }],
+      users: [{ name: "p", token: "t" }],
+      contexts: [{ name: "p", cluster: "p", user: "p", namespace: NS }],
+      currentContext: "p",
+    });
+    const d = kubernetesDiscovery({ kubeConfig, namespace: NS, retryMs: 20 });
+    const snapshots: string[][] = [];
+    const watch = d.listAndWatch({ kind: "intent" }, (recs) => snapshots.push(recs.map((r) => r.name)));
+    await waitFor(() => failed >= 3);
+    expect(snapshots).toEqual([]);
+    healthy = true;
+    await watch.ready;
+    expect(snapshots[0]).toEqual(["kvi-there"]);
+    watch.close();
+    await d.close();
+    proxy.closeAllConnections();
+    await new Promise((resolve) => proxy.close(resolve));
+    await behind.close();
   });
 });

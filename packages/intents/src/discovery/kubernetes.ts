@@ -250,41 +250,51 @@ export function kubernetesDiscovery(o: KubernetesDiscoveryOptions): Discovery {
       let synced = false;
       let stopped = false;
       let retry: ReturnType<typeof setTimeout> | undefined;
-      // Expiry happens without a watch event: re-evaluate the cache now and then.
-      const resync = leaseSeconds > 0 ? setInterval(() => publish(), resyncMs) : undefined;
+      // The client's ListWatch.start() resolves even when its list failed: the failure arrives through
+      // the "error" callback, so each start records it here.
+      let startError: unknown;
       // Level-triggered: every change hands over the whole cached set.
       const publish = () => {
         if (synced && !stopped) onSnapshot(informer.list(namespace).filter(live).map((l) => toRecord(q.kind, l)));
       };
+      // Expiry happens without a watch event: re-evaluate the cache now and then.
+      const resync = leaseSeconds > 0 ? setInterval(publish, resyncMs) : undefined;
+      resync?.unref?.();
       informer.on("add", publish);
       informer.on("update", publish);
       informer.on("delete", publish);
       const restart = () => {
         if (stopped) return;
-        retry = setTimeout(() => {
-          informer.start().then(publish, (err) => {
-            log.warn({ err: String(err) }, "lease list failed, retrying");
-            restart();
-          });
-        }, o.retryMs ?? 1000);
+        retry = setTimeout(() => void informer.start().then(publish, restart), o.retryMs ?? 1000);
       };
       informer.on("error", (err) => {
-        // The client's ListWatch stops on a watch error; its relist on restart reconciles.
-        if (!synced || stopped) return;
+        if (!synced) {
+          startError = err;
+          return;
+        }
+        // The ListWatch stops on an error; restarting relists, which reconciles.
+        if (stopped) return;
         log.warn({ err: String(err), kind: q.kind }, "lease watch failed, restarting");
         restart();
       });
       const ready = (async () => {
         for (;;) {
-          try {
-            await informer.start();
-            break;
-          } catch (err) {
-            if (stopped) return;
-            log.warn({ err: String(err), kind: q.kind }, "listing leases failed, retrying");
+          startError = undefined;
+          await informer.start().catch((err: unknown) => (startError = err));
+          if (stopped) return;
+          if (startError === undefined) break;
+          // Not allowed (RBAC) or no such resource: retrying cannot help, and a caller waiting for
+          // the first snapshot (readiness) must not wait forever.
+          const code = status(startError);
+          if (code === 401 || code === 403 || code === 404) {
+            stopped = true;
+            if (resync) clearInterval(resync);
             await informer.stop().catch(() => {});
-            await new Promise((r) => setTimeout(r, o.retryMs ?? 1000));
+            throw startError;
           }
+          log.warn({ err: String(startError), kind: q.kind }, "listing leases failed, retrying");
+          await informer.stop().catch(() => {});
+          await new Promise((r) => setTimeout(r, o.retryMs ?? 1000));
         }
         synced = true;
         publish();
