@@ -155,7 +155,9 @@ export class SimulatedCluster {
       return gated.length === count ? gated : undefined;
     }, { timeoutMs, message: `${count} new EPP pods` });
     this.gateNewEpps = false;
-    await waitFor(() => pods.every((p) => this.sim.probePassing(p)), { timeoutMs, message: `${pods.join(", ")} SERVING on their own (no deadlock)` });
+    await waitFor(() => pods.every((p) => this.sim.probePassing(p)), { timeoutMs, message: `${pods.join(", ")} SERVING on their own (no deadlock)` }).catch((e) => {
+      throw new Error(`${(e as Error).message}\n${pods.map((p) => `--- ${p}:\n${this.sim.process(p).lines.slice(-15).join("\n")}`).join("\n")}`);
+    });
     for (const p of pods) this.sim.setReadinessGate(p, COLD_START_GATE, true);
     await waitFor(() => pods.every((p) => this.sim.isReady(p)), { timeoutMs, message: `${pods.join(", ")} Ready` });
     return pods;

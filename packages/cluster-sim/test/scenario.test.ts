@@ -72,6 +72,23 @@ async function settled(what: string): Promise<string[]> {
 
 const logOf = (pod: string) => logMessages(cluster.sim.process(pod).lines);
 
+/**
+ * Subscribe first (DESIGN 7.1), checked in a recovering replica's log: "subscribed" comes before
+ * "recovered ... from peer", and the subscription is real by then: its listener to every worker has
+ * connected before the dump is fetched (a listener still connecting misses what is published
+ * between the peer's snapshot and its connection).
+ */
+function expectSubscribedBeforeRecovery(pod: string): void {
+  const msgs = logOf(pod);
+  const subscribed = msgs.findIndex((m) => /subscribed/.test(m));
+  const fetching = msgs.findIndex((m) => /fetching dump/.test(m));
+  const recovered = msgs.findIndex((m) => /recovered\b.*\bfrom peer/.test(m));
+  expect(subscribed).toBeGreaterThanOrEqual(0);
+  expect(recovered).toBeGreaterThan(subscribed);
+  const connected = msgs.slice(0, fetching).filter((m) => m === "publisher connected").length;
+  expect({ pod, workersConnectedBeforeDump: connected }).toEqual({ pod, workersConnectedBeforeDump: cluster.readyWorkers().length });
+}
+
 test("1. cold start: two replicas started together both become Ready (no deadlock) and report empty_bootstrap", async () => {
   // Both are held out of the EndpointSlices until each is SERVING on its own: neither can have seen
   // the other as a serving peer, whatever their start-up speeds.
@@ -120,11 +137,7 @@ test("3. a deleted replica's replacement subscribes, then recovers from the surv
     message: "a ready replacement",
   });
 
-  const msgs = logOf(fresh);
-  const subscribed = msgs.findIndex((m) => /subscribed/.test(m));
-  const recovered = msgs.findIndex((m) => /recovered\b.*\bfrom peer/.test(m));
-  expect(subscribed).toBeGreaterThanOrEqual(0);
-  expect(recovered).toBeGreaterThan(subscribed);
+  expectSubscribedBeforeRecovery(fresh);
   const line = cluster.sim.process(fresh).lines.find((l) => /recovered\b.*\bfrom peer/.test(l))!;
   expect(line).toContain(cluster.ip(survivor)); // never the terminating victim
   expect(await recoveryState(cluster.ip(fresh))).toBe("recovered");
@@ -152,7 +165,10 @@ test("4. a rolling update never leaves zero ready replicas, and the index surviv
     rolling = false;
     await traffic;
     expect(cluster.readyEpps()).toEqual([...fresh].sort());
-    for (const p of fresh) expect(await recoveryState(cluster.ip(p))).toBe("recovered");
+    for (const p of fresh) {
+      expect(await recoveryState(cluster.ip(p))).toBe("recovered");
+      expectSubscribedBeforeRecovery(p);
+    }
   } finally {
     rolling = false;
     await traffic.catch(() => {});
@@ -163,10 +179,7 @@ test("4. a rolling update never leaves zero ready replicas, and the index surviv
   expect(watch.min).toBeGreaterThanOrEqual(1);
   expect(sent).toBeGreaterThan(0);
 
-  const after = await settled("indexes settled after the rollout").catch((e) => {
-    for (const p of cluster.epps.pods()) console.error(p, cluster.sim.process(p).lines.filter((l) => /publisher connected|subscribed|fetching dump|dump fetched|recovered|seq gap|EMPTY/.test(l)).join("\n"));
-    throw e;
-  });
+  const after = await settled("indexes settled after the rollout");
   const kept = blockFacts(after);
   for (const fact of blockFacts(before)) expect(kept.has(fact)).toBe(true);
   expect(kept.size).toBeGreaterThan(blockFacts(before).size); // plus what the rollout-time traffic stored

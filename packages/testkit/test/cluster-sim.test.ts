@@ -145,3 +145,24 @@ test("a simulated Deployment replaces deleted pods and rolls out without ever dr
     deploy.stop();
   }
 }, 30_000);
+
+test("a readiness gate holds a pod whose probe passes out of Ready and the EndpointSlice until it is set", async () => {
+  sim.addService({ name: "gated", selector: { app: "epp" }, ports: [{ name: "http", port: 80, targetPort: 8080 }] });
+  sim.runPod(healthPod("g", {}, { readinessGates: ["example.com/warm"] }));
+  await waitFor(() => sim.probePassing("g"), { message: "probe passing" });
+  const slice = () => api.get("EndpointSlice", NS, "gated-sim") as { endpoints: { conditions: { ready: boolean } }[]; ports: { port: number }[] } & object;
+  const condition = (type: string) => (api.get("Pod", NS, "g")?.status as { conditions: { type: string; status: string }[] }).conditions.find((c) => c.type === type)?.status;
+  // Probes keep passing meanwhile; the gate alone keeps it out.
+  await waitFor(() => condition("ContainersReady") === "True");
+  expect(sim.isReady("g")).toBe(false);
+  expect(condition("example.com/warm")).toBe("False");
+  expect(condition("Ready")).toBe("False");
+  expect(slice().endpoints[0]?.conditions.ready).toBe(false);
+  expect(slice().ports).toEqual([{ name: "http", port: 8080, protocol: "TCP" }] as never); // the targetPort
+
+  sim.setReadinessGate("g", "example.com/warm", true);
+  expect(sim.isReady("g")).toBe(true);
+  expect(condition("Ready")).toBe("True");
+  expect(slice().endpoints[0]?.conditions.ready).toBe(true);
+  expect(() => sim.setReadinessGate("g", "other", true)).toThrow(/no readiness gate other/);
+}, 30_000);

@@ -129,6 +129,8 @@ export function podSpecFromTemplate(template: PodTemplate, rt: ManifestRuntime):
   const entry = c.command?.[0] ?? c.image ?? "";
   const prefix = rt.entrypoints[entry];
   if (!prefix) throw new Error(`container ${c.name}: no entry point for ${JSON.stringify(entry)}`);
+  // Checked once, up front: a template the simulation cannot run fails before any pod starts.
+  const readiness = readinessOf(c);
   const preStopMs = preStopMsOf(c);
   const graceMs = (template.spec.terminationGracePeriodSeconds ?? DEFAULT_GRACE_S) * 1000;
   const sa = template.spec.serviceAccountName;
@@ -138,7 +140,7 @@ export function podSpecFromTemplate(template: PodTemplate, rt: ManifestRuntime):
       const args = [...(c.command?.slice(1) ?? []), ...(c.args ?? [])].map((a) => ownAddress(expand(a, env), pod.ip));
       return { cmd: prefix[0]!, args: [...prefix.slice(1), ...args], env: { ...env, ...rt.env?.(pod) }, cwd: rt.cwd };
     },
-    readiness: readinessOf(c),
+    readiness,
     ports: (c.ports ?? []).map((p) => ({ name: p.name ?? String(p.containerPort), containerPort: p.containerPort })),
     preStopMs,
     terminationGraceMs: Math.max(graceMs - preStopMs, MIN_GRACE_AFTER_PRESTOP_MS),

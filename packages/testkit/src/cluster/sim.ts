@@ -74,9 +74,10 @@ class SimPod {
     return this.probeOk && this.process.running && [...this.gates.values()].every(Boolean);
   }
 
-  /** One readiness probe; resolves to whether the pod's readiness changed. */
+  /** One readiness probe; resolves to whether the pod's readiness (or its probe's result) changed. */
   async probe(): Promise<boolean> {
     const was = this.ready;
+    const probed = this.probeOk;
     if (!this.process.running) this.probeOk = false;
     else if (!this.probing) {
       this.probing = true;
@@ -86,7 +87,7 @@ class SimPod {
         this.probing = false;
       }
     }
-    return was !== this.ready;
+    return was !== this.ready || probed !== this.probeOk;
   }
 
   gone(): void {
