@@ -183,6 +183,9 @@ async function main() {
 
   console.log("ext_proc over gRPC, load generator in another process (open loop, one stream per request):");
   const baseline = await startBaseline();
+  // Warm both servers (JIT, connection set-up) before anything is measured: they share this process,
+  // so otherwise whichever runs first pays for the shared gRPC code paths.
+  for (const target of [`${HOST}:${epp.ports.grpc}`, `${HOST}:${baseline.port}`]) await loadgen(target, 200);
   const runs = await sweep([
     { name: "kv-epp", target: `${HOST}:${epp.ports.grpc}` },
     { name: "baseline", target: `${HOST}:${baseline.port}` },
