@@ -31,7 +31,10 @@ export const OPTIONS = {
   "decode-batch-factor": { schema: nonNegative.default(0.01), help: "decode slowdown per extra running request" },
   "tokenizer-dir": { schema: z.string().min(1).optional(), help: "dir with tokenizer.json (+ tokenizer_config.json)" },
   model: { schema: z.string().min(1).default("Qwen/Qwen3-0.6B"), help: "served model name" },
-  "worker-id": { schema: z.string().min(1).optional(), help: "name used in logs (default host:port)" },
+  "worker-id": { schema: z.string().min(1).optional(), help: "name used in logs and intents (default host:port)" },
+  discovery: { schema: z.union([z.literal("kubernetes"), z.url({ protocol: /^https?$/ })]).optional(), help: "register KV attachment intents: kubernetes | http://HOST:PORT" },
+  "kv-host": { schema: z.string().min(1).default("dynamo-epp"), help: "host instance (EPP) the intents are addressed to" },
+  "advertise-host": { schema: z.string().min(1).optional(), help: "IP the EPP reaches this worker on (pod IP), written in intents" },
   "log-level": { schema: z.enum(["fatal", "error", "warn", "info", "debug", "trace", "silent"]).default("info"), help: "pino level" },
 } as const;
 

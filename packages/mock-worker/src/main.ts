@@ -1,5 +1,6 @@
 // `bun run mock-worker [flags]`: a GPU-less vLLM stand-in. Flags also read MOCK_WORKER_* variables.
 import { ConfigError, parseConfig, usage } from "./config.ts";
+import { registerIntents } from "./intents.ts";
 import { startMockWorker } from "./worker.ts";
 
 const args = process.argv.slice(2);
@@ -22,10 +23,13 @@ const worker = await startMockWorker(config).catch((e: unknown) => {
   console.error(`mock-worker: failed to start: ${(e as Error)?.message ?? String(e)}`);
   process.exit(1);
 });
+const intents = registerIntents(worker, process.env);
 let stopping = false;
 const stop = async () => {
   if (stopping) return;
   stopping = true;
+  // Intents first: the EPP detaches before the KV publishers go away.
+  await intents.close();
   await worker.close();
   process.exit(0);
 };
