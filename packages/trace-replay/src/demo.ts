@@ -66,6 +66,7 @@ async function main(o: DemoOptions): Promise<number> {
       progress.log(`  midway (${killAt} requests sent): killing ${a.name} (SIGKILL), starting ${c.name} with peers ${a.ip}, ${b.ip}`);
       replicas = replicas.filter((r) => r.name !== a.name);
       await children.stop(a.name, { signal: "SIGKILL" });
+      stats.mark(`${a.name} killed`);
       const started = performance.now();
       let fetched: { peer: string; events: number; bytes: number; ms: number } | undefined;
       startEppReplica(children, l, c.name, [a.ip, b.ip], runDir, (line) => {
@@ -82,6 +83,7 @@ async function main(o: DemoOptions): Promise<number> {
         const readyMs = Math.round(performance.now() - started);
         recovery = fetched ? { replica: c.name, ...fetched, readyMs } : { replica: c.name, failed: `ready after ${readyMs} ms without a recovery from a peer (see ${c.name}.log)` };
         replicas = [...replicas, { name: c.name, client: clients.get(c.name)! }];
+        stats.mark(`${c.name} ready`);
       } catch (e) {
         recovery = { replica: c.name, failed: String(e) };
       }

@@ -32,11 +32,12 @@ export function demoReportData(o: DemoOptions, s: DemoStats, recovery: RecoveryR
     title: "kv-epp demo",
     subtitle: `${o.workers} mock workers, two EPP replicas (static mode) routing a replay of the trace through ext_proc; one replica replaced midway.`,
     facts: [
-      ["trace", `${o.tracePath}, ${o.durationS} s at ${o.timeScale}x`],
+      ["trace", `${s.sent} requests from ${o.tracePath} (at most ${o.durationS} s of it), replayed at ${o.timeScale}x`],
       ["workers", `${o.workers} x ${o.capacityBlocks} blocks of ${o.blockSize} tokens, timing speed ${o.speed}`],
     ],
     table: { columns: ["summary", ""], rows: summaryRows(s, recovery) },
     timeAxis: "seconds since start",
+    marks: s.marks,
     ttftAxis: "TTFT (ms, measured at the load generator)",
     hitRate: [{ name: "kv-aware (EPP)", points: s.hitSeries() }],
     ttftCdf: [{ name: "kv-aware (EPP)", points: cdfPoints(s.ttftMs) }],

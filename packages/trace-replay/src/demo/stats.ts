@@ -24,6 +24,8 @@ export class DemoStats {
   /** per second since start: in-flight per worker, sampled */
   readonly loadSamples: { t: number; byWorker: Map<string, number> }[] = [];
   private readonly started = performance.now();
+  /** moments worth marking on the charts, seconds since start */
+  readonly marks: { x: number; label: string }[] = [];
 
   constructor(readonly workerIds: readonly string[]) {
     for (const w of workerIds) this.inflight.set(w, 0);
@@ -59,6 +61,10 @@ export class DemoStats {
     const cell = (this.hitBuckets[b] ??= [0, 0]);
     cell[0] += r.promptTokens;
     cell[1] += r.cachedTokens;
+  }
+
+  mark(label: string): void {
+    this.marks.push({ x: Math.round(this.elapsedS() * 10) / 10, label });
   }
 
   sampleLoad(): void {

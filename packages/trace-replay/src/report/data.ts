@@ -11,6 +11,8 @@ export type ReportData = {
   table: { columns: string[]; rows: string[][] };
   /** x-axis name of the time series */
   timeAxis: string;
+  /** moments marked on the time charts (x in the time axis' unit), e.g. a replica killed */
+  marks?: { x: number; label: string }[];
   /** the main chart: prefix-cache hit rate over time, one line per run */
   hitRate: { name: string; points: Points }[];
   /** x-axis name of the TTFT chart (simulated or measured) */

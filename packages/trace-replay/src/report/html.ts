@@ -43,6 +43,8 @@ ${body}
 <script>
 const data = JSON.parse(document.getElementById("report-data").textContent);
 const base = { animation: false, tooltip: { trigger: "axis" }, legend: { top: 0, type: "scroll" }, grid: { top: 48, left: 64, right: 32, bottom: 48 } };
+// Marked moments as vertical lines on the first series of a time chart.
+const markLine = { symbol: "none", label: { formatter: (p) => p.name }, lineStyle: { type: "dashed", color: "#c00" }, data: (data.marks || []).map((m) => ({ name: m.label, xAxis: m.x })) };
 function chart(id, option) {
   const el = document.getElementById(id);
   if (el) echarts.init(el).setOption(Object.assign({}, base, option));
@@ -53,7 +55,7 @@ chart("chart-hit", {
   grid: { top: ${main ? 72 : 48}, left: 64, right: 32, bottom: 56 },
   xAxis: { type: "value", name: data.timeAxis, nameLocation: "middle", nameGap: 28, max: "dataMax" },
   yAxis: { type: "value", name: "cached / prompt tokens", min: 0, axisLabel: { formatter: (v) => Math.round(v * 100) + "%" } },
-  series: data.hitRate.map((s) => ({ name: s.name, type: "line", showSymbol: false, connectNulls: true, data: s.points })),
+  series: data.hitRate.map((s, i) => ({ name: s.name, type: "line", showSymbol: false, connectNulls: true, data: s.points, markLine: i === 0 ? markLine : undefined })),
 });
 chart("chart-ttft", {
   xAxis: { type: "log", name: data.ttftAxis, nameLocation: "middle", nameGap: 28 },
@@ -64,7 +66,7 @@ data.workerLoad.forEach((run, i) => chart("chart-load-" + i, {
   title: { text: run.name, left: "center", bottom: 0, textStyle: { fontSize: 13 } },
   xAxis: { type: "value", name: data.timeAxis },
   yAxis: { type: "value", name: "in flight", min: 0 },
-  series: run.workers.map((w) => ({ name: w.name, type: "line", showSymbol: false, data: w.points })),
+  series: run.workers.map((w, j) => ({ name: w.name, type: "line", showSymbol: false, data: w.points, markLine: j === 0 ? markLine : undefined })),
 }));
 </script></body></html>
 `;
