@@ -76,6 +76,16 @@ describe("commands and errors", () => {
     expect(pongs[0]!.toString()).toBe("ctx-42");
   });
 
+  test("close() ends connections still mid-handshake instead of waiting for them", async () => {
+    const pub = new PubSocket();
+    const ep = await pub.bind("tcp://127.0.1.2:0");
+    // A peer that connected but never sent its greeting: the publisher must not wait for it.
+    const silent = await RawPeer.open(ep);
+    cleanups.push(() => silent.close());
+    await pub.close();
+    await waitUntil(() => silent.closed);
+  });
+
   test("a garbage greeting closes that connection only; the publisher keeps serving", async () => {
     const [pub, ep] = await boundPub();
     const garbage = await RawPeer.open(ep);

@@ -43,6 +43,8 @@ export abstract class ZmtpSocket {
     accepted: 0, connects: 0, reconnects: 0, disconnects: 0, protocolErrors: 0, oversize: 0, dropped: 0, messagesIn: 0, messagesOut: 0,
   };
   protected readonly peers = new Set<Connection>();
+  /** Every live connection, handshaken or not: close() must end those still mid-handshake too. */
+  private readonly conns = new Set<Connection>();
   protected readonly log: Logger;
   private readonly servers: Server[] = [];
   private readonly dialers: Dialer[] = [];
@@ -122,7 +124,7 @@ export abstract class ZmtpSocket {
       clearTimeout(d.timer);
       d.socket?.destroy();
     }
-    for (const c of [...this.peers]) c.close();
+    for (const c of [...this.conns]) c.close();
     await Promise.all(this.servers.map((s) => new Promise<void>((r) => s.close(() => r()))));
   }
 
@@ -143,7 +145,7 @@ export abstract class ZmtpSocket {
   }
 
   private attach(sock: Socket, asServer: boolean): Connection {
-    return new Connection(sock, {
+    const conn = new Connection(sock, {
       socketType: this.type,
       identity: this.opts.identity ?? (this.type === "ROUTER" || this.type === "DEALER" ? new Uint8Array(0) : undefined),
       maxMessageSize: this.opts.maxMessageSize ?? DEFAULT_MAX_MESSAGE_SIZE,
@@ -152,6 +154,8 @@ export abstract class ZmtpSocket {
       asServer,
       handshakeTimeoutMs: this.opts.handshakeTimeoutMs ?? 10_000,
     }, this.connHandler);
+    this.conns.add(conn);
+    return conn;
   }
 
   private dial(d: Dialer): void {
@@ -188,6 +192,7 @@ export abstract class ZmtpSocket {
   }
 
   private onConnectionClosed(c: Connection, reason: CloseReason): void {
+    this.conns.delete(c);
     const wasPeer = this.peers.delete(c);
     if (reason.kind === "protocol") this.counters.protocolErrors++;
     if (reason.kind === "oversize") this.counters.oversize++;
