@@ -12,25 +12,34 @@
 // every residency is reachable from the root through its worker's own chain (which makes dump exact).
 // Removing a block therefore drops the worker's residencies below it too.
 import { xxh3 } from "./xxh3";
+import { alloc, allocZeroed, free, freePages, regrow, usable } from "./pages";
 
 const NIL: u32 = 0;
 const DEAD: u32 = 0xFFFFFFFF;
 const ROOT: u32 = 1;
 const EMPTY: u32 = 0;
 
-// ---- growable raw arrays (TLSF heap of the minimal runtime: freed space is reused) ----
-function grow(ptr: usize, oldBytes: usize, newBytes: usize): usize {
-  const p = ptr == 0 ? heap.alloc(newBytes) : heap.realloc(ptr, newBytes);
-  memory.fill(p + oldBytes, 0, newBytes - oldBytes);
-  return p;
-}
-function zeroed(bytes: usize): usize {
-  const p = heap.alloc(bytes);
-  memory.fill(p, 0, bytes);
-  return p;
-}
+// growable raw arrays and big blocks come from ./pages (exact page growth, freed runs reused)
+@inline function grow(ptr: usize, oldBytes: usize, newBytes: usize): usize { return regrow(ptr, oldBytes, newBytes); }
+@inline function zeroed(bytes: usize): usize { return allocZeroed(bytes); }
 
-// ---- nodes: array of 40-byte structs, so creating or visiting a node touches one cache line ----
+// Table slots hold 26-bit ids (6 hash bits above): an index holds at most 2^25 blocks and residencies.
+const ID_BITS: u32 = 26;
+const ID_MASK: u32 = (1 << ID_BITS) - 1;
+const MAX_ID: u32 = ID_MASK - 1; // ID_MASK with all tag bits is the tombstone
+
+// ---- chunked arrays: nodes and records live in fixed chunks of 8192 (whole pages: 320 KiB of nodes,
+// 128 KiB of records) behind a directory holding each chunk's first page as a u16. Measured: arrays
+// that doubled through realloc left the old copies' space in linear memory (58.8 B of linear memory per
+// residency for 31.5 B of live structures at 1M residencies); chunks never move, growth is one chunk at
+// a time, and chunks fill the runs freed tables leave. The directory's hot part is a few hundred bytes
+// in L1, so the extra load per access is cheap.
+const CHUNK_BITS: u32 = 13;
+const CHUNK: u32 = 1 << CHUNK_BITS;
+const CHUNK_MASK: u32 = CHUNK - 1;
+const DIR_BYTES: usize = (<usize>1 << (ID_BITS - CHUNK_BITS)) << 1;
+
+// ---- nodes: 40-byte structs, so creating or visiting a node touches one cache line ----
 // 0 sequence hash u64 | 8 worker mask for slots 0..63 u64 | 16 parent u32 | 20 first child u32
 // 24 next sibling u32 (free-list link when free) | 28 previous sibling u32 | 32 residency list head u32
 const NODE: usize = 40;
@@ -38,11 +47,14 @@ let nodeCap: u32 = 0;
 let nodeTop: u32 = 2;
 let nodeFree: u32 = NIL;
 let nodesLive: u32 = 0;
-let nodes: usize = 0;
+let nodeDir: usize = 0;
 let maskWords: u32 = 1;  // 64-slot words per node; words past the first live in nMaskExt
-let nMaskExt: usize = 0; // u64 x (maskWords - 1) per node
+let nMaskExt: usize = 0; // u64 x (maskWords - 1) per node, for extCap nodes (rare: > 64 workers)
+let extCap: u32 = 0;
 
-@inline function nodeAt(n: u32): usize { return nodes + <usize>n * NODE; }
+@inline function nodeAt(n: u32): usize {
+  return (<usize>load<u16>(nodeDir + (<usize>(n >> CHUNK_BITS) << 1)) << 16) + <usize>(n & CHUNK_MASK) * NODE;
+}
 @inline function seqOf(n: u32): u64 { return load<u64>(nodeAt(n)); }
 
 const ROOT_SEQ: u64 = 0x243F6A8885A308D3;
@@ -78,11 +90,16 @@ function tokOf(n: u32): u64 { return unmix(seqOf(n)) ^ spread(seqOf(parentOf(n))
 }
 
 function growNodes(): void {
-  const cap: u32 = nodeCap == 0 ? 1024 : nodeCap * 2;
-  if (cap - 1 > MAX_ID) unreachable(); // table slots hold 26-bit ids
-  nodes = grow(nodes, <usize>nodeCap * NODE, <usize>cap * NODE);
-  if (maskWords > 1) nMaskExt = grow(nMaskExt, (<usize>nodeCap * (maskWords - 1)) << 3, (<usize>cap * (maskWords - 1)) << 3);
-  nodeCap = cap;
+  if (nodeCap + CHUNK - 1 > MAX_ID) unreachable(); // table slots hold 26-bit ids
+  store<u16>(nodeDir + (<usize>(nodeCap >> CHUNK_BITS) << 1), <u16>(alloc(<usize>CHUNK * NODE) >> 16));
+  nodeCap += CHUNK;
+  if (maskWords > 1 && nodeCap > extCap) growMaskExt(nodeCap * 2);
+}
+
+function growMaskExt(cap: u32): void {
+  const stride = <usize>(maskWords - 1) << 3;
+  nMaskExt = grow(nMaskExt, <usize>extCap * stride, <usize>cap * stride);
+  extCap = cap;
 }
 
 function newNode(parent: u32, seq: u64): u32 {
@@ -132,9 +149,11 @@ let resCap: u32 = 0;
 let resTop: u32 = 1;
 let resFree: u32 = NIL;
 let resLive: u32 = 0;
-let recs: usize = 0;
+let recDir: usize = 0;
 
-@inline function recAt(r: u32): usize { return recs + <usize>r * REC; }
+@inline function recAt(r: u32): usize {
+  return (<usize>load<u16>(recDir + (<usize>(r >> CHUNK_BITS) << 1)) << 16) + (<usize>(r & CHUNK_MASK) << 4);
+}
 @inline function extOf(r: u32): u64 { return load<u64>(recAt(r)); }
 @inline function packedOf(r: u32): u64 { return load<u64>(recAt(r), 8); }
 @inline function nodeOfRes(r: u32): u32 { return <u32>packedOf(r) & ID_MASK; }
@@ -146,10 +165,9 @@ let recs: usize = 0;
 }
 
 function growRes(): void {
-  const cap: u32 = resCap == 0 ? 1024 : resCap * 2;
-  if (cap - 1 > MAX_ID) unreachable(); // table slots hold 26-bit ids
-  recs = grow(recs, <usize>resCap * REC, <usize>cap * REC);
-  resCap = cap;
+  if (resCap + CHUNK - 1 > MAX_ID) unreachable(); // table slots hold 26-bit ids
+  store<u16>(recDir + (<usize>(resCap >> CHUNK_BITS) << 1), <u16>(alloc(<usize>CHUNK * REC) >> 16));
+  resCap += CHUNK;
 }
 
 // ---- two open-addressing tables (linear probing): CHILD maps (parent node, sequence hash) -> node,
@@ -157,15 +175,15 @@ function growRes(): void {
 // bits above, so probing past foreign entries rarely dereferences them (measured: most of the cost of
 // a miss was those loads). Deletion leaves a tombstone instead of shifting the cluster back, because
 // the shift had to load every following entry to find its home (measured as most of the cost of a
-// removal); tombstones are reused by inserts and swept by a rebuild once they reach a quarter of the
-// table, which scans the node/record arrays sequentially.
+// removal); tombstones are reused by inserts and swept by a rebuild, which scans the node/record
+// arrays sequentially. Capacities are not powers of two (the home slot is a multiply-shift of the low
+// 32 hash bits): a table can run at up to 80% load and grow by 1.6x instead of jumping to double,
+// which is what keeps the whole index near 30 bytes per residency.
 const CHILD: i32 = 0;
 const RES: i32 = 1;
-const ID_BITS: u32 = 26;
-const ID_MASK: u32 = (1 << ID_BITS) - 1;
-const MAX_ID: u32 = ID_MASK - 1; // ID_MASK with all tag bits is the tombstone
 const TOMB: u32 = 0xFFFFFFFF;
 const TABLES: usize = memory.data(32, 8); // per table: slots ptr u32 | cap u32 | count u32 | tombstones u32
+const MIN_TABLE: u32 = 1024;
 
 @inline function slotsOf(t: i32): usize { return <usize>load<u32>(TABLES + (<usize>t << 4)); }
 @inline function capOf(t: i32): u32 { return load<u32>(TABLES + (<usize>t << 4), 4); }
@@ -176,6 +194,9 @@ const TABLES: usize = memory.data(32, 8); // per table: slots ptr u32 | cap u32 
 
 @inline function keyHash(a: u32, b: u64): u64 { return mix(b ^ (<u64>(a + 1) * 0x9E3779B97F4A7C15)); }
 @inline function tagOf(h: u64): u32 { return <u32>(h >> 58) << ID_BITS; }
+/** Home slot: multiply-shift of the low 32 bits (the tag uses the top 6, so they stay independent). */
+@inline function homeOf(h: u64, cap: u32): u32 { return <u32>((<u64><u32>h * <u64>cap) >> 32); }
+@inline function nextSlot(i: u32, cap: u32): u32 { const j = i + 1; return select<u32>(0, j, j == cap); }
 
 /** The hash of the entry with this id, read back from its node or record. */
 @inline function hashOfId(t: i32, id: u32): u64 {
@@ -185,28 +206,40 @@ const TABLES: usize = memory.data(32, 8); // per table: slots ptr u32 | cap u32 
   return t == CHILD ? seqOf(id) == b && parentOf(id) == a : extOf(id) == b && workerOf(id) == a;
 }
 
+/** First empty or tombstone slot seen by the last tableFind(RES): addResidency fills it without a re-probe. */
+let freeAt: u32 = 0;
+let freeIsTomb: bool = false;
+
 @inline function tableFind(t: i32, a: u32, b: u64): u32 {
-  const slots = slotsOf(t), m = capOf(t) - 1;
+  const slots = slotsOf(t), cap = capOf(t);
   const h = t == CHILD ? b : keyHash(a, b), tag = tagOf(h);
-  let i = <u32>h & m;
+  let i = homeOf(h, cap);
+  let free: u32 = 0xFFFFFFFF;
   while (true) {
     const v = load<u32>(slots + (<usize>i << 2));
-    if (v == EMPTY) return NIL;
-    if ((v & ~ID_MASK) == tag && v != TOMB && matches(t, v & ID_MASK, a, b)) return v & ID_MASK;
-    i = (i + 1) & m;
+    if (v == EMPTY) break;
+    if (v == TOMB) {
+      if (free == 0xFFFFFFFF) free = i;
+    } else if ((v & ~ID_MASK) == tag && matches(t, v & ID_MASK, a, b)) return v & ID_MASK;
+    i = nextSlot(i, cap);
   }
+  if (t == RES) {
+    freeIsTomb = free != 0xFFFFFFFF;
+    freeAt = freeIsTomb ? free : i;
+  }
+  return NIL;
 }
 
 /** Puts an id whose key is absent into the first free or tombstone slot of its probe sequence. */
-function tablePlace(slots: usize, m: u32, h: u64, id: u32): bool {
-  let i = <u32>h & m;
+function tablePlace(slots: usize, cap: u32, h: u64, id: u32): bool {
+  let i = homeOf(h, cap);
   while (true) {
     const v = load<u32>(slots + (<usize>i << 2));
     if (v == EMPTY || v == TOMB) {
       store<u32>(slots + (<usize>i << 2), id | tagOf(h));
       return v == TOMB;
     }
-    i = (i + 1) & m;
+    i = nextSlot(i, cap);
   }
 }
 
@@ -216,17 +249,29 @@ function tableInit(t: i32, cap: u32): void {
   setTombs(t, 0);
 }
 
+@inline function tableFull(t: i32): bool { return (countOf(t) + tombsOf(t) + 1) * 5 > capOf(t) * 4; }
+
 /** Indexes a node or record already written to its array (a rebuild picks it up from there). */
 function tableInsert(t: i32, id: u32): void {
-  if ((countOf(t) + tombsOf(t) + 1) * 4 > capOf(t) * 3) tableRebuild(t, countOf(t) + 1);
-  else if (tablePlace(slotsOf(t), capOf(t) - 1, hashOfId(t, id), id)) setTombs(t, tombsOf(t) - 1);
+  if (tableFull(t)) tableRebuild(t, countOf(t) + 1);
+  else if (tablePlace(slotsOf(t), capOf(t), hashOfId(t, id), id)) setTombs(t, tombsOf(t) - 1);
   setCount(t, countOf(t) + 1);
 }
 
+/** tableInsert for a RES key the last tableFind(RES) just missed: fills the slot that probe found. */
+function resInsertAfterMiss(id: u32): void {
+  if (tableFull(RES)) tableRebuild(RES, countOf(RES) + 1);
+  else {
+    store<u32>(slotsOf(RES) + (<usize>freeAt << 2), id | tagOf(hashOfId(RES, id)));
+    if (freeIsTomb) setTombs(RES, tombsOf(RES) - 1);
+  }
+  setCount(RES, countOf(RES) + 1);
+}
+
 function tableDelete(t: i32, id: u32): void {
-  const slots = slotsOf(t), m = capOf(t) - 1;
-  let i = <u32>hashOfId(t, id) & m;
-  while ((load<u32>(slots + (<usize>i << 2)) & ID_MASK) != id) i = (i + 1) & m;
+  const slots = slotsOf(t), cap = capOf(t);
+  let i = homeOf(hashOfId(t, id), cap);
+  while ((load<u32>(slots + (<usize>i << 2)) & ID_MASK) != id) i = nextSlot(i, cap);
   store<u32>(slots + (<usize>i << 2), TOMB);
   setCount(t, countOf(t) - 1);
   setTombs(t, tombsOf(t) + 1);
@@ -247,23 +292,26 @@ function ensureWorker(w: u32): void {
   const words = (w >> 6) + 1;
   if (words > maskWords) {
     // rare: more than 64 x maskWords worker slots; re-stride the extra mask words
-    const fresh = zeroed((<usize>nodeCap * (words - 1)) << 3);
+    const cap = max<u32>(extCap, nodeCap);
+    const fresh = zeroed((<usize>cap * (words - 1)) << 3);
     if (maskWords > 1) {
       for (let n: u32 = 0; n < nodeTop; n++) {
         memory.copy(fresh + ((<usize>n * (words - 1)) << 3), nMaskExt + ((<usize>n * (maskWords - 1)) << 3), <usize>(maskWords - 1) << 3);
       }
-      heap.free(nMaskExt);
+      free(nMaskExt, (<usize>extCap * (maskWords - 1)) << 3);
     }
     nMaskExt = fresh;
+    extCap = cap;
     maskWords = words;
-    heap.free(scratchMask);
+    free(scratchMask, <usize>maskWords << 3);
     scratchMask = zeroed(<usize>words << 3);
   }
 }
 
 @inline function treeSizePtr(w: u32): usize { return wCount + (<usize>w << 2); }
 
-function addResidency(w: u32, node: u32, ext: u64): void {
+/** `afterMiss`: tableFind(RES) just missed this key, so its probe already found the free slot. */
+function addResidency(w: u32, node: u32, ext: u64, afterMiss: bool): void {
   let r: u32;
   if (resFree != NIL) {
     r = resFree;
@@ -276,7 +324,7 @@ function addResidency(w: u32, node: u32, ext: u64): void {
   store<u64>(rp, ext);
   store<u64>(rp, pack(node, resOf(node), w), 8);
   setRes(node, r);
-  tableInsert(RES, r);
+  if (afterMiss) resInsertAfterMiss(r); else tableInsert(RES, r);
   const mp = maskAt(node, w >> 6);
   store<u64>(mp, load<u64>(mp) | (<u64>1 << (<u64>(w & 63))));
   store<u32>(treeSizePtr(w), load<u32>(treeSizePtr(w)) + 1);
@@ -362,7 +410,36 @@ let outRejected: u32 = 0;
 let outEvents: u32 = 0;
 let lastReject: u32 = 0; // 0 none, 1 unknown parent, 2 hash conflict
 
-function stored(w: u32, hasParent: bool, parentExt: u64, p: usize, n: u32): void {
+/** Sink for the touch passes' loads, so the optimiser keeps them. */
+let touched: u32 = 0;
+const TOUCH_AHEAD: u32 = 16;
+
+/**
+ * Loads the home slots (and the entries they name, when the tag agrees) that blocks [from, to) of a
+ * stored event will probe. These loads do not depend on each other, so the CPU keeps many cache
+ * misses in flight; the real lookups, whose probe loops and branches serialise them, then hit cache.
+ * WebAssembly has no prefetch instruction: this is the portable form of one (measured below in
+ * bench/, ingestion at ~1M residencies).
+ */
+function touchStored(w: u32, seq: u64, ext: usize, tok: usize, stride: usize, from: u32, to: u32): void {
+  const cs = slotsOf(CHILD), cc = capOf(CHILD), rs = slotsOf(RES), rc = capOf(RES);
+  let acc: u32 = 0;
+  for (let i = from; i < to; i++) {
+    seq = childSeq(seq, load<u64>(tok + <usize>i * stride));
+    const kh = keyHash(w, load<u64>(ext + <usize>i * stride));
+    const c = load<u32>(cs + (<usize>homeOf(seq, cc) << 2));
+    const r = load<u32>(rs + (<usize>homeOf(kh, rc) << 2));
+    acc += load<u32>(nodeAt(select<u32>(c & ID_MASK, 0, (c & ~ID_MASK) == tagOf(seq))));
+    acc += load<u32>(recAt(select<u32>(r & ID_MASK, 0, (r & ~ID_MASK) == tagOf(kh))));
+  }
+  touched += acc;
+}
+
+/**
+ * A stored event: `n` blocks whose external hashes are at ext + i * stride and tokens hashes at
+ * tok + i * stride (interleaved pairs: stride 16; two arrays: stride 8).
+ */
+function stored(w: u32, hasParent: bool, parentExt: u64, ext: usize, tok: usize, stride: usize, n: u32): void {
   let cur = ROOT;
   lastReject = 0;
   if (hasParent) {
@@ -373,11 +450,19 @@ function stored(w: u32, hasParent: bool, parentExt: u64, p: usize, n: u32): void
   // the running sequence hash is computed from the event alone, so table addresses do not wait on
   // the previous block's lookup
   let seq = seqOf(cur);
+  let touchSeq = seq;
+  let touchedTo: u32 = 0;
   for (let i: u32 = 0; i < n; i++) {
-    const ext = load<u64>(p + (<usize>i << 4));
-    const tok = load<u64>(p + (<usize>i << 4) + 8);
-    seq = childSeq(seq, tok);
-    const held = tableFind(RES, w, ext);
+    if (i == touchedTo) {
+      // touch the next window of blocks; the seq chain of the window is carried over
+      const to = min<u32>(n, i + TOUCH_AHEAD);
+      touchStored(w, touchSeq, ext, tok, stride, i, to);
+      for (let j = i; j < to; j++) touchSeq = childSeq(touchSeq, load<u64>(tok + <usize>j * stride));
+      touchedTo = to;
+    }
+    const e = load<u64>(ext + <usize>i * stride);
+    seq = childSeq(seq, load<u64>(tok + <usize>i * stride));
+    const held = tableFind(RES, w, e);
     let child = tableFind(CHILD, cur, seq);
     if (held != NIL || (child != NIL && holds(child, w))) {
       if (held != NIL && nodeOfRes(held) == child) { cur = child; continue; } // idempotent re-store
@@ -385,13 +470,22 @@ function stored(w: u32, hasParent: bool, parentExt: u64, p: usize, n: u32): void
       return;
     }
     if (child == NIL) child = newNode(cur, seq);
-    addResidency(w, child, ext);
+    addResidency(w, child, e, true);
     outBlocks++;
     cur = child;
   }
 }
 
 function removed(w: u32, p: usize, n: u32): void {
+  // touch every hash's home slot first (see touchStored)
+  const rs = slotsOf(RES), rc = capOf(RES);
+  let acc: u32 = 0;
+  for (let i: u32 = 0; i < n; i++) {
+    const kh = keyHash(w, load<u64>(p + (<usize>i << 3)));
+    const r = load<u32>(rs + (<usize>homeOf(kh, rc) << 2));
+    acc += load<u32>(recAt(select<u32>(r & ID_MASK, 0, (r & ~ID_MASK) == tagOf(kh))), 8);
+  }
+  touched += acc;
   for (let i: u32 = 0; i < n; i++) {
     const r = tableFind(RES, w, load<u64>(p + (<usize>i << 3)));
     if (r == NIL) { outUnknown++; totalUnknown++; continue; }
@@ -406,9 +500,14 @@ export function clearWorker(w: u32): u32 {
 
 /**
  * Applies encoded events from linear memory. Each event starts with a header word
- * kind | worker << 8 | count << 32 (kind 1 stored at the root, 2 stored under the parent hash in the
- * next word, 3 removed, 4 cleared), then `count` (external hash, tokens hash) pairs (stored) or
- * `count` external hashes (removed). Returns the words consumed; tallies are read with the getters.
+ * kind | worker << 8 | count << 32, then:
+ *   kind 1 stored at the root: `count` (external hash, tokens hash) pairs
+ *   kind 2 stored under a parent: the parent's external hash, then the pairs
+ *   kind 3 removed: `count` external hashes
+ *   kind 4 cleared: nothing
+ *   kind 5 / 6: as 1 / 2 but with the `count` external hashes first, then the `count` tokens hashes
+ *   (two arrays copied in whole by the batch builder, instead of interleaved pairs)
+ * Returns the words consumed; tallies are read with the getters.
  */
 export function applyBatch(p: usize, words: u32): u32 {
   outBlocks = 0; outUnknown = 0; outRejected = 0; outEvents = 0;
@@ -421,10 +520,13 @@ export function applyBatch(p: usize, words: u32): u32 {
     const n = <u32>(h >> 32);
     ensureWorker(w);
     i++;
-    if (kind == 1 || kind == 2) {
+    if (kind == 1 || kind == 2 || kind == 5 || kind == 6) {
+      const hasParent = kind == 2 || kind == 6;
       let parent: u64 = 0;
-      if (kind == 2) { parent = load<u64>(p + (<usize>i << 3)); i++; }
-      stored(w, kind == 2, parent, p + (<usize>i << 3), n);
+      if (hasParent) { parent = load<u64>(p + (<usize>i << 3)); i++; }
+      const at = p + (<usize>i << 3);
+      if (kind <= 2) stored(w, hasParent, parent, at, at + 8, 16, n);
+      else stored(w, hasParent, parent, at, at + (<usize>n << 3), 8, n);
       i += n * 2;
     } else if (kind == 3) {
       removed(w, p + (<usize>i << 3), n);
@@ -504,7 +606,7 @@ export function workerCapacity(): u32 { return wCap; }
 export function dumpWorker(w: u32): usize {
   ensureWorker(w);
   collect(ROOT, w);
-  const out = heap.alloc(<usize>max<u32>(listLen, 1) << 5);
+  const out = alloc(<usize>max<u32>(listLen, 1) << 5); // the caller frees it: release(out, max(len, 1) * 32)
   for (let i: u32 = 0; i < listLen; i++) {
     const n = load<u32>(listPtr + (<usize>i << 2));
     const parent = parentOf(n);
@@ -530,43 +632,47 @@ export function presize(blocksWanted: u32, residenciesWanted: u32): void {
 }
 
 function tableReserve(t: i32, entries: u32): void {
-  if (entries * 4 > capOf(t) * 3) tableRebuild(t, entries);
+  if (entries * 5 > capOf(t) * 4) tableRebuild(t, entries);
 }
 
 /**
- * Rebuilds a table (dropping tombstones) at the smallest power-of-two size that keeps `entries` under
- * 5/8 load (so at least 1/8 of the table absorbs tombstones before the next rebuild), from the node/record arrays in id order rather than from the old slots: the key reads are
- * then sequential instead of one cache miss per entry.
+ * Rebuilds a table (dropping tombstones). It keeps its capacity while that leaves `entries` under 60%
+ * load (at least a fifth of the table then absorbs tombstones before the next rebuild: steady churn
+ * keeps its footprint), else grows to twice `entries`. Entries are re-placed from the node/record
+ * arrays in id order rather than from the old slots: the key reads are then sequential instead of one
+ * cache miss per entry.
  */
 function tableRebuild(t: i32, entries: u32): void {
-  let cap: u32 = 1024;
-  while (entries * 8 > cap * 5) cap *= 2;
-  if (cap < capOf(t)) cap = capOf(t); // never shrink: steady churn keeps its footprint
-  heap.free(slotsOf(t));
+  let cap = capOf(t);
+  if (entries * 5 > cap * 3) cap = max<u32>(MIN_TABLE, entries * 2);
+  free(slotsOf(t), <usize>capOf(t) << 2);
+  cap = <u32>(usable(<usize>cap << 2) >> 2); // a table in whole pages uses all of them
   tableInit(t, cap);
-  const slots = slotsOf(t), m = cap - 1;
+  const slots = slotsOf(t);
   if (t == CHILD) {
     for (let id: u32 = 2; id < nodeTop; id++) {
-      if (parentOf(id) != DEAD) tablePlace(slots, m, seqOf(id), id);
+      if (parentOf(id) != DEAD) tablePlace(slots, cap, seqOf(id), id);
     }
   } else {
     for (let id: u32 = 1; id < resTop; id++) {
-      if (workerOf(id) != DEAD_WORKER) tablePlace(slots, m, keyHash(workerOf(id), extOf(id)), id);
+      if (workerOf(id) != DEAD_WORKER) tablePlace(slots, cap, keyHash(workerOf(id), extOf(id)), id);
     }
   }
 }
 
 // ---- I/O buffers and stats ----
-export function reserve(bytes: usize): usize { return heap.alloc(bytes); }
-export function release(p: usize): void { heap.free(p); }
+export function reserve(bytes: usize): usize { return alloc(bytes); }
+/** Frees a block from reserve() or dumpWorker(); `bytes` is the size it was reserved with. */
+export function release(p: usize, bytes: usize): void { free(p, bytes); }
+export function freeBytes(): usize { return <usize>freePages() << 16; }
 
 export function blocks(): u32 { return nodesLive; }
 export function residencies(): u32 { return resLive; }
 export function rejectedTotal(): u64 { return totalRejected; }
 export function unknownTotal(): u64 { return totalUnknown; }
 export function bytesInUse(): usize {
-  return (<usize>nodeCap * (NODE + 8 * (maskWords - 1))) + (<usize>capOf(CHILD) << 2)
-    + (<usize>resCap * REC) + (<usize>capOf(RES) << 2) + (<usize>wCap << 2)
+  return (<usize>nodeCap * NODE) + (<usize>extCap * 8 * (maskWords - 1)) + (<usize>capOf(CHILD) << 2)
+    + (<usize>resCap * REC) + (<usize>capOf(RES) << 2) + (<usize>wCap << 2) + 2 * DIR_BYTES
     + (<usize>listCap << 2) + (<usize>stackCap << 2);
 }
 
@@ -581,10 +687,14 @@ export function computeBlockHashes(tokens: usize, nTokens: u32, blockSize: u32, 
 export function hashBytes(p: usize, len: usize, seed: u64): u64 { return xxh3(p, len, seed); }
 
 function init(): void {
+  nodeDir = zeroed(DIR_BYTES);
+  recDir = zeroed(DIR_BYTES);
   growNodes();
   growRes();
-  tableInit(CHILD, 1024);
-  tableInit(RES, 1024);
+  memory.fill(nodeAt(NIL), 0, NODE * 2);
+  memory.fill(recAt(NIL), 0, REC);
+  tableInit(CHILD, MIN_TABLE);
+  tableInit(RES, MIN_TABLE);
   scratchMask = zeroed(8);
   ensureWorker(0);
   // the root: never freed, no parent, not in the child index

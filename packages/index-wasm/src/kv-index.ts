@@ -1,16 +1,13 @@
 // The TypeScript face of the WebAssembly index: maps workers to small slots, encodes events into linear
 // memory (u64 words written through BigUint64Array views, never through JS numbers) and decodes results.
 import { instantiate, ScratchRegion, type IndexExports } from "./wasm-module.ts";
+import { KIND_CLEARED, KIND_REMOVED, KIND_STORED_CHILD, KIND_STORED_ROOT, StoredBatchBuilder } from "./batch-builder.ts";
+import { MatchList } from "./match-list.ts";
 import {
   workerKey, type ApplyOutcome, type BatchOutcome, type DumpEvent, type IndexEvent, type IndexStats,
   type MatchResult, type RejectReason, type StoredBlock, type WorkerRef,
 } from "./types.ts";
 
-// event kinds of the module's wire layout (assembly/index.ts applyBatch)
-const KIND_STORED_ROOT = 1;
-const KIND_STORED_CHILD = 2;
-const KIND_REMOVED = 3;
-const KIND_CLEARED = 4;
 /** Worker slots are 12 bits inside the module (slot 4095 marks free records). */
 const MAX_WORKERS = 4095;
 
@@ -140,8 +137,28 @@ export class KvIndex {
     const ptr = this.events.ensure(words.length * 8);
     this.views();
     this.u64.set(words, ptr / 8);
-    this.ex.applyBatch(ptr, words.length);
+    return this.applyWords(ptr, words.length);
+  }
+
+  private applyWords(ptr: number, words: number): BatchOutcome {
+    this.ex.applyBatch(ptr, words);
     return { events: this.ex.batchEvents(), blocks: this.ex.batchBlocks(), unknown: this.ex.batchUnknown(), rejected: this.ex.batchRejected() };
+  }
+
+  private builder: StoredBatchBuilder | undefined;
+
+  /**
+   * This index's batch builder (one per index, reused): events added from typed arrays are written
+   * straight into linear memory, `apply()` runs them in one call. The fast ingestion path.
+   */
+  batch(): StoredBatchBuilder {
+    this.builder ??= new StoredBatchBuilder({
+      ex: this.ex,
+      slotOf: (w) => this.slotOf(w),
+      knows: (w) => this.slots.has(workerKey(w)),
+      applyWords: (ptr, words) => this.applyWords(ptr, words),
+    });
+    return this.builder;
   }
 
   /** The slot a worker has in this index (assigned on first use), for applyEncoded callers. */
@@ -181,18 +198,46 @@ export class KvIndex {
     this.freeSlots.push(slot);
   }
 
-  findMatches(tokensHashes: BigUint64Array): MatchResult {
+  /**
+   * findMatches without allocating: fills `out` (reused across calls) with the matched workers, their
+   * scores and tree sizes, and returns how many. Same content as findMatches, in the module's order.
+   */
+  findMatchesInto(tokensHashes: BigUint64Array, out: MatchList): number {
+    const [count, pairs, sizes] = this.match(tokensHashes);
+    out.reserve(count);
+    const u32 = this.u32, keys = this.keys, refs = this.refs;
+    for (let i = 0; i < count; i++) {
+      const slot = u32[pairs + 2 * i]!;
+      out.keys[i] = keys[slot]!;
+      out.workers[i] = refs[slot]!;
+      out.scores[i] = u32[pairs + 2 * i + 1]!;
+      out.treeSizes[i] = u32[sizes + slot]!;
+    }
+    out.count = count;
+    return count;
+  }
+
+  private readonly matchOut: [count: number, pairs: number, sizes: number] = [0, 0, 0];
+
+  /** Runs the query; returns (count, u32 index of the (slot, overlap) pairs, u32 index of tree sizes). */
+  private match(tokensHashes: BigUint64Array): [count: number, pairs: number, sizes: number] {
     const n = tokensHashes.length;
     const qPtr = this.query.ensure(Math.max(n, 1) * 8);
     const outPtr = this.matches.ensure(this.ex.workerCapacity() * 8);
     this.views();
     this.u64.set(tokensHashes, qPtr / 8);
-    const count = this.ex.findMatches(qPtr, n, outPtr);
+    const r = this.matchOut;
+    r[0] = this.ex.findMatches(qPtr, n, outPtr);
+    r[1] = outPtr / 4;
+    r[2] = this.ex.treeSizes() / 4;
+    return r;
+  }
+
+  findMatches(tokensHashes: BigUint64Array): MatchResult {
+    const [count, pairs, sizes] = this.match(tokensHashes);
     const scores = new Map<string, number>();
     const treeSizes = new Map<string, number>();
     const u32 = this.u32;
-    const pairs = outPtr / 4;
-    const sizes = this.ex.treeSizes() / 4;
     for (let i = 0; i < count; i++) {
       const slot = u32[pairs + 2 * i]!;
       const key = this.keys[slot]!;
@@ -223,7 +268,7 @@ export class KvIndex {
       const ptr = this.ex.dumpWorker(slot);
       const len = this.ex.dumpLength();
       const rows = this.words(ptr, len * 4).slice();
-      this.ex.release(ptr);
+      this.ex.release(ptr, Math.max(len, 1) * 32);
       let current: DumpEvent | null = null;
       let lastExt = 0n;
       for (let i = 0; i < len; i++) {

@@ -58,7 +58,8 @@ export type IndexExports = {
   dumpWorker(w: number): number;
   dumpLength(): number;
   reserve(bytes: number): number;
-  release(p: number): void;
+  release(p: number, bytes: number): void;
+  freeBytes(): number;
   blocks(): number;
   residencies(): number;
   rejectedTotal(): bigint;
@@ -87,7 +88,7 @@ export class ScratchRegion {
   constructor(private readonly ex: IndexExports) {}
   ensure(bytes: number): number {
     if (bytes > this.bytes) {
-      if (this.ptr) this.ex.release(this.ptr);
+      if (this.ptr) this.ex.release(this.ptr, this.bytes);
       this.bytes = Math.max(bytes, this.bytes * 2, 4096);
       this.ptr = this.ex.reserve(this.bytes);
     }
