@@ -1,10 +1,11 @@
 // deploy/base, running in the cluster simulation: the rendered kustomization's InferencePool,
 // Services, Roles and both Deployments, with the EPP and the mock worker as real processes, each pod
-// on its own 127.0.5.x address with the standard ports. The fake API server holds every client to the
-// Roles bound to the EPP's service account, so a request the manifests do not grant fails the run.
+// on its own 127.0.5.x address with the standard ports. The fake API server holds each pod's client
+// to the Roles its service account is bound to (the EPP's `dynamo-epp`, the workers' `kv-worker`),
+// so a request the manifests do not grant fails the run.
 import { join } from "node:path";
 import {
-  rbacAuthorizer,
+  rbacAuthorizerFor,
   renderKustomization,
   SimCluster,
   simDeploymentFromManifest,
@@ -38,17 +39,6 @@ const byKindName = (objs: KubeObject[], kind: string, name: string): KubeObject 
   if (!o) throw new Error(`${kind}/${name} is not in the rendered manifests`);
   return o;
 };
-
-type RoleBinding = KubeObject & { roleRef: { kind: string; name: string }; subjects?: { kind: string; name: string }[] };
-
-/** The Roles bound to a service account by the manifests' RoleBindings. */
-export function rolesOf(objs: KubeObject[], serviceAccount: string): KubeObject[] {
-  const names = objs
-    .filter((o): o is RoleBinding => o.kind === "RoleBinding")
-    .filter((b) => b.subjects?.some((s) => s.kind === "ServiceAccount" && s.name === serviceAccount))
-    .map((b) => b.roleRef.name);
-  return objs.filter((o) => o.kind === "Role" && names.includes(o.metadata?.name ?? ""));
-}
 
 const templateOf = (d: KubeObject) => (d as KubeObject & { spec: { template: PodTemplate } }).spec.template;
 
@@ -102,8 +92,7 @@ export class SimulatedCluster {
       moveKvEventsPort(objs, kvEventsPort);
     }
 
-    const serviceAccount = templateOf(eppDeployment).spec.serviceAccountName ?? "default";
-    const api = await startFakeKubeApi({ host: "127.0.5.1", port: 0, namespace, authorize: rbacAuthorizer(rolesOf(objs, serviceAccount)) });
+    const api = await startFakeKubeApi({ host: "127.0.5.1", port: 0, namespace, authorize: rbacAuthorizerFor(objs) });
     const sim = new SimCluster(api, { namespace, firstHost: opts.firstHost ?? 100, periodMs: opts.periodMs ?? 100 });
     for (const o of objs) {
       if (o.kind === "InferencePool") api.upsert(o);

@@ -2,7 +2,7 @@
 // worker processes, the fake API server, kubelet and EndpointSlice controller), plus the gateway's
 // side of a request and the observations the validation scenario makes. Its own package because it
 // depends on the EPP (protos) and on the testkit, which the EPP's tests depend on.
-export { SimulatedCluster, rolesOf, COLD_START_GATE, DEPLOY_BASE, REPO_ROOT, type SimulatedClusterOptions } from "./cluster.ts";
+export { SimulatedCluster, COLD_START_GATE, DEPLOY_BASE, REPO_ROOT, type SimulatedClusterOptions } from "./cluster.ts";
 export { Gateway, type Routed } from "./gateway.ts";
 export { blockFacts, dumpEvents, eppWorkers, logMessages, recoveryState, workerCachedBlocks, type EppWorker, type RecoveryStateName } from "./observe.ts";
 export { heldPorts } from "./ports.ts";

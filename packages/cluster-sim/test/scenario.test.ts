@@ -72,6 +72,11 @@ async function settled(what: string): Promise<string[]> {
 
 const logOf = (pod: string) => logMessages(cluster.sim.process(pod).lines);
 
+/** Every pod's API client stayed within the Roles deploy/base binds to its service account. */
+function expectNothingForbidden(): void {
+  expect(cluster.api.requests.filter((r) => r.status === 403).map((r) => `${r.user} ${r.verb} ${r.plural}`)).toEqual([]);
+}
+
 /**
  * Subscribe first (DESIGN 7.1), checked in a recovering replica's log: "subscribed" comes before
  * "recovered ... from peer", and the subscription is real by then: its listener to every worker has
@@ -99,6 +104,7 @@ test("1. cold start: two replicas started together both become Ready (no deadloc
     expect(logOf(p).some((m) => m.includes("EMPTY KV index"))).toBe(true);
   }
   await waitFor(() => cluster.readyWorkers().length === 2, { timeoutMs: 30_000, message: "two ready mock workers" });
+  expectNothingForbidden();
 }, 90_000);
 
 test("2. traffic through the EPPs fills the workers' caches, and both replicas' indexes agree", async () => {
@@ -196,4 +202,5 @@ test("5. both replicas deleted at once: the new ones bootstrap empty and say so"
     expect(logOf(p).some((m) => m.includes("EMPTY KV index"))).toBe(true);
     expect(await dumpEvents(cluster.ip(p))).toEqual([]);
   }
+  expectNothingForbidden();
 }, 90_000);

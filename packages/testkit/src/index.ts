@@ -1,12 +1,12 @@
 // @kv-epp/testkit: shared fixtures for process-level tests (fake Kubernetes API server, child
 // processes, waiting, ports).
-export { startFakeKubeApi, type FakeKubeApi, type FakeKubeApiOptions, type RequestRecord } from "./kube/server.ts";
+export { startFakeKubeApi, ADMIN_USER, type FakeKubeApi, type FakeKubeApiOptions, type RequestRecord } from "./kube/server.ts";
 export type { KubeObject, KubeMeta } from "./kube/resources.ts";
 export { parseLabelSelector, parseFieldSelector } from "./kube/selectors.ts";
 export { spawnProcess, spawnBun, killAll, type ProcessHandle, type SpawnOptions } from "./process.ts";
 export { waitFor, type WaitOptions } from "./wait.ts";
 export { freePort } from "./net.ts";
-export { renderKustomization, renderWithKubectl, rbacAuthorizer, strategicMerge } from "./kustomize.ts";
+export { renderKustomization, renderWithKubectl, rbacAuthorizer, rbacAuthorizerFor, strategicMerge } from "./kustomize.ts";
 export { SimCluster, type SimClusterOptions, type SimPodSpec, type SimService, type PodIdentity, type Probe } from "./cluster/sim.ts";
 export { HealthProbe, healthServiceDefinition, type HealthCheckRequest, type ServingStatus, type ProbeResult } from "./cluster/grpc-health.ts";
 export { SimDeployment, type SimDeploymentOptions } from "./cluster/deployment.ts";

@@ -6,6 +6,7 @@ import { existsSync, readFileSync, statSync } from "node:fs";
 import { dirname, join, resolve } from "node:path";
 import YAML from "yaml";
 import type { KubeObject } from "./kube/resources.ts";
+import { ADMIN_USER } from "./kube/server.ts";
 
 type Kustomization = {
   namespace?: string;
@@ -123,12 +124,13 @@ export function renderWithKubectl(dir: string): KubeObject[] | null {
 }
 
 type PolicyRule = { apiGroups?: string[]; resources?: string[]; verbs?: string[]; resourceNames?: string[] };
+type AuthzRequest = { group: string; plural: string; subresource?: string; name?: string; namespace?: string; verb: string };
 
 /**
  * An `authorize` hook for the fake API server that grants exactly what the given Roles' rules
  * grant, so a process-level test fails when a component needs more than deploy/ gives it.
  */
-export function rbacAuthorizer(roles: KubeObject[]): (req: { group: string; plural: string; subresource?: string; name?: string; verb: string }) => boolean {
+export function rbacAuthorizer(roles: KubeObject[]): (req: AuthzRequest) => boolean {
   const rules = roles.flatMap((r) => (r.rules as PolicyRule[] | undefined) ?? []);
   const has = (list: string[] | undefined, v: string) => list?.includes("*") || list?.includes(v) === true;
   return (req) => {
@@ -141,4 +143,33 @@ export function rbacAuthorizer(roles: KubeObject[]): (req: { group: string; plur
         (!rule.resourceNames?.length || (req.name !== undefined && rule.resourceNames.includes(req.name))),
     );
   };
+}
+
+type Binding = KubeObject & { roleRef?: { kind: string; name: string }; subjects?: { kind: string; name: string; namespace?: string }[] };
+
+/**
+ * RBAC per identity, from rendered manifests: a request by `system:serviceaccount:<ns>:<name>`
+ * (the user `SimCluster` gives a pod with that service account) is allowed what the Roles bound to
+ * it by RoleBindings in `<ns>` allow, in that namespace only. `admins` (default: the harness's own
+ * kubeconfig user) may do anything; anyone else nothing.
+ */
+export function rbacAuthorizerFor(objects: KubeObject[], admins: string[] = [ADMIN_USER]): (req: AuthzRequest & { user: string }) => boolean {
+  const perUser = new Map<string, ((req: AuthzRequest) => boolean) | null>();
+  const forUser = (user: string) => {
+    if (perUser.has(user)) return perUser.get(user)!;
+    const m = /^system:serviceaccount:([^:]+):([^:]+)$/.exec(user);
+    let check: ((req: AuthzRequest) => boolean) | null = null;
+    if (m) {
+      const [, ns, sa] = m as unknown as [string, string, string];
+      const roleNames = objects
+        .filter((o): o is Binding => o.kind === "RoleBinding" && o.metadata?.namespace === ns)
+        .filter((b) => b.subjects?.some((s) => s.kind === "ServiceAccount" && s.name === sa && (s.namespace ?? ns) === ns))
+        .map((b) => b.roleRef?.name);
+      const allowed = rbacAuthorizer(objects.filter((o) => o.kind === "Role" && o.metadata?.namespace === ns && roleNames.includes(o.metadata?.name)));
+      check = (req) => req.namespace === ns && allowed(req);
+    }
+    perUser.set(user, check);
+    return check;
+  };
+  return (req) => admins.includes(req.user) || (forUser(req.user)?.(req) ?? false);
 }

@@ -1,7 +1,7 @@
 import { afterEach, beforeEach, expect, test } from "bun:test";
 import { join } from "node:path";
 import { CoreV1Api, DiscoveryV1Api, makeInformer, type V1EndpointSlice } from "@kubernetes/client-node";
-import { HealthProbe, killAll, SimCluster, SimDeployment, startFakeKubeApi, waitFor, type FakeKubeApi, type SimPodSpec } from "../src/index.ts";
+import { HealthProbe, killAll, rbacAuthorizerFor, SimCluster, SimDeployment, startFakeKubeApi, waitFor, type FakeKubeApi, type SimPodSpec } from "../src/index.ts";
 
 const NS = "sim";
 const FIXTURE = join(import.meta.dir, "fixtures", "health-server.ts");
@@ -165,4 +165,32 @@ test("a readiness gate holds a pod whose probe passes out of Ready and the Endpo
   expect(condition("Ready")).toBe("True");
   expect(slice().endpoints[0]?.conditions.ready).toBe(true);
   expect(() => sim.setReadinessGate("g", "other", true)).toThrow(/no readiness gate other/);
+}, 30_000);
+
+test("a pod's API client acts as its service account, held to the Roles bound to it", async () => {
+  const rbac = [
+    { apiVersion: "rbac.authorization.k8s.io/v1", kind: "Role", metadata: { name: "pod-reader", namespace: NS }, rules: [{ apiGroups: [""], resources: ["pods"], verbs: ["list"] }] },
+    { apiVersion: "rbac.authorization.k8s.io/v1", kind: "RoleBinding", metadata: { name: "pod-reader", namespace: NS }, roleRef: { kind: "Role", name: "pod-reader" }, subjects: [{ kind: "ServiceAccount", name: "reader" }] },
+  ];
+  const strictApi = await startFakeKubeApi({ namespace: NS, authorize: rbacAuthorizerFor(rbac) });
+  const strict = new SimCluster(strictApi, { namespace: NS, periodMs: 50 });
+  try {
+    const lister = (name: string, sa: string, ns = NS): SimPodSpec => ({
+      name,
+      labels: {},
+      serviceAccountName: sa,
+      command: () => ({ cmd: process.execPath, args: [join(import.meta.dir, "fixtures", "list-pods.ts"), ns] }),
+    });
+    strict.runPod(lister("as-reader", "reader"));
+    strict.runPod(lister("as-other", "other"));
+    strict.runPod(lister("elsewhere", "reader", "kube-system"));
+    expect(await strict.process("as-reader").exited).toBe(0);
+    expect(strict.process("as-reader").output()).toContain("pods: as-other,as-reader,elsewhere");
+    for (const p of ["as-other", "elsewhere"]) expect(await strict.process(p).exited).not.toBe(0);
+    const users = new Set(strictApi.requests.map((r) => `${r.user} ${r.namespace} ${r.status}`));
+    expect(users).toEqual(new Set([`system:serviceaccount:${NS}:reader ${NS} 200`, `system:serviceaccount:${NS}:other ${NS} 403`, `system:serviceaccount:${NS}:reader kube-system 403`]));
+  } finally {
+    await strict.close();
+    await strictApi.close();
+  }
 }, 30_000);

@@ -39,6 +39,7 @@ test("a pod template runs as its container says: entry point, args with the pod'
   expect(spec.readiness).toEqual({ http: { port: 8000, path: "/ready" } });
   expect(spec.ports).toEqual([{ name: "http", containerPort: 8000 }, { name: "kv", containerPort: 5557 }]);
   expect(spec.preStopMs).toBe(3000);
+  expect(spec.serviceAccountName).toBe("worker-sa"); // its API client acts as this account
   expect(spec.terminationGraceMs).toBe(7000); // the grace period includes the preStop hook
 });
 

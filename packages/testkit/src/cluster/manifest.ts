@@ -143,6 +143,7 @@ export function podSpecFromTemplate(template: PodTemplate, rt: ManifestRuntime):
     readiness,
     ports: (c.ports ?? []).map((p) => ({ name: p.name ?? String(p.containerPort), containerPort: p.containerPort })),
     preStopMs,
+    serviceAccountName: sa,
     terminationGraceMs: Math.max(graceMs - preStopMs, MIN_GRACE_AFTER_PRESTOP_MS),
     ...rt.extra?.(podName),
   });

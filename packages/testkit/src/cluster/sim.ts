@@ -23,7 +23,10 @@ export type PodIdentity = { name: string; namespace: string; ip: string; uid: st
 export type SimPodSpec = {
   name: string;
   labels: Record<string, string>;
-  /** The process to run; it gets POD_IP, POD_NAME, POD_NAMESPACE, POD_UID and KUBECONFIG in its env. */
+  /**
+   * The process to run; it gets POD_IP, POD_NAME, POD_NAMESPACE, POD_UID and KUBECONFIG in its env
+   * (a kubeconfig whose user is `system:serviceaccount:<namespace>:<serviceAccountName>` when set).
+   */
   command: (pod: PodIdentity) => { cmd: string; args: string[]; env?: Record<string, string | undefined>; cwd?: string };
   readiness?: Probe;
   ports?: { name: string; containerPort: number }[];
@@ -35,6 +38,7 @@ export type SimPodSpec = {
    * probe, for the pod to be Ready. They start False; `SimCluster.setReadinessGate` sets them.
    */
   readinessGates?: string[];
+  serviceAccountName?: string;
 };
 
 /** `targetPort` (default `port`) is the container port the EndpointSlice names, as a Service's targetPort resolves. */
@@ -188,6 +192,7 @@ export class SimCluster {
       metadata: { name: spec.name, namespace: this.namespace, labels: spec.labels, finalizers: [FINALIZER] },
       spec: {
         nodeName: "sim-node",
+        serviceAccountName: spec.serviceAccountName ?? "default",
         containers: [{ name: "main", image: "sim", ports: spec.ports ?? [] }],
         readinessGates: (spec.readinessGates ?? []).map((conditionType) => ({ conditionType })),
       },
@@ -199,7 +204,7 @@ export class SimCluster {
       name: spec.name,
       cwd: c.cwd,
       env: {
-        KUBECONFIG: this.api.kubeconfigPath,
+        KUBECONFIG: spec.serviceAccountName ? this.api.kubeconfigFor(`system:serviceaccount:${this.namespace}:${spec.serviceAccountName}`) : this.api.kubeconfigPath,
         POD_IP: ip,
         POD_NAME: spec.name,
         POD_NAMESPACE: this.namespace,

@@ -15,15 +15,21 @@ import { apiVersionOf, ResourceTable, type KubeObject, type ResourceType } from 
 import { parseFieldSelector, parseLabelSelector, SelectorError } from "./selectors.ts";
 import { ApiError, ObjectStore, type WatchEventType } from "./store.ts";
 
-export type RequestRecord = ResourcePath & { verb: Verb; method: string; status: number };
+export type RequestRecord = ResourcePath & { verb: Verb; method: string; status: number; user: string };
+
+/** The user of the default kubeconfig: the harness itself, which RBAC authorizers treat as an admin. */
+export const ADMIN_USER = "fake-token";
 
 export type FakeKubeApiOptions = {
   host?: string; // default 127.0.0.1
   port?: number; // default 0 (ephemeral)
   namespace?: string; // the kubeconfig context's namespace, default "default"
   bookmarkIntervalMs?: number; // for watches with allowWatchBookmarks=true, default 1000
-  /** Return false to answer 403 (e.g. to hold a client to the RBAC rules in deploy/). */
-  authorize?: (req: ResourcePath & { verb: Verb }) => boolean;
+  /**
+   * Return false to answer 403 (e.g. to hold a client to the RBAC rules in deploy/). `user` is the
+   * client's bearer token: `ADMIN_USER` for the default kubeconfig, the user named to `kubeconfigFor`.
+   */
+  authorize?: (req: ResourcePath & { verb: Verb; user: string }) => boolean;
 };
 
 export type FakeKubeApi = {
@@ -32,6 +38,11 @@ export type FakeKubeApi = {
   /** A kubeconfig file written at start (point KUBECONFIG at it for child processes). */
   readonly kubeconfigPath: string;
   writeKubeconfig(path: string): void;
+  /**
+   * A kubeconfig file (written once per user) whose bearer token is `user`, e.g.
+   * `system:serviceaccount:<ns>:<name>`, so that `authorize` can tell clients apart.
+   */
+  kubeconfigFor(user: string): string;
   /** Creates or replaces an object (no resourceVersion check); returns it as stored. */
   upsert(obj: KubeObject): KubeObject;
   /** Deletes at once (finalizers ignored); `kind` is a kind or a plural ("Pod" / "pods"). */
@@ -55,19 +66,19 @@ function buildKubeConfig(url: string, namespace: string): KubeConfig {
   const kc = new KubeConfig();
   kc.loadFromOptions({
     clusters: [{ name: "fake", server: url, skipTLSVerify: true }],
-    users: [{ name: "fake", token: "fake-token" }],
+    users: [{ name: "fake", token: ADMIN_USER }],
     contexts: [{ name: "fake", cluster: "fake", user: "fake", namespace }],
     currentContext: "fake",
   });
   return kc;
 }
 
-function kubeconfigYaml(url: string, namespace: string): string {
+function kubeconfigYaml(url: string, namespace: string, token = ADMIN_USER): string {
   return YAML.stringify({
     apiVersion: "v1",
     kind: "Config",
     clusters: [{ name: "fake", cluster: { server: url, "insecure-skip-tls-verify": true } }],
-    users: [{ name: "fake", user: { token: "fake-token" } }],
+    users: [{ name: "fake", user: { token } }],
     contexts: [{ name: "fake", context: { cluster: "fake", user: "fake", namespace } }],
     "current-context": "fake",
   });
@@ -248,10 +259,11 @@ export async function startFakeKubeApi(opts: FakeKubeApiOptions = {}): Promise<F
     const isWatch = q.get("watch") === "true" || q.get("watch") === "1";
     let verb: Verb = "get";
     let status = 200;
+    const user = /^Bearer (.+)$/.exec(req.headers.get("authorization") ?? "")?.[1] ?? "system:anonymous";
     try {
       verb = verbOf(req.method, p, isWatch);
-      if (opts.authorize && !opts.authorize({ ...p, verb })) {
-        throw new ApiError(403, "Forbidden", `${verb} ${p.plural} is forbidden for the fake client`);
+      if (opts.authorize && !opts.authorize({ ...p, verb, user })) {
+        throw new ApiError(403, "Forbidden", `${verb} ${p.plural} is forbidden for ${user}`);
       }
       const res = await serveResource(p, verb, req, q);
       status = res instanceof Response ? res.status : 200;
@@ -262,7 +274,7 @@ export async function startFakeKubeApi(opts: FakeKubeApiOptions = {}): Promise<F
       status = err.code;
       return json(statusBody(err), err.code);
     } finally {
-      requests.push({ ...p, verb, method: req.method, status });
+      requests.push({ ...p, verb, method: req.method, status, user });
     }
   }
 
@@ -292,14 +304,26 @@ export async function startFakeKubeApi(opts: FakeKubeApiOptions = {}): Promise<F
   const port = (server.address() as AddressInfo).port;
   const url = `http://${host.includes(":") ? `[${host}]` : host}:${port}`;
   const writeKubeconfig = (path: string) => writeFileSync(path, kubeconfigYaml(url, namespace));
-  const kubeconfigPath = join(mkdtempSync(join(tmpdir(), "kv-epp-fake-kube-")), "kubeconfig");
+  const kubeconfigDir = mkdtempSync(join(tmpdir(), "kv-epp-fake-kube-"));
+  const kubeconfigPath = join(kubeconfigDir, "kubeconfig");
   writeKubeconfig(kubeconfigPath);
+  const perUser = new Map<string, string>();
+  const kubeconfigFor = (user: string) => {
+    let path = perUser.get(user);
+    if (!path) {
+      path = join(kubeconfigDir, `kubeconfig-${perUser.size + 1}`);
+      writeFileSync(path, kubeconfigYaml(url, namespace, user));
+      perUser.set(user, path);
+    }
+    return path;
+  };
 
   const api: FakeKubeApi = {
     url,
     kubeConfig: buildKubeConfig(url, namespace),
     kubeconfigPath,
     writeKubeconfig,
+    kubeconfigFor,
     upsert(obj) {
       const r = table.fromKind(obj.kind ?? "", obj.apiVersion);
       const input = structuredClone(obj);
