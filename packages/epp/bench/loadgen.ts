@@ -36,7 +36,12 @@ async function main() {
   const o = args();
   const bodies = requestBodies(512, o.seed);
   const { extProc } = loadProtos();
-  const client = new extProc(o.target, grpc.credentials.createInsecure(), { "grpc.max_receive_message_length": 64 << 20 }) as unknown as grpc.Client & {
+  const client = new extProc(o.target, grpc.credentials.createInsecure(), {
+    "grpc.max_receive_message_length": 64 << 20,
+    // Envoy runs with large HTTP/2 windows; a 64 KiB one here would make the generator the bottleneck
+    // for ~50 KiB bodies coming back on every stream.
+    "grpc-node.flow_control_window": 16 << 20,
+  }) as unknown as grpc.Client & {
     Process(): grpc.ClientDuplexStream<unknown, { response?: string; immediate_response?: unknown; request_body?: any }>;
   };
   await new Promise<void>((res, rej) => client.waitForReady(Date.now() + 5000, (e) => (e ? rej(e) : res())));
