@@ -639,8 +639,10 @@ function tableReserve(t: i32, entries: u32): void {
  * Rebuilds a table (dropping tombstones). It keeps its capacity while that leaves `entries` under 60%
  * load (at least a fifth of the table then absorbs tombstones before the next rebuild: steady churn
  * keeps its footprint), else grows to twice `entries`. Entries are re-placed from the node/record
- * arrays in id order rather than from the old slots: the key reads are then sequential instead of one
- * cache miss per entry.
+ * arrays in id order rather than from the old slots (sequential key reads instead of one cache miss per
+ * entry), and, for big tables, in batches sorted by home slot: the home is a multiply-shift, so slots
+ * are then filled in one ascending sweep instead of at random. Measured: without the sort, rebuilds
+ * were about a third of the cost of ingesting 1M block events into an empty index.
  */
 function tableRebuild(t: i32, entries: u32): void {
   let cap = capOf(t);
@@ -649,15 +651,67 @@ function tableRebuild(t: i32, entries: u32): void {
   cap = <u32>(usable(<usize>cap << 2) >> 2); // a table in whole pages uses all of them
   tableInit(t, cap);
   const slots = slotsOf(t);
-  if (t == CHILD) {
-    for (let id: u32 = 2; id < nodeTop; id++) {
-      if (parentOf(id) != DEAD) tablePlace(slots, cap, seqOf(id), id);
+  const first: u32 = t == CHILD ? 2 : 1;
+  const top: u32 = t == CHILD ? nodeTop : resTop;
+  if (cap < SORTED_REBUILD_MIN) {
+    for (let id = first; id < top; id++) {
+      if (live(t, id)) tablePlace(slots, cap, hashOfId(t, id), id);
     }
-  } else {
-    for (let id: u32 = 1; id < resTop; id++) {
-      if (workerOf(id) != DEAD_WORKER) tablePlace(slots, cap, keyHash(workerOf(id), extOf(id)), id);
+    return;
+  }
+  const batch = min<u32>(REBUILD_BATCH, top - first);
+  const pairs = alloc(<usize>batch << 3), sorted = alloc(<usize>batch << 3);
+  const counts = alloc(<usize>REBUILD_BUCKETS << 2);
+  const ceilLog: u32 = 32 - <u32>clz<u32>(cap - 1);
+  const shift: u32 = ceilLog - REBUILD_BUCKET_BITS; // cap >= SORTED_REBUILD_MIN > REBUILD_BUCKETS
+  let id = first;
+  while (id < top) {
+    // one batch: (home, slot value) pairs, counting-sorted by the home's top bits, then placed in order
+    let k: u32 = 0;
+    for (; id < top && k < batch; id++) {
+      if (!live(t, id)) continue;
+      const h = hashOfId(t, id);
+      store<u64>(pairs + (<usize>k << 3), (<u64>(id | tagOf(h)) << 32) | <u64>homeOf(h, cap));
+      k++;
+    }
+    memory.fill(counts, 0, <usize>REBUILD_BUCKETS << 2);
+    for (let j: u32 = 0; j < k; j++) {
+      const c = counts + (<usize>(load<u32>(pairs + (<usize>j << 3)) >> shift) << 2);
+      store<u32>(c, load<u32>(c) + 1);
+    }
+    let sum: u32 = 0;
+    for (let b: u32 = 0; b < REBUILD_BUCKETS; b++) {
+      const c = counts + (<usize>b << 2);
+      const n = load<u32>(c);
+      store<u32>(c, sum);
+      sum += n;
+    }
+    for (let j: u32 = 0; j < k; j++) {
+      const v = load<u64>(pairs + (<usize>j << 3));
+      const c = counts + (<usize>(<u32>v >> shift) << 2);
+      const at = load<u32>(c);
+      store<u32>(c, at + 1);
+      store<u64>(sorted + (<usize>at << 3), v);
+    }
+    for (let j: u32 = 0; j < k; j++) {
+      const v = load<u64>(sorted + (<usize>j << 3));
+      let i = <u32>v;
+      while (load<u32>(slots + (<usize>i << 2)) != EMPTY) i = nextSlot(i, cap);
+      store<u32>(slots + (<usize>i << 2), <u32>(v >> 32));
     }
   }
+  free(pairs, <usize>batch << 3);
+  free(sorted, <usize>batch << 3);
+  free(counts, <usize>REBUILD_BUCKETS << 2);
+}
+
+const SORTED_REBUILD_MIN: u32 = 1 << 16;
+const REBUILD_BATCH: u32 = 1 << 17;
+const REBUILD_BUCKET_BITS: u32 = 12;
+const REBUILD_BUCKETS: u32 = 1 << REBUILD_BUCKET_BITS;
+
+@inline function live(t: i32, id: u32): bool {
+  return t == CHILD ? parentOf(id) != DEAD : workerOf(id) != DEAD_WORKER;
 }
 
 // ---- I/O buffers and stats ----

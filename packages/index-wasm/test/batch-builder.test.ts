@@ -1,0 +1,126 @@
+import { describe, expect, test } from "bun:test";
+import { KvIndex, MatchList, type IndexEvent, type WorkerRef } from "../src/index.ts";
+
+const HIGH = 2n ** 63n;
+const workers: WorkerRef[] = Array.from({ length: 5 }, (_, i) => ({ workerId: `pod-${i >> 1}`, dpRank: i & 1 }));
+
+/** Random events over a few workers (with parents, removals and clears), hashes >= 2^63 included. */
+function randomEvents(seed: number, count: number): IndexEvent[] {
+  let s = seed;
+  const next = () => (s = (s * 1103515245 + 12345) & 0x7fffffff);
+  const held: bigint[][] = workers.map(() => []);
+  const events: IndexEvent[] = [];
+  for (let i = 0; i < count; i++) {
+    const w = next() % workers.length;
+    const k = next() % 10;
+    if (k < 7) {
+      const parent = held[w]!.length > 0 && next() % 2 === 0 ? held[w]![next() % held[w]!.length]! : null;
+      const blocks = Array.from({ length: 1 + (next() % 40) }, (_, j) => {
+        const ext = HIGH + BigInt(next()) * 7919n + BigInt(j);
+        held[w]!.push(ext);
+        return { externalHash: ext, tokensHash: BigInt(next() % 3) + (j % 2 === 0 ? HIGH : 0n) };
+      });
+      events.push({ kind: "stored", worker: workers[w]!, parentHash: parent, blocks });
+    } else if (k < 9) {
+      events.push({ kind: "removed", worker: workers[w]!, hashes: [held[w]![next() % Math.max(1, held[w]!.length)] ?? 5n, 77n] });
+    } else {
+      events.push({ kind: "cleared", worker: workers[w]! });
+    }
+  }
+  return events;
+}
+
+describe("KvIndex.batch() builder", () => {
+  test("typed-array events apply exactly like the same IndexEvents through applyBatch", () => {
+    const viaEvents = KvIndex.create({ blockSize: 16 });
+    const viaBuilder = KvIndex.create({ blockSize: 16 });
+    for (let round = 0; round < 30; round++) {
+      const events = randomEvents(round + 1, 60);
+      const b = viaBuilder.batch();
+      for (const e of events) {
+        if (e.kind === "stored") {
+          const ext = BigUint64Array.from(e.blocks, (x) => x.externalHash);
+          // both forms of external hashes: a typed array and a plain bigint[]
+          b.stored(e.worker, e.parentHash, round % 2 === 0 ? ext : [...ext], BigUint64Array.from(e.blocks, (x) => x.tokensHash));
+        } else if (e.kind === "removed") {
+          b.removed(e.worker, round % 2 === 0 ? BigUint64Array.from(e.hashes) : e.hashes);
+        } else {
+          b.cleared(e.worker);
+        }
+      }
+      expect(b.events).toBe(events.length);
+      expect(b.apply()).toEqual(viaEvents.applyBatch(events));
+      expect(b.events).toBe(0);
+      expect(viaBuilder.stats()).toEqual(viaEvents.stats());
+    }
+    const dump = (ix: KvIndex) => [...ix.dump()].map((e) => JSON.stringify(e, (_, v) => (typeof v === "bigint" ? v.toString() : v))).sort();
+    expect(dump(viaBuilder)).toEqual(dump(viaEvents));
+  });
+
+  test("a batch larger than the builder's first buffer grows it without losing events", () => {
+    const index = KvIndex.create({ blockSize: 16 });
+    const b = index.batch();
+    const w = workers[0]!;
+    const n = 20_000; // 20k blocks x 16 bytes: several times the first 64 KiB buffer
+    const ext = BigUint64Array.from({ length: n }, (_, i) => HIGH + BigInt(i));
+    const tok = BigUint64Array.from({ length: n }, (_, i) => BigInt(i));
+    b.stored(w, null, ext.subarray(0, 10), tok.subarray(0, 10));
+    b.stored(w, ext[9]!, ext.subarray(10), tok.subarray(10));
+    expect(b.apply()).toEqual({ events: 2, blocks: n, unknown: 0, rejected: 0 });
+    expect(index.findMatches(tok).scores.get(`${w.workerId}\u0000${w.dpRank}`)).toBe(n);
+  });
+
+  test("mismatched hash arrays are refused before anything is written", () => {
+    const index = KvIndex.create({ blockSize: 16 });
+    const b = index.batch();
+    expect(() => b.stored(workers[0]!, null, new BigUint64Array(2), new BigUint64Array(3))).toThrow(RangeError);
+    expect(b.events).toBe(0);
+    b.reset();
+    expect(b.apply()).toEqual({ events: 0, blocks: 0, unknown: 0, rejected: 0 });
+  });
+});
+
+describe("KvIndex.findMatchesInto", () => {
+  test("fills a reusable MatchList with what findMatches returns", () => {
+    const index = KvIndex.create({ blockSize: 16 });
+    // 200 workers: more than the MatchList's first 64 entries and more than one mask word
+    const many = Array.from({ length: 200 }, (_, i) => ({ workerId: `w${i}`, dpRank: 0 }));
+    index.applyBatch(many.map((w, i) => ({
+      kind: "stored" as const, worker: w, parentHash: null,
+      blocks: Array.from({ length: 1 + (i % 4) }, (_, j) => ({ externalHash: HIGH + BigInt(i * 10 + j), tokensHash: BigInt(j) })),
+    })));
+    const out = new MatchList();
+    for (const q of [[0n, 1n, 2n, 3n], [0n, 1n], [9n], []]) {
+      const query = BigUint64Array.from(q);
+      const n = index.findMatchesInto(query, out);
+      expect(n).toBe(out.count);
+      expect(out.toMaps()).toEqual(index.findMatches(query));
+      for (let i = 0; i < n; i++) expect(out.keys[i]).toBe(`${out.workers[i]!.workerId}\u0000${out.workers[i]!.dpRank}`);
+    }
+  });
+});
+
+describe("linear memory", () => {
+  test("grows by what the index needs, not by doubling, and reuses freed tables", () => {
+    const index = KvIndex.create({ blockSize: 16 });
+    const b = index.batch();
+    const w = workers[0]!;
+    let at = 0n;
+    for (let round = 0; round < 40; round++) {
+      const n = 5000;
+      const ext = BigUint64Array.from({ length: n }, (_, i) => HIGH + at + BigInt(i));
+      const tok = BigUint64Array.from({ length: n }, (_, i) => at + BigInt(i));
+      at += BigInt(n);
+      b.stored(w, null, ext, tok).apply();
+    }
+    const s = index.stats();
+    expect(s.residencies).toBe(200_000);
+    // every round is still found after the tables were rebuilt (sorted batches) many times
+    for (let r = 0n; r < 40n; r++) {
+      const q = BigUint64Array.from({ length: 5000 }, (_, i) => r * 5000n + BigInt(i));
+      expect(index.findMatches(q).scores.get(`${w.workerId}\u0000${w.dpRank}`)).toBe(5000);
+    }
+    // live structures (tables at their capacity, chunks) and linear memory stay close: no doubling
+    expect(s.bytes).toBeLessThan(s.bytesInUse * 1.25 + 1_000_000);
+  });
+});
