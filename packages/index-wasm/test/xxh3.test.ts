@@ -39,7 +39,7 @@ function wasmXxh3(bytes: Uint8Array, seed: bigint): bigint {
   const p = ex.reserve(Math.max(bytes.length, 1));
   new Uint8Array(ex.memory.buffer, p, bytes.length).set(bytes);
   const h = BigInt.asUintN(64, ex.hashBytes(p, bytes.length, seed));
-  ex.release(p);
+  ex.release(p, Math.max(bytes.length, 1));
   return h;
 }
 
