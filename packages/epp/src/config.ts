@@ -3,6 +3,7 @@
 import { readFileSync } from "node:fs";
 import { parseArgs } from "node:util";
 import { parse as parseYaml } from "yaml";
+import { parseDiscoveryConfig, type DiscoveryConfig } from "@kv-epp/intents";
 import { z } from "zod";
 
 export class ConfigError extends Error {}
@@ -35,6 +36,8 @@ export const OPTIONS = {
   kvReplayPort: { flag: "kv-replay-port", env: "DYN_EPP_KV_REPLAY_PORT", kind: "port", help: "workers' KV replay port (rank r: +r)" },
   kvTopic: { flag: "kv-topic", env: "DYN_EPP_KV_TOPIC", kind: "string", default: "", help: "KV event topic" },
   dpSize: { flag: "dp-size", env: "DYN_EPP_DP_SIZE", kind: "int", default: "1", help: "data-parallel ranks per worker (Kubernetes mode)" },
+  intentDiscovery: { flag: "intent-discovery", env: "DYN_EPP_INTENT_DISCOVERY", kind: "string", help: "attach workers' KV intents: kubernetes | http://HOST:PORT (off when unset)" },
+  kvHost: { flag: "kv-host", env: "DYN_EPP_KV_HOST", kind: "string", default: "dynamo-epp", help: "host instance workers address their intents to" },
   tokenizerDir: { flag: "tokenizer-dir", env: "DYN_EPP_TOKENIZER_DIR", kind: "string", help: "tokenizer.json directory" },
   prefillLoadScale: { flag: "prefill-load-scale", env: "DYN_EPP_PREFILL_LOAD_SCALE", kind: "number", default: "1", help: "cost weight of blocks to prefill" },
   decodeLoadScale: { flag: "decode-load-scale", env: "DYN_EPP_DECODE_LOAD_SCALE", kind: "number", default: "1", help: "cost weight of active blocks" },
@@ -95,6 +98,8 @@ export type EppConfig = {
     | { mode: "static"; list: StaticWorker[] }
     | { mode: "kubernetes"; poolName: string; namespace: string; kvEventsPort: number; kvReplayPort?: number; dpSize: number };
   kvTopic: string;
+  /** Attachment intents (@kv-epp/intents), beside the static list or the pod informer. */
+  intents?: { discovery: DiscoveryConfig; hostInstance: string };
   recovery:
     | { mode: "static"; peers: string[] }
     | { mode: "kubernetes"; peerService: string; namespace: string }
@@ -193,6 +198,16 @@ export function parseConfig(argv: string[], env: Record<string, string | undefin
   const namespace = get<string>("poolNamespace")!;
   if (!staticFile && !poolName) throw new ConfigError("no workers: give --config FILE (static mode) or --pool-name NAME (Kubernetes mode)");
 
+  const intentDiscovery = get<string>("intentDiscovery");
+  let intents: EppConfig["intents"];
+  if (intentDiscovery) {
+    try {
+      intents = { discovery: parseDiscoveryConfig(intentDiscovery, env), hostInstance: get<string>("kvHost")! };
+    } catch (e) {
+      throw new ConfigError(`invalid value for ${r.intentDiscovery.source}: ${(e as Error).message}`);
+    }
+  }
+
   const peerService = get<string>("peerService");
   const secure = get<boolean>("secureServing")!;
   const certFile = get<string>("tlsCertFile");
@@ -224,6 +239,7 @@ export function parseConfig(argv: string[], env: Record<string, string | undefin
           dpSize,
         },
     kvTopic: get<string>("kvTopic")!,
+    intents,
     recovery: peerService
       ? { mode: "kubernetes", peerService, namespace }
       : staticFile && staticFile.peers.length > 0

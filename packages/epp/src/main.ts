@@ -13,6 +13,7 @@ import {
   type PeerDiscovery,
   type RecoveryOutcome,
 } from "@kv-epp/recovery";
+import { intentWorkers, mergeWorkerSets, openDiscovery, startIntentHost, type IntentWorker } from "@kv-epp/intents";
 import { createPreprocessor } from "@kv-epp/tokenizer";
 import pino, { type Logger } from "pino";
 import { ConfigError, parseConfig, usage, type EppConfig } from "./config.ts";
@@ -27,7 +28,7 @@ import { WorkerMetricsScraper } from "./picker/worker-metrics.ts";
 import { selectionApp } from "./selection-http.ts";
 import { createTokenize } from "./tokens.ts";
 import { loadKubeConfig, startPoolWorkers } from "./workers/kubernetes.ts";
-import { WorkerRegistry } from "./workers/registry.ts";
+import { WorkerRegistry, type WorkerSpec } from "./workers/registry.ts";
 import { staticWorkers } from "./workers/static.ts";
 
 export type EppHandle = {
@@ -161,8 +162,13 @@ export async function startEpp(cfg: EppConfig, o: { log?: Logger; kubeConfig?: K
   const kube = () => (kubeConfig ??= loadKubeConfig());
   // Kubernetes mode resolves once the pool is read and the pods are listed (not blocking the servers).
   let workerSource: Promise<{ stop(): Promise<void> }> = Promise.resolve({ stop: async () => {} });
+  // Two sources, one worker set: the static list or pod informer, and the workers' attachment intents.
+  let podSpecs: WorkerSpec[] = [];
+  let intentSpecs: IntentWorker[] = [];
+  const reconcileWorkers = () => workers.reconcile(mergeWorkerSets(podSpecs, intentSpecs).workers);
   if (cfg.workers.mode === "static") {
-    workers.reconcile(staticWorkers(cfg.workers.list));
+    podSpecs = staticWorkers(cfg.workers.list);
+    reconcileWorkers();
   } else {
     const w = cfg.workers;
     const poolLog = log.child({ component: "pool" });
@@ -174,7 +180,10 @@ export async function startEpp(cfg: EppConfig, o: { log?: Logger; kubeConfig?: K
       kvReplayPort: w.kvReplayPort,
       dpSize: w.dpSize,
       log: poolLog,
-      onWorkers: (specs) => workers.reconcile(specs),
+      onWorkers: (specs) => {
+        podSpecs = specs;
+        reconcileWorkers();
+      },
       onError: (err) => {
         metrics.ioErrors.inc({ where: "kubernetes" });
         poolLog.warn({ err: String(err) }, "Kubernetes API error");
@@ -182,10 +191,33 @@ export async function startEpp(cfg: EppConfig, o: { log?: Logger; kubeConfig?: K
       signal: recoveryAbort.signal,
     });
   }
+  let intentSource: Promise<{ stop(): Promise<void> }> = Promise.resolve({ stop: async () => {} });
+  if (cfg.intents) {
+    const { discovery: where, hostInstance } = cfg.intents;
+    const intentsLog = log.child({ component: "intents" });
+    intentSource = (async () => {
+      const discovery = await openDiscovery(where, { kubeConfig: where.kind === "kubernetes" ? kube() : undefined, log: intentsLog });
+      const host = await startIntentHost({
+        discovery,
+        hostInstance,
+        log: intentsLog,
+        onChange: (desired) => {
+          intentSpecs = intentWorkers(desired);
+          reconcileWorkers();
+        },
+      });
+      return { stop: () => host.stop().then(() => discovery.close()) };
+    })().catch((err) => {
+      // Without intents the EPP still serves the pods it knows: count, log once, carry on.
+      metrics.ioErrors.inc({ where: "intents" });
+      intentsLog.error({ err: String(err) }, "attachment intents unavailable");
+      return { stop: async () => {} };
+    });
+  }
   scraper.start();
 
   // Recovery, then the buffered live events on top of the dump, then ready.
-  const ready = workerSource
+  const ready = Promise.all([workerSource, intentSource])
     .then(() => {
       log.info({ workers: workers.specs().length, listeners: workers.candidates().length }, "listeners subscribed");
       return runRecovery({
@@ -235,6 +267,7 @@ export async function startEpp(cfg: EppConfig, o: { log?: Logger; kubeConfig?: K
       metricsServer.stop(true);
       scraper.stop();
       await workerSource.then((src) => src.stop()).catch(() => {});
+      await intentSource.then((src) => src.stop()).catch(() => {});
       await workers.close();
       log.info("stopped");
     })());

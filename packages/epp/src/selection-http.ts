@@ -9,7 +9,7 @@ import type { Indexers } from "./indexer.ts";
 import type { Metrics } from "./metrics.ts";
 import type { Picker } from "./picker/picker.ts";
 import type { Tokenize } from "./tokens.ts";
-import type { WorkerRegistry } from "./workers/registry.ts";
+import { rankSources, type WorkerRegistry } from "./workers/registry.ts";
 
 export type SelectionDeps = {
   picker: Picker;
@@ -79,11 +79,11 @@ export function selectionApp(d: SelectionDeps): Hono {
     const ix = d.indexers.lookup();
     return c.json(
       d.workers.specs().flatMap((s) =>
-        Array.from({ length: s.dpSize }, (_, r) => ({
+        rankSources(s).map(({ dpRank: r, kvEvents }) => ({
           worker_id: s.id,
           dp_rank: r,
           address: s.address,
-          kv_events: s.kvEvents,
+          kv_events: kvEvents,
           connected: d.workers.connected(s.id, r),
           blocks: ix ? ix.index.treeSize({ workerId: s.id, dpRank: r }) : 0,
         })),

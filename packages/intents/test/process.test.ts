@@ -5,8 +5,6 @@ import { afterAll, afterEach, beforeAll, describe, expect, test } from "bun:test
 import { mkdtempSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { usage as eppUsage } from "@kv-epp/epp";
-import { usage as workerUsage } from "@kv-epp/mock-worker";
 import { freePort, killAll, spawnBun, waitFor, type ProcessHandle } from "@kv-epp/testkit";
 import { serveDiscoveryStore, type DiscoveryServer } from "../src/index.ts";
 
@@ -84,11 +82,7 @@ async function complete(url: string, rank: number, prompt: string): Promise<void
   await res.arrayBuffer();
 }
 
-// Runs once packages/epp (--intent-discovery) and packages/mock-worker (--discovery) are wired; until then
-// it is reported as skipped, never as passed (the wiring is in packages/intents/README.md).
-const wired = eppUsage().includes("--intent-discovery") && workerUsage().includes("--discovery");
-
-describe.skipIf(!wired)("intents across processes", () => {
+describe("intents across processes", () => {
   test("a mock worker with two DP ranks registers, the EPP attaches to both, the worker exits and the EPP detaches", async () => {
     const epp = await startEppProcess();
     const worker = await startWorkerProcess();

@@ -15,19 +15,36 @@ export type WorkerSpec = {
   dpSize: number;
   /** vLLM Prometheus endpoint, scraped for running/waiting/KV usage. */
   metricsUrl: string;
+  /** Per-rank KV sources stated by attachment intents (@kv-epp/intents); overrides port + r. */
+  ranks?: RankSource[];
 };
+
+/** One rank's KV source; `topic` overrides the registry's topic. */
+export type RankSource = { dpRank: number; kvEvents: string; replay?: string; topic?: string };
 
 /** One routable unit: a worker rank. `key` matches the index's workerKey; `ranks` is the worker's dpSize. */
 export type Candidate = { key: string; workerId: string; dpRank: number; endpoint: string; ranks: number };
 
 export type ListenerCounters = { gaps: number; replays: number; restarts: number };
 
-type Entry = { spec: WorkerSpec; listeners: KvEventListener[] };
+type Entry = { spec: WorkerSpec; listeners: Map<number, KvEventListener> }; // by dp rank
 
 export type Sink = (worker: WorkerRef, signal: ListenerSignal) => void;
 
 export function workerKeyOf(workerId: string, dpRank: number): string {
   return `${workerId}\u0000${dpRank}`;
+}
+
+/** A worker's ranks: as its intents state them, else ranks 0..dpSize-1 on port + r. */
+export function rankSources(spec: WorkerSpec): RankSource[] {
+  return (
+    spec.ranks ??
+    Array.from({ length: spec.dpSize }, (_, r) => ({
+      dpRank: r,
+      kvEvents: rankEndpoint(spec.kvEvents, r),
+      replay: spec.replay ? rankEndpoint(spec.replay, r) : undefined,
+    }))
+  );
 }
 
 /** tcp://host:port + rank. */
@@ -83,7 +100,7 @@ export class WorkerRegistry {
     if (!e || this.#down.has(workerId)) return;
     this.#down.add(workerId);
     this.#rebuild();
-    for (let r = 0; r < e.spec.dpSize; r++) this.opts.onRemoved({ workerId, dpRank: r });
+    for (const r of e.listeners.keys()) this.opts.onRemoved({ workerId, dpRank: r });
     this.opts.log.warn({ worker: workerId }, "worker down: not routable, blocks dropped");
   }
 
@@ -96,13 +113,13 @@ export class WorkerRegistry {
   #rebuild(): void {
     this.#candidates = [...this.#entries.values()]
       .filter(({ spec }) => !this.#down.has(spec.id))
-      .flatMap(({ spec }) =>
-        Array.from({ length: spec.dpSize }, (_, r) => ({
+      .flatMap(({ spec, listeners }) =>
+        [...listeners.keys()].map((r) => ({
           key: workerKeyOf(spec.id, r),
           workerId: spec.id,
           dpRank: r,
           endpoint: spec.address,
-          ranks: spec.dpSize,
+          ranks: listeners.size,
         })),
       );
   }
@@ -126,17 +143,17 @@ export class WorkerRegistry {
 
   has(worker: WorkerRef): boolean {
     const e = this.#entries.get(worker.workerId);
-    return e !== undefined && worker.dpRank < e.spec.dpSize;
+    return e !== undefined && e.listeners.has(worker.dpRank);
   }
 
   connected(workerId: string, dpRank: number): boolean {
-    return this.#entries.get(workerId)?.listeners[dpRank]?.connected ?? false;
+    return this.#entries.get(workerId)?.listeners.get(dpRank)?.connected ?? false;
   }
 
   counters(): ListenerCounters {
     const sum = { gaps: 0, replays: 0, restarts: 0 };
     for (const e of this.#entries.values())
-      for (const l of e.listeners) {
+      for (const l of e.listeners.values()) {
         const c = l.counters as Partial<ListenerCounters> | undefined;
         sum.gaps += c?.gaps ?? 0;
         sum.replays += c?.replays ?? 0;
@@ -146,27 +163,27 @@ export class WorkerRegistry {
   }
 
   async close(): Promise<void> {
-    const all = [...this.#entries.values()].flatMap((e) => e.listeners);
+    const all = [...this.#entries.values()].flatMap((e) => [...e.listeners.values()]);
     this.#entries.clear();
     this.#candidates = [];
     await Promise.allSettled(all.map((l) => l.close()));
   }
 
   #add(spec: WorkerSpec): void {
-    const listeners: KvEventListener[] = [];
-    for (let r = 0; r < spec.dpSize; r++) {
+    const listeners = new Map<number, KvEventListener>();
+    for (const src of rankSources(spec)) {
       const l = new KvEventListener({
         workerId: spec.id,
-        dpRank: r,
-        endpoint: rankEndpoint(spec.kvEvents, r),
-        replayEndpoint: spec.replay ? rankEndpoint(spec.replay, r) : undefined,
-        topic: this.opts.topic,
+        dpRank: src.dpRank,
+        endpoint: src.kvEvents,
+        replayEndpoint: src.replay,
+        topic: src.topic ?? this.opts.topic,
         logger: this.opts.log,
       });
       // Started now (subscribe first): until a sink is attached the listener buffers live events.
       l.start();
-      if (this.#sink) this.#attachOne(spec.id, l, r);
-      listeners.push(l);
+      if (this.#sink) this.#attachOne(spec.id, l, src.dpRank);
+      listeners.set(src.dpRank, l);
     }
     this.#entries.set(spec.id, { spec, listeners });
     this.opts.log.info({ worker: spec.id, address: spec.address, kvEvents: spec.kvEvents, ranks: spec.dpSize }, "worker added");
@@ -180,9 +197,9 @@ export class WorkerRegistry {
 
   #remove(id: string, entry: Entry): void {
     this.#entries.delete(id);
-    for (const l of entry.listeners)
+    for (const l of entry.listeners.values())
       void l.close().catch((err) => this.opts.log.warn({ worker: id, err: String(err) }, "listener close failed"));
-    for (let r = 0; r < entry.spec.dpSize; r++) this.opts.onRemoved({ workerId: id, dpRank: r });
+    for (const r of entry.listeners.keys()) this.opts.onRemoved({ workerId: id, dpRank: r });
     this.opts.log.info({ worker: id }, "worker removed");
   }
 }
@@ -193,6 +210,7 @@ function sameSpec(a: WorkerSpec, b: WorkerSpec): boolean {
     a.kvEvents === b.kvEvents &&
     a.replay === b.replay &&
     a.dpSize === b.dpSize &&
-    a.metricsUrl === b.metricsUrl
+    a.metricsUrl === b.metricsUrl &&
+    JSON.stringify(a.ranks) === JSON.stringify(b.ranks)
   );
 }
