@@ -5,3 +5,6 @@ export { parseConfig, usage, ConfigError, type EppConfig } from "./config.ts";
 export { loadProtos, PROTO_DIR, EXT_PROC_SERVICE } from "./extproc/protos.ts";
 export type { ProcessingRequest, ProcessingResponse } from "./extproc/messages.ts";
 export { DESTINATION_HEADER, METADATA_NAMESPACE, SUBSET_NAMESPACE, SUBSET_KEY } from "./extproc/messages.ts";
+// The picker's cost function and load tracking, for simulations that must decide exactly as the EPP does.
+export { cost, choose, type Weights, type CandidateLoad } from "./picker/cost.ts";
+export { ActiveLoad, type Lease } from "./picker/load.ts";
