@@ -103,8 +103,10 @@ export class SimulatedCluster {
       }
     }
 
+    // The image's entry points (deploy/Dockerfile). CLUSTER_SIM_EPP names another EPP script to run
+    // the scenario against (e.g. a candidate fix kept outside the tree).
     const entrypoints = {
-      epp: [process.execPath, "packages/epp/src/main.ts"],
+      epp: [process.execPath, process.env.CLUSTER_SIM_EPP ?? "packages/epp/src/main.ts"],
       "mock-worker": [process.execPath, "packages/mock-worker/src/main.ts"],
     };
     let cluster: SimulatedCluster | undefined;
