@@ -30,6 +30,8 @@ const KV_EVENTS_PORT = 5557;
 const FALLBACK_KV_EVENTS_PORT = 15557;
 const EPP_PORTS = [9002, 9003, 9090, 9092, 9093];
 const WORKER_PORTS = [8000];
+// Addresses checked up front; the scenario runs 9 pods (2 workers, 7 EPP replicas over its steps).
+const MAX_PODS = 16;
 
 /** The readiness gate that holds replicas started together out of the EndpointSlices (see `coldStart`). */
 export const COLD_START_GATE = "kv-epp.dev/cold-start";
@@ -82,9 +84,17 @@ export class SimulatedCluster {
     const workerDeployment = byKindName(objs, "Deployment", WORKER_DEPLOYMENT);
     const namespace = eppDeployment.metadata?.namespace ?? "default";
 
-    const probeIp = `127.0.5.${(opts.firstHost ?? 100) - 1}`;
+    const firstHost = opts.firstHost ?? 100;
+    const probeIp = `127.0.5.${firstHost - 1}`;
     const held = await heldPorts(probeIp, [...EPP_PORTS, ...WORKER_PORTS]);
     if (held.length > 0) throw new Error(`ports ${held.join(", ")} are held on the wildcard address by another process: the simulated pods cannot bind them`);
+    // A process left over from an interrupted run (a SIGKILLed test runner cannot clean up) would
+    // hold a pod address's port.
+    for (let h = firstHost; h < firstHost + MAX_PODS; h++) {
+      const ip = `127.0.5.${h}`;
+      const taken = await heldPorts(ip, [...EPP_PORTS, ...WORKER_PORTS, KV_EVENTS_PORT, FALLBACK_KV_EVENTS_PORT]);
+      if (taken.length > 0) throw new Error(`${ip}: ports ${taken.join(", ")} are held (a process left over from an earlier run?)`);
+    }
     let kvEventsPort = KV_EVENTS_PORT;
     if ((await heldPorts(probeIp, [KV_EVENTS_PORT])).length > 0) {
       kvEventsPort = FALLBACK_KV_EVENTS_PORT;
@@ -93,7 +103,7 @@ export class SimulatedCluster {
     }
 
     const api = await startFakeKubeApi({ host: "127.0.5.1", port: 0, namespace, authorize: rbacAuthorizerFor(objs) });
-    const sim = new SimCluster(api, { namespace, firstHost: opts.firstHost ?? 100, periodMs: opts.periodMs ?? 100 });
+    const sim = new SimCluster(api, { namespace, firstHost, periodMs: opts.periodMs ?? 100 });
     for (const o of objs) {
       if (o.kind === "InferencePool") api.upsert(o);
       if (o.kind === "Service") {
