@@ -156,9 +156,18 @@ export class SimulatedCluster {
       return gated.length === count ? gated : undefined;
     }, { timeoutMs, message: `${count} new EPP pods` });
     this.gateNewEpps = false;
-    await waitFor(() => pods.every((p) => this.sim.probePassing(p)), { timeoutMs, message: `${pods.join(", ")} SERVING on their own (no deadlock)` }).catch((e) => {
-      throw new Error(`${(e as Error).message}\n${pods.map((p) => `--- ${p}:\n${this.sim.process(p).lines.slice(-15).join("\n")}`).join("\n")}`);
+    const tails = () => pods.map((p) => `--- ${p}:\n${this.sim.process(p).lines.slice(-15).join("\n")}`).join("\n");
+    let exited: string | undefined;
+    await waitFor(
+      () => {
+        exited = pods.find((p) => !this.sim.process(p).running);
+        return exited !== undefined || pods.every((p) => this.sim.probePassing(p));
+      },
+      { timeoutMs, message: `${pods.join(", ")} SERVING on their own (no deadlock)` },
+    ).catch((e) => {
+      throw new Error(`${(e as Error).message}\n${tails()}`);
     });
+    if (exited) throw new Error(`${exited} exited before it was SERVING\n${tails()}`);
     for (const p of pods) this.sim.setReadinessGate(p, COLD_START_GATE, true);
     await waitFor(() => pods.every((p) => this.sim.isReady(p)), { timeoutMs, message: `${pods.join(", ")} Ready` });
     return pods;
