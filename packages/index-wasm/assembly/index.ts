@@ -102,6 +102,7 @@ function growMaskExt(cap: u32): void {
   extCap = cap;
 }
 
+/** A new child of `parent`; tableFind(CHILD, parent, seq) has just missed (its probe found the slot). */
 function newNode(parent: u32, seq: u64): u32 {
   let id: u32;
   if (nodeFree != NIL) {
@@ -111,29 +112,32 @@ function newNode(parent: u32, seq: u64): u32 {
     if (nodeTop == nodeCap) growNodes();
     id = nodeTop++;
   }
-  store<u64>(nodeAt(id), seq);
-  store<u32>(nodeAt(id), parent, 16);
-  setFirst(id, NIL);
-  setRes(id, NIL);
-  store<u64>(nodeAt(id), 0, 8);
+  // addresses computed once: each nodeAt is a directory load the compiler cannot reuse across stores
+  const p = nodeAt(id), pp = nodeAt(parent);
+  const head = load<u32>(pp, 20);
+  store<u64>(p, seq);
+  store<u64>(p, 0, 8);
+  store<u32>(p, parent, 16);
+  store<u32>(p, NIL, 20);
+  store<u32>(p, head, 24);
+  store<u32>(p, NIL, 28);
+  store<u32>(p, NIL, 32);
   if (maskWords > 1) memory.fill(maskAt(id, 1), 0, <usize>(maskWords - 1) << 3);
-  const head = firstOf(parent);
-  setNext(id, head);
-  setPrev(id, NIL);
   if (head != NIL) setPrev(head, id);
-  setFirst(parent, id);
-  tableInsert(CHILD, id);
+  store<u32>(pp, id, 20);
+  insertAfterMiss(CHILD, id, seq);
   nodesLive++;
   return id;
 }
 
 function freeNode(id: u32): void {
-  const prev = prevOf(id), next = nextOf(id);
-  if (prev != NIL) setNext(prev, next); else setFirst(parentOf(id), next);
+  const p = nodeAt(id);
+  const prev = load<u32>(p, 28), next = load<u32>(p, 24);
+  if (prev != NIL) setNext(prev, next); else setFirst(load<u32>(p, 16), next);
   if (next != NIL) setPrev(next, prev);
-  tableDelete(CHILD, id);
-  store<u32>(nodeAt(id), DEAD, 16); // parent: marks the slot free for table rebuilds
-  setNext(id, nodeFree);
+  tableDeleteAt(CHILD, id, load<u64>(p));
+  store<u32>(p, DEAD, 16); // parent: marks the slot free for table rebuilds
+  store<u32>(p, nodeFree, 24);
   nodeFree = id;
   nodesLive--;
 }
@@ -206,9 +210,14 @@ const MIN_TABLE: u32 = 1024;
   return t == CHILD ? seqOf(id) == b && parentOf(id) == a : extOf(id) == b && workerOf(id) == a;
 }
 
-/** First empty or tombstone slot seen by the last tableFind(RES): addResidency fills it without a re-probe. */
-let freeAt: u32 = 0;
-let freeIsTomb: bool = false;
+// First empty or tombstone slot seen by the last missed tableFind of each table (and the RES key's hash):
+// newNode and addResidency fill it without probing again.
+let resMissAt: u32 = 0;
+let resMissTomb: bool = false;
+let resMissHash: u64 = 0;
+let childMissAt: u32 = 0;
+let foundAt: u32 = 0; // slot of the last RES hit
+let childMissTomb: bool = false;
 
 @inline function tableFind(t: i32, a: u32, b: u64): u32 {
   const slots = slotsOf(t), cap = capOf(t);
@@ -220,12 +229,19 @@ let freeIsTomb: bool = false;
     if (v == EMPTY) break;
     if (v == TOMB) {
       if (free == 0xFFFFFFFF) free = i;
-    } else if ((v & ~ID_MASK) == tag && matches(t, v & ID_MASK, a, b)) return v & ID_MASK;
+    } else if ((v & ~ID_MASK) == tag && matches(t, v & ID_MASK, a, b)) {
+      if (t == RES) foundAt = i;
+      return v & ID_MASK;
+    }
     i = nextSlot(i, cap);
   }
   if (t == RES) {
-    freeIsTomb = free != 0xFFFFFFFF;
-    freeAt = freeIsTomb ? free : i;
+    resMissTomb = free != 0xFFFFFFFF;
+    resMissAt = resMissTomb ? free : i;
+    resMissHash = h;
+  } else {
+    childMissTomb = free != 0xFFFFFFFF;
+    childMissAt = childMissTomb ? free : i;
   }
   return NIL;
 }
@@ -258,19 +274,21 @@ function tableInsert(t: i32, id: u32): void {
   setCount(t, countOf(t) + 1);
 }
 
-/** tableInsert for a RES key the last tableFind(RES) just missed: fills the slot that probe found. */
-function resInsertAfterMiss(id: u32): void {
-  if (tableFull(RES)) tableRebuild(RES, countOf(RES) + 1);
+/** tableInsert for a key (hash h) the table's last tableFind just missed: fills the slot that probe found. */
+function insertAfterMiss(t: i32, id: u32, h: u64): void {
+  if (tableFull(t)) tableRebuild(t, countOf(t) + 1);
   else {
-    store<u32>(slotsOf(RES) + (<usize>freeAt << 2), id | tagOf(hashOfId(RES, id)));
-    if (freeIsTomb) setTombs(RES, tombsOf(RES) - 1);
+    const at = t == RES ? resMissAt : childMissAt;
+    store<u32>(slotsOf(t) + (<usize>at << 2), id | tagOf(h));
+    if (t == RES ? resMissTomb : childMissTomb) setTombs(t, tombsOf(t) - 1);
   }
-  setCount(RES, countOf(RES) + 1);
+  setCount(t, countOf(t) + 1);
 }
 
-function tableDelete(t: i32, id: u32): void {
+/** Deletes the entry with this id, whose key hashes to h. */
+function tableDeleteAt(t: i32, id: u32, h: u64): void {
   const slots = slotsOf(t), cap = capOf(t);
-  let i = homeOf(hashOfId(t, id), cap);
+  let i = homeOf(h, cap);
   while ((load<u32>(slots + (<usize>i << 2)) & ID_MASK) != id) i = nextSlot(i, cap);
   store<u32>(slots + (<usize>i << 2), TOMB);
   setCount(t, countOf(t) - 1);
@@ -320,12 +338,12 @@ function addResidency(w: u32, node: u32, ext: u64, afterMiss: bool): void {
     if (resTop == resCap) growRes();
     r = resTop++;
   }
-  const rp = recAt(r);
+  const rp = recAt(r), np = nodeAt(node);
   store<u64>(rp, ext);
-  store<u64>(rp, pack(node, resOf(node), w), 8);
-  setRes(node, r);
-  if (afterMiss) resInsertAfterMiss(r); else tableInsert(RES, r);
-  const mp = maskAt(node, w >> 6);
+  store<u64>(rp, pack(node, load<u32>(np, 32), w), 8);
+  store<u32>(np, r, 32);
+  if (afterMiss) insertAfterMiss(RES, r, resMissHash); else tableInsert(RES, r);
+  const mp = w < 64 ? np + 8 : maskAt(node, w >> 6);
   store<u64>(mp, load<u64>(mp) | (<u64>1 << (<u64>(w & 63))));
   store<u32>(treeSizePtr(w), load<u32>(treeSizePtr(w)) + 1);
   resLive++;
@@ -338,19 +356,32 @@ function recordAt(node: u32, w: u32): u32 {
   return r;
 }
 
+/** The record a removal just found through tableFind(RES), and its slot: its deletion skips the probe. */
+let foundRec: u32 = NIL;
+
 function dropResidency(node: u32, w: u32): void {
+  const np = nodeAt(node);
   let prev: u32 = NIL;
-  let r = resOf(node);
+  let r = load<u32>(np, 32);
   while (workerOf(r) != w) { prev = r; r = nextRes(r); }
-  if (prev == NIL) setRes(node, nextRes(r)); else setNextRes(prev, nextRes(r));
-  tableDelete(RES, r);
-  store<u64>(recAt(r), pack(0, resFree, DEAD_WORKER), 8); // marks the slot free for table rebuilds
+  const rp = recAt(r);
+  const after = <u32>(load<u64>(rp, 8) >> 26) & ID_MASK;
+  if (prev == NIL) store<u32>(np, after, 32); else setNextRes(prev, after);
+  if (r == foundRec) {
+    store<u32>(slotsOf(RES) + (<usize>foundAt << 2), TOMB);
+    setCount(RES, countOf(RES) - 1);
+    setTombs(RES, tombsOf(RES) + 1);
+    foundRec = NIL;
+  } else {
+    tableDeleteAt(RES, r, keyHash(w, load<u64>(rp)));
+  }
+  store<u64>(rp, pack(0, resFree, DEAD_WORKER), 8); // marks the slot free for table rebuilds
   resFree = r;
   resLive--;
-  const mp = maskAt(node, w >> 6);
+  const mp = w < 64 ? np + 8 : maskAt(node, w >> 6);
   store<u64>(mp, load<u64>(mp) & ~(<u64>1 << (<u64>(w & 63))));
   store<u32>(treeSizePtr(w), load<u32>(treeSizePtr(w)) - 1);
-  if (resOf(node) == NIL) freeNode(node);
+  if (load<u32>(np, 32) == NIL) freeNode(node);
 }
 
 // ---- traversal scratch: the worker's nodes under a start node, parents before children ----
@@ -489,7 +520,9 @@ function removed(w: u32, p: usize, n: u32): void {
   for (let i: u32 = 0; i < n; i++) {
     const r = tableFind(RES, w, load<u64>(p + (<usize>i << 3)));
     if (r == NIL) { outUnknown++; totalUnknown++; continue; }
+    foundRec = r; // its slot is foundAt: dropResidency reuses it (no table change happens before)
     outBlocks += dropSubtree(nodeOfRes(r), w);
+    foundRec = NIL;
   }
 }
 

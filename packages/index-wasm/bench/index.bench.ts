@@ -119,17 +119,34 @@ function steadyState(): void {
   const blocks = churn.reduce((n, e) => n + (e.kind === "stored" ? e.blocks.length : e.kind === "removed" ? e.hashes.length : 0), 0);
   const groups = batches(churn, 256);
   console.log(`\nsteady state at ~1M residencies: ${fmt(churn.length, 0)} events (stored and removed), ${fmt(blocks, 0)} block events, batches of 256 events`);
-  const rates = new Map<string, number>();
-  for (const [name, create] of impls) {
-    const index = create();
-    for (const g of batches(stored.slice(0, warm), 256)) index.applyBatch(g);
-    const t0 = performance.now();
-    for (const g of groups) index.applyBatch(g);
-    const ms = performance.now() - t0;
-    rates.set(name, blocks / (ms / 1000));
-    console.log(`  ${`${name} applyBatch`.padEnd(22)} ${fmt(blocks / (ms / 1000) / 1e6, 2)} M block events/s  (${fmt(ms)} ms, ${fmt(index.stats().residencies, 0)} residencies after)`);
-  }
-  console.log(`  wasm / reference (applyBatch): ${fmt(rates.get("wasm")! / rates.get("reference")!, 1)}x`);
+  const warmGroups = batches(stored.slice(0, warm), 256);
+  const wasmRate = rate("wasm applyBatch (IndexEvent[])", blocks, 3, () => {
+    const index = KvIndex.create({ blockSize: 16 });
+    for (const g of warmGroups) index.applyBatch(g);
+    return () => { for (const g of groups) index.applyBatch(g); };
+  });
+  const refRate = rate("reference applyBatch", blocks, 1, () => {
+    const index = ReferenceIndex.create({ blockSize: 16 });
+    for (const g of warmGroups) index.applyBatch(g);
+    return () => { for (const g of groups) index.applyBatch(g); };
+  });
+  // the same churn with hashes in BigUint64Arrays through the batch builder
+  type TypedChurn = { worker: WorkerRef; ext: BigUint64Array; tok?: BigUint64Array };
+  const typedChurn: TypedChurn[][] = groups.map((g) => g.map((e) => e.kind === "stored"
+    ? { worker: e.worker, ext: BigUint64Array.from(e.blocks, (x) => x.externalHash), tok: BigUint64Array.from(e.blocks, (x) => x.tokensHash) }
+    : { worker: e.worker, ext: BigUint64Array.from(e.kind === "removed" ? e.hashes : []) }));
+  const builderRate = rate("wasm batch() builder (typed arrays)", blocks, 3, () => {
+    const index = KvIndex.create({ blockSize: 16 });
+    for (const g of warmGroups) index.applyBatch(g);
+    return () => {
+      const b = index.batch();
+      for (const g of typedChurn) {
+        for (const e of g) e.tok ? b.stored(e.worker, null, e.ext, e.tok) : b.removed(e.worker, e.ext);
+        b.apply();
+      }
+    };
+  });
+  console.log(`  wasm / reference per CPU-second: applyBatch ${fmt(wasmRate / refRate, 1)}x, builder ${fmt(builderRate / refRate, 1)}x`);
 }
 
 // ---- findMatches latency ----
@@ -145,24 +162,32 @@ function matching(workerCount: number, length: number): void {
   const next = prng(4);
   const queries = Array.from({ length: 2000 }, () => seqs[next() % seqs.length]!);
   const line: string[] = [];
-  for (const [name, create] of impls) {
+  const list = new MatchList();
+  const variants: [name: string, create: () => Index, call: (index: Index, q: BigUint64Array) => number][] = [
+    ["wasm findMatches (Maps)", impls[0]![1], (index, q) => index.findMatches(q).scores.size],
+    ["wasm findMatchesInto", impls[0]![1], (index, q) => (index as KvIndex).findMatchesInto(q, list)],
+    ["reference", impls[1]![1], (index, q) => index.findMatches(q).scores.size],
+  ];
+  for (const [name, create, call] of variants) {
     const index = create();
     for (const g of batches(events, 256)) index.applyBatch(g);
-    const runs = name === "wasm" ? 20_000 : 4_000;
+    const runs = name.startsWith("wasm") ? 20_000 : 4_000;
     const times = new Float64Array(runs);
-    for (let i = 0; i < 1000; i++) index.findMatches(queries[i % queries.length]!); // warm up
+    for (let i = 0; i < 1000; i++) call(index, queries[i % queries.length]!); // warm up
     let matched = 0;
+    const c0 = process.cpuUsage();
     for (let i = 0; i < runs; i++) {
       const q = queries[i % queries.length]!;
       const t0 = performance.now();
-      const m = index.findMatches(q);
+      matched += call(index, q);
       times[i] = performance.now() - t0;
-      matched += m.scores.size;
     }
+    const c = process.cpuUsage(c0);
     times.sort();
-    line.push(`${name} p50 ${fmt(percentile(times, 0.5) * 1000, 2)} us, p99 ${fmt(percentile(times, 0.99) * 1000, 2)} us (${fmt(matched / runs)} workers matched)`);
+    const cpuUs = (c.user + c.system) / runs;
+    line.push(`    ${name.padEnd(24)} p50 ${fmt(percentile(times, 0.5) * 1000, 2)} us, p99 ${fmt(percentile(times, 0.99) * 1000, 2)} us, CPU ${fmt(cpuUs, 2)} us/call (${fmt(matched / runs)} workers matched)`);
   }
-  console.log(`  ${String(length).padStart(3)} blocks x ${String(workerCount).padStart(2)} workers: ${line.join(" | ")}`);
+  console.log(`  ${String(length).padStart(3)} blocks x ${String(workerCount).padStart(2)} workers:\n${line.join("\n")}`);
 }
 
 // ---- memory per residency at ~1M residencies ----
