@@ -150,6 +150,20 @@ export class WorkerRegistry {
     return this.#entries.get(workerId)?.listeners.get(dpRank)?.connected ?? false;
   }
 
+  /**
+   * Resolves once every listener has finished its handshake (so its subscription is in place), or at
+   * the deadline with the ones still connecting. A listener only buffers what it receives: events
+   * published before it connected reach neither it nor a dump fetched earlier, so recovery waits here.
+   */
+  async waitConnected(timeoutMs: number): Promise<WorkerRef[]> {
+    const pending = (): WorkerRef[] =>
+      [...this.#entries.values()].flatMap((e) =>
+        [...e.listeners].filter(([, l]) => !l.connected).map(([dpRank]) => ({ workerId: e.spec.id, dpRank })));
+    const deadline = Date.now() + timeoutMs;
+    while (pending().length > 0 && Date.now() < deadline) await Bun.sleep(5);
+    return pending();
+  }
+
   counters(): ListenerCounters {
     const sum = { gaps: 0, replays: 0, restarts: 0 };
     for (const e of this.#entries.values())
