@@ -16,7 +16,7 @@ export function createTokenize(pre: Preprocessor): Tokenize {
       case "prompt":
         return pre.encodeCompletion(input.text);
       case "chat":
-        return pre.encodeChat(input.messages as Parameters<Preprocessor["encodeChat"]>[0], { tools: input.tools });
+        return pre.encodeChat(input.messages as Parameters<Preprocessor["encodeChat"]>[0], { tools: input.tools, templateKwargs: input.templateKwargs });
       case "none":
         return NONE;
     }

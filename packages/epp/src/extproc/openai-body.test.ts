@@ -17,6 +17,13 @@ describe("OpenAI request bodies", () => {
     expect(parseBodyBytes(bytes({ messages: msgs, tools: [{ type: "function" }] })).input).toEqual({ kind: "chat", messages: msgs, tools: [{ type: "function" }] });
   });
 
+  test("chat: chat_template_kwargs reach the template, as vLLM renders with them", () => {
+    const msgs = [{ role: "user", content: "x" }];
+    const input = parseBodyBytes(bytes({ messages: msgs, chat_template_kwargs: { enable_thinking: false } })).input;
+    expect(input).toEqual({ kind: "chat", messages: msgs, tools: undefined, templateKwargs: { enable_thinking: false } });
+    expect(() => parseBodyBytes(bytes({ messages: msgs, chat_template_kwargs: [1] }))).toThrow(/chat_template_kwargs/);
+  });
+
   test.each([
     ["{", /not JSON/],
     ["[1]", /JSON object/],

@@ -6,7 +6,7 @@ export type ChatMessage = { role: string; content?: unknown; [k: string]: unknow
 export type RoutedInput =
   | { kind: "tokens"; tokens: Uint32Array }
   | { kind: "prompt"; text: string }
-  | { kind: "chat"; messages: ChatMessage[]; tools?: unknown[] }
+  | { kind: "chat"; messages: ChatMessage[]; tools?: unknown[]; templateKwargs?: Record<string, unknown> }
   | { kind: "none" };
 
 export type ParsedBody = { model?: string; input: RoutedInput };
@@ -36,7 +36,12 @@ export function parseBody(doc: unknown): ParsedBody {
     if (!Array.isArray(o.messages) || o.messages.some((m) => typeof m !== "object" || m === null || typeof m.role !== "string"))
       throw new BadRequest("messages must be an array of {role, content}");
     if (o.tools !== undefined && !Array.isArray(o.tools)) throw new BadRequest("tools must be an array");
-    return { model, input: { kind: "chat", messages: o.messages as ChatMessage[], tools: o.tools as unknown[] | undefined } };
+    const kw = o.chat_template_kwargs;
+    if (kw !== undefined && kw !== null && (typeof kw !== "object" || Array.isArray(kw)))
+      throw new BadRequest("chat_template_kwargs must be an object");
+    // vLLM renders the template with these (e.g. enable_thinking), so the route must too.
+    const templateKwargs = (kw ?? undefined) as Record<string, unknown> | undefined;
+    return { model, input: { kind: "chat", messages: o.messages as ChatMessage[], tools: o.tools as unknown[] | undefined, templateKwargs } };
   }
   if (o.prompt !== undefined) return { model, input: promptInput(o.prompt) };
   return { model, input: { kind: "none" } };
