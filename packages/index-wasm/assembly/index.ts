@@ -452,7 +452,7 @@ const TOUCH_AHEAD: u32 = 16;
  * WebAssembly has no prefetch instruction: this is the portable form of one (measured below in
  * bench/, ingestion at ~1M residencies).
  */
-function touchStored(w: u32, seq: u64, ext: usize, tok: usize, stride: usize, from: u32, to: u32): void {
+function touchStored(w: u32, seq: u64, ext: usize, tok: usize, stride: usize, from: u32, to: u32): u64 {
   const cs = slotsOf(CHILD), cc = capOf(CHILD), rs = slotsOf(RES), rc = capOf(RES);
   let acc: u32 = 0;
   for (let i = from; i < to; i++) {
@@ -464,6 +464,7 @@ function touchStored(w: u32, seq: u64, ext: usize, tok: usize, stride: usize, fr
     acc += load<u32>(recAt(select<u32>(r & ID_MASK, 0, (r & ~ID_MASK) == tagOf(kh))));
   }
   touched += acc;
+  return seq; // the sequence hash after block to - 1: where the next window starts
 }
 
 /**
@@ -487,8 +488,7 @@ function stored(w: u32, hasParent: bool, parentExt: u64, ext: usize, tok: usize,
     if (i == touchedTo) {
       // touch the next window of blocks; the seq chain of the window is carried over
       const to = min<u32>(n, i + TOUCH_AHEAD);
-      touchStored(w, touchSeq, ext, tok, stride, i, to);
-      for (let j = i; j < to; j++) touchSeq = childSeq(touchSeq, load<u64>(tok + <usize>j * stride));
+      touchSeq = touchStored(w, touchSeq, ext, tok, stride, i, to);
       touchedTo = to;
     }
     const e = load<u64>(ext + <usize>i * stride);
@@ -701,16 +701,26 @@ function tableRebuild(t: i32, entries: u32): void {
   while (id < top) {
     // one batch: (home, slot value) pairs, counting-sorted by the home's top bits, then placed in order
     let k: u32 = 0;
-    for (; id < top && k < batch; id++) {
-      if (!live(t, id)) continue;
-      const h = hashOfId(t, id);
-      store<u64>(pairs + (<usize>k << 3), (<u64>(id | tagOf(h)) << 32) | <u64>homeOf(h, cap));
-      k++;
-    }
     memory.fill(counts, 0, <usize>REBUILD_BUCKETS << 2);
-    for (let j: u32 = 0; j < k; j++) {
-      const c = counts + (<usize>(load<u32>(pairs + (<usize>j << 3)) >> shift) << 2);
+    let p: usize = 0; // the entry's address, stepped within a chunk instead of looked up per id
+    for (; id < top && k < batch; id++) {
+      if (p == 0 || (id & CHUNK_MASK) == 0) p = t == CHILD ? nodeAt(id) : recAt(id);
+      const e = p;
+      p += t == CHILD ? NODE : REC;
+      let h: u64;
+      if (t == CHILD) {
+        if (load<u32>(e, 16) == DEAD) continue;
+        h = load<u64>(e);
+      } else {
+        const w = <u32>(load<u64>(e, 8) >> 52);
+        if (w == DEAD_WORKER) continue;
+        h = keyHash(w, load<u64>(e));
+      }
+      const home = homeOf(h, cap);
+      store<u64>(pairs + (<usize>k << 3), (<u64>(id | tagOf(h)) << 32) | <u64>home);
+      const c = counts + (<usize>(home >> shift) << 2);
       store<u32>(c, load<u32>(c) + 1);
+      k++;
     }
     let sum: u32 = 0;
     for (let b: u32 = 0; b < REBUILD_BUCKETS; b++) {
