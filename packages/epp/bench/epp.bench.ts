@@ -152,7 +152,7 @@ async function main() {
     }),
   );
   const cfg = parseConfig(
-    ["--config", config, "--listen", HOST, "--grpc-port", "0", "--grpc-health-port", "0", "--metrics-port", "0", "--selection-port", "0", "--scrape-interval-ms", "0"],
+    ["--config", config, "--listen", HOST, "--grpc-port", "0", "--grpc-health-port", "0", "--metrics-port", "0", "--replica-agg-port", "0", "--selection-port", "0", "--scrape-interval-ms", "0"],
     {},
   );
   const epp = await startEpp(cfg, { log: pino({ level: "warn" }) });

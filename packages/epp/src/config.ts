@@ -19,6 +19,9 @@ export const OPTIONS = {
   grpcHealthPort: { flag: "grpc-health-port", env: "DYN_EPP_GRPC_HEALTH_PORT", kind: "port", default: "9003", help: "grpc-health port" },
   metricsPort: { flag: "metrics-port", env: "DYN_EPP_METRICS_PORT", kind: "port", default: "9090", help: "Prometheus port" },
   replicaAggPort: { flag: "replica-agg-port", env: "DYN_EPP_REPLICA_AGG_PORT", kind: "port", default: "9092", help: "replica-agg port" },
+  replicaAgg: { flag: "replica-agg", env: "DYN_EPP_REPLICA_AGG", kind: "bool", default: "true", help: "share in-flight load with sibling replicas" },
+  replicaAggHeartbeatMs: { flag: "replica-agg-heartbeat-ms", env: "DYN_EPP_REPLICA_AGG_HEARTBEAT_MS", kind: "int", default: "1000", help: "period of replica-agg snapshots (heartbeats)" },
+  replicaAggTimeoutMs: { flag: "replica-agg-timeout-ms", env: "DYN_EPP_REPLICA_AGG_TIMEOUT_MS", kind: "int", default: "3000", help: "drop a sibling's load after this long without a snapshot" },
   selectionPort: { flag: "selection-port", env: "DYN_EPP_SELECTION_PORT", kind: "port", default: "9093", help: "selection-http port" },
   peerService: { flag: "peer-service", env: "DYN_EPP_PEER_SERVICE", kind: "string", help: "peer Service (EndpointSlices) for recovery" },
   poolName: { flag: "pool-name", env: "DYN_EPP_POOL_NAME", kind: "string", help: "InferencePool name (Kubernetes mode)" },
@@ -74,7 +77,7 @@ const WorkerEntry = z.object({
 });
 const PeerEntry = z.union([
   z.string().url(),
-  z.object({ url: z.string().url(), replicaAgg: z.string().optional() }),
+  z.object({ url: z.string().url(), replicaAgg: z.string().regex(/^tcp:\/\/(\[[^\]\s]+\]|[^\s:/\[\]]+):\d+$/, "expected tcp://host:port").optional() }),
 ]);
 export const StaticFile = z.object({
   model: z.string().min(1),
@@ -88,6 +91,21 @@ export type StaticWorker = z.infer<typeof WorkerEntry>;
 export type StaticFileConfig = z.infer<typeof StaticFile>;
 
 export type BodyMode = "auto" | "buffered" | "full-duplex";
+
+/** The replica-agg endpoint a static peer gets when it names none (DESIGN.md §10). */
+export const DEFAULT_REPLICA_AGG_PORT = 9092;
+
+export type ReplicaAggConfig =
+  | { mode: "off" }
+  | {
+      mode: "on";
+      heartbeatMs: number;
+      timeoutMs: number;
+      siblings:
+        | { mode: "static"; endpoints: string[] }
+        | { mode: "kubernetes"; peerService: string; namespace: string }
+        | { mode: "none" };
+    };
 
 export type EppConfig = {
   listen: string;
@@ -105,6 +123,7 @@ export type EppConfig = {
     | { mode: "kubernetes"; peerService: string; namespace: string }
     | { mode: "disabled" };
   recoveryTimeoutMs: number;
+  replicaAgg: ReplicaAggConfig;
   peerToken?: string;
   podIp?: string;
   tls?: { certFile: string; keyFile: string };
@@ -122,14 +141,23 @@ export type EppConfig = {
   logLevel: string;
 };
 
+/** The replica-agg endpoint of a static peer (DESIGN.md §10). */
+export function staticSiblingEndpoint(peer: string | { url: string; replicaAgg?: string }, defaultPort: number): string {
+  if (typeof peer !== "string" && peer.replicaAgg) return peer.replicaAgg;
+  const host = new URL(typeof peer === "string" ? peer : peer.url).hostname; // IPv6 stays bracketed
+  return `tcp://${host}:${defaultPort}`;
+}
+
 function raw(argv: string[], env: Record<string, string | undefined>): Record<Key, { value?: string; source: string }> {
   const options = Object.fromEntries(
     Object.values(OPTIONS).map((o) => [o.flag, { type: o.kind === "bool" ? ("string" as const) : ("string" as const) }]),
   );
   let values: Record<string, unknown>;
   try {
-    // Booleans take an explicit value (--secure-serving=true) so every flag has one shape.
-    values = parseArgs({ args: argv.map((a) => (a === "--secure-serving" ? "--secure-serving=true" : a)), options, strict: true, allowPositionals: false }).values;
+    // A bare boolean flag (--secure-serving) means =true, so every flag has one shape: a value.
+    const bools = new Set(Object.values(OPTIONS).filter((o: Option) => o.kind === "bool").map((o) => `--${o.flag}`));
+    const args = argv.map((a, i) => (bools.has(a) && (argv[i + 1] === undefined || argv[i + 1]!.startsWith("--")) ? `${a}=true` : a));
+    values = parseArgs({ args, options, strict: true, allowPositionals: false }).values;
   } catch (e) {
     throw new ConfigError((e as Error).message);
   }
@@ -215,13 +243,35 @@ export function parseConfig(argv: string[], env: Record<string, string | undefin
   if (secure && (!certFile || !keyFile))
     throw new ConfigError(`${r.secureServing.source}=true needs --tls-cert-file and --tls-key-file`);
 
+  const replicaAggPort = get<number>("replicaAggPort")!;
+  let replicaAgg: ReplicaAggConfig = { mode: "off" };
+  if (get<boolean>("replicaAgg")) {
+    const heartbeatMs = get<number>("replicaAggHeartbeatMs")!;
+    const timeoutMs = get<number>("replicaAggTimeoutMs")!;
+    if (heartbeatMs < 1) throw new ConfigError(`invalid value for ${r.replicaAggHeartbeatMs.source}: ${JSON.stringify(r.replicaAggHeartbeatMs.value)} (expected >= 1)`);
+    // A timeout within one heartbeat would drop every sibling between two snapshots.
+    if (timeoutMs <= heartbeatMs)
+      throw new ConfigError(`invalid value for ${r.replicaAggTimeoutMs.source}: ${JSON.stringify(r.replicaAggTimeoutMs.value)} (expected > the heartbeat, ${heartbeatMs} ms)`);
+    const siblingPort = replicaAggPort || DEFAULT_REPLICA_AGG_PORT;
+    replicaAgg = {
+      mode: "on",
+      heartbeatMs,
+      timeoutMs,
+      siblings: peerService
+        ? { mode: "kubernetes", peerService, namespace }
+        : staticFile && staticFile.peers.length > 0
+          ? { mode: "static", endpoints: staticFile.peers.map((p) => staticSiblingEndpoint(p, siblingPort)) }
+          : { mode: "none" },
+    };
+  }
+
   return {
     listen: get<string>("listen")!,
     ports: {
       grpc: get<number>("grpcPort")!,
       grpcHealth: get<number>("grpcHealthPort")!,
       metrics: get<number>("metricsPort")!,
-      replicaAgg: get<number>("replicaAggPort")!,
+      replicaAgg: replicaAggPort,
       selection: get<number>("selectionPort")!,
     },
     model: staticFile
@@ -246,6 +296,7 @@ export function parseConfig(argv: string[], env: Record<string, string | undefin
         ? { mode: "static", peers: staticFile.peers.map((p) => (typeof p === "string" ? p : p.url)) }
         : { mode: "disabled" },
     recoveryTimeoutMs: get<number>("recoveryTimeoutMs")!,
+    replicaAgg,
     peerToken: get<string>("peerToken"),
     podIp: get<string>("podIp"),
     tls: secure ? { certFile: certFile!, keyFile: keyFile! } : undefined,

@@ -14,6 +14,7 @@ import {
   type RecoveryOutcome,
 } from "@kv-epp/recovery";
 import { intentWorkers, mergeWorkerSets, openDiscovery, startIntentHost, type IntentWorker } from "@kv-epp/intents";
+import { parseEndpoint } from "@kv-epp/kv-events";
 import { createPreprocessor } from "@kv-epp/tokenizer";
 import pino, { type Logger } from "pino";
 import { ConfigError, parseConfig, usage, type EppConfig } from "./config.ts";
@@ -22,9 +23,10 @@ import { loadProtos } from "./extproc/protos.ts";
 import { HealthState, healthHandlers } from "./health.ts";
 import { Indexers } from "./indexer.ts";
 import { createMetrics } from "./metrics.ts";
-import { ActiveLoad } from "./picker/load.ts";
+import { ActiveLoad, sumLoad } from "./picker/load.ts";
 import { Picker } from "./picker/picker.ts";
 import { WorkerMetricsScraper } from "./picker/worker-metrics.ts";
+import { startReplicaAgg, type ReplicaAgg } from "./replica-agg/service.ts";
 import { selectionApp } from "./selection-http.ts";
 import { createTokenize } from "./tokens.ts";
 import { loadKubeConfig, startPoolWorkers } from "./workers/kubernetes.ts";
@@ -36,13 +38,15 @@ import { staticWorkers } from "./workers/static.ts";
 const SUBSCRIBE_WAIT_MS = 5_000;
 
 export type EppHandle = {
-  ports: { grpc: number; grpcHealth: number; metrics: number; selection: number };
+  ports: { grpc: number; grpcHealth: number; metrics: number; selection: number; replicaAgg?: number };
   health: HealthState;
   /** Settles when recovery has ended and the replica is ready. */
   ready: Promise<RecoveryOutcome>;
   indexers: Indexers;
   workers: WorkerRegistry;
   picker: Picker;
+  load: ActiveLoad;
+  replicaAgg?: ReplicaAgg;
   stop(opts?: { graceMs?: number }): Promise<void>;
 };
 
@@ -62,8 +66,25 @@ export async function startEpp(cfg: EppConfig, o: { log?: Logger; kubeConfig?: K
   const tokenize = createTokenize(preprocessor);
   log.info({ model: cfg.model.name, blockSize: cfg.model.blockSize, tokenizer: preprocessor.kind }, "indexer ready");
 
+  let kubeConfig = o.kubeConfig;
+  const kube = () => (kubeConfig ??= loadKubeConfig());
+
   // Worker bookkeeping. Listeners start with their worker and buffer until recovery has ended.
   const load = new ActiveLoad();
+  // Siblings' in-flight load (replica-agg) is added to this replica's own in the cost function.
+  const replicaAgg =
+    cfg.replicaAgg.mode === "on"
+      ? await startReplicaAgg({
+          config: cfg.replicaAgg,
+          listen: cfg.listen,
+          port: cfg.ports.replicaAgg,
+          podIp: cfg.podIp,
+          load,
+          metrics,
+          log: log.child({ component: "replica-agg" }),
+          kube,
+        })
+      : undefined;
   // Consecutive failed scrapes per worker; DOWN_AFTER of them mark the worker down (static mode's
   // only way to learn that a worker went away; in Kubernetes mode readiness says it first).
   const DOWN_AFTER = 3;
@@ -97,7 +118,7 @@ export async function startEpp(cfg: EppConfig, o: { log?: Logger; kubeConfig?: K
   const picker = new Picker({
     indexers,
     candidates: () => workers.candidates(),
-    load,
+    load: replicaAgg ? sumLoad(load, replicaAgg.siblings) : load,
     workerMetrics: (id) => scraper.get(id),
     options: cfg.picker,
   });
@@ -137,6 +158,7 @@ export async function startEpp(cfg: EppConfig, o: { log?: Logger; kubeConfig?: K
       tokenize,
       dumpSource: indexers,
       metrics,
+      load: { own: load, siblings: replicaAgg?.siblings },
       recovered: () => recovered,
       peerToken: cfg.peerToken,
       log: log.child({ component: "selection-http" }),
@@ -152,18 +174,17 @@ export async function startEpp(cfg: EppConfig, o: { log?: Logger; kubeConfig?: K
       metrics.listenerGaps.set(c.gaps);
       metrics.listenerReplays.set(c.replays);
       metrics.listenerRestarts.set(c.restarts);
+      replicaAgg?.updateGauges();
       return new Response(await metrics.registry.metrics(), { headers: { "content-type": metrics.registry.contentType } });
     },
   });
   log.info(
-    { grpc: grpcPort, grpcHealth: grpcHealthPort, selection: selection.port, metrics: metricsServer.port, listen: cfg.listen },
+    { grpc: grpcPort, grpcHealth: grpcHealthPort, selection: selection.port, metrics: metricsServer.port, replicaAgg: replicaAgg?.endpoint, listen: cfg.listen },
     "servers listening",
   );
 
   // Workers and their KV listeners, subscribed before recovery fetches a dump (rule 1).
   const recoveryAbort = new AbortController();
-  let kubeConfig = o.kubeConfig;
-  const kube = () => (kubeConfig ??= loadKubeConfig());
   // Kubernetes mode resolves once the pool is read and the pods are listed (not blocking the servers).
   let workerSource: Promise<{ stop(): Promise<void> }> = Promise.resolve({ stop: async () => {} });
   // Two sources, one worker set: the static list or pod informer, and the workers' attachment intents.
@@ -275,16 +296,25 @@ export async function startEpp(cfg: EppConfig, o: { log?: Logger; kubeConfig?: K
       await workerSource.then((src) => src.stop()).catch(() => {});
       await intentSource.then((src) => src.stop()).catch(() => {});
       await workers.close();
+      await replicaAgg?.stop();
       log.info("stopped");
     })());
 
   return {
-    ports: { grpc: grpcPort, grpcHealth: grpcHealthPort, metrics: metricsServer.port!, selection: selection.port! },
+    ports: {
+      grpc: grpcPort,
+      grpcHealth: grpcHealthPort,
+      metrics: metricsServer.port!,
+      selection: selection.port!,
+      replicaAgg: replicaAgg ? parseEndpoint(replicaAgg.endpoint).port : undefined,
+    },
     health,
     ready,
     indexers,
     workers,
     picker,
+    load,
+    replicaAgg,
     stop,
   };
 }

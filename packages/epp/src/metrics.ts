@@ -53,6 +53,47 @@ export function createMetrics() {
       registers: [registry],
     }),
     scrapeErrors: new Counter({ name: "dynamo_epp_worker_scrape_errors_total", help: "failed vLLM /metrics scrapes", registers: [registry] }),
+    aggSiblings: new Gauge({ name: "dynamo_epp_replica_agg_siblings", help: "sibling replicas known from peer discovery", registers: [registry] }),
+    aggSiblingsConnected: new Gauge({
+      name: "dynamo_epp_replica_agg_siblings_connected",
+      help: "sibling replicas with a live replica-agg session",
+      registers: [registry],
+    }),
+    aggSiblingRequests: new Gauge({
+      name: "dynamo_epp_replica_agg_sibling_requests",
+      help: "in-flight requests attributed to sibling replicas (all workers)",
+      registers: [registry],
+    }),
+    aggSiblingBlocks: new Gauge({
+      name: "dynamo_epp_replica_agg_sibling_blocks",
+      help: "active blocks attributed to sibling replicas, per worker rank (added to the decode load)",
+      labelNames: ["worker", "dp_rank"] as const,
+      registers: [registry],
+    }),
+    aggMessages: new Counter({
+      name: "dynamo_epp_replica_agg_messages_total",
+      help: "replica-agg messages sent and received",
+      labelNames: ["direction", "kind"] as const,
+      registers: [registry],
+    }),
+    aggBytes: new Counter({
+      name: "dynamo_epp_replica_agg_bytes_total",
+      help: "replica-agg payload bytes sent and received",
+      labelNames: ["direction"] as const,
+      registers: [registry],
+    }),
+    aggSequenceErrors: new Counter({
+      name: "dynamo_epp_replica_agg_sequence_errors_total",
+      help: "replica-agg messages missed (gap) or seen twice (duplicate)",
+      labelNames: ["kind"] as const,
+      registers: [registry],
+    }),
+    aggSiblingDrops: new Counter({
+      name: "dynamo_epp_replica_agg_sibling_drops_total",
+      help: "times a sibling's load was dropped",
+      labelNames: ["reason"] as const,
+      registers: [registry],
+    }),
     ioErrors: new Counter({
       name: "dynamo_epp_io_errors_total",
       help: "errors caught at I/O boundaries",

@@ -7,9 +7,10 @@ import type { Logger } from "pino";
 import { BadRequest, parseBody } from "./extproc/openai-body.ts";
 import type { Indexers } from "./indexer.ts";
 import type { Metrics } from "./metrics.ts";
+import type { LoadView } from "./picker/load.ts";
 import type { Picker } from "./picker/picker.ts";
 import type { Tokenize } from "./tokens.ts";
-import { rankSources, type WorkerRegistry } from "./workers/registry.ts";
+import { rankSources, workerKeyOf, type WorkerRegistry } from "./workers/registry.ts";
 
 export type SelectionDeps = {
   picker: Picker;
@@ -18,6 +19,8 @@ export type SelectionDeps = {
   tokenize: Tokenize;
   dumpSource: DumpSource;
   metrics: Metrics;
+  /** In-flight load: this replica's own routing, and its siblings' (replica-agg, when on). */
+  load: { own: LoadView; siblings?: LoadView };
   /** /dump answers 503 until this replica's recovery has ended. */
   recovered: () => boolean;
   peerToken?: string;
@@ -32,6 +35,16 @@ function byWorker(m: Map<string, number>): Record<string, Record<string, number>
     (out[w.workerId] ??= {})[String(w.dpRank)] = n;
   }
   return out;
+}
+
+/** GET /workers' load columns, beside the DESIGN.md fields. */
+function loadFields(load: SelectionDeps["load"], key: string) {
+  return {
+    active_requests: load.own.requests(key),
+    active_blocks: load.own.blocks(key),
+    sibling_requests: load.siblings?.requests(key) ?? 0,
+    sibling_blocks: load.siblings?.blocks(key) ?? 0,
+  };
 }
 
 async function jsonBody(req: Request): Promise<unknown> {
@@ -86,6 +99,7 @@ export function selectionApp(d: SelectionDeps): Hono {
           kv_events: kvEvents,
           connected: d.workers.connected(s.id, r),
           blocks: ix ? ix.index.treeSize({ workerId: s.id, dpRank: r }) : 0,
+          ...loadFields(d.load, workerKeyOf(s.id, r)),
         })),
       ),
     );

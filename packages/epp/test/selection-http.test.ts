@@ -47,13 +47,14 @@ test("POST /select picks the overlapping worker and records no load", async () =
   expect(["worker-a", "worker-b"]).toContain(text.body.worker_id);
 });
 
-test("GET /workers lists every rank with its connection state and blocks", async () => {
+test("GET /workers lists every rank with its connection state, blocks and in-flight load", async () => {
+  const IDLE = { active_requests: 0, active_blocks: 0, sibling_requests: 0, sibling_blocks: 0 };
   const res = await fetch(url("/workers"));
   const list: unknown = await res.json();
   expect(list).toEqual([
-    { worker_id: "worker-a", dp_rank: 0, address: "127.0.4.31:8000", kv_events: ev.endpoint, connected: true, blocks: 4 },
-    { worker_id: "worker-b", dp_rank: 0, address: "127.0.4.32:8000", kv_events: "tcp://127.0.4.32:1", connected: false, blocks: 0 },
-    { worker_id: "worker-b", dp_rank: 1, address: "127.0.4.32:8000", kv_events: "tcp://127.0.4.32:2", connected: false, blocks: 0 },
+    { worker_id: "worker-a", dp_rank: 0, address: "127.0.4.31:8000", kv_events: ev.endpoint, connected: true, blocks: 4, ...IDLE },
+    { worker_id: "worker-b", dp_rank: 0, address: "127.0.4.32:8000", kv_events: "tcp://127.0.4.32:1", connected: false, blocks: 0, ...IDLE },
+    { worker_id: "worker-b", dp_rank: 1, address: "127.0.4.32:8000", kv_events: "tcp://127.0.4.32:2", connected: false, blocks: 0, ...IDLE },
   ]);
 });
 

@@ -117,6 +117,8 @@ class ProcessStream {
       return;
     }
     if (msg.response_body) {
+      // The first response bytes mean the worker has finished this request's prefill.
+      this.#req?.lease?.prefilled();
       const body = msg.response_body.body ?? EMPTY;
       const eos = msg.response_body.end_of_stream === true;
       this.#send(this.#responseStreamed ? streamedBody("response_body", body, eos) : continueResponse("response_body"));
@@ -199,7 +201,7 @@ class ProcessStream {
       return;
     }
     const { chosen, requestBlocks } = decision;
-    req.lease = this.deps.load.acquire(chosen.candidate.key, requestBlocks);
+    req.lease = this.deps.load.acquire(chosen.candidate.key, requestBlocks, Math.max(requestBlocks - chosen.overlap, 0));
     this.deps.metrics.inflight.set(this.deps.load.inflight);
     this.deps.metrics.pickLatency.observe((performance.now() - started) / 1000);
     if (requestBlocks > 0) this.deps.metrics.overlapRatio.observe(chosen.overlap / requestBlocks);

@@ -1,38 +1,46 @@
-// Active load from the EPP's own routing decisions: each routed request holds a lease on its worker
-// for its blocks until the response ends or the ext_proc stream breaks.
+// Active load: requests routed and not finished, per worker rank. This replica's own requests live in
+// an ActiveLoad (leases taken at routing, released when the response ends or the stream breaks); the
+// requests its siblings routed live in one LoadTable per sibling (replica-agg). The picker reads the
+// sum through a LoadView.
 
-export type Lease = { readonly workerKey: string; readonly blocks: number; release(): void };
+/** A routed request as the load tables hold it. */
+export type LoadEntry = {
+  readonly workerKey: string;
+  /** The request's blocks: what it adds to the worker's decode load. */
+  readonly blocks: number;
+  /** Blocks still to prefill (request blocks - overlap); 0 once the first response byte came back. */
+  prefillBlocks: number;
+};
 
-type WorkerLoad = { requests: number; blocks: number };
+/** Per-worker totals: what the cost function reads. */
+export interface LoadView {
+  /** Blocks held by requests in flight on the worker (the decode load term). */
+  blocks(workerKey: string): number;
+  requests(workerKey: string): number;
+  /** Blocks of requests on the worker that have not finished their prefill. */
+  prefillBlocks(workerKey: string): number;
+}
 
-export class ActiveLoad {
-  readonly #byWorker = new Map<string, WorkerLoad>();
-  #inflight = 0;
+type Totals = { requests: number; blocks: number; prefillBlocks: number };
 
-  acquire(workerKey: string, blocks: number): Lease {
-    const load = this.#byWorker.get(workerKey) ?? { requests: 0, blocks: 0 };
-    load.requests += 1;
-    load.blocks += blocks;
-    this.#byWorker.set(workerKey, load);
-    this.#inflight += 1;
-    let released = false;
-    return {
-      workerKey,
-      blocks,
-      release: () => {
-        if (released) return;
-        released = true;
-        this.#inflight -= 1;
-        const l = this.#byWorker.get(workerKey);
-        if (!l) return;
-        l.requests -= 1;
-        l.blocks -= blocks;
-        if (l.requests <= 0) this.#byWorker.delete(workerKey);
-      },
-    };
+/** Sums of entries per worker, optionally shared by several tables (one per sibling). */
+export class WorkerTotals implements LoadView {
+  readonly #byWorker = new Map<string, Totals>();
+
+  add(e: LoadEntry, sign: 1 | -1): void {
+    let t = this.#byWorker.get(e.workerKey);
+    if (!t) this.#byWorker.set(e.workerKey, (t = { requests: 0, blocks: 0, prefillBlocks: 0 }));
+    t.requests += sign;
+    t.blocks += sign * e.blocks;
+    t.prefillBlocks += sign * e.prefillBlocks;
+    if (t.requests <= 0) this.#byWorker.delete(e.workerKey);
   }
 
-  /** Blocks held by requests in flight on the worker (the decode load term). */
+  prefillDone(e: LoadEntry): void {
+    const t = this.#byWorker.get(e.workerKey);
+    if (t) t.prefillBlocks -= e.prefillBlocks;
+  }
+
   blocks(workerKey: string): number {
     return this.#byWorker.get(workerKey)?.blocks ?? 0;
   }
@@ -41,7 +49,167 @@ export class ActiveLoad {
     return this.#byWorker.get(workerKey)?.requests ?? 0;
   }
 
-  get inflight(): number {
-    return this.#inflight;
+  prefillBlocks(workerKey: string): number {
+    return this.#byWorker.get(workerKey)?.prefillBlocks ?? 0;
   }
+
+  /** Every worker with load, for metrics. */
+  workers(): IterableIterator<[string, Readonly<Totals>]> {
+    return this.#byWorker.entries();
+  }
+}
+
+/** Entries by request id, with their per-worker totals kept in step (and in a shared parent's). */
+export class LoadTable implements LoadView {
+  readonly #entries = new Map<number, LoadEntry>();
+  readonly #totals = new WorkerTotals();
+
+  constructor(private readonly parent?: WorkerTotals) {}
+
+  /** False when the id is already there (the entry is left as it was). */
+  add(id: number, e: LoadEntry): boolean {
+    if (this.#entries.has(id)) return false;
+    this.#entries.set(id, e);
+    this.#totals.add(e, 1);
+    this.parent?.add(e, 1);
+    return true;
+  }
+
+  prefilled(id: number): boolean {
+    const e = this.#entries.get(id);
+    if (!e || e.prefillBlocks === 0) return false;
+    this.#totals.prefillDone(e);
+    this.parent?.prefillDone(e);
+    e.prefillBlocks = 0;
+    return true;
+  }
+
+  remove(id: number): boolean {
+    const e = this.#entries.get(id);
+    if (!e) return false;
+    this.#entries.delete(id);
+    this.#totals.add(e, -1);
+    this.parent?.add(e, -1);
+    return true;
+  }
+
+  clear(): void {
+    for (const id of [...this.#entries.keys()]) this.remove(id);
+  }
+
+  get size(): number {
+    return this.#entries.size;
+  }
+
+  entries(): IterableIterator<[number, Readonly<LoadEntry>]> {
+    return this.#entries.entries();
+  }
+
+  blocks(workerKey: string): number {
+    return this.#totals.blocks(workerKey);
+  }
+
+  requests(workerKey: string): number {
+    return this.#totals.requests(workerKey);
+  }
+
+  prefillBlocks(workerKey: string): number {
+    return this.#totals.prefillBlocks(workerKey);
+  }
+}
+
+export type Lease = {
+  readonly id: number;
+  readonly workerKey: string;
+  readonly blocks: number;
+  /** The request's first response bytes came back: its prefill is over (idempotent). */
+  prefilled(): void;
+  /** The request ended (idempotent). */
+  release(): void;
+};
+
+/** A change to this replica's own load, as replica-agg publishes it. */
+export type LoadChange =
+  | { kind: "added"; id: number; entry: Readonly<LoadEntry> }
+  | { kind: "prefilled"; id: number }
+  | { kind: "freed"; id: number };
+
+/** This replica's own routing decisions. */
+export class ActiveLoad implements LoadView {
+  readonly #table = new LoadTable();
+  readonly #observers: ((c: LoadChange) => void)[] = [];
+  #nextId = 1;
+
+  acquire(workerKey: string, blocks: number, prefillBlocks = 0): Lease {
+    const id = this.#nextId++;
+    const entry: LoadEntry = { workerKey, blocks, prefillBlocks };
+    this.#table.add(id, entry);
+    this.#emit({ kind: "added", id, entry });
+    let released = false;
+    return {
+      id,
+      workerKey,
+      blocks,
+      prefilled: () => {
+        if (!released && this.#table.prefilled(id)) this.#emit({ kind: "prefilled", id });
+      },
+      release: () => {
+        if (released) return;
+        released = true;
+        this.#table.remove(id);
+        this.#emit({ kind: "freed", id });
+      },
+    };
+  }
+
+  /** Told of every change, in order (replica-agg's publisher). */
+  observe(cb: (c: LoadChange) => void): void {
+    this.#observers.push(cb);
+  }
+
+  /** The requests in flight now, for a full snapshot. */
+  entries(): IterableIterator<[number, Readonly<LoadEntry>]> {
+    return this.#table.entries();
+  }
+
+  blocks(workerKey: string): number {
+    return this.#table.blocks(workerKey);
+  }
+
+  requests(workerKey: string): number {
+    return this.#table.requests(workerKey);
+  }
+
+  prefillBlocks(workerKey: string): number {
+    return this.#table.prefillBlocks(workerKey);
+  }
+
+  get inflight(): number {
+    return this.#table.size;
+  }
+
+  #emit(c: LoadChange): void {
+    for (const cb of this.#observers) cb(c);
+  }
+}
+
+/** The sum of several views: this replica's own load plus what its siblings attributed. */
+export function sumLoad(...views: LoadView[]): LoadView {
+  return {
+    blocks(k) {
+      let n = 0;
+      for (const v of views) n += v.blocks(k);
+      return n;
+    },
+    requests(k) {
+      let n = 0;
+      for (const v of views) n += v.requests(k);
+      return n;
+    },
+    prefillBlocks(k) {
+      let n = 0;
+      for (const v of views) n += v.prefillBlocks(k);
+      return n;
+    },
+  };
 }

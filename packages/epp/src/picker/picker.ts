@@ -4,7 +4,7 @@ import { computeBlockHashes } from "@kv-epp/index-wasm";
 import type { Indexer, Indexers } from "../indexer.ts";
 import type { Candidate } from "../workers/registry.ts";
 import { choose, cost, type Weights } from "./cost.ts";
-import type { ActiveLoad } from "./load.ts";
+import type { LoadView } from "./load.ts";
 import type { WorkerMetrics } from "./worker-metrics.ts";
 
 export type PickerOptions = Weights & {
@@ -42,7 +42,8 @@ export class Picker {
     private readonly deps: {
       indexers: Indexers;
       candidates: () => readonly Candidate[];
-      load: ActiveLoad;
+      /** In-flight load per worker: this replica's own plus what its siblings attributed (replica-agg). */
+      load: LoadView;
       workerMetrics: (workerId: string) => WorkerMetrics | undefined;
       options: PickerOptions;
       random?: () => number;

@@ -1,0 +1,48 @@
+// Where siblings' replica-agg endpoints come from: the same peer plane as recovery (DESIGN.md §7 rule 9,
+// §10). Kubernetes: the EndpointSlices of DYN_EPP_PEER_SERVICE, port named `replica-agg`, eligible as
+// for recovery (ready, serving, not terminating, not this pod). Static: every listed peer, whose
+// endpoint is its host with the replica-agg port unless given as {url, replicaAgg}; a static sibling
+// is not probed, its SUB just keeps reconnecting until it answers.
+import type { KubeConfig } from "@kubernetes/client-node";
+import { endpointSliceDiscovery, type PeerDiscovery } from "@kv-epp/recovery";
+import { parseEndpoint } from "@kv-epp/kv-events";
+import type { Logger } from "pino";
+import type { Sibling } from "./siblings.ts";
+
+export const REPLICA_AGG_PORT_NAME = "replica-agg";
+
+export interface SiblingSource {
+  start(): Promise<void>;
+  siblings(): Sibling[];
+  /** Level-triggered: "look again". */
+  onChange(cb: () => void): void;
+  stop(): Promise<void>;
+}
+
+/** Static peers: a fixed list, minus any entry that is this replica itself. */
+export function staticSiblings(endpoints: readonly string[], self: { hosts: readonly string[]; port: number }): SiblingSource {
+  const list = endpoints
+    .filter((e) => {
+      const { host, port } = parseEndpoint(e);
+      return !(port === self.port && self.hosts.includes(host));
+    })
+    .map((endpoint) => ({ id: endpoint, endpoint }));
+  return { start: async () => {}, siblings: () => list, onChange: () => {}, stop: async () => {} };
+}
+
+export function endpointSliceSiblings(o: {
+  kubeConfig: KubeConfig;
+  namespace: string;
+  service: string;
+  podIp?: string;
+  logger: Logger;
+}): SiblingSource {
+  const d: PeerDiscovery = endpointSliceDiscovery({ ...o, portName: REPLICA_AGG_PORT_NAME });
+  return {
+    start: () => d.start(),
+    // Discovery names a peer ip:port (for recovery, an HTTP base URL); here it is a ZMTP endpoint.
+    siblings: () => d.peers().map((p) => ({ id: p.id, endpoint: `tcp://${p.id}` })),
+    onChange: (cb) => void d.onChange(cb),
+    stop: () => d.stop(),
+  };
+}

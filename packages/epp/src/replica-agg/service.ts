@@ -1,0 +1,108 @@
+// replica-agg wired together: this replica's load published on --replica-agg-port, one SUB per
+// sibling from peer discovery, siblings' load summed into a LoadView for the picker, metrics.
+import { parseWorkerKey } from "@kv-epp/index-wasm";
+import type { KubeConfig } from "@kubernetes/client-node";
+import { formatEndpoint, parseEndpoint } from "@kv-epp/kv-events";
+import type { Logger } from "pino";
+import type { ReplicaAggConfig } from "../config.ts";
+import type { Metrics } from "../metrics.ts";
+import type { ActiveLoad, LoadView } from "../picker/load.ts";
+import { endpointSliceSiblings, staticSiblings, type SiblingSource } from "./discovery.ts";
+import { AggPublisher, newReplicaId } from "./publisher.ts";
+import { SiblingLoads, type SiblingStatus } from "./sibling-loads.ts";
+import { AggSubscribers } from "./siblings.ts";
+
+export type ReplicaAgg = {
+  readonly replica: string;
+  /** The bound endpoint (port 0 resolved). */
+  readonly endpoint: string;
+  /** Load attributed to siblings. */
+  readonly siblings: LoadView;
+  status(): SiblingStatus[];
+  updateGauges(): void;
+  stop(): Promise<void>;
+};
+
+export async function startReplicaAgg(o: {
+  config: Extract<ReplicaAggConfig, { mode: "on" }>;
+  listen: string;
+  port: number;
+  podIp?: string;
+  load: ActiveLoad;
+  metrics: Metrics;
+  log: Logger;
+  kube: () => KubeConfig;
+}): Promise<ReplicaAgg> {
+  const { config, metrics, log } = o;
+  const replica = newReplicaId();
+  const publisher = await AggPublisher.bind({
+    endpoint: formatEndpoint(o.listen, o.port),
+    replica,
+    load: o.load,
+    heartbeatMs: config.heartbeatMs,
+    log,
+    onSent: (m, bytes) => {
+      metrics.aggMessages.inc({ direction: "sent", kind: m.kind });
+      metrics.aggBytes.inc({ direction: "sent" }, bytes);
+    },
+  });
+  const state = new SiblingLoads(replica);
+  const subscribers = new AggSubscribers({
+    state,
+    timeoutMs: config.timeoutMs,
+    log,
+    events: {
+      received: (m, bytes) => {
+        metrics.aggMessages.inc({ direction: "received", kind: m.kind });
+        metrics.aggBytes.inc({ direction: "received" }, bytes);
+      },
+      sequence: (kind, n) => metrics.aggSequenceErrors.inc({ kind }, n),
+      dropped: (reason) => metrics.aggSiblingDrops.inc({ reason }),
+      malformed: () => metrics.ioErrors.inc({ where: "replica_agg" }),
+    },
+  });
+  // The bound port (port 0 resolved), so a static peer list naming this replica is recognised.
+  const source = siblingSource({ ...o, port: parseEndpoint(publisher.endpoint).port });
+  const reconcile = () => subscribers.reconcile(source.siblings());
+  source.onChange(reconcile);
+  // Discovery may wait on the API server; publishing and routing do not wait for it.
+  void source.start().then(reconcile, (err) => {
+    metrics.ioErrors.inc({ where: "replica_agg" });
+    log.error({ err: String(err) }, "replica-agg: sibling discovery failed, routing on this replica's own load");
+  });
+  log.info({ replica, endpoint: publisher.endpoint, heartbeatMs: config.heartbeatMs, timeoutMs: config.timeoutMs, siblings: config.siblings.mode }, "replica-agg publishing");
+
+  return {
+    replica,
+    endpoint: publisher.endpoint,
+    siblings: state,
+    status: () => state.status(),
+    updateGauges() {
+      metrics.aggSiblings.set(subscribers.known);
+      metrics.aggSiblingsConnected.set(subscribers.connected);
+      metrics.aggSiblingRequests.set(state.requestCount);
+      metrics.aggSiblingBlocks.reset();
+      for (const [key, t] of state.totals.workers()) {
+        const w = parseWorkerKey(key);
+        metrics.aggSiblingBlocks.set({ worker: w.workerId, dp_rank: String(w.dpRank) }, t.blocks);
+      }
+    },
+    async stop() {
+      await source.stop().catch(() => {});
+      await subscribers.close();
+      await publisher.close();
+    },
+  };
+}
+
+function siblingSource(o: { config: Extract<ReplicaAggConfig, { mode: "on" }>; listen: string; port: number; podIp?: string; log: Logger; kube: () => KubeConfig }): SiblingSource {
+  const s = o.config.siblings;
+  switch (s.mode) {
+    case "none":
+      return staticSiblings([], { hosts: [], port: o.port });
+    case "static":
+      return staticSiblings(s.endpoints, { hosts: [o.listen, ...(o.podIp ? [o.podIp] : [])], port: o.port });
+    case "kubernetes":
+      return endpointSliceSiblings({ kubeConfig: o.kube(), namespace: s.namespace, service: s.peerService, podIp: o.podIp, logger: o.log });
+  }
+}
