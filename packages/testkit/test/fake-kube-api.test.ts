@@ -223,8 +223,17 @@ describe("fake kube api with @kubernetes/client-node informers", () => {
     });
     await core.createNamespacedConfigMap({ namespace: NS, body: { metadata: { name: "held", finalizers: ["testkit/hold"] } } });
 
+    // Owned by two pods (a record shared by replicas): it outlives the first owner, losing that
+    // reference, and goes with the last, as Kubernetes' garbage collector does.
+    const second = await core.createNamespacedPod({ namespace: NS, body: pod("second-owner", {}) as V1Pod });
+    const ref = (o: V1Pod) => ({ apiVersion: "v1", kind: "Pod", name: o.metadata!.name!, uid: o.metadata!.uid! });
+    await core.createNamespacedConfigMap({ namespace: NS, body: { metadata: { name: "shared", ownerReferences: [ref(owner), ref(second)] } } });
+
     await core.deleteNamespacedPod({ namespace: NS, name: "owner" });
     expect(api.get("ConfigMap", NS, "owned")).toBeUndefined();
+    expect(api.get("ConfigMap", NS, "shared")?.metadata?.ownerReferences).toEqual([ref(second)]);
+    await core.deleteNamespacedPod({ namespace: NS, name: "second-owner" });
+    expect(api.get("ConfigMap", NS, "shared")).toBeUndefined();
 
     await core.deleteNamespacedConfigMap({ namespace: NS, name: "held" });
     const held = await core.readNamespacedConfigMap({ namespace: NS, name: "held" });

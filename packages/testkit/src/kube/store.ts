@@ -170,14 +170,34 @@ export class ObjectStore {
     return structuredClone(gone);
   }
 
+  /** Whether any stored object has this uid (an owner reference's target still exists). */
+  private exists(uid: string): boolean {
+    for (const b of this.objects.values()) for (const o of b.values()) if (o.metadata?.uid === uid) return true;
+    return false;
+  }
+
+  /**
+   * The garbage collector's part, as Kubernetes does it: a dependent goes only when none of its owners
+   * exists any more; one that still has a live owner keeps living and loses its dangling references
+   * (MODIFIED). A record shared by several pods (owned by each) thus survives all but the last.
+   */
   private collectDependents(uid: string | undefined): void {
     if (!uid) return;
     for (const [k, b] of this.objects) {
       const r = this.types.get(k)!;
       for (const o of [...b.values()]) {
-        if (o.metadata?.ownerReferences?.some((ref) => ref.uid === uid) && b.has(objKey(o.metadata.namespace, o.metadata.name ?? ""))) {
-          this.delete(r, o.metadata.namespace, o.metadata.name ?? "", { force: true });
+        const refs = o.metadata?.ownerReferences ?? [];
+        if (!refs.some((ref) => ref.uid === uid) || !b.has(objKey(o.metadata!.namespace, o.metadata!.name ?? ""))) continue;
+        const live = refs.filter((ref) => ref.uid !== uid && this.exists(ref.uid));
+        if (live.length === 0) {
+          this.delete(r, o.metadata!.namespace, o.metadata!.name ?? "", { force: true });
+          continue;
         }
+        const kept = structuredClone(o);
+        kept.metadata!.ownerReferences = live;
+        kept.metadata!.resourceVersion = String(++this.rv);
+        b.set(objKey(kept.metadata!.namespace, kept.metadata!.name ?? ""), kept);
+        this.record(r, "MODIFIED", kept, o);
       }
     }
   }
