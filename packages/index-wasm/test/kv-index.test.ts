@@ -88,6 +88,21 @@ describe("KvIndex semantics", () => {
     }
   });
 
+  test("a WorkerRef object reused after removeWorker, or changed in place, still names the right worker", () => {
+    const index = KvIndex.create({ blockSize: 16 });
+    const ref: WorkerRef = { workerId: "vllm-0", dpRank: 0 };
+    index.applyStored(ref, null, chain(0, [1n]));
+    index.removeWorker(ref);
+    index.applyStored(b, null, chain(1, [1n])); // takes the freed slot
+    index.applyStored(ref, null, chain(0, [2n])); // the same object again: a fresh slot, not b's
+    expect(index.findMatches(q(1n)).scores).toEqual(new Map([[workerKey(b), 1]]));
+    expect(index.findMatches(q(2n)).scores).toEqual(new Map([[workerKey(ref), 1]]));
+    ref.dpRank = 1; // mutated in place: now another worker
+    index.applyStored(ref, null, chain(2, [3n]));
+    expect(index.findMatches(q(3n)).scores).toEqual(new Map([[workerKey({ workerId: "vllm-0", dpRank: 1 }), 1]]));
+    expect(index.workers().length).toBe(3);
+  });
+
   test("workerKey and parseWorkerKey round-trip ids that contain separators", () => {
     const w = { workerId: "ns/pod:0\u0000x", dpRank: 7 };
     expect(parseWorkerKey(workerKey(w))).toEqual(w);
