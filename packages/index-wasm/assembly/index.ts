@@ -584,6 +584,7 @@ export function lastRejectReason(): u32 { return lastReject; }
  * every worker holding at least the first block, returns how many.
  */
 export function findMatches(q: usize, n: u32, out: usize): u32 {
+  if (maskWords == 1) return findMatches64(q, n, out);
   let count: u32 = 0;
   let cur = ROOT;
   let depth: u32 = 0;
@@ -622,6 +623,38 @@ export function findMatches(q: usize, n: u32, out: usize): u32 {
         count++;
       }
     }
+  }
+  return count;
+}
+
+/** findMatches when every worker slot is below 64: the previous level's mask stays in a local. */
+function findMatches64(q: usize, n: u32, out: usize): u32 {
+  let count: u32 = 0;
+  let cur = ROOT;
+  let depth: u32 = 0;
+  let seq = ROOT_SEQ;
+  let prev: u64 = 0;
+  for (; depth < n; depth++) {
+    seq = childSeq(seq, load<u64>(q + (<usize>depth << 3)));
+    const child = tableFind(CHILD, cur, seq);
+    if (child == NIL) break;
+    const m = load<u64>(nodeAt(child), 8);
+    // workers in the parent but not here stop at this depth (masks only shrink going down)
+    let dropped = prev & ~m;
+    while (dropped != 0) {
+      store<u32>(out + (<usize>count << 3), <u32>ctz<u64>(dropped));
+      store<u32>(out + (<usize>count << 3) + 4, depth);
+      count++;
+      dropped &= dropped - 1;
+    }
+    prev = m;
+    cur = child;
+  }
+  while (prev != 0) {
+    store<u32>(out + (<usize>count << 3), <u32>ctz<u64>(prev));
+    store<u32>(out + (<usize>count << 3) + 4, depth);
+    count++;
+    prev &= prev - 1;
   }
   return count;
 }
