@@ -46,6 +46,19 @@ export async function recoveryState(eppIp: string, ports: EppPorts = EPP_PORTS):
   return m?.[1] as RecoveryStateName | undefined;
 }
 
+export type EppLoad = { inflight: number; siblingRequests: number };
+
+/**
+ * Requests an EPP counts in flight: its own (`dynamo_epp_inflight_requests`) and those its sibling
+ * replicas attributed to the workers over replica-agg (`dynamo_epp_replica_agg_sibling_requests`, 0
+ * where the EPP has no such metric). Load weighs in the pick, so a routing assertion waits for 0.
+ */
+export async function eppLoad(eppIp: string, ports: EppPorts = EPP_PORTS): Promise<EppLoad> {
+  const text = await (await fetch(`http://${eppIp}:${ports.metrics}/metrics`, { signal: AbortSignal.timeout(5000) })).text();
+  const gauge = (name: string) => Number(new RegExp(`^${name} (\\S+)$`, "m").exec(text)?.[1] ?? 0);
+  return { inflight: gauge("dynamo_epp_inflight_requests"), siblingRequests: gauge("dynamo_epp_replica_agg_sibling_requests") };
+}
+
 export type EppWorker = { worker_id: string; dp_rank: number; address: string; connected: boolean; blocks: number };
 
 export async function eppWorkers(eppIp: string, ports: EppPorts = EPP_PORTS): Promise<EppWorker[]> {
@@ -55,14 +68,13 @@ export async function eppWorkers(eppIp: string, ports: EppPorts = EPP_PORTS): Pr
 
 /**
  * Blocks a mock worker's cache holds, summed over ranks: `vllm:kv_cache_usage_perc` times the
- * capacity, which vLLM reports as `vllm:cache_config_info{num_gpu_blocks}` (or `vllm:num_gpu_blocks`).
+ * capacity, which vLLM reports as the label `num_gpu_blocks` of `vllm:cache_config_info`.
  */
 export async function workerCachedBlocks(address: string): Promise<number> {
   const text = await (await fetch(`http://${address}/metrics`, { signal: AbortSignal.timeout(5000) })).text();
   const samples = (name: string) => [...text.matchAll(new RegExp(`^${name}\\{([^}]*)\\} (\\S+)$`, "gm"))].map((m) => ({ labels: m[1]!, value: Number(m[2]) }));
   const label = (labels: string, key: string) => new RegExp(`(?:^|,)${key}="([^"]*)"`).exec(labels)?.[1];
   const capacity = new Map<string, number>();
-  for (const s of samples("vllm:num_gpu_blocks")) capacity.set(label(s.labels, "engine") ?? "0", s.value);
   for (const s of samples("vllm:cache_config_info")) capacity.set(label(s.labels, "engine") ?? "0", Number(label(s.labels, "num_gpu_blocks")));
   let blocks = 0;
   for (const s of samples("vllm:kv_cache_usage_perc")) {
@@ -73,17 +85,24 @@ export async function workerCachedBlocks(address: string): Promise<number> {
   return blocks;
 }
 
-/** The `msg` of each JSON (pino) log line, in order; other lines are skipped. */
-export function logMessages(lines: readonly string[]): string[] {
-  const out: string[] = [];
+export type LogRecord = { msg: string } & Record<string, unknown>;
+
+/** Each JSON (pino) log line with a `msg`, parsed, in order; other lines are skipped. */
+export function logRecords(lines: readonly string[]): LogRecord[] {
+  const out: LogRecord[] = [];
   for (const line of lines) {
     if (!line.startsWith("{")) continue;
     try {
-      const msg = (JSON.parse(line) as { msg?: unknown }).msg;
-      if (typeof msg === "string") out.push(msg);
+      const rec = JSON.parse(line) as Record<string, unknown>;
+      if (typeof rec.msg === "string") out.push(rec as LogRecord);
     } catch {
       // not a log record
     }
   }
   return out;
+}
+
+/** The `msg` of each JSON (pino) log line, in order; other lines are skipped. */
+export function logMessages(lines: readonly string[]): string[] {
+  return logRecords(lines).map((r) => r.msg);
 }

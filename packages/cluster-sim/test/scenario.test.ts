@@ -2,15 +2,34 @@
 // against deploy/base in the cluster simulation: two EPP replicas and two mock workers as real
 // processes, each pod on its own 127.0.5.x with the standard ports, a fake API server holding the EPP
 // to its Role, a simulated kubelet (grpc readiness probe, preStop, SIGTERM) and EndpointSlice
-// controller. The steps share one cluster, in order; each is its own test.
+// controller. The steps share one cluster, in order; each is its own test. Step 6 checks what the
+// manifests add on top: attachment intents, registered by the workers as Leases their pods own.
 import { afterAll, beforeAll, expect, test } from "bun:test";
 import { killAll, waitFor } from "@kv-epp/testkit";
-import { blockFacts, dumpEvents, eppWorkers, Gateway, logMessages, ReadyEndpointsWatch, recoveryState, SimulatedCluster, workerCachedBlocks, type Routed } from "../src/index.ts";
+import {
+  blockFacts,
+  dumpEvents,
+  eppLoad,
+  eppWorkers,
+  Gateway,
+  hostLease,
+  intentLeases,
+  loggedAttachments,
+  logMessages,
+  logRecords,
+  ReadyEndpointsWatch,
+  recoveryState,
+  SimulatedCluster,
+  workerCachedBlocks,
+  type IntentLease,
+  type Routed,
+} from "../src/index.ts";
 
 const MODEL = "Qwen/Qwen3-0.6B"; // deploy/base's DYN_EPP_MODEL and the mock workers' --model
 const REQUEST_SERVICE = "dynamo-epp"; // what the gateway calls
 const PEER_SERVICE = "dynamo-epp-peer";
 const FAMILIES = 6; // prompts sharing a long prefix
+const KV_HOST = "dynamo-epp"; // deploy/base's DYN_EPP_KV_HOST and MOCK_WORKER_KV_HOST
 
 let cluster: SimulatedCluster;
 let gateway: Gateway;
@@ -73,6 +92,14 @@ async function settled(what: string): Promise<string[]> {
   }
 }
 
+/** Until no ready EPP counts a request in flight, its own or a sibling's (replica-agg). */
+async function idle(): Promise<void> {
+  await waitFor(async () => (await Promise.all(cluster.readyEpps().map((e) => eppLoad(cluster.ip(e))))).every((l) => l.inflight === 0 && l.siblingRequests === 0), {
+    timeoutMs: 10_000,
+    message: "no request in flight in any EPP's view",
+  });
+}
+
 async function cachedTotal(): Promise<number> {
   let n = 0;
   for (const w of cluster.readyWorkers()) n += await workerCachedBlocks(workerAddress(w));
@@ -88,19 +115,57 @@ function expectNothingForbidden(): void {
 
 /**
  * Subscribe first (DESIGN 7.1), checked in a recovering replica's log: "subscribed" comes before
- * "recovered ... from peer", and the subscription is real by then: its listener to every worker has
- * connected before the dump is fetched (a listener still connecting misses what is published
+ * "recovered ... from peer", and the subscription is real by then: for every worker, the listener in
+ * place when the dump is fetched (the last one added: pod discovery and the intents may each have
+ * produced one) has connected before the fetch (a listener still connecting misses what is published
  * between the peer's snapshot and its connection).
  */
 function expectSubscribedBeforeRecovery(pod: string): void {
-  const msgs = logOf(pod);
-  const subscribed = msgs.findIndex((m) => /subscribed/.test(m));
-  const fetching = msgs.findIndex((m) => /fetching dump/.test(m));
-  const recovered = msgs.findIndex((m) => /recovered\b.*\bfrom peer/.test(m));
+  const recs = logRecords(cluster.sim.process(pod).lines);
+  const subscribed = recs.findIndex((r) => /subscribed/.test(r.msg));
+  const fetching = recs.findIndex((r) => /fetching dump/.test(r.msg));
+  const recovered = recs.findIndex((r) => /recovered\b.*\bfrom peer/.test(r.msg));
   expect(subscribed).toBeGreaterThanOrEqual(0);
-  expect(recovered).toBeGreaterThan(subscribed);
-  const connected = msgs.slice(0, fetching).filter((m) => m === "publisher connected").length;
-  expect({ pod, workersConnectedBeforeDump: connected }).toEqual({ pod, workersConnectedBeforeDump: cluster.readyWorkers().length });
+  expect(fetching).toBeGreaterThan(subscribed);
+  expect(recovered).toBeGreaterThan(fetching);
+  const beforeDump = recs.slice(0, fetching);
+  const connectedBeforeDump = cluster.readyWorkers().filter((w) => {
+    const added = beforeDump.findLastIndex((r) => r.msg === "worker added" && r.worker === w);
+    return added >= 0 && beforeDump.slice(added).some((r) => r.msg === "publisher connected" && r.worker === w);
+  });
+  expect({ pod, connectedBeforeDump }).toEqual({ pod, connectedBeforeDump: cluster.readyWorkers() });
+}
+
+const podUid = (pod: string) => cluster.api.get("Pod", cluster.namespace, pod)?.metadata?.uid;
+
+/**
+ * Waits until the attachment intents are live: each ready worker has its intent Lease (rank 0: the
+ * manifests run one DP rank), owned by its pod, stating its pod IP; and every ready EPP attaches
+ * exactly the intents that exist. Returns the intents of the ready workers.
+ */
+async function intentsLive(what: string): Promise<IntentLease[]> {
+  let last = "";
+  try {
+    return await waitFor(
+      () => {
+        const workers = cluster.readyWorkers();
+        const leases = intentLeases(cluster.api, cluster.namespace);
+        last = `intents ${JSON.stringify(leases.map((l) => [l.name, l.owners.map((o) => o.name)]))}`;
+        const mine = workers.map((w) => leases.filter((l) => l.intent.workerId === w && l.owners.some((o) => o.uid === podUid(w))));
+        if (mine.some((m) => m.length !== 1)) return undefined;
+        const attachments = leases.map((l) => `${l.intent.workerId}/${l.intent.dpRank}`).sort();
+        for (const e of cluster.readyEpps()) {
+          const attached = loggedAttachments(cluster.sim.process(e).lines);
+          last += `; ${e} attaches ${JSON.stringify(attached)}`;
+          if (JSON.stringify(attached) !== JSON.stringify(attachments)) return undefined;
+        }
+        return mine.flat();
+      },
+      { timeoutMs: 30_000, intervalMs: 100, message: what },
+    );
+  } catch (e) {
+    throw new Error(`${(e as Error).message}; last seen: ${last}`);
+  }
 }
 
 test("1. cold start: two replicas started together both become Ready (no deadlock) and report empty_bootstrap", async () => {
@@ -113,6 +178,9 @@ test("1. cold start: two replicas started together both become Ready (no deadloc
     expect(logOf(p).some((m) => m.includes("EMPTY KV index"))).toBe(true);
   }
   await waitFor(() => cluster.readyWorkers().length === 2, { timeoutMs: 30_000, message: "two ready mock workers" });
+  // The workers register once the EPPs advertise the KV host (they retry until then). Traffic waits
+  // for it: an intent that arrives later changes the worker's spec in the EPP (see step 6).
+  await intentsLive("the workers' attachment intents registered and attached by both EPPs");
   expectNothingForbidden();
 }, 90_000);
 
@@ -131,7 +199,10 @@ test("2. traffic through the EPPs fills the workers' caches, and both replicas' 
   await settled("both indexes equal to the workers' caches after round 1");
 
   // Round 2 goes through the other EPP for each family: it routes by what the worker's events told it.
+  // Load weighs in the pick too, and the previous request's end reaches the sibling over replica-agg a
+  // moment later: each request waits until no EPP counts one in flight.
   for (let f = 0; f < FAMILIES; f++) {
+    await idle();
     const r = await request(f, "b", f + 1);
     expect(r.endpoint).toBe(placed.get(f)!);
     expect(r.cachedTokens).toBeGreaterThan(0);
@@ -210,5 +281,66 @@ test("5. both replicas deleted at once: the new ones bootstrap empty and say so"
     expect(logOf(p).some((m) => m.includes("EMPTY KV index"))).toBe(true);
     expect(await dumpEvents(cluster.ip(p))).toEqual([]);
   }
+  expectNothingForbidden();
+}, 90_000);
+
+test("6. attachment intents: Leases owned by the worker pods, attached by every EPP; a dead worker's pod deletion collects them and the EPPs drop it", async () => {
+  const epps = cluster.readyEpps();
+  const workers = cluster.readyWorkers();
+  expect(workers.length).toBe(2);
+  const intents = await intentsLive("intents attached by the replicas of step 5");
+  for (const w of workers) {
+    const { intent, owners, holder } = intents.find((l) => l.intent.workerId === w)!;
+    // Owned by the pod without blockOwnerDeletion (which would need update on pods/finalizers).
+    expect(owners).toEqual([{ apiVersion: "v1", kind: "Pod", name: w, uid: podUid(w)! }]);
+    expect(holder).toBe(w);
+    expect(intent).toMatchObject({ host: KV_HOST, dpRank: 0, endpoint: `tcp://${cluster.ip(w)}:${cluster.kvEventsPort}`, address: workerAddress(w), blockSize: 16, model: MODEL });
+  }
+  // Pod discovery and the intents name each worker the same (pod name): one worker, one listener per rank.
+  for (const e of epps) {
+    const listed = await eppWorkers(cluster.ip(e));
+    expect(listed.map((w) => [w.worker_id, w.dp_rank, w.address])).toEqual(workers.map((w) => [w, 0, workerAddress(w)]));
+  }
+
+  // The victim holds blocks in both indexes: the worker the first request of a new family lands on.
+  const victimAddress = (await request(1000, "d", 0)).endpoint;
+  const victim = workers.find((w) => workerAddress(w) === victimAddress)!;
+  await waitFor(async () => (await Promise.all(epps.map(async (e) => (await eppWorkers(cluster.ip(e))).find((w) => w.worker_id === victim)?.blocks ?? 0))).every((n) => n > 0), {
+    timeoutMs: 30_000,
+    message: `${victim}'s blocks in both indexes`,
+  });
+  const victimLease = intents.find((l) => l.intent.workerId === victim)!.name;
+
+  // Its process dies (no withdrawal), then its pod is deleted: the garbage collector takes its Lease.
+  await cluster.sim.process(victim).kill("SIGKILL", 0);
+  await waitFor(() => !cluster.sim.isReady(victim), { timeoutMs: 10_000, message: `${victim} not ready` });
+  expect(intentLeases(cluster.api, cluster.namespace).map((l) => l.name)).toContain(victimLease);
+  await cluster.sim.deletePod(victim);
+  expect(intentLeases(cluster.api, cluster.namespace).map((l) => l.name)).not.toContain(victimLease);
+
+  // Both EPPs drop it: no listener, no attachment, none of its blocks in the index.
+  for (const e of epps) {
+    await waitFor(async () => !(await eppWorkers(cluster.ip(e))).some((w) => w.worker_id === victim), { timeoutMs: 15_000, message: `${e} dropped ${victim}` });
+    expect(loggedAttachments(cluster.sim.process(e).lines)).not.toContain(`${victim}/0`);
+    expect((await dumpEvents(cluster.ip(e))).filter((line) => JSON.parse(line)[2] === victim)).toEqual([]);
+  }
+
+  // The Deployment's replacement registers its own intent, and both EPPs attach it.
+  const replacement = await waitFor(() => cluster.readyWorkers().find((w) => !workers.includes(w)), { timeoutMs: 30_000, message: "a replacement worker" });
+  const after = await intentsLive("the replacement's intent attached");
+  expect(after.map((l) => l.intent.workerId).sort()).toEqual(cluster.readyWorkers());
+  expect(after.find((l) => l.intent.workerId === replacement)!.owners.map((o) => o.uid)).toEqual([podUid(replacement)!]);
+  for (const e of epps) {
+    await waitFor(async () => (await eppWorkers(cluster.ip(e))).some((w) => w.worker_id === replacement && w.connected), { timeoutMs: 15_000, message: `${e} connected to ${replacement}` });
+  }
+
+  // One host record for all replicas (a worker must find exactly one host), owned by each live one:
+  // the replicas step 5 replaced left it when they stopped.
+  await waitFor(() => cluster.epps.pods().length === epps.length, { timeoutMs: 30_000, message: "the replaced EPP replicas gone" });
+  const host = hostLease(cluster.api, cluster.namespace, KV_HOST)!;
+  expect(host.name).toBe(`kvh-${KV_HOST}`);
+  expect(host.host.hostInstance).toBe(KV_HOST);
+  expect(host.owners.map((o) => [o.name, o.uid])).toEqual(epps.map((e) => [e, podUid(e)!]));
+  expect(host.holders.length).toBe(epps.length);
   expectNothingForbidden();
 }, 90_000);

@@ -53,6 +53,22 @@ function canonical(v: unknown): unknown {
   return v;
 }
 
+/**
+ * The Lease verbs the intents Kubernetes backend (packages/intents) uses, read from its client calls,
+ * so that a new call there without the RBAC to match fails here, not in a cluster.
+ */
+function intentsLeaseVerbs(): string[] {
+  const file = join(DEPLOY, "..", "packages", "intents", "src", "discovery", "kubernetes.ts");
+  const fallback = ["get", "list", "watch", "create", "update", "delete"];
+  if (!existsSync(file)) return fallback;
+  const text = readFileSync(file, "utf8");
+  const verbOf: Record<string, string[]> = { read: ["get"], list: ["list"], create: ["create"], replace: ["update"], patch: ["patch"], delete: ["delete"] };
+  const verbs = new Set<string>();
+  for (const m of text.matchAll(/\.(read|list|create|replace|patch|delete)NamespacedLease\b/g)) for (const v of verbOf[m[1]!]!) verbs.add(v);
+  if (/makeInformer/.test(text)) (verbs.add("list"), verbs.add("watch"));
+  return verbs.size > 0 ? [...verbs].sort() : fallback;
+}
+
 const rendered = new Map(KUSTOMIZATIONS.map((k) => [k, renderKustomization(join(DEPLOY, k))]));
 const render = (k: string) => rendered.get(k)!;
 
@@ -87,6 +103,12 @@ describe("deploy/ kustomizations", () => {
       expect(env.get("POD_IP")).toBe("status.podIP");
       expect(env.get("POD_NAMESPACE")).toBe("metadata.namespace");
       expect(env.get("DYN_EPP_PEER_SERVICE")).toBe("dynamo-epp-peer");
+      // Attachment intents beside pod discovery; the shared host record (kvh-<host>) is owned by each
+      // replica's pod, which the intents backend names from POD_NAME/POD_UID.
+      expect(env.get("DYN_EPP_INTENT_DISCOVERY")).toBe("kubernetes");
+      expect(env.get("DYN_EPP_KV_HOST")).toBe("dynamo-epp");
+      expect(env.get("POD_NAME")).toBe("metadata.name");
+      expect(env.get("POD_UID")).toBe("metadata.uid");
       find(objs, "Service", env.get("DYN_EPP_PEER_SERVICE")!);
       find(objs, "InferencePool", env.get("DYN_EPP_POOL_NAME")!);
       expect(epp.resources?.requests?.cpu).toBeDefined();
@@ -139,14 +161,19 @@ describe("deploy/ kustomizations", () => {
         for (const verb of read) expect([plural, verb, can({ group, plural, verb })]).toEqual([plural, verb, true]);
         for (const verb of writes) expect([plural, verb, can({ group, plural, verb })]).toEqual([plural, verb, false]);
       }
-      for (const verb of [...read, "create", "update", "delete"]) expect(can({ group: "coordination.k8s.io", plural: "leases", verb })).toBe(true);
+      const leaseVerbs = intentsLeaseVerbs();
+      for (const verb of leaseVerbs) expect(["leases", verb, can({ group: "coordination.k8s.io", plural: "leases", verb })]).toEqual(["leases", verb, true]);
       for (const [group, plural] of [["", "secrets"], ["", "configmaps"], ["apps", "deployments"]] as const) expect(can({ group, plural, verb: "get" })).toBe(false);
-      // Workers may write their intents too.
+      // Workers (service account kv-worker, where the manifests run them) write their intents and read
+      // the host record: Leases, the same verbs, and nothing else (no pods: the owner reference comes
+      // from the downward API).
       const workerSa = objs.find((o) => o.kind === "ServiceAccount" && o.metadata?.name === "kv-worker");
       expect(workerSa).toBeDefined();
       const worker = rbacAuthorizer(rolesOf("kv-worker"));
-      expect(worker({ group: "coordination.k8s.io", plural: "leases", verb: "create" })).toBe(true);
-      expect(worker({ group: "", plural: "pods", verb: "list" })).toBe(false);
+      for (const verb of leaseVerbs) expect(["kv-worker leases", verb, worker({ group: "coordination.k8s.io", plural: "leases", verb })]).toEqual(["kv-worker leases", verb, true]);
+      for (const [group, plural] of [["", "pods"], ["", "secrets"], ["", "configmaps"], ["discovery.k8s.io", "endpointslices"]] as const) {
+        for (const verb of read) expect([plural, verb, worker({ group, plural, verb })]).toEqual([plural, verb, false]);
+      }
     });
 
     test(`${k}: the InferencePool selects the model servers on 8000 and points at the EPP on 9002`, () => {
@@ -177,6 +204,39 @@ describe("deploy/ kustomizations", () => {
     expect(c.args).toContain("--kv-events=tcp://*:5557");
     expect(c.args).toContain("--port=8000");
     expect(portsOf(c)).toEqual({ http: 8000, "kv-events": 5557 });
+  });
+
+  test("base: mock workers register attachment intents as their pod, addressed to the EPP's KV host", () => {
+    const objs = render("base");
+    const d = find<Workload>(objs, "Deployment", "vllm-mock");
+    const pod = d.spec.template.spec;
+    expect(pod.serviceAccountName).toBe("kv-worker");
+    find(objs, "ServiceAccount", "kv-worker");
+    const env = envOf(pod.containers[0]!);
+    expect(env.get("MOCK_WORKER_DISCOVERY")).toBe("kubernetes");
+    // The intents' host is the one the EPP advertises.
+    const epp = find<Workload>(objs, "Deployment", "dynamo-epp").spec.template.spec.containers.find((c) => c.name === "epp")!;
+    expect(env.get("MOCK_WORKER_KV_HOST")).toBe(envOf(epp).get("DYN_EPP_KV_HOST")!);
+    // Endpoints in the intents name the pod IP (the worker binds the wildcard).
+    expect(env.get("MOCK_WORKER_ADVERTISE_HOST")).toBe("status.podIP");
+    // Worker id = pod name, as pod discovery names the worker: the EPP merges both into one worker.
+    expect(env.get("MOCK_WORKER_WORKER_ID")).toBe("metadata.name");
+    // The Leases' owner (garbage collection with the pod) and namespace.
+    expect(env.get("POD_NAME")).toBe("metadata.name");
+    expect(env.get("POD_UID")).toBe("metadata.uid");
+    expect(env.get("POD_NAMESPACE")).toBe("metadata.namespace");
+  });
+
+  test("base: the mock worker's environment variables are ones it reads", () => {
+    const configFile = join(DEPLOY, "..", "packages", "mock-worker", "src", "config.ts");
+    if (!existsSync(configFile)) return;
+    const text = readFileSync(configFile, "utf8");
+    const flags = [...text.slice(text.indexOf("OPTIONS = {")).matchAll(/^\s+"?([a-z][a-z-]*)"?: \{ schema:/gm)].map((m) => m[1]!);
+    expect(flags).toContain("discovery");
+    const known = new Set(flags.map((f) => `MOCK_WORKER_${f.toUpperCase().replaceAll("-", "_")}`));
+    const c = find<Workload>(render("base"), "Deployment", "vllm-mock").spec.template.spec.containers[0]!;
+    const unknown = [...envOf(c).keys()].filter((n) => !known.has(n) && !["POD_NAME", "POD_UID", "POD_NAMESPACE"].includes(n));
+    expect(unknown).toEqual([]);
   });
 
   test("networkpolicy: the peer ports admit only sibling EPP pods", () => {
