@@ -26,6 +26,7 @@ export const OPTIONS = {
   peerService: { flag: "peer-service", env: "DYN_EPP_PEER_SERVICE", kind: "string", help: "peer Service (EndpointSlices) for recovery" },
   poolName: { flag: "pool-name", env: "DYN_EPP_POOL_NAME", kind: "string", help: "InferencePool name (Kubernetes mode)" },
   poolNamespace: { flag: "pool-namespace", env: "POD_NAMESPACE", kind: "string", default: "default", help: "namespace of the pool and peers" },
+  subscribeWaitMs: { flag: "subscribe-wait-ms", env: "DYN_EPP_SUBSCRIBE_WAIT_MS", kind: "int", default: "5000", help: "before recovery, wait this long at most for KV listeners to connect" },
   recoveryTimeoutMs: { flag: "recovery-timeout-ms", env: "DYN_EPP_RECOVERY_HTTP_TIMEOUT_MS", kind: "int", default: "30000", help: "dump no-progress timeout" },
   peerToken: { flag: "peer-token", env: "DYN_EPP_PEER_TOKEN", kind: "string", help: "bearer token for /dump" },
   secureServing: { flag: "secure-serving", env: "DYN_SECURE_SERVING", kind: "bool", default: "false", help: "TLS on the gRPC ports" },
@@ -123,6 +124,8 @@ export type EppConfig = {
     | { mode: "kubernetes"; peerService: string; namespace: string }
     | { mode: "disabled" };
   recoveryTimeoutMs: number;
+  /** Bound on waiting for KV listeners to connect before recovery (subscribe first). */
+  subscribeWaitMs: number;
   replicaAgg: ReplicaAggConfig;
   peerToken?: string;
   podIp?: string;
@@ -296,6 +299,7 @@ export function parseConfig(argv: string[], env: Record<string, string | undefin
         ? { mode: "static", peers: staticFile.peers.map((p) => (typeof p === "string" ? p : p.url)) }
         : { mode: "disabled" },
     recoveryTimeoutMs: get<number>("recoveryTimeoutMs")!,
+    subscribeWaitMs: get<number>("subscribeWaitMs")!,
     replicaAgg,
     peerToken: get<string>("peerToken"),
     podIp: get<string>("podIp"),

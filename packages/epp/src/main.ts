@@ -33,10 +33,6 @@ import { loadKubeConfig, startPoolWorkers } from "./workers/kubernetes.ts";
 import { WorkerRegistry, type WorkerSpec } from "./workers/registry.ts";
 import { staticWorkers } from "./workers/static.ts";
 
-// Bound on waiting for KV listeners to connect before recovery (subscribe-first): a worker that is
-// down must not hold readiness, its listener keeps reconnecting and its blocks arrive once it is up.
-const SUBSCRIBE_WAIT_MS = 5_000;
-
 export type EppHandle = {
   ports: { grpc: number; grpcHealth: number; metrics: number; selection: number; replicaAgg?: number };
   health: HealthState;
@@ -244,7 +240,9 @@ export async function startEpp(cfg: EppConfig, o: { log?: Logger; kubeConfig?: K
   // Recovery, then the buffered live events on top of the dump, then ready.
   const ready = Promise.all([workerSource, intentSource])
     .then(async () => {
-      const unconnected = await workers.waitConnected(SUBSCRIBE_WAIT_MS);
+      // Bounded (--subscribe-wait-ms): a worker that is down must not hold readiness; its listener keeps
+      // reconnecting and its blocks arrive once it is up.
+      const unconnected = await workers.waitConnected(cfg.subscribeWaitMs);
       if (unconnected.length > 0) log.warn({ listeners: unconnected }, "KV listeners still connecting; recovering without waiting longer");
       log.info({ workers: workers.specs().length, listeners: workers.candidates().length }, "listeners subscribed");
       return runRecovery({

@@ -237,7 +237,7 @@ export async function startTestEpp(
     [
       "--config", writeStaticConfig(workers, o.peers),
       "--listen", host,
-      "--grpc-port", "0", "--grpc-health-port", "0", "--metrics-port", "0", "--replica-agg-port", "0", "--selection-port", "0",
+      "--grpc-port", "0", "--grpc-health-port", "0", "--metrics-port", "0", "--replica-agg-port", "0", "--subscribe-wait-ms", "1000", "--selection-port", "0",
       "--scrape-interval-ms", "0",
       "--recovery-timeout-ms", "3000",
       ...(o.flags ?? []),

@@ -48,7 +48,7 @@ test("pods selected by the InferencePool become workers when ready and leave whe
 
   const cfg = parseConfig(
     ["--pool-name", "pool", "--model", "test-model", "--block-size", "16", "--listen", HOST, "--kv-events-port", String(KV_PORT),
-      "--grpc-port", "0", "--grpc-health-port", "0", "--metrics-port", "0", "--replica-agg-port", "0", "--selection-port", "0", "--scrape-interval-ms", "0"],
+      "--grpc-port", "0", "--grpc-health-port", "0", "--metrics-port", "0", "--replica-agg-port", "0", "--subscribe-wait-ms", "1000", "--selection-port", "0", "--scrape-interval-ms", "0"],
     { POD_NAMESPACE: "llm" },
   );
   const epp = await startEpp(cfg, { log: quietLog, kubeConfig: api.kubeConfig });
@@ -90,7 +90,7 @@ test("pods selected by the InferencePool become workers when ready and leave whe
 test("an InferencePool created after the EPP started is waited for; readiness follows", async () => {
   const api = await fakeApi();
   const cfg = parseConfig(
-    ["--pool-name", "late", "--listen", HOST, "--grpc-port", "0", "--grpc-health-port", "0", "--metrics-port", "0", "--replica-agg-port", "0", "--selection-port", "0", "--scrape-interval-ms", "0"],
+    ["--pool-name", "late", "--listen", HOST, "--grpc-port", "0", "--grpc-health-port", "0", "--metrics-port", "0", "--replica-agg-port", "0", "--subscribe-wait-ms", "1000", "--selection-port", "0", "--scrape-interval-ms", "0"],
     { POD_NAMESPACE: "llm" },
   );
   const epp = await startEpp(cfg, { log: quietLog, kubeConfig: api.kubeConfig });
@@ -112,7 +112,7 @@ test("with --peer-service, a replica recovers from the serving peer its Endpoint
   const replica = async (ip: string) => {
     const cfg = parseConfig(
       ["--pool-name", "pool", "--model", "test-model", "--listen", ip, "--kv-events-port", String(KV_PORT),
-        "--grpc-port", "0", "--grpc-health-port", "0", "--metrics-port", "0", "--replica-agg-port", "0", "--selection-port", "9093", "--scrape-interval-ms", "0"],
+        "--grpc-port", "0", "--grpc-health-port", "0", "--metrics-port", "0", "--replica-agg-port", "0", "--subscribe-wait-ms", "1000", "--selection-port", "9093", "--scrape-interval-ms", "0"],
       { POD_NAMESPACE: "llm", POD_IP: ip, DYN_EPP_PEER_SERVICE: "dynamo-epp-peer" },
     );
     const epp = await startEpp(cfg, { log: quietLog, kubeConfig: api.kubeConfig });
@@ -152,7 +152,7 @@ test("a changed InferencePool selector moves the worker set to the newly selecte
   api.upsert(pod("vllm-0", "127.0.4.54", "ready") as never);
   api.upsert(pod("next-0", "127.0.4.55", "ready", { app: "next" } as never) as never);
   const cfg = parseConfig(
-    ["--pool-name", "pool", "--listen", HOST, "--kv-events-port", String(KV_PORT), "--grpc-port", "0", "--grpc-health-port", "0", "--metrics-port", "0", "--replica-agg-port", "0", "--selection-port", "0", "--scrape-interval-ms", "0"],
+    ["--pool-name", "pool", "--listen", HOST, "--kv-events-port", String(KV_PORT), "--grpc-port", "0", "--grpc-health-port", "0", "--metrics-port", "0", "--replica-agg-port", "0", "--subscribe-wait-ms", "1000", "--selection-port", "0", "--scrape-interval-ms", "0"],
     { POD_NAMESPACE: "llm" },
   );
   const epp = await startEpp(cfg, { log: quietLog, kubeConfig: api.kubeConfig });
