@@ -1,7 +1,7 @@
 // Finds (and if needed builds) the compiled index module. The .wasm is never committed: it is built
 // from assembly/ by `asc` at install (root postinstall), by the test preload, or here on first use when
 // it is missing or older than its sources, so a fresh clone works whichever entry point runs first.
-import { existsSync, mkdirSync, readdirSync, readFileSync, statSync } from "node:fs";
+import { existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, statSync } from "node:fs";
 import { join } from "node:path";
 
 const packageDir = join(import.meta.dir, "..");
@@ -24,12 +24,17 @@ export function isBuildStale(): boolean {
 export function buildWasm(): void {
   mkdirSync(join(packageDir, "build"), { recursive: true });
   const asc = join(packageDir, "node_modules", "assemblyscript", "bin", "asc.js");
-  const r = Bun.spawnSync([process.execPath, asc, join(assemblyDir, "index.ts"), ...ascFlags, "-o", wasmPath], {
+  // Compiled beside the target and renamed into place: a process starting meanwhile (a test, a sibling
+  // EPP) reads either the old module or the new one, never a half-written file.
+  const tmp = `${wasmPath}.${process.pid}.tmp`;
+  const r = Bun.spawnSync([process.execPath, asc, join(assemblyDir, "index.ts"), ...ascFlags, "-o", tmp], {
     cwd: packageDir, stdout: "pipe", stderr: "pipe",
   });
   if (r.exitCode !== 0) {
+    rmSync(tmp, { force: true });
     throw new Error(`asc failed (${r.exitCode}):\n${r.stdout.toString()}${r.stderr.toString()}`);
   }
+  renameSync(tmp, wasmPath);
 }
 
 let compiled: WebAssembly.Module | undefined;
