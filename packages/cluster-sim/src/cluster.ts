@@ -5,6 +5,7 @@
 // so a request the manifests do not grant fails the run.
 import { join } from "node:path";
 import {
+  heldPorts,
   rbacAuthorizerFor,
   renderKustomization,
   SimCluster,
@@ -17,7 +18,6 @@ import {
   type PodTemplate,
   type SimDeployment,
 } from "@kv-epp/testkit";
-import { heldPorts } from "./ports.ts";
 
 export const REPO_ROOT = join(import.meta.dir, "..", "..", "..");
 export const DEPLOY_BASE = join(REPO_ROOT, "deploy", "base");
@@ -85,52 +85,63 @@ export class SimulatedCluster {
     const namespace = eppDeployment.metadata?.namespace ?? "default";
 
     const firstHost = opts.firstHost ?? 100;
+    // An address no pod gets: what cannot be bound there is held on the wildcard address.
     const probeIp = `127.0.5.${firstHost - 1}`;
     const held = await heldPorts(probeIp, [...EPP_PORTS, ...WORKER_PORTS]);
     if (held.length > 0) throw new Error(`ports ${held.join(", ")} are held on the wildcard address by another process: the simulated pods cannot bind them`);
+    let kvEventsPort = KV_EVENTS_PORT;
+    if ((await heldPorts(probeIp, [KV_EVENTS_PORT])).length > 0) {
+      kvEventsPort = FALLBACK_KV_EVENTS_PORT;
+      if ((await heldPorts(probeIp, [kvEventsPort])).length > 0) throw new Error(`ports ${KV_EVENTS_PORT} and ${kvEventsPort} are both held on the wildcard address by another process`);
+      console.warn(`cluster-sim: port ${KV_EVENTS_PORT} is held on the wildcard address by another process; KV events use ${kvEventsPort}`);
+      moveKvEventsPort(objs, kvEventsPort);
+    }
     // A process left over from an interrupted run (a SIGKILLed test runner cannot clean up) would
     // hold a pod address's port.
     for (let h = firstHost; h < firstHost + MAX_PODS; h++) {
       const ip = `127.0.5.${h}`;
-      const taken = await heldPorts(ip, [...EPP_PORTS, ...WORKER_PORTS, KV_EVENTS_PORT, FALLBACK_KV_EVENTS_PORT]);
+      const taken = await heldPorts(ip, [...EPP_PORTS, ...WORKER_PORTS, kvEventsPort]);
       if (taken.length > 0) throw new Error(`${ip}: ports ${taken.join(", ")} are held (a process left over from an earlier run?)`);
-    }
-    let kvEventsPort = KV_EVENTS_PORT;
-    if ((await heldPorts(probeIp, [KV_EVENTS_PORT])).length > 0) {
-      kvEventsPort = FALLBACK_KV_EVENTS_PORT;
-      console.warn(`cluster-sim: port ${KV_EVENTS_PORT} is held on the wildcard address by another process; KV events use ${kvEventsPort}`);
-      moveKvEventsPort(objs, kvEventsPort);
     }
 
     const api = await startFakeKubeApi({ host: "127.0.5.1", port: 0, namespace, authorize: rbacAuthorizerFor(objs) });
     const sim = new SimCluster(api, { namespace, firstHost, periodMs: opts.periodMs ?? 100 });
-    for (const o of objs) {
-      if (o.kind === "InferencePool") api.upsert(o);
-      if (o.kind === "Service") {
-        const selector = (o as KubeObject & { spec: { selector?: Record<string, string> } }).spec.selector ?? {};
-        const target = [eppDeployment, workerDeployment].find((d) => Object.entries(selector).every(([k, v]) => templateOf(d).metadata?.labels?.[k] === v));
-        sim.addService(simServiceFromManifest(o, target && templateOf(target)));
+    let workers: SimDeployment | undefined;
+    try {
+      for (const o of objs) {
+        if (o.kind === "InferencePool") api.upsert(o);
+        if (o.kind === "Service") {
+          const selector = (o as KubeObject & { spec: { selector?: Record<string, string> } }).spec.selector ?? {};
+          const target = [eppDeployment, workerDeployment].find((d) => Object.entries(selector).every(([k, v]) => templateOf(d).metadata?.labels?.[k] === v));
+          sim.addService(simServiceFromManifest(o, target && templateOf(target)));
+        }
       }
-    }
 
-    // The image's entry points (deploy/Dockerfile). CLUSTER_SIM_EPP names another EPP script to run
-    // the scenario against (e.g. a candidate fix kept outside the tree).
-    const entrypoints = {
-      epp: [process.execPath, process.env.CLUSTER_SIM_EPP ?? "packages/epp/src/main.ts"],
-      "mock-worker": [process.execPath, "packages/mock-worker/src/main.ts"],
-    };
-    let cluster: SimulatedCluster | undefined;
-    const workers = simDeploymentFromManifest(sim, workerDeployment, { entrypoints, cwd: REPO_ROOT });
-    const epps = simDeploymentFromManifest(sim, eppDeployment, {
-      entrypoints,
-      cwd: REPO_ROOT,
-      // The EPP binds every server on DYN_EPP_LISTEN (default the wildcard): each pod gets its own IP.
-      env: (pod) => ({ DYN_EPP_LISTEN: pod.ip }),
-      extra: () => (cluster?.gateNewEpps ?? true ? { readinessGates: [COLD_START_GATE] } : {}),
-    });
-    cluster = new SimulatedCluster(api, sim, namespace, objs, epps, workers, kvEventsPort);
-    cluster.gateNewEpps = true; // the first replicas start cold, together
-    return cluster;
+      // The image's entry points (deploy/Dockerfile). CLUSTER_SIM_EPP names another EPP script to run
+      // the scenario against (e.g. a candidate fix kept outside the tree).
+      const entrypoints = {
+        epp: [process.execPath, process.env.CLUSTER_SIM_EPP ?? "packages/epp/src/main.ts"],
+        "mock-worker": [process.execPath, "packages/mock-worker/src/main.ts"],
+      };
+      let cluster: SimulatedCluster | undefined;
+      workers = simDeploymentFromManifest(sim, workerDeployment, { entrypoints, cwd: REPO_ROOT });
+      const epps = simDeploymentFromManifest(sim, eppDeployment, {
+        entrypoints,
+        cwd: REPO_ROOT,
+        // The EPP binds every server on DYN_EPP_LISTEN (default the wildcard): each pod gets its own IP.
+        env: (pod) => ({ DYN_EPP_LISTEN: pod.ip }),
+        extra: () => (cluster?.gateNewEpps ?? true ? { readinessGates: [COLD_START_GATE] } : {}),
+      });
+      cluster = new SimulatedCluster(api, sim, namespace, objs, epps, workers, kvEventsPort);
+      cluster.gateNewEpps = true; // the first replicas start cold, together
+      return cluster;
+    } catch (err) {
+      // Nothing may outlive a failed start: the test runner may go on with other files.
+      workers?.stop();
+      await sim.close();
+      await api.close();
+      throw err;
+    }
   }
 
   ip(pod: string): string {
@@ -171,6 +182,23 @@ export class SimulatedCluster {
     for (const p of pods) this.sim.setReadinessGate(p, COLD_START_GATE, true);
     await waitFor(() => pods.every((p) => this.sim.isReady(p)), { timeoutMs, message: `${pods.join(", ")} Ready` });
     return pods;
+  }
+
+  /**
+   * Waits for `count` ready mock workers; a worker whose process exits meanwhile (a port taken after
+   * the start-up check, a crash) fails the wait at once, with its last log lines.
+   */
+  async waitReadyWorkers(count: number, timeoutMs = 30_000): Promise<string[]> {
+    let exited: string | undefined;
+    await waitFor(
+      () => {
+        exited = this.workers.pods().find((p) => this.sim.podState(p) === "running" && !this.sim.process(p).running);
+        return exited !== undefined || this.readyWorkers().length === count;
+      },
+      { timeoutMs, message: `${count} ready mock workers` },
+    );
+    if (exited) throw new Error(`${exited} exited before it was ready:\n${this.sim.process(exited).lines.slice(-15).join("\n")}`);
+    return this.readyWorkers();
   }
 
   /** Ready, not terminating EPP pods as the peer Service's EndpointSlice lists them. */

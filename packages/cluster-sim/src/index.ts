@@ -6,5 +6,4 @@ export { SimulatedCluster, COLD_START_GATE, DEPLOY_BASE, REPO_ROOT, type Simulat
 export { Gateway, type Routed } from "./gateway.ts";
 export { blockFacts, dumpEvents, eppLoad, eppWorkers, logMessages, logRecords, recoveryState, workerCachedBlocks, type EppLoad, type EppWorker, type LogRecord, type RecoveryStateName } from "./observe.ts";
 export { hostLease, intentLeases, loggedAttachments, type HostLease, type IntentLease, type OwnerRef } from "./intents.ts";
-export { heldPorts } from "./ports.ts";
 export { ReadyEndpointsWatch } from "./slices.ts";

@@ -177,7 +177,7 @@ test("1. cold start: two replicas started together both become Ready (no deadloc
     expect(await recoveryState(cluster.ip(p))).toBe("empty_bootstrap");
     expect(logOf(p).some((m) => m.includes("EMPTY KV index"))).toBe(true);
   }
-  await waitFor(() => cluster.readyWorkers().length === 2, { timeoutMs: 30_000, message: "two ready mock workers" });
+  await cluster.waitReadyWorkers(2);
   // The workers register once the EPPs advertise the KV host (they retry until then). Traffic waits
   // for it: an intent that arrives later changes the worker's spec in the EPP (see step 6).
   await intentsLive("the workers' attachment intents registered and attached by both EPPs");
@@ -340,7 +340,7 @@ test("6. attachment intents: Leases owned by the worker pods, attached by every 
   const host = hostLease(cluster.api, cluster.namespace, KV_HOST)!;
   expect(host.name).toBe(`kvh-${KV_HOST}`);
   expect(host.host.hostInstance).toBe(KV_HOST);
-  expect(host.owners.map((o) => [o.name, o.uid])).toEqual(epps.map((e) => [e, podUid(e)!]));
+  expect(host.owners.map((o) => [o.name, o.uid]).sort()).toEqual(epps.map((e) => [e, podUid(e)!]));
   expect(host.holders.length).toBe(epps.length);
   expectNothingForbidden();
 }, 90_000);

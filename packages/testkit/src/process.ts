@@ -4,7 +4,13 @@
 import { spawn, type ChildProcess } from "node:child_process";
 
 export type SpawnOptions = {
-  env?: Record<string, string | undefined>; // added to (and overriding) this process's environment
+  env?: Record<string, string | undefined>; // added to (and overriding) the inherited environment
+  /**
+   * What the child inherits of this process's environment before `env`: all of it (default), or only
+   * the named variables (a container sees only what its manifest sets, not what an earlier test in
+   * the same runner left in `process.env`).
+   */
+  inheritEnv?: true | readonly string[];
   name?: string; // prefix for echoed lines and error messages
   cwd?: string;
   /** Echo every line to stderr (default: when TESTKIT_ECHO is set). */
@@ -51,13 +57,18 @@ process.on("exit", () => {
   for (const child of live) killGroup(child.pid, "SIGKILL");
 });
 
+function inherited(which: true | readonly string[]): Record<string, string | undefined> {
+  if (which === true) return process.env;
+  return Object.fromEntries(which.filter((k) => process.env[k] !== undefined).map((k) => [k, process.env[k]]));
+}
+
 export function spawnProcess(cmd: string, args: string[], opts: SpawnOptions = {}): ProcessHandle {
   const name = opts.name ?? `${cmd.split("/").pop()} ${args[0] ?? ""}`.trim();
   const echo = opts.echo ?? Boolean(process.env.TESTKIT_ECHO);
   const maxLines = opts.maxLines ?? 50_000;
   const child = spawn(cmd, args, {
     cwd: opts.cwd,
-    env: { ...process.env, ...opts.env },
+    env: { ...inherited(opts.inheritEnv ?? true), ...opts.env },
     stdio: ["ignore", "pipe", "pipe"],
     detached: true,
   });

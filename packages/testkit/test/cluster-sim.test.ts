@@ -1,4 +1,5 @@
 import { afterEach, beforeEach, expect, test } from "bun:test";
+import { createServer } from "node:net";
 import { join } from "node:path";
 import { CoreV1Api, DiscoveryV1Api, makeInformer, type V1EndpointSlice } from "@kubernetes/client-node";
 import { HealthProbe, killAll, rbacAuthorizerFor, SimCluster, SimDeployment, startFakeKubeApi, waitFor, type FakeKubeApi, type SimPodSpec } from "../src/index.ts";
@@ -12,6 +13,9 @@ let sim: SimCluster;
 beforeEach(async () => {
   api = await startFakeKubeApi({ namespace: NS });
   sim = new SimCluster(api, { namespace: NS, periodMs: 50 });
+  // The health fixture binds 9003 on each pod's address: a leftover process holding it fails here,
+  // by name, rather than as a pod that never turns ready.
+  await sim.assertPortsFree([9003], 6);
 });
 
 afterEach(async () => {
@@ -192,5 +196,42 @@ test("a pod's API client acts as its service account, held to the Roles bound to
   } finally {
     await strict.close();
     await strictApi.close();
+  }
+}, 30_000);
+
+test("a held port fails the preflight at once, naming the address and the port", async () => {
+  const holder = createServer(); // the second pod's address (a fresh cluster starts at 127.0.5.2)
+  await new Promise<void>((resolve) => holder.listen(9003, "127.0.5.3", resolve));
+  try {
+    await expect(sim.assertPortsFree([9003, 9093], 3)).rejects.toThrow(/held .*: 127\.0\.5\.3: 9003$/);
+    await expect(sim.assertPortsFree([9093], 3)).resolves.toBeUndefined();
+  } finally {
+    await new Promise((resolve) => holder.close(resolve));
+  }
+  await sim.assertPortsFree([9003], 3);
+}, 30_000);
+
+test("a pod's process gets its own environment, not what the test runner's holds", async () => {
+  // Whole-repo runs share one process: what an earlier test left in process.env must not configure a pod.
+  const saved = { leak: process.env.DYN_EPP_LEAK_CHECK, kc: process.env.KUBECONFIG };
+  process.env.DYN_EPP_LEAK_CHECK = "leaked";
+  process.env.KUBECONFIG = "/nonexistent/kubeconfig";
+  try {
+    const pod = sim.runPod({
+      name: "env",
+      labels: {},
+      command: () => ({
+        cmd: process.execPath,
+        args: ["-e", "console.log('env ' + JSON.stringify({ leak: process.env.DYN_EPP_LEAK_CHECK ?? null, kc: process.env.KUBECONFIG, ip: process.env.POD_IP, own: process.env.OWN, path: Boolean(process.env.PATH) }))"],
+        env: { OWN: "set" },
+      }),
+    });
+    const line = await sim.process("env").waitForLog(/^env /);
+    expect(JSON.parse(line.slice(4))).toEqual({ leak: null, kc: api.kubeconfigPath, ip: pod.ip, own: "set", path: true });
+  } finally {
+    for (const [k, v] of [["DYN_EPP_LEAK_CHECK", saved.leak], ["KUBECONFIG", saved.kc]] as const) {
+      if (v === undefined) delete process.env[k];
+      else process.env[k] = v;
+    }
   }
 }, 30_000);

@@ -7,10 +7,19 @@ import { connect } from "node:net";
 import type { FakeKubeApi } from "../kube/server.ts";
 import type { KubeObject } from "../kube/resources.ts";
 import { parseLabelSelector } from "../kube/selectors.ts";
+import { heldPorts } from "../net.ts";
 import { spawnProcess, type ProcessHandle } from "../process.ts";
 import { HealthProbe } from "./grpc-health.ts";
 
 const FINALIZER = "testkit.kv-epp.dev/kubelet";
+
+/**
+ * What a pod's process inherits of the test runner's environment: enough to run Bun, nothing that
+ * configures the code under test. A container sees only its manifest's env; a whole-repo `bun test`
+ * runs every package's tests in one process, and a variable an earlier test set (DYN_EPP_*,
+ * MOCK_WORKER_*, KUBECONFIG, NODE_ENV=test, ...) must not reach the pods.
+ */
+export const POD_INHERITED_ENV = ["PATH", "HOME", "USER", "LOGNAME", "TMPDIR", "LANG", "LC_ALL", "TZ", "XDG_CACHE_HOME", "BUN_INSTALL", "BUN_INSTALL_CACHE_DIR", "BUN_RUNTIME_TRANSPILER_CACHE_PATH"] as const;
 
 export type Probe =
   | { grpc: { port: number; service?: string } }
@@ -169,6 +178,25 @@ export class SimCluster {
     throw new Error(`no free address left in ${this.ipPrefix}.0/24`);
   }
 
+  /**
+   * Fails at once, naming them, when fixed ports the next `count` pods will bind are held on their
+   * addresses (or on the wildcard address, which Linux lets block every specific bind): a leftover
+   * process from an interrupted run would otherwise surface as a pod that never turns ready.
+   */
+  async assertPortsFree(ports: readonly number[], count: number): Promise<void> {
+    const problems: string[] = [];
+    for (let h = this.nextHost, n = 0; h < 255 && n < count; h++) {
+      const ip = `${this.ipPrefix}.${h}`;
+      if (this.usedIps.has(ip)) continue;
+      n++;
+      const held = await heldPorts(ip, ports);
+      if (held.length > 0) problems.push(`${ip}: ${held.join(", ")}`);
+    }
+    if (problems.length > 0) {
+      throw new Error(`ports the simulated pods bind are held (on these addresses or the wildcard address; a process left over from an earlier run?): ${problems.join("; ")}`);
+    }
+  }
+
   /** Declares a Service: creates it and maintains its EndpointSlice from then on. */
   addService(svc: SimService): void {
     this.services.set(svc.name, svc);
@@ -203,6 +231,7 @@ export class SimCluster {
     const process = spawnProcess(c.cmd, c.args, {
       name: spec.name,
       cwd: c.cwd,
+      inheritEnv: POD_INHERITED_ENV,
       env: {
         KUBECONFIG: spec.serviceAccountName ? this.api.kubeconfigFor(`system:serviceaccount:${this.namespace}:${spec.serviceAccountName}`) : this.api.kubeconfigPath,
         POD_IP: ip,
