@@ -1,5 +1,5 @@
-// The validation scenario of the kind e2e (issue 7, steps 1-5), run by e2e.sh once the manifests are
-// applied. Everything goes through kubectl: pod state from `get -o json`, logs from `logs`, and the
+// The validation scenario of the kind e2e (issue 7, steps 1-5, plus 6: the workers' attachment
+// intents, issue 11), run by e2e.sh once the manifests are applied. Everything goes through kubectl: pod state from `get -o json`, logs from `logs`, and the
 // EPPs' own endpoints (metrics, /dump, /select) from inside the EPP pods with `exec ... bun -e`,
 // so the script needs no port-forward and works under the NetworkPolicy overlay too.
 // Exits 1 at the first failed step. Uses only Bun and kubectl (deploy/ has no dependencies).
@@ -9,9 +9,11 @@ export {};
 const NS = process.env.E2E_NAMESPACE ?? "kv-epp";
 const MODEL = process.env.E2E_MODEL ?? "Qwen/Qwen3-0.6B";
 const EPP = "app.kubernetes.io/name=dynamo-epp";
+const WORKERS = process.env.E2E_WORKERS ?? "app=vllm"; // the InferencePool's selector
+const KV_HOST = "dynamo-epp"; // DYN_EPP_KV_HOST / MOCK_WORKER_KV_HOST in deploy/base
 const WAIT_MS = Number(process.env.E2E_WAIT_MS ?? 180_000);
 
-type Pod = { name: string; ip: string; ready: boolean; terminating: boolean };
+type Pod = { name: string; uid: string; ip: string; ready: boolean; terminating: boolean };
 
 class StepFailed extends Error {}
 
@@ -21,19 +23,59 @@ function kubectl(args: string[], allowFail = false): string {
   return r.stdout.toString();
 }
 
-function eppPods(): Pod[] {
-  const list = JSON.parse(kubectl(["get", "pods", "-l", EPP, "-o", "json"])) as {
-    items: { metadata: { name: string; deletionTimestamp?: string }; status: { podIP?: string; conditions?: { type: string; status: string }[] } }[];
+function podsOf(selector: string): Pod[] {
+  const list = JSON.parse(kubectl(["get", "pods", "-l", selector, "-o", "json"])) as {
+    items: { metadata: { name: string; uid: string; deletionTimestamp?: string }; status: { podIP?: string; conditions?: { type: string; status: string }[] } }[];
   };
   return list.items.map((p) => ({
     name: p.metadata.name,
+    uid: p.metadata.uid,
     ip: p.status.podIP ?? "",
     ready: p.status.conditions?.some((c) => c.type === "Ready" && c.status === "True") ?? false,
     terminating: p.metadata.deletionTimestamp !== undefined,
   }));
 }
 
+const eppPods = () => podsOf(EPP);
 const serving = () => eppPods().filter((p) => p.ready && !p.terminating);
+const readyWorkers = () => podsOf(WORKERS).filter((p) => p.ready && !p.terminating);
+
+type Lease = { metadata: { name: string; labels?: Record<string, string>; annotations?: Record<string, string>; ownerReferences?: { kind: string; name: string; uid: string }[] } };
+
+/** The attachment-intent Leases (deploy/README.md): worker, rank and owning pod of each. */
+function intentLeases(): { name: string; workerId: string; dpRank: number; owners: string[] }[] {
+  const list = JSON.parse(kubectl(["get", "leases", "-l", "kv-epp.dev/record=attachment-intent", "-o", "json"])) as { items: Lease[] };
+  return list.items.map((l) => {
+    const payload = JSON.parse(l.metadata.annotations?.["kv-epp.dev/payload"] ?? "{}") as { workerId?: string; dpRank?: number };
+    return { name: l.metadata.name, workerId: payload.workerId ?? "", dpRank: payload.dpRank ?? -1, owners: (l.metadata.ownerReferences ?? []).map((o) => o.uid) };
+  });
+}
+
+/** The worker ids an EPP has listeners for (its /workers), one entry per rank. */
+function eppWorkerIds(pod: string): string[] {
+  const text = inPod(pod, `console.log(JSON.stringify(await (await fetch("http://127.0.0.1:9093/workers")).json()));`);
+  return (JSON.parse(text) as { worker_id: string }[]).map((w) => w.worker_id).sort();
+}
+
+/**
+ * Waits until every ready worker pod has its intent Leases (owned by it, worker id = pod name) and
+ * every serving EPP lists exactly those workers, one entry per rank: pod discovery and the intents
+ * merged into one worker each.
+ */
+async function intentsLive(what: string): Promise<Pod[]> {
+  return waitFor(what, () => {
+    const workers = readyWorkers();
+    const leases = intentLeases();
+    const ranks: string[] = [];
+    for (const w of workers) {
+      const own = leases.filter((l) => l.workerId === w.name && l.owners.includes(w.uid));
+      if (own.length === 0) return undefined;
+      ranks.push(...own.map(() => w.name));
+    }
+    ranks.sort();
+    return serving().every((e) => JSON.stringify(eppWorkerIds(e.name)) === JSON.stringify(ranks)) ? workers : undefined;
+  });
+}
 
 async function waitFor<T>(what: string, fn: () => T | undefined | false, timeoutMs = WAIT_MS): Promise<T> {
   const deadline = Date.now() + timeoutMs;
@@ -110,6 +152,8 @@ async function step1(): Promise<void> {
     const state = recoveryState(p.name);
     if (state !== "empty_bootstrap") throw new StepFailed(`${p.name} reports ${state}, expected empty_bootstrap`);
   }
+  // Traffic waits for the workers' intents (they retry until the EPPs advertise the KV host).
+  await intentsLive("the workers' attachment intents, attached by both EPPs");
 }
 
 async function step2(): Promise<void> {
@@ -171,12 +215,29 @@ async function step5(): Promise<void> {
   }
 }
 
+async function step6(): Promise<void> {
+  const workers = await intentsLive("intents attached by the replicas of step 5");
+  // One host record, shared by the replicas: owned by each serving one once the old ones are gone.
+  await waitFor(`kvh-${KV_HOST} owned by exactly the serving replicas`, () => {
+    const lease = JSON.parse(kubectl(["get", "lease", `kvh-${KV_HOST}`, "-o", "json"])) as Lease;
+    const owners = (lease.metadata.ownerReferences ?? []).map((o) => o.uid).sort();
+    return JSON.stringify(owners) === JSON.stringify(serving().map((p) => p.uid).sort());
+  });
+  const victim = workers[0]!;
+  kubectl(["delete", "pod", victim.name, "--wait=true", `--timeout=${WAIT_MS / 1000}s`]);
+  await waitFor(`${victim.name}'s intent Leases gone (withdrawn, or collected with the pod)`, () => !intentLeases().some((l) => l.owners.includes(victim.uid)));
+  await waitFor(`every EPP to drop ${victim.name}`, () => serving().every((e) => !eppWorkerIds(e.name).includes(victim.name)));
+  const after = await intentsLive("the replacement worker's intents attached");
+  if (after.some((w) => w.name === victim.name)) throw new StepFailed(`${victim.name} is still listed after its deletion`);
+}
+
 const steps: [string, () => Promise<void>][] = [
   ["1 cold start: both replicas ready, both empty_bootstrap", step1],
   ["2 traffic fills the caches, both indexes agree", step2],
   ["3 a deleted replica's replacement recovers from its peer", step3],
   ["4 a rolling update keeps a ready replica and the index", step4],
   ["5 both deleted at once: empty_bootstrap again", step5],
+  ["6 attachment intents: Leases owned by the workers, attached by the EPPs, gone with a deleted worker", step6],
 ];
 
 for (const [name, run] of steps) {
@@ -189,4 +250,4 @@ for (const [name, run] of steps) {
     process.exit(1);
   }
 }
-console.log("e2e: all 5 steps passed");
+console.log(`e2e: all ${steps.length} steps passed`);

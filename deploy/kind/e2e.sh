@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # kind end-to-end: builds the image, loads it into a kind cluster, installs the pinned GAIE CRDs,
-# applies the manifests and runs the 5-step validation (e2e-validate.ts, through kubectl).
+# applies the manifests and runs the 6-step validation (e2e-validate.ts, through kubectl).
 # Needs docker, kind, kubectl and bun; without docker or kind it says so and exits 0 ("skipped"):
-# CI runs the same scenario without a cluster (the cluster simulation in packages/testkit).
+# CI runs the same scenario without a cluster: packages/cluster-sim (bun test packages/cluster-sim).
 #
 # Environment:
 #   GAIE_CRDS     URL or local path of the GAIE manifests (default: the pinned release below)
