@@ -7,4 +7,8 @@ export type { ProcessingRequest, ProcessingResponse } from "./extproc/messages.t
 export { DESTINATION_HEADER, METADATA_NAMESPACE, SUBSET_NAMESPACE, SUBSET_KEY } from "./extproc/messages.ts";
 // The picker's cost function and load tracking, for simulations that must decide exactly as the EPP does.
 export { cost, choose, type Weights, type CandidateLoad } from "./picker/cost.ts";
-export { ActiveLoad, type Lease } from "./picker/load.ts";
+export { ActiveLoad, sumLoad, type Lease, type LoadView } from "./picker/load.ts";
+// replica-agg's sending numbering and receiving state, so a simulation runs the same rules in virtual time.
+export { AggOutbox } from "./replica-agg/publisher.ts";
+export { SiblingLoads } from "./replica-agg/sibling-loads.ts";
+export { opOf, type AggMessage } from "./replica-agg/codec.ts";

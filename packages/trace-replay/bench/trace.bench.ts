@@ -7,7 +7,7 @@ import { resolve } from "node:path";
 import { parseBenchArgs } from "../src/bench/options.ts";
 import { FlagError } from "../src/cli-flags.ts";
 import { bucketMsFor, planRuns, replayOptions } from "../src/bench/plan.ts";
-import { IMBALANCE_NOTE, TABLE_COLUMNS, benchReportData, checkTargets, tableRows } from "../src/bench/report.ts";
+import { IMBALANCE_NOTE, TABLE_COLUMNS, aggNote, benchReportData, checkTargets, tableRows } from "../src/bench/report.ts";
 import { runAll } from "../src/bench/runner.ts";
 import { renderReport } from "../src/report/html.ts";
 import { screenshot } from "../src/report/png.ts";
@@ -42,6 +42,7 @@ const targets = checkTargets(results);
 console.log(`\n${formatTable(TABLE_COLUMNS, tableRows(results))}\n`);
 console.log(`  ${IMBALANCE_NOTE}`);
 console.log(`  TTFT = queueing + prefill per mock-worker's timing model, in virtual ms; picks/s = wall-clock rate of the pick function alone`);
+if (results.some((r) => r.agg)) console.log(`  replica-agg (simulated with the EPP's AggOutbox/SiblingLoads): ${aggNote(o, results)}`);
 for (const t of targets) console.log(`  target ${t.ok ? "met   " : "MISSED"} ${t.name}: ${t.text}`);
 console.log(`  ${((performance.now() - started) / 1000).toFixed(1)} s wall`);
 

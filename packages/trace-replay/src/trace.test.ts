@@ -1,6 +1,6 @@
 import { describe, expect, test } from "bun:test";
 import { existsSync } from "node:fs";
-import { DEFAULT_TRACE_PATH, TraceFormatError, arrivalMs, loadTrace, parseTrace } from "./trace.ts";
+import { DEFAULT_TRACE_PATH, TraceFormatError, arrivalMs, arrivalTimes, loadTrace, parseTrace } from "./trace.ts";
 import { SYNTH_VOCAB, blockTokens, recordTokens } from "./tokens.ts";
 
 const line = (o: object) => JSON.stringify(o);
@@ -32,6 +32,12 @@ describe("trace loading", () => {
     );
     expect(arrivalMs(b!, a!, 4)).toBe(1000);
     expect(arrivalMs(a!, a!, 4)).toBe(0);
+  });
+
+  test("spread arrivals space the records of one timestamp evenly until the next timestamp", () => {
+    const recs = parseTrace([0, 0, 0, 0, 3000, 3000].map((timestamp, i) => line({ timestamp, input_length: 1, output_length: 1, hash_ids: [i] })).join("\n"));
+    expect(arrivalTimes(recs, 10, "recorded")).toEqual([0, 0, 0, 0, 300, 300]);
+    expect(arrivalTimes(recs, 10, "spread")).toEqual([0, 75, 150, 225, 300, 300]);
   });
 
   test.skipIf(!existsSync(DEFAULT_TRACE_PATH))("the Mooncake trace loads from ../shared/data", async () => {

@@ -70,3 +70,24 @@ export async function loadTrace(path = DEFAULT_TRACE_PATH, limit?: number): Prom
 export function arrivalMs(rec: TraceRecord, first: TraceRecord, timeScale: number): number {
   return (rec.timestamp - first.timestamp) / timeScale;
 }
+
+/**
+ * Arrival times (ms since the first record, time-compressed). The trace's timestamps are quantised
+ * (to ~3 s, about 9 records each), so as recorded a whole group arrives at one instant; `spread` places
+ * the records of a group evenly over the span until the next distinct timestamp instead.
+ */
+export function arrivalTimes(trace: readonly TraceRecord[], timeScale: number, how: "recorded" | "spread"): number[] {
+  const first = trace[0];
+  if (!first) return [];
+  const at = trace.map((r) => arrivalMs(r, first, timeScale));
+  if (how === "recorded") return at;
+  for (let i = 0; i < at.length; ) {
+    let j = i;
+    while (j < at.length && at[j] === at[i]) j++;
+    // The last group has no next timestamp: it keeps the spacing of the group before it, or none.
+    const span = j < at.length ? at[j]! - at[i]! : 0;
+    for (let k = i; k < j; k++) at[k] = at[i]! + ((k - i) * span) / (j - i);
+    i = j;
+  }
+  return at;
+}

@@ -2,6 +2,7 @@
 import { z } from "zod";
 import { POLICY_NAMES, type PolicyName } from "../policies/index.ts";
 import { FlagError, parseFlags } from "../cli-flags.ts";
+import { DEFAULT_AGG_SIM, type AggSimOptions } from "../sim/replica-agg.ts";
 import { DEFAULT_TRACE_PATH } from "../trace.ts";
 
 const positiveInt = z.coerce.number().int().positive();
@@ -17,12 +18,21 @@ const schema = z.object({
   "block-size": positiveInt.default(16),
   // 10x: the first 4000 requests (~20 min of trace) arrive over ~2 virtual minutes, ~33 requests/s.
   "time-scale": z.coerce.number().positive().default(10),
+  // The trace's timestamps come in ~3 s steps; "spread" spaces each step's records evenly instead of
+  // letting them arrive at one instant.
+  arrivals: z.enum(["recorded", "spread"]).default("recorded"),
   /** 0 = the whole trace */
   requests: z.coerce.number().int().min(0).default(4000),
   /** replicas for the extra multi-replica rows (issue 10's measure); 1 = none */
   replicas: positiveInt.default(2),
   "replica-agg": z.enum(["both", "on", "off"]).default("both"),
   "replica-policies": z.string().default("kv-aware,approx-prefix"),
+  // Simulated replica-agg (the EPP's defaults): lag of a change to reach a sibling (loopback measured
+  // p50 0.2 ms, max 3 ms), snapshot/heartbeat period, silence timeout, message loss probability.
+  "agg-lag-ms": nonNegative.default(DEFAULT_AGG_SIM.lagMs),
+  "agg-heartbeat-ms": z.coerce.number().positive().default(DEFAULT_AGG_SIM.heartbeatMs),
+  "agg-timeout-ms": z.coerce.number().positive().default(DEFAULT_AGG_SIM.timeoutMs),
+  "agg-loss": z.coerce.number().min(0).max(1).default(DEFAULT_AGG_SIM.loss),
   policies: z.string().default(POLICY_NAMES.join(",")),
   "event-lag-ms": nonNegative.default(10),
   seed: z.coerce.number().int().default(1),
@@ -41,10 +51,12 @@ export type BenchOptions = {
   capacityBlocks: number;
   blockSize: number;
   timeScale: number;
+  arrivals: "recorded" | "spread";
   requests: number;
   replicas: number;
   replicaAgg: "both" | "on" | "off";
   replicaPolicies: PolicyName[];
+  agg: AggSimOptions;
   policies: PolicyName[];
   eventLagMs: number;
   seed: number;
@@ -73,10 +85,12 @@ export function parseBenchArgs(argv: string[]): BenchOptions {
     capacityBlocks: o["capacity-blocks"],
     blockSize: o["block-size"],
     timeScale: o["time-scale"],
+    arrivals: o.arrivals,
     requests: o.requests,
     replicas: o.replicas,
     replicaAgg: o["replica-agg"],
     replicaPolicies: policyList("replica-policies", o["replica-policies"]),
+    agg: { lagMs: o["agg-lag-ms"], heartbeatMs: o["agg-heartbeat-ms"], timeoutMs: o["agg-timeout-ms"], loss: o["agg-loss"] },
     policies: policyList("policies", o.policies),
     eventLagMs: o["event-lag-ms"],
     seed: o.seed,

@@ -46,6 +46,14 @@ export function checkTargets(results: RunResult[]): TargetCheck[] {
 export const IMBALANCE_NOTE =
   "imbalance = max over workers of the time-integral of in-flight requests (running + waiting, virtual time) divided by the mean over workers of that integral; imb@arrival = mean over arrivals of max/mean in-flight at that instant";
 
+/** How the simulated replica-agg delivered load, and what it lost, per run that used it. */
+export function aggNote(o: BenchOptions, results: RunResult[] = []): string {
+  const a = o.agg;
+  const base = `lag ${a.lagMs} ms, snapshot every ${a.heartbeatMs} ms, timeout ${a.timeoutMs} ms, loss ${a.loss}`;
+  const runs = results.filter((r) => r.agg).map((r) => `${r.label}: ${r.agg!.messages} messages, ${r.agg!.lost} lost, ${r.agg!.gaps} gaps, ${r.agg!.timeouts} timeouts`);
+  return [base, ...runs].join("; ");
+}
+
 export function benchReportData(o: BenchOptions, results: RunResult[], targets: TargetCheck[]): ReportData {
   const minutes = (bucket: number, bucketMs: number) => Math.round(((bucket + 0.5) * bucketMs) / 600) / 100;
   return {
@@ -56,7 +64,9 @@ export function benchReportData(o: BenchOptions, results: RunResult[], targets: 
       ["trace", `${o.tracePath} (${results[0]?.requests ?? 0} requests)`],
       ["workers", `${o.workers} x ${o.capacityBlocks} blocks of ${o.blockSize} tokens, max ${o.maxRunning} running each`],
       ["time scale", `${o.timeScale}x faster than recorded`],
+      ["arrivals", o.arrivals === "spread" ? "spread evenly within each timestamp step" : "at the recorded (quantised) timestamps"],
       ["KV event lag", `${o.eventLagMs} ms (virtual)`],
+      ["replica-agg (simulated)", aggNote(o, results)],
       ["cost weights", `prefill-load-scale ${o.prefillLoadScale}, decode-load-scale ${o.decodeLoadScale}`],
       ["seed", String(o.seed)],
       ["imbalance", IMBALANCE_NOTE],

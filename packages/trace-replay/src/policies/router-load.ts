@@ -11,7 +11,7 @@ export function withRouterLoad(ctx: ReplicaContext, pick: (req: SimRequest) => n
   return {
     pick,
     routed(req, worker) {
-      leases.set(req.id, ctx.load.acquire(ctx.workerKeys[worker]!, req.requestBlocks));
+      leases.set(req.id, ctx.ownLoad.acquire(ctx.workerKeys[worker]!, req.requestBlocks));
     },
     finished(req) {
       leases.get(req.id)?.release();

@@ -1,5 +1,5 @@
 import type { KvIndex } from "@kv-epp/index-wasm";
-import type { ActiveLoad, Weights } from "../upstream.ts";
+import type { ActiveLoad, LoadView, Weights } from "../upstream.ts";
 import type { SimRequest } from "../sim/request.ts";
 import type { SimWorker } from "../sim/worker.ts";
 
@@ -12,8 +12,10 @@ export type ReplicaContext = {
   /** index-wasm worker keys, by worker position */
   workerKeys: readonly string[];
   random: () => number;
-  /** load from routing decisions: this replica's own, or every replica's when replica-agg is on */
-  load: ActiveLoad;
+  /** this replica's own routing decisions (leases taken at pick, released at finish) */
+  ownLoad: ActiveLoad;
+  /** the load it picks on: its own, plus its siblings' as replica-agg delivers them when that is on */
+  load: LoadView;
   /** the KV index fed by the workers' KV events (every replica subscribes to every worker) */
   index: KvIndex;
   weights: Weights;

@@ -7,8 +7,9 @@ import { computeBlockHashes } from "@kv-epp/index-wasm";
 import { ActiveLoad, type CacheEvent, type TimingParams, type Weights } from "../upstream.ts";
 import { seededRandom } from "../prng.ts";
 import { POLICIES, type PolicyName, type ReplicaContext, type Router } from "../policies/index.ts";
-import { arrivalMs, type TraceRecord } from "../trace.ts";
+import { arrivalTimes, type TraceRecord } from "../trace.ts";
 import { EventQueue } from "./event-queue.ts";
+import { DEFAULT_AGG_SIM, SimReplicaAgg, type AggSimOptions, type AggSimStats } from "./replica-agg.ts";
 import { percentile, Recorder, type RunSeries } from "./recorder.ts";
 import { toSimRequest } from "./request.ts";
 import { SimWorker } from "./worker.ts";
@@ -23,6 +24,10 @@ export type ReplayOptions = {
   replicas: number;
   /** replicas share the load of their routing decisions (issue 10) instead of each knowing only its own */
   replicaAgg: boolean;
+  /** how replica-agg delivers it (lag, heartbeat, timeout, loss); the EPP's defaults when absent */
+  agg?: AggSimOptions;
+  /** arrivals as the trace's (quantised) timestamps say, or spread evenly within each timestamp group */
+  arrivals?: "recorded" | "spread";
   /** virtual ms between a cache change on a worker and its KV event reaching the index */
   eventLagMs: number;
   seed: number;
@@ -49,6 +54,8 @@ export type RunResult = {
   picksPerSec: number;
   /** blocks evicted over all workers (shows the capacity is tight enough to matter) */
   evictedBlocks: number;
+  /** replica-agg messages, losses, gaps and timeouts, for runs with several replicas sharing load */
+  agg?: AggSimStats;
   /** virtual ms from the first arrival to the last finish */
   durationMs: number;
   ttftMs: number[];
@@ -96,13 +103,19 @@ export function replayPolicy(trace: readonly TraceRecord[], policy: PolicyName, 
     }),
   );
 
-  const sharedLoad = new ActiveLoad();
-  routers = Array.from({ length: Math.max(1, opts.replicas) }, (_, r) => {
+  const ownLoads = Array.from({ length: Math.max(1, opts.replicas) }, () => new ActiveLoad());
+  // One replica needs no sharing; several share through the simulated replica-agg when it is on.
+  const agg =
+    opts.replicaAgg && spec.usesRouterLoad && ownLoads.length > 1
+      ? new SimReplicaAgg(queue, ownLoads, opts.agg ?? DEFAULT_AGG_SIM, seededRandom(opts.seed + 104729))
+      : undefined;
+  routers = ownLoads.map((ownLoad, r) => {
     const ctx: ReplicaContext = {
       workers,
       workerKeys,
       random: r === 0 ? random : seededRandom(opts.seed + 7919 * r),
-      load: opts.replicaAgg ? sharedLoad : new ActiveLoad(),
+      ownLoad,
+      load: agg ? agg.view(r) : ownLoad,
       index,
       weights: opts.weights,
       blockSize: opts.blockSize,
@@ -112,9 +125,9 @@ export function replayPolicy(trace: readonly TraceRecord[], policy: PolicyName, 
   });
 
   let pickNs = 0;
-  const first = trace[0];
+  const arrivals = arrivalTimes(trace, opts.timeScale, opts.arrivals ?? "recorded");
   trace.forEach((record, id) => {
-    const at = arrivalMs(record, first!, opts.timeScale);
+    const at = arrivals[id]!;
     queue.runUntil(at);
     const req = toSimRequest(id, record, at, opts.blockSize);
     const router = routers[id % routers.length]!;
@@ -127,6 +140,7 @@ export function replayPolicy(trace: readonly TraceRecord[], policy: PolicyName, 
     rec.inflightChange(w, at, +1);
     workers[w]!.submit(req, at);
   });
+  agg?.stop();
   queue.runUntil(Number.POSITIVE_INFINITY);
   rec.finish(queue.now);
 
@@ -145,6 +159,7 @@ export function replayPolicy(trace: readonly TraceRecord[], policy: PolicyName, 
     instantImbalance: rec.instantImbalance(),
     picksPerSec: pickNs > 0 ? trace.length / (pickNs / 1e9) : Number.POSITIVE_INFINITY,
     evictedBlocks,
+    agg: agg?.stats,
     durationMs: queue.now,
     ttftMs: rec.ttftMs,
     series: rec.series(),

@@ -111,4 +111,18 @@ describe("trace replay", () => {
     // Two replicas alternating requests, each balancing only its own: both may pick the same idle worker.
     expect(agg.instantImbalance).toBeLessThanOrEqual(solo.instantImbalance);
   });
+
+  test("replica-agg is simulated with the EPP's protocol: lost messages show as gaps, silence as timeouts", () => {
+    const lossy = replayPolicy(trace, "least-loaded", { ...OPTS, replicas: 2, replicaAgg: true, agg: { lagMs: 1, heartbeatMs: 200, timeoutMs: 600, loss: 0.3 } });
+    const a = lossy.agg!;
+    expect(a.messages).toBeGreaterThan(0);
+    expect(a.lost).toBeGreaterThan(0);
+    expect(a.gaps).toBeGreaterThan(0);
+    const deaf = replayPolicy(trace, "least-loaded", { ...OPTS, replicas: 2, replicaAgg: true, agg: { lagMs: 1, heartbeatMs: 200, timeoutMs: 600, loss: 1 } });
+    expect(deaf.agg!.gaps).toBe(0);
+    expect(deaf.agg!.lost).toBe(deaf.agg!.messages);
+    // Nothing ever arrives, so each replica routes on its own load alone, exactly as without replica-agg.
+    const solo = replayPolicy(trace, "least-loaded", { ...OPTS, replicas: 2, replicaAgg: false });
+    expect(deaf.instantImbalance).toBe(solo.instantImbalance);
+  });
 });
