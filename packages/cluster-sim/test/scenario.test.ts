@@ -321,7 +321,8 @@ test("6. attachment intents: Leases owned by the worker pods, attached by every 
   // Both EPPs drop it: no listener, no attachment, none of its blocks in the index.
   for (const e of epps) {
     await waitFor(async () => !(await eppWorkers(cluster.ip(e))).some((w) => w.worker_id === victim), { timeoutMs: 15_000, message: `${e} dropped ${victim}` });
-    expect(loggedAttachments(cluster.sim.process(e).lines)).not.toContain(`${victim}/0`);
+    // Its log line may trail the HTTP answer (a pipe): waited for too.
+    await waitFor(() => !loggedAttachments(cluster.sim.process(e).lines)?.includes(`${victim}/0`), { timeoutMs: 5000, message: `${e} logged the attachment gone` });
     expect((await dumpEvents(cluster.ip(e))).filter((line) => JSON.parse(line)[2] === victim)).toEqual([]);
   }
 
@@ -344,3 +345,59 @@ test("6. attachment intents: Leases owned by the worker pods, attached by every 
   expect(host.holders.length).toBe(epps.length);
   expectNothingForbidden();
 }, 90_000);
+
+// Known limits of the EPP's merge of pod discovery and intents, reported to its owners; they run with
+// `bun test --todo packages/cluster-sim` (after steps 1-6) and fail until the EPP behaves.
+
+test.todo("7. an intent that goes away for a worker pod discovery still lists keeps that worker's listener and its blocks", async () => {
+  const epps = cluster.readyEpps();
+  const { worker } = await placedOnSomeWorker(2000);
+  const blocks = async (e: string) => (await eppWorkers(cluster.ip(e))).find((w) => w.worker_id === worker)?.blocks;
+  const before = new Map(await Promise.all(epps.map(async (e) => [e, await blocks(e)] as const)));
+  const lease = intentLeases(cluster.api, cluster.namespace).find((l) => l.intent.workerId === worker)!;
+  // What a withdrawn or expired intent looks like to the EPP; the pod is still Ready and listed.
+  cluster.api.remove("Lease", cluster.namespace, lease.name);
+  for (const e of epps) await waitFor(() => !loggedAttachments(cluster.sim.process(e).lines)?.includes(`${worker}/0`), { message: `${e} saw the intent go` });
+  for (const e of epps) {
+    await waitFor(async () => (await blocks(e)) === before.get(e), { timeoutMs: 3000, message: `${e} still indexes ${worker}'s ${before.get(e)} blocks` });
+  }
+}, 60_000);
+
+test.todo("8. a worker whose pod is not Ready leaves the EPPs' worker set at once, as without intents, whatever its intent says", async () => {
+  // Pod discovery drops a NotReady pod at once. Through its intent the EPP keeps it (listener, index
+  // entries) and routes to it until its /metrics scrapes have failed 3 times (markDown) or the Lease
+  // goes: a pod whose readiness fails while its /metrics still answers stays routable.
+  const { worker } = await placedOnSomeWorker(3000, (w) => intentLeases(cluster.api, cluster.namespace).some((l) => l.intent.workerId === w));
+  await cluster.sim.process(worker).kill("SIGKILL", 0); // crashed: the pod stays, NotReady, its intent Lease too
+  await waitFor(() => (cluster.api.get("Pod", cluster.namespace, worker)?.status as { phase?: string }).phase === "Failed", { message: `${worker} Failed` });
+  for (const e of cluster.readyEpps()) {
+    await waitFor(async () => !(await eppWorkers(cluster.ip(e))).some((w) => w.worker_id === worker), { timeoutMs: 5000, message: `${e} drops the NotReady ${worker}` });
+  }
+}, 60_000);
+
+/** What an EPP would pick for a prompt now (a dry run: it records no load). */
+async function selectOn(epp: string, family: number, question: string): Promise<{ endpoint?: string; overlap_blocks?: number; request_blocks?: number }> {
+  const res = await fetch(`http://${cluster.ip(epp)}:9093/select`, { method: "POST", body: JSON.stringify({ model: MODEL, prompt: prompt(family, question) }) });
+  return (await res.json()) as { endpoint?: string; overlap_blocks?: number; request_blocks?: number };
+}
+
+/**
+ * A ready worker (among those `accept`s) whose blocks of a new family every EPP indexes (its /select
+ * picks that worker with the whole prompt as overlap); sends requests until one lands on such a worker.
+ */
+async function placedOnSomeWorker(firstFamily: number, accept: (w: string) => boolean = () => true): Promise<{ worker: string; family: number }> {
+  for (let f = firstFamily; f < firstFamily + 16; f++) {
+    await idle();
+    const { endpoint } = await request(f, "e", 0);
+    const worker = cluster.readyWorkers().find((w) => workerAddress(w) === endpoint && accept(w));
+    if (!worker) continue;
+    for (const e of cluster.readyEpps()) {
+      await waitFor(async () => {
+        const pick = await selectOn(e, f, "e");
+        return pick.endpoint === endpoint && pick.overlap_blocks === pick.request_blocks;
+      }, { timeoutMs: 15_000, message: `${e} indexes family ${f} on ${worker}` });
+    }
+    return { worker, family: f };
+  }
+  throw new Error("no request landed on an accepted worker");
+}
