@@ -39,7 +39,7 @@ export { registerIntents, IntentOwner, IntentRegistrationError, type RegisterInt
 export { WITHDRAW_BACKOFF, realSleep, type Sleep } from "./retry.ts";
 export { advertiseHost, IntentWatcher, desiredAttachments, startIntentHost, type HostAdvertiser, type IntentHost, type IntentWatcherOptions } from "./host.ts";
 export { intentWorkers, mergeWorkerSets, type IntentWorker, type IntentWorkerSpec, type RankSource, type WorkerSpecLike } from "./workers.ts";
-export { registerWorkerIntents, workerDescriptors, replaceHost, withdrawStaleIntents, type RegisterWorkerIntentsOptions, type WorkerRankInfo } from "./worker-side.ts";
+export { registerWorkerIntents, workerDescriptors, replaceHost, replaceUrlHost, withdrawStaleIntents, type RegisterWorkerIntentsOptions, type WorkerRankInfo } from "./worker-side.ts";
 export { serveDiscoveryStore, type DiscoveryServer } from "./discovery/http-server.ts";
 export { connectHttpDiscovery, type HttpDiscoveryOptions } from "./discovery/http.ts";
 export { parseDiscoveryConfig, openDiscovery, type DiscoveryConfig } from "./discovery/open.ts";

@@ -25,7 +25,7 @@ export type RegisterWorkerIntentsOptions = {
   metricsUrl?: string;
   /**
    * The address other hosts reach this process on (the pod IP): replaces the host part of every
-   * endpoint and of `address`, since a wildcard bind is reported as a loopback address.
+   * endpoint, of `address` and of `metricsUrl`, since a wildcard bind is reported as a loopback address.
    */
   advertiseHost?: string;
   multimodalTokenIds?: number[];
@@ -47,6 +47,18 @@ export function replaceHost(endpoint: string, host: string): string {
   return endpoint.replace(/^(tcp:\/\/)?(\[[^\]]*\]|[^:/]+)(?=:\d+$)/, (_, scheme: string | undefined) => `${scheme ?? ""}${h}`);
 }
 
+/** `http://1.2.3.4:8000/metrics` with its host replaced (IPv6 bracketed); left as is if not a URL. */
+export function replaceUrlHost(url: string, host: string): string {
+  let u: URL;
+  try {
+    u = new URL(url);
+  } catch {
+    return url;
+  }
+  u.hostname = host.includes(":") ? `[${host}]` : host;
+  return u.toString();
+}
+
 export function workerDescriptors(o: Omit<RegisterWorkerIntentsOptions, "discovery" | "controlTarget" | "signal" | "log" | "retry" | "sleep">): IntentDescriptor[] {
   const tenant = o.tenant ?? "default";
   const indexerDomain = indexerDomainOf(o.model, tenant);
@@ -65,7 +77,8 @@ export function workerDescriptors(o: Omit<RegisterWorkerIntentsOptions, "discove
     cacheOwners: [{ id: "gpu", indexerDomain }],
     multimodalTokenIds: o.multimodalTokenIds ?? [],
     ...(o.address ? { address: at(o.address) } : {}),
-    ...(o.metricsUrl ? { metricsUrl: o.metricsUrl } : {}),
+    // Rewritten like the endpoints: with a wildcard bind the worker reports its loopback here too.
+    ...(o.metricsUrl ? { metricsUrl: o.advertiseHost ? replaceUrlHost(o.metricsUrl, o.advertiseHost) : o.metricsUrl } : {}),
   }));
 }
 

@@ -23,6 +23,7 @@ const base = (discovery: RegisterWorkerIntentsOptions["discovery"]): RegisterWor
     { rank: 1, kvEvents: "tcp://127.0.0.1:5558", replay: null },
   ],
   address: "127.0.0.1:8000",
+  metricsUrl: "http://127.0.0.1:8000/metrics",
 });
 
 describe("registerWorkerIntents: what a worker calls at start", () => {
@@ -36,6 +37,10 @@ describe("registerWorkerIntents: what a worker calls at start", () => {
       undefined,
     ]);
     expect(r0!.indexerDomain).toBe("m:default");
+    // The metrics URL too: a wildcard bind must not tell the host to scrape its own loopback.
+    expect([r0!.metricsUrl, r1!.metricsUrl]).toEqual(["http://10.1.2.3:8000/metrics", "http://10.1.2.3:8000/metrics"]);
+    expect(workerDescriptors({ ...base(new MemoryDiscoveryStore().connect()), advertiseHost: "fd00::7" })[0]!.metricsUrl).toBe("http://[fd00::7]:8000/metrics");
+    expect(workerDescriptors(base(new MemoryDiscoveryStore().connect()))[0]!.metricsUrl).toBe("http://127.0.0.1:8000/metrics");
     expect(replaceHost("tcp://[::1]:5557", "fd00::7")).toBe("tcp://[fd00::7]:5557");
     expect(replaceHost("127.0.0.1:8000", "fd00::7")).toBe("[fd00::7]:8000");
   });
