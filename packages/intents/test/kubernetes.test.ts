@@ -301,3 +301,97 @@ describe("the registration's lease on Kubernetes", () => {
     await behind.close();
   });
 });
+
+describe("deleted records come back while their producer lives", () => {
+  test("a deleted host record is re-created by the next renewal, so new workers can register again", async () => {
+    const epp = kubernetesDiscovery({ kubeConfig: api.kubeConfig, namespace: NS, pod: { name: "epp-renew", uid: "uid-epp-renew" }, leaseDurationSeconds: 1 });
+    api.upsert({ apiVersion: "v1", kind: "Pod", metadata: { name: "epp-renew", namespace: NS, uid: "uid-epp-renew" } });
+    const ad = await advertiseHost({ discovery: epp, hostInstance: "epp-renew" });
+    const name = ad.registration.name;
+    api.remove("Lease", NS, name);
+    expect(api.get("Lease", NS, name)).toBeUndefined();
+    await waitFor(() => api.get("Lease", NS, name) !== undefined, { message: "host record re-created" });
+    const lease = api.get("Lease", NS, name)!;
+    expect(JSON.parse(lease.metadata!.annotations![HOLDERS_ANNOTATION]!)).toEqual([epp.producer]);
+    expect(lease.metadata!.ownerReferences!.map((r) => r.name)).toEqual(["epp-renew"]);
+    const worker = podClient();
+    const owner = await registerIntents({ discovery: worker.discovery, workerId: WORKER, controlTarget: "epp-renew", descriptors: [descriptor(0)] });
+    expect(owner.managedRanks()).toEqual([0]);
+    // Withdrawn by its producer, it stays withdrawn.
+    await ad.close();
+    await new Promise((r) => setTimeout(r, 700));
+    expect(api.get("Lease", NS, name)).toBeUndefined();
+    await owner.close();
+    await worker.discovery.close();
+    await epp.close();
+  });
+
+  test("a replica renewing a re-created shared record it is not listed in joins it again", async () => {
+    const a = kubernetesDiscovery({ kubeConfig: api.kubeConfig, namespace: NS, pod: { name: "epp-ja", uid: "uid-epp-ja" }, leaseDurationSeconds: 1 });
+    const b = kubernetesDiscovery({ kubeConfig: api.kubeConfig, namespace: NS, pod: { name: "epp-jb", uid: "uid-epp-jb" }, leaseDurationSeconds: 1 });
+    for (const p of ["epp-ja", "epp-jb"]) api.upsert({ apiVersion: "v1", kind: "Pod", metadata: { name: p, namespace: NS, uid: `uid-${p}` } });
+    const ad = await advertiseHost({ discovery: a, hostInstance: "epp-join" });
+    await advertiseHost({ discovery: b, hostInstance: "epp-join" });
+    const name = ad.registration.name;
+    const holders = () => JSON.parse(api.get("Lease", NS, name)?.metadata?.annotations?.[HOLDERS_ANNOTATION] ?? "[]") as string[];
+    api.remove("Lease", NS, name);
+    await waitFor(() => holders().length === 2, { message: "both replicas hold the re-created record" });
+    expect(holders().sort()).toEqual([a.producer, b.producer].sort());
+    expect(api.get("Lease", NS, name)!.metadata!.ownerReferences!.map((r) => r.name).sort()).toEqual(["epp-ja", "epp-jb"]);
+    await a.close();
+    await b.close();
+    api.remove("Lease", NS, name);
+  });
+
+  test("a deleted intent record is re-created by the next renewal; the host attaches again", async () => {
+    const epp = podClient();
+    const host = await advertiseHost({ discovery: epp.discovery, hostInstance: "epp-intent-renew" });
+    let desired: AttachmentIntent[] = [];
+    const watcher = new IntentWatcher({ discovery: epp.discovery, hostInstance: "epp-intent-renew", onChange: (d) => (desired = d) });
+    await watcher.start();
+    api.upsert({ apiVersion: "v1", kind: "Pod", metadata: { name: "worker-renew", namespace: NS, uid: "uid-worker-renew" } });
+    const wd = kubernetesDiscovery({ kubeConfig: api.kubeConfig, namespace: NS, pod: { name: "worker-renew", uid: "uid-worker-renew" }, leaseDurationSeconds: 1 });
+    const owner = await registerIntents({ discovery: wd, workerId: WORKER, controlTarget: "epp-intent-renew", descriptors: [descriptor(0), descriptor(1)] });
+    await waitFor(() => desired.length === 2);
+    const gone = intentRecordName(owner.intents[1]!);
+    api.remove("Lease", NS, gone);
+    await waitFor(() => desired.length === 1, { message: "detached" });
+    await waitFor(() => desired.length === 2, { message: "re-created and attached again" });
+    expect(api.get("Lease", NS, gone)!.metadata!.ownerReferences!.map((r) => r.name)).toEqual(["worker-renew"]);
+    await owner.close();
+    expect(intentsOf("worker-renew")).toEqual([]);
+    await new Promise((r) => setTimeout(r, 700));
+    expect(intentsOf("worker-renew")).toEqual([]); // withdrawn ones stay withdrawn
+    watcher.close();
+    await host.close();
+    await wd.close();
+    await epp.discovery.close();
+  });
+
+  test("joining a shared record that vanishes mid-join creates it instead of failing", async () => {
+    let vanish = false;
+    const racy = await startFakeKubeApi({
+      host: "127.0.7.1",
+      namespace: NS,
+      authorize: (r) => {
+        // The join's read of the existing record: the record is deleted just before it is served.
+        if (vanish && r.verb === "get" && r.plural === "leases") {
+          vanish = false;
+          racy.remove("Lease", NS, r.name!);
+        }
+        return true;
+      },
+    });
+    const a = kubernetesDiscovery({ kubeConfig: racy.kubeConfig, namespace: NS, producer: "epp-a" });
+    const b = kubernetesDiscovery({ kubeConfig: racy.kubeConfig, namespace: NS, producer: "epp-b" });
+    const ad = await advertiseHost({ discovery: a, hostInstance: HOST });
+    vanish = true;
+    const adB = await advertiseHost({ discovery: b, hostInstance: HOST });
+    expect(vanish).toBe(false); // the race did happen
+    expect(JSON.parse(racy.get("Lease", NS, adB.registration.name)!.metadata!.annotations![HOLDERS_ANNOTATION]!)).toEqual(["epp-b"]);
+    expect(ad.registration.name).toBe(adB.registration.name);
+    await a.close();
+    await b.close();
+    await racy.close();
+  });
+});

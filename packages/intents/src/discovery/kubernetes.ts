@@ -91,8 +91,8 @@ export function kubernetesDiscovery(o: KubernetesDiscoveryOptions): Discovery {
   const resyncMs = o.resyncMs ?? Math.max(1000, (leaseSeconds * 1000) / 3);
   const lease = new AbortController();
   const watches = new Set<WatchHandle>();
-  /** Records this producer holds and renews. */
-  const held = new Set<string>();
+  /** Records this producer holds and renews (re-creating them from their spec if deleted). */
+  const held = new Map<string, RecordSpec>();
   let lastRenewed = now();
   const live = (l: V1Lease) => !expired(l, now());
   const ownerRef: V1OwnerReference | undefined = o.pod && { apiVersion: "v1", kind: "Pod", name: o.pod.name, uid: o.pod.uid };
@@ -122,18 +122,68 @@ export function kubernetesDiscovery(o: KubernetesDiscoveryOptions): Discovery {
     },
   });
 
-  /** One renewal round: every held record gets a fresh renewTime. */
+  /**
+   * Creates the record, or joins it when shared and already there. A shared record that vanishes
+   * between the conflict and the join (its last holder left) is created again.
+   */
+  async function ensure(spec: RecordSpec): Promise<void> {
+    for (let attempt = 0; attempt < 5; attempt++) {
+      try {
+        await api.createNamespacedLease({ namespace, body: body(spec) });
+        return;
+      } catch (err) {
+        if (status(err) !== 409) throw err;
+        if (!spec.shared) throw new RecordExistsError(`${spec.kind} record ${spec.name} exists`);
+      }
+      if ((await join(spec.name)) === "joined") return;
+    }
+    throw new Error(`lease ${spec.name}: keeps vanishing while joining`);
+  }
+
+  /** Removes a record (plain: delete; shared: leave, deleting it with the last holder). */
+  async function remove(reg: Registration): Promise<"removed" | "missing"> {
+    if (reg.kind === "host") return leave(reg);
+    try {
+      await api.deleteNamespacedLease({ name: reg.name, namespace });
+      return "removed";
+    } catch (err) {
+      if (status(err) === 404) return "missing";
+      throw err;
+    }
+  }
+
+  /**
+   * One renewal round: every held record gets a fresh renewTime. A held record that is gone (deleted by
+   * hand, or by a cleanup that raced a restart) is created again: this producer is alive, so its record
+   * must be too, or new workers cannot find the host and the host loses the intent. A record deleted by
+   * the garbage collector is not at risk of resurrection: the pod object (the owner) outlives its
+   * containers, so by then this process is gone; and the collector removes a dependent whose owner is
+   * absent anyway.
+   */
   async function renewAll(): Promise<void> {
     let ok = true;
-    for (const name of [...held]) {
+    for (const [name, spec] of [...held]) {
       try {
-        const cur = await api.readNamespacedLease({ name, namespace });
+        let cur: V1Lease | undefined;
+        try {
+          cur = await api.readNamespacedLease({ name, namespace });
+        } catch (err) {
+          if (status(err) !== 404) throw err;
+        }
+        if (!cur) {
+          await ensure(spec);
+          log.info({ record: name, kind: spec.kind }, "re-created a discovery record that had been deleted");
+          // Withdrawn while it was being re-created: withdraw it again.
+          if (held.get(name) !== spec) await remove({ kind: spec.kind, name, producer });
+          continue;
+        }
         cur.spec = { ...cur.spec, renewTime: new V1MicroTime(now()) };
+        // A shared record re-created by another holder does not list this one: join it in the same write.
+        if (spec.shared && cur.metadata) addHolder(cur);
         await api.replaceNamespacedLease({ name, namespace, body: cur });
       } catch (err) {
-        // Gone (withdrawn or collected) is not a failure to renew; anything else is.
-        if (status(err) === 404) held.delete(name);
-        else if (status(err) !== 409) {
+        // A conflict is retried at the next round; anything else is a failure to renew.
+        if (status(err) !== 409) {
           ok = false;
           log.warn({ record: name, err: String(err) }, "renewing a discovery record failed");
         }
@@ -153,20 +203,34 @@ export function kubernetesDiscovery(o: KubernetesDiscoveryOptions): Discovery {
       : undefined;
   renewTimer?.unref?.();
 
-  /** Adds this producer (and its pod as an owner) to an existing shared record; retried on conflicts. */
-  async function join(name: string): Promise<void> {
+  /** Lists this producer (and its pod as an owner) in a shared record; false when it already was. */
+  function addHolder(cur: V1Lease): boolean {
+    const holders = holdersOf(cur);
+    if (holders.includes(producer)) return false;
+    const meta = cur.metadata!;
+    meta.annotations = { ...meta.annotations, [HOLDERS_ANNOTATION]: JSON.stringify([...holders, producer]) };
+    const refs = meta.ownerReferences ?? [];
+    if (ownerRef && !refs.some((r) => r.uid === ownerRef.uid)) meta.ownerReferences = [...refs, ownerRef];
+    return true;
+  }
+
+  /** Adds this producer to an existing shared record, retried on conflicts; "missing" if it is gone. */
+  async function join(name: string): Promise<"joined" | "missing"> {
     for (let attempt = 0; attempt < 5; attempt++) {
-      const cur = await api.readNamespacedLease({ name, namespace });
-      const holders = holdersOf(cur);
+      let cur: V1Lease;
+      try {
+        cur = await api.readNamespacedLease({ name, namespace });
+      } catch (err) {
+        if (status(err) === 404) return "missing";
+        throw err;
+      }
       if (!cur.metadata?.annotations?.[HOLDERS_ANNOTATION]) throw new RecordExistsError(`lease ${name} exists and is not shared`);
-      if (holders.includes(producer)) return;
-      const refs = cur.metadata.ownerReferences ?? [];
-      cur.metadata.annotations[HOLDERS_ANNOTATION] = JSON.stringify([...holders, producer]);
-      if (ownerRef && !refs.some((r) => r.uid === ownerRef.uid)) cur.metadata.ownerReferences = [...refs, ownerRef];
+      if (!addHolder(cur)) return "joined";
       try {
         await api.replaceNamespacedLease({ name, namespace, body: cur });
-        return;
+        return "joined";
       } catch (err) {
+        if (status(err) === 404) return "missing";
         if (status(err) !== 409) throw err;
       }
     }
@@ -211,27 +275,14 @@ export function kubernetesDiscovery(o: KubernetesDiscoveryOptions): Discovery {
     async register(spec) {
       if (!NAME.test(spec.name)) throw new Error(`record name ${JSON.stringify(spec.name)} is not a valid object name`);
       if (lease.signal.aborted) throw new Error(`lease of ${producer} has ended`);
-      try {
-        await api.createNamespacedLease({ namespace, body: body(spec) });
-      } catch (err) {
-        if (status(err) !== 409) throw err;
-        if (!spec.shared) throw new RecordExistsError(`${spec.kind} record ${spec.name} exists`);
-        await join(spec.name);
-      }
-      held.add(spec.name);
+      await ensure(spec);
+      held.set(spec.name, spec);
       return { kind: spec.kind, name: spec.name, producer };
     },
 
     async unregister(reg) {
       held.delete(reg.name);
-      if (reg.kind === "host") return leave(reg);
-      try {
-        await api.deleteNamespacedLease({ name: reg.name, namespace });
-        return "removed";
-      } catch (err) {
-        if (status(err) === 404) return "missing";
-        throw err;
-      }
+      return remove(reg);
     },
 
     async list(q: Query) {
