@@ -1,6 +1,7 @@
 // The host side (the EPP): advertise this process as the KV-state host, and turn the live intents
 // addressed to it into a desired set of attachments, level-triggered.
 import pino, { type Logger } from "pino";
+import { realSleep, REGISTER_BACKOFF, type Backoff, type Sleep } from "./retry.ts";
 import type { Discovery, DiscoveryRecord, Registration, WatchHandle } from "./discovery/types.ts";
 import { decodeIntent, encodeHost, HOST_PROTOCOL_VERSION, hostRecordName, VLLM_KV_EVENTS_PROTOCOL, type AttachmentIntent } from "./protocol.ts";
 
@@ -87,8 +88,10 @@ export class IntentWatcher {
     return this.#desired;
   }
 
+  /** Stops watching; `start()` may be called again (a fresh list and watch). */
   close(): void {
     this.#watch?.close();
+    this.#watch = undefined;
   }
 
   #reconcile(records: DiscoveryRecord[]): void {
@@ -108,27 +111,112 @@ export class IntentWatcher {
   }
 }
 
-export type IntentHost = { readonly watcher: IntentWatcher; stop(): Promise<void> };
+export type IntentHostState =
+  | { kind: "starting" }
+  | { kind: "ready" }
+  /** The last attempt failed (advertising or the first list); the next one runs in `retryInMs`. */
+  | { kind: "retrying"; attempt: number; error: string; retryInMs: number }
+  /** The discovery's lease ended: nothing can be registered through it any more. */
+  | { kind: "failed"; error: string }
+  | { kind: "stopped" };
+
+export type IntentHostOptions = IntentWatcherOptions & {
+  /**
+   * Backoff between start attempts (default 1 s doubling to 30 s); `false`: reject on the first
+   * failure, as a one-shot start.
+   */
+  retry?: Backoff | false;
+  /** Every state change (for a metric or a log line beside the host's own). */
+  onState?: (s: IntentHostState) => void;
+  sleep?: Sleep;
+};
+
+export type IntentHost = {
+  readonly watcher: IntentWatcher;
+  state(): IntentHostState;
+  /** Resolves once advertised and the first desired set has been handed to `onChange` (never rejects). */
+  readonly ready: Promise<void>;
+  stop(): Promise<void>;
+};
 
 /**
- * The whole host side in one call: advertise, then watch. Resolves after the first desired set has been
- * handed to `onChange`, so a caller that subscribes before recovery sees every live intent.
+ * The whole host side in one call: advertise, then watch. When the first attempt succeeds it resolves
+ * after the first desired set has been handed to `onChange`, so a caller that subscribes before
+ * recovery sees every live intent. When it fails (API unreachable, RBAC not yet applied), it still
+ * resolves, in state `retrying`, and keeps trying in the background with backoff: a caller that only
+ * logs and carries on (the EPP serving the pods it knows) gets the intents through `onChange` later.
+ * An advertisement that went through is kept across attempts; only what failed is redone.
  */
-export async function startIntentHost(o: IntentWatcherOptions): Promise<IntentHost> {
-  const ad = await advertiseHost(o);
+export async function startIntentHost(o: IntentHostOptions): Promise<IntentHost> {
+  const log = o.log ?? pino({ level: "silent" });
+  const sleep = o.sleep ?? realSleep;
+  const backoff = o.retry === false ? undefined : (o.retry ?? REGISTER_BACKOFF);
   const watcher = new IntentWatcher(o);
+  const stopping = new AbortController();
+  let ad: HostAdvertiser | undefined;
+  let state: IntentHostState = { kind: "starting" };
+  const setState = (s: IntentHostState) => {
+    state = s;
+    o.onState?.(s);
+  };
+  const attempt = async () => {
+    ad ??= await advertiseHost(o);
+    try {
+      await watcher.start();
+    } catch (err) {
+      watcher.close(); // the next attempt lists and watches afresh
+      throw err;
+    }
+  };
+  let ready: Promise<void>;
   try {
-    await watcher.start();
+    await attempt();
+    setState({ kind: "ready" });
+    ready = Promise.resolve();
   } catch (err) {
-    watcher.close();
-    await ad.close();
-    throw err;
+    if (!backoff) {
+      await ad?.close();
+      throw err;
+    }
+    ready = (async () => {
+      let delay = backoff.initialMs;
+      let error = err;
+      for (let n = 1; ; n++) {
+        if (o.discovery.lease.aborted) {
+          setState({ kind: "failed", error: String(o.discovery.lease.reason ?? error) });
+          log.error({ host: o.hostInstance, err: String(error) }, "KV host not started: the discovery lease has ended");
+          return;
+        }
+        setState({ kind: "retrying", attempt: n, error: String(error), retryInMs: delay });
+        log.warn({ host: o.hostInstance, err: String(error), attempt: n, ms: delay }, "starting the KV host failed, retrying");
+        await sleep(delay, AbortSignal.any([stopping.signal, o.discovery.lease]));
+        if (stopping.signal.aborted) return;
+        try {
+          await attempt();
+          if (stopping.signal.aborted) return; // stop() raced the attempt: it cleans up
+          setState({ kind: "ready" });
+          log.info({ host: o.hostInstance, attempt: n + 1 }, "KV host started");
+          return;
+        } catch (e) {
+          error = e;
+          delay = Math.min(delay * 2, backoff.maxMs);
+        }
+      }
+    })();
   }
+  let stopped: Promise<void> | undefined;
   return {
     watcher,
-    stop: async () => {
-      watcher.close();
-      await ad.close();
-    },
+    state: () => state,
+    ready,
+    stop: () =>
+      (stopped ??= (async () => {
+        stopping.abort();
+        watcher.close(); // settles a first list still in flight, so the attempt ends
+        await ready;
+        watcher.close(); // in case the attempt started it again meanwhile
+        await ad?.close();
+        setState({ kind: "stopped" });
+      })()),
   };
 }

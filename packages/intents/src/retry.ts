@@ -21,6 +21,11 @@ export const realSleep: Sleep = (ms, signal) =>
 
 export const WITHDRAW_BACKOFF = { initialMs: 100, maxMs: 5_000 } as const;
 
+/** Retrying a registration that cannot happen yet (no host, API unreachable or forbidden). */
+export const REGISTER_BACKOFF = { initialMs: 1_000, maxMs: 30_000 } as const;
+
+export type Backoff = { initialMs: number; maxMs: number };
+
 export type WithdrawOutcome = "removed" | "missing" | "lease-ended";
 
 export async function withdrawWithRetry(discovery: Discovery, reg: Registration, o: { sleep: Sleep; log: Logger }): Promise<WithdrawOutcome> {

@@ -5,7 +5,7 @@ import type { Discovery } from "./discovery/types.ts";
 import { HostLookupError } from "./host-lookup.ts";
 import { IntentRegistrationError, registerIntents, type IntentOwner } from "./owner.ts";
 import { decodeIntent, indexerDomainOf, VLLM_KV_EVENTS_PROTOCOL, type IntentDescriptor } from "./protocol.ts";
-import { realSleep, type Sleep } from "./retry.ts";
+import { realSleep, REGISTER_BACKOFF, type Sleep } from "./retry.ts";
 
 export type WorkerRankInfo = { rank: number; kvEvents: string; replay?: string | null };
 
@@ -38,8 +38,6 @@ export type RegisterWorkerIntentsOptions = {
   log?: Logger;
   sleep?: Sleep;
 };
-
-const RETRY_BACKOFF = { initialMs: 1_000, maxMs: 30_000 } as const;
 
 /** `tcp://1.2.3.4:5557` or `1.2.3.4:8000` with its host replaced (IPv6 bracketed). */
 export function replaceHost(endpoint: string, host: string): string {
@@ -113,7 +111,7 @@ export async function registerWorkerIntents(o: RegisterWorkerIntentsOptions): Pr
   const sleep = o.sleep ?? realSleep;
   const descriptors = workerDescriptors(o);
   await withdrawStaleIntents(o.discovery, o.workerId, o.controlTarget, log);
-  let delay: number = RETRY_BACKOFF.initialMs;
+  let delay: number = REGISTER_BACKOFF.initialMs;
   for (;;) {
     try {
       return await registerIntents({ discovery: o.discovery, workerId: o.workerId, controlTarget: o.controlTarget, descriptors, signal: o.signal, log });
@@ -123,7 +121,7 @@ export async function registerWorkerIntents(o: RegisterWorkerIntentsOptions): Pr
       log.warn({ worker: o.workerId, err: String(err), ms: delay }, "registering KV intents failed, retrying");
       await sleep(delay, o.signal ?? new AbortController().signal);
       if (o.signal?.aborted) throw err;
-      delay = Math.min(delay * 2, RETRY_BACKOFF.maxMs);
+      delay = Math.min(delay * 2, REGISTER_BACKOFF.maxMs);
     }
   }
 }

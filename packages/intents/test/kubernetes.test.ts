@@ -18,7 +18,9 @@ import {
   RecordExistsError,
   registerIntents,
   registerWorkerIntents,
+  startIntentHost,
   type AttachmentIntent,
+  type IntentHostState,
   type DiscoveryRecord,
 } from "../src/index.ts";
 import { capturingLogger, descriptor, HOST, WORKER } from "./fixtures.ts";
@@ -393,5 +395,75 @@ describe("deleted records come back while their producer lives", () => {
     await a.close();
     await b.close();
     await racy.close();
+  });
+});
+
+describe("startIntentHost keeps trying in the background", () => {
+  test("advertising and watching fail at start: it resolves (retrying), then advertises, watches and attaches once allowed", async () => {
+    let forbid: "create" | "list" | "none" = "create";
+    const strict = await startFakeKubeApi({
+      host: "127.0.7.1",
+      namespace: NS,
+      authorize: (r) =>
+        !(r.plural === "leases" && ((forbid === "create" && r.verb === "create") || (forbid === "list" && (r.verb === "list" || r.verb === "watch")))),
+    });
+    const epp = kubernetesDiscovery({ kubeConfig: strict.kubeConfig, namespace: NS, producer: "epp-retry", retryMs: 20 });
+    const states: IntentHostState["kind"][] = [];
+    let desired: AttachmentIntent[] = [];
+    const host = await startIntentHost({
+      discovery: epp,
+      hostInstance: HOST,
+      onChange: (d) => (desired = d),
+      retry: { initialMs: 20, maxMs: 80 },
+      onState: (s) => states.push(s.kind),
+    });
+    expect(host.state().kind).toBe("retrying");
+    const worker = kubernetesDiscovery({ kubeConfig: strict.kubeConfig, namespace: NS, producer: "worker-retry" });
+    await expect(findHost(worker, HOST, capturingLogger().log)).rejects.toThrow("found 0");
+    await waitFor(() => states.filter((s) => s === "retrying").length >= 3, { message: "several attempts while forbidden" });
+    forbid = "list"; // the advertisement goes through, the watch does not yet
+    await waitFor(() => strict.get("Lease", NS, "kvh-dynamo-epp") !== undefined, { message: "advertised" });
+    expect(host.state().kind).toBe("retrying");
+    forbid = "none";
+    await host.ready;
+    expect(host.state().kind).toBe("ready");
+    expect(JSON.parse(strict.get("Lease", NS, "kvh-dynamo-epp")!.metadata!.annotations![HOLDERS_ANNOTATION]!)).toEqual(["epp-retry"]);
+    const owner = await registerIntents({ discovery: worker, workerId: WORKER, controlTarget: HOST, descriptors: [descriptor(0), descriptor(1)] });
+    await waitFor(() => desired.length === 2, { message: "attached" });
+    await host.stop();
+    expect(host.state().kind).toBe("stopped");
+    expect(strict.get("Lease", NS, "kvh-dynamo-epp")).toBeUndefined();
+    await owner.close();
+    await worker.close();
+    await epp.close();
+    await strict.close();
+  });
+
+  test("with retry off, a failed start still rejects and leaves nothing behind", async () => {
+    const strict = await startFakeKubeApi({ host: "127.0.7.1", namespace: NS, authorize: (r) => !(r.plural === "leases" && r.verb === "watch") && !(r.plural === "leases" && r.verb === "list") });
+    const epp = kubernetesDiscovery({ kubeConfig: strict.kubeConfig, namespace: NS, producer: "epp-once" });
+    await expect(startIntentHost({ discovery: epp, hostInstance: HOST, onChange: () => {}, retry: false })).rejects.toThrow();
+    expect(strict.get("Lease", NS, "kvh-dynamo-epp")).toBeUndefined();
+    await epp.close();
+    await strict.close();
+  });
+
+  test("stop while retrying ends the attempts", async () => {
+    let attempts = 0;
+    const strict = await startFakeKubeApi({
+      host: "127.0.7.1",
+      namespace: NS,
+      authorize: (r) => !(r.plural === "leases" && r.verb === "create" && ++attempts > 0),
+    });
+    const epp = kubernetesDiscovery({ kubeConfig: strict.kubeConfig, namespace: NS, producer: "epp-stop" });
+    const host = await startIntentHost({ discovery: epp, hostInstance: HOST, onChange: () => {}, retry: { initialMs: 10, maxMs: 10 } });
+    await waitFor(() => attempts >= 3);
+    await host.stop();
+    expect(host.state().kind).toBe("stopped");
+    const after = attempts;
+    await new Promise((r) => setTimeout(r, 100));
+    expect(attempts).toBe(after);
+    await epp.close();
+    await strict.close();
   });
 });
