@@ -38,7 +38,15 @@ export { findHost, HostLookupError } from "./host-lookup.ts";
 export { registerIntents, IntentOwner, IntentRegistrationError, type RegisterIntentsOptions } from "./owner.ts";
 export { WITHDRAW_BACKOFF, REGISTER_BACKOFF, realSleep, type Backoff, type Sleep } from "./retry.ts";
 export { advertiseHost, IntentWatcher, desiredAttachments, startIntentHost, type HostAdvertiser, type IntentHost, type IntentHostOptions, type IntentHostState, type IntentWatcherOptions } from "./host.ts";
-export { intentWorkers, mergeWorkerSets, type IntentWorker, type IntentWorkerSpec, type RankSource, type WorkerSpecLike } from "./workers.ts";
+export {
+  intentWorkers,
+  mergeWorkerSets,
+  hostOf,
+  type MergeMode,
+  type MergedWorkers,
+  type MergedAlias,
+  type UnroutableWorker,
+  type IntentWorker, type IntentWorkerSpec, type RankSource, type WorkerSpecLike } from "./workers.ts";
 export { registerWorkerIntents, workerDescriptors, replaceHost, replaceUrlHost, withdrawStaleIntents, type RegisterWorkerIntentsOptions, type WorkerRankInfo } from "./worker-side.ts";
 export { serveDiscoveryStore, type DiscoveryServer } from "./discovery/http-server.ts";
 export { connectHttpDiscovery, type HttpDiscoveryOptions } from "./discovery/http.ts";

@@ -1,10 +1,9 @@
 // From attachments to the EPP's worker set. Pod discovery guesses a worker's KV endpoint from its IP
-// and the port convention; an intent states it per rank. Both paths end in one worker set: a worker
-// known to both keeps the pod's address and takes the intents' endpoints.
+// and the port convention; an intent states it per rank. Both paths end in one worker set.
 import type { AttachmentIntent } from "./protocol.ts";
 
 /** One rank's KV source, as an intent states it. */
-export type RankSource = { dpRank: number; kvEvents: string; replay?: string; topic: string };
+export type RankSource = { dpRank: number; kvEvents: string; replay?: string; topic: string; blockSize?: number };
 
 /** Structurally the EPP's WorkerSpec (packages/epp/src/workers/registry.ts). */
 export type WorkerSpecLike = { id: string; address: string; kvEvents: string; replay?: string; dpSize: number; metricsUrl: string };
@@ -14,6 +13,25 @@ export type IntentWorkerSpec = WorkerSpecLike & { ranks: RankSource[] };
 
 export type IntentWorker = { id: string; address?: string; metricsUrl?: string; ranks: RankSource[] };
 
+/**
+ * `kubernetes`: pod discovery (Ready pods only) decides membership; intents only describe the ranks of
+ * the pods it lists. `static`: the configured list and the intents together define the workers.
+ */
+export type MergeMode = "kubernetes" | "static";
+
+/** An intent worker that is not in the worker set: no listener, never picked. */
+export type UnroutableWorker = {
+  id: string;
+  /** `no-ready-pod`: kubernetes mode, no Ready pod matches it (crashed, terminating, not yet Ready). `no-address`: static mode, its intents state no address. */
+  reason: "no-ready-pod" | "no-address";
+  address?: string;
+};
+
+/** An intent worker merged into a worker of another id (same address): one listener per endpoint. */
+export type MergedAlias = { intentWorker: string; worker: string };
+
+export type MergedWorkers<T extends WorkerSpecLike> = { workers: (T | IntentWorkerSpec)[]; unroutable: UnroutableWorker[]; aliases: MergedAlias[] };
+
 /** Groups attachments by worker (input order kept: the watcher sorts by worker, then rank). */
 export function intentWorkers(desired: readonly AttachmentIntent[]): IntentWorker[] {
   const byId = new Map<string, IntentWorker>();
@@ -22,7 +40,13 @@ export function intentWorkers(desired: readonly AttachmentIntent[]): IntentWorke
     if (!w) byId.set(a.workerId, (w = { id: a.workerId, ranks: [] }));
     w.address ??= a.address;
     w.metricsUrl ??= a.metricsUrl;
-    w.ranks.push({ dpRank: a.dpRank, kvEvents: a.endpoint, ...(a.replayEndpoint ? { replay: a.replayEndpoint } : {}), topic: a.topic });
+    w.ranks.push({
+      dpRank: a.dpRank,
+      kvEvents: a.endpoint,
+      ...(a.replayEndpoint ? { replay: a.replayEndpoint } : {}),
+      topic: a.topic,
+      blockSize: a.blockSize,
+    });
   }
   return [...byId.values()];
 }
@@ -32,30 +56,104 @@ function withRanks<T extends WorkerSpecLike>(base: T, ranks: RankSource[]): T & 
   return { ...base, kvEvents: first.kvEvents, replay: first.replay, dpSize: ranks.length, ranks };
 }
 
+/** The ranks of several intent workers on one worker: per rank, the first one stating it wins. */
+function unionRanks(from: readonly IntentWorker[]): RankSource[] {
+  const byRank = new Map<number, RankSource>();
+  for (const w of from) for (const r of w.ranks) if (!byRank.has(r.dpRank)) byRank.set(r.dpRank, r);
+  return [...byRank.values()].sort((a, b) => a.dpRank - b.dpRank);
+}
+
+/** The host part of `ip:port`, `[v6]:port` or `tcp://ip:port`, brackets removed. */
+export function hostOf(endpoint: string): string | undefined {
+  const m = /^(?:[a-z]+:\/\/)?(\[[^\]]*\]|[^:/]+)(?::\d+)?(?:\/.*)?$/.exec(endpoint);
+  return m ? m[1]!.replace(/^\[|\]$/g, "") : undefined;
+}
+
+/** The addresses an intent worker can be recognised by: its stated address, else its ranks' endpoints. */
+function intentHosts(w: IntentWorker): string[] {
+  const hosts = w.address ? [hostOf(w.address)] : w.ranks.map((r) => hostOf(r.kvEvents));
+  return [...new Set(hosts.filter((h): h is string => h !== undefined))];
+}
+
 /**
- * The one worker set: pod-discovered workers, with the ranks of their intents where they have some, plus
- * intent-only workers that state their own address. An intent-only worker without an address cannot be
- * routed to and waits for its pod (it is returned in `unroutable`).
+ * The worker an intent worker belongs to: same id; else same address (ip:port); else, in kubernetes
+ * mode, the one pod with that IP (a pod IP is the pod's; ignored when several pods share an IP, as
+ * with hostNetwork). Static entries may share an IP (several workers on one machine), so not there.
+ */
+function matcher<T extends WorkerSpecLike>(pods: readonly T[], mode: MergeMode): (w: IntentWorker) => T | undefined {
+  const byId = new Map(pods.map((p) => [p.id, p]));
+  const byAddress = new Map<string, T | null>();
+  const byIp = new Map<string, T | null>();
+  for (const p of pods) {
+    byAddress.set(p.address, byAddress.has(p.address) ? null : p);
+    const ip = hostOf(p.address);
+    if (ip !== undefined) byIp.set(ip, byIp.has(ip) ? null : p);
+  }
+  return (w) => {
+    const same = byId.get(w.id) ?? (w.address ? byAddress.get(w.address) : undefined);
+    if (same) return same;
+    if (mode !== "kubernetes") return undefined;
+    const found = new Set(intentHosts(w).map((h) => byIp.get(h)));
+    const [only] = found;
+    return found.size === 1 && only ? only : undefined;
+  };
+}
+
+/**
+ * The one worker set from pod discovery (or the static list) and the intents.
+ *
+ * Both modes: an intent worker matched to a listed worker (by id, or by address under another id)
+ * gives it its per-rank sources (endpoints, topic, block size); the listed worker keeps its id, address
+ * and metrics URL. Several intent workers on one listed worker: the one of the same id first, then the
+ * others for ranks still missing, so each endpoint gets one listener (an alias is reported).
+ *
+ * `static` (the default, no pod discovery): an unmatched intent worker joins with the address its
+ * intent states; one without an address is `unroutable` (`no-address`).
+ *
+ * `kubernetes`: pod discovery decides membership. An unmatched intent worker (its pod crashed, is
+ * terminating or not Ready, or is not in the pool) is `unroutable` (`no-ready-pod`): it gets no
+ * listener, so it can never be picked, and its blocks stay out of the index; they come through the
+ * listener (replay, or the worker's next events) once its pod is Ready again.
  */
 export function mergeWorkerSets<T extends WorkerSpecLike>(
   pods: readonly T[],
   intents: readonly IntentWorker[],
-): { workers: (T | IntentWorkerSpec)[]; unroutable: string[] } {
-  const byId = new Map(intents.map((w) => [w.id, w]));
-  const workers: (T | IntentWorkerSpec)[] = pods.map((p) => {
-    const w = byId.get(p.id);
-    return w && w.ranks.length > 0 ? withRanks(p, w.ranks) : p;
-  });
-  const podIds = new Set(pods.map((p) => p.id));
-  const unroutable: string[] = [];
+  opts: { mode?: MergeMode } = {},
+): MergedWorkers<T> {
+  const mode = opts.mode ?? "static";
+  const match = matcher(pods, mode);
+  const contributions = new Map<T, IntentWorker[]>();
+  const unroutable: UnroutableWorker[] = [];
+  const aliases: MergedAlias[] = [];
+  /** Static mode: intent-only workers by the address they state (two ids on one address are one worker). */
+  const joining = new Map<string, IntentWorker[]>();
   for (const w of intents) {
-    if (podIds.has(w.id) || w.ranks.length === 0) continue;
-    if (!w.address) {
-      unroutable.push(w.id);
-      continue;
+    if (w.ranks.length === 0) continue;
+    const pod = match(w);
+    if (pod) {
+      const list = contributions.get(pod) ?? [];
+      // The same-id intent worker goes first: its ranks win.
+      if (pod.id === w.id) list.unshift(w);
+      else list.push(w);
+      contributions.set(pod, list);
+      if (pod.id !== w.id) aliases.push({ intentWorker: w.id, worker: pod.id });
+    } else if (mode === "kubernetes") {
+      unroutable.push({ id: w.id, reason: "no-ready-pod", ...(w.address ? { address: w.address } : {}) });
+    } else if (!w.address) {
+      unroutable.push({ id: w.id, reason: "no-address" });
+    } else {
+      const list = joining.get(w.address) ?? [];
+      if (list.length > 0) aliases.push({ intentWorker: w.id, worker: list[0]!.id });
+      joining.set(w.address, [...list, w]);
     }
-    const base = { id: w.id, address: w.address, kvEvents: "", dpSize: 0, metricsUrl: w.metricsUrl ?? `http://${w.address}/metrics` };
-    workers.push(withRanks(base, w.ranks));
   }
-  return { workers, unroutable };
+  const workers: (T | IntentWorkerSpec)[] = pods.map((p) => {
+    const from = contributions.get(p);
+    return from ? withRanks(p, unionRanks(from)) : p;
+  });
+  for (const [address, [first, ...rest]] of joining) {
+    const metricsUrl = first!.metricsUrl ?? rest.find((w) => w.metricsUrl)?.metricsUrl ?? `http://${address}/metrics`;
+    workers.push(withRanks({ id: first!.id, address, kvEvents: "", dpSize: 0, metricsUrl }, unionRanks([first!, ...rest])));
+  }
+  return { workers, unroutable, aliases };
 }

@@ -133,3 +133,40 @@ describe("intents end to end: mock worker → discovery → EPP", () => {
     await waitFor(() => epp.workers.specs().length === 0, { message: "EPP detached" });
   });
 });
+
+describe("intents beside pod discovery (kubernetes mode of the merge)", () => {
+  test("a worker registered under another id is its pod's one worker; when its pod is no longer Ready it leaves, intent or not", async () => {
+    const store = new MemoryDiscoveryStore();
+    const epp = await startStaticEpp();
+    // Pod discovery as the EPP's informer hands it over (Ready pods), here driven by the test.
+    let pods: { id: string; address: string; kvEvents: string; dpSize: number; metricsUrl: string }[] = [];
+    let intents: ReturnType<typeof intentWorkers> = [];
+    const reconcile = () => epp.workers.reconcile(mergeWorkerSets(pods, intents, { mode: "kubernetes" }).workers);
+    const host = await startIntentHost({
+      discovery: store.connect({ producer: "epp-proc-k" }),
+      hostInstance: HOST_INSTANCE,
+      onChange: (desired) => {
+        intents = intentWorkers(desired);
+        reconcile();
+      },
+    });
+    cleanup.push(() => host.stop());
+    const { worker } = await startWorker(store, "mock-proc-k"); // registers as "mock-a"
+    await waitFor(() => intents.length === 1, { message: "intent seen" });
+    expect(epp.workers.specs()).toEqual([]); // no Ready pod for it: not routable, no listener
+    const address = new URL(worker.url).host;
+    // Its pod is Ready, named otherwise; pod discovery guesses a KV port the worker does not use.
+    pods = [{ id: "vllm-pod-a", address, kvEvents: "tcp://127.0.7.4:1", dpSize: 1, metricsUrl: `http://${address}/metrics` }];
+    reconcile();
+    await waitFor(() => epp.workers.connected("vllm-pod-a", 0) && epp.workers.connected("vllm-pod-a", 1), { message: "the pod's worker listens on both intent ranks" });
+    expect(epp.workers.specs().map((s) => [s.id, s.dpSize])).toEqual([["vllm-pod-a", 2]]);
+    await complete(worker, 1, "a prompt long enough to fill a few blocks of sixteen tokens each ".repeat(4));
+    await waitFor(async () => (await workersOf(epp)).some((r) => r.worker_id === "vllm-pod-a" && r.dp_rank === 1 && r.blocks > 0), { message: "blocks indexed under the pod's worker" });
+    expect((await workersOf(epp)).map((r) => r.worker_id)).toEqual(["vllm-pod-a", "vllm-pod-a"]);
+    // The pod fails readiness (its process and intents live on): it leaves the worker set.
+    pods = [];
+    reconcile();
+    expect(epp.workers.specs()).toEqual([]);
+    expect(await workersOf(epp)).toEqual([]);
+  });
+});

@@ -115,8 +115,8 @@ describe("from attachments to the worker set", () => {
         replay: undefined,
         dpSize: 2,
         ranks: [
-          { dpRank: 0, kvEvents: "tcp://127.0.7.1:7000", topic: "" },
-          { dpRank: 1, kvEvents: "tcp://127.0.7.1:7100", replay: "tcp://127.0.7.1:7101", topic: "" },
+          { dpRank: 0, kvEvents: "tcp://127.0.7.1:7000", topic: "", blockSize: 16 },
+          { dpRank: 1, kvEvents: "tcp://127.0.7.1:7100", replay: "tcp://127.0.7.1:7101", topic: "", blockSize: 16 },
         ],
       },
       pod("pod-only"),
@@ -133,6 +133,6 @@ describe("from attachments to the worker set", () => {
     });
     const { workers, unroutable } = mergeWorkerSets([], intentWorkers([a("static-w", "127.0.7.5:8000"), a("nameless")]));
     expect(workers.map((w) => [w.id, w.address, w.metricsUrl, w.dpSize])).toEqual([["static-w", "127.0.7.5:8000", "http://127.0.7.5:8000/metrics", 1]]);
-    expect(unroutable).toEqual(["nameless"]);
+    expect(unroutable).toEqual([{ id: "nameless", reason: "no-address" }]);
   });
 });

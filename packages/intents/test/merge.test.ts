@@ -1,0 +1,111 @@
+// mergeWorkerSets: pod discovery (or the static list) and intents into one worker set, per mode.
+import { describe, expect, test } from "bun:test";
+import { hostOf, intentWorkers, mergeWorkerSets, type AttachmentIntent } from "../src/index.ts";
+import { descriptor, HOST } from "./fixtures.ts";
+
+/** A worker as the EPP's pod discovery lists it (Ready pods only): port convention, dpSize 1. */
+const pod = (id: string, ip: string) => ({ id, address: `${ip}:8000`, kvEvents: `tcp://${ip}:5557`, dpSize: 1, metricsUrl: `http://${ip}:8000/metrics` });
+
+/** One intent of `workerId` for rank r, published on `ip`, stating `address` when given. */
+function intent(workerId: string, dpRank: number, ip: string, over: Partial<AttachmentIntent> = {}): AttachmentIntent {
+  return {
+    ...descriptor(dpRank, { workerId, endpoint: `tcp://${ip}:${7000 + dpRank}`, replayEndpoint: undefined, topic: "kv", blockSize: 32 }),
+    intentId: 1 + dpRank,
+    host: HOST,
+    producer: `${workerId}-proc`,
+    registeredAt: 1,
+    ...over,
+  };
+}
+const rank = (dpRank: number, ip: string) => ({ dpRank, kvEvents: `tcp://${ip}:${7000 + dpRank}`, topic: "kv", blockSize: 32 });
+
+describe("kubernetes mode: pod discovery decides membership", () => {
+  test("an intent whose worker has no Ready pod does not make it routable; a listed pod takes its intents' ranks", () => {
+    const intents = intentWorkers([
+      intent("w-ready", 0, "10.0.0.1"),
+      intent("w-ready", 1, "10.0.0.1"),
+      intent("w-crashed", 0, "10.0.0.2", { address: "10.0.0.2:8000" }),
+      intent("w-nameless", 0, "10.0.0.3"),
+    ]);
+    const { workers, unroutable, aliases } = mergeWorkerSets([pod("w-ready", "10.0.0.1"), pod("w-plain", "10.0.0.9")], intents, { mode: "kubernetes" });
+    expect(workers).toEqual([
+      { ...pod("w-ready", "10.0.0.1"), kvEvents: "tcp://10.0.0.1:7000", replay: undefined, dpSize: 2, ranks: [rank(0, "10.0.0.1"), rank(1, "10.0.0.1")] },
+      pod("w-plain", "10.0.0.9"),
+    ]);
+    expect(unroutable).toEqual([
+      { id: "w-crashed", reason: "no-ready-pod", address: "10.0.0.2:8000" },
+      { id: "w-nameless", reason: "no-ready-pod" },
+    ]);
+    expect(aliases).toEqual([]);
+    // The same intents without pod discovery: the one stating an address is a worker of its own.
+    expect(mergeWorkerSets([pod("w-ready", "10.0.0.1")], intents).workers.map((w) => w.id)).toEqual(["w-ready", "w-crashed"]);
+  });
+
+  test("a worker registered under another id merges into its pod, by address or by pod IP: one worker, one listener per endpoint", () => {
+    const byAddress = intent("10.0.0.1:8000", 0, "10.0.0.1", { address: "10.0.0.1:8000" });
+    const byEndpointIp = intent("mock-b", 0, "10.0.0.2");
+    const byAddressIp = intent("mock-c", 0, "10.0.0.3", { address: "10.0.0.3:9000" });
+    const pods = [pod("vllm-a", "10.0.0.1"), pod("vllm-b", "10.0.0.2"), pod("vllm-c", "10.0.0.3")];
+    const { workers, unroutable, aliases } = mergeWorkerSets(pods, intentWorkers([byAddress, byEndpointIp, byAddressIp]), { mode: "kubernetes" });
+    expect(workers.map((w) => [w.id, w.address, w.dpSize, "ranks" in w ? w.ranks : undefined])).toEqual([
+      ["vllm-a", "10.0.0.1:8000", 1, [rank(0, "10.0.0.1")]],
+      ["vllm-b", "10.0.0.2:8000", 1, [rank(0, "10.0.0.2")]],
+      ["vllm-c", "10.0.0.3:8000", 1, [rank(0, "10.0.0.3")]],
+    ]);
+    expect(unroutable).toEqual([]);
+    expect(aliases).toEqual([
+      { intentWorker: "10.0.0.1:8000", worker: "vllm-a" },
+      { intentWorker: "mock-b", worker: "vllm-b" },
+      { intentWorker: "mock-c", worker: "vllm-c" },
+    ]);
+    const endpoints = workers.flatMap((w) => ("ranks" in w ? w.ranks.map((r) => r.kvEvents) : [w.kvEvents]));
+    expect(new Set(endpoints).size).toBe(endpoints.length);
+  });
+
+  test("the intent of the pod's own id wins a rank both state; a shared IP (hostNetwork) is no match", () => {
+    const own = intent("vllm-a", 0, "10.0.0.1", { endpoint: "tcp://10.0.0.1:7777" });
+    const other = [intent("alias-a", 0, "10.0.0.1"), intent("alias-a", 1, "10.0.0.1")];
+    const { workers } = mergeWorkerSets([pod("vllm-a", "10.0.0.1")], intentWorkers([...other, own]), { mode: "kubernetes" });
+    expect(workers.map((w) => ("ranks" in w ? w.ranks.map((r) => r.kvEvents) : []))).toEqual([["tcp://10.0.0.1:7777", "tcp://10.0.0.1:7001"]]);
+    const shared = mergeWorkerSets([pod("n1-a", "10.0.0.5"), { ...pod("n1-b", "10.0.0.5"), address: "10.0.0.5:8001" }], intentWorkers([intent("x", 0, "10.0.0.5")]), {
+      mode: "kubernetes",
+    });
+    expect(shared.workers.every((w) => !("ranks" in w))).toBe(true);
+    expect(shared.unroutable).toEqual([{ id: "x", reason: "no-ready-pod" }]);
+  });
+});
+
+describe("static mode (the default): the list and the intents together", () => {
+  test("an intent under another id with a listed worker's address merges into it; two intent ids on one address are one worker", () => {
+    const listed = { ...pod("static-a", "127.0.7.20"), address: "127.0.7.20:8000" };
+    const intents = intentWorkers([
+      intent("127.0.7.20:8000", 0, "127.0.7.20", { address: "127.0.7.20:8000" }),
+      intent("w-new", 0, "127.0.7.21", { address: "127.0.7.21:8000" }),
+      intent("w-new-again", 1, "127.0.7.21", { address: "127.0.7.21:8000", metricsUrl: "http://127.0.7.21:9100/metrics" }),
+      // Same IP, another port: another worker on the same machine, not an alias.
+      intent("w-other-port", 0, "127.0.7.20", { address: "127.0.7.20:8001", endpoint: "tcp://127.0.7.20:7100" }),
+    ]);
+    const { workers, unroutable, aliases } = mergeWorkerSets([listed], intents);
+    expect(workers.map((w) => [w.id, w.address, w.metricsUrl, "ranks" in w ? w.ranks.map((r) => r.kvEvents) : []])).toEqual([
+      ["static-a", "127.0.7.20:8000", "http://127.0.7.20:8000/metrics", ["tcp://127.0.7.20:7000"]],
+      ["w-new", "127.0.7.21:8000", "http://127.0.7.21:9100/metrics", ["tcp://127.0.7.21:7000", "tcp://127.0.7.21:7001"]],
+      ["w-other-port", "127.0.7.20:8001", "http://127.0.7.20:8001/metrics", ["tcp://127.0.7.20:7100"]],
+    ]);
+    expect(unroutable).toEqual([]);
+    expect(aliases).toEqual([
+      { intentWorker: "127.0.7.20:8000", worker: "static-a" },
+      { intentWorker: "w-new-again", worker: "w-new" },
+    ]);
+  });
+
+  test("hostOf reads the host of every endpoint form", () => {
+    expect(["10.0.0.1:8000", "tcp://10.0.0.1:5557", "[fd00::1]:8000", "tcp://[fd00::1]:5557", "http://h.example:80/metrics", "plain"].map(hostOf)).toEqual([
+      "10.0.0.1",
+      "10.0.0.1",
+      "fd00::1",
+      "fd00::1",
+      "h.example",
+      "plain",
+    ]);
+  });
+});
