@@ -6,7 +6,7 @@ export { loadProtos, PROTO_DIR, EXT_PROC_SERVICE } from "./extproc/protos.ts";
 export type { ProcessingRequest, ProcessingResponse } from "./extproc/messages.ts";
 export { DESTINATION_HEADER, METADATA_NAMESPACE, SUBSET_NAMESPACE, SUBSET_KEY } from "./extproc/messages.ts";
 // The picker's cost function and load tracking, for simulations that must decide exactly as the EPP does.
-export { cost, choose, type Weights, type CandidateLoad } from "./picker/cost.ts";
+export { cost, choose, DEFAULT_WEIGHTS, type Weights, type CandidateLoad } from "./picker/cost.ts";
 export { ActiveLoad, sumLoad, type Lease, type LoadView } from "./picker/load.ts";
 // replica-agg's sending numbering and receiving state, so a simulation runs the same rules in virtual time.
 export { AggOutbox } from "./replica-agg/publisher.ts";

@@ -104,9 +104,14 @@ async function route(name: EppName, prompt: number[], maxTokens: number) {
 
 type Spread = { meanMaxOverMean: number; leastLoadedPicks: number; picksPerWorker: number[] };
 
-/** Runs the seeded schedule through the replicas (request i to replicas[i % n]); measures the spread. */
-async function runSchedule(replicas: EppName[], seed: number): Promise<Spread> {
-  const rand = prng(seed);
+/**
+ * Runs the seeded schedule through the replicas (request i to replicas[i % n]); measures the spread.
+ * Every run gets its own prompts (`promptSeed`): a prompt a worker cached in an earlier run would be
+ * routed back to it by the prefill term, whatever the load.
+ */
+async function runSchedule(replicas: EppName[], promptSeed: number): Promise<Spread> {
+  const rand = prng(1);
+  const promptRand = prng(1000 + promptSeed);
   const inflight = new Map(WORKERS.map((w) => [w.address, 0]));
   const picks = new Map(WORKERS.map((w) => [w.address, 0]));
   let ratioSum = 0;
@@ -114,7 +119,7 @@ async function runSchedule(replicas: EppName[], seed: number): Promise<Spread> {
   const started = performance.now();
   const requests: Promise<void>[] = [];
   for (let i = 0; i < PICKS; i++) {
-    const prompt = Array.from({ length: 64 }, () => 1 + Math.floor(rand() * 50_000)); // 4 blocks, distinct
+    const prompt = Array.from({ length: 64 }, () => 1 + Math.floor(promptRand() * 50_000)); // 4 blocks, distinct
     const maxTokens = 10 + Math.floor(rand() * 60); // 100-700 ms at --speed 1
     const wait = started + i * GAP_MS - performance.now();
     if (wait > 0) await Bun.sleep(wait);
@@ -152,8 +157,8 @@ describe("replica-agg between two EPP processes", () => {
   test("with replica-agg, two replicas spread picks as evenly as one replica taking all the traffic; without it, worse", async () => {
     const single = await runSchedule(["a"], 1);
     const receivedBefore = await metric("b", "dynamo_epp_replica_agg_messages_total", '{direction="received",kind="delta"}');
-    const agg = await runSchedule(["a", "b"], 1);
-    const noAgg = await runSchedule(["c", "d"], 1);
+    const agg = await runSchedule(["a", "b"], 2);
+    const noAgg = await runSchedule(["c", "d"], 3);
     const fmt = (s: Spread) => `max/mean ${s.meanMaxOverMean.toFixed(3)}, least-loaded picks ${(100 * s.leastLoadedPicks).toFixed(0)}%, picks ${s.picksPerWorker.join("/")}`;
     console.log(`spread over ${PICKS} picks: one replica: ${fmt(single)} | two, replica-agg: ${fmt(agg)} | two, no replica-agg: ${fmt(noAgg)}`);
 

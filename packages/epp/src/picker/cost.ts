@@ -12,6 +12,19 @@ export type Weights = {
   temperature: number;
 };
 
+/**
+ * Default weights. Only their ratio matters (the argmin, and the softmax over normalised costs, are
+ * scale-free). Under mock-worker's timing model, which mirrors vLLM's, prefilling one block costs the
+ * request blockSize x prefillMsPerToken = 16 x 0.1 = 1.6 ms of TTFT, while one more running request
+ * slows every decode step of its batch by decodeBatchFactor x decodeMsPerToken = 0.1 ms, i.e. about
+ * 2 x 0.1 x O ms over a request's O output tokens (it and the co-runner slow each other), or
+ * 0.2 x O / B ms per active block for prompts of B blocks. Equal in ms: prefill/decode = 8 B / O, which
+ * is 19 on the Mooncake conversation trace (B = 832, O = 347). bench:trace measured hit rate and TTFT
+ * flat from 16 to 64 and every target met there (packages/epp/README.md); 16 is the low end of that
+ * plateau, leaving the most weight on balance for workloads with shorter prompts or longer outputs.
+ */
+export const DEFAULT_WEIGHTS = { prefillLoadScale: 16, decodeLoadScale: 1 } as const;
+
 export type CandidateLoad = { overlap: number; activeBlocks: number; waiting: number };
 
 export function cost(w: Weights, requestBlocks: number, c: CandidateLoad): number {

@@ -3,6 +3,7 @@ import { z } from "zod";
 import { POLICY_NAMES, type PolicyName } from "../policies/index.ts";
 import { FlagError, parseFlags } from "../cli-flags.ts";
 import { DEFAULT_AGG_SIM, type AggSimOptions } from "../sim/replica-agg.ts";
+import { DEFAULT_WEIGHTS } from "../upstream.ts";
 import { DEFAULT_TRACE_PATH } from "../trace.ts";
 
 const positiveInt = z.coerce.number().int().positive();
@@ -36,9 +37,9 @@ const schema = z.object({
   policies: z.string().default(POLICY_NAMES.join(",")),
   "event-lag-ms": nonNegative.default(10),
   seed: z.coerce.number().int().default(1),
-  // The EPP's defaults (packages/epp config): prefill-load-scale 1, decode-load-scale 1.
-  "prefill-load-scale": nonNegative.default(1),
-  "decode-load-scale": nonNegative.default(1),
+  // The EPP's defaults (packages/epp picker/cost.ts DEFAULT_WEIGHTS).
+  "prefill-load-scale": nonNegative.default(DEFAULT_WEIGHTS.prefillLoadScale),
+  "decode-load-scale": nonNegative.default(DEFAULT_WEIGHTS.decodeLoadScale),
   "max-running": positiveInt.default(64),
   jobs: positiveInt.optional(),
   out: z.string().min(1).default("reports"),
