@@ -19,7 +19,7 @@ export type SubscriberEvents = {
   malformed(): void;
 };
 
-type Link = { sub: SubSocket; connected: boolean; warnedMalformed: boolean };
+type Link = { sub: SubSocket; connected: boolean; warnedMalformed: boolean; removed: boolean };
 
 export class AggSubscribers {
   readonly #links = new Map<string, Link>();
@@ -60,6 +60,7 @@ export class AggSubscribers {
 
   async close(): Promise<void> {
     clearInterval(this.#timer);
+    for (const l of this.#links.values()) l.removed = true; // shutting down: no "connection lost" per sibling
     const subs = [...this.#links.values()].map((l) => l.sub);
     this.#links.clear();
     await Promise.allSettled(subs.map((s) => s.close()));
@@ -72,12 +73,13 @@ export class AggSubscribers {
   #add(s: Sibling): void {
     const { state, log, events } = this.opts;
     const sub = new SubSocket({ logger: log, reconnectMaxMs: this.opts.reconnectMaxMs ?? 1000 });
-    const link: Link = { sub, connected: false, warnedMalformed: false };
+    const link: Link = { sub, connected: false, warnedMalformed: false, removed: false };
     this.#links.set(s.id, link);
     state.add(s.id);
     sub.subscribe(AGG_TOPIC);
     sub.onPeer((up) => {
       link.connected = up;
+      if (link.removed) return; // its own drop was counted as "removed"
       if (up) {
         log.info({ peer: s.id }, "replica-agg: connected to sibling");
         return;
@@ -124,8 +126,9 @@ export class AggSubscribers {
   #remove(id: string): void {
     const link = this.#links.get(id)!;
     this.#links.delete(id);
-    void link.sub.close();
+    link.removed = true;
     const n = this.opts.state.remove(id);
+    void link.sub.close();
     this.opts.events.dropped("removed", n);
     this.opts.log.info({ peer: id, requests: n }, "replica-agg: sibling removed, its load dropped");
   }
