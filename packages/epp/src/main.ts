@@ -186,7 +186,8 @@ export async function startEpp(cfg: EppConfig, o: { log?: Logger; kubeConfig?: K
   // Two sources, one worker set: the static list or pod informer, and the workers' attachment intents.
   let podSpecs: WorkerSpec[] = [];
   let intentSpecs: IntentWorker[] = [];
-  const reconcileWorkers = () => workers.reconcile(mergeWorkerSets(podSpecs, intentSpecs).workers);
+  // Kubernetes mode: pod discovery decides membership (an intent without a Ready pod gets no listener).
+  const reconcileWorkers = () => workers.reconcile(mergeWorkerSets(podSpecs, intentSpecs, { mode: cfg.workers.mode }).workers);
   if (cfg.workers.mode === "static") {
     podSpecs = staticWorkers(cfg.workers.list);
     reconcileWorkers();
