@@ -27,7 +27,16 @@ export type Candidate = { key: string; workerId: string; dpRank: number; endpoin
 
 export type ListenerCounters = { gaps: number; replays: number; restarts: number };
 
-type Entry = { spec: WorkerSpec; listeners: Map<number, KvEventListener> }; // by dp rank
+/** A rank's source with the registry's topic filled in: what its listener was opened with. */
+type OpenedSource = { kvEvents: string; replay: string | undefined; topic: string };
+
+type Entry = {
+  spec: WorkerSpec;
+  /** By dp rank. */
+  listeners: Map<number, KvEventListener>;
+  /** By dp rank: the source each listener follows, compared on reconcile (not the spec's wording). */
+  sources: Map<number, OpenedSource>;
+};
 
 export type Sink = (worker: WorkerRef, signal: ListenerSignal) => void;
 
@@ -71,14 +80,21 @@ export class WorkerRegistry {
     },
   ) {}
 
+  /**
+   * Toward `desired`, rank by rank: a listener whose endpoint, replay endpoint and topic are unchanged
+   * is kept (with the blocks it fed), whatever else the spec now says (a pod-only spec and the same
+   * worker described by its intents open the same sources); only ranks whose source changed or went
+   * away are closed and have their blocks dropped. Address and metrics URL are updated in place.
+   */
   reconcile(desired: WorkerSpec[]): void {
     const want = new Map(desired.map((s) => [s.id, s]));
     let changed = false;
     for (const [id, entry] of this.#entries) {
       const next = want.get(id);
-      if (next && sameSpec(next, entry.spec)) continue;
-      this.#remove(id, entry);
-      changed = true;
+      if (!next) {
+        this.#remove(id, entry);
+        changed = true;
+      } else if (this.#update(entry, next)) changed = true;
     }
     for (const spec of desired) {
       if (this.#entries.has(spec.id)) continue;
@@ -184,23 +200,67 @@ export class WorkerRegistry {
   }
 
   #add(spec: WorkerSpec): void {
-    const listeners = new Map<number, KvEventListener>();
-    for (const src of rankSources(spec)) {
-      const l = new KvEventListener({
-        workerId: spec.id,
-        dpRank: src.dpRank,
-        endpoint: src.kvEvents,
-        replayEndpoint: src.replay,
-        topic: src.topic ?? this.opts.topic,
-        logger: this.opts.log,
-      });
-      // Started now (subscribe first): until a sink is attached the listener buffers live events.
-      l.start();
-      if (this.#sink) this.#attachOne(spec.id, l, src.dpRank);
-      listeners.set(src.dpRank, l);
+    const entry: Entry = { spec, listeners: new Map(), sources: new Map() };
+    for (const [r, src] of this.#sourcesOf(spec)) this.#open(entry, r, src);
+    this.#entries.set(spec.id, entry);
+    this.opts.log.info({ worker: spec.id, address: spec.address, kvEvents: spec.kvEvents, ranks: entry.listeners.size }, "worker added");
+  }
+
+  /** Brings an existing worker to `next`; true when anything visible (ranks, address, metrics) changed. */
+  #update(entry: Entry, next: WorkerSpec): boolean {
+    const prev = entry.spec;
+    const id = prev.id;
+    entry.spec = next;
+    const want = this.#sourcesOf(next);
+    const closed: number[] = [];
+    for (const [r, src] of entry.sources) {
+      const w = want.get(r);
+      if (w && sameSource(w, src)) continue;
+      this.#close(id, entry, r);
+      closed.push(r);
     }
-    this.#entries.set(spec.id, { spec, listeners });
-    this.opts.log.info({ worker: spec.id, address: spec.address, kvEvents: spec.kvEvents, ranks: spec.dpSize }, "worker added");
+    const opened: number[] = [];
+    for (const [r, src] of want) {
+      if (entry.listeners.has(r)) continue;
+      this.#open(entry, r, src);
+      opened.push(r);
+    }
+    const moved = prev.address !== next.address || prev.metricsUrl !== next.metricsUrl;
+    if (closed.length > 0 || opened.length > 0)
+      this.opts.log.info({ worker: id, closed, opened, ranks: entry.listeners.size }, "worker ranks changed");
+    if (moved) this.opts.log.info({ worker: id, address: next.address, metricsUrl: next.metricsUrl }, "worker address updated");
+    return moved || closed.length > 0 || opened.length > 0 || prev.dpSize !== next.dpSize;
+  }
+
+  #sourcesOf(spec: WorkerSpec): Map<number, OpenedSource> {
+    return new Map(
+      rankSources(spec).map((s) => [s.dpRank, { kvEvents: s.kvEvents, replay: s.replay || undefined, topic: s.topic ?? this.opts.topic }]),
+    );
+  }
+
+  #open(entry: Entry, dpRank: number, src: OpenedSource): void {
+    const l = new KvEventListener({
+      workerId: entry.spec.id,
+      dpRank,
+      endpoint: src.kvEvents,
+      replayEndpoint: src.replay,
+      topic: src.topic,
+      logger: this.opts.log,
+    });
+    // Started now (subscribe first): until a sink is attached the listener buffers live events.
+    l.start();
+    if (this.#sink) this.#attachOne(entry.spec.id, l, dpRank);
+    entry.listeners.set(dpRank, l);
+    entry.sources.set(dpRank, src);
+  }
+
+  /** Closes one rank's listener and drops that rank's blocks (its source changed or went away). */
+  #close(id: string, entry: Entry, dpRank: number): void {
+    const l = entry.listeners.get(dpRank);
+    entry.listeners.delete(dpRank);
+    entry.sources.delete(dpRank);
+    void l?.close().catch((err) => this.opts.log.warn({ worker: id, rank: dpRank, err: String(err) }, "listener close failed"));
+    this.opts.onRemoved({ workerId: id, dpRank });
   }
 
   #attachOne(workerId: string, l: KvEventListener, dpRank: number): void {
@@ -211,20 +271,11 @@ export class WorkerRegistry {
 
   #remove(id: string, entry: Entry): void {
     this.#entries.delete(id);
-    for (const l of entry.listeners.values())
-      void l.close().catch((err) => this.opts.log.warn({ worker: id, err: String(err) }, "listener close failed"));
-    for (const r of entry.listeners.keys()) this.opts.onRemoved({ workerId: id, dpRank: r });
+    for (const r of [...entry.listeners.keys()]) this.#close(id, entry, r);
     this.opts.log.info({ worker: id }, "worker removed");
   }
 }
 
-function sameSpec(a: WorkerSpec, b: WorkerSpec): boolean {
-  return (
-    a.address === b.address &&
-    a.kvEvents === b.kvEvents &&
-    a.replay === b.replay &&
-    a.dpSize === b.dpSize &&
-    a.metricsUrl === b.metricsUrl &&
-    JSON.stringify(a.ranks) === JSON.stringify(b.ranks)
-  );
+function sameSource(a: OpenedSource, b: OpenedSource): boolean {
+  return a.kvEvents === b.kvEvents && a.replay === b.replay && a.topic === b.topic;
 }
