@@ -13,7 +13,7 @@ import {
   type PeerDiscovery,
   type RecoveryOutcome,
 } from "@kv-epp/recovery";
-import { intentWorkers, mergeWorkerSets, openDiscovery, startIntentHost, type IntentWorker } from "@kv-epp/intents";
+import { intentWorkers, mergeWorkerSets, openDiscovery, startIntentHost, type IntentHostState, type IntentWorker } from "@kv-epp/intents";
 import { parseEndpoint } from "@kv-epp/kv-events";
 import { createPreprocessor } from "@kv-epp/tokenizer";
 import pino, { type Logger } from "pino";
@@ -187,7 +187,19 @@ export async function startEpp(cfg: EppConfig, o: { log?: Logger; kubeConfig?: K
   let podSpecs: WorkerSpec[] = [];
   let intentSpecs: IntentWorker[] = [];
   // Kubernetes mode: pod discovery decides membership (an intent without a Ready pod gets no listener).
-  const reconcileWorkers = () => workers.reconcile(mergeWorkerSets(podSpecs, intentSpecs, { mode: cfg.workers.mode }).workers);
+  const mergeLog = log.child({ component: "workers" });
+  let lastMerge = { unroutable: "[]", aliases: "[]" };
+  const reconcileWorkers = () => {
+    const merged = mergeWorkerSets(podSpecs, intentSpecs, { mode: cfg.workers.mode });
+    // Logged when they change, not on every reconcile (pod and intent updates are frequent).
+    const now = { unroutable: JSON.stringify(merged.unroutable), aliases: JSON.stringify(merged.aliases) };
+    if (now.unroutable !== lastMerge.unroutable && merged.unroutable.length > 0)
+      mergeLog.warn({ unroutable: merged.unroutable }, "intent workers not routable (no listener)");
+    else if (now.unroutable !== lastMerge.unroutable) mergeLog.info("every intent worker routable");
+    if (now.aliases !== lastMerge.aliases) mergeLog.info({ aliases: merged.aliases }, "intent workers merged into listed workers");
+    lastMerge = now;
+    workers.reconcile(merged.workers);
+  };
   if (cfg.workers.mode === "static") {
     podSpecs = staticWorkers(cfg.workers.list);
     reconcileWorkers();
@@ -219,10 +231,21 @@ export async function startEpp(cfg: EppConfig, o: { log?: Logger; kubeConfig?: K
     const intentsLog = log.child({ component: "intents" });
     intentSource = (async () => {
       const discovery = await openDiscovery(where, { kubeConfig: where.kind === "kubernetes" ? kube() : undefined, log: intentsLog });
+      let lastState: IntentHostState["kind"] = "starting";
       const host = await startIntentHost({
         discovery,
         hostInstance,
         log: intentsLog,
+        // startIntentHost resolves in state `retrying` when discovery is unreachable and keeps trying in
+        // the background: every failed attempt counts, the log says so once per state change.
+        onState: (st) => {
+          if (st.kind === "retrying" || st.kind === "failed") metrics.ioErrors.inc({ where: "intents" });
+          if (st.kind === lastState) return;
+          lastState = st.kind;
+          if (st.kind === "retrying") intentsLog.warn({ err: st.error, attempt: st.attempt }, "attachment intents unavailable, retrying in the background");
+          else if (st.kind === "failed") intentsLog.error({ err: st.error }, "attachment intents unavailable: the discovery lease ended");
+          else intentsLog.info({ state: st.kind }, "attachment intents host state");
+        },
         onChange: (desired) => {
           intentSpecs = intentWorkers(desired);
           reconcileWorkers();

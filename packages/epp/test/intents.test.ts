@@ -1,0 +1,97 @@
+// The EPP's attachment-intents wiring: a discovery that refuses the host advertisement puts the host in
+// `retrying` (counted in io_errors{where="intents"}, logged once per state change) and the EPP is ready
+// anyway; the merge's unroutable/aliases lists are logged when they change, not on every reconcile.
+import { afterEach, expect, test } from "bun:test";
+import { connectHttpDiscovery, registerWorkerIntents, serveDiscoveryStore } from "@kv-epp/intents";
+import type { EppHandle } from "../src/main.ts";
+import { BLOCK, capturingLog, FakeWorkerEvents, HOST, MODEL, quietLog, startTestEpp } from "./helpers.ts";
+
+const cleanup: (() => Promise<unknown>)[] = [];
+afterEach(async () => {
+  for (const c of cleanup.splice(0).reverse()) await c().catch(() => {});
+});
+
+async function until(pred: () => boolean | Promise<boolean>, what: string, timeoutMs = 15_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!(await pred())) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await Bun.sleep(20);
+  }
+}
+
+async function ioErrors(epp: EppHandle): Promise<number> {
+  const text = await (await fetch(`http://${HOST}:${epp.ports.metrics}/metrics`)).text();
+  const m = /dynamo_epp_io_errors_total\{where="intents"\} (\d+)/.exec(text);
+  return m ? Number(m[1]) : 0;
+}
+
+test("a discovery that refuses the host: retrying counted per attempt, logged once, then ready", async () => {
+  const store = serveDiscoveryStore({ hostname: HOST });
+  cleanup.push(() => store.close());
+  // A proxy in front of the store that refuses the first two host advertisements.
+  let refuse = 2;
+  const proxy = Bun.serve({
+    hostname: HOST,
+    port: 0,
+    idleTimeout: 0,
+    fetch: async (req) => {
+      const url = new URL(req.url);
+      if (req.method === "POST" && url.pathname === "/v1/records" && refuse > 0) {
+        refuse--;
+        return new Response(JSON.stringify({ error: "unavailable" }), { status: 503 });
+      }
+      return fetch(`${store.url}${url.pathname}${url.search}`, { method: req.method, headers: req.headers, body: req.body });
+    },
+  });
+  cleanup.push(async () => proxy.stop(true));
+  const { log, lines } = capturingLog();
+  const epp = await startTestEpp([], { log, flags: ["--intent-discovery", `http://${HOST}:${proxy.port}`] });
+  cleanup.push(() => epp.stop({ graceMs: 0 }));
+  // Ready while the host is still retrying in the background.
+  expect(await ioErrors(epp)).toBeGreaterThanOrEqual(1);
+  await until(() => lines.some((l) => l.msg === "attachment intents host state" && l.state === "ready"), "the host ready");
+  expect(await ioErrors(epp)).toBe(2);
+  expect(lines.filter((l) => l.msg === "attachment intents unavailable, retrying in the background").length).toBe(1);
+}, 30_000);
+
+test("unroutable and aliased intent workers are logged when the merge's lists change", async () => {
+  const store = serveDiscoveryStore({ hostname: HOST });
+  cleanup.push(() => store.close());
+  const kv = await FakeWorkerEvents.start();
+  cleanup.push(() => kv.close());
+  const { log, lines } = capturingLog();
+  const address = `${HOST}:18000`;
+  const epp = await startTestEpp([{ id: "listed", address, kvEvents: kv.endpoint }], {
+    log,
+    flags: ["--intent-discovery", store.url],
+  });
+  cleanup.push(() => epp.stop({ graceMs: 0 }));
+  const register = async (workerId: string, addr?: string) => {
+    const discovery = await connectHttpDiscovery({ url: store.url, log: quietLog });
+    cleanup.push(() => discovery.close());
+    const owner = await registerWorkerIntents({
+      discovery,
+      workerId,
+      controlTarget: "dynamo-epp",
+      model: MODEL,
+      blockSize: BLOCK,
+      topic: "",
+      ranks: [{ rank: 0, kvEvents: kv.endpoint }],
+      ...(addr ? { address: addr } : {}),
+      log: quietLog,
+    });
+    cleanup.push(() => owner.close());
+  };
+  const logged = (msg: string) => lines.filter((l) => l.msg === msg);
+  await register("alias-of-listed", address);
+  await until(() => logged("intent workers merged into listed workers").length > 0, "the alias logged");
+  expect(logged("intent workers merged into listed workers")[0]!.aliases).toEqual([{ intentWorker: "alias-of-listed", worker: "listed" }]);
+
+  await register("no-address");
+  await until(() => logged("intent workers not routable (no listener)").length > 0, "the unroutable worker logged");
+  expect(logged("intent workers not routable (no listener)")[0]!.unroutable).toEqual([{ id: "no-address", reason: "no-address" }]);
+  // That reconcile left the aliases as they were: not logged again.
+  expect(logged("intent workers merged into listed workers").length).toBe(1);
+  // The aliased intent states the listed worker's source: still one worker, one listener.
+  expect(epp.workers.candidates().map((c) => c.workerId)).toEqual(["listed"]);
+}, 30_000);
