@@ -349,7 +349,7 @@ test("6. attachment intents: Leases owned by the worker pods, attached by every 
 // Known limits of the EPP's merge of pod discovery and intents, reported to its owners; they run with
 // `bun test --todo packages/cluster-sim` (after steps 1-6) and fail until the EPP behaves.
 
-test.todo("7. an intent that goes away for a worker pod discovery still lists keeps that worker's listener and its blocks", async () => {
+test("7. an intent that goes away for a worker pod discovery still lists keeps that worker's listener and its blocks", async () => {
   const epps = cluster.readyEpps();
   const { worker } = await placedOnSomeWorker(2000);
   const blocks = async (e: string) => (await eppWorkers(cluster.ip(e))).find((w) => w.worker_id === worker)?.blocks;
@@ -363,7 +363,7 @@ test.todo("7. an intent that goes away for a worker pod discovery still lists ke
   }
 }, 60_000);
 
-test.todo("8. a worker whose pod is not Ready leaves the EPPs' worker set at once, as without intents, whatever its intent says", async () => {
+test("8. a worker whose pod is not Ready leaves the EPPs' worker set at once, as without intents, whatever its intent says", async () => {
   // Pod discovery drops a NotReady pod at once. Through its intent the EPP keeps it (listener, index
   // entries) and routes to it until its /metrics scrapes have failed 3 times (markDown) or the Lease
   // goes: a pod whose readiness fails while its /metrics still answers stays routable.
