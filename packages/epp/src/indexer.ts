@@ -1,7 +1,7 @@
 // One KvIndex per "<model>:<tenant>" key. Turns KV listener signals into index events (in arrival
 // order), and is the index side of recovery: a DumpSource for /dump and a DumpTarget whose staging is
 // a fresh KvIndex per model, swapped in whole on commit so a failed attempt leaves nothing behind.
-import { KvIndex, computeBlockHashes, type IndexEvent, type WorkerRef } from "@kv-epp/index-wasm";
+import { KvIndex, computeBlockHashes, type StoredBatchBuilder, type WorkerRef } from "@kv-epp/index-wasm";
 import type { KvEvent, ListenerSignal } from "@kv-epp/kv-events";
 import type { DumpSource, DumpStaging, DumpTarget, RouterEvent } from "@kv-epp/recovery";
 import type { Metrics } from "./metrics.ts";
@@ -56,42 +56,43 @@ export class Indexers implements DumpSource, DumpTarget {
       this.metrics.listenerResets.inc({ reason: signal.reason });
       return;
     }
-    const events: IndexEvent[] = [];
-    for (const e of signal.batch.events) {
-      const ev = this.#toIndexEvent(worker, e);
-      if (ev) events.push(ev);
-    }
-    if (events.length === 0) return;
-    const out = ix.index.applyBatch(events);
-    this.metrics.eventsApplied.inc(events.length - out.rejected);
+    // The index's typed-array batch builder: tokens hashes go in as the BigUint64Array computeBlockHashes
+    // returns (one copy), no per-block objects (index-wasm README, "Which ingestion path").
+    const b = ix.index.batch();
+    for (const e of signal.batch.events) this.#add(b, worker, e);
+    const n = b.events;
+    if (n === 0) return;
+    const out = b.apply();
+    this.metrics.eventsApplied.inc(n - out.rejected);
     // Unknown parent or hash conflict: the index refused it (e.g. a parent lost with a gap).
     if (out.rejected > 0) this.metrics.eventsRejected.inc({ reason: "index" }, out.rejected);
   }
 
-  #toIndexEvent(worker: WorkerRef, e: KvEvent): IndexEvent | undefined {
+  #add(b: StoredBatchBuilder, worker: WorkerRef, e: KvEvent): void {
     switch (e.type) {
       case "BlockStored": {
         // Only GPU residency makes a prefix cheap to serve; offloaded copies are not counted.
         if (e.medium !== null && e.medium !== "GPU") {
           this.metrics.eventsRejected.inc({ reason: "medium" });
-          return undefined;
+          return;
         }
-        const tokensHashes = computeBlockHashes(Uint32Array.from(e.tokenIds), e.blockSize);
+        let tokensHashes = computeBlockHashes(Uint32Array.from(e.tokenIds), e.blockSize);
         const n = Math.min(tokensHashes.length, e.blockHashes.length);
         if (n < e.blockHashes.length) this.metrics.eventsRejected.inc({ reason: "partial_block" });
-        if (n === 0) return undefined;
-        const blocks = new Array(n);
-        for (let i = 0; i < n; i++) blocks[i] = { externalHash: e.blockHashes[i]!, tokensHash: tokensHashes[i]! };
-        return { kind: "stored", worker, parentHash: e.parentBlockHash, blocks };
+        if (n === 0) return;
+        if (tokensHashes.length > n) tokensHashes = tokensHashes.subarray(0, n);
+        b.stored(worker, e.parentBlockHash, n < e.blockHashes.length ? e.blockHashes.slice(0, n) : e.blockHashes, tokensHashes);
+        return;
       }
       case "BlockRemoved":
         if (e.medium !== null && e.medium !== "GPU") {
           this.metrics.eventsRejected.inc({ reason: "medium" });
-          return undefined;
+          return;
         }
-        return { kind: "removed", worker, hashes: e.blockHashes };
+        b.removed(worker, e.blockHashes);
+        return;
       case "AllBlocksCleared":
-        return { kind: "cleared", worker };
+        b.cleared(worker);
     }
   }
 
@@ -120,26 +121,39 @@ export class Indexers implements DumpSource, DumpTarget {
 
   // --- recovery: DumpTarget ---
   begin(): DumpStaging {
-    const staged = new Map<string, { blockSize: number; index: KvIndex }>();
+    const staged = new Map<string, Staged>();
     let open = true;
+    const flush = (s: Staged) => {
+      if (s.builder.events > 0) s.builder.apply();
+    };
     return {
       apply: (key, blockSize, e) => {
         if (!open) return;
         let s = staged.get(key);
         if (!s) {
-          s = { blockSize, index: KvIndex.create({ blockSize }) };
+          const index = KvIndex.create({ blockSize });
+          s = { blockSize, index, builder: index.batch(), workers: new Map(), ext: new BigUint64Array(64), tok: new BigUint64Array(64) };
           staged.set(key, s);
         }
-        s.index.applyStored(
-          { workerId: e.workerId, dpRank: e.dpRank },
-          e.parentHash,
-          e.blocks.map((b) => ({ externalHash: b.blockHash, tokensHash: b.tokensHash })),
-        );
+        // Dump events go in through the batch builder, STAGING_BATCH at a time (not one call each).
+        const n = e.blocks.length;
+        if (s.ext.length < n) {
+          s.ext = new BigUint64Array(Math.max(n, s.ext.length * 2));
+          s.tok = new BigUint64Array(s.ext.length);
+        }
+        for (let i = 0; i < n; i++) {
+          s.ext[i] = e.blocks[i]!.blockHash;
+          s.tok[i] = e.blocks[i]!.tokensHash;
+        }
+        s.builder.stored(workerRef(s.workers, e.workerId, e.dpRank), e.parentHash, s.ext.subarray(0, n), s.tok.subarray(0, n));
+        if (s.builder.events >= STAGING_BATCH) flush(s);
       },
       commit: () => {
         if (!open) return;
         open = false;
-        for (const [key, { blockSize, index }] of staged) {
+        for (const [key, s] of staged) {
+          flush(s);
+          const { blockSize, index } = s;
           const ix = this.#byKey.get(key);
           if (ix) {
             // A peer with another block size for the same model has hashes we cannot match against.
@@ -153,10 +167,31 @@ export class Indexers implements DumpSource, DumpTarget {
       },
       abort: () => {
         open = false;
+        for (const s of staged.values()) s.builder.reset();
         staged.clear();
       },
     };
   }
+}
+
+/** Dump events per builder call (the index-wasm bench measured batches of 256). */
+const STAGING_BATCH = 256;
+
+type Staged = {
+  blockSize: number;
+  index: KvIndex;
+  builder: StoredBatchBuilder;
+  /** One WorkerRef object per worker rank: the index caches a worker's slot per object. */
+  workers: Map<string, WorkerRef>;
+  ext: BigUint64Array;
+  tok: BigUint64Array;
+};
+
+function workerRef(refs: Map<string, WorkerRef>, workerId: string, dpRank: number): WorkerRef {
+  const key = `${workerId}\u0000${dpRank}`;
+  let w = refs.get(key);
+  if (!w) refs.set(key, (w = { workerId, dpRank }));
+  return w;
 }
 
 function* dumpEvents(index: KvIndex): Iterable<RouterEvent> {

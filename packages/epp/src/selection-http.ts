@@ -75,7 +75,7 @@ export function selectionApp(d: SelectionDeps): Hono {
 
   app.post("/select", async (c) => {
     const parsed = parseBody(await jsonBody(c.req.raw));
-    const decision = d.picker.pick({ model: parsed.model, tokens: d.tokenize(parsed.input) });
+    const decision = d.picker.pick({ model: parsed.model, tokens: d.tokenize(parsed.input), detail: true });
     if (decision.kind === "no_endpoint") return c.json({ error: `no endpoint eligible (${decision.reason})` }, 503);
     const { chosen } = decision;
     return c.json({
@@ -84,7 +84,7 @@ export function selectionApp(d: SelectionDeps): Hono {
       dp_rank: chosen.candidate.dpRank,
       overlap_blocks: chosen.overlap,
       request_blocks: decision.requestBlocks,
-      scores: byWorker(decision.scores),
+      scores: byWorker(decision.scores!),
     });
   });
 

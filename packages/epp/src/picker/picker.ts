@@ -1,6 +1,6 @@
 // Picks the worker for a request: local block hashes (WASM) -> overlap per worker from the model's
 // index -> cost per eligible candidate (picker/cost.ts) -> choice.
-import { computeBlockHashes } from "@kv-epp/index-wasm";
+import { computeBlockHashes, MatchList } from "@kv-epp/index-wasm";
 import type { Indexer, Indexers } from "../indexer.ts";
 import type { Candidate } from "../workers/registry.ts";
 import { choose, cost, type Weights } from "./cost.ts";
@@ -17,6 +17,8 @@ export type PickRequest = {
   tokens: Uint32Array;
   /** Endpoints (ip:port) the gateway allows for this request (GAIE subset hint). */
   subset?: ReadonlySet<string>;
+  /** Include every worker's overlap and tree size in the decision (POST /select); costs two Maps. */
+  detail?: boolean;
 };
 
 type Match = { requestBlocks: number; scores: Map<string, number>; treeSizes: Map<string, number> };
@@ -30,14 +32,18 @@ export type Decision =
       model: string;
       blockSize: number;
       requestBlocks: number;
-      /** Overlap blocks per worker key, as the index reported them (all workers, not only candidates). */
-      scores: Map<string, number>;
-      treeSizes: Map<string, number>;
+      /** With `detail`: overlap blocks per worker key, as the index reported them (all workers, not only candidates). */
+      scores?: Map<string, number>;
+      treeSizes?: Map<string, number>;
       scored: ScoredCandidate[];
     }
   | { kind: "no_endpoint"; reason: "no_workers" | "subset_empty" | "unknown_model" };
 
 export class Picker {
+  readonly #list = new MatchList();
+  /** Overlap by worker key for the pick in progress (cleared and refilled: no Map per request). */
+  readonly #overlaps = new Map<string, number>();
+
   constructor(
     private readonly deps: {
       indexers: Indexers;
@@ -63,10 +69,15 @@ export class Picker {
     }
     candidates = this.#queueFilter(candidates);
 
-    const { requestBlocks, scores, treeSizes } = this.#match(indexer, req.tokens);
+    // The request path allocates no match Maps: findMatchesInto fills the reused list, read here at once.
+    const requestBlocks = this.#matchInto(indexer, req.tokens);
+    const overlaps = this.#overlaps;
+    overlaps.clear();
+    const list = this.#list;
+    for (let i = 0; i < list.count; i++) overlaps.set(list.keys[i]!, list.scores[i]!);
     const o = this.deps.options;
     const scored: ScoredCandidate[] = candidates.map((candidate) => {
-      const overlap = scores.get(candidate.key) ?? 0;
+      const overlap = overlaps.get(candidate.key) ?? 0;
       const waiting = o.queueWeight > 0 ? (this.deps.workerMetrics(candidate.workerId)?.waiting ?? 0) : 0;
       const activeBlocks = this.deps.load.blocks(candidate.key);
       return { candidate, overlap, cost: cost(o, requestBlocks, { overlap, activeBlocks, waiting }) };
@@ -82,8 +93,7 @@ export class Picker {
       model: indexer.key,
       blockSize: indexer.blockSize,
       requestBlocks,
-      scores,
-      treeSizes,
+      ...(req.detail ? list.toMaps() : {}),
       scored,
     };
   }
@@ -95,9 +105,16 @@ export class Picker {
   }
 
   #match(indexer: Indexer, tokens: Uint32Array): Match {
+    const requestBlocks = this.#matchInto(indexer, tokens);
+    return { requestBlocks, ...this.#list.toMaps() };
+  }
+
+  /** Fills the reused MatchList (valid until the next call); returns the request's full blocks. */
+  #matchInto(indexer: Indexer, tokens: Uint32Array): number {
     const hashes = computeBlockHashes(tokens, indexer.blockSize);
-    const m = hashes.length > 0 ? indexer.index.findMatches(hashes) : EMPTY_MATCH;
-    return { requestBlocks: hashes.length, scores: m.scores, treeSizes: m.treeSizes };
+    if (hashes.length > 0) indexer.index.findMatchesInto(hashes, this.#list);
+    else this.#list.count = 0;
+    return hashes.length;
   }
 
   #queueFilter(candidates: readonly Candidate[]): readonly Candidate[] {
@@ -107,5 +124,3 @@ export class Picker {
     return under.length > 0 ? under : candidates;
   }
 }
-
-const EMPTY_MATCH = { scores: new Map<string, number>(), treeSizes: new Map<string, number>() };

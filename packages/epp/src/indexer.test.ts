@@ -1,0 +1,84 @@
+// Indexers through the batch builder: listener batches (GPU only, partial blocks, unknown parents
+// counted as rejected) and recovery staging in batches (same index as one applyStored per event).
+import { expect, test } from "bun:test";
+import { computeBlockHashes, KvIndex, type WorkerRef } from "@kv-epp/index-wasm";
+import type { KvEvent } from "@kv-epp/kv-events";
+import type { RouterEvent } from "@kv-epp/recovery";
+import { Indexers } from "./indexer.ts";
+import { createMetrics } from "./metrics.ts";
+
+const BS = 4;
+const w: WorkerRef = { workerId: "w", dpRank: 0 };
+
+async function counter(m: ReturnType<typeof createMetrics>, name: string, labels = ""): Promise<number> {
+  const text = await m.registry.metrics();
+  const line = text.split("\n").find((l) => l.startsWith(`${name}${labels} `));
+  return line ? Number(line.split(" ")[1]) : 0;
+}
+
+function stored(hashes: bigint[], parent: bigint | null, tokenIds: number[], medium: "GPU" | "CPU" | null = null): KvEvent {
+  return { type: "BlockStored", blockHashes: hashes, parentBlockHash: parent, tokenIds, blockSize: BS, loraId: null, medium };
+}
+
+test("listener batches: applied, CPU skipped, partial blocks and unknown parents counted", async () => {
+  const metrics = createMetrics();
+  const ixs = new Indexers(metrics);
+  const ix = ixs.register("m", "default", BS);
+  const ids = Array.from({ length: 10 }, (_, i) => i + 1); // two full blocks and a partial one
+  ixs.applySignal("m:default", w, {
+    kind: "batch",
+    seq: 0n,
+    batch: {
+      ts: 0,
+      dataParallelRank: 0,
+      events: [
+        stored([11n, 12n, 13n], null, ids), // 3 hashes, 2 full blocks: partial_block
+        stored([21n], null, [7, 7, 7, 7], "CPU"), // medium
+        stored([31n], 999n, [5, 5, 5, 5]), // unknown parent: rejected by the index
+        { type: "BlockRemoved", blockHashes: [12n], medium: null },
+      ],
+    },
+  });
+  const m = ix.index.findMatches(computeBlockHashes(Uint32Array.from(ids.slice(0, 8)), BS));
+  expect(m.scores.get("w\u00000")).toBe(1); // block 2 removed
+  expect(await counter(metrics, "dynamo_epp_kv_events_applied_total")).toBe(2);
+  expect(await counter(metrics, "dynamo_epp_kv_events_rejected_total", '{reason="index"}')).toBe(1);
+  expect(await counter(metrics, "dynamo_epp_kv_events_rejected_total", '{reason="medium"}')).toBe(1);
+  expect(await counter(metrics, "dynamo_epp_kv_events_rejected_total", '{reason="partial_block"}')).toBe(1);
+
+  ixs.applySignal("m:default", w, { kind: "batch", seq: 1n, batch: { ts: 0, dataParallelRank: 0, events: [{ type: "AllBlocksCleared" }] } });
+  expect(ix.index.stats().residencies).toBe(0);
+});
+
+test("recovery staging in batches builds the same index as one applyStored per event; abort leaves nothing", () => {
+  const events: RouterEvent[] = [];
+  let id = 0;
+  // 3 workers x 200 chains of 3 blocks, children after parents: > STAGING_BATCH events per model.
+  for (let c = 0; c < 200; c++)
+    for (let r = 0; r < 3; r++) {
+      let parent: bigint | null = null;
+      for (let d = 0; d < 3; d++) {
+        const h = BigInt(c * 1000 + d * 10 + r + 1) | (1n << 63n);
+        events.push({ workerId: `w${r}`, dpRank: 0, eventId: id++, parentHash: parent, blocks: [{ blockHash: h, tokensHash: BigInt(c * 100 + d) }] });
+        parent = h;
+      }
+    }
+  const reference = KvIndex.create({ blockSize: BS });
+  for (const e of events)
+    reference.applyStored({ workerId: e.workerId, dpRank: e.dpRank }, e.parentHash, e.blocks.map((b) => ({ externalHash: b.blockHash, tokensHash: b.tokensHash })));
+
+  const ixs = new Indexers(createMetrics());
+  ixs.register("m", "default", BS);
+  const aborted = ixs.begin();
+  for (const e of events) aborted.apply("m:default", BS, e);
+  aborted.abort();
+  expect(ixs.get("m:default")!.index.stats().residencies).toBe(0);
+
+  const staging = ixs.begin();
+  for (const e of events) staging.apply("m:default", BS, e);
+  staging.commit();
+  const got = ixs.get("m:default")!.index;
+  expect(got.stats().residencies).toBe(reference.stats().residencies);
+  expect(got.stats().residencies).toBe(events.length);
+  expect([...got.dump()]).toEqual([...reference.dump()]);
+});
