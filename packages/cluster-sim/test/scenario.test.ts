@@ -346,8 +346,7 @@ test("6. attachment intents: Leases owned by the worker pods, attached by every 
   expectNothingForbidden();
 }, 90_000);
 
-// Known limits of the EPP's merge of pod discovery and intents, reported to its owners; they run with
-// `bun test --todo packages/cluster-sim` (after steps 1-6) and fail until the EPP behaves.
+// How the EPP merges pod discovery and intents (both steps failed before ff2ea7f / 8d5dd63).
 
 test("7. an intent that goes away for a worker pod discovery still lists keeps that worker's listener and its blocks", async () => {
   const epps = cluster.readyEpps();
@@ -364,9 +363,8 @@ test("7. an intent that goes away for a worker pod discovery still lists keeps t
 }, 60_000);
 
 test("8. a worker whose pod is not Ready leaves the EPPs' worker set at once, as without intents, whatever its intent says", async () => {
-  // Pod discovery drops a NotReady pod at once. Through its intent the EPP keeps it (listener, index
-  // entries) and routes to it until its /metrics scrapes have failed 3 times (markDown) or the Lease
-  // goes: a pod whose readiness fails while its /metrics still answers stays routable.
+  // Pod discovery drops a NotReady pod at once; its intent must not keep it (listener, index entries,
+  // routable until 3 failed /metrics scrapes or until the Lease goes, as it did before 8d5dd63).
   const { worker } = await placedOnSomeWorker(3000, (w) => intentLeases(cluster.api, cluster.namespace).some((l) => l.intent.workerId === w));
   await cluster.sim.process(worker).kill("SIGKILL", 0); // crashed: the pod stays, NotReady, its intent Lease too
   await waitFor(() => (cluster.api.get("Pod", cluster.namespace, worker)?.status as { phase?: string }).phase === "Failed", { message: `${worker} Failed` });
