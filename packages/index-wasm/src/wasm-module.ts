@@ -62,6 +62,7 @@ export type IndexExports = {
   workerCapacity(): number;
   dumpWorker(w: number): number;
   dumpLength(): number;
+  dumpJson(state: number, out: number, limit: number): number;
   reserve(bytes: number): number;
   release(p: number, bytes: number): void;
   freeBytes(): number;

@@ -43,13 +43,17 @@ export function buildIndex(): KvIndex {
   return index;
 }
 
-/** The EPP's adapter, in small: KvIndex.dump() events as RouterEvents, numbered as they stream. */
-export function indexSource(index: KvIndex, key = MODEL_KEY): DumpSource {
+/**
+ * The EPP's adapter, in small: KvIndex.dump() events as RouterEvents, numbered as they stream; with `json`
+ * (default) also the module's pre-formatted JSON, which the writer then uses instead.
+ */
+export function indexSource(index: KvIndex, key = MODEL_KEY, opts: { json?: boolean } = {}): DumpSource {
   return {
     models: () => [
       {
         key,
         blockSize: index.blockSize,
+        ...(opts.json !== false ? { eventsJson: (chunkBytes: number) => index.dumpJsonChunks({ chunkBytes }) } : {}),
         events: (function* (): Generator<RouterEvent> {
           let eventId = 0;
           for (const e of index.dump() as Iterable<DumpEvent>) {

@@ -12,8 +12,19 @@ export type RouterEvent = {
   blocks: StoredBlockRef[];
 };
 
-/** One indexer as the dump sees it: `"<model>:<tenant>"`, its block size, its events parents-first. */
-export type DumpModel = { key: string; blockSize: number; events: Iterable<RouterEvent> };
+/**
+ * One indexer as the dump sees it: `"<model>:<tenant>"`, its block size, its events parents-first.
+ * `eventsJson`, when present, is used by the writer instead of `events`: the same events already as JSON
+ * bytes, exactly as the writer would format them (compact RouterEvents separated by commas, no enclosing
+ * brackets, event_id from 0), in chunks of about `chunkBytes`. KvIndex.dumpJsonChunks({ chunkBytes })
+ * produces exactly that from inside the WASM module (measured: the sender's bottleneck otherwise).
+ */
+export type DumpModel = {
+  key: string;
+  blockSize: number;
+  events: Iterable<RouterEvent>;
+  eventsJson?: (chunkBytes: number) => Iterable<Uint8Array>;
+};
 
 /** Producer side. Iterated lazily while the body streams, so the iterables may interleave with live writes. */
 export interface DumpSource {

@@ -69,6 +69,13 @@ class ByteWriter {
     this.pos = p;
   }
 
+  /** A large run of bytes (one bulk copy). */
+  bytes(b: Uint8Array): void {
+    this.ensure(b.length);
+    this.buf.set(b, this.pos);
+    this.pos += b.length;
+  }
+
   /** A non-negative safe integer (event ids, ranks, block sizes): rare, so String() is fine. */
   int(n: number): void {
     this.ascii(String(n));
@@ -185,12 +192,24 @@ export function* dumpChunks(source: DumpSource, chunkBytes = DUMP_CHUNK_BYTES): 
     w.raw(F.modelOpen);
     w.int(m.blockSize);
     w.raw(F.eventsOpen);
-    let firstEvent = true;
-    for (const e of m.events) {
-      if (!firstEvent) w.raw(F.comma);
-      firstEvent = false;
-      w.event(e);
-      if (w.pos >= chunkBytes) yield w.take();
+    if (m.eventsJson !== undefined) {
+      // Pre-formatted events (e.g. from the index module): handed on as they are; only a chunk that follows
+      // framing bytes still in the buffer is copied, so the first chunk of the body is never just framing.
+      for (const chunk of m.eventsJson(chunkBytes)) {
+        if (w.pos === 0) yield chunk;
+        else {
+          w.bytes(chunk);
+          if (w.pos >= chunkBytes) yield w.take();
+        }
+      }
+    } else {
+      let firstEvent = true;
+      for (const e of m.events) {
+        if (!firstEvent) w.raw(F.comma);
+        firstEvent = false;
+        w.event(e);
+        if (w.pos >= chunkBytes) yield w.take();
+      }
     }
     w.raw(F.modelClose);
   }

@@ -1,0 +1,71 @@
+// The index module's pre-formatted /dump events (KvIndex.dumpJsonChunks, used by the writer through
+// DumpModel.eventsJson) against the TypeScript writer formatting the same index's dump() events.
+import { describe, expect, test } from "bun:test";
+import fc from "fast-check";
+import { KvIndex } from "@kv-epp/index-wasm";
+import { dumpStream, type DumpSource } from "../src/index.ts";
+import { indexSource } from "../bench/fixture.ts";
+import { readAll } from "./helpers.ts";
+
+const U64_MAX = 0xffff_ffff_ffff_ffffn;
+
+function bodyOf(source: DumpSource, chunkBytes: number): Promise<Uint8Array> {
+  return readAll(dumpStream(source, { chunkBytes }));
+}
+
+/** Two models from generated stored events; workers with odd ids, ranks, u64 extremes. */
+const u64 = fc.oneof(fc.bigInt({ min: 0n, max: U64_MAX }), fc.constantFrom(0n, 1n, 9n, 10n, 99_999_999n, 100_000_000n, 10n ** 16n - 1n, 10n ** 16n, 2n ** 63n, U64_MAX));
+const worker = fc.record({ workerId: fc.string({ unit: "grapheme", maxLength: 8 }), dpRank: fc.nat(1000) });
+const stored = fc.record({ worker: fc.nat(5), parentPick: fc.nat(50), blocks: fc.array(fc.record({ ext: u64, tok: u64 }), { minLength: 1, maxLength: 7 }) });
+
+function build(workers: { workerId: string; dpRank: number }[], events: { worker: number; parentPick: number; blocks: { ext: bigint; tok: bigint }[] }[]): KvIndex {
+  const index = KvIndex.create({ blockSize: 16 });
+  const held: bigint[][] = workers.map(() => []);
+  for (const e of events) {
+    const wi = e.worker % workers.length;
+    const mine = held[wi]!;
+    // a parent the worker stored (often), else the root
+    const parent = mine.length > 0 && e.parentPick % 4 !== 0 ? mine[e.parentPick % mine.length]! : null;
+    const r = index.applyStored(workers[wi]!, parent, e.blocks.map((b) => ({ externalHash: b.ext, tokensHash: b.tok })));
+    if (r.kind === "applied") for (const b of e.blocks) mine.push(b.ext);
+  }
+  return index;
+}
+
+describe("WASM-formatted dump events", () => {
+  test("property: byte-identical to the TypeScript writer for the same index, any chunk size", async () => {
+    await fc.assert(
+      fc.asyncProperty(
+        fc.uniqueArray(worker, { minLength: 1, maxLength: 5, selector: (w) => `${w.workerId}\u0000${w.dpRank}` }),
+        fc.array(stored, { maxLength: 30 }),
+        fc.integer({ min: 1, max: 600 }),
+        async (workers, events, chunkBytes) => {
+          const a = build(workers, events);
+          const b = build(workers.slice().reverse(), events);
+          const models = (json: boolean): DumpSource => ({
+            models: () => [...indexSource(a, "m:a", { json }).models(), ...indexSource(b, "m:b", { json }).models()],
+          });
+          const viaTs = await bodyOf(models(false), chunkBytes);
+          const viaWasm = await bodyOf(models(true), chunkBytes);
+          expect(Buffer.from(viaWasm).equals(Buffer.from(viaTs))).toBe(true);
+        },
+      ),
+      { numRuns: 150 },
+    );
+  });
+
+  test("a multi-chunk index: same bytes with 64 KiB chunks, chunks near the requested size", async () => {
+    const index = KvIndex.create({ blockSize: 16 });
+    for (let w = 0; w < 6; w++) {
+      const blocks = Array.from({ length: 3000 }, (_, i) => ({ externalHash: U64_MAX - BigInt(w * 10_000 + i), tokensHash: BigInt(i) * 7919n }));
+      index.applyStored({ workerId: `worker-${w}`, dpRank: w % 2 }, null, blocks);
+      index.applyStored({ workerId: `worker-${w}`, dpRank: w % 2 }, blocks[100]!.externalHash, [{ externalHash: 5n + BigInt(w), tokensHash: 6n }]);
+    }
+    const ts = await bodyOf(indexSource(index, "m", { json: false }), 64 * 1024);
+    const chunks = [...index.dumpJsonChunks({ chunkBytes: 64 * 1024 })];
+    expect(chunks.length).toBeGreaterThan(3);
+    for (const c of chunks.slice(0, -1)) expect(c.length).toBeGreaterThanOrEqual(64 * 1024);
+    const wasm = await bodyOf(indexSource(index, "m"), 64 * 1024);
+    expect(Buffer.from(wasm).equals(Buffer.from(ts))).toBe(true);
+  });
+});
