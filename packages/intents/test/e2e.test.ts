@@ -3,17 +3,14 @@
 // stored on each rank reach its index; the worker exits and the EPP detaches. The glue between the
 // IntentWatcher and the EPP's worker registry is the wiring proposed for packages/epp (see README).
 import { afterEach, describe, expect, test } from "bun:test";
-import { mkdtempSync, writeFileSync } from "node:fs";
 import { createServer } from "node:net";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
 import { parseConfig, startEpp, type EppHandle } from "@kv-epp/epp";
 import { startMockWorker, type MockWorker } from "@kv-epp/mock-worker";
 import { freePort, waitFor } from "@kv-epp/testkit";
 import pino from "pino";
+import { complete, E2E_MODEL as MODEL, emptyEppConfig } from "./fixtures.ts";
 import { intentWorkers, MemoryDiscoveryStore, mergeWorkerSets, registerWorkerIntents, startIntentHost, type IntentHost, type IntentOwner } from "../src/index.ts";
 
-const MODEL = "e2e-model";
 const HOST_INSTANCE = "epp-e2e";
 const log = pino({ level: "silent" });
 
@@ -24,9 +21,7 @@ afterEach(async () => {
 });
 
 async function startStaticEpp(): Promise<EppHandle> {
-  const dir = mkdtempSync(join(tmpdir(), "intents-e2e-"));
-  const file = join(dir, "epp.yaml");
-  writeFileSync(file, JSON.stringify({ model: MODEL, blockSize: 16, workers: [] }));
+  const file = emptyEppConfig("intents-e2e-");
   const ports = ["--grpc-port", "0", "--grpc-health-port", "0", "--metrics-port", "0", "--replica-agg-port", "0", "--selection-port", "0"];
   const cfg = parseConfig(["--config", file, "--listen", "127.0.7.3", ...ports, "--scrape-interval-ms", "0", "--log-level", "silent"], {});
   const epp = await startEpp(cfg, { log });
@@ -81,16 +76,6 @@ async function startWorker(store: MemoryDiscoveryStore, producer: string): Promi
   return { worker, owner, discovery };
 }
 
-async function complete(worker: MockWorker, rank: number, prompt: string): Promise<void> {
-  const res = await fetch(`${worker.url}/v1/completions`, {
-    method: "POST",
-    headers: { "content-type": "application/json", "x-data-parallel-rank": String(rank) },
-    body: JSON.stringify({ model: MODEL, prompt, max_tokens: 1 }),
-  });
-  expect(res.status).toBe(200);
-  await res.arrayBuffer();
-}
-
 type WorkerRow = { worker_id: string; dp_rank: number; connected: boolean; blocks: number };
 const workersOf = async (epp: EppHandle): Promise<WorkerRow[]> => (await (await fetch(`http://127.0.7.3:${epp.ports.selection}/workers`)).json()) as WorkerRow[];
 
@@ -107,8 +92,8 @@ describe("intents end to end: mock worker → discovery → EPP", () => {
     expect(epp.workers.specs().map((s) => [s.id, s.address, s.dpSize])).toEqual([["mock-a", new URL(worker.url).host, 2]]);
 
     const prompt = "the quick brown fox jumps over the lazy dog ".repeat(12);
-    await complete(worker, 0, prompt);
-    await complete(worker, 1, `${prompt} and again, differently`);
+    await complete(worker.url, 0, prompt);
+    await complete(worker.url, 1, `${prompt} and again, differently`);
     await waitFor(async () => {
       const rows = await workersOf(epp);
       return rows.length === 2 && rows.every((r) => r.connected && r.blocks > 0);
@@ -160,7 +145,7 @@ describe("intents beside pod discovery (kubernetes mode of the merge)", () => {
     reconcile();
     await waitFor(() => epp.workers.connected("vllm-pod-a", 0) && epp.workers.connected("vllm-pod-a", 1), { message: "the pod's worker listens on both intent ranks" });
     expect(epp.workers.specs().map((s) => [s.id, s.dpSize])).toEqual([["vllm-pod-a", 2]]);
-    await complete(worker, 1, "a prompt long enough to fill a few blocks of sixteen tokens each ".repeat(4));
+    await complete(worker.url, 1, "a prompt long enough to fill a few blocks of sixteen tokens each ".repeat(4));
     await waitFor(async () => (await workersOf(epp)).some((r) => r.worker_id === "vllm-pod-a" && r.dp_rank === 1 && r.blocks > 0), { message: "blocks indexed under the pod's worker" });
     expect((await workersOf(epp)).map((r) => r.worker_id)).toEqual(["vllm-pod-a", "vllm-pod-a"]);
     // The pod fails readiness (its process and intents live on): it leaves the worker set.

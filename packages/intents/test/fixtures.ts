@@ -1,4 +1,8 @@
 // Shared test fixtures: descriptors, a store with a live host, a sleep that records its delays.
+import { expect } from "bun:test";
+import { mkdtempSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import pino from "pino";
 import { Writable } from "node:stream";
 import { advertiseHost, indexerDomainOf, MemoryDiscoveryStore, VLLM_KV_EVENTS_PROTOCOL, type IntentDescriptor, type Sleep } from "../src/index.ts";
@@ -58,4 +62,25 @@ export function capturingLogger() {
     },
   });
   return { log: pino({ level: "debug" }, stream), lines };
+}
+
+/** The model the end-to-end tests' workers serve and their EPPs index. */
+export const E2E_MODEL = "e2e-model";
+
+/** A static EPP config file with no listed workers: every worker comes through its intents. */
+export function emptyEppConfig(prefix: string): string {
+  const file = join(mkdtempSync(join(tmpdir(), prefix)), "epp.json");
+  writeFileSync(file, JSON.stringify({ model: E2E_MODEL, blockSize: 16, workers: [] }));
+  return file;
+}
+
+/** One completion on the worker at `url`, pinned to DP rank `rank`. */
+export async function complete(url: string, rank: number, prompt: string): Promise<void> {
+  const res = await fetch(`${url}/v1/completions`, {
+    method: "POST",
+    headers: { "content-type": "application/json", "x-data-parallel-rank": String(rank) },
+    body: JSON.stringify({ model: E2E_MODEL, prompt, max_tokens: 1 }),
+  });
+  expect(res.status).toBe(200);
+  await res.arrayBuffer();
 }

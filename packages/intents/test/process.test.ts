@@ -2,17 +2,15 @@
 // configured workers, --intent-discovery) and a mock worker process with two DP ranks on ephemeral
 // KV-event ports (--discovery): only the intents can tell the EPP where those ranks publish.
 import { afterAll, afterEach, beforeAll, describe, expect, test } from "bun:test";
-import { mkdtempSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { freePort, killAll, spawnBun, waitFor, type ProcessHandle } from "@kv-epp/testkit";
 import { serveDiscoveryStore, type DiscoveryServer } from "../src/index.ts";
+import { complete, E2E_MODEL as MODEL, emptyEppConfig } from "./fixtures.ts";
 
 const ROOT = join(import.meta.dir, "../../..");
 const STORE_IP = "127.0.7.10";
 const EPP_IP = "127.0.7.11";
 const WORKER_IP = "127.0.7.12";
-const MODEL = "e2e-model";
 const KV_HOST = "epp-proc";
 
 type WorkerRow = { worker_id: string; dp_rank: number; kv_events: string; connected: boolean; blocks: number };
@@ -25,8 +23,7 @@ afterEach(() => killAll("SIGKILL", 1000));
 afterAll(() => store.close());
 
 async function startEppProcess(): Promise<{ proc: ProcessHandle; workers: () => Promise<WorkerRow[]> }> {
-  const file = join(mkdtempSync(join(tmpdir(), "intents-proc-")), "epp.json");
-  writeFileSync(file, JSON.stringify({ model: MODEL, blockSize: 16, workers: [] }));
+  const file = emptyEppConfig("intents-proc-");
   const selection = await freePort(EPP_IP);
   const ports = await Promise.all([1, 2, 3, 4].map(() => freePort(EPP_IP)));
   const proc = spawnBun(
@@ -70,16 +67,6 @@ async function startWorkerProcess(): Promise<{ proc: ProcessHandle; url: string 
   );
   await proc.waitForLog(/intent registered.*"rank":1|"rank":1.*intent registered/);
   return { proc, url: `http://${WORKER_IP}:${port}` };
-}
-
-async function complete(url: string, rank: number, prompt: string): Promise<void> {
-  const res = await fetch(`${url}/v1/completions`, {
-    method: "POST",
-    headers: { "content-type": "application/json", "x-data-parallel-rank": String(rank) },
-    body: JSON.stringify({ model: MODEL, prompt, max_tokens: 1 }),
-  });
-  expect(res.status).toBe(200);
-  await res.arrayBuffer();
 }
 
 describe("intents across processes", () => {
