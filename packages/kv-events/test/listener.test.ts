@@ -44,6 +44,14 @@ async function publishUntil(pub: KvEventPublisher, got: ListenerSignal[], count:
   });
 }
 
+/** Cuts the live path, publishes `lost` batches the listener never sees live, then restores it. */
+async function loseWhileCut(pub: KvEventPublisher, proxy: TcpProxy, l: KvEventListener, lost: number): Promise<void> {
+  proxy.cut();
+  await waitUntil(() => !l.connected && pub.subscriberCount === 0);
+  for (let i = 0; i < lost; i++) pub.publish(batch(Number(pub.nextSeq)));
+  proxy.restore();
+}
+
 const seqs = (got: ListenerSignal[]) => got.map((s) => (s.kind === "batch" ? Number(s.seq) : s.reason));
 
 describe("KvEventListener", () => {
@@ -84,10 +92,7 @@ describe("KvEventListener", () => {
     cleanups.push(() => proxy.close());
     const [l, got] = listen({ endpoint: proxy.endpoint, replayEndpoint: pub.replayEndpoint });
     await publishUntil(pub, got, 2);
-    proxy.cut();
-    await waitUntil(() => !l.connected && pub.subscriberCount === 0);
-    for (let i = 0; i < 5; i++) pub.publish(batch(Number(pub.nextSeq))); // lost on the live path
-    proxy.restore();
+    await loseWhileCut(pub, proxy, l, 5); // lost on the live path
     await publishUntil(pub, got, 10);
     const s = seqs(got);
     expect(s).toEqual(s.map((_, i) => (s[0] as number) + i));
@@ -103,10 +108,7 @@ describe("KvEventListener", () => {
     cleanups.push(() => proxy.close());
     const [l, got] = listen({ endpoint: proxy.endpoint });
     await publishUntil(pub, got, 2);
-    proxy.cut();
-    await waitUntil(() => !l.connected && pub.subscriberCount === 0);
-    for (let i = 0; i < 3; i++) pub.publish(batch(Number(pub.nextSeq)));
-    proxy.restore();
+    await loseWhileCut(pub, proxy, l, 3);
     await publishUntil(pub, got, 4);
     expect(got[2]).toEqual({ kind: "reset", reason: "gap-unrecovered" });
     expect(got[3]!.kind).toBe("batch");
@@ -119,10 +121,7 @@ describe("KvEventListener", () => {
     cleanups.push(() => proxy.close());
     const [l, got] = listen({ endpoint: proxy.endpoint, replayEndpoint: pub.replayEndpoint });
     await publishUntil(pub, got, 2);
-    proxy.cut();
-    await waitUntil(() => !l.connected && pub.subscriberCount === 0);
-    for (let i = 0; i < 6; i++) pub.publish(batch(Number(pub.nextSeq)));
-    proxy.restore();
+    await loseWhileCut(pub, proxy, l, 6);
     await publishUntil(pub, got, 4);
     expect(got[2]).toEqual({ kind: "reset", reason: "gap-unrecovered" });
     expect(l.counters.replays).toBe(1);
