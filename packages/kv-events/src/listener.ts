@@ -127,10 +127,7 @@ export class KvEventListener {
     // [topic, seq, payload]; tolerate a missing topic frame ([seq, payload]).
     const n = frames.length;
     const seq = n === 3 || n === 2 ? decodeSeq(frames[n - 2]!) : undefined;
-    if (seq === undefined) {
-      this.counters.decodeErrors++;
-      return;
-    }
+    if (seq === undefined) return this.malformed(`${n} frames, or a seq frame that is not 8 bytes`);
     const payload = frames[n - 1]!;
     this.counters.bytes += payload.length;
     this.onSequenced({ seq, payload });
@@ -166,14 +163,18 @@ export class KvEventListener {
     let batch: KvEventBatch;
     try {
       batch = decodeBatch(m.payload, this.counters);
-    } catch {
-      this.counters.decodeErrors++;
-      return;
+    } catch (e) {
+      return this.malformed(String(e), m.seq);
     }
     this.counters.batches++;
     this.counters.events += batch.events.length;
     for (const e of batch.events) if (e.type === "BlockStored") this.counters.blocks += e.blockHashes.length;
     this.emit({ kind: "batch", seq: m.seq, batch });
+  }
+
+  /** Counted and skipped, never fatal; the first one is logged (a publisher sending garbage would flood). */
+  private malformed(why: string, seq?: bigint): void {
+    if (this.counters.decodeErrors++ === 0) this.log.warn({ err: why, seq: seq?.toString() }, "malformed KV-event message skipped");
   }
 
   private reset(reason: ResetReason): void {
@@ -217,10 +218,7 @@ export class KvEventListener {
     const st = this.state;
     if (st.kind !== "replaying") return; // a late answer to an abandoned replay
     const r = parseReplayReply(frames);
-    if (!r) {
-      this.counters.decodeErrors++;
-      return;
-    }
+    if (!r) return this.malformed("replay reply");
     if (r.kind === "end") return this.finishReplay(true);
     st.got.push({ seq: r.seq, payload: r.payload });
   }

@@ -143,14 +143,19 @@ describe("KvEventListener", () => {
     expect(l.counters.restarts).toBe(1);
   });
 
-  test("a malformed payload is counted and skipped without opening a gap", async () => {
+  test("a malformed payload is counted, logged once and skipped without opening a gap", async () => {
     const pub = await publisher();
-    const [l, got] = listen({ endpoint: pub.endpoint });
+    const warnings: string[] = [];
+    const noop = () => {};
+    const logger = { debug: noop, info: noop, error: noop, warn: (_: object, msg?: string) => void warnings.push(msg ?? "") };
+    const [l, got] = listen({ endpoint: pub.endpoint, logger });
     await publishUntil(pub, got, 1);
     pub.publishPayload(Buffer.from([0xc1, 0xff]));
+    pub.publishPayload(Buffer.from([0xc1, 0xfe]));
     pub.publish(batch(99));
     await waitUntil(() => got.length >= 2);
-    expect(l.counters.decodeErrors).toBe(1);
+    expect(l.counters.decodeErrors).toBe(2);
+    expect(warnings.filter((w) => w.includes("malformed"))).toHaveLength(1);
     expect(l.counters.gaps).toBe(0);
     expect(got[1]!.kind).toBe("batch");
   });
