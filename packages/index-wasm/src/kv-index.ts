@@ -282,6 +282,14 @@ export class KvIndex {
    */
   *dump(): Iterable<DumpEvent> {
     const order = [...this.slots.entries()];
+    try {
+      yield* this.dumpEvents(order);
+    } finally {
+      this.ex.dumpCacheRelease();
+    }
+  }
+
+  private *dumpEvents(order: [string, number][]): Generator<DumpEvent> {
     for (const [key, slot] of order) {
       if (this.slots.get(key) !== slot) continue; // removed meanwhile
       const worker = this.refs[slot]!;
@@ -381,6 +389,7 @@ export class KvIndex {
       release();
       if (stPtr) ex.release(stPtr, stBytes);
       if (outPtr) ex.release(outPtr, outBytes);
+      ex.dumpCacheRelease();
     }
   }
 

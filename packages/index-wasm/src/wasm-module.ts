@@ -63,6 +63,7 @@ export type IndexExports = {
   dumpWorker(w: number): number;
   dumpLength(): number;
   dumpJson(state: number, out: number, limit: number): number;
+  dumpCacheRelease(): void;
   reserve(bytes: number): number;
   release(p: number, bytes: number): void;
   freeBytes(): number;
