@@ -11,7 +11,7 @@ import { ExtProcClient } from "./demo/extproc-client.ts";
 import { replay, type Replica } from "./demo/loadgen.ts";
 import { parseDemoArgs, type DemoOptions } from "./demo/options.ts";
 import { startProgress, statusLine } from "./demo/progress.ts";
-import { demoReportData, recoveryText, summaryRows, type RecoveryReport } from "./demo/report.ts";
+import { demoReportData, demoSucceeded, recoveryText, summaryRows, type RecoveryReport } from "./demo/report.ts";
 import { DemoStats } from "./demo/stats.ts";
 import { renderReport } from "./report/html.ts";
 import { loadTrace, type TraceRecord } from "./trace.ts";
@@ -60,7 +60,8 @@ async function main(o: DemoOptions): Promise<number> {
     const sampler = setInterval(() => stats.sampleLoad(), 1000);
     let recovery: RecoveryReport | undefined;
     let midway: Promise<void> | undefined;
-    const killAt = Math.max(1, Math.floor(records.length * o.killAt));
+    // --kill-at 0: no replica is replaced.
+    const killAt = o.killAt > 0 ? Math.max(1, Math.floor(records.length * o.killAt)) : undefined;
 
     const replaceReplica = async () => {
       progress.log(`  midway (${killAt} requests sent): killing ${a.name} (SIGKILL), starting ${c.name} with peers ${a.ip}, ${b.ip}`);
@@ -98,7 +99,7 @@ async function main(o: DemoOptions): Promise<number> {
       stats,
       signal: abort.signal,
       onSent: (sent) => {
-        if (sent === killAt && o.killAt > 0) midway = replaceReplica();
+        if (sent === killAt) midway = replaceReplica();
       },
     });
     await midway;
@@ -111,7 +112,7 @@ async function main(o: DemoOptions): Promise<number> {
     const htmlPath = resolve(runDir, "demo-report.html");
     writeFileSync(htmlPath, renderReport(demoReportData(o, stats, recovery)));
     console.log(`\nreport: ${htmlPath}`);
-    return stats.outcomes.ok > 0 && recovery !== undefined && !("failed" in recovery) ? 0 : 1;
+    return demoSucceeded(stats, killAt !== undefined, recovery) ? 0 : 1;
   } finally {
     await stopEverything();
   }

@@ -12,6 +12,12 @@ export function recoveryText(r: RecoveryReport | undefined): string {
   return `${r.replica} recovered ${r.events} events (${(r.bytes / 1024).toFixed(0)} KiB) from ${r.peer} in ${r.ms} ms; ready ${(r.readyMs / 1000).toFixed(1)} s after start`;
 }
 
+/** Requests were served, and the replica replaced midway (when one was) recovered from a peer. */
+export function demoSucceeded(s: Pick<DemoStats, "outcomes">, replaced: boolean, recovery: RecoveryReport | undefined): boolean {
+  if (s.outcomes.ok === 0) return false;
+  return !replaced || (recovery !== undefined && !("failed" in recovery));
+}
+
 export function summaryRows(s: DemoStats, recovery: RecoveryReport | undefined): [string, string][] {
   const perWorker = s.workerIds.map((w) => `${w}: ${s.picksByWorker.get(w) ?? 0}`).join(", ");
   const perEpp = [...s.picksByEpp].map(([e, n]) => `${e}: ${n}`).join(", ");
