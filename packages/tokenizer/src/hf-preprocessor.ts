@@ -4,9 +4,7 @@ import { templateMessages } from "./messages";
 import { SegmentCache } from "./segment-cache";
 import { Segmenter } from "./segmenter";
 import { tokenContent, type TokenizerFiles } from "./tokenizer-files";
-import type { CacheOptions, CacheStats, ChatMessage, ChatOptions, Preprocessor } from "./types";
-
-const NO_CACHE_STATS: CacheStats = { hits: 0, misses: 0, entries: 0, bytes: 0, evictions: 0 };
+import { NO_CACHE_STATS, type CacheOptions, type CacheStats, type ChatMessage, type ChatOptions, type Preprocessor } from "./types";
 
 /** A Hugging Face tokenizer (tokenizer.json + tokenizer_config.json) with its chat template and segment cache. */
 export class HfPreprocessor implements Preprocessor {

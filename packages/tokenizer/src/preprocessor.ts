@@ -2,7 +2,7 @@ import { byteFallbackDecode, byteFallbackEncode, byteFallbackRenderChat } from "
 import { HfPreprocessor } from "./hf-preprocessor";
 import { registerPreprocessorMetrics } from "./metrics";
 import { loadTokenizerFiles } from "./tokenizer-files";
-import type { CacheStats, ChatMessage, ChatOptions, Preprocessor, PreprocessorOptions } from "./types";
+import { NO_CACHE_STATS, type ChatMessage, type ChatOptions, type Preprocessor, type PreprocessorOptions } from "./types";
 
 /**
  * The request preprocessor of one model: a Hugging Face tokenizer read from `tokenizerDir`, or the byte-level
@@ -19,13 +19,11 @@ export function createPreprocessor(opts: PreprocessorOptions = {}): Preprocessor
   return pre;
 }
 
-const NO_CACHE: CacheStats = { hits: 0, misses: 0, entries: 0, bytes: 0, evictions: 0 };
-
 const byteFallbackPreprocessor: Preprocessor = {
   kind: "byte-fallback",
   encodeCompletion: (prompt) => (typeof prompt === "string" ? byteFallbackEncode(prompt) : Uint32Array.from(prompt)),
   encodeChat: (messages: readonly ChatMessage[], opts?: ChatOptions) => byteFallbackEncode(byteFallbackRenderChat(messages, opts)),
   renderChat: byteFallbackRenderChat,
   decode: byteFallbackDecode,
-  cacheStats: () => NO_CACHE,
+  cacheStats: () => NO_CACHE_STATS,
 };

@@ -32,6 +32,9 @@ export type PreprocessorOptions = {
 
 export type CacheStats = { hits: number; misses: number; entries: number; bytes: number; evictions: number };
 
+/** What a preprocessor without a segment cache reports. */
+export const NO_CACHE_STATS: CacheStats = { hits: 0, misses: 0, entries: 0, bytes: 0, evictions: 0 };
+
 export type PreprocessorKind = "hf" | "byte-fallback";
 
 export interface Preprocessor {
