@@ -2,8 +2,7 @@
 // virtual time: arrivals come from the (time-compressed) trace, workers admit, prefill and decode per
 // mock-worker's timing model, KV events reach the KV index after a configurable lag. Nothing sleeps, so
 // a whole trace runs in seconds and the same seed gives the same figures.
-import { KvIndex, workerKey, type StoredBlock, type WorkerRef } from "@kv-epp/index-wasm";
-import { computeBlockHashes } from "@kv-epp/index-wasm";
+import { computeBlockHashes, KvIndex, workerKey, type StoredBlock, type WorkerRef } from "@kv-epp/index-wasm";
 import { ActiveLoad, type CacheEvent, type TimingParams, type Weights } from "../upstream.ts";
 import { seededRandom } from "../prng.ts";
 import { POLICIES, type PolicyName, type ReplicaContext, type Router } from "../policies/index.ts";
