@@ -71,8 +71,11 @@ export function indexSource(index: KvIndex, key = MODEL_KEY, opts: { json?: bool
   };
 }
 
-/** A staging that is a fresh KvIndex per model, applied in batches; commit hands the indexes over. */
-export function indexTarget(onCommit: (indexes: Map<string, KvIndex>) => void): DumpTarget {
+/**
+ * A staging that is a fresh KvIndex per model, applied in batches; commit hands the indexes over. With
+ * `typed` (default) it also takes the parser's typed batches into the index's batch builder (the fast path).
+ */
+export function indexTarget(onCommit: (indexes: Map<string, KvIndex>) => void, opts: { typed?: boolean } = {}): DumpTarget {
   return {
     begin(): DumpStaging {
       const indexes = new Map<string, KvIndex>();
@@ -82,11 +85,28 @@ export function indexTarget(onCommit: (indexes: Map<string, KvIndex>) => void): 
         if (pending.length > 0) indexes.get(pendingKey)!.applyBatch(pending);
         pending = [];
       };
+      const indexFor = (key: string, blockSize: number) => {
+        let index = indexes.get(key);
+        if (index === undefined) indexes.set(key, (index = KvIndex.create({ blockSize })));
+        return index;
+      };
+      const typed: Pick<DumpStaging, "applyBatch"> = opts.typed === false ? {} : {
+        applyBatch(key, blockSize, b) {
+          flush(); // object events of this model (those before its block_size) come first
+          const builder = indexFor(key, blockSize).batch();
+          for (let i = 0; i < b.count; i++) {
+            const s = b.blockStart[i]!, e = b.blockStart[i + 1]!;
+            builder.stored(b.workers[i]!, b.parentHash(i), b.blockHashes.subarray(s, e), b.tokensHashes.subarray(s, e));
+          }
+          builder.apply();
+        },
+      };
       return {
+        ...typed,
         apply(key, blockSize, e) {
           if (key !== pendingKey) flush();
           pendingKey = key;
-          if (!indexes.has(key)) indexes.set(key, KvIndex.create({ blockSize }));
+          indexFor(key, blockSize);
           pending.push({
             kind: "stored",
             worker: { workerId: e.workerId, dpRank: e.dpRank },

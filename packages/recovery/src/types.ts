@@ -1,3 +1,5 @@
+import type { DumpBatch } from "./dump/batch.ts";
+
 // The narrow interface through which recovery sees the index (DESIGN.md §2: recovery knows the index only
 // through "apply events, dump events"). u64 values are always bigint, never JS numbers (DESIGN.md §3).
 
@@ -38,6 +40,13 @@ export interface DumpTarget {
 
 export interface DumpStaging {
   apply(key: string, blockSize: number, e: RouterEvent): void;
+  /**
+   * Optional fast path: when present, the dump client hands most events over in typed batches (hashes in
+   * BigUint64Arrays, a few hundred events per call, in order) instead of one `apply` each; `apply` still
+   * receives the rare events that precede their model's block_size, always before that model's batches.
+   * The batch is reused: read it during the call only.
+   */
+  applyBatch?(key: string, blockSize: number, batch: DumpBatch): void;
   commit(): void;
   abort(): void;
 }

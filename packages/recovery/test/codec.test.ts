@@ -1,18 +1,23 @@
 import { describe, expect, test } from "bun:test";
 import fc from "fast-check";
-import { DumpFormatError, DumpParser, dumpStream, readDump, type RouterEvent } from "../src/index.ts";
+import { type DumpBatch, DumpFormatError, DumpParser, dumpStream, readDump, type RouterEvent } from "../src/index.ts";
 import { MapIndex, type ModelDump, readAll, sampleIndex } from "./helpers.ts";
 
 const enc = new TextEncoder();
 
-function parseAll(body: Uint8Array | string, chunkSize = Infinity, limits = {}): ModelDump[] {
+/** `typed`: through the parser's typed batches (tiny batches, so events cross batch boundaries), back to objects. */
+function parseAll(body: Uint8Array | string, chunkSize = Infinity, limits = {}, typed = false): ModelDump[] {
   const bytes = typeof body === "string" ? enc.encode(body) : body;
   const out: ModelDump[] = [];
-  const p = new DumpParser((key, blockSize, e) => {
+  const add = (key: string, blockSize: number, e: RouterEvent) => {
     let m = out.find((x) => x.key === key);
     if (!m) out.push((m = { key, blockSize, events: [] }));
     m.events.push(e);
-  }, limits);
+  };
+  const batch = typed
+    ? { sink: (key: string, blockSize: number, b: DumpBatch) => { for (let i = 0; i < b.count; i++) add(key, blockSize, b.event(i)); }, events: 3, blocks: 5 }
+    : undefined;
+  const p = new DumpParser(add, limits, batch);
   for (let i = 0; i < bytes.length; i += Math.min(chunkSize, bytes.length)) p.push(bytes.subarray(i, i + chunkSize));
   p.end();
   return out;
@@ -59,12 +64,13 @@ describe("/dump writer", () => {
   });
 });
 
-describe("/dump parser", () => {
+for (const typed of [false, true]) describe(`/dump parser (${typed ? "typed batches" : "objects"})`, () => {
+  const parse = (body: Uint8Array | string, chunkSize?: number, limits?: object) => parseAll(body, chunkSize, limits, typed);
   test("u64 values >= 2^63 round-trip exactly through writer and parser", async () => {
     const hashes = [0n, 1n, 9n, 10n, 99_999n, 100_000n, 99_999_999n, 100_000_000n, 4_294_967_295n, 4_294_967_296n, 10n ** 16n - 1n, 10n ** 16n, 10n ** 19n - 1n, 10n ** 19n, (1n << 53n) + 1n, (1n << 63n) - 1n, 1n << 63n, (1n << 63n) + 12345n, U64_MAX - 1n, U64_MAX];
     const events: RouterEvent[] = hashes.map((h, i) => ({ workerId: "w", dpRank: 0, eventId: i, parentHash: h, blocks: [{ blockHash: h, tokensHash: U64_MAX - h }] }));
     const body = await readAll(dumpStream(new MapIndex([{ key: "m:t", blockSize: 16, events }])));
-    expect(parseAll(body)).toEqual([{ key: "m:t", blockSize: 16, events }]);
+    expect(parse(body)).toEqual([{ key: "m:t", blockSize: 16, events }]);
     // JSON.parse would have lost these: the point of writing our own tokenizer.
     expect(Number.isSafeInteger(JSON.parse(new TextDecoder().decode(body))["m:t"].events.at(-1).event.data.stored.parent_hash)).toBe(false);
   });
@@ -73,7 +79,7 @@ describe("/dump parser", () => {
     const idx = sampleIndex(2, 2, 3);
     const body = await readAll(dumpStream(idx));
     const expected = idx.snapshot();
-    for (let size = 1; size <= 7; size++) expect(parseAll(body, size)).toEqual(expected);
+    for (let size = 1; size <= 7; size++) expect(parse(body, size)).toEqual(expected);
     for (let cut = 1; cut < body.length; cut++) {
       const out: RouterEvent[] = [];
       const p = new DumpParser((_k, _b, e) => out.push(e));
@@ -98,7 +104,7 @@ describe("/dump parser", () => {
     await fc.assert(
       fc.asyncProperty(models, fc.integer({ min: 1, max: 64 }), async (ms, chunk) => {
         const body = await readAll(dumpStream(new MapIndex(ms), { chunkBytes: 16 }));
-        const parsed = parseAll(body, chunk);
+        const parsed = parse(body, chunk);
         // A model with no events yields nothing to apply: compare what has events.
         expect(parsed).toEqual(ms.filter((m) => m.events.length > 0));
       }),
@@ -120,7 +126,7 @@ describe("/dump parser", () => {
     const body = ` { "m\\u003at" : { "extra": [1, {"x": -1.5e3}, "s", true], "events" : [ { "dp_rank": 2, "future": {"a": [null]},
       "event": { "data": { "stored": { "blocks": [ { "tokens_hash": 2, "block_hash": 18446744073709551615 } ], "parent_hash": 5 } }, "event_id": 3 },
       "worker_id": "w\\u00e9\\ud83d\\ude00" } ], "block_size": 32 } } `;
-    expect(parseAll(body, 3)).toEqual([
+    expect(parse(body, 3)).toEqual([
       { key: "m:t", blockSize: 32, events: [{ workerId: "wé😀", dpRank: 2, eventId: 3, parentHash: 5n, blocks: [{ blockHash: U64_MAX, tokensHash: 2n }] }] },
     ]);
   });
@@ -152,14 +158,14 @@ describe("/dump parser", () => {
   ];
   for (const [name, body] of bad) {
     test(`rejects a malformed dump: ${name}`, () => {
-      for (const chunk of [1, 5, Infinity]) expect(() => parseAll(body, chunk)).toThrow(DumpFormatError);
+      for (const chunk of [1, 5, Infinity]) expect(() => parse(body, chunk)).toThrow(DumpFormatError);
     });
   }
 
   test("enforces the body size limit and the per-event block limit", async () => {
     const body = await readAll(dumpStream(sampleIndex(2, 2, 4)));
-    expect(() => parseAll(body, 64, { maxBytes: body.length - 1 })).toThrow(/larger than the limit/);
-    expect(() => parseAll(body, 64, { maxEventBlocks: 3 })).toThrow(/more than 3 blocks/);
-    expect(parseAll(body, 64, { maxBytes: body.length, maxEventBlocks: 4 })[0]!.events.length).toBe(4);
+    expect(() => parse(body, 64, { maxBytes: body.length - 1 })).toThrow(/larger than the limit/);
+    expect(() => parse(body, 64, { maxEventBlocks: 3 })).toThrow(/more than 3 blocks/);
+    expect(parse(body, 64, { maxBytes: body.length, maxEventBlocks: 4 })[0]!.events.length).toBe(4);
   });
 });

@@ -3,9 +3,9 @@
 import { describe, expect, test } from "bun:test";
 import fc from "fast-check";
 import { KvIndex } from "@kv-epp/index-wasm";
-import { dumpStream, type DumpSource } from "../src/index.ts";
-import { indexSource } from "../bench/fixture.ts";
-import { readAll } from "./helpers.ts";
+import { DumpFetchError, dumpHandler, dumpStream, fetchDump, type DumpSource, type DumpTarget } from "../src/index.ts";
+import { indexSource, indexTarget } from "../bench/fixture.ts";
+import { quietLogger, readAll, startPeer } from "./helpers.ts";
 
 const U64_MAX = 0xffff_ffff_ffff_ffffn;
 
@@ -67,5 +67,45 @@ describe("WASM-formatted dump events", () => {
     for (const c of chunks.slice(0, -1)) expect(c.length).toBeGreaterThanOrEqual(64 * 1024);
     const wasm = await bodyOf(indexSource(index, "m"), 64 * 1024);
     expect(Buffer.from(wasm).equals(Buffer.from(ts))).toBe(true);
+  });
+
+  test("recovery over loopback through the typed batches and through objects: the recovered index dumps the same bytes", async () => {
+    const index = KvIndex.create({ blockSize: 16 });
+    for (let w = 0; w < 5; w++) {
+      const worker = { workerId: `worker-${w}`, dpRank: w % 3 };
+      for (let c = 0; c < 40; c++) {
+        const blocks = Array.from({ length: 1 + ((w + c) % 9) }, (_, i) => ({ externalHash: U64_MAX - BigInt(w * 1e6 + c * 100 + i), tokensHash: BigInt(c * 100 + i) }));
+        index.applyStored(worker, null, blocks);
+        index.applyStored(worker, blocks[0]!.externalHash, [{ externalHash: BigInt(w * 1e6 + c + 1), tokensHash: 2n ** 63n + BigInt(c) }]);
+      }
+    }
+    const source = await bodyOf(indexSource(index, "m:t"), 1024);
+    const peer = startPeer(dumpHandler({ source: indexSource(index, "m:t"), ready: () => true, logger: quietLogger(), chunkBytes: 1024 }));
+    try {
+      for (const typed of [true, false]) {
+        let got: Map<string, KvIndex> | undefined;
+        const r = await fetchDump({ peer: peer.peer, target: indexTarget((m) => (got = m), { typed }), timeoutMs: 10_000 });
+        expect(r.events).toBeGreaterThan(200);
+        const recovered = got!.get("m:t")!;
+        expect(recovered.stats().residencies).toBe(index.stats().residencies);
+        expect(Buffer.from(await bodyOf(indexSource(recovered, "m:t"), 1024)).equals(Buffer.from(source))).toBe(true);
+      }
+      // an index error inside a typed batch fails the attempt as "apply", and the staging is aborted
+      let aborted = false;
+      const failing: DumpTarget = {
+        begin: () => ({
+          apply() {},
+          applyBatch() { throw new Error("index full"); },
+          commit() {},
+          abort() { aborted = true; },
+        }),
+      };
+      const err = await fetchDump({ peer: peer.peer, target: failing, timeoutMs: 10_000 }).catch((e) => e);
+      expect(err).toBeInstanceOf(DumpFetchError);
+      expect((err as DumpFetchError).reason).toBe("apply");
+      expect(aborted).toBe(true);
+    } finally {
+      peer.stop();
+    }
   });
 });

@@ -92,7 +92,13 @@ export async function fetchDump(opts: FetchDumpOptions): Promise<DumpFetchResult
     if (res.body === null) throw new DumpFetchError("malformed", "empty response body");
     staging = opts.target.begin();
     const into = staging;
-    const parser = new DumpParser((key, blockSize, e) => guardApply(() => into.apply(key, blockSize, e)), opts.limits);
+    // The typed fast path when the staging takes batches (measured: most of the receiver's cost otherwise).
+    const batched = into.applyBatch?.bind(into);
+    const parser = new DumpParser(
+      (key, blockSize, e) => guardApply(() => into.apply(key, blockSize, e)),
+      opts.limits,
+      batched ? { sink: (key, blockSize, b) => guardApply(() => batched(key, blockSize, b)) } : undefined,
+    );
     const body = res.body.getReader();
     reader = body;
     const pace = gcPacer();

@@ -1,4 +1,5 @@
 import type { RouterEvent, StoredBlockRef } from "../types.ts";
+import { type BatchWorker, DumpBatch } from "./batch.ts";
 import { type JsonHandler, JsonSyntaxError, JsonTokenizer, scanU64, type U64Parts } from "./json-tokenizer.ts";
 
 // Streaming `/dump` parser: bytes in, RouterEvents out as soon as each event's closing brace arrives. Memory
@@ -33,6 +34,16 @@ export const DEFAULT_PARSER_LIMITS: DumpParserLimits = {
 };
 
 export type DumpSink = (key: string, blockSize: number, e: RouterEvent) => void;
+/** Receives a reused DumpBatch: its contents are valid only during the call. */
+export type DumpBatchSink = (key: string, blockSize: number, batch: DumpBatch) => void;
+
+/**
+ * The typed fast path: events whose model's block_size is known go to `sink` in batches of up to `events`
+ * events or `blocks` blocks (and at the end of each model), instead of one RouterEvent each. Events that
+ * precede their model's block_size still go to the object sink, in order, before any batch of that model.
+ */
+export type DumpBatchOptions = { sink: DumpBatchSink; events?: number; blocks?: number };
+const EMPTY_BLOCKS: StoredBlockRef[] = [];
 
 const enum F {
   None, Model, BlockSize, Events, WorkerId, DpRank, Event, EventId, Data, Stored, Parent, Blocks, BlockHash, TokensHash, Skip,
@@ -91,18 +102,48 @@ class DumpAssembler implements JsonHandler {
   private workerId: string | null = null;
   private lastWorkerBytes = new Uint8Array(0);
   private lastWorkerId = "";
+  private lastWorker: BatchWorker = { workerId: "", dpRank: -1 };
   private dpRank = -1;
   private eventId = -1;
-  private parent: bigint | null | undefined = undefined;
+  /** 0: not seen, 1: null, 2: a hash in (pHi, pLo) */
+  private parentKind = 0;
+  private pHi = 0;
+  private pLo = 0;
+  /** Object mode: the event's blocks; typed mode: EMPTY_BLOCKS once "blocks" was seen (they go to the batch). */
   private blocks: StoredBlockRef[] | null = null;
   private sawStored = false;
-  private blockHash: bigint | null = null;
-  private tokensHash: bigint | null = null;
+  private bhSet = false;
+  private bhHi = 0;
+  private bhLo = 0;
+  private thSet = false;
+  private thHi = 0;
+  private thLo = 0;
 
   events = 0;
   private readonly parts: U64Parts = { hi: 0, lo: 0 };
 
-  constructor(private readonly sink: DumpSink, private readonly limits: DumpParserLimits, private readonly where: () => number) {}
+  private readonly batch: DumpBatch | null;
+  private readonly batchEvents: number;
+  private readonly batchBlocks: number;
+
+  constructor(
+    private readonly sink: DumpSink,
+    private readonly limits: DumpParserLimits,
+    private readonly where: () => number,
+    private readonly batchOpts: DumpBatchOptions | null,
+  ) {
+    this.batch = batchOpts ? new DumpBatch() : null;
+    this.batchEvents = batchOpts?.events ?? 256;
+    this.batchBlocks = batchOpts?.blocks ?? 16 * 1024;
+  }
+
+  /** Hands the pending batch to the batch sink (at each model's end and at the end of the body). */
+  flush(): void {
+    const b = this.batch;
+    if (b === null || b.count === 0) return;
+    this.batchOpts!.sink(this.modelKey, this.blockSize, b);
+    b.clear();
+  }
 
   private fail(msg: string): never {
     throw new DumpFormatError(`malformed dump: ${msg} at byte ${this.where()}`, this.where());
@@ -142,12 +183,12 @@ class DumpAssembler implements JsonHandler {
       this.workerId = null;
       this.dpRank = -1;
       this.eventId = -1;
-      this.parent = undefined;
+      this.parentKind = 0;
       this.blocks = null;
       this.sawStored = false;
     } else if (f === F.Blocks && this.depth === 8) {
-      this.blockHash = null;
-      this.tokensHash = null;
+      this.bhSet = false;
+      this.thSet = false;
     } else if (!((f === F.Event && this.depth === 4) || f === F.Data || f === F.Stored)) {
       this.fail(this.depth === 0 ? "the body is not a JSON object" : "unexpected object");
     }
@@ -165,7 +206,10 @@ class DumpAssembler implements JsonHandler {
     if (f === F.Events && this.depth === 2) {
       this.depth = 3;
     } else if (f === F.Blocks && this.depth === 7) {
-      this.blocks = [];
+      if (this.batch !== null) {
+        this.batch.dropOpen(); // a repeated "blocks" key replaces the earlier one, as in object mode
+        this.blocks = EMPTY_BLOCKS;
+      } else this.blocks = [];
       this.depth = 8;
     } else this.fail(this.depth === 0 ? "the body is not a JSON object" : "unexpected array");
     this.field = F.None;
@@ -178,13 +222,14 @@ class DumpAssembler implements JsonHandler {
     }
     switch (this.depth) {
       case 9: {
-        if (this.blockHash === null || this.tokensHash === null) this.fail("a block needs block_hash and tokens_hash");
-        if (this.blocks!.length >= this.limits.maxEventBlocks) this.fail(`more than ${this.limits.maxEventBlocks} blocks in one event`);
-        this.blocks!.push({ blockHash: this.blockHash, tokensHash: this.tokensHash });
+        if (!this.bhSet || !this.thSet) this.fail("a block needs block_hash and tokens_hash");
+        this.checkBlockLimit();
+        if (this.batch !== null) this.batch.pushBlock(this.bhHi, this.bhLo, this.thHi, this.thLo);
+        else this.blocks!.push({ blockHash: toBigInt(this.bhHi, this.bhLo), tokensHash: toBigInt(this.thHi, this.thLo) });
         break;
       }
       case 7:
-        if (this.blocks === null || this.parent === undefined) this.fail("a stored event needs parent_hash and blocks");
+        if (this.blocks === null || this.parentKind === 0) this.fail("a stored event needs parent_hash and blocks");
         break;
       case 6:
         if (!this.sawStored) this.fail("event data without `stored`");
@@ -194,6 +239,7 @@ class DumpAssembler implements JsonHandler {
         break;
       case 2:
         if (this.blockSize < 0) this.fail(`model ${JSON.stringify(this.modelKey)} has no block_size`);
+        this.flush();
         break;
     }
     this.depth--;
@@ -209,11 +255,34 @@ class DumpAssembler implements JsonHandler {
     this.field = F.None;
   }
 
+  private checkBlockLimit(): void {
+    const n = this.batch !== null ? this.batch.openBlocks : this.blocks!.length;
+    if (n >= this.limits.maxEventBlocks) this.fail(`more than ${this.limits.maxEventBlocks} blocks in one event`);
+  }
+
   private finishEvent(): void {
     if (this.workerId === null || this.dpRank < 0 || this.eventId < 0 || this.blocks === null) {
       this.fail("an event needs worker_id, dp_rank, event.event_id and event.data.stored");
     }
-    const e: RouterEvent = { workerId: this.workerId, dpRank: this.dpRank, eventId: this.eventId, parentHash: this.parent!, blocks: this.blocks };
+    const b = this.batch;
+    if (b !== null) {
+      if (this.lastWorker.workerId !== this.workerId || this.lastWorker.dpRank !== this.dpRank) {
+        this.lastWorker = { workerId: this.workerId, dpRank: this.dpRank };
+      }
+      if (this.blockSize >= 0) {
+        this.events++;
+        b.pushEvent(this.lastWorker, this.eventId, this.parentKind === 2, this.pHi, this.pLo);
+        if (b.count >= this.batchEvents || b.blocks >= this.batchBlocks) this.flush();
+        return;
+      }
+      // before block_size: this event is buffered as an object, like in object mode
+      const blocks: StoredBlockRef[] = [];
+      for (let k = b.blockStart[b.count]!; k < b.blocks; k++) blocks.push({ blockHash: b.blockHashes[k]!, tokensHash: b.tokensHashes[k]! });
+      b.dropOpen();
+      this.blocks = blocks;
+    }
+    const parentHash = this.parentKind === 2 ? toBigInt(this.pHi, this.pLo) : null;
+    const e: RouterEvent = { workerId: this.workerId, dpRank: this.dpRank, eventId: this.eventId, parentHash, blocks: this.blocks };
     this.events++;
     if (this.blockSize >= 0) {
       this.sink(this.modelKey, this.blockSize, e);
@@ -229,11 +298,12 @@ class DumpAssembler implements JsonHandler {
     const p = this.parts;
     let j = scanU64(buf, i + BLOCK_HEAD.length, p);
     if (j < 0 || !bytesAt(BLOCK_MID, buf, j)) return -1;
-    const blockHash = toBigInt(p.hi, p.lo);
+    const bHi = p.hi, bLo = p.lo;
     j = scanU64(buf, j + BLOCK_MID.length, p);
     if (j < 0 || j >= buf.length || buf[j] !== 0x7d) return -1;
-    if (this.blocks!.length >= this.limits.maxEventBlocks) this.fail(`more than ${this.limits.maxEventBlocks} blocks in one event`);
-    this.blocks!.push({ blockHash, tokensHash: toBigInt(p.hi, p.lo) });
+    this.checkBlockLimit();
+    if (this.batch !== null) this.batch.pushBlock(bHi, bLo, p.hi, p.lo);
+    else this.blocks!.push({ blockHash: toBigInt(bHi, bLo), tokensHash: toBigInt(p.hi, p.lo) });
     return j + 1;
   }
 
@@ -283,13 +353,19 @@ class DumpAssembler implements JsonHandler {
       case F.Skip:
         return this.skipped();
       case F.BlockHash:
-        this.blockHash = toBigInt(hi, lo);
+        this.bhSet = true;
+        this.bhHi = hi;
+        this.bhLo = lo;
         break;
       case F.TokensHash:
-        this.tokensHash = toBigInt(hi, lo);
+        this.thSet = true;
+        this.thHi = hi;
+        this.thLo = lo;
         break;
       case F.Parent:
-        this.parent = toBigInt(hi, lo);
+        this.parentKind = 2;
+        this.pHi = hi;
+        this.pLo = lo;
         break;
       case F.BlockSize:
       case F.DpRank:
@@ -321,7 +397,7 @@ class DumpAssembler implements JsonHandler {
     const f = this.valueField();
     if (f === F.Skip) return this.skipped();
     if (f !== F.Parent || value !== null) this.fail(`unexpected ${String(value)}`);
-    this.parent = null;
+    this.parentKind = 1;
     this.field = F.None;
   }
 }
@@ -336,9 +412,10 @@ export class DumpParser {
   private readonly limits: DumpParserLimits;
   bytes = 0;
 
-  constructor(sink: DumpSink, limits: Partial<DumpParserLimits> = {}) {
+  /** `batch`: the typed fast path (see DumpBatchOptions); without it every event goes to `sink`. */
+  constructor(sink: DumpSink, limits: Partial<DumpParserLimits> = {}, batch?: DumpBatchOptions) {
     this.limits = { ...DEFAULT_PARSER_LIMITS, ...limits };
-    this.assembler = new DumpAssembler(sink, this.limits, () => this.bytes);
+    this.assembler = new DumpAssembler(sink, this.limits, () => this.bytes, batch ?? null);
     this.tokenizer = new JsonTokenizer(this.assembler, this.limits);
   }
 
@@ -356,6 +433,7 @@ export class DumpParser {
 
   end(): void {
     this.wrap(() => this.tokenizer.end());
+    this.assembler.flush();
   }
 
   private wrap(f: () => void): void {
