@@ -99,7 +99,8 @@ async function main(o: DemoOptions): Promise<number> {
       stats,
       signal: abort.signal,
       onSent: (sent) => {
-        if (sent === killAt) midway = replaceReplica();
+        // Caught here: the replay goes on while the replacement runs, and its failure is the run's result.
+        if (sent === killAt) midway = replaceReplica().catch((e: unknown) => void (recovery = { replica: c.name, failed: String(e) }));
       },
     });
     await midway;

@@ -25,16 +25,20 @@ export async function replay(records: readonly TraceRecord[], o: LoadGenOptions)
   if (!first) return;
   const t0 = performance.now();
   const running: Promise<void>[] = [];
+  // A request that fails unexpectedly (not a routing or worker error, which are counted) stops the
+  // replay; it is caught at once so it cannot surface as an unhandled rejection while others run.
+  let failure: { error: unknown } | undefined;
   let turn = 0;
   for (const rec of records) {
     const wait = t0 + arrivalMs(rec, first, o.timeScale) - performance.now();
     if (wait > 0) await Bun.sleep(wait);
-    if (o.signal.aborted) break;
-    running.push(oneRequest(rec, turn++, o));
+    if (o.signal.aborted || failure) break;
+    running.push(oneRequest(rec, turn++, o).catch((error: unknown) => void (failure ??= { error })));
     o.stats.sent++;
     o.onSent?.(o.stats.sent);
   }
   await Promise.all(running);
+  if (failure) throw failure.error;
 }
 
 async function oneRequest(rec: TraceRecord, turn: number, o: LoadGenOptions): Promise<void> {
