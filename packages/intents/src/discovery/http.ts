@@ -15,7 +15,7 @@ export type HttpDiscoveryOptions = {
   retryMs?: number;
 };
 
-/** Reads an NDJSON body line by line until it ends or `signal` aborts. */
+/** Reads an NDJSON body line by line until it ends (aborting the fetch's signal ends it too). */
 async function* lines(res: Response): AsyncGenerator<unknown> {
   const reader = res.body!.pipeThrough(new TextDecoderStream()).getReader();
   let buf = "";
