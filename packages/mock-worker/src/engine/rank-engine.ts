@@ -23,14 +23,17 @@ export type RankObserver = { onFirstToken?: (seconds: number) => void; onFinishe
 // Deterministic filler output: the mock has no model, only token counts matter.
 const WORDS = [" the", " cache", " holds", " a", " prefix", " of", " blocks", " and", " tokens", " flow"];
 
+// Called once per decode token with the request's signal: the abort listener goes when the timer fires,
+// or a long generation would pile one listener per token on that signal.
 const sleep = (ms: number, signal?: AbortSignal) =>
   signal?.aborted
     ? Promise.reject(signal.reason)
     : ms <= 0
     ? Promise.resolve()
     : new Promise<void>((resolve, reject) => {
-        const t = setTimeout(resolve, ms);
-        signal?.addEventListener("abort", () => (clearTimeout(t), reject(signal.reason)), { once: true });
+        const onAbort = () => (clearTimeout(t), reject(signal!.reason));
+        const t = setTimeout(() => (signal?.removeEventListener("abort", onAbort), resolve()), ms);
+        signal?.addEventListener("abort", onAbort, { once: true });
       });
 
 export class RankEngine {
