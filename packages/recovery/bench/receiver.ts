@@ -2,6 +2,8 @@
 // mode "streamed": the product path (fetchDump: streaming parse, apply as bytes arrive).
 // mode "discard": the same, applying into nothing: the recovery pipeline's own memory, without the index.
 // mode "buffered": baseline: the whole body is read into memory first, then parsed and applied.
+// mode "before": the path before the module wrote JSON and the parser made typed batches: the sender's TS writer
+// (/ts/dump) and a staging without applyBatch (RouterEvent objects into IndexEvents into applyBatch).
 import type { KvIndex } from "@kv-epp/index-wasm";
 import { DumpParser, fetchDump } from "../src/index.ts";
 import { indexTarget, rssSampler } from "./fixture.ts";
@@ -12,12 +14,13 @@ const rss0 = process.memoryUsage.rss();
 const sampler = rssSampler();
 let recovered: Map<string, KvIndex> = new Map();
 const discard = { begin: () => ({ apply() {}, commit() {}, abort() {} }) };
-const target = mode === "discard" ? discard : indexTarget((m) => (recovered = m));
+const target = mode === "discard" ? discard : indexTarget((m) => (recovered = m), { typed: mode !== "before" });
 const t0 = performance.now();
+const cpu0 = process.cpuUsage();
 let events = 0;
 let bytes = 0;
 if (mode !== "buffered") {
-  const r = await fetchDump({ peer: { id: url, url }, target, timeoutMs: 30_000 });
+  const r = await fetchDump({ peer: { id: url, url: mode === "before" ? `${url}/ts` : url }, target, timeoutMs: 30_000 });
   events = r.events;
   bytes = r.bytes;
 } else {
@@ -32,9 +35,10 @@ if (mode !== "buffered") {
   bytes = parser.bytes;
 }
 const ms = performance.now() - t0;
+const cpu = process.cpuUsage(cpu0);
 sampler.sample();
 sampler.stop();
 const st = [...recovered.values()][0]?.stats() ?? { residencies: 0, blocks: 0, bytes: 0 };
 // The index's linear memory is resident as a whole (measured: building this index directly grows RSS by about
 // its byteLength, though fewer bytes are in use), so "above the index" subtracts the linear memory size.
-console.log(JSON.stringify({ mode, ms, events, bytes, residencies: st.residencies, blocks: st.blocks, indexBytes: st.bytes, rss0, peakRss: sampler.peak() }));
+console.log(JSON.stringify({ mode, ms, cpuMs: (cpu.user + cpu.system) / 1000, events, bytes, residencies: st.residencies, blocks: st.blocks, indexBytes: st.bytes, rss0, peakRss: sampler.peak() }));

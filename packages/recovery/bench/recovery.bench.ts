@@ -1,16 +1,21 @@
 // `bun run bench:recovery`: a 1M-residency index (64 workers x 16k blocks) recovered over loopback, sender
-// and receiver in separate processes, the streamed product path against a buffered-whole-body baseline
-// measured in the same run. Prints figures and writes bench/REPORT.md. Targets (issue 6): <= 1 s end to end,
-// <= 32 MiB peak RSS above the index size on either side.
+// and receiver in separate processes; the streamed product path against the path before the module wrote JSON
+// and the parser made typed batches ("before") and a buffered-whole-body baseline, in the same run, several
+// rounds (RECOVERY_BENCH_ROUNDS, default 5), medians. Prints figures and writes bench/REPORT.md. Targets
+// (issue 6): <= 1 s end to end, <= 32 MiB peak RSS above the index size on either side.
 import { writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { MiB } from "./fixture.ts";
 
 const here = import.meta.dir;
 const HOST = "127.0.3.200";
+const ROUNDS = Math.max(1, Number(process.env.RECOVERY_BENCH_ROUNDS) || 5);
+const MODES = ["discard", "streamed", "before", "buffered"] as const;
 
-type SenderInfo = { url: string; residencies: number; blocks: number; indexBytes: number; rssBeforeIndex: number; rssWithIndex: number; buildMs: number; gen: { ms: number; bytes: number; chunks: number } };
-type ReceiverOut = { mode: string; ms: number; events: number; bytes: number; residencies: number; blocks: number; indexBytes: number; rss0: number; peakRss: number };
+type Gen = { ms: number; cpuMs: number; bytes: number; chunks: number };
+type SenderInfo = { url: string; residencies: number; blocks: number; indexBytes: number; rssBeforeIndex: number; rssWithIndex: number; buildMs: number; gen: { json: Gen; ts: Gen } };
+type ReceiverOut = { mode: string; ms: number; cpuMs: number; events: number; bytes: number; residencies: number; blocks: number; indexBytes: number; rss0: number; peakRss: number };
+type Run = { recv: ReceiverOut; senderPeak: number; senderCpuMs: number };
 
 async function firstLine(stream: ReadableStream<Uint8Array>): Promise<string> {
   const reader = stream.getReader();
@@ -24,17 +29,24 @@ async function firstLine(stream: ReadableStream<Uint8Array>): Promise<string> {
   return text.split("\n")[0]!;
 }
 
+const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[xs.length >> 1]!;
+const load = () => (require("node:os") as typeof import("node:os")).loadavg()[0]!.toFixed(1);
+
 const sender = Bun.spawn(["bun", join(here, "sender.ts"), HOST], { stdout: "pipe", stderr: "inherit" });
 try {
   const info = JSON.parse(await firstLine(sender.stdout)) as SenderInfo;
-  const runs: { recv: ReceiverOut; senderPeak: number; senderRss: number }[] = [];
-  for (const mode of ["discard", "streamed", "buffered"]) {
-    const p = Bun.spawn(["bun", join(here, "receiver.ts"), mode, info.url], { stdout: "pipe", stderr: "inherit" });
-    const out = await new Response(p.stdout).text();
-    if ((await p.exited) !== 0) throw new Error(`receiver (${mode}) failed`);
-    const recv = JSON.parse(out.trim().split("\n").at(-1)!) as ReceiverOut;
-    const s = (await (await fetch(`${info.url}/stats`)).json()) as { peakRss: number; rss: number };
-    runs.push({ recv, senderPeak: s.peakRss, senderRss: s.rss });
+  const loadStart = load();
+  const runs = new Map<string, Run[]>(MODES.map((m) => [m, []]));
+  for (let round = 0; round < ROUNDS; round++) {
+    for (const mode of MODES) {
+      await fetch(`${info.url}/stats`); // resets the sender's peak and CPU counters
+      const p = Bun.spawn(["bun", join(here, "receiver.ts"), mode, info.url], { stdout: "pipe", stderr: "inherit" });
+      const out = await new Response(p.stdout).text();
+      if ((await p.exited) !== 0) throw new Error(`receiver (${mode}) failed`);
+      const recv = JSON.parse(out.trim().split("\n").at(-1)!) as ReceiverOut;
+      const s = (await (await fetch(`${info.url}/stats`)).json()) as { peakRss: number; rss: number; cpuMs: number };
+      runs.get(mode)!.push({ recv, senderPeak: s.peakRss, senderCpuMs: s.cpuMs });
+    }
   }
 
   const mib = (b: number) => (b / MiB).toFixed(1);
@@ -43,28 +55,34 @@ try {
     lines.push(s);
     console.log(s);
   };
+  const rate = (g: Gen) =>
+    `${mib(g.bytes)} MiB in ${g.ms.toFixed(0)} ms (CPU ${g.cpuMs.toFixed(0)} ms) = ${(g.bytes / MiB / (g.ms / 1000)).toFixed(0)} MiB/s, ${((info.residencies / g.ms) * 1000 / 1e6).toFixed(2)} M residencies/s`;
   say(`# recovery benchmark (${new Date().toISOString()})`);
   say("");
-  say(`index: ${info.residencies.toLocaleString()} residencies, ${info.blocks.toLocaleString()} blocks, ${mib(info.indexBytes)} MiB of linear memory (built in ${info.buildMs.toFixed(0)} ms)`);
-  say(`dump generation (writer alone): ${(info.gen.bytes / MiB).toFixed(1)} MiB in ${info.gen.ms.toFixed(0)} ms = ${((info.gen.bytes / MiB) / (info.gen.ms / 1000)).toFixed(0)} MiB/s, ${((info.residencies / info.gen.ms) * 1000 / 1e6).toFixed(2)} M residencies/s`);
+  say(`index: ${info.residencies.toLocaleString()} residencies, ${info.blocks.toLocaleString()} blocks, ${mib(info.indexBytes)} MiB of linear memory (built in ${info.buildMs.toFixed(0)} ms); ${ROUNDS} rounds, load average ${loadStart} at start, ${load()} at end (2 cores)`);
+  say(`dump generation, writer alone (median of 5): module JSON ${rate(info.gen.json)}; TS writer ${rate(info.gen.ts)}`);
   say("");
-  say("| mode | end to end (ms) | events | body (MiB) | residencies recovered | receiver peak RSS growth (MiB) | recovered index linear memory (MiB) | receiver peak above index (MiB) | sender peak above its index (MiB) |");
-  say("|---|---|---|---|---|---|---|---|---|");
-  for (const r of runs) {
-    const growth = r.recv.peakRss - r.recv.rss0;
+  say("| mode | end to end (ms), median | all rounds (ms) | receiver CPU (ms) | sender CPU (ms) | events | body (MiB) | residencies recovered | receiver peak RSS growth (MiB) | recovered index linear memory (MiB) | receiver peak above index (MiB), max | sender peak above its index (MiB), max |");
+  say("|---|---|---|---|---|---|---|---|---|---|---|---|");
+  for (const mode of MODES) {
+    const rs = runs.get(mode)!;
+    const last = rs.at(-1)!.recv;
+    const growth = Math.max(...rs.map((r) => r.recv.peakRss - r.recv.rss0));
+    const above = Math.max(...rs.map((r) => r.recv.peakRss - r.recv.rss0 - r.recv.indexBytes));
     // The sender's index is inside rssWithIndex; its generator state and socket buffers are the extra.
-    const sendExtra = r.senderPeak - info.rssWithIndex;
-    say(`| ${r.recv.mode} | ${r.recv.ms.toFixed(0)} | ${r.recv.events} | ${mib(r.recv.bytes)} | ${r.recv.residencies.toLocaleString()} | ${mib(growth)} | ${mib(r.recv.indexBytes)} | ${mib(growth - r.recv.indexBytes)} | ${mib(sendExtra)} |`);
+    const sendExtra = Math.max(...rs.map((r) => r.senderPeak - info.rssWithIndex));
+    say(
+      `| ${mode} | ${median(rs.map((r) => r.recv.ms)).toFixed(0)} | ${rs.map((r) => r.recv.ms.toFixed(0)).join(", ")} | ${median(rs.map((r) => r.recv.cpuMs)).toFixed(0)} | ${median(rs.map((r) => r.senderCpuMs)).toFixed(0)} | ${last.events} | ${mib(last.bytes)} | ${last.residencies.toLocaleString()} | ${mib(growth)} | ${mib(last.indexBytes)} | ${mib(above)} | ${mib(sendExtra)} |`,
+    );
   }
   say("");
-  const streamed = runs[1]!.recv;
-  const ok = streamed.residencies === info.residencies && streamed.blocks === info.blocks;
-  say(`streamed recovery reproduced the index: ${ok ? "yes" : "NO"} (residencies ${streamed.residencies} vs ${info.residencies}, blocks ${streamed.blocks} vs ${info.blocks})`);
-  say("modes: discard = streamed fetch + parse, events applied into nothing (the recovery pipeline alone); streamed = the product path into a fresh KvIndex; buffered = baseline, whole body read first, then parsed and applied.");
-  say("targets: <= 1000 ms end to end, <= 32 MiB peak above the index on either side (noisy on a shared 2-core machine).");
-  say("'above index' = receiver peak RSS growth minus the recovered index's linear memory. Linear memory is reserved in doublings and not always all resident, so this can come out below zero; the discard row is the recovery pipeline's own overhead with no index at all.");
-  say("receiver: end to end = GET /dump until the staging committed (fetch, streaming parse, apply into a fresh KvIndex).");
-  say("sender peak is sampled every 2 ms while serving; the sender's baseline includes its index. Buffered runs after streamed, so its sender figure includes what the streamed run left.");
+  const ok = MODES.filter((m) => m !== "discard").every((m) => runs.get(m)!.every((r) => r.recv.residencies === info.residencies && r.recv.blocks === info.blocks));
+  say(`every recovery reproduced the index: ${ok ? "yes" : "NO"} (${info.residencies} residencies, ${info.blocks} blocks)`);
+  say("modes: discard = streamed fetch + parse (typed batches), applied into nothing (the recovery pipeline alone); streamed = the product path: module-written JSON, typed batches into a fresh KvIndex's batch builder; before = the TS writer from RouterEvent objects and a staging without applyBatch (objects, then IndexEvents into applyBatch), the path before this change; buffered = baseline, whole body read first, then parsed and applied (typed).");
+  say("targets: <= 1000 ms end to end, <= 32 MiB peak above the index on either side (noisy on a shared 2-core machine: CPU time per side is the steadier figure; sender and receiver pipeline, so end to end is about the busier side when both cores are free).");
+  say("'above index' = receiver peak RSS growth minus the recovered index's linear memory (max over rounds). Linear memory is not always all resident, so this can come out below zero; the discard row is the recovery pipeline's own overhead with no index at all.");
+  say("receiver: end to end = GET /dump until the staging committed; CPU = the receiver process's user+system time over that span (includes Bun's GC/JIT threads). Sender CPU = the sender process between two /stats calls around the run.");
+  say("sender peak is sampled every 2 ms while serving; the sender's baseline includes its index.");
   writeFileSync(join(here, "REPORT.md"), lines.join("\n") + "\n");
 } finally {
   sender.kill();

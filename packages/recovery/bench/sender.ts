@@ -14,25 +14,39 @@ const buildMs = performance.now() - t0;
 Bun.gc(true);
 const stats = index.stats();
 
-// Generation rate: the writer alone (index iteration included), draining chunks into nothing; the best of
-// three passes, so JIT warm-up is not counted (the served dumps below run warm too).
-let genMs = Infinity;
-let genBytes = 0;
-let genEvents = 0; // chunks
-for (let pass = 0; pass < 3; pass++) {
-  const g0 = performance.now();
-  genBytes = 0;
-  genEvents = 0;
-  for (const chunk of dumpChunks(indexSource(index))) {
-    genEvents++;
-    genBytes += chunk.length;
+const chunkBytes = Number(process.env.DUMP_CHUNK_BYTES) || undefined;
+
+// Generation rate: the writer alone (index iteration included), draining chunks into nothing; the median of
+// five passes after a warm-up one, wall and CPU time, for the module's JSON (json) and the TS writer (ts).
+function generation(json: boolean) {
+  const walls: number[] = [];
+  const cpus: number[] = [];
+  let bytes = 0;
+  let chunks = 0;
+  for (let pass = 0; pass < 6; pass++) {
+    const g0 = performance.now();
+    const c0 = process.cpuUsage();
+    bytes = 0;
+    chunks = 0;
+    for (const chunk of dumpChunks(indexSource(index, undefined, { json }), chunkBytes)) {
+      chunks++;
+      bytes += chunk.length;
+    }
+    const c = process.cpuUsage(c0);
+    if (pass > 0) {
+      walls.push(performance.now() - g0);
+      cpus.push((c.user + c.system) / 1000);
+    }
+    Bun.gc(true);
   }
-  genMs = Math.min(genMs, performance.now() - g0);
-  Bun.gc(true);
+  const median = (xs: number[]) => xs.sort((a, b) => a - b)[xs.length >> 1]!;
+  return { ms: median(walls), cpuMs: median(cpus), bytes, chunks };
 }
+const gen = { json: generation(true), ts: generation(false) };
 Bun.gc(true);
 
 const sampler = rssSampler();
+let cpu0 = process.cpuUsage();
 const handler = dumpHandler({ source: indexSource(index), ready: () => true, logger: pino({ level: "silent" }) });
 const server = Bun.serve({
   hostname: host,
@@ -42,13 +56,17 @@ const server = Bun.serve({
     const path = new URL(req.url).pathname;
     if (path === "/stats") {
       Bun.gc(true);
-      const body = JSON.stringify({ peakRss: sampler.peak(), rss: process.memoryUsage.rss() });
+      const c = process.cpuUsage(cpu0);
+      const body = JSON.stringify({ peakRss: sampler.peak(), rss: process.memoryUsage.rss(), cpuMs: (c.user + c.system) / 1000 });
       sampler.reset();
+      cpu0 = process.cpuUsage();
       return new Response(body);
     }
-    if (path === "/dump") {
-      // A fresh source per request: the handler's source iterates the index anew each time.
-      return dumpHandler({ source: indexSource(index), ready: () => true, logger: pino({ level: "silent" }), chunkBytes: Number(process.env.DUMP_CHUNK_BYTES) || undefined })(req);
+    if (path === "/dump" || path === "/ts/dump") {
+      // A fresh source per request: the handler's source iterates the index anew each time. /ts/dump: the TS
+      // writer from RouterEvent objects (the path before the module wrote JSON), for before/after in one run.
+      const source = indexSource(index, undefined, { json: path === "/dump" });
+      return dumpHandler({ source, ready: () => true, logger: pino({ level: "silent" }), chunkBytes })(req);
     }
     if (path === "/dump-buffered") {
       const whole = new Uint8Array(await handler(new Request(req.url.replace("-buffered", ""))).arrayBuffer());
@@ -68,7 +86,7 @@ console.log(
     rssBeforeIndex: rss0,
     rssWithIndex: process.memoryUsage.rss(),
     buildMs,
-    gen: { ms: genMs, bytes: genBytes, chunks: genEvents },
+    gen,
   }),
 );
 process.on("SIGTERM", () => {
