@@ -5,12 +5,13 @@
 // separate what KV-aware picking costs from the gRPC + JSON floor. Writes bench/REPORT.md.
 import { writeFileSync } from "node:fs";
 import * as grpc from "@grpc/grpc-js";
-import { computeBlockHashes } from "@kv-epp/index-wasm";
+import { computeBlockHashes, MatchList } from "@kv-epp/index-wasm";
 import { dumpStream } from "@kv-epp/recovery";
 import pino from "pino";
 import { parseConfig } from "../src/config.ts";
 import { parseBodyBytes } from "../src/extproc/openai-body.ts";
 import { routedHeaders, streamedBody, type ProcessingRequest } from "../src/extproc/messages.ts";
+import { widenConnectionWindow, widenStreamWindow } from "../src/extproc/http2-windows.ts";
 import { loadProtos } from "../src/extproc/protos.ts";
 import { startEpp } from "../src/main.ts";
 import { WORKLOAD, requestBodies, syntheticIndex, workerId } from "./workload.ts";
@@ -99,6 +100,8 @@ function microbench(name: string, n: number, f: () => unknown): number {
 async function startBaseline(): Promise<{ port: number; stop: () => void }> {
   const { extProc } = loadProtos();
   const server = new grpc.Server();
+  // The EPP's HTTP/2 windows, so both servers receive bodies alike.
+  widenStreamWindow(server);
   let rr = 0;
   const dec = new TextDecoder();
   server.addService(extProc.service, {
@@ -120,6 +123,7 @@ async function startBaseline(): Promise<{ port: number; stop: () => void }> {
   const port = await new Promise<number>((res, rej) =>
     server.bindAsync(`${HOST}:0`, grpc.ServerCredentials.createInsecure(), (e, p) => (e ? rej(e) : res(p))),
   );
+  widenConnectionWindow(server);
   return { port, stop: () => server.forceShutdown() };
 }
 
@@ -179,6 +183,8 @@ async function main() {
   const hashes = parsed.map((t) => computeBlockHashes(t, WORKLOAD.blockSize));
   const ix = epp.indexers.lookup()!.index;
   hot.matches = microbench("findMatches (512 blocks, 16 workers)", 2000, () => ix.findMatches(hashes[i++ % 64]!));
+  const list = new MatchList();
+  const matchesInto = microbench("findMatchesInto (512 blocks, reused MatchList; the picker's path)", 2000, () => ix.findMatchesInto(hashes[i++ % 64]!, list));
   const pick = microbench("Picker.pick (hashes + matches + 16 costs + choice)", 2000, () => epp.picker.pick({ tokens: parsed[i++ % 64]! }));
 
   console.log("ext_proc over gRPC, load generator in another process (open loop, one stream per request):");
@@ -217,6 +223,7 @@ async function main() {
     `| parseBodyBytes (JSON + ids -> Uint32Array) | ${hot.parseBody.toFixed(1)} |`,
     `| computeBlockHashes (WASM, 512 blocks) | ${hot.hashes.toFixed(1)} |`,
     `| findMatches (512 blocks) | ${hot.matches.toFixed(1)} |`,
+    `| findMatchesInto (512 blocks, reused MatchList) | ${matchesInto.toFixed(1)} |`,
     `| Picker.pick (hashes + matches + costs + choice) | ${pick.toFixed(1)} |`,
     ``,
     `| server | offered/s | achieved/s | p50 ms | p90 ms | p99 ms | max ms | server CPU µs/decision |`,

@@ -19,6 +19,7 @@ import { createPreprocessor } from "@kv-epp/tokenizer";
 import pino, { type Logger } from "pino";
 import { ConfigError, parseConfig, usage, type EppConfig } from "./config.ts";
 import { createProcessHandler } from "./extproc/server.ts";
+import { widenConnectionWindow, widenStreamWindow } from "./extproc/http2-windows.ts";
 import { loadProtos } from "./extproc/protos.ts";
 import { HealthState, healthHandlers } from "./health.ts";
 import { Indexers } from "./indexer.ts";
@@ -137,7 +138,10 @@ export async function startEpp(cfg: EppConfig, o: { log?: Logger; kubeConfig?: K
       maxInflight: cfg.maxInflight,
     }),
   });
+  // Request bodies of 50-500 KB in one message: wide HTTP/2 receive windows (src/extproc/http2-windows.ts).
+  const widened = widenStreamWindow(extProc);
   const grpcPort = await bind(extProc, cfg.listen, cfg.ports.grpc, grpcCreds);
+  if (!(widened && widenConnectionWindow(extProc))) log.warn("ext_proc: HTTP/2 receive windows left at 64 KiB (grpc-js internals changed)");
   const healthServer = new grpc.Server();
   healthServer.addService(protos.health.service, healthHandlers(health));
   // Kubelet gRPC probes do not speak TLS, so health stays plaintext.
