@@ -1,3 +1,4 @@
+import { parseDiscoveryConfig } from "@kv-epp/intents";
 import { z } from "zod";
 
 /**
@@ -10,6 +11,15 @@ const positiveInt = z.coerce.number().int().positive();
 const nonNegative = z.coerce.number().min(0);
 // A ZeroMQ TCP endpoint as vLLM takes it: `tcp://*:5557`, `tcp://127.0.0.2:5557`, port 0 for ephemeral.
 const tcpEndpoint = z.string().regex(/^tcp:\/\/(\*|[^:\s]+|\[[0-9a-fA-F:]+\]):\d{1,5}$/, "expected tcp://HOST:PORT");
+// The intents package's own rule (the EPP's --intent-discovery uses it too), checked at start: a value it
+// refuses would otherwise start the worker and fail only later, in the background registration.
+const discoveryValue = z.string().superRefine((v, ctx) => {
+  try {
+    parseDiscoveryConfig(v, {});
+  } catch (e) {
+    ctx.addIssue({ code: "custom", message: (e as Error).message });
+  }
+});
 
 export const OPTIONS = {
   listen: { schema: z.union([z.ipv4(), z.ipv6(), z.literal("localhost")], { error: "expected an IP address" }).default("0.0.0.0"), help: "IP the HTTP server binds" },
@@ -32,7 +42,7 @@ export const OPTIONS = {
   "tokenizer-dir": { schema: z.string().min(1).optional(), help: "dir with tokenizer.json (+ tokenizer_config.json)" },
   model: { schema: z.string().min(1).default("Qwen/Qwen3-0.6B"), help: "served model name" },
   "worker-id": { schema: z.string().min(1).optional(), help: "name used in logs and intents (default host:port)" },
-  discovery: { schema: z.union([z.literal("kubernetes"), z.url({ protocol: /^https?$/ })]).optional(), help: "register KV attachment intents: kubernetes | http://HOST:PORT" },
+  discovery: { schema: discoveryValue.optional(), help: "register KV attachment intents: kubernetes | http://HOST:PORT" },
   "kv-host": { schema: z.string().min(1).default("dynamo-epp"), help: "host instance (EPP) the intents are addressed to" },
   "advertise-host": { schema: z.string().min(1).optional(), help: "IP the EPP reaches this worker on (pod IP), written in intents" },
   "log-level": { schema: z.enum(["fatal", "error", "warn", "info", "debug", "trace", "silent"]).default("info"), help: "pino level" },

@@ -31,6 +31,8 @@ describe("configuration", () => {
       [["--port", "http"], {}, /--port "http"/],
       [["--event-encoding", "json"], {}, /--event-encoding "json"/],
       [["--kv-events", "udp://x:1"], {}, /--kv-events "udp:\/\/x:1"/],
+      [["--discovery", "http://127.0.2.1:7070/records"], {}, /--discovery "http:\/\/127\.0\.2\.1:7070\/records"/],
+      [[], { MOCK_WORKER_DISCOVERY: "consul" }, /MOCK_WORKER_DISCOVERY "consul"/],
       [[], { MOCK_WORKER_CAPACITY_BLOCKS: "0" }, /MOCK_WORKER_CAPACITY_BLOCKS "0"/],
       [["--bogus", "1"], {}, /unknown argument "--bogus"/],
       [["--model"], {}, /--model needs a value/],
