@@ -119,7 +119,8 @@ export class KvEventPublisher {
   private serveReplay(frames: Buffer[]): void {
     const req = parseReplayRequest(frames);
     if (!req || !this.router) {
-      this.replayCounters.malformed++;
+      // Counted and ignored; logged the first time only (a misbehaving client would flood the log).
+      if (this.replayCounters.malformed++ === 0) this.log.warn({ bytes: frames.reduce((n, f) => n + f.length, 0) }, "malformed replay request ignored");
       return;
     }
     this.replayCounters.requests++;

@@ -1,7 +1,7 @@
 // KvEventListener against a real KvEventPublisher over loopback TCP: baseline, ordering,
 // buffering before attach, gap → replay, gap without replay → reset, restart → reset.
 import { afterEach, describe, expect, test } from "bun:test";
-import { KvEventListener, type KvEventBatch, KvEventPublisher, type ListenerOptions, type ListenerSignal } from "../src/index.ts";
+import { DealerSocket, encodeSeq, KvEventListener, type KvEventBatch, KvEventPublisher, type ListenerOptions, type ListenerSignal, type Logger } from "../src/index.ts";
 import { TcpProxy } from "./tcp-proxy.ts";
 import { waitUntil } from "./zmq-peer.ts";
 
@@ -50,6 +50,13 @@ async function loseWhileCut(pub: KvEventPublisher, proxy: TcpProxy, l: KvEventLi
   await waitUntil(() => !l.connected && pub.subscriberCount === 0);
   for (let i = 0; i < lost; i++) pub.publish(batch(Number(pub.nextSeq)));
   proxy.restore();
+}
+
+/** A logger keeping only the messages of its warnings. */
+function warningsLogger(): { logger: Logger; warnings: string[] } {
+  const warnings: string[] = [];
+  const noop = () => {};
+  return { logger: { debug: noop, info: noop, error: noop, warn: (_: object, msg?: string) => void warnings.push(msg ?? "") }, warnings };
 }
 
 const seqs = (got: ListenerSignal[]) => got.map((s) => (s.kind === "batch" ? Number(s.seq) : s.reason));
@@ -145,9 +152,7 @@ describe("KvEventListener", () => {
 
   test("a malformed payload is counted, logged once and skipped without opening a gap", async () => {
     const pub = await publisher();
-    const warnings: string[] = [];
-    const noop = () => {};
-    const logger = { debug: noop, info: noop, error: noop, warn: (_: object, msg?: string) => void warnings.push(msg ?? "") };
+    const { logger, warnings } = warningsLogger();
     const [l, got] = listen({ endpoint: pub.endpoint, logger });
     await publishUntil(pub, got, 1);
     pub.publishPayload(Buffer.from([0xc1, 0xff]));
@@ -180,6 +185,24 @@ describe("publisher fault injection", () => {
 });
 
 describe("containment", () => {
+  test("a malformed replay request is counted, logged once and ignored; the replay endpoint keeps serving", async () => {
+    const { logger, warnings } = warningsLogger();
+    const pub = await KvEventPublisher.bind({ endpoint: "tcp://127.0.1.4:0", replayEndpoint: "tcp://127.0.1.4:0", logger });
+    cleanups.push(() => pub.close());
+    const dealer = new DealerSocket();
+    cleanups.push(() => dealer.close());
+    const replies: Buffer[][] = [];
+    dealer.onMessage((frames) => void replies.push(frames));
+    dealer.connect(pub.replayEndpoint!);
+    pub.publish(batch(0));
+    dealer.send([Buffer.alloc(0), Buffer.from("not a seq")]);
+    dealer.send([Buffer.alloc(0), Buffer.from([1, 2])]);
+    dealer.send([Buffer.alloc(0), encodeSeq(0n)]);
+    await waitUntil(() => replies.length >= 2); // the batch, then the end marker
+    expect(pub.replayCounters).toMatchObject({ malformed: 2, requests: 1, batchesSent: 1 });
+    expect(warnings.filter((w) => w.includes("malformed"))).toHaveLength(1);
+  });
+
   test("a sink that throws is counted; the listener keeps delivering", async () => {
     const pub = await publisher();
     const l = new KvEventListener({ workerId: "w1", dpRank: 0, endpoint: pub.endpoint });
