@@ -82,7 +82,7 @@ try {
   say("targets: <= 1000 ms end to end, <= 32 MiB peak above the index on either side (noisy on a shared 2-core machine: CPU time per side is the steadier figure; sender and receiver pipeline, so end to end is about the busier side when both cores are free).");
   say("'above index' = receiver peak RSS growth minus the recovered index's linear memory (max over rounds). Linear memory is not always all resident, so this can come out below zero; the discard row is the recovery pipeline's own overhead with no index at all.");
   say("receiver: end to end = GET /dump until the staging committed; CPU = the receiver process's user+system time over that span (includes Bun's GC/JIT threads). Sender CPU = the sender process between two /stats calls around the run.");
-  say("sender peak is sampled every 2 ms while serving; the baseline is the sender right after building its index and a full GC, before any dump ran (so the generation passes and earlier rounds count against it: a conservative figure).");
+  say("sender peak is sampled every 2 ms while serving; the baseline is the sender right after building its index and a full GC, before any dump ran (the generation passes and earlier rounds count against it; RSS rarely shrinks after a GC, so pages the build left can absorb the dump's: at or below zero means no growth past that point).");
   writeFileSync(join(here, "REPORT.md"), lines.join("\n") + "\n");
 } finally {
   sender.kill();
