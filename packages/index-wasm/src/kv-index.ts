@@ -318,7 +318,7 @@ export class KvIndex {
    * `{"worker_id":..,"event":{"event_id":n,"data":{"stored":{"parent_hash":h|null,"blocks":[{"block_hash":h,
    * "tokens_hash":t},..]}}},"dp_rank":r}`, compact, separated by commas, without the enclosing brackets,
    * event ids numbered from `firstEventId` (default 0) in order. Written by the module straight from each
-   * worker's snapshot (measured ~10x faster than building DumpEvents and formatting them in JS). Chunks of
+   * worker's snapshot (measured ~3x less CPU than dump() plus the TypeScript writer at 1M residencies). Chunks of
    * about `chunkBytes` (default 256 KiB; a chunk may run a few hundred bytes past it), each a fresh copy the
    * caller keeps. Same snapshot rules as dump(): a worker is copied when the iterator reaches it, so the
    * index may change between chunks; at most one worker's blocks (32 bytes each) are held at once.

@@ -6,6 +6,8 @@ import type { DumpSource, RouterEvent } from "../types.ts";
 // Written straight into bytes rather than via strings + TextEncoder, because a measurement said so: on the
 // 1M-residency bench, string building made ~4 bytes of garbage per body byte (hundreds of MiB of RSS on the
 // sender) and ran at ~60 MiB/s. u64 digits come from exact double arithmetic on two u32 halves.
+// A model that brings its events pre-formatted (DumpModel.eventsJson: KvIndex.dumpJsonChunks, written inside
+// the WASM module) is framed here and its chunks passed on as they are: measured ~3x less CPU for the sender.
 
 /** Target size of one emitted chunk in bytes. */
 export const DUMP_CHUNK_BYTES = 64 * 1024;
