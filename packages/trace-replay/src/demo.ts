@@ -6,7 +6,8 @@ import { mkdirSync, writeFileSync } from "node:fs";
 import { resolve } from "node:path";
 import { FlagError } from "./cli-flags.ts";
 import { Children } from "./demo/children.ts";
-import { EPP_PORTS, eppReady, layout, startEppReplica, startWorker, waitUntil, workerHealthy } from "./demo/cluster.ts";
+import { EPP_PORTS, eppMetricsUrl, eppReady, layout, startEppReplica, startWorker, waitUntil, workerHealthy } from "./demo/cluster.ts";
+import { scrapePickHistogram } from "./demo/epp-metrics.ts";
 import { ExtProcClient } from "./demo/extproc-client.ts";
 import { replay, type Replica } from "./demo/loadgen.ts";
 import { parseDemoArgs, type DemoOptions } from "./demo/options.ts";
@@ -50,12 +51,14 @@ async function main(o: DemoOptions): Promise<number> {
     startEppReplica(children, l, a.name, [b.ip], runDir);
     startEppReplica(children, l, b.name, [a.ip], runDir);
     await Promise.all([a, b].map((e) => waitUntil(`${e.name} readiness`, () => eppReady(e.ip))));
-    console.log(`  EPP replicas ready: ${a.name} ${a.ip}, ${b.name} ${b.ip} (ext_proc :${EPP_PORTS.grpc}, peers of each other)`);
+    console.log(`  EPP replicas ready: ${a.name} ${a.ip}, ${b.name} ${b.ip} (ext_proc :${EPP_PORTS.grpc} ${o.bodyMode}, peers of each other)`);
 
-    const clients = new Map(l.epps.map((e) => [e.name, new ExtProcClient(`${e.ip}:${EPP_PORTS.grpc}`)]));
+    const clients = new Map(l.epps.map((e) => [e.name, new ExtProcClient(`${e.ip}:${EPP_PORTS.grpc}`, o.bodyMode)]));
     let replicas: Replica[] = [a, b].map((e) => ({ name: e.name, client: clients.get(e.name)! }));
     const workerByEndpoint = new Map(l.workers.map((w) => [`${w.ip}:${w.httpPort}`, w.id]));
     const stats = new DemoStats(l.workers.map((w) => w.id));
+    // A replica's own pick histogram, read when it stops taking traffic (SIGKILL loses it otherwise).
+    const scrapeEpp = async (e: { name: string; ip: string }) => void stats.eppPicks.set(e.name, await scrapePickHistogram(eppMetricsUrl(e.ip)));
     const progress = startProgress(() => statusLine(stats, records.length));
     const sampler = setInterval(() => stats.sampleLoad(), 1000);
     let recovery: RecoveryReport | undefined;
@@ -66,6 +69,7 @@ async function main(o: DemoOptions): Promise<number> {
     const replaceReplica = async () => {
       progress.log(`  midway (${killAt} requests sent): killing ${a.name} (SIGKILL), starting ${c.name} with peers ${a.ip}, ${b.ip}`);
       replicas = replicas.filter((r) => r.name !== a.name);
+      await scrapeEpp(a);
       await children.stop(a.name, { signal: "SIGKILL" });
       stats.mark(`${a.name} killed`);
       const started = performance.now();
@@ -104,6 +108,7 @@ async function main(o: DemoOptions): Promise<number> {
       },
     });
     await midway;
+    await Promise.all(l.epps.filter((e) => children.names.includes(e.name)).map(scrapeEpp));
     clearInterval(sampler);
     progress.stop();
     for (const client of clients.values()) client.close();

@@ -5,6 +5,7 @@ import { loadProtos } from "@kv-epp/epp";
 import { writeFileSync } from "node:fs";
 import { join } from "node:path";
 import type { Children } from "./children.ts";
+import type { BodyMode } from "./extproc-client.ts";
 
 export type ClusterLayout = {
   model: string;
@@ -12,6 +13,8 @@ export type ClusterLayout = {
   capacityBlocks: number;
   /** timing model speed of the mock workers (lower = faster) */
   speed: number;
+  /** the EPPs' --body-mode, the same as the load generator announces */
+  bodyMode: BodyMode;
   workers: { id: string; ip: string; httpPort: number; kvPort: number }[];
   /** EPP replicas in start order: the first two run from the start, the third replaces the killed one */
   epps: { name: string; ip: string }[];
@@ -25,12 +28,14 @@ export function layout(o: {
   speed: number;
   workerPort: number;
   kvPort: number;
+  bodyMode: BodyMode;
 }): ClusterLayout {
   return {
     model: "Qwen/Qwen3-0.6B",
     blockSize: o.blockSize,
     capacityBlocks: o.capacityBlocks,
     speed: o.speed,
+    bodyMode: o.bodyMode,
     workers: Array.from({ length: o.workers }, (_, i) => ({
       id: `worker-${i}`,
       ip: `${o.subnet}.${11 + i}`,
@@ -42,6 +47,8 @@ export function layout(o: {
 }
 
 export const EPP_PORTS = { grpc: 9002, grpcHealth: 9003, metrics: 9090, selection: 9093 };
+
+export const eppMetricsUrl = (ip: string) => `http://${ip}:${EPP_PORTS.metrics}/metrics`;
 
 export function startWorker(children: Children, l: ClusterLayout, i: number, logDir: string) {
   const w = l.workers[i]!;
@@ -94,7 +101,7 @@ export function startEppReplica(
   const config = writeEppConfig(l, name, peers, dir);
   return children.start(
     name,
-    ["epp", "--config", config, "--listen", epp.ip, "--pod-ip", epp.ip, "--scrape-interval-ms", "1000"],
+    ["epp", "--config", config, "--listen", epp.ip, "--pod-ip", epp.ip, "--scrape-interval-ms", "1000", "--body-mode", l.bodyMode],
     join(dir, `${name}.log`),
     onLine,
   );

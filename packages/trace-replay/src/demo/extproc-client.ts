@@ -1,6 +1,8 @@
 // The load generator's side of ext_proc: it plays the gateway (Envoy) for one HTTP request per stream.
-// Buffered request body: headers -> continue, body -> the routing answer (destination header); then the
-// response's headers and end of body, so the EPP releases the request's load.
+// Full duplex (GAIE's mode, the default): request headers and the whole body are written at once; the
+// route comes on the request-headers answer, followed by the body handed back in chunks (dropped here:
+// the load generator sends its own copy to the worker). Buffered: headers -> CONTINUE, body -> the
+// route on the body answer. Then the response's headers and end of body, so the EPP releases the load.
 import * as grpc from "@grpc/grpc-js";
 import { DESTINATION_HEADER, loadProtos, type ProcessingRequest } from "@kv-epp/epp";
 
@@ -8,6 +10,8 @@ type Mutation = { header_mutation?: { set_headers?: { header?: { key: string; ra
 type Answer = {
   request_headers?: { response?: Mutation };
   request_body?: { response?: Mutation };
+  response_headers?: unknown;
+  response_body?: unknown;
   immediate_response?: { status?: { code?: string | number }; details?: string };
 };
 type Call = grpc.ClientDuplexStream<ProcessingRequest, Answer>;
@@ -20,11 +24,17 @@ export class RoutingError extends Error {
   override name = "RoutingError";
 }
 
+/** ext_proc request body mode the client announces in `protocol_config` (the EPPs are started alike). */
+export type BodyMode = "full-duplex" | "buffered";
+type Phase = "request_headers" | "request_body" | "response_headers" | "response_body";
+
 export type Routed = {
   /** ip:port of the chosen worker */
   endpoint: string;
-  /** from sending the request headers to the routing answer, ms */
+  /** from the request headers written to the HTTP/2 stream to the routing answer, ms */
   pickMs: number;
+  /** performance.now() when the request headers were written to the HTTP/2 stream */
+  writtenAt: number;
   /** tell the EPP the response has ended (releases the request's load), then close the stream */
   finish(status: number): Promise<void>;
 };
@@ -32,7 +42,10 @@ export type Routed = {
 export class ExtProcClient {
   private readonly stub: ExtProcStub;
 
-  constructor(readonly address: string) {
+  constructor(
+    readonly address: string,
+    readonly mode: BodyMode = "full-duplex",
+  ) {
     const { extProc } = loadProtos();
     this.stub = new extProc(address, grpc.credentials.createInsecure()) as unknown as ExtProcStub;
   }
@@ -40,30 +53,40 @@ export class ExtProcClient {
   async route(path: string, body: Uint8Array): Promise<Routed> {
     const call = this.stub.Process();
     const answers = answerQueue(call);
-    const started = performance.now();
+    const fullDuplex = this.mode === "full-duplex";
+    // The pick clock starts when grpc-js hands the headers to the HTTP/2 stream (its write callback), not
+    // at write(): a new stream waits there for the channel, and a burst's streams for the event loop.
+    let writtenAt: number | undefined;
+    const asked = performance.now();
     try {
-      call.write({
-        request_headers: {
-          headers: { headers: [header(":method", "POST"), header(":path", path), header("content-type", "application/json")] },
-          end_of_stream: false,
+      call.write(
+        {
+          request_headers: {
+            headers: { headers: [header(":method", "POST"), header(":path", path), header("content-type", "application/json")] },
+            end_of_stream: false,
+          },
+          protocol_config: { request_body_mode: fullDuplex ? "FULL_DUPLEX_STREAMED" : "BUFFERED", response_body_mode: "NONE" },
         },
-        protocol_config: { request_body_mode: "BUFFERED", response_body_mode: "NONE" },
-      });
-      refuseImmediate(await answers.next());
+        () => void (writtenAt ??= performance.now()),
+      );
+      if (!fullDuplex) await answers.until("request_headers");
       call.write({ request_body: { body, end_of_stream: true } });
-      const routed = refuseImmediate(await answers.next());
-      const endpoint = destination(routed.request_body?.response ?? routed.request_headers?.response);
+      const routed = await answers.until(fullDuplex ? "request_headers" : "request_body");
+      const answeredAt = performance.now();
+      const endpoint = destination(fullDuplex ? routed.request_headers?.response : routed.request_body?.response);
       if (!endpoint) throw new RoutingError("routing answer without a destination header");
-      const pickMs = performance.now() - started;
+      const started = Math.min(writtenAt ?? asked, answeredAt);
       return {
         endpoint,
-        pickMs,
+        pickMs: answeredAt - started,
+        writtenAt: started,
         finish: async (status) => {
           try {
+            // Full duplex: the body chunks the EPP hands back come first; until() skips them.
             call.write({ response_headers: { headers: { headers: [header(":status", String(status))] }, end_of_stream: false } });
-            await answers.next();
+            await answers.until("response_headers");
             call.write({ response_body: { body: new Uint8Array(0), end_of_stream: true } });
-            await answers.next();
+            await answers.until("response_body");
           } finally {
             call.end();
           }
@@ -110,18 +133,25 @@ function answerQueue(call: Call, timeoutMs = 30_000) {
   });
   call.on("error", (e: Error) => fail(new RoutingError(`ext_proc stream failed: ${e.message}`)));
   call.on("end", () => fail(new RoutingError("ext_proc stream ended")));
-  return {
-    next(): Promise<Answer> {
-      const a = queued.shift();
-      if (a) return Promise.resolve(a);
-      if (failure) return Promise.reject(failure);
-      return new Promise((resolve, reject) => {
-        const t = setTimeout(() => reject(new RoutingError("no ext_proc answer in time")), timeoutMs);
-        waiters.push({
-          resolve: (x) => (clearTimeout(t), resolve(x)),
-          reject: (e) => (clearTimeout(t), reject(e)),
-        });
+  const next = (): Promise<Answer> => {
+    const a = queued.shift();
+    if (a) return Promise.resolve(a);
+    if (failure) return Promise.reject(failure);
+    return new Promise((resolve, reject) => {
+      const t = setTimeout(() => reject(new RoutingError("no ext_proc answer in time")), timeoutMs);
+      waiters.push({
+        resolve: (x) => (clearTimeout(t), resolve(x)),
+        reject: (e) => (clearTimeout(t), reject(e)),
       });
+    });
+  };
+  return {
+    /** The next answer for `phase`, skipping others (the streamed-back request body); refuses an immediate response. */
+    async until(phase: Phase): Promise<Answer> {
+      for (;;) {
+        const a = refuseImmediate(await next());
+        if (a[phase] != null) return a;
+      }
     },
   };
 }

@@ -1,8 +1,9 @@
 // Replays trace records in (compressed) real time: each request is routed through an EPP replica's
-// ext_proc, then sent to the chosen mock worker, streamed, and its end reported back to the EPP.
-import { recordTokens } from "../tokens.ts";
+// ext_proc, then sent to the chosen mock worker, streamed, and its end reported back to the EPP. Bodies
+// are built ahead of their arrival (bodies.ts), so a burst's requests all go out at their instant.
 import { arrivalMs, type TraceRecord } from "../trace.ts";
 import { RoutingError, type ExtProcClient, type Routed } from "./extproc-client.ts";
+import { BodyLookahead } from "./bodies.ts";
 import type { DemoStats } from "./stats.ts";
 
 export type Replica = { name: string; client: ExtProcClient };
@@ -18,44 +19,45 @@ export type LoadGenOptions = {
   /** called after each request is sent (to trigger the midway event) */
   onSent?: (sent: number) => void;
   signal: AbortSignal;
+  /** bodies built ahead of their arrival (default 64) */
+  lookahead?: number;
 };
 
 export async function replay(records: readonly TraceRecord[], o: LoadGenOptions): Promise<void> {
   const first = records[0];
   if (!first) return;
-  const t0 = performance.now();
   const running: Promise<void>[] = [];
   // A request that fails unexpectedly (not a routing or worker error, which are counted) stops the
   // replay; it is caught at once so it cannot surface as an unhandled rejection while others run.
   let failure: { error: unknown } | undefined;
-  let turn = 0;
-  for (const rec of records) {
-    const wait = t0 + arrivalMs(rec, first, o.timeScale) - performance.now();
+  const bodies = new BodyLookahead(records, o.model, o.lookahead);
+  // The first bodies before the clock starts; the rest in the gaps between arrivals.
+  await bodies.fill(() => !o.signal.aborted);
+  const t0 = performance.now();
+  for (let i = 0; i < records.length; i++) {
+    const rec = records[i]!;
+    const due = t0 + arrivalMs(rec, first, o.timeScale);
+    // Stop building ~2 ms before the instant: one body can take ~10 ms, so a last one may still overrun.
+    await bodies.fill(() => performance.now() < due - 2 && !o.signal.aborted);
+    const wait = due - performance.now();
     if (wait > 0) await Bun.sleep(wait);
     if (o.signal.aborted || failure) break;
-    running.push(oneRequest(rec, turn++, o).catch((error: unknown) => void (failure ??= { error })));
+    running.push(oneRequest(bodies.take(i), due, i, o).catch((error: unknown) => void (failure ??= { error })));
     o.stats.sent++;
     o.onSent?.(o.stats.sent);
   }
   await Promise.all(running);
+  o.stats.lateBodies = bodies.late;
   if (failure) throw failure.error;
 }
 
-async function oneRequest(rec: TraceRecord, turn: number, o: LoadGenOptions): Promise<void> {
-  const body = new TextEncoder().encode(
-    JSON.stringify({
-      model: o.model,
-      prompt: Array.from(recordTokens(rec)),
-      max_tokens: Math.max(1, rec.outputLength),
-      stream: true,
-      stream_options: { include_usage: true },
-    }),
-  );
+/** `due`: the arrival instant (performance.now() time), to measure how late the headers went out. */
+async function oneRequest(body: Uint8Array, due: number, turn: number, o: LoadGenOptions): Promise<void> {
   const routed = await routeWithRetry(body, turn, o);
   if (!routed) return o.stats.finished("routing-error");
   const { r, epp } = routed;
   const worker = o.workerOf(r.endpoint);
-  o.stats.picked(worker, epp, r.pickMs);
+  o.stats.picked(worker, epp, r.pickMs, r.writtenAt - due);
   let status = 0;
   try {
     const res = await completion(r.endpoint, body, o.signal);

@@ -1,6 +1,7 @@
 // `bun run demo` options, parsed once at the edge.
 import { z } from "zod";
 import { parseFlags } from "../cli-flags.ts";
+import type { BodyMode } from "./extproc-client.ts";
 import { DEFAULT_TRACE_PATH } from "../trace.ts";
 
 const positiveInt = z.coerce.number().int().positive();
@@ -26,6 +27,8 @@ const schema = z.object({
   "worker-port": port.default(8000),
   "kv-port": port.default(5557),
   out: z.string().min(1).default("reports"),
+  /** ext_proc request body mode, announced by the load generator and set on the EPPs (GAIE uses full duplex) */
+  "body-mode": z.enum(["full-duplex", "buffered"]).default("full-duplex"),
 });
 
 export type DemoOptions = {
@@ -42,6 +45,7 @@ export type DemoOptions = {
   workerPort: number;
   kvPort: number;
   outDir: string;
+  bodyMode: BodyMode;
 };
 
 export function parseDemoArgs(argv: string[]): DemoOptions {
@@ -60,5 +64,6 @@ export function parseDemoArgs(argv: string[]): DemoOptions {
     workerPort: o["worker-port"],
     kvPort: o["kv-port"],
     outDir: o.out,
+    bodyMode: o["body-mode"],
   };
 }

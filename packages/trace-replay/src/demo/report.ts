@@ -1,6 +1,7 @@
 // The demo's summary table and HTML report.
 import { cdfPoints, type ReportData } from "../report/data.ts";
 import { ms, pct } from "../report/table.ts";
+import { histogramQuantile, type PickScrape } from "./epp-metrics.ts";
 import type { DemoOptions } from "./options.ts";
 import type { DemoStats } from "./stats.ts";
 
@@ -18,6 +19,13 @@ export function demoSucceeded(s: Pick<DemoStats, "outcomes">, replaced: boolean,
   return !replaced || (recovery !== undefined && !("failed" in recovery));
 }
 
+/** One replica's own pick figures: p50/p99 interpolated in its histogram's buckets. */
+export function eppPickText(name: string, h: PickScrape): string {
+  if ("failed" in h) return `${name}: not scraped (${h.failed})`;
+  const q = (x: number) => ms(histogramQuantile(h, x) * 1000);
+  return `${name}: p50 ${q(0.5)} ms, p99 ${q(0.99)} ms (${h.count} picks)`;
+}
+
 export function summaryRows(s: DemoStats, recovery: RecoveryReport | undefined): [string, string][] {
   const perWorker = s.workerIds.map((w) => `${w}: ${s.picksByWorker.get(w) ?? 0}`).join(", ");
   const perEpp = [...s.picksByEpp].map(([e, n]) => `${e}: ${n}`).join(", ");
@@ -26,7 +34,9 @@ export function summaryRows(s: DemoStats, recovery: RecoveryReport | undefined):
     ["routing failures", [...s.routingErrors].map(([why, n]) => `${n}x ${why}`).join("; ") || "none"],
     ["prefix-cache hit rate", `${pct(s.hitRate)} (${s.cachedTokens} of ${s.promptTokens} prompt tokens cached, per the workers' usage)`],
     ["TTFT", `p50 ${ms(s.ttftP(0.5))} ms, p99 ${ms(s.ttftP(0.99))} ms (wall clock, mock timing model)`],
-    ["pick latency", `p50 ${ms(s.pickP(0.5))} ms, p99 ${ms(s.pickP(0.99))} ms (ext_proc headers sent -> routing answer)`],
+    ["pick latency", `p50 ${ms(s.pickP(0.5))} ms, p99 ${ms(s.pickP(0.99))} ms (load generator: ext_proc request headers written -> routing answer)`],
+    ["EPP pick (own metric)", `${[...s.eppPicks].map(([n, h]) => eppPickText(n, h)).join("; ") || "not scraped"} (dynamo_epp_pick_duration_seconds: complete body -> decision)`],
+    ["send lag", `p50 ${ms(s.sendLagP(0.5))} ms, p99 ${ms(s.sendLagP(0.99))} ms (trace arrival instant -> request headers written; ${s.lateBodies} bodies built late)`],
     ["picks per worker", perWorker],
     ["picks per EPP replica", perEpp],
     ["recovery", recoveryText(recovery)],
@@ -40,6 +50,7 @@ export function demoReportData(o: DemoOptions, s: DemoStats, recovery: RecoveryR
     facts: [
       ["trace", `${s.sent} requests from ${o.tracePath} (at most ${o.durationS} s of it), replayed at ${o.timeScale}x`],
       ["workers", `${o.workers} x ${o.capacityBlocks} blocks of ${o.blockSize} tokens, timing speed ${o.speed}`],
+      ["ext_proc", `request body mode ${o.bodyMode} (client and EPPs)`],
     ],
     table: { columns: ["summary", ""], rows: summaryRows(s, recovery) },
     timeAxis: "seconds since start",

@@ -1,6 +1,7 @@
 // What the demo measures, in wall-clock time: picks, cache hits (from the workers' usage answers),
 // TTFT, in-flight requests per worker.
 import { percentile } from "../sim/recorder.ts";
+import type { PickScrape } from "./epp-metrics.ts";
 
 export type Outcome = "ok" | "routing-error" | "worker-error";
 
@@ -14,7 +15,14 @@ export class DemoStats {
   readonly routingErrors = new Map<string, number>();
   promptTokens = 0;
   cachedTokens = 0;
+  /** ext_proc request headers written -> routing answer, at the load generator */
   readonly pickMs: number[] = [];
+  /** arrival instant -> request headers written: how far behind the trace the load generator ran */
+  readonly sendLagMs: number[] = [];
+  /** bodies that were not ready at their arrival instant (built then, delaying it) */
+  lateBodies = 0;
+  /** each replica's own `dynamo_epp_pick_duration_seconds`, scraped when it stopped taking traffic */
+  readonly eppPicks = new Map<string, PickScrape>();
   readonly ttftMs: number[] = [];
   readonly picksByWorker = new Map<string, number>();
   readonly picksByEpp = new Map<string, number>();
@@ -35,8 +43,9 @@ export class DemoStats {
     return (performance.now() - this.started) / 1000;
   }
 
-  picked(worker: string, epp: string, pickMs: number): void {
+  picked(worker: string, epp: string, pickMs: number, sendLagMs: number): void {
     this.pickMs.push(pickMs);
+    this.sendLagMs.push(sendLagMs);
     this.picksByWorker.set(worker, (this.picksByWorker.get(worker) ?? 0) + 1);
     this.picksByEpp.set(epp, (this.picksByEpp.get(epp) ?? 0) + 1);
     this.inflight.set(worker, (this.inflight.get(worker) ?? 0) + 1);
@@ -77,6 +86,10 @@ export class DemoStats {
 
   pickP(q: number): number {
     return percentile(this.pickMs, q);
+  }
+
+  sendLagP(q: number): number {
+    return percentile(this.sendLagMs, q);
   }
 
   ttftP(q: number): number {
