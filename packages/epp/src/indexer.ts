@@ -3,7 +3,7 @@
 // a fresh KvIndex per model, swapped in whole on commit so a failed attempt leaves nothing behind.
 import { KvIndex, computeBlockHashes, type StoredBatchBuilder, type WorkerRef } from "@kv-epp/index-wasm";
 import type { KvEvent, ListenerSignal } from "@kv-epp/kv-events";
-import type { DumpSource, DumpStaging, DumpTarget, RouterEvent } from "@kv-epp/recovery";
+import type { DumpModel, DumpSource, DumpStaging, DumpTarget, RouterEvent } from "@kv-epp/recovery";
 import type { Metrics } from "./metrics.ts";
 
 export type Indexer = { key: string; blockSize: number; index: KvIndex };
@@ -115,8 +115,16 @@ export class Indexers implements DumpSource, DumpTarget {
   }
 
   // --- recovery: DumpSource ---
-  *models(): Iterable<{ key: string; blockSize: number; events: Iterable<RouterEvent> }> {
-    for (const ix of this.#byKey.values()) yield { key: ix.key, blockSize: ix.blockSize, events: dumpEvents(ix.index) };
+  *models(): Iterable<DumpModel> {
+    for (const ix of this.#byKey.values()) {
+      yield {
+        key: ix.key,
+        blockSize: ix.blockSize,
+        events: dumpEvents(ix.index),
+        // The writer uses this instead of `events`: the index module writes the same JSON itself (3-4x faster).
+        eventsJson: (chunkBytes) => ix.index.dumpJsonChunks({ chunkBytes }),
+      };
+    }
   }
 
   // --- recovery: DumpTarget ---
@@ -126,15 +134,29 @@ export class Indexers implements DumpSource, DumpTarget {
     const flush = (s: Staged) => {
       if (s.builder.events > 0) s.builder.apply();
     };
+    const stagedFor = (key: string, blockSize: number): Staged => {
+      let s = staged.get(key);
+      if (!s) {
+        const index = KvIndex.create({ blockSize });
+        s = { blockSize, index, builder: index.batch(), workers: new Map(), ext: new BigUint64Array(64), tok: new BigUint64Array(64) };
+        staged.set(key, s);
+      }
+      return s;
+    };
     return {
+      // The fast path: fetchDump hands most events over as typed batches (hashes already in BigUint64Arrays).
+      applyBatch: (key, blockSize, b) => {
+        if (!open) return;
+        const s = stagedFor(key, blockSize);
+        for (let i = 0; i < b.count; i++) {
+          const from = b.blockStart[i]!, to = b.blockStart[i + 1]!;
+          s.builder.stored(b.workers[i]!, b.parentHash(i), b.blockHashes.subarray(from, to), b.tokensHashes.subarray(from, to));
+        }
+        flush(s);
+      },
       apply: (key, blockSize, e) => {
         if (!open) return;
-        let s = staged.get(key);
-        if (!s) {
-          const index = KvIndex.create({ blockSize });
-          s = { blockSize, index, builder: index.batch(), workers: new Map(), ext: new BigUint64Array(64), tok: new BigUint64Array(64) };
-          staged.set(key, s);
-        }
+        const s = stagedFor(key, blockSize);
         // Dump events go in through the batch builder, STAGING_BATCH at a time (not one call each).
         const n = e.blocks.length;
         if (s.ext.length < n) {
