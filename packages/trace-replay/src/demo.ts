@@ -98,6 +98,7 @@ async function main(o: DemoOptions): Promise<number> {
     await replay(records, {
       model: l.model,
       timeScale: o.timeScale,
+      arrivals: o.arrivals,
       replicas: () => replicas,
       workerOf: (endpoint) => workerByEndpoint.get(endpoint) ?? endpoint,
       stats,

@@ -48,8 +48,28 @@ describe.skipIf(!existsSync(DEFAULT_TRACE_PATH))("bun run demo", () => {
     expect(code, `${stdout}\n${await new Response(demo.stderr).text()}`).toBe(0);
     expect(stdout).toMatch(/recovery: epp-c recovered \d+ events .* from http:\/\/127\.0\.6\.3:9093 in \d+ ms/);
     expect(stdout).toMatch(/requests\s+50 done \(50 ok, 0 routing errors, 0 worker errors\)/);
+    expect(stdout).toContain("ext_proc :9002 full-duplex");
+    // Each replica's own histogram, the killed one read before its SIGKILL.
+    expect(stdout).toMatch(/EPP pick \(own metric\)\s+epp-a: p50 [\d.]+ ms, p99 [\d.]+ ms \(\d+ picks\); epp-b: p50 [\d.]+ ms, p99 [\d.]+ ms \(\d+ picks\); epp-c: p50 /);
+    expect(stdout).toMatch(/send lag\s+p50 [\d.]+ ms, p99 [\d.]+ ms .*; \d+ bodies built late\)/);
     const report = /report: (\S+\.html)/.exec(stdout)?.[1];
     expect(report && existsSync(report)).toBe(true);
+    expect(leftovers()).toEqual([]);
+  }, 180_000);
+
+  test("buffered ext_proc mode, no replacement: every request routed by the replicas' own count", async () => {
+    demo = Bun.spawn(
+      ["bun", "run", "demo", "--requests", "20", "--time-scale", "20", "--kill-at", "0", "--body-mode", "buffered", "--subnet", SUBNET, "--out", out],
+      { cwd: REPO_ROOT, stdout: "pipe", stderr: "pipe" },
+    );
+    const code = await demo.exited;
+    const stdout = await new Response(demo.stdout).text();
+    expect(code, `${stdout}\n${await new Response(demo.stderr).text()}`).toBe(0);
+    expect(stdout).toContain("ext_proc :9002 buffered");
+    expect(stdout).toMatch(/requests\s+20 done \(20 ok, 0 routing errors, 0 worker errors\)/);
+    // Nothing killed, so the replicas' histograms hold every decision the load generator saw.
+    const counts = [...(/EPP pick \(own metric\)\s+(.*)/.exec(stdout)?.[1] ?? "").matchAll(/\((\d+) picks\)/g)].map((m) => Number(m[1]));
+    expect(counts.reduce((a, b) => a + b, 0)).toBe(20);
     expect(leftovers()).toEqual([]);
   }, 180_000);
 

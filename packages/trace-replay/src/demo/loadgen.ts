@@ -1,7 +1,7 @@
 // Replays trace records in (compressed) real time: each request is routed through an EPP replica's
 // ext_proc, then sent to the chosen mock worker, streamed, and its end reported back to the EPP. Bodies
 // are built ahead of their arrival (bodies.ts), so a burst's requests all go out at their instant.
-import { arrivalMs, type TraceRecord } from "../trace.ts";
+import { arrivalTimes, type TraceRecord } from "../trace.ts";
 import { RoutingError, type ExtProcClient, type Routed } from "./extproc-client.ts";
 import { BodyLookahead } from "./bodies.ts";
 import type { DemoStats } from "./stats.ts";
@@ -19,13 +19,14 @@ export type LoadGenOptions = {
   /** called after each request is sent (to trigger the midway event) */
   onSent?: (sent: number) => void;
   signal: AbortSignal;
+  /** at the trace's (quantised) timestamps, or spread evenly within each step (default recorded) */
+  arrivals?: "recorded" | "spread";
   /** bodies built ahead of their arrival (default 64) */
   lookahead?: number;
 };
 
 export async function replay(records: readonly TraceRecord[], o: LoadGenOptions): Promise<void> {
-  const first = records[0];
-  if (!first) return;
+  const at = arrivalTimes(records, o.timeScale, o.arrivals ?? "recorded");
   const running: Promise<void>[] = [];
   // A request that fails unexpectedly (not a routing or worker error, which are counted) stops the
   // replay; it is caught at once so it cannot surface as an unhandled rejection while others run.
@@ -35,8 +36,7 @@ export async function replay(records: readonly TraceRecord[], o: LoadGenOptions)
   await bodies.fill(() => !o.signal.aborted);
   const t0 = performance.now();
   for (let i = 0; i < records.length; i++) {
-    const rec = records[i]!;
-    const due = t0 + arrivalMs(rec, first, o.timeScale);
+    const due = t0 + at[i]!;
     // Stop building ~2 ms before the instant: one body can take ~10 ms, so a last one may still overrun.
     await bodies.fill(() => performance.now() < due - 2 && !o.signal.aborted);
     const wait = due - performance.now();

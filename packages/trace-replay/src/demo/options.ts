@@ -19,6 +19,9 @@ const schema = z.object({
   /** cap on requests (0: all within --duration) */
   requests: z.coerce.number().int().min(0).default(0),
   "time-scale": z.coerce.number().positive().default(4),
+  // The trace's timestamps come in ~3 s steps (up to 16 records at one instant in the first minutes);
+  // "spread" spaces each step's records evenly until the next step, as bench:trace's flag does.
+  arrivals: z.enum(["recorded", "spread"]).default("recorded"),
   /** mock workers' timing speed; default 1 / time-scale, so the workers keep up with the compressed trace */
   speed: z.coerce.number().min(0).optional(),
   /** fraction of the requests after which one EPP replica is killed and replaced */
@@ -39,6 +42,7 @@ export type DemoOptions = {
   durationS: number;
   requests: number;
   timeScale: number;
+  arrivals: "recorded" | "spread";
   speed: number;
   killAt: number;
   subnet: string;
@@ -58,6 +62,7 @@ export function parseDemoArgs(argv: string[]): DemoOptions {
     durationS: o.duration,
     requests: o.requests,
     timeScale: o["time-scale"],
+    arrivals: o.arrivals,
     speed: o.speed ?? 1 / o["time-scale"],
     killAt: o["kill-at"],
     subnet: o.subnet,

@@ -35,7 +35,7 @@ export function summaryRows(s: DemoStats, recovery: RecoveryReport | undefined):
     ["prefix-cache hit rate", `${pct(s.hitRate)} (${s.cachedTokens} of ${s.promptTokens} prompt tokens cached, per the workers' usage)`],
     ["TTFT", `p50 ${ms(s.ttftP(0.5))} ms, p99 ${ms(s.ttftP(0.99))} ms (wall clock, mock timing model)`],
     ["pick latency", `p50 ${ms(s.pickP(0.5))} ms, p99 ${ms(s.pickP(0.99))} ms (load generator: ext_proc request headers written -> routing answer)`],
-    ["EPP pick (own metric)", `${[...s.eppPicks].map(([n, h]) => eppPickText(n, h)).join("; ") || "not scraped"} (dynamo_epp_pick_duration_seconds: complete body -> decision)`],
+    ["EPP pick (own metric)", `${[...s.eppPicks].sort(([x], [y]) => x.localeCompare(y)).map(([n, h]) => eppPickText(n, h)).join("; ") || "not scraped"} (dynamo_epp_pick_duration_seconds: complete body -> decision)`],
     ["send lag", `p50 ${ms(s.sendLagP(0.5))} ms, p99 ${ms(s.sendLagP(0.99))} ms (trace arrival instant -> request headers written; ${s.lateBodies} bodies built late)`],
     ["picks per worker", perWorker],
     ["picks per EPP replica", perEpp],
@@ -48,7 +48,7 @@ export function demoReportData(o: DemoOptions, s: DemoStats, recovery: RecoveryR
     title: "kv-epp demo",
     subtitle: `${o.workers} mock workers, two EPP replicas (static mode) routing a replay of the trace through ext_proc; one replica replaced midway.`,
     facts: [
-      ["trace", `${s.sent} requests from ${o.tracePath} (at most ${o.durationS} s of it), replayed at ${o.timeScale}x`],
+      ["trace", `${s.sent} requests from ${o.tracePath} (at most ${o.durationS} s of it), replayed at ${o.timeScale}x, arrivals ${o.arrivals}`],
       ["workers", `${o.workers} x ${o.capacityBlocks} blocks of ${o.blockSize} tokens, timing speed ${o.speed}`],
       ["ext_proc", `request body mode ${o.bodyMode} (client and EPPs)`],
     ],
