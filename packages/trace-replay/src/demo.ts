@@ -108,6 +108,8 @@ async function main(o: DemoOptions): Promise<number> {
         if (sent === killAt) midway = replaceReplica().catch((e: unknown) => void (recovery = { replica: c.name, failed: String(e) }));
       },
     });
+    // Interrupted: the signal handler stops the children and exits 130; no summary for a partial run.
+    if (abort.signal.aborted) return 130;
     await midway;
     await Promise.all(l.epps.filter((e) => children.names.includes(e.name)).map(scrapeEpp));
     clearInterval(sampler);

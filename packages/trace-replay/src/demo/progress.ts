@@ -11,21 +11,33 @@ export function statusLine(s: DemoStats, total: number): string {
   return `${bar} ${s.done}/${total} done, ${s.sent} sent | hit ${pct(s.hitRate)} | picks ${picks} | ${pick}`;
 }
 
+/**
+ * Writes to stdout, ignoring a closed one (EPIPE: the reader of a pipe went away). Thrown there, it
+ * would unwind the demo past the orderly stop of its children.
+ */
+export function say(text: string): void {
+  try {
+    process.stdout.write(text);
+  } catch {
+    // Nobody is reading; the demo goes on and stops its children as usual.
+  }
+}
+
 /** Redraws the status line in place on a terminal; elsewhere prints it every `plainEveryMs`. */
 export function startProgress(render: () => string, plainEveryMs = 5000): { log(line: string): void; stop(): void } {
   const tty = process.stdout.isTTY === true;
-  const draw = () => process.stdout.write(tty ? `\r\x1b[2K${render()}` : `${render()}\n`);
+  const draw = () => say(tty ? `\r\x1b[2K${render()}` : `${render()}\n`);
   const timer = setInterval(draw, tty ? 250 : plainEveryMs);
   return {
     /** prints a line above the status line */
     log(line) {
-      process.stdout.write(tty ? `\r\x1b[2K${line}\n` : `${line}\n`);
+      say(tty ? `\r\x1b[2K${line}\n` : `${line}\n`);
       if (tty) draw();
     },
     stop() {
       clearInterval(timer);
       draw();
-      if (tty) process.stdout.write("\n");
+      if (tty) say("\n");
     },
   };
 }
