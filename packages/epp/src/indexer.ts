@@ -3,7 +3,7 @@
 // a fresh KvIndex per model, swapped in whole on commit so a failed attempt leaves nothing behind.
 import { KvIndex, computeBlockHashes, type StoredBatchBuilder, type WorkerRef } from "@kv-epp/index-wasm";
 import type { KvEvent, ListenerSignal } from "@kv-epp/kv-events";
-import type { DumpModel, DumpSource, DumpStaging, DumpTarget, RouterEvent } from "@kv-epp/recovery";
+import { type DumpModel, type DumpSource, type DumpStaging, type DumpTarget, toRouterEvents } from "@kv-epp/recovery";
 import type { Metrics } from "./metrics.ts";
 
 export type Indexer = { key: string; blockSize: number; index: KvIndex };
@@ -120,7 +120,7 @@ export class Indexers implements DumpSource, DumpTarget {
       yield {
         key: ix.key,
         blockSize: ix.blockSize,
-        events: dumpEvents(ix.index),
+        events: toRouterEvents(ix.index.dump()),
         // The writer uses this instead of `events`: the index module writes the same JSON itself (3-4x faster).
         eventsJson: (chunkBytes) => ix.index.dumpJsonChunks({ chunkBytes }),
       };
@@ -216,15 +216,3 @@ function workerRef(refs: Map<string, WorkerRef>, workerId: string, dpRank: numbe
   return w;
 }
 
-function* dumpEvents(index: KvIndex): Iterable<RouterEvent> {
-  let eventId = 0;
-  for (const d of index.dump()) {
-    yield {
-      workerId: d.worker.workerId,
-      dpRank: d.worker.dpRank,
-      eventId: eventId++,
-      parentHash: d.parentHash,
-      blocks: d.blocks.map((b) => ({ blockHash: b.externalHash, tokensHash: b.tokensHash })),
-    };
-  }
-}

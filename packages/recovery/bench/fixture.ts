@@ -1,7 +1,7 @@
 // Shared pieces of the recovery benchmark: a deterministic 1M-residency KvIndex, the DumpSource adapter over
 // KvIndex.dump(), a DumpTarget whose staging is a fresh KvIndex, and RSS sampling.
-import { type DumpEvent, type IndexEvent, KvIndex } from "@kv-epp/index-wasm";
-import type { DumpSource, DumpStaging, DumpTarget, RouterEvent } from "../src/index.ts";
+import { type IndexEvent, KvIndex } from "@kv-epp/index-wasm";
+import { type DumpSource, type DumpStaging, type DumpTarget, toRouterEvents } from "../src/index.ts";
 
 export const MODEL_KEY = "Qwen/Qwen3-0.6B:default";
 export const BLOCK_SIZE = 16;
@@ -54,18 +54,7 @@ export function indexSource(index: KvIndex, key = MODEL_KEY, opts: { json?: bool
         key,
         blockSize: index.blockSize,
         ...(opts.json !== false ? { eventsJson: (chunkBytes: number) => index.dumpJsonChunks({ chunkBytes }) } : {}),
-        events: (function* (): Generator<RouterEvent> {
-          let eventId = 0;
-          for (const e of index.dump() as Iterable<DumpEvent>) {
-            yield {
-              workerId: e.worker.workerId,
-              dpRank: e.worker.dpRank,
-              eventId: eventId++,
-              parentHash: e.parentHash,
-              blocks: e.blocks.map((b) => ({ blockHash: b.externalHash, tokensHash: b.tokensHash })),
-            };
-          }
-        })(),
+        events: toRouterEvents(index.dump()),
       },
     ],
   };

@@ -1,0 +1,22 @@
+import type { RouterEvent } from "../types.ts";
+
+/** An index's own dump event, described structurally: recovery does not depend on the index package. */
+export type IndexDumpEvent = {
+  worker: { workerId: string; dpRank: number };
+  parentHash: bigint | null;
+  blocks: readonly { externalHash: bigint; tokensHash: bigint }[];
+};
+
+/** An index's dump, parents first, as `/dump` RouterEvents numbered from 0 as they stream. */
+export function* toRouterEvents(events: Iterable<IndexDumpEvent>): Generator<RouterEvent> {
+  let eventId = 0;
+  for (const e of events) {
+    yield {
+      workerId: e.worker.workerId,
+      dpRank: e.worker.dpRank,
+      eventId: eventId++,
+      parentHash: e.parentHash,
+      blocks: e.blocks.map((b) => ({ blockHash: b.externalHash, tokensHash: b.tokensHash })),
+    };
+  }
+}
