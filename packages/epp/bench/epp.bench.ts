@@ -1,18 +1,20 @@
 // bun run bench:epp — ext_proc decision latency (p50/p99) and sustained decisions/s for 8k-token
-// prompts given as token ids, 16 workers with realistic indexes (recovered from a synthetic peer dump),
-// load from another process (bench/loadgen.ts). Baseline in the same run: an ext_proc server that
-// only parses the JSON body and picks round-robin (no tokens, no hashing, no index), so the figures
-// separate what KV-aware picking costs from the gRPC + JSON floor. Writes bench/REPORT.md.
-import { writeFileSync } from "node:fs";
-import * as grpc from "@grpc/grpc-js";
-import { computeBlockHashes, MatchList } from "@kv-epp/index-wasm";
+// prompts given as token ids, 16 workers with realistic indexes (recovered from a synthetic peer dump).
+// The EPP runs as its own process (`bun packages/epp/src/main.ts`, as deployed) and the load comes
+// from another (bench/loadgen.ts). Baselines in the same run: bench/baseline-server.ts, an ext_proc
+// server on @grpc/grpc-js that only parses the JSON body and picks round-robin (no tokens, no hashing,
+// no index), and bench/floor-server.ts, the same answers straight on node:http2 without reading the
+// body; so the figures separate what KV-aware picking costs from the gRPC + JSON cost and from the
+// transport floor. EPP_BUN_FLAGS adds Bun flags to the EPP's process (e.g. "--cpu-prof-md"). Processes
+// are not pinned to cores: measured, pinning the server and the generator to one CPU each raised every
+// server's p99 (Bun's GC and JIT threads then share the main thread's core). Writes bench/REPORT.md.
+import { readFileSync, writeFileSync } from "node:fs";
+import { MatchList, computeBlockHashes } from "@kv-epp/index-wasm";
 import { dumpStream } from "@kv-epp/recovery";
+import { freePort, killAll, spawnProcess, type ProcessHandle } from "@kv-epp/testkit";
 import pino from "pino";
 import { parseConfig } from "../src/config.ts";
 import { parseBodyBytes } from "../src/extproc/openai-body.ts";
-import { routedHeaders, streamedBody, type ProcessingRequest } from "../src/extproc/messages.ts";
-import { widenConnectionWindow, widenStreamWindow } from "../src/extproc/http2-windows.ts";
-import { loadProtos } from "../src/extproc/protos.ts";
 import { startEpp } from "../src/main.ts";
 import { WORKLOAD, requestBodies, syntheticIndex, workerId } from "./workload.ts";
 
@@ -22,6 +24,7 @@ const TARGET_RATE = 500;
 const quick = process.argv.includes("--quick");
 const RATES = quick ? [250, 500, 1000] : [250, 500, 750, 1000, 1500, 2000, 3000, 4000];
 const DURATION_MS = quick ? 1500 : 3000;
+const WARMUP_MS = 500;
 
 type Run = {
   rate: number;
@@ -34,22 +37,36 @@ type Run = {
   max: number;
   errors: number;
   endpoints: number;
-  /** Server CPU time per decision (this process hosts both servers, one loaded at a time): robust to a busy machine. */
+  /** Server process CPU time per request sent (robust to a busy machine); NaN without /proc. */
   cpuUs: number;
 };
 
-async function loadgen(target: string, rate: number, mode = "full-duplex"): Promise<Run> {
-  const cpu0 = process.cpuUsage();
-  const p = Bun.spawn(["bun", `${import.meta.dir}/loadgen.ts`, "--target", target, "--rate", String(rate), "--duration-ms", String(DURATION_MS), "--mode", mode], {
-    stdout: "pipe",
-    stderr: "inherit",
-  });
+/** utime + stime of a process in µs, from /proc (clock ticks of 10 ms); NaN where there is no /proc. */
+function cpuTimeUs(pid: number): number {
+  try {
+    const fields = readFileSync(`/proc/${pid}/stat`, "utf8").split(") ")[1]!.split(" ");
+    return (Number(fields[11]) + Number(fields[12])) * 10_000;
+  } catch {
+    return NaN;
+  }
+}
+
+/** A server under test: `bun <args>` in its own process. */
+const spawn = (name: string, args: string[]): ProcessHandle => spawnProcess(process.execPath, args, { name });
+
+type Server = { name: string; target: string; proc: ProcessHandle };
+
+async function loadgen(server: Server, rate: number, mode = "full-duplex"): Promise<Run> {
+  const cpu0 = cpuTimeUs(server.proc.pid);
+  const p = Bun.spawn(
+    [process.execPath, `${import.meta.dir}/loadgen.ts`, "--target", server.target, "--rate", String(rate), "--duration-ms", String(DURATION_MS), "--warmup-ms", String(WARMUP_MS), "--mode", mode],
+    { stdout: "pipe", stderr: "inherit" },
+  );
   const out = await new Response(p.stdout).text();
   await p.exited;
-  const cpu = process.cpuUsage(cpu0);
   const r = JSON.parse(out.trim().split("\n").at(-1)!) as Run;
   // Includes the warm-up requests: cpu over every request sent, not only the measured ones.
-  r.cpuUs = (cpu.user + cpu.system) / Math.max(1, Math.round((rate * (DURATION_MS + 500)) / 1000));
+  r.cpuUs = (cpuTimeUs(server.proc.pid) - cpu0) / Math.max(1, Math.round((rate * (DURATION_MS + WARMUP_MS)) / 1000));
   return r;
 }
 
@@ -65,16 +82,16 @@ const keptUp = (r: Run) => r.achieved >= 0.95 * r.rate && r.p99 <= SUSTAINED_P99
 
 /**
  * Steps the offered rate up, each step running the servers back to back (so machine noise hits both
- * alike), until neither keeps up (achieved < 95% of offered, or p99 > 100 ms).
+ * alike), until neither keeps up.
  */
-async function sweep(targets: { name: string; target: string }[]): Promise<Map<string, Run[]>> {
-  const runs = new Map(targets.map((t) => [t.name, [] as Run[]]));
-  const active = new Set(targets.map((t) => t.name));
+async function sweep(servers: Server[]): Promise<Map<string, Run[]>> {
+  const runs = new Map(servers.map((t) => [t.name, [] as Run[]]));
+  const active = new Set(servers.map((t) => t.name));
   for (const [step, rate] of RATES.entries()) {
     // Alternate which server goes first, so drift in the machine's load does not favour one.
-    for (const t of step % 2 === 0 ? targets : [...targets].reverse()) {
+    for (const t of step % 2 === 0 ? servers : [...servers].reverse()) {
       if (!active.has(t.name)) continue;
-      const r = await loadgen(t.target, rate);
+      const r = await loadgen(t, rate);
       runs.get(t.name)!.push(r);
       show(t.name, r);
       if (!keptUp(r)) active.delete(t.name);
@@ -96,35 +113,26 @@ function microbench(name: string, n: number, f: () => unknown): number {
   return us;
 }
 
-/** The baseline ext_proc server: JSON.parse of the body and a round-robin pick, same wire answers. */
-async function startBaseline(): Promise<{ port: number; stop: () => void }> {
-  const { extProc } = loadProtos();
-  const server = new grpc.Server();
-  // The EPP's HTTP/2 windows, so both servers receive bodies alike.
-  widenStreamWindow(server);
-  let rr = 0;
+/** Where the time of one decision goes, measured in this process on an EPP started here for it. */
+async function hotPath(eppArgs: string[]) {
+  const epp = await startEpp(parseConfig(eppArgs, {}), { log: pino({ level: "error" }) });
+  await epp.ready;
+  console.log("hot path, per 8k-token request (in process):");
+  const bodies = requestBodies(64, 7);
+  let i = 0;
   const dec = new TextDecoder();
-  server.addService(extProc.service, {
-    Process(call: grpc.ServerDuplexStream<ProcessingRequest, unknown>) {
-      const chunks: Uint8Array[] = [];
-      call.on("data", (m: ProcessingRequest) => {
-        if (!m.request_body) return;
-        chunks.push(m.request_body.body ?? new Uint8Array());
-        if (!m.request_body.end_of_stream) return;
-        const body = Buffer.concat(chunks);
-        JSON.parse(dec.decode(body));
-        call.write(routedHeaders({ endpoint: `127.0.4.${100 + (rr++ % WORKLOAD.workers)}:8000`, contentLength: body.length }));
-        call.write(streamedBody("request_body", body, true));
-      });
-      call.on("end", () => call.end());
-      call.on("error", () => {});
-    },
-  });
-  const port = await new Promise<number>((res, rej) =>
-    server.bindAsync(`${HOST}:0`, grpc.ServerCredentials.createInsecure(), (e, p) => (e ? rej(e) : res(p))),
-  );
-  widenConnectionWindow(server);
-  return { port, stop: () => server.forceShutdown() };
+  const jsonParse = microbench("JSON.parse (body -> object)", 2000, () => JSON.parse(dec.decode(bodies[i++ % 64]!)));
+  const parseBody = microbench("parseBodyBytes (JSON + token ids -> Uint32Array)", 2000, () => parseBodyBytes(bodies[i++ % 64]!));
+  const parsed = bodies.map((b) => (parseBodyBytes(b).input as { tokens: Uint32Array }).tokens);
+  const hashes = microbench("computeBlockHashes (512 blocks, WASM)", 2000, () => computeBlockHashes(parsed[i++ % 64]!, WORKLOAD.blockSize));
+  const hashed = parsed.map((t) => computeBlockHashes(t, WORKLOAD.blockSize));
+  const ix = epp.indexers.lookup()!.index;
+  const matches = microbench("findMatches (512 blocks, 16 workers)", 2000, () => ix.findMatches(hashed[i++ % 64]!));
+  const list = new MatchList();
+  const matchesInto = microbench("findMatchesInto (512 blocks, reused MatchList; the picker's path)", 2000, () => ix.findMatchesInto(hashed[i++ % 64]!, list));
+  const pick = microbench("Picker.pick (hashes + matches + 16 costs + choice)", 2000, () => epp.picker.pick({ tokens: parsed[i++ % 64]! }));
+  await epp.stop({ graceMs: 0 });
+  return { jsonParse, parseBody, hashes, matches, matchesInto, pick, bodyBytes: bodies[0]!.length };
 }
 
 async function main() {
@@ -155,58 +163,47 @@ async function main() {
       peers: [`http://${HOST}:${peer.port}`],
     }),
   );
-  const cfg = parseConfig(
-    ["--config", config, "--listen", HOST, "--grpc-port", "0", "--grpc-health-port", "0", "--metrics-port", "0", "--replica-agg-port", "0", "--selection-port", "0", "--scrape-interval-ms", "0"],
-    {},
-  );
-  const epp = await startEpp(cfg, { log: pino({ level: "warn" }) });
+  const eppArgs = (ports: number[]) => [
+    "--config", config, "--listen", HOST, "--grpc-port", String(ports[0]), "--grpc-health-port", String(ports[1]), "--metrics-port", String(ports[2]),
+    "--replica-agg-port", String(ports[3]), "--selection-port", String(ports[4]), "--scrape-interval-ms", "0", "--subscribe-wait-ms", "0",
+  ];
+  const hot = await hotPath(eppArgs([0, 0, 0, 0, 0]));
+
+  console.log("ext_proc over gRPC, servers and load generator in separate processes:");
+  const ports: number[] = [];
+  for (let k = 0; k < 5; k++) ports.push(await freePort(HOST));
   const t0 = performance.now();
-  const outcome = await epp.ready;
-  const stats = epp.indexers.lookup()!.index.stats();
-  console.log(
-    `index: ${outcome.kind} in ${(performance.now() - t0).toFixed(0)} ms — ${stats.blocks} blocks, ${stats.residencies} residencies (expected ${index.residencies}), ${stats.workers} workers, ${(stats.bytes / 2 ** 20).toFixed(1)} MiB`,
-  );
+  const eppProc = spawn("epp", [...(Bun.env.EPP_BUN_FLAGS?.split(" ").filter(Boolean) ?? []), `${import.meta.dir}/../src/main.ts`, ...eppArgs(ports)]);
+  const recovered = await eppProc.waitForLog(/"msg":"recovered"/, { timeoutMs: 60_000 });
+  const events = JSON.parse(recovered).events as number;
+  const statsText = await (await fetch(`http://${HOST}:${ports[2]}/metrics`)).text();
+  const gauge = (name: string) => Number(new RegExp(`^dynamo_epp_${name}(?:\\{[^}]*\\})? (\\S+)`, "m").exec(statsText)?.[1]);
+  const stats = { blocks: gauge("kv_index_blocks"), residencies: gauge("kv_index_residencies") };
+  console.log(`EPP ready: recovered ${events} events in ${(performance.now() - t0).toFixed(0)} ms — ${stats.blocks} blocks, ${stats.residencies} residencies (expected ${index.residencies})`);
 
-  // Where the time of one decision goes, in process (same bodies as the load generator).
-  console.log("hot path, per 8k-token request:");
-  const bodies = requestBodies(64, 7);
-  let i = 0;
-  const dec = new TextDecoder();
-  const hot = {
-    jsonParse: microbench("JSON.parse (body -> object)", 2000, () => JSON.parse(dec.decode(bodies[i++ % 64]!))),
-    parseBody: microbench("parseBodyBytes (JSON + token ids -> Uint32Array)", 2000, () => parseBodyBytes(bodies[i++ % 64]!)),
-    hashes: 0,
-    matches: 0,
-  };
-  const parsed = bodies.map((b) => (parseBodyBytes(b).input as { tokens: Uint32Array }).tokens);
-  hot.hashes = microbench("computeBlockHashes (512 blocks, WASM)", 2000, () => computeBlockHashes(parsed[i++ % 64]!, WORKLOAD.blockSize));
-  const hashes = parsed.map((t) => computeBlockHashes(t, WORKLOAD.blockSize));
-  const ix = epp.indexers.lookup()!.index;
-  hot.matches = microbench("findMatches (512 blocks, 16 workers)", 2000, () => ix.findMatches(hashes[i++ % 64]!));
-  const list = new MatchList();
-  const matchesInto = microbench("findMatchesInto (512 blocks, reused MatchList; the picker's path)", 2000, () => ix.findMatchesInto(hashes[i++ % 64]!, list));
-  const pick = microbench("Picker.pick (hashes + matches + 16 costs + choice)", 2000, () => epp.picker.pick({ tokens: parsed[i++ % 64]! }));
-
-  console.log("ext_proc over gRPC, load generator in another process (open loop, one stream per request):");
-  const baseline = await startBaseline();
-  // Warm both servers (JIT, connection set-up) before anything is measured: they share this process,
-  // so otherwise whichever runs first pays for the shared gRPC code paths.
-  for (const target of [`${HOST}:${epp.ports.grpc}`, `${HOST}:${baseline.port}`]) await loadgen(target, 200);
-  const runs = await sweep([
-    { name: "kv-epp", target: `${HOST}:${epp.ports.grpc}` },
-    { name: "baseline", target: `${HOST}:${baseline.port}` },
-  ]);
-  baseline.stop();
+  const baselineProc = spawn("baseline", [`${import.meta.dir}/baseline-server.ts`, "--listen", HOST, "--workers", String(WORKLOAD.workers)]);
+  const baselinePort = JSON.parse(await baselineProc.waitForLog(/"port"/)).port as number;
+  const floorProc = spawn("floor", [`${import.meta.dir}/floor-server.ts`, "--listen", HOST, "--workers", String(WORKLOAD.workers)]);
+  const floorPort = JSON.parse(await floorProc.waitForLog(/"port"/)).port as number;
+  const servers: Server[] = [
+    { name: "kv-epp", target: `${HOST}:${ports[0]}`, proc: eppProc },
+    { name: "baseline", target: `${HOST}:${baselinePort}`, proc: baselineProc },
+    { name: "floor", target: `${HOST}:${floorPort}`, proc: floorProc },
+  ];
+  // Warm both servers (JIT, connection set-up) before anything is measured.
+  for (const s of servers) await loadgen(s, 200);
+  const runs = await sweep(servers);
   // The same EPP in BUFFERED mode at the target rate: no body handed back over gRPC.
-  const buffered = await loadgen(`${HOST}:${epp.ports.grpc}`, TARGET_RATE, "buffered");
+  const buffered = await loadgen(servers[0]!, TARGET_RATE, "buffered");
   show("kv-epp/buffered", buffered);
   const kv = runs.get("kv-epp")!;
   const base = runs.get("baseline")!;
+  const floor = runs.get("floor")!;
 
-  const metricsText = await (await fetch(`http://${HOST}:${epp.ports.metrics}/metrics`)).text();
+  const metricsText = await (await fetch(`http://${HOST}:${ports[2]}/metrics`)).text();
   const sum = Number(/^dynamo_epp_overlap_ratio_sum (\S+)/m.exec(metricsText)?.[1]);
   const count = Number(/^dynamo_epp_overlap_ratio_count (\S+)/m.exec(metricsText)?.[1]);
-  await epp.stop({ graceMs: 2000 });
+  await killAll();
   peer.stop(true);
 
   const at500 = kv.find((r) => r.rate === TARGET_RATE);
@@ -214,7 +211,7 @@ async function main() {
     `# bench:epp report`,
     ``,
     `Run ${new Date().toISOString()} on ${navigator.hardwareConcurrency} cores (shared; figures are noisy).`,
-    `Workload: ${WORKLOAD.workers} workers, index of ${stats.residencies} residencies (${stats.blocks} blocks), ${WORKLOAD.promptTokens}-token prompts as token ids (~${(bodies[0]!.length / 1024).toFixed(0)} KiB JSON), full-duplex ext_proc, one gRPC stream per request.`,
+    `Workload: ${WORKLOAD.workers} workers, index of ${stats.residencies} residencies (${stats.blocks} blocks), ${WORKLOAD.promptTokens}-token prompts as token ids (~${(hot.bodyBytes / 1024).toFixed(0)} KiB JSON), full-duplex ext_proc, one gRPC stream per request.`,
     `Mean overlap of the chosen worker: ${((sum / count) * 100).toFixed(1)}% of the request's blocks.`,
     ``,
     `| hot path (in process) | µs |`,
@@ -223,18 +220,23 @@ async function main() {
     `| parseBodyBytes (JSON + ids -> Uint32Array) | ${hot.parseBody.toFixed(1)} |`,
     `| computeBlockHashes (WASM, 512 blocks) | ${hot.hashes.toFixed(1)} |`,
     `| findMatches (512 blocks) | ${hot.matches.toFixed(1)} |`,
-    `| findMatchesInto (512 blocks, reused MatchList) | ${matchesInto.toFixed(1)} |`,
-    `| Picker.pick (hashes + matches + costs + choice) | ${pick.toFixed(1)} |`,
+    `| findMatchesInto (512 blocks, reused MatchList) | ${hot.matchesInto.toFixed(1)} |`,
+    `| Picker.pick (hashes + matches + costs + choice) | ${hot.pick.toFixed(1)} |`,
     ``,
     `| server | offered/s | achieved/s | p50 ms | p90 ms | p99 ms | max ms | server CPU µs/decision |`,
     `|---|---|---|---|---|---|---|---|`,
-    ...[...kv.map((r) => ["kv-epp", r] as const), ...base.map((r) => ["baseline", r] as const), ["kv-epp (BUFFERED mode)", buffered] as const].map(
+    ...[
+      ...kv.map((r) => ["kv-epp", r] as const),
+      ...base.map((r) => ["baseline (grpc-js, JSON.parse, round-robin)", r] as const),
+      ...floor.map((r) => ["floor (node:http2, no gRPC library, no JSON)", r] as const),
+      ["kv-epp (BUFFERED mode)", buffered] as const,
+    ].map(
       ([n, r]) => `| ${n} | ${r.rate} | ${r.achieved.toFixed(0)} | ${r.p50.toFixed(3)} | ${r.p90.toFixed(3)} | ${r.p99.toFixed(3)} | ${r.max.toFixed(2)} | ${r.cpuUs.toFixed(0)} |`,
     ),
     ``,
     `Target p99 <= ${TARGET_P99_MS} ms at ${TARGET_RATE}/s: ${at500 ? `p99 ${at500.p99.toFixed(3)} ms, ${at500.p99 <= TARGET_P99_MS ? "met" : "NOT met"}` : "not reached"}.`,
     `Max sustained rate (answered >= 95% of offered within the window, p99 <= ${SUSTAINED_P99_MS} ms, no errors): kv-epp ${sustained(kv)}/s, baseline ${sustained(base)}/s (highest step tried: ${RATES.at(-1)}/s).`,
-    `Max rate with p99 <= ${TARGET_P99_MS} ms: kv-epp ${withinTarget(kv)}/s, baseline ${withinTarget(base)}/s.`,
+    `Max rate with p99 <= ${TARGET_P99_MS} ms: kv-epp ${withinTarget(kv)}/s, baseline ${withinTarget(base)}/s, floor ${withinTarget(floor)}/s.`,
   ];
   writeFileSync(`${import.meta.dir}/REPORT.md`, `${lines.join("\n")}\n`);
   console.log(`\n${lines.slice(-3).join("\n")}\nreport written to packages/epp/bench/REPORT.md`);
