@@ -13,6 +13,7 @@
 // Removing a block therefore drops the worker's residencies below it too.
 import { xxh3 } from "./xxh3";
 import { alloc, allocZeroed, free, freePages, regrow, usable } from "./pages";
+export { jsonScan } from "./json-scan";
 
 const NIL: u32 = 0;
 const DEAD: u32 = 0xFFFFFFFF;

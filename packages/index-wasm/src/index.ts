@@ -4,3 +4,4 @@ export { KvIndex, DUMP_JSON_CHUNK_BYTES } from "./kv-index.ts";
 export { StoredBatchBuilder } from "./batch-builder.ts";
 export { MatchList } from "./match-list.ts";
 export { computeBlockHashes, BLOCK_HASH_SEED } from "./block-hash.ts";
+export { JsonFieldScanner, type JsonField } from "./json-fields.ts";

@@ -75,6 +75,7 @@ export type IndexExports = {
   computeBlockHashes(tokens: number, nTokens: number, blockSize: number, seed: bigint, out: number): number;
   hashBytes(p: number, len: number, seed: bigint): bigint;
   presize(blocks: number, residencies: number): void;
+  jsonScan(p: number, len: number, keys: number, nKeys: number, info: number, out: number): number;
 };
 
 export function instantiate(): IndexExports {

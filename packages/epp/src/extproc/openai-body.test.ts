@@ -1,5 +1,6 @@
 import { describe, expect, test } from "bun:test";
-import { BadRequest, parseBodyBytes } from "./openai-body.ts";
+import fc from "fast-check";
+import { BadRequest, parseBody, parseBodyBytes } from "./openai-body.ts";
 
 const bytes = (v: unknown) => new TextEncoder().encode(typeof v === "string" ? v : JSON.stringify(v));
 
@@ -36,5 +37,53 @@ describe("OpenAI request bodies", () => {
   ])("%s is a bad request", (body, message) => {
     expect(() => parseBodyBytes(bytes(body))).toThrow(BadRequest);
     expect(() => parseBodyBytes(bytes(body))).toThrow(message);
+  });
+});
+
+describe("the token-ids fast path (WASM) answers as JSON.parse + parseBody does", () => {
+  const outcome = (f: () => unknown) => {
+    try {
+      return { ok: f() };
+    } catch (e) {
+      return { error: (e as Error).constructor.name };
+    }
+  };
+  const slow = (b: Uint8Array) => outcome(() => parseBody(JSON.parse(new TextDecoder().decode(b))));
+
+  test.each([
+    { model: "m", prompt: [1, 2] },
+    { model: "caf\u00e9 \"quoted\" \\ m", token_ids: [7], prompt: "ignored" },
+    { token_ids: [1], messages: [{ role: "user", content: "x" }] },
+    { messages: [{ role: "user", content: "x" }], prompt: [1] },
+    { model: null, prompt: [1] },
+    { model: 3, prompt: [1] },
+    { prompt: [] },
+    { token_ids: [] },
+    { prompt: [1.5] },
+    { prompt: [4294967296] },
+  ])("%j", (doc) => {
+    const b = bytes(doc);
+    expect(outcome(() => parseBodyBytes(b))).toEqual(slow(b));
+  });
+
+  test("random bodies", () => {
+    const ids = fc.array(fc.oneof(fc.nat({ max: 0xffffffff }), fc.double(), fc.integer({ min: -5, max: 5 })), { maxLength: 20 });
+    const doc = fc.record(
+      {
+        model: fc.oneof(fc.string(), fc.constant(null), fc.nat()),
+        prompt: fc.oneof(ids, fc.string(), fc.array(ids, { maxLength: 2 })),
+        token_ids: ids,
+        messages: fc.array(fc.record({ role: fc.string(), content: fc.string() }), { maxLength: 2 }),
+        max_tokens: fc.nat(),
+      },
+      { requiredKeys: [] },
+    );
+    fc.assert(
+      fc.property(doc, (d) => {
+        const b = bytes(d);
+        expect(outcome(() => parseBodyBytes(b))).toEqual(slow(b));
+      }),
+      { numRuns: 500 },
+    );
   });
 });
