@@ -65,6 +65,8 @@ async function loadgen(server: Server, rate: number, mode = "full-duplex"): Prom
   const out = await new Response(p.stdout).text();
   await p.exited;
   const r = JSON.parse(out.trim().split("\n").at(-1)!) as Run;
+  // A run that got no answer at all has no percentiles (NaN, null in JSON).
+  for (const k of ["p50", "p90", "p99", "max"] as const) r[k] ??= NaN;
   // Includes the warm-up requests: cpu over every request sent, not only the measured ones.
   r.cpuUs = (cpuTimeUs(server.proc.pid) - cpu0) / Math.max(1, Math.round((rate * (DURATION_MS + WARMUP_MS)) / 1000));
   return r;
