@@ -193,7 +193,7 @@ async function main() {
     { name: "floor", target: `${HOST}:${floorPort}`, proc: floorProc },
   ];
   // Warm both servers (JIT, connection set-up) before anything is measured.
-  for (const s of servers) await loadgen(s, 200);
+  for (const s of servers) await loadgen(s, TARGET_RATE);
   const runs = await sweep(servers);
   // The same EPP in BUFFERED mode at the target rate: no body handed back over gRPC.
   const buffered = await loadgen(servers[0]!, TARGET_RATE, "buffered");

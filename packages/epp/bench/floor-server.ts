@@ -7,19 +7,12 @@ import http2 from "node:http2";
 import { routedHeaders, streamedBody, type ProcessingRequest } from "../src/extproc/messages.ts";
 import { EXT_PROC_WINDOW_BYTES } from "../src/extproc/http2-windows.ts";
 import { loadProtos } from "../src/extproc/protos.ts";
+import { framed, messageReader } from "./grpc-frames.ts";
 
 const host = Bun.argv[Bun.argv.indexOf("--listen") + 1] ?? "127.0.0.1";
 const workers = Number(Bun.argv[Bun.argv.indexOf("--workers") + 1] ?? 16);
 const method = loadProtos().extProc.service.Process!;
 const decode = method.requestDeserialize as (b: Buffer) => ProcessingRequest;
-
-function framed(msg: Buffer): Buffer {
-  const out = Buffer.allocUnsafe(5 + msg.length);
-  out[0] = 0;
-  out.writeUInt32BE(msg.length, 1);
-  msg.copy(out, 5);
-  return out;
-}
 
 let rr = 0;
 const server = http2.createServer({ settings: { initialWindowSize: EXT_PROC_WINDOW_BYTES } });
@@ -27,21 +20,17 @@ server.on("session", (s) => s.setLocalWindowSize(EXT_PROC_WINDOW_BYTES));
 server.on("stream", (stream: http2.ServerHttp2Stream) => {
   stream.respond({ ":status": 200, "content-type": "application/grpc" }, { waitForTrailers: true });
   stream.on("wantTrailers", () => stream.sendTrailers({ "grpc-status": "0" }));
-  let pending: Buffer | undefined;
-  stream.on("data", (chunk: Buffer) => {
-    let buf = pending ? Buffer.concat([pending, chunk]) : chunk;
-    while (buf.length >= 5) {
-      const len = buf.readUInt32BE(1);
-      if (buf.length < 5 + len) break;
-      const msg = decode(buf.subarray(5, 5 + len));
-      buf = buf.subarray(5 + len);
-      const body = msg.request_body?.body;
-      if (!body) continue;
-      stream.write(framed(method.responseSerialize(routedHeaders({ endpoint: `10.0.0.${1 + (rr++ % workers)}:8000`, contentLength: body.length }))));
-      stream.write(framed(method.responseSerialize(streamedBody("request_body", body, true))));
-    }
-    pending = buf.length > 0 ? buf : undefined;
-  });
+  stream.on(
+    "data",
+    messageReader((bytes) => {
+      const body = decode(bytes).request_body?.body;
+      if (body) {
+        stream.write(framed(method.responseSerialize(routedHeaders({ endpoint: `10.0.0.${1 + (rr++ % workers)}:8000`, contentLength: body.length }))));
+        stream.write(framed(method.responseSerialize(streamedBody("request_body", body, true))));
+      }
+      return true;
+    }),
+  );
   stream.on("end", () => stream.end());
   stream.on("error", () => {});
 });

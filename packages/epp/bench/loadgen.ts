@@ -11,6 +11,7 @@
 // decoded (proto-loader's deserializer). The EPP's own tests drive it with @grpc/grpc-js.
 import http2 from "node:http2";
 import { loadProtos } from "../src/extproc/protos.ts";
+import { framed, messageReader } from "./grpc-frames.ts";
 import { requestBodies } from "./workload.ts";
 
 type Mode = "full-duplex" | "buffered";
@@ -35,32 +36,6 @@ type Answer = { response?: string; request_headers?: { response?: Route }; reque
 
 const WINDOW = 16 << 20;
 const enc = new TextEncoder();
-
-/** A gRPC length-prefixed message: flag 0 (uncompressed), u32 BE length, the bytes. */
-function framed(msg: Buffer): Buffer {
-  const out = Buffer.allocUnsafe(5 + msg.length);
-  out[0] = 0;
-  out.writeUInt32BE(msg.length, 1);
-  msg.copy(out, 5);
-  return out;
-}
-
-/** Splits a response stream into messages, handing each to `onMessage` until it returns false. */
-function messageReader(onMessage: (msg: Buffer) => boolean): (chunk: Buffer) => void {
-  let pending: Buffer | undefined;
-  let reading = true;
-  return (chunk) => {
-    if (!reading) return;
-    let buf = pending ? Buffer.concat([pending, chunk]) : chunk;
-    while (reading && buf.length >= 5) {
-      const len = buf.readUInt32BE(1);
-      if (buf.length < 5 + len) break;
-      reading = onMessage(buf.subarray(5, 5 + len));
-      buf = buf.subarray(5 + len);
-    }
-    pending = buf.length > 0 ? buf : undefined;
-  };
-}
 
 async function main() {
   const o = args();
