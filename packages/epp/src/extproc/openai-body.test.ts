@@ -87,3 +87,12 @@ describe("the token-ids fast path (WASM) answers as JSON.parse + parseBody does"
     );
   });
 });
+
+test("a body past the fast path's size limit (4 MiB, left to JSON.parse) gets the same answer", () => {
+  const tokens = Array.from({ length: 700_000 }, (_, i) => (i * 7919) % 151_000);
+  const body = bytes({ model: "m", prompt: tokens });
+  expect(body.length).toBeGreaterThan(4 * 1024 * 1024);
+  const parsed = parseBodyBytes(body);
+  expect(parsed.model).toBe("m");
+  expect(parsed.input).toEqual({ kind: "tokens", tokens: Uint32Array.from(tokens) });
+});

@@ -29,6 +29,12 @@ export function parseBodyBytes(body: Uint8Array): ParsedBody {
 }
 
 const FIELDS = ["model", "token_ids", "messages", "prompt"] as const;
+/**
+ * Bodies up to this size take the fast path (~600k token ids). The scanner's linear memory keeps the
+ * size of the largest body it read (x3: text and decoded ids) and never shrinks, so a rare huge body
+ * goes through JSON.parse, whose garbage the GC takes back.
+ */
+const FAST_PATH_MAX_BYTES = 4 * 1024 * 1024;
 let scanner: JsonFieldScanner | undefined;
 
 /**
@@ -38,6 +44,7 @@ let scanner: JsonFieldScanner | undefined;
  * takes the JSON.parse path, which also words the errors.
  */
 function tokenIdsBody(body: Uint8Array): ParsedBody | undefined {
+  if (body.length > FAST_PATH_MAX_BYTES) return undefined;
   const f = (scanner ??= new JsonFieldScanner(FIELDS)).scan(body);
   if (!f) return undefined;
   const [model, tokenIds, messages, prompt] = f as [JsonField, JsonField, JsonField, JsonField];
