@@ -15,7 +15,9 @@ const method = loadProtos().extProc.service.Process!;
 const decode = method.requestDeserialize as (b: Buffer) => ProcessingRequest;
 
 let rr = 0;
-const server = http2.createServer({ settings: { initialWindowSize: EXT_PROC_WINDOW_BYTES } });
+// Session memory unbounded, as @grpc/grpc-js sets it for the other two servers (http2's default refuses
+// new streams past 10 MB buffered).
+const server = http2.createServer({ settings: { initialWindowSize: EXT_PROC_WINDOW_BYTES }, maxSessionMemory: Number.MAX_SAFE_INTEGER });
 server.on("session", (s) => s.setLocalWindowSize(EXT_PROC_WINDOW_BYTES));
 server.on("stream", (stream: http2.ServerHttp2Stream) => {
   stream.respond({ ":status": 200, "content-type": "application/grpc" }, { waitForTrailers: true });

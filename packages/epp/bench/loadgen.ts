@@ -35,6 +35,7 @@ type Route = { header_mutation?: { set_headers?: { header?: { raw_value?: Uint8A
 type Answer = { response?: string; request_headers?: { response?: Route }; request_body?: { response?: Route } };
 
 const WINDOW = 16 << 20;
+const SESSION_MEMORY_MB = 1 << 20;
 const enc = new TextEncoder();
 
 async function main() {
@@ -53,8 +54,11 @@ async function main() {
     }),
   );
   const bodies = requestBodies(512, o.seed).map((body) => framed(method.requestSerialize({ request_body: { body, end_of_stream: true } })));
-  // Envoy runs with large HTTP/2 windows; 64 KiB ones would make the generator the bottleneck.
-  const session = http2.connect(`http://${o.target}`, { settings: { initialWindowSize: WINDOW } });
+  // Envoy runs with large HTTP/2 windows; 64 KiB ones would make the generator the bottleneck. And an
+  // HTTP/2 session refuses new streams (ENHANCE_YOUR_CALM) past maxSessionMemory, 10 MB by default:
+  // ~200 bodies of 50 KiB waiting on a server that fell behind, after which the generator failed every
+  // request instead of showing the server's latency.
+  const session = http2.connect(`http://${o.target}`, { settings: { initialWindowSize: WINDOW }, maxSessionMemory: SESSION_MEMORY_MB });
   await new Promise<void>((res, rej) => {
     session.once("connect", () => res());
     session.once("error", rej);
