@@ -62,6 +62,13 @@ type SeqState =
 
 const MAX_HELD = 100_000;
 
+/**
+ * A publisher that went away without closing the connection is found within ~20 s (PING after 5 s of
+ * silence, closed after 15 s): the listener redials, and the seq gap on the new connection goes
+ * through replay or a reset.
+ */
+export const LISTENER_HEARTBEAT = { intervalMs: 5000, timeoutMs: 15_000 } as const;
+
 export class KvEventListener {
   readonly counters: ListenerCounters = {
     messages: 0, batches: 0, events: 0, blocks: 0, bytes: 0, gaps: 0, replays: 0, replayedBatches: 0,
@@ -100,7 +107,7 @@ export class KvEventListener {
 
   start(): void {
     if (this.sub || this.closed) return;
-    const sub = new SubSocket({ logger: this.opts.logger, ...this.opts.socket });
+    const sub = new SubSocket({ logger: this.opts.logger, heartbeat: LISTENER_HEARTBEAT, ...this.opts.socket });
     sub.onMessage((frames) => this.onMessage(frames));
     sub.onPeer((up, peer) => this.log.info({ peer }, up ? "publisher connected" : "publisher disconnected"));
     sub.subscribe(this.opts.topic ?? "");

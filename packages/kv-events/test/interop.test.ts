@@ -42,6 +42,25 @@ describe("libzmq PUB → our SUB", () => {
     expect(real.map(hex)).toEqual([hex(msgs[0]!), hex(msgs[2]!)]);
   });
 
+  test("libzmq answers our heartbeat PINGs: an idle connection outlives many timeouts, and messages still flow", async () => {
+    const peer = await ZmqPeer.start("PUB", "bind", "tcp://127.0.1.1:*");
+    const hb = { intervalMs: 50, timeoutMs: 200 };
+    const sub = new SubSocket({ heartbeat: hb });
+    cleanups.push(() => sub.close());
+    const got: string[] = [];
+    sub.onMessage((f) => got.push(Buffer.from(f[0]!).toString()));
+    sub.subscribe("");
+    sub.connect(peer.endpoint);
+    await waitUntil(() => sub.peerCount === 1);
+    await Bun.sleep(hb.timeoutMs * 5); // idle: only PING/PONG on the wire
+    expect(sub.counters.heartbeatTimeouts).toBe(0);
+    expect(sub.counters.disconnects).toBe(0);
+    await waitUntil(() => {
+      peer.send([Buffer.from("after-idle")]);
+      return got.includes("after-idle");
+    });
+  });
+
   test("a 3.0-speaking SUB (message-form subscriptions) is understood by libzmq", async () => {
     const peer = await ZmqPeer.start("PUB", "bind", "tcp://127.0.1.1:*");
     const sub = new SubSocket({ zmtpMinor: 0 });

@@ -3,7 +3,7 @@
 import { afterEach, describe, expect, test } from "bun:test";
 import { createServer } from "node:net";
 import { parseEndpoint, PubSocket, rankEndpoint, SubSocket } from "../src/index.ts";
-import { encodeCommand, encodeGreeting, encodeMessage, encodeReady, FLAG_COMMAND } from "../src/zmtp/wire.ts";
+import { encodeCommand, encodeGreeting, encodeMessage, encodeReady, FLAG_COMMAND, parseCommand } from "../src/zmtp/wire.ts";
 import { RawPeer } from "./raw-peer.ts";
 import { waitUntil } from "./zmq-peer.ts";
 
@@ -144,6 +144,78 @@ describe("commands and errors", () => {
     raw.write(cmd);
     await waitUntil(() => raw.closed);
     expect(pub.counters.protocolErrors).toBe(1);
+  });
+});
+
+describe("heartbeats", () => {
+  const HB = { intervalMs: 40, timeoutMs: 150 };
+
+  /** A 3.1 PUB that completes the handshake, then never sends a byte (a host gone without a FIN). */
+  async function silentPub(): Promise<{ endpoint: string; accepted: () => number; pings: () => Buffer[] }> {
+    let accepted = 0;
+    const pings: Buffer[] = [];
+    const server = createServer((s) => {
+      accepted++;
+      s.write(Buffer.concat([encodeGreeting(1, true), encodeReady("PUB")]));
+      s.on("data", (d: Buffer) => {
+        // frames after the greeting + READY: pick out the PING commands (short frames, flag 0x04)
+        for (let i = d.indexOf(Buffer.from("\x04PING")); i >= 0; i = d.indexOf(Buffer.from("\x04PING"), i + 1)) {
+          const cmd = parseCommand(d.subarray(i, i + 7));
+          if (cmd?.name === "PING") pings.push(cmd.data);
+        }
+      });
+      s.on("error", () => {});
+    });
+    await new Promise<void>((r) => server.listen(0, "127.0.1.2", () => r()));
+    cleanups.push(() => new Promise<void>((r) => server.close(() => r())));
+    return { endpoint: `tcp://127.0.1.2:${(server.address() as { port: number }).port}`, accepted: () => accepted, pings: () => pings };
+  }
+
+  test("a peer that answers nothing is PINGed, then dropped after the timeout, and redialed", async () => {
+    const peer = await silentPub();
+    const sub = new SubSocket({ heartbeat: HB, reconnectMinMs: 10 });
+    cleanups.push(() => sub.close());
+    sub.connect(peer.endpoint);
+    await waitUntil(() => sub.counters.heartbeatTimeouts >= 1 && peer.accepted() >= 2, 5000);
+    expect(peer.pings().length).toBeGreaterThan(0);
+    expect(peer.pings()[0]!.readUInt16BE(0)).toBe(2); // TTL in deciseconds: the 150 ms timeout
+    expect(sub.counters.disconnects).toBeGreaterThanOrEqual(1);
+  });
+
+  test("an idle publisher that answers PING (ours, as libzmq does) stays connected", async () => {
+    const [pub, ep] = await boundPub();
+    const sub = new SubSocket({ heartbeat: HB });
+    cleanups.push(() => sub.close());
+    sub.subscribe("");
+    sub.connect(ep);
+    await waitUntil(() => pub.peerCount === 1 && sub.peerCount === 1);
+    await Bun.sleep(HB.timeoutMs * 4);
+    expect(sub.counters.heartbeatTimeouts).toBe(0);
+    expect(sub.counters.disconnects).toBe(0);
+  });
+
+  test("without heartbeat options nothing is sent and a silent peer is kept", async () => {
+    const peer = await silentPub();
+    const sub = new SubSocket();
+    cleanups.push(() => sub.close());
+    sub.connect(peer.endpoint);
+    await waitUntil(() => sub.peerCount === 1);
+    await Bun.sleep(HB.timeoutMs * 2);
+    expect(peer.pings()).toEqual([]);
+    expect(sub.peerCount).toBe(1);
+  });
+
+  test("a SUB whose reading is paused (back-pressure) does not time its publisher out", async () => {
+    const peer = await silentPub();
+    const sub = new SubSocket({ heartbeat: HB });
+    cleanups.push(() => sub.close());
+    sub.connect(peer.endpoint);
+    await waitUntil(() => sub.peerCount === 1);
+    sub.pause();
+    await Bun.sleep(HB.timeoutMs * 3);
+    expect(sub.counters.heartbeatTimeouts).toBe(0);
+    sub.resume();
+    await waitUntil(() => sub.counters.heartbeatTimeouts >= 1, 5000);
   });
 });
 

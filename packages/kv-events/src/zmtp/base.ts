@@ -2,7 +2,7 @@
 // endpoint, reconnecting with capped exponential backoff), counters, close.
 import { type Server, type Socket, createConnection, createServer } from "node:net";
 import { childLogger, type Logger } from "../logger.ts";
-import { type CloseReason, Connection, type ConnectionHandler } from "./connection.ts";
+import { type CloseReason, Connection, type ConnectionHandler, type Heartbeat } from "./connection.ts";
 import { formatEndpoint, parseEndpoint } from "./endpoint.ts";
 import type { SocketType } from "./wire.ts";
 
@@ -19,6 +19,8 @@ export type SocketOptions = {
   /** ZMTP minor version advertised (default 1 = ZMTP 3.1). */
   zmtpMinor?: 0 | 1;
   handshakeTimeoutMs?: number;
+  /** ZMTP 3.1 PING/PONG liveness per connection (see Heartbeat); off unless given. */
+  heartbeat?: Heartbeat;
   logger?: Logger;
 };
 
@@ -29,6 +31,8 @@ export type SocketCounters = {
   disconnects: number;
   protocolErrors: number;
   oversize: number;
+  /** Connections closed because the peer went silent past the heartbeat timeout. */
+  heartbeatTimeouts: number;
   dropped: number;
   messagesIn: number;
   messagesOut: number;
@@ -40,7 +44,7 @@ type Dialer = { endpoint: string; attempt: number; timer?: ReturnType<typeof set
 
 export abstract class ZmtpSocket {
   readonly counters: SocketCounters = {
-    accepted: 0, connects: 0, reconnects: 0, disconnects: 0, protocolErrors: 0, oversize: 0, dropped: 0, messagesIn: 0, messagesOut: 0,
+    accepted: 0, connects: 0, reconnects: 0, disconnects: 0, protocolErrors: 0, oversize: 0, heartbeatTimeouts: 0, dropped: 0, messagesIn: 0, messagesOut: 0,
   };
   protected readonly peers = new Set<Connection>();
   /** Every live connection, handshaken or not: close() must end those still mid-handshake too. */
@@ -153,6 +157,7 @@ export abstract class ZmtpSocket {
       minor: this.opts.zmtpMinor ?? 1,
       asServer,
       handshakeTimeoutMs: this.opts.handshakeTimeoutMs ?? 10_000,
+      heartbeat: this.opts.heartbeat,
     }, this.connHandler);
     this.conns.add(conn);
     return conn;
@@ -196,7 +201,8 @@ export abstract class ZmtpSocket {
     const wasPeer = this.peers.delete(c);
     if (reason.kind === "protocol") this.counters.protocolErrors++;
     if (reason.kind === "oversize") this.counters.oversize++;
-    if (reason.kind === "protocol" || reason.kind === "oversize") {
+    if (reason.kind === "heartbeat") this.counters.heartbeatTimeouts++;
+    if (reason.kind === "protocol" || reason.kind === "oversize" || reason.kind === "heartbeat") {
       this.log.warn({ peer: c.peer, reason: reason.detail }, "closing ZMTP connection");
     }
     if (wasPeer) {

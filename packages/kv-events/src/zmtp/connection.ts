@@ -1,5 +1,5 @@
 // One ZMTP 3.x session over one TCP stream (NULL security): greeting, READY handshake,
-// PING→PONG, message assembly with a size limit, and a batched, bounded write queue.
+// PING→PONG, heartbeats, message assembly with a size limit, and a batched, bounded write queue.
 import type { Socket } from "node:net";
 import { ZmtpParser } from "./parser.ts";
 import {
@@ -18,13 +18,25 @@ export type ConnectionOptions = {
   minor: number;
   asServer: boolean;
   handshakeTimeoutMs: number;
+  heartbeat?: Heartbeat;
 };
+
+/**
+ * ZMTP 3.1 heartbeats (RFC 37), as libzmq's ZMQ_HEARTBEAT_IVL / _TIMEOUT: a PING when nothing arrived
+ * for `intervalMs`, and the connection closed when nothing at all (PONG or anything else) arrived for
+ * `timeoutMs`. Why: a SUB only reads, so a publisher host that vanished without a FIN (node lost, a
+ * partition) leaves a connection that looks open forever, and a worker's events silently stop. libzmq
+ * answers PING by itself, whatever its own heartbeat options. A 3.0 peer has no PING; TCP keepalive
+ * (enabled with heartbeats) is what finds a dead one.
+ */
+export type Heartbeat = { intervalMs: number; timeoutMs: number };
 
 export type CloseReason =
   | { kind: "peer-closed" }
   | { kind: "local" }
   | { kind: "protocol"; detail: string }
   | { kind: "oversize"; detail: string }
+  | { kind: "heartbeat"; detail: string }
   | { kind: "io"; detail: string };
 
 export type ConnectionHandler = {
@@ -53,6 +65,8 @@ export class Connection {
   private flushScheduled = false;
   private blocked = false;
   private handshakeTimer: ReturnType<typeof setTimeout> | undefined;
+  private heartbeatTimer: ReturnType<typeof setInterval> | undefined;
+  private lastInAt = performance.now();
   /** Messages dropped by send() because the queue was at the HWM. */
   dropped = 0;
   bytesIn = 0;
@@ -63,8 +77,10 @@ export class Connection {
       opts.maxMessageSize,
     );
     socket.setNoDelay(true);
+    if (opts.heartbeat) socket.setKeepAlive(true, opts.heartbeat.intervalMs);
     socket.on("data", (chunk: Buffer) => {
       this.bytesIn += chunk.length;
+      this.lastInAt = performance.now();
       try {
         this.parser.push(chunk);
       } catch (e) {
@@ -124,6 +140,7 @@ export class Connection {
     if (this.closed) return;
     this.closed = true;
     clearTimeout(this.handshakeTimer);
+    clearInterval(this.heartbeatTimer);
     if (reason.kind === "local") {
       // Graceful end so queued messages go out, bounded so a peer that stopped reading
       // cannot hold the socket (and a server's close()) open.
@@ -151,6 +168,22 @@ export class Connection {
       this.close({ kind: "io", detail: (e as Error).message });
       return false;
     }
+  }
+
+  private startHeartbeat(): void {
+    const hb = this.opts.heartbeat;
+    if (!hb || this.peerMinor < 1) return;
+    const ping = encodeCommand("PING", pingBody(hb.timeoutMs));
+    this.lastInAt = performance.now();
+    this.heartbeatTimer = setInterval(() => {
+      const now = performance.now();
+      // Reading paused (back-pressure): the silence is ours, not the peer's.
+      if (this.socket.isPaused()) this.lastInAt = now;
+      const idle = now - this.lastInAt;
+      if (idle >= hb.timeoutMs) this.close({ kind: "heartbeat", detail: `nothing received for ${Math.round(idle)} ms` });
+      else if (idle >= hb.intervalMs) this.rawWrite(ping);
+    }, hb.intervalMs);
+    this.heartbeatTimer.unref?.();
   }
 
   private onGreeting(g: Buffer): string | undefined {
@@ -206,6 +239,7 @@ export class Connection {
       if (id && id.length > 0) this.peerIdentity = Buffer.from(id);
       this.isReady = true;
       clearTimeout(this.handshakeTimer);
+      this.startHeartbeat();
       this.handler.ready(this);
       return undefined;
     }
@@ -226,6 +260,13 @@ export class Connection {
         return undefined;
     }
   }
+}
+
+function pingBody(timeoutMs: number): Buffer {
+  // TTL (deciseconds, u16 BE): how long the peer may wait for our traffic; no context.
+  const b = Buffer.alloc(2);
+  b.writeUInt16BE(Math.min(0xffff, Math.ceil(timeoutMs / 100)));
+  return b;
 }
 
 function errorBody(reason: string): Buffer {
