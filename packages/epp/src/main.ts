@@ -13,7 +13,7 @@ import {
   type PeerDiscovery,
   type RecoveryOutcome,
 } from "@kv-epp/recovery";
-import { intentWorkers, mergeWorkerSets, openDiscovery, startIntentHost, type IntentHostState, type IntentWorker } from "@kv-epp/intents";
+import { mergeWorkerSets, type IntentWorker } from "@kv-epp/intents";
 import { parseEndpoint } from "@kv-epp/kv-events";
 import { createPreprocessor } from "@kv-epp/tokenizer";
 import pino, { type Logger } from "pino";
@@ -23,6 +23,7 @@ import { widenConnectionWindow, widenStreamWindow } from "./extproc/http2-window
 import { loadProtos } from "./extproc/protos.ts";
 import { HealthState, healthHandlers } from "./health.ts";
 import { Indexers } from "./indexer.ts";
+import { startIntentSource } from "./intents-source.ts";
 import { createMetrics } from "./metrics.ts";
 import { ActiveLoad, sumLoad } from "./picker/load.ts";
 import { Picker } from "./picker/picker.ts";
@@ -229,44 +230,23 @@ export async function startEpp(cfg: EppConfig, o: { log?: Logger; kubeConfig?: K
       signal: recoveryAbort.signal,
     });
   }
-  let intentSource: Promise<{ stop(): Promise<void> }> = Promise.resolve({ stop: async () => {} });
-  if (cfg.intents) {
-    const { discovery: where, hostInstance } = cfg.intents;
-    const intentsLog = log.child({ component: "intents" });
-    intentSource = (async () => {
-      const discovery = await openDiscovery(where, { kubeConfig: where.kind === "kubernetes" ? kube() : undefined, log: intentsLog });
-      let lastState: IntentHostState["kind"] = "starting";
-      const host = await startIntentHost({
-        discovery,
-        hostInstance,
-        log: intentsLog,
-        // startIntentHost resolves in state `retrying` when discovery is unreachable and keeps trying in
-        // the background: every failed attempt counts, the log says so once per state change.
-        onState: (st) => {
-          if (st.kind === "retrying" || st.kind === "failed") metrics.ioErrors.inc({ where: "intents" });
-          if (st.kind === lastState) return;
-          lastState = st.kind;
-          if (st.kind === "retrying") intentsLog.warn({ err: st.error, attempt: st.attempt }, "attachment intents unavailable, retrying in the background");
-          else if (st.kind === "failed") intentsLog.error({ err: st.error }, "attachment intents unavailable: the discovery lease ended");
-          else intentsLog.info({ state: st.kind }, "attachment intents host state");
-        },
-        onChange: (desired) => {
-          intentSpecs = intentWorkers(desired);
+  const intentSource = cfg.intents
+    ? startIntentSource({
+        where: cfg.intents.discovery,
+        hostInstance: cfg.intents.hostInstance,
+        kubeConfig: kube,
+        log: log.child({ component: "intents" }),
+        countError: () => metrics.ioErrors.inc({ where: "intents" }),
+        onWorkers: (workers) => {
+          intentSpecs = workers;
           reconcileWorkers();
         },
-      });
-      return { stop: () => host.stop().then(() => discovery.close()) };
-    })().catch((err) => {
-      // Without intents the EPP still serves the pods it knows: count, log once, carry on.
-      metrics.ioErrors.inc({ where: "intents" });
-      intentsLog.error({ err: String(err) }, "attachment intents unavailable");
-      return { stop: async () => {} };
-    });
-  }
+      })
+    : undefined;
   scraper.start();
 
   // Recovery, then the buffered live events on top of the dump, then ready.
-  const ready = Promise.all([workerSource, intentSource])
+  const ready = Promise.all([workerSource, intentSource?.firstAttempt])
     .then(async () => {
       // Bounded (--subscribe-wait-ms): a worker that is down must not hold readiness; its listener keeps
       // reconnecting and its blocks arrive once it is up.
@@ -320,7 +300,7 @@ export async function startEpp(cfg: EppConfig, o: { log?: Logger; kubeConfig?: K
       metricsServer.stop(true);
       scraper.stop();
       await workerSource.then((src) => src.stop()).catch(() => {});
-      await intentSource.then((src) => src.stop()).catch(() => {});
+      await intentSource?.stop().catch(() => {});
       await workers.close();
       await replicaAgg?.stop();
       log.info("stopped");

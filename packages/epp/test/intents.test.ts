@@ -95,3 +95,53 @@ test("unroutable and aliased intent workers are logged when the merge's lists ch
   // The aliased intent states the listed worker's source: still one worker, one listener.
   expect(epp.workers.candidates().map((c) => c.workerId)).toEqual(["listed"]);
 }, 30_000);
+
+/**
+ * Registers one worker's intent (rank 0 publishing on `kvEvents`) in the store at `url`, once the EPP's
+ * host advertisement is there (a worker finds its host first).
+ */
+async function registerIntent(url: string, workerId: string, address: string, kvEvents: string): Promise<void> {
+  const discovery = await connectHttpDiscovery({ url, log: quietLog });
+  cleanup.push(() => discovery.close());
+  await until(async () => (await discovery.list({ kind: "host" })).length > 0, "the EPP's host advertisement", 20_000);
+  const owner = await registerWorkerIntents({
+    discovery,
+    workerId,
+    controlTarget: "dynamo-epp",
+    model: MODEL,
+    blockSize: BLOCK,
+    topic: "",
+    ranks: [{ rank: 0, kvEvents }],
+    address,
+    log: quietLog,
+  });
+  cleanup.push(() => owner.close());
+}
+
+test("a discovery store down at start and one that restarts are reopened: intents are not lost for good", async () => {
+  // A port nothing listens on yet: the store comes up there after the EPP is ready.
+  const probe = serveDiscoveryStore({ hostname: HOST });
+  const port = Number(new URL(probe.url).port);
+  await probe.close();
+  const kv = await FakeWorkerEvents.start();
+  cleanup.push(() => kv.close());
+  const { log, lines } = capturingLog();
+  const epp = await startTestEpp([], { log, flags: ["--intent-discovery", `http://${HOST}:${port}`] });
+  cleanup.push(() => epp.stop({ graceMs: 0 }));
+  expect(lines.some((l) => l.msg === "attachment intents unavailable, retrying in the background")).toBe(true);
+  expect(await ioErrors(epp)).toBeGreaterThanOrEqual(1);
+
+  let store = serveDiscoveryStore({ hostname: HOST, port });
+  cleanup.push(() => store.close());
+  await registerIntent(store.url, "late", `${HOST}:18001`, kv.endpoint);
+  await until(() => epp.workers.candidates().some((c) => c.workerId === "late"), "the intent worker from the late store", 20_000);
+  expect(lines.some((l) => l.msg === "attachment intents discovery reachable again")).toBe(true);
+
+  // The store restarts empty: the EPP's lease ends, it reopens and sees what is registered anew.
+  await store.close();
+  store = serveDiscoveryStore({ hostname: HOST, port });
+  cleanup.push(() => store.close());
+  await until(() => lines.some((l) => l.msg === "attachment intents: the discovery lease ended, reopening"), "the lost lease noticed");
+  await registerIntent(store.url, "after-restart", `${HOST}:18002`, kv.endpoint);
+  await until(() => epp.workers.candidates().some((c) => c.workerId === "after-restart"), "the intent worker after the restart", 20_000);
+}, 60_000);

@@ -1,0 +1,94 @@
+// The EPP's attachment-intents input, kept up for the EPP's lifetime: discovery opened, the intent host
+// started (it retries its own advertisement in the background), and both reopened from scratch when
+// the discovery cannot be reached or its lease ends (an HTTP store restarted and withdrew our records,
+// a watch that cannot resume). Before, a store that was down when the EPP started, or restarted once,
+// turned intents off until the EPP itself restarted. Meanwhile the last intents received stay in force.
+import type { KubeConfig } from "@kubernetes/client-node";
+import {
+  intentWorkers, openDiscovery, realSleep, REGISTER_BACKOFF, startIntentHost,
+  type Backoff, type Discovery, type DiscoveryConfig, type IntentHost, type IntentHostState, type IntentWorker,
+} from "@kv-epp/intents";
+import type { Logger } from "pino";
+
+export type IntentSourceOptions = {
+  where: DiscoveryConfig;
+  hostInstance: string;
+  kubeConfig: () => KubeConfig | undefined;
+  log: Logger;
+  /** Every failed attempt (opening, advertising) and every lost lease. */
+  countError: () => void;
+  onWorkers: (workers: IntentWorker[]) => void;
+  /** Between reopening attempts (default 1 s doubling to 30 s). */
+  backoff?: Backoff;
+};
+
+export type IntentSource = {
+  /** Settles once the first attempt has opened the discovery or failed (readiness does not wait longer). */
+  firstAttempt: Promise<void>;
+  stop(): Promise<void>;
+};
+
+export function startIntentSource(o: IntentSourceOptions): IntentSource {
+  const backoff = o.backoff ?? REGISTER_BACKOFF;
+  const stopping = new AbortController();
+  let firstDone: () => void = () => {};
+  const firstAttempt = new Promise<void>((r) => (firstDone = r));
+  const loop = (async () => {
+    let delay = backoff.initialMs;
+    let failures = 0;
+    while (!stopping.signal.aborted) {
+      let discovery: Discovery | undefined;
+      let host: IntentHost | undefined;
+      try {
+        discovery = await openDiscovery(o.where, { kubeConfig: o.where.kind === "kubernetes" ? o.kubeConfig() : undefined, log: o.log });
+        host = await startIntentHost({ discovery, hostInstance: o.hostInstance, log: o.log, onState: stateLogger(o), onChange: (desired) => o.onWorkers(intentWorkers(desired)) });
+        if (failures > 0) o.log.info({ attempts: failures + 1 }, "attachment intents discovery reachable again");
+        failures = 0;
+        delay = backoff.initialMs;
+        firstDone();
+        await aborted(AbortSignal.any([discovery.lease, stopping.signal]));
+        if (!stopping.signal.aborted) {
+          o.countError();
+          o.log.warn({ reason: String(discovery.lease.reason) }, "attachment intents: the discovery lease ended, reopening");
+        }
+      } catch (err) {
+        o.countError();
+        // Logged once per outage; the counter has every attempt.
+        if (failures++ === 0) o.log.error({ err: String(err) }, "attachment intents unavailable, retrying in the background");
+        firstDone();
+      } finally {
+        await host?.stop().catch(() => {});
+        await discovery?.close().catch(() => {});
+      }
+      if (stopping.signal.aborted) break;
+      await realSleep(delay * (0.8 + Math.random() * 0.4), stopping.signal);
+      delay = Math.min(delay * 2, backoff.maxMs);
+    }
+    firstDone();
+  })();
+  return {
+    firstAttempt,
+    stop: async () => {
+      stopping.abort();
+      await loop;
+    },
+  };
+}
+
+/** Counts the host's failed attempts; logs once per state change. */
+function stateLogger(o: IntentSourceOptions): (st: IntentHostState) => void {
+  let last: IntentHostState["kind"] = "starting";
+  return (st) => {
+    if (st.kind === "retrying" || st.kind === "failed") o.countError();
+    if (st.kind === last) return;
+    last = st.kind;
+    if (st.kind === "retrying") o.log.warn({ err: st.error, attempt: st.attempt }, "attachment intents unavailable, retrying in the background");
+    else if (st.kind === "failed") o.log.error({ err: st.error }, "attachment intents unavailable: the discovery lease ended");
+    else o.log.info({ state: st.kind }, "attachment intents host state");
+  };
+}
+
+function aborted(signal: AbortSignal): Promise<void> {
+  if (signal.aborted) return Promise.resolve();
+  return new Promise((r) => signal.addEventListener("abort", () => r(), { once: true }));
+}
