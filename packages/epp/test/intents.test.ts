@@ -66,22 +66,7 @@ test("unroutable and aliased intent workers are logged when the merge's lists ch
     flags: ["--intent-discovery", store.url],
   });
   cleanup.push(() => epp.stop({ graceMs: 0 }));
-  const register = async (workerId: string, addr?: string) => {
-    const discovery = await connectHttpDiscovery({ url: store.url, log: quietLog });
-    cleanup.push(() => discovery.close());
-    const owner = await registerWorkerIntents({
-      discovery,
-      workerId,
-      controlTarget: "dynamo-epp",
-      model: MODEL,
-      blockSize: BLOCK,
-      topic: "",
-      ranks: [{ rank: 0, kvEvents: kv.endpoint }],
-      ...(addr ? { address: addr } : {}),
-      log: quietLog,
-    });
-    cleanup.push(() => owner.close());
-  };
+  const register = (workerId: string, addr?: string) => registerIntent(store.url, workerId, kv.endpoint, addr);
   const logged = (msg: string) => lines.filter((l) => l.msg === msg);
   await register("alias-of-listed", address);
   await until(() => logged("intent workers merged into listed workers").length > 0, "the alias logged");
@@ -100,7 +85,7 @@ test("unroutable and aliased intent workers are logged when the merge's lists ch
  * Registers one worker's intent (rank 0 publishing on `kvEvents`) in the store at `url`, once the EPP's
  * host advertisement is there (a worker finds its host first).
  */
-async function registerIntent(url: string, workerId: string, address: string, kvEvents: string): Promise<void> {
+async function registerIntent(url: string, workerId: string, kvEvents: string, address?: string): Promise<void> {
   const discovery = await connectHttpDiscovery({ url, log: quietLog });
   cleanup.push(() => discovery.close());
   await until(async () => (await discovery.list({ kind: "host" })).length > 0, "the EPP's host advertisement", 20_000);
@@ -112,7 +97,7 @@ async function registerIntent(url: string, workerId: string, address: string, kv
     blockSize: BLOCK,
     topic: "",
     ranks: [{ rank: 0, kvEvents }],
-    address,
+    ...(address ? { address } : {}),
     log: quietLog,
   });
   cleanup.push(() => owner.close());
@@ -133,7 +118,7 @@ test("a discovery store down at start and one that restarts are reopened: intent
 
   let store = serveDiscoveryStore({ hostname: HOST, port });
   cleanup.push(() => store.close());
-  await registerIntent(store.url, "late", `${HOST}:18001`, kv.endpoint);
+  await registerIntent(store.url, "late", kv.endpoint, `${HOST}:18001`);
   await until(() => epp.workers.candidates().some((c) => c.workerId === "late"), "the intent worker from the late store", 20_000);
   expect(lines.some((l) => l.msg === "attachment intents discovery reachable again")).toBe(true);
 
@@ -142,6 +127,6 @@ test("a discovery store down at start and one that restarts are reopened: intent
   store = serveDiscoveryStore({ hostname: HOST, port });
   cleanup.push(() => store.close());
   await until(() => lines.some((l) => l.msg === "attachment intents: the discovery lease ended, reopening"), "the lost lease noticed");
-  await registerIntent(store.url, "after-restart", `${HOST}:18002`, kv.endpoint);
+  await registerIntent(store.url, "after-restart", kv.endpoint, `${HOST}:18002`);
   await until(() => epp.workers.candidates().some((c) => c.workerId === "after-restart"), "the intent worker after the restart", 20_000);
 }, 60_000);
