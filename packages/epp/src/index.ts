@@ -5,6 +5,8 @@ export { parseConfig, usage, ConfigError, type EppConfig } from "./config.ts";
 export { loadProtos, PROTO_DIR, EXT_PROC_SERVICE } from "./extproc/protos.ts";
 export type { ProcessingRequest, ProcessingResponse } from "./extproc/messages.ts";
 export { DESTINATION_HEADER, METADATA_NAMESPACE, SUBSET_NAMESPACE, SUBSET_KEY } from "./extproc/messages.ts";
+// The gateway's side of ext_proc, for the demo's load generator and the cluster simulation.
+export { ExtProcClient, RoutingError, type ClientBodyMode, type Routed } from "./extproc/client.ts";
 // The picker's cost function and load tracking, for simulations that must decide exactly as the EPP does.
 export { cost, choose, DEFAULT_WEIGHTS, type Weights, type CandidateLoad } from "./picker/cost.ts";
 export { ActiveLoad, sumLoad, type Lease, type LoadView } from "./picker/load.ts";

@@ -8,7 +8,7 @@ import { FlagError } from "./cli-flags.ts";
 import { Children } from "./demo/children.ts";
 import { EPP_PORTS, eppMetricsUrl, eppReady, layout, startEppReplica, startWorker, waitUntil, workerHealthy } from "./demo/cluster.ts";
 import { scrapePickHistogram } from "./demo/epp-metrics.ts";
-import { ExtProcClient } from "./demo/extproc-client.ts";
+import { ExtProcClient } from "@kv-epp/epp";
 import { replay, type Replica } from "./demo/loadgen.ts";
 import { parseDemoArgs, type DemoOptions } from "./demo/options.ts";
 import { startProgress, statusLine } from "./demo/progress.ts";

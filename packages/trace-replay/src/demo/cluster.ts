@@ -1,11 +1,10 @@
 // The demo's cluster on one machine: mock workers and EPP replicas as processes on their own loopback
 // addresses (127.0.6.x by default), each keeping the standard ports.
 import * as grpc from "@grpc/grpc-js";
-import { loadProtos } from "@kv-epp/epp";
+import { loadProtos, type ClientBodyMode } from "@kv-epp/epp";
 import { writeFileSync } from "node:fs";
 import { join } from "node:path";
 import type { Children } from "./children.ts";
-import type { BodyMode } from "./extproc-client.ts";
 
 export type ClusterLayout = {
   model: string;
@@ -14,7 +13,7 @@ export type ClusterLayout = {
   /** timing model speed of the mock workers (lower = faster) */
   speed: number;
   /** the EPPs' --body-mode, the same as the load generator announces */
-  bodyMode: BodyMode;
+  bodyMode: ClientBodyMode;
   workers: { id: string; ip: string; httpPort: number; kvPort: number }[];
   /** EPP replicas in start order: the first two run from the start, the third replaces the killed one */
   epps: { name: string; ip: string }[];
@@ -28,7 +27,7 @@ export function layout(o: {
   speed: number;
   workerPort: number;
   kvPort: number;
-  bodyMode: BodyMode;
+  bodyMode: ClientBodyMode;
 }): ClusterLayout {
   return {
     model: "Qwen/Qwen3-0.6B",

@@ -1,7 +1,7 @@
 // The load generator's failure path: what the demo does when a request fails in a way it does not count.
 import { describe, expect, test } from "bun:test";
 import type { TraceRecord } from "../trace.ts";
-import type { ExtProcClient } from "./extproc-client.ts";
+import type { ExtProcClient } from "@kv-epp/epp";
 import { replay } from "./loadgen.ts";
 import { DemoStats } from "./stats.ts";
 

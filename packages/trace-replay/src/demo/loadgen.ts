@@ -2,7 +2,7 @@
 // ext_proc, then sent to the chosen mock worker, streamed, and its end reported back to the EPP. Bodies
 // are built ahead of their arrival (bodies.ts), so a burst's requests all go out at their instant.
 import { arrivalTimes, type TraceRecord } from "../trace.ts";
-import { RoutingError, type ExtProcClient, type Routed } from "./extproc-client.ts";
+import { RoutingError, type ExtProcClient, type Routed } from "@kv-epp/epp";
 import { BodyLookahead } from "./bodies.ts";
 import type { DemoStats } from "./stats.ts";
 

@@ -1,7 +1,7 @@
 // `bun run demo` options, parsed once at the edge.
 import { z } from "zod";
 import { parseFlags } from "../cli-flags.ts";
-import type { BodyMode } from "./extproc-client.ts";
+import type { ClientBodyMode } from "@kv-epp/epp";
 import { DEFAULT_TRACE_PATH } from "../trace.ts";
 
 const positiveInt = z.coerce.number().int().positive();
@@ -49,7 +49,7 @@ export type DemoOptions = {
   workerPort: number;
   kvPort: number;
   outDir: string;
-  bodyMode: BodyMode;
+  bodyMode: ClientBodyMode;
 };
 
 export function parseDemoArgs(argv: string[]): DemoOptions {

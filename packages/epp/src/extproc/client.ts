@@ -1,10 +1,12 @@
-// The load generator's side of ext_proc: it plays the gateway (Envoy) for one HTTP request per stream.
+// The gateway's side of ext_proc (what Envoy does), for the demo's load generator and the cluster
+// simulation: one HTTP request per stream.
 // Full duplex (GAIE's mode, the default): request headers and the whole body are written at once; the
 // route comes on the request-headers answer, followed by the body handed back in chunks (dropped here:
-// the load generator sends its own copy to the worker). Buffered: headers -> CONTINUE, body -> the
+// the caller sends its own copy to the worker). Buffered: headers -> CONTINUE, body -> the
 // route on the body answer. Then the response's headers and end of body, so the EPP releases the load.
 import * as grpc from "@grpc/grpc-js";
-import { DESTINATION_HEADER, loadProtos, type ProcessingRequest } from "@kv-epp/epp";
+import { DESTINATION_HEADER, type ProcessingRequest } from "./messages.ts";
+import { loadProtos } from "./protos.ts";
 
 type Mutation = { header_mutation?: { set_headers?: { header?: { key: string; raw_value?: Uint8Array; value?: string } }[] } };
 type Answer = {
@@ -25,7 +27,7 @@ export class RoutingError extends Error {
 }
 
 /** ext_proc request body mode the client announces in `protocol_config` (the EPPs are started alike). */
-export type BodyMode = "full-duplex" | "buffered";
+export type ClientBodyMode = "full-duplex" | "buffered";
 type Phase = "request_headers" | "request_body" | "response_headers" | "response_body";
 
 export type Routed = {
@@ -44,7 +46,7 @@ export class ExtProcClient {
 
   constructor(
     readonly address: string,
-    readonly mode: BodyMode = "full-duplex",
+    readonly mode: ClientBodyMode = "full-duplex",
   ) {
     const { extProc } = loadProtos();
     this.stub = new extProc(address, grpc.credentials.createInsecure()) as unknown as ExtProcStub;
