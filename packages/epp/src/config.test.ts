@@ -13,6 +13,7 @@ describe("config", () => {
     expect(c.workers).toEqual({ mode: "static", list: [{ id: "a", address: "127.0.4.1:8000", kvEvents: "tcp://127.0.4.1:5557", dpSize: 1 }] });
     expect(c.recovery).toEqual({ mode: "static", peers: ["http://127.0.4.2:9093"] });
     expect(c.model).toEqual({ name: "test-model", tenant: "default", blockSize: 16 });
+    expect(c.kvHeartbeatMs).toBe(5000);
   });
 
   test("environment variables apply and flags win over them", () => {
@@ -34,6 +35,7 @@ describe("config", () => {
     [["--config", file, "--grpc-port", "70000"], /--grpc-port: "70000"/],
     [["--config", file, "--grpc-port", "abc"], /--grpc-port: "abc"/],
     [["--config", file, "--body-mode", "sideways"], /--body-mode: "sideways"/],
+    [["--config", file, "--kv-heartbeat-ms", "1.5"], /--kv-heartbeat-ms: "1.5"/],
     [["--config", file, "--secure-serving"], /--tls-cert-file/],
     [["--config", file, "--frobnicate", "1"], /frobnicate/],
     [["--config", "/nonexistent/epp.yaml"], /\/nonexistent\/epp.yaml/],

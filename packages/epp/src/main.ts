@@ -102,6 +102,7 @@ export async function startEpp(cfg: EppConfig, o: { log?: Logger; kubeConfig?: K
   });
   const workers = new WorkerRegistry({
     topic: cfg.kvTopic,
+    heartbeat: cfg.kvHeartbeatMs > 0 ? { intervalMs: cfg.kvHeartbeatMs, timeoutMs: 3 * cfg.kvHeartbeatMs } : undefined,
     log: log.child({ component: "workers" }),
     onRemoved: (w) => indexers.removeWorker(w),
     onChanged: (specs) => {
@@ -175,6 +176,7 @@ export async function startEpp(cfg: EppConfig, o: { log?: Logger; kubeConfig?: K
       metrics.listenerGaps.set(c.gaps);
       metrics.listenerReplays.set(c.replays);
       metrics.listenerRestarts.set(c.restarts);
+      metrics.listenerHeartbeatTimeouts.set(c.heartbeatTimeouts);
       replicaAgg?.updateGauges();
       return new Response(await metrics.registry.metrics(), { headers: { "content-type": metrics.registry.contentType } });
     },

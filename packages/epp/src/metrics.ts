@@ -46,6 +46,7 @@ export function createMetrics() {
     listenerGaps: new Gauge({ name: "dynamo_epp_kv_listener_gaps", help: "sequence gaps seen by the KV listeners", registers: [registry] }),
     listenerReplays: new Gauge({ name: "dynamo_epp_kv_listener_replays", help: "replays done by the KV listeners", registers: [registry] }),
     listenerRestarts: new Gauge({ name: "dynamo_epp_kv_listener_restarts", help: "publisher restarts seen by the KV listeners", registers: [registry] }),
+    listenerHeartbeatTimeouts: new Gauge({ name: "dynamo_epp_kv_listener_heartbeat_timeouts", help: "KV publishers dropped (and redialed) for going silent past the ZMTP heartbeat timeout", registers: [registry] }),
     listenerResets: new Counter({
       name: "dynamo_epp_kv_listener_resets_total",
       help: "times a worker's blocks were dropped",

@@ -2,7 +2,7 @@
 // set on every change and the registry reconciles toward it: one KV listener per worker rank for new
 // workers, listeners closed and index entries dropped for workers that went away.
 import type { WorkerRef } from "@kv-epp/index-wasm";
-import { KvEventListener, type ListenerSignal } from "@kv-epp/kv-events";
+import { KvEventListener, type Heartbeat, type ListenerSignal } from "@kv-epp/kv-events";
 import type { Logger } from "pino";
 
 /** A model-server pod (or static entry). Ranks r publish KV events on kvEvents port + r. */
@@ -25,7 +25,8 @@ export type RankSource = { dpRank: number; kvEvents: string; replay?: string; to
 /** One routable unit: a worker rank. `key` matches the index's workerKey; `ranks` is the worker's dpSize. */
 export type Candidate = { key: string; workerId: string; dpRank: number; endpoint: string; ranks: number };
 
-export type ListenerCounters = { gaps: number; replays: number; restarts: number };
+/** Summed over the live listeners; `heartbeatTimeouts`: publishers dropped for going silent (then redialed). */
+export type ListenerCounters = { gaps: number; replays: number; restarts: number; heartbeatTimeouts: number };
 
 /** A rank's source with the registry's topic filled in: what its listener was opened with. */
 type OpenedSource = { kvEvents: string; replay: string | undefined; topic: string };
@@ -74,6 +75,8 @@ export class WorkerRegistry {
     private readonly opts: {
       topic: string;
       log: Logger;
+      /** The listeners' ZMTP heartbeats; undefined: off. */
+      heartbeat?: Heartbeat;
       /** Called when a worker leaves, so its blocks leave the index. */
       onRemoved: (worker: WorkerRef) => void;
       onChanged?: (specs: WorkerSpec[]) => void;
@@ -181,13 +184,14 @@ export class WorkerRegistry {
   }
 
   counters(): ListenerCounters {
-    const sum = { gaps: 0, replays: 0, restarts: 0 };
+    const sum = { gaps: 0, replays: 0, restarts: 0, heartbeatTimeouts: 0 };
     for (const e of this.#entries.values())
       for (const l of e.listeners.values()) {
         const c = l.counters as Partial<ListenerCounters> | undefined;
         sum.gaps += c?.gaps ?? 0;
         sum.replays += c?.replays ?? 0;
         sum.restarts += c?.restarts ?? 0;
+        sum.heartbeatTimeouts += l.socketCounters?.heartbeatTimeouts ?? 0;
       }
     return sum;
   }
@@ -246,6 +250,7 @@ export class WorkerRegistry {
       replayEndpoint: src.replay,
       topic: src.topic,
       logger: this.opts.log,
+      socket: { heartbeat: this.opts.heartbeat },
     });
     // Started now (subscribe first): until a sink is attached the listener buffers live events.
     l.start();
