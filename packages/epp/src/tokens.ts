@@ -16,7 +16,12 @@ export function createTokenize(pre: Preprocessor): Tokenize {
       case "prompt":
         return pre.encodeCompletion(input.text);
       case "chat":
-        return pre.encodeChat(input.messages as Parameters<Preprocessor["encodeChat"]>[0], { tools: input.tools, templateKwargs: input.templateKwargs });
+        return pre.encodeChat(input.messages as Parameters<Preprocessor["encodeChat"]>[0], {
+          tools: input.tools,
+          templateKwargs: input.templateKwargs,
+          addGenerationPrompt: input.addGenerationPrompt,
+          continueFinalMessage: input.continueFinalMessage,
+        });
       case "none":
         return NONE;
     }

@@ -63,6 +63,17 @@ describe("OpenAI HTTP", () => {
     expect(JSON.parse(completion[0]!).object).toBe("text_completion");
   });
 
+  test("add_generation_prompt and continue_final_message shape the rendered prompt, as in vLLM", async () => {
+    const messages = [{ role: "user", content: "finish this" }, { role: "assistant", content: "Once upon a" }];
+    const tokensOf = async (extra: Record<string, unknown>) =>
+      ((await (await post(`${w.url}/v1/chat/completions`, { messages, max_tokens: 1, ...extra })).json()) as any).usage.prompt_tokens;
+    const rendered = (opts: Parameters<typeof byteFallbackRenderChat>[1]) => byteFallbackEncode(byteFallbackRenderChat(messages, opts)).length;
+    expect(await tokensOf({})).toBe(rendered({}));
+    expect(await tokensOf({ add_generation_prompt: false })).toBe(rendered({ addGenerationPrompt: false }));
+    // The final assistant turn is left open: no end-of-turn after "Once upon a".
+    expect(await tokensOf({ add_generation_prompt: false, continue_final_message: true })).toBe(rendered({ addGenerationPrompt: false }) - "<|im_end|>\n".length);
+  });
+
   test("bad requests get 400 with an OpenAI error body naming the field", async () => {
     const cases: [string, string, string | null, Record<string, string>?][] = [
       ["/v1/completions", "{not json", null],
@@ -71,6 +82,7 @@ describe("OpenAI HTTP", () => {
       ["/v1/completions", JSON.stringify({ prompt: [1, -2] }), "prompt.1"],
       ["/v1/chat/completions", JSON.stringify({ messages: [] }), "messages"],
       ["/v1/chat/completions", JSON.stringify({ prompt: "x" }), "messages"],
+      ["/v1/chat/completions", JSON.stringify({ messages: [{ role: "user", content: "x" }], continue_final_message: true }), "continue_final_message"],
       ["/v1/completions", JSON.stringify({ prompt: "x" }), "x-data-parallel-rank", { "x-data-parallel-rank": "2" }],
     ];
     for (const [path, body, param, headers] of cases) {

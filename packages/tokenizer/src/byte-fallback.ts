@@ -1,5 +1,5 @@
 import type { ChatMessage, ChatOptions } from "./types";
-import { messageText } from "./messages";
+import { continueFinalMessage, messageText } from "./messages";
 
 // The fallback is used when a model has no tokenizer configured. It must be deterministic and identical in
 // the EPP and the mock worker (both import this module), so that block hashes computed on either side agree:
@@ -26,5 +26,6 @@ export function byteFallbackRenderChat(messages: readonly ChatMessage[], opts: C
   let out = "";
   if (opts.tools !== undefined && opts.tools.length > 0) out += `<|im_start|>tools\n${JSON.stringify(opts.tools)}<|im_end|>\n`;
   for (const m of messages) out += `<|im_start|>${m.role}\n${messageText(m)}<|im_end|>\n`;
+  if (opts.continueFinalMessage) return continueFinalMessage(out, messages);
   return opts.addGenerationPrompt === false ? out : out + "<|im_start|>assistant\n";
 }

@@ -1,6 +1,6 @@
 import { Template } from "@huggingface/jinja";
 import { Tokenizer } from "@huggingface/tokenizers";
-import { templateMessages } from "./messages";
+import { continueFinalMessage, templateMessages } from "./messages";
 import { SegmentCache } from "./segment-cache";
 import { Segmenter } from "./segmenter";
 import { tokenContent, type TokenizerFiles } from "./tokenizer-files";
@@ -56,7 +56,8 @@ export class HfPreprocessor implements Preprocessor {
       add_generation_prompt: opts.addGenerationPrompt ?? true,
     };
     if (opts.tools !== undefined) vars.tools = opts.tools;
-    return this.template.render(vars);
+    const rendered = this.template.render(vars);
+    return opts.continueFinalMessage ? continueFinalMessage(rendered, messages) : rendered;
   }
 
   encodeChat(messages: readonly ChatMessage[], opts?: ChatOptions): Uint32Array {

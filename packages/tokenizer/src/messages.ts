@@ -13,3 +13,22 @@ export function messageText(m: ChatMessage): string {
 export function templateMessages(messages: readonly ChatMessage[]): ChatMessage[] {
   return messages.map((m) => (typeof m.content === "string" ? m : { ...m, content: messageText(m) }));
 }
+
+/**
+ * continue_final_message as transformers' apply_chat_template does it: the rendering cut after the last
+ * occurrence of the final message's text (or of that text trimmed, if the template trimmed it).
+ */
+export function continueFinalMessage(rendered: string, messages: readonly ChatMessage[]): string {
+  const last = messages.at(-1);
+  if (last === undefined) return rendered;
+  const text = messageText(last);
+  let at = rendered.lastIndexOf(text);
+  let len = text.length;
+  if (at < 0) {
+    const trimmed = text.trim();
+    at = rendered.lastIndexOf(trimmed);
+    len = trimmed.length;
+    if (at < 0) throw new Error("continue_final_message is set but the final message does not appear in the rendered chat");
+  }
+  return rendered.slice(0, at + len);
+}

@@ -15,6 +15,11 @@ export type ChatOptions = {
   templateKwargs?: Record<string, unknown>;
   /** The request's `add_generation_prompt` (vLLM's default, and ours, is true). */
   addGenerationPrompt?: boolean;
+  /**
+   * The request's `continue_final_message`: the rendering ends right after the final message's text
+   * (no end of turn), so the model continues it. Used with addGenerationPrompt false.
+   */
+  continueFinalMessage?: boolean;
 };
 
 export type CacheOptions = { maxEntries?: number; maxBytes?: number };

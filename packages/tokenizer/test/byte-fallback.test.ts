@@ -3,7 +3,8 @@ import fc from "fast-check";
 import { mkdtempSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { byteFallbackDecode, byteFallbackEncode, createPreprocessor } from "../src/index";
+import { byteFallbackDecode, byteFallbackEncode, byteFallbackRenderChat, createPreprocessor } from "../src/index";
+import { continueFinalMessage } from "../src/messages";
 
 describe("byte-level fallback", () => {
   test("without a tokenizer dir the preprocessor says it is the byte fallback", () => {
@@ -18,6 +19,20 @@ describe("byte-level fallback", () => {
       expect(ids).toEqual(byteFallbackEncode(s));
       expect(byteFallbackDecode(ids)).toBe(s);
     }));
+  });
+
+  test("continue_final_message: the rendering stops right after the final message's text", () => {
+    const messages = [{ role: "user", content: "q" }, { role: "assistant", content: "The answer is" }];
+    expect(byteFallbackRenderChat(messages, { addGenerationPrompt: false, continueFinalMessage: true })).toBe(
+      "<|im_start|>user\nq<|im_end|>\n<|im_start|>assistant\nThe answer is",
+    );
+  });
+
+  test("continueFinalMessage cuts after the last occurrence, falls back to the trimmed text, and refuses a missing one", () => {
+    const m = (content: string) => [{ role: "assistant", content }];
+    expect(continueFinalMessage("<a>x</a><a>x</a>", m("x"))).toBe("<a>x</a><a>x");
+    expect(continueFinalMessage("<a>hello</a>", m("  hello \n"))).toBe("<a>hello");
+    expect(() => continueFinalMessage("<a>bye</a>", m("hello"))).toThrow(/final message does not appear/);
   });
 
   test("token-id prompts are used as given", () => {

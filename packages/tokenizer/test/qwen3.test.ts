@@ -60,6 +60,16 @@ describe("Qwen3 golden ids", () => {
     expect([...cached.encodeCompletion([5, 151644, 0, 42])]).toEqual([5, 151644, 0, 42]);
   });
 
+  test("continue_final_message leaves the final assistant turn open (no end of turn after its text)", () => {
+    const messages: ChatMessage[] = [{ role: "user", content: "Write a haiku." }, { role: "assistant", content: "Autumn moonlight -" }];
+    const closed = cached.renderChat(messages, { addGenerationPrompt: false });
+    const open = cached.renderChat(messages, { addGenerationPrompt: false, continueFinalMessage: true });
+    expect(open.endsWith("Autumn moonlight -")).toBe(true);
+    expect(closed.startsWith(open)).toBe(true);
+    expect(closed.slice(open.length)).toBe("<|im_end|>\n");
+    expect([...cached.encodeChat(messages, { addGenerationPrompt: false, continueFinalMessage: true })]).toEqual([...uncached.encodeChat(messages, { addGenerationPrompt: false, continueFinalMessage: true })]);
+  });
+
   test("a content array contributes its text parts joined by newlines, as vLLM's string format", () => {
     const parts: ChatMessage = { role: "user", content: [{ type: "text", text: "a" }, { type: "image_url" }, { type: "text", text: "b" }] };
     expect(cached.encodeChat([parts])).toEqual(cached.encodeChat([{ role: "user", content: "a\nb" }]));

@@ -25,7 +25,17 @@ describe("OpenAI request bodies", () => {
     expect(() => parseBodyBytes(bytes({ messages: msgs, chat_template_kwargs: [1] }))).toThrow(/chat_template_kwargs/);
   });
 
+  test("chat: add_generation_prompt and continue_final_message reach the template, as vLLM renders with them", () => {
+    const msgs = [{ role: "user", content: "x" }, { role: "assistant", content: "The answer is" }];
+    const input = parseBodyBytes(bytes({ messages: msgs, add_generation_prompt: false, continue_final_message: true })).input;
+    expect(input).toMatchObject({ kind: "chat", addGenerationPrompt: false, continueFinalMessage: true });
+    expect(parseBodyBytes(bytes({ messages: msgs })).input).toMatchObject({ addGenerationPrompt: undefined, continueFinalMessage: undefined });
+  });
+
   test.each([
+    [JSON.stringify({ messages: [{ role: "user", content: "x" }], continue_final_message: true }), /add_generation_prompt to be false/],
+    [JSON.stringify({ messages: [{ role: "user", content: "x" }], continue_final_message: true, add_generation_prompt: true }), /add_generation_prompt to be false/],
+    [JSON.stringify({ messages: [{ role: "user", content: "x" }], add_generation_prompt: "no" }), /add_generation_prompt must be a boolean/],
     ["{", /not JSON/],
     ["[1]", /JSON object/],
     [JSON.stringify({ prompt: [1, -1] }), /prompt\[1\]/],

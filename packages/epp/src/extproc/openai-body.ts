@@ -7,7 +7,15 @@ export type ChatMessage = { role: string; content?: unknown; [k: string]: unknow
 export type RoutedInput =
   | { kind: "tokens"; tokens: Uint32Array }
   | { kind: "prompt"; text: string }
-  | { kind: "chat"; messages: ChatMessage[]; tools?: unknown[]; templateKwargs?: Record<string, unknown> }
+  | {
+      kind: "chat";
+      messages: ChatMessage[];
+      tools?: unknown[];
+      templateKwargs?: Record<string, unknown>;
+      /** The request's add_generation_prompt / continue_final_message (vLLM's defaults: true / false). */
+      addGenerationPrompt?: boolean;
+      continueFinalMessage?: boolean;
+    }
   | { kind: "none" };
 
 export type ParsedBody = { model?: string; input: RoutedInput };
@@ -78,10 +86,24 @@ export function parseBody(doc: unknown): ParsedBody {
       throw new BadRequest("chat_template_kwargs must be an object");
     // vLLM renders the template with these (e.g. enable_thinking), so the route must too.
     const templateKwargs = (kw ?? undefined) as Record<string, unknown> | undefined;
-    return { model, input: { kind: "chat", messages: o.messages as ChatMessage[], tools: o.tools as unknown[] | undefined, templateKwargs } };
+    const addGenerationPrompt = optionalBool(o.add_generation_prompt, "add_generation_prompt");
+    const continueFinalMessage = optionalBool(o.continue_final_message, "continue_final_message");
+    // vLLM's own check: continuing the final message and opening a new turn contradict each other.
+    if (continueFinalMessage && addGenerationPrompt !== false)
+      throw new BadRequest("continue_final_message requires add_generation_prompt to be false");
+    return {
+      model,
+      input: { kind: "chat", messages: o.messages as ChatMessage[], tools: o.tools as unknown[] | undefined, templateKwargs, addGenerationPrompt, continueFinalMessage },
+    };
   }
   if (o.prompt !== undefined) return { model, input: promptInput(o.prompt) };
   return { model, input: { kind: "none" } };
+}
+
+function optionalBool(v: unknown, field: string): boolean | undefined {
+  if (v === undefined || v === null) return undefined;
+  if (typeof v !== "boolean") throw new BadRequest(`${field} must be a boolean`);
+  return v;
 }
 
 function promptInput(p: unknown): RoutedInput {

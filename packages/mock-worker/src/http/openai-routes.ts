@@ -58,11 +58,17 @@ export function openAiRoutes(deps: OpenAiDeps): Hono {
     const parsed = await parseBody(c, ChatRequest);
     if (!parsed.ok) return parsed.res;
     const body = parsed.data;
+    // vLLM's defaults (add_generation_prompt true) and its check that the two do not contradict.
+    const addGenerationPrompt = body.add_generation_prompt ?? true;
+    if (body.continue_final_message && addGenerationPrompt)
+      return openAiError(c, 400, "Cannot set both `continue_final_message` and `add_generation_prompt` to True.", "continue_final_message");
     let prompt: Uint32Array;
     try {
       prompt = deps.preprocessor.encodeChat(body.messages, {
         tools: body.tools ?? undefined,
         templateKwargs: body.chat_template_kwargs ?? undefined,
+        addGenerationPrompt,
+        continueFinalMessage: body.continue_final_message ?? false,
       });
     } catch (e) {
       // A chat template can reject a conversation (e.g. roles out of order): the client's fault, as in vLLM.

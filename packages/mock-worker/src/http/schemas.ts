@@ -32,6 +32,8 @@ export const ChatRequest = z.looseObject({
   messages: z.array(message).min(1),
   tools: z.array(z.unknown()).nullish(),
   chat_template_kwargs: z.record(z.string(), z.unknown()).nullish(),
+  add_generation_prompt: z.boolean().nullish(),
+  continue_final_message: z.boolean().nullish(),
   max_tokens: z.number().int().min(1).nullish(),
   max_completion_tokens: z.number().int().min(1).nullish(),
 });
