@@ -28,6 +28,8 @@ export type IntentSource = {
   stop(): Promise<void>;
 };
 
+const STOP_WAIT_MS = 5000;
+
 export function startIntentSource(o: IntentSourceOptions): IntentSource {
   const backoff = o.backoff ?? REGISTER_BACKOFF;
   const stopping = new AbortController();
@@ -41,6 +43,7 @@ export function startIntentSource(o: IntentSourceOptions): IntentSource {
       let host: IntentHost | undefined;
       try {
         discovery = await openDiscovery(o.where, { kubeConfig: o.where.kind === "kubernetes" ? o.kubeConfig() : undefined, log: o.log });
+        if (stopping.signal.aborted) break; // stopped while opening: `finally` closes it
         host = await startIntentHost({ discovery, hostInstance: o.hostInstance, log: o.log, onState: stateLogger(o), onChange: (desired) => o.onWorkers(intentWorkers(desired)) });
         if (failures > 0) o.log.info({ attempts: failures + 1 }, "attachment intents discovery reachable again");
         failures = 0;
@@ -70,7 +73,10 @@ export function startIntentSource(o: IntentSourceOptions): IntentSource {
     firstAttempt,
     stop: async () => {
       stopping.abort();
-      await loop;
+      // An open still connecting (an unreachable host can take the OS's connect timeout) is not
+      // waited for: the loop closes what it opens once it returns.
+      const done = new AbortController();
+      await Promise.race([loop.finally(() => done.abort()), realSleep(STOP_WAIT_MS, done.signal)]);
     },
   };
 }
