@@ -23,18 +23,26 @@ export type IntentSourceOptions = {
 };
 
 export type IntentSource = {
-  /** Settles once the first attempt has opened the discovery or failed (readiness does not wait longer). */
+  /** Settles once the first attempt has opened the discovery or failed, or after 5 s (readiness waits no longer). */
   firstAttempt: Promise<void>;
   stop(): Promise<void>;
 };
 
 const STOP_WAIT_MS = 5000;
+const FIRST_ATTEMPT_WAIT_MS = 5000;
 
 export function startIntentSource(o: IntentSourceOptions): IntentSource {
   const backoff = o.backoff ?? REGISTER_BACKOFF;
   const stopping = new AbortController();
   let firstDone: () => void = () => {};
   const firstAttempt = new Promise<void>((r) => (firstDone = r));
+  // Readiness waits for the first attempt, but not for an open that hangs (a store that accepts and
+  // never answers): intents are an input the EPP can serve without.
+  const firstWait = setTimeout(() => {
+    o.log.warn({ ms: FIRST_ATTEMPT_WAIT_MS }, "attachment intents discovery still connecting; not waiting for it");
+    firstDone();
+  }, FIRST_ATTEMPT_WAIT_MS);
+  void firstAttempt.then(() => clearTimeout(firstWait));
   const loop = (async () => {
     let delay = backoff.initialMs;
     let failures = 0;

@@ -130,3 +130,21 @@ test("a discovery store down at start and one that restarts are reopened: intent
   await registerIntent(store.url, "after-restart", kv.endpoint, `${HOST}:18002`);
   await until(() => epp.workers.candidates().some((c) => c.workerId === "after-restart"), "the intent worker after the restart", 20_000);
 }, 60_000);
+
+test("a discovery store that accepts and never answers holds neither readiness nor shutdown", async () => {
+  const { createServer } = await import("node:net");
+  const sockets: import("node:net").Socket[] = [];
+  const hung = createServer((s) => {
+    sockets.push(s);
+    s.resume();
+    s.on("error", () => {});
+  });
+  await new Promise<void>((r) => hung.listen(0, HOST, () => r()));
+  cleanup.push(() => new Promise<void>((r) => (sockets.forEach((s) => s.destroy()), hung.close(() => r()))));
+  const { log, lines } = capturingLog();
+  // Without the bounds either await below never returns and the test's timeout fails it.
+  const epp = await startTestEpp([], { log, flags: ["--intent-discovery", `http://${HOST}:${(hung.address() as { port: number }).port}`] });
+  expect(lines.some((l) => l.msg === "attachment intents discovery still connecting; not waiting for it")).toBe(true);
+  await epp.stop({ graceMs: 0 });
+  expect(lines.some((l) => l.msg === "stopped")).toBe(true);
+}, 40_000);
