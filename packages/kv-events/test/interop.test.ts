@@ -42,7 +42,7 @@ describe("libzmq PUB → our SUB", () => {
     expect(real.map(hex)).toEqual([hex(msgs[0]!), hex(msgs[2]!)]);
   });
 
-  test("libzmq answers our heartbeat PINGs: an idle connection outlives many timeouts, and messages still flow", async () => {
+  test("libzmq answers our heartbeat PINGs and keeps us through idle and busy spells (its TTL timer is fed)", async () => {
     const peer = await ZmqPeer.start("PUB", "bind", "tcp://127.0.1.1:*");
     const hb = { intervalMs: 50, timeoutMs: 200 };
     const sub = new SubSocket({ heartbeat: hb });
@@ -59,6 +59,14 @@ describe("libzmq PUB → our SUB", () => {
       peer.send([Buffer.from("after-idle")]);
       return got.includes("after-idle");
     });
+    // Busy: events keep arriving, and libzmq still hears from us within each PING's TTL.
+    const t0 = performance.now();
+    while (performance.now() - t0 < hb.timeoutMs * 5) {
+      peer.send([Buffer.from("busy")]);
+      await Bun.sleep(20);
+    }
+    expect(sub.counters.disconnects).toBe(0);
+    expect(sub.counters.heartbeatTimeouts).toBe(0);
   });
 
   test("a 3.0-speaking SUB (message-form subscriptions) is understood by libzmq", async () => {

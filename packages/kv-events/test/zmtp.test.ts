@@ -182,6 +182,15 @@ describe("heartbeats", () => {
     expect(sub.counters.disconnects).toBeGreaterThanOrEqual(1);
   });
 
+  test("the PING's TTL is capped at 65.5 s (libzmq keeps it as u16 milliseconds)", async () => {
+    const peer = await silentPub();
+    const sub = new SubSocket({ heartbeat: { intervalMs: 40, timeoutMs: 100_000 } });
+    cleanups.push(() => sub.close());
+    sub.connect(peer.endpoint);
+    await waitUntil(() => peer.pings().length > 0, 5000);
+    expect(peer.pings()[0]!.readUInt16BE(0)).toBe(655);
+  });
+
   test("an idle publisher that answers PING (ours, as libzmq does) stays connected", async () => {
     const [pub, ep] = await boundPub();
     const sub = new SubSocket({ heartbeat: HB });

@@ -22,9 +22,9 @@ export type ConnectionOptions = {
 };
 
 /**
- * ZMTP 3.1 heartbeats (RFC 37), as libzmq's ZMQ_HEARTBEAT_IVL / _TIMEOUT: a PING when nothing arrived
- * for `intervalMs`, and the connection closed when nothing at all (PONG or anything else) arrived for
- * `timeoutMs`. Why: a SUB only reads, so a publisher host that vanished without a FIN (node lost, a
+ * ZMTP 3.1 heartbeats (RFC 37), as libzmq's ZMQ_HEARTBEAT_IVL / _TIMEOUT: a PING every `intervalMs`
+ * (its TTL the timeout, at most 65.5 s), and the connection closed when nothing at all (PONG or anything
+ * else) arrived for `timeoutMs`. Why: a SUB only reads, so a publisher host that vanished without a FIN (node lost, a
  * partition) leaves a connection that looks open forever, and a worker's events silently stop. libzmq
  * answers PING by itself, whatever its own heartbeat options. A 3.0 peer has no PING; TCP keepalive
  * (enabled with heartbeats) is what finds a dead one.
@@ -180,8 +180,10 @@ export class Connection {
       // Reading paused (back-pressure): the silence is ours, not the peer's.
       if (this.socket.isPaused()) this.lastInAt = now;
       const idle = now - this.lastInAt;
-      if (idle >= hb.timeoutMs) this.close({ kind: "heartbeat", detail: `nothing received for ${Math.round(idle)} ms` });
-      else if (idle >= hb.intervalMs) this.rawWrite(ping);
+      if (idle >= hb.timeoutMs) return this.close({ kind: "heartbeat", detail: `nothing received for ${Math.round(idle)} ms` });
+      // Every interval, busy or not: the PING's TTL makes libzmq expect traffic from us within it, and a
+      // SUB sends nothing else (pinging only when idle got us dropped by libzmq once events flowed).
+      this.rawWrite(ping);
     }, hb.intervalMs);
     this.heartbeatTimer.unref?.();
   }
@@ -262,10 +264,13 @@ export class Connection {
   }
 }
 
+/** libzmq keeps a PING's TTL as milliseconds in a u16 (TTL x 100): beyond 655 deciseconds it wraps. */
+const MAX_TTL_DECISECONDS = 655;
+
 function pingBody(timeoutMs: number): Buffer {
   // TTL (deciseconds, u16 BE): how long the peer may wait for our traffic; no context.
   const b = Buffer.alloc(2);
-  b.writeUInt16BE(Math.min(0xffff, Math.ceil(timeoutMs / 100)));
+  b.writeUInt16BE(Math.min(MAX_TTL_DECISECONDS, Math.ceil(timeoutMs / 100)));
   return b;
 }
 
