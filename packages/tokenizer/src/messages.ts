@@ -15,20 +15,17 @@ export function templateMessages(messages: readonly ChatMessage[]): ChatMessage[
 }
 
 /**
- * continue_final_message as transformers' apply_chat_template does it: the rendering cut after the last
- * occurrence of the final message's text (or of that text trimmed, if the template trimmed it).
+ * continue_final_message as transformers' apply_chat_template does it: find the last occurrence of the
+ * final message's text stripped; cut after the text as written when the template kept it (leading
+ * whitespace aside), else after the stripped text (the template trimmed trailing whitespace).
  */
 export function continueFinalMessage(rendered: string, messages: readonly ChatMessage[]): string {
   const last = messages.at(-1);
   if (last === undefined) return rendered;
   const text = messageText(last);
-  let at = rendered.lastIndexOf(text);
-  let len = text.length;
-  if (at < 0) {
-    const trimmed = text.trim();
-    at = rendered.lastIndexOf(trimmed);
-    len = trimmed.length;
-    if (at < 0) throw new Error("continue_final_message is set but the final message does not appear in the rendered chat");
-  }
-  return rendered.slice(0, at + len);
+  const stripped = text.trim();
+  const at = rendered.lastIndexOf(stripped);
+  if (at < 0) throw new Error("continue_final_message is set but the final message does not appear in the rendered chat");
+  const kept = text.trimStart().length;
+  return rendered.slice(0, rendered.slice(at, at + kept) === text ? at + kept : at + stripped.length);
 }

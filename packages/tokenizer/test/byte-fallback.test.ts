@@ -28,10 +28,15 @@ describe("byte-level fallback", () => {
     );
   });
 
-  test("continueFinalMessage cuts after the last occurrence, falls back to the trimmed text, and refuses a missing one", () => {
+  test("continueFinalMessage cuts as transformers does: last occurrence, kept or trimmed trailing whitespace", () => {
     const m = (content: string) => [{ role: "assistant", content }];
     expect(continueFinalMessage("<a>x</a><a>x</a>", m("x"))).toBe("<a>x</a><a>x");
+    // the template trimmed the message: cut after the stripped text
     expect(continueFinalMessage("<a>hello</a>", m("  hello \n"))).toBe("<a>hello");
+    // the template kept the trailing space: cut after it
+    expect(continueFinalMessage("<a>end </a>", m("end "))).toBe("<a>end ");
+    // leading whitespace in the message: the kept slice never equals it, so the stripped length decides
+    expect(continueFinalMessage("<a> Hello </a>", m(" Hello "))).toBe("<a> Hello");
     expect(() => continueFinalMessage("<a>bye</a>", m("hello"))).toThrow(/final message does not appear/);
   });
 
