@@ -26,15 +26,18 @@ export class Gateway {
   async completion(eppIp: string, request: { model: string; prompt: string; max_tokens: number }): Promise<Routed> {
     const json = JSON.stringify(request);
     const routed = await this.client(eppIp).route("/v1/completions", enc.encode(json));
-    let status = 502;
+    let answered: Routed;
     try {
       const res = await fetch(`http://${routed.endpoint}/v1/completions`, { method: "POST", headers: { "content-type": "application/json" }, body: json });
-      status = res.status;
       const answer = (await res.json()) as { usage?: { prompt_tokens_details?: { cached_tokens?: number } } };
-      return { epp: eppIp, endpoint: routed.endpoint, status, cachedTokens: answer.usage?.prompt_tokens_details?.cached_tokens ?? 0 };
-    } finally {
-      await routed.finish(status);
+      answered = { epp: eppIp, endpoint: routed.endpoint, status: res.status, cachedTokens: answer.usage?.prompt_tokens_details?.cached_tokens ?? 0 };
+    } catch (err) {
+      // The worker failed: still end the EPP's request (its load), but report the worker's error.
+      await routed.finish(502).catch(() => {});
+      throw err;
     }
+    await routed.finish(answered.status);
+    return answered;
   }
 
   close(): void {

@@ -20,6 +20,8 @@ export type IntentSourceOptions = {
   onWorkers: (workers: IntentWorker[]) => void;
   /** Between reopening attempts (default 1 s doubling to 30 s). */
   backoff?: Backoff;
+  /** An open not settled by then counts as failed (default 10 s): an HTTP store that accepts and never answers. */
+  openTimeoutMs?: number;
 };
 
 export type IntentSource = {
@@ -30,6 +32,7 @@ export type IntentSource = {
 
 const STOP_WAIT_MS = 5000;
 const FIRST_ATTEMPT_WAIT_MS = 5000;
+const OPEN_TIMEOUT_MS = 10_000;
 
 export function startIntentSource(o: IntentSourceOptions): IntentSource {
   const backoff = o.backoff ?? REGISTER_BACKOFF;
@@ -50,18 +53,27 @@ export function startIntentSource(o: IntentSourceOptions): IntentSource {
       let discovery: Discovery | undefined;
       let host: IntentHost | undefined;
       try {
-        discovery = await openDiscovery(o.where, { kubeConfig: o.where.kind === "kubernetes" ? o.kubeConfig() : undefined, log: o.log });
+        discovery = await openWithin(openDiscovery(o.where, { kubeConfig: o.where.kind === "kubernetes" ? o.kubeConfig() : undefined, log: o.log }), o.openTimeoutMs ?? OPEN_TIMEOUT_MS);
         if (stopping.signal.aborted) break; // stopped while opening: `finally` closes it
-        host = await startIntentHost({ discovery, hostInstance: o.hostInstance, log: o.log, onState: stateLogger(o), onChange: (desired) => o.onWorkers(intentWorkers(desired)) });
-        if (failures > 0) o.log.info({ attempts: failures + 1 }, "attachment intents discovery reachable again");
+        host = await startIntentHost({
+          discovery,
+          hostInstance: o.hostInstance,
+          log: o.log,
+          onState: stateLogger(o),
+          // Nothing reaches the worker set once stopping (the EPP closes its listeners next).
+          onChange: (desired) => void (stopping.signal.aborted || o.onWorkers(intentWorkers(desired))),
+        });
+        if (stopping.signal.aborted) break;
+        if (failures > 0) o.log.info({ attempts: failures + 1 }, "attachment intents discovery open again");
         failures = 0;
-        delay = backoff.initialMs;
         firstDone();
+        const since = performance.now();
         await aborted(AbortSignal.any([discovery.lease, stopping.signal]));
-        if (!stopping.signal.aborted) {
-          o.countError();
-          o.log.warn({ reason: String(discovery.lease.reason) }, "attachment intents: the discovery lease ended, reopening");
-        }
+        if (stopping.signal.aborted) break;
+        o.countError();
+        o.log.warn({ reason: String(discovery.lease.reason) }, "attachment intents: the discovery lease ended, reopening");
+        // A lease that held for a while starts the backoff over; one that keeps ending at once does not.
+        if (performance.now() - since >= backoff.maxMs) delay = backoff.initialMs;
       } catch (err) {
         o.countError();
         // Logged once per outage; the counter has every attempt.
@@ -89,17 +101,33 @@ export function startIntentSource(o: IntentSourceOptions): IntentSource {
   };
 }
 
-/** Counts the host's failed attempts; logs once per state change. */
+/** Counts the host's failed attempts (a lost lease is counted by the loop); logs once per state change. */
 function stateLogger(o: IntentSourceOptions): (st: IntentHostState) => void {
   let last: IntentHostState["kind"] = "starting";
   return (st) => {
-    if (st.kind === "retrying" || st.kind === "failed") o.countError();
+    if (st.kind === "retrying") o.countError();
     if (st.kind === last) return;
     last = st.kind;
     if (st.kind === "retrying") o.log.warn({ err: st.error, attempt: st.attempt }, "attachment intents unavailable, retrying in the background");
     else if (st.kind === "failed") o.log.error({ err: st.error }, "attachment intents unavailable: the discovery lease ended");
     else o.log.info({ state: st.kind }, "attachment intents host state");
   };
+}
+
+/** The open, or a rejection after `ms`; an open that settles later is closed. */
+async function openWithin(open: Promise<Discovery>, ms: number): Promise<Discovery> {
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const late = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`discovery did not open within ${ms} ms`)), ms);
+  });
+  try {
+    return await Promise.race([open, late]);
+  } catch (err) {
+    void open.then((d) => d.close(), () => {});
+    throw err;
+  } finally {
+    clearTimeout(timer);
+  }
 }
 
 function aborted(signal: AbortSignal): Promise<void> {

@@ -120,7 +120,7 @@ test("a discovery store down at start and one that restarts are reopened: intent
   cleanup.push(() => store.close());
   await registerIntent(store.url, "late", kv.endpoint, `${HOST}:18001`);
   await until(() => epp.workers.candidates().some((c) => c.workerId === "late"), "the intent worker from the late store", 20_000);
-  expect(lines.some((l) => l.msg === "attachment intents discovery reachable again")).toBe(true);
+  expect(lines.some((l) => l.msg === "attachment intents discovery open again")).toBe(true);
 
   // The store restarts empty: the EPP's lease ends, it reopens and sees what is registered anew.
   await store.close();
