@@ -253,3 +253,20 @@ export async function postJson(url: string, json: unknown): Promise<{ status: nu
   const res = await fetch(url, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(json) });
   return { status: res.status, body: await res.json() };
 }
+
+/** A TCP server that accepts and reads but never answers (an HTTP store hung mid-request). */
+export async function hungServer(host = HOST): Promise<{ url: string; connections: () => number; close: () => Promise<void> }> {
+  const { createServer } = await import("node:net");
+  const sockets: import("node:net").Socket[] = [];
+  const server = createServer((s) => {
+    sockets.push(s);
+    s.resume();
+    s.on("error", () => {});
+  });
+  await new Promise<void>((r) => server.listen(0, host, () => r()));
+  return {
+    url: `http://${host}:${(server.address() as { port: number }).port}`,
+    connections: () => sockets.length,
+    close: () => new Promise<void>((r) => (sockets.forEach((s) => s.destroy()), server.close(() => r()))),
+  };
+}

@@ -4,7 +4,7 @@
 import { afterEach, expect, test } from "bun:test";
 import { connectHttpDiscovery, registerWorkerIntents, serveDiscoveryStore } from "@kv-epp/intents";
 import type { EppHandle } from "../src/main.ts";
-import { BLOCK, capturingLog, FakeWorkerEvents, HOST, MODEL, quietLog, startTestEpp } from "./helpers.ts";
+import { BLOCK, capturingLog, FakeWorkerEvents, HOST, hungServer, MODEL, quietLog, startTestEpp } from "./helpers.ts";
 
 const cleanup: (() => Promise<unknown>)[] = [];
 afterEach(async () => {
@@ -132,18 +132,11 @@ test("a discovery store down at start and one that restarts are reopened: intent
 }, 60_000);
 
 test("a discovery store that accepts and never answers holds neither readiness nor shutdown", async () => {
-  const { createServer } = await import("node:net");
-  const sockets: import("node:net").Socket[] = [];
-  const hung = createServer((s) => {
-    sockets.push(s);
-    s.resume();
-    s.on("error", () => {});
-  });
-  await new Promise<void>((r) => hung.listen(0, HOST, () => r()));
-  cleanup.push(() => new Promise<void>((r) => (sockets.forEach((s) => s.destroy()), hung.close(() => r()))));
+  const hung = await hungServer();
+  cleanup.push(() => hung.close());
   const { log, lines } = capturingLog();
   // Without the bounds either await below never returns and the test's timeout fails it.
-  const epp = await startTestEpp([], { log, flags: ["--intent-discovery", `http://${HOST}:${(hung.address() as { port: number }).port}`] });
+  const epp = await startTestEpp([], { log, flags: ["--intent-discovery", hung.url] });
   expect(lines.some((l) => l.msg === "attachment intents discovery still connecting; not waiting for it")).toBe(true);
   await epp.stop({ graceMs: 0 });
   expect(lines.some((l) => l.msg === "stopped")).toBe(true);
