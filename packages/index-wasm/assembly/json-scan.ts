@@ -38,6 +38,22 @@ function skipWs(p: usize): usize {
   return p;
 }
 
+/** Set by nextItem: it stepped past the container's closing byte. */
+let closed = false;
+
+/**
+ * After an array element or object member: past `,` and whitespace to the next item, or past the
+ * closing byte `close` (then `closed` is set); FAIL for anything else.
+ */
+@inline function nextItem(p: usize, close: u32): usize {
+  p = skipWs(p);
+  if (p >= end) return FAIL;
+  const c = at(p);
+  closed = c == close;
+  if (closed) return p + 1;
+  return c == 0x2C ? skipWs(p + 1) : FAIL;
+}
+
 /** p at the opening quote; returns the position after the closing one. */
 function scanString(p: usize): usize {
   p++;
@@ -114,12 +130,8 @@ function scanArray(p: usize, depth: i32): usize {
   while (true) {
     p = scanValue(p, depth);
     if (p == FAIL) return FAIL;
-    p = skipWs(p);
-    if (p >= end) return FAIL;
-    const c = at(p);
-    if (c == 0x2C) p = skipWs(p + 1);
-    else if (c == 0x5D) return p + 1;
-    else return FAIL;
+    p = nextItem(p, 0x5D);
+    if (p == FAIL || closed) return p;
   }
 }
 
@@ -182,21 +194,18 @@ function scanUints(p: usize, info: usize): usize {
     }
     store<u32>(outAt + (<usize>outTop << 2), <u32>v);
     outTop++;
-    if (p < end && at(p) == 0x2C) {
+    // compact "1,2,3": no whitespace to skip (nextItem costs ~40% more on an 8k-id body)
+    if (p + 1 < end && at(p) == 0x2C && isDigit(at(p + 1))) {
       p++;
-      if (p < end && isDigit(at(p))) continue; // compact "1,2,3": no whitespace to skip
-      p = skipWs(p);
       continue;
     }
-    p = skipWs(p);
-    if (p >= end) break;
-    const s = at(p);
-    if (s == 0x2C) p = skipWs(p + 1);
-    else if (s == 0x5D) {
+    p = nextItem(p, 0x5D);
+    if (p == FAIL) break;
+    if (closed) {
       store<u32>(info, first, 12);
       store<u32>(info, outTop - first, 16);
-      return p + 1;
-    } else break;
+      return p;
+    }
   }
   outTop = first;
   return FAIL;
@@ -250,12 +259,8 @@ function scanObject(p: usize, depth: i32, top: bool): usize {
       p = scanValue(p, depth);
       if (p == FAIL) return FAIL;
     }
-    p = skipWs(p);
-    if (p >= end) return FAIL;
-    const c = at(p);
-    if (c == 0x2C) p = skipWs(p + 1);
-    else if (c == 0x7D) return p + 1;
-    else return FAIL;
+    p = nextItem(p, 0x7D);
+    if (p == FAIL || closed) return p;
   }
 }
 
