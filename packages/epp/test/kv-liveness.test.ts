@@ -3,7 +3,7 @@
 // counts it in dynamo_epp_kv_listener_heartbeat_timeouts. (Heartbeats off, a silent peer is kept:
 // packages/kv-events/test/zmtp.test.ts.)
 import { afterEach, test } from "bun:test";
-import { createServer, type Server } from "node:net";
+import { PubSocket } from "@kv-epp/kv-events";
 import { HOST, startTestEpp } from "./helpers.ts";
 
 const cleanup: (() => Promise<unknown>)[] = [];
@@ -11,32 +11,13 @@ afterEach(async () => {
   for (const c of cleanup.splice(0).reverse()) await c().catch(() => {});
 });
 
-/** ZMTP 3.1 greeting (as server, NULL mechanism) and READY for a PUB socket (RFC 23 / RFC 37). */
-function pubHandshake(): Buffer {
-  const greeting = Buffer.alloc(64);
-  greeting[0] = 0xff;
-  greeting[9] = 0x7f;
-  greeting[10] = 3;
-  greeting[11] = 1;
-  greeting.write("NULL", 12, "latin1");
-  greeting[32] = 1;
-  const prop = Buffer.concat([Buffer.from([11]), Buffer.from("Socket-Type"), Buffer.from([0, 0, 0, 3]), Buffer.from("PUB")]);
-  const body = Buffer.concat([Buffer.from([5]), Buffer.from("READY"), prop]);
-  return Buffer.concat([greeting, Buffer.from([0x04, body.length]), body]);
-}
-
-/** Completes the handshake on every connection, then never sends another byte (it reads what comes). */
-async function silentPublisher(): Promise<{ endpoint: string; accepted: () => number; server: Server }> {
-  let accepted = 0;
-  const server = createServer((s) => {
-    accepted++;
-    s.write(pubHandshake());
-    s.resume(); // drained, so a closing peer's FIN is seen and server.close() can finish
-    s.on("error", () => {});
-  });
-  await new Promise<void>((r) => server.listen(0, HOST, () => r()));
-  cleanup.push(() => new Promise<void>((r) => server.close(() => r())));
-  return { endpoint: `tcp://${HOST}:${(server.address() as { port: number }).port}`, accepted: () => accepted, server };
+/** A PUB that completes each handshake and then reads nothing: our PINGs go unanswered, as from a lost host. */
+async function silentPublisher(): Promise<{ endpoint: string; accepted: () => number }> {
+  const pub = new PubSocket();
+  const endpoint = await pub.bind(`tcp://${HOST}:0`);
+  pub.pause(); // each peer's reading stops once its handshake is done
+  cleanup.push(() => pub.close());
+  return { endpoint, accepted: () => pub.counters.accepted };
 }
 
 async function metric(port: number, name: string): Promise<number> {
