@@ -5,6 +5,7 @@ import { parseArgs } from "node:util";
 import { parse as parseYaml } from "yaml";
 import { parseDiscoveryConfig, type DiscoveryConfig } from "@kv-epp/intents";
 import { z } from "zod";
+import { LISTENER_HEARTBEAT } from "@kv-epp/kv-events";
 import { DEFAULT_WEIGHTS } from "./picker/cost.ts";
 
 export class ConfigError extends Error {}
@@ -40,7 +41,7 @@ export const OPTIONS = {
   kvEventsPort: { flag: "kv-events-port", env: "DYN_EPP_KV_EVENTS_PORT", kind: "port", default: "5557", help: "workers' KV event port (rank r: +r)" },
   kvReplayPort: { flag: "kv-replay-port", env: "DYN_EPP_KV_REPLAY_PORT", kind: "port", help: "workers' KV replay port (rank r: +r)" },
   kvTopic: { flag: "kv-topic", env: "DYN_EPP_KV_TOPIC", kind: "string", default: "", help: "KV event topic" },
-  kvHeartbeatMs: { flag: "kv-heartbeat-ms", env: "DYN_EPP_KV_HEARTBEAT_MS", kind: "int", default: "5000", help: "ZMTP PING to a KV publisher silent this long; dropped and redialed after 3x (0: off)" },
+  kvHeartbeatMs: { flag: "kv-heartbeat-ms", env: "DYN_EPP_KV_HEARTBEAT_MS", kind: "int", default: String(LISTENER_HEARTBEAT.intervalMs), help: "ZMTP PING to a KV publisher this often; dropped and redialed after 3 silent intervals (0: off)" },
   dpSize: { flag: "dp-size", env: "DYN_EPP_DP_SIZE", kind: "int", default: "1", help: "data-parallel ranks per worker (Kubernetes mode)" },
   intentDiscovery: { flag: "intent-discovery", env: "DYN_EPP_INTENT_DISCOVERY", kind: "string", help: "attach workers' KV intents: kubernetes | http://HOST:PORT (off when unset)" },
   kvHost: { flag: "kv-host", env: "DYN_EPP_KV_HOST", kind: "string", default: "dynamo-epp", help: "host instance workers address their intents to" },
@@ -119,7 +120,7 @@ export type EppConfig = {
     | { mode: "static"; list: StaticWorker[] }
     | { mode: "kubernetes"; poolName: string; namespace: string; kvEventsPort: number; kvReplayPort?: number; dpSize: number };
   kvTopic: string;
-  /** ZMTP heartbeat interval of the KV listeners (timeout 3x); 0: off. */
+  /** ZMTP heartbeat interval of the KV listeners (see listenerHeartbeat); 0: off. */
   kvHeartbeatMs: number;
   /** Attachment intents (@kv-epp/intents), beside the static list or the pod informer. */
   intents?: { discovery: DiscoveryConfig; hostInstance: string };

@@ -14,7 +14,7 @@ import {
   type RecoveryOutcome,
 } from "@kv-epp/recovery";
 import { mergeWorkerSets, type IntentWorker } from "@kv-epp/intents";
-import { parseEndpoint } from "@kv-epp/kv-events";
+import { listenerHeartbeat, parseEndpoint } from "@kv-epp/kv-events";
 import { createPreprocessor } from "@kv-epp/tokenizer";
 import pino, { type Logger } from "pino";
 import { ConfigError, parseConfig, usage, type EppConfig } from "./config.ts";
@@ -102,7 +102,7 @@ export async function startEpp(cfg: EppConfig, o: { log?: Logger; kubeConfig?: K
   });
   const workers = new WorkerRegistry({
     topic: cfg.kvTopic,
-    heartbeat: cfg.kvHeartbeatMs > 0 ? { intervalMs: cfg.kvHeartbeatMs, timeoutMs: 3 * cfg.kvHeartbeatMs } : undefined,
+    heartbeat: cfg.kvHeartbeatMs > 0 ? listenerHeartbeat(cfg.kvHeartbeatMs) : undefined,
     log: log.child({ component: "workers" }),
     onRemoved: (w) => indexers.removeWorker(w),
     onChanged: (specs) => {

@@ -14,6 +14,7 @@ import { decodeSeq, encodeSeq, parseReplayReply } from "./replay.ts";
 import type { SocketOptions } from "./zmtp/base.ts";
 import { DealerSocket } from "./zmtp/dealer.ts";
 import { SubSocket } from "./zmtp/sub.ts";
+import type { Heartbeat } from "./zmtp/connection.ts";
 
 export type ResetReason = "restarted" | "gap-unrecovered" | "overflow";
 
@@ -62,12 +63,17 @@ type SeqState =
 
 const MAX_HELD = 100_000;
 
+/** A listener's heartbeat for a PING interval: the publisher is dropped after three silent intervals. */
+export function listenerHeartbeat(intervalMs: number): Heartbeat {
+  return { intervalMs, timeoutMs: 3 * intervalMs };
+}
+
 /**
- * A publisher that went away without closing the connection is found within ~20 s (PING after 5 s of
- * silence, closed after 15 s): the listener redials, and the seq gap on the new connection goes
+ * A publisher that went away without closing the connection is found within ~20 s (PING every 5 s,
+ * closed after 15 s of silence): the listener redials, and the seq gap on the new connection goes
  * through replay or a reset.
  */
-export const LISTENER_HEARTBEAT = { intervalMs: 5000, timeoutMs: 15_000 } as const;
+export const LISTENER_HEARTBEAT = listenerHeartbeat(5000);
 
 export class KvEventListener {
   readonly counters: ListenerCounters = {
