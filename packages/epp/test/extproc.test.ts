@@ -11,6 +11,7 @@ import {
   headers,
   lbMetadata,
   postJson,
+  scrapeMetric,
   setHeader,
   startTestEpp,
   tokens,
@@ -35,8 +36,7 @@ async function overlap(ids: number[]): Promise<Record<string, Record<string, num
 }
 
 async function inflight(): Promise<number> {
-  const text = await (await fetch(`http://${HOST}:${epp.ports.metrics}/metrics`)).text();
-  return Number(/^dynamo_epp_inflight_requests (\S+)$/m.exec(text)?.[1] ?? "NaN");
+  return (await scrapeMetric(`http://${HOST}:${epp.ports.metrics}`, "dynamo_epp_inflight_requests")) ?? NaN;
 }
 
 beforeAll(async () => {

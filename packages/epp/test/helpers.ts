@@ -270,3 +270,10 @@ export async function hungServer(host = HOST): Promise<{ url: string; connection
     close: () => new Promise<void>((r) => (sockets.forEach((s) => s.destroy()), server.close(() => r()))),
   };
 }
+
+/** One series' value from a Prometheus text page at `base` (e.g. `name{label="x"}`); undefined when absent. */
+export async function scrapeMetric(base: string, series: string): Promise<number | undefined> {
+  const text = await (await fetch(`${base}/metrics`)).text();
+  const line = text.split("\n").find((l) => l.startsWith(`${series} `));
+  return line === undefined ? undefined : Number(line.slice(series.length + 1));
+}

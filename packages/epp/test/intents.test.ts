@@ -4,7 +4,7 @@
 import { afterEach, expect, test } from "bun:test";
 import { connectHttpDiscovery, registerWorkerIntents, serveDiscoveryStore } from "@kv-epp/intents";
 import type { EppHandle } from "../src/main.ts";
-import { BLOCK, capturingLog, FakeWorkerEvents, HOST, hungServer, MODEL, quietLog, startTestEpp } from "./helpers.ts";
+import { BLOCK, capturingLog, FakeWorkerEvents, HOST, hungServer, MODEL, quietLog, scrapeMetric, startTestEpp } from "./helpers.ts";
 
 const cleanup: (() => Promise<unknown>)[] = [];
 afterEach(async () => {
@@ -20,9 +20,7 @@ async function until(pred: () => boolean | Promise<boolean>, what: string, timeo
 }
 
 async function ioErrors(epp: EppHandle): Promise<number> {
-  const text = await (await fetch(`http://${HOST}:${epp.ports.metrics}/metrics`)).text();
-  const m = /dynamo_epp_io_errors_total\{where="intents"\} (\d+)/.exec(text);
-  return m ? Number(m[1]) : 0;
+  return (await scrapeMetric(`http://${HOST}:${epp.ports.metrics}`, 'dynamo_epp_io_errors_total{where="intents"}')) ?? 0;
 }
 
 test("a discovery that refuses the host: retrying counted per attempt, logged once, then ready", async () => {

@@ -4,7 +4,7 @@
 // packages/kv-events/test/zmtp.test.ts.)
 import { afterEach, test } from "bun:test";
 import { PubSocket } from "@kv-epp/kv-events";
-import { HOST, startTestEpp } from "./helpers.ts";
+import { HOST, scrapeMetric, startTestEpp } from "./helpers.ts";
 
 const cleanup: (() => Promise<unknown>)[] = [];
 afterEach(async () => {
@@ -20,17 +20,12 @@ async function silentPublisher(): Promise<{ endpoint: string; accepted: () => nu
   return { endpoint, accepted: () => pub.counters.accepted };
 }
 
-async function metric(port: number, name: string): Promise<number> {
-  const text = await (await fetch(`http://${HOST}:${port}/metrics`)).text();
-  return Number(new RegExp(`^${name} (\\S+)`, "m").exec(text)?.[1] ?? NaN);
-}
-
 test("a silent KV publisher is dropped after the heartbeat timeout, redialed and counted", async () => {
   const pub = await silentPublisher();
   const epp = await startTestEpp([{ id: "quiet", address: `${HOST}:18200`, kvEvents: pub.endpoint }], { flags: ["--kv-heartbeat-ms", "50"] });
   cleanup.push(() => epp.stop({ graceMs: 0 }));
   const deadline = Date.now() + 10_000;
-  while ((await metric(epp.ports.metrics, "dynamo_epp_kv_listener_heartbeat_timeouts")) < 1 || pub.accepted() < 2) {
+  while (((await scrapeMetric(`http://${HOST}:${epp.ports.metrics}`, "dynamo_epp_kv_listener_heartbeat_timeouts")) ?? 0) < 1 || pub.accepted() < 2) {
     if (Date.now() > deadline) throw new Error(`no heartbeat timeout counted (accepted ${pub.accepted()})`);
     await Bun.sleep(25);
   }

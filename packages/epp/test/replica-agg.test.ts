@@ -11,7 +11,7 @@
 // replica-agg; two replicas alternating without it.
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { killAll, spawnBun, waitFor, type ProcessHandle } from "@kv-epp/testkit";
-import { body, checkHealth, extProcClient, headers, healthClient, setHeader, writeStaticConfig } from "./helpers.ts";
+import { body, checkHealth, extProcClient, headers, healthClient, scrapeMetric, setHeader, writeStaticConfig } from "./helpers.ts";
 
 const ROOT = `${import.meta.dir}/../../..`;
 const WORKERS = ["127.0.8.11", "127.0.8.12", "127.0.8.13", "127.0.8.14"].map((ip, i) => ({ id: `worker-${i}`, ip, address: `${ip}:8000` }));
@@ -54,9 +54,7 @@ async function ready(name: EppName): Promise<void> {
 }
 
 async function metric(name: EppName, metricName: string, labels = ""): Promise<number> {
-  const text = await (await fetch(`http://${EPPS[name]}:9090/metrics`)).text();
-  const line = text.split("\n").find((l) => l.startsWith(`${metricName}${labels} `));
-  return line ? Number(line.slice(line.lastIndexOf(" ") + 1)) : 0;
+  return (await scrapeMetric(`http://${EPPS[name]}:9090`, `${metricName}${labels}`)) ?? 0;
 }
 
 beforeAll(async () => {
