@@ -3,16 +3,23 @@
 // KV-aware picking costs from the gRPC + JSON floor. Prints {"port": N} once listening.
 import * as grpc from "@grpc/grpc-js";
 import { routedHeaders, streamedBody, type ProcessingRequest } from "../src/extproc/messages.ts";
-import { widenConnectionWindow, widenStreamWindow } from "../src/extproc/http2-windows.ts";
+import { EXT_PROC_WINDOW_BYTES } from "../src/extproc/http2-windows.ts";
 import { loadProtos } from "../src/extproc/protos.ts";
 
 const host = Bun.argv[Bun.argv.indexOf("--listen") + 1] ?? "127.0.0.1";
 const workers = Number(Bun.argv[Bun.argv.indexOf("--workers") + 1] ?? 16);
 
+// The EPP's HTTP/2 windows, so both servers receive bodies alike. @grpc/grpc-js has no server option
+// for them: they are set through its internals (commonServerOptions before binding, the session
+// event of its http2 servers after).
+type Internals = {
+  commonServerOptions: { settings?: Record<string, unknown> };
+  http2Servers: Map<{ on(ev: "session", f: (s: { setLocalWindowSize(n: number): void }) => void): void }, unknown>;
+};
 const { extProc } = loadProtos();
 const server = new grpc.Server();
-// The EPP's HTTP/2 windows, so both servers receive bodies alike.
-widenStreamWindow(server);
+const internals = server as unknown as Internals;
+internals.commonServerOptions.settings = { ...internals.commonServerOptions.settings, initialWindowSize: EXT_PROC_WINDOW_BYTES };
 let rr = 0;
 const dec = new TextDecoder();
 server.addService(extProc.service, {
@@ -34,6 +41,6 @@ server.addService(extProc.service, {
 const port = await new Promise<number>((res, rej) =>
   server.bindAsync(`${host}:0`, grpc.ServerCredentials.createInsecure(), (e, p) => (e ? rej(e) : res(p))),
 );
-widenConnectionWindow(server);
+for (const h2 of internals.http2Servers.keys()) h2.on("session", (s) => s.setLocalWindowSize(EXT_PROC_WINDOW_BYTES));
 console.log(JSON.stringify({ port }));
 process.on("SIGTERM", () => server.tryShutdown(() => process.exit(0)));

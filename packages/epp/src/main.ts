@@ -18,8 +18,10 @@ import { listenerHeartbeat, parseEndpoint } from "@kv-epp/kv-events";
 import { createPreprocessor } from "@kv-epp/tokenizer";
 import pino, { type Logger } from "pino";
 import { ConfigError, parseConfig, usage, type EppConfig } from "./config.ts";
+import { responseEncoder, type ProcessingRequest, type ProcessingResponse } from "./extproc/messages.ts";
 import { createProcessHandler } from "./extproc/server.ts";
-import { widenConnectionWindow, widenStreamWindow } from "./extproc/http2-windows.ts";
+import { createBidiServer } from "./extproc/grpc-h2.ts";
+import { EXT_PROC_WINDOW_BYTES } from "./extproc/http2-windows.ts";
 import { loadProtos } from "./extproc/protos.ts";
 import { HealthState, healthHandlers } from "./health.ts";
 import { Indexers } from "./indexer.ts";
@@ -122,15 +124,14 @@ export async function startEpp(cfg: EppConfig, o: { log?: Logger; kubeConfig?: K
     options: cfg.picker,
   });
   const protos = loadProtos();
-  const grpcCreds = cfg.tls
-    ? grpc.ServerCredentials.createSsl(null, [
-        { cert_chain: readFileSync(cfg.tls.certFile), private_key: readFileSync(cfg.tls.keyFile) },
-      ])
-    : grpc.ServerCredentials.createInsecure();
-  // BUFFERED mode sends the whole body as one message: allow bodies up to the 32 MiB request cap.
-  const extProc = new grpc.Server({ "grpc.max_receive_message_length": 40 * 1024 * 1024 });
-  extProc.addService(protos.extProc.service, {
-    Process: createProcessHandler({
+  const extProcMethod = protos.extProc.service.Process!;
+  const extProc = createBidiServer(
+    {
+      path: extProcMethod.path,
+      deserialize: extProcMethod.requestDeserialize as (b: Buffer) => ProcessingRequest,
+      serialize: responseEncoder(extProcMethod.responseSerialize as (m: ProcessingResponse) => Buffer),
+    },
+    createProcessHandler({
       picker,
       load,
       tokenize,
@@ -139,11 +140,15 @@ export async function startEpp(cfg: EppConfig, o: { log?: Logger; kubeConfig?: K
       bodyMode: cfg.bodyMode,
       maxInflight: cfg.maxInflight,
     }),
-  });
-  // Request bodies of 50-500 KB in one message: wide HTTP/2 receive windows (src/extproc/http2-windows.ts).
-  const widened = widenStreamWindow(extProc);
-  const grpcPort = await bind(extProc, cfg.listen, cfg.ports.grpc, grpcCreds);
-  if (!(widened && widenConnectionWindow(extProc))) log.warn("ext_proc: HTTP/2 receive windows left at 64 KiB (grpc-js internals changed)");
+    {
+      // BUFFERED mode sends the whole body as one message: allow bodies up to the 32 MiB request cap.
+      maxMessageBytes: 40 * 1024 * 1024,
+      windowBytes: EXT_PROC_WINDOW_BYTES,
+      tls: cfg.tls ? { cert: readFileSync(cfg.tls.certFile), key: readFileSync(cfg.tls.keyFile) } : undefined,
+      onError: (where, err) => log.child({ component: "ext_proc" }).debug({ where, err: String(err) }, "ext_proc transport error"),
+    },
+  );
+  const grpcPort = await extProc.listen(cfg.listen, cfg.ports.grpc);
   const healthServer = new grpc.Server();
   healthServer.addService(protos.health.service, healthHandlers(health));
   // Kubelet gRPC probes do not speak TLS, so health stays plaintext.
@@ -296,7 +301,7 @@ export async function startEpp(cfg: EppConfig, o: { log?: Logger; kubeConfig?: K
         await Bun.sleep(cfg.shutdownDelayMs);
       }
       log.info("draining: waiting for in-flight streams");
-      await shutdownGrpc(extProc, opts.graceMs ?? 30_000);
+      await extProc.shutdown(opts.graceMs ?? 30_000);
       healthServer.forceShutdown();
       selection.stop(true);
       metricsServer.stop(true);
@@ -351,20 +356,6 @@ function peerDiscovery(cfg: EppConfig, kube: () => KubeConfig, log: Logger): Pee
 function bind(server: grpc.Server, host: string, port: number, creds: grpc.ServerCredentials): Promise<number> {
   const addr = host.includes(":") ? `[${host}]:${port}` : `${host}:${port}`;
   return new Promise((resolve, reject) => server.bindAsync(addr, creds, (err, p) => (err ? reject(err) : resolve(p))));
-}
-
-/** Lets in-flight ext_proc streams finish, up to a deadline. */
-function shutdownGrpc(server: grpc.Server, graceMs: number): Promise<void> {
-  return new Promise((resolve) => {
-    const t = setTimeout(() => {
-      server.forceShutdown();
-      resolve();
-    }, graceMs);
-    server.tryShutdown(() => {
-      clearTimeout(t);
-      resolve();
-    });
-  });
 }
 
 if (import.meta.main) {

@@ -1,13 +1,13 @@
 // ext_proc ExternalProcessor.Process: one gRPC stream per HTTP request (a new request_headers on the
 // same stream starts a new request). Request headers + body -> routing decision; response headers and
 // body are watched to release the request's load when it finishes, or when the stream breaks.
-import type * as grpc from "@grpc/grpc-js";
 import type { Logger } from "pino";
 import type { BodyMode } from "../config.ts";
 import type { Metrics, RequestOutcome } from "../metrics.ts";
 import type { ActiveLoad, Lease } from "../picker/load.ts";
 import type { Decision, Picker } from "../picker/picker.ts";
 import type { Tokenize } from "../tokens.ts";
+import type { BidiCall } from "./grpc-h2.ts";
 import { BadRequest, parseBodyBytes, type ParsedBody } from "./openai-body.ts";
 import {
   continueResponse,
@@ -35,7 +35,7 @@ export type ExtProcDeps = {
   maxBodyBytes?: number;
 };
 
-type Duplex = grpc.ServerDuplexStream<ProcessingRequest, ProcessingResponse>;
+type Duplex = BidiCall<ProcessingRequest, ProcessingResponse>;
 
 /** Per-HTTP-request state on a stream. */
 type RequestState = {

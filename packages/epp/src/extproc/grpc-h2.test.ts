@@ -1,0 +1,235 @@
+// The bidi gRPC server on node:http2, driven by @grpc/grpc-js clients (and raw HTTP/2 where a gRPC
+// client cannot produce the input): messages both ways, status trailers, refusals, cancellation and
+// graceful shutdown.
+import { afterEach, describe, expect, test } from "bun:test";
+import * as grpc from "@grpc/grpc-js";
+import http2 from "node:http2";
+import { createBidiServer, GrpcStatus, type BidiCall, type BidiServer } from "./grpc-h2.ts";
+
+const HOST = "127.0.4.90";
+const PATH = "/test.Echo/Chat";
+
+// Messages are UTF-8 strings; "bad" fails to parse. The answer to "big:N" is N bytes in three parts.
+const method = {
+  path: PATH,
+  deserialize: (b: Buffer) => {
+    const s = b.toString();
+    if (s === "bad") throw new Error("not a message");
+    return s;
+  },
+  serialize: (s: string) => {
+    const big = /^big:(\d+)$/.exec(s);
+    if (!big) return Buffer.from(s);
+    const n = Number(big[1]);
+    return [Buffer.alloc(1, 97), Buffer.alloc(n - 2, 98), Buffer.alloc(1, 99)];
+  },
+};
+
+let server: BidiServer | undefined;
+const calls: string[] = [];
+
+async function start(handler: (call: BidiCall<string, string>) => void, maxMessageBytes = 1 << 20): Promise<number> {
+  server = createBidiServer(method, handler, { maxMessageBytes, windowBytes: 1 << 20 });
+  return server.listen(HOST, 0);
+}
+
+afterEach(async () => {
+  await server?.shutdown(0);
+  server = undefined;
+  calls.length = 0;
+});
+
+/** Echoes every message upper-cased; ends when the client does. */
+const echo = (call: BidiCall<string, string>) => {
+  call.on("data", (m) => call.write(m.startsWith("big:") ? m : m.toUpperCase()));
+  call.on("end", () => {
+    calls.push("end");
+    call.end();
+  });
+  call.on("cancelled", () => calls.push("cancelled"));
+};
+
+function client(port: number) {
+  const c = new grpc.Client(`${HOST}:${port}`, grpc.credentials.createInsecure());
+  const open = (path = PATH) =>
+    c.makeBidiStreamRequest(
+      path,
+      (s: string) => Buffer.from(s),
+      (b: Buffer) => b.toString(),
+    );
+  return { c, open };
+}
+
+/** Messages until the call ends, and its status. */
+function collect(stream: grpc.ClientDuplexStream<string, string>): Promise<{ messages: string[]; status: grpc.StatusObject }> {
+  const messages: string[] = [];
+  stream.on("data", (m: string) => messages.push(m));
+  stream.on("error", () => {});
+  return new Promise((resolve) => stream.on("status", (status: grpc.StatusObject) => resolve({ messages, status })));
+}
+
+describe("createBidiServer", () => {
+  test("messages go both ways in order and the call ends with OK", async () => {
+    const port = await start(echo);
+    const { c, open } = client(port);
+    const s = open();
+    const done = collect(s);
+    for (const m of ["one", "two", "three"]) s.write(m);
+    s.end();
+    const { messages, status } = await done;
+    expect(messages).toEqual(["ONE", "TWO", "THREE"]);
+    expect(status.code).toBe(grpc.status.OK);
+    expect(calls).toEqual(["end"]);
+    c.close();
+  });
+
+  test("large messages cross chunk boundaries both ways; a multi-part answer arrives whole", async () => {
+    const port = await start(echo);
+    const { c, open } = client(port);
+    const s = open();
+    const done = collect(s);
+    const big = "x".repeat(300_000); // many DATA frames
+    s.write(big);
+    s.write("big:200000");
+    s.end();
+    const { messages, status } = await done;
+    expect(status.code).toBe(grpc.status.OK);
+    expect(messages[0]).toBe(big.toUpperCase());
+    expect(messages[1]!.length).toBe(200_000);
+    expect(messages[1]![0]).toBe("a");
+    expect(messages[1]!.at(-1)).toBe("c");
+    c.close();
+  });
+
+  test("an unknown method is UNIMPLEMENTED", async () => {
+    const port = await start(echo);
+    const { c, open } = client(port);
+    const { status } = await (async () => {
+      const s = open("/test.Echo/Other");
+      const r = collect(s);
+      s.end();
+      return r;
+    })();
+    expect(status.code).toBe(grpc.status.UNIMPLEMENTED);
+    c.close();
+  });
+
+  test("a message that does not parse ends the call with INTERNAL; the server keeps serving", async () => {
+    const port = await start(echo);
+    const { c, open } = client(port);
+    const s = open();
+    const done = collect(s);
+    s.write("ok");
+    s.write("bad");
+    const { messages, status } = await done;
+    expect(messages).toEqual(["OK"]);
+    expect(status.code).toBe(grpc.status.INTERNAL);
+    expect(status.details).toContain("could not parse");
+    const again = open();
+    const next = collect(again);
+    again.write("still");
+    again.end();
+    expect((await next).messages).toEqual(["STILL"]);
+    c.close();
+  });
+
+  test("a message over the size limit is RESOURCE_EXHAUSTED", async () => {
+    const port = await start(echo, 1000);
+    const { c, open } = client(port);
+    const s = open();
+    const done = collect(s);
+    s.write("y".repeat(1001));
+    const { status } = await done;
+    expect(status.code).toBe(grpc.status.RESOURCE_EXHAUSTED);
+    c.close();
+  });
+
+  test("a compressed message or an unknown grpc-encoding is refused", async () => {
+    const port = await start(echo);
+    const session = http2.connect(`http://${HOST}:${port}`);
+    const trailersOf = (headers: http2.OutgoingHttpHeaders, body: Buffer) =>
+      new Promise<string | undefined>((resolve) => {
+        const req = session.request({ ":method": "POST", ":path": PATH, "content-type": "application/grpc", te: "trailers", ...headers });
+        let status: string | undefined;
+        req.on("response", (h) => (status ??= h["grpc-status"] as string | undefined));
+        req.on("trailers", (t) => (status = t["grpc-status"] as string));
+        req.on("data", () => {});
+        req.on("close", () => resolve(status));
+        req.end(body);
+      });
+    const compressed = Buffer.from([1, 0, 0, 0, 2, 104, 105]);
+    expect(await trailersOf({}, compressed)).toBe(String(GrpcStatus.INTERNAL));
+    expect(await trailersOf({ "grpc-encoding": "gzip" }, compressed)).toBe(String(GrpcStatus.UNIMPLEMENTED));
+    // A frame header split across two writes is still read as one message.
+    const split = await new Promise<string>((resolve) => {
+      const req = session.request({ ":method": "POST", ":path": PATH, "content-type": "application/grpc", te: "trailers" });
+      let got = "";
+      req.on("data", (d: Buffer) => (got += d.subarray(5).toString()));
+      req.on("close", () => resolve(got));
+      req.write(Buffer.from([0, 0, 0]));
+      setTimeout(() => req.end(Buffer.from([0, 2, 104, 105])), 20);
+    });
+    expect(split).toBe("HI");
+    session.destroy();
+  });
+
+  test("a client that resets the stream or drops the connection mid-call ends the call once", async () => {
+    const port = await start(echo);
+    for (const leave of ["reset", "drop"] as const) {
+      calls.length = 0;
+      const session = http2.connect(`http://${HOST}:${port}`);
+      const req = session.request({ ":method": "POST", ":path": PATH, "content-type": "application/grpc", te: "trailers" });
+      req.on("error", () => {});
+      req.write(Buffer.from([0, 0, 0, 0, 2, 104, 105]));
+      await new Promise((r) => req.once("data", r));
+      if (leave === "reset") req.close(http2.constants.NGHTTP2_CANCEL);
+      else session.destroy();
+      const deadline = Date.now() + 3000;
+      while (calls.length === 0 && Date.now() < deadline) await Bun.sleep(10);
+      await Bun.sleep(50);
+      // Bun's node:http2 reports a reset as a half-close ("end"); either ends the request.
+      expect(calls).toHaveLength(1);
+      expect(["end", "cancelled"]).toContain(calls[0]!);
+      session.destroy();
+    }
+  });
+
+  test("shutdown lets an open call finish and refuses new connections", async () => {
+    const port = await start(echo);
+    const { c, open } = client(port);
+    const s = open();
+    const done = collect(s);
+    s.write("before");
+    await new Promise((r) => s.once("data", r));
+    const stopped = server!.shutdown(5000);
+    s.write("during");
+    await Bun.sleep(50);
+    s.end();
+    const { messages, status } = await done;
+    expect(messages).toEqual(["BEFORE", "DURING"]);
+    expect(status.code).toBe(grpc.status.OK);
+    await stopped;
+    const late = client(port);
+    const r = late.open();
+    const refused = collect(r);
+    r.end();
+    expect((await refused).status.code).toBe(grpc.status.UNAVAILABLE);
+    late.c.close();
+    c.close();
+    server = undefined;
+  });
+
+  test("shutdown closes what is still open after the grace period", async () => {
+    const port = await start(echo);
+    const { c, open } = client(port);
+    const s = open();
+    const done = collect(s);
+    s.write("hang");
+    await new Promise((r) => s.once("data", r));
+    await server!.shutdown(100);
+    const { status } = await done;
+    expect(status.code).not.toBe(grpc.status.OK);
+    c.close();
+    server = undefined;
+  });
+});
