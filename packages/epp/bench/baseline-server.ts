@@ -7,7 +7,7 @@ import { EXT_PROC_WINDOW_BYTES } from "../src/extproc/http2-windows.ts";
 import { loadProtos } from "../src/extproc/protos.ts";
 
 const host = Bun.argv[Bun.argv.indexOf("--listen") + 1] ?? "127.0.0.1";
-const workers = Number(Bun.argv[Bun.argv.indexOf("--workers") + 1] ?? 16);
+const workers = Bun.argv.includes("--workers") ? Number(Bun.argv[Bun.argv.indexOf("--workers") + 1]) : 16;
 
 // The EPP's HTTP/2 windows, so both servers receive bodies alike. @grpc/grpc-js has no server option
 // for them: they are set through its internals (commonServerOptions before binding, the session

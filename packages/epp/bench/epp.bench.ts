@@ -1,14 +1,16 @@
 // bun run bench:epp — ext_proc decision latency (p50/p99) and sustained decisions/s for 8k-token
 // prompts given as token ids, 16 workers with realistic indexes (recovered from a synthetic peer dump).
 // The EPP runs as its own process (`bun packages/epp/src/main.ts`, as deployed) and the load comes
-// from another (bench/loadgen.ts). Baselines in the same run: bench/baseline-server.ts, an ext_proc
+// from another: bench/loadgen.c (C, libnghttp2, built here with `cc`) standing in for Envoy, or where
+// that does not build, bench/loadgen.ts (JS; its own overhead adds ~0.5-1 ms to p99).
+// EPP_BENCH_GENERATOR=js picks the JS one regardless. Baselines in the same run: bench/baseline-server.ts, an ext_proc
 // server on @grpc/grpc-js that only parses the JSON body and picks round-robin (no tokens, no hashing,
 // no index), and bench/floor-server.ts, the same answers straight on node:http2 without reading the
 // body; so the figures separate what KV-aware picking costs from the gRPC + JSON cost and from the
 // transport floor. EPP_BUN_FLAGS adds Bun flags to the EPP's process (e.g. "--cpu-prof-md"). Processes
 // are not pinned to cores: measured, pinning the server and the generator to one CPU each raised every
 // server's p99 (Bun's GC and JIT threads then share the main thread's core). Writes bench/REPORT.md.
-import { readFileSync, writeFileSync } from "node:fs";
+import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { MatchList, computeBlockHashes } from "@kv-epp/index-wasm";
 import { dumpStream } from "@kv-epp/recovery";
 import { freePort, killAll, spawnProcess, type ProcessHandle } from "@kv-epp/testkit";
@@ -16,13 +18,14 @@ import pino from "pino";
 import { parseConfig } from "../src/config.ts";
 import { parseBodyBytes } from "../src/extproc/openai-body.ts";
 import { startEpp } from "../src/main.ts";
+import { requestsFile, type Mode } from "./requests.ts";
 import { WORKLOAD, requestBodies, syntheticIndex, workerId } from "./workload.ts";
 
 const HOST = "127.0.4.200";
 const TARGET_P99_MS = 1;
 const TARGET_RATE = 500;
 const quick = process.argv.includes("--quick");
-const RATES = quick ? [250, 500, 1000] : [250, 500, 750, 1000, 1500, 2000, 3000, 4000];
+const RATES = quick ? [250, 500, 1000] : [250, 500, 750, 1000, 1500, 2000, 3000, 4000, 5000, 6000];
 const DURATION_MS = quick ? 1500 : 3000;
 const WARMUP_MS = 500;
 
@@ -56,12 +59,42 @@ const spawn = (name: string, args: string[]): ProcessHandle => spawnProcess(proc
 
 type Server = { name: string; target: string; proc: ProcessHandle };
 
-async function loadgen(server: Server, rate: number, mode = "full-duplex"): Promise<Run> {
+type Generator = { name: string; argv(target: string, rate: number, mode: Mode): string[] };
+
+/** The C generator when it builds here (a C compiler and libnghttp2's headers), else the JS one. */
+async function loadGenerator(dir: string): Promise<Generator> {
+  const common = (target: string, rate: number, mode: Mode) => [
+    "--target", target, "--rate", String(rate), "--duration-ms", String(DURATION_MS), "--warmup-ms", String(WARMUP_MS), "--mode", mode,
+  ];
+  const js: Generator = {
+    name: "JS (bench/loadgen.ts on node:http2)",
+    argv: (target, rate, mode) => [process.execPath, `${import.meta.dir}/loadgen.ts`, ...common(target, rate, mode)],
+  };
+  if (Bun.env.EPP_BENCH_GENERATOR === "js") return js;
+  const bin = `${dir}/loadgen-c`;
+  let why: string;
+  try {
+    const cc = Bun.spawnSync(["cc", "-O2", "-o", bin, `${import.meta.dir}/loadgen.c`, "-lnghttp2"], { stderr: "pipe" });
+    why = cc.stderr.toString().trim().split("\n")[0] ?? "";
+    if (cc.exitCode === 0) {
+      for (const mode of ["full-duplex", "buffered"] as const) await Bun.write(`${dir}/requests-${mode}.bin`, requestsFile(mode, 7));
+      return {
+        name: "C (bench/loadgen.c on libnghttp2)",
+        argv: (target, rate, mode) => [bin, ...common(target, rate, mode), "--requests", `${dir}/requests-${mode}.bin`],
+      };
+    }
+  } catch (err) {
+    why = String(err);
+  }
+  console.log(`bench/loadgen.c did not build (${why}); measuring with the JS generator, which adds its own ~0.5-1 ms to p99 (Debian: apt-get install gcc libnghttp2-dev)`);
+  return js;
+}
+
+let gen: Generator;
+
+async function loadgen(server: Server, rate: number, mode: Mode = "full-duplex"): Promise<Run> {
   const cpu0 = cpuTimeUs(server.proc.pid);
-  const p = Bun.spawn(
-    [process.execPath, `${import.meta.dir}/loadgen.ts`, "--target", server.target, "--rate", String(rate), "--duration-ms", String(DURATION_MS), "--warmup-ms", String(WARMUP_MS), "--mode", mode],
-    { stdout: "pipe", stderr: "inherit" },
-  );
+  const p = Bun.spawn(gen.argv(server.target, rate, mode), { stdout: "pipe", stderr: "inherit" });
   const out = await new Response(p.stdout).text();
   await p.exited;
   const r = JSON.parse(out.trim().split("\n").at(-1)!) as Run;
@@ -151,6 +184,9 @@ async function main() {
   });
   const dir = `${Bun.env.TMPDIR ?? "/tmp"}/epp-bench-${process.pid}`;
   const config = `${dir}/epp.json`;
+  mkdirSync(dir, { recursive: true });
+  gen = await loadGenerator(dir);
+  console.log(`load generator: ${gen.name}`);
   await Bun.write(
     config,
     JSON.stringify({
@@ -213,6 +249,7 @@ async function main() {
     `# bench:epp report`,
     ``,
     `Run ${new Date().toISOString()} on ${navigator.hardwareConcurrency} cores (shared; figures are noisy).`,
+    `Load generator: ${gen.name}, its own process; open loop, one HTTP/2 connection, one gRPC stream per request.`,
     `Workload: ${WORKLOAD.workers} workers, index of ${stats.residencies} residencies (${stats.blocks} blocks), ${WORKLOAD.promptTokens}-token prompts as token ids (~${(hot.bodyBytes / 1024).toFixed(0)} KiB JSON), full-duplex ext_proc, one gRPC stream per request.`,
     `Mean overlap of the chosen worker: ${((sum / count) * 100).toFixed(1)}% of the request's blocks.`,
     ``,

@@ -1,20 +1,18 @@
-// Load generator (its own process): open-loop ext_proc requests at a fixed rate, one gRPC stream per
-// request as Envoy does. Decision latency = request body message written -> routing answer decoded
-// (the request_headers response in full duplex, the request_body response in BUFFERED mode). Prints
-// one JSON line per run.
+// Load generator in JS (its own process), for machines where bench/loadgen.c cannot be built: open-loop
+// ext_proc requests at a fixed rate, one gRPC stream per request as Envoy does. Decision latency =
+// request body message written -> routing answer decoded (the request_headers response in full
+// duplex, the request_body response in BUFFERED mode). Prints one JSON line per run, as loadgen.c.
 //
-// It stands in for Envoy, whose ext_proc client costs microseconds in C++, and whatever it spends in
-// JS (its own work, its GC pauses) lands in the measured latency. Measured on this machine against the
-// bench's servers: @grpc/grpc-js as the client added ~0.7 ms to p99 and ~45 GC pauses per 3.5 s run,
-// so the generator speaks gRPC's framing over node:http2 itself: request messages are serialized once
-// at start (proto-loader's serializer, same bytes on the wire), and only the answers it waits for are
-// decoded (proto-loader's deserializer). The EPP's own tests drive it with @grpc/grpc-js.
+// Whatever it spends in JS (its own work, its GC pauses) lands in the measured latency: against the
+// same EPP it reports p99 ~0.5-1 ms above the C generator. With @grpc/grpc-js as the client it added
+// another ~0.7 ms, so it speaks gRPC's framing over node:http2 itself: request messages are
+// serialized once at start (bench/requests.ts), and only the answers it waits for are decoded
+// (proto-loader's deserializer). The EPP's own tests drive it with @grpc/grpc-js.
 import http2 from "node:http2";
 import { loadProtos } from "../src/extproc/protos.ts";
-import { framed, messageReader } from "./grpc-frames.ts";
-import { requestBodies } from "./workload.ts";
+import { messageReader } from "./grpc-frames.ts";
+import { extProcRequests, type Mode } from "./requests.ts";
 
-type Mode = "full-duplex" | "buffered";
 type Args = { target: string; rate: number; durationMs: number; warmupMs: number; seed: number; mode: Mode };
 
 function args(): Args {
@@ -36,24 +34,12 @@ type Answer = { response?: string; request_headers?: { response?: Route }; reque
 
 const WINDOW = 16 << 20;
 const SESSION_MEMORY_MB = 1 << 20;
-const enc = new TextEncoder();
 
 async function main() {
   const o = args();
   const method = loadProtos().extProc.service.Process!;
   const decode = method.responseDeserialize as (b: Buffer) => Answer;
-  const HEADERS = framed(
-    method.requestSerialize({
-      request_headers: {
-        headers: { headers: [{ key: ":method", raw_value: enc.encode("POST") }, { key: ":path", raw_value: enc.encode("/v1/completions") }] },
-      },
-      protocol_config:
-        o.mode === "buffered"
-          ? { request_body_mode: "BUFFERED", response_body_mode: "NONE" }
-          : { request_body_mode: "FULL_DUPLEX_STREAMED", response_body_mode: "FULL_DUPLEX_STREAMED" },
-    }),
-  );
-  const bodies = requestBodies(512, o.seed).map((body) => framed(method.requestSerialize({ request_body: { body, end_of_stream: true } })));
+  const { headers: HEADERS, bodies } = extProcRequests(o.mode, o.seed);
   // Envoy runs with large HTTP/2 windows; 64 KiB ones would make the generator the bottleneck. And an
   // HTTP/2 session refuses new streams (ENHANCE_YOUR_CALM) past maxSessionMemory, 10 MB by default:
   // ~200 bodies of 50 KiB waiting on a server that fell behind, after which the generator failed every

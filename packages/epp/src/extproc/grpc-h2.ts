@@ -54,9 +54,10 @@ export function createBidiServer<In, Out>(
   opts: BidiServerOptions,
 ): BidiServer {
   const settings = { initialWindowSize: opts.windowBytes };
-  // maxSessionMemory: http2's default (10 MB) refuses new streams once that much is buffered on a
-  // connection, which a gateway multiplexing large bodies reaches; the window bounds it instead.
-  const serverOpts = { settings, maxSessionMemory: Math.ceil((4 * opts.windowBytes) / 1e6) };
+  // Session memory unbounded, as @grpc/grpc-js leaves it: http2's default (10 MB) refuses the
+  // gateway's new streams (ENHANCE_YOUR_CALM) while a few large bodies are in flight on its
+  // connection; the receive windows bound what a client can queue.
+  const serverOpts = { settings, maxSessionMemory: Number.MAX_SAFE_INTEGER };
   const server = opts.tls
     ? http2.createSecureServer({ ...serverOpts, cert: opts.tls.cert, key: opts.tls.key, allowHTTP1: false })
     : http2.createServer(serverOpts);

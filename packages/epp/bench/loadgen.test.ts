@@ -1,0 +1,45 @@
+// bench/loadgen.c against an in-process EPP: every request of a short run is routed, in both modes.
+// Skipped where the generator does not build (no C compiler or no libnghttp2 headers), as the bench
+// then falls back to bench/loadgen.ts.
+import { afterAll, expect, test } from "bun:test";
+import { mkdtempSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { startTestEpp } from "../test/helpers.ts";
+import { requestsFile, type Mode } from "./requests.ts";
+
+const dir = mkdtempSync(join(tmpdir(), "loadgen-c-"));
+const bin = join(dir, "loadgen");
+const built = (() => {
+  try {
+    return Bun.spawnSync(["cc", "-O2", "-o", bin, `${import.meta.dir}/loadgen.c`, "-lnghttp2"], { stderr: "pipe" }).exitCode === 0;
+  } catch {
+    return false;
+  }
+})();
+
+const HOST = "127.0.4.230";
+const epp = built
+  ? await startTestEpp(
+      Array.from({ length: 4 }, (_, w) => ({ id: `w${w}`, address: `127.0.4.${231 + w}:8000`, kvEvents: `tcp://127.0.4.${231 + w}:1` })),
+      { host: HOST },
+    )
+  : undefined;
+afterAll(() => epp?.stop({ graceMs: 0 }));
+
+test.skipIf(!built)("the C generator's runs: every request answered with a route, in full duplex and BUFFERED mode", async () => {
+  for (const mode of ["full-duplex", "buffered"] as Mode[]) {
+    const file = join(dir, `requests-${mode}.bin`);
+    await Bun.write(file, requestsFile(mode, 3));
+    const p = Bun.spawn([bin, "--target", `${HOST}:${epp!.ports.grpc}`, "--requests", file, "--rate", "200", "--duration-ms", "500", "--warmup-ms", "100", "--mode", mode], {
+      stdout: "pipe",
+    });
+    const r = JSON.parse(await new Response(p.stdout).text());
+    expect(await p.exited).toBe(0);
+    expect(r.sent).toBe(100);
+    expect({ mode, completed: r.completed, errors: r.errors, unfinished: r.unfinished }).toEqual({ mode, completed: 100, errors: 0, unfinished: 0 });
+    expect(r.endpoints).toBeGreaterThan(1);
+    expect(r.p50).toBeGreaterThan(0);
+    expect(r.max).toBeGreaterThanOrEqual(r.p99);
+  }
+});
