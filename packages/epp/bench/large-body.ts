@@ -13,7 +13,7 @@ import { stringify } from "yaml";
 import { parseConfig } from "../src/config.ts";
 import { loadProtos } from "../src/extproc/protos.ts";
 import { startEpp } from "../src/main.ts";
-import { rng } from "./workload.ts";
+import { mulberry32 } from "@kv-epp/testkit";
 
 const HOST = "127.0.4.60";
 const now = () => performance.timeOrigin + performance.now();
@@ -23,7 +23,7 @@ type Mode = "buffered" | "full-duplex";
 type Sample = { headersAt: number; bodyAt: number; answerAt: number; id: number };
 
 function body(seed: number, tokens = 12_000): Uint8Array {
-  const next = rng(seed);
+  const next = mulberry32(seed);
   return enc.encode(JSON.stringify({ model: "bench-model", prompt: Array.from({ length: tokens }, () => next() % 151_000), max_tokens: 1 }));
 }
 

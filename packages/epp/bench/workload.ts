@@ -2,6 +2,7 @@
 // generator (request bodies) from the same seed: documents of 8k tokens that workers hold prefixes
 // of, and 8k-token prompts that share a random-length prefix with one document.
 import { computeBlockHashes } from "@kv-epp/index-wasm";
+import { mulberry32 } from "@kv-epp/testkit";
 import type { DumpSource, RouterEvent } from "@kv-epp/recovery";
 
 export const WORKLOAD = {
@@ -17,21 +18,8 @@ export const WORKLOAD = {
   model: "bench-model",
 } as const;
 
-/** xorshift32: a small deterministic generator (u32). */
-export function rng(seed: number): () => number {
-  let s = seed >>> 0 || 0x9e3779b9;
-  return () => {
-    s ^= s << 13;
-    s >>>= 0;
-    s ^= s >>> 17;
-    s ^= s << 5;
-    s >>>= 0;
-    return s;
-  };
-}
-
 export function docTokens(doc: number): Uint32Array {
-  const next = rng(0x5eed0000 + doc);
+  const next = mulberry32(0x5eed0000 + doc);
   return Uint32Array.from({ length: WORKLOAD.docTokens }, () => next() % WORKLOAD.vocab);
 }
 
@@ -42,7 +30,7 @@ export function workerId(w: number): string {
 /** Worker w holds a prefix of docsPerWorker documents (128..512 blocks each), as a dump source. */
 export function syntheticIndex(seed: number): DumpSource & { residencies: number } {
   const docs = Array.from({ length: WORKLOAD.docs }, (_, d) => computeBlockHashes(docTokens(d), WORKLOAD.blockSize));
-  const next = rng(seed);
+  const next = mulberry32(seed);
   const holdings = Array.from({ length: WORKLOAD.workers }, () => {
     const chosen = new Set<number>();
     while (chosen.size < WORKLOAD.docsPerWorker) chosen.add(next() % WORKLOAD.docs);
@@ -70,7 +58,7 @@ export function syntheticIndex(seed: number): DumpSource & { residencies: number
 
 /** n distinct request bodies: a random-length prefix of a random document, then fresh tokens. */
 export function requestBodies(n: number, seed: number): Uint8Array[] {
-  const next = rng(seed);
+  const next = mulberry32(seed);
   const enc = new TextEncoder();
   const cache = new Map<number, Uint32Array>();
   return Array.from({ length: n }, () => {

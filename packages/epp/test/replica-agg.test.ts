@@ -10,7 +10,7 @@
 // (arrivals every GAP_MS, output lengths) is run three ways: one replica; two replicas alternating with
 // replica-agg; two replicas alternating without it.
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
-import { killAll, spawnBun, waitFor, type ProcessHandle } from "@kv-epp/testkit";
+import { killAll, seededRandom, spawnBun, waitFor, type ProcessHandle } from "@kv-epp/testkit";
 import { body, checkHealth, extProcClient, headers, healthClient, scrapeMetric, setHeader, writeStaticConfig } from "./helpers.ts";
 
 const ROOT = `${import.meta.dir}/../../..`;
@@ -84,12 +84,6 @@ afterAll(async () => {
   await killAll();
 });
 
-/** A small seeded PRNG, so the three runs replay the same schedule. */
-function prng(seed: number): () => number {
-  let s = seed >>> 0;
-  return () => ((s = (Math.imul(s, 1664525) + 1013904223) >>> 0) / 2 ** 32);
-}
-
 /** Routes one request over ext_proc: the chosen endpoint and the open stream (open = load held). */
 async function route(name: EppName, prompt: number[], maxTokens: number) {
   const s = clients.get(name)!.open();
@@ -108,8 +102,8 @@ type Spread = { meanMaxOverMean: number; leastLoadedPicks: number; picksPerWorke
  * routed back to it by the prefill term, whatever the load.
  */
 async function runSchedule(replicas: EppName[], promptSeed: number): Promise<Spread> {
-  const rand = prng(1);
-  const promptRand = prng(1000 + promptSeed);
+  const rand = seededRandom(1);
+  const promptRand = seededRandom(1000 + promptSeed);
   const inflight = new Map(WORKERS.map((w) => [w.address, 0]));
   const picks = new Map(WORKERS.map((w) => [w.address, 0]));
   let ratioSum = 0;

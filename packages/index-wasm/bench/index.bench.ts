@@ -2,7 +2,8 @@
 // Prints ingestion throughput, findMatches latency percentiles and memory per residency.
 import { KvIndex, MatchList, type IndexEvent, type WorkerRef } from "../src/index.ts";
 import { ReferenceIndex } from "../test/reference-model.ts";
-import { encodeWords, prng, sequences, storedEvents, workers } from "./workload.ts";
+import { mulberry32 } from "@kv-epp/testkit";
+import { encodeWords, sequences, storedEvents, workers } from "./workload.ts";
 
 type Index = KvIndex | ReferenceIndex;
 const impls: [name: string, create: () => Index][] = [
@@ -63,7 +64,7 @@ function blockCount(events: IndexEvent[]): number {
 function ingestion(): void {
   const ws = workers(64);
   const seqs = sequences(31_250, 32, 16, 256, 1);
-  const next = prng(2);
+  const next = mulberry32(2);
   const events = storedEvents(ws, seqs, () => [next() % ws.length]);
   const groups = batches(events, 256);
   const blocks = blockCount(events);
@@ -116,7 +117,7 @@ function ingestion(): void {
 function steadyState(): void {
   const ws = workers(64);
   const seqs = sequences(62_500, 32, 16, 256, 11);
-  const next = prng(12);
+  const next = mulberry32(12);
   const owner = seqs.map(() => next() % ws.length);
   const stored = storedEvents(ws, seqs, (s) => [owner[s]!]);
   const warm = 31_250; // ~1M residencies before timing
@@ -171,7 +172,7 @@ function matching(workerCount: number, length: number): void {
   // each worker holds 24 sequences; half of each sequence is one of 8 shared prompts
   const seqs = sequences(workerCount * 24, length, length / 2, 8, 3 + length);
   const events = storedEvents(ws, seqs, (s) => [s % workerCount]);
-  const next = prng(4);
+  const next = mulberry32(4);
   const queries = Array.from({ length: 2000 }, () => seqs[next() % seqs.length]!);
   const line: string[] = [];
   const list = new MatchList();
@@ -224,7 +225,7 @@ function memory(label: string, workerCount: number, seqs: BigUint64Array[], assi
 }
 
 function sharedHolders(pool: number, workerCount: number, perWorker: number): number[][] {
-  const next = prng(8);
+  const next = mulberry32(8);
   const holders: number[][] = Array.from({ length: pool }, () => []);
   for (let w = 0; w < workerCount; w++) {
     const picked = new Set<number>();

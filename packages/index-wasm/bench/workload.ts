@@ -1,18 +1,7 @@
 // Synthetic KV-event workloads for the index benchmark: workers storing chains of blocks that share
 // prompt prefixes, with external hashes derived per worker from the prefix (as vLLM does).
+import { mulberry32 } from "@kv-epp/testkit";
 import type { IndexEvent, StoredBlock, WorkerRef } from "../src/types.ts";
-
-/** Deterministic 32-bit PRNG (mulberry32) so runs compare like for like. */
-export function prng(seed: number): () => number {
-  let s = seed >>> 0;
-  return () => {
-    s = (s + 0x6d2b79f5) >>> 0;
-    let t = s;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return (t ^ (t >>> 14)) >>> 0;
-  };
-}
 
 export function u64(next: () => number): bigint {
   return (BigInt(next()) << 32n) | BigInt(next());
@@ -42,7 +31,7 @@ export function storedBlocks(tokens: BigUint64Array, workerIndex: number): Store
  * `prompts` common prefixes (system prompts, few-shot headers), the rest is unique.
  */
 export function sequences(count: number, length: number, sharedLength: number, prompts: number, seed: number): BigUint64Array[] {
-  const next = prng(seed);
+  const next = mulberry32(seed);
   const promptBlocks = Array.from({ length: prompts }, () => BigUint64Array.from({ length: sharedLength }, () => u64(next)));
   return Array.from({ length: count }, () => {
     const seq = new BigUint64Array(length);

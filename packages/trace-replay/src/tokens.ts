@@ -1,7 +1,7 @@
 // Token synthesis for trace records: each hash id expands to 512 deterministic token ids (a PRNG seeded
 // by the id), the last block cut to input_length. Routers hashing these tokens with any block size see
 // exactly the prefix sharing the trace encodes.
-import { mulberry32 } from "./prng.ts";
+import { mulberry32 } from "@kv-epp/testkit";
 import { TRACE_BLOCK_TOKENS, type TraceRecord } from "./trace.ts";
 
 /** Token ids are drawn below this (Qwen3's vocabulary size), so they are plausible ids for any model. */

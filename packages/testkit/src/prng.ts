@@ -1,5 +1,5 @@
-// mulberry32: a tiny, fast, well-distributed 32-bit PRNG. Token synthesis and every random choice in the
-// simulation draw from it, so runs replay identically from their seed.
+// mulberry32: a tiny, fast, well-distributed 32-bit PRNG, the one seeded generator of the tests, the
+// benches and the trace simulation, so runs replay identically from their seed.
 
 /** A generator of u32 values from a 32-bit seed. */
 export function mulberry32(seed: number): () => number {
