@@ -13,7 +13,9 @@
 // Decision latency: the request's last body byte handed to the socket (the DATA frame with
 // END_STREAM sent) -> the first response bytes after it. In full duplex that is the request_headers
 // answer carrying the route; in BUFFERED mode the body goes out after the headers' CONTINUE and the
-// route is on the request_body answer.
+// route is on the request_body answer. A server that falls behind also delays the body's sending
+// (flow control, socket buffers), which this clock does not see: `achieved` (answers per second in
+// the window) is what shows it. An answer other than the route, or a non-OK grpc-status, is an error.
 //
 // Requests come pre-serialized (gRPC-framed ProcessingRequest messages) in a file the bench writes:
 // u32le count, then per request u32le headersLen, headers message, u32le bodyLen, body message.
@@ -37,12 +39,17 @@ typedef struct {
   uint32_t headers_len, body_len;
 } Request;
 
+enum { ANSWER_BYTES = 512 };
+
 typedef struct {
   const Request *req;
   size_t sent;       /* bytes of headers + body given to nghttp2 */
   int body_allowed;  /* buffered: the headers' answer arrived */
   double t0;         /* body fully sent; 0 before */
-  int counted, answered, done;
+  double t1;         /* first answer byte after t0 */
+  uint8_t answer[ANSWER_BYTES]; /* the answer's first bytes, until its message is whole */
+  size_t nanswer;
+  int counted, answered, failed, done;
   int32_t id;
 } Stream;
 
@@ -90,8 +97,8 @@ static void note_endpoint(const uint8_t *msg, size_t len) {
 
 static ssize_t send_cb(nghttp2_session *s, const uint8_t *data, size_t len, int flags, void *ud) {
   (void)s, (void)flags, (void)ud;
-  ssize_t n = write(fd, data, len);
-  if (n < 0) return errno == EAGAIN ? NGHTTP2_ERR_WOULDBLOCK : NGHTTP2_ERR_CALLBACK_FAILURE;
+  ssize_t n = send(fd, data, len, MSG_NOSIGNAL);
+  if (n < 0) return errno == EAGAIN || errno == EINTR ? NGHTTP2_ERR_WOULDBLOCK : NGHTTP2_ERR_CALLBACK_FAILURE;
   return n;
 }
 
@@ -130,6 +137,21 @@ static int on_frame_send(nghttp2_session *s, const nghttp2_frame *f, void *ud) {
   return 0;
 }
 
+/* The answer after the body, once its first message is whole (or ANSWER_BYTES of it are in). */
+static void on_answer(Stream *st) {
+  st->answered = 1;
+  /* request_headers (field 1) in full duplex, request_body (field 3) in BUFFERED mode. */
+  uint8_t want = buffered ? 0x1a : 0x0a;
+  if (st->nanswer < 6 || st->answer[0] != 0 || st->answer[5] != want) {
+    st->failed = 1;
+    return;
+  }
+  if (!st->counted) return;
+  latencies[nlat++] = st->t1 - st->t0;
+  if (window_open) answered_in_window++;
+  note_endpoint(st->answer + 5, st->nanswer - 5);
+}
+
 static int on_data(nghttp2_session *s, uint8_t flags, int32_t id, const uint8_t *data, size_t len, void *ud) {
   (void)flags, (void)ud;
   Stream *st = nghttp2_session_get_stream_user_data(s, id);
@@ -142,18 +164,22 @@ static int on_data(nghttp2_session *s, uint8_t flags, int32_t id, const uint8_t 
     }
     return 0;
   }
-  st->answered = 1;
-  double ms = now_ms() - st->t0;
-  /* The answer's field: request_headers (1) in full duplex, request_body (3) in BUFFERED mode. */
-  uint8_t want = buffered ? 0x1a : 0x0a;
-  if (len < 6 || data[5] != want) {
-    errors++;
-    return 0;
+  if (st->nanswer == 0) st->t1 = now_ms();
+  size_t take = len < ANSWER_BYTES - st->nanswer ? len : ANSWER_BYTES - st->nanswer;
+  memcpy(st->answer + st->nanswer, data, take);
+  st->nanswer += take;
+  if (st->nanswer >= 5) {
+    size_t whole = 5 + ((size_t)st->answer[1] << 24 | st->answer[2] << 16 | st->answer[3] << 8 | st->answer[4]);
+    if (st->nanswer >= whole || st->nanswer == ANSWER_BYTES) on_answer(st);
   }
-  if (!st->counted) return 0;
-  latencies[nlat++] = ms;
-  if (window_open) answered_in_window++;
-  note_endpoint(data + 5, len - 5);
+  return 0;
+}
+
+static int on_header(nghttp2_session *s, const nghttp2_frame *f, const uint8_t *name, size_t namelen, const uint8_t *value, size_t valuelen,
+                     uint8_t flags, void *ud) {
+  (void)flags, (void)ud;
+  Stream *st = nghttp2_session_get_stream_user_data(s, f->hd.stream_id);
+  if (st && namelen == 11 && memcmp(name, "grpc-status", 11) == 0 && !(valuelen == 1 && value[0] == '0')) st->failed = 1;
   return 0;
 }
 
@@ -161,7 +187,8 @@ static int on_close(nghttp2_session *s, int32_t id, uint32_t code, void *ud) {
   (void)ud;
   Stream *st = nghttp2_session_get_stream_user_data(s, id);
   if (!st) return 0;
-  if (code != 0 || !st->answered) errors++;
+  if (!st->answered && st->nanswer > 0) on_answer(st); /* a short answer, ended by its stream */
+  if (code != 0 || !st->answered || st->failed) errors++;
   st->done = 1;
   done_count++;
   if (st->counted) measured_done++;
@@ -195,18 +222,34 @@ int main(int argc, char **argv) {
   long size = ftell(f);
   rewind(f);
   uint8_t *blob = malloc(size);
-  if (fread(blob, 1, size, f) != (size_t)size) die("read requests");
+  if (size < 4 || fread(blob, 1, size, f) != (size_t)size) die("read requests");
   fclose(f);
   uint32_t nreq = le32(blob);
   Request *reqs = calloc(nreq, sizeof *reqs);
-  const uint8_t *p = blob + 4;
+  const uint8_t *p = blob + 4, *end = blob + size;
   for (uint32_t i = 0; i < nreq; i++) {
-    reqs[i].headers_len = le32(p), reqs[i].headers = p + 4, p += 4 + reqs[i].headers_len;
-    reqs[i].body_len = le32(p), reqs[i].body = p + 4, p += 4 + reqs[i].body_len;
+    for (int part = 0; part < 2; part++) {
+      if (end - p < 4 || (size_t)(end - p - 4) < le32(p)) {
+        fprintf(stderr, "loadgen: %s: truncated at request %u\n", file, i);
+        return 2;
+      }
+      uint32_t len = le32(p);
+      if (part == 0) reqs[i].headers_len = len, reqs[i].headers = p + 4;
+      else reqs[i].body_len = len, reqs[i].body = p + 4;
+      p += 4 + len;
+    }
+  }
+  if (nreq == 0) {
+    fprintf(stderr, "loadgen: %s holds no requests\n", file);
+    return 2;
   }
 
   char host[256];
   const char *colon = strrchr(target, ':');
+  if (!colon) {
+    fprintf(stderr, "loadgen: --target must be host:port\n");
+    return 2;
+  }
   snprintf(host, sizeof host, "%.*s", (int)(colon - target), target);
   struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons(atoi(colon + 1))};
   if (inet_pton(AF_INET, host, &addr.sin_addr) != 1) die("target address");
@@ -222,6 +265,7 @@ int main(int argc, char **argv) {
   nghttp2_session_callbacks_set_on_frame_send_callback(cbs, on_frame_send);
   nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cbs, on_data);
   nghttp2_session_callbacks_set_on_stream_close_callback(cbs, on_close);
+  nghttp2_session_callbacks_set_on_header_callback(cbs, on_header);
   nghttp2_session *session;
   nghttp2_session_client_new(&session, cbs, NULL);
   /* Wide windows, as Envoy runs with: the answers hand 50 KB bodies back. */
@@ -272,12 +316,16 @@ int main(int argc, char **argv) {
         }
         if (n == 0) goto out;
         if (errno == EAGAIN) break;
+        if (errno == EINTR) continue;
         die("read");
       }
     }
   }
 out:
+  /* The connection ended early: a window that never opened measures nothing. */
+  if (measure_start == 0) measure_start = now_ms();
   if (measured_ms == 0) measured_ms = now_ms() - measure_start;
+  if (measured_ms <= 0) measured_ms = 1;
   qsort(latencies, nlat, sizeof *latencies, cmp);
   printf("{\"rate\":%g,\"sent\":%zu,\"completed\":%zu,\"achieved\":%.3f", rate, measured_sent, measured_done, answered_in_window / measured_ms * 1000);
   const char *names[] = {"p50", "p90", "p99", "max"};

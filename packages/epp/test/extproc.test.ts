@@ -1,7 +1,9 @@
 // Full ext_proc streams against an in-process EPP whose workers' KV events come from real publishers.
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import http2 from "node:http2";
 import { createPreprocessor } from "@kv-epp/tokenizer";
 import { waitFor } from "@kv-epp/testkit";
+import { loadProtos } from "../src/extproc/protos.ts";
 import type { EppHandle } from "../src/main.ts";
 import {
   FakeWorkerEvents,
@@ -216,6 +218,31 @@ describe("ext_proc", () => {
     expect(await inflight()).toBe(before + 1);
     broken.call.cancel();
     await waitFor(async () => (await inflight()) === before, { message: "load released on cancel" });
+  });
+
+  test("a routed request whose stream then fails (a message that does not parse) releases its load", async () => {
+    const before = await inflight();
+    const method = loadProtos().extProc.service.Process!;
+    const frame = (b: Uint8Array) => {
+      const out = Buffer.alloc(5 + b.length);
+      out.writeUInt32BE(b.length, 1);
+      out.set(b, 5);
+      return out;
+    };
+    const session = http2.connect(`http://${HOST}:${epp.ports.grpc}`);
+    const req = session.request({ ":method": "POST", ":path": method.path, "content-type": "application/grpc", te: "trailers" });
+    let status: string | undefined;
+    req.on("data", () => {});
+    req.on("trailers", (t) => (status = t["grpc-status"] as string));
+    req.on("error", () => {});
+    req.write(frame(method.requestSerialize(headers())));
+    req.write(frame(method.requestSerialize(body({ prompt: promptA }))));
+    await waitFor(async () => (await inflight()) === before + 1, { message: "routed" });
+    req.write(frame(Uint8Array.from([0xff, 0xff, 0xff]))); // a truncated varint: not a ProcessingRequest
+    await waitFor(() => status !== undefined, { message: "call failed" });
+    expect(status).toBe("13");
+    await waitFor(async () => (await inflight()) === before, { message: "load released" });
+    session.destroy();
   });
 
   test("routed load spreads identical requests across workers", async () => {

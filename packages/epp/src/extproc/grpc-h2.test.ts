@@ -125,6 +125,8 @@ describe("createBidiServer", () => {
     expect(messages).toEqual(["OK"]);
     expect(status.code).toBe(grpc.status.INTERNAL);
     expect(status.details).toContain("could not parse");
+    // The handler is told the call is over (the EPP releases the request's load on it).
+    expect(calls).toEqual(["cancelled"]);
     const again = open();
     const next = collect(again);
     again.write("still");
@@ -141,6 +143,7 @@ describe("createBidiServer", () => {
     s.write("y".repeat(1001));
     const { status } = await done;
     expect(status.code).toBe(grpc.status.RESOURCE_EXHAUSTED);
+    expect(calls).toEqual(["cancelled"]);
     c.close();
   });
 
@@ -160,6 +163,19 @@ describe("createBidiServer", () => {
     const compressed = Buffer.from([1, 0, 0, 0, 2, 104, 105]);
     expect(await trailersOf({}, compressed)).toBe(String(GrpcStatus.INTERNAL));
     expect(await trailersOf({ "grpc-encoding": "gzip" }, compressed)).toBe(String(GrpcStatus.UNIMPLEMENTED));
+    // A stream that ends inside a message fails instead of dropping the message silently.
+    expect(await trailersOf({}, Buffer.from([0, 0, 0, 0, 9, 104, 105]))).toBe(String(GrpcStatus.INTERNAL));
+    // Not gRPC: a GET, or another content type.
+    const statusOf = (headers: http2.OutgoingHttpHeaders) =>
+      new Promise<number>((resolve) => {
+        const req = session.request({ ":path": PATH, ...headers });
+        req.on("response", (h) => resolve(h[":status"] as number));
+        req.on("error", () => {});
+        req.end();
+      });
+    expect(await statusOf({ ":method": "GET", "content-type": "application/grpc" })).toBe(405);
+    expect(await statusOf({ ":method": "POST", "content-type": "application/grpc-web" })).toBe(415);
+    expect(await statusOf({ ":method": "POST", "content-type": "application/json" })).toBe(415);
     // A frame header split across two writes is still read as one message.
     const split = await new Promise<string>((resolve) => {
       const req = session.request({ ":method": "POST", ":path": PATH, "content-type": "application/grpc", te: "trailers" });
@@ -192,6 +208,41 @@ describe("createBidiServer", () => {
       expect(["end", "cancelled"]).toContain(calls[0]!);
       session.destroy();
     }
+  });
+
+  test("a client that does not read its answers stops being read until it does (no unbounded buffering)", async () => {
+    let handled = 0;
+    const port = await start((call) => {
+      call.on("data", (m) => {
+        handled++;
+        call.write(m);
+      });
+      call.on("end", () => call.end());
+    }, 4 << 20);
+    const session = http2.connect(`http://${HOST}:${port}`, { settings: { initialWindowSize: 65_535 } });
+    const req = session.request({ ":method": "POST", ":path": PATH, "content-type": "application/grpc", te: "trailers" });
+    req.pause(); // the answers are not read: the client's receive window closes
+    const mib = Buffer.alloc(1 << 20, 120);
+    const frame = Buffer.alloc(5);
+    frame.writeUInt32BE(mib.length, 1);
+    const total = 40;
+    for (let i = 0; i < total; i++) {
+      req.write(frame);
+      req.write(mib);
+    }
+    req.end();
+    await Bun.sleep(500);
+    // Reading stopped once ~8 MiB of answers waited, so the 40 MiB sent is not all taken in.
+    expect(handled).toBeGreaterThan(0);
+    expect(handled).toBeLessThan(total);
+    let received = 0;
+    req.on("data", (d: Buffer) => (received += d.length));
+    req.resume();
+    const deadline = Date.now() + 10_000;
+    while (received < total * (5 + mib.length) && Date.now() < deadline) await Bun.sleep(20);
+    expect(handled).toBe(total);
+    expect(received).toBe(total * (5 + mib.length));
+    session.destroy();
   });
 
   test("shutdown lets an open call finish and refuses new connections", async () => {

@@ -15,7 +15,9 @@ type StatusCode = (typeof GrpcStatus)[keyof typeof GrpcStatus];
 
 /**
  * The server side of one call: "data" per request message, "end" when the client half-closes,
- * "cancelled" when the stream goes away before the call ended, "error" on a transport error.
+ * "cancelled" when the call is over otherwise (the client reset it or went away, a message could not
+ * be read and the call failed with its status, or shutdown aborted it), "error" on a transport error
+ * while the call is open. After "end" the handler ends the call; after "cancelled" it is over.
  */
 export interface BidiCall<In, Out> {
   on(event: "data", f: (msg: In) => void): this;
@@ -80,7 +82,11 @@ export function createBidiServer<In, Out>(
   (server as http2.Http2Server).on("stream", (stream: http2.ServerHttp2Stream, headers: http2.IncomingHttpHeaders) => {
     stream.on("error", (err) => onError("stream", err));
     if (headers[":path"] !== method.path) return refuse(stream, GrpcStatus.UNIMPLEMENTED, `unknown method ${headers[":path"]}`);
-    if (!String(headers["content-type"] ?? "").startsWith("application/grpc")) {
+    if (headers[":method"] !== "POST") {
+      stream.respond({ ":status": 405, allow: "POST" }, { endStream: true });
+      return;
+    }
+    if (!GRPC_CONTENT_TYPE.test(String(headers["content-type"] ?? ""))) {
       stream.respond({ ":status": 415 }, { endStream: true });
       return;
     }
@@ -119,6 +125,9 @@ export function createBidiServer<In, Out>(
   };
 }
 
+/** application/grpc, optionally +proto, optionally with parameters (not +json, not grpc-web). */
+const GRPC_CONTENT_TYPE = /^application\/grpc(\+proto)?(;|$)/i;
+
 function refuse(stream: http2.ServerHttp2Stream, code: StatusCode, message: string, extra: Record<string, string> = {}): void {
   // Trailers-only response: the status in the only HEADERS frame.
   stream.respond(
@@ -130,14 +139,20 @@ function refuse(stream: http2.ServerHttp2Stream, code: StatusCode, message: stri
 const HEADER_BYTES = 5;
 /** Messages up to this size go out as one write (frame header joined to the message). */
 const JOIN_BELOW = 16 * 1024;
+/**
+ * Reading stops while this much of the call's output waits to be sent: in full duplex every body
+ * byte goes back, so a client that does not read would otherwise have the server buffer all it sends.
+ */
+const PAUSE_READING_ABOVE = 8 * 1024 * 1024;
 
 class Call<In, Out> extends EventEmitter implements BidiCall<In, Out> {
   #status: { code: StatusCode; message: string } | undefined;
   #ended = false;
-  /** The message being read: its buffer once the length is known, or the bytes before that. */
-  #head: Buffer = Buffer.alloc(0);
-  #body: Buffer | undefined;
-  #filled = 0;
+  /** Bytes received and not yet delivered, and the length of the message they start (once known). */
+  #chunks: Buffer[] = [];
+  #buffered = 0;
+  #messageBytes: number | undefined;
+  #paused = false;
 
   constructor(
     private readonly stream: http2.ServerHttp2Stream,
@@ -151,18 +166,25 @@ class Call<In, Out> extends EventEmitter implements BidiCall<In, Out> {
       const trailers: Record<string, string> = { "grpc-status": String(s.code) };
       if (s.message) trailers["grpc-message"] = encodeURIComponent(s.message);
       // Asked for even on a stream the client reset, where there is no one to tell.
-      if (!stream.destroyed && !stream.aborted) stream.sendTrailers(trailers);
+      if (stream.destroyed || stream.aborted) return;
+      stream.sendTrailers(trailers);
+      // A failed call is over whatever the client still sends: reset its side (RFC 9113 8.1).
+      if (s.code !== GrpcStatus.OK) setImmediate(() => stream.destroyed || stream.close(http2.constants.NGHTTP2_NO_ERROR));
     });
     stream.on("data", (chunk: Buffer) => this.#read(chunk));
     // Told at once: the handler releases the request's load on it. Bun's node:http2 reports a
     // client's RST_STREAM as "end" then "aborted", so a handler learns of a reset as a half-close
-    // (both end the request); a connection that drops without either is "cancelled".
+    // (both end the request).
     stream.on("end", () => {
-      if (!this.#ended) this.emit("end");
+      if (this.#ended) return;
+      if (this.#buffered > 0) return this.#fail(GrpcStatus.INTERNAL, "stream ended inside a message");
+      this.emit("end");
     });
-    stream.on("aborted", () => this.#cancelled());
-    stream.on("close", () => this.#cancelled());
-    stream.on("error", (err) => this.emit("error", err));
+    stream.on("aborted", () => this.#cancel());
+    stream.on("close", () => this.#cancel());
+    stream.on("error", (err) => {
+      if (!this.#ended && this.listenerCount("error") > 0) this.emit("error", err);
+    });
   }
 
   write(msg: Out): void {
@@ -181,26 +203,36 @@ class Call<In, Out> extends EventEmitter implements BidiCall<In, Out> {
         off += p.length;
       }
       this.stream.write(out);
-      return;
+    } else {
+      // Large messages (a body handed back) go out part by part, without a copy.
+      const header = Buffer.allocUnsafe(HEADER_BYTES);
+      header[0] = 0;
+      header.writeUInt32BE(len, 1);
+      this.stream.write(header);
+      for (const p of parts) this.stream.write(p);
     }
-    // Large messages (a body handed back) go out part by part, without a copy.
-    const header = Buffer.allocUnsafe(HEADER_BYTES);
-    header[0] = 0;
-    header.writeUInt32BE(len, 1);
-    this.stream.write(header);
-    for (const p of parts) this.stream.write(p);
+    if (!this.#paused && this.stream.writableLength > PAUSE_READING_ABOVE) {
+      // No more reads (so no WINDOW_UPDATEs: the client's sending stops) until the output drains.
+      this.#paused = true;
+      this.stream.pause();
+      this.stream.once("drain", () => {
+        this.#paused = false;
+        this.stream.resume();
+      });
+    }
   }
 
   end(): void {
     this.#close();
   }
 
-  /** Ends the call with an error status (server shutting down). */
+  /** Ends the call with an error status (server shutting down); the handler is told "cancelled". */
   abort(code: StatusCode, message: string): void {
-    this.#close({ code, message });
+    this.#fail(code, message);
   }
 
-  #cancelled(): void {
+  /** The client reset the stream or went away. */
+  #cancel(): void {
     if (this.#ended) return;
     this.#ended = true;
     this.emit("cancelled");
@@ -213,47 +245,60 @@ class Call<In, Out> extends EventEmitter implements BidiCall<In, Out> {
     if (!this.stream.destroyed) this.stream.end();
   }
 
-  /** Fails the call (status in the trailers) and stops reading. */
+  /** Fails the call (status in the trailers), stops reading, and tells the handler it is over. */
   #fail(code: StatusCode, message: string): void {
+    if (this.#ended) return;
     this.#close({ code, message });
+    this.#chunks = [];
+    this.#buffered = 0;
     this.stream.removeAllListeners("data");
     this.stream.resume();
+    this.emit("cancelled");
   }
 
   #read(chunk: Buffer): void {
-    let off = 0;
-    while (off < chunk.length && !this.#ended) {
-      if (this.#body === undefined) {
+    this.#chunks.push(chunk);
+    this.#buffered += chunk.length;
+    while (!this.#ended) {
+      if (this.#messageBytes === undefined) {
+        if (this.#buffered < HEADER_BYTES) return;
         // Frame header: flag byte + u32 length, possibly split across chunks.
-        const need = HEADER_BYTES - this.#head.length;
-        const take = Math.min(need, chunk.length - off);
-        this.#head = this.#head.length === 0 && take === HEADER_BYTES ? chunk.subarray(off, off + take) : Buffer.concat([this.#head, chunk.subarray(off, off + take)]);
-        off += take;
-        if (this.#head.length < HEADER_BYTES) return;
-        const compressed = this.#head[0] !== 0;
-        const len = this.#head.readUInt32BE(1);
-        this.#head = Buffer.alloc(0);
-        if (compressed) return this.#fail(GrpcStatus.INTERNAL, "compressed message without grpc-encoding");
+        const head = this.#take(HEADER_BYTES);
+        if (head[0] !== 0) return this.#fail(GrpcStatus.INTERNAL, "compressed message without grpc-encoding");
+        const len = head.readUInt32BE(1);
         if (len > this.maxMessageBytes) return this.#fail(GrpcStatus.RESOURCE_EXHAUSTED, `message of ${len} bytes exceeds ${this.maxMessageBytes}`);
-        // A message wholly inside this chunk is used in place; otherwise it is assembled.
-        if (chunk.length - off >= len) {
-          this.#deliver(chunk.subarray(off, off + len));
-          off += len;
-          continue;
-        }
-        this.#body = Buffer.allocUnsafe(len);
-        this.#filled = 0;
+        this.#messageBytes = len;
       }
-      const take = Math.min(this.#body.length - this.#filled, chunk.length - off);
-      chunk.copy(this.#body, this.#filled, off, off + take);
-      this.#filled += take;
-      off += take;
-      if (this.#filled === this.#body.length) {
-        const body = this.#body;
-        this.#body = undefined;
-        this.#deliver(body);
+      // The message is joined once all of it is here (not allocated at the length the client claims).
+      if (this.#buffered < this.#messageBytes) return;
+      const bytes = this.#take(this.#messageBytes);
+      this.#messageBytes = undefined;
+      this.#deliver(bytes);
+    }
+  }
+
+  /** The next `n` received bytes: a view when they lie in one chunk, else joined. */
+  #take(n: number): Buffer {
+    const first = this.#chunks[0]!;
+    let out: Buffer;
+    if (first.length >= n) {
+      out = first.subarray(0, n);
+      if (first.length === n) this.#chunks.shift();
+      else this.#chunks[0] = first.subarray(n);
+    } else {
+      out = Buffer.allocUnsafe(n);
+      let off = 0;
+      while (off < n) {
+        const c = this.#chunks[0]!;
+        const k = Math.min(c.length, n - off);
+        c.copy(out, off, 0, k);
+        off += k;
+        if (k === c.length) this.#chunks.shift();
+        else this.#chunks[0] = c.subarray(k);
       }
     }
+    this.#buffered -= n;
+    return out;
   }
 
   #deliver(bytes: Buffer): void {
