@@ -126,7 +126,8 @@ export class KvEventListener {
     this.sink = sink;
     const pending = this.buffered;
     this.buffered = [];
-    for (const s of pending) sink(s);
+    // Through emit: a sink that throws on one signal is counted and the rest still arrive.
+    for (const s of pending) this.emit(s);
   }
 
   async close(): Promise<void> {
@@ -152,7 +153,11 @@ export class KvEventListener {
       case "fresh":
         return this.deliver(m);
       case "replaying":
-        if (st.held.length >= MAX_HELD) return this.finishReplay(false);
+        if (st.held.length >= MAX_HELD) {
+          // Given up on the replay; this message then goes the normal way, after the held ones.
+          this.finishReplay(false);
+          return this.onSequenced(m);
+        }
         st.held.push(m);
         return;
       case "live":
@@ -233,7 +238,9 @@ export class KvEventListener {
     const r = parseReplayReply(frames);
     if (!r) return this.malformed("replay reply");
     if (r.kind === "end") return this.finishReplay(true);
-    st.got.push({ seq: r.seq, payload: r.payload });
+    // Only the gap, in increasing order: what is kept is bounded by the gap however much is sent.
+    const last = st.got.at(-1)?.seq;
+    if (r.seq >= st.from && r.seq < st.held[0]!.seq && (last === undefined || r.seq > last)) st.got.push({ seq: r.seq, payload: r.payload });
   }
 
   /** Applies what the replay returned, then the messages held meanwhile. */
@@ -242,7 +249,7 @@ export class KvEventListener {
     if (st.kind !== "replaying") return;
     clearTimeout(st.timer);
     const firstHeld = st.held[0]!.seq;
-    const got = st.got.filter((g) => g.seq >= st.from && g.seq < firstHeld);
+    const got = st.got;
     // Covered = the replay holds every seq from the gap up to the first held live message.
     let covered = answered && got.length === Number(firstHeld - st.from);
     for (let i = 0; covered && i < got.length; i++) if (got[i]!.seq !== st.from + BigInt(i)) covered = false;
@@ -269,9 +276,9 @@ export class KvEventListener {
         now.held.push(...held.slice(i));
         return;
       }
-      const h = held[i]!;
-      if (now.kind === "live" && h.seq < now.next) continue; // already delivered by the replay
-      this.onSequenced(h);
+      // Held messages came live, in increasing order: one below what the replay delivered means the
+      // publisher restarted meanwhile, which onSequenced reports as such.
+      this.onSequenced(held[i]!);
     }
   }
 }

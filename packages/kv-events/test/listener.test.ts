@@ -1,7 +1,20 @@
 // KvEventListener against a real KvEventPublisher over loopback TCP: baseline, ordering,
 // buffering before attach, gap → replay, gap without replay → reset, restart → reset.
 import { afterEach, describe, expect, test } from "bun:test";
-import { DealerSocket, encodeSeq, KvEventListener, type KvEventBatch, KvEventPublisher, type ListenerOptions, type ListenerSignal, type Logger } from "../src/index.ts";
+import {
+  DealerSocket,
+  END_SEQ,
+  encodeBatch,
+  encodeSeq,
+  KvEventListener,
+  type KvEventBatch,
+  KvEventPublisher,
+  PubSocket,
+  RouterSocket,
+  type ListenerOptions,
+  type ListenerSignal,
+  type Logger,
+} from "../src/index.ts";
 import { TcpProxy } from "./tcp-proxy.ts";
 import { waitUntil } from "./zmq-peer.ts";
 
@@ -148,6 +161,60 @@ describe("KvEventListener", () => {
     expect(got[2]).toEqual({ kind: "reset", reason: "restarted" });
     expect(got[3]!.kind === "batch" && got[3]!.seq < 20n).toBe(true);
     expect(l.counters.restarts).toBe(1);
+  });
+
+  test("a publisher restart seen while a replay is in flight is reported as 'restarted', the new process's batches delivered", async () => {
+    // Hand-driven publisher and replay endpoint, to restart the seqs exactly while the replay is open.
+    const pub = new PubSocket();
+    const ep = await pub.bind("tcp://127.0.1.4:0");
+    const router = new RouterSocket();
+    const rep = await router.bind("tcp://127.0.1.4:0");
+    cleanups.push(() => pub.close(), () => router.close());
+    const E = Buffer.alloc(0);
+    const payload = (i: number) => encodeBatch(batch(i));
+    let release = () => {};
+    const answered = new Promise<void>((r) => (release = r));
+    router.onMessage(([id]) => {
+      // The replay (of seq 5) is answered once the restarted publisher's batches were held.
+      void answered.then(() => {
+        router.send([id!, E, encodeSeq(5n), payload(5)]);
+        router.send([id!, E, END_SEQ, E]);
+      });
+    });
+    const [l, got] = listen({ endpoint: ep, replayEndpoint: rep, replayTimeoutMs: 5000 });
+    await waitUntil(() => pub.subscriberCount === 1);
+    await Bun.sleep(50);
+    const send = (seq: number) => pub.send([E, encodeSeq(BigInt(seq)), payload(seq)]);
+    for (let i = 0; i < 5; i++) send(i);
+    await waitUntil(() => got.length === 5);
+    send(6); // seq 5 lost: a replay opens
+    await waitUntil(() => l.counters.replays === 1);
+    for (let i = 0; i < 4; i++) send(i); // the restarted process, seq from 0
+    await waitUntil(() => l.counters.messages === 10);
+    release();
+    await waitUntil(() => got.length === 12);
+    expect(seqs(got)).toEqual([0, 1, 2, 3, 4, 5, 6, "restarted", 0, 1, 2, 3]);
+    expect(l.counters.restarts).toBe(1);
+  });
+
+  test("signals buffered before attach all arrive even when the sink throws on one", async () => {
+    const pub = await publisher();
+    const l = new KvEventListener({ workerId: "w1", dpRank: 0, endpoint: pub.endpoint });
+    cleanups.push(() => l.close());
+    l.start();
+    await waitUntil(() => {
+      if (l.counters.batches >= 5) return true;
+      if (pub.subscriberCount > 0) pub.publish(batch(Number(pub.nextSeq)));
+      return false;
+    });
+    const seen: bigint[] = [];
+    l.attach((s) => {
+      if (s.kind !== "batch") return;
+      seen.push(s.seq);
+      if (seen.length === 2) throw new Error("consumer bug");
+    });
+    expect(seen.length).toBe(l.counters.batches);
+    expect(l.counters.sinkErrors).toBe(1);
   });
 
   test("a malformed payload is counted, logged once and skipped without opening a gap", async () => {

@@ -76,6 +76,53 @@ describe("commands and errors", () => {
     expect(pongs[0]!.toString()).toBe("ctx-42");
   });
 
+  test("a PING whose context is over 16 bytes (RFC 37) closes the connection", async () => {
+    const [pub, ep] = await boundPub();
+    const raw = await rawSub(ep, 1);
+    await waitUntil(() => pub.peerCount === 1);
+    raw.write(encodeCommand("PING", Buffer.concat([Buffer.from([0, 10]), Buffer.alloc(17, 1)])));
+    await waitUntil(() => raw.closed);
+    expect(pub.counters.protocolErrors).toBe(1);
+    expect(raw.commands("PONG")).toHaveLength(0);
+  });
+
+  test("close() sends what send() queued before it", async () => {
+    const [pub, ep] = await boundPub();
+    const sub = new SubSocket();
+    cleanups.push(() => sub.close());
+    const got: string[] = [];
+    sub.onMessage((f) => got.push(f[0]!.toString()));
+    sub.subscribe("");
+    sub.connect(ep);
+    await waitUntil(() => pub.subscriberCount === 1);
+    await Bun.sleep(50); // the subscription reaches the publisher
+    for (let i = 0; i < 5; i++) pub.send([Buffer.from(`m${i}`)]);
+    await pub.close();
+    await waitUntil(() => got.length === 5);
+    expect(got).toEqual(["m0", "m1", "m2", "m3", "m4"]);
+  });
+
+  // A listener whose accept queue is full drops SYNs, as a vanished host does; python3 holds one
+  // (a Bun server accepts everything, so its queue never fills).
+  const python = Bun.which("python3");
+  test.skipIf(!python)("a dial that gets no answer is given up after the handshake timeout and redialed", async () => {
+    const held = Bun.spawn(
+      [python!, "-c", "import socket,sys,time\ns=socket.socket();s.bind(('127.0.1.2',0));s.listen(0);print(s.getsockname()[1],flush=True);time.sleep(60)"],
+      { stdout: "pipe" },
+    );
+    cleanups.push(() => void held.kill());
+    const port = Number(new TextDecoder().decode((await held.stdout.getReader().read()).value).trim());
+    const { connect } = await import("node:net");
+    const fillers = [0, 1, 2].map(() => connect({ host: "127.0.1.2", port }).on("error", () => {}));
+    cleanups.push(() => fillers.forEach((f) => f.destroy()));
+    await Bun.sleep(200);
+    const sub = new SubSocket({ handshakeTimeoutMs: 300, reconnectMinMs: 50, reconnectMaxMs: 100 });
+    cleanups.push(() => sub.close());
+    sub.connect(`tcp://127.0.1.2:${port}`);
+    await waitUntil(() => sub.counters.reconnects >= 2, 5000);
+    expect(sub.counters.connects).toBe(0);
+  });
+
   test("close() ends connections still mid-handshake instead of waiting for them", async () => {
     const pub = new PubSocket();
     const ep = await pub.bind("tcp://127.0.1.2:0");
@@ -123,6 +170,34 @@ describe("commands and errors", () => {
     raw.write(encodeMessage([Buffer.alloc(600, 1), Buffer.alloc(600, 2)]));
     await waitUntil(() => raw.closed);
     expect(pub.counters.oversize).toBe(1);
+  });
+
+  test("a message of countless empty frames is bounded by maxMessageSize too", async () => {
+    const [pub, ep] = await boundPub({ maxMessageSize: 1024 });
+    const raw = await rawSub(ep, 1);
+    await waitUntil(() => pub.peerCount === 1);
+    raw.write(Buffer.alloc(2 * 4096, Buffer.from([1, 0]))); // 4096 x (MORE, size 0)
+    await waitUntil(() => raw.closed);
+    expect(pub.counters.oversize).toBe(1);
+  });
+
+  test("a data frame larger than a handshake needs, before READY, closes the connection unread", async () => {
+    const [pub, ep] = await boundPub();
+    const raw = await RawPeer.open(ep);
+    cleanups.push(() => raw.close());
+    raw.write(encodeGreeting(1, false));
+    raw.write(Buffer.from([0x02, 0, 0, 0, 0, 0, 0x10, 0, 0])); // a 1 MiB frame's header (within maxMessageSize), no body
+    await waitUntil(() => raw.closed);
+    expect(pub.counters.protocolErrors + pub.counters.oversize).toBe(1);
+  });
+
+  test("a subscriber past 1024 distinct subscriptions is dropped", async () => {
+    const [pub, ep] = await boundPub();
+    const raw = await rawSub(ep, 1);
+    await waitUntil(() => pub.peerCount === 1);
+    for (let i = 0; i <= 1024; i++) raw.write(encodeCommand("SUBSCRIBE", Buffer.from(`t${i}`)));
+    await waitUntil(() => raw.closed);
+    expect(pub.counters.protocolErrors).toBe(1);
   });
 
   test("a peer announcing an incompatible socket type gets ERROR and is dropped", async () => {

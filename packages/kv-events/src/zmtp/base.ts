@@ -169,13 +169,22 @@ export abstract class ZmtpSocket {
     const sock = createConnection({ host, port });
     d.socket = sock;
     let conn: Connection | undefined;
+    let failed = false;
     const onConnectError = () => {
-      if (conn) return;
+      if (conn || failed) return;
+      failed = true;
+      clearTimeout(connectTimer);
       sock.destroy();
       this.scheduleDial(d);
     };
     sock.once("error", onConnectError);
+    // A SYN nobody answers (a host gone, a blackholed pod IP) would hold this dial for the kernel's
+    // retry budget (~2 min): it is given up after the handshake timeout and redialed on the backoff.
+    const connectTimer = setTimeout(onConnectError, this.opts.handshakeTimeoutMs ?? 10_000);
+    connectTimer.unref?.();
     sock.once("connect", () => {
+      clearTimeout(connectTimer);
+      if (failed) return;
       sock.off("error", onConnectError);
       if (this.closing) return void sock.destroy();
       this.counters.connects++;

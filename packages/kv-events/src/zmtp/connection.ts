@@ -72,9 +72,10 @@ export class Connection {
   bytesIn = 0;
 
   constructor(readonly socket: Socket, private readonly opts: ConnectionOptions, private readonly handler: ConnectionHandler) {
+    // Until READY only handshake commands may come: a peer cannot make us allocate a large frame first.
     this.parser = new ZmtpParser(
       { greeting: (g) => this.onGreeting(g), frame: (f, b) => this.onFrame(f, b) },
-      opts.maxMessageSize,
+      Math.min(opts.maxMessageSize, HANDSHAKE_MAX_FRAME),
     );
     socket.setNoDelay(true);
     if (opts.heartbeat) socket.setKeepAlive(true, opts.heartbeat.intervalMs);
@@ -144,7 +145,7 @@ export class Connection {
     if (reason.kind === "local") {
       // Graceful end so queued messages go out, bounded so a peer that stopped reading
       // cannot hold the socket (and a server's close()) open.
-      this.flush();
+      this.flush(true);
       this.socket.end();
       setTimeout(() => this.socket.destroy(), 100).unref?.();
     } else this.socket.destroy();
@@ -152,8 +153,9 @@ export class Connection {
     this.handler.closed(this, reason);
   }
 
-  private flush(): void {
-    if (this.blocked || this.outMsgs === 0 || this.closed) return;
+  /** `closing`: the last flush of close(), which writes whatever waits even past back-pressure. */
+  private flush(closing = false): void {
+    if (this.outMsgs === 0 || (!closing && (this.blocked || this.closed))) return;
     const data = this.out.length === 1 ? this.out[0]! : Buffer.concat(this.out, this.outBytes);
     this.out = [];
     this.outBytes = 0;
@@ -205,7 +207,8 @@ export class Connection {
       return this.onCommand(cmd.name, cmd.data);
     }
     if (!this.isReady) return "data frame before READY";
-    this.partsBytes += body.length;
+    // Each frame counts for at least FRAME_OVERHEAD: a message of countless empty frames is bounded too.
+    this.partsBytes += body.length + FRAME_OVERHEAD;
     if (this.partsBytes > this.opts.maxMessageSize) {
       this.close({ kind: "oversize", detail: `message exceeds the maximum ${this.opts.maxMessageSize}` });
       return undefined;
@@ -240,6 +243,7 @@ export class Connection {
       const id = meta.get("identity");
       if (id && id.length > 0) this.peerIdentity = Buffer.from(id);
       this.isReady = true;
+      this.parser.maxFrame = this.opts.maxMessageSize;
       clearTimeout(this.handshakeTimer);
       this.startHeartbeat();
       this.handler.ready(this);
@@ -247,7 +251,10 @@ export class Connection {
     }
     switch (name) {
       case "PING": {
-        // PONG echoes the ping context (after the 2-byte TTL).
+        // PONG echoes the ping context (after the 2-byte TTL), at most 16 bytes (RFC 37). None is
+        // sent to a peer that is not reading our output: it would only pile up here.
+        if (data.length > 2 + MAX_PING_CONTEXT) return `PING context of ${data.length - 2} bytes (at most ${MAX_PING_CONTEXT})`;
+        if (this.socket.writableLength > PONG_SKIP_ABOVE) return undefined;
         this.rawWrite(encodeCommand("PONG", data.subarray(Math.min(2, data.length))));
         return undefined;
       }
@@ -263,6 +270,14 @@ export class Connection {
     }
   }
 }
+
+/** The largest frame before the handshake ends (READY metadata is a few hundred bytes). */
+const HANDSHAKE_MAX_FRAME = 64 * 1024;
+/** Counted per data frame toward maxMessageSize besides its bytes (a frame's header and bookkeeping). */
+const FRAME_OVERHEAD = 64;
+const MAX_PING_CONTEXT = 16;
+/** Output waiting in the socket past which PINGs go unanswered (the peer is not reading). */
+const PONG_SKIP_ABOVE = 1 << 20;
 
 /** libzmq keeps a PING's TTL as milliseconds in a u16 (TTL x 100): beyond 655 deciseconds it wraps. */
 const MAX_TTL_DECISECONDS = 655;

@@ -21,7 +21,15 @@ export class ZmtpParser {
   /** Set once the stream is unusable; further input is ignored. */
   error: string | null = null;
 
-  constructor(private readonly sink: ParserSink, private readonly maxFrame: number) {}
+  /** The largest frame accepted; the connection raises it once the handshake is done. */
+  maxFrame: number;
+
+  constructor(
+    private readonly sink: ParserSink,
+    maxFrame: number,
+  ) {
+    this.maxFrame = maxFrame;
+  }
 
   push(chunk: Buffer): void {
     if (this.error !== null) return;

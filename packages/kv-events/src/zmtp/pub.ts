@@ -6,14 +6,20 @@ import type { Connection } from "./connection.ts";
 import { encodeMessage } from "./wire.ts";
 
 /** Subscription prefixes of one subscriber, counted (a prefix subscribed twice needs two cancels). */
+/** Distinct prefixes per subscriber: every send() tests each, and vLLM's listeners use one. */
+const MAX_PREFIXES = 1024;
+
 class Subscriptions {
   private readonly counts = new Map<string, number>();
   prefixes: Buffer[] = [];
-  add(p: Buffer): void {
+  /** False when the subscriber already holds MAX_PREFIXES distinct prefixes. */
+  add(p: Buffer): boolean {
     const k = p.toString("latin1");
     const n = this.counts.get(k) ?? 0;
+    if (n === 0 && this.prefixes.length >= MAX_PREFIXES) return false;
     this.counts.set(k, n + 1);
     if (n === 0) this.prefixes.push(Buffer.from(p));
+    return true;
   }
   remove(p: Buffer): void {
     const k = p.toString("latin1");
@@ -83,12 +89,17 @@ export class PubSocket extends ZmtpSocket {
     // ZMTP 3.0 subscription form: a single-frame message 0x01|0x00 + prefix; anything else is ignored.
     const f = frames[0]!;
     if (frames.length !== 1 || f.length === 0) return;
-    if (f[0] === 1) this.subs.get(c)?.add(f.subarray(1));
+    if (f[0] === 1) this.subscribe(c, f.subarray(1));
     else if (f[0] === 0) this.subs.get(c)?.remove(f.subarray(1));
   }
 
   protected override onCommand(c: Connection, name: string, data: Buffer): void {
-    if (name === "SUBSCRIBE") this.subs.get(c)?.add(data);
+    if (name === "SUBSCRIBE") this.subscribe(c, data);
     else if (name === "CANCEL") this.subs.get(c)?.remove(data);
+  }
+
+  private subscribe(c: Connection, prefix: Buffer): void {
+    const s = this.subs.get(c);
+    if (s && !s.add(prefix)) c.close({ kind: "protocol", detail: `more than ${MAX_PREFIXES} subscriptions` });
   }
 }
