@@ -12,6 +12,7 @@ type Watcher = (status: ServingStatus) => void;
 export class HealthState {
   readonly #status = new Map<string, ServingStatus>();
   readonly #watchers = new Map<string, Set<Watcher>>();
+  #draining = false;
 
   constructor() {
     this.#set("", "SERVING");
@@ -20,7 +21,9 @@ export class HealthState {
     this.#set(EXT_PROC_SERVICE, "NOT_SERVING");
   }
 
+  /** No effect once draining: a recovery ending during shutdown must not report SERVING again. */
   setReady(ready: boolean): void {
+    if (this.#draining) return;
     const s: ServingStatus = ready ? "SERVING" : "NOT_SERVING";
     this.#set("readiness", s);
     this.#set(EXT_PROC_SERVICE, s);
@@ -32,6 +35,7 @@ export class HealthState {
 
   /** Shutdown: everything reports NOT_SERVING so probes and gateways stop sending. */
   drain(): void {
+    this.#draining = true;
     for (const s of HEALTH_SERVICES) this.#set(s, "NOT_SERVING");
   }
 

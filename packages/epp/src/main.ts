@@ -270,6 +270,8 @@ export async function startEpp(cfg: EppConfig, o: { log?: Logger; kubeConfig?: K
       });
     })
     .then((outcome) => {
+      // Shutting down: nothing more to set up (a recovery that ended without looking at the signal).
+      recoveryAbort.signal.throwIfAborted();
       recoveryMetric.set(outcome);
       indexers.pruneWorkers((w) => workers.has(w));
       workers.attach((worker, signal) => {

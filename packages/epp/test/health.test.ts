@@ -80,3 +80,19 @@ test("during --shutdown-delay-ms the replica reports NOT_SERVING but still route
   s.end();
   await stopping;
 });
+
+test("a stop while the replica is still getting ready keeps it NOT_SERVING (recovery ending meanwhile)", async () => {
+  // The listener never connects: readiness waits --subscribe-wait-ms, then recovery (no peers) ends at once.
+  const epp = await startTestEpp([{ id: "w", address: "127.0.4.19:8000", kvEvents: "tcp://127.0.4.19:1" }], {
+    flags: ["--subscribe-wait-ms", "1000", "--shutdown-delay-ms", "2500"],
+    waitReady: false,
+  });
+  epp.ready.catch(() => {});
+  const h = healthClient(epp.ports.grpcHealth);
+  cleanups.push(() => h.close());
+  const stopping = epp.stop({ graceMs: 200 });
+  await Bun.sleep(1800); // past the subscribe wait, inside the shutdown delay
+  expect(await checkHealth(h, "readiness")).toBe("NOT_SERVING");
+  expect(await checkHealth(h, EXT_PROC_SERVICE)).toBe("NOT_SERVING");
+  await stopping;
+});
