@@ -1,9 +1,10 @@
 // Kubernetes mode against the fake API server: the InferencePool's selector and target port, and a pod
 // informer keeping the workers (Running + IP + Ready) as pods appear, become ready, and go away.
-import { afterAll, expect, test } from "bun:test";
+import { afterAll, describe, expect, test } from "bun:test";
 import { startFakeKubeApi, waitFor } from "@kv-epp/testkit";
 import { parseConfig } from "../src/config.ts";
 import { startEpp } from "../src/main.ts";
+import { startPoolWorkers } from "../src/workers/kubernetes.ts";
 import { FakeWorkerEvents, HOST, postJson, quietLog, tokens } from "./helpers.ts";
 
 // Not the default 5557: a stray process bound to *:5557 on a shared machine would block the bind.
@@ -162,4 +163,59 @@ test("a changed InferencePool selector moves the worker set to the newly selecte
   expect(await ids()).toEqual(["vllm-0@127.0.4.54:8000"]);
   api.upsert({ ...(inferencePool("pool") as object), spec: { selector: { matchLabels: { app: "next" } }, targetPorts: [{ number: 8100 }] } } as never);
   await waitFor(async () => (await ids()).join() === "next-0@127.0.4.55:8100", { message: "workers follow the new selector and port" });
+});
+
+describe("startPoolWorkers", () => {
+  const pool = (port: number) =>
+    ({ ...(inferencePool("pool") as object), spec: { selector: { matchLabels: { app: "vllm" } }, targetPorts: [{ number: port }] } }) as never;
+  const start = (api: Awaited<ReturnType<typeof fakeApi>>, onWorkers: (ids: string[]) => void, onError: () => void = () => {}) =>
+    startPoolWorkers({
+      kubeConfig: api.kubeConfig,
+      poolName: "pool",
+      namespace: "llm",
+      kvEventsPort: KV_PORT,
+      dpSize: 1,
+      log: quietLog,
+      onWorkers: (specs) => onWorkers(specs.map((s) => `${s.id}@${s.address}`)),
+      onError,
+    });
+
+  test("a failed pod list publishes no worker set (unknown is not empty); the first set comes from a list that succeeded", async () => {
+    let denied = 0;
+    const api = await startFakeKubeApi({
+      host: HOST,
+      port: 0,
+      authorize: (r) => !(r.plural === "pods" && r.verb === "list" && denied++ === 0),
+    });
+    cleanups.push(() => api.close());
+    api.upsert(pool(8000));
+    api.upsert(pod("vllm-0", "10.0.0.1", "ready") as never);
+    api.upsert(pod("vllm-1", "10.0.0.2", "ready") as never);
+    const sets: string[][] = [];
+    const src = await start(api, (ids) => sets.push(ids));
+    cleanups.push(() => src.stop());
+    expect(denied).toBeGreaterThanOrEqual(2); // the first list failed, a later one succeeded
+    expect(sets.length).toBeGreaterThan(0);
+    expect(sets.every((s) => s.length > 0)).toBe(true);
+    expect(sets.at(-1)!.sort()).toEqual(["vllm-0@10.0.0.1:8000", "vllm-1@10.0.0.2:8000"]);
+  });
+
+  test("a pool change replaces the pod informer: the old one stops for good and is not counted as an error", async () => {
+    const api = await fakeApi();
+    api.upsert(pool(8000));
+    api.upsert(pod("vllm-0", "10.0.0.1", "ready") as never);
+    let last: string[] = [];
+    let errors = 0;
+    const src = await start(api, (ids) => (last = ids), () => errors++);
+    cleanups.push(() => src.stop());
+    const podWatches = () => api.requests.filter((r) => r.plural === "pods" && r.verb === "watch").length;
+    await waitFor(() => podWatches() === 1, { message: "pod watch open" });
+    for (let i = 1; i <= 2; i++) {
+      api.upsert(pool(8000 + i));
+      await waitFor(() => last.join() === `vllm-0@10.0.0.1:${8000 + i}`, { message: "workers follow the port" });
+    }
+    await Bun.sleep(1500); // past the informers' 1 s restart pause
+    expect(podWatches()).toBe(3);
+    expect(errors).toBe(0);
+  });
 });

@@ -85,38 +85,48 @@ export async function startPoolWorkers(o: PoolWorkersOptions): Promise<{ stop():
   const podsListed = new Promise<void>((resolve) => (firstPods = resolve));
   const retries = new Set<ReturnType<typeof setTimeout>>();
 
-  // An informer stops on a watch error; restart it after a pause (its relist reconciles).
-  const restartOnError = (inf: { start(): Promise<void>; on(verb: "error", cb: (err: unknown) => void): void }) =>
+  // An informer stops on a list or watch error; restart it after a pause (its relist reconciles),
+  // unless it was stopped on purpose (shutdown, or a pod informer replaced on a pool change).
+  type Restartable = { start(): Promise<void>; on(verb: "error", cb: (err: unknown) => void): void };
+  const restartOnError = (inf: Restartable, current: () => boolean, afterStart: () => void = () => {}) =>
     inf.on("error", (err) => {
+      if (stopped || !current()) return;
       o.onError(err);
-      if (stopped) return;
       const t = setTimeout(() => {
         retries.delete(t);
-        if (!stopped) void inf.start().catch(o.onError);
+        if (!stopped && current()) void inf.start().then(afterStart, o.onError);
       }, 1000);
       retries.add(t);
     });
 
   const watchPods = async (t: Target) => {
     const old = pods;
+    // A failed list leaves the informer's cache empty, which is "unknown", not "no pods": nothing is
+    // published (and the first worker set is not reported) until a list has succeeded.
+    let listed = false;
     const inf = makeInformer<V1Pod>(
       o.kubeConfig,
       `/api/v1/namespaces/${o.namespace}/pods`,
-      () => core.listNamespacedPod({ namespace: o.namespace, labelSelector: t.selector }),
+      async () => {
+        const r = await core.listNamespacedPod({ namespace: o.namespace, labelSelector: t.selector });
+        listed = true;
+        return r;
+      },
       t.selector,
     );
     const publish = () => {
-      if (pods === inf) o.onWorkers(inf.list(o.namespace).filter(isServingPod).map((p) => podWorker(p, o, t.port)));
+      if (pods !== inf || !listed) return;
+      o.onWorkers(inf.list(o.namespace).filter(isServingPod).map((p) => podWorker(p, o, t.port)));
+      firstPods();
     };
     pods = inf;
     if (old) await old.stop().catch(() => {});
     inf.on("add", publish);
     inf.on("update", publish);
     inf.on("delete", publish);
-    restartOnError(inf);
+    restartOnError(inf, () => pods === inf, publish);
     await inf.start().catch(o.onError);
     publish();
-    firstPods();
   };
 
   const onPool = (pool: InferencePool & { metadata?: { name?: string } }) => {
@@ -145,7 +155,7 @@ export async function startPoolWorkers(o: PoolWorkersOptions): Promise<{ stop():
     // Keep routing to the last known pods: a deleted pool is an operator action, not a reason to drop traffic.
     if (pool.metadata?.name === o.poolName) o.log.warn({ pool: o.poolName }, "inference pool deleted; keeping the last worker set");
   });
-  restartOnError(poolInformer);
+  restartOnError(poolInformer, () => true);
   await poolInformer.start().catch(o.onError);
   if (!target) o.log.warn({ pool: o.poolName, namespace: o.namespace }, "inference pool not found yet, waiting for it");
 
