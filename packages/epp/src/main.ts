@@ -85,8 +85,9 @@ export async function startEpp(cfg: EppConfig, o: { log?: Logger; kubeConfig?: K
           kube,
         })
       : undefined;
-  // Consecutive failed scrapes per worker; DOWN_AFTER of them mark the worker down (static mode's
-  // only way to learn that a worker went away; in Kubernetes mode readiness says it first).
+  // Consecutive failed scrapes per worker; from DOWN_AFTER of them on the worker is down (static mode's
+  // only way to learn that a worker went away; in Kubernetes mode pod readiness says it, and a slow
+  // /metrics alone must not take a worker out of routing).
   const DOWN_AFTER = 3;
   const failedScrapes = new Map<string, number>();
   const scraper = new WorkerMetricsScraper({
@@ -96,7 +97,7 @@ export async function startEpp(cfg: EppConfig, o: { log?: Logger; kubeConfig?: K
       const n = (failedScrapes.get(workerId) ?? 0) + 1;
       failedScrapes.set(workerId, n);
       if (n === 1) log.warn({ worker: workerId, err: String(err) }, "worker /metrics scrape failing");
-      if (n === DOWN_AFTER) workers.markDown(workerId);
+      if (n >= DOWN_AFTER && cfg.workers.mode === "static") workers.markDown(workerId);
     },
     onSuccess: (workerId) => {
       if (failedScrapes.delete(workerId)) workers.markUp(workerId);

@@ -2,6 +2,7 @@
 // attachment intents) but opening the same sources keeps its listeners and its blocks; only ranks whose
 // source changed or went away are closed and cleared; address and metrics URL change in place.
 import { afterEach, expect, test } from "bun:test";
+import { waitFor } from "@kv-epp/testkit";
 import type { KvIndex, WorkerRef } from "@kv-epp/index-wasm";
 import { Indexers } from "../src/indexer.ts";
 import { createMetrics } from "../src/metrics.ts";
@@ -125,4 +126,21 @@ test("a worker that leaves has every rank closed and cleared", async () => {
   expect(removed).toEqual([{ workerId: "w", dpRank: 0 }, { workerId: "w", dpRank: 1 }]);
   expect([blocksOf(0), blocksOf(1)]).toEqual([0, 0]);
   expect(reg.candidates()).toEqual([]);
+});
+
+test("a worker marked down leaves the candidates but keeps its blocks while its KV publisher is connected; they go when it is gone", async () => {
+  const { reg, removed, pubs, blocksOf } = await setup();
+  reg.reconcile([podSpec(pubs.map((p) => p.endpoint))]);
+  await indexBoth(pubs, blocksOf, 31);
+  reg.markDown("w"); // /metrics failing, publisher still up: a busy server, not a dead one
+  expect(reg.candidates()).toEqual([]);
+  expect(removed).toEqual([]);
+  expect([blocksOf(0), blocksOf(1)]).toEqual([4, 4]);
+  await Promise.all(pubs.map((p) => p.close()));
+  await waitFor(() => !reg.connected("w", 0) && !reg.connected("w", 1), { message: "listeners see the publishers gone" });
+  reg.markDown("w"); // the next failed scrape
+  expect(removed).toEqual([{ workerId: "w", dpRank: 0 }, { workerId: "w", dpRank: 1 }]);
+  expect([blocksOf(0), blocksOf(1)]).toEqual([0, 0]);
+  reg.markUp("w");
+  expect(reg.candidates().map((c) => c.dpRank)).toEqual([0, 1]);
 });

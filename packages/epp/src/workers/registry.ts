@@ -68,6 +68,8 @@ export class WorkerRegistry {
   readonly #entries = new Map<string, Entry>();
   /** Workers whose model server stopped answering (see markDown): listed, but not routable. */
   readonly #down = new Set<string>();
+  /** Down workers whose blocks were dropped (see markDown). */
+  readonly #blocksDropped = new Set<string>();
   #candidates: Candidate[] = [];
   #sink: Sink | undefined;
 
@@ -106,24 +108,34 @@ export class WorkerRegistry {
     }
     if (!changed) return;
     for (const id of this.#down) if (!this.#entries.has(id)) this.#down.delete(id);
+    for (const id of this.#blocksDropped) if (!this.#entries.has(id)) this.#blocksDropped.delete(id);
     this.#rebuild();
     this.opts.onChanged?.(this.specs());
   }
 
   /**
-   * A worker that stopped answering (static mode has no pod informer to say so) leaves the candidates
-   * and the index: whatever it held is gone if it restarts, and its events say so when it is back.
+   * A worker whose model server stopped answering (static mode has no pod informer to say so) leaves
+   * the candidates. Its blocks leave the index only once its KV publisher is gone too (no listener
+   * connected): a server too busy to answer /metrics still holds its cache, which vLLM never
+   * re-announces, while a dead one lost it. Called again on every failed check, so a publisher that
+   * goes away later is noticed then.
    */
   markDown(workerId: string): void {
     const e = this.#entries.get(workerId);
-    if (!e || this.#down.has(workerId)) return;
-    this.#down.add(workerId);
-    this.#rebuild();
+    if (!e) return;
+    if (!this.#down.has(workerId)) {
+      this.#down.add(workerId);
+      this.#rebuild();
+      this.opts.log.warn({ worker: workerId }, "worker down: not routable");
+    }
+    if (this.#blocksDropped.has(workerId) || [...e.listeners.values()].some((l) => l.connected)) return;
+    this.#blocksDropped.add(workerId);
     for (const r of e.listeners.keys()) this.opts.onRemoved({ workerId, dpRank: r });
-    this.opts.log.warn({ worker: workerId }, "worker down: not routable, blocks dropped");
+    this.opts.log.warn({ worker: workerId }, "worker down and its KV publisher gone: blocks dropped");
   }
 
   markUp(workerId: string): void {
+    this.#blocksDropped.delete(workerId);
     if (!this.#down.delete(workerId)) return;
     this.#rebuild();
     this.opts.log.info({ worker: workerId }, "worker back up");
