@@ -145,4 +145,26 @@ describe("dump handler", () => {
     await expect(fetchDump({ peer: p.peer, target, timeoutMs: 2000 })).rejects.toMatchObject({ name: "DumpFetchError" });
     expect([target.commits, target.aborts]).toEqual([0, 1]);
   });
+
+  test("a reader that goes away mid-body closes the source (what it holds is released)", async () => {
+    let closed = false;
+    function* events() {
+      try {
+        for (let i = 0; i < 1_000_000; i++) yield { workerId: "w", dpRank: 0, eventId: i, parentHash: null, blocks: [{ blockHash: 1n, tokensHash: 2n }] };
+      } finally {
+        closed = true; // where the index module's dump frees its linear memory
+      }
+    }
+    const p = startPeer(dumpHandler({ source: { models: () => [{ key: "m", blockSize: 16, events: events() }] }, ready: () => true, logger: quietLogger(), chunkBytes: 1024 }));
+    servers.push({ stop: p.stop });
+    const abort = new AbortController();
+    const res = await fetch(`${p.peer.url}/dump`, { signal: abort.signal });
+    const reader = res.body!.getReader();
+    await reader.read();
+    abort.abort();
+    await reader.cancel().catch(() => {});
+    const deadline = Date.now() + 5000;
+    while (!closed && Date.now() < deadline) await Bun.sleep(10);
+    expect(closed).toBe(true);
+  });
 });

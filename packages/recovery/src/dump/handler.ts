@@ -47,9 +47,10 @@ export function dumpHandler(opts: DumpHandlerOptions): (req: Request) => Respons
     let bytes = 0;
     let first: Uint8Array | null;
     let next: () => Uint8Array | null;
+    let chunks: Generator<Uint8Array>;
     try {
       // The first chunk is produced before answering, so a dump that cannot start is still a clean 500.
-      const chunks = dumpChunks(opts.source, opts.chunkBytes);
+      chunks = dumpChunks(opts.source, opts.chunkBytes);
       next = () => {
         const r = chunks.next();
         return r.done ? null : r.value;
@@ -76,6 +77,10 @@ export function dumpHandler(opts: DumpHandlerOptions): (req: Request) => Respons
       }
     };
     if (first !== null) bytes += first.length;
-    return new Response(streamFromChunks(counted, first), { status: 200, headers: JSON_TYPE });
+    const cancelled = () => {
+      chunks.return(undefined);
+      log.info({ bytes, ms: Math.round(performance.now() - started) }, "dump abandoned by the reader");
+    };
+    return new Response(streamFromChunks(counted, first, cancelled), { status: 200, headers: JSON_TYPE });
   };
 }

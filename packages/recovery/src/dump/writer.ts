@@ -225,17 +225,26 @@ export function* dumpChunks(source: DumpSource, chunkBytes = DUMP_CHUNK_BYTES): 
  */
 export function dumpStream(source: DumpSource, opts: { chunkBytes?: number } = {}): ReadableStream<Uint8Array> {
   const chunks = dumpChunks(source, opts.chunkBytes);
-  return streamFromChunks(() => {
-    const r = chunks.next();
-    return r.done ? null : r.value;
-  }, null);
+  return streamFromChunks(
+    () => {
+      const r = chunks.next();
+      return r.done ? null : r.value;
+    },
+    null,
+    () => void chunks.return(undefined),
+  );
 }
 
-/** `first`: a chunk pre-pulled by the caller (see the handler: a dump that cannot start becomes a 500). */
-export function streamFromChunks(next: () => Uint8Array | null, first: Uint8Array | null): ReadableStream<Uint8Array> {
+/**
+ * `first`: a chunk pre-pulled by the caller (see the handler: a dump that cannot start becomes a 500).
+ * `cancel`: the reader went away mid-body; it closes the source (the index module's dump generators
+ * release the linear memory they hold in their `finally`, which nothing else would run).
+ */
+export function streamFromChunks(next: () => Uint8Array | null, first: Uint8Array | null, cancel: () => void): ReadableStream<Uint8Array> {
   let pending = first;
   return new ReadableStream<Uint8Array>(
     {
+      cancel,
       pull(controller) {
         let chunk: Uint8Array | null;
         try {
