@@ -43,6 +43,9 @@ describe("OpenAI request bodies", () => {
     [JSON.stringify({ prompt: [4294967296] }), /prompt\[0\]/],
     [JSON.stringify({ prompt: 3 }), /prompt must be/],
     [JSON.stringify({ messages: [{ content: "no role" }] }), /messages/],
+    [JSON.stringify({ messages: [{ role: "user", content: 123 }] }), /content must be/],
+    [JSON.stringify({ messages: [{ role: "user", content: { text: "x" } }] }), /content must be/],
+    [JSON.stringify({ messages: [{ role: "user", content: [null] }] }), /content must be/],
     [JSON.stringify({ model: 5, prompt: "x" }), /model/],
   ])("%s is a bad request", (body, message) => {
     expect(() => parseBodyBytes(bytes(body))).toThrow(BadRequest);

@@ -70,6 +70,11 @@ function jsonString(body: Uint8Array, start: number, end: number): string {
   return raw.includes(0x5c) ? (JSON.parse(decoder.decode(raw)) as string) : decoder.decode(raw.subarray(1, -1));
 }
 
+/** OpenAI's shapes of `content`: absent, null, text, or parts ({type: "text", text}, images, ...). */
+function validContent(c: unknown): boolean {
+  return c === undefined || c === null || typeof c === "string" || (Array.isArray(c) && c.every((p) => typeof p === "object" && p !== null && !Array.isArray(p)));
+}
+
 /** Validates an already-decoded body (also used by POST /select). */
 export function parseBody(doc: unknown): ParsedBody {
   if (typeof doc !== "object" || doc === null || Array.isArray(doc)) throw new BadRequest("request body must be a JSON object");
@@ -80,6 +85,8 @@ export function parseBody(doc: unknown): ParsedBody {
   if (o.messages !== undefined) {
     if (!Array.isArray(o.messages) || o.messages.some((m) => typeof m !== "object" || m === null || typeof m.role !== "string"))
       throw new BadRequest("messages must be an array of {role, content}");
+    if (o.messages.some((m) => !validContent((m as ChatMessage).content)))
+      throw new BadRequest("a message's content must be a string, null, or an array of content parts (objects)");
     if (o.tools !== undefined && !Array.isArray(o.tools)) throw new BadRequest("tools must be an array");
     const kw = o.chat_template_kwargs;
     if (kw !== undefined && kw !== null && (typeof kw !== "object" || Array.isArray(kw)))
