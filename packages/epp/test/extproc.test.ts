@@ -97,6 +97,37 @@ describe("ext_proc", () => {
     s.end();
   });
 
+  test("buffered mode with request trailers: the one body message (end_of_stream false) gets the route, the trailers a CONTINUE", async () => {
+    const s = client.open();
+    s.send({ ...headers(), protocol_config: { request_body_mode: "BUFFERED" } });
+    expect((await s.next()).response).toBe("request_headers");
+    s.send(body({ prompt: promptA }, false));
+    const b = await s.next();
+    expect(b.response).toBe("request_body");
+    expect(setHeader(b.request_body?.response, "x-gateway-destination-endpoint")).toBe(A);
+    s.send({ request_trailers: { trailers: { headers: [] } } });
+    expect((await s.next()).response).toBe("request_trailers");
+    s.end();
+  });
+
+  test("body modes that route before any body (NONE, STREAMED) get the route on the headers response, by load", async () => {
+    // NONE is proto3's zero value: a protocol_config that names no request body mode.
+    for (const protocol_config of [{}, { request_body_mode: "STREAMED" as const }]) {
+      const s = client.open();
+      s.send({ ...headers(), protocol_config });
+      const h = await s.next();
+      expect(h.response).toBe("request_headers");
+      expect([A, B]).toContain(setHeader(h.request_headers?.response, "x-gateway-destination-endpoint")!);
+      if (protocol_config.request_body_mode === "STREAMED") {
+        s.send(body({ prompt: promptA }, false));
+        const c = await s.next();
+        expect(c.response).toBe("request_body");
+        expect(c.request_body?.response?.header_mutation).toBeUndefined();
+      }
+      s.end();
+    }
+  });
+
   test("a body streamed in chunks is accumulated until end_of_stream and handed back whole", async () => {
     const s = client.open();
     const text = JSON.stringify({ prompt: promptA, stream: true });

@@ -10,6 +10,7 @@ import type { Tokenize } from "../tokens.ts";
 import type { BidiCall } from "./grpc-h2.ts";
 import { BadRequest, parseBodyBytes, type ParsedBody } from "./openai-body.ts";
 import {
+  type BodySendMode,
   continueResponse,
   findHeader,
   immediate,
@@ -56,7 +57,9 @@ export function createProcessHandler(deps: ExtProcDeps): (call: Duplex) => void 
 
 class ProcessStream {
   #req: RequestState | undefined;
-  #fullDuplex: boolean | undefined;
+  /** The request body mode, from the first message's protocol_config (else --body-mode). */
+  #mode: BodySendMode | undefined;
+  #fullDuplex = false;
   #responseStreamed = false;
   #observe = false;
   #closed = false;
@@ -97,12 +100,12 @@ class ProcessStream {
   }
 
   #onMessage(msg: ProcessingRequest): void {
-    if (this.#fullDuplex === undefined) {
-      const mode = msg.protocol_config?.request_body_mode;
-      this.#fullDuplex =
-        mode !== undefined ? mode === "FULL_DUPLEX_STREAMED" : this.deps.bodyMode !== "buffered";
-      const respMode = msg.protocol_config?.response_body_mode;
-      this.#responseStreamed = respMode !== undefined ? respMode === "FULL_DUPLEX_STREAMED" : this.#fullDuplex;
+    if (this.#mode === undefined) {
+      const pc = msg.protocol_config;
+      // NONE is proto3's zero value, absent on the wire: a protocol_config without a mode means NONE.
+      this.#mode = pc ? (pc.request_body_mode ?? "NONE") : this.deps.bodyMode === "buffered" ? "BUFFERED" : "FULL_DUPLEX_STREAMED";
+      this.#fullDuplex = this.#mode === "FULL_DUPLEX_STREAMED";
+      this.#responseStreamed = pc ? pc.response_body_mode === "FULL_DUPLEX_STREAMED" : this.#fullDuplex;
     }
     this.#observe = msg.observability_mode === true;
 
@@ -134,8 +137,9 @@ class ProcessStream {
   #onRequestHeaders(msg: ProcessingRequest): void {
     this.#finish(); // a previous request on this stream is over
     this.#req = { subset: subsetHint(msg), chunks: [], bytes: 0, lease: undefined, decided: false };
-    if (msg.request_headers!.end_of_stream) {
-      // No body: nothing to match, so the decision is by load alone.
+    // No body, or none before the route is taken (NONE: not sent; STREAMED: the headers go upstream
+    // once answered): the decision is by load alone, on the headers.
+    if (msg.request_headers!.end_of_stream || this.#mode === "NONE" || this.#mode === "STREAMED") {
       this.#decide(EMPTY, "headers");
       return;
     }
@@ -159,11 +163,9 @@ class ProcessStream {
       this.#immediate(413, "request body too large", "body_too_large", "bad_request");
       return;
     }
-    if (!eos) {
-      // STREAMED/BUFFERED_PARTIAL answer every chunk; full duplex answers once the route is known.
-      if (!this.#fullDuplex) this.#send(continueResponse("request_body"));
-      return;
-    }
+    // BUFFERED and BUFFERED_PARTIAL send the body as one message (end_of_stream false when trailers
+    // follow), which gets one answer: the route. Full duplex answers once the body has ended.
+    if (!eos && this.#fullDuplex) return;
     this.#decide(concat(req.chunks, req.bytes), "body");
   }
 
