@@ -38,6 +38,16 @@ describe("config", () => {
     [["--config", file, "--kv-heartbeat-ms", "1.5"], /--kv-heartbeat-ms: "1.5"/],
     [["--config", file, "--secure-serving"], /--tls-cert-file/],
     [["--config", file, "--frobnicate", "1"], /frobnicate/],
+    [["--config", file, "--grpc-port="], /--grpc-port: ""/],
+    [["--config", file, "--grpc-port", "0x10"], /--grpc-port: "0x10"/],
+    [["--config", file, "--temperature", " "], /--temperature: " "/],
+    [["--config", file, "--scrape-interval-ms", "3000000000"], /--scrape-interval-ms: "3000000000"/],
+    [["--pool-name", "p", "--kv-events-port", "65535", "--dp-size", "2"], /--kv-events-port: "65535" \(rank 1/],
+    [["--config", writeStaticConfig([{ id: "a", address: "127.0.4.1:8000", kvEvents: "tcp://127.0.4.1:70000" }])], /workers.0.kvEvents.*port above 65535/],
+    [
+      ["--config", writeStaticConfig([0, 1].map((i) => ({ id: "a", address: `127.0.4.${i}:8000`, kvEvents: `tcp://127.0.4.${i}:5557` })))],
+      /worker ids must be unique/,
+    ],
     [["--config", "/nonexistent/epp.yaml"], /\/nonexistent\/epp.yaml/],
     [[], /--config FILE.*--pool-name/],
   ])("%p is rejected with a message naming the flag and value", (argv, message) => {

@@ -60,22 +60,27 @@ export const OPTIONS = {
 
 type Key = keyof typeof OPTIONS;
 
-const port = z.coerce.number().int().min(0).max(65535);
-const int = z.coerce.number().int().min(0);
+// Decimal digits only: Number() would also take "", " ", "0x10" and "1e3".
+const decimal = z.string().regex(/^\d+$/).transform(Number);
+const port = decimal.pipe(z.number().max(65535));
+/** Also bounds millisecond options: timers wrap past 2^31-1 ms and fire at once. */
+const int = decimal.pipe(z.number().max(2 ** 31 - 1));
 const bool = z.enum(["true", "false", "1", "0", "yes", "no"]).transform((v) => v === "true" || v === "1" || v === "yes");
 const KIND_SCHEMA: Record<Kind, z.ZodType> = {
   string: z.string(),
   port,
   int,
-  number: z.coerce.number().finite().min(0),
+  number: z.string().regex(/^(\d+(\.\d*)?|\.\d+)$/).transform(Number),
   bool,
 };
 
+const portInRange = (s: string) => Number(s.slice(s.lastIndexOf(":") + 1)) <= 65535;
+const tcpEndpoint = z.string().regex(/^tcp:\/\/[^\s:]+:\d+$/, "expected tcp://host:port").refine(portInRange, "port above 65535");
 const WorkerEntry = z.object({
   id: z.string().min(1),
-  address: z.string().regex(/^[^\s:]+:\d+$/, "expected ip:port"),
-  kvEvents: z.string().regex(/^tcp:\/\/[^\s:]+:\d+$/, "expected tcp://host:port"),
-  replay: z.string().regex(/^tcp:\/\/[^\s:]+:\d+$/, "expected tcp://host:port").optional(),
+  address: z.string().regex(/^[^\s:]+:\d+$/, "expected ip:port").refine(portInRange, "port above 65535"),
+  kvEvents: tcpEndpoint,
+  replay: tcpEndpoint.optional(),
   dpSize: z.number().int().min(1).default(1),
   metrics: z.string().url().optional(),
 });
@@ -88,7 +93,10 @@ export const StaticFile = z.object({
   tenant: z.string().min(1).default("default"),
   blockSize: z.number().int().min(1).max(4096),
   tokenizerDir: z.string().optional(),
-  workers: z.array(WorkerEntry).default([]),
+  workers: z
+    .array(WorkerEntry)
+    .default([])
+    .refine((ws) => new Set(ws.map((w) => w.id)).size === ws.length, "worker ids must be unique"),
   peers: z.array(PeerEntry).default([]),
 });
 export type StaticWorker = z.infer<typeof WorkerEntry>;
@@ -227,6 +235,12 @@ export function parseConfig(argv: string[], env: Record<string, string | undefin
   if (blockSize < 1) throw new ConfigError(`invalid value for ${r.blockSize.source}: ${JSON.stringify(r.blockSize.value)} (expected >= 1)`);
   const dpSize = get<number>("dpSize")!;
   if (dpSize < 1) throw new ConfigError(`invalid value for ${r.dpSize.source}: ${JSON.stringify(r.dpSize.value)} (expected >= 1)`);
+  // Rank r listens on the base port + r: the last rank's port must exist.
+  for (const k of ["kvEventsPort", "kvReplayPort"] as const) {
+    const base = get<number>(k);
+    if (base !== undefined && base + dpSize - 1 > 65535)
+      throw new ConfigError(`invalid value for ${r[k].source}: ${JSON.stringify(r[k].value)} (rank ${dpSize - 1} of --dp-size ${dpSize} would be on port ${base + dpSize - 1})`);
+  }
 
   const file = get<string>("config");
   const staticFile = file ? loadStaticFile(file) : undefined;
