@@ -82,3 +82,19 @@ test("recovery staging in batches builds the same index as one applyStored per e
   expect(got.stats().residencies).toBe(events.length);
   expect([...got.dump()]).toEqual([...reference.dump()]);
 });
+
+test("events and a peer's dump of another block size are rejected (counted as block_size), not indexed unmatchable", async () => {
+  const metrics = createMetrics();
+  const ixs = new Indexers(metrics);
+  const ix = ixs.register("m", "default", BS);
+  const other: KvEvent = { ...stored([41n], null, [1, 2, 3, 4, 5, 6, 7, 8]), blockSize: 8 } as KvEvent;
+  ixs.applySignal("m:default", w, { kind: "batch", seq: 0n, batch: { ts: 0, dataParallelRank: 0, events: [other] } });
+  expect(ix.index.stats().residencies).toBe(0);
+  expect(await counter(metrics, "dynamo_epp_kv_events_rejected_total", '{reason="block_size"}')).toBe(1);
+
+  const staging = ixs.begin();
+  for (let i = 0; i < 3; i++) staging.apply("m:default", 8, { workerId: "w", dpRank: 0, eventId: i, parentHash: null, blocks: [{ blockHash: BigInt(i + 1), tokensHash: 7n }] });
+  staging.commit();
+  expect(ixs.get("m:default")!.index.stats().residencies).toBe(0);
+  expect(await counter(metrics, "dynamo_epp_kv_events_rejected_total", '{reason="block_size"}')).toBe(4);
+});

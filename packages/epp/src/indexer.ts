@@ -59,7 +59,7 @@ export class Indexers implements DumpSource, DumpTarget {
     // The index's typed-array batch builder: tokens hashes go in as the BigUint64Array computeBlockHashes
     // returns (one copy), no per-block objects (index-wasm README, "Which ingestion path").
     const b = ix.index.batch();
-    for (const e of signal.batch.events) this.#add(b, worker, e);
+    for (const e of signal.batch.events) this.#add(b, worker, e, ix.blockSize);
     const n = b.events;
     if (n === 0) return;
     const out = b.apply();
@@ -68,12 +68,17 @@ export class Indexers implements DumpSource, DumpTarget {
     if (out.rejected > 0) this.metrics.eventsRejected.inc({ reason: "index" }, out.rejected);
   }
 
-  #add(b: StoredBatchBuilder, worker: WorkerRef, e: KvEvent): void {
+  #add(b: StoredBatchBuilder, worker: WorkerRef, e: KvEvent, blockSize: number): void {
     switch (e.type) {
       case "BlockStored": {
         // Only GPU residency makes a prefix cheap to serve; offloaded copies are not counted.
         if (e.medium !== null && e.medium !== "GPU") {
           this.metrics.eventsRejected.inc({ reason: "medium" });
+          return;
+        }
+        // Blocks of another size hash other token spans than requests are hashed by: never matched.
+        if (e.blockSize !== blockSize) {
+          this.metrics.eventsRejected.inc({ reason: "block_size" });
           return;
         }
         let tokensHashes = computeBlockHashes(Uint32Array.from(e.tokenIds), e.blockSize);
@@ -138,7 +143,7 @@ export class Indexers implements DumpSource, DumpTarget {
       let s = staged.get(key);
       if (!s) {
         const index = KvIndex.create({ blockSize });
-        s = { blockSize, index, builder: index.batch(), workers: new Map(), ext: new BigUint64Array(64), tok: new BigUint64Array(64) };
+        s = { blockSize, index, builder: index.batch(), workers: new Map(), ext: new BigUint64Array(64), tok: new BigUint64Array(64), events: 0 };
         staged.set(key, s);
       }
       return s;
@@ -148,6 +153,7 @@ export class Indexers implements DumpSource, DumpTarget {
       applyBatch: (key, blockSize, b) => {
         if (!open) return;
         const s = stagedFor(key, blockSize);
+        s.events += b.count;
         for (let i = 0; i < b.count; i++) {
           const from = b.blockStart[i]!, to = b.blockStart[i + 1]!;
           s.builder.stored(b.workers[i]!, b.parentHash(i), b.blockHashes.subarray(from, to), b.tokensHashes.subarray(from, to));
@@ -157,6 +163,7 @@ export class Indexers implements DumpSource, DumpTarget {
       apply: (key, blockSize, e) => {
         if (!open) return;
         const s = stagedFor(key, blockSize);
+        s.events++;
         // Dump events go in through the batch builder, STAGING_BATCH at a time (not one call each).
         const n = e.blocks.length;
         if (s.ext.length < n) {
@@ -179,7 +186,10 @@ export class Indexers implements DumpSource, DumpTarget {
           const ix = this.#byKey.get(key);
           if (ix) {
             // A peer with another block size for the same model has hashes we cannot match against.
-            if (ix.blockSize !== blockSize) continue;
+            if (ix.blockSize !== blockSize) {
+              this.metrics.eventsRejected.inc({ reason: "block_size" }, s.events);
+              continue;
+            }
             ix.index = index;
           } else {
             // A model only the peer knows: kept, so this replica's /dump stays equal to the peer's.
@@ -207,6 +217,8 @@ type Staged = {
   workers: Map<string, WorkerRef>;
   ext: BigUint64Array;
   tok: BigUint64Array;
+  /** Dump events staged (counted as rejected if the block size turns out not to match). */
+  events: number;
 };
 
 function workerRef(refs: Map<string, WorkerRef>, workerId: string, dpRank: number): WorkerRef {

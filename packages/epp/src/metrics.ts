@@ -39,7 +39,7 @@ export function createMetrics() {
     eventsApplied: new Counter({ name: "dynamo_epp_kv_events_applied_total", help: "KV events applied to the index", registers: [registry] }),
     eventsRejected: new Counter({
       name: "dynamo_epp_kv_events_rejected_total",
-      help: "KV events not applied (unknown parent, bad shape, non-GPU medium)",
+      help: "KV events not applied, by reason: index (unknown parent, hash conflict), medium (not GPU), partial_block, block_size (not the model's)",
       labelNames: ["reason"] as const,
       registers: [registry],
     }),
