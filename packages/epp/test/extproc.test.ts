@@ -309,6 +309,26 @@ describe("ext_proc shedding and empty pools", () => {
     }
   });
 
+  test("a worker with several data-parallel ranks gets the chosen rank in x-data-parallel-rank", async () => {
+    const dp = await startTestEpp([{ id: "dp", address: "127.0.4.23:8000", kvEvents: "tcp://127.0.4.23:1", dpSize: 2 }]);
+    const c = extProcClient(dp.ports.grpc);
+    try {
+      const ranks = new Set<string>();
+      for (let i = 0; i < 12 && ranks.size < 2; i++) {
+        const s = c.open();
+        s.send(headers());
+        s.send(body({ prompt: tokens(32, 700 + i) }));
+        const h = await s.next();
+        expect(setHeader(h.request_headers?.response, "x-gateway-destination-endpoint")).toBe("127.0.4.23:8000");
+        ranks.add(setHeader(h.request_headers?.response, "x-data-parallel-rank")!);
+      }
+      expect([...ranks].sort()).toEqual(["0", "1"]);
+    } finally {
+      c.close();
+      await dp.stop({ graceMs: 0 });
+    }
+  });
+
   test("above --max-inflight requests are shed with 429", async () => {
     const capped = await startTestEpp([{ id: "w", address: A, kvEvents: "tcp://127.0.4.11:1" }], { flags: ["--max-inflight", "1"] });
     const c = extProcClient(capped.ports.grpc);

@@ -211,8 +211,9 @@ class ProcessStream {
     if (at === "body" && this.#fullDuplex) contentLength = body.length;
     const route: Route = {
       endpoint: chosen.candidate.endpoint,
-      // Several DP ranks behind one API server: tell vLLM which rank the decision was for.
-      dpRank: chosen.candidate.ranks > 1 ? chosen.candidate.dpRank : undefined,
+      // Several DP ranks behind one API server: tell vLLM which rank the decision was for (also when
+      // this EPP follows only one of them, a rank other than 0).
+      dpRank: chosen.candidate.ranks > 1 || chosen.candidate.dpRank > 0 ? chosen.candidate.dpRank : undefined,
       contentLength,
     };
     this.deps.log.debug(
