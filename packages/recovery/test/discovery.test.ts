@@ -168,4 +168,24 @@ describe("cold start with static peers (deadlock regression, rule 8)", () => {
     const out = await runRecovery({ discovery: d, target: new MapIndex(), timeoutMs: 5000, logger: quietLogger() });
     expect(out).toMatchObject({ kind: "recovered", peer: `http://127.0.3.51:${warm.port}` });
   });
+
+  test("a peer we cannot dump from (another token, another service) is not serving; a cold one with another token says 503", async () => {
+    let heads = 0;
+    const other = Bun.serve({ hostname: "127.0.3.53", port: 0, fetch: () => (heads++, new Response("nope", { status: 404 })) });
+    const coldOtherToken = Bun.serve({ hostname: "127.0.3.54", port: 0, fetch: dumpHandler({ source: sampleIndex(), ready: () => false, token: "theirs", logger: quietLogger() }) });
+    const warmOtherToken = Bun.serve({ hostname: "127.0.3.55", port: 0, fetch: dumpHandler({ source: sampleIndex(), ready: () => true, token: "theirs", logger: quietLogger() }) });
+    stops.push(() => other.stop(true), () => coldOtherToken.stop(true), () => warmOtherToken.stop(true));
+    expect((await fetch(`http://127.0.3.54:${coldOtherToken.port}/dump`, { method: "HEAD" })).status).toBe(503);
+    const peers = [`http://127.0.3.53:${other.port}`, `http://127.0.3.54:${coldOtherToken.port}`, `http://127.0.3.55:${warmOtherToken.port}`];
+    const d = staticPeerDiscovery({ peers, token: "ours", logger: quietLogger() });
+    stops.push(() => d.stop());
+    await d.start();
+    expect(d.peers()).toEqual([]);
+    const out = await runRecovery({ discovery: d, target: new MapIndex(), timeoutMs: 5000, logger: quietLogger() });
+    expect(out).toEqual({ kind: "empty_bootstrap" });
+    // Re-probed on its period (1 s by default), not back to back.
+    const before = heads;
+    await Bun.sleep(700);
+    expect(heads - before).toBeLessThanOrEqual(2);
+  });
 });

@@ -4,7 +4,9 @@ import type { Peer } from "../types.ts";
 import { ChangeListeners, type PeerDiscovery, sortedPeers } from "./types.ts";
 
 // Static peers (DESIGN.md §7 rule 8): a listed peer is eligible only while it is *serving*, i.e. its /dump
-// does not answer 503 (a cold sibling answers 503 until it has recovered). Unreachable counts as not serving.
+// answers 2xx (a cold sibling answers 503 until it has recovered). Unreachable, or any other answer (a
+// token we do not share, another service on that port), counts as not serving: a peer we cannot dump
+// from must not keep two cold replicas waiting on each other.
 // So replicas that list each other and start together all see "no serving peer" and bootstrap empty at once
 // instead of waiting on each other. The probe is a HEAD, which our /dump answers without generating a body.
 
@@ -24,11 +26,12 @@ export function peerFromUrl(url: string): Peer {
   return { id: u, url: u };
 }
 
-export async function probePeer(peer: Peer, token: string | undefined, timeoutMs: number): Promise<boolean> {
+export async function probePeer(peer: Peer, token: string | undefined, timeoutMs: number, log?: Logger): Promise<boolean> {
   try {
     const res = await fetch(dumpUrl(peer), { method: "HEAD", headers: authHeaders(token), signal: AbortSignal.timeout(timeoutMs) });
     await res.body?.cancel().catch(() => {});
-    return res.status !== 503;
+    if (res.status === 401 || res.status === 403) log?.warn({ peer: peer.url, status: res.status }, "peer refuses our token (DYN_EPP_PEER_TOKEN differs?)");
+    return res.ok;
   } catch {
     return false;
   }
@@ -57,7 +60,7 @@ export function staticPeerDiscovery(opts: StaticDiscoveryOptions): PeerDiscovery
   };
   const poll = () => {
     if (stopped || pollMs <= 0) return;
-    timer = setTimeout(() => void probeAll().finally(poll), opts.pollMs);
+    timer = setTimeout(() => void probeAll().finally(poll), pollMs);
     timer.unref?.();
   };
 
@@ -65,7 +68,8 @@ export function staticPeerDiscovery(opts: StaticDiscoveryOptions): PeerDiscovery
     description: `static peers [${listed.map((p) => p.id).join(", ")}]`,
     start() {
       started ??= (async () => {
-        const up = await Promise.all(listed.map((p) => probePeer(p, opts.token, probeTimeoutMs)));
+        // The first probe says why a peer refuses us; the re-probes after it stay quiet.
+        const up = await Promise.all(listed.map((p) => probePeer(p, opts.token, probeTimeoutMs, log)));
         serving = listed.filter((_, i) => up[i]);
         log.info({ serving: serving.map((p) => p.id), listed: listed.length }, "static peers probed");
         poll();

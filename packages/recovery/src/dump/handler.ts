@@ -34,13 +34,15 @@ function sameSecret(a: string, b: string): boolean {
 export function dumpHandler(opts: DumpHandlerOptions): (req: Request) => Response {
   const log = opts.logger.child({ component: "dump" });
   return (req) => {
+    // Not ready first: a 503 reveals nothing, and a cold sibling with another token must still read as
+    // "not serving" (not as a peer that refuses it) so that cold replicas bootstrap instead of waiting.
+    if (!opts.ready()) return jsonError(503, "KV index not recovered yet", { "retry-after": "1" });
     if (opts.token) {
       const auth = req.headers.get("authorization") ?? "";
       if (!auth.startsWith("Bearer ") || !sameSecret(auth.slice(7), opts.token)) {
         return jsonError(401, "unauthorized", { "www-authenticate": "Bearer" });
       }
     }
-    if (!opts.ready()) return jsonError(503, "KV index not recovered yet", { "retry-after": "1" });
     // The static-peer probe is a HEAD: answer it without walking the index.
     if (req.method === "HEAD") return new Response(null, { status: 200, headers: JSON_TYPE });
     const started = performance.now();
