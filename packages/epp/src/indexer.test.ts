@@ -92,9 +92,15 @@ test("events and a peer's dump of another block size are rejected (counted as bl
   expect(ix.index.stats().residencies).toBe(0);
   expect(await counter(metrics, "dynamo_epp_kv_events_rejected_total", '{reason="block_size"}')).toBe(1);
 
+  // A dump of another block size fails its attempt (so recovery tries the next peer), not "recovered".
   const staging = ixs.begin();
-  for (let i = 0; i < 3; i++) staging.apply("m:default", 8, { workerId: "w", dpRank: 0, eventId: i, parentHash: null, blocks: [{ blockHash: BigInt(i + 1), tokensHash: 7n }] });
-  staging.commit();
+  expect(() => staging.apply("m:default", 8, { workerId: "w", dpRank: 0, eventId: 0, parentHash: null, blocks: [{ blockHash: 1n, tokensHash: 7n }] })).toThrow(/block size/);
+  staging.abort();
   expect(ixs.get("m:default")!.index.stats().residencies).toBe(0);
-  expect(await counter(metrics, "dynamo_epp_kv_events_rejected_total", '{reason="block_size"}')).toBe(4);
+  expect(await counter(metrics, "dynamo_epp_kv_events_rejected_total", '{reason="block_size"}')).toBe(2);
+  // Within one dump, a model's block size cannot change either (a repeated key).
+  const twice = ixs.begin();
+  twice.apply("n:default", 16, { workerId: "w", dpRank: 0, eventId: 0, parentHash: null, blocks: [{ blockHash: 1n, tokensHash: 7n }] });
+  expect(() => twice.apply("n:default", 32, { workerId: "w", dpRank: 0, eventId: 1, parentHash: null, blocks: [{ blockHash: 2n, tokensHash: 7n }] })).toThrow(/block size/);
+  twice.abort();
 });

@@ -141,9 +141,16 @@ export class Indexers implements DumpSource, DumpTarget {
     };
     const stagedFor = (key: string, blockSize: number): Staged => {
       let s = staged.get(key);
+      // A peer with another block size for a model has hashes no request here can match: the attempt
+      // fails (staging aborted, the next peer tried) rather than "recovering" nothing.
+      const want = s?.blockSize ?? this.#byKey.get(key)?.blockSize;
+      if (want !== undefined && want !== blockSize) {
+        this.metrics.eventsRejected.inc({ reason: "block_size" });
+        throw new Error(`the dump's block size for ${key} is ${blockSize}, this replica's ${want}`);
+      }
       if (!s) {
         const index = KvIndex.create({ blockSize });
-        s = { blockSize, index, builder: index.batch(), workers: new Map(), ext: new BigUint64Array(64), tok: new BigUint64Array(64), events: 0 };
+        s = { blockSize, index, builder: index.batch(), workers: new Map(), ext: new BigUint64Array(64), tok: new BigUint64Array(64) };
         staged.set(key, s);
       }
       return s;
@@ -153,7 +160,6 @@ export class Indexers implements DumpSource, DumpTarget {
       applyBatch: (key, blockSize, b) => {
         if (!open) return;
         const s = stagedFor(key, blockSize);
-        s.events += b.count;
         for (let i = 0; i < b.count; i++) {
           const from = b.blockStart[i]!, to = b.blockStart[i + 1]!;
           s.builder.stored(b.workers[i]!, b.parentHash(i), b.blockHashes.subarray(from, to), b.tokensHashes.subarray(from, to));
@@ -163,7 +169,6 @@ export class Indexers implements DumpSource, DumpTarget {
       apply: (key, blockSize, e) => {
         if (!open) return;
         const s = stagedFor(key, blockSize);
-        s.events++;
         // Dump events go in through the batch builder, STAGING_BATCH at a time (not one call each).
         const n = e.blocks.length;
         if (s.ext.length < n) {
@@ -185,12 +190,7 @@ export class Indexers implements DumpSource, DumpTarget {
           const { blockSize, index } = s;
           const ix = this.#byKey.get(key);
           if (ix) {
-            // A peer with another block size for the same model has hashes we cannot match against.
-            if (ix.blockSize !== blockSize) {
-              this.metrics.eventsRejected.inc({ reason: "block_size" }, s.events);
-              continue;
-            }
-            ix.index = index;
+            ix.index = index; // same block size: stagedFor refused any other
           } else {
             // A model only the peer knows: kept, so this replica's /dump stays equal to the peer's.
             this.#byKey.set(key, { key, blockSize, index });
@@ -217,8 +217,6 @@ type Staged = {
   workers: Map<string, WorkerRef>;
   ext: BigUint64Array;
   tok: BigUint64Array;
-  /** Dump events staged (counted as rejected if the block size turns out not to match). */
-  events: number;
 };
 
 function workerRef(refs: Map<string, WorkerRef>, workerId: string, dpRank: number): WorkerRef {
