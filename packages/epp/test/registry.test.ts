@@ -144,3 +144,15 @@ test("a worker marked down leaves the candidates but keeps its blocks while its 
   reg.markUp("w");
   expect(reg.candidates().map((c) => c.dpRank)).toEqual([0, 1]);
 });
+
+test("a worker whose endpoint no listener can open is logged and skipped; the others still apply, nothing half-open", async () => {
+  const { reg, pubs } = await setup();
+  // Rank 0 is fine (a live publisher), rank 1 is not an endpoint at all.
+  const bad = { id: "bad", address: "127.0.4.21:8000", kvEvents: pubs[1]!.endpoint, dpSize: 2, ranks: [{ dpRank: 0, kvEvents: pubs[1]!.endpoint }, { dpRank: 1, kvEvents: "127.0.4.21:5558" }] } as WorkerSpec;
+  expect(() => reg.reconcile([bad, podSpec([pubs[0]!.endpoint])])).not.toThrow();
+  expect(reg.specs().map((s) => s.id)).toEqual(["w"]);
+  expect(reg.candidates().map((c) => c.workerId)).toEqual(["w"]);
+  await waitFor(() => pubs[0]!.pub.subscriberCount === 1, { message: "the good worker subscribed" });
+  await Bun.sleep(200);
+  expect(pubs[1]!.pub.subscriberCount).toBe(0); // the bad worker's rank-0 listener was closed again
+});

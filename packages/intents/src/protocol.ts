@@ -1,6 +1,7 @@
 // The two record types of KV discovery and their JSON wire format (see README.md "Records"):
 // a host advertisement (written by the EPP) and an attachment intent (written by a worker, one per
 // DP rank). Payloads are versioned; a reader skips what it cannot decode instead of failing.
+import { parseEndpoint } from "@kv-epp/kv-events";
 import { z } from "zod";
 
 /** The one KV-event protocol a host can attach to: vLLM's ZeroMQ PUB stream (DESIGN.md 4). */
@@ -60,6 +61,16 @@ export const indexerDomainOf = (model: string, tenant = "default"): string => `$
 
 const CacheOwnerSchema = z.object({ id: z.string().min(1), indexerDomain: z.string().min(1) });
 
+/** A KV-event endpoint a listener can dial: tcp://host:port, port 1-65535 (kv-events' own parser). */
+export function isTcpEndpoint(s: string): boolean {
+  try {
+    return parseEndpoint(s).port > 0;
+  } catch {
+    return false;
+  }
+}
+const TcpEndpoint = z.string().refine(isTcpEndpoint, "expected tcp://host:port");
+
 const IntentSchema = z.object({
   v: z.literal(INTENT_RECORD_VERSION),
   intentId: z.number().int().min(1).max(Number.MAX_SAFE_INTEGER),
@@ -69,8 +80,8 @@ const IntentSchema = z.object({
   workerId: z.string().min(1),
   dpRank: z.number().int().min(0),
   protocol: z.string(),
-  endpoint: z.string().min(1),
-  replayEndpoint: z.string().min(1).optional(),
+  endpoint: TcpEndpoint,
+  replayEndpoint: TcpEndpoint.optional(),
   topic: z.string(),
   blockSize: z.number().int().min(1),
   model: z.string(),
@@ -78,8 +89,12 @@ const IntentSchema = z.object({
   indexerDomain: z.string(),
   cacheOwners: z.array(CacheOwnerSchema),
   multimodalTokenIds: z.array(z.number().int().min(0)),
-  address: z.string().min(1).optional(),
-  metricsUrl: z.string().min(1).optional(),
+  address: z
+    .string()
+    .regex(/^(\[[^\]\s]+\]|[^\s:/[\]]+):\d+$/, "expected host:port")
+    .refine((s) => Number(s.slice(s.lastIndexOf(":") + 1)) <= 65535, "port above 65535")
+    .optional(),
+  metricsUrl: z.string().url().optional(),
 });
 
 const HostSchema = z.object({ v: z.number().int(), hostInstance: z.string().min(1), producer: z.string().min(1) });

@@ -1,5 +1,5 @@
 // The worker side's checks before anything is registered; each failure is its own clear error.
-import { VLLM_KV_EVENTS_PROTOCOL, type IntentDescriptor } from "./protocol.ts";
+import { isTcpEndpoint, VLLM_KV_EVENTS_PROTOCOL, type IntentDescriptor } from "./protocol.ts";
 
 export type ValidationCode =
   | "no-descriptors"
@@ -8,7 +8,7 @@ export type ValidationCode =
   | "block-size"
   | "indexer-domain-mismatch"
   | "unsupported-protocol"
-  | "empty-endpoint"
+  | "bad-endpoint"
   | "worker-mismatch";
 
 export class IntentValidationError extends Error {
@@ -37,7 +37,9 @@ export function validateDescriptors(descriptors: readonly IntentDescriptor[], pr
     if (!(Number.isInteger(d.blockSize) && d.blockSize > 0)) fail("block-size", `${at}: block size must be a positive integer, got ${d.blockSize}`);
     if (d.protocol !== VLLM_KV_EVENTS_PROTOCOL)
       fail("unsupported-protocol", `${at}: protocol ${JSON.stringify(d.protocol)} is not supported (expected ${JSON.stringify(VLLM_KV_EVENTS_PROTOCOL)})`);
-    if (d.endpoint.trim() === "") fail("empty-endpoint", `${at}: endpoint is empty`);
+    if (!isTcpEndpoint(d.endpoint)) fail("bad-endpoint", `${at}: endpoint ${JSON.stringify(d.endpoint)} is not tcp://host:port`);
+    if (d.replayEndpoint !== undefined && !isTcpEndpoint(d.replayEndpoint))
+      fail("bad-endpoint", `${at}: replay endpoint ${JSON.stringify(d.replayEndpoint)} is not tcp://host:port`);
     const owners = new Set<string>();
     for (const o of d.cacheOwners) {
       if (owners.has(o.id)) fail("duplicate-cache-owner", `${at}: cache owner id ${JSON.stringify(o.id)} appears more than once`);

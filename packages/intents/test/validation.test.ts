@@ -2,6 +2,9 @@ import { describe, expect, test } from "bun:test";
 import fc from "fast-check";
 import {
   advertiseHost,
+  decodeIntent,
+  encodeIntent,
+  RecordDecodeError,
   encodeHost,
   findHost,
   HOST_PROTOCOL_VERSION,
@@ -36,7 +39,8 @@ describe("validation: each failure is its own clear error", () => {
       /"other:default", the intent has/,
     ],
     ["another protocol", [descriptor(0, { protocol: "sglang-kv" })], "unsupported-protocol", /"sglang-kv" is not supported/],
-    ["an empty endpoint", [descriptor(0, { endpoint: "" })], "empty-endpoint", /endpoint is empty/],
+    ["an empty endpoint", [descriptor(0, { endpoint: "" })], "bad-endpoint", /is not tcp:\/\/host:port/],
+    ["an endpoint without tcp://", [descriptor(0, { endpoint: "10.0.0.5:5557" })], "bad-endpoint", /"10.0.0.5:5557" is not tcp/],
     ["another worker's id", [descriptor(0), descriptor(1, { workerId: "worker-b" })], "worker-mismatch", /differs from this process's worker id "worker-a"/],
   ];
   for (const [what, descriptors, code, message] of cases) {
@@ -63,6 +67,17 @@ describe("validation: each failure is its own clear error", () => {
       IntentValidationError,
     );
     expect(h.worker.calls).toEqual([]);
+  });
+});
+
+describe("intent records from the store", () => {
+  const record = (over: Record<string, unknown>) =>
+    encodeIntent({ intentId: 1, host: HOST, producer: "p", registeredAt: 1, ...descriptor(0), ...over } as never);
+
+  test("a record whose endpoints are not dialable is undecodable (skipped by readers), not handed to the EPP", () => {
+    expect(() => decodeIntent(record({}))).not.toThrow();
+    for (const bad of [{ endpoint: "10.0.0.5:5557" }, { endpoint: "tcp://10.0.0.5:70000" }, { replayEndpoint: "udp://x:1" }, { address: "10.0.0.5" }, { metricsUrl: "not a url" }])
+      expect(() => decodeIntent(record(bad))).toThrow(RecordDecodeError);
   });
 });
 

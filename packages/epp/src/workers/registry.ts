@@ -99,12 +99,11 @@ export class WorkerRegistry {
       if (!next) {
         this.#remove(id, entry);
         changed = true;
-      } else if (this.#update(entry, next)) changed = true;
+      } else if (this.#guard(id, () => this.#update(entry, next))) changed = true;
     }
     for (const spec of desired) {
       if (this.#entries.has(spec.id)) continue;
-      this.#add(spec);
-      changed = true;
+      if (this.#guard(spec.id, () => (this.#add(spec), true))) changed = true;
     }
     if (!changed) return;
     for (const id of this.#down) if (!this.#entries.has(id)) this.#down.delete(id);
@@ -215,9 +214,25 @@ export class WorkerRegistry {
     await Promise.allSettled(all.map((l) => l.close()));
   }
 
+  /** One worker's change that fails (an endpoint no listener can open) is logged; the others still apply. */
+  #guard(workerId: string, f: () => boolean): boolean {
+    try {
+      return f();
+    } catch (err) {
+      this.opts.log.error({ worker: workerId, err: String(err) }, "worker not (fully) applied");
+      return true;
+    }
+  }
+
   #add(spec: WorkerSpec): void {
     const entry: Entry = { spec, listeners: new Map(), sources: new Map() };
-    for (const [r, src] of this.#sourcesOf(spec)) this.#open(entry, r, src);
+    try {
+      for (const [r, src] of this.#sourcesOf(spec)) this.#open(entry, r, src);
+    } catch (err) {
+      // No half-opened worker: listeners already started for its other ranks are closed again.
+      for (const r of [...entry.listeners.keys()]) this.#close(spec.id, entry, r);
+      throw err;
+    }
     this.#entries.set(spec.id, entry);
     this.opts.log.info({ worker: spec.id, address: spec.address, kvEvents: spec.kvEvents, ranks: entry.listeners.size }, "worker added");
   }
