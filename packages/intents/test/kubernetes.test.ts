@@ -242,6 +242,29 @@ describe("the registration's lease on Kubernetes", () => {
     await epp.close();
   });
 
+  test("while the API server is gone, readers keep the last records instead of expiring them by age", async () => {
+    const outage = await startFakeKubeApi({ host: "127.0.7.1", namespace: NS, bookmarkIntervalMs: 200 });
+    const writer = kubernetesDiscovery({ kubeConfig: outage.kubeConfig, namespace: NS, leaseDurationSeconds: 1 });
+    const reader = kubernetesDiscovery({ kubeConfig: outage.kubeConfig, namespace: NS, resyncMs: 50, retryMs: 100 });
+    let seen: string[] = [];
+    let snapshots = 0;
+    const watch = reader.listAndWatch({ kind: "intent" }, (snap) => {
+      snapshots++;
+      seen = snap.map((r) => r.name);
+    });
+    await watch.ready;
+    await writer.register({ kind: "intent", name: "kvi-outage", payload: {} });
+    await waitFor(() => seen.includes("kvi-outage"));
+    await outage.close();
+    // Two lease durations without renewals: by age the record would be gone.
+    await Bun.sleep(2500);
+    expect(seen).toEqual(["kvi-outage"]);
+    watch.close();
+    await reader.close();
+    await writer.close().catch(() => {});
+    expect(snapshots).toBeGreaterThan(0);
+  });
+
   test("a watch the RBAC rules forbid fails its first snapshot instead of waiting forever", async () => {
     const strict = await startFakeKubeApi({ host: "127.0.7.1", namespace: NS, authorize: (r) => !(r.plural === "leases" && (r.verb === "list" || r.verb === "watch")) });
     const d = kubernetesDiscovery({ kubeConfig: strict.kubeConfig, namespace: NS });

@@ -292,10 +292,18 @@ export function kubernetesDiscovery(o: KubernetesDiscoveryOptions): Discovery {
 
     listAndWatch(q, onSnapshot) {
       const labelSelector = selectorOf(q);
+      // Fresh: the cache follows the store (the last list succeeded and no watch error came since).
+      // While it does not, nobody can renew a lease in it either, so expiring records by age would
+      // drop live workers during an API-server outage: the last set stays until a list succeeds.
+      let fresh = false;
       const informer = makeInformer<V1Lease>(
         o.kubeConfig,
         `/apis/coordination.k8s.io/v1/namespaces/${namespace}/leases`,
-        () => api.listNamespacedLease({ namespace, labelSelector }),
+        async () => {
+          const r = await api.listNamespacedLease({ namespace, labelSelector });
+          fresh = true;
+          return r;
+        },
         labelSelector,
       );
       let synced = false;
@@ -306,7 +314,7 @@ export function kubernetesDiscovery(o: KubernetesDiscoveryOptions): Discovery {
       let startError: unknown;
       // Level-triggered: every change hands over the whole cached set.
       const publish = () => {
-        if (synced && !stopped) onSnapshot(informer.list(namespace).filter(live).map((l) => toRecord(q.kind, l)));
+        if (synced && !stopped && fresh) onSnapshot(informer.list(namespace).filter(live).map((l) => toRecord(q.kind, l)));
       };
       // Expiry happens without a watch event: re-evaluate the cache now and then.
       const resync = leaseSeconds > 0 ? setInterval(publish, resyncMs) : undefined;
@@ -319,6 +327,7 @@ export function kubernetesDiscovery(o: KubernetesDiscoveryOptions): Discovery {
         retry = setTimeout(() => void informer.start().then(publish, restart), o.retryMs ?? 1000);
       };
       informer.on("error", (err) => {
+        fresh = false;
         if (!synced) {
           startError = err;
           return;
