@@ -21,6 +21,28 @@ beforeAll(() => {
 afterEach(() => killAll("SIGKILL", 1000));
 afterAll(() => server.close());
 
+describe("HTTP discovery watch", () => {
+  test("closing a watch before its first snapshot settles its ready (a stop does not hang)", async () => {
+    // A store that holds the lease but whose watch keeps failing: no snapshot ever comes.
+    const store = Bun.serve({
+      hostname: "127.0.7.1",
+      port: 0,
+      idleTimeout: 0,
+      fetch: (req) =>
+        new URL(req.url).pathname === "/v1/lease"
+          ? new Response(new ReadableStream({ start: (c) => c.enqueue(new TextEncoder().encode("{}\n")) }))
+          : new Response("unavailable", { status: 503 }),
+    });
+    const d = await connectHttpDiscovery({ url: `http://127.0.7.1:${store.port}`, producer: "p", retryMs: 20 });
+    const w = d.listAndWatch({ kind: "intent" }, () => {});
+    await Bun.sleep(100);
+    w.close();
+    expect(await Promise.race([w.ready.then(() => "settled"), Bun.sleep(1000).then(() => "hanging")])).toBe("settled");
+    await d.close().catch(() => {});
+    store.stop(true);
+  });
+});
+
 describe("HTTP-served discovery store", () => {
   test("register, list, unregister and a taken name behave as in memory", async () => {
     const a = await connectHttpDiscovery({ url: server.url, producer: "a" });

@@ -65,7 +65,8 @@ export async function runRecovery(opts: RunRecoveryOptions): Promise<RecoveryOut
   };
 
   try {
-    await discovery.start();
+    // Discovery may retry for as long as the API server is away: shutdown must not wait for it.
+    await untilAborted(discovery.start(), opts.signal);
     candidates.update(discovery.peers());
     // Rule 2: no serving peer at start means nobody holds an index to wait for.
     if (candidates.eligibleCount === 0) return emptyBootstrap("no_serving_peer");
@@ -127,5 +128,16 @@ function waitFor(ms: number, setWake: (w: () => void) => void, signal?: AbortSig
     const t = setTimeout(() => done(false), ms);
     setWake(() => done(true));
     signal?.addEventListener("abort", onAbort, { once: true });
+  });
+}
+
+/** `p`, or the signal's reason as soon as it aborts (the finally above then stops the discovery). */
+function untilAborted<T>(p: Promise<T>, signal: AbortSignal | undefined): Promise<T> {
+  if (!signal) return p;
+  signal.throwIfAborted();
+  return new Promise<T>((resolve, reject) => {
+    const onAbort = () => reject(signal.reason);
+    signal.addEventListener("abort", onAbort, { once: true });
+    p.then(resolve, reject).finally(() => signal.removeEventListener("abort", onAbort));
   });
 }

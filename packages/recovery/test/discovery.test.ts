@@ -121,6 +121,25 @@ describe("EndpointSlice discovery against a fake API server", () => {
   });
 });
 
+describe("shutdown during discovery", () => {
+  test("an abort while discovery is still starting (API server away) ends recovery at once and stops the discovery", async () => {
+    let stopped = false;
+    const stuck: PeerDiscovery = {
+      description: "never starts",
+      start: () => new Promise(() => {}),
+      peers: () => [],
+      onChange: () => () => {},
+      stop: async () => void (stopped = true),
+    };
+    const abort = new AbortController();
+    const run = runRecovery({ discovery: stuck, target: new MapIndex(), timeoutMs: 60_000, logger: quietLogger(), signal: abort.signal });
+    await Bun.sleep(50);
+    abort.abort(new Error("shutting down"));
+    await expect(run).rejects.toThrow("shutting down");
+    expect(stopped).toBe(true);
+  });
+});
+
 describe("cold start with static peers (deadlock regression, rule 8)", () => {
   async function coldStart(n: number) {
     const replicas = Array.from({ length: n }, (_, i) => {

@@ -111,6 +111,8 @@ export async function connectHttpDiscovery(o: HttpDiscoveryOptions): Promise<Dis
         ready: first.promise,
         close: () => {
           stop.abort();
+          // Whoever waits for the first snapshot (a stop before it came) is not left hanging.
+          first.resolve();
           watches.delete(handle);
         },
       };
