@@ -168,4 +168,19 @@ for (const typed of [false, true]) describe(`/dump parser (${typed ? "typed batc
     expect(() => parse(body, 64, { maxEventBlocks: 3 })).toThrow(/more than 3 blocks/);
     expect(parse(body, 64, { maxBytes: body.length, maxEventBlocks: 4 })[0]!.events.length).toBe(4);
   });
+
+  test("events before block_size are bounded while one of them grows, not only once it ends", () => {
+    // One event of 20 blocks before block_size, against a limit of 10 buffered blocks: refused at the
+    // 12th block, whatever the mode (the typed mode copied the whole event into objects first).
+    const blocks = Array.from({ length: 20 }, (_, i) => `{"block_hash":${i + 1},"tokens_hash":1}`).join(",");
+    const body = `{"m":{"events":[{"worker_id":"a","dp_rank":0,"event":{"event_id":1,"data":{"stored":{"parent_hash":null,"blocks":[${blocks}]}}}}],"block_size":16}}`;
+    for (const typed of [false, true]) {
+      let seen = 0;
+      const p = new DumpParser(() => seen++, { maxBufferedBlocks: 10 }, typed ? { sink: () => seen++, events: 3, blocks: 5 } : undefined);
+      const bytes = new TextEncoder().encode(body);
+      const cut = body.indexOf('"block_hash":14');
+      expect(() => p.push(bytes.subarray(0, cut))).toThrow(/too many events before block_size/);
+      expect(seen).toBe(0);
+    }
+  });
 });

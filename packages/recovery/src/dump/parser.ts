@@ -258,6 +258,8 @@ class DumpAssembler implements JsonHandler {
   private checkBlockLimit(): void {
     const n = this.batch !== null ? this.batch.openBlocks : this.blocks!.length;
     if (n >= this.limits.maxEventBlocks) this.fail(`more than ${this.limits.maxEventBlocks} blocks in one event`);
+    // Before block_size, events are kept as objects: the limit on them holds while the event grows.
+    if (this.blockSize < 0 && this.bufferedBlocks + n > this.limits.maxBufferedBlocks) this.fail("too many events before block_size");
   }
 
   private finishEvent(): void {
