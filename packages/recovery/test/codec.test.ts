@@ -155,6 +155,8 @@ for (const typed of [false, true]) describe(`/dump parser (${typed ? "typed batc
     ["bad literal", '{"m":{"block_size":16,"events":[{"worker_id":"a","event":{"event_id":1,"data":{"stored":{"parent_hash":nul,"blocks":[]}}},"dp_rank":0}]}}'],
     ["missing colon", '{"m" {"block_size":16}}'],
     ["trailing comma", '{"m":{"block_size":16,"events":[],}}'],
+    ["a model key twice", '{"m":{"block_size":16,"events":[]},"m":{"block_size":32,"events":[]}}'],
+    ["block_size twice", '{"m":{"block_size":16,"events":[],"block_size":32}}'],
   ];
   for (const [name, body] of bad) {
     test(`rejects a malformed dump: ${name}`, () => {

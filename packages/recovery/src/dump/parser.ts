@@ -95,6 +95,7 @@ class DumpAssembler implements JsonHandler {
   private readonly utf8 = new TextDecoder("utf-8", { fatal: true });
 
   private modelKey = "";
+  private readonly modelKeys = new Set<string>();
   private blockSize = -1;
   private buffered: RouterEvent[] = [];
   private bufferedBlocks = 0;
@@ -313,6 +314,9 @@ class DumpAssembler implements JsonHandler {
     if (this.skip > 0) return;
     if (this.depth === 1) {
       this.modelKey = this.decode(buf, start, end);
+      // One object per model: a repeated key would mix two block sizes or two halves into one index.
+      if (this.modelKeys.has(this.modelKey)) this.fail(`model ${JSON.stringify(this.modelKey)} appears twice`);
+      this.modelKeys.add(this.modelKey);
       this.field = F.Model;
       return;
     }
@@ -376,6 +380,7 @@ class DumpAssembler implements JsonHandler {
         const v = hi * TWO32 + lo;
         if (f === F.BlockSize) {
           if (v === 0) this.fail("block_size must be positive");
+          if (this.blockSize >= 0) this.fail(`model ${JSON.stringify(this.modelKey)} has block_size twice`);
           this.blockSize = v;
           for (const e of this.buffered) this.sink(this.modelKey, v, e);
           this.buffered = [];
