@@ -33,10 +33,15 @@ export class HealthState {
     return this.#status.get("readiness") === "SERVING";
   }
 
-  /** Shutdown: everything reports NOT_SERVING so probes and gateways stop sending. */
+  /**
+   * Shutdown: readiness and the ext_proc service report NOT_SERVING so probes and gateways stop
+   * sending. Liveness ("" and "liveness") stays SERVING: the process is alive and draining, and a
+   * failing liveness probe would have the kubelet kill it mid-drain.
+   */
   drain(): void {
     this.#draining = true;
-    for (const s of HEALTH_SERVICES) this.#set(s, "NOT_SERVING");
+    this.#set("readiness", "NOT_SERVING");
+    this.#set(EXT_PROC_SERVICE, "NOT_SERVING");
   }
 
   status(service: string): ServingStatus | undefined {

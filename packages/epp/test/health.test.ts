@@ -73,6 +73,8 @@ test("during --shutdown-delay-ms the replica reports NOT_SERVING but still route
   cleanups.push(() => c.close(), () => h.close());
   const stopping = epp.stop({ graceMs: 200 });
   expect(await checkHealth(h, "readiness")).toBe("NOT_SERVING");
+  // Liveness is the process: draining is alive (a failing liveness probe would kill it mid-drain).
+  expect(await checkHealth(h, "liveness")).toBe("SERVING");
   const s = c.open();
   s.send(headers());
   s.send(body({ prompt: [1, 2, 3] }));
