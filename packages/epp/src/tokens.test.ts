@@ -1,14 +1,57 @@
-import { expect, test } from "bun:test";
-import { createPreprocessor } from "@kv-epp/tokenizer";
-import { createTokenize } from "./tokens.ts";
+// Request input -> token ids for routing: template errors are the request's (400), and text is
+// tokenized only up to ROUTING_TEXT_CHARS.
+import { describe, expect, test } from "bun:test";
+import { ChatTemplateError, type ChatMessage, type Preprocessor } from "@kv-epp/tokenizer";
+import { BadRequest } from "./extproc/openai-body.ts";
+import { createTokenize, ROUTING_TEXT_CHARS, routingPrefix } from "./tokens.ts";
 
-test("a chat's tools and template kwargs reach the preprocessor, so the ids are the ones the worker renders", () => {
-  const pre = createPreprocessor({});
-  const seen: unknown[] = [];
-  const recording = { ...pre, encodeChat: (m: never, opts?: unknown) => (seen.push(opts), pre.encodeChat(m, opts as never)) };
-  const tokenize = createTokenize(recording as typeof pre);
-  const messages = [{ role: "user", content: "hello" }];
-  const ids = tokenize({ kind: "chat", messages, tools: [{ type: "function" }], templateKwargs: { enable_thinking: false } });
-  expect(seen).toEqual([{ tools: [{ type: "function" }], templateKwargs: { enable_thinking: false } }]);
-  expect(Array.from(ids)).toEqual(Array.from(pre.encodeChat(messages, { tools: [{ type: "function" }], templateKwargs: { enable_thinking: false } })));
+/** A preprocessor that records what it was asked to tokenize. */
+function recording(fail?: Error) {
+  const seen: { text?: string; messages?: readonly ChatMessage[] } = {};
+  const pre = {
+    kind: "byte-fallback",
+    encodeCompletion: (p: string | readonly number[]) => ((seen.text = p as string), new Uint32Array(1)),
+    encodeChat: (m: readonly ChatMessage[]) => {
+      if (fail) throw fail;
+      seen.messages = m;
+      return new Uint32Array(1);
+    },
+    renderChat: () => "",
+    decode: () => "",
+    cacheStats: () => ({ hits: 0, misses: 0, entries: 0, bytes: 0, evictions: 0 }),
+  } as unknown as Preprocessor;
+  return { pre, seen };
+}
+
+describe("createTokenize", () => {
+  test("a chat the template rejects is a bad request; other failures are not", () => {
+    const chat = { kind: "chat" as const, messages: [{ role: "user", content: "x" }] };
+    expect(() => createTokenize(recording(new ChatTemplateError("no")).pre)(chat)).toThrow(BadRequest);
+    expect(() => createTokenize(recording(new Error("bug")).pre)(chat)).toThrow("bug");
+  });
+
+  test("a long prompt is tokenized up to ROUTING_TEXT_CHARS, cut at a space", () => {
+    const { pre, seen } = recording();
+    const word = "lorem ";
+    const text = word.repeat(Math.ceil((3 * ROUTING_TEXT_CHARS) / word.length));
+    createTokenize(pre)({ kind: "prompt", text });
+    expect(seen.text!.length).toBeLessThanOrEqual(ROUTING_TEXT_CHARS);
+    expect(seen.text!.length).toBeGreaterThan(ROUTING_TEXT_CHARS - word.length);
+    expect(text.startsWith(seen.text!)).toBe(true);
+    expect(text[seen.text!.length]).toBe(" ");
+    const short = "a short prompt";
+    createTokenize(pre)({ kind: "prompt", text: short });
+    expect(seen.text).toBe(short);
+  });
+
+  test("a long chat keeps the messages that fit, the last one cut", () => {
+    const { pre, seen } = recording();
+    const big = "word ".repeat(ROUTING_TEXT_CHARS / 5);
+    const messages = [{ role: "system", content: "be brief" }, { role: "user", content: big }, { role: "assistant", content: "ok" }, { role: "user", content: big }];
+    createTokenize(pre)({ kind: "chat", messages });
+    expect(seen.messages!.length).toBe(2);
+    expect(seen.messages![0]).toEqual(messages[0]!);
+    expect((seen.messages![1]!.content as string).length).toBeLessThan(big.length);
+    expect(routingPrefix("abc", 10)).toBe("abc");
+  });
 });

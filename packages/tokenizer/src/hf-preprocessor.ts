@@ -1,6 +1,6 @@
 import { Template } from "@huggingface/jinja";
 import { Tokenizer } from "@huggingface/tokenizers";
-import { continueFinalMessage, templateMessages } from "./messages";
+import { ChatTemplateError, continueFinalMessage, templateMessages, templateTools } from "./messages";
 import { SegmentCache } from "./segment-cache";
 import { Segmenter } from "./segmenter";
 import { tokenContent, type TokenizerFiles } from "./tokenizer-files";
@@ -48,15 +48,21 @@ export class HfPreprocessor implements Preprocessor {
   }
 
   renderChat(messages: readonly ChatMessage[], opts: ChatOptions = {}): string {
-    if (this.template === null) throw new Error("tokenizer has no chat template");
+    if (this.template === null) throw new ChatTemplateError("the model's tokenizer has no chat template");
     const vars: Record<string, unknown> = {
       ...this.templateTokens,
       ...opts.templateKwargs,
       messages: templateMessages(messages),
       add_generation_prompt: opts.addGenerationPrompt ?? true,
     };
-    if (opts.tools !== undefined) vars.tools = opts.tools;
-    const rendered = this.template.render(vars);
+    if (opts.tools !== undefined) vars.tools = templateTools(opts.tools);
+    let rendered: string;
+    try {
+      rendered = this.template.render(vars);
+    } catch (err) {
+      // raise_exception() in the template, or a value it cannot handle: the request's doing.
+      throw new ChatTemplateError(`chat template failed: ${(err as Error).message}`);
+    }
     return opts.continueFinalMessage ? continueFinalMessage(rendered, messages) : rendered;
   }
 

@@ -4,7 +4,7 @@
 import { beforeAll, describe, expect, test } from "bun:test";
 import fc from "fast-check";
 import { Registry } from "prom-client";
-import { createPreprocessor, type ChatMessage, type Preprocessor } from "../src/index";
+import { ChatTemplateError, createPreprocessor, type ChatMessage, type Preprocessor } from "../src/index";
 import { qwen3Goldens, qwen3TokenizerDir, type Goldens } from "./qwen3-fixture";
 
 let cached: Preprocessor;
@@ -68,6 +68,34 @@ describe("Qwen3 golden ids", () => {
     expect(closed.startsWith(open)).toBe(true);
     expect(closed.slice(open.length)).toBe("<|im_end|>\n");
     expect([...cached.encodeChat(messages, { addGenerationPrompt: false, continueFinalMessage: true })]).toEqual([...uncached.encodeChat(messages, { addGenerationPrompt: false, continueFinalMessage: true })]);
+  });
+
+  test("tool calls and tools reach the template as vLLM hands them over (arguments parsed, tools in pydantic's shape)", () => {
+    const call = (args: string) => ({ role: "assistant", content: "", tool_calls: [{ id: "c1", type: "function", function: { name: "get_weather", arguments: args } }] });
+    const messages = (args: string): ChatMessage[] => [{ role: "user", content: "Weather in Paris?" }, call(args), { role: "tool", content: "sunny", tool_call_id: "c1" }];
+    const rendered = cached.renderChat(messages('{"city":"Paris"}'));
+    // The template prints the arguments with tojson (Python's ", " and ": "), as it does a dict.
+    expect(rendered).toContain('"arguments": {"city": "Paris"}');
+    expect(cached.renderChat(messages(""))).toContain('"arguments": {}');
+    expect(() => cached.renderChat(messages("{not json"))).toThrow(ChatTemplateError);
+    // A tool without description or parameters is rendered with them as null, keys in vLLM's order.
+    const tools = cached.renderChat([{ role: "user", content: "hi" }], { tools: [{ function: { name: "noop" }, type: "function" }] });
+    expect(tools).toContain('{"type": "function", "function": {"name": "noop", "description": null, "parameters": null}}');
+  });
+
+  test("a template that raises is a ChatTemplateError (the request's fault, a 400)", async () => {
+    const { mkdtempSync, copyFileSync, readFileSync, writeFileSync } = await import("node:fs");
+    const { join } = await import("node:path");
+    const { tmpdir } = await import("node:os");
+    const raising = mkdtempSync(join(tmpdir(), "raising-template-"));
+    copyFileSync(join(dir, "tokenizer.json"), join(raising, "tokenizer.json"));
+    const config = JSON.parse(readFileSync(join(dir, "tokenizer_config.json"), "utf8"));
+    config.chat_template = "{% if messages[0].role != 'system' %}{{ raise_exception('a system message must come first') }}{% endif %}ok";
+    writeFileSync(join(raising, "tokenizer_config.json"), JSON.stringify(config));
+    const pre = createPreprocessor({ tokenizerDir: raising, cache: false });
+    expect(pre.renderChat([{ role: "system", content: "s" }])).toBe("ok");
+    expect(() => pre.renderChat([{ role: "user", content: "x" }])).toThrow(ChatTemplateError);
+    expect(() => pre.renderChat([{ role: "user", content: "x" }])).toThrow(/a system message must come first/);
   });
 
   test("a content array contributes its text parts joined by newlines, as vLLM's string format", () => {

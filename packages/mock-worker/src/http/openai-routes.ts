@@ -1,5 +1,5 @@
 import { Hono, type Context } from "hono";
-import type { Preprocessor } from "@kv-epp/tokenizer";
+import { ChatTemplateError, type Preprocessor } from "@kv-epp/tokenizer";
 import type { RankEngine } from "../engine/rank-engine.ts";
 import { openAiError, parseBody } from "./errors.ts";
 import { generate, type Endpoint } from "./generate.ts";
@@ -72,7 +72,8 @@ export function openAiRoutes(deps: OpenAiDeps): Hono {
       });
     } catch (e) {
       // A chat template can reject a conversation (e.g. roles out of order): the client's fault, as in vLLM.
-      return openAiError(c, 400, `chat template failed: ${(e as Error).message}`, "messages");
+      if (e instanceof ChatTemplateError) return openAiError(c, 400, e.message, "messages");
+      throw e;
     }
     return run(c, "chat", body, [prompt], body.max_completion_tokens ?? body.max_tokens ?? DEFAULT_MAX_TOKENS);
   });
