@@ -260,6 +260,14 @@ describe("deploy/ kustomizations", () => {
     for (const port of [9002, 9003]) expect(admits(port).some((r) => !r.from)).toBe(true);
   });
 
+  test("a PodDisruptionBudget lets drains evict one EPP replica at a time", () => {
+    const objs = render("base");
+    const pdb = find<{ spec: { maxUnavailable: number; selector: { matchLabels: Record<string, string> } } }>(objs, "PodDisruptionBudget", "dynamo-epp");
+    expect(pdb.spec.maxUnavailable).toBe(1);
+    const epp = find<Workload>(objs, "Deployment", "dynamo-epp") as unknown as { spec: { template: { metadata: { labels: Record<string, string> } } } };
+    for (const [k, v] of Object.entries(pdb.spec.selector.matchLabels)) expect(epp.spec.template.metadata.labels[k]).toBe(v);
+  });
+
   test("vllm: real vLLM replaces the mock, publishing KV events over ZeroMQ on tcp://*:5557", () => {
     const objs = render("overlays/vllm");
     expect(objs.some((o) => o.metadata?.name === "vllm-mock")).toBe(false);
@@ -268,6 +276,10 @@ describe("deploy/ kustomizations", () => {
     const cfg = JSON.parse(args[args.indexOf("--kv-events-config") + 1]!);
     expect(cfg).toEqual({ enable_kv_cache_events: true, publisher: "zmq", endpoint: "tcp://*:5557" });
     expect(args).toContain("--block-size=16");
+    // It registers no intents: no service account token (no Lease rights it would not use).
+    const pod = find<Workload>(objs, "Deployment", "vllm").spec.template.spec as { automountServiceAccountToken?: boolean; serviceAccountName?: string };
+    expect(pod.automountServiceAccountToken).toBe(false);
+    expect(pod.serviceAccountName).toBeUndefined();
     const epp = find<Workload>(objs, "Deployment", "dynamo-epp").spec.template.spec.containers.find((x) => x.name === "epp")!;
     expect(envOf(epp).get("DYN_EPP_BLOCK_SIZE")).toBe("16");
     expect(envOf(epp).get("DYN_EPP_TOKENIZER_DIR")).toBe("/tokenizer");
