@@ -21,6 +21,53 @@ beforeAll(() => {
 afterEach(() => killAll("SIGKILL", 1000));
 afterAll(() => server.close());
 
+describe("HTTP store lease liveness", () => {
+  test("a producer that stops renewing (alive to TCP, not running) loses its lease and records", async () => {
+    const store = serveDiscoveryStore({ hostname: "127.0.7.3", heartbeatMs: 50, leaseTtlMs: 300 });
+    // A lease opened by hand and never renewed: what a frozen (SIGSTOP) process's lease looks like.
+    const abort = new AbortController();
+    const res = await fetch(`${store.url}/v1/lease?producer=frozen`, { signal: abort.signal });
+    const reader = res.body!.getReader();
+    await reader.read();
+    const post = await fetch(`${store.url}/v1/records`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ producer: "frozen", kind: "intent", name: "kvi-frozen", payload: {} }),
+    });
+    expect(post.status).toBe(201);
+    expect(store.store.snapshot("intent").map((r) => r.name)).toEqual(["kvi-frozen"]);
+    await waitFor(() => store.store.snapshot("intent").length === 0, { message: "lease ended", timeoutMs: 3000 });
+    // A client that renews keeps its lease past the TTL.
+    const live = await connectHttpDiscovery({ url: store.url, producer: "live", renewMs: 50 });
+    await live.register({ kind: "intent", name: "kvi-live", payload: {} });
+    await Bun.sleep(700);
+    expect(live.lease.aborted).toBe(false);
+    expect(store.store.snapshot("intent").map((r) => r.name)).toEqual(["kvi-live"]);
+    await live.close();
+    abort.abort();
+    await store.close();
+  });
+
+  test("a store that goes silent (frozen, or cut off behind a half-open connection) ends the client's lease", async () => {
+    // Holds the lease stream open after its first line, then says nothing more.
+    const silent = Bun.serve({
+      hostname: "127.0.7.3",
+      port: 0,
+      idleTimeout: 0,
+      fetch: (req) =>
+        new URL(req.url).pathname === "/v1/lease"
+          ? new Response(new ReadableStream({ start: (c) => c.enqueue(new TextEncoder().encode('{"lease":"p"}\n')) }))
+          : Response.json({ renewed: true }),
+    });
+    const d = await connectHttpDiscovery({ url: `http://127.0.7.3:${silent.port}`, producer: "p", renewMs: 50, silenceMs: 300 });
+    expect(d.lease.aborted).toBe(false);
+    await waitFor(() => d.lease.aborted, { message: "lease ended", timeoutMs: 3000 });
+    expect(String(d.lease.reason)).toContain("silent");
+    await d.close();
+    silent.stop(true);
+  });
+});
+
 describe("HTTP discovery watch", () => {
   test("closing a watch before its first snapshot settles its ready (a stop does not hang)", async () => {
     // A store that holds the lease but whose watch keeps failing: no snapshot ever comes.

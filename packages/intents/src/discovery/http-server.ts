@@ -1,13 +1,18 @@
 // The in-memory store served over HTTP, so separate processes (static mode, the demo) share one store
 // without Kubernetes. A producer's lease is an open HTTP stream: when its process dies the connection
-// closes and its records go, as a dead pod's owned Leases do. Wire format: README.md "HTTP store".
+// closes and its records go, as a dead pod's owned Leases do. A process that is alive to TCP but no
+// longer runs (frozen, partitioned behind a half-open connection) stops renewing: its lease ends after
+// LEASE_TTL_MS too. Wire format: README.md "HTTP store".
 import { MemoryDiscoveryStore } from "./memory.ts";
 import { RecordExistsError, type Discovery, type RecordKind, type RecordSpec } from "./types.ts";
 
 export type DiscoveryServer = { readonly url: string; readonly store: MemoryDiscoveryStore; close(): Promise<void> };
 
 const KINDS: readonly RecordKind[] = ["intent", "host"];
-const HEARTBEAT_MS = 5_000;
+/** The server's heartbeat line on a lease stream; the client renews on the same period. */
+export const HEARTBEAT_MS = 5_000;
+/** A lease not renewed for this long ends (three missed renewals). */
+export const LEASE_TTL_MS = 3 * HEARTBEAT_MS;
 const enc = new TextEncoder();
 
 const json = (body: unknown, status = 200) => Response.json(body, { status });
@@ -17,8 +22,8 @@ function kindOf(v: string | null): RecordKind | undefined {
   return KINDS.find((k) => k === v);
 }
 
-/** An NDJSON stream that ends (and runs `onEnd`) when the client goes away. */
-function ndjson(req: Request, start: (send: (line: unknown) => void) => () => void): Response {
+/** An NDJSON stream that ends (and runs the returned stop) when the client goes away or `end` is called. */
+function ndjson(req: Request, start: (send: (line: unknown) => void, end: () => void) => () => void): Response {
   let stop = () => {};
   const stream = new ReadableStream<Uint8Array>({
     start(c) {
@@ -29,7 +34,15 @@ function ndjson(req: Request, start: (send: (line: unknown) => void) => () => vo
           // the stream is already closed
         }
       };
-      stop = start(send);
+      const end = () => {
+        stop();
+        try {
+          c.close();
+        } catch {
+          // already closed
+        }
+      };
+      stop = start(send, end);
       req.signal.addEventListener("abort", () => stop(), { once: true });
     },
     cancel: () => stop(),
@@ -37,9 +50,20 @@ function ndjson(req: Request, start: (send: (line: unknown) => void) => () => vo
   return new Response(stream, { headers: { "content-type": "application/x-ndjson", "cache-control": "no-store" } });
 }
 
-export function serveDiscoveryStore(o: { hostname?: string; port?: number; store?: MemoryDiscoveryStore } = {}): DiscoveryServer {
+export function serveDiscoveryStore(
+  o: { hostname?: string; port?: number; store?: MemoryDiscoveryStore; heartbeatMs?: number; leaseTtlMs?: number } = {},
+): DiscoveryServer {
   const store = o.store ?? new MemoryDiscoveryStore();
+  const heartbeatMs = o.heartbeatMs ?? HEARTBEAT_MS;
+  const leaseTtlMs = o.leaseTtlMs ?? LEASE_TTL_MS;
   const leases = new Map<string, Discovery>();
+  /** Per producer: when it last renewed, and how to end its lease. */
+  const liveness = new Map<string, { renewedAt: number; end: () => void }>();
+  const sweep = setInterval(() => {
+    const now = Date.now();
+    for (const [, l] of liveness) if (now - l.renewedAt > leaseTtlMs) l.end();
+  }, Math.min(1000, leaseTtlMs / 3));
+  sweep.unref?.();
 
   async function handle(req: Request): Promise<Response> {
     const url = new URL(req.url);
@@ -50,18 +74,26 @@ export function serveDiscoveryStore(o: { hostname?: string; port?: number; store
       if (leases.has(producer)) return problem(409, `producer ${producer} already holds a lease`);
       const d = store.connect({ producer });
       leases.set(producer, d);
-      return ndjson(req, (send) => {
+      return ndjson(req, (send, end) => {
         send({ lease: producer });
-        const beat = setInterval(() => send({}), HEARTBEAT_MS);
+        const beat = setInterval(() => send({}), heartbeatMs);
+        liveness.set(producer, { renewedAt: Date.now(), end });
         let ended = false;
         return () => {
           if (ended) return;
           ended = true;
           clearInterval(beat);
           leases.delete(producer);
+          liveness.delete(producer);
           void d.close();
         };
       });
+    }
+    if (url.pathname === "/v1/lease/renew" && req.method === "POST") {
+      const l = liveness.get(q.get("producer") ?? "");
+      if (!l) return problem(412, `producer ${q.get("producer")} holds no lease`);
+      l.renewedAt = Date.now();
+      return json({ renewed: true });
     }
     if (url.pathname === "/v1/watch" && req.method === "GET") {
       const kind = kindOf(q.get("kind"));
@@ -112,6 +144,7 @@ export function serveDiscoveryStore(o: { hostname?: string; port?: number; store
     url: `http://${server.hostname?.includes(":") ? `[${server.hostname}]` : server.hostname}:${server.port}`,
     store,
     close: async () => {
+      clearInterval(sweep);
       await server.stop(true);
       for (const d of leases.values()) await d.close();
       leases.clear();

@@ -1,7 +1,9 @@
 // Client of the HTTP-served store (http-server.ts). Connecting opens this producer's lease stream; the
-// lease ends when that stream ends (store gone, network cut) or on close().
+// lease ends when that stream ends (store gone, network cut), when the store stays silent for a lease
+// (a store frozen or cut off behind a half-open connection), when a renewal is refused, or on close().
 import { randomUUID } from "node:crypto";
 import pino, { type Logger } from "pino";
+import { HEARTBEAT_MS, LEASE_TTL_MS } from "./http-server.ts";
 import { RecordExistsError, type Discovery, type DiscoveryRecord, type Query, type RecordSpec, type Registration, type WatchHandle } from "./types.ts";
 
 const queryString = (q: Query) => `kind=${q.kind}${q.host !== undefined ? `&host=${encodeURIComponent(q.host)}` : ""}`;
@@ -13,6 +15,10 @@ export type HttpDiscoveryOptions = {
   log?: Logger;
   /** Pause before re-opening a dropped watch stream. */
   retryMs?: number;
+  /** Renewal period of the lease (default: the store's heartbeat period). */
+  renewMs?: number;
+  /** A store silent this long (no heartbeat line) ends the lease (default: the store's lease TTL). */
+  silenceMs?: number;
 };
 
 /** Reads an NDJSON body line by line until it ends (aborting the fetch's signal ends it too). */
@@ -51,14 +57,34 @@ export async function connectHttpDiscovery(o: HttpDiscoveryOptions): Promise<Dis
   const res = await check(await fetch(`${base}/v1/lease?producer=${encodeURIComponent(producer)}`, { signal: leaseStream.signal }), "opening the lease");
   const stream = lines(res);
   await stream.next(); // the server's first line: the lease is held
+  const renewMs = o.renewMs ?? HEARTBEAT_MS;
+  const silenceMs = o.silenceMs ?? LEASE_TTL_MS;
+  let heardAt = Date.now();
+  const endLease = (why: string) => {
+    if (lease.signal.aborted) return;
+    log.warn({ producer, why }, "discovery lease ended: records withdrawn by the store");
+    lease.abort(new Error(`lease of ${producer} ended: ${why}`));
+    leaseStream.abort();
+    clearInterval(renewal);
+  };
+  // Renew (the store ends a lease not renewed for three periods), and watch the store's heartbeats.
+  const renewal = setInterval(() => {
+    if (Date.now() - heardAt > silenceMs) return endLease("the store went silent");
+    void fetch(`${base}/v1/lease/renew?producer=${encodeURIComponent(producer)}`, { method: "POST", signal: AbortSignal.timeout(renewMs) })
+      .then((r) => {
+        void r.body?.cancel();
+        if (r.status === 412) endLease("the store no longer holds it");
+      })
+      .catch(() => {}); // unreachable for now: the heartbeat watch decides
+  }, renewMs);
+  renewal.unref?.();
   void (async () => {
     try {
-      for await (const _ of stream);
+      for await (const _ of stream) heardAt = Date.now();
     } catch {
       // a reset connection ends the lease like a clean end does
     }
-    if (!lease.signal.aborted) log.warn({ producer }, "discovery lease stream ended: records withdrawn by the store");
-    lease.abort(new Error(`lease of ${producer} ended`));
+    endLease("the lease stream ended");
   })();
 
   return {
@@ -122,6 +148,7 @@ export async function connectHttpDiscovery(o: HttpDiscoveryOptions): Promise<Dis
 
     async close() {
       for (const w of [...watches]) w.close();
+      clearInterval(renewal);
       lease.abort(new Error(`discovery client ${producer} closed`));
       leaseStream.abort();
     },
