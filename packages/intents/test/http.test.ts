@@ -21,6 +21,19 @@ beforeAll(() => {
 afterEach(() => killAll("SIGKILL", 1000));
 afterAll(() => server.close());
 
+/** A store that grants the lease (its first line, then silence) and answers everything else with `other`. */
+function leaseOnlyStore(other: () => Response) {
+  return Bun.serve({
+    hostname: "127.0.7.3",
+    port: 0,
+    idleTimeout: 0,
+    fetch: (req) =>
+      new URL(req.url).pathname === "/v1/lease"
+        ? new Response(new ReadableStream({ start: (c) => c.enqueue(new TextEncoder().encode('{"lease":"p"}\n')) }))
+        : other(),
+  });
+}
+
 describe("HTTP store lease liveness", () => {
   test("a producer that stops renewing (alive to TCP, not running) loses its lease and records", async () => {
     const store = serveDiscoveryStore({ hostname: "127.0.7.3", heartbeatMs: 50, leaseTtlMs: 300 });
@@ -49,16 +62,7 @@ describe("HTTP store lease liveness", () => {
   });
 
   test("a store that goes silent (frozen, or cut off behind a half-open connection) ends the client's lease", async () => {
-    // Holds the lease stream open after its first line, then says nothing more.
-    const silent = Bun.serve({
-      hostname: "127.0.7.3",
-      port: 0,
-      idleTimeout: 0,
-      fetch: (req) =>
-        new URL(req.url).pathname === "/v1/lease"
-          ? new Response(new ReadableStream({ start: (c) => c.enqueue(new TextEncoder().encode('{"lease":"p"}\n')) }))
-          : Response.json({ renewed: true }),
-    });
+    const silent = leaseOnlyStore(() => Response.json({ renewed: true }));
     const d = await connectHttpDiscovery({ url: `http://127.0.7.3:${silent.port}`, producer: "p", renewMs: 50, silenceMs: 300 });
     expect(d.lease.aborted).toBe(false);
     await waitFor(() => d.lease.aborted, { message: "lease ended", timeoutMs: 3000 });
@@ -70,17 +74,9 @@ describe("HTTP store lease liveness", () => {
 
 describe("HTTP discovery watch", () => {
   test("closing a watch before its first snapshot settles its ready (a stop does not hang)", async () => {
-    // A store that holds the lease but whose watch keeps failing: no snapshot ever comes.
-    const store = Bun.serve({
-      hostname: "127.0.7.1",
-      port: 0,
-      idleTimeout: 0,
-      fetch: (req) =>
-        new URL(req.url).pathname === "/v1/lease"
-          ? new Response(new ReadableStream({ start: (c) => c.enqueue(new TextEncoder().encode("{}\n")) }))
-          : new Response("unavailable", { status: 503 }),
-    });
-    const d = await connectHttpDiscovery({ url: `http://127.0.7.1:${store.port}`, producer: "p", retryMs: 20 });
+    // The watch keeps failing: no snapshot ever comes.
+    const store = leaseOnlyStore(() => new Response("unavailable", { status: 503 }));
+    const d = await connectHttpDiscovery({ url: `http://127.0.7.3:${store.port}`, producer: "p", retryMs: 20 });
     const w = d.listAndWatch({ kind: "intent" }, () => {});
     await Bun.sleep(100);
     w.close();
