@@ -574,6 +574,31 @@ export function applyBatch(p: usize, words: u32): u32 {
   return i;
 }
 
+/**
+ * Checks a batch from outside (applyEncoded) before anything is applied: known kinds, worker slots
+ * below DEAD_WORKER, and every event's words inside the batch. Returns the word index of the first
+ * bad header, or 0xFFFFFFFF when the batch is well formed.
+ */
+export function validateBatch(p: usize, words: u32): u32 {
+  let i: u32 = 0;
+  while (i < words) {
+    const h = load<u64>(p + (<usize>i << 3));
+    const kind = <u32>(h & 0xff);
+    const w = <u32>((h >> 8) & 0xffffff);
+    const n = <u64>(h >> 32);
+    if (w >= DEAD_WORKER) return i;
+    let need: u64;
+    if (kind == 1 || kind == 5) need = 1 + n * 2;
+    else if (kind == 2 || kind == 6) need = 2 + n * 2;
+    else if (kind == 3) need = 1 + n;
+    else if (kind == 4) need = 1;
+    else return i;
+    if (<u64>i + need > <u64>words) return i;
+    i += <u32>need;
+  }
+  return 0xFFFFFFFF;
+}
+
 export function batchEvents(): u32 { return outEvents; }
 export function batchBlocks(): u32 { return outBlocks; }
 export function batchUnknown(): u32 { return outUnknown; }

@@ -82,9 +82,12 @@ export class StoredBatchBuilder {
   /** Applies the events added so far in one call into the module, then empties the builder. */
   apply(): BatchOutcome {
     const words = (this.at - this.ptr) / 8;
-    const out = this.host.applyWords(this.ptr, words);
-    this.reset();
-    return out;
+    try {
+      return this.host.applyWords(this.ptr, words);
+    } finally {
+      // Also when the module trapped: the events are not sent again with the next batch.
+      this.reset();
+    }
   }
 
   /** Drops the events added so far without applying them. */

@@ -17,6 +17,10 @@ const jsonEncoder = new TextEncoder();
 
 const rejectReasons: Record<number, RejectReason> = { 1: "unknown-parent", 2: "hash-conflict" };
 
+/** Presizing beyond this (ids are 26-bit, less a chunk) cannot be honoured by the module. */
+const MAX_PRESIZE = 1 << 25;
+const MAX_WORKER_SLOTS = 4095;
+
 export class KvIndex {
   readonly blockSize: number;
   private readonly ex: IndexExports;
@@ -31,7 +35,11 @@ export class KvIndex {
   private constructor(blockSize: number, expected?: { blocks: number; residencies: number }) {
     this.blockSize = blockSize;
     this.ex = instantiate();
-    if (expected) this.ex.presize(expected.blocks, expected.residencies);
+    if (expected) {
+      for (const n of [expected.blocks, expected.residencies])
+        if (!Number.isInteger(n) || n < 0 || n > MAX_PRESIZE) throw new RangeError(`expected sizes must be integers in 0..${MAX_PRESIZE}, got ${n}`);
+      this.ex.presize(expected.blocks, expected.residencies);
+    }
     this.events = new ScratchRegion(this.ex);
     this.query = new ScratchRegion(this.ex);
     this.matches = new ScratchRegion(this.ex);
@@ -62,6 +70,8 @@ export class KvIndex {
     let slot = this.slots.get(key);
     if (slot === undefined) {
       slot = this.freeSlots.pop() ?? this.keys.length;
+      // Slots are 12 bits in the module's records, 0xFFF marking a free one.
+      if (slot >= MAX_WORKER_SLOTS) throw new RangeError(`an index holds at most ${MAX_WORKER_SLOTS} worker ranks`);
       if (slot >= MAX_WORKERS) throw new Error(`index-wasm: more than ${MAX_WORKERS} workers`);
       this.slots.set(key, slot);
       this.keys[slot] = key;
@@ -156,6 +166,10 @@ export class KvIndex {
     const ptr = this.events.ensure(words.length * 8);
     this.views();
     this.u64.set(words, ptr / 8);
+    // Words from outside are checked whole first: a malformed batch applies nothing (an unknown kind
+    // or a count past the end would otherwise trap midway or read stale memory as blocks).
+    const bad = this.ex.validateBatch(ptr, words.length) >>> 0; // a u32 comes back as an i32
+    if (bad !== 0xffffffff) throw new RangeError(`malformed encoded batch: event header at word ${bad} (unknown kind, worker slot >= 4095, or words past the end)`);
     return this.applyWords(ptr, words.length);
   }
 

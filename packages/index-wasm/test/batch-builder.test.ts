@@ -124,3 +124,28 @@ describe("linear memory", () => {
     expect(s.bytes).toBeLessThan(s.bytesInUse * 1.25 + 1_000_000);
   });
 });
+
+describe("builder failures", () => {
+  test("a batch whose apply throws (a module trap) is dropped, not sent again with the next", () => {
+    const ix = KvIndex.create({ blockSize: 4 });
+    const b = ix.batch();
+    const w = workers[0]!;
+    b.stored(w, null, new BigUint64Array([HIGH + 1n]), new BigUint64Array([1n]));
+    const host = ix as unknown as { applyWords(ptr: number, words: number): unknown };
+    const real = host.applyWords.bind(ix);
+    host.applyWords = () => {
+      throw new WebAssembly.RuntimeError("unreachable");
+    };
+    expect(() => b.apply()).toThrow(WebAssembly.RuntimeError);
+    expect(b.events).toBe(0);
+    host.applyWords = real;
+    b.stored(w, null, new BigUint64Array([HIGH + 2n]), new BigUint64Array([2n]));
+    expect(b.apply().events).toBe(1);
+    expect(ix.stats().residencies).toBe(1);
+  });
+
+  test("presizing beyond the module's limits is a RangeError, not a trap or a silent wrap", () => {
+    for (const bad of [2 ** 32, -1, 1.5, 2 ** 26]) expect(() => KvIndex.create({ blockSize: 4, expected: { blocks: bad, residencies: 1 } })).toThrow(RangeError);
+    expect(KvIndex.create({ blockSize: 4, expected: { blocks: 1000, residencies: 1000 } }).stats().residencies).toBe(0);
+  });
+});

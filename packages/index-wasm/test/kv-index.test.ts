@@ -147,6 +147,30 @@ describe("KvIndex.applyEncoded", () => {
     expect(viaWords.findMatches(q)).toEqual(viaBatch.findMatches(q));
     expect(viaWords.stats()).toEqual(viaBatch.stats());
   });
+
+  test("a malformed batch (unknown kind, slot past 4094, a count past the end) is refused whole, nothing applied", () => {
+    const ix = KvIndex.create({ blockSize: 16 });
+    const s = BigInt(ix.slotFor(a));
+    const header = (kind: bigint, slot: bigint, n: number) => kind | (slot << 8n) | (BigInt(n) << 32n);
+    const good = [header(1n, s, 1), 11n, 1n];
+    for (const bad of [
+      [...good, header(9n, s, 0)], // unknown kind after a good event
+      [...good, header(1n, 4095n, 1), 12n, 2n], // the free-slot marker
+      [...good, header(1n, s, 3), 12n, 2n], // 3 blocks announced, 1 given
+      [header(3n, s, 5), 11n], // a removal past the end
+    ]) {
+      expect(() => ix.applyEncoded(BigUint64Array.from(bad))).toThrow(/malformed encoded batch/);
+      expect(ix.stats().residencies).toBe(0);
+    }
+    expect(ix.applyEncoded(BigUint64Array.from(good)).events).toBe(1);
+    expect(ix.stats().residencies).toBe(1);
+  });
+
+  test("an index holds at most 4095 worker ranks (12-bit slots): the next one is a RangeError, not a wrap", () => {
+    const ix = KvIndex.create({ blockSize: 16 });
+    for (let i = 0; i < 4095; i++) ix.slotFor({ workerId: `w${i}`, dpRank: 0 });
+    expect(() => ix.slotFor({ workerId: "one-too-many", dpRank: 0 })).toThrow(RangeError);
+  });
 });
 
 describe("KvIndex memory", () => {
