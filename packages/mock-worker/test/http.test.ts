@@ -79,6 +79,8 @@ describe("OpenAI HTTP", () => {
       ["/v1/completions", "{not json", null],
       ["/v1/completions", JSON.stringify({ max_tokens: 3 }), "prompt"],
       ["/v1/completions", JSON.stringify({ prompt: "x", max_tokens: 0 }), "max_tokens"],
+      ["/v1/completions", JSON.stringify({ prompt: "x", max_tokens: 1e9 }), "max_tokens"],
+      ["/v1/chat/completions", JSON.stringify({ messages: [{ role: "user", content: "x" }], max_completion_tokens: 1e9 }), "max_completion_tokens"],
       ["/v1/completions", JSON.stringify({ prompt: [1, -2] }), "prompt.1"],
       ["/v1/chat/completions", JSON.stringify({ messages: [] }), "messages"],
       ["/v1/chat/completions", JSON.stringify({ prompt: "x" }), "messages"],

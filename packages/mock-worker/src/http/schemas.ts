@@ -3,6 +3,12 @@ import { z } from "zod";
 /** The request fields the mock reads; everything else in an OpenAI body is accepted and ignored. */
 
 const tokenId = z.number().int().min(0).max(0xffffffff);
+/**
+ * Output tokens per request, at most: a mock has no context length to bound them, and with
+ * `--speed 0` a huge value would spin the process building one enormous answer.
+ */
+export const MAX_OUTPUT_TOKENS = 131_072;
+const outputTokens = z.number().int().min(1).max(MAX_OUTPUT_TOKENS).nullish();
 const common = {
   model: z.string().optional(),
   stream: z.boolean().optional().default(false),
@@ -17,7 +23,7 @@ export const CompletionRequest = z.looseObject({
     z.array(z.string()).min(1),
     z.array(z.array(tokenId).min(1)).min(1),
   ], { error: (iss) => (iss.input === undefined ? "required" : "must be a string, a list of token ids, or a non-empty list of either") }),
-  max_tokens: z.number().int().min(1).nullish(),
+  max_tokens: outputTokens,
 });
 export type CompletionRequest = z.output<typeof CompletionRequest>;
 
@@ -34,8 +40,8 @@ export const ChatRequest = z.looseObject({
   chat_template_kwargs: z.record(z.string(), z.unknown()).nullish(),
   add_generation_prompt: z.boolean().nullish(),
   continue_final_message: z.boolean().nullish(),
-  max_tokens: z.number().int().min(1).nullish(),
-  max_completion_tokens: z.number().int().min(1).nullish(),
+  max_tokens: outputTokens,
+  max_completion_tokens: outputTokens,
 });
 export type ChatRequest = z.output<typeof ChatRequest>;
 
