@@ -19,7 +19,6 @@ const rejectReasons: Record<number, RejectReason> = { 1: "unknown-parent", 2: "h
 
 /** Presizing beyond this (ids are 26-bit, less a chunk) cannot be honoured by the module. */
 const MAX_PRESIZE = 1 << 25;
-const MAX_WORKER_SLOTS = 4095;
 
 export class KvIndex {
   readonly blockSize: number;
@@ -70,9 +69,7 @@ export class KvIndex {
     let slot = this.slots.get(key);
     if (slot === undefined) {
       slot = this.freeSlots.pop() ?? this.keys.length;
-      // Slots are 12 bits in the module's records, 0xFFF marking a free one.
-      if (slot >= MAX_WORKER_SLOTS) throw new RangeError(`an index holds at most ${MAX_WORKER_SLOTS} worker ranks`);
-      if (slot >= MAX_WORKERS) throw new Error(`index-wasm: more than ${MAX_WORKERS} workers`);
+      if (slot >= MAX_WORKERS) throw new RangeError(`index-wasm: more than ${MAX_WORKERS} workers`);
       this.slots.set(key, slot);
       this.keys[slot] = key;
       this.refs[slot] = { workerId: w.workerId, dpRank: w.dpRank };
