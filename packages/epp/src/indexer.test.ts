@@ -104,3 +104,23 @@ test("events and a peer's dump of another block size are rejected (counted as bl
   expect(() => twice.apply("n:default", 32, { workerId: "w", dpRank: 0, eventId: 1, parentHash: null, blocks: [{ blockHash: 2n, tokensHash: 7n }] })).toThrow(/block size/);
   twice.abort();
 });
+
+test("an index whose module trapped is replaced by an empty one (counted), and routing reads the new one", async () => {
+  const metrics = createMetrics();
+  const ixs = new Indexers(metrics);
+  const ix = ixs.register("m", "default", BS);
+  ixs.applySignal("m:default", w, { kind: "batch", seq: 0n, batch: { ts: 0, dataParallelRank: 0, events: [stored([11n], null, [1, 2, 3, 4])] } });
+  const trapping = ix.index;
+  // Trap the module (an unknown event kind straight into it, as an out-of-memory grow would).
+  const ex = (trapping as unknown as { ex: { applyBatch(p: number, w: number): number; reserve(n: number): number; memory: WebAssembly.Memory } }).ex;
+  const p = ex.reserve(8);
+  new BigUint64Array(ex.memory.buffer, p, 1)[0] = 9n;
+  expect(() => ex.applyBatch(p, 1)).toThrow(WebAssembly.RuntimeError);
+  expect(trapping.trapped).toBe(true);
+  const fresh = ixs.lookup("m")!.index;
+  expect(fresh).not.toBe(trapping);
+  expect(fresh.stats().residencies).toBe(0);
+  expect(await counter(metrics, "dynamo_epp_kv_index_traps_total")).toBe(1);
+  ixs.applySignal("m:default", w, { kind: "batch", seq: 1n, batch: { ts: 0, dataParallelRank: 0, events: [stored([12n], null, [5, 6, 7, 8])] } });
+  expect(ixs.get("m:default")!.index.stats().residencies).toBe(1);
+});

@@ -36,7 +36,20 @@ export class Indexers implements DumpSource, DumpTarget {
   /** The indexer for a request's model; unknown or absent names fall back to the default model. */
   lookup(model?: string): Indexer | undefined {
     const key = (model !== undefined ? this.#byModel.get(model) : undefined) ?? this.#default;
-    return key === undefined ? undefined : this.#byKey.get(key);
+    return key === undefined ? undefined : this.#sound(this.#byKey.get(key));
+  }
+
+  /**
+   * An index whose module trapped (linear memory that could not grow) is no longer trusted: it is
+   * replaced by an empty one, as if every worker had reset, and counted. Routing goes on by load while
+   * new events fill it again.
+   */
+  #sound(ix: Indexer | undefined): Indexer | undefined {
+    if (ix?.index.trapped) {
+      ix.index = KvIndex.create({ blockSize: ix.blockSize });
+      this.metrics.indexTraps.inc();
+    }
+    return ix;
   }
 
   get(key: string): Indexer | undefined {
@@ -49,8 +62,16 @@ export class Indexers implements DumpSource, DumpTarget {
 
   /** Applies one listener signal for one worker rank to the model's index. */
   applySignal(key: string, worker: WorkerRef, signal: ListenerSignal): void {
-    const ix = this.#byKey.get(key);
+    const ix = this.#sound(this.#byKey.get(key));
     if (!ix) return;
+    try {
+      this.#applySignal(ix, worker, signal);
+    } finally {
+      this.#sound(ix);
+    }
+  }
+
+  #applySignal(ix: Indexer, worker: WorkerRef, signal: ListenerSignal): void {
     if (signal.kind === "reset") {
       ix.index.clearWorker(worker);
       this.metrics.listenerResets.inc({ reason: signal.reason });

@@ -36,6 +36,11 @@ export function createMetrics() {
     }),
     indexWorkers: new Gauge({ name: "dynamo_epp_kv_index_workers", help: "workers in the KV index", labelNames: ["model"] as const, registers: [registry] }),
     workers: new Gauge({ name: "dynamo_epp_workers", help: "known workers (ranks)", registers: [registry] }),
+    indexTraps: new Counter({
+      name: "dynamo_epp_kv_index_traps_total",
+      help: "KV indexes replaced by an empty one after their WebAssembly module trapped (e.g. out of memory)",
+      registers: [registry],
+    }),
     eventsApplied: new Counter({ name: "dynamo_epp_kv_events_applied_total", help: "KV events applied to the index", registers: [registry] }),
     eventsRejected: new Counter({
       name: "dynamo_epp_kv_events_rejected_total",

@@ -20,9 +20,38 @@ const rejectReasons: Record<number, RejectReason> = { 1: "unknown-parent", 2: "h
 /** Presizing beyond this (ids are 26-bit, less a chunk) cannot be honoured by the module. */
 const MAX_PRESIZE = 1 << 25;
 
+/**
+ * Thrown by every call on an index whose module trapped earlier (e.g. linear memory that could not
+ * grow): a trap can stop an operation halfway, so the index's state is no longer trusted.
+ */
+export class IndexTrappedError extends Error {
+  override name = "IndexTrappedError";
+}
+
+/** The module's exports, each refusing to run once one of them trapped (and remembering the trap). */
+function guarded(ex: IndexExports, state: { trap?: unknown }): IndexExports {
+  const out: Record<string, unknown> = { ...ex };
+  for (const [name, f] of Object.entries(ex)) {
+    if (typeof f !== "function") continue;
+    const call = f as (a?: unknown, b?: unknown, c?: unknown, d?: unknown, e?: unknown, g?: unknown) => unknown;
+    // Fixed arity (the exports take at most 6), not rest parameters: no array per call on hot paths.
+    out[name] = (a?: unknown, b?: unknown, c?: unknown, d?: unknown, e?: unknown, g?: unknown) => {
+      if (state.trap !== undefined) throw new IndexTrappedError(`index-wasm: this index trapped earlier (${String(state.trap)}); replace it`);
+      try {
+        return call(a, b, c, d, e, g);
+      } catch (err) {
+        if (err instanceof WebAssembly.RuntimeError) state.trap = err;
+        throw err;
+      }
+    };
+  }
+  return out as IndexExports;
+}
+
 export class KvIndex {
   readonly blockSize: number;
   private readonly ex: IndexExports;
+  private readonly trapState: { trap?: unknown } = {};
   private readonly events: ScratchRegion;
   private readonly query: ScratchRegion;
   private readonly matches: ScratchRegion;
@@ -33,7 +62,7 @@ export class KvIndex {
 
   private constructor(blockSize: number, expected?: { blocks: number; residencies: number }) {
     this.blockSize = blockSize;
-    this.ex = instantiate();
+    this.ex = guarded(instantiate(), this.trapState);
     if (expected) {
       for (const n of [expected.blocks, expected.residencies])
         if (!Number.isInteger(n) || n < 0 || n > MAX_PRESIZE) throw new RangeError(`expected sizes must be integers in 0..${MAX_PRESIZE}, got ${n}`);
@@ -42,6 +71,11 @@ export class KvIndex {
     this.events = new ScratchRegion(this.ex);
     this.query = new ScratchRegion(this.ex);
     this.matches = new ScratchRegion(this.ex);
+  }
+
+  /** True once the module trapped: every later call throws IndexTrappedError; replace the index. */
+  get trapped(): boolean {
+    return this.trapState.trap !== undefined;
   }
 
   /** `expected` sizes the tables up front (e.g. from a dump's size) instead of growing them by doubling. */

@@ -1,5 +1,5 @@
 import { describe, expect, test } from "bun:test";
-import { KvIndex, parseWorkerKey, workerKey, type StoredBlock, type WorkerRef } from "../src/index.ts";
+import { IndexTrappedError, KvIndex, parseWorkerKey, workerKey, type StoredBlock, type WorkerRef } from "../src/index.ts";
 
 const a: WorkerRef = { workerId: "vllm-0", dpRank: 0 };
 const b: WorkerRef = { workerId: "vllm-1", dpRank: 0 };
@@ -198,4 +198,20 @@ describe("KvIndex memory", () => {
     expect(end.bytesInUse).toBe(after.bytesInUse);
     expect(end.residencies).toBe(4000 * 8);
   }, 60_000);
+});
+
+describe("a module trap", () => {
+  test("leaves the index refusing every later call (IndexTrappedError) instead of answering from a half-done state", () => {
+    const ix = KvIndex.create({ blockSize: 16 });
+    ix.applyStored(a, null, chain(0, [1n]));
+    expect(ix.trapped).toBe(false);
+    // An unknown event kind straight into the module (applyEncoded would refuse it first): `unreachable`.
+    const ex = (ix as unknown as { ex: { applyBatch(p: number, w: number): number; reserve(n: number): number; memory: WebAssembly.Memory } }).ex;
+    const p = ex.reserve(8);
+    new BigUint64Array(ex.memory.buffer, p, 1)[0] = 9n;
+    expect(() => ex.applyBatch(p, 1)).toThrow(WebAssembly.RuntimeError);
+    expect(ix.trapped).toBe(true);
+    expect(() => ix.findMatches(BigUint64Array.from([1n]))).toThrow(IndexTrappedError);
+    expect(() => ix.stats()).toThrow(IndexTrappedError);
+  });
 });
