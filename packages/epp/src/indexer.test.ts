@@ -111,11 +111,11 @@ test("an index whose module trapped is replaced by an empty one (counted), and r
   const ix = ixs.register("m", "default", BS);
   ixs.applySignal("m:default", w, { kind: "batch", seq: 0n, batch: { ts: 0, dataParallelRank: 0, events: [stored([11n], null, [1, 2, 3, 4])] } });
   const trapping = ix.index;
-  // Trap the module (an unknown event kind straight into it, as an out-of-memory grow would).
-  const ex = (trapping as unknown as { ex: { applyBatch(p: number, w: number): number; reserve(n: number): number; memory: WebAssembly.Memory } }).ex;
-  const p = ex.reserve(8);
-  new BigUint64Array(ex.memory.buffer, p, 1)[0] = 9n;
-  expect(() => ex.applyBatch(p, 1)).toThrow(WebAssembly.RuntimeError);
+  // Trap the module (an unknown event kind past applyEncoded's check, as an out-of-memory grow would).
+  const inner = trapping as unknown as { applyWords(p: number, w: number): unknown; ex: { reserve(n: number): number; memory: WebAssembly.Memory } };
+  const p = inner.ex.reserve(8);
+  new BigUint64Array(inner.ex.memory.buffer, p, 1)[0] = 9n;
+  expect(() => inner.applyWords(p, 1)).toThrow(WebAssembly.RuntimeError);
   expect(trapping.trapped).toBe(true);
   const fresh = ixs.lookup("m")!.index;
   expect(fresh).not.toBe(trapping);

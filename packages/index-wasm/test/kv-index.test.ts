@@ -205,11 +205,11 @@ describe("a module trap", () => {
     const ix = KvIndex.create({ blockSize: 16 });
     ix.applyStored(a, null, chain(0, [1n]));
     expect(ix.trapped).toBe(false);
-    // An unknown event kind straight into the module (applyEncoded would refuse it first): `unreachable`.
-    const ex = (ix as unknown as { ex: { applyBatch(p: number, w: number): number; reserve(n: number): number; memory: WebAssembly.Memory } }).ex;
-    const p = ex.reserve(8);
-    new BigUint64Array(ex.memory.buffer, p, 1)[0] = 9n;
-    expect(() => ex.applyBatch(p, 1)).toThrow(WebAssembly.RuntimeError);
+    // An unknown event kind past the check applyEncoded makes (the builder's path): `unreachable`.
+    const inner = ix as unknown as { applyWords(p: number, w: number): unknown; ex: { reserve(n: number): number; memory: WebAssembly.Memory } };
+    const p = inner.ex.reserve(8);
+    new BigUint64Array(inner.ex.memory.buffer, p, 1)[0] = 9n;
+    expect(() => inner.applyWords(p, 1)).toThrow(WebAssembly.RuntimeError);
     expect(ix.trapped).toBe(true);
     expect(() => ix.findMatches(BigUint64Array.from([1n]))).toThrow(IndexTrappedError);
     expect(() => ix.stats()).toThrow(IndexTrappedError);
