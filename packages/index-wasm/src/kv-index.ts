@@ -31,8 +31,7 @@ export class IndexTrappedError extends Error {
 export class KvIndex {
   readonly blockSize: number;
   private readonly ex: IndexExports;
-  /** The module's trap, once it trapped (checked where calls enter it, not per export: measured,
-   *  wrapping every export in a closure made ingestion bimodal, 7-11 M events/s). */
+  /** The module's trap, once it trapped: checked where calls enter the module (apply, clear, match, reads). */
   private trap: unknown;
   private readonly events: ScratchRegion;
   private readonly query: ScratchRegion;
