@@ -59,10 +59,13 @@ class ProcessStream {
   #req: RequestState | undefined;
   /** The request body mode, from the first message's protocol_config (else --body-mode). */
   #mode: BodySendMode | undefined;
-  #fullDuplex = false;
   #responseStreamed = false;
   #observe = false;
   #closed = false;
+
+  get #fullDuplex(): boolean {
+    return this.#mode === "FULL_DUPLEX_STREAMED";
+  }
 
   constructor(
     private readonly call: Duplex,
@@ -104,7 +107,6 @@ class ProcessStream {
       const pc = msg.protocol_config;
       // NONE is proto3's zero value, absent on the wire: a protocol_config without a mode means NONE.
       this.#mode = pc ? (pc.request_body_mode ?? "NONE") : this.deps.bodyMode === "buffered" ? "BUFFERED" : "FULL_DUPLEX_STREAMED";
-      this.#fullDuplex = this.#mode === "FULL_DUPLEX_STREAMED";
       this.#responseStreamed = pc ? pc.response_body_mode === "FULL_DUPLEX_STREAMED" : this.#fullDuplex;
     }
     this.#observe = msg.observability_mode === true;
