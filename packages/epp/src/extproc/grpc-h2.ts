@@ -110,16 +110,19 @@ export function createBidiServer<In, Out>(
         });
       }),
     shutdown: async (graceMs) => {
+      /** Until every connection has closed, or `ms` have passed. */
+      const drained = async (ms: number) => {
+        const deadline = Date.now() + ms;
+        while (sessions.size > 0 && Date.now() < deadline) await Bun.sleep(10);
+      };
       server.close();
       // GOAWAY: open streams go on, new ones are refused.
       for (const s of sessions) s.close();
-      const deadline = Date.now() + graceMs;
-      while (sessions.size > 0 && Date.now() < deadline) await Bun.sleep(20);
+      await drained(graceMs);
       // Calls still open past the grace period end with UNAVAILABLE (the client may retry elsewhere),
       // then the connections close.
       for (const c of calls) c.abort(GrpcStatus.UNAVAILABLE, "server shutting down");
-      const closing = Date.now() + 200;
-      while (sessions.size > 0 && Date.now() < closing) await Bun.sleep(10);
+      await drained(200);
       for (const s of sessions) s.destroy();
     },
   };
