@@ -1,4 +1,4 @@
-// Mooncake trace loading (format: ../shared/data/README.md).
+// Mooncake trace loading (format: data/README.md at the repository root).
 // One JSON object a line: {"timestamp": ms, "input_length": n, "output_length": n, "hash_ids": [..]}.
 import { resolve } from "node:path";
 
@@ -14,8 +14,8 @@ export type TraceRecord = {
 /** Tokens per trace hash id (fixed by the Mooncake format). */
 export const TRACE_BLOCK_TOKENS = 512;
 
-/** The Mooncake conversation trace, read from `../shared/data/` relative to the repo root; never copied. */
-export const DEFAULT_TRACE_PATH = resolve(import.meta.dir, "../../../../shared/data/mooncake_conversation_trace.jsonl");
+/** The Mooncake conversation trace the repository carries (data/, Apache-2.0; see data/README.md). */
+export const DEFAULT_TRACE_PATH = resolve(import.meta.dir, "../../../data/mooncake_conversation_trace.jsonl");
 
 export class TraceFormatError extends Error {
   override name = "TraceFormatError";

@@ -1,16 +1,15 @@
 // The trace benchmark as a user runs it: a short replay of the Mooncake trace through the CLI.
 import { afterAll, describe, expect, test } from "bun:test";
-import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import type { ReportData } from "../src/report/data.ts";
-import { DEFAULT_TRACE_PATH } from "../src/trace.ts";
 
 const REPO_ROOT = resolve(import.meta.dir, "../../..");
 const out = mkdtempSync(join(tmpdir(), "trace-bench-"));
 afterAll(() => rmSync(out, { recursive: true, force: true }));
 
-describe.skipIf(!existsSync(DEFAULT_TRACE_PATH))("bun run bench:trace", () => {
+describe("bun run bench:trace", () => {
   // Default workers and capacity (8 x 32768 blocks), the first 300 requests of the trace.
   test("a 300-request run writes a report with every series it claims, and KV-aware beats round-robin", () => {
     const r = Bun.spawnSync(

@@ -5,7 +5,6 @@ import { existsSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import type { Subprocess } from "bun";
-import { DEFAULT_TRACE_PATH } from "../src/trace.ts";
 
 const REPO_ROOT = resolve(import.meta.dir, "../../..");
 const SUBNET = "127.0.6";
@@ -36,7 +35,7 @@ afterEach(async () => {
 });
 afterAll(() => rmSync(out, { recursive: true, force: true }));
 
-describe.skipIf(!existsSync(DEFAULT_TRACE_PATH))("bun run demo", () => {
+describe("bun run demo", () => {
   test("50 requests through two EPP replicas, one replaced midway and recovered from the survivor", async () => {
     demo = Bun.spawn(["bun", "run", "demo", "--requests", "50", "--time-scale", "20", "--subnet", SUBNET, "--out", out], {
       cwd: REPO_ROOT,
