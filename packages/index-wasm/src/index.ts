@@ -4,4 +4,8 @@ export { KvIndex, IndexTrappedError, DUMP_JSON_CHUNK_BYTES } from "./kv-index.ts
 export { StoredBatchBuilder } from "./batch-builder.ts";
 export { MatchList } from "./match-list.ts";
 export { computeBlockHashes, BLOCK_HASH_SEED } from "./block-hash.ts";
+export {
+  encodeExtraKeys, eventBlockExtras, requestBlockExtras,
+  type BlockExtraKeys, type BlockExtras, type ExtraKey, type MmExtraKey, type MmItem,
+} from "./extra-keys.ts";
 export { JsonFieldScanner, type JsonField } from "./json-fields.ts";

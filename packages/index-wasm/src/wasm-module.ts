@@ -74,6 +74,7 @@ export type IndexExports = {
   unknownTotal(): bigint;
   bytesInUse(): number;
   computeBlockHashes(tokens: number, nTokens: number, blockSize: number, seed: bigint, out: number): number;
+  computeBlockHashesExtra(tokens: number, nBlocks: number, blockSize: number, seed: bigint, trailers: number, spans: number, scratch: number, out: number): void;
   hashBytes(p: number, len: number, seed: bigint): bigint;
   presize(blocks: number, residencies: number): void;
   jsonScan(p: number, len: number, keys: number, nKeys: number, info: number, out: number): number;
