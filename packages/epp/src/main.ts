@@ -147,6 +147,10 @@ export async function startEpp(cfg: EppConfig, o: { log?: Logger; kubeConfig?: K
       windowBytes: EXT_PROC_WINDOW_BYTES,
       tls: cfg.tls ? { cert: readFileSync(cfg.tls.certFile), key: readFileSync(cfg.tls.keyFile) } : undefined,
       onError: (where, err) => log.child({ component: "ext_proc" }).debug({ where, err: String(err) }, "ext_proc transport error"),
+      onRejected: (reason, err) => {
+        metrics.extProcRejected.inc({ reason });
+        log.child({ component: "ext_proc" }).warn({ reason, err: err === undefined ? undefined : String(err) }, "ext_proc stream rejected");
+      },
     },
   );
   const grpcPort = await extProc.listen(cfg.listen, cfg.ports.grpc);

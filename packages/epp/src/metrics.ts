@@ -100,6 +100,12 @@ export function createMetrics() {
       labelNames: ["reason"] as const,
       registers: [registry],
     }),
+    extProcRejected: new Counter({
+      name: "dynamo_epp_ext_proc_rejected_messages_total",
+      help: "ext_proc streams ended with a gRPC error for what the client sent, by reason: framing, too_large, unparsable, handler (a bug hit by the message), no_request (no request case set), unexpected (a case the stream's state does not take)",
+      labelNames: ["reason"] as const,
+      registers: [registry],
+    }),
     ioErrors: new Counter({
       name: "dynamo_epp_io_errors_total",
       help: "errors caught at I/O boundaries",

@@ -276,6 +276,41 @@ describe("ext_proc", () => {
     session.destroy();
   });
 
+  test("an empty ProcessingRequest (no request case), also as a stream's last bytes, ends that stream with INVALID_ARGUMENT, counted", async () => {
+    const metricsUrl = `http://${HOST}:${epp.ports.metrics}`;
+    const series = 'dynamo_epp_ext_proc_rejected_messages_total{reason="no_request"}';
+    const counted = (await scrapeMetric(metricsUrl, series)) ?? 0;
+    const before = await inflight();
+    const method = loadProtos().extProc.service.Process!;
+    const session = http2.connect(`http://${HOST}:${epp.ports.grpc}`);
+    const statusOf = (...writes: Buffer[]) =>
+      new Promise<string | undefined>((resolve) => {
+        const req = session.request({ ":method": "POST", ":path": method.path, "content-type": "application/grpc", te: "trailers" });
+        let status: string | undefined;
+        req.on("data", () => {});
+        req.on("trailers", (t) => (status = t["grpc-status"] as string));
+        req.on("error", () => {});
+        req.on("close", () => resolve(status));
+        for (const w of writes.slice(0, -1)) req.write(w);
+        req.end(writes.at(-1));
+      });
+    const empty = Buffer.from([0, 0, 0, 0, 0]);
+    const routed = Buffer.from(method.requestSerialize(headers("/v1/completions", true))); // routed on the headers
+    const withHeader = Buffer.concat([Buffer.from([0, 0, 0, 0, 0]), routed]);
+    withHeader.writeUInt32BE(routed.length, 1);
+    // Alone and last; after a request that holds load (released).
+    expect(await statusOf(empty)).toBe("3");
+    expect(await statusOf(withHeader, empty)).toBe("3");
+    session.destroy();
+    expect(await scrapeMetric(metricsUrl, series)).toBe(counted + 2);
+    expect(await inflight()).toBe(before);
+    const s = client.open();
+    s.send(headers());
+    s.send(body({ prompt: promptA }));
+    expect(setHeader((await s.next()).request_headers?.response, "x-gateway-destination-endpoint")).toBe(A);
+    s.end();
+  });
+
   test("routed load spreads identical requests across workers", async () => {
     const fresh = tokens(64, 4242); // nobody holds it: only load decides
     const seen = new Set<string>();

@@ -28,8 +28,12 @@ const method = {
 let server: BidiServer | undefined;
 const calls: string[] = [];
 
-async function start(handler: (call: BidiCall<string, string>) => void, maxMessageBytes = 1 << 20): Promise<number> {
-  server = createBidiServer(method, handler, { maxMessageBytes, windowBytes: 1 << 20 });
+async function start(
+  handler: (call: BidiCall<string, string>) => void,
+  maxMessageBytes = 1 << 20,
+  onRejected?: (reason: string) => void,
+): Promise<number> {
+  server = createBidiServer(method, handler, { maxMessageBytes, windowBytes: 1 << 20, onRejected });
   return server.listen(HOST, 0);
 }
 
@@ -66,6 +70,15 @@ function collect(stream: grpc.ClientDuplexStream<string, string>): Promise<{ mes
   stream.on("data", (m: string) => messages.push(m));
   stream.on("error", () => {});
   return new Promise((resolve) => stream.on("status", (status: grpc.StatusObject) => resolve({ messages, status })));
+}
+
+/** The answers of a new call on the same client that sends "still" and ends. */
+async function answersAfter(open: () => grpc.ClientDuplexStream<string, string>): Promise<string[]> {
+  const again = open();
+  const next = collect(again);
+  again.write("still");
+  again.end();
+  return (await next).messages;
 }
 
 describe("createBidiServer", () => {
@@ -127,11 +140,90 @@ describe("createBidiServer", () => {
     expect(status.details).toContain("could not parse");
     // The handler is told the call is over (the EPP releases the request's load on it).
     expect(calls).toEqual(["cancelled"]);
-    const again = open();
-    const next = collect(again);
-    again.write("still");
-    again.end();
-    expect((await next).messages).toEqual(["STILL"]);
+    expect(await answersAfter(open)).toEqual(["STILL"]);
+    c.close();
+  });
+
+  test("an empty message (the bare frame 00 00 00 00 00) is delivered, also as the last bytes of a stream", async () => {
+    const got: string[] = [];
+    const port = await start((call) => {
+      call.on("data", (m) => {
+        got.push(m);
+        call.write(`len:${m.length}`);
+      });
+      call.on("end", () => call.end());
+    });
+    const session = http2.connect(`http://${HOST}:${port}`);
+    const exchange = (...writes: Buffer[]) =>
+      new Promise<{ status: string | undefined; data: string }>((resolve) => {
+        const req = session.request({ ":method": "POST", ":path": PATH, "content-type": "application/grpc", te: "trailers" });
+        let status: string | undefined;
+        let data = "";
+        req.on("trailers", (t) => (status = t["grpc-status"] as string));
+        req.on("data", (d: Buffer) => (data += d.subarray(5).toString()));
+        req.on("close", () => resolve({ status, data }));
+        for (const w of writes.slice(0, -1)) req.write(w);
+        req.end(writes.at(-1));
+      });
+    const empty = Buffer.from([0, 0, 0, 0, 0]);
+    // Alone, after another message in the same write, and split from the stream's end.
+    expect(await exchange(empty)).toEqual({ status: "0", data: "len:0" });
+    expect(await exchange(Buffer.from([0, 0, 0, 0, 2, 104, 105, 0, 0, 0, 0, 0]))).toEqual({ status: "0", data: "len:2len:0" });
+    expect(await exchange(empty, empty, Buffer.alloc(0))).toEqual({ status: "0", data: "len:0len:0" });
+    expect(got).toEqual(["", "hi", "", "", ""]);
+    // A frame header whose message never comes is a framing error, not a silent end.
+    expect((await exchange(Buffer.from([0, 0, 0, 0, 9]))).status).toBe(String(GrpcStatus.INTERNAL));
+    session.destroy();
+  });
+
+  test("a handler that throws on a message ends that call with INTERNAL, reported; other calls go on", async () => {
+    const rejected: string[] = [];
+    const port = await start(
+      (call) => {
+        call.on("data", (m) => {
+          if (m === "boom") throw new Error("handler bug");
+          call.write(m.toUpperCase());
+        });
+        call.on("end", () => call.end());
+        call.on("cancelled", () => calls.push("cancelled"));
+      },
+      1 << 20,
+      (reason) => rejected.push(reason),
+    );
+    const { c, open } = client(port);
+    const s = open();
+    const done = collect(s);
+    s.write("a");
+    s.write("boom");
+    const { messages, status } = await done;
+    expect(messages).toEqual(["A"]);
+    expect(status.code).toBe(grpc.status.INTERNAL);
+    expect(calls).toEqual(["cancelled"]);
+    const bad = open();
+    const badDone = collect(bad);
+    bad.write("bad");
+    expect((await badDone).status.code).toBe(grpc.status.INTERNAL);
+    expect(rejected).toEqual(["handler", "unparsable"]);
+    expect(await answersAfter(open)).toEqual(["STILL"]);
+    c.close();
+  });
+
+  test("fail() ends the call with the handler's status; the handler is told it is over", async () => {
+    const port = await start((call) => {
+      call.on("data", (m) => (m === "nope" ? call.fail(GrpcStatus.INVALID_ARGUMENT, "not for this state") : call.write(m)));
+      call.on("end", () => call.end());
+      call.on("cancelled", () => calls.push("cancelled"));
+    });
+    const { c, open } = client(port);
+    const s = open();
+    const done = collect(s);
+    s.write("ok");
+    s.write("nope");
+    const { messages, status } = await done;
+    expect(messages).toEqual(["ok"]);
+    expect(status.code).toBe(grpc.status.INVALID_ARGUMENT);
+    expect(status.details).toBe("not for this state");
+    expect(calls).toEqual(["cancelled"]);
     c.close();
   });
 

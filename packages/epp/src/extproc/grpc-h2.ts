@@ -10,8 +10,8 @@ import http2 from "node:http2";
 import { EventEmitter } from "node:events";
 
 /** gRPC status codes used here (grpc/doc/statuscodes.md). */
-export const GrpcStatus = { OK: 0, RESOURCE_EXHAUSTED: 8, UNIMPLEMENTED: 12, INTERNAL: 13, UNAVAILABLE: 14 } as const;
-type StatusCode = (typeof GrpcStatus)[keyof typeof GrpcStatus];
+export const GrpcStatus = { OK: 0, INVALID_ARGUMENT: 3, RESOURCE_EXHAUSTED: 8, UNIMPLEMENTED: 12, INTERNAL: 13, UNAVAILABLE: 14 } as const;
+export type StatusCode = (typeof GrpcStatus)[keyof typeof GrpcStatus];
 
 /**
  * The server side of one call: "data" per request message, "end" when the client half-closes,
@@ -26,6 +26,8 @@ export interface BidiCall<In, Out> {
   write(msg: Out): void;
   /** Ends the call with status OK. */
   end(): void;
+  /** Ends the call with an error status (the client sent what the call cannot take); "cancelled" follows. */
+  fail(code: StatusCode, message: string): void;
 }
 
 export type BidiMethod<In, Out> = {
@@ -42,7 +44,14 @@ export type BidiServerOptions = {
   windowBytes: number;
   tls?: { cert: Buffer; key: Buffer };
   onError?: (where: string, err: unknown) => void;
+  /**
+   * A call failed because of what the client sent: `reason` is "framing" (compressed flag, a stream
+   * ending inside a message), "too_large", "unparsable" or "handler" (the handler threw on a message).
+   */
+  onRejected?: (reason: RejectReason, err?: unknown) => void;
 };
+
+export type RejectReason = "framing" | "too_large" | "unparsable" | "handler";
 
 export type BidiServer = {
   listen(host: string, port: number): Promise<number>;
@@ -66,6 +75,7 @@ export function createBidiServer<In, Out>(
   const sessions = new Set<http2.ServerHttp2Session>();
   const calls = new Set<Call<In, Out>>();
   const onError = opts.onError ?? (() => {});
+  const onRejected = opts.onRejected ?? (() => {});
 
   server.on("session", (session) => {
     sessions.add(session);
@@ -93,7 +103,7 @@ export function createBidiServer<In, Out>(
     const encoding = headers["grpc-encoding"];
     if (encoding !== undefined && encoding !== "identity")
       return refuse(stream, GrpcStatus.UNIMPLEMENTED, `compression ${encoding} is not supported`, { "grpc-accept-encoding": "identity" });
-    const call = new Call(stream, method, opts.maxMessageBytes);
+    const call = new Call(stream, method, opts.maxMessageBytes, onRejected);
     calls.add(call);
     stream.on("close", () => calls.delete(call));
     handler(call);
@@ -140,6 +150,7 @@ function refuse(stream: http2.ServerHttp2Stream, code: StatusCode, message: stri
 }
 
 const HEADER_BYTES = 5;
+const EMPTY = Buffer.alloc(0);
 /** Messages up to this size go out as one write (frame header joined to the message). */
 const JOIN_BELOW = 16 * 1024;
 /**
@@ -161,6 +172,7 @@ class Call<In, Out> extends EventEmitter implements BidiCall<In, Out> {
     private readonly stream: http2.ServerHttp2Stream,
     private readonly method: BidiMethod<In, Out>,
     private readonly maxMessageBytes: number,
+    private readonly onRejected: (reason: RejectReason, err?: unknown) => void,
   ) {
     super();
     stream.respond({ ":status": 200, "content-type": "application/grpc" }, { waitForTrailers: true });
@@ -174,13 +186,21 @@ class Call<In, Out> extends EventEmitter implements BidiCall<In, Out> {
       // A failed call is over whatever the client still sends: reset its side (RFC 9113 8.1).
       if (s.code !== GrpcStatus.OK) setImmediate(() => stream.destroyed || stream.close(http2.constants.NGHTTP2_NO_ERROR));
     });
-    stream.on("data", (chunk: Buffer) => this.#read(chunk));
+    stream.on("data", (chunk: Buffer) => {
+      // Nothing a client sends may escape as an exception (it would end the process): whatever throws
+      // while reading or handling a message ends this call only.
+      try {
+        this.#read(chunk);
+      } catch (err) {
+        this.#reject("handler", GrpcStatus.INTERNAL, "internal error", err);
+      }
+    });
     // Told at once: the handler releases the request's load on it. Bun's node:http2 reports a
     // client's RST_STREAM as "end" then "aborted", so a handler learns of a reset as a half-close
     // (both end the request).
     stream.on("end", () => {
       if (this.#ended) return;
-      if (this.#buffered > 0) return this.#fail(GrpcStatus.INTERNAL, "stream ended inside a message");
+      if (this.#buffered > 0 || this.#messageBytes !== undefined) return this.#reject("framing", GrpcStatus.INTERNAL, "stream ended inside a message");
       this.emit("end");
     });
     stream.on("aborted", () => this.#cancel());
@@ -229,8 +249,18 @@ class Call<In, Out> extends EventEmitter implements BidiCall<In, Out> {
     this.#close();
   }
 
+  fail(code: StatusCode, message: string): void {
+    this.#fail(code, message);
+  }
+
   /** Ends the call with an error status (server shutting down); the handler is told "cancelled". */
   abort(code: StatusCode, message: string): void {
+    this.#fail(code, message);
+  }
+
+  #reject(reason: RejectReason, code: StatusCode, message: string, err?: unknown): void {
+    if (this.#ended) return;
+    this.onRejected(reason, err);
     this.#fail(code, message);
   }
 
@@ -267,9 +297,9 @@ class Call<In, Out> extends EventEmitter implements BidiCall<In, Out> {
         if (this.#buffered < HEADER_BYTES) return;
         // Frame header: flag byte + u32 length, possibly split across chunks.
         const head = this.#take(HEADER_BYTES);
-        if (head[0] !== 0) return this.#fail(GrpcStatus.INTERNAL, "compressed message without grpc-encoding");
+        if (head[0] !== 0) return this.#reject("framing", GrpcStatus.INTERNAL, "compressed message without grpc-encoding");
         const len = head.readUInt32BE(1);
-        if (len > this.maxMessageBytes) return this.#fail(GrpcStatus.RESOURCE_EXHAUSTED, `message of ${len} bytes exceeds ${this.maxMessageBytes}`);
+        if (len > this.maxMessageBytes) return this.#reject("too_large", GrpcStatus.RESOURCE_EXHAUSTED, `message of ${len} bytes exceeds ${this.maxMessageBytes}`);
         this.#messageBytes = len;
       }
       // The message is joined once all of it is here (not allocated at the length the client claims).
@@ -282,6 +312,8 @@ class Call<In, Out> extends EventEmitter implements BidiCall<In, Out> {
 
   /** The next `n` received bytes: a view when they lie in one chunk, else joined. */
   #take(n: number): Buffer {
+    // A zero-length message (valid protobuf: every field absent) may come with nothing buffered.
+    if (n === 0) return EMPTY;
     const first = this.#chunks[0]!;
     let out: Buffer;
     if (first.length >= n) {
@@ -309,7 +341,7 @@ class Call<In, Out> extends EventEmitter implements BidiCall<In, Out> {
     try {
       msg = this.method.deserialize(bytes);
     } catch (err) {
-      return this.#fail(GrpcStatus.INTERNAL, `could not parse request message: ${(err as Error).message}`);
+      return this.#reject("unparsable", GrpcStatus.INTERNAL, `could not parse request message: ${(err as Error).message}`, err);
     }
     this.emit("data", msg);
   }

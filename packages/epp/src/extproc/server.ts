@@ -7,7 +7,7 @@ import type { Metrics, RequestOutcome } from "../metrics.ts";
 import type { ActiveLoad, Lease } from "../picker/load.ts";
 import type { Decision, Picker } from "../picker/picker.ts";
 import type { Tokenize } from "../tokens.ts";
-import type { BidiCall } from "./grpc-h2.ts";
+import { GrpcStatus, type BidiCall } from "./grpc-h2.ts";
 import { BadRequest, parseBodyBytes, type ParsedBody } from "./openai-body.ts";
 import {
   type BodySendMode,
@@ -97,12 +97,24 @@ class ProcessStream {
     this.call.on("cancelled", () => this.#finish());
   }
 
+  /** Ends the stream with INVALID_ARGUMENT (its request's load released), counted by reason. */
+  #reject(reason: "no_request" | "unexpected", message: string): void {
+    this.deps.metrics.extProcRejected.inc({ reason });
+    this.deps.log.warn({ reason, err: message }, "ext_proc stream rejected");
+    this.#finish();
+    this.#closed = true;
+    this.call.fail(GrpcStatus.INVALID_ARGUMENT, message);
+  }
+
   #send(msg: ProcessingResponse): void {
     if (this.#observe || this.#closed) return;
     this.call.write(msg);
   }
 
   #onMessage(msg: ProcessingRequest): void {
+    // A message with no request case (the empty message, or a field number this proto does not know)
+    // says nothing to act on: the stream is broken, not the process.
+    if (msg.request === undefined) return this.#reject("no_request", "ProcessingRequest without a request case");
     if (this.#mode === undefined) {
       const pc = msg.protocol_config;
       // NONE is proto3's zero value, absent on the wire: a protocol_config without a mode means NONE.
