@@ -1,9 +1,10 @@
 // Public entry of @kv-epp/mock-worker: the worker as a library (for in-process tests and the trace
 // benchmark) and its two models, usable on their own in simulated time.
 export { startMockWorker, rankEndpoint, type MockWorker, type MockWorkerOptions, type MockWorkerRank } from "./worker.ts";
-export { PrefixCacheSim, type CacheEvent, type Acquisition, type Lease, type PrefixCacheOptions } from "./cache/prefix-cache.ts";
+export { PrefixCacheSim, type CachedBlock, type CacheEvent, type Acquisition, type Lease, type PrefixCacheOptions } from "./cache/prefix-cache.ts";
 export { chainBlockIds, foldDigest, type BlockId } from "./cache/block-hash.ts";
 export { TimingModel, DEFAULT_TIMING, type TimingParams } from "./engine/timing.ts";
 export { RankEngine, type Generation } from "./engine/rank-engine.ts";
 export { parseConfig, resolveConfig, usage, envName, ConfigError, type MockWorkerConfig } from "./config.ts";
 export { FaultRequest } from "./http/admin-routes.ts";
+export type { CacheTruth, TruthRank, TruthBlock } from "./http/cache-truth.ts";

@@ -115,7 +115,7 @@ export async function startMockWorker(opts: MockWorkerOptions = {}): Promise<Moc
   app.get("/health", (c) => c.body(null, 200));
   app.get("/metrics", async (c) => c.text(await metrics.registry.metrics(), 200, { "content-type": metrics.registry.contentType }));
   app.route("/", openAiRoutes({ model: config.model, preprocessor, pickRank, dpSize: config.dpSize }));
-  app.route("/", adminRoutes(new Faults(ranks)));
+  app.route("/", adminRoutes(new Faults(ranks), ranks));
 
   let server: ReturnType<typeof Bun.serve>;
   try {

@@ -1,6 +1,6 @@
 import { afterEach, describe, expect, test } from "bun:test";
 import { DealerSocket, decodeBatch, decodeSeq, encodeSeq, END_SEQ, type BlockStored } from "@kv-epp/kv-events";
-import { chainBlockIds, startMockWorker, type MockWorker, type MockWorkerOptions } from "../src/index.ts";
+import { chainBlockIds, startMockWorker, type CacheTruth, type MockWorker, type MockWorkerOptions } from "../src/index.ts";
 import { post, residentFromEvents, subscribe, syncSubscribers, waitFor, type Received } from "./support.ts";
 
 const BS = 4;
@@ -166,6 +166,33 @@ describe("KV events", () => {
 
     expect((await admin({ action: "skip", count: 0 })).status).toBe(400);
     expect((await admin({ action: "pause", rank: 3 })).status).toBe(400);
+  });
+
+  test("GET /admin/cache is the cache the published events build, with parents, tokens and copies, at the seq it names", async () => {
+    const w = await worker({ capacityBlocks: 6, dpSize: 2 });
+    const subs = await subscribed(w);
+    // Stores, a shared prefix, and evictions on rank 0; one store on rank 1.
+    await complete(w, ids(0, 8), { "x-data-parallel-rank": "0" });
+    await complete(w, [...ids(0, 8), ...ids(50, 4)], { "x-data-parallel-rank": "0" });
+    await complete(w, ids(100, 16), { "x-data-parallel-rank": "0" });
+    await complete(w, ids(200, 4), { "x-data-parallel-rank": "1" });
+    const truth = (await (await fetch(`${w.url}/admin/cache`)).json()) as CacheTruth;
+    expect(truth.block_size).toBe(BS);
+    expect(truth.ranks.map((r) => r.rank)).toEqual([0, 1]);
+    for (const r of truth.ranks) {
+      const sub = subs[r.rank]!;
+      await waitFor(() => sub.messages.at(-1)?.seq === BigInt(r.next_seq) - 1n, "the last batch before the truth was read");
+      expect(new Set(r.blocks.map((b) => BigInt(b.block_hash)))).toEqual(residentFromEvents(sub.messages));
+      expect(r.blocks.every((b) => b.copies === 1)).toBe(true);
+    }
+    // Exact u64 strings, parent links and token ids as the chain hashes them.
+    const rank0 = truth.ranks[0]!.blocks;
+    expect(rank0.length).toBe(6);
+    const chain = hashesOf(ids(100, 16));
+    expect(rank0.filter((b) => chain.includes(BigInt(b.block_hash))).map((b) => [b.parent_hash, b.token_ids])).toEqual(
+      chain.map((_, i) => [i === 0 ? null : chain[i - 1]!.toString(), ids(100 + 4 * i, 4)]),
+    );
+    expect(truth.ranks[1]!.blocks).toEqual([{ block_hash: hashesOf(ids(200, 4))[0]!.toString(), parent_hash: null, token_ids: ids(200, 4), copies: 1 }]);
   });
 
   test("POST /reset_prefix_cache publishes AllBlocksCleared and empties the cache", async () => {

@@ -16,7 +16,13 @@ export type CacheEvent =
   | { kind: "removed"; hashes: bigint[] }
   | { kind: "cleared" };
 
-type Block = { hash: bigint; refs: number };
+type Block = { hash: bigint; parent: bigint | null; tokenIds: Uint32Array; refs: number };
+
+/**
+ * One resident block as the cache holds it (the ground truth tests compare an index with). `copies` is
+ * how many copies of the block the rank holds: prefix caching deduplicates, so one.
+ */
+export type CachedBlock = { hash: bigint; parent: bigint | null; tokenIds: Uint32Array; copies: number };
 
 /** The blocks a running request holds; hand it back to `release` when the request ends. */
 export type Lease = { readonly blocks: readonly Block[]; released: boolean };
@@ -79,6 +85,13 @@ export class PrefixCacheSim {
     return new Set(this.blocks.keys());
   }
 
+  /** Every resident block with its parent, tokens and copy count, parents before children. */
+  snapshot(): CachedBlock[] {
+    // Map order is insertion order, and a block is only ever stored after its parent (a chain is
+    // cached from its first uncached block on) and evicted before it (tail first).
+    return [...this.blocks.values()].map((b) => ({ hash: b.hash, parent: b.parent, tokenIds: b.tokenIds, copies: 1 }));
+  }
+
   /** Leading cached blocks for these tokens, without touching LRU order or counters. */
   peekHitBlocks(tokens: Uint32Array): number {
     const ids = chainBlockIds(tokens, this.blockSize);
@@ -108,9 +121,13 @@ export class PrefixCacheSim {
     const room = Math.min(want, this.capacityBlocks - this.blocks.size);
     if (room > 0) {
       const fresh = ids.slice(hit, hit + room);
-      for (const id of fresh) {
-        const block: Block = { hash: id.hash, refs: 1 };
-        this.blocks.set(id.hash, block);
+      for (let i = 0; i < fresh.length; i++) {
+        const b = hit + i;
+        const block: Block = {
+          hash: fresh[i]!.hash, parent: b > 0 ? ids[b - 1]!.hash : null, refs: 1,
+          tokenIds: tokens.slice(b * this.blockSize, (b + 1) * this.blockSize),
+        };
+        this.blocks.set(block.hash, block);
         held.push(block);
       }
       events.push({

@@ -1,11 +1,12 @@
 import { Hono } from "hono";
 import { z } from "zod";
-import type { Faults } from "../faults.ts";
+import type { Faults, RankParts } from "../faults.ts";
+import { cacheTruth } from "./cache-truth.ts";
 import { openAiError, parseBody } from "./errors.ts";
 
 /**
- * Test-only switches that break the KV-event stream at runtime (see README "Admin API"), and vLLM's
- * `POST /reset_prefix_cache`.
+ * Test-only switches that break the KV-event stream at runtime (see README "Admin API"), the cache's
+ * ground truth (`GET /admin/cache`), and vLLM's `POST /reset_prefix_cache`.
  */
 
 const rank = z.number().int().min(0).optional();
@@ -17,8 +18,10 @@ export const FaultRequest = z.discriminatedUnion("action", [
 ]);
 export type FaultRequest = z.output<typeof FaultRequest>;
 
-export function adminRoutes(faults: Faults): Hono {
+export function adminRoutes(faults: Faults, ranks: readonly RankParts[]): Hono {
   const app = new Hono();
+
+  app.get("/admin/cache", (c) => c.json(cacheTruth(ranks)));
 
   app.get("/admin/faults", (c) => c.json({ ranks: faults.state() }));
 
