@@ -7,8 +7,12 @@ export type { ProcessingRequest, ProcessingResponse } from "./extproc/messages.t
 export { DESTINATION_HEADER, METADATA_NAMESPACE, SUBSET_NAMESPACE, SUBSET_KEY } from "./extproc/messages.ts";
 // The gateway's side of ext_proc, for the demo's load generator and the cluster simulation.
 export { ExtProcClient, RoutingError, type ClientBodyMode, type Routed } from "./extproc/client.ts";
-// The picker's cost function and load tracking, for simulations that must decide exactly as the EPP does.
+// The picker's decision, cost function and load tracking, for simulations that must decide exactly as
+// the EPP does; the Picker itself so a simulation can check that it does.
 export { cost, choose, DEFAULT_WEIGHTS, type Weights, type CandidateLoad } from "./picker/cost.ts";
+export { decide, type CandidateState, type DecisionInput, type DecisionOutcome } from "./picker/decide.ts";
+export { Picker, type PickerOptions, type IndexLookup } from "./picker/picker.ts";
+export type { Candidate } from "./workers/registry.ts";
 export { ActiveLoad, sumLoad, type Lease, type LoadView } from "./picker/load.ts";
 // replica-agg's sending numbering and receiving state, so a simulation runs the same rules in virtual time.
 export { AggOutbox } from "./replica-agg/publisher.ts";

@@ -1,9 +1,10 @@
 // Picks the worker for a request: local block hashes (WASM) -> overlap per worker from the model's
-// index -> cost per eligible candidate (picker/cost.ts) -> choice.
+// index -> the decision (picker/decide.ts: filters, cost per eligible candidate, choice).
 import { computeBlockHashes, MatchList } from "@kv-epp/index-wasm";
-import type { Indexer, Indexers } from "../indexer.ts";
+import type { Indexer } from "../indexer.ts";
 import type { Candidate } from "../workers/registry.ts";
-import { choose, cost, type Weights } from "./cost.ts";
+import type { Weights } from "./cost.ts";
+import { decide, type CandidateState } from "./decide.ts";
 import type { LoadView } from "./load.ts";
 import type { WorkerMetrics } from "./worker-metrics.ts";
 
@@ -24,6 +25,12 @@ export type PickRequest = {
 type Match = { requestBlocks: number; scores: Map<string, number>; treeSizes: Map<string, number> };
 
 export type ScoredCandidate = { candidate: Candidate; overlap: number; cost: number };
+
+/** A registry candidate with what the decision reads about it. */
+type Known = CandidateState & { ref: Candidate };
+
+/** Where the picker finds a request model's index (the EPP's Indexers; a simulation's own index). */
+export type IndexLookup = { lookup(model?: string): Indexer | undefined };
 
 export type Decision =
   | {
@@ -46,7 +53,7 @@ export class Picker {
 
   constructor(
     private readonly deps: {
-      indexers: Indexers;
+      indexers: IndexLookup;
       candidates: () => readonly Candidate[];
       /** In-flight load per worker: this replica's own plus what its siblings attributed (replica-agg). */
       load: LoadView;
@@ -60,14 +67,8 @@ export class Picker {
   pick(req: PickRequest): Decision {
     const indexer = this.deps.indexers.lookup(req.model);
     if (!indexer) return { kind: "no_endpoint", reason: "unknown_model" };
-    let candidates = this.deps.candidates();
+    const candidates = this.deps.candidates();
     if (candidates.length === 0) return { kind: "no_endpoint", reason: "no_workers" };
-    if (req.subset) {
-      const subset = req.subset;
-      candidates = candidates.filter((c) => subset.has(c.endpoint));
-      if (candidates.length === 0) return { kind: "no_endpoint", reason: "subset_empty" };
-    }
-    candidates = this.#queueFilter(candidates);
 
     // The request path allocates no match Maps: findMatchesInto fills the reused list, read here at once.
     const requestBlocks = this.#matchInto(indexer, req.tokens);
@@ -75,21 +76,21 @@ export class Picker {
     overlaps.clear();
     const list = this.#list;
     for (let i = 0; i < list.count; i++) overlaps.set(list.keys[i]!, list.scores[i]!);
+    const known: Known[] = candidates.map((ref) => ({
+      ref,
+      endpoint: ref.endpoint,
+      overlap: overlaps.get(ref.key) ?? 0,
+      activeBlocks: this.deps.load.blocks(ref.key),
+      waiting: this.deps.workerMetrics(ref.workerId)?.waiting ?? 0,
+    }));
     const o = this.deps.options;
-    const scored: ScoredCandidate[] = candidates.map((candidate) => {
-      const overlap = overlaps.get(candidate.key) ?? 0;
-      const waiting = o.queueWeight > 0 ? (this.deps.workerMetrics(candidate.workerId)?.waiting ?? 0) : 0;
-      const activeBlocks = this.deps.load.blocks(candidate.key);
-      return { candidate, overlap, cost: cost(o, requestBlocks, { overlap, activeBlocks, waiting }) };
-    });
-    const i = choose(
-      scored.map((s) => s.cost),
-      o.temperature,
-      this.deps.random ?? Math.random,
-    );
+    const d = decide({ requestBlocks, candidates: known, subset: req.subset, weights: o, queueThreshold: o.queueThreshold, random: this.deps.random ?? Math.random });
+    if (d.kind === "none") return { kind: "no_endpoint", reason: d.reason };
+    const scoredOf = (s: { candidate: Known; cost: number }): ScoredCandidate => ({ candidate: s.candidate.ref, overlap: s.candidate.overlap, cost: s.cost });
+    const scored = d.scored.map(scoredOf);
     return {
       kind: "picked",
-      chosen: scored[i]!,
+      chosen: scoredOf(d.chosen),
       model: indexer.key,
       blockSize: indexer.blockSize,
       requestBlocks,
@@ -115,12 +116,5 @@ export class Picker {
     if (hashes.length > 0) indexer.index.findMatchesInto(hashes, this.#list);
     else this.#list.count = 0;
     return hashes.length;
-  }
-
-  #queueFilter(candidates: readonly Candidate[]): readonly Candidate[] {
-    const threshold = this.deps.options.queueThreshold;
-    if (threshold <= 0) return candidates;
-    const under = candidates.filter((c) => (this.deps.workerMetrics(c.workerId)?.waiting ?? 0) <= threshold);
-    return under.length > 0 ? under : candidates;
   }
 }

@@ -19,6 +19,8 @@ export type ReplicaContext = {
   /** the KV index fed by the workers' KV events (every replica subscribes to every worker) */
   index: KvIndex;
   weights: Weights;
+  /** the EPP's --queue-threshold (0: off) */
+  queueThreshold: number;
   blockSize: number;
   capacityBlocks: number;
 };

@@ -32,6 +32,8 @@ export type ReplayOptions = {
   seed: number;
   timing: Partial<TimingParams>;
   weights: Weights;
+  /** the EPP's --queue-threshold; 0 (off) when absent */
+  queueThreshold?: number;
   /** width of the time buckets of the series, virtual ms */
   bucketMs: number;
 };
@@ -117,6 +119,7 @@ export function replayPolicy(trace: readonly TraceRecord[], policy: PolicyName, 
       load: agg ? agg.view(r) : ownLoad,
       index,
       weights: opts.weights,
+      queueThreshold: opts.queueThreshold ?? 0,
       blockSize: opts.blockSize,
       capacityBlocks: opts.capacityBlocks,
     };

@@ -1,0 +1,97 @@
+import { describe, expect, test } from "bun:test";
+import fc from "fast-check";
+import { cost, type Weights } from "./cost.ts";
+import { decide, type CandidateState } from "./decide.ts";
+
+const endpoints = ["10.0.0.1:8000", "10.0.0.2:8000", "10.0.0.3:8000", "10.0.0.4:8000", "10.0.0.5:8000", "10.0.0.6:8000"];
+
+const candidate = fc.record({
+  endpoint: fc.constantFrom(...endpoints),
+  overlap: fc.integer({ min: 0, max: 80 }),
+  activeBlocks: fc.integer({ min: 0, max: 2000 }),
+  waiting: fc.integer({ min: 0, max: 10 }),
+});
+const weights: fc.Arbitrary<Weights> = fc.record({
+  prefillLoadScale: fc.integer({ min: 0, max: 64 }),
+  decodeLoadScale: fc.integer({ min: 0, max: 4 }),
+  queueWeight: fc.integer({ min: 0, max: 100 }),
+  temperature: fc.constant(0),
+});
+const input = fc.record({
+  requestBlocks: fc.integer({ min: 0, max: 64 }),
+  candidates: fc.array(candidate, { minLength: 1, maxLength: 12 }),
+  weights,
+  queueThreshold: fc.integer({ min: 0, max: 8 }),
+  subset: fc.option(fc.subarray(endpoints, { minLength: 1 }), { nil: undefined }),
+  r: fc.double({ min: 0, max: 0.999999, noNaN: true }),
+});
+
+/** The candidates the filters let through, computed the long way. */
+function allowed(cs: readonly CandidateState[], subset: readonly string[] | undefined, threshold: number): CandidateState[] {
+  const inSubset = subset ? cs.filter((c) => subset.includes(c.endpoint)) : [...cs];
+  if (threshold <= 0) return inSubset;
+  const under = inSubset.filter((c) => c.waiting <= threshold);
+  return under.length > 0 ? under : inSubset;
+}
+
+describe("decide", () => {
+  test("the choice minimises the cost over the candidates the subset and queue filters allow", () => {
+    fc.assert(
+      fc.property(input, ({ requestBlocks, candidates, weights, queueThreshold, subset, r }) => {
+        const d = decide({ requestBlocks, candidates, weights, queueThreshold, subset: subset && new Set(subset), random: () => r });
+        const ok = allowed(candidates, subset, queueThreshold);
+        if (ok.length === 0) {
+          expect(d).toEqual({ kind: "none", reason: "subset_empty" });
+          return;
+        }
+        if (d.kind !== "chosen") throw new Error(`expected a choice, got ${d.reason}`);
+        expect(d.scored.map((s) => s.candidate)).toEqual(ok);
+        const best = Math.min(...ok.map((c) => cost(weights, requestBlocks, c)));
+        expect(d.chosen.cost).toBe(best);
+        expect(d.chosen.cost).toBe(cost(weights, requestBlocks, d.chosen.candidate));
+      }),
+    );
+  });
+
+  test("a subset hint is never left: the chosen endpoint is one the gateway allowed", () => {
+    fc.assert(
+      fc.property(input, ({ requestBlocks, candidates, weights, subset, r }) => {
+        fc.pre(subset !== undefined);
+        const d = decide({ requestBlocks, candidates, weights, queueThreshold: 0, subset: new Set(subset), random: () => r });
+        if (d.kind === "chosen") expect(subset).toContain(d.chosen.candidate.endpoint);
+        else expect(candidates.some((c) => subset!.includes(c.endpoint))).toBe(false);
+      }),
+    );
+  });
+
+  test("a worker over the queue threshold is chosen only when every allowed worker is over it", () => {
+    fc.assert(
+      fc.property(input, ({ requestBlocks, candidates, weights, queueThreshold, r }) => {
+        fc.pre(queueThreshold > 0);
+        const d = decide({ requestBlocks, candidates, weights, queueThreshold, random: () => r });
+        if (d.kind !== "chosen") throw new Error("no choice");
+        if (d.chosen.candidate.waiting > queueThreshold) expect(candidates.every((c) => c.waiting > queueThreshold)).toBe(true);
+      }),
+    );
+  });
+
+  test("no candidates: no_workers, whatever the subset", () => {
+    const w = { prefillLoadScale: 16, decodeLoadScale: 1, queueWeight: 0, temperature: 0 };
+    expect(decide({ requestBlocks: 4, candidates: [], weights: w, queueThreshold: 0, subset: new Set(["x"]), random: Math.random })).toEqual({
+      kind: "none",
+      reason: "no_workers",
+    });
+  });
+
+  test("more cached blocks wins at equal load; more load loses at equal overlap", () => {
+    const w = { prefillLoadScale: 16, decodeLoadScale: 1, queueWeight: 0, temperature: 0 };
+    const a = { endpoint: "a", overlap: 10, activeBlocks: 100, waiting: 0 };
+    const b = { endpoint: "b", overlap: 2, activeBlocks: 100, waiting: 0 };
+    const pick = (cs: CandidateState[]) => {
+      const d = decide({ requestBlocks: 20, candidates: cs, weights: w, queueThreshold: 0, random: () => 0.5 });
+      return d.kind === "chosen" ? d.chosen.candidate.endpoint : d.reason;
+    };
+    expect(pick([a, b])).toBe("a");
+    expect(pick([{ ...a, overlap: 2, activeBlocks: 300 }, b])).toBe("b");
+  });
+});

@@ -1,0 +1,62 @@
+// The routing decision as one pure function: what the EPP knows about each candidate (its overlap of the
+// request's blocks, its load, its scraped queue) in, the chosen candidate out. `Picker` calls it with
+// the live index and load; bench:trace's simulation calls it with the simulated ones, so the benchmark
+// measures the decision that ships.
+import { choose, cost, type Weights } from "./cost.ts";
+
+/** What the decision knows about one candidate worker rank. */
+export type CandidateState = {
+  /** ip:port the gateway would call (what a GAIE subset hint names). */
+  readonly endpoint: string;
+  /** Leading blocks of the request the index says this rank holds. */
+  readonly overlap: number;
+  /** Blocks of requests in flight on the rank (this replica's and its siblings'). */
+  readonly activeBlocks: number;
+  /** Waiting requests from the rank's scraped vLLM /metrics (0 when not scraped). */
+  readonly waiting: number;
+};
+
+export type DecisionInput<C extends CandidateState> = {
+  /** Full blocks of the request's prompt. */
+  requestBlocks: number;
+  candidates: readonly C[];
+  /** Endpoints the gateway allows (GAIE subset hint); absent: all. */
+  subset?: ReadonlySet<string>;
+  weights: Weights;
+  /** A candidate with more waiting requests than this is skipped unless all are (0: off). */
+  queueThreshold: number;
+  /** [0, 1): breaks ties, samples the softmax. */
+  random: () => number;
+};
+
+export type Scored<C> = { candidate: C; cost: number };
+
+export type DecisionOutcome<C> =
+  | { kind: "chosen"; chosen: Scored<C>; scored: Scored<C>[] }
+  | { kind: "none"; reason: "no_workers" | "subset_empty" };
+
+export function decide<C extends CandidateState>(input: DecisionInput<C>): DecisionOutcome<C> {
+  let eligible: readonly C[] = input.candidates;
+  if (eligible.length === 0) return { kind: "none", reason: "no_workers" };
+  const subset = input.subset;
+  if (subset) {
+    eligible = eligible.filter((c) => subset.has(c.endpoint));
+    if (eligible.length === 0) return { kind: "none", reason: "subset_empty" };
+  }
+  eligible = queueFilter(eligible, input.queueThreshold);
+  const w = input.weights;
+  const scored = eligible.map((candidate) => ({ candidate, cost: cost(w, input.requestBlocks, candidate) }));
+  const i = choose(
+    scored.map((s) => s.cost),
+    w.temperature,
+    input.random,
+  );
+  return { kind: "chosen", chosen: scored[i]!, scored };
+}
+
+/** Candidates at or under the waiting threshold; all of them when none is (a full pool still routes). */
+function queueFilter<C extends CandidateState>(candidates: readonly C[], threshold: number): readonly C[] {
+  if (threshold <= 0) return candidates;
+  const under = candidates.filter((c) => c.waiting <= threshold);
+  return under.length > 0 ? under : candidates;
+}

@@ -1,0 +1,112 @@
+// The simulation's kv-aware policy and the EPP's Picker, given the same index, load and scraped queues,
+// choose the same worker: bench:trace measures the decision that ships.
+import { describe, expect, test } from "bun:test";
+import fc from "fast-check";
+import { computeBlockHashes, KvIndex, workerKey, type WorkerRef } from "@kv-epp/index-wasm";
+import { seededRandom } from "@kv-epp/testkit";
+import { ActiveLoad, DEFAULT_TIMING } from "../upstream.ts";
+import { Picker, type Candidate } from "@kv-epp/epp";
+import { EventQueue } from "../sim/event-queue.ts";
+import type { SimRequest } from "../sim/request.ts";
+import { SimWorker } from "../sim/worker.ts";
+import { kvAware } from "./kv-aware.ts";
+
+const BLOCK = 4;
+const PROMPTS = 5;
+const PROMPT_BLOCKS = 12;
+
+/** PROMPTS distinct prompts of PROMPT_BLOCKS blocks; prompt p's token t is unique to (p, t). */
+const prompts = Array.from({ length: PROMPTS }, (_, p) => Uint32Array.from({ length: PROMPT_BLOCKS * BLOCK }, (_, t) => p * 10_000 + t + 1));
+
+const state = fc.record({
+  workers: fc.integer({ min: 1, max: 6 }),
+  // Per worker: how many leading blocks of each prompt it holds.
+  held: fc.array(fc.array(fc.integer({ min: 0, max: PROMPT_BLOCKS }), { minLength: PROMPTS, maxLength: PROMPTS }), { minLength: 6, maxLength: 6 }),
+  // Per worker: in-flight requests' blocks, and requests waiting at the worker.
+  load: fc.array(fc.array(fc.integer({ min: 1, max: 40 }), { maxLength: 4 }), { minLength: 6, maxLength: 6 }),
+  waiting: fc.array(fc.integer({ min: 0, max: 3 }), { minLength: 6, maxLength: 6 }),
+  weights: fc.record({
+    prefillLoadScale: fc.integer({ min: 0, max: 32 }),
+    decodeLoadScale: fc.integer({ min: 0, max: 2 }),
+    queueWeight: fc.integer({ min: 0, max: 50 }),
+    temperature: fc.constantFrom(0, 0.3),
+  }),
+  queueThreshold: fc.integer({ min: 0, max: 2 }),
+  request: fc.integer({ min: 0, max: PROMPTS - 1 }),
+  requestBlocks: fc.integer({ min: 1, max: PROMPT_BLOCKS }),
+  seed: fc.integer(),
+});
+
+describe("one decision for the EPP and the simulation", () => {
+  test("for the same index, load and queues, the kv-aware policy and the EPP's Picker choose the same worker", () => {
+    fc.assert(
+      fc.property(state, (s) => {
+        const refs: WorkerRef[] = Array.from({ length: s.workers }, (_, i) => ({ workerId: `worker-${i}`, dpRank: 0 }));
+        const keys = refs.map(workerKey);
+        const index = KvIndex.create({ blockSize: BLOCK });
+        refs.forEach((ref, w) =>
+          s.held[w]!.forEach((n, p) => {
+            if (n === 0) return;
+            const hashes = computeBlockHashes(prompts[p]!.subarray(0, n * BLOCK), BLOCK);
+            // External hashes are the worker's own; any values distinct per (prompt, block) will do.
+            const blocks = [...hashes].map((h, b) => ({ externalHash: BigInt(p * 1000 + b + 1), tokensHash: h }));
+            index.applyStored(ref, null, blocks);
+          }),
+        );
+        const load = new ActiveLoad();
+        refs.forEach((_, w) => s.load[w]!.forEach((blocks) => load.acquire(keys[w]!, blocks)));
+        // Simulated workers with one running slot: s.waiting[w] + 1 submitted requests leave that many waiting.
+        const queue = new EventQueue();
+        const workers = refs.map((_, w) => {
+          const sw = new SimWorker(w, { blockSize: BLOCK, capacityBlocks: 64, timing: { ...DEFAULT_TIMING, maxRunning: 1 } }, queue, {
+            onAdmitted: () => {},
+            onFinished: () => {},
+          });
+          for (let k = 0; k <= s.waiting[w]!; k++) sw.submit(filler(k), 0);
+          return sw;
+        });
+
+        const tokens = prompts[s.request]!.subarray(0, s.requestBlocks * BLOCK);
+        const req: SimRequest = {
+          id: 1,
+          arrivalMs: 0,
+          promptTokens: tokens.length,
+          outputTokens: 1,
+          requestBlocks: s.requestBlocks,
+          tokens,
+          localHashes: computeBlockHashes(tokens, BLOCK),
+        };
+        const sim = kvAware.create({
+          workers,
+          workerKeys: keys,
+          random: seededRandom(s.seed),
+          ownLoad: load,
+          load,
+          index,
+          weights: s.weights,
+          queueThreshold: s.queueThreshold,
+          blockSize: BLOCK,
+          capacityBlocks: 64,
+        });
+        const candidates: Candidate[] = refs.map((r, w) => ({ key: keys[w]!, workerId: r.workerId, dpRank: 0, endpoint: keys[w]!, ranks: 1 }));
+        const picker = new Picker({
+          indexers: { lookup: () => ({ key: "m:t", blockSize: BLOCK, index }) },
+          candidates: () => candidates,
+          load,
+          workerMetrics: (id) => ({ running: 1, waiting: workers[refs.findIndex((r) => r.workerId === id)]!.waitingCount, kvUsage: 0, at: 0 }),
+          options: { ...s.weights, queueThreshold: s.queueThreshold },
+          random: seededRandom(s.seed),
+        });
+        const epp = picker.pick({ tokens });
+        if (epp.kind !== "picked") throw new Error(epp.reason);
+        expect(keys[sim.pick(req)]).toBe(epp.chosen.candidate.key);
+      }),
+      { numRuns: 200 },
+    );
+  });
+});
+
+function filler(k: number): SimRequest {
+  const tokens = Uint32Array.from({ length: BLOCK }, (_, t) => 900_000 + k * BLOCK + t);
+  return { id: 1000 + k, arrivalMs: 0, promptTokens: tokens.length, outputTokens: 1000, requestBlocks: 1, tokens, localHashes: computeBlockHashes(tokens, BLOCK) };
+}
