@@ -106,6 +106,12 @@ export function createMetrics() {
       labelNames: ["reason"] as const,
       registers: [registry],
     }),
+    jsonDepthRefusals: new Counter({
+      name: "dynamo_epp_json_depth_refusals_total",
+      help: "request bodies refused (400) for nesting arrays/objects past the JSON depth limit, by where: ext_proc, score, select",
+      labelNames: ["where"] as const,
+      registers: [registry],
+    }),
     ioErrors: new Counter({
       name: "dynamo_epp_io_errors_total",
       help: "errors caught at I/O boundaries",

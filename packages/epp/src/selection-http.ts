@@ -3,8 +3,9 @@
 import { parseWorkerKey } from "@kv-epp/index-wasm";
 import { dumpHandler, type DumpSource } from "@kv-epp/recovery";
 import { Hono } from "hono";
+import { bodyLimit } from "hono/body-limit";
 import type { Logger } from "pino";
-import { BadRequest, parseBody } from "./extproc/openai-body.ts";
+import { BadRequest, MAX_BODY_BYTES, parseBody, parseJson, TooDeep } from "./extproc/openai-body.ts";
 import type { Indexers } from "./indexer.ts";
 import type { Metrics } from "./metrics.ts";
 import type { LoadView } from "./picker/load.ts";
@@ -47,18 +48,20 @@ function loadFields(load: SelectionDeps["load"], key: string) {
   };
 }
 
+/** The request's JSON (depth-limited like ext_proc bodies); BadRequest when it is not. */
 async function jsonBody(req: Request): Promise<unknown> {
-  try {
-    return await req.json();
-  } catch (e) {
-    throw new BadRequest(`request body is not JSON: ${(e as Error).message}`);
-  }
+  return parseJson(new Uint8Array(await req.arrayBuffer()));
 }
 
 export function selectionApp(d: SelectionDeps): Hono {
   const app = new Hono();
   const dump = dumpHandler({ source: d.dumpSource, ready: d.recovered, token: d.peerToken, logger: d.log });
   app.on(["GET", "HEAD"], "/dump", (c) => dump(c.req.raw));
+
+  // The ext_proc body cap: a larger body is refused (413) as it arrives, not buffered first.
+  const limit = bodyLimit({ maxSize: MAX_BODY_BYTES, onError: (c) => c.json({ error: `request body over ${MAX_BODY_BYTES} bytes` }, 413) });
+  app.post("/score", limit);
+  app.post("/select", limit);
 
   app.post("/score", async (c) => {
     const parsed = parseBody(await jsonBody(c.req.raw));
@@ -106,6 +109,7 @@ export function selectionApp(d: SelectionDeps): Hono {
   });
 
   app.onError((err, c) => {
+    if (err instanceof TooDeep) d.metrics.jsonDepthRefusals.inc({ where: c.req.path.slice(1) });
     if (err instanceof BadRequest) return c.json({ error: err.message }, 400);
     d.metrics.ioErrors.inc({ where: "selection_http" });
     d.log.error({ err: String(err), path: c.req.path }, "selection-http handler failed");

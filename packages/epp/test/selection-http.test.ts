@@ -2,7 +2,7 @@
 import { afterAll, beforeAll, expect, test } from "bun:test";
 import { waitFor } from "@kv-epp/testkit";
 import type { EppHandle } from "../src/main.ts";
-import { FakeWorkerEvents, HOST, MODEL, postJson, startTestEpp, tokens } from "./helpers.ts";
+import { FakeWorkerEvents, HOST, MODEL, postJson, scrapeMetric, startTestEpp, tokens } from "./helpers.ts";
 
 let ev: FakeWorkerEvents;
 let epp: EppHandle;
@@ -65,4 +65,18 @@ test("malformed bodies get 400 with a JSON error", async () => {
   const wrong = await postJson(url("/score"), { token_ids: [1, -2] });
   expect(wrong.status).toBe(400);
   expect((await postJson(url("/score"), { prompt: "text" })).status).toBe(400);
+});
+
+test("bodies nested past the JSON depth limit get 400, counted per route; bodies past 32 MiB get 413", async () => {
+  const metrics = `http://${HOST}:${epp.ports.metrics}`;
+  const deep = `{"token_ids":${"[".repeat(100_000)}${"]".repeat(100_000)}}`;
+  for (const route of ["score", "select"]) {
+    const res = await fetch(url(`/${route}`), { method: "POST", body: deep });
+    expect(res.status).toBe(400);
+    expect(((await res.json()) as { error: string }).error).toContain("deeper than");
+    expect(await scrapeMetric(metrics, `dynamo_epp_json_depth_refusals_total{where="${route}"}`)).toBe(1);
+  }
+  const huge = await fetch(url("/score"), { method: "POST", body: new Uint8Array(33 * 1024 * 1024).fill(0x20) });
+  expect(huge.status).toBe(413);
+  expect((await postJson(url("/score"), { token_ids: prompt })).body.scores["worker-a"]["0"]).toBe(4);
 });

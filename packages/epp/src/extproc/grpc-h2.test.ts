@@ -3,6 +3,7 @@
 // graceful shutdown.
 import { afterEach, describe, expect, test } from "bun:test";
 import * as grpc from "@grpc/grpc-js";
+import fc from "fast-check";
 import http2 from "node:http2";
 import { createBidiServer, GrpcStatus, type BidiCall, type BidiServer } from "./grpc-h2.ts";
 
@@ -226,6 +227,64 @@ describe("createBidiServer", () => {
     expect(calls).toEqual(["cancelled"]);
     c.close();
   });
+
+  test("framing, fuzzed: any messages (empty ones too) split anywhere arrive whole and in order; a cut-off stream fails", async () => {
+    const port = await start(echo);
+    const session = http2.connect(`http://${HOST}:${port}`);
+    const msg = fc.oneof(fc.constant(""), fc.string({ maxLength: 40 }), fc.constant("x".repeat(70_000))).filter((m) => m !== "bad");
+    await fc.assert(
+      fc.asyncProperty(fc.array(msg, { maxLength: 6 }), fc.array(fc.nat(), { maxLength: 6 }), fc.option(fc.nat(), { nil: undefined }), async (msgs, cuts, truncate) => {
+        const frames = Buffer.concat(
+          msgs.map((m) => {
+            const b = Buffer.from(m);
+            const f = Buffer.alloc(5 + b.length);
+            f.writeUInt32BE(b.length, 1);
+            b.copy(f, 5);
+            return f;
+          }),
+        );
+        // Truncated: the bytes stop inside a frame (never at a frame boundary, which is a whole stream).
+        let sent = frames;
+        if (truncate !== undefined && frames.length > 0) {
+          const bounds = new Set<number>();
+          for (let off = 0, i = 0; i < msgs.length; off += 5 + Buffer.byteLength(msgs[i]!), i++) bounds.add(off);
+          const inside = [...Array(frames.length).keys()].filter((k) => !bounds.has(k));
+          if (inside.length > 0) sent = frames.subarray(0, inside[truncate % inside.length]!);
+        }
+        const at = [...new Set(cuts.map((c) => c % (sent.length + 1)))].sort((x, y) => x - y);
+        const { status, data } = await new Promise<{ status: string | undefined; data: Buffer }>((resolve) => {
+          const req = session.request({ ":method": "POST", ":path": PATH, "content-type": "application/grpc", te: "trailers" });
+          const got: Buffer[] = [];
+          let status: string | undefined;
+          req.on("trailers", (t) => (status = t["grpc-status"] as string));
+          req.on("data", (d: Buffer) => got.push(d));
+          req.on("error", () => {});
+          req.on("close", () => resolve({ status, data: Buffer.concat(got) }));
+          let prev = 0;
+          for (const c of at) {
+            req.write(sent.subarray(prev, c));
+            prev = c;
+          }
+          req.end(sent.subarray(prev));
+        });
+        const answers: string[] = [];
+        for (let off = 0; off < data.length; ) {
+          const len = data.readUInt32BE(off + 1);
+          answers.push(data.subarray(off + 5, off + 5 + len).toString());
+          off += 5 + len;
+        }
+        if (sent === frames) {
+          expect(status).toBe("0");
+          expect(answers).toEqual(msgs.map((m) => m.toUpperCase()));
+        } else {
+          expect(status).toBe(String(GrpcStatus.INTERNAL));
+          expect(msgs.map((m) => m.toUpperCase()).slice(0, answers.length)).toEqual(answers);
+        }
+      }),
+      { numRuns: 100 },
+    );
+    session.destroy();
+  }, 30_000);
 
   test("a message over the size limit is RESOURCE_EXHAUSTED", async () => {
     const port = await start(echo, 1000);

@@ -1,6 +1,6 @@
 import { describe, expect, test } from "bun:test";
 import fc from "fast-check";
-import { BadRequest, parseBody, parseBodyBytes } from "./openai-body.ts";
+import { BadRequest, MAX_JSON_DEPTH, parseBody, parseBodyBytes, TooDeep } from "./openai-body.ts";
 
 const bytes = (v: unknown) => new TextEncoder().encode(typeof v === "string" ? v : JSON.stringify(v));
 
@@ -108,4 +108,59 @@ test("a body past the fast path's size limit (4 MiB, left to JSON.parse) gets th
   const parsed = parseBodyBytes(body);
   expect(parsed.model).toBe("m");
   expect(parsed.input).toEqual({ kind: "tokens", tokens: Uint32Array.from(tokens) });
+});
+
+describe("JSON depth limit", () => {
+  const nest = (depth: number, leaf = "1") => "[".repeat(depth) + leaf + "]".repeat(depth);
+  const chatWith = (part: string) => `{"messages":[{"role":"user","content":[{"type":"text","text":"hi","x":${part}}]}]}`;
+
+  test("bodies nested past MAX_JSON_DEPTH are refused as TooDeep (a 400) wherever the nesting is", () => {
+    const deep = nest(50_000);
+    for (const body of [
+      `{"prompt":${deep}}`,
+      `{"token_ids":${deep}}`,
+      chatWith(deep),
+      `{"messages":[{"role":"user","content":"hi"}],"tools":[${'{"a":'.repeat(50_000)}1${"}".repeat(50_000)}]}`,
+      `{"messages":[{"role":"user","content":"hi"}],"chat_template_kwargs":{"x":${deep}}}`,
+      `{"prompt":${nest(MAX_JSON_DEPTH)}}`, // the body object itself is one level
+    ])
+      expect(() => parseBodyBytes(bytes(body))).toThrow(TooDeep);
+  });
+
+  test("nesting up to the limit parses; brackets inside strings (escaped quotes too) do not count", () => {
+    // The body object + messages + message + content + part + MAX - 5 arrays = MAX levels.
+    expect(parseBodyBytes(bytes(chatWith(nest(MAX_JSON_DEPTH - 5)))).input.kind).toBe("chat");
+    // JSON-escaped: \\\"[[[...{{{...\\ then the closing quote (after an even run of backslashes).
+    const text = `\\"${"[".repeat(500)}${"{".repeat(500)}\\`;
+    expect(parseBodyBytes(bytes({ prompt: text, n: [[1]] })).input).toEqual({ kind: "prompt", text });
+  });
+
+  test("random documents, wrapped to just below the limit: refused exactly when their depth takes them past it", () => {
+    const depthOf = (v: unknown): number => (typeof v === "object" && v !== null ? 1 + Math.max(0, ...Object.values(v).map(depthOf)) : 0);
+    const { tree } = fc.letrec((tie) => ({
+      tree: fc.oneof(
+        { depthSize: "small", maxDepth: 12 },
+        fc.string({ unit: fc.constantFrom("[", "]", "{", "}", '"', "\\", "a") }),
+        fc.nat(),
+        fc.array(tie("tree"), { maxLength: 3 }),
+        fc.dictionary(fc.string(), tie("tree"), { maxKeys: 3 }),
+      ),
+    }));
+    const wrap = MAX_JSON_DEPTH - 6; // arrays around the document; the body object is one more level
+    const tooDeep = (b: Uint8Array) => {
+      try {
+        parseBodyBytes(b);
+        return false;
+      } catch (e) {
+        return e instanceof TooDeep;
+      }
+    };
+    fc.assert(
+      fc.property(tree, (t) => {
+        const body = bytes(`{"prompt":"x","w":${nest(wrap, JSON.stringify(t))}}`);
+        expect(tooDeep(body)).toBe(1 + wrap + depthOf(t) > MAX_JSON_DEPTH);
+      }),
+      { numRuns: 500 },
+    );
+  });
 });

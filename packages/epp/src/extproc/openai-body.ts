@@ -22,18 +22,64 @@ export type ParsedBody = { model?: string; input: RoutedInput };
 
 export class BadRequest extends Error {}
 
+/** JSON nested deeper than MAX_JSON_DEPTH: refused before it is parsed. */
+export class TooDeep extends BadRequest {}
+
+/**
+ * Arrays and objects nested deeper than this are refused (400). Real requests stay far below it (a
+ * chat with content parts is ~5 deep, a tool's JSON Schema rarely past 20); past it, what reads the
+ * document recursively (the chat template, JSON.stringify in an error message) cost seconds of event
+ * loop per request at 50k levels, and ended in a stack overflow.
+ */
+export const MAX_JSON_DEPTH = 128;
+
+/** Request bodies past this are refused (413) on ext_proc and the selection API. */
+export const MAX_BODY_BYTES = 32 * 1024 * 1024;
+
 const decoder = new TextDecoder();
 
 export function parseBodyBytes(body: Uint8Array): ParsedBody {
   const fast = tokenIdsBody(body);
   if (fast) return fast;
-  let doc: unknown;
+  return parseBody(parseJson(body));
+}
+
+/** JSON.parse of a request body, refusing one nested past MAX_JSON_DEPTH before parsing it. */
+export function parseJson(body: Uint8Array): unknown {
+  const depth = nestingExceeds(body, MAX_JSON_DEPTH);
+  if (depth >= 0) throw new TooDeep(`request body nests arrays/objects deeper than ${MAX_JSON_DEPTH} (at byte ${depth})`);
   try {
-    doc = JSON.parse(decoder.decode(body));
+    return JSON.parse(decoder.decode(body));
   } catch (e) {
     throw new BadRequest(`request body is not JSON: ${(e as Error).message}`);
   }
-  return parseBody(doc);
+}
+
+/**
+ * The offset where `[`/`{` nesting first goes past `max` (strings skipped), else -1. One pass that
+ * stops there, so a hostile body costs at most its size; what it says about invalid JSON does not
+ * matter (JSON.parse words that).
+ */
+function nestingExceeds(b: Uint8Array, max: number): number {
+  let depth = 0;
+  for (let i = 0; i < b.length; i++) {
+    const c = b[i]!;
+    if (c === 0x22) {
+      // To the closing quote (one preceded by an even run of backslashes), found natively: most of a
+      // chat's bytes are inside strings.
+      for (;;) {
+        const q = b.indexOf(0x22, i + 1);
+        if (q < 0) return -1;
+        let k = q - 1;
+        while (b[k] === 0x5c) k--;
+        i = q;
+        if ((q - 1 - k) % 2 === 0) break;
+      }
+    } else if (c === 0x5b || c === 0x7b) {
+      if (++depth > max) return i;
+    } else if (c === 0x5d || c === 0x7d) depth--;
+  }
+  return -1;
 }
 
 const FIELDS = ["model", "token_ids", "messages", "prompt"] as const;

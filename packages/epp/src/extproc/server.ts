@@ -8,7 +8,7 @@ import type { ActiveLoad, Lease } from "../picker/load.ts";
 import type { Decision, Picker } from "../picker/picker.ts";
 import type { Tokenize } from "../tokens.ts";
 import { GrpcStatus, type BidiCall } from "./grpc-h2.ts";
-import { BadRequest, parseBodyBytes, type ParsedBody } from "./openai-body.ts";
+import { BadRequest, MAX_BODY_BYTES, parseBodyBytes, TooDeep, type ParsedBody } from "./openai-body.ts";
 import {
   type BodySendMode,
   continueResponse,
@@ -49,7 +49,6 @@ type RequestState = {
 };
 
 const STREAM_CHUNK = 64 * 1024;
-const DEFAULT_MAX_BODY = 32 * 1024 * 1024;
 
 export function createProcessHandler(deps: ExtProcDeps): (call: Duplex) => void {
   return (call) => new ProcessStream(call, deps).run();
@@ -62,6 +61,8 @@ class ProcessStream {
   #responseStreamed = false;
   #observe = false;
   #closed = false;
+  /** A request_headers has come on this stream. */
+  #started = false;
 
   get #fullDuplex(): boolean {
     return this.#mode === "FULL_DUPLEX_STREAMED";
@@ -115,6 +116,8 @@ class ProcessStream {
     // A message with no request case (the empty message, or a field number this proto does not know)
     // says nothing to act on: the stream is broken, not the process.
     if (msg.request === undefined) return this.#reject("no_request", "ProcessingRequest without a request case");
+    const outOfOrder = this.#outOfOrder(msg);
+    if (outOfOrder) return this.#reject("unexpected", outOfOrder);
     if (this.#mode === undefined) {
       const pc = msg.protocol_config;
       // NONE is proto3's zero value, absent on the wire: a protocol_config without a mode means NONE.
@@ -148,8 +151,20 @@ class ProcessStream {
     }
   }
 
+  /**
+   * Why `msg` cannot come next on this stream, else undefined. Envoy sends a request's headers before
+   * its body and trailers, and a new request's headers only once the previous request has its answer;
+   * anything else would route on the wrong body or silently drop one.
+   */
+  #outOfOrder(msg: ProcessingRequest): string | undefined {
+    if (msg.request_headers && this.#req && !this.#req.decided) return "request_headers while the previous request's body is awaited";
+    if ((msg.request_body || msg.request_trailers) && !this.#started) return `${msg.request} before any request_headers`;
+    return undefined;
+  }
+
   #onRequestHeaders(msg: ProcessingRequest): void {
     this.#finish(); // a previous request on this stream is over
+    this.#started = true;
     this.#req = { subset: subsetHint(msg), chunks: [], bytes: 0, lease: undefined, decided: false };
     // No body, or none before the route is taken (NONE: not sent; STREAMED: the headers go upstream
     // once answered): the decision is by load alone, on the headers.
@@ -165,7 +180,7 @@ class ProcessStream {
   #onRequestBody(chunk: Uint8Array, eos: boolean): void {
     const req = this.#req;
     if (!req || req.decided) {
-      // A body without headers (or after our answer): pass it through untouched.
+      // A body after our answer (STREAMED, or after an immediate response): pass it through untouched.
       this.#send(this.#fullDuplex ? streamedBody("request_body", chunk, eos) : continueResponse("request_body"));
       return;
     }
@@ -173,7 +188,7 @@ class ProcessStream {
       req.chunks.push(chunk);
       req.bytes += chunk.length;
     }
-    if (req.bytes > (this.deps.maxBodyBytes ?? DEFAULT_MAX_BODY)) {
+    if (req.bytes > (this.deps.maxBodyBytes ?? MAX_BODY_BYTES)) {
       this.#immediate(413, "request body too large", "body_too_large", "bad_request");
       return;
     }
@@ -207,6 +222,7 @@ class ProcessStream {
       decision = this.deps.picker.pick({ model: parsed.model, tokens, subset: req.subset });
     } catch (err) {
       if (err instanceof BadRequest) {
+        if (err instanceof TooDeep) this.deps.metrics.jsonDepthRefusals.inc({ where: "ext_proc" });
         this.#immediate(400, err.message, "bad_request", "bad_request");
         return;
       }
