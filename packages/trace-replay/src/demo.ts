@@ -1,18 +1,22 @@
-// `bun run demo`: the whole thing on one machine. Mock workers and two EPP replicas (static mode) as
-// processes on 127.0.6.x with the standard ports, a load generator replaying the trace through the
-// replicas' ext_proc to the chosen workers; midway one replica is killed and a new one recovers its
-// index from the survivor. Ctrl-C stops every child.
+// `bun run demo`: the whole thing on one machine. Mock workers, two EPP replicas (static mode) and a
+// gateway as processes on 127.0.6.x with the standard ports; this process is the client, replaying the
+// trace as OpenAI requests to the gateway, which routes each through a replica's ext_proc to a worker;
+// midway one replica is killed and a new one recovers its index from the survivor. Ctrl-C stops every
+// child.
 import { mkdirSync, writeFileSync } from "node:fs";
 import { resolve } from "node:path";
 import { FlagError } from "./cli-flags.ts";
 import { Children } from "./demo/children.ts";
-import { EPP_PORTS, eppMetricsUrl, eppReady, layout, startEppReplica, startWorker, waitUntil, workerHealthy } from "./demo/cluster.ts";
-import { scrapePickHistogram } from "./demo/epp-metrics.ts";
-import { ExtProcClient } from "@kv-epp/epp";
-import { replay, type Replica } from "./demo/loadgen.ts";
+import {
+  EPP_PORTS, eppMetricsUrl, eppReady, gatewayHealthy, gatewayUrl, layout, qwen3TokenizerDir, setGatewayReplicas, startEppReplica,
+  startGateway, startWorker, waitUntil, workerHealthy,
+} from "./demo/cluster.ts";
+import { scrapeEppMetrics } from "./demo/epp-metrics.ts";
+import { replay } from "./demo/loadgen.ts";
 import { parseDemoArgs, type DemoOptions } from "./demo/options.ts";
 import { startProgress, statusLine } from "./demo/progress.ts";
 import { demoReportData, demoSucceeded, recoveryText, summaryRows, type RecoveryReport } from "./demo/report.ts";
+import { selectCheck } from "./demo/select-check.ts";
 import { DemoStats } from "./demo/stats.ts";
 import { renderReport } from "./report/html.ts";
 import { loadTrace, type TraceRecord } from "./trace.ts";
@@ -29,7 +33,7 @@ async function main(o: DemoOptions): Promise<number> {
   const records = pickRecords(await loadTrace(o.tracePath, o.requests > 0 ? o.requests : undefined), o);
   const runDir = resolve(REPO_ROOT, o.outDir, `demo-${new Date().toISOString().replace(/[:.]/g, "-")}`);
   mkdirSync(runDir, { recursive: true });
-  const l = layout(o);
+  const l = layout({ ...o, tokenizerDir: o.prompt === "chat" ? qwen3TokenizerDir() : undefined });
   const children = new Children(REPO_ROOT);
   const abort = new AbortController();
   let stopping: Promise<void> | undefined;
@@ -52,13 +56,14 @@ async function main(o: DemoOptions): Promise<number> {
     startEppReplica(children, l, b.name, [a.ip], runDir);
     await Promise.all([a, b].map((e) => waitUntil(`${e.name} readiness`, () => eppReady(e.ip))));
     console.log(`  EPP replicas ready: ${a.name} ${a.ip}, ${b.name} ${b.ip} (ext_proc :${EPP_PORTS.grpc} ${o.bodyMode}, peers of each other)`);
-
-    const clients = new Map(l.epps.map((e) => [e.name, new ExtProcClient(`${e.ip}:${EPP_PORTS.grpc}`, o.bodyMode)]));
-    let replicas: Replica[] = [a, b].map((e) => ({ name: e.name, client: clients.get(e.name)! }));
+    startGateway(children, l, [a.name, b.name], runDir);
+    await waitUntil(`gateway at ${gatewayUrl(l)}`, () => gatewayHealthy(l));
+    console.log(`  gateway up: ${gatewayUrl(l)} (its own process), requests: ${o.prompt === "chat" ? "/v1/chat/completions, text tokenized with Qwen3" : "/v1/completions, token ids"}`);
+    let replicas = [a.name, b.name];
     const workerByEndpoint = new Map(l.workers.map((w) => [`${w.ip}:${w.httpPort}`, w.id]));
     const stats = new DemoStats(l.workers.map((w) => w.id));
     // A replica's own pick histogram, read when it stops taking traffic (SIGKILL loses it otherwise).
-    const scrapeEpp = async (e: { name: string; ip: string }) => void stats.eppPicks.set(e.name, await scrapePickHistogram(eppMetricsUrl(e.ip)));
+    const scrapeEpp = async (e: { name: string; ip: string }) => void stats.eppScrapes.set(e.name, await scrapeEppMetrics(eppMetricsUrl(e.ip)));
     const progress = startProgress(() => statusLine(stats, records.length));
     const sampler = setInterval(() => stats.sampleLoad(), 1000);
     let recovery: RecoveryReport | undefined;
@@ -68,7 +73,8 @@ async function main(o: DemoOptions): Promise<number> {
 
     const replaceReplica = async () => {
       progress.log(`  midway (${killAt} requests sent): killing ${a.name} (SIGKILL), starting ${c.name} with peers ${a.ip}, ${b.ip}`);
-      replicas = replicas.filter((r) => r.name !== a.name);
+      replicas = replicas.filter((r) => r !== a.name);
+      await setGatewayReplicas(l, replicas);
       await scrapeEpp(a);
       await children.stop(a.name, { signal: "SIGKILL" });
       stats.mark(`${a.name} killed`);
@@ -87,7 +93,8 @@ async function main(o: DemoOptions): Promise<number> {
         await waitUntil(`${c.name} readiness`, () => eppReady(c.ip), 60_000);
         const readyMs = Math.round(performance.now() - started);
         recovery = fetched ? { replica: c.name, ...fetched, readyMs } : { replica: c.name, failed: `ready after ${readyMs} ms without a recovery from a peer (see ${c.name}.log)` };
-        replicas = [...replicas, { name: c.name, client: clients.get(c.name)! }];
+        replicas = [...replicas, c.name];
+        await setGatewayReplicas(l, replicas);
         stats.mark(`${c.name} ready`);
       } catch (e) {
         recovery = { replica: c.name, failed: String(e) };
@@ -99,7 +106,8 @@ async function main(o: DemoOptions): Promise<number> {
       model: l.model,
       timeScale: o.timeScale,
       arrivals: o.arrivals,
-      replicas: () => replicas,
+      gateway: gatewayUrl(l),
+      prompt: o.prompt,
       workerOf: (endpoint) => workerByEndpoint.get(endpoint) ?? endpoint,
       stats,
       signal: abort.signal,
@@ -111,15 +119,16 @@ async function main(o: DemoOptions): Promise<number> {
     // Interrupted: the signal handler stops the children and exits 130; no summary for a partial run.
     if (abort.signal.aborted) return 130;
     await midway;
-    await Promise.all(l.epps.filter((e) => children.names.includes(e.name)).map(scrapeEpp));
+    const live = l.epps.filter((e) => children.names.includes(e.name));
+    await Promise.all(live.map(scrapeEpp));
+    const check = stats.lastServed && live[0] ? await selectCheck(live[0], stats.lastServed.body, stats.lastServed.worker) : undefined;
     clearInterval(sampler);
     progress.stop();
-    for (const client of clients.values()) client.close();
 
     console.log("\nsummary");
-    for (const [k, v] of summaryRows(stats, recovery)) console.log(`  ${k.padEnd(22)} ${v}`);
+    for (const [k, v] of summaryRows(stats, recovery, check)) console.log(`  ${k.padEnd(22)} ${v}`);
     const htmlPath = resolve(runDir, "demo-report.html");
-    writeFileSync(htmlPath, renderReport(demoReportData(o, stats, recovery)));
+    writeFileSync(htmlPath, renderReport(demoReportData(o, stats, recovery, check)));
     console.log(`\nreport: ${htmlPath}`);
     return demoSucceeded(stats, killAt !== undefined, recovery) ? 0 : 1;
   } finally {

@@ -1,5 +1,6 @@
-// `bun run demo` end to end on 127.0.6.x: real mock-worker and EPP processes, the ext_proc load
-// generator, the midway replica replacement; and Ctrl-C leaving nothing behind.
+// `bun run demo` end to end on 127.0.6.x: real mock-worker, EPP and gateway processes, chat traffic
+// tokenized with the real Qwen3 tokenizer (token ids as the option), the midway replica replacement;
+// and Ctrl-C leaving nothing behind.
 import { afterAll, afterEach, describe, expect, test } from "bun:test";
 import { existsSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -11,10 +12,10 @@ const SUBNET = "127.0.6";
 const out = mkdtempSync(join(tmpdir(), "demo-"));
 let demo: Subprocess<"ignore", "pipe", "pipe"> | undefined;
 
-/** Processes whose command line names an address of the demo's subnet (its workers and replicas). */
+/** Processes whose command line names an address of the demo's subnet (its workers, replicas and gateway). */
 function leftovers(): string[] {
   const ps = Bun.spawnSync(["ps", "-eo", "pid,args"], { stdout: "pipe" }).stdout.toString();
-  return ps.split("\n").filter((l) => l.includes(`${SUBNET}.`) && /mock-worker|epp/.test(l) && !l.includes("ps -eo"));
+  return ps.split("\n").filter((l) => l.includes(`${SUBNET}.`) && /mock-worker|epp|gateway/.test(l) && !l.includes("ps -eo"));
 }
 
 async function readUntil(stream: ReadableStream<Uint8Array>, pattern: RegExp, sink: string[]): Promise<void> {
@@ -36,8 +37,8 @@ afterEach(async () => {
 afterAll(() => rmSync(out, { recursive: true, force: true }));
 
 describe("bun run demo", () => {
-  test("50 requests through two EPP replicas, one replaced midway and recovered from the survivor", async () => {
-    demo = Bun.spawn(["bun", "run", "demo", "--requests", "50", "--time-scale", "20", "--subnet", SUBNET, "--out", out], {
+  test("50 chat requests through the gateway and two EPP replicas, one replaced midway and recovered from the survivor", async () => {
+    demo = Bun.spawn(["bun", "run", "demo", "--requests", "50", "--time-scale", "4", "--subnet", SUBNET, "--out", out], {
       cwd: REPO_ROOT,
       stdout: "pipe",
       stderr: "pipe",
@@ -48,23 +49,33 @@ describe("bun run demo", () => {
     expect(stdout).toMatch(/recovery: epp-c recovered \d+ events .* from http:\/\/127\.0\.6\.3:9093 in \d+ ms/);
     expect(stdout).toMatch(/requests\s+50 done \(50 ok, 0 routing errors, 0 worker errors\)/);
     expect(stdout).toContain("ext_proc :9002 full-duplex");
-    // Each replica's own histogram, the killed one read before its SIGKILL.
-    expect(stdout).toMatch(/EPP pick \(own metric\)\s+epp-a: p50 [\d.]+ ms, p99 [\d.]+ ms \(\d+ picks\); epp-b: p50 [\d.]+ ms, p99 [\d.]+ ms \(\d+ picks\); epp-c: p50 /);
+    expect(stdout).toContain("requests: /v1/chat/completions, text tokenized with Qwen3");
+    // Each replica's own histograms, the killed one read before its SIGKILL.
+    expect(stdout).toMatch(/EPP pick \(own metric\)\s+epp-a: p50 (?:> )?[\d.]+ ms, p99 (?:> )?[\d.]+ ms \(\d+ picks\); epp-b: p50 (?:> )?[\d.]+ ms, p99 (?:> )?[\d.]+ ms \(\d+ picks\); epp-c: p50 /);
+    // What the EPPs predicted beside what the workers reported (how close depends on how busy the run was).
+    expect(stdout).toMatch(/hit rate per request\s+EPP predicted [\d.]+% .*; workers reported [\d.]+%/);
+    // The workers tokenized the chats as the EPPs do: the EPP finds the last request's blocks, hashed from its
+    // own tokens, all on the worker that cached them from its tokens.
+    const check = /tokenization check\s+epp-\w's \/select .*: (worker-\d), which served it, holds (\d+) of its (\d+) blocks/.exec(stdout);
+    expect(check, stdout).not.toBeNull();
+    expect(Number(check![3])).toBeGreaterThan(0);
+    expect(Number(check![2])).toBe(Number(check![3]));
     expect(stdout).toMatch(/send lag\s+p50 [\d.]+ ms, p99 [\d.]+ ms .*; \d+ bodies built late\)/);
     const report = /report: (\S+\.html)/.exec(stdout)?.[1];
     expect(report && existsSync(report)).toBe(true);
     expect(leftovers()).toEqual([]);
   }, 180_000);
 
-  test("buffered ext_proc mode, no replacement: every request routed by the replicas' own count", async () => {
+  test("token-id prompts, buffered ext_proc mode, no replacement: every request routed by the replicas' own count", async () => {
     demo = Bun.spawn(
-      ["bun", "run", "demo", "--requests", "20", "--time-scale", "20", "--kill-at", "0", "--body-mode", "buffered", "--subnet", SUBNET, "--out", out],
+      ["bun", "run", "demo", "--requests", "20", "--time-scale", "20", "--kill-at", "0", "--prompt", "tokens", "--body-mode", "buffered", "--subnet", SUBNET, "--out", out],
       { cwd: REPO_ROOT, stdout: "pipe", stderr: "pipe" },
     );
     const code = await demo.exited;
     const stdout = await new Response(demo.stdout).text();
     expect(code, `${stdout}\n${await new Response(demo.stderr).text()}`).toBe(0);
     expect(stdout).toContain("ext_proc :9002 buffered");
+    expect(stdout).toContain("requests: /v1/completions, token ids");
     expect(stdout).toMatch(/requests\s+20 done \(20 ok, 0 routing errors, 0 worker errors\)/);
     // Nothing killed, so the replicas' histograms hold every decision the load generator saw.
     const counts = [...(/EPP pick \(own metric\)\s+(.*)/.exec(stdout)?.[1] ?? "").matchAll(/\((\d+) picks\)/g)].map((m) => Number(m[1]));
@@ -79,8 +90,8 @@ describe("bun run demo", () => {
       stderr: "pipe",
     });
     const seen: string[] = [];
-    await readUntil(demo.stdout, /EPP replicas ready/, seen);
-    expect(leftovers().length).toBeGreaterThanOrEqual(6); // 4 workers + 2 replicas (and their `bun run` parents)
+    await readUntil(demo.stdout, /gateway up/, seen);
+    expect(leftovers().length).toBeGreaterThanOrEqual(7); // 4 workers, 2 replicas, the gateway (and their `bun run` parents)
     // `bun run demo` is the parent of the demo process: signal the demo itself, as a terminal's Ctrl-C would.
     const demoPids = Bun.spawnSync(["ps", "-o", "pid=", "--ppid", String(demo.pid)], { stdout: "pipe" }).stdout.toString().trim().split(/\s+/);
     expect(demoPids.length).toBe(1);

