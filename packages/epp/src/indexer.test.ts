@@ -16,7 +16,7 @@ async function counter(m: ReturnType<typeof createMetrics>, name: string, labels
   return line ? Number(line.split(" ")[1]) : 0;
 }
 
-function stored(hashes: bigint[], parent: bigint | null, tokenIds: number[], medium: "GPU" | "CPU" | null = null): KvEvent {
+function stored(hashes: bigint[], parent: bigint | null, tokenIds: number[], medium: string | null = null): KvEvent {
   return { type: "BlockStored", blockHashes: hashes, parentBlockHash: parent, tokenIds, blockSize: BS, loraId: null, medium };
 }
 
@@ -35,13 +35,17 @@ test("listener batches: applied, CPU skipped, partial blocks and unknown parents
         stored([11n, 12n, 13n], null, ids), // 3 hashes, 2 full blocks: partial_block
         stored([21n], null, [7, 7, 7, 7], "CPU"), // medium
         stored([31n], 999n, [5, 5, 5, 5]), // unknown parent: rejected by the index
+        stored([41n], null, [8, 8, 8, 8], "gpu"), // medium compares case-insensitively: applied
+        { type: "BlockStored", blockHashes: [51n, 52n], parentBlockHash: null, tokenIds: [], blockSize: 0, loraId: null, medium: "CPU" }, // placeholder
         { type: "BlockRemoved", blockHashes: [12n], medium: null },
       ],
     },
   });
   const m = ix.index.findMatches(computeBlockHashes(Uint32Array.from(ids.slice(0, 8)), BS));
   expect(m.scores.get("w\u00000")).toBe(1); // block 2 removed
-  expect(await counter(metrics, "dynamo_epp_kv_events_applied_total")).toBe(2);
+  expect(ix.index.findMatches(computeBlockHashes(Uint32Array.of(8, 8, 8, 8), BS)).scores.get("w\u00000")).toBe(1);
+  expect(await counter(metrics, "dynamo_epp_kv_events_applied_total")).toBe(3);
+  expect(await counter(metrics, "dynamo_epp_kv_events_ignored_total", '{reason="placeholder"}')).toBe(1);
   expect(await counter(metrics, "dynamo_epp_kv_events_rejected_total", '{reason="index"}')).toBe(1);
   expect(await counter(metrics, "dynamo_epp_kv_events_rejected_total", '{reason="medium"}')).toBe(1);
   expect(await counter(metrics, "dynamo_epp_kv_events_rejected_total", '{reason="partial_block"}')).toBe(1);

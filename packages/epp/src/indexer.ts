@@ -2,7 +2,7 @@
 // order), and is the index side of recovery: a DumpSource for /dump and a DumpTarget whose staging is
 // a fresh KvIndex per model, swapped in whole on commit so a failed attempt leaves nothing behind.
 import { KvIndex, computeBlockHashes, type StoredBatchBuilder, type WorkerRef } from "@kv-epp/index-wasm";
-import type { KvEvent, ListenerSignal } from "@kv-epp/kv-events";
+import { isGpuMedium, type KvEvent, type ListenerSignal } from "@kv-epp/kv-events";
 import { type DumpModel, type DumpSource, type DumpStaging, type DumpTarget, toRouterEvents } from "@kv-epp/recovery";
 import type { Metrics } from "./metrics.ts";
 
@@ -92,8 +92,13 @@ export class Indexers implements DumpSource, DumpTarget {
   #add(b: StoredBatchBuilder, worker: WorkerRef, e: KvEvent, blockSize: number): void {
     switch (e.type) {
       case "BlockStored": {
+        // Offloading connectors announce hashes without content (vLLM #43468): nothing to match on.
+        if (e.blockSize === 0 && e.tokenIds.length === 0) {
+          this.metrics.eventsIgnored.inc({ reason: "placeholder" });
+          return;
+        }
         // Only GPU residency makes a prefix cheap to serve; offloaded copies are not counted.
-        if (e.medium !== null && e.medium !== "GPU") {
+        if (!isGpuMedium(e.medium)) {
           this.metrics.eventsRejected.inc({ reason: "medium" });
           return;
         }
@@ -111,7 +116,7 @@ export class Indexers implements DumpSource, DumpTarget {
         return;
       }
       case "BlockRemoved":
-        if (e.medium !== null && e.medium !== "GPU") {
+        if (!isGpuMedium(e.medium)) {
           this.metrics.eventsRejected.inc({ reason: "medium" });
           return;
         }

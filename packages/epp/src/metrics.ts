@@ -42,6 +42,12 @@ export function createMetrics() {
       registers: [registry],
     }),
     eventsApplied: new Counter({ name: "dynamo_epp_kv_events_applied_total", help: "KV events applied to the index", registers: [registry] }),
+    eventsIgnored: new Counter({
+      name: "dynamo_epp_kv_events_ignored_total",
+      help: "well-formed KV events that name nothing to index, by reason: placeholder (an offloading connector's hash-only store: block_size 0, no tokens)",
+      labelNames: ["reason"] as const,
+      registers: [registry],
+    }),
     eventsRejected: new Counter({
       name: "dynamo_epp_kv_events_rejected_total",
       help: "KV events not applied, by reason: index (unknown parent, hash conflict), medium (not GPU), partial_block, block_size (not the model's)",

@@ -2,7 +2,7 @@
 // escape; every failure is a counted, typed outcome.
 import { afterAll, describe, expect, test } from "bun:test";
 import fc from "fast-check";
-import { decodeBatch, encodeBatch, KvDecodeError, type KvEventBatch, PubSocket } from "../src/index.ts";
+import { decodeBatch, encodeBatch, EVENT_ENCODINGS, KvDecodeError, type KvEventBatch, PubSocket } from "../src/index.ts";
 import { decodeGeneric } from "../src/codec/decode.ts";
 import { decodeFast } from "../src/codec/fast-decode.ts";
 import { ZmtpParser } from "../src/zmtp/parser.ts";
@@ -13,16 +13,16 @@ import { waitUntil } from "./zmq-peer.ts";
 const sample: KvEventBatch = {
   ts: 12.25,
   events: [
-    { type: "BlockStored", blockHashes: [1n, 2n ** 64n - 2n], parentBlockHash: 9n, tokenIds: [1, 2, 3, 4], blockSize: 2, loraId: 1, medium: "GPU", loraName: "x", groupIdx: 1 },
+    {
+      type: "BlockStored", blockHashes: [1n, 2n ** 64n - 2n], parentBlockHash: 9n, tokenIds: [1, 2, 3, 4], blockSize: 2, loraId: 1, medium: "GPU",
+      loraName: "x", extraKeys: [["x", ["e".repeat(64), 3], "salt"], [Uint8Array.of(1, 2, 3)]], groupIdx: 1, cacheSalt: "salt", sessionId: "s",
+    },
     { type: "BlockRemoved", blockHashes: [3n], medium: "CPU", groupIdx: 0 },
     { type: "AllBlocksCleared" },
   ],
   dataParallelRank: 3,
 };
-const valid = [
-  encodeBatch(sample), encodeBatch(sample, { encoding: "map" }), encodeBatch(sample, { hashMode: "bytes" }),
-  encodeBatch(sample, { encoding: "map", hashMode: "bytes" }),
-];
+const valid = EVENT_ENCODINGS.flatMap((encoding) => [encodeBatch(sample, { encoding }), encodeBatch(sample, { encoding, hashMode: "bytes" })]);
 
 /** Decodes, classifying the outcome: a batch, or a KvDecodeError. Anything else fails the property. */
 function decodeOutcome(p: Uint8Array): "ok" | "error" {

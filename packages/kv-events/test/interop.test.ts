@@ -224,7 +224,7 @@ describe("ROUTER / DEALER", () => {
 describe("KV events with a vLLM-like libzmq publisher", () => {
   const batch = (i: number): KvEventBatch => ({
     ts: i,
-    events: [{ type: "BlockStored", blockHashes: [BigInt(i) * 0x1_0000_0001n], parentBlockHash: null, tokenIds: [i, i + 1], blockSize: 2, loraId: null, medium: "GPU" }],
+    events: [{ type: "BlockStored", blockHashes: [BigInt(i) * 0x1_0000_0001n], parentBlockHash: null, tokenIds: [i, i + 1], blockSize: 2, loraId: null, medium: "GPU", loraName: null }],
     dataParallelRank: null,
   });
   const payloadHex = (i: number) => Buffer.from(encodeBatch(batch(i))).toString("hex");

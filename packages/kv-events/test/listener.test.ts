@@ -25,7 +25,7 @@ afterEach(async () => {
 
 const batch = (i: number): KvEventBatch => ({
   ts: i + 0.5,
-  events: [{ type: "BlockStored", blockHashes: [BigInt(i) + 2n ** 63n], parentBlockHash: null, tokenIds: [i], blockSize: 16, loraId: null, medium: null }],
+  events: [{ type: "BlockStored", blockHashes: [BigInt(i) + 2n ** 63n], parentBlockHash: null, tokenIds: [i], blockSize: 16, loraId: null, medium: null, loraName: null }],
   dataParallelRank: 0,
 });
 

@@ -1,4 +1,5 @@
 import { parseDiscoveryConfig } from "@kv-epp/intents";
+import { EVENT_ENCODINGS, type EventEncoding } from "@kv-epp/kv-events";
 import { z } from "zod";
 
 /**
@@ -30,7 +31,7 @@ export const OPTIONS = {
   "block-size": { schema: positiveInt.default(16), help: "tokens per KV block" },
   "capacity-blocks": { schema: positiveInt.default(8192), help: "KV cache capacity per rank, in blocks" },
   "dp-size": { schema: positiveInt.max(256).default(1), help: "data-parallel ranks, each with its own cache" },
-  "event-encoding": { schema: z.enum(["array", "map"]).default("array"), help: "KV event encoding" },
+  "event-encoding": { schema: z.enum(EVENT_ENCODINGS as [EventEncoding, ...EventEncoding[]]).default("vllm"), help: "KV event wire shape: vllm (today: array batch, map events), vllm-map, vllm-array (older vLLM), sglang" },
   "hash-mode": { schema: z.enum(["int", "bytes"]).default("int"), help: "block hashes as u64 ints or 32-byte digests" },
   topic: { schema: z.string().default(""), help: "ZeroMQ topic frame" },
   speed: { schema: nonNegative.default(1), help: "time scale of the timing model; 0 answers at once" },

@@ -22,7 +22,7 @@ function spawnCli(args: string[], env: Record<string, string> = {}) {
 describe("configuration", () => {
   test("flags win over MOCK_WORKER_* variables, defaults fill the rest", () => {
     const c = parseConfig(["--port", "9000", "--dp-size=2", "--topic", ""], { MOCK_WORKER_PORT: "1", MOCK_WORKER_BLOCK_SIZE: "32", MOCK_WORKER_SPEED: "0" });
-    expect(c).toMatchObject({ port: 9000, dpSize: 2, topic: "", blockSize: 32, speed: 0, kvEvents: "tcp://*:5557", capacityBlocks: 8192, eventEncoding: "array", hashMode: "int" });
+    expect(c).toMatchObject({ port: 9000, dpSize: 2, topic: "", blockSize: 32, speed: 0, kvEvents: "tcp://*:5557", capacityBlocks: 8192, eventEncoding: "vllm", hashMode: "int" });
     expect(c.replay).toBeUndefined();
   });
 

@@ -43,7 +43,7 @@ describe("KV events", () => {
     const first = sub!.messages[0]!.batch;
     expect(first.dataParallelRank).toBe(0); // newer vLLM tags every batch, rank 0 without DP
     expect(first.events).toEqual([
-      { type: "BlockStored", blockHashes: hashesOf(prompt), parentBlockHash: null, tokenIds: prompt.slice(0, 20), blockSize: BS, loraId: null, medium: "GPU" },
+      { type: "BlockStored", blockHashes: hashesOf(prompt), parentBlockHash: null, tokenIds: prompt.slice(0, 20), blockSize: BS, loraId: null, medium: "GPU", loraName: null },
     ]);
 
     expect((await complete(w, prompt)).usage.prompt_tokens_details.cached_tokens).toBe(20);
@@ -52,7 +52,7 @@ describe("KV events", () => {
     await waitFor(() => sub!.messages.length === 2, "the second BlockStored");
     const all = hashesOf(longer);
     expect(sub!.messages[1]!.batch.events).toEqual([
-      { type: "BlockStored", blockHashes: all.slice(5), parentBlockHash: all[4]!, tokenIds: ids(500, 8), blockSize: BS, loraId: null, medium: "GPU" },
+      { type: "BlockStored", blockHashes: all.slice(5), parentBlockHash: all[4]!, tokenIds: ids(500, 8), blockSize: BS, loraId: null, medium: "GPU", loraName: null },
     ]);
     // The repeat published nothing; every block was stored exactly once, in contiguous seqs.
     expect(stored(sub!.messages).flatMap((e) => e.blockHashes)).toEqual(all);
@@ -119,7 +119,7 @@ describe("KV events", () => {
   });
 
   test("map encoding with bytes hashes decodes to the same blocks", async () => {
-    const w = await worker({ eventEncoding: "map", hashMode: "bytes", topic: "kv@mock", capacityBlocks: 100 });
+    const w = await worker({ eventEncoding: "vllm-map", hashMode: "bytes", topic: "kv@mock", capacityBlocks: 100 });
     const sub = subscribe(w.ranks[0]!.kvEvents, "kv@");
     cleanup.push(() => sub.close());
     await syncSubscribers(w.url, [sub]);

@@ -1,8 +1,10 @@
-// Decoder for vLLM's KVEventBatch payloads (msgpack), both encodings:
-//  - array (msgspec array_like=True): [ts, events, data_parallel_rank?], events tagged as ["BlockStored", ...]
-//  - map (newer vLLM): {ts, events, data_parallel_rank?}, events as {type: "BlockStored", ...}
-// Optional trailing fields may be missing (msgspec omit_defaults). Unknown tags and malformed
-// events are skipped and counted in DecodeStats; a malformed batch throws KvDecodeError.
+// Decoder for KVEventBatch payloads (msgpack) in every shape vLLM and SGLang send:
+//  - batch: an array [ts, events, data_parallel_rank?] (msgspec array_like) or a map {ts, events, ...};
+//  - events: tagged maps {type: "BlockStored", ...} (vLLM today) or tagged arrays ["BlockStored", ...]
+//    (older vLLM and SGLang; array_like writes every field, older versions simply have fewer).
+// Unknown map keys and positions past the known ones are ignored (newer producers add fields).
+// Unknown tags and malformed events are skipped and counted in DecodeStats; a malformed batch
+// throws KvDecodeError.
 import { Unpackr } from "msgpackr";
 import { decodeFast } from "./fast-decode.ts";
 import { toHash } from "./hash.ts";
@@ -10,10 +12,10 @@ import {
   type BlockRemoved,
   type BlockStored,
   type DecodeStats,
+  type ExtraKeys,
   type KvEvent,
   type KvEventBatch,
   KvDecodeError,
-  type Medium,
 } from "./types.ts";
 
 // int64AsType "bigint": u64 / i64 msgpack values decode exactly (never as lossy doubles).
@@ -61,77 +63,88 @@ export function decodeGeneric(payload: Uint8Array, stats: DecodeStats = NO_STATS
   return { ts, events, dataParallelRank };
 }
 
+/** Positional field names after the tag (vLLM's declaration order; SGLang shares the first six). */
+const STORED_FIELDS = [
+  "block_hashes", "parent_block_hash", "token_ids", "block_size", "lora_id", "medium", "lora_name", "extra_keys",
+  "group_idx", "kv_cache_spec_kind", "kv_cache_spec_sliding_window",
+] as const;
+const REMOVED_FIELDS = ["block_hashes", "medium", "group_idx"] as const;
+
 function decodeEvent(raw: unknown): KvEvent | undefined {
   if (Array.isArray(raw)) {
-    switch (raw[0]) {
-      case "BlockStored":
-        return stored(raw[1], raw[2], raw[3], raw[4], raw[5], raw[6], raw.length > 7, raw[7], raw[8], raw[9], raw[10], raw[11]);
-      case "BlockRemoved":
-        return removed(raw[1], raw[2], raw.length > 3, raw[3]);
-      case "AllBlocksCleared":
-        return { type: "AllBlocksCleared" };
-      default:
-        return undefined;
+    if (raw[0] === "AllBlocksCleared") return { type: "AllBlocksCleared" };
+    const names = raw[0] === "BlockStored" ? STORED_FIELDS : raw[0] === "BlockRemoved" ? REMOVED_FIELDS : undefined;
+    if (!names) return undefined;
+    const fields: Record<string, unknown> = { type: raw[0] };
+    for (let i = 0; i < names.length && i + 1 < raw.length; i++) fields[names[i]!] = raw[i + 1];
+    // SGLang (>= 0.5.18) puts a metadata map where vLLM has lora_name.
+    if (isObject(fields.lora_name)) {
+      fields.metadata = fields.lora_name;
+      delete fields.lora_name;
     }
+    return fromFields(fields);
   }
-  if (isObject(raw)) {
-    switch (raw.type) {
-      case "BlockStored":
-        return stored(
-          raw.block_hashes, raw.parent_block_hash, raw.token_ids, raw.block_size, raw.lora_id, raw.medium,
-          "lora_name" in raw || "extra_keys" in raw || "group_idx" in raw || "kv_cache_spec_kind" in raw ||
-            "kv_cache_spec_sliding_window" in raw,
-          raw.lora_name, raw.extra_keys, raw.group_idx, raw.kv_cache_spec_kind, raw.kv_cache_spec_sliding_window,
-        );
-      case "BlockRemoved":
-        return removed(raw.block_hashes, raw.medium, "group_idx" in raw, raw.group_idx);
-      case "AllBlocksCleared":
-        return { type: "AllBlocksCleared" };
-      default:
-        return undefined;
-    }
-  }
-  return undefined;
+  return isObject(raw) ? fromFields(raw) : undefined;
 }
 
-function stored(
-  hashes: unknown, parent: unknown, tokens: unknown, blockSize: unknown, loraId: unknown, medium: unknown,
-  hasExtras: boolean, loraName: unknown, extraKeys: unknown, groupIdx: unknown, specKind: unknown, specWindow: unknown,
-): BlockStored | undefined {
-  const blockHashes = hashList(hashes);
+function fromFields(f: Record<string, unknown>): KvEvent | undefined {
+  switch (f.type) {
+    case "BlockStored":
+      return stored(f);
+    case "BlockRemoved":
+      return removed(f);
+    case "AllBlocksCleared":
+      return { type: "AllBlocksCleared" };
+    default:
+      return undefined;
+  }
+}
+
+function stored(f: Record<string, unknown>): BlockStored | undefined {
+  const blockHashes = hashList(f.block_hashes);
   if (!blockHashes) return undefined;
   let parentBlockHash: bigint | null = null;
-  if (parent != null) {
-    const p = toHash(parent);
+  if (f.parent_block_hash != null) {
+    const p = toHash(f.parent_block_hash);
     if (p === undefined) return undefined;
     parentBlockHash = p;
   }
+  const tokens = f.token_ids;
   if (!Array.isArray(tokens)) return undefined;
   for (let i = 0; i < tokens.length; i++) if (typeof tokens[i] !== "number") return undefined;
-  const bs = optInt(blockSize);
-  if (bs == null || bs <= 0) return undefined;
-  const lora = optInt(loraId);
-  const med = optMedium(medium);
-  if (lora === undefined || med === undefined) return undefined;
+  const bs = optInt(f.block_size);
+  if (bs == null || bs < 0) return undefined;
+  const lora = optInt(f.lora_id);
+  const medium = optStr(f.medium);
+  if (lora === undefined || medium === undefined) return undefined;
   const ev: BlockStored = {
-    type: "BlockStored", blockHashes, parentBlockHash, tokenIds: tokens as number[], blockSize: bs, loraId: lora, medium: med,
+    type: "BlockStored", blockHashes, parentBlockHash, tokenIds: tokens as number[], blockSize: bs, loraId: lora, medium,
   };
-  if (hasExtras) {
-    if (loraName !== undefined) ev.loraName = typeof loraName === "string" ? loraName : null;
-    if (extraKeys !== undefined) ev.extraKeys = extraKeys;
-    if (groupIdx !== undefined) ev.groupIdx = optInt(groupIdx) ?? null;
-    if (specKind !== undefined) ev.kvCacheSpecKind = typeof specKind === "string" ? specKind : null;
-    if (specWindow !== undefined) ev.kvCacheSpecSlidingWindow = optInt(specWindow) ?? null;
+  if ("lora_name" in f && (ev.loraName = optStr(f.lora_name)) === undefined) return undefined;
+  if ("extra_keys" in f) {
+    const k = extraKeys(f.extra_keys);
+    if (k === undefined) return undefined;
+    ev.extraKeys = k;
   }
+  if ("group_idx" in f && (ev.groupIdx = optInt(f.group_idx)) === undefined) return undefined;
+  if ("kv_cache_spec_kind" in f && (ev.kvCacheSpecKind = optStr(f.kv_cache_spec_kind)) === undefined) return undefined;
+  if ("kv_cache_spec_sliding_window" in f && (ev.kvCacheSpecSlidingWindow = optInt(f.kv_cache_spec_sliding_window)) === undefined) return undefined;
+  if ("locality" in f && (ev.locality = optStr(f.locality)) === undefined) return undefined;
+  const meta = isObject(f.metadata) ? f.metadata : {};
+  const session = "session_id" in f ? f.session_id : meta.session_id;
+  if (session !== undefined && (ev.sessionId = optStr(session)) === undefined) return undefined;
+  const salt = "cache_salt" in f ? f.cache_salt : meta.cache_salt;
+  if (salt !== undefined && (ev.cacheSalt = optStr(salt)) === undefined) return undefined;
   return ev;
 }
 
-function removed(hashes: unknown, medium: unknown, hasGroup: boolean, groupIdx: unknown): BlockRemoved | undefined {
-  const blockHashes = hashList(hashes);
-  const med = optMedium(medium);
-  if (!blockHashes || med === undefined) return undefined;
-  const ev: BlockRemoved = { type: "BlockRemoved", blockHashes, medium: med };
-  if (hasGroup && groupIdx !== undefined) ev.groupIdx = optInt(groupIdx) ?? null;
+function removed(f: Record<string, unknown>): BlockRemoved | undefined {
+  const blockHashes = hashList(f.block_hashes);
+  const medium = optStr(f.medium);
+  if (!blockHashes || medium === undefined) return undefined;
+  const ev: BlockRemoved = { type: "BlockRemoved", blockHashes, medium };
+  if ("group_idx" in f && (ev.groupIdx = optInt(f.group_idx)) === undefined) return undefined;
+  if ("locality" in f && (ev.locality = optStr(f.locality)) === undefined) return undefined;
   return ev;
 }
 
@@ -146,6 +159,25 @@ function hashList(v: unknown): bigint[] | undefined {
   return out;
 }
 
+/** A list (one entry per block) of lists or nulls; bins as plain Uint8Array (msgpackr gives Buffers). */
+function extraKeys(v: unknown): ExtraKeys | null | undefined {
+  if (v == null) return null;
+  if (!Array.isArray(v)) return undefined;
+  for (let i = 0; i < v.length; i++) {
+    const e = v[i];
+    if (e === null) continue;
+    if (!Array.isArray(e)) return undefined;
+    v[i] = e.map(plainBytes);
+  }
+  return v as ExtraKeys;
+}
+
+function plainBytes(v: unknown): unknown {
+  if (v instanceof Uint8Array) return new Uint8Array(v);
+  if (Array.isArray(v)) return v.map(plainBytes);
+  return v;
+}
+
 /** null/absent → null; an integer → number; anything else → undefined (malformed). */
 function optInt(v: unknown): number | null | undefined {
   if (v == null) return null;
@@ -154,11 +186,11 @@ function optInt(v: unknown): number | null | undefined {
   return undefined;
 }
 
-function optMedium(v: unknown): Medium | null | undefined {
+function optStr(v: unknown): string | null | undefined {
   if (v == null) return null;
   return typeof v === "string" ? v : undefined;
 }
 
 function isObject(v: unknown): v is Record<string, unknown> {
-  return typeof v === "object" && v !== null && !(v instanceof Uint8Array);
+  return typeof v === "object" && v !== null && !(v instanceof Uint8Array) && !Array.isArray(v);
 }

@@ -4,41 +4,51 @@
 // it writes integers above 2^32 as float64 and every BigInt as 9-byte int64, and writes an
 // integral ts as an int; msgspec writes the narrowest (u)int and always a float64 ts.
 import { hashToDigest } from "./hash.ts";
-import type { BlockRemoved, BlockStored, EventEncoding, HashMode, KvEvent, KvEventBatch } from "./types.ts";
+import type { BlockRemoved, BlockStored, EventEncoding, HashMode, KvEventBatch } from "./types.ts";
 
 export type EncodeOptions = { encoding?: EventEncoding; hashMode?: HashMode };
 
 export function encodeBatch(b: KvEventBatch, opts: EncodeOptions = {}): Uint8Array {
   const w = new Writer(256 + estimate(b));
-  const asMap = opts.encoding === "map";
+  const enc = opts.encoding ?? "vllm";
   const bytes = opts.hashMode === "bytes";
-  const hasRank = b.dataParallelRank != null;
-  if (asMap) {
+  if (enc === "vllm-map") {
+    // omit_defaults: data_parallel_rank (default None) only when set.
+    const hasRank = b.dataParallelRank != null;
     w.mapHeader(hasRank ? 3 : 2);
     w.str("ts");
     w.f64(b.ts);
     w.str("events");
   } else {
-    w.arrayHeader(hasRank ? 3 : 2);
+    // array_like writes every field: the rank slot is always there (nil when unset).
+    w.arrayHeader(3);
     w.f64(b.ts);
   }
   w.arrayHeader(b.events.length);
   for (const ev of b.events) {
-    if (ev.type === "BlockStored") asMap ? storedMap(w, ev, bytes) : storedArray(w, ev, bytes);
-    else if (ev.type === "BlockRemoved") asMap ? removedMap(w, ev, bytes) : removedArray(w, ev, bytes);
-    else if (asMap) {
+    if (ev.type === "BlockStored") {
+      if (enc === "vllm-array") storedArray(w, ev, bytes);
+      else if (enc === "sglang") storedSglang(w, ev, bytes);
+      else storedMap(w, ev, bytes);
+    } else if (ev.type === "BlockRemoved") {
+      if (enc === "vllm-array") removedArray(w, ev, bytes);
+      else if (enc === "sglang") removedSglang(w, ev, bytes);
+      else removedMap(w, ev, bytes);
+    } else if (enc === "vllm-array" || enc === "sglang") {
+      w.arrayHeader(1);
+      w.str("AllBlocksCleared");
+    } else {
       w.mapHeader(1);
       w.str("type");
       w.str("AllBlocksCleared");
-    } else {
-      w.arrayHeader(1);
-      w.str("AllBlocksCleared");
     }
   }
-  if (hasRank) {
-    if (asMap) w.str("data_parallel_rank");
-    w.int(b.dataParallelRank!);
-  }
+  if (enc === "vllm-map") {
+    if (b.dataParallelRank != null) {
+      w.str("data_parallel_rank");
+      w.int(b.dataParallelRank);
+    }
+  } else w.optInt(b.dataParallelRank);
   return w.done();
 }
 
@@ -48,13 +58,8 @@ function estimate(b: KvEventBatch): number {
   return n;
 }
 
-// Array form: msgspec array_like with omit_defaults drops trailing default fields, so the
-// optional tail is written up to the last field that is set.
-function storedArray(w: Writer, ev: BlockStored, bytes: boolean): void {
-  const tail = [ev.loraName, ev.extraKeys, ev.groupIdx, ev.kvCacheSpecKind, ev.kvCacheSpecSlidingWindow];
-  let n = tail.length;
-  while (n > 0 && tail[n - 1] == null) n--;
-  w.arrayHeader(7 + n);
+function storedHead(w: Writer, ev: BlockStored, bytes: boolean, fields: number): void {
+  w.arrayHeader(fields);
   w.str("BlockStored");
   hashes(w, ev.blockHashes, bytes);
   optHash(w, ev.parentBlockHash, bytes);
@@ -62,26 +67,60 @@ function storedArray(w: Writer, ev: BlockStored, bytes: boolean): void {
   w.int(ev.blockSize);
   w.optInt(ev.loraId);
   w.optStr(ev.medium);
-  for (let i = 0; i < n; i++) w.any(tail[i] ?? null);
+}
+
+// Older vLLM, array_like: all 11 fields after the tag, defaults included (msgspec#720: omit_defaults
+// does nothing for array_like structs).
+function storedArray(w: Writer, ev: BlockStored, bytes: boolean): void {
+  storedHead(w, ev, bytes, 12);
+  w.optStr(ev.loraName);
+  w.any(ev.extraKeys ?? null);
+  w.optInt(ev.groupIdx);
+  w.optStr(ev.kvCacheSpecKind);
+  w.optInt(ev.kvCacheSpecSlidingWindow);
 }
 
 function removedArray(w: Writer, ev: BlockRemoved, bytes: boolean): void {
-  const g = ev.groupIdx != null;
-  w.arrayHeader(g ? 4 : 3);
+  w.arrayHeader(4);
   w.str("BlockRemoved");
   hashes(w, ev.blockHashes, bytes);
   w.optStr(ev.medium);
-  if (g) w.int(ev.groupIdx!);
+  w.optInt(ev.groupIdx);
 }
 
-// Map form: newer vLLM structs (tag field "type" first, then declaration order); fields without
-// a default (lora_id, medium, lora_name) are always present, defaulted ones only when set.
+// SGLang: BlockStored ends at medium (7 elements); with a salt or session id it carries its metadata
+// map as an 8th (BlockStoredWithMetadata), whose None fields are omitted.
+function storedSglang(w: Writer, ev: BlockStored, bytes: boolean): void {
+  const meta: [string, string][] = [];
+  if (ev.cacheSalt != null) meta.push(["cache_salt", ev.cacheSalt]);
+  if (ev.sessionId != null) meta.push(["session_id", ev.sessionId]);
+  storedHead(w, ev, bytes, meta.length > 0 ? 8 : 7);
+  if (meta.length === 0) return;
+  w.mapHeader(meta.length);
+  for (const [k, v] of meta) {
+    w.str(k);
+    w.str(v);
+  }
+}
+
+function removedSglang(w: Writer, ev: BlockRemoved, bytes: boolean): void {
+  w.arrayHeader(3);
+  w.str("BlockRemoved");
+  hashes(w, ev.blockHashes, bytes);
+  w.optStr(ev.medium);
+}
+
+// Map form (vLLM today): tag field "type" first, then declaration order; fields without a default
+// (lora_id, medium, lora_name) always present, defaulted ones only when set (omit_defaults). locality
+// and session_id come last, only when set (fields added after the definitions test/fixtures cite).
 function storedMap(w: Writer, ev: BlockStored, bytes: boolean): void {
   const opt: [string, unknown][] = [];
   if (ev.extraKeys != null) opt.push(["extra_keys", ev.extraKeys]);
   if (ev.groupIdx != null) opt.push(["group_idx", ev.groupIdx]);
   if (ev.kvCacheSpecKind != null) opt.push(["kv_cache_spec_kind", ev.kvCacheSpecKind]);
   if (ev.kvCacheSpecSlidingWindow != null) opt.push(["kv_cache_spec_sliding_window", ev.kvCacheSpecSlidingWindow]);
+  if (ev.locality != null) opt.push(["locality", ev.locality]);
+  if (ev.sessionId != null) opt.push(["session_id", ev.sessionId]);
   w.mapHeader(8 + opt.length);
   w.str("type");
   w.str("BlockStored");
@@ -106,17 +145,19 @@ function storedMap(w: Writer, ev: BlockStored, bytes: boolean): void {
 }
 
 function removedMap(w: Writer, ev: BlockRemoved, bytes: boolean): void {
-  const g = ev.groupIdx != null;
-  w.mapHeader(g ? 4 : 3);
+  const opt: [string, unknown][] = [];
+  if (ev.groupIdx != null) opt.push(["group_idx", ev.groupIdx]);
+  if (ev.locality != null) opt.push(["locality", ev.locality]);
+  w.mapHeader(3 + opt.length);
   w.str("type");
   w.str("BlockRemoved");
   w.str("block_hashes");
   hashes(w, ev.blockHashes, bytes);
   w.str("medium");
   w.optStr(ev.medium);
-  if (g) {
-    w.str("group_idx");
-    w.int(ev.groupIdx!);
+  for (const [k, v] of opt) {
+    w.str(k);
+    w.any(v);
   }
 }
 

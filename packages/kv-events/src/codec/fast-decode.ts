@@ -6,7 +6,7 @@
 // anything unexpected returns undefined and decodeBatch() falls back to the msgpackr path,
 // which owns error reporting and per-event skipping. test/fuzz.test.ts checks both agree.
 import { foldHashBytes } from "./hash.ts";
-import type { BlockRemoved, BlockStored, KvEvent, KvEventBatch } from "./types.ts";
+import type { BlockRemoved, BlockStored, ExtraKeys, ExtraKeyValue, KvEvent, KvEventBatch } from "./types.ts";
 
 class Bail extends Error {}
 const BAIL = new Bail();
@@ -205,18 +205,38 @@ function intList(): number[] {
   return out;
 }
 
-/** Generic values (extra_keys): nil, bool, small ints, float64, strings, arrays, string-keyed maps. */
+/** Any msgpack value but ext (extra_keys, metadata, unknown fields), as msgpackr reads it. */
 function any(depth = 0): unknown {
   if (depth > 32) throw BAIL;
   const b = pos < end ? buf[pos]! : -1;
   if (b === 0xc0) return pos++, null;
   if (b === 0xc2 || b === 0xc3) return pos++, b === 0xc3;
-  if (b === 0xcb) {
+  if (b === 0xcb || b === 0xca) {
+    pos++;
+    const w = b === 0xcb ? 8 : 4;
+    need(w);
+    const v = w === 8 ? dv.getFloat64(pos) : dv.getFloat32(pos);
+    pos += w;
+    return v;
+  }
+  if (b === 0xcf || b === 0xd3) {
+    // msgpackr (int64AsType "bigint") gives every 64-bit-wide int as a bigint.
     pos++;
     need(8);
-    const v = dv.getFloat64(pos);
+    const v = b === 0xcf ? dv.getBigUint64(pos) : dv.getBigInt64(pos);
     pos += 8;
     return v;
+  }
+  if (b === 0xc4 || b === 0xc5 || b === 0xc6) {
+    pos++;
+    let n: number;
+    if (b === 0xc4) { need(1); n = buf[pos++]!; }
+    else if (b === 0xc5) { need(2); n = dv.getUint16(pos); pos += 2; }
+    else { need(4); n = dv.getUint32(pos); pos += 4; }
+    need(n);
+    const out = buf.slice(pos, pos + n);
+    pos += n;
+    return out;
   }
   if ((b >= 0xa0 && b <= 0xbf) || b === 0xd9 || b === 0xda || b === 0xdb) return str();
   if ((b >= 0x80 && b <= 0x9f) || (b >= 0xdc && b <= 0xdf)) {
@@ -237,6 +257,24 @@ function any(depth = 0): unknown {
   return int();
 }
 
+/** vLLM's extra_keys: nil, or a list whose entries are nil or lists. */
+function extraKeys(): ExtraKeys | null {
+  if (nil()) return null;
+  const n = arrayHeader();
+  const out = new Array<ExtraKeyValue[] | null>(n);
+  for (let i = 0; i < n; i++) {
+    if (nil()) {
+      out[i] = null;
+      continue;
+    }
+    const m = arrayHeader();
+    const e = new Array<ExtraKeyValue>(m);
+    for (let j = 0; j < m; j++) e[j] = any(1) as ExtraKeyValue;
+    out[i] = e;
+  }
+  return out;
+}
+
 function readBatch(): KvEventBatch {
   const h = containerHeader();
   let ts = NaN;
@@ -253,7 +291,7 @@ function readBatch(): KvEventBatch {
       if (k === "ts") ts = float();
       else if (k === "events") events = eventList();
       else if (k === "data_parallel_rank") rank = optInt();
-      else throw BAIL;
+      else any(1);
     }
   }
   if (!events || Number.isNaN(ts)) throw BAIL;
@@ -290,9 +328,14 @@ function arrayEvent(n: number): KvEvent {
       type: "BlockStored", blockHashes: hashList(), parentBlockHash: optHash(), tokenIds: intList(), blockSize: int(),
       loraId: n > 5 ? optInt() : null, medium: n > 6 ? optStr() : null,
     };
-    if (ev.blockSize <= 0) throw BAIL;
-    if (n > 7) ev.loraName = optStr();
-    if (n > 8) ev.extraKeys = any();
+    if (ev.blockSize < 0) throw BAIL;
+    if (n > 7) {
+      // SGLang (>= 0.5.18) puts its metadata map where vLLM has lora_name.
+      const b = pos < end ? buf[pos]! : -1;
+      if ((b >= 0x80 && b <= 0x8f) || b === 0xde || b === 0xdf) metadata(ev, ~containerHeader());
+      else ev.loraName = optStr();
+    }
+    if (n > 8) ev.extraKeys = extraKeys();
     if (n > 9) ev.groupIdx = optInt();
     if (n > 10) ev.kvCacheSpecKind = optStr();
     if (n > 11) ev.kvCacheSpecSlidingWindow = optInt();
@@ -305,13 +348,30 @@ function arrayEvent(n: number): KvEvent {
     return ev;
   }
   if (tag === "AllBlocksCleared" && n === 1) return { type: "AllBlocksCleared" };
-  throw BAIL; // unknown tags: the generic path skips and counts them
+  throw BAIL; // unknown tags and longer shapes: the generic path handles them
 }
+
+/** SGLang's BlockStoredMetadata: cache_salt and session_id are kept, other keys read and dropped. */
+function metadata(ev: BlockStored, n: number): void {
+  let salt: string | null | undefined, session: string | null | undefined;
+  for (let i = 0; i < n; i++) {
+    const k = str();
+    if (k === "cache_salt") salt = optStr();
+    else if (k === "session_id") session = optStr();
+    else any(1);
+  }
+  if (session !== undefined) ev.sessionId = session;
+  if (salt !== undefined) ev.cacheSalt = salt;
+}
+
+// Map keys: bit flags for "present", so an omitted default stays absent (as in the generic path).
+const K_LORA_NAME = 1, K_EXTRA = 2, K_GROUP = 4, K_KIND = 8, K_WINDOW = 16, K_LOCALITY = 32, K_SESSION = 64, K_SALT = 128;
 
 function mapEvent(n: number): KvEvent {
   let type: string | undefined;
   const ev: Partial<BlockStored> & { medium?: string | null } = {};
   let has = 0;
+  let metaSalt: string | null | undefined, metaSession: string | null | undefined;
   for (let i = 0; i < n; i++) {
     const k = str();
     switch (k) {
@@ -322,33 +382,52 @@ function mapEvent(n: number): KvEvent {
       case "block_size": ev.blockSize = int(); break;
       case "lora_id": ev.loraId = optInt(); break;
       case "medium": ev.medium = optStr(); break;
-      case "lora_name": ev.loraName = optStr(); has |= 1; break;
-      case "extra_keys": ev.extraKeys = any(); has |= 2; break;
-      case "group_idx": ev.groupIdx = optInt(); has |= 4; break;
-      case "kv_cache_spec_kind": ev.kvCacheSpecKind = optStr(); has |= 8; break;
-      case "kv_cache_spec_sliding_window": ev.kvCacheSpecSlidingWindow = optInt(); has |= 16; break;
-      default: throw BAIL;
+      case "lora_name": ev.loraName = optStr(); has |= K_LORA_NAME; break;
+      case "extra_keys": ev.extraKeys = extraKeys(); has |= K_EXTRA; break;
+      case "group_idx": ev.groupIdx = optInt(); has |= K_GROUP; break;
+      case "kv_cache_spec_kind": ev.kvCacheSpecKind = optStr(); has |= K_KIND; break;
+      case "kv_cache_spec_sliding_window": ev.kvCacheSpecSlidingWindow = optInt(); has |= K_WINDOW; break;
+      case "locality": ev.locality = optStr(); has |= K_LOCALITY; break;
+      case "session_id": ev.sessionId = optStr(); has |= K_SESSION; break;
+      case "cache_salt": ev.cacheSalt = optStr(); has |= K_SALT; break;
+      case "metadata": {
+        const m: BlockStored = { type: "BlockStored", blockHashes: [], parentBlockHash: null, tokenIds: [], blockSize: 0, loraId: null, medium: null };
+        if (nil()) break;
+        const h = containerHeader();
+        if (h >= 0) throw BAIL;
+        metadata(m, ~h);
+        metaSalt = m.cacheSalt;
+        metaSession = m.sessionId;
+        break;
+      }
+      default: any(1); // a field this reader does not know: skipped, as the generic path does
     }
   }
   if (type === "BlockStored") {
-    if (!ev.blockHashes || !ev.tokenIds || ev.blockSize === undefined || ev.blockSize <= 0) throw BAIL;
+    if (!ev.blockHashes || !ev.tokenIds || ev.blockSize === undefined || ev.blockSize < 0) throw BAIL;
     const out: BlockStored = {
       type, blockHashes: ev.blockHashes, parentBlockHash: ev.parentBlockHash ?? null, tokenIds: ev.tokenIds, blockSize: ev.blockSize,
       loraId: ev.loraId ?? null, medium: ev.medium ?? null,
     };
-    if (has & 1) out.loraName = ev.loraName;
-    if (has & 2) out.extraKeys = ev.extraKeys;
-    if (has & 4) out.groupIdx = ev.groupIdx;
-    if (has & 8) out.kvCacheSpecKind = ev.kvCacheSpecKind;
-    if (has & 16) out.kvCacheSpecSlidingWindow = ev.kvCacheSpecSlidingWindow;
+    if (has & K_LORA_NAME) out.loraName = ev.loraName;
+    if (has & K_EXTRA) out.extraKeys = ev.extraKeys;
+    if (has & K_GROUP) out.groupIdx = ev.groupIdx;
+    if (has & K_KIND) out.kvCacheSpecKind = ev.kvCacheSpecKind;
+    if (has & K_WINDOW) out.kvCacheSpecSlidingWindow = ev.kvCacheSpecSlidingWindow;
+    if (has & K_LOCALITY) out.locality = ev.locality;
+    if (has & K_SESSION) out.sessionId = ev.sessionId;
+    else if (metaSession !== undefined) out.sessionId = metaSession;
+    if (has & K_SALT) out.cacheSalt = ev.cacheSalt;
+    else if (metaSalt !== undefined) out.cacheSalt = metaSalt;
     return out;
   }
   if (type === "BlockRemoved") {
-    if (!ev.blockHashes || has & ~4) throw BAIL;
+    if (!ev.blockHashes) throw BAIL;
     const out: BlockRemoved = { type, blockHashes: ev.blockHashes, medium: ev.medium ?? null };
-    if (has & 4) out.groupIdx = ev.groupIdx;
+    if (has & K_GROUP) out.groupIdx = ev.groupIdx;
+    if (has & K_LOCALITY) out.locality = ev.locality;
     return out;
   }
-  if (type === "AllBlocksCleared" && n === 1) return { type: "AllBlocksCleared" };
+  if (type === "AllBlocksCleared") return { type: "AllBlocksCleared" };
   throw BAIL;
 }

@@ -4,22 +4,38 @@
 // or negative in old versions: folded with asUintN(64)); bytes hashes fold to the low
 // 64 bits of the big-endian digest.
 
-/** Where the block lives. Absent (null) means GPU. Newer tiers pass through as strings. */
+/** Where the block lives. Absent (null) means GPU. Compared case-insensitively (isGpuMedium). */
 export type Medium = "GPU" | "CPU" | "STORAGE" | (string & {});
+
+/**
+ * One entry of a block's extra keys as msgpack carries it: vLLM writes the LoRA name and the cache
+ * salt as strings, a multimodal item as its identifier or an (identifier, block-relative offset)
+ * tuple, a prompt-embeds digest as bytes. 64-bit msgpack ints arrive as bigint.
+ */
+export type ExtraKeyValue = string | number | bigint | boolean | null | Uint8Array | ExtraKeyValue[] | { [k: string]: ExtraKeyValue };
+/** vLLM's `extra_keys`: one entry per block of `block_hashes`, null for a block without any. */
+export type ExtraKeys = (ExtraKeyValue[] | null)[];
 
 export type BlockStored = {
   type: "BlockStored";
   blockHashes: bigint[];
   parentBlockHash: bigint | null;
   tokenIds: number[];
+  /** 0 with no tokens: an offloading connector's hash-only placeholder (vLLM #43468). */
   blockSize: number;
   loraId: number | null;
   medium: Medium | null;
   loraName?: string | null;
-  extraKeys?: unknown;
+  extraKeys?: ExtraKeys | null;
   groupIdx?: number | null;
   kvCacheSpecKind?: string | null;
   kvCacheSpecSlidingWindow?: number | null;
+  /** "LOCAL" | "REMOTE" on offload tiers (vLLM #48281). */
+  locality?: string | null;
+  /** The request that caused the store (vLLM #51381, SGLang metadata); not part of identity. */
+  sessionId?: string | null;
+  /** SGLang's salt: its top-level `cache_salt` or `metadata.cache_salt` (vLLM puts it in extraKeys[0]). */
+  cacheSalt?: string | null;
 };
 
 export type BlockRemoved = {
@@ -27,6 +43,7 @@ export type BlockRemoved = {
   blockHashes: bigint[];
   medium: Medium | null;
   groupIdx?: number | null;
+  locality?: string | null;
 };
 
 export type AllBlocksCleared = { type: "AllBlocksCleared" };
@@ -35,8 +52,16 @@ export type KvEvent = BlockStored | BlockRemoved | AllBlocksCleared;
 
 export type KvEventBatch = { ts: number; events: KvEvent[]; dataParallelRank: number | null };
 
-/** Which msgpack shape to emit: vLLM's array_like structs, or newer vLLM's maps. */
-export type EventEncoding = "array" | "map";
+/**
+ * Which wire shape to emit (test/fixtures/README.md names the versions):
+ * - `vllm`: today's vLLM, an array batch `[ts, events, data_parallel_rank]` whose events are tagged maps
+ *   with default-valued optional fields omitted;
+ * - `vllm-map`: a map batch too (the structs without `array_like` at all);
+ * - `vllm-array`: older vLLM, `array_like` everywhere: every field written, defaults included (msgspec#720);
+ * - `sglang`: SGLang's array_like structs (7-element BlockStored, a metadata map at position 7 when set).
+ */
+export type EventEncoding = "vllm" | "vllm-map" | "vllm-array" | "sglang";
+export const EVENT_ENCODINGS: readonly EventEncoding[] = ["vllm", "vllm-map", "vllm-array", "sglang"];
 /** How block hashes are emitted: msgpack ints (u64) or bytes (32-byte digest). */
 export type HashMode = "int" | "bytes";
 
@@ -46,3 +71,8 @@ export class KvDecodeError extends Error {
 
 /** Mutable tally the decoder bumps for events it skips (unknown tag, malformed fields). */
 export type DecodeStats = { skippedEvents: number };
+
+/** GPU residency: a null medium, or "GPU" in any case (vLLM writes "GPU", other producers vary). */
+export function isGpuMedium(m: Medium | null | undefined): boolean {
+  return m == null || m === "GPU" || m.toUpperCase() === "GPU";
+}

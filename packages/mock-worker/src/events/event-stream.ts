@@ -1,4 +1,4 @@
-import { KvEventPublisher, type KvEvent } from "@kv-epp/kv-events";
+import { KvEventPublisher, type EventEncoding, type KvEvent } from "@kv-epp/kv-events";
 import type { Logger } from "pino";
 import type { CacheEvent } from "../cache/prefix-cache.ts";
 
@@ -15,7 +15,7 @@ export type EventStreamOptions = {
   replayEndpoint?: string;
   replayBuffer: number;
   topic: string;
-  encoding: "array" | "map";
+  encoding: EventEncoding;
   hashMode: "int" | "bytes";
   blockSize: number;
   log: Logger;
