@@ -1,5 +1,5 @@
 // bun run bench:events — messages and block events per second through PUB → SUB → decode on
-// loopback, batches of 16 blocks (one BlockStored, 256 tokens, int hashes, array encoding):
+// loopback, batches of 16 blocks (one BlockStored, 256 tokens, int hashes, vLLM-today encoding: array batch, map events):
 //   ours:    our PubSocket (Bun child) → KvEventListener (this Bun process: ZMTP + decode + seq)
 //   libzmq:  zeromq XPUB (Node child) → zeromq SUB + msgpackr decode (Node child)
 //   mixed:   zeromq XPUB (Node child) → KvEventListener (this Bun process)

@@ -1,5 +1,5 @@
 // Bench payloads: K distinct vLLM batches, each one BlockStored of 16 blocks x 16 tokens,
-// array encoding with int hashes (u64, mostly >= 2^32 as real hashes are), written to a file
+// the default (vLLM today) encoding with int hashes (u64, mostly >= 2^32 as real hashes are), written to a file
 // as [u32 length][payload]... so every publisher (Bun or Node) sends the same bytes.
 import { writeFileSync } from "node:fs";
 import { encodeBatch } from "../src/index.ts";

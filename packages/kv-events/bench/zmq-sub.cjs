@@ -10,7 +10,9 @@ const toHash = (v) => (typeof v === "bigint" ? BigInt.asUintN(64, v) : typeof v 
 function decode(payload) {
   const root = unpackr.unpack(payload);
   const events = [];
-  for (const e of root[1]) {
+  for (const raw of root[1]) {
+    // Today's vLLM sends tagged maps; read them positionally like the older array form.
+    const e = Array.isArray(raw) ? raw : raw.type === "BlockRemoved" ? [raw.type, raw.block_hashes, raw.medium] : [raw.type, raw.block_hashes, raw.parent_block_hash, raw.token_ids, raw.block_size, raw.lora_id, raw.medium];
     if (e[0] === "BlockStored") {
       const hashes = e[1].map(toHash);
       events.push({ type: "BlockStored", blockHashes: hashes, parentBlockHash: e[2] == null ? null : toHash(e[2]), tokenIds: e[3], blockSize: e[4], loraId: e[5] ?? null, medium: e[6] ?? null });

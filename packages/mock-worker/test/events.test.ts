@@ -43,7 +43,7 @@ describe("KV events", () => {
     const first = sub!.messages[0]!.batch;
     expect(first.dataParallelRank).toBe(0); // newer vLLM tags every batch, rank 0 without DP
     expect(first.events).toEqual([
-      { type: "BlockStored", blockHashes: hashesOf(prompt), parentBlockHash: null, tokenIds: prompt.slice(0, 20), blockSize: BS, loraId: null, medium: "GPU", loraName: null },
+      { type: "BlockStored", blockHashes: hashesOf(prompt), parentBlockHash: null, tokenIds: prompt.slice(0, 20), blockSize: BS, loraId: null, medium: "GPU", loraName: null, extraKeys: [null, null, null, null, null] },
     ]);
 
     expect((await complete(w, prompt)).usage.prompt_tokens_details.cached_tokens).toBe(20);
@@ -52,7 +52,7 @@ describe("KV events", () => {
     await waitFor(() => sub!.messages.length === 2, "the second BlockStored");
     const all = hashesOf(longer);
     expect(sub!.messages[1]!.batch.events).toEqual([
-      { type: "BlockStored", blockHashes: all.slice(5), parentBlockHash: all[4]!, tokenIds: ids(500, 8), blockSize: BS, loraId: null, medium: "GPU", loraName: null },
+      { type: "BlockStored", blockHashes: all.slice(5), parentBlockHash: all[4]!, tokenIds: ids(500, 8), blockSize: BS, loraId: null, medium: "GPU", loraName: null, extraKeys: [null, null] },
     ]);
     // The repeat published nothing; every block was stored exactly once, in contiguous seqs.
     expect(stored(sub!.messages).flatMap((e) => e.blockHashes)).toEqual(all);

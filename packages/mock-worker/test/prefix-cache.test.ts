@@ -6,23 +6,30 @@ import { PrefixCacheSim, type CacheEvent, type Lease } from "../src/cache/prefix
 const BS = 4;
 const seq = (from: number, n: number) => Uint32Array.from({ length: n }, (_, i) => from + i);
 
-/** Applies published events to a plain set, as a subscriber's index would. */
+/** Applies published events to copy counts, as a subscriber's index must (vLLM does not deduplicate). */
 function follow(cache: PrefixCacheSim) {
-  const held = new Set<bigint>();
+  const held = new Map<bigint, number>();
   const log: CacheEvent[] = [];
   cache.subscribe((events) => {
     for (const e of events) {
       log.push(e);
       if (e.kind === "stored") {
         if (e.parent !== null) expect(held.has(e.parent)).toBe(true);
-        for (const h of e.hashes) held.add(h);
+        for (const h of e.hashes) held.set(h, (held.get(h) ?? 0) + 1);
       } else if (e.kind === "removed") {
-        for (const h of e.hashes) expect(held.delete(h)).toBe(true);
+        for (const h of e.hashes) {
+          const n = held.get(h) ?? 0;
+          expect(n).toBeGreaterThan(0);
+          if (n === 1) held.delete(h);
+          else held.set(h, n - 1);
+        }
       } else held.clear();
     }
   });
   return { held, log };
 }
+
+const plain = (e: { hashes: bigint[] }) => ({ extraKeys: e.hashes.map(() => null), loraName: null, loraId: null });
 
 describe("block hashes", () => {
   test("each block's id names its whole prefix and int ids are the folded digest", () => {
@@ -46,13 +53,14 @@ describe("PrefixCacheSim", () => {
     const prompt = seq(100, 10); // two full blocks + 2 tokens
     const first = cache.acquire(prompt);
     expect(first.cachedTokens).toBe(0);
-    expect(log).toEqual([{ kind: "stored", parent: null, hashes: chainBlockIds(prompt, BS).map((i) => i.hash), tokenIds: Array.from(prompt.subarray(0, 8)) }]);
+    const hashes = chainBlockIds(prompt, BS).map((i) => i.hash);
+    expect(log).toEqual([{ kind: "stored", parent: null, hashes, tokenIds: Array.from(prompt.subarray(0, 8)), ...plain({ hashes }) }]);
     cache.release(first.lease);
     const second = cache.acquire(prompt);
     expect(second.cachedTokens).toBe(8);
     expect(second.storedBlocks).toBe(0);
     expect(log.length).toBe(1);
-    expect(held).toEqual(cache.residentHashes());
+    expect(held).toEqual(cache.copies());
     expect(cache.hitTokens).toBe(8);
     expect(cache.queriedTokens).toBe(20);
   });
@@ -64,7 +72,8 @@ describe("PrefixCacheSim", () => {
     const ids = chainBlockIds(seq(0, 16), BS);
     const acq = cache.acquire(seq(0, 16));
     expect(acq.hitBlocks).toBe(2);
-    expect(log[1]).toEqual({ kind: "stored", parent: ids[1]!.hash, hashes: [ids[2]!.hash, ids[3]!.hash], tokenIds: Array.from(seq(8, 8)) });
+    const hashes = [ids[2]!.hash, ids[3]!.hash];
+    expect(log[1]).toEqual({ kind: "stored", parent: ids[1]!.hash, hashes, tokenIds: Array.from(seq(8, 8)), ...plain({ hashes }) });
   });
 
   test("eviction removes exactly the least recently used unreferenced blocks, tails first", () => {
@@ -79,7 +88,7 @@ describe("PrefixCacheSim", () => {
     // Removals come before the stores that reuse the slots, in one batch.
     expect(log.at(-2)!.kind).toBe("removed");
     expect(log.at(-1)!.kind).toBe("stored");
-    expect(held).toEqual(cache.residentHashes());
+    expect(held).toEqual(cache.copies());
     expect(cache.usedBlocks).toBe(4);
     // Referenced blocks are never evicted: with everything else evicted, only what fits is cached.
     const big = cache.acquire(seq(200, 16));
@@ -87,7 +96,46 @@ describe("PrefixCacheSim", () => {
     for (const h of chainBlockIds(seq(90, 8), BS)) expect(cache.residentHashes().has(h.hash)).toBe(true);
     cache.release(running.lease);
     cache.release(big.lease);
-    expect(held).toEqual(cache.residentHashes());
+    expect(held).toEqual(cache.copies());
+  });
+
+  test("a prompt of whole blocks sent again recomputes its last block and stores a second copy; evicting one copy keeps the other", () => {
+    const cache = new PrefixCacheSim({ blockSize: BS, capacityBlocks: 5 });
+    const { held, log } = follow(cache);
+    const ids = chainBlockIds(seq(0, 8), BS);
+    cache.release(cache.acquire(seq(0, 8)).lease);
+    const again = cache.acquire(seq(0, 8));
+    expect(again.hitBlocks).toBe(1); // vLLM computes at least the last token
+    expect(log.at(-1)).toEqual({ kind: "stored", parent: ids[0]!.hash, hashes: [ids[1]!.hash], tokenIds: Array.from(seq(4, 4)), ...plain({ hashes: [0n] }) });
+    expect(cache.copies().get(ids[1]!.hash)).toBe(2);
+    expect(cache.usedBlocks).toBe(3);
+    cache.release(again.lease);
+    // Three new blocks need one slot: the LRU copy of block 1 goes, the other stays a hit.
+    cache.release(cache.acquire(seq(100, 12)).lease);
+    expect(log.at(-2)).toEqual({ kind: "removed", hashes: [ids[1]!.hash] });
+    expect(cache.copies().get(ids[1]!.hash)).toBe(1);
+    expect(cache.peekHitBlocks(seq(0, 8))).toBe(2);
+    expect(held).toEqual(cache.copies());
+  });
+
+  test("LoRA name (every block), cache salt (block 0) and media (overlapping blocks) name other blocks than the same tokens", () => {
+    const cache = new PrefixCacheSim({ blockSize: BS, capacityBlocks: 100 });
+    const { log } = follow(cache);
+    const prompt = seq(0, 12);
+    const base = chainBlockIds(prompt, BS).map((b) => b.hash);
+    const lora = chainBlockIds(prompt, BS, { loraName: "sql" });
+    const salted = chainBlockIds(prompt, BS, { cacheSalt: "t1" });
+    const media = chainBlockIds(prompt, BS, { media: [{ identifier: "img", offset: 6, length: 4 }] });
+    expect(lora.map((b) => b.extraKeys)).toEqual([["sql"], ["sql"], ["sql"]]);
+    expect(salted.map((b) => b.extraKeys)).toEqual([["t1"], null, null]);
+    expect(media.map((b) => b.extraKeys)).toEqual([null, [["img", 2]], [["img", -2]]]);
+    for (const other of [lora, salted]) for (let i = 0; i < 3; i++) expect(other[i]!.hash).not.toBe(base[i]!);
+    expect(media[0]!.hash).toBe(base[0]!);
+    expect(media[1]!.hash).not.toBe(base[1]!);
+    cache.acquire(prompt, { loraName: "sql", loraId: 3 });
+    expect(log.at(-1)).toMatchObject({ kind: "stored", hashes: lora.map((b) => b.hash), extraKeys: [["sql"], ["sql"], ["sql"]], loraName: "sql", loraId: 3 });
+    expect(cache.peekHitBlocks(prompt)).toBe(0);
+    expect(cache.peekHitBlocks(prompt, { loraName: "sql" })).toBe(3);
   });
 
   test("clear publishes AllBlocksCleared, a silent clear publishes nothing", () => {
@@ -118,7 +166,7 @@ describe("PrefixCacheSim", () => {
           if (o.kind === "acquire") leases.push(cache.acquire(seq(o.stem * 1000, o.len)).lease);
           else if (leases.length > 0) cache.release(leases.splice(o.pick % leases.length, 1)[0]!);
           expect(cache.usedBlocks).toBeLessThanOrEqual(capacity);
-          expect(held).toEqual(cache.residentHashes());
+          expect(held).toEqual(cache.copies());
         }
       }),
       { numRuns: 300 },

@@ -1,10 +1,19 @@
-import { chainBlockIds } from "./block-hash.ts";
+import type { ExtraKeyValue } from "@kv-epp/kv-events";
+import { BASE_IDENTITY, chainBlockIds, type RequestIdentity } from "./block-hash.ts";
 
 /**
- * A simulated vLLM prefix cache for one rank: a fixed number of block slots, full prompt blocks cached
- * by their parent-chained external hash, blocks referenced while a request runs, unreferenced blocks
- * kept until LRU eviction needs their slot. Every change is reported to `onEvents`, in the order a
- * consumer must apply it (removals of evicted blocks before the stores that reuse their slots).
+ * A simulated vLLM prefix cache for one rank: a fixed number of physical block slots, full prompt
+ * blocks cached by their parent-chained external hash, blocks referenced while a request runs,
+ * unreferenced blocks kept until LRU eviction needs their slot. Every change is reported to
+ * `onEvents`, in the order a consumer must apply it (removals of evicted blocks before the stores that
+ * reuse their slots).
+ *
+ * Like vLLM's block pool it does not deduplicate: a block is looked up by hash (the first copy wins),
+ * but a full block computed again is cached again, as a second physical copy under the same hash
+ * (vLLM keeps block tables append-only, so it never swaps in an existing block). That happens every
+ * time a prompt is sent again whose length is a multiple of the block size: vLLM recomputes at least
+ * the last prompt token, so the last block is never a hit and is stored anew. Evicting a copy publishes
+ * `BlockRemoved` for its hash even while another copy stays cached.
  *
  * Simplifications against vLLM, on purpose: only full prompt blocks occupy slots (decode blocks and the
  * partial tail are not modelled), and a request that needs more new blocks than can be freed caches
@@ -12,17 +21,27 @@ import { chainBlockIds } from "./block-hash.ts";
  */
 
 export type CacheEvent =
-  | { kind: "stored"; parent: bigint | null; hashes: bigint[]; tokenIds: number[] }
+  | {
+      kind: "stored";
+      parent: bigint | null;
+      hashes: bigint[];
+      tokenIds: number[];
+      /** One entry per block: what vLLM publishes as extra_keys. */
+      extraKeys: (ExtraKeyValue[] | null)[];
+      loraName: string | null;
+      loraId: number | null;
+    }
   | { kind: "removed"; hashes: bigint[] }
   | { kind: "cleared" };
 
-type Block = { hash: bigint; parent: bigint | null; tokenIds: Uint32Array; refs: number };
+/** One physical block slot holding a cached block. */
+type Block = { hash: bigint; parent: bigint | null; tokenIds: Uint32Array; extraKeys: ExtraKeyValue[] | null; refs: number; live: boolean };
 
 /**
  * One resident block as the cache holds it (the ground truth tests compare an index with). `copies` is
- * how many copies of the block the rank holds: prefix caching deduplicates, so one.
+ * how many physical copies of the block the rank holds (vLLM does not deduplicate).
  */
-export type CachedBlock = { hash: bigint; parent: bigint | null; tokenIds: Uint32Array; copies: number };
+export type CachedBlock = { hash: bigint; parent: bigint | null; tokenIds: Uint32Array; extraKeys: ExtraKeyValue[] | null; copies: number };
 
 /** The blocks a running request holds; hand it back to `release` when the request ends. */
 export type Lease = { readonly blocks: readonly Block[]; released: boolean };
@@ -31,7 +50,7 @@ export type Acquisition = {
   lease: Lease;
   /** Full blocks in the prompt. */
   promptBlocks: number;
-  /** Leading prompt blocks that were already cached. */
+  /** Leading prompt blocks that were already cached and reused. */
   hitBlocks: number;
   cachedTokens: number;
   /** Blocks this request added to the cache (may be fewer than promptBlocks - hitBlocks when full). */
@@ -44,13 +63,17 @@ export type PrefixCacheOptions = {
   onEvents?: (events: CacheEvent[]) => void;
 };
 
+/** An adapter's identity for a request: vLLM's lora_name (hashed) and lora_int_id (published as lora_id). */
+export type AcquireIdentity = RequestIdentity & { loraId?: number | null };
+
 export class PrefixCacheSim {
   readonly blockSize: number;
   readonly capacityBlocks: number;
-  /** Every resident block by external hash. */
-  private readonly blocks = new Map<bigint, Block>();
-  /** Unreferenced resident blocks; Map order is LRU order (first = evicted first). */
-  private readonly free = new Map<bigint, Block>();
+  /** Cached copies by external hash, oldest first (lookups take the first, as vLLM's does). */
+  private readonly blocks = new Map<bigint, Block[]>();
+  /** Unreferenced resident blocks; Set order is LRU order (first = evicted first). */
+  private readonly free = new Set<Block>();
+  private physical = 0;
   private listeners: ((events: CacheEvent[]) => void)[] = [];
   /** Prompt tokens looked up, and tokens found cached (vLLM's prefix_cache_queries / hits). */
   queriedTokens = 0;
@@ -71,13 +94,14 @@ export class PrefixCacheSim {
     };
   }
 
+  /** Physical blocks in use (copies counted). */
   get usedBlocks(): number {
-    return this.blocks.size;
+    return this.physical;
   }
 
   /** Fraction of slots holding a block, 0..1 (vLLM's kv_cache_usage_perc is a fraction too). */
   get usage(): number {
-    return this.blocks.size / this.capacityBlocks;
+    return this.physical / this.capacityBlocks;
   }
 
   /** Resident block hashes, for tests and dumps. */
@@ -85,28 +109,52 @@ export class PrefixCacheSim {
     return new Set(this.blocks.keys());
   }
 
-  /** Every resident block with its parent, tokens and copy count, parents before children. */
-  snapshot(): CachedBlock[] {
-    // Map order is insertion order, and a block is only ever stored after its parent (a chain is
-    // cached from its first uncached block on) and evicted before it (tail first).
-    return [...this.blocks.values()].map((b) => ({ hash: b.hash, parent: b.parent, tokenIds: b.tokenIds, copies: 1 }));
+  /** Copies per resident hash: the ground truth a consumer's copy counts must equal. */
+  copies(): Map<bigint, number> {
+    return new Map([...this.blocks].map(([h, list]) => [h, list.length]));
   }
 
-  /** Leading cached blocks for these tokens, without touching LRU order or counters. */
-  peekHitBlocks(tokens: Uint32Array): number {
-    const ids = chainBlockIds(tokens, this.blockSize);
+  /**
+   * Every resident block with its parent, tokens, extra keys and copy count, a resident parent before
+   * its children (a child can outlive its parent: vLLM evicts copies, not subtrees).
+   */
+  snapshot(): CachedBlock[] {
+    const out: CachedBlock[] = [];
+    const done = new Set<bigint>();
+    for (const hash of this.blocks.keys()) {
+      // Walk up to the first ancestor not listed yet, then list the chain top-down.
+      const chain: bigint[] = [];
+      for (let h: bigint | null = hash; h !== null && !done.has(h) && this.blocks.has(h); h = this.blocks.get(h)![0]!.parent) chain.push(h);
+      for (let i = chain.length - 1; i >= 0; i--) {
+        const list = this.blocks.get(chain[i]!)!;
+        const b = list[0]!;
+        done.add(b.hash);
+        out.push({ hash: b.hash, parent: b.parent, tokenIds: b.tokenIds, extraKeys: b.extraKeys, copies: list.length });
+      }
+    }
+    return out;
+  }
+
+  /**
+   * Leading blocks of this prompt that are resident, without touching LRU order or counters: what a
+   * router's index should report for it (a hit walk stops at the first block not cached).
+   */
+  peekHitBlocks(tokens: Uint32Array, id: RequestIdentity = BASE_IDENTITY): number {
+    const ids = chainBlockIds(tokens, this.blockSize, id);
     let hit = 0;
     while (hit < ids.length && this.blocks.has(ids[hit]!.hash)) hit++;
     return hit;
   }
 
   /** Admits a prompt: references its cached prefix and caches its remaining full blocks. */
-  acquire(tokens: Uint32Array): Acquisition {
-    const ids = chainBlockIds(tokens, this.blockSize);
+  acquire(tokens: Uint32Array, id: AcquireIdentity = BASE_IDENTITY): Acquisition {
+    const ids = chainBlockIds(tokens, this.blockSize, id);
     const held: Block[] = [];
+    // vLLM computes at least the last prompt token, so a hit never covers the whole prompt.
+    const maxHit = Math.min(ids.length, tokens.length > 0 ? Math.floor((tokens.length - 1) / this.blockSize) : 0);
     let hit = 0;
-    for (; hit < ids.length; hit++) {
-      const block = this.blocks.get(ids[hit]!.hash);
+    for (; hit < maxHit; hit++) {
+      const block = this.blocks.get(ids[hit]!.hash)?.[0];
       if (!block) break;
       this.ref(block);
       held.push(block);
@@ -118,23 +166,29 @@ export class PrefixCacheSim {
     const want = ids.length - hit;
     const evicted = this.evictFor(want);
     if (evicted.length > 0) events.push({ kind: "removed", hashes: evicted });
-    const room = Math.min(want, this.capacityBlocks - this.blocks.size);
+    const room = Math.min(want, this.capacityBlocks - this.physical);
     if (room > 0) {
       const fresh = ids.slice(hit, hit + room);
       for (let i = 0; i < fresh.length; i++) {
-        const b = hit + i;
+        const bid = fresh[i]!, b = hit + i;
         const block: Block = {
-          hash: fresh[i]!.hash, parent: b > 0 ? ids[b - 1]!.hash : null, refs: 1,
-          tokenIds: tokens.slice(b * this.blockSize, (b + 1) * this.blockSize),
+          hash: bid.hash, parent: b > 0 ? ids[b - 1]!.hash : null, tokenIds: tokens.slice(b * this.blockSize, (b + 1) * this.blockSize),
+          extraKeys: bid.extraKeys, refs: 1, live: true,
         };
-        this.blocks.set(block.hash, block);
+        const list = this.blocks.get(bid.hash);
+        if (list) list.push(block); // a second copy: not deduplicated
+        else this.blocks.set(bid.hash, [block]);
+        this.physical++;
         held.push(block);
       }
       events.push({
         kind: "stored",
         parent: hit > 0 ? ids[hit - 1]!.hash : null,
-        hashes: fresh.map((id) => id.hash),
+        hashes: fresh.map((b) => b.hash),
         tokenIds: Array.from(tokens.subarray(hit * this.blockSize, (hit + room) * this.blockSize)),
+        extraKeys: fresh.map((b) => b.extraKeys),
+        loraName: id.loraName ?? null,
+        loraId: id.loraName ? (id.loraId ?? null) : null,
       });
     }
     this.emit(events);
@@ -154,33 +208,39 @@ export class PrefixCacheSim {
     for (let i = lease.blocks.length - 1; i >= 0; i--) {
       const block = lease.blocks[i]!;
       // A block dropped by a clear while the request ran is no longer ours to track.
-      if (this.blocks.get(block.hash) !== block) continue;
+      if (!block.live) continue;
       block.refs--;
-      if (block.refs === 0) this.free.set(block.hash, block);
+      if (block.refs === 0) this.free.add(block);
     }
   }
 
   /** Drops every block (POST /reset_prefix_cache). `silent` models a restart: nothing is published. */
   clear(opts: { silent?: boolean } = {}): void {
+    for (const list of this.blocks.values()) for (const b of list) b.live = false;
     this.blocks.clear();
     this.free.clear();
+    this.physical = 0;
     if (!opts.silent) this.emit([{ kind: "cleared" }]);
   }
 
   private ref(block: Block): void {
-    if (block.refs === 0) this.free.delete(block.hash);
+    if (block.refs === 0) this.free.delete(block);
     block.refs++;
   }
 
   /** Evicts least recently used unreferenced blocks until `want` new blocks fit (or nothing is evictable). */
   private evictFor(want: number): bigint[] {
     const evicted: bigint[] = [];
-    let excess = this.blocks.size + want - this.capacityBlocks;
-    for (const [hash] of this.free) {
+    let excess = this.physical + want - this.capacityBlocks;
+    for (const block of this.free) {
       if (excess <= 0) break;
-      this.free.delete(hash);
-      this.blocks.delete(hash);
-      evicted.push(hash);
+      this.free.delete(block);
+      const list = this.blocks.get(block.hash)!;
+      list.splice(list.indexOf(block), 1);
+      if (list.length === 0) this.blocks.delete(block.hash);
+      block.live = false;
+      this.physical--;
+      evicted.push(block.hash);
       excess--;
     }
     return evicted;

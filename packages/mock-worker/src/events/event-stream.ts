@@ -123,7 +123,7 @@ export class RankEventStream {
       case "stored":
         return {
           type: "BlockStored", blockHashes: ch.hashes, parentBlockHash: ch.parent, tokenIds: ch.tokenIds,
-          blockSize: this.opts.blockSize, loraId: null, medium: "GPU",
+          blockSize: this.opts.blockSize, loraId: ch.loraId, medium: "GPU", loraName: ch.loraName, extraKeys: ch.extraKeys,
         };
       case "removed":
         return { type: "BlockRemoved", blockHashes: ch.hashes, medium: "GPU" };

@@ -1,3 +1,4 @@
+import type { ExtraKeyValue } from "@kv-epp/kv-events";
 import type { RankParts } from "../faults.ts";
 
 /**
@@ -13,6 +14,8 @@ export type TruthBlock = {
   parent_hash: string | null;
   /** The block's tokens: a consumer derives its own local hash from them. */
   token_ids: number[];
+  /** vLLM's extra keys of the block (LoRA name, media pairs, salt on a root block); null when none. */
+  extra_keys: ExtraKeyValue[] | null;
   copies: number;
 };
 export type TruthRank = { rank: number; next_seq: string; paused: boolean; restarts: number; blocks: TruthBlock[] };
@@ -34,6 +37,7 @@ export function cacheTruth(ranks: readonly RankParts[]): CacheTruth {
           block_hash: b.hash.toString(),
           parent_hash: b.parent === null ? null : b.parent.toString(),
           token_ids: Array.from(b.tokenIds),
+          extra_keys: b.extraKeys,
           copies: b.copies,
         })),
       };
