@@ -4,6 +4,7 @@
 import { KvIndex, computeBlockHashes, type StoredBatchBuilder, type WorkerRef } from "@kv-epp/index-wasm";
 import { isGpuMedium, type KvEvent, type ListenerSignal } from "@kv-epp/kv-events";
 import { type DumpModel, type DumpSource, type DumpStaging, type DumpTarget, toRouterEvents } from "@kv-epp/recovery";
+import { storedBlockExtras } from "./event-identity.ts";
 import type { Metrics } from "./metrics.ts";
 
 export type Indexer = { key: string; blockSize: number; index: KvIndex };
@@ -107,7 +108,8 @@ export class Indexers implements DumpSource, DumpTarget {
           this.metrics.eventsRejected.inc({ reason: "block_size" });
           return;
         }
-        let tokensHashes = computeBlockHashes(Uint32Array.from(e.tokenIds), e.blockSize);
+        const full = Math.min(Math.floor(e.tokenIds.length / e.blockSize), e.blockHashes.length);
+        let tokensHashes = computeBlockHashes(Uint32Array.from(e.tokenIds), e.blockSize, storedBlockExtras(e, full));
         const n = Math.min(tokensHashes.length, e.blockHashes.length);
         if (n < e.blockHashes.length) this.metrics.eventsRejected.inc({ reason: "partial_block" });
         if (n === 0) return;

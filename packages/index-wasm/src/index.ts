@@ -8,4 +8,5 @@ export {
   encodeExtraKeys, eventBlockExtras, requestBlockExtras,
   type BlockExtraKeys, type BlockExtras, type ExtraKey, type MmExtraKey, type MmItem,
 } from "./extra-keys.ts";
+export { fromWireExtraKeys } from "./wire-extra-keys.ts";
 export { JsonFieldScanner, type JsonField } from "./json-fields.ts";

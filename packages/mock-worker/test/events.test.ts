@@ -192,7 +192,7 @@ describe("KV events", () => {
     expect(rank0.filter((b) => chain.includes(BigInt(b.block_hash))).map((b) => [b.parent_hash, b.token_ids])).toEqual(
       chain.map((_, i) => [i === 0 ? null : chain[i - 1]!.toString(), ids(100 + 4 * i, 4)]),
     );
-    expect(truth.ranks[1]!.blocks).toEqual([{ block_hash: hashesOf(ids(200, 4))[0]!.toString(), parent_hash: null, token_ids: ids(200, 4), copies: 1 }]);
+    expect(truth.ranks[1]!.blocks).toEqual([{ block_hash: hashesOf(ids(200, 4))[0]!.toString(), parent_hash: null, token_ids: ids(200, 4), extra_keys: null, copies: 1 }]);
   });
 
   test("POST /reset_prefix_cache publishes AllBlocksCleared and empties the cache", async () => {

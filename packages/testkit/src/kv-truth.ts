@@ -2,7 +2,7 @@
 // EPP's index holds (its GET /dump), compared exactly: every (worker rank, block), its parent, its local
 // tokens hash and its copy count. Tests of recovery and event ingestion assert equality with this, not
 // with the EPP's own idea of itself.
-import { computeBlockHashes } from "@kv-epp/index-wasm";
+import { computeBlockHashes, fromWireExtraKeys } from "@kv-epp/index-wasm";
 import { readDump } from "@kv-epp/recovery";
 
 /** One block of one worker rank as an index holds it. */
@@ -19,7 +19,7 @@ export function rankName(workerId: string, dpRank: number): string {
 
 type TruthBody = {
   block_size: number;
-  ranks: { rank: number; next_seq: string; blocks: { block_hash: string; parent_hash: string | null; token_ids: number[]; copies: number }[] }[];
+  ranks: { rank: number; next_seq: string; blocks: { block_hash: string; parent_hash: string | null; token_ids: number[]; extra_keys?: unknown[] | null; copies: number }[] }[];
 };
 
 /** Per rank, the seq its published stream has reached when the truth was read (`next_seq - 1` applied). */
@@ -43,7 +43,7 @@ export async function fetchWorkerTruth(workers: readonly TruthWorker[]): Promise
       nextSeq.set(name, BigInt(r.next_seq));
       const blocks = new Map<bigint, IndexedBlock>();
       for (const b of r.blocks) {
-        const tokensHash = computeBlockHashes(Uint32Array.from(b.token_ids), body.block_size)[0]!;
+        const tokensHash = computeBlockHashes(Uint32Array.from(b.token_ids), body.block_size, [fromWireExtraKeys(b.extra_keys)])[0]!;
         blocks.set(BigInt(b.block_hash), { parent: b.parent_hash === null ? null : BigInt(b.parent_hash), tokensHash, copies: b.copies });
       }
       if (blocks.size > 0) view.set(name, blocks);
