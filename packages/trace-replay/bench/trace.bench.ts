@@ -7,8 +7,9 @@ import { resolve } from "node:path";
 import { parseBenchArgs } from "../src/bench/options.ts";
 import { FlagError } from "../src/cli-flags.ts";
 import { bucketMsFor, planRuns, replayOptions } from "../src/bench/plan.ts";
-import { IMBALANCE_NOTE, TABLE_COLUMNS, aggNote, benchReportData, checkTargets, tableRows } from "../src/bench/report.ts";
+import { IMBALANCE_NOTE, TABLE_COLUMNS, aggNote, benchReportData, boundRows, checkTargets, tableRows } from "../src/bench/report.ts";
 import { runAll } from "../src/bench/runner.ts";
+import { cacheBounds } from "../src/sim/bounds.ts";
 import { renderReport } from "../src/report/html.ts";
 import { screenshot } from "../src/report/png.ts";
 import { formatTable } from "../src/report/table.ts";
@@ -37,9 +38,12 @@ const results = await runAll(
   runs.map((run) => ({ tracePath: o.tracePath, limit, policy: run.policy, opts: replayOptions(o, run, bucketMs) })),
   { jobs: o.jobs, onDone: (r, done) => console.log(`  [${done}/${runs.length}] ${r.label} done`) },
 );
-const targets = checkTargets(results);
+const bounds = cacheBounds(trace, o);
+const targets = checkTargets(results, bounds);
 
-console.log(`\n${formatTable(TABLE_COLUMNS, tableRows(results))}\n`);
+console.log(`\n${formatTable(TABLE_COLUMNS, [...tableRows(results, bounds), ...boundRows(bounds)])}\n`);
+console.log(`  bounds: pooled LRU = one cache of all ${o.workers} workers' capacity serving every request in arrival order; unbounded = never evicts`);
+console.log(`  / pooled LRU, / unbounded = hit rate over the bound's; p50 / oracle = TTFT p50 over ttft-oracle's (lowest simulated TTFT per request)`);
 console.log(`  ${IMBALANCE_NOTE}`);
 console.log(`  TTFT = queueing + prefill per mock-worker's timing model, in virtual ms; picks/s = wall-clock rate of the pick function alone`);
 if (results.some((r) => r.agg)) console.log(`  replica-agg (simulated with the EPP's AggOutbox/SiblingLoads): ${aggNote(o, results)}`);
@@ -48,11 +52,11 @@ console.log(`  ${((performance.now() - started) / 1000).toFixed(1)} s wall`);
 
 const outDir = resolve(o.outDir);
 mkdirSync(outDir, { recursive: true });
-const data = benchReportData(o, results, targets);
+const data = benchReportData(o, results, bounds, targets);
 const htmlPath = resolve(outDir, "trace-bench.html");
 writeFileSync(htmlPath, renderReport(data));
 const figures = results.map(({ ttftMs: _t, series: _s, ...figs }) => figs);
-writeFileSync(resolve(outDir, "trace-bench.json"), JSON.stringify({ options: o, figures, targets }, null, 2));
+writeFileSync(resolve(outDir, "trace-bench.json"), JSON.stringify({ options: o, bounds, figures, targets }, null, 2));
 console.log(`\nreport: ${htmlPath}`);
 if (o.png) {
   const mainPath = resolve(outDir, "trace-bench-main.html");

@@ -1,7 +1,8 @@
 import { approxPrefix } from "./approx-prefix.ts";
 import { leastLoaded, random, roundRobin } from "./baselines.ts";
 import { kvAware } from "./kv-aware.ts";
-import { oracle } from "./oracle.ts";
+import { exactIndex } from "./exact-index.ts";
+import { ttftOracle } from "./ttft-oracle.ts";
 import type { PolicyName, PolicySpec } from "./types.ts";
 
 export const POLICIES: Record<PolicyName, PolicySpec> = {
@@ -10,6 +11,7 @@ export const POLICIES: Record<PolicyName, PolicySpec> = {
   random,
   "least-loaded": leastLoaded,
   "approx-prefix": approxPrefix,
-  oracle,
+  "exact-index": exactIndex,
+  "ttft-oracle": ttftOracle,
 };
 export { POLICY_NAMES, type PolicyName, type PolicySpec, type Router, type ReplicaContext } from "./types.ts";

@@ -3,7 +3,7 @@ import type { ActiveLoad, LoadView, Weights } from "../upstream.ts";
 import type { SimRequest } from "../sim/request.ts";
 import type { SimWorker } from "../sim/worker.ts";
 
-export const POLICY_NAMES = ["kv-aware", "round-robin", "random", "least-loaded", "approx-prefix", "oracle"] as const;
+export const POLICY_NAMES = ["kv-aware", "round-robin", "random", "least-loaded", "approx-prefix", "exact-index", "ttft-oracle"] as const;
 export type PolicyName = (typeof POLICY_NAMES)[number];
 
 /** What one router replica knows and may use. */

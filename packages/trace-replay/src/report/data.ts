@@ -19,6 +19,8 @@ export type ReportData = {
   ttftAxis: string;
   /** TTFT distribution per run: [ttft ms, fraction of requests <= it] */
   ttftCdf: { name: string; points: [number, number][] }[];
+  /** per run: hit rate / the pooled-LRU bound and TTFT p50 / the TTFT oracle's (1 = at the limit) */
+  limits?: { name: string; hitVsPooled: number; ttftVsOracle: number }[];
   /** per run, per worker: in-flight requests over time */
   workerLoad: { name: string; workers: { name: string; points: Points }[] }[];
 };

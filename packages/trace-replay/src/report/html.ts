@@ -25,6 +25,7 @@ export function renderReport(data: ReportData, opts: { only?: "main" } = {}): st
 <dl>${data.facts.map(([k, v]) => `<dt>${esc(k)}</dt><dd>${esc(v)}</dd>`).join("")}</dl>
 <table><thead><tr>${data.table.columns.map((c) => `<th>${esc(c)}</th>`).join("")}</tr></thead>
 <tbody>${data.table.rows.map((r) => `<tr>${r.map((c) => `<td>${esc(c)}</td>`).join("")}</tr>`).join("\n")}</tbody></table>
+${data.limits ? `<h2>Distance to the limits (1 = at the limit)</h2><div id="chart-limits" class="chart"></div>` : ""}
 <h2>Prefix-cache hit rate over time</h2><div id="chart-hit" class="chart"></div>
 <h2>TTFT distribution</h2><div id="chart-ttft" class="chart"></div>
 <h2>In-flight requests per worker over time</h2>
@@ -56,6 +57,16 @@ chart("chart-hit", {
   xAxis: { type: "value", name: data.timeAxis, nameLocation: "middle", nameGap: 28, max: "dataMax" },
   yAxis: { type: "value", name: "cached / prompt tokens", min: 0, axisLabel: { formatter: (v) => Math.round(v * 100) + "%" } },
   series: data.hitRate.map((s, i) => ({ name: s.name, type: "line", showSymbol: false, connectNulls: true, data: s.points, markLine: i === 0 ? markLine : undefined })),
+});
+if (data.limits) chart("chart-limits", {
+  tooltip: { trigger: "axis", axisPointer: { type: "shadow" } },
+  grid: { top: 48, left: 64, right: 32, bottom: 96 },
+  xAxis: { type: "category", data: data.limits.map((l) => l.name), axisLabel: { rotate: 30 } },
+  yAxis: { type: "value", min: 0 },
+  series: [
+    { name: "hit rate / pooled-LRU bound (higher is better)", type: "bar", data: data.limits.map((l) => l.hitVsPooled), markLine: { symbol: "none", data: [{ yAxis: 1 }] } },
+    { name: "TTFT p50 / TTFT oracle's (lower is better)", type: "bar", data: data.limits.map((l) => l.ttftVsOracle) },
+  ],
 });
 chart("chart-ttft", {
   xAxis: { type: "log", name: data.ttftAxis, nameLocation: "middle", nameGap: 28 },

@@ -20,7 +20,9 @@ export class SimWorker {
   readonly timing: TimingModel;
   private running = 0;
   private readonly waiting: SimRequest[] = [];
-  /** blocks of the requests on this worker (running or waiting): the oracle's true decode load */
+  /** virtual ms at which each running request ends, for the TTFT a new request would see */
+  private readonly endsAt = new Set<number[]>();
+  /** blocks of the requests on this worker (running or waiting): the true decode load (exact-index reads it) */
   activeBlocks = 0;
 
   constructor(
@@ -52,13 +54,41 @@ export class SimWorker {
     else this.waiting.push(req);
   }
 
+  /**
+   * The TTFT a request with these tokens would see if submitted now: its wait for a running slot (the
+   * requests ahead of it admitted in FIFO order as the running ones end, their cache hits as of now)
+   * plus its prefill of what this cache does not hold now.
+   */
+  ttftIfSubmitted(tokens: Uint32Array, cachedTokens: number, now: number): number {
+    const prefill = this.timing.prefillMs(tokens.length, cachedTokens);
+    const max = this.timing.params.maxRunning;
+    if (this.running < max && this.waiting.length === 0) return prefill;
+    // Slot free times: the running requests' ends, and now for every free slot.
+    const slots = [...this.endsAt].map((e) => e[0]!);
+    for (let i = this.running; i < max; i++) slots.push(now);
+    const takeSlot = () => {
+      let at = 0;
+      for (let i = 1; i < slots.length; i++) if (slots[i]! < slots[at]!) at = i;
+      return slots.splice(at, 1)[0]!;
+    };
+    for (const w of this.waiting) {
+      const start = takeSlot();
+      const cached = this.cache.peekHitBlocks(w.tokens!) * this.cache.blockSize;
+      slots.push(start + this.timing.requestMs(w.promptTokens, cached, w.outputTokens, max).totalMs);
+    }
+    return takeSlot() - now + prefill;
+  }
+
   private admit(req: SimRequest, now: number): void {
     this.running++;
     const acq = this.cache.acquire(req.tokens!);
     req.tokens = null;
     const { ttftMs, totalMs } = this.timing.requestMs(req.promptTokens, acq.cachedTokens, req.outputTokens, this.running);
     this.hooks.onAdmitted({ req, worker: this.index, admittedMs: now, cachedTokens: acq.cachedTokens, ttftMs });
+    const end = [now + totalMs];
+    this.endsAt.add(end);
     this.queue.schedule(now + totalMs, (t) => {
+      this.endsAt.delete(end);
       this.cache.release(acq.lease);
       this.activeBlocks -= req.requestBlocks;
       this.running--;

@@ -1,0 +1,25 @@
+// The TTFT limit of routing one request at a time: for each request, the worker whose simulated TTFT is
+// lowest given the exact caches and queues at that instant (SimWorker.ttftIfSubmitted). It sees what no
+// router can (every cache, every queue, the timing model itself) and is greedy: it does not weigh what
+// a choice does to later requests, so a policy may beat it on a later request's account, rarely overall.
+import { choose } from "../upstream.ts";
+import { residentOverlaps } from "./resident.ts";
+import type { PolicySpec } from "./types.ts";
+
+export const ttftOracle: PolicySpec = {
+  name: "ttft-oracle",
+  knows: "every cache, queue and the timing model: lowest simulated TTFT per request",
+  usesRouterLoad: false,
+  usesIndex: false,
+  create(ctx) {
+    const overlaps = residentOverlaps(ctx);
+    return {
+      pick(req) {
+        const hits = overlaps(req);
+        const now = req.arrivalMs;
+        const ttfts = ctx.workers.map((w, i) => w.ttftIfSubmitted(req.tokens!, hits[i]! * ctx.blockSize, now));
+        return choose(ttfts, 0, ctx.random);
+      },
+    };
+  },
+};
