@@ -1,7 +1,8 @@
 // bun run bench:epp — ext_proc decision latency (p50/p99) and sustained decisions/s for 8k-token
 // prompts given as token ids, 16 workers with realistic indexes (recovered from a synthetic peer dump).
-// The EPP runs as its own process (`bun packages/epp/src/main.ts`, as deployed) and the load comes
-// from another: bench/loadgen.c (C, libnghttp2, built here with `cc`) standing in for Envoy, or where
+// The EPP runs as its own process (`bun packages/epp/src/main.ts`, as deployed), twice: with TLS (its
+// default, as behind a real gateway) and h2c, so TLS's cost shows in the same run. The load comes
+// from another: bench/loadgen.c (C, libnghttp2, TLS by OpenSSL, built here with `cc`) standing in for Envoy, or where
 // that does not build, bench/loadgen.ts (JS; its own overhead adds ~0.5-1 ms to p99).
 // EPP_BENCH_GENERATOR=js picks the JS one regardless. Baselines in the same run: bench/baseline-server.ts, an ext_proc
 // server on @grpc/grpc-js that only parses the JSON body and picks round-robin (no tokens, no hashing,
@@ -57,7 +58,8 @@ function cpuTimeUs(pid: number): number {
 /** A server under test: `bun <args>` in its own process. */
 const spawn = (name: string, args: string[]): ProcessHandle => spawnProcess(process.execPath, args, { name });
 
-type Server = { name: string; target: string; proc: ProcessHandle };
+/** `tls`: the generator opens TLS (ALPN h2, unverified, as gateways do); else h2c. */
+type Server = { name: string; target: string; proc: ProcessHandle; tls: boolean };
 
 type Generator = { name: string; argv(target: string, rate: number, mode: Mode): string[] };
 
@@ -74,7 +76,7 @@ async function loadGenerator(dir: string): Promise<Generator> {
   const bin = `${dir}/loadgen-c`;
   let why: string;
   try {
-    const cc = Bun.spawnSync(["cc", "-O2", "-o", bin, `${import.meta.dir}/loadgen.c`, "-lnghttp2"], { stderr: "pipe" });
+    const cc = Bun.spawnSync(["cc", "-O2", "-o", bin, `${import.meta.dir}/loadgen.c`, "-lnghttp2", "-lssl", "-lcrypto"], { stderr: "pipe" });
     why = cc.stderr.toString().trim().split("\n")[0] ?? "";
     if (cc.exitCode === 0) {
       for (const mode of ["full-duplex", "buffered"] as const) await Bun.write(`${dir}/requests-${mode}.bin`, requestsFile(mode, 7));
@@ -86,7 +88,7 @@ async function loadGenerator(dir: string): Promise<Generator> {
   } catch (err) {
     why = String(err);
   }
-  console.log(`bench/loadgen.c did not build (${why}); measuring with the JS generator, which adds its own ~0.5-1 ms to p99 (Debian: apt-get install gcc libnghttp2-dev)`);
+  console.log(`bench/loadgen.c did not build (${why}); measuring with the JS generator, which adds its own ~0.5-1 ms to p99 (Debian: apt-get install gcc libnghttp2-dev libssl-dev)`);
   return js;
 }
 
@@ -94,7 +96,7 @@ let gen: Generator;
 
 async function loadgen(server: Server, rate: number, mode: Mode = "full-duplex"): Promise<Run> {
   const cpu0 = cpuTimeUs(server.proc.pid);
-  const p = Bun.spawn(gen.argv(server.target, rate, mode), { stdout: "pipe", stderr: "inherit" });
+  const p = Bun.spawn([...gen.argv(server.target, rate, mode), ...(server.tls ? ["--tls"] : [])], { stdout: "pipe", stderr: "inherit" });
   const out = await new Response(p.stdout).text();
   await p.exited;
   const r = JSON.parse(out.trim().split("\n").at(-1)!) as Run;
@@ -208,25 +210,33 @@ async function main() {
   const hot = await hotPath(eppArgs([0, 0, 0, 0, 0]));
 
   console.log("ext_proc over gRPC, servers and load generator in separate processes:");
-  const ports: number[] = [];
-  for (let k = 0; k < 5; k++) ports.push(await freePort(HOST));
-  const t0 = performance.now();
-  const eppProc = spawn("epp", [...(Bun.env.EPP_BUN_FLAGS?.split(" ").filter(Boolean) ?? []), `${import.meta.dir}/../src/main.ts`, ...eppArgs(ports)]);
-  const recovered = await eppProc.waitForLog(/"msg":"recovered"/, { timeoutMs: 60_000 });
-  const events = JSON.parse(recovered).events as number;
+  // The same EPP twice: TLS (its default, a self-signed certificate, as behind a real gateway) and h2c
+  // (--secure-serving=false), so the cost of TLS is measured beside it in the same run.
+  const startEppProc = async (name: string, extra: string[]) => {
+    const ports: number[] = [];
+    for (let k = 0; k < 5; k++) ports.push(await freePort(HOST));
+    const t0 = performance.now();
+    const proc = spawn(name, [...(Bun.env.EPP_BUN_FLAGS?.split(" ").filter(Boolean) ?? []), `${import.meta.dir}/../src/main.ts`, ...eppArgs(ports), ...extra]);
+    const recovered = await proc.waitForLog(/"msg":"recovered"/, { timeoutMs: 60_000 });
+    return { proc, ports, events: JSON.parse(recovered).events as number, ms: performance.now() - t0 };
+  };
+  const tlsEpp = await startEppProc("epp-tls", []);
+  const h2cEpp = await startEppProc("epp-h2c", ["--secure-serving=false"]);
+  const ports = tlsEpp.ports;
   const statsText = await (await fetch(`http://${HOST}:${ports[2]}/metrics`)).text();
   const gauge = (name: string) => Number(new RegExp(`^dynamo_epp_${name}(?:\\{[^}]*\\})? (\\S+)`, "m").exec(statsText)?.[1]);
   const stats = { blocks: gauge("kv_index_blocks"), residencies: gauge("kv_index_residencies") };
-  console.log(`EPP ready: recovered ${events} events in ${(performance.now() - t0).toFixed(0)} ms — ${stats.blocks} blocks, ${stats.residencies} residencies (expected ${index.residencies})`);
+  console.log(`EPPs ready: recovered ${tlsEpp.events} events in ${tlsEpp.ms.toFixed(0)} ms — ${stats.blocks} blocks, ${stats.residencies} residencies (expected ${index.residencies})`);
 
   const baselineProc = spawn("baseline", [`${import.meta.dir}/baseline-server.ts`, "--listen", HOST, "--workers", String(WORKLOAD.workers)]);
   const baselinePort = JSON.parse(await baselineProc.waitForLog(/"port"/)).port as number;
   const floorProc = spawn("floor", [`${import.meta.dir}/floor-server.ts`, "--listen", HOST, "--workers", String(WORKLOAD.workers)]);
   const floorPort = JSON.parse(await floorProc.waitForLog(/"port"/)).port as number;
   const servers: Server[] = [
-    { name: "kv-epp", target: `${HOST}:${ports[0]}`, proc: eppProc },
-    { name: "baseline", target: `${HOST}:${baselinePort}`, proc: baselineProc },
-    { name: "floor", target: `${HOST}:${floorPort}`, proc: floorProc },
+    { name: "kv-epp/tls", target: `${HOST}:${tlsEpp.ports[0]}`, proc: tlsEpp.proc, tls: true },
+    { name: "kv-epp/h2c", target: `${HOST}:${h2cEpp.ports[0]}`, proc: h2cEpp.proc, tls: false },
+    { name: "baseline", target: `${HOST}:${baselinePort}`, proc: baselineProc, tls: false },
+    { name: "floor", target: `${HOST}:${floorPort}`, proc: floorProc, tls: false },
   ];
   // Warm both servers (JIT, connection set-up) before anything is measured.
   for (const s of servers) await loadgen(s, TARGET_RATE);
@@ -234,7 +244,8 @@ async function main() {
   // The same EPP in BUFFERED mode at the target rate: no body handed back over gRPC.
   const buffered = await loadgen(servers[0]!, TARGET_RATE, "buffered");
   show("kv-epp/buffered", buffered);
-  const kv = runs.get("kv-epp")!;
+  const kv = runs.get("kv-epp/tls")!;
+  const kvH2c = runs.get("kv-epp/h2c")!;
   const base = runs.get("baseline")!;
   const floor = runs.get("floor")!;
 
@@ -245,6 +256,7 @@ async function main() {
   peer.stop(true);
 
   const at500 = kv.find((r) => r.rate === TARGET_RATE);
+  const h2cAt500 = kvH2c.find((r) => r.rate === TARGET_RATE);
   const lines = [
     `# bench:epp report`,
     ``,
@@ -265,20 +277,22 @@ async function main() {
     `| server | offered/s | achieved/s | p50 ms | p90 ms | p99 ms | max ms | server CPU µs/decision |`,
     `|---|---|---|---|---|---|---|---|`,
     ...[
-      ...kv.map((r) => ["kv-epp", r] as const),
+      ...kv.map((r) => ["kv-epp (TLS, the default)", r] as const),
+      ...kvH2c.map((r) => ["kv-epp (h2c, --secure-serving=false)", r] as const),
       ...base.map((r) => ["baseline (grpc-js, JSON.parse, round-robin)", r] as const),
       ...floor.map((r) => ["floor (node:http2, no gRPC library, no JSON)", r] as const),
-      ["kv-epp (BUFFERED mode)", buffered] as const,
+      ["kv-epp (TLS, BUFFERED mode)", buffered] as const,
     ].map(
       ([n, r]) => `| ${n} | ${r.rate} | ${r.achieved.toFixed(0)} | ${r.p50.toFixed(3)} | ${r.p90.toFixed(3)} | ${r.p99.toFixed(3)} | ${r.max.toFixed(2)} | ${r.cpuUs.toFixed(0)} |`,
     ),
     ``,
-    `Target p99 <= ${TARGET_P99_MS} ms at ${TARGET_RATE}/s: ${at500 ? `p99 ${at500.p99.toFixed(3)} ms, ${at500.p99 <= TARGET_P99_MS ? "met" : "NOT met"}` : "not reached"}.`,
-    `Max sustained rate (answered >= 95% of offered within the window, p99 <= ${SUSTAINED_P99_MS} ms, no errors): kv-epp ${sustained(kv)}/s, baseline ${sustained(base)}/s (highest step tried: ${RATES.at(-1)}/s).`,
-    `Max rate with p99 <= ${TARGET_P99_MS} ms: kv-epp ${withinTarget(kv)}/s, baseline ${withinTarget(base)}/s, floor ${withinTarget(floor)}/s.`,
+    `Target p99 <= ${TARGET_P99_MS} ms at ${TARGET_RATE}/s (TLS): ${at500 ? `p99 ${at500.p99.toFixed(3)} ms, ${at500.p99 <= TARGET_P99_MS ? "met" : "NOT met"}` : "not reached"}.`,
+    `Cost of TLS at ${TARGET_RATE}/s: p99 ${at500 && h2cAt500 ? `${at500.p99.toFixed(3)} ms (TLS) vs ${h2cAt500.p99.toFixed(3)} ms (h2c), ${(at500.p99 - h2cAt500.p99 >= 0 ? "+" : "")}${(at500.p99 - h2cAt500.p99).toFixed(3)} ms; server CPU ${at500.cpuUs.toFixed(0)} vs ${h2cAt500.cpuUs.toFixed(0)} µs/decision` : "not measured"}.`,
+    `Max sustained rate (answered >= 95% of offered within the window, p99 <= ${SUSTAINED_P99_MS} ms, no errors): kv-epp TLS ${sustained(kv)}/s, kv-epp h2c ${sustained(kvH2c)}/s, baseline ${sustained(base)}/s (highest step tried: ${RATES.at(-1)}/s).`,
+    `Max rate with p99 <= ${TARGET_P99_MS} ms: kv-epp TLS ${withinTarget(kv)}/s, kv-epp h2c ${withinTarget(kvH2c)}/s, baseline ${withinTarget(base)}/s, floor ${withinTarget(floor)}/s.`,
   ];
   writeFileSync(`${import.meta.dir}/REPORT.md`, `${lines.join("\n")}\n`);
-  console.log(`\n${lines.slice(-3).join("\n")}\nreport written to packages/epp/bench/REPORT.md`);
+  console.log(`\n${lines.slice(-4).join("\n")}\nreport written to packages/epp/bench/REPORT.md`);
   process.exit(0);
 }
 

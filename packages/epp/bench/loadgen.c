@@ -17,6 +17,9 @@
 // (flow control, socket buffers), which this clock does not see: `achieved` (answers per second in
 // the window) is what shows it. An answer other than the route, or a non-OK grpc-status, is an error.
 //
+// --tls: the connection is TLS (OpenSSL, ALPN h2, the certificate not verified, as the gateways
+// open it to an EPP's self-signed one); every send and read goes through the TLS session.
+//
 // Requests come pre-serialized (gRPC-framed ProcessingRequest messages) in a file the bench writes:
 // u32le count, then per request u32le headersLen, headers message, u32le bodyLen, body message.
 #include <arpa/inet.h>
@@ -25,6 +28,8 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <nghttp2/nghttp2.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
 #include <poll.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -63,6 +68,7 @@ static int measuring, window_open;
 static char endpoints[MAX_ENDPOINTS][64];
 static size_t nendpoints;
 static int fd;
+static SSL *ssl; /* --tls; NULL: h2c */
 
 static double now_ms(void) {
   struct timespec ts;
@@ -97,6 +103,12 @@ static void note_endpoint(const uint8_t *msg, size_t len) {
 
 static ssize_t send_cb(nghttp2_session *s, const uint8_t *data, size_t len, int flags, void *ud) {
   (void)s, (void)flags, (void)ud;
+  if (ssl) {
+    int n = SSL_write(ssl, data, (int)(len > INT32_MAX ? INT32_MAX : len));
+    if (n > 0) return n;
+    int e = SSL_get_error(ssl, n);
+    return e == SSL_ERROR_WANT_WRITE || e == SSL_ERROR_WANT_READ ? NGHTTP2_ERR_WOULDBLOCK : NGHTTP2_ERR_CALLBACK_FAILURE;
+  }
   ssize_t n = send(fd, data, len, MSG_NOSIGNAL);
   if (n < 0) return errno == EAGAIN || errno == EINTR ? NGHTTP2_ERR_WOULDBLOCK : NGHTTP2_ERR_CALLBACK_FAILURE;
   return n;
@@ -195,6 +207,51 @@ static int on_close(nghttp2_session *s, int32_t id, uint32_t code, void *ud) {
   return 0;
 }
 
+static int flag(int argc, char **argv, const char *name) {
+  for (int i = 1; i < argc; i++)
+    if (strcmp(argv[i], name) == 0) return 1;
+  return 0;
+}
+
+/* One read: bytes > 0, 0 at the connection's end, -1 with errno EAGAIN when nothing is there. */
+static ssize_t read_some(uint8_t *buf, size_t len) {
+  if (!ssl) return read(fd, buf, len);
+  int n = SSL_read(ssl, buf, (int)len);
+  if (n > 0) return n;
+  int e = SSL_get_error(ssl, n);
+  if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE) {
+    errno = EAGAIN;
+    return -1;
+  }
+  return 0;
+}
+
+/* TLS on the connected socket (still blocking): ALPN h2, no verification. */
+static void tls_connect(void) {
+  SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
+  if (!ctx) die("SSL_CTX_new");
+  SSL_CTX_set_verify(ctx, SSL_VERIFY_NONE, NULL);
+  static const unsigned char alpn[] = {2, 'h', '2'};
+  SSL_CTX_set_alpn_protos(ctx, alpn, sizeof alpn);
+  /* nghttp2 retries a blocked send with the same bytes from a buffer that may have moved. */
+  SSL_CTX_set_mode(ctx, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+  ssl = SSL_new(ctx);
+  SSL_set_fd(ssl, fd);
+  SSL_set_tlsext_host_name(ssl, "dynamo-epp");
+  if (SSL_connect(ssl) != 1) {
+    ERR_print_errors_fp(stderr);
+    fprintf(stderr, "loadgen: TLS handshake failed\n");
+    exit(1);
+  }
+  const unsigned char *proto;
+  unsigned int plen;
+  SSL_get0_alpn_selected(ssl, &proto, &plen);
+  if (plen != 2 || memcmp(proto, "h2", 2) != 0) {
+    fprintf(stderr, "loadgen: the server did not select ALPN h2\n");
+    exit(1);
+  }
+}
+
 static const char *arg(int argc, char **argv, const char *name, const char *def) {
   for (int i = 1; i + 1 < argc; i++)
     if (strcmp(argv[i], name) == 0) return argv[i + 1];
@@ -209,7 +266,7 @@ static int cmp(const void *a, const void *b) {
 int main(int argc, char **argv) {
   const char *target = arg(argc, argv, "--target", NULL), *file = arg(argc, argv, "--requests", NULL);
   if (!target || !file) {
-    fprintf(stderr, "usage: loadgen --target host:port --requests FILE [--rate N] [--duration-ms N] [--warmup-ms N] [--mode full-duplex|buffered]\n");
+    fprintf(stderr, "usage: loadgen --target host:port --requests FILE [--rate N] [--duration-ms N] [--warmup-ms N] [--mode full-duplex|buffered] [--tls]\n");
     return 2;
   }
   double rate = atof(arg(argc, argv, "--rate", "500"));
@@ -257,6 +314,8 @@ int main(int argc, char **argv) {
   if (connect(fd, (struct sockaddr *)&addr, sizeof addr) < 0) die("connect");
   int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  int tls = flag(argc, argv, "--tls");
+  if (tls) tls_connect();
   fcntl(fd, F_SETFL, O_NONBLOCK);
 
   nghttp2_session_callbacks *cbs;
@@ -279,7 +338,7 @@ int main(int argc, char **argv) {
   char authority[300];
   snprintf(authority, sizeof authority, "%s", target);
 #define NV(n, v) {(uint8_t *)(n), (uint8_t *)(v), sizeof(n) - 1, strlen(v), NGHTTP2_NV_FLAG_NONE}
-  nghttp2_nv hdrs[] = {NV(":method", "POST"), NV(":scheme", "http"), NV(":authority", authority),
+  nghttp2_nv hdrs[] = {NV(":method", "POST"), NV(":scheme", tls ? "https" : "http"), NV(":authority", authority),
                        NV(":path", "/envoy.service.ext_proc.v3.ExternalProcessor/Process"), NV("content-type", "application/grpc"), NV("te", "trailers")};
 
   double start = now_ms(), measure_start = 0, measured_ms = 0;
@@ -293,8 +352,10 @@ int main(int argc, char **argv) {
     while (next < total && next * 1000.0 / rate <= t) {
       Stream *st = &streams[next];
       st->req = &reqs[next % nreq];
-      st->counted = measuring;
-      if (measuring) measured_sent++;
+      /* Counted by its scheduled time, so a late loop turn does not move requests across the window. */
+      double due = next * 1000.0 / rate;
+      st->counted = due >= warmup && due < warmup + duration;
+      if (st->counted) measured_sent++;
       nghttp2_data_provider prd = {.source.ptr = st, .read_callback = read_body};
       st->id = nghttp2_submit_request(session, NULL, hdrs, sizeof hdrs / sizeof hdrs[0], &prd, st);
       if (st->id < 0) errors++, st->done = 1, done_count++;
@@ -309,7 +370,7 @@ int main(int argc, char **argv) {
     if (ppoll(&pfd, 1, &ts, NULL) < 0 && errno != EINTR) die("poll");
     if (pfd.revents & (POLLIN | POLLHUP | POLLERR)) {
       for (;;) {
-        ssize_t n = read(fd, buf, sizeof buf);
+        ssize_t n = read_some(buf, sizeof buf);
         if (n > 0) {
           if (nghttp2_session_mem_recv(session, buf, n) < 0) goto out;
           continue;

@@ -13,12 +13,13 @@ import { loadProtos } from "../src/extproc/protos.ts";
 import { messageReader } from "./grpc-frames.ts";
 import { extProcRequests, type Mode } from "./requests.ts";
 
-type Args = { target: string; rate: number; durationMs: number; warmupMs: number; seed: number; mode: Mode };
+type Args = { target: string; rate: number; durationMs: number; warmupMs: number; seed: number; mode: Mode; tls: boolean };
 
 function args(): Args {
   const a = new Map<string, string>();
   const argv = Bun.argv.slice(2);
-  for (let i = 0; i < argv.length; i += 2) a.set(argv[i]!.replace(/^--/, ""), argv[i + 1]!);
+  // --tls stands alone (as loadgen.c takes it); every other flag has a value.
+  for (let i = 0; i < argv.length; i += argv[i] === "--tls" ? 1 : 2) a.set(argv[i]!.replace(/^--/, ""), argv[i] === "--tls" ? "true" : argv[i + 1]!);
   return {
     target: a.get("target")!,
     rate: Number(a.get("rate")),
@@ -26,6 +27,7 @@ function args(): Args {
     warmupMs: Number(a.get("warmup-ms") ?? 500),
     seed: Number(a.get("seed") ?? 7),
     mode: a.get("mode") === "buffered" ? "buffered" : "full-duplex",
+    tls: a.get("tls") === "true",
   };
 }
 
@@ -44,7 +46,12 @@ async function main() {
   // HTTP/2 session refuses new streams (ENHANCE_YOUR_CALM) past maxSessionMemory, 10 MB by default:
   // ~200 bodies of 50 KiB waiting on a server that fell behind, after which the generator failed every
   // request instead of showing the server's latency.
-  const session = http2.connect(`http://${o.target}`, { settings: { initialWindowSize: WINDOW }, maxSessionMemory: SESSION_MEMORY_MB });
+  // TLS as the gateways open it to an EPP: ALPN h2, the certificate not verified.
+  const session = http2.connect(`${o.tls ? "https" : "http"}://${o.target}`, {
+    settings: { initialWindowSize: WINDOW },
+    maxSessionMemory: SESSION_MEMORY_MB,
+    ...(o.tls ? { rejectUnauthorized: false, servername: "dynamo-epp" } : {}),
+  });
   await new Promise<void>((res, rej) => {
     session.once("connect", () => res());
     session.once("error", rej);

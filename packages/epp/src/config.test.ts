@@ -14,6 +14,18 @@ describe("config", () => {
     expect(c.recovery).toEqual({ mode: "static", peers: ["http://127.0.4.2:9093"] });
     expect(c.model).toEqual({ name: "test-model", tenant: "default", blockSize: 16 });
     expect(c.kvHeartbeatMs).toBe(5000);
+    // As GAIE's EPP: TLS unless told otherwise, with a certificate of its own when given none.
+    expect(c.tls).toEqual({ mode: "self-signed" });
+  });
+
+  test("--secure-serving=false (DYN_SECURE_SERVING=false) gives h2c; cert files give TLS with them", () => {
+    expect(parseConfig(["--config", file, "--secure-serving=false"], {}).tls).toEqual({ mode: "off" });
+    expect(parseConfig(["--config", file], { DYN_SECURE_SERVING: "false" }).tls).toEqual({ mode: "off" });
+    expect(parseConfig(["--config", file, "--tls-cert-file", "/c.pem", "--tls-key-file", "/k.pem"], {}).tls).toEqual({
+      mode: "files",
+      certFile: "/c.pem",
+      keyFile: "/k.pem",
+    });
   });
 
   test("environment variables apply and flags win over them", () => {
@@ -36,7 +48,8 @@ describe("config", () => {
     [["--config", file, "--grpc-port", "abc"], /--grpc-port: "abc"/],
     [["--config", file, "--body-mode", "sideways"], /--body-mode: "sideways"/],
     [["--config", file, "--kv-heartbeat-ms", "1.5"], /--kv-heartbeat-ms: "1.5"/],
-    [["--config", file, "--secure-serving"], /--tls-cert-file/],
+    [["--config", file, "--tls-cert-file", "/c.pem"], /--tls-cert-file and --tls-key-file go together/],
+    [["--config", file, "--secure-serving=false", "--tls-cert-file", "/c.pem", "--tls-key-file", "/k.pem"], /--tls-cert-file is given but --secure-serving is false/],
     [["--config", file, "--frobnicate", "1"], /frobnicate/],
     [["--config", file, "--grpc-port="], /--grpc-port: ""/],
     [["--config", file, "--grpc-port", "0x10"], /--grpc-port: "0x10"/],

@@ -31,9 +31,9 @@ export const OPTIONS = {
   subscribeWaitMs: { flag: "subscribe-wait-ms", env: "DYN_EPP_SUBSCRIBE_WAIT_MS", kind: "int", default: "5000", help: "before recovery, wait this long at most for KV listeners to connect" },
   recoveryTimeoutMs: { flag: "recovery-timeout-ms", env: "DYN_EPP_RECOVERY_HTTP_TIMEOUT_MS", kind: "int", default: "30000", help: "dump no-progress timeout" },
   peerToken: { flag: "peer-token", env: "DYN_EPP_PEER_TOKEN", kind: "string", help: "bearer token for /dump" },
-  secureServing: { flag: "secure-serving", env: "DYN_SECURE_SERVING", kind: "bool", default: "false", help: "TLS on the gRPC ports" },
-  tlsCertFile: { flag: "tls-cert-file", env: "DYN_EPP_TLS_CERT_FILE", kind: "string", help: "PEM certificate (with --secure-serving)" },
-  tlsKeyFile: { flag: "tls-key-file", env: "DYN_EPP_TLS_KEY_FILE", kind: "string", help: "PEM private key (with --secure-serving)" },
+  secureServing: { flag: "secure-serving", env: "DYN_SECURE_SERVING", kind: "bool", default: "true", help: "TLS (ALPN h2) on the ext_proc port; false: h2c" },
+  tlsCertFile: { flag: "tls-cert-file", env: "DYN_EPP_TLS_CERT_FILE", kind: "string", help: "PEM certificate, reloaded when it changes (unset: a self-signed one)" },
+  tlsKeyFile: { flag: "tls-key-file", env: "DYN_EPP_TLS_KEY_FILE", kind: "string", help: "PEM private key of --tls-cert-file" },
   podIp: { flag: "pod-ip", env: "POD_IP", kind: "string", help: "this replica's own IP (excluded from peers)" },
   model: { flag: "model", env: "DYN_EPP_MODEL", kind: "string", default: "default", help: "model name (Kubernetes mode)" },
   tenant: { flag: "tenant", env: "DYN_EPP_TENANT", kind: "string", default: "default", help: "tenant of the indexer key" },
@@ -142,7 +142,8 @@ export type EppConfig = {
   replicaAgg: ReplicaAggConfig;
   peerToken?: string;
   podIp?: string;
-  tls?: { certFile: string; keyFile: string };
+  /** ext_proc transport: h2c, TLS with a certificate made at start, or TLS with (reloaded) files. */
+  tls: { mode: "off" } | { mode: "self-signed" } | { mode: "files"; certFile: string; keyFile: string };
   picker: {
     prefillLoadScale: number;
     decodeLoadScale: number;
@@ -262,8 +263,8 @@ export function parseConfig(argv: string[], env: Record<string, string | undefin
   const secure = get<boolean>("secureServing")!;
   const certFile = get<string>("tlsCertFile");
   const keyFile = get<string>("tlsKeyFile");
-  if (secure && (!certFile || !keyFile))
-    throw new ConfigError(`${r.secureServing.source}=true needs --tls-cert-file and --tls-key-file`);
+  if (!certFile !== !keyFile) throw new ConfigError("--tls-cert-file and --tls-key-file go together (neither: a self-signed certificate)");
+  if (!secure && certFile) throw new ConfigError(`--tls-cert-file is given but ${r.secureServing.source} is false`);
 
   const replicaAggPort = get<number>("replicaAggPort")!;
   let replicaAgg: ReplicaAggConfig = { mode: "off" };
@@ -323,7 +324,7 @@ export function parseConfig(argv: string[], env: Record<string, string | undefin
     replicaAgg,
     peerToken: get<string>("peerToken"),
     podIp: get<string>("podIp"),
-    tls: secure ? { certFile: certFile!, keyFile: keyFile! } : undefined,
+    tls: !secure ? { mode: "off" } : certFile ? { mode: "files", certFile, keyFile: keyFile! } : { mode: "self-signed" },
     picker: {
       prefillLoadScale: get<number>("prefillLoadScale")!,
       decodeLoadScale: get<number>("decodeLoadScale")!,

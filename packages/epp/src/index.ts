@@ -6,7 +6,7 @@ export { loadProtos, PROTO_DIR, EXT_PROC_SERVICE } from "./extproc/protos.ts";
 export type { ProcessingRequest, ProcessingResponse } from "./extproc/messages.ts";
 export { DESTINATION_HEADER, METADATA_NAMESPACE, SUBSET_NAMESPACE, SUBSET_KEY } from "./extproc/messages.ts";
 // The gateway's side of ext_proc, for the demo's load generator and the cluster simulation.
-export { ExtProcClient, RoutingError, type ClientBodyMode, type Routed } from "./extproc/client.ts";
+export { ExtProcClient, extProcChannel, RoutingError, type ClientBodyMode, type Routed } from "./extproc/client.ts";
 // The picker's decision, cost function and load tracking, for simulations that must decide exactly as
 // the EPP does; the Picker itself so a simulation can check that it does.
 export { cost, choose, DEFAULT_WEIGHTS, type Weights, type CandidateLoad } from "./picker/cost.ts";

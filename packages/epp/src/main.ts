@@ -2,7 +2,6 @@
 // NOT_SERVING, /dump 503) -> workers and their KV listeners (subscribed first, buffering) -> recovery
 // -> listeners attached (buffered events on top of the dump) -> ready.
 // SIGTERM: NOT_SERVING first, in-flight streams finish, then exit.
-import { readFileSync } from "node:fs";
 import * as grpc from "@grpc/grpc-js";
 import type { KubeConfig } from "@kubernetes/client-node";
 import {
@@ -23,6 +22,7 @@ import { createProcessHandler } from "./extproc/server.ts";
 import { createBidiServer } from "./extproc/grpc-h2.ts";
 import { EXT_PROC_WINDOW_BYTES } from "./extproc/http2-windows.ts";
 import { loadProtos } from "./extproc/protos.ts";
+import { readCertificate, selfSignedCertificate, watchCertificate, type Certificate } from "./extproc/tls.ts";
 import { HealthState, healthHandlers } from "./health.ts";
 import { Indexers } from "./indexer.ts";
 import { startIntentSource } from "./intents-source.ts";
@@ -54,6 +54,13 @@ export async function startEpp(cfg: EppConfig, o: { log?: Logger; kubeConfig?: K
   const log = o.log ?? pino({ level: cfg.logLevel, base: { component: "epp" } });
   const metrics = createMetrics();
   const recoveryMetric = recoveryStateMetric(metrics.registry);
+  // First, so a bad pair stops the start before anything listens.
+  let certificate: Certificate | undefined;
+  try {
+    certificate = cfg.tls.mode === "files" ? readCertificate(cfg.tls) : cfg.tls.mode === "self-signed" ? await selfSignedCertificate() : undefined;
+  } catch (err) {
+    throw new ConfigError(`cannot load --tls-cert-file/--tls-key-file: ${(err as Error).message}`);
+  }
 
   const indexers = new Indexers(metrics);
   indexers.register(cfg.model.name, cfg.model.tenant, cfg.model.blockSize);
@@ -145,7 +152,7 @@ export async function startEpp(cfg: EppConfig, o: { log?: Logger; kubeConfig?: K
       // BUFFERED mode sends the whole body as one message: allow bodies up to the 32 MiB request cap.
       maxMessageBytes: 40 * 1024 * 1024,
       windowBytes: EXT_PROC_WINDOW_BYTES,
-      tls: cfg.tls ? { cert: readFileSync(cfg.tls.certFile), key: readFileSync(cfg.tls.keyFile) } : undefined,
+      tls: certificate,
       onError: (where, err) => log.child({ component: "ext_proc" }).debug({ where, err: String(err) }, "ext_proc transport error"),
       onRejected: (reason, err) => {
         metrics.extProcRejected.inc({ reason });
@@ -154,6 +161,22 @@ export async function startEpp(cfg: EppConfig, o: { log?: Logger; kubeConfig?: K
     },
   );
   const grpcPort = await extProc.listen(cfg.listen, cfg.ports.grpc);
+  const tlsLog = log.child({ component: "tls" });
+  const certWatch =
+    cfg.tls.mode === "files"
+      ? watchCertificate(cfg.tls, certificate!, {
+          change: (c) => {
+            extProc.setCertificate(c);
+            metrics.tlsReloads.inc({ result: "ok" });
+            tlsLog.info({ cert: cfg.tls.mode === "files" && cfg.tls.certFile }, "TLS certificate reloaded");
+          },
+          error: (err) => {
+            metrics.tlsReloads.inc({ result: "error" });
+            tlsLog.warn({ err: String(err) }, "TLS certificate reload failed; serving the previous one");
+          },
+        })
+      : undefined;
+  tlsLog.info({ mode: cfg.tls.mode }, cfg.tls.mode === "off" ? "ext_proc serves h2c (plaintext)" : "ext_proc serves TLS (ALPN h2)");
   const healthServer = new grpc.Server();
   healthServer.addService(protos.health.service, healthHandlers(health));
   // Kubelet gRPC probes do not speak TLS, so health stays plaintext.
@@ -309,6 +332,7 @@ export async function startEpp(cfg: EppConfig, o: { log?: Logger; kubeConfig?: K
       }
       log.info("draining: waiting for in-flight streams");
       await extProc.shutdown(opts.graceMs ?? 30_000);
+      certWatch?.stop();
       healthServer.forceShutdown();
       selection.stop(true);
       metricsServer.stop(true);

@@ -118,6 +118,12 @@ export function createMetrics() {
       labelNames: ["where"] as const,
       registers: [registry],
     }),
+    tlsReloads: new Counter({
+      name: "dynamo_epp_tls_certificate_reloads_total",
+      help: "reloads of the ext_proc TLS certificate files, by result (error: the previous certificate stays)",
+      labelNames: ["result"] as const,
+      registers: [registry],
+    }),
     ioErrors: new Counter({
       name: "dynamo_epp_io_errors_total",
       help: "errors caught at I/O boundaries",

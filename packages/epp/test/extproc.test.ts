@@ -260,7 +260,7 @@ describe("ext_proc", () => {
       out.set(b, 5);
       return out;
     };
-    const session = http2.connect(`http://${HOST}:${epp.ports.grpc}`);
+    const session = http2.connect(`https://${HOST}:${epp.ports.grpc}`, { rejectUnauthorized: false, servername: "dynamo-epp" });
     const req = session.request({ ":method": "POST", ":path": method.path, "content-type": "application/grpc", te: "trailers" });
     let status: string | undefined;
     req.on("data", () => {});

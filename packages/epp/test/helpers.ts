@@ -12,6 +12,7 @@ import { stringify } from "yaml";
 import { parseConfig } from "../src/config.ts";
 import type { ProcessingRequest } from "../src/extproc/messages.ts";
 import { loadProtos } from "../src/extproc/protos.ts";
+import { extProcChannel } from "../src/extproc/client.ts";
 import { startEpp, type EppHandle } from "../src/main.ts";
 
 // Real processes and sockets on a shared 2-core machine: generous per-test budget (waits are polled).
@@ -85,9 +86,11 @@ export class ExtProcStream {
   }
 }
 
-export function extProcClient(port: number, host = HOST) {
+/** An ext_proc client as a gateway opens it: TLS (unverified), or h2c with `tls: false`. */
+export function extProcClient(port: number, host = HOST, o: { tls?: boolean } = {}) {
   const { extProc } = loadProtos();
-  const client = new extProc(`${host}:${port}`, grpc.credentials.createInsecure()) as unknown as grpc.Client & {
+  const ch = extProcChannel(o.tls ?? true);
+  const client = new extProc(`${host}:${port}`, ch.credentials, ch.options) as unknown as grpc.Client & {
     Process(): grpc.ClientDuplexStream<ProcessingRequest, Resp>;
   };
   return { client, open: () => new ExtProcStream(client), close: () => client.close() };

@@ -9,7 +9,7 @@ const epp = await startTestEpp([]);
 afterAll(() => epp.stop({ graceMs: 0 }));
 
 test("stream and connection windows of the ext_proc server are 16 MiB", async () => {
-  const session = http2.connect(`http://${HOST}:${epp.ports.grpc}`);
+  const session = http2.connect(`https://${HOST}:${epp.ports.grpc}`, { rejectUnauthorized: false, servername: "dynamo-epp" });
   try {
     await new Promise<void>((resolve, reject) => {
       session.once("remoteSettings", () => resolve());

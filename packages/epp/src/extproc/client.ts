@@ -41,15 +41,31 @@ export type Routed = {
   finish(status: number): Promise<void>;
 };
 
+/**
+ * The channel to an EPP's ext_proc port as the gateways open it: TLS without verifying the certificate
+ * (Envoy AI Gateway, kgateway and GAIE's own chart do not verify the EPP's self-signed certificate), or
+ * h2c for an EPP started with --secure-serving=false.
+ */
+export function extProcChannel(tls: boolean): { credentials: grpc.ChannelCredentials; options: grpc.ChannelOptions } {
+  if (!tls) return { credentials: grpc.credentials.createInsecure(), options: {} };
+  return {
+    credentials: grpc.credentials.createSsl(null, null, null, { rejectUnauthorized: false }),
+    // TLS refuses an IP address as the server name (SNI); any name does when nothing is verified.
+    options: { "grpc.ssl_target_name_override": "dynamo-epp" },
+  };
+}
+
 export class ExtProcClient {
   private readonly stub: ExtProcStub;
 
   constructor(
     readonly address: string,
     readonly mode: ClientBodyMode = "full-duplex",
+    opts: { tls?: boolean } = {},
   ) {
     const { extProc } = loadProtos();
-    this.stub = new extProc(address, grpc.credentials.createInsecure()) as unknown as ExtProcStub;
+    const ch = extProcChannel(opts.tls ?? true);
+    this.stub = new extProc(address, ch.credentials, ch.options) as unknown as ExtProcStub;
   }
 
   async route(path: string, body: Uint8Array): Promise<Routed> {

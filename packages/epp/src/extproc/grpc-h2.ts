@@ -42,6 +42,7 @@ export type BidiServerOptions = {
   maxMessageBytes: number;
   /** HTTP/2 receive window per stream and per connection. */
   windowBytes: number;
+  /** TLS (ALPN h2 only, as GAIE's EPP) with this certificate; plaintext h2c without. */
   tls?: { cert: Buffer; key: Buffer };
   onError?: (where: string, err: unknown) => void;
   /**
@@ -57,6 +58,8 @@ export type BidiServer = {
   listen(host: string, port: number): Promise<number>;
   /** Refuses new calls, lets open ones finish for up to `graceMs`, then closes what is left. */
   shutdown(graceMs: number): Promise<void>;
+  /** Serves new TLS connections with this certificate (open ones keep theirs). */
+  setCertificate(c: { cert: Buffer; key: Buffer }): void;
 };
 
 export function createBidiServer<In, Out>(
@@ -110,6 +113,10 @@ export function createBidiServer<In, Out>(
   });
 
   return {
+    setCertificate: (c) => {
+      if (!opts.tls) throw new Error("setCertificate on a plaintext server");
+      (server as http2.Http2SecureServer).setSecureContext({ cert: c.cert, key: c.key });
+    },
     listen: (host, port) =>
       new Promise((resolve, reject) => {
         server.once("error", reject);
