@@ -11,6 +11,7 @@ import * as grpc from "@grpc/grpc-js";
 import pino from "pino";
 import { stringify } from "yaml";
 import { parseConfig } from "../src/config.ts";
+import { extProcChannel } from "../src/extproc/client.ts";
 import { loadProtos } from "../src/extproc/protos.ts";
 import { startEpp } from "../src/main.ts";
 import { mulberry32 } from "@kv-epp/testkit";
@@ -29,7 +30,8 @@ function body(seed: number, tokens = 12_000): Uint8Array {
 
 async function client(target: string, mode: Mode, n: number, rate: number, busyMs: number): Promise<Sample[]> {
   const { extProc } = loadProtos();
-  const stub = new extProc(target, grpc.credentials.createInsecure()) as unknown as grpc.Client & { Process(): grpc.ClientDuplexStream<unknown, any> };
+  const ch = extProcChannel(true); // the EPP's default: TLS, unverified as gateways connect
+  const stub = new extProc(target, ch.credentials, ch.options) as unknown as grpc.Client & { Process(): grpc.ClientDuplexStream<unknown, any> };
   await new Promise<void>((res, rej) => stub.waitForReady(Date.now() + 5000, (e) => (e ? rej(e) : res())));
   const bodies = Array.from({ length: 16 }, (_, i) => body(1000 + i));
   const one = (id: number) =>

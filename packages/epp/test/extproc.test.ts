@@ -1,6 +1,5 @@
 // Full ext_proc streams against an in-process EPP whose workers' KV events come from real publishers.
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
-import http2 from "node:http2";
 import { createPreprocessor } from "@kv-epp/tokenizer";
 import { waitFor } from "@kv-epp/testkit";
 import { loadProtos } from "../src/extproc/protos.ts";
@@ -13,6 +12,7 @@ import {
   headers,
   lbMetadata,
   postJson,
+  rawExtProcSession,
   scrapeMetric,
   setHeader,
   startTestEpp,
@@ -260,7 +260,7 @@ describe("ext_proc", () => {
       out.set(b, 5);
       return out;
     };
-    const session = http2.connect(`https://${HOST}:${epp.ports.grpc}`, { rejectUnauthorized: false, servername: "dynamo-epp" });
+    const session = rawExtProcSession(epp.ports.grpc);
     const req = session.request({ ":method": "POST", ":path": method.path, "content-type": "application/grpc", te: "trailers" });
     let status: string | undefined;
     req.on("data", () => {});
@@ -282,7 +282,7 @@ describe("ext_proc", () => {
     const counted = (await scrapeMetric(metricsUrl, series)) ?? 0;
     const before = await inflight();
     const method = loadProtos().extProc.service.Process!;
-    const session = http2.connect(`http://${HOST}:${epp.ports.grpc}`);
+    const session = rawExtProcSession(epp.ports.grpc);
     const statusOf = (...writes: Buffer[]) =>
       new Promise<string | undefined>((resolve) => {
         const req = session.request({ ":method": "POST", ":path": method.path, "content-type": "application/grpc", te: "trailers" });

@@ -5,6 +5,7 @@ import { mkdtempSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import * as grpc from "@grpc/grpc-js";
+import http2 from "node:http2";
 import { computeBlockHashes } from "@kv-epp/index-wasm";
 import { KvEventPublisher } from "@kv-epp/kv-events";
 import pino from "pino";
@@ -94,6 +95,11 @@ export function extProcClient(port: number, host = HOST, o: { tls?: boolean } = 
     Process(): grpc.ClientDuplexStream<ProcessingRequest, Resp>;
   };
   return { client, open: () => new ExtProcStream(client), close: () => client.close() };
+}
+
+/** A raw HTTP/2 session to an EPP's ext_proc port over TLS, unverified as the gateways connect. */
+export function rawExtProcSession(port: number, host = HOST): http2.ClientHttp2Session {
+  return http2.connect(`https://${host}:${port}`, { rejectUnauthorized: false, servername: "dynamo-epp" });
 }
 
 export function healthClient(port: number, host = HOST) {

@@ -1,15 +1,14 @@
 // The ext_proc server advertises wide HTTP/2 receive windows (src/extproc/http2-windows.ts): request
 // bodies of 50-500 KB arrive in one message and must not wait on 64 KiB windows.
 import { afterAll, expect, test } from "bun:test";
-import * as http2 from "node:http2";
 import { EXT_PROC_WINDOW_BYTES } from "../src/extproc/http2-windows.ts";
-import { HOST, startTestEpp } from "./helpers.ts";
+import { rawExtProcSession, startTestEpp } from "./helpers.ts";
 
 const epp = await startTestEpp([]);
 afterAll(() => epp.stop({ graceMs: 0 }));
 
 test("stream and connection windows of the ext_proc server are 16 MiB", async () => {
-  const session = http2.connect(`https://${HOST}:${epp.ports.grpc}`, { rejectUnauthorized: false, servername: "dynamo-epp" });
+  const session = rawExtProcSession(epp.ports.grpc);
   try {
     await new Promise<void>((resolve, reject) => {
       session.once("remoteSettings", () => resolve());
