@@ -22,6 +22,13 @@ const discoveryValue = z.string().superRefine((v, ctx) => {
   }
 });
 
+// vLLM's --lora-modules: `name=path` entries (the path means nothing to a mock), comma-separated on the
+// command line or a list in code. An adapter's lora_int_id is its 1-based position, as vLLM numbers them.
+const loraModules = z
+  .union([z.string(), z.array(z.string())])
+  .transform((v) => (typeof v === "string" ? v.split(",") : v).map((e) => e.split("=")[0]!.trim()).filter((n) => n.length > 0))
+  .pipe(z.array(z.string()).refine((names) => new Set(names).size === names.length, "adapter names must be distinct"));
+
 export const OPTIONS = {
   listen: { schema: z.union([z.ipv4(), z.ipv6(), z.literal("localhost")], { error: "expected an IP address" }).default("0.0.0.0"), help: "IP the HTTP server binds" },
   port: { schema: port.default(8000), help: "OpenAI HTTP port" },
@@ -31,6 +38,11 @@ export const OPTIONS = {
   "block-size": { schema: positiveInt.default(16), help: "tokens per KV block" },
   "capacity-blocks": { schema: positiveInt.default(8192), help: "KV cache capacity per rank, in blocks" },
   "dp-size": { schema: positiveInt.max(256).default(1), help: "data-parallel ranks, each with its own cache" },
+  "data-parallel-start-rank": {
+    schema: z.coerce.number().int().min(0).max(4095).default(0),
+    help: "global DP rank of this worker's first rank (vLLM's multi-node DP): ports and data_parallel_rank follow the global rank",
+  },
+  "lora-modules": { schema: loraModules.default([]), help: "LoRA adapters served (name[=path],...): requests name them in `model`" },
   "event-encoding": { schema: z.enum(EVENT_ENCODINGS as [EventEncoding, ...EventEncoding[]]).default("vllm"), help: "KV event wire shape: vllm (today: array batch, map events), vllm-map, vllm-array (older vLLM), sglang" },
   "hash-mode": { schema: z.enum(["int", "bytes"]).default("int"), help: "block hashes as u64 ints or 32-byte digests" },
   topic: { schema: z.string().default(""), help: "ZeroMQ topic frame" },

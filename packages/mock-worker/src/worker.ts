@@ -68,7 +68,9 @@ export async function startMockWorker(opts: MockWorkerOptions = {}): Promise<Moc
   const ranks: RankParts[] = [];
   const metrics = createMetrics(config.model, () => ranks.map((r) => r.engine));
   try {
-    for (let rank = 0; rank < config.dpSize; rank++) {
+    // Rank numbers are global (vLLM's multi-node DP): this worker's first rank is the start rank, and
+    // ports and data_parallel_rank follow the global rank (vLLM's offset_endpoint_port).
+    for (let rank = config.dataParallelStartRank; rank < config.dataParallelStartRank + config.dpSize; rank++) {
       const cache = new PrefixCacheSim({ blockSize: config.blockSize, capacityBlocks: config.capacityBlocks });
       const engine = new RankEngine(rank, cache, timing, {
         onFirstToken: (s) => metrics.firstToken(rank, s),
@@ -95,7 +97,7 @@ export async function startMockWorker(opts: MockWorkerOptions = {}): Promise<Moc
   // Least loaded rank, ties broken round-robin, unless the request names its rank.
   let cursor = 0;
   const pickRank = (requested: number | undefined): RankEngine => {
-    if (requested !== undefined) return ranks[requested]!.engine;
+    if (requested !== undefined) return ranks[requested - config.dataParallelStartRank]!.engine;
     let best = ranks[cursor % ranks.length]!.engine;
     for (let i = 1; i < ranks.length; i++) {
       const e = ranks[(cursor + i) % ranks.length]!.engine;
@@ -114,7 +116,9 @@ export async function startMockWorker(opts: MockWorkerOptions = {}): Promise<Moc
   });
   app.get("/health", (c) => c.body(null, 200));
   app.get("/metrics", async (c) => c.text(await metrics.registry.metrics(), 200, { "content-type": metrics.registry.contentType }));
-  app.route("/", openAiRoutes({ model: config.model, preprocessor, pickRank, dpSize: config.dpSize }));
+  app.route("/", openAiRoutes({
+    model: config.model, preprocessor, pickRank, dpSize: config.dpSize, startRank: config.dataParallelStartRank, loraModules: config.loraModules,
+  }));
   app.route("/", adminRoutes(new Faults(ranks), ranks));
 
   let server: ReturnType<typeof Bun.serve>;

@@ -1,4 +1,4 @@
-import { PrefixCacheSim } from "../cache/prefix-cache.ts";
+import type { AcquireIdentity, PrefixCacheSim } from "../cache/prefix-cache.ts";
 import { Admission } from "./admission.ts";
 import { TimingModel } from "./timing.ts";
 
@@ -54,10 +54,10 @@ export class RankEngine {
   }
 
   /** Queues, admits and prefills a prompt; resolves at the first token. */
-  async start(prompt: Uint32Array, maxTokens: number, signal?: AbortSignal): Promise<Generation> {
+  async start(prompt: Uint32Array, maxTokens: number, signal?: AbortSignal, identity?: AcquireIdentity): Promise<Generation> {
     const arrived = performance.now();
     await this.admission.enter(signal);
-    const acq = this.cache.acquire(prompt);
+    const acq = this.cache.acquire(prompt, identity);
     let finished = false;
     const finish = () => {
       if (finished) return;

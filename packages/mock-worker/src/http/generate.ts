@@ -1,5 +1,6 @@
 import type { Context } from "hono";
 import { streamSSE } from "hono/streaming";
+import type { AcquireIdentity } from "../cache/prefix-cache.ts";
 import type { Generation, RankEngine } from "../engine/rank-engine.ts";
 
 /**
@@ -19,6 +20,8 @@ export type GenerateRequest = {
   includeUsage: boolean;
   /** Picks the rank for each prompt. */
   pick: () => RankEngine;
+  /** Adapter, salt and media the prompts' blocks are named with. */
+  identity: AcquireIdentity;
 };
 
 type Usage = {
@@ -59,7 +62,7 @@ export async function generate(c: Context, req: GenerateRequest): Promise<Respon
   if (!req.stream) {
     const done = await Promise.all(
       req.prompts.map(async (p) => {
-        const gen = await req.pick().start(p, req.maxTokens, signal);
+        const gen = await req.pick().start(p, req.maxTokens, signal, req.identity);
         return { gen, text: await collect(gen) };
       }),
     );
@@ -77,7 +80,7 @@ export async function generate(c: Context, req: GenerateRequest): Promise<Respon
     const gens: Generation[] = [];
     // Prompts of a list are streamed one after another, each chunk tagged with its choice index.
     for (let index = 0; index < req.prompts.length && !sse.aborted; index++) {
-      const gen = await req.pick().start(req.prompts[index]!, req.maxTokens, signal);
+      const gen = await req.pick().start(req.prompts[index]!, req.maxTokens, signal, req.identity);
       gens.push(gen);
       try {
         if (req.endpoint === "chat") await send({ ...chunkHead, choices: [{ index, delta: { role: "assistant", content: "" }, logprobs: null, finish_reason: null }] });

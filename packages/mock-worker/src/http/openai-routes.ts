@@ -1,5 +1,8 @@
 import { Hono, type Context } from "hono";
-import { ChatTemplateError, type Preprocessor } from "@kv-epp/tokenizer";
+import { createHash } from "node:crypto";
+import { ChatTemplateError, mediaPositions, type ChatMessage, type ChatOptions, type Preprocessor } from "@kv-epp/tokenizer";
+import type { MediaItem } from "../cache/block-hash.ts";
+import type { AcquireIdentity } from "../cache/prefix-cache.ts";
 import type { RankEngine } from "../engine/rank-engine.ts";
 import { openAiError, parseBody } from "./errors.ts";
 import { generate, type Endpoint } from "./generate.ts";
@@ -11,7 +14,15 @@ export type OpenAiDeps = {
   /** Chooses the rank for a request; `requested` is the `x-data-parallel-rank` header, when sent. */
   pickRank: (requested: number | undefined) => RankEngine;
   dpSize: number;
+  /** Global rank of the first rank: `x-data-parallel-rank` names global ranks. */
+  startRank: number;
+  /** LoRA adapters by name; a request naming one in `model` runs in its identity (lora_int_id = index + 1). */
+  loraModules: readonly string[];
 };
+
+/** vLLM's placeholder for an image in Qwen's vocabulary (<|image_pad|>) and how many stand for one item. */
+export const MEDIA_TOKEN_ID = 151655;
+export const MEDIA_TOKENS = 64;
 
 // vLLM's API server honours this header to pin a request to a DP rank (external DP load balancing).
 const RANK_HEADER = "x-data-parallel-rank";
@@ -22,24 +33,33 @@ export function openAiRoutes(deps: OpenAiDeps): Hono {
   const rankPicker = (header: string | undefined): { ok: true; pick: () => RankEngine } | { ok: false; message: string } => {
     if (header === undefined) return { ok: true, pick: () => deps.pickRank(undefined) };
     const r = Number(header);
-    if (!Number.isInteger(r) || r < 0 || r >= deps.dpSize) return { ok: false, message: `${RANK_HEADER} must be an integer in [0, ${deps.dpSize})` };
+    const lo = deps.startRank, hi = deps.startRank + deps.dpSize;
+    if (!Number.isInteger(r) || r < lo || r >= hi) return { ok: false, message: `${RANK_HEADER} must be an integer in [${lo}, ${hi})` };
     return { ok: true, pick: () => deps.pickRank(r) };
   };
 
-  type Common = { model?: string; stream: boolean; stream_options?: { include_usage?: boolean } | null };
-  const run = (c: Context, endpoint: Endpoint, body: Common, prompts: Uint32Array[], maxTokens: number) => {
+  type Common = { model?: string; cache_salt?: string | null; stream: boolean; stream_options?: { include_usage?: boolean } | null };
+  const run = (c: Context, endpoint: Endpoint, body: Common, prompts: Uint32Array[], maxTokens: number, media: readonly MediaItem[] = []) => {
     const rank = rankPicker(c.req.header(RANK_HEADER));
     if (!rank.ok) return openAiError(c, 400, rank.message, RANK_HEADER);
+    // A model naming an adapter runs in its identity; any other name is the base model (echoed, not checked).
+    const lora = body.model !== undefined ? deps.loraModules.indexOf(body.model) : -1;
+    const identity: AcquireIdentity = {
+      loraName: lora >= 0 ? body.model! : null, loraId: lora >= 0 ? lora + 1 : null, cacheSalt: body.cache_salt ?? null, media,
+    };
     return generate(c, {
       endpoint, model: body.model ?? deps.model, prompts, maxTokens, stream: body.stream,
-      includeUsage: body.stream_options?.include_usage === true, pick: rank.pick,
+      includeUsage: body.stream_options?.include_usage === true, pick: rank.pick, identity,
     });
   };
 
   app.get("/v1/models", (c) =>
     c.json({
       object: "list",
-      data: [{ id: deps.model, object: "model", created: 0, owned_by: "kv-epp-mock", root: deps.model, parent: null, max_model_len: 1 << 20 }],
+      data: [
+        { id: deps.model, object: "model", created: 0, owned_by: "kv-epp-mock", root: deps.model, parent: null, max_model_len: 1 << 20 },
+        ...deps.loraModules.map((id) => ({ id, object: "model", created: 0, owned_by: "kv-epp-mock", root: id, parent: deps.model, max_model_len: 1 << 20 })),
+      ],
     }),
   );
 
@@ -62,9 +82,9 @@ export function openAiRoutes(deps: OpenAiDeps): Hono {
     const addGenerationPrompt = body.add_generation_prompt ?? true;
     if (body.continue_final_message && addGenerationPrompt)
       return openAiError(c, 400, "Cannot set both `continue_final_message` and `add_generation_prompt` to True.", "continue_final_message");
-    let prompt: Uint32Array;
+    let chat: { prompt: Uint32Array; media: MediaItem[] };
     try {
-      prompt = deps.preprocessor.encodeChat(body.messages, {
+      chat = withMedia(deps.preprocessor, body.messages, {
         tools: body.tools ?? undefined,
         templateKwargs: body.chat_template_kwargs ?? undefined,
         addGenerationPrompt,
@@ -75,8 +95,33 @@ export function openAiRoutes(deps: OpenAiDeps): Hono {
       if (e instanceof ChatTemplateError) return openAiError(c, 400, e.message, "messages");
       throw e;
     }
-    return run(c, "chat", body, [prompt], body.max_completion_tokens ?? body.max_tokens ?? DEFAULT_MAX_TOKENS);
+    return run(c, "chat", body, [chat.prompt], body.max_completion_tokens ?? body.max_tokens ?? DEFAULT_MAX_TOKENS, chat.media);
   });
 
   return app;
+}
+
+/**
+ * The chat's tokens as a multimodal vLLM sees them: the text rendering with MEDIA_TOKENS placeholders
+ * for each image/audio/video part at its position (as @kv-epp/tokenizer locates it), and one media
+ * item per part whose identifier is a digest of the part (vLLM hashes the item's content).
+ */
+function withMedia(pre: Preprocessor, messages: ChatMessage[], opts: ChatOptions): { prompt: Uint32Array; media: MediaItem[] } {
+  const text = pre.encodeChat(messages, opts);
+  const at = mediaPositions(pre, messages, opts);
+  if (at.length === 0) return { prompt: text, media: [] };
+  const out = new Uint32Array(text.length + at.length * MEDIA_TOKENS);
+  const media: MediaItem[] = [];
+  let from = 0, to = 0;
+  for (const p of at) {
+    out.set(text.subarray(from, p.at), to);
+    to += p.at - from;
+    from = p.at;
+    const part = (messages[p.message]!.content as unknown[])[p.part];
+    media.push({ identifier: createHash("sha256").update(JSON.stringify(part)).digest("hex"), offset: to, length: MEDIA_TOKENS });
+    out.fill(MEDIA_TOKEN_ID, to, to + MEDIA_TOKENS);
+    to += MEDIA_TOKENS;
+  }
+  out.set(text.subarray(from), to);
+  return { prompt: out, media };
 }

@@ -11,6 +11,8 @@ export const MAX_OUTPUT_TOKENS = 131_072;
 const outputTokens = z.number().int().min(1).max(MAX_OUTPUT_TOKENS).nullish();
 const common = {
   model: z.string().optional(),
+  /** vLLM's cache_salt: folded into the first block's hash, so only requests with the same salt share blocks. */
+  cache_salt: z.string().min(1).nullish(),
   stream: z.boolean().optional().default(false),
   stream_options: z.object({ include_usage: z.boolean().optional() }).nullish(),
 };

@@ -1,0 +1,90 @@
+// What names a block besides its tokens, end to end over HTTP and the KV-event wire: a LoRA adapter
+// named in `model`, `cache_salt`, image parts of a chat; and global DP ranks (vLLM's start rank).
+import { afterEach, describe, expect, test } from "bun:test";
+import type { BlockStored } from "@kv-epp/kv-events";
+import { chainBlockIds, startMockWorker, type MockWorker, type MockWorkerOptions } from "../src/index.ts";
+import { MEDIA_TOKEN_ID, MEDIA_TOKENS } from "../src/http/openai-routes.ts";
+import { post, subscribe, syncSubscribers, waitFor, type Received } from "./support.ts";
+
+const BS = 4;
+const ids = (from: number, n: number) => Array.from({ length: n }, (_, i) => from + i);
+const stored = (ms: Received[]) => ms.flatMap((m) => m.batch.events).filter((e): e is BlockStored => e.type === "BlockStored");
+
+const cleanup: (() => Promise<unknown>)[] = [];
+afterEach(async () => {
+  for (const f of cleanup.splice(0).reverse()) await f().catch(() => {});
+});
+
+async function worker(opts: MockWorkerOptions = {}): Promise<{ w: MockWorker; subs: ReturnType<typeof subscribe>[] }> {
+  const w = await startMockWorker({ listen: "127.0.2.1", port: 0, kvEvents: "tcp://127.0.2.1:0", speed: 0, blockSize: BS, logLevel: "silent", capacityBlocks: 200, ...opts });
+  cleanup.push(() => w.close());
+  const subs = w.ranks.map((r) => subscribe(r.kvEvents));
+  for (const s of subs) cleanup.push(async () => s.close());
+  await syncSubscribers(w.url, subs);
+  return { w, subs };
+}
+
+async function cached(w: MockWorker, path: string, body: object, headers: Record<string, string> = {}): Promise<number> {
+  const res = await post(`${w.url}${path}`, { max_tokens: 1, ...body }, headers);
+  expect(res.status).toBe(200);
+  return ((await res.json()) as { usage: { prompt_tokens_details: { cached_tokens: number } } }).usage.prompt_tokens_details.cached_tokens;
+}
+
+describe("block identity", () => {
+  test("a LoRA adapter named in `model` stores blocks under its name (lora_name, lora_id, extra_keys); the base model does not hit them", async () => {
+    const { w, subs } = await worker({ loraModules: ["sql-lora", "chat-lora"] });
+    const prompt = ids(0, 10);
+    expect(await cached(w, "/v1/completions", { model: "chat-lora", prompt })).toBe(0);
+    await waitFor(() => stored(subs[0]!.messages).length === 1, "the adapter's BlockStored");
+    const ev = stored(subs[0]!.messages)[0]!;
+    expect(ev).toMatchObject({ loraName: "chat-lora", loraId: 2, extraKeys: [["chat-lora"], ["chat-lora"]] });
+    expect(ev.blockHashes).toEqual(chainBlockIds(Uint32Array.from(prompt), BS, { loraName: "chat-lora" }).map((b) => b.hash));
+    expect(await cached(w, "/v1/completions", { prompt })).toBe(0);
+    expect(await cached(w, "/v1/completions", { model: "chat-lora", prompt })).toBe(8);
+    const models = (await (await fetch(`${w.url}/v1/models`)).json()) as { data: { id: string; parent: string | null }[] };
+    expect(models.data.map((m) => [m.id, m.parent])).toEqual([["Qwen/Qwen3-0.6B", null], ["sql-lora", "Qwen/Qwen3-0.6B"], ["chat-lora", "Qwen/Qwen3-0.6B"]]);
+  });
+
+  test("cache_salt goes into block 0's extra keys: other salts and no salt share nothing", async () => {
+    const { w, subs } = await worker();
+    const prompt = ids(100, 9);
+    expect(await cached(w, "/v1/completions", { prompt, cache_salt: "tenant-a" })).toBe(0);
+    await waitFor(() => stored(subs[0]!.messages).length === 1, "the salted BlockStored");
+    expect(stored(subs[0]!.messages)[0]!.extraKeys).toEqual([["tenant-a"], null]);
+    expect(await cached(w, "/v1/completions", { prompt, cache_salt: "tenant-b" })).toBe(0);
+    expect(await cached(w, "/v1/completions", { prompt })).toBe(0);
+    expect(await cached(w, "/v1/completions", { prompt, cache_salt: "tenant-a" })).toBe(8);
+  });
+
+  test("an image part becomes placeholder tokens whose blocks carry (identifier, offset); another image shares only the blocks before it", async () => {
+    const { w, subs } = await worker({ blockSize: BS });
+    const chat = (url: string) => ({
+      messages: [{ role: "user", content: [{ type: "text", text: "Please look at this picture carefully:" }, { type: "image_url", image_url: { url } }, { type: "text", text: "What is it?" }] }],
+    });
+    await cached(w, "/v1/chat/completions", chat("https://example.com/a.png"));
+    await waitFor(() => stored(subs[0]!.messages).length === 1, "the chat's BlockStored");
+    const ev = stored(subs[0]!.messages)[0]!;
+    const first = ev.tokenIds.indexOf(MEDIA_TOKEN_ID);
+    expect(first).toBeGreaterThan(0);
+    expect(ev.tokenIds.filter((t) => t === MEDIA_TOKEN_ID).length).toBe(MEDIA_TOKENS);
+    const keyed = ev.extraKeys!.map((k, i) => [i, k] as const).filter(([, k]) => k !== null);
+    expect(keyed[0]![0]).toBe(Math.floor(first / BS));
+    const [id, offset] = keyed[0]![1]![0] as [string, number];
+    expect(id).toMatch(/^[0-9a-f]{64}$/);
+    expect(offset).toBe(first - keyed[0]![0] * BS);
+    // The same chat with another image: a hit up to the block before the first placeholder only.
+    expect(await cached(w, "/v1/chat/completions", chat("https://example.com/b.png"))).toBe(Math.floor(first / BS) * BS);
+  });
+});
+
+describe("global DP ranks", () => {
+  test("a worker starting at global rank 2 publishes ranks 2 and 3 on port + 2 and + 3, and x-data-parallel-rank names global ranks", async () => {
+    const { w, subs } = await worker({ dpSize: 2, dataParallelStartRank: 2, kvEvents: "tcp://127.0.2.1:25710" });
+    expect(w.ranks.map((r) => [r.rank, r.kvEvents])).toEqual([[2, "tcp://127.0.2.1:25712"], [3, "tcp://127.0.2.1:25713"]]);
+    await cached(w, "/v1/completions", { prompt: ids(0, 4) }, { "x-data-parallel-rank": "3" });
+    await waitFor(() => subs[1]!.messages.length === 1, "rank 3's batch");
+    expect(subs[1]!.messages[0]!.batch.dataParallelRank).toBe(3);
+    expect(subs[0]!.messages.length).toBe(0);
+    expect((await post(`${w.url}/v1/completions`, { prompt: [1], max_tokens: 1 }, { "x-data-parallel-rank": "1" })).status).toBe(400);
+  });
+});
