@@ -7,6 +7,7 @@ import { parseDiscoveryConfig, type DiscoveryConfig } from "@kv-epp/intents";
 import { z } from "zod";
 import { LISTENER_HEARTBEAT } from "@kv-epp/kv-events";
 import { DEFAULT_WEIGHTS } from "./picker/cost.ts";
+import type { CostModel } from "./picker/picker.ts";
 
 export class ConfigError extends Error {}
 
@@ -50,6 +51,8 @@ export const OPTIONS = {
   decodeLoadScale: { flag: "decode-load-scale", env: "DYN_EPP_DECODE_LOAD_SCALE", kind: "number", default: String(DEFAULT_WEIGHTS.decodeLoadScale), help: "cost weight of active blocks" },
   queueWeight: { flag: "queue-weight", env: "DYN_EPP_QUEUE_WEIGHT", kind: "number", default: "0", help: "cost per scraped waiting request" },
   queueThreshold: { flag: "queue-threshold", env: "DYN_EPP_QUEUE_THRESHOLD", kind: "int", default: "0", help: "skip workers with more waiting requests (0: off)" },
+  cost: { flag: "cost", env: "DYN_EPP_COST", kind: "string", default: "weights", help: "routing cost: weights (weighted blocks to prefill + active blocks) | latency (lowest predicted TTFT, calibrated online)" },
+  explain: { flag: "explain", env: "DYN_EPP_EXPLAIN", kind: "bool", default: "false", help: "explain every decision in an x-kv-epp-decision header (else only requests sending x-kv-epp-explain: 1)" },
   temperature: { flag: "temperature", env: "DYN_EPP_TEMPERATURE", kind: "number", default: "0", help: "softmax temperature (0: argmin)" },
   scrapeIntervalMs: { flag: "scrape-interval-ms", env: "DYN_EPP_SCRAPE_INTERVAL_MS", kind: "int", default: "1000", help: "vLLM /metrics scrape period (0: off)" },
   maxInflight: { flag: "max-inflight", env: "DYN_EPP_MAX_INFLIGHT", kind: "int", default: "0", help: "shed (429) above this many in-flight requests (0: off)" },
@@ -150,7 +153,9 @@ export type EppConfig = {
     queueWeight: number;
     queueThreshold: number;
     temperature: number;
+    cost: CostModel;
   };
+  explain: boolean;
   scrapeIntervalMs: number;
   maxInflight: number;
   bodyMode: BodyMode;
@@ -226,6 +231,9 @@ export function parseConfig(argv: string[], env: Record<string, string | undefin
   // Every value is checked before cross-field rules, so the first message names the bad flag.
   for (const k of Object.keys(OPTIONS) as Key[]) get(k);
 
+  const costModel = get<string>("cost")!;
+  if (costModel !== "weights" && costModel !== "latency")
+    throw new ConfigError(`invalid value for ${r.cost.source}: ${JSON.stringify(costModel)} (expected weights|latency)`);
   const bodyMode = get<string>("bodyMode")!;
   if (!["auto", "buffered", "full-duplex"].includes(bodyMode))
     throw new ConfigError(`invalid value for ${r.bodyMode.source}: ${JSON.stringify(bodyMode)} (expected auto|buffered|full-duplex)`);
@@ -331,7 +339,9 @@ export function parseConfig(argv: string[], env: Record<string, string | undefin
       queueWeight: get<number>("queueWeight")!,
       queueThreshold: get<number>("queueThreshold")!,
       temperature: get<number>("temperature")!,
+      cost: costModel,
     },
+    explain: get<boolean>("explain")!,
     scrapeIntervalMs: get<number>("scrapeIntervalMs")!,
     maxInflight: get<number>("maxInflight")!,
     bodyMode: bodyMode as BodyMode,

@@ -11,7 +11,8 @@ export { ExtProcClient, extProcChannel, RoutingError, type ClientBodyMode, type 
 // the EPP does; the Picker itself so a simulation can check that it does.
 export { cost, choose, DEFAULT_WEIGHTS, type Weights, type CandidateLoad } from "./picker/cost.ts";
 export { decide, type CandidateState, type DecisionInput, type DecisionOutcome } from "./picker/decide.ts";
-export { Picker, type PickerOptions, type IndexLookup } from "./picker/picker.ts";
+export { Picker, type PickerOptions, type IndexLookup, type CostModel } from "./picker/picker.ts";
+export { LatencyModel, DEFAULT_LATENCY_PRIORS, type LatencyPriors, type TtftSample } from "./picker/latency.ts";
 export type { Candidate } from "./workers/registry.ts";
 export { ActiveLoad, sumLoad, type Lease, type LoadView } from "./picker/load.ts";
 // replica-agg's sending numbering and receiving state, so a simulation runs the same rules in virtual time.

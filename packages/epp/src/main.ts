@@ -28,7 +28,9 @@ import { Indexers } from "./indexer.ts";
 import { startIntentSource } from "./intents-source.ts";
 import { createMetrics } from "./metrics.ts";
 import { ActiveLoad, sumLoad } from "./picker/load.ts";
+import { LatencyModel } from "./picker/latency.ts";
 import { Picker } from "./picker/picker.ts";
+import { RoutingQuality } from "./picker/quality.ts";
 import { WorkerMetricsScraper } from "./picker/worker-metrics.ts";
 import { startReplicaAgg, type ReplicaAgg } from "./replica-agg/service.ts";
 import { selectionApp } from "./selection-http.ts";
@@ -124,12 +126,16 @@ export async function startEpp(cfg: EppConfig, o: { log?: Logger; kubeConfig?: K
   // this replica's /dump as 503.
   const health = new HealthState();
   let recovered = false;
+  // Observed TTFTs calibrate the latency model, which the latency cost and explanations read.
+  const latency = new LatencyModel();
+  const quality = new RoutingQuality(metrics, latency);
   const picker = new Picker({
     indexers,
     candidates: () => workers.candidates(),
     load: replicaAgg ? sumLoad(load, replicaAgg.siblings) : load,
     workerMetrics: (id) => scraper.get(id),
     options: cfg.picker,
+    latency,
   });
   const protos = loadProtos();
   const extProcMethod = protos.extProc.service.Process!;
@@ -147,6 +153,8 @@ export async function startEpp(cfg: EppConfig, o: { log?: Logger; kubeConfig?: K
       log: log.child({ component: "ext_proc" }),
       bodyMode: cfg.bodyMode,
       maxInflight: cfg.maxInflight,
+      quality,
+      explainAll: cfg.explain,
     }),
     {
       // BUFFERED mode sends the whole body as one message: allow bodies up to the 32 MiB request cap.
@@ -194,6 +202,8 @@ export async function startEpp(cfg: EppConfig, o: { log?: Logger; kubeConfig?: K
       dumpSource: indexers,
       metrics,
       load: { own: load, siblings: replicaAgg?.siblings },
+      quality,
+      latency,
       recovered: () => recovered,
       peerToken: cfg.peerToken,
       log: log.child({ component: "selection-http" }),

@@ -26,6 +26,31 @@ export function createMetrics() {
       buckets: [0, 0.1, 0.25, 0.5, 0.75, 0.9, 1],
       registers: [registry],
     }),
+    cachedTokensError: new Histogram({
+      name: "dynamo_epp_cached_tokens_prediction_error",
+      help: "predicted minus actual cached prompt tokens per routed request (actual: the response's usage.prompt_tokens_details.cached_tokens)",
+      buckets: [-16384, -4096, -1024, -256, -64, -16, 0, 16, 64, 256, 1024, 4096, 16384],
+      registers: [registry],
+    }),
+    cachedTokensPredictions: new Counter({
+      name: "dynamo_epp_cached_tokens_predictions_total",
+      help: "routed requests whose response reported cached tokens, per worker rank",
+      labelNames: ["worker", "dp_rank"] as const,
+      registers: [registry],
+    }),
+    cachedTokensMispredictions: new Counter({
+      name: "dynamo_epp_cached_tokens_mispredictions_total",
+      help: "routed requests whose predicted cached tokens were off by more than one block, per worker rank",
+      labelNames: ["worker", "dp_rank"] as const,
+      registers: [registry],
+    }),
+    observedTtft: new Histogram({
+      name: "dynamo_epp_observed_ttft_seconds",
+      help: "time from the routing decision to the first response body chunk of a streamed (SSE) response, per worker rank",
+      labelNames: ["worker", "dp_rank"] as const,
+      buckets: [0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30],
+      registers: [registry],
+    }),
     inflight: new Gauge({ name: "dynamo_epp_inflight_requests", help: "requests routed and not finished", registers: [registry] }),
     indexBlocks: new Gauge({ name: "dynamo_epp_kv_index_blocks", help: "blocks in the KV index", labelNames: ["model"] as const, registers: [registry] }),
     indexResidencies: new Gauge({

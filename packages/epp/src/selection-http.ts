@@ -9,7 +9,9 @@ import { BadRequest, MAX_BODY_BYTES, parseBody, parseJson, TooDeep } from "./ext
 import type { Indexers } from "./indexer.ts";
 import type { Metrics } from "./metrics.ts";
 import type { LoadView } from "./picker/load.ts";
+import type { LatencyModel } from "./picker/latency.ts";
 import type { Picker } from "./picker/picker.ts";
+import type { RoutingQuality } from "./picker/quality.ts";
 import type { Tokenize } from "./tokens.ts";
 import { rankSources, workerKeyOf, type WorkerRegistry } from "./workers/registry.ts";
 
@@ -22,6 +24,9 @@ export type SelectionDeps = {
   metrics: Metrics;
   /** In-flight load: this replica's own routing, and its siblings' (replica-agg, when on). */
   load: { own: LoadView; siblings?: LoadView };
+  /** Recent prediction accuracy and observed TTFT per worker rank. */
+  quality?: RoutingQuality;
+  latency?: LatencyModel;
   /** /dump answers 503 until this replica's recovery has ended. */
   recovered: () => boolean;
   peerToken?: string;
@@ -49,6 +54,22 @@ function loadFields(load: SelectionDeps["load"], key: string) {
 }
 
 /** The request's JSON (depth-limited like ext_proc bodies); BadRequest when it is not. */
+/** GET /workers' routing-quality columns: the last responses' predicted vs reported cached tokens, TTFT. */
+function qualityFields(d: SelectionDeps, key: string) {
+  const a = d.quality?.accuracy(key);
+  const l = d.latency?.params(key);
+  return {
+    prediction: a && {
+      samples: a.samples,
+      mispredicted: a.mispredicted,
+      accuracy: a.accuracy,
+      mean_abs_error_tokens: a.meanAbsErrorTokens,
+    },
+    observed_ttft_ms: a?.meanTtftMs ?? null,
+    latency_model: l && { base_ms: l.baseMs, ms_per_token: l.msPerToken, ms_per_waiting: l.msPerWaiting, samples: l.samples },
+  };
+}
+
 async function jsonBody(req: Request): Promise<unknown> {
   return parseJson(new Uint8Array(await req.arrayBuffer()));
 }
@@ -103,6 +124,7 @@ export function selectionApp(d: SelectionDeps): Hono {
           connected: d.workers.connected(s.id, r),
           blocks: ix ? ix.index.treeSize({ workerId: s.id, dpRank: r }) : 0,
           ...loadFields(d.load, workerKeyOf(s.id, r)),
+          ...qualityFields(d, workerKeyOf(s.id, r)),
         })),
       ),
     );

@@ -48,7 +48,16 @@ test("POST /select picks the overlapping worker and records no load", async () =
 });
 
 test("GET /workers lists every rank with its connection state, blocks and in-flight load", async () => {
-  const IDLE = { active_requests: 0, active_blocks: 0, sibling_requests: 0, sibling_blocks: 0 };
+  const IDLE = {
+    active_requests: 0,
+    active_blocks: 0,
+    sibling_requests: 0,
+    sibling_blocks: 0,
+    // No response seen yet: no accuracy, no TTFT, the latency model's priors.
+    prediction: { samples: 0, mispredicted: 0, accuracy: null, mean_abs_error_tokens: null },
+    observed_ttft_ms: null,
+    latency_model: { base_ms: 5, ms_per_token: 0.1, ms_per_waiting: 50, samples: 0 },
+  };
   const res = await fetch(url("/workers"));
   const list: unknown = await res.json();
   expect(list).toEqual([

@@ -33,6 +33,10 @@ export class Faults {
         case "resume":
           r.events.resume();
           break;
+        case "drop-cache":
+          // Behind the subscribers' back: the blocks go, no event says so (a drifted index).
+          r.engine.cache.clear({ silent: true });
+          break;
       }
     }
   }

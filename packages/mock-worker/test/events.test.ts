@@ -29,7 +29,7 @@ async function subscribed(w: MockWorker) {
 async function complete(w: MockWorker, prompt: number[], headers: Record<string, string> = {}) {
   const res = await post(`${w.url}/v1/completions`, { prompt, max_tokens: 2 }, headers);
   expect(res.status).toBe(200);
-  return (await res.json()) as { usage: { prompt_tokens: number; prompt_tokens_details: { cached_tokens: number } } };
+  return (await res.json()) as { usage: { prompt_tokens: number; prompt_tokens_details: { cached_tokens: number } | null } };
 }
 
 describe("KV events", () => {
@@ -38,7 +38,7 @@ describe("KV events", () => {
     const [sub] = await subscribed(w);
     const prompt = ids(0, 22); // 5 full blocks + 2 tokens
 
-    expect((await complete(w, prompt)).usage.prompt_tokens_details.cached_tokens).toBe(0);
+    expect((await complete(w, prompt)).usage.prompt_tokens_details?.cached_tokens ?? 0).toBe(0);
     await waitFor(() => sub!.messages.length === 1, "the first BlockStored");
     const first = sub!.messages[0]!.batch;
     expect(first.dataParallelRank).toBe(0); // newer vLLM tags every batch, rank 0 without DP
@@ -46,9 +46,9 @@ describe("KV events", () => {
       { type: "BlockStored", blockHashes: hashesOf(prompt), parentBlockHash: null, tokenIds: prompt.slice(0, 20), blockSize: BS, loraId: null, medium: "GPU", loraName: null, extraKeys: [null, null, null, null, null] },
     ]);
 
-    expect((await complete(w, prompt)).usage.prompt_tokens_details.cached_tokens).toBe(20);
+    expect((await complete(w, prompt)).usage.prompt_tokens_details?.cached_tokens ?? 0).toBe(20);
     const longer = [...prompt.slice(0, 20), ...ids(500, 8)];
-    expect((await complete(w, longer)).usage.prompt_tokens_details.cached_tokens).toBe(20);
+    expect((await complete(w, longer)).usage.prompt_tokens_details?.cached_tokens ?? 0).toBe(20);
     await waitFor(() => sub!.messages.length === 2, "the second BlockStored");
     const all = hashesOf(longer);
     expect(sub!.messages[1]!.batch.events).toEqual([
@@ -160,7 +160,7 @@ describe("KV events", () => {
     // The subscriber reconnects by itself; what it sees next restarted from 0.
     sub!.messages.length = 0;
     await syncSubscribers(w.url, [sub!]);
-    expect((await complete(w, ids(0, 4))).usage.prompt_tokens_details.cached_tokens).toBe(0);
+    expect((await complete(w, ids(0, 4))).usage.prompt_tokens_details?.cached_tokens ?? 0).toBe(0);
     await waitFor(() => sub!.messages.length === 1, "a store after the restart");
     expect(sub!.messages[0]!.seq).toBeLessThan(1000n);
 
@@ -203,6 +203,6 @@ describe("KV events", () => {
     await waitFor(() => sub!.messages.length === 2, "the clear");
     expect(sub!.messages[1]!.batch.events).toEqual([{ type: "AllBlocksCleared" }]);
     expect(w.ranks[0]!.cache.usedBlocks).toBe(0);
-    expect((await complete(w, ids(0, 8))).usage.prompt_tokens_details.cached_tokens).toBe(0);
+    expect((await complete(w, ids(0, 8))).usage.prompt_tokens_details?.cached_tokens ?? 0).toBe(0);
   });
 });

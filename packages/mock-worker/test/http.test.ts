@@ -30,9 +30,9 @@ describe("OpenAI HTTP", () => {
     const headers = { "x-data-parallel-rank": "1" };
     const first = (await (await post(`${w.url}/v1/completions`, body, headers)).json()) as any;
     expect(first).toMatchObject({ object: "text_completion", model: "mock/model", choices: [{ index: 0, finish_reason: "length" }] });
-    expect(first.usage).toEqual({ prompt_tokens: 40, completion_tokens: 3, total_tokens: 43, prompt_tokens_details: { cached_tokens: 0 } });
+    expect(first.usage).toEqual({ prompt_tokens: 40, completion_tokens: 3, total_tokens: 43, prompt_tokens_details: null });
     const again = (await (await post(`${w.url}/v1/completions`, body, headers)).json()) as any;
-    expect(again.usage.prompt_tokens_details.cached_tokens).toBe(32);
+    expect(again.usage.prompt_tokens_details?.cached_tokens ?? 0).toBe(32);
     expect(w.ranks[1]!.cache.peekHitBlocks(byteFallbackEncode(prompt))).toBe(2);
   });
 

@@ -65,12 +65,13 @@ function setHeader(key: string, value: string) {
   return { header: { key, raw_value: encoder.encode(value) }, append_action: "OVERWRITE_IF_EXISTS_OR_ADD" };
 }
 
-export type Route = { endpoint: string; dpRank?: number; contentLength?: number };
+export type Route = { endpoint: string; dpRank?: number; contentLength?: number; extraHeaders?: readonly [string, string][] };
 
 function routeCommon(r: Route) {
   const set = [setHeader(DESTINATION_HEADER, r.endpoint)];
   if (r.dpRank !== undefined) set.push(setHeader(DP_RANK_HEADER, String(r.dpRank)));
   if (r.contentLength !== undefined) set.push(setHeader("content-length", String(r.contentLength)));
+  for (const [k, v] of r.extraHeaders ?? []) set.push(setHeader(k, v));
   return { header_mutation: { set_headers: set }, clear_route_cache: true };
 }
 
@@ -86,6 +87,11 @@ export function routedHeaders(r: Route): ProcessingResponse {
 /** The routing answer on the request-body response (buffered mode: header mutations apply there). */
 export function routedBody(r: Route): ProcessingResponse {
   return { request_body: { response: routeCommon(r) }, dynamic_metadata: routeMetadata(r.endpoint) };
+}
+
+/** Lets the response headers through with these set (an explanation the client asked for). */
+export function responseHeadersWith(headers: readonly [string, string][]): ProcessingResponse {
+  return { response_headers: { response: { header_mutation: { set_headers: headers.map(([k, v]) => setHeader(k, v)) } } } };
 }
 
 export type Phase = "request_headers" | "request_body" | "response_headers" | "response_body" | "request_trailers" | "response_trailers";

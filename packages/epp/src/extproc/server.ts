@@ -6,6 +6,8 @@ import type { BodyMode } from "../config.ts";
 import type { Metrics, RequestOutcome } from "../metrics.ts";
 import type { ActiveLoad, Lease } from "../picker/load.ts";
 import type { Decision, Picker } from "../picker/picker.ts";
+import { EXPLAIN_REQUEST_HEADER, EXPLANATION_HEADER, explanation } from "../picker/explain.ts";
+import { predictionOf, type ResponseWatch, type RoutingQuality } from "../picker/quality.ts";
 import type { Tokenize } from "../tokens.ts";
 import { GrpcStatus, type BidiCall } from "./grpc-h2.ts";
 import { BadRequest, MAX_BODY_BYTES, parseBodyBytes, TooDeep, type ParsedBody } from "./openai-body.ts";
@@ -15,6 +17,7 @@ import {
   findHeader,
   immediate,
   routedBody,
+  responseHeadersWith,
   routedHeaders,
   streamedBody,
   subsetHint,
@@ -34,6 +37,10 @@ export type ExtProcDeps = {
   /** Shed (429) when this many requests are in flight (0: never). */
   maxInflight: number;
   maxBodyBytes?: number;
+  /** Watches responses for the cached tokens and TTFT they report (routing quality). */
+  quality?: RoutingQuality;
+  /** Explain every decision, not only those asking with x-kv-epp-explain: 1. */
+  explainAll?: boolean;
 };
 
 type Duplex = BidiCall<ProcessingRequest, ProcessingResponse>;
@@ -44,6 +51,11 @@ type RequestState = {
   chunks: Uint8Array[];
   bytes: number;
   lease: Lease | undefined;
+  /** The response's watch: predicted vs reported cached tokens, observed TTFT. */
+  watch?: ResponseWatch;
+  /** Asked why this worker: the decision's explanation goes on the routed request and the response. */
+  explain: boolean;
+  explanation?: string;
   /** A decision was sent (or an immediate response): later request messages are not expected. */
   decided: boolean;
 };
@@ -132,7 +144,9 @@ class ProcessStream {
     if (msg.response_headers) {
       const status = findHeader(msg.response_headers.headers, ":status");
       if (status && status !== "200") this.deps.log.debug({ status }, "upstream answered non-200");
-      this.#send(continueResponse("response_headers"));
+      this.#req?.watch?.headers(findHeader(msg.response_headers.headers, "content-type"));
+      const explained = this.#req?.explanation;
+      this.#send(explained ? responseHeadersWith([[EXPLANATION_HEADER, explained]]) : continueResponse("response_headers"));
       if (msg.response_headers.end_of_stream) this.#finish();
       return;
     }
@@ -141,6 +155,7 @@ class ProcessStream {
       this.#req?.lease?.prefilled();
       const body = msg.response_body.body ?? EMPTY;
       const eos = msg.response_body.end_of_stream === true;
+      this.#req?.watch?.body(body);
       this.#send(this.#responseStreamed ? streamedBody("response_body", body, eos) : continueResponse("response_body"));
       if (eos) this.#finish();
       return;
@@ -165,7 +180,8 @@ class ProcessStream {
   #onRequestHeaders(msg: ProcessingRequest): void {
     this.#finish(); // a previous request on this stream is over
     this.#started = true;
-    this.#req = { subset: subsetHint(msg), chunks: [], bytes: 0, lease: undefined, decided: false };
+    const explain = this.deps.explainAll === true || findHeader(msg.request_headers!.headers, EXPLAIN_REQUEST_HEADER) === "1";
+    this.#req = { subset: subsetHint(msg), chunks: [], bytes: 0, lease: undefined, decided: false, explain };
     // No body, or none before the route is taken (NONE: not sent; STREAMED: the headers go upstream
     // once answered): the decision is by load alone, on the headers.
     if (msg.request_headers!.end_of_stream || this.#mode === "NONE" || this.#mode === "STREAMED") {
@@ -237,6 +253,8 @@ class ProcessStream {
     this.deps.metrics.inflight.set(this.deps.load.inflight);
     this.deps.metrics.pickLatency.observe((performance.now() - started) / 1000);
     if (requestBlocks > 0) this.deps.metrics.overlapRatio.observe(chosen.overlap / requestBlocks);
+    req.watch = this.deps.quality?.watch(predictionOf(decision), performance.now());
+    if (req.explain) req.explanation = explanation(decision);
     this.deps.metrics.requests.inc({ outcome: "routed" });
     if (at === "body" && this.#fullDuplex) contentLength = body.length;
     const route: Route = {
@@ -245,6 +263,7 @@ class ProcessStream {
       // this EPP follows only one of them, a rank other than 0).
       dpRank: chosen.candidate.ranks > 1 || chosen.candidate.dpRank > 0 ? chosen.candidate.dpRank : undefined,
       contentLength,
+      extraHeaders: req.explanation ? [[EXPLANATION_HEADER, req.explanation]] : undefined,
     };
     this.deps.log.debug(
       { worker: chosen.candidate.workerId, rank: chosen.candidate.dpRank, overlap: chosen.overlap, blocks: requestBlocks },
@@ -277,6 +296,7 @@ class ProcessStream {
     const req = this.#req;
     if (!req) return;
     this.#req = undefined;
+    req.watch?.end();
     if (req.lease) {
       req.lease.release();
       this.deps.metrics.inflight.set(this.deps.load.inflight);

@@ -27,6 +27,8 @@ export type DecisionInput<C extends CandidateState> = {
   queueThreshold: number;
   /** [0, 1): breaks ties, samples the softmax. */
   random: () => number;
+  /** The latency cost: a candidate's predicted TTFT (ms) replaces the weighted blocks. */
+  latency?: (c: C) => number;
 };
 
 export type Scored<C> = { candidate: C; cost: number };
@@ -45,7 +47,8 @@ export function decide<C extends CandidateState>(input: DecisionInput<C>): Decis
   }
   eligible = queueFilter(eligible, input.queueThreshold);
   const w = input.weights;
-  const scored = eligible.map((candidate) => ({ candidate, cost: cost(w, input.requestBlocks, candidate) }));
+  const latency = input.latency;
+  const scored = eligible.map((candidate) => ({ candidate, cost: latency ? latency(candidate) : cost(w, input.requestBlocks, candidate) }));
   const i = choose(
     scored.map((s) => s.cost),
     w.temperature,

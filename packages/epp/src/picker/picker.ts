@@ -5,12 +5,18 @@ import type { Indexer } from "../indexer.ts";
 import type { Candidate } from "../workers/registry.ts";
 import type { Weights } from "./cost.ts";
 import { decide, type CandidateState } from "./decide.ts";
+import type { LatencyModel } from "./latency.ts";
 import type { LoadView } from "./load.ts";
 import type { WorkerMetrics } from "./worker-metrics.ts";
+
+/** `weights`: the weighted blocks of Weights; `latency`: the lowest predicted TTFT (picker/latency.ts). */
+export type CostModel = "weights" | "latency";
 
 export type PickerOptions = Weights & {
   /** A worker with more scraped waiting requests than this is skipped unless all are (0: off). */
   queueThreshold: number;
+  /** Absent: weights. */
+  cost?: CostModel;
 };
 
 export type PickRequest = {
@@ -24,7 +30,15 @@ export type PickRequest = {
 
 type Match = { requestBlocks: number; scores: Map<string, number>; treeSizes: Map<string, number> };
 
-export type ScoredCandidate = { candidate: Candidate; overlap: number; cost: number };
+export type ScoredCandidate = {
+  candidate: Candidate;
+  overlap: number;
+  cost: number;
+  /** Scraped waiting requests at the pick. */
+  waiting: number;
+  /** The latency model's TTFT for this request on this worker, ms. */
+  predictedTtftMs: number;
+};
 
 /** A registry candidate with what the decision reads about it. */
 type Known = CandidateState & { ref: Candidate };
@@ -39,6 +53,7 @@ export type Decision =
       model: string;
       blockSize: number;
       requestBlocks: number;
+      promptTokens: number;
       /** With `detail`: overlap blocks per worker key, as the index reported them (all workers, not only candidates). */
       scores?: Map<string, number>;
       treeSizes?: Map<string, number>;
@@ -59,6 +74,8 @@ export class Picker {
       load: LoadView;
       workerMetrics: (workerId: string) => WorkerMetrics | undefined;
       options: PickerOptions;
+      /** Predicts each candidate's TTFT (the latency cost, and what a decision explains). */
+      latency: LatencyModel;
       random?: () => number;
     },
   ) {}
@@ -84,9 +101,26 @@ export class Picker {
       waiting: this.deps.workerMetrics(ref.workerId)?.waiting ?? 0,
     }));
     const o = this.deps.options;
-    const d = decide({ requestBlocks, candidates: known, subset: req.subset, weights: o, queueThreshold: o.queueThreshold, random: this.deps.random ?? Math.random });
+    const latency = this.deps.latency;
+    const bs = indexer.blockSize;
+    const ttft = (c: Known) => latency.predictTtftMs(c.ref.key, Math.max(req.tokens.length - c.overlap * bs, 0), c.waiting);
+    const d = decide({
+      requestBlocks,
+      candidates: known,
+      subset: req.subset,
+      weights: o,
+      queueThreshold: o.queueThreshold,
+      random: this.deps.random ?? Math.random,
+      latency: o.cost === "latency" ? ttft : undefined,
+    });
     if (d.kind === "none") return { kind: "no_endpoint", reason: d.reason };
-    const scoredOf = (s: { candidate: Known; cost: number }): ScoredCandidate => ({ candidate: s.candidate.ref, overlap: s.candidate.overlap, cost: s.cost });
+    const scoredOf = (s: { candidate: Known; cost: number }): ScoredCandidate => ({
+      candidate: s.candidate.ref,
+      overlap: s.candidate.overlap,
+      cost: s.cost,
+      waiting: s.candidate.waiting,
+      predictedTtftMs: o.cost === "latency" ? s.cost : ttft(s.candidate),
+    });
     const scored = d.scored.map(scoredOf);
     return {
       kind: "picked",
@@ -94,6 +128,7 @@ export class Picker {
       model: indexer.key,
       blockSize: indexer.blockSize,
       requestBlocks,
+      promptTokens: req.tokens.length,
       ...(req.detail ? list.toMaps() : {}),
       scored,
     };

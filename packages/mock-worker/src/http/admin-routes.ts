@@ -15,6 +15,7 @@ export const FaultRequest = z.discriminatedUnion("action", [
   z.object({ action: z.literal("skip"), count: z.number().int().min(1), rank }),
   z.object({ action: z.literal("pause"), rank }),
   z.object({ action: z.literal("resume"), rank }),
+  z.object({ action: z.literal("drop-cache"), rank }),
 ]);
 export type FaultRequest = z.output<typeof FaultRequest>;
 

@@ -28,7 +28,8 @@ type Usage = {
   prompt_tokens: number;
   completion_tokens: number;
   total_tokens: number;
-  prompt_tokens_details: { cached_tokens: number };
+  /** vLLM (with --enable-prompt-tokens-details) writes it only when something was cached: null on a miss. */
+  prompt_tokens_details: { cached_tokens: number } | null;
 };
 
 let nextId = 0;
@@ -40,7 +41,7 @@ function usageOf(gens: { promptTokens: number; cachedTokens: number; outputToken
     cached += g.cachedTokens;
     output += g.outputTokens;
   }
-  return { prompt_tokens: prompt, completion_tokens: output, total_tokens: prompt + output, prompt_tokens_details: { cached_tokens: cached } };
+  return { prompt_tokens: prompt, completion_tokens: output, total_tokens: prompt + output, prompt_tokens_details: cached > 0 ? { cached_tokens: cached } : null };
 }
 
 async function collect(gen: Generation): Promise<string> {

@@ -5,7 +5,7 @@ import fc from "fast-check";
 import { computeBlockHashes, KvIndex, workerKey, type WorkerRef } from "@kv-epp/index-wasm";
 import { seededRandom } from "@kv-epp/testkit";
 import { ActiveLoad, DEFAULT_TIMING } from "../upstream.ts";
-import { Picker, type Candidate } from "@kv-epp/epp";
+import { LatencyModel, Picker, type Candidate } from "@kv-epp/epp";
 import { EventQueue } from "../sim/event-queue.ts";
 import type { SimRequest } from "../sim/request.ts";
 import { SimWorker } from "../sim/worker.ts";
@@ -39,11 +39,13 @@ const state = fc.record({
 
 describe("one decision for the EPP and the simulation", () => {
   test("for the same index, load and queues, the kv-aware policy and the EPP's Picker choose the same worker", () => {
+    // One index for every run (a WASM instance each would pile up memory): emptied at the start of each.
+    const index = KvIndex.create({ blockSize: BLOCK });
     fc.assert(
       fc.property(state, (s) => {
+        for (let i = 0; i < 6; i++) index.removeWorker({ workerId: `worker-${i}`, dpRank: 0 });
         const refs: WorkerRef[] = Array.from({ length: s.workers }, (_, i) => ({ workerId: `worker-${i}`, dpRank: 0 }));
         const keys = refs.map(workerKey);
-        const index = KvIndex.create({ blockSize: BLOCK });
         refs.forEach((ref, w) =>
           s.held[w]!.forEach((n, p) => {
             if (n === 0) return;
@@ -96,6 +98,7 @@ describe("one decision for the EPP and the simulation", () => {
           workerMetrics: (id) => ({ running: 1, waiting: workers[refs.findIndex((r) => r.workerId === id)]!.waitingCount, kvUsage: 0, at: 0 }),
           options: { ...s.weights, queueThreshold: s.queueThreshold },
           random: seededRandom(s.seed),
+          latency: new LatencyModel(),
         });
         const epp = picker.pick({ tokens });
         if (epp.kind !== "picked") throw new Error(epp.reason);

@@ -1,0 +1,73 @@
+// Predicted TTFT per worker: queue wait + prefill of the uncached tokens at that worker's prefill rate,
+// calibrated online from what the EPP observes (a streamed response's first body chunk marks its first
+// token, so every routed request gives one (uncached tokens, waiting, TTFT) sample for its worker).
+//
+// Per worker, exponentially weighted least squares fits TTFT = base + rate x uncached over the samples
+// that found no queue, and the excess of the queued ones over that line, per waiting request, is the
+// queue term. Until a worker has enough spread in its samples the priors stand (vLLM-like: a fixed
+// step cost plus 0.1 ms per token, what an 8B model prefills on one modern GPU, and mock-worker's
+// defaults).
+
+export type LatencyPriors = { baseMs: number; msPerToken: number; msPerWaiting: number };
+
+export const DEFAULT_LATENCY_PRIORS: LatencyPriors = { baseMs: 5, msPerToken: 0.1, msPerWaiting: 50 };
+
+/** Weight of the newest sample: ~50 samples of memory, so a worker that slows down is seen within a minute. */
+const ALPHA = 0.02;
+/** Effective samples before a worker's fit replaces the priors. */
+const MIN_WEIGHT = 8;
+
+type Fit = { w: number; x: number; y: number; xx: number; xy: number; queue: number; queueW: number };
+
+export type TtftSample = { workerKey: string; ttftMs: number; uncachedTokens: number; waiting: number };
+
+export class LatencyModel {
+  readonly #fits = new Map<string, Fit>();
+
+  constructor(private readonly priors: LatencyPriors = DEFAULT_LATENCY_PRIORS) {}
+
+  /** The worker's current line: base ms, ms per uncached token, ms per waiting request. */
+  params(workerKey: string): LatencyPriors & { samples: number } {
+    const f = this.#fits.get(workerKey);
+    const p = this.priors;
+    if (!f || f.w < MIN_WEIGHT) return { ...p, samples: f ? Math.round(f.w) : 0 };
+    const mx = f.x / f.w;
+    const my = f.y / f.w;
+    const varX = f.xx / f.w - mx * mx;
+    // Too little spread in the uncached sizes to tell the slope from the intercept: keep the prior slope.
+    const msPerToken = varX > 1 ? Math.max(0, (f.xy / f.w - mx * my) / varX) : p.msPerToken;
+    const baseMs = Math.max(0, my - msPerToken * mx);
+    const msPerWaiting = f.queueW >= 1 ? Math.max(0, f.queue / f.queueW) : p.msPerWaiting;
+    return { baseMs, msPerToken, msPerWaiting, samples: Math.round(f.w) };
+  }
+
+  predictTtftMs(workerKey: string, uncachedTokens: number, waiting: number): number {
+    const p = this.params(workerKey);
+    return waiting * p.msPerWaiting + p.baseMs + p.msPerToken * uncachedTokens;
+  }
+
+  observe(s: TtftSample): void {
+    if (!Number.isFinite(s.ttftMs) || s.ttftMs < 0) return;
+    let f = this.#fits.get(s.workerKey);
+    if (!f) this.#fits.set(s.workerKey, (f = { w: 0, x: 0, y: 0, xx: 0, xy: 0, queue: 0, queueW: 0 }));
+    if (s.waiting > 0) {
+      // The wait is what the line does not explain, shared among the requests ahead.
+      const p = this.params(s.workerKey);
+      const excess = Math.max(0, s.ttftMs - p.baseMs - p.msPerToken * s.uncachedTokens) / s.waiting;
+      f.queue = (1 - ALPHA) * f.queue + excess;
+      f.queueW = (1 - ALPHA) * f.queueW + 1;
+      return;
+    }
+    const d = 1 - ALPHA;
+    const x = s.uncachedTokens;
+    f.w = d * f.w + 1;
+    f.x = d * f.x + x;
+    f.y = d * f.y + s.ttftMs;
+    f.xx = d * f.xx + x * x;
+    f.xy = d * f.xy + x * s.ttftMs;
+  }
+
+  forget(workerKey: string): void {
+    this.#fits.delete(workerKey);
+  }
+}

@@ -1,0 +1,68 @@
+import { describe, expect, test } from "bun:test";
+import { createMetrics } from "../metrics.ts";
+import { LatencyModel } from "./latency.ts";
+import { RoutingQuality, type Prediction } from "./quality.ts";
+
+const P: Prediction = { workerKey: "w\u00000", workerId: "w", dpRank: 0, predictedCachedTokens: 64, promptTokens: 100, blockSize: 16, waiting: 0 };
+const bytes = (s: string) => new TextEncoder().encode(s);
+
+function run(q: RoutingQuality, chunks: string[], contentType = "text/event-stream", p = P): void {
+  const w = q.watch(p, 0);
+  w.headers(contentType);
+  chunks.forEach((c, i) => w.body(bytes(c), 10 + i));
+  w.end();
+}
+
+describe("response watch", () => {
+  test("the final SSE usage chunk's cached_tokens is read even when split across body chunks", () => {
+    const q = new RoutingQuality(createMetrics());
+    run(q, ['data: {"choices":[{"text":" a"}]}\n\ndata: {"choices":[],"usage":{"prompt_tokens":100,"prompt_tokens_details":{"cached_tok', 'ens":6', '4}}}\n\ndata: [DONE]\n\n']);
+    expect(q.accuracy(P.workerKey)).toMatchObject({ samples: 1, mispredicted: 0, meanAbsErrorTokens: 0 });
+  });
+
+  test("a JSON body works too; a null prompt_tokens_details counts as 0 once the worker has shown it reports them", () => {
+    const q = new RoutingQuality(createMetrics());
+    const miss = '{"choices":[],"usage":{"prompt_tokens":100,"completion_tokens":3,"prompt_tokens_details":null}}';
+    run(q, [miss], "application/json");
+    // Nothing known yet: a worker without --enable-prompt-tokens-details writes null on every response.
+    expect(q.accuracy(P.workerKey).samples).toBe(0);
+    run(q, ['{"usage":{"prompt_tokens":100,"prompt_tokens_details":{"cached_tokens":48}}}'], "application/json");
+    run(q, [miss], "application/json");
+    expect(q.accuracy(P.workerKey)).toMatchObject({ samples: 2, mispredicted: 1, meanAbsErrorTokens: (16 + 64) / 2 });
+  });
+
+  test("a response without usage says nothing; an escaped key inside generated text is not usage", () => {
+    const q = new RoutingQuality(createMetrics());
+    run(q, ['data: {"choices":[{"text":"\\"cached_tokens\\": 5"}]}\n\n', "data: [DONE]\n\n"]);
+    expect(q.accuracy(P.workerKey).samples).toBe(0);
+  });
+
+  test("TTFT is observed for streamed responses only, and calibrates the latency model", () => {
+    const latency = new LatencyModel();
+    const q = new RoutingQuality(createMetrics(), latency);
+    run(q, ['{"usage":{"prompt_tokens":100,"prompt_tokens_details":{"cached_tokens":64}}}'], "application/json");
+    expect(q.accuracy(P.workerKey).meanTtftMs).toBeNull();
+    run(q, ['data: {"choices":[]}\n\n', 'data: {"usage":{"prompt_tokens":100,"prompt_tokens_details":{"cached_tokens":64}}}\n\n']);
+    // The first chunk came 10 ms after the decision.
+    expect(q.accuracy(P.workerKey).meanTtftMs).toBe(10);
+    expect(latency.params(P.workerKey).samples).toBe(1);
+  });
+});
+
+describe("latency model", () => {
+  test("fits base + rate x uncached tokens per worker from observations, and the queue term from queued ones", () => {
+    const m = new LatencyModel({ baseMs: 1, msPerToken: 1, msPerWaiting: 1 });
+    expect(m.predictTtftMs("a", 100, 0)).toBe(101);
+    for (let i = 0; i < 200; i++) {
+      const x = (i % 10) * 1000;
+      m.observe({ workerKey: "a", uncachedTokens: x, waiting: 0, ttftMs: 20 + 0.05 * x });
+    }
+    const p = m.params("a");
+    expect(p.baseMs).toBeCloseTo(20, 6);
+    expect(p.msPerToken).toBeCloseTo(0.05, 9);
+    for (let i = 0; i < 50; i++) m.observe({ workerKey: "a", uncachedTokens: 1000, waiting: 2, ttftMs: 20 + 50 + 2 * 300 });
+    expect(m.params("a").msPerWaiting).toBeGreaterThan(250);
+    // Another worker keeps the priors.
+    expect(m.predictTtftMs("b", 100, 0)).toBe(101);
+  });
+});

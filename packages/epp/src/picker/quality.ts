@@ -1,0 +1,189 @@
+// Live routing quality: does what the picker predicted hold on the worker? Per routed request it keeps
+// the predicted cached tokens (the chosen worker's overlap in the index x block size); the response
+// says the actual ones (vLLM's usage.prompt_tokens_details.cached_tokens, in the final SSE usage chunk
+// or the JSON body), and in a streamed response the first body chunk marks the first token, so the
+// EPP sees each request's TTFT per worker. A growing gap between prediction and truth is the sign that
+// the index has drifted from the caches (a reset or lost events behind the EPP's back).
+import type { Metrics } from "../metrics.ts";
+import type { LatencyModel } from "./latency.ts";
+import type { Decision } from "./picker.ts";
+
+export type Prediction = {
+  workerKey: string;
+  workerId: string;
+  dpRank: number;
+  /** Overlap x block size: what the index says the worker will find cached. */
+  predictedCachedTokens: number;
+  /** Prompt tokens the prediction was made for (the uncached part sets the prefill). */
+  promptTokens: number;
+  blockSize: number;
+  /** Waiting requests scraped from the worker at the pick. */
+  waiting: number;
+};
+
+/** What a routing decision predicts about its worker. */
+export function predictionOf(d: Extract<Decision, { kind: "picked" }>): Prediction {
+  const c = d.chosen;
+  return {
+    workerKey: c.candidate.key,
+    workerId: c.candidate.workerId,
+    dpRank: c.candidate.dpRank,
+    predictedCachedTokens: Math.min(c.overlap, d.requestBlocks) * d.blockSize,
+    promptTokens: d.promptTokens,
+    blockSize: d.blockSize,
+    waiting: c.waiting,
+  };
+}
+
+/** A worker's recent predictions, for GET /workers. */
+export type WorkerAccuracy = {
+  /** Responses that reported cached tokens, in the window. */
+  samples: number;
+  /** Of those, predictions off by more than one block. */
+  mispredicted: number;
+  /** 1 - mispredicted / samples (null without samples). */
+  accuracy: number | null;
+  /** Mean |predicted - actual| cached tokens. */
+  meanAbsErrorTokens: number | null;
+  /** Mean observed TTFT, ms, over the streamed responses in the window. */
+  meanTtftMs: number | null;
+};
+
+type Sample = { absError: number; mispredicted: boolean };
+
+// Responses kept per worker for /workers: enough to smooth, few enough to show a reset within a minute.
+const WINDOW = 64;
+// The counts are found in the last part of the body; a usage object is far shorter than this.
+const CARRY = 256;
+
+const CACHED_RE = /"cached_tokens"\s*:\s*(\d+)/g;
+const PROMPT_RE = /"prompt_tokens"\s*:\s*(\d+)/g;
+const DETAILS_NULL_RE = /"prompt_tokens_details"\s*:\s*null/;
+
+class Ring<T> {
+  readonly items: T[] = [];
+  #next = 0;
+  push(v: T): void {
+    if (this.items.length < WINDOW) this.items.push(v);
+    else this.items[this.#next] = v;
+    this.#next = (this.#next + 1) % WINDOW;
+  }
+}
+
+export class RoutingQuality {
+  readonly #samples = new Map<string, Ring<Sample>>();
+  readonly #ttfts = new Map<string, Ring<number>>();
+  /** Workers that have reported prompt_tokens_details at least once (vLLM's --enable-prompt-tokens-details). */
+  readonly #reportsDetails = new Set<string>();
+
+  constructor(
+    private readonly metrics: Metrics,
+    /** Calibrated from every observed TTFT. */
+    private readonly latency?: LatencyModel,
+  ) {}
+
+  /** Starts watching the response of a routed request; `decidedAt` is performance.now() at the pick. */
+  watch(p: Prediction, decidedAt: number): ResponseWatch {
+    return new ResponseWatch(this, p, decidedAt);
+  }
+
+  accuracy(workerKey: string): WorkerAccuracy {
+    const s = this.#samples.get(workerKey)?.items ?? [];
+    const t = this.#ttfts.get(workerKey)?.items ?? [];
+    const mis = s.filter((x) => x.mispredicted).length;
+    return {
+      samples: s.length,
+      mispredicted: mis,
+      accuracy: s.length > 0 ? 1 - mis / s.length : null,
+      meanAbsErrorTokens: s.length > 0 ? s.reduce((a, x) => a + x.absError, 0) / s.length : null,
+      meanTtftMs: t.length > 0 ? t.reduce((a, x) => a + x, 0) / t.length : null,
+    };
+  }
+
+  /** The worker's response said how many prompt tokens it found cached (or, by a null, none). */
+  recordActual(p: Prediction, actual: number | "none"): void {
+    if (actual !== "none") this.#reportsDetails.add(p.workerKey);
+    // vLLM writes prompt_tokens_details only when it found something cached (null on a miss), and not
+    // at all without --enable-prompt-tokens-details: a null counts as 0 only from a worker that has
+    // shown it reports the details.
+    else if (!this.#reportsDetails.has(p.workerKey)) return;
+    const cached = actual === "none" ? 0 : actual;
+    const error = p.predictedCachedTokens - cached;
+    const mispredicted = Math.abs(error) > p.blockSize;
+    const labels = { worker: p.workerId, dp_rank: String(p.dpRank) };
+    this.metrics.cachedTokensError.observe(error);
+    this.metrics.cachedTokensPredictions.inc(labels);
+    if (mispredicted) this.metrics.cachedTokensMispredictions.inc(labels);
+    ring(this.#samples, p.workerKey).push({ absError: Math.abs(error), mispredicted });
+  }
+
+  recordTtft(p: Prediction, ttftMs: number, cachedTokens: number | undefined): void {
+    this.metrics.observedTtft.observe({ worker: p.workerId, dp_rank: String(p.dpRank) }, ttftMs / 1000);
+    ring(this.#ttfts, p.workerKey).push(ttftMs);
+    const uncachedTokens = Math.max(p.promptTokens - (cachedTokens ?? p.predictedCachedTokens), 0);
+    this.latency?.observe({ workerKey: p.workerKey, ttftMs, uncachedTokens, waiting: p.waiting });
+  }
+}
+
+function ring<T>(m: Map<string, Ring<T>>, key: string): Ring<T> {
+  let r = m.get(key);
+  if (!r) m.set(key, (r = new Ring<T>()));
+  return r;
+}
+
+/**
+ * One response's watch. Bodies are scanned as they pass, carrying a short tail across chunks so a
+ * number split between two chunks is read whole: O(bytes), no buffering of the response.
+ */
+export class ResponseWatch {
+  #streamed = false;
+  #firstBodyAt: number | undefined;
+  #carry = "";
+  #cached: number | undefined;
+  #prompt: number | undefined;
+  #detailsNull = false;
+  #done = false;
+
+  constructor(
+    private readonly quality: RoutingQuality,
+    readonly prediction: Prediction,
+    private readonly decidedAt: number,
+  ) {}
+
+  /** Response headers: an SSE stream's first body chunk is its first token (a JSON body comes whole). */
+  headers(contentType: string | undefined): void {
+    this.#streamed = contentType?.startsWith("text/event-stream") === true;
+  }
+
+  /** A response body chunk, as the data plane passed it. */
+  body(chunk: Uint8Array, now = performance.now()): void {
+    if (this.#firstBodyAt === undefined && chunk.length > 0) this.#firstBodyAt = now;
+    if (chunk.length === 0) return;
+    const text = this.#carry + Buffer.from(chunk.buffer, chunk.byteOffset, chunk.byteLength).toString("latin1");
+    this.#cached = lastNumber(CACHED_RE, text) ?? this.#cached;
+    this.#prompt = lastNumber(PROMPT_RE, text) ?? this.#prompt;
+    if (DETAILS_NULL_RE.test(text)) this.#detailsNull = true;
+    this.#carry = text.length > CARRY ? text.slice(text.length - CARRY) : text;
+  }
+
+  /** The response ended (or the stream broke): record what it told (idempotent). */
+  end(): void {
+    if (this.#done) return;
+    this.#done = true;
+    const p = this.prediction;
+    // Only a response that carried usage says anything about the cache.
+    if (this.#cached !== undefined) this.quality.recordActual(p, this.#cached);
+    else if (this.#prompt !== undefined && this.#detailsNull) this.quality.recordActual(p, "none");
+    if (this.#streamed && this.#firstBodyAt !== undefined) {
+      const cached = this.#cached ?? (this.#prompt !== undefined && this.#detailsNull ? 0 : undefined);
+      this.quality.recordTtft(p, this.#firstBodyAt - this.decidedAt, cached);
+    }
+  }
+}
+
+function lastNumber(re: RegExp, text: string): number | undefined {
+  let last: string | undefined;
+  re.lastIndex = 0;
+  for (let m = re.exec(text); m; m = re.exec(text)) last = m[1];
+  return last === undefined ? undefined : Number(last);
+}
