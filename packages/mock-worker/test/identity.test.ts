@@ -27,7 +27,8 @@ async function worker(opts: MockWorkerOptions = {}): Promise<{ w: MockWorker; su
 async function cached(w: MockWorker, path: string, body: object, headers: Record<string, string> = {}): Promise<number> {
   const res = await post(`${w.url}${path}`, { max_tokens: 1, ...body }, headers);
   expect(res.status).toBe(200);
-  return ((await res.json()) as { usage: { prompt_tokens_details: { cached_tokens: number } } }).usage.prompt_tokens_details.cached_tokens;
+  // vLLM writes prompt_tokens_details: null when nothing was cached.
+  return ((await res.json()) as { usage: { prompt_tokens_details: { cached_tokens: number } | null } }).usage.prompt_tokens_details?.cached_tokens ?? 0;
 }
 
 describe("block identity", () => {
