@@ -10,8 +10,7 @@ import { bucketMsFor, planRuns, replayOptions } from "../src/bench/plan.ts";
 import { IMBALANCE_NOTE, TABLE_COLUMNS, aggNote, benchReportData, boundRows, checkTargets, tableRows } from "../src/bench/report.ts";
 import { runAll } from "../src/bench/runner.ts";
 import { cacheBounds } from "../src/sim/bounds.ts";
-import { renderReport } from "../src/report/html.ts";
-import { screenshot } from "../src/report/png.ts";
+import { pngText, writeReport } from "../src/report/write.ts";
 import { formatTable } from "../src/report/table.ts";
 import { loadTrace } from "../src/trace.ts";
 
@@ -52,15 +51,8 @@ console.log(`  ${((performance.now() - started) / 1000).toFixed(1)} s wall`);
 
 const outDir = resolve(o.outDir);
 mkdirSync(outDir, { recursive: true });
-const data = benchReportData(o, results, bounds, targets);
-const htmlPath = resolve(outDir, "trace-bench.html");
-writeFileSync(htmlPath, renderReport(data));
+const report = writeReport(outDir, "trace-bench", benchReportData(o, results, bounds, targets), o.png);
 const figures = results.map(({ ttftMs: _t, series: _s, ...figs }) => figs);
 writeFileSync(resolve(outDir, "trace-bench.json"), JSON.stringify({ options: o, bounds, figures, targets }, null, 2));
-console.log(`\nreport: ${htmlPath}`);
-if (o.png) {
-  const mainPath = resolve(outDir, "trace-bench-main.html");
-  writeFileSync(mainPath, renderReport(data, { only: "main" }));
-  const png = screenshot(mainPath, resolve(outDir, "trace-bench.png"));
-  console.log(png.kind === "written" ? `png:    ${png.path}` : `png:    skipped (${png.reason})`);
-}
+console.log(`\nreport: ${report.html}`);
+if (report.png) console.log(pngText(report.png));

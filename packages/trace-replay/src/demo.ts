@@ -3,7 +3,7 @@
 // trace as OpenAI requests to the gateway, which routes each through a replica's ext_proc to a worker;
 // midway one replica is killed and a new one recovers its index from the survivor. Ctrl-C stops every
 // child.
-import { mkdirSync, writeFileSync } from "node:fs";
+import { mkdirSync } from "node:fs";
 import { resolve } from "node:path";
 import { FlagError } from "./cli-flags.ts";
 import { Children } from "./demo/children.ts";
@@ -18,7 +18,7 @@ import { startProgress, statusLine } from "./demo/progress.ts";
 import { demoReportData, demoSucceeded, recoveryText, summaryRows, type RecoveryReport } from "./demo/report.ts";
 import { selectCheck } from "./demo/select-check.ts";
 import { DemoStats } from "./demo/stats.ts";
-import { renderReport } from "./report/html.ts";
+import { pngText, writeReport } from "./report/write.ts";
 import { loadTrace, type TraceRecord } from "./trace.ts";
 
 const REPO_ROOT = resolve(import.meta.dir, "../../..");
@@ -63,7 +63,11 @@ async function main(o: DemoOptions): Promise<number> {
     const workerByEndpoint = new Map(l.workers.map((w) => [`${w.ip}:${w.httpPort}`, w.id]));
     const stats = new DemoStats(l.workers.map((w) => w.id));
     // A replica's own pick histogram, read when it stops taking traffic (SIGKILL loses it otherwise).
-    const scrapeEpp = async (e: { name: string; ip: string }) => void stats.eppScrapes.set(e.name, await scrapeEppMetrics(eppMetricsUrl(e.ip)));
+    const scrapeEpp = async (e: { name: string; ip: string }) => stats.eppScraped(e.name, await scrapeEppMetrics(eppMetricsUrl(e.ip)));
+    // The replicas' predicted overlap over time (the final scrapes give the summary's figures).
+    const eppSampler = setInterval(() => {
+      for (const name of replicas) void scrapeEpp(l.epps.find((e) => e.name === name)!);
+    }, 5000);
     const progress = startProgress(() => statusLine(stats, records.length));
     const sampler = setInterval(() => stats.sampleLoad(), 1000);
     let recovery: RecoveryReport | undefined;
@@ -123,13 +127,14 @@ async function main(o: DemoOptions): Promise<number> {
     await Promise.all(live.map(scrapeEpp));
     const check = stats.lastServed && live[0] ? await selectCheck(live[0], stats.lastServed.body, stats.lastServed.worker) : undefined;
     clearInterval(sampler);
+    clearInterval(eppSampler);
     progress.stop();
 
     console.log("\nsummary");
     for (const [k, v] of summaryRows(stats, recovery, check)) console.log(`  ${k.padEnd(22)} ${v}`);
-    const htmlPath = resolve(runDir, "demo-report.html");
-    writeFileSync(htmlPath, renderReport(demoReportData(o, stats, recovery, check)));
-    console.log(`\nreport: ${htmlPath}`);
+    const report = writeReport(runDir, "demo-report", demoReportData(o, stats, recovery, check), o.png);
+    console.log(`\nreport: ${report.html}`);
+    if (report.png) console.log(pngText(report.png));
     return demoSucceeded(stats, killAt !== undefined, recovery) ? 0 : 1;
   } finally {
     await stopEverything();

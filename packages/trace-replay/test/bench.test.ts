@@ -4,16 +4,18 @@ import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import type { ReportData } from "../src/report/data.ts";
+import { chromiumPath, noteMissingBrowser, openReport, reportProblems } from "./report-browser.ts";
 
 const REPO_ROOT = resolve(import.meta.dir, "../../..");
 const out = mkdtempSync(join(tmpdir(), "trace-bench-"));
 afterAll(() => rmSync(out, { recursive: true, force: true }));
+noteMissingBrowser("bench.test.ts");
 
 describe("bun run bench:trace", () => {
   // Default workers and capacity (8 x 32768 blocks), the first 300 requests of the trace.
   test("a 300-request run writes a report with every series it claims, and KV-aware beats round-robin", () => {
     const r = Bun.spawnSync(
-      ["bun", "run", "bench:trace", "--requests", "300", "--out", out, "--png", "off"],
+      ["bun", "run", "bench:trace", "--requests", "300", "--out", out],
       { cwd: REPO_ROOT, stdout: "pipe", stderr: "pipe" },
     );
     const stdout = r.stdout.toString();
@@ -43,6 +45,13 @@ describe("bun run bench:trace", () => {
     const hit = (label: string) => figures.find((f) => f.label === label)!.hitRate;
     expect(figures.every((f) => f.requests === 300)).toBe(true);
     expect(hit("kv-aware")).toBeGreaterThan(hit("round-robin"));
+    // The hit-rate chart as a PNG when a browser is there, and a reason when not.
+    if (chromiumPath) expect([...readFileSync(join(out, "trace-bench.png")).subarray(1, 4)]).toEqual([0x50, 0x4e, 0x47]);
+    else expect(stdout).toContain("png:    skipped (no headless chromium");
+  }, 120_000);
+
+  test.skipIf(!chromiumPath)("the report opens in headless chromium without errors, and every series in each legend drew", async () => {
+    expect(reportProblems(await openReport(join(out, "trace-bench.html")))).toEqual([]);
   }, 120_000);
 
   test("a bad option is refused with its name", () => {

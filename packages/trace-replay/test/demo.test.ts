@@ -2,20 +2,35 @@
 // tokenized with the real Qwen3 tokenizer (token ids as the option), the midway replica replacement;
 // and Ctrl-C leaving nothing behind.
 import { afterAll, afterEach, describe, expect, test } from "bun:test";
-import { existsSync, mkdtempSync, rmSync } from "node:fs";
+import { existsSync, mkdtempSync, readlinkSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import type { Subprocess } from "bun";
+import { chromiumPath, noteMissingBrowser, openReport, reportProblems } from "./report-browser.ts";
 
+noteMissingBrowser("demo.test.ts");
 const REPO_ROOT = resolve(import.meta.dir, "../../..");
 const SUBNET = "127.0.6";
 const out = mkdtempSync(join(tmpdir(), "demo-"));
 let demo: Subprocess<"ignore", "pipe", "pipe"> | undefined;
 
-/** Processes whose command line names an address of the demo's subnet (its workers, replicas and gateway). */
+/** The network namespace of a process (tests run in a private one; other runs on the machine may use the same addresses). */
+function netNamespace(pid: string | number): string | undefined {
+  try {
+    return readlinkSync(`/proc/${pid}/ns/net`);
+  } catch {
+    return undefined; // gone meanwhile
+  }
+}
+
+/** Processes of this network namespace whose command line names an address of the demo's subnet (its workers, replicas and gateway). */
 function leftovers(): string[] {
   const ps = Bun.spawnSync(["ps", "-eo", "pid,args"], { stdout: "pipe" }).stdout.toString();
-  return ps.split("\n").filter((l) => l.includes(`${SUBNET}.`) && /mock-worker|epp|gateway/.test(l) && !l.includes("ps -eo"));
+  const ours = netNamespace("self");
+  return ps
+    .split("\n")
+    .filter((l) => l.includes(`${SUBNET}.`) && /mock-worker|epp|gateway/.test(l) && !l.includes("ps -eo"))
+    .filter((l) => netNamespace(l.trim().split(/\s+/)[0]!) === ours);
 }
 
 async function readUntil(stream: ReadableStream<Uint8Array>, pattern: RegExp, sink: string[]): Promise<void> {
@@ -64,6 +79,10 @@ describe("bun run demo", () => {
     const report = /report: (\S+\.html)/.exec(stdout)?.[1];
     expect(report && existsSync(report)).toBe(true);
     expect(leftovers()).toEqual([]);
+    if (!chromiumPath) return;
+    expect(stdout).toContain(report!.replace(/\.html$/, ".png"));
+    // Opened as a reader would: no console error, every series named in a legend drew.
+    expect(reportProblems(await openReport(report!))).toEqual([]);
   }, 180_000);
 
   test("token-id prompts, buffered ext_proc mode, no replacement: every request routed by the replicas' own count", async () => {

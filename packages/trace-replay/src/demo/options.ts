@@ -36,6 +36,8 @@ const schema = z.object({
   out: z.string().min(1).default("reports"),
   /** ext_proc request body mode, announced by the gateway and set on the EPPs (GAIE uses full duplex) */
   "body-mode": z.enum(["full-duplex", "buffered"]).default("full-duplex"),
+  /** auto: a PNG of the hit-rate chart when a headless chromium is installed */
+  png: z.enum(["auto", "off"]).default("auto"),
 });
 
 export type DemoOptions = {
@@ -56,6 +58,7 @@ export type DemoOptions = {
   prompt: PromptKind;
   outDir: string;
   bodyMode: ClientBodyMode;
+  png: boolean;
 };
 
 export function parseDemoArgs(argv: string[]): DemoOptions {
@@ -78,5 +81,6 @@ export function parseDemoArgs(argv: string[]): DemoOptions {
     prompt: o.prompt,
     outDir: o.out,
     bodyMode: o["body-mode"],
+    png: o.png === "auto",
   };
 }

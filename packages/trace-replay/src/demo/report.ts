@@ -78,7 +78,11 @@ export function demoReportData(o: DemoOptions, s: DemoStats, recovery: RecoveryR
     timeAxis: "seconds since start",
     marks: s.marks,
     ttftAxis: "TTFT (ms, client: request sent -> first token)",
-    hitRate: [{ name: "kv-aware (EPP)", points: s.hitSeries() }],
+    hitRate: [
+      { name: "workers: cached / prompt tokens", points: s.hitSeries() },
+      { name: "workers: mean per request", points: s.requestHitSeries() },
+      { name: "EPP predicted: mean per pick", points: s.predictedSeries() },
+    ],
     ttftCdf: [{ name: "kv-aware (EPP)", points: cdfPoints(s.ttftMs) }],
     workerLoad: [
       {

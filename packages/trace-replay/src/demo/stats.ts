@@ -31,8 +31,12 @@ export class DemoStats {
   readonly picksByWorker = new Map<string, number>();
   readonly picksByEpp = new Map<string, number>();
   private readonly inflight = new Map<string, number>();
-  /** per second since start: [prompt, cached] of the requests finished in it */
-  private readonly hitBuckets: [number, number][] = [];
+  /** per second since start, of the requests finished in it: [prompt tokens, cached tokens, sum of cached/prompt, requests] */
+  private readonly hitBuckets: [number, number, number, number][] = [];
+  /** per second since start, of the picks the replicas made in it (as far as scrapes tell): [sum of overlap ratios, picks] */
+  private readonly predictedBuckets: [number, number][] = [];
+  /** each replica's overlap histogram sum and count at its previous scrape */
+  private readonly lastOverlap = new Map<string, { sum: number; count: number }>();
   /** per second since start: in-flight per worker, sampled */
   readonly loadSamples: { t: number; byWorker: Map<string, number> }[] = [];
   private readonly started = performance.now();
@@ -69,12 +73,30 @@ export class DemoStats {
     if (!r) return;
     this.promptTokens += r.promptTokens;
     this.cachedTokens += r.cachedTokens;
-    if (r.promptTokens > 0) this.requestHitSum += r.cachedTokens / r.promptTokens;
+    const ratio = r.promptTokens > 0 ? r.cachedTokens / r.promptTokens : 0;
+    this.requestHitSum += ratio;
     this.ttftMs.push(r.ttftMs);
-    const b = Math.floor(this.elapsedS());
-    const cell = (this.hitBuckets[b] ??= [0, 0]);
+    const cell = (this.hitBuckets[Math.floor(this.elapsedS())] ??= [0, 0, 0, 0]);
     cell[0] += r.promptTokens;
     cell[1] += r.cachedTokens;
+    cell[2] += ratio;
+    cell[3]++;
+  }
+
+  /**
+   * A replica's scrape: kept as its latest (the summary's figures), and the picks since its previous
+   * scrape are placed in the current second (scraped every few seconds, so within that much of when
+   * they were made).
+   */
+  eppScraped(replica: string, s: EppScrape): void {
+    if (!("failed" in s) || !this.eppScrapes.has(replica)) this.eppScrapes.set(replica, s);
+    if ("failed" in s) return;
+    const prev = this.lastOverlap.get(replica) ?? { sum: 0, count: 0 };
+    this.lastOverlap.set(replica, { sum: s.overlap.sum, count: s.overlap.count });
+    if (s.overlap.count <= prev.count) return;
+    const cell = (this.predictedBuckets[Math.floor(this.elapsedS())] ??= [0, 0]);
+    cell[0] += s.overlap.sum - prev.sum;
+    cell[1] += s.overlap.count - prev.count;
   }
 
   mark(label: string): void {
@@ -118,18 +140,36 @@ export class DemoStats {
     return percentile(this.ttftMs, q);
   }
 
-  /** hit rate per 5-second window, [seconds, rate] */
+  /** per 5-second window [seconds, rate]: the workers' cached / prompt tokens, over the window's tokens */
   hitSeries(windowS = 5): [number, number | null][] {
-    const out: [number, number | null][] = [];
-    for (let s = 0; s < this.hitBuckets.length; s += windowS) {
-      let p = 0;
-      let c = 0;
-      for (let b = s; b < s + windowS; b++) {
-        p += this.hitBuckets[b]?.[0] ?? 0;
-        c += this.hitBuckets[b]?.[1] ?? 0;
-      }
-      out.push([s + windowS / 2, p > 0 ? Math.round((c / p) * 1000) / 1000 : null]);
-    }
-    return out;
+    return windowed(this.hitBuckets, windowS, (c) => [c[0], c[1]]);
   }
+
+  /** per 5-second window: the workers' cached / prompt tokens, mean over the window's requests */
+  requestHitSeries(windowS = 5): [number, number | null][] {
+    return windowed(this.hitBuckets, windowS, (c) => [c[3], c[2]]);
+  }
+
+  /** per 5-second window: the overlap the replicas predicted, mean over the window's picks */
+  predictedSeries(windowS = 5): [number, number | null][] {
+    return windowed(this.predictedBuckets, windowS, (c) => [c[1], c[0]]);
+  }
+}
+
+/** Sums `[denominator, numerator]` of per-second cells over windows: [window middle, numerator / denominator]. */
+function windowed<C>(cells: readonly (C | undefined)[], windowS: number, part: (c: C) => [number, number]): [number, number | null][] {
+  const out: [number, number | null][] = [];
+  for (let s = 0; s < cells.length; s += windowS) {
+    let d = 0;
+    let n = 0;
+    for (let b = s; b < s + windowS; b++) {
+      const c = cells[b];
+      if (c === undefined) continue;
+      const [x, y] = part(c);
+      d += x;
+      n += y;
+    }
+    out.push([s + windowS / 2, d > 0 ? Math.round((n / d) * 1000) / 1000 : null]);
+  }
+  return out;
 }
