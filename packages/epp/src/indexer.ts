@@ -148,14 +148,16 @@ export class Indexers implements DumpSource, DumpTarget {
   }
 
   // --- recovery: DumpSource ---
-  *models(): Iterable<DumpModel> {
+  /** `onSnapshot`: told each worker of a model in the step its blocks are copied (see KvIndex.dump). */
+  *models(opts: { onSnapshot?: (key: string, w: WorkerRef) => void } = {}): Iterable<DumpModel> {
     for (const ix of this.#byKey.values()) {
+      const onSnapshot = opts.onSnapshot && ((w: WorkerRef) => opts.onSnapshot!(ix.key, w));
       yield {
         key: ix.key,
         blockSize: ix.blockSize,
-        events: toRouterEvents(ix.index.dump()),
+        events: toRouterEvents(ix.index.dump({ onSnapshot })),
         // The writer uses this instead of `events`: the index module writes the same JSON itself (3-4x faster).
-        eventsJson: (chunkBytes) => ix.index.dumpJsonChunks({ chunkBytes }),
+        eventsJson: (chunkBytes) => ix.index.dumpJsonChunks({ chunkBytes, onSnapshot }),
       };
     }
   }

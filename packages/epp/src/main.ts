@@ -24,6 +24,7 @@ import { EXT_PROC_WINDOW_BYTES } from "./extproc/http2-windows.ts";
 import { loadProtos } from "./extproc/protos.ts";
 import { readCertificate, selfSignedCertificate, watchCertificate, type Certificate } from "./extproc/tls.ts";
 import { HealthState, healthHandlers } from "./health.ts";
+import { StreamHandoff } from "./handoff/handoff.ts";
 import { Indexers } from "./indexer.ts";
 import { startIntentSource } from "./intents-source.ts";
 import { createMetrics } from "./metrics.ts";
@@ -116,12 +117,35 @@ export async function startEpp(cfg: EppConfig, o: { log?: Logger; kubeConfig?: K
     topic: cfg.kvTopic,
     heartbeat: cfg.kvHeartbeatMs > 0 ? listenerHeartbeat(cfg.kvHeartbeatMs) : undefined,
     log: log.child({ component: "workers" }),
-    onRemoved: (w) => indexers.removeWorker(w),
+    onRemoved: (w) => {
+      indexers.removeWorker(w);
+      handoff.forget(w);
+    },
     onChanged: (specs) => {
       scraper.setTargets(specs.map((s) => ({ workerId: s.id, url: s.metricsUrl })));
       metrics.workers.set(specs.reduce((n, s) => n + s.dpSize, 0));
     },
   });
+  // Every rank's stream position (the cursors /dump carries) and the handoff from a recovered dump to the
+  // live stream: the listeners' sink, the dump's source and the recovery's target all go through it.
+  const liveKey = indexerKeyOf(cfg);
+  const handoff = new StreamHandoff({
+    liveKey,
+    index: {
+      models: (opts) => indexers.models(opts),
+      workers: () => indexers.get(liveKey)?.index.workers() ?? [],
+      rank: (w) => ({
+        apply: (signal) => indexers.applySignal(liveKey, w, signal),
+        clear: () => indexers.get(liveKey)?.index.clearWorker(w),
+        blocks: () => indexers.get(liveKey)?.index.treeSize(w) ?? 0,
+      }),
+    },
+    replayEndpoint: (w) => workers.replayEndpoint(w),
+    socket: cfg.kvHeartbeatMs > 0 ? { heartbeat: listenerHeartbeat(cfg.kvHeartbeatMs) } : undefined,
+    registry: metrics.registry,
+    log: log.child({ component: "handoff" }),
+  });
+  let recoveryOutcome: RecoveryOutcome | null = null;
   // Servers come up first so liveness answers during discovery and recovery, and cold siblings see
   // this replica's /dump as 503.
   const health = new HealthState();
@@ -199,7 +223,9 @@ export async function startEpp(cfg: EppConfig, o: { log?: Logger; kubeConfig?: K
       indexers,
       workers,
       tokenize,
-      dumpSource: indexers,
+      dumpSource: handoff.source(),
+      handoff,
+      recoveryOutcome: () => recoveryOutcome,
       metrics,
       load: { own: load, siblings: replicaAgg?.siblings },
       quality,
@@ -300,7 +326,7 @@ export async function startEpp(cfg: EppConfig, o: { log?: Logger; kubeConfig?: K
       log.info({ workers: workers.specs().length, listeners: workers.candidates().length }, "listeners subscribed");
       return runRecovery({
         discovery: peerDiscovery(cfg, kube, log),
-        target: indexers,
+        target: handoff.target(indexers),
         timeoutMs: cfg.recoveryTimeoutMs,
         token: cfg.peerToken,
         logger: log,
@@ -311,10 +337,11 @@ export async function startEpp(cfg: EppConfig, o: { log?: Logger; kubeConfig?: K
       // Shutting down: nothing more to set up (a recovery that ended without looking at the signal).
       recoveryAbort.signal.throwIfAborted();
       recoveryMetric.set(outcome);
+      recoveryOutcome = outcome;
       indexers.pruneWorkers((w) => workers.has(w));
       workers.attach((worker, signal) => {
         try {
-          indexers.applySignal(indexerKeyOf(cfg), worker, signal);
+          handoff.signal(worker, signal);
         } catch (err) {
           metrics.ioErrors.inc({ where: "kv_events" });
           log.warn({ worker: worker.workerId, rank: worker.dpRank, err: String(err) }, "applying KV events failed");

@@ -1,11 +1,12 @@
 // selection-http (Hono on Bun.serve): GET /dump for peers, and read-only views of the picker:
 // POST /score, POST /select (a dry run: records no load), GET /workers. Shapes: DESIGN.md 10.
 import { parseWorkerKey } from "@kv-epp/index-wasm";
-import { dumpHandler, type DumpSource } from "@kv-epp/recovery";
+import { dumpHandler, type DumpSource, type RecoveryOutcome } from "@kv-epp/recovery";
 import { Hono } from "hono";
 import { bodyLimit } from "hono/body-limit";
 import type { Logger } from "pino";
 import { BadRequest, MAX_BODY_BYTES, parseBody, parseJson, TooDeep } from "./extproc/openai-body.ts";
+import type { StreamHandoff } from "./handoff/handoff.ts";
 import type { Indexers } from "./indexer.ts";
 import type { Metrics } from "./metrics.ts";
 import type { LoadView } from "./picker/load.ts";
@@ -21,6 +22,10 @@ export type SelectionDeps = {
   workers: WorkerRegistry;
   tokenize: Tokenize;
   dumpSource: DumpSource;
+  /** Each rank's stream position and handoff state (GET /workers, GET /recovery). */
+  handoff: StreamHandoff;
+  /** How recovery ended; null while it runs. */
+  recoveryOutcome: () => RecoveryOutcome | null;
   metrics: Metrics;
   /** In-flight load: this replica's own routing, and its siblings' (replica-agg, when on). */
   load: { own: LoadView; siblings?: LoadView };
@@ -50,6 +55,28 @@ function loadFields(load: SelectionDeps["load"], key: string) {
     active_blocks: load.own.blocks(key),
     sibling_requests: load.siblings?.requests(key) ?? 0,
     sibling_blocks: load.siblings?.blocks(key) ?? 0,
+  };
+}
+
+/**
+ * GET /workers' stream columns: where this replica's view of the rank stands (the cursor its /dump
+ * carries; u64 as decimal strings), what its listener met (gaps, replays, resets) and its handoff.
+ */
+function streamFields(d: SelectionDeps, w: { workerId: string; dpRank: number }) {
+  const r = d.handoff.get(w);
+  const l = d.workers.listenerCounters(w);
+  const str = (v: bigint | null | undefined) => (v === null || v === undefined ? null : v.toString());
+  return {
+    cursor: str(r?.cursor.seq),
+    baseline: str(r?.cursor.baseline),
+    complete: r?.cursor.complete ?? false,
+    gaps: l?.gaps ?? 0,
+    replays: (l?.replays ?? 0) + (r?.counters.replays ?? 0),
+    replay_failures: (l?.replayFailures ?? 0) + (r?.counters.replayFailures ?? 0),
+    resets: l?.resets ?? 0,
+    restarts: l?.restarts ?? 0,
+    handoff: r?.handoff ?? null,
+    handoff_skipped: r?.counters.skipped ?? 0,
   };
 }
 
@@ -123,12 +150,16 @@ export function selectionApp(d: SelectionDeps): Hono {
           kv_events: kvEvents,
           connected: d.workers.connected(s.id, r),
           blocks: ix ? ix.index.treeSize({ workerId: s.id, dpRank: r }) : 0,
+          ...streamFields(d, { workerId: s.id, dpRank: r }),
           ...loadFields(d.load, workerKeyOf(s.id, r)),
           ...qualityFields(d, workerKeyOf(s.id, r)),
         })),
       ),
     );
   });
+
+  // How recovery ended and what became of every rank taken over from the peer, as data.
+  app.get("/recovery", (c) => c.json({ outcome: d.recoveryOutcome(), handoff: d.handoff.summary() }));
 
   app.onError((err, c) => {
     if (err instanceof TooDeep) d.metrics.jsonDepthRefusals.inc({ where: c.req.path.slice(1) });

@@ -10,7 +10,7 @@ afterAll(async () => {
   for (const c of cleanups.reverse()) await c();
 });
 
-const WORKER_IP = "127.0.4.31";
+const WORKER_IP = "127.0.4.81";
 
 test("after live traffic the index equals the workers' caches, block for block", async () => {
   // Fixed ports: rank r publishes on 5557 + r, where the EPP's static config expects it.

@@ -354,22 +354,25 @@ export class KvIndex {
   /**
    * Stored events that rebuild this index, one worker at a time, parents before children. Each worker's
    * blocks are copied out of linear memory when the iterator reaches that worker, so the index may keep
-   * changing while a dump streams; nothing beyond one worker's blocks is held at once.
+   * changing while a dump streams; nothing beyond one worker's blocks is held at once. `onSnapshot(w)` is
+   * called in the same synchronous step as w's copy, so state kept beside the index (a stream cursor) can
+   * be read exactly as of the blocks dumped; a worker removed before the iterator reaches it is skipped.
    */
-  *dump(): Iterable<DumpEvent> {
+  *dump(opts: { onSnapshot?: (w: WorkerRef) => void } = {}): Iterable<DumpEvent> {
     this.assertLive();
     const order = [...this.slots.entries()];
     try {
-      yield* this.dumpEvents(order);
+      yield* this.dumpEvents(order, opts.onSnapshot);
     } finally {
       this.ex.dumpCacheRelease();
     }
   }
 
-  private *dumpEvents(order: [string, number][]): Generator<DumpEvent> {
+  private *dumpEvents(order: [string, number][], onSnapshot?: (w: WorkerRef) => void): Generator<DumpEvent> {
     for (const [key, slot] of order) {
       if (this.slots.get(key) !== slot) continue; // removed meanwhile
       const worker = this.refs[slot]!;
+      onSnapshot?.(worker);
       const ptr = this.ex.dumpWorker(slot);
       const len = this.ex.dumpLength();
       const rows = this.words(ptr, len * 4).slice();
@@ -399,8 +402,9 @@ export class KvIndex {
    * about `chunkBytes` (default 256 KiB; a chunk may run a few hundred bytes past it), each a fresh copy the
    * caller keeps. Same snapshot rules as dump(): a worker is copied when the iterator reaches it, so the
    * index may change between chunks; at most one worker's blocks (32 bytes each) are held at once.
+   * `onSnapshot`: as for dump().
    */
-  *dumpJsonChunks(opts: { chunkBytes?: number; firstEventId?: number } = {}): Generator<Uint8Array> {
+  *dumpJsonChunks(opts: { chunkBytes?: number; firstEventId?: number; onSnapshot?: (w: WorkerRef) => void } = {}): Generator<Uint8Array> {
     this.assertLive();
     const chunkBytes = Math.max(1, Math.floor(opts.chunkBytes ?? DUMP_JSON_CHUNK_BYTES));
     const firstEventId = opts.firstEventId ?? 0;
@@ -437,6 +441,8 @@ export class KvIndex {
             outPtr = ex.reserve(outBytes);
           }
         }
+        if (this.slots.get(key) !== slot) continue; // removed while the chunk above was out
+        opts.onSnapshot?.(worker);
         rows = ex.dumpWorker(slot);
         const len = ex.dumpLength();
         rowsBytes = Math.max(len, 1) * 32;

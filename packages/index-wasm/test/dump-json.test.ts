@@ -76,4 +76,38 @@ describe("dumpJsonChunks", () => {
     expect(text(chunks)).toBe(reference(index));
     expect(text(chunks)).toContain('"block_hash":88,');
   });
+
+  test("onSnapshot names each worker in the step its blocks are copied, so state read then matches the dump", () => {
+    const index = KvIndex.create({ blockSize: 16 });
+    const ws = [0, 1, 2].map((w) => ({ workerId: `w${w}`, dpRank: 0 }));
+    // a count of stores kept beside the index, bumped with each one: what a stream cursor is
+    const applied = new Map<string, number>();
+    let next = 1n;
+    const store = (w: { workerId: string; dpRank: number }) => {
+      const h = next++;
+      index.applyStored(w, null, [{ externalHash: h, tokensHash: h }]); // roots: one dump event per block
+      applied.set(w.workerId, (applied.get(w.workerId) ?? 0) + 1);
+    };
+    for (const w of ws) for (let i = 0; i < 300; i++) store(w);
+    for (const mode of ["json", "events"] as const) {
+      const seen = new Map<string, number>();
+      const onSnapshot = (w: { workerId: string }) => seen.set(w.workerId, applied.get(w.workerId)!);
+      const dumped = new Map<string, number>();
+      const it = mode === "json" ? index.dumpJsonChunks({ chunkBytes: 200, onSnapshot }) : index.dump({ onSnapshot })[Symbol.iterator]();
+      for (let r = it.next(); !r.done; r = it.next()) {
+        if (mode === "json") {
+          for (const m of new TextDecoder().decode(r.value as Uint8Array).matchAll(/"worker_id":"(w\d)"/g)) dumped.set(m[1]!, (dumped.get(m[1]!) ?? 0) + 1);
+        } else {
+          const e = r.value as { worker: { workerId: string }; blocks: unknown[] };
+          dumped.set(e.worker.workerId, (dumped.get(e.worker.workerId) ?? 0) + e.blocks.length);
+        }
+        // live stores between steps, to every worker (dumped already or not yet)
+        for (const w of ws) store(w);
+      }
+      expect(seen.size).toBe(3);
+      // each worker's dumped blocks are exactly the stores counted when it was named, not those made later
+      expect(dumped).toEqual(seen);
+      expect([...seen.values()].every((n, i, all) => i === 0 || n > all[i - 1]!)).toBe(true);
+    }
+  });
 });

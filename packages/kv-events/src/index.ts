@@ -18,4 +18,5 @@ export {
   KvEventListener, LISTENER_HEARTBEAT, listenerHeartbeat, type ListenerCounters, type ListenerOptions, type ListenerSignal, type ResetReason,
 } from "./listener.ts";
 export { END_SEQ, decodeSeq, encodeSeq } from "./replay.ts";
+export { replayRange, type ReplayRangeOptions, type ReplayRangeResult, type ReplayedBatch } from "./replay-client.ts";
 export type { Logger } from "./logger.ts";

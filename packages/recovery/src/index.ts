@@ -1,9 +1,9 @@
 // @kv-epp/recovery: peer KV-index recovery before readiness (DESIGN.md §6-§7). See README.md for the wiring.
-export type { DumpModel, DumpSource, DumpStaging, DumpTarget, Peer, RecoveryOutcome, RecoveryStateName, RouterEvent, StoredBlockRef } from "./types.ts";
+export type { DumpModel, DumpSource, DumpStaging, DumpTarget, Peer, RecoveryOutcome, RecoveryStateName, RouterEvent, StoredBlockRef, StreamCursor } from "./types.ts";
 export { RECOVERY_STATES } from "./types.ts";
 export { dumpStream, dumpChunks, DUMP_CHUNK_BYTES } from "./dump/writer.ts";
 export { toRouterEvents, type IndexDumpEvent } from "./dump/router-events.ts";
-export { DumpParser, DumpFormatError, readDump, DEFAULT_PARSER_LIMITS, type DumpParserLimits, type DumpSink, type DumpBatchSink, type DumpBatchOptions } from "./dump/parser.ts";
+export { DumpParser, DumpFormatError, readDump, DEFAULT_PARSER_LIMITS, type DumpParserLimits, type DumpSink, type DumpBatchSink, type DumpBatchOptions, type DumpCursorSink } from "./dump/parser.ts";
 export { DumpBatch, type BatchWorker } from "./dump/batch.ts";
 export { fetchDump, DumpFetchError, type DumpFailureReason, type DumpFetchResult, type FetchDumpOptions } from "./dump/client.ts";
 export { dumpHandler, type DumpHandlerOptions } from "./dump/handler.ts";

@@ -3,7 +3,17 @@ import type { DumpBatch } from "./dump/batch.ts";
 // The narrow interface through which recovery sees the index (DESIGN.md §2: recovery knows the index only
 // through "apply events, dump events"). u64 values are always bigint, never JS numbers (DESIGN.md §3).
 
-export type StoredBlockRef = { blockHash: bigint; tokensHash: bigint };
+/** `copies`: how many copies of the block the worker rank holds (absent: 1). */
+export type StoredBlockRef = { blockHash: bigint; tokensHash: bigint; copies?: number };
+
+/**
+ * Where a replica's view of one worker rank stands in that rank's KV-event stream, read together with
+ * the rank's blocks (README "Cursors"): `seq` is the last batch applied (null: none yet); `complete` says
+ * the view has followed the stream without an unrepaired gap, reset or restart since `baseline`, the seq
+ * from which it is known to equal the worker's cache (its first batch 0, an AllBlocksCleared, or a
+ * peer's complete cursor it recovered from).
+ */
+export type StreamCursor = { workerId: string; dpRank: number; seq: bigint | null; baseline: bigint | null; complete: boolean };
 
 /** One `stored` event of a `/dump` body (DESIGN.md §6). */
 export type RouterEvent = {
@@ -26,6 +36,11 @@ export type DumpModel = {
   blockSize: number;
   events: Iterable<RouterEvent>;
   eventsJson?: (chunkBytes: number) => Iterable<Uint8Array>;
+  /**
+   * The model's stream cursors, asked for once its events have been produced (each rank's cursor read
+   * when that rank's blocks were). Absent: the dump carries no `cursors` for this model.
+   */
+  cursors?: () => Iterable<StreamCursor>;
 };
 
 /** Producer side. Iterated lazily while the body streams, so the iterables may interleave with live writes. */
@@ -47,6 +62,8 @@ export interface DumpStaging {
    * The batch is reused: read it during the call only.
    */
   applyBatch?(key: string, blockSize: number, batch: DumpBatch): void;
+  /** A model's `cursors`, once per model that has them (never for a dump from a producer without). */
+  cursors?(key: string, cursors: StreamCursor[]): void;
   commit(): void;
   abort(): void;
 }

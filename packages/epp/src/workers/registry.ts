@@ -2,7 +2,7 @@
 // set on every change and the registry reconciles toward it: one KV listener per worker rank for new
 // workers, listeners closed and index entries dropped for workers that went away.
 import type { WorkerRef } from "@kv-epp/index-wasm";
-import { KvEventListener, type Heartbeat, type ListenerSignal } from "@kv-epp/kv-events";
+import { KvEventListener, type Heartbeat, type ListenerCounters as KvListenerCounters, type ListenerSignal } from "@kv-epp/kv-events";
 import type { Logger } from "pino";
 
 /** A model-server pod (or static entry). Ranks r publish KV events on kvEvents port + r. */
@@ -174,6 +174,16 @@ export class WorkerRegistry {
   has(worker: WorkerRef): boolean {
     const e = this.#entries.get(worker.workerId);
     return e !== undefined && e.listeners.has(worker.dpRank);
+  }
+
+  /** The rank's replay endpoint, as its listener was opened with. */
+  replayEndpoint(w: WorkerRef): string | undefined {
+    return this.#entries.get(w.workerId)?.sources.get(w.dpRank)?.replay;
+  }
+
+  /** The rank's listener counters (gaps, replays, resets...), while it has a listener. */
+  listenerCounters(w: WorkerRef): Readonly<KvListenerCounters> | undefined {
+    return this.#entries.get(w.workerId)?.listeners.get(w.dpRank)?.counters;
   }
 
   connected(workerId: string, dpRank: number): boolean {

@@ -22,6 +22,10 @@ export class DumpBatch {
   blockStart = new Uint32Array(257);
   blockHashes: BigUint64Array;
   tokensHashes: BigUint64Array;
+  /** Copies of each block the worker rank holds (1 unless the dump said otherwise). */
+  copies: Uint32Array;
+  /** True when some block in the batch has copies != 1 (a staging without copy counts can skip the column). */
+  hasCopies = false;
   // little-endian u32 halves of the same buffers: the parser writes digits' (hi, lo) without BigInts
   private parent32 = new Uint32Array(this.parentHashes.buffer);
   private block32: Uint32Array;
@@ -30,6 +34,7 @@ export class DumpBatch {
   constructor(blockCapacity = 16 * 1024) {
     this.blockHashes = new BigUint64Array(blockCapacity);
     this.tokensHashes = new BigUint64Array(blockCapacity);
+    this.copies = new Uint32Array(blockCapacity);
     this.block32 = new Uint32Array(this.blockHashes.buffer);
     this.tokens32 = new Uint32Array(this.tokensHashes.buffer);
   }
@@ -43,16 +48,21 @@ export class DumpBatch {
   event(i: number): RouterEvent {
     const w = this.workers[i]!;
     const blocks = [];
-    for (let b = this.blockStart[i]!; b < this.blockStart[i + 1]!; b++) blocks.push({ blockHash: this.blockHashes[b]!, tokensHash: this.tokensHashes[b]! });
+    for (let b = this.blockStart[i]!; b < this.blockStart[i + 1]!; b++) {
+      const c = this.copies[b]!;
+      blocks.push(c === 1 ? { blockHash: this.blockHashes[b]!, tokensHash: this.tokensHashes[b]! } : { blockHash: this.blockHashes[b]!, tokensHash: this.tokensHashes[b]!, copies: c });
+    }
     return { workerId: w.workerId, dpRank: w.dpRank, eventId: this.eventIds[i]!, parentHash: this.parentHash(i), blocks };
   }
 
   // ---- filled by the parser ----
 
   /** Appends one block of the event being parsed. */
-  pushBlock(bHi: number, bLo: number, tHi: number, tLo: number): void {
+  pushBlock(bHi: number, bLo: number, tHi: number, tLo: number, copies = 1): void {
     const k = this.blocks;
     if (k === this.blockHashes.length) this.growBlocks(k + 1);
+    this.copies[k] = copies;
+    if (copies !== 1) this.hasCopies = true;
     this.block32[2 * k] = bLo;
     this.block32[2 * k + 1] = bHi;
     this.tokens32[2 * k] = tLo;
@@ -86,6 +96,7 @@ export class DumpBatch {
   clear(): void {
     this.count = 0;
     this.blocks = 0;
+    this.hasCopies = false;
     this.workers.length = 0;
     this.eventIds.length = 0;
   }
@@ -93,8 +104,11 @@ export class DumpBatch {
   private growBlocks(min: number): void {
     const cap = Math.max(min, this.blockHashes.length * 2);
     const b = new BigUint64Array(cap), t = new BigUint64Array(cap);
+    const c = new Uint32Array(cap);
     b.set(this.blockHashes.subarray(0, this.blocks));
     t.set(this.tokensHashes.subarray(0, this.blocks));
+    c.set(this.copies.subarray(0, this.blocks));
+    this.copies = c;
     this.blockHashes = b;
     this.tokensHashes = t;
     this.block32 = new Uint32Array(b.buffer);

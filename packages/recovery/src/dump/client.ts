@@ -98,6 +98,7 @@ export async function fetchDump(opts: FetchDumpOptions): Promise<DumpFetchResult
       (key, blockSize, e) => guardApply(() => into.apply(key, blockSize, e)),
       opts.limits,
       batched ? { sink: (key, blockSize, b) => guardApply(() => batched(key, blockSize, b)) } : undefined,
+      into.cursors ? (key, cursors) => guardApply(() => into.cursors!(key, cursors)) : undefined,
     );
     const body = res.body.getReader();
     reader = body;

@@ -1,4 +1,4 @@
-import type { RouterEvent, StoredBlockRef } from "../types.ts";
+import type { RouterEvent, StoredBlockRef, StreamCursor } from "../types.ts";
 import { type BatchWorker, DumpBatch } from "./batch.ts";
 import { type JsonHandler, JsonSyntaxError, JsonTokenizer, scanU64, type U64Parts } from "./json-tokenizer.ts";
 
@@ -43,10 +43,13 @@ export type DumpBatchSink = (key: string, blockSize: number, batch: DumpBatch) =
  * precede their model's block_size still go to the object sink, in order, before any batch of that model.
  */
 export type DumpBatchOptions = { sink: DumpBatchSink; events?: number; blocks?: number };
+/** Receives a model's `cursors`, whole, when its array closes. */
+export type DumpCursorSink = (key: string, cursors: StreamCursor[]) => void;
 const EMPTY_BLOCKS: StoredBlockRef[] = [];
 
 const enum F {
   None, Model, BlockSize, Events, WorkerId, DpRank, Event, EventId, Data, Stored, Parent, Blocks, BlockHash, TokensHash, Skip,
+  Copies, Cursors, Cursor, Seq, Baseline, Complete,
 }
 
 const enc = new TextEncoder();
@@ -56,16 +59,21 @@ function keys(...entries: [string, F][]): KeyTable {
 }
 // Keys valid at each depth of the fixed shape (depth = number of open containers when the key is read).
 const KEYS_BY_DEPTH: (KeyTable | undefined)[] = [];
-KEYS_BY_DEPTH[2] = keys(["block_size", F.BlockSize], ["events", F.Events]);
-KEYS_BY_DEPTH[4] = keys(["worker_id", F.WorkerId], ["dp_rank", F.DpRank], ["event", F.Event]);
+KEYS_BY_DEPTH[2] = keys(["block_size", F.BlockSize], ["events", F.Events], ["cursors", F.Cursors]);
+// depth 4 is an event or, inside "cursors", a cursor: key() keeps only the fields of the one it is in
+KEYS_BY_DEPTH[4] = keys(["worker_id", F.WorkerId], ["dp_rank", F.DpRank], ["event", F.Event], ["seq", F.Seq], ["baseline", F.Baseline], ["complete", F.Complete]);
 KEYS_BY_DEPTH[5] = keys(["event_id", F.EventId], ["data", F.Data]);
 KEYS_BY_DEPTH[7] = keys(["parent_hash", F.Parent], ["blocks", F.Blocks]);
-KEYS_BY_DEPTH[9] = keys(["block_hash", F.BlockHash], ["tokens_hash", F.TokensHash]);
+KEYS_BY_DEPTH[9] = keys(["block_hash", F.BlockHash], ["tokens_hash", F.TokensHash], ["copies", F.Copies]);
+const CURSOR_ONLY = new Set([F.Seq, F.Baseline, F.Complete]);
 const STORED = enc.encode("stored");
 // The exact block shape our writer emits; anything else (whitespace, key order, a chunk boundary) takes the
 // general path. Measured: this shape is ~90% of a dump's bytes, and the general path spends 10 tokens on it.
 const BLOCK_HEAD = enc.encode('{"block_hash":');
 const BLOCK_MID = enc.encode(',"tokens_hash":');
+const BLOCK_COPIES = enc.encode(',"copies":');
+/** Cursors in one model (one per worker rank; a bound on what a hostile body can make us hold). */
+const MAX_CURSORS = 1 << 16;
 
 function bytesAt(pattern: Uint8Array, buf: Uint8Array, i: number): boolean {
   if (i + pattern.length > buf.length) return false;
@@ -119,6 +127,16 @@ class DumpAssembler implements JsonHandler {
   private thSet = false;
   private thHi = 0;
   private thLo = 0;
+  private copies = 1;
+
+  /** Inside a model's "cursors" array; the cursor being read (seq/baseline: 0 unset, 1 null, 2 a value). */
+  private inCursors = false;
+  private cursors: StreamCursor[] = [];
+  private seqKind = 0;
+  private seqValue = 0n;
+  private baselineKind = 0;
+  private baselineValue = 0n;
+  private complete: boolean | null = null;
 
   events = 0;
   private readonly parts: U64Parts = { hi: 0, lo: 0 };
@@ -132,6 +150,7 @@ class DumpAssembler implements JsonHandler {
     private readonly limits: DumpParserLimits,
     private readonly where: () => number,
     private readonly batchOpts: DumpBatchOptions | null,
+    private readonly cursorSink: DumpCursorSink | null,
   ) {
     this.batch = batchOpts ? new DumpBatch() : null;
     this.batchEvents = batchOpts?.events ?? 256;
@@ -161,7 +180,7 @@ class DumpAssembler implements JsonHandler {
   /** What the next value is: array items take their meaning from the array, object values from their key. */
   private valueField(): F {
     if (this.skip > 0) return F.Skip;
-    if (this.depth === 3) return F.Event;
+    if (this.depth === 3) return this.inCursors ? F.Cursor : F.Event;
     if (this.depth === 8) return F.Blocks;
     return this.field;
   }
@@ -190,6 +209,13 @@ class DumpAssembler implements JsonHandler {
     } else if (f === F.Blocks && this.depth === 8) {
       this.bhSet = false;
       this.thSet = false;
+      this.copies = 1;
+    } else if (f === F.Cursor) {
+      this.workerId = null;
+      this.dpRank = -1;
+      this.seqKind = 0;
+      this.baselineKind = 0;
+      this.complete = null;
     } else if (!((f === F.Event && this.depth === 4) || f === F.Data || f === F.Stored)) {
       this.fail(this.depth === 0 ? "the body is not a JSON object" : "unexpected object");
     }
@@ -205,6 +231,10 @@ class DumpAssembler implements JsonHandler {
       return;
     }
     if (f === F.Events && this.depth === 2) {
+      this.depth = 3;
+    } else if (f === F.Cursors && this.depth === 2) {
+      this.inCursors = true;
+      this.cursors = [];
       this.depth = 3;
     } else if (f === F.Blocks && this.depth === 7) {
       if (this.batch !== null) {
@@ -225,8 +255,7 @@ class DumpAssembler implements JsonHandler {
       case 9: {
         if (!this.bhSet || !this.thSet) this.fail("a block needs block_hash and tokens_hash");
         this.checkBlockLimit();
-        if (this.batch !== null) this.batch.pushBlock(this.bhHi, this.bhLo, this.thHi, this.thLo);
-        else this.blocks!.push({ blockHash: toBigInt(this.bhHi, this.bhLo), tokensHash: toBigInt(this.thHi, this.thLo) });
+        this.pushBlock(this.bhHi, this.bhLo, this.thHi, this.thLo, this.copies);
         break;
       }
       case 7:
@@ -236,7 +265,8 @@ class DumpAssembler implements JsonHandler {
         if (!this.sawStored) this.fail("event data without `stored`");
         break;
       case 4:
-        this.finishEvent();
+        if (this.inCursors) this.finishCursor();
+        else this.finishEvent();
         break;
       case 2:
         if (this.blockSize < 0) this.fail(`model ${JSON.stringify(this.modelKey)} has no block_size`);
@@ -252,6 +282,11 @@ class DumpAssembler implements JsonHandler {
       this.skip--;
       return;
     }
+    if (this.depth === 3 && this.inCursors) {
+      this.inCursors = false;
+      this.cursorSink?.(this.modelKey, this.cursors);
+      this.cursors = [];
+    }
     this.depth--;
     this.field = F.None;
   }
@@ -261,6 +296,24 @@ class DumpAssembler implements JsonHandler {
     if (n >= this.limits.maxEventBlocks) this.fail(`more than ${this.limits.maxEventBlocks} blocks in one event`);
     // Before block_size, events are kept as objects: the limit on them holds while the event grows.
     if (this.blockSize < 0 && this.bufferedBlocks + n > this.limits.maxBufferedBlocks) this.fail("too many events before block_size");
+  }
+
+  private pushBlock(bHi: number, bLo: number, tHi: number, tLo: number, copies: number): void {
+    if (this.batch !== null) this.batch.pushBlock(bHi, bLo, tHi, tLo, copies);
+    else {
+      const b: StoredBlockRef = { blockHash: toBigInt(bHi, bLo), tokensHash: toBigInt(tHi, tLo) };
+      if (copies !== 1) b.copies = copies;
+      this.blocks!.push(b);
+    }
+  }
+
+  private finishCursor(): void {
+    if (this.workerId === null || this.dpRank < 0 || this.complete === null) this.fail("a cursor needs worker_id, dp_rank and complete");
+    if (this.cursors.length >= MAX_CURSORS) this.fail(`more than ${MAX_CURSORS} cursors in one model`);
+    this.cursors.push({
+      workerId: this.workerId, dpRank: this.dpRank, complete: this.complete,
+      seq: this.seqKind === 2 ? this.seqValue : null, baseline: this.baselineKind === 2 ? this.baselineValue : null,
+    });
   }
 
   private finishEvent(): void {
@@ -303,10 +356,17 @@ class DumpAssembler implements JsonHandler {
     if (j < 0 || !bytesAt(BLOCK_MID, buf, j)) return -1;
     const bHi = p.hi, bLo = p.lo;
     j = scanU64(buf, j + BLOCK_MID.length, p);
-    if (j < 0 || j >= buf.length || buf[j] !== 0x7d) return -1;
+    if (j < 0 || j >= buf.length) return -1;
+    const tHi = p.hi, tLo = p.lo;
+    let copies = 1;
+    if (buf[j] !== 0x7d) {
+      if (!bytesAt(BLOCK_COPIES, buf, j)) return -1;
+      j = scanU64(buf, j + BLOCK_COPIES.length, p);
+      if (j < 0 || j >= buf.length || buf[j] !== 0x7d || p.hi !== 0 || p.lo === 0) return -1;
+      copies = p.lo;
+    }
     this.checkBlockLimit();
-    if (this.batch !== null) this.batch.pushBlock(bHi, bLo, p.hi, p.lo);
-    else this.blocks!.push({ blockHash: toBigInt(bHi, bLo), tokensHash: toBigInt(p.hi, p.lo) });
+    this.pushBlock(bHi, bLo, tHi, tLo, copies);
     return j + 1;
   }
 
@@ -330,6 +390,8 @@ class DumpAssembler implements JsonHandler {
     if (table === undefined) return;
     for (const k of table) {
       if (sameBytes(k.bytes, buf, start, end)) {
+        // A field of the other kind of depth-4 object is as unknown here as any other key.
+        if (this.depth === 4 && (this.inCursors ? k.field === F.Event : CURSOR_ONLY.has(k.field))) return;
         this.field = k.field;
         return;
       }
@@ -373,6 +435,18 @@ class DumpAssembler implements JsonHandler {
         this.pHi = hi;
         this.pLo = lo;
         break;
+      case F.Seq:
+        this.seqKind = 2;
+        this.seqValue = toBigInt(hi, lo);
+        break;
+      case F.Baseline:
+        this.baselineKind = 2;
+        this.baselineValue = toBigInt(hi, lo);
+        break;
+      case F.Copies:
+        if (hi !== 0 || lo === 0) this.fail("copies must be an integer in [1, 2^32)");
+        this.copies = lo;
+        break;
       case F.BlockSize:
       case F.DpRank:
       case F.EventId: {
@@ -403,8 +477,11 @@ class DumpAssembler implements JsonHandler {
   literal(value: boolean | null): void {
     const f = this.valueField();
     if (f === F.Skip) return this.skipped();
-    if (f !== F.Parent || value !== null) this.fail(`unexpected ${String(value)}`);
-    this.parentKind = 1;
+    if (f === F.Parent && value === null) this.parentKind = 1;
+    else if (f === F.Seq && value === null) this.seqKind = 1;
+    else if (f === F.Baseline && value === null) this.baselineKind = 1;
+    else if (f === F.Complete && typeof value === "boolean") this.complete = value;
+    else this.fail(`unexpected ${String(value)}`);
     this.field = F.None;
   }
 }
@@ -419,10 +496,13 @@ export class DumpParser {
   private readonly limits: DumpParserLimits;
   bytes = 0;
 
-  /** `batch`: the typed fast path (see DumpBatchOptions); without it every event goes to `sink`. */
-  constructor(sink: DumpSink, limits: Partial<DumpParserLimits> = {}, batch?: DumpBatchOptions) {
+  /**
+   * `batch`: the typed fast path (see DumpBatchOptions); without it every event goes to `sink`.
+   * `cursors`: receives each model's cursors (without it they are read and dropped).
+   */
+  constructor(sink: DumpSink, limits: Partial<DumpParserLimits> = {}, batch?: DumpBatchOptions, cursors?: DumpCursorSink) {
     this.limits = { ...DEFAULT_PARSER_LIMITS, ...limits };
-    this.assembler = new DumpAssembler(sink, this.limits, () => this.bytes, batch ?? null);
+    this.assembler = new DumpAssembler(sink, this.limits, () => this.bytes, batch ?? null, cursors ?? null);
     this.tokenizer = new JsonTokenizer(this.assembler, this.limits);
   }
 

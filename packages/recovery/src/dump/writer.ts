@@ -1,4 +1,4 @@
-import type { DumpSource, RouterEvent } from "../types.ts";
+import type { DumpSource, RouterEvent, StreamCursor } from "../types.ts";
 
 // Streaming `/dump` writer (DESIGN.md §6). The body is produced chunk by chunk from the source's iterators
 // as the consumer pulls, so memory stays bounded by about one chunk (plus one event) however large the index
@@ -17,7 +17,6 @@ const F = {
   open: enc.encode("{"),
   modelOpen: enc.encode(':{"block_size":'),
   eventsOpen: enc.encode(',"events":['),
-  modelClose: enc.encode("]}"),
   close: enc.encode("}"),
   comma: enc.encode(","),
   worker: enc.encode('{"worker_id":'),
@@ -28,14 +27,24 @@ const F = {
   nextBlock: enc.encode(',{"block_hash":'),
   tokens: enc.encode(',"tokens_hash":'),
   dpRank: enc.encode(']}}},"dp_rank":'),
+  copies: enc.encode(',"copies":'),
+  cursorsOpen: enc.encode(',"cursors":['),
+  arrayClose: enc.encode("]"),
+  cursorWorker: enc.encode('{"worker_id":'),
+  cursorRank: enc.encode(',"dp_rank":'),
+  cursorSeq: enc.encode(',"seq":'),
+  cursorBaseline: enc.encode(',"baseline":'),
+  cursorComplete: enc.encode(',"complete":'),
+  true: enc.encode("true"),
+  false: enc.encode("false"),
   null: enc.encode("null"),
 };
 /** "0000".."9999" as ASCII, 4 bytes each. */
 const DIGITS4 = new Uint8Array(40000);
 for (let i = 0; i < 10000; i++) DIGITS4.set(enc.encode(String(i).padStart(4, "0")), i * 4);
 
-/** The most bytes one block can take: `,{"block_hash":<20>,"tokens_hash":<20>}`. */
-const MAX_BLOCK_BYTES = 15 + 20 + 15 + 20 + 1;
+/** The most bytes one block can take: `,{"block_hash":<20>,"tokens_hash":<20>,"copies":<10>}`. */
+const MAX_BLOCK_BYTES = 15 + 20 + 15 + 20 + 10 + 10 + 1;
 
 class ByteWriter {
   buf: Uint8Array;
@@ -160,11 +169,7 @@ class ByteWriter {
     this.raw(F.eventId);
     this.int(e.eventId);
     this.raw(F.parent);
-    if (e.parentHash === null) this.raw(F.null);
-    else {
-      this.ensure(20);
-      this.u64(e.parentHash);
-    }
+    this.optionalU64(e.parentHash);
     this.raw(F.blocks);
     const blocks = e.blocks;
     for (let i = 0; i < blocks.length; i++) {
@@ -174,11 +179,44 @@ class ByteWriter {
       this.u64(b.blockHash);
       this.raw(F.tokens);
       this.u64(b.tokensHash);
+      // Only when it says something: a dump of single copies keeps the shape every reader knows.
+      if (b.copies !== undefined && b.copies !== 1) {
+        this.raw(F.copies);
+        this.int(b.copies);
+      }
       this.buf[this.pos++] = 0x7d; // }
     }
     this.raw(F.dpRank);
     this.int(e.dpRank);
     this.raw(F.close);
+  }
+
+  /** `,"cursors":[...]` after a model's events (see StreamCursor). */
+  cursors(cs: Iterable<StreamCursor>): void {
+    this.raw(F.cursorsOpen);
+    let first = true;
+    for (const c of cs) {
+      if (!first) this.raw(F.comma);
+      first = false;
+      this.raw(F.cursorWorker);
+      this.string(c.workerId);
+      this.raw(F.cursorRank);
+      this.int(c.dpRank);
+      this.raw(F.cursorSeq);
+      this.optionalU64(c.seq);
+      this.raw(F.cursorBaseline);
+      this.optionalU64(c.baseline);
+      this.raw(F.cursorComplete);
+      this.raw(c.complete ? F.true : F.false);
+      this.raw(F.close);
+    }
+    this.raw(F.arrayClose);
+  }
+
+  private optionalU64(v: bigint | null): void {
+    if (v === null) return this.raw(F.null);
+    this.ensure(20);
+    this.u64(v);
   }
 }
 
@@ -213,7 +251,10 @@ export function* dumpChunks(source: DumpSource, chunkBytes = DUMP_CHUNK_BYTES): 
         if (w.pos >= chunkBytes) yield w.take();
       }
     }
-    w.raw(F.modelClose);
+    w.raw(F.arrayClose);
+    // After the events: each rank's cursor is read when its blocks are, so it is known only now.
+    if (m.cursors !== undefined) w.cursors(m.cursors());
+    w.raw(F.close);
   }
   w.raw(F.close);
   yield w.take();

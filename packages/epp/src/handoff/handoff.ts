@@ -1,0 +1,190 @@
+// The exact recovery handoff, for every worker rank (README "Exact recovery handoff"): the cursor each
+// rank's blocks are dumped with, the peer cursors a recovered dump brings, and the joiner's rule applied
+// to each rank's live stream afterwards. The seam to the rest of the EPP is narrow: it wraps the
+// indexers' DumpSource and DumpTarget, and it is the sink the listeners deliver to.
+import { parseWorkerKey, workerKey, type WorkerRef } from "@kv-epp/index-wasm";
+import { replayRange, type ListenerSignal, type SocketOptions } from "@kv-epp/kv-events";
+import type { DumpModel, DumpSource, DumpStaging, DumpTarget, StreamCursor } from "@kv-epp/recovery";
+import type { Logger } from "pino";
+import { Counter, type Registry } from "prom-client";
+import { HANDOFF_OUTCOMES, RankStream, type HandoffOutcome, type RankIndex } from "./rank-stream.ts";
+
+/** What the handoff needs from the indexers: the live model's dump (with a snapshot hook) and its index. */
+export type HandoffIndex = {
+  models(opts: { onSnapshot: (key: string, w: WorkerRef) => void }): Iterable<DumpModel>;
+  /** The workers the live model's index holds blocks for. */
+  workers(): WorkerRef[];
+  rank(w: WorkerRef): RankIndex;
+};
+
+export type HandoffOptions = {
+  /** The `"<model>:<tenant>"` key the workers' live events feed: the one model whose dump carries cursors. */
+  liveKey: string;
+  index: HandoffIndex;
+  /** The rank's replay endpoint, when it has one. */
+  replayEndpoint: (w: WorkerRef) => string | undefined;
+  replayTimeoutMs?: number;
+  socket?: SocketOptions;
+  registry: Registry;
+  log: Logger;
+};
+
+export type HandoffSummary = Record<HandoffOutcome | "pending", number>;
+
+export class StreamHandoff {
+  readonly #ranks = new Map<string, RankStream>();
+  readonly #outcomes: Counter<"outcome">;
+  readonly #droppedBlocks: Counter;
+
+  constructor(private readonly opts: HandoffOptions) {
+    this.#outcomes = new Counter({
+      name: "dynamo_epp_kv_handoff_total",
+      help: "worker ranks taken over from a recovered dump, by how the handoff to the live stream ended: exact, replayed (hole filled by replay), dropped (hole not replayable: blocks dropped), reset, unknown (peer had no complete view), overlap (peer without cursors)",
+      labelNames: ["outcome"],
+      registers: [opts.registry],
+    });
+    for (const o of HANDOFF_OUTCOMES) this.#outcomes.inc({ outcome: o }, 0);
+    this.#droppedBlocks = new Counter({
+      name: "dynamo_epp_kv_handoff_dropped_blocks_total",
+      help: "recovered blocks dropped because the handoff could not make them exact (unreplayable hole, reset, peer without a complete view)",
+      registers: [opts.registry],
+    });
+  }
+
+  /** The listeners' sink: every signal of a rank goes through its stream to the index. */
+  signal(w: WorkerRef, s: ListenerSignal): void {
+    this.#rank(w).onSignal(s);
+  }
+
+  /** The rank left the worker set (its listener closed): a new listener starts over. */
+  forget(w: WorkerRef): void {
+    const k = workerKey(w);
+    this.#ranks.get(k)?.close();
+    this.#ranks.delete(k);
+  }
+
+  get(w: WorkerRef): RankStream | undefined {
+    return this.#ranks.get(workerKey(w));
+  }
+
+  summary(): HandoffSummary {
+    const out = Object.fromEntries([...HANDOFF_OUTCOMES, "pending"].map((o) => [o, 0])) as HandoffSummary;
+    for (const r of this.#ranks.values()) if (r.handoff !== null) out[r.handoff]++;
+    return out;
+  }
+
+  /** The indexers' dump, with each rank's cursor read in the step its blocks are (live model only). */
+  source(): DumpSource {
+    const { liveKey, index } = this.opts;
+    const handoff = this;
+    return {
+      *models() {
+        const snapped = new Map<string, StreamCursor>();
+        for (const m of index.models({ onSnapshot: (key, w) => key === liveKey && snapped.set(workerKey(w), handoff.#cursorOf(w)) })) {
+          if (m.key !== liveKey) {
+            yield m;
+            continue;
+          }
+          let atStart = new Map<string, StreamCursor>();
+          let held = new Set<string>();
+          // In the same step as the index takes its list of workers (the first pull of its dump).
+          const begin = () => {
+            atStart = new Map([...handoff.#ranks].map(([k, r]) => [k, r.streamCursor()]));
+            held = new Set(index.workers().map(workerKey));
+          };
+          const json = m.eventsJson;
+          yield {
+            ...m,
+            events: startingWith(begin, m.events),
+            eventsJson: json && ((chunkBytes: number) => startingWith(begin, json(chunkBytes))),
+            cursors: () => {
+              const out: StreamCursor[] = [];
+              for (const k of new Set([...atStart.keys(), ...snapped.keys(), ...held])) {
+                const s = snapped.get(k);
+                if (s) out.push(s);
+                else if (held.has(k)) out.push(incomplete(k)); // removed before the dump reached it
+                else out.push(atStart.get(k)!); // no blocks when the dump began: its cursor then is theirs
+              }
+              return out;
+            },
+          };
+        }
+      },
+    };
+  }
+
+  /** The indexers' staging, which hands the peer's cursors for the live model to the ranks on commit. */
+  target(inner: DumpTarget): DumpTarget {
+    return {
+      begin: (): DumpStaging => {
+        const s = inner.begin();
+        let cursors: StreamCursor[] | null = null;
+        return {
+          apply: (key, blockSize, e) => s.apply(key, blockSize, e),
+          applyBatch: s.applyBatch && ((key, blockSize, b) => s.applyBatch!(key, blockSize, b)),
+          cursors: (key, cs) => {
+            if (key === this.opts.liveKey) cursors = cs;
+          },
+          commit: () => {
+            s.commit();
+            this.#adopt(cursors);
+          },
+          abort: () => s.abort(),
+        };
+      },
+    };
+  }
+
+  #adopt(cursors: StreamCursor[] | null): void {
+    const held = this.opts.index.workers();
+    if (cursors === null) {
+      // A peer from before cursors: its blocks stay, and the buffered events go on top (overlap).
+      for (const w of held) this.#rank(w).overlap();
+      if (held.length > 0) this.opts.log.warn({ ranks: held.length }, "recovered dump has no stream cursors (older peer): blocks kept, buffered events applied on top, views not known complete");
+      return;
+    }
+    const complete = new Set<string>();
+    for (const c of cursors) {
+      if (!c.complete || c.seq === null) continue;
+      const w = { workerId: c.workerId, dpRank: c.dpRank };
+      complete.add(workerKey(w));
+      this.#rank(w).adopt({ seq: c.seq, baseline: c.baseline });
+    }
+    // Blocks of a rank the peer did not know completely are not a view anyone can continue exactly.
+    for (const w of held) if (!complete.has(workerKey(w))) this.#rank(w).unknownToPeer();
+  }
+
+  #cursorOf(w: WorkerRef): StreamCursor {
+    return this.#ranks.get(workerKey(w))?.streamCursor() ?? { workerId: w.workerId, dpRank: w.dpRank, seq: null, baseline: null, complete: false };
+  }
+
+  #rank(w: WorkerRef): RankStream {
+    const k = workerKey(w);
+    let r = this.#ranks.get(k);
+    if (!r) {
+      const endpoint = this.opts.replayEndpoint(w);
+      const timeoutMs = this.opts.replayTimeoutMs;
+      r = new RankStream({
+        worker: { workerId: w.workerId, dpRank: w.dpRank },
+        index: this.opts.index.rank(w),
+        replay: endpoint ? (from, to) => replayRange({ endpoint, from, to, timeoutMs, socket: this.opts.socket }) : null,
+        log: this.opts.log,
+        onOutcome: (outcome, dropped) => {
+          this.#outcomes.inc({ outcome });
+          if (dropped > 0) this.#droppedBlocks.inc(dropped);
+        },
+      });
+      this.#ranks.set(k, r);
+    }
+    return r;
+  }
+}
+
+function* startingWith<T>(begin: () => void, inner: Iterable<T>): Generator<T> {
+  begin();
+  yield* inner;
+}
+
+function incomplete(key: string): StreamCursor {
+  return { ...parseWorkerKey(key), seq: null, baseline: null, complete: false };
+}

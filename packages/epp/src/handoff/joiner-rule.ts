@@ -1,0 +1,37 @@
+// The joiner's rule (README "Exact recovery handoff"): what to do with the first signal a worker rank's
+// listener delivers after this replica took over a view of that rank, given where that view stands in
+// the rank's stream. Pure, so every ordering of cursor, baseline and buffer can be checked on its own.
+
+/**
+ * Where the view stands. `seq`: the view equals the worker's cache after batch `seq` (a peer's complete
+ * cursor); `-1n` is the empty view of a publisher that has sent nothing yet (what a rank the dump did not
+ * know starts from: exact if the stream turns out to begin at 0, or can be replayed from 0).
+ */
+export type ViewAt = { seq: bigint };
+
+export type FirstSignal = { kind: "batch"; seq: bigint } | { kind: "reset" };
+
+export type Step =
+  /** Already in the view (seq <= cursor): drop the signal, keep waiting for the next one. */
+  | { kind: "skip" }
+  /** The next batch after the view: apply it and everything after it (exact, nothing applied twice). */
+  | { kind: "apply" }
+  /**
+   * The stream starts over at 0 (a publisher that started, or restarted, after the view's batch): the view is
+   * replaced by the stream from its beginning, which rebuilds the cache exactly whatever the view held.
+   */
+  | { kind: "restart" }
+  /** A hole: batches [from, to) reached nobody here; replay them, then apply this one (else drop the view). */
+  | { kind: "replay"; from: bigint; to: bigint }
+  /** The listener reset the rank (restart seen, gap it could not repair, overflow): the view goes with it. */
+  | { kind: "reset" };
+
+export function joinerStep(view: ViewAt, first: FirstSignal): Step {
+  if (first.kind === "reset") return { kind: "reset" };
+  const s = first.seq;
+  // Checked first: a batch 0 after a view at c >= 0 is a new stream (vLLM has no incarnation id to say so).
+  if (s === 0n) return view.seq < 0n ? { kind: "apply" } : { kind: "restart" };
+  if (s <= view.seq) return { kind: "skip" };
+  if (s === view.seq + 1n) return { kind: "apply" };
+  return { kind: "replay", from: view.seq + 1n, to: s };
+}

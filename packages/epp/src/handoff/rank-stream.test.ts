@@ -1,0 +1,170 @@
+// The joiner's rule over every ordering of the peer's cursor c, the first buffered seq s0 and what the
+// worker's replay buffer still holds, against a multiset model of the worker's cache (a batch applied
+// twice shows up as an extra copy). Exhaustive over positions for short streams, contents drawn by
+// fast-check; plus a worker restarting in the middle.
+import { describe, expect, test } from "bun:test";
+import fc from "fast-check";
+import type { KvEvent, ListenerSignal, ReplayRangeResult } from "@kv-epp/kv-events";
+import { encodeBatch } from "@kv-epp/kv-events";
+import pino from "pino";
+import { joinerStep } from "./joiner-rule.ts";
+import { RankStream, type HandoffOutcome } from "./rank-stream.ts";
+
+type Cache = Map<bigint, number>;
+
+function applyEvents(cache: Cache, events: KvEvent[]): void {
+  for (const e of events) {
+    if (e.type === "AllBlocksCleared") cache.clear();
+    else if (e.type === "BlockStored") for (const h of e.blockHashes) cache.set(h, (cache.get(h) ?? 0) + 1);
+    else
+      for (const h of e.blockHashes) {
+        const n = cache.get(h) ?? 0;
+        if (n <= 1) cache.delete(h);
+        else cache.set(h, n - 1);
+      }
+  }
+}
+
+const batchOf = (events: KvEvent[]) => ({ ts: 0, events, dataParallelRank: 0 });
+
+/** A stream's batches: each a few stores and removals over a small hash space (so removals hit). */
+const streamArb = (max: number) =>
+  fc.array(
+    fc.array(
+      fc.oneof(
+        fc.record({ type: fc.constant("BlockStored" as const), blockHashes: fc.array(fc.bigInt({ min: 1n, max: 6n }), { minLength: 1, maxLength: 3 }) }),
+        fc.record({ type: fc.constant("BlockRemoved" as const), blockHashes: fc.array(fc.bigInt({ min: 1n, max: 6n }), { minLength: 1, maxLength: 2 }) }),
+      ).map((e): KvEvent => (e.type === "BlockStored" ? { ...e, parentBlockHash: null, tokenIds: [], blockSize: 16, loraId: null, medium: "GPU" } : { ...e, medium: "GPU" })),
+      { minLength: 1, maxLength: 3 },
+    ),
+    { minLength: 0, maxLength: max },
+  );
+
+function truthAfter(stream: KvEvent[][], upTo: number, from = 0): Cache {
+  const c: Cache = new Map();
+  for (let i = from; i <= upTo; i++) applyEvents(c, stream[i]!);
+  return c;
+}
+
+/** A RankStream over a multiset index, with a replay endpoint holding [replayFrom, stream end) (null: none). */
+function harness(stream: KvEvent[][], replayFrom: number | null) {
+  const index: Cache = new Map();
+  const outcomes: HandoffOutcome[] = [];
+  const r = new RankStream({
+    worker: { workerId: "w", dpRank: 0 },
+    index: {
+      apply: (s) => (s.kind === "reset" ? index.clear() : applyEvents(index, s.batch.events)),
+      clear: () => index.clear(),
+      blocks: () => index.size,
+    },
+    replay:
+      replayFrom === null
+        ? null
+        : async (from, to): Promise<ReplayRangeResult> => {
+            if (Number(from) < replayFrom) return { kind: "uncovered", reason: "short", got: 0 };
+            const batches = [];
+            for (let i = Number(from); i < Number(to); i++) batches.push({ seq: BigInt(i), payload: Buffer.from(encodeBatch(batchOf(stream[i]!))) });
+            return { kind: "covered", batches };
+          },
+    log: pino({ level: "silent" }),
+    onOutcome: (o) => outcomes.push(o),
+  });
+  return { r, index, outcomes };
+}
+
+/** Lets a replay answer (the fake one resolves within a few microtasks). */
+const settle = async () => {
+  for (let i = 0; i < 5; i++) await Promise.resolve();
+};
+const batch = (stream: KvEvent[][], i: number): ListenerSignal => ({ kind: "batch", seq: BigInt(i), batch: batchOf(stream[i]!) });
+
+describe("the joiner's rule", () => {
+  test("the step for every (cursor, first seq) pair", () => {
+    for (let c = -1n; c < 6n; c++)
+      for (let s = 0n; s < 8n; s++) {
+        const step = joinerStep({ seq: c }, { kind: "batch", seq: s });
+        if (s === 0n) expect(step.kind).toBe(c < 0n ? "apply" : "restart");
+        else if (s <= c) expect(step.kind).toBe("skip");
+        else if (s === c + 1n) expect(step.kind).toBe("apply");
+        else expect(step).toEqual({ kind: "replay", from: c + 1n, to: s });
+      }
+    expect(joinerStep({ seq: 3n }, { kind: "reset" }).kind).toBe("reset");
+  });
+
+  test("every ordering of peer cursor, first buffered seq and replay coverage ends exact, or dropped and known incomplete", async () => {
+    await fc.assert(
+      fc.asyncProperty(streamArb(6), fc.boolean(), async (stream, replayAnswersFirst) => {
+        const n = stream.length;
+        // c = -1: no view taken over (a rank the dump did not know); replayFrom = n + 1: no replay endpoint
+        for (let c = -1; c < n; c++)
+          for (let s0 = 0; s0 <= n; s0++)
+            for (let replayFrom = 0; replayFrom <= n + 1; replayFrom++) {
+              const h = harness(stream, replayFrom > n ? null : replayFrom);
+              const fromPeer = c >= 0;
+              if (fromPeer) {
+                for (const [k, v] of truthAfter(stream, c)) h.index.set(k, v);
+                h.r.adopt({ seq: BigInt(c), baseline: 0n });
+              }
+              for (let i = s0; i < n; i++) {
+                h.r.onSignal(batch(stream, i));
+                // a replay answers before the next batches arrive, or they queue behind it
+                if (i === s0 && replayAnswersFirst) await settle();
+              }
+              await settle();
+              const where = `c=${c} s0=${s0} replayFrom=${replayFrom}`;
+              const expectExact = (outcome: HandoffOutcome | null) => {
+                expect(h.index, where).toEqual(truthAfter(stream, n - 1));
+                expect(h.r.cursor, where).toMatchObject({ seq: BigInt(n - 1), complete: true });
+                expect(h.outcomes, where).toEqual(outcome ? [outcome] : []);
+              };
+              if (s0 === n) {
+                // nothing heard since: the view is what was taken over, at its cursor
+                expect(h.index, where).toEqual(fromPeer ? truthAfter(stream, c) : new Map());
+                expect(h.r.cursor, where).toEqual(fromPeer ? { seq: BigInt(c), baseline: 0n, complete: true } : { seq: null, baseline: null, complete: false });
+                expect(h.outcomes, where).toEqual([]);
+              } else if (s0 === 0) expectExact(fromPeer ? "reset" : null); // the stream from its start rebuilds the view
+              // everything buffered was already in the view (c = n - 1): still pending, nothing applied twice
+              else if (s0 <= c + 1) expectExact(c < n - 1 ? "exact" : null);
+              else if (replayFrom <= n && replayFrom <= c + 1) expectExact(fromPeer ? "replayed" : null);
+              else {
+                // The hole reached nobody: what is known is the stream from s0 on, and it says so.
+                expect(h.index, where).toEqual(truthAfter(stream, n - 1, s0));
+                expect(h.r.cursor, where).toMatchObject({ seq: BigInt(n - 1), baseline: BigInt(s0), complete: false });
+                expect(h.outcomes, where).toEqual(fromPeer ? ["dropped"] : []);
+              }
+            }
+      }),
+      { numRuns: 40 },
+    );
+  });
+
+  test("a worker restarting mid-recovery: the rank is reset, and the new stream decides (complete from its seq 0)", async () => {
+    await fc.assert(
+      fc.asyncProperty(streamArb(5), streamArb(5), fc.nat(), fc.nat(), async (before, after, cRaw, firstAfterRaw) => {
+        fc.pre(before.length > 0 && after.length > 0);
+        const c = cRaw % before.length;
+        const firstAfter = firstAfterRaw % after.length; // the joiner's listener may miss the new stream's start
+        const h = harness(after, null);
+        for (const [k, v] of truthAfter(before, c)) h.index.set(k, v);
+        h.r.adopt({ seq: BigInt(c), baseline: 0n });
+        // Buffered: the old stream after c (what the listener got), the restart, the new stream.
+        for (let i = c + 1; i < before.length; i++) h.r.onSignal(batch(before, i));
+        h.r.onSignal({ kind: "reset", reason: "restarted" });
+        for (let i = firstAfter; i < after.length; i++) h.r.onSignal(batch(after, i));
+        await settle();
+        expect(h.index).toEqual(truthAfter(after, after.length - 1, firstAfter));
+        expect(h.r.cursor.complete).toBe(firstAfter === 0);
+        expect(h.outcomes).toEqual([c + 1 < before.length ? "exact" : "reset"]);
+      }),
+      { numRuns: 200 },
+    );
+  });
+
+  test("AllBlocksCleared makes an incomplete view complete from there", () => {
+    const h = harness([], null);
+    h.r.onSignal({ kind: "batch", seq: 7n, batch: batchOf([{ type: "BlockRemoved", blockHashes: [1n], medium: "GPU" }]) });
+    expect(h.r.cursor).toEqual({ seq: 7n, baseline: 7n, complete: false });
+    h.r.onSignal({ kind: "batch", seq: 8n, batch: batchOf([{ type: "AllBlocksCleared" }]) });
+    expect(h.r.cursor).toEqual({ seq: 8n, baseline: 8n, complete: true });
+  });
+});

@@ -1,0 +1,201 @@
+// One worker rank's stream as this replica follows it: where its view stands (the cursor /dump carries),
+// and the handoff from a view taken over (a peer's dump, or nothing) to the live stream, by the joiner's
+// rule. Every signal of the rank's listener passes through here on its way to the index.
+import type { WorkerRef } from "@kv-epp/index-wasm";
+import { decodeBatch, type KvEventBatch, type ListenerSignal, type ReplayRangeResult } from "@kv-epp/kv-events";
+import type { StreamCursor } from "@kv-epp/recovery";
+import type { Logger } from "pino";
+import { joinerStep } from "./joiner-rule.ts";
+
+/**
+ * What became of a view taken over from a peer: `exact` (the stream continued right after its cursor),
+ * `replayed` (a hole filled from the worker's replay endpoint), `dropped` (a hole nobody could fill: the
+ * rank's blocks dropped), `reset` (the listener reset the rank, or the stream started over at 0, before
+ * the handoff was decided), `unknown` (the peer had no complete view: its blocks were not kept),
+ * `overlap` (a peer whose dump has no cursors: its blocks kept and every buffered event applied on top).
+ */
+export type HandoffOutcome = "exact" | "replayed" | "dropped" | "reset" | "unknown" | "overlap";
+export const HANDOFF_OUTCOMES: readonly HandoffOutcome[] = ["exact", "replayed", "dropped", "reset", "unknown", "overlap"];
+
+export type Cursor = { seq: bigint | null; baseline: bigint | null; complete: boolean };
+
+/** The rank's view in the index: apply a listener signal, drop the rank's blocks, count them. */
+export type RankIndex = { apply(signal: ListenerSignal): void; clear(): void; blocks(): number };
+
+export type RankStreamDeps = {
+  worker: WorkerRef;
+  index: RankIndex;
+  /** Asks the worker's replay endpoint for [from, to); null when the rank has none. */
+  replay: ((from: bigint, to: bigint) => Promise<ReplayRangeResult>) | null;
+  log: Logger;
+  /** Once per view taken over from a peer, when its handoff is decided. */
+  onOutcome: (outcome: HandoffOutcome, droppedBlocks: number) => void;
+};
+
+type Phase =
+  /** Until the first signal decides: the view equals the cache after batch `at` (-1: the empty view before 0). */
+  | { kind: "waiting"; at: bigint; fromPeer: boolean }
+  /** A hole is being replayed; signals meanwhile wait their turn. */
+  | { kind: "replaying"; queue: ListenerSignal[] }
+  | { kind: "live" };
+
+export type RankCounters = { replays: number; replayedBatches: number; replayFailures: number; skipped: number; droppedBlocks: number; resets: number };
+
+export class RankStream {
+  #phase: Phase = { kind: "waiting", at: -1n, fromPeer: false };
+  #cursor: Cursor = { seq: null, baseline: null, complete: false };
+  #closed = false;
+  /** The handoff of a view taken over from a peer: undecided ("pending"), its outcome, or none taken over. */
+  handoff: HandoffOutcome | "pending" | null = null;
+  readonly counters: RankCounters = { replays: 0, replayedBatches: 0, replayFailures: 0, skipped: 0, droppedBlocks: 0, resets: 0 };
+
+  constructor(private readonly deps: RankStreamDeps) {}
+
+  get cursor(): Readonly<Cursor> {
+    return this.#cursor;
+  }
+
+  get phase(): Phase["kind"] {
+    return this.#phase.kind;
+  }
+
+  /** The cursor as /dump carries it, read in the same step as the rank's blocks. */
+  streamCursor(): StreamCursor {
+    const c = this.#cursor;
+    return { workerId: this.deps.worker.workerId, dpRank: this.deps.worker.dpRank, seq: c.seq, baseline: c.baseline, complete: c.complete };
+  }
+
+  /** The index now holds a peer's complete view of this rank at `peer.seq`; the next signals decide the rest. */
+  adopt(peer: { seq: bigint; baseline: bigint | null }): void {
+    this.#phase = { kind: "waiting", at: peer.seq, fromPeer: true };
+    this.#cursor = { seq: peer.seq, baseline: peer.baseline, complete: true };
+    this.handoff = "pending";
+  }
+
+  /** The peer had blocks of this rank but no complete view: they are not kept, the live stream decides. */
+  unknownToPeer(): void {
+    const dropped = this.deps.index.blocks();
+    this.deps.index.clear();
+    this.#phase = { kind: "waiting", at: -1n, fromPeer: false };
+    this.#cursor = { seq: null, baseline: null, complete: false };
+    this.#decide("unknown", dropped);
+  }
+
+  /** A peer without cursors: its blocks stay and every buffered event goes on top (as before cursors). */
+  overlap(): void {
+    this.#phase = { kind: "live" };
+    this.#cursor = { seq: null, baseline: null, complete: false };
+    this.#decide("overlap", 0);
+  }
+
+  /** The rank left: a replay still running is ignored when it ends. */
+  close(): void {
+    this.#closed = true;
+  }
+
+  onSignal(s: ListenerSignal): void {
+    const p = this.#phase;
+    if (p.kind === "replaying") return void p.queue.push(s);
+    if (p.kind === "live") return this.#live(s);
+    const step = joinerStep({ seq: p.at }, s.kind === "batch" ? { kind: "batch", seq: s.seq } : { kind: "reset" });
+    switch (step.kind) {
+      case "skip":
+        this.counters.skipped++;
+        return;
+      case "apply":
+        if (p.at < 0n) this.#cursor = { seq: null, baseline: 0n, complete: true };
+        if (p.fromPeer) this.#decide("exact", 0);
+        this.#phase = { kind: "live" };
+        return this.#live(s);
+      case "restart": {
+        // The stream starts over: whatever the view held goes, the stream from 0 rebuilds it exactly.
+        const dropped = this.deps.index.blocks();
+        this.deps.index.clear();
+        this.#cursor = { seq: null, baseline: 0n, complete: true };
+        if (p.fromPeer) this.#decide("reset", dropped);
+        this.#phase = { kind: "live" };
+        return this.#live(s);
+      }
+      case "reset":
+        if (p.fromPeer) this.#decide("reset", this.deps.index.blocks());
+        this.#phase = { kind: "live" };
+        return this.#live(s);
+      case "replay":
+        return this.#replay(step.from, step.to, p.fromPeer, s);
+    }
+  }
+
+  #live(s: ListenerSignal): void {
+    const c = this.#cursor;
+    if (s.kind === "reset") {
+      this.counters.resets++;
+      this.deps.index.apply(s);
+      this.#cursor = { seq: c.seq, baseline: null, complete: false };
+      // A restarted publisher's stream may still be complete from its start: look again, as for a new rank.
+      if (s.reason === "restarted") this.#phase = { kind: "waiting", at: -1n, fromPeer: false };
+      return;
+    }
+    this.deps.index.apply(s);
+    let complete = c.complete && (c.seq === null || s.seq === c.seq + 1n);
+    let baseline = c.baseline;
+    // After AllBlocksCleared the worker's cache is empty: from here the view is exact whatever came before.
+    if (clears(s.batch)) {
+      complete = true;
+      baseline = s.seq;
+    }
+    this.#cursor = { seq: s.seq, baseline: complete ? baseline : (baseline ?? s.seq), complete };
+  }
+
+  #replay(from: bigint, to: bigint, fromPeer: boolean, trigger: ListenerSignal): void {
+    const queue = [trigger];
+    this.#phase = { kind: "replaying", queue };
+    const replay = this.deps.replay;
+    if (replay !== null) this.counters.replays++;
+    const done = (r: ReplayRangeResult) => {
+      if (this.#closed) return;
+      let batches: { seq: bigint; batch: KvEventBatch }[] | null = null;
+      if (r.kind === "covered") {
+        try {
+          batches = r.batches.map((b) => ({ seq: b.seq, batch: decodeBatch(b.payload) }));
+        } catch {
+          batches = null;
+        }
+      }
+      if (batches !== null) {
+        this.counters.replayedBatches += batches.length;
+        if (!fromPeer) this.#cursor = { seq: null, baseline: 0n, complete: true };
+        else this.#decide("replayed", 0);
+        this.#phase = { kind: "live" };
+        for (const b of batches) this.#live({ kind: "batch", seq: b.seq, batch: b.batch });
+      } else {
+        this.counters.replayFailures++;
+        const dropped = this.deps.index.blocks();
+        if (dropped > 0) this.deps.index.clear();
+        this.#cursor = { seq: null, baseline: to, complete: false };
+        const why = r.kind === "uncovered" ? r.reason : "malformed";
+        const got = r.kind === "uncovered" ? r.got : r.batches.length;
+        // Expected when a replica starts after its workers without a replay endpoint: not worth a warning then.
+        this.deps.log[fromPeer || replay !== null ? "warn" : "info"](
+          { worker: this.deps.worker.workerId, rank: this.deps.worker.dpRank, cursor: (from - 1n).toString(), firstSeq: to.toString(), missing: Number(to - from), replayed: got, reason: replay ? why : "no replay endpoint", droppedBlocks: dropped },
+          fromPeer ? "hole after the recovered cursor not replayable: the rank's recovered blocks are dropped" : "stream did not start at 0 and could not be replayed from 0: the rank's view is incomplete",
+        );
+        if (fromPeer) this.#decide("dropped", dropped);
+        this.#phase = { kind: "live" };
+      }
+      for (const s of queue) this.onSignal(s);
+    };
+    if (replay === null) return done({ kind: "uncovered", reason: "short", got: 0 });
+    void replay(from, to).then(done, () => done({ kind: "uncovered", reason: "timeout", got: 0 }));
+  }
+
+  #decide(outcome: HandoffOutcome, droppedBlocks: number): void {
+    this.handoff = outcome;
+    this.counters.droppedBlocks += droppedBlocks;
+    this.deps.onOutcome(outcome, droppedBlocks);
+  }
+}
+
+function clears(batch: KvEventBatch): boolean {
+  for (const e of batch.events) if (e.type === "AllBlocksCleared") return true;
+  return false;
+}
