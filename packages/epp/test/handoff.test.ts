@@ -201,11 +201,16 @@ test("without a replay endpoint the hole cannot be filled: the ranks' blocks are
   const c = await cluster("127.0.4.95", { replay: false });
   const a = await startTestEpp(c.direct);
   cleanups.push(() => a.stop({ graceMs: 200 }));
-  // A's view must be complete to hand over: it saw every rank from seq 0 (traffic starts after it subscribed).
+  // A's view must be complete to hand over. Without replay, a stream caught after its seq 0 is not (the
+  // subscription lands a moment after the handshake): a cache reset (AllBlocksCleared) makes it so.
+  await waitFor(async () => {
+    for (const m of c.mocks) await fetch(`${m.url}/reset_prefix_cache`, { method: "POST" });
+    await Bun.sleep(20);
+    return (await workersOf(a)).every((r) => r.complete);
+  }, { message: "A's view of every rank complete" });
   const load = traffic(c);
   cleanups.push(() => load.stop());
   await waitFor(() => load.sent() > 100, { message: "traffic under way" });
-  expect((await workersOf(a)).every((r) => r.complete)).toBe(true);
   const held = [await heldSubscriptions("127.0.4.96", 5557, "127.0.4.95", 5557), await heldSubscriptions("127.0.4.96", 5567, "127.0.4.95", 5567)];
   const viaProxy = c.direct.map((w) => ({ ...w, kvEvents: w.kvEvents.replace("127.0.4.95", "127.0.4.96") }));
   const b = await startTestEpp(viaProxy, { peers: [selectionUrl(a)], flags: ["--subscribe-wait-ms", "50"] });

@@ -59,7 +59,11 @@ type Held = { seq: bigint; payload: Buffer };
 type SeqState =
   | { kind: "fresh" }
   | { kind: "live"; next: bigint }
-  | { kind: "replaying"; from: bigint; held: Held[]; got: Held[]; timer: ReturnType<typeof setTimeout> };
+  /**
+   * `check`: the batch before the gap, as applied; a replay asked from its seq must return it unchanged,
+   * or the publisher is another process than before (a restart that got past our seq while we reconnected).
+   */
+  | { kind: "replaying"; from: bigint; held: Held[]; got: Held[]; timer: ReturnType<typeof setTimeout>; check?: Held };
 
 const MAX_HELD = 100_000;
 
@@ -86,6 +90,9 @@ export class KvEventListener {
   private sink: ((s: ListenerSignal) => void) | undefined;
   private buffered: ListenerSignal[] = [];
   private closed = false;
+  /** The last batch delivered, and whether a connection came up since: see onSequenced. */
+  private last: Held | undefined;
+  private reconnected = false;
   private readonly log: Logger;
 
   constructor(readonly opts: ListenerOptions) {
@@ -115,7 +122,10 @@ export class KvEventListener {
     if (this.sub || this.closed) return;
     const sub = new SubSocket({ logger: this.opts.logger, heartbeat: LISTENER_HEARTBEAT, ...this.opts.socket });
     sub.onMessage((frames) => this.onMessage(frames));
-    sub.onPeer((up, peer) => this.log.info({ peer }, up ? "publisher connected" : "publisher disconnected"));
+    sub.onPeer((up, peer) => {
+      if (up) this.reconnected = true;
+      this.log.info({ peer }, up ? "publisher connected" : "publisher disconnected");
+    });
     sub.subscribe(this.opts.topic ?? "");
     sub.connect(this.opts.endpoint);
     this.sub = sub;
@@ -149,6 +159,9 @@ export class KvEventListener {
 
   private onSequenced(m: Held): void {
     const st = this.state;
+    // Only the first message of a new connection can come from another publisher process.
+    const firstOfConnection = this.reconnected;
+    this.reconnected = false;
     switch (st.kind) {
       case "fresh":
         return this.deliver(m);
@@ -170,7 +183,10 @@ export class KvEventListener {
         }
         this.counters.gaps++;
         this.log.warn({ seq: st.next.toString(), events: Number(m.seq - st.next) }, "seq gap");
-        if (this.opts.replayEndpoint && !this.closed) return this.startReplay(st.next, m);
+        // vLLM has no publisher incarnation id: after a reconnect, a restarted publisher that already got
+        // past our seq looks like a gap, and its own replay buffer would "cover" it. Asking from the batch we
+        // applied last tells them apart: the same process replays it byte for byte, a new one does not.
+        if (this.opts.replayEndpoint && !this.closed) return this.startReplay(firstOfConnection && this.last ? this.last.seq : st.next, m, firstOfConnection ? this.last : undefined);
         this.reset("gap-unrecovered");
         return this.deliver(m);
     }
@@ -178,6 +194,7 @@ export class KvEventListener {
 
   private deliver(m: Held): void {
     this.state = { kind: "live", next: m.seq + 1n };
+    this.last = m;
     let batch: KvEventBatch;
     try {
       batch = decodeBatch(m.payload, this.counters);
@@ -219,7 +236,7 @@ export class KvEventListener {
     this.buffered.push(s);
   }
 
-  private startReplay(from: bigint, trigger: Held): void {
+  private startReplay(from: bigint, trigger: Held, check?: Held): void {
     this.counters.replays++;
     if (!this.dealer) {
       this.dealer = new DealerSocket({ logger: this.opts.logger, ...this.opts.socket });
@@ -228,7 +245,7 @@ export class KvEventListener {
     }
     const timer = setTimeout(() => this.finishReplay(false), this.opts.replayTimeoutMs ?? 2000);
     timer.unref?.();
-    this.state = { kind: "replaying", from, held: [trigger], got: [], timer };
+    this.state = { kind: "replaying", from, held: [trigger], got: [], timer, check };
     this.dealer.send([Buffer.alloc(0), encodeSeq(from)]);
   }
 
@@ -254,6 +271,19 @@ export class KvEventListener {
     let covered = answered && got.length === Number(firstHeld - st.from);
     for (let i = 0; covered && i < got.length; i++) if (got[i]!.seq !== st.from + BigInt(i)) covered = false;
     const held = st.held;
+    if (covered && st.check) {
+      const same = got[0]!.payload.equals(st.check.payload);
+      got.shift(); // already applied
+      if (!same) {
+        // Another publisher process: what we hold is gone, its stream starts over for us here.
+        this.counters.restarts++;
+        this.log.warn({ seq: st.check.seq.toString() }, "publisher restarted (a replayed batch differs from the one applied)");
+        this.reset("restarted");
+        this.state = { kind: "fresh" };
+        for (const h of held) this.onSequenced(h);
+        return;
+      }
+    }
     if (covered) {
       this.counters.replayedBatches += got.length;
       this.state = { kind: "live", next: st.from };

@@ -163,6 +163,39 @@ describe("KvEventListener", () => {
     expect(l.counters.restarts).toBe(1);
   });
 
+  test("a restart that got past our seq while we reconnected is told from a gap: the replayed last batch differs", async () => {
+    let pub = await publisher({ replay: true });
+    const { endpoint, replayEndpoint } = { endpoint: pub.endpoint, replayEndpoint: pub.replayEndpoint! };
+    const [l, got] = listen({ endpoint, replayEndpoint });
+    await publishUntil(pub, got, 3);
+    const applied = got.length;
+    await pub.close();
+    await waitUntil(() => !l.connected);
+    // The new process (same endpoints) publishes far past our seq before the listener is back.
+    pub = await KvEventPublisher.bind({ endpoint, replayEndpoint });
+    cleanups.push(() => pub.close());
+    for (let i = 0; i < 30; i++) pub.publish({ ...batch(i), ts: 1000 + i });
+    await publishUntil(pub, got, applied + 2);
+    // Not a gap "covered" by the new process's buffer: a restart, then its stream from the first batch seen.
+    expect(got[applied]).toEqual({ kind: "reset", reason: "restarted" });
+    expect(l.counters.restarts).toBe(1);
+    const next = got[applied + 1]!;
+    expect(next.kind === "batch" && next.seq >= 30n).toBe(true);
+  });
+
+  test("after a reconnect, a gap in the same publisher's stream is still filled by replay (its last batch replays unchanged)", async () => {
+    const pub = await publisher({ replay: true });
+    const proxy = await TcpProxy.start(pub.endpoint);
+    cleanups.push(() => proxy.close());
+    const [l, got] = listen({ endpoint: proxy.endpoint, replayEndpoint: pub.replayEndpoint! });
+    await publishUntil(pub, got, 3);
+    await loseWhileCut(pub, proxy, l, 5);
+    await publishUntil(pub, got, 3 + 5 + 1);
+    expect(got.every((s) => s.kind === "batch")).toBe(true);
+    expect(seqs(got)).toEqual(seqs(got).map((_, i) => Number((got[0] as { seq: bigint }).seq) + i));
+    expect(l.counters.restarts).toBe(0);
+  });
+
   test("a publisher restart seen while a replay is in flight is reported as 'restarted', the new process's batches delivered", async () => {
     // Hand-driven publisher and replay endpoint, to restart the seqs exactly while the replay is open.
     const pub = new PubSocket();

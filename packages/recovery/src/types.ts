@@ -3,7 +3,10 @@ import type { DumpBatch } from "./dump/batch.ts";
 // The narrow interface through which recovery sees the index (DESIGN.md §2: recovery knows the index only
 // through "apply events, dump events"). u64 values are always bigint, never JS numbers (DESIGN.md §3).
 
-/** `copies`: how many copies of the block the worker rank holds (absent: 1). */
+/**
+ * `copies`: how many copies of the block the worker rank holds (absent: 1; 0: not held itself, but on the
+ * path of held blocks below it, as an index that keeps a child whose parent was evicted dumps it).
+ */
 export type StoredBlockRef = { blockHash: bigint; tokensHash: bigint; copies?: number };
 
 /**

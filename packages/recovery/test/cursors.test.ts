@@ -11,7 +11,7 @@ import { readAll } from "./helpers.ts";
 const U64_MAX = 0xffff_ffff_ffff_ffffn;
 
 const events: RouterEvent[] = [
-  { workerId: "w-1", dpRank: 0, eventId: 0, parentHash: null, blocks: [{ blockHash: U64_MAX, tokensHash: 5n, copies: 3 }, { blockHash: 7n, tokensHash: 8n }] },
+  { workerId: "w-1", dpRank: 0, eventId: 0, parentHash: null, blocks: [{ blockHash: U64_MAX, tokensHash: 5n, copies: 3 }, { blockHash: 7n, tokensHash: 8n }, { blockHash: 11n, tokensHash: 12n, copies: 0 }] },
   { workerId: "w-2", dpRank: 1, eventId: 1, parentHash: 1n << 63n, blocks: [{ blockHash: 9n, tokensHash: 10n, copies: 4_294_967_295 }] },
 ];
 const cursors: StreamCursor[] = [
@@ -43,7 +43,7 @@ function parse(body: Uint8Array, typed: boolean, chunk = Infinity): Parsed {
 describe("/dump cursors and copies", () => {
   test("are written after the model's events, copies only where not 1", async () => {
     const text = new TextDecoder().decode(await readAll(dumpStream(source(true))));
-    expect(text).toContain('{"block_hash":18446744073709551615,"tokens_hash":5,"copies":3},{"block_hash":7,"tokens_hash":8}]');
+    expect(text).toContain('{"block_hash":18446744073709551615,"tokens_hash":5,"copies":3},{"block_hash":7,"tokens_hash":8},{"block_hash":11,"tokens_hash":12,"copies":0}]');
     expect(text).toContain(
       '"dp_rank":1}],"cursors":[{"worker_id":"w-1","dp_rank":0,"seq":18446744073709551614,"baseline":0,"complete":true},' +
         '{"worker_id":"w-2","dp_rank":1,"seq":null,"baseline":null,"complete":false},{"worker_id":"w-\\"3\\"","dp_rank":2,"seq":12,"baseline":4,"complete":false}]}',
@@ -66,7 +66,7 @@ describe("/dump cursors and copies", () => {
     const body = '{"m":{"cursors":[{"complete":true,"x":[1,{"seq":3}],"seq":5,"dp_rank":0,"worker_id":"w"}],"block_size":4,"events":[]}}';
     expect(parse(new TextEncoder().encode(body), false).cursors).toEqual([["m", [{ workerId: "w", dpRank: 0, seq: 5n, baseline: null, complete: true }]]]);
     expect(() => parse(new TextEncoder().encode('{"m":{"block_size":4,"cursors":[{"worker_id":"w","dp_rank":0}]}}'), false)).toThrow(/cursor needs/);
-    expect(() => parse(new TextEncoder().encode('{"m":{"block_size":4,"events":[{"worker_id":"w","dp_rank":0,"event":{"event_id":0,"data":{"stored":{"parent_hash":null,"blocks":[{"block_hash":1,"tokens_hash":2,"copies":0}]}}}}]}}'), false)).toThrow(/copies/);
+    expect(() => parse(new TextEncoder().encode('{"m":{"block_size":4,"events":[{"worker_id":"w","dp_rank":0,"event":{"event_id":0,"data":{"stored":{"parent_hash":null,"blocks":[{"block_hash":1,"tokens_hash":2,"copies":4294967296}]}}}}]}}'), false)).toThrow(/copies/);
   });
 
   test("a parser from before cursors and copies still reads every event of such a dump", async () => {

@@ -68,7 +68,8 @@ export async function fetchIndexView(selectionUrl: string, opts: { model?: strin
     if (!blocks) view.set(name, (blocks = new Map()));
     let parent = event.parentHash;
     for (const b of event.blocks) {
-      blocks.set(b.blockHash, { parent, tokensHash: b.tokensHash, copies: (b as { copies?: number }).copies ?? 1 });
+      // copies 0: a record on the path of held blocks, not a block the worker holds
+      if (b.copies !== 0) blocks.set(b.blockHash, { parent, tokensHash: b.tokensHash, copies: b.copies ?? 1 });
       parent = b.blockHash;
     }
   }

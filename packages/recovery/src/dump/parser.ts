@@ -362,7 +362,7 @@ class DumpAssembler implements JsonHandler {
     if (buf[j] !== 0x7d) {
       if (!bytesAt(BLOCK_COPIES, buf, j)) return -1;
       j = scanU64(buf, j + BLOCK_COPIES.length, p);
-      if (j < 0 || j >= buf.length || buf[j] !== 0x7d || p.hi !== 0 || p.lo === 0) return -1;
+      if (j < 0 || j >= buf.length || buf[j] !== 0x7d || p.hi !== 0) return -1;
       copies = p.lo;
     }
     this.checkBlockLimit();
@@ -444,7 +444,7 @@ class DumpAssembler implements JsonHandler {
         this.baselineValue = toBigInt(hi, lo);
         break;
       case F.Copies:
-        if (hi !== 0 || lo === 0) this.fail("copies must be an integer in [1, 2^32)");
+        if (hi !== 0) this.fail("copies must be an integer below 2^32");
         this.copies = lo;
         break;
       case F.BlockSize:
