@@ -12,7 +12,7 @@ describe("config", () => {
     expect(c.recoveryTimeoutMs).toBe(30000);
     expect(c.workers).toEqual({ mode: "static", list: [{ id: "a", address: "127.0.4.1:8000", kvEvents: "tcp://127.0.4.1:5557", dpSize: 1 }] });
     expect(c.recovery).toEqual({ mode: "static", peers: ["http://127.0.4.2:9093"] });
-    expect(c.model).toEqual({ name: "test-model", tenant: "default", blockSize: 16 });
+    expect(c.model).toEqual({ name: "test-model", tenant: "default", blockSize: 16, loraAdapters: [] });
     expect(c.kvHeartbeatMs).toBe(5000);
     // As GAIE's EPP: TLS unless told otherwise, with a certificate of its own when given none.
     expect(c.tls).toEqual({ mode: "self-signed" });

@@ -38,6 +38,7 @@ export const OPTIONS = {
   podIp: { flag: "pod-ip", env: "POD_IP", kind: "string", help: "this replica's own IP (excluded from peers)" },
   model: { flag: "model", env: "DYN_EPP_MODEL", kind: "string", default: "default", help: "model name (Kubernetes mode)" },
   tenant: { flag: "tenant", env: "DYN_EPP_TENANT", kind: "string", default: "default", help: "tenant of the indexer key" },
+  loraAdapters: { flag: "lora-adapters", env: "DYN_EPP_LORA_ADAPTERS", kind: "string", help: "LoRA adapter names served by the model, comma-separated (more are learned from events' lora_name)" },
   blockSize: { flag: "block-size", env: "DYN_EPP_BLOCK_SIZE", kind: "int", default: "16", help: "KV block size in tokens (Kubernetes mode)" },
   kvEventsPort: { flag: "kv-events-port", env: "DYN_EPP_KV_EVENTS_PORT", kind: "port", default: "5557", help: "workers' KV event port (rank r: +r)" },
   kvReplayPort: { flag: "kv-replay-port", env: "DYN_EPP_KV_REPLAY_PORT", kind: "port", help: "workers' KV replay port (rank r: +r)" },
@@ -96,6 +97,7 @@ export const StaticFile = z.object({
   tenant: z.string().min(1).default("default"),
   blockSize: z.number().int().min(1).max(4096),
   tokenizerDir: z.string().optional(),
+  loraAdapters: z.array(z.string().min(1)).default([]),
   workers: z
     .array(WorkerEntry)
     .default([])
@@ -104,6 +106,11 @@ export const StaticFile = z.object({
 });
 export type StaticWorker = z.infer<typeof WorkerEntry>;
 export type StaticFileConfig = z.infer<typeof StaticFile>;
+
+/** "a, b,,c" -> ["a", "b", "c"]. */
+function splitList(v: string | undefined): string[] {
+  return (v ?? "").split(",").map((x) => x.trim()).filter((x) => x.length > 0);
+}
 
 export type BodyMode = "auto" | "buffered" | "full-duplex";
 
@@ -125,7 +132,8 @@ export type ReplicaAggConfig =
 export type EppConfig = {
   listen: string;
   ports: { grpc: number; grpcHealth: number; metrics: number; replicaAgg: number; selection: number };
-  model: { name: string; tenant: string; blockSize: number };
+  /** `loraAdapters`: names a request's `model` may give to run in an adapter's identity. */
+  model: { name: string; tenant: string; blockSize: number; loraAdapters: string[] };
   tokenizerDir?: string;
   workers:
     | { mode: "static"; list: StaticWorker[] }
@@ -305,9 +313,12 @@ export function parseConfig(argv: string[], env: Record<string, string | undefin
       replicaAgg: replicaAggPort,
       selection: get<number>("selectionPort")!,
     },
-    model: staticFile
-      ? { name: staticFile.model, tenant: staticFile.tenant, blockSize: staticFile.blockSize }
-      : { name: get<string>("model")!, tenant: get<string>("tenant")!, blockSize },
+    model: {
+      ...(staticFile
+        ? { name: staticFile.model, tenant: staticFile.tenant, blockSize: staticFile.blockSize }
+        : { name: get<string>("model")!, tenant: get<string>("tenant")!, blockSize }),
+      loraAdapters: [...new Set([...(staticFile?.loraAdapters ?? []), ...splitList(get<string>("loraAdapters"))])],
+    },
     tokenizerDir: get<string>("tokenizerDir") ?? staticFile?.tokenizerDir,
     workers: staticFile
       ? { mode: "static", list: staticFile.workers }

@@ -128,3 +128,26 @@ test("an index whose module trapped is replaced by an empty one (counted), and r
   ixs.applySignal("m:default", w, { kind: "batch", seq: 1n, batch: { ts: 0, dataParallelRank: 0, events: [stored([12n], null, [5, 6, 7, 8])] } });
   expect(ixs.get("m:default")!.index.stats().residencies).toBe(1);
 });
+
+test("adapters: configured or learned from lora_name resolve to their base model's index in their identity; unknown names fall back, logged once", () => {
+  const warned: unknown[] = [];
+  const log = { warn: (o: unknown) => warned.push(o), info: () => {} } as unknown as import("pino").Logger;
+  const ixs = new Indexers(createMetrics(), log);
+  const ix = ixs.register("m", "default", BS);
+  ixs.registerAdapter("sql", "m");
+  expect(ixs.resolve("sql")).toEqual({ indexer: ix, loraName: "sql" });
+  expect(ixs.resolve("chat")).toEqual({ indexer: ix, loraName: null });
+  ixs.applySignal("m:default", w, {
+    kind: "batch", seq: 0n,
+    batch: { ts: 0, dataParallelRank: 0, events: [{ ...stored([1n], null, [1, 2, 3, 4]), loraName: "chat", extraKeys: [["chat"]] } as KvEvent] },
+  });
+  expect(ixs.resolve("chat")).toEqual({ indexer: ix, loraName: "chat" });
+  expect(ixs.adapterOf("chat")).toBe("chat");
+  expect(ixs.adapterOf("m")).toBeNull();
+  // The adapter's block is found in the adapter's identity only.
+  expect(ix.index.findMatches(computeBlockHashes(Uint32Array.of(1, 2, 3, 4), BS, [["chat"]])).scores.get("w\u00000")).toBe(1);
+  expect(ix.index.findMatches(computeBlockHashes(Uint32Array.of(1, 2, 3, 4), BS)).scores.get("w\u00000")).toBeUndefined();
+  ixs.resolve("nope");
+  ixs.resolve("nope");
+  expect(warned).toEqual([{ model: "chat", fallback: "m:default" }, { model: "nope", fallback: "m:default" }]); // chat: before it was learned
+});

@@ -6,6 +6,7 @@ import { isGpuMedium, type KvEvent, type ListenerSignal } from "@kv-epp/kv-event
 import { type DumpModel, type DumpSource, type DumpStaging, type DumpTarget, toRouterEvents } from "@kv-epp/recovery";
 import { storedBlockExtras } from "./event-identity.ts";
 import type { Metrics } from "./metrics.ts";
+import type { Logger } from "pino";
 
 export type Indexer = { key: string; blockSize: number; index: KvIndex };
 
@@ -13,13 +14,76 @@ export function indexerKey(model: string, tenant: string): string {
   return `${model}:${tenant}`;
 }
 
+/** A request's model resolved: its index, and the LoRA adapter its blocks are named with (null: the base model). */
+export type Resolved = { indexer: Indexer; loraName: string | null };
+
+/** Adapter names learned from events, at most (a stream naming ever new adapters must not grow this without bound). */
+export const MAX_ADAPTERS = 4096;
+/** Unknown model names logged, at most (each once). */
+const MAX_LOGGED_UNKNOWN = 1024;
+
 export class Indexers implements DumpSource, DumpTarget {
   readonly #byKey = new Map<string, Indexer>();
   /** Model name (as requests carry it) -> indexer key. */
   readonly #byModel = new Map<string, string>();
+  /** LoRA adapter name (a request's `model`) -> the key of the index holding the base model's workers. */
+  readonly #adapters = new Map<string, string>();
+  readonly #loggedUnknown = new Set<string>();
   #default: string | undefined;
 
-  constructor(private readonly metrics: Metrics) {}
+  constructor(
+    private readonly metrics: Metrics,
+    private readonly log?: Logger,
+  ) {}
+
+  /** Declares an adapter of a registered model (from config); events' lora_name add more. */
+  registerAdapter(name: string, model: string): void {
+    const key = this.#byModel.get(model);
+    if (key !== undefined && !this.#byModel.has(name)) this.#adapters.set(name, key);
+  }
+
+  /** Adapter names known, per indexer key (GET /workers, tests). */
+  adapters(): Map<string, string> {
+    return new Map(this.#adapters);
+  }
+
+  /**
+   * A request's model: a served model's own index; an adapter's name: the index of the model it
+   * adapts, scored in the adapter's identity; absent or unknown: the default model (an unknown name is
+   * logged once), as requests were always routed.
+   */
+  resolve(model?: string): Resolved | undefined {
+    let key = model !== undefined ? this.#byModel.get(model) : undefined;
+    let loraName: string | null = null;
+    if (key === undefined && model !== undefined) {
+      key = this.#adapters.get(model);
+      if (key !== undefined) loraName = model;
+      else this.#unknownModel(model);
+    }
+    const indexer = this.#sound(this.#byKey.get(key ?? this.#default ?? ""));
+    return indexer ? { indexer, loraName } : undefined;
+  }
+
+  /** The LoRA adapter a request's model names, or null (the picker's IndexLookup). */
+  adapterOf(model?: string): string | null {
+    return model !== undefined && !this.#byModel.has(model) && this.#adapters.has(model) ? model : null;
+  }
+
+  #unknownModel(model: string): void {
+    if (this.#loggedUnknown.has(model) || this.#loggedUnknown.size >= MAX_LOGGED_UNKNOWN) return;
+    this.#loggedUnknown.add(model);
+    this.log?.warn({ model, fallback: this.#default }, "request names an unknown model or adapter: scored as the default model");
+  }
+
+  #learnAdapter(ix: Indexer, name: string): void {
+    if (this.#adapters.has(name) || this.#byModel.has(name)) return;
+    if (this.#adapters.size >= MAX_ADAPTERS) {
+      this.metrics.eventsRejected.inc({ reason: "adapter_limit" });
+      return;
+    }
+    this.#adapters.set(name, ix.key);
+    this.log?.info({ adapter: name, model: ix.key }, "LoRA adapter learned from KV events");
+  }
 
   /** Declares the model served by the configured workers; the first one is the default for requests. */
   register(model: string, tenant: string, blockSize: number): Indexer {
@@ -34,10 +98,9 @@ export class Indexers implements DumpSource, DumpTarget {
     return ix;
   }
 
-  /** The indexer for a request's model; unknown or absent names fall back to the default model. */
+  /** The indexer for a request's model (see resolve); unknown or absent names fall back to the default model. */
   lookup(model?: string): Indexer | undefined {
-    const key = (model !== undefined ? this.#byModel.get(model) : undefined) ?? this.#default;
-    return key === undefined ? undefined : this.#sound(this.#byKey.get(key));
+    return this.resolve(model)?.indexer;
   }
 
   /**
@@ -81,7 +144,7 @@ export class Indexers implements DumpSource, DumpTarget {
     // The index's typed-array batch builder: tokens hashes go in as the BigUint64Array computeBlockHashes
     // returns (one copy), no per-block objects (index-wasm README, "Which ingestion path").
     const b = ix.index.batch();
-    for (const e of signal.batch.events) this.#add(b, worker, e, ix.blockSize);
+    for (const e of signal.batch.events) this.#add(b, worker, e, ix);
     const n = b.events;
     if (n === 0) return;
     const out = b.apply();
@@ -90,7 +153,8 @@ export class Indexers implements DumpSource, DumpTarget {
     if (out.rejected > 0) this.metrics.eventsRejected.inc({ reason: "index" }, out.rejected);
   }
 
-  #add(b: StoredBatchBuilder, worker: WorkerRef, e: KvEvent, blockSize: number): void {
+  #add(b: StoredBatchBuilder, worker: WorkerRef, e: KvEvent, ix: Indexer): void {
+    const blockSize = ix.blockSize;
     switch (e.type) {
       case "BlockStored": {
         // Offloading connectors announce hashes without content (vLLM #43468): nothing to match on.
@@ -108,6 +172,7 @@ export class Indexers implements DumpSource, DumpTarget {
           this.metrics.eventsRejected.inc({ reason: "block_size" });
           return;
         }
+        if (e.loraName) this.#learnAdapter(ix, e.loraName);
         const full = Math.min(Math.floor(e.tokenIds.length / e.blockSize), e.blockHashes.length);
         let tokensHashes = computeBlockHashes(Uint32Array.from(e.tokenIds), e.blockSize, storedBlockExtras(e, full));
         const n = Math.min(tokensHashes.length, e.blockHashes.length);

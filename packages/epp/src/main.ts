@@ -65,8 +65,9 @@ export async function startEpp(cfg: EppConfig, o: { log?: Logger; kubeConfig?: K
     throw new ConfigError(`cannot load --tls-cert-file/--tls-key-file: ${(err as Error).message}`);
   }
 
-  const indexers = new Indexers(metrics);
+  const indexers = new Indexers(metrics, log.child({ component: "indexer" }));
   indexers.register(cfg.model.name, cfg.model.tenant, cfg.model.blockSize);
+  for (const a of cfg.model.loraAdapters) indexers.registerAdapter(a, cfg.model.name);
   let preprocessor: ReturnType<typeof createPreprocessor>;
   try {
     preprocessor = createPreprocessor({ tokenizerDir: cfg.tokenizerDir, registry: metrics.registry, model: cfg.model.name });

@@ -114,7 +114,7 @@ export function selectionApp(d: SelectionDeps): Hono {
   app.post("/score", async (c) => {
     const parsed = parseBody(await jsonBody(c.req.raw));
     if (parsed.input.kind !== "tokens") throw new BadRequest("token_ids is required");
-    const r = d.picker.score(parsed.model, parsed.input.tokens);
+    const r = d.picker.score(parsed.model, parsed.input.tokens, parsed.cacheSalt);
     if (!r) return c.json({ error: `unknown model ${JSON.stringify(parsed.model)}` }, 404);
     return c.json({
       block_size: r.indexer.blockSize,
@@ -126,7 +126,7 @@ export function selectionApp(d: SelectionDeps): Hono {
 
   app.post("/select", async (c) => {
     const parsed = parseBody(await jsonBody(c.req.raw));
-    const decision = d.picker.pick({ model: parsed.model, tokens: d.tokenize(parsed.input), detail: true });
+    const decision = d.picker.pick({ model: parsed.model, cacheSalt: parsed.cacheSalt, tokens: d.tokenize(parsed.input), detail: true });
     if (decision.kind === "no_endpoint") return c.json({ error: `no endpoint eligible (${decision.reason})` }, 503);
     const { chosen } = decision;
     return c.json({

@@ -55,3 +55,17 @@ describe("createTokenize", () => {
     expect(routingPrefix("abc", 10)).toBe("abc");
   });
 });
+
+test("a chat with an image is routed by the tokens before the image only", async () => {
+  const { createPreprocessor } = await import("@kv-epp/tokenizer");
+  const pre = await createPreprocessor({});
+  const tokenize = createTokenize(pre);
+  const text = [{ role: "user", content: [{ type: "text", text: "Describe this picture in detail please:" }] }];
+  const withImage = [{ role: "user", content: [...text[0]!.content, { type: "image_url", image_url: { url: "https://x/y.png" } }, { type: "text", text: "thanks" }] }];
+  const all = tokenize({ kind: "chat", messages: text });
+  const cut = tokenize({ kind: "chat", messages: withImage });
+  expect(cut.length).toBeGreaterThan(10);
+  expect(Array.from(cut)).toEqual(Array.from(all.subarray(0, cut.length)));
+  expect(pre.decode(cut)).toContain("please:");
+  expect(pre.decode(cut)).not.toContain("thanks");
+});

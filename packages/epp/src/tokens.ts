@@ -1,7 +1,7 @@
 // Request input -> token ids, the way the model server will see them (so block hashes line up with
 // the KV events it publishes). Text goes through the shared preprocessor (HF tokenizer + chat
 // template, or the byte-level fallback shared with the mock worker).
-import { ChatTemplateError, type ChatMessage, type Preprocessor } from "@kv-epp/tokenizer";
+import { ChatTemplateError, firstMediaPosition, type ChatMessage, type Preprocessor } from "@kv-epp/tokenizer";
 import { BadRequest, type RoutedInput } from "./extproc/openai-body.ts";
 
 export type Tokenize = (input: RoutedInput) => Uint32Array;
@@ -23,13 +23,20 @@ export function createTokenize(pre: Preprocessor): Tokenize {
           return input.tokens;
         case "prompt":
           return pre.encodeCompletion(routingPrefix(input.text, ROUTING_TEXT_CHARS));
-        case "chat":
-          return pre.encodeChat(routingMessages(input.messages as ChatMessage[]), {
+        case "chat": {
+          const messages = routingMessages(input.messages as ChatMessage[]);
+          const opts = {
             tools: input.tools,
             templateKwargs: input.templateKwargs,
             addGenerationPrompt: input.addGenerationPrompt,
             continueFinalMessage: input.continueFinalMessage,
-          });
+          };
+          const tokens = pre.encodeChat(messages, opts);
+          // vLLM's blocks from an image or audio part on carry the item's identifier, which a router
+          // cannot compute: the route is decided by the tokens before the first such part.
+          const media = firstMediaPosition(pre, messages, opts);
+          return media === undefined ? tokens : tokens.subarray(0, media);
+        }
         case "none":
           return NONE;
       }

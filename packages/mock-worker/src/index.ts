@@ -2,7 +2,7 @@
 // benchmark) and its two models, usable on their own in simulated time.
 export { startMockWorker, rankEndpoint, type MockWorker, type MockWorkerOptions, type MockWorkerRank } from "./worker.ts";
 export { PrefixCacheSim, type CachedBlock, type CacheEvent, type Acquisition, type Lease, type PrefixCacheOptions } from "./cache/prefix-cache.ts";
-export { chainBlockIds, foldDigest, type BlockId } from "./cache/block-hash.ts";
+export { blockExtraKeys, chainBlockIds, foldDigest, type BlockId, type MediaItem, type RequestIdentity } from "./cache/block-hash.ts";
 export { TimingModel, DEFAULT_TIMING, type TimingParams } from "./engine/timing.ts";
 export { RankEngine, type Generation } from "./engine/rank-engine.ts";
 export { parseConfig, resolveConfig, usage, envName, ConfigError, type MockWorkerConfig } from "./config.ts";

@@ -164,3 +164,17 @@ describe("JSON depth limit", () => {
     );
   });
 });
+
+describe("cache_salt", () => {
+  const enc = (o: unknown) => new TextEncoder().encode(JSON.stringify(o));
+  test("is read on the token-id fast path and the JSON path alike; absent or null means none", () => {
+    expect(parseBodyBytes(enc({ model: "m", prompt: [1, 2, 3], cache_salt: "tenant-a" }))).toMatchObject({ model: "m", cacheSalt: "tenant-a" });
+    expect(parseBodyBytes(enc({ messages: [{ role: "user", content: "hi" }], cache_salt: "t\\u00e9" })).cacheSalt).toBe("t\\u00e9");
+    expect(parseBodyBytes(enc({ prompt: "text", cache_salt: "s" })).cacheSalt).toBe("s");
+    expect(parseBodyBytes(enc({ prompt: [1], cache_salt: null })).cacheSalt).toBeUndefined();
+    expect(parseBodyBytes(enc({ prompt: [1] })).cacheSalt).toBeUndefined();
+  });
+  test("a salt that is not a string is a bad request", () => {
+    expect(() => parseBodyBytes(enc({ prompt: [1], cache_salt: 7 }))).toThrow(BadRequest);
+  });
+});

@@ -18,7 +18,8 @@ export type RoutedInput =
     }
   | { kind: "none" };
 
-export type ParsedBody = { model?: string; input: RoutedInput };
+/** `cacheSalt`: vLLM's `cache_salt`, folded into the request's first block (only same-salt requests share blocks). */
+export type ParsedBody = { model?: string; cacheSalt?: string; input: RoutedInput };
 
 export class BadRequest extends Error {}
 
@@ -82,7 +83,7 @@ function nestingExceeds(b: Uint8Array, max: number): number {
   return -1;
 }
 
-const FIELDS = ["model", "token_ids", "messages", "prompt"] as const;
+const FIELDS = ["model", "token_ids", "messages", "prompt", "cache_salt"] as const;
 /**
  * Bodies up to this size take the fast path (~600k token ids). The scanner's linear memory keeps the
  * size of the largest body it read (x3: text and decoded ids) and never shrinks, so a rare huge body
@@ -101,13 +102,16 @@ function tokenIdsBody(body: Uint8Array): ParsedBody | undefined {
   if (body.length > FAST_PATH_MAX_BYTES) return undefined;
   const f = (scanner ??= new JsonFieldScanner(FIELDS)).scan(body);
   if (!f) return undefined;
-  const [model, tokenIds, messages, prompt] = f as [JsonField, JsonField, JsonField, JsonField];
+  const [model, tokenIds, messages, prompt, salt] = f as [JsonField, JsonField, JsonField, JsonField, JsonField];
   if (model.kind !== "absent" && model.kind !== "string") return undefined;
+  if (salt.kind !== "absent" && salt.kind !== "string") return undefined;
   let tokens: Uint32Array;
   if (tokenIds.kind === "uints") tokens = tokenIds.values;
   else if (tokenIds.kind === "absent" && messages.kind === "absent" && prompt.kind === "uints") tokens = prompt.values;
   else return undefined;
-  return { model: model.kind === "string" ? jsonString(body, model.start, model.end) : undefined, input: { kind: "tokens", tokens } };
+  const out: ParsedBody = { model: model.kind === "string" ? jsonString(body, model.start, model.end) : undefined, input: { kind: "tokens", tokens } };
+  if (salt.kind === "string") out.cacheSalt = jsonString(body, salt.start, salt.end);
+  return out;
 }
 
 /** The JSON string literal at body[start, end) (quotes included). */
@@ -123,6 +127,16 @@ function validContent(c: unknown): boolean {
 
 /** Validates an already-decoded body (also used by POST /select). */
 export function parseBody(doc: unknown): ParsedBody {
+  const parsed = parseInput(doc);
+  const salt = (doc as Record<string, unknown>).cache_salt;
+  if (salt !== undefined && salt !== null) {
+    if (typeof salt !== "string") throw new BadRequest("cache_salt must be a string");
+    parsed.cacheSalt = salt;
+  }
+  return parsed;
+}
+
+function parseInput(doc: unknown): ParsedBody {
   if (typeof doc !== "object" || doc === null || Array.isArray(doc)) throw new BadRequest("request body must be a JSON object");
   const o = doc as Record<string, unknown>;
   if (o.model !== undefined && typeof o.model !== "string") throw new BadRequest("model must be a string");

@@ -235,7 +235,7 @@ class ProcessStream {
         return;
       }
       const tokens = this.deps.tokenize(parsed.input);
-      decision = this.deps.picker.pick({ model: parsed.model, tokens, subset: req.subset });
+      decision = this.deps.picker.pick({ model: parsed.model, cacheSalt: parsed.cacheSalt, tokens, subset: req.subset });
     } catch (err) {
       if (err instanceof BadRequest) {
         if (err instanceof TooDeep) this.deps.metrics.jsonDepthRefusals.inc({ where: "ext_proc" });

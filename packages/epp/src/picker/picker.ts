@@ -1,6 +1,6 @@
 // Picks the worker for a request: local block hashes (WASM) -> overlap per worker from the model's
 // index -> the decision (picker/decide.ts: filters, cost per eligible candidate, choice).
-import { computeBlockHashes, MatchList } from "@kv-epp/index-wasm";
+import { computeBlockHashes, MatchList, requestBlockExtras } from "@kv-epp/index-wasm";
 import type { Indexer } from "../indexer.ts";
 import type { Candidate } from "../workers/registry.ts";
 import type { Weights } from "./cost.ts";
@@ -21,6 +21,8 @@ export type PickerOptions = Weights & {
 
 export type PickRequest = {
   model?: string;
+  /** vLLM's cache_salt of the request: folded into its first block. */
+  cacheSalt?: string;
   tokens: Uint32Array;
   /** Endpoints (ip:port) the gateway allows for this request (GAIE subset hint). */
   subset?: ReadonlySet<string>;
@@ -43,8 +45,14 @@ export type ScoredCandidate = {
 /** A registry candidate with what the decision reads about it. */
 type Known = CandidateState & { ref: Candidate };
 
-/** Where the picker finds a request model's index (the EPP's Indexers; a simulation's own index). */
-export type IndexLookup = { lookup(model?: string): Indexer | undefined };
+/**
+ * Where the picker finds a request model's index (the EPP's Indexers; a simulation's own index), and
+ * the LoRA adapter the model names (absent: none ever does).
+ */
+export type IndexLookup = { lookup(model?: string): Indexer | undefined; adapterOf?(model?: string): string | null };
+
+/** What besides its tokens names a request's blocks. */
+type Identity = { loraName: string | null; cacheSalt?: string };
 
 export type Decision =
   | {
@@ -88,7 +96,7 @@ export class Picker {
     if (candidates.length === 0) return { kind: "no_endpoint", reason: "no_workers" };
 
     // The request path allocates no match Maps: findMatchesInto fills the reused list, read here at once.
-    const requestBlocks = this.#matchInto(indexer, req.tokens);
+    const requestBlocks = this.#matchInto(indexer, req.tokens, this.#identity(req.model, req.cacheSalt));
     const overlaps = this.#overlaps;
     overlaps.clear();
     const list = this.#list;
@@ -135,19 +143,23 @@ export class Picker {
   }
 
   /** Overlap per worker for the request's tokens, read-only (POST /score). */
-  score(model: string | undefined, tokens: Uint32Array): (Match & { indexer: Indexer }) | undefined {
+  score(model: string | undefined, tokens: Uint32Array, cacheSalt?: string): (Match & { indexer: Indexer }) | undefined {
     const indexer = this.deps.indexers.lookup(model);
-    return indexer ? { indexer, ...this.#match(indexer, tokens) } : undefined;
+    if (!indexer) return undefined;
+    const requestBlocks = this.#matchInto(indexer, tokens, this.#identity(model, cacheSalt));
+    return { indexer, requestBlocks, ...this.#list.toMaps() };
   }
 
-  #match(indexer: Indexer, tokens: Uint32Array): Match {
-    const requestBlocks = this.#matchInto(indexer, tokens);
-    return { requestBlocks, ...this.#list.toMaps() };
+  #identity(model: string | undefined, cacheSalt: string | undefined): Identity {
+    return { loraName: this.deps.indexers.adapterOf?.(model) ?? null, cacheSalt };
   }
 
   /** Fills the reused MatchList (valid until the next call); returns the request's full blocks. */
-  #matchInto(indexer: Indexer, tokens: Uint32Array): number {
-    const hashes = computeBlockHashes(tokens, indexer.blockSize);
+  #matchInto(indexer: Indexer, tokens: Uint32Array, id: Identity): number {
+    const n = Math.floor(tokens.length / indexer.blockSize);
+    // vLLM's extra keys (the adapter on every block, the salt on block 0), as the stored events carry them.
+    const extras = id.loraName || id.cacheSalt ? requestBlockExtras(n, indexer.blockSize, { loraName: id.loraName, cacheSalt: id.cacheSalt }) : undefined;
+    const hashes = computeBlockHashes(tokens, indexer.blockSize, extras);
     if (hashes.length > 0) indexer.index.findMatchesInto(hashes, this.#list);
     else this.#list.count = 0;
     return hashes.length;

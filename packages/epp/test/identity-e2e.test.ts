@@ -1,0 +1,96 @@
+// End to end against vLLM's block identity: mock workers serving LoRA adapters, salted tenants and
+// prompts sent again (vLLM's duplicate copies), a small cache so blocks are evicted; after every step
+// the EPP's /score for a random request equals each worker rank's true hit for it (the leading blocks
+// its cache really holds in that request's identity).
+import { afterAll, expect, test } from "bun:test";
+import { startMockWorker, type MockWorker, type RequestIdentity } from "@kv-epp/mock-worker";
+import { seededRandom, waitFor } from "@kv-epp/testkit";
+import { BLOCK, postJson, startTestEpp, tokens } from "./helpers.ts";
+
+const cleanups: (() => unknown)[] = [];
+afterAll(async () => {
+  for (const c of cleanups.reverse()) await c();
+});
+
+const IPS = ["127.0.4.41", "127.0.4.42"];
+const ADAPTERS = ["sql-lora", "chat-lora"];
+
+type Req = { prompt: number[]; model?: string; salt?: string };
+const identityOf = (r: Req): RequestIdentity => ({ loraName: r.model && ADAPTERS.includes(r.model) ? r.model : null, cacheSalt: r.salt ?? null });
+
+test("the EPP's overlap equals every rank's true hit, with adapters, salts, duplicate copies and evictions", async () => {
+  const workers: MockWorker[] = [];
+  for (const [i, ip] of IPS.entries()) {
+    const w = await startMockWorker({
+      listen: ip, port: 0, kvEvents: `tcp://${ip}:5557`, speed: 0, blockSize: BLOCK, capacityBlocks: 24, dpSize: i === 0 ? 2 : 1,
+      loraModules: ADAPTERS, logLevel: "silent",
+    });
+    cleanups.push(() => w.close());
+    workers.push(w);
+  }
+  // sql-lora is configured; chat-lora is learned from the events' lora_name.
+  const epp = await startTestEpp(
+    workers.map((w, i) => ({ id: `w${i}`, address: `${IPS[i]}:8000`, kvEvents: `tcp://${IPS[i]}:5557`, dpSize: w.ranks.length })),
+    { flags: ["--lora-adapters", "sql-lora"] },
+  );
+  cleanups.push(() => epp.stop({ graceMs: 200 }));
+  const selection = `http://127.0.4.1:${epp.ports.selection}`;
+  const send = (w: MockWorker, rank: number, r: Req) =>
+    fetch(`${w.url}/v1/completions`, {
+      method: "POST",
+      headers: { "content-type": "application/json", "x-data-parallel-rank": String(rank) },
+      body: JSON.stringify({ prompt: r.prompt, max_tokens: 1, model: r.model, cache_salt: r.salt }),
+    });
+  const score = async (r: Req) => (await postJson(`${selection}/score`, { token_ids: r.prompt, model: r.model, cache_salt: r.salt })).body.scores as Record<string, Record<string, number>>;
+
+  // Subscriptions first (a PUB drops what it sends before one arrives), then empty caches.
+  for (const [i, w] of workers.entries())
+    for (const r of w.ranks)
+      await waitFor(async () => {
+        const p = tokens(BLOCK, 1000 + Math.floor(Math.random() * 1e6));
+        await send(w, r.rank, { prompt: p });
+        await Bun.sleep(20);
+        return (await score({ prompt: p }))[`w${i}`]?.[String(r.rank)] === 1;
+      }, { message: `the EPP subscribed to w${i} rank ${r.rank}` });
+  for (const w of workers) await fetch(`${w.url}/reset_prefix_cache`, { method: "POST" });
+
+  const rnd = seededRandom(16);
+  const pick = <T,>(xs: readonly T[]) => xs[Math.floor(rnd() * xs.length)]!;
+  const request = (): Req => {
+    // Few stems (shared prefixes), whole-block prompts half the time (a repeat stores a second copy of
+    // its last block), every identity.
+    const stem = tokens(BLOCK * (1 + Math.floor(rnd() * 3)), Math.floor(rnd() * 4));
+    const tail = tokens(rnd() < 0.5 ? BLOCK * Math.floor(rnd() * 3) : 1 + Math.floor(rnd() * (BLOCK * 2)), 50 + Math.floor(rnd() * 6));
+    return { prompt: [...stem, ...tail], model: pick([undefined, "test-model", ...ADAPTERS]), salt: pick([undefined, undefined, "tenant-a", "tenant-b"]) };
+  };
+  const truth = (r: Req) => {
+    const out: Record<string, Record<string, number>> = {};
+    for (const [i, w] of workers.entries())
+      for (const rank of w.ranks) {
+        const hit = rank.cache.peekHitBlocks(Uint32Array.from(r.prompt), identityOf(r));
+        if (hit > 0) (out[`w${i}`] ??= {})[String(rank.rank)] = hit;
+      }
+    return out;
+  };
+
+  let checked = 0;
+  let last: Req | undefined;
+  for (let step = 0; step < 120; step++) {
+    const w = pick(workers);
+    // Often the previous prompt again, on any rank: hits, and second copies of whole-block prompts.
+    const r = last !== undefined && rnd() < 0.3 ? last : request();
+    last = r;
+    expect((await send(w, pick(w.ranks).rank, r)).status).toBe(200);
+    for (const q of [r, request()]) {
+      const want = truth(q);
+      let got: Record<string, Record<string, number>> = {};
+      await waitFor(async () => JSON.stringify((got = await score(q))) === JSON.stringify(want), { timeoutMs: 5000 }).catch(() => {});
+      expect({ step, q, got }).toEqual({ step, q, got: want });
+      checked++;
+    }
+  }
+  expect(checked).toBe(240);
+  // The workload did what it is for: copies, evictions, and adapters learned.
+  expect(workers.some((w) => w.ranks.some((r) => [...r.cache.copies().values()].some((n) => n > 1)))).toBe(true);
+  expect(epp.indexers.adapters().has("chat-lora")).toBe(true);
+});
