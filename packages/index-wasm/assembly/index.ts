@@ -6,44 +6,57 @@
 // alone, so the CPU overlaps the cache misses of successive levels instead of chaining them (the
 // parent id is still compared, so matching stays exact); and the mix is a bijection, so the tokens
 // hash is recovered from (seq, parent seq) for dumps instead of being stored twice.
-// Residency: (worker, node) with the worker's external hash for that block.
-// Invariant (prefix semantics): a worker holding a node holds its parent, so a node's worker mask is a
-// subset of its parent's, a worker's overlap is the depth of the deepest matched node it is in, and
-// every residency is reachable from the root through its worker's own chain (which makes dump exact).
-// Removing a block therefore drops the worker's residencies below it too.
+//
+// Records: a worker's (external hash, copies) at a node. copies >= 1: the worker holds the block (a
+// residency). copies == 0: it does not any more, but the block has children: vLLM keeps a child whose
+// parent was evicted (its hash is unchanged), so the record stays to name the prefix (dumps, a later
+// re-store) while the node has children. Invariants: a worker with a record at a node has one at its
+// parent (records are prefix-closed per worker); a node lives while it has records or children; a
+// zero-copy record lives only while its node has children. Matching counts a worker's leading blocks
+// held (at least one copy each), so a hit walk stops at the first block it lost.
+//
+// A node with one worker's record holds it inline (no record, no list); a second worker moves both
+// into 16-byte shared records and the node's payload becomes the worker mask for matching.
 import { xxh3 } from "./xxh3";
 import { alloc, allocZeroed, free, freePages, regrow, usable } from "./pages";
+import { initJson, ROW_HAS_PARENT, ROW_NEW_EVENT } from "./dump-json";
 export { jsonScan } from "./json-scan";
+export { dumpJson } from "./dump-json";
 
 const NIL: u32 = 0;
 const DEAD: u32 = 0xFFFFFFFF;
 const ROOT: u32 = 1;
 const EMPTY: u32 = 0;
 
-// growable raw arrays and big blocks come from ./pages (exact page growth, freed runs reused)
 @inline function grow(ptr: usize, oldBytes: usize, newBytes: usize): usize { return regrow(ptr, oldBytes, newBytes); }
 @inline function zeroed(bytes: usize): usize { return allocZeroed(bytes); }
 
-// Table slots hold 26-bit ids (6 hash bits above): an index holds at most 2^25 blocks and residencies.
+// Table slots hold 26-bit ids (tag bits above): an index holds at most 2^25 blocks and records.
 const ID_BITS: u32 = 26;
 const ID_MASK: u32 = (1 << ID_BITS) - 1;
 const MAX_ID: u32 = ID_MASK - 1; // ID_MASK with all tag bits is the tombstone
 
-// ---- chunked arrays: nodes and records live in fixed chunks of 8192 (whole pages: 320 KiB of nodes,
-// 128 KiB of records) behind a directory holding each chunk's first page as a u16. Measured: arrays
-// that doubled through realloc left the old copies' space in linear memory (58.8 B of linear memory per
-// residency for 31.5 B of live structures at 1M residencies); chunks never move, growth is one chunk at
-// a time, and chunks fill the runs freed tables leave. The directory's hot part is a few hundred bytes
-// in L1, so the extra load per access is cheap.
+// ---- chunked arrays: nodes and records live in fixed chunks of 8192 (whole pages: 192 KiB of nodes,
+// 128 KiB of records) behind a directory holding each chunk's first page as a u16. Chunks never move,
+// growth is one chunk at a time, and chunks fill the runs freed tables leave (measured: arrays that
+// doubled through realloc left their old copies in linear memory, ~2x the live structures).
 const CHUNK_BITS: u32 = 13;
 const CHUNK: u32 = 1 << CHUNK_BITS;
 const CHUNK_MASK: u32 = CHUNK - 1;
 const DIR_BYTES: usize = (<usize>1 << (ID_BITS - CHUNK_BITS)) << 1;
 
-// ---- nodes: 40-byte structs, so creating or visiting a node touches one cache line ----
-// 0 sequence hash u64 | 8 worker mask for slots 0..63 u64 | 16 parent u32 | 20 first child u32
-// 24 next sibling u32 (free-list link when free) | 28 previous sibling u32 | 32 residency list head u32
-const NODE: usize = 40;
+// ---- nodes: 24-byte structs ----
+// 0 sequence hash u64 | 8 payload u64: the inline holder's external hash, or the worker mask of slots
+// 0..63 (held, shared nodes) | 16 u32: parent (26 bits) | kind << 26 (2 bits) | inline copies << 28 (4 bits)
+// | 20 u32: child count (20 bits) | inline holder's slot, or the shared node's record count, << 20.
+// A free node has DEAD at 16 and the free-list link at 8. Mask words for slots >= 64 live in nMaskExt.
+const NODE: usize = 24;
+const KIND_NONE: u32 = 0;
+const KIND_INLINE: u32 = 1;
+const KIND_SHARED: u32 = 2;
+const INLINE_MAX_COPIES: u32 = 15;
+const CHILD_BITS: u32 = 20;
+const CHILD_MAX: u32 = (1 << CHILD_BITS) - 1; // sticky: a node with this many children is never freed
 let nodeCap: u32 = 0;
 let nodeTop: u32 = 2;
 let nodeFree: u32 = NIL;
@@ -57,6 +70,16 @@ let extCap: u32 = 0;
   return (<usize>load<u16>(nodeDir + (<usize>(n >> CHUNK_BITS) << 1)) << 16) + <usize>(n & CHUNK_MASK) * NODE;
 }
 @inline function seqOf(n: u32): u64 { return load<u64>(nodeAt(n)); }
+@inline function parentOf(n: u32): u32 { return load<u32>(nodeAt(n), 16) & ID_MASK; }
+@inline function kindAt(p: usize): u32 { return (load<u32>(p, 16) >> 26) & 3; }
+@inline function inlineCopiesAt(p: usize): u32 { return load<u32>(p, 16) >> 28; }
+@inline function childCountAt(p: usize): u32 { return load<u32>(p, 20) & CHILD_MAX; }
+@inline function highAt(p: usize): u32 { return load<u32>(p, 20) >> CHILD_BITS; } // inline slot / shared record count
+@inline function setKindCopies(p: usize, kind: u32, copies: u32): void {
+  store<u32>(p, (load<u32>(p, 16) & ID_MASK) | (kind << 26) | (copies << 28), 16);
+}
+@inline function setHigh(p: usize, v: u32): void { store<u32>(p, (load<u32>(p, 20) & CHILD_MAX) | (v << CHILD_BITS), 20); }
+@inline function isDead(p: usize): bool { return load<u32>(p, 16) == DEAD; }
 
 const ROOT_SEQ: u64 = 0x243F6A8885A308D3;
 const MIX_MUL: u64 = 0xD6E8FEB86659FD93;
@@ -74,20 +97,35 @@ const MIX_MUL_INVERSE: u64 = 0xCFEE444D8B59A89B; // MIX_MUL * this == 1 (mod 2^6
 }
 @inline function childSeq(parentSeq: u64, tok: u64): u64 { return mix(tok ^ spread(parentSeq)); }
 function tokOf(n: u32): u64 { return unmix(seqOf(n)) ^ spread(seqOf(parentOf(n))); }
-@inline function parentOf(n: u32): u32 { return load<u32>(nodeAt(n), 16); }
-@inline function firstOf(n: u32): u32 { return load<u32>(nodeAt(n), 20); }
-@inline function nextOf(n: u32): u32 { return load<u32>(nodeAt(n), 24); }
-@inline function prevOf(n: u32): u32 { return load<u32>(nodeAt(n), 28); }
-@inline function resOf(n: u32): u32 { return load<u32>(nodeAt(n), 32); }
-@inline function setFirst(n: u32, v: u32): void { store<u32>(nodeAt(n), v, 20); }
-@inline function setNext(n: u32, v: u32): void { store<u32>(nodeAt(n), v, 24); }
-@inline function setPrev(n: u32, v: u32): void { store<u32>(nodeAt(n), v, 28); }
-@inline function setRes(n: u32, v: u32): void { store<u32>(nodeAt(n), v, 32); }
-@inline function maskAt(n: u32, word: u32): usize {
-  return word == 0 ? nodeAt(n) + 8 : nMaskExt + ((<usize>n * (maskWords - 1) + word - 1) << 3);
+
+@inline function maskExtAt(n: u32, word: u32): usize {
+  return nMaskExt + ((<usize>n * (maskWords - 1) + word - 1) << 3);
 }
-@inline function holds(n: u32, w: u32): bool {
-  return ((load<u64>(maskAt(n, w >> 6)) >> (<u64>(w & 63))) & 1) != 0;
+
+/** Word 0 of the node's held-worker mask (slots 0..63). */
+@inline function mask0At(p: usize): u64 {
+  const kind = kindAt(p);
+  if (kind == KIND_SHARED) return load<u64>(p, 8);
+  const s = highAt(p);
+  return select<u64>(<u64>1 << (<u64>(s & 63)), 0, kind == KIND_INLINE && s < 64 && inlineCopiesAt(p) != 0);
+}
+
+@inline function maskWord(n: u32, word: u32): u64 { return word == 0 ? mask0At(nodeAt(n)) : load<u64>(maskExtAt(n, word)); }
+
+/** Whether worker w holds the node (at least one copy). */
+function holds(n: u32, w: u32): bool { return ((maskWord(n, w >> 6) >> (<u64>(w & 63))) & 1) != 0; }
+
+/** Marks w as holding the node or not in the mask (the inline holder of slot < 64 is implied by its copies). */
+function setHeldBit(n: u32, w: u32, on: bool): void {
+  const bit = <u64>1 << (<u64>(w & 63));
+  let mp: usize;
+  if (w >= 64) mp = maskExtAt(n, w >> 6);
+  else {
+    const p = nodeAt(n);
+    if (kindAt(p) != KIND_SHARED) return;
+    mp = p + 8;
+  }
+  store<u64>(mp, on ? load<u64>(mp) | bit : load<u64>(mp) & ~bit);
 }
 
 function growNodes(): void {
@@ -103,70 +141,69 @@ function growMaskExt(cap: u32): void {
   extCap = cap;
 }
 
-/** A new child of `parent`; tableFind(CHILD, parent, seq) has just missed (its probe found the slot). */
+/** A new child of `parent` without records; childFind(parent, seq) has just missed (its probe found the slot). */
 function newNode(parent: u32, seq: u64): u32 {
   let id: u32;
   if (nodeFree != NIL) {
     id = nodeFree;
-    nodeFree = nextOf(id);
+    nodeFree = load<u32>(nodeAt(id), 8);
   } else {
     if (nodeTop == nodeCap) growNodes();
     id = nodeTop++;
   }
-  // addresses computed once: each nodeAt is a directory load the compiler cannot reuse across stores
   const p = nodeAt(id), pp = nodeAt(parent);
-  const head = load<u32>(pp, 20);
   store<u64>(p, seq);
   store<u64>(p, 0, 8);
   store<u32>(p, parent, 16);
-  store<u32>(p, NIL, 20);
-  store<u32>(p, head, 24);
-  store<u32>(p, NIL, 28);
-  store<u32>(p, NIL, 32);
-  if (maskWords > 1) memory.fill(maskAt(id, 1), 0, <usize>(maskWords - 1) << 3);
-  if (head != NIL) setPrev(head, id);
-  store<u32>(pp, id, 20);
-  insertAfterMiss(CHILD, id, seq);
+  store<u32>(p, 0, 20);
+  if (maskWords > 1) memory.fill(maskExtAt(id, 1), 0, <usize>(maskWords - 1) << 3);
+  const c = load<u32>(pp, 20);
+  if ((c & CHILD_MAX) != CHILD_MAX) store<u32>(pp, c + 1, 20);
+  childInsertAfterMiss(id, seq);
   nodesLive++;
   return id;
 }
 
-function freeNode(id: u32): void {
+/** Frees a node with neither records nor children; returns its parent (which lost a child). */
+function freeNode(id: u32): u32 {
   const p = nodeAt(id);
-  const prev = load<u32>(p, 28), next = load<u32>(p, 24);
-  if (prev != NIL) setNext(prev, next); else setFirst(load<u32>(p, 16), next);
-  if (next != NIL) setPrev(next, prev);
+  const parent = load<u32>(p, 16) & ID_MASK;
   tableDeleteAt(CHILD, id, load<u64>(p));
-  store<u32>(p, DEAD, 16); // parent: marks the slot free for table rebuilds
-  store<u32>(p, nodeFree, 24);
+  store<u32>(p, DEAD, 16); // marks the slot free for table rebuilds
+  store<u64>(p, <u64>nodeFree, 8);
   nodeFree = id;
   nodesLive--;
+  const pp = nodeAt(parent);
+  const c = load<u32>(pp, 20);
+  if ((c & CHILD_MAX) != CHILD_MAX) store<u32>(pp, c - 1, 20);
+  return parent;
 }
 
-// ---- residencies: records + open-addressing index (worker, external hash) -> record ----
-// records: 16-byte structs | 0 external hash u64 | 8 packed u64: node (26 bits) | next residency of
-// the same node, or free-list link (26 bits) << 26 | worker slot (12 bits) << 52. Packing keeps a
-// residency at 16 bytes (the memory budget is 32 bytes per residency, tables included); it caps an
-// index at 2^25 blocks and residencies and 4095 worker slots.
+// ---- shared records: 16-byte structs | 0 external hash u64 | 8 packed u64: node (26 bits) | worker
+// slot << 26 (12 bits) | copies << 38 (26 bits). A free record has slot DEAD_WORKER and the free-list
+// link in the node field. No per-node list: a record is reached through RES (worker, external hash), and
+// a worker's records are found by scanning the chunks (clears, dumps).
 const REC: usize = 16;
 const DEAD_WORKER: u32 = 0xFFF;
+const REC_MAX_COPIES: u32 = (1 << 26) - 1;
 let resCap: u32 = 0;
 let resTop: u32 = 1;
 let resFree: u32 = NIL;
-let resLive: u32 = 0;
-let recDir: usize = 0;
+let resLive: u32 = 0; // residencies: (worker, block) pairs with at least one copy
+let zeroLive: u32 = 0; // zero-copy records (inline and shared)
+let recsLive: u32 = 0; // shared records in use
 
 @inline function recAt(r: u32): usize {
   return (<usize>load<u16>(recDir + (<usize>(r >> CHUNK_BITS) << 1)) << 16) + (<usize>(r & CHUNK_MASK) << 4);
 }
-@inline function extOf(r: u32): u64 { return load<u64>(recAt(r)); }
-@inline function packedOf(r: u32): u64 { return load<u64>(recAt(r), 8); }
-@inline function nodeOfRes(r: u32): u32 { return <u32>packedOf(r) & ID_MASK; }
-@inline function nextRes(r: u32): u32 { return <u32>(packedOf(r) >> 26) & ID_MASK; }
-@inline function workerOf(r: u32): u32 { return <u32>(packedOf(r) >> 52); }
-@inline function pack(node: u32, next: u32, w: u32): u64 { return <u64>node | (<u64>next << 26) | (<u64>w << 52); }
-@inline function setNextRes(r: u32, v: u32): void {
-  store<u64>(recAt(r), (packedOf(r) & ~(<u64>ID_MASK << 26)) | (<u64>v << 26), 8);
+let recDir: usize = 0;
+@inline function packRec(node: u32, w: u32, copies: u32): u64 { return <u64>node | (<u64>w << 26) | (<u64>copies << 38); }
+@inline function recNode(r: u32): u32 { return <u32>load<u64>(recAt(r), 8) & ID_MASK; }
+@inline function recWorker(r: u32): u32 { return <u32>(load<u64>(recAt(r), 8) >> 26) & 0xFFF; }
+@inline function recCopies(r: u32): u32 { return <u32>(load<u64>(recAt(r), 8) >> 38); }
+@inline function setRecCopies(r: u32, c: u32): void {
+  const rp = recAt(r);
+  store<u64>(rp, (load<u64>(rp, 8) & ((<u64>1 << 38) - 1)) | (<u64>c << 38), 8);
 }
 
 function growRes(): void {
@@ -175,18 +212,39 @@ function growRes(): void {
   resCap += CHUNK;
 }
 
+function newRec(node: u32, w: u32, ext: u64, copies: u32): u32 {
+  let r: u32;
+  if (resFree != NIL) {
+    r = resFree;
+    resFree = <u32>load<u64>(recAt(r), 8) & ID_MASK;
+  } else {
+    if (resTop == resCap) growRes();
+    r = resTop++;
+  }
+  const rp = recAt(r);
+  store<u64>(rp, ext);
+  store<u64>(rp, packRec(node, w, copies), 8);
+  recsLive++;
+  return r;
+}
+
+function freeRec(r: u32): void {
+  store<u64>(recAt(r), packRec(resFree, DEAD_WORKER, 0), 8);
+  resFree = r;
+  recsLive--;
+}
+
 // ---- two open-addressing tables (linear probing): CHILD maps (parent node, sequence hash) -> node,
-// RES maps (worker, external hash) -> residency record. A slot is a u32: id in the low 26 bits, 6 hash
-// bits above, so probing past foreign entries rarely dereferences them (measured: most of the cost of
-// a miss was those loads). Deletion leaves a tombstone instead of shifting the cluster back, because
-// the shift had to load every following entry to find its home (measured as most of the cost of a
-// removal); tombstones are reused by inserts and swept by a rebuild, which scans the node/record
-// arrays sequentially. Capacities are not powers of two (the home slot is a multiply-shift of the low
-// 32 hash bits): a table can run at up to 80% load and grow by 1.6x instead of jumping to double,
-// which is what keeps the whole index near 30 bytes per residency.
+// RES maps (worker, external hash) -> the record: a node id with RES_INLINE set (its inline holder) or a
+// shared record id. A slot is a u32: id in the low 26 bits, hash tag bits above (6 for CHILD, 5 for RES
+// whose top bit is the inline flag), so probing past foreign entries rarely dereferences them. Deletion
+// leaves a tombstone; tombstones are reused by inserts and swept by a rebuild, which scans the
+// node/record chunks sequentially. Capacities are not powers of two (the home slot is a multiply-shift
+// of the low 32 hash bits).
 const CHILD: i32 = 0;
 const RES: i32 = 1;
 const TOMB: u32 = 0xFFFFFFFF;
+const RES_INLINE: u32 = 1 << 31;
 const TABLES: usize = memory.data(32, 8); // per table: slots ptr u32 | cap u32 | count u32 | tombstones u32
 const MIN_TABLE: u32 = 1024;
 
@@ -198,31 +256,29 @@ const MIN_TABLE: u32 = 1024;
 @inline function setTombs(t: i32, v: u32): void { store<u32>(TABLES + (<usize>t << 4), v, 12); }
 
 @inline function keyHash(a: u32, b: u64): u64 { return mix(b ^ (<u64>(a + 1) * 0x9E3779B97F4A7C15)); }
-@inline function tagOf(h: u64): u32 { return <u32>(h >> 58) << ID_BITS; }
-/** Home slot: multiply-shift of the low 32 bits (the tag uses the top 6, so they stay independent). */
+@inline function tagOf(t: i32, h: u64): u32 { return t == CHILD ? <u32>(h >> 58) << ID_BITS : <u32>(h >> 59) << ID_BITS; }
+/** Home slot: multiply-shift of the low 32 bits (the tag uses the top bits, so they stay independent). */
 @inline function homeOf(h: u64, cap: u32): u32 { return <u32>((<u64><u32>h * <u64>cap) >> 32); }
 @inline function nextSlot(i: u32, cap: u32): u32 { const j = i + 1; return select<u32>(0, j, j == cap); }
 
-/** The hash of the entry with this id, read back from its node or record. */
-@inline function hashOfId(t: i32, id: u32): u64 {
-  return t == CHILD ? seqOf(id) : keyHash(workerOf(id), extOf(id));
-}
-@inline function matches(t: i32, id: u32, a: u32, b: u64): bool {
-  return t == CHILD ? seqOf(id) == b && parentOf(id) == a : extOf(id) == b && workerOf(id) == a;
-}
+/** A RES value's external hash, worker and node. */
+@inline function resExt(v: u32): u64 { return (v & RES_INLINE) ? load<u64>(nodeAt(v & ID_MASK), 8) : load<u64>(recAt(v & ID_MASK)); }
+@inline function resWorker(v: u32): u32 { return (v & RES_INLINE) ? highAt(nodeAt(v & ID_MASK)) : recWorker(v & ID_MASK); }
+@inline function resNode(v: u32): u32 { return (v & RES_INLINE) ? v & ID_MASK : recNode(v & ID_MASK); }
 
-// First empty or tombstone slot seen by the last missed tableFind of each table (and the RES key's hash):
-// newNode and addResidency fill it without probing again.
+// First empty or tombstone slot seen by the last missed find of each table (and the RES key's hash):
+// inserts fill it without probing again.
 let resMissAt: u32 = 0;
 let resMissTomb: bool = false;
 let resMissHash: u64 = 0;
 let childMissAt: u32 = 0;
-let foundAt: u32 = 0; // slot of the last RES hit
 let childMissTomb: bool = false;
+let foundAt: u32 = 0; // slot of the last RES hit
 
-@inline function tableFind(t: i32, a: u32, b: u64): u32 {
-  const slots = slotsOf(t), cap = capOf(t);
-  const h = t == CHILD ? b : keyHash(a, b), tag = tagOf(h);
+/** The RES value of (w, ext): a node id | RES_INLINE, or a record id; NIL when absent. */
+function resFind(w: u32, ext: u64): u32 {
+  const slots = slotsOf(RES), cap = capOf(RES);
+  const h = keyHash(w, ext), tag = tagOf(RES, h);
   let i = homeOf(h, cap);
   let free: u32 = 0xFFFFFFFF;
   while (true) {
@@ -230,34 +286,38 @@ let childMissTomb: bool = false;
     if (v == EMPTY) break;
     if (v == TOMB) {
       if (free == 0xFFFFFFFF) free = i;
-    } else if ((v & ~ID_MASK) == tag && matches(t, v & ID_MASK, a, b)) {
-      if (t == RES) foundAt = i;
-      return v & ID_MASK;
+    } else if ((v & ~ID_MASK & ~RES_INLINE) == tag && resExt(v) == ext && resWorker(v) == w) {
+      foundAt = i;
+      return v;
     }
     i = nextSlot(i, cap);
   }
-  if (t == RES) {
-    resMissTomb = free != 0xFFFFFFFF;
-    resMissAt = resMissTomb ? free : i;
-    resMissHash = h;
-  } else {
-    childMissTomb = free != 0xFFFFFFFF;
-    childMissAt = childMissTomb ? free : i;
-  }
+  resMissTomb = free != 0xFFFFFFFF;
+  resMissAt = resMissTomb ? free : i;
+  resMissHash = h;
   return NIL;
 }
 
-/** Puts an id whose key is absent into the first free or tombstone slot of its probe sequence. */
-function tablePlace(slots: usize, cap: u32, h: u64, id: u32): bool {
-  let i = homeOf(h, cap);
+/** The child of `parent` with sequence hash `seq`, or NIL. */
+@inline function childFind(parent: u32, seq: u64): u32 {
+  const slots = slotsOf(CHILD), cap = capOf(CHILD);
+  const tag = tagOf(CHILD, seq);
+  let i = homeOf(seq, cap);
+  let free: u32 = 0xFFFFFFFF;
   while (true) {
     const v = load<u32>(slots + (<usize>i << 2));
-    if (v == EMPTY || v == TOMB) {
-      store<u32>(slots + (<usize>i << 2), id | tagOf(h));
-      return v == TOMB;
+    if (v == EMPTY) break;
+    if (v == TOMB) {
+      if (free == 0xFFFFFFFF) free = i;
+    } else if ((v & ~ID_MASK) == tag) {
+      const p = nodeAt(v & ID_MASK);
+      if (load<u64>(p) == seq && (load<u32>(p, 16) & ID_MASK) == parent) return v & ID_MASK;
     }
     i = nextSlot(i, cap);
   }
+  childMissTomb = free != 0xFFFFFFFF;
+  childMissAt = childMissTomb ? free : i;
+  return NIL;
 }
 
 function tableInit(t: i32, cap: u32): void {
@@ -268,37 +328,102 @@ function tableInit(t: i32, cap: u32): void {
 
 @inline function tableFull(t: i32): bool { return (countOf(t) + tombsOf(t) + 1) * 5 > capOf(t) * 4; }
 
-/** Indexes a node or record already written to its array (a rebuild picks it up from there). */
-function tableInsert(t: i32, id: u32): void {
-  if (tableFull(t)) tableRebuild(t, countOf(t) + 1);
-  else if (tablePlace(slotsOf(t), capOf(t), hashOfId(t, id), id)) setTombs(t, tombsOf(t) - 1);
-  setCount(t, countOf(t) + 1);
-}
-
-/** tableInsert for a key (hash h) the table's last tableFind just missed: fills the slot that probe found. */
-function insertAfterMiss(t: i32, id: u32, h: u64): void {
-  if (tableFull(t)) tableRebuild(t, countOf(t) + 1);
+/** Indexes an entry already written to its chunk, whose key the table's last find just missed. */
+function insertAfterMiss(t: i32, v: u32, h: u64): void {
+  if (tableFull(t)) tableRebuild(t, countOf(t) + 1); // the rebuild picks the entry up from its chunk
   else {
     const at = t == RES ? resMissAt : childMissAt;
-    store<u32>(slotsOf(t) + (<usize>at << 2), id | tagOf(h));
+    store<u32>(slotsOf(t) + (<usize>at << 2), v);
     if (t == RES ? resMissTomb : childMissTomb) setTombs(t, tombsOf(t) - 1);
   }
   setCount(t, countOf(t) + 1);
 }
+@inline function childInsertAfterMiss(id: u32, seq: u64): void { insertAfterMiss(CHILD, id | tagOf(CHILD, seq), seq); }
+@inline function resInsertAfterMiss(v: u32): void { insertAfterMiss(RES, v | tagOf(RES, resMissHash), resMissHash); }
 
-/** Deletes the entry with this id, whose key hashes to h. */
-function tableDeleteAt(t: i32, id: u32, h: u64): void {
+/** Deletes the entry whose slot value (less its tag) is `v` and whose key hashes to h. */
+function tableDeleteAt(t: i32, v: u32, h: u64): void {
   const slots = slotsOf(t), cap = capOf(t);
+  const want = v | tagOf(t, h);
   let i = homeOf(h, cap);
-  while ((load<u32>(slots + (<usize>i << 2)) & ID_MASK) != id) i = nextSlot(i, cap);
+  if (t == RES && load<u32>(slots + (<usize>foundAt << 2)) == want) i = foundAt; // the last hit: no probe
+  else while (load<u32>(slots + (<usize>i << 2)) != want) i = nextSlot(i, cap);
   store<u32>(slots + (<usize>i << 2), TOMB);
   setCount(t, countOf(t) - 1);
   setTombs(t, tombsOf(t) + 1);
 }
 
+/** Points the RES entry of (w, ext), now `from`, at `to` (same key, so same slot and tag). */
+function resRepoint(w: u32, ext: u64, from: u32, to: u32): void {
+  const slots = slotsOf(RES), cap = capOf(RES);
+  const h = keyHash(w, ext), tag = tagOf(RES, h);
+  let i = homeOf(h, cap);
+  while (load<u32>(slots + (<usize>i << 2)) != (from | tag)) i = nextSlot(i, cap);
+  store<u32>(slots + (<usize>i << 2), to | tag);
+}
+
+// ---- zero-copy shared records by node: a small open-addressing table of (node | record << 32), so a
+// node left without children finds them (inline ones are the node itself). Rare: vLLM evicts leaves
+// first, so a block whose last copy goes usually has no children.
+let zeroSlots: usize = 0;
+let zeroCap: u32 = 0;
+let zeroCount: u32 = 0;
+let zeroTombs: u32 = 0;
+const ZERO_TOMB: u64 = 0xFFFFFFFFFFFFFFFF;
+
+function zeroAdd(n: u32, r: u32): void {
+  if ((zeroCount + zeroTombs + 1) * 2 > zeroCap) zeroRehash(max<u32>(64, (zeroCount + 1) * 4));
+  let i = homeOf(mix(<u64>n), zeroCap);
+  while (true) {
+    const e = load<u64>(zeroSlots + (<usize>i << 3));
+    if (e == 0 || e == ZERO_TOMB) {
+      if (e == ZERO_TOMB) zeroTombs--;
+      store<u64>(zeroSlots + (<usize>i << 3), <u64>n | (<u64>r << 32));
+      zeroCount++;
+      return;
+    }
+    i = nextSlot(i, zeroCap);
+  }
+}
+
+function zeroDel(n: u32, r: u32): void {
+  const want = <u64>n | (<u64>r << 32);
+  let i = homeOf(mix(<u64>n), zeroCap);
+  while (load<u64>(zeroSlots + (<usize>i << 3)) != want) i = nextSlot(i, zeroCap);
+  store<u64>(zeroSlots + (<usize>i << 3), ZERO_TOMB);
+  zeroCount--;
+  zeroTombs++;
+}
+
+/** A zero-copy shared record of worker w at node n, or NIL. */
+function zeroFind(n: u32, w: u32): u32 {
+  if (zeroCount == 0) return NIL;
+  let i = homeOf(mix(<u64>n), zeroCap);
+  while (true) {
+    const e = load<u64>(zeroSlots + (<usize>i << 3));
+    if (e == 0) return NIL;
+    if (e != ZERO_TOMB && <u32>e == n && recWorker(<u32>(e >> 32)) == w) return <u32>(e >> 32);
+    i = nextSlot(i, zeroCap);
+  }
+}
+
+function zeroRehash(cap: u32): void {
+  const old = zeroSlots, oldCap = zeroCap;
+  zeroSlots = zeroed(<usize>cap << 3);
+  zeroCap = cap;
+  zeroCount = 0;
+  zeroTombs = 0;
+  for (let j: u32 = 0; j < oldCap; j++) {
+    const e = load<u64>(old + (<usize>j << 3));
+    if (e != 0 && e != ZERO_TOMB) zeroAdd(<u32>e, <u32>(e >> 32));
+  }
+  if (old != 0) free(old, <usize>oldCap << 3);
+}
+
 // ---- workers ----
 let wCap: u32 = 0;
 let wCount: usize = 0; // u32 residencies per worker slot (its tree size)
+let wRecs: usize = 0; // u32 records per worker slot (residencies and zero-copy records)
 let scratchMask: usize = 0;
 
 function ensureWorker(w: u32): void {
@@ -306,6 +431,7 @@ function ensureWorker(w: u32): void {
     let cap: u32 = wCap == 0 ? 64 : wCap;
     while (cap <= w) cap *= 2;
     wCount = grow(wCount, <usize>wCap << 2, <usize>cap << 2);
+    wRecs = grow(wRecs, <usize>wCap << 2, <usize>cap << 2);
     wCap = cap;
   }
   const words = (w >> 6) + 1;
@@ -328,109 +454,164 @@ function ensureWorker(w: u32): void {
 }
 
 @inline function treeSizePtr(w: u32): usize { return wCount + (<usize>w << 2); }
+@inline function recsOfPtr(w: u32): usize { return wRecs + (<usize>w << 2); }
+@inline function bumpTree(w: u32, d: i32): void { store<u32>(treeSizePtr(w), load<u32>(treeSizePtr(w)) + d); }
 
-/** `afterMiss`: tableFind(RES) just missed this key, so its probe already found the free slot. */
-function addResidency(w: u32, node: u32, ext: u64, afterMiss: bool): void {
-  let r: u32;
-  if (resFree != NIL) {
-    r = resFree;
-    resFree = nextRes(r);
-  } else {
-    if (resTop == resCap) growRes();
-    r = resTop++;
-  }
-  const rp = recAt(r), np = nodeAt(node);
-  store<u64>(rp, ext);
-  store<u64>(rp, pack(node, load<u32>(np, 32), w), 8);
-  store<u32>(np, r, 32);
-  if (afterMiss) insertAfterMiss(RES, r, resMissHash); else tableInsert(RES, r);
-  const mp = w < 64 ? np + 8 : maskAt(node, w >> 6);
-  store<u64>(mp, load<u64>(mp) | (<u64>1 << (<u64>(w & 63))));
-  store<u32>(treeSizePtr(w), load<u32>(treeSizePtr(w)) + 1);
-  resLive++;
+/** Counts a record's move between zero and some copies (mask bit, tree size, totals). */
+function becameHeld(n: u32, w: u32, held: bool): void {
+  setHeldBit(n, w, held);
+  bumpTree(w, held ? 1 : -1);
+  if (held) { resLive++; zeroLive--; outBlocks++; } else { resLive--; zeroLive++; } // removals count their own
 }
 
-/** The worker's residency record at a node it holds. */
-function recordAt(node: u32, w: u32): u32 {
-  let r = resOf(node);
-  while (workerOf(r) != w) r = nextRes(r);
+/**
+ * Moves a node's inline holder into a shared record (a second worker arrives, or its copies outgrow
+ * the inline field); the node's payload becomes the mask.
+ */
+function shareNode(n: u32): u32 {
+  const p = nodeAt(n);
+  const v = highAt(p), ext = load<u64>(p, 8), copies = inlineCopiesAt(p);
+  const r = newRec(n, v, ext, copies);
+  resRepoint(v, ext, n | RES_INLINE, r);
+  setKindCopies(p, KIND_SHARED, 0);
+  store<u64>(p, copies != 0 && v < 64 ? <u64>1 << (<u64>v) : 0, 8);
+  setHigh(p, 1);
+  if (copies == 0) zeroAdd(n, r);
   return r;
 }
 
-/** The record a removal just found through tableFind(RES), and its slot: its deletion skips the probe. */
-let foundRec: u32 = NIL;
-
-function dropResidency(node: u32, w: u32): void {
-  const np = nodeAt(node);
-  let prev: u32 = NIL;
-  let r = load<u32>(np, 32);
-  while (workerOf(r) != w) { prev = r; r = nextRes(r); }
-  const rp = recAt(r);
-  const after = <u32>(load<u64>(rp, 8) >> 26) & ID_MASK;
-  if (prev == NIL) store<u32>(np, after, 32); else setNextRes(prev, after);
-  if (r == foundRec) {
-    store<u32>(slotsOf(RES) + (<usize>foundAt << 2), TOMB);
-    setCount(RES, countOf(RES) - 1);
-    setTombs(RES, tombsOf(RES) + 1);
-    foundRec = NIL;
+/** A new record of w at node n (w has none there); resFind(w, ext) has just missed. */
+function addRecord(w: u32, n: u32, ext: u64, copies: u32): void {
+  let p = nodeAt(n);
+  let kind = kindAt(p);
+  if (kind == KIND_NONE && copies <= INLINE_MAX_COPIES) {
+    store<u64>(p, ext, 8);
+    setKindCopies(p, KIND_INLINE, copies);
+    setHigh(p, w);
+    resInsertAfterMiss(n | RES_INLINE);
   } else {
-    tableDeleteAt(RES, r, keyHash(w, load<u64>(rp)));
+    if (kind == KIND_INLINE) shareNode(n);
+    else if (kind == KIND_NONE) { setKindCopies(p, KIND_SHARED, 0); store<u64>(p, 0, 8); setHigh(p, 0); }
+    p = nodeAt(n);
+    setHigh(p, highAt(p) + 1);
+    const r = newRec(n, w, ext, min<u32>(copies, REC_MAX_COPIES));
+    resInsertAfterMiss(r);
+    if (copies == 0) zeroAdd(n, r);
   }
-  store<u64>(rp, pack(0, resFree, DEAD_WORKER), 8); // marks the slot free for table rebuilds
-  resFree = r;
-  resLive--;
-  const mp = w < 64 ? np + 8 : maskAt(node, w >> 6);
-  store<u64>(mp, load<u64>(mp) & ~(<u64>1 << (<u64>(w & 63))));
-  store<u32>(treeSizePtr(w), load<u32>(treeSizePtr(w)) - 1);
-  if (load<u32>(np, 32) == NIL) freeNode(node);
+  zeroLive++;
+  store<u32>(recsOfPtr(w), load<u32>(recsOfPtr(w)) + 1);
+  if (copies > 0) becameHeld(n, w, true);
 }
 
-// ---- traversal scratch: the worker's nodes under a start node, parents before children ----
+/** Adds copies to w's record `v` at node n. */
+function addCopies(v: u32, w: u32, n: u32, copies: u32): void {
+  if (copies == 0) return;
+  let before: u32;
+  if (v & RES_INLINE) {
+    const p = nodeAt(n);
+    before = inlineCopiesAt(p);
+    const after = <u64>before + copies;
+    if (after <= INLINE_MAX_COPIES) setKindCopies(p, KIND_INLINE, <u32>after);
+    else {
+      const r = shareNode(n);
+      setRecCopies(r, <u32>min<u64>(after, REC_MAX_COPIES));
+      if (before == 0) zeroDel(n, r);
+    }
+  } else {
+    const r = v & ID_MASK;
+    before = recCopies(r);
+    setRecCopies(r, <u32>min<u64>(<u64>before + copies, REC_MAX_COPIES));
+    if (before == 0) zeroDel(n, r);
+  }
+  if (before == 0) becameHeld(n, w, true);
+}
+
+/** Deletes w's record `v` at node n outright (whatever its copies); the caller settles n. */
+function deleteRecord(v: u32, w: u32, n: u32): void {
+  const p = nodeAt(n);
+  let copies: u32;
+  if (v & RES_INLINE) {
+    copies = inlineCopiesAt(p);
+    tableDeleteAt(RES, v, keyHash(w, load<u64>(p, 8)));
+    setKindCopies(p, KIND_NONE, 0);
+    store<u64>(p, 0, 8);
+    setHigh(p, 0);
+  } else {
+    const r = v & ID_MASK;
+    copies = recCopies(r);
+    tableDeleteAt(RES, r, keyHash(w, load<u64>(recAt(r))));
+    if (copies == 0) zeroDel(n, r);
+    freeRec(r);
+    const left = highAt(p) - 1;
+    setHigh(p, left);
+    if (left == 0) { setKindCopies(p, KIND_NONE, 0); store<u64>(p, 0, 8); }
+  }
+  if (copies > 0) becameHeld(n, w, false);
+  zeroLive--;
+  store<u32>(recsOfPtr(w), load<u32>(recsOfPtr(w)) - 1);
+}
+
+/** Deletes the zero-copy records at node n (it has no children: nothing below them any more). */
+function purgeZeroCopies(n: u32): void {
+  const p = nodeAt(n);
+  const kind = kindAt(p);
+  if (kind == KIND_INLINE) {
+    if (inlineCopiesAt(p) == 0) deleteRecord(n | RES_INLINE, highAt(p), n);
+    return;
+  }
+  if (kind != KIND_SHARED || zeroCount == 0) return;
+  // collect first: deleting changes the table being probed
+  let k: u32 = 0;
+  let i = homeOf(mix(<u64>n), zeroCap);
+  while (true) {
+    const e = load<u64>(zeroSlots + (<usize>i << 3));
+    if (e == 0) break;
+    if (e != ZERO_TOMB && <u32>e == n) { appendList(<u32>(e >> 32), k); k++; }
+    i = nextSlot(i, zeroCap);
+  }
+  for (let j: u32 = 0; j < k; j++) {
+    const r = load<u32>(listPtr + (<usize>j << 2));
+    deleteRecord(r, recWorker(r), n);
+  }
+}
+
+/**
+ * After node n lost a record or a child: a node without children loses its zero-copy records; a node
+ * with neither records nor children is freed, and its parent is settled in turn.
+ */
+function settle(n: u32): void {
+  while (n != ROOT) {
+    const p = nodeAt(n);
+    if (childCountAt(p) != 0) return;
+    purgeZeroCopies(n);
+    if (kindAt(p) != KIND_NONE) return;
+    n = freeNode(n);
+  }
+}
+
+/** Whether w has a record (any copies) at node n. */
+function hasRecord(n: u32, w: u32): bool {
+  const p = nodeAt(n);
+  const kind = kindAt(p);
+  if (kind == KIND_INLINE) return highAt(p) == w;
+  if (kind == KIND_NONE) return false;
+  return holds(n, w) || zeroFind(n, w) != NIL;
+}
+
+// ---- traversal scratch ----
 let listPtr: usize = 0;
 let listCap: u32 = 0;
 let listLen: u32 = 0;
-let stackPtr: usize = 0;
-let stackCap: u32 = 0;
 
-function pushStack(len: u32, v: u32): u32 {
-  if (len == stackCap) {
-    const cap = stackCap == 0 ? 256 : stackCap * 2;
-    stackPtr = grow(stackPtr, <usize>stackCap << 2, <usize>cap << 2);
-    stackCap = cap;
-  }
-  store<u32>(stackPtr + (<usize>len << 2), v);
-  return len + 1;
-}
-
-function appendList(v: u32): void {
-  if (listLen == listCap) {
-    const cap = listCap == 0 ? 256 : listCap * 2;
+/** Stores v at index i of the scratch list, growing it. */
+function appendList(v: u32, i: u32): void {
+  if (i >= listCap) {
+    let cap: u32 = listCap == 0 ? 256 : listCap * 2;
+    while (cap <= i) cap *= 2;
     listPtr = grow(listPtr, <usize>listCap << 2, <usize>cap << 2);
     listCap = cap;
   }
-  store<u32>(listPtr + (<usize>listLen << 2), v);
-  listLen++;
-}
-
-/** Fills the list with the worker's nodes in the subtree of `start` (itself included unless root). */
-function collect(start: u32, w: u32): void {
-  listLen = 0;
-  let sp = pushStack(0, start);
-  while (sp > 0) {
-    sp--;
-    const n = load<u32>(stackPtr + (<usize>sp << 2));
-    if (n != ROOT) appendList(n);
-    for (let c = firstOf(n); c != NIL; c = nextOf(c)) {
-      if (holds(c, w)) sp = pushStack(sp, c);
-    }
-  }
-}
-
-function dropSubtree(start: u32, w: u32): u32 {
-  collect(start, w);
-  const count = listLen;
-  for (let i = count; i > 0; i--) dropResidency(load<u32>(listPtr + (<usize>(i - 1) << 2)), w);
-  return count;
+  store<u32>(listPtr + (<usize>i << 2), v);
 }
 
 // ---- events ----
@@ -450,8 +631,7 @@ const TOUCH_AHEAD: u32 = 16;
  * Loads the home slots that blocks [from, to) of a stored event will probe. These loads do not depend
  * on each other, so the CPU keeps many cache misses in flight; the real lookups, whose probe loops and
  * branches serialise them, then hit cache. WebAssembly has no prefetch instruction: this is the
- * portable form of one. Measured at ~1M residencies: ~10% off ingestion; also loading the entries the
- * slots name (when the tag agrees) cost more instructions than the misses it saved.
+ * portable form of one. Measured at ~1M residencies: ~10% off ingestion.
  */
 function touchStored(w: u32, seq: u64, ext: usize, tok: usize, stride: usize, from: u32, to: u32): u64 {
   const cs = slotsOf(CHILD), cc = capOf(CHILD), rs = slotsOf(RES), rc = capOf(RES);
@@ -469,15 +649,16 @@ function touchStored(w: u32, seq: u64, ext: usize, tok: usize, stride: usize, fr
 
 /**
  * A stored event: `n` blocks whose external hashes are at ext + i * stride and tokens hashes at
- * tok + i * stride (interleaved pairs: stride 16; two arrays: stride 8).
+ * tok + i * stride (interleaved pairs: stride 16; two arrays: stride 8); copies per block as u64 words
+ * at `copies` (0: one copy each; 0 copies: a record that only names the prefix, from a dump).
  */
-function stored(w: u32, hasParent: bool, parentExt: u64, ext: usize, tok: usize, stride: usize, n: u32): void {
+function stored(w: u32, hasParent: bool, parentExt: u64, ext: usize, tok: usize, stride: usize, copies: usize, n: u32): void {
   let cur = ROOT;
   lastReject = 0;
   if (hasParent) {
-    const r = tableFind(RES, w, parentExt);
+    const r = resFind(w, parentExt);
     if (r == NIL) { lastReject = 1; outRejected++; totalRejected++; return; }
-    cur = nodeOfRes(r);
+    cur = resNode(r);
   }
   // the running sequence hash is computed from the event alone, so table addresses do not wait on
   // the previous block's lookup
@@ -486,25 +667,31 @@ function stored(w: u32, hasParent: bool, parentExt: u64, ext: usize, tok: usize,
   let touchedTo: u32 = 0;
   for (let i: u32 = 0; i < n; i++) {
     if (i == touchedTo) {
-      // touch the next window of blocks; the seq chain of the window is carried over
       const to = min<u32>(n, i + TOUCH_AHEAD);
       touchSeq = touchStored(w, touchSeq, ext, tok, stride, i, to);
       touchedTo = to;
     }
     const e = load<u64>(ext + <usize>i * stride);
+    const c: u32 = copies == 0 ? 1 : <u32>min<u64>(load<u64>(copies + (<usize>i << 3)), REC_MAX_COPIES);
     seq = childSeq(seq, load<u64>(tok + <usize>i * stride));
-    const held = tableFind(RES, w, e);
-    let child = tableFind(CHILD, cur, seq);
-    if (held != NIL || (child != NIL && holds(child, w))) {
-      if (held != NIL && nodeOfRes(held) == child) { cur = child; continue; } // idempotent re-store
+    const held = resFind(w, e);
+    let child = childFind(cur, seq);
+    if (held != NIL) {
+      if (resNode(held) == child) { addCopies(held, w, child, c); cur = child; continue; } // another copy
       lastReject = 2; outRejected++; totalRejected++;
+      settle(cur);
+      return;
+    }
+    if (child != NIL && hasRecord(child, w)) {
+      lastReject = 2; outRejected++; totalRejected++;
+      settle(cur);
       return;
     }
     if (child == NIL) child = newNode(cur, seq);
-    addResidency(w, child, e, true);
-    outBlocks++;
+    addRecord(w, child, e, c);
     cur = child;
   }
+  settle(cur); // a zero-copy record the event left without children goes
 }
 
 function removed(w: u32, p: usize, n: u32): void {
@@ -517,18 +704,65 @@ function removed(w: u32, p: usize, n: u32): void {
   }
   touched += acc;
   for (let i: u32 = 0; i < n; i++) {
-    const r = tableFind(RES, w, load<u64>(p + (<usize>i << 3)));
-    if (r == NIL) { outUnknown++; totalUnknown++; continue; }
-    foundRec = r; // its slot is foundAt: dropResidency reuses it (no table change happens before)
-    outBlocks += dropSubtree(nodeOfRes(r), w);
-    foundRec = NIL;
+    const v = resFind(w, load<u64>(p + (<usize>i << 3)));
+    if (v == NIL) { outUnknown++; totalUnknown++; continue; }
+    const node = resNode(v), np = nodeAt(node);
+    let left: u32;
+    if (v & RES_INLINE) {
+      left = inlineCopiesAt(np);
+      if (left == 0) { outUnknown++; totalUnknown++; continue; }
+      left--;
+      if (left > 0 || childCountAt(np) != 0) setKindCopies(np, KIND_INLINE, left);
+    } else {
+      left = recCopies(v & ID_MASK);
+      if (left == 0) { outUnknown++; totalUnknown++; continue; }
+      left--;
+      if (left > 0 || childCountAt(np) != 0) {
+        setRecCopies(v & ID_MASK, left);
+        if (left == 0) zeroAdd(node, v & ID_MASK);
+      }
+    }
+    if (left > 0) continue;
+    outBlocks++;
+    if (childCountAt(np) != 0) becameHeld(node, w, false); // kept, with no copies, for the blocks below
+    else {
+      deleteRecord(v, w, node);
+      settle(node);
+    }
   }
 }
 
 export function clearWorker(w: u32): u32 {
   epoch++;
   ensureWorker(w);
-  return dropSubtree(ROOT, w);
+  return clearSlot(w);
+}
+
+/** Deletes every record of w (AllBlocksCleared): one scan of the node and record chunks. */
+function clearSlot(w: u32): u32 {
+  const dropped = load<u32>(treeSizePtr(w));
+  if (load<u32>(recsOfPtr(w)) == 0) return 0;
+  let p: usize = 0;
+  for (let n: u32 = 2; n < nodeTop; n++) {
+    if (p == 0 || (n & CHUNK_MASK) == 0) p = nodeAt(n);
+    const e = p;
+    p += NODE;
+    if (isDead(e) || kindAt(e) != KIND_INLINE || highAt(e) != w) continue;
+    deleteRecord(n | RES_INLINE, w, n);
+    settle(n);
+  }
+  p = 0;
+  for (let r: u32 = 1; r < resTop; r++) {
+    if (p == 0 || (r & CHUNK_MASK) == 0) p = recAt(r);
+    const e = p;
+    p += REC;
+    const packed = load<u64>(e, 8);
+    if ((<u32>(packed >> 26) & 0xFFF) != w) continue; // also skips free records (DEAD_WORKER)
+    const n = <u32>packed & ID_MASK;
+    deleteRecord(r, w, n);
+    settle(n);
+  }
+  return dropped;
 }
 
 /**
@@ -540,6 +774,7 @@ export function clearWorker(w: u32): u32 {
  *   kind 4 cleared: nothing
  *   kind 5 / 6: as 1 / 2 but with the `count` external hashes first, then the `count` tokens hashes
  *   (two arrays copied in whole by the batch builder, instead of interleaved pairs)
+ *   kind 7 / 8: as 5 / 6, then `count` copy counts (dumps: 0 names a prefix the worker does not hold)
  * Returns the words consumed; tallies are read with the getters.
  */
 export function applyBatch(p: usize, words: u32): u32 {
@@ -554,19 +789,19 @@ export function applyBatch(p: usize, words: u32): u32 {
     const n = <u32>(h >> 32);
     ensureWorker(w);
     i++;
-    if (kind == 1 || kind == 2 || kind == 5 || kind == 6) {
-      const hasParent = kind == 2 || kind == 6;
-      let parent: u64 = 0;
-      if (hasParent) { parent = load<u64>(p + (<usize>i << 3)); i++; }
-      const at = p + (<usize>i << 3);
-      if (kind <= 2) stored(w, hasParent, parent, at, at + 8, 16, n);
-      else stored(w, hasParent, parent, at, at + (<usize>n << 3), 8, n);
-      i += n * 2;
-    } else if (kind == 3) {
+    if (kind == 3) {
       removed(w, p + (<usize>i << 3), n);
       i += n;
     } else if (kind == 4) {
-      outBlocks += dropSubtree(ROOT, w);
+      outBlocks += clearSlot(w);
+    } else if (kind >= 1 && kind <= 8) {
+      const hasParent = (kind & 1) == 0;
+      let parent: u64 = 0;
+      if (hasParent) { parent = load<u64>(p + (<usize>i << 3)); i++; }
+      const at = p + (<usize>i << 3);
+      if (kind <= 2) { stored(w, hasParent, parent, at, at + 8, 16, 0, n); i += n * 2; }
+      else if (kind <= 6) { stored(w, hasParent, parent, at, at + (<usize>n << 3), 8, 0, n); i += n * 2; }
+      else { stored(w, hasParent, parent, at, at + (<usize>n << 3), 8, at + (<usize>n << 4), n); i += n * 3; }
     } else {
       unreachable();
     }
@@ -590,6 +825,8 @@ export function validateBatch(p: usize, words: u32): u32 {
     let need: u64;
     if (kind == 1 || kind == 5) need = 1 + n * 2;
     else if (kind == 2 || kind == 6) need = 2 + n * 2;
+    else if (kind == 7) need = 1 + n * 3;
+    else if (kind == 8) need = 2 + n * 3;
     else if (kind == 3) need = 1 + n;
     else if (kind == 4) need = 1;
     else return i;
@@ -609,7 +846,8 @@ export function lastRejectReason(): u32 { return lastReject; }
 
 /**
  * Walks the query's tokens hashes from the root; writes (worker slot, overlap) u32 pairs at `out` for
- * every worker holding at least the first block, returns how many.
+ * every worker holding at least the first block, returns how many. A worker's overlap is the number of
+ * leading blocks it holds: the walk keeps the workers that held every block so far.
  */
 export function findMatches(q: usize, n: u32, out: usize): u32 {
   if (maskWords == 1) return findMatches64(q, n, out);
@@ -618,25 +856,26 @@ export function findMatches(q: usize, n: u32, out: usize): u32 {
   let depth: u32 = 0;
   const words = maskWords;
   let seq = ROOT_SEQ;
-  for (; depth < n; depth++) {
+  let any = true;
+  for (; depth < n && any; depth++) {
     seq = childSeq(seq, load<u64>(q + (<usize>depth << 3)));
-    const child = tableFind(CHILD, cur, seq);
+    const child = childFind(cur, seq);
     if (child == NIL) break;
+    any = false;
     for (let k: u32 = 0; k < words; k++) {
-      const m = load<u64>(maskAt(child, k));
       const sp = scratchMask + (<usize>k << 3);
-      if (depth > 0) {
-        // workers in the parent but not here stop at this depth (masks only shrink going down)
-        let dropped = load<u64>(sp) & ~m;
-        while (dropped != 0) {
-          const bit = <u32>ctz<u64>(dropped);
-          dropped &= dropped - 1;
-          store<u32>(out + (<usize>count << 3), (k << 6) + bit);
-          store<u32>(out + (<usize>count << 3) + 4, depth);
-          count++;
-        }
+      const prev = depth == 0 ? 0 : load<u64>(sp);
+      const m = maskWord(child, k);
+      const alive = depth == 0 ? m : prev & m;
+      let dropped = prev & ~alive;
+      while (dropped != 0) {
+        store<u32>(out + (<usize>count << 3), (k << 6) + <u32>ctz<u64>(dropped));
+        store<u32>(out + (<usize>count << 3) + 4, depth);
+        count++;
+        dropped &= dropped - 1;
       }
-      store<u64>(sp, m);
+      store<u64>(sp, alive);
+      if (alive != 0) any = true;
     }
     cur = child;
   }
@@ -644,18 +883,17 @@ export function findMatches(q: usize, n: u32, out: usize): u32 {
     for (let k: u32 = 0; k < words; k++) {
       let rest = load<u64>(scratchMask + (<usize>k << 3));
       while (rest != 0) {
-        const bit = <u32>ctz<u64>(rest);
-        rest &= rest - 1;
-        store<u32>(out + (<usize>count << 3), (k << 6) + bit);
+        store<u32>(out + (<usize>count << 3), (k << 6) + <u32>ctz<u64>(rest));
         store<u32>(out + (<usize>count << 3) + 4, depth);
         count++;
+        rest &= rest - 1;
       }
     }
   }
   return count;
 }
 
-/** findMatches when every worker slot is below 64: the previous level's mask stays in a local. */
+/** findMatches when every worker slot is below 64: the running mask stays in a local. */
 function findMatches64(q: usize, n: u32, out: usize): u32 {
   let count: u32 = 0;
   let cur = ROOT;
@@ -664,18 +902,20 @@ function findMatches64(q: usize, n: u32, out: usize): u32 {
   let prev: u64 = 0;
   for (; depth < n; depth++) {
     seq = childSeq(seq, load<u64>(q + (<usize>depth << 3)));
-    const child = tableFind(CHILD, cur, seq);
+    const child = childFind(cur, seq);
     if (child == NIL) break;
-    const m = load<u64>(nodeAt(child), 8);
-    // workers in the parent but not here stop at this depth (masks only shrink going down)
-    let dropped = prev & ~m;
+    const m = mask0At(nodeAt(child));
+    const alive = depth == 0 ? m : prev & m;
+    // workers that held every block so far but not this one stop at this depth
+    let dropped = prev & ~alive;
     while (dropped != 0) {
       store<u32>(out + (<usize>count << 3), <u32>ctz<u64>(dropped));
       store<u32>(out + (<usize>count << 3) + 4, depth);
       count++;
       dropped &= dropped - 1;
     }
-    prev = m;
+    prev = alive;
+    if (alive == 0) break;
     cur = child;
   }
   while (prev != 0) {
@@ -690,263 +930,198 @@ function findMatches64(q: usize, n: u32, out: usize): u32 {
 export function treeSizes(): usize { return wCount; }
 export function workerCapacity(): u32 { return wCap; }
 
-/**
- * Copies the worker's residencies, parents before children, as (parent external hash, external hash,
- * tokens hash, has-parent) u64 quadruples into a fresh buffer; the caller frees it with release().
- * Depth-first order keeps each single-child chain contiguous. The parent's external hash is read from the
- * parent's row (written earlier), and the worker's record at a node from the dump cache below: measured,
- * walking each node's residency list (64 long at a prefix all workers share) twice per row was ~90% of
- * the cost (~600 ms for 1M residencies over 64 workers, ~100 ms now).
- */
-export function dumpWorker(w: u32): usize {
-  ensureWorker(w);
-  collectWithParents(w);
-  const useCache = dumpCacheFor(w);
-  const out = alloc(<usize>max<u32>(listLen, 1) << 5); // the caller frees it: release(out, max(len, 1) * 32)
-  for (let i: u32 = 0; i < listLen; i++) {
-    const n = load<u32>(listPtr + (<usize>i << 2));
-    const pi = load<u32>(parentIdxPtr + (<usize>i << 2));
-    const o = out + (<usize>i << 5);
-    store<u64>(o, pi == NO_PARENT ? 0 : load<u64>(out + (<usize>pi << 5), 8));
-    store<u64>(o + 8, useCache ? cachedExt(n, w) : extOf(recordAt(n, w)));
-    store<u64>(o + 16, tokOf(n));
-    store<u64>(o + 24, pi == NO_PARENT ? 0 : 1);
+// ---- dumps: a worker's records, gathered for a group of consecutive worker slots by one scan of the
+// chunks (entries of 16 bytes: node u32 | copies u32, external hash u64, bucketed by slot). Valid while
+// nothing changed the index (`epoch`); a dump that interleaves with live events gathers again.
+const DUMP_GROUP_MAX: u32 = 1 << 18; // records per group (4 MiB)
+let epoch: u64 = 0; // bumped by every change (u64: never wraps back onto a gathered value)
+let groupEpoch: u64 = u64.MAX_VALUE;
+let groupLo: u32 = 0;
+let groupHi: u32 = 0;
+let groupBuf: usize = 0;
+let groupCap: u32 = 0; // entries
+let groupStart: usize = 0; // u32 per slot of the group + 1: first entry
+let groupStartCap: u32 = 0;
+
+function gather(w: u32): void {
+  if (groupBuf != 0 && groupEpoch == epoch && w >= groupLo && w < groupHi) return;
+  let total = load<u32>(recsOfPtr(w)), hi = w + 1;
+  while (hi < wCap && total + load<u32>(recsOfPtr(hi)) <= DUMP_GROUP_MAX) total += load<u32>(recsOfPtr(hi++));
+  if (total > groupCap) {
+    if (groupBuf != 0) free(groupBuf, <usize>groupCap << 4);
+    groupCap = max<u32>(total, 1024);
+    groupBuf = alloc(<usize>groupCap << 4);
   }
-  return out;
-}
-
-// Traversal for dumps: like collect(ROOT, w), plus each node's parent's position in the list.
-const NO_PARENT: u32 = 0xFFFFFFFF;
-let parentIdxPtr: usize = 0;
-let parentIdxCap: u32 = 0;
-
-function collectWithParents(w: u32): void {
-  listLen = 0;
-  let sp = pushStack(0, ROOT);
-  sp = pushStack(sp, NO_PARENT);
-  while (sp > 0) {
-    const pi = load<u32>(stackPtr + (<usize>(sp - 1) << 2));
-    const n = load<u32>(stackPtr + (<usize>(sp - 2) << 2));
-    sp -= 2;
-    let me = NO_PARENT;
-    if (n != ROOT) {
-      me = listLen;
-      if (listLen == parentIdxCap) {
-        const cap = parentIdxCap == 0 ? 256 : parentIdxCap * 2;
-        parentIdxPtr = grow(parentIdxPtr, <usize>parentIdxCap << 2, <usize>cap << 2);
-        parentIdxCap = cap;
-      }
-      store<u32>(parentIdxPtr + (<usize>listLen << 2), pi);
-      appendList(n);
-    }
-    for (let c = firstOf(n); c != NIL; c = nextOf(c)) {
-      if (holds(c, w)) {
-        sp = pushStack(sp, c);
-        sp = pushStack(sp, me);
-      }
-    }
+  const slots = hi - w;
+  if (slots + 1 > groupStartCap) {
+    if (groupStart != 0) free(groupStart, <usize>groupStartCap << 2);
+    groupStartCap = slots + 1;
+    groupStart = alloc(<usize>groupStartCap << 2);
   }
-}
-
-// ---- dump cache: (node, worker) -> external hash for a group of worker slots, filled by one sequential
-// scan of the residency records. Valid while nothing changed the index (`epoch`); a dump that interleaves
-// with live events just rebuilds it (or, for a worker too big for it, walks the residency lists).
-const DUMP_CACHE_MAX: u32 = 1 << 18; // residencies per group: an 8 MiB table (measured ~20% faster than 4 MiB at 1M residencies)
-let epoch: u64 = 0; // bumped by every change (u64: never wraps back onto a cached value)
-let cacheEpoch: u64 = u64.MAX_VALUE;
-let cacheLo: u32 = 0;
-let cacheHi: u32 = 0;
-let cacheTable: usize = 0; // 16-byte entries: key node | worker << 32 (0 = empty), external hash
-let cacheCap: u32 = 0;
-
-@inline function cacheHome(key: u64, cap: u32): u32 { return homeOf(mix(key), cap); }
-
-function dumpCacheFor(w: u32): bool {
-  if (cacheTable != 0 && cacheEpoch == epoch && w >= cacheLo && w < cacheHi) return true;
-  const first = load<u32>(treeSizePtr(w));
-  if (first > DUMP_CACHE_MAX) return false;
-  // the group: w and the following slots while their residencies fit
-  let total = first, hi = w + 1;
-  while (hi < wCap && total + load<u32>(treeSizePtr(hi)) <= DUMP_CACHE_MAX) total += load<u32>(treeSizePtr(hi++));
-  const cap = max<u32>(1024, total * 2);
-  if (cap > cacheCap) {
-    dumpCacheRelease();
-    cacheTable = alloc(<usize>cap << 4);
-    cacheCap = cap;
+  // offsets from the per-slot counts; then each scan places its entries at its slot's cursor
+  let sum: u32 = 0;
+  for (let s: u32 = 0; s < slots; s++) {
+    store<u32>(groupStart + (<usize>s << 2), sum);
+    sum += load<u32>(recsOfPtr(w + s));
   }
-  memory.fill(cacheTable, 0, <usize>cacheCap << 4);
-  const table = cacheTable, tcap = cacheCap;
+  store<u32>(groupStart + (<usize>slots << 2), sum);
+  const cursor = alloc(<usize>slots << 2);
+  memory.copy(cursor, groupStart, <usize>slots << 2);
   let p: usize = 0;
+  for (let n: u32 = 2; n < nodeTop; n++) {
+    if (p == 0 || (n & CHUNK_MASK) == 0) p = nodeAt(n);
+    const e = p;
+    p += NODE;
+    if (isDead(e) || kindAt(e) != KIND_INLINE) continue;
+    const s = highAt(e);
+    if (s < w || s >= hi) continue;
+    placeGathered(cursor, s - w, n, inlineCopiesAt(e), load<u64>(e, 8));
+  }
+  p = 0;
   for (let r: u32 = 1; r < resTop; r++) {
     if (p == 0 || (r & CHUNK_MASK) == 0) p = recAt(r);
     const e = p;
     p += REC;
     const packed = load<u64>(e, 8);
-    const rw = <u32>(packed >> 52);
-    if (rw < w || rw >= hi) continue; // also skips free records (DEAD_WORKER)
-    const key = (<u64><u32>(packed & ID_MASK)) | (<u64>rw << 32);
-    let i = cacheHome(key, tcap);
-    while (load<u64>(table + (<usize>i << 4)) != 0) i = nextSlot(i, tcap);
-    store<u64>(table + (<usize>i << 4), key);
-    store<u64>(table + (<usize>i << 4), load<u64>(e), 8);
+    const s = <u32>(packed >> 26) & 0xFFF;
+    if (s < w || s >= hi) continue; // also skips free records (DEAD_WORKER)
+    placeGathered(cursor, s - w, <u32>packed & ID_MASK, <u32>(packed >> 38), load<u64>(e));
   }
-  cacheLo = w;
-  cacheHi = hi;
-  cacheEpoch = epoch;
-  return true;
+  free(cursor, <usize>slots << 2);
+  groupLo = w;
+  groupHi = hi;
+  groupEpoch = epoch;
 }
 
-function cachedExt(n: u32, w: u32): u64 {
-  const key = (<u64>n) | (<u64>w << 32);
-  const table = cacheTable, cap = cacheCap;
-  let i = cacheHome(key, cap);
-  while (true) {
-    const k = load<u64>(table + (<usize>i << 4));
-    if (k == key) return load<u64>(table + (<usize>i << 4), 8);
-    if (k == 0) return extOf(recordAt(n, w)); // cannot happen while the epoch holds; stay exact anyway
-    i = nextSlot(i, cap);
-  }
+@inline function placeGathered(cursor: usize, s: u32, n: u32, copies: u32, ext: u64): void {
+  const c = cursor + (<usize>s << 2);
+  const at = load<u32>(c);
+  store<u32>(c, at + 1);
+  const g = groupBuf + (<usize>at << 4);
+  store<u32>(g, n);
+  store<u32>(g, copies, 4);
+  store<u64>(g, ext, 8);
 }
 
-/** Frees the dump cache (KvIndex calls it when a dump ends; a running dump just rebuilds it). */
+/** Frees the gathered group (KvIndex calls it when a dump ends; a running dump just gathers again). */
 export function dumpCacheRelease(): void {
-  if (cacheTable != 0) free(cacheTable, <usize>cacheCap << 4);
-  cacheTable = 0;
-  cacheCap = 0;
-  cacheEpoch = u64.MAX_VALUE;
-}
-export function dumpLength(): u32 { return listLen; }
-
-// ---- the dump as JSON: RouterEvents of the recovery `/dump` body (DESIGN.md section 6) written from a
-// dumpWorker() snapshot straight into linear memory. Measured on the 1M-residency recovery bench: the
-// TypeScript path (DumpEvent objects, BigInts, then digits from doubles) made the sender the bottleneck;
-// here a block is two u64 -> decimal conversions and a few fixed-byte stores. The caller owns the state
-// (so several dumps of one index may run at once) and the output buffer; emission stops after the step
-// that reaches `limit` and resumes from the state, so a chain of any length streams in bounded chunks.
-// State (48 bytes): 0 rows u32 | 4 rows len u32 | 8 pos u32 | 12 flags u32 (1 = inside an event, 2 = an
-// event was written: the next one needs a comma) | 16 next event id u64 | 24 prefix ptr u32 | 28 prefix
-// len u32 | 32 suffix ptr u32 | 36 suffix len u32. Prefix = `{"worker_id":<json string>,"event":{"event_id":`,
-// suffix = `]}}},"dp_rank":<rank>}`, both from the caller. The output needs 16 bytes of slack past each
-// step (fixed strings are copied as whole 16-byte words).
-let digits2: usize = 0; // "00".."99"
-let jsonData: usize = 0; // `,"data":{"stored":{"parent_hash":` (33) then `,"blocks":[` (11)
-let jsonBlock: usize = 0; // `,{"block_hash":` (15; the first block skips the comma)
-let jsonTokens: usize = 0; // `,"tokens_hash":` (15)
-let jsonNull: usize = 0; // `null`
-
-function asciiConst(s: string): usize {
-  const n = s.length;
-  const p = alloc(<usize>(n + 16)); // small: TLSF; padded so 16-byte copies never read past it
-  memory.fill(p, 0, <usize>(n + 16));
-  for (let i = 0; i < n; i++) store<u8>(p + <usize>i, <u8>s.charCodeAt(i));
-  return p;
+  if (groupBuf != 0) free(groupBuf, <usize>groupCap << 4);
+  if (groupStart != 0) free(groupStart, <usize>groupStartCap << 2);
+  groupBuf = 0; groupCap = 0; groupStart = 0; groupStartCap = 0;
+  groupEpoch = u64.MAX_VALUE;
 }
 
-function initJson(): void {
-  digits2 = alloc(200);
-  for (let i: u32 = 0; i < 100; i++) {
-    store<u8>(digits2 + (<usize>i << 1), <u8>(48 + i / 10));
-    store<u8>(digits2 + (<usize>i << 1) + 1, <u8>(48 + i % 10));
+let dumpLen: u32 = 0;
+export function dumpLength(): u32 { return dumpLen; }
+
+const NONE: u32 = 0xFFFFFFFF;
+
+/**
+ * Copies the worker's blocks as 32-byte rows (see dump-json.ts) into a fresh buffer the caller frees
+ * with release(ptr, max(len, 1) * 32): every block it holds and, with zero copies, the blocks on their
+ * paths it no longer holds, depth-first so parents come first and a row whose parent is the row before
+ * continues that row's event. Zero-copy records with no held block below are left out.
+ */
+export function dumpWorker(w: u32): usize {
+  ensureWorker(w);
+  gather(w);
+  const first = load<u32>(groupStart + (<usize>(w - groupLo) << 2));
+  const k = load<u32>(groupStart + (<usize>(w - groupLo + 1) << 2)) - first;
+  const g = groupBuf + (<usize>first << 4);
+  // node -> entry (open addressing, power of two)
+  let cap: u32 = 16;
+  while (cap < k * 2) cap <<= 1;
+  const table = zeroed(<usize>cap << 3);
+  for (let i: u32 = 0; i < k; i++) {
+    const n = load<u32>(g + (<usize>i << 4));
+    let j = <u32>mix(<u64>n) & (cap - 1);
+    while (load<u64>(table + (<usize>j << 3)) != 0) j = (j + 1) & (cap - 1);
+    store<u64>(table + (<usize>j << 3), <u64>n | (<u64>i << 32));
   }
-  jsonData = asciiConst(',"data":{"stored":{"parent_hash":,"blocks":[');
-  jsonBlock = asciiConst(',{"block_hash":');
-  jsonTokens = asciiConst(',"tokens_hash":');
-  jsonNull = asciiConst("null");
-}
-
-@inline function copy16(o: usize, p: usize): void {
-  store<u64>(o, load<u64>(p));
-  store<u64>(o, load<u64>(p, 8), 8);
-}
-@inline function put2(o: usize, n: u32): void { store<u16>(o, load<u16>(digits2 + (<usize>n << 1))); }
-
-/** Exactly 8 digits (zero-padded) of n < 10^8. */
-@inline function write8(o: usize, n: u32): usize {
-  const a = n / 10000, b = n - a * 10000;
-  const a1 = a / 100, b1 = b / 100;
-  put2(o, a1); put2(o + 2, a - a1 * 100); put2(o + 4, b1); put2(o + 6, b - b1 * 100);
-  return o + 8;
-}
-
-/** The digits of n < 10^8 without leading zeros. */
-function writeSmall(o: usize, n: u32): usize {
-  const len: u32 = n < 10 ? 1 : n < 100 ? 2 : n < 1000 ? 3 : n < 10000 ? 4 : n < 100000 ? 5 : n < 1000000 ? 6 : n < 10000000 ? 7 : 8;
-  let e = o + <usize>len;
-  while (n >= 100) {
-    const q = n / 100;
-    e -= 2;
-    put2(e, n - q * 100);
-    n = q;
+  const words = max<u32>(k, 1);
+  const parentIx = alloc(<usize>words << 2), needed = zeroed(<usize>words), kids = zeroed(<usize>(words + 1) << 2);
+  for (let i: u32 = 0; i < k; i++) {
+    const p = parentOf(load<u32>(g + (<usize>i << 4)));
+    store<u32>(parentIx + (<usize>i << 2), p == ROOT ? NONE : entryOf(table, cap, p));
   }
-  if (n >= 10) { e -= 2; put2(e, n); } else store<u8>(e - 1, <u8>(48 + n));
-  return o + <usize>len;
-}
-
-/** Exact decimal of a u64 (at most 20 digits). */
-function writeU64(o: usize, v: u64): usize {
-  if (v < 100000000) return writeSmall(o, <u32>v);
-  const hi = v / 100000000;
-  const lo = <u32>(v - hi * 100000000);
-  if (hi < 100000000) o = writeSmall(o, <u32>hi);
-  else {
-    const top = <u32>(hi / 100000000); // < 184468
-    o = writeSmall(o, top);
-    o = write8(o, <u32>(hi - <u64>top * 100000000));
-  }
-  return write8(o, lo);
-}
-
-/** One block `{"block_hash":e,"tokens_hash":t}`, with a leading comma unless it is the event's first. */
-@inline function writeBlock(o: usize, ext: u64, tok: u64, first: bool): usize {
-  copy16(o, jsonBlock + (first ? 1 : 0));
-  o += first ? 14 : 15;
-  o = writeU64(o, ext);
-  copy16(o, jsonTokens);
-  o = writeU64(o + 15, tok);
-  store<u8>(o, 0x7d);
-  return o + 1;
-}
-
-export function dumpJson(st: usize, o: usize, limit: usize): usize {
-  const rows = <usize>load<u32>(st), len = load<u32>(st, 4);
-  let pos = load<u32>(st, 8), flags = load<u32>(st, 12);
-  let eventId = load<u64>(st, 16);
-  const prefix = <usize>load<u32>(st, 24), prefixLen = <usize>load<u32>(st, 28);
-  const suffix = <usize>load<u32>(st, 32), suffixLen = <usize>load<u32>(st, 36);
-  while (o < limit) {
-    if (flags & 1) {
-      // inside an event: the next row continues its chain if it hangs off the previous row's block
-      if (pos < len) {
-        const r = rows + (<usize>pos << 5);
-        if (load<u64>(r, 24) != 0 && load<u64>(r) == load<u64>(r - 24)) {
-          o = writeBlock(o, load<u64>(r, 8), load<u64>(r, 16), false);
-          pos++;
-          continue;
-        }
-      }
-      memory.copy(o, suffix, suffixLen);
-      o += suffixLen;
-      flags = 2;
-      continue;
+  // needed: held entries and their ancestors (records are prefix-closed, so every ancestor has one)
+  let rows: u32 = 0;
+  for (let i: u32 = 0; i < k; i++) {
+    if (load<u32>(g + (<usize>i << 4), 4) == 0) continue;
+    let j = i;
+    while (j != NONE && load<u8>(needed + <usize>j) == 0) {
+      store<u8>(needed + <usize>j, 1);
+      rows++;
+      j = load<u32>(parentIx + (<usize>j << 2));
     }
-    if (pos >= len) break;
-    const r = rows + (<usize>pos << 5);
-    if (flags & 2) { store<u8>(o, 0x2c); o++; }
-    memory.copy(o, prefix, prefixLen);
-    o = writeU64(o + prefixLen, eventId++);
-    memory.copy(o, jsonData, 33);
-    o += 33;
-    if (load<u64>(r, 24) != 0) o = writeU64(o, load<u64>(r));
-    else { store<u32>(o, load<u32>(jsonNull)); o += 4; }
-    memory.copy(o, jsonData + 33, 11);
-    o = writeBlock(o + 11, load<u64>(r, 8), load<u64>(r, 16), true);
-    pos++;
-    flags = 3;
   }
-  store<u32>(st, pos, 8);
-  store<u32>(st, flags, 12);
-  store<u64>(st, eventId, 16);
-  return o;
+  // children of each needed entry, counting-sorted by parent (slot k stands for the root)
+  for (let i: u32 = 0; i < k; i++) {
+    if (load<u8>(needed + <usize>i) == 0) continue;
+    const pi = load<u32>(parentIx + (<usize>i << 2));
+    const c = kids + (<usize>(pi == NONE ? k : pi) << 2);
+    store<u32>(c, load<u32>(c) + 1);
+  }
+  const kidStart = alloc(<usize>(words + 2) << 2), kidList = alloc(<usize>words << 2);
+  let sum: u32 = 0;
+  for (let i: u32 = 0; i <= k; i++) {
+    store<u32>(kidStart + (<usize>i << 2), sum);
+    sum += load<u32>(kids + (<usize>i << 2));
+    store<u32>(kids + (<usize>i << 2), load<u32>(kidStart + (<usize>i << 2))); // cursor
+  }
+  store<u32>(kidStart + (<usize>(k + 1) << 2), sum);
+  for (let i: u32 = 0; i < k; i++) {
+    if (load<u8>(needed + <usize>i) == 0) continue;
+    const pi = load<u32>(parentIx + (<usize>i << 2));
+    const c = kids + (<usize>(pi == NONE ? k : pi) << 2);
+    const at = load<u32>(c);
+    store<u32>(c, at + 1);
+    store<u32>(kidList + (<usize>at << 2), i);
+  }
+  // depth-first from the root's children; the stack holds entries still to visit
+  const out = alloc(<usize>max<u32>(rows, 1) << 5);
+  const stack = alloc(<usize>words << 2);
+  let sp: u32 = 0;
+  for (let c = load<u32>(kidStart + (<usize>(k + 1) << 2)); c > load<u32>(kidStart + (<usize>k << 2)); c--) {
+    store<u32>(stack + (<usize>(sp++) << 2), load<u32>(kidList + (<usize>(c - 1) << 2)));
+  }
+  let o: u32 = 0;
+  let last = NONE;
+  while (sp > 0) {
+    const i = load<u32>(stack + (<usize>(--sp) << 2));
+    const e = g + (<usize>i << 4);
+    const n = load<u32>(e);
+    const pi = load<u32>(parentIx + (<usize>i << 2));
+    const r = out + (<usize>(o++) << 5);
+    store<u64>(r, pi == NONE ? 0 : load<u64>(g + (<usize>pi << 4), 8));
+    store<u64>(r, load<u64>(e, 8), 8);
+    store<u64>(r, tokOf(n), 16);
+    store<u32>(r, (pi == last && pi != NONE ? 0 : ROW_NEW_EVENT) | (pi == NONE ? 0 : ROW_HAS_PARENT), 24);
+    store<u32>(r, load<u32>(e, 4), 28);
+    last = i;
+    for (let c = load<u32>(kidStart + (<usize>(i + 1) << 2)); c > load<u32>(kidStart + (<usize>i << 2)); c--) {
+      store<u32>(stack + (<usize>(sp++) << 2), load<u32>(kidList + (<usize>(c - 1) << 2)));
+    }
+  }
+  free(table, <usize>cap << 3);
+  free(parentIx, <usize>words << 2);
+  free(needed, <usize>words);
+  free(kids, <usize>(words + 1) << 2);
+  free(kidStart, <usize>(words + 2) << 2);
+  free(kidList, <usize>words << 2);
+  free(stack, <usize>words << 2);
+  dumpLen = rows;
+  return out;
+}
+
+function entryOf(table: usize, cap: u32, n: u32): u32 {
+  let j = <u32>mix(<u64>n) & (cap - 1);
+  while (true) {
+    const e = load<u64>(table + (<usize>j << 3));
+    if (e == 0) return NONE; // cannot happen (records are prefix-closed); the row then starts at the root
+    if (<u32>e == n) return <u32>(e >> 32);
+    j = (j + 1) & (cap - 1);
+  }
 }
 
 /**
@@ -955,7 +1130,9 @@ export function dumpJson(st: usize, o: usize, limit: usize): usize {
  */
 export function presize(blocksWanted: u32, residenciesWanted: u32): void {
   while (nodeCap < blocksWanted + 2) growNodes();
-  while (resCap < residenciesWanted + 1) growRes();
+  // records hold the residencies of blocks with several holders (a block's only holder is inline)
+  const shared = residenciesWanted > blocksWanted ? residenciesWanted : 0;
+  while (resCap < shared + 1) growRes();
   tableReserve(CHILD, blocksWanted);
   tableReserve(RES, residenciesWanted);
 }
@@ -964,62 +1141,104 @@ function tableReserve(t: i32, entries: u32): void {
   if (entries * 5 > capOf(t) * 4) tableRebuild(t, entries);
 }
 
+// Rebuild sources: CHILD from the nodes; RES from the shared records, then the nodes' inline holders.
+// fillPairs reads the next live entries in id order, each source in its own tight loop (measured: one
+// call per entry made rebuilds a visible share of ingestion), as (value << 32 | home) pairs.
+let rbPhase: u32 = 0; // 0: records (RES), 1: nodes, 2: done
+let rbId: u32 = 0;
+
+function rbStart(t: i32): void {
+  rbPhase = t == CHILD ? 1 : 0;
+  rbId = t == CHILD ? 2 : 1;
+}
+
+/** Appends up to `room` pairs at `pairs`; returns how many (fewer only once every source is read). */
+function fillPairs(t: i32, pairs: usize, room: u32, cap: u32): u32 {
+  let k: u32 = 0;
+  while (k < room && rbPhase < 2) {
+    let id = rbId;
+    if (rbPhase == 0) {
+      let p: usize = 0;
+      for (; id < resTop && k < room; id++) {
+        if (p == 0 || (id & CHUNK_MASK) == 0) p = recAt(id);
+        const e = p;
+        p += REC;
+        const w = <u32>(load<u64>(e, 8) >> 26) & 0xFFF;
+        if (w == DEAD_WORKER) continue;
+        const h = keyHash(w, load<u64>(e));
+        store<u64>(pairs + (<usize>(k++) << 3), (<u64>(id | tagOf(RES, h)) << 32) | <u64>homeOf(h, cap));
+      }
+      if (id >= resTop) { rbPhase = 1; id = 2; }
+    } else {
+      let p: usize = 0;
+      for (; id < nodeTop && k < room; id++) {
+        if (p == 0 || (id & CHUNK_MASK) == 0) p = nodeAt(id);
+        const e = p;
+        p += NODE;
+        if (isDead(e)) continue;
+        if (t == CHILD) {
+          const h = load<u64>(e);
+          store<u64>(pairs + (<usize>(k++) << 3), (<u64>(id | tagOf(CHILD, h)) << 32) | <u64>homeOf(h, cap));
+        } else if (kindAt(e) == KIND_INLINE) {
+          const h = keyHash(highAt(e), load<u64>(e, 8));
+          store<u64>(pairs + (<usize>(k++) << 3), (<u64>(id | RES_INLINE | tagOf(RES, h)) << 32) | <u64>homeOf(h, cap));
+        }
+      }
+      if (id >= nodeTop) rbPhase = 2;
+    }
+    rbId = id;
+  }
+  return k;
+}
+
 /**
  * Rebuilds a table (dropping tombstones). It keeps its capacity while that leaves `entries` under 60%
  * load (at least a fifth of the table then absorbs tombstones before the next rebuild: steady churn
- * keeps its footprint), else grows to 2.5x `entries` (the capacity doubles: a table grown at 80% load
- * restarts at 40%). Measured with bench:index, ingesting 1M block events into an empty index: growing
- * 1.6x re-placed ~2.7 entries per final entry and ingestion ran at ~8.7M events/s; doubling re-places
- * ~2 and runs at ~10.5-11M/s, for ~3 more bytes per residency at 1M residencies (28.9 -> 31.9). Entries are re-placed from the node/record
- * arrays in id order rather than from the old slots (sequential key reads instead of one cache miss per
- * entry), and, for big tables, in batches sorted by home slot: the home is a multiply-shift, so slots
- * are then filled in one ascending sweep instead of at random. Measured: without the sort, rebuilds
- * were about a third of the cost of ingesting 1M block events into an empty index.
+ * keeps its footprint), else grows to 2x `entries` (1.6x the capacity: a table grown at 80% load
+ * restarts at 50%). Growing 2.5x `entries` (doubling) re-placed fewer entries (~2 per final entry
+ * against ~2.7) but left the tables at 40-48% load at 1M residencies: 41 B per residency in the unshared
+ * workload against 35.5 (bench:index memory). Entries are re-placed from the node/record chunks in id
+ * order rather than from the old slots (sequential key reads instead of one cache miss per entry), and,
+ * for big tables, in batches sorted by home slot: the home is a multiply-shift, so slots are then filled
+ * in one ascending sweep instead of at random (measured: without the sort, rebuilds were about a third
+ * of the cost of ingesting 1M block events into an empty index).
  */
 function tableRebuild(t: i32, entries: u32): void {
   let cap = capOf(t);
-  if (entries * 5 > cap * 3) cap = max<u32>(MIN_TABLE, entries * 5 / 2);
+  if (entries * 5 > cap * 3) cap = max<u32>(MIN_TABLE, entries * 2);
   free(slotsOf(t), <usize>capOf(t) << 2);
   cap = <u32>(usable(<usize>cap << 2) >> 2); // a table in whole pages uses all of them
   tableInit(t, cap);
   const slots = slotsOf(t);
-  const first: u32 = t == CHILD ? 2 : 1;
-  const top: u32 = t == CHILD ? nodeTop : resTop;
+  rbStart(t);
+  const batch = min<u32>(REBUILD_BATCH, max<u32>(entries, 64));
+  const pairs = alloc(<usize>batch << 3);
   if (cap < SORTED_REBUILD_MIN) {
-    for (let id = first; id < top; id++) {
-      if (live(t, id)) tablePlace(slots, cap, hashOfId(t, id), id);
-    }
+    let k: u32;
+    do {
+      k = fillPairs(t, pairs, batch, cap);
+      for (let j: u32 = 0; j < k; j++) {
+        const v = load<u64>(pairs + (<usize>j << 3));
+        let i = <u32>v;
+        while (load<u32>(slots + (<usize>i << 2)) != EMPTY) i = nextSlot(i, cap);
+        store<u32>(slots + (<usize>i << 2), <u32>(v >> 32));
+      }
+    } while (k == batch);
+    free(pairs, <usize>batch << 3);
     return;
   }
-  const batch = min<u32>(REBUILD_BATCH, top - first);
-  const pairs = alloc(<usize>batch << 3), sorted = alloc(<usize>batch << 3);
+  const sorted = alloc(<usize>batch << 3);
   const counts = alloc(<usize>REBUILD_BUCKETS << 2);
   const ceilLog: u32 = 32 - <u32>clz<u32>(cap - 1);
   const shift: u32 = ceilLog - REBUILD_BUCKET_BITS; // cap >= SORTED_REBUILD_MIN > REBUILD_BUCKETS
-  let id = first;
-  while (id < top) {
+  let k: u32;
+  do {
     // one batch: (home, slot value) pairs, counting-sorted by the home's top bits, then placed in order
-    let k: u32 = 0;
+    k = fillPairs(t, pairs, batch, cap);
     memory.fill(counts, 0, <usize>REBUILD_BUCKETS << 2);
-    let p: usize = 0; // the entry's address, stepped within a chunk instead of looked up per id
-    for (; id < top && k < batch; id++) {
-      if (p == 0 || (id & CHUNK_MASK) == 0) p = t == CHILD ? nodeAt(id) : recAt(id);
-      const e = p;
-      p += t == CHILD ? NODE : REC;
-      let h: u64;
-      if (t == CHILD) {
-        if (load<u32>(e, 16) == DEAD) continue;
-        h = load<u64>(e);
-      } else {
-        const w = <u32>(load<u64>(e, 8) >> 52);
-        if (w == DEAD_WORKER) continue;
-        h = keyHash(w, load<u64>(e));
-      }
-      const home = homeOf(h, cap);
-      store<u64>(pairs + (<usize>k << 3), (<u64>(id | tagOf(h)) << 32) | <u64>home);
-      const c = counts + (<usize>(home >> shift) << 2);
+    for (let j: u32 = 0; j < k; j++) {
+      const c = counts + (<usize>(<u32>load<u64>(pairs + (<usize>j << 3)) >> shift) << 2);
       store<u32>(c, load<u32>(c) + 1);
-      k++;
     }
     let sum: u32 = 0;
     for (let b: u32 = 0; b < REBUILD_BUCKETS; b++) {
@@ -1041,7 +1260,7 @@ function tableRebuild(t: i32, entries: u32): void {
       while (load<u32>(slots + (<usize>i << 2)) != EMPTY) i = nextSlot(i, cap);
       store<u32>(slots + (<usize>i << 2), <u32>(v >> 32));
     }
-  }
+  } while (k == batch);
   free(pairs, <usize>batch << 3);
   free(sorted, <usize>batch << 3);
   free(counts, <usize>REBUILD_BUCKETS << 2);
@@ -1052,10 +1271,6 @@ const REBUILD_BATCH: u32 = 1 << 17;
 const REBUILD_BUCKET_BITS: u32 = 12;
 const REBUILD_BUCKETS: u32 = 1 << REBUILD_BUCKET_BITS;
 
-@inline function live(t: i32, id: u32): bool {
-  return t == CHILD ? parentOf(id) != DEAD : workerOf(id) != DEAD_WORKER;
-}
-
 // ---- I/O buffers and stats ----
 export function reserve(bytes: usize): usize { return alloc(bytes); }
 /** Frees a block from reserve() or dumpWorker(); `bytes` is the size it was reserved with. */
@@ -1064,12 +1279,13 @@ export function freeBytes(): usize { return <usize>freePages() << 16; }
 
 export function blocks(): u32 { return nodesLive; }
 export function residencies(): u32 { return resLive; }
+export function zeroCopyRecords(): u32 { return zeroLive; }
 export function rejectedTotal(): u64 { return totalRejected; }
 export function unknownTotal(): u64 { return totalUnknown; }
 export function bytesInUse(): usize {
   return (<usize>nodeCap * NODE) + (<usize>extCap * 8 * (maskWords - 1)) + (<usize>capOf(CHILD) << 2)
-    + (<usize>resCap * REC) + (<usize>capOf(RES) << 2) + (<usize>wCap << 2) + 2 * DIR_BYTES
-    + (<usize>listCap << 2) + (<usize>stackCap << 2) + (<usize>parentIdxCap << 2) + (<usize>cacheCap << 4);
+    + (<usize>resCap * REC) + (<usize>capOf(RES) << 2) + (<usize>wCap << 3) + 2 * DIR_BYTES
+    + (<usize>listCap << 2) + (<usize>zeroCap << 3) + (<usize>groupCap << 4) + (<usize>groupStartCap << 2);
 }
 
 /** XXH3-64 (seed) of each full block of `blockSize` u32 token ids at `tokens`; returns the block count. */

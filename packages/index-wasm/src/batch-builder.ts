@@ -13,6 +13,14 @@ export const KIND_REMOVED = 3;
 export const KIND_CLEARED = 4;
 export const KIND_STORED_ROOT_SPLIT = 5;
 export const KIND_STORED_CHILD_SPLIT = 6;
+export const KIND_STORED_ROOT_COPIES = 7;
+export const KIND_STORED_CHILD_COPIES = 8;
+
+/** A block's copy count as the wire carries it (a u64 word). */
+export function checkedCopies(c: number): number {
+  if (!Number.isSafeInteger(c) || c < 0) throw new RangeError(`copies must be a non-negative integer, got ${c}`);
+  return c;
+}
 
 /** What the builder needs from its index: worker slots and the apply call. */
 export type BuilderHost = {
@@ -46,20 +54,28 @@ export class StoredBatchBuilder {
 
   /**
    * A stored event: block i is (externalHashes[i], tokensHashes[i]). Pass BigUint64Arrays to skip
-   * per-block BigInt conversion; a bigint[] of external hashes is accepted too.
+   * per-block BigInt conversion; a bigint[] of external hashes is accepted too. `copies[i]` (a dump's
+   * counts, see StoredBlock) defaults to one copy per block.
    */
-  stored(w: WorkerRef, parentHash: bigint | null, externalHashes: BigUint64Array | readonly bigint[], tokensHashes: BigUint64Array): this {
+  stored(w: WorkerRef, parentHash: bigint | null, externalHashes: BigUint64Array | readonly bigint[], tokensHashes: BigUint64Array, copies?: Uint32Array | readonly number[]): this {
     const n = externalHashes.length;
     if (tokensHashes.length !== n) throw new RangeError(`stored: ${n} external hashes but ${tokensHashes.length} tokens hashes`);
+    if (copies !== undefined && copies.length !== n) throw new RangeError(`stored: ${n} blocks but ${copies.length} copy counts`);
     const hasParent = parentHash !== null;
     const slot = this.host.slotOf(w);
-    let at = this.room(8 * (1 + (hasParent ? 1 : 0) + 2 * n));
-    this.header(at, hasParent ? KIND_STORED_CHILD_SPLIT : KIND_STORED_ROOT_SPLIT, slot, n);
+    let at = this.room(8 * (1 + (hasParent ? 1 : 0) + (copies ? 3 : 2) * n));
+    const kind = copies ? (hasParent ? KIND_STORED_CHILD_COPIES : KIND_STORED_ROOT_COPIES) : hasParent ? KIND_STORED_CHILD_SPLIT : KIND_STORED_ROOT_SPLIT;
+    this.header(at, kind, slot, n);
     at += 8;
     if (hasParent) { this.dv.setBigUint64(at, parentHash, true); at += 8; }
     at = this.hashes(at, externalHashes);
     this.u64.set(tokensHashes, at / 8);
-    this.finish(at + 8 * n);
+    at += 8 * n;
+    if (copies) {
+      for (let i = 0; i < n; i++) this.dv.setBigUint64(at + 8 * i, BigInt(checkedCopies(copies[i]!)), true);
+      at += 8 * n;
+    }
+    this.finish(at);
     return this;
   }
 

@@ -1,7 +1,10 @@
 // The TypeScript face of the WebAssembly index: maps workers to small slots, encodes events into linear
 // memory (u64 words written through BigUint64Array views, never through JS numbers) and decodes results.
 import { instantiate, ScratchRegion, type IndexExports } from "./wasm-module.ts";
-import { KIND_CLEARED, KIND_REMOVED, KIND_STORED_CHILD, KIND_STORED_ROOT, StoredBatchBuilder } from "./batch-builder.ts";
+import {
+  checkedCopies, KIND_CLEARED, KIND_REMOVED, KIND_STORED_CHILD, KIND_STORED_CHILD_COPIES, KIND_STORED_ROOT,
+  KIND_STORED_ROOT_COPIES, StoredBatchBuilder,
+} from "./batch-builder.ts";
 import { MatchList } from "./match-list.ts";
 import {
   workerKey, type ApplyOutcome, type BatchOutcome, type DumpEvent, type IndexEvent, type IndexStats,
@@ -27,6 +30,16 @@ const MAX_PRESIZE = 1 << 25;
 export class IndexTrappedError extends Error {
   override name = "IndexTrappedError";
 }
+
+/** Whether any block stores other than one copy (then the event needs the wire kinds with copies). */
+function hasCopies(blocks: StoredBlock[]): boolean {
+  for (const b of blocks) if (b.copies !== undefined && b.copies !== 1) return true;
+  return false;
+}
+
+/** dumpWorker row flags (assembly/dump-json.ts). */
+const ROW_NEW_EVENT = 1;
+const ROW_HAS_PARENT = 2;
 
 export class KvIndex {
   readonly blockSize: number;
@@ -136,14 +149,27 @@ export class KvIndex {
     const slot = this.slotOf(e.worker);
     if (e.kind === "stored") {
       const hasParent = e.parentHash !== null;
-      dv.setUint32(at, (hasParent ? KIND_STORED_CHILD : KIND_STORED_ROOT) | (slot << 8), true);
+      const withCopies = hasCopies(e.blocks);
+      const kind = withCopies ? (hasParent ? KIND_STORED_CHILD_COPIES : KIND_STORED_ROOT_COPIES) : hasParent ? KIND_STORED_CHILD : KIND_STORED_ROOT;
+      dv.setUint32(at, kind | (slot << 8), true);
       dv.setUint32(at + 4, e.blocks.length, true);
       at += 8;
       if (hasParent) { dv.setBigUint64(at, e.parentHash!, true); at += 8; }
-      for (const b of e.blocks) {
-        dv.setBigUint64(at, b.externalHash, true);
-        dv.setBigUint64(at + 8, b.tokensHash, true);
-        at += 16;
+      if (withCopies) {
+        // three arrays: external hashes, tokens hashes, copies
+        const n = e.blocks.length;
+        e.blocks.forEach((b, i) => {
+          dv.setBigUint64(at + 8 * i, b.externalHash, true);
+          dv.setBigUint64(at + 8 * (n + i), b.tokensHash, true);
+          dv.setBigUint64(at + 8 * (2 * n + i), BigInt(checkedCopies(b.copies ?? 1)), true);
+        });
+        at += 24 * n;
+      } else {
+        for (const b of e.blocks) {
+          dv.setBigUint64(at, b.externalHash, true);
+          dv.setBigUint64(at + 8, b.tokensHash, true);
+          at += 16;
+        }
       }
     } else if (e.kind === "removed") {
       dv.setUint32(at, KIND_REMOVED | (slot << 8), true);
@@ -159,7 +185,7 @@ export class KvIndex {
   }
 
   private static wordsFor(e: IndexEvent): number {
-    if (e.kind === "stored") return 2 + 2 * e.blocks.length;
+    if (e.kind === "stored") return 2 + (hasCopies(e.blocks) ? 3 : 2) * e.blocks.length;
     if (e.kind === "removed") return 1 + e.hashes.length;
     return 1;
   }
@@ -378,25 +404,24 @@ export class KvIndex {
       const rows = this.words(ptr, len * 4).slice();
       this.ex.release(ptr, Math.max(len, 1) * 32);
       let current: DumpEvent | null = null;
-      let lastExt = 0n;
       for (let i = 0; i < len; i++) {
-        const parentExt = rows[4 * i]!, ext = rows[4 * i + 1]!, tok = rows[4 * i + 2]!, hasParent = rows[4 * i + 3]! !== 0n;
-        if (current && hasParent && parentExt === lastExt) {
-          current.blocks.push({ externalHash: ext, tokensHash: tok });
-        } else {
+        const parentExt = rows[4 * i]!, externalHash = rows[4 * i + 1]!, tokensHash = rows[4 * i + 2]!, meta = rows[4 * i + 3]!;
+        const flags = Number(meta & 0xffffffffn), copies = Number(meta >> 32n);
+        const block: StoredBlock = copies === 1 ? { externalHash, tokensHash } : { externalHash, tokensHash, copies };
+        if (current && (flags & ROW_NEW_EVENT) === 0) current.blocks.push(block);
+        else {
           if (current) yield current;
-          current = { worker, parentHash: hasParent ? parentExt : null, blocks: [{ externalHash: ext, tokensHash: tok }] };
+          current = { worker, parentHash: flags & ROW_HAS_PARENT ? parentExt : null, blocks: [block] };
         }
-        lastExt = ext;
       }
       if (current) yield current;
     }
   }
 
   /**
-   * The same events as dump(), as the JSON RouterEvents of the recovery `/dump` body (DESIGN.md section 6):
+   * The same events as dump(), as the JSON RouterEvents of the recovery `/dump` body:
    * `{"worker_id":..,"event":{"event_id":n,"data":{"stored":{"parent_hash":h|null,"blocks":[{"block_hash":h,
-   * "tokens_hash":t},..]}}},"dp_rank":r}`, compact, separated by commas, without the enclosing brackets,
+   * "tokens_hash":t},..]}}},"dp_rank":r}` (a block whose copies are not 1 ends `,"copies":n}`), compact, separated by commas, without the enclosing brackets,
    * event ids numbered from `firstEventId` (default 0) in order. Written by the module straight from each
    * worker's snapshot (measured ~3x less CPU than dump() plus the TypeScript writer at 1M residencies). Chunks of
    * about `chunkBytes` (default 256 KiB; a chunk may run a few hundred bytes past it), each a fresh copy the

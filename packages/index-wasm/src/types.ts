@@ -1,20 +1,27 @@
-/** A worker is one engine rank: (worker_id, dp_rank), see DESIGN.md section 3. */
+/** A worker is one engine rank: (worker_id, dp_rank). */
 export type WorkerRef = { workerId: string; dpRank: number };
 
-/** One full block as a worker reports it: the engine's opaque id and our local tokens hash. */
-export type StoredBlock = { externalHash: bigint; tokensHash: bigint };
+/**
+ * One full block as a worker reports it: the engine's opaque id and our local tokens hash. `copies`
+ * (default 1) is how many copies the event stores: a live BlockStored stores one; a dump carries the
+ * count, and 0 for a block the worker no longer holds whose hash still names the prefix of blocks below.
+ */
+export type StoredBlock = { externalHash: bigint; tokensHash: bigint; copies?: number };
 
 export type IndexEvent =
   | { kind: "stored"; worker: WorkerRef; parentHash: bigint | null; blocks: StoredBlock[] }
   | { kind: "removed"; worker: WorkerRef; hashes: bigint[] }
   | { kind: "cleared"; worker: WorkerRef };
 
-/** A stored event of the dump: applying the dump in order to an empty index rebuilds it. */
+/**
+ * A stored event of the dump: applying the dump in order to an empty index rebuilds it. Blocks carry
+ * `copies` when it is not 1 (0: on the path of held blocks, not held itself).
+ */
 export type DumpEvent = { worker: WorkerRef; parentHash: bigint | null; blocks: StoredBlock[] };
 
 /**
- * What one event did. `blocks` counts residencies added (stored) or dropped (removed, including
- * descendants dropped with a removed block); `unknown` counts removals of blocks the worker did not hold.
+ * What one event did. `blocks` counts residencies added (stored) or dropped (removed: a block's last
+ * copy); `unknown` counts removals of blocks the worker did not hold.
  */
 export type ApplyOutcome =
   | { kind: "applied"; blocks: number; unknown: number }
@@ -38,7 +45,7 @@ export type MatchResult = {
 export type IndexStats = {
   /** distinct sequence identities (tree nodes) */
   blocks: number;
-  /** (block, worker) pairs */
+  /** (block, worker) pairs with at least one copy */
   residencies: number;
   workers: number;
   /** bytes of linear memory the index occupies */

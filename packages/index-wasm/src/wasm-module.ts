@@ -70,6 +70,7 @@ export type IndexExports = {
   freeBytes(): number;
   blocks(): number;
   residencies(): number;
+  zeroCopyRecords(): number;
   rejectedTotal(): bigint;
   unknownTotal(): bigint;
   bytesInUse(): number;

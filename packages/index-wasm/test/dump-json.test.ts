@@ -7,7 +7,7 @@ function reference(index: KvIndex, firstEventId = 0): string {
   let id = firstEventId;
   const parts: string[] = [];
   for (const e of index.dump()) {
-    const blocks = e.blocks.map((b) => `{"block_hash":${b.externalHash},"tokens_hash":${b.tokensHash}}`).join(",");
+    const blocks = e.blocks.map((b) => `{"block_hash":${b.externalHash},"tokens_hash":${b.tokensHash}${b.copies === undefined ? "" : `,"copies":${b.copies}`}}`).join(",");
     parts.push(`{"worker_id":${JSON.stringify(e.worker.workerId)},"event":{"event_id":${id++},"data":{"stored":{"parent_hash":${e.parentHash ?? "null"},"blocks":[${blocks}]}}},"dp_rank":${e.worker.dpRank}}`);
   }
   return parts.join(",");
@@ -21,7 +21,7 @@ describe("dumpJsonChunks", () => {
     const u64 = fc.oneof(fc.bigInt({ min: 0n, max: U64_MAX }), fc.constantFrom(0n, 9n, 10n, 99_999_999n, 100_000_000n, 10n ** 16n, 10n ** 19n, U64_MAX));
     fc.assert(
       fc.property(
-        fc.array(fc.record({ w: fc.nat(3), parent: fc.nat(20), blocks: fc.array(fc.record({ e: u64, t: u64 }), { minLength: 1, maxLength: 6 }) }), { maxLength: 25 }),
+        fc.array(fc.record({ w: fc.nat(3), parent: fc.nat(20), blocks: fc.array(fc.record({ e: u64, t: u64 }), { minLength: 1, maxLength: 6 }), remove: fc.nat(5) }), { maxLength: 25 }),
         fc.integer({ min: 1, max: 400 }),
         fc.oneof(fc.constant(0), fc.nat(), fc.constant(2 ** 40)),
         (events, chunkBytes, firstEventId) => {
@@ -34,6 +34,9 @@ describe("dumpJsonChunks", () => {
             if (index.applyStored(workers[ev.w]!, parent, ev.blocks.map((b) => ({ externalHash: b.e, tokensHash: b.t }))).kind === "applied") {
               for (const b of ev.blocks) mine.push(b.e);
             }
+            // sometimes store a block again (a second copy) or remove one (kept as zero copies if it has children)
+            if (ev.remove === 1 && mine.length > 0) index.applyRemoved(workers[ev.w]!, [mine[ev.parent % mine.length]!]);
+            if (ev.remove === 2 && ev.blocks.length > 0) index.applyStored(workers[ev.w]!, parent, ev.blocks.slice(0, 1).map((b) => ({ externalHash: b.e, tokensHash: b.t })));
           }
           expect(text([...index.dumpJsonChunks({ chunkBytes, firstEventId })])).toBe(reference(index, firstEventId));
         },

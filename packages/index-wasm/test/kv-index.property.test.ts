@@ -1,5 +1,6 @@
 // The WASM index against the reference model: random event sequences over many workers, compared
-// after every step on outcomes, findMatches, stats and dump content.
+// after every step on outcomes, findMatches, stats and dump content (copy counts included). Blocks are
+// stored again (extra copies), removed in any order (kept descendants) and stored back.
 import { describe, expect, test } from "bun:test";
 import fc from "fast-check";
 import { KvIndex, workerKey, type DumpEvent, type IndexEvent, type WorkerRef } from "../src/index.ts";
@@ -18,6 +19,7 @@ function externalHash(worker: number, path: number[]): bigint {
 const commandArb = fc.oneof(
   { weight: 6, arbitrary: fc.record({ kind: fc.constant("stored" as const), worker: fc.nat(8), parent: fc.nat(40), tokens: fc.array(fc.nat(TOKENS.length - 1), { minLength: 1, maxLength: 5 }), alias: fc.nat(12) }) },
   { weight: 3, arbitrary: fc.record({ kind: fc.constant("removed" as const), worker: fc.nat(8), picks: fc.array(fc.nat(40), { minLength: 1, maxLength: 3 }) }) },
+  { weight: 3, arbitrary: fc.record({ kind: fc.constant("storedAgain" as const), worker: fc.nat(8), pick: fc.nat(40), length: fc.integer({ min: 1, max: 3 }) }) },
   { weight: 1, arbitrary: fc.record({ kind: fc.constant("cleared" as const), worker: fc.nat(8) }) },
   { weight: 1, arbitrary: fc.record({ kind: fc.constant("removeWorker" as const), worker: fc.nat(8) }) },
   { weight: 1, arbitrary: fc.record({ kind: fc.constant("batch" as const), size: fc.integer({ min: 2, max: 6 }), seed: fc.nat() }) },
@@ -43,6 +45,17 @@ class Scenario {
     return { kind: "stored", worker: WORKERS[worker]!, parentHash, blocks };
   }
 
+  /** Stores a known block (and maybe the next ones of its path) again under its own parent: a copy, or a re-store after removal. */
+  storedAgain(worker: number, pick: number, length: number): IndexEvent | null {
+    const known = this.paths[worker]!;
+    if (known.length === 0) return null;
+    const path = known[pick % known.length]!;
+    const start = Math.max(0, path.length - length);
+    const parentPath = path.slice(0, start);
+    const blocks = path.slice(start).map((t, i) => ({ externalHash: externalHash(worker, path.slice(0, start + i + 1)), tokensHash: TOKENS[t]! }));
+    return { kind: "stored", worker: WORKERS[worker]!, parentHash: parentPath.length === 0 ? null : externalHash(worker, parentPath), blocks };
+  }
+
   removed(worker: number, picks: number[]): IndexEvent {
     const known = this.paths[worker]!;
     const hashes = picks.map((p) => (known.length === 0 || p % 9 === 0 ? 555n + BigInt(p) : externalHash(worker, known[p % known.length]!)));
@@ -65,7 +78,7 @@ function dumpRows(index: { dump: () => Iterable<DumpEvent> }): string[] {
   for (const e of index.dump()) {
     let parent = e.parentHash;
     for (const b of e.blocks) {
-      rows.push(`${workerKey(e.worker)}|${parent}|${b.externalHash}|${b.tokensHash}`);
+      rows.push(`${workerKey(e.worker)}|${parent}|${b.externalHash}|${b.tokensHash}|${b.copies ?? 1}`);
       parent = b.externalHash;
     }
   }
@@ -85,7 +98,7 @@ function expectSame(wasm: Comparable, ref: Comparable, queries: BigUint64Array[]
 }
 
 /** How often each behaviour was exercised, so a generator drift cannot make the properties vacuous. */
-const seen = { applied: 0, "unknown-parent": 0, "hash-conflict": 0, cascade: 0, unknownRemoval: 0, deepMatch: 0 };
+const seen = { applied: 0, "unknown-parent": 0, "hash-conflict": 0, unknownRemoval: 0, deepMatch: 0, extraCopy: 0, keptBelow: 0, storedAgain: 0 };
 
 function run(commands: Command[]): { wasm: KvIndex; ref: ReferenceIndex; scenario: Scenario } {
   const wasm = KvIndex.create({ blockSize: 16 });
@@ -107,8 +120,14 @@ function run(commands: Command[]): { wasm: KvIndex; ref: ReferenceIndex; scenari
         if (e.kind !== "removed") throw new Error("unreachable");
         const outcome = ref.applyRemoved(e.worker, e.hashes);
         expect(wasm.applyRemoved(e.worker, e.hashes)).toEqual(outcome);
-        if (outcome.kind === "applied" && outcome.blocks > e.hashes.length) seen.cascade++;
         if (outcome.kind === "applied" && outcome.unknown > 0) seen.unknownRemoval++;
+        break;
+      }
+      case "storedAgain": {
+        const e = scenario.storedAgain(c.worker, c.pick, c.length);
+        if (e === null || e.kind !== "stored") break;
+        const outcome = ref.applyStored(e.worker, e.parentHash, e.blocks);
+        expect(wasm.applyStored(e.worker, e.parentHash, e.blocks)).toEqual(outcome);
         break;
       }
       case "cleared":
@@ -135,6 +154,7 @@ function run(commands: Command[]): { wasm: KvIndex; ref: ReferenceIndex; scenari
     }
     expectSame(wasm, ref, scenario.queries());
   }
+  for (const k of ["extraCopy", "keptBelow", "storedAgain"] as const) seen[k] += ref.observed[k];
   return { wasm, ref, scenario };
 }
 
@@ -160,6 +180,7 @@ describe("KvIndex (WASM) against the reference model", () => {
         for (const q of queries) expect(rebuilt.findMatches(q)).toEqual(wasm.findMatches(q));
         expect(rebuilt.stats().residencies).toBe(wasm.stats().residencies);
         expect(rebuilt.stats().blocks).toBe(wasm.stats().blocks);
+        expect(dumpRows(rebuilt)).toEqual(dumpRows(wasm));
       },
     ), { numRuns: 100 });
   }, 60_000);

@@ -12,13 +12,36 @@ function chain(worker: number, tokens: bigint[]): StoredBlock[] {
 const q = (...t: bigint[]) => BigUint64Array.from(t);
 
 describe("KvIndex semantics", () => {
-  test("applying the same stored event twice changes nothing", () => {
+  test("a block stored again is a second copy: it leaves the worker only with its last copy", () => {
     const index = KvIndex.create({ blockSize: 16 });
     const blocks = chain(0, [10n, 11n, 12n]);
     expect(index.applyStored(a, null, blocks)).toEqual({ kind: "applied", blocks: 3, unknown: 0 });
-    expect(index.applyStored(a, null, blocks)).toEqual({ kind: "applied", blocks: 0, unknown: 0 });
+    // vLLM does not deduplicate: the same prompt computed again stores the same hashes again
+    expect(index.applyStored(a, blocks[1]!.externalHash, blocks.slice(2))).toEqual({ kind: "applied", blocks: 0, unknown: 0 });
     expect(index.stats()).toMatchObject({ blocks: 3, residencies: 3, workers: 1, rejected: 0 });
+    expect(index.applyRemoved(a, [blocks[2]!.externalHash])).toEqual({ kind: "applied", blocks: 0, unknown: 0 });
     expect(index.findMatches(q(10n, 11n, 12n, 13n)).scores).toEqual(new Map([[workerKey(a), 3]]));
+    expect(index.applyRemoved(a, [blocks[2]!.externalHash])).toEqual({ kind: "applied", blocks: 1, unknown: 0 });
+    expect(index.findMatches(q(10n, 11n, 12n, 13n)).scores).toEqual(new Map([[workerKey(a), 2]]));
+    expect(index.applyRemoved(a, [blocks[2]!.externalHash])).toEqual({ kind: "applied", blocks: 0, unknown: 1 });
+    expect([...index.dump()]).toEqual([{ worker: a, parentHash: null, blocks: blocks.slice(0, 2) }]);
+  });
+
+  test("copies travel through the dump and AllBlocksCleared resets them", () => {
+    const index = KvIndex.create({ blockSize: 16 });
+    const blocks = chain(0, [10n, 11n]);
+    index.applyStored(a, null, blocks);
+    index.applyStored(a, null, blocks.slice(0, 1));
+    index.applyStored(a, null, blocks.slice(0, 1));
+    const dump = [...index.dump()];
+    expect(dump).toEqual([{ worker: a, parentHash: null, blocks: [{ ...blocks[0]!, copies: 3 }, blocks[1]!] }]);
+    const copy = KvIndex.create({ blockSize: 16 });
+    copy.applyBatch(dump.map((e) => ({ kind: "stored" as const, ...e })));
+    expect([...copy.dump()]).toEqual(dump);
+    index.clearWorker(a);
+    index.applyStored(a, null, blocks.slice(0, 1));
+    expect(index.applyRemoved(a, [blocks[0]!.externalHash])).toEqual({ kind: "applied", blocks: 1, unknown: 0 });
+    expect(index.stats()).toMatchObject({ blocks: 0, residencies: 0 });
   });
 
   test("removing a block the worker does not hold is a counted no-op", () => {
@@ -49,18 +72,28 @@ describe("KvIndex semantics", () => {
     expect(index.stats().blocks).toBe(6);
   });
 
-  test("a worker that lost a block in the middle of a prefix matches only up to it", () => {
+  test("removing a block keeps its descendants: the hit stops at it, and comes back whole when it is stored again", () => {
     const index = KvIndex.create({ blockSize: 16 });
     const blocks = chain(0, [1n, 2n, 3n, 4n, 5n]);
     index.applyStored(a, null, blocks);
     index.applyStored(b, null, chain(1, [1n, 2n, 3n, 4n, 5n]));
-    expect(index.applyRemoved(a, [blocks[2]!.externalHash])).toMatchObject({ kind: "applied" });
+    expect(index.applyRemoved(a, [blocks[2]!.externalHash])).toEqual({ kind: "applied", blocks: 1, unknown: 0 });
     const m = index.findMatches(q(1n, 2n, 3n, 4n, 5n));
     expect(m.scores).toEqual(new Map([[workerKey(a), 2], [workerKey(b), 5]]));
-    expect(m.treeSizes.get(workerKey(a))).toBe(2);
-    // the engine recomputes the evicted part and stores it again: the full overlap comes back
-    index.applyStored(a, blocks[1]!.externalHash, blocks.slice(2));
+    expect(m.treeSizes.get(workerKey(a))).toBe(4);
+    // the dump names the removed block with zero copies, so a replica keeps the same chain
+    expect([...index.dump()].filter((e) => e.worker === a || e.worker.workerId === a.workerId)).toEqual([
+      { worker: a, parentHash: null, blocks: [blocks[0]!, blocks[1]!, { ...blocks[2]!, copies: 0 }, blocks[3]!, blocks[4]!] },
+    ]);
+    // the engine recomputes the evicted block and stores it again: the full overlap comes back
+    expect(index.applyStored(a, blocks[1]!.externalHash, blocks.slice(2, 3))).toEqual({ kind: "applied", blocks: 1, unknown: 0 });
     expect(index.findMatches(q(1n, 2n, 3n, 4n, 5n)).scores.get(workerKey(a))).toBe(5);
+    // descendants leave by their own removal: then nothing is left of a's chain below block 1
+    index.applyRemoved(a, [blocks[2]!.externalHash]);
+    index.applyRemoved(a, [blocks[4]!.externalHash, blocks[3]!.externalHash]);
+    expect(index.treeSize(a)).toBe(2);
+    index.removeWorker(b);
+    expect(index.stats()).toMatchObject({ blocks: 2, residencies: 2 });
   });
 
   test("clearWorker drops every block of that worker only; removeWorker also forgets it", () => {
@@ -142,7 +175,7 @@ describe("KvIndex.applyEncoded", () => {
       header(2n, sb, 1), 77n, ...chain(2, [1n]).flatMap((x) => [x.externalHash, x.tokensHash]),
       header(3n, sa, 2), first[1]!.externalHash, 5n,
     ]);
-    expect(viaWords.applyEncoded(words)).toEqual({ events: 4, blocks: 4 + 3, unknown: 1, rejected: 1 }); // 4 stored, 3 dropped by the removal
+    expect(viaWords.applyEncoded(words)).toEqual({ events: 4, blocks: 4 + 1, unknown: 1, rejected: 1 }); // 4 stored, 1 removed
     const q = BigUint64Array.from([1n, 2n, 3n, 4n]);
     expect(viaWords.findMatches(q)).toEqual(viaBatch.findMatches(q));
     expect(viaWords.stats()).toEqual(viaBatch.stats());
@@ -188,7 +221,8 @@ describe("KvIndex memory", () => {
       live.push({ w, head });
     };
     for (let r = 0; r < 4000; r++) storeOne(r);
-    const warm = () => { for (let r = 0; r < 20_000; r++) { storeOne(r); const old = live.shift()!; index.applyRemoved(old.w, [old.head]); } };
+    // removed head first: the rest of the chain stays (zero copies at the head) until its own removals
+    const warm = () => { for (let r = 0; r < 20_000; r++) { storeOne(r); const old = live.shift()!; index.applyRemoved(old.w, Array.from({ length: 8 }, (_, i) => old.head + BigInt(i))); } };
     warm();
     const after = index.stats();
     warm(); warm(); warm();

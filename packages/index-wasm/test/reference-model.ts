@@ -1,19 +1,23 @@
 // A plain TypeScript model of the index: the oracle for the property tests and the benchmark baseline.
-// It favours obviousness over speed; its semantics are the specification the WASM index must match.
+// It favours obviousness over speed; its semantics are the specification the WASM index must match
+// (../README.md, "Semantics"): per (worker, block) a copy count; removing a block's last copy keeps the
+// blocks below it, and the removed block stays as a zero-copy record (its external hash still names the
+// prefix) while its block has children.
 import {
   workerKey, type ApplyOutcome, type BatchOutcome, type DumpEvent, type IndexEvent, type MatchResult,
   type StoredBlock, type WorkerRef,
 } from "../src/types.ts";
 
+type Holder = { ext: bigint; copies: number };
 type Node = {
   tokensHash: bigint;
   parent: Node | null;
   children: Map<bigint, Node>;
-  /** workerKey → that worker's external hash for this block */
-  holders: Map<string, bigint>;
+  /** workerKey → that worker's record: external hash and copies (0: not held, kept for the blocks below) */
+  holders: Map<string, Holder>;
 };
 
-type WorkerState = { ref: WorkerRef; byExternal: Map<bigint, Node> };
+type WorkerState = { ref: WorkerRef; byExternal: Map<bigint, Node>; held: number };
 
 export class ReferenceIndex {
   private readonly root: Node = { tokensHash: 0n, parent: null, children: new Map(), holders: new Map() };
@@ -22,6 +26,8 @@ export class ReferenceIndex {
   private residencyCount = 0;
   private rejectedCount = 0;
   private unknownCount = 0;
+  /** How often the copy and kept-descendant rules applied (tests check their generators reach them). */
+  readonly observed = { extraCopy: 0, keptBelow: 0, storedAgain: 0 };
 
   static create(_opts: { blockSize: number }): ReferenceIndex {
     return new ReferenceIndex();
@@ -31,7 +37,7 @@ export class ReferenceIndex {
     const key = workerKey(w);
     let s = this.workerStates.get(key);
     if (!s) {
-      s = { ref: { workerId: w.workerId, dpRank: w.dpRank }, byExternal: new Map() };
+      s = { ref: { workerId: w.workerId, dpRank: w.dpRank }, byExternal: new Map(), held: 0 };
       this.workerStates.set(key, s);
     }
     return s;
@@ -51,11 +57,20 @@ export class ReferenceIndex {
     }
     let added = 0;
     for (const b of blocks) {
+      const copies = b.copies ?? 1;
       const held = s.byExternal.get(b.externalHash);
       const child = cur.children.get(b.tokensHash);
       if (held || child?.holders.has(key)) {
-        if (held && held === child) { cur = child; continue; } // idempotent re-store
+        if (held && held === child) {
+          const h = child.holders.get(key)!;
+          if (h.copies === 0 && copies > 0) { added++; s.held++; this.residencyCount++; this.observed.storedAgain++; }
+          else if (copies > 0) this.observed.extraCopy++;
+          h.copies += copies;
+          cur = child;
+          continue;
+        }
         this.rejectedCount++;
+        this.dropTrailingZeroCopies(s, key, cur);
         return { kind: "rejected", reason: "hash-conflict", blocks: added };
       }
       let next = child;
@@ -64,41 +79,67 @@ export class ReferenceIndex {
         cur.children.set(b.tokensHash, next);
         this.nodeCount++;
       }
-      next.holders.set(key, b.externalHash);
+      next.holders.set(key, { ext: b.externalHash, copies });
       s.byExternal.set(b.externalHash, next);
-      this.residencyCount++;
-      added++;
+      if (copies > 0) { added++; s.held++; this.residencyCount++; }
       cur = next;
     }
+    this.dropTrailingZeroCopies(s, key, cur);
     return { kind: "applied", blocks: added, unknown: 0 };
+  }
+
+  /** A zero-copy record is kept only for blocks below it: one an event left without children goes. */
+  private dropTrailingZeroCopies(s: WorkerState, key: string, node: Node): void {
+    while (node !== this.root && node.children.size === 0 && node.holders.get(key)?.copies === 0) {
+      const parent = node.parent!;
+      this.deleteRecord(s, key, node);
+      this.prune(node);
+      node = parent;
+    }
   }
 
   applyRemoved(w: WorkerRef, hashes: bigint[]): ApplyOutcome {
     const s = this.state(w);
+    const key = workerKey(w);
     let dropped = 0;
     let unknown = 0;
     for (const h of hashes) {
       const node = s.byExternal.get(h);
-      if (!node) { unknown++; this.unknownCount++; continue; }
-      dropped += this.drop(s, workerKey(w), node);
+      const rec = node?.holders.get(key);
+      if (!node || !rec || rec.copies === 0) { unknown++; this.unknownCount++; continue; }
+      if (--rec.copies > 0) continue;
+      dropped++;
+      s.held--;
+      this.residencyCount--;
+      // the blocks below stay (vLLM keeps them: their hashes are unchanged); the record stays with them
+      if (node.children.size === 0) {
+        this.deleteRecord(s, key, node);
+        this.prune(node);
+      } else this.observed.keptBelow++;
     }
     return { kind: "applied", blocks: dropped, unknown };
   }
 
-  /** Drops the worker from `node` and from every descendant it holds through it (prefix semantics). */
-  private drop(s: WorkerState, key: string, node: Node): number {
-    let dropped = 0;
-    for (const child of [...node.children.values()]) {
-      if (child.holders.has(key)) dropped += this.drop(s, key, child);
-    }
-    s.byExternal.delete(node.holders.get(key)!);
+  private deleteRecord(s: WorkerState, key: string, node: Node): void {
+    s.byExternal.delete(node.holders.get(key)!.ext);
     node.holders.delete(key);
-    this.residencyCount--;
-    if (node.holders.size === 0) {
-      node.parent!.children.delete(node.tokensHash);
+  }
+
+  /**
+   * Frees a node nobody has a record at and that has no children; a parent left without children also
+   * loses its zero-copy records (nothing below them any more), and may go in turn.
+   */
+  private prune(node: Node): void {
+    while (node !== this.root && node.holders.size === 0 && node.children.size === 0) {
+      const parent = node.parent!;
+      parent.children.delete(node.tokensHash);
       this.nodeCount--;
+      if (parent === this.root || parent.children.size > 0) return;
+      for (const [k, h] of [...parent.holders]) {
+        if (h.copies === 0) this.deleteRecord(this.workerStates.get(k)!, k, parent);
+      }
+      node = parent;
     }
-    return dropped + 1;
   }
 
   clearWorker(w: WorkerRef): void {
@@ -109,10 +150,14 @@ export class ReferenceIndex {
     const key = workerKey(w);
     const s = this.workerStates.get(key);
     if (!s) return 0;
-    let dropped = 0;
-    for (const child of [...this.root.children.values()]) {
-      if (child.holders.has(key)) dropped += this.drop(s, key, child);
-    }
+    const dropped = s.held;
+    const nodes = [...s.byExternal.values()];
+    for (const n of nodes) this.deleteRecord(s, key, n);
+    this.residencyCount -= dropped;
+    s.held = 0;
+    const depth = (n: Node) => { let d = 0; for (let p = n.parent; p; p = p.parent) d++; return d; };
+    nodes.sort((a, b) => depth(b) - depth(a));
+    for (const n of nodes) if (n.parent?.children.get(n.tokensHash) === n) this.prune(n);
     return dropped;
   }
 
@@ -135,41 +180,52 @@ export class ReferenceIndex {
     return out;
   }
 
+  /** A worker's score is the number of leading query blocks it holds (at least one copy each). */
   findMatches(tokensHashes: BigUint64Array): MatchResult {
     const scores = new Map<string, number>();
+    let alive: string[] | null = null;
     let cur = this.root;
     for (let depth = 0; depth < tokensHashes.length; depth++) {
       const next = cur.children.get(tokensHashes[depth]!);
       if (!next) break;
-      // holders of a child are always holders of its parent, so the deepest node a worker is in is its score
-      for (const key of next.holders.keys()) scores.set(key, depth + 1);
+      const holding = [...next.holders].filter(([, h]) => h.copies > 0).map(([k]) => k);
+      alive = alive === null ? holding : alive.filter((k) => holding.includes(k));
+      if (alive.length === 0) break;
+      for (const k of alive) scores.set(k, depth + 1);
       cur = next;
     }
     const treeSizes = new Map<string, number>();
-    for (const key of scores.keys()) treeSizes.set(key, this.workerStates.get(key)!.byExternal.size);
+    for (const key of scores.keys()) treeSizes.set(key, this.workerStates.get(key)!.held);
     return { scores, treeSizes };
   }
 
+  /** Held blocks and the zero-copy records on their paths (copies omitted when 1), parents first. */
   *dump(): Iterable<DumpEvent> {
     for (const [key, s] of this.workerStates) {
-      yield* this.dumpFrom(s.ref, key, this.root, null);
+      const needed = new Set<Node>();
+      for (const n of s.byExternal.values()) {
+        if (n.holders.get(key)!.copies === 0) continue;
+        for (let p: Node | null = n; p && p !== this.root && !needed.has(p); p = p.parent) needed.add(p);
+      }
+      yield* this.dumpFrom(s.ref, key, this.root, null, needed);
     }
   }
 
-  private *dumpFrom(ref: WorkerRef, key: string, from: Node, parentHash: bigint | null): Iterable<DumpEvent> {
+  private *dumpFrom(ref: WorkerRef, key: string, from: Node, parentHash: bigint | null, needed: Set<Node>): Iterable<DumpEvent> {
     for (const start of from.children.values()) {
-      if (!start.holders.has(key)) continue;
+      if (!needed.has(start)) continue;
       // extend one event along a single-child chain; branch points start new events
       const blocks: StoredBlock[] = [];
       let node = start;
       for (;;) {
-        blocks.push({ externalHash: node.holders.get(key)!, tokensHash: node.tokensHash });
-        const held = [...node.children.values()].filter((c) => c.holders.has(key));
-        if (held.length !== 1) break;
-        node = held[0]!;
+        const h = node.holders.get(key)!;
+        blocks.push(h.copies === 1 ? { externalHash: h.ext, tokensHash: node.tokensHash } : { externalHash: h.ext, tokensHash: node.tokensHash, copies: h.copies });
+        const below = [...node.children.values()].filter((c) => needed.has(c));
+        if (below.length !== 1) break;
+        node = below[0]!;
       }
       yield { worker: ref, parentHash, blocks };
-      yield* this.dumpFrom(ref, key, node, blocks[blocks.length - 1]!.externalHash);
+      yield* this.dumpFrom(ref, key, node, blocks[blocks.length - 1]!.externalHash, needed);
     }
   }
 
@@ -190,6 +246,6 @@ export class ReferenceIndex {
   }
 
   treeSize(w: WorkerRef): number {
-    return this.workerStates.get(workerKey(w))?.byExternal.size ?? 0;
+    return this.workerStates.get(workerKey(w))?.held ?? 0;
   }
 }

@@ -1,0 +1,149 @@
+// The dump as JSON: RouterEvents of the recovery `/dump` body written from a dumpWorker() snapshot
+// straight into linear memory. Measured on the 1M-residency recovery bench: the TypeScript path
+// (DumpEvent objects, BigInts, then digits from doubles) made the sender the bottleneck; here a block is
+// two u64 -> decimal conversions and a few fixed-byte stores. The caller owns the state (so several
+// dumps of one index may run at once) and the output buffer; emission stops after the step that reaches
+// `limit` and resumes from the state, so a chain of any length streams in bounded chunks.
+//
+// Rows (32 bytes, from dumpWorker): parent external hash u64 | external hash u64 | tokens hash u64 |
+// flags u32 (ROW_NEW_EVENT, ROW_HAS_PARENT) | copies u32.
+// State (48 bytes): 0 rows u32 | 4 rows len u32 | 8 pos u32 | 12 flags u32 (1 = inside an event, 2 = an
+// event was written: the next one needs a comma) | 16 next event id u64 | 24 prefix ptr u32 | 28 prefix
+// len u32 | 32 suffix ptr u32 | 36 suffix len u32. Prefix = `{"worker_id":<json string>,"event":{"event_id":`,
+// suffix = `]}}},"dp_rank":<rank>}`, both from the caller. The output needs 64 bytes of slack past each
+// step (fixed strings are copied as whole 16-byte words).
+import { alloc } from "./pages";
+
+export const ROW_NEW_EVENT: u32 = 1;
+export const ROW_HAS_PARENT: u32 = 2;
+
+let digits2: usize = 0; // "00".."99"
+let jsonData: usize = 0; // `,"data":{"stored":{"parent_hash":` (33) then `,"blocks":[` (11)
+let jsonBlock: usize = 0; // `,{"block_hash":` (15; the first block skips the comma)
+let jsonTokens: usize = 0; // `,"tokens_hash":` (15)
+let jsonCopies: usize = 0; // `,"copies":` (10)
+let jsonNull: usize = 0; // `null`
+
+function asciiConst(s: string): usize {
+  const n = s.length;
+  const p = alloc(<usize>(n + 16)); // small: TLSF; padded so 16-byte copies never read past it
+  memory.fill(p, 0, <usize>(n + 16));
+  for (let i = 0; i < n; i++) store<u8>(p + <usize>i, <u8>s.charCodeAt(i));
+  return p;
+}
+
+export function initJson(): void {
+  digits2 = alloc(200);
+  for (let i: u32 = 0; i < 100; i++) {
+    store<u8>(digits2 + (<usize>i << 1), <u8>(48 + i / 10));
+    store<u8>(digits2 + (<usize>i << 1) + 1, <u8>(48 + i % 10));
+  }
+  jsonData = asciiConst(',"data":{"stored":{"parent_hash":,"blocks":[');
+  jsonBlock = asciiConst(',{"block_hash":');
+  jsonTokens = asciiConst(',"tokens_hash":');
+  jsonCopies = asciiConst(',"copies":');
+  jsonNull = asciiConst("null");
+}
+
+@inline function copy16(o: usize, p: usize): void {
+  store<u64>(o, load<u64>(p));
+  store<u64>(o, load<u64>(p, 8), 8);
+}
+@inline function put2(o: usize, n: u32): void { store<u16>(o, load<u16>(digits2 + (<usize>n << 1))); }
+
+/** Exactly 8 digits (zero-padded) of n < 10^8. */
+@inline function write8(o: usize, n: u32): usize {
+  const a = n / 10000, b = n - a * 10000;
+  const a1 = a / 100, b1 = b / 100;
+  put2(o, a1); put2(o + 2, a - a1 * 100); put2(o + 4, b1); put2(o + 6, b - b1 * 100);
+  return o + 8;
+}
+
+/** The digits of n < 10^8 without leading zeros. */
+function writeSmall(o: usize, n: u32): usize {
+  const len: u32 = n < 10 ? 1 : n < 100 ? 2 : n < 1000 ? 3 : n < 10000 ? 4 : n < 100000 ? 5 : n < 1000000 ? 6 : n < 10000000 ? 7 : 8;
+  let e = o + <usize>len;
+  while (n >= 100) {
+    const q = n / 100;
+    e -= 2;
+    put2(e, n - q * 100);
+    n = q;
+  }
+  if (n >= 10) { e -= 2; put2(e, n); } else store<u8>(e - 1, <u8>(48 + n));
+  return o + <usize>len;
+}
+
+/** Exact decimal of a u64 (at most 20 digits). */
+function writeU64(o: usize, v: u64): usize {
+  if (v < 100000000) return writeSmall(o, <u32>v);
+  const hi = v / 100000000;
+  const lo = <u32>(v - hi * 100000000);
+  if (hi < 100000000) o = writeSmall(o, <u32>hi);
+  else {
+    const top = <u32>(hi / 100000000); // < 184468
+    o = writeSmall(o, top);
+    o = write8(o, <u32>(hi - <u64>top * 100000000));
+  }
+  return write8(o, lo);
+}
+
+/**
+ * One block `{"block_hash":e,"tokens_hash":t}` (with `,"copies":n` before the brace unless n is 1), with
+ * a leading comma unless it is the event's first.
+ */
+@inline function writeBlock(o: usize, r: usize, first: bool): usize {
+  copy16(o, jsonBlock + (first ? 1 : 0));
+  o += first ? 14 : 15;
+  o = writeU64(o, load<u64>(r, 8));
+  copy16(o, jsonTokens);
+  o = writeU64(o + 15, load<u64>(r, 16));
+  const copies = load<u32>(r, 28);
+  if (copies != 1) {
+    copy16(o, jsonCopies);
+    o = writeSmall(o + 10, copies);
+  }
+  store<u8>(o, 0x7d);
+  return o + 1;
+}
+
+export function dumpJson(st: usize, o: usize, limit: usize): usize {
+  const rows = <usize>load<u32>(st), len = load<u32>(st, 4);
+  let pos = load<u32>(st, 8), flags = load<u32>(st, 12);
+  let eventId = load<u64>(st, 16);
+  const prefix = <usize>load<u32>(st, 24), prefixLen = <usize>load<u32>(st, 28);
+  const suffix = <usize>load<u32>(st, 32), suffixLen = <usize>load<u32>(st, 36);
+  while (o < limit) {
+    if (flags & 1) {
+      // inside an event: the next row continues it unless it starts an event of its own
+      if (pos < len) {
+        const r = rows + (<usize>pos << 5);
+        if ((load<u32>(r, 24) & ROW_NEW_EVENT) == 0) {
+          o = writeBlock(o, r, false);
+          pos++;
+          continue;
+        }
+      }
+      memory.copy(o, suffix, suffixLen);
+      o += suffixLen;
+      flags = 2;
+      continue;
+    }
+    if (pos >= len) break;
+    const r = rows + (<usize>pos << 5);
+    if (flags & 2) { store<u8>(o, 0x2c); o++; }
+    memory.copy(o, prefix, prefixLen);
+    o = writeU64(o + prefixLen, eventId++);
+    memory.copy(o, jsonData, 33);
+    o += 33;
+    if (load<u32>(r, 24) & ROW_HAS_PARENT) o = writeU64(o, load<u64>(r));
+    else { store<u32>(o, load<u32>(jsonNull)); o += 4; }
+    memory.copy(o, jsonData + 33, 11);
+    o = writeBlock(o + 11, r, true);
+    pos++;
+    flags = 3;
+  }
+  store<u32>(st, pos, 8);
+  store<u32>(st, flags, 12);
+  store<u64>(st, eventId, 16);
+  return o;
+}
