@@ -87,6 +87,33 @@ test("recovery staging in batches builds the same index as one applyStored per e
   expect([...got.dump()]).toEqual([...reference.dump()]);
 });
 
+test("recovery staging keeps a dump's copy counts, zero-copy records on held paths included", () => {
+  // a peer whose worker holds block 1 twice, and block 3 below a block 2 it lost (kept with 0 copies)
+  const peer = KvIndex.create({ blockSize: BS });
+  const blocks = [1n, 2n, 3n].map((h) => ({ externalHash: h | (1n << 63n), tokensHash: h * 7n }));
+  peer.applyStored(w, null, blocks);
+  peer.applyStored(w, null, blocks.slice(0, 1));
+  peer.applyRemoved(w, [blocks[1]!.externalHash]);
+  const dump = [...peer.dump()];
+  expect(dump[0]!.blocks.map((b) => b.copies ?? 1)).toEqual([2, 0, 1]);
+  const ixs = new Indexers(createMetrics());
+  ixs.register("m", "default", BS);
+  const staging = ixs.begin();
+  let id = 0;
+  for (const e of dump) {
+    staging.apply("m:default", BS, {
+      workerId: e.worker.workerId, dpRank: e.worker.dpRank, eventId: id++, parentHash: e.parentHash,
+      blocks: e.blocks.map((b) => ({ blockHash: b.externalHash, tokensHash: b.tokensHash, ...(b.copies === undefined ? {} : { copies: b.copies }) })),
+    });
+  }
+  staging.commit();
+  const got = ixs.get("m:default")!.index;
+  expect([...got.dump()]).toEqual(dump);
+  // the recovered replica drops block 1 at the same removal as its peer: the second one
+  expect(got.applyRemoved(w, [blocks[0]!.externalHash])).toEqual({ kind: "applied", blocks: 0, unknown: 0 });
+  expect(got.applyRemoved(w, [blocks[0]!.externalHash])).toEqual({ kind: "applied", blocks: 1, unknown: 0 });
+});
+
 test("events and a peer's dump of another block size are rejected (counted as block_size), not indexed unmatchable", async () => {
   const metrics = createMetrics();
   const ixs = new Indexers(metrics);

@@ -257,7 +257,7 @@ export class Indexers implements DumpSource, DumpTarget {
         const s = stagedFor(key, blockSize);
         for (let i = 0; i < b.count; i++) {
           const from = b.blockStart[i]!, to = b.blockStart[i + 1]!;
-          s.builder.stored(b.workers[i]!, b.parentHash(i), b.blockHashes.subarray(from, to), b.tokensHashes.subarray(from, to));
+          s.builder.stored(b.workers[i]!, b.parentHash(i), b.blockHashes.subarray(from, to), b.tokensHashes.subarray(from, to), b.hasCopies ? b.copies.subarray(from, to) : undefined);
         }
         flush(s);
       },
@@ -270,11 +270,14 @@ export class Indexers implements DumpSource, DumpTarget {
           s.ext = new BigUint64Array(Math.max(n, s.ext.length * 2));
           s.tok = new BigUint64Array(s.ext.length);
         }
+        let copies: number[] | undefined;
         for (let i = 0; i < n; i++) {
-          s.ext[i] = e.blocks[i]!.blockHash;
-          s.tok[i] = e.blocks[i]!.tokensHash;
+          const blk = e.blocks[i]!;
+          s.ext[i] = blk.blockHash;
+          s.tok[i] = blk.tokensHash;
+          if (blk.copies !== undefined && blk.copies !== 1) copies ??= e.blocks.map((x) => x.copies ?? 1);
         }
-        s.builder.stored(workerRef(s.workers, e.workerId, e.dpRank), e.parentHash, s.ext.subarray(0, n), s.tok.subarray(0, n));
+        s.builder.stored(workerRef(s.workers, e.workerId, e.dpRank), e.parentHash, s.ext.subarray(0, n), s.tok.subarray(0, n), copies);
         if (s.builder.events >= STAGING_BATCH) flush(s);
       },
       commit: () => {
