@@ -7,8 +7,14 @@ import type { Peer } from "./types.ts";
 // - One peer is active at a time; updates never touch it, so an in-flight dump may finish after its peer left.
 // - A failed peer goes to `tried` for the rest of the cycle; a peer that leaves is forgotten from `tried`,
 //   so if it comes back (restarted, now serving) it is newly eligible again.
+// - A peer whose attempts failed `maxFailures` times in a row is set aside: no later cycle tries it, and it
+//   no longer counts as a source (a peer that says "serving" and then serves broken dumps must not keep
+//   this replica waiting). Leaving forgets that too: a peer that comes back gets a fresh start.
 
 type Pending = { peer: Peer; priority: number };
+
+/** What `fail()` concluded about the peer. */
+export type FailureRecord = { peer: Peer; failures: number; setAside: boolean };
 
 export class CandidateSet {
   private eligible = new Map<string, Peer>();
@@ -18,8 +24,15 @@ export class CandidateSet {
   private activePeer: Peer | null = null;
   /** Before the first cycle, updates only record the eligible set: priorities are drawn per cycle. */
   private inCycle = false;
+  /** Consecutive failed attempts per peer id (eligible peers only). */
+  private readonly failures = new Map<string, number>();
+  private readonly setAside = new Set<string>();
 
-  constructor(private readonly random: () => number = Math.random) {}
+  /** `maxFailures`: consecutive failures that set a peer aside (0: never). */
+  constructor(
+    private readonly random: () => number = Math.random,
+    private readonly maxFailures = 0,
+  ) {}
 
   /** Reconciles with the current eligible peers; returns true when the set of peers really changed. */
   update(peers: readonly Peer[]): boolean {
@@ -29,10 +42,12 @@ export class CandidateSet {
     const changed = key !== this.setKey;
     for (const id of [...this.pending.keys()]) if (!next.has(id)) this.pending.delete(id);
     for (const id of [...this.tried]) if (!next.has(id)) this.tried.delete(id);
+    for (const id of [...this.failures.keys()]) if (!next.has(id)) this.failures.delete(id);
+    for (const id of [...this.setAside]) if (!next.has(id)) this.setAside.delete(id);
     for (const [id, peer] of next) {
       const pending = this.pending.get(id);
       if (pending !== undefined) pending.peer = peer;
-      else if (this.inCycle && id !== this.activePeer?.id && !this.tried.has(id)) this.pending.set(id, { peer, priority: this.random() });
+      else if (this.inCycle && id !== this.activePeer?.id && !this.tried.has(id) && !this.setAside.has(id)) this.pending.set(id, { peer, priority: this.random() });
     }
     this.eligible = next;
     this.setKey = key;
@@ -44,7 +59,7 @@ export class CandidateSet {
     this.inCycle = true;
     this.tried.clear();
     this.pending.clear();
-    for (const [id, peer] of this.eligible) if (id !== this.activePeer?.id) this.pending.set(id, { peer, priority: this.random() });
+    for (const [id, peer] of this.eligible) if (id !== this.activePeer?.id && !this.setAside.has(id)) this.pending.set(id, { peer, priority: this.random() });
   }
 
   /** Takes the pending peer with the lowest priority as the active one (null when none is pending). */
@@ -59,10 +74,16 @@ export class CandidateSet {
   }
 
   /** Ends the active attempt as failed: the peer is tried for this cycle (if it is still eligible). */
-  fail(): void {
+  fail(): FailureRecord | null {
     const p = this.activePeer;
     this.activePeer = null;
-    if (p !== null && this.eligible.has(p.id)) this.tried.add(p.id);
+    if (p === null || !this.eligible.has(p.id)) return null;
+    this.tried.add(p.id);
+    const failures = (this.failures.get(p.id) ?? 0) + 1;
+    this.failures.set(p.id, failures);
+    const setAside = this.maxFailures > 0 && failures >= this.maxFailures;
+    if (setAside) this.setAside.add(p.id);
+    return { peer: p, failures, setAside };
   }
 
   get active(): Peer | null {
@@ -70,6 +91,13 @@ export class CandidateSet {
   }
   get eligibleCount(): number {
     return this.eligible.size;
+  }
+  /** Eligible peers not set aside: the sources still worth waiting for. */
+  get usableCount(): number {
+    return this.eligible.size - this.setAside.size;
+  }
+  setAsideIds(): string[] {
+    return [...this.setAside].sort();
   }
   /** Pending peers, in the order they would be tried. */
   pendingIds(): string[] {

@@ -1,15 +1,15 @@
 // @kv-epp/recovery: peer KV-index recovery before readiness (DESIGN.md §6-§7). See README.md for the wiring.
-export type { DumpModel, DumpSource, DumpStaging, DumpTarget, Peer, RecoveryOutcome, RecoveryStateName, RouterEvent, StoredBlockRef, StreamCursor } from "./types.ts";
+export type { DumpModel, DumpSource, DumpStaging, DumpTarget, EmptyBootstrapReason, Peer, RecoveryOutcome, RecoveryStateName, RouterEvent, StoredBlockRef, StreamCursor } from "./types.ts";
 export { RECOVERY_STATES } from "./types.ts";
 export { dumpStream, dumpChunks, DUMP_CHUNK_BYTES } from "./dump/writer.ts";
 export { toRouterEvents, type IndexDumpEvent } from "./dump/router-events.ts";
-export { DumpParser, DumpFormatError, readDump, DEFAULT_PARSER_LIMITS, type DumpParserLimits, type DumpSink, type DumpBatchSink, type DumpBatchOptions, type DumpCursorSink } from "./dump/parser.ts";
+export { DumpParser, DumpFormatError, readDump, DEFAULT_PARSER_LIMITS, type DumpParserLimits, type DumpParserOptions, type DumpSink, type DumpBatchSink, type DumpBatchOptions, type DumpCursorSink } from "./dump/parser.ts";
 export { DumpBatch, type BatchWorker } from "./dump/batch.ts";
-export { fetchDump, DumpFetchError, type DumpFailureReason, type DumpFetchResult, type FetchDumpOptions } from "./dump/client.ts";
+export { fetchDump, DumpFetchError, DEFAULT_MIN_RATE, type DumpFailureReason, type DumpFetchResult, type FetchDumpOptions, type MinRate } from "./dump/client.ts";
 export { dumpHandler, type DumpHandlerOptions } from "./dump/handler.ts";
-export { CandidateSet, Backoff, type BackoffOptions } from "./candidates.ts";
+export { CandidateSet, Backoff, type BackoffOptions, type FailureRecord } from "./candidates.ts";
 export type { PeerDiscovery } from "./discovery/types.ts";
 export { staticPeerDiscovery, probePeer, type StaticDiscoveryOptions } from "./discovery/static.ts";
 export { endpointSliceDiscovery, peersFromSlices, SELECTION_PORT_NAME, type EndpointSliceDiscoveryOptions } from "./discovery/endpoint-slices.ts";
-export { runRecovery, type RecoveryState, type RunRecoveryOptions } from "./recovery.ts";
-export { recoveryStateMetric, RECOVERY_STATE_METRIC } from "./metrics.ts";
+export { runRecovery, DEFAULT_MAX_PEER_FAILURES, type RecoveryState, type RunRecoveryOptions } from "./recovery.ts";
+export { recoveryStateMetric, recoveryAttemptMetrics, RECOVERY_STATE_METRIC } from "./metrics.ts";

@@ -1,4 +1,5 @@
-import { Gauge, type Registry } from "prom-client";
+import { Counter, Gauge, type Registry } from "prom-client";
+import type { RecoveryState } from "./recovery.ts";
 import { RECOVERY_STATES, type RecoveryOutcome } from "./types.ts";
 
 export const RECOVERY_STATE_METRIC = "dynamo_epp_kv_recovery_state";
@@ -28,6 +29,45 @@ export function recoveryStateMetric(registry: Registry): { set(outcome: Recovery
       bytes.set(r?.bytes ?? 0);
       seconds.set((r?.ms ?? 0) / 1000);
       if (r) peer.set({ peer: r.peer }, 1);
+    },
+  };
+}
+
+/**
+ * The failed attempts of recovery, fed from runRecovery's `onState`: every failure by reason, budget and
+ * trickle failures each in their own counter (the two a hostile or oversized peer causes), and the peers
+ * set aside because their dumps keep failing, with the reason of their last failure.
+ */
+export function recoveryAttemptMetrics(registry: Registry): { observe(s: RecoveryState): void } {
+  const failures = new Counter({
+    name: "dynamo_epp_kv_recovery_attempt_failures_total",
+    help: "failed /dump attempts by reason (status, timeout, trickle, budget, network, malformed, apply)",
+    labelNames: ["reason"],
+    registers: [registry],
+  });
+  const budget = new Counter({
+    name: "dynamo_epp_kv_recovery_budget_failures_total",
+    help: "/dump attempts failed because staging the dump needed more than the recovery budget",
+    registers: [registry],
+  });
+  const trickle = new Counter({
+    name: "dynamo_epp_kv_recovery_trickle_failures_total",
+    help: "/dump attempts failed because the body arrived below the minimum transfer rate",
+    registers: [registry],
+  });
+  const setAside = new Gauge({
+    name: "dynamo_epp_kv_recovery_failing_peers",
+    help: "peers set aside during recovery because their dumps kept failing (1 per peer, with its last failure's reason)",
+    labelNames: ["peer", "reason"],
+    registers: [registry],
+  });
+  return {
+    observe(s) {
+      if (s.kind !== "attempt_failed") return;
+      failures.inc({ reason: s.reason });
+      if (s.reason === "budget") budget.inc();
+      if (s.reason === "trickle") trickle.inc();
+      if (s.setAside) setAside.set({ peer: s.peer.id, reason: s.reason }, 1);
     },
   };
 }

@@ -1,9 +1,9 @@
 import type { Logger } from "pino";
 import { Backoff, type BackoffOptions, CandidateSet } from "./candidates.ts";
 import type { PeerDiscovery } from "./discovery/types.ts";
-import { DumpFetchError, fetchDump } from "./dump/client.ts";
+import { DEFAULT_MIN_RATE, type DumpFailureReason, DumpFetchError, fetchDump, type MinRate } from "./dump/client.ts";
 import type { DumpParserLimits } from "./dump/parser.ts";
-import type { DumpTarget, Peer, RecoveryOutcome } from "./types.ts";
+import type { DumpTarget, EmptyBootstrapReason, Peer, RecoveryOutcome } from "./types.ts";
 
 // The recovery loop (DESIGN.md §7). The caller has already started its KV listeners (rule 1, subscribe
 // first); this decides where the snapshot comes from and applies it through the staging of `target`.
@@ -11,10 +11,15 @@ import type { DumpTarget, Peer, RecoveryOutcome } from "./types.ts";
 export type RecoveryState =
   | { kind: "discovering" }
   | { kind: "attempting"; cycle: number; attempt: number; peer: Peer }
+  /** `setAside`: this failure was the peer's `maxPeerFailures`-th in a row; it is not tried again. */
+  | { kind: "attempt_failed"; peer: Peer; reason: DumpFailureReason; message: string; failures: number; setAside: boolean }
   | { kind: "backing_off"; cycle: number; delayMs: number }
   | { kind: "recovered"; from: string; events: number; bytes: number; ms: number }
-  | { kind: "empty_bootstrap"; reason: "no_serving_peer" | "all_peers_left" }
+  | { kind: "empty_bootstrap"; reason: EmptyBootstrapReason }
   | { kind: "disabled" };
+
+/** Consecutive failed attempts after which a peer is set aside (DYN_EPP_RECOVERY_PEER_MAX_FAILURES). */
+export const DEFAULT_MAX_PEER_FAILURES = 3;
 
 export type RunRecoveryOptions = {
   /** Where peers come from; null/undefined when no peer Service and no static peers are configured. */
@@ -28,6 +33,17 @@ export type RunRecoveryOptions = {
   /** Source of the attempt-scoped priorities (tests pass a seeded one). */
   random?: () => number;
   limits?: Partial<DumpParserLimits>;
+  /** What one attempt may stage, in bytes (see fetchDump); default: no bound. */
+  budgetBytes?: number;
+  /** Rate floor of a dump body (default DEFAULT_MIN_RATE; bytesPerSec 0: off). */
+  minRate?: MinRate;
+  /** Consecutive failures that set a peer aside (default DEFAULT_MAX_PEER_FAILURES; 0: never). */
+  maxPeerFailures?: number;
+  /**
+   * Readiness deadline: after this long recovery gives up (the attempt in flight is aborted) and the replica
+   * starts with an empty index (`empty_bootstrap`, reason `deadline`). Default: none, wait for a peer.
+   */
+  deadlineMs?: number;
   /** Observes every state transition (logs, tests). */
   onState?: (s: RecoveryState) => void;
   /** Keep the discovery running after recovery (to reuse it, e.g. for replica-agg peers); default: stop it. */
@@ -47,7 +63,7 @@ export async function runRecovery(opts: RunRecoveryOptions): Promise<RecoveryOut
   }
 
   enter({ kind: "discovering" });
-  const candidates = new CandidateSet(opts.random ?? Math.random);
+  const candidates = new CandidateSet(opts.random ?? Math.random, opts.maxPeerFailures ?? DEFAULT_MAX_PEER_FAILURES);
   const backoff = new Backoff(opts.backoff);
   let wake: (() => void) | null = null;
   const reconcile = () => {
@@ -58,15 +74,26 @@ export async function runRecovery(opts: RunRecoveryOptions): Promise<RecoveryOut
     }
   };
   const unsubscribe = discovery.onChange(reconcile);
-  const emptyBootstrap = (reason: "no_serving_peer" | "all_peers_left"): RecoveryOutcome => {
+  const emptyBootstrap = (reason: EmptyBootstrapReason): RecoveryOutcome => {
     enter({ kind: "empty_bootstrap", reason });
-    log.warn({ reason, source: discovery.description }, "no serving peer: starting with an EMPTY KV index (empty bootstrap)");
-    return { kind: "empty_bootstrap" };
+    const why: Record<EmptyBootstrapReason, string> = {
+      no_serving_peer: "no serving peer",
+      all_peers_left: "every peer left",
+      peers_failing: "every serving peer keeps failing its dumps",
+      deadline: `the recovery deadline of ${opts.deadlineMs} ms passed`,
+    };
+    log.warn({ reason, source: discovery.description, setAside: candidates.setAsideIds() }, `${why[reason]}: starting with an EMPTY KV index (empty bootstrap)`);
+    return { kind: "empty_bootstrap", reason };
   };
+  // One signal for "stop trying": shutdown (rejects with its reason) or the readiness deadline (empty start).
+  const deadline = new AbortController();
+  const deadlineTimer = opts.deadlineMs !== undefined && opts.deadlineMs > 0 ? setTimeout(() => deadline.abort(new Error("recovery deadline")), opts.deadlineMs) : undefined;
+  const stopSignal = opts.signal ? AbortSignal.any([opts.signal, deadline.signal]) : deadline.signal;
+  const minRate = opts.minRate ?? DEFAULT_MIN_RATE;
 
   try {
     // Discovery may retry for as long as the API server is away: shutdown must not wait for it.
-    await untilAborted(discovery.start(), opts.signal);
+    await untilAborted(discovery.start(), stopSignal);
     candidates.update(discovery.peers());
     // Rule 2: no serving peer at start means nobody holds an index to wait for.
     if (candidates.eligibleCount === 0) return emptyBootstrap("no_serving_peer");
@@ -75,31 +102,50 @@ export async function runRecovery(opts: RunRecoveryOptions): Promise<RecoveryOut
     let attempt = 0;
     for (;;) {
       opts.signal?.throwIfAborted();
+      if (deadline.signal.aborted) return emptyBootstrap("deadline");
       const peer = candidates.next();
       if (peer !== null) {
         attempt++;
         enter({ kind: "attempting", cycle, attempt, peer });
         log.info({ peer: peer.id, cycle, attempt }, "fetching dump from peer");
         try {
-          const r = await fetchDump({ peer, target: opts.target, timeoutMs: opts.timeoutMs, token: opts.token, limits: opts.limits, signal: opts.signal });
-          enter({ kind: "recovered", from: peer.id, ...r });
-          log.info({ peer: peer.id, events: r.events, bytes: r.bytes, ms: r.ms }, "dump fetched from peer");
+          const r = await fetchDump({
+            peer, target: opts.target, timeoutMs: opts.timeoutMs, token: opts.token, limits: opts.limits,
+            budgetBytes: opts.budgetBytes, minRate, signal: stopSignal,
+          });
+          enter({ kind: "recovered", from: peer.id, events: r.events, bytes: r.bytes, ms: r.ms });
+          log.info({ peer: peer.id, events: r.events, bytes: r.bytes, ms: r.ms, skippedModels: r.skippedModels }, "dump fetched from peer");
           log.info({ peer: peer.id, events: r.events }, "recovered KV index from peer");
-          return { kind: "recovered", peer: peer.id, ...r };
+          return { kind: "recovered", peer: peer.id, events: r.events, bytes: r.bytes, ms: r.ms };
         } catch (err) {
           opts.signal?.throwIfAborted();
+          if (deadline.signal.aborted) {
+            candidates.fail();
+            continue; // the deadline ends the loop at its top
+          }
           const reason = err instanceof DumpFetchError ? err.reason : "network";
-          log.warn({ peer: peer.id, reason, err: err instanceof Error ? err.message : String(err), cycle, attempt }, "dump attempt failed, trying the next peer");
-          candidates.fail();
+          const message = err instanceof Error ? err.message : String(err);
+          log.warn({ peer: peer.id, reason, err: message, cycle, attempt }, "dump attempt failed, trying the next peer");
+          const rec = candidates.fail();
+          if (rec !== null) {
+            enter({ kind: "attempt_failed", peer, reason, message, failures: rec.failures, setAside: rec.setAside });
+            if (rec.setAside)
+              log.warn({ peer: peer.id, reason, err: message, failures: rec.failures }, "peer set aside: its dumps keep failing; it is not tried again unless it leaves and comes back");
+          }
           continue;
         }
       }
-      // The cycle is exhausted. With nobody eligible left there is nothing to wait for (rule 2 again).
+      // The cycle is exhausted. With nobody eligible left there is nothing to wait for (rule 2 again);
+      // with only peers that keep failing, waiting would be forever.
       if (candidates.eligibleCount === 0) return emptyBootstrap("all_peers_left");
+      if (candidates.usableCount === 0) return emptyBootstrap("peers_failing");
       const delayMs = backoff.next();
       enter({ kind: "backing_off", cycle, delayMs });
       log.warn({ cycle, delayMs, tried: candidates.triedIds() }, "every eligible peer failed, backing off before a new cycle");
-      const changed = await waitFor(delayMs, (w) => (wake = w), opts.signal);
+      const changed = await waitFor(delayMs, (w) => (wake = w), stopSignal).catch((err) => {
+        if (deadline.signal.aborted && !opts.signal?.aborted) return true;
+        throw err;
+      });
       wake = null;
       // A real change during the wait re-evaluates at once: a newly eligible peer is already pending.
       if (!changed) {
@@ -107,7 +153,12 @@ export async function runRecovery(opts: RunRecoveryOptions): Promise<RecoveryOut
         cycle++;
       }
     }
+  } catch (err) {
+    // The deadline while discovery was still starting: the replica starts empty, as configured.
+    if (deadline.signal.aborted && !opts.signal?.aborted) return emptyBootstrap("deadline");
+    throw err;
   } finally {
+    clearTimeout(deadlineTimer);
     unsubscribe();
     if (!opts.keepDiscovery) await discovery.stop().catch(() => {});
   }

@@ -67,6 +67,16 @@ export interface DumpStaging {
   applyBatch?(key: string, blockSize: number, batch: DumpBatch): void;
   /** A model's `cursors`, once per model that has them (never for a dump from a producer without). */
   cursors?(key: string, cursors: StreamCursor[]): void;
+  /**
+   * Optional: false for a model this replica does not serve. Its whole object is skipped by the parser
+   * (nothing staged, nothing remembered), so extra models in a dump cost no memory.
+   */
+  accepts?(key: string): boolean;
+  /**
+   * Optional: bytes this staging holds now (e.g. the linear memory of its indexes). The dump client
+   * checks it against its budget after every chunk and fails the attempt past it.
+   */
+  stagedBytes?(): number;
   commit(): void;
   abort(): void;
 }
@@ -74,9 +84,12 @@ export interface DumpStaging {
 /** A recovery peer: `id` is stable across updates (the endpoint address), `url` the selection-http base URL. */
 export type Peer = { id: string; url: string };
 
+/** Why a replica starts empty although recovery was configured. */
+export type EmptyBootstrapReason = "no_serving_peer" | "all_peers_left" | "peers_failing" | "deadline";
+
 export type RecoveryOutcome =
   | { kind: "recovered"; peer: string; events: number; bytes: number; ms: number }
-  | { kind: "empty_bootstrap" }
+  | { kind: "empty_bootstrap"; reason: EmptyBootstrapReason }
   | { kind: "recovery_disabled" };
 
 export type RecoveryStateName = RecoveryOutcome["kind"];

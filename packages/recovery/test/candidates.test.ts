@@ -155,7 +155,8 @@ describe("recovery loop and the candidate model", () => {
       if (delays.length === 4) queueMicrotask(() => disc.set([a.peer, b.peer, c.peer])); // a real change
       if (delays.length === 6) failing = false;
     };
-    const out = await runRecovery({ discovery: disc, target: new MapIndex(), timeoutMs: 10_000, logger: quietLogger(), backoff: { initialMs: 5, factor: 2, maxMs: 1000 }, onState });
+    // maxPeerFailures 0: peers are never set aside here, whatever their failures (that rule has its own tests).
+    const out = await runRecovery({ discovery: disc, target: new MapIndex(), timeoutMs: 10_000, logger: quietLogger(), backoff: { initialMs: 5, factor: 2, maxMs: 1000 }, onState, maxPeerFailures: 0 });
     expect(out).toMatchObject({ kind: "recovered", peer: a.peer.id });
     // 5, 10, 20, 40 (unchanged churn did not reset), then C joined: back to 5, 10.
     expect(delays).toEqual([5, 10, 20, 40, 5, 10]);
@@ -177,14 +178,14 @@ describe("recovery loop and the candidate model", () => {
       backoff: { initialMs: 60_000 },
       onState: (s) => s.kind === "backing_off" && queueMicrotask(() => disc.set([])),
     });
-    expect(out).toEqual({ kind: "empty_bootstrap" });
+    expect(out).toEqual({ kind: "empty_bootstrap", reason: "all_peers_left" });
     a.stop();
   });
 
   test("no peer source → recovery_disabled; no eligible peer → empty bootstrap at once", async () => {
     expect(await runRecovery({ discovery: null, target: new MapIndex(), timeoutMs: 1000, logger: quietLogger() })).toEqual({ kind: "recovery_disabled" });
     const disc = new ManualDiscovery([]);
-    expect(await runRecovery({ discovery: disc, target: new MapIndex(), timeoutMs: 1000, logger: quietLogger() })).toEqual({ kind: "empty_bootstrap" });
+    expect(await runRecovery({ discovery: disc, target: new MapIndex(), timeoutMs: 1000, logger: quietLogger() })).toEqual({ kind: "empty_bootstrap", reason: "no_serving_peer" });
     expect(disc.stopped).toBe(true);
     const kept = new ManualDiscovery([]);
     await runRecovery({ discovery: kept, target: new MapIndex(), timeoutMs: 1000, logger: quietLogger(), keepDiscovery: true });

@@ -171,7 +171,7 @@ describe("cold start with static peers (deadlock regression, rule 8)", () => {
   for (const n of [2, 3]) {
     test(`${n} replicas listing each other all become ready with empty_bootstrap`, async () => {
       const { outcomes, runs } = await coldStart(n);
-      expect(outcomes).toEqual(Array(n).fill({ kind: "empty_bootstrap" }));
+      expect(outcomes).toEqual(Array(n).fill({ kind: "empty_bootstrap", reason: "no_serving_peer" }));
       for (const x of runs) expect(x.lines.some((l) => l.level === 40 && l.msg.includes("EMPTY KV index"))).toBe(true);
     });
   }
@@ -201,7 +201,7 @@ describe("cold start with static peers (deadlock regression, rule 8)", () => {
     await d.start();
     expect(d.peers()).toEqual([]);
     const out = await runRecovery({ discovery: d, target: new MapIndex(), timeoutMs: 5000, logger: quietLogger() });
-    expect(out).toEqual({ kind: "empty_bootstrap" });
+    expect(out).toEqual({ kind: "empty_bootstrap", reason: "no_serving_peer" });
     // Re-probed on its period (1 s by default), not back to back.
     const before = heads;
     await Bun.sleep(700);

@@ -4,7 +4,7 @@ import { recoveryStateMetric } from "../src/index.ts";
 
 test("dynamo_epp_kv_recovery_state is 1 for the state reached and 0 for the others", async () => {
   const registry = new Registry();
-  recoveryStateMetric(registry).set({ kind: "empty_bootstrap" });
+  recoveryStateMetric(registry).set({ kind: "empty_bootstrap", reason: "no_serving_peer" });
   const text = await registry.metrics();
   expect(text).toContain('dynamo_epp_kv_recovery_state{state="empty_bootstrap"} 1');
   expect(text).toContain('dynamo_epp_kv_recovery_state{state="recovered"} 0');

@@ -16,3 +16,4 @@ export {
   fetchWorkerTruth, fetchIndexView, diffIndexViews, describeDiff, compareIndexWithWorkers, waitForIndexToMatch, rankName,
   type IndexView, type IndexedBlock, type IndexDiff, type TruthWorker, type TruthSeqs,
 } from "./kv-truth.ts";
+export { hostileDumpPeer, type HostileDump, type HostilePeer } from "./hostile-peers.ts";

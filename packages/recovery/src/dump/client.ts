@@ -5,9 +5,12 @@ import { DumpFormatError, DumpParser, type DumpParserLimits } from "./parser.ts"
 // The dump client of one attempt (DESIGN.md §7 rules 3, 6): GET <peer>/dump, stream the body through the
 // parser into a fresh staging area, commit only when the whole body was valid. Progress, not total time, is
 // bounded: no headers or no body bytes for `timeoutMs` fails the attempt, so a large dump from a healthy
-// peer may take as long as it needs while a stalled peer cannot hold recovery.
+// peer may take as long as it needs while a stalled peer cannot hold recovery. A peer that keeps sending a
+// byte just inside that timeout is caught by the rate floor instead: every window of the body must bring
+// at least `minRate.bytesPerSec`. What the attempt stages is bounded by `budgetBytes` (the peer decides
+// the dump's size, this replica's memory limit does not move).
 
-export type DumpFailureReason = "status" | "timeout" | "network" | "malformed" | "apply";
+export type DumpFailureReason = "status" | "timeout" | "trickle" | "budget" | "network" | "malformed" | "apply";
 
 export class DumpFetchError extends Error {
   constructor(readonly reason: DumpFailureReason, message: string, readonly status?: number) {
@@ -22,11 +25,20 @@ export type FetchDumpOptions = {
   timeoutMs: number;
   token?: string;
   limits?: Partial<DumpParserLimits>;
+  /** Fails the attempt once the staging holds more than this (DumpStaging.stagedBytes); default: no bound. */
+  budgetBytes?: number;
+  /** Fails the attempt when a window of the body brings fewer than bytesPerSec * windowMs / 1000 bytes. */
+  minRate?: MinRate;
   /** Aborts the attempt (shutdown); the staging is aborted as for any failure. */
   signal?: AbortSignal;
 };
 
-export type DumpFetchResult = { events: number; bytes: number; ms: number };
+export type MinRate = { bytesPerSec: number; windowMs: number };
+
+/** 64 KiB/s over 10 s windows: a real dump streams at tens of MiB/s, a trickling peer is far below. */
+export const DEFAULT_MIN_RATE: MinRate = { bytesPerSec: 64 * 1024, windowMs: 10_000 };
+
+export type DumpFetchResult = { events: number; bytes: number; ms: number; skippedModels: number };
 
 export function dumpUrl(peer: Peer): string {
   return peer.url.replace(/\/+$/, "") + "/dump";
@@ -38,15 +50,24 @@ export function authHeaders(token: string | undefined): Record<string, string> {
 
 /**
  * A watchdog over one attempt: `guard(p)` settles like `p`, or rejects once `progress()` has not been called
- * for `timeoutMs`. Each guard is its own short-lived promise: racing every read against one long-lived
+ * for `timeoutMs`, or, once `startRate()` was called, when a window of `minRate.windowMs` brought fewer bytes
+ * than the floor. Each guard is its own short-lived promise: racing every read against one long-lived
  * "stalled" promise would pile a reaction (holding that read's chunk) onto it per read, retaining the whole
  * body until the end (measured: ~60 MiB on the 1M-residency bench).
  */
-function watchdog(timeoutMs: number, onStall: () => void) {
+function watchdog(timeoutMs: number, minRate: MinRate | undefined, onStall: () => void) {
   let last = performance.now();
   let timer: ReturnType<typeof setTimeout> | undefined;
+  let rateTimer: ReturnType<typeof setInterval> | undefined;
+  let windowBytes = 0;
   let stalled: DumpFetchError | null = null;
   let rejectCurrent: ((e: Error) => void) | null = null;
+  const fail = (e: DumpFetchError) => {
+    if (stalled) return;
+    stalled = e;
+    rejectCurrent?.(stalled);
+    onStall();
+  };
   // One timer re-armed lazily for the remaining time, instead of a clearTimeout/setTimeout pair per chunk.
   const check = () => {
     const idle = performance.now() - last;
@@ -54,9 +75,7 @@ function watchdog(timeoutMs: number, onStall: () => void) {
       timer = setTimeout(check, timeoutMs - idle);
       return;
     }
-    stalled = new DumpFetchError("timeout", `no progress for ${timeoutMs} ms`);
-    rejectCurrent?.(stalled);
-    onStall();
+    fail(new DumpFetchError("timeout", `no progress for ${timeoutMs} ms`));
   };
   timer = setTimeout(check, timeoutMs);
   return {
@@ -69,8 +88,24 @@ function watchdog(timeoutMs: number, onStall: () => void) {
         });
       });
     },
-    progress: () => void (last = performance.now()),
-    stop: () => clearTimeout(timer),
+    progress: (bytes = 0) => {
+      last = performance.now();
+      windowBytes += bytes;
+    },
+    /** Starts the rate windows (at the headers: the body is what must flow). */
+    startRate: () => {
+      if (!minRate || minRate.bytesPerSec <= 0 || minRate.windowMs <= 0) return;
+      const floor = Math.ceil((minRate.bytesPerSec * minRate.windowMs) / 1000);
+      rateTimer = setInterval(() => {
+        if (windowBytes < floor)
+          fail(new DumpFetchError("trickle", `body below the minimum rate: ${windowBytes} bytes in ${minRate.windowMs} ms (at least ${floor} needed, ${minRate.bytesPerSec} B/s)`));
+        windowBytes = 0;
+      }, minRate.windowMs);
+    },
+    stop: () => {
+      clearTimeout(timer);
+      clearInterval(rateTimer);
+    },
   };
 }
 
@@ -79,12 +114,13 @@ export async function fetchDump(opts: FetchDumpOptions): Promise<DumpFetchResult
   const abort = new AbortController();
   const onOuterAbort = () => abort.abort(opts.signal?.reason);
   opts.signal?.addEventListener("abort", onOuterAbort, { once: true });
-  const dog = watchdog(opts.timeoutMs, () => abort.abort(new Error("stalled")));
+  const dog = watchdog(opts.timeoutMs, opts.minRate, () => abort.abort(new Error("stalled")));
   let staging: ReturnType<DumpTarget["begin"]> | null = null;
   let reader: { cancel(): Promise<void> } | null = null;
   try {
     const res = await dog.guard(fetch(dumpUrl(opts.peer), { headers: { accept: "application/json", ...authHeaders(opts.token) }, signal: abort.signal }));
     dog.progress();
+    dog.startRate();
     if (res.status !== 200) {
       await res.body?.cancel().catch(() => {});
       throw new DumpFetchError("status", `peer answered HTTP ${res.status}`, res.status);
@@ -99,21 +135,30 @@ export async function fetchDump(opts: FetchDumpOptions): Promise<DumpFetchResult
       opts.limits,
       batched ? { sink: (key, blockSize, b) => guardApply(() => batched(key, blockSize, b)) } : undefined,
       into.cursors ? (key, cursors) => guardApply(() => into.cursors!(key, cursors)) : undefined,
+      { acceptModel: into.accepts?.bind(into) },
     );
+    const budget = opts.budgetBytes;
+    const staged = budget !== undefined ? into.stagedBytes?.bind(into) : undefined;
     const body = res.body.getReader();
     reader = body;
     const pace = gcPacer();
     for (;;) {
       const r = await dog.guard(body.read());
+      // Shutdown wins over a body that never ends (a read may still resolve after the abort).
+      opts.signal?.throwIfAborted();
       if (r.done) break;
-      dog.progress();
+      dog.progress(r.value.length);
       parser.push(r.value);
+      if (staged !== undefined) {
+        const held = staged();
+        if (held > budget!) throw new DumpFetchError("budget", `the dump needs more than this replica's recovery budget of ${budget} bytes (${held} staged after ${parser.bytes} bytes of body)`);
+      }
       pace(r.value.length);
     }
     parser.end();
     guardApply(() => into.commit());
     staging = null;
-    return { events: parser.events, bytes: parser.bytes, ms: Math.round(performance.now() - started) };
+    return { events: parser.events, bytes: parser.bytes, ms: Math.round(performance.now() - started), skippedModels: parser.skippedModels };
   } catch (err) {
     throw classify(err, opts.signal);
   } finally {

@@ -45,6 +45,13 @@ export type DumpBatchSink = (key: string, blockSize: number, batch: DumpBatch) =
 export type DumpBatchOptions = { sink: DumpBatchSink; events?: number; blocks?: number };
 /** Receives a model's `cursors`, whole, when its array closes. */
 export type DumpCursorSink = (key: string, cursors: StreamCursor[]) => void;
+
+/**
+ * `acceptModel(key)`: false skips that model's whole object at the token level (no event is built, nothing
+ * reaches a sink, its key is not remembered), so a dump full of models this replica does not serve costs
+ * parsing time only, never memory.
+ */
+export type DumpParserOptions = { acceptModel?: (key: string) => boolean };
 const EMPTY_BLOCKS: StoredBlockRef[] = [];
 
 const enum F {
@@ -103,7 +110,9 @@ class DumpAssembler implements JsonHandler {
   private readonly utf8 = new TextDecoder("utf-8", { fatal: true });
 
   private modelKey = "";
+  /** Accepted models only: bounded by the models this replica serves, whatever the dump holds. */
   private readonly modelKeys = new Set<string>();
+  skippedModels = 0;
   private blockSize = -1;
   private buffered: RouterEvent[] = [];
   private bufferedBlocks = 0;
@@ -151,6 +160,7 @@ class DumpAssembler implements JsonHandler {
     private readonly where: () => number,
     private readonly batchOpts: DumpBatchOptions | null,
     private readonly cursorSink: DumpCursorSink | null,
+    private readonly acceptModel: ((key: string) => boolean) | undefined,
   ) {
     this.batch = batchOpts ? new DumpBatch() : null;
     this.batchEvents = batchOpts?.events ?? 256;
@@ -373,7 +383,13 @@ class DumpAssembler implements JsonHandler {
   key(buf: Uint8Array, start: number, end: number): void {
     if (this.skip > 0) return;
     if (this.depth === 1) {
-      this.modelKey = this.decode(buf, start, end);
+      const key = this.decode(buf, start, end);
+      if (this.acceptModel !== undefined && !this.acceptModel(key)) {
+        this.skippedModels++;
+        this.field = F.Skip;
+        return;
+      }
+      this.modelKey = key;
       // One object per model: a repeated key would mix two block sizes or two halves into one index.
       if (this.modelKeys.has(this.modelKey)) this.fail(`model ${JSON.stringify(this.modelKey)} appears twice`);
       this.modelKeys.add(this.modelKey);
@@ -500,14 +516,19 @@ export class DumpParser {
    * `batch`: the typed fast path (see DumpBatchOptions); without it every event goes to `sink`.
    * `cursors`: receives each model's cursors (without it they are read and dropped).
    */
-  constructor(sink: DumpSink, limits: Partial<DumpParserLimits> = {}, batch?: DumpBatchOptions, cursors?: DumpCursorSink) {
+  constructor(sink: DumpSink, limits: Partial<DumpParserLimits> = {}, batch?: DumpBatchOptions, cursors?: DumpCursorSink, opts: DumpParserOptions = {}) {
     this.limits = { ...DEFAULT_PARSER_LIMITS, ...limits };
-    this.assembler = new DumpAssembler(sink, this.limits, () => this.bytes, batch ?? null, cursors ?? null);
+    this.assembler = new DumpAssembler(sink, this.limits, () => this.bytes, batch ?? null, cursors ?? null, opts.acceptModel);
     this.tokenizer = new JsonTokenizer(this.assembler, this.limits);
   }
 
   get events(): number {
     return this.assembler.events;
+  }
+
+  /** Models skipped because `acceptModel` refused them. */
+  get skippedModels(): number {
+    return this.assembler.skippedModels;
   }
 
   push(chunk: Uint8Array): void {
