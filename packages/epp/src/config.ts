@@ -31,6 +31,12 @@ export const OPTIONS = {
   poolNamespace: { flag: "pool-namespace", env: "POD_NAMESPACE", kind: "string", default: "default", help: "namespace of the pool and peers" },
   subscribeWaitMs: { flag: "subscribe-wait-ms", env: "DYN_EPP_SUBSCRIBE_WAIT_MS", kind: "int", default: "5000", help: "before recovery, wait this long at most for KV listeners to connect" },
   recoveryTimeoutMs: { flag: "recovery-timeout-ms", env: "DYN_EPP_RECOVERY_HTTP_TIMEOUT_MS", kind: "int", default: "30000", help: "dump no-progress timeout" },
+  recoveryBudgetMiB: { flag: "recovery-budget-mib", env: "DYN_EPP_RECOVERY_BUDGET_MIB", kind: "int", help: "most a dump may stage, MiB (default: half the cgroup memory limit, else of host memory)" },
+  recoveryMinRate: { flag: "recovery-min-rate-bytes", env: "DYN_EPP_RECOVERY_MIN_RATE_BYTES", kind: "int", default: "65536", help: "a dump body slower than this many bytes/s over a window fails (0: off)" },
+  recoveryRateWindowMs: { flag: "recovery-rate-window-ms", env: "DYN_EPP_RECOVERY_RATE_WINDOW_MS", kind: "int", default: "10000", help: "window of the dump rate floor" },
+  recoveryPeerMaxFailures: { flag: "recovery-peer-max-failures", env: "DYN_EPP_RECOVERY_PEER_MAX_FAILURES", kind: "int", default: "3", help: "set a peer aside after this many failed dumps in a row (0: never)" },
+  recoveryDeadlineMs: { flag: "recovery-deadline-ms", env: "DYN_EPP_RECOVERY_DEADLINE_MS", kind: "int", default: "0", help: "give up recovery after this long and start with an EMPTY index (0: wait for a peer)" },
+  maxBlocksPerRank: { flag: "max-blocks-per-rank", env: "DYN_EPP_MAX_BLOCKS_PER_RANK", kind: "int", default: "1048576", help: "blocks a worker rank may hold in the index when its num_gpu_blocks is not known (0: no bound)" },
   peerToken: { flag: "peer-token", env: "DYN_EPP_PEER_TOKEN", kind: "string", help: "bearer token for /dump" },
   secureServing: { flag: "secure-serving", env: "DYN_SECURE_SERVING", kind: "bool", default: "true", help: "TLS (ALPN h2) on the ext_proc port; false: h2c" },
   tlsCertFile: { flag: "tls-cert-file", env: "DYN_EPP_TLS_CERT_FILE", kind: "string", help: "PEM certificate, reloaded when it changes (unset: a self-signed one)" },
@@ -148,6 +154,15 @@ export type EppConfig = {
     | { mode: "kubernetes"; peerService: string; namespace: string }
     | { mode: "disabled" };
   recoveryTimeoutMs: number;
+  /** Explicit recovery staging budget; undefined: derived from the memory limit at start. */
+  recoveryBudgetMiB?: number;
+  /** Rate floor of a dump body (bytesPerSec 0: off). */
+  recoveryMinRate: { bytesPerSec: number; windowMs: number };
+  recoveryPeerMaxFailures: number;
+  /** 0: no deadline. */
+  recoveryDeadlineMs: number;
+  /** Per-rank block bound when the worker's own num_gpu_blocks is unknown; 0: none. */
+  maxBlocksPerRank: number;
   /** Bound on waiting for KV listeners to connect before recovery (subscribe first). */
   subscribeWaitMs: number;
   replicaAgg: ReplicaAggConfig;
@@ -339,6 +354,11 @@ export function parseConfig(argv: string[], env: Record<string, string | undefin
         ? { mode: "static", peers: staticFile.peers.map((p) => (typeof p === "string" ? p : p.url)) }
         : { mode: "disabled" },
     recoveryTimeoutMs: get<number>("recoveryTimeoutMs")!,
+    recoveryBudgetMiB: get<number>("recoveryBudgetMiB"),
+    recoveryMinRate: { bytesPerSec: get<number>("recoveryMinRate")!, windowMs: get<number>("recoveryRateWindowMs")! },
+    recoveryPeerMaxFailures: get<number>("recoveryPeerMaxFailures")!,
+    recoveryDeadlineMs: get<number>("recoveryDeadlineMs")!,
+    maxBlocksPerRank: get<number>("maxBlocksPerRank")!,
     subscribeWaitMs: get<number>("subscribeWaitMs")!,
     replicaAgg,
     peerToken: get<string>("peerToken"),

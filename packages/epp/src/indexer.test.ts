@@ -130,6 +130,7 @@ test("events and a peer's dump of another block size are rejected (counted as bl
   expect(ixs.get("m:default")!.index.stats().residencies).toBe(0);
   expect(await counter(metrics, "dynamo_epp_kv_events_rejected_total", '{reason="block_size"}')).toBe(2);
   // Within one dump, a model's block size cannot change either (a repeated key).
+  ixs.register("n", "default", 16);
   const twice = ixs.begin();
   twice.apply("n:default", 16, { workerId: "w", dpRank: 0, eventId: 0, parentHash: null, blocks: [{ blockHash: 1n, tokensHash: 7n }] });
   expect(() => twice.apply("n:default", 32, { workerId: "w", dpRank: 0, eventId: 1, parentHash: null, blocks: [{ blockHash: 2n, tokensHash: 7n }] })).toThrow(/block size/);
@@ -177,4 +178,34 @@ test("adapters: configured or learned from lora_name resolve to their base model
   ixs.resolve("nope");
   ixs.resolve("nope");
   expect(warned).toEqual([{ model: "chat", fallback: "m:default" }, { model: "nope", fallback: "m:default" }]); // chat: before it was learned
+});
+
+test("a rank the index sees above its capacity is reset and counted; other ranks keep their blocks", async () => {
+  const metrics = createMetrics();
+  const ixs = new Indexers(metrics, undefined, { rankCapacity: (r) => (r.dpRank === 0 ? 5 : undefined) });
+  const ix = ixs.register("m", "default", BS);
+  const other: WorkerRef = { workerId: "w", dpRank: 1 };
+  const batch = (hashes: bigint[], seed: number) => ({
+    kind: "batch" as const, seq: 0n,
+    batch: { ts: 0, dataParallelRank: 0, events: [stored(hashes, null, Array.from({ length: hashes.length * BS }, (_, i) => seed + i))] },
+  });
+  ixs.applySignal("m:default", w, batch([1n, 2n, 3n, 4n, 5n], 100)); // exactly at capacity: kept
+  ixs.applySignal("m:default", other, batch([1n, 2n, 3n, 4n, 5n, 6n, 7n], 100)); // no capacity known: kept
+  expect([ix.index.treeSize(w), ix.index.treeSize(other)]).toEqual([5, 7]);
+  expect(await counter(metrics, "dynamo_epp_kv_rank_capacity_resets_total")).toBe(0);
+  ixs.applySignal("m:default", w, batch([6n], 900));
+  expect([ix.index.treeSize(w), ix.index.treeSize(other)]).toEqual([0, 7]);
+  expect(await counter(metrics, "dynamo_epp_kv_rank_capacity_resets_total")).toBe(1);
+});
+
+test("recovery staging accepts only served models and reports the linear memory it holds", () => {
+  const ixs = new Indexers(createMetrics());
+  ixs.register("m", "default", BS);
+  const staging = ixs.begin();
+  expect([staging.accepts!("m:default"), staging.accepts!("other:default")]).toEqual([true, false]);
+  expect(staging.stagedBytes!()).toBe(0);
+  staging.apply("m:default", BS, { workerId: "w", dpRank: 0, eventId: 0, parentHash: null, blocks: [{ blockHash: 1n, tokensHash: 2n }] });
+  expect(staging.stagedBytes!()).toBeGreaterThan(0);
+  expect(() => staging.apply("other:default", BS, { workerId: "w", dpRank: 0, eventId: 1, parentHash: null, blocks: [] })).toThrow(/not served/);
+  staging.abort();
 });

@@ -10,6 +10,14 @@ import type { Logger } from "pino";
 
 export type Indexer = { key: string; blockSize: number; index: KvIndex };
 
+export type IndexersOptions = {
+  /**
+   * The blocks a worker rank can really hold (its vLLM num_gpu_blocks, else a configured bound); undefined:
+   * no bound. A rank the index sees above it is reset: only lost removals or a hostile publisher get there.
+   */
+  rankCapacity?: (w: WorkerRef) => number | undefined;
+};
+
 export function indexerKey(model: string, tenant: string): string {
   return `${model}:${tenant}`;
 }
@@ -34,6 +42,7 @@ export class Indexers implements DumpSource, DumpTarget {
   constructor(
     private readonly metrics: Metrics,
     private readonly log?: Logger,
+    private readonly opts: IndexersOptions = {},
   ) {}
 
   /** Declares an adapter of a registered model (from config); events' lora_name add more. */
@@ -151,6 +160,23 @@ export class Indexers implements DumpSource, DumpTarget {
     this.metrics.eventsApplied.inc(n - out.rejected);
     // Unknown parent or hash conflict: the index refused it (e.g. a parent lost with a gap).
     if (out.rejected > 0) this.metrics.eventsRejected.inc({ reason: "index" }, out.rejected);
+    this.#holdWithinCapacity(ix, worker);
+  }
+
+  /** Resets a rank that the index holds more blocks for than the rank can hold (rankCapacity). */
+  #holdWithinCapacity(ix: Indexer, worker: WorkerRef): void {
+    const cap = this.opts.rankCapacity?.(worker);
+    if (cap === undefined || cap <= 0) return;
+    const held = ix.index.treeSize(worker);
+    if (held <= cap) return;
+    ix.index.clearWorker(worker);
+    this.metrics.rankOverCapacity.inc();
+    this.log?.warn({ worker: worker.workerId, rank: worker.dpRank, model: ix.key, blocks: held, capacity: cap }, "worker rank above its KV capacity: its blocks were dropped");
+  }
+
+  /** Applies the capacity rule to every rank of every index (after a recovery: the dump is a peer's claim). */
+  holdWithinCapacity(): void {
+    for (const ix of this.#byKey.values()) for (const w of ix.index.workers()) this.#holdWithinCapacity(ix, w);
   }
 
   #add(b: StoredBatchBuilder, worker: WorkerRef, e: KvEvent, ix: Indexer): void {
@@ -236,6 +262,8 @@ export class Indexers implements DumpSource, DumpTarget {
     };
     const stagedFor = (key: string, blockSize: number): Staged => {
       let s = staged.get(key);
+      // The parser skips models accepts() refuses: an unknown key here is a bug, not a peer's choice.
+      if (!this.#byKey.has(key)) throw new Error(`model ${key} is not served by this replica`);
       // A peer with another block size for a model has hashes no request here can match: the attempt
       // fails (staging aborted, the next peer tried) rather than "recovering" nothing.
       const want = s?.blockSize ?? this.#byKey.get(key)?.blockSize;
@@ -251,6 +279,14 @@ export class Indexers implements DumpSource, DumpTarget {
       return s;
     };
     return {
+      // Only the models this replica serves are staged: any other model of the dump is skipped unparsed.
+      accepts: (key) => this.#byKey.has(key),
+      // The staged indexes' linear memory: what the dump really costs this process (checked per chunk).
+      stagedBytes: () => {
+        let n = 0;
+        for (const s of staged.values()) n += s.index.stats().bytes;
+        return n;
+      },
       // The fast path: fetchDump hands most events over as typed batches (hashes already in BigUint64Arrays).
       applyBatch: (key, blockSize, b) => {
         if (!open) return;
@@ -285,14 +321,7 @@ export class Indexers implements DumpSource, DumpTarget {
         open = false;
         for (const [key, s] of staged) {
           flush(s);
-          const { blockSize, index } = s;
-          const ix = this.#byKey.get(key);
-          if (ix) {
-            ix.index = index; // same block size: stagedFor refused any other
-          } else {
-            // A model only the peer knows: kept, so this replica's /dump stays equal to the peer's.
-            this.#byKey.set(key, { key, blockSize, index });
-          }
+          this.#byKey.get(key)!.index = s.index; // a served model, same block size: stagedFor refused others
         }
       },
       abort: () => {

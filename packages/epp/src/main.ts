@@ -6,6 +6,7 @@ import * as grpc from "@grpc/grpc-js";
 import type { KubeConfig } from "@kubernetes/client-node";
 import {
   endpointSliceDiscovery,
+  recoveryAttemptMetrics,
   recoveryStateMetric,
   runRecovery,
   staticPeerDiscovery,
@@ -27,6 +28,7 @@ import { HealthState, healthHandlers } from "./health.ts";
 import { StreamHandoff } from "./handoff/handoff.ts";
 import { Indexers } from "./indexer.ts";
 import { startIntentSource } from "./intents-source.ts";
+import { dumpBodyLimit, recoveryBudget } from "./memory-budget.ts";
 import { createMetrics } from "./metrics.ts";
 import { ActiveLoad, sumLoad } from "./picker/load.ts";
 import { LatencyModel } from "./picker/latency.ts";
@@ -64,8 +66,12 @@ export async function startEpp(cfg: EppConfig, o: { log?: Logger; kubeConfig?: K
   } catch (err) {
     throw new ConfigError(`cannot load --tls-cert-file/--tls-key-file: ${(err as Error).message}`);
   }
+  const attemptMetrics = recoveryAttemptMetrics(metrics.registry);
 
-  const indexers = new Indexers(metrics, log.child({ component: "indexer" }));
+  // A rank holds at most what its vLLM says it can (num_gpu_blocks, scraped), else the configured bound.
+  const indexers = new Indexers(metrics, log.child({ component: "indexer" }), {
+    rankCapacity: (w) => scraper.gpuBlocks(w.workerId, w.dpRank) ?? (cfg.maxBlocksPerRank > 0 ? cfg.maxBlocksPerRank : undefined),
+  });
   indexers.register(cfg.model.name, cfg.model.tenant, cfg.model.blockSize);
   for (const a of cfg.model.loraAdapters) indexers.registerAdapter(a, cfg.model.name);
   let preprocessor: ReturnType<typeof createPreprocessor>;
@@ -325,12 +331,23 @@ export async function startEpp(cfg: EppConfig, o: { log?: Logger; kubeConfig?: K
       const unconnected = await workers.waitConnected(cfg.subscribeWaitMs);
       if (unconnected.length > 0) log.warn({ listeners: unconnected }, "KV listeners still connecting; recovering without waiting longer");
       log.info({ workers: workers.specs().length, listeners: workers.candidates().length }, "listeners subscribed");
+      const budget = recoveryBudget(cfg.recoveryBudgetMiB);
+      log.info(
+        { budgetBytes: budget.bytes, from: budget.source, maxBodyBytes: dumpBodyLimit(budget.bytes), minRate: cfg.recoveryMinRate, deadlineMs: cfg.recoveryDeadlineMs || null },
+        "recovery limits",
+      );
       return runRecovery({
         discovery: peerDiscovery(cfg, kube, log),
         target: handoff.target(indexers),
         timeoutMs: cfg.recoveryTimeoutMs,
         token: cfg.peerToken,
         logger: log,
+        budgetBytes: budget.bytes,
+        limits: { maxBytes: dumpBodyLimit(budget.bytes) },
+        minRate: cfg.recoveryMinRate,
+        maxPeerFailures: cfg.recoveryPeerMaxFailures,
+        deadlineMs: cfg.recoveryDeadlineMs || undefined,
+        onState: (s) => attemptMetrics.observe(s),
         signal: recoveryAbort.signal,
       });
     })
@@ -340,6 +357,7 @@ export async function startEpp(cfg: EppConfig, o: { log?: Logger; kubeConfig?: K
       recoveryMetric.set(outcome);
       recoveryOutcome = outcome;
       indexers.pruneWorkers((w) => workers.has(w));
+      indexers.holdWithinCapacity();
       workers.attach((worker, signal) => {
         try {
           handoff.signal(worker, signal);
@@ -351,7 +369,7 @@ export async function startEpp(cfg: EppConfig, o: { log?: Logger; kubeConfig?: K
       recovered = true;
       health.setReady(true);
       if (outcome.kind === "recovered") log.info({ peer: outcome.peer, events: outcome.events }, "recovered");
-      else log.warn({ state: outcome.kind }, "ready with an EMPTY KV index");
+      else log.warn({ state: outcome.kind, reason: outcome.kind === "empty_bootstrap" ? outcome.reason : undefined }, "ready with an EMPTY KV index");
       return outcome;
     });
   ready.catch((err) => {

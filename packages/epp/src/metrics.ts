@@ -89,6 +89,11 @@ export function createMetrics() {
       labelNames: ["reason"] as const,
       registers: [registry],
     }),
+    rankOverCapacity: new Counter({
+      name: "dynamo_epp_kv_rank_capacity_resets_total",
+      help: "worker ranks whose blocks were dropped because the index held more than the rank can (its num_gpu_blocks, else --max-blocks-per-rank)",
+      registers: [registry],
+    }),
     scrapeErrors: new Counter({ name: "dynamo_epp_worker_scrape_errors_total", help: "failed vLLM /metrics scrapes", registers: [registry] }),
     aggSiblings: new Gauge({ name: "dynamo_epp_replica_agg_siblings", help: "sibling replicas known from peer discovery", registers: [registry] }),
     aggSiblingsConnected: new Gauge({

@@ -33,13 +33,18 @@ export function createMetrics(model: string, engines: () => readonly RankEngine[
   gauge("vllm:num_requests_waiting", "Requests waiting to be admitted.", (e) => e.admission.waiting);
   gauge("vllm:gpu_cache_usage_perc", "KV-cache usage, 1 = full (legacy name).", (e) => e.cache.usage);
   gauge("vllm:kv_cache_usage_perc", "KV-cache usage, 1 = full.", (e) => e.cache.usage);
-  // vLLM's info metric: the cache configuration as labels, value 1 (GAIE reads block_size from it).
+  // vLLM's info metric, shaped as vLLM writes it: CacheConfig fields as string labels (the ones that mean
+  // something here, in vLLM's field order, Python's str() of each value), then `engine`, value 1. GAIE reads
+  // block_size from it, the EPP num_gpu_blocks (the most blocks a rank can hold).
   new Gauge({
-    name: "vllm:cache_config_info", help: "Information of the KV-cache configuration.", registers: [registry],
-    labelNames: ["engine", "block_size", "num_gpu_blocks", "enable_prefix_caching"],
+    name: "vllm:cache_config_info", help: "Information of the LLMEngine CacheConfig", registers: [registry],
+    labelNames: ["block_size", "cache_dtype", "enable_prefix_caching", "num_gpu_blocks", "num_cpu_blocks", "engine"],
     collect() {
       for (const e of engines()) {
-        this.set({ engine: String(e.rank), block_size: String(e.cache.blockSize), num_gpu_blocks: String(e.cache.capacityBlocks), enable_prefix_caching: "True" }, 1);
+        this.set({
+          block_size: String(e.cache.blockSize), cache_dtype: "auto", enable_prefix_caching: "True",
+          num_gpu_blocks: String(e.cache.capacityBlocks), num_cpu_blocks: "None", engine: String(e.rank),
+        }, 1);
       }
     },
   });

@@ -104,7 +104,7 @@ describe("OpenAI HTTP", () => {
     const hits = /vllm:prefix_cache_hits_total\{model_name="mock\/model",engine="1"\} (\d+)/.exec(text);
     expect(Number(hits?.[1])).toBeGreaterThanOrEqual(32);
     expect(text).toMatch(/vllm:prefix_cache_queries_total\{model_name="mock\/model",engine="0"\} \d+/);
-    expect(text).toContain('vllm:cache_config_info{engine="0",block_size="16",num_gpu_blocks="8192",enable_prefix_caching="True"} 1');
+    expect(text).toContain('vllm:cache_config_info{block_size="16",cache_dtype="auto",enable_prefix_caching="True",num_gpu_blocks="8192",num_cpu_blocks="None",engine="0"} 1');
     expect(text).toMatch(/vllm:time_to_first_token_seconds_count\{model_name="mock\/model",engine="1"\} [1-9]/);
   });
 });

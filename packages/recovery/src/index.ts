@@ -3,7 +3,7 @@ export type { DumpModel, DumpSource, DumpStaging, DumpTarget, EmptyBootstrapReas
 export { RECOVERY_STATES } from "./types.ts";
 export { dumpStream, dumpChunks, DUMP_CHUNK_BYTES } from "./dump/writer.ts";
 export { toRouterEvents, type IndexDumpEvent } from "./dump/router-events.ts";
-export { DumpParser, DumpFormatError, readDump, DEFAULT_PARSER_LIMITS, type DumpParserLimits, type DumpParserOptions, type DumpSink, type DumpBatchSink, type DumpBatchOptions, type DumpCursorSink } from "./dump/parser.ts";
+export { DumpParser, DumpFormatError, DumpTooLargeError, readDump, DEFAULT_PARSER_LIMITS, type DumpParserLimits, type DumpParserOptions, type DumpSink, type DumpBatchSink, type DumpBatchOptions, type DumpCursorSink } from "./dump/parser.ts";
 export { DumpBatch, type BatchWorker } from "./dump/batch.ts";
 export { fetchDump, DumpFetchError, DEFAULT_MIN_RATE, type DumpFailureReason, type DumpFetchResult, type FetchDumpOptions, type MinRate } from "./dump/client.ts";
 export { dumpHandler, type DumpHandlerOptions } from "./dump/handler.ts";

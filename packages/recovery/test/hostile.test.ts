@@ -68,7 +68,7 @@ describe("bounded memory", () => {
     const p = hostile({ kind: "endless-models", blockSize: 16 });
     const target = new BoundedIndex(new Set(["served:default"]));
     const err = await fetchDump({ peer: p.peer, target, timeoutMs: 5000, limits: { maxBytes: 8 << 20 }, budgetBytes: 1 << 20 }).catch((e) => e);
-    expect(err).toMatchObject({ reason: "malformed" });
+    expect(err).toMatchObject({ reason: "budget" });
     expect(err.message).toContain("larger than the limit");
     expect(target.staged).toBe(0);
   });

@@ -1,14 +1,41 @@
 // Load scraped from each worker's vLLM Prometheus endpoint: an extra signal next to the load the EPP
 // tracks itself (which misses requests that did not come through this replica).
 
-export type WorkerMetrics = { running: number; waiting: number; kvUsage: number; at: number };
+/** `gpuBlocks`: num_gpu_blocks per engine (= DP rank), from `vllm:cache_config_info`; empty when not exported. */
+export type WorkerMetrics = { running: number; waiting: number; kvUsage: number; gpuBlocks: Map<number, number>; at: number };
 
-/** Reads the gauges vLLM exposes (`vllm:num_requests_running`, `..._waiting`, KV usage), summing label sets. */
+const LABEL = /([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"/g;
+
+/**
+ * vLLM's cache config info gauge carries the KV cache configuration as labels (every CacheConfig field as a
+ * string, plus `engine`), value 1. `num_gpu_blocks` is "None" until the engine has profiled its memory.
+ */
+function cacheConfigInfo(line: string, into: Map<number, number>): void {
+  const open = line.indexOf("{");
+  const close = line.lastIndexOf("}");
+  if (open < 0 || close < open) return;
+  let blocks: number | undefined;
+  let engine = 0;
+  for (const m of line.slice(open + 1, close).matchAll(LABEL)) {
+    if (m[1] === "num_gpu_blocks" && /^\d+$/.test(m[2]!)) blocks = Number(m[2]);
+    else if (m[1] === "engine" && /^\d+$/.test(m[2]!)) engine = Number(m[2]);
+  }
+  if (blocks !== undefined && blocks > 0) into.set(engine, blocks);
+}
+
+/**
+ * Reads the gauges vLLM exposes (`vllm:num_requests_running`, `..._waiting`, KV usage), summing label sets,
+ * and each engine's `num_gpu_blocks` from `vllm:cache_config_info`.
+ */
 export function parseVllmMetrics(text: string, at = Date.now()): WorkerMetrics {
-  const out: WorkerMetrics = { running: 0, waiting: 0, kvUsage: 0, at };
+  const out: WorkerMetrics = { running: 0, waiting: 0, kvUsage: 0, gpuBlocks: new Map(), at };
   for (const line of text.split("\n")) {
     if (line.length === 0 || line.charCodeAt(0) === 35 /* # */) continue;
     const name = line.slice(0, line.search(/[{\s]/));
+    if (name === "vllm:cache_config_info") {
+      cacheConfigInfo(line, out.gpuBlocks);
+      continue;
+    }
     const v = Number(line.slice(line.lastIndexOf(" ") + 1));
     if (!Number.isFinite(v)) continue;
     switch (name) {
@@ -31,6 +58,8 @@ export type ScrapeTarget = { workerId: string; url: string };
 
 export class WorkerMetricsScraper {
   readonly #latest = new Map<string, WorkerMetrics>();
+  /** num_gpu_blocks per worker and engine: fixed for a worker's life, so kept across failed scrapes. */
+  readonly #gpuBlocks = new Map<string, Map<number, number>>();
   #targets: ScrapeTarget[] = [];
   #timer: ReturnType<typeof setInterval> | undefined;
   #running = false;
@@ -48,10 +77,21 @@ export class WorkerMetricsScraper {
     this.#targets = targets;
     const ids = new Set(targets.map((t) => t.workerId));
     for (const id of this.#latest.keys()) if (!ids.has(id)) this.#latest.delete(id);
+    for (const id of this.#gpuBlocks.keys()) if (!ids.has(id)) this.#gpuBlocks.delete(id);
   }
 
   get(workerId: string): WorkerMetrics | undefined {
     return this.#latest.get(workerId);
+  }
+
+  /**
+   * The KV blocks a worker rank can hold, as its vLLM reported them: the rank's engine series, or the only
+   * series when the worker exports one (one engine per pod, whatever its DP rank). Undefined until scraped.
+   */
+  gpuBlocks(workerId: string, dpRank: number): number | undefined {
+    const byEngine = this.#gpuBlocks.get(workerId);
+    if (byEngine === undefined) return undefined;
+    return byEngine.get(dpRank) ?? (byEngine.size === 1 ? byEngine.values().next().value : undefined);
   }
 
   start(): void {
@@ -70,7 +110,9 @@ export class WorkerMetricsScraper {
           try {
             const res = await fetch(t.url, { signal: AbortSignal.timeout(this.opts.timeoutMs ?? 2000) });
             if (!res.ok) throw new Error(`HTTP ${res.status}`);
-            this.#latest.set(t.workerId, parseVllmMetrics(await res.text()));
+            const m = parseVllmMetrics(await res.text());
+            this.#latest.set(t.workerId, m);
+            if (m.gpuBlocks.size > 0) this.#gpuBlocks.set(t.workerId, m.gpuBlocks);
             this.opts.onSuccess?.(t.workerId);
           } catch (err) {
             this.#latest.delete(t.workerId);

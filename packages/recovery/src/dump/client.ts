@@ -1,6 +1,6 @@
 import type { DumpTarget, Peer } from "../types.ts";
 import { gcPacer } from "./gc-pacer.ts";
-import { DumpFormatError, DumpParser, type DumpParserLimits } from "./parser.ts";
+import { DumpFormatError, DumpParser, type DumpParserLimits, DumpTooLargeError } from "./parser.ts";
 
 // The dump client of one attempt (DESIGN.md §7 rules 3, 6): GET <peer>/dump, stream the body through the
 // parser into a fresh staging area, commit only when the whole body was valid. Progress, not total time, is
@@ -178,6 +178,8 @@ export async function fetchDump(opts: FetchDumpOptions): Promise<DumpFetchResult
 
 function classify(err: unknown, signal: AbortSignal | undefined): Error {
   if (err instanceof DumpFetchError) return err;
+  // A body past maxBytes is the same failure as staging past the budget: more than this replica takes.
+  if (err instanceof DumpTooLargeError) return new DumpFetchError("budget", err.message);
   if (err instanceof DumpFormatError) return new DumpFetchError("malformed", err.message);
   if (signal?.aborted) return err instanceof Error ? err : new Error(String(err));
   return new DumpFetchError("network", err instanceof Error ? err.message : String(err));

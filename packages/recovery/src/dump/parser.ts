@@ -14,6 +14,11 @@ export class DumpFormatError extends Error {
   }
 }
 
+/** The body passed `maxBytes`: not malformed, more than this reader accepts. */
+export class DumpTooLargeError extends DumpFormatError {
+  override name = "DumpTooLargeError";
+}
+
 export type DumpParserLimits = {
   /** Total body bytes accepted (default 4 GiB). */
   maxBytes: number;
@@ -533,7 +538,7 @@ export class DumpParser {
 
   push(chunk: Uint8Array): void {
     if (this.bytes + chunk.length > this.limits.maxBytes) {
-      throw new DumpFormatError(`dump larger than the limit of ${this.limits.maxBytes} bytes`, this.bytes);
+      throw new DumpTooLargeError(`dump larger than the limit of ${this.limits.maxBytes} bytes`, this.bytes);
     }
     this.wrap(() => this.tokenizer.push(chunk));
     this.bytes += chunk.length;

@@ -1,0 +1,27 @@
+import { expect, test } from "bun:test";
+import { parseVllmMetrics } from "./worker-metrics.ts";
+
+// The line as vLLM's PrometheusStatLogger writes it: every CacheConfig field as a string label (in field
+// order), `engine` last, value 1.0 (prometheus_client's float format).
+const vllmLine = (engine: number, blocks: string) =>
+  `vllm:cache_config_info{block_size="16",gpu_memory_utilization="0.9",swap_space="4.0",cache_dtype="auto",is_attention_free="False",num_gpu_blocks_override="None",sliding_window="None",enable_prefix_caching="True",prefix_caching_hash_algo="sha256",cpu_offload_gb="0.0",calculate_kv_scales="False",num_gpu_blocks="${blocks}",num_cpu_blocks="None",engine="${engine}"} 1.0`;
+
+test("num_gpu_blocks per engine from vllm:cache_config_info, beside the load gauges", () => {
+  const m = parseVllmMetrics(
+    [
+      "# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig",
+      "# TYPE vllm:cache_config_info gauge",
+      vllmLine(0, "27298"),
+      vllmLine(1, "27301"),
+      'vllm:num_requests_running{model_name="m",engine="0"} 3.0',
+    ].join("\n"),
+  );
+  expect([...m.gpuBlocks]).toEqual([[0, 27298], [1, 27301]]);
+  expect(m.running).toBe(3);
+});
+
+test("an engine that has not profiled yet (num_gpu_blocks None) or a malformed value tells nothing", () => {
+  expect(parseVllmMetrics(vllmLine(0, "None")).gpuBlocks.size).toBe(0);
+  expect(parseVllmMetrics(vllmLine(0, "-3")).gpuBlocks.size).toBe(0);
+  expect(parseVllmMetrics('vllm:cache_config_info{num_gpu_blocks="12",escaped="a\\"b}c"} 1').gpuBlocks).toEqual(new Map([[0, 12]]));
+});
