@@ -9,7 +9,8 @@ import type { Peer } from "./types.ts";
 //   so if it comes back (restarted, now serving) it is newly eligible again.
 // - A peer whose attempts failed `maxFailures` times in a row is set aside: no later cycle tries it, and it
 //   no longer counts as a source (a peer that says "serving" and then serves broken dumps must not keep
-//   this replica waiting). Leaving forgets that too: a peer that comes back gets a fresh start.
+//   this replica waiting). A failure that would repeat as is (the peer's dump exceeds this replica's budget)
+//   sets it aside at once. Leaving forgets that too: a peer that comes back gets a fresh start.
 
 type Pending = { peer: Peer; priority: number };
 
@@ -73,15 +74,18 @@ export class CandidateSet {
     return best.peer;
   }
 
-  /** Ends the active attempt as failed: the peer is tried for this cycle (if it is still eligible). */
-  fail(): FailureRecord | null {
+  /**
+   * Ends the active attempt as failed: the peer is tried for this cycle (if it is still eligible).
+   * `final`: the failure would repeat as is, the peer is set aside now (when setting aside is on).
+   */
+  fail(final = false): FailureRecord | null {
     const p = this.activePeer;
     this.activePeer = null;
     if (p === null || !this.eligible.has(p.id)) return null;
     this.tried.add(p.id);
     const failures = (this.failures.get(p.id) ?? 0) + 1;
     this.failures.set(p.id, failures);
-    const setAside = this.maxFailures > 0 && failures >= this.maxFailures;
+    const setAside = this.maxFailures > 0 && (final || failures >= this.maxFailures);
     if (setAside) this.setAside.add(p.id);
     return { peer: p, failures, setAside };
   }

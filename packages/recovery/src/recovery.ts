@@ -11,7 +11,7 @@ import type { DumpTarget, EmptyBootstrapReason, Peer, RecoveryOutcome } from "./
 export type RecoveryState =
   | { kind: "discovering" }
   | { kind: "attempting"; cycle: number; attempt: number; peer: Peer }
-  /** `setAside`: this failure was the peer's `maxPeerFailures`-th in a row; it is not tried again. */
+  /** `setAside`: this failure was the peer's `maxPeerFailures`-th in a row (or a budget failure); it is not tried again. */
   | { kind: "attempt_failed"; peer: Peer; reason: DumpFailureReason; message: string; failures: number; setAside: boolean }
   | { kind: "backing_off"; cycle: number; delayMs: number }
   | { kind: "recovered"; from: string; events: number; bytes: number; ms: number }
@@ -126,7 +126,8 @@ export async function runRecovery(opts: RunRecoveryOptions): Promise<RecoveryOut
           const reason = err instanceof DumpFetchError ? err.reason : "network";
           const message = err instanceof Error ? err.message : String(err);
           log.warn({ peer: peer.id, reason, err: message, cycle, attempt }, "dump attempt failed, trying the next peer");
-          const rec = candidates.fail();
+          // A dump past the budget is as big next time: that peer is set aside at once.
+          const rec = candidates.fail(reason === "budget");
           if (rec !== null) {
             enter({ kind: "attempt_failed", peer, reason, message, failures: rec.failures, setAside: rec.setAside });
             if (rec.setAside)

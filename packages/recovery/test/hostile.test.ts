@@ -216,4 +216,18 @@ describe("CandidateSet set-aside", () => {
     s.newCycle();
     expect(s.pendingIds()).toEqual([A.id]);
   });
+
+  test("a failure that would repeat as is (over budget) sets the peer aside at once", () => {
+    const s = new CandidateSet(scripted([0.1]), 3);
+    s.update([A]);
+    s.newCycle();
+    s.next();
+    expect(s.fail(true)).toEqual({ peer: A, failures: 1, setAside: true });
+    expect(s.usableCount).toBe(0);
+    const never = new CandidateSet(scripted([0.1]), 0);
+    never.update([A]);
+    never.newCycle();
+    never.next();
+    expect(never.fail(true)).toEqual({ peer: A, failures: 1, setAside: false });
+  });
 });

@@ -13,19 +13,21 @@ export type HostileDump =
   /** 200 and then a body that is not a dump (cut JSON), every time. */
   | { kind: "broken" };
 
-export type HostilePeer = { url: string; requests: () => number; stop: () => void };
+/** `bytes()`: body bytes handed to readers so far (pulled, so about what they have read). */
+export type HostilePeer = { url: string; requests: () => number; bytes: () => number; stop: () => void };
 
 const enc = new TextEncoder();
 const CHUNK = 64 * 1024;
 
-function event(id: number, firstHash: bigint, blocks: number): string {
-  const parts: string[] = [];
-  for (let i = 0n; i < BigInt(blocks); i++) parts.push(`{"block_hash":${firstHash + i},"tokens_hash":${(firstHash + i) ^ 0x5bd1e995n}}`);
-  return `{"worker_id":"hostile-worker","event":{"event_id":${id},"data":{"stored":{"parent_hash":null,"blocks":[${parts.join(",")}]}}},"dp_rank":0}`;
+// Numbers (exact below 2^53), not BigInts: the peer must outpace the reader it measures.
+function event(id: number, firstHash: number, blocks: number): string {
+  let s = `{"worker_id":"hostile-worker","event":{"event_id":${id},"data":{"stored":{"parent_hash":null,"blocks":[`;
+  for (let i = 0; i < blocks; i++) s += `${i > 0 ? "," : ""}{"block_hash":${firstHash + i},"tokens_hash":${firstHash + i + 2 ** 40}}`;
+  return s + `]}}},"dp_rank":0}`;
 }
 
 /** A body of `head` then `next()` strings forever, in chunks of about 64 KiB, produced on demand. */
-function endless(head: string, next: (i: number) => string): ReadableStream<Uint8Array> {
+function endless(head: string, next: (i: number) => string, count: (n: number) => void): ReadableStream<Uint8Array> {
   let i = 0;
   let first = true;
   return new ReadableStream(
@@ -34,7 +36,9 @@ function endless(head: string, next: (i: number) => string): ReadableStream<Uint
         let s = first ? head : "";
         first = false;
         while (s.length < CHUNK) s += next(i++);
-        c.enqueue(enc.encode(s));
+        const bytes = enc.encode(s);
+        count(bytes.length);
+        c.enqueue(bytes);
       },
     },
     { highWaterMark: 1 },
@@ -62,12 +66,12 @@ function trickle(intervalMs: number, signal: AbortSignal): ReadableStream<Uint8A
   });
 }
 
-function body(d: HostileDump, signal: AbortSignal): ReadableStream<Uint8Array> | string {
+function body(d: HostileDump, signal: AbortSignal, count: (n: number) => void): ReadableStream<Uint8Array> | string {
   switch (d.kind) {
     case "endless-events":
-      return endless(`{${JSON.stringify(`${d.model}`)}:{"block_size":${d.blockSize},"events":[`, (i) => (i > 0 ? "," : "") + event(i, BigInt(i) * 16n + 1n, 16));
+      return endless(`{${JSON.stringify(`${d.model}`)}:{"block_size":${d.blockSize},"events":[`, (i) => (i > 0 ? "," : "") + event(i, i * 16 + 1, 16), count);
     case "endless-models":
-      return endless("{", (i) => `${i > 0 ? "," : ""}"hostile-model-${i}:default":{"block_size":${d.blockSize},"events":[${event(0, BigInt(i) + 1n, 1)}]}`);
+      return endless("{", (i) => `${i > 0 ? "," : ""}"hostile-model-${i}:default":{"block_size":${d.blockSize},"events":[${event(0, i + 1, 1)}]}`, count);
     case "trickle":
       return trickle(d.intervalMs, signal);
     case "broken":
@@ -77,6 +81,8 @@ function body(d: HostileDump, signal: AbortSignal): ReadableStream<Uint8Array> |
 
 export function hostileDumpPeer(d: HostileDump, opts: { hostname: string; port?: number }): HostilePeer {
   let requests = 0;
+  let bytes = 0;
+  const count = (n: number) => void (bytes += n);
   const server = Bun.serve({
     hostname: opts.hostname,
     port: opts.port ?? 0,
@@ -85,8 +91,8 @@ export function hostileDumpPeer(d: HostileDump, opts: { hostname: string; port?:
       if (new URL(req.url).pathname !== "/dump") return new Response("not found", { status: 404 });
       if (req.method === "HEAD") return new Response(null, { status: 200, headers: { "content-type": "application/json" } });
       requests++;
-      return new Response(body(d, req.signal), { headers: { "content-type": "application/json" } });
+      return new Response(body(d, req.signal, count), { headers: { "content-type": "application/json" } });
     },
   });
-  return { url: `http://${opts.hostname}:${server.port}`, requests: () => requests, stop: () => server.stop(true) };
+  return { url: `http://${opts.hostname}:${server.port}`, requests: () => requests, bytes: () => bytes, stop: () => server.stop(true) };
 }

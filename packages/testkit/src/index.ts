@@ -17,3 +17,4 @@ export {
   type IndexView, type IndexedBlock, type IndexDiff, type TruthWorker, type TruthSeqs,
 } from "./kv-truth.ts";
 export { hostileDumpPeer, type HostileDump, type HostilePeer } from "./hostile-peers.ts";
+export { processMemory } from "./proc-memory.ts";
