@@ -59,6 +59,7 @@ export async function startEpp(cfg: EppConfig, o: { log?: Logger; kubeConfig?: K
   const log = o.log ?? pino({ level: cfg.logLevel, base: { component: "epp" } });
   const metrics = createMetrics();
   const recoveryMetric = recoveryStateMetric(metrics.registry);
+  const attemptMetrics = recoveryAttemptMetrics(metrics.registry);
   // First, so a bad pair stops the start before anything listens.
   let certificate: Certificate | undefined;
   try {
@@ -66,7 +67,6 @@ export async function startEpp(cfg: EppConfig, o: { log?: Logger; kubeConfig?: K
   } catch (err) {
     throw new ConfigError(`cannot load --tls-cert-file/--tls-key-file: ${(err as Error).message}`);
   }
-  const attemptMetrics = recoveryAttemptMetrics(metrics.registry);
 
   // A rank holds at most what its vLLM says it can (num_gpu_blocks, scraped), else the configured bound.
   const indexers = new Indexers(metrics, log.child({ component: "indexer" }), {

@@ -1,8 +1,11 @@
 // Load scraped from each worker's vLLM Prometheus endpoint: an extra signal next to the load the EPP
 // tracks itself (which misses requests that did not come through this replica).
 
-/** `gpuBlocks`: num_gpu_blocks per engine (= DP rank), from `vllm:cache_config_info`; empty when not exported. */
-export type WorkerMetrics = { running: number; waiting: number; kvUsage: number; gpuBlocks: Map<number, number>; at: number };
+/**
+ * `gpuBlocks`: num_gpu_blocks per engine (= DP rank), from `vllm:cache_config_info` (empty when not exported);
+ * absent where the metrics do not come from a scrape (a simulation).
+ */
+export type WorkerMetrics = { running: number; waiting: number; kvUsage: number; gpuBlocks?: Map<number, number>; at: number };
 
 const LABEL = /([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"/g;
 
@@ -27,13 +30,14 @@ function cacheConfigInfo(line: string, into: Map<number, number>): void {
  * Reads the gauges vLLM exposes (`vllm:num_requests_running`, `..._waiting`, KV usage), summing label sets,
  * and each engine's `num_gpu_blocks` from `vllm:cache_config_info`.
  */
-export function parseVllmMetrics(text: string, at = Date.now()): WorkerMetrics {
-  const out: WorkerMetrics = { running: 0, waiting: 0, kvUsage: 0, gpuBlocks: new Map(), at };
+export function parseVllmMetrics(text: string, at = Date.now()): WorkerMetrics & { gpuBlocks: Map<number, number> } {
+  const gpuBlocks = new Map<number, number>();
+  const out = { running: 0, waiting: 0, kvUsage: 0, gpuBlocks, at };
   for (const line of text.split("\n")) {
     if (line.length === 0 || line.charCodeAt(0) === 35 /* # */) continue;
     const name = line.slice(0, line.search(/[{\s]/));
     if (name === "vllm:cache_config_info") {
-      cacheConfigInfo(line, out.gpuBlocks);
+      cacheConfigInfo(line, gpuBlocks);
       continue;
     }
     const v = Number(line.slice(line.lastIndexOf(" ") + 1));
