@@ -122,6 +122,9 @@ export class StreamHandoff {
         return {
           apply: (key, blockSize, e) => s.apply(key, blockSize, e),
           applyBatch: s.applyBatch && ((key, blockSize, b) => s.applyBatch!(key, blockSize, b)),
+          // The recovery bounds (unserved models skipped, the budget) are the inner staging's.
+          accepts: s.accepts && ((key) => s.accepts!(key)),
+          stagedBytes: s.stagedBytes && (() => s.stagedBytes!()),
           cursors: (key, cs) => {
             if (key === this.opts.liveKey) cursors = cs;
           },
