@@ -11,7 +11,7 @@
 // transport floor. EPP_BUN_FLAGS adds Bun flags to the EPP's process (e.g. "--cpu-prof-md"). Processes
 // are not pinned to cores: measured, pinning the server and the generator to one CPU each raised every
 // server's p99 (Bun's GC and JIT threads then share the main thread's core). Writes bench/REPORT.md.
-import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import { mkdirSync, writeFileSync } from "node:fs";
 import { MatchList, computeBlockHashes } from "@kv-epp/index-wasm";
 import { dumpStream } from "@kv-epp/recovery";
 import { freePort, killAll, spawnProcess, type ProcessHandle } from "@kv-epp/testkit";
@@ -19,7 +19,8 @@ import pino from "pino";
 import { parseConfig } from "../src/config.ts";
 import { parseBodyBytes } from "../src/extproc/openai-body.ts";
 import { startEpp } from "../src/main.ts";
-import { requestsFile, type Mode } from "./requests.ts";
+import { loadGenerator, runLoad, type Generator, type Run, type Server } from "./generator.ts";
+import type { Mode } from "./requests.ts";
 import { WORKLOAD, requestBodies, syntheticIndex, workerId } from "./workload.ts";
 
 const HOST = "127.0.4.200";
@@ -30,82 +31,12 @@ const RATES = quick ? [250, 500, 1000] : [250, 500, 750, 1000, 1500, 2000, 3000,
 const DURATION_MS = quick ? 1500 : 3000;
 const WARMUP_MS = 500;
 
-type Run = {
-  rate: number;
-  sent: number;
-  completed: number;
-  achieved: number;
-  p50: number;
-  p90: number;
-  p99: number;
-  max: number;
-  errors: number;
-  endpoints: number;
-  /** Server process CPU time per request sent (robust to a busy machine); NaN without /proc. */
-  cpuUs: number;
-};
-
-/** utime + stime of a process in µs, from /proc (clock ticks of 10 ms); NaN where there is no /proc. */
-function cpuTimeUs(pid: number): number {
-  try {
-    const fields = readFileSync(`/proc/${pid}/stat`, "utf8").split(") ")[1]!.split(" ");
-    return (Number(fields[11]) + Number(fields[12])) * 10_000;
-  } catch {
-    return NaN;
-  }
-}
-
 /** A server under test: `bun <args>` in its own process. */
 const spawn = (name: string, args: string[]): ProcessHandle => spawnProcess(process.execPath, args, { name });
 
-/** `tls`: the generator opens TLS (ALPN h2, unverified, as gateways do); else h2c. */
-type Server = { name: string; target: string; proc: ProcessHandle; tls: boolean };
-
-type Generator = { name: string; argv(target: string, rate: number, mode: Mode): string[] };
-
-/** The C generator when it builds here (a C compiler and libnghttp2's headers), else the JS one. */
-async function loadGenerator(dir: string): Promise<Generator> {
-  const common = (target: string, rate: number, mode: Mode) => [
-    "--target", target, "--rate", String(rate), "--duration-ms", String(DURATION_MS), "--warmup-ms", String(WARMUP_MS), "--mode", mode,
-  ];
-  const js: Generator = {
-    name: "JS (bench/loadgen.ts on node:http2)",
-    argv: (target, rate, mode) => [process.execPath, `${import.meta.dir}/loadgen.ts`, ...common(target, rate, mode)],
-  };
-  if (Bun.env.EPP_BENCH_GENERATOR === "js") return js;
-  const bin = `${dir}/loadgen-c`;
-  let why: string;
-  try {
-    const cc = Bun.spawnSync(["cc", "-O2", "-o", bin, `${import.meta.dir}/loadgen.c`, "-lnghttp2", "-lssl", "-lcrypto"], { stderr: "pipe" });
-    why = cc.stderr.toString().trim().split("\n")[0] ?? "";
-    if (cc.exitCode === 0) {
-      for (const mode of ["full-duplex", "buffered"] as const) await Bun.write(`${dir}/requests-${mode}.bin`, requestsFile(mode, 7));
-      return {
-        name: "C (bench/loadgen.c on libnghttp2)",
-        argv: (target, rate, mode) => [bin, ...common(target, rate, mode), "--requests", `${dir}/requests-${mode}.bin`],
-      };
-    }
-  } catch (err) {
-    why = String(err);
-  }
-  console.log(`bench/loadgen.c did not build (${why}); measuring with the JS generator, which adds its own ~0.5-1 ms to p99 (Debian: apt-get install gcc libnghttp2-dev libssl-dev)`);
-  return js;
-}
-
 let gen: Generator;
 
-async function loadgen(server: Server, rate: number, mode: Mode = "full-duplex"): Promise<Run> {
-  const cpu0 = cpuTimeUs(server.proc.pid);
-  const p = Bun.spawn([...gen.argv(server.target, rate, mode), ...(server.tls ? ["--tls"] : [])], { stdout: "pipe", stderr: "inherit" });
-  const out = await new Response(p.stdout).text();
-  await p.exited;
-  const r = JSON.parse(out.trim().split("\n").at(-1)!) as Run;
-  // A run that got no answer at all has no percentiles (NaN, null in JSON).
-  for (const k of ["p50", "p90", "p99", "max"] as const) r[k] ??= NaN;
-  // Includes the warm-up requests: cpu over every request sent, not only the measured ones.
-  r.cpuUs = (cpuTimeUs(server.proc.pid) - cpu0) / Math.max(1, Math.round((rate * (DURATION_MS + WARMUP_MS)) / 1000));
-  return r;
-}
+const loadgen = (server: Server, rate: number, mode: Mode = "full-duplex"): Promise<Run> => runLoad(gen, server, rate, mode, DURATION_MS, WARMUP_MS);
 
 function show(name: string, r: Run): void {
   console.log(
@@ -187,7 +118,7 @@ async function main() {
   const dir = `${Bun.env.TMPDIR ?? "/tmp"}/epp-bench-${process.pid}`;
   const config = `${dir}/epp.json`;
   mkdirSync(dir, { recursive: true });
-  gen = await loadGenerator(dir);
+  gen = await loadGenerator(dir, DURATION_MS, WARMUP_MS);
   console.log(`load generator: ${gen.name}`);
   await Bun.write(
     config,

@@ -128,6 +128,7 @@ export async function startEpp(cfg: EppConfig, o: { log?: Logger; kubeConfig?: K
       indexers.removeWorker(w);
       handoff.forget(w);
     },
+    onMalformed: (kind) => metrics.kvMalformed.inc({ kind }),
     onChanged: (specs) => {
       scraper.setTargets(specs.map((s) => ({ workerId: s.id, url: s.metricsUrl })));
       metrics.workers.set(specs.reduce((n, s) => n + s.dpSize, 0));
@@ -253,6 +254,7 @@ export async function startEpp(cfg: EppConfig, o: { log?: Logger; kubeConfig?: K
       metrics.listenerReplays.set(c.replays);
       metrics.listenerRestarts.set(c.restarts);
       metrics.listenerHeartbeatTimeouts.set(c.heartbeatTimeouts);
+      metrics.listenerProtocolErrors.set(c.protocolErrors);
       replicaAgg?.updateGauges();
       return new Response(await metrics.registry.metrics(), { headers: { "content-type": metrics.registry.contentType } });
     },

@@ -6,6 +6,9 @@ export type RequestOutcome = "routed" | "no_endpoint" | "shed" | "bad_request" |
 export function createMetrics() {
   const registry = new Registry();
   collectDefaultMetrics({ register: registry, prefix: "dynamo_epp_" });
+  // v8.getHeapSpaceStatistics() took 30-55 ms of event loop per scrape on Bun (bench:hostile's
+  // scrape flood): every ext_proc request waited behind it. The heap totals stay (nodejs_heap_size_*).
+  for (const kind of ["total", "used", "available"]) registry.removeSingleMetric(`dynamo_epp_nodejs_heap_space_size_${kind}_bytes`);
   const m = {
     registry,
     requests: new Counter({
@@ -83,6 +86,17 @@ export function createMetrics() {
     listenerReplays: new Gauge({ name: "dynamo_epp_kv_listener_replays", help: "replays done by the KV listeners", registers: [registry] }),
     listenerRestarts: new Gauge({ name: "dynamo_epp_kv_listener_restarts", help: "publisher restarts seen by the KV listeners", registers: [registry] }),
     listenerHeartbeatTimeouts: new Gauge({ name: "dynamo_epp_kv_listener_heartbeat_timeouts", help: "KV publishers dropped (and redialed) for going silent past the ZMTP heartbeat timeout", registers: [registry] }),
+    listenerProtocolErrors: new Gauge({
+      name: "dynamo_epp_kv_listener_protocol_errors",
+      help: "KV publisher connections closed by the listeners for broken ZMTP or an oversize message (then redialed)",
+      registers: [registry],
+    }),
+    kvMalformed: new Counter({
+      name: "dynamo_epp_kv_malformed_messages_total",
+      help: "KV-event messages skipped as malformed, by kind: frames (not topic, 8-byte seq, payload), payload (not a vLLM event batch), replay (a bad replay reply)",
+      labelNames: ["kind"] as const,
+      registers: [registry],
+    }),
     listenerResets: new Counter({
       name: "dynamo_epp_kv_listener_resets_total",
       help: "times a worker's blocks were dropped",

@@ -15,7 +15,7 @@ export type { Heartbeat } from "./zmtp/connection.ts";
 export { formatEndpoint, parseEndpoint, rankEndpoint } from "./zmtp/endpoint.ts";
 export { KvEventPublisher, type PublisherOptions, type PublishOptions } from "./publisher.ts";
 export {
-  KvEventListener, LISTENER_HEARTBEAT, listenerHeartbeat, type ListenerCounters, type ListenerOptions, type ListenerSignal, type ResetReason,
+  KvEventListener, LISTENER_HEARTBEAT, listenerHeartbeat, type ListenerCounters, type ListenerOptions, type ListenerSignal, type MalformedKind, type ResetReason,
 } from "./listener.ts";
 export { END_SEQ, decodeSeq, encodeSeq } from "./replay.ts";
 export { replayRange, type ReplayRangeOptions, type ReplayRangeResult, type ReplayedBatch } from "./replay-client.ts";

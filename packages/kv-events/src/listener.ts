@@ -34,7 +34,12 @@ export type ListenerOptions = {
   replayTimeoutMs?: number;
   socket?: SocketOptions;
   logger?: Logger;
+  /** Told of each malformed message skipped (also counted in `counters.decodeErrors`). */
+  onMalformed?: (kind: MalformedKind) => void;
 };
+
+/** frames: not [topic, seq, payload] with an 8-byte seq; payload: not a vLLM event batch; replay: a bad replay reply. */
+export type MalformedKind = "frames" | "payload" | "replay";
 
 export type ListenerCounters = DecodeStats & {
   messages: number;
@@ -151,7 +156,7 @@ export class KvEventListener {
     // [topic, seq, payload]; tolerate a missing topic frame ([seq, payload]).
     const n = frames.length;
     const seq = n === 3 || n === 2 ? decodeSeq(frames[n - 2]!) : undefined;
-    if (seq === undefined) return this.malformed(`${n} frames, or a seq frame that is not 8 bytes`);
+    if (seq === undefined) return this.malformed("frames", `${n} frames, or a seq frame that is not 8 bytes`);
     const payload = frames[n - 1]!;
     this.counters.bytes += payload.length;
     this.onSequenced({ seq, payload });
@@ -199,7 +204,7 @@ export class KvEventListener {
     try {
       batch = decodeBatch(m.payload, this.counters);
     } catch (e) {
-      return this.malformed(String(e), m.seq);
+      return this.malformed("payload", String(e), m.seq);
     }
     this.counters.batches++;
     this.counters.events += batch.events.length;
@@ -208,7 +213,12 @@ export class KvEventListener {
   }
 
   /** Counted and skipped, never fatal; the first one is logged (a publisher sending garbage would flood). */
-  private malformed(why: string, seq?: bigint): void {
+  private malformed(kind: MalformedKind, why: string, seq?: bigint): void {
+    try {
+      this.opts.onMalformed?.(kind);
+    } catch {
+      // A counter's failure is not the message's: the subscription goes on.
+    }
     if (this.counters.decodeErrors++ === 0) this.log.warn({ err: why, seq: seq?.toString() }, "malformed KV-event message skipped");
   }
 
@@ -253,7 +263,7 @@ export class KvEventListener {
     const st = this.state;
     if (st.kind !== "replaying") return; // a late answer to an abandoned replay
     const r = parseReplayReply(frames);
-    if (!r) return this.malformed("replay reply");
+    if (!r) return this.malformed("replay", "replay reply");
     if (r.kind === "end") return this.finishReplay(true);
     // Only the gap, in increasing order: what is kept is bounded by the gap however much is sent.
     const last = st.got.at(-1)?.seq;

@@ -3,6 +3,7 @@
 import { afterEach, describe, expect, test } from "bun:test";
 import { createServer } from "node:net";
 import { parseEndpoint, PubSocket, rankEndpoint, SubSocket } from "../src/index.ts";
+import { MAX_SUBSCRIPTION_BYTES } from "../src/zmtp/pub.ts";
 import { encodeCommand, encodeGreeting, encodeMessage, encodeReady, FLAG_COMMAND, parseCommand } from "../src/zmtp/wire.ts";
 import { RawPeer } from "./raw-peer.ts";
 import { waitUntil } from "./zmq-peer.ts";
@@ -198,6 +199,29 @@ describe("commands and errors", () => {
     for (let i = 0; i <= 1024; i++) raw.write(encodeCommand("SUBSCRIBE", Buffer.from(`t${i}`)));
     await waitUntil(() => raw.closed);
     expect(pub.counters.protocolErrors).toBe(1);
+  });
+
+  test("a subscriber whose subscriptions add up past MAX_SUBSCRIPTION_BYTES is dropped; one large subscription is not read", async () => {
+    const [pub, ep] = await boundPub();
+    const many = await rawSub(ep, 1);
+    await waitUntil(() => pub.peerCount === 1);
+    const kb = (i: number) => Buffer.concat([Buffer.from(`${i}:`), Buffer.alloc(990, 97)]);
+    for (let i = 0; i * 990 <= MAX_SUBSCRIPTION_BYTES; i++) many.write(encodeCommand("SUBSCRIBE", kb(i)));
+    await waitUntil(() => many.closed);
+    expect(pub.counters.protocolErrors).toBe(1);
+    // One subscription as large as everything allowed is a message over the PUB's inbound size.
+    const big = await rawSub(ep, 1);
+    await waitUntil(() => pub.peerCount === 1);
+    big.write(encodeCommand("SUBSCRIBE", Buffer.alloc(MAX_SUBSCRIPTION_BYTES + 64 * 1024, 98)));
+    await waitUntil(() => big.closed);
+    expect(pub.counters.oversize).toBe(1);
+    // Below the bounds, and repeated subscriptions of one prefix (counted, not stored again), stay.
+    const fine = await rawSub(ep, 1);
+    await waitUntil(() => pub.peerCount === 1);
+    for (let i = 0; i < 2000; i++) fine.write(encodeCommand("SUBSCRIBE", Buffer.alloc(60_000, 99)));
+    fine.write(encodeCommand("SUBSCRIBE", Buffer.from("kv")));
+    await waitUntil(() => pub.send([Buffer.from("kv")]) === 1);
+    expect(fine.closed).toBe(false);
   });
 
   test("a peer announcing an incompatible socket type gets ERROR and is dropped", async () => {

@@ -2,7 +2,7 @@
 // set on every change and the registry reconciles toward it: one KV listener per worker rank for new
 // workers, listeners closed and index entries dropped for workers that went away.
 import type { WorkerRef } from "@kv-epp/index-wasm";
-import { KvEventListener, type Heartbeat, type ListenerCounters as KvListenerCounters, type ListenerSignal } from "@kv-epp/kv-events";
+import { KvEventListener, type Heartbeat, type ListenerCounters as KvListenerCounters, type ListenerSignal, type MalformedKind } from "@kv-epp/kv-events";
 import type { Logger } from "pino";
 
 /** A model-server pod (or static entry). Ranks r publish KV events on kvEvents port + r. */
@@ -26,7 +26,14 @@ export type RankSource = { dpRank: number; kvEvents: string; replay?: string; to
 export type Candidate = { key: string; workerId: string; dpRank: number; endpoint: string; ranks: number };
 
 /** Summed over the live listeners; `heartbeatTimeouts`: publishers dropped for going silent (then redialed). */
-export type ListenerCounters = { gaps: number; replays: number; restarts: number; heartbeatTimeouts: number };
+export type ListenerCounters = {
+  gaps: number;
+  replays: number;
+  restarts: number;
+  heartbeatTimeouts: number;
+  /** Connections to publishers closed for breaking ZMTP or sending a message over the size limit. */
+  protocolErrors: number;
+};
 
 /** A rank's source with the registry's topic filled in: what its listener was opened with. */
 type OpenedSource = { kvEvents: string; replay: string | undefined; topic: string };
@@ -82,6 +89,8 @@ export class WorkerRegistry {
       /** Called when a worker leaves, so its blocks leave the index. */
       onRemoved: (worker: WorkerRef) => void;
       onChanged?: (specs: WorkerSpec[]) => void;
+      /** A KV-event message was skipped as malformed (counted by the caller). */
+      onMalformed?: (kind: MalformedKind) => void;
     },
   ) {}
 
@@ -205,7 +214,7 @@ export class WorkerRegistry {
   }
 
   counters(): ListenerCounters {
-    const sum = { gaps: 0, replays: 0, restarts: 0, heartbeatTimeouts: 0 };
+    const sum = { gaps: 0, replays: 0, restarts: 0, heartbeatTimeouts: 0, protocolErrors: 0 };
     for (const e of this.#entries.values())
       for (const l of e.listeners.values()) {
         const c = l.counters as Partial<ListenerCounters> | undefined;
@@ -213,6 +222,7 @@ export class WorkerRegistry {
         sum.replays += c?.replays ?? 0;
         sum.restarts += c?.restarts ?? 0;
         sum.heartbeatTimeouts += l.socketCounters?.heartbeatTimeouts ?? 0;
+        sum.protocolErrors += (l.socketCounters?.protocolErrors ?? 0) + (l.socketCounters?.oversize ?? 0);
       }
     return sum;
   }
@@ -288,6 +298,7 @@ export class WorkerRegistry {
       topic: src.topic,
       logger: this.opts.log,
       socket: { heartbeat: this.opts.heartbeat },
+      onMalformed: this.opts.onMalformed,
     });
     // Started now (subscribe first): until a sink is attached the listener buffers live events.
     l.start();

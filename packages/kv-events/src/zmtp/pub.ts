@@ -5,21 +5,32 @@ import { ZmtpSocket, type SocketOptions } from "./base.ts";
 import type { Connection } from "./connection.ts";
 import { encodeMessage } from "./wire.ts";
 
-/** Subscription prefixes of one subscriber, counted (a prefix subscribed twice needs two cancels). */
 /** Distinct prefixes per subscriber: every send() tests each, and vLLM's listeners use one. */
 const MAX_PREFIXES = 1024;
+/**
+ * Bytes of distinct prefixes per subscriber, and so the largest message a subscriber may send (it
+ * only sends subscriptions). Topics here are a few bytes; without a bound, 1024 prefixes of 400 KB
+ * on one connection held ~850 MB (each kept twice: bytes and map key).
+ */
+export const MAX_SUBSCRIPTION_BYTES = 64 * 1024;
 
+/** Subscription prefixes of one subscriber, counted (a prefix subscribed twice needs two cancels). */
 class Subscriptions {
   private readonly counts = new Map<string, number>();
   prefixes: Buffer[] = [];
-  /** False when the subscriber already holds MAX_PREFIXES distinct prefixes. */
-  add(p: Buffer): boolean {
+  #bytes = 0;
+  /** Why `p` is refused (the subscriber is over a bound), else undefined once it is added. */
+  add(p: Buffer): string | undefined {
     const k = p.toString("latin1");
     const n = this.counts.get(k) ?? 0;
-    if (n === 0 && this.prefixes.length >= MAX_PREFIXES) return false;
+    if (n === 0 && this.prefixes.length >= MAX_PREFIXES) return `more than ${MAX_PREFIXES} subscriptions`;
+    if (n === 0 && this.#bytes + p.length > MAX_SUBSCRIPTION_BYTES) return `subscriptions over ${MAX_SUBSCRIPTION_BYTES} bytes`;
     this.counts.set(k, n + 1);
-    if (n === 0) this.prefixes.push(Buffer.from(p));
-    return true;
+    if (n === 0) {
+      this.prefixes.push(Buffer.from(p));
+      this.#bytes += p.length;
+    }
+    return undefined;
   }
   remove(p: Buffer): void {
     const k = p.toString("latin1");
@@ -27,6 +38,7 @@ class Subscriptions {
     if (n === undefined) return;
     if (n > 1) return void this.counts.set(k, n - 1);
     this.counts.delete(k);
+    this.#bytes -= p.length;
     this.prefixes = this.prefixes.filter((x) => !x.equals(p));
   }
   matches(topic: Uint8Array): boolean {
@@ -45,7 +57,8 @@ export class PubSocket extends ZmtpSocket {
   private readonly subs = new Map<Connection, Subscriptions>();
 
   constructor(opts: SocketOptions = {}) {
-    super("PUB", opts);
+    // What a subscriber sends is subscriptions: nothing larger than all of them together is read.
+    super("PUB", { maxMessageSize: MAX_SUBSCRIPTION_BYTES + 16, ...opts });
   }
 
   /** Subscribers that completed the handshake. */
@@ -100,6 +113,7 @@ export class PubSocket extends ZmtpSocket {
 
   private subscribe(c: Connection, prefix: Buffer): void {
     const s = this.subs.get(c);
-    if (s && !s.add(prefix)) c.close({ kind: "protocol", detail: `more than ${MAX_PREFIXES} subscriptions` });
+    const refused = s?.add(prefix);
+    if (refused) c.close({ kind: "protocol", detail: refused });
   }
 }

@@ -1,0 +1,78 @@
+// The load generators shared by bench:epp and bench:hostile: bench/loadgen.c (C, libnghttp2, built
+// here with `cc`) standing in for Envoy, or bench/loadgen.ts where that does not build.
+import { readFileSync } from "node:fs";
+import type { ProcessHandle } from "@kv-epp/testkit";
+import { requestsFile, type Mode } from "./requests.ts";
+
+export type Run = {
+  rate: number;
+  sent: number;
+  completed: number;
+  achieved: number;
+  p50: number;
+  p90: number;
+  p99: number;
+  max: number;
+  errors: number;
+  endpoints: number;
+  /** Server process CPU time per request sent (robust to a busy machine); NaN without /proc. */
+  cpuUs: number;
+};
+
+/** utime + stime of a process in µs, from /proc (clock ticks of 10 ms); NaN where there is no /proc. */
+export function cpuTimeUs(pid: number): number {
+  try {
+    const fields = readFileSync(`/proc/${pid}/stat`, "utf8").split(") ")[1]!.split(" ");
+    return (Number(fields[11]) + Number(fields[12])) * 10_000;
+  } catch {
+    return NaN;
+  }
+}
+
+/** `tls`: the generator opens TLS (ALPN h2, unverified, as gateways do); else h2c. */
+export type Server = { name: string; target: string; proc: ProcessHandle; tls: boolean };
+
+export type Generator = { name: string; argv(target: string, rate: number, mode: Mode): string[] };
+
+/** The C generator when it builds here (a C compiler and libnghttp2's headers), else the JS one. */
+export async function loadGenerator(dir: string, durationMs: number, warmupMs: number): Promise<Generator> {
+  const common = (target: string, rate: number, mode: Mode) => [
+    "--target", target, "--rate", String(rate), "--duration-ms", String(durationMs), "--warmup-ms", String(warmupMs), "--mode", mode,
+  ];
+  const js: Generator = {
+    name: "JS (bench/loadgen.ts on node:http2)",
+    argv: (target, rate, mode) => [process.execPath, `${import.meta.dir}/loadgen.ts`, ...common(target, rate, mode)],
+  };
+  if (Bun.env.EPP_BENCH_GENERATOR === "js") return js;
+  const bin = `${dir}/loadgen-c`;
+  let why: string;
+  try {
+    const cc = Bun.spawnSync(["cc", "-O2", "-o", bin, `${import.meta.dir}/loadgen.c`, "-lnghttp2", "-lssl", "-lcrypto"], { stderr: "pipe" });
+    why = cc.stderr.toString().trim().split("\n")[0] ?? "";
+    if (cc.exitCode === 0) {
+      for (const mode of ["full-duplex", "buffered"] as const) await Bun.write(`${dir}/requests-${mode}.bin`, requestsFile(mode, 7));
+      return {
+        name: "C (bench/loadgen.c on libnghttp2)",
+        argv: (target, rate, mode) => [bin, ...common(target, rate, mode), "--requests", `${dir}/requests-${mode}.bin`],
+      };
+    }
+  } catch (err) {
+    why = String(err);
+  }
+  console.log(`bench/loadgen.c did not build (${why}); measuring with the JS generator, which adds its own ~0.5-1 ms to p99 (Debian: apt-get install gcc libnghttp2-dev libssl-dev)`);
+  return js;
+}
+
+/** One open-loop run of `gen` against `server` at `rate`, with the server process's CPU per request. */
+export async function runLoad(gen: Generator, server: Server, rate: number, mode: Mode, durationMs: number, warmupMs: number): Promise<Run> {
+  const cpu0 = cpuTimeUs(server.proc.pid);
+  const p = Bun.spawn([...gen.argv(server.target, rate, mode), ...(server.tls ? ["--tls"] : [])], { stdout: "pipe", stderr: "inherit" });
+  const out = await new Response(p.stdout).text();
+  await p.exited;
+  const r = JSON.parse(out.trim().split("\n").at(-1)!) as Run;
+  // A run that got no answer at all has no percentiles (NaN, null in JSON).
+  for (const k of ["p50", "p90", "p99", "max"] as const) r[k] ??= NaN;
+  // Includes the warm-up requests: cpu over every request sent, not only the measured ones.
+  r.cpuUs = (cpuTimeUs(server.proc.pid) - cpu0) / Math.max(1, Math.round((rate * (durationMs + warmupMs)) / 1000));
+  return r;
+}
