@@ -115,6 +115,11 @@ export function createMetrics() {
       help: "sibling replicas with a live replica-agg session",
       registers: [registry],
     }),
+    aggRefusedSubscribers: new Gauge({
+      name: "dynamo_epp_replica_agg_refused_subscribers",
+      help: "replica-agg subscriber connections closed for broken ZMTP, an oversize message or subscriptions past 1024 prefixes / 64 KiB",
+      registers: [registry],
+    }),
     aggSiblingRequests: new Gauge({
       name: "dynamo_epp_replica_agg_sibling_requests",
       help: "in-flight requests attributed to sibling replicas (all workers)",

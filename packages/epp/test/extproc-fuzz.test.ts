@@ -9,7 +9,8 @@ import { waitFor } from "@kv-epp/testkit";
 import type { ProcessingRequest } from "../src/extproc/messages.ts";
 import { loadProtos } from "../src/extproc/protos.ts";
 import type { EppHandle } from "../src/main.ts";
-import { FakeWorkerEvents, HOST, body, extProcClient, headers, setHeader, startTestEpp, tokens } from "./helpers.ts";
+import { FakeWorkerEvents, body, extProcClient, headers, rawExtProcSession, setHeader, startTestEpp, tokens } from "./helpers.ts";
+import { grpcFrame } from "./hostile-peers.ts";
 
 const method = loadProtos().extProc.service.Process!;
 const serialize = (m: ProcessingRequest) => Buffer.from(method.requestSerialize(m));
@@ -62,13 +63,6 @@ const firstMessage = fc.record({
   eos: fc.boolean(),
 });
 
-function frame(m: Buffer): Buffer {
-  const out = Buffer.alloc(5 + m.length);
-  out.writeUInt32BE(m.length, 1);
-  m.copy(out, 5);
-  return out;
-}
-
 /** Sends the frames on one stream, then half-closes or resets; the answers and the final grpc-status. */
 function exchange(session: http2.ClientHttp2Session, frames: Buffer[], leave: "end" | "reset") {
   return new Promise<{ answers: Buffer; status: string | undefined }>((resolve) => {
@@ -98,13 +92,13 @@ function decodeAll(bytes: Buffer): number {
 }
 
 test("any sequence of messages, in any body mode: the stream ends, answers decode, load is released", async () => {
-  const session = http2.connect(`http://${HOST}:${epp.ports.grpc}`);
+  const session = rawExtProcSession(epp.ports.grpc);
   session.on("error", () => {});
   await fc.assert(
     fc.asyncProperty(firstMessage, fc.array(wireMessage, { maxLength: 8 }), fc.constantFrom("end", "reset"), async (first, rest, leave) => {
       const opening: ProcessingRequest = { ...headers("/v1/completions", first.eos), observability_mode: first.observe };
       if (first.mode) opening.protocol_config = { request_body_mode: first.mode, response_body_mode: first.mode };
-      const { answers, status } = await exchange(session, [serialize(opening), ...rest].map(frame), leave);
+      const { answers, status } = await exchange(session, [serialize(opening), ...rest].map(grpcFrame), leave);
       if (leave === "end") expect(["0", "3", "13"]).toContain(status!);
       decodeAll(answers);
       await waitFor(() => epp.load.inflight === 0, { timeoutMs: 5000, message: "load released" });
@@ -122,12 +116,12 @@ test("any sequence of messages, in any body mode: the stream ends, answers decod
 });
 
 test("each case out of order ends its stream with INVALID_ARGUMENT: a body or trailers before headers, headers while a body is awaited", async () => {
-  const session = http2.connect(`http://${HOST}:${epp.ports.grpc}`);
+  const session = rawExtProcSession(epp.ports.grpc);
   const bodyMsg = serialize({ request_body: { body: enc.encode("{}"), end_of_stream: true } });
   const trailers = serialize({ request_trailers: { trailers: headerMap } });
   const awaiting = serialize(headers("/v1/completions", false));
   for (const frames of [[bodyMsg], [trailers], [awaiting, awaiting], [awaiting, serialize({ request_body: { body: enc.encode("{"), end_of_stream: false } }), awaiting]])
-    expect((await exchange(session, frames.map(frame), "end")).status).toBe("3");
+    expect((await exchange(session, frames.map(grpcFrame), "end")).status).toBe("3");
   session.destroy();
   expect(epp.load.inflight).toBe(0);
 });

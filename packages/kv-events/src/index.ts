@@ -4,6 +4,7 @@ export type {
 } from "./codec/types.ts";
 export { EVENT_ENCODINGS, KvDecodeError, isGpuMedium } from "./codec/types.ts";
 export { decodeBatch } from "./codec/decode.ts";
+export { unpackUntrusted } from "./codec/msgpack-shape.ts";
 export { encodeBatch, type EncodeOptions } from "./codec/encode.ts";
 export { foldHashBytes, hashToDigest } from "./codec/hash.ts";
 export { PubSocket } from "./zmtp/pub.ts";

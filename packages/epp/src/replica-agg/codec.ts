@@ -1,6 +1,7 @@
 // The replica-agg wire format (README.md in this folder): plain types plus a msgpack codec. Each
 // message is two ZMTP frames, [AGG_TOPIC, payload]; the payload is a msgpack array led by a version.
 import { parseWorkerKey } from "@kv-epp/index-wasm";
+import { unpackUntrusted } from "@kv-epp/kv-events";
 import { Packr, Unpackr } from "msgpackr";
 import type { LoadChange, LoadEntry } from "../picker/load.ts";
 import { workerKeyOf } from "../workers/registry.ts";
@@ -63,7 +64,7 @@ function entryTail(e: AggEntry): [string, number, number, number] {
 export function decodeAggMessage(payload: Uint8Array): AggMessage {
   let root: unknown;
   try {
-    root = unpackr.unpack(payload);
+    root = unpackUntrusted(unpackr, payload);
   } catch (err) {
     throw new AggDecodeError(`not msgpack: ${(err as Error).message}`);
   }

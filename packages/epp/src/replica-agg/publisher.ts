@@ -78,6 +78,11 @@ export class AggPublisher {
     return this.pub.subscriberCount;
   }
 
+  /** Subscriber connections closed for breaking ZMTP or going past the subscription bounds. */
+  get refusedSubscribers(): number {
+    return this.pub.counters.protocolErrors + this.pub.counters.oversize;
+  }
+
   /** Sends pending deltas, then the whole active set. */
   heartbeat(): void {
     if (this.#closed) return;

@@ -79,6 +79,7 @@ export async function startReplicaAgg(o: {
     status: () => state.status(),
     updateGauges() {
       metrics.aggSiblings.set(subscribers.known);
+      metrics.aggRefusedSubscribers.set(publisher.refusedSubscribers);
       metrics.aggSiblingsConnected.set(subscribers.connected);
       metrics.aggSiblingRequests.set(state.requestCount);
       metrics.aggSiblingBlocks.reset();

@@ -7,6 +7,7 @@
 // throws KvDecodeError.
 import { Unpackr } from "msgpackr";
 import { decodeFast } from "./fast-decode.ts";
+import { unpackUntrusted } from "./msgpack-shape.ts";
 import { toHash } from "./hash.ts";
 import {
   type BlockRemoved,
@@ -33,7 +34,7 @@ export function decodeBatch(payload: Uint8Array, stats: DecodeStats = NO_STATS):
 export function decodeGeneric(payload: Uint8Array, stats: DecodeStats = NO_STATS): KvEventBatch {
   let root: unknown;
   try {
-    root = unpackr.unpack(payload);
+    root = unpackUntrusted(unpackr, payload);
   } catch (e) {
     throw new KvDecodeError(`msgpack: ${(e as Error)?.message ?? String(e)}`);
   }
