@@ -1,6 +1,8 @@
 import { describe, expect, test } from "bun:test";
 import { writeStaticConfig } from "../test/helpers.ts";
 import { ConfigError, parseConfig } from "./config.ts";
+import { serving } from "./workers/registry.ts";
+import { staticWorkers } from "./workers/static.ts";
 
 const file = writeStaticConfig([{ id: "a", address: "127.0.4.1:8000", kvEvents: "tcp://127.0.4.1:5557" }], ["http://127.0.4.2:9093"]);
 
@@ -26,6 +28,27 @@ describe("config", () => {
       certFile: "/c.pem",
       keyFile: "/k.pem",
     });
+  });
+
+  test("a static worker may list several API servers (external DP load balancing): dpSize ranks behind each, in order", () => {
+    const multi = writeStaticConfig([{ id: "a", address: ["127.0.4.1:8000", "127.0.4.1:8001"], kvEvents: "tcp://127.0.4.1:5557", dpSize: 2 }]);
+    const c = parseConfig(["--config", multi], {});
+    if (c.workers.mode !== "static") throw new Error("static mode expected");
+    const [w] = staticWorkers(c.workers.list);
+    expect(w).toMatchObject({
+      address: "127.0.4.1:8000",
+      dpSize: 4,
+      servers: [
+        { address: "127.0.4.1:8000", ranks: [0, 1] },
+        { address: "127.0.4.1:8001", ranks: [2, 3] },
+      ],
+    });
+    expect([0, 1, 2, 3].map((r) => serving(w!, r, 4))).toEqual([
+      { endpoint: "127.0.4.1:8000", rankHeader: 0 },
+      { endpoint: "127.0.4.1:8000", rankHeader: 1 },
+      { endpoint: "127.0.4.1:8001", rankHeader: 0 },
+      { endpoint: "127.0.4.1:8001", rankHeader: 1 },
+    ]);
   });
 
   test("environment variables apply and flags win over them", () => {

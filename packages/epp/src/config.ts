@@ -86,9 +86,11 @@ const KIND_SCHEMA: Record<Kind, z.ZodType> = {
 
 const portInRange = (s: string) => Number(s.slice(s.lastIndexOf(":") + 1)) <= 65535;
 const tcpEndpoint = z.string().regex(/^tcp:\/\/[^\s:]+:\d+$/, "expected tcp://host:port").refine(portInRange, "port above 65535");
+const ipPort = z.string().regex(/^[^\s:]+:\d+$/, "expected ip:port").refine(portInRange, "port above 65535");
 const WorkerEntry = z.object({
   id: z.string().min(1),
-  address: z.string().regex(/^[^\s:]+:\d+$/, "expected ip:port").refine(portInRange, "port above 65535"),
+  /** One API server, or several (vLLM's external DP load balancing): `dpSize` ranks behind each, in order. */
+  address: z.union([ipPort, z.array(ipPort).min(1).refine((a) => new Set(a).size === a.length, "addresses must be distinct")]),
   kvEvents: tcpEndpoint,
   replay: tcpEndpoint.optional(),
   dpSize: z.number().int().min(1).default(1),

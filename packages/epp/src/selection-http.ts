@@ -14,7 +14,7 @@ import type { LatencyModel } from "./picker/latency.ts";
 import type { Picker } from "./picker/picker.ts";
 import type { RoutingQuality } from "./picker/quality.ts";
 import type { Tokenize } from "./tokens.ts";
-import { rankSources, workerKeyOf, type WorkerRegistry } from "./workers/registry.ts";
+import { rankSources, serving, workerKeyOf, type WorkerRegistry } from "./workers/registry.ts";
 
 export type SelectionDeps = {
   picker: Picker;
@@ -143,10 +143,11 @@ export function selectionApp(d: SelectionDeps): Hono {
     const ix = d.indexers.lookup();
     return c.json(
       d.workers.specs().flatMap((s) =>
-        rankSources(s).map(({ dpRank: r, kvEvents }) => ({
+        rankSources(s).map(({ dpRank: r, kvEvents }, _, all) => ({
           worker_id: s.id,
           dp_rank: r,
-          address: s.address,
+          // The API server of this rank: each target port is an endpoint of its own.
+          address: serving(s, r, all.length).endpoint,
           kv_events: kvEvents,
           connected: d.workers.connected(s.id, r),
           blocks: ix ? ix.index.treeSize({ workerId: s.id, dpRank: r }) : 0,

@@ -180,8 +180,8 @@ describe("ext_proc", () => {
     s.end();
   });
 
-  test("the subset hint restricts candidates (list and comma-separated forms)", async () => {
-    for (const hint of [{ listValue: { values: [{ stringValue: B }] } }, { stringValue: `${B},127.0.4.99:1` }]) {
+  test("the subset hint (a list of ip:port) restricts candidates", async () => {
+    for (const hint of [{ listValue: { values: [{ stringValue: B }] } }, { listValue: { values: [{ stringValue: B }, { stringValue: "127.0.4.99:1" }] } }]) {
       const s = client.open();
       s.send({
         ...headers(),
@@ -194,19 +194,19 @@ describe("ext_proc", () => {
     }
   });
 
-  test("a subset with no known endpoint gets an ImmediateResponse 503", async () => {
-    const s = client.open();
-    s.send({
-      ...headers(),
-      metadata_context: {
-        filter_metadata: { "envoy.lb.subset_hint": { fields: { "x-gateway-destination-endpoint-subset": { listValue: { values: [] } } } } },
-      },
-    });
-    s.send(body({ prompt: promptA }));
-    const r = await s.next();
-    expect(r.response).toBe("immediate_response");
-    expect(r.immediate_response?.status?.code).toBe("ServiceUnavailable");
-    s.end();
+  test("a subset naming no known pod, or none at all, gets an ImmediateResponse 503", async () => {
+    for (const values of [[{ stringValue: "127.0.4.99:8000" }], []]) {
+      const s = client.open();
+      s.send({
+        ...headers(),
+        metadata_context: { filter_metadata: { "envoy.lb.subset_hint": { fields: { "x-gateway-destination-endpoint-subset": { listValue: { values } } } } } },
+      });
+      s.send(body({ prompt: promptA }));
+      const r = await s.next();
+      expect(r.response).toBe("immediate_response");
+      expect(r.immediate_response?.status?.code).toBe("ServiceUnavailable");
+      s.end();
+    }
   });
 
   test("malformed JSON gets a 400 and the same stream then serves a good request", async () => {

@@ -151,10 +151,14 @@ export function tokens(n: number, seed: number): number[] {
 
 /** A stand-in for a worker's KV event endpoint: publishes BlockStored batches like vLLM. */
 export class FakeWorkerEvents {
-  private constructor(readonly pub: KvEventPublisher) {}
+  private constructor(
+    readonly pub: KvEventPublisher,
+    readonly dpRank: number,
+  ) {}
 
-  static async start(host = HOST, port = 0): Promise<FakeWorkerEvents> {
-    return new FakeWorkerEvents(await KvEventPublisher.bind({ endpoint: `tcp://${host}:${port}` }));
+  /** `dpRank`: the rank this publisher stands for (vLLM's rank r publishes on the KV port + r). */
+  static async start(host = HOST, port = 0, dpRank = 0): Promise<FakeWorkerEvents> {
+    return new FakeWorkerEvents(await KvEventPublisher.bind({ endpoint: `tcp://${host}:${port}` }), dpRank);
   }
 
   get endpoint(): string {
@@ -178,7 +182,7 @@ export class FakeWorkerEvents {
     }
     this.pub.publish({
       ts: Date.now() / 1000,
-      dataParallelRank: 0,
+      dataParallelRank: this.dpRank,
       events: [
         {
           type: "BlockStored",
@@ -218,7 +222,7 @@ export function localHashes(ids: number[], blockSize = BLOCK): BigUint64Array {
   return computeBlockHashes(Uint32Array.from(ids), blockSize);
 }
 
-export type TestWorker = { id: string; address: string; kvEvents: string; replay?: string; dpSize?: number };
+export type TestWorker = { id: string; address: string | string[]; kvEvents: string; replay?: string; dpSize?: number };
 
 export function writeStaticConfig(workers: TestWorker[], peers: string[] = [], extra: Record<string, unknown> = {}): string {
   const dir = mkdtempSync(join(tmpdir(), "epp-test-"));

@@ -48,17 +48,25 @@ export function findHeader(map: HeaderMap | undefined, key: string): string | un
   return undefined;
 }
 
-/** The GAIE subset hint: a list of "ip:port" strings or one comma-separated string. */
+/**
+ * The GAIE subset hint as the pod IPs it names, matched by IP as GAIE's EPP does
+ * (pkg/epp/requestcontrol/candidates.go): "ip:port" entries lose their port, so a pod named under any
+ * of its ports makes all its endpoints eligible. Only a list is a hint (another value is as if absent;
+ * non-string items are skipped); an empty list allows nothing. Undefined: this message carries none.
+ */
 export function subsetHint(req: ProcessingRequest): Set<string> | undefined {
   const v = req.metadata_context?.filter_metadata?.[SUBSET_NAMESPACE]?.fields?.[SUBSET_KEY];
-  if (!v) return undefined;
+  if (!v || (v.kind !== "listValue" && v.listValue === undefined)) return undefined;
   const out = new Set<string>();
-  const add = (s: string) => {
-    for (const part of s.split(",")) if (part.trim()) out.add(part.trim());
-  };
-  if (v.listValue) for (const item of v.listValue.values ?? []) if (item.stringValue !== undefined) add(item.stringValue);
-  if (v.stringValue !== undefined) add(v.stringValue);
+  for (const item of v.listValue?.values ?? []) if (item.stringValue !== undefined) out.add(endpointHost(item.stringValue.trim()));
   return out;
+}
+
+/** "10.0.0.1:8000" -> "10.0.0.1", "[fd00::1]:8000" -> "fd00::1"; a bare host stays as it is. */
+export function endpointHost(endpoint: string): string {
+  const colon = endpoint.lastIndexOf(":");
+  const host = colon >= 0 && (endpoint.startsWith("[") || endpoint.indexOf(":") === colon) ? endpoint.slice(0, colon) : endpoint;
+  return host.startsWith("[") && host.endsWith("]") ? host.slice(1, -1) : host;
 }
 
 function setHeader(key: string, value: string) {

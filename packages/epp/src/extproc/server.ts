@@ -139,6 +139,12 @@ class ProcessStream {
     this.#observe = msg.observability_mode === true;
 
     if (msg.request_headers) return this.#onRequestHeaders(msg);
+    // The subset hint may come on any request-path message (GAIE reads it with the body's end); the
+    // latest one that carries it counts.
+    if (this.#req && !this.#req.decided && (msg.request_body || msg.request_trailers)) {
+      const hint = subsetHint(msg);
+      if (hint) this.#req.subset = hint;
+    }
     if (msg.request_body) return this.#onRequestBody(msg.request_body.body ?? EMPTY, msg.request_body.end_of_stream === true);
     if (msg.request_trailers) return this.#onRequestTrailers();
     if (msg.response_headers) {
@@ -259,9 +265,7 @@ class ProcessStream {
     if (at === "body" && this.#fullDuplex) contentLength = body.length;
     const route: Route = {
       endpoint: chosen.candidate.endpoint,
-      // Several DP ranks behind one API server: tell vLLM which rank the decision was for (also when
-      // this EPP follows only one of them, a rank other than 0).
-      dpRank: chosen.candidate.ranks > 1 || chosen.candidate.dpRank > 0 ? chosen.candidate.dpRank : undefined,
+      dpRank: chosen.candidate.rankHeader,
       contentLength,
       extraHeaders: req.explanation ? [[EXPLANATION_HEADER, req.explanation]] : undefined,
     };

@@ -3,7 +3,10 @@ import fc from "fast-check";
 import { cost, type Weights } from "./cost.ts";
 import { decide, type CandidateState } from "./decide.ts";
 
-const endpoints = ["10.0.0.1:8000", "10.0.0.2:8000", "10.0.0.3:8000", "10.0.0.4:8000", "10.0.0.5:8000", "10.0.0.6:8000"];
+// Pods with one or two target ports; a subset hint names pod IPs (GAIE matches the hint by IP).
+const ips = ["10.0.0.1", "10.0.0.2", "10.0.0.3", "10.0.0.4", "10.0.0.5", "10.0.0.6"];
+const endpoints = ips.flatMap((ip, i) => (i % 2 === 0 ? [`${ip}:8000`, `${ip}:8001`] : [`${ip}:8000`]));
+const ipOf = (endpoint: string) => endpoint.slice(0, endpoint.lastIndexOf(":"));
 
 const candidate = fc.record({
   endpoint: fc.constantFrom(...endpoints),
@@ -22,13 +25,13 @@ const input = fc.record({
   candidates: fc.array(candidate, { minLength: 1, maxLength: 12 }),
   weights,
   queueThreshold: fc.integer({ min: 0, max: 8 }),
-  subset: fc.option(fc.subarray(endpoints, { minLength: 1 }), { nil: undefined }),
+  subset: fc.option(fc.subarray(ips, { minLength: 1 }), { nil: undefined }),
   r: fc.double({ min: 0, max: 0.999999, noNaN: true }),
 });
 
 /** The candidates the filters let through, computed the long way. */
 function allowed(cs: readonly CandidateState[], subset: readonly string[] | undefined, threshold: number): CandidateState[] {
-  const inSubset = subset ? cs.filter((c) => subset.includes(c.endpoint)) : [...cs];
+  const inSubset = subset ? cs.filter((c) => subset.includes(ipOf(c.endpoint))) : [...cs];
   if (threshold <= 0) return inSubset;
   const under = inSubset.filter((c) => c.waiting <= threshold);
   return under.length > 0 ? under : inSubset;
@@ -53,13 +56,13 @@ describe("decide", () => {
     );
   });
 
-  test("a subset hint is never left: the chosen endpoint is one the gateway allowed", () => {
+  test("a subset hint is never left: the chosen endpoint is on a pod the gateway named", () => {
     fc.assert(
       fc.property(input, ({ requestBlocks, candidates, weights, subset, r }) => {
         fc.pre(subset !== undefined);
         const d = decide({ requestBlocks, candidates, weights, queueThreshold: 0, subset: new Set(subset), random: () => r });
-        if (d.kind === "chosen") expect(subset).toContain(d.chosen.candidate.endpoint);
-        else expect(candidates.some((c) => subset!.includes(c.endpoint))).toBe(false);
+        if (d.kind === "chosen") expect(subset).toContain(ipOf(d.chosen.candidate.endpoint));
+        else expect(candidates.some((c) => subset!.includes(ipOf(c.endpoint)))).toBe(false);
       }),
     );
   });

@@ -2,11 +2,12 @@
 // request's blocks, its load, its scraped queue) in, the chosen candidate out. `Picker` calls it with
 // the live index and load; bench:trace's simulation calls it with the simulated ones, so the benchmark
 // measures the decision that ships.
+import { endpointHost } from "../extproc/messages.ts";
 import { choose, cost, type Weights } from "./cost.ts";
 
 /** What the decision knows about one candidate worker rank. */
 export type CandidateState = {
-  /** ip:port the gateway would call (what a GAIE subset hint names). */
+  /** ip:port the gateway would call (a GAIE subset hint names its IP). */
   readonly endpoint: string;
   /** Leading blocks of the request the index says this rank holds. */
   readonly overlap: number;
@@ -20,7 +21,7 @@ export type DecisionInput<C extends CandidateState> = {
   /** Full blocks of the request's prompt. */
   requestBlocks: number;
   candidates: readonly C[];
-  /** Endpoints the gateway allows (GAIE subset hint); absent: all. */
+  /** Pod IPs the gateway allows (GAIE subset hint: every endpoint of a named pod); absent: all. */
   subset?: ReadonlySet<string>;
   weights: Weights;
   /** A candidate with more waiting requests than this is skipped unless all are (0: off). */
@@ -42,7 +43,7 @@ export function decide<C extends CandidateState>(input: DecisionInput<C>): Decis
   if (eligible.length === 0) return { kind: "none", reason: "no_workers" };
   const subset = input.subset;
   if (subset) {
-    eligible = eligible.filter((c) => subset.has(c.endpoint));
+    eligible = subset.size === 0 ? [] : eligible.filter((c) => subset.has(endpointHost(c.endpoint)));
     if (eligible.length === 0) return { kind: "none", reason: "subset_empty" };
   }
   eligible = queueFilter(eligible, input.queueThreshold);

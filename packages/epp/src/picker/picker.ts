@@ -24,7 +24,7 @@ export type PickRequest = {
   /** vLLM's cache_salt of the request: folded into its first block. */
   cacheSalt?: string;
   tokens: Uint32Array;
-  /** Endpoints (ip:port) the gateway allows for this request (GAIE subset hint). */
+  /** Pod IPs the gateway allows for this request (GAIE subset hint). */
   subset?: ReadonlySet<string>;
   /** Include every worker's overlap and tree size in the decision (POST /select); costs two Maps. */
   detail?: boolean;

@@ -1,5 +1,9 @@
 // Kubernetes mode: the InferencePool (inference.networking.k8s.io/v1) gives the pod selector and the
-// target port; a pod informer keeps the worker set (Running, has an IP, Ready, not terminating).
+// target ports; a pod informer keeps the worker set (Running, has an IP, Ready, not terminating).
+// Every target port is an endpoint of its own ("Every port will be treated as a distinctive endpoint
+// by EPP", api/v1/inferencepool_types.go), as vLLM's external DP load balancing runs them: the API
+// server on targetPorts[i] serves ranks i*dpSize .. i*dpSize+dpSize-1, each publishing KV events on
+// the KV port + its global rank.
 import { CoreV1Api, CustomObjectsApi, KubeConfig, makeInformer, type V1Pod } from "@kubernetes/client-node";
 import type { Logger } from "pino";
 import type { WorkerSpec } from "./registry.ts";
@@ -42,10 +46,13 @@ export function poolSelector(pool: InferencePool): string {
   return parts.join(",");
 }
 
-export function poolTargetPort(pool: InferencePool): number {
-  const p = pool.spec?.targetPorts?.[0]?.number ?? pool.spec?.targetPortNumber;
-  if (!p) throw new Error("InferencePool has no targetPorts[0].number");
-  return p;
+/** The pool's target ports, in order (v1 `targetPorts`, v1alpha2 `targetPortNumber`). */
+export function poolTargetPorts(pool: InferencePool): number[] {
+  const ports = pool.spec?.targetPorts?.map((p) => p.number) ?? (pool.spec?.targetPortNumber ? [pool.spec.targetPortNumber] : []);
+  if (ports.length === 0 || ports.some((p) => !Number.isInteger(p) || p < 1 || p > 65535))
+    throw new Error(`InferencePool has no valid targetPorts (${JSON.stringify(pool.spec?.targetPorts ?? null)})`);
+  if (new Set(ports).size !== ports.length) throw new Error(`InferencePool repeats a target port (${ports.join(", ")})`);
+  return ports;
 }
 
 export function isServingPod(pod: V1Pod): boolean {
@@ -54,20 +61,27 @@ export function isServingPod(pod: V1Pod): boolean {
   return (pod.status.conditions ?? []).some((c) => c.type === "Ready" && c.status === "True");
 }
 
-export function podWorker(pod: V1Pod, o: Pick<PoolWorkersOptions, "kvEventsPort" | "kvReplayPort" | "dpSize">, port: number): WorkerSpec {
+/** `dpSize` ranks per target port; with one port every rank is behind it (vLLM's internal DP LB). */
+export function podWorker(pod: V1Pod, o: Pick<PoolWorkersOptions, "kvEventsPort" | "kvReplayPort" | "dpSize">, ports: readonly number[]): WorkerSpec {
   const ip = pod.status!.podIP!;
   const host = ip.includes(":") ? `[${ip}]` : ip;
+  const servers =
+    ports.length > 1
+      ? ports.map((p, i) => ({ address: `${host}:${p}`, ranks: Array.from({ length: o.dpSize }, (_, r) => i * o.dpSize + r) }))
+      : undefined;
   return {
     id: pod.metadata!.name!,
-    address: `${host}:${port}`,
+    address: `${host}:${ports[0]}`,
+    ...(servers ? { servers } : {}),
     kvEvents: `tcp://${host}:${o.kvEventsPort}`,
     replay: o.kvReplayPort ? `tcp://${host}:${o.kvReplayPort}` : undefined,
-    dpSize: o.dpSize,
-    metricsUrl: `http://${host}:${port}/metrics`,
+    dpSize: o.dpSize * ports.length,
+    // One scrape per worker: the first API server's (each serves its own ranks' queue; see README).
+    metricsUrl: `http://${host}:${ports[0]}/metrics`,
   };
 }
 
-type Target = { selector: string; port: number };
+type Target = { selector: string; ports: number[] };
 
 /**
  * Resolves once the pool has been seen and the pod informer has listed (the initial worker set is
@@ -116,7 +130,7 @@ export async function startPoolWorkers(o: PoolWorkersOptions): Promise<{ stop():
     );
     const publish = () => {
       if (pods !== inf || !listed) return;
-      o.onWorkers(inf.list(o.namespace).filter(isServingPod).map((p) => podWorker(p, o, t.port)));
+      o.onWorkers(inf.list(o.namespace).filter(isServingPod).map((p) => podWorker(p, o, t.ports)));
       firstPods();
     };
     pods = inf;
@@ -133,14 +147,14 @@ export async function startPoolWorkers(o: PoolWorkersOptions): Promise<{ stop():
     if (pool.metadata?.name !== o.poolName) return;
     let next: Target;
     try {
-      next = { selector: poolSelector(pool), port: poolTargetPort(pool) };
+      next = { selector: poolSelector(pool), ports: poolTargetPorts(pool) };
     } catch (err) {
       o.onError(err);
       return;
     }
-    if (target && target.selector === next.selector && target.port === next.port) return;
+    if (target && target.selector === next.selector && target.ports.join() === next.ports.join()) return;
     target = next;
-    o.log.info({ pool: o.poolName, namespace: o.namespace, selector: next.selector, port: next.port }, "inference pool read");
+    o.log.info({ pool: o.poolName, namespace: o.namespace, selector: next.selector, ports: next.ports }, "inference pool read");
     void watchPods(next);
   };
 

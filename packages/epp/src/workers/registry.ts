@@ -5,11 +5,19 @@ import type { WorkerRef } from "@kv-epp/index-wasm";
 import { KvEventListener, type Heartbeat, type ListenerCounters as KvListenerCounters, type ListenerSignal, type MalformedKind } from "@kv-epp/kv-events";
 import type { Logger } from "pino";
 
+/**
+ * One API server of a worker and the DP ranks it serves. vLLM's external DP load balancing runs one
+ * API server per rank (rank r on targetPorts[r]), each its own endpoint for the gateway.
+ */
+export type ApiServer = { address: string; ranks: readonly number[] };
+
 /** A model-server pod (or static entry). Ranks r publish KV events on kvEvents port + r. */
 export type WorkerSpec = {
   id: string;
-  /** ip:port the gateway is told to call. */
+  /** ip:port the gateway is told to call (the first API server's when there are several). */
   address: string;
+  /** Several API servers (an InferencePool with several targetPorts); absent: every rank behind `address`. */
+  servers?: readonly ApiServer[];
   kvEvents: string;
   replay?: string;
   dpSize: number;
@@ -22,8 +30,12 @@ export type WorkerSpec = {
 /** One rank's KV source; `topic` overrides the registry's topic. */
 export type RankSource = { dpRank: number; kvEvents: string; replay?: string; topic?: string };
 
-/** One routable unit: a worker rank. `key` matches the index's workerKey; `ranks` is the worker's dpSize. */
-export type Candidate = { key: string; workerId: string; dpRank: number; endpoint: string; ranks: number };
+/**
+ * One routable unit: a worker rank. `key` matches the index's workerKey; `endpoint` is the API server
+ * serving the rank; `rankHeader` is the x-data-parallel-rank that server is told (undefined: none,
+ * when it serves this rank alone).
+ */
+export type Candidate = { key: string; workerId: string; dpRank: number; endpoint: string; rankHeader: number | undefined };
 
 /** Summed over the live listeners; `heartbeatTimeouts`: publishers dropped for going silent (then redialed). */
 export type ListenerCounters = {
@@ -153,13 +165,7 @@ export class WorkerRegistry {
     this.#candidates = [...this.#entries.values()]
       .filter(({ spec }) => !this.#down.has(spec.id))
       .flatMap(({ spec, listeners }) =>
-        [...listeners.keys()].map((r) => ({
-          key: workerKeyOf(spec.id, r),
-          workerId: spec.id,
-          dpRank: r,
-          endpoint: spec.address,
-          ranks: listeners.size,
-        })),
+        [...listeners.keys()].map((r) => ({ key: workerKeyOf(spec.id, r), workerId: spec.id, dpRank: r, ...serving(spec, r, listeners.size) })),
       );
   }
 
@@ -276,7 +282,7 @@ export class WorkerRegistry {
       this.#open(entry, r, src);
       opened.push(r);
     }
-    const moved = prev.address !== next.address || prev.metricsUrl !== next.metricsUrl;
+    const moved = prev.address !== next.address || prev.metricsUrl !== next.metricsUrl || JSON.stringify(prev.servers) !== JSON.stringify(next.servers);
     if (closed.length > 0 || opened.length > 0)
       this.opts.log.info({ worker: id, closed, opened, ranks: entry.listeners.size }, "worker ranks changed");
     if (moved) this.opts.log.info({ worker: id, address: next.address, metricsUrl: next.metricsUrl }, "worker address updated");
@@ -327,6 +333,18 @@ export class WorkerRegistry {
     for (const r of [...entry.listeners.keys()]) this.#close(id, entry, r);
     this.opts.log.info({ worker: id }, "worker removed");
   }
+}
+
+/** The API server of a worker's rank, and the rank header it is told. */
+export function serving(spec: WorkerSpec, dpRank: number, listened: number): { endpoint: string; rankHeader: number | undefined } {
+  const server = spec.servers?.find((s) => s.ranks.includes(dpRank));
+  if (server) {
+    // The rank among the server's own engines, which is how its API server numbers them.
+    return { endpoint: server.address, rankHeader: server.ranks.length > 1 ? server.ranks.indexOf(dpRank) : undefined };
+  }
+  // Several DP ranks behind one API server: tell vLLM which rank the decision was for (also when this
+  // EPP follows only one of them, a rank other than 0).
+  return { endpoint: spec.address, rankHeader: listened > 1 || dpRank > 0 ? dpRank : undefined };
 }
 
 function sameSource(a: OpenedSource, b: OpenedSource): boolean {

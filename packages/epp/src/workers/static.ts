@@ -2,13 +2,20 @@
 import type { StaticWorker } from "../config.ts";
 import type { WorkerSpec } from "./registry.ts";
 
+/** An entry with several addresses has `dpSize` ranks behind each (rank i*dpSize + r on address i). */
 export function staticWorkers(list: StaticWorker[]): WorkerSpec[] {
-  return list.map((w) => ({
-    id: w.id,
-    address: w.address,
-    kvEvents: w.kvEvents,
-    replay: w.replay,
-    dpSize: w.dpSize,
-    metricsUrl: w.metrics ?? `http://${w.address}/metrics`,
-  }));
+  return list.map((w) => {
+    const addresses = typeof w.address === "string" ? [w.address] : w.address;
+    const servers =
+      addresses.length > 1 ? addresses.map((address, i) => ({ address, ranks: Array.from({ length: w.dpSize }, (_, r) => i * w.dpSize + r) })) : undefined;
+    return {
+      id: w.id,
+      address: addresses[0]!,
+      ...(servers ? { servers } : {}),
+      kvEvents: w.kvEvents,
+      replay: w.replay,
+      dpSize: w.dpSize * addresses.length,
+      metricsUrl: w.metrics ?? `http://${addresses[0]}/metrics`,
+    };
+  });
 }

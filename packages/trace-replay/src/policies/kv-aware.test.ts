@@ -90,7 +90,7 @@ describe("one decision for the EPP and the simulation", () => {
           blockSize: BLOCK,
           capacityBlocks: 64,
         });
-        const candidates: Candidate[] = refs.map((r, w) => ({ key: keys[w]!, workerId: r.workerId, dpRank: 0, endpoint: keys[w]!, ranks: 1 }));
+        const candidates: Candidate[] = refs.map((r, w) => ({ key: keys[w]!, workerId: r.workerId, dpRank: 0, endpoint: keys[w]!, rankHeader: undefined }));
         const picker = new Picker({
           indexers: { lookup: () => ({ key: "m:t", blockSize: BLOCK, index }) },
           candidates: () => candidates,
