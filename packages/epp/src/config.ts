@@ -20,6 +20,7 @@ export const OPTIONS = {
   listen: { flag: "listen", env: "DYN_EPP_LISTEN", kind: "string", default: "0.0.0.0", help: "address every server binds" },
   grpcPort: { flag: "grpc-port", env: "DYN_EPP_GRPC_PORT", kind: "port", default: "9002", help: "ext_proc gRPC port" },
   grpcHealthPort: { flag: "grpc-health-port", env: "DYN_EPP_GRPC_HEALTH_PORT", kind: "port", default: "9003", help: "grpc-health port" },
+  healthChecking: { flag: "health-checking", env: "DYN_EPP_HEALTH_CHECKING", kind: "bool", default: "false", help: "also serve grpc.health.v1.Health/Check on the ext_proc port (as GAIE's --health-checking)" },
   metricsPort: { flag: "metrics-port", env: "DYN_EPP_METRICS_PORT", kind: "port", default: "9090", help: "Prometheus port" },
   replicaAggPort: { flag: "replica-agg-port", env: "DYN_EPP_REPLICA_AGG_PORT", kind: "port", default: "9092", help: "replica-agg port" },
   replicaAgg: { flag: "replica-agg", env: "DYN_EPP_REPLICA_AGG", kind: "bool", default: "true", help: "share in-flight load with sibling replicas" },
@@ -140,6 +141,8 @@ export type ReplicaAggConfig =
 export type EppConfig = {
   listen: string;
   ports: { grpc: number; grpcHealth: number; metrics: number; replicaAgg: number; selection: number };
+  /** grpc.health.v1.Health/Check on the ext_proc port as well. */
+  healthOnExtProc: boolean;
   /** `loraAdapters`: names a request's `model` may give to run in an adapter's identity. */
   model: { name: string; tenant: string; blockSize: number; loraAdapters: string[] };
   tokenizerDir?: string;
@@ -330,6 +333,7 @@ export function parseConfig(argv: string[], env: Record<string, string | undefin
       replicaAgg: replicaAggPort,
       selection: get<number>("selectionPort")!,
     },
+    healthOnExtProc: get<boolean>("healthChecking")!,
     model: {
       ...(staticFile
         ? { name: staticFile.model, tenant: staticFile.tenant, blockSize: staticFile.blockSize }

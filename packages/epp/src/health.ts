@@ -1,11 +1,20 @@
-// grpc.health.v1.Health: "" and "liveness" report the process; "readiness" and the ext_proc service
-// stay NOT_SERVING until recovery has ended, and go NOT_SERVING first on shutdown.
+// grpc.health.v1.Health: "" and "liveness" report the process; "readiness", the ext_proc service and
+// "inference-extension" stay NOT_SERVING until recovery has ended, and go NOT_SERVING first on shutdown.
 import * as grpc from "@grpc/grpc-js";
 import { EXT_PROC_SERVICE } from "./extproc/protos.ts";
 
 export type ServingStatus = "SERVING" | "NOT_SERVING";
 
-export const HEALTH_SERVICES = ["", "liveness", "readiness", EXT_PROC_SERVICE] as const;
+/**
+ * The name GAIE's conformance manifests and its chart (one replica) probe for both liveness and
+ * readiness; its EPP answers any name with the readiness rule there, so this one follows readiness.
+ */
+export const GAIE_PROBE_SERVICE = "inference-extension";
+
+/** The services that follow readiness (NOT_SERVING until recovery has ended, and while draining). */
+const READINESS_SERVICES = ["readiness", EXT_PROC_SERVICE, GAIE_PROBE_SERVICE] as const;
+
+export const HEALTH_SERVICES = ["", "liveness", ...READINESS_SERVICES] as const;
 
 type Watcher = (status: ServingStatus) => void;
 
@@ -17,16 +26,14 @@ export class HealthState {
   constructor() {
     this.#set("", "SERVING");
     this.#set("liveness", "SERVING");
-    this.#set("readiness", "NOT_SERVING");
-    this.#set(EXT_PROC_SERVICE, "NOT_SERVING");
+    for (const name of READINESS_SERVICES) this.#set(name, "NOT_SERVING");
   }
 
   /** No effect once draining: a recovery ending during shutdown must not report SERVING again. */
   setReady(ready: boolean): void {
     if (this.#draining) return;
     const s: ServingStatus = ready ? "SERVING" : "NOT_SERVING";
-    this.#set("readiness", s);
-    this.#set(EXT_PROC_SERVICE, s);
+    for (const name of READINESS_SERVICES) this.#set(name, s);
   }
 
   get ready(): boolean {
@@ -40,8 +47,7 @@ export class HealthState {
    */
   drain(): void {
     this.#draining = true;
-    this.#set("readiness", "NOT_SERVING");
-    this.#set(EXT_PROC_SERVICE, "NOT_SERVING");
+    for (const name of READINESS_SERVICES) this.#set(name, "NOT_SERVING");
   }
 
   status(service: string): ServingStatus | undefined {
@@ -81,5 +87,20 @@ export function healthHandlers(state: HealthState): grpc.UntypedServiceImplement
       call.on("cancelled", stop);
       call.on("close", stop);
     },
+  };
+}
+
+/**
+ * grpc.health.v1.Health/Check as a unary handler over raw bytes, for the ext_proc port (`--health-checking`,
+ * as GAIE's EPP registers health on its ext_proc server): an unknown service is NOT_FOUND.
+ */
+export function healthCheckBytes(
+  state: HealthState,
+  codec: { decode(b: Buffer): Req; encode(r: Res): Buffer },
+): (request: Buffer) => Buffer | { code: 5; message: string } {
+  return (request) => {
+    const service = codec.decode(request).service ?? "";
+    const s = state.status(service);
+    return s === undefined ? { code: 5, message: `unknown service ${JSON.stringify(service)}` } : codec.encode({ status: s });
   };
 }

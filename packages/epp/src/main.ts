@@ -24,7 +24,7 @@ import { createBidiServer } from "./extproc/grpc-h2.ts";
 import { EXT_PROC_WINDOW_BYTES } from "./extproc/http2-windows.ts";
 import { loadProtos } from "./extproc/protos.ts";
 import { readCertificate, selfSignedCertificate, watchCertificate, type Certificate } from "./extproc/tls.ts";
-import { HealthState, healthHandlers } from "./health.ts";
+import { HealthState, healthCheckBytes, healthHandlers } from "./health.ts";
 import { StreamHandoff } from "./handoff/handoff.ts";
 import { Indexers } from "./indexer.ts";
 import { startIntentSource } from "./intents-source.ts";
@@ -171,6 +171,7 @@ export async function startEpp(cfg: EppConfig, o: { log?: Logger; kubeConfig?: K
   });
   const protos = loadProtos();
   const extProcMethod = protos.extProc.service.Process!;
+  const healthCheck = protos.health.service.Check!;
   const extProc = createBidiServer(
     {
       path: extProcMethod.path,
@@ -192,6 +193,14 @@ export async function startEpp(cfg: EppConfig, o: { log?: Logger; kubeConfig?: K
       // BUFFERED mode sends the whole body as one message: allow bodies up to the 32 MiB request cap.
       maxMessageBytes: 40 * 1024 * 1024,
       windowBytes: EXT_PROC_WINDOW_BYTES,
+      unary: cfg.healthOnExtProc
+        ? {
+            [healthCheck.path]: healthCheckBytes(health, {
+              decode: healthCheck.requestDeserialize as (b: Buffer) => { service?: string },
+              encode: healthCheck.responseSerialize as (r: { status: string }) => Buffer,
+            }),
+          }
+        : undefined,
       tls: certificate,
       onError: (where, err) => log.child({ component: "ext_proc" }).debug({ where, err: String(err) }, "ext_proc transport error"),
       onRejected: (reason, err) => {

@@ -167,6 +167,16 @@ export function createMetrics() {
       labelNames: ["where"] as const,
       registers: [registry],
     }),
+    partialBodies: new Counter({
+      name: "dynamo_epp_ext_proc_partial_bodies_total",
+      help: "BUFFERED_PARTIAL request bodies cut at Envoy's buffer limit that do not parse: routed by load alone",
+      registers: [registry],
+    }),
+    releasedWithoutResponseBody: new Counter({
+      name: "dynamo_epp_released_without_response_body_total",
+      help: "routed requests whose load was released with no response body message seen (response_body_mode NONE): held to the stream's end, prefill never marked done",
+      registers: [registry],
+    }),
     tlsReloads: new Counter({
       name: "dynamo_epp_tls_certificate_reloads_total",
       help: "reloads of the ext_proc TLS certificate files, by result (error: the previous certificate stays)",

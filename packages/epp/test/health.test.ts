@@ -38,12 +38,14 @@ test("readiness and ext_proc stay NOT_SERVING until recovery ends, liveness serv
   expect(await checkHealth(h, "")).toBe("SERVING");
   expect(await checkHealth(h, "readiness")).toBe("NOT_SERVING");
   expect(await checkHealth(h, EXT_PROC_SERVICE)).toBe("NOT_SERVING");
+  expect(await checkHealth(h, "inference-extension")).toBe("NOT_SERVING"); // what GAIE's chart and conformance probe
   expect((await fetch(`http://${HOST}:${epp.ports.selection}/dump`)).status).toBe(503);
 
   release();
   expect((await epp.ready).kind).toBe("recovered");
   expect(await checkHealth(h, "readiness")).toBe("SERVING");
   expect(await checkHealth(h, EXT_PROC_SERVICE)).toBe("SERVING");
+  expect(await checkHealth(h, "inference-extension")).toBe("SERVING");
   expect((await fetch(`http://${HOST}:${epp.ports.selection}/dump`)).status).toBe(200);
   await waitFor(() => seen.length >= 2, { message: "watch saw the transition" });
   expect(seen.slice(0, 2)).toEqual(["NOT_SERVING", "SERVING"]);
@@ -97,4 +99,24 @@ test("a stop while the replica is still getting ready keeps it NOT_SERVING (reco
   expect(await checkHealth(h, "readiness")).toBe("NOT_SERVING");
   expect(await checkHealth(h, EXT_PROC_SERVICE)).toBe("NOT_SERVING");
   await stopping;
+});
+
+test("--health-checking also answers grpc.health.v1 Check on the ext_proc port, over its TLS, with the same rules", async () => {
+  const epp = await startTestEpp([], { flags: ["--health-checking"] });
+  cleanups.push(() => epp.stop({ graceMs: 500 }));
+  const h = healthClient(epp.ports.grpc, HOST, { tls: true });
+  cleanups.push(() => h.close());
+  for (const service of ["", "liveness", "readiness", "inference-extension", EXT_PROC_SERVICE]) expect(await checkHealth(h, service)).toBe("SERVING");
+  const code = (e: { code?: number }) => e.code;
+  expect(await checkHealth(h, "nope").catch(code)).toBe(5); // NOT_FOUND
+  epp.health.drain();
+  expect(await checkHealth(h, "inference-extension")).toBe("NOT_SERVING");
+  expect(await checkHealth(h, "liveness")).toBe("SERVING");
+
+  // Without the flag the ext_proc port serves ext_proc alone.
+  const plain = await startTestEpp([]);
+  cleanups.push(() => plain.stop({ graceMs: 500 }));
+  const p = healthClient(plain.ports.grpc, HOST, { tls: true });
+  cleanups.push(() => p.close());
+  expect(await checkHealth(p, "").catch(code)).toBe(12); // UNIMPLEMENTED
 });

@@ -102,9 +102,13 @@ export function rawExtProcSession(port: number, host = HOST): http2.ClientHttp2S
   return http2.connect(`https://${host}:${port}`, { rejectUnauthorized: false, servername: "dynamo-epp" });
 }
 
-export function healthClient(port: number, host = HOST) {
+/** grpc.health.v1 on the health port (plaintext), or with `tls` on the ext_proc port (--health-checking). */
+export function healthClient(port: number, host = HOST, o: { tls?: boolean } = {}) {
   const { health } = loadProtos();
-  return new health(`${host}:${port}`, grpc.credentials.createInsecure()) as unknown as grpc.Client & {
+  const ch = extProcChannel(o.tls ?? false);
+  // Its own connections: grpc-js otherwise shares them per address across clients, and an ephemeral
+  // port an earlier test's server used may be this one's now.
+  return new health(`${host}:${port}`, ch.credentials, { ...ch.options, "grpc.use_local_subchannel_pool": 1 }) as unknown as grpc.Client & {
     Check(req: { service: string }, cb: (err: grpc.ServiceError | null, res?: { status: string }) => void): void;
     Watch(req: { service: string }): grpc.ClientReadableStream<{ status: string }>;
   };

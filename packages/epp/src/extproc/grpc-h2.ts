@@ -10,7 +10,7 @@ import http2 from "node:http2";
 import { EventEmitter } from "node:events";
 
 /** gRPC status codes used here (grpc/doc/statuscodes.md). */
-export const GrpcStatus = { OK: 0, INVALID_ARGUMENT: 3, RESOURCE_EXHAUSTED: 8, UNIMPLEMENTED: 12, INTERNAL: 13, UNAVAILABLE: 14 } as const;
+export const GrpcStatus = { OK: 0, INVALID_ARGUMENT: 3, NOT_FOUND: 5, RESOURCE_EXHAUSTED: 8, UNIMPLEMENTED: 12, INTERNAL: 13, UNAVAILABLE: 14 } as const;
 export type StatusCode = (typeof GrpcStatus)[keyof typeof GrpcStatus];
 
 /**
@@ -50,7 +50,15 @@ export type BidiServerOptions = {
    * ending inside a message), "too_large", "unparsable" or "handler" (the handler threw on a message).
    */
   onRejected?: (reason: RejectReason, err?: unknown) => void;
+  /**
+   * Unary methods served beside the bidi one, by path ("/package.Service/Method"): the request
+   * message's bytes in, the answer's bytes or an error status out (e.g. grpc.health.v1.Health/Check,
+   * which GAIE's EPP can serve on the ext_proc port too).
+   */
+  unary?: Record<string, (request: Buffer) => Buffer | { code: StatusCode; message: string }>;
 };
+
+const RAW = { deserialize: (b: Buffer) => b, serialize: (b: Buffer) => b };
 
 export type RejectReason = "framing" | "too_large" | "unparsable" | "handler";
 
@@ -94,7 +102,8 @@ export function createBidiServer<In, Out>(
   // Both server kinds emit the same server streams; the union's overloads do not say so.
   (server as http2.Http2Server).on("stream", (stream: http2.ServerHttp2Stream, headers: http2.IncomingHttpHeaders) => {
     stream.on("error", (err) => onError("stream", err));
-    if (headers[":path"] !== method.path) return refuse(stream, GrpcStatus.UNIMPLEMENTED, `unknown method ${headers[":path"]}`);
+    const unary = opts.unary?.[String(headers[":path"])];
+    if (headers[":path"] !== method.path && !unary) return refuse(stream, GrpcStatus.UNIMPLEMENTED, `unknown method ${headers[":path"]}`);
     if (headers[":method"] !== "POST") {
       stream.respond({ ":status": 405, allow: "POST" }, { endStream: true });
       return;
@@ -106,6 +115,21 @@ export function createBidiServer<In, Out>(
     const encoding = headers["grpc-encoding"];
     if (encoding !== undefined && encoding !== "identity")
       return refuse(stream, GrpcStatus.UNIMPLEMENTED, `compression ${encoding} is not supported`, { "grpc-accept-encoding": "identity" });
+    if (unary) {
+      const call = new Call<Buffer, Buffer>(stream, { path: String(headers[":path"]), ...RAW }, opts.maxMessageBytes, onRejected);
+      let answered = false;
+      call.on("data", (req) => {
+        if (answered) return;
+        answered = true;
+        const out = unary(req);
+        if (Buffer.isBuffer(out)) {
+          call.write(out);
+          call.end();
+        } else call.abort(out.code, out.message);
+      });
+      call.on("end", () => answered || call.abort(GrpcStatus.INVALID_ARGUMENT, "no request message"));
+      return;
+    }
     const call = new Call(stream, method, opts.maxMessageBytes, onRejected);
     calls.add(call);
     stream.on("close", () => calls.delete(call));

@@ -9,7 +9,7 @@ import type { Decision, Picker } from "../picker/picker.ts";
 import { EXPLAIN_REQUEST_HEADER, EXPLANATION_HEADER, explanation } from "../picker/explain.ts";
 import { predictionOf, type ResponseWatch, type RoutingQuality } from "../picker/quality.ts";
 import type { Tokenize } from "../tokens.ts";
-import { GrpcStatus, type BidiCall } from "./grpc-h2.ts";
+import { GrpcStatus, type BidiCall, type StatusCode } from "./grpc-h2.ts";
 import { BadRequest, MAX_BODY_BYTES, parseBodyBytes, TooDeep, type ParsedBody } from "./openai-body.ts";
 import {
   type BodySendMode,
@@ -58,12 +58,27 @@ type RequestState = {
   explanation?: string;
   /** A decision was sent (or an immediate response): later request messages are not expected. */
   decided: boolean;
+  /** A response_body message came for it (the gateway sends response bodies). */
+  responseBody: boolean;
 };
 
-const STREAM_CHUNK = 64 * 1024;
+/**
+ * Streamed body chunks handed back: Envoy asks for chunks "no greater than 64K" and some data planes
+ * cap a chunk at 64 KiB on the wire (64 KiB of body is 65,558 B there), so GAIE's 62,000 B
+ * (pkg/common/envoy/chunking.go) is used too.
+ */
+export const STREAM_CHUNK = 62_000;
+
+/** A warning that would otherwise come with every stream: warn the first time, debug after. */
+function warnOnce(warned: Set<string>, log: Logger, key: string, fields: object, msg: string): void {
+  if (warned.has(key)) return log.debug(fields, msg);
+  warned.add(key);
+  log.warn(fields, msg);
+}
 
 export function createProcessHandler(deps: ExtProcDeps): (call: Duplex) => void {
-  return (call) => new ProcessStream(call, deps).run();
+  const warned = new Set<string>(); // per server: once per process as deployed
+  return (call) => new ProcessStream(call, deps, warned).run();
 }
 
 class ProcessStream {
@@ -83,6 +98,7 @@ class ProcessStream {
   constructor(
     private readonly call: Duplex,
     private readonly deps: ExtProcDeps,
+    private readonly warned: Set<string>,
   ) {}
 
   run(): void {
@@ -111,12 +127,13 @@ class ProcessStream {
   }
 
   /** Ends the stream with INVALID_ARGUMENT (its request's load released), counted by reason. */
-  #reject(reason: "no_request" | "unexpected", message: string): void {
+  #reject(reason: "no_request" | "unexpected" | "grpc_body_mode", message: string, code: StatusCode = GrpcStatus.INVALID_ARGUMENT): void {
     this.deps.metrics.extProcRejected.inc({ reason });
-    this.deps.log.warn({ reason, err: message }, "ext_proc stream rejected");
+    if (reason === "grpc_body_mode") warnOnce(this.warned, this.deps.log, reason, { reason, err: message }, "ext_proc stream rejected");
+    else this.deps.log.warn({ reason, err: message }, "ext_proc stream rejected");
     this.#finish();
     this.#closed = true;
-    this.call.fail(GrpcStatus.INVALID_ARGUMENT, message);
+    this.call.fail(code, message);
   }
 
   #send(msg: ProcessingResponse): void {
@@ -135,6 +152,22 @@ class ProcessStream {
       // NONE is proto3's zero value, absent on the wire: a protocol_config without a mode means NONE.
       this.#mode = pc ? (pc.request_body_mode ?? "NONE") : this.deps.bodyMode === "buffered" ? "BUFFERED" : "FULL_DUPLEX_STREAMED";
       this.#responseStreamed = pc ? pc.response_body_mode === "FULL_DUPLEX_STREAMED" : this.#fullDuplex;
+      if (!pc)
+        warnOnce(
+          this.warned,
+          this.deps.log,
+          "no_protocol_config",
+          { assumed: this.#mode, bodyMode: this.deps.bodyMode },
+          `ext_proc streams carry no protocol_config (Envoy before 1.34 does not send it): assuming request body mode ${this.#mode} from --body-mode ${this.deps.bodyMode}; if the filter's processing_mode.request_body_mode differs, set --body-mode buffered|full-duplex to match it`,
+        );
+      // The body would come as gRPC messages to be answered one by one, not as the HTTP/JSON body
+      // routing reads: refused at once, with the reason, instead of answers Envoy calls spurious.
+      if (this.#mode === "GRPC" || (pc && pc.response_body_mode === "GRPC"))
+        return this.#reject(
+          "grpc_body_mode",
+          "ext_proc body mode GRPC is not supported by this endpoint picker: set the filter's processing_mode request_body_mode to FULL_DUPLEX_STREAMED (or BUFFERED) and response_body_mode to NONE or FULL_DUPLEX_STREAMED",
+          GrpcStatus.UNIMPLEMENTED,
+        );
     }
     this.#observe = msg.observability_mode === true;
 
@@ -159,6 +192,7 @@ class ProcessStream {
     if (msg.response_body) {
       // The first response bytes mean the worker has finished this request's prefill.
       this.#req?.lease?.prefilled();
+      if (this.#req) this.#req.responseBody = true;
       const body = msg.response_body.body ?? EMPTY;
       const eos = msg.response_body.end_of_stream === true;
       this.#req?.watch?.body(body);
@@ -187,7 +221,7 @@ class ProcessStream {
     this.#finish(); // a previous request on this stream is over
     this.#started = true;
     const explain = this.deps.explainAll === true || findHeader(msg.request_headers!.headers, EXPLAIN_REQUEST_HEADER) === "1";
-    this.#req = { subset: subsetHint(msg), chunks: [], bytes: 0, lease: undefined, decided: false, explain };
+    this.#req = { subset: subsetHint(msg), chunks: [], bytes: 0, lease: undefined, decided: false, explain, responseBody: false };
     // No body, or none before the route is taken (NONE: not sent; STREAMED: the headers go upstream
     // once answered): the decision is by load alone, on the headers.
     if (msg.request_headers!.end_of_stream || this.#mode === "NONE" || this.#mode === "STREAMED") {
@@ -217,24 +251,27 @@ class ProcessStream {
     // BUFFERED and BUFFERED_PARTIAL send the body as one message (end_of_stream false when trailers
     // follow), which gets one answer: the route. Full duplex answers once the body has ended.
     if (!eos && this.#fullDuplex) return;
-    this.#decide(concat(req.chunks, req.bytes), "body");
+    // BUFFERED_PARTIAL cuts a body longer than Envoy's buffer at the limit (end_of_stream false, the
+    // rest goes upstream unseen): that prefix may not parse, and then the route is by load.
+    this.#decide(concat(req.chunks, req.bytes), "body", true, this.#mode === "BUFFERED_PARTIAL" && !eos);
   }
 
   /** Trailers end a body that never carried end_of_stream: decide now, then answer the trailers. */
   #onRequestTrailers(): void {
     const req = this.#req;
-    if (req && !req.decided) this.#decide(concat(req.chunks, req.bytes), "body", false);
+    if (req && !req.decided) this.#decide(concat(req.chunks, req.bytes), "body", false, this.#mode === "BUFFERED_PARTIAL");
     this.#send(continueResponse("request_trailers"));
   }
 
-  #decide(body: Uint8Array, at: "headers" | "body", bodyEnds = true): void {
+  /** `maybeCut`: the body may be a prefix (BUFFERED_PARTIAL); one that does not parse routes by load. */
+  #decide(body: Uint8Array, at: "headers" | "body", bodyEnds = true, maybeCut = false): void {
     const req = this.#req!;
     req.decided = true;
     const started = performance.now();
     let decision: Decision;
     let contentLength: number | undefined;
     try {
-      const parsed: ParsedBody = body.length > 0 ? parseBodyBytes(body) : { input: { kind: "none" } };
+      const parsed: ParsedBody = body.length > 0 ? this.#parse(body, maybeCut) : { input: { kind: "none" } };
       const m = this.deps.maxInflight;
       if (m > 0 && this.deps.load.inflight >= m) {
         this.#immediate(429, "too many requests in flight", "shed", "shed");
@@ -277,14 +314,26 @@ class ProcessStream {
       this.#send(routedHeaders(route));
     } else if (this.#fullDuplex) {
       this.#send(routedHeaders(route));
-      // The body was held back until the route was known; hand it back in bounded chunks.
-      if (body.length === 0) this.#send(streamedBody("request_body", EMPTY, bodyEnds));
+      // The body was held back until the route was known; hand it back in bounded chunks. Nothing to
+      // hand back for a request that had headers then trailers and no body: Envoy asked for no chunk.
+      if (body.length === 0 && bodyEnds) this.#send(streamedBody("request_body", EMPTY, true));
       for (let off = 0; off < body.length; off += STREAM_CHUNK) {
         const end = Math.min(off + STREAM_CHUNK, body.length);
         this.#send(streamedBody("request_body", body.subarray(off, end), bodyEnds && end === body.length));
       }
     } else {
       this.#send(routedBody(route));
+    }
+  }
+
+  #parse(body: Uint8Array, maybeCut: boolean): ParsedBody {
+    try {
+      return parseBodyBytes(body);
+    } catch (err) {
+      if (!maybeCut || !(err instanceof BadRequest) || err instanceof TooDeep) throw err;
+      this.deps.metrics.partialBodies.inc();
+      this.deps.log.debug({ bytes: body.length, err: String(err) }, "BUFFERED_PARTIAL body cut at the buffer limit: routing by load");
+      return { input: { kind: "none" } };
     }
   }
 
@@ -302,6 +351,9 @@ class ProcessStream {
     this.#req = undefined;
     req.watch?.end();
     if (req.lease) {
+      // No response body seen (the gateway's response_body_mode is NONE, or the response had none):
+      // the load was held to the stream's end, and its prefill part never turned into decode.
+      if (!req.responseBody) this.deps.metrics.releasedWithoutResponseBody.inc();
       req.lease.release();
       this.deps.metrics.inflight.set(this.deps.load.inflight);
     }
