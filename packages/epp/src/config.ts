@@ -95,6 +95,8 @@ const WorkerEntry = z.object({
   kvEvents: tcpEndpoint,
   replay: tcpEndpoint.optional(),
   dpSize: z.number().int().min(1).default(1),
+  /** Global DP rank of the worker's first rank (vLLM's --data-parallel-start-rank on a multi-node DP group). */
+  dpStartRank: z.number().int().min(0).max(4095).default(0),
   metrics: z.string().url().optional(),
 });
 const PeerEntry = z.union([

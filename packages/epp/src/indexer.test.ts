@@ -209,3 +209,17 @@ test("recovery staging accepts only served models and reports the linear memory 
   expect(() => staging.apply("other:default", BS, { workerId: "w", dpRank: 0, eventId: 1, parentHash: null, blocks: [] })).toThrow(/not served/);
   staging.abort();
 });
+
+test("a batch naming another data_parallel_rank than its listener's is applied to the listener's rank, counted, logged once", async () => {
+  const warned: unknown[] = [];
+  const metrics = createMetrics();
+  const ixs = new Indexers(metrics, { warn: (o: unknown) => warned.push(o), info: () => {} } as unknown as import("pino").Logger);
+  const ix = ixs.register("m", "default", BS);
+  const r2: WorkerRef = { workerId: "w", dpRank: 2 };
+  for (const seq of [0n, 1n])
+    ixs.applySignal("m:default", r2, { kind: "batch", seq, batch: { ts: 0, dataParallelRank: 0, events: [stored([100n + seq], null, [1, 2, 3, Number(seq)])] } });
+  ixs.applySignal("m:default", r2, { kind: "batch", seq: 2n, batch: { ts: 0, dataParallelRank: 2, events: [] } });
+  expect(await counter(metrics, "dynamo_epp_kv_rank_mismatch_total")).toBe(2);
+  expect(warned).toEqual([{ worker: "w", rank: 2, batchRank: 0 }]);
+  expect(ix.index.findMatches(computeBlockHashes(Uint32Array.of(1, 2, 3, 0), BS)).scores.get("w\u00002")).toBe(1);
+});

@@ -37,6 +37,8 @@ export class Indexers implements DumpSource, DumpTarget {
   /** LoRA adapter name (a request's `model`) -> the key of the index holding the base model's workers. */
   readonly #adapters = new Map<string, string>();
   readonly #loggedUnknown = new Set<string>();
+  /** Worker ranks whose batches named another data_parallel_rank (logged once each). */
+  readonly #loggedMismatch = new Set<string>();
   #default: string | undefined;
 
   constructor(
@@ -82,6 +84,19 @@ export class Indexers implements DumpSource, DumpTarget {
     if (this.#loggedUnknown.has(model) || this.#loggedUnknown.size >= MAX_LOGGED_UNKNOWN) return;
     this.#loggedUnknown.add(model);
     this.log?.warn({ model, fallback: this.#default }, "request names an unknown model or adapter: scored as the default model");
+  }
+
+  /**
+   * The socket decides whose blocks these are (it is the rank's endpoint); a batch naming another rank
+   * means the ports or the start rank are configured wrong, which routing cannot repair: counted, and
+   * logged once per rank.
+   */
+  #rankMismatch(worker: WorkerRef, sent: number): void {
+    this.metrics.rankMismatches.inc();
+    const key = `${worker.workerId}\u0000${worker.dpRank}`;
+    if (this.#loggedMismatch.has(key) || this.#loggedMismatch.size >= MAX_LOGGED_UNKNOWN) return;
+    this.#loggedMismatch.add(key);
+    this.log?.warn({ worker: worker.workerId, rank: worker.dpRank, batchRank: sent }, "KV events name another data_parallel_rank than their listener's: check the KV port and the DP start rank");
   }
 
   #learnAdapter(ix: Indexer, name: string): void {
@@ -150,6 +165,8 @@ export class Indexers implements DumpSource, DumpTarget {
       this.metrics.listenerResets.inc({ reason: signal.reason });
       return;
     }
+    const sent = signal.batch.dataParallelRank;
+    if (sent !== null && sent !== worker.dpRank) this.#rankMismatch(worker, sent);
     // The index's typed-array batch builder: tokens hashes go in as the BigUint64Array computeBlockHashes
     // returns (one copy), no per-block objects (index-wasm README, "Which ingestion path").
     const b = ix.index.batch();

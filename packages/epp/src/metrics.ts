@@ -70,6 +70,11 @@ export function createMetrics() {
       registers: [registry],
     }),
     eventsApplied: new Counter({ name: "dynamo_epp_kv_events_applied_total", help: "KV events applied to the index", registers: [registry] }),
+    rankMismatches: new Counter({
+      name: "dynamo_epp_kv_rank_mismatch_total",
+      help: "KV event batches whose data_parallel_rank is not the rank their listener follows (a port or start-rank misconfiguration); applied to the listener's rank",
+      registers: [registry],
+    }),
     eventsIgnored: new Counter({
       name: "dynamo_epp_kv_events_ignored_total",
       help: "well-formed KV events that name nothing to index, by reason: placeholder (an offloading connector's hash-only store: block_size 0, no tokens)",

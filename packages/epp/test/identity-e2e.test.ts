@@ -94,3 +94,22 @@ test("the EPP's overlap equals every rank's true hit, with adapters, salts, dupl
   expect(workers.some((w) => w.ranks.some((r) => [...r.cache.copies().values()].some((n) => n > 1)))).toBe(true);
   expect(epp.indexers.adapters().has("chat-lora")).toBe(true);
 });
+
+test("the second node of a multi-node DP group: ranks from its start rank, KV ports offset by the global rank", async () => {
+  const ip = "127.0.4.43";
+  const w = await startMockWorker({ listen: ip, port: 0, kvEvents: `tcp://${ip}:5557`, speed: 0, blockSize: BLOCK, dpSize: 2, dataParallelStartRank: 2, logLevel: "silent" });
+  cleanups.push(() => w.close());
+  expect(w.ranks.map((r) => r.kvEvents)).toEqual([`tcp://${ip}:5559`, `tcp://${ip}:5560`]);
+  const epp = await startTestEpp([{ id: "node-b", address: `${ip}:8000`, kvEvents: `tcp://${ip}:5557`, dpSize: 2, dpStartRank: 2 }]);
+  cleanups.push(() => epp.stop({ graceMs: 200 }));
+  const selection = `http://127.0.4.1:${epp.ports.selection}`;
+  for (const rank of [2, 3])
+    await waitFor(async () => {
+      const p = tokens(BLOCK * 2, 7000 + Math.floor(Math.random() * 1e6));
+      await fetch(`${w.url}/v1/completions`, { method: "POST", headers: { "content-type": "application/json", "x-data-parallel-rank": String(rank) }, body: JSON.stringify({ prompt: p, max_tokens: 1 }) });
+      await Bun.sleep(20);
+      return (await postJson(`${selection}/score`, { token_ids: p })).body.scores["node-b"]?.[String(rank)] === 2;
+    }, { message: `rank ${rank}'s blocks under rank ${rank}` });
+  const metrics = await (await fetch(`http://127.0.4.1:${epp.ports.metrics}/metrics`)).text();
+  expect(metrics).toMatch(/^dynamo_epp_kv_rank_mismatch_total 0$/m);
+});

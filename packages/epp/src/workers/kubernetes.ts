@@ -61,6 +61,19 @@ export function isServingPod(pod: V1Pod): boolean {
   return (pod.status.conditions ?? []).some((c) => c.type === "Ready" && c.status === "True");
 }
 
+/**
+ * Pod annotation with the global DP rank of the pod's first rank (vLLM's --data-parallel-start-rank):
+ * the second pod of a multi-node DP group publishes on the KV port + its global ranks.
+ */
+export const DP_START_RANK_ANNOTATION = "kv-epp.dynamo.nvidia.com/data-parallel-start-rank";
+
+/** The annotation's value; 0 when it is absent or not a rank (0..4095). */
+export function podDpStartRank(pod: V1Pod): number {
+  const v = pod.metadata?.annotations?.[DP_START_RANK_ANNOTATION];
+  if (v === undefined || !/^\d{1,4}$/.test(v) || Number(v) > 4095) return 0;
+  return Number(v);
+}
+
 /** `dpSize` ranks per target port; with one port every rank is behind it (vLLM's internal DP LB). */
 export function podWorker(pod: V1Pod, o: Pick<PoolWorkersOptions, "kvEventsPort" | "kvReplayPort" | "dpSize">, ports: readonly number[]): WorkerSpec {
   const ip = pod.status!.podIP!;
@@ -76,6 +89,7 @@ export function podWorker(pod: V1Pod, o: Pick<PoolWorkersOptions, "kvEventsPort"
     kvEvents: `tcp://${host}:${o.kvEventsPort}`,
     replay: o.kvReplayPort ? `tcp://${host}:${o.kvReplayPort}` : undefined,
     dpSize: o.dpSize * ports.length,
+    ...(start > 0 ? { dpStartRank: start } : {}),
     // One scrape per worker: the first API server's (each serves its own ranks' queue; see README).
     metricsUrl: `http://${host}:${ports[0]}/metrics`,
   };

@@ -11,7 +11,12 @@ import type { Logger } from "pino";
  */
 export type ApiServer = { address: string; ranks: readonly number[] };
 
-/** A model-server pod (or static entry). Ranks r publish KV events on kvEvents port + r. */
+
+/**
+ * A model-server pod (or static entry). Its ranks are dpStartRank .. dpStartRank + dpSize - 1 (global
+ * ranks: vLLM numbers a multi-node DP group's ranks across nodes); rank r publishes KV events on
+ * kvEvents port + r, as vLLM's offset_endpoint_port offsets by the global rank.
+ */
 export type WorkerSpec = {
   id: string;
   /** ip:port the gateway is told to call (the first API server's when there are several). */
@@ -21,6 +26,8 @@ export type WorkerSpec = {
   kvEvents: string;
   replay?: string;
   dpSize: number;
+  /** Global rank of the first rank (absent: 0). */
+  dpStartRank?: number;
   /** vLLM Prometheus endpoint, scraped for running/waiting/KV usage. */
   metricsUrl: string;
   /** Per-rank KV sources stated by attachment intents (@kv-epp/intents); overrides port + r. */
@@ -64,14 +71,15 @@ export function workerKeyOf(workerId: string, dpRank: number): string {
   return `${workerId}\u0000${dpRank}`;
 }
 
-/** A worker's ranks: as its intents state them, else ranks 0..dpSize-1 on port + r. */
+/** A worker's ranks: as its intents state them, else global ranks start..start+dpSize-1 on port + r. */
 export function rankSources(spec: WorkerSpec): RankSource[] {
+  const start = spec.dpStartRank ?? 0;
   return (
     spec.ranks ??
-    Array.from({ length: spec.dpSize }, (_, r) => ({
-      dpRank: r,
-      kvEvents: rankEndpoint(spec.kvEvents, r),
-      replay: spec.replay ? rankEndpoint(spec.replay, r) : undefined,
+    Array.from({ length: spec.dpSize }, (_, i) => ({
+      dpRank: start + i,
+      kvEvents: rankEndpoint(spec.kvEvents, start + i),
+      replay: spec.replay ? rankEndpoint(spec.replay, start + i) : undefined,
     }))
   );
 }
@@ -286,7 +294,7 @@ export class WorkerRegistry {
     if (closed.length > 0 || opened.length > 0)
       this.opts.log.info({ worker: id, closed, opened, ranks: entry.listeners.size }, "worker ranks changed");
     if (moved) this.opts.log.info({ worker: id, address: next.address, metricsUrl: next.metricsUrl }, "worker address updated");
-    return moved || closed.length > 0 || opened.length > 0 || prev.dpSize !== next.dpSize;
+    return moved || closed.length > 0 || opened.length > 0 || prev.dpSize !== next.dpSize || prev.dpStartRank !== next.dpStartRank;
   }
 
   #sourcesOf(spec: WorkerSpec): Map<number, OpenedSource> {

@@ -6,8 +6,11 @@ import type { WorkerSpec } from "./registry.ts";
 export function staticWorkers(list: StaticWorker[]): WorkerSpec[] {
   return list.map((w) => {
     const addresses = typeof w.address === "string" ? [w.address] : w.address;
+    const start = w.dpStartRank;
     const servers =
-      addresses.length > 1 ? addresses.map((address, i) => ({ address, ranks: Array.from({ length: w.dpSize }, (_, r) => i * w.dpSize + r) })) : undefined;
+      addresses.length > 1
+        ? addresses.map((address, i) => ({ address, ranks: Array.from({ length: w.dpSize }, (_, r) => start + i * w.dpSize + r) }))
+        : undefined;
     return {
       id: w.id,
       address: addresses[0]!,
@@ -15,6 +18,7 @@ export function staticWorkers(list: StaticWorker[]): WorkerSpec[] {
       kvEvents: w.kvEvents,
       replay: w.replay,
       dpSize: w.dpSize * addresses.length,
+      ...(start > 0 ? { dpStartRank: start } : {}),
       metricsUrl: w.metrics ?? `http://${addresses[0]}/metrics`,
     };
   });
