@@ -78,9 +78,10 @@ export function podDpStartRank(pod: V1Pod): number {
 export function podWorker(pod: V1Pod, o: Pick<PoolWorkersOptions, "kvEventsPort" | "kvReplayPort" | "dpSize">, ports: readonly number[]): WorkerSpec {
   const ip = pod.status!.podIP!;
   const host = ip.includes(":") ? `[${ip}]` : ip;
+  const start = podDpStartRank(pod);
   const servers =
     ports.length > 1
-      ? ports.map((p, i) => ({ address: `${host}:${p}`, ranks: Array.from({ length: o.dpSize }, (_, r) => i * o.dpSize + r) }))
+      ? ports.map((p, i) => ({ address: `${host}:${p}`, ranks: Array.from({ length: o.dpSize }, (_, r) => start + i * o.dpSize + r) }))
       : undefined;
   return {
     id: pod.metadata!.name!,

@@ -11,7 +11,6 @@ import type { Logger } from "pino";
  */
 export type ApiServer = { address: string; ranks: readonly number[] };
 
-
 /**
  * A model-server pod (or static entry). Its ranks are dpStartRank .. dpStartRank + dpSize - 1 (global
  * ranks: vLLM numbers a multi-node DP group's ranks across nodes); rank r publishes KV events on
