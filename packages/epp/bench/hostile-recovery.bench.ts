@@ -2,7 +2,7 @@
 // endless valid dump or an endless stream of model keys (testkit's hostile peers), and whether it becomes
 // ready and honours SIGTERM. The EPP is a child process (`bun <main.ts>`, as deployed); RSS is read from
 // its /proc/<pid>/status every 100 ms. The recovery budget is what a 2 GiB container derives (1 GiB, given
-// as DYN_EPP_RECOVERY_BUDGET_MIB so that a build without the flag simply ignores it).
+// as DYN_EPP_RECOVERY_BUDGET_MIB so that a build without the flag simply ignores it; `--budget-mib N` another).
 //
 // `--epp PATH` runs another build's main.ts (e.g. a worktree of an older commit) for a before/after in one
 // run. A child above HARD_CAP_BYTES is killed (the machine is shared); the figures then read "> cap".
@@ -22,6 +22,7 @@ const arg = (name: string) => {
 };
 const eppMain = resolve(arg("--epp") ?? `${import.meta.dir}/../src/main.ts`);
 const SECONDS = Number(arg("--seconds") ?? 30);
+const BUDGET_MIB = arg("--budget-mib") ?? "1024";
 
 type Result = { scenario: string; peakMiB: string; state: string; readyAfterS: string; sigtermExit: string; sigtermMs: string };
 
@@ -33,7 +34,7 @@ async function run(scenario: string, dump: HostileDump): Promise<Result> {
   const started = performance.now();
   const epp = spawnProcess(process.execPath, [eppMain, "--config", config, "--listen", HOST, "--replica-agg", "false", "--scrape-interval-ms", "0"], {
     name: `epp ${scenario}`,
-    env: { DYN_EPP_RECOVERY_BUDGET_MIB: "1024", DYN_EPP_LOG_LEVEL: "info" },
+    env: { DYN_EPP_RECOVERY_BUDGET_MIB: BUDGET_MIB, DYN_EPP_LOG_LEVEL: "info" },
   });
   let peak = 0;
   let capped = false;
@@ -81,7 +82,7 @@ const results = [
   await run("endless valid dump", { kind: "endless-events", model: "test-model:default", blockSize: 16 }),
   await run("endless model keys", { kind: "endless-models", blockSize: 16 }),
 ];
-console.log(`EPP: ${eppMain}`);
+console.log(`EPP: ${eppMain}, DYN_EPP_RECOVERY_BUDGET_MIB=${BUDGET_MIB}`);
 console.log("| peer | peak RSS (MiB) | outcome | ready after (s) | SIGTERM exit | SIGTERM to exit (ms) |");
 console.log("|---|---|---|---|---|---|");
 for (const r of results) console.log(`| ${r.scenario} | ${r.peakMiB} | ${r.state} | ${r.readyAfterS} | ${r.sigtermExit} | ${r.sigtermMs} |`);
