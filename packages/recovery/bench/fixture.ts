@@ -19,10 +19,13 @@ function splitmix(seed: bigint): bigint {
   return z ^ (z >> 31n);
 }
 
-/** 64 workers x 16k blocks = 1,048,576 residencies; shared prefixes make the tree smaller than that. */
-export function buildIndex(): KvIndex {
+/**
+ * 64 workers x 16k blocks = 1,048,576 residencies (x 160k blocks: 10,485,760); shared prefixes make the tree
+ * smaller than that.
+ */
+export function buildIndex(blocksPerWorker = BLOCKS_PER_WORKER): KvIndex {
   const index = KvIndex.create({ blockSize: BLOCK_SIZE });
-  const chains = BLOCKS_PER_WORKER / CHAIN;
+  const chains = blocksPerWorker / CHAIN;
   for (let w = 0; w < WORKERS; w++) {
     const worker = { workerId: `worker-${w}`, dpRank: 0 };
     const batch: IndexEvent[] = [];
