@@ -47,15 +47,23 @@ function traffic(c: Cluster) {
   let sent = 0;
   let seed = 1;
   const rnd = () => ((seed = (seed * 1103515245 + 12345) % 2 ** 31) / 2 ** 31);
+  // A quarter of the requests repeat a recent one exactly: a prompt of whole blocks sent again caches a
+  // second copy of its last block (vLLM does not deduplicate), so copy counts are in play.
+  const recent: { m: MockWorker; rank: number; prompt: number[] }[] = [];
   const one = async () => {
     while (running) {
-      const m = c.mocks[Math.floor(rnd() * c.mocks.length)]!;
-      const prefix = Array.from({ length: BLOCK * 2 }, (_, i) => (Math.floor(rnd() * 6) * 1000 + i) % 50000);
-      const tail = Array.from({ length: BLOCK * (1 + Math.floor(rnd() * 3)) }, () => Math.floor(rnd() * 50000));
-      const res = await fetch(`${m.url}/v1/completions`, {
+      let r = recent.length > 0 && rnd() < 0.25 ? recent[Math.floor(rnd() * recent.length)] : undefined;
+      if (!r) {
+        const prefix = Array.from({ length: BLOCK * 2 }, (_, i) => (Math.floor(rnd() * 6) * 1000 + i) % 50000);
+        const tail = Array.from({ length: BLOCK * (1 + Math.floor(rnd() * 3)) }, () => Math.floor(rnd() * 50000));
+        r = { m: c.mocks[Math.floor(rnd() * c.mocks.length)]!, rank: Math.floor(rnd() * 2), prompt: [...prefix, ...tail] };
+        recent.push(r);
+        if (recent.length > 8) recent.shift();
+      }
+      const res = await fetch(`${r.m.url}/v1/completions`, {
         method: "POST",
-        headers: { "content-type": "application/json", "x-data-parallel-rank": String(Math.floor(rnd() * 2)) },
-        body: JSON.stringify({ prompt: [...prefix, ...tail], max_tokens: 1 }),
+        headers: { "content-type": "application/json", "x-data-parallel-rank": String(r.rank) },
+        body: JSON.stringify({ prompt: r.prompt, max_tokens: 1 }),
       });
       await res.arrayBuffer();
       sent++;
@@ -84,13 +92,17 @@ async function expectExact(c: Cluster, replicas: EppHandle[]): Promise<void> {
   for (const e of replicas) await caughtUp(e, c);
   const { view: truth } = await fetchWorkerTruth(c.truth);
   let blocks = 0;
+  let copies = 0;
   for (const e of replicas) {
     const d = diffIndexViews(truth, await fetchIndexView(selectionUrl(e)));
     expect(d.equal, `replica on ${e.ports.selection}: ${describeDiff(d)}`).toBe(true);
     blocks = d.blocks;
+    copies = d.copies;
     expect((await workersOf(e)).every((r) => r.complete)).toBe(true);
   }
   expect(blocks).toBeGreaterThan(50);
+  // Some blocks are held twice (repeated prompts), and every replica agrees with the workers on each count.
+  expect(copies).toBeGreaterThan(blocks);
 }
 
 /** A recovery peer in front of `upstream`: takes its dump at once, answers only after `holdMs`. */

@@ -86,15 +86,16 @@ export type IndexDiff = {
   extra: number;
   /** Blocks on both sides with another parent, tokens hash or copy count. */
   differing: number;
-  /** Blocks compared on the expected side. */
+  /** Blocks compared on the expected side, and their copies summed. */
   blocks: number;
+  copies: number;
   /** Up to 10 examples, one line each, for the assertion message. */
   examples: string[];
 };
 
 /** Exact comparison of two views; ranks with no blocks equal absent ones. */
 export function diffIndexViews(expected: IndexView, actual: IndexView): IndexDiff {
-  const d: IndexDiff = { equal: true, missing: 0, extra: 0, differing: 0, blocks: 0, examples: [] };
+  const d: IndexDiff = { equal: true, missing: 0, extra: 0, differing: 0, blocks: 0, copies: 0, examples: [] };
   const note = (s: string) => void (d.examples.length < 10 && d.examples.push(s));
   const empty = new Map<bigint, IndexedBlock>();
   for (const name of new Set([...expected.keys(), ...actual.keys()])) {
@@ -102,6 +103,7 @@ export function diffIndexViews(expected: IndexView, actual: IndexView): IndexDif
     const got = actual.get(name) ?? empty;
     d.blocks += want.size;
     for (const [h, w] of want) {
+      d.copies += w.copies;
       const g = got.get(h);
       if (!g) {
         d.missing++;

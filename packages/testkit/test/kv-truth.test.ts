@@ -14,7 +14,7 @@ test("missing, extra and differing blocks (parent, tokens hash, copies) are each
   const want = view([["w/0", [[1n, null, 10n, 1], [2n, 1n, 20n, 2], [3n, 2n, 30n, 1], [4n, null, 40n, 1]]]]);
   const got = view([["w/0", [[1n, null, 10n, 1], [2n, 1n, 20n, 1], [3n, 1n, 30n, 1]]], ["x/0", [[9n, null, 90n, 1]]]]);
   const d = diffIndexViews(want, got);
-  expect(d).toMatchObject({ equal: false, missing: 1, extra: 1, differing: 2, blocks: 4 });
+  expect(d).toMatchObject({ equal: false, missing: 1, extra: 1, differing: 2, blocks: 4, copies: 5 });
   expect(describeDiff(d)).toContain("x/0: extra block 9");
   // u64 values stay exact in the report.
   expect(describeDiff(diffIndexViews(view([["w/0", [[2n ** 64n - 1n, null, 1n, 1]]]]), new Map()))).toContain("18446744073709551615");
