@@ -16,10 +16,13 @@ const schema = z.object({
   "capacity-blocks": positiveInt.default(65536),
   "block-size": positiveInt.default(16),
   /** seconds of trace to replay */
-  duration: z.coerce.number().positive().default(180),
+  // 150 s of trace at 2x: ~460 chat requests in 75 s, ~6 a second. Each costs the EPP and the worker a
+  // tokenization of ~12k tokens on average (tens of ms on a busy 2-core machine); at 4x a single replica
+  // (while its sibling is replaced) fell behind there.
+  duration: z.coerce.number().positive().default(150),
   /** cap on requests (0: all within --duration) */
   requests: z.coerce.number().int().min(0).default(0),
-  "time-scale": z.coerce.number().positive().default(4),
+  "time-scale": z.coerce.number().positive().default(2),
   // The trace's timestamps come in ~3 s steps (up to 16 records at one instant in the first minutes);
   // "spread" spaces each step's records evenly until the next step, as bench:trace's flag does.
   arrivals: z.enum(["recorded", "spread"]).default("recorded"),

@@ -1,4 +1,5 @@
 // The demo's summary table and HTML report.
+import { isAbsolute, relative } from "node:path";
 import { cdfPoints, type ReportData } from "../report/data.ts";
 import { ms, pct } from "../report/table.ts";
 import { histogramQuantile, type EppScrape } from "./epp-metrics.ts";
@@ -57,6 +58,12 @@ export function summaryRows(s: DemoStats, recovery: RecoveryReport | undefined, 
   ];
 }
 
+/** A path inside the working directory as relative (the report does not show where the checkout lives). */
+const shownPath = (p: string) => {
+  const r = relative(process.cwd(), p);
+  return r.startsWith("..") || isAbsolute(r) ? p : r;
+};
+
 export function demoReportData(o: DemoOptions, s: DemoStats, recovery: RecoveryReport | undefined, check?: SelectCheck): ReportData {
   return {
     title: "kv-epp demo",
@@ -64,7 +71,7 @@ export function demoReportData(o: DemoOptions, s: DemoStats, recovery: RecoveryR
       `A replay of the trace as OpenAI requests sent to a gateway process, which asks one of two EPP replicas (static mode) through ext_proc ` +
       `which of ${o.workers} mock workers serves each and proxies it there; one replica is replaced midway and recovers its index from the other.`,
     facts: [
-      ["trace", `${s.sent} requests from ${o.tracePath} (at most ${o.durationS} s of it), replayed at ${o.timeScale}x, arrivals ${o.arrivals}`],
+      ["trace", `${s.sent} requests from ${shownPath(o.tracePath)} (at most ${o.durationS} s of it), replayed at ${o.timeScale}x, arrivals ${o.arrivals}`],
       [
         "requests",
         o.prompt === "chat"
@@ -83,7 +90,7 @@ export function demoReportData(o: DemoOptions, s: DemoStats, recovery: RecoveryR
       { name: "workers: mean per request", points: s.requestHitSeries() },
       { name: "EPP predicted: mean per pick", points: s.predictedSeries() },
     ],
-    ttftCdf: [{ name: "kv-aware (EPP)", points: cdfPoints(s.ttftMs) }],
+    ttftCdf: [{ name: "every request", points: cdfPoints(s.ttftMs) }],
     workerLoad: [
       {
         name: "in flight per worker (client's view)",
