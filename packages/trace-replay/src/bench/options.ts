@@ -24,7 +24,7 @@ const schema = z.object({
   arrivals: z.enum(["recorded", "spread"]).default("recorded"),
   /** 0 = the whole trace */
   requests: z.coerce.number().int().min(0).default(4000),
-  /** replicas for the extra multi-replica rows (issue 10's measure); 1 = none */
+  /** replicas for the extra multi-replica rows (with and without replica-agg); 1 = none */
   replicas: positiveInt.default(2),
   "replica-agg": z.enum(["both", "on", "off"]).default("both"),
   "replica-policies": z.string().default("kv-aware,approx-prefix"),

@@ -21,7 +21,7 @@ export type ReplayOptions = {
   timeScale: number;
   /** router replicas, request i goes to replica i mod N */
   replicas: number;
-  /** replicas share the load of their routing decisions (issue 10) instead of each knowing only its own */
+  /** replicas share the load of their routing decisions (replica-agg) instead of each knowing only its own */
   replicaAgg: boolean;
   /** how replica-agg delivers it (lag, heartbeat, timeout, loss); the EPP's defaults when absent */
   agg?: AggSimOptions;
