@@ -1195,9 +1195,11 @@ function fillPairs(t: i32, pairs: usize, room: u32, cap: u32): u32 {
  * Rebuilds a table (dropping tombstones). It keeps its capacity while that leaves `entries` under 60%
  * load (at least a fifth of the table then absorbs tombstones before the next rebuild: steady churn
  * keeps its footprint), else grows to 2x `entries` (1.6x the capacity: a table grown at 80% load
- * restarts at 50%). Growing 2.5x `entries` (doubling) re-placed fewer entries (~2 per final entry
- * against ~2.7) but left the tables at 40-48% load at 1M residencies: 41 B per residency in the unshared
- * workload against 35.5 (bench:index memory). Entries are re-placed from the node/record chunks in id
+ * restarts at 50%). Measured with bench:index: doubling instead re-placed ~2 entries per final entry
+ * against ~2.7 (ingestion into an empty index ~15% faster, same run) but left both tables 40-48% full at
+ * 1M residencies: 41 B per residency in the unshared workload against 35.5 B (28.5 against 25.5 shared).
+ * Doubling only below 2^20 slots kept the speed of the ingestion bench but not the memory at 1M (the
+ * last growth before it was still a doubling). Entries are re-placed from the node/record chunks in id
  * order rather than from the old slots (sequential key reads instead of one cache miss per entry), and,
  * for big tables, in batches sorted by home slot: the home is a multiply-shift, so slots are then filled
  * in one ascending sweep instead of at random (measured: without the sort, rebuilds were about a third

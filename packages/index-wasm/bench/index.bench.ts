@@ -90,6 +90,26 @@ function ingestion(): void {
       }
     };
   });
+  // vLLM does not deduplicate: a prompt computed again stores its blocks again (a copy each). Here one
+  // event in four repeats an earlier event of the same worker, so a quarter of the blocks add copies.
+  const pick = mulberry32(5);
+  const typedAll = typedEvents(events);
+  const withRepeats: Typed[] = [];
+  typedAll.forEach((e, i) => {
+    withRepeats.push(e);
+    if (i % 3 === 2) withRepeats.push(typedAll[pick() % (i + 1)]!);
+  });
+  const repeatBlocks = withRepeats.reduce((n, e) => n + e.ext.length, 0);
+  rate("wasm builder, 1 in 4 events a repeat", repeatBlocks, 5, () => {
+    const index = KvIndex.create({ blockSize: 16 });
+    return () => {
+      const b = index.batch();
+      for (const g of batches(withRepeats, 256)) {
+        for (const e of g) b.stored(e.worker, null, e.ext, e.tok);
+        b.apply();
+      }
+    };
+  });
   // the same into an index sized up front (KvIndex.create({ expected }), as a recovery that knows the
   // dump's size does): no table rebuilds while it fills, so this line shows what the rebuilds cost
   rate("wasm builder, presized index", blocks, 5, () => {
