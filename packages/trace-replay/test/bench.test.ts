@@ -27,7 +27,7 @@ describe("bun run bench:trace", () => {
     expect(html).not.toMatch(/<script[^>]+src=/);
     expect(html).toContain("echarts");
     const data = JSON.parse(/<script id="report-data" type="application\/json">(.*?)<\/script>/s.exec(html)![1]!) as ReportData;
-    const labels = ["kv-aware", "round-robin", "random", "least-loaded", "approx-prefix", "exact-index", "ttft-oracle", "kv-aware x2 agg", "kv-aware x2 no-agg", "approx-prefix x2"];
+    const labels = ["kv-aware", "kv-latency", "round-robin", "random", "least-loaded", "approx-prefix", "exact-index", "ttft-oracle", "kv-aware x2 agg", "kv-aware x2 no-agg", "approx-prefix x2"];
     expect(data.hitRate.map((s) => s.name)).toEqual(labels);
     expect(data.ttftCdf.map((s) => s.name)).toEqual(labels);
     expect(data.workerLoad.map((s) => s.name)).toEqual(labels);

@@ -1,12 +1,13 @@
 import { approxPrefix } from "./approx-prefix.ts";
 import { leastLoaded, random, roundRobin } from "./baselines.ts";
-import { kvAware } from "./kv-aware.ts";
+import { kvAware, kvLatency } from "./kv-aware.ts";
 import { exactIndex } from "./exact-index.ts";
 import { ttftOracle } from "./ttft-oracle.ts";
 import type { PolicyName, PolicySpec } from "./types.ts";
 
 export const POLICIES: Record<PolicyName, PolicySpec> = {
   "kv-aware": kvAware,
+  "kv-latency": kvLatency,
   "round-robin": roundRobin,
   random,
   "least-loaded": leastLoaded,

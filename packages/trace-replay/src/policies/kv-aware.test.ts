@@ -9,7 +9,7 @@ import { LatencyModel, Picker, type Candidate } from "@kv-epp/epp";
 import { EventQueue } from "../sim/event-queue.ts";
 import type { SimRequest } from "../sim/request.ts";
 import { SimWorker } from "../sim/worker.ts";
-import { kvAware } from "./kv-aware.ts";
+import { kvAware, kvLatency } from "./kv-aware.ts";
 
 const BLOCK = 4;
 const PROMPTS = 5;
@@ -32,13 +32,14 @@ const state = fc.record({
     temperature: fc.constantFrom(0, 0.3),
   }),
   queueThreshold: fc.integer({ min: 0, max: 2 }),
+  cost: fc.constantFrom("weights" as const, "latency" as const),
   request: fc.integer({ min: 0, max: PROMPTS - 1 }),
   requestBlocks: fc.integer({ min: 1, max: PROMPT_BLOCKS }),
   seed: fc.integer(),
 });
 
 describe("one decision for the EPP and the simulation", () => {
-  test("for the same index, load and queues, the kv-aware policy and the EPP's Picker choose the same worker", () => {
+  test("for the same index, load and queues, the kv-aware policies and the EPP's Picker choose the same worker, under either cost", () => {
     // One index for every run (a WASM instance each would pile up memory): emptied at the start of each.
     const index = KvIndex.create({ blockSize: BLOCK });
     fc.assert(
@@ -78,7 +79,7 @@ describe("one decision for the EPP and the simulation", () => {
           tokens,
           localHashes: computeBlockHashes(tokens, BLOCK),
         };
-        const sim = kvAware.create({
+        const sim = (s.cost === "latency" ? kvLatency : kvAware).create({
           workers,
           workerKeys: keys,
           random: seededRandom(s.seed),
@@ -96,7 +97,7 @@ describe("one decision for the EPP and the simulation", () => {
           candidates: () => candidates,
           load,
           workerMetrics: (id) => ({ running: 1, waiting: workers[refs.findIndex((r) => r.workerId === id)]!.waitingCount, kvUsage: 0, at: 0 }),
-          options: { ...s.weights, queueThreshold: s.queueThreshold },
+          options: { ...s.weights, queueThreshold: s.queueThreshold, cost: s.cost },
           random: seededRandom(s.seed),
           latency: new LatencyModel(),
         });

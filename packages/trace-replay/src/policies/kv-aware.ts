@@ -1,28 +1,57 @@
 // Ours: the EPP's decision (epp picker/decide.ts) over the exact KV index (fed by the workers' KV
-// events) and the load of its routing decisions.
-import { decide } from "../upstream.ts";
+// events) and the load of its routing decisions. `kv-aware` uses the weighted cost (the EPP's
+// --cost weights), `kv-latency` the lowest predicted TTFT of the EPP's LatencyModel (--cost latency),
+// calibrated as in the EPP from each response's TTFT and cached tokens once it ends.
+import { decide, LatencyModel, type CostModel } from "../upstream.ts";
 import { withRouterLoad } from "./router-load.ts";
-import type { PolicySpec } from "./types.ts";
+import type { PolicyName, PolicySpec } from "./types.ts";
 
-export const kvAware: PolicySpec = {
-  name: "kv-aware",
-  knows: "KV index from the workers' events + load of routing decisions (the EPP's decide())",
-  usesRouterLoad: true,
-  usesIndex: true,
-  create(ctx) {
-    return withRouterLoad(ctx, (req) => {
-      const { scores } = ctx.index.findMatches(req.localHashes);
-      const candidates = ctx.workerKeys.map((key, i) => ({
-        index: i,
-        endpoint: key,
-        overlap: scores.get(key) ?? 0,
-        activeBlocks: ctx.load.blocks(key),
-        // As if scraped at this instant (the EPP scrapes vLLM's num_requests_waiting every few seconds).
-        waiting: ctx.workers[i]!.waitingCount,
-      }));
-      const d = decide({ requestBlocks: req.requestBlocks, candidates, weights: ctx.weights, queueThreshold: ctx.queueThreshold, random: ctx.random });
-      if (d.kind === "none") throw new Error(`no worker to route to (${d.reason})`);
-      return d.chosen.candidate.index;
-    });
-  },
-};
+function kvPolicy(name: PolicyName, cost: CostModel, knows: string): PolicySpec {
+  return {
+    name,
+    knows,
+    usesRouterLoad: true,
+    usesIndex: true,
+    create(ctx) {
+      const latency = new LatencyModel();
+      /** Scraped waiting at the pick, per request in flight: the calibration sample's queue. */
+      const waitingAtPick = new Map<number, number>();
+      const router = withRouterLoad(ctx, (req) => {
+        const { scores } = ctx.index.findMatches(req.localHashes);
+        const candidates = ctx.workerKeys.map((key, i) => ({
+          index: i,
+          key,
+          endpoint: key,
+          overlap: scores.get(key) ?? 0,
+          activeBlocks: ctx.load.blocks(key),
+          // As if scraped at this instant (the EPP scrapes vLLM's num_requests_waiting every second).
+          waiting: ctx.workers[i]!.waitingCount,
+        }));
+        const ttft = (c: (typeof candidates)[number]) => latency.predictTtftMs(c.key, Math.max(req.promptTokens - c.overlap * ctx.blockSize, 0), c.waiting);
+        const d = decide({
+          requestBlocks: req.requestBlocks,
+          candidates,
+          weights: ctx.weights,
+          queueThreshold: ctx.queueThreshold,
+          random: ctx.random,
+          latency: cost === "latency" ? ttft : undefined,
+        });
+        if (d.kind === "none") throw new Error(`no worker to route to (${d.reason})`);
+        waitingAtPick.set(req.id, d.chosen.candidate.waiting);
+        return d.chosen.candidate.index;
+      });
+      return {
+        ...router,
+        finished(req, worker, seen) {
+          router.finished?.(req, worker, seen);
+          const waiting = waitingAtPick.get(req.id) ?? 0;
+          waitingAtPick.delete(req.id);
+          latency.observe({ workerKey: ctx.workerKeys[worker]!, ttftMs: seen.ttftMs, uncachedTokens: req.promptTokens - seen.cachedTokens, waiting });
+        },
+      };
+    },
+  };
+}
+
+export const kvAware = kvPolicy("kv-aware", "weights", "KV index from the workers' events + load of routing decisions (the EPP's decide(), --cost weights)");
+export const kvLatency = kvPolicy("kv-latency", "latency", "KV index + the EPP's LatencyModel calibrated from observed TTFTs: lowest predicted TTFT (--cost latency)");

@@ -3,7 +3,7 @@ import type { ActiveLoad, LoadView, Weights } from "../upstream.ts";
 import type { SimRequest } from "../sim/request.ts";
 import type { SimWorker } from "../sim/worker.ts";
 
-export const POLICY_NAMES = ["kv-aware", "round-robin", "random", "least-loaded", "approx-prefix", "exact-index", "ttft-oracle"] as const;
+export const POLICY_NAMES = ["kv-aware", "kv-latency", "round-robin", "random", "least-loaded", "approx-prefix", "exact-index", "ttft-oracle"] as const;
 export type PolicyName = (typeof POLICY_NAMES)[number];
 
 /** What one router replica knows and may use. */
@@ -31,8 +31,8 @@ export interface Router {
   pick(req: SimRequest): number;
   /** The request was sent to `worker` (after pick). */
   routed?(req: SimRequest, worker: number): void;
-  /** The request's response ended on `worker`. */
-  finished?(req: SimRequest, worker: number): void;
+  /** The request's response ended on `worker`: its TTFT and cached tokens, as the EPP reads them from it. */
+  finished?(req: SimRequest, worker: number, seen: { ttftMs: number; cachedTokens: number }): void;
 }
 
 export type PolicySpec = {

@@ -81,15 +81,22 @@ export function replayPolicy(trace: readonly TraceRecord[], policy: PolicyName, 
   const workers = refs.map(
     (_, i) =>
       new SimWorker(i, { blockSize: opts.blockSize, capacityBlocks: opts.capacityBlocks, timing: opts.timing }, queue, {
-        onAdmitted: (a) => rec.admitted(a.admittedMs, a.req.promptTokens, a.cachedTokens, a.admittedMs - a.req.arrivalMs + a.ttftMs),
+        onAdmitted: (a) => {
+          const ttftMs = a.admittedMs - a.req.arrivalMs + a.ttftMs;
+          rec.admitted(a.admittedMs, a.req.promptTokens, a.cachedTokens, ttftMs);
+          seen.set(a.req.id, { ttftMs, cachedTokens: a.cachedTokens });
+        },
         onFinished: (req, w, now) => {
           rec.inflightChange(w, now, -1);
-          routerOf.get(req.id)?.finished?.(req, w);
+          routerOf.get(req.id)?.finished?.(req, w, seen.get(req.id)!);
+          seen.delete(req.id);
           routerOf.delete(req.id);
         },
       }),
   );
   const routerOf = new Map<number, Router>();
+  /** What each request's response will tell the router that sent it. */
+  const seen = new Map<number, { ttftMs: number; cachedTokens: number }>();
 
   // Every replica subscribes to every worker, so their indexes hold the same blocks: one index stands
   // for all of them. Events are applied in order per worker, `eventLagMs` after the cache changed.
