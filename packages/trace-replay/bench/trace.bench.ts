@@ -12,7 +12,7 @@ import { runAll } from "../src/bench/runner.ts";
 import { cacheBounds } from "../src/sim/bounds.ts";
 import { pngText, writeReport } from "../src/report/write.ts";
 import { formatTable } from "../src/report/table.ts";
-import { loadTrace } from "../src/trace.ts";
+import { loadBenchTrace } from "../src/bench/trace-source.ts";
 
 let o;
 try {
@@ -24,7 +24,7 @@ try {
 }
 
 const limit = o.requests > 0 ? o.requests : undefined;
-const trace = await loadTrace(o.tracePath, limit);
+const trace = await loadBenchTrace(o.tracePath, limit);
 const bucketMs = bucketMsFor(trace, o.timeScale);
 const runs = planRuns(o);
 console.log(

@@ -3,6 +3,7 @@ import { z } from "zod";
 import { POLICY_NAMES, type PolicyName } from "../policies/index.ts";
 import { FlagError, parseFlags } from "../cli-flags.ts";
 import { DEFAULT_AGG_SIM, type AggSimOptions } from "../sim/replica-agg.ts";
+import type { CacheReset } from "../sim/replay.ts";
 import { DEFAULT_WEIGHTS } from "../upstream.ts";
 import { DEFAULT_TRACE_PATH } from "../trace.ts";
 
@@ -21,11 +22,16 @@ const schema = z.object({
   "time-scale": z.coerce.number().positive().default(10),
   // The trace's timestamps come in ~3 s steps; "spread" spaces each step's records evenly instead of
   // letting them arrive at one instant.
-  arrivals: z.enum(["recorded", "spread"]).default("recorded"),
+  arrivals: z.enum(["recorded", "spread", "bursts"]).default("recorded"),
+  // Scenario: at this virtual ms one worker's cache is reset ("announced": AllBlocksCleared reaches the
+  // index; "silent": behind its back, the index keeps claiming the blocks).
+  "reset-at-ms": nonNegative.optional(),
+  "reset-worker": z.coerce.number().int().min(0).default(0),
+  "reset-mode": z.enum(["announced", "silent"]).default("silent"),
   /** 0 = the whole trace */
   requests: z.coerce.number().int().min(0).default(4000),
-  /** replicas for the extra multi-replica rows (with and without replica-agg); 1 = none */
-  replicas: positiveInt.default(2),
+  /** router replica counts for the extra multi-replica rows (with and without replica-agg), comma-separated; 1 = none */
+  replicas: z.string().regex(/^\d+(,\d+)*$/, "a comma-separated list of replica counts").default("2,3"),
   "replica-agg": z.enum(["both", "on", "off"]).default("both"),
   "replica-policies": z.string().default("kv-aware,approx-prefix"),
   // Simulated replica-agg (the EPP's defaults): lag of a change to reach a sibling (loopback measured
@@ -52,9 +58,10 @@ export type BenchOptions = {
   capacityBlocks: number;
   blockSize: number;
   timeScale: number;
-  arrivals: "recorded" | "spread";
+  arrivals: "recorded" | "spread" | "bursts";
   requests: number;
-  replicas: number;
+  replicas: number[];
+  reset: CacheReset | undefined;
   replicaAgg: "both" | "on" | "off";
   replicaPolicies: PolicyName[];
   agg: AggSimOptions;
@@ -88,7 +95,8 @@ export function parseBenchArgs(argv: string[]): BenchOptions {
     timeScale: o["time-scale"],
     arrivals: o.arrivals,
     requests: o.requests,
-    replicas: o.replicas,
+    replicas: [...new Set(o.replicas.split(",").map(Number))].filter((n) => n > 1),
+    reset: o["reset-at-ms"] === undefined ? undefined : { atMs: o["reset-at-ms"], worker: o["reset-worker"], silent: o["reset-mode"] === "silent" },
     replicaAgg: o["replica-agg"],
     replicaPolicies: policyList("replica-policies", o["replica-policies"]),
     agg: { lagMs: o["agg-lag-ms"], heartbeatMs: o["agg-heartbeat-ms"], timeoutMs: o["agg-timeout-ms"], loss: o["agg-loss"] },

@@ -10,10 +10,10 @@ export type RunSpec = { policy: PolicyName; replicas: number; replicaAgg: boolea
 /** Every policy with one router; then the replica policies with N routers, with and/or without replica-agg. */
 export function planRuns(o: BenchOptions): RunSpec[] {
   const runs: RunSpec[] = o.policies.map((policy) => ({ policy, replicas: 1, replicaAgg: true }));
-  if (o.replicas > 1) {
+  for (const replicas of o.replicas) {
     for (const policy of o.replicaPolicies) {
       const aggModes = !POLICIES[policy].usesRouterLoad ? [true] : o.replicaAgg === "both" ? [true, false] : [o.replicaAgg === "on"];
-      for (const replicaAgg of aggModes) runs.push({ policy, replicas: o.replicas, replicaAgg });
+      for (const replicaAgg of aggModes) runs.push({ policy, replicas, replicaAgg });
     }
   }
   return runs;
@@ -36,6 +36,7 @@ export function replayOptions(o: BenchOptions, run: RunSpec, bucketMs: number): 
     replicaAgg: run.replicaAgg,
     agg: o.agg,
     eventLagMs: o.eventLagMs,
+    reset: o.reset,
     seed: o.seed,
     timing: { ...DEFAULT_TIMING, maxRunning: o.maxRunning },
     weights: { prefillLoadScale: o.prefillLoadScale, decodeLoadScale: o.decodeLoadScale, queueWeight: 0, temperature: 0 },

@@ -107,6 +107,12 @@ export function aggNote(o: BenchOptions, results: RunResult[] = []): string {
   return [base, ...runs].join("; ");
 }
 
+const ARRIVALS: Record<BenchOptions["arrivals"], string> = {
+  recorded: "at the recorded (quantised) timestamps",
+  spread: "spread evenly within each timestamp step",
+  bursts: "in bursts: every record of a 30 s window of trace time at the window's start",
+};
+
 export function benchReportData(o: BenchOptions, results: RunResult[], bounds: CacheBounds, targets: TargetCheck[]): ReportData {
   const minutes = (bucket: number, bucketMs: number) => Math.round(((bucket + 0.5) * bucketMs) / 600) / 100;
   return {
@@ -117,7 +123,10 @@ export function benchReportData(o: BenchOptions, results: RunResult[], bounds: C
       ["trace", `${o.tracePath} (${results[0]?.requests ?? 0} requests)`],
       ["workers", `${o.workers} x ${o.capacityBlocks} blocks of ${o.blockSize} tokens, max ${o.maxRunning} running each`],
       ["time scale", `${o.timeScale}x faster than recorded`],
-      ["arrivals", o.arrivals === "spread" ? "spread evenly within each timestamp step" : "at the recorded (quantised) timestamps"],
+      ["arrivals", ARRIVALS[o.arrivals]],
+      ...(o.reset
+        ? [["cache reset", `worker-${o.reset.worker}'s cache cleared at ${o.reset.atMs} virtual ms, ${o.reset.silent ? "silently (the index is not told)" : "announced (AllBlocksCleared reaches the index)"}`] as [string, string]]
+        : []),
       ["KV event lag", `${o.eventLagMs} ms (virtual)`],
       ["replica-agg (simulated)", aggNote(o, results)],
       ["cost weights", `prefill-load-scale ${o.prefillLoadScale}, decode-load-scale ${o.decodeLoadScale}`],

@@ -1,7 +1,8 @@
 // Worker thread: replays one (trace, policy) at a time for the parallel runner.
 import { replayPolicy, type ReplayOptions } from "../sim/replay.ts";
 import type { PolicyName } from "../policies/index.ts";
-import { loadTrace, type TraceRecord } from "../trace.ts";
+import type { TraceRecord } from "../trace.ts";
+import { loadBenchTrace } from "./trace-source.ts";
 
 declare const self: Worker;
 
@@ -13,7 +14,7 @@ self.onmessage = async (e: MessageEvent<RunTask>) => {
   const { tracePath, limit, policy, opts } = e.data;
   try {
     const key = `${tracePath}\u0000${limit}`;
-    if (cached?.key !== key) cached = { key, trace: await loadTrace(tracePath, limit) };
+    if (cached?.key !== key) cached = { key, trace: await loadBenchTrace(tracePath, limit) };
     self.postMessage({ ok: true, result: replayPolicy(cached.trace, policy, opts) });
   } catch (err) {
     self.postMessage({ ok: false, error: err instanceof Error ? (err.stack ?? err.message) : String(err) });

@@ -25,8 +25,13 @@ export type ReplayOptions = {
   replicaAgg: boolean;
   /** how replica-agg delivers it (lag, heartbeat, timeout, loss); the EPP's defaults when absent */
   agg?: AggSimOptions;
-  /** arrivals as the trace's (quantised) timestamps say, or spread evenly within each timestamp group */
-  arrivals?: "recorded" | "spread";
+  /**
+   * arrivals as the trace's (quantised) timestamps say, spread evenly within each timestamp group, or in
+   * bursts (every record of a 30 s window of trace time at the window's start)
+   */
+  arrivals?: "recorded" | "spread" | "bursts";
+  /** a worker's cache reset mid-run (a scenario) */
+  reset?: CacheReset;
   /** virtual ms between a cache change on a worker and its KV event reaching the index */
   eventLagMs: number;
   seed: number;
@@ -37,6 +42,12 @@ export type ReplayOptions = {
   /** width of the time buckets of the series, virtual ms */
   bucketMs: number;
 };
+
+/** At `atMs` (virtual) worker `worker`'s cache is cleared; `silent`: no event reaches the index. */
+export type CacheReset = { atMs: number; worker: number; silent: boolean };
+
+/** Trace time gathered into one burst (the bursts scenario). */
+const BURST_WINDOW_MS = 30_000;
 
 export type RunResult = {
   policy: PolicyName;
@@ -101,10 +112,11 @@ export function replayPolicy(trace: readonly TraceRecord[], policy: PolicyName, 
   // Every replica subscribes to every worker, so their indexes hold the same blocks: one index stands
   // for all of them. Events are applied in order per worker, `eventLagMs` after the cache changed.
   const index = KvIndex.create({ blockSize: opts.blockSize });
+  let resetting = false;
   workers.forEach((w, i) =>
     w.onCacheEvents((events) => {
       for (const e of events) if (e.kind === "removed") evictedBlocks += e.hashes.length;
-      if (!spec.usesIndex) return;
+      if (!spec.usesIndex || resetting) return;
       const apply = () => applyToIndex(index, refs[i]!, events, opts.blockSize);
       if (opts.eventLagMs > 0) queue.schedule(queue.now + opts.eventLagMs, apply);
       else apply();
@@ -133,8 +145,17 @@ export function replayPolicy(trace: readonly TraceRecord[], policy: PolicyName, 
     return spec.create(ctx);
   });
 
+  const reset = opts.reset;
+  if (reset && reset.worker < workers.length)
+    queue.schedule(reset.atMs, () => {
+      // A silent reset still tells the policies reading the true caches (their mirrors follow the event).
+      resetting = reset.silent;
+      workers[reset.worker]!.cache.clear();
+      resetting = false;
+    });
+
   let pickNs = 0;
-  const arrivals = arrivalTimes(trace, opts.timeScale, opts.arrivals ?? "recorded");
+  const arrivals = burstArrivals(trace, opts);
   trace.forEach((record, id) => {
     const at = arrivals[id]!;
     queue.runUntil(at);
@@ -173,6 +194,12 @@ export function replayPolicy(trace: readonly TraceRecord[], policy: PolicyName, 
     ttftMs: rec.ttftMs,
     series: rec.series(),
   };
+}
+
+function burstArrivals(trace: readonly TraceRecord[], opts: ReplayOptions): number[] {
+  if (opts.arrivals !== "bursts") return arrivalTimes(trace, opts.timeScale, opts.arrivals ?? "recorded");
+  const window = BURST_WINDOW_MS / opts.timeScale;
+  return arrivalTimes(trace, opts.timeScale, "recorded").map((t) => Math.floor(t / window) * window);
 }
 
 /** Worker KV events (what the mock publishes) converted to index events, as the EPP's listener does. */

@@ -91,6 +91,15 @@ describe("trace replay", () => {
     expect(kv.hitRate).toBeCloseTo(exact.hitRate, 2);
   });
 
+  test("a worker's cache reset mid-run costs hits; the index not told of it (silent) routes on stale blocks", () => {
+    const base = replayPolicy(trace, "kv-aware", OPTS);
+    const announced = replayPolicy(trace, "kv-aware", { ...OPTS, reset: { atMs: 15_000, worker: 0, silent: false } });
+    const silent = replayPolicy(trace, "kv-aware", { ...OPTS, reset: { atMs: 15_000, worker: 0, silent: true } });
+    expect(announced.hitRate).toBeLessThan(base.hitRate);
+    expect(silent.hitRate).toBeLessThan(base.hitRate);
+    expect(silent.cachedTokens).not.toBe(announced.cachedTokens);
+  });
+
   test("a replay is deterministic for a seed", () => {
     const a = replayPolicy(trace, "random", OPTS);
     const b = replayPolicy(trace, "random", OPTS);
