@@ -27,7 +27,7 @@ describe("bun run bench:trace", () => {
     expect(html).not.toMatch(/<script[^>]+src=/);
     expect(html).toContain("echarts");
     const data = JSON.parse(/<script id="report-data" type="application\/json">(.*?)<\/script>/s.exec(html)![1]!) as ReportData;
-    const labels = ["kv-aware", "kv-latency", "round-robin", "random", "least-loaded", "approx-prefix", "exact-index", "ttft-oracle", "kv-aware x2 agg", "kv-aware x2 no-agg", "approx-prefix x2"];
+    const labels = ["kv-aware", "kv-latency", "round-robin", "random", "least-loaded", "approx-prefix", "exact-index", "ttft-oracle", "kv-aware x2 agg", "kv-aware x2 no-agg", "approx-prefix x2", "kv-aware x3 agg", "kv-aware x3 no-agg", "approx-prefix x3"];
     expect(data.hitRate.map((s) => s.name)).toEqual(labels);
     expect(data.ttftCdf.map((s) => s.name)).toEqual(labels);
     expect(data.workerLoad.map((s) => s.name)).toEqual(labels);
@@ -38,6 +38,11 @@ describe("bun run bench:trace", () => {
       expect(run.workers.some((w) => w.points.some(([, y]) => (y ?? 0) > 0))).toBe(true);
     }
     for (const label of labels) expect(html).toContain(`<td>${label}</td>`);
+    // Every run's distance to the limits, and the bounds as rows of their own.
+    expect(data.limits!.map((l) => l.name)).toEqual(labels);
+    expect(data.limits!.find((l) => l.name === "ttft-oracle")!.ttftVsOracle).toBe(1);
+    expect(html).toContain("<td>bound: pooled LRU</td>");
+    expect(html).toContain('id="chart-limits"');
 
     const { figures } = JSON.parse(readFileSync(join(out, "trace-bench.json"), "utf8")) as {
       figures: { label: string; hitRate: number; requests: number }[];

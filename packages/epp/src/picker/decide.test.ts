@@ -56,6 +56,18 @@ describe("decide", () => {
     );
   });
 
+  test("under the latency cost the choice minimises the predicted TTFT, within the same filters", () => {
+    fc.assert(
+      fc.property(input, fc.integer({ min: 1, max: 50 }), ({ requestBlocks, candidates, weights, queueThreshold, subset, r }, msPerBlock) => {
+        const ttft = (c: CandidateState) => c.waiting * 40 + Math.max(requestBlocks - c.overlap, 0) * msPerBlock;
+        const d = decide({ requestBlocks, candidates, weights, queueThreshold, subset: subset && new Set(subset), random: () => r, latency: ttft });
+        const ok = allowed(candidates, subset, queueThreshold);
+        if (d.kind !== "chosen") return expect(ok).toEqual([]);
+        expect(d.chosen.cost).toBe(Math.min(...ok.map(ttft)));
+      }),
+    );
+  });
+
   test("a subset hint is never left: the chosen endpoint is on a pod the gateway named", () => {
     fc.assert(
       fc.property(input, ({ requestBlocks, candidates, weights, subset, r }) => {
