@@ -114,20 +114,25 @@ test("recovery staging keeps a dump's copy counts, zero-copy records on held pat
   expect(got.applyRemoved(w, [blocks[0]!.externalHash])).toEqual({ kind: "applied", blocks: 1, unknown: 0 });
 });
 
-test("events and a peer's dump of another block size are rejected (counted as block_size), not indexed unmatchable", async () => {
+test("once the index holds blocks, events and a peer's dump of another block size are rejected (counted as block_size), not indexed unmatchable", async () => {
   const metrics = createMetrics();
   const ixs = new Indexers(metrics);
   const ix = ixs.register("m", "default", BS);
+  ixs.applySignal("m:default", w, { kind: "batch", seq: 0n, batch: { ts: 0, dataParallelRank: 0, events: [stored([40n], null, [9, 9, 9, 9])] } });
+  const r1: WorkerRef = { workerId: "w", dpRank: 1 };
   const other: KvEvent = { ...stored([41n], null, [1, 2, 3, 4, 5, 6, 7, 8]), blockSize: 8 } as KvEvent;
-  ixs.applySignal("m:default", w, { kind: "batch", seq: 0n, batch: { ts: 0, dataParallelRank: 0, events: [other] } });
-  expect(ix.index.stats().residencies).toBe(0);
+  ixs.applySignal("m:default", r1, { kind: "batch", seq: 0n, batch: { ts: 0, dataParallelRank: 1, events: [other] } });
+  expect(ix.index.stats().residencies).toBe(1);
   expect(await counter(metrics, "dynamo_epp_kv_events_rejected_total", '{reason="block_size"}')).toBe(1);
+  expect(await counter(metrics, "dynamo_epp_kv_block_size_mismatch_total")).toBe(1);
+  expect(ixs.rankInfo(r1)).toMatchObject({ blockSize: 8, blockSizeMismatch: true });
+  expect(ixs.rankInfo(w)).toMatchObject({ blockSize: BS, blockSizeMismatch: false });
 
   // A dump of another block size fails its attempt (so recovery tries the next peer), not "recovered".
   const staging = ixs.begin();
   expect(() => staging.apply("m:default", 8, { workerId: "w", dpRank: 0, eventId: 0, parentHash: null, blocks: [{ blockHash: 1n, tokensHash: 7n }] })).toThrow(/block size/);
   staging.abort();
-  expect(ixs.get("m:default")!.index.stats().residencies).toBe(0);
+  expect(ixs.get("m:default")!.index.stats().residencies).toBe(1); // what live events indexed stays
   expect(await counter(metrics, "dynamo_epp_kv_events_rejected_total", '{reason="block_size"}')).toBe(2);
   // Within one dump, a model's block size cannot change either (a repeated key).
   ixs.register("n", "default", 16);
@@ -222,4 +227,48 @@ test("a batch naming another data_parallel_rank than its listener's is applied t
   expect(await counter(metrics, "dynamo_epp_kv_rank_mismatch_total")).toBe(2);
   expect(warned).toEqual([{ worker: "w", rank: 2, batchRank: 0 }]);
   expect(ix.index.findMatches(computeBlockHashes(Uint32Array.of(1, 2, 3, 0), BS)).scores.get("w\u00002")).toBe(1);
+});
+
+test("the block size is the workers': a configured size their first store contradicts is replaced while nothing is indexed, loudly", async () => {
+  const metrics = createMetrics();
+  const errors: unknown[] = [];
+  const ixs = new Indexers(metrics, { error: (o: unknown) => errors.push(o), warn: () => {}, info: () => {} } as unknown as import("pino").Logger);
+  const ix = ixs.register("m", "default", 16);
+  // Context parallelism scales the published block size; whatever it is, it is what the blocks hash by.
+  ixs.applySignal("m:default", w, { kind: "batch", seq: 0n, batch: { ts: 0, dataParallelRank: 0, events: [stored([1n, 2n], null, [1, 2, 3, 4, 5, 6, 7, 8])] } });
+  expect(ix.blockSize).toBe(BS);
+  expect(ix.index.findMatches(computeBlockHashes(Uint32Array.of(1, 2, 3, 4, 5, 6, 7, 8), BS)).scores.get("w\u00000")).toBe(2);
+  expect(await counter(metrics, "dynamo_epp_kv_block_size_mismatch_total")).toBe(1);
+  expect(errors).toEqual([{ model: "m:default", configured: 16, workers: BS, worker: "w", rank: 0 }]);
+});
+
+test("hybrid KV groups: only the main attention group is indexed; a sliding-window group's stores and removals never touch it", async () => {
+  const metrics = createMetrics();
+  const ixs = new Indexers(metrics);
+  const ix = ixs.register("m", "default", BS);
+  const tokens = Array.from({ length: 12 }, (_, i) => i + 1);
+  const hashes = [1n, 2n, 3n];
+  const full = { ...stored(hashes, null, tokens), groupIdx: 0, kvCacheSpecKind: "full_attention" } as KvEvent;
+  // vLLM's mask: the window group names only the blocks it keeps, its token_ids span them all.
+  const window = { ...stored([3n], null, tokens), groupIdx: 1, kvCacheSpecKind: "sliding_window", kvCacheSpecSlidingWindow: 4 } as KvEvent;
+  const mla = { ...stored(hashes, null, tokens), groupIdx: 2, kvCacheSpecKind: "mla_attention" } as KvEvent;
+  ixs.applySignal("m:default", w, { kind: "batch", seq: 0n, batch: { ts: 0, dataParallelRank: 0, events: [full, window, mla] } });
+  const probe = () => ix.index.findMatches(computeBlockHashes(Uint32Array.from(tokens), BS)).scores.get("w\u00000");
+  expect(probe()).toBe(3);
+  // The window group drops blocks full attention still holds: nothing changes.
+  ixs.applySignal("m:default", w, { kind: "batch", seq: 1n, batch: { ts: 0, dataParallelRank: 0, events: [{ type: "BlockRemoved", blockHashes: [1n, 2n], medium: "GPU", groupIdx: 1 }] } });
+  expect(probe()).toBe(3);
+  expect(await counter(metrics, "dynamo_epp_kv_events_ignored_total", '{reason="non_main_group"}')).toBe(2);
+  expect(await counter(metrics, "dynamo_epp_kv_events_ignored_total", '{reason="extra_main_group"}')).toBe(1);
+  // The indexed group's own removal applies.
+  ixs.applySignal("m:default", w, { kind: "batch", seq: 2n, batch: { ts: 0, dataParallelRank: 0, events: [{ type: "BlockRemoved", blockHashes: [3n], medium: "GPU", groupIdx: 0 }] } });
+  expect(probe()).toBe(2);
+  expect(ixs.rankInfo(w)!.kvGroups).toEqual({
+    main: 0,
+    groups: [
+      { group_idx: 0, kind: "full_attention", block_size: BS, sliding_window: null },
+      { group_idx: 1, kind: "sliding_window", block_size: BS, sliding_window: 4 },
+      { group_idx: 2, kind: "mla_attention", block_size: BS, sliding_window: null },
+    ],
+  });
 });

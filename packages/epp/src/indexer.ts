@@ -2,9 +2,10 @@
 // order), and is the index side of recovery: a DumpSource for /dump and a DumpTarget whose staging is
 // a fresh KvIndex per model, swapped in whole on commit so a failed attempt leaves nothing behind.
 import { KvIndex, computeBlockHashes, type StoredBatchBuilder, type WorkerRef } from "@kv-epp/index-wasm";
-import { isGpuMedium, type KvEvent, type ListenerSignal } from "@kv-epp/kv-events";
+import { isGpuMedium, type BlockStored, type KvEvent, type ListenerSignal } from "@kv-epp/kv-events";
 import { type DumpModel, type DumpSource, type DumpStaging, type DumpTarget, toRouterEvents } from "@kv-epp/recovery";
 import { storedBlockExtras } from "./event-identity.ts";
+import { RankGroups } from "./kv-groups.ts";
 import type { Metrics } from "./metrics.ts";
 import type { Logger } from "pino";
 
@@ -37,6 +38,12 @@ export class Indexers implements DumpSource, DumpTarget {
   /** LoRA adapter name (a request's `model`) -> the key of the index holding the base model's workers. */
   readonly #adapters = new Map<string, string>();
   readonly #loggedUnknown = new Set<string>();
+  /** Per worker rank: its KV cache groups, and the block size of its indexed group's events. */
+  readonly #ranks = new Map<string, RankState>();
+  /** Index keys whose block size the workers' events have confirmed or replaced (it is fixed from then on). */
+  readonly #adopted = new Set<string>();
+  /** Worker ranks whose block size is not their index's (logged once each). */
+  readonly #loggedBlockSize = new Set<string>();
   /** Worker ranks whose batches named another data_parallel_rank (logged once each). */
   readonly #loggedMismatch = new Set<string>();
   #default: string | undefined;
@@ -93,7 +100,7 @@ export class Indexers implements DumpSource, DumpTarget {
    */
   #rankMismatch(worker: WorkerRef, sent: number): void {
     this.metrics.rankMismatches.inc();
-    const key = `${worker.workerId}\u0000${worker.dpRank}`;
+    const key = rankKey(worker);
     if (this.#loggedMismatch.has(key) || this.#loggedMismatch.size >= MAX_LOGGED_UNKNOWN) return;
     this.#loggedMismatch.add(key);
     this.log?.warn({ worker: worker.workerId, rank: worker.dpRank, batchRank: sent }, "KV events name another data_parallel_rank than their listener's: check the KV port and the DP start rank");
@@ -167,6 +174,14 @@ export class Indexers implements DumpSource, DumpTarget {
     }
     const sent = signal.batch.dataParallelRank;
     if (sent !== null && sent !== worker.dpRank) this.#rankMismatch(worker, sent);
+    // The first indexed store may replace the configured block size (and the empty index with it),
+    // which must happen before this batch's builder is taken from the index.
+    if (!this.#adopted.has(ix.key))
+      for (const e of signal.batch.events)
+        if (e.type === "BlockStored" && e.blockSize > 0 && isGpuMedium(e.medium) && this.#rank(worker).groups.stored(e) === "index") {
+          this.#checkBlockSize(ix, worker, e);
+          break;
+        }
     // The index's typed-array batch builder: tokens hashes go in as the BigUint64Array computeBlockHashes
     // returns (one copy), no per-block objects (index-wasm README, "Which ingestion path").
     const b = ix.index.batch();
@@ -196,8 +211,55 @@ export class Indexers implements DumpSource, DumpTarget {
     for (const ix of this.#byKey.values()) for (const w of ix.index.workers()) this.#holdWithinCapacity(ix, w);
   }
 
+  /** What /workers shows of a rank: its groups and the block size its events use (null: none seen yet). */
+  rankInfo(worker: WorkerRef): { blockSize: number | null; blockSizeMismatch: boolean; kvGroups: ReturnType<RankGroups["toJSON"]> } | undefined {
+    const r = this.#ranks.get(rankKey(worker));
+    return r && { blockSize: r.blockSize, blockSizeMismatch: r.mismatch, kvGroups: r.groups.toJSON() };
+  }
+
+  #rank(worker: WorkerRef): RankState {
+    const k = rankKey(worker);
+    let r = this.#ranks.get(k);
+    if (!r) this.#ranks.set(k, (r = { groups: new RankGroups(), blockSize: null, mismatch: false }));
+    return r;
+  }
+
+  /**
+   * The block size is the workers': the configured one is the index's until the first indexed store
+   * says otherwise, and is replaced then if nothing is indexed yet (loudly: it was configured wrong).
+   * Later a rank with another size is a mismatch: its stores cannot match requests hashed by the
+   * index's size, so they are refused, counted, logged once, and /workers shows it.
+   */
+  #checkBlockSize(ix: Indexer, worker: WorkerRef, e: BlockStored): boolean {
+    const r = this.#rank(worker);
+    r.blockSize = e.blockSize;
+    if (e.blockSize === ix.blockSize) {
+      this.#adopted.add(ix.key);
+      r.mismatch = false;
+      return true;
+    }
+    if (ix.index.stats().residencies === 0 && !this.#adopted.has(ix.key)) {
+      this.log?.error({ model: ix.key, configured: ix.blockSize, workers: e.blockSize, worker: worker.workerId, rank: worker.dpRank }, "the workers' KV block size is not the configured one: indexing by the workers'");
+      this.metrics.blockSizeMismatches.inc();
+      ix.blockSize = e.blockSize;
+      ix.index = KvIndex.create({ blockSize: e.blockSize });
+      this.#adopted.add(ix.key);
+      r.mismatch = false;
+      return true;
+    }
+    this.#adopted.add(ix.key);
+    r.mismatch = true;
+    this.metrics.blockSizeMismatches.inc();
+    this.metrics.eventsRejected.inc({ reason: "block_size" });
+    const k = rankKey(worker);
+    if (!this.#loggedBlockSize.has(k) && this.#loggedBlockSize.size < MAX_LOGGED_UNKNOWN) {
+      this.#loggedBlockSize.add(k);
+      this.log?.error({ model: ix.key, index: ix.blockSize, rank: worker.dpRank, worker: worker.workerId, events: e.blockSize }, "a worker rank's KV block size is not its index's: its blocks are not indexed");
+    }
+    return false;
+  }
+
   #add(b: StoredBatchBuilder, worker: WorkerRef, e: KvEvent, ix: Indexer): void {
-    const blockSize = ix.blockSize;
     switch (e.type) {
       case "BlockStored": {
         // Offloading connectors announce hashes without content (vLLM #43468): nothing to match on.
@@ -210,11 +272,13 @@ export class Indexers implements DumpSource, DumpTarget {
           this.metrics.eventsRejected.inc({ reason: "medium" });
           return;
         }
-        // Blocks of another size hash other token spans than requests are hashed by: never matched.
-        if (e.blockSize !== blockSize) {
-          this.metrics.eventsRejected.inc({ reason: "block_size" });
+        const group = this.#rank(worker).groups.stored(e);
+        if (group !== "index") {
+          this.metrics.eventsIgnored.inc({ reason: group });
           return;
         }
+        // Blocks of another size hash other token spans than requests are hashed by: never matched.
+        if (!this.#checkBlockSize(ix, worker, e)) return;
         if (e.loraName) this.#learnAdapter(ix, e.loraName);
         const full = Math.min(Math.floor(e.tokenIds.length / e.blockSize), e.blockHashes.length);
         let tokensHashes = computeBlockHashes(Uint32Array.from(e.tokenIds), e.blockSize, storedBlockExtras(e, full));
@@ -225,13 +289,19 @@ export class Indexers implements DumpSource, DumpTarget {
         b.stored(worker, e.parentBlockHash, n < e.blockHashes.length ? e.blockHashes.slice(0, n) : e.blockHashes, tokensHashes);
         return;
       }
-      case "BlockRemoved":
+      case "BlockRemoved": {
         if (!isGpuMedium(e.medium)) {
           this.metrics.eventsRejected.inc({ reason: "medium" });
           return;
         }
+        const group = this.#rank(worker).groups.removed(e);
+        if (group !== "index") {
+          this.metrics.eventsIgnored.inc({ reason: group });
+          return;
+        }
         b.removed(worker, e.blockHashes);
         return;
+      }
       case "AllBlocksCleared":
         b.cleared(worker);
     }
@@ -239,6 +309,7 @@ export class Indexers implements DumpSource, DumpTarget {
 
   removeWorker(worker: WorkerRef): void {
     for (const ix of this.#byKey.values()) ix.index.removeWorker(worker);
+    this.#ranks.delete(rankKey(worker));
   }
 
   /** Drops workers the index knows but the worker set does not (e.g. only the peer's dump had them). */
@@ -348,6 +419,12 @@ export class Indexers implements DumpSource, DumpTarget {
       },
     };
   }
+}
+
+type RankState = { groups: RankGroups; blockSize: number | null; mismatch: boolean };
+
+function rankKey(w: WorkerRef): string {
+  return `${w.workerId}\u0000${w.dpRank}`;
 }
 
 /** Dump events per builder call (the index-wasm bench measured batches of 256). */

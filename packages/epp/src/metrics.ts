@@ -70,6 +70,11 @@ export function createMetrics() {
       registers: [registry],
     }),
     eventsApplied: new Counter({ name: "dynamo_epp_kv_events_applied_total", help: "KV events applied to the index", registers: [registry] }),
+    blockSizeMismatches: new Counter({
+      name: "dynamo_epp_kv_block_size_mismatch_total",
+      help: "KV stores whose block size is not their index's: the configured size replaced by the workers' (once, while nothing was indexed), or a rank's stores refused",
+      registers: [registry],
+    }),
     rankMismatches: new Counter({
       name: "dynamo_epp_kv_rank_mismatch_total",
       help: "KV event batches whose data_parallel_rank is not the rank their listener follows (a port or start-rank misconfiguration); applied to the listener's rank",
@@ -77,7 +82,7 @@ export function createMetrics() {
     }),
     eventsIgnored: new Counter({
       name: "dynamo_epp_kv_events_ignored_total",
-      help: "well-formed KV events that name nothing to index, by reason: placeholder (an offloading connector's hash-only store: block_size 0, no tokens)",
+      help: "well-formed KV events that name nothing to index, by reason: placeholder (an offloading connector's hash-only store: block_size 0, no tokens), non_main_group (a sliding-window, Mamba... KV cache group), extra_main_group (a main group other than the rank's indexed one)",
       labelNames: ["reason"] as const,
       registers: [registry],
     }),

@@ -48,6 +48,20 @@ function byWorker(m: Map<string, number>): Record<string, Record<string, number>
   return out;
 }
 
+/**
+ * GET /workers' view of a rank's KV events: the block size they use (null until one was indexed or
+ * refused) against the index's, and the KV cache groups they revealed.
+ */
+function kvShapeFields(indexers: Indexers, w: { workerId: string; dpRank: number }, indexBlockSize: number | undefined) {
+  const info = indexers.rankInfo(w);
+  return {
+    block_size: info?.blockSize ?? null,
+    index_block_size: indexBlockSize ?? null,
+    block_size_mismatch: info?.blockSizeMismatch ?? false,
+    kv_groups: info?.kvGroups ?? null,
+  };
+}
+
 /** GET /workers' load columns, beside the DESIGN.md fields. */
 function loadFields(load: SelectionDeps["load"], key: string) {
   return {
@@ -151,6 +165,7 @@ export function selectionApp(d: SelectionDeps): Hono {
           kv_events: kvEvents,
           connected: d.workers.connected(s.id, r),
           blocks: ix ? ix.index.treeSize({ workerId: s.id, dpRank: r }) : 0,
+          ...kvShapeFields(d.indexers, { workerId: s.id, dpRank: r }, ix?.blockSize),
           ...streamFields(d, { workerId: s.id, dpRank: r }),
           ...loadFields(d.load, workerKeyOf(s.id, r)),
           ...qualityFields(d, workerKeyOf(s.id, r)),

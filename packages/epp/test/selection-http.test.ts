@@ -64,10 +64,13 @@ test("GET /workers lists every rank with its connection state, blocks and in-fli
   // repeated publishes its subscription caught first (a view is complete only from seq 0).
   const SILENT = { cursor: null, baseline: null, complete: false, gaps: 0, replays: 0, replay_failures: 0, resets: 0, restarts: 0, handoff: null, handoff_skipped: 0 };
   const heard = { ...SILENT, cursor: expect.stringMatching(/^\d+$/), baseline: expect.stringMatching(/^\d+$/), complete: expect.any(Boolean) };
+  // The block size and KV cache groups a rank's events showed (none: a silent rank; one group: no group_idx).
+  const NO_EVENTS = { block_size: null, index_block_size: 16, block_size_mismatch: false, kv_groups: null };
+  const SEEN = { block_size: 16, index_block_size: 16, block_size_mismatch: false, kv_groups: { main: null, groups: [] } };
   expect(list).toEqual([
-    { worker_id: "worker-a", dp_rank: 0, address: "127.0.4.31:8000", kv_events: ev.endpoint, connected: true, blocks: 4, ...heard, ...IDLE },
-    { worker_id: "worker-b", dp_rank: 0, address: "127.0.4.32:8000", kv_events: "tcp://127.0.4.32:1", connected: false, blocks: 0, ...SILENT, ...IDLE },
-    { worker_id: "worker-b", dp_rank: 1, address: "127.0.4.32:8000", kv_events: "tcp://127.0.4.32:2", connected: false, blocks: 0, ...SILENT, ...IDLE },
+    { worker_id: "worker-a", dp_rank: 0, address: "127.0.4.31:8000", kv_events: ev.endpoint, connected: true, blocks: 4, ...SEEN, ...heard, ...IDLE },
+    { worker_id: "worker-b", dp_rank: 0, address: "127.0.4.32:8000", kv_events: "tcp://127.0.4.32:1", connected: false, blocks: 0, ...NO_EVENTS, ...SILENT, ...IDLE },
+    { worker_id: "worker-b", dp_rank: 1, address: "127.0.4.32:8000", kv_events: "tcp://127.0.4.32:2", connected: false, blocks: 0, ...NO_EVENTS, ...SILENT, ...IDLE },
   ]);
 });
 
