@@ -302,3 +302,25 @@ test("three rounds of rolling replacement under load: each new replica recovers 
   await load.stop();
   await expectExact(c, [serving]);
 });
+
+test("ranks the peer has and this replica does not list are neither taken over nor claimed in its own dump", async () => {
+  const c = await cluster("127.0.4.101");
+  const a = await startTestEpp(c.direct);
+  cleanups.push(() => a.stop({ graceMs: 200 }));
+  const load = traffic(c);
+  cleanups.push(() => load.stop());
+  await waitFor(() => load.sent() > 100, { message: "traffic under way" });
+  const b = await startTestEpp(c.direct.slice(0, 1), { peers: [selectionUrl(a)] });
+  cleanups.push(() => b.stop({ graceMs: 200 }));
+  expect((await b.ready).kind).toBe("recovered");
+  await load.stop();
+  const recovery = (await (await fetch(`${selectionUrl(b)}/recovery`)).json()) as { handoff: Record<string, number> };
+  expect(Object.values(recovery.handoff).reduce((x, y) => x + y, 0)).toBe(2);
+  const dump = await (await fetch(`${selectionUrl(b)}/dump`)).text();
+  expect(dump).toContain('"worker_id":"w0"');
+  expect(dump).not.toContain('"worker_id":"w1"');
+  await caughtUp(b, { ...c, truth: c.truth.slice(0, 1) });
+  const { view } = await fetchWorkerTruth(c.truth.slice(0, 1));
+  const d = diffIndexViews(view, await fetchIndexView(selectionUrl(b)));
+  expect(d.equal, describeDiff(d)).toBe(true);
+});

@@ -23,6 +23,8 @@ export type HandoffOptions = {
   index: HandoffIndex;
   /** The rank's replay endpoint, when it has one. */
   replayEndpoint: (w: WorkerRef) => string | undefined;
+  /** Whether the rank is in this replica's worker set (a peer's other ranks are pruned, not taken over). */
+  known: (w: WorkerRef) => boolean;
   replayTimeoutMs?: number;
   socket?: SocketOptions;
   registry: Registry;
@@ -142,19 +144,19 @@ export class StreamHandoff {
     const held = this.opts.index.workers();
     if (cursors === null) {
       // A peer from before cursors: its blocks stay, and the buffered events go on top (overlap).
-      for (const w of held) this.#rank(w).overlap();
+      for (const w of held) if (this.opts.known(w)) this.#rank(w).overlap();
       if (held.length > 0) this.opts.log.warn({ ranks: held.length }, "recovered dump has no stream cursors (older peer): blocks kept, buffered events applied on top, views not known complete");
       return;
     }
     const complete = new Set<string>();
     for (const c of cursors) {
-      if (!c.complete || c.seq === null) continue;
       const w = { workerId: c.workerId, dpRank: c.dpRank };
+      if (!c.complete || c.seq === null || !this.opts.known(w)) continue;
       complete.add(workerKey(w));
       this.#rank(w).adopt({ seq: c.seq, baseline: c.baseline });
     }
     // Blocks of a rank the peer did not know completely are not a view anyone can continue exactly.
-    for (const w of held) if (!complete.has(workerKey(w))) this.#rank(w).unknownToPeer();
+    for (const w of held) if (!complete.has(workerKey(w)) && this.opts.known(w)) this.#rank(w).unknownToPeer();
   }
 
   #cursorOf(w: WorkerRef): StreamCursor {
