@@ -63,6 +63,8 @@ export const OPTIONS = {
   explain: { flag: "explain", env: "DYN_EPP_EXPLAIN", kind: "bool", default: "false", help: "explain every decision in an x-kv-epp-decision header (else only requests sending x-kv-epp-explain: 1)" },
   temperature: { flag: "temperature", env: "DYN_EPP_TEMPERATURE", kind: "number", default: "0", help: "softmax temperature (0: argmin)" },
   scrapeIntervalMs: { flag: "scrape-interval-ms", env: "DYN_EPP_SCRAPE_INTERVAL_MS", kind: "int", default: "1000", help: "vLLM /metrics scrape period (0: off)" },
+  fallbackEndpoints: { flag: "fallback-endpoints", env: "DYN_EPP_FALLBACK_ENDPOINTS", kind: "int", default: "0", help: "also name this many next-best distinct endpoints after the pick, for the gateway's retries" },
+  objectivePriorities: { flag: "objective-priorities", env: "DYN_EPP_OBJECTIVE_PRIORITIES", kind: "string", default: "", help: "InferenceObjective priorities, name=priority,... (x-gateway-inference-objective; < 0: sheddable)" },
   maxInflight: { flag: "max-inflight", env: "DYN_EPP_MAX_INFLIGHT", kind: "int", default: "0", help: "shed (429) above this many in-flight requests (0: off)" },
   bodyMode: { flag: "body-mode", env: "DYN_EPP_BODY_MODE", kind: "string", default: "auto", help: "ext_proc request body mode: auto|buffered|full-duplex" },
   shutdownDelayMs: { flag: "shutdown-delay-ms", env: "DYN_EPP_SHUTDOWN_DELAY_MS", kind: "int", default: "0", help: "on SIGTERM, keep serving this long after NOT_SERVING before draining" },
@@ -188,6 +190,10 @@ export type EppConfig = {
   explain: boolean;
   scrapeIntervalMs: number;
   maxInflight: number;
+  /** Next-best distinct endpoints sent after the pick (GAIE protocol's ordered list). */
+  fallbackEndpoints: number;
+  /** x-gateway-inference-objective name -> priority. */
+  objectivePriorities: Map<string, number>;
   bodyMode: BodyMode;
   shutdownDelayMs: number;
   logLevel: string;
@@ -383,10 +389,23 @@ export function parseConfig(argv: string[], env: Record<string, string | undefin
     explain: get<boolean>("explain")!,
     scrapeIntervalMs: get<number>("scrapeIntervalMs")!,
     maxInflight: get<number>("maxInflight")!,
+    fallbackEndpoints: get<number>("fallbackEndpoints")!,
+    objectivePriorities: parsePriorities(get<string>("objectivePriorities")!, r.objectivePriorities.source),
     bodyMode: bodyMode as BodyMode,
     shutdownDelayMs: get<number>("shutdownDelayMs")!,
     logLevel,
   };
+}
+
+/** "name=priority,..." -> Map; a malformed entry names the flag. */
+function parsePriorities(text: string, source: string): Map<string, number> {
+  const out = new Map<string, number>();
+  for (const entry of text.split(",").map((e) => e.trim()).filter(Boolean)) {
+    const m = /^([^=\s]+)=([+-]?\d{1,9})$/.exec(entry);
+    if (!m) throw new ConfigError(`invalid value for ${source}: ${JSON.stringify(entry)} (expected name=integer)`);
+    out.set(m[1]!, Number(m[2]));
+  }
+  return out;
 }
 
 export function usage(): string {

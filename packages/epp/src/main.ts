@@ -187,6 +187,15 @@ export async function startEpp(cfg: EppConfig, o: { log?: Logger; kubeConfig?: K
       log: log.child({ component: "ext_proc" }),
       bodyMode: cfg.bodyMode,
       maxInflight: cfg.maxInflight,
+      fallbacks: cfg.fallbackEndpoints,
+      priorities: cfg.objectivePriorities,
+      candidates: () => workers.candidates(),
+      // Saturated by queues: every worker rank waits past --queue-threshold (from the scraped /metrics).
+      queuesFull: () => {
+        const t = cfg.picker.queueThreshold;
+        const cs = workers.candidates();
+        return t > 0 && cs.length > 0 && cs.every((c) => (scraper.get(c.workerId)?.waiting ?? 0) > t);
+      },
       quality,
       explainAll: cfg.explain,
     }),

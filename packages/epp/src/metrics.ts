@@ -187,6 +187,24 @@ export function createMetrics() {
       help: "routed requests whose load was released with no response body message seen (response_body_mode NONE): held to the stream's end, prefill never marked done",
       registers: [registry],
     }),
+    servedElsewhere: new Counter({
+      name: "dynamo_epp_served_elsewhere_total",
+      help: "responses the data plane reports served by another endpoint than the pick (a retry or fallback): moved (the load follows) or unknown_endpoint",
+      labelNames: ["result"] as const,
+      registers: [registry],
+    }),
+    shedByClass: new Counter({
+      name: "dynamo_epp_shed_total",
+      help: "requests answered 429 under saturation, by priority class: sheddable (objective priority < 0, shed first), standard (0), critical (> 0)",
+      labelNames: ["class"] as const,
+      registers: [registry],
+    }),
+    fairnessRequests: new Counter({
+      name: "dynamo_epp_fairness_requests_total",
+      help: "requests by x-gateway-inference-fairness-id (default-flow when absent; the first 64 ids, then other)",
+      labelNames: ["fairness_id"] as const,
+      registers: [registry],
+    }),
     tlsReloads: new Counter({
       name: "dynamo_epp_tls_certificate_reloads_total",
       help: "reloads of the ext_proc TLS certificate files, by result (error: the previous certificate stays)",

@@ -32,6 +32,8 @@ export const DESTINATION_HEADER = "x-gateway-destination-endpoint";
 export const METADATA_NAMESPACE = "envoy.lb";
 export const SUBSET_NAMESPACE = "envoy.lb.subset_hint";
 export const SUBSET_KEY = "x-gateway-destination-endpoint-subset";
+/** Where the data plane reports which endpoint served a request (on the response path). */
+export const SERVED_KEY = "x-gateway-destination-endpoint-served";
 /** vLLM's API server routes to this data-parallel rank when the header is present. */
 export const DP_RANK_HEADER = "x-data-parallel-rank";
 
@@ -60,6 +62,12 @@ export function subsetHint(req: ProcessingRequest): Set<string> | undefined {
   const out = new Set<string>();
   for (const item of v.listValue?.values ?? []) if (item.stringValue !== undefined) out.add(endpointHost(item.stringValue.trim()));
   return out;
+}
+
+/** envoy.lb x-gateway-destination-endpoint-served from a message's metadata_context, when there. */
+export function servedEndpoint(req: ProcessingRequest): string | undefined {
+  const v = req.metadata_context?.filter_metadata?.[METADATA_NAMESPACE]?.fields?.[SERVED_KEY];
+  return v?.stringValue?.trim() || undefined;
 }
 
 /** "10.0.0.1:8000" -> "10.0.0.1", "[fd00::1]:8000" -> "fd00::1"; a bare host stays as it is. */

@@ -9,6 +9,8 @@ import type { Decision, Picker } from "../picker/picker.ts";
 import { EXPLAIN_REQUEST_HEADER, EXPLANATION_HEADER, explanation } from "../picker/explain.ts";
 import { predictionOf, type ResponseWatch, type RoutingQuality } from "../picker/quality.ts";
 import type { Tokenize } from "../tokens.ts";
+import type { Candidate } from "../workers/registry.ts";
+import { FairnessLabels, requestClass, shedReason, type RequestClass } from "./gaie-headers.ts";
 import { GrpcStatus, type BidiCall, type StatusCode } from "./grpc-h2.ts";
 import { BadRequest, MAX_BODY_BYTES, parseBodyBytes, TooDeep, type ParsedBody } from "./openai-body.ts";
 import {
@@ -20,6 +22,8 @@ import {
   responseHeadersWith,
   routedHeaders,
   streamedBody,
+  servedEndpoint,
+  SERVED_KEY,
   subsetHint,
   type ImmediateStatus,
   type ProcessingRequest,
@@ -41,7 +45,18 @@ export type ExtProcDeps = {
   quality?: RoutingQuality;
   /** Explain every decision, not only those asking with x-kv-epp-explain: 1. */
   explainAll?: boolean;
+  /** InferenceObjective name -> priority (x-gateway-inference-objective). */
+  priorities?: ReadonlyMap<string, number>;
+  /** Every worker is over --queue-threshold (saturated: sheddable requests get 429). */
+  queuesFull?: () => boolean;
+  /** Next-best distinct endpoints sent after the pick, for the gateway's retries (0: none). */
+  fallbacks?: number;
+  /** The routable worker ranks, to find the one a served endpoint names. */
+  candidates?: () => readonly Candidate[];
 };
+
+/** What one ext_proc server's streams share. */
+type Shared = { warned: Set<string>; fairness: FairnessLabels };
 
 type Duplex = BidiCall<ProcessingRequest, ProcessingResponse>;
 
@@ -58,6 +73,10 @@ type RequestState = {
   explanation?: string;
   /** A decision was sent (or an immediate response): later request messages are not expected. */
   decided: boolean;
+  /** GAIE headers: model rewrite, priority, fairness id. */
+  cls: RequestClass;
+  /** Where its load is counted: the picked rank, or the one the gateway reports served it. */
+  routed?: { candidate: Candidate; blocks: number; prefillBlocks: number; prefilled: boolean };
   /** A response_body message came for it (the gateway sends response bodies). */
   responseBody: boolean;
 };
@@ -77,8 +96,8 @@ function warnOnce(warned: Set<string>, log: Logger, key: string, fields: object,
 }
 
 export function createProcessHandler(deps: ExtProcDeps): (call: Duplex) => void {
-  const warned = new Set<string>(); // per server: once per process as deployed
-  return (call) => new ProcessStream(call, deps, warned).run();
+  const shared: Shared = { warned: new Set(), fairness: new FairnessLabels() }; // per server: per process as deployed
+  return (call) => new ProcessStream(call, deps, shared).run();
 }
 
 class ProcessStream {
@@ -98,7 +117,7 @@ class ProcessStream {
   constructor(
     private readonly call: Duplex,
     private readonly deps: ExtProcDeps,
-    private readonly warned: Set<string>,
+    private readonly shared: Shared,
   ) {}
 
   run(): void {
@@ -129,7 +148,7 @@ class ProcessStream {
   /** Ends the stream with INVALID_ARGUMENT (its request's load released), counted by reason. */
   #reject(reason: "no_request" | "unexpected" | "grpc_body_mode", message: string, code: StatusCode = GrpcStatus.INVALID_ARGUMENT): void {
     this.deps.metrics.extProcRejected.inc({ reason });
-    if (reason === "grpc_body_mode") warnOnce(this.warned, this.deps.log, reason, { reason, err: message }, "ext_proc stream rejected");
+    if (reason === "grpc_body_mode") warnOnce(this.shared.warned, this.deps.log, reason, { reason, err: message }, "ext_proc stream rejected");
     else this.deps.log.warn({ reason, err: message }, "ext_proc stream rejected");
     this.#finish();
     this.#closed = true;
@@ -154,7 +173,7 @@ class ProcessStream {
       this.#responseStreamed = pc ? pc.response_body_mode === "FULL_DUPLEX_STREAMED" : this.#fullDuplex;
       if (!pc)
         warnOnce(
-          this.warned,
+          this.shared.warned,
           this.deps.log,
           "no_protocol_config",
           { assumed: this.#mode, bodyMode: this.deps.bodyMode },
@@ -184,6 +203,7 @@ class ProcessStream {
       const status = findHeader(msg.response_headers.headers, ":status");
       if (status && status !== "200") this.deps.log.debug({ status }, "upstream answered non-200");
       this.#req?.watch?.headers(findHeader(msg.response_headers.headers, "content-type"));
+      this.#served(servedEndpoint(msg) ?? findHeader(msg.response_headers.headers, SERVED_KEY));
       const explained = this.#req?.explanation;
       this.#send(explained ? responseHeadersWith([[EXPLANATION_HEADER, explained]]) : continueResponse("response_headers"));
       if (msg.response_headers.end_of_stream) this.#finish();
@@ -192,6 +212,7 @@ class ProcessStream {
     if (msg.response_body) {
       // The first response bytes mean the worker has finished this request's prefill.
       this.#req?.lease?.prefilled();
+      if (this.#req?.routed) this.#req.routed.prefilled = true;
       if (this.#req) this.#req.responseBody = true;
       const body = msg.response_body.body ?? EMPTY;
       const eos = msg.response_body.end_of_stream === true;
@@ -221,7 +242,9 @@ class ProcessStream {
     this.#finish(); // a previous request on this stream is over
     this.#started = true;
     const explain = this.deps.explainAll === true || findHeader(msg.request_headers!.headers, EXPLAIN_REQUEST_HEADER) === "1";
-    this.#req = { subset: subsetHint(msg), chunks: [], bytes: 0, lease: undefined, decided: false, explain, responseBody: false };
+    const cls = requestClass(msg.request_headers!.headers, this.deps.priorities ?? NO_PRIORITIES);
+    this.deps.metrics.fairnessRequests.inc({ fairness_id: this.shared.fairness.label(cls.fairnessId) });
+    this.#req = { subset: subsetHint(msg), chunks: [], bytes: 0, lease: undefined, decided: false, explain, responseBody: false, cls };
     // No body, or none before the route is taken (NONE: not sent; STREAMED: the headers go upstream
     // once answered): the decision is by load alone, on the headers.
     if (msg.request_headers!.end_of_stream || this.#mode === "NONE" || this.#mode === "STREAMED") {
@@ -272,13 +295,20 @@ class ProcessStream {
     let contentLength: number | undefined;
     try {
       const parsed: ParsedBody = body.length > 0 ? this.#parse(body, maybeCut) : { input: { kind: "none" } };
-      const m = this.deps.maxInflight;
-      if (m > 0 && this.deps.load.inflight >= m) {
-        this.#immediate(429, "too many requests in flight", "shed", "shed");
+      const shed = shedReason({
+        priority: req.cls.priority,
+        inflight: this.deps.load.inflight,
+        maxInflight: this.deps.maxInflight,
+        queuesFull: req.cls.priority < 0 && (this.deps.queuesFull?.() ?? false),
+      });
+      if (shed) {
+        this.deps.metrics.shedByClass.inc({ class: req.cls.priority < 0 ? "sheddable" : req.cls.priority > 0 ? "critical" : "standard" });
+        this.#immediate(429, shed, "shed", "shed");
         return;
       }
       const tokens = this.deps.tokenize(parsed.input);
-      decision = this.deps.picker.pick({ model: parsed.model, cacheSalt: parsed.cacheSalt, tokens, subset: req.subset });
+      // x-gateway-model-name-rewrite names the model the request runs as (an adapter's identity too).
+      decision = this.deps.picker.pick({ model: req.cls.modelRewrite ?? parsed.model, cacheSalt: parsed.cacheSalt, tokens, subset: req.subset });
     } catch (err) {
       if (err instanceof BadRequest) {
         if (err instanceof TooDeep) this.deps.metrics.jsonDepthRefusals.inc({ where: "ext_proc" });
@@ -292,7 +322,9 @@ class ProcessStream {
       return;
     }
     const { chosen, requestBlocks } = decision;
-    req.lease = this.deps.load.acquire(chosen.candidate.key, requestBlocks, Math.max(requestBlocks - chosen.overlap, 0));
+    const prefillBlocks = Math.max(requestBlocks - chosen.overlap, 0);
+    req.lease = this.deps.load.acquire(chosen.candidate.key, requestBlocks, prefillBlocks);
+    req.routed = { candidate: chosen.candidate, blocks: requestBlocks, prefillBlocks, prefilled: false };
     this.deps.metrics.inflight.set(this.deps.load.inflight);
     this.deps.metrics.pickLatency.observe((performance.now() - started) / 1000);
     if (requestBlocks > 0) this.deps.metrics.overlapRatio.observe(chosen.overlap / requestBlocks);
@@ -301,7 +333,8 @@ class ProcessStream {
     this.deps.metrics.requests.inc({ outcome: "routed" });
     if (at === "body" && this.#fullDuplex) contentLength = body.length;
     const route: Route = {
-      endpoint: chosen.candidate.endpoint,
+      // The protocol's ordered list: the pick first, then next-best distinct endpoints for retries.
+      endpoint: [chosen.candidate.endpoint, ...fallbacks(decision.scored, chosen.candidate.endpoint, this.deps.fallbacks ?? 0)].join(","),
       dpRank: chosen.candidate.rankHeader,
       contentLength,
       extraHeaders: req.explanation ? [[EXPLANATION_HEADER, req.explanation]] : undefined,
@@ -324,6 +357,29 @@ class ProcessStream {
     } else {
       this.#send(routedBody(route));
     }
+  }
+
+  /**
+   * The endpoint the data plane reports served the request (GAIE protocol: envoy.lb
+   * x-gateway-destination-endpoint-served, on the response path). A retry or fallback that landed
+   * elsewhere moves the request's load to the rank there, so the load is charged where the work is.
+   */
+  #served(endpoint: string | undefined): void {
+    const req = this.#req;
+    const routed = req?.routed;
+    if (!endpoint || !req || !routed || !req.lease || endpoint === routed.candidate.endpoint) return;
+    const at = (this.deps.candidates?.() ?? []).filter((c) => c.endpoint === endpoint);
+    const next = at.find((c) => c.dpRank === routed.candidate.dpRank) ?? at[0];
+    if (!next) {
+      this.deps.metrics.servedElsewhere.inc({ result: "unknown_endpoint" });
+      this.deps.log.debug({ picked: routed.candidate.endpoint, served: endpoint }, "served by an endpoint this EPP does not know; load left on the pick");
+      return;
+    }
+    req.lease.release();
+    req.lease = this.deps.load.acquire(next.key, routed.blocks, routed.prefilled ? 0 : routed.prefillBlocks);
+    req.routed = { ...routed, candidate: next };
+    this.deps.metrics.servedElsewhere.inc({ result: "moved" });
+    this.deps.log.debug({ picked: routed.candidate.endpoint, served: endpoint }, "served elsewhere: load moved");
   }
 
   #parse(body: Uint8Array, maybeCut: boolean): ParsedBody {
@@ -361,6 +417,19 @@ class ProcessStream {
 }
 
 const EMPTY = new Uint8Array(0);
+const NO_PRIORITIES: ReadonlyMap<string, number> = new Map();
+
+/** Up to `n` endpoints after `picked`, cheapest first, each once (several ranks may share one). */
+function fallbacks(scored: readonly { candidate: Candidate; cost: number }[], picked: string, n: number): string[] {
+  if (n <= 0) return [];
+  const out: string[] = [];
+  for (const s of [...scored].sort((a, b) => a.cost - b.cost)) {
+    const ep = s.candidate.endpoint;
+    if (ep !== picked && !out.includes(ep)) out.push(ep);
+    if (out.length === n) break;
+  }
+  return out;
+}
 
 function concat(chunks: Uint8Array[], total: number): Uint8Array {
   if (chunks.length === 1) return chunks[0]!;

@@ -1,0 +1,68 @@
+// GAIE's request headers (llm-d-router pkg/epp/metadata: the x-llm-d-* names, with the x-gateway-*
+// ones as their older aliases): the model name to score for, the objective (a priority), and the
+// fairness id. Read once per request from its headers.
+import { findHeader, type HeaderMap } from "./messages.ts";
+
+const MODEL_REWRITE = ["x-llm-d-model-name-rewrite", "x-gateway-model-name-rewrite"];
+const OBJECTIVE = ["x-llm-d-inference-objective", "x-gateway-inference-objective"];
+const FAIRNESS_ID = ["x-llm-d-inference-fairness-id", "x-gateway-inference-fairness-id"];
+/** GAIE's id for requests that name none. */
+export const DEFAULT_FAIRNESS_ID = "default-flow";
+
+export type RequestClass = {
+  /** The model the request is scored for (the rewrite wins over the body's `model`). */
+  modelRewrite: string | undefined;
+  /** Negative: sheddable (GAIE's InferenceObjective priority < 0). */
+  priority: number;
+  fairnessId: string;
+};
+
+function first(map: HeaderMap | undefined, names: readonly string[]): string | undefined {
+  for (const n of names) {
+    const v = findHeader(map, n)?.trim();
+    if (v) return v;
+  }
+  return undefined;
+}
+
+/**
+ * The objective names an InferenceObjective, whose priority is given here by `--objective-priorities`
+ * (name=priority); an objective given as an integer is its own priority; anything else is 0.
+ */
+export function requestClass(headers: HeaderMap | undefined, priorities: ReadonlyMap<string, number>): RequestClass {
+  const objective = first(headers, OBJECTIVE);
+  let priority = 0;
+  if (objective !== undefined) priority = priorities.get(objective) ?? (/^[+-]?\d{1,9}$/.test(objective) ? Number(objective) : 0);
+  return { modelRewrite: first(headers, MODEL_REWRITE), priority, fairnessId: first(headers, FAIRNESS_ID) ?? DEFAULT_FAIRNESS_ID };
+}
+
+/**
+ * Admission under saturation, lower priorities first: a sheddable request (priority < 0) gets its
+ * 429 from SHEDDABLE_SHARE of --max-inflight on, and whenever every worker is over --queue-threshold;
+ * the others only at --max-inflight itself. So the last 20% of the cap is kept for requests that are
+ * not sheddable.
+ */
+export const SHEDDABLE_SHARE = 0.8;
+
+export function shedReason(c: { priority: number; inflight: number; maxInflight: number; queuesFull: boolean }): string | undefined {
+  if (c.priority < 0) {
+    if (c.queuesFull) return "sheddable request: every worker's queue is over --queue-threshold";
+    if (c.maxInflight > 0 && c.inflight >= Math.floor(c.maxInflight * SHEDDABLE_SHARE)) return "sheddable request: in-flight requests past 80% of --max-inflight";
+  }
+  if (c.maxInflight > 0 && c.inflight >= c.maxInflight) return "too many requests in flight";
+  return undefined;
+}
+
+/** Label values for the fairness id: bounded, so a client inventing ids cannot grow the series without end. */
+export class FairnessLabels {
+  readonly #seen = new Set<string>();
+  constructor(private readonly max = 64) {}
+
+  label(id: string): string {
+    const v = id.length > 64 ? id.slice(0, 64) : id;
+    if (this.#seen.has(v)) return v;
+    if (this.#seen.size >= this.max) return "other";
+    this.#seen.add(v);
+    return v;
+  }
+}
