@@ -273,6 +273,8 @@ export async function startEpp(cfg: EppConfig, o: { log?: Logger; kubeConfig?: K
       metrics.listenerReplays.set(c.replays);
       metrics.listenerRestarts.set(c.restarts);
       metrics.listenerHeartbeatTimeouts.set(c.heartbeatTimeouts);
+      metrics.listenersConnected.set(workers.connectedListeners());
+      metrics.ready.set(health.ready ? 1 : 0);
       metrics.listenerProtocolErrors.set(c.protocolErrors);
       replicaAgg?.updateGauges();
       return new Response(await metrics.registry.metrics(), { headers: { "content-type": metrics.registry.contentType } });

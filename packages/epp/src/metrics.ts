@@ -64,6 +64,12 @@ export function createMetrics() {
     }),
     indexWorkers: new Gauge({ name: "dynamo_epp_kv_index_workers", help: "workers in the KV index", labelNames: ["model"] as const, registers: [registry] }),
     workers: new Gauge({ name: "dynamo_epp_workers", help: "known workers (ranks)", registers: [registry] }),
+    listenersConnected: new Gauge({
+      name: "dynamo_epp_kv_listeners_connected",
+      help: "KV listeners (one per worker rank) connected to their publisher; below dynamo_epp_workers, some ranks' events are not arriving",
+      registers: [registry],
+    }),
+    ready: new Gauge({ name: "dynamo_epp_ready", help: "1 when this replica reports readiness SERVING (recovered, not draining)", registers: [registry] }),
     indexTraps: new Counter({
       name: "dynamo_epp_kv_index_traps_total",
       help: "KV indexes replaced by an empty one after their WebAssembly module trapped (e.g. out of memory)",

@@ -1,21 +1,24 @@
 // Renders the kustomizations in deploy/ without kubectl, for machines that lack it. It covers what
 // those kustomizations use, nothing more: `resources` (files and directories, recursively),
-// `namespace` and `patches` (strategic merge by kind/name, with the merge keys of the pod template
-// lists and `$patch: delete`). Where kubectl exists, a test checks that both renderings agree.
+// `namespace`, `patches` (strategic merge by kind/name, with the merge keys of the pod template
+// lists and `$patch: delete`) and `configMapGenerator` from files, without the name's hash suffix
+// (`options.disableNameSuffixHash: true`, which it requires: it does not compute kustomize's hash). Where kubectl exists, a test checks that both renderings agree.
 import { existsSync, readFileSync, statSync } from "node:fs";
 import { dirname, join, resolve } from "node:path";
 import YAML from "yaml";
 import type { KubeObject } from "./kube/resources.ts";
 import { ADMIN_USER } from "./kube/server.ts";
 
+type ConfigMapGenerator = { name: string; files?: string[]; options?: { disableNameSuffixHash?: boolean; labels?: Record<string, string> } };
 type Kustomization = {
   namespace?: string;
   resources?: string[];
   patches?: ({ path: string } | { patch: string })[];
+  configMapGenerator?: ConfigMapGenerator[];
   [key: string]: unknown;
 };
 
-const SUPPORTED = new Set(["apiVersion", "kind", "namespace", "resources", "patches"]);
+const SUPPORTED = new Set(["apiVersion", "kind", "namespace", "resources", "patches", "configMapGenerator"]);
 const CLUSTER_SCOPED = new Set(["Namespace", "ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition", "PersistentVolume", "StorageClass"]);
 
 // Strategic-merge keys of the lists a pod template holds (from the Kubernetes API types).
@@ -99,6 +102,7 @@ export function renderKustomization(dir: string): KubeObject[] {
     const p = resolve(dirname(file), r);
     objects.push(...(statSync(p).isDirectory() ? renderKustomization(p) : readDocs(p)));
   }
+  for (const g of k.configMapGenerator ?? []) objects.push(generatedConfigMap(file, g));
   for (const entry of k.patches ?? []) {
     const patches = "path" in entry ? readDocs(resolve(dirname(file), entry.path)) : YAML.parseAllDocuments(entry.patch).map((d) => d.toJS() as KubeObject);
     for (const patch of patches) {
@@ -110,6 +114,18 @@ export function renderKustomization(dir: string): KubeObject[] {
   }
   if (k.namespace) objects = objects.map((o) => applyNamespace(o, k.namespace!));
   return objects;
+}
+
+/** A ConfigMap from `files` entries (`key=path` or `path`, whose base name is the key). */
+function generatedConfigMap(file: string, g: ConfigMapGenerator): KubeObject {
+  if (g.options?.disableNameSuffixHash !== true)
+    throw new Error(`${file}: configMapGenerator ${g.name}: only options.disableNameSuffixHash: true is emulated (no hash suffix)`);
+  const data: Record<string, string> = {};
+  for (const f of g.files ?? []) {
+    const [key, path] = f.includes("=") ? (f.split("=", 2) as [string, string]) : [f.slice(f.lastIndexOf("/") + 1), f];
+    data[key] = readFileSync(resolve(dirname(file), path), "utf8");
+  }
+  return { apiVersion: "v1", kind: "ConfigMap", metadata: { name: g.name, ...(g.options.labels ? { labels: g.options.labels } : {}) }, data } as KubeObject;
 }
 
 /** Renders with `kubectl kustomize` when kubectl is on PATH; null otherwise. */

@@ -7,7 +7,7 @@ import { join } from "node:path";
 import { rbacAuthorizer, renderKustomization, renderWithKubectl, type KubeObject } from "../src/index.ts";
 
 const DEPLOY = join(import.meta.dir, "..", "..", "..", "deploy");
-const KUSTOMIZATIONS = ["base", "overlays/networkpolicy", "overlays/vllm"];
+const KUSTOMIZATIONS = ["base", "overlays/networkpolicy", "overlays/vllm", "overlays/monitoring"];
 const NS = "kv-epp";
 const EPP_LABELS = { "app.kubernetes.io/name": "dynamo-epp" };
 

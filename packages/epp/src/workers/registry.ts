@@ -212,6 +212,13 @@ export class WorkerRegistry {
     return this.#entries.get(workerId)?.listeners.get(dpRank)?.connected ?? false;
   }
 
+  /** KV listeners with a live connection to their publisher, over every worker rank. */
+  connectedListeners(): number {
+    let n = 0;
+    for (const e of this.#entries.values()) for (const l of e.listeners.values()) if (l.connected) n++;
+    return n;
+  }
+
   /**
    * Resolves once every listener has finished its handshake (so its subscription is in place), or at
    * the deadline with the ones still connecting. A listener only buffers what it receives: events

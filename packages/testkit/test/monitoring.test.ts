@@ -1,0 +1,81 @@
+// deploy/overlays/monitoring: the alert rules pass `promtool test rules` (rules.test.yaml), and every
+// metric the rules and the Grafana dashboard query is one a real EPP process exports on /metrics.
+import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import { mkdtempSync, readFileSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import YAML from "yaml";
+import { freePort, renderKustomization, spawnBun, type KubeObject, type ProcessHandle } from "../src/index.ts";
+
+const REPO = join(import.meta.dir, "..", "..", "..");
+const OVERLAY = join(REPO, "deploy", "overlays", "monitoring");
+const objects = renderKustomization(OVERLAY);
+const rule = objects.find((o) => o.kind === "PrometheusRule") as KubeObject & { spec: { groups: { rules: { alert?: string; expr: string }[] }[] } };
+const configMap = objects.find((o) => o.kind === "ConfigMap" && o.metadata?.name === "dynamo-epp-dashboard") as KubeObject & { data: Record<string, string> };
+const promtool = Bun.which("promtool");
+if (!promtool) console.warn("monitoring.test.ts: promtool not found (Debian: apt-get install prometheus); the rule unit tests are SKIPPED");
+
+type Panel = { title: string; targets?: { expr: string }[]; panels?: Panel[] };
+const dashboard = JSON.parse(readFileSync(join(OVERLAY, "dashboard.json"), "utf8")) as { panels: Panel[] };
+const panelExprs = dashboard.panels.flatMap((p) => [p, ...(p.panels ?? [])]).flatMap((p) => (p.targets ?? []).map((t) => ({ where: `panel "${p.title}"`, expr: t.expr })));
+const ruleExprs = rule.spec.groups.flatMap((g) => g.rules.map((r) => ({ where: `alert ${r.alert}`, expr: r.expr })));
+
+describe("the monitoring overlay", () => {
+  test("renders base plus a PrometheusRule and the dashboard ConfigMap (Grafana sidecar label), in kv-epp", () => {
+    expect(rule?.metadata?.namespace).toBe("kv-epp");
+    expect(configMap?.metadata?.namespace).toBe("kv-epp");
+    expect(configMap.metadata?.labels?.grafana_dashboard).toBe("1");
+    expect(JSON.parse(configMap.data["dynamo-epp.json"]!)).toEqual(dashboard);
+    expect(objects.some((o) => o.kind === "Deployment" && o.metadata?.name === "dynamo-epp")).toBe(true);
+    expect(panelExprs.length).toBeGreaterThan(10);
+  });
+
+  test.skipIf(!promtool)("the alert rules pass promtool check rules and promtool test rules (rules.test.yaml)", () => {
+    const dir = mkdtempSync(join(tmpdir(), "epp-rules-"));
+    writeFileSync(join(dir, "rules.yaml"), YAML.stringify({ groups: rule.spec.groups }));
+    writeFileSync(join(dir, "rules.test.yaml"), readFileSync(join(OVERLAY, "rules.test.yaml")));
+    for (const args of [["check", "rules", "rules.yaml"], ["test", "rules", "rules.test.yaml"]]) {
+      const r = Bun.spawnSync([promtool!, ...args], { cwd: dir, stdout: "pipe", stderr: "pipe" });
+      expect({ args: args.join(" "), exit: r.exitCode, out: r.exitCode === 0 ? "" : `${r.stdout}${r.stderr}` }).toEqual({ args: args.join(" "), exit: 0, out: "" });
+    }
+    // Every alert the rules define has a unit test.
+    const tested = new Set([...readFileSync(join(OVERLAY, "rules.test.yaml"), "utf8").matchAll(/alertname: (\w+)/g)].map((m) => m[1]));
+    expect(ruleExprs.map((r) => r.where.replace("alert ", "")).filter((a) => !tested.has(a))).toEqual([]);
+  });
+});
+
+describe("against a live EPP process's /metrics", () => {
+  const HOST = "127.0.4.240";
+  let epp: ProcessHandle;
+  let exported: Map<string, string>;
+  beforeAll(async () => {
+    const dir = mkdtempSync(join(tmpdir(), "epp-monitoring-"));
+    writeFileSync(join(dir, "epp.yaml"), YAML.stringify({ model: "m", blockSize: 16, workers: [{ id: "w", address: `${HOST}:8000`, kvEvents: `tcp://${HOST}:1` }] }));
+    const metricsPort = await freePort(HOST);
+    epp = spawnBun(
+      [join(REPO, "packages", "epp", "src", "main.ts"), "--config", join(dir, "epp.yaml"), "--listen", HOST, "--grpc-port", "0", "--grpc-health-port", "0",
+        "--metrics-port", String(metricsPort), "--replica-agg-port", "0", "--selection-port", "0", "--scrape-interval-ms", "0", "--subscribe-wait-ms", "0"],
+      {},
+      { name: "epp" },
+    );
+    await epp.waitForLog(/ready with an EMPTY KV index/, { timeoutMs: 30_000 });
+    const text = await (await fetch(`http://${HOST}:${metricsPort}/metrics`)).text();
+    exported = new Map([...text.matchAll(/^# TYPE (\S+) (\S+)$/gm)].map((m) => [m[1]!, m[2]!]));
+  });
+  afterAll(() => epp?.kill("SIGTERM", 3000));
+
+  /** The series names an expression queries; a histogram's _bucket/_sum/_count count as the histogram. */
+  const missing = (expr: string) =>
+    [...expr.matchAll(/\bdynamo_epp_[a-z0-9_]+/g)]
+      .map((m) => m[0])
+      .filter((n) => !exported.has(n) && exported.get(n.replace(/_(bucket|sum|count)$/, "")) !== "histogram");
+
+  test("every expression of the rules and the dashboard names only metrics the EPP exports", () => {
+    expect(exported.size).toBeGreaterThan(40);
+    const bad = [...ruleExprs, ...panelExprs].map((e) => ({ ...e, missing: missing(e.expr) })).filter((e) => e.missing.length > 0);
+    expect(bad).toEqual([]);
+    // And each queries at least one EPP metric (nothing from another exporter the kit does not install).
+    expect([...ruleExprs, ...panelExprs].filter((e) => !/dynamo_epp_/.test(e.expr)).map((e) => e.where)).toEqual([]);
+    expect([...ruleExprs, ...panelExprs].filter((e) => /\b(kube_|vllm:|up\b)/.test(e.expr)).map((e) => e.where)).toEqual([]);
+  });
+});
