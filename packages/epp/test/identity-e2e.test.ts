@@ -113,3 +113,37 @@ test("the second node of a multi-node DP group: ranks from its start rank, KV po
   const metrics = await (await fetch(`http://127.0.4.1:${epp.ports.metrics}/metrics`)).text();
   expect(metrics).toMatch(/^dynamo_epp_kv_rank_mismatch_total 0$/m);
 });
+
+test("a hybrid model (full attention + sliding window groups): the index follows full attention only, equal to the true hit through evictions", async () => {
+  const ip = "127.0.4.44";
+  const w = await startMockWorker({
+    listen: ip, port: 0, kvEvents: `tcp://${ip}:5557`, speed: 0, blockSize: BLOCK, capacityBlocks: 12, logLevel: "silent",
+    kvGroups: `full_attention:${BLOCK},sliding_window:${BLOCK}:${BLOCK * 2}` as never,
+  });
+  cleanups.push(() => w.close());
+  const epp = await startTestEpp([{ id: "hybrid", address: `${ip}:8000`, kvEvents: `tcp://${ip}:5557` }]);
+  cleanups.push(() => epp.stop({ graceMs: 200 }));
+  const selection = `http://127.0.4.1:${epp.ports.selection}`;
+  const send = (p: number[]) => fetch(`${w.url}/v1/completions`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ prompt: p, max_tokens: 1 }) });
+  const score = async (p: number[]) => (await postJson(`${selection}/score`, { token_ids: p })).body.scores.hybrid?.["0"] ?? 0;
+  await waitFor(async () => {
+    const p = tokens(BLOCK, 9000 + Math.floor(Math.random() * 1e6));
+    await send(p);
+    await Bun.sleep(20);
+    return (await score(p)) === 1;
+  }, { message: "the EPP subscribed" });
+  await fetch(`${w.url}/reset_prefix_cache`, { method: "POST" });
+  const rnd = seededRandom(5);
+  for (let step = 0; step < 30; step++) {
+    const p = [...tokens(BLOCK * (1 + Math.floor(rnd() * 2)), Math.floor(rnd() * 3)), ...tokens(BLOCK * Math.floor(rnd() * 4) + 3, 40 + step)];
+    expect((await send(p)).status).toBe(200);
+    for (const q of [p, p.slice(0, BLOCK * 2)]) {
+      const want = w.ranks[0]!.cache.peekHitBlocks(Uint32Array.from(q));
+      let got = -1;
+      await waitFor(async () => (got = await score(q)) === want, { timeoutMs: 5000 }).catch(() => {});
+      expect({ step, got }).toEqual({ step, got: want });
+    }
+  }
+  const metrics = await (await fetch(`http://127.0.4.1:${epp.ports.metrics}/metrics`)).text();
+  expect(Number(/^dynamo_epp_kv_events_ignored_total\{reason="non_main_group"\} (\d+)$/m.exec(metrics)?.[1])).toBeGreaterThan(0);
+});

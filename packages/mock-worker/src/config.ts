@@ -1,6 +1,7 @@
 import { parseDiscoveryConfig } from "@kv-epp/intents";
 import { EVENT_ENCODINGS, type EventEncoding } from "@kv-epp/kv-events";
 import { z } from "zod";
+import { parseKvGroups, type KvGroup } from "./events/kv-groups.ts";
 
 /**
  * The mock worker's configuration, parsed once at the edge from flags and environment variables.
@@ -29,6 +30,17 @@ const loraModules = z
   .transform((v) => (typeof v === "string" ? v.split(",") : v).map((e) => e.split("=")[0]!.trim()).filter((n) => n.length > 0))
   .pipe(z.array(z.string()).refine((names) => new Set(names).size === names.length, "adapter names must be distinct"));
 
+const kvGroups = z
+  .union([z.string(), z.array(z.object({ kind: z.enum(["full_attention", "mla_attention", "sliding_window"]), blockSize: z.number(), slidingWindow: z.number().nullable() }))])
+  .transform((v, ctx) => {
+    try {
+      return typeof v === "string" ? (v === "" ? [] : parseKvGroups(v)) : (v as KvGroup[]);
+    } catch (e) {
+      ctx.addIssue({ code: "custom", message: (e as Error).message });
+      return z.NEVER;
+    }
+  });
+
 export const OPTIONS = {
   listen: { schema: z.union([z.ipv4(), z.ipv6(), z.literal("localhost")], { error: "expected an IP address" }).default("0.0.0.0"), help: "IP the HTTP server binds" },
   port: { schema: port.default(8000), help: "OpenAI HTTP port" },
@@ -41,6 +53,10 @@ export const OPTIONS = {
   "data-parallel-start-rank": {
     schema: z.coerce.number().int().min(0).max(4095).default(0),
     help: "global DP rank of this worker's first rank (vLLM's multi-node DP): ports and data_parallel_rank follow the global rank",
+  },
+  "kv-groups": {
+    schema: kvGroups.default([]),
+    help: "hybrid KV cache groups, kind:blockSize[:window],... (full_attention, mla_attention, sliding_window; block size = --block-size): per-group events",
   },
   "lora-modules": { schema: loraModules.default([]), help: "LoRA adapters served (name[=path],...): requests name them in `model`" },
   "event-encoding": { schema: z.enum(EVENT_ENCODINGS as [EventEncoding, ...EventEncoding[]]).default("vllm"), help: "KV event wire shape: vllm (today: array batch, map events), vllm-map, vllm-array (older vLLM), sglang" },

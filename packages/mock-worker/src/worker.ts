@@ -2,7 +2,7 @@ import { Hono } from "hono";
 import pino, { type Logger } from "pino";
 import { createPreprocessor } from "@kv-epp/tokenizer";
 import { PrefixCacheSim } from "./cache/prefix-cache.ts";
-import { resolveConfig, type MockWorkerConfig } from "./config.ts";
+import { ConfigError, resolveConfig, type MockWorkerConfig } from "./config.ts";
 import { RankEngine } from "./engine/rank-engine.ts";
 import { TimingModel } from "./engine/timing.ts";
 import { RankEventStream } from "./events/event-stream.ts";
@@ -54,6 +54,8 @@ function connectable(endpoint: string, host: string): string {
 export async function startMockWorker(opts: MockWorkerOptions = {}): Promise<MockWorker> {
   const { logger, ...given } = opts;
   const config = resolveConfig(given);
+  if (config.kvGroups.some((g) => g.blockSize !== config.blockSize))
+    throw new ConfigError(`every --kv-groups block size must be --block-size ${config.blockSize} (per-group block sizes are not modelled)`);
   const root = logger ?? pino({ level: config.logLevel });
   const workerName = config.workerId ?? `${config.listen}:${config.port}`;
   const log = root.child({ component: "mock-worker", worker: workerName });
@@ -81,7 +83,7 @@ export async function startMockWorker(opts: MockWorkerOptions = {}): Promise<Moc
         endpoint: rankEndpoint(config.kvEvents, rank),
         replayEndpoint: config.replay ? rankEndpoint(config.replay, rank) : undefined,
         replayBuffer: config.replayBuffer, topic: config.topic,
-        encoding: config.eventEncoding, hashMode: config.hashMode, blockSize: config.blockSize,
+        encoding: config.eventEncoding, hashMode: config.hashMode, blockSize: config.blockSize, kvGroups: config.kvGroups,
         log: log.child({ rank }),
         onPublished: (n) => metrics.eventsPublished(rank, n),
         onError: () => metrics.publishFailed(rank),

@@ -89,3 +89,29 @@ describe("global DP ranks", () => {
     expect((await post(`${w.url}/v1/completions`, { prompt: [1], max_tokens: 1 }, { "x-data-parallel-rank": "1" })).status).toBe(400);
   });
 });
+
+describe("hybrid KV cache groups", () => {
+  test("--kv-groups publishes every change per group; a sliding-window group names only the blocks in its window, with the whole run's tokens", async () => {
+    const { w, subs } = await worker({ kvGroups: "full_attention:4,sliding_window:4:6" as never, capacityBlocks: 4 });
+    expect(await cached(w, "/v1/completions", { prompt: ids(0, 17) })).toBe(0);
+    await waitFor(() => subs[0]!.messages.length === 1, "the grouped batch");
+    const [full, window] = subs[0]!.messages[0]!.batch.events as BlockStored[];
+    const all = chainBlockIds(Uint32Array.from(ids(0, 17)), BS).map((b) => b.hash);
+    expect(full).toMatchObject({ blockHashes: all, groupIdx: 0, kvCacheSpecKind: "full_attention", tokenIds: ids(0, 16) });
+    expect(full!.kvCacheSpecSlidingWindow).toBeUndefined();
+    // Window 6 over 16 tokens: blocks ending after token 10 (the last two of four) are kept.
+    expect(window).toMatchObject({ blockHashes: all.slice(2), groupIdx: 1, kvCacheSpecKind: "sliding_window", kvCacheSpecSlidingWindow: 6, tokenIds: ids(0, 16) });
+    // Evicting all four: the window group removes only what it stored.
+    await cached(w, "/v1/completions", { prompt: ids(100, 17) });
+    await waitFor(() => subs[0]!.messages.length === 2, "the evicting batch");
+    const removed = subs[0]!.messages[1]!.batch.events.filter((e) => e.type === "BlockRemoved");
+    expect(removed.map((e) => [(e as { groupIdx?: number }).groupIdx, new Set((e as { blockHashes: bigint[] }).blockHashes)])).toEqual([
+      [0, new Set(all)],
+      [1, new Set(all.slice(2))],
+    ]);
+  });
+
+  test("a group block size other than --block-size is refused at start", async () => {
+    await expect(startMockWorker({ listen: "127.0.2.1", port: 0, kvEvents: "tcp://127.0.2.1:0", blockSize: 4, kvGroups: "full_attention:8" as never, logLevel: "silent" })).rejects.toThrow(/--kv-groups/);
+  });
+});

@@ -1,6 +1,7 @@
 import { KvEventPublisher, type EventEncoding, type KvEvent } from "@kv-epp/kv-events";
 import type { Logger } from "pino";
 import type { CacheEvent } from "../cache/prefix-cache.ts";
+import { GroupedEvents, type KvGroup } from "./kv-groups.ts";
 
 /**
  * The one place the mock worker touches the KV-event wire: turns a rank's cache changes into vLLM
@@ -18,6 +19,8 @@ export type EventStreamOptions = {
   encoding: EventEncoding;
   hashMode: "int" | "bytes";
   blockSize: number;
+  /** Hybrid KV cache groups (`--kv-groups`): every change published once per group; absent: one untagged group. */
+  kvGroups?: readonly KvGroup[];
   log: Logger;
   onPublished?: (events: number) => void;
   onError?: () => void;
@@ -39,10 +42,14 @@ export class RankEventStream {
   private restarting = false;
   private restarts = 0;
 
+  private readonly grouped: GroupedEvents | undefined;
+
   private constructor(
     private readonly opts: EventStreamOptions,
     private publisher: KvEventPublisher,
-  ) {}
+  ) {
+    this.grouped = opts.kvGroups && opts.kvGroups.length > 0 ? new GroupedEvents(opts.kvGroups) : undefined;
+  }
 
   static async open(opts: EventStreamOptions): Promise<RankEventStream> {
     return new RankEventStream(opts, await bindPublisher(opts));
@@ -70,7 +77,8 @@ export class RankEventStream {
   /** Publishes one batch for one cache change. Never throws: a failed send is counted and logged. */
   publish(changes: CacheEvent[]): void {
     if (this.paused || this.restarting) return;
-    const events = changes.map((ch) => this.toKvEvent(ch));
+    const base = (ch: CacheEvent) => this.toKvEvent(ch);
+    const events = this.grouped ? changes.flatMap((ch) => this.grouped!.expand(ch, base)) : changes.map(base);
     try {
       const seq = this.publisher.publish({ ts: Date.now() / 1000, events, dataParallelRank: this.opts.rank });
       this.opts.onPublished?.(events.length);
