@@ -29,6 +29,7 @@ import { StreamHandoff } from "./handoff/handoff.ts";
 import { Indexers } from "./indexer.ts";
 import { startIntentSource } from "./intents-source.ts";
 import { dumpBodyLimit, recoveryBudget } from "./memory-budget.ts";
+import { throttledWarn } from "./log-throttle.ts";
 import { createMetrics } from "./metrics.ts";
 import { ActiveLoad, sumLoad } from "./picker/load.ts";
 import { LatencyModel } from "./picker/latency.ts";
@@ -173,6 +174,7 @@ export async function startEpp(cfg: EppConfig, o: { log?: Logger; kubeConfig?: K
   const protos = loadProtos();
   const extProcMethod = protos.extProc.service.Process!;
   const healthCheck = protos.health.service.Check!;
+  const warnRejected = throttledWarn(log.child({ component: "ext_proc" }), "ext_proc stream rejected");
   const extProc = createBidiServer(
     {
       path: extProcMethod.path,
@@ -215,7 +217,7 @@ export async function startEpp(cfg: EppConfig, o: { log?: Logger; kubeConfig?: K
       onError: (where, err) => log.child({ component: "ext_proc" }).debug({ where, err: String(err) }, "ext_proc transport error"),
       onRejected: (reason, err) => {
         metrics.extProcRejected.inc({ reason });
-        log.child({ component: "ext_proc" }).warn({ reason, err: err === undefined ? undefined : String(err) }, "ext_proc stream rejected");
+        warnRejected(reason, { err: err === undefined ? undefined : String(err) });
       },
     },
   );

@@ -20,6 +20,8 @@ export type Target = {
   replicaAgg: number;
   /** A worker's KV event endpoint (tcp://host:port) that the attack may bind and publish garbage on. */
   kvEvents?: string;
+  /** ext_proc over TLS (the default) or h2c. */
+  tls?: boolean;
 };
 
 export type Attack = {
@@ -95,7 +97,7 @@ function loop(once: (i: number) => Promise<unknown>, workers = 1): { stop(): Pro
 }
 
 /** ext_proc as gateways open it (TLS); health in plaintext, as kubelet probes it. */
-const extProcSession = (t: Target) => rawExtProcSession(t.grpc, t.host);
+const extProcSession = (t: Target) => (t.tls === false ? http2.connect(`http://${t.host}:${t.grpc}`) : rawExtProcSession(t.grpc, t.host));
 const healthSession = (t: Target) => http2.connect(`http://${t.host}:${t.grpcHealth}`);
 
 /** gRPC calls on one HTTP/2 connection, reopened when it breaks. */

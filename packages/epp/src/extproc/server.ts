@@ -2,6 +2,7 @@
 // same stream starts a new request). Request headers + body -> routing decision; response headers and
 // body are watched to release the request's load when it finishes, or when the stream breaks.
 import type { Logger } from "pino";
+import { throttledWarn } from "../log-throttle.ts";
 import type { BodyMode } from "../config.ts";
 import type { Metrics, RequestOutcome } from "../metrics.ts";
 import type { ActiveLoad, Lease } from "../picker/load.ts";
@@ -56,7 +57,12 @@ export type ExtProcDeps = {
 };
 
 /** What one ext_proc server's streams share. */
-type Shared = { warned: Set<string>; fairness: FairnessLabels };
+type Shared = {
+  warned: Set<string>;
+  fairness: FairnessLabels;
+  /** Rejected streams, logged at most once per reason per interval (a client may send them in a loop). */
+  warnRejected: (reason: string, fields?: Record<string, unknown>) => void;
+};
 
 type Duplex = BidiCall<ProcessingRequest, ProcessingResponse>;
 
@@ -96,7 +102,8 @@ function warnOnce(warned: Set<string>, log: Logger, key: string, fields: object,
 }
 
 export function createProcessHandler(deps: ExtProcDeps): (call: Duplex) => void {
-  const shared: Shared = { warned: new Set(), fairness: new FairnessLabels() }; // per server: per process as deployed
+  // per server: per process as deployed
+  const shared: Shared = { warned: new Set(), fairness: new FairnessLabels(), warnRejected: throttledWarn(deps.log, "ext_proc stream rejected") };
   return (call) => new ProcessStream(call, deps, shared).run();
 }
 
@@ -149,7 +156,7 @@ class ProcessStream {
   #reject(reason: "no_request" | "unexpected" | "grpc_body_mode", message: string, code: StatusCode = GrpcStatus.INVALID_ARGUMENT): void {
     this.deps.metrics.extProcRejected.inc({ reason });
     if (reason === "grpc_body_mode") warnOnce(this.shared.warned, this.deps.log, reason, { reason, err: message }, "ext_proc stream rejected");
-    else this.deps.log.warn({ reason, err: message }, "ext_proc stream rejected");
+    else this.shared.warnRejected(reason, { err: message });
     this.#finish();
     this.#closed = true;
     this.call.fail(code, message);
