@@ -272,3 +272,17 @@ test("hybrid KV groups: only the main attention group is indexed; a sliding-wind
     ],
   });
 });
+
+test("after a recovery, a rank the peer's dump holds above its capacity is reset too", async () => {
+  const metrics = createMetrics();
+  const ixs = new Indexers(metrics, undefined, { rankCapacity: () => 2 });
+  ixs.register("m", "default", BS);
+  const staging = ixs.begin();
+  const blocks = [1n, 2n, 3n].map((h) => ({ blockHash: h, tokensHash: h + 100n }));
+  staging.apply("m:default", BS, { workerId: "w", dpRank: 0, eventId: 0, parentHash: null, blocks });
+  staging.apply("m:default", BS, { workerId: "v", dpRank: 0, eventId: 1, parentHash: null, blocks: blocks.slice(0, 2) });
+  staging.commit();
+  ixs.holdWithinCapacity();
+  expect([ixs.get("m:default")!.index.treeSize(w), ixs.get("m:default")!.index.treeSize({ workerId: "v", dpRank: 0 })]).toEqual([0, 2]);
+  expect(await counter(metrics, "dynamo_epp_kv_rank_capacity_resets_total")).toBe(1);
+});
