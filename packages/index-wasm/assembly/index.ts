@@ -190,8 +190,6 @@ let resCap: u32 = 0;
 let resTop: u32 = 1;
 let resFree: u32 = NIL;
 let resLive: u32 = 0; // residencies: (worker, block) pairs with at least one copy
-let zeroLive: u32 = 0; // zero-copy records (inline and shared)
-let recsLive: u32 = 0; // shared records in use
 
 @inline function recAt(r: u32): usize {
   return (<usize>load<u16>(recDir + (<usize>(r >> CHUNK_BITS) << 1)) << 16) + (<usize>(r & CHUNK_MASK) << 4);
@@ -224,14 +222,12 @@ function newRec(node: u32, w: u32, ext: u64, copies: u32): u32 {
   const rp = recAt(r);
   store<u64>(rp, ext);
   store<u64>(rp, packRec(node, w, copies), 8);
-  recsLive++;
   return r;
 }
 
 function freeRec(r: u32): void {
   store<u64>(recAt(r), packRec(resFree, DEAD_WORKER, 0), 8);
   resFree = r;
-  recsLive--;
 }
 
 // ---- two open-addressing tables (linear probing): CHILD maps (parent node, sequence hash) -> node,
@@ -461,7 +457,7 @@ function ensureWorker(w: u32): void {
 function becameHeld(n: u32, w: u32, held: bool): void {
   setHeldBit(n, w, held);
   bumpTree(w, held ? 1 : -1);
-  if (held) { resLive++; zeroLive--; outBlocks++; } else { resLive--; zeroLive++; } // removals count their own
+  if (held) { resLive++; outBlocks++; } else resLive--; // removals count their own outBlocks
 }
 
 /**
@@ -498,7 +494,6 @@ function addRecord(w: u32, n: u32, ext: u64, copies: u32): void {
     resInsertAfterMiss(r);
     if (copies == 0) zeroAdd(n, r);
   }
-  zeroLive++;
   store<u32>(recsOfPtr(w), load<u32>(recsOfPtr(w)) + 1);
   if (copies > 0) becameHeld(n, w, true);
 }
@@ -547,7 +542,6 @@ function deleteRecord(v: u32, w: u32, n: u32): void {
     if (left == 0) { setKindCopies(p, KIND_NONE, 0); store<u64>(p, 0, 8); }
   }
   if (copies > 0) becameHeld(n, w, false);
-  zeroLive--;
   store<u32>(recsOfPtr(w), load<u32>(recsOfPtr(w)) - 1);
 }
 
@@ -1281,7 +1275,6 @@ export function freeBytes(): usize { return <usize>freePages() << 16; }
 
 export function blocks(): u32 { return nodesLive; }
 export function residencies(): u32 { return resLive; }
-export function zeroCopyRecords(): u32 { return zeroLive; }
 export function rejectedTotal(): u64 { return totalRejected; }
 export function unknownTotal(): u64 { return totalUnknown; }
 export function bytesInUse(): usize {

@@ -70,7 +70,6 @@ export type IndexExports = {
   freeBytes(): number;
   blocks(): number;
   residencies(): number;
-  zeroCopyRecords(): number;
   rejectedTotal(): bigint;
   unknownTotal(): bigint;
   bytesInUse(): number;
