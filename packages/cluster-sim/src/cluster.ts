@@ -6,6 +6,7 @@
 import { join } from "node:path";
 import {
   heldPorts,
+  killAll,
   rbacAuthorizerFor,
   renderKustomization,
   SimCluster,
@@ -55,7 +56,24 @@ function moveKvEventsPort(objs: KubeObject[], port: number): void {
   env.value = String(port);
 }
 
+/**
+ * Every worker pod serves `n` API servers, one per DP rank (vLLM's external DP load balancing): the
+ * InferencePool lists the ports 8000.. as its targetPorts, and the mock worker runs `n` ranks with
+ * --rank-ports (rank r on 8000 + r, publishing on the KV port + r). The EPP's --dp-size stays 1:
+ * one rank per target port.
+ */
+function spreadWorkersOverPorts(objs: KubeObject[], n: number): void {
+  const pool = objs.find((o) => o.kind === "InferencePool") as KubeObject & { spec: { targetPorts: { number: number }[] } };
+  const base = pool.spec.targetPorts[0]!.number;
+  pool.spec.targetPorts = Array.from({ length: n }, (_, r) => ({ number: base + r }));
+  const worker = templateOf(byKindName(objs, "Deployment", WORKER_DEPLOYMENT)).spec.containers[0]!;
+  worker.args = [...(worker.args ?? []).filter((a) => !a.startsWith("--dp-size")), `--dp-size=${n}`, "--rank-ports=true"];
+  for (let r = 1; r < n; r++) worker.ports = [...(worker.ports ?? []), { name: `http-${r}`, containerPort: base + r }];
+}
+
 export type SimulatedClusterOptions = {
+  /** Target ports per worker pod, each its own API server and DP rank (default: as the manifests say, one). */
+  targetPorts?: number;
   /** The kustomization to run (default deploy/base). */
   kustomization?: string;
   /** First host of the pods' addresses in 127.0.5.0/24 (default 100: clear of the testkit's own tests). */
@@ -63,6 +81,13 @@ export type SimulatedClusterOptions = {
   /** Kubelet probe and EndpointSlice period (default 100 ms). */
   periodMs?: number;
 };
+
+/** Ends a test's cluster and gateway, then whatever process is left (SIGKILL): nothing outlives a test file. */
+export async function tearDown(cluster: SimulatedCluster | undefined, gateway: { close(): void } | undefined): Promise<void> {
+  gateway?.close();
+  await cluster?.close();
+  await killAll("SIGKILL", 0);
+}
 
 export class SimulatedCluster {
   /** The Deployment's pods as they are started from now on carry the cold-start readiness gate. */
@@ -87,12 +112,16 @@ export class SimulatedCluster {
     const firstHost = opts.firstHost ?? 100;
     // An address no pod gets: what cannot be bound there is held on the wildcard address.
     const probeIp = `127.0.5.${firstHost - 1}`;
-    const held = await heldPorts(probeIp, [...EPP_PORTS, ...WORKER_PORTS]);
+    const ranks = opts.targetPorts ?? 1;
+    if (ranks > 1) spreadWorkersOverPorts(objs, ranks);
+    const workerPorts = Array.from({ length: ranks }, (_, r) => WORKER_PORTS[0]! + r);
+    const held = await heldPorts(probeIp, [...EPP_PORTS, ...workerPorts]);
     if (held.length > 0) throw new Error(`ports ${held.join(", ")} are held on the wildcard address by another process: the simulated pods cannot bind them`);
     let kvEventsPort = KV_EVENTS_PORT;
-    if ((await heldPorts(probeIp, [KV_EVENTS_PORT])).length > 0) {
+    const kvPorts = (base: number) => Array.from({ length: ranks }, (_, r) => base + r);
+    if ((await heldPorts(probeIp, kvPorts(KV_EVENTS_PORT))).length > 0) {
       kvEventsPort = FALLBACK_KV_EVENTS_PORT;
-      if ((await heldPorts(probeIp, [kvEventsPort])).length > 0) throw new Error(`ports ${KV_EVENTS_PORT} and ${kvEventsPort} are both held on the wildcard address by another process`);
+      if ((await heldPorts(probeIp, kvPorts(kvEventsPort))).length > 0) throw new Error(`ports ${KV_EVENTS_PORT} and ${kvEventsPort} are both held on the wildcard address by another process`);
       console.warn(`cluster-sim: port ${KV_EVENTS_PORT} is held on the wildcard address by another process; KV events use ${kvEventsPort}`);
       moveKvEventsPort(objs, kvEventsPort);
     }
@@ -100,7 +129,7 @@ export class SimulatedCluster {
     // hold a pod address's port.
     for (let h = firstHost; h < firstHost + MAX_PODS; h++) {
       const ip = `127.0.5.${h}`;
-      const taken = await heldPorts(ip, [...EPP_PORTS, ...WORKER_PORTS, kvEventsPort]);
+      const taken = await heldPorts(ip, [...EPP_PORTS, ...workerPorts, ...kvPorts(kvEventsPort)]);
       if (taken.length > 0) throw new Error(`${ip}: ports ${taken.join(", ")} are held (a process left over from an earlier run?)`);
     }
 

@@ -5,7 +5,7 @@
 // controller. The steps share one cluster, in order; each is its own test. Step 6 checks what the
 // manifests add on top: attachment intents, registered by the workers as Leases their pods own.
 import { afterAll, beforeAll, expect, test } from "bun:test";
-import { killAll, waitFor } from "@kv-epp/testkit";
+import { waitFor } from "@kv-epp/testkit";
 import {
   blockFacts,
   dumpEvents,
@@ -20,6 +20,7 @@ import {
   ReadyEndpointsWatch,
   recoveryState,
   SimulatedCluster,
+  tearDown,
   workerCachedBlocks,
   type IntentLease,
   type Routed,
@@ -39,11 +40,7 @@ beforeAll(async () => {
   gateway = new Gateway();
 }, 30_000);
 
-afterAll(async () => {
-  gateway?.close();
-  await cluster?.close();
-  await killAll("SIGKILL", 0);
-}, 30_000);
+afterAll(() => tearDown(cluster, gateway), 30_000);
 
 const workerAddress = (pod: string) => `${cluster.ip(pod)}:8000`;
 

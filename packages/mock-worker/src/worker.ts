@@ -24,8 +24,10 @@ export type MockWorkerRank = {
 };
 
 export type MockWorker = {
-  /** Base URL of the OpenAI server, e.g. `http://127.0.2.1:8000`. */
+  /** Base URL of the OpenAI server, e.g. `http://127.0.2.1:8000` (with --rank-ports, rank 0's). */
   url: string;
+  /** Every API server's base URL, in rank order with --rank-ports (else just `url`). */
+  urls: string[];
   config: MockWorkerConfig;
   ranks: MockWorkerRank[];
   close(): Promise<void>;
@@ -109,29 +111,39 @@ export async function startMockWorker(opts: MockWorkerOptions = {}): Promise<Moc
     return best;
   };
 
-  const app = new Hono();
-  app.onError((err, c) => {
-    // A client that hung up while queued or decoding is not an error of ours; its slot was freed.
-    if (c.req.raw.signal.aborted) return c.body(null, 499 as never);
-    log.error({ err, path: c.req.path }, "request failed");
-    return openAiError(c, 500, err.message);
-  });
-  app.get("/health", (c) => c.body(null, 200));
-  app.get("/metrics", async (c) => c.text(await metrics.registry.metrics(), 200, { "content-type": metrics.registry.contentType }));
-  app.route("/", openAiRoutes({
-    model: config.model, preprocessor, pickRank, dpSize: config.dpSize, startRank: config.dataParallelStartRank, loraModules: config.loraModules,
-  }));
-  app.route("/", adminRoutes(new Faults(ranks), ranks));
+  /** The API server for `served` ranks (all of them, or one with --rank-ports). */
+  const appFor = (served: { pick: typeof pickRank; dpSize: number; startRank: number }) => {
+    const app = new Hono();
+    app.onError((err, c) => {
+      // A client that hung up while queued or decoding is not an error of ours; its slot was freed.
+      if (c.req.raw.signal.aborted) return c.body(null, 499 as never);
+      log.error({ err, path: c.req.path }, "request failed");
+      return openAiError(c, 500, err.message);
+    });
+    app.get("/health", (c) => c.body(null, 200));
+    app.get("/metrics", async (c) => c.text(await metrics.registry.metrics(), 200, { "content-type": metrics.registry.contentType }));
+    app.route("/", openAiRoutes({
+      model: config.model, preprocessor, pickRank: served.pick, dpSize: served.dpSize, startRank: served.startRank, loraModules: config.loraModules,
+    }));
+    app.route("/", adminRoutes(new Faults(ranks), ranks));
+    return app;
+  };
+  // --rank-ports: rank i's own API server on port + i, which runs everything on rank i.
+  const served = config.rankPorts
+    ? ranks.map((r, i) => ({ port: config.port === 0 ? 0 : config.port + i, pick: () => r.engine, dpSize: 1, startRank: config.dataParallelStartRank + i }))
+    : [{ port: config.port, pick: pickRank, dpSize: config.dpSize, startRank: config.dataParallelStartRank }];
 
-  let server: ReturnType<typeof Bun.serve>;
+  const servers: ReturnType<typeof Bun.serve>[] = [];
   try {
-    server = Bun.serve({ hostname: config.listen, port: config.port, fetch: app.fetch, idleTimeout: 0 });
+    for (const s of served) servers.push(Bun.serve({ hostname: config.listen, port: s.port, fetch: appFor(s).fetch, idleTimeout: 0 }));
   } catch (e) {
+    for (const s of servers) void s.stop(true);
     await Promise.allSettled(ranks.map((r) => r.events.close()));
     throw e;
   }
   const host = dialHost(config.listen);
-  const url = `http://${host}:${server.port}`;
+  const urls = servers.map((s) => `http://${host}:${s.port}`);
+  const url = urls[0]!;
   const view = ranks.map(({ engine, events }) => ({
     rank: engine.rank,
     cache: engine.cache,
@@ -139,16 +151,17 @@ export async function startMockWorker(opts: MockWorkerOptions = {}): Promise<Moc
     kvEvents: connectable(events.endpoint, host),
     replay: events.replayEndpoint ? connectable(events.replayEndpoint, host) : null,
   }));
-  log.info({ url, ranks: view.map((r) => ({ rank: r.rank, kvEvents: r.kvEvents, replay: r.replay })), tokenizer: preprocessor.kind }, "mock worker listening");
+  log.info({ url, urls, ranks: view.map((r) => ({ rank: r.rank, kvEvents: r.kvEvents, replay: r.replay })), tokenizer: preprocessor.kind }, "mock worker listening");
 
   let closed: Promise<void> | undefined;
   return {
     url,
+    urls,
     config,
     ranks: view,
     close: () =>
       (closed ??= (async () => {
-        await server.stop(true);
+        await Promise.all(servers.map((s) => s.stop(true)));
         await Promise.allSettled(ranks.map((r) => r.events.close()));
       })()),
   };

@@ -1,0 +1,65 @@
+// deploy/base in the cluster simulation with an InferencePool of two target ports: every mock worker
+// pod serves each DP rank on its own port (vLLM's external DP load balancing), and both EPP replicas
+// treat each port as an endpoint of its own, indexed and loaded as its own rank. Real processes, the
+// gateway over ext_proc TLS.
+import { afterAll, beforeAll, expect, test } from "bun:test";
+import { waitFor } from "@kv-epp/testkit";
+import { eppWorkers, Gateway, SimulatedCluster, tearDown, workerCachedBlocks } from "../src/index.ts";
+
+const MODEL = "Qwen/Qwen3-0.6B";
+let cluster: SimulatedCluster;
+let gateway: Gateway;
+
+beforeAll(async () => {
+  cluster = await SimulatedCluster.start({ targetPorts: 2, firstHost: 140 });
+  gateway = new Gateway();
+}, 30_000);
+afterAll(() => tearDown(cluster, gateway), 30_000);
+
+const prompt = (n: number) => `Conversation ${n}. ${"A long shared system prompt about ports and ranks. ".repeat(20)}Question ${n}?`;
+
+test("each worker pod's two target ports are two endpoints, each a rank of its own with its own KV port, on every replica", async () => {
+  await cluster.coldStart(2);
+  const workers = await cluster.waitReadyWorkers(2);
+  const expected = workers.flatMap((w) => [0, 1].map((r) => `${w}/${r}@${cluster.ip(w)}:${8000 + r}`)).sort();
+  for (const epp of cluster.readyEpps()) {
+    await waitFor(
+      async () => {
+        const rows = await eppWorkers(cluster.ip(epp));
+        return rows.every((w) => w.connected) && rows.map((w) => `${w.worker_id}/${w.dp_rank}@${w.address}`).sort().join() === expected.join();
+      },
+      { timeoutMs: 20_000, message: `${epp} lists every rank at its own port, connected` },
+    );
+  }
+});
+
+test("traffic reaches both ports of the pods; a repeated prompt goes back to the port whose rank cached it", async () => {
+  const epps = cluster.readyAddresses("dynamo-epp");
+  const ports = new Set<string>();
+  for (let n = 0; n < 12; n++) {
+    const r = await gateway.completion(epps[n % epps.length]!, { model: MODEL, prompt: prompt(n), max_tokens: 2 });
+    expect(r.status).toBe(200);
+    ports.add(r.endpoint.slice(r.endpoint.lastIndexOf(":") + 1));
+  }
+  expect([...ports].sort()).toEqual(["8000", "8001"]);
+
+  const first = await gateway.completion(epps[0]!, { model: MODEL, prompt: prompt(100), max_tokens: 2 });
+  // The other replica learns the blocks from that rank's KV events (its own port + rank).
+  await waitFor(
+    async () => (await eppWorkers(cluster.ip(cluster.readyEpps()[1]!))).some((w) => `${w.address}` === first.endpoint && w.blocks > 0),
+    { timeoutMs: 10_000, message: "the second replica indexed the rank behind the first pick" },
+  );
+  const again = await gateway.completion(epps[1 % epps.length]!, { model: MODEL, prompt: prompt(100), max_tokens: 2 });
+  expect(again.endpoint).toBe(first.endpoint);
+  expect(again.cachedTokens).toBeGreaterThan(0);
+  // Every replica indexes, per pod, exactly what its ranks cache (the worker reports the sum over ranks).
+  for (const epp of cluster.readyEpps())
+    for (const w of cluster.readyWorkers())
+      await waitFor(
+        async () => {
+          const indexed = (await eppWorkers(cluster.ip(epp))).filter((r) => r.worker_id === w).reduce((n, r) => n + r.blocks, 0);
+          return indexed > 0 && indexed === (await workerCachedBlocks(`${cluster.ip(w)}:8000`));
+        },
+        { timeoutMs: 10_000, message: `${epp} indexes ${w}'s ranks exactly` },
+      );
+});
