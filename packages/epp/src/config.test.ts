@@ -12,7 +12,7 @@ describe("config", () => {
     expect(c.ports).toEqual({ grpc: 9002, grpcHealth: 9003, metrics: 9090, replicaAgg: 9092, selection: 9093 });
     expect(c.listen).toBe("0.0.0.0");
     expect(c.recoveryTimeoutMs).toBe(30000);
-    expect(c.workers).toEqual({ mode: "static", list: [{ id: "a", address: "127.0.4.1:8000", kvEvents: "tcp://127.0.4.1:5557", dpSize: 1, dpStartRank: 0 }] });
+    expect(c.workers).toEqual({ mode: "static", list: [{ id: "a", address: "127.0.4.1:8000", kvEvents: "tcp://127.0.4.1:5557", dpSize: 1, dpStartRank: 0, kvEventsBind: false }] });
     expect(c.recovery).toEqual({ mode: "static", peers: ["http://127.0.4.2:9093"] });
     expect(c.model).toEqual({ name: "test-model", tenant: "default", blockSize: 16, loraAdapters: [] });
     expect(c.kvHeartbeatMs).toBe(5000);

@@ -99,6 +99,8 @@ const WorkerEntry = z.object({
   dpSize: z.number().int().min(1).default(1),
   /** Global DP rank of the worker's first rank (vLLM's --data-parallel-start-rank on a multi-node DP group). */
   dpStartRank: z.number().int().min(0).max(4095).default(0),
+  /** The EPP binds kvEvents (+ rank) and the worker's PUBs connect to it (vLLM with a non-wildcard endpoint). */
+  kvEventsBind: z.boolean().default(false),
   metrics: z.string().url().optional(),
 });
 const PeerEntry = z.union([

@@ -4,6 +4,7 @@
 // its cache really holds in that request's identity).
 import { afterAll, expect, test } from "bun:test";
 import { startMockWorker, type MockWorker, type RequestIdentity } from "@kv-epp/mock-worker";
+import { encodeBatch, encodeSeq, PubSocket } from "@kv-epp/kv-events";
 import { seededRandom, waitFor } from "@kv-epp/testkit";
 import { BLOCK, postJson, startTestEpp, tokens } from "./helpers.ts";
 
@@ -146,4 +147,24 @@ test("a hybrid model (full attention + sliding window groups): the index follows
   }
   const metrics = await (await fetch(`http://127.0.4.1:${epp.ports.metrics}/metrics`)).text();
   expect(Number(/^dynamo_epp_kv_events_ignored_total\{reason="non_main_group"\} (\d+)$/m.exec(metrics)?.[1])).toBeGreaterThan(0);
+});
+
+test("a worker whose PUBs connect to the EPP (kvEventsBind): the EPP binds port + rank and indexes what arrives", async () => {
+  const bindAt = "127.0.4.1";
+  const epp = await startTestEpp([{ id: "dialer", address: "127.0.4.45:8000", kvEvents: `tcp://${bindAt}:25800`, dpSize: 2, kvEventsBind: true }]);
+  cleanups.push(() => epp.stop({ graceMs: 200 }));
+  const selection = `http://127.0.4.1:${epp.ports.selection}`;
+  // What vLLM does with endpoint tcp://<epp>:25800 on rank 1: connect its PUB to port 25801.
+  const pub = new PubSocket({ reconnectMinMs: 10, reconnectMaxMs: 50 });
+  cleanups.push(() => pub.close());
+  pub.connect(`tcp://${bindAt}:25801`);
+  const p = tokens(BLOCK * 2, 4242);
+  const hashes = [11n, 12n];
+  let seq = 0n;
+  await waitFor(async () => {
+    const batch = { ts: 1, dataParallelRank: 1, events: [{ type: "BlockStored" as const, blockHashes: hashes, parentBlockHash: null, tokenIds: p, blockSize: BLOCK, loraId: null, medium: "GPU" }] };
+    pub.send([Buffer.alloc(0), encodeSeq(seq++), Buffer.from(encodeBatch(batch))]);
+    await Bun.sleep(20);
+    return (await postJson(`${selection}/score`, { token_ids: p })).body.scores.dialer?.["1"] === 2;
+  }, { message: "the connecting publisher's blocks indexed under rank 1" });
 });

@@ -26,6 +26,11 @@ export type ListenerOptions = {
   workerId: string;
   dpRank: number;
   endpoint: string;
+  /**
+   * Bind `endpoint` and let the publisher connect (vLLM connects its PUB instead of binding when its
+   * endpoint is not a wildcard), instead of dialing it. See bound().
+   */
+  bind?: boolean;
   replayEndpoint?: string;
   topic?: string;
   /** Signals held while no sink is attached (default 50000). */
@@ -98,6 +103,7 @@ export class KvEventListener {
   /** The last batch delivered, and whether a connection came up since: see onSequenced. */
   private last: Held | undefined;
   private reconnected = false;
+  private binding: Promise<string> | undefined;
   private readonly log: Logger;
 
   constructor(readonly opts: ListenerOptions) {
@@ -132,8 +138,21 @@ export class KvEventListener {
       this.log.info({ peer }, up ? "publisher connected" : "publisher disconnected");
     });
     sub.subscribe(this.opts.topic ?? "");
-    sub.connect(this.opts.endpoint);
     this.sub = sub;
+    if (!this.opts.bind) {
+      sub.connect(this.opts.endpoint);
+      return;
+    }
+    this.binding = sub.bind(this.opts.endpoint);
+    this.binding.then(
+      (ep) => this.log.info({ endpoint: ep }, "bound for a publisher to connect"),
+      (err) => this.log.error({ endpoint: this.opts.endpoint, err: String(err) }, "cannot bind the KV event endpoint: no publisher can connect"),
+    );
+  }
+
+  /** In bind mode, the endpoint bound (port 0 resolved); rejects when the bind failed. */
+  bound(): Promise<string> {
+    return this.binding ?? Promise.reject(new Error("the listener does not bind (or has not started)"));
   }
 
   /** Attaches the consumer; buffered signals are delivered first, in order. */

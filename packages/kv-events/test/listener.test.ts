@@ -321,3 +321,33 @@ describe("containment", () => {
     expect(l.connected).toBe(true);
   });
 });
+
+describe("KvEventListener in bind mode", () => {
+  test("binds its endpoint and takes a publisher that connects to it (as vLLM's PUB does when its endpoint is not a wildcard)", async () => {
+    const [l, got] = listen({ endpoint: "tcp://127.0.1.1:0", bind: true });
+    const endpoint = await l.bound();
+    expect(endpoint).toMatch(/^tcp:\/\/127\.0\.1\.1:\d+$/);
+    const pub = new PubSocket({ reconnectMinMs: 10, reconnectMaxMs: 50 });
+    cleanups.push(() => pub.close());
+    pub.connect(endpoint);
+    let seq = 0n;
+    await waitUntil(() => {
+      if (got.length >= 3) return true;
+      pub.send([Buffer.alloc(0), encodeSeq(seq), Buffer.from(encodeBatch(batch(Number(seq))))]);
+      seq++;
+      return false;
+    });
+    expect(l.connected).toBe(true);
+    expect(got.slice(0, 3).every((s) => s.kind === "batch")).toBe(true);
+    expect((got[0] as Extract<ListenerSignal, { kind: "batch" }>).batch).toEqual(batch(Number((got[0] as { seq: bigint }).seq)));
+  });
+
+  test("a bind that fails is reported by bound(), and a connect-mode listener has nothing bound", async () => {
+    const [a] = listen({ endpoint: "tcp://127.0.1.1:0", bind: true });
+    const taken = await a.bound();
+    const [b] = listen({ endpoint: taken, bind: true });
+    await expect(b.bound()).rejects.toThrow();
+    const [c] = listen({ endpoint: taken });
+    await expect(c.bound()).rejects.toThrow(/does not bind/);
+  });
+});

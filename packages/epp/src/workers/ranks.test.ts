@@ -7,12 +7,12 @@ import { rankSources } from "./registry.ts";
 import { staticWorkers } from "./static.ts";
 
 test("ranks start..start+dpSize-1 on the KV (and replay) port + the global rank", () => {
-  const [spec] = staticWorkers([{ id: "node-b", address: "10.0.0.2:8000", kvEvents: "tcp://10.0.0.2:5557", replay: "tcp://10.0.0.2:5600", dpSize: 2, dpStartRank: 2 }]);
+  const [spec] = staticWorkers([{ id: "node-b", address: "10.0.0.2:8000", kvEvents: "tcp://10.0.0.2:5557", replay: "tcp://10.0.0.2:5600", dpSize: 2, dpStartRank: 2, kvEventsBind: false }]);
   expect(rankSources(spec!)).toEqual([
     { dpRank: 2, kvEvents: "tcp://10.0.0.2:5559", replay: "tcp://10.0.0.2:5602" },
     { dpRank: 3, kvEvents: "tcp://10.0.0.2:5560", replay: "tcp://10.0.0.2:5603" },
   ]);
-  const [first] = staticWorkers([{ id: "node-a", address: "10.0.0.1:8000", kvEvents: "tcp://10.0.0.1:5557", dpSize: 2, dpStartRank: 0 }]);
+  const [first] = staticWorkers([{ id: "node-a", address: "10.0.0.1:8000", kvEvents: "tcp://10.0.0.1:5557", dpSize: 2, dpStartRank: 0, kvEventsBind: false }]);
   expect(rankSources(first!).map((r) => [r.dpRank, r.kvEvents])).toEqual([[0, "tcp://10.0.0.1:5557"], [1, "tcp://10.0.0.1:5558"]]);
 });
 

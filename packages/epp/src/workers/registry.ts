@@ -27,6 +27,8 @@ export type WorkerSpec = {
   dpSize: number;
   /** Global rank of the first rank (absent: 0). */
   dpStartRank?: number;
+  /** The EPP binds kvEvents (port + rank) and the worker's publishers connect to it; absent: the EPP dials. */
+  kvBind?: boolean;
   /** vLLM Prometheus endpoint, scraped for running/waiting/KV usage. */
   metricsUrl: string;
   /** Per-rank KV sources stated by attachment intents (@kv-epp/intents); overrides port + r. */
@@ -34,7 +36,7 @@ export type WorkerSpec = {
 };
 
 /** One rank's KV source; `topic` overrides the registry's topic. */
-export type RankSource = { dpRank: number; kvEvents: string; replay?: string; topic?: string };
+export type RankSource = { dpRank: number; kvEvents: string; replay?: string; topic?: string; bind?: boolean };
 
 /**
  * One routable unit: a worker rank. `key` matches the index's workerKey; `endpoint` is the API server
@@ -54,7 +56,7 @@ export type ListenerCounters = {
 };
 
 /** A rank's source with the registry's topic filled in: what its listener was opened with. */
-type OpenedSource = { kvEvents: string; replay: string | undefined; topic: string };
+type OpenedSource = { kvEvents: string; replay: string | undefined; topic: string; bind: boolean };
 
 type Entry = {
   spec: WorkerSpec;
@@ -79,6 +81,7 @@ export function rankSources(spec: WorkerSpec): RankSource[] {
       dpRank: start + i,
       kvEvents: rankEndpoint(spec.kvEvents, start + i),
       replay: spec.replay ? rankEndpoint(spec.replay, start + i) : undefined,
+      ...(spec.kvBind ? { bind: true } : {}),
     }))
   );
 }
@@ -305,7 +308,7 @@ export class WorkerRegistry {
 
   #sourcesOf(spec: WorkerSpec): Map<number, OpenedSource> {
     return new Map(
-      rankSources(spec).map((s) => [s.dpRank, { kvEvents: s.kvEvents, replay: s.replay || undefined, topic: s.topic ?? this.opts.topic }]),
+      rankSources(spec).map((s) => [s.dpRank, { kvEvents: s.kvEvents, replay: s.replay || undefined, topic: s.topic ?? this.opts.topic, bind: s.bind === true }]),
     );
   }
 
@@ -314,6 +317,7 @@ export class WorkerRegistry {
       workerId: entry.spec.id,
       dpRank,
       endpoint: src.kvEvents,
+      bind: src.bind,
       replayEndpoint: src.replay,
       topic: src.topic,
       logger: this.opts.log,
@@ -362,5 +366,5 @@ export function serving(spec: WorkerSpec, dpRank: number, listened: number): { e
 }
 
 function sameSource(a: OpenedSource, b: OpenedSource): boolean {
-  return a.kvEvents === b.kvEvents && a.replay === b.replay && a.topic === b.topic;
+  return a.kvEvents === b.kvEvents && a.replay === b.replay && a.topic === b.topic && a.bind === b.bind;
 }

@@ -19,6 +19,7 @@ export function staticWorkers(list: StaticWorker[]): WorkerSpec[] {
       replay: w.replay,
       dpSize: w.dpSize * addresses.length,
       ...(start > 0 ? { dpStartRank: start } : {}),
+      ...(w.kvEventsBind ? { kvBind: true } : {}),
       metricsUrl: w.metrics ?? `http://${addresses[0]}/metrics`,
     };
   });
