@@ -55,10 +55,6 @@ export class RankStream {
     return this.#cursor;
   }
 
-  get phase(): Phase["kind"] {
-    return this.#phase.kind;
-  }
-
   /** The cursor as /dump carries it, read in the same step as the rank's blocks. */
   streamCursor(): StreamCursor {
     const c = this.#cursor;
