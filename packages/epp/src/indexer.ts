@@ -17,6 +17,12 @@ export type IndexersOptions = {
    * no bound. A rank the index sees above it is reset: only lost removals or a hostile publisher get there.
    */
   rankCapacity?: (w: WorkerRef) => number | undefined;
+  /**
+   * Told when a model's index drops blocks on its own rather than by an event (a rank over its capacity,
+   * or every rank when a trapped index is replaced: `worker` null), so whatever tracks those ranks' views
+   * (their stream cursors) knows they no longer match the workers.
+   */
+  onViewLost?: (key: string, worker: WorkerRef | null) => void;
 };
 
 export function indexerKey(model: string, tenant: string): string {
@@ -143,6 +149,7 @@ export class Indexers implements DumpSource, DumpTarget {
     if (ix?.index.trapped) {
       ix.index = KvIndex.create({ blockSize: ix.blockSize });
       this.metrics.indexTraps.inc();
+      this.opts.onViewLost?.(ix.key, null);
     }
     return ix;
   }
@@ -203,6 +210,7 @@ export class Indexers implements DumpSource, DumpTarget {
     if (held <= cap) return;
     ix.index.clearWorker(worker);
     this.metrics.rankOverCapacity.inc();
+    this.opts.onViewLost?.(ix.key, worker);
     this.log?.warn({ worker: worker.workerId, rank: worker.dpRank, model: ix.key, blocks: held, capacity: cap }, "worker rank above its KV capacity: its blocks were dropped");
   }
 

@@ -72,6 +72,7 @@ export async function startEpp(cfg: EppConfig, o: { log?: Logger; kubeConfig?: K
   // A rank holds at most what its vLLM says it can (num_gpu_blocks, scraped), else the configured bound.
   const indexers = new Indexers(metrics, log.child({ component: "indexer" }), {
     rankCapacity: (w) => scraper.gpuBlocks(w.workerId, w.dpRank) ?? (cfg.maxBlocksPerRank > 0 ? cfg.maxBlocksPerRank : undefined),
+    onViewLost: (key, w) => handoff.viewLost(key, w),
   });
   indexers.register(cfg.model.name, cfg.model.tenant, cfg.model.blockSize);
   for (const a of cfg.model.loraAdapters) indexers.registerAdapter(a, cfg.model.name);

@@ -65,6 +65,13 @@ export class StreamHandoff {
     this.#ranks.delete(k);
   }
 
+  /** The index dropped a rank's blocks (or every rank's: null) outside the stream: those views are incomplete. */
+  viewLost(key: string, w: WorkerRef | null): void {
+    if (key !== this.opts.liveKey) return;
+    if (w === null) for (const r of this.#ranks.values()) r.viewLost();
+    else this.#ranks.get(workerKey(w))?.viewLost();
+  }
+
   get(w: WorkerRef): RankStream | undefined {
     return this.#ranks.get(workerKey(w));
   }

@@ -167,4 +167,20 @@ describe("the joiner's rule", () => {
     h.r.onSignal({ kind: "batch", seq: 8n, batch: batchOf([{ type: "AllBlocksCleared" }]) });
     expect(h.r.cursor).toEqual({ seq: 8n, baseline: 8n, complete: true });
   });
+
+  test("blocks the index drops by itself (over capacity) leave the view incomplete; a view not yet handed off counts as dropped", () => {
+    const stream = [[{ type: "BlockStored" as const, blockHashes: [1n], parentBlockHash: null, tokenIds: [], blockSize: 16, loraId: null, medium: "GPU" as const }]];
+    const taken = harness(stream, null);
+    taken.r.adopt({ seq: 4n, baseline: 0n });
+    taken.r.viewLost();
+    expect(taken.outcomes).toEqual(["dropped"]);
+    expect(taken.r.cursor.complete).toBe(false);
+    taken.r.onSignal(batch(stream, 0)); // a new stream from seq 0 is complete again
+    expect(taken.r.cursor).toEqual({ seq: 0n, baseline: 0n, complete: true });
+    const live = harness(stream, null);
+    live.r.onSignal(batch(stream, 0));
+    live.r.viewLost();
+    expect(live.r.cursor.complete).toBe(false);
+    expect(live.outcomes).toEqual([]);
+  });
 });

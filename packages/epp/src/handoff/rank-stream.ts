@@ -77,6 +77,21 @@ export class RankStream {
     this.#decide("unknown", dropped);
   }
 
+  /**
+   * The index dropped this rank's blocks by itself (over capacity, a replaced index): the view is empty
+   * while the worker's cache is not. A view taken over and not yet handed off counts as dropped; the stream
+   * then goes on as for a rank nobody knew.
+   */
+  viewLost(): void {
+    const p = this.#phase;
+    this.#cursor = { seq: this.#cursor.seq, baseline: null, complete: false };
+    if (p.kind === "waiting" && p.fromPeer) {
+      this.#phase = { kind: "waiting", at: -1n, fromPeer: false };
+      this.#cursor = { seq: null, baseline: null, complete: false };
+      this.#decide("dropped", 0);
+    }
+  }
+
   /** A peer without cursors: its blocks stay and every buffered event goes on top (as before cursors). */
   overlap(): void {
     this.#phase = { kind: "live" };
