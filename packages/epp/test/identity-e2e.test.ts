@@ -168,3 +168,31 @@ test("a worker whose PUBs connect to the EPP (kvEventsBind): the EPP binds port 
     return (await postJson(`${selection}/score`, { token_ids: p })).body.scores.dialer?.["1"] === 2;
   }, { message: "the connecting publisher's blocks indexed under rank 1" });
 });
+
+test("vLLM's second copy: a whole-block prompt sent again stores its last block twice; evicting one copy leaves the hit whole", async () => {
+  const ip = "127.0.4.46";
+  const w = await startMockWorker({ listen: ip, port: 0, kvEvents: `tcp://${ip}:5557`, speed: 0, blockSize: BLOCK, capacityBlocks: 4, logLevel: "silent" });
+  cleanups.push(() => w.close());
+  const epp = await startTestEpp([{ id: "copies", address: `${ip}:8000`, kvEvents: `tcp://${ip}:5557` }]);
+  cleanups.push(() => epp.stop({ graceMs: 200 }));
+  const selection = `http://127.0.4.1:${epp.ports.selection}`;
+  const send = (p: number[]) => fetch(`${w.url}/v1/completions`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ prompt: p, max_tokens: 1 }) });
+  const score = async (p: number[]) => (await postJson(`${selection}/score`, { token_ids: p })).body.scores.copies?.["0"] ?? 0;
+  await waitFor(async () => {
+    const p = tokens(BLOCK, 3000 + Math.floor(Math.random() * 1e6));
+    await send(p);
+    await Bun.sleep(20);
+    return (await score(p)) === 1;
+  }, { message: "the EPP subscribed" });
+  await fetch(`${w.url}/reset_prefix_cache`, { method: "POST" });
+  const cache = w.ranks[0]!.cache;
+  const p = tokens(BLOCK * 2, 1);
+  await send(p);
+  await send(p); // the last block is recomputed and cached again: a second copy
+  expect([...cache.copies().values()].sort()).toEqual([1, 2]);
+  await send(tokens(BLOCK * 2, 2)); // needs two slots, one is free: the older copy of p's last block goes
+  expect([...cache.copies().values()].sort()).toEqual([1, 1, 1, 1]);
+  expect(cache.peekHitBlocks(Uint32Array.from(p))).toBe(2);
+  await waitFor(async () => (await score(tokens(BLOCK * 2, 2))) === 2, { message: "the evicting batch applied" });
+  expect(await score(p)).toBe(2);
+});
