@@ -155,15 +155,19 @@ export class StreamHandoff {
       if (held.length > 0) this.opts.log.warn({ ranks: held.length }, "recovered dump has no stream cursors (older peer): blocks kept, buffered events applied on top, views not known complete");
       return;
     }
-    const complete = new Set<string>();
+    const taken = new Set<string>();
     for (const c of cursors) {
       const w = { workerId: c.workerId, dpRank: c.dpRank };
-      if (!c.complete || c.seq === null || !this.opts.known(w)) continue;
-      complete.add(workerKey(w));
-      this.#rank(w).adopt({ seq: c.seq, baseline: c.baseline });
+      if (c.seq === null || !this.opts.known(w)) continue;
+      taken.add(workerKey(w));
+      // An incomplete view is taken over too: every way a view becomes incomplete (a gap nobody could
+      // replay, a restart, a stream caught after its start) drops what it held or never had it, so it
+      // holds only blocks the worker holds. Dropping it would make recovery from a replica that started
+      // after its workers, the usual case, carry nothing; it is continued exactly and stays incomplete.
+      this.#rank(w).adopt({ seq: c.seq, baseline: c.baseline, complete: c.complete });
     }
-    // Blocks of a rank the peer did not know completely are not a view anyone can continue exactly.
-    for (const w of held) if (!complete.has(workerKey(w)) && this.opts.known(w)) this.#rank(w).unknownToPeer();
+    // Blocks without a position in the rank's stream cannot be continued exactly.
+    for (const w of held) if (!taken.has(workerKey(w)) && this.opts.known(w)) this.#rank(w).unknownToPeer();
   }
 
   #cursorOf(w: WorkerRef): StreamCursor {

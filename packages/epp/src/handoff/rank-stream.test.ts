@@ -103,7 +103,7 @@ describe("the joiner's rule", () => {
               const fromPeer = c >= 0;
               if (fromPeer) {
                 for (const [k, v] of truthAfter(stream, c)) h.index.set(k, v);
-                h.r.adopt({ seq: BigInt(c), baseline: 0n });
+                h.r.adopt({ seq: BigInt(c), baseline: 0n, complete: true });
               }
               for (let i = s0; i < n; i++) {
                 h.r.onSignal(batch(stream, i));
@@ -146,7 +146,7 @@ describe("the joiner's rule", () => {
         const firstAfter = firstAfterRaw % after.length; // the joiner's listener may miss the new stream's start
         const h = harness(after, null);
         for (const [k, v] of truthAfter(before, c)) h.index.set(k, v);
-        h.r.adopt({ seq: BigInt(c), baseline: 0n });
+        h.r.adopt({ seq: BigInt(c), baseline: 0n, complete: true });
         // Buffered: the old stream after c (what the listener got), the restart, the new stream.
         for (let i = c + 1; i < before.length; i++) h.r.onSignal(batch(before, i));
         h.r.onSignal({ kind: "reset", reason: "restarted" });
@@ -171,7 +171,7 @@ describe("the joiner's rule", () => {
   test("blocks the index drops by itself (over capacity) leave the view incomplete; a view not yet handed off counts as dropped", () => {
     const stream = [[{ type: "BlockStored" as const, blockHashes: [1n], parentBlockHash: null, tokenIds: [], blockSize: 16, loraId: null, medium: "GPU" as const }]];
     const taken = harness(stream, null);
-    taken.r.adopt({ seq: 4n, baseline: 0n });
+    taken.r.adopt({ seq: 4n, baseline: 0n, complete: true });
     taken.r.viewLost();
     expect(taken.outcomes).toEqual(["dropped"]);
     expect(taken.r.cursor.complete).toBe(false);

@@ -61,14 +61,17 @@ export class RankStream {
     return { workerId: this.deps.worker.workerId, dpRank: this.deps.worker.dpRank, seq: c.seq, baseline: c.baseline, complete: c.complete };
   }
 
-  /** The index now holds a peer's complete view of this rank at `peer.seq`; the next signals decide the rest. */
-  adopt(peer: { seq: bigint; baseline: bigint | null }): void {
+  /**
+   * The index now holds a peer's view of this rank at `peer.seq` (complete or not: this view is as complete
+   * as the peer's); the next signals decide the rest.
+   */
+  adopt(peer: { seq: bigint; baseline: bigint | null; complete: boolean }): void {
     this.#phase = { kind: "waiting", at: peer.seq, fromPeer: true };
-    this.#cursor = { seq: peer.seq, baseline: peer.baseline, complete: true };
+    this.#cursor = { seq: peer.seq, baseline: peer.baseline, complete: peer.complete };
     this.handoff = "pending";
   }
 
-  /** The peer had blocks of this rank but no complete view: they are not kept, the live stream decides. */
+  /** The peer had blocks of this rank but no position in its stream: they are not kept, the live stream decides. */
   unknownToPeer(): void {
     const dropped = this.deps.index.blocks();
     this.deps.index.clear();
