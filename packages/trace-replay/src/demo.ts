@@ -1,7 +1,8 @@
 // `bun run demo`: the whole thing on one machine. Mock workers, two EPP replicas (static mode) and a
 // gateway as processes on 127.0.6.x with the standard ports; this process is the client, replaying the
-// trace as OpenAI requests to the gateway, which routes each through a replica's ext_proc to a worker;
-// midway one replica is killed and a new one recovers its index from the survivor. Ctrl-C stops every
+// trace as OpenAI requests to the gateway, which routes each through a replica's ext_proc to a worker
+// and passes the response back through the same ext_proc stream; midway one replica is drained and
+// killed, and a new one recovers its index from the survivor. Ctrl-C stops every
 // child.
 import { mkdirSync } from "node:fs";
 import { resolve } from "node:path";
@@ -76,9 +77,17 @@ async function main(o: DemoOptions): Promise<number> {
     const killAt = o.killAt > 0 ? Math.max(1, Math.floor(records.length * o.killAt)) : undefined;
 
     const replaceReplica = async () => {
-      progress.log(`  midway (${killAt} requests sent): killing ${a.name} (SIGKILL), starting ${c.name} with peers ${a.ip}, ${b.ip}`);
+      progress.log(`  midway (${killAt} requests sent): draining ${a.name}, then killing it (SIGKILL) and starting ${c.name} with peers ${a.ip}, ${b.ip}`);
       replicas = replicas.filter((r) => r !== a.name);
       await setGatewayReplicas(l, replicas);
+      // Its responses pass through its ext_proc streams: taken out of the gateway first, it is killed once
+      // they have ended (as a rolling update drains), so none fails and its scrape holds all it routed.
+      const drainStart = performance.now();
+      const drained = await waitUntil(`${a.name} drained`, async () => {
+        const m = await scrapeEppMetrics(eppMetricsUrl(a.ip));
+        return !("failed" in m) && m.inflight === 0;
+      }, 60_000).then(() => true, () => false);
+      progress.log(`  ${a.name} ${drained ? "drained" : "still had requests in flight"} after ${((performance.now() - drainStart) / 1000).toFixed(1)} s`);
       await scrapeEpp(a);
       await children.stop(a.name, { signal: "SIGKILL" });
       stats.mark(`${a.name} killed`);

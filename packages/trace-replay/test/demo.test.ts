@@ -41,6 +41,33 @@ async function readUntil(stream: ReadableStream<Uint8Array>, pattern: RegExp, si
   }
 }
 
+/**
+ * The live routing quality each replica reported, checked against what the load generator saw: every
+ * response it routed came back through its ext_proc stream (one observed TTFT each, its load released
+ * after a response body), and it scored every one whose usage carried cached-token details.
+ */
+function expectRoutingQuality(stdout: string, routedTotal: number): void {
+  const row = /routing quality \(EPPs\)\s+(.*)/.exec(stdout)?.[1] ?? "";
+  const replicas = [...row.matchAll(/(epp-\w): (\d+) routed, (\d+) scored \((\d+) reported no cached-token details\), mean error \S+(?: tokens)?, (\d+) mispredicted, (\d+) TTFTs observed, (\d+) released without a response body/g)];
+  expect(replicas.length, row).toBeGreaterThanOrEqual(2);
+  let scoredTotal = 0;
+  let routedSum = 0;
+  for (const [, name, routed, scored, noDetails, mispredicted, ttfts, unreleased] of replicas.map((m) => m.map(String))) {
+    const [r, sc, nd] = [Number(routed), Number(scored), Number(noDetails)];
+    expect(Number(ttfts), `${name}: ${row}`).toBe(r);
+    expect(Number(unreleased), `${name}: ${row}`).toBe(0);
+    expect(sc, `${name}: ${row}`).toBeLessThanOrEqual(r);
+    expect(sc, `${name}: ${row}`).toBeGreaterThanOrEqual(r - nd);
+    expect(Number(mispredicted)).toBeLessThanOrEqual(sc);
+    scoredTotal += sc;
+    routedSum += r;
+  }
+  expect(routedSum).toBe(routedTotal);
+  expect(scoredTotal).toBeGreaterThan(0);
+  expect(stdout).toMatch(/predicted vs reported\s+EPPs predicted \d+ cached tokens, workers reported \d+, over the \d+ responses/);
+  expect(stdout).toMatch(/TTFT per worker\s+worker-0: EPP p50 [\d.]+ ms \(\d+\), client p50 [\d.]+ ms/);
+}
+
 afterEach(async () => {
   // A failed test must not leave the demo (and through it, its children) running.
   if (demo && demo.exitCode === null) {
@@ -75,6 +102,9 @@ describe("bun run demo", () => {
     expect(check, stdout).not.toBeNull();
     expect(Number(check![3])).toBeGreaterThan(0);
     expect(Number(check![2])).toBe(Number(check![3]));
+    // The responses went back through the replicas (the killed one drained first): their quality metrics moved.
+    expectRoutingQuality(stdout, 50);
+    expect(stdout).toMatch(/epp-a drained after [\d.]+ s/);
     expect(stdout).toMatch(/send lag\s+p50 [\d.]+ ms, p99 [\d.]+ ms .*; \d+ bodies built late\)/);
     const report = /report: (\S+\.html)/.exec(stdout)?.[1];
     expect(report && existsSync(report)).toBe(true);
@@ -99,6 +129,8 @@ describe("bun run demo", () => {
     // Nothing killed, so the replicas' histograms hold every decision the load generator saw.
     const counts = [...(/EPP pick \(own metric\)\s+(.*)/.exec(stdout)?.[1] ?? "").matchAll(/\((\d+) picks\)/g)].map((m) => Number(m[1]));
     expect(counts.reduce((a, b) => a + b, 0)).toBe(20);
+    // Buffered: each response went to the replica whole, and was scored from it all the same.
+    expectRoutingQuality(stdout, 20);
     expect(leftovers()).toEqual([]);
   }, 180_000);
 

@@ -1,6 +1,6 @@
-// Reading the EPP's own pick histogram from its /metrics text.
+// Reading the EPP's own histograms and counters from its /metrics text.
 import { describe, expect, test } from "bun:test";
-import { histogramQuantile, parseHistogram, PICK_HISTOGRAM } from "./epp-metrics.ts";
+import { histogramQuantile, mergeHistograms, parseHistogram, parseHistograms, parseValues, PICK_HISTOGRAM } from "./epp-metrics.ts";
 
 // As prom-client writes it, with a neighbour whose name shares the prefix.
 const exposition = `# HELP dynamo_epp_pick_duration_seconds time from a complete request body to the decision
@@ -38,5 +38,38 @@ describe("EPP pick histogram", () => {
     const h = { buckets: [{ le: 0.01, count: 1 }, { le: Infinity, count: 4 }], count: 4, sum: 1 };
     expect(histogramQuantile(h, 0.99)).toBe(0.01);
     expect(histogramQuantile({ buckets: [{ le: Infinity, count: 0 }], count: 0, sum: 0 }, 0.5)).toBeNaN();
+  });
+});
+
+// The routing-quality families as prom-client writes them: labelled per worker rank.
+const quality = `# TYPE dynamo_epp_cached_tokens_predictions_total counter
+dynamo_epp_cached_tokens_predictions_total{worker="worker-0",dp_rank="0"} 5
+dynamo_epp_cached_tokens_predictions_total{worker="worker-0",dp_rank="1"} 2
+dynamo_epp_cached_tokens_predictions_total{worker="worker-1",dp_rank="0"} 3
+dynamo_epp_observed_ttft_seconds_bucket{le="0.1",worker="worker-0",dp_rank="0"} 1
+dynamo_epp_observed_ttft_seconds_bucket{le="+Inf",worker="worker-0",dp_rank="0"} 4
+dynamo_epp_observed_ttft_seconds_sum{worker="worker-0",dp_rank="0"} 2.5
+dynamo_epp_observed_ttft_seconds_count{worker="worker-0",dp_rank="0"} 4
+dynamo_epp_observed_ttft_seconds_bucket{le="0.1",worker="worker-1",dp_rank="0"} 2
+dynamo_epp_observed_ttft_seconds_bucket{le="+Inf",worker="worker-1",dp_rank="0"} 2
+dynamo_epp_observed_ttft_seconds_sum{worker="worker-1",dp_rank="0"} 0.1
+dynamo_epp_observed_ttft_seconds_count{worker="worker-1",dp_rank="0"} 2
+dynamo_epp_inflight_requests 3
+`;
+
+describe("EPP routing-quality metrics", () => {
+  test("labelled counters and histograms are summed per worker over its ranks; a gauge reads as is", () => {
+    expect(parseValues(quality, "dynamo_epp_cached_tokens_predictions_total", "worker")).toEqual(new Map([["worker-0", 7], ["worker-1", 3]]));
+    const ttft = parseHistograms(quality, "dynamo_epp_observed_ttft_seconds", "worker");
+    expect(ttft.get("worker-0")).toEqual({ buckets: [{ le: 0.1, count: 1 }, { le: Infinity, count: 4 }], count: 4, sum: 2.5 });
+    expect(ttft.get("worker-1")!.count).toBe(2);
+    expect(parseValues(quality, "dynamo_epp_inflight_requests").get("")).toBe(3);
+  });
+
+  test("one worker's histograms from several replicas merge bucket by bucket", () => {
+    const ttft = parseHistograms(quality, "dynamo_epp_observed_ttft_seconds", "worker");
+    const m = mergeHistograms([ttft.get("worker-0")!, ttft.get("worker-1")!])!;
+    expect(m).toEqual({ buckets: [{ le: 0.1, count: 3 }, { le: Infinity, count: 6 }], count: 6, sum: 2.6 });
+    expect(mergeHistograms([])).toBeUndefined();
   });
 });

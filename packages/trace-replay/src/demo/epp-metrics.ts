@@ -3,31 +3,89 @@
 // gateway's round-trip figure, and the prefix overlap it predicted (`dynamo_epp_overlap_ratio`, the
 // chosen worker's cached blocks / request blocks per pick) next to what the workers then reported.
 // Histograms are cumulative per process, so each replica is scraped once, when it stops taking
-// traffic (before it is killed, or at the end).
+// traffic (before it is killed, or at the end). Beside them its live routing quality: per response,
+// the cached tokens it predicted minus those the worker reported (an error histogram), the responses
+// it scored and mispredicted per worker, and the TTFT it observed per worker (decision -> first
+// response body chunk, as the gateway passed the response through ext_proc).
 
 export const PICK_HISTOGRAM = "dynamo_epp_pick_duration_seconds";
 export const OVERLAP_HISTOGRAM = "dynamo_epp_overlap_ratio";
+export const QUALITY_METRICS = {
+  error: "dynamo_epp_cached_tokens_prediction_error",
+  predictions: "dynamo_epp_cached_tokens_predictions_total",
+  mispredictions: "dynamo_epp_cached_tokens_mispredictions_total",
+  ttft: "dynamo_epp_observed_ttft_seconds",
+  inflight: "dynamo_epp_inflight_requests",
+  releasedWithoutResponseBody: "dynamo_epp_released_without_response_body_total",
+} as const;
 
 /** A Prometheus histogram: cumulative counts per upper bound (seconds), +Inf last. */
 export type Histogram = { buckets: { le: number; count: number }[]; count: number; sum: number };
 
-/** Reads histogram `name` (without labels) from Prometheus text exposition; undefined when absent. */
-export function parseHistogram(text: string, name: string): Histogram | undefined {
-  const buckets: { le: number; count: number }[] = [];
-  let count: number | undefined;
-  let sum = 0;
+type Sample = { suffix: string; labels: Record<string, string>; value: number };
+
+/** The samples of metric family `name` in Prometheus text exposition (labels without escapes, as prom-client writes the EPP's). */
+function samples(text: string, name: string): Sample[] {
+  const out: Sample[] = [];
   for (const line of text.split("\n")) {
     if (!line.startsWith(name)) continue;
-    const rest = line.slice(name.length);
-    const value = Number(rest.slice(rest.lastIndexOf(" ") + 1));
-    const le = /^_bucket\{le="([^"]+)"\}/.exec(rest)?.[1];
-    if (le !== undefined) buckets.push({ le: le === "+Inf" ? Infinity : Number(le), count: value });
-    else if (rest.startsWith("_count ")) count = value;
-    else if (rest.startsWith("_sum ")) sum = value;
+    const m = /^([a-z_]*)(?:\{([^}]*)\})? (\S+)$/.exec(line.slice(name.length));
+    if (!m) continue;
+    const labels: Record<string, string> = {};
+    for (const l of (m[2] ?? "").matchAll(/(\w+)="([^"]*)"/g)) labels[l[1]!] = l[2]!;
+    out.push({ suffix: m[1]!, labels, value: Number(m[3]) });
   }
-  if (count === undefined || buckets.length === 0) return undefined;
-  buckets.sort((a, b) => a.le - b.le);
-  return { buckets, count, sum };
+  return out;
+}
+
+/** Histogram `name` per value of label `by` ("" for a histogram without labels); ranks of one worker are summed. */
+export function parseHistograms(text: string, name: string, by?: string): Map<string, Histogram> {
+  const acc = new Map<string, { buckets: Map<number, number>; count?: number; sum: number }>();
+  for (const s of samples(text, name)) {
+    const key = by ? (s.labels[by] ?? "") : "";
+    let h = acc.get(key);
+    if (!h) acc.set(key, (h = { buckets: new Map(), sum: 0 }));
+    if (s.suffix === "_bucket" && s.labels.le !== undefined) {
+      const le = s.labels.le === "+Inf" ? Infinity : Number(s.labels.le);
+      h.buckets.set(le, (h.buckets.get(le) ?? 0) + s.value);
+    } else if (s.suffix === "_count") h.count = (h.count ?? 0) + s.value;
+    else if (s.suffix === "_sum") h.sum += s.value;
+  }
+  const out = new Map<string, Histogram>();
+  for (const [key, h] of acc) {
+    if (h.count === undefined || h.buckets.size === 0) continue;
+    const buckets = [...h.buckets].map(([le, count]) => ({ le, count })).sort((a, b) => a.le - b.le);
+    out.set(key, { buckets, count: h.count, sum: h.sum });
+  }
+  return out;
+}
+
+/** Reads histogram `name` (without labels) from Prometheus text exposition; undefined when absent. */
+export function parseHistogram(text: string, name: string): Histogram | undefined {
+  return parseHistograms(text, name).get("");
+}
+
+/** Counter or gauge `name` summed per value of label `by` (all under "" without `by`). */
+export function parseValues(text: string, name: string, by?: string): Map<string, number> {
+  const out = new Map<string, number>();
+  for (const s of samples(text, name)) {
+    if (s.suffix !== "") continue;
+    const key = by ? (s.labels[by] ?? "") : "";
+    out.set(key, (out.get(key) ?? 0) + s.value);
+  }
+  return out;
+}
+
+/** Sums histograms of the same buckets (one worker's TTFT across replicas). */
+export function mergeHistograms(hs: readonly Histogram[]): Histogram | undefined {
+  if (hs.length === 0) return undefined;
+  const counts = new Map<number, number>();
+  for (const h of hs) for (const b of h.buckets) counts.set(b.le, (counts.get(b.le) ?? 0) + b.count);
+  return {
+    buckets: [...counts].map(([le, count]) => ({ le, count })).sort((a, b) => a.le - b.le),
+    count: hs.reduce((a, h) => a + h.count, 0),
+    sum: hs.reduce((a, h) => a + h.sum, 0),
+  };
 }
 
 /**
@@ -51,7 +109,20 @@ export function histogramQuantile(h: Histogram, q: number): number {
   return prevLe;
 }
 
-export type EppScrape = { pick: Histogram; overlap: Histogram } | { failed: string };
+/** A replica's live routing quality, from the response path the gateway passes through ext_proc. */
+export type RoutingQuality = {
+  /** predicted minus reported cached tokens, one observation per scored response */
+  error: Histogram;
+  /** per worker: responses scored, and of those predicted more than one block off */
+  predictions: Map<string, number>;
+  mispredictions: Map<string, number>;
+  /** per worker: decision -> first response body chunk, seconds */
+  ttft: Map<string, Histogram>;
+  /** routed requests whose load was released with no response body seen */
+  releasedWithoutResponseBody: number;
+};
+
+export type EppScrape = { pick: Histogram; overlap: Histogram; quality: RoutingQuality; inflight: number } | { failed: string };
 
 /** Scrapes one replica's pick and overlap histograms, or says why they could not be read. */
 export async function scrapeEppMetrics(metricsUrl: string): Promise<EppScrape> {
@@ -62,7 +133,17 @@ export async function scrapeEppMetrics(metricsUrl: string): Promise<EppScrape> {
     const pick = parseHistogram(text, PICK_HISTOGRAM);
     const overlap = parseHistogram(text, OVERLAP_HISTOGRAM);
     if (!pick || !overlap) return { failed: `${metricsUrl}: no ${pick ? OVERLAP_HISTOGRAM : PICK_HISTOGRAM}` };
-    return { pick, overlap };
+    const q = QUALITY_METRICS;
+    const error = parseHistogram(text, q.error);
+    if (!error) return { failed: `${metricsUrl}: no ${q.error}` };
+    const quality: RoutingQuality = {
+      error,
+      predictions: parseValues(text, q.predictions, "worker"),
+      mispredictions: parseValues(text, q.mispredictions, "worker"),
+      ttft: parseHistograms(text, q.ttft, "worker"),
+      releasedWithoutResponseBody: parseValues(text, q.releasedWithoutResponseBody).get("") ?? 0,
+    };
+    return { pick, overlap, quality, inflight: parseValues(text, q.inflight).get("") ?? 0 };
   } catch (e) {
     return { failed: `${metricsUrl}: ${e instanceof Error ? e.message : String(e)}` };
   }

@@ -1,10 +1,12 @@
 // The demo's gateway, in a process of its own (what Envoy with GAIE's ext_proc filter is in a cluster):
 // it takes OpenAI requests over HTTP, asks an EPP replica through ext_proc which worker serves each,
-// proxies the request there and streams the answer back untouched, then tells the EPP the response
-// ended so it releases the request's load. Its own process, so the pick latency it measures is not
-// held up by the load generator parsing every worker's stream. What it decided travels back to the
-// load generator in response headers (GATEWAY_HEADERS).
-import { ExtProcClient, RoutingError, type ClientBodyMode, type Routed } from "@kv-epp/epp";
+// proxies the request there and passes the response through the same ext_proc stream, as Envoy does
+// with GAIE's processing mode (ext-proc-exchange.ts): the EPP reads the cached tokens and the first
+// token off it and releases the request's load when it ends. Its own process, so the pick latency it
+// measures is not held up by the load generator parsing every worker's stream. What it decided
+// travels back to the load generator in response headers (GATEWAY_HEADERS).
+import { RoutingError, type ClientBodyMode } from "@kv-epp/epp";
+import { ExtProcGateway, type Exchange } from "./ext-proc-exchange.ts";
 
 export type GatewayReplica = { name: string; address: string };
 
@@ -31,23 +33,23 @@ export type GatewayOptions = {
 export type Gateway = { url: string; stop(): Promise<void> };
 
 export function startGateway(o: GatewayOptions): Gateway {
-  const clients = new Map<string, ExtProcClient>();
+  const clients = new Map<string, ExtProcGateway>();
   const clientOf = (address: string) => {
     let c = clients.get(address);
-    if (!c) clients.set(address, (c = new ExtProcClient(address, o.bodyMode)));
+    if (!c) clients.set(address, (c = new ExtProcGateway(address, o.bodyMode)));
     return c;
   };
   let replicas = o.replicas;
   let turn = 0;
 
   /** Like a gateway with a retry policy: a replica that fails to answer is skipped for the next one. */
-  async function route(path: string, body: Uint8Array, failures: string[]): Promise<{ r: Routed; epp: string } | undefined> {
+  async function route(path: string, body: Uint8Array, failures: string[]): Promise<{ x: Exchange; epp: string } | undefined> {
     const current = replicas;
     const first = turn++;
     for (let i = 0; i < current.length; i++) {
       const replica = current[(first + i) % current.length]!;
       try {
-        return { r: await clientOf(replica.address).route(path, body), epp: replica.name };
+        return { x: await clientOf(replica.address).route(path, body), epp: replica.name };
       } catch (e) {
         if (!(e instanceof RoutingError)) throw e;
         failures.push(`${replica.name}: ${e.message}`);
@@ -62,55 +64,32 @@ export function startGateway(o: GatewayOptions): Gateway {
     const routed = await route(path, body, failures);
     const failureHeader = { [GATEWAY_HEADERS.failures]: encodeURIComponent(JSON.stringify(failures)) };
     if (!routed) return Response.json({ error: "no EPP replica routed the request", failures }, { status: 503, headers: failureHeader });
-    const { r, epp } = routed;
+    const { x, epp } = routed;
     const headers = {
       ...failureHeader,
       [GATEWAY_HEADERS.epp]: epp,
-      [GATEWAY_HEADERS.endpoint]: r.endpoint,
-      [GATEWAY_HEADERS.pickMs]: r.pickMs.toFixed(3),
-      [GATEWAY_HEADERS.writtenAt]: (performance.timeOrigin + r.writtenAt).toFixed(3),
-    };
-    // The replica that routed it may have been killed meanwhile: nothing to release there then.
-    let finished = false;
-    const finish = (status: number) => {
-      if (finished) return;
-      finished = true;
-      void r.finish(status).catch(() => {});
+      [GATEWAY_HEADERS.endpoint]: x.endpoint,
+      [GATEWAY_HEADERS.pickMs]: x.pickMs.toFixed(3),
+      [GATEWAY_HEADERS.writtenAt]: (performance.timeOrigin + x.writtenAt).toFixed(3),
     };
     let upstream: Response;
     try {
-      upstream = await fetch(`http://${r.endpoint}${path}`, { method: "POST", headers: { "content-type": "application/json" }, body });
+      upstream = await fetch(`http://${x.endpoint}${path}`, { method: "POST", headers: { "content-type": "application/json" }, body: x.body, signal: req.signal });
     } catch (e) {
-      finish(502);
-      return Response.json({ error: `worker ${r.endpoint}: ${e instanceof Error ? e.message : String(e)}` }, { status: 502, headers });
+      if (req.signal.aborted) {
+        x.cancel();
+        return new Response(null, { status: 499 });
+      }
+      // Envoy's own reply for an unreachable upstream passes through the filter like any response.
+      upstream = Response.json({ error: `worker ${x.endpoint}: ${e instanceof Error ? e.message : String(e)}` }, { status: 502 });
     }
-    const reader = upstream.body?.getReader();
-    if (!reader) {
-      finish(upstream.status);
-      return new Response(null, { status: upstream.status, headers });
+    try {
+      return await x.respond(upstream, headers);
+    } catch (e) {
+      // The ext_proc stream broke before the response headers were answered (failure_mode_allow false).
+      void upstream.body?.cancel().catch(() => {});
+      return Response.json({ error: `${epp}: ${e instanceof Error ? e.message : String(e)}` }, { status: 500, headers });
     }
-    const stream = new ReadableStream<Uint8Array>({
-      async pull(controller) {
-        try {
-          const { done, value } = await reader.read();
-          if (done) {
-            controller.close();
-            finish(upstream.status);
-          } else controller.enqueue(value);
-        } catch (e) {
-          controller.error(e);
-          finish(502);
-        }
-      },
-      cancel(reason) {
-        finish(499);
-        return reader.cancel(reason);
-      },
-    });
-    return new Response(stream, {
-      status: upstream.status,
-      headers: { ...headers, "content-type": upstream.headers.get("content-type") ?? "text/event-stream" },
-    });
   }
 
   const server = Bun.serve({

@@ -73,7 +73,7 @@ async function oneRequest(req: RequestBody, due: number, o: LoadGenOptions): Pro
   o.stats.picked(worker, epp, Number(h(GATEWAY_HEADERS.pickMs)), Number(h(GATEWAY_HEADERS.writtenAt)) - dueAbs);
   try {
     const usage = res.ok ? await readStream(res, started) : undefined;
-    o.stats.finished(usage ? "ok" : "worker-error", usage);
+    o.stats.finished(usage ? "ok" : "worker-error", usage && { ...usage, epp, worker });
     if (usage) o.stats.lastServed = { body: req.body, worker };
   } catch {
     o.stats.finished("worker-error");
@@ -82,7 +82,8 @@ async function oneRequest(req: RequestBody, due: number, o: LoadGenOptions): Pro
   }
 }
 
-type Usage = { promptTokens: number; cachedTokens: number; ttftMs: number };
+/** `detailed`: the usage had prompt_tokens_details (vLLM writes null there when nothing was cached). */
+type Usage = { promptTokens: number; cachedTokens: number; detailed: boolean; ttftMs: number };
 
 /** Reads a streamed answer: TTFT at the first content chunk (from the request's start), tokens from the usage chunk. */
 async function readStream(res: Response, started: number): Promise<Usage | undefined> {
@@ -109,6 +110,7 @@ async function readStream(res: Response, started: number): Promise<Usage | undef
   return {
     promptTokens: usage.prompt_tokens,
     cachedTokens: usage.prompt_tokens_details?.cached_tokens ?? 0,
+    detailed: usage.prompt_tokens_details?.cached_tokens !== undefined,
     ttftMs: ttftMs ?? performance.now() - started,
   };
 }

@@ -2,7 +2,8 @@
 import { isAbsolute, relative } from "node:path";
 import { cdfPoints, type ReportData } from "../report/data.ts";
 import { ms, pct } from "../report/table.ts";
-import { histogramQuantile, type EppScrape } from "./epp-metrics.ts";
+import { percentile } from "../sim/recorder.ts";
+import { histogramQuantile, mergeHistograms, type EppScrape, type Histogram } from "./epp-metrics.ts";
 import type { DemoOptions } from "./options.ts";
 import { selectCheckText, type SelectCheck } from "./select-check.ts";
 import type { DemoStats } from "./stats.ts";
@@ -39,19 +40,85 @@ export function predictedHitText(s: DemoStats): string {
   );
 }
 
+const signed = (x: number) => `${x >= 0 ? "+" : ""}${x.toFixed(1)}`;
+const scraped = (s: DemoStats) =>
+  [...s.eppScrapes].sort(([x], [y]) => x.localeCompare(y)).flatMap(([n, e]) => ("failed" in e ? [] : [[n, e] as const]));
+const total = (m: Map<string, number>) => [...m.values()].reduce((a, b) => a + b, 0);
+
+/**
+ * Each replica's live routing quality (its /metrics) beside what the load generator saw of the same
+ * requests: routed there, and how many of those had no prompt_tokens_details in their usage (a worker's
+ * null before it ever reported details is not scored), so scored is routed minus at most that.
+ */
+export function routingQualityText(s: DemoStats): string {
+  const parts = scraped(s).map(([name, e]) => {
+    const q = e.quality;
+    const scoredN = q.error.count;
+    const ttfts = [...q.ttft.values()].reduce((a, h) => a + h.count, 0);
+    const mean = scoredN > 0 ? `${signed(q.error.sum / scoredN)} tokens` : "-";
+    const u = s.usageByEpp.get(name);
+    return (
+      `${name}: ${s.picksByEpp.get(name) ?? 0} routed, ${scoredN} scored (${u?.withoutDetails ?? 0} reported no cached-token details), ` +
+      `mean error ${mean}, ${total(q.mispredictions)} mispredicted, ${ttfts} TTFTs observed, ${q.releasedWithoutResponseBody} released without a response body`
+    );
+  });
+  return `${parts.join("; ") || "not scraped"} (error: predicted - reported cached tokens, dynamo_epp_cached_tokens_prediction_error; mispredicted: off by more than one block)`;
+}
+
+/** Cached tokens the replicas predicted for the responses they scored, next to what the workers reported for them. */
+export function predictedCachedText(s: DemoStats): string {
+  let scoredN = 0;
+  let errorSum = 0;
+  let reported = 0;
+  for (const [name, e] of scraped(s)) {
+    scoredN += e.quality.error.count;
+    errorSum += e.quality.error.sum;
+    // A response not scored reported none cached: the reported sum over the scored ones is the replica's whole sum.
+    reported += s.usageByEpp.get(name)?.cachedTokens ?? 0;
+  }
+  if (scoredN === 0) return "no response scored";
+  return `EPPs predicted ${Math.round(reported + errorSum)} cached tokens, workers reported ${reported}, over the ${scoredN} responses the EPPs scored (${signed(errorSum / scoredN)} tokens per response)`;
+}
+
+/** Per worker, over every replica: mispredictions of the scored responses, TTFT the EPPs observed beside the client's. */
+export function perWorkerQualityText(s: DemoStats): { mispredictions: string; ttft: string } {
+  const live = scraped(s);
+  const sum = (w: string, pick: (e: (typeof live)[number][1]) => Map<string, number>) => live.reduce((a, [, e]) => a + (pick(e).get(w) ?? 0), 0);
+  const mispredictions = s.workerIds.map((w) => `${w}: ${sum(w, (e) => e.quality.mispredictions)} of ${sum(w, (e) => e.quality.predictions)}`).join(", ");
+  const ttft = s.workerIds
+    .map((w) => {
+      const h = eppTtft(s, w);
+      const client = s.usageByWorker.get(w)?.ttftMs ?? [];
+      const epp = h && h.count > 0 ? `EPP p50 ${ms(histogramQuantile(h, 0.5) * 1000)} ms (${h.count})` : "EPP -";
+      return `${w}: ${epp}, client p50 ${ms(percentile(client, 0.5))} ms`;
+    })
+    .join("; ");
+  return { mispredictions, ttft };
+}
+
+/** The TTFT the replicas observed for one worker (all workers without `worker`), their histograms summed. */
+export function eppTtft(s: DemoStats, worker?: string): Histogram | undefined {
+  return mergeHistograms(scraped(s).flatMap(([, e]) => [...e.quality.ttft].filter(([w]) => worker === undefined || w === worker).map(([, h]) => h)));
+}
+
 export function summaryRows(s: DemoStats, recovery: RecoveryReport | undefined, check?: SelectCheck): [string, string][] {
   const perWorker = s.workerIds.map((w) => `${w}: ${s.picksByWorker.get(w) ?? 0}`).join(", ");
   const perEpp = [...s.picksByEpp].map(([e, n]) => `${e}: ${n}`).join(", ");
+  const quality = perWorkerQualityText(s);
   return [
     ["requests", `${s.done} done (${s.outcomes.ok} ok, ${s.outcomes["routing-error"]} routing errors, ${s.outcomes["worker-error"]} worker errors), ${s.rerouted} rerouted`],
     ["routing failures", [...s.routingErrors].map(([why, n]) => `${n}x ${why}`).join("; ") || "none"],
     ["prefix-cache hit rate", `${pct(s.hitRate)} (${s.cachedTokens} of ${s.promptTokens} prompt tokens cached, per the workers' usage)`],
     ["hit rate per request", predictedHitText(s)],
     ["tokenization check", selectCheckText(check)],
+    ["routing quality (EPPs)", routingQualityText(s)],
+    ["predicted vs reported", predictedCachedText(s)],
+    ["mispredicted per worker", quality.mispredictions],
     ["TTFT", `p50 ${ms(s.ttftP(0.5))} ms, p99 ${ms(s.ttftP(0.99))} ms (client: request sent to the gateway -> first streamed token; includes routing; mock timing model)`],
     ["pick latency", `p50 ${ms(s.pickP(0.5))} ms, p99 ${ms(s.pickP(0.99))} ms (gateway process: ext_proc request headers written -> routing answer, body shipped both ways)`],
     ["EPP pick (own metric)", `${[...s.eppScrapes].sort(([x], [y]) => x.localeCompare(y)).map(([n, h]) => eppPickText(n, h)).join("; ") || "not scraped"} (dynamo_epp_pick_duration_seconds: complete body -> decision, inside the EPP: parse, tokenize, pick)`],
     ["send lag", `p50 ${ms(s.sendLagP(0.5))} ms, p99 ${ms(s.sendLagP(0.99))} ms (trace arrival instant at the load generator -> ext_proc request headers written by the gateway; ${s.lateBodies} bodies built late)`],
+    ["TTFT per worker", `${quality.ttft} (EPP: its decision -> first response body chunk through ext_proc, dynamo_epp_observed_ttft_seconds)`],
     ["picks per worker", perWorker],
     ["picks per EPP replica", perEpp],
     ["recovery", recoveryText(recovery)],
@@ -79,7 +146,10 @@ export function demoReportData(o: DemoOptions, s: DemoStats, recovery: RecoveryR
           : "/v1/completions with the prompt as token ids (one PRNG stream per trace block)",
       ],
       ["workers", `${o.workers} x ${o.capacityBlocks} blocks of ${o.blockSize} tokens, timing speed ${o.speed}`],
-      ["ext_proc", `request body mode ${o.bodyMode} (gateway and EPPs)`],
+      [
+        "ext_proc",
+        `request and response body mode ${o.bodyMode === "full-duplex" ? "FULL_DUPLEX_STREAMED" : "BUFFERED (the client gets each response whole)"} (gateway and EPPs); the response passes through the EPP`,
+      ],
     ],
     table: { columns: ["summary", ""], rows: summaryRows(s, recovery, check) },
     timeAxis: "seconds since start",
@@ -90,7 +160,10 @@ export function demoReportData(o: DemoOptions, s: DemoStats, recovery: RecoveryR
       { name: "workers: mean per request", points: s.requestHitSeries() },
       { name: "EPP predicted: mean per pick", points: s.predictedSeries() },
     ],
-    ttftCdf: [{ name: "every request", points: cdfPoints(s.ttftMs) }],
+    ttftCdf: [
+      { name: "every request", points: cdfPoints(s.ttftMs) },
+      { name: "EPPs observed: decision -> first response chunk", points: histogramCdf(eppTtft(s)) },
+    ],
     workerLoad: [
       {
         name: "in flight per worker (client's view)",
@@ -98,4 +171,10 @@ export function demoReportData(o: DemoOptions, s: DemoStats, recovery: RecoveryR
       },
     ],
   };
+}
+
+/** A histogram (seconds) as CDF points in ms at its finite bounds. */
+function histogramCdf(h: Histogram | undefined): [number, number][] {
+  if (!h || h.count === 0) return [];
+  return h.buckets.filter((b) => b.le !== Infinity).map((b) => [b.le * 1000, Math.round((b.count / h.count) * 1000) / 1000]);
 }

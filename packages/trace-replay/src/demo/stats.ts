@@ -5,6 +5,12 @@ import type { EppScrape } from "./epp-metrics.ts";
 
 export type Outcome = "ok" | "routing-error" | "worker-error";
 
+/** A served request as the load generator read it: the worker's usage, its TTFT, who routed it where. */
+export type Served = { promptTokens: number; cachedTokens: number; detailed: boolean; ttftMs: number; epp: string; worker: string };
+
+/** Per replica or per worker: what the workers' usage said about the requests served there. */
+export type UsageTally = { served: number; cachedTokens: number; withoutDetails: number; ttftMs: number[] };
+
 export class DemoStats {
   sent = 0;
   done = 0;
@@ -30,6 +36,9 @@ export class DemoStats {
   readonly ttftMs: number[] = [];
   readonly picksByWorker = new Map<string, number>();
   readonly picksByEpp = new Map<string, number>();
+  /** the workers' usage of the requests each replica routed, and of those each worker served */
+  readonly usageByEpp = new Map<string, UsageTally>();
+  readonly usageByWorker = new Map<string, UsageTally>();
   private readonly inflight = new Map<string, number>();
   /** per second since start, of the requests finished in it: [prompt tokens, cached tokens, sum of cached/prompt, requests] */
   private readonly hitBuckets: [number, number, number, number][] = [];
@@ -67,10 +76,18 @@ export class DemoStats {
     this.inflight.set(worker, (this.inflight.get(worker) ?? 1) - 1);
   }
 
-  finished(outcome: Outcome, r?: { promptTokens: number; cachedTokens: number; ttftMs: number }): void {
+  finished(outcome: Outcome, r?: Served): void {
     this.done++;
     this.outcomes[outcome]++;
     if (!r) return;
+    for (const [m, key] of [[this.usageByEpp, r.epp], [this.usageByWorker, r.worker]] as const) {
+      let t = m.get(key);
+      if (!t) m.set(key, (t = { served: 0, cachedTokens: 0, withoutDetails: 0, ttftMs: [] }));
+      t.served++;
+      t.cachedTokens += r.cachedTokens;
+      if (!r.detailed) t.withoutDetails++;
+      t.ttftMs.push(r.ttftMs);
+    }
     this.promptTokens += r.promptTokens;
     this.cachedTokens += r.cachedTokens;
     const ratio = r.promptTokens > 0 ? r.cachedTokens / r.promptTokens : 0;
