@@ -11,7 +11,7 @@
 //   processor_state.cc), so the client gets the whole response at once.
 // The demo's own client: @kv-epp/epp's ExtProcClient (the cluster simulation's) stops at the route.
 import type * as grpc from "@grpc/grpc-js";
-import { DESTINATION_HEADER, extProcChannel, loadProtos, RoutingError, type ClientBodyMode, type ProcessingRequest } from "@kv-epp/epp";
+import { DESTINATION_HEADER, extProcChannel, loadProtos, METADATA_NAMESPACE, RoutingError, type ClientBodyMode, type ProcessingRequest } from "@kv-epp/epp";
 
 type HeaderValue = { key: string; raw_value?: Uint8Array; value?: string };
 type HeaderMutation = { set_headers?: { header?: HeaderValue }[]; remove_headers?: string[] };
@@ -26,6 +26,8 @@ type ExtProcStub = grpc.Client & { Process(): Call };
 
 const enc = new TextEncoder();
 const EMPTY = new Uint8Array(0);
+/** GAIE's metadata key for the endpoint that served a request (the EPP's SERVED_KEY). */
+const SERVED_KEY = "x-gateway-destination-endpoint-served";
 const header = (key: string, value: string) => ({ key, raw_value: enc.encode(value) });
 const valueOf = (h: HeaderValue) => (h.raw_value && h.raw_value.length > 0 ? Buffer.from(h.raw_value).toString() : (h.value ?? ""));
 // Not forwarded as they came: the body may be rewritten (Envoy drops content-length with body
@@ -37,6 +39,8 @@ export type Exchange = {
   endpoint: string;
   /** the request body to send upstream: what the EPP handed back (full duplex) or the original */
   body: Uint8Array;
+  /** the headers the EPP set on the request (the destination, a DP rank), for the upstream request */
+  headers: Record<string, string>;
   /** from the request headers written to the HTTP/2 stream to the routing answer, ms */
   pickMs: number;
   /** performance.now() when the request headers were written to the HTTP/2 stream */
@@ -81,9 +85,11 @@ export class ExtProcGateway {
       return {
         endpoint,
         body: upstreamBody,
+        headers: setHeaders(common?.header_mutation),
         pickMs: answeredAt - started,
         writtenAt: started,
-        respond: (upstream, extra) => (fullDuplex ? respondStreamed(call, answers, upstream, extra) : respondBuffered(call, answers, upstream, extra)),
+        respond: (upstream, extra) =>
+          fullDuplex ? respondStreamed(call, answers, endpoint, upstream, extra) : respondBuffered(call, answers, endpoint, upstream, extra),
         cancel: () => call.cancel(),
       };
     } catch (e) {
@@ -106,10 +112,24 @@ function requestHeaders(path: string, bodyMode: "FULL_DUPLEX_STREAMED" | "BUFFER
   };
 }
 
-function responseHeaders(upstream: Response, bodyFollows: boolean) {
+/**
+ * The response headers, with the endpoint that served the request in the envoy.lb metadata
+ * (GAIE's x-gateway-destination-endpoint-served: the data plane reports where it sent the request).
+ */
+function responseHeaders(upstream: Response, served: string, bodyFollows: boolean): ProcessingRequest {
   const headers = [header(":status", String(upstream.status))];
   upstream.headers.forEach((v, k) => void (HOP_BY_HOP.has(k) || headers.push(header(k, v))));
-  return { response_headers: { headers: { headers }, end_of_stream: !bodyFollows } };
+  return {
+    response_headers: { headers: { headers }, end_of_stream: !bodyFollows },
+    metadata_context: { filter_metadata: { [METADATA_NAMESPACE]: { fields: { [SERVED_KEY]: { stringValue: served } } } } },
+  };
+}
+
+/** A header mutation's set headers, as the data plane applies them to the upstream request. */
+function setHeaders(m: HeaderMutation | undefined): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const s of m?.set_headers ?? []) if (s.header && !s.header.key.startsWith(":") && !HOP_BY_HOP.has(s.header.key)) out[s.header.key] = valueOf(s.header);
+  return out;
 }
 
 function clientHeaders(upstream: Response, extra: Record<string, string>, ...mutations: (HeaderMutation | undefined)[]): Headers {
@@ -124,16 +144,30 @@ function clientHeaders(upstream: Response, extra: Record<string, string>, ...mut
 }
 
 /** Full duplex: upstream chunks go to the EPP as they come; the client gets the EPP's chunks back. */
-async function respondStreamed(call: Call, answers: Answers, upstream: Response, extra: Record<string, string>): Promise<Response> {
+async function respondStreamed(call: Call, answers: Answers, served: string, upstream: Response, extra: Record<string, string>): Promise<Response> {
   const reader = upstream.body?.getReader();
-  call.write(responseHeaders(upstream, reader !== undefined));
+  call.write(responseHeaders(upstream, served, reader !== undefined));
+  // One response_body per event-loop turn of upstream data, what was read by then (as Envoy sends one
+  // per socket read): a gateway that falls behind sends fewer, larger chunks instead of queueing more.
   const pump = async (r: NonNullable<typeof reader>) => {
+    const pending: Uint8Array[] = [];
+    let flushed: Promise<void> | undefined;
+    const flush = async () => {
+      await new Promise<void>((resolve) => setImmediate(resolve));
+      const body = pending.length === 1 ? pending[0]! : Buffer.concat(pending.splice(0));
+      pending.length = 0;
+      flushed = undefined;
+      await write(call, { response_body: { body, end_of_stream: false } }).catch(() => call.cancel());
+    };
     try {
       for (;;) {
         const { done, value } = await r.read();
         if (done) break;
-        if (value.length > 0) await write(call, { response_body: { body: value, end_of_stream: false } });
+        if (value.length === 0) continue;
+        pending.push(value);
+        flushed ??= flush();
       }
+      await flushed;
       await write(call, { response_body: { body: EMPTY, end_of_stream: true } });
     } catch {
       call.cancel(); // the upstream broke (or the client left): Envoy resets the ext_proc stream
@@ -176,9 +210,9 @@ async function respondStreamed(call: Call, answers: Answers, upstream: Response,
 }
 
 /** Buffered: the whole body, then one answer for it; nothing reaches the client before that. */
-async function respondBuffered(call: Call, answers: Answers, upstream: Response, extra: Record<string, string>): Promise<Response> {
+async function respondBuffered(call: Call, answers: Answers, served: string, upstream: Response, extra: Record<string, string>): Promise<Response> {
   const hasBody = upstream.body !== null;
-  call.write(responseHeaders(upstream, hasBody));
+  call.write(responseHeaders(upstream, served, hasBody));
   try {
     const [h, whole] = await Promise.all([answers.until("response_headers"), hasBody ? upstream.bytes() : Promise.resolve(EMPTY)]);
     let bodyMutation: Common | undefined;

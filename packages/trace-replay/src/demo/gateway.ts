@@ -74,7 +74,7 @@ export function startGateway(o: GatewayOptions): Gateway {
     };
     let upstream: Response;
     try {
-      upstream = await fetch(`http://${x.endpoint}${path}`, { method: "POST", headers: { "content-type": "application/json" }, body: x.body, signal: req.signal });
+      upstream = await fetch(`http://${x.endpoint}${path}`, { method: "POST", headers: { "content-type": "application/json", ...x.headers }, body: x.body, signal: req.signal });
     } catch (e) {
       if (req.signal.aborted) {
         x.cancel();
