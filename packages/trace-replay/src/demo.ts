@@ -80,6 +80,8 @@ async function main(o: DemoOptions): Promise<number> {
       progress.log(`  midway (${killAt} requests sent): draining ${a.name}, then killing it (SIGKILL) and starting ${c.name} with peers ${a.ip}, ${b.ip}`);
       replicas = replicas.filter((r) => r !== a.name);
       await setGatewayReplicas(l, replicas);
+      // Read now for when its picks were made (the chart), and again once drained for all it scored.
+      await scrapeEpp(a);
       // Its responses pass through its ext_proc streams: taken out of the gateway first, it is killed once
       // they have ended (as a rolling update drains), so none fails and its scrape holds all it routed.
       const drainStart = performance.now();
