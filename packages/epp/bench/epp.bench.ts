@@ -172,6 +172,19 @@ async function main() {
   // Warm both servers (JIT, connection set-up) before anything is measured.
   for (const s of servers) await loadgen(s, TARGET_RATE);
   const runs = await sweep(servers);
+  // TLS against h2c at the target rate, whatever the sweep dropped: three runs each, alternating, the
+  // median p99 of each (the machine's noise hits both alike).
+  const pair = [servers[0]!, servers[1]!];
+  const atTarget = new Map(pair.map((s) => [s.name, [] as Run[]]));
+  for (let i = 0; i < 3; i++)
+    for (const s of i % 2 === 0 ? pair : [...pair].reverse()) {
+      const r = await loadgen(s, TARGET_RATE);
+      atTarget.get(s.name)!.push(r);
+      show(`${s.name}@${TARGET_RATE}`, r);
+    }
+  const median = (runs: Run[], k: "p99" | "cpuUs") => [...runs].sort((a, b) => a[k] - b[k])[1]![k];
+  const tlsRuns = atTarget.get("kv-epp/tls")!;
+  const h2cRuns = atTarget.get("kv-epp/h2c")!;
   // The same EPP in BUFFERED mode at the target rate: no body handed back over gRPC.
   const buffered = await loadgen(servers[0]!, TARGET_RATE, "buffered");
   show("kv-epp/buffered", buffered);
@@ -187,7 +200,8 @@ async function main() {
   peer.stop(true);
 
   const at500 = kv.find((r) => r.rate === TARGET_RATE);
-  const h2cAt500 = kvH2c.find((r) => r.rate === TARGET_RATE);
+  const tlsP99 = median(tlsRuns, "p99");
+  const h2cP99 = median(h2cRuns, "p99");
   const lines = [
     `# bench:epp report`,
     ``,
@@ -212,13 +226,15 @@ async function main() {
       ...kvH2c.map((r) => ["kv-epp (h2c, --secure-serving=false)", r] as const),
       ...base.map((r) => ["baseline (grpc-js, JSON.parse, round-robin)", r] as const),
       ...floor.map((r) => ["floor (node:http2, no gRPC library, no JSON)", r] as const),
+      ...tlsRuns.map((r) => ["kv-epp (TLS), target-rate run", r] as const),
+      ...h2cRuns.map((r) => ["kv-epp (h2c), target-rate run", r] as const),
       ["kv-epp (TLS, BUFFERED mode)", buffered] as const,
     ].map(
       ([n, r]) => `| ${n} | ${r.rate} | ${r.achieved.toFixed(0)} | ${r.p50.toFixed(3)} | ${r.p90.toFixed(3)} | ${r.p99.toFixed(3)} | ${r.max.toFixed(2)} | ${r.cpuUs.toFixed(0)} |`,
     ),
     ``,
     `Target p99 <= ${TARGET_P99_MS} ms at ${TARGET_RATE}/s (TLS): ${at500 ? `p99 ${at500.p99.toFixed(3)} ms, ${at500.p99 <= TARGET_P99_MS ? "met" : "NOT met"}` : "not reached"}.`,
-    `Cost of TLS at ${TARGET_RATE}/s: p99 ${at500 && h2cAt500 ? `${at500.p99.toFixed(3)} ms (TLS) vs ${h2cAt500.p99.toFixed(3)} ms (h2c), ${(at500.p99 - h2cAt500.p99 >= 0 ? "+" : "")}${(at500.p99 - h2cAt500.p99).toFixed(3)} ms; server CPU ${at500.cpuUs.toFixed(0)} vs ${h2cAt500.cpuUs.toFixed(0)} µs/decision` : "not measured"}.`,
+    `Cost of TLS at ${TARGET_RATE}/s (median of 3 alternating runs each): p99 ${tlsP99.toFixed(3)} ms (TLS) vs ${h2cP99.toFixed(3)} ms (h2c), ${tlsP99 - h2cP99 >= 0 ? "+" : ""}${(tlsP99 - h2cP99).toFixed(3)} ms; server CPU ${median(tlsRuns, "cpuUs").toFixed(0)} vs ${median(h2cRuns, "cpuUs").toFixed(0)} µs/decision.`,
     `Max sustained rate (answered >= 95% of offered within the window, p99 <= ${SUSTAINED_P99_MS} ms, no errors): kv-epp TLS ${sustained(kv)}/s, kv-epp h2c ${sustained(kvH2c)}/s, baseline ${sustained(base)}/s (highest step tried: ${RATES.at(-1)}/s).`,
     `Max rate with p99 <= ${TARGET_P99_MS} ms: kv-epp TLS ${withinTarget(kv)}/s, kv-epp h2c ${withinTarget(kvH2c)}/s, baseline ${withinTarget(base)}/s, floor ${withinTarget(floor)}/s.`,
   ];

@@ -74,6 +74,7 @@ describe("config", () => {
     [["--config", file, "--tls-cert-file", "/c.pem"], /--tls-cert-file and --tls-key-file go together/],
     [["--config", file, "--secure-serving=false", "--tls-cert-file", "/c.pem", "--tls-key-file", "/k.pem"], /--tls-cert-file is given but --secure-serving is false/],
     [["--config", file, "--frobnicate", "1"], /frobnicate/],
+    [["--config", file, "--objective-priorities", "batch=-1,chat"], /--objective-priorities.*"chat" \(expected name=integer\)/],
     [["--config", file, "--grpc-port="], /--grpc-port: ""/],
     [["--config", file, "--grpc-port", "0x10"], /--grpc-port: "0x10"/],
     [["--config", file, "--temperature", " "], /--temperature: " "/],
