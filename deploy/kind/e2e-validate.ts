@@ -1,5 +1,5 @@
-// The validation scenario of the kind e2e (issue 7, steps 1-5, plus 6: the workers' attachment
-// intents, issue 11), run by e2e.sh once the manifests are applied. Everything goes through kubectl: pod state from `get -o json`, logs from `logs`, and the
+// The validation scenario of the kind e2e (steps 1-5 of the cluster-sim scenario, plus 6: the workers' attachment
+// intents), run by e2e.sh once the manifests are applied. Everything goes through kubectl: pod state from `get -o json`, logs from `logs`, and the
 // EPPs' own endpoints (metrics, /dump, /select) from inside the EPP pods with `exec ... bun -e`,
 // so the script needs no port-forward and works under the NetworkPolicy overlay too.
 // Exits 1 at the first failed step. Uses only Bun and kubectl (deploy/ has no dependencies).

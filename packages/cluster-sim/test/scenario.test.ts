@@ -1,4 +1,4 @@
-// The validation scenario of issue 7 (the same five steps deploy/kind/e2e-validate.ts runs on kind),
+// The validation scenario (the same five steps deploy/kind/e2e-validate.ts runs on kind),
 // against deploy/base in the cluster simulation: two EPP replicas and two mock workers as real
 // processes, each pod on its own 127.0.5.x with the standard ports, a fake API server holding the EPP
 // to its Role, a simulated kubelet (grpc readiness probe, preStop, SIGTERM) and EndpointSlice
@@ -111,7 +111,7 @@ function expectNothingForbidden(): void {
 }
 
 /**
- * Subscribe first (DESIGN 7.1), checked in a recovering replica's log: "subscribed" comes before
+ * Subscribe first (docs/CONTRACTS.md §8 rule 1), checked in a recovering replica's log: "subscribed" comes before
  * "recovered ... from peer", and the subscription is real by then: for every worker, the listener in
  * place when the dump is fetched (the last one added: pod discovery and the intents may each have
  * produced one) has connected before the fetch (a listener still connecting misses what is published

@@ -7,7 +7,7 @@ import { staticWorkers } from "./workers/static.ts";
 const file = writeStaticConfig([{ id: "a", address: "127.0.4.1:8000", kvEvents: "tcp://127.0.4.1:5557" }], ["http://127.0.4.2:9093"]);
 
 describe("config", () => {
-  test("defaults follow DESIGN.md 10; static peers enable static recovery", () => {
+  test("defaults follow the fixed names (docs/CONTRACTS.md §11); static peers enable static recovery", () => {
     const c = parseConfig(["--config", file], {});
     expect(c.ports).toEqual({ grpc: 9002, grpcHealth: 9003, metrics: 9090, replicaAgg: 9092, selection: 9093 });
     expect(c.listen).toBe("0.0.0.0");

@@ -14,7 +14,7 @@ export class ConfigError extends Error {}
 type Kind = "string" | "port" | "int" | "number" | "bool";
 type Option = { flag: string; env: string; kind: Kind; default?: string; help: string };
 
-/** Every option is a flag and an environment variable (DESIGN.md 10); extra options follow the same naming. */
+/** Every option is a flag and an environment variable (docs/CONTRACTS.md §11); extra options follow the same naming. */
 export const OPTIONS = {
   config: { flag: "config", env: "DYN_EPP_CONFIG", kind: "string", help: "static config file (YAML/JSON)" },
   listen: { flag: "listen", env: "DYN_EPP_LISTEN", kind: "string", default: "0.0.0.0", help: "address every server binds" },
@@ -129,7 +129,7 @@ function splitList(v: string | undefined): string[] {
 
 export type BodyMode = "auto" | "buffered" | "full-duplex";
 
-/** The replica-agg endpoint a static peer gets when it names none (DESIGN.md §10). */
+/** The replica-agg endpoint a static peer gets when it names none (docs/CONTRACTS.md §11). */
 export const DEFAULT_REPLICA_AGG_PORT = 9092;
 
 export type ReplicaAggConfig =
@@ -201,7 +201,7 @@ export type EppConfig = {
   logLevel: string;
 };
 
-/** The replica-agg endpoint of a static peer (DESIGN.md §10). */
+/** The replica-agg endpoint of a static peer (docs/CONTRACTS.md §11). */
 export function staticSiblingEndpoint(peer: string | { url: string; replicaAgg?: string }, defaultPort: number): string {
   if (typeof peer !== "string" && peer.replicaAgg) return peer.replicaAgg;
   const host = new URL(typeof peer === "string" ? peer : peer.url).hostname; // IPv6 stays bracketed

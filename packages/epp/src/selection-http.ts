@@ -1,5 +1,5 @@
 // selection-http (Hono on Bun.serve): GET /dump for peers, and read-only views of the picker:
-// POST /score, POST /select (a dry run: records no load), GET /workers. Shapes: DESIGN.md 10.
+// POST /score, POST /select (a dry run: records no load), GET /workers. Shapes: docs/CONTRACTS.md §10.
 import { parseWorkerKey } from "@kv-epp/index-wasm";
 import { dumpHandler, type DumpSource, type RecoveryOutcome } from "@kv-epp/recovery";
 import { Hono } from "hono";
@@ -62,7 +62,7 @@ function kvShapeFields(indexers: Indexers, w: { workerId: string; dpRank: number
   };
 }
 
-/** GET /workers' load columns, beside the DESIGN.md fields. */
+/** GET /workers' load columns, beside the contract's fields (docs/CONTRACTS.md §10). */
 function loadFields(load: SelectionDeps["load"], key: string) {
   return {
     active_requests: load.own.requests(key),

@@ -1,4 +1,4 @@
-// Process level (issue 10): four mock workers, EPP replicas as processes, each "pod" on its own loopback
+// Process level: four mock workers, EPP replicas as processes, each "pod" on its own loopback
 // address (127.0.8.x) with the standard ports. The test plays the gateway: it asks a replica over
 // ext_proc, calls the chosen worker, and ends the ext_proc response phase when the worker has answered.
 //

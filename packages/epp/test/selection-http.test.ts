@@ -1,4 +1,4 @@
-// selection-http shapes (DESIGN.md 10): /score, /select (dry run), /workers, errors.
+// selection-http shapes (docs/CONTRACTS.md §10): /score, /select (dry run), /workers, errors.
 import { afterAll, beforeAll, expect, test } from "bun:test";
 import { waitFor } from "@kv-epp/testkit";
 import type { EppHandle } from "../src/main.ts";

@@ -1,5 +1,5 @@
 // XXH3-64 with a seed, written from the xxHash specification (doc/xxhash_spec.md): the local block hash
-// of DESIGN.md section 3. WebAssembly has no 64x64->128 multiply, so mul128Fold64 composes 32-bit halves.
+// of docs/CONTRACTS.md §3. WebAssembly has no 64x64->128 multiply, so mul128Fold64 composes 32-bit halves.
 
 const PRIME32_1: u64 = 0x9E3779B1;
 const PRIME32_2: u64 = 0x85EBCA77;

@@ -4,7 +4,7 @@
 import { parseEndpoint } from "@kv-epp/kv-events";
 import { z } from "zod";
 
-/** The one KV-event protocol a host can attach to: vLLM's ZeroMQ PUB stream (DESIGN.md 4). */
+/** The one KV-event protocol a host can attach to: vLLM's ZeroMQ PUB stream (docs/CONTRACTS.md §4). */
 export const VLLM_KV_EVENTS_PROTOCOL = "vllm-zmq-kv-events";
 /** Version of the host advertisement; a worker only addresses hosts of this version. */
 export const HOST_PROTOCOL_VERSION = 1;
@@ -14,7 +14,7 @@ export const INTENT_RECORD_VERSION = 1;
 /** Who owns a cache whose blocks the rank reports (e.g. the GPU KV cache, an offload tier). */
 export type CacheOwner = {
   id: string;
-  /** The indexer this cache's blocks belong to: `"<model>:<tenant>"` (DESIGN.md 3). */
+  /** The indexer this cache's blocks belong to: `"<model>:<tenant>"` (docs/CONTRACTS.md §1). */
   indexerDomain: string;
 };
 

@@ -1,5 +1,5 @@
 // One listener per worker rank: subscribes to the worker's PUB, decodes batches, tracks seq
-// and hands an ordered stream of signals to a sink (DESIGN.md §4 consumer rules):
+// and hands an ordered stream of signals to a sink (docs/CONTRACTS.md §4 consumer rules):
 //  - the first message sets the baseline;
 //  - a gap replays from the gap over the replay endpoint when one is configured, and falls back
 //    to a reset ("gap-unrecovered") when the replay does not cover it;

@@ -1,4 +1,4 @@
-// vLLM's replay protocol (DESIGN.md §4), spoken between a DEALER client and a ROUTER server:
+// vLLM's replay protocol (docs/CONTRACTS.md §4), spoken between a DEALER client and a ROUTER server:
 //   request:  ["", start_seq (8 B BE)]
 //   replies:  ["", topic, seq, payload] (newer vLLM) or ["", seq, payload] (older), one per
 //             buffered batch with seq >= start, then an end marker with seq = -1 (8 x 0xFF)

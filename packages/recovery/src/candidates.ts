@@ -1,6 +1,6 @@
 import type { Peer } from "./types.ts";
 
-// The candidate model of DESIGN.md §7 rules 4-5. Level-triggered: `update()` receives the whole current
+// The candidate model of docs/CONTRACTS.md §8 rules 4-5. Level-triggered: `update()` receives the whole current
 // eligible set every time and reconciles toward it, so no event needs to be seen to stay right.
 // - The eligible *set* (sorted ids) is what change detection compares: reshuffling never counts as a change.
 // - Priorities are random and scoped to a cycle: a peer gets one when it enters pending (cycle start or join).

@@ -1,4 +1,4 @@
-// @kv-epp/recovery: peer KV-index recovery before readiness (DESIGN.md §6-§7). See README.md for the wiring.
+// @kv-epp/recovery: peer KV-index recovery before readiness (docs/CONTRACTS.md §7-§8). See README.md for the wiring.
 export type { DumpModel, DumpSource, DumpStaging, DumpTarget, EmptyBootstrapReason, Peer, RecoveryOutcome, RecoveryStateName, RouterEvent, StoredBlockRef, StreamCursor } from "./types.ts";
 export { RECOVERY_STATES } from "./types.ts";
 export { dumpStream, dumpChunks, DUMP_CHUNK_BYTES } from "./dump/writer.ts";

@@ -5,7 +5,7 @@ import { RECOVERY_STATES, type RecoveryOutcome } from "./types.ts";
 export const RECOVERY_STATE_METRIC = "dynamo_epp_kv_recovery_state";
 
 /**
- * `dynamo_epp_kv_recovery_state{state}` (DESIGN.md §7 rule 7): registered on the EPP's registry, set once when
+ * `dynamo_epp_kv_recovery_state{state}` (docs/CONTRACTS.md §8 rule 7): registered on the EPP's registry, set once when
  * recovery ends, 1 for the state reached and 0 for the other two; with the recovered dump's events, bytes,
  * duration and peer.
  */

@@ -5,7 +5,7 @@ import { DEFAULT_MIN_RATE, type DumpFailureReason, DumpFetchError, fetchDump, ty
 import type { DumpParserLimits } from "./dump/parser.ts";
 import type { DumpTarget, EmptyBootstrapReason, Peer, RecoveryOutcome } from "./types.ts";
 
-// The recovery loop (DESIGN.md §7). The caller has already started its KV listeners (rule 1, subscribe
+// The recovery loop (docs/CONTRACTS.md §8). The caller has already started its KV listeners (rule 1, subscribe
 // first); this decides where the snapshot comes from and applies it through the staging of `target`.
 
 export type RecoveryState =

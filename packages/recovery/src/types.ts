@@ -1,7 +1,7 @@
 import type { DumpBatch } from "./dump/batch.ts";
 
-// The narrow interface through which recovery sees the index (DESIGN.md §2: recovery knows the index only
-// through "apply events, dump events"). u64 values are always bigint, never JS numbers (DESIGN.md §3).
+// The narrow interface through which recovery sees the index (docs/ARCHITECTURE.md: recovery knows the index only
+// through "apply events, dump events"). u64 values are always bigint, never JS numbers (docs/CONTRACTS.md §3).
 
 /**
  * `copies`: how many copies of the block the worker rank holds (absent: 1; 0: not held itself, but on the
@@ -18,7 +18,7 @@ export type StoredBlockRef = { blockHash: bigint; tokensHash: bigint; copies?: n
  */
 export type StreamCursor = { workerId: string; dpRank: number; seq: bigint | null; baseline: bigint | null; complete: boolean };
 
-/** One `stored` event of a `/dump` body (DESIGN.md §6). */
+/** One `stored` event of a `/dump` body (docs/CONTRACTS.md §7). */
 export type RouterEvent = {
   workerId: string;
   dpRank: number;

@@ -26,7 +26,7 @@ function parseAll(body: Uint8Array | string, chunkSize = Infinity, limits = {}, 
 const U64_MAX = 0xffff_ffff_ffff_ffffn;
 
 describe("/dump writer", () => {
-  test("emits the DESIGN.md §6 shape with exact integers", async () => {
+  test("emits the contract's /dump shape with exact integers", async () => {
     const idx = new MapIndex([
       {
         key: "m:default",

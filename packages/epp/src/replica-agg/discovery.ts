@@ -1,4 +1,4 @@
-// Where siblings' replica-agg endpoints come from: the same peer plane as recovery (DESIGN.md §7 rule 9,
+// Where siblings' replica-agg endpoints come from: the same peer plane as recovery (docs/CONTRACTS.md §2,
 // §10). Kubernetes: the EndpointSlices of DYN_EPP_PEER_SERVICE, port named `replica-agg`, eligible as
 // for recovery (ready, serving, not terminating, not this pod). Static: every listed peer, whose
 // endpoint is its host with the replica-agg port unless given as {url, replicaAgg}; a static sibling

@@ -17,7 +17,7 @@ export function formatEndpoint(host: string, port: number): string {
   return host.includes(":") ? `tcp://[${host}]:${port}` : `tcp://${host}:${port}`;
 }
 
-/** The endpoint of data-parallel rank r: vLLM publishes rank r on the base port + r (DESIGN.md §4). */
+/** The endpoint of data-parallel rank r: vLLM publishes rank r on the base port + r (docs/CONTRACTS.md §4). */
 export function rankEndpoint(endpoint: string, rank: number): string {
   if (rank === 0) return endpoint;
   const m = /^(.*):(\d+)$/.exec(endpoint);

@@ -3,7 +3,7 @@ import type { Logger } from "pino";
 import type { Peer } from "../types.ts";
 import { ChangeListeners, type PeerDiscovery, sortedPeers } from "./types.ts";
 
-// Peers from the EndpointSlices of the peer Service (DESIGN.md §7 rule 2, §9): an informer keeps the slices
+// Peers from the EndpointSlices of the peer Service (docs/CONTRACTS.md §8 rule 2, §9): an informer keeps the slices
 // of `kubernetes.io/service-name=<service>` cached, and the eligible set is recomputed from that cache on
 // every change. Eligible = ready && serving && !terminating, never this pod's own IP. The selection-http port
 // is resolved by port name from each slice, since a Service may map it to any container port.

@@ -3,7 +3,7 @@ import { authHeaders, dumpUrl } from "../dump/client.ts";
 import type { Peer } from "../types.ts";
 import { ChangeListeners, type PeerDiscovery, sortedPeers } from "./types.ts";
 
-// Static peers (DESIGN.md §7 rule 8): a listed peer is eligible only while it is *serving*, i.e. its /dump
+// Static peers (docs/CONTRACTS.md §8 rule 8): a listed peer is eligible only while it is *serving*, i.e. its /dump
 // answers 2xx (a cold sibling answers 503 until it has recovered). Unreachable, or any other answer (a
 // token we do not share, another service on that port), counts as not serving: a peer we cannot dump
 // from must not keep two cold replicas waiting on each other.

@@ -2,7 +2,7 @@ import type { DumpTarget, Peer } from "../types.ts";
 import { gcPacer } from "./gc-pacer.ts";
 import { DumpFormatError, DumpParser, type DumpParserLimits, DumpTooLargeError } from "./parser.ts";
 
-// The dump client of one attempt (DESIGN.md §7 rules 3, 6): GET <peer>/dump, stream the body through the
+// The dump client of one attempt (docs/CONTRACTS.md §8 rules 3, 6): GET <peer>/dump, stream the body through the
 // parser into a fresh staging area, commit only when the whole body was valid. Progress, not total time, is
 // bounded: no headers or no body bytes for `timeoutMs` fails the attempt, so a large dump from a healthy
 // peer may take as long as it needs while a stalled peer cannot hold recovery. A peer that keeps sending a

@@ -3,7 +3,7 @@ import type { DumpSource } from "../types.ts";
 import { gcPacer } from "./gc-pacer.ts";
 import { dumpChunks, streamFromChunks } from "./writer.ts";
 
-// The producer side of GET /dump (DESIGN.md §6), framework-free: `(Request) => Response`, so Hono mounts it
+// The producer side of GET /dump (docs/CONTRACTS.md §7), framework-free: `(Request) => Response`, so Hono mounts it
 // with `app.get("/dump", (c) => handler(c.req.raw))` (Hono routes HEAD to it too, keeping the method).
 
 export type DumpHandlerOptions = {

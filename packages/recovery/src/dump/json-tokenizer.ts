@@ -1,5 +1,5 @@
 // An incremental (push) JSON tokenizer over UTF-8 bytes, written here rather than taken from JSON.parse for two
-// hard constraints of the `/dump` body (DESIGN.md §6): JSON.parse turns every integer into a double, so u64
+// hard constraints of the `/dump` body (docs/CONTRACTS.md §7): JSON.parse turns every integer into a double, so u64
 // block hashes above 2^53 would silently lose bits, and it needs the whole body materialised in memory, while
 // a dump of a large index must be consumed as a stream in bounded memory. Tokens go to a SAX-style handler as
 // soon as their last byte arrives; chunk boundaries may fall anywhere (inside strings, escapes, numbers,

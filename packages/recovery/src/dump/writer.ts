@@ -1,6 +1,6 @@
 import type { DumpSource, RouterEvent, StreamCursor } from "../types.ts";
 
-// Streaming `/dump` writer (DESIGN.md §6). The body is produced chunk by chunk from the source's iterators
+// Streaming `/dump` writer (docs/CONTRACTS.md §7). The body is produced chunk by chunk from the source's iterators
 // as the consumer pulls, so memory stays bounded by about one chunk (plus one event) however large the index
 // is, and a slow reader slows the iteration instead of piling bytes up (pull-based stream, high-water mark 1).
 // Written straight into bytes rather than via strings + TextEncoder, because a measurement said so: on the

@@ -13,7 +13,7 @@ export type SimRequest = {
   requestBlocks: number;
   /** the prompt, synthesised from the trace; dropped once the worker admitted it */
   tokens: Uint32Array | null;
-  /** the router's local block hashes (XXH3, DESIGN §3) of the prompt */
+  /** the router's local block hashes (XXH3, docs/CONTRACTS.md §3) of the prompt */
   localHashes: BigUint64Array;
 };
 
