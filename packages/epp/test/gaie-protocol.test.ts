@@ -114,6 +114,22 @@ test("under --max-inflight, sheddable objectives get their 429 first; the others
   await waitFor(() => epp.load.inflight === 0, { message: "released" });
 });
 
+test("with a critical objective configured, standard requests get their 429 before critical ones: the top 10% of the cap is kept for critical traffic", async () => {
+  const shedStandard = await metric('dynamo_epp_shed_total{class="standard"}');
+  const held: ExtProcStream[] = [];
+  for (let i = 0; i < 4; i++) held.push((await open({ prompt: tokens(32, 300 + i) })).s); // 4 of 5: 90% of the cap
+  const standard = await open({ prompt: tokens(32, 310) });
+  expect(standard.first.immediate_response?.status?.code).toBe("TooManyRequests");
+  expect(await metric('dynamo_epp_shed_total{class="standard"}')).toBe(shedStandard + 1);
+  const critical = await open({ prompt: tokens(32, 311) }, [["x-gateway-inference-objective", "chat"]]);
+  expect(destination(critical.first)).toBeDefined();
+  held.push(critical.s);
+  const another = await open({ prompt: tokens(32, 312) }, [["x-gateway-inference-objective", "chat"]]);
+  expect(another.first.immediate_response?.status?.code).toBe("TooManyRequests"); // the cap binds critical traffic too
+  for (const s of held) s.end();
+  await waitFor(() => epp.load.inflight === 0, { message: "released" });
+});
+
 test("x-gateway-inference-fairness-id is counted per id, default-flow when absent, at most 64 ids then other", async () => {
   const base = await metric('dynamo_epp_fairness_requests_total{fairness_id="default-flow"}');
   for (let i = 0; i < 70; i++) {

@@ -37,20 +37,30 @@ export function requestClass(headers: HeaderMap | undefined, priorities: Readonl
 }
 
 /**
- * Admission under saturation, lower priorities first: a sheddable request (priority < 0) gets its
- * 429 from SHEDDABLE_SHARE of --max-inflight on, and whenever every worker is over --queue-threshold;
- * the others only at --max-inflight itself. So the last 20% of the cap is kept for requests that are
- * not sheddable.
+ * Admission under saturation, lower priorities first. A sheddable request (priority < 0) gets its 429
+ * from SHEDDABLE_SHARE of --max-inflight on, and whenever every worker is over --queue-threshold. When
+ * some objective has a positive priority (`criticalKnown`), a standard request (priority 0) gets its 429
+ * from STANDARD_SHARE on, so the last slots of the cap go to critical traffic; otherwise standard
+ * requests run up to the cap itself, as without objectives. Critical requests are refused only at the cap.
  */
 export const SHEDDABLE_SHARE = 0.8;
+export const STANDARD_SHARE = 0.9;
 
-export function shedReason(c: { priority: number; inflight: number; maxInflight: number; queuesFull: boolean }): string | undefined {
+export function shedReason(c: { priority: number; inflight: number; maxInflight: number; queuesFull: boolean; criticalKnown: boolean }): string | undefined {
   if (c.priority < 0) {
     if (c.queuesFull) return "sheddable request: every worker's queue is over --queue-threshold";
     if (c.maxInflight > 0 && c.inflight >= Math.floor(c.maxInflight * SHEDDABLE_SHARE)) return "sheddable request: in-flight requests past 80% of --max-inflight";
   }
+  if (c.priority === 0 && c.criticalKnown && c.maxInflight > 0 && c.inflight >= Math.floor(c.maxInflight * STANDARD_SHARE))
+    return "standard request: in-flight requests past 90% of --max-inflight, the rest is kept for critical objectives";
   if (c.maxInflight > 0 && c.inflight >= c.maxInflight) return "too many requests in flight";
   return undefined;
+}
+
+/** Whether any configured objective is critical (priority > 0), which reserves the top of the cap for it. */
+export function hasCriticalObjective(priorities: ReadonlyMap<string, number>): boolean {
+  for (const p of priorities.values()) if (p > 0) return true;
+  return false;
 }
 
 /** Label values for the fairness id: bounded, so a client inventing ids cannot grow the series without end. */

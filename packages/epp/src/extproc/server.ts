@@ -11,7 +11,7 @@ import { EXPLAIN_REQUEST_HEADER, EXPLANATION_HEADER, explanation } from "../pick
 import { predictionOf, type ResponseWatch, type RoutingQuality } from "../picker/quality.ts";
 import type { Tokenize } from "../tokens.ts";
 import type { Candidate } from "../workers/registry.ts";
-import { FairnessLabels, requestClass, shedReason, type RequestClass } from "./gaie-headers.ts";
+import { FairnessLabels, hasCriticalObjective, requestClass, shedReason, type RequestClass } from "./gaie-headers.ts";
 import { GrpcStatus, type BidiCall, type StatusCode } from "./grpc-h2.ts";
 import { BadRequest, MAX_BODY_BYTES, parseBodyBytes, TooDeep, type ParsedBody } from "./openai-body.ts";
 import {
@@ -62,6 +62,8 @@ type Shared = {
   fairness: FairnessLabels;
   /** Rejected streams, logged at most once per reason per interval (a client may send them in a loop). */
   warnRejected: (reason: string, fields?: Record<string, unknown>) => void;
+  /** Some objective is critical: the top of --max-inflight is kept for it (shedReason). */
+  criticalKnown: boolean;
 };
 
 type Duplex = BidiCall<ProcessingRequest, ProcessingResponse>;
@@ -103,7 +105,9 @@ function warnOnce(warned: Set<string>, log: Logger, key: string, fields: object,
 
 export function createProcessHandler(deps: ExtProcDeps): (call: Duplex) => void {
   // per server: per process as deployed
-  const shared: Shared = { warned: new Set(), fairness: new FairnessLabels(), warnRejected: throttledWarn(deps.log, "ext_proc stream rejected") };
+  const shared: Shared = { warned: new Set(), fairness: new FairnessLabels(), warnRejected: throttledWarn(deps.log, "ext_proc stream rejected"),
+    criticalKnown: hasCriticalObjective(deps.priorities ?? NO_PRIORITIES),
+  };
   return (call) => new ProcessStream(call, deps, shared).run();
 }
 
@@ -307,6 +311,7 @@ class ProcessStream {
         inflight: this.deps.load.inflight,
         maxInflight: this.deps.maxInflight,
         queuesFull: req.cls.priority < 0 && (this.deps.queuesFull?.() ?? false),
+        criticalKnown: this.shared.criticalKnown,
       });
       if (shed) {
         this.deps.metrics.shedByClass.inc({ class: req.cls.priority < 0 ? "sheddable" : req.cls.priority > 0 ? "critical" : "standard" });
