@@ -1,7 +1,7 @@
 // End to end against vLLM's block identity: mock workers serving LoRA adapters, salted tenants and
 // prompts sent again (vLLM's duplicate copies), a small cache so blocks are evicted; after every step
 // the EPP's /score for a random request equals each worker rank's true hit for it (the leading blocks
-// its cache really holds in that request's identity).
+// its cache really holds in that request's identity), and the same on a replica that recovered from it.
 import { afterAll, expect, test } from "bun:test";
 import { startMockWorker, type MockWorker, type RequestIdentity } from "@kv-epp/mock-worker";
 import { encodeBatch, encodeSeq, PubSocket } from "@kv-epp/kv-events";
@@ -85,7 +85,7 @@ test("the EPP's overlap equals every rank's true hit, with adapters, salts, dupl
     for (const q of [r, request()]) {
       const want = truth(q);
       let got: Record<string, Record<string, number>> = {};
-      await waitFor(async () => JSON.stringify((got = await score(q))) === JSON.stringify(want), { timeoutMs: 5000 }).catch(() => {});
+      await waitFor(async () => Bun.deepEquals((got = await score(q)), want), { timeoutMs: 5000 }).catch(() => {});
       expect({ step, q, got }).toEqual({ step, q, got: want });
       checked++;
     }
@@ -94,6 +94,30 @@ test("the EPP's overlap equals every rank's true hit, with adapters, salts, dupl
   // The workload did what it is for: copies, evictions, and adapters learned.
   expect(workers.some((w) => w.ranks.some((r) => [...r.cache.copies().values()].some((n) => n > 1)))).toBe(true);
   expect(epp.indexers.adapters().has("chat-lora")).toBe(true);
+
+  // The same across a recovery: a replica recovering from this one scores every identity like the
+  // workers' caches, before and after more traffic. Adapters learned from events do not travel in the
+  // dump, so this replica lists both.
+  const b = await startTestEpp(
+    workers.map((w, i) => ({ id: `w${i}`, address: `${IPS[i]}:8000`, kvEvents: `tcp://${IPS[i]}:5557`, dpSize: w.ranks.length })),
+    { peers: [selection], flags: ["--lora-adapters", ADAPTERS.join(",")] },
+  );
+  cleanups.push(() => b.stop({ graceMs: 200 }));
+  expect((await b.ready).kind).toBe("recovered");
+  const scoreB = async (r: Req) => (await postJson(`http://127.0.4.1:${b.ports.selection}/score`, { token_ids: r.prompt, model: r.model, cache_salt: r.salt })).body.scores as Record<string, Record<string, number>>;
+  for (let step = 0; step < 60; step++) {
+    if (step >= 30) {
+      const w = pick(workers);
+      const r = last !== undefined && rnd() < 0.3 ? last : request();
+      last = r;
+      expect((await send(w, pick(w.ranks).rank, r)).status).toBe(200);
+    }
+    const q = rnd() < 0.5 && last !== undefined ? last : request();
+    const want = truth(q);
+    let got: Record<string, Record<string, number>> = {};
+    await waitFor(async () => Bun.deepEquals((got = await scoreB(q)), want), { timeoutMs: 5000 }).catch(() => {});
+    expect({ recovered: true, step, q, got }).toEqual({ recovered: true, step, q, got: want });
+  }
 });
 
 test("the second node of a multi-node DP group: ranks from its start rank, KV ports offset by the global rank", async () => {
