@@ -1213,7 +1213,12 @@ function tableRebuild(t: i32, entries: u32): void {
     let k: u32;
     do {
       k = fillPairs(t, pairs, batch, cap);
-      placePairs(slots, cap, pairs, k);
+      for (let j: u32 = 0; j < k; j++) {
+        const v = load<u64>(pairs + (<usize>j << 3));
+        let i = <u32>v;
+        while (load<u32>(slots + (<usize>i << 2)) != EMPTY) i = nextSlot(i, cap);
+        store<u32>(slots + (<usize>i << 2), <u32>(v >> 32));
+      }
     } while (k == batch);
     free(pairs, <usize>batch << 3);
     return;
@@ -1245,21 +1250,16 @@ function tableRebuild(t: i32, entries: u32): void {
       store<u32>(c, at + 1);
       store<u64>(sorted + (<usize>at << 3), v);
     }
-    placePairs(slots, cap, sorted, k);
+    for (let j: u32 = 0; j < k; j++) {
+      const v = load<u64>(sorted + (<usize>j << 3));
+      let i = <u32>v;
+      while (load<u32>(slots + (<usize>i << 2)) != EMPTY) i = nextSlot(i, cap);
+      store<u32>(slots + (<usize>i << 2), <u32>(v >> 32));
+    }
   } while (k == batch);
   free(pairs, <usize>batch << 3);
   free(sorted, <usize>batch << 3);
   free(counts, <usize>REBUILD_BUCKETS << 2);
-}
-
-/** Places `k` (home slot, value) pairs, each in the first empty slot from its home (linear probing). */
-@inline function placePairs(slots: usize, cap: u32, pairs: usize, k: u32): void {
-  for (let j: u32 = 0; j < k; j++) {
-    const v = load<u64>(pairs + (<usize>j << 3));
-    let i = <u32>v;
-    while (load<u32>(slots + (<usize>i << 2)) != EMPTY) i = nextSlot(i, cap);
-    store<u32>(slots + (<usize>i << 2), <u32>(v >> 32));
-  }
 }
 
 const SORTED_REBUILD_MIN: u32 = 1 << 16;
