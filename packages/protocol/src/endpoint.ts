@@ -1,0 +1,43 @@
+// Addresses as the protocols spell them: ZeroMQ's "tcp://host:port" ("*" = every interface or, as the
+// port, an ephemeral one; "[::1]" = IPv6) and "host:port" with an IPv6 host in brackets (RFC 3986).
+
+export type TcpEndpoint = { host: string; port: number };
+
+/** An IPv6 literal in brackets, as a URL or host:port needs it; other hosts (and bracketed ones) as they are. */
+export function bracketHost(host: string): string {
+  return host.includes(":") && !host.startsWith("[") ? `[${host}]` : host;
+}
+
+/** `host:port`, an IPv6 host in brackets. */
+export function hostPort(host: string, port: number): string {
+  return `${bracketHost(host)}:${port}`;
+}
+
+/** Parses `tcp://host:port` (host `*`: 0.0.0.0; port `*`: 0, ephemeral; brackets dropped from IPv6). */
+export function parseEndpoint(endpoint: string): TcpEndpoint {
+  const m = /^tcp:\/\/(\[[^\]]+\]|[^:/]+):(\d+|\*)$/.exec(endpoint);
+  if (!m) throw new Error(`unsupported endpoint ${JSON.stringify(endpoint)} (expected tcp://host:port)`);
+  let host = m[1]!;
+  if (host.startsWith("[")) host = host.slice(1, -1);
+  if (host === "*") host = "0.0.0.0";
+  const port = m[2] === "*" ? 0 : Number(m[2]);
+  if (port > 65535) throw new Error(`port out of range in ${JSON.stringify(endpoint)}`);
+  return { host, port };
+}
+
+export function formatEndpoint(host: string, port: number): string {
+  return `tcp://${hostPort(host, port)}`;
+}
+
+/**
+ * The endpoint of data-parallel rank r: vLLM publishes rank r on the base port + r (docs/CONTRACTS.md §4).
+ * An ephemeral port (0 or `*`) stays as it is: every rank binds its own. No port: an error, since every
+ * rank would otherwise share one endpoint.
+ */
+export function rankEndpoint(endpoint: string, rank: number): string {
+  if (rank === 0) return endpoint;
+  const m = /^(.*):(\d+|\*)$/.exec(endpoint);
+  if (!m) throw new Error(`endpoint ${JSON.stringify(endpoint)} has no port to offset`);
+  if (m[2] === "*" || m[2] === "0") return endpoint;
+  return `${m[1]}:${Number(m[2]) + rank}`;
+}
