@@ -22,6 +22,7 @@ import { alloc, allocZeroed, free, freePages, regrow, usable } from "./pages";
 import { initJson, ROW_HAS_PARENT, ROW_NEW_EVENT } from "./dump-json";
 export { jsonScan } from "./json-scan";
 export { dumpJson } from "./dump-json";
+export { dumpBinary, dumpBinaryEnd, dumpBinaryNeed } from "./dump-binary";
 
 const NIL: u32 = 0;
 const DEAD: u32 = 0xFFFFFFFF;
@@ -827,6 +828,35 @@ export function validateBatch(p: usize, words: u32): u32 {
     if (<u64>i + need > <u64>words) return i;
     i += <u32>need;
   }
+  return 0xFFFFFFFF;
+}
+
+/**
+ * Applies stored events in the binary dump layout (dump-binary.ts), all of worker slot `slot`: checks
+ * every header first (known flags, words inside the batch) and applies nothing if one is bad, else
+ * turns each header into this module's (kind 5-8, the slot) and applies the batch. Returns the word
+ * index of the first bad header, or 0xFFFFFFFF when the events were applied.
+ */
+export function applyDump(p: usize, words: u32, slot: u32): u32 {
+  if (slot >= DEAD_WORKER) return 0;
+  let i: u32 = 0;
+  while (i < words) {
+    const h = load<u64>(p + (<usize>i << 3));
+    const flags = <u32>h;
+    if (flags > 3) return i;
+    const need = <u64>(1 + (flags & 1)) + (h >> 32) * ((flags & 2) != 0 ? 3 : 2);
+    if (<u64>i + need > <u64>words) return i;
+    i += <u32>need;
+  }
+  i = 0;
+  while (i < words) {
+    const at = p + (<usize>i << 3);
+    const flags = load<u32>(at);
+    const n = load<u32>(at, 4);
+    store<u32>(at, (5 + (flags & 1) + (flags & 2)) | (slot << 8));
+    i += 1 + (flags & 1) + n * ((flags & 2) != 0 ? 3 : 2);
+  }
+  applyBatch(p, words);
   return 0xFFFFFFFF;
 }
 

@@ -502,6 +502,81 @@ export class KvIndex {
     }
   }
 
+  /**
+   * The same blocks as dump(), in the binary `/dump` layout (docs/CONTRACTS.md §7, "binary"): for each
+   * worker with blocks, its WorkerRef, then chunks of about `chunkBytes` (one event may make a chunk
+   * larger) holding whole stored events as little-endian u64 words: a header (flags | count << 32; flag
+   * 1: a parent external hash follows, flag 2: count copy words follow the hashes), the count external
+   * hashes, the count tokens hashes. Written by the module from each worker's snapshot, as for
+   * dumpJsonChunks (same snapshot rules, same `onSnapshot`); `applyDumpEvents` reads them back.
+   */
+  *dumpBinaryChunks(opts: { chunkBytes?: number; onSnapshot?: (w: WorkerRef) => void } = {}): Generator<WorkerRef | Uint8Array> {
+    this.assertLive();
+    const chunkBytes = Math.max(64, Math.floor(opts.chunkBytes ?? DUMP_JSON_CHUNK_BYTES));
+    const ex = this.ex;
+    const order = [...this.slots.entries()];
+    let outPtr = 0, outBytes = 0, rows = 0, rowsBytes = 0;
+    const release = () => {
+      if (rows) ex.release(rows, rowsBytes);
+      rows = 0;
+    };
+    try {
+      for (const [key, slot] of order) {
+        if (this.slots.get(key) !== slot) continue; // removed meanwhile
+        const worker = this.refs[slot]!;
+        opts.onSnapshot?.(worker);
+        rows = ex.dumpWorker(slot);
+        const len = ex.dumpLength();
+        rowsBytes = Math.max(len, 1) * 32;
+        if (len > 0) yield worker;
+        let pos = 0;
+        while (pos < len) {
+          if (outBytes < chunkBytes) {
+            if (outPtr) ex.release(outPtr, outBytes);
+            outBytes = chunkBytes;
+            outPtr = ex.reserve(outBytes);
+          }
+          pos = ex.dumpBinary(rows, len, pos, outPtr, outPtr + outBytes);
+          const end = ex.dumpBinaryEnd();
+          if (end > outPtr) yield this.bytesAt(outPtr, end - outPtr);
+          else if (pos < len) {
+            // one event larger than the buffer: a buffer of its size (kept for the rest of the dump)
+            const need = ex.dumpBinaryNeed();
+            ex.release(outPtr, outBytes);
+            outBytes = need;
+            outPtr = ex.reserve(outBytes);
+          }
+        }
+        release();
+      }
+    } finally {
+      release();
+      if (outPtr) ex.release(outPtr, outBytes);
+      ex.dumpCacheRelease();
+    }
+  }
+
+  /**
+   * Applies one worker's stored events in the binary `/dump` layout (see dumpBinaryChunks), in one call
+   * into the module: no block passes through JavaScript. The words are checked whole first: a malformed
+   * run (unknown flags, a count past its end, a length not a multiple of 8) applies nothing and throws.
+   */
+  applyDumpEvents(w: WorkerRef, bytes: Uint8Array): BatchOutcome {
+    this.assertLive();
+    if (bytes.length % 8 !== 0) throw new RangeError(`malformed dump events: ${bytes.length} bytes is not a whole number of u64 words`);
+    const slot = this.slotOf(w);
+    let bad: number;
+    try {
+      const ptr = this.events.ensure(Math.max(bytes.length, 8));
+      new Uint8Array(this.ex.memory.buffer, ptr, bytes.length).set(bytes);
+      bad = this.ex.applyDump(ptr, bytes.length / 8, slot) >>> 0; // a u32 comes back as an i32
+    } catch (err) {
+      return this.noteTrap(err);
+    }
+    if (bad !== 0xffffffff) throw new RangeError(`malformed dump events: event header at word ${bad} (unknown flags, or words past the end)`);
+    return { events: this.ex.batchEvents(), blocks: this.ex.batchBlocks(), unknown: this.ex.batchUnknown(), rejected: this.ex.batchRejected() };
+  }
+
   /** A copy of linear memory [ptr, ptr + n): the module's buffer is reused and may move when memory grows. */
   private bytesAt(ptr: number, n: number): Uint8Array {
     return new Uint8Array(this.ex.memory.buffer, ptr, n).slice();

@@ -65,6 +65,10 @@ export type IndexExports = {
   dumpLength(): number;
   dumpJson(state: number, out: number, limit: number): number;
   dumpCacheRelease(): void;
+  dumpBinary(rows: number, len: number, pos: number, out: number, limit: number): number;
+  dumpBinaryEnd(): number;
+  dumpBinaryNeed(): number;
+  applyDump(p: number, words: number, slot: number): number;
   reserve(bytes: number): number;
   release(p: number, bytes: number): void;
   freeBytes(): number;

@@ -2,6 +2,7 @@
 import { describe, expect, test } from "bun:test";
 import fc from "fast-check";
 import { KvIndex } from "../src/index.ts";
+import { randomEvents, randomIndex } from "./random-index.ts";
 
 function reference(index: KvIndex, firstEventId = 0): string {
   let id = firstEventId;
@@ -18,26 +19,13 @@ const U64_MAX = 0xffff_ffff_ffff_ffffn;
 
 describe("dumpJsonChunks", () => {
   test("property: equals the reference formatting of dump(), for any chunk size and first event id", () => {
-    const u64 = fc.oneof(fc.bigInt({ min: 0n, max: U64_MAX }), fc.constantFrom(0n, 9n, 10n, 99_999_999n, 100_000_000n, 10n ** 16n, 10n ** 19n, U64_MAX));
     fc.assert(
       fc.property(
-        fc.array(fc.record({ w: fc.nat(3), parent: fc.nat(20), blocks: fc.array(fc.record({ e: u64, t: u64 }), { minLength: 1, maxLength: 6 }), remove: fc.nat(5) }), { maxLength: 25 }),
+        randomEvents(),
         fc.integer({ min: 1, max: 400 }),
         fc.oneof(fc.constant(0), fc.nat(), fc.constant(2 ** 40)),
         (events, chunkBytes, firstEventId) => {
-          const index = KvIndex.create({ blockSize: 16 });
-          const workers = [{ workerId: "a", dpRank: 0 }, { workerId: "é\"\\\n", dpRank: 7 }, { workerId: "", dpRank: 1 }, { workerId: "a", dpRank: 1 }];
-          const held: bigint[][] = [[], [], [], []];
-          for (const ev of events) {
-            const mine = held[ev.w]!;
-            const parent = mine.length > 0 && ev.parent % 3 !== 0 ? mine[ev.parent % mine.length]! : null;
-            if (index.applyStored(workers[ev.w]!, parent, ev.blocks.map((b) => ({ externalHash: b.e, tokensHash: b.t }))).kind === "applied") {
-              for (const b of ev.blocks) mine.push(b.e);
-            }
-            // sometimes store a block again (a second copy) or remove one (kept as zero copies if it has children)
-            if (ev.remove === 1 && mine.length > 0) index.applyRemoved(workers[ev.w]!, [mine[ev.parent % mine.length]!]);
-            if (ev.remove === 2 && ev.blocks.length > 0) index.applyStored(workers[ev.w]!, parent, ev.blocks.slice(0, 1).map((b) => ({ externalHash: b.e, tokensHash: b.t })));
-          }
+          const index = randomIndex(events);
           expect(text([...index.dumpJsonChunks({ chunkBytes, firstEventId })])).toBe(reference(index, firstEventId));
         },
       ),
