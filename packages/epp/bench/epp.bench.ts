@@ -94,7 +94,7 @@ async function hotPath(eppArgs: string[]) {
   const parsed = bodies.map((b) => (parseBodyBytes(b).input as { tokens: Uint32Array }).tokens);
   const hashes = microbench("computeBlockHashes (512 blocks, WASM)", 2000, () => computeBlockHashes(parsed[i++ % 64]!, WORKLOAD.blockSize));
   const hashed = parsed.map((t) => computeBlockHashes(t, WORKLOAD.blockSize));
-  const ix = epp.indexers.lookup()!.index;
+  const ix = epp.indexers.models.lookup()!.index;
   const matches = microbench("findMatches (512 blocks, 16 workers)", 2000, () => ix.findMatches(hashed[i++ % 64]!));
   const list = new MatchList();
   const matchesInto = microbench("findMatchesInto (512 blocks, reused MatchList; the picker's path)", 2000, () => ix.findMatchesInto(hashed[i++ % 64]!, list));

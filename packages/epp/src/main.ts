@@ -26,7 +26,7 @@ import { loadProtos } from "./extproc/protos.ts";
 import { readCertificate, selfSignedCertificate, watchCertificate, type Certificate } from "./extproc/tls.ts";
 import { HealthState, healthCheckBytes, healthHandlers } from "./health.ts";
 import { StreamHandoff } from "./handoff/handoff.ts";
-import { Indexers } from "./indexer.ts";
+import { Indexers } from "./indexers/indexers.ts";
 import { startIntentSource } from "./intents-source.ts";
 import { dumpBodyLimit, recoveryBudget } from "./memory-budget.ts";
 import { throttledWarn } from "./log-throttle.ts";
@@ -74,8 +74,8 @@ export async function startEpp(cfg: EppConfig, o: { log?: Logger; kubeConfig?: K
     rankCapacity: (w) => scraper.gpuBlocks(w.workerId, w.dpRank) ?? (cfg.maxBlocksPerRank > 0 ? cfg.maxBlocksPerRank : undefined),
     onViewLost: (key, w) => handoff.viewLost(key, w),
   });
-  indexers.register(cfg.model.name, cfg.model.tenant, cfg.model.blockSize);
-  for (const a of cfg.model.loraAdapters) indexers.registerAdapter(a, cfg.model.name);
+  indexers.models.register(cfg.model.name, cfg.model.tenant, cfg.model.blockSize);
+  for (const a of cfg.model.loraAdapters) indexers.models.registerAdapter(a, cfg.model.name);
   let preprocessor: ReturnType<typeof createPreprocessor>;
   try {
     preprocessor = createPreprocessor({ tokenizerDir: cfg.tokenizerDir, registry: metrics.registry, model: cfg.model.name });
@@ -142,12 +142,12 @@ export async function startEpp(cfg: EppConfig, o: { log?: Logger; kubeConfig?: K
   const handoff = new StreamHandoff({
     liveKey,
     index: {
-      models: (opts) => indexers.models(opts),
-      workers: () => indexers.get(liveKey)?.index.workers() ?? [],
+      models: (opts) => indexers.recovery.models(opts),
+      workers: () => indexers.models.get(liveKey)?.index.workers() ?? [],
       rank: (w) => ({
-        apply: (signal) => indexers.applySignal(liveKey, w, signal),
-        clear: () => indexers.get(liveKey)?.index.clearWorker(w),
-        blocks: () => indexers.get(liveKey)?.index.treeSize(w) ?? 0,
+        apply: (signal) => indexers.live.apply(liveKey, w, signal),
+        clear: () => indexers.models.get(liveKey)?.index.clearWorker(w),
+        blocks: () => indexers.models.get(liveKey)?.index.treeSize(w) ?? 0,
       }),
     },
     replayEndpoint: (w) => workers.replayEndpoint(w),
@@ -165,7 +165,7 @@ export async function startEpp(cfg: EppConfig, o: { log?: Logger; kubeConfig?: K
   const latency = new LatencyModel();
   const quality = new RoutingQuality(metrics, latency);
   const picker = new Picker({
-    indexers,
+    indexers: indexers.models,
     candidates: () => workers.candidates(),
     load: replicaAgg ? sumLoad(load, replicaAgg.siblings) : load,
     workerMetrics: (id) => scraper.get(id),
@@ -270,7 +270,7 @@ export async function startEpp(cfg: EppConfig, o: { log?: Logger; kubeConfig?: K
     port: cfg.ports.metrics,
     fetch: async (req) => {
       if (new URL(req.url).pathname !== "/metrics") return new Response("not found", { status: 404 });
-      indexers.updateGauges();
+      indexers.models.updateGauges();
       const c = workers.counters();
       metrics.listenerGaps.set(c.gaps);
       metrics.listenerReplays.set(c.replays);
@@ -364,7 +364,7 @@ export async function startEpp(cfg: EppConfig, o: { log?: Logger; kubeConfig?: K
       );
       return runRecovery({
         discovery: peerDiscovery(cfg, kube, log),
-        target: handoff.target(indexers),
+        target: handoff.target(indexers.recovery),
         timeoutMs: cfg.recoveryTimeoutMs,
         token: cfg.peerToken,
         logger: log,
@@ -382,8 +382,8 @@ export async function startEpp(cfg: EppConfig, o: { log?: Logger; kubeConfig?: K
       recoveryAbort.signal.throwIfAborted();
       recoveryMetric.set(outcome);
       recoveryOutcome = outcome;
-      indexers.pruneWorkers((w) => workers.has(w));
-      indexers.holdWithinCapacity();
+      indexers.models.pruneWorkers((w) => workers.has(w));
+      indexers.live.holdWithinCapacity();
       workers.attach((worker, signal) => {
         try {
           handoff.signal(worker, signal);

@@ -7,7 +7,7 @@ import { bodyLimit } from "hono/body-limit";
 import type { Logger } from "pino";
 import { BadRequest, MAX_BODY_BYTES, parseBody, parseJson, TooDeep } from "./extproc/openai-body.ts";
 import type { StreamHandoff } from "./handoff/handoff.ts";
-import type { Indexers } from "./indexer.ts";
+import type { Indexers } from "./indexers/indexers.ts";
 import type { Metrics } from "./metrics.ts";
 import type { LoadView } from "./picker/load.ts";
 import type { LatencyModel } from "./picker/latency.ts";
@@ -53,7 +53,7 @@ function byWorker(m: Map<string, number>): Record<string, Record<string, number>
  * refused) against the index's, and the KV cache groups they revealed.
  */
 function kvShapeFields(indexers: Indexers, w: { workerId: string; dpRank: number }, indexBlockSize: number | undefined) {
-  const info = indexers.rankInfo(w);
+  const info = indexers.live.rankInfo(w);
   return {
     block_size: info?.blockSize ?? null,
     index_block_size: indexBlockSize ?? null,
@@ -154,7 +154,7 @@ export function selectionApp(d: SelectionDeps): Hono {
   });
 
   app.get("/workers", (c) => {
-    const ix = d.indexers.lookup();
+    const ix = d.indexers.models.lookup();
     return c.json(
       d.workers.specs().flatMap((s) =>
         rankSources(s).map(({ dpRank: r, kvEvents }, _, all) => ({

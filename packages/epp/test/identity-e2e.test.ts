@@ -93,7 +93,7 @@ test("the EPP's overlap equals every rank's true hit, with adapters, salts, dupl
   expect(checked).toBe(240);
   // The workload did what it is for: copies, evictions, and adapters learned.
   expect(workers.some((w) => w.ranks.some((r) => [...r.cache.copies().values()].some((n) => n > 1)))).toBe(true);
-  expect(epp.indexers.adapters().has("chat-lora")).toBe(true);
+  expect(epp.indexers.models.adapters().has("chat-lora")).toBe(true);
 
   // The same across a recovery: a replica recovering from this one scores every identity like the
   // workers' caches, before and after more traffic. Adapters learned from events do not travel in the

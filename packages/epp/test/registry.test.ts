@@ -4,7 +4,7 @@
 import { afterEach, expect, test } from "bun:test";
 import { waitFor } from "@kv-epp/testkit";
 import type { KvIndex, WorkerRef } from "@kv-epp/index-wasm";
-import { Indexers } from "../src/indexer.ts";
+import { Indexers } from "../src/indexers/indexers.ts";
 import { createMetrics } from "../src/metrics.ts";
 import { WorkerRegistry, type WorkerSpec } from "../src/workers/registry.ts";
 import { BLOCK, FakeWorkerEvents, MODEL, quietLog, tokens } from "./helpers.ts";
@@ -17,7 +17,7 @@ afterEach(async () => {
 
 async function setup() {
   const indexers = new Indexers(createMetrics());
-  const ix = indexers.register(MODEL, "default", BLOCK);
+  const ix = indexers.models.register(MODEL, "default", BLOCK);
   const removed: WorkerRef[] = [];
   const reg = new WorkerRegistry({
     topic: "",
@@ -27,7 +27,7 @@ async function setup() {
       indexers.removeWorker(w);
     },
   });
-  reg.attach((w, s) => indexers.applySignal(KEY, w, s));
+  reg.attach((w, s) => indexers.live.apply(KEY, w, s));
   cleanup.push(() => reg.close());
   const pubs = await Promise.all([FakeWorkerEvents.start("127.0.4.20"), FakeWorkerEvents.start("127.0.4.20")]);
   for (const p of pubs) cleanup.push(() => p.close());

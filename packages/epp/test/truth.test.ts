@@ -42,7 +42,7 @@ test("after live traffic the index equals the workers' caches, block for block",
   expect(d.blocks).toBeGreaterThan(40);
 
   // The comparison fails when they differ: a block dropped from the index only is found.
-  epp.indexers.lookup()!.index.clearWorker({ workerId: "mock", dpRank: 1 });
+  epp.indexers.models.lookup()!.index.clearWorker({ workerId: "mock", dpRank: 1 });
   const after = await compareIndexWithWorkers(selection, [{ id: "mock", url: w.url }]);
   expect(after.equal).toBe(false);
   const truth = (await (await fetch(`${w.url}/admin/cache`)).json()) as CacheTruth;

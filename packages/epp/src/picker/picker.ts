@@ -1,7 +1,7 @@
 // Picks the worker for a request: local block hashes (WASM) -> overlap per worker from the model's
 // index -> the decision (picker/decide.ts: filters, cost per eligible candidate, choice).
 import { computeBlockHashes, MatchList, requestBlockExtras } from "@kv-epp/index-wasm";
-import type { Indexer } from "../indexer.ts";
+import type { Indexer } from "../indexers/indexers.ts";
 import type { Candidate } from "../workers/registry.ts";
 import type { Weights } from "./cost.ts";
 import { decide, type CandidateState } from "./decide.ts";

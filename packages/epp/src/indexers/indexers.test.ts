@@ -4,8 +4,8 @@ import { expect, test } from "bun:test";
 import { computeBlockHashes, KvIndex, type WorkerRef } from "@kv-epp/index-wasm";
 import type { KvEvent } from "@kv-epp/kv-events";
 import type { RouterEvent } from "@kv-epp/recovery";
-import { Indexers } from "./indexer.ts";
-import { createMetrics } from "./metrics.ts";
+import { Indexers } from "./indexers.ts";
+import { createMetrics } from "../metrics.ts";
 
 const BS = 4;
 const w: WorkerRef = { workerId: "w", dpRank: 0 };
@@ -23,9 +23,9 @@ function stored(hashes: bigint[], parent: bigint | null, tokenIds: number[], med
 test("listener batches: applied, CPU skipped, partial blocks and unknown parents counted", async () => {
   const metrics = createMetrics();
   const ixs = new Indexers(metrics);
-  const ix = ixs.register("m", "default", BS);
+  const ix = ixs.models.register("m", "default", BS);
   const ids = Array.from({ length: 10 }, (_, i) => i + 1); // two full blocks and a partial one
-  ixs.applySignal("m:default", w, {
+  ixs.live.apply("m:default", w, {
     kind: "batch",
     seq: 0n,
     batch: {
@@ -50,7 +50,7 @@ test("listener batches: applied, CPU skipped, partial blocks and unknown parents
   expect(await counter(metrics, "dynamo_epp_kv_events_rejected_total", '{reason="medium"}')).toBe(1);
   expect(await counter(metrics, "dynamo_epp_kv_events_rejected_total", '{reason="partial_block"}')).toBe(1);
 
-  ixs.applySignal("m:default", w, { kind: "batch", seq: 1n, batch: { ts: 0, dataParallelRank: 0, events: [{ type: "AllBlocksCleared" }] } });
+  ixs.live.apply("m:default", w, { kind: "batch", seq: 1n, batch: { ts: 0, dataParallelRank: 0, events: [{ type: "AllBlocksCleared" }] } });
   expect(ix.index.stats().residencies).toBe(0);
 });
 
@@ -72,16 +72,16 @@ test("recovery staging in batches builds the same index as one applyStored per e
     reference.applyStored({ workerId: e.workerId, dpRank: e.dpRank }, e.parentHash, e.blocks.map((b) => ({ externalHash: b.blockHash, tokensHash: b.tokensHash })));
 
   const ixs = new Indexers(createMetrics());
-  ixs.register("m", "default", BS);
-  const aborted = ixs.begin();
+  ixs.models.register("m", "default", BS);
+  const aborted = ixs.recovery.begin();
   for (const e of events) aborted.apply("m:default", BS, e);
   aborted.abort();
-  expect(ixs.get("m:default")!.index.stats().residencies).toBe(0);
+  expect(ixs.models.get("m:default")!.index.stats().residencies).toBe(0);
 
-  const staging = ixs.begin();
+  const staging = ixs.recovery.begin();
   for (const e of events) staging.apply("m:default", BS, e);
   staging.commit();
-  const got = ixs.get("m:default")!.index;
+  const got = ixs.models.get("m:default")!.index;
   expect(got.stats().residencies).toBe(reference.stats().residencies);
   expect(got.stats().residencies).toBe(events.length);
   expect([...got.dump()]).toEqual([...reference.dump()]);
@@ -97,8 +97,8 @@ test("recovery staging keeps a dump's copy counts, zero-copy records on held pat
   const dump = [...peer.dump()];
   expect(dump[0]!.blocks.map((b) => b.copies ?? 1)).toEqual([2, 0, 1]);
   const ixs = new Indexers(createMetrics());
-  ixs.register("m", "default", BS);
-  const staging = ixs.begin();
+  ixs.models.register("m", "default", BS);
+  const staging = ixs.recovery.begin();
   let id = 0;
   for (const e of dump) {
     staging.apply("m:default", BS, {
@@ -107,7 +107,7 @@ test("recovery staging keeps a dump's copy counts, zero-copy records on held pat
     });
   }
   staging.commit();
-  const got = ixs.get("m:default")!.index;
+  const got = ixs.models.get("m:default")!.index;
   expect([...got.dump()]).toEqual(dump);
   // the recovered replica drops block 1 at the same removal as its peer: the second one
   expect(got.applyRemoved(w, [blocks[0]!.externalHash])).toEqual({ kind: "applied", blocks: 0, unknown: 0 });
@@ -117,26 +117,26 @@ test("recovery staging keeps a dump's copy counts, zero-copy records on held pat
 test("once the index holds blocks, events and a peer's dump of another block size are rejected (counted as block_size), not indexed unmatchable", async () => {
   const metrics = createMetrics();
   const ixs = new Indexers(metrics);
-  const ix = ixs.register("m", "default", BS);
-  ixs.applySignal("m:default", w, { kind: "batch", seq: 0n, batch: { ts: 0, dataParallelRank: 0, events: [stored([40n], null, [9, 9, 9, 9])] } });
+  const ix = ixs.models.register("m", "default", BS);
+  ixs.live.apply("m:default", w, { kind: "batch", seq: 0n, batch: { ts: 0, dataParallelRank: 0, events: [stored([40n], null, [9, 9, 9, 9])] } });
   const r1: WorkerRef = { workerId: "w", dpRank: 1 };
   const other: KvEvent = { ...stored([41n], null, [1, 2, 3, 4, 5, 6, 7, 8]), blockSize: 8 } as KvEvent;
-  ixs.applySignal("m:default", r1, { kind: "batch", seq: 0n, batch: { ts: 0, dataParallelRank: 1, events: [other] } });
+  ixs.live.apply("m:default", r1, { kind: "batch", seq: 0n, batch: { ts: 0, dataParallelRank: 1, events: [other] } });
   expect(ix.index.stats().residencies).toBe(1);
   expect(await counter(metrics, "dynamo_epp_kv_events_rejected_total", '{reason="block_size"}')).toBe(1);
   expect(await counter(metrics, "dynamo_epp_kv_block_size_mismatch_total")).toBe(1);
-  expect(ixs.rankInfo(r1)).toMatchObject({ blockSize: 8, blockSizeMismatch: true });
-  expect(ixs.rankInfo(w)).toMatchObject({ blockSize: BS, blockSizeMismatch: false });
+  expect(ixs.live.rankInfo(r1)).toMatchObject({ blockSize: 8, blockSizeMismatch: true });
+  expect(ixs.live.rankInfo(w)).toMatchObject({ blockSize: BS, blockSizeMismatch: false });
 
   // A dump of another block size fails its attempt (so recovery tries the next peer), not "recovered".
-  const staging = ixs.begin();
+  const staging = ixs.recovery.begin();
   expect(() => staging.apply("m:default", 8, { workerId: "w", dpRank: 0, eventId: 0, parentHash: null, blocks: [{ blockHash: 1n, tokensHash: 7n }] })).toThrow(/block size/);
   staging.abort();
-  expect(ixs.get("m:default")!.index.stats().residencies).toBe(1); // what live events indexed stays
+  expect(ixs.models.get("m:default")!.index.stats().residencies).toBe(1); // what live events indexed stays
   expect(await counter(metrics, "dynamo_epp_kv_events_rejected_total", '{reason="block_size"}')).toBe(2);
   // Within one dump, a model's block size cannot change either (a repeated key).
-  ixs.register("n", "default", 16);
-  const twice = ixs.begin();
+  ixs.models.register("n", "default", 16);
+  const twice = ixs.recovery.begin();
   twice.apply("n:default", 16, { workerId: "w", dpRank: 0, eventId: 0, parentHash: null, blocks: [{ blockHash: 1n, tokensHash: 7n }] });
   expect(() => twice.apply("n:default", 32, { workerId: "w", dpRank: 0, eventId: 1, parentHash: null, blocks: [{ blockHash: 2n, tokensHash: 7n }] })).toThrow(/block size/);
   twice.abort();
@@ -145,8 +145,8 @@ test("once the index holds blocks, events and a peer's dump of another block siz
 test("an index whose module trapped is replaced by an empty one (counted), and routing reads the new one", async () => {
   const metrics = createMetrics();
   const ixs = new Indexers(metrics);
-  const ix = ixs.register("m", "default", BS);
-  ixs.applySignal("m:default", w, { kind: "batch", seq: 0n, batch: { ts: 0, dataParallelRank: 0, events: [stored([11n], null, [1, 2, 3, 4])] } });
+  const ix = ixs.models.register("m", "default", BS);
+  ixs.live.apply("m:default", w, { kind: "batch", seq: 0n, batch: { ts: 0, dataParallelRank: 0, events: [stored([11n], null, [1, 2, 3, 4])] } });
   const trapping = ix.index;
   // Trap the module (an unknown event kind past applyEncoded's check, as an out-of-memory grow would).
   const inner = trapping as unknown as { applyWords(p: number, w: number): unknown; ex: { reserve(n: number): number; memory: WebAssembly.Memory } };
@@ -154,59 +154,59 @@ test("an index whose module trapped is replaced by an empty one (counted), and r
   new BigUint64Array(inner.ex.memory.buffer, p, 1)[0] = 9n;
   expect(() => inner.applyWords(p, 1)).toThrow(WebAssembly.RuntimeError);
   expect(trapping.trapped).toBe(true);
-  const fresh = ixs.lookup("m")!.index;
+  const fresh = ixs.models.lookup("m")!.index;
   expect(fresh).not.toBe(trapping);
   expect(fresh.stats().residencies).toBe(0);
   expect(await counter(metrics, "dynamo_epp_kv_index_traps_total")).toBe(1);
-  ixs.applySignal("m:default", w, { kind: "batch", seq: 1n, batch: { ts: 0, dataParallelRank: 0, events: [stored([12n], null, [5, 6, 7, 8])] } });
-  expect(ixs.get("m:default")!.index.stats().residencies).toBe(1);
+  ixs.live.apply("m:default", w, { kind: "batch", seq: 1n, batch: { ts: 0, dataParallelRank: 0, events: [stored([12n], null, [5, 6, 7, 8])] } });
+  expect(ixs.models.get("m:default")!.index.stats().residencies).toBe(1);
 });
 
 test("adapters: configured or learned from lora_name resolve to their base model's index in their identity; unknown names fall back, logged once", () => {
   const warned: unknown[] = [];
   const log = { warn: (o: unknown) => warned.push(o), info: () => {} } as unknown as import("pino").Logger;
   const ixs = new Indexers(createMetrics(), log);
-  const ix = ixs.register("m", "default", BS);
-  ixs.registerAdapter("sql", "m");
-  expect(ixs.resolve("sql")).toEqual({ indexer: ix, loraName: "sql" });
-  expect(ixs.resolve("chat")).toEqual({ indexer: ix, loraName: null });
-  ixs.applySignal("m:default", w, {
+  const ix = ixs.models.register("m", "default", BS);
+  ixs.models.registerAdapter("sql", "m");
+  expect(ixs.models.resolve("sql")).toEqual({ indexer: ix, loraName: "sql" });
+  expect(ixs.models.resolve("chat")).toEqual({ indexer: ix, loraName: null });
+  ixs.live.apply("m:default", w, {
     kind: "batch", seq: 0n,
     batch: { ts: 0, dataParallelRank: 0, events: [{ ...stored([1n], null, [1, 2, 3, 4]), loraName: "chat", extraKeys: [["chat"]] } as KvEvent] },
   });
-  expect(ixs.resolve("chat")).toEqual({ indexer: ix, loraName: "chat" });
-  expect(ixs.adapterOf("chat")).toBe("chat");
-  expect(ixs.adapterOf("m")).toBeNull();
+  expect(ixs.models.resolve("chat")).toEqual({ indexer: ix, loraName: "chat" });
+  expect(ixs.models.adapterOf("chat")).toBe("chat");
+  expect(ixs.models.adapterOf("m")).toBeNull();
   // The adapter's block is found in the adapter's identity only.
   expect(ix.index.findMatches(computeBlockHashes(Uint32Array.of(1, 2, 3, 4), BS, [["chat"]])).scores.get("w\u00000")).toBe(1);
   expect(ix.index.findMatches(computeBlockHashes(Uint32Array.of(1, 2, 3, 4), BS)).scores.get("w\u00000")).toBeUndefined();
-  ixs.resolve("nope");
-  ixs.resolve("nope");
+  ixs.models.resolve("nope");
+  ixs.models.resolve("nope");
   expect(warned).toEqual([{ model: "chat", fallback: "m:default" }, { model: "nope", fallback: "m:default" }]); // chat: before it was learned
 });
 
 test("a rank the index sees above its capacity is reset and counted; other ranks keep their blocks", async () => {
   const metrics = createMetrics();
   const ixs = new Indexers(metrics, undefined, { rankCapacity: (r) => (r.dpRank === 0 ? 5 : undefined) });
-  const ix = ixs.register("m", "default", BS);
+  const ix = ixs.models.register("m", "default", BS);
   const other: WorkerRef = { workerId: "w", dpRank: 1 };
   const batch = (hashes: bigint[], seed: number) => ({
     kind: "batch" as const, seq: 0n,
     batch: { ts: 0, dataParallelRank: 0, events: [stored(hashes, null, Array.from({ length: hashes.length * BS }, (_, i) => seed + i))] },
   });
-  ixs.applySignal("m:default", w, batch([1n, 2n, 3n, 4n, 5n], 100)); // exactly at capacity: kept
-  ixs.applySignal("m:default", other, batch([1n, 2n, 3n, 4n, 5n, 6n, 7n], 100)); // no capacity known: kept
+  ixs.live.apply("m:default", w, batch([1n, 2n, 3n, 4n, 5n], 100)); // exactly at capacity: kept
+  ixs.live.apply("m:default", other, batch([1n, 2n, 3n, 4n, 5n, 6n, 7n], 100)); // no capacity known: kept
   expect([ix.index.treeSize(w), ix.index.treeSize(other)]).toEqual([5, 7]);
   expect(await counter(metrics, "dynamo_epp_kv_rank_capacity_resets_total")).toBe(0);
-  ixs.applySignal("m:default", w, batch([6n], 900));
+  ixs.live.apply("m:default", w, batch([6n], 900));
   expect([ix.index.treeSize(w), ix.index.treeSize(other)]).toEqual([0, 7]);
   expect(await counter(metrics, "dynamo_epp_kv_rank_capacity_resets_total")).toBe(1);
 });
 
 test("recovery staging accepts only served models and reports the linear memory it holds", () => {
   const ixs = new Indexers(createMetrics());
-  ixs.register("m", "default", BS);
-  const staging = ixs.begin();
+  ixs.models.register("m", "default", BS);
+  const staging = ixs.recovery.begin();
   expect([staging.accepts!("m:default"), staging.accepts!("other:default")]).toEqual([true, false]);
   expect(staging.stagedBytes!()).toBe(0);
   staging.apply("m:default", BS, { workerId: "w", dpRank: 0, eventId: 0, parentHash: null, blocks: [{ blockHash: 1n, tokensHash: 2n }] });
@@ -219,11 +219,11 @@ test("a batch naming another data_parallel_rank than its listener's is applied t
   const warned: unknown[] = [];
   const metrics = createMetrics();
   const ixs = new Indexers(metrics, { warn: (o: unknown) => warned.push(o), info: () => {} } as unknown as import("pino").Logger);
-  const ix = ixs.register("m", "default", BS);
+  const ix = ixs.models.register("m", "default", BS);
   const r2: WorkerRef = { workerId: "w", dpRank: 2 };
   for (const seq of [0n, 1n])
-    ixs.applySignal("m:default", r2, { kind: "batch", seq, batch: { ts: 0, dataParallelRank: 0, events: [stored([100n + seq], null, [1, 2, 3, Number(seq)])] } });
-  ixs.applySignal("m:default", r2, { kind: "batch", seq: 2n, batch: { ts: 0, dataParallelRank: 2, events: [] } });
+    ixs.live.apply("m:default", r2, { kind: "batch", seq, batch: { ts: 0, dataParallelRank: 0, events: [stored([100n + seq], null, [1, 2, 3, Number(seq)])] } });
+  ixs.live.apply("m:default", r2, { kind: "batch", seq: 2n, batch: { ts: 0, dataParallelRank: 2, events: [] } });
   expect(await counter(metrics, "dynamo_epp_kv_rank_mismatch_total")).toBe(2);
   expect(warned).toEqual([{ worker: "w", rank: 2, batchRank: 0 }]);
   expect(ix.index.findMatches(computeBlockHashes(Uint32Array.of(1, 2, 3, 0), BS)).scores.get("w\u00002")).toBe(1);
@@ -233,9 +233,9 @@ test("the block size is the workers': a configured size their first store contra
   const metrics = createMetrics();
   const errors: unknown[] = [];
   const ixs = new Indexers(metrics, { error: (o: unknown) => errors.push(o), warn: () => {}, info: () => {} } as unknown as import("pino").Logger);
-  const ix = ixs.register("m", "default", 16);
+  const ix = ixs.models.register("m", "default", 16);
   // Context parallelism scales the published block size; whatever it is, it is what the blocks hash by.
-  ixs.applySignal("m:default", w, { kind: "batch", seq: 0n, batch: { ts: 0, dataParallelRank: 0, events: [stored([1n, 2n], null, [1, 2, 3, 4, 5, 6, 7, 8])] } });
+  ixs.live.apply("m:default", w, { kind: "batch", seq: 0n, batch: { ts: 0, dataParallelRank: 0, events: [stored([1n, 2n], null, [1, 2, 3, 4, 5, 6, 7, 8])] } });
   expect(ix.blockSize).toBe(BS);
   expect(ix.index.findMatches(computeBlockHashes(Uint32Array.of(1, 2, 3, 4, 5, 6, 7, 8), BS)).scores.get("w\u00000")).toBe(2);
   expect(await counter(metrics, "dynamo_epp_kv_block_size_mismatch_total")).toBe(1);
@@ -245,25 +245,25 @@ test("the block size is the workers': a configured size their first store contra
 test("hybrid KV groups: only the main attention group is indexed; a sliding-window group's stores and removals never touch it", async () => {
   const metrics = createMetrics();
   const ixs = new Indexers(metrics);
-  const ix = ixs.register("m", "default", BS);
+  const ix = ixs.models.register("m", "default", BS);
   const tokens = Array.from({ length: 12 }, (_, i) => i + 1);
   const hashes = [1n, 2n, 3n];
   const full = { ...stored(hashes, null, tokens), groupIdx: 0, kvCacheSpecKind: "full_attention" } as KvEvent;
   // vLLM's mask: the window group names only the blocks it keeps, its token_ids span them all.
   const window = { ...stored([3n], null, tokens), groupIdx: 1, kvCacheSpecKind: "sliding_window", kvCacheSpecSlidingWindow: 4 } as KvEvent;
   const mla = { ...stored(hashes, null, tokens), groupIdx: 2, kvCacheSpecKind: "mla_attention" } as KvEvent;
-  ixs.applySignal("m:default", w, { kind: "batch", seq: 0n, batch: { ts: 0, dataParallelRank: 0, events: [full, window, mla] } });
+  ixs.live.apply("m:default", w, { kind: "batch", seq: 0n, batch: { ts: 0, dataParallelRank: 0, events: [full, window, mla] } });
   const probe = () => ix.index.findMatches(computeBlockHashes(Uint32Array.from(tokens), BS)).scores.get("w\u00000");
   expect(probe()).toBe(3);
   // The window group drops blocks full attention still holds: nothing changes.
-  ixs.applySignal("m:default", w, { kind: "batch", seq: 1n, batch: { ts: 0, dataParallelRank: 0, events: [{ type: "BlockRemoved", blockHashes: [1n, 2n], medium: "GPU", groupIdx: 1 }] } });
+  ixs.live.apply("m:default", w, { kind: "batch", seq: 1n, batch: { ts: 0, dataParallelRank: 0, events: [{ type: "BlockRemoved", blockHashes: [1n, 2n], medium: "GPU", groupIdx: 1 }] } });
   expect(probe()).toBe(3);
   expect(await counter(metrics, "dynamo_epp_kv_events_ignored_total", '{reason="non_main_group"}')).toBe(2);
   expect(await counter(metrics, "dynamo_epp_kv_events_ignored_total", '{reason="extra_main_group"}')).toBe(1);
   // The indexed group's own removal applies.
-  ixs.applySignal("m:default", w, { kind: "batch", seq: 2n, batch: { ts: 0, dataParallelRank: 0, events: [{ type: "BlockRemoved", blockHashes: [3n], medium: "GPU", groupIdx: 0 }] } });
+  ixs.live.apply("m:default", w, { kind: "batch", seq: 2n, batch: { ts: 0, dataParallelRank: 0, events: [{ type: "BlockRemoved", blockHashes: [3n], medium: "GPU", groupIdx: 0 }] } });
   expect(probe()).toBe(2);
-  expect(ixs.rankInfo(w)!.kvGroups).toEqual({
+  expect(ixs.live.rankInfo(w)!.kvGroups).toEqual({
     main: 0,
     groups: [
       { group_idx: 0, kind: "full_attention", block_size: BS, sliding_window: null },
@@ -276,13 +276,13 @@ test("hybrid KV groups: only the main attention group is indexed; a sliding-wind
 test("after a recovery, a rank the peer's dump holds above its capacity is reset too", async () => {
   const metrics = createMetrics();
   const ixs = new Indexers(metrics, undefined, { rankCapacity: () => 2 });
-  ixs.register("m", "default", BS);
-  const staging = ixs.begin();
+  ixs.models.register("m", "default", BS);
+  const staging = ixs.recovery.begin();
   const blocks = [1n, 2n, 3n].map((h) => ({ blockHash: h, tokensHash: h + 100n }));
   staging.apply("m:default", BS, { workerId: "w", dpRank: 0, eventId: 0, parentHash: null, blocks });
   staging.apply("m:default", BS, { workerId: "v", dpRank: 0, eventId: 1, parentHash: null, blocks: blocks.slice(0, 2) });
   staging.commit();
-  ixs.holdWithinCapacity();
-  expect([ixs.get("m:default")!.index.treeSize(w), ixs.get("m:default")!.index.treeSize({ workerId: "v", dpRank: 0 })]).toEqual([0, 2]);
+  ixs.live.holdWithinCapacity();
+  expect([ixs.models.get("m:default")!.index.treeSize(w), ixs.models.get("m:default")!.index.treeSize({ workerId: "v", dpRank: 0 })]).toEqual([0, 2]);
   expect(await counter(metrics, "dynamo_epp_kv_rank_capacity_resets_total")).toBe(1);
 });

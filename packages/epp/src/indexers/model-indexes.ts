@@ -1,0 +1,159 @@
+// The model map: one KvIndex per "<model>:<tenant>" key, the model names and LoRA adapters requests
+// carry resolved to it, and the rule that a trapped index is replaced. Everything that reads or writes
+// an index (the picker, live ingestion, recovery) finds it here.
+import { KvIndex, type WorkerRef } from "@kv-epp/index-wasm";
+import type { Logger } from "pino";
+import type { Metrics } from "../metrics.ts";
+
+export type Indexer = { key: string; blockSize: number; index: KvIndex };
+
+/** A request's model resolved: its index, and the LoRA adapter its blocks are named with (null: the base model). */
+export type Resolved = { indexer: Indexer; loraName: string | null };
+
+/**
+ * Told when a model's index drops blocks on its own rather than by an event (a rank over its capacity,
+ * or every rank when a trapped index is replaced: `worker` null), so whatever tracks those ranks' views
+ * (their stream cursors) knows they no longer match the workers.
+ */
+export type ViewLost = (key: string, worker: WorkerRef | null) => void;
+
+export function indexerKey(model: string, tenant: string): string {
+  return `${model}:${tenant}`;
+}
+
+/** Adapter names learned from events, at most (a stream naming ever new adapters must not grow this without bound). */
+export const MAX_ADAPTERS = 4096;
+/** Names and ranks logged once each, at most. */
+export const MAX_LOGGED = 1024;
+
+export class ModelIndexes {
+  readonly #byKey = new Map<string, Indexer>();
+  /** Model name (as requests carry it) -> indexer key. */
+  readonly #byModel = new Map<string, string>();
+  /** LoRA adapter name (a request's `model`) -> the key of the index holding the base model's workers. */
+  readonly #adapters = new Map<string, string>();
+  readonly #loggedUnknown = new Set<string>();
+  #default: string | undefined;
+  readonly #metrics: Metrics;
+  readonly #log: Logger | undefined;
+  readonly #onViewLost: ViewLost | undefined;
+
+  constructor(metrics: Metrics, log?: Logger, onViewLost?: ViewLost) {
+    this.#metrics = metrics;
+    this.#log = log;
+    this.#onViewLost = onViewLost;
+  }
+
+  /** Declares the model served by the configured workers; the first one is the default for requests. */
+  register(model: string, tenant: string, blockSize: number): Indexer {
+    const key = indexerKey(model, tenant);
+    let ix = this.#byKey.get(key);
+    if (!ix) {
+      ix = { key, blockSize, index: KvIndex.create({ blockSize }) };
+      this.#byKey.set(key, ix);
+    }
+    this.#byModel.set(model, key);
+    this.#default ??= key;
+    return ix;
+  }
+
+  /** Declares an adapter of a registered model (from config); events' lora_name add more. */
+  registerAdapter(name: string, model: string): void {
+    const key = this.#byModel.get(model);
+    if (key !== undefined && !this.#byModel.has(name)) this.#adapters.set(name, key);
+  }
+
+  /** An adapter named by a stored event of `ix`'s workers (bounded by MAX_ADAPTERS, counted past it). */
+  learnAdapter(ix: Indexer, name: string): void {
+    if (this.#adapters.has(name) || this.#byModel.has(name)) return;
+    if (this.#adapters.size >= MAX_ADAPTERS) {
+      this.#metrics.eventsRejected.inc({ reason: "adapter_limit" });
+      return;
+    }
+    this.#adapters.set(name, ix.key);
+    this.#log?.info({ adapter: name, model: ix.key }, "LoRA adapter learned from KV events");
+  }
+
+  /** Adapter names known, per indexer key (GET /workers, tests). */
+  adapters(): Map<string, string> {
+    return new Map(this.#adapters);
+  }
+
+  /**
+   * A request's model: a served model's own index; an adapter's name: the index of the model it
+   * adapts, scored in the adapter's identity; absent or unknown: the default model (an unknown name is
+   * logged once), as requests were always routed.
+   */
+  resolve(model?: string): Resolved | undefined {
+    let key = model !== undefined ? this.#byModel.get(model) : undefined;
+    let loraName: string | null = null;
+    if (key === undefined && model !== undefined) {
+      key = this.#adapters.get(model);
+      if (key !== undefined) loraName = model;
+      else this.#unknownModel(model);
+    }
+    const indexer = this.sound(this.#byKey.get(key ?? this.#default ?? ""));
+    return indexer ? { indexer, loraName } : undefined;
+  }
+
+  /** The indexer for a request's model (see resolve); unknown or absent names fall back to the default model. */
+  lookup(model?: string): Indexer | undefined {
+    return this.resolve(model)?.indexer;
+  }
+
+  /** The LoRA adapter a request's model names, or null (the picker's IndexLookup). */
+  adapterOf(model?: string): string | null {
+    return model !== undefined && !this.#byModel.has(model) && this.#adapters.has(model) ? model : null;
+  }
+
+  #unknownModel(model: string): void {
+    if (this.#loggedUnknown.has(model) || this.#loggedUnknown.size >= MAX_LOGGED) return;
+    this.#loggedUnknown.add(model);
+    this.#log?.warn({ model, fallback: this.#default }, "request names an unknown model or adapter: scored as the default model");
+  }
+
+  /**
+   * An index whose module trapped (linear memory that could not grow) is no longer trusted: it is
+   * replaced by an empty one, as if every worker had reset, and counted. Routing goes on by load while
+   * new events fill it again.
+   */
+  sound(ix: Indexer | undefined): Indexer | undefined {
+    if (ix?.index.trapped) {
+      ix.index = KvIndex.create({ blockSize: ix.blockSize });
+      this.#metrics.indexTraps.inc();
+      this.#onViewLost?.(ix.key, null);
+    }
+    return ix;
+  }
+
+  get(key: string): Indexer | undefined {
+    return this.#byKey.get(key);
+  }
+
+  has(key: string): boolean {
+    return this.#byKey.has(key);
+  }
+
+  all(): IterableIterator<Indexer> {
+    return this.#byKey.values();
+  }
+
+  /** The worker's blocks leave every model's index. */
+  removeWorker(worker: WorkerRef): void {
+    for (const ix of this.#byKey.values()) ix.index.removeWorker(worker);
+  }
+
+  /** Drops workers the index knows but the worker set does not (e.g. only the peer's dump had them). */
+  pruneWorkers(keep: (w: WorkerRef) => boolean): void {
+    for (const ix of this.#byKey.values()) for (const w of ix.index.workers()) if (!keep(w)) ix.index.removeWorker(w);
+  }
+
+  updateGauges(): void {
+    for (const ix of this.#byKey.values()) {
+      const s = ix.index.stats();
+      this.#metrics.indexBlocks.set({ model: ix.key }, s.blocks);
+      this.#metrics.indexResidencies.set({ model: ix.key }, s.residencies);
+      this.#metrics.indexWorkers.set({ model: ix.key }, s.workers);
+    }
+  }
+}

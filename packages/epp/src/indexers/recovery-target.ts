@@ -1,0 +1,130 @@
+// The index side of recovery: a DumpSource for /dump (every model's index, as events or as the JSON
+// the index module writes itself) and a DumpTarget whose staging is a fresh KvIndex per served model,
+// swapped in whole on commit so a failed attempt leaves nothing behind.
+import { KvIndex, type StoredBatchBuilder, type WorkerRef } from "@kv-epp/index-wasm";
+import { toRouterEvents, type DumpModel, type DumpSource, type DumpStaging, type DumpTarget } from "@kv-epp/recovery";
+import type { Metrics } from "../metrics.ts";
+import type { ModelIndexes } from "./model-indexes.ts";
+
+/** Dump events per builder call (the index-wasm bench measured batches of 256). */
+const STAGING_BATCH = 256;
+
+type Staged = {
+  blockSize: number;
+  index: KvIndex;
+  builder: StoredBatchBuilder;
+  /** One WorkerRef object per worker rank: the index caches a worker's slot per object. */
+  workers: Map<string, WorkerRef>;
+  ext: BigUint64Array;
+  tok: BigUint64Array;
+};
+
+export class RecoveryTarget implements DumpSource, DumpTarget {
+  readonly #models: ModelIndexes;
+  readonly #metrics: Metrics;
+
+  constructor(models: ModelIndexes, metrics: Metrics) {
+    this.#models = models;
+    this.#metrics = metrics;
+  }
+
+  /** `onSnapshot`: told each worker of a model in the step its blocks are copied (see KvIndex.dump). */
+  *models(opts: { onSnapshot?: (key: string, w: WorkerRef) => void } = {}): Iterable<DumpModel> {
+    for (const ix of this.#models.all()) {
+      const onSnapshot = opts.onSnapshot && ((w: WorkerRef) => opts.onSnapshot!(ix.key, w));
+      yield {
+        key: ix.key,
+        blockSize: ix.blockSize,
+        events: toRouterEvents(ix.index.dump({ onSnapshot })),
+        // The writer uses this instead of `events`: the index module writes the same JSON itself (3-4x faster).
+        eventsJson: (chunkBytes) => ix.index.dumpJsonChunks({ chunkBytes, onSnapshot }),
+      };
+    }
+  }
+
+  begin(): DumpStaging {
+    const models = this.#models;
+    const staged = new Map<string, Staged>();
+    let open = true;
+    const flush = (s: Staged) => {
+      if (s.builder.events > 0) s.builder.apply();
+    };
+    const stagedFor = (key: string, blockSize: number): Staged => {
+      let s = staged.get(key);
+      // The parser skips models accepts() refuses: an unknown key here is a bug, not a peer's choice.
+      if (!models.has(key)) throw new Error(`model ${key} is not served by this replica`);
+      // A peer with another block size for a model has hashes no request here can match: the attempt
+      // fails (staging aborted, the next peer tried) rather than "recovering" nothing.
+      const want = s?.blockSize ?? models.get(key)?.blockSize;
+      if (want !== undefined && want !== blockSize) {
+        this.#metrics.eventsRejected.inc({ reason: "block_size" });
+        throw new Error(`the dump's block size for ${key} is ${blockSize}, this replica's ${want}`);
+      }
+      if (!s) {
+        const index = KvIndex.create({ blockSize });
+        s = { blockSize, index, builder: index.batch(), workers: new Map(), ext: new BigUint64Array(64), tok: new BigUint64Array(64) };
+        staged.set(key, s);
+      }
+      return s;
+    };
+    return {
+      // Only the models this replica serves are staged: any other model of the dump is skipped unparsed.
+      accepts: (key) => models.has(key),
+      // The staged indexes' linear memory: what the dump really costs this process (checked per chunk).
+      stagedBytes: () => {
+        let n = 0;
+        for (const s of staged.values()) n += s.index.stats().bytes;
+        return n;
+      },
+      // The fast path: fetchDump hands most events over as typed batches (hashes already in BigUint64Arrays).
+      applyBatch: (key, blockSize, b) => {
+        if (!open) return;
+        const s = stagedFor(key, blockSize);
+        for (let i = 0; i < b.count; i++) {
+          const from = b.blockStart[i]!, to = b.blockStart[i + 1]!;
+          s.builder.stored(b.workers[i]!, b.parentHash(i), b.blockHashes.subarray(from, to), b.tokensHashes.subarray(from, to), b.hasCopies ? b.copies.subarray(from, to) : undefined);
+        }
+        flush(s);
+      },
+      apply: (key, blockSize, e) => {
+        if (!open) return;
+        const s = stagedFor(key, blockSize);
+        // Dump events go in through the batch builder, STAGING_BATCH at a time (not one call each).
+        const n = e.blocks.length;
+        if (s.ext.length < n) {
+          s.ext = new BigUint64Array(Math.max(n, s.ext.length * 2));
+          s.tok = new BigUint64Array(s.ext.length);
+        }
+        let copies: number[] | undefined;
+        for (let i = 0; i < n; i++) {
+          const blk = e.blocks[i]!;
+          s.ext[i] = blk.blockHash;
+          s.tok[i] = blk.tokensHash;
+          if (blk.copies !== undefined && blk.copies !== 1) copies ??= e.blocks.map((x) => x.copies ?? 1);
+        }
+        s.builder.stored(workerRef(s.workers, e.workerId, e.dpRank), e.parentHash, s.ext.subarray(0, n), s.tok.subarray(0, n), copies);
+        if (s.builder.events >= STAGING_BATCH) flush(s);
+      },
+      commit: () => {
+        if (!open) return;
+        open = false;
+        for (const [key, s] of staged) {
+          flush(s);
+          models.get(key)!.index = s.index; // a served model, same block size: stagedFor refused others
+        }
+      },
+      abort: () => {
+        open = false;
+        for (const s of staged.values()) s.builder.reset();
+        staged.clear();
+      },
+    };
+  }
+}
+
+function workerRef(refs: Map<string, WorkerRef>, workerId: string, dpRank: number): WorkerRef {
+  const key = `${workerId}\u0000${dpRank}`; // workerKey's format, without an object per event
+  let w = refs.get(key);
+  if (!w) refs.set(key, (w = { workerId, dpRank }));
+  return w;
+}
