@@ -14,7 +14,8 @@ import {
   type RecoveryOutcome,
 } from "@kv-epp/recovery";
 import { mergeWorkerSets, type IntentWorker } from "@kv-epp/intents";
-import { listenerHeartbeat, parseEndpoint } from "@kv-epp/kv-events";
+import { listenerHeartbeat } from "@kv-epp/kv-events";
+import { parseEndpoint } from "@kv-epp/protocol";
 import { createPreprocessor } from "@kv-epp/tokenizer";
 import pino, { type Logger } from "pino";
 import { ConfigError, parseConfig, usage, type EppConfig } from "./config.ts";

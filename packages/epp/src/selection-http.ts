@@ -14,7 +14,8 @@ import type { LatencyModel } from "./picker/latency.ts";
 import type { Picker } from "./picker/picker.ts";
 import type { RoutingQuality } from "./picker/quality.ts";
 import type { Tokenize } from "./tokens.ts";
-import { rankSources, serving, workerKeyOf, type WorkerRegistry } from "./workers/registry.ts";
+import { workerKeyOf } from "@kv-epp/protocol";
+import { rankSources, serving, type WorkerRegistry } from "./workers/registry.ts";
 
 export type SelectionDeps = {
   picker: Picker;

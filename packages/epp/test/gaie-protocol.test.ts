@@ -7,7 +7,7 @@ import { afterAll, beforeAll, expect, test } from "bun:test";
 import { waitFor } from "@kv-epp/testkit";
 import type { ProcessingRequest } from "../src/extproc/messages.ts";
 import type { EppHandle } from "../src/main.ts";
-import { workerKeyOf } from "../src/workers/registry.ts";
+import { workerKeyOf } from "@kv-epp/protocol";
 import { FakeWorkerEvents, HOST, MODEL, body, extProcClient, headers, lbMetadata, postJson, scrapeMetric, setHeader, startTestEpp, tokens, type ExtProcStream, type Resp } from "./helpers.ts";
 
 const A = "127.0.4.81:8000";

@@ -1,7 +1,7 @@
 // The two record types of KV discovery and their JSON wire format (see README.md "Records"):
 // a host advertisement (written by the EPP) and an attachment intent (written by a worker, one per
 // DP rank). Payloads are versioned; a reader skips what it cannot decode instead of failing.
-import { parseEndpoint } from "@kv-epp/kv-events";
+import { parseEndpoint } from "@kv-epp/protocol";
 import { z } from "zod";
 
 /** The one KV-event protocol a host can attach to: vLLM's ZeroMQ PUB stream (docs/CONTRACTS.md §4). */

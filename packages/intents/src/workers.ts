@@ -1,9 +1,7 @@
 // From attachments to the EPP's worker set. Pod discovery guesses a worker's KV endpoint from its IP
 // and the port convention; an intent states it per rank. Both paths end in one worker set.
+import type { RankSource } from "@kv-epp/protocol";
 import type { AttachmentIntent } from "./protocol.ts";
-
-/** One rank's KV source, as an intent states it. */
-export type RankSource = { dpRank: number; kvEvents: string; replay?: string; topic: string; blockSize?: number };
 
 /** Structurally the EPP's WorkerSpec (packages/epp/src/workers/registry.ts). */
 export type WorkerSpecLike = { id: string; address: string; kvEvents: string; replay?: string; dpSize: number; metricsUrl: string };

@@ -13,7 +13,6 @@ export { RouterSocket } from "./zmtp/router.ts";
 export { DealerSocket } from "./zmtp/dealer.ts";
 export { DEFAULT_MAX_MESSAGE_SIZE, type SocketCounters, type SocketOptions } from "./zmtp/base.ts";
 export type { Heartbeat } from "./zmtp/connection.ts";
-export { formatEndpoint, parseEndpoint, rankEndpoint } from "./zmtp/endpoint.ts";
 export { KvEventPublisher, type PublisherOptions, type PublishOptions } from "./publisher.ts";
 export {
   KvEventListener, LISTENER_HEARTBEAT, listenerHeartbeat, type ListenerCounters, type ListenerOptions, type ListenerSignal, type MalformedKind, type ResetReason,

@@ -1,7 +1,7 @@
 // Test helper: a hand-driven ZMTP peer over a raw TCP socket, to speak exactly ZMTP 3.0
 // (or send garbage) where libzmq would always speak 3.1 correctly.
 import { connect, type Socket } from "node:net";
-import { parseEndpoint } from "../src/zmtp/endpoint.ts";
+import { parseEndpoint } from "@kv-epp/protocol";
 import { ZmtpParser } from "../src/zmtp/parser.ts";
 import { encodeGreeting, encodeReady, FLAG_COMMAND, parseCommand, type SocketType } from "../src/zmtp/wire.ts";
 

@@ -1,6 +1,6 @@
 // Test helper: a TCP forwarder whose link can be cut (a network blip between worker and listener).
 import { connect, createServer, type Server, type Socket } from "node:net";
-import { parseEndpoint } from "../src/zmtp/endpoint.ts";
+import { parseEndpoint } from "@kv-epp/protocol";
 
 export class TcpProxy {
   private readonly pairs = new Set<Socket>();

@@ -2,7 +2,7 @@
 // oversize frames, incompatible peers, and the HWM that drops instead of blocking.
 import { afterEach, describe, expect, test } from "bun:test";
 import { createServer } from "node:net";
-import { parseEndpoint, PubSocket, rankEndpoint, SubSocket } from "../src/index.ts";
+import { PubSocket, SubSocket } from "../src/index.ts";
 import { MAX_SUBSCRIPTION_BYTES } from "../src/zmtp/pub.ts";
 import { encodeCommand, encodeGreeting, encodeMessage, encodeReady, FLAG_COMMAND, parseCommand } from "../src/zmtp/wire.ts";
 import { RawPeer } from "./raw-peer.ts";
@@ -350,16 +350,6 @@ describe("high-water mark", () => {
       pub.send([Buffer.from("fresh")]);
       return got.length > 0;
     });
-  });
-});
-
-describe("endpoints", () => {
-  test("rank r of a data-parallel worker publishes on the base port + r", () => {
-    expect(rankEndpoint("tcp://*:5557", 0)).toBe("tcp://*:5557");
-    expect(rankEndpoint("tcp://10.0.0.2:5557", 3)).toBe("tcp://10.0.0.2:5560");
-    expect(parseEndpoint("tcp://*:5557")).toEqual({ host: "0.0.0.0", port: 5557 });
-    expect(parseEndpoint("tcp://[::1]:9")).toEqual({ host: "::1", port: 9 });
-    expect(() => parseEndpoint("ipc:///tmp/x")).toThrow();
   });
 });
 

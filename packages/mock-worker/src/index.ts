@@ -1,6 +1,6 @@
 // Public entry of @kv-epp/mock-worker: the worker as a library (for in-process tests and the trace
 // benchmark) and its two models, usable on their own in simulated time.
-export { startMockWorker, rankEndpoint, type MockWorker, type MockWorkerOptions, type MockWorkerRank } from "./worker.ts";
+export { startMockWorker, type MockWorker, type MockWorkerOptions, type MockWorkerRank } from "./worker.ts";
 export { PrefixCacheSim, type CachedBlock, type CacheEvent, type Acquisition, type Lease, type PrefixCacheOptions } from "./cache/prefix-cache.ts";
 export { blockExtraKeys, chainBlockIds, foldDigest, type BlockId, type MediaItem, type RequestIdentity } from "./cache/block-hash.ts";
 export { TimingModel, DEFAULT_TIMING, type TimingParams } from "./engine/timing.ts";

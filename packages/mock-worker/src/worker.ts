@@ -1,5 +1,6 @@
 import { Hono } from "hono";
 import pino, { type Logger } from "pino";
+import { rankEndpoint } from "@kv-epp/protocol";
 import { createPreprocessor } from "@kv-epp/tokenizer";
 import { PrefixCacheSim } from "./cache/prefix-cache.ts";
 import { ConfigError, resolveConfig, type MockWorkerConfig } from "./config.ts";
@@ -32,13 +33,6 @@ export type MockWorker = {
   ranks: MockWorkerRank[];
   close(): Promise<void>;
 };
-
-/** Rank r's endpoint: port + r, except an ephemeral port 0, which every rank binds on its own. */
-export function rankEndpoint(endpoint: string, rank: number): string {
-  const m = /^(tcp:\/\/.+):(\d+)$/.exec(endpoint)!;
-  const port = Number(m[2]);
-  return port === 0 ? endpoint : `${m[1]}:${port + rank}`;
-}
 
 /** The address a client dials for a server bound on `listen` (a wildcard bind is reached on loopback). */
 function dialHost(listen: string): string {

@@ -1,6 +1,7 @@
 import { afterEach, describe, expect, test } from "bun:test";
 import { ConfigError, parseConfig, resolveConfig } from "../src/index.ts";
-import { post, subscribe, syncSubscribers, waitFor } from "./support.ts";
+import { waitFor } from "@kv-epp/testkit";
+import { post, subscribe, syncSubscribers } from "./support.ts";
 
 const ROOT = `${import.meta.dir}/../../..`;
 const children: Bun.Subprocess[] = [];
@@ -55,13 +56,13 @@ describe("bun run mock-worker", () => {
       { MOCK_WORKER_SPEED: "0", MOCK_WORKER_LOG_LEVEL: "warn" },
     );
     const url = "http://127.0.2.6:18000";
-    await waitFor(async () => child.exitCode === null && (await fetch(`${url}/health`).then((r) => r.ok, () => false)), "the worker's /health");
+    await waitFor(async () => child.exitCode === null && (await fetch(`${url}/health`).then((r) => r.ok, () => false)), { message: "the worker's /health" });
     const sub = subscribe("tcp://127.0.2.6:15557");
     try {
       await syncSubscribers(url, [sub]);
       const res = await post(`${url}/v1/completions`, { prompt: [1, 2, 3, 4, 5, 6, 7, 8], max_tokens: 1 });
       expect(res.status).toBe(200);
-      await waitFor(() => sub.messages.length === 1, "a BlockStored from the process");
+      await waitFor(() => sub.messages.length === 1, { message: "a BlockStored from the process" });
       expect(sub.messages[0]!.batch.events[0]).toMatchObject({ type: "BlockStored", tokenIds: [1, 2, 3, 4, 5, 6, 7, 8], blockSize: 4 });
     } finally {
       await sub.close();

@@ -1,7 +1,8 @@
 import { afterEach, describe, expect, test } from "bun:test";
 import { DealerSocket, decodeBatch, decodeSeq, encodeSeq, END_SEQ, type BlockStored } from "@kv-epp/kv-events";
 import { chainBlockIds, startMockWorker, type CacheTruth, type MockWorker, type MockWorkerOptions } from "../src/index.ts";
-import { post, residentFromEvents, subscribe, syncSubscribers, waitFor, type Received } from "./support.ts";
+import { waitFor } from "@kv-epp/testkit";
+import { post, residentFromEvents, subscribe, syncSubscribers, type Received } from "./support.ts";
 
 const BS = 4;
 const ids = (from: number, n: number) => Array.from({ length: n }, (_, i) => from + i);
@@ -39,7 +40,7 @@ describe("KV events", () => {
     const prompt = ids(0, 22); // 5 full blocks + 2 tokens
 
     expect((await complete(w, prompt)).usage.prompt_tokens_details?.cached_tokens ?? 0).toBe(0);
-    await waitFor(() => sub!.messages.length === 1, "the first BlockStored");
+    await waitFor(() => sub!.messages.length === 1, { message: "the first BlockStored" });
     const first = sub!.messages[0]!.batch;
     expect(first.dataParallelRank).toBe(0); // newer vLLM tags every batch, rank 0 without DP
     expect(first.events).toEqual([
@@ -49,7 +50,7 @@ describe("KV events", () => {
     expect((await complete(w, prompt)).usage.prompt_tokens_details?.cached_tokens ?? 0).toBe(20);
     const longer = [...prompt.slice(0, 20), ...ids(500, 8)];
     expect((await complete(w, longer)).usage.prompt_tokens_details?.cached_tokens ?? 0).toBe(20);
-    await waitFor(() => sub!.messages.length === 2, "the second BlockStored");
+    await waitFor(() => sub!.messages.length === 2, { message: "the second BlockStored" });
     const all = hashesOf(longer);
     expect(sub!.messages[1]!.batch.events).toEqual([
       { type: "BlockStored", blockHashes: all.slice(5), parentBlockHash: all[4]!, tokenIds: ids(500, 8), blockSize: BS, loraId: null, medium: "GPU", loraName: null, extraKeys: [null, null] },
@@ -66,13 +67,13 @@ describe("KV events", () => {
     const cache = w.ranks[0]!.cache;
     await complete(w, ids(0, 8));
     await complete(w, ids(100, 8));
-    await waitFor(() => sub!.messages.length === 2, "two stores");
+    await waitFor(() => sub!.messages.length === 2, { message: "two stores" });
     const before = cache.residentHashes();
     await complete(w, ids(200, 12)); // 3 blocks into a full cache of 4
     const after = cache.residentHashes();
     const evicted = [...before].filter((h) => !after.has(h));
     expect(evicted.length).toBe(3);
-    await waitFor(() => sub!.messages.length === 3, "the eviction batch");
+    await waitFor(() => sub!.messages.length === 3, { message: "the eviction batch" });
     const batch = sub!.messages[2]!.batch.events;
     const [a, b] = [hashesOf(ids(0, 8)), hashesOf(ids(100, 8))];
     // Least recently used first, and within a released prompt its tail first (vLLM's free order).
@@ -91,18 +92,18 @@ describe("KV events", () => {
     ]);
     const [sub0, sub1] = await subscribed(w);
     await complete(w, ids(0, 8), { "x-data-parallel-rank": "1" });
-    await waitFor(() => sub1!.messages.length === 1, "rank 1's store");
+    await waitFor(() => sub1!.messages.length === 1, { message: "rank 1's store" });
     expect(sub1!.messages[0]!.batch.dataParallelRank).toBe(1);
     expect(w.ranks[1]!.cache.residentHashes()).toEqual(new Set(hashesOf(ids(0, 8))));
     expect(w.ranks[0]!.cache.usedBlocks).toBe(0);
     await complete(w, ids(50, 4), { "x-data-parallel-rank": "0" });
-    await waitFor(() => sub0!.messages.length === 1, "rank 0's store");
+    await waitFor(() => sub0!.messages.length === 1, { message: "rank 0's store" });
     expect(sub0!.messages[0]!.batch.dataParallelRank).toBe(0);
     expect(sub1!.messages.length).toBe(1);
     // Without the header, idle ranks take turns.
     await complete(w, ids(900, 4));
     await complete(w, ids(900, 4));
-    await waitFor(() => sub0!.messages.length === 2 && sub1!.messages.length === 2, "one store per rank");
+    await waitFor(() => sub0!.messages.length === 2 && sub1!.messages.length === 2, { message: "one store per rank" });
 
     // Replay from rank 1's ROUTER: every buffered batch from seq 0, then the end marker.
     const dealer = new DealerSocket();
@@ -111,7 +112,7 @@ describe("KV events", () => {
     dealer.onMessage((f) => replies.push(f));
     dealer.connect(w.ranks[1]!.replay!);
     dealer.send([Buffer.alloc(0), encodeSeq(0n)]);
-    await waitFor(() => replies.some((f) => f[2]!.equals(END_SEQ)), "the replay end marker");
+    await waitFor(() => replies.some((f) => f[2]!.equals(END_SEQ)), { message: "the replay end marker" });
     const replayed = replies.filter((f) => !f[2]!.equals(END_SEQ)).map((f) => ({ seq: decodeSeq(f[2]!)!, batch: decodeBatch(f[3]!) }));
     const live = new Map(sub1!.messages.map((m) => [m.seq, m.batch]));
     for (const [seq, batch] of live) expect(replayed.find((r) => r.seq === seq)?.batch).toEqual(batch);
@@ -124,7 +125,7 @@ describe("KV events", () => {
     cleanup.push(() => sub.close());
     await syncSubscribers(w.url, [sub]);
     await complete(w, ids(7, 12));
-    await waitFor(() => sub.messages.length === 1, "a map-encoded store");
+    await waitFor(() => sub.messages.length === 1, { message: "a map-encoded store" });
     const m = sub.messages[0]!;
     expect(m.topic).toBe("kv@mock");
     expect(m.payload[0]! & 0xf0).toBe(0x80); // a msgpack fixmap: {ts, events}
@@ -138,11 +139,11 @@ describe("KV events", () => {
     const admin = (body: object) => post(`${w.url}/admin/faults`, body).then(async (r) => ({ status: r.status, body: (await r.json()) as any }));
 
     await complete(w, ids(0, 4));
-    await waitFor(() => sub!.messages.length === 1, "a store");
+    await waitFor(() => sub!.messages.length === 1, { message: "a store" });
     const s0 = sub!.messages[0]!.seq;
     expect((await admin({ action: "skip", count: 1000 })).body.ranks[0].nextSeq).toBe(String(s0 + 1001n));
     await complete(w, ids(10, 4));
-    await waitFor(() => sub!.messages.length === 2, "a store after the gap");
+    await waitFor(() => sub!.messages.length === 2, { message: "a store after the gap" });
     expect(sub!.messages[1]!.seq).toBe(s0 + 1001n);
 
     expect((await admin({ action: "pause" })).body.ranks[0].paused).toBe(true);
@@ -150,7 +151,7 @@ describe("KV events", () => {
     expect(w.ranks[0]!.cache.residentHashes().has(hashesOf(ids(20, 4))[0]!)).toBe(true);
     await admin({ action: "resume" });
     await complete(w, ids(30, 4));
-    await waitFor(() => sub!.messages.length === 3, "a store after resuming");
+    await waitFor(() => sub!.messages.length === 3, { message: "a store after resuming" });
     expect(sub!.messages[2]!.seq).toBe(s0 + 1002n);
     expect((sub!.messages[2]!.batch.events[0] as BlockStored).blockHashes).toEqual(hashesOf(ids(30, 4)));
 
@@ -161,7 +162,7 @@ describe("KV events", () => {
     sub!.messages.length = 0;
     await syncSubscribers(w.url, [sub!]);
     expect((await complete(w, ids(0, 4))).usage.prompt_tokens_details?.cached_tokens ?? 0).toBe(0);
-    await waitFor(() => sub!.messages.length === 1, "a store after the restart");
+    await waitFor(() => sub!.messages.length === 1, { message: "a store after the restart" });
     expect(sub!.messages[0]!.seq).toBeLessThan(1000n);
 
     expect((await admin({ action: "skip", count: 0 })).status).toBe(400);
@@ -181,7 +182,7 @@ describe("KV events", () => {
     expect(truth.ranks.map((r) => r.rank)).toEqual([0, 1]);
     for (const r of truth.ranks) {
       const sub = subs[r.rank]!;
-      await waitFor(() => sub.messages.at(-1)?.seq === BigInt(r.next_seq) - 1n, "the last batch before the truth was read");
+      await waitFor(() => sub.messages.at(-1)?.seq === BigInt(r.next_seq) - 1n, { message: "the last batch before the truth was read" });
       expect(new Set(r.blocks.map((b) => BigInt(b.block_hash)))).toEqual(residentFromEvents(sub.messages));
       expect(r.blocks.every((b) => b.copies === 1)).toBe(true);
     }
@@ -200,7 +201,7 @@ describe("KV events", () => {
     const [sub] = await subscribed(w);
     await complete(w, ids(0, 8));
     expect((await post(`${w.url}/reset_prefix_cache`, {})).status).toBe(200);
-    await waitFor(() => sub!.messages.length === 2, "the clear");
+    await waitFor(() => sub!.messages.length === 2, { message: "the clear" });
     expect(sub!.messages[1]!.batch.events).toEqual([{ type: "AllBlocksCleared" }]);
     expect(w.ranks[0]!.cache.usedBlocks).toBe(0);
     expect((await complete(w, ids(0, 8))).usage.prompt_tokens_details?.cached_tokens ?? 0).toBe(0);

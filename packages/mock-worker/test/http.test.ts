@@ -1,7 +1,8 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { byteFallbackEncode, byteFallbackRenderChat } from "@kv-epp/tokenizer";
 import { startMockWorker, type MockWorker } from "../src/index.ts";
-import { post, waitFor } from "./support.ts";
+import { waitFor } from "@kv-epp/testkit";
+import { post } from "./support.ts";
 
 let w: MockWorker;
 beforeAll(async () => {
@@ -124,12 +125,12 @@ describe("timing model", () => {
       const reader = long.body!.getReader();
       await reader.read(); // first token: it is running
       const queued = post(`${slow.url}/v1/completions`, { prompt: "b", max_tokens: 1 });
-      await waitFor(async () => (await gauge("vllm:num_requests_waiting")) === 1, "the second request to wait");
+      await waitFor(async () => (await gauge("vllm:num_requests_waiting")) === 1, { message: "the second request to wait" });
       expect(await gauge("vllm:num_requests_running")).toBe(1);
       await reader.cancel();
       const res = await queued;
       expect(res.status).toBe(200);
-      await waitFor(async () => (await gauge("vllm:num_requests_running")) === 0, "the slots to empty");
+      await waitFor(async () => (await gauge("vllm:num_requests_running")) === 0, { message: "the slots to empty" });
       expect(await gauge("vllm:num_requests_waiting")).toBe(0);
     } finally {
       await slow.close();

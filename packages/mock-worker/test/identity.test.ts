@@ -4,7 +4,8 @@ import { afterEach, describe, expect, test } from "bun:test";
 import type { BlockStored } from "@kv-epp/kv-events";
 import { chainBlockIds, startMockWorker, type MockWorker, type MockWorkerOptions } from "../src/index.ts";
 import { MEDIA_TOKEN_ID, MEDIA_TOKENS } from "../src/http/openai-routes.ts";
-import { post, subscribe, syncSubscribers, waitFor, type Received } from "./support.ts";
+import { waitFor } from "@kv-epp/testkit";
+import { post, subscribe, syncSubscribers, type Received } from "./support.ts";
 
 const BS = 4;
 const ids = (from: number, n: number) => Array.from({ length: n }, (_, i) => from + i);
@@ -36,7 +37,7 @@ describe("block identity", () => {
     const { w, subs } = await worker({ loraModules: ["sql-lora", "chat-lora"] });
     const prompt = ids(0, 10);
     expect(await cached(w, "/v1/completions", { model: "chat-lora", prompt })).toBe(0);
-    await waitFor(() => stored(subs[0]!.messages).length === 1, "the adapter's BlockStored");
+    await waitFor(() => stored(subs[0]!.messages).length === 1, { message: "the adapter's BlockStored" });
     const ev = stored(subs[0]!.messages)[0]!;
     expect(ev).toMatchObject({ loraName: "chat-lora", loraId: 2, extraKeys: [["chat-lora"], ["chat-lora"]] });
     expect(ev.blockHashes).toEqual(chainBlockIds(Uint32Array.from(prompt), BS, { loraName: "chat-lora" }).map((b) => b.hash));
@@ -50,7 +51,7 @@ describe("block identity", () => {
     const { w, subs } = await worker();
     const prompt = ids(100, 9);
     expect(await cached(w, "/v1/completions", { prompt, cache_salt: "tenant-a" })).toBe(0);
-    await waitFor(() => stored(subs[0]!.messages).length === 1, "the salted BlockStored");
+    await waitFor(() => stored(subs[0]!.messages).length === 1, { message: "the salted BlockStored" });
     expect(stored(subs[0]!.messages)[0]!.extraKeys).toEqual([["tenant-a"], null]);
     expect(await cached(w, "/v1/completions", { prompt, cache_salt: "tenant-b" })).toBe(0);
     expect(await cached(w, "/v1/completions", { prompt })).toBe(0);
@@ -63,7 +64,7 @@ describe("block identity", () => {
       messages: [{ role: "user", content: [{ type: "text", text: "Please look at this picture carefully:" }, { type: "image_url", image_url: { url } }, { type: "text", text: "What is it?" }] }],
     });
     await cached(w, "/v1/chat/completions", chat("https://example.com/a.png"));
-    await waitFor(() => stored(subs[0]!.messages).length === 1, "the chat's BlockStored");
+    await waitFor(() => stored(subs[0]!.messages).length === 1, { message: "the chat's BlockStored" });
     const ev = stored(subs[0]!.messages)[0]!;
     const first = ev.tokenIds.indexOf(MEDIA_TOKEN_ID);
     expect(first).toBeGreaterThan(0);
@@ -83,7 +84,7 @@ describe("global DP ranks", () => {
     const { w, subs } = await worker({ dpSize: 2, dataParallelStartRank: 2, kvEvents: "tcp://127.0.2.1:25710" });
     expect(w.ranks.map((r) => [r.rank, r.kvEvents])).toEqual([[2, "tcp://127.0.2.1:25712"], [3, "tcp://127.0.2.1:25713"]]);
     await cached(w, "/v1/completions", { prompt: ids(0, 4) }, { "x-data-parallel-rank": "3" });
-    await waitFor(() => subs[1]!.messages.length === 1, "rank 3's batch");
+    await waitFor(() => subs[1]!.messages.length === 1, { message: "rank 3's batch" });
     expect(subs[1]!.messages[0]!.batch.dataParallelRank).toBe(3);
     expect(subs[0]!.messages.length).toBe(0);
     expect((await post(`${w.url}/v1/completions`, { prompt: [1], max_tokens: 1 }, { "x-data-parallel-rank": "1" })).status).toBe(400);
@@ -94,7 +95,7 @@ describe("hybrid KV cache groups", () => {
   test("--kv-groups publishes every change per group; a sliding-window group names only the blocks in its window, with the whole run's tokens", async () => {
     const { w, subs } = await worker({ kvGroups: "full_attention:4,sliding_window:4:6" as never, capacityBlocks: 4 });
     expect(await cached(w, "/v1/completions", { prompt: ids(0, 17) })).toBe(0);
-    await waitFor(() => subs[0]!.messages.length === 1, "the grouped batch");
+    await waitFor(() => subs[0]!.messages.length === 1, { message: "the grouped batch" });
     const [full, window] = subs[0]!.messages[0]!.batch.events as BlockStored[];
     const all = chainBlockIds(Uint32Array.from(ids(0, 17)), BS).map((b) => b.hash);
     expect(full).toMatchObject({ blockHashes: all, groupIdx: 0, kvCacheSpecKind: "full_attention", tokenIds: ids(0, 16) });
@@ -103,7 +104,7 @@ describe("hybrid KV cache groups", () => {
     expect(window).toMatchObject({ blockHashes: all.slice(2), groupIdx: 1, kvCacheSpecKind: "sliding_window", kvCacheSpecSlidingWindow: 6, tokenIds: ids(0, 16) });
     // Evicting all four: the window group removes only what it stored.
     await cached(w, "/v1/completions", { prompt: ids(100, 17) });
-    await waitFor(() => subs[0]!.messages.length === 2, "the evicting batch");
+    await waitFor(() => subs[0]!.messages.length === 2, { message: "the evicting batch" });
     const removed = subs[0]!.messages[1]!.batch.events.filter((e) => e.type === "BlockRemoved");
     expect(removed.map((e) => [(e as { groupIdx?: number }).groupIdx, new Set((e as { blockHashes: bigint[] }).blockHashes)])).toEqual([
       [0, new Set(all)],

@@ -1,7 +1,8 @@
 import { afterEach, expect, test } from "bun:test";
 import { KvEventListener, type ListenerSignal } from "@kv-epp/kv-events";
 import { startMockWorker } from "../src/index.ts";
-import { post, waitFor } from "./support.ts";
+import { waitFor } from "@kv-epp/testkit";
+import { post } from "./support.ts";
 
 const cleanup: (() => Promise<unknown>)[] = [];
 afterEach(async () => {
@@ -28,7 +29,7 @@ test("the fault switches drive the EPP's KvEventListener through its consumer ru
     return waitFor(async () => {
       await complete(10_000 + i++ * 10);
       return signals.length > n;
-    }, what);
+    }, { message: what });
   };
 
   await untilReceived("the listener's baseline");
@@ -39,17 +40,17 @@ test("the fault switches drive the EPP's KvEventListener through its consumer ru
   await complete(1);
   await admin({ action: "resume" });
   await complete(2);
-  await waitFor(() => signals.some((s) => s.kind === "batch" && s.batch.events.some((e) => e.type === "BlockStored" && e.tokenIds[0] === 2)), "the store after resume");
+  await waitFor(() => signals.some((s) => s.kind === "batch" && s.batch.events.some((e) => e.type === "BlockStored" && e.tokenIds[0] === 2)), { message: "the store after resume" });
   expect(resets()).toEqual([]);
 
   // Skipped seqs are a gap the replay buffer cannot fill.
   await admin({ action: "skip", count: 1000 });
   await complete(3);
-  await waitFor(() => resets().includes("gap-unrecovered"), "a gap-unrecovered reset");
+  await waitFor(() => resets().includes("gap-unrecovered"), { message: "a gap-unrecovered reset" });
 
   // A restart sends seq back to 0.
   await admin({ action: "restart" });
   await untilReceived("a batch after the restart");
-  await waitFor(() => resets().includes("restarted"), "a restarted reset");
+  await waitFor(() => resets().includes("restarted"), { message: "a restarted reset" });
   expect(listener.counters.restarts).toBe(1);
 });

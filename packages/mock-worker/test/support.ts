@@ -1,18 +1,9 @@
-// Shared fixtures for the mock worker's tests: a KV-event subscriber built on @kv-epp/kv-events,
-// polling, and JSON requests.
+// Shared fixtures for the mock worker's tests: a KV-event subscriber built on @kv-epp/kv-events and JSON
+// requests (polling is the testkit's waitFor).
 import { decodeBatch, decodeSeq, SubSocket, type KvEventBatch } from "@kv-epp/kv-events";
+import { waitFor } from "@kv-epp/testkit";
 
 export type Received = { topic: string; seq: bigint; batch: KvEventBatch; payload: Buffer };
-
-export async function waitFor<T>(probe: () => T | undefined | false | Promise<T | undefined | false>, what: string, timeoutMs = 10_000): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const v = await probe();
-    if (v) return v;
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await Bun.sleep(10);
-  }
-}
 
 /** Subscribes to one rank's PUB endpoint and keeps every decoded message. */
 export function subscribe(endpoint: string, topic = "") {
@@ -41,10 +32,10 @@ export async function syncSubscribers(url: string, subs: { messages: Received[] 
     await fetch(`${url}/reset_prefix_cache`, { method: "POST" });
     await Bun.sleep(20);
     return subs.every(seen);
-  }, "subscribers to receive AllBlocksCleared");
+  }, { message: "subscribers to receive AllBlocksCleared" });
   // Wait out resets still in flight: each subscriber (subs[r] listens to rank r) has the last seq sent.
   const state = (await (await fetch(`${url}/admin/faults`)).json()) as { ranks: { nextSeq: string }[] };
-  await waitFor(() => subs.every((s, r) => s.messages.at(-1)?.seq === BigInt(state.ranks[r]!.nextSeq) - 1n), "the last reset");
+  await waitFor(() => subs.every((s, r) => s.messages.at(-1)?.seq === BigInt(state.ranks[r]!.nextSeq) - 1n), { message: "the last reset" });
   for (const s of subs) s.messages.length = 0;
 }
 

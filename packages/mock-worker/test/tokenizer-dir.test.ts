@@ -1,7 +1,8 @@
 import { afterAll, expect, test } from "bun:test";
 import { join } from "node:path";
 import { startMockWorker } from "../src/index.ts";
-import { post, subscribe, syncSubscribers, waitFor } from "./support.ts";
+import { waitFor } from "@kv-epp/testkit";
+import { post, subscribe, syncSubscribers } from "./support.ts";
 
 // The tokenizer package's Qwen3 fixture: tokenizer files from its dev dependency, ids rendered by Python
 // jinja2 + the reference tokenizer. The mock must tokenize exactly as the EPP does (both use @kv-epp/tokenizer).
@@ -23,7 +24,7 @@ test("with --tokenizer-dir, a chat is templated and tokenized like the reference
     await syncSubscribers(w.url, [sub]);
     const res = (await (await post(`${w.url}/v1/chat/completions`, { messages: chat.messages, max_tokens: 1 })).json()) as any;
     expect(res.usage.prompt_tokens).toBe(ids.length);
-    await waitFor(() => sub.messages.length === 1, "the chat's BlockStored");
+    await waitFor(() => sub.messages.length === 1, { message: "the chat's BlockStored" });
     const full = Math.floor(ids.length / 4) * 4;
     expect(sub.messages[0]!.batch.events[0]).toMatchObject({ type: "BlockStored", tokenIds: ids.slice(0, full) });
   } finally {

@@ -1,7 +1,8 @@
 import { afterEach, expect, test } from "bun:test";
 import { decodeBatch, type BlockStored } from "@kv-epp/kv-events";
 import { chainBlockIds, startMockWorker } from "../src/index.ts";
-import { post, residentFromEvents, syncSubscribers, waitFor, type Received } from "./support.ts";
+import { waitFor } from "@kv-epp/testkit";
+import { post, residentFromEvents, syncSubscribers, type Received } from "./support.ts";
 
 const cleanup: (() => Promise<unknown> | void)[] = [];
 afterEach(async () => {
@@ -45,7 +46,7 @@ test("a libzmq subscriber (Node + zeromq) receives the worker's events, matching
   });
   cleanup.push(() => w.close());
   const sub = zmqSubscriber(w.ranks[0]!.kvEvents, "kv");
-  await waitFor(sub.ready, "the Node subscriber to start");
+  await waitFor(sub.ready, { message: "the Node subscriber to start" });
   await syncSubscribers(w.url, [sub]);
 
   const prompt = Array.from({ length: 9 }, (_, i) => i);
@@ -53,7 +54,7 @@ test("a libzmq subscriber (Node + zeromq) receives the worker's events, matching
     expect((await post(`${w.url}/v1/completions`, { prompt: p, max_tokens: 1 })).status).toBe(200);
   }
   // First prompt: 2 blocks stored; repeat: nothing; third: 2 blocks into capacity 3 evicts one.
-  await waitFor(() => sub.messages.length === 2, "two batches");
+  await waitFor(() => sub.messages.length === 2, { message: "two batches" });
   expect(sub.frameCounts.every((n) => n === 3)).toBe(true); // topic, seq, payload
   expect(sub.messages.every((m) => m.topic === "kv")).toBe(true);
   expect(sub.messages[1]!.seq).toBe(sub.messages[0]!.seq + 1n);

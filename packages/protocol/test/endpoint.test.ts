@@ -19,7 +19,7 @@ describe("tcp endpoints", () => {
     expect(() => parseEndpoint("ipc:///tmp/x")).toThrow(/expected tcp/);
     expect(() => parseEndpoint("tcp://h:70000")).toThrow(/out of range/);
   });
-  test("rank r is on the base port + r; rank 0 and ephemeral ports stay", () => {
+  test("rank r of a data-parallel worker publishes on the base port + r; rank 0 and ephemeral ports stay", () => {
     expect(rankEndpoint("tcp://10.0.0.2:5557", 3)).toBe("tcp://10.0.0.2:5560");
     expect(rankEndpoint("tcp://[fd00::2]:5557", 1)).toBe("tcp://[fd00::2]:5558");
     expect(rankEndpoint("tcp://*:5557", 0)).toBe("tcp://*:5557");

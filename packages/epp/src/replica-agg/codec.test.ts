@@ -1,7 +1,7 @@
 import { describe, expect, test } from "bun:test";
 import fc from "fast-check";
 import { Packr } from "msgpackr";
-import { workerKeyOf } from "../workers/registry.ts";
+import { workerKeyOf } from "@kv-epp/protocol";
 import { AGG_VERSION, AggDecodeError, decodeAggMessage, encodeAggMessage, type AggEntry, type AggMessage } from "./codec.ts";
 
 const packr = new Packr({ useRecords: false });

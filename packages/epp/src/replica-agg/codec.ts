@@ -4,7 +4,7 @@ import { parseWorkerKey } from "@kv-epp/index-wasm";
 import { unpackUntrusted } from "@kv-epp/kv-events";
 import { Packr, Unpackr } from "msgpackr";
 import type { LoadChange, LoadEntry } from "../picker/load.ts";
-import { workerKeyOf } from "../workers/registry.ts";
+import { workerKeyOf } from "@kv-epp/protocol";
 
 export const AGG_TOPIC = "kv-epp.agg";
 export const AGG_VERSION = 1;

@@ -5,7 +5,7 @@
 // is not probed, its SUB just keeps reconnecting until it answers.
 import type { KubeConfig } from "@kubernetes/client-node";
 import { endpointSliceDiscovery, type PeerDiscovery } from "@kv-epp/recovery";
-import { parseEndpoint } from "@kv-epp/kv-events";
+import { parseEndpoint } from "@kv-epp/protocol";
 import type { Logger } from "pino";
 import type { Sibling } from "./siblings.ts";
 

@@ -1,7 +1,7 @@
 import { describe, expect, test } from "bun:test";
 import fc from "fast-check";
 import { ActiveLoad } from "../picker/load.ts";
-import { workerKeyOf } from "../workers/registry.ts";
+import { workerKeyOf } from "@kv-epp/protocol";
 import { decodeAggMessage, encodeAggMessage, opOf, type AggMessage, type AggOp } from "./codec.ts";
 import { AggOutbox } from "./publisher.ts";
 import { SiblingLoads } from "./sibling-loads.ts";

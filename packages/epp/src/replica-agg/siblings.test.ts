@@ -5,7 +5,7 @@ import { PubSocket } from "@kv-epp/kv-events";
 import { startFakeKubeApi, waitFor, type FakeKubeApi } from "@kv-epp/testkit";
 import pino from "pino";
 import { ActiveLoad } from "../picker/load.ts";
-import { workerKeyOf } from "../workers/registry.ts";
+import { workerKeyOf } from "@kv-epp/protocol";
 import { AGG_TOPIC } from "./codec.ts";
 import { endpointSliceSiblings, staticSiblings } from "./discovery.ts";
 import { AggPublisher } from "./publisher.ts";

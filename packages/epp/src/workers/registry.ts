@@ -1,7 +1,7 @@
 // The worker set, level-triggered: a source (static file or pod informer) hands over the whole desired
 // set on every change and the registry reconciles toward it: one KV listener per worker rank for new
 // workers, listeners closed and index entries dropped for workers that went away.
-import type { WorkerRef } from "@kv-epp/index-wasm";
+import { rankEndpoint, workerKeyOf, type RankSource, type WorkerRef } from "@kv-epp/protocol";
 import { KvEventListener, type Heartbeat, type ListenerCounters as KvListenerCounters, type ListenerSignal, type MalformedKind } from "@kv-epp/kv-events";
 import type { Logger } from "pino";
 
@@ -35,15 +35,12 @@ export type WorkerSpec = {
   ranks?: RankSource[];
 };
 
-/** One rank's KV source; `topic` overrides the registry's topic. */
-export type RankSource = { dpRank: number; kvEvents: string; replay?: string; topic?: string; bind?: boolean };
-
 /**
  * One routable unit: a worker rank. `key` matches the index's workerKey; `endpoint` is the API server
  * serving the rank; `rankHeader` is the x-data-parallel-rank that server is told (undefined: none,
  * when it serves this rank alone).
  */
-export type Candidate = { key: string; workerId: string; dpRank: number; endpoint: string; rankHeader: number | undefined };
+export type Candidate = WorkerRef & { key: string; endpoint: string; rankHeader: number | undefined };
 
 /** Summed over the live listeners; `heartbeatTimeouts`: publishers dropped for going silent (then redialed). */
 export type ListenerCounters = {
@@ -68,10 +65,6 @@ type Entry = {
 
 export type Sink = (worker: WorkerRef, signal: ListenerSignal) => void;
 
-export function workerKeyOf(workerId: string, dpRank: number): string {
-  return `${workerId}\u0000${dpRank}`;
-}
-
 /** A worker's ranks: as its intents state them, else global ranks start..start+dpSize-1 on port + r. */
 export function rankSources(spec: WorkerSpec): RankSource[] {
   const start = spec.dpStartRank ?? 0;
@@ -84,13 +77,6 @@ export function rankSources(spec: WorkerSpec): RankSource[] {
       ...(spec.kvBind ? { bind: true } : {}),
     }))
   );
-}
-
-/** tcp://host:port + rank. */
-export function rankEndpoint(endpoint: string, rank: number): string {
-  const m = /^(tcp:\/\/.+):(\d+)$/.exec(endpoint);
-  if (!m) return endpoint;
-  return `${m[1]}:${Number(m[2]) + rank}`;
 }
 
 export class WorkerRegistry {

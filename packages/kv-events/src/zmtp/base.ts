@@ -1,9 +1,9 @@
 // Shared machinery of our ZMTP sockets: bind (accept many peers), connect (one peer per
 // endpoint, reconnecting with capped exponential backoff), counters, close.
 import { type Server, type Socket, createConnection, createServer } from "node:net";
+import { Backoff, formatEndpoint, parseEndpoint } from "@kv-epp/protocol";
 import { childLogger, type Logger } from "../logger.ts";
 import { type CloseReason, Connection, type ConnectionHandler, type Heartbeat } from "./connection.ts";
-import { formatEndpoint, parseEndpoint } from "./endpoint.ts";
 import type { SocketType } from "./wire.ts";
 
 export type SocketOptions = {
@@ -40,7 +40,7 @@ export type SocketCounters = {
 
 export const DEFAULT_MAX_MESSAGE_SIZE = 8 * 1024 * 1024;
 
-type Dialer = { endpoint: string; attempt: number; timer?: ReturnType<typeof setTimeout>; conn?: Connection; socket?: Socket };
+type Dialer = { endpoint: string; backoff: Backoff; timer?: ReturnType<typeof setTimeout>; conn?: Connection; socket?: Socket };
 
 export abstract class ZmtpSocket {
   readonly counters: SocketCounters = {
@@ -103,7 +103,9 @@ export abstract class ZmtpSocket {
   /** Connects (and keeps reconnecting) to one peer endpoint. */
   connect(endpoint: string): void {
     parseEndpoint(endpoint); // validate eagerly
-    const d: Dialer = { endpoint, attempt: 0 };
+    // Jitter (±20%) so many listeners do not reconnect in lockstep after a publisher restart.
+    const backoff = new Backoff({ initialMs: this.opts.reconnectMinMs ?? 100, maxMs: this.opts.reconnectMaxMs ?? 5000, jitter: 0.2 });
+    const d: Dialer = { endpoint, backoff };
     this.dialers.push(d);
     this.dial(d);
   }
@@ -195,13 +197,8 @@ export abstract class ZmtpSocket {
 
   private scheduleDial(d: Dialer): void {
     if (this.closing) return;
-    const min = this.opts.reconnectMinMs ?? 100;
-    const max = this.opts.reconnectMaxMs ?? 5000;
-    const delay = Math.min(max, min * 2 ** Math.min(d.attempt, 20));
-    d.attempt++;
     this.counters.reconnects++;
-    // Jitter (±20%) so many listeners do not reconnect in lockstep after a publisher restart.
-    d.timer = setTimeout(() => this.dial(d), delay * (0.8 + Math.random() * 0.4));
+    d.timer = setTimeout(() => this.dial(d), d.backoff.next());
     d.timer.unref?.();
   }
 
@@ -221,7 +218,7 @@ export abstract class ZmtpSocket {
     const d = this.dialers.find((x) => x.conn === c);
     if (d) {
       d.conn = undefined;
-      if (wasPeer) d.attempt = 0;
+      if (wasPeer) d.backoff.reset();
       this.scheduleDial(d);
     }
   }

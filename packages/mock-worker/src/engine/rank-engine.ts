@@ -1,3 +1,4 @@
+import { sleep } from "@kv-epp/protocol";
 import type { AcquireIdentity, PrefixCacheSim } from "../cache/prefix-cache.ts";
 import { Admission } from "./admission.ts";
 import { TimingModel } from "./timing.ts";
@@ -22,19 +23,6 @@ export type RankObserver = { onFirstToken?: (seconds: number) => void; onFinishe
 
 // Deterministic filler output: the mock has no model, only token counts matter.
 const WORDS = [" the", " cache", " holds", " a", " prefix", " of", " blocks", " and", " tokens", " flow"];
-
-// Called once per decode token with the request's signal: the abort listener goes when the timer fires,
-// or a long generation would pile one listener per token on that signal.
-const sleep = (ms: number, signal?: AbortSignal) =>
-  signal?.aborted
-    ? Promise.reject(signal.reason)
-    : ms <= 0
-    ? Promise.resolve()
-    : new Promise<void>((resolve, reject) => {
-        const onAbort = () => (clearTimeout(t), reject(signal!.reason));
-        const t = setTimeout(() => (signal?.removeEventListener("abort", onAbort), resolve()), ms);
-        signal?.addEventListener("abort", onAbort, { once: true });
-      });
 
 export class RankEngine {
   readonly admission: Admission;
