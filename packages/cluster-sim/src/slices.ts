@@ -1,40 +1,35 @@
 // Watches a Service's EndpointSlices through the API server, as a client would, and keeps the number
 // of ready endpoints after every change: a watch sees every version, so a moment with no ready
 // endpoint cannot fall between two samples.
-import { DiscoveryV1Api, makeInformer, type KubeConfig, type V1EndpointSlice } from "@kubernetes/client-node";
+import { DiscoveryV1Api, type KubeConfig, type V1EndpointSlice } from "@kubernetes/client-node";
+import { listWatch, type ListWatch } from "@kv-epp/kube";
 
 export class ReadyEndpointsWatch {
   /** Ready endpoint count after each slice version seen, in order. */
   readonly history: number[] = [];
   /** Watch failures: the history has a hole after any of them. */
   readonly errors: unknown[] = [];
-  private readonly slices = new Map<string, V1EndpointSlice>();
+  private slices: ListWatch<V1EndpointSlice> | undefined;
 
-  private constructor(private readonly stopInformer: () => Promise<void>) {}
+  private constructor() {}
 
   static async start(kc: KubeConfig, namespace: string, service: string): Promise<ReadyEndpointsWatch> {
-    const selector = `kubernetes.io/service-name=${service}`;
+    const labelSelector = `kubernetes.io/service-name=${service}`;
     const api = kc.makeApiClient(DiscoveryV1Api);
-    const informer = makeInformer<V1EndpointSlice>(
-      kc,
-      `/apis/discovery.k8s.io/v1/namespaces/${namespace}/endpointslices`,
-      () => api.listNamespacedEndpointSlice({ namespace, labelSelector: selector }),
-      selector,
-    );
-    const watch = new ReadyEndpointsWatch(() => informer.stop());
-    const record = (s: V1EndpointSlice, gone = false) => {
-      const name = s.metadata?.name ?? "";
-      if (gone) watch.slices.delete(name);
-      else watch.slices.set(name, s);
-      let ready = 0;
-      for (const slice of watch.slices.values()) for (const e of slice.endpoints ?? []) if (e.conditions?.ready) ready++;
-      watch.history.push(ready);
-    };
-    informer.on("add", (s) => record(s));
-    informer.on("update", (s) => record(s));
-    informer.on("delete", (s) => record(s, true));
-    informer.on("error", (err) => watch.errors.push(err));
-    await informer.start();
+    const watch = new ReadyEndpointsWatch();
+    watch.slices = listWatch<V1EndpointSlice>({
+      kubeConfig: kc,
+      path: `/apis/discovery.k8s.io/v1/namespaces/${namespace}/endpointslices`,
+      labelSelector,
+      list: () => api.listNamespacedEndpointSlice({ namespace, labelSelector }),
+      onSnapshot: (slices) => {
+        let ready = 0;
+        for (const slice of slices) for (const e of slice.endpoints ?? []) if (e.conditions?.ready) ready++;
+        watch.history.push(ready);
+      },
+      onError: (err) => watch.errors.push(err),
+    });
+    await watch.slices.synced;
     return watch;
   }
 
@@ -43,6 +38,6 @@ export class ReadyEndpointsWatch {
   }
 
   stop(): Promise<void> {
-    return this.stopInformer();
+    return this.slices?.stop() ?? Promise.resolve();
   }
 }

@@ -1,10 +1,11 @@
 // Kubernetes mode: the InferencePool (inference.networking.k8s.io/v1) gives the pod selector and the
-// target ports; a pod informer keeps the worker set (Running, has an IP, Ready, not terminating).
+// target ports; a list-watch of its pods keeps the worker set (Running, has an IP, Ready, not terminating).
 // Every target port is an endpoint of its own ("Every port will be treated as a distinctive endpoint
 // by EPP", api/v1/inferencepool_types.go), as vLLM's external DP load balancing runs them: the API
 // server on targetPorts[i] serves ranks i*dpSize .. i*dpSize+dpSize-1, each publishing KV events on
 // the KV port + its global rank.
-import { CoreV1Api, CustomObjectsApi, KubeConfig, makeInformer, type V1Pod } from "@kubernetes/client-node";
+import { CoreV1Api, CustomObjectsApi, KubeConfig, type V1Pod } from "@kubernetes/client-node";
+import { listWatch, type ListWatch } from "@kv-epp/kube";
 import type { Logger } from "pino";
 import type { WorkerSpec } from "./registry.ts";
 
@@ -97,69 +98,43 @@ export function podWorker(pod: V1Pod, o: Pick<PoolWorkersOptions, "kvEventsPort"
 }
 
 type Target = { selector: string; ports: number[] };
+type NamedPool = InferencePool & { apiVersion?: string; kind?: string; metadata?: { name?: string } };
 
 /**
- * Resolves once the pool has been seen and the pod informer has listed (the initial worker set is
- * known). Level-triggered on both: a pool informer follows the pool (a changed selector or port restarts
- * the pod informer), and every pod change recomputes the whole worker set.
+ * Resolves once the pool has been seen and its pods have been listed (the initial worker set is known).
+ * Level-triggered on both: the pool's list-watch follows the pool (a changed selector or port replaces
+ * the pods' list-watch), and every pod change recomputes the whole worker set.
  */
 export async function startPoolWorkers(o: PoolWorkersOptions): Promise<{ stop(): Promise<void> }> {
   const custom = o.kubeConfig.makeApiClient(CustomObjectsApi);
   const core = o.kubeConfig.makeApiClient(CoreV1Api);
   const group = "inference.networking.k8s.io";
-  let stopped = false;
   let target: Target | undefined;
-  let pods: ReturnType<typeof makeInformer<V1Pod>> | undefined;
+  let pods: ListWatch<V1Pod> | undefined;
+  let poolSeen = false;
   let firstPods!: () => void;
   const podsListed = new Promise<void>((resolve) => (firstPods = resolve));
-  const retries = new Set<ReturnType<typeof setTimeout>>();
 
-  // An informer stops on a list or watch error; restart it after a pause (its relist reconciles),
-  // unless it was stopped on purpose (shutdown, or a pod informer replaced on a pool change).
-  type Restartable = { start(): Promise<void>; on(verb: "error", cb: (err: unknown) => void): void };
-  const restartOnError = (inf: Restartable, current: () => boolean, afterStart: () => void = () => {}) =>
-    inf.on("error", (err) => {
-      if (stopped || !current()) return;
-      o.onError(err);
-      const t = setTimeout(() => {
-        retries.delete(t);
-        if (!stopped && current()) void inf.start().then(afterStart, o.onError);
-      }, 1000);
-      retries.add(t);
-    });
-
-  const watchPods = async (t: Target) => {
+  const watchPods = (t: Target) => {
     const old = pods;
-    // A failed list leaves the informer's cache empty, which is "unknown", not "no pods": nothing is
-    // published (and the first worker set is not reported) until a list has succeeded.
-    let listed = false;
-    const inf = makeInformer<V1Pod>(
-      o.kubeConfig,
-      `/api/v1/namespaces/${o.namespace}/pods`,
-      async () => {
-        const r = await core.listNamespacedPod({ namespace: o.namespace, labelSelector: t.selector });
-        listed = true;
-        return r;
+    // The list-watch publishes nothing until a list has succeeded: a failed list is "unknown", not "no pods".
+    const lw: ListWatch<V1Pod> = listWatch<V1Pod>({
+      kubeConfig: o.kubeConfig,
+      path: `/api/v1/namespaces/${o.namespace}/pods`,
+      labelSelector: t.selector,
+      list: () => core.listNamespacedPod({ namespace: o.namespace, labelSelector: t.selector }),
+      onSnapshot: (items) => {
+        if (pods !== lw) return;
+        o.onWorkers(items.filter(isServingPod).map((p) => podWorker(p, o, t.ports)));
+        firstPods();
       },
-      t.selector,
-    );
-    const publish = () => {
-      if (pods !== inf || !listed) return;
-      o.onWorkers(inf.list(o.namespace).filter(isServingPod).map((p) => podWorker(p, o, t.ports)));
-      firstPods();
-    };
-    pods = inf;
-    if (old) await old.stop().catch(() => {});
-    inf.on("add", publish);
-    inf.on("update", publish);
-    inf.on("delete", publish);
-    restartOnError(inf, () => pods === inf, publish);
-    await inf.start().catch(o.onError);
-    publish();
+      onError: o.onError,
+    });
+    pods = lw;
+    void old?.stop();
   };
 
-  const onPool = (pool: InferencePool & { metadata?: { name?: string } }) => {
-    if (pool.metadata?.name !== o.poolName) return;
+  const onPool = (pool: NamedPool) => {
     let next: Target;
     try {
       next = { selector: poolSelector(pool), ports: poolTargetPorts(pool) };
@@ -170,28 +145,32 @@ export async function startPoolWorkers(o: PoolWorkersOptions): Promise<{ stop():
     if (target && target.selector === next.selector && target.ports.join() === next.ports.join()) return;
     target = next;
     o.log.info({ pool: o.poolName, namespace: o.namespace, selector: next.selector, ports: next.ports }, "inference pool read");
-    void watchPods(next);
+    watchPods(next);
   };
 
-  const poolInformer = makeInformer<InferencePool & { apiVersion?: string; kind?: string; metadata?: { name?: string } }>(
-    o.kubeConfig,
-    `/apis/${group}/v1/namespaces/${o.namespace}/inferencepools`,
-    () => custom.listNamespacedCustomObject({ group, version: "v1", namespace: o.namespace, plural: "inferencepools" }),
-  );
-  poolInformer.on("add", onPool);
-  poolInformer.on("update", onPool);
-  poolInformer.on("delete", (pool) => {
-    // Keep routing to the last known pods: a deleted pool is an operator action, not a reason to drop traffic.
-    if (pool.metadata?.name === o.poolName) o.log.warn({ pool: o.poolName }, "inference pool deleted; keeping the last worker set");
+  const pools = listWatch<NamedPool>({
+    kubeConfig: o.kubeConfig,
+    path: `/apis/${group}/v1/namespaces/${o.namespace}/inferencepools`,
+    list: () => custom.listNamespacedCustomObject({ group, version: "v1", namespace: o.namespace, plural: "inferencepools" }),
+    onSnapshot: (items) => {
+      const pool = items.find((p) => p.metadata?.name === o.poolName);
+      // Keep routing to the last known pods: a deleted pool is an operator action, not a reason to drop traffic.
+      if (!pool) {
+        if (poolSeen) o.log.warn({ pool: o.poolName }, "inference pool deleted; keeping the last worker set");
+        poolSeen = false;
+        return;
+      }
+      poolSeen = true;
+      onPool(pool);
+    },
+    onError: o.onError,
   });
-  restartOnError(poolInformer, () => true);
-  await poolInformer.start().catch(o.onError);
-  if (!target) o.log.warn({ pool: o.poolName, namespace: o.namespace }, "inference pool not found yet, waiting for it");
+  void pools.synced.then((listed) => {
+    if (listed && !target) o.log.warn({ pool: o.poolName, namespace: o.namespace }, "inference pool not found yet, waiting for it");
+  });
 
   const stop = async () => {
-    stopped = true;
-    for (const t of retries) clearTimeout(t);
-    await Promise.allSettled([poolInformer.stop(), pods?.stop()]);
+    await Promise.allSettled([pools.stop(), pods?.stop()]);
   };
   // The pool may be created after the EPP: wait for it (shutdown aborts the wait) rather than crash-loop.
   await new Promise<void>((resolve, reject) => {

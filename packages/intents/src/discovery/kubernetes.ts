@@ -5,7 +5,8 @@
 // removes a dead pod's records, and renewed (spec.renewTime every third of leaseDurationSeconds) so a
 // process that dies while its pod lives on expires too. deploy/base/rbac.yaml grants the verbs.
 import { randomUUID } from "node:crypto";
-import { CoordinationV1Api, makeInformer, V1MicroTime, type KubeConfig, type V1Lease, type V1OwnerReference } from "@kubernetes/client-node";
+import { CoordinationV1Api, V1MicroTime, type KubeConfig, type V1Lease, type V1OwnerReference } from "@kubernetes/client-node";
+import { DEFAULT_BACKOFF, listWatch, statusOf } from "@kv-epp/kube";
 import pino, { type Logger } from "pino";
 import { nameSafe } from "../protocol.ts";
 import { RecordExistsError, type Discovery, type DiscoveryRecord, type Query, type RecordKind, type RecordSpec, type Registration, type WatchHandle } from "./types.ts";
@@ -44,11 +45,6 @@ export type KubernetesDiscoveryOptions = {
 // A DNS subdomain (Lease names), at most 253 characters.
 const NAME = /^(?=.{1,253}$)[a-z0-9]([-a-z0-9.]*[a-z0-9])?$/;
 const DEFAULT_LEASE_SECONDS = 30;
-
-function status(err: unknown): number | undefined {
-  const code = (err as { code?: unknown }).code;
-  return typeof code === "number" ? code : undefined;
-}
 
 const selectorOf = (q: Query) => `${RECORD_LABEL}=${RECORD_LABEL_VALUES[q.kind]}${q.host !== undefined ? `,${HOST_LABEL}=${nameSafe(q.host)}` : ""}`;
 
@@ -132,7 +128,7 @@ export function kubernetesDiscovery(o: KubernetesDiscoveryOptions): Discovery {
         await api.createNamespacedLease({ namespace, body: body(spec) });
         return;
       } catch (err) {
-        if (status(err) !== 409) throw err;
+        if (statusOf(err) !== 409) throw err;
         if (!spec.shared) throw new RecordExistsError(`${spec.kind} record ${spec.name} exists`);
       }
       if ((await join(spec.name)) === "joined") return;
@@ -147,7 +143,7 @@ export function kubernetesDiscovery(o: KubernetesDiscoveryOptions): Discovery {
       await api.deleteNamespacedLease({ name: reg.name, namespace });
       return "removed";
     } catch (err) {
-      if (status(err) === 404) return "missing";
+      if (statusOf(err) === 404) return "missing";
       throw err;
     }
   }
@@ -168,7 +164,7 @@ export function kubernetesDiscovery(o: KubernetesDiscoveryOptions): Discovery {
         try {
           cur = await api.readNamespacedLease({ name, namespace });
         } catch (err) {
-          if (status(err) !== 404) throw err;
+          if (statusOf(err) !== 404) throw err;
         }
         if (!cur) {
           await ensure(spec);
@@ -183,7 +179,7 @@ export function kubernetesDiscovery(o: KubernetesDiscoveryOptions): Discovery {
         await api.replaceNamespacedLease({ name, namespace, body: cur });
       } catch (err) {
         // A conflict is retried at the next round; anything else is a failure to renew.
-        if (status(err) !== 409) {
+        if (statusOf(err) !== 409) {
           ok = false;
           log.warn({ record: name, err: String(err) }, "renewing a discovery record failed");
         }
@@ -221,7 +217,7 @@ export function kubernetesDiscovery(o: KubernetesDiscoveryOptions): Discovery {
       try {
         cur = await api.readNamespacedLease({ name, namespace });
       } catch (err) {
-        if (status(err) === 404) return "missing";
+        if (statusOf(err) === 404) return "missing";
         throw err;
       }
       if (!cur.metadata?.annotations?.[HOLDERS_ANNOTATION]) throw new RecordExistsError(`lease ${name} exists and is not shared`);
@@ -230,8 +226,8 @@ export function kubernetesDiscovery(o: KubernetesDiscoveryOptions): Discovery {
         await api.replaceNamespacedLease({ name, namespace, body: cur });
         return "joined";
       } catch (err) {
-        if (status(err) === 404) return "missing";
-        if (status(err) !== 409) throw err;
+        if (statusOf(err) === 404) return "missing";
+        if (statusOf(err) !== 409) throw err;
       }
     }
     throw new Error(`lease ${name}: too many update conflicts`);
@@ -244,7 +240,7 @@ export function kubernetesDiscovery(o: KubernetesDiscoveryOptions): Discovery {
       try {
         cur = await api.readNamespacedLease({ name: reg.name, namespace });
       } catch (err) {
-        if (status(err) === 404) return "missing";
+        if (statusOf(err) === 404) return "missing";
         throw err;
       }
       const holders = holdersOf(cur);
@@ -261,8 +257,8 @@ export function kubernetesDiscovery(o: KubernetesDiscoveryOptions): Discovery {
         }
         return "removed";
       } catch (err) {
-        if (status(err) === 404) return "missing";
-        if (status(err) !== 409) throw err;
+        if (statusOf(err) === 404) return "missing";
+        if (statusOf(err) !== 409) throw err;
       }
     }
     throw new Error(`lease ${reg.name}: too many update conflicts`);
@@ -292,81 +288,42 @@ export function kubernetesDiscovery(o: KubernetesDiscoveryOptions): Discovery {
 
     listAndWatch(q, onSnapshot) {
       const labelSelector = selectorOf(q);
-      // Fresh: the cache follows the store (the last list succeeded and no watch error came since).
-      // While it does not, nobody can renew a lease in it either, so expiring records by age would
-      // drop live workers during an API-server outage: the last set stays until a list succeeds.
-      let fresh = false;
-      const informer = makeInformer<V1Lease>(
-        o.kubeConfig,
-        `/apis/coordination.k8s.io/v1/namespaces/${namespace}/leases`,
-        async () => {
-          const r = await api.listNamespacedLease({ namespace, labelSelector });
-          fresh = true;
-          return r;
-        },
-        labelSelector,
-      );
-      let synced = false;
       let stopped = false;
-      let retry: ReturnType<typeof setTimeout> | undefined;
-      // The client's ListWatch.start() resolves even when its list failed: the failure arrives through
-      // the "error" callback, so each start records it here.
-      let startError: unknown;
-      // Level-triggered: every change hands over the whole cached set.
+      // While the cache does not follow the store (no list succeeded since the last error), nobody can
+      // renew a lease in it either, so expiring records by age would drop live workers during an
+      // API-server outage: the last set stays until a list succeeds (`fresh`).
       const publish = () => {
-        if (synced && !stopped && fresh) onSnapshot(informer.list(namespace).filter(live).map((l) => toRecord(q.kind, l)));
+        if (!stopped && leases.fresh) onSnapshot(leases.items().filter(live).map((l) => toRecord(q.kind, l)));
       };
+      const leases = listWatch<V1Lease>({
+        kubeConfig: o.kubeConfig,
+        path: `/apis/coordination.k8s.io/v1/namespaces/${namespace}/leases`,
+        labelSelector,
+        list: () => api.listNamespacedLease({ namespace, labelSelector }),
+        backoff: { initialMs: o.retryMs ?? DEFAULT_BACKOFF.initialMs, maxMs: DEFAULT_BACKOFF.maxMs },
+        // Level-triggered: every change hands over the whole cached set.
+        onSnapshot: publish,
+        onError: (err, { synced }) => log.warn({ err: String(err), kind: q.kind }, synced ? "lease watch failed, restarting" : "listing leases failed, retrying"),
+        // Not allowed (RBAC) or no such resource: retrying cannot help, and a caller waiting for the
+        // first snapshot (readiness) must not wait forever.
+        giveUpBeforeSync: (err) => [401, 403, 404].includes(statusOf(err) ?? 0),
+      });
       // Expiry happens without a watch event: re-evaluate the cache now and then.
       const resync = leaseSeconds > 0 ? setInterval(publish, resyncMs) : undefined;
       resync?.unref?.();
-      informer.on("add", publish);
-      informer.on("update", publish);
-      informer.on("delete", publish);
-      const restart = () => {
-        if (stopped) return;
-        retry = setTimeout(() => void informer.start().then(publish, restart), o.retryMs ?? 1000);
-      };
-      informer.on("error", (err) => {
-        fresh = false;
-        if (!synced) {
-          startError = err;
-          return;
-        }
-        // The ListWatch stops on an error; restarting relists, which reconciles.
-        if (stopped) return;
-        log.warn({ err: String(err), kind: q.kind }, "lease watch failed, restarting");
-        restart();
-      });
-      const ready = (async () => {
-        for (;;) {
-          startError = undefined;
-          await informer.start().catch((err: unknown) => (startError = err));
-          if (stopped) return;
-          if (startError === undefined) break;
-          // Not allowed (RBAC) or no such resource: retrying cannot help, and a caller waiting for
-          // the first snapshot (readiness) must not wait forever.
-          const code = status(startError);
-          if (code === 401 || code === 403 || code === 404) {
-            stopped = true;
-            if (resync) clearInterval(resync);
-            await informer.stop().catch(() => {});
-            throw startError;
-          }
-          log.warn({ err: String(startError), kind: q.kind }, "listing leases failed, retrying");
-          await informer.stop().catch(() => {});
-          await new Promise((r) => setTimeout(r, o.retryMs ?? 1000));
-        }
-        synced = true;
-        publish();
-      })();
       const handle: WatchHandle = {
-        ready,
+        ready: leases.synced.then(
+          () => {},
+          (err: unknown) => {
+            if (resync) clearInterval(resync);
+            throw err;
+          },
+        ),
         close: () => {
           stopped = true;
-          if (retry) clearTimeout(retry);
           if (resync) clearInterval(resync);
           watches.delete(handle);
-          void informer.stop().catch(() => {});
+          void leases.stop();
         },
       };
       watches.add(handle);

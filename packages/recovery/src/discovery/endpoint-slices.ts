@@ -1,9 +1,10 @@
-import { DiscoveryV1Api, type KubeConfig, makeInformer, type V1EndpointSlice } from "@kubernetes/client-node";
+import { DiscoveryV1Api, type KubeConfig, type V1EndpointSlice } from "@kubernetes/client-node";
+import { DEFAULT_BACKOFF, listWatch, type ListWatch } from "@kv-epp/kube";
 import type { Logger } from "pino";
 import type { Peer } from "../types.ts";
 import { ChangeListeners, type PeerDiscovery, sortedPeers } from "./types.ts";
 
-// Peers from the EndpointSlices of the peer Service (docs/CONTRACTS.md §8 rule 2, §9): an informer keeps the slices
+// Peers from the EndpointSlices of the peer Service (docs/CONTRACTS.md §8 rule 2, §9): a list-watch keeps the slices
 // of `kubernetes.io/service-name=<service>` cached, and the eligible set is recomputed from that cache on
 // every change. Eligible = ready && serving && !terminating, never this pod's own IP. The selection-http port
 // is resolved by port name from each slice, since a Service may map it to any container port.
@@ -18,7 +19,7 @@ export type EndpointSliceDiscoveryOptions = {
   /** This replica's IP (POD_IP), excluded from the candidates. */
   podIp?: string;
   portName?: string;
-  /** Delay before restarting the informer after an API error (default 1000 ms). */
+  /** Pause before relisting after an API error, doubling per consecutive failure (default 1000 ms). */
   retryMs?: number;
   logger: Logger;
 };
@@ -52,62 +53,38 @@ export function endpointSliceDiscovery(opts: EndpointSliceDiscoveryOptions): Pee
   const log = opts.logger.child({ component: "peer-discovery", service: opts.service });
   const labelSelector = `kubernetes.io/service-name=${opts.service}`;
   const api = opts.kubeConfig.makeApiClient(DiscoveryV1Api);
-  const informer = makeInformer<V1EndpointSlice>(
-    opts.kubeConfig,
-    `/apis/discovery.k8s.io/v1/namespaces/${opts.namespace}/endpointslices`,
-    () => api.listNamespacedEndpointSlice({ namespace: opts.namespace, labelSelector }),
-    labelSelector,
-  );
   const listeners = new ChangeListeners();
-  const retryMs = opts.retryMs ?? 1000;
   let current: Peer[] = [];
+  let slices: ListWatch<V1EndpointSlice> | null = null;
   let started: Promise<void> | null = null;
-  let synced = false;
-  let stopped = false;
-  let lastError: unknown = null;
-  let retry: ReturnType<typeof setTimeout> | null = null;
-
-  const recompute = () => {
-    // Events replayed by the initial list are not changes: the first eligible set is published by sync().
-    if (!synced) return;
-    const next = peersFromSlices(informer.list(opts.namespace), opts.podIp, opts.portName);
-    const changed = next.map((p) => p.id).join("\n") !== current.map((p) => p.id).join("\n");
-    current = next;
-    if (changed) {
-      log.info({ peers: next.map((p) => p.id) }, "eligible peers changed");
-      listeners.emit();
-    }
-  };
-  informer.on("add", recompute);
-  informer.on("update", recompute);
-  informer.on("delete", recompute);
-  informer.on("error", (err) => {
-    lastError = err;
-    // The client's ListWatch stops on a non-410 error; restart it after a delay (only once synced, the
-    // initial sync loop below does its own retries).
-    if (!synced || stopped) return;
-    log.warn({ err: String(err) }, "EndpointSlice watch failed, restarting");
-    retry = setTimeout(() => void informer.start().catch((e) => log.warn({ err: String(e) }, "EndpointSlice watch restart failed")), retryMs);
-  });
 
   // Until the first successful list the eligible set is unknown, not empty: deciding "no peers, bootstrap
-  // empty" on an API error would throw away a sibling's index, so the initial sync retries instead.
+  // empty" on an API error would throw away a peer's index, so start() waits for that list (the list-watch
+  // retries it). Later changes are published when the eligible set differs.
   const sync = async () => {
-    for (let attempt = 1; !stopped; attempt++) {
-      lastError = null;
-      try {
-        await informer.start();
-      } catch (err) {
-        lastError = err;
-      }
-      if (lastError === null) break;
-      log.warn({ err: String(lastError), attempt }, "listing peer EndpointSlices failed, retrying");
-      await informer.stop().catch(() => {});
-      await new Promise((r) => setTimeout(r, retryMs));
-    }
-    current = peersFromSlices(informer.list(opts.namespace), opts.podIp, opts.portName);
-    synced = true;
-    log.info({ peers: current.map((p) => p.id) }, "peer EndpointSlices synced");
+    let first = true;
+    slices = listWatch<V1EndpointSlice>({
+      kubeConfig: opts.kubeConfig,
+      path: `/apis/discovery.k8s.io/v1/namespaces/${opts.namespace}/endpointslices`,
+      labelSelector,
+      list: () => api.listNamespacedEndpointSlice({ namespace: opts.namespace, labelSelector }),
+      backoff: { initialMs: opts.retryMs ?? DEFAULT_BACKOFF.initialMs, maxMs: DEFAULT_BACKOFF.maxMs },
+      onSnapshot: (items) => {
+        const next = peersFromSlices(items, opts.podIp, opts.portName);
+        const changed = next.map((p) => p.id).join("\n") !== current.map((p) => p.id).join("\n");
+        current = next;
+        if (first) {
+          first = false;
+          log.info({ peers: next.map((p) => p.id) }, "peer EndpointSlices synced");
+        } else if (changed) {
+          log.info({ peers: next.map((p) => p.id) }, "eligible peers changed");
+          listeners.emit();
+        }
+      },
+      onError: (err, { attempt, synced }) =>
+        log.warn({ err: String(err), attempt }, synced ? "EndpointSlice watch failed, restarting" : "listing peer EndpointSlices failed, retrying"),
+    });
+    await slices.synced;
   };
 
   return {
@@ -119,9 +96,8 @@ export function endpointSliceDiscovery(opts: EndpointSliceDiscoveryOptions): Pee
     peers: () => current,
     onChange: (cb) => listeners.add(cb),
     async stop() {
-      stopped = true;
-      if (retry !== null) clearTimeout(retry);
-      await informer.stop().catch(() => {});
+      started ??= Promise.resolve();
+      await slices?.stop();
     },
   };
 }

@@ -1,0 +1,1 @@
+export { DEFAULT_BACKOFF, listWatch, statusOf, type ListWatch, type ListWatchOptions } from "./list-watch.ts";
