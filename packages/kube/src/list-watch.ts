@@ -9,7 +9,7 @@
 // no signal that a list has been applied, so a caller cannot tell "not listed yet" from "listed, empty"
 // nor avoid publishing the half-applied set of a relist.
 import { type KubeConfig, type KubernetesListObject, type KubernetesObject, Watch } from "@kubernetes/client-node";
-import { restartDelayMs, sleep } from "./backoff.ts";
+import { Backoff, pause } from "@kv-epp/protocol";
 
 export type ListWatchOptions<T extends KubernetesObject> = {
   kubeConfig: KubeConfig;
@@ -46,6 +46,8 @@ export type ListWatch<T extends KubernetesObject> = {
 };
 
 export const DEFAULT_BACKOFF = { initialMs: 1000, maxMs: 30_000 } as const;
+/** Each pause is spread over +-20% so that replicas restarted by one API-server outage do not relist in step. */
+const JITTER = 0.2;
 
 /** The HTTP status of a client-node error (ApiException has `code`, Watch errors `statusCode`). */
 export function statusOf(err: unknown): number | undefined {
@@ -62,7 +64,7 @@ const keyOf = (o: KubernetesObject) => `${o.metadata?.namespace ?? ""}/${o.metad
 const versionOf = (o: KubernetesObject | undefined) => o?.metadata?.resourceVersion;
 
 export function listWatch<T extends KubernetesObject>(o: ListWatchOptions<T>): ListWatch<T> {
-  const backoff = o.backoff ?? DEFAULT_BACKOFF;
+  const backoff = new Backoff({ ...(o.backoff ?? DEFAULT_BACKOFF), jitter: JITTER });
   const watcher = new Watch(o.kubeConfig);
   const stopping = new AbortController();
   let cache = new Map<string, T>();
@@ -74,7 +76,7 @@ export function listWatch<T extends KubernetesObject>(o: ListWatchOptions<T>): L
   const syncedP = new Promise<boolean>((resolve, reject) => ((markSynced = resolve), (failSync = reject)));
   syncedP.catch(() => {}); // a caller that never awaits it must not see an unhandled rejection
 
-  let attempt = 0;
+  let attempt = 0; // consecutive failures
   const report = (err: unknown) => o.onError?.(err, { attempt, synced });
   const emit = () => {
     try {
@@ -152,6 +154,7 @@ export function listWatch<T extends KubernetesObject>(o: ListWatchOptions<T>): L
           resourceVersion = list.metadata?.resourceVersion ?? "";
           fresh = true;
           attempt = 0;
+          backoff.reset();
           if (!synced || changed) {
             synced = true;
             emit();
@@ -161,8 +164,13 @@ export function listWatch<T extends KubernetesObject>(o: ListWatchOptions<T>): L
         const end = await watchOnce(resourceVersion);
         if (stopping.signal.aborted) break;
         resourceVersion = end.gone ? "" : end.resourceVersion;
-        if (end.healthy || end.gone) attempt = 0;
-        else await sleep(restartDelayMs(attempt++, backoff), stopping.signal);
+        if (end.healthy || end.gone) {
+          attempt = 0;
+          backoff.reset();
+        } else {
+          attempt++;
+          await pause(backoff.next(), stopping.signal);
+        }
       } catch (err) {
         if (stopping.signal.aborted) break;
         fresh = false;
@@ -174,7 +182,7 @@ export function listWatch<T extends KubernetesObject>(o: ListWatchOptions<T>): L
         }
         attempt++;
         report(err);
-        await sleep(restartDelayMs(attempt - 1, backoff), stopping.signal);
+        await pause(backoff.next(), stopping.signal);
       }
     }
     markSynced(false);
