@@ -5,9 +5,10 @@
 // turned intents off until the EPP itself restarted. Meanwhile the last intents received stay in force.
 import type { KubeConfig } from "@kubernetes/client-node";
 import {
-  intentWorkers, openDiscovery, realSleep, REGISTER_BACKOFF, startIntentHost,
-  type Backoff, type Discovery, type DiscoveryConfig, type IntentHost, type IntentHostState, type IntentWorker,
+  intentWorkers, openDiscovery, REGISTER_BACKOFF, startIntentHost,
+  type Discovery, type DiscoveryConfig, type IntentHost, type IntentHostState, type IntentWorker,
 } from "@kv-epp/intents";
+import { Backoff, pause, type BackoffPolicy } from "@kv-epp/protocol";
 import type { Logger } from "pino";
 
 export type IntentSourceOptions = {
@@ -19,7 +20,7 @@ export type IntentSourceOptions = {
   countError: () => void;
   onWorkers: (workers: IntentWorker[]) => void;
   /** Between reopening attempts (default 1 s doubling to 30 s). */
-  backoff?: Backoff;
+  backoff?: BackoffPolicy;
   /** An open not settled by then counts as failed (default 10 s): an HTTP store that accepts and never answers. */
   openTimeoutMs?: number;
 };
@@ -35,7 +36,8 @@ const FIRST_ATTEMPT_WAIT_MS = 5000;
 const OPEN_TIMEOUT_MS = 10_000;
 
 export function startIntentSource(o: IntentSourceOptions): IntentSource {
-  const backoff = o.backoff ?? REGISTER_BACKOFF;
+  // Jitter (±20%) so replicas that lost one store together do not reopen in lockstep.
+  const backoff = new Backoff({ ...(o.backoff ?? REGISTER_BACKOFF), jitter: 0.2 });
   const stopping = new AbortController();
   let firstDone: () => void = () => {};
   const firstAttempt = new Promise<void>((r) => (firstDone = r));
@@ -47,7 +49,6 @@ export function startIntentSource(o: IntentSourceOptions): IntentSource {
   }, FIRST_ATTEMPT_WAIT_MS);
   void firstAttempt.then(() => clearTimeout(firstWait));
   const loop = (async () => {
-    let delay = backoff.initialMs;
     let failures = 0;
     while (!stopping.signal.aborted) {
       let discovery: Discovery | undefined;
@@ -73,7 +74,7 @@ export function startIntentSource(o: IntentSourceOptions): IntentSource {
         o.countError();
         o.log.warn({ reason: String(discovery.lease.reason) }, "attachment intents: the discovery lease ended, reopening");
         // A lease that held for a while starts the backoff over; one that keeps ending at once does not.
-        if (performance.now() - since >= backoff.maxMs) delay = backoff.initialMs;
+        if (performance.now() - since >= backoff.policy.maxMs) backoff.reset();
       } catch (err) {
         o.countError();
         // Logged once per outage; the counter has every attempt.
@@ -84,8 +85,7 @@ export function startIntentSource(o: IntentSourceOptions): IntentSource {
         await discovery?.close().catch(() => {});
       }
       if (stopping.signal.aborted) break;
-      await realSleep(delay * (0.8 + Math.random() * 0.4), stopping.signal);
-      delay = Math.min(delay * 2, backoff.maxMs);
+      await pause(backoff.next(), stopping.signal);
     }
     firstDone();
   })();
@@ -96,7 +96,7 @@ export function startIntentSource(o: IntentSourceOptions): IntentSource {
       // An open still connecting (an unreachable host can take the OS's connect timeout) is not
       // waited for: the loop closes what it opens once it returns.
       const done = new AbortController();
-      await Promise.race([loop.finally(() => done.abort()), realSleep(STOP_WAIT_MS, done.signal)]);
+      await Promise.race([loop.finally(() => done.abort()), pause(STOP_WAIT_MS, done.signal)]);
     },
   };
 }

@@ -15,7 +15,7 @@ import {
 } from "@kv-epp/recovery";
 import { mergeWorkerSets, type IntentWorker } from "@kv-epp/intents";
 import { listenerHeartbeat } from "@kv-epp/kv-events";
-import { parseEndpoint } from "@kv-epp/protocol";
+import { hostPort, parseEndpoint } from "@kv-epp/protocol";
 import { createPreprocessor } from "@kv-epp/tokenizer";
 import pino, { type Logger } from "pino";
 import { ConfigError, parseConfig, usage, type EppConfig } from "./config.ts";
@@ -468,8 +468,7 @@ function peerDiscovery(cfg: EppConfig, kube: () => KubeConfig, log: Logger): Pee
 }
 
 function bind(server: grpc.Server, host: string, port: number, creds: grpc.ServerCredentials): Promise<number> {
-  const addr = host.includes(":") ? `[${host}]:${port}` : `${host}:${port}`;
-  return new Promise((resolve, reject) => server.bindAsync(addr, creds, (err, p) => (err ? reject(err) : resolve(p))));
+  return new Promise((resolve, reject) => server.bindAsync(hostPort(host, port), creds, (err, p) => (err ? reject(err) : resolve(p))));
 }
 
 if (import.meta.main) {

@@ -1,7 +1,8 @@
 // The host side (the EPP): advertise this process as the KV-state host, and turn the live intents
 // addressed to it into a desired set of attachments, level-triggered.
 import pino, { type Logger } from "pino";
-import { realSleep, REGISTER_BACKOFF, type Backoff, type Sleep } from "./retry.ts";
+import { Backoff, pause, type BackoffPolicy } from "@kv-epp/protocol";
+import { REGISTER_BACKOFF, type Sleep } from "./retry.ts";
 import type { Discovery, DiscoveryRecord, Registration, WatchHandle } from "./discovery/types.ts";
 import { decodeIntent, encodeHost, HOST_PROTOCOL_VERSION, hostRecordName, VLLM_KV_EVENTS_PROTOCOL, type AttachmentIntent } from "./protocol.ts";
 
@@ -125,7 +126,7 @@ export type IntentHostOptions = IntentWatcherOptions & {
    * Backoff between start attempts (default 1 s doubling to 30 s); `false`: reject on the first
    * failure, as a one-shot start.
    */
-  retry?: Backoff | false;
+  retry?: BackoffPolicy | false;
   /** Every state change (for a metric or a log line beside the host's own). */
   onState?: (s: IntentHostState) => void;
   sleep?: Sleep;
@@ -149,7 +150,7 @@ export type IntentHost = {
  */
 export async function startIntentHost(o: IntentHostOptions): Promise<IntentHost> {
   const log = o.log ?? pino({ level: "silent" });
-  const sleep = o.sleep ?? realSleep;
+  const sleep = o.sleep ?? pause;
   const backoff = o.retry === false ? undefined : (o.retry ?? REGISTER_BACKOFF);
   const watcher = new IntentWatcher(o);
   const stopping = new AbortController();
@@ -179,7 +180,7 @@ export async function startIntentHost(o: IntentHostOptions): Promise<IntentHost>
       throw err;
     }
     ready = (async () => {
-      let delay = backoff.initialMs;
+      const delays = new Backoff(backoff);
       let error = err;
       for (let n = 1; ; n++) {
         if (o.discovery.lease.aborted) {
@@ -187,6 +188,7 @@ export async function startIntentHost(o: IntentHostOptions): Promise<IntentHost>
           log.error({ host: o.hostInstance, err: String(error) }, "KV host not started: the discovery lease has ended");
           return;
         }
+        const delay = delays.next();
         setState({ kind: "retrying", attempt: n, error: String(error), retryInMs: delay });
         log.warn({ host: o.hostInstance, err: String(error), attempt: n, ms: delay }, "starting the KV host failed, retrying");
         await sleep(delay, AbortSignal.any([stopping.signal, o.discovery.lease]));
@@ -199,7 +201,6 @@ export async function startIntentHost(o: IntentHostOptions): Promise<IntentHost>
           return;
         } catch (e) {
           error = e;
-          delay = Math.min(delay * 2, backoff.maxMs);
         }
       }
     })();

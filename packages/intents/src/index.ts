@@ -36,7 +36,7 @@ export { newIntentId, maskIntentId, type RandomFill } from "./ids.ts";
 export { validateDescriptors, IntentValidationError, type ValidationCode } from "./validate.ts";
 export { findHost, HostLookupError } from "./host-lookup.ts";
 export { registerIntents, IntentOwner, IntentRegistrationError, type RegisterIntentsOptions } from "./owner.ts";
-export { WITHDRAW_BACKOFF, REGISTER_BACKOFF, realSleep, type Backoff, type Sleep } from "./retry.ts";
+export { WITHDRAW_BACKOFF, REGISTER_BACKOFF, type Sleep } from "./retry.ts";
 export { advertiseHost, IntentWatcher, desiredAttachments, startIntentHost, type HostAdvertiser, type IntentHost, type IntentHostOptions, type IntentHostState, type IntentWatcherOptions } from "./host.ts";
 export {
   intentWorkers,

@@ -1,11 +1,12 @@
 // The worker side: registers one attachment intent per DP rank as a transaction, and withdraws them
 // on close. Either every rank's intent is registered or none is left behind.
+import { pause } from "@kv-epp/protocol";
 import pino, { type Logger } from "pino";
 import type { Discovery, Registration } from "./discovery/types.ts";
 import { findHost } from "./host-lookup.ts";
 import { newIntentId } from "./ids.ts";
 import { encodeIntent, INTENT_RECORD_VERSION, intentRecordName, type AttachmentIntent, type IntentDescriptor } from "./protocol.ts";
-import { realSleep, withdrawWithRetry, type Sleep } from "./retry.ts";
+import { withdrawWithRetry, type Sleep } from "./retry.ts";
 import { validateDescriptors } from "./validate.ts";
 
 export type RegisterIntentsOptions = {
@@ -92,7 +93,7 @@ function untilAborted<T>(p: Promise<T>, signal: AbortSignal | undefined): Promis
  */
 export async function registerIntents(o: RegisterIntentsOptions): Promise<IntentOwner> {
   const log = o.log ?? pino({ level: "silent" });
-  const sleep = o.sleep ?? realSleep;
+  const sleep = o.sleep ?? pause;
   const newId = o.newId ?? (() => newIntentId());
   const now = o.now ?? Date.now;
   validateDescriptors(o.descriptors, o.workerId);

@@ -1,11 +1,12 @@
 // What a worker process calls at start: one intent per DP rank, built from what the worker already
 // knows about itself (its ranks' KV-event endpoints, model, block size, topic).
+import { Backoff, bracketHost, pause } from "@kv-epp/protocol";
 import pino, { type Logger } from "pino";
 import type { Discovery } from "./discovery/types.ts";
 import { HostLookupError } from "./host-lookup.ts";
 import { IntentRegistrationError, registerIntents, type IntentOwner } from "./owner.ts";
 import { decodeIntent, indexerDomainOf, VLLM_KV_EVENTS_PROTOCOL, type IntentDescriptor } from "./protocol.ts";
-import { realSleep, REGISTER_BACKOFF, type Sleep } from "./retry.ts";
+import { REGISTER_BACKOFF, type Sleep } from "./retry.ts";
 
 export type WorkerRankInfo = { rank: number; kvEvents: string; replay?: string | null };
 
@@ -41,8 +42,7 @@ export type RegisterWorkerIntentsOptions = {
 
 /** `tcp://1.2.3.4:5557` or `1.2.3.4:8000` with its host replaced (IPv6 bracketed). */
 export function replaceHost(endpoint: string, host: string): string {
-  const h = host.includes(":") ? `[${host}]` : host;
-  return endpoint.replace(/^(tcp:\/\/)?(\[[^\]]*\]|[^:/]+)(?=:\d+$)/, (_, scheme: string | undefined) => `${scheme ?? ""}${h}`);
+  return endpoint.replace(/^(tcp:\/\/)?(\[[^\]]*\]|[^:/]+)(?=:\d+$)/, (_, scheme: string | undefined) => `${scheme ?? ""}${bracketHost(host)}`);
 }
 
 /** `http://1.2.3.4:8000/metrics` with its host replaced (IPv6 bracketed); left as is if not a URL. */
@@ -53,7 +53,7 @@ export function replaceUrlHost(url: string, host: string): string {
   } catch {
     return url;
   }
-  u.hostname = host.includes(":") ? `[${host}]` : host;
+  u.hostname = bracketHost(host);
   return u.toString();
 }
 
@@ -108,20 +108,20 @@ export async function withdrawStaleIntents(discovery: Discovery, workerId: strin
 
 export async function registerWorkerIntents(o: RegisterWorkerIntentsOptions): Promise<IntentOwner> {
   const log = o.log ?? pino({ level: "silent" });
-  const sleep = o.sleep ?? realSleep;
+  const sleep = o.sleep ?? pause;
   const descriptors = workerDescriptors(o);
   await withdrawStaleIntents(o.discovery, o.workerId, o.controlTarget, log);
-  let delay: number = REGISTER_BACKOFF.initialMs;
+  const backoff = new Backoff(REGISTER_BACKOFF);
   for (;;) {
     try {
       return await registerIntents({ discovery: o.discovery, workerId: o.workerId, controlTarget: o.controlTarget, descriptors, signal: o.signal, log });
     } catch (err) {
       const retriable = err instanceof HostLookupError || err instanceof IntentRegistrationError;
       if (!o.retry || !retriable || o.signal?.aborted) throw err;
+      const delay = backoff.next();
       log.warn({ worker: o.workerId, err: String(err), ms: delay }, "registering KV intents failed, retrying");
       await sleep(delay, o.signal ?? new AbortController().signal);
       if (o.signal?.aborted) throw err;
-      delay = Math.min(delay * 2, REGISTER_BACKOFF.maxMs);
     }
   }
 }

@@ -6,6 +6,7 @@
 // the KV port + its global rank.
 import { CoreV1Api, CustomObjectsApi, KubeConfig, type V1Pod } from "@kubernetes/client-node";
 import { listWatch, type ListWatch } from "@kv-epp/kube";
+import { bracketHost } from "@kv-epp/protocol";
 import type { Logger } from "pino";
 import type { WorkerSpec } from "./registry.ts";
 
@@ -78,7 +79,7 @@ export function podDpStartRank(pod: V1Pod): number {
 /** `dpSize` ranks per target port; with one port every rank is behind it (vLLM's internal DP LB). */
 export function podWorker(pod: V1Pod, o: Pick<PoolWorkersOptions, "kvEventsPort" | "kvReplayPort" | "dpSize">, ports: readonly number[]): WorkerSpec {
   const ip = pod.status!.podIP!;
-  const host = ip.includes(":") ? `[${ip}]` : ip;
+  const host = bracketHost(ip);
   const start = podDpStartRank(pod);
   const servers =
     ports.length > 1

@@ -3,6 +3,7 @@
 // closes and its records go, as a dead pod's owned Leases do. A process that is alive to TCP but no
 // longer runs (frozen, partitioned behind a half-open connection) stops renewing: its lease ends after
 // LEASE_TTL_MS too. Wire format: README.md "HTTP store".
+import { hostPort } from "@kv-epp/protocol";
 import { MemoryDiscoveryStore } from "./memory.ts";
 import { RecordExistsError, type Discovery, type RecordKind, type RecordSpec } from "./types.ts";
 
@@ -141,7 +142,7 @@ export function serveDiscoveryStore(
     fetch: (req) => handle(req).catch((err: unknown) => problem(500, String(err))),
   });
   return {
-    url: `http://${server.hostname?.includes(":") ? `[${server.hostname}]` : server.hostname}:${server.port}`,
+    url: `http://${hostPort(server.hostname!, server.port!)}`,
     store,
     close: async () => {
       clearInterval(sweep);

@@ -1,5 +1,6 @@
 import { DiscoveryV1Api, type KubeConfig, type V1EndpointSlice } from "@kubernetes/client-node";
 import { DEFAULT_BACKOFF, listWatch, type ListWatch } from "@kv-epp/kube";
+import { hostPort } from "@kv-epp/protocol";
 import type { Logger } from "pino";
 import type { Peer } from "../types.ts";
 import { ChangeListeners, type PeerDiscovery, sortedPeers } from "./types.ts";
@@ -23,10 +24,6 @@ export type EndpointSliceDiscoveryOptions = {
   retryMs?: number;
   logger: Logger;
 };
-
-function hostPort(ip: string, port: number): string {
-  return ip.includes(":") ? `[${ip}]:${port}` : `${ip}:${port}`;
-}
 
 /** The eligible peers of a set of slices: the pure part of discovery, tested on its own. */
 export function peersFromSlices(slices: readonly V1EndpointSlice[], podIp: string | undefined, portName = SELECTION_PORT_NAME): Peer[] {

@@ -8,6 +8,7 @@ import type { AddressInfo, Socket } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { KubeConfig } from "@kubernetes/client-node";
+import { hostPort } from "@kv-epp/protocol";
 import YAML from "yaml";
 import { json, parseResourcePath, statusBody, successStatus, verbOf, type ResourcePath, type Verb } from "./http.ts";
 import { jsonPatch, mergePatch, PatchError } from "./patch.ts";
@@ -302,7 +303,7 @@ export async function startFakeKubeApi(opts: FakeKubeApiOptions = {}): Promise<F
     server.listen(opts.port ?? 0, host, () => resolve());
   });
   const port = (server.address() as AddressInfo).port;
-  const url = `http://${host.includes(":") ? `[${host}]` : host}:${port}`;
+  const url = `http://${hostPort(host, port)}`;
   const writeKubeconfig = (path: string) => writeFileSync(path, kubeconfigYaml(url, namespace));
   const kubeconfigDir = mkdtempSync(join(tmpdir(), "kv-epp-fake-kube-"));
   const kubeconfigPath = join(kubeconfigDir, "kubeconfig");
