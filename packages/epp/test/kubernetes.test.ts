@@ -4,7 +4,8 @@ import { afterAll, describe, expect, test } from "bun:test";
 import { startFakeKubeApi, waitFor } from "@kv-epp/testkit";
 import { parseConfig } from "../src/config.ts";
 import { startEpp } from "../src/main.ts";
-import { startPoolWorkers } from "../src/workers/kubernetes.ts";
+import { startMockWorker } from "@kv-epp/mock-worker";
+import { KV_EVENTS_ENDPOINT_ANNOTATION, podKvSource, startPoolWorkers } from "../src/workers/kubernetes.ts";
 import { FakeWorkerEvents, HOST, postJson, quietLog, tokens } from "./helpers.ts";
 
 // Not the default 5557: a stray process bound to *:5557 on a shared machine would block the bind.
@@ -163,6 +164,62 @@ test("a changed InferencePool selector moves the worker set to the newly selecte
   expect(await ids()).toEqual(["vllm-0@127.0.4.54:8000"]);
   api.upsert({ ...(inferencePool("pool") as object), spec: { selector: { matchLabels: { app: "next" } }, targetPorts: [{ number: 8100 }] } } as never);
   await waitFor(async () => (await ids()).join() === "next-0@127.0.4.55:8100", { message: "workers follow the new selector and port" });
+});
+
+test("the kv-events-endpoint annotation follows vLLM's rule: a pod that connects its PUBs gets a bound port + rank, a wildcard one is dialled at its port", async () => {
+  const api = await fakeApi();
+  api.upsert(inferencePool("pool"));
+  const annotated = (name: string, ip: string, endpoint: string) => {
+    const p = pod(name, ip, "ready");
+    return { ...p, metadata: { ...p.metadata, annotations: { [KV_EVENTS_ENDPOINT_ANNOTATION]: endpoint } } } as never;
+  };
+  // vllm-c's engine was started with endpoint tcp://<EPP>:25910 (it connects); vllm-w's with tcp://*:25920 (it binds).
+  api.upsert(annotated("vllm-c", "127.0.4.57", `tcp://${HOST}:25910`));
+  api.upsert(annotated("vllm-w", "127.0.4.58", "tcp://*:25920"));
+  const common = { port: 8000, dpSize: 2, blockSize: 16, speed: 0, logLevel: "silent" as const };
+  const workers = {
+    "vllm-c": await startMockWorker({ ...common, listen: "127.0.4.57", kvEvents: `tcp://${HOST}:25910`, kvEventsConnect: true }),
+    "vllm-w": await startMockWorker({ ...common, listen: "127.0.4.58", kvEvents: "tcp://127.0.4.58:25920" }),
+  };
+  cleanups.push(() => Promise.all(Object.values(workers).map((w) => w.close())));
+  const cfg = parseConfig(
+    ["--pool-name", "pool", "--model", "test-model", "--block-size", "16", "--dp-size", "2", "--listen", HOST, "--kv-events-port", String(KV_PORT),
+      "--grpc-port", "0", "--grpc-health-port", "0", "--metrics-port", "0", "--replica-agg-port", "0", "--subscribe-wait-ms", "1000", "--selection-port", "0", "--scrape-interval-ms", "0"],
+    { POD_NAMESPACE: "llm" },
+  );
+  const epp = await startEpp(cfg, { log: quietLog, kubeConfig: api.kubeConfig });
+  cleanups.push(() => epp.stop({ graceMs: 200 }));
+  await epp.ready;
+  type Row = { worker_id: string; dp_rank: number; blocks: number; connected: boolean };
+  const rows = async () => (await (await fetch(`http://${HOST}:${epp.ports.selection}/workers`)).json()) as Row[];
+  await waitFor(async () => (await rows()).length === 4 && (await rows()).every((r) => r.connected), { message: "all four ranks connected" });
+
+  for (const [name, w] of Object.entries(workers))
+    for (let n = 0; n < 4; n++) {
+      const r = await fetch(`${w.url}/v1/completions`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ prompt: tokens(64, 700 + n + (name === "vllm-c" ? 0 : 50)), max_tokens: 1 }) });
+      expect(r.status).toBe(200);
+    }
+  // Every rank of both pods is indexed exactly as its cache holds it, each rank on its own port.
+  for (const [name, w] of Object.entries(workers))
+    for (const rank of w.ranks) {
+      expect(rank.cache.residentHashes().size).toBeGreaterThan(0);
+      await waitFor(async () => (await rows()).find((r) => r.worker_id === name && r.dp_rank === rank.rank)?.blocks === rank.cache.residentHashes().size, {
+        message: `${name} rank ${rank.rank} indexed as cached`,
+      });
+    }
+});
+
+test("podKvSource: no annotation dials the pod at --kv-events-port; a bad one keeps that default and says why", () => {
+  const withAnnotation = (v?: string) => {
+    const p = pod("p", "10.0.0.9", "ready") as { metadata: Record<string, unknown> };
+    return (v === undefined ? p : { ...p, metadata: { ...p.metadata, annotations: { [KV_EVENTS_ENDPOINT_ANNOTATION]: v } } }) as never;
+  };
+  expect(podKvSource(withAnnotation(), 5557)).toEqual({ kvEvents: "tcp://10.0.0.9:5557", kvBind: false });
+  expect(podKvSource(withAnnotation("tcp://*:6000"), 5557)).toEqual({ kvEvents: "tcp://10.0.0.9:6000", kvBind: false });
+  expect(podKvSource(withAnnotation("tcp://10.0.0.2:6000"), 5557)).toEqual({ kvEvents: "tcp://10.0.0.2:6000", kvBind: true });
+  expect(podKvSource(withAnnotation("tcp://dynamo-epp.llm.svc:6000"), 5557)).toEqual({ kvEvents: "tcp://0.0.0.0:6000", kvBind: true });
+  for (const bad of ["ipc:///tmp/kv", "tcp://10.0.0.2:0", "nonsense"])
+    expect(podKvSource(withAnnotation(bad), 5557)).toMatchObject({ kvEvents: "tcp://10.0.0.9:5557", kvBind: false, invalid: expect.any(String) });
 });
 
 describe("startPoolWorkers", () => {

@@ -12,6 +12,8 @@ import { RouterSocket } from "./zmtp/router.ts";
 export type PublisherOptions = {
   /** PUB endpoint, e.g. "tcp://*:5557" (port 0 picks a free port; see .endpoint). */
   endpoint: string;
+  /** The PUB connects to `endpoint` instead of binding it, as vLLM's does when its endpoint is not a wildcard. */
+  connect?: boolean;
   replayEndpoint?: string;
   topic?: string;
   /** Batches kept for replay (vLLM's buffer_steps; default 10000). */
@@ -45,7 +47,7 @@ export class KvEventPublisher {
     private readonly opts: PublisherOptions,
     private readonly pub: PubSocket,
     private readonly router: RouterSocket | undefined,
-    /** The bound PUB endpoint (port resolved). */
+    /** The bound PUB endpoint (port resolved), or the one it connects to. */
     readonly endpoint: string,
     readonly replayEndpoint: string | undefined,
   ) {
@@ -57,7 +59,9 @@ export class KvEventPublisher {
 
   static async bind(opts: PublisherOptions): Promise<KvEventPublisher> {
     const pub = new PubSocket({ logger: opts.logger, ...opts.socket });
-    const endpoint = await pub.bind(opts.endpoint);
+    let endpoint = opts.endpoint;
+    if (opts.connect) pub.connect(endpoint);
+    else endpoint = await pub.bind(endpoint);
     let router: RouterSocket | undefined;
     let replayEndpoint: string | undefined;
     if (opts.replayEndpoint) {

@@ -44,7 +44,11 @@ const kvGroups = z
 export const OPTIONS = {
   listen: { schema: z.union([z.ipv4(), z.ipv6(), z.literal("localhost")], { error: "expected an IP address" }).default("0.0.0.0"), help: "IP the HTTP server binds" },
   port: { schema: port.default(8000), help: "OpenAI HTTP port" },
-  "kv-events": { schema: tcpEndpoint.default("tcp://*:5557"), help: "KV-event PUB endpoint; rank r binds port + r" },
+  "kv-events": { schema: tcpEndpoint.default("tcp://*:5557"), help: "KV-event PUB endpoint; rank r binds port + r (with --kv-events-connect vLLM's rule: connects unless a wildcard)" },
+  "kv-events-connect": {
+    schema: z.union([z.boolean(), z.enum(["true", "false"]).transform((v) => v === "true")]).default(false),
+    help: "true: follow vLLM's publisher rule, connect the PUB to a --kv-events that is not a wildcard (*, ::) instead of binding it",
+  },
   replay: { schema: tcpEndpoint.optional(), help: "replay ROUTER endpoint; rank r binds port + r" },
   "replay-buffer": { schema: positiveInt.default(10_000), help: "batches kept for replay per rank" },
   "block-size": { schema: positiveInt.default(16), help: "tokens per KV block" },

@@ -1,6 +1,6 @@
 import { Hono } from "hono";
 import pino, { type Logger } from "pino";
-import { rankEndpoint } from "@kv-epp/protocol";
+import { publisherBinds, rankEndpoint } from "@kv-epp/protocol";
 import { createPreprocessor } from "@kv-epp/tokenizer";
 import { PrefixCacheSim } from "./cache/prefix-cache.ts";
 import { ConfigError, resolveConfig, type MockWorkerConfig } from "./config.ts";
@@ -77,6 +77,7 @@ export async function startMockWorker(opts: MockWorkerOptions = {}): Promise<Moc
       const events = await RankEventStream.open({
         rank,
         endpoint: rankEndpoint(config.kvEvents, rank),
+        connect: config.kvEventsConnect && !publisherBinds(config.kvEvents),
         replayEndpoint: config.replay ? rankEndpoint(config.replay, rank) : undefined,
         replayBuffer: config.replayBuffer, topic: config.topic,
         encoding: config.eventEncoding, hashMode: config.hashMode, blockSize: config.blockSize, kvGroups: config.kvGroups,

@@ -41,3 +41,12 @@ export function rankEndpoint(endpoint: string, rank: number): string {
   if (m[2] === "*" || m[2] === "0") return endpoint;
   return `${m[1]}:${Number(m[2]) + rank}`;
 }
+
+/**
+ * vLLM's publisher rule (ZmqEventPublisher): a KV-event endpoint with a wildcard (`*`, `::`) or an
+ * ipc/inproc one is bound by the engine; any other is one the engine's PUB connects to, so the
+ * subscriber must bind it.
+ */
+export function publisherBinds(endpoint: string): boolean {
+  return endpoint.includes("*") || endpoint.includes("::") || endpoint.startsWith("ipc://") || endpoint.startsWith("inproc://");
+}

@@ -3,5 +3,5 @@ export { parseWorkerKey, workerKey, workerKeyOf, type RankSource, type WorkerRef
 export type { BlockHash, StoredBlock, TokensHash } from "./hashes.ts";
 export type { RouterEvent, StreamCursor } from "./router-event.ts";
 export { DUMP_CHUNK_BYTES, DUMP_CONTENT_TYPE, DUMP_FIELDS, DUMP_JSON_CHUNK_BYTES, DUMP_PATH } from "./dump.ts";
-export { bracketHost, formatEndpoint, hostPort, parseEndpoint, rankEndpoint, type TcpEndpoint } from "./endpoint.ts";
+export { bracketHost, formatEndpoint, hostPort, parseEndpoint, publisherBinds, rankEndpoint, type TcpEndpoint } from "./endpoint.ts";
 export { Backoff, pause, sleep, type BackoffPolicy } from "./async.ts";

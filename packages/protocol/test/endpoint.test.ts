@@ -1,5 +1,5 @@
 import { describe, expect, test } from "bun:test";
-import { bracketHost, formatEndpoint, hostPort, parseEndpoint, rankEndpoint } from "../src/index.ts";
+import { bracketHost, formatEndpoint, hostPort, parseEndpoint, publisherBinds, rankEndpoint } from "../src/index.ts";
 
 describe("host:port", () => {
   test("brackets an IPv6 host once, leaves names and IPv4 alone", () => {
@@ -27,5 +27,18 @@ describe("tcp endpoints", () => {
     expect(rankEndpoint("tcp://127.0.0.1:*", 2)).toBe("tcp://127.0.0.1:*");
     expect(rankEndpoint("ipc:///tmp/x", 0)).toBe("ipc:///tmp/x");
     expect(() => rankEndpoint("ipc:///tmp/x", 1)).toThrow(/no port/);
+  });
+});
+
+describe("vLLM's publisher rule", () => {
+  test("binds a wildcard, ipc or inproc endpoint and connects to any other (an IPv6 literal with :: counts as a wildcard, as in vLLM)", () => {
+    expect(publisherBinds("tcp://*:5557")).toBe(true);
+    expect(publisherBinds("tcp://[::]:5557")).toBe(true);
+    expect(publisherBinds("tcp://[fd00::2]:5557")).toBe(true);
+    expect(publisherBinds("ipc:///tmp/kv")).toBe(true);
+    expect(publisherBinds("inproc://kv")).toBe(true);
+    expect(publisherBinds("tcp://10.0.0.5:5557")).toBe(false);
+    expect(publisherBinds("tcp://dynamo-epp.llm.svc:5557")).toBe(false);
+    expect(publisherBinds("tcp://0.0.0.0:5557")).toBe(false);
   });
 });

@@ -6,7 +6,8 @@
 // the KV port + its global rank.
 import { CoreV1Api, CustomObjectsApi, KubeConfig, type V1Pod } from "@kubernetes/client-node";
 import { listWatch, type ListWatch } from "@kv-epp/kube";
-import { bracketHost } from "@kv-epp/protocol";
+import { bracketHost, formatEndpoint, parseEndpoint, publisherBinds, type TcpEndpoint } from "@kv-epp/protocol";
+import { isIP } from "node:net";
 import type { Logger } from "pino";
 import type { WorkerSpec } from "./registry.ts";
 
@@ -76,11 +77,39 @@ export function podDpStartRank(pod: V1Pod): number {
   return Number(v);
 }
 
+/**
+ * Pod annotation with the pod's vLLM KV-event endpoint (`kv_events_config.endpoint`). vLLM binds a
+ * wildcard endpoint (`tcp://*:5557`: the EPP dials the pod IP at that port + rank) and connects its PUB
+ * to any other (`tcp://<EPP>:5557`: the EPP binds that port + rank, on the named IP or, for a name such
+ * as a Service, on every interface). Absent: the pod binds `--kv-events-port`.
+ */
+export const KV_EVENTS_ENDPOINT_ANNOTATION = "kv-epp.dynamo.nvidia.com/kv-events-endpoint";
+
+export type PodKvSource = { kvEvents: string; kvBind: boolean; invalid?: string };
+
+/** Where a pod's KV events are read (see KV_EVENTS_ENDPOINT_ANNOTATION); a bad annotation keeps the default and says why. */
+export function podKvSource(pod: V1Pod, kvEventsPort: number): PodKvSource {
+  const podHost = pod.status!.podIP!;
+  const fallback = { kvEvents: formatEndpoint(podHost, kvEventsPort), kvBind: false };
+  const v = pod.metadata?.annotations?.[KV_EVENTS_ENDPOINT_ANNOTATION];
+  if (v === undefined) return fallback;
+  let at: TcpEndpoint;
+  try {
+    at = parseEndpoint(v);
+  } catch (err) {
+    return { ...fallback, invalid: (err as Error).message };
+  }
+  if (at.port === 0) return { ...fallback, invalid: `${KV_EVENTS_ENDPOINT_ANNOTATION} ${JSON.stringify(v)} has no fixed port` };
+  if (publisherBinds(v)) return { kvEvents: formatEndpoint(podHost, at.port), kvBind: false };
+  return { kvEvents: formatEndpoint(isIP(at.host) ? at.host : "0.0.0.0", at.port), kvBind: true };
+}
+
 /** `dpSize` ranks per target port; with one port every rank is behind it (vLLM's internal DP LB). */
 export function podWorker(pod: V1Pod, o: Pick<PoolWorkersOptions, "kvEventsPort" | "kvReplayPort" | "dpSize">, ports: readonly number[]): WorkerSpec {
   const ip = pod.status!.podIP!;
   const host = bracketHost(ip);
   const start = podDpStartRank(pod);
+  const kv = podKvSource(pod, o.kvEventsPort);
   const servers =
     ports.length > 1
       ? ports.map((p, i) => ({ address: `${host}:${p}`, ranks: Array.from({ length: o.dpSize }, (_, r) => start + i * o.dpSize + r) }))
@@ -89,7 +118,8 @@ export function podWorker(pod: V1Pod, o: Pick<PoolWorkersOptions, "kvEventsPort"
     id: pod.metadata!.name!,
     address: `${host}:${ports[0]}`,
     ...(servers ? { servers } : {}),
-    kvEvents: `tcp://${host}:${o.kvEventsPort}`,
+    kvEvents: kv.kvEvents,
+    ...(kv.kvBind ? { kvBind: true } : {}),
     replay: o.kvReplayPort ? `tcp://${host}:${o.kvReplayPort}` : undefined,
     dpSize: o.dpSize * ports.length,
     ...(start > 0 ? { dpStartRank: start } : {}),
@@ -116,6 +146,17 @@ export async function startPoolWorkers(o: PoolWorkersOptions): Promise<{ stop():
   let firstPods!: () => void;
   const podsListed = new Promise<void>((resolve) => (firstPods = resolve));
 
+  // Once per pod and value: a bad annotation is logged, and the pod is read at the default port.
+  const warned = new Map<string, string>();
+  const warnBadKvAnnotation = (pod: V1Pod) => {
+    const { invalid } = podKvSource(pod, o.kvEventsPort);
+    const name = pod.metadata!.name!;
+    if (invalid === undefined) return void warned.delete(name);
+    if (warned.get(name) === invalid) return;
+    warned.set(name, invalid);
+    o.log.warn({ pod: name, annotation: KV_EVENTS_ENDPOINT_ANNOTATION, reason: invalid }, "pod's KV-event endpoint annotation ignored; reading the default port");
+  };
+
   const watchPods = (t: Target) => {
     const old = pods;
     // The list-watch publishes nothing until a list has succeeded: a failed list is "unknown", not "no pods".
@@ -126,7 +167,9 @@ export async function startPoolWorkers(o: PoolWorkersOptions): Promise<{ stop():
       list: () => core.listNamespacedPod({ namespace: o.namespace, labelSelector: t.selector }),
       onSnapshot: (items) => {
         if (pods !== lw) return;
-        o.onWorkers(items.filter(isServingPod).map((p) => podWorker(p, o, t.ports)));
+        const serving = items.filter(isServingPod);
+        for (const p of serving) warnBadKvAnnotation(p);
+        o.onWorkers(serving.map((p) => podWorker(p, o, t.ports)));
         firstPods();
       },
       onError: o.onError,

@@ -13,6 +13,8 @@ import { GroupedEvents, type KvGroup } from "./kv-groups.ts";
 export type EventStreamOptions = {
   rank: number;
   endpoint: string;
+  /** The PUB connects to `endpoint` (an EPP that binds it) instead of binding it. */
+  connect?: boolean;
   replayEndpoint?: string;
   replayBuffer: number;
   topic: string;
@@ -143,7 +145,7 @@ export class RankEventStream {
 
 function bindPublisher(o: EventStreamOptions): Promise<KvEventPublisher> {
   return KvEventPublisher.bind({
-    endpoint: o.endpoint, replayEndpoint: o.replayEndpoint, topic: o.topic, replayBuffer: o.replayBuffer,
+    endpoint: o.endpoint, connect: o.connect, replayEndpoint: o.replayEndpoint, topic: o.topic, replayBuffer: o.replayBuffer,
     encoding: o.encoding, hashMode: o.hashMode, logger: o.log,
   });
 }
