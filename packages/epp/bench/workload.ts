@@ -37,7 +37,7 @@ export function syntheticIndex(seed: number): DumpSource & { residencies: number
     return [...chosen].map((d) => ({ doc: d, blocks: 128 + (next() % 385) }));
   });
   const residencies = holdings.flat().reduce((n, h) => n + h.blocks, 0);
-  // External hashes are content-derived in vLLM, so the same block has the same id on every worker.
+  // Block hashes are content-derived in vLLM, so the same block has the same id on every worker.
   const ext = (doc: number, i: number) => (BigInt(doc + 1) << 32n) | BigInt(i + 1);
   function* events(): Iterable<RouterEvent> {
     let eventId = 0;

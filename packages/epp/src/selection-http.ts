@@ -1,6 +1,5 @@
 // selection-http (Hono on Bun.serve): GET /dump for peers, and read-only views of the picker:
 // POST /score, POST /select (a dry run: records no load), GET /workers. Shapes: docs/CONTRACTS.md §10.
-import { parseWorkerKey } from "@kv-epp/index-wasm";
 import { dumpHandler, type DumpSource, type RecoveryOutcome } from "@kv-epp/recovery";
 import { Hono } from "hono";
 import { bodyLimit } from "hono/body-limit";
@@ -14,7 +13,7 @@ import type { LatencyModel } from "./picker/latency.ts";
 import type { Picker } from "./picker/picker.ts";
 import type { RoutingQuality } from "./picker/quality.ts";
 import type { Tokenize } from "./tokens.ts";
-import { workerKeyOf } from "@kv-epp/protocol";
+import { parseWorkerKey, workerKeyOf } from "@kv-epp/protocol";
 import { rankSources, serving, type WorkerRegistry } from "./workers/registry.ts";
 
 export type SelectionDeps = {

@@ -170,7 +170,7 @@ export class FakeWorkerEvents {
   }
 
   /**
-   * Stores a prompt's full blocks as one chain. External hashes are derived from the content (as vLLM's
+   * Stores a prompt's full blocks as one chain. Block hashes are derived from the content (as vLLM's
    * are), so publishing the same prompt again is idempotent.
    */
   storePrompt(ids: number[], blockSize = BLOCK): void {

@@ -1,9 +1,10 @@
 // WorkerRegistry.reconcile, rank by rank: a worker described differently (pod-only vs. with its
 // attachment intents) but opening the same sources keeps its listeners and its blocks; only ranks whose
 // source changed or went away are closed and cleared; address and metrics URL change in place.
+import type { WorkerRef } from "@kv-epp/protocol";
 import { afterEach, expect, test } from "bun:test";
 import { waitFor } from "@kv-epp/testkit";
-import type { KvIndex, WorkerRef } from "@kv-epp/index-wasm";
+import type { KvIndex } from "@kv-epp/index-wasm";
 import { Indexers } from "../src/indexers/indexers.ts";
 import { createMetrics } from "../src/metrics.ts";
 import { WorkerRegistry, type WorkerSpec } from "../src/workers/registry.ts";

@@ -5,7 +5,7 @@
 // reading it back; this is 16 bytes per residency and no conversion on either side.
 //
 // Event: header word (flags u32 | count u32 << 32; flags bit 0: a parent word follows, bit 1: count copy
-// words follow the hashes), [parent external hash], count external hashes, count tokens hashes,
+// words follow the hashes), [parent block hash], count block hashes, count tokens hashes,
 // [count copies]. Rows: see dump-json.ts.
 import { ROW_HAS_PARENT, ROW_NEW_EVENT } from "./dump-json";
 

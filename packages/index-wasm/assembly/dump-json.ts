@@ -5,7 +5,7 @@
 // dumps of one index may run at once) and the output buffer; emission stops after the step that reaches
 // `limit` and resumes from the state, so a chain of any length streams in bounded chunks.
 //
-// Rows (32 bytes, from dumpWorker): parent external hash u64 | external hash u64 | tokens hash u64 |
+// Rows (32 bytes, from dumpWorker): parent block hash u64 | block hash u64 | tokens hash u64 |
 // flags u32 (ROW_NEW_EVENT, ROW_HAS_PARENT) | copies u32.
 // State (48 bytes): 0 rows u32 | 4 rows len u32 | 8 pos u32 | 12 flags u32 (1 = inside an event, 2 = an
 // event was written: the next one needs a comma) | 16 next event id u64 | 24 prefix ptr u32 | 28 prefix

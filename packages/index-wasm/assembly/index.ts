@@ -7,7 +7,7 @@
 // parent id is still compared, so matching stays exact); and the mix is a bijection, so the tokens
 // hash is recovered from (seq, parent seq) for dumps instead of being stored twice.
 //
-// Records: a worker's (external hash, copies) at a node. copies >= 1: the worker holds the block (a
+// Records: a worker's (block hash, copies) at a node. copies >= 1: the worker holds the block (a
 // residency). copies == 0: it does not any more, but the block has children: vLLM keeps a child whose
 // parent was evicted (its hash is unchanged), so the record stays to name the prefix (dumps, a later
 // re-store) while the node has children. Invariants: a worker with a record at a node has one at its
@@ -47,7 +47,7 @@ const CHUNK_MASK: u32 = CHUNK - 1;
 const DIR_BYTES: usize = (<usize>1 << (ID_BITS - CHUNK_BITS)) << 1;
 
 // ---- nodes: 24-byte structs ----
-// 0 sequence hash u64 | 8 payload u64: the inline holder's external hash, or the worker mask of slots
+// 0 sequence hash u64 | 8 payload u64: the inline holder's block hash, or the worker mask of slots
 // 0..63 (held, shared nodes) | 16 u32: parent (26 bits) | kind << 26 (2 bits) | inline copies << 28 (4 bits)
 // | 20 u32: child count (20 bits) | inline holder's slot, or the shared node's record count, << 20.
 // A free node has DEAD at 16 and the free-list link at 8. Mask words for slots >= 64 live in nMaskExt.
@@ -180,9 +180,9 @@ function freeNode(id: u32): u32 {
   return parent;
 }
 
-// ---- shared records: 16-byte structs | 0 external hash u64 | 8 packed u64: node (26 bits) | worker
+// ---- shared records: 16-byte structs | 0 block hash u64 | 8 packed u64: node (26 bits) | worker
 // slot << 26 (12 bits) | copies << 38 (26 bits). A free record has slot DEAD_WORKER and the free-list
-// link in the node field. No per-node list: a record is reached through RES (worker, external hash), and
+// link in the node field. No per-node list: a record is reached through RES (worker, block hash), and
 // a worker's records are found by scanning the chunks (clears, dumps).
 const REC: usize = 16;
 const DEAD_WORKER: u32 = 0xFFF;
@@ -232,7 +232,7 @@ function freeRec(r: u32): void {
 }
 
 // ---- two open-addressing tables (linear probing): CHILD maps (parent node, sequence hash) -> node,
-// RES maps (worker, external hash) -> the record: a node id with RES_INLINE set (its inline holder) or a
+// RES maps (worker, block hash) -> the record: a node id with RES_INLINE set (its inline holder) or a
 // shared record id. A slot is a u32: id in the low 26 bits, hash tag bits above (6 for CHILD, 5 for RES
 // whose top bit is the inline flag), so probing past foreign entries rarely dereferences them. Deletion
 // leaves a tombstone; tombstones are reused by inserts and swept by a rebuild, which scans the
@@ -258,7 +258,7 @@ const MIN_TABLE: u32 = 1024;
 @inline function homeOf(h: u64, cap: u32): u32 { return <u32>((<u64><u32>h * <u64>cap) >> 32); }
 @inline function nextSlot(i: u32, cap: u32): u32 { const j = i + 1; return select<u32>(0, j, j == cap); }
 
-/** A RES value's external hash, worker and node. */
+/** A RES value's block hash, worker and node. */
 @inline function resExt(v: u32): u64 { return (v & RES_INLINE) ? load<u64>(nodeAt(v & ID_MASK), 8) : load<u64>(recAt(v & ID_MASK)); }
 @inline function resWorker(v: u32): u32 { return (v & RES_INLINE) ? highAt(nodeAt(v & ID_MASK)) : recWorker(v & ID_MASK); }
 @inline function resNode(v: u32): u32 { return (v & RES_INLINE) ? v & ID_MASK : recNode(v & ID_MASK); }
@@ -643,7 +643,7 @@ function touchStored(w: u32, seq: u64, ext: usize, tok: usize, stride: usize, fr
 }
 
 /**
- * A stored event: `n` blocks whose external hashes are at ext + i * stride and tokens hashes at
+ * A stored event: `n` blocks whose block hashes are at ext + i * stride and tokens hashes at
  * tok + i * stride (interleaved pairs: stride 16; two arrays: stride 8); copies per block as u64 words
  * at `copies` (0: one copy each; 0 copies: a record that only names the prefix, from a dump).
  */
@@ -763,11 +763,11 @@ function clearSlot(w: u32): u32 {
 /**
  * Applies encoded events from linear memory. Each event starts with a header word
  * kind | worker << 8 | count << 32, then:
- *   kind 1 stored at the root: `count` (external hash, tokens hash) pairs
- *   kind 2 stored under a parent: the parent's external hash, then the pairs
- *   kind 3 removed: `count` external hashes
+ *   kind 1 stored at the root: `count` (block hash, tokens hash) pairs
+ *   kind 2 stored under a parent: the parent's block hash, then the pairs
+ *   kind 3 removed: `count` block hashes
  *   kind 4 cleared: nothing
- *   kind 5 / 6: as 1 / 2 but with the `count` external hashes first, then the `count` tokens hashes
+ *   kind 5 / 6: as 1 / 2 but with the `count` block hashes first, then the `count` tokens hashes
  *   (two arrays copied in whole by the batch builder, instead of interleaved pairs)
  *   kind 7 / 8: as 5 / 6, then `count` copy counts (dumps: 0 names a prefix the worker does not hold)
  * Returns the words consumed; tallies are read with the getters.
@@ -955,7 +955,7 @@ export function treeSizes(): usize { return wCount; }
 export function workerCapacity(): u32 { return wCap; }
 
 // ---- dumps: a worker's records, gathered for a group of consecutive worker slots by one scan of the
-// chunks (entries of 16 bytes: node u32 | copies u32, external hash u64, bucketed by slot). Valid while
+// chunks (entries of 16 bytes: node u32 | copies u32, block hash u64, bucketed by slot). Valid while
 // nothing changed the index (`epoch`); a dump that interleaves with live events gathers again.
 const DUMP_GROUP_MAX: u32 = 1 << 18; // records per group (4 MiB)
 let epoch: u64 = 0; // bumped by every change (u64: never wraps back onto a gathered value)

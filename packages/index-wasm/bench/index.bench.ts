@@ -1,6 +1,7 @@
 // bun run bench:index — the WASM index against the TypeScript reference model, same workloads, same run.
 // Prints ingestion throughput, findMatches latency percentiles and memory per residency.
-import { KvIndex, MatchList, type IndexEvent, type WorkerRef } from "../src/index.ts";
+import type { WorkerRef } from "@kv-epp/protocol";
+import { KvIndex, MatchList, type IndexEvent } from "../src/index.ts";
 import { ReferenceIndex } from "../test/reference-model.ts";
 import { mulberry32 } from "@kv-epp/testkit";
 import { encodeWords, sequences, storedEvents, workers } from "./workload.ts";
@@ -46,7 +47,7 @@ type Typed = { worker: WorkerRef; ext: BigUint64Array; tok: BigUint64Array };
 function typedEvents(events: IndexEvent[]): Typed[] {
   return events.map((e) => {
     if (e.kind !== "stored" || e.parentHash !== null) throw new Error("root stored events only");
-    return { worker: e.worker, ext: BigUint64Array.from(e.blocks, (b) => b.externalHash), tok: BigUint64Array.from(e.blocks, (b) => b.tokensHash) };
+    return { worker: e.worker, ext: BigUint64Array.from(e.blocks, (b) => b.blockHash), tok: BigUint64Array.from(e.blocks, (b) => b.tokensHash) };
   });
 }
 
@@ -147,7 +148,7 @@ function steadyState(): void {
   for (let i = 0; i + warm < seqs.length; i++) {
     churn.push(stored[warm + i]!);
     const e = stored[i]!;
-    if (e.kind === "stored") churn.push({ kind: "removed", worker: e.worker, hashes: e.blocks.slice(16).map((b) => b.externalHash).reverse() });
+    if (e.kind === "stored") churn.push({ kind: "removed", worker: e.worker, hashes: e.blocks.slice(16).map((b) => b.blockHash).reverse() });
   }
   const blocks = churn.reduce((n, e) => n + (e.kind === "stored" ? e.blocks.length : e.kind === "removed" ? e.hashes.length : 0), 0);
   const groups = batches(churn, 256);
@@ -166,7 +167,7 @@ function steadyState(): void {
   // the same churn with hashes in BigUint64Arrays through the batch builder
   type TypedChurn = { worker: WorkerRef; ext: BigUint64Array; tok?: BigUint64Array };
   const typedChurn: TypedChurn[][] = groups.map((g) => g.map((e) => e.kind === "stored"
-    ? { worker: e.worker, ext: BigUint64Array.from(e.blocks, (x) => x.externalHash), tok: BigUint64Array.from(e.blocks, (x) => x.tokensHash) }
+    ? { worker: e.worker, ext: BigUint64Array.from(e.blocks, (x) => x.blockHash), tok: BigUint64Array.from(e.blocks, (x) => x.tokensHash) }
     : { worker: e.worker, ext: BigUint64Array.from(e.kind === "removed" ? e.hashes : []) }));
   const builderRate = rate("wasm batch() builder (typed arrays)", blocks, 3, () => {
     const index = KvIndex.create({ blockSize: 16 });

@@ -1,7 +1,8 @@
 // Synthetic KV-event workloads for the index benchmark: workers storing chains of blocks that share
-// prompt prefixes, with external hashes derived per worker from the prefix (as vLLM does).
+// prompt prefixes, with block hashes derived per worker from the prefix (as vLLM does).
+import type { StoredBlock, WorkerRef } from "@kv-epp/protocol";
 import { mulberry32 } from "@kv-epp/testkit";
-import type { IndexEvent, StoredBlock, WorkerRef } from "../src/types.ts";
+import type { IndexEvent } from "../src/types.ts";
 
 export function u64(next: () => number): bigint {
   return (BigInt(next()) << 32n) | BigInt(next());
@@ -12,7 +13,7 @@ export function workers(n: number): WorkerRef[] {
 }
 
 const M = 0xffffffffffffffffn;
-/** The external hash of a block given its parent's, the way an engine chains them (opaque to the index). */
+/** The block hash of a block given its parent's, the way an engine chains them (opaque to the index). */
 export function chainHash(parent: bigint, tokensHash: bigint, salt: bigint): bigint {
   let h = (parent ^ tokensHash ^ salt) & M;
   h = ((h ^ (h >> 31n)) * 0xbf58476d1ce4e5b9n) & M;
@@ -23,7 +24,7 @@ export function chainHash(parent: bigint, tokensHash: bigint, salt: bigint): big
 export function storedBlocks(tokens: BigUint64Array, workerIndex: number): StoredBlock[] {
   const salt = BigInt(workerIndex + 1) * 0x9e3779b97f4a7c15n & M;
   let parent = 0n;
-  return Array.from(tokens, (t) => (parent = chainHash(parent, t, salt), { externalHash: parent, tokensHash: t }));
+  return Array.from(tokens, (t) => (parent = chainHash(parent, t, salt), { blockHash: parent, tokensHash: t }));
 }
 
 /**
@@ -58,7 +59,7 @@ export function encodeWords(events: IndexEvent[], slotOf: (w: WorkerRef) => numb
     const kind = e.parentHash === null ? 1n : 2n;
     words.push(kind | (BigInt(slotOf(e.worker)) << 8n) | (BigInt(e.blocks.length) << 32n));
     if (e.parentHash !== null) words.push(e.parentHash);
-    for (const b of e.blocks) words.push(b.externalHash, b.tokensHash);
+    for (const b of e.blocks) words.push(b.blockHash, b.tokensHash);
   }
   return BigUint64Array.from(words);
 }

@@ -3,8 +3,9 @@
 // Measured: encoding IndexEvent objects (two DataView.setBigUint64 per block) cost more than the index
 // itself; this path is how callers that hold hashes in typed arrays (computeBlockHashes' output, a
 // decoder writing u64 words) reach the module's own speed.
+import type { WorkerRef } from "@kv-epp/protocol";
 import type { IndexExports } from "./wasm-module.ts";
-import type { BatchOutcome, WorkerRef } from "./types.ts";
+import type { BatchOutcome } from "./types.ts";
 
 // event kinds of the module's wire layout (assembly/index.ts applyBatch)
 export const KIND_STORED_ROOT = 1;
@@ -53,13 +54,13 @@ export class StoredBatchBuilder {
   }
 
   /**
-   * A stored event: block i is (externalHashes[i], tokensHashes[i]). Pass BigUint64Arrays to skip
-   * per-block BigInt conversion; a bigint[] of external hashes is accepted too. `copies[i]` (a dump's
+   * A stored event: block i is (blockHashes[i], tokensHashes[i]). Pass BigUint64Arrays to skip
+   * per-block BigInt conversion; a bigint[] of block hashes is accepted too. `copies[i]` (a dump's
    * counts, see StoredBlock) defaults to one copy per block.
    */
-  stored(w: WorkerRef, parentHash: bigint | null, externalHashes: BigUint64Array | readonly bigint[], tokensHashes: BigUint64Array, copies?: Uint32Array | readonly number[]): this {
-    const n = externalHashes.length;
-    if (tokensHashes.length !== n) throw new RangeError(`stored: ${n} external hashes but ${tokensHashes.length} tokens hashes`);
+  stored(w: WorkerRef, parentHash: bigint | null, blockHashes: BigUint64Array | readonly bigint[], tokensHashes: BigUint64Array, copies?: Uint32Array | readonly number[]): this {
+    const n = blockHashes.length;
+    if (tokensHashes.length !== n) throw new RangeError(`stored: ${n} block hashes but ${tokensHashes.length} tokens hashes`);
     if (copies !== undefined && copies.length !== n) throw new RangeError(`stored: ${n} blocks but ${copies.length} copy counts`);
     const hasParent = parentHash !== null;
     const slot = this.host.slotOf(w);
@@ -68,7 +69,7 @@ export class StoredBatchBuilder {
     this.header(at, kind, slot, n);
     at += 8;
     if (hasParent) { this.dv.setBigUint64(at, parentHash, true); at += 8; }
-    at = this.hashes(at, externalHashes);
+    at = this.hashes(at, blockHashes);
     this.u64.set(tokensHashes, at / 8);
     at += 8 * n;
     if (copies) {

@@ -1,6 +1,6 @@
 // Public entry of @kv-epp/index-wasm: the KV index (WebAssembly over linear memory) and block hashing.
 export * from "./types.ts";
-export { KvIndex, IndexTrappedError, DUMP_JSON_CHUNK_BYTES } from "./kv-index.ts";
+export { KvIndex, IndexTrappedError } from "./kv-index.ts";
 export { StoredBatchBuilder } from "./batch-builder.ts";
 export { MatchList } from "./match-list.ts";
 export { computeBlockHashes, BLOCK_HASH_SEED } from "./block-hash.ts";

@@ -1,5 +1,6 @@
 // The TypeScript face of the WebAssembly index: maps workers to small slots, encodes events into linear
 // memory (u64 words written through BigUint64Array views, never through JS numbers) and decodes results.
+import { DUMP_JSON_CHUNK_BYTES, workerKey, type StoredBlock, type WorkerRef } from "@kv-epp/protocol";
 import { instantiate, ScratchRegion, type IndexExports } from "./wasm-module.ts";
 import {
   checkedCopies, KIND_CLEARED, KIND_REMOVED, KIND_STORED_CHILD, KIND_STORED_CHILD_COPIES, KIND_STORED_ROOT,
@@ -7,15 +8,12 @@ import {
 } from "./batch-builder.ts";
 import { MatchList } from "./match-list.ts";
 import {
-  workerKey, type ApplyOutcome, type BatchOutcome, type DumpEvent, type IndexEvent, type IndexStats,
-  type MatchResult, type RejectReason, type StoredBlock, type WorkerRef,
+  type ApplyOutcome, type BatchOutcome, type DumpEvent, type IndexEvent, type IndexStats, type MatchResult, type RejectReason,
 } from "./types.ts";
 
 /** Worker slots are 12 bits inside the module (slot 4095 marks free records). */
 const MAX_WORKERS = 4095;
 
-/** Default chunk size of dumpJsonChunks. */
-export const DUMP_JSON_CHUNK_BYTES = 256 * 1024;
 const jsonEncoder = new TextEncoder();
 
 const rejectReasons: Record<number, RejectReason> = { 1: "unknown-parent", 2: "hash-conflict" };
@@ -156,17 +154,17 @@ export class KvIndex {
       at += 8;
       if (hasParent) { dv.setBigUint64(at, e.parentHash!, true); at += 8; }
       if (withCopies) {
-        // three arrays: external hashes, tokens hashes, copies
+        // three arrays: block hashes, tokens hashes, copies
         const n = e.blocks.length;
         e.blocks.forEach((b, i) => {
-          dv.setBigUint64(at + 8 * i, b.externalHash, true);
+          dv.setBigUint64(at + 8 * i, b.blockHash, true);
           dv.setBigUint64(at + 8 * (n + i), b.tokensHash, true);
           dv.setBigUint64(at + 8 * (2 * n + i), BigInt(checkedCopies(b.copies ?? 1)), true);
         });
         at += 24 * n;
       } else {
         for (const b of e.blocks) {
-          dv.setBigUint64(at, b.externalHash, true);
+          dv.setBigUint64(at, b.blockHash, true);
           dv.setBigUint64(at + 8, b.tokensHash, true);
           at += 16;
         }
@@ -405,9 +403,9 @@ export class KvIndex {
       this.ex.release(ptr, Math.max(len, 1) * 32);
       let current: DumpEvent | null = null;
       for (let i = 0; i < len; i++) {
-        const parentExt = rows[4 * i]!, externalHash = rows[4 * i + 1]!, tokensHash = rows[4 * i + 2]!, meta = rows[4 * i + 3]!;
+        const parentExt = rows[4 * i]!, blockHash = rows[4 * i + 1]!, tokensHash = rows[4 * i + 2]!, meta = rows[4 * i + 3]!;
         const flags = Number(meta & 0xffffffffn), copies = Number(meta >> 32n);
-        const block: StoredBlock = copies === 1 ? { externalHash, tokensHash } : { externalHash, tokensHash, copies };
+        const block: StoredBlock = copies === 1 ? { blockHash, tokensHash } : { blockHash, tokensHash, copies };
         if (current && (flags & ROW_NEW_EVENT) === 0) current.blocks.push(block);
         else {
           if (current) yield current;
@@ -506,7 +504,7 @@ export class KvIndex {
    * The same blocks as dump(), in the binary `/dump` layout (docs/CONTRACTS.md §7, "binary"): for each
    * worker with blocks, its WorkerRef, then chunks of about `chunkBytes` (one event may make a chunk
    * larger) holding whole stored events as little-endian u64 words: a header (flags | count << 32; flag
-   * 1: a parent external hash follows, flag 2: count copy words follow the hashes), the count external
+   * 1: a parent block hash follows, flag 2: count copy words follow the hashes), the count external
    * hashes, the count tokens hashes. Written by the module from each worker's snapshot, as for
    * dumpJsonChunks (same snapshot rules, same `onSnapshot`); `applyDumpEvents` reads them back.
    */

@@ -1,7 +1,7 @@
 // A reusable findMatches result (KvIndex.findMatchesInto): parallel arrays instead of two fresh Maps,
 // so the request path allocates nothing. Measured: building the two Maps was ~2-3 us of a ~5 us
 // findMatches over 64 workers.
-import type { WorkerRef } from "./types.ts";
+import type { WorkerRef } from "@kv-epp/protocol";
 
 export class MatchList {
   /** Entries [0, count) are valid. */

@@ -1,12 +1,9 @@
-/** A worker is one engine rank: (worker_id, dp_rank). */
-export type WorkerRef = { workerId: string; dpRank: number };
+import type { StoredBlock, WorkerRef } from "@kv-epp/protocol";
 
-/**
- * One full block as a worker reports it: the engine's opaque id and our local tokens hash. `copies`
- * (default 1) is how many copies the event stores: a live BlockStored stores one; a dump carries the
- * count, and 0 for a block the worker no longer holds whose hash still names the prefix of blocks below.
- */
-export type StoredBlock = { externalHash: bigint; tokensHash: bigint; copies?: number };
+// The index's events and results. Worker ranks (WorkerRef, workerKey) and blocks (StoredBlock: the
+// engine's block hash and our tokens hash) are @kv-epp/protocol's: a live BlockStored stores one copy of
+// each block; a dump carries the count, and 0 for a block the rank no longer holds whose hash still names
+// the prefix of the blocks below.
 
 export type IndexEvent =
   | { kind: "stored"; worker: WorkerRef; parentHash: bigint | null; blocks: StoredBlock[] }
@@ -29,7 +26,7 @@ export type ApplyOutcome =
 
 /**
  * unknown-parent: the parent hash is not held by that worker (event dropped whole).
- * hash-conflict: an external hash the worker already holds under another prefix (event cut there).
+ * hash-conflict: a block hash the worker already holds under another prefix (event cut there).
  */
 export type RejectReason = "unknown-parent" | "hash-conflict";
 
@@ -57,14 +54,3 @@ export type IndexStats = {
   /** removals of blocks the worker did not hold, since creation */
   unknownRemovals: number;
 };
-
-/** The map key for a worker: `${workerId}\u0000${dpRank}`. */
-export function workerKey(w: WorkerRef): string {
-  return `${w.workerId}\u0000${w.dpRank}`;
-}
-
-export function parseWorkerKey(key: string): WorkerRef {
-  const cut = key.lastIndexOf("\u0000");
-  if (cut < 0) throw new Error(`not a worker key: ${JSON.stringify(key)}`);
-  return { workerId: key.slice(0, cut), dpRank: Number(key.slice(cut + 1)) };
-}

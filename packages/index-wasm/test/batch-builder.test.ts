@@ -1,5 +1,6 @@
+import type { WorkerRef } from "@kv-epp/protocol";
 import { describe, expect, test } from "bun:test";
-import { KvIndex, MatchList, type IndexEvent, type WorkerRef } from "../src/index.ts";
+import { KvIndex, MatchList, type IndexEvent } from "../src/index.ts";
 
 const HIGH = 2n ** 63n;
 const workers: WorkerRef[] = Array.from({ length: 5 }, (_, i) => ({ workerId: `pod-${i >> 1}`, dpRank: i & 1 }));
@@ -18,7 +19,7 @@ function randomEvents(seed: number, count: number): IndexEvent[] {
       const blocks = Array.from({ length: 1 + (next() % 40) }, (_, j) => {
         const ext = HIGH + BigInt(next()) * 7919n + BigInt(j);
         held[w]!.push(ext);
-        return { externalHash: ext, tokensHash: BigInt(next() % 3) + (j % 2 === 0 ? HIGH : 0n) };
+        return { blockHash: ext, tokensHash: BigInt(next() % 3) + (j % 2 === 0 ? HIGH : 0n) };
       });
       events.push({ kind: "stored", worker: workers[w]!, parentHash: parent, blocks });
     } else if (k < 9) {
@@ -39,8 +40,8 @@ describe("KvIndex.batch() builder", () => {
       const b = viaBuilder.batch();
       for (const e of events) {
         if (e.kind === "stored") {
-          const ext = BigUint64Array.from(e.blocks, (x) => x.externalHash);
-          // both forms of external hashes: a typed array and a plain bigint[]
+          const ext = BigUint64Array.from(e.blocks, (x) => x.blockHash);
+          // both forms of block hashes: a typed array and a plain bigint[]
           b.stored(e.worker, e.parentHash, round % 2 === 0 ? ext : [...ext], BigUint64Array.from(e.blocks, (x) => x.tokensHash));
         } else if (e.kind === "removed") {
           b.removed(e.worker, round % 2 === 0 ? BigUint64Array.from(e.hashes) : e.hashes);
@@ -87,7 +88,7 @@ describe("KvIndex.findMatchesInto", () => {
     const many = Array.from({ length: 200 }, (_, i) => ({ workerId: `w${i}`, dpRank: 0 }));
     index.applyBatch(many.map((w, i) => ({
       kind: "stored" as const, worker: w, parentHash: null,
-      blocks: Array.from({ length: 1 + (i % 4) }, (_, j) => ({ externalHash: HIGH + BigInt(i * 10 + j), tokensHash: BigInt(j) })),
+      blocks: Array.from({ length: 1 + (i % 4) }, (_, j) => ({ blockHash: HIGH + BigInt(i * 10 + j), tokensHash: BigInt(j) })),
     })));
     const out = new MatchList();
     for (const q of [[0n, 1n, 2n, 3n], [0n, 1n], [9n], []]) {

@@ -8,7 +8,7 @@ function reference(index: KvIndex, firstEventId = 0): string {
   let id = firstEventId;
   const parts: string[] = [];
   for (const e of index.dump()) {
-    const blocks = e.blocks.map((b) => `{"block_hash":${b.externalHash},"tokens_hash":${b.tokensHash}${b.copies === undefined ? "" : `,"copies":${b.copies}`}}`).join(",");
+    const blocks = e.blocks.map((b) => `{"block_hash":${b.blockHash},"tokens_hash":${b.tokensHash}${b.copies === undefined ? "" : `,"copies":${b.copies}`}}`).join(",");
     parts.push(`{"worker_id":${JSON.stringify(e.worker.workerId)},"event":{"event_id":${id++},"data":{"stored":{"parent_hash":${e.parentHash ?? "null"},"blocks":[${blocks}]}}},"dp_rank":${e.worker.dpRank}}`);
   }
   return parts.join(",");
@@ -37,7 +37,7 @@ describe("dumpJsonChunks", () => {
     const index = KvIndex.create({ blockSize: 16 });
     expect([...index.dumpJsonChunks()]).toEqual([]);
     for (let w = 0; w < 4; w++) {
-      index.applyStored({ workerId: `w${w}`, dpRank: 0 }, null, Array.from({ length: 2000 }, (_, i) => ({ externalHash: BigInt(w * 1e6 + i), tokensHash: BigInt(i) })));
+      index.applyStored({ workerId: `w${w}`, dpRank: 0 }, null, Array.from({ length: 2000 }, (_, i) => ({ blockHash: BigInt(w * 1e6 + i), tokensHash: BigInt(i) })));
     }
     const abandon = () => {
       const it = index.dumpJsonChunks({ chunkBytes: 1000 });
@@ -55,14 +55,14 @@ describe("dumpJsonChunks", () => {
   test("the index may change between chunks: workers not yet reached are dumped as they are then", () => {
     const index = KvIndex.create({ blockSize: 16 });
     const w0 = { workerId: "w0", dpRank: 0 }, w1 = { workerId: "w1", dpRank: 0 };
-    index.applyStored(w0, null, Array.from({ length: 500 }, (_, i) => ({ externalHash: BigInt(i + 1), tokensHash: BigInt(i) })));
-    index.applyStored(w1, null, Array.from({ length: 500 }, (_, i) => ({ externalHash: BigInt(i + 1000), tokensHash: BigInt(i) })));
-    index.applyStored(w1, 1010n, [{ externalHash: 77n, tokensHash: 999n }]);
+    index.applyStored(w0, null, Array.from({ length: 500 }, (_, i) => ({ blockHash: BigInt(i + 1), tokensHash: BigInt(i) })));
+    index.applyStored(w1, null, Array.from({ length: 500 }, (_, i) => ({ blockHash: BigInt(i + 1000), tokensHash: BigInt(i) })));
+    index.applyStored(w1, 1010n, [{ blockHash: 77n, tokensHash: 999n }]);
     const it = index.dumpJsonChunks({ chunkBytes: 100 });
     const chunks = [it.next().value as Uint8Array]; // worker 0 is snapshotted (with the dump cache for both)
-    // w1's leaf is dropped and a new one stored: the freed node is reused for another external hash
+    // w1's leaf is dropped and a new one stored: the freed node is reused for another block hash
     index.applyRemoved(w1, [77n]);
-    index.applyStored(w1, 1020n, [{ externalHash: 88n, tokensHash: 555n }]);
+    index.applyStored(w1, 1020n, [{ blockHash: 88n, tokensHash: 555n }]);
     for (let r = it.next(); !r.done; r = it.next()) chunks.push(r.value);
     expect(text(chunks)).toBe(reference(index));
     expect(text(chunks)).toContain('"block_hash":88,');
@@ -76,7 +76,7 @@ describe("dumpJsonChunks", () => {
     let next = 1n;
     const store = (w: { workerId: string; dpRank: number }) => {
       const h = next++;
-      index.applyStored(w, null, [{ externalHash: h, tokensHash: h }]); // roots: one dump event per block
+      index.applyStored(w, null, [{ blockHash: h, tokensHash: h }]); // roots: one dump event per block
       applied.set(w.workerId, (applied.get(w.workerId) ?? 0) + 1);
     };
     for (const w of ws) for (let i = 0; i < 300; i++) store(w);

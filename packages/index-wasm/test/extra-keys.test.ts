@@ -1,9 +1,7 @@
+import { workerKey } from "@kv-epp/protocol";
 import { describe, expect, test } from "bun:test";
 import fc from "fast-check";
-import {
-  computeBlockHashes, encodeExtraKeys, eventBlockExtras, KvIndex, requestBlockExtras, workerKey,
-  type BlockExtraKeys, type ExtraKey,
-} from "../src/index.ts";
+import { computeBlockHashes, encodeExtraKeys, eventBlockExtras, KvIndex, requestBlockExtras, type BlockExtraKeys, type ExtraKey } from "../src/index.ts";
 
 const tokensLE = (ids: number[]) => {
   const b = new Uint8Array(ids.length * 4);
@@ -139,7 +137,7 @@ describe("the index under the new identity", () => {
   const w = { workerId: "vllm-0", dpRank: 0 };
   const ids = Uint32Array.from({ length: 64 }, (_, i) => i * 7 + 1);
   const store = (index: KvIndex, hashes: BigUint64Array, base: bigint) =>
-    index.applyStored(w, null, [...hashes].map((t, i) => ({ externalHash: base + BigInt(i), tokensHash: t })));
+    index.applyStored(w, null, [...hashes].map((t, i) => ({ blockHash: base + BigInt(i), tokensHash: t })));
 
   test("the same tokens under another adapter or salt never match; every block of a salted chain differs", () => {
     const index = KvIndex.create({ blockSize: 16 });

@@ -1,17 +1,18 @@
 // The WASM index against the reference model: random event sequences over many workers, compared
 // after every step on outcomes, findMatches, stats and dump content (copy counts included). Blocks are
 // stored again (extra copies), removed in any order (kept descendants) and stored back.
+import { workerKey, type WorkerRef } from "@kv-epp/protocol";
 import { describe, expect, test } from "bun:test";
 import fc from "fast-check";
-import { KvIndex, workerKey, type DumpEvent, type IndexEvent, type WorkerRef } from "../src/index.ts";
+import { KvIndex, type DumpEvent, type IndexEvent } from "../src/index.ts";
 import { ReferenceIndex } from "./reference-model.ts";
 
 // A few token-block values, including ones >= 2^63, so prefixes share and branch often.
 const TOKENS = [1n, 2n, 3n, 2n ** 63n, 2n ** 64n - 1n, 0xdeadbeefcafebaben];
 const WORKERS: WorkerRef[] = Array.from({ length: 9 }, (_, i) => ({ workerId: `pod-${i % 5}`, dpRank: i % 2 }));
 
-/** External hash of a prefix as the worker would derive it; workers 0-3 share a salt (a common PYTHONHASHSEED). */
-function externalHash(worker: number, path: number[]): bigint {
+/** Block hash of a prefix as the worker would derive it; workers 0-3 share a salt (a common PYTHONHASHSEED). */
+function blockHash(worker: number, path: number[]): bigint {
   const salt = worker < 4 ? 7 : worker;
   return Bun.hash.xxHash3(`${salt}|${path.join(",")}`, 99n) | (path.length % 2 === 0 ? 1n << 63n : 0n);
 }
@@ -34,13 +35,13 @@ class Scenario {
     const known = this.paths[worker]!;
     // most of the time a prefix the worker stored (maybe since removed); sometimes the root or garbage
     const parentPath = parentPick % 7 === 0 || known.length === 0 ? [] : known[parentPick % known.length]!;
-    const parentHash = parentPath.length === 0 ? (parentPick % 13 === 1 ? 12345n : null) : externalHash(worker, parentPath);
+    const parentHash = parentPath.length === 0 ? (parentPick % 13 === 1 ? 12345n : null) : blockHash(worker, parentPath);
     const blocks = tokens.map((t, i) => {
       const path = [...parentPath, ...tokens.slice(0, i + 1)];
       known.push(path);
-      // rarely, an external hash reused under another prefix (exercises hash-conflict)
-      const ext = alias === 0 ? 424242n : externalHash(worker, path);
-      return { externalHash: ext, tokensHash: TOKENS[t]! };
+      // rarely, a block hash reused under another prefix (exercises hash-conflict)
+      const ext = alias === 0 ? 424242n : blockHash(worker, path);
+      return { blockHash: ext, tokensHash: TOKENS[t]! };
     });
     return { kind: "stored", worker: WORKERS[worker]!, parentHash, blocks };
   }
@@ -52,13 +53,13 @@ class Scenario {
     const path = known[pick % known.length]!;
     const start = Math.max(0, path.length - length);
     const parentPath = path.slice(0, start);
-    const blocks = path.slice(start).map((t, i) => ({ externalHash: externalHash(worker, path.slice(0, start + i + 1)), tokensHash: TOKENS[t]! }));
-    return { kind: "stored", worker: WORKERS[worker]!, parentHash: parentPath.length === 0 ? null : externalHash(worker, parentPath), blocks };
+    const blocks = path.slice(start).map((t, i) => ({ blockHash: blockHash(worker, path.slice(0, start + i + 1)), tokensHash: TOKENS[t]! }));
+    return { kind: "stored", worker: WORKERS[worker]!, parentHash: parentPath.length === 0 ? null : blockHash(worker, parentPath), blocks };
   }
 
   removed(worker: number, picks: number[]): IndexEvent {
     const known = this.paths[worker]!;
-    const hashes = picks.map((p) => (known.length === 0 || p % 9 === 0 ? 555n + BigInt(p) : externalHash(worker, known[p % known.length]!)));
+    const hashes = picks.map((p) => (known.length === 0 || p % 9 === 0 ? 555n + BigInt(p) : blockHash(worker, known[p % known.length]!)));
     return { kind: "removed", worker: WORKERS[worker]!, hashes };
   }
 
@@ -78,8 +79,8 @@ function dumpRows(index: { dump: () => Iterable<DumpEvent> }): string[] {
   for (const e of index.dump()) {
     let parent = e.parentHash;
     for (const b of e.blocks) {
-      rows.push(`${workerKey(e.worker)}|${parent}|${b.externalHash}|${b.tokensHash}|${b.copies ?? 1}`);
-      parent = b.externalHash;
+      rows.push(`${workerKey(e.worker)}|${parent}|${b.blockHash}|${b.tokensHash}|${b.copies ?? 1}`);
+      parent = b.blockHash;
     }
   }
   return rows.sort();
@@ -201,7 +202,7 @@ describe("KvIndex (WASM) against the reference model at scale", () => {
       if (r < 40 || held.length === 0) {
         const w = next() % ws.length;
         const seq = [...prompts[next() % prompts.length]!, ...Array.from({ length: 1 + (next() % 10) }, () => BigInt(next()))];
-        const blocks = seq.map((t, i) => ({ externalHash: ext(w, seq, i), tokensHash: t }));
+        const blocks = seq.map((t, i) => ({ blockHash: ext(w, seq, i), tokensHash: t }));
         expect(wasm.applyStored(ws[w]!, null, blocks)).toEqual(ref.applyStored(ws[w]!, null, blocks));
         held.push({ w, seq });
       } else if (r < 49) {

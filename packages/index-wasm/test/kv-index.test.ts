@@ -1,13 +1,14 @@
+import { parseWorkerKey, type StoredBlock, workerKey, type WorkerRef } from "@kv-epp/protocol";
 import { describe, expect, test } from "bun:test";
-import { IndexTrappedError, KvIndex, parseWorkerKey, workerKey, type StoredBlock, type WorkerRef } from "../src/index.ts";
+import { IndexTrappedError, KvIndex } from "../src/index.ts";
 
 const a: WorkerRef = { workerId: "vllm-0", dpRank: 0 };
 const b: WorkerRef = { workerId: "vllm-1", dpRank: 0 };
 const HIGH = 2n ** 63n;
 
-/** A chain of blocks whose external hashes are >= 2^63, tokens hashes t0..tn-1. */
+/** A chain of blocks whose block hashes are >= 2^63, tokens hashes t0..tn-1. */
 function chain(worker: number, tokens: bigint[]): StoredBlock[] {
-  return tokens.map((t, i) => ({ externalHash: HIGH + BigInt(worker) * 1_000_000n + BigInt(i) * 1000n + t, tokensHash: t }));
+  return tokens.map((t, i) => ({ blockHash: HIGH + BigInt(worker) * 1_000_000n + BigInt(i) * 1000n + t, tokensHash: t }));
 }
 const q = (...t: bigint[]) => BigUint64Array.from(t);
 
@@ -17,13 +18,13 @@ describe("KvIndex semantics", () => {
     const blocks = chain(0, [10n, 11n, 12n]);
     expect(index.applyStored(a, null, blocks)).toEqual({ kind: "applied", blocks: 3, unknown: 0 });
     // vLLM does not deduplicate: the same prompt computed again stores the same hashes again
-    expect(index.applyStored(a, blocks[1]!.externalHash, blocks.slice(2))).toEqual({ kind: "applied", blocks: 0, unknown: 0 });
+    expect(index.applyStored(a, blocks[1]!.blockHash, blocks.slice(2))).toEqual({ kind: "applied", blocks: 0, unknown: 0 });
     expect(index.stats()).toMatchObject({ blocks: 3, residencies: 3, workers: 1, rejected: 0 });
-    expect(index.applyRemoved(a, [blocks[2]!.externalHash])).toEqual({ kind: "applied", blocks: 0, unknown: 0 });
+    expect(index.applyRemoved(a, [blocks[2]!.blockHash])).toEqual({ kind: "applied", blocks: 0, unknown: 0 });
     expect(index.findMatches(q(10n, 11n, 12n, 13n)).scores).toEqual(new Map([[workerKey(a), 3]]));
-    expect(index.applyRemoved(a, [blocks[2]!.externalHash])).toEqual({ kind: "applied", blocks: 1, unknown: 0 });
+    expect(index.applyRemoved(a, [blocks[2]!.blockHash])).toEqual({ kind: "applied", blocks: 1, unknown: 0 });
     expect(index.findMatches(q(10n, 11n, 12n, 13n)).scores).toEqual(new Map([[workerKey(a), 2]]));
-    expect(index.applyRemoved(a, [blocks[2]!.externalHash])).toEqual({ kind: "applied", blocks: 0, unknown: 1 });
+    expect(index.applyRemoved(a, [blocks[2]!.blockHash])).toEqual({ kind: "applied", blocks: 0, unknown: 1 });
     expect([...index.dump()]).toEqual([{ worker: a, parentHash: null, blocks: blocks.slice(0, 2) }]);
   });
 
@@ -40,7 +41,7 @@ describe("KvIndex semantics", () => {
     expect([...copy.dump()]).toEqual(dump);
     index.clearWorker(a);
     index.applyStored(a, null, blocks.slice(0, 1));
-    expect(index.applyRemoved(a, [blocks[0]!.externalHash])).toEqual({ kind: "applied", blocks: 1, unknown: 0 });
+    expect(index.applyRemoved(a, [blocks[0]!.blockHash])).toEqual({ kind: "applied", blocks: 1, unknown: 0 });
     expect(index.stats()).toMatchObject({ blocks: 0, residencies: 0 });
   });
 
@@ -48,7 +49,7 @@ describe("KvIndex semantics", () => {
     const index = KvIndex.create({ blockSize: 16 });
     index.applyStored(a, null, chain(0, [1n, 2n]));
     expect(index.applyRemoved(a, [2n ** 64n - 1n])).toEqual({ kind: "applied", blocks: 0, unknown: 1 });
-    expect(index.applyRemoved(b, chain(0, [1n]).map((x) => x.externalHash))).toEqual({ kind: "applied", blocks: 0, unknown: 1 });
+    expect(index.applyRemoved(b, chain(0, [1n]).map((x) => x.blockHash))).toEqual({ kind: "applied", blocks: 0, unknown: 1 });
     expect(index.stats()).toMatchObject({ residencies: 2, unknownRemovals: 2 });
   });
 
@@ -57,7 +58,7 @@ describe("KvIndex semantics", () => {
     const held = chain(0, [1n, 2n]);
     index.applyStored(a, null, held);
     // b never stored the parent, even though a holds it
-    expect(index.applyStored(b, held[1]!.externalHash, chain(1, [3n]))).toEqual({ kind: "rejected", reason: "unknown-parent", blocks: 0 });
+    expect(index.applyStored(b, held[1]!.blockHash, chain(1, [3n]))).toEqual({ kind: "rejected", reason: "unknown-parent", blocks: 0 });
     expect(index.stats()).toMatchObject({ blocks: 2, residencies: 2, rejected: 1 });
     expect(index.findMatches(q(1n, 2n, 3n)).scores).toEqual(new Map([[workerKey(a), 2]]));
   });
@@ -77,7 +78,7 @@ describe("KvIndex semantics", () => {
     const blocks = chain(0, [1n, 2n, 3n, 4n, 5n]);
     index.applyStored(a, null, blocks);
     index.applyStored(b, null, chain(1, [1n, 2n, 3n, 4n, 5n]));
-    expect(index.applyRemoved(a, [blocks[2]!.externalHash])).toEqual({ kind: "applied", blocks: 1, unknown: 0 });
+    expect(index.applyRemoved(a, [blocks[2]!.blockHash])).toEqual({ kind: "applied", blocks: 1, unknown: 0 });
     const m = index.findMatches(q(1n, 2n, 3n, 4n, 5n));
     expect(m.scores).toEqual(new Map([[workerKey(a), 2], [workerKey(b), 5]]));
     expect(m.treeSizes.get(workerKey(a))).toBe(4);
@@ -86,11 +87,11 @@ describe("KvIndex semantics", () => {
       { worker: a, parentHash: null, blocks: [blocks[0]!, blocks[1]!, { ...blocks[2]!, copies: 0 }, blocks[3]!, blocks[4]!] },
     ]);
     // the engine recomputes the evicted block and stores it again: the full overlap comes back
-    expect(index.applyStored(a, blocks[1]!.externalHash, blocks.slice(2, 3))).toEqual({ kind: "applied", blocks: 1, unknown: 0 });
+    expect(index.applyStored(a, blocks[1]!.blockHash, blocks.slice(2, 3))).toEqual({ kind: "applied", blocks: 1, unknown: 0 });
     expect(index.findMatches(q(1n, 2n, 3n, 4n, 5n)).scores.get(workerKey(a))).toBe(5);
     // descendants leave by their own removal: then nothing is left of a's chain below block 1
-    index.applyRemoved(a, [blocks[2]!.externalHash]);
-    index.applyRemoved(a, [blocks[4]!.externalHash, blocks[3]!.externalHash]);
+    index.applyRemoved(a, [blocks[2]!.blockHash]);
+    index.applyRemoved(a, [blocks[4]!.blockHash, blocks[3]!.blockHash]);
     expect(index.treeSize(a)).toBe(2);
     index.removeWorker(b);
     expect(index.stats()).toMatchObject({ blocks: 2, residencies: 2 });
@@ -123,7 +124,7 @@ describe("KvIndex semantics", () => {
 
   test("a WorkerRef object reused after removeWorker, or changed in place, still names the right worker", () => {
     const index = KvIndex.create({ blockSize: 16 });
-    const ref: WorkerRef = { workerId: "vllm-0", dpRank: 0 };
+    const ref = { workerId: "vllm-0", dpRank: 0 }; // mutable on purpose (a WorkerRef is readonly)
     index.applyStored(ref, null, chain(0, [1n]));
     index.removeWorker(ref);
     index.applyStored(b, null, chain(1, [1n])); // takes the freed slot
@@ -163,17 +164,17 @@ describe("KvIndex.applyEncoded", () => {
     const first = chain(0, [1n, 2n, 3n]);
     viaBatch.applyBatch([
       { kind: "stored", worker: a, parentHash: null, blocks: first },
-      { kind: "stored", worker: a, parentHash: first[2]!.externalHash, blocks: chain(1, [4n]) },
+      { kind: "stored", worker: a, parentHash: first[2]!.blockHash, blocks: chain(1, [4n]) },
       { kind: "stored", worker: b, parentHash: 77n, blocks: chain(2, [1n]) },
-      { kind: "removed", worker: a, hashes: [first[1]!.externalHash, 5n] },
+      { kind: "removed", worker: a, hashes: [first[1]!.blockHash, 5n] },
     ]);
     const sa = BigInt(viaWords.slotFor(a)), sb = BigInt(viaWords.slotFor(b));
     const header = (kind: bigint, slot: bigint, n: number) => kind | (slot << 8n) | (BigInt(n) << 32n);
     const words = BigUint64Array.from([
-      header(1n, sa, 3), ...first.flatMap((x) => [x.externalHash, x.tokensHash]),
-      header(2n, sa, 1), first[2]!.externalHash, ...chain(1, [4n]).flatMap((x) => [x.externalHash, x.tokensHash]),
-      header(2n, sb, 1), 77n, ...chain(2, [1n]).flatMap((x) => [x.externalHash, x.tokensHash]),
-      header(3n, sa, 2), first[1]!.externalHash, 5n,
+      header(1n, sa, 3), ...first.flatMap((x) => [x.blockHash, x.tokensHash]),
+      header(2n, sa, 1), first[2]!.blockHash, ...chain(1, [4n]).flatMap((x) => [x.blockHash, x.tokensHash]),
+      header(2n, sb, 1), 77n, ...chain(2, [1n]).flatMap((x) => [x.blockHash, x.tokensHash]),
+      header(3n, sa, 2), first[1]!.blockHash, 5n,
     ]);
     expect(viaWords.applyEncoded(words)).toEqual({ events: 4, blocks: 4 + 1, unknown: 1, rejected: 1 }); // 4 stored, 1 removed
     const q = BigUint64Array.from([1n, 2n, 3n, 4n]);
@@ -215,7 +216,7 @@ describe("KvIndex memory", () => {
     const storeOne = (round: number) => {
       const w = workers[round % workers.length]!;
       const head = HIGH + next;
-      const blocks = Array.from({ length: 8 }, (_, i) => ({ externalHash: head + BigInt(i), tokensHash: next * 16n + BigInt(i) }));
+      const blocks = Array.from({ length: 8 }, (_, i) => ({ blockHash: head + BigInt(i), tokensHash: next * 16n + BigInt(i) }));
       next += 16n;
       index.applyStored(w, null, blocks);
       live.push({ w, head });

@@ -20,11 +20,11 @@ export function randomIndex(events: RandomEvent[]): KvIndex {
   for (const ev of events) {
     const mine = held[ev.w]!;
     const parent = mine.length > 0 && ev.parent % 3 !== 0 ? mine[ev.parent % mine.length]! : null;
-    if (index.applyStored(workers[ev.w]!, parent, ev.blocks.map((b) => ({ externalHash: b.e, tokensHash: b.t }))).kind === "applied") {
+    if (index.applyStored(workers[ev.w]!, parent, ev.blocks.map((b) => ({ blockHash: b.e, tokensHash: b.t }))).kind === "applied") {
       for (const b of ev.blocks) mine.push(b.e);
     }
     if (ev.remove === 1 && mine.length > 0) index.applyRemoved(workers[ev.w]!, [mine[ev.parent % mine.length]!]);
-    if (ev.remove === 2 && ev.blocks.length > 0) index.applyStored(workers[ev.w]!, parent, ev.blocks.slice(0, 1).map((b) => ({ externalHash: b.e, tokensHash: b.t })));
+    if (ev.remove === 2 && ev.blocks.length > 0) index.applyStored(workers[ev.w]!, parent, ev.blocks.slice(0, 1).map((b) => ({ blockHash: b.e, tokensHash: b.t })));
   }
   return index;
 }

@@ -1,19 +1,17 @@
 // A plain TypeScript model of the index: the oracle for the property tests and the benchmark baseline.
 // It favours obviousness over speed; its semantics are the specification the WASM index must match
 // (../README.md, "Semantics"): per (worker, block) a copy count; removing a block's last copy keeps the
-// blocks below it, and the removed block stays as a zero-copy record (its external hash still names the
+// blocks below it, and the removed block stays as a zero-copy record (its block hash still names the
 // prefix) while its block has children.
-import {
-  workerKey, type ApplyOutcome, type BatchOutcome, type DumpEvent, type IndexEvent, type MatchResult,
-  type StoredBlock, type WorkerRef,
-} from "../src/types.ts";
+import { type StoredBlock, workerKey, type WorkerRef } from "@kv-epp/protocol";
+import { type ApplyOutcome, type BatchOutcome, type DumpEvent, type IndexEvent, type MatchResult } from "../src/types.ts";
 
 type Holder = { ext: bigint; copies: number };
 type Node = {
   tokensHash: bigint;
   parent: Node | null;
   children: Map<bigint, Node>;
-  /** workerKey → that worker's record: external hash and copies (0: not held, kept for the blocks below) */
+  /** workerKey → that worker's record: block hash and copies (0: not held, kept for the blocks below) */
   holders: Map<string, Holder>;
 };
 
@@ -58,7 +56,7 @@ export class ReferenceIndex {
     let added = 0;
     for (const b of blocks) {
       const copies = b.copies ?? 1;
-      const held = s.byExternal.get(b.externalHash);
+      const held = s.byExternal.get(b.blockHash);
       const child = cur.children.get(b.tokensHash);
       if (held || child?.holders.has(key)) {
         if (held && held === child) {
@@ -79,8 +77,8 @@ export class ReferenceIndex {
         cur.children.set(b.tokensHash, next);
         this.nodeCount++;
       }
-      next.holders.set(key, { ext: b.externalHash, copies });
-      s.byExternal.set(b.externalHash, next);
+      next.holders.set(key, { ext: b.blockHash, copies });
+      s.byExternal.set(b.blockHash, next);
       if (copies > 0) { added++; s.held++; this.residencyCount++; }
       cur = next;
     }
@@ -219,13 +217,13 @@ export class ReferenceIndex {
       let node = start;
       for (;;) {
         const h = node.holders.get(key)!;
-        blocks.push(h.copies === 1 ? { externalHash: h.ext, tokensHash: node.tokensHash } : { externalHash: h.ext, tokensHash: node.tokensHash, copies: h.copies });
+        blocks.push(h.copies === 1 ? { blockHash: h.ext, tokensHash: node.tokensHash } : { blockHash: h.ext, tokensHash: node.tokensHash, copies: h.copies });
         const below = [...node.children.values()].filter((c) => needed.has(c));
         if (below.length !== 1) break;
         node = below[0]!;
       }
       yield { worker: ref, parentHash, blocks };
-      yield* this.dumpFrom(ref, key, node, blocks[blocks.length - 1]!.externalHash, needed);
+      yield* this.dumpFrom(ref, key, node, blocks[blocks.length - 1]!.blockHash, needed);
     }
   }
 

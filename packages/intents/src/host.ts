@@ -1,7 +1,7 @@
 // The host side (the EPP): advertise this process as the KV-state host, and turn the live intents
 // addressed to it into a desired set of attachments, level-triggered.
 import pino, { type Logger } from "pino";
-import { Backoff, pause, type BackoffPolicy } from "@kv-epp/protocol";
+import { Backoff, pause, workerKey, type BackoffPolicy } from "@kv-epp/protocol";
 import { REGISTER_BACKOFF, type Sleep } from "./retry.ts";
 import type { Discovery, DiscoveryRecord, Registration, WatchHandle } from "./discovery/types.ts";
 import { decodeIntent, encodeHost, HOST_PROTOCOL_VERSION, hostRecordName, VLLM_KV_EVENTS_PROTOCOL, type AttachmentIntent } from "./protocol.ts";
@@ -60,7 +60,7 @@ export function desiredAttachments(records: readonly DiscoveryRecord[], hostInst
       continue;
     }
     // A restarted worker process registers afresh before its old records are collected.
-    const key = `${intent.workerId}\u0000${intent.dpRank}`;
+    const key = workerKey(intent);
     const seen = byRank.get(key);
     if (!seen || intent.registeredAt > seen.registeredAt || (intent.registeredAt === seen.registeredAt && intent.intentId > seen.intentId))
       byRank.set(key, intent);

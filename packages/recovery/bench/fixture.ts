@@ -36,7 +36,7 @@ export function buildIndex(blocksPerWorker = BLOCKS_PER_WORKER): KvIndex {
         // Shared prefix: same hashes for every worker; the rest is unique per worker.
         const id = b < SHARED ? BigInt(c * CHAIN + b) : BigInt(((w + 1) * chains + c) * CHAIN + b) << 8n;
         const h = splitmix(id);
-        blocks.push({ externalHash: h, tokensHash: splitmix(h) });
+        blocks.push({ blockHash: h, tokensHash: splitmix(h) });
       }
       batch.push({ kind: "stored", worker, parentHash: parent, blocks });
       parent = null;
@@ -103,7 +103,7 @@ export function indexTarget(onCommit: (indexes: Map<string, KvIndex>) => void, o
             kind: "stored",
             worker: { workerId: e.workerId, dpRank: e.dpRank },
             parentHash: e.parentHash,
-            blocks: e.blocks.map((b) => ({ externalHash: b.blockHash, tokensHash: b.tokensHash })),
+            blocks: e.blocks.map((b) => ({ blockHash: b.blockHash, tokensHash: b.tokensHash })),
           });
           if (pending.length >= 256) flush();
         },

@@ -26,7 +26,7 @@ function build(workers: { workerId: string; dpRank: number }[], events: { worker
     const mine = held[wi]!;
     // a parent the worker stored (often), else the root
     const parent = mine.length > 0 && e.parentPick % 4 !== 0 ? mine[e.parentPick % mine.length]! : null;
-    const r = index.applyStored(workers[wi]!, parent, e.blocks.map((b) => ({ externalHash: b.ext, tokensHash: b.tok })));
+    const r = index.applyStored(workers[wi]!, parent, e.blocks.map((b) => ({ blockHash: b.ext, tokensHash: b.tok })));
     if (r.kind === "applied") for (const b of e.blocks) mine.push(b.ext);
   }
   return index;
@@ -57,9 +57,9 @@ describe("WASM-formatted dump events", () => {
   test("a multi-chunk index: same bytes with 64 KiB chunks, chunks near the requested size", async () => {
     const index = KvIndex.create({ blockSize: 16 });
     for (let w = 0; w < 6; w++) {
-      const blocks = Array.from({ length: 3000 }, (_, i) => ({ externalHash: U64_MAX - BigInt(w * 10_000 + i), tokensHash: BigInt(i) * 7919n }));
+      const blocks = Array.from({ length: 3000 }, (_, i) => ({ blockHash: U64_MAX - BigInt(w * 10_000 + i), tokensHash: BigInt(i) * 7919n }));
       index.applyStored({ workerId: `worker-${w}`, dpRank: w % 2 }, null, blocks);
-      index.applyStored({ workerId: `worker-${w}`, dpRank: w % 2 }, blocks[100]!.externalHash, [{ externalHash: 5n + BigInt(w), tokensHash: 6n }]);
+      index.applyStored({ workerId: `worker-${w}`, dpRank: w % 2 }, blocks[100]!.blockHash, [{ blockHash: 5n + BigInt(w), tokensHash: 6n }]);
     }
     const ts = await bodyOf(indexSource(index, "m", { json: false }), 64 * 1024);
     const chunks = [...index.dumpJsonChunks({ chunkBytes: 64 * 1024 })];
@@ -74,9 +74,9 @@ describe("WASM-formatted dump events", () => {
     for (let w = 0; w < 5; w++) {
       const worker = { workerId: `worker-${w}`, dpRank: w % 3 };
       for (let c = 0; c < 40; c++) {
-        const blocks = Array.from({ length: 1 + ((w + c) % 9) }, (_, i) => ({ externalHash: U64_MAX - BigInt(w * 1e6 + c * 100 + i), tokensHash: BigInt(c * 100 + i) }));
+        const blocks = Array.from({ length: 1 + ((w + c) % 9) }, (_, i) => ({ blockHash: U64_MAX - BigInt(w * 1e6 + c * 100 + i), tokensHash: BigInt(c * 100 + i) }));
         index.applyStored(worker, null, blocks);
-        index.applyStored(worker, blocks[0]!.externalHash, [{ externalHash: BigInt(w * 1e6 + c + 1), tokensHash: 2n ** 63n + BigInt(c) }]);
+        index.applyStored(worker, blocks[0]!.blockHash, [{ blockHash: BigInt(w * 1e6 + c + 1), tokensHash: 2n ** 63n + BigInt(c) }]);
       }
     }
     const source = await bodyOf(indexSource(index, "m:t"), 1024);

@@ -1,7 +1,8 @@
 // Indexers through the batch builder: listener batches (GPU only, partial blocks, unknown parents
 // counted as rejected) and recovery staging in batches (same index as one applyStored per event).
+import type { WorkerRef } from "@kv-epp/protocol";
 import { expect, test } from "bun:test";
-import { computeBlockHashes, KvIndex, type WorkerRef } from "@kv-epp/index-wasm";
+import { computeBlockHashes, KvIndex } from "@kv-epp/index-wasm";
 import type { KvEvent } from "@kv-epp/kv-events";
 import type { RouterEvent } from "@kv-epp/recovery";
 import { Indexers } from "./indexers.ts";
@@ -69,7 +70,7 @@ test("recovery staging in batches builds the same index as one applyStored per e
     }
   const reference = KvIndex.create({ blockSize: BS });
   for (const e of events)
-    reference.applyStored({ workerId: e.workerId, dpRank: e.dpRank }, e.parentHash, e.blocks.map((b) => ({ externalHash: b.blockHash, tokensHash: b.tokensHash })));
+    reference.applyStored({ workerId: e.workerId, dpRank: e.dpRank }, e.parentHash, e.blocks.map((b) => ({ blockHash: b.blockHash, tokensHash: b.tokensHash })));
 
   const ixs = new Indexers(createMetrics());
   ixs.models.register("m", "default", BS);
@@ -90,10 +91,10 @@ test("recovery staging in batches builds the same index as one applyStored per e
 test("recovery staging keeps a dump's copy counts, zero-copy records on held paths included", () => {
   // a peer whose worker holds block 1 twice, and block 3 below a block 2 it lost (kept with 0 copies)
   const peer = KvIndex.create({ blockSize: BS });
-  const blocks = [1n, 2n, 3n].map((h) => ({ externalHash: h | (1n << 63n), tokensHash: h * 7n }));
+  const blocks = [1n, 2n, 3n].map((h) => ({ blockHash: h | (1n << 63n), tokensHash: h * 7n }));
   peer.applyStored(w, null, blocks);
   peer.applyStored(w, null, blocks.slice(0, 1));
-  peer.applyRemoved(w, [blocks[1]!.externalHash]);
+  peer.applyRemoved(w, [blocks[1]!.blockHash]);
   const dump = [...peer.dump()];
   expect(dump[0]!.blocks.map((b) => b.copies ?? 1)).toEqual([2, 0, 1]);
   const ixs = new Indexers(createMetrics());
@@ -103,15 +104,15 @@ test("recovery staging keeps a dump's copy counts, zero-copy records on held pat
   for (const e of dump) {
     staging.apply("m:default", BS, {
       workerId: e.worker.workerId, dpRank: e.worker.dpRank, eventId: id++, parentHash: e.parentHash,
-      blocks: e.blocks.map((b) => ({ blockHash: b.externalHash, tokensHash: b.tokensHash, ...(b.copies === undefined ? {} : { copies: b.copies }) })),
+      blocks: e.blocks.map((b) => ({ blockHash: b.blockHash, tokensHash: b.tokensHash, ...(b.copies === undefined ? {} : { copies: b.copies }) })),
     });
   }
   staging.commit();
   const got = ixs.models.get("m:default")!.index;
   expect([...got.dump()]).toEqual(dump);
   // the recovered replica drops block 1 at the same removal as its peer: the second one
-  expect(got.applyRemoved(w, [blocks[0]!.externalHash])).toEqual({ kind: "applied", blocks: 0, unknown: 0 });
-  expect(got.applyRemoved(w, [blocks[0]!.externalHash])).toEqual({ kind: "applied", blocks: 1, unknown: 0 });
+  expect(got.applyRemoved(w, [blocks[0]!.blockHash])).toEqual({ kind: "applied", blocks: 0, unknown: 0 });
+  expect(got.applyRemoved(w, [blocks[0]!.blockHash])).toEqual({ kind: "applied", blocks: 1, unknown: 0 });
 });
 
 test("once the index holds blocks, events and a peer's dump of another block size are rejected (counted as block_size), not indexed unmatchable", async () => {

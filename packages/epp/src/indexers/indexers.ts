@@ -1,7 +1,7 @@
 // The EPP's indexes, by job: the model map (model name -> its KvIndex; what the picker reads), live
 // ingestion (listener signals through their filters into an index) and the recovery target (what
 // /dump reads and a recovery writes into). One object owns the three so they share one map.
-import type { WorkerRef } from "@kv-epp/index-wasm";
+import type { WorkerRef } from "@kv-epp/protocol";
 import type { Logger } from "pino";
 import type { Metrics } from "../metrics.ts";
 import { LiveIngest, type LiveIngestOptions } from "./live-ingest.ts";

@@ -1,7 +1,8 @@
 // The index side of recovery: a DumpSource for /dump (every model's index, as events or as the JSON
 // the index module writes itself) and a DumpTarget whose staging is a fresh KvIndex per served model,
 // swapped in whole on commit so a failed attempt leaves nothing behind.
-import { KvIndex, type StoredBatchBuilder, type WorkerRef } from "@kv-epp/index-wasm";
+import { workerKeyOf, type WorkerRef } from "@kv-epp/protocol";
+import { KvIndex, type StoredBatchBuilder } from "@kv-epp/index-wasm";
 import { toRouterEvents, type DumpModel, type DumpSource, type DumpStaging, type DumpTarget } from "@kv-epp/recovery";
 import type { Metrics } from "../metrics.ts";
 import type { ModelIndexes } from "./model-indexes.ts";
@@ -123,7 +124,7 @@ export class RecoveryTarget implements DumpSource, DumpTarget {
 }
 
 function workerRef(refs: Map<string, WorkerRef>, workerId: string, dpRank: number): WorkerRef {
-  const key = `${workerId}\u0000${dpRank}`; // workerKey's format, without an object per event
+  const key = workerKeyOf(workerId, dpRank); // without an object per event
   let w = refs.get(key);
   if (!w) refs.set(key, (w = { workerId, dpRank }));
   return w;

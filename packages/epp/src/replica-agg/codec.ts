@@ -1,10 +1,9 @@
 // The replica-agg wire format (README.md in this folder): plain types plus a msgpack codec. Each
 // message is two ZMTP frames, [AGG_TOPIC, payload]; the payload is a msgpack array led by a version.
-import { parseWorkerKey } from "@kv-epp/index-wasm";
 import { unpackUntrusted } from "@kv-epp/kv-events";
 import { Packr, Unpackr } from "msgpackr";
 import type { LoadChange, LoadEntry } from "../picker/load.ts";
-import { workerKeyOf } from "@kv-epp/protocol";
+import { parseWorkerKey, workerKeyOf } from "@kv-epp/protocol";
 
 export const AGG_TOPIC = "kv-epp.agg";
 export const AGG_VERSION = 1;

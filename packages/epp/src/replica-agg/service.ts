@@ -1,8 +1,7 @@
 // replica-agg wired together: this replica's load published on --replica-agg-port, one SUB per
 // sibling from peer discovery, siblings' load summed into a LoadView for the picker, metrics.
-import { parseWorkerKey } from "@kv-epp/index-wasm";
 import type { KubeConfig } from "@kubernetes/client-node";
-import { formatEndpoint, parseEndpoint } from "@kv-epp/protocol";
+import { formatEndpoint, parseEndpoint, parseWorkerKey } from "@kv-epp/protocol";
 import type { Logger } from "pino";
 import type { ReplicaAggConfig } from "../config.ts";
 import type { Metrics } from "../metrics.ts";

@@ -3,7 +3,7 @@ import { BASE_IDENTITY, chainBlockIds, type RequestIdentity } from "./block-hash
 
 /**
  * A simulated vLLM prefix cache for one rank: a fixed number of physical block slots, full prompt
- * blocks cached by their parent-chained external hash, blocks referenced while a request runs,
+ * blocks cached by their parent-chained block hash, blocks referenced while a request runs,
  * unreferenced blocks kept until LRU eviction needs their slot. Every change is reported to
  * `onEvents`, in the order a consumer must apply it (removals of evicted blocks before the stores that
  * reuse their slots).
@@ -69,7 +69,7 @@ export type AcquireIdentity = RequestIdentity & { loraId?: number | null };
 export class PrefixCacheSim {
   readonly blockSize: number;
   readonly capacityBlocks: number;
-  /** Cached copies by external hash, oldest first (lookups take the first, as vLLM's does). */
+  /** Cached copies by block hash, oldest first (lookups take the first, as vLLM's does). */
   private readonly blocks = new Map<bigint, Block[]>();
   /** Unreferenced resident blocks; Set order is LRU order (first = evicted first). */
   private readonly free = new Set<Block>();

@@ -4,7 +4,7 @@ import type { RouterEvent } from "../types.ts";
 export type IndexDumpEvent = {
   worker: { workerId: string; dpRank: number };
   parentHash: bigint | null;
-  blocks: readonly { externalHash: bigint; tokensHash: bigint; copies?: number }[];
+  blocks: readonly { blockHash: bigint; tokensHash: bigint; copies?: number }[];
 };
 
 /** An index's dump, parents first, as `/dump` RouterEvents numbered from 0 as they stream. */
@@ -16,7 +16,7 @@ export function* toRouterEvents(events: Iterable<IndexDumpEvent>): Generator<Rou
       dpRank: e.worker.dpRank,
       eventId: eventId++,
       parentHash: e.parentHash,
-      blocks: e.blocks.map((b) => (b.copies === undefined ? { blockHash: b.externalHash, tokensHash: b.tokensHash } : { blockHash: b.externalHash, tokensHash: b.tokensHash, copies: b.copies })),
+      blocks: e.blocks.map((b) => (b.copies === undefined ? { blockHash: b.blockHash, tokensHash: b.tokensHash } : { blockHash: b.blockHash, tokensHash: b.tokensHash, copies: b.copies })),
     };
   }
 }

@@ -1,8 +1,9 @@
 // The simulation's kv-aware policy and the EPP's Picker, given the same index, load and scraped queues,
 // choose the same worker: bench:trace measures the decision that ships.
+import { workerKey, type WorkerRef } from "@kv-epp/protocol";
 import { describe, expect, test } from "bun:test";
 import fc from "fast-check";
-import { computeBlockHashes, KvIndex, workerKey, type WorkerRef } from "@kv-epp/index-wasm";
+import { computeBlockHashes, KvIndex } from "@kv-epp/index-wasm";
 import { seededRandom } from "@kv-epp/testkit";
 import { ActiveLoad, DEFAULT_TIMING } from "../upstream.ts";
 import { LatencyModel, Picker, type Candidate } from "@kv-epp/epp";
@@ -51,8 +52,8 @@ describe("one decision for the EPP and the simulation", () => {
           s.held[w]!.forEach((n, p) => {
             if (n === 0) return;
             const hashes = computeBlockHashes(prompts[p]!.subarray(0, n * BLOCK), BLOCK);
-            // External hashes are the worker's own; any values distinct per (prompt, block) will do.
-            const blocks = [...hashes].map((h, b) => ({ externalHash: BigInt(p * 1000 + b + 1), tokensHash: h }));
+            // Block hashes are the worker's own; any values distinct per (prompt, block) will do.
+            const blocks = [...hashes].map((h, b) => ({ blockHash: BigInt(p * 1000 + b + 1), tokensHash: h }));
             index.applyStored(ref, null, blocks);
           }),
         );

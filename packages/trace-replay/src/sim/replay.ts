@@ -2,7 +2,8 @@
 // virtual time: arrivals come from the (time-compressed) trace, workers admit, prefill and decode per
 // mock-worker's timing model, KV events reach the KV index after a configurable lag. Nothing sleeps, so
 // a whole trace runs in seconds and the same seed gives the same figures.
-import { computeBlockHashes, KvIndex, workerKey, type StoredBlock, type WorkerRef } from "@kv-epp/index-wasm";
+import { type StoredBlock, workerKey, type WorkerRef } from "@kv-epp/protocol";
+import { computeBlockHashes, KvIndex } from "@kv-epp/index-wasm";
 import { ActiveLoad, type CacheEvent, type TimingParams, type Weights } from "../upstream.ts";
 import { seededRandom } from "@kv-epp/testkit";
 import { POLICIES, type PolicyName, type ReplicaContext, type Router } from "../policies/index.ts";
@@ -207,7 +208,7 @@ function applyToIndex(index: KvIndex, worker: WorkerRef, events: CacheEvent[], b
   for (const e of events) {
     if (e.kind === "stored") {
       const tokensHashes = computeBlockHashes(Uint32Array.from(e.tokenIds), blockSize);
-      const blocks: StoredBlock[] = e.hashes.map((h, i) => ({ externalHash: h, tokensHash: tokensHashes[i]! }));
+      const blocks: StoredBlock[] = e.hashes.map((h, i) => ({ blockHash: h, tokensHash: tokensHashes[i]! }));
       index.applyStored(worker, e.parent, blocks);
     } else if (e.kind === "removed") index.applyRemoved(worker, e.hashes);
     else index.clearWorker(worker);
