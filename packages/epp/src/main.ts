@@ -365,7 +365,7 @@ export async function startEpp(cfg: EppConfig, o: { log?: Logger; kubeConfig?: K
       );
       return runRecovery({
         discovery: peerDiscovery(cfg, kube, log),
-        target: handoff.target(indexers.recovery),
+        target: handoff.target(indexers.recovery.within(budget.bytes)),
         timeoutMs: cfg.recoveryTimeoutMs,
         token: cfg.peerToken,
         logger: log,

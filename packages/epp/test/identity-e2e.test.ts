@@ -96,14 +96,15 @@ test("the EPP's overlap equals every rank's true hit, with adapters, salts, dupl
   expect(epp.indexers.models.adapters().has("chat-lora")).toBe(true);
 
   // The same across a recovery: a replica recovering from this one scores every identity like the
-  // workers' caches, before and after more traffic. Adapters learned from events do not travel in the
-  // dump, so this replica lists both.
+  // workers' caches, before and after more traffic. It is configured like the first (sql-lora only):
+  // chat-lora, learned from the events, comes with the dump.
   const b = await startTestEpp(
     workers.map((w, i) => ({ id: `w${i}`, address: `${IPS[i]}:8000`, kvEvents: `tcp://${IPS[i]}:5557`, dpSize: w.ranks.length })),
-    { peers: [selection], flags: ["--lora-adapters", ADAPTERS.join(",")] },
+    { peers: [selection], flags: ["--lora-adapters", "sql-lora"] },
   );
   cleanups.push(() => b.stop({ graceMs: 200 }));
   expect((await b.ready).kind).toBe("recovered");
+  expect(b.indexers.models.adapters().has("chat-lora")).toBe(true);
   const scoreB = async (r: Req) => (await postJson(`http://127.0.4.1:${b.ports.selection}/score`, { token_ids: r.prompt, model: r.model, cache_salt: r.salt })).body.scores as Record<string, Record<string, number>>;
   for (let step = 0; step < 60; step++) {
     if (step >= 30) {

@@ -28,7 +28,21 @@ export const DUMP_FIELDS = {
   seq: "seq",
   baseline: "baseline",
   complete: "complete",
+  adapters: "adapters",
 } as const;
+
+/**
+ * The binary `/dump` body (docs/CONTRACTS.md §7 "binary"), served when the request's Accept names it: the
+ * magic, then frames of `type u32 | length u32 | payload` (little-endian), an END frame last. Unknown frame
+ * types are skipped by length, as unknown JSON keys are.
+ */
+export const DUMP_BINARY_CONTENT_TYPE = "application/vnd.kv-epp.dump.v1";
+export const DUMP_BINARY_MAGIC = "KVDUMP\u0000\u0001";
+export const DUMP_FRAME = { model: 1, worker: 2, events: 3, cursors: 4, adapters: 5, end: 15 } as const;
+/** Flags of a binary stored event's header word (low u32; the high u32 is the block count). */
+export const DUMP_EVENT_FLAGS = { hasParent: 1, hasCopies: 2 } as const;
+/** Flags of a binary cursor entry. */
+export const DUMP_CURSOR_FLAGS = { complete: 1, seq: 2, baseline: 4 } as const;
 
 /** Target size of one chunk the recovery writer emits (a large event may make one bigger). */
 export const DUMP_CHUNK_BYTES = 64 * 1024;

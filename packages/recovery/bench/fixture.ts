@@ -48,7 +48,8 @@ export function buildIndex(blocksPerWorker = BLOCKS_PER_WORKER): KvIndex {
 
 /**
  * The EPP's adapter, in small: KvIndex.dump() events as RouterEvents, numbered as they stream; with `json`
- * (default) also the module's pre-formatted JSON, which the writer then uses instead.
+ * (default) also the module's pre-formatted JSON and binary events, which the writers then use instead,
+ * and the index's size for the binary body to announce.
  */
 export function indexSource(index: KvIndex, key = MODEL_KEY, opts: { json?: boolean } = {}): DumpSource {
   return {
@@ -56,7 +57,13 @@ export function indexSource(index: KvIndex, key = MODEL_KEY, opts: { json?: bool
       {
         key,
         blockSize: index.blockSize,
-        ...(opts.json !== false ? { eventsJson: (chunkBytes: number) => index.dumpJsonChunks({ chunkBytes }) } : {}),
+        ...(opts.json !== false
+          ? {
+              eventsJson: (chunkBytes: number) => index.dumpJsonChunks({ chunkBytes }),
+              eventsBinary: (chunkBytes: number) => index.dumpBinaryChunks({ chunkBytes }),
+              sizes: () => ({ blocks: index.stats().blocks, residencies: index.stats().residencies }),
+            }
+          : {}),
         events: toRouterEvents(index.dump()),
       },
     ],
@@ -67,7 +74,7 @@ export function indexSource(index: KvIndex, key = MODEL_KEY, opts: { json?: bool
  * A staging that is a fresh KvIndex per model, applied in batches; commit hands the indexes over. With
  * `typed` (default) it also takes the parser's typed batches into the index's batch builder (the fast path).
  */
-export function indexTarget(onCommit: (indexes: Map<string, KvIndex>) => void, opts: { typed?: boolean } = {}): DumpTarget {
+export function indexTarget(onCommit: (indexes: Map<string, KvIndex>) => void, opts: { typed?: boolean; presize?: boolean } = {}): DumpTarget {
   return {
     begin(): DumpStaging {
       const indexes = new Map<string, KvIndex>();
@@ -77,9 +84,9 @@ export function indexTarget(onCommit: (indexes: Map<string, KvIndex>) => void, o
         if (pending.length > 0) indexes.get(pendingKey)!.applyBatch(pending);
         pending = [];
       };
-      const indexFor = (key: string, blockSize: number) => {
+      const indexFor = (key: string, blockSize: number, expected?: { blocks: number; residencies: number }) => {
         let index = indexes.get(key);
-        if (index === undefined) indexes.set(key, (index = KvIndex.create({ blockSize })));
+        if (index === undefined) indexes.set(key, (index = KvIndex.create({ blockSize, expected })));
         return index;
       };
       const typed: Pick<DumpStaging, "applyBatch"> = opts.typed === false ? {} : {
@@ -93,8 +100,19 @@ export function indexTarget(onCommit: (indexes: Map<string, KvIndex>) => void, o
           builder.apply();
         },
       };
+      // the binary body's bulk path (the EPP's RecoveryTarget does the same, presizing within its budget)
+      const bulk: Pick<DumpStaging, "applyEvents" | "expect"> = opts.typed === false ? {} : {
+        expect(key, blockSize, sizes) {
+          if (opts.presize !== false) indexFor(key, blockSize, sizes);
+        },
+        applyEvents(key, blockSize, worker, words) {
+          flush();
+          indexFor(key, blockSize).applyDumpEvents(worker, words);
+        },
+      };
       return {
         ...typed,
+        ...bulk,
         apply(key, blockSize, e) {
           if (key !== pendingKey) flush();
           pendingKey = key;

@@ -1,5 +1,8 @@
 // Receiver side of the recovery benchmark: recovers the index from the sender into a fresh KvIndex.
-// mode "streamed": the product path (fetchDump: streaming parse, apply as bytes arrive).
+// mode "binary": the product path (fetchDump asks for the binary body: streamed frames, each run of events
+// applied inside the module, the index presized from the announced size). "binary-grow": the same without
+// presizing. "binary-discard": binary fetch + parse applied into nothing (the pipeline's own cost).
+// mode "streamed": the JSON body, the product path before the binary body (streaming parse, typed batches).
 // mode "discard": the same, applying into nothing: the recovery pipeline's own memory, without the index.
 // mode "buffered": baseline: the whole body is read into memory first, then parsed and applied.
 // mode "before": the path before the module wrote JSON and the parser made typed batches: the sender's TS writer
@@ -8,19 +11,21 @@ import type { KvIndex } from "@kv-epp/index-wasm";
 import { DumpParser, fetchDump } from "../src/index.ts";
 import { indexTarget, rssSampler } from "./fixture.ts";
 
-const [mode, url] = [process.argv[2], process.argv[3]!];
+const [mode, url] = [process.argv[2]!, process.argv[3]!];
+// binary / binary-discard: the binary body (the product path now); the other modes ask for JSON, as before it.
+const format = mode.startsWith("binary") ? "binary" : "json";
 Bun.gc(true);
 const rss0 = process.memoryUsage.rss();
 const sampler = rssSampler();
 let recovered: Map<string, KvIndex> = new Map();
 const discard = { begin: () => ({ apply() {}, commit() {}, abort() {} }) };
-const target = mode === "discard" ? discard : indexTarget((m) => (recovered = m), { typed: mode !== "before" });
+const target = mode.endsWith("discard") ? discard : indexTarget((m) => (recovered = m), { typed: mode !== "before", presize: mode !== "binary-grow" });
 const t0 = performance.now();
 const cpu0 = process.cpuUsage();
 let events = 0;
 let bytes = 0;
 if (mode !== "buffered") {
-  const r = await fetchDump({ peer: { id: url, url: mode === "before" ? `${url}/ts` : url }, target, timeoutMs: 30_000 });
+  const r = await fetchDump({ peer: { id: url, url: mode === "before" ? `${url}/ts` : url }, target, timeoutMs: 30_000, format: format === "binary" ? "binary" : "json" });
   events = r.events;
   bytes = r.bytes;
 } else {

@@ -3,7 +3,7 @@
 // GET /dump (streamed, the product's handler) and GET /dump-buffered (baseline: the whole body materialised
 // before answering). GET /stats reports the peak RSS seen since the previous /stats.
 import pino from "pino";
-import { dumpChunks, dumpHandler } from "../src/index.ts";
+import { dumpBinaryChunks, dumpChunks, dumpHandler } from "../src/index.ts";
 import { buildIndex, indexSource, MiB, rssSampler } from "./fixture.ts";
 
 const host = process.argv[2] ?? "127.0.3.200";
@@ -24,8 +24,9 @@ const chunkBytes = Number(process.env.DUMP_CHUNK_BYTES) || undefined;
 
 // Generation rate: the writer alone (index iteration included), draining chunks into nothing; the median of
 // five passes (two for the large index) after a warm-up one, wall and CPU time, for the module's JSON (json) and
-// the TS writer (ts).
-function generation(json: boolean) {
+// the TS writer (ts), and for the module's binary events (binary).
+function generation(kind: "json" | "ts" | "binary") {
+  const json = kind !== "ts";
   const walls: number[] = [];
   const cpus: number[] = [];
   let bytes = 0;
@@ -36,7 +37,8 @@ function generation(json: boolean) {
     const c0 = process.cpuUsage();
     bytes = 0;
     chunks = 0;
-    for (const chunk of dumpChunks(indexSource(index, undefined, { json }), chunkBytes)) {
+    const write = kind === "binary" ? dumpBinaryChunks : dumpChunks;
+    for (const chunk of write(indexSource(index, undefined, { json }), chunkBytes)) {
       chunks++;
       bytes += chunk.length;
     }
@@ -50,7 +52,7 @@ function generation(json: boolean) {
   const median = (xs: number[]) => xs.sort((a, b) => a - b)[xs.length >> 1]!;
   return { ms: median(walls), cpuMs: median(cpus), bytes, chunks };
 }
-const gen = { json: generation(true), ts: generationModes.includes(false) ? generation(false) : null };
+const gen = { binary: generation("binary"), json: generation("json"), ts: generationModes.includes(false) ? generation("ts") : null };
 Bun.gc(true);
 
 const sampler = rssSampler();

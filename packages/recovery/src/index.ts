@@ -2,11 +2,13 @@
 export type { DumpModel, DumpSource, DumpStaging, DumpTarget, EmptyBootstrapReason, Peer, RecoveryOutcome, RecoveryStateName, RouterEvent, StoredBlockRef, StreamCursor } from "./types.ts";
 export { RECOVERY_STATES } from "./types.ts";
 export { dumpStream, dumpChunks, DUMP_CHUNK_BYTES } from "./dump/writer.ts";
+export { dumpBinaryChunks } from "./dump/binary-writer.ts";
+export { BinaryDumpParser, type BinaryDumpSinks } from "./dump/binary-parser.ts";
 export { toRouterEvents, type IndexDumpEvent } from "./dump/router-events.ts";
-export { DumpParser, DumpFormatError, DumpTooLargeError, readDump, DEFAULT_PARSER_LIMITS, type DumpParserLimits, type DumpParserOptions, type DumpSink, type DumpBatchSink, type DumpBatchOptions, type DumpCursorSink } from "./dump/parser.ts";
+export { DumpParser, DumpFormatError, DumpTooLargeError, readDump, DEFAULT_PARSER_LIMITS, type DumpParserLimits, type DumpParserOptions, type DumpSink, type DumpBatchSink, type DumpBatchOptions, type DumpCursorSink, type DumpAdapterSink } from "./dump/parser.ts";
 export { DumpBatch, type BatchWorker } from "./dump/batch.ts";
-export { fetchDump, DumpFetchError, DEFAULT_MIN_RATE, type DumpFailureReason, type DumpFetchResult, type FetchDumpOptions, type MinRate } from "./dump/client.ts";
-export { dumpHandler, type DumpHandlerOptions } from "./dump/handler.ts";
+export { fetchDump, dumpAccept, DumpFetchError, DEFAULT_MIN_RATE, type DumpFormat, type DumpFailureReason, type DumpFetchResult, type FetchDumpOptions, type MinRate } from "./dump/client.ts";
+export { dumpHandler, wantsBinary, type DumpHandlerOptions } from "./dump/handler.ts";
 export { CandidateSet, Backoff, type BackoffOptions, type FailureRecord } from "./candidates.ts";
 export type { PeerDiscovery } from "./discovery/types.ts";
 export { staticPeerDiscovery, probePeer, type StaticDiscoveryOptions } from "./discovery/static.ts";

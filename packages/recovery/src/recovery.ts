@@ -1,7 +1,7 @@
 import type { Logger } from "pino";
 import { Backoff, type BackoffOptions, CandidateSet } from "./candidates.ts";
 import type { PeerDiscovery } from "./discovery/types.ts";
-import { DEFAULT_MIN_RATE, type DumpFailureReason, DumpFetchError, fetchDump, type MinRate } from "./dump/client.ts";
+import { DEFAULT_MIN_RATE, type DumpFailureReason, DumpFetchError, type DumpFormat, fetchDump, type MinRate } from "./dump/client.ts";
 import type { DumpParserLimits } from "./dump/parser.ts";
 import type { DumpTarget, EmptyBootstrapReason, Peer, RecoveryOutcome } from "./types.ts";
 
@@ -46,6 +46,8 @@ export type RunRecoveryOptions = {
   deadlineMs?: number;
   /** Observes every state transition (logs, tests). */
   onState?: (s: RecoveryState) => void;
+  /** The body asked for (see fetchDump; default "binary", JSON still accepted). */
+  format?: DumpFormat;
   /** Keep the discovery running after recovery (to reuse it, e.g. for replica-agg peers); default: stop it. */
   keepDiscovery?: boolean;
   /** Stops recovery (shutdown): the promise then rejects with the signal's reason. */
@@ -111,10 +113,10 @@ export async function runRecovery(opts: RunRecoveryOptions): Promise<RecoveryOut
         try {
           const r = await fetchDump({
             peer, target: opts.target, timeoutMs: opts.timeoutMs, token: opts.token, limits: opts.limits,
-            budgetBytes: opts.budgetBytes, minRate, signal: stopSignal,
+            budgetBytes: opts.budgetBytes, minRate, signal: stopSignal, format: opts.format,
           });
           enter({ kind: "recovered", from: peer.id, events: r.events, bytes: r.bytes, ms: r.ms });
-          log.info({ peer: peer.id, events: r.events, bytes: r.bytes, ms: r.ms, skippedModels: r.skippedModels }, "dump fetched from peer");
+          log.info({ peer: peer.id, events: r.events, bytes: r.bytes, ms: r.ms, skippedModels: r.skippedModels, format: r.format }, "dump fetched from peer");
           log.info({ peer: peer.id, events: r.events }, "recovered KV index from peer");
           return { kind: "recovered", peer: peer.id, events: r.events, bytes: r.bytes, ms: r.ms };
         } catch (err) {

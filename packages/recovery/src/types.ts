@@ -1,4 +1,4 @@
-import type { DumpBatch } from "./dump/batch.ts";
+import type { BatchWorker, DumpBatch } from "./dump/batch.ts";
 
 // The narrow interface through which recovery sees the index (docs/ARCHITECTURE.md: recovery knows the index only
 // through "apply events, dump events"). u64 values are always bigint, never JS numbers (docs/CONTRACTS.md §3).
@@ -44,6 +44,16 @@ export type DumpModel = {
    * when that rank's blocks were). Absent: the dump carries no `cursors` for this model.
    */
   cursors?: () => Iterable<StreamCursor>;
+  /**
+   * The binary body's fast path (KvIndex.dumpBinaryChunks): for each worker rank with blocks its ref, then
+   * runs of whole stored events in the binary layout (docs/CONTRACTS.md §7 "binary"). Absent: the binary
+   * writer encodes `events`.
+   */
+  eventsBinary?: (chunkBytes: number) => Iterable<BatchWorker | Uint8Array>;
+  /** Blocks and residencies the model holds now: announced in the binary body so a receiver may presize. */
+  sizes?: () => { blocks: number; residencies: number };
+  /** LoRA adapter names the producer serves this model's blocks under (learned from events' lora_name). */
+  adapters?: () => Iterable<string>;
 };
 
 /** Producer side. Iterated lazily while the body streams, so the iterables may interleave with live writes. */
@@ -67,6 +77,19 @@ export interface DumpStaging {
   applyBatch?(key: string, blockSize: number, batch: DumpBatch): void;
   /** A model's `cursors`, once per model that has them (never for a dump from a producer without). */
   cursors?(key: string, cursors: StreamCursor[]): void;
+  /**
+   * Optional bulk path of a binary dump: a run of whole stored events of one worker rank in the wire layout
+   * (headers already checked by the parser), e.g. for KvIndex.applyDumpEvents. Valid during the call only.
+   * Without it a binary dump's events arrive through `apply`.
+   */
+  applyEvents?(key: string, blockSize: number, worker: BatchWorker, events: Uint8Array): void;
+  /**
+   * Optional: the sizes a binary dump announces for a model, before its events. A hint from the peer: a
+   * staging may presize from it, within its own budget, never beyond.
+   */
+  expect?(key: string, blockSize: number, sizes: { blocks: number; residencies: number }): void;
+  /** A model's LoRA adapter names, when the dump has them. */
+  adapters?(key: string, names: string[]): void;
   /**
    * Optional: false for a model this replica does not serve. Its whole object is skipped by the parser
    * (nothing staged, nothing remembered), so extra models in a dump cost no memory.

@@ -1,12 +1,9 @@
 // Stream cursors and copy counts in /dump: written after each model's events, read back exactly in both
 // parser modes, and invisible to a parser that predates them (it still reads every event).
 import { describe, expect, test } from "bun:test";
-import { execFileSync } from "node:child_process";
-import { mkdirSync, mkdtempSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { dirname, join } from "node:path";
+import { join } from "node:path";
 import { type DumpBatch, DumpParser, dumpStream, type RouterEvent, type StreamCursor } from "../src/index.ts";
-import { readAll } from "./helpers.ts";
+import { fromHistory, readAll } from "./helpers.ts";
 
 const U64_MAX = 0xffff_ffff_ffff_ffffn;
 
@@ -72,12 +69,7 @@ describe("/dump cursors and copies", () => {
   test("a parser from before cursors and copies still reads every event of such a dump", async () => {
     // The parser as it was released before these fields existed, taken from this repository's history.
     const commit = "0eced0f6d1d1868431b9108f4676ff16e5004e00";
-    const dir = mkdtempSync(join(tmpdir(), "old-parser-"));
-    for (const f of ["src/types.ts", "src/dump/parser.ts", "src/dump/batch.ts", "src/dump/json-tokenizer.ts"]) {
-      const text = execFileSync("git", ["show", `${commit}:packages/recovery/${f}`], { cwd: import.meta.dir, encoding: "utf8" });
-      mkdirSync(dirname(join(dir, f)), { recursive: true });
-      writeFileSync(join(dir, f), text);
-    }
+    const dir = fromHistory(commit, ["src/types.ts", "src/dump/parser.ts", "src/dump/batch.ts", "src/dump/json-tokenizer.ts"]);
     const old = (await import(join(dir, "src/dump/parser.ts"))) as { DumpParser: new (sink: (k: string, bs: number, e: RouterEvent) => void) => { push(b: Uint8Array): void; end(): void } };
     const body = await readAll(dumpStream(source(true)));
     const got: [string, RouterEvent][] = [];

@@ -88,7 +88,7 @@ describe("dump client", () => {
   test("an empty dump from a serving peer is a successful recovery", async () => {
     const ok = servingPeer(new MapIndex());
     const { logger, lines } = capturingLogger();
-    const out = await runRecovery({ discovery: new ManualDiscovery([ok]), target: new MapIndex(), timeoutMs: 1000, logger });
+    const out = await runRecovery({ discovery: new ManualDiscovery([ok]), target: new MapIndex(), timeoutMs: 1000, logger, format: "json" });
     expect(out).toMatchObject({ kind: "recovered", peer: ok.id, events: 0, bytes: 2 });
     expect(lines.some((l) => l.msg === "dump fetched from peer" && l.peer === ok.id && l.events === 0 && l.bytes === 2 && typeof l.ms === "number")).toBe(true);
     expect(lines.some((l) => l.msg === "recovered KV index from peer")).toBe(true);
@@ -142,8 +142,12 @@ describe("dump handler", () => {
     const p = startPeer(dumpHandler({ source: { models: () => [{ key: "m", blockSize: 16, events: events() }] }, ready: () => true, logger: quietLogger(), chunkBytes: 1024 }));
     servers.push({ stop: p.stop });
     const target = new MapIndex();
-    await expect(fetchDump({ peer: p.peer, target, timeoutMs: 2000 })).rejects.toMatchObject({ name: "DumpFetchError" });
+    await expect(fetchDump({ peer: p.peer, target, timeoutMs: 2000, format: "json" })).rejects.toMatchObject({ name: "DumpFetchError" });
     expect([target.commits, target.aborts]).toEqual([0, 1]);
+    // the binary body (a quarter of the bytes) may fail before the reader even saw the headers: nothing committed either way
+    const binary = new MapIndex();
+    await expect(fetchDump({ peer: p.peer, target: binary, timeoutMs: 2000 })).rejects.toMatchObject({ name: "DumpFetchError" });
+    expect(binary.commits).toBe(0);
   });
 
   test("a reader that goes away mid-body closes the source (what it holds is released)", async () => {

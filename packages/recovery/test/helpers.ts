@@ -1,3 +1,7 @@
+import { execFileSync } from "node:child_process";
+import { mkdirSync, mkdtempSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { dirname, join } from "node:path";
 import pino from "pino";
 import type { DumpModel, DumpSource, DumpStaging, DumpTarget, RouterEvent } from "../src/index.ts";
 
@@ -144,4 +148,18 @@ export async function until(pred: () => boolean, what: string, ms = 10_000): Pro
     if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
     await Bun.sleep(2);
   }
+}
+
+/**
+ * This package's files as released at `commit` (from the repository's history), in a fresh directory:
+ * `import(join(dir, "src/..."))` runs the code a peer of that release runs.
+ */
+export function fromHistory(commit: string, files: string[]): string {
+  const dir = mkdtempSync(join(tmpdir(), "recovery-release-"));
+  for (const f of files) {
+    const text = execFileSync("git", ["show", `${commit}:packages/recovery/${f}`], { cwd: import.meta.dir, encoding: "utf8" });
+    mkdirSync(dirname(join(dir, f)), { recursive: true });
+    writeFileSync(join(dir, f), text);
+  }
+  return dir;
 }

@@ -84,7 +84,7 @@ describe("WASM-formatted dump events", () => {
     try {
       for (const typed of [true, false]) {
         let got: Map<string, KvIndex> | undefined;
-        const r = await fetchDump({ peer: peer.peer, target: indexTarget((m) => (got = m), { typed }), timeoutMs: 10_000 });
+        const r = await fetchDump({ peer: peer.peer, target: indexTarget((m) => (got = m), { typed }), timeoutMs: 10_000, format: "json" });
         expect(r.events).toBeGreaterThan(200);
         const recovered = got!.get("m:t")!;
         expect(recovered.stats().residencies).toBe(index.stats().residencies);
@@ -100,7 +100,7 @@ describe("WASM-formatted dump events", () => {
           abort() { aborted = true; },
         }),
       };
-      const err = await fetchDump({ peer: peer.peer, target: failing, timeoutMs: 10_000 }).catch((e) => e);
+      const err = await fetchDump({ peer: peer.peer, target: failing, timeoutMs: 10_000, format: "json" }).catch((e) => e);
       expect(err).toBeInstanceOf(DumpFetchError);
       expect((err as DumpFetchError).reason).toBe("apply");
       expect(aborted).toBe(true);

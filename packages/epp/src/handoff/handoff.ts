@@ -102,10 +102,12 @@ export class StreamHandoff {
             held = new Set(index.workers().map(workerKey));
           };
           const json = m.eventsJson;
+          const binary = m.eventsBinary;
           yield {
             ...m,
             events: startingWith(begin, m.events),
             eventsJson: json && ((chunkBytes: number) => startingWith(begin, json(chunkBytes))),
+            eventsBinary: binary && ((chunkBytes: number) => startingWith(begin, binary(chunkBytes))),
             cursors: () => {
               const out: StreamCursor[] = [];
               for (const k of new Set([...atStart.keys(), ...snapped.keys(), ...held])) {
@@ -131,6 +133,9 @@ export class StreamHandoff {
         return {
           apply: (key, blockSize, e) => s.apply(key, blockSize, e),
           applyBatch: s.applyBatch && ((key, blockSize, b) => s.applyBatch!(key, blockSize, b)),
+          applyEvents: s.applyEvents && ((key, blockSize, w, words) => s.applyEvents!(key, blockSize, w, words)),
+          expect: s.expect && ((key, blockSize, sizes) => s.expect!(key, blockSize, sizes)),
+          adapters: s.adapters && ((key, names) => s.adapters!(key, names)),
           // The recovery bounds (unserved models skipped, the budget) are the inner staging's.
           accepts: s.accepts && ((key) => s.accepts!(key)),
           stagedBytes: s.stagedBytes && (() => s.stagedBytes!()),

@@ -4,8 +4,9 @@ import type { WorkerRef } from "@kv-epp/protocol";
 import { expect, test } from "bun:test";
 import { computeBlockHashes, KvIndex } from "@kv-epp/index-wasm";
 import type { KvEvent } from "@kv-epp/kv-events";
-import type { RouterEvent } from "@kv-epp/recovery";
+import { BinaryDumpParser, dumpBinaryChunks, dumpChunks, DumpParser, type RouterEvent } from "@kv-epp/recovery";
 import { Indexers } from "./indexers.ts";
+import { presizeFor } from "./recovery-target.ts";
 import { createMetrics } from "../metrics.ts";
 
 const BS = 4;
@@ -287,3 +288,48 @@ test("after a recovery, a rank the peer's dump holds above its capacity is reset
   expect([ixs.models.get("m:default")!.index.treeSize(w), ixs.models.get("m:default")!.index.treeSize({ workerId: "v", dpRank: 0 })]).toEqual([0, 2]);
   expect(await counter(metrics, "dynamo_epp_kv_rank_capacity_resets_total")).toBe(1);
 });
+
+test("a peer's dump carries its learned adapters and blocks in both bodies: the recovered replica scores the adapter's request in its identity", () => {
+  const peer = new Indexers(createMetrics());
+  const pix = peer.models.register("m", "default", BS);
+  // learned from an event's lora_name only: nothing configures "chat" on either replica
+  peer.live.apply("m:default", w, {
+    kind: "batch", seq: 0n,
+    batch: { ts: 0, dataParallelRank: 0, events: [{ ...stored([1n, 2n], null, [1, 2, 3, 4, 5, 6, 7, 8]), loraName: "chat", extraKeys: [["chat"], ["chat"]] } as KvEvent] },
+  });
+  const chatHashes = computeBlockHashes(Uint32Array.of(1, 2, 3, 4, 5, 6, 7, 8), BS, [["chat"], ["chat"]]);
+  expect(pix.index.findMatches(chatHashes).scores.get("w\u00000")).toBe(2);
+  for (const format of ["json", "binary"] as const) {
+    const joiner = new Indexers(createMetrics());
+    joiner.models.register("m", "default", BS);
+    expect(joiner.models.resolve("chat")!.loraName).toBeNull(); // before: an unknown name, scored as the base model
+    const staging = joiner.recovery.within(1 << 30).begin();
+    const body = Buffer.concat([...(format === "json" ? dumpChunks(peer.recovery) : dumpBinaryChunks(peer.recovery))]);
+    const sinks = { event: (k: string, bs: number, e: RouterEvent) => staging.apply(k, bs, e) };
+    const parser = format === "json"
+      ? new DumpParser(sinks.event, {}, { sink: (k, bs, b) => staging.applyBatch!(k, bs, b) }, undefined, { adapters: (k, names) => staging.adapters!(k, names) })
+      : new BinaryDumpParser({ ...sinks, events: (k, bs, wr, words) => staging.applyEvents!(k, bs, wr, words), adapters: (k, names) => staging.adapters!(k, names), sizes: (k, bs, s) => staging.expect!(k, bs, s) });
+    parser.push(body);
+    parser.end();
+    staging.commit();
+    const got = joiner.models.resolve("chat")!;
+    expect({ format, lora: got.loraName, score: got.indexer.index.findMatches(chatHashes).scores.get("w\u00000") }).toEqual({ format, lora: "chat", score: 2 });
+  }
+});
+
+test("a binary dump's announced size presizes the staged index only within the recovery budget", () => {
+  const ixs = new Indexers(createMetrics());
+  ixs.models.register("m", "default", BS);
+  const sizes = { blocks: 1 << 20, residencies: 1 << 20 };
+  const bounded = ixs.recovery.within(1 << 30).begin();
+  bounded.expect!("m:default", BS, sizes);
+  expect(bounded.stagedBytes!()).toBeGreaterThan(32 * 1024 * 1024); // tables for a million blocks, up front
+  bounded.abort();
+  // a claim past the budget (or no budget at all) sizes nothing: the index grows with what really comes
+  for (const staging of [ixs.recovery.within(16 * 1024 * 1024).begin(), ixs.recovery.begin()]) {
+    staging.expect!("m:default", BS, sizes);
+    expect(staging.stagedBytes!()).toBeLessThan(4 * 1024 * 1024);
+    staging.abort();
+  }
+  expect(presizeFor({ blocks: 2 ** 26, residencies: 1 }, Infinity)).toBeUndefined();
+}, 30_000);

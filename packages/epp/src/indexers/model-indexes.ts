@@ -64,15 +64,23 @@ export class ModelIndexes {
     if (key !== undefined && !this.#byModel.has(name)) this.#adapters.set(name, key);
   }
 
-  /** An adapter named by a stored event of `ix`'s workers (bounded by MAX_ADAPTERS, counted past it). */
-  learnAdapter(ix: Indexer, name: string): void {
+  /**
+   * An adapter named by a stored event of `ix`'s workers, or by a recovered dump of its model (the peer
+   * learned it so): bounded by MAX_ADAPTERS, counted past it.
+   */
+  learnAdapter(ix: Indexer, name: string, from: "KV events" | "a peer's dump" = "KV events"): void {
     if (this.#adapters.has(name) || this.#byModel.has(name)) return;
     if (this.#adapters.size >= MAX_ADAPTERS) {
       this.#metrics.eventsRejected.inc({ reason: "adapter_limit" });
       return;
     }
     this.#adapters.set(name, ix.key);
-    this.#log?.info({ adapter: name, model: ix.key }, "LoRA adapter learned from KV events");
+    this.#log?.info({ adapter: name, model: ix.key }, `LoRA adapter learned from ${from}`);
+  }
+
+  /** The adapter names whose requests score in `key`'s index (what /dump tells a recovering peer). */
+  *adaptersOf(key: string): Iterable<string> {
+    for (const [name, k] of this.#adapters) if (k === key) yield name;
   }
 
   /** Adapter names known, per indexer key (GET /workers, tests). */

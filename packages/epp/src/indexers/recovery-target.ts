@@ -1,6 +1,8 @@
-// The index side of recovery: a DumpSource for /dump (every model's index, as events or as the JSON
-// the index module writes itself) and a DumpTarget whose staging is a fresh KvIndex per served model,
-// swapped in whole on commit so a failed attempt leaves nothing behind.
+// The index side of recovery: a DumpSource for /dump (every model's index, as events, or as the JSON or
+// binary body the index module writes itself, with the model's adapters) and a DumpTarget whose staging
+// is a fresh KvIndex per served model, swapped in whole on commit so a failed attempt leaves nothing
+// behind. A binary dump's runs of events go into the staged index in one call each (no block in JS),
+// and its announced size presizes that index when the recovery budget covers it.
 import { workerKeyOf, type WorkerRef } from "@kv-epp/protocol";
 import { KvIndex, type StoredBatchBuilder } from "@kv-epp/index-wasm";
 import { toRouterEvents, type DumpModel, type DumpSource, type DumpStaging, type DumpTarget } from "@kv-epp/recovery";
@@ -9,6 +11,24 @@ import type { ModelIndexes } from "./model-indexes.ts";
 
 /** Dump events per builder call (the index-wasm bench measured batches of 256). */
 const STAGING_BATCH = 256;
+
+/**
+ * Linear memory a presized index takes, per announced block and residency: measured 43-51 bytes per
+ * residency at 1M-10M (KvIndex.create({ expected })), above it here so the estimate errs high.
+ */
+const PRESIZE_BYTES = { block: 40, residency: 26 };
+/** Ids in the module are 26-bit: it cannot presize beyond this. */
+const MAX_PRESIZE = 1 << 25;
+
+/**
+ * The sizes to presize a staged index for, or undefined: only under a budget, and only when the
+ * estimate fits in it (a peer's announced size is a claim; what it really sends meets the budget anyway).
+ */
+export function presizeFor(sizes: { blocks: number; residencies: number }, budgetBytes: number | undefined): { blocks: number; residencies: number } | undefined {
+  if (budgetBytes === undefined || sizes.blocks > MAX_PRESIZE || sizes.residencies > MAX_PRESIZE) return undefined;
+  const estimate = sizes.blocks * PRESIZE_BYTES.block + sizes.residencies * PRESIZE_BYTES.residency;
+  return estimate <= budgetBytes ? sizes : undefined;
+}
 
 type Staged = {
   blockSize: number;
@@ -39,18 +59,38 @@ export class RecoveryTarget implements DumpSource, DumpTarget {
         events: toRouterEvents(ix.index.dump({ onSnapshot })),
         // The writer uses this instead of `events`: the index module writes the same JSON itself (3-4x faster).
         eventsJson: (chunkBytes) => ix.index.dumpJsonChunks({ chunkBytes, onSnapshot }),
+        // The binary body's events, also written by the module (16 bytes per residency, nothing to parse).
+        eventsBinary: (chunkBytes) => ix.index.dumpBinaryChunks({ chunkBytes, onSnapshot }),
+        sizes: () => {
+          const st = ix.index.stats();
+          return { blocks: st.blocks, residencies: st.residencies };
+        },
+        // Adapters learned from events' lora_name: a replica recovered from this one scores them as it does.
+        adapters: () => this.#models.adaptersOf(ix.key),
       };
     }
   }
 
+  /** A target whose stagings may presize from a binary dump's announced size, within `budgetBytes`. */
+  within(budgetBytes: number | undefined): DumpTarget {
+    return { begin: () => this.#begin(budgetBytes) };
+  }
+
+  /** A staging without a budget: it never presizes from what a peer announces. */
   begin(): DumpStaging {
+    return this.#begin(undefined);
+  }
+
+  #begin(budgetBytes: number | undefined): DumpStaging {
     const models = this.#models;
     const staged = new Map<string, Staged>();
+    /** The dump's adapter names per model, learned on commit. */
+    const adapters: [string, string[]][] = [];
     let open = true;
     const flush = (s: Staged) => {
       if (s.builder.events > 0) s.builder.apply();
     };
-    const stagedFor = (key: string, blockSize: number): Staged => {
+    const stagedFor = (key: string, blockSize: number, expected?: { blocks: number; residencies: number }): Staged => {
       let s = staged.get(key);
       // The parser skips models accepts() refuses: an unknown key here is a bug, not a peer's choice.
       if (!models.has(key)) throw new Error(`model ${key} is not served by this replica`);
@@ -62,7 +102,7 @@ export class RecoveryTarget implements DumpSource, DumpTarget {
         throw new Error(`the dump's block size for ${key} is ${blockSize}, this replica's ${want}`);
       }
       if (!s) {
-        const index = KvIndex.create({ blockSize });
+        const index = KvIndex.create({ blockSize, expected });
         s = { blockSize, index, builder: index.batch(), workers: new Map(), ext: new BigUint64Array(64), tok: new BigUint64Array(64) };
         staged.set(key, s);
       }
@@ -86,6 +126,21 @@ export class RecoveryTarget implements DumpSource, DumpTarget {
           s.builder.stored(b.workers[i]!, b.parentHash(i), b.blockHashes.subarray(from, to), b.tokensHashes.subarray(from, to), b.hasCopies ? b.copies.subarray(from, to) : undefined);
         }
         flush(s);
+      },
+      // A binary dump: the model's announced size first (presize), then runs of events straight into the index.
+      expect: (key, blockSize, sizes) => {
+        if (!open || staged.has(key)) return;
+        stagedFor(key, blockSize, presizeFor(sizes, budgetBytes));
+      },
+      applyEvents: (key, blockSize, worker, words) => {
+        if (!open) return;
+        const s = stagedFor(key, blockSize);
+        flush(s); // events that came as objects before keep their order
+        s.index.applyDumpEvents(worker, words);
+      },
+      adapters: (key, names) => {
+        if (!open) return;
+        if (models.has(key)) adapters.push([key, names]);
       },
       apply: (key, blockSize, e) => {
         if (!open) return;
@@ -113,9 +168,11 @@ export class RecoveryTarget implements DumpSource, DumpTarget {
           flush(s);
           models.get(key)!.index = s.index; // a served model, same block size: stagedFor refused others
         }
+        for (const [key, names] of adapters) for (const name of names) models.learnAdapter(models.get(key)!, name, "a peer's dump");
       },
       abort: () => {
         open = false;
+        adapters.length = 0;
         for (const s of staged.values()) s.builder.reset();
         staged.clear();
       },

@@ -1,4 +1,6 @@
-import type { DumpTarget, Peer } from "../types.ts";
+import { DUMP_BINARY_CONTENT_TYPE, DUMP_CONTENT_TYPE } from "@kv-epp/protocol";
+import type { DumpStaging, DumpTarget, Peer } from "../types.ts";
+import { BinaryDumpParser } from "./binary-parser.ts";
 import { gcPacer } from "./gc-pacer.ts";
 import { DumpFormatError, DumpParser, type DumpParserLimits, DumpTooLargeError } from "./parser.ts";
 
@@ -31,14 +33,26 @@ export type FetchDumpOptions = {
   minRate?: MinRate;
   /** Aborts the attempt (shutdown); the staging is aborted as for any failure. */
   signal?: AbortSignal;
+  /**
+   * "binary" (default): asks for the binary body, JSON accepted (a peer that only speaks JSON answers
+   * with it); "json": asks for JSON only, as a client from before the binary body did.
+   */
+  format?: DumpFormat;
 };
+
+export type DumpFormat = "binary" | "json";
+
+/** The Accept header of a dump request: the binary body preferred, JSON still taken. */
+export function dumpAccept(format: DumpFormat): string {
+  return format === "binary" ? `${DUMP_BINARY_CONTENT_TYPE}, ${DUMP_CONTENT_TYPE};q=0.5` : DUMP_CONTENT_TYPE;
+}
 
 export type MinRate = { bytesPerSec: number; windowMs: number };
 
 /** 64 KiB/s over 10 s windows: a real dump streams at tens of MiB/s, a trickling peer is far below. */
 export const DEFAULT_MIN_RATE: MinRate = { bytesPerSec: 64 * 1024, windowMs: 10_000 };
 
-export type DumpFetchResult = { events: number; bytes: number; ms: number; skippedModels: number };
+export type DumpFetchResult = { events: number; bytes: number; ms: number; skippedModels: number; format: DumpFormat };
 
 export function dumpUrl(peer: Peer): string {
   return peer.url.replace(/\/+$/, "") + "/dump";
@@ -118,7 +132,7 @@ export async function fetchDump(opts: FetchDumpOptions): Promise<DumpFetchResult
   let staging: ReturnType<DumpTarget["begin"]> | null = null;
   let reader: { cancel(): Promise<void> } | null = null;
   try {
-    const res = await dog.guard(fetch(dumpUrl(opts.peer), { headers: { accept: "application/json", ...authHeaders(opts.token) }, signal: abort.signal }));
+    const res = await dog.guard(fetch(dumpUrl(opts.peer), { headers: { accept: dumpAccept(opts.format ?? "binary"), ...authHeaders(opts.token) }, signal: abort.signal }));
     dog.progress();
     dog.startRate();
     if (res.status !== 200) {
@@ -128,15 +142,9 @@ export async function fetchDump(opts: FetchDumpOptions): Promise<DumpFetchResult
     if (res.body === null) throw new DumpFetchError("malformed", "empty response body");
     staging = opts.target.begin();
     const into = staging;
-    // The typed fast path when the staging takes batches (measured: most of the receiver's cost otherwise).
-    const batched = into.applyBatch?.bind(into);
-    const parser = new DumpParser(
-      (key, blockSize, e) => guardApply(() => into.apply(key, blockSize, e)),
-      opts.limits,
-      batched ? { sink: (key, blockSize, b) => guardApply(() => batched(key, blockSize, b)) } : undefined,
-      into.cursors ? (key, cursors) => guardApply(() => into.cursors!(key, cursors)) : undefined,
-      { acceptModel: into.accepts?.bind(into) },
-    );
+    // The content type decides, not what we asked: a peer from before the binary body answers JSON.
+    const format: DumpFormat = (res.headers.get("content-type") ?? "").split(";")[0]!.trim() === DUMP_BINARY_CONTENT_TYPE ? "binary" : "json";
+    const parser = format === "binary" ? binaryParser(into, opts) : jsonParser(into, opts);
     const budget = opts.budgetBytes;
     const staged = budget !== undefined ? into.stagedBytes?.bind(into) : undefined;
     const body = res.body.getReader();
@@ -158,7 +166,7 @@ export async function fetchDump(opts: FetchDumpOptions): Promise<DumpFetchResult
     parser.end();
     guardApply(() => into.commit());
     staging = null;
-    return { events: parser.events, bytes: parser.bytes, ms: Math.round(performance.now() - started), skippedModels: parser.skippedModels };
+    return { events: parser.events, bytes: parser.bytes, ms: Math.round(performance.now() - started), skippedModels: parser.skippedModels, format };
   } catch (err) {
     throw classify(err, opts.signal);
   } finally {
@@ -174,6 +182,35 @@ export async function fetchDump(opts: FetchDumpOptions): Promise<DumpFetchResult
     if (reader !== null) reader.cancel().catch(() => {});
     abort.abort();
   }
+}
+
+type BodyParser = { push(chunk: Uint8Array): void; end(): void; readonly bytes: number; readonly events: number; readonly skippedModels: number };
+
+function jsonParser(into: DumpStaging, opts: FetchDumpOptions): BodyParser {
+  // The typed fast path when the staging takes batches (measured: most of the receiver's cost otherwise).
+  const batched = into.applyBatch?.bind(into);
+  return new DumpParser(
+    (key, blockSize, e) => guardApply(() => into.apply(key, blockSize, e)),
+    opts.limits,
+    batched ? { sink: (key, blockSize, b) => guardApply(() => batched(key, blockSize, b)) } : undefined,
+    into.cursors ? (key, cursors) => guardApply(() => into.cursors!(key, cursors)) : undefined,
+    { acceptModel: into.accepts?.bind(into), adapters: into.adapters && ((key, names) => guardApply(() => into.adapters!(key, names))) },
+  );
+}
+
+function binaryParser(into: DumpStaging, opts: FetchDumpOptions): BodyParser {
+  const bulk = into.applyEvents?.bind(into);
+  return new BinaryDumpParser(
+    {
+      event: (key, blockSize, e) => guardApply(() => into.apply(key, blockSize, e)),
+      events: bulk && ((key, blockSize, w, words) => guardApply(() => bulk(key, blockSize, w, words))),
+      cursors: into.cursors && ((key, cursors) => guardApply(() => into.cursors!(key, cursors))),
+      adapters: into.adapters && ((key, names) => guardApply(() => into.adapters!(key, names))),
+      sizes: into.expect && ((key, blockSize, sizes) => guardApply(() => into.expect!(key, blockSize, sizes))),
+      acceptModel: into.accepts?.bind(into),
+    },
+    opts.limits,
+  );
 }
 
 function classify(err: unknown, signal: AbortSignal | undefined): Error {

@@ -1,5 +1,7 @@
+import { DUMP_BINARY_CONTENT_TYPE, DUMP_CONTENT_TYPE } from "@kv-epp/protocol";
 import type { Logger } from "pino";
 import type { DumpSource } from "../types.ts";
+import { dumpBinaryChunks } from "./binary-writer.ts";
 import { gcPacer } from "./gc-pacer.ts";
 import { dumpChunks, streamFromChunks } from "./writer.ts";
 
@@ -14,9 +16,26 @@ export type DumpHandlerOptions = {
   token?: string;
   logger: Logger;
   chunkBytes?: number;
+  /** Serve the binary body to requests that ask for it (default true); false: JSON only, as before it existed. */
+  binary?: boolean;
 };
 
-const JSON_TYPE = { "content-type": "application/json" };
+const JSON_TYPE = { "content-type": DUMP_CONTENT_TYPE };
+
+/**
+ * Whether the request's Accept names the binary body with a q above 0. Anything else (no Accept, any type,
+ * `application/json`: every client from before the binary body) gets JSON, the default shape.
+ */
+export function wantsBinary(accept: string | null): boolean {
+  if (accept === null) return false;
+  for (const range of accept.split(",")) {
+    const [type, ...params] = range.split(";").map((x) => x.trim().toLowerCase());
+    if (type !== DUMP_BINARY_CONTENT_TYPE) continue;
+    const q = params.find((p) => p.startsWith("q="));
+    return q === undefined || Number(q.slice(2)) > 0;
+  }
+  return false;
+}
 
 function jsonError(status: number, error: string, extra: Record<string, string> = {}): Response {
   return new Response(JSON.stringify({ error }), { status, headers: { ...JSON_TYPE, ...extra } });
@@ -43,8 +62,10 @@ export function dumpHandler(opts: DumpHandlerOptions): (req: Request) => Respons
         return jsonError(401, "unauthorized", { "www-authenticate": "Bearer" });
       }
     }
+    const binary = opts.binary !== false && wantsBinary(req.headers.get("accept"));
+    const headers = { "content-type": binary ? DUMP_BINARY_CONTENT_TYPE : DUMP_CONTENT_TYPE, vary: "accept" };
     // The static-peer probe is a HEAD: answer it without walking the index.
-    if (req.method === "HEAD") return new Response(null, { status: 200, headers: JSON_TYPE });
+    if (req.method === "HEAD") return new Response(null, { status: 200, headers });
     const started = performance.now();
     let bytes = 0;
     let first: Uint8Array | null;
@@ -52,7 +73,7 @@ export function dumpHandler(opts: DumpHandlerOptions): (req: Request) => Respons
     let chunks: Generator<Uint8Array>;
     try {
       // The first chunk is produced before answering, so a dump that cannot start is still a clean 500.
-      chunks = dumpChunks(opts.source, opts.chunkBytes);
+      chunks = binary ? dumpBinaryChunks(opts.source, opts.chunkBytes) : dumpChunks(opts.source, opts.chunkBytes);
       next = () => {
         const r = chunks.next();
         return r.done ? null : r.value;
@@ -66,7 +87,7 @@ export function dumpHandler(opts: DumpHandlerOptions): (req: Request) => Respons
     const counted = () => {
       try {
         const c = next();
-        if (c === null) log.info({ bytes, ms: Math.round(performance.now() - started) }, "dump served");
+        if (c === null) log.info({ bytes, ms: Math.round(performance.now() - started), format: binary ? "binary" : "json" }, "dump served");
         else {
           bytes += c.length;
           pace(c.length);
@@ -83,6 +104,6 @@ export function dumpHandler(opts: DumpHandlerOptions): (req: Request) => Respons
       chunks.return(undefined);
       log.info({ bytes, ms: Math.round(performance.now() - started) }, "dump abandoned by the reader");
     };
-    return new Response(streamFromChunks(counted, first, cancelled), { status: 200, headers: JSON_TYPE });
+    return new Response(streamFromChunks(counted, first, cancelled), { status: 200, headers });
   };
 }

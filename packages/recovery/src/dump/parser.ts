@@ -28,6 +28,8 @@ export type DumpParserLimits = {
   maxBufferedBlocks: number;
   maxStringBytes: number;
   maxDepth: number;
+  /** Bytes of one frame of a binary dump (default 32 MiB: one event of maxEventBlocks blocks with copies fits). */
+  maxFrameBytes: number;
 };
 
 export const DEFAULT_PARSER_LIMITS: DumpParserLimits = {
@@ -36,6 +38,7 @@ export const DEFAULT_PARSER_LIMITS: DumpParserLimits = {
   maxBufferedBlocks: 1 << 16,
   maxStringBytes: 64 * 1024,
   maxDepth: 64,
+  maxFrameBytes: 32 * 1024 * 1024,
 };
 
 export type DumpSink = (key: string, blockSize: number, e: RouterEvent) => void;
@@ -50,18 +53,20 @@ export type DumpBatchSink = (key: string, blockSize: number, batch: DumpBatch) =
 export type DumpBatchOptions = { sink: DumpBatchSink; events?: number; blocks?: number };
 /** Receives a model's `cursors`, whole, when its array closes. */
 export type DumpCursorSink = (key: string, cursors: StreamCursor[]) => void;
+/** Receives a model's `adapters` (LoRA adapter names its producer learned), whole. */
+export type DumpAdapterSink = (key: string, names: string[]) => void;
 
 /**
  * `acceptModel(key)`: false skips that model's whole object at the token level (no event is built, nothing
  * reaches a sink, its key is not remembered), so a dump full of models this replica does not serve costs
  * parsing time only, never memory.
  */
-export type DumpParserOptions = { acceptModel?: (key: string) => boolean };
+export type DumpParserOptions = { acceptModel?: (key: string) => boolean; adapters?: DumpAdapterSink };
 const EMPTY_BLOCKS: StoredBlockRef[] = [];
 
 const enum F {
   None, Model, BlockSize, Events, WorkerId, DpRank, Event, EventId, Data, Stored, Parent, Blocks, BlockHash, TokensHash, Skip,
-  Copies, Cursors, Cursor, Seq, Baseline, Complete,
+  Copies, Cursors, Cursor, Seq, Baseline, Complete, Adapters,
 }
 
 const enc = new TextEncoder();
@@ -71,7 +76,7 @@ function keys(...entries: [string, F][]): KeyTable {
 }
 // Keys valid at each depth of the fixed shape (depth = number of open containers when the key is read).
 const KEYS_BY_DEPTH: (KeyTable | undefined)[] = [];
-KEYS_BY_DEPTH[2] = keys(["block_size", F.BlockSize], ["events", F.Events], ["cursors", F.Cursors]);
+KEYS_BY_DEPTH[2] = keys(["block_size", F.BlockSize], ["events", F.Events], ["cursors", F.Cursors], ["adapters", F.Adapters]);
 // depth 4 is an event or, inside "cursors", a cursor: key() keeps only the fields of the one it is in
 KEYS_BY_DEPTH[4] = keys(["worker_id", F.WorkerId], ["dp_rank", F.DpRank], ["event", F.Event], ["seq", F.Seq], ["baseline", F.Baseline], ["complete", F.Complete]);
 KEYS_BY_DEPTH[5] = keys(["event_id", F.EventId], ["data", F.Data]);
@@ -86,6 +91,8 @@ const BLOCK_MID = enc.encode(',"tokens_hash":');
 const BLOCK_COPIES = enc.encode(',"copies":');
 /** Cursors in one model (one per worker rank; a bound on what a hostile body can make us hold). */
 const MAX_CURSORS = 1 << 16;
+/** Adapter names in one model (same reason). */
+const MAX_ADAPTERS = 1 << 16;
 
 function bytesAt(pattern: Uint8Array, buf: Uint8Array, i: number): boolean {
   if (i + pattern.length > buf.length) return false;
@@ -151,6 +158,9 @@ class DumpAssembler implements JsonHandler {
   private baselineKind = 0;
   private baselineValue = 0n;
   private complete: boolean | null = null;
+  /** Inside a model's "adapters" array. */
+  private inAdapters = false;
+  private adapters: string[] = [];
 
   events = 0;
   private readonly parts: U64Parts = { hi: 0, lo: 0 };
@@ -166,6 +176,7 @@ class DumpAssembler implements JsonHandler {
     private readonly batchOpts: DumpBatchOptions | null,
     private readonly cursorSink: DumpCursorSink | null,
     private readonly acceptModel: ((key: string) => boolean) | undefined,
+    private readonly adapterSink: DumpAdapterSink | undefined,
   ) {
     this.batch = batchOpts ? new DumpBatch() : null;
     this.batchEvents = batchOpts?.events ?? 256;
@@ -195,7 +206,7 @@ class DumpAssembler implements JsonHandler {
   /** What the next value is: array items take their meaning from the array, object values from their key. */
   private valueField(): F {
     if (this.skip > 0) return F.Skip;
-    if (this.depth === 3) return this.inCursors ? F.Cursor : F.Event;
+    if (this.depth === 3) return this.inCursors ? F.Cursor : this.inAdapters ? F.Adapters : F.Event;
     if (this.depth === 8) return F.Blocks;
     return this.field;
   }
@@ -251,6 +262,10 @@ class DumpAssembler implements JsonHandler {
       this.inCursors = true;
       this.cursors = [];
       this.depth = 3;
+    } else if (f === F.Adapters && this.depth === 2) {
+      this.inAdapters = true;
+      this.adapters = [];
+      this.depth = 3;
     } else if (f === F.Blocks && this.depth === 7) {
       if (this.batch !== null) {
         this.batch.dropOpen(); // a repeated "blocks" key replaces the earlier one, as in object mode
@@ -301,6 +316,10 @@ class DumpAssembler implements JsonHandler {
       this.inCursors = false;
       this.cursorSink?.(this.modelKey, this.cursors);
       this.cursors = [];
+    } else if (this.depth === 3 && this.inAdapters) {
+      this.inAdapters = false;
+      this.adapterSink?.(this.modelKey, this.adapters);
+      this.adapters = [];
     }
     this.depth--;
     this.field = F.None;
@@ -422,6 +441,11 @@ class DumpAssembler implements JsonHandler {
   string(buf: Uint8Array, start: number, end: number): void {
     const f = this.valueField();
     if (f === F.Skip) return this.skipped();
+    if (f === F.Adapters) {
+      if (this.adapters.length >= MAX_ADAPTERS) this.fail(`more than ${MAX_ADAPTERS} adapters in one model`);
+      this.adapters.push(this.decode(buf, start, end));
+      return;
+    }
     if (f !== F.WorkerId) this.fail("unexpected string");
     // Consecutive events usually share a worker: reuse the decoded string instead of decoding again.
     if (!sameBytes(this.lastWorkerBytes, buf, start, end)) {
@@ -523,7 +547,7 @@ export class DumpParser {
    */
   constructor(sink: DumpSink, limits: Partial<DumpParserLimits> = {}, batch?: DumpBatchOptions, cursors?: DumpCursorSink, opts: DumpParserOptions = {}) {
     this.limits = { ...DEFAULT_PARSER_LIMITS, ...limits };
-    this.assembler = new DumpAssembler(sink, this.limits, () => this.bytes, batch ?? null, cursors ?? null, opts.acceptModel);
+    this.assembler = new DumpAssembler(sink, this.limits, () => this.bytes, batch ?? null, cursors ?? null, opts.acceptModel, opts.adapters);
     this.tokenizer = new JsonTokenizer(this.assembler, this.limits);
   }
 

@@ -29,6 +29,7 @@ const F = {
   dpRank: enc.encode(']}}},"dp_rank":'),
   copies: enc.encode(',"copies":'),
   cursorsOpen: enc.encode(',"cursors":['),
+  adaptersOpen: enc.encode(',"adapters":['),
   arrayClose: enc.encode("]"),
   cursorWorker: enc.encode('{"worker_id":'),
   cursorRank: enc.encode(',"dp_rank":'),
@@ -213,6 +214,18 @@ class ByteWriter {
     this.raw(F.arrayClose);
   }
 
+  /** `,"adapters":["name",...]` after a model's cursors. */
+  adapters(names: Iterable<string>): void {
+    this.raw(F.adaptersOpen);
+    let first = true;
+    for (const n of names) {
+      if (!first) this.raw(F.comma);
+      first = false;
+      this.string(n);
+    }
+    this.raw(F.arrayClose);
+  }
+
   private optionalU64(v: bigint | null): void {
     if (v === null) return this.raw(F.null);
     this.ensure(20);
@@ -254,6 +267,7 @@ export function* dumpChunks(source: DumpSource, chunkBytes = DUMP_CHUNK_BYTES): 
     w.raw(F.arrayClose);
     // After the events: each rank's cursor is read when its blocks are, so it is known only now.
     if (m.cursors !== undefined) w.cursors(m.cursors());
+    if (m.adapters !== undefined) w.adapters(m.adapters());
     w.raw(F.close);
   }
   w.raw(F.close);

@@ -1,0 +1,167 @@
+import { DUMP_BINARY_MAGIC, DUMP_CURSOR_FLAGS, DUMP_EVENT_FLAGS, DUMP_FRAME } from "@kv-epp/protocol";
+import type { DumpModel, DumpSource, RouterEvent, StreamCursor } from "../types.ts";
+import { DUMP_CHUNK_BYTES } from "./writer.ts";
+
+// Streaming writer of the binary `/dump` body (docs/CONTRACTS.md §7 "binary"), pulled chunk by chunk like
+// the JSON writer. A model that brings its events already in the layout (DumpModel.eventsBinary:
+// KvIndex.dumpBinaryChunks, written inside the WASM module) is framed here; any other model's RouterEvents
+// are encoded here (tests, sources without a module). Frames are small and many: they are packed into
+// chunks of about `chunkBytes`.
+
+const enc = new TextEncoder();
+const MAGIC = enc.encode(DUMP_BINARY_MAGIC);
+
+class FrameWriter {
+  buf: Uint8Array;
+  view: DataView;
+  pos = 0;
+
+  constructor(private readonly chunkBytes: number) {
+    this.buf = new Uint8Array(chunkBytes + 64);
+    this.view = new DataView(this.buf.buffer);
+  }
+
+  get full(): boolean {
+    return this.pos >= this.chunkBytes;
+  }
+
+  take(): Uint8Array {
+    const out = this.buf.subarray(0, this.pos);
+    this.buf = new Uint8Array(this.chunkBytes + 64);
+    this.view = new DataView(this.buf.buffer);
+    this.pos = 0;
+    return out;
+  }
+
+  ensure(n: number): void {
+    if (this.pos + n <= this.buf.length) return;
+    const bigger = new Uint8Array(Math.max(this.buf.length * 2, this.pos + n));
+    bigger.set(this.buf.subarray(0, this.pos));
+    this.buf = bigger;
+    this.view = new DataView(bigger.buffer);
+  }
+
+  u32(v: number): void {
+    this.ensure(4);
+    this.view.setUint32(this.pos, v, true);
+    this.pos += 4;
+  }
+
+  u64(v: bigint): void {
+    this.ensure(8);
+    this.view.setBigUint64(this.pos, v, true);
+    this.pos += 8;
+  }
+
+  bytes(b: Uint8Array): void {
+    this.ensure(b.length);
+    this.buf.set(b, this.pos);
+    this.pos += b.length;
+  }
+
+  /** Opens a frame; `close(at)` writes its length once the payload is written. */
+  open(type: number): number {
+    this.u32(type);
+    this.u32(0);
+    return this.pos;
+  }
+
+  close(at: number): void {
+    this.view.setUint32(at - 4, this.pos - at, true);
+  }
+
+  frame(type: number, payload: Uint8Array): void {
+    this.u32(type);
+    this.u32(payload.length);
+    this.bytes(payload);
+  }
+}
+
+function modelFrame(w: FrameWriter, m: DumpModel): void {
+  const sizes = m.sizes?.() ?? { blocks: 0, residencies: 0 };
+  const at = w.open(DUMP_FRAME.model);
+  w.u32(m.blockSize);
+  w.u32(sizes.blocks);
+  w.u32(sizes.residencies);
+  w.bytes(enc.encode(m.key));
+  w.close(at);
+}
+
+function workerFrame(w: FrameWriter, workerId: string, dpRank: number): void {
+  const at = w.open(DUMP_FRAME.worker);
+  w.u32(dpRank);
+  w.bytes(enc.encode(workerId));
+  w.close(at);
+}
+
+/** One RouterEvent in the event layout (header word, parent, hashes, copies). */
+function eventWords(w: FrameWriter, e: RouterEvent): void {
+  const n = e.blocks.length;
+  const copies = e.blocks.some((b) => b.copies !== undefined && b.copies !== 1);
+  w.u32((e.parentHash !== null ? DUMP_EVENT_FLAGS.hasParent : 0) | (copies ? DUMP_EVENT_FLAGS.hasCopies : 0));
+  w.u32(n);
+  if (e.parentHash !== null) w.u64(e.parentHash);
+  for (const b of e.blocks) w.u64(b.blockHash);
+  for (const b of e.blocks) w.u64(b.tokensHash);
+  if (copies) for (const b of e.blocks) w.u64(BigInt(b.copies ?? 1));
+}
+
+function cursorsFrame(w: FrameWriter, cursors: Iterable<StreamCursor>): void {
+  const at = w.open(DUMP_FRAME.cursors);
+  for (const c of cursors) {
+    w.u32((c.complete ? DUMP_CURSOR_FLAGS.complete : 0) | (c.seq !== null ? DUMP_CURSOR_FLAGS.seq : 0) | (c.baseline !== null ? DUMP_CURSOR_FLAGS.baseline : 0));
+    w.u32(c.dpRank);
+    w.u64(c.seq ?? 0n);
+    w.u64(c.baseline ?? 0n);
+    const id = enc.encode(c.workerId);
+    w.u32(id.length);
+    w.bytes(id);
+  }
+  w.close(at);
+}
+
+function adaptersFrame(w: FrameWriter, names: Iterable<string>): void {
+  const at = w.open(DUMP_FRAME.adapters);
+  for (const name of names) {
+    const b = enc.encode(name);
+    w.u32(b.length);
+    w.bytes(b);
+  }
+  w.close(at);
+}
+
+/** The binary body as a lazy sequence of chunks of about `chunkBytes` (one large event may make one bigger). */
+export function* dumpBinaryChunks(source: DumpSource, chunkBytes = DUMP_CHUNK_BYTES): Generator<Uint8Array> {
+  const w = new FrameWriter(chunkBytes);
+  w.bytes(MAGIC);
+  for (const m of source.models()) {
+    modelFrame(w, m);
+    if (m.eventsBinary !== undefined) {
+      for (const item of m.eventsBinary(chunkBytes)) {
+        if (item instanceof Uint8Array) w.frame(DUMP_FRAME.events, item);
+        else workerFrame(w, item.workerId, item.dpRank);
+        if (w.full) yield w.take();
+      }
+    } else {
+      let last: RouterEvent | null = null;
+      let at = -1;
+      for (const e of m.events) {
+        if (last === null || last.workerId !== e.workerId || last.dpRank !== e.dpRank || w.full) {
+          if (at >= 0) w.close(at);
+          if (w.full) yield w.take();
+          if (last === null || last.workerId !== e.workerId || last.dpRank !== e.dpRank) workerFrame(w, e.workerId, e.dpRank);
+          at = w.open(DUMP_FRAME.events);
+        }
+        eventWords(w, e);
+        last = e;
+      }
+      if (at >= 0) w.close(at);
+    }
+    // After the events, as in JSON: each rank's cursor is read when its blocks are.
+    if (m.cursors !== undefined) cursorsFrame(w, m.cursors());
+    if (m.adapters !== undefined) adaptersFrame(w, m.adapters());
+    if (w.full) yield w.take();
+  }
+  w.open(DUMP_FRAME.end);
+  yield w.take();
+}
