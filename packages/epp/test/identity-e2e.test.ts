@@ -3,7 +3,7 @@
 // the EPP's /score for a random request equals each worker rank's true hit for it (the leading blocks
 // its cache really holds in that request's identity), and the same on a replica that recovered from it.
 import { afterAll, expect, test } from "bun:test";
-import { startMockWorker, type MockWorker, type RequestIdentity } from "@kv-epp/mock-worker";
+import { chainBlockIds, startMockWorker, type MockWorker, type RequestIdentity } from "@kv-epp/mock-worker";
 import { encodeBatch, encodeSeq, PubSocket } from "@kv-epp/kv-events";
 import { seededRandom, waitFor } from "@kv-epp/testkit";
 import { BLOCK, postJson, startTestEpp, tokens } from "./helpers.ts";
@@ -172,6 +172,49 @@ test("a hybrid model (full attention + sliding window groups): the index follows
   }
   const metrics = await (await fetch(`http://127.0.4.1:${epp.ports.metrics}/metrics`)).text();
   expect(Number(/^dynamo_epp_kv_events_ignored_total\{reason="non_main_group"\} (\d+)$/m.exec(metrics)?.[1])).toBeGreaterThan(0);
+});
+
+test("groups of different block sizes (a sliding window of 16, full attention of 32): the EPP learns 32 from the main group, and its overlap is the main group's true hit", async () => {
+  const ip = "127.0.4.47";
+  const MAIN = BLOCK * 2;
+  const w = await startMockWorker({
+    listen: ip, port: 0, kvEvents: `tcp://${ip}:5557`, speed: 0, blockSize: BLOCK, capacityBlocks: 16, logLevel: "silent",
+    kvGroups: `sliding_window:${BLOCK}:${BLOCK * 2},full_attention:${MAIN}` as never,
+  });
+  cleanups.push(() => w.close());
+  // Configured with the hash block size: the first indexed (main-group) store says 32, and the index follows it.
+  const epp = await startTestEpp([{ id: "sizes", address: `${ip}:8000`, kvEvents: `tcp://${ip}:5557` }], { flags: ["--block-size", String(BLOCK)] });
+  cleanups.push(() => epp.stop({ graceMs: 200 }));
+  const selection = `http://127.0.4.1:${epp.ports.selection}`;
+  const send = (p: number[]) => fetch(`${w.url}/v1/completions`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ prompt: p, max_tokens: 1 }) });
+  const score = async (p: number[]) => (await postJson(`${selection}/score`, { token_ids: p })).body.scores.sizes?.["0"] ?? 0;
+  await waitFor(async () => {
+    const p = tokens(MAIN + 1, 9000 + Math.floor(Math.random() * 1e6));
+    await send(p);
+    await Bun.sleep(20);
+    return (await score(p)) === 1;
+  }, { message: "the EPP subscribed and indexing by the main group's 32-token blocks" });
+  const rows = (await (await fetch(`${selection}/workers`)).json()) as { block_size: number | null; index_block_size: number | null; block_size_mismatch: boolean; kv_groups: { main: number; groups: { block_size: number }[] } }[];
+  expect(rows[0]).toMatchObject({ block_size: MAIN, index_block_size: MAIN, block_size_mismatch: false, kv_groups: { main: 1, groups: [{ block_size: BLOCK }, { block_size: MAIN }] } });
+  // The main group holds block m while its last hash block (2m + 1) is cached (vLLM's hash at the boundary).
+  const truth = (p: number[]) => {
+    const resident = w.ranks[0]!.cache.residentHashes();
+    const chain = chainBlockIds(Uint32Array.from(p), BLOCK);
+    let m = 0;
+    while (2 * m + 1 < chain.length && resident.has(chain[2 * m + 1]!.hash)) m++;
+    return m;
+  };
+  const rnd = seededRandom(9);
+  for (let step = 0; step < 20; step++) {
+    const p = [...tokens(MAIN * (1 + Math.floor(rnd() * 2)), Math.floor(rnd() * 3)), ...tokens(BLOCK * Math.floor(rnd() * 5) + 3, 60 + step)];
+    expect((await send(p)).status).toBe(200);
+    for (const q of [p, p.slice(0, MAIN * 2)]) {
+      const want = truth(q);
+      let got = -1;
+      await waitFor(async () => (got = await score(q)) === want, { timeoutMs: 5000 }).catch(() => {});
+      expect({ step, got }).toEqual({ step, got: want });
+    }
+  }
 });
 
 test("a worker whose PUBs connect to the EPP (kvEventsBind): the EPP binds port + rank and indexes what arrives", async () => {

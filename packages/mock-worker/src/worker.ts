@@ -50,8 +50,9 @@ function connectable(endpoint: string, host: string): string {
 export async function startMockWorker(opts: MockWorkerOptions = {}): Promise<MockWorker> {
   const { logger, ...given } = opts;
   const config = resolveConfig(given);
-  if (config.kvGroups.some((g) => g.blockSize !== config.blockSize))
-    throw new ConfigError(`every --kv-groups block size must be --block-size ${config.blockSize} (per-group block sizes are not modelled)`);
+  // vLLM hashes at one granularity (hash_block_size) and groups with larger blocks scale it by a whole factor.
+  if (config.kvGroups.some((g) => g.blockSize % config.blockSize !== 0))
+    throw new ConfigError(`every --kv-groups block size must be a multiple of --block-size ${config.blockSize} (vLLM's hash block size)`);
   const root = logger ?? pino({ level: config.logLevel });
   const workerName = config.workerId ?? `${config.listen}:${config.port}`;
   const log = root.child({ component: "mock-worker", worker: workerName });
@@ -69,7 +70,10 @@ export async function startMockWorker(opts: MockWorkerOptions = {}): Promise<Moc
     // Rank numbers are global (vLLM's multi-node DP): this worker's first rank is the start rank, and
     // ports and data_parallel_rank follow the global rank (vLLM's offset_endpoint_port).
     for (let rank = config.dataParallelStartRank; rank < config.dataParallelStartRank + config.dpSize; rank++) {
-      const cache = new PrefixCacheSim({ blockSize: config.blockSize, capacityBlocks: config.capacityBlocks });
+      const cache = new PrefixCacheSim({
+        blockSize: config.blockSize, capacityBlocks: config.capacityBlocks,
+        runContext: config.kvGroups.some((g) => g.blockSize !== config.blockSize),
+      });
       const engine = new RankEngine(rank, cache, timing, {
         onFirstToken: (s) => metrics.firstToken(rank, s),
         onFinished: (n) => metrics.finished(rank, n),

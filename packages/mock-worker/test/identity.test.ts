@@ -112,7 +112,28 @@ describe("hybrid KV cache groups", () => {
     ]);
   });
 
-  test("a group block size other than --block-size is refused at start", async () => {
-    await expect(startMockWorker({ listen: "127.0.2.1", port: 0, kvEvents: "tcp://127.0.2.1:0", blockSize: 4, kvGroups: "full_attention:8" as never, logLevel: "silent" })).rejects.toThrow(/--kv-groups/);
+  test("a group block size that is not a multiple of --block-size (vLLM's hash block size) is refused at start", async () => {
+    await expect(startMockWorker({ listen: "127.0.2.1", port: 0, kvEvents: "tcp://127.0.2.1:0", blockSize: 4, kvGroups: "full_attention:6" as never, logLevel: "silent" })).rejects.toThrow(/--kv-groups/);
+  });
+
+  test("a group with larger blocks publishes its own blocks: block_size its own, the hash at each block's last hash-block boundary, blocks that straddle runs included", async () => {
+    const { w, subs } = await worker({ kvGroups: "sliding_window:4:6,full_attention:8" as never, capacityBlocks: 8 });
+    const all = chainBlockIds(Uint32Array.from(ids(0, 17)), BS).map((b) => b.hash);
+    // 13 tokens: three hash blocks; the 8-token group has one full block (hash blocks 0 and 1).
+    await cached(w, "/v1/completions", { prompt: ids(0, 13) });
+    await waitFor(() => subs[0]!.messages.length === 1, { message: "the first run" });
+    const [window1, full1] = subs[0]!.messages[0]!.batch.events as BlockStored[];
+    expect(window1).toMatchObject({ groupIdx: 0, blockSize: 4, kvCacheSpecKind: "sliding_window" });
+    expect(full1).toMatchObject({ groupIdx: 1, blockSize: 8, kvCacheSpecKind: "full_attention", blockHashes: [all[1]], parentBlockHash: null, tokenIds: ids(0, 8) });
+    // 17 tokens: hash block 3 is new, and completes the group's second block (hash blocks 2 and 3).
+    await cached(w, "/v1/completions", { prompt: ids(0, 17) });
+    await waitFor(() => subs[0]!.messages.length === 2, { message: "the second run" });
+    const full2 = (subs[0]!.messages[1]!.batch.events as BlockStored[]).find((e) => e.groupIdx === 1);
+    expect(full2).toMatchObject({ blockSize: 8, blockHashes: [all[3]], parentBlockHash: all[1], tokenIds: ids(8, 8) });
+    // Evicting everything: the larger group removes the hashes it published, once each.
+    await cached(w, "/v1/completions", { prompt: ids(100, 33) });
+    await waitFor(() => subs[0]!.messages.length === 3, { message: "the evicting batch" });
+    const removed = subs[0]!.messages[2]!.batch.events.filter((e) => e.type === "BlockRemoved" && (e as { groupIdx?: number }).groupIdx === 1);
+    expect(removed.flatMap((e) => (e as { blockHashes: bigint[] }).blockHashes).sort()).toEqual([all[1]!, all[3]!].sort());
   });
 });

@@ -30,6 +30,12 @@ export type CacheEvent =
       extraKeys: (ExtraKeyValue[] | null)[];
       loraName: string | null;
       loraId: number | null;
+      /**
+       * Where the run sits in its request: the index of its first block, the request's blocks up to the
+       * run's end and its tokens (with `runContext`). KV groups with larger blocks regroup from it (a
+       * group block may straddle earlier runs).
+       */
+      context?: { start: number; chain: readonly { hash: bigint; extraKeys: ExtraKeyValue[] | null }[]; tokens: Uint32Array };
     }
   | { kind: "removed"; hashes: bigint[] }
   | { kind: "cleared" };
@@ -61,6 +67,8 @@ export type PrefixCacheOptions = {
   blockSize: number;
   capacityBlocks: number;
   onEvents?: (events: CacheEvent[]) => void;
+  /** Stored events carry their `context` (for KV groups whose blocks are larger than the hash block). */
+  runContext?: boolean;
 };
 
 /** An adapter's identity for a request: vLLM's lora_name (hashed) and lora_int_id (published as lora_id). */
@@ -69,6 +77,7 @@ export type AcquireIdentity = RequestIdentity & { loraId?: number | null };
 export class PrefixCacheSim {
   readonly blockSize: number;
   readonly capacityBlocks: number;
+  private readonly runContext: boolean;
   /** Cached copies by block hash, oldest first (lookups take the first, as vLLM's does). */
   private readonly blocks = new Map<bigint, Block[]>();
   /** Unreferenced resident blocks; Set order is LRU order (first = evicted first). */
@@ -83,6 +92,7 @@ export class PrefixCacheSim {
     if (!(opts.blockSize > 0) || !(opts.capacityBlocks > 0)) throw new RangeError("blockSize and capacityBlocks must be positive");
     this.blockSize = opts.blockSize;
     this.capacityBlocks = opts.capacityBlocks;
+    this.runContext = opts.runContext ?? false;
     if (opts.onEvents) this.listeners.push(opts.onEvents);
   }
 
@@ -189,6 +199,7 @@ export class PrefixCacheSim {
         extraKeys: fresh.map((b) => b.extraKeys),
         loraName: id.loraName ?? null,
         loraId: id.loraName ? (id.loraId ?? null) : null,
+        ...(this.runContext ? { context: { start: hit, chain: ids.slice(0, hit + room), tokens } } : {}),
       });
     }
     this.emit(events);

@@ -50,7 +50,7 @@ export class RankEventStream {
     private readonly opts: EventStreamOptions,
     private publisher: KvEventPublisher,
   ) {
-    this.grouped = opts.kvGroups && opts.kvGroups.length > 0 ? new GroupedEvents(opts.kvGroups) : undefined;
+    this.grouped = opts.kvGroups && opts.kvGroups.length > 0 ? new GroupedEvents(opts.kvGroups, opts.blockSize) : undefined;
   }
 
   static async open(opts: EventStreamOptions): Promise<RankEventStream> {

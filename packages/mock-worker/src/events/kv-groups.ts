@@ -1,17 +1,20 @@
-import type { BlockRemoved, BlockStored, KvEvent } from "@kv-epp/kv-events";
+import type { BlockRemoved, BlockStored, ExtraKeyValue, KvEvent } from "@kv-epp/kv-events";
 import type { CacheEvent } from "../cache/prefix-cache.ts";
 
 /**
  * vLLM's hybrid KV cache groups on the wire (`--kv-groups`): every cache change is published once per
- * group, tagged with group_idx, kind and window. All groups share the rank's block size (so one block
- * has one hash in every group, as in vLLM when groups have one block size). A sliding-window group
- * keeps only the blocks inside its window at the end of a stored run: its BlockStored names just
- * those (vLLM's mask) while token_ids still span the whole run, and its removals name only blocks it
- * stored. Per-group block sizes are not modelled.
+ * group, tagged with group_idx, kind and window, each group with its own block size. vLLM hashes every
+ * request at one granularity (hash_block_size, here `--block-size`); a group whose blocks are k times
+ * larger publishes, for each of its blocks, the hash at the block's last hash-block boundary (that hash
+ * already chains the whole prefix: vLLM's BlockHashListWithBlockSize), with token_ids spanning its own
+ * blocks and block_size its own. A group block is stored when its last hash block is, and removed when
+ * that hash block is evicted. A sliding-window group keeps only the blocks inside its window at the end
+ * of a stored run: its BlockStored names just those (vLLM's mask) while token_ids still span the whole
+ * run, and its removals name only blocks it stored.
  */
 export type KvGroup = { kind: "full_attention" | "mla_attention" | "sliding_window"; blockSize: number; slidingWindow: number | null };
 
-/** `kind:blockSize[:window],...`, e.g. `full_attention:16,sliding_window:16:128`. */
+/** `kind:blockSize[:window],...`, e.g. `full_attention:32,sliding_window:16:128`. */
 export function parseKvGroups(v: string): KvGroup[] {
   return v.split(",").map((spec) => {
     const [kind, size, window] = spec.trim().split(":");
@@ -25,12 +28,16 @@ export function parseKvGroups(v: string): KvGroup[] {
   });
 }
 
-/** Turns one rank's cache changes into per-group events, remembering what each masked group holds. */
+/** Turns one rank's cache changes into per-group events, remembering what each masked or regrouped group holds. */
 export class GroupedEvents {
-  /** Per sliding-window group: copies of each hash it stored. */
+  /** Per group that does not publish every hash block (masked or larger blocks): copies of each hash it stored. */
   private readonly held: Map<bigint, number>[];
 
-  constructor(private readonly groups: readonly KvGroup[]) {
+  constructor(
+    private readonly groups: readonly KvGroup[],
+    /** The cache's block, vLLM's hash_block_size: every group's block size is a multiple of it. */
+    private readonly hashBlockSize: number,
+  ) {
     this.held = groups.map(() => new Map());
   }
 
@@ -38,24 +45,57 @@ export class GroupedEvents {
     const ev = base(ch);
     return this.groups.flatMap((g, groupIdx): KvEvent[] => {
       const held = this.held[groupIdx]!;
+      const tracked = g.slidingWindow !== null || g.blockSize !== this.hashBlockSize;
       if (ev.type === "AllBlocksCleared") {
         held.clear();
         return groupIdx === 0 ? [ev] : []; // one reset clears every group
       }
       if (ev.type === "BlockRemoved") {
-        const hashes = g.slidingWindow === null ? ev.blockHashes : ev.blockHashes.filter((h) => take(held, h));
+        const hashes = tracked ? ev.blockHashes.filter((h) => take(held, h)) : ev.blockHashes;
         return hashes.length > 0 ? [{ ...ev, blockHashes: hashes, groupIdx } satisfies BlockRemoved] : [];
       }
+      const stored = g.blockSize === this.hashBlockSize ? ev : ch.kind === "stored" ? this.regroup(ch, ev, g.blockSize) : null;
+      if (!stored) return [];
       const meta = { groupIdx, kvCacheSpecKind: g.kind, ...(g.slidingWindow !== null ? { kvCacheSpecSlidingWindow: g.slidingWindow } : {}) };
       const window = g.slidingWindow;
-      if (window === null) return [{ ...ev, ...meta } satisfies BlockStored];
-      // Blocks that end within the window's reach of the run's last token are kept.
-      const n = ev.blockHashes.length, end = n * g.blockSize;
-      const first = ev.blockHashes.findIndex((_, i) => (i + 1) * g.blockSize > end - window);
-      const kept = first < 0 ? [] : ev.blockHashes.slice(first);
-      for (const h of kept) held.set(h, (held.get(h) ?? 0) + 1);
-      return kept.length > 0 ? [{ ...ev, ...meta, blockHashes: kept, extraKeys: ev.extraKeys?.slice(n - kept.length) }] : [];
+      let kept = stored.blockHashes;
+      let extraKeys = stored.extraKeys;
+      if (window !== null) {
+        // Blocks that end within the window's reach of the run's last token are kept.
+        const n = stored.blockHashes.length, end = n * g.blockSize;
+        const first = stored.blockHashes.findIndex((_, i) => (i + 1) * g.blockSize > end - window);
+        kept = first < 0 ? [] : stored.blockHashes.slice(first);
+        extraKeys = stored.extraKeys?.slice(n - kept.length);
+      }
+      if (tracked) for (const h of kept) held.set(h, (held.get(h) ?? 0) + 1);
+      if (kept.length === 0) return [];
+      return [{ ...stored, ...meta, blockHashes: kept, ...(extraKeys !== undefined ? { extraKeys } : {}) } satisfies BlockStored];
     });
+  }
+
+  /** The run as a group of `blockSize`-token blocks sees it: the group blocks whose last hash block it stored. */
+  private regroup(ch: Extract<CacheEvent, { kind: "stored" }>, ev: BlockStored, blockSize: number): BlockStored | null {
+    const c = ch.context;
+    if (!c) throw new Error("a KV group with larger blocks needs the cache's run context (PrefixCacheSim runContext)");
+    const k = blockSize / this.hashBlockSize;
+    const first = Math.max(0, Math.ceil((c.start + 1) / k) - 1);
+    const last = Math.floor(c.chain.length / k) - 1;
+    if (last < first) return null;
+    const hashes: bigint[] = [];
+    const extraKeys: (ExtraKeyValue[] | null)[] = [];
+    for (let m = first; m <= last; m++) {
+      hashes.push(c.chain[(m + 1) * k - 1]!.hash);
+      const keys = c.chain.slice(m * k, (m + 1) * k).flatMap((b) => b.extraKeys ?? []);
+      extraKeys.push(keys.length > 0 ? keys : null);
+    }
+    return {
+      ...ev,
+      blockHashes: hashes,
+      parentBlockHash: first > 0 ? c.chain[first * k - 1]!.hash : null,
+      tokenIds: Array.from(c.tokens.subarray(first * blockSize, (last + 1) * blockSize)),
+      blockSize,
+      ...(ev.extraKeys !== undefined ? { extraKeys } : {}),
+    };
   }
 }
 
