@@ -1,9 +1,10 @@
 // The bench workload, generated identically in the bench process (index contents) and the load
 // generator (request bodies) from the same seed: documents of 8k tokens that workers hold prefixes
 // of, and 8k-token prompts that share a random-length prefix with one document.
+import type { RouterEvent } from "@kv-epp/protocol";
 import { computeBlockHashes } from "@kv-epp/index-wasm";
 import { mulberry32 } from "@kv-epp/testkit";
-import type { DumpSource, RouterEvent } from "@kv-epp/recovery";
+import type { DumpSource } from "@kv-epp/recovery";
 
 export const WORKLOAD = {
   workers: 16,

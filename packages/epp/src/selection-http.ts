@@ -13,7 +13,7 @@ import type { LatencyModel } from "./picker/latency.ts";
 import type { Picker } from "./picker/picker.ts";
 import type { RoutingQuality } from "./picker/quality.ts";
 import type { Tokenize } from "./tokens.ts";
-import { parseWorkerKey, workerKeyOf } from "@kv-epp/protocol";
+import { DUMP_PATH, parseWorkerKey, workerKeyOf } from "@kv-epp/protocol";
 import { rankSources, serving, type WorkerRegistry } from "./workers/registry.ts";
 
 export type SelectionDeps = {
@@ -118,7 +118,7 @@ async function jsonBody(req: Request): Promise<unknown> {
 export function selectionApp(d: SelectionDeps): Hono {
   const app = new Hono();
   const dump = dumpHandler({ source: d.dumpSource, ready: d.recovered, token: d.peerToken, logger: d.log });
-  app.on(["GET", "HEAD"], "/dump", (c) => dump(c.req.raw));
+  app.on(["GET", "HEAD"], DUMP_PATH, (c) => dump(c.req.raw));
 
   // The ext_proc body cap: a larger body is refused (413) as it arrives, not buffered first.
   const limit = bodyLimit({ maxSize: MAX_BODY_BYTES, onError: (c) => c.json({ error: `request body over ${MAX_BODY_BYTES} bytes` }, 413) });

@@ -1,6 +1,6 @@
 // The TypeScript face of the WebAssembly index: maps workers to small slots, encodes events into linear
 // memory (u64 words written through BigUint64Array views, never through JS numbers) and decodes results.
-import { DUMP_JSON_CHUNK_BYTES, workerKey, type StoredBlock, type WorkerRef } from "@kv-epp/protocol";
+import { DUMP_FIELDS as D, DUMP_JSON_CHUNK_BYTES, workerKey, type StoredBlock, type WorkerRef } from "@kv-epp/protocol";
 import { instantiate, ScratchRegion, type IndexExports } from "./wasm-module.ts";
 import {
   checkedCopies, KIND_CLEARED, KIND_REMOVED, KIND_STORED_CHILD, KIND_STORED_CHILD_COPIES, KIND_STORED_ROOT,
@@ -447,8 +447,8 @@ export class KvIndex {
       for (const [key, slot] of order) {
         if (this.slots.get(key) !== slot) continue; // removed meanwhile
         const worker = this.refs[slot]!;
-        const prefix = jsonEncoder.encode(`{"worker_id":${JSON.stringify(worker.workerId)},"event":{"event_id":`);
-        const suffix = jsonEncoder.encode(`]}}},"dp_rank":${worker.dpRank}}`);
+        const prefix = jsonEncoder.encode(`{"${D.workerId}":${JSON.stringify(worker.workerId)},"${D.event}":{"${D.eventId}":`);
+        const suffix = jsonEncoder.encode(`]}}},"${D.dpRank}":${worker.dpRank}}`);
         const step = prefix.length + suffix.length + 256;
         // room: a pending chunk is handed out before any buffer is re-reserved
         if (48 + prefix.length + suffix.length > stBytes || chunkBytes + step > outBytes) {

@@ -1,15 +1,15 @@
 // @kv-epp/recovery: peer KV-index recovery before readiness (docs/CONTRACTS.md §7-§8). See README.md for the wiring.
-export type { DumpModel, DumpSource, DumpStaging, DumpTarget, EmptyBootstrapReason, Peer, RecoveryOutcome, RecoveryStateName, RouterEvent, StoredBlockRef, StreamCursor } from "./types.ts";
+export type { DumpModel, DumpSource, DumpStaging, DumpTarget, EmptyBootstrapReason, Peer, RecoveryOutcome, RecoveryStateName } from "./types.ts";
 export { RECOVERY_STATES } from "./types.ts";
-export { dumpStream, dumpChunks, DUMP_CHUNK_BYTES } from "./dump/writer.ts";
+export { dumpStream, dumpChunks } from "./dump/writer.ts";
 export { dumpBinaryChunks } from "./dump/binary-writer.ts";
 export { BinaryDumpParser, type BinaryDumpSinks } from "./dump/binary-parser.ts";
 export { toRouterEvents, type IndexDumpEvent } from "./dump/router-events.ts";
 export { DumpParser, DumpFormatError, DumpTooLargeError, readDump, DEFAULT_PARSER_LIMITS, type DumpParserLimits, type DumpParserOptions, type DumpSink, type DumpBatchSink, type DumpBatchOptions, type DumpCursorSink, type DumpAdapterSink } from "./dump/parser.ts";
-export { DumpBatch, type BatchWorker } from "./dump/batch.ts";
+export { DumpBatch } from "./dump/batch.ts";
 export { fetchDump, dumpAccept, DumpFetchError, DEFAULT_MIN_RATE, type DumpFormat, type DumpFailureReason, type DumpFetchResult, type FetchDumpOptions, type MinRate } from "./dump/client.ts";
 export { dumpHandler, wantsBinary, type DumpHandlerOptions } from "./dump/handler.ts";
-export { CandidateSet, Backoff, type BackoffOptions, type FailureRecord } from "./candidates.ts";
+export { PeerSet, type FailureRecord } from "./peer-set.ts";
 export type { PeerDiscovery } from "./discovery/types.ts";
 export { staticPeerDiscovery, probePeer, type StaticDiscoveryOptions } from "./discovery/static.ts";
 export { endpointSliceDiscovery, peersFromSlices, SELECTION_PORT_NAME, type EndpointSliceDiscoveryOptions } from "./discovery/endpoint-slices.ts";

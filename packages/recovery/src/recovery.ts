@@ -1,5 +1,6 @@
 import type { Logger } from "pino";
-import { Backoff, type BackoffOptions, CandidateSet } from "./candidates.ts";
+import { Backoff, sleep, type BackoffPolicy } from "@kv-epp/protocol";
+import { PeerSet } from "./peer-set.ts";
 import type { PeerDiscovery } from "./discovery/types.ts";
 import { DEFAULT_MIN_RATE, type DumpFailureReason, DumpFetchError, type DumpFormat, fetchDump, type MinRate } from "./dump/client.ts";
 import type { DumpParserLimits } from "./dump/parser.ts";
@@ -20,6 +21,8 @@ export type RecoveryState =
 
 /** Consecutive failed attempts after which a peer is set aside (DYN_EPP_RECOVERY_PEER_MAX_FAILURES). */
 export const DEFAULT_MAX_PEER_FAILURES = 3;
+/** Between cycles in which every eligible peer failed (CONTRACTS §8 rule 5). */
+export const DEFAULT_BACKOFF = { initialMs: 500, maxMs: 30_000 } as const satisfies BackoffPolicy;
 
 export type RunRecoveryOptions = {
   /** Where peers come from; null/undefined when no peer Service and no static peers are configured. */
@@ -29,7 +32,8 @@ export type RunRecoveryOptions = {
   timeoutMs: number;
   token?: string;
   logger: Logger;
-  backoff?: BackoffOptions;
+  /** Between cycles of failed attempts (default 500 ms doubling to 30 s). */
+  backoff?: Partial<BackoffPolicy>;
   /** Source of the attempt-scoped priorities (tests pass a seeded one). */
   random?: () => number;
   limits?: Partial<DumpParserLimits>;
@@ -60,18 +64,18 @@ export async function runRecovery(opts: RunRecoveryOptions): Promise<RecoveryOut
   const discovery = opts.discovery;
   if (!discovery) {
     enter({ kind: "disabled" });
-    log.error("recovery disabled: no peer Service (DYN_EPP_PEER_SERVICE) and no static peers configured; this replica starts with an EMPTY KV index and will not recover from siblings");
+    log.error("recovery disabled: no peer Service (DYN_EPP_PEER_SERVICE) and no static peers configured; this replica starts with an EMPTY KV index and will not recover from peers");
     return { kind: "recovery_disabled" };
   }
 
   enter({ kind: "discovering" });
-  const candidates = new CandidateSet(opts.random ?? Math.random, opts.maxPeerFailures ?? DEFAULT_MAX_PEER_FAILURES);
-  const backoff = new Backoff(opts.backoff);
+  const peerSet = new PeerSet(opts.random ?? Math.random, opts.maxPeerFailures ?? DEFAULT_MAX_PEER_FAILURES);
+  const backoff = new Backoff({ ...DEFAULT_BACKOFF, ...opts.backoff });
   let wake: (() => void) | null = null;
   const reconcile = () => {
-    if (candidates.update(discovery.peers())) {
+    if (peerSet.update(discovery.peers())) {
       backoff.reset();
-      log.info({ eligible: candidates.eligibleCount, pending: candidates.pendingIds(), active: candidates.active?.id ?? null }, "candidate set changed");
+      log.info({ eligible: peerSet.eligibleCount, pending: peerSet.pendingIds(), active: peerSet.active?.id ?? null }, "peer set changed");
       wake?.();
     }
   };
@@ -84,7 +88,7 @@ export async function runRecovery(opts: RunRecoveryOptions): Promise<RecoveryOut
       peers_failing: "every serving peer keeps failing its dumps",
       deadline: `the recovery deadline of ${opts.deadlineMs} ms passed`,
     };
-    log.warn({ reason, source: discovery.description, setAside: candidates.setAsideIds() }, `${why[reason]}: starting with an EMPTY KV index (empty bootstrap)`);
+    log.warn({ reason, source: discovery.description, setAside: peerSet.setAsideIds() }, `${why[reason]}: starting with an EMPTY KV index (empty bootstrap)`);
     return { kind: "empty_bootstrap", reason };
   };
   // One signal for "stop trying": shutdown (rejects with its reason) or the readiness deadline (empty start).
@@ -96,16 +100,16 @@ export async function runRecovery(opts: RunRecoveryOptions): Promise<RecoveryOut
   try {
     // Discovery may retry for as long as the API server is away: shutdown must not wait for it.
     await untilAborted(discovery.start(), stopSignal);
-    candidates.update(discovery.peers());
+    peerSet.update(discovery.peers());
     // Rule 2: no serving peer at start means nobody holds an index to wait for.
-    if (candidates.eligibleCount === 0) return emptyBootstrap("no_serving_peer");
-    candidates.newCycle();
+    if (peerSet.eligibleCount === 0) return emptyBootstrap("no_serving_peer");
+    peerSet.newCycle();
     let cycle = 1;
     let attempt = 0;
     for (;;) {
       opts.signal?.throwIfAborted();
       if (deadline.signal.aborted) return emptyBootstrap("deadline");
-      const peer = candidates.next();
+      const peer = peerSet.next();
       if (peer !== null) {
         attempt++;
         enter({ kind: "attempting", cycle, attempt, peer });
@@ -122,14 +126,14 @@ export async function runRecovery(opts: RunRecoveryOptions): Promise<RecoveryOut
         } catch (err) {
           opts.signal?.throwIfAborted();
           if (deadline.signal.aborted) {
-            candidates.fail();
+            peerSet.fail();
             continue; // the deadline ends the loop at its top
           }
           const reason = err instanceof DumpFetchError ? err.reason : "network";
           const message = err instanceof Error ? err.message : String(err);
           log.warn({ peer: peer.id, reason, err: message, cycle, attempt }, "dump attempt failed, trying the next peer");
           // A dump past the budget is as big next time: that peer is set aside at once.
-          const rec = candidates.fail(reason === "budget");
+          const rec = peerSet.fail(reason === "budget");
           if (rec !== null) {
             enter({ kind: "attempt_failed", peer, reason, message, failures: rec.failures, setAside: rec.setAside });
             if (rec.setAside)
@@ -140,19 +144,26 @@ export async function runRecovery(opts: RunRecoveryOptions): Promise<RecoveryOut
       }
       // The cycle is exhausted. With nobody eligible left there is nothing to wait for (rule 2 again);
       // with only peers that keep failing, waiting would be forever.
-      if (candidates.eligibleCount === 0) return emptyBootstrap("all_peers_left");
-      if (candidates.usableCount === 0) return emptyBootstrap("peers_failing");
+      if (peerSet.eligibleCount === 0) return emptyBootstrap("all_peers_left");
+      if (peerSet.usableCount === 0) return emptyBootstrap("peers_failing");
       const delayMs = backoff.next();
       enter({ kind: "backing_off", cycle, delayMs });
-      log.warn({ cycle, delayMs, tried: candidates.triedIds() }, "every eligible peer failed, backing off before a new cycle");
-      const changed = await waitFor(delayMs, (w) => (wake = w), stopSignal).catch((err) => {
-        if (deadline.signal.aborted && !opts.signal?.aborted) return true;
-        throw err;
-      });
+      log.warn({ cycle, delayMs, tried: peerSet.triedIds() }, "every eligible peer failed, backing off before a new cycle");
+      // Resolves true when woken by a change of the peer set, false after the delay.
+      const woken = new AbortController();
+      wake = () => woken.abort();
+      const changed = await sleep(delayMs, AbortSignal.any([woken.signal, stopSignal])).then(
+        () => false,
+        (err) => {
+          if (!stopSignal.aborted) return true;
+          if (deadline.signal.aborted && !opts.signal?.aborted) return true;
+          throw err;
+        },
+      );
       wake = null;
       // A real change during the wait re-evaluates at once: a newly eligible peer is already pending.
       if (!changed) {
-        candidates.newCycle();
+        peerSet.newCycle();
         cycle++;
       }
     }
@@ -165,24 +176,6 @@ export async function runRecovery(opts: RunRecoveryOptions): Promise<RecoveryOut
     unsubscribe();
     if (!opts.keepDiscovery) await discovery.stop().catch(() => {});
   }
-}
-
-/** Sleeps `ms`; resolves true early when woken. */
-function waitFor(ms: number, setWake: (w: () => void) => void, signal?: AbortSignal): Promise<boolean> {
-  return new Promise<boolean>((resolve, reject) => {
-    const done = (v: boolean) => {
-      clearTimeout(t);
-      signal?.removeEventListener("abort", onAbort);
-      resolve(v);
-    };
-    const onAbort = () => {
-      clearTimeout(t);
-      reject(signal?.reason);
-    };
-    const t = setTimeout(() => done(false), ms);
-    setWake(() => done(true));
-    signal?.addEventListener("abort", onAbort, { once: true });
-  });
 }
 
 /** `p`, or the signal's reason as soon as it aborts (the finally above then stops the discovery). */

@@ -1,31 +1,9 @@
-import type { BatchWorker, DumpBatch } from "./dump/batch.ts";
+import type { RouterEvent, StreamCursor, WorkerRef } from "@kv-epp/protocol";
+import type { DumpBatch } from "./dump/batch.ts";
 
 // The narrow interface through which recovery sees the index (docs/ARCHITECTURE.md: recovery knows the index only
 // through "apply events, dump events"). u64 values are always bigint, never JS numbers (docs/CONTRACTS.md §3).
-
-/**
- * `copies`: how many copies of the block the worker rank holds (absent: 1; 0: not held itself, but on the
- * path of held blocks below it, as an index that keeps a child whose parent was evicted dumps it).
- */
-export type StoredBlockRef = { blockHash: bigint; tokensHash: bigint; copies?: number };
-
-/**
- * Where a replica's view of one worker rank stands in that rank's KV-event stream, read together with
- * the rank's blocks (README "Cursors"): `seq` is the last batch applied (null: none yet); `complete` says
- * the view has followed the stream without an unrepaired gap, reset or restart since `baseline`, the seq
- * from which it is known to equal the worker's cache (its first batch 0, an AllBlocksCleared, or a
- * peer's complete cursor it recovered from).
- */
-export type StreamCursor = { workerId: string; dpRank: number; seq: bigint | null; baseline: bigint | null; complete: boolean };
-
-/** One `stored` event of a `/dump` body (docs/CONTRACTS.md §7). */
-export type RouterEvent = {
-  workerId: string;
-  dpRank: number;
-  eventId: number;
-  parentHash: bigint | null;
-  blocks: StoredBlockRef[];
-};
+// The events and cursors themselves (RouterEvent, StoredBlock, StreamCursor) are @kv-epp/protocol's.
 
 /**
  * One indexer as the dump sees it: `"<model>:<tenant>"`, its block size, its events parents-first.
@@ -49,7 +27,7 @@ export type DumpModel = {
    * runs of whole stored events in the binary layout (docs/CONTRACTS.md §7 "binary"). Absent: the binary
    * writer encodes `events`.
    */
-  eventsBinary?: (chunkBytes: number) => Iterable<BatchWorker | Uint8Array>;
+  eventsBinary?: (chunkBytes: number) => Iterable<WorkerRef | Uint8Array>;
   /** Blocks and residencies the model holds now: announced in the binary body so a receiver may presize. */
   sizes?: () => { blocks: number; residencies: number };
   /** LoRA adapter names the producer serves this model's blocks under (learned from events' lora_name). */
@@ -82,7 +60,7 @@ export interface DumpStaging {
    * (headers already checked by the parser), e.g. for KvIndex.applyDumpEvents. Valid during the call only.
    * Without it a binary dump's events arrive through `apply`.
    */
-  applyEvents?(key: string, blockSize: number, worker: BatchWorker, events: Uint8Array): void;
+  applyEvents?(key: string, blockSize: number, worker: WorkerRef, events: Uint8Array): void;
   /**
    * Optional: the sizes a binary dump announces for a model, before its events. A hint from the peer: a
    * staging may presize from it, within its own budget, never beyond.

@@ -2,12 +2,9 @@
 // and adapters exactly however it is split, refuses malformed bodies without holding more than they sent,
 // and interoperates both ways with a release that only speaks JSON (its code taken from history).
 import { afterEach, describe, expect, test } from "bun:test";
-import { DUMP_BINARY_CONTENT_TYPE, DUMP_BINARY_MAGIC, DUMP_FRAME } from "@kv-epp/protocol";
+import { DUMP_BINARY_CONTENT_TYPE, DUMP_BINARY_MAGIC, DUMP_FRAME, type RouterEvent, type StreamCursor } from "@kv-epp/protocol";
 import { join } from "node:path";
-import {
-  BinaryDumpParser, type BinaryDumpSinks, type DumpSource, dumpBinaryChunks, dumpHandler, dumpStream, fetchDump, type RouterEvent, type StreamCursor,
-  wantsBinary, DumpParser,
-} from "../src/index.ts";
+import { BinaryDumpParser, type BinaryDumpSinks, type DumpSource, dumpBinaryChunks, dumpHandler, dumpStream, fetchDump, wantsBinary, DumpParser } from "../src/index.ts";
 import { fromHistory, MapIndex, quietLogger, readAll, startPeer } from "./helpers.ts";
 
 const U64_MAX = 0xffff_ffff_ffff_ffffn;

@@ -1,6 +1,7 @@
+import type { RouterEvent } from "@kv-epp/protocol";
 import { describe, expect, test } from "bun:test";
 import fc from "fast-check";
-import { type DumpBatch, DumpFormatError, DumpParser, dumpStream, readDump, type RouterEvent } from "../src/index.ts";
+import { type DumpBatch, DumpFormatError, DumpParser, dumpStream, readDump } from "../src/index.ts";
 import { MapIndex, type ModelDump, readAll, sampleIndex } from "./helpers.ts";
 
 const enc = new TextEncoder();

@@ -1,8 +1,9 @@
 // Stream cursors and copy counts in /dump: written after each model's events, read back exactly in both
 // parser modes, and invisible to a parser that predates them (it still reads every event).
+import type { RouterEvent, StreamCursor } from "@kv-epp/protocol";
 import { describe, expect, test } from "bun:test";
 import { join } from "node:path";
-import { type DumpBatch, DumpParser, dumpStream, type RouterEvent, type StreamCursor } from "../src/index.ts";
+import { type DumpBatch, DumpParser, dumpStream } from "../src/index.ts";
 import { fromHistory, readAll } from "./helpers.ts";
 
 const U64_MAX = 0xffff_ffff_ffff_ffffn;

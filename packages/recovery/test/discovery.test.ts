@@ -109,7 +109,7 @@ describe("EndpointSlice discovery against a fake API server", () => {
       return s.port!;
     };
     const port = serve("127.0.3.2", "ready");
-    // The not-ready sibling would even serve a dump: it must still never be asked.
+    // The not-ready peer would even serve a dump: it must still never be asked.
     const port2 = serve("127.0.3.3", "notReady");
     kube.upsert(slice("s1", [{ ip: "127.0.3.2", ready: true, serving: true }], port) as never);
     kube.upsert(slice("s2", [{ ip: "127.0.3.3", ready: false, serving: false }], port2) as never);
@@ -156,7 +156,7 @@ describe("cold start with static peers (deadlock regression, rule 8)", () => {
       stops.push(() => d.stop());
       return { r, d, logger, lines };
     });
-    // All replicas start together: every probe happens while every sibling is still cold (answers 503).
+    // All replicas start together: every probe happens while every peer is still cold (answers 503).
     await Promise.all(runs.map((x) => x.d.start()));
     const outcomes = await Promise.all(
       runs.map(async (x) => {

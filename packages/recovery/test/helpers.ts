@@ -2,8 +2,9 @@ import { execFileSync } from "node:child_process";
 import { mkdirSync, mkdtempSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
+import type { RouterEvent } from "@kv-epp/protocol";
 import pino from "pino";
-import type { DumpModel, DumpSource, DumpStaging, DumpTarget, RouterEvent } from "../src/index.ts";
+import type { DumpModel, DumpSource, DumpStaging, DumpTarget } from "../src/index.ts";
 
 export const quietLogger = () => pino({ level: process.env.RECOVERY_TEST_LOG ?? "silent" });
 

@@ -1,7 +1,7 @@
 import { afterEach, describe, expect, test } from "bun:test";
 import { Registry } from "prom-client";
 import { hostileDumpPeer } from "@kv-epp/testkit";
-import { CandidateSet, dumpHandler, DumpParser, dumpStream, fetchDump, type DumpStaging, type RecoveryState, recoveryAttemptMetrics, runRecovery } from "../src/index.ts";
+import { PeerSet, dumpHandler, DumpParser, dumpStream, fetchDump, type DumpStaging, type RecoveryState, recoveryAttemptMetrics, runRecovery } from "../src/index.ts";
 import { capturingLogger, ManualDiscovery, MapIndex, peer, quietLogger, readAll, sampleIndex, scripted, startPeer } from "./helpers.ts";
 
 // Peers that decide the size and the pace of what this replica receives: bounded by the staging budget,
@@ -193,11 +193,11 @@ describe("readiness cannot be held hostage", () => {
   });
 });
 
-describe("CandidateSet set-aside", () => {
+describe("PeerSet set-aside", () => {
   const A = peer("http://a:1");
   const B = peer("http://b:1");
   test("a peer failing maxFailures times in a row is no longer pending nor usable; leaving and returning resets it", () => {
-    const s = new CandidateSet(scripted([0.1, 0.9]), 2);
+    const s = new PeerSet(scripted([0.1, 0.9]), 2);
     s.update([A, B]);
     for (let cycle = 1; cycle <= 2; cycle++) {
       s.newCycle();
@@ -218,13 +218,13 @@ describe("CandidateSet set-aside", () => {
   });
 
   test("a failure that would repeat as is (over budget) sets the peer aside at once", () => {
-    const s = new CandidateSet(scripted([0.1]), 3);
+    const s = new PeerSet(scripted([0.1]), 3);
     s.update([A]);
     s.newCycle();
     s.next();
     expect(s.fail(true)).toEqual({ peer: A, failures: 1, setAside: true });
     expect(s.usableCount).toBe(0);
-    const never = new CandidateSet(scripted([0.1]), 0);
+    const never = new PeerSet(scripted([0.1]), 0);
     never.update([A]);
     never.newCycle();
     never.next();

@@ -26,7 +26,7 @@ test("two cold replicas listing each other both start at once with empty_bootstr
   await Promise.all([pa.kill(), pb.kill()]);
 });
 
-test("a replica recovers from a serving sibling process and then serves the same /dump", async () => {
+test("a replica recovers from a serving peer process and then serves the same /dump", async () => {
   const [a, b] = ["127.0.3.72", "127.0.3.73"];
   const pa = start(a, [url(b)], 3); // B is not up yet: A starts alone with its (seeded) index
   expect((await outcomeOf(pa)).kind).toBe("empty_bootstrap");

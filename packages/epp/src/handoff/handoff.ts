@@ -2,9 +2,9 @@
 // rank's blocks are dumped with, the peer cursors a recovered dump brings, and the joiner's rule applied
 // to each rank's live stream afterwards. The seam to the rest of the EPP is narrow: it wraps the
 // indexers' DumpSource and DumpTarget, and it is the sink the listeners deliver to.
-import { parseWorkerKey, workerKey, type WorkerRef } from "@kv-epp/protocol";
+import { parseWorkerKey, type StreamCursor, workerKey, type WorkerRef } from "@kv-epp/protocol";
 import { replayRange, type ListenerSignal, type SocketOptions } from "@kv-epp/kv-events";
-import type { DumpModel, DumpSource, DumpStaging, DumpTarget, StreamCursor } from "@kv-epp/recovery";
+import type { DumpModel, DumpSource, DumpStaging, DumpTarget } from "@kv-epp/recovery";
 import type { Logger } from "pino";
 import { Counter, type Registry } from "prom-client";
 import { HANDOFF_OUTCOMES, RankStream, type HandoffOutcome, type RankIndex } from "./rank-stream.ts";

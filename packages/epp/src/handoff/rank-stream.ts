@@ -1,9 +1,8 @@
 // One worker rank's stream as this replica follows it: where its view stands (the cursor /dump carries),
 // and the handoff from a view taken over (a peer's dump, or nothing) to the live stream, by the joiner's
 // rule. Every signal of the rank's listener passes through here on its way to the index.
-import type { WorkerRef } from "@kv-epp/protocol";
+import type { StreamCursor, WorkerRef } from "@kv-epp/protocol";
 import { decodeBatch, type KvEventBatch, type ListenerSignal, type ReplayRangeResult } from "@kv-epp/kv-events";
-import type { StreamCursor } from "@kv-epp/recovery";
 import type { Logger } from "pino";
 import { joinerStep } from "./joiner-rule.ts";
 

@@ -1,10 +1,10 @@
 // Indexers through the batch builder: listener batches (GPU only, partial blocks, unknown parents
 // counted as rejected) and recovery staging in batches (same index as one applyStored per event).
-import type { WorkerRef } from "@kv-epp/protocol";
+import type { RouterEvent, WorkerRef } from "@kv-epp/protocol";
 import { expect, test } from "bun:test";
 import { computeBlockHashes, KvIndex } from "@kv-epp/index-wasm";
 import type { KvEvent } from "@kv-epp/kv-events";
-import { BinaryDumpParser, dumpBinaryChunks, dumpChunks, DumpParser, type RouterEvent } from "@kv-epp/recovery";
+import { BinaryDumpParser, dumpBinaryChunks, dumpChunks, DumpParser } from "@kv-epp/recovery";
 import { Indexers } from "./indexers.ts";
 import { presizeFor } from "./recovery-target.ts";
 import { createMetrics } from "../metrics.ts";

@@ -33,7 +33,7 @@ export function peersFromSlices(slices: readonly V1EndpointSlice[], podIp: strin
     if (port === undefined || port === null) continue;
     for (const ep of slice.endpoints ?? []) {
       const c = ep.conditions ?? {};
-      // ready must be explicitly true: a sibling of unknown readiness may hold no index (it would answer 503).
+      // ready must be explicitly true: a peer of unknown readiness may hold no index (it would answer 503).
       // serving defaults to ready and terminating to false, as the EndpointSlice API documents.
       const serving = c.serving ?? c.ready;
       if (c.ready !== true || serving !== true || c.terminating === true) continue;

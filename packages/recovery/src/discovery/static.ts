@@ -4,7 +4,7 @@ import type { Peer } from "../types.ts";
 import { ChangeListeners, type PeerDiscovery, sortedPeers } from "./types.ts";
 
 // Static peers (docs/CONTRACTS.md §8 rule 8): a listed peer is eligible only while it is *serving*, i.e. its /dump
-// answers 2xx (a cold sibling answers 503 until it has recovered). Unreachable, or any other answer (a
+// answers 2xx (a cold peer answers 503 until it has recovered). Unreachable, or any other answer (a
 // token we do not share, another service on that port), counts as not serving: a peer we cannot dump
 // from must not keep two cold replicas waiting on each other.
 // So replicas that list each other and start together all see "no serving peer" and bootstrap empty at once

@@ -1,19 +1,17 @@
-import type { RouterEvent } from "../types.ts";
+import type { RouterEvent, WorkerRef } from "@kv-epp/protocol";
 
 // A batch of parsed `/dump` events in typed arrays, for stagings that apply straight from them (e.g. into
 // KvIndex's batch builder) instead of one RouterEvent object and two BigInts per block. Measured on the
 // 1M-residency bench: building those objects, then the index's own IndexEvents from them, was most of the
 // receiver's cost. The parser reuses one batch: its contents are valid only during applyBatch.
 
-/** The worker of a batched event; the same object for consecutive events of one worker (a stable identity to cache on). */
-export type BatchWorker = { readonly workerId: string; readonly dpRank: number };
-
 export class DumpBatch {
   /** Events in the batch. */
   count = 0;
   /** Blocks in the batch (all events). */
   blocks = 0;
-  readonly workers: BatchWorker[] = [];
+  /** The rank of each event; the same object for consecutive events of one rank (a stable identity to cache on). */
+  readonly workers: WorkerRef[] = [];
   readonly eventIds: number[] = [];
   /** 1 where event i has a parent (then parentHashes[i] holds it). */
   hasParent = new Uint8Array(256);
@@ -71,7 +69,7 @@ export class DumpBatch {
   }
 
   /** Closes the event whose blocks were pushed since blockStart[count]. */
-  pushEvent(worker: BatchWorker, eventId: number, parent: boolean, pHi: number, pLo: number): void {
+  pushEvent(worker: WorkerRef, eventId: number, parent: boolean, pHi: number, pLo: number): void {
     const i = this.count;
     if (i + 1 >= this.hasParent.length) this.growEvents();
     this.workers[i] = worker;

@@ -1,6 +1,4 @@
-import { DUMP_BINARY_MAGIC, DUMP_CURSOR_FLAGS, DUMP_EVENT_FLAGS, DUMP_FRAME } from "@kv-epp/protocol";
-import type { RouterEvent, StoredBlockRef, StreamCursor } from "../types.ts";
-import type { BatchWorker } from "./batch.ts";
+import { DUMP_BINARY_MAGIC, DUMP_CURSOR_FLAGS, DUMP_EVENT_FLAGS, DUMP_FRAME, type RouterEvent, type StoredBlock, type StreamCursor, type WorkerRef } from "@kv-epp/protocol";
 import { DEFAULT_PARSER_LIMITS, DumpFormatError, type DumpCursorSink, type DumpParserLimits, type DumpSink, DumpTooLargeError } from "./parser.ts";
 
 // Streaming parser of the binary `/dump` body (docs/CONTRACTS.md §7 "binary"). Bytes in, frames out as each
@@ -14,7 +12,7 @@ export type BinaryDumpSinks = {
   /** Each event decoded as a RouterEvent (used when `events` is absent). */
   event: DumpSink;
   /** A run of whole events of one worker rank in the wire layout; the bytes are valid during the call only. */
-  events?: (key: string, blockSize: number, worker: BatchWorker, words: Uint8Array) => void;
+  events?: (key: string, blockSize: number, worker: WorkerRef, words: Uint8Array) => void;
   cursors?: DumpCursorSink;
   adapters?: (key: string, names: string[]) => void;
   /** The sizes the producer announced for a model (before its events): a hint, never trusted to size memory unchecked. */
@@ -54,7 +52,7 @@ export class BinaryDumpParser {
   private skipping = false;
   private blockSize = 0;
   private readonly modelKeys = new Set<string>();
-  private worker: BatchWorker | null = null;
+  private worker: WorkerRef | null = null;
   private sawCursors = false;
   private sawAdapters = false;
 
@@ -232,10 +230,10 @@ export class BinaryDumpParser {
       i++;
       let parentHash: bigint | null = null;
       if (flags & DUMP_EVENT_FLAGS.hasParent) parentHash = v.getBigUint64(8 * i++, true);
-      const blocks: StoredBlockRef[] = [];
+      const blocks: StoredBlock[] = [];
       const copies = (flags & DUMP_EVENT_FLAGS.hasCopies) !== 0;
       for (let b = 0; b < count; b++) {
-        const block: StoredBlockRef = { blockHash: v.getBigUint64(8 * (i + b), true), tokensHash: v.getBigUint64(8 * (i + count + b), true) };
+        const block: StoredBlock = { blockHash: v.getBigUint64(8 * (i + b), true), tokensHash: v.getBigUint64(8 * (i + count + b), true) };
         if (copies) {
           const c = v.getUint32(8 * (i + 2 * count + b), true);
           if (c !== 1) block.copies = c;

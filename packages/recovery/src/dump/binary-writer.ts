@@ -1,6 +1,5 @@
-import { DUMP_BINARY_MAGIC, DUMP_CURSOR_FLAGS, DUMP_EVENT_FLAGS, DUMP_FRAME } from "@kv-epp/protocol";
-import type { DumpModel, DumpSource, RouterEvent, StreamCursor } from "../types.ts";
-import { DUMP_CHUNK_BYTES } from "./writer.ts";
+import { DUMP_BINARY_MAGIC, DUMP_CHUNK_BYTES, DUMP_CURSOR_FLAGS, DUMP_EVENT_FLAGS, DUMP_FRAME, type RouterEvent, type StreamCursor } from "@kv-epp/protocol";
+import type { DumpModel, DumpSource } from "../types.ts";
 
 // Streaming writer of the binary `/dump` body (docs/CONTRACTS.md §7 "binary"), pulled chunk by chunk like
 // the JSON writer. A model that brings its events already in the layout (DumpModel.eventsBinary:

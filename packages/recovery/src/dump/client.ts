@@ -1,4 +1,4 @@
-import { DUMP_BINARY_CONTENT_TYPE, DUMP_CONTENT_TYPE } from "@kv-epp/protocol";
+import { DUMP_BINARY_CONTENT_TYPE, DUMP_CONTENT_TYPE, DUMP_PATH } from "@kv-epp/protocol";
 import type { DumpStaging, DumpTarget, Peer } from "../types.ts";
 import { BinaryDumpParser } from "./binary-parser.ts";
 import { gcPacer } from "./gc-pacer.ts";
@@ -55,7 +55,7 @@ export const DEFAULT_MIN_RATE: MinRate = { bytesPerSec: 64 * 1024, windowMs: 10_
 export type DumpFetchResult = { events: number; bytes: number; ms: number; skippedModels: number; format: DumpFormat };
 
 export function dumpUrl(peer: Peer): string {
-  return peer.url.replace(/\/+$/, "") + "/dump";
+  return peer.url.replace(/\/+$/, "") + DUMP_PATH;
 }
 
 export function authHeaders(token: string | undefined): Record<string, string> {

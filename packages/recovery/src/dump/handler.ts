@@ -53,7 +53,7 @@ function sameSecret(a: string, b: string): boolean {
 export function dumpHandler(opts: DumpHandlerOptions): (req: Request) => Response {
   const log = opts.logger.child({ component: "dump" });
   return (req) => {
-    // Not ready first: a 503 reveals nothing, and a cold sibling with another token must still read as
+    // Not ready first: a 503 reveals nothing, and a cold peer with another token must still read as
     // "not serving" (not as a peer that refuses it) so that cold replicas bootstrap instead of waiting.
     if (!opts.ready()) return jsonError(503, "KV index not recovered yet", { "retry-after": "1" });
     if (opts.token) {

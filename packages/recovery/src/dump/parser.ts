@@ -1,5 +1,5 @@
-import type { RouterEvent, StoredBlockRef, StreamCursor } from "../types.ts";
-import { type BatchWorker, DumpBatch } from "./batch.ts";
+import { DUMP_FIELDS as D, type RouterEvent, type StoredBlock, type StreamCursor, type WorkerRef } from "@kv-epp/protocol";
+import { DumpBatch } from "./batch.ts";
 import { type JsonHandler, JsonSyntaxError, JsonTokenizer, scanU64, type U64Parts } from "./json-tokenizer.ts";
 
 // Streaming `/dump` parser: bytes in, RouterEvents out as soon as each event's closing brace arrives. Memory
@@ -62,7 +62,7 @@ export type DumpAdapterSink = (key: string, names: string[]) => void;
  * parsing time only, never memory.
  */
 export type DumpParserOptions = { acceptModel?: (key: string) => boolean; adapters?: DumpAdapterSink };
-const EMPTY_BLOCKS: StoredBlockRef[] = [];
+const EMPTY_BLOCKS: StoredBlock[] = [];
 
 const enum F {
   None, Model, BlockSize, Events, WorkerId, DpRank, Event, EventId, Data, Stored, Parent, Blocks, BlockHash, TokensHash, Skip,
@@ -76,14 +76,14 @@ function keys(...entries: [string, F][]): KeyTable {
 }
 // Keys valid at each depth of the fixed shape (depth = number of open containers when the key is read).
 const KEYS_BY_DEPTH: (KeyTable | undefined)[] = [];
-KEYS_BY_DEPTH[2] = keys(["block_size", F.BlockSize], ["events", F.Events], ["cursors", F.Cursors], ["adapters", F.Adapters]);
+KEYS_BY_DEPTH[2] = keys([D.blockSize, F.BlockSize], [D.events, F.Events], [D.cursors, F.Cursors], [D.adapters, F.Adapters]);
 // depth 4 is an event or, inside "cursors", a cursor: key() keeps only the fields of the one it is in
-KEYS_BY_DEPTH[4] = keys(["worker_id", F.WorkerId], ["dp_rank", F.DpRank], ["event", F.Event], ["seq", F.Seq], ["baseline", F.Baseline], ["complete", F.Complete]);
-KEYS_BY_DEPTH[5] = keys(["event_id", F.EventId], ["data", F.Data]);
-KEYS_BY_DEPTH[7] = keys(["parent_hash", F.Parent], ["blocks", F.Blocks]);
-KEYS_BY_DEPTH[9] = keys(["block_hash", F.BlockHash], ["tokens_hash", F.TokensHash], ["copies", F.Copies]);
+KEYS_BY_DEPTH[4] = keys([D.workerId, F.WorkerId], [D.dpRank, F.DpRank], [D.event, F.Event], [D.seq, F.Seq], [D.baseline, F.Baseline], [D.complete, F.Complete]);
+KEYS_BY_DEPTH[5] = keys([D.eventId, F.EventId], [D.data, F.Data]);
+KEYS_BY_DEPTH[7] = keys([D.parentHash, F.Parent], [D.blocks, F.Blocks]);
+KEYS_BY_DEPTH[9] = keys([D.blockHash, F.BlockHash], [D.tokensHash, F.TokensHash], [D.copies, F.Copies]);
 const CURSOR_ONLY = new Set([F.Seq, F.Baseline, F.Complete]);
-const STORED = enc.encode("stored");
+const STORED = enc.encode(D.stored);
 // The exact block shape our writer emits; anything else (whitespace, key order, a chunk boundary) takes the
 // general path. Measured: this shape is ~90% of a dump's bytes, and the general path spends 10 tokens on it.
 const BLOCK_HEAD = enc.encode('{"block_hash":');
@@ -132,7 +132,7 @@ class DumpAssembler implements JsonHandler {
   private workerId: string | null = null;
   private lastWorkerBytes = new Uint8Array(0);
   private lastWorkerId = "";
-  private lastWorker: BatchWorker = { workerId: "", dpRank: -1 };
+  private lastWorker: WorkerRef = { workerId: "", dpRank: -1 };
   private dpRank = -1;
   private eventId = -1;
   /** 0: not seen, 1: null, 2: a hash in (pHi, pLo) */
@@ -140,7 +140,7 @@ class DumpAssembler implements JsonHandler {
   private pHi = 0;
   private pLo = 0;
   /** Object mode: the event's blocks; typed mode: EMPTY_BLOCKS once "blocks" was seen (they go to the batch). */
-  private blocks: StoredBlockRef[] | null = null;
+  private blocks: StoredBlock[] | null = null;
   private sawStored = false;
   private bhSet = false;
   private bhHi = 0;
@@ -335,7 +335,7 @@ class DumpAssembler implements JsonHandler {
   private pushBlock(bHi: number, bLo: number, tHi: number, tLo: number, copies: number): void {
     if (this.batch !== null) this.batch.pushBlock(bHi, bLo, tHi, tLo, copies);
     else {
-      const b: StoredBlockRef = { blockHash: toBigInt(bHi, bLo), tokensHash: toBigInt(tHi, tLo) };
+      const b: StoredBlock = { blockHash: toBigInt(bHi, bLo), tokensHash: toBigInt(tHi, tLo) };
       if (copies !== 1) b.copies = copies;
       this.blocks!.push(b);
     }
@@ -366,7 +366,7 @@ class DumpAssembler implements JsonHandler {
         return;
       }
       // before block_size: this event is buffered as an object, like in object mode
-      const blocks: StoredBlockRef[] = [];
+      const blocks: StoredBlock[] = [];
       for (let k = b.blockStart[b.count]!; k < b.blocks; k++) blocks.push({ blockHash: b.blockHashes[k]!, tokensHash: b.tokensHashes[k]! });
       b.dropOpen();
       this.blocks = blocks;

@@ -1,4 +1,4 @@
-import type { RouterEvent } from "../types.ts";
+import type { RouterEvent } from "@kv-epp/protocol";
 
 /** An index's own dump event, described structurally: recovery does not depend on the index package. */
 export type IndexDumpEvent = {

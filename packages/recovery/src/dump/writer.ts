@@ -1,4 +1,5 @@
-import type { DumpSource, RouterEvent, StreamCursor } from "../types.ts";
+import { DUMP_CHUNK_BYTES, DUMP_FIELDS as D, type RouterEvent, type StreamCursor } from "@kv-epp/protocol";
+import type { DumpSource } from "../types.ts";
 
 // Streaming `/dump` writer (docs/CONTRACTS.md §7). The body is produced chunk by chunk from the source's iterators
 // as the consumer pulls, so memory stays bounded by about one chunk (plus one event) however large the index
@@ -9,33 +10,30 @@ import type { DumpSource, RouterEvent, StreamCursor } from "../types.ts";
 // A model that brings its events pre-formatted (DumpModel.eventsJson: KvIndex.dumpJsonChunks, written inside
 // the WASM module) is framed here and its chunks passed on as they are: measured ~3x less CPU for the sender.
 
-/** Target size of one emitted chunk in bytes. */
-export const DUMP_CHUNK_BYTES = 64 * 1024;
-
 const enc = new TextEncoder();
 const F = {
   open: enc.encode("{"),
-  modelOpen: enc.encode(':{"block_size":'),
-  eventsOpen: enc.encode(',"events":['),
+  modelOpen: enc.encode(`:{"${D.blockSize}":`),
+  eventsOpen: enc.encode(`,"${D.events}":[`),
   close: enc.encode("}"),
   comma: enc.encode(","),
-  worker: enc.encode('{"worker_id":'),
-  eventId: enc.encode(',"event":{"event_id":'),
-  parent: enc.encode(',"data":{"stored":{"parent_hash":'),
-  blocks: enc.encode(',"blocks":['),
-  block: enc.encode('{"block_hash":'),
-  nextBlock: enc.encode(',{"block_hash":'),
-  tokens: enc.encode(',"tokens_hash":'),
-  dpRank: enc.encode(']}}},"dp_rank":'),
-  copies: enc.encode(',"copies":'),
-  cursorsOpen: enc.encode(',"cursors":['),
-  adaptersOpen: enc.encode(',"adapters":['),
+  worker: enc.encode(`{"${D.workerId}":`),
+  eventId: enc.encode(`,"${D.event}":{"${D.eventId}":`),
+  parent: enc.encode(`,"${D.data}":{"${D.stored}":{"${D.parentHash}":`),
+  blocks: enc.encode(`,"${D.blocks}":[`),
+  block: enc.encode(`{"${D.blockHash}":`),
+  nextBlock: enc.encode(`,{"${D.blockHash}":`),
+  tokens: enc.encode(`,"${D.tokensHash}":`),
+  dpRank: enc.encode(`]}}},"${D.dpRank}":`),
+  copies: enc.encode(`,"${D.copies}":`),
+  cursorsOpen: enc.encode(`,"${D.cursors}":[`),
+  adaptersOpen: enc.encode(`,"${D.adapters}":[`),
   arrayClose: enc.encode("]"),
-  cursorWorker: enc.encode('{"worker_id":'),
-  cursorRank: enc.encode(',"dp_rank":'),
-  cursorSeq: enc.encode(',"seq":'),
-  cursorBaseline: enc.encode(',"baseline":'),
-  cursorComplete: enc.encode(',"complete":'),
+  cursorWorker: enc.encode(`{"${D.workerId}":`),
+  cursorRank: enc.encode(`,"${D.dpRank}":`),
+  cursorSeq: enc.encode(`,"${D.seq}":`),
+  cursorBaseline: enc.encode(`,"${D.baseline}":`),
+  cursorComplete: enc.encode(`,"${D.complete}":`),
   true: enc.encode("true"),
   false: enc.encode("false"),
   null: enc.encode("null"),

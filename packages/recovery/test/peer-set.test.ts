@@ -1,14 +1,15 @@
 import { describe, expect, test } from "bun:test";
-import { Backoff, CandidateSet, dumpHandler, type RecoveryState, runRecovery } from "../src/index.ts";
+import { Backoff } from "@kv-epp/protocol";
+import { PeerSet, dumpHandler, type RecoveryState, runRecovery } from "../src/index.ts";
 import { gate, ManualDiscovery, MapIndex, peer, quietLogger, sampleIndex, scripted, startPeer, until } from "./helpers.ts";
 
 const A = peer("http://a:1");
 const B = peer("http://b:1");
 const C = peer("http://c:1");
 
-describe("CandidateSet", () => {
+describe("PeerSet", () => {
   test("peers are tried one at a time in the order of their attempt-scoped priorities", () => {
-    const s = new CandidateSet(scripted([0.7, 0.2, 0.5]));
+    const s = new PeerSet(scripted([0.7, 0.2, 0.5]));
     s.update([A, B, C]);
     s.newCycle();
     expect(s.pendingIds()).toEqual([B.id, C.id, A.id]);
@@ -17,7 +18,7 @@ describe("CandidateSet", () => {
   });
 
   test("unchanged churn is not a change and does not disturb pending, tried or the active attempt", () => {
-    const s = new CandidateSet(scripted([0.1, 0.2, 0.3]));
+    const s = new PeerSet(scripted([0.1, 0.2, 0.3]));
     s.update([A, B, C]);
     s.newCycle();
     s.next();
@@ -31,7 +32,7 @@ describe("CandidateSet", () => {
   });
 
   test("a peer that joins during a cycle is added to pending", () => {
-    const s = new CandidateSet(scripted([0.1, 0.2, 0.05]));
+    const s = new PeerSet(scripted([0.1, 0.2, 0.05]));
     s.update([A, B]);
     s.newCycle();
     s.next();
@@ -40,7 +41,7 @@ describe("CandidateSet", () => {
   });
 
   test("an unattempted peer that leaves is dropped; the active one stays active", () => {
-    const s = new CandidateSet(scripted([0.1, 0.2, 0.3]));
+    const s = new PeerSet(scripted([0.1, 0.2, 0.3]));
     s.update([A, B, C]);
     s.newCycle();
     expect(s.next()).toEqual(A);
@@ -52,7 +53,7 @@ describe("CandidateSet", () => {
   });
 
   test("exhausted → a fresh cycle redraws every priority", () => {
-    const s = new CandidateSet(scripted([0.1, 0.9, 0.9, 0.1]));
+    const s = new PeerSet(scripted([0.1, 0.9, 0.9, 0.1]));
     s.update([A, B]);
     s.newCycle();
     expect([s.next(), (s.fail(), s.next())]).toEqual([A, B]);
@@ -63,7 +64,7 @@ describe("CandidateSet", () => {
   });
 
   test("a tried peer that leaves and comes back is eligible again in the same cycle", () => {
-    const s = new CandidateSet(scripted([0.1, 0.2, 0.3]));
+    const s = new PeerSet(scripted([0.1, 0.2, 0.3]));
     s.update([A, B]);
     s.newCycle();
     s.next();
@@ -162,7 +163,7 @@ describe("recovery loop and the candidate model", () => {
     expect(delays).toEqual([5, 10, 20, 40, 5, 10]);
     // Every cycle tries each eligible peer exactly once.
     for (const order of orders.slice(0, 3)) expect([...order].sort()).toEqual([a.peer.id, b.peer.id].sort());
-    // Never the same peer twice in one cycle (the redraw of priorities itself is tested on CandidateSet).
+    // Never the same peer twice in one cycle (the redraw of priorities itself is tested on PeerSet).
     for (const order of orders) expect(new Set(order).size).toBe(order.length);
     for (const p of [a, b, c]) p.stop();
   });

@@ -1,6 +1,6 @@
 import type { Peer } from "./types.ts";
 
-// The candidate model of docs/CONTRACTS.md §8 rules 4-5. Level-triggered: `update()` receives the whole current
+// The peer model of docs/CONTRACTS.md §8 rules 4-5 (a peer: another EPP replica to recover from). Level-triggered: `update()` receives the whole current
 // eligible set every time and reconciles toward it, so no event needs to be seen to stay right.
 // - The eligible *set* (sorted ids) is what change detection compares: reshuffling never counts as a change.
 // - Priorities are random and scoped to a cycle: a peer gets one when it enters pending (cycle start or join).
@@ -17,7 +17,7 @@ type Pending = { peer: Peer; priority: number };
 /** What `fail()` concluded about the peer. */
 export type FailureRecord = { peer: Peer; failures: number; setAside: boolean };
 
-export class CandidateSet {
+export class PeerSet {
   private eligible = new Map<string, Peer>();
   private setKey = "";
   private readonly pending = new Map<string, Pending>();
@@ -113,34 +113,5 @@ export class CandidateSet {
   /** Nothing pending and nothing in flight: the cycle is over. */
   get exhausted(): boolean {
     return this.pending.size === 0 && this.activePeer === null;
-  }
-}
-
-export type BackoffOptions = { initialMs?: number; maxMs?: number; factor?: number };
-
-/** Exponential backoff between cycles; `reset()` is called only on a real change of the candidate set. */
-export class Backoff {
-  private readonly initialMs: number;
-  private readonly maxMs: number;
-  private readonly factor: number;
-  private current: number;
-
-  constructor(opts: BackoffOptions = {}) {
-    this.initialMs = opts.initialMs ?? 500;
-    this.maxMs = opts.maxMs ?? 30_000;
-    this.factor = opts.factor ?? 2;
-    this.current = this.initialMs;
-  }
-  /** The delay to wait now; the following one grows. */
-  next(): number {
-    const d = this.current;
-    this.current = Math.min(this.current * this.factor, this.maxMs);
-    return d;
-  }
-  reset(): void {
-    this.current = this.initialMs;
-  }
-  peek(): number {
-    return this.current;
   }
 }
