@@ -214,6 +214,55 @@ describe("/dump content negotiation", () => {
     expect([target.commits, target.aborts]).toEqual([0, 1]);
   });
 
+  /** A peer streaming `head` once, then `frame` forever (a fresh chunk of them per pull). */
+  function endless(head: Uint8Array, frame: Uint8Array) {
+    const chunk = Buffer.concat(Array.from({ length: Math.ceil(65536 / frame.length) }, () => frame));
+    let sent = 0;
+    const p = startPeer(() => {
+      let first = true;
+      return new Response(new ReadableStream({
+        pull(c) {
+          c.enqueue(first ? head : chunk);
+          sent += first ? head.length : chunk.length;
+          first = false;
+        },
+      }), { headers: { "content-type": DUMP_BINARY_CONTENT_TYPE } });
+    });
+    servers.push(p);
+    return { peer: p.peer, sent: () => sent };
+  }
+  const framed = (type: number, payload: number[]) => frames([type, payload]).subarray(8); // without the magic
+
+  test("an endless valid binary dump fails at the staging budget through the bulk path, the staging aborted", async () => {
+    const p = endless(frames(model("m"), worker()), framed(DUMP_FRAME.events, [...u64(2n << 32n), ...u64(1n, 2n, 3n, 4n)]));
+    let staged = 0, commits = 0, aborts = 0;
+    const target = { begin: () => ({
+      apply() {}, commit: () => void commits++, abort: () => void aborts++,
+      applyEvents: (_k: string, _bs: number, _w: unknown, words: Uint8Array) => void (staged += words.length),
+      stagedBytes: () => staged,
+    }) };
+    const err = await fetchDump({ peer: p.peer, target, timeoutMs: 5000, budgetBytes: 1 << 20 }).catch((e) => e);
+    expect(err).toMatchObject({ name: "DumpFetchError", reason: "budget" });
+    expect(staged).toBeGreaterThan(1 << 20);
+    expect(staged).toBeLessThan(4 << 20); // checked per chunk
+    expect([commits, aborts]).toEqual([0, 1]);
+  });
+
+  test("an endless stream of unknown frames, or of an unserved model's events, stages nothing and ends at the byte limit", async () => {
+    for (const [head, frame] of [
+      [frames(), framed(77, [1, 2, 3, 4, 5])],
+      [frames(model("other")), framed(DUMP_FRAME.events, [...u64(1n << 32n), ...u64(1n, 2n)])],
+    ] as const) {
+      const p = endless(head, frame);
+      const index = new MapIndex();
+      const target = { begin: () => ({ ...index.begin(), accepts: (k: string) => k === "m" }) };
+      const err = await fetchDump({ peer: p.peer, target, timeoutMs: 5000, limits: { maxBytes: 4 << 20 }, budgetBytes: 1 << 20 }).catch((e) => e);
+      expect(err).toMatchObject({ reason: "budget" });
+      expect(err.message).toContain("larger than the limit");
+      expect([index.eventCount, index.commits, index.aborts]).toEqual([0, 0, 1]);
+    }
+  });
+
   test("interop with a release that only speaks JSON, both directions", async () => {
     const dir = fromHistory(JSON_ONLY_RELEASE, [
       "src/types.ts", "src/dump/batch.ts", "src/dump/gc-pacer.ts", "src/dump/writer.ts", "src/dump/handler.ts",
