@@ -52,13 +52,14 @@ test("traffic reaches both ports of the pods; a repeated prompt goes back to the
   const again = await gateway.completion(epps[1 % epps.length]!, { model: MODEL, prompt: prompt(100), max_tokens: 2 });
   expect(again.endpoint).toBe(first.endpoint);
   expect(again.cachedTokens).toBeGreaterThan(0);
-  // Every replica indexes, per pod, exactly what its ranks cache (the worker reports the sum over ranks).
+  // Every replica indexes, per pod, exactly what its ranks cache (each port's /metrics reports its own rank).
   for (const epp of cluster.readyEpps())
     for (const w of cluster.readyWorkers())
       await waitFor(
         async () => {
           const indexed = (await eppWorkers(cluster.ip(epp))).filter((r) => r.worker_id === w).reduce((n, r) => n + r.blocks, 0);
-          return indexed > 0 && indexed === (await workerCachedBlocks(`${cluster.ip(w)}:8000`));
+          const cached = (await workerCachedBlocks(`${cluster.ip(w)}:8000`)) + (await workerCachedBlocks(`${cluster.ip(w)}:8001`));
+          return indexed > 0 && indexed === cached;
         },
         { timeoutMs: 10_000, message: `${epp} indexes ${w}'s ranks exactly` },
       );

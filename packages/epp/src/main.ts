@@ -36,7 +36,7 @@ import { ActiveLoad, sumLoad } from "./picker/load.ts";
 import { LatencyModel } from "./picker/latency.ts";
 import { Picker } from "./picker/picker.ts";
 import { RoutingQuality } from "./picker/quality.ts";
-import { WorkerMetricsScraper } from "./picker/worker-metrics.ts";
+import { scrapeTargets, WorkerMetricsScraper } from "./picker/worker-metrics.ts";
 import { startReplicaAgg, type ReplicaAgg } from "./replica-agg/service.ts";
 import { selectionApp } from "./selection-http.ts";
 import { createTokenize } from "./tokens.ts";
@@ -133,7 +133,7 @@ export async function startEpp(cfg: EppConfig, o: { log?: Logger; kubeConfig?: K
     },
     onMalformed: (kind) => metrics.kvMalformed.inc({ kind }),
     onChanged: (specs) => {
-      scraper.setTargets(specs.map((s) => ({ workerId: s.id, url: s.metricsUrl })));
+      scraper.setTargets(specs.flatMap(scrapeTargets));
       metrics.workers.set(specs.reduce((n, s) => n + s.dpSize, 0));
     },
   });
@@ -169,7 +169,7 @@ export async function startEpp(cfg: EppConfig, o: { log?: Logger; kubeConfig?: K
     indexers: indexers.models,
     candidates: () => workers.candidates(),
     load: replicaAgg ? sumLoad(load, replicaAgg.siblings) : load,
-    workerMetrics: (id) => scraper.get(id),
+    workerMetrics: (endpoint) => scraper.get(endpoint),
     options: cfg.picker,
     latency,
   });
@@ -198,7 +198,7 @@ export async function startEpp(cfg: EppConfig, o: { log?: Logger; kubeConfig?: K
       queuesFull: () => {
         const t = cfg.picker.queueThreshold;
         const cs = workers.candidates();
-        return t > 0 && cs.length > 0 && cs.every((c) => (scraper.get(c.workerId)?.waiting ?? 0) > t);
+        return t > 0 && cs.length > 0 && cs.every((c) => (scraper.get(c.endpoint)?.waiting ?? 0) > t);
       },
       quality,
       explainAll: cfg.explain,

@@ -65,7 +65,14 @@ export async function startMockWorker(opts: MockWorkerOptions = {}): Promise<Moc
   });
 
   const ranks: RankParts[] = [];
-  const metrics = createMetrics(config.model, () => ranks.map((r) => r.engine));
+  // vLLM's external DP load balancing (--rank-ports) runs a process per rank: each API server's /metrics
+  // shows its own engine only. Otherwise one server shows every rank.
+  const first = config.dataParallelStartRank;
+  const allMetrics = createMetrics(config.model, () => ranks.map((r) => r.engine));
+  const perRank = config.rankPorts
+    ? Array.from({ length: config.dpSize }, (_, i) => createMetrics(config.model, () => (ranks[i] ? [ranks[i]!.engine] : [])))
+    : undefined;
+  const metricsOf = (rank: number) => perRank?.[rank - first] ?? allMetrics;
   try {
     // Rank numbers are global (vLLM's multi-node DP): this worker's first rank is the start rank, and
     // ports and data_parallel_rank follow the global rank (vLLM's offset_endpoint_port).
@@ -75,8 +82,8 @@ export async function startMockWorker(opts: MockWorkerOptions = {}): Promise<Moc
         runContext: config.kvGroups.some((g) => g.blockSize !== config.blockSize),
       });
       const engine = new RankEngine(rank, cache, timing, {
-        onFirstToken: (s) => metrics.firstToken(rank, s),
-        onFinished: (n) => metrics.finished(rank, n),
+        onFirstToken: (s) => metricsOf(rank).firstToken(rank, s),
+        onFinished: (n) => metricsOf(rank).finished(rank, n),
       });
       const events = await RankEventStream.open({
         rank,
@@ -86,8 +93,8 @@ export async function startMockWorker(opts: MockWorkerOptions = {}): Promise<Moc
         replayBuffer: config.replayBuffer, topic: config.topic,
         encoding: config.eventEncoding, hashMode: config.hashMode, blockSize: config.blockSize, kvGroups: config.kvGroups,
         log: log.child({ rank }),
-        onPublished: (n) => metrics.eventsPublished(rank, n),
-        onError: () => metrics.publishFailed(rank),
+        onPublished: (n) => metricsOf(rank).eventsPublished(rank, n),
+        onError: () => metricsOf(rank).publishFailed(rank),
       });
       cache.subscribe((changes) => events.publish(changes));
       ranks.push({ engine, events });
@@ -112,6 +119,7 @@ export async function startMockWorker(opts: MockWorkerOptions = {}): Promise<Moc
 
   /** The API server for `served` ranks (all of them, or one with --rank-ports). */
   const appFor = (served: { pick: typeof pickRank; dpSize: number; startRank: number }) => {
+    const metrics = served.dpSize === 1 && perRank ? metricsOf(served.startRank) : allMetrics;
     const app = new Hono();
     app.onError((err, c) => {
       // A client that hung up while queued or decoding is not an error of ours; its slot was freed.

@@ -17,3 +17,12 @@ test("each rank's own port serves that rank only, and the rank header names no o
   expect(w.ranks[0]!.cache.usedBlocks).toBe(0);
   expect((await complete(w.urls[1]!, { "x-data-parallel-rank": "0" })).status).toBe(400); // rank 0 is not behind this port
 });
+
+test("each rank's port exposes its own engine's /metrics only, as vLLM's one process per rank does", async () => {
+  const metricsOf = async (url: string) => {
+    const text = await (await fetch(`${url}/metrics`)).text();
+    return new Set([...text.matchAll(/^vllm:num_requests_waiting\{[^}]*engine="(\d+)"/gm)].map((m) => m[1]));
+  };
+  expect(await metricsOf(w!.urls[0]!)).toEqual(new Set(["0"]));
+  expect(await metricsOf(w!.urls[1]!)).toEqual(new Set(["1"]));
+});

@@ -80,7 +80,8 @@ export class Picker {
       candidates: () => readonly Candidate[];
       /** In-flight load per worker: this replica's own plus what its siblings attributed (replica-agg). */
       load: LoadView;
-      workerMetrics: (workerId: string) => WorkerMetrics | undefined;
+      /** The scraped metrics of the API server at a candidate's endpoint. */
+      workerMetrics: (endpoint: string) => WorkerMetrics | undefined;
       options: PickerOptions;
       /** Predicts each candidate's TTFT (the latency cost, and what a decision explains). */
       latency: LatencyModel;
@@ -106,7 +107,7 @@ export class Picker {
       endpoint: ref.endpoint,
       overlap: overlaps.get(ref.key) ?? 0,
       activeBlocks: this.deps.load.blocks(ref.key),
-      waiting: this.deps.workerMetrics(ref.workerId)?.waiting ?? 0,
+      waiting: this.deps.workerMetrics(ref.endpoint)?.waiting ?? 0,
     }));
     const o = this.deps.options;
     const latency = this.deps.latency;

@@ -58,11 +58,23 @@ export function parseVllmMetrics(text: string, at = Date.now()): WorkerMetrics &
   return out;
 }
 
-export type ScrapeTarget = { workerId: string; url: string };
+/** One API server's /metrics: `endpoint` is the address the gateway is told for its ranks. */
+export type ScrapeTarget = { workerId: string; endpoint: string; url: string };
+
+/**
+ * A worker's scrape targets: one per API server, as GAIE scrapes every target port of a pod as an
+ * endpoint of its own (its datastore gives each port's endpoint the metrics host podIP:port). A worker
+ * with one API server is scraped at its metrics URL (which may name another port).
+ */
+export function scrapeTargets(spec: { id: string; address: string; servers?: readonly { address: string }[]; metricsUrl: string }): ScrapeTarget[] {
+  if (!spec.servers || spec.servers.length <= 1) return [{ workerId: spec.id, endpoint: spec.address, url: spec.metricsUrl }];
+  return spec.servers.map((s) => ({ workerId: spec.id, endpoint: s.address, url: `http://${s.address}/metrics` }));
+}
 
 export class WorkerMetricsScraper {
+  /** By endpoint: each API server's own queue. */
   readonly #latest = new Map<string, WorkerMetrics>();
-  /** num_gpu_blocks per worker and engine: fixed for a worker's life, so kept across failed scrapes. */
+  /** num_gpu_blocks per worker and engine (from all its API servers): fixed for a worker's life, so kept across failed scrapes. */
   readonly #gpuBlocks = new Map<string, Map<number, number>>();
   #targets: ScrapeTarget[] = [];
   #timer: ReturnType<typeof setInterval> | undefined;
@@ -79,13 +91,15 @@ export class WorkerMetricsScraper {
 
   setTargets(targets: ScrapeTarget[]): void {
     this.#targets = targets;
+    const endpoints = new Set(targets.map((t) => t.endpoint));
     const ids = new Set(targets.map((t) => t.workerId));
-    for (const id of this.#latest.keys()) if (!ids.has(id)) this.#latest.delete(id);
+    for (const e of this.#latest.keys()) if (!endpoints.has(e)) this.#latest.delete(e);
     for (const id of this.#gpuBlocks.keys()) if (!ids.has(id)) this.#gpuBlocks.delete(id);
   }
 
-  get(workerId: string): WorkerMetrics | undefined {
-    return this.#latest.get(workerId);
+  /** The last good scrape of the API server at `endpoint` (a candidate's endpoint). */
+  get(endpoint: string): WorkerMetrics | undefined {
+    return this.#latest.get(endpoint);
   }
 
   /**
@@ -115,11 +129,15 @@ export class WorkerMetricsScraper {
             const res = await fetch(t.url, { signal: AbortSignal.timeout(this.opts.timeoutMs ?? 2000) });
             if (!res.ok) throw new Error(`HTTP ${res.status}`);
             const m = parseVllmMetrics(await res.text());
-            this.#latest.set(t.workerId, m);
-            if (m.gpuBlocks.size > 0) this.#gpuBlocks.set(t.workerId, m.gpuBlocks);
+            this.#latest.set(t.endpoint, m);
+            if (m.gpuBlocks.size > 0) {
+              const byEngine = this.#gpuBlocks.get(t.workerId) ?? new Map<number, number>();
+              for (const [engine, blocks] of m.gpuBlocks) byEngine.set(engine, blocks);
+              this.#gpuBlocks.set(t.workerId, byEngine);
+            }
             this.opts.onSuccess?.(t.workerId);
           } catch (err) {
-            this.#latest.delete(t.workerId);
+            this.#latest.delete(t.endpoint);
             this.opts.onError(t.workerId, err);
           }
         }),

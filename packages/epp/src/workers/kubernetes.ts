@@ -123,7 +123,7 @@ export function podWorker(pod: V1Pod, o: Pick<PoolWorkersOptions, "kvEventsPort"
     replay: o.kvReplayPort ? `tcp://${host}:${o.kvReplayPort}` : undefined,
     dpSize: o.dpSize * ports.length,
     ...(start > 0 ? { dpStartRank: start } : {}),
-    // One scrape per worker: the first API server's (each serves its own ranks' queue; see README).
+    // With several target ports each API server is scraped on its own port (scrapeTargets).
     metricsUrl: `http://${host}:${ports[0]}/metrics`,
   };
 }

@@ -97,7 +97,7 @@ describe("one decision for the EPP and the simulation", () => {
           indexers: { lookup: () => ({ key: "m:t", blockSize: BLOCK, index }) },
           candidates: () => candidates,
           load,
-          workerMetrics: (id) => ({ running: 1, waiting: workers[refs.findIndex((r) => r.workerId === id)]!.waitingCount, kvUsage: 0, at: 0 }),
+          workerMetrics: (endpoint) => ({ running: 1, waiting: workers[keys.indexOf(endpoint)]!.waitingCount, kvUsage: 0, at: 0 }),
           options: { ...s.weights, queueThreshold: s.queueThreshold, cost: s.cost },
           random: seededRandom(s.seed),
           latency: new LatencyModel(),
