@@ -628,12 +628,12 @@ const TOUCH_AHEAD: u32 = 16;
  * branches serialise them, then hit cache. WebAssembly has no prefetch instruction: this is the
  * portable form of one. Measured at ~1M residencies: ~10% off ingestion.
  */
-function touchStored(w: u32, seq: u64, ext: usize, tok: usize, stride: usize, from: u32, to: u32): u64 {
+function touchStored(w: u32, seq: u64, ext: usize, tok: usize, from: u32, to: u32): u64 {
   const cs = slotsOf(CHILD), cc = capOf(CHILD), rs = slotsOf(RES), rc = capOf(RES);
   let acc: u32 = 0;
   for (let i = from; i < to; i++) {
-    seq = childSeq(seq, load<u64>(tok + <usize>i * stride));
-    const kh = keyHash(w, load<u64>(ext + <usize>i * stride));
+    seq = childSeq(seq, load<u64>(tok + (<usize>i << 3)));
+    const kh = keyHash(w, load<u64>(ext + (<usize>i << 3)));
     const c = load<u32>(cs + (<usize>homeOf(seq, cc) << 2));
     const r = load<u32>(rs + (<usize>homeOf(kh, rc) << 2));
     acc += c + r;
@@ -643,11 +643,11 @@ function touchStored(w: u32, seq: u64, ext: usize, tok: usize, stride: usize, fr
 }
 
 /**
- * A stored event: `n` blocks whose block hashes are at ext + i * stride and tokens hashes at
- * tok + i * stride (interleaved pairs: stride 16; two arrays: stride 8); copies per block as u64 words
+ * A stored event: `n` blocks whose block hashes are the u64 array at ext and tokens hashes the one at
+ * tok; copies per block as u64 words
  * at `copies` (0: one copy each; 0 copies: a record that only names the prefix, from a dump).
  */
-function stored(w: u32, hasParent: bool, parentExt: u64, ext: usize, tok: usize, stride: usize, copies: usize, n: u32): void {
+function stored(w: u32, hasParent: bool, parentExt: u64, ext: usize, tok: usize, copies: usize, n: u32): void {
   let cur = ROOT;
   lastReject = 0;
   if (hasParent) {
@@ -663,12 +663,12 @@ function stored(w: u32, hasParent: bool, parentExt: u64, ext: usize, tok: usize,
   for (let i: u32 = 0; i < n; i++) {
     if (i == touchedTo) {
       const to = min<u32>(n, i + TOUCH_AHEAD);
-      touchSeq = touchStored(w, touchSeq, ext, tok, stride, i, to);
+      touchSeq = touchStored(w, touchSeq, ext, tok, i, to);
       touchedTo = to;
     }
-    const e = load<u64>(ext + <usize>i * stride);
+    const e = load<u64>(ext + (<usize>i << 3));
     const c: u32 = copies == 0 ? 1 : <u32>min<u64>(load<u64>(copies + (<usize>i << 3)), REC_MAX_COPIES);
-    seq = childSeq(seq, load<u64>(tok + <usize>i * stride));
+    seq = childSeq(seq, load<u64>(tok + (<usize>i << 3)));
     const held = resFind(w, e);
     let child = childFind(cur, seq);
     if (held != NIL) {
@@ -761,14 +761,12 @@ function clearSlot(w: u32): u32 {
 }
 
 /**
- * Applies encoded events from linear memory. Each event starts with a header word
- * kind | worker << 8 | count << 32, then:
- *   kind 1 stored at the root: `count` (block hash, tokens hash) pairs
- *   kind 2 stored under a parent: the parent's block hash, then the pairs
+ * Applies a batch of events from linear memory (written by src/batch-builder.ts, the only writer). Each
+ * event starts with a header word kind | worker << 8 | count << 32, then:
  *   kind 3 removed: `count` block hashes
  *   kind 4 cleared: nothing
- *   kind 5 / 6: as 1 / 2 but with the `count` block hashes first, then the `count` tokens hashes
- *   (two arrays copied in whole by the batch builder, instead of interleaved pairs)
+ *   kind 5 stored at the root: `count` block hashes, then `count` tokens hashes
+ *   kind 6 stored under a parent: the parent's block hash, then as kind 5
  *   kind 7 / 8: as 5 / 6, then `count` copy counts (dumps: 0 names a prefix the worker does not hold)
  * Returns the words consumed; tallies are read with the getters.
  */
@@ -789,46 +787,18 @@ export function applyBatch(p: usize, words: u32): u32 {
       i += n;
     } else if (kind == 4) {
       outBlocks += clearSlot(w);
-    } else if (kind >= 1 && kind <= 8) {
+    } else if (kind >= 5 && kind <= 8) {
       const hasParent = (kind & 1) == 0;
       let parent: u64 = 0;
       if (hasParent) { parent = load<u64>(p + (<usize>i << 3)); i++; }
       const at = p + (<usize>i << 3);
-      if (kind <= 2) { stored(w, hasParent, parent, at, at + 8, 16, 0, n); i += n * 2; }
-      else if (kind <= 6) { stored(w, hasParent, parent, at, at + (<usize>n << 3), 8, 0, n); i += n * 2; }
-      else { stored(w, hasParent, parent, at, at + (<usize>n << 3), 8, at + (<usize>n << 4), n); i += n * 3; }
+      if (kind <= 6) { stored(w, hasParent, parent, at, at + (<usize>n << 3), 0, n); i += n * 2; }
+      else { stored(w, hasParent, parent, at, at + (<usize>n << 3), at + (<usize>n << 4), n); i += n * 3; }
     } else {
       unreachable();
     }
   }
   return i;
-}
-
-/**
- * Checks a batch from outside (applyEncoded) before anything is applied: known kinds, worker slots
- * below DEAD_WORKER, and every event's words inside the batch. Returns the word index of the first
- * bad header, or 0xFFFFFFFF when the batch is well formed.
- */
-export function validateBatch(p: usize, words: u32): u32 {
-  let i: u32 = 0;
-  while (i < words) {
-    const h = load<u64>(p + (<usize>i << 3));
-    const kind = <u32>(h & 0xff);
-    const w = <u32>((h >> 8) & 0xffffff);
-    const n = <u64>(h >> 32);
-    if (w >= DEAD_WORKER) return i;
-    let need: u64;
-    if (kind == 1 || kind == 5) need = 1 + n * 2;
-    else if (kind == 2 || kind == 6) need = 2 + n * 2;
-    else if (kind == 7) need = 1 + n * 3;
-    else if (kind == 8) need = 2 + n * 3;
-    else if (kind == 3) need = 1 + n;
-    else if (kind == 4) need = 1;
-    else return i;
-    if (<u64>i + need > <u64>words) return i;
-    i += <u32>need;
-  }
-  return 0xFFFFFFFF;
 }
 
 /**

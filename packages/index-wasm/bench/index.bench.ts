@@ -1,16 +1,18 @@
 // bun run bench:index — the WASM index against the TypeScript reference model, same workloads, same run.
 // Prints ingestion throughput, findMatches latency percentiles and memory per residency.
-import type { WorkerRef } from "@kv-epp/protocol";
-import { KvIndex, MatchList, type IndexEvent } from "../src/index.ts";
+import { KvIndex, MatchList, type WorkerRef } from "../src/index.ts";
+import { applyEvents, findMatches, type IndexEvent } from "../src/helpers.ts";
 import { ReferenceIndex } from "../test/reference-model.ts";
 import { mulberry32 } from "@kv-epp/testkit";
-import { encodeWords, sequences, storedEvents, workers } from "./workload.ts";
+import { sequences, storedEvents, workers } from "./workload.ts";
 
 type Index = KvIndex | ReferenceIndex;
 const impls: [name: string, create: () => Index][] = [
   ["wasm", () => KvIndex.create({ blockSize: 16 })],
   ["reference", () => ReferenceIndex.create({ blockSize: 16 })],
 ];
+/** Events as objects: the WASM index through its helper (the batch builder underneath), the model directly. */
+const applyTo = (index: Index, events: IndexEvent[]) => (index instanceof KvIndex ? applyEvents(index, events) : index.applyBatch(events));
 const fmt = (n: number, d = 1) => n.toLocaleString("en-US", { maximumFractionDigits: d });
 
 /** Wall and CPU time (user + system of this process, less noisy on a shared machine) of one run. */
@@ -70,9 +72,9 @@ function ingestion(): void {
   const groups = batches(events, 256);
   const blocks = blockCount(events);
   console.log(`\ningestion into an empty index: ${fmt(events.length, 0)} stored events, ${fmt(blocks, 0)} block events, batches of 256 events`);
-  const wasmRate = rate("wasm applyBatch (IndexEvent[])", blocks, 5, () => {
+  const wasmRate = rate("wasm applyEvents helper (IndexEvent[])", blocks, 5, () => {
     const index = KvIndex.create({ blockSize: 16 });
-    return () => { for (const g of groups) index.applyBatch(g); };
+    return () => { for (const g of groups) applyEvents(index, g); };
   });
   const refRate = rate("reference applyBatch", blocks, 3, () => {
     const index = ReferenceIndex.create({ blockSize: 16 });
@@ -123,15 +125,7 @@ function ingestion(): void {
       }
     };
   });
-  // pre-encoded in the module's u64 wire layout: the index itself, without any conversion
-  const slotsIndex = KvIndex.create({ blockSize: 16 });
-  const encoded = groups.map((g) => encodeWords(g, (w) => slotsIndex.slotFor(w)));
-  rate("wasm applyEncoded (pre-encoded)", blocks, 5, () => {
-    const index = KvIndex.create({ blockSize: 16 });
-    for (const w of ws) index.slotFor(w);
-    return () => { for (const words of encoded) index.applyEncoded(words); };
-  });
-  console.log(`  wasm / reference per CPU-second: applyBatch ${fmt(wasmRate / refRate, 1)}x, builder ${fmt(builderRate / refRate, 1)}x`);
+  console.log(`  wasm / reference per CPU-second: applyEvents ${fmt(wasmRate / refRate, 1)}x, builder ${fmt(builderRate / refRate, 1)}x`);
 }
 
 // ---- steady state: an index at ~1M residencies where each new sequence evicts an old one ----
@@ -154,10 +148,10 @@ function steadyState(): void {
   const groups = batches(churn, 256);
   console.log(`\nsteady state at ~1M residencies: ${fmt(churn.length, 0)} events (stored and removed), ${fmt(blocks, 0)} block events, batches of 256 events`);
   const warmGroups = batches(stored.slice(0, warm), 256);
-  const wasmRate = rate("wasm applyBatch (IndexEvent[])", blocks, 3, () => {
+  const wasmRate = rate("wasm applyEvents helper (IndexEvent[])", blocks, 3, () => {
     const index = KvIndex.create({ blockSize: 16 });
-    for (const g of warmGroups) index.applyBatch(g);
-    return () => { for (const g of groups) index.applyBatch(g); };
+    for (const g of warmGroups) applyEvents(index, g);
+    return () => { for (const g of groups) applyEvents(index, g); };
   });
   const refRate = rate("reference applyBatch", blocks, 1, () => {
     const index = ReferenceIndex.create({ blockSize: 16 });
@@ -171,7 +165,7 @@ function steadyState(): void {
     : { worker: e.worker, ext: BigUint64Array.from(e.kind === "removed" ? e.hashes : []) }));
   const builderRate = rate("wasm batch() builder (typed arrays)", blocks, 3, () => {
     const index = KvIndex.create({ blockSize: 16 });
-    for (const g of warmGroups) index.applyBatch(g);
+    for (const g of warmGroups) applyEvents(index, g);
     return () => {
       const b = index.batch();
       for (const g of typedChurn) {
@@ -180,7 +174,7 @@ function steadyState(): void {
       }
     };
   });
-  console.log(`  wasm / reference per CPU-second: applyBatch ${fmt(wasmRate / refRate, 1)}x, builder ${fmt(builderRate / refRate, 1)}x`);
+  console.log(`  wasm / reference per CPU-second: applyEvents ${fmt(wasmRate / refRate, 1)}x, builder ${fmt(builderRate / refRate, 1)}x`);
 }
 
 // ---- findMatches latency ----
@@ -198,13 +192,13 @@ function matching(workerCount: number, length: number): void {
   const line: string[] = [];
   const list = new MatchList();
   const variants: [name: string, create: () => Index, call: (index: Index, q: BigUint64Array) => number][] = [
-    ["wasm findMatches (Maps)", impls[0]![1], (index, q) => index.findMatches(q).scores.size],
+    ["wasm findMatches helper (Maps)", impls[0]![1], (index, q) => findMatches(index as KvIndex, q).scores.size],
     ["wasm findMatchesInto", impls[0]![1], (index, q) => (index as KvIndex).findMatchesInto(q, list)],
-    ["reference", impls[1]![1], (index, q) => index.findMatches(q).scores.size],
+    ["reference", impls[1]![1], (index, q) => (index as ReferenceIndex).findMatches(q).scores.size],
   ];
   for (const [name, create, call] of variants) {
     const index = create();
-    for (const g of batches(events, 256)) index.applyBatch(g);
+    for (const g of batches(events, 256)) applyTo(index, g);
     const runs = name.startsWith("wasm") ? 20_000 : 4_000;
     const times = new Float64Array(runs);
     for (let i = 0; i < 1000; i++) call(index, queries[i % queries.length]!); // warm up
@@ -232,7 +226,7 @@ function memory(label: string, workerCount: number, seqs: BigUint64Array[], assi
     Bun.gc(true);
     const before = process.memoryUsage().heapUsed;
     const index = create();
-    for (const g of batches(events, 256)) index.applyBatch(g);
+    for (const g of batches(events, 256)) applyTo(index, g);
     const stats = index.stats();
     if (name === "wasm") {
       parts.push(`${fmt(stats.residencies, 0)} residencies over ${fmt(stats.blocks, 0)} blocks:`);

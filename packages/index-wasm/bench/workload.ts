@@ -1,8 +1,8 @@
 // Synthetic KV-event workloads for the index benchmark: workers storing chains of blocks that share
 // prompt prefixes, with block hashes derived per worker from the prefix (as vLLM does).
-import type { StoredBlock, WorkerRef } from "@kv-epp/protocol";
 import { mulberry32 } from "@kv-epp/testkit";
-import type { IndexEvent } from "../src/types.ts";
+import type { StoredBlock, WorkerRef } from "../src/types.ts";
+import type { IndexEvent } from "../src/helpers.ts";
 
 export function u64(next: () => number): bigint {
   return (BigInt(next()) << 32n) | BigInt(next());
@@ -49,17 +49,4 @@ export function storedEvents(ws: WorkerRef[], seqs: BigUint64Array[], assign: (s
     for (const w of assign(s)) events.push({ kind: "stored", worker: ws[w]!, parentHash: null, blocks: storedBlocks(seq, w) });
   });
   return events;
-}
-
-/** Stored events in the module's wire layout (header kind | slot << 8 | count << 32, then hash pairs). */
-export function encodeWords(events: IndexEvent[], slotOf: (w: WorkerRef) => number): BigUint64Array {
-  const words: bigint[] = [];
-  for (const e of events) {
-    if (e.kind !== "stored") throw new Error("only stored events");
-    const kind = e.parentHash === null ? 1n : 2n;
-    words.push(kind | (BigInt(slotOf(e.worker)) << 8n) | (BigInt(e.blocks.length) << 32n));
-    if (e.parentHash !== null) words.push(e.parentHash);
-    for (const b of e.blocks) words.push(b.blockHash, b.tokensHash);
-  }
-  return BigUint64Array.from(words);
 }

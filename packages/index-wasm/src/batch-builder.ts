@@ -1,31 +1,33 @@
-// Builds a batch of events straight in the module's linear memory, from typed arrays: a BigUint64Array
-// of hashes is copied in whole (TypedArray.set, a memcpy) instead of one BigInt conversion per block.
-// Measured: encoding IndexEvent objects (two DataView.setBigUint64 per block) cost more than the index
-// itself; this path is how callers that hold hashes in typed arrays (computeBlockHashes' output, a
-// decoder writing u64 words) reach the module's own speed.
-import type { WorkerRef } from "@kv-epp/protocol";
+// The index's one ingestion path: a batch of events built straight in the module's linear memory and
+// applied in one call. Hashes in a BigUint64Array are copied in whole (TypedArray.set, a memcpy)
+// instead of one BigInt conversion per block; token ids are hashed by the index's own module instance
+// straight into the batch. Measured: encoding event objects (two DataView.setBigUint64 per block) cost
+// more than the index itself.
+import type { BlockHasher, BlockTokens } from "./block-hash.ts";
 import type { IndexExports } from "./wasm-module.ts";
-import type { BatchOutcome } from "./types.ts";
+import type { BatchOutcome, RejectReason, WorkerRef } from "./types.ts";
 
-// event kinds of the module's wire layout (assembly/index.ts applyBatch)
-export const KIND_STORED_ROOT = 1;
-export const KIND_STORED_CHILD = 2;
-export const KIND_REMOVED = 3;
-export const KIND_CLEARED = 4;
-export const KIND_STORED_ROOT_SPLIT = 5;
-export const KIND_STORED_CHILD_SPLIT = 6;
-export const KIND_STORED_ROOT_COPIES = 7;
-export const KIND_STORED_CHILD_COPIES = 8;
+// event kinds of the module's batch layout (assembly/index.ts applyBatch)
+const KIND_REMOVED = 3;
+const KIND_CLEARED = 4;
+const KIND_STORED_ROOT = 5;
+const KIND_STORED_CHILD = 6;
+const KIND_STORED_ROOT_COPIES = 7;
+const KIND_STORED_CHILD_COPIES = 8;
 
-/** A block's copy count as the wire carries it (a u64 word). */
-export function checkedCopies(c: number): number {
+const rejectReasons: Record<number, RejectReason> = { 1: "unknown-parent", 2: "hash-conflict" };
+
+/** A block's copy count as the batch carries it (a u64 word). */
+function checkedCopies(c: number): number {
   if (!Number.isSafeInteger(c) || c < 0) throw new RangeError(`copies must be a non-negative integer, got ${c}`);
   return c;
 }
 
-/** What the builder needs from its index: worker slots and the apply call. */
+/** What the builder needs from its index: worker slots, the hasher of its instance and the apply call. */
 export type BuilderHost = {
   ex: IndexExports;
+  blockSize: number;
+  hasher(): BlockHasher;
   slotOf(w: WorkerRef): number;
   knows(w: WorkerRef): boolean;
   applyWords(ptr: number, words: number): BatchOutcome;
@@ -33,8 +35,7 @@ export type BuilderHost = {
 
 /**
  * A reusable batch of stored/removed/cleared events written into a scratch region of the index's linear
- * memory as they are added; `apply()` runs them in one call and empties the builder. Same semantics as
- * `KvIndex.applyBatch` with the same events.
+ * memory as they are added; `apply()` runs them in one call, in order, and empties the builder.
  */
 export class StoredBatchBuilder {
   private ptr = 0;
@@ -54,23 +55,31 @@ export class StoredBatchBuilder {
   }
 
   /**
-   * A stored event: block i is (blockHashes[i], tokensHashes[i]). Pass BigUint64Arrays to skip
-   * per-block BigInt conversion; a bigint[] of block hashes is accepted too. `copies[i]` (a dump's
-   * counts, see StoredBlock) defaults to one copy per block.
+   * A stored event of `blockHashes.length` blocks under `parentHash` (null: at the root). Block i is the
+   * engine's blockHashes[i] with its tokens hash: `tokens` is either the tokens hashes (a BigUint64Array,
+   * e.g. from a dump) or the blocks' token ids (at least blockHashes.length x blockSize of them, with
+   * per-block extra keys), hashed here by the index's own module. `copies[i]` (a dump's counts, see
+   * StoredBlock) defaults to one copy per block.
    */
-  stored(w: WorkerRef, parentHash: bigint | null, blockHashes: BigUint64Array | readonly bigint[], tokensHashes: BigUint64Array, copies?: Uint32Array | readonly number[]): this {
+  stored(w: WorkerRef, parentHash: bigint | null, blockHashes: BigUint64Array | readonly bigint[], tokens: BigUint64Array | BlockTokens, copies?: Uint32Array | readonly number[]): this {
     const n = blockHashes.length;
-    if (tokensHashes.length !== n) throw new RangeError(`stored: ${n} block hashes but ${tokensHashes.length} tokens hashes`);
+    const hashed = tokens instanceof BigUint64Array;
+    if (hashed && tokens.length !== n) throw new RangeError(`stored: ${n} block hashes but ${tokens.length} tokens hashes`);
+    if (!hashed && tokens.tokenIds.length < n * this.host.blockSize) throw new RangeError(`stored: ${n} blocks of ${this.host.blockSize} tokens but ${tokens.tokenIds.length} token ids`);
     if (copies !== undefined && copies.length !== n) throw new RangeError(`stored: ${n} blocks but ${copies.length} copy counts`);
     const hasParent = parentHash !== null;
     const slot = this.host.slotOf(w);
     let at = this.room(8 * (1 + (hasParent ? 1 : 0) + (copies ? 3 : 2) * n));
-    const kind = copies ? (hasParent ? KIND_STORED_CHILD_COPIES : KIND_STORED_ROOT_COPIES) : hasParent ? KIND_STORED_CHILD_SPLIT : KIND_STORED_ROOT_SPLIT;
+    const kind = copies ? (hasParent ? KIND_STORED_CHILD_COPIES : KIND_STORED_ROOT_COPIES) : hasParent ? KIND_STORED_CHILD : KIND_STORED_ROOT;
     this.header(at, kind, slot, n);
     at += 8;
     if (hasParent) { this.dv.setBigUint64(at, parentHash, true); at += 8; }
     at = this.hashes(at, blockHashes);
-    this.u64.set(tokensHashes, at / 8);
+    if (hashed) this.u64.set(tokens, at / 8);
+    else {
+      this.host.hasher().hashInto(tokens.tokenIds, this.host.blockSize, n, tokens.extras, at);
+      this.views(); // hashing may have grown linear memory
+    }
     at += 8 * n;
     if (copies) {
       for (let i = 0; i < n; i++) this.dv.setBigUint64(at + 8 * i, BigInt(checkedCopies(copies[i]!)), true);
@@ -105,6 +114,11 @@ export class StoredBatchBuilder {
       // Also when the module trapped: the events are not sent again with the next batch.
       this.reset();
     }
+  }
+
+  /** Why the last stored event of the last apply was rejected; null: it was applied (or there was none). */
+  get rejectReason(): RejectReason | null {
+    return rejectReasons[this.host.ex.lastRejectReason()] ?? null;
   }
 
   /** Drops the events added so far without applying them. */
@@ -146,6 +160,12 @@ export class StoredBatchBuilder {
       this.cap = cap;
       this.at = fresh + used;
     }
+    this.views();
+    return this.at;
+  }
+
+  /** Whole-memory views, rebuilt after linear memory grew (growth detaches the old buffer). */
+  private views(): void {
     if (this.buffer === undefined || this.buffer.byteLength === 0) {
       const buf = this.host.ex.memory.buffer;
       this.buffer = buf;
@@ -153,6 +173,5 @@ export class StoredBatchBuilder {
       this.u32 = new Uint32Array(buf);
       this.dv = new DataView(buf);
     }
-    return this.at;
   }
 }

@@ -1,9 +1,10 @@
-// Public entry of @kv-epp/index-wasm: the KV index (WebAssembly over linear memory) and block hashing.
-export * from "./types.ts";
+// Public entry of @kv-epp/index-wasm: the KV index (WebAssembly over linear memory) and block identity.
+// Convenience forms for tests and the simulation: ./helpers.ts (`@kv-epp/index-wasm/helpers`).
+export type { BatchOutcome, DumpEvent, IndexStats, RejectReason, StoredBlock, WorkerRef } from "./types.ts";
 export { KvIndex, IndexTrappedError } from "./kv-index.ts";
-export { StoredBatchBuilder } from "./batch-builder.ts";
+export type { StoredBatchBuilder } from "./batch-builder.ts";
 export { MatchList } from "./match-list.ts";
-export { computeBlockHashes, BLOCK_HASH_SEED } from "./block-hash.ts";
+export { computeBlockHashes, BLOCK_HASH_SEED, type BlockTokens } from "./block-hash.ts";
 export {
   encodeExtraKeys, eventBlockExtras, requestBlockExtras,
   type BlockExtraKeys, type BlockExtras, type ExtraKey, type MmExtraKey, type MmItem,

@@ -1,22 +1,16 @@
 // The TypeScript face of the WebAssembly index: maps workers to small slots, encodes events into linear
 // memory (u64 words written through BigUint64Array views, never through JS numbers) and decodes results.
-import { DUMP_FIELDS as D, DUMP_JSON_CHUNK_BYTES, workerKey, type StoredBlock, type WorkerRef } from "@kv-epp/protocol";
 import { instantiate, ScratchRegion, type IndexExports } from "./wasm-module.ts";
-import {
-  checkedCopies, KIND_CLEARED, KIND_REMOVED, KIND_STORED_CHILD, KIND_STORED_CHILD_COPIES, KIND_STORED_ROOT,
-  KIND_STORED_ROOT_COPIES, StoredBatchBuilder,
-} from "./batch-builder.ts";
-import { MatchList } from "./match-list.ts";
-import {
-  type ApplyOutcome, type BatchOutcome, type DumpEvent, type IndexEvent, type IndexStats, type MatchResult, type RejectReason,
-} from "./types.ts";
+import { StoredBatchBuilder } from "./batch-builder.ts";
+import { BlockHasher, fullBlocks, type BlockTokens } from "./block-hash.ts";
+import type { MatchList } from "./match-list.ts";
+import { DUMP_FIELDS as D, DUMP_JSON_CHUNK_BYTES, workerKey } from "@kv-epp/protocol";
+import type { BatchOutcome, DumpEvent, IndexStats, StoredBlock, WorkerRef } from "./types.ts";
 
 /** Worker slots are 12 bits inside the module (slot 4095 marks free records). */
 const MAX_WORKERS = 4095;
 
 const jsonEncoder = new TextEncoder();
-
-const rejectReasons: Record<number, RejectReason> = { 1: "unknown-parent", 2: "hash-conflict" };
 
 /** Presizing beyond this (ids are 26-bit, less a chunk) cannot be honoured by the module. */
 const MAX_PRESIZE = 1 << 25;
@@ -27,12 +21,6 @@ const MAX_PRESIZE = 1 << 25;
  */
 export class IndexTrappedError extends Error {
   override name = "IndexTrappedError";
-}
-
-/** Whether any block stores other than one copy (then the event needs the wire kinds with copies). */
-function hasCopies(blocks: StoredBlock[]): boolean {
-  for (const b of blocks) if (b.copies !== undefined && b.copies !== 1) return true;
-  return false;
 }
 
 /** dumpWorker row flags (assembly/dump-json.ts). */
@@ -117,7 +105,6 @@ export class KvIndex {
   private viewBuffer: ArrayBuffer | undefined;
   private u32 = new Uint32Array(0);
   private u64 = new BigUint64Array(0);
-  private dv = new DataView(new ArrayBuffer(0));
 
   /**
    * Whole-memory views, rebuilt only after linear memory grew (growth detaches the old buffer): making
@@ -129,7 +116,6 @@ export class KvIndex {
       this.viewBuffer = buf;
       this.u32 = new Uint32Array(buf);
       this.u64 = new BigUint64Array(buf);
-      this.dv = new DataView(buf);
     }
   }
 
@@ -138,101 +124,29 @@ export class KvIndex {
     return this.u64.subarray(ptr / 8, ptr / 8 + count);
   }
 
-  /**
-   * Encodes one event at byte offset `at`; returns the next free offset. DataView.setBigUint64 is used
-   * because it measured ~4x faster in Bun than assigning BigInts into a BigUint64Array.
-   */
-  private encode(dv: DataView, at: number, e: IndexEvent): number {
-    if (e.kind === "cleared" && !this.slots.has(workerKey(e.worker))) return at; // nothing to clear
-    const slot = this.slotOf(e.worker);
-    if (e.kind === "stored") {
-      const hasParent = e.parentHash !== null;
-      const withCopies = hasCopies(e.blocks);
-      const kind = withCopies ? (hasParent ? KIND_STORED_CHILD_COPIES : KIND_STORED_ROOT_COPIES) : hasParent ? KIND_STORED_CHILD : KIND_STORED_ROOT;
-      dv.setUint32(at, kind | (slot << 8), true);
-      dv.setUint32(at + 4, e.blocks.length, true);
-      at += 8;
-      if (hasParent) { dv.setBigUint64(at, e.parentHash!, true); at += 8; }
-      if (withCopies) {
-        // three arrays: block hashes, tokens hashes, copies
-        const n = e.blocks.length;
-        e.blocks.forEach((b, i) => {
-          dv.setBigUint64(at + 8 * i, b.blockHash, true);
-          dv.setBigUint64(at + 8 * (n + i), b.tokensHash, true);
-          dv.setBigUint64(at + 8 * (2 * n + i), BigInt(checkedCopies(b.copies ?? 1)), true);
-        });
-        at += 24 * n;
-      } else {
-        for (const b of e.blocks) {
-          dv.setBigUint64(at, b.blockHash, true);
-          dv.setBigUint64(at + 8, b.tokensHash, true);
-          at += 16;
-        }
-      }
-    } else if (e.kind === "removed") {
-      dv.setUint32(at, KIND_REMOVED | (slot << 8), true);
-      dv.setUint32(at + 4, e.hashes.length, true);
-      at += 8;
-      for (const h of e.hashes) { dv.setBigUint64(at, h, true); at += 8; }
-    } else {
-      dv.setUint32(at, KIND_CLEARED | (slot << 8), true);
-      dv.setUint32(at + 4, 0, true);
-      at += 8;
-    }
-    return at;
-  }
-
-  private static wordsFor(e: IndexEvent): number {
-    if (e.kind === "stored") return 2 + (hasCopies(e.blocks) ? 3 : 2) * e.blocks.length;
-    if (e.kind === "removed") return 1 + e.hashes.length;
-    return 1;
-  }
-
-  applyBatch(events: IndexEvent[]): BatchOutcome {
-    this.assertLive();
-    try {
-      return this.applyEvents(events);
-    } catch (err) {
-      return this.noteTrap(err);
-    }
-  }
-
-  private applyEvents(events: IndexEvent[]): BatchOutcome {
-    let total = 0;
-    for (const e of events) total += KvIndex.wordsFor(e);
-    // registering workers may not touch linear memory, but reserving may grow it: views after reserve
-    const ptr = this.events.ensure(total * 8);
-    this.views();
-    let at = ptr;
-    for (const e of events) at = this.encode(this.dv, at, e);
-    this.ex.applyBatch(ptr, (at - ptr) / 8);
-    return {
-      events: events.length,
-      blocks: this.ex.batchBlocks(),
-      unknown: this.ex.batchUnknown(),
-      rejected: this.ex.batchRejected(),
-    };
-  }
+  private builder: StoredBatchBuilder | undefined;
 
   /**
-   * Applies events already encoded in the module's wire layout (see assembly/index.ts applyBatch), for
-   * callers that decode straight into u64 words. Worker slots come from slotFor().
+   * This index's batch builder (one per index, reused): the one way events get in. Events added from
+   * typed arrays or token ids are written straight into linear memory, `apply()` runs them in one call.
    */
-  applyEncoded(words: BigUint64Array): BatchOutcome {
-    this.assertLive();
-    let ptr: number;
-    try {
-      ptr = this.events.ensure(words.length * 8);
-    } catch (err) {
-      return this.noteTrap(err);
-    }
-    this.views();
-    this.u64.set(words, ptr / 8);
-    // Words from outside are checked whole first: a malformed batch applies nothing (an unknown kind
-    // or a count past the end would otherwise trap midway or read stale memory as blocks).
-    const bad = this.ex.validateBatch(ptr, words.length) >>> 0; // a u32 comes back as an i32
-    if (bad !== 0xffffffff) throw new RangeError(`malformed encoded batch: event header at word ${bad} (unknown kind, worker slot >= 4095, or words past the end)`);
-    return this.applyWords(ptr, words.length);
+  batch(): StoredBatchBuilder {
+    this.builder ??= new StoredBatchBuilder({
+      ex: this.ex,
+      blockSize: this.blockSize,
+      hasher: () => this.hasher(),
+      slotOf: (w) => this.slotOf(w),
+      knows: (w) => this.slots.has(workerKey(w)),
+      applyWords: (ptr, words) => this.applyWords(ptr, words),
+    });
+    return this.builder;
+  }
+
+  private blockHasher: BlockHasher | undefined;
+
+  /** Hashes blocks inside this index's own module instance (batches, queries). */
+  private hasher(): BlockHasher {
+    return (this.blockHasher ??= new BlockHasher(this.ex));
   }
 
   private applyWords(ptr: number, words: number): BatchOutcome {
@@ -243,43 +157,6 @@ export class KvIndex {
       return this.noteTrap(err);
     }
     return { events: this.ex.batchEvents(), blocks: this.ex.batchBlocks(), unknown: this.ex.batchUnknown(), rejected: this.ex.batchRejected() };
-  }
-
-  private builder: StoredBatchBuilder | undefined;
-
-  /**
-   * This index's batch builder (one per index, reused): events added from typed arrays are written
-   * straight into linear memory, `apply()` runs them in one call. The fast ingestion path.
-   */
-  batch(): StoredBatchBuilder {
-    this.builder ??= new StoredBatchBuilder({
-      ex: this.ex,
-      slotOf: (w) => this.slotOf(w),
-      knows: (w) => this.slots.has(workerKey(w)),
-      applyWords: (ptr, words) => this.applyWords(ptr, words),
-    });
-    return this.builder;
-  }
-
-  /** The slot a worker has in this index (assigned on first use), for applyEncoded callers. */
-  slotFor(w: WorkerRef): number {
-    return this.slotOf(w);
-  }
-
-  private applyOne(e: IndexEvent): ApplyOutcome {
-    const r = this.applyBatch([e]);
-    if (r.rejected > 0) {
-      return { kind: "rejected", reason: rejectReasons[this.ex.lastRejectReason()]!, blocks: r.blocks };
-    }
-    return { kind: "applied", blocks: r.blocks, unknown: r.unknown };
-  }
-
-  applyStored(w: WorkerRef, parent: bigint | null, blocks: StoredBlock[]): ApplyOutcome {
-    return this.applyOne({ kind: "stored", worker: w, parentHash: parent, blocks });
-  }
-
-  applyRemoved(w: WorkerRef, hashes: bigint[]): ApplyOutcome {
-    return this.applyOne({ kind: "removed", worker: w, hashes });
   }
 
   clearWorker(w: WorkerRef): void {
@@ -309,11 +186,13 @@ export class KvIndex {
   }
 
   /**
-   * findMatches without allocating: fills `out` (reused across calls) with the matched workers, their
-   * scores and tree sizes, and returns how many. Same content as findMatches, in the module's order.
+   * The workers holding a prefix of the query: fills `out` (reused across calls: nothing is allocated)
+   * with each matched worker, its score (the number of leading query blocks it holds, >= 1) and its tree
+   * size, in the module's order, and returns how many. The query is the blocks' tokens hashes, or their
+   * token ids (with extra keys), hashed by this index's own module (the partial tail is not a block).
    */
-  findMatchesInto(tokensHashes: BigUint64Array, out: MatchList): number {
-    const [count, pairs, sizes] = this.match(tokensHashes);
+  findMatchesInto(query: BigUint64Array | BlockTokens, out: MatchList): number {
+    const [count, pairs, sizes] = this.match(query);
     out.reserve(count);
     const u32 = this.u32, keys = this.keys, refs = this.refs;
     for (let i = 0; i < count; i++) {
@@ -330,40 +209,30 @@ export class KvIndex {
   private readonly matchOut: [count: number, pairs: number, sizes: number] = [0, 0, 0];
 
   /** Runs the query; returns (count, u32 index of the (slot, overlap) pairs, u32 index of tree sizes). */
-  private match(tokensHashes: BigUint64Array): [count: number, pairs: number, sizes: number] {
+  private match(query: BigUint64Array | BlockTokens): [count: number, pairs: number, sizes: number] {
     this.assertLive();
     try {
-      return this.runMatch(tokensHashes);
+      return this.runMatch(query);
     } catch (err) {
       return this.noteTrap(err);
     }
   }
 
-  private runMatch(tokensHashes: BigUint64Array): [count: number, pairs: number, sizes: number] {
-    const n = tokensHashes.length;
+  private runMatch(query: BigUint64Array | BlockTokens): [count: number, pairs: number, sizes: number] {
+    const hashed = query instanceof BigUint64Array;
+    const n = hashed ? query.length : fullBlocks(query.tokenIds.length, this.blockSize);
     const qPtr = this.query.ensure(Math.max(n, 1) * 8);
     const outPtr = this.matches.ensure(this.ex.workerCapacity() * 8);
-    this.views();
-    this.u64.set(tokensHashes, qPtr / 8);
+    if (hashed) {
+      this.views();
+      this.u64.set(query, qPtr / 8);
+    } else this.hasher().hashInto(query.tokenIds, this.blockSize, n, query.extras, qPtr);
     const r = this.matchOut;
     r[0] = this.ex.findMatches(qPtr, n, outPtr);
+    this.views();
     r[1] = outPtr / 4;
     r[2] = this.ex.treeSizes() / 4;
     return r;
-  }
-
-  findMatches(tokensHashes: BigUint64Array): MatchResult {
-    const [count, pairs, sizes] = this.match(tokensHashes);
-    const scores = new Map<string, number>();
-    const treeSizes = new Map<string, number>();
-    const u32 = this.u32;
-    for (let i = 0; i < count; i++) {
-      const slot = u32[pairs + 2 * i]!;
-      const key = this.keys[slot]!;
-      scores.set(key, u32[pairs + 2 * i + 1]!);
-      treeSizes.set(key, u32[sizes + slot]!);
-    }
-    return { scores, treeSizes };
   }
 
   /** Blocks the worker holds in this index. */
@@ -504,7 +373,7 @@ export class KvIndex {
    * The same blocks as dump(), in the binary `/dump` layout (docs/CONTRACTS.md §7, "binary"): for each
    * worker with blocks, its WorkerRef, then chunks of about `chunkBytes` (one event may make a chunk
    * larger) holding whole stored events as little-endian u64 words: a header (flags | count << 32; flag
-   * 1: a parent block hash follows, flag 2: count copy words follow the hashes), the count external
+   * 1: a parent block hash follows, flag 2: count copy words follow the hashes), the count block
    * hashes, the count tokens hashes. Written by the module from each worker's snapshot, as for
    * dumpJsonChunks (same snapshot rules, same `onSnapshot`); `applyDumpEvents` reads them back.
    */

@@ -51,7 +51,6 @@ export function indexModule(): WebAssembly.Module {
 export type IndexExports = {
   memory: WebAssembly.Memory;
   applyBatch(p: number, words: number): number;
-  validateBatch(p: number, words: number): number;
   batchEvents(): number;
   batchBlocks(): number;
   batchUnknown(): number;

@@ -1,6 +1,8 @@
-import type { WorkerRef } from "@kv-epp/protocol";
 import { describe, expect, test } from "bun:test";
-import { KvIndex, MatchList, type IndexEvent } from "../src/index.ts";
+import { workerKey } from "@kv-epp/protocol";
+import { computeBlockHashes, KvIndex, MatchList, requestBlockExtras, type DumpEvent, type WorkerRef } from "../src/index.ts";
+import { applyEvents, findMatches, type IndexEvent } from "../src/helpers.ts";
+import { ReferenceIndex } from "./reference-model.ts";
 
 const HIGH = 2n ** 63n;
 const workers: WorkerRef[] = Array.from({ length: 5 }, (_, i) => ({ workerId: `pod-${i >> 1}`, dpRank: i & 1 }));
@@ -32,8 +34,8 @@ function randomEvents(seed: number, count: number): IndexEvent[] {
 }
 
 describe("KvIndex.batch() builder", () => {
-  test("typed-array events apply exactly like the same IndexEvents through applyBatch", () => {
-    const viaEvents = KvIndex.create({ blockSize: 16 });
+  test("typed-array and bigint[] events apply exactly as the reference model applies the same events", () => {
+    const viaEvents = ReferenceIndex.create({ blockSize: 16 });
     const viaBuilder = KvIndex.create({ blockSize: 16 });
     for (let round = 0; round < 30; round++) {
       const events = randomEvents(round + 1, 60);
@@ -52,10 +54,16 @@ describe("KvIndex.batch() builder", () => {
       expect(b.events).toBe(events.length);
       expect(b.apply()).toEqual(viaEvents.applyBatch(events));
       expect(b.events).toBe(0);
-      expect(viaBuilder.stats()).toEqual(viaEvents.stats());
+      const { bytes: _b, bytesInUse: _u, ...stats } = viaBuilder.stats();
+      const { bytes: _rb, bytesInUse: _ru, ...refStats } = viaEvents.stats();
+      expect(stats).toEqual(refStats);
     }
-    const dump = (ix: KvIndex) => [...ix.dump()].map((e) => JSON.stringify(e, (_, v) => (typeof v === "bigint" ? v.toString() : v))).sort();
-    expect(dump(viaBuilder)).toEqual(dump(viaEvents));
+    // the same blocks, parents and copies (the two may cut chains into events differently)
+    const rows = (ix: { dump(): Iterable<DumpEvent> }) => [...ix.dump()].flatMap((e) => {
+      let parent = e.parentHash;
+      return e.blocks.map((x) => `${workerKey(e.worker)}|${parent}|${(parent = x.blockHash)}|${x.tokensHash}|${x.copies ?? 1}`);
+    }).sort();
+    expect(rows(viaBuilder)).toEqual(rows(viaEvents));
   });
 
   test("a batch larger than the builder's first buffer grows it without losing events", () => {
@@ -68,13 +76,39 @@ describe("KvIndex.batch() builder", () => {
     b.stored(w, null, ext.subarray(0, 10), tok.subarray(0, 10));
     b.stored(w, ext[9]!, ext.subarray(10), tok.subarray(10));
     expect(b.apply()).toEqual({ events: 2, blocks: n, unknown: 0, rejected: 0 });
-    expect(index.findMatches(tok).scores.get(`${w.workerId}\u0000${w.dpRank}`)).toBe(n);
+    expect(findMatches(index, tok).scores.get(`${w.workerId}\u0000${w.dpRank}`)).toBe(n);
   });
 
-  test("mismatched hash arrays are refused before anything is written", () => {
+  test("token ids are hashed by the index's own module: the same blocks as from computeBlockHashes, extra keys included", () => {
+    const fromTokens = KvIndex.create({ blockSize: 4 });
+    const fromHashes = KvIndex.create({ blockSize: 4 });
+    const tokens = Uint32Array.from({ length: 4 * 6 + 3 }, (_, i) => (i * 7919) % 50_000); // 6 blocks and a partial tail
+    const extras = requestBlockExtras(6, 4, { loraName: "sql-lora", cacheSalt: "tenant-a" });
+    const ext = BigUint64Array.from({ length: 6 }, (_, i) => HIGH + BigInt(i));
+    const w = workers[0]!, v = workers[1]!;
+    // w from token ids (a number[] too, as decoded events carry them), v without extra keys
+    fromTokens.batch().stored(w, null, ext, { tokenIds: [...tokens], extras }).stored(v, null, ext.subarray(0, 5), { tokenIds: tokens }).apply();
+    fromHashes.batch().stored(w, null, ext, computeBlockHashes(tokens, 4, extras)).stored(v, null, ext.subarray(0, 5), computeBlockHashes(tokens, 4).subarray(0, 5)).apply();
+    const dump = (ix: KvIndex) => JSON.stringify([...ix.dump()], (_, x) => (typeof x === "bigint" ? x.toString() : x));
+    expect(dump(fromTokens)).toEqual(dump(fromHashes));
+    // a query by token ids is hashed the same way
+    const out = new MatchList();
+    for (const query of [{ tokenIds: tokens, extras }, { tokenIds: tokens }, { tokenIds: tokens.subarray(0, 9) }, { tokenIds: tokens.subarray(0, 3) }]) {
+      const hashes = computeBlockHashes(query.tokenIds, 4, query.extras);
+      fromTokens.findMatchesInto(query, out);
+      expect(out.toMaps()).toEqual(findMatches(fromHashes, hashes));
+    }
+    expect(fromTokens.findMatchesInto({ tokenIds: tokens, extras }, out)).toBe(1);
+    expect(out.scores[0]).toBe(6);
+    expect(fromTokens.findMatchesInto({ tokenIds: tokens }, out)).toBe(1);
+    expect(out.scores[0]).toBe(5);
+  });
+
+  test("mismatched hash arrays, or too few token ids, are refused before anything is written", () => {
     const index = KvIndex.create({ blockSize: 16 });
     const b = index.batch();
     expect(() => b.stored(workers[0]!, null, new BigUint64Array(2), new BigUint64Array(3))).toThrow(RangeError);
+    expect(() => b.stored(workers[0]!, null, new BigUint64Array(2), { tokenIds: new Uint32Array(31) })).toThrow(RangeError);
     expect(b.events).toBe(0);
     b.reset();
     expect(b.apply()).toEqual({ events: 0, blocks: 0, unknown: 0, rejected: 0 });
@@ -82,20 +116,23 @@ describe("KvIndex.batch() builder", () => {
 });
 
 describe("KvIndex.findMatchesInto", () => {
-  test("fills a reusable MatchList with what findMatches returns", () => {
+  test("fills a reusable MatchList with the reference model's matches", () => {
     const index = KvIndex.create({ blockSize: 16 });
+    const ref = ReferenceIndex.create({ blockSize: 16 });
     // 200 workers: more than the MatchList's first 64 entries and more than one mask word
     const many = Array.from({ length: 200 }, (_, i) => ({ workerId: `w${i}`, dpRank: 0 }));
-    index.applyBatch(many.map((w, i) => ({
+    const events = many.map((w, i) => ({
       kind: "stored" as const, worker: w, parentHash: null,
       blocks: Array.from({ length: 1 + (i % 4) }, (_, j) => ({ blockHash: HIGH + BigInt(i * 10 + j), tokensHash: BigInt(j) })),
-    })));
+    }));
+    applyEvents(index, events);
+    ref.applyBatch(events);
     const out = new MatchList();
     for (const q of [[0n, 1n, 2n, 3n], [0n, 1n], [9n], []]) {
       const query = BigUint64Array.from(q);
       const n = index.findMatchesInto(query, out);
       expect(n).toBe(out.count);
-      expect(out.toMaps()).toEqual(index.findMatches(query));
+      expect(out.toMaps()).toEqual(ref.findMatches(query));
       for (let i = 0; i < n; i++) expect(out.keys[i]).toBe(`${out.workers[i]!.workerId}\u0000${out.workers[i]!.dpRank}`);
     }
   });
@@ -119,7 +156,7 @@ describe("linear memory", () => {
     // every round is still found after the tables were rebuilt (sorted batches) many times
     for (let r = 0n; r < 40n; r++) {
       const q = BigUint64Array.from({ length: 5000 }, (_, i) => r * 5000n + BigInt(i));
-      expect(index.findMatches(q).scores.get(`${w.workerId}\u0000${w.dpRank}`)).toBe(5000);
+      expect(findMatches(index, q).scores.get(`${w.workerId}\u0000${w.dpRank}`)).toBe(5000);
     }
     // live structures (tables at their capacity, chunks) and linear memory stay close: no doubling
     expect(s.bytes).toBeLessThan(s.bytesInUse * 1.25 + 1_000_000);

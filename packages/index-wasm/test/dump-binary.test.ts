@@ -1,9 +1,9 @@
 // dumpBinaryChunks and applyDumpEvents: an index rebuilt from its binary dump dumps the same events
 // (the JSON dump compared byte for byte), for any chunk size; malformed words apply nothing.
-import type { WorkerRef } from "@kv-epp/protocol";
 import { describe, expect, test } from "bun:test";
 import fc from "fast-check";
-import { KvIndex } from "../src/index.ts";
+import { KvIndex, type WorkerRef } from "../src/index.ts";
+import { applyStored } from "../src/helpers.ts";
 import { randomEvents, randomIndex } from "./random-index.ts";
 
 const json = (index: KvIndex) => Buffer.concat([...index.dumpJsonChunks()]).toString();
@@ -55,8 +55,8 @@ describe("dumpBinaryChunks / applyDumpEvents", () => {
   test("chunks hold whole events; an event larger than the chunk size comes whole in a chunk of its own", () => {
     const index = KvIndex.create({ blockSize: 16 });
     const w = { workerId: "w", dpRank: 0 };
-    index.applyStored(w, null, Array.from({ length: 5000 }, (_, i) => ({ blockHash: BigInt(i + 1), tokensHash: BigInt(i * 7) })));
-    index.applyStored({ workerId: "v", dpRank: 2 }, null, [{ blockHash: 1n, tokensHash: 2n }]);
+    applyStored(index, w, null, Array.from({ length: 5000 }, (_, i) => ({ blockHash: BigInt(i + 1), tokensHash: BigInt(i * 7) })));
+    applyStored(index, { workerId: "v", dpRank: 2 }, null, [{ blockHash: 1n, tokensHash: 2n }]);
     const items = [...index.dumpBinaryChunks({ chunkBytes: 1024 })];
     expect(items.filter((x) => !(x instanceof Uint8Array))).toEqual([w, { workerId: "v", dpRank: 2 }]);
     const big = items[1] as Uint8Array;

@@ -2,6 +2,7 @@
 import { describe, expect, test } from "bun:test";
 import fc from "fast-check";
 import { KvIndex } from "../src/index.ts";
+import { applyRemoved, applyStored } from "../src/helpers.ts";
 import { randomEvents, randomIndex } from "./random-index.ts";
 
 function reference(index: KvIndex, firstEventId = 0): string {
@@ -37,7 +38,7 @@ describe("dumpJsonChunks", () => {
     const index = KvIndex.create({ blockSize: 16 });
     expect([...index.dumpJsonChunks()]).toEqual([]);
     for (let w = 0; w < 4; w++) {
-      index.applyStored({ workerId: `w${w}`, dpRank: 0 }, null, Array.from({ length: 2000 }, (_, i) => ({ blockHash: BigInt(w * 1e6 + i), tokensHash: BigInt(i) })));
+      applyStored(index, { workerId: `w${w}`, dpRank: 0 }, null, Array.from({ length: 2000 }, (_, i) => ({ blockHash: BigInt(w * 1e6 + i), tokensHash: BigInt(i) })));
     }
     const abandon = () => {
       const it = index.dumpJsonChunks({ chunkBytes: 1000 });
@@ -55,14 +56,14 @@ describe("dumpJsonChunks", () => {
   test("the index may change between chunks: workers not yet reached are dumped as they are then", () => {
     const index = KvIndex.create({ blockSize: 16 });
     const w0 = { workerId: "w0", dpRank: 0 }, w1 = { workerId: "w1", dpRank: 0 };
-    index.applyStored(w0, null, Array.from({ length: 500 }, (_, i) => ({ blockHash: BigInt(i + 1), tokensHash: BigInt(i) })));
-    index.applyStored(w1, null, Array.from({ length: 500 }, (_, i) => ({ blockHash: BigInt(i + 1000), tokensHash: BigInt(i) })));
-    index.applyStored(w1, 1010n, [{ blockHash: 77n, tokensHash: 999n }]);
+    applyStored(index, w0, null, Array.from({ length: 500 }, (_, i) => ({ blockHash: BigInt(i + 1), tokensHash: BigInt(i) })));
+    applyStored(index, w1, null, Array.from({ length: 500 }, (_, i) => ({ blockHash: BigInt(i + 1000), tokensHash: BigInt(i) })));
+    applyStored(index, w1, 1010n, [{ blockHash: 77n, tokensHash: 999n }]);
     const it = index.dumpJsonChunks({ chunkBytes: 100 });
     const chunks = [it.next().value as Uint8Array]; // worker 0 is snapshotted (with the dump cache for both)
     // w1's leaf is dropped and a new one stored: the freed node is reused for another block hash
-    index.applyRemoved(w1, [77n]);
-    index.applyStored(w1, 1020n, [{ blockHash: 88n, tokensHash: 555n }]);
+    applyRemoved(index, w1, [77n]);
+    applyStored(index, w1, 1020n, [{ blockHash: 88n, tokensHash: 555n }]);
     for (let r = it.next(); !r.done; r = it.next()) chunks.push(r.value);
     expect(text(chunks)).toBe(reference(index));
     expect(text(chunks)).toContain('"block_hash":88,');
@@ -76,7 +77,7 @@ describe("dumpJsonChunks", () => {
     let next = 1n;
     const store = (w: { workerId: string; dpRank: number }) => {
       const h = next++;
-      index.applyStored(w, null, [{ blockHash: h, tokensHash: h }]); // roots: one dump event per block
+      applyStored(index, w, null, [{ blockHash: h, tokensHash: h }]); // roots: one dump event per block
       applied.set(w.workerId, (applied.get(w.workerId) ?? 0) + 1);
     };
     for (const w of ws) for (let i = 0; i < 300; i++) store(w);

@@ -3,6 +3,7 @@
 // they have children), so every kind of dump row appears.
 import fc from "fast-check";
 import { KvIndex } from "../src/index.ts";
+import { applyRemoved, applyStored } from "../src/helpers.ts";
 
 const U64_MAX = 0xffff_ffff_ffff_ffffn;
 export const DIGIT_EDGES = [0n, 9n, 10n, 99_999_999n, 100_000_000n, 10n ** 16n, 10n ** 19n, U64_MAX];
@@ -20,11 +21,11 @@ export function randomIndex(events: RandomEvent[]): KvIndex {
   for (const ev of events) {
     const mine = held[ev.w]!;
     const parent = mine.length > 0 && ev.parent % 3 !== 0 ? mine[ev.parent % mine.length]! : null;
-    if (index.applyStored(workers[ev.w]!, parent, ev.blocks.map((b) => ({ blockHash: b.e, tokensHash: b.t }))).kind === "applied") {
+    if (applyStored(index, workers[ev.w]!, parent, ev.blocks.map((b) => ({ blockHash: b.e, tokensHash: b.t }))).kind === "applied") {
       for (const b of ev.blocks) mine.push(b.e);
     }
-    if (ev.remove === 1 && mine.length > 0) index.applyRemoved(workers[ev.w]!, [mine[ev.parent % mine.length]!]);
-    if (ev.remove === 2 && ev.blocks.length > 0) index.applyStored(workers[ev.w]!, parent, ev.blocks.slice(0, 1).map((b) => ({ blockHash: b.e, tokensHash: b.t })));
+    if (ev.remove === 1 && mine.length > 0) applyRemoved(index, workers[ev.w]!, [mine[ev.parent % mine.length]!]);
+    if (ev.remove === 2 && ev.blocks.length > 0) applyStored(index, workers[ev.w]!, parent, ev.blocks.slice(0, 1).map((b) => ({ blockHash: b.e, tokensHash: b.t })));
   }
   return index;
 }

@@ -3,8 +3,9 @@
 // (../README.md, "Semantics"): per (worker, block) a copy count; removing a block's last copy keeps the
 // blocks below it, and the removed block stays as a zero-copy record (its block hash still names the
 // prefix) while its block has children.
-import { type StoredBlock, workerKey, type WorkerRef } from "@kv-epp/protocol";
-import { type ApplyOutcome, type BatchOutcome, type DumpEvent, type IndexEvent, type MatchResult } from "../src/types.ts";
+import { workerKey } from "@kv-epp/protocol";
+import type { BatchOutcome, DumpEvent, StoredBlock, WorkerRef } from "../src/types.ts";
+import type { ApplyOutcome, IndexEvent, MatchResult } from "../src/helpers.ts";
 
 type Holder = { ext: bigint; copies: number };
 type Node = {

@@ -1,6 +1,7 @@
 // Shared pieces of the recovery benchmark: a deterministic 1M-residency KvIndex, the DumpSource adapter over
 // KvIndex.dump(), a DumpTarget whose staging is a fresh KvIndex, and RSS sampling.
-import { type IndexEvent, KvIndex } from "@kv-epp/index-wasm";
+import { KvIndex } from "@kv-epp/index-wasm";
+import { applyEvents, type IndexEvent } from "@kv-epp/index-wasm/helpers";
 import { type DumpSource, type DumpStaging, type DumpTarget, toRouterEvents } from "../src/index.ts";
 
 export const MODEL_KEY = "Qwen/Qwen3-0.6B:default";
@@ -41,7 +42,7 @@ export function buildIndex(blocksPerWorker = BLOCKS_PER_WORKER): KvIndex {
       batch.push({ kind: "stored", worker, parentHash: parent, blocks });
       parent = null;
     }
-    index.applyBatch(batch);
+    applyEvents(index, batch);
   }
   return index;
 }
@@ -81,7 +82,7 @@ export function indexTarget(onCommit: (indexes: Map<string, KvIndex>) => void, o
       let pending: IndexEvent[] = [];
       let pendingKey = "";
       const flush = () => {
-        if (pending.length > 0) indexes.get(pendingKey)!.applyBatch(pending);
+        if (pending.length > 0) applyEvents(indexes.get(pendingKey)!, pending);
         pending = [];
       };
       const indexFor = (key: string, blockSize: number, expected?: { blocks: number; residencies: number }) => {

@@ -3,6 +3,7 @@
 import { describe, expect, test } from "bun:test";
 import fc from "fast-check";
 import { KvIndex } from "@kv-epp/index-wasm";
+import { applyStored } from "@kv-epp/index-wasm/helpers";
 import { DumpFetchError, dumpHandler, dumpStream, fetchDump, type DumpSource, type DumpTarget } from "../src/index.ts";
 import { indexSource, indexTarget } from "../bench/fixture.ts";
 import { quietLogger, readAll, startPeer } from "./helpers.ts";
@@ -26,7 +27,7 @@ function build(workers: { workerId: string; dpRank: number }[], events: { worker
     const mine = held[wi]!;
     // a parent the worker stored (often), else the root
     const parent = mine.length > 0 && e.parentPick % 4 !== 0 ? mine[e.parentPick % mine.length]! : null;
-    const r = index.applyStored(workers[wi]!, parent, e.blocks.map((b) => ({ blockHash: b.ext, tokensHash: b.tok })));
+    const r = applyStored(index, workers[wi]!, parent, e.blocks.map((b) => ({ blockHash: b.ext, tokensHash: b.tok })));
     if (r.kind === "applied") for (const b of e.blocks) mine.push(b.ext);
   }
   return index;
@@ -58,8 +59,8 @@ describe("WASM-formatted dump events", () => {
     const index = KvIndex.create({ blockSize: 16 });
     for (let w = 0; w < 6; w++) {
       const blocks = Array.from({ length: 3000 }, (_, i) => ({ blockHash: U64_MAX - BigInt(w * 10_000 + i), tokensHash: BigInt(i) * 7919n }));
-      index.applyStored({ workerId: `worker-${w}`, dpRank: w % 2 }, null, blocks);
-      index.applyStored({ workerId: `worker-${w}`, dpRank: w % 2 }, blocks[100]!.blockHash, [{ blockHash: 5n + BigInt(w), tokensHash: 6n }]);
+      applyStored(index, { workerId: `worker-${w}`, dpRank: w % 2 }, null, blocks);
+      applyStored(index, { workerId: `worker-${w}`, dpRank: w % 2 }, blocks[100]!.blockHash, [{ blockHash: 5n + BigInt(w), tokensHash: 6n }]);
     }
     const ts = await bodyOf(indexSource(index, "m", { json: false }), 64 * 1024);
     const chunks = [...index.dumpJsonChunks({ chunkBytes: 64 * 1024 })];
@@ -75,8 +76,8 @@ describe("WASM-formatted dump events", () => {
       const worker = { workerId: `worker-${w}`, dpRank: w % 3 };
       for (let c = 0; c < 40; c++) {
         const blocks = Array.from({ length: 1 + ((w + c) % 9) }, (_, i) => ({ blockHash: U64_MAX - BigInt(w * 1e6 + c * 100 + i), tokensHash: BigInt(c * 100 + i) }));
-        index.applyStored(worker, null, blocks);
-        index.applyStored(worker, blocks[0]!.blockHash, [{ blockHash: BigInt(w * 1e6 + c + 1), tokensHash: 2n ** 63n + BigInt(c) }]);
+        applyStored(index, worker, null, blocks);
+        applyStored(index, worker, blocks[0]!.blockHash, [{ blockHash: BigInt(w * 1e6 + c + 1), tokensHash: 2n ** 63n + BigInt(c) }]);
       }
     }
     const source = await bodyOf(indexSource(index, "m:t"), 1024);

@@ -3,6 +3,7 @@
 import type { RouterEvent, WorkerRef } from "@kv-epp/protocol";
 import { expect, test } from "bun:test";
 import { computeBlockHashes, KvIndex } from "@kv-epp/index-wasm";
+import { applyRemoved, applyStored, findMatches } from "@kv-epp/index-wasm/helpers";
 import type { KvEvent } from "@kv-epp/kv-events";
 import { BinaryDumpParser, dumpBinaryChunks, dumpChunks, DumpParser } from "@kv-epp/recovery";
 import { Indexers } from "./indexers.ts";
@@ -43,9 +44,9 @@ test("listener batches: applied, CPU skipped, partial blocks and unknown parents
       ],
     },
   });
-  const m = ix.index.findMatches(computeBlockHashes(Uint32Array.from(ids.slice(0, 8)), BS));
+  const m = findMatches(ix.index, computeBlockHashes(Uint32Array.from(ids.slice(0, 8)), BS));
   expect(m.scores.get("w\u00000")).toBe(1); // block 2 removed
-  expect(ix.index.findMatches(computeBlockHashes(Uint32Array.of(8, 8, 8, 8), BS)).scores.get("w\u00000")).toBe(1);
+  expect(findMatches(ix.index, computeBlockHashes(Uint32Array.of(8, 8, 8, 8), BS)).scores.get("w\u00000")).toBe(1);
   expect(await counter(metrics, "dynamo_epp_kv_events_applied_total")).toBe(3);
   expect(await counter(metrics, "dynamo_epp_kv_events_ignored_total", '{reason="placeholder"}')).toBe(1);
   expect(await counter(metrics, "dynamo_epp_kv_events_rejected_total", '{reason="index"}')).toBe(1);
@@ -71,7 +72,7 @@ test("recovery staging in batches builds the same index as one applyStored per e
     }
   const reference = KvIndex.create({ blockSize: BS });
   for (const e of events)
-    reference.applyStored({ workerId: e.workerId, dpRank: e.dpRank }, e.parentHash, e.blocks.map((b) => ({ blockHash: b.blockHash, tokensHash: b.tokensHash })));
+    applyStored(reference, { workerId: e.workerId, dpRank: e.dpRank }, e.parentHash, e.blocks.map((b) => ({ blockHash: b.blockHash, tokensHash: b.tokensHash })));
 
   const ixs = new Indexers(createMetrics());
   ixs.models.register("m", "default", BS);
@@ -93,9 +94,9 @@ test("recovery staging keeps a dump's copy counts, zero-copy records on held pat
   // a peer whose worker holds block 1 twice, and block 3 below a block 2 it lost (kept with 0 copies)
   const peer = KvIndex.create({ blockSize: BS });
   const blocks = [1n, 2n, 3n].map((h) => ({ blockHash: h | (1n << 63n), tokensHash: h * 7n }));
-  peer.applyStored(w, null, blocks);
-  peer.applyStored(w, null, blocks.slice(0, 1));
-  peer.applyRemoved(w, [blocks[1]!.blockHash]);
+  applyStored(peer, w, null, blocks);
+  applyStored(peer, w, null, blocks.slice(0, 1));
+  applyRemoved(peer, w, [blocks[1]!.blockHash]);
   const dump = [...peer.dump()];
   expect(dump[0]!.blocks.map((b) => b.copies ?? 1)).toEqual([2, 0, 1]);
   const ixs = new Indexers(createMetrics());
@@ -112,8 +113,8 @@ test("recovery staging keeps a dump's copy counts, zero-copy records on held pat
   const got = ixs.models.get("m:default")!.index;
   expect([...got.dump()]).toEqual(dump);
   // the recovered replica drops block 1 at the same removal as its peer: the second one
-  expect(got.applyRemoved(w, [blocks[0]!.blockHash])).toEqual({ kind: "applied", blocks: 0, unknown: 0 });
-  expect(got.applyRemoved(w, [blocks[0]!.blockHash])).toEqual({ kind: "applied", blocks: 1, unknown: 0 });
+  expect(applyRemoved(got, w, [blocks[0]!.blockHash])).toEqual({ kind: "applied", blocks: 0, unknown: 0 });
+  expect(applyRemoved(got, w, [blocks[0]!.blockHash])).toEqual({ kind: "applied", blocks: 1, unknown: 0 });
 });
 
 test("once the index holds blocks, events and a peer's dump of another block size are rejected (counted as block_size), not indexed unmatchable", async () => {
@@ -150,7 +151,7 @@ test("an index whose module trapped is replaced by an empty one (counted), and r
   const ix = ixs.models.register("m", "default", BS);
   ixs.live.apply("m:default", w, { kind: "batch", seq: 0n, batch: { ts: 0, dataParallelRank: 0, events: [stored([11n], null, [1, 2, 3, 4])] } });
   const trapping = ix.index;
-  // Trap the module (an unknown event kind past applyEncoded's check, as an out-of-memory grow would).
+  // Trap the module (an event kind it does not know, as an out-of-memory grow would).
   const inner = trapping as unknown as { applyWords(p: number, w: number): unknown; ex: { reserve(n: number): number; memory: WebAssembly.Memory } };
   const p = inner.ex.reserve(8);
   new BigUint64Array(inner.ex.memory.buffer, p, 1)[0] = 9n;
@@ -180,8 +181,8 @@ test("adapters: configured or learned from lora_name resolve to their base model
   expect(ixs.models.adapterOf("chat")).toBe("chat");
   expect(ixs.models.adapterOf("m")).toBeNull();
   // The adapter's block is found in the adapter's identity only.
-  expect(ix.index.findMatches(computeBlockHashes(Uint32Array.of(1, 2, 3, 4), BS, [["chat"]])).scores.get("w\u00000")).toBe(1);
-  expect(ix.index.findMatches(computeBlockHashes(Uint32Array.of(1, 2, 3, 4), BS)).scores.get("w\u00000")).toBeUndefined();
+  expect(findMatches(ix.index, computeBlockHashes(Uint32Array.of(1, 2, 3, 4), BS, [["chat"]])).scores.get("w\u00000")).toBe(1);
+  expect(findMatches(ix.index, computeBlockHashes(Uint32Array.of(1, 2, 3, 4), BS)).scores.get("w\u00000")).toBeUndefined();
   ixs.models.resolve("nope");
   ixs.models.resolve("nope");
   expect(warned).toEqual([{ model: "chat", fallback: "m:default" }, { model: "nope", fallback: "m:default" }]); // chat: before it was learned
@@ -228,7 +229,7 @@ test("a batch naming another data_parallel_rank than its listener's is applied t
   ixs.live.apply("m:default", r2, { kind: "batch", seq: 2n, batch: { ts: 0, dataParallelRank: 2, events: [] } });
   expect(await counter(metrics, "dynamo_epp_kv_rank_mismatch_total")).toBe(2);
   expect(warned).toEqual([{ worker: "w", rank: 2, batchRank: 0 }]);
-  expect(ix.index.findMatches(computeBlockHashes(Uint32Array.of(1, 2, 3, 0), BS)).scores.get("w\u00002")).toBe(1);
+  expect(findMatches(ix.index, computeBlockHashes(Uint32Array.of(1, 2, 3, 0), BS)).scores.get("w\u00002")).toBe(1);
 });
 
 test("the block size is the workers': a configured size their first store contradicts is replaced while nothing is indexed, loudly", async () => {
@@ -239,7 +240,7 @@ test("the block size is the workers': a configured size their first store contra
   // Context parallelism scales the published block size; whatever it is, it is what the blocks hash by.
   ixs.live.apply("m:default", w, { kind: "batch", seq: 0n, batch: { ts: 0, dataParallelRank: 0, events: [stored([1n, 2n], null, [1, 2, 3, 4, 5, 6, 7, 8])] } });
   expect(ix.blockSize).toBe(BS);
-  expect(ix.index.findMatches(computeBlockHashes(Uint32Array.of(1, 2, 3, 4, 5, 6, 7, 8), BS)).scores.get("w\u00000")).toBe(2);
+  expect(findMatches(ix.index, computeBlockHashes(Uint32Array.of(1, 2, 3, 4, 5, 6, 7, 8), BS)).scores.get("w\u00000")).toBe(2);
   expect(await counter(metrics, "dynamo_epp_kv_block_size_mismatch_total")).toBe(1);
   expect(errors).toEqual([{ model: "m:default", configured: 16, workers: BS, worker: "w", rank: 0 }]);
 });
@@ -255,7 +256,7 @@ test("hybrid KV groups: only the main attention group is indexed; a sliding-wind
   const window = { ...stored([3n], null, tokens), groupIdx: 1, kvCacheSpecKind: "sliding_window", kvCacheSpecSlidingWindow: 4 } as KvEvent;
   const mla = { ...stored(hashes, null, tokens), groupIdx: 2, kvCacheSpecKind: "mla_attention" } as KvEvent;
   ixs.live.apply("m:default", w, { kind: "batch", seq: 0n, batch: { ts: 0, dataParallelRank: 0, events: [full, window, mla] } });
-  const probe = () => ix.index.findMatches(computeBlockHashes(Uint32Array.from(tokens), BS)).scores.get("w\u00000");
+  const probe = () => findMatches(ix.index, computeBlockHashes(Uint32Array.from(tokens), BS)).scores.get("w\u00000");
   expect(probe()).toBe(3);
   // The window group drops blocks full attention still holds: nothing changes.
   ixs.live.apply("m:default", w, { kind: "batch", seq: 1n, batch: { ts: 0, dataParallelRank: 0, events: [{ type: "BlockRemoved", blockHashes: [1n, 2n], medium: "GPU", groupIdx: 1 }] } });
@@ -298,7 +299,7 @@ test("a peer's dump carries its learned adapters and blocks in both bodies: the 
     batch: { ts: 0, dataParallelRank: 0, events: [{ ...stored([1n, 2n], null, [1, 2, 3, 4, 5, 6, 7, 8]), loraName: "chat", extraKeys: [["chat"], ["chat"]] } as KvEvent] },
   });
   const chatHashes = computeBlockHashes(Uint32Array.of(1, 2, 3, 4, 5, 6, 7, 8), BS, [["chat"], ["chat"]]);
-  expect(pix.index.findMatches(chatHashes).scores.get("w\u00000")).toBe(2);
+  expect(findMatches(pix.index, chatHashes).scores.get("w\u00000")).toBe(2);
   for (const format of ["json", "binary"] as const) {
     const joiner = new Indexers(createMetrics());
     joiner.models.register("m", "default", BS);
@@ -313,7 +314,7 @@ test("a peer's dump carries its learned adapters and blocks in both bodies: the 
     parser.end();
     staging.commit();
     const got = joiner.models.resolve("chat")!;
-    expect({ format, lora: got.loraName, score: got.indexer.index.findMatches(chatHashes).scores.get("w\u00000") }).toEqual({ format, lora: "chat", score: 2 });
+    expect({ format, lora: got.loraName, score: findMatches(got.indexer.index, chatHashes).scores.get("w\u00000") }).toEqual({ format, lora: "chat", score: 2 });
   }
 });
 

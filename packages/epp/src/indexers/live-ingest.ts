@@ -3,7 +3,7 @@
 // attention group), the block size (the workers', fixed once confirmed), the DP rank the batch names,
 // GPU residency, whole blocks, each block's identity (extra keys), and the rank's capacity.
 import { workerKey, type WorkerRef } from "@kv-epp/protocol";
-import { computeBlockHashes, KvIndex, type StoredBatchBuilder } from "@kv-epp/index-wasm";
+import { KvIndex, type StoredBatchBuilder } from "@kv-epp/index-wasm";
 import { isGpuMedium, type BlockStored, type KvEvent, type ListenerSignal } from "@kv-epp/kv-events";
 import type { Logger } from "pino";
 import type { Metrics } from "../metrics.ts";
@@ -88,8 +88,7 @@ export class LiveIngest {
           this.#checkBlockSize(ix, worker, e);
           break;
         }
-    // The index's typed-array batch builder: tokens hashes go in as the BigUint64Array computeBlockHashes
-    // returns (one copy), no per-block objects (index-wasm README, "Which ingestion path").
+    // The index's batch builder: token ids are hashed inside the index's module, no per-block objects.
     const b = ix.index.batch();
     for (const e of signal.batch.events) this.#add(b, worker, e, ix);
     const n = b.events;
@@ -189,13 +188,11 @@ export class LiveIngest {
         // Blocks of another size hash other token spans than requests are hashed by: never matched.
         if (!this.#checkBlockSize(ix, worker, e)) return;
         if (e.loraName) this.#models.learnAdapter(ix, e.loraName);
-        const full = Math.min(Math.floor(e.tokenIds.length / e.blockSize), e.blockHashes.length);
-        let tokensHashes = computeBlockHashes(Uint32Array.from(e.tokenIds), e.blockSize, storedBlockExtras(e, full));
-        const n = Math.min(tokensHashes.length, e.blockHashes.length);
+        const n = Math.min(Math.floor(e.tokenIds.length / e.blockSize), e.blockHashes.length);
         if (n < e.blockHashes.length) this.#metrics.eventsRejected.inc({ reason: "partial_block" });
         if (n === 0) return;
-        if (tokensHashes.length > n) tokensHashes = tokensHashes.subarray(0, n);
-        b.stored(worker, e.parentBlockHash, n < e.blockHashes.length ? e.blockHashes.slice(0, n) : e.blockHashes, tokensHashes);
+        // The token ids are hashed by the index's own module, straight into the batch (same block size: checked above).
+        b.stored(worker, e.parentBlockHash, n < e.blockHashes.length ? e.blockHashes.slice(0, n) : e.blockHashes, { tokenIds: e.tokenIds, extras: storedBlockExtras(e, n) });
         return;
       }
       case "BlockRemoved": {

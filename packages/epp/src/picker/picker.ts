@@ -1,6 +1,6 @@
 // Picks the worker for a request: local block hashes (WASM) -> overlap per worker from the model's
 // index -> the decision (picker/decide.ts: filters, cost per eligible candidate, choice).
-import { computeBlockHashes, MatchList, requestBlockExtras } from "@kv-epp/index-wasm";
+import { MatchList, requestBlockExtras } from "@kv-epp/index-wasm";
 import type { Indexer } from "../indexers/indexers.ts";
 import type { Candidate } from "../workers/registry.ts";
 import type { Weights } from "./cost.ts";
@@ -160,9 +160,9 @@ export class Picker {
     const n = Math.floor(tokens.length / indexer.blockSize);
     // vLLM's extra keys (the adapter on every block, the salt on block 0), as the stored events carry them.
     const extras = id.loraName || id.cacheSalt ? requestBlockExtras(n, indexer.blockSize, { loraName: id.loraName, cacheSalt: id.cacheSalt }) : undefined;
-    const hashes = computeBlockHashes(tokens, indexer.blockSize, extras);
-    if (hashes.length > 0) indexer.index.findMatchesInto(hashes, this.#list);
+    // hashed inside the index's module, where the query runs
+    if (n > 0) indexer.index.findMatchesInto({ tokenIds: tokens, extras }, this.#list);
     else this.#list.count = 0;
-    return hashes.length;
+    return n;
   }
 }

@@ -4,6 +4,7 @@ import { workerKey, type WorkerRef } from "@kv-epp/protocol";
 import { describe, expect, test } from "bun:test";
 import fc from "fast-check";
 import { computeBlockHashes, KvIndex } from "@kv-epp/index-wasm";
+import { applyStored } from "@kv-epp/index-wasm/helpers";
 import { seededRandom } from "@kv-epp/testkit";
 import { ActiveLoad, DEFAULT_TIMING } from "../upstream.ts";
 import { LatencyModel, Picker, type Candidate } from "@kv-epp/epp";
@@ -54,7 +55,7 @@ describe("one decision for the EPP and the simulation", () => {
             const hashes = computeBlockHashes(prompts[p]!.subarray(0, n * BLOCK), BLOCK);
             // Block hashes are the worker's own; any values distinct per (prompt, block) will do.
             const blocks = [...hashes].map((h, b) => ({ blockHash: BigInt(p * 1000 + b + 1), tokensHash: h }));
-            index.applyStored(ref, null, blocks);
+            applyStored(index, ref, null, blocks);
           }),
         );
         const load = new ActiveLoad();

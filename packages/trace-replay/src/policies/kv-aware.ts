@@ -2,6 +2,7 @@
 // events) and the load of its routing decisions. `kv-aware` uses the weighted cost (the EPP's
 // --cost weights), `kv-latency` the lowest predicted TTFT of the EPP's LatencyModel (--cost latency),
 // calibrated as in the EPP from each response's TTFT and cached tokens once it ends.
+import { findMatches } from "@kv-epp/index-wasm/helpers";
 import { decide, LatencyModel, type CostModel } from "../upstream.ts";
 import { withRouterLoad } from "./router-load.ts";
 import type { PolicyName, PolicySpec } from "./types.ts";
@@ -17,7 +18,7 @@ function kvPolicy(name: PolicyName, cost: CostModel, knows: string): PolicySpec 
       /** Scraped waiting at the pick, per request in flight: the calibration sample's queue. */
       const waitingAtPick = new Map<number, number>();
       const router = withRouterLoad(ctx, (req) => {
-        const { scores } = ctx.index.findMatches(req.localHashes);
+        const { scores } = findMatches(ctx.index, req.localHashes);
         const candidates = ctx.workerKeys.map((key, i) => ({
           index: i,
           key,

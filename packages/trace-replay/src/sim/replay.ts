@@ -2,8 +2,8 @@
 // virtual time: arrivals come from the (time-compressed) trace, workers admit, prefill and decode per
 // mock-worker's timing model, KV events reach the KV index after a configurable lag. Nothing sleeps, so
 // a whole trace runs in seconds and the same seed gives the same figures.
-import { type StoredBlock, workerKey, type WorkerRef } from "@kv-epp/protocol";
-import { computeBlockHashes, KvIndex } from "@kv-epp/index-wasm";
+import { workerKey, type WorkerRef } from "@kv-epp/protocol";
+import { KvIndex } from "@kv-epp/index-wasm";
 import { ActiveLoad, type CacheEvent, type TimingParams, type Weights } from "../upstream.ts";
 import { seededRandom } from "@kv-epp/testkit";
 import { POLICIES, type PolicyName, type ReplicaContext, type Router } from "../policies/index.ts";
@@ -118,7 +118,7 @@ export function replayPolicy(trace: readonly TraceRecord[], policy: PolicyName, 
     w.onCacheEvents((events) => {
       for (const e of events) if (e.kind === "removed") evictedBlocks += e.hashes.length;
       if (!spec.usesIndex || resetting) return;
-      const apply = () => applyToIndex(index, refs[i]!, events, opts.blockSize);
+      const apply = () => applyToIndex(index, refs[i]!, events);
       if (opts.eventLagMs > 0) queue.schedule(queue.now + opts.eventLagMs, apply);
       else apply();
     }),
@@ -203,14 +203,13 @@ function burstArrivals(trace: readonly TraceRecord[], opts: ReplayOptions): numb
   return arrivalTimes(trace, opts.timeScale, "recorded").map((t) => Math.floor(t / window) * window);
 }
 
-/** Worker KV events (what the mock publishes) converted to index events, as the EPP's listener does. */
-function applyToIndex(index: KvIndex, worker: WorkerRef, events: CacheEvent[], blockSize: number): void {
+/** Worker KV events (what the mock publishes) applied to the index, as the EPP's listener does. */
+function applyToIndex(index: KvIndex, worker: WorkerRef, events: CacheEvent[]): void {
+  const b = index.batch();
   for (const e of events) {
-    if (e.kind === "stored") {
-      const tokensHashes = computeBlockHashes(Uint32Array.from(e.tokenIds), blockSize);
-      const blocks: StoredBlock[] = e.hashes.map((h, i) => ({ blockHash: h, tokensHash: tokensHashes[i]! }));
-      index.applyStored(worker, e.parent, blocks);
-    } else if (e.kind === "removed") index.applyRemoved(worker, e.hashes);
-    else index.clearWorker(worker);
+    if (e.kind === "stored") b.stored(worker, e.parent, e.hashes, { tokenIds: e.tokenIds });
+    else if (e.kind === "removed") b.removed(worker, e.hashes);
+    else b.cleared(worker);
   }
+  if (b.events > 0) b.apply();
 }
