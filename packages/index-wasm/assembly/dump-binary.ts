@@ -7,7 +7,7 @@
 // Event: header word (flags u32 | count u32 << 32; flags bit 0: a parent word follows, bit 1: count copy
 // words follow the hashes), [parent block hash], count block hashes, count tokens hashes,
 // [count copies]. Rows: see dump-json.ts.
-import { ROW_HAS_PARENT, ROW_NEW_EVENT } from "./dump-json";
+import { ROW_BYTES, ROW_COPIES, ROW_FLAGS, ROW_HAS_PARENT, ROW_HASH, ROW_NEW_EVENT, ROW_PARENT, ROW_TOKENS } from "./dump-layout";
 
 export const EVENT_HAS_PARENT: u32 = 1;
 export const EVENT_HAS_COPIES: u32 = 2;
@@ -26,29 +26,29 @@ export function dumpBinaryNeed(): usize { return binaryNeed; }
 export function dumpBinary(rows: usize, len: u32, pos: u32, o: usize, limit: usize): u32 {
   binaryNeed = 0;
   while (pos < len) {
-    const first = rows + (<usize>pos << 5);
-    let copies = load<u32>(first, 28) != 1;
+    const first = rows + <usize>pos * ROW_BYTES;
+    let copies = load<u32>(first, ROW_COPIES) != 1;
     let end = pos + 1;
     while (end < len) {
-      const r = rows + (<usize>end << 5);
-      if (load<u32>(r, 24) & ROW_NEW_EVENT) break;
-      if (load<u32>(r, 28) != 1) copies = true;
+      const r = rows + <usize>end * ROW_BYTES;
+      if (load<u32>(r, ROW_FLAGS) & ROW_NEW_EVENT) break;
+      if (load<u32>(r, ROW_COPIES) != 1) copies = true;
       end++;
     }
     const n = end - pos;
-    const hasParent = (load<u32>(first, 24) & ROW_HAS_PARENT) != 0;
+    const hasParent = (load<u32>(first, ROW_FLAGS) & ROW_HAS_PARENT) != 0;
     const bytes = <usize>(1 + (hasParent ? 1 : 0) + n * (copies ? 3 : 2)) << 3;
     if (o + bytes > limit) { binaryNeed = bytes; break; }
     store<u64>(o, <u64>((hasParent ? EVENT_HAS_PARENT : 0) | (copies ? EVENT_HAS_COPIES : 0)) | (<u64>n << 32));
     o += 8;
-    if (hasParent) { store<u64>(o, load<u64>(first)); o += 8; }
+    if (hasParent) { store<u64>(o, load<u64>(first, ROW_PARENT)); o += 8; }
     const tok = o + (<usize>n << 3);
     const cp = tok + (<usize>n << 3);
     for (let i: u32 = 0; i < n; i++) {
-      const r = first + (<usize>i << 5);
-      store<u64>(o + (<usize>i << 3), load<u64>(r, 8));
-      store<u64>(tok + (<usize>i << 3), load<u64>(r, 16));
-      if (copies) store<u64>(cp + (<usize>i << 3), <u64>load<u32>(r, 28));
+      const r = first + <usize>i * ROW_BYTES;
+      store<u64>(o + (<usize>i << 3), load<u64>(r, ROW_HASH));
+      store<u64>(tok + (<usize>i << 3), load<u64>(r, ROW_TOKENS));
+      if (copies) store<u64>(cp + (<usize>i << 3), <u64>load<u32>(r, ROW_COPIES));
     }
     o = copies ? cp + (<usize>n << 3) : cp;
     pos = end;

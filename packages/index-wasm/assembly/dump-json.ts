@@ -5,17 +5,14 @@
 // dumps of one index may run at once) and the output buffer; emission stops after the step that reaches
 // `limit` and resumes from the state, so a chain of any length streams in bounded chunks.
 //
-// Rows (32 bytes, from dumpWorker): parent block hash u64 | block hash u64 | tokens hash u64 |
-// flags u32 (ROW_NEW_EVENT, ROW_HAS_PARENT) | copies u32.
-// State (48 bytes): 0 rows u32 | 4 rows len u32 | 8 pos u32 | 12 flags u32 (1 = inside an event, 2 = an
-// event was written: the next one needs a comma) | 16 next event id u64 | 24 prefix ptr u32 | 28 prefix
-// len u32 | 32 suffix ptr u32 | 36 suffix len u32. Prefix = `{"worker_id":<json string>,"event":{"event_id":`,
-// suffix = `]}}},"dp_rank":<rank>}`, both from the caller. The output needs 64 bytes of slack past each
-// step (fixed strings are copied as whole 16-byte words).
+// Rows (from dumpWorker) and the caller's state: dump-layout.ts, shared with the TypeScript face. The
+// output needs 64 bytes of slack past each step (fixed strings are copied as whole 16-byte words).
 import { alloc } from "./pages";
-
-export const ROW_NEW_EVENT: u32 = 1;
-export const ROW_HAS_PARENT: u32 = 2;
+import {
+  ROW_BYTES, ROW_COPIES, ROW_FLAGS, ROW_HAS_PARENT, ROW_HASH, ROW_NEW_EVENT, ROW_PARENT, ROW_TOKENS, STATE_EVENT_ID,
+  STATE_FLAGS, STATE_INSIDE, STATE_LEN, STATE_POS, STATE_PREFIX, STATE_PREFIX_LEN, STATE_ROWS, STATE_SUFFIX,
+  STATE_SUFFIX_LEN, STATE_WROTE,
+} from "./dump-layout";
 
 let digits2: usize = 0; // "00".."99"
 let jsonData: usize = 0; // `,"data":{"stored":{"parent_hash":` (33) then `,"blocks":[` (11)
@@ -94,10 +91,10 @@ function writeU64(o: usize, v: u64): usize {
 @inline function writeBlock(o: usize, r: usize, first: bool): usize {
   copy16(o, jsonBlock + (first ? 1 : 0));
   o += first ? 14 : 15;
-  o = writeU64(o, load<u64>(r, 8));
+  o = writeU64(o, load<u64>(r, ROW_HASH));
   copy16(o, jsonTokens);
-  o = writeU64(o + 15, load<u64>(r, 16));
-  const copies = load<u32>(r, 28);
+  o = writeU64(o + 15, load<u64>(r, ROW_TOKENS));
+  const copies = load<u32>(r, ROW_COPIES);
   if (copies != 1) {
     copy16(o, jsonCopies);
     o = writeSmall(o + 10, copies);
@@ -107,17 +104,17 @@ function writeU64(o: usize, v: u64): usize {
 }
 
 export function dumpJson(st: usize, o: usize, limit: usize): usize {
-  const rows = <usize>load<u32>(st), len = load<u32>(st, 4);
-  let pos = load<u32>(st, 8), flags = load<u32>(st, 12);
-  let eventId = load<u64>(st, 16);
-  const prefix = <usize>load<u32>(st, 24), prefixLen = <usize>load<u32>(st, 28);
-  const suffix = <usize>load<u32>(st, 32), suffixLen = <usize>load<u32>(st, 36);
+  const rows = <usize>load<u32>(st, STATE_ROWS), len = load<u32>(st, STATE_LEN);
+  let pos = load<u32>(st, STATE_POS), flags = load<u32>(st, STATE_FLAGS);
+  let eventId = load<u64>(st, STATE_EVENT_ID);
+  const prefix = <usize>load<u32>(st, STATE_PREFIX), prefixLen = <usize>load<u32>(st, STATE_PREFIX_LEN);
+  const suffix = <usize>load<u32>(st, STATE_SUFFIX), suffixLen = <usize>load<u32>(st, STATE_SUFFIX_LEN);
   while (o < limit) {
-    if (flags & 1) {
+    if (flags & STATE_INSIDE) {
       // inside an event: the next row continues it unless it starts an event of its own
       if (pos < len) {
-        const r = rows + (<usize>pos << 5);
-        if ((load<u32>(r, 24) & ROW_NEW_EVENT) == 0) {
+        const r = rows + <usize>pos * ROW_BYTES;
+        if ((load<u32>(r, ROW_FLAGS) & ROW_NEW_EVENT) == 0) {
           o = writeBlock(o, r, false);
           pos++;
           continue;
@@ -125,25 +122,25 @@ export function dumpJson(st: usize, o: usize, limit: usize): usize {
       }
       memory.copy(o, suffix, suffixLen);
       o += suffixLen;
-      flags = 2;
+      flags = STATE_WROTE;
       continue;
     }
     if (pos >= len) break;
-    const r = rows + (<usize>pos << 5);
-    if (flags & 2) { store<u8>(o, 0x2c); o++; }
+    const r = rows + <usize>pos * ROW_BYTES;
+    if (flags & STATE_WROTE) { store<u8>(o, 0x2c); o++; }
     memory.copy(o, prefix, prefixLen);
     o = writeU64(o + prefixLen, eventId++);
     memory.copy(o, jsonData, 33);
     o += 33;
-    if (load<u32>(r, 24) & ROW_HAS_PARENT) o = writeU64(o, load<u64>(r));
+    if (load<u32>(r, ROW_FLAGS) & ROW_HAS_PARENT) o = writeU64(o, load<u64>(r, ROW_PARENT));
     else { store<u32>(o, load<u32>(jsonNull)); o += 4; }
     memory.copy(o, jsonData + 33, 11);
     o = writeBlock(o + 11, r, true);
     pos++;
-    flags = 3;
+    flags = STATE_INSIDE | STATE_WROTE;
   }
-  store<u32>(st, pos, 8);
-  store<u32>(st, flags, 12);
-  store<u64>(st, eventId, 16);
+  store<u32>(st, pos, STATE_POS);
+  store<u32>(st, flags, STATE_FLAGS);
+  store<u64>(st, eventId, STATE_EVENT_ID);
   return o;
 }

@@ -19,8 +19,8 @@
 // into 16-byte shared records and the node's payload becomes the worker mask for matching.
 import { xxh3 } from "./xxh3";
 import { alloc, allocZeroed, free, freePages, regrow, usable } from "./pages";
-import { initJson, ROW_HAS_PARENT, ROW_NEW_EVENT } from "./dump-json";
-export { jsonScan } from "./json-scan";
+import { initJson } from "./dump-json";
+import { ROW_BYTES, ROW_COPIES, ROW_FLAGS, ROW_HAS_PARENT, ROW_HASH, ROW_NEW_EVENT, ROW_PARENT, ROW_TOKENS } from "./dump-layout";
 export { dumpJson } from "./dump-json";
 export { dumpBinary, dumpBinaryEnd, dumpBinaryNeed } from "./dump-binary";
 
@@ -1073,7 +1073,7 @@ export function dumpWorker(w: u32): usize {
     store<u32>(kidList + (<usize>at << 2), i);
   }
   // depth-first from the root's children; the stack holds entries still to visit
-  const out = alloc(<usize>max<u32>(rows, 1) << 5);
+  const out = alloc(<usize>max<u32>(rows, 1) * ROW_BYTES);
   const stack = alloc(<usize>words << 2);
   let sp: u32 = 0;
   for (let c = load<u32>(kidStart + (<usize>(k + 1) << 2)); c > load<u32>(kidStart + (<usize>k << 2)); c--) {
@@ -1086,12 +1086,12 @@ export function dumpWorker(w: u32): usize {
     const e = g + (<usize>i << 4);
     const n = load<u32>(e);
     const pi = load<u32>(parentIx + (<usize>i << 2));
-    const r = out + (<usize>(o++) << 5);
-    store<u64>(r, pi == NONE ? 0 : load<u64>(g + (<usize>pi << 4), 8));
-    store<u64>(r, load<u64>(e, 8), 8);
-    store<u64>(r, tokOf(n), 16);
-    store<u32>(r, (pi == last && pi != NONE ? 0 : ROW_NEW_EVENT) | (pi == NONE ? 0 : ROW_HAS_PARENT), 24);
-    store<u32>(r, load<u32>(e, 4), 28);
+    const r = out + <usize>(o++) * ROW_BYTES;
+    store<u64>(r, pi == NONE ? 0 : load<u64>(g + (<usize>pi << 4), 8), ROW_PARENT);
+    store<u64>(r, load<u64>(e, 8), ROW_HASH);
+    store<u64>(r, tokOf(n), ROW_TOKENS);
+    store<u32>(r, (pi == last && pi != NONE ? 0 : ROW_NEW_EVENT) | (pi == NONE ? 0 : ROW_HAS_PARENT), ROW_FLAGS);
+    store<u32>(r, load<u32>(e, 4), ROW_COPIES);
     last = i;
     for (let c = load<u32>(kidStart + (<usize>(i + 1) << 2)); c > load<u32>(kidStart + (<usize>i << 2)); c--) {
       store<u32>(stack + (<usize>(sp++) << 2), load<u32>(kidList + (<usize>(c - 1) << 2)));

@@ -1,5 +1,6 @@
 // Public entry of @kv-epp/index-wasm: the KV index (WebAssembly over linear memory) and block identity.
-// Convenience forms for tests and the simulation: ./helpers.ts (`@kv-epp/index-wasm/helpers`).
+// Convenience forms for tests and the simulation: ./helpers.ts (`@kv-epp/index-wasm/helpers`); the
+// request-body JSON scanner, a module of its own: ./json.ts (`@kv-epp/index-wasm/json`).
 export type { BatchOutcome, DumpEvent, IndexStats, RejectReason, StoredBlock, WorkerRef } from "./types.ts";
 export { KvIndex, IndexTrappedError } from "./kv-index.ts";
 export type { StoredBatchBuilder } from "./batch-builder.ts";
@@ -10,4 +11,3 @@ export {
   type BlockExtraKeys, type BlockExtras, type ExtraKey, type MmExtraKey, type MmItem,
 } from "./extra-keys.ts";
 export { fromWireExtraKeys } from "./wire-extra-keys.ts";
-export { JsonFieldScanner, type JsonField } from "./json-fields.ts";

@@ -2,7 +2,13 @@
 // validated, and an array of plain unsigned integers under a wanted key comes back as a Uint32Array
 // without a JS array or string ever being built. For the EPP's request bodies, where JSON.parse of an
 // 8k-token prompt was the largest cost of a decision.
-import { instantiate, ScratchRegion, type IndexExports } from "./wasm-module.ts";
+import { instantiateAt, jsonWasmPath, ScratchRegion, type Buffers } from "./wasm-module.ts";
+
+/** The scanner's own module (assembly/json-module.ts): no index in it. */
+type JsonExports = Buffers & {
+  memory: WebAssembly.Memory;
+  jsonScan(p: number, len: number, keys: number, nKeys: number, info: number, out: number): number;
+};
 
 export type JsonField =
   | { kind: "absent" }
@@ -16,7 +22,7 @@ const KEY_INFO_WORDS = 5;
 const ABSENT: JsonField = { kind: "absent" };
 
 export class JsonFieldScanner {
-  readonly #ex: IndexExports;
+  readonly #ex: JsonExports;
   readonly #keys: number;
   readonly #info: number;
   readonly #count: number;
@@ -25,7 +31,7 @@ export class JsonFieldScanner {
 
   /** `keys`: the top-level keys whose values are wanted (plain keys, compared byte for byte). */
   constructor(keys: readonly string[]) {
-    this.#ex = instantiate();
+    this.#ex = instantiateAt<JsonExports>(jsonWasmPath);
     const enc = new TextEncoder();
     const bytes = keys.map((k) => enc.encode(k));
     const table = keys.length * 8;

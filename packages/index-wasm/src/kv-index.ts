@@ -6,6 +6,11 @@ import { BlockHasher, fullBlocks, type BlockTokens } from "./block-hash.ts";
 import type { MatchList } from "./match-list.ts";
 import { DUMP_FIELDS as D, DUMP_JSON_CHUNK_BYTES, workerKey } from "@kv-epp/protocol";
 import type { BatchOutcome, DumpEvent, IndexStats, StoredBlock, WorkerRef } from "./types.ts";
+import {
+  ROW_BYTES, ROW_COPIES, ROW_FLAGS, ROW_HAS_PARENT, ROW_HASH, ROW_NEW_EVENT, ROW_PARENT, ROW_TOKENS, STATE_BYTES,
+  STATE_EVENT_ID, STATE_FLAGS, STATE_INSIDE, STATE_LEN, STATE_POS, STATE_PREFIX, STATE_PREFIX_LEN, STATE_ROWS,
+  STATE_SUFFIX, STATE_SUFFIX_LEN, STATE_WROTE,
+} from "../assembly/dump-layout.ts";
 
 /** Worker slots are 12 bits inside the module (slot 4095 marks free records). */
 const MAX_WORKERS = 4095;
@@ -23,9 +28,6 @@ export class IndexTrappedError extends Error {
   override name = "IndexTrappedError";
 }
 
-/** dumpWorker row flags (assembly/dump-json.ts). */
-const ROW_NEW_EVENT = 1;
-const ROW_HAS_PARENT = 2;
 
 export class KvIndex {
   readonly blockSize: number;
@@ -268,12 +270,14 @@ export class KvIndex {
       onSnapshot?.(worker);
       const ptr = this.ex.dumpWorker(slot);
       const len = this.ex.dumpLength();
-      const rows = this.words(ptr, len * 4).slice();
-      this.ex.release(ptr, Math.max(len, 1) * 32);
+      const rows = this.words(ptr, len * (ROW_BYTES / 8)).slice();
+      this.ex.release(ptr, Math.max(len, 1) * ROW_BYTES);
+      const flagWords = new Uint32Array(rows.buffer);
       let current: DumpEvent | null = null;
       for (let i = 0; i < len; i++) {
-        const parentExt = rows[4 * i]!, blockHash = rows[4 * i + 1]!, tokensHash = rows[4 * i + 2]!, meta = rows[4 * i + 3]!;
-        const flags = Number(meta & 0xffffffffn), copies = Number(meta >> 32n);
+        const r = i * (ROW_BYTES / 8), r32 = i * (ROW_BYTES / 4);
+        const parentExt = rows[r + ROW_PARENT / 8]!, blockHash = rows[r + ROW_HASH / 8]!, tokensHash = rows[r + ROW_TOKENS / 8]!;
+        const flags = flagWords[r32 + ROW_FLAGS / 4]!, copies = flagWords[r32 + ROW_COPIES / 4]!;
         const block: StoredBlock = copies === 1 ? { blockHash, tokensHash } : { blockHash, tokensHash, copies };
         if (current && (flags & ROW_NEW_EVENT) === 0) current.blocks.push(block);
         else {
@@ -303,7 +307,7 @@ export class KvIndex {
     if (!Number.isSafeInteger(firstEventId) || firstEventId < 0) throw new RangeError(`firstEventId must be a non-negative safe integer`);
     const ex = this.ex;
     const order = [...this.slots.entries()];
-    // state (48 B) then the worker's prefix/suffix; output buffer separately (chunk + one step + 16 B slack)
+    // state (STATE_BYTES, assembly/dump-layout.ts) then the worker's prefix/suffix; output buffer separately (chunk + one step + 16 B slack)
     let stPtr = 0, stBytes = 0, outPtr = 0, outBytes = 0, rows = 0, rowsBytes = 0;
     const release = () => {
       if (rows) ex.release(rows, rowsBytes);
@@ -320,11 +324,11 @@ export class KvIndex {
         const suffix = jsonEncoder.encode(`]}}},"${D.dpRank}":${worker.dpRank}}`);
         const step = prefix.length + suffix.length + 256;
         // room: a pending chunk is handed out before any buffer is re-reserved
-        if (48 + prefix.length + suffix.length > stBytes || chunkBytes + step > outBytes) {
+        if (STATE_BYTES + prefix.length + suffix.length > stBytes || chunkBytes + step > outBytes) {
           if (o > 0) { yield this.bytesAt(outPtr, o); o = 0; }
-          if (48 + prefix.length + suffix.length > stBytes) {
+          if (STATE_BYTES + prefix.length + suffix.length > stBytes) {
             if (stPtr) ex.release(stPtr, stBytes);
-            stBytes = Math.max(256, 2 * (48 + prefix.length + suffix.length));
+            stBytes = Math.max(256, 2 * (STATE_BYTES + prefix.length + suffix.length));
             stPtr = ex.reserve(stBytes);
           }
           if (chunkBytes + step > outBytes) {
@@ -337,25 +341,26 @@ export class KvIndex {
         opts.onSnapshot?.(worker);
         rows = ex.dumpWorker(slot);
         const len = ex.dumpLength();
-        rowsBytes = Math.max(len, 1) * 32;
+        rowsBytes = Math.max(len, 1) * ROW_BYTES;
         if (len > 0) {
           this.views();
           const u32 = this.u32, u8 = new Uint8Array(ex.memory.buffer);
-          const s = stPtr / 4;
-          u32[s] = rows; u32[s + 1] = len; u32[s + 2] = 0; u32[s + 3] = wrote ? 2 : 0;
-          u32[s + 4] = eventId % 2 ** 32; u32[s + 5] = Math.floor(eventId / 2 ** 32);
-          u32[s + 6] = stPtr + 48; u32[s + 7] = prefix.length;
-          u32[s + 8] = stPtr + 48 + prefix.length; u32[s + 9] = suffix.length;
-          u8.set(prefix, stPtr + 48);
-          u8.set(suffix, stPtr + 48 + prefix.length);
+          const at = (field: number) => (stPtr + field) / 4; // a u32 field of the state
+          const strings = stPtr + STATE_BYTES;
+          u32[at(STATE_ROWS)] = rows; u32[at(STATE_LEN)] = len; u32[at(STATE_POS)] = 0; u32[at(STATE_FLAGS)] = wrote ? STATE_WROTE : 0;
+          u32[at(STATE_EVENT_ID)] = eventId % 2 ** 32; u32[at(STATE_EVENT_ID) + 1] = Math.floor(eventId / 2 ** 32);
+          u32[at(STATE_PREFIX)] = strings; u32[at(STATE_PREFIX_LEN)] = prefix.length;
+          u32[at(STATE_SUFFIX)] = strings + prefix.length; u32[at(STATE_SUFFIX_LEN)] = suffix.length;
+          u8.set(prefix, strings);
+          u8.set(suffix, strings + prefix.length);
           for (;;) {
             o = ex.dumpJson(stPtr, outPtr + o, outPtr + chunkBytes) - outPtr;
             this.views();
-            const done = this.u32[s + 2] === len && (this.u32[s + 3]! & 1) === 0;
+            const done = this.u32[at(STATE_POS)] === len && (this.u32[at(STATE_FLAGS)]! & STATE_INSIDE) === 0;
             if (o >= chunkBytes) { yield this.bytesAt(outPtr, o); o = 0; }
             if (done) break;
           }
-          eventId = this.u32[s + 4]! + this.u32[s + 5]! * 2 ** 32;
+          eventId = this.u32[at(STATE_EVENT_ID)]! + this.u32[at(STATE_EVENT_ID) + 1]! * 2 ** 32;
           wrote = true;
         }
         release();
@@ -394,7 +399,7 @@ export class KvIndex {
         opts.onSnapshot?.(worker);
         rows = ex.dumpWorker(slot);
         const len = ex.dumpLength();
-        rowsBytes = Math.max(len, 1) * 32;
+        rowsBytes = Math.max(len, 1) * ROW_BYTES;
         if (len > 0) yield worker;
         let pos = 0;
         while (pos < len) {

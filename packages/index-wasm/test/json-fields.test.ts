@@ -2,7 +2,7 @@
 // fields are what JSON.parse reads; where it declines (null), JSON.parse decides.
 import { describe, expect, test } from "bun:test";
 import fc from "fast-check";
-import { JsonFieldScanner, type JsonField } from "../src/index.ts";
+import { JsonFieldScanner, type JsonField } from "../src/json.ts";
 
 const KEYS = ["model", "prompt", "token_ids"] as const;
 const scanner = new JsonFieldScanner(KEYS);

@@ -1,6 +1,6 @@
 // The OpenAI request bodies the EPP routes: /v1/completions and /v1/chat/completions.
 // Only the fields that decide the route are read; the body itself is forwarded untouched.
-import { JsonFieldScanner, type JsonField } from "@kv-epp/index-wasm";
+import { JsonFieldScanner, type JsonField } from "@kv-epp/index-wasm/json";
 
 export type ChatMessage = { role: string; content?: unknown; [k: string]: unknown };
 
