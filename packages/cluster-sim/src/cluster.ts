@@ -186,8 +186,8 @@ export class SimulatedCluster {
 
   /**
    * Replicas that start together, cold: each must become SERVING on its own (its probe passing) while
-   * every sibling is still held out of the EndpointSlices, whatever their start-up speeds, which is
-   * the deadlock the recovery rules forbid (a replica waiting for a sibling that waits for it). Then
+   * every peer is still held out of the EndpointSlices, whatever their start-up speeds, which is
+   * the deadlock the recovery rules forbid (a replica waiting for a peer that waits for it). Then
    * the gate opens and they turn Ready. Returns the pods.
    */
   async coldStart(count: number, timeoutMs = 60_000): Promise<string[]> {

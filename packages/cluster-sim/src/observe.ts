@@ -46,17 +46,17 @@ export async function recoveryState(eppIp: string, ports: EppPorts = EPP_PORTS):
   return m?.[1] as RecoveryStateName | undefined;
 }
 
-export type EppLoad = { inflight: number; siblingRequests: number };
+export type EppLoad = { inflight: number; peerRequests: number };
 
 /**
- * Requests an EPP counts in flight: its own (`dynamo_epp_inflight_requests`) and those its sibling
+ * Requests an EPP counts in flight: its own (`dynamo_epp_inflight_requests`) and those its peer
  * replicas attributed to the workers over replica-agg (`dynamo_epp_replica_agg_sibling_requests`, 0
  * where the EPP has no such metric). Load weighs in the pick, so a routing assertion waits for 0.
  */
 export async function eppLoad(eppIp: string, ports: EppPorts = EPP_PORTS): Promise<EppLoad> {
   const text = await (await fetch(`http://${eppIp}:${ports.metrics}/metrics`, { signal: AbortSignal.timeout(5000) })).text();
   const gauge = (name: string) => Number(new RegExp(`^${name} (\\S+)$`, "m").exec(text)?.[1] ?? 0);
-  return { inflight: gauge("dynamo_epp_inflight_requests"), siblingRequests: gauge("dynamo_epp_replica_agg_sibling_requests") };
+  return { inflight: gauge("dynamo_epp_inflight_requests"), peerRequests: gauge("dynamo_epp_replica_agg_sibling_requests") };
 }
 
 export type EppWorker = { worker_id: string; dp_rank: number; address: string; connected: boolean; blocks: number };

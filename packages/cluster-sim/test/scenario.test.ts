@@ -89,9 +89,9 @@ async function settled(what: string): Promise<string[]> {
   }
 }
 
-/** Until no ready EPP counts a request in flight, its own or a sibling's (replica-agg). */
+/** Until no ready EPP counts a request in flight, its own or a peer's (replica-agg). */
 async function idle(): Promise<void> {
-  await waitFor(async () => (await Promise.all(cluster.readyEpps().map((e) => eppLoad(cluster.ip(e))))).every((l) => l.inflight === 0 && l.siblingRequests === 0), {
+  await waitFor(async () => (await Promise.all(cluster.readyEpps().map((e) => eppLoad(cluster.ip(e))))).every((l) => l.inflight === 0 && l.peerRequests === 0), {
     timeoutMs: 10_000,
     message: "no request in flight in any EPP's view",
   });
@@ -196,7 +196,7 @@ test("2. traffic through the EPPs fills the workers' caches, and both replicas' 
   await settled("both indexes equal to the workers' caches after round 1");
 
   // Round 2 goes through the other EPP for each family: it routes by what the worker's events told it.
-  // Load weighs in the pick too, and the previous request's end reaches the sibling over replica-agg a
+  // Load weighs in the pick too, and the previous request's end reaches the peer over replica-agg a
   // moment later: each request waits until no EPP counts one in flight.
   for (let f = 0; f < FAMILIES; f++) {
     await idle();

@@ -98,23 +98,23 @@ describe("config", () => {
     );
   });
 
-  test("replica-agg: on by default, siblings from static peers (host + replica-agg port, or the object form)", () => {
+  test("replica-agg: on by default, peers from static peers (host + replica-agg port, or the object form)", () => {
     const peers = writeStaticConfig([], ["http://127.0.8.2:9093", { url: "http://127.0.8.3:9093", replicaAgg: "tcp://127.0.8.3:19092" }] as never);
     expect(parseConfig(["--config", peers], {}).replicaAgg).toEqual({
       mode: "on",
       heartbeatMs: 1000,
       timeoutMs: 3000,
-      siblings: { mode: "static", endpoints: ["tcp://127.0.8.2:9092", "tcp://127.0.8.3:19092"] },
+      peers: { mode: "static", endpoints: ["tcp://127.0.8.2:9092", "tcp://127.0.8.3:19092"] },
     });
-    // The own --replica-agg-port is the siblings' default too; recovery keeps the selection-http URLs.
+    // The own --replica-agg-port is the peers' default too; recovery keeps the selection-http URLs.
     const c = parseConfig(["--config", peers, "--replica-agg-port", "7092"], {});
-    expect(c.replicaAgg).toMatchObject({ siblings: { endpoints: ["tcp://127.0.8.2:7092", "tcp://127.0.8.3:19092"] } });
+    expect(c.replicaAgg).toMatchObject({ peers: { endpoints: ["tcp://127.0.8.2:7092", "tcp://127.0.8.3:19092"] } });
     expect(c.recovery).toEqual({ mode: "static", peers: ["http://127.0.8.2:9093", "http://127.0.8.3:9093"] });
     expect(parseConfig(["--config", peers, "--replica-agg", "false"], {}).replicaAgg).toEqual({ mode: "off" });
     expect(parseConfig(["--config", peers], { DYN_EPP_REPLICA_AGG: "false" }).replicaAgg).toEqual({ mode: "off" });
     expect(parseConfig(["--config", peers, "--replica-agg", "--listen", "127.0.8.9"], {}).replicaAgg.mode).toBe("on");
     expect(parseConfig(["--config", file], { DYN_EPP_PEER_SERVICE: "dynamo-epp-peer", POD_NAMESPACE: "llm" }).replicaAgg).toMatchObject({
-      siblings: { mode: "kubernetes", peerService: "dynamo-epp-peer", namespace: "llm" },
+      peers: { mode: "kubernetes", peerService: "dynamo-epp-peer", namespace: "llm" },
     });
   });
 

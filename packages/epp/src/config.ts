@@ -23,9 +23,9 @@ export const OPTIONS = {
   healthChecking: { flag: "health-checking", env: "DYN_EPP_HEALTH_CHECKING", kind: "bool", default: "false", help: "also serve grpc.health.v1.Health/Check on the ext_proc port (as GAIE's --health-checking)" },
   metricsPort: { flag: "metrics-port", env: "DYN_EPP_METRICS_PORT", kind: "port", default: "9090", help: "Prometheus port" },
   replicaAggPort: { flag: "replica-agg-port", env: "DYN_EPP_REPLICA_AGG_PORT", kind: "port", default: "9092", help: "replica-agg port" },
-  replicaAgg: { flag: "replica-agg", env: "DYN_EPP_REPLICA_AGG", kind: "bool", default: "true", help: "share in-flight load with sibling replicas" },
+  replicaAgg: { flag: "replica-agg", env: "DYN_EPP_REPLICA_AGG", kind: "bool", default: "true", help: "share in-flight load with peer replicas" },
   replicaAggHeartbeatMs: { flag: "replica-agg-heartbeat-ms", env: "DYN_EPP_REPLICA_AGG_HEARTBEAT_MS", kind: "int", default: "1000", help: "period of replica-agg snapshots (heartbeats)" },
-  replicaAggTimeoutMs: { flag: "replica-agg-timeout-ms", env: "DYN_EPP_REPLICA_AGG_TIMEOUT_MS", kind: "int", default: "3000", help: "drop a sibling's load after this long without a snapshot" },
+  replicaAggTimeoutMs: { flag: "replica-agg-timeout-ms", env: "DYN_EPP_REPLICA_AGG_TIMEOUT_MS", kind: "int", default: "3000", help: "drop a peer's load after this long without a snapshot" },
   selectionPort: { flag: "selection-port", env: "DYN_EPP_SELECTION_PORT", kind: "port", default: "9093", help: "selection-http port" },
   peerService: { flag: "peer-service", env: "DYN_EPP_PEER_SERVICE", kind: "string", help: "peer Service (EndpointSlices) for recovery" },
   poolName: { flag: "pool-name", env: "DYN_EPP_POOL_NAME", kind: "string", help: "InferencePool name (Kubernetes mode)" },
@@ -138,7 +138,7 @@ export type ReplicaAggConfig =
       mode: "on";
       heartbeatMs: number;
       timeoutMs: number;
-      siblings:
+      peers:
         | { mode: "static"; endpoints: string[] }
         | { mode: "kubernetes"; peerService: string; namespace: string }
         | { mode: "none" };
@@ -202,7 +202,7 @@ export type EppConfig = {
 };
 
 /** The replica-agg endpoint of a static peer (docs/CONTRACTS.md §11). */
-export function staticSiblingEndpoint(peer: string | { url: string; replicaAgg?: string }, defaultPort: number): string {
+export function staticPeerEndpoint(peer: string | { url: string; replicaAgg?: string }, defaultPort: number): string {
   if (typeof peer !== "string" && peer.replicaAgg) return peer.replicaAgg;
   const host = new URL(typeof peer === "string" ? peer : peer.url).hostname; // IPv6 stays bracketed
   return `tcp://${host}:${defaultPort}`;
@@ -318,18 +318,18 @@ export function parseConfig(argv: string[], env: Record<string, string | undefin
     const heartbeatMs = get<number>("replicaAggHeartbeatMs")!;
     const timeoutMs = get<number>("replicaAggTimeoutMs")!;
     if (heartbeatMs < 1) throw new ConfigError(`invalid value for ${r.replicaAggHeartbeatMs.source}: ${JSON.stringify(r.replicaAggHeartbeatMs.value)} (expected >= 1)`);
-    // A timeout within one heartbeat would drop every sibling between two snapshots.
+    // A timeout within one heartbeat would drop every peer between two snapshots.
     if (timeoutMs <= heartbeatMs)
       throw new ConfigError(`invalid value for ${r.replicaAggTimeoutMs.source}: ${JSON.stringify(r.replicaAggTimeoutMs.value)} (expected > the heartbeat, ${heartbeatMs} ms)`);
-    const siblingPort = replicaAggPort || DEFAULT_REPLICA_AGG_PORT;
+    const peerPort = replicaAggPort || DEFAULT_REPLICA_AGG_PORT;
     replicaAgg = {
       mode: "on",
       heartbeatMs,
       timeoutMs,
-      siblings: peerService
+      peers: peerService
         ? { mode: "kubernetes", peerService, namespace }
         : staticFile && staticFile.peers.length > 0
-          ? { mode: "static", endpoints: staticFile.peers.map((p) => staticSiblingEndpoint(p, siblingPort)) }
+          ? { mode: "static", endpoints: staticFile.peers.map((p) => staticPeerEndpoint(p, peerPort)) }
           : { mode: "none" },
     };
   }

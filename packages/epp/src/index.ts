@@ -17,5 +17,5 @@ export type { Candidate } from "./workers/registry.ts";
 export { ActiveLoad, sumLoad, type Lease, type LoadView } from "./picker/load.ts";
 // replica-agg's sending numbering and receiving state, so a simulation runs the same rules in virtual time.
 export { AggOutbox } from "./replica-agg/publisher.ts";
-export { SiblingLoads } from "./replica-agg/sibling-loads.ts";
+export { PeerLoads } from "./replica-agg/peer-loads.ts";
 export { opOf, type AggMessage } from "./replica-agg/codec.ts";

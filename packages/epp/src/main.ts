@@ -91,7 +91,7 @@ export async function startEpp(cfg: EppConfig, o: { log?: Logger; kubeConfig?: K
 
   // Worker bookkeeping. Listeners start with their worker and buffer until recovery has ended.
   const load = new ActiveLoad();
-  // Siblings' in-flight load (replica-agg) is added to this replica's own in the cost function.
+  // Peers' in-flight load (replica-agg) is added to this replica's own in the cost function.
   const replicaAgg =
     cfg.replicaAgg.mode === "on"
       ? await startReplicaAgg({
@@ -158,7 +158,7 @@ export async function startEpp(cfg: EppConfig, o: { log?: Logger; kubeConfig?: K
     log: log.child({ component: "handoff" }),
   });
   let recoveryOutcome: RecoveryOutcome | null = null;
-  // Servers come up first so liveness answers during discovery and recovery, and cold siblings see
+  // Servers come up first so liveness answers during discovery and recovery, and cold peers see
   // this replica's /dump as 503.
   const health = new HealthState();
   let recovered = false;
@@ -168,7 +168,7 @@ export async function startEpp(cfg: EppConfig, o: { log?: Logger; kubeConfig?: K
   const picker = new Picker({
     indexers: indexers.models,
     candidates: () => workers.candidates(),
-    load: replicaAgg ? sumLoad(load, replicaAgg.siblings) : load,
+    load: replicaAgg ? sumLoad(load, replicaAgg.peers) : load,
     workerMetrics: (endpoint) => scraper.get(endpoint),
     options: cfg.picker,
     latency,
@@ -258,7 +258,7 @@ export async function startEpp(cfg: EppConfig, o: { log?: Logger; kubeConfig?: K
       handoff,
       recoveryOutcome: () => recoveryOutcome,
       metrics,
-      load: { own: load, siblings: replicaAgg?.siblings },
+      load: { own: load, peers: replicaAgg?.peers },
       quality,
       latency,
       recovered: () => recovered,

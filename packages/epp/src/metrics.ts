@@ -125,10 +125,10 @@ export function createMetrics() {
       registers: [registry],
     }),
     scrapeErrors: new Counter({ name: "dynamo_epp_worker_scrape_errors_total", help: "failed vLLM /metrics scrapes", registers: [registry] }),
-    aggSiblings: new Gauge({ name: "dynamo_epp_replica_agg_siblings", help: "sibling replicas known from peer discovery", registers: [registry] }),
-    aggSiblingsConnected: new Gauge({
+    aggPeers: new Gauge({ name: "dynamo_epp_replica_agg_siblings", help: "peer replicas known from peer discovery", registers: [registry] }),
+    aggPeersConnected: new Gauge({
       name: "dynamo_epp_replica_agg_siblings_connected",
-      help: "sibling replicas with a live replica-agg session",
+      help: "peer replicas with a live replica-agg session",
       registers: [registry],
     }),
     aggRefusedSubscribers: new Gauge({
@@ -136,14 +136,14 @@ export function createMetrics() {
       help: "replica-agg subscriber connections closed for broken ZMTP, an oversize message or subscriptions past 1024 prefixes / 64 KiB",
       registers: [registry],
     }),
-    aggSiblingRequests: new Gauge({
+    aggPeerRequests: new Gauge({
       name: "dynamo_epp_replica_agg_sibling_requests",
-      help: "in-flight requests attributed to sibling replicas (all workers)",
+      help: "in-flight requests attributed to peer replicas (all workers)",
       registers: [registry],
     }),
-    aggSiblingBlocks: new Gauge({
+    aggPeerBlocks: new Gauge({
       name: "dynamo_epp_replica_agg_sibling_blocks",
-      help: "active blocks attributed to sibling replicas, per worker rank (added to the decode load)",
+      help: "active blocks attributed to peer replicas, per worker rank (added to the decode load)",
       labelNames: ["worker", "dp_rank"] as const,
       registers: [registry],
     }),
@@ -165,9 +165,9 @@ export function createMetrics() {
       labelNames: ["kind"] as const,
       registers: [registry],
     }),
-    aggSiblingDrops: new Counter({
+    aggPeerDrops: new Counter({
       name: "dynamo_epp_replica_agg_sibling_drops_total",
-      help: "times a sibling's load was dropped",
+      help: "times a peer's load was dropped",
       labelNames: ["reason"] as const,
       registers: [registry],
     }),

@@ -27,8 +27,8 @@ export type SelectionDeps = {
   /** How recovery ended; null while it runs. */
   recoveryOutcome: () => RecoveryOutcome | null;
   metrics: Metrics;
-  /** In-flight load: this replica's own routing, and its siblings' (replica-agg, when on). */
-  load: { own: LoadView; siblings?: LoadView };
+  /** In-flight load: this replica's own routing, and its peers' (replica-agg, when on). */
+  load: { own: LoadView; peers?: LoadView };
   /** Recent prediction accuracy and observed TTFT per worker rank. */
   quality?: RoutingQuality;
   latency?: LatencyModel;
@@ -67,8 +67,8 @@ function loadFields(load: SelectionDeps["load"], key: string) {
   return {
     active_requests: load.own.requests(key),
     active_blocks: load.own.blocks(key),
-    sibling_requests: load.siblings?.requests(key) ?? 0,
-    sibling_blocks: load.siblings?.blocks(key) ?? 0,
+    sibling_requests: load.peers?.requests(key) ?? 0,
+    sibling_blocks: load.peers?.blocks(key) ?? 0,
   };
 }
 

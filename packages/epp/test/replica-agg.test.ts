@@ -76,7 +76,7 @@ beforeAll(async () => {
   for (const name of Object.keys(EPPS) as EppName[]) await ready(name);
   // Both agg replicas follow each other before anything is measured.
   for (const name of ["a", "b"] as const)
-    await waitFor(async () => (await metric(name, "dynamo_epp_replica_agg_siblings_connected")) === 1, { message: `epp-${name} connected to its sibling`, timeoutMs: 20_000 });
+    await waitFor(async () => (await metric(name, "dynamo_epp_replica_agg_siblings_connected")) === 1, { message: `epp-${name} connected to its peer`, timeoutMs: 20_000 });
 }, 120_000);
 
 afterAll(async () => {
@@ -133,7 +133,7 @@ async function runSchedule(replicas: EppName[], promptSeed: number): Promise<Spr
           await res.arrayBuffer();
         } finally {
           inflight.set(endpoint, inflight.get(endpoint)! - 1);
-          // The response phase: its end releases the request's load in the replica (and its siblings).
+          // The response phase: its end releases the request's load in the replica (and its peers).
           s.send({ response_headers: { headers: { headers: [] }, end_of_stream: false } });
           s.send({ response_body: { body: new Uint8Array(0), end_of_stream: true } });
           s.end();
@@ -154,7 +154,7 @@ describe("replica-agg between two EPP processes", () => {
     const fmt = (s: Spread) => `max/mean ${s.meanMaxOverMean.toFixed(3)}, least-loaded picks ${(100 * s.leastLoadedPicks).toFixed(0)}%, picks ${s.picksPerWorker.join("/")}`;
     console.log(`spread over ${PICKS} picks: one replica: ${fmt(single)} | two, replica-agg: ${fmt(agg)} | two, no replica-agg: ${fmt(noAgg)}`);
 
-    // The siblings did talk during the agg run.
+    // The peers did talk during the agg run.
     expect(await metric("b", "dynamo_epp_replica_agg_messages_total", '{direction="received",kind="delta"}')).toBeGreaterThan(receivedBefore);
     // As even as one replica, within a tolerance for scheduling noise on a shared machine (picks on two
     // replicas can be concurrent; one replica serialises them)...
@@ -164,11 +164,11 @@ describe("replica-agg between two EPP processes", () => {
     expect(agg.leastLoadedPicks).toBeGreaterThanOrEqual(noAgg.leastLoadedPicks);
   }, 120_000);
 
-  test("a sibling's load is dropped when it goes silent past the timeout, restored when it speaks again, dropped when it is killed; a restarted sibling starts from zero", async () => {
+  test("a peer's load is dropped when it goes silent past the timeout, restored when it speaks again, dropped when it is killed; a restarted peer starts from zero", async () => {
     const held = [];
     for (let i = 0; i < 6; i++) held.push(await route("b", Array.from({ length: 64 }, (_, k) => 7000 + i * 100 + k), 5));
-    const siblingRequests = () => metric("a", "dynamo_epp_replica_agg_sibling_requests");
-    await waitFor(async () => (await siblingRequests()) === 6, { message: "epp-a sees epp-b's 6 requests", timeoutMs: 10_000 });
+    const peerRequests = () => metric("a", "dynamo_epp_replica_agg_sibling_requests");
+    await waitFor(async () => (await peerRequests()) === 6, { message: "epp-a sees epp-b's 6 requests", timeoutMs: 10_000 });
     const blocks = (await (await fetch(`http://${EPPS.a}:9093/workers`)).json()) as { sibling_blocks: number }[];
     expect(blocks.reduce((n, w) => n + w.sibling_blocks, 0)).toBe(6 * 4);
 
@@ -177,27 +177,27 @@ describe("replica-agg between two EPP processes", () => {
     const timeoutsBefore = await metric("a", "dynamo_epp_replica_agg_sibling_drops_total", '{reason="timeout"}');
     process.kill(-b.pid, "SIGSTOP");
     try {
-      await waitFor(async () => (await siblingRequests()) === 0, { message: "silent sibling's load dropped", timeoutMs: TIMEOUT_MS + 10_000 });
+      await waitFor(async () => (await peerRequests()) === 0, { message: "silent peer's load dropped", timeoutMs: TIMEOUT_MS + 10_000 });
       expect(await metric("a", "dynamo_epp_replica_agg_sibling_drops_total", '{reason="timeout"}')).toBe(timeoutsBefore + 1);
       expect(await metric("a", "dynamo_epp_replica_agg_siblings_connected")).toBe(1);
     } finally {
       process.kill(-b.pid, "SIGCONT");
     }
-    await waitFor(async () => (await siblingRequests()) === 6, { message: "load restored by the next snapshot", timeoutMs: 10_000 });
+    await waitFor(async () => (await peerRequests()) === 6, { message: "load restored by the next snapshot", timeoutMs: 10_000 });
 
     // Killed: the session ends and the load goes with it.
     await b.kill("SIGKILL");
-    await waitFor(async () => (await siblingRequests()) === 0, { message: "killed sibling's load dropped", timeoutMs: TIMEOUT_MS + 10_000 });
-    await waitFor(async () => (await metric("a", "dynamo_epp_replica_agg_siblings_connected")) === 0, { message: "sibling disconnected" });
+    await waitFor(async () => (await peerRequests()) === 0, { message: "killed peer's load dropped", timeoutMs: TIMEOUT_MS + 10_000 });
+    await waitFor(async () => (await metric("a", "dynamo_epp_replica_agg_siblings_connected")) === 0, { message: "peer disconnected" });
 
     // Restarted on the same address: a new replica id, followed from zero.
     startEpp("b", "a", true);
     await ready("b");
-    await waitFor(async () => (await metric("a", "dynamo_epp_replica_agg_siblings_connected")) === 1, { message: "restarted sibling connected", timeoutMs: 20_000 });
-    expect(await siblingRequests()).toBe(0);
+    await waitFor(async () => (await metric("a", "dynamo_epp_replica_agg_siblings_connected")) === 1, { message: "restarted peer connected", timeoutMs: 20_000 });
+    expect(await peerRequests()).toBe(0);
     const one = await route("b", Array.from({ length: 64 }, (_, k) => 9000 + k), 5);
-    await waitFor(async () => (await siblingRequests()) === 1, { message: "restarted sibling's new request seen" });
+    await waitFor(async () => (await peerRequests()) === 1, { message: "restarted peer's new request seen" });
     one.s.end();
-    await waitFor(async () => (await siblingRequests()) === 0, { message: "released request dropped from the sibling's load" });
+    await waitFor(async () => (await peerRequests()) === 0, { message: "released request dropped from the peer's load" });
   }, 120_000);
 });

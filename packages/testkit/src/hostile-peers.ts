@@ -1,6 +1,6 @@
 // Recovery peers that misbehave on purpose, for the tests and benches of a replica's /dump client. Each
 // answers HEAD /dump 200 (so static discovery counts it as serving) and serves GET /dump in one of the
-// ways a broken or hostile sibling could. Bodies are pulled streams: they cost the peer nothing while
+// ways a broken or hostile peer could. Bodies are pulled streams: they cost the peer nothing while
 // the reader is slow, so what they measure is the reader.
 
 export type HostileDump =

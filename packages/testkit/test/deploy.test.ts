@@ -239,7 +239,7 @@ describe("deploy/ kustomizations", () => {
     expect(unknown).toEqual([]);
   });
 
-  test("networkpolicy: the peer ports admit only sibling EPP pods", () => {
+  test("networkpolicy: the peer ports admit only peer EPP pods", () => {
     type Rule = { from?: { podSelector?: { matchLabels: Record<string, string> } }[]; ports?: { port: number }[] };
     const np = find<KubeObject & { spec: { podSelector: { matchLabels: Record<string, string> }; policyTypes: string[]; ingress: Rule[] } }>(
       render("overlays/networkpolicy"),

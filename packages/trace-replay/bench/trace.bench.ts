@@ -45,7 +45,7 @@ console.log(`  bounds: pooled LRU = one cache of all ${o.workers} workers' capac
 console.log(`  / pooled LRU, / unbounded = hit rate over the bound's; p50 / oracle = TTFT p50 over ttft-oracle's (lowest simulated TTFT per request)`);
 console.log(`  ${IMBALANCE_NOTE}`);
 console.log(`  TTFT = queueing + prefill per mock-worker's timing model, in virtual ms; picks/s = wall-clock rate of the pick function alone`);
-if (results.some((r) => r.agg)) console.log(`  replica-agg (simulated with the EPP's AggOutbox/SiblingLoads): ${aggNote(o, results)}`);
+if (results.some((r) => r.agg)) console.log(`  replica-agg (simulated with the EPP's AggOutbox/PeerLoads): ${aggNote(o, results)}`);
 for (const t of targets) console.log(`  target ${t.ok ? "met   " : "MISSED"} ${t.name}: ${t.text}`);
 console.log(`  ${((performance.now() - started) / 1000).toFixed(1)} s wall`);
 

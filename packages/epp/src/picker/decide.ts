@@ -11,7 +11,7 @@ export type CandidateState = {
   readonly endpoint: string;
   /** Leading blocks of the request the index says this rank holds. */
   readonly overlap: number;
-  /** Blocks of requests in flight on the rank (this replica's and its siblings'). */
+  /** Blocks of requests in flight on the rank (this replica's and its peers'). */
   readonly activeBlocks: number;
   /** Waiting requests from the rank's scraped vLLM /metrics (0 when not scraped). */
   readonly waiting: number;

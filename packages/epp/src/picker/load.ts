@@ -1,6 +1,6 @@
 // Active load: requests routed and not finished, per worker rank. This replica's own requests live in
 // an ActiveLoad (leases taken at routing, released when the response ends or the stream breaks); the
-// requests its siblings routed live in one LoadTable per sibling (replica-agg). The picker reads the
+// requests its peers routed live in one LoadTable per peer (replica-agg). The picker reads the
 // sum through a LoadView.
 
 /** A routed request as the load tables hold it. */
@@ -23,7 +23,7 @@ export interface LoadView {
 
 type Totals = { requests: number; blocks: number; prefillBlocks: number };
 
-/** Sums of entries per worker, optionally shared by several tables (one per sibling). */
+/** Sums of entries per worker, optionally shared by several tables (one per peer). */
 export class WorkerTotals implements LoadView {
   readonly #byWorker = new Map<string, Totals>();
 
@@ -193,7 +193,7 @@ export class ActiveLoad implements LoadView {
   }
 }
 
-/** The sum of several views: this replica's own load plus what its siblings attributed. */
+/** The sum of several views: this replica's own load plus what its peers attributed. */
 export function sumLoad(...views: LoadView[]): LoadView {
   return {
     blocks(k) {

@@ -78,7 +78,7 @@ export class Picker {
     private readonly deps: {
       indexers: IndexLookup;
       candidates: () => readonly Candidate[];
-      /** In-flight load per worker: this replica's own plus what its siblings attributed (replica-agg). */
+      /** In-flight load per worker: this replica's own plus what its peers attributed (replica-agg). */
       load: LoadView;
       /** The scraped metrics of the API server at a candidate's endpoint. */
       workerMetrics: (endpoint: string) => WorkerMetrics | undefined;

@@ -8,7 +8,7 @@ import { parseWorkerKey, workerKeyOf } from "@kv-epp/protocol";
 export const AGG_TOPIC = "kv-epp.agg";
 export const AGG_VERSION = 1;
 
-/** One request in a sibling's active set; `workerKey` as the index spells it (workerId \0 dpRank). */
+/** One request in a peer's active set; `workerKey` as the index spells it (workerId \0 dpRank). */
 export type AggEntry = { id: number; workerKey: string; blocks: number; prefillBlocks: number };
 
 export type AggOp =

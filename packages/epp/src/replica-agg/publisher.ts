@@ -22,7 +22,7 @@ export class AggOutbox {
   }
 }
 
-/** A fresh random replica id (64 bits, hex): a restarted process is a new replica to its siblings. */
+/** A fresh random replica id (64 bits, hex): a restarted process is a new replica to its peers. */
 export function newReplicaId(): string {
   return Buffer.from(crypto.getRandomValues(new Uint8Array(8))).toString("hex");
 }
@@ -66,7 +66,7 @@ export class AggPublisher {
     const pub = new PubSocket({ logger: o.log });
     const endpoint = await pub.bind(o.endpoint);
     const p = new AggPublisher(pub, endpoint, { load: o.load, heartbeatMs: o.heartbeatMs, onSent: o.onSent ?? (() => {}) }, o.replica);
-    p.heartbeat(); // a sibling that is already connected hears of us at once
+    p.heartbeat(); // a peer that is already connected hears of us at once
     return p;
   }
 

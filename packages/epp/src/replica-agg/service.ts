@@ -1,23 +1,23 @@
 // replica-agg wired together: this replica's load published on --replica-agg-port, one SUB per
-// sibling from peer discovery, siblings' load summed into a LoadView for the picker, metrics.
+// peer from peer discovery, peers' load summed into a LoadView for the picker, metrics.
 import type { KubeConfig } from "@kubernetes/client-node";
 import { formatEndpoint, parseEndpoint, parseWorkerKey } from "@kv-epp/protocol";
 import type { Logger } from "pino";
 import type { ReplicaAggConfig } from "../config.ts";
 import type { Metrics } from "../metrics.ts";
 import type { ActiveLoad, LoadView } from "../picker/load.ts";
-import { endpointSliceSiblings, staticSiblings, type SiblingSource } from "./discovery.ts";
+import { endpointSlicePeers, staticPeers, type PeerSource } from "./discovery.ts";
 import { AggPublisher, newReplicaId } from "./publisher.ts";
-import { SiblingLoads, type SiblingStatus } from "./sibling-loads.ts";
-import { AggSubscribers } from "./siblings.ts";
+import { PeerLoads, type PeerStatus } from "./peer-loads.ts";
+import { AggSubscribers } from "./peers.ts";
 
 export type ReplicaAgg = {
   readonly replica: string;
   /** The bound endpoint (port 0 resolved). */
   readonly endpoint: string;
-  /** Load attributed to siblings. */
-  readonly siblings: LoadView;
-  status(): SiblingStatus[];
+  /** Load attributed to peers. */
+  readonly peers: LoadView;
+  status(): PeerStatus[];
   updateGauges(): void;
   stop(): Promise<void>;
 };
@@ -45,7 +45,7 @@ export async function startReplicaAgg(o: {
       metrics.aggBytes.inc({ direction: "sent" }, bytes);
     },
   });
-  const state = new SiblingLoads(replica);
+  const state = new PeerLoads(replica);
   const subscribers = new AggSubscribers({
     state,
     timeoutMs: config.timeoutMs,
@@ -56,35 +56,35 @@ export async function startReplicaAgg(o: {
         metrics.aggBytes.inc({ direction: "received" }, bytes);
       },
       sequence: (kind, n) => metrics.aggSequenceErrors.inc({ kind }, n),
-      dropped: (reason) => metrics.aggSiblingDrops.inc({ reason }),
+      dropped: (reason) => metrics.aggPeerDrops.inc({ reason }),
       malformed: () => metrics.ioErrors.inc({ where: "replica_agg" }),
     },
   });
   // The bound port (port 0 resolved), so a static peer list naming this replica is recognised.
-  const source = siblingSource({ ...o, port: parseEndpoint(publisher.endpoint).port });
-  const reconcile = () => subscribers.reconcile(source.siblings());
+  const source = peerSource({ ...o, port: parseEndpoint(publisher.endpoint).port });
+  const reconcile = () => subscribers.reconcile(source.peers());
   source.onChange(reconcile);
   // Discovery may wait on the API server; publishing and routing do not wait for it.
   void source.start().then(reconcile, (err) => {
     metrics.ioErrors.inc({ where: "replica_agg" });
-    log.error({ err: String(err) }, "replica-agg: sibling discovery failed, routing on this replica's own load");
+    log.error({ err: String(err) }, "replica-agg: peer discovery failed, routing on this replica's own load");
   });
-  log.info({ replica, endpoint: publisher.endpoint, heartbeatMs: config.heartbeatMs, timeoutMs: config.timeoutMs, siblings: config.siblings.mode }, "replica-agg publishing");
+  log.info({ replica, endpoint: publisher.endpoint, heartbeatMs: config.heartbeatMs, timeoutMs: config.timeoutMs, peers: config.peers.mode }, "replica-agg publishing");
 
   return {
     replica,
     endpoint: publisher.endpoint,
-    siblings: state,
+    peers: state,
     status: () => state.status(),
     updateGauges() {
-      metrics.aggSiblings.set(subscribers.known);
+      metrics.aggPeers.set(subscribers.known);
       metrics.aggRefusedSubscribers.set(publisher.refusedSubscribers);
-      metrics.aggSiblingsConnected.set(subscribers.connected);
-      metrics.aggSiblingRequests.set(state.requestCount);
-      metrics.aggSiblingBlocks.reset();
+      metrics.aggPeersConnected.set(subscribers.connected);
+      metrics.aggPeerRequests.set(state.requestCount);
+      metrics.aggPeerBlocks.reset();
       for (const [key, t] of state.totals.workers()) {
         const w = parseWorkerKey(key);
-        metrics.aggSiblingBlocks.set({ worker: w.workerId, dp_rank: String(w.dpRank) }, t.blocks);
+        metrics.aggPeerBlocks.set({ worker: w.workerId, dp_rank: String(w.dpRank) }, t.blocks);
       }
     },
     async stop() {
@@ -95,14 +95,14 @@ export async function startReplicaAgg(o: {
   };
 }
 
-function siblingSource(o: { config: Extract<ReplicaAggConfig, { mode: "on" }>; listen: string; port: number; podIp?: string; log: Logger; kube: () => KubeConfig }): SiblingSource {
-  const s = o.config.siblings;
+function peerSource(o: { config: Extract<ReplicaAggConfig, { mode: "on" }>; listen: string; port: number; podIp?: string; log: Logger; kube: () => KubeConfig }): PeerSource {
+  const s = o.config.peers;
   switch (s.mode) {
     case "none":
-      return staticSiblings([], { hosts: [], port: o.port });
+      return staticPeers([], { hosts: [], port: o.port });
     case "static":
-      return staticSiblings(s.endpoints, { hosts: [o.listen, ...(o.podIp ? [o.podIp] : [])], port: o.port });
+      return staticPeers(s.endpoints, { hosts: [o.listen, ...(o.podIp ? [o.podIp] : [])], port: o.port });
     case "kubernetes":
-      return endpointSliceSiblings({ kubeConfig: o.kube(), namespace: s.namespace, service: s.peerService, podIp: o.podIp, logger: o.log });
+      return endpointSlicePeers({ kubeConfig: o.kube(), namespace: s.namespace, service: s.peerService, podIp: o.podIp, logger: o.log });
   }
 }

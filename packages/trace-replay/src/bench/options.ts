@@ -34,7 +34,7 @@ const schema = z.object({
   replicas: z.string().regex(/^\d+(,\d+)*$/, "a comma-separated list of replica counts").default("2,3"),
   "replica-agg": z.enum(["both", "on", "off"]).default("both"),
   "replica-policies": z.string().default("kv-aware,approx-prefix"),
-  // Simulated replica-agg (the EPP's defaults): lag of a change to reach a sibling (loopback measured
+  // Simulated replica-agg (the EPP's defaults): lag of a change to reach a peer (loopback measured
   // p50 0.2 ms, max 3 ms), snapshot/heartbeat period, silence timeout, message loss probability.
   "agg-lag-ms": nonNegative.default(DEFAULT_AGG_SIM.lagMs),
   "agg-heartbeat-ms": z.coerce.number().positive().default(DEFAULT_AGG_SIM.heartbeatMs),

@@ -18,7 +18,7 @@ const schema = z.object({
   /** seconds of trace to replay */
   // 150 s of trace at 2x: ~460 chat requests in 75 s, ~6 a second. Each costs the EPP and the worker a
   // tokenization of ~12k tokens on average (tens of ms on a busy 2-core machine); at 4x a single replica
-  // (while its sibling is replaced) fell behind there.
+  // (while its peer is replaced) fell behind there.
   duration: z.coerce.number().positive().default(150),
   /** cap on requests (0: all within --duration) */
   requests: z.coerce.number().int().min(0).default(0),

@@ -14,7 +14,7 @@ export type ReplicaContext = {
   random: () => number;
   /** this replica's own routing decisions (leases taken at pick, released at finish) */
   ownLoad: ActiveLoad;
-  /** the load it picks on: its own, plus its siblings' as replica-agg delivers them when that is on */
+  /** the load it picks on: its own, plus its peers' as replica-agg delivers them when that is on */
   load: LoadView;
   /** the KV index fed by the workers' KV events (every replica subscribes to every worker) */
   index: KvIndex;

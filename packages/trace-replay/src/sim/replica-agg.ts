@@ -1,20 +1,20 @@
 // Replica-agg in virtual time, with the EPP's own code: each replica's ActiveLoad reports its changes,
 // epp's AggOutbox numbers them as delta messages (one per change: the EPP batches per event-loop turn,
-// which at these rates is one change), each sibling receives them `lagMs` later into epp's SiblingLoads
+// which at these rates is one change), each peer receives them `lagMs` later into epp's PeerLoads
 // (same dup/gap/restart/timeout rules), a snapshot of each replica's active set goes out every
-// `heartbeatMs`, and silent siblings are swept against `timeoutMs`. `loss` drops messages at random, so
+// `heartbeatMs`, and silent peers are swept against `timeoutMs`. `loss` drops messages at random, so
 // gaps, phantoms until the next snapshot and timeouts happen as they would on a lossy link.
-import { ActiveLoad, AggOutbox, SiblingLoads, opOf, sumLoad, type AggMessage, type LoadView } from "../upstream.ts";
+import { ActiveLoad, AggOutbox, PeerLoads, opOf, sumLoad, type AggMessage, type LoadView } from "../upstream.ts";
 import type { EventQueue } from "./event-queue.ts";
 
 export type AggSimOptions = {
-  /** virtual ms from a change on one replica to its siblings applying it (measured on loopback: p50 0.2, max 3) */
+  /** virtual ms from a change on one replica to its peers applying it (measured on loopback: p50 0.2, max 3) */
   lagMs: number;
   /** snapshot period (the EPP's --replica-agg-heartbeat-ms) */
   heartbeatMs: number;
   /** the EPP's --replica-agg-timeout-ms */
   timeoutMs: number;
-  /** probability that a message is lost on its way to one sibling */
+  /** probability that a message is lost on its way to one peer */
   loss: number;
 };
 
@@ -25,7 +25,7 @@ export type AggSimStats = { messages: number; lost: number; gaps: number; timeou
 export class SimReplicaAgg {
   readonly stats: AggSimStats = { messages: 0, lost: 0, gaps: 0, timeouts: 0 };
   readonly #outboxes: AggOutbox[];
-  readonly #siblings: SiblingLoads[];
+  readonly #peers: PeerLoads[];
   #running = true;
 
   constructor(
@@ -35,14 +35,14 @@ export class SimReplicaAgg {
     private readonly random: () => number,
   ) {
     this.#outboxes = loads.map((_, r) => new AggOutbox(`replica-${r}`));
-    this.#siblings = loads.map((_, r) => new SiblingLoads(`replica-${r}`));
+    this.#peers = loads.map((_, r) => new PeerLoads(`replica-${r}`));
     loads.forEach((load, r) => load.observe((c) => this.#send(r, this.#outboxes[r]!.delta([opOf(c)]))));
     this.#heartbeat();
   }
 
-  /** What replica r's picker reads: its own load plus its siblings' as received. */
+  /** What replica r's picker reads: its own load plus its peers' as received. */
   view(r: number): LoadView {
-    return sumLoad(this.loads[r]!, this.#siblings[r]!);
+    return sumLoad(this.loads[r]!, this.#peers[r]!);
   }
 
   /** No more picks: heartbeats stop so the event queue can drain. */
@@ -54,12 +54,12 @@ export class SimReplicaAgg {
     if (!this.#running) return;
     const now = this.queue.now;
     this.loads.forEach((load, r) => this.#send(r, this.#outboxes[r]!.snapshot(load)));
-    for (const s of this.#siblings) this.stats.timeouts += s.sweep(now, this.o.timeoutMs).length;
+    for (const s of this.#peers) this.stats.timeouts += s.sweep(now, this.o.timeoutMs).length;
     this.queue.schedule(now + this.o.heartbeatMs, () => this.#heartbeat());
   }
 
   #send(from: number, m: AggMessage): void {
-    this.#siblings.forEach((siblings, to) => {
+    this.#peers.forEach((peers, to) => {
       if (to === from) return;
       this.stats.messages++;
       if (this.o.loss > 0 && this.random() < this.o.loss) {
@@ -68,7 +68,7 @@ export class SimReplicaAgg {
       }
       // Same lag for every message of a link and FIFO at equal times: delivery stays in order, as on TCP.
       this.queue.schedule(this.queue.now + this.o.lagMs, (t) => {
-        const r = siblings.receive(`replica-${from}`, m, t);
+        const r = peers.receive(`replica-${from}`, m, t);
         if (r.kind === "applied" && r.via === "gap") this.stats.gaps++;
       });
     });

@@ -1,14 +1,14 @@
-// The receiving side of replica-agg: one SUB socket per sibling (level-triggered: the sibling source
+// The receiving side of replica-agg: one SUB socket per peer (level-triggered: the peer source
 // hands over the whole desired set, this reconciles toward it), each message decoded and applied to
-// SiblingLoads. A sibling's load is dropped when its session ends, when it goes silent past the
+// PeerLoads. A peer's load is dropped when its session ends, when it goes silent past the
 // timeout, or when it leaves discovery.
 import { SubSocket } from "@kv-epp/kv-events";
 import type { Logger } from "pino";
 import { AGG_TOPIC, AggDecodeError, decodeAggMessage, type AggMessage } from "./codec.ts";
-import type { SiblingLoads } from "./sibling-loads.ts";
+import type { PeerLoads } from "./peer-loads.ts";
 
-/** A sibling's replica-agg endpoint; `id` names it in logs and state (its endpoint). */
-export type Sibling = { id: string; endpoint: string };
+/** A peer's replica-agg endpoint; `id` names it in logs and state (its endpoint). */
+export type AggPeer = { id: string; endpoint: string };
 
 export type DropReason = "timeout" | "disconnected" | "removed";
 
@@ -27,27 +27,27 @@ export class AggSubscribers {
 
   constructor(
     private readonly opts: {
-      state: SiblingLoads;
+      state: PeerLoads;
       timeoutMs: number;
       log: Logger;
       events: SubscriberEvents;
       now?: () => number;
-      /** Reconnect backoff cap (default 1000 ms): a restarted sibling is followed again soon. */
+      /** Reconnect backoff cap (default 1000 ms): a restarted peer is followed again soon. */
       reconnectMaxMs?: number;
     },
   ) {
-    // Sweeping at a quarter of the timeout bounds how late a silent sibling is dropped.
+    // Sweeping at a quarter of the timeout bounds how late a silent peer is dropped.
     this.#timer = setInterval(() => this.#sweep(), Math.max(10, Math.floor(opts.timeoutMs / 4)));
     this.#timer.unref?.();
   }
 
-  reconcile(desired: readonly Sibling[]): void {
+  reconcile(desired: readonly AggPeer[]): void {
     const want = new Map(desired.map((s) => [s.id, s]));
     for (const id of [...this.#links.keys()]) if (!want.has(id)) this.#remove(id);
     for (const s of desired) if (!this.#links.has(s.id)) this.#add(s);
   }
 
-  /** Siblings with a live session. */
+  /** Peers with a live session. */
   get connected(): number {
     let n = 0;
     for (const l of this.#links.values()) if (l.connected) n++;
@@ -60,7 +60,7 @@ export class AggSubscribers {
 
   async close(): Promise<void> {
     clearInterval(this.#timer);
-    for (const l of this.#links.values()) l.removed = true; // shutting down: no "connection lost" per sibling
+    for (const l of this.#links.values()) l.removed = true; // shutting down: no "connection lost" per peer
     const subs = [...this.#links.values()].map((l) => l.sub);
     this.#links.clear();
     await Promise.allSettled(subs.map((s) => s.close()));
@@ -70,7 +70,7 @@ export class AggSubscribers {
     return (this.opts.now ?? Date.now)();
   }
 
-  #add(s: Sibling): void {
+  #add(s: AggPeer): void {
     const { state, log, events } = this.opts;
     const sub = new SubSocket({ logger: log, reconnectMaxMs: this.opts.reconnectMaxMs ?? 1000 });
     const link: Link = { sub, connected: false, warnedMalformed: false, removed: false };
@@ -81,12 +81,12 @@ export class AggSubscribers {
       link.connected = up;
       if (link.removed) return; // its own drop was counted as "removed"
       if (up) {
-        log.info({ peer: s.id }, "replica-agg: connected to sibling");
+        log.info({ peer: s.id }, "replica-agg: connected to peer");
         return;
       }
       const n = state.drop(s.id);
       events.dropped("disconnected", n);
-      log.warn({ peer: s.id, requests: n }, "replica-agg: sibling connection lost, its load dropped");
+      log.warn({ peer: s.id, requests: n }, "replica-agg: peer connection lost, its load dropped");
     });
     sub.onMessage((frames) => {
       const payload = frames[1];
@@ -111,16 +111,16 @@ export class AggSubscribers {
         case "applied":
           if (r.via === "gap") {
             events.sequence("gap", r.missed);
-            log.warn({ peer: s.id, seq: m.seq, missed: r.missed }, "replica-agg: sequence gap, sibling load approximate until its next snapshot");
+            log.warn({ peer: s.id, seq: m.seq, missed: r.missed }, "replica-agg: sequence gap, peer load approximate until its next snapshot");
           } else if (r.via === "restart") {
-            log.info({ peer: s.id, replica: m.replica, previous: r.previous }, "replica-agg: sibling restarted, its load starts from zero");
+            log.info({ peer: s.id, replica: m.replica, previous: r.previous }, "replica-agg: peer restarted, its load starts from zero");
           } else if (r.via === "baseline") {
-            log.info({ peer: s.id, replica: m.replica, seq: m.seq }, "replica-agg: following sibling");
+            log.info({ peer: s.id, replica: m.replica, seq: m.seq }, "replica-agg: following peer");
           }
       }
     });
     sub.connect(s.endpoint);
-    log.info({ peer: s.id, endpoint: s.endpoint }, "replica-agg: sibling added");
+    log.info({ peer: s.id, endpoint: s.endpoint }, "replica-agg: peer added");
   }
 
   #remove(id: string): void {
@@ -130,13 +130,13 @@ export class AggSubscribers {
     const n = this.opts.state.remove(id);
     void link.sub.close();
     this.opts.events.dropped("removed", n);
-    this.opts.log.info({ peer: id, requests: n }, "replica-agg: sibling removed, its load dropped");
+    this.opts.log.info({ peer: id, requests: n }, "replica-agg: peer removed, its load dropped");
   }
 
   #sweep(): void {
     for (const d of this.opts.state.sweep(this.#now(), this.opts.timeoutMs)) {
       this.opts.events.dropped("timeout", d.requests);
-      this.opts.log.warn({ peer: d.sibling, requests: d.requests, ms: d.silentMs }, "replica-agg: sibling silent past the timeout, its load dropped");
+      this.opts.log.warn({ peer: d.peer, requests: d.requests, ms: d.silentMs }, "replica-agg: peer silent past the timeout, its load dropped");
     }
   }
 }

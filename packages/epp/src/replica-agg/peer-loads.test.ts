@@ -4,7 +4,7 @@ import { ActiveLoad } from "../picker/load.ts";
 import { workerKeyOf } from "@kv-epp/protocol";
 import { decodeAggMessage, encodeAggMessage, opOf, type AggMessage, type AggOp } from "./codec.ts";
 import { AggOutbox } from "./publisher.ts";
-import { SiblingLoads } from "./sibling-loads.ts";
+import { PeerLoads } from "./peer-loads.ts";
 
 const W0 = workerKeyOf("w-0", 0);
 const W1 = workerKeyOf("w-1", 0);
@@ -17,9 +17,9 @@ const snapshot = (seq: number, ids: number[], replica = "A"): AggMessage => ({
   entries: ids.map((id) => ({ id, workerKey: W0, blocks: 10, prefillBlocks: 0 })),
 });
 
-describe("sibling load aggregation", () => {
-  test("deltas add, mark prefilled and free a sibling's requests; totals are per worker", () => {
-    const s = new SiblingLoads("me");
+describe("peer load aggregation", () => {
+  test("deltas add, mark prefilled and free a peer's requests; totals are per worker", () => {
+    const s = new PeerLoads("me");
     expect(s.receive("sib", delta(0, [added(1), added(2, W1, 6, 6)]), 0)).toEqual({ kind: "applied", via: "baseline", missed: 0, previous: undefined });
     expect([s.blocks(W0), s.requests(W0), s.prefillBlocks(W0), s.blocks(W1)]).toEqual([10, 1, 4, 6]);
     s.receive("sib", delta(1, [{ op: "prefilled", id: 1 }]), 1);
@@ -29,7 +29,7 @@ describe("sibling load aggregation", () => {
   });
 
   test("a duplicate (seq already seen) is ignored", () => {
-    const s = new SiblingLoads("me");
+    const s = new PeerLoads("me");
     s.receive("sib", delta(5, [added(1)]), 0);
     s.receive("sib", delta(6, [{ op: "freed", id: 1 }]), 0);
     expect(s.receive("sib", delta(5, [added(1)]), 0)).toEqual({ kind: "duplicate" });
@@ -37,7 +37,7 @@ describe("sibling load aggregation", () => {
   });
 
   test("a gap is counted, the message still applies, and the next snapshot makes the table exact", () => {
-    const s = new SiblingLoads("me");
+    const s = new PeerLoads("me");
     s.receive("sib", delta(0, [added(1), added(2)]), 0);
     // seq 1 (freeing request 1) is lost: request 1 is a phantom until the snapshot.
     expect(s.receive("sib", delta(2, [added(3)]), 0)).toMatchObject({ kind: "applied", via: "gap", missed: 1 });
@@ -49,8 +49,8 @@ describe("sibling load aggregation", () => {
     expect(s.status()[0]).toMatchObject({ exact: true });
   });
 
-  test("a new replica id is a restarted sibling: its old load is dropped and it starts from zero", () => {
-    const s = new SiblingLoads("me");
+  test("a new replica id is a restarted peer: its old load is dropped and it starts from zero", () => {
+    const s = new PeerLoads("me");
     s.receive("sib", snapshot(40, [1, 2, 3]), 0);
     expect(s.requestCount).toBe(3);
     expect(s.receive("sib", delta(0, [added(1, W1, 5, 5)], "B"), 0)).toMatchObject({ kind: "applied", via: "restart", previous: "A" });
@@ -60,21 +60,21 @@ describe("sibling load aggregation", () => {
     expect(s.blocks(W1)).toBe(10);
   });
 
-  test("a sibling with no snapshot for the timeout is dropped, and followed again when heard", () => {
-    const s = new SiblingLoads("me");
+  test("a peer with no snapshot for the timeout is dropped, and followed again when heard", () => {
+    const s = new PeerLoads("me");
     s.receive("sib", snapshot(0, [1, 2]), 1000);
-    // Deltas alone do not keep a sibling alive: only snapshots prove the table is not stale.
+    // Deltas alone do not keep a peer alive: only snapshots prove the table is not stale.
     s.receive("sib", delta(1, [added(3)]), 3500);
     expect(s.sweep(3900, 3000)).toEqual([]);
-    expect(s.sweep(4001, 3000)).toEqual([{ sibling: "sib", requests: 3, silentMs: 3001 }]);
+    expect(s.sweep(4001, 3000)).toEqual([{ peer: "sib", requests: 3, silentMs: 3001 }]);
     expect([s.requestCount, s.blocks(W0)]).toEqual([0, 0]);
     expect(s.status()[0]).toMatchObject({ state: "waiting" });
     expect(s.receive("sib", snapshot(9, [1]), 9000)).toMatchObject({ kind: "applied", via: "baseline" });
     expect(s.requestCount).toBe(1);
   });
 
-  test("a dropped connection drops the load; a removed sibling is forgotten", () => {
-    const s = new SiblingLoads("me");
+  test("a dropped connection drops the load; a removed peer is forgotten", () => {
+    const s = new PeerLoads("me");
     s.add("a");
     s.add("b");
     s.receive("a", snapshot(0, [1, 2]), 0);
@@ -84,11 +84,11 @@ describe("sibling load aggregation", () => {
     expect(s.blocks(W0)).toBe(10);
     expect(s.remove("b")).toBe(1);
     expect(s.blocks(W0)).toBe(0);
-    expect(s.status().map((x) => x.sibling)).toEqual(["a"]);
+    expect(s.status().map((x) => x.peer)).toEqual(["a"]);
   });
 
   test("messages carrying this replica's own id are ignored", () => {
-    const s = new SiblingLoads("me");
+    const s = new PeerLoads("me");
     expect(s.receive("self", snapshot(0, [1], "me"), 0)).toEqual({ kind: "self" });
     expect(s.requestCount).toBe(0);
   });
@@ -100,7 +100,7 @@ describe("sibling load aggregation", () => {
       fc.property(ops, fate, fc.integer({ min: 0, max: 1000 }), (script, fates, seed) => {
         const load = new ActiveLoad();
         const outbox = new AggOutbox("A");
-        const mirror = new SiblingLoads("me");
+        const mirror = new PeerLoads("me");
         const leases: ReturnType<ActiveLoad["acquire"]>[] = [];
         let pending: AggOp[] = [];
         load.observe((c) => pending.push(opOf(c)));

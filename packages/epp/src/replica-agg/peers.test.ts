@@ -7,10 +7,10 @@ import pino from "pino";
 import { ActiveLoad } from "../picker/load.ts";
 import { workerKeyOf } from "@kv-epp/protocol";
 import { AGG_TOPIC } from "./codec.ts";
-import { endpointSliceSiblings, staticSiblings } from "./discovery.ts";
+import { endpointSlicePeers, staticPeers } from "./discovery.ts";
 import { AggPublisher } from "./publisher.ts";
-import { SiblingLoads } from "./sibling-loads.ts";
-import { AggSubscribers, type DropReason } from "./siblings.ts";
+import { PeerLoads } from "./peer-loads.ts";
+import { AggSubscribers, type DropReason } from "./peers.ts";
 
 const log = pino({ level: "silent" });
 const W0 = workerKeyOf("w-0", 0);
@@ -19,7 +19,7 @@ afterEach(async () => {
   for (const c of cleanups.splice(0).reverse()) await c();
 });
 
-function subscribers(state: SiblingLoads) {
+function subscribers(state: PeerLoads) {
   const seen = { malformed: 0, dropped: [] as [DropReason, number][] };
   const subs = new AggSubscribers({
     state,
@@ -32,11 +32,11 @@ function subscribers(state: SiblingLoads) {
 }
 
 describe("replica-agg over ZMTP", () => {
-  test("a sibling's adds, prefill completions and frees reach the subscriber; leaving the sibling set drops its load", async () => {
+  test("a peer's adds, prefill completions and frees reach the subscriber; leaving the peer set drops its load", async () => {
     const load = new ActiveLoad();
-    const pub = await AggPublisher.bind({ endpoint: "tcp://127.0.8.20:0", replica: "sibling", load, heartbeatMs: 100, log });
+    const pub = await AggPublisher.bind({ endpoint: "tcp://127.0.8.20:0", replica: "peer", load, heartbeatMs: 100, log });
     cleanups.push(() => pub.close());
-    const state = new SiblingLoads("me");
+    const state = new PeerLoads("me");
     const { subs, seen } = subscribers(state);
     subs.reconcile([{ id: "s", endpoint: pub.endpoint }]);
     await waitFor(() => subs.connected === 1, { message: "connected" });
@@ -60,7 +60,7 @@ describe("replica-agg over ZMTP", () => {
     const raw = new PubSocket();
     const endpoint = await raw.bind("tcp://127.0.8.21:0");
     cleanups.push(() => raw.close());
-    const state = new SiblingLoads("me");
+    const state = new PeerLoads("me");
     const { subs, seen } = subscribers(state);
     subs.reconcile([{ id: "s", endpoint }]);
     await waitFor(() => {
@@ -72,10 +72,10 @@ describe("replica-agg over ZMTP", () => {
   });
 });
 
-describe("sibling sets", () => {
+describe("peer sets", () => {
   test("static: every listed endpoint except this replica's own", () => {
-    const s = staticSiblings(["tcp://127.0.8.2:9092", "tcp://127.0.8.3:9092", "tcp://127.0.8.3:19092"], { hosts: ["127.0.8.3"], port: 9092 });
-    expect(s.siblings()).toEqual([
+    const s = staticPeers(["tcp://127.0.8.2:9092", "tcp://127.0.8.3:9092", "tcp://127.0.8.3:19092"], { hosts: ["127.0.8.3"], port: 9092 });
+    expect(s.peers()).toEqual([
       { id: "tcp://127.0.8.2:9092", endpoint: "tcp://127.0.8.2:9092" },
       { id: "tcp://127.0.8.3:19092", endpoint: "tcp://127.0.8.3:19092" },
     ]);
@@ -98,14 +98,14 @@ describe("sibling sets", () => {
       endpoints: ips.map((ip) => ({ addresses: [ip], conditions: { ready: true } })),
     });
     kube.upsert(slice(["127.0.8.30", "127.0.8.31"]) as never);
-    const src = endpointSliceSiblings({ kubeConfig: kube.kubeConfig, namespace: "llm", service: "dynamo-epp-peer", podIp: "127.0.8.30", logger: log });
+    const src = endpointSlicePeers({ kubeConfig: kube.kubeConfig, namespace: "llm", service: "dynamo-epp-peer", podIp: "127.0.8.30", logger: log });
     cleanups.push(() => src.stop());
     let changes = 0;
     src.onChange(() => changes++);
     await src.start();
-    expect(src.siblings()).toEqual([{ id: "127.0.8.31:19092", endpoint: "tcp://127.0.8.31:19092" }]);
+    expect(src.peers()).toEqual([{ id: "127.0.8.31:19092", endpoint: "tcp://127.0.8.31:19092" }]);
     kube.upsert(slice(["127.0.8.30", "127.0.8.31", "127.0.8.32"]) as never);
-    await waitFor(() => src.siblings().length === 2, { message: "a third replica in the slice" });
+    await waitFor(() => src.peers().length === 2, { message: "a third replica in the slice" });
     expect(changes).toBe(1);
   });
 });
