@@ -14,12 +14,13 @@ import type { Picker } from "./picker/picker.ts";
 import type { RoutingQuality } from "./picker/quality.ts";
 import type { Tokenize } from "./tokens.ts";
 import { DUMP_PATH, parseWorkerKey, workerKeyOf } from "@kv-epp/protocol";
-import { rankSources, serving, type WorkerRegistry } from "./workers/registry.ts";
+import type { WorkerSet } from "./workers/worker-set.ts";
 
 export type SelectionDeps = {
   picker: Picker;
   indexers: Indexers;
-  workers: WorkerRegistry;
+  /** The worker ranks, their listeners and health (GET /workers). */
+  workers: WorkerSet;
   tokenize: Tokenize;
   dumpSource: DumpSource;
   /** Each rank's stream position and handoff state (GET /workers, GET /recovery). */
@@ -94,7 +95,6 @@ function streamFields(d: SelectionDeps, w: { workerId: string; dpRank: number })
   };
 }
 
-/** The request's JSON (depth-limited like ext_proc bodies); BadRequest when it is not. */
 /** GET /workers' routing-quality columns: the last responses' predicted vs reported cached tokens, TTFT. */
 function qualityFields(d: SelectionDeps, key: string) {
   const a = d.quality?.accuracy(key);
@@ -111,6 +111,7 @@ function qualityFields(d: SelectionDeps, key: string) {
   };
 }
 
+/** The request's JSON (depth-limited like ext_proc bodies); BadRequest when it is not. */
 async function jsonBody(req: Request): Promise<unknown> {
   return parseJson(new Uint8Array(await req.arrayBuffer()));
 }
@@ -156,21 +157,25 @@ export function selectionApp(d: SelectionDeps): Hono {
   app.get("/workers", (c) => {
     const ix = d.indexers.models.lookup();
     return c.json(
-      d.workers.specs().flatMap((s) =>
-        rankSources(s).map(({ dpRank: r, kvEvents }, _, all) => ({
-          worker_id: s.id,
-          dp_rank: r,
-          // The API server of this rank: each target port is an endpoint of its own.
-          address: serving(s, r, all.length).endpoint,
-          kv_events: kvEvents,
-          connected: d.workers.connected(s.id, r),
-          blocks: ix ? ix.index.treeSize({ workerId: s.id, dpRank: r }) : 0,
-          ...kvShapeFields(d.indexers, { workerId: s.id, dpRank: r }, ix?.blockSize),
-          ...streamFields(d, { workerId: s.id, dpRank: r }),
-          ...loadFields(d.load, workerKeyOf(s.id, r)),
-          ...qualityFields(d, workerKeyOf(s.id, r)),
-        })),
-      ),
+      d.workers.ranks().map((r) => {
+        const w = { workerId: r.workerId, dpRank: r.dpRank };
+        const key = workerKeyOf(r.workerId, r.dpRank);
+        return {
+          worker_id: r.workerId,
+          dp_rank: r.dpRank,
+          address: r.address,
+          kv_events: r.kvEvents,
+          connected: r.connected,
+          // Why a listed rank may not be picked: its worker is down (failed /metrics scrapes, static mode).
+          routable: r.routable,
+          failed_scrapes: r.failedScrapes,
+          blocks: ix ? ix.index.treeSize(w) : 0,
+          ...kvShapeFields(d.indexers, w, ix?.blockSize),
+          ...streamFields(d, w),
+          ...loadFields(d.load, key),
+          ...qualityFields(d, key),
+        };
+      }),
     );
   });
 

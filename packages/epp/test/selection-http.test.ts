@@ -67,10 +67,12 @@ test("GET /workers lists every rank with its connection state, blocks and in-fli
   // The block size and KV cache groups a rank's events showed (none: a silent rank; one group: no group_idx).
   const NO_EVENTS = { block_size: null, index_block_size: 16, block_size_mismatch: false, kv_groups: null };
   const SEEN = { block_size: 16, index_block_size: 16, block_size_mismatch: false, kv_groups: { main: null, groups: [] } };
+  // Static workers whose /metrics has not failed (no scraping here): routable.
+  const UP = { routable: true, failed_scrapes: 0 };
   expect(list).toEqual([
-    { worker_id: "worker-a", dp_rank: 0, address: "127.0.4.31:8000", kv_events: ev.endpoint, connected: true, blocks: 4, ...SEEN, ...heard, ...IDLE },
-    { worker_id: "worker-b", dp_rank: 0, address: "127.0.4.32:8000", kv_events: "tcp://127.0.4.32:1", connected: false, blocks: 0, ...NO_EVENTS, ...SILENT, ...IDLE },
-    { worker_id: "worker-b", dp_rank: 1, address: "127.0.4.32:8000", kv_events: "tcp://127.0.4.32:2", connected: false, blocks: 0, ...NO_EVENTS, ...SILENT, ...IDLE },
+    { worker_id: "worker-a", dp_rank: 0, address: "127.0.4.31:8000", kv_events: ev.endpoint, connected: true, blocks: 4, ...UP, ...SEEN, ...heard, ...IDLE },
+    { worker_id: "worker-b", dp_rank: 0, address: "127.0.4.32:8000", kv_events: "tcp://127.0.4.32:1", connected: false, blocks: 0, ...UP, ...NO_EVENTS, ...SILENT, ...IDLE },
+    { worker_id: "worker-b", dp_rank: 1, address: "127.0.4.32:8000", kv_events: "tcp://127.0.4.32:2", connected: false, blocks: 0, ...UP, ...NO_EVENTS, ...SILENT, ...IDLE },
   ]);
 });
 

@@ -2,8 +2,8 @@
 // through the filters that decide what the index may hold: the rank's KV cache groups (only the main
 // attention group), the block size (the workers', fixed once confirmed), the DP rank the batch names,
 // GPU residency, whole blocks, each block's identity (extra keys), and the rank's capacity.
-import { workerKey, type WorkerRef } from "@kv-epp/protocol";
 import { KvIndex, type StoredBatchBuilder } from "@kv-epp/index-wasm";
+import { workerKey, type WorkerRef } from "@kv-epp/protocol";
 import { isGpuMedium, type BlockStored, type KvEvent, type ListenerSignal } from "@kv-epp/kv-events";
 import type { Logger } from "pino";
 import type { Metrics } from "../metrics.ts";

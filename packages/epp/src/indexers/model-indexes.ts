@@ -1,8 +1,8 @@
 // The model map: one KvIndex per "<model>:<tenant>" key, the model names and LoRA adapters requests
 // carry resolved to it, and the rule that a trapped index is replaced. Everything that reads or writes
 // an index (the picker, live ingestion, recovery) finds it here.
-import type { WorkerRef } from "@kv-epp/protocol";
 import { KvIndex } from "@kv-epp/index-wasm";
+import type { WorkerRef } from "@kv-epp/protocol";
 import type { Logger } from "pino";
 import type { Metrics } from "../metrics.ts";
 

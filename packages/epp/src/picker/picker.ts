@@ -69,31 +69,35 @@ export type Decision =
     }
   | { kind: "no_endpoint"; reason: "no_workers" | "subset_empty" | "unknown_model" };
 
+export type PickerDeps = {
+  indexers: IndexLookup;
+  candidates: () => readonly Candidate[];
+  /** In-flight load per worker: this replica's own plus what its peers attributed (replica-agg). */
+  load: LoadView;
+  /** The scraped metrics of the API server at a candidate's endpoint. */
+  workerMetrics: (endpoint: string) => WorkerMetrics | undefined;
+  options: PickerOptions;
+  /** Predicts each candidate's TTFT (the latency cost, and what a decision explains). */
+  latency: LatencyModel;
+  random?: () => number;
+};
+
 export class Picker {
   readonly #list = new MatchList();
   /** Overlap by worker key for the pick in progress (cleared and refilled: no Map per request). */
   readonly #overlaps = new Map<string, number>();
 
-  constructor(
-    private readonly deps: {
-      indexers: IndexLookup;
-      candidates: () => readonly Candidate[];
-      /** In-flight load per worker: this replica's own plus what its peers attributed (replica-agg). */
-      load: LoadView;
-      /** The scraped metrics of the API server at a candidate's endpoint. */
-      workerMetrics: (endpoint: string) => WorkerMetrics | undefined;
-      options: PickerOptions;
-      /** Predicts each candidate's TTFT (the latency cost, and what a decision explains). */
-      latency: LatencyModel;
-      random?: () => number;
-    },
-  ) {}
+  readonly #deps: PickerDeps;
+
+  constructor(deps: PickerDeps) {
+    this.#deps = deps;
+  }
 
   /** Pure decision: records no load (the caller acquires a lease for a real routing). */
   pick(req: PickRequest): Decision {
-    const indexer = this.deps.indexers.lookup(req.model);
+    const indexer = this.#deps.indexers.lookup(req.model);
     if (!indexer) return { kind: "no_endpoint", reason: "unknown_model" };
-    const candidates = this.deps.candidates();
+    const candidates = this.#deps.candidates();
     if (candidates.length === 0) return { kind: "no_endpoint", reason: "no_workers" };
 
     // The request path allocates no match Maps: findMatchesInto fills the reused list, read here at once.
@@ -106,11 +110,11 @@ export class Picker {
       ref,
       endpoint: ref.endpoint,
       overlap: overlaps.get(ref.key) ?? 0,
-      activeBlocks: this.deps.load.blocks(ref.key),
-      waiting: this.deps.workerMetrics(ref.endpoint)?.waiting ?? 0,
+      activeBlocks: this.#deps.load.blocks(ref.key),
+      waiting: this.#deps.workerMetrics(ref.endpoint)?.waiting ?? 0,
     }));
-    const o = this.deps.options;
-    const latency = this.deps.latency;
+    const o = this.#deps.options;
+    const latency = this.#deps.latency;
     const bs = indexer.blockSize;
     const ttft = (c: Known) => latency.predictTtftMs(c.ref.key, Math.max(req.tokens.length - c.overlap * bs, 0), c.waiting);
     const d = decide({
@@ -119,7 +123,7 @@ export class Picker {
       subset: req.subset,
       weights: o,
       queueThreshold: o.queueThreshold,
-      random: this.deps.random ?? Math.random,
+      random: this.#deps.random ?? Math.random,
       latency: o.cost === "latency" ? ttft : undefined,
     });
     if (d.kind === "none") return { kind: "no_endpoint", reason: d.reason };
@@ -145,14 +149,14 @@ export class Picker {
 
   /** Overlap per worker for the request's tokens, read-only (POST /score). */
   score(model: string | undefined, tokens: Uint32Array, cacheSalt?: string): (Match & { indexer: Indexer }) | undefined {
-    const indexer = this.deps.indexers.lookup(model);
+    const indexer = this.#deps.indexers.lookup(model);
     if (!indexer) return undefined;
     const requestBlocks = this.#matchInto(indexer, tokens, this.#identity(model, cacheSalt));
     return { indexer, requestBlocks, ...this.#list.toMaps() };
   }
 
   #identity(model: string | undefined, cacheSalt: string | undefined): Identity {
-    return { loraName: this.deps.indexers.adapterOf?.(model) ?? null, cacheSalt };
+    return { loraName: this.#deps.indexers.adapterOf?.(model) ?? null, cacheSalt };
   }
 
   /** Fills the reused MatchList (valid until the next call); returns the request's full blocks. */

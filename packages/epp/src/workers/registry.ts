@@ -79,6 +79,18 @@ export function rankSources(spec: WorkerSpec): RankSource[] {
   );
 }
 
+export type RegistryOptions = {
+  topic: string;
+  log: Logger;
+  /** The listeners' ZMTP heartbeats; undefined: off. */
+  heartbeat?: Heartbeat;
+  /** Called when a worker leaves, so its blocks leave the index. */
+  onRemoved: (worker: WorkerRef) => void;
+  onChanged?: (specs: WorkerSpec[]) => void;
+  /** A KV-event message was skipped as malformed (counted by the caller). */
+  onMalformed?: (kind: MalformedKind) => void;
+};
+
 export class WorkerRegistry {
   readonly #entries = new Map<string, Entry>();
   /** Workers whose model server stopped answering (see markDown): listed, but not routable. */
@@ -87,20 +99,11 @@ export class WorkerRegistry {
   readonly #blocksDropped = new Set<string>();
   #candidates: Candidate[] = [];
   #sink: Sink | undefined;
+  readonly #opts: RegistryOptions;
 
-  constructor(
-    private readonly opts: {
-      topic: string;
-      log: Logger;
-      /** The listeners' ZMTP heartbeats; undefined: off. */
-      heartbeat?: Heartbeat;
-      /** Called when a worker leaves, so its blocks leave the index. */
-      onRemoved: (worker: WorkerRef) => void;
-      onChanged?: (specs: WorkerSpec[]) => void;
-      /** A KV-event message was skipped as malformed (counted by the caller). */
-      onMalformed?: (kind: MalformedKind) => void;
-    },
-  ) {}
+  constructor(opts: RegistryOptions) {
+    this.#opts = opts;
+  }
 
   /**
    * Toward `desired`, rank by rank: a listener whose endpoint, replay endpoint and topic are unchanged
@@ -126,7 +129,7 @@ export class WorkerRegistry {
     for (const id of this.#down) if (!this.#entries.has(id)) this.#down.delete(id);
     for (const id of this.#blocksDropped) if (!this.#entries.has(id)) this.#blocksDropped.delete(id);
     this.#rebuild();
-    this.opts.onChanged?.(this.specs());
+    this.#opts.onChanged?.(this.specs());
   }
 
   /**
@@ -142,19 +145,19 @@ export class WorkerRegistry {
     if (!this.#down.has(workerId)) {
       this.#down.add(workerId);
       this.#rebuild();
-      this.opts.log.warn({ worker: workerId }, "worker down: not routable");
+      this.#opts.log.warn({ worker: workerId }, "worker down: not routable");
     }
     if (this.#blocksDropped.has(workerId) || [...e.listeners.values()].some((l) => l.connected)) return;
     this.#blocksDropped.add(workerId);
-    for (const r of e.listeners.keys()) this.opts.onRemoved({ workerId, dpRank: r });
-    this.opts.log.warn({ worker: workerId }, "worker down and its KV publisher gone: blocks dropped");
+    for (const r of e.listeners.keys()) this.#opts.onRemoved({ workerId, dpRank: r });
+    this.#opts.log.warn({ worker: workerId }, "worker down and its KV publisher gone: blocks dropped");
   }
 
   markUp(workerId: string): void {
     this.#blocksDropped.delete(workerId);
     if (!this.#down.delete(workerId)) return;
     this.#rebuild();
-    this.opts.log.info({ worker: workerId }, "worker back up");
+    this.#opts.log.info({ worker: workerId }, "worker back up");
   }
 
   #rebuild(): void {
@@ -248,7 +251,7 @@ export class WorkerRegistry {
     try {
       return f();
     } catch (err) {
-      this.opts.log.error({ worker: workerId, err: String(err) }, "worker not (fully) applied");
+      this.#opts.log.error({ worker: workerId, err: String(err) }, "worker not (fully) applied");
       return true;
     }
   }
@@ -263,7 +266,7 @@ export class WorkerRegistry {
       throw err;
     }
     this.#entries.set(spec.id, entry);
-    this.opts.log.info({ worker: spec.id, address: spec.address, kvEvents: spec.kvEvents, ranks: entry.listeners.size }, "worker added");
+    this.#opts.log.info({ worker: spec.id, address: spec.address, kvEvents: spec.kvEvents, ranks: entry.listeners.size }, "worker added");
   }
 
   /** Brings an existing worker to `next`; true when anything visible (ranks, address, metrics) changed. */
@@ -287,14 +290,14 @@ export class WorkerRegistry {
     }
     const moved = prev.address !== next.address || prev.metricsUrl !== next.metricsUrl || JSON.stringify(prev.servers) !== JSON.stringify(next.servers);
     if (closed.length > 0 || opened.length > 0)
-      this.opts.log.info({ worker: id, closed, opened, ranks: entry.listeners.size }, "worker ranks changed");
-    if (moved) this.opts.log.info({ worker: id, address: next.address, metricsUrl: next.metricsUrl }, "worker address updated");
+      this.#opts.log.info({ worker: id, closed, opened, ranks: entry.listeners.size }, "worker ranks changed");
+    if (moved) this.#opts.log.info({ worker: id, address: next.address, metricsUrl: next.metricsUrl }, "worker address updated");
     return moved || closed.length > 0 || opened.length > 0 || prev.dpSize !== next.dpSize || prev.dpStartRank !== next.dpStartRank;
   }
 
   #sourcesOf(spec: WorkerSpec): Map<number, OpenedSource> {
     return new Map(
-      rankSources(spec).map((s) => [s.dpRank, { kvEvents: s.kvEvents, replay: s.replay || undefined, topic: s.topic ?? this.opts.topic, bind: s.bind === true }]),
+      rankSources(spec).map((s) => [s.dpRank, { kvEvents: s.kvEvents, replay: s.replay || undefined, topic: s.topic ?? this.#opts.topic, bind: s.bind === true }]),
     );
   }
 
@@ -306,9 +309,9 @@ export class WorkerRegistry {
       bind: src.bind,
       replayEndpoint: src.replay,
       topic: src.topic,
-      logger: this.opts.log,
-      socket: { heartbeat: this.opts.heartbeat },
-      onMalformed: this.opts.onMalformed,
+      logger: this.#opts.log,
+      socket: { heartbeat: this.#opts.heartbeat },
+      onMalformed: this.#opts.onMalformed,
     });
     // Started now (subscribe first): until a sink is attached the listener buffers live events.
     l.start();
@@ -322,8 +325,8 @@ export class WorkerRegistry {
     const l = entry.listeners.get(dpRank);
     entry.listeners.delete(dpRank);
     entry.sources.delete(dpRank);
-    void l?.close().catch((err) => this.opts.log.warn({ worker: id, rank: dpRank, err: String(err) }, "listener close failed"));
-    this.opts.onRemoved({ workerId: id, dpRank });
+    void l?.close().catch((err) => this.#opts.log.warn({ worker: id, rank: dpRank, err: String(err) }, "listener close failed"));
+    this.#opts.onRemoved({ workerId: id, dpRank });
   }
 
   #attachOne(workerId: string, l: KvEventListener, dpRank: number): void {
@@ -335,7 +338,7 @@ export class WorkerRegistry {
   #remove(id: string, entry: Entry): void {
     this.#entries.delete(id);
     for (const r of [...entry.listeners.keys()]) this.#close(id, entry, r);
-    this.opts.log.info({ worker: id }, "worker removed");
+    this.#opts.log.info({ worker: id }, "worker removed");
   }
 }
 

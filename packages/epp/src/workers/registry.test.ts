@@ -5,10 +5,10 @@ import type { WorkerRef } from "@kv-epp/protocol";
 import { afterEach, expect, test } from "bun:test";
 import { waitFor } from "@kv-epp/testkit";
 import type { KvIndex } from "@kv-epp/index-wasm";
-import { Indexers } from "../src/indexers/indexers.ts";
-import { createMetrics } from "../src/metrics.ts";
-import { WorkerRegistry, type WorkerSpec } from "../src/workers/registry.ts";
-import { BLOCK, FakeWorkerEvents, MODEL, quietLog, tokens } from "./helpers.ts";
+import { Indexers } from "../indexers/indexers.ts";
+import { createMetrics } from "../metrics.ts";
+import { WorkerRegistry, type WorkerSpec } from "./registry.ts";
+import { BLOCK, FakeWorkerEvents, MODEL, quietLog, tokens } from "../../test/helpers.ts";
 
 const KEY = `${MODEL}:default`;
 const cleanup: (() => Promise<void>)[] = [];

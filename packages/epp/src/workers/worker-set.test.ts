@@ -1,0 +1,84 @@
+// The worker-health rule the WorkerSet owns, against a real /metrics server: a static worker whose
+// /metrics fails DOWN_AFTER_FAILED_SCRAPES times in a row leaves the candidates (ranks() says why), and
+// its next good scrape brings it back.
+import { afterEach, expect, test } from "bun:test";
+import { waitFor } from "@kv-epp/testkit";
+import pino from "pino";
+import { createMetrics } from "../metrics.ts";
+import { DOWN_AFTER_FAILED_SCRAPES, WorkerSet } from "./worker-set.ts";
+
+const HOST = "127.0.4.140";
+const quiet = pino({ level: "silent" });
+const cleanup: (() => Promise<void> | void)[] = [];
+afterEach(async () => {
+  for (const c of cleanup.splice(0).reverse()) await c();
+});
+
+/** A vLLM /metrics stand-in that answers 200 or 500 as told. */
+function metricsServer() {
+  const state = { ok: true, scrapes: 0 };
+  const server = Bun.serve({
+    hostname: HOST,
+    port: 0,
+    fetch: () => {
+      state.scrapes++;
+      return state.ok ? new Response('vllm:num_requests_waiting{engine="0"} 2\n') : new Response("down", { status: 500 });
+    },
+  });
+  cleanup.push(() => server.stop(true));
+  return { state, url: `http://${HOST}:${server.port}/metrics` };
+}
+
+function staticSet(metricsUrl: string) {
+  const metrics = createMetrics();
+  const set = new WorkerSet({
+    config: {
+      workers: { mode: "static", list: [{ id: "w", address: `${HOST}:8000`, kvEvents: `tcp://${HOST}:1`, dpSize: 2, dpStartRank: 0, kvEventsBind: false, metrics: metricsUrl }] },
+      intents: undefined,
+      kvTopic: "",
+      kvHeartbeatMs: 0,
+      scrapeIntervalMs: 10,
+    },
+    kube: () => {
+      throw new Error("no Kubernetes in static mode");
+    },
+    metrics,
+    log: quiet,
+    onRemoved: () => {},
+  });
+  const stop = new AbortController();
+  cleanup.push(() => set.stop());
+  cleanup.push(() => stop.abort());
+  return { set, metrics, listed: set.start(stop.signal) };
+}
+
+test("a static worker whose /metrics keeps failing is not routable, and says so, until a scrape answers again", async () => {
+  const m = metricsServer();
+  const { set, listed } = staticSet(m.url);
+  await listed;
+  await waitFor(() => set.metricsOf(`${HOST}:8000`)?.waiting === 2, { message: "first scrape" });
+  expect(set.candidates().map((c) => c.dpRank)).toEqual([0, 1]);
+  expect(set.ranks().map((r) => [r.dpRank, r.routable, r.failedScrapes])).toEqual([[0, true, 0], [1, true, 0]]);
+
+  m.state.ok = false;
+  await waitFor(() => set.candidates().length === 0, { message: "worker down" });
+  expect(set.ranks().every((r) => !r.routable && r.failedScrapes >= DOWN_AFTER_FAILED_SCRAPES)).toBe(true);
+  expect(set.metricsOf(`${HOST}:8000`)).toBeUndefined();
+
+  m.state.ok = true;
+  await waitFor(() => set.candidates().length === 2, { message: "worker back up" });
+  expect(set.ranks().map((r) => [r.routable, r.failedScrapes])).toEqual([[true, 0], [true, 0]]);
+});
+
+test("the scrape failures are counted, and the listed ranks' total is exported", async () => {
+  const m = metricsServer();
+  m.state.ok = false;
+  const { set, metrics, listed } = staticSet(m.url);
+  await listed;
+  await waitFor(() => m.state.scrapes >= 2, { message: "two failed scrapes" });
+  const text = await metrics.registry.metrics();
+  expect(Number(/^dynamo_epp_worker_scrape_errors_total (\d+)/m.exec(text)?.[1])).toBeGreaterThanOrEqual(1);
+  expect(text).toMatch(/^dynamo_epp_workers 2$/m);
+  set.updateGauges();
+  expect(await metrics.registry.metrics()).toMatch(/^dynamo_epp_kv_listeners_connected 0$/m);
+});

@@ -1,0 +1,258 @@
+// The EPP's worker set, in one place: where workers come from (the static list or the InferencePool's
+// pods, plus attachment intents), how those sources merge, the KV listener per worker rank (through
+// WorkerRegistry), each worker's health (its scraped /metrics, and the rule that takes a worker out of
+// routing) and the counters of all of it. "Why is worker X not routable?" is answered by rankStatus().
+import type { KubeConfig } from "@kubernetes/client-node";
+import { workerKeyOf, type WorkerRef } from "@kv-epp/protocol";
+import { mergeWorkerSets, type IntentWorker, type UnroutableWorker } from "@kv-epp/intents";
+import { listenerHeartbeat, type ListenerCounters as KvListenerCounters } from "@kv-epp/kv-events";
+import type { Logger } from "pino";
+import type { EppConfig } from "../config.ts";
+import { startIntentSource, type IntentSource } from "../intents-source.ts";
+import type { Metrics } from "../metrics.ts";
+import { scrapeTargets, WorkerMetricsScraper, type WorkerMetrics } from "../picker/worker-metrics.ts";
+import { startPoolWorkers } from "./kubernetes.ts";
+import { rankSources, serving, WorkerRegistry, type Candidate, type Sink, type WorkerSpec } from "./registry.ts";
+import { staticWorkers } from "./static.ts";
+
+/**
+ * Consecutive failed /metrics scrapes after which a static worker is down (static mode's only way to
+ * learn that a worker went away; in Kubernetes mode pod readiness says it, and a slow /metrics alone
+ * must not take a worker out of routing).
+ */
+export const DOWN_AFTER_FAILED_SCRAPES = 3;
+
+export type WorkerSetOptions = {
+  config: Pick<EppConfig, "workers" | "intents" | "kvTopic" | "kvHeartbeatMs" | "scrapeIntervalMs">;
+  kube: () => KubeConfig;
+  metrics: Metrics;
+  log: Logger;
+  /** A worker rank left the set (or a down worker's publisher is gone too): its blocks and stream go. */
+  onRemoved: (worker: WorkerRef) => void;
+};
+
+/** One worker rank as the set sees it (GET /workers). */
+export type RankStatus = {
+  workerId: string;
+  dpRank: number;
+  /** The API server the gateway is sent to for this rank. */
+  address: string;
+  kvEvents: string;
+  connected: boolean;
+  /** A candidate for routing; false while its worker is down. */
+  routable: boolean;
+  /** Consecutive failed scrapes of the worker's /metrics (0: the last one answered). */
+  failedScrapes: number;
+};
+
+export class WorkerSet {
+  readonly #o: WorkerSetOptions;
+  readonly #registry: WorkerRegistry;
+  readonly #scraper: WorkerMetricsScraper;
+  readonly #failedScrapes = new Map<string, number>();
+  #listed: WorkerSpec[] = [];
+  #intents: IntentWorker[] = [];
+  #unroutable: UnroutableWorker[] = [];
+  #lastMerge = { unroutable: "[]", aliases: "[]" };
+  #pool: Promise<{ stop(): Promise<void> }> = Promise.resolve({ stop: async () => {} });
+  #intentSource: IntentSource | undefined;
+
+  constructor(o: WorkerSetOptions) {
+    this.#o = o;
+    const { config: cfg, metrics, log } = o;
+    this.#scraper = new WorkerMetricsScraper({
+      intervalMs: cfg.scrapeIntervalMs,
+      onError: (workerId, err) => this.#scrapeFailed(workerId, err),
+      onSuccess: (workerId) => {
+        if (this.#failedScrapes.delete(workerId)) this.#registry.markUp(workerId);
+      },
+    });
+    this.#registry = new WorkerRegistry({
+      topic: cfg.kvTopic,
+      heartbeat: cfg.kvHeartbeatMs > 0 ? listenerHeartbeat(cfg.kvHeartbeatMs) : undefined,
+      log,
+      onRemoved: o.onRemoved,
+      onMalformed: (kind) => metrics.kvMalformed.inc({ kind }),
+      onChanged: (specs) => {
+        this.#scraper.setTargets(specs.flatMap(scrapeTargets));
+        metrics.workers.set(specs.reduce((n, s) => n + s.dpSize, 0));
+      },
+    });
+  }
+
+  /**
+   * Starts the sources (the static list at once; the pool's pod list-watch and the intents in the background)
+   * and the scraper. Resolves once the pool's pods are listed and the intents' first attempt has
+   * settled; rejects when `signal` aborts first (shutdown during discovery).
+   */
+  start(signal: AbortSignal): Promise<void> {
+    const { config: cfg, log, metrics } = this.#o;
+    const w = cfg.workers;
+    if (w.mode === "static") {
+      this.#listed = staticWorkers(w.list);
+      this.#reconcile();
+    } else {
+      const poolLog = log.child({ component: "pool" });
+      this.#pool = startPoolWorkers({
+        kubeConfig: this.#o.kube(),
+        poolName: w.poolName,
+        namespace: w.namespace,
+        kvEventsPort: w.kvEventsPort,
+        kvReplayPort: w.kvReplayPort,
+        dpSize: w.dpSize,
+        log: poolLog,
+        onWorkers: (specs) => {
+          this.#listed = specs;
+          this.#reconcile();
+        },
+        onError: (err) => {
+          metrics.ioErrors.inc({ where: "kubernetes" });
+          poolLog.warn({ err: String(err) }, "Kubernetes API error");
+        },
+        signal,
+      });
+    }
+    this.#intentSource = cfg.intents
+      ? startIntentSource({
+          where: cfg.intents.discovery,
+          hostInstance: cfg.intents.hostInstance,
+          kubeConfig: this.#o.kube,
+          log: log.child({ component: "intents" }),
+          countError: () => metrics.ioErrors.inc({ where: "intents" }),
+          onWorkers: (workers) => {
+            this.#intents = workers;
+            this.#reconcile();
+          },
+        })
+      : undefined;
+    this.#scraper.start();
+    return Promise.all([this.#pool, this.#intentSource?.firstAttempt]).then(() => {});
+  }
+
+  /**
+   * Sets the desired worker set directly, as the sources do on every change (for callers that drive
+   * membership themselves; a source's next change replaces it).
+   */
+  reconcile(desired: WorkerSpec[]): void {
+    this.#registry.reconcile(desired);
+  }
+
+  /** Pod discovery (or the static list) and the intents, merged; the merge's verdicts logged when they change. */
+  #reconcile(): void {
+    const merged = mergeWorkerSets(this.#listed, this.#intents, { mode: this.#o.config.workers.mode });
+    this.#unroutable = merged.unroutable;
+    // Logged when they change, not on every reconcile (pod and intent updates are frequent).
+    const log = this.#o.log;
+    const now = { unroutable: JSON.stringify(merged.unroutable), aliases: JSON.stringify(merged.aliases) };
+    if (now.unroutable !== this.#lastMerge.unroutable && merged.unroutable.length > 0)
+      log.warn({ unroutable: merged.unroutable }, "intent workers not routable (no listener)");
+    else if (now.unroutable !== this.#lastMerge.unroutable) log.info("every intent worker routable");
+    if (now.aliases !== this.#lastMerge.aliases) log.info({ aliases: merged.aliases }, "intent workers merged into listed workers");
+    this.#lastMerge = now;
+    this.#registry.reconcile(merged.workers);
+  }
+
+  #scrapeFailed(workerId: string, err: unknown): void {
+    this.#o.metrics.scrapeErrors.inc();
+    const n = (this.#failedScrapes.get(workerId) ?? 0) + 1;
+    this.#failedScrapes.set(workerId, n);
+    if (n === 1) this.#o.log.warn({ worker: workerId, err: String(err) }, "worker /metrics scrape failing");
+    // Called again on every failed scrape past the threshold: the registry drops the blocks once the publisher is gone too.
+    if (n >= DOWN_AFTER_FAILED_SCRAPES && this.#o.config.workers.mode === "static") this.#registry.markDown(workerId);
+  }
+
+  /** The routable worker ranks. */
+  candidates(): readonly Candidate[] {
+    return this.#registry.candidates();
+  }
+
+  /** Every rank of the set, routable or not, with why (GET /workers). */
+  ranks(): RankStatus[] {
+    const routable = new Set(this.candidates().map((c) => c.key));
+    return this.#registry.specs().flatMap((s) =>
+      rankSources(s).map(({ dpRank, kvEvents }, _, all) => {
+        const c = serving(s, dpRank, all.length);
+        return {
+          workerId: s.id,
+          dpRank,
+          // The API server of this rank: each target port is an endpoint of its own.
+          address: c.endpoint,
+          kvEvents,
+          connected: this.#registry.connected(s.id, dpRank),
+          routable: routable.has(workerKeyOf(s.id, dpRank)),
+          failedScrapes: this.#failedScrapes.get(s.id) ?? 0,
+        };
+      }),
+    );
+  }
+
+  /** Intent workers the merge left out (no Ready pod, no address): no listener, never picked. */
+  unroutable(): readonly UnroutableWorker[] {
+    return this.#unroutable;
+  }
+
+  specs(): WorkerSpec[] {
+    return this.#registry.specs();
+  }
+
+  has(worker: WorkerRef): boolean {
+    return this.#registry.has(worker);
+  }
+
+  connected(workerId: string, dpRank: number): boolean {
+    return this.#registry.connected(workerId, dpRank);
+  }
+
+  replayEndpoint(worker: WorkerRef): string | undefined {
+    return this.#registry.replayEndpoint(worker);
+  }
+
+  listenerCounters(worker: WorkerRef): Readonly<KvListenerCounters> | undefined {
+    return this.#registry.listenerCounters(worker);
+  }
+
+  /** The last scraped /metrics of the API server at a rank's endpoint (undefined: not scraped, or the last scrape failed). */
+  metricsOf(endpoint: string): WorkerMetrics | undefined {
+    return this.#scraper.get(endpoint);
+  }
+
+  /** The KV blocks the rank's vLLM says it can hold (num_gpu_blocks), once scraped. */
+  gpuBlocks(worker: WorkerRef): number | undefined {
+    return this.#scraper.gpuBlocks(worker.workerId, worker.dpRank);
+  }
+
+  /** Every routable rank's API server has more scraped waiting requests than `threshold` (0: never). */
+  queuesFull(threshold: number): boolean {
+    const cs = this.candidates();
+    return threshold > 0 && cs.length > 0 && cs.every((c) => (this.#scraper.get(c.endpoint)?.waiting ?? 0) > threshold);
+  }
+
+  /** See WorkerRegistry.waitConnected. */
+  waitConnected(timeoutMs: number): Promise<WorkerRef[]> {
+    return this.#registry.waitConnected(timeoutMs);
+  }
+
+  /** The listeners stop buffering and deliver to `sink` (after recovery). */
+  attach(sink: Sink): void {
+    this.#registry.attach(sink);
+  }
+
+  /** The listener gauges, read at scrape time. */
+  updateGauges(): void {
+    const m = this.#o.metrics;
+    const c = this.#registry.counters();
+    m.listenerGaps.set(c.gaps);
+    m.listenerReplays.set(c.replays);
+    m.listenerRestarts.set(c.restarts);
+    m.listenerHeartbeatTimeouts.set(c.heartbeatTimeouts);
+    m.listenersConnected.set(this.#registry.connectedListeners());
+    m.listenerProtocolErrors.set(c.protocolErrors);
+  }
+
+  async stop(): Promise<void> {
+    this.#scraper.stop();
+    await this.#pool.then((src) => src.stop()).catch(() => {});
+    await this.#intentSource?.stop().catch(() => {});
+    await this.#registry.close();
+  }
+}
