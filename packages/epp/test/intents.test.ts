@@ -3,6 +3,7 @@
 // anyway; the merge's unroutable/aliases lists are logged when they change, not on every reconcile.
 import { afterEach, expect, test } from "bun:test";
 import { connectHttpDiscovery, registerWorkerIntents, serveDiscoveryStore } from "@kv-epp/intents";
+import { waitFor } from "@kv-epp/testkit";
 import type { EppHandle } from "../src/main.ts";
 import { BLOCK, capturingLog, FakeWorkerEvents, HOST, hungServer, MODEL, quietLog, scrapeMetric, startTestEpp } from "./helpers.ts";
 
@@ -10,14 +11,6 @@ const cleanup: (() => Promise<unknown>)[] = [];
 afterEach(async () => {
   for (const c of cleanup.splice(0).reverse()) await c().catch(() => {});
 });
-
-async function until(pred: () => boolean | Promise<boolean>, what: string, timeoutMs = 15_000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!(await pred())) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await Bun.sleep(20);
-  }
-}
 
 async function ioErrors(epp: EppHandle): Promise<number> {
   return (await scrapeMetric(`http://${HOST}:${epp.ports.metrics}`, 'dynamo_epp_io_errors_total{where="intents"}')) ?? 0;
@@ -47,7 +40,7 @@ test("a discovery that refuses the host: retrying counted per attempt, logged on
   cleanup.push(() => epp.stop({ graceMs: 0 }));
   // Ready while the host is still retrying in the background.
   expect(await ioErrors(epp)).toBeGreaterThanOrEqual(1);
-  await until(() => lines.some((l) => l.msg === "attachment intents host state" && l.state === "ready"), "the host ready");
+  await waitFor(() => lines.some((l) => l.msg === "attachment intents host state" && l.state === "ready"), { message: "the host ready", timeoutMs: 15_000 });
   expect(await ioErrors(epp)).toBe(2);
   expect(lines.filter((l) => l.msg === "attachment intents unavailable, retrying in the background").length).toBe(1);
 }, 30_000);
@@ -67,11 +60,11 @@ test("unroutable and aliased intent workers are logged when the merge's lists ch
   const register = (workerId: string, addr?: string) => registerIntent(store.url, workerId, kv.endpoint, addr);
   const logged = (msg: string) => lines.filter((l) => l.msg === msg);
   await register("alias-of-listed", address);
-  await until(() => logged("intent workers merged into listed workers").length > 0, "the alias logged");
+  await waitFor(() => logged("intent workers merged into listed workers").length > 0, { message: "the alias logged", timeoutMs: 15_000 });
   expect(logged("intent workers merged into listed workers")[0]!.aliases).toEqual([{ intentWorker: "alias-of-listed", worker: "listed" }]);
 
   await register("no-address");
-  await until(() => logged("intent workers not routable (no listener)").length > 0, "the unroutable worker logged");
+  await waitFor(() => logged("intent workers not routable (no listener)").length > 0, { message: "the unroutable worker logged", timeoutMs: 15_000 });
   expect(logged("intent workers not routable (no listener)")[0]!.unroutable).toEqual([{ id: "no-address", reason: "no-address" }]);
   // That reconcile left the aliases as they were: not logged again.
   expect(logged("intent workers merged into listed workers").length).toBe(1);
@@ -86,7 +79,7 @@ test("unroutable and aliased intent workers are logged when the merge's lists ch
 async function registerIntent(url: string, workerId: string, kvEvents: string, address?: string): Promise<void> {
   const discovery = await connectHttpDiscovery({ url, log: quietLog });
   cleanup.push(() => discovery.close());
-  await until(async () => (await discovery.list({ kind: "host" })).length > 0, "the EPP's host advertisement", 20_000);
+  await waitFor(async () => (await discovery.list({ kind: "host" })).length > 0, { message: "the EPP's host advertisement", timeoutMs: 20_000 });
   const owner = await registerWorkerIntents({
     discovery,
     workerId,
@@ -117,16 +110,16 @@ test("a discovery store down at start and one that restarts are reopened: intent
   let store = serveDiscoveryStore({ hostname: HOST, port });
   cleanup.push(() => store.close());
   await registerIntent(store.url, "late", kv.endpoint, `${HOST}:18001`);
-  await until(() => epp.workers.candidates().some((c) => c.workerId === "late"), "the intent worker from the late store", 20_000);
+  await waitFor(() => epp.workers.candidates().some((c) => c.workerId === "late"), { message: "the intent worker from the late store", timeoutMs: 20_000 });
   expect(lines.some((l) => l.msg === "attachment intents discovery open again")).toBe(true);
 
   // The store restarts empty: the EPP's lease ends, it reopens and sees what is registered anew.
   await store.close();
   store = serveDiscoveryStore({ hostname: HOST, port });
   cleanup.push(() => store.close());
-  await until(() => lines.some((l) => l.msg === "attachment intents: the discovery lease ended, reopening"), "the lost lease noticed");
+  await waitFor(() => lines.some((l) => l.msg === "attachment intents: the discovery lease ended, reopening"), { message: "the lost lease noticed", timeoutMs: 15_000 });
   await registerIntent(store.url, "after-restart", kv.endpoint, `${HOST}:18002`);
-  await until(() => epp.workers.candidates().some((c) => c.workerId === "after-restart"), "the intent worker after the restart", 20_000);
+  await waitFor(() => epp.workers.candidates().some((c) => c.workerId === "after-restart"), { message: "the intent worker after the restart", timeoutMs: 20_000 });
 }, 60_000);
 
 test("a discovery store that accepts and never answers holds neither readiness nor shutdown", async () => {

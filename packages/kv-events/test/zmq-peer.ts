@@ -1,6 +1,7 @@
 // Test helper: a libzmq peer in a Node child process (see zmq-peer.cjs), driven over stdio.
 import { type ChildProcess, spawn } from "node:child_process";
 import { join } from "node:path";
+import { waitFor } from "@kv-epp/testkit";
 
 const PKG_DIR = join(import.meta.dir, "..");
 const live = new Set<ChildProcess>();
@@ -77,13 +78,7 @@ export async function killAllPeers(): Promise<void> {
   );
 }
 
-/** Polls until fn returns a truthy value (event-driven tests; the timeout only bounds a failure). */
-export async function waitUntil<T>(fn: () => T | undefined | null | false, timeoutMs = 10_000): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const v = fn();
-    if (v) return v;
-    if (Date.now() > deadline) throw new Error(`condition not met within ${timeoutMs} ms: ${fn.toString().slice(0, 120)}`);
-    await new Promise((r) => setTimeout(r, 10));
-  }
+/** The testkit's waitFor with this package's tests' polling (10 ms) and the condition's source as its message. */
+export function waitUntil<T>(fn: () => T | undefined | null | false, timeoutMs = 10_000): Promise<NonNullable<T>> {
+  return waitFor(fn, { timeoutMs, intervalMs: 10, message: fn.toString().slice(0, 120) }) as Promise<NonNullable<T>>;
 }

@@ -3,6 +3,7 @@ import { mkdirSync, mkdtempSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import type { RouterEvent } from "@kv-epp/protocol";
+import { waitFor } from "@kv-epp/testkit";
 import pino from "pino";
 import type { DumpModel, DumpSource, DumpStaging, DumpTarget } from "../src/index.ts";
 
@@ -143,12 +144,9 @@ export function gate(): { wait: Promise<void>; open: () => void } {
   return { wait, open };
 }
 
+/** The testkit's waitFor, polling every 2 ms (short-lived recovery states are caught). */
 export async function until(pred: () => boolean, what: string, ms = 10_000): Promise<void> {
-  const deadline = Date.now() + ms;
-  while (!pred()) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await Bun.sleep(2);
-  }
+  await waitFor(pred, { message: what, timeoutMs: ms, intervalMs: 2 });
 }
 
 /**

@@ -3,6 +3,7 @@
 import * as grpc from "@grpc/grpc-js";
 import { loadProtos, type ClientBodyMode } from "@kv-epp/epp";
 import { writeFileSync } from "node:fs";
+import { waitFor } from "@kv-epp/testkit";
 import { dirname, join } from "node:path";
 import type { Children } from "./children.ts";
 import { formatReplicas, type GatewayReplica } from "./gateway.ts";
@@ -156,14 +157,9 @@ export async function gatewayHealthy(l: ClusterLayout): Promise<boolean> {
   return (await fetch(`${gatewayUrl(l)}/health`, { signal: AbortSignal.timeout(1000) })).ok;
 }
 
-/** Polls until `probe` resolves true; throws after `timeoutMs`, naming `what`. */
+/** The testkit's waitFor for the demo's processes: every 100 ms, 30 s by default, naming `what`. */
 export async function waitUntil(what: string, probe: () => Promise<boolean>, timeoutMs = 30_000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (Date.now() < deadline) {
-    if (await probe().catch(() => false)) return;
-    await Bun.sleep(100);
-  }
-  throw new Error(`${what} not ready after ${timeoutMs} ms`);
+  await waitFor(probe, { message: `${what} not ready`, timeoutMs, intervalMs: 100 });
 }
 
 export async function workerHealthy(ip: string, port: number): Promise<boolean> {
