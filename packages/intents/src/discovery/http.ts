@@ -2,6 +2,7 @@
 // lease ends when that stream ends (store gone, network cut), when the store stays silent for a lease
 // (a store frozen or cut off behind a half-open connection), when a renewal is refused, or on close().
 import { randomUUID } from "node:crypto";
+import { pause } from "@kv-epp/protocol";
 import pino, { type Logger } from "pino";
 import { HEARTBEAT_MS, LEASE_TTL_MS } from "./http-server.ts";
 import { RecordExistsError, type Discovery, type DiscoveryRecord, type Query, type RecordSpec, type Registration, type WatchHandle } from "./types.ts";
@@ -130,7 +131,7 @@ export async function connectHttpDiscovery(o: HttpDiscoveryOptions): Promise<Dis
             if (stop.signal.aborted) break;
             log.warn({ err: String(err), kind: q.kind }, "discovery watch failed, retrying");
           }
-          await new Promise((r) => setTimeout(r, retryMs));
+          await pause(retryMs, stop.signal);
         }
       })();
       const handle: WatchHandle = {
