@@ -1,10 +1,10 @@
 // bun run bench:index — the WASM index against the TypeScript reference model, same workloads, same run.
 // Prints ingestion throughput, findMatches latency percentiles and memory per residency.
-import { KvIndex, MatchList, type WorkerRef } from "../src/index.ts";
+import { computeBlockHashes, KvIndex, MatchList, type WorkerRef } from "../src/index.ts";
 import { applyEvents, findMatches, type IndexEvent } from "../src/helpers.ts";
 import { ReferenceIndex } from "../test/reference-model.ts";
 import { mulberry32 } from "@kv-epp/testkit";
-import { sequences, storedEvents, workers } from "./workload.ts";
+import { sequences, storedBlocks, storedEvents, workers } from "./workload.ts";
 
 type Index = KvIndex | ReferenceIndex;
 const impls: [name: string, create: () => Index][] = [
@@ -63,6 +63,19 @@ function blockCount(events: IndexEvent[]): number {
   return events.reduce((n, e) => n + (e.kind === "stored" ? e.blocks.length : 0), 0);
 }
 
+/** Token-id sequences of `length` blocks: the first `sharedLength` blocks from one of `prompts` prefixes, the rest unique. */
+function tokenSequences(count: number, length: number, sharedLength: number, prompts: number, blockSize: number, seed: number): Uint32Array[] {
+  const next = mulberry32(seed + 1000);
+  const ids = (n: number) => Uint32Array.from({ length: n }, () => next() % 150_000);
+  const heads = Array.from({ length: prompts }, () => ids(sharedLength * blockSize));
+  return Array.from({ length: count }, () => {
+    const seq = new Uint32Array(length * blockSize);
+    seq.set(heads[next() % prompts]!);
+    seq.set(ids((length - sharedLength) * blockSize), sharedLength * blockSize);
+    return seq;
+  });
+}
+
 // ---- ingestion: 64 workers, 32-block sequences (16 shared of 256 prompts + 16 unique), ~1M residencies ----
 function ingestion(): void {
   const ws = workers(64);
@@ -89,6 +102,24 @@ function ingestion(): void {
       const b = index.batch();
       for (const g of typed) {
         for (const e of g) b.stored(e.worker, null, e.ext, e.tok);
+        b.apply();
+      }
+    };
+  });
+  // the same shape of events with token ids instead of tokens hashes, as the EPP feeds them: each block's
+  // 16 ids are hashed (XXH3) inside the index's module straight into the batch
+  const idSeqs = tokenSequences(31_250, 32, 16, 256, 16, 1);
+  const pickId = mulberry32(2);
+  const idEvents = idSeqs.map((ids) => {
+    const w = pickId() % ws.length;
+    return { worker: ws[w]!, ids, ext: BigUint64Array.from(storedBlocks(computeBlockHashes(ids, 16), w), (b) => b.blockHash) };
+  });
+  rate("wasm builder from token ids (hashed in the index)", blocks, 5, () => {
+    const index = KvIndex.create({ blockSize: 16 });
+    return () => {
+      const b = index.batch();
+      for (let i = 0; i < idEvents.length; i += 256) {
+        for (let j = i; j < Math.min(i + 256, idEvents.length); j++) { const e = idEvents[j]!; b.stored(e.worker, null, e.ext, { tokenIds: e.ids }); }
         b.apply();
       }
     };

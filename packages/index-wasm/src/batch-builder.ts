@@ -57,13 +57,13 @@ export class StoredBatchBuilder {
   /**
    * A stored event of `blockHashes.length` blocks under `parentHash` (null: at the root). Block i is the
    * engine's blockHashes[i] with its tokens hash: `tokens` is either the tokens hashes (a BigUint64Array,
-   * e.g. from a dump) or the blocks' token ids (at least blockHashes.length x blockSize of them, with
+   * e.g. from a dump, or a bigint[]) or the blocks' token ids (at least blockHashes.length x blockSize of them, with
    * per-block extra keys), hashed here by the index's own module. `copies[i]` (a dump's counts, see
    * StoredBlock) defaults to one copy per block.
    */
-  stored(w: WorkerRef, parentHash: bigint | null, blockHashes: BigUint64Array | readonly bigint[], tokens: BigUint64Array | BlockTokens, copies?: Uint32Array | readonly number[]): this {
+  stored(w: WorkerRef, parentHash: bigint | null, blockHashes: BigUint64Array | readonly bigint[], tokens: BigUint64Array | readonly bigint[] | BlockTokens, copies?: Uint32Array | readonly number[]): this {
     const n = blockHashes.length;
-    const hashed = tokens instanceof BigUint64Array;
+    const hashed = !("tokenIds" in tokens);
     if (hashed && tokens.length !== n) throw new RangeError(`stored: ${n} block hashes but ${tokens.length} tokens hashes`);
     if (!hashed && tokens.tokenIds.length < n * this.host.blockSize) throw new RangeError(`stored: ${n} blocks of ${this.host.blockSize} tokens but ${tokens.tokenIds.length} token ids`);
     if (copies !== undefined && copies.length !== n) throw new RangeError(`stored: ${n} blocks but ${copies.length} copy counts`);
@@ -75,7 +75,7 @@ export class StoredBatchBuilder {
     at += 8;
     if (hasParent) { this.dv.setBigUint64(at, parentHash, true); at += 8; }
     at = this.hashes(at, blockHashes);
-    if (hashed) this.u64.set(tokens, at / 8);
+    if (hashed) this.hashes(at, tokens);
     else {
       this.host.hasher().hashInto(tokens.tokenIds, this.host.blockSize, n, tokens.extras, at);
       this.views(); // hashing may have grown linear memory

@@ -31,7 +31,7 @@ export function addEvents(b: ReturnType<KvIndex["batch"]>, events: readonly Inde
     if (e.kind === "stored") {
       const { blocks } = e;
       const copies = blocks.some((x) => x.copies !== undefined && x.copies !== 1) ? blocks.map((x) => x.copies ?? 1) : undefined;
-      b.stored(e.worker, e.parentHash, BigUint64Array.from(blocks, (x) => x.blockHash), BigUint64Array.from(blocks, (x) => x.tokensHash), copies);
+      b.stored(e.worker, e.parentHash, blocks.map((x) => x.blockHash), blocks.map((x) => x.tokensHash), copies);
     } else if (e.kind === "removed") b.removed(e.worker, e.hashes);
     else b.cleared(e.worker);
   }

@@ -43,8 +43,9 @@ describe("KvIndex.batch() builder", () => {
       for (const e of events) {
         if (e.kind === "stored") {
           const ext = BigUint64Array.from(e.blocks, (x) => x.blockHash);
-          // both forms of block hashes: a typed array and a plain bigint[]
-          b.stored(e.worker, e.parentHash, round % 2 === 0 ? ext : [...ext], BigUint64Array.from(e.blocks, (x) => x.tokensHash));
+          // both forms of hashes: typed arrays and plain bigint[]s
+          const tok = BigUint64Array.from(e.blocks, (x) => x.tokensHash);
+          b.stored(e.worker, e.parentHash, round % 2 === 0 ? ext : [...ext], round % 4 < 2 ? tok : [...tok]);
         } else if (e.kind === "removed") {
           b.removed(e.worker, round % 2 === 0 ? BigUint64Array.from(e.hashes) : e.hashes);
         } else {
