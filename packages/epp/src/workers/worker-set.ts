@@ -4,7 +4,7 @@
 // routing) and the counters of all of it. "Why is worker X not routable?" is answered by rankStatus().
 import type { KubeConfig } from "@kubernetes/client-node";
 import { workerKeyOf, type WorkerRef } from "@kv-epp/protocol";
-import { mergeWorkerSets, type IntentWorker, type UnroutableWorker } from "@kv-epp/intents";
+import { mergeWorkerSets, type IntentWorker } from "@kv-epp/intents";
 import { listenerHeartbeat, type ListenerCounters as KvListenerCounters } from "@kv-epp/kv-events";
 import type { Logger } from "pino";
 import type { EppConfig } from "../config.ts";
@@ -52,7 +52,6 @@ export class WorkerSet {
   readonly #failedScrapes = new Map<string, number>();
   #listed: WorkerSpec[] = [];
   #intents: IntentWorker[] = [];
-  #unroutable: UnroutableWorker[] = [];
   #lastMerge = { unroutable: "[]", aliases: "[]" };
   #pool: Promise<{ stop(): Promise<void> }> = Promise.resolve({ stop: async () => {} });
   #intentSource: IntentSource | undefined;
@@ -140,7 +139,6 @@ export class WorkerSet {
   /** Pod discovery (or the static list) and the intents, merged; the merge's verdicts logged when they change. */
   #reconcile(): void {
     const merged = mergeWorkerSets(this.#listed, this.#intents, { mode: this.#o.config.workers.mode });
-    this.#unroutable = merged.unroutable;
     // Logged when they change, not on every reconcile (pod and intent updates are frequent).
     const log = this.#o.log;
     const now = { unroutable: JSON.stringify(merged.unroutable), aliases: JSON.stringify(merged.aliases) };
@@ -184,11 +182,6 @@ export class WorkerSet {
         };
       }),
     );
-  }
-
-  /** Intent workers the merge left out (no Ready pod, no address): no listener, never picked. */
-  unroutable(): readonly UnroutableWorker[] {
-    return this.#unroutable;
   }
 
   specs(): WorkerSpec[] {
