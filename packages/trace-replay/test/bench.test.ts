@@ -41,7 +41,14 @@ describe("bun run bench:trace", () => {
     // Every run's distance to the limits, and the bounds as rows of their own.
     expect(data.limits!.map((l) => l.name)).toEqual(labels);
     expect(data.limits!.find((l) => l.name === "ttft-oracle")!.ttftVsOracle).toBe(1);
-    expect(html).toContain("<td>bound: pooled LRU</td>");
+    for (const row of ["ref: pooled LRU", "bound: pooled optimal", "bound: unbounded", "bound: TTFT p50"]) expect(html).toContain(`<td>${row}</td>`);
+    // No policy passes a true bound.
+    const { bounds } = JSON.parse(readFileSync(join(out, "trace-bench.json"), "utf8")) as { bounds: { pooledOptimal: number } };
+    for (const l of data.limits!) {
+      expect(l.hitVsBound).toBeLessThanOrEqual(1);
+      expect(l.ttftVsBound).toBeGreaterThanOrEqual(1);
+    }
+    expect(bounds.pooledOptimal).toBeGreaterThan(0);
     expect(html).toContain('id="chart-limits"');
 
     const { figures } = JSON.parse(readFileSync(join(out, "trace-bench.json"), "utf8")) as {

@@ -28,6 +28,8 @@ const schema = z.object({
   "reset-at-ms": nonNegative.optional(),
   "reset-worker": z.coerce.number().int().min(0).default(0),
   "reset-mode": z.enum(["announced", "silent"]).default("silent"),
+  // Scenario: half the conversations run on one of this many LoRA adapters (0: base model only).
+  "lora-adapters": z.coerce.number().int().min(0).default(0),
   /** 0 = the whole trace */
   requests: z.coerce.number().int().min(0).default(4000),
   /** router replica counts for the extra multi-replica rows (with and without replica-agg), comma-separated; 1 = none */
@@ -62,6 +64,7 @@ export type BenchOptions = {
   requests: number;
   replicas: number[];
   reset: CacheReset | undefined;
+  loraAdapters: number;
   replicaAgg: "both" | "on" | "off";
   replicaPolicies: PolicyName[];
   agg: AggSimOptions;
@@ -97,6 +100,7 @@ export function parseBenchArgs(argv: string[]): BenchOptions {
     requests: o.requests,
     replicas: [...new Set(o.replicas.split(",").map(Number))].filter((n) => n > 1),
     reset: o["reset-at-ms"] === undefined ? undefined : { atMs: o["reset-at-ms"], worker: o["reset-worker"], silent: o["reset-mode"] === "silent" },
+    loraAdapters: o["lora-adapters"],
     replicaAgg: o["replica-agg"],
     replicaPolicies: policyList("replica-policies", o["replica-policies"]),
     agg: { lagMs: o["agg-lag-ms"], heartbeatMs: o["agg-heartbeat-ms"], timeoutMs: o["agg-timeout-ms"], loss: o["agg-loss"] },

@@ -37,6 +37,7 @@ export function replayOptions(o: BenchOptions, run: RunSpec, bucketMs: number): 
     agg: o.agg,
     eventLagMs: o.eventLagMs,
     reset: o.reset,
+    loraAdapters: o.loraAdapters,
     seed: o.seed,
     timing: { ...DEFAULT_TIMING, maxRunning: o.maxRunning },
     weights: { prefillLoadScale: o.prefillLoadScale, decodeLoadScale: o.decodeLoadScale, queueWeight: 0, temperature: 0 },

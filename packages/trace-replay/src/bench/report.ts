@@ -11,9 +11,10 @@ export const TABLE_COLUMNS = [
   "hit rate",
   "x RR",
   "/ pooled LRU",
-  "/ unbounded",
+  "/ hit bound",
   "TTFT p50 ms",
   "p50 / oracle",
+  "p50 / bound",
   "TTFT p99 ms",
   "imbalance",
   "imb@arrival",
@@ -21,25 +22,37 @@ export const TABLE_COLUMNS = [
   "evicted blocks",
 ];
 
-/** Each run's distance to the limits: hit rate / the pooled-cache bounds, TTFT p50 / ttft-oracle's. */
-export type Distances = { label: string; hitVsPooled: number; hitVsUnbounded: number; ttftP50VsOracle: number };
+/**
+ * Each run's distance to the references and limits: hit rate over the pooled LRU's (a reference) and
+ * over the pooled optimum's (a bound), TTFT p50 over the greedy ttft-oracle's (a reference) and over
+ * the TTFT p50 bound.
+ */
+export type Distances = { label: string; hitVsPooled: number; hitVsBound: number; ttftP50VsOracle: number; ttftP50VsBound: number };
 
 export function distances(results: RunResult[], bounds: CacheBounds): Distances[] {
   const oracle = results.find((r) => r.policy === "ttft-oracle");
+  const over = (x: number, y: number) => (y > 0 ? x / y : Number.NaN);
   return results.map((r) => ({
     label: r.label,
-    hitVsPooled: bounds.pooledLru > 0 ? r.hitRate / bounds.pooledLru : Number.NaN,
-    hitVsUnbounded: bounds.unbounded > 0 ? r.hitRate / bounds.unbounded : Number.NaN,
-    ttftP50VsOracle: oracle && oracle.ttftP50Ms > 0 ? r.ttftP50Ms / oracle.ttftP50Ms : Number.NaN,
+    hitVsPooled: over(r.hitRate, bounds.pooledLru),
+    hitVsBound: over(r.hitRate, bounds.pooledOptimal),
+    ttftP50VsOracle: oracle ? over(r.ttftP50Ms, oracle.ttftP50Ms) : Number.NaN,
+    ttftP50VsBound: over(r.ttftP50Ms, bounds.ttftP50BoundMs),
   }));
 }
 
 const ratio = (x: number) => (Number.isFinite(x) ? x.toFixed(3) : "-");
 
-/** The pooled-cache bounds as rows of their own: hit rates only, no routing, no timing. */
+/** The references and bounds as rows of their own (no routing: hit rates, and the TTFT p50 bound). */
 export function boundRows(b: CacheBounds): string[][] {
-  const row = (label: string, hit: number) => [label, pct(hit), "-", ratio(hit / b.pooledLru), ratio(hit / b.unbounded), "-", "-", "-", "-", "-", "-", "-"];
-  return [row("bound: pooled LRU", b.pooledLru), row("bound: unbounded", b.unbounded)];
+  const dash = (n: number) => Array.from({ length: n }, () => "-");
+  const hit = (label: string, h: number) => [label, pct(h), "-", ratio(h / b.pooledLru), ratio(h / b.pooledOptimal), ...dash(8)];
+  return [
+    hit("ref: pooled LRU", b.pooledLru),
+    hit("bound: pooled optimal", b.pooledOptimal),
+    hit("bound: unbounded", b.unbounded),
+    ["bound: TTFT p50", "-", "-", "-", "-", ms(b.ttftP50BoundMs), "-", "1.000", ...dash(5)],
+  ];
 }
 
 export function tableRows(results: RunResult[], bounds: CacheBounds): string[][] {
@@ -50,9 +63,10 @@ export function tableRows(results: RunResult[], bounds: CacheBounds): string[][]
     pct(r.hitRate),
     rr && rr.hitRate > 0 ? `${(r.hitRate / rr.hitRate).toFixed(2)}x` : "-",
     ratio(dist[i]!.hitVsPooled),
-    ratio(dist[i]!.hitVsUnbounded),
+    ratio(dist[i]!.hitVsBound),
     ms(r.ttftP50Ms),
     ratio(dist[i]!.ttftP50VsOracle),
+    ratio(dist[i]!.ttftP50VsBound),
     ms(r.ttftP99Ms),
     r.imbalance.toFixed(2),
     r.instantImbalance.toFixed(2),
@@ -65,8 +79,11 @@ export type TargetCheck = { name: string; value: number; ok: boolean; text: stri
 
 /**
  * The targets, measured not asserted: with two router replicas (replica-agg on), kv-aware's hit rate
- * >= 95% of the pooled-LRU bound, its TTFT p50 within 10% of the TTFT oracle's and >= 15% below the
+ * >= 95% of the pooled LRU's, its TTFT p50 within 10% of the TTFT oracle's and >= 15% below the
  * approximate policy's; with one router, >= 2x round-robin's hit rate and load imbalance <= 1.3.
+ * Beside them, for the record (no target): the distance to the true bounds, and the approximate policy
+ * as GAIE deploys it by default with several replicas (active-passive: one leader routes everything,
+ * which is the one-router row).
  */
 export function checkTargets(results: RunResult[], bounds: CacheBounds): TargetCheck[] {
   const by = (label: string) => results.find((r) => r.label === label);
@@ -74,19 +91,22 @@ export function checkTargets(results: RunResult[], bounds: CacheBounds): TargetC
   const rr = by("round-robin");
   const oracle = by("ttft-oracle");
   const kv2 = by("kv-aware x2 agg");
+  const approx = by("approx-prefix");
   const approx2 = by("approx-prefix x2");
   const out: TargetCheck[] = [];
+  const below = (a: RunResult, b: RunResult) => 1 - a.ttftP50Ms / b.ttftP50Ms;
   if (kv2 && bounds.pooledLru > 0) {
     const v = kv2.hitRate / bounds.pooledLru;
-    out.push({ name: "kv-aware x2 hit rate / pooled-LRU bound", value: v, ok: v >= 0.95, text: `${v.toFixed(3)} (target >= 0.95)` });
+    out.push({ name: "kv-aware x2 hit rate / pooled LRU's", value: v, ok: v >= 0.95, text: `${v.toFixed(3)} (target >= 0.95; / pooled optimum, a true bound: ${(kv2.hitRate / bounds.pooledOptimal).toFixed(3)})` });
   }
   if (kv2 && oracle && oracle.ttftP50Ms > 0) {
     const v = kv2.ttftP50Ms / oracle.ttftP50Ms;
-    out.push({ name: "kv-aware x2 TTFT p50 / ttft-oracle's", value: v, ok: v <= 1.1, text: `${v.toFixed(3)} (target <= 1.10)` });
+    out.push({ name: "kv-aware x2 TTFT p50 / ttft-oracle's", value: v, ok: v <= 1.1, text: `${v.toFixed(3)} (target <= 1.10; the greedy oracle is no bound: / TTFT p50 bound ${(kv2.ttftP50Ms / bounds.ttftP50BoundMs).toFixed(3)})` });
   }
   if (kv2 && approx2 && approx2.ttftP50Ms > 0) {
-    const v = 1 - kv2.ttftP50Ms / approx2.ttftP50Ms;
-    out.push({ name: "kv-aware x2 TTFT p50 below approx-prefix x2's", value: v, ok: v >= 0.15, text: `${(v * 100).toFixed(1)}% lower (target >= 15%)` });
+    const v = below(kv2, approx2);
+    const passive = approx ? `; below approx-prefix active-passive (one leader, the one-router row): ${(below(kv2, approx) * 100).toFixed(1)}%` : "";
+    out.push({ name: "kv-aware x2 TTFT p50 below approx-prefix x2's (active-active)", value: v, ok: v >= 0.15, text: `${(v * 100).toFixed(1)}% lower (target >= 15%${passive})` });
   }
   if (kv && rr && rr.hitRate > 0) {
     const v = kv.hitRate / rr.hitRate;
@@ -95,6 +115,14 @@ export function checkTargets(results: RunResult[], bounds: CacheBounds): TargetC
   if (kv) out.push({ name: "kv-aware load imbalance", value: kv.imbalance, ok: kv.imbalance <= 1.3, text: `${kv.imbalance.toFixed(3)} (target <= 1.3)` });
   return out;
 }
+
+/** What each reference and bound row is, for stdout and the report. */
+export const BOUND_NOTES: [string, (o: BenchOptions, b: CacheBounds) => string][] = [
+  ["ref: pooled LRU", (o, b) => `${pct(b.pooledLru)}: one LRU cache of ${o.workers} x ${o.capacityBlocks} blocks serving every request in arrival order (a reference the workers' LRU caches approach, not a bound: a policy can pass it)`],
+  ["bound: pooled optimal", (o, b) => `${pct(b.pooledOptimal)}: the same capacity under Belady's offline rule, any cached block counted; no routing over these workers hits more`],
+  ["bound: unbounded", (_o, b) => `${pct(b.unbounded)}: a cache that never evicts (only a block's first sight misses)`],
+  ["bound: TTFT p50", (_o, b) => `${ms(b.ttftP50BoundMs)} ms: no wait, each request's hits at most the unbounded cache's, all hits together at most the pooled optimum's`],
+];
 
 export const IMBALANCE_NOTE =
   "imbalance = max over workers of the time-integral of in-flight requests (running + waiting, virtual time) divided by the mean over workers of that integral; imb@arrival = mean over arrivals of max/mean in-flight at that instant";
@@ -129,10 +157,10 @@ export function benchReportData(o: BenchOptions, results: RunResult[], bounds: C
         : []),
       ["KV event lag", `${o.eventLagMs} ms (virtual)`],
       ["replica-agg (simulated)", aggNote(o, results)],
+      ...(o.loraAdapters > 0 ? [["LoRA mix", `half the conversations on one of ${o.loraAdapters} adapters (every block keyed by the adapter, as vLLM does)`] as [string, string]] : []),
       ["cost weights", `prefill-load-scale ${o.prefillLoadScale}, decode-load-scale ${o.decodeLoadScale}`],
       ["seed", String(o.seed)],
-      ["bound: pooled LRU", `${pct(bounds.pooledLru)}: one LRU cache of ${o.workers} x ${o.capacityBlocks} blocks serving every request in arrival order`],
-      ["bound: unbounded", `${pct(bounds.unbounded)}: a cache that never evicts (only a block's first sight misses)`],
+      ...BOUND_NOTES.map(([name, text]) => [name, text(o, bounds)] as [string, string]),
       ["imbalance", IMBALANCE_NOTE],
       ...results
         .filter((r, i, all) => all.findIndex((x) => x.policy === r.policy) === i)
@@ -140,7 +168,7 @@ export function benchReportData(o: BenchOptions, results: RunResult[], bounds: C
       ...targets.map((t): [string, string] => [`target: ${t.name}`, `${t.ok ? "met" : "MISSED"}: ${t.text}`]),
     ],
     table: { columns: TABLE_COLUMNS, rows: [...tableRows(results, bounds), ...boundRows(bounds)] },
-    limits: distances(results, bounds).map((d) => ({ name: d.label, hitVsPooled: d.hitVsPooled, ttftVsOracle: d.ttftP50VsOracle })),
+    limits: distances(results, bounds).map((d) => ({ name: d.label, hitVsPooled: d.hitVsPooled, hitVsBound: d.hitVsBound, ttftVsOracle: d.ttftP50VsOracle, ttftVsBound: d.ttftP50VsBound })),
     timeAxis: "virtual minutes",
     ttftAxis: "TTFT (ms, simulated: queueing + prefill)",
     hitRate: results.map((r) => ({

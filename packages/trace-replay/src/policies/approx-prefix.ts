@@ -32,7 +32,7 @@ function chainKeys(req: SimRequest): number[] {
 
 export const approxPrefix: PolicySpec = {
   name: "approx-prefix",
-  knows: "its own routing history (GAIE prefix scorer) + scraped worker queue and KV usage",
+  knows: "its own routing history (GAIE prefix scorer; xN = active-active, each replica only its share, which GAIE warns against: its default HA is active-passive, one leader routing all, the one-router row) + scraped worker queue and KV usage",
   usesRouterLoad: false,
   usesIndex: false,
   create(ctx) {

@@ -2,7 +2,7 @@
 // true caches hashes a request the cache's way once per pick rather than once per worker (as
 // PrefixCacheSim.peekHitBlocks would); the answer is the same.
 import { chainBlockIds } from "../upstream.ts";
-import type { SimRequest } from "../sim/request.ts";
+import { cacheIdentity, type SimRequest } from "../sim/request.ts";
 import type { ReplicaContext } from "./types.ts";
 
 /** Returns a function giving, per worker, the leading blocks of a request its cache holds right now. */
@@ -19,7 +19,7 @@ export function residentOverlaps(ctx: ReplicaContext): (req: SimRequest) => numb
     return set;
   });
   return (req) => {
-    const ids = chainBlockIds(req.tokens!, ctx.blockSize);
+    const ids = chainBlockIds(req.tokens!, ctx.blockSize, cacheIdentity(req));
     return resident.map((set) => {
       let overlap = 0;
       while (overlap < ids.length && set.has(ids[overlap]!.hash)) overlap++;

@@ -20,7 +20,7 @@ export type ReportData = {
   /** TTFT distribution per run: [ttft ms, fraction of requests <= it] */
   ttftCdf: { name: string; points: [number, number][] }[];
   /** per run: hit rate / the pooled-LRU bound and TTFT p50 / the TTFT oracle's (1 = at the limit) */
-  limits?: { name: string; hitVsPooled: number; ttftVsOracle: number }[];
+  limits?: { name: string; hitVsPooled: number; hitVsBound: number; ttftVsOracle: number; ttftVsBound: number }[];
   /** per run, per worker: in-flight requests over time */
   workerLoad: { name: string; workers: { name: string; points: Points }[] }[];
 };

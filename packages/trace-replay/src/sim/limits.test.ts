@@ -1,8 +1,11 @@
 import { describe, expect, test } from "bun:test";
-import { DEFAULT_TIMING } from "../upstream.ts";
+import fc from "fast-check";
+import { DEFAULT_TIMING, TimingModel } from "../upstream.ts";
+import { POLICY_NAMES } from "../policies/index.ts";
 import type { TraceRecord } from "../trace.ts";
-import { cacheBounds } from "./bounds.ts";
+import { beladyHits, cacheBounds, ttftP50Bound } from "./bounds.ts";
 import { EventQueue } from "./event-queue.ts";
+import { replayPolicy } from "./replay.ts";
 import type { SimRequest } from "./request.ts";
 import { SimWorker, type Admitted } from "./worker.ts";
 
@@ -21,8 +24,81 @@ describe("pooled-cache bounds", () => {
     expect(small.unbounded).toBe(big.unbounded);
     expect(small.pooledLru).toBeLessThan(small.unbounded);
     expect(small.pooledLru).toBeGreaterThan(0);
+    // The optimum of the same capacity keeps what is used again soonest: never below the LRU, never above unbounded.
+    expect(small.pooledOptimal).toBeGreaterThanOrEqual(small.pooledLru);
+    expect(small.pooledOptimal).toBeLessThanOrEqual(small.unbounded);
+    expect(big.pooledOptimal).toBeCloseTo(big.unbounded, 9);
   });
+
+  test("Belady's rule with bypass: a block never used again takes no slot, the one used furthest ahead leaves first", () => {
+    const all = (n: number) => Array.from({ length: n }, () => true);
+    // One slot: a b a b a. Keeping a (used again at 2 and 4) and bypassing b hits a twice.
+    expect(beladyHits([0, 1, 0, 1, 0], all(5), 2, 1)).toBe(2);
+    // Two slots hold both: every repeat hits.
+    expect(beladyHits([0, 1, 0, 1, 0], all(5), 2, 2)).toBe(3);
+    // A hit where no worker could reuse the block (a prompt's last block) is not counted.
+    expect(beladyHits([0, 0], [true, false], 1, 1)).toBe(0);
+  });
+
+  test("the optimum hits at least as often as an LRU of the same size on any access sequence", () => {
+    fc.assert(
+      fc.property(fc.array(fc.integer({ min: 0, max: 7 }), { maxLength: 60 }), fc.integer({ min: 1, max: 5 }), (seq, capacity) => {
+        const lru: number[] = [];
+        let lruHits = 0;
+        for (const k of seq) {
+          const at = lru.indexOf(k);
+          if (at >= 0) {
+            lruHits++;
+            lru.splice(at, 1);
+          } else if (lru.length >= capacity) lru.shift();
+          lru.push(k);
+        }
+        expect(beladyHits(seq, seq.map(() => true), 8, capacity)).toBeGreaterThanOrEqual(lruHits);
+      }),
+    );
+  });
+
+  test("the TTFT p50 bound: the cheapest half of the requests within the hit budget", () => {
+    const timing = new TimingModel(DEFAULT_TIMING);
+    // Three requests of 1000 tokens: the p50 (nearest rank) is the second lowest.
+    // Unlimited budget and hits: two of them fully cached down to one computed token.
+    expect(ttftP50Bound([1000, 1000, 1000], [992, 992, 992], 1e9, timing, 16)).toBe(timing.prefillMs(8, 0));
+    // No hits possible: the whole prompt.
+    expect(ttftP50Bound([1000, 1000, 1000], [0, 0, 0], 1e9, timing, 16)).toBe(timing.prefillMs(1000, 0));
+    // A budget of 1000 tokens for two requests: 500 each, so 500 stay uncached.
+    expect(ttftP50Bound([1000, 1000, 1000], [992, 992, 992], 1000, timing, 16)).toBe(timing.prefillMs(504, 0));
+  });
+
+  test("no policy passes a bound: with eviction heavy enough that policies pass the pooled LRU, each stays under the pooled optimum and above the TTFT p50 bound", () => {
+    const trace = conversations(8, 4);
+    const opts = { workers: 3, capacityBlocks: 160, blockSize: 16 };
+    const b = cacheBounds(trace, { ...opts, timing: DEFAULT_TIMING });
+    const rates = POLICY_NAMES.map((policy) => {
+      const r = replayPolicy(trace, policy, {
+        ...opts, timeScale: 1, replicas: 1, replicaAgg: true, eventLagMs: 10, seed: 1, timing: DEFAULT_TIMING,
+        weights: { prefillLoadScale: 16, decodeLoadScale: 1, queueWeight: 0, temperature: 0 }, bucketMs: 10_000,
+      });
+      expect(r.hitRate).toBeLessThanOrEqual(b.pooledOptimal + 1e-12);
+      expect(r.ttftP50Ms).toBeGreaterThanOrEqual(b.ttftP50BoundMs);
+      return r.hitRate;
+    });
+    // The scenario is one where the pooled LRU is no bound.
+    expect(Math.max(...rates)).toBeGreaterThan(b.pooledLru);
+  }, 60_000);
 });
+
+/** Conversations of `turns` turns, each turn extending the last by two trace blocks, 5 s apart. */
+function conversations(n: number, turns: number): TraceRecord[] {
+  const out: TraceRecord[] = [];
+  let nextId = 1;
+  const convs = Array.from({ length: n }, () => [0] as number[]);
+  for (let t = 0; t < turns; t++)
+    convs.forEach((ids, c) => {
+      ids.push(nextId++, nextId++);
+      out.push({ timestamp: t * 5000 + c * 50, inputLength: ids.length * 512 - 100, outputLength: 20, hashIds: [...ids] });
+    });
+  return out.sort((a, b) => a.timestamp - b.timestamp);
+}
 
 describe("the TTFT a request would see", () => {
   const tokens = (n: number, seed: number) => Uint32Array.from({ length: n }, (_, i) => seed * 100_000 + i + 1);

@@ -115,5 +115,10 @@ const round3 = (x: number) => Math.round(x * 1000) / 1000;
 export function percentile(values: readonly number[], q: number): number {
   if (values.length === 0) return Number.NaN;
   const sorted = Float64Array.from(values).sort();
-  return sorted[Math.min(sorted.length - 1, Math.max(0, Math.ceil(q * sorted.length) - 1))]!;
+  return sorted[percentileRank(sorted.length, q)]!;
+}
+
+/** The position in sorted order of the q-quantile of n values (nearest rank). */
+export function percentileRank(n: number, q: number): number {
+  return Math.min(n - 1, Math.max(0, Math.ceil(q * n) - 1));
 }

@@ -3,7 +3,7 @@
 // mock-worker's timing model, KV events reach the KV index after a configurable lag. Nothing sleeps, so
 // a whole trace runs in seconds and the same seed gives the same figures.
 import { workerKey, type WorkerRef } from "@kv-epp/protocol";
-import { KvIndex } from "@kv-epp/index-wasm";
+import { fromWireExtraKeys, KvIndex } from "@kv-epp/index-wasm";
 import { ActiveLoad, type CacheEvent, type TimingParams, type Weights } from "../upstream.ts";
 import { seededRandom } from "@kv-epp/testkit";
 import { POLICIES, type PolicyName, type ReplicaContext, type Router } from "../policies/index.ts";
@@ -11,6 +11,7 @@ import { arrivalTimes, type TraceRecord } from "../trace.ts";
 import { EventQueue } from "./event-queue.ts";
 import { DEFAULT_AGG_SIM, SimReplicaAgg, type AggSimOptions, type AggSimStats } from "./replica-agg.ts";
 import { percentile, Recorder, type RunSeries } from "./recorder.ts";
+import { adapterOf } from "./lora-mix.ts";
 import { toSimRequest } from "./request.ts";
 import { SimWorker } from "./worker.ts";
 
@@ -33,6 +34,8 @@ export type ReplayOptions = {
   arrivals?: "recorded" | "spread" | "bursts";
   /** a worker's cache reset mid-run (a scenario) */
   reset?: CacheReset;
+  /** LoRA adapters half the conversations run on (the LoRA-mix scenario; 0 or absent: base model only) */
+  loraAdapters?: number;
   /** virtual ms between a cache change on a worker and its KV event reaching the index */
   eventLagMs: number;
   seed: number;
@@ -160,7 +163,7 @@ export function replayPolicy(trace: readonly TraceRecord[], policy: PolicyName, 
   trace.forEach((record, id) => {
     const at = arrivals[id]!;
     queue.runUntil(at);
-    const req = toSimRequest(id, record, at, opts.blockSize);
+    const req = toSimRequest(id, record, at, opts.blockSize, adapterOf(record, opts.loraAdapters ?? 0));
     const router = routers[id % routers.length]!;
     rec.sampleInstant();
     const t0 = Bun.nanoseconds();
@@ -207,8 +210,11 @@ function burstArrivals(trace: readonly TraceRecord[], opts: ReplayOptions): numb
 function applyToIndex(index: KvIndex, worker: WorkerRef, events: CacheEvent[]): void {
   const b = index.batch();
   for (const e of events) {
-    if (e.kind === "stored") b.stored(worker, e.parent, e.hashes, { tokenIds: e.tokenIds });
-    else if (e.kind === "removed") b.removed(worker, e.hashes);
+    if (e.kind === "stored") {
+      // The blocks' extra_keys (an adapter's name) fold into their hashes, as the EPP's listener folds them.
+      const extras = e.extraKeys.some((k) => k !== null) ? e.extraKeys.map((k) => fromWireExtraKeys(k)) : undefined;
+      b.stored(worker, e.parent, e.hashes, { tokenIds: e.tokenIds, extras });
+    } else if (e.kind === "removed") b.removed(worker, e.hashes);
     else b.cleared(worker);
   }
   if (b.events > 0) b.apply();

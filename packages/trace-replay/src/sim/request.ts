@@ -1,4 +1,5 @@
-import { computeBlockHashes } from "@kv-epp/index-wasm";
+import { computeBlockHashes, requestBlockExtras } from "@kv-epp/index-wasm";
+import type { Adapter } from "./lora-mix.ts";
 import { recordTokens } from "../tokens.ts";
 import type { TraceRecord } from "../trace.ts";
 
@@ -15,17 +16,28 @@ export type SimRequest = {
   tokens: Uint32Array | null;
   /** the router's local block hashes (XXH3, docs/CONTRACTS.md §3) of the prompt */
   localHashes: BigUint64Array;
+  /** The LoRA adapter that runs it (absent or null: the base model). */
+  adapter?: Adapter;
 };
 
-export function toSimRequest(id: number, rec: TraceRecord, arrivalMs: number, blockSize: number): SimRequest {
+/** What the worker's cache keys the request's blocks by besides its tokens (vLLM's lora_name and lora_int_id). */
+export function cacheIdentity(req: Pick<SimRequest, "adapter">): { loraName?: string; loraId?: number } {
+  return req.adapter ? { loraName: req.adapter.name, loraId: req.adapter.id } : {};
+}
+
+export function toSimRequest(id: number, rec: TraceRecord, arrivalMs: number, blockSize: number, adapter: Adapter = null): SimRequest {
   const tokens = recordTokens(rec);
+  const blocks = Math.floor(tokens.length / blockSize);
+  // The router hashes a request in its adapter's identity, as the EPP's Picker does.
+  const extras = adapter ? requestBlockExtras(blocks, blockSize, { loraName: adapter.name }) : undefined;
   return {
     id,
     arrivalMs,
     promptTokens: tokens.length,
     outputTokens: rec.outputLength,
-    requestBlocks: Math.floor(tokens.length / blockSize),
+    requestBlocks: blocks,
     tokens,
-    localHashes: computeBlockHashes(tokens, blockSize),
+    localHashes: computeBlockHashes(tokens, blockSize, extras),
+    adapter,
   };
 }

@@ -3,6 +3,8 @@ import { DEFAULT_TIMING } from "../upstream.ts";
 import type { TraceRecord } from "../trace.ts";
 import { EventQueue } from "./event-queue.ts";
 import { Recorder, percentile } from "./recorder.ts";
+import { cacheBounds } from "./bounds.ts";
+import { adapterOf } from "./lora-mix.ts";
 import { replayPolicy, type ReplayOptions } from "./replay.ts";
 
 const OPTS: ReplayOptions = {
@@ -36,6 +38,25 @@ function conversations(n: number, turns: number): TraceRecord[] {
   }
   return out.sort((a, b) => a.timestamp - b.timestamp);
 }
+
+describe("LoRA mix", () => {
+  test("a conversation keeps the adapter of its first turn; about half the conversations run on the base model", () => {
+    const turns = conversations(200, 2);
+    const first = new Map<number, string>();
+    for (const r of turns) {
+      const name = adapterOf(r, 4)?.name ?? "base";
+      const known = first.get(r.hashIds[1]!);
+      if (known === undefined) first.set(r.hashIds[1]!, name);
+      else expect(name).toBe(known);
+    }
+    const names = [...first.values()];
+    const base = names.filter((n) => n === "base").length;
+    expect(base).toBeGreaterThan(60);
+    expect(base).toBeLessThan(140);
+    expect(new Set(names).size).toBe(5);
+    expect(adapterOf(turns[0]!, 0)).toBeNull();
+  });
+});
 
 describe("event queue", () => {
   test("runs events in time order, equal times in scheduling order, up to the bound", () => {
@@ -90,6 +111,18 @@ describe("trace replay", () => {
     const exact = replayPolicy(trace, "exact-index", OPTS);
     expect(kv.hitRate).toBeCloseTo(exact.hitRate, 2);
   });
+
+  test("in the LoRA mix every request is scored in its adapter's identity: KV-aware still keeps conversations on their prefix and agrees with the caches read directly", () => {
+    const lora = { ...OPTS, loraAdapters: 3 };
+    // Conversations on different adapters share no block, not even the first one every record has.
+    const byAdapter = new Set(trace.map((r) => adapterOf(r, 3)?.name ?? "base"));
+    expect(byAdapter.size).toBeGreaterThan(2);
+    expect(cacheBounds(trace, lora).unbounded).toBeLessThan(cacheBounds(trace, OPTS).unbounded);
+    const kv = replayPolicy(trace, "kv-aware", { ...lora, eventLagMs: 0 });
+    const exact = replayPolicy(trace, "exact-index", lora);
+    expect(kv.hitRate).toBeGreaterThan(0.5);
+    expect(kv.hitRate).toBeCloseTo(exact.hitRate, 2);
+   }, 60_000);
 
   test("a worker's cache reset mid-run costs hits; the index not told of it (silent) routes on stale blocks", () => {
     const base = replayPolicy(trace, "kv-aware", OPTS);

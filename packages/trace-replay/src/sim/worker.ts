@@ -4,7 +4,7 @@
 // queue instead of sleeping, so a whole trace replays in seconds and identically every run.
 import { PrefixCacheSim, TimingModel, type CacheEvent, type TimingParams } from "../upstream.ts";
 import type { EventQueue } from "./event-queue.ts";
-import type { SimRequest } from "./request.ts";
+import { cacheIdentity, type SimRequest } from "./request.ts";
 
 export type Admitted = { req: SimRequest; worker: number; admittedMs: number; cachedTokens: number; ttftMs: number };
 
@@ -73,7 +73,7 @@ export class SimWorker {
     };
     for (const w of this.waiting) {
       const start = takeSlot();
-      const cached = this.cache.peekHitBlocks(w.tokens!) * this.cache.blockSize;
+      const cached = this.cache.peekHitBlocks(w.tokens!, cacheIdentity(w)) * this.cache.blockSize;
       slots.push(start + this.timing.requestMs(w.promptTokens, cached, w.outputTokens, max).totalMs);
     }
     return takeSlot() - now + prefill;
@@ -81,7 +81,7 @@ export class SimWorker {
 
   private admit(req: SimRequest, now: number): void {
     this.running++;
-    const acq = this.cache.acquire(req.tokens!);
+    const acq = this.cache.acquire(req.tokens!, cacheIdentity(req));
     req.tokens = null;
     const { ttftMs, totalMs } = this.timing.requestMs(req.promptTokens, acq.cachedTokens, req.outputTokens, this.running);
     this.hooks.onAdmitted({ req, worker: this.index, admittedMs: now, cachedTokens: acq.cachedTokens, ttftMs });
