@@ -77,7 +77,7 @@ describe("KvIndex.batch() builder", () => {
     b.stored(w, null, ext.subarray(0, 10), tok.subarray(0, 10));
     b.stored(w, ext[9]!, ext.subarray(10), tok.subarray(10));
     expect(b.apply()).toEqual({ events: 2, blocks: n, unknown: 0, rejected: 0 });
-    expect(findMatches(index, tok).scores.get(`${w.workerId}\u0000${w.dpRank}`)).toBe(n);
+    expect(findMatches(index, tok).scores.get(workerKey(w))).toBe(n);
   });
 
   test("token ids are hashed by the index's own module: the same blocks as from computeBlockHashes, extra keys included", () => {
@@ -157,7 +157,7 @@ describe("linear memory", () => {
     // every round is still found after the tables were rebuilt (sorted batches) many times
     for (let r = 0n; r < 40n; r++) {
       const q = BigUint64Array.from({ length: 5000 }, (_, i) => r * 5000n + BigInt(i));
-      expect(findMatches(index, q).scores.get(`${w.workerId}\u0000${w.dpRank}`)).toBe(5000);
+      expect(findMatches(index, q).scores.get(workerKey(w))).toBe(5000);
     }
     // live structures (tables at their capacity, chunks) and linear memory stay close: no doubling
     expect(s.bytes).toBeLessThan(s.bytesInUse * 1.25 + 1_000_000);

@@ -3,6 +3,7 @@
 import { describe, expect, test } from "bun:test";
 import fc from "fast-check";
 import { KvIndex } from "@kv-epp/index-wasm";
+import { workerKey } from "@kv-epp/protocol";
 import { applyStored } from "@kv-epp/index-wasm/helpers";
 import { DumpFetchError, dumpHandler, dumpStream, fetchDump, type DumpSource, type DumpTarget } from "../src/index.ts";
 import { indexSource, indexTarget } from "../bench/fixture.ts";
@@ -49,7 +50,7 @@ describe("WASM-formatted dump events", () => {
     const indexes = [KvIndex.create({ blockSize: 16 }), KvIndex.create({ blockSize: 16 })] as const;
     await fc.assert(
       fc.asyncProperty(
-        fc.uniqueArray(worker, { minLength: 1, maxLength: 5, selector: (w) => `${w.workerId}\u0000${w.dpRank}` }),
+        fc.uniqueArray(worker, { minLength: 1, maxLength: 5, selector: (w) => workerKey(w) }),
         fc.array(stored, { maxLength: 30 }),
         fc.integer({ min: 1, max: 600 }),
         async (workers, events, chunkBytes) => {
