@@ -46,7 +46,7 @@ export {
   type MergedWorkers,
   type MergedAlias,
   type UnroutableWorker,
-  type IntentWorker, type IntentWorkerSpec, type WorkerSpecLike } from "./workers.ts";
+  type IntentWorker, type IntentWorkerSpec } from "./workers.ts";
 export { registerWorkerIntents, workerDescriptors, replaceHost, replaceUrlHost, withdrawStaleIntents, type RegisterWorkerIntentsOptions, type WorkerRankInfo } from "./worker-side.ts";
 export { serveDiscoveryStore, type DiscoveryServer } from "./discovery/http-server.ts";
 export { connectHttpDiscovery, type HttpDiscoveryOptions } from "./discovery/http.ts";

@@ -1,13 +1,11 @@
 // From attachments to the EPP's worker set. Pod discovery guesses a worker's KV endpoint from its IP
 // and the port convention; an intent states it per rank. Both paths end in one worker set.
-import type { RankSource } from "@kv-epp/protocol";
+import type { RankSource, WorkerSpec } from "@kv-epp/protocol";
 import type { AttachmentIntent } from "./protocol.ts";
 
-/** Structurally the EPP's WorkerSpec (packages/epp/src/workers/registry.ts). */
-export type WorkerSpecLike = { id: string; address: string; kvEvents: string; replay?: string; dpSize: number; metricsUrl: string };
 
 /** A WorkerSpec whose ranks come from intents: listeners follow `ranks`, not port + r. */
-export type IntentWorkerSpec = WorkerSpecLike & { ranks: RankSource[] };
+export type IntentWorkerSpec = WorkerSpec & { ranks: RankSource[] };
 
 export type IntentWorker = { id: string; address?: string; metricsUrl?: string; ranks: RankSource[] };
 
@@ -28,7 +26,7 @@ export type UnroutableWorker = {
 /** An intent worker merged into a worker of another id (same address): one listener per endpoint. */
 export type MergedAlias = { intentWorker: string; worker: string };
 
-export type MergedWorkers<T extends WorkerSpecLike> = { workers: (T | IntentWorkerSpec)[]; unroutable: UnroutableWorker[]; aliases: MergedAlias[] };
+export type MergedWorkers<T extends WorkerSpec> = { workers: (T | IntentWorkerSpec)[]; unroutable: UnroutableWorker[]; aliases: MergedAlias[] };
 
 /** Groups attachments by worker (input order kept: the watcher sorts by worker, then rank). */
 export function intentWorkers(desired: readonly AttachmentIntent[]): IntentWorker[] {
@@ -49,7 +47,7 @@ export function intentWorkers(desired: readonly AttachmentIntent[]): IntentWorke
   return [...byId.values()];
 }
 
-function withRanks<T extends WorkerSpecLike>(base: T, ranks: RankSource[]): T & { ranks: RankSource[] } {
+function withRanks<T extends WorkerSpec>(base: T, ranks: RankSource[]): T & { ranks: RankSource[] } {
   const first = ranks[0]!;
   return { ...base, kvEvents: first.kvEvents, replay: first.replay, dpSize: ranks.length, ranks };
 }
@@ -78,7 +76,7 @@ function intentHosts(w: IntentWorker): string[] {
  * mode, the one pod with that IP (a pod IP is the pod's; ignored when several pods share an IP, as
  * with hostNetwork). Static entries may share an IP (several workers on one machine), so not there.
  */
-function matcher<T extends WorkerSpecLike>(pods: readonly T[], mode: MergeMode): (w: IntentWorker) => T | undefined {
+function matcher<T extends WorkerSpec>(pods: readonly T[], mode: MergeMode): (w: IntentWorker) => T | undefined {
   const byId = new Map(pods.map((p) => [p.id, p]));
   const byAddress = new Map<string, T | null>();
   const byIp = new Map<string, T | null>();
@@ -113,7 +111,7 @@ function matcher<T extends WorkerSpecLike>(pods: readonly T[], mode: MergeMode):
  * listener, so it can never be picked, and its blocks stay out of the index; they come through the
  * listener (replay, or the worker's next events) once its pod is Ready again.
  */
-export function mergeWorkerSets<T extends WorkerSpecLike>(
+export function mergeWorkerSets<T extends WorkerSpec>(
   pods: readonly T[],
   intents: readonly IntentWorker[],
   opts: { mode?: MergeMode } = {},

@@ -35,3 +35,33 @@ export type RankSource = {
   bind?: boolean;
   blockSize?: number;
 };
+
+/**
+ * One API server of a worker and the DP ranks it serves. vLLM's external DP load balancing runs one
+ * API server per rank (rank r on targetPorts[r]), each its own endpoint for the gateway.
+ */
+export type ApiServer = { address: string; ranks: readonly number[] };
+
+/**
+ * A model-server pod (or static entry). Its ranks are dpStartRank .. dpStartRank + dpSize - 1 (global
+ * ranks: vLLM numbers a multi-node DP group's ranks across nodes); rank r publishes KV events on
+ * kvEvents port + r, as vLLM's offset_endpoint_port offsets by the global rank.
+ */
+export type WorkerSpec = {
+  id: string;
+  /** ip:port the gateway is told to call (the first API server's when there are several). */
+  address: string;
+  /** Several API servers (an InferencePool with several targetPorts); absent: every rank behind `address`. */
+  servers?: readonly ApiServer[];
+  kvEvents: string;
+  replay?: string;
+  dpSize: number;
+  /** Global rank of the first rank (absent: 0). */
+  dpStartRank?: number;
+  /** The EPP binds kvEvents (port + rank) and the worker's publishers connect to it; absent: the EPP dials. */
+  kvBind?: boolean;
+  /** vLLM Prometheus endpoint, scraped for running/waiting/KV usage. */
+  metricsUrl: string;
+  /** Per-rank KV sources stated by attachment intents; overrides port + r. */
+  ranks?: RankSource[];
+};

@@ -6,10 +6,9 @@
 // the KV port + its global rank.
 import { CoreV1Api, CustomObjectsApi, KubeConfig, type V1Pod } from "@kubernetes/client-node";
 import { listWatch, type ListWatch } from "@kv-epp/kube";
-import { bracketHost, formatEndpoint, parseEndpoint, publisherBinds, type TcpEndpoint } from "@kv-epp/protocol";
+import { bracketHost, formatEndpoint, parseEndpoint, publisherBinds, type TcpEndpoint, type WorkerSpec } from "@kv-epp/protocol";
 import { isIP } from "node:net";
 import type { Logger } from "pino";
-import type { WorkerSpec } from "./registry.ts";
 
 export type PoolWorkersOptions = {
   kubeConfig: KubeConfig;

@@ -1,13 +1,13 @@
 // WorkerRegistry.reconcile, rank by rank: a worker described differently (pod-only vs. with its
 // attachment intents) but opening the same sources keeps its listeners and its blocks; only ranks whose
 // source changed or went away are closed and cleared; address and metrics URL change in place.
-import type { WorkerRef } from "@kv-epp/protocol";
+import type { WorkerRef, WorkerSpec } from "@kv-epp/protocol";
 import { afterEach, expect, test } from "bun:test";
 import { waitFor } from "@kv-epp/testkit";
 import type { KvIndex } from "@kv-epp/index-wasm";
 import { Indexers } from "../indexers/indexers.ts";
 import { createMetrics } from "../metrics.ts";
-import { WorkerRegistry, type WorkerSpec } from "./registry.ts";
+import { WorkerRegistry } from "./registry.ts";
 import { BLOCK, FakeWorkerEvents, MODEL, quietLog, tokens } from "../../test/helpers.ts";
 
 const KEY = `${MODEL}:default`;

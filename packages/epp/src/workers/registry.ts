@@ -1,39 +1,9 @@
 // The worker set, level-triggered: a source (static file or pod informer) hands over the whole desired
 // set on every change and the registry reconciles toward it: one KV listener per worker rank for new
 // workers, listeners closed and index entries dropped for workers that went away.
-import { rankEndpoint, workerKeyOf, type RankSource, type WorkerRef } from "@kv-epp/protocol";
+import { rankEndpoint, workerKeyOf, type RankSource, type WorkerRef, type WorkerSpec } from "@kv-epp/protocol";
 import { KvEventListener, type Heartbeat, type ListenerCounters as KvListenerCounters, type ListenerSignal, type MalformedKind } from "@kv-epp/kv-events";
 import type { Logger } from "pino";
-
-/**
- * One API server of a worker and the DP ranks it serves. vLLM's external DP load balancing runs one
- * API server per rank (rank r on targetPorts[r]), each its own endpoint for the gateway.
- */
-export type ApiServer = { address: string; ranks: readonly number[] };
-
-/**
- * A model-server pod (or static entry). Its ranks are dpStartRank .. dpStartRank + dpSize - 1 (global
- * ranks: vLLM numbers a multi-node DP group's ranks across nodes); rank r publishes KV events on
- * kvEvents port + r, as vLLM's offset_endpoint_port offsets by the global rank.
- */
-export type WorkerSpec = {
-  id: string;
-  /** ip:port the gateway is told to call (the first API server's when there are several). */
-  address: string;
-  /** Several API servers (an InferencePool with several targetPorts); absent: every rank behind `address`. */
-  servers?: readonly ApiServer[];
-  kvEvents: string;
-  replay?: string;
-  dpSize: number;
-  /** Global rank of the first rank (absent: 0). */
-  dpStartRank?: number;
-  /** The EPP binds kvEvents (port + rank) and the worker's publishers connect to it; absent: the EPP dials. */
-  kvBind?: boolean;
-  /** vLLM Prometheus endpoint, scraped for running/waiting/KV usage. */
-  metricsUrl: string;
-  /** Per-rank KV sources stated by attachment intents (@kv-epp/intents); overrides port + r. */
-  ranks?: RankSource[];
-};
 
 /**
  * One routable unit: a worker rank. `key` matches the index's workerKey; `endpoint` is the API server

@@ -1,6 +1,6 @@
 // Static mode: the worker set comes from the config file and never changes.
+import type { WorkerSpec } from "@kv-epp/protocol";
 import type { StaticWorker } from "../config.ts";
-import type { WorkerSpec } from "./registry.ts";
 
 /** An entry with several addresses has `dpSize` ranks behind each (rank i*dpSize + r on address i). */
 export function staticWorkers(list: StaticWorker[]): WorkerSpec[] {
