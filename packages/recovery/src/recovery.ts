@@ -22,7 +22,7 @@ export type RecoveryState =
 /** Consecutive failed attempts after which a peer is set aside (DYN_EPP_RECOVERY_PEER_MAX_FAILURES). */
 export const DEFAULT_MAX_PEER_FAILURES = 3;
 /** Between cycles in which every eligible peer failed (CONTRACTS §8 rule 5). */
-export const DEFAULT_BACKOFF = { initialMs: 500, maxMs: 30_000 } as const satisfies BackoffPolicy;
+export const DEFAULT_BACKOFF = { initialMs: 500, maxMs: 30_000, jitter: 0.2 } as const satisfies BackoffPolicy;
 
 export type RunRecoveryOptions = {
   /** Where peers come from; null/undefined when no peer Service and no static peers are configured. */

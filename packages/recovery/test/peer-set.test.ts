@@ -157,7 +157,7 @@ describe("recovery loop and the candidate model", () => {
       if (delays.length === 6) failing = false;
     };
     // maxPeerFailures 0: peers are never set aside here, whatever their failures (that rule has its own tests).
-    const out = await runRecovery({ discovery: disc, target: new MapIndex(), timeoutMs: 10_000, logger: quietLogger(), backoff: { initialMs: 5, factor: 2, maxMs: 1000 }, onState, maxPeerFailures: 0 });
+    const out = await runRecovery({ discovery: disc, target: new MapIndex(), timeoutMs: 10_000, logger: quietLogger(), backoff: { initialMs: 5, factor: 2, maxMs: 1000, jitter: 0 }, onState, maxPeerFailures: 0 });
     expect(out).toMatchObject({ kind: "recovered", peer: a.peer.id });
     // 5, 10, 20, 40 (unchanged churn did not reset), then C joined: back to 5, 10.
     expect(delays).toEqual([5, 10, 20, 40, 5, 10]);
