@@ -267,7 +267,7 @@ test("a worker restarting mid-recovery resets its ranks on both sides; its new s
   const restarted = await fetch(`${c.mocks[1]!.url}/admin/faults`, { method: "POST", body: JSON.stringify({ action: "restart" }), headers: { "content-type": "application/json" } });
   expect(restarted.status).toBe(200);
   expect((await b.ready).kind).toBe("recovered");
-  await waitFor(() => load.sent() > 600, { message: "traffic after the restart" });
+  await waitFor(() => load.sent() > 600, { message: "traffic after the restart", timeoutMs: 30_000 });
   await load.stop();
   await expectExact(c, [a, b]);
   // A saw w1's seq go backwards and reset its ranks. B either did too (its handoff decided exact before the

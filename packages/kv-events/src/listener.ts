@@ -4,6 +4,8 @@
 //  - a gap replays from the gap over the replay endpoint when one is configured, and falls back
 //    to a reset ("gap-unrecovered") when the replay does not cover it;
 //  - seq going backwards means the publisher restarted: reset ("restarted");
+//  - the first batch ever, arriving on a connection that replaced an earlier one, may come from another
+//    publisher process than the one subscribed to (nothing to compare it with): reset ("reconnected");
 //  - malformed messages are counted and skipped.
 // Signals produced before a sink is attached are buffered (bounded; overflow → reset "overflow"),
 // so a consumer can subscribe first and attach after recovering a snapshot.
@@ -16,7 +18,7 @@ import { DealerSocket } from "./zmtp/dealer.ts";
 import { SubSocket } from "./zmtp/sub.ts";
 import type { Heartbeat } from "./zmtp/connection.ts";
 
-export type ResetReason = "restarted" | "gap-unrecovered" | "overflow";
+export type ResetReason = "restarted" | "reconnected" | "gap-unrecovered" | "overflow";
 
 export type ListenerSignal =
   | { kind: "batch"; seq: bigint; batch: KvEventBatch }
@@ -103,6 +105,8 @@ export class KvEventListener {
   /** The last batch delivered, and whether a connection came up since: see onSequenced. */
   private last: Held | undefined;
   private reconnected = false;
+  /** Connections that came up so far (a second one may be to another publisher process). */
+  private connections = 0;
   private binding: Promise<string> | undefined;
   private readonly log: Logger;
 
@@ -134,7 +138,10 @@ export class KvEventListener {
     const sub = new SubSocket({ logger: this.opts.logger, heartbeat: LISTENER_HEARTBEAT, ...this.opts.socket });
     sub.onMessage((frames) => this.onMessage(frames));
     sub.onPeer((up, peer) => {
-      if (up) this.reconnected = true;
+      if (up) {
+        this.reconnected = true;
+        this.connections++;
+      }
       this.log.info({ peer }, up ? "publisher connected" : "publisher disconnected");
     });
     sub.subscribe(this.opts.topic ?? "");
@@ -188,6 +195,13 @@ export class KvEventListener {
     this.reconnected = false;
     switch (st.kind) {
       case "fresh":
+        // Subscribed, then the connection went before any batch came: the publisher may have restarted
+        // meanwhile (vLLM has no incarnation id), so a view of its stream from before (a peer's recovered
+        // cursor) cannot be matched against this seq. The consumer drops that view and starts over.
+        if (firstOfConnection && this.connections > 1) {
+          this.log.warn({ seq: m.seq.toString(), connections: this.connections }, "first batch after a reconnect: publisher possibly restarted, rank reset");
+          this.reset("reconnected");
+        }
         return this.deliver(m);
       case "replaying":
         if (st.held.length >= MAX_HELD) {

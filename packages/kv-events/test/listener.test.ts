@@ -163,6 +163,23 @@ describe("KvEventListener", () => {
     expect(l.counters.restarts).toBe(1);
   });
 
+  test("a connection that goes before the first batch: the first batch on the next one follows a reset 'reconnected'", async () => {
+    let pub = await publisher();
+    const endpoint = pub.endpoint;
+    const [l, got] = listen({ endpoint });
+    await waitUntil(() => l.connected);
+    // The process subscribed to restarts before publishing anything the listener saw.
+    await pub.close();
+    await waitUntil(() => !l.connected);
+    pub = await publisher({ endpoint });
+    for (let i = 0; i < 5; i++) pub.publish(batch(i));
+    await publishUntil(pub, got, 2);
+    expect(got[0]).toEqual({ kind: "reset", reason: "reconnected" });
+    expect(got[1]!.kind).toBe("batch");
+    expect(got.slice(1).every((s) => s.kind === "batch")).toBe(true);
+    expect(l.counters.resets).toBe(1);
+  });
+
   test("a restart that got past our seq while we reconnected is told from a gap: the replayed last batch differs", async () => {
     let pub = await publisher({ replay: true });
     const { endpoint, replayEndpoint } = { endpoint: pub.endpoint, replayEndpoint: pub.replayEndpoint! };

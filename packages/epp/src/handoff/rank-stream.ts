@@ -144,8 +144,9 @@ export class RankStream {
       this.counters.resets++;
       this.deps.index.apply(s);
       this.#cursor = { seq: c.seq, baseline: null, complete: false };
-      // A restarted publisher's stream may still be complete from its start: look again, as for a new rank.
-      if (s.reason === "restarted") this.#phase = { kind: "waiting", at: -1n, fromPeer: false };
+      // A restarted (or possibly restarted) publisher's stream may still be complete from its start: look
+      // again, as for a new rank.
+      if (s.reason === "restarted" || s.reason === "reconnected") this.#phase = { kind: "waiting", at: -1n, fromPeer: false };
       return;
     }
     this.deps.index.apply(s);
