@@ -242,6 +242,9 @@ describe("KV events with a vLLM-like libzmq publisher", () => {
       peer.command({ payload: payloadHex(i++) });
       return got.length > 0;
     });
+    // The loop may have published more after the first batch seen (seq = command index): those arrive
+    // first, or the three below could be counted before the replay ran.
+    await waitUntil(() => got.at(-1)?.kind === "batch" && (got.at(-1) as { seq: bigint }).seq === BigInt(i - 1));
     const base = got.length;
     peer.command({ payload: payloadHex(i++), drop: true });
     peer.command({ payload: payloadHex(i++), drop: true });
