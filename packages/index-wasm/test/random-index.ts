@@ -14,8 +14,8 @@ export function randomEvents(u64: fc.Arbitrary<bigint> = fc.oneof(fc.bigInt({ mi
   return fc.array(fc.record({ w: fc.nat(3), parent: fc.nat(20), blocks: fc.array(fc.record({ e: u64, t: u64 }), { minLength: 1, maxLength: 6 }), remove: fc.nat(5) }), { maxLength: 25 });
 }
 
-export function randomIndex(events: RandomEvent[]): KvIndex {
-  const index = KvIndex.create({ blockSize: 16 });
+/** Into `index` when given (an emptied one reused across runs: see `emptied`), else a fresh one. */
+export function randomIndex(events: RandomEvent[], index = KvIndex.create({ blockSize: 16 })): KvIndex {
   const workers = [{ workerId: "a", dpRank: 0 }, { workerId: "é\"\\\n", dpRank: 7 }, { workerId: "", dpRank: 1 }, { workerId: "a", dpRank: 1 }];
   const held: bigint[][] = [[], [], [], []];
   for (const ev of events) {
@@ -27,5 +27,16 @@ export function randomIndex(events: RandomEvent[]): KvIndex {
     if (ev.remove === 1 && mine.length > 0) applyRemoved(index, workers[ev.w]!, [mine[ev.parent % mine.length]!]);
     if (ev.remove === 2 && ev.blocks.length > 0) applyStored(index, workers[ev.w]!, parent, ev.blocks.slice(0, 1).map((b) => ({ blockHash: b.e, tokensHash: b.t })));
   }
+  return index;
+}
+
+/**
+ * `index` with every worker removed, for the next run of a property: each KvIndex is a WebAssembly
+ * instance with its own linear memory, which JSC reclaims only by a full collection, forced every few
+ * instantiations; beside the whole suite's heap, hundreds of fresh indexes cost tens of seconds.
+ */
+export function emptied(index: KvIndex): KvIndex {
+  for (const w of index.workers()) index.removeWorker(w);
+  if (index.stats().residencies !== 0) throw new Error("an emptied index still holds residencies");
   return index;
 }
