@@ -19,25 +19,25 @@ export const HEALTH_SERVICES = ["", "liveness", ...READINESS_SERVICES] as const;
 type Watcher = (status: ServingStatus) => void;
 
 export class HealthState {
-  readonly #status = new Map<string, ServingStatus>();
-  readonly #watchers = new Map<string, Set<Watcher>>();
-  #draining = false;
+  private readonly statusByService = new Map<string, ServingStatus>();
+  private readonly watchers = new Map<string, Set<Watcher>>();
+  private draining = false;
 
   constructor() {
-    this.#set("", "SERVING");
-    this.#set("liveness", "SERVING");
-    for (const name of READINESS_SERVICES) this.#set(name, "NOT_SERVING");
+    this.set("", "SERVING");
+    this.set("liveness", "SERVING");
+    for (const name of READINESS_SERVICES) this.set(name, "NOT_SERVING");
   }
 
   /** No effect once draining: a recovery ending during shutdown must not report SERVING again. */
   setReady(ready: boolean): void {
-    if (this.#draining) return;
+    if (this.draining) return;
     const s: ServingStatus = ready ? "SERVING" : "NOT_SERVING";
-    for (const name of READINESS_SERVICES) this.#set(name, s);
+    for (const name of READINESS_SERVICES) this.set(name, s);
   }
 
   get ready(): boolean {
-    return this.#status.get("readiness") === "SERVING";
+    return this.statusByService.get("readiness") === "SERVING";
   }
 
   /**
@@ -46,25 +46,25 @@ export class HealthState {
    * failing liveness probe would have the kubelet kill it mid-drain.
    */
   drain(): void {
-    this.#draining = true;
-    for (const name of READINESS_SERVICES) this.#set(name, "NOT_SERVING");
+    this.draining = true;
+    for (const name of READINESS_SERVICES) this.set(name, "NOT_SERVING");
   }
 
   status(service: string): ServingStatus | undefined {
-    return this.#status.get(service);
+    return this.statusByService.get(service);
   }
 
   watch(service: string, w: Watcher): () => void {
-    let set = this.#watchers.get(service);
-    if (!set) this.#watchers.set(service, (set = new Set()));
+    let set = this.watchers.get(service);
+    if (!set) this.watchers.set(service, (set = new Set()));
     set.add(w);
     return () => set.delete(w);
   }
 
-  #set(service: string, s: ServingStatus): void {
-    if (this.#status.get(service) === s) return;
-    this.#status.set(service, s);
-    for (const w of this.#watchers.get(service) ?? []) w(s);
+  private set(service: string, s: ServingStatus): void {
+    if (this.statusByService.get(service) === s) return;
+    this.statusByService.set(service, s);
+    for (const w of this.watchers.get(service) ?? []) w(s);
   }
 }
 

@@ -41,21 +41,21 @@ type Common = {
 
 /** A duplex ext_proc stream with an awaitable queue of responses. */
 export class ExtProcStream {
-  readonly #queue: Resp[] = [];
-  readonly #waiters: ((r: Resp | Error) => void)[] = [];
-  #error: Error | undefined;
+  private readonly queue: Resp[] = [];
+  private readonly waiters: ((r: Resp | Error) => void)[] = [];
+  private error: Error | undefined;
   readonly call: grpc.ClientDuplexStream<ProcessingRequest, Resp>;
 
   constructor(client: grpc.Client & { Process(): grpc.ClientDuplexStream<ProcessingRequest, Resp> }) {
     this.call = client.Process();
     this.call.on("data", (r: Resp) => {
-      const w = this.#waiters.shift();
+      const w = this.waiters.shift();
       if (w) w(r);
-      else this.#queue.push(r);
+      else this.queue.push(r);
     });
     this.call.on("error", (e: Error) => {
-      this.#error = e;
-      for (const w of this.#waiters.splice(0)) w(e);
+      this.error = e;
+      for (const w of this.waiters.splice(0)) w(e);
     });
   }
 
@@ -64,12 +64,12 @@ export class ExtProcStream {
   }
 
   next(timeoutMs = 5000): Promise<Resp> {
-    const queued = this.#queue.shift();
+    const queued = this.queue.shift();
     if (queued) return Promise.resolve(queued);
-    if (this.#error) return Promise.reject(this.#error);
+    if (this.error) return Promise.reject(this.error);
     return new Promise((resolve, reject) => {
       const t = setTimeout(() => reject(new Error("no ext_proc response in time")), timeoutMs);
-      this.#waiters.push((r) => {
+      this.waiters.push((r) => {
         clearTimeout(t);
         if (r instanceof Error) reject(r);
         else resolve(r);
@@ -79,7 +79,7 @@ export class ExtProcStream {
 
   /** Responses already received and not yet read. */
   get pending(): number {
-    return this.#queue.length;
+    return this.queue.length;
   }
 
   end(): void {

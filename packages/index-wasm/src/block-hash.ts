@@ -13,16 +13,16 @@ export type BlockTokens = { tokenIds: Uint32Array | readonly number[]; extras?: 
  * memory: an index hashes a batch's or a query's blocks where they are used, no copy out and back.
  */
 export class BlockHasher {
-  readonly #tokens: ScratchRegion;
-  readonly #trailers: ScratchRegion;
-  readonly #spans: ScratchRegion;
-  readonly #scratch: ScratchRegion;
+  private readonly tokens: ScratchRegion;
+  private readonly trailers: ScratchRegion;
+  private readonly spans: ScratchRegion;
+  private readonly scratch: ScratchRegion;
 
   constructor(private readonly ex: IndexExports) {
-    this.#tokens = new ScratchRegion(ex);
-    this.#trailers = new ScratchRegion(ex);
-    this.#spans = new ScratchRegion(ex);
-    this.#scratch = new ScratchRegion(ex);
+    this.tokens = new ScratchRegion(ex);
+    this.trailers = new ScratchRegion(ex);
+    this.spans = new ScratchRegion(ex);
+    this.scratch = new ScratchRegion(ex);
   }
 
   /**
@@ -33,7 +33,7 @@ export class BlockHasher {
     if (n === 0) return;
     const ex = this.ex;
     const encoded = extras && extras.some((k) => k && k.length > 0) ? encodeTrailers(extras, n) : null;
-    const tPtr = this.#tokens.ensure(n * blockSize * 4);
+    const tPtr = this.tokens.ensure(n * blockSize * 4);
     const m = n * blockSize;
     const tokens = tokenIds.length === m ? tokenIds : tokenIds instanceof Uint32Array ? tokenIds.subarray(0, m) : tokenIds.slice(0, m);
     if (encoded === null) {
@@ -42,9 +42,9 @@ export class BlockHasher {
       return;
     }
     const { bytes, spans, longest } = encoded;
-    const bPtr = this.#trailers.ensure(Math.max(bytes.length, 1));
-    const sPtr = this.#spans.ensure(n * 8);
-    const scratchPtr = this.#scratch.ensure(blockSize * 4 + longest);
+    const bPtr = this.trailers.ensure(Math.max(bytes.length, 1));
+    const sPtr = this.spans.ensure(n * 8);
+    const scratchPtr = this.scratch.ensure(blockSize * 4 + longest);
     // views after every reserve: growing linear memory detaches earlier views
     new Uint32Array(ex.memory.buffer, tPtr, n * blockSize).set(tokens);
     new Uint8Array(ex.memory.buffer, bPtr, bytes.length).set(bytes);

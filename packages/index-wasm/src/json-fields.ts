@@ -22,33 +22,33 @@ const KEY_INFO_WORDS = 5;
 const ABSENT: JsonField = { kind: "absent" };
 
 export class JsonFieldScanner {
-  readonly #ex: JsonExports;
-  readonly #keys: number;
-  readonly #info: number;
-  readonly #count: number;
-  readonly #text: ScratchRegion;
-  readonly #out: ScratchRegion;
+  private readonly ex: JsonExports;
+  private readonly keys: number;
+  private readonly info: number;
+  private readonly count: number;
+  private readonly text: ScratchRegion;
+  private readonly out: ScratchRegion;
 
   /** `keys`: the top-level keys whose values are wanted (plain keys, compared byte for byte). */
   constructor(keys: readonly string[]) {
-    this.#ex = instantiateAt<JsonExports>(jsonWasmPath);
+    this.ex = instantiateAt<JsonExports>(jsonWasmPath);
     const enc = new TextEncoder();
     const bytes = keys.map((k) => enc.encode(k));
     const table = keys.length * 8;
     const size = table + bytes.reduce((n, b) => n + b.length, 0);
-    this.#keys = this.#ex.reserve(Math.max(size, 8));
-    const view = new DataView(this.#ex.memory.buffer);
+    this.keys = this.ex.reserve(Math.max(size, 8));
+    const view = new DataView(this.ex.memory.buffer);
     let off = table;
     bytes.forEach((b, i) => {
-      view.setUint32(this.#keys + i * 8, off, true);
-      view.setUint32(this.#keys + i * 8 + 4, b.length, true);
-      new Uint8Array(this.#ex.memory.buffer, this.#keys + off, b.length).set(b);
+      view.setUint32(this.keys + i * 8, off, true);
+      view.setUint32(this.keys + i * 8 + 4, b.length, true);
+      new Uint8Array(this.ex.memory.buffer, this.keys + off, b.length).set(b);
       off += b.length;
     });
-    this.#count = keys.length;
-    this.#info = this.#ex.reserve(Math.max(keys.length * KEY_INFO_WORDS * 4, 4));
-    this.#text = new ScratchRegion(this.#ex);
-    this.#out = new ScratchRegion(this.#ex);
+    this.count = keys.length;
+    this.info = this.ex.reserve(Math.max(keys.length * KEY_INFO_WORDS * 4, 4));
+    this.text = new ScratchRegion(this.ex);
+    this.out = new ScratchRegion(this.ex);
   }
 
   /**
@@ -57,14 +57,14 @@ export class JsonFieldScanner {
    * with escapes, a wanted key given twice). Null never means valid JSON was misread: parse it then.
    */
   scan(json: Uint8Array): JsonField[] | null {
-    const ex = this.#ex;
-    const text = this.#text.ensure(json.length + 8); // jsonScan writes 8 zero bytes after the text
-    const out = this.#out.ensure(((json.length >> 1) + 1) * 4);
+    const ex = this.ex;
+    const text = this.text.ensure(json.length + 8); // jsonScan writes 8 zero bytes after the text
+    const out = this.out.ensure(((json.length >> 1) + 1) * 4);
     new Uint8Array(ex.memory.buffer, text, json.length).set(json);
-    if (ex.jsonScan(text, json.length, this.#keys, this.#count, this.#info, out) !== 1) return null;
-    const info = new Uint32Array(ex.memory.buffer, this.#info, this.#count * KEY_INFO_WORDS);
+    if (ex.jsonScan(text, json.length, this.keys, this.count, this.info, out) !== 1) return null;
+    const info = new Uint32Array(ex.memory.buffer, this.info, this.count * KEY_INFO_WORDS);
     const fields: JsonField[] = [];
-    for (let i = 0; i < this.#count; i++) {
+    for (let i = 0; i < this.count; i++) {
       const w = i * KEY_INFO_WORDS;
       const kind = KIND[info[w]!]!;
       const start = info[w + 1]!;

@@ -69,45 +69,45 @@ export function desiredAttachments(records: readonly DiscoveryRecord[], hostInst
 }
 
 export class IntentWatcher {
-  readonly #log: Logger;
-  readonly #skipped = new Set<string>();
-  #desired: AttachmentIntent[] = [];
-  #fingerprint = "";
-  #watch: WatchHandle | undefined;
+  private readonly log: Logger;
+  private readonly skipped = new Set<string>();
+  private desiredSet: AttachmentIntent[] = [];
+  private fingerprint = "";
+  private watch: WatchHandle | undefined;
 
   constructor(private readonly o: IntentWatcherOptions) {
-    this.#log = o.log ?? pino({ level: "silent" });
+    this.log = o.log ?? pino({ level: "silent" });
   }
 
   /** Resolves once the first snapshot has been reconciled (onChange called with it). */
   start(): Promise<void> {
-    this.#watch ??= this.o.discovery.listAndWatch({ kind: "intent", host: this.o.hostInstance }, (records) => this.#reconcile(records));
-    return this.#watch.ready;
+    this.watch ??= this.o.discovery.listAndWatch({ kind: "intent", host: this.o.hostInstance }, (records) => this.reconcile(records));
+    return this.watch.ready;
   }
 
   desired(): readonly AttachmentIntent[] {
-    return this.#desired;
+    return this.desiredSet;
   }
 
   /** Stops watching; `start()` may be called again (a fresh list and watch). */
   close(): void {
-    this.#watch?.close();
-    this.#watch = undefined;
+    this.watch?.close();
+    this.watch = undefined;
   }
 
-  #reconcile(records: DiscoveryRecord[]): void {
+  private reconcile(records: DiscoveryRecord[]): void {
     const desired = desiredAttachments(records, this.o.hostInstance, (name, why) => {
       // Warn once per record, not on every snapshot.
-      if (this.#skipped.has(name)) return;
-      this.#skipped.add(name);
-      this.#log.warn({ record: name, err: why }, "skipping intent");
+      if (this.skipped.has(name)) return;
+      this.skipped.add(name);
+      this.log.warn({ record: name, err: why }, "skipping intent");
     });
-    for (const name of this.#skipped) if (!records.some((r) => r.name === name)) this.#skipped.delete(name);
+    for (const name of this.skipped) if (!records.some((r) => r.name === name)) this.skipped.delete(name);
     const fingerprint = JSON.stringify(desired);
-    if (fingerprint === this.#fingerprint) return; // "" at first, so the first snapshot always goes out
-    this.#fingerprint = fingerprint;
-    this.#desired = desired;
-    this.#log.info({ attachments: desired.map((d) => `${d.workerId}/${d.dpRank}`) }, "intent attachments changed");
+    if (fingerprint === this.fingerprint) return; // "" at first, so the first snapshot always goes out
+    this.fingerprint = fingerprint;
+    this.desiredSet = desired;
+    this.log.info({ attachments: desired.map((d) => `${d.workerId}/${d.dpRank}`) }, "intent attachments changed");
     this.o.onChange(desired);
   }
 }

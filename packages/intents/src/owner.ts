@@ -39,7 +39,7 @@ export class IntentRegistrationError extends Error {
 type Owned = { intent: AttachmentIntent; reg: Registration };
 
 export class IntentOwner {
-  #closing: Promise<void> | undefined;
+  private closing: Promise<void> | undefined;
 
   /** @internal built by registerIntents */
   constructor(
@@ -60,7 +60,7 @@ export class IntentOwner {
 
   /** Idempotent: withdraws every intent in reverse order, each retried until done or the lease ends. */
   close(): Promise<void> {
-    return (this.#closing ??= withdrawAll(this.discovery, this.owned.map((o) => o.reg), this.log, this.sleep));
+    return (this.closing ??= withdrawAll(this.discovery, this.owned.map((o) => o.reg), this.log, this.sleep));
   }
 }
 

@@ -8,30 +8,30 @@
 export type BackoffPolicy = { initialMs: number; maxMs: number; factor?: number; jitter?: number };
 
 export class Backoff {
-  #current: number;
-  readonly #factor: number;
-  readonly #jitter: number;
+  private current: number;
+  private readonly factor: number;
+  private readonly jitter: number;
 
   constructor(readonly policy: BackoffPolicy) {
-    this.#current = policy.initialMs;
-    this.#factor = policy.factor ?? 2;
-    this.#jitter = policy.jitter ?? 0;
+    this.current = policy.initialMs;
+    this.factor = policy.factor ?? 2;
+    this.jitter = policy.jitter ?? 0;
   }
 
   /** The delay to wait now (jittered); the following one grows. */
   next(): number {
-    const d = this.#current;
-    this.#current = Math.min(d * this.#factor, this.policy.maxMs);
-    return this.#jitter === 0 ? d : d * (1 - this.#jitter + Math.random() * 2 * this.#jitter);
+    const d = this.current;
+    this.current = Math.min(d * this.factor, this.policy.maxMs);
+    return this.jitter === 0 ? d : d * (1 - this.jitter + Math.random() * 2 * this.jitter);
   }
 
   /** The next delay before jitter, without taking it. */
   peek(): number {
-    return this.#current;
+    return this.current;
   }
 
   reset(): void {
-    this.#current = this.policy.initialMs;
+    this.current = this.policy.initialMs;
   }
 }
 

@@ -65,14 +65,14 @@ export function hasCriticalObjective(priorities: ReadonlyMap<string, number>): b
 
 /** Label values for the fairness id: bounded, so a client inventing ids cannot grow the series without end. */
 export class FairnessLabels {
-  readonly #seen = new Set<string>();
+  private readonly seen = new Set<string>();
   constructor(private readonly max = 64) {}
 
   label(id: string): string {
     const v = id.length > 64 ? id.slice(0, 64) : id;
-    if (this.#seen.has(v)) return v;
-    if (this.#seen.size >= this.max) return "other";
-    this.#seen.add(v);
+    if (this.seen.has(v)) return v;
+    if (this.seen.size >= this.max) return "other";
+    this.seen.add(v);
     return v;
   }
 }

@@ -191,13 +191,13 @@ const JOIN_BELOW = 16 * 1024;
 const PAUSE_READING_ABOVE = 8 * 1024 * 1024;
 
 class Call<In, Out> extends EventEmitter implements BidiCall<In, Out> {
-  #status: { code: StatusCode; message: string } | undefined;
-  #ended = false;
+  private status: { code: StatusCode; message: string } | undefined;
+  private ended = false;
   /** Bytes received and not yet delivered, and the length of the message they start (once known). */
-  #chunks: Buffer[] = [];
-  #buffered = 0;
-  #messageBytes: number | undefined;
-  #paused = false;
+  private chunks: Buffer[] = [];
+  private buffered = 0;
+  private messageBytes: number | undefined;
+  private paused = false;
 
   constructor(
     private readonly stream: http2.ServerHttp2Stream,
@@ -208,7 +208,7 @@ class Call<In, Out> extends EventEmitter implements BidiCall<In, Out> {
     super();
     stream.respond({ ":status": 200, "content-type": "application/grpc" }, { waitForTrailers: true });
     stream.on("wantTrailers", () => {
-      const s = this.#status ?? { code: GrpcStatus.OK, message: "" };
+      const s = this.status ?? { code: GrpcStatus.OK, message: "" };
       const trailers: Record<string, string> = { "grpc-status": String(s.code) };
       if (s.message) trailers["grpc-message"] = encodeURIComponent(s.message);
       // Asked for even on a stream the client reset, where there is no one to tell.
@@ -221,28 +221,28 @@ class Call<In, Out> extends EventEmitter implements BidiCall<In, Out> {
       // Nothing a client sends may escape as an exception (it would end the process): whatever throws
       // while reading or handling a message ends this call only.
       try {
-        this.#read(chunk);
+        this.read(chunk);
       } catch (err) {
-        this.#reject("handler", GrpcStatus.INTERNAL, "internal error", err);
+        this.reject("handler", GrpcStatus.INTERNAL, "internal error", err);
       }
     });
     // Told at once: the handler releases the request's load on it. Bun's node:http2 reports a
     // client's RST_STREAM as "end" then "aborted", so a handler learns of a reset as a half-close
     // (both end the request).
     stream.on("end", () => {
-      if (this.#ended) return;
-      if (this.#buffered > 0 || this.#messageBytes !== undefined) return this.#reject("framing", GrpcStatus.INTERNAL, "stream ended inside a message");
+      if (this.ended) return;
+      if (this.buffered > 0 || this.messageBytes !== undefined) return this.reject("framing", GrpcStatus.INTERNAL, "stream ended inside a message");
       this.emit("end");
     });
-    stream.on("aborted", () => this.#cancel());
-    stream.on("close", () => this.#cancel());
+    stream.on("aborted", () => this.cancel());
+    stream.on("close", () => this.cancel());
     stream.on("error", (err) => {
-      if (!this.#ended && this.listenerCount("error") > 0) this.emit("error", err);
+      if (!this.ended && this.listenerCount("error") > 0) this.emit("error", err);
     });
   }
 
   write(msg: Out): void {
-    if (this.#ended || this.stream.destroyed) return;
+    if (this.ended || this.stream.destroyed) return;
     const encoded = this.method.serialize(msg);
     const parts = Array.isArray(encoded) ? encoded : [encoded];
     let len = 0;
@@ -265,114 +265,114 @@ class Call<In, Out> extends EventEmitter implements BidiCall<In, Out> {
       this.stream.write(header);
       for (const p of parts) this.stream.write(p);
     }
-    if (!this.#paused && this.stream.writableLength > PAUSE_READING_ABOVE) {
+    if (!this.paused && this.stream.writableLength > PAUSE_READING_ABOVE) {
       // No more reads (so no WINDOW_UPDATEs: the client's sending stops) until the output drains.
-      this.#paused = true;
+      this.paused = true;
       this.stream.pause();
       this.stream.once("drain", () => {
-        this.#paused = false;
+        this.paused = false;
         this.stream.resume();
       });
     }
   }
 
   end(): void {
-    this.#close();
+    this.close();
   }
 
   fail(code: StatusCode, message: string): void {
-    this.#fail(code, message);
+    this.failCall(code, message);
   }
 
   /** Ends the call with an error status (server shutting down); the handler is told "cancelled". */
   abort(code: StatusCode, message: string): void {
-    this.#fail(code, message);
+    this.failCall(code, message);
   }
 
-  #reject(reason: RejectReason, code: StatusCode, message: string, err?: unknown): void {
-    if (this.#ended) return;
+  private reject(reason: RejectReason, code: StatusCode, message: string, err?: unknown): void {
+    if (this.ended) return;
     this.onRejected(reason, err);
-    this.#fail(code, message);
+    this.failCall(code, message);
   }
 
   /** The client reset the stream or went away. */
-  #cancel(): void {
-    if (this.#ended) return;
-    this.#ended = true;
+  private cancel(): void {
+    if (this.ended) return;
+    this.ended = true;
     this.emit("cancelled");
   }
 
-  #close(status?: { code: StatusCode; message: string }): void {
-    if (this.#ended) return;
-    this.#ended = true;
-    this.#status = status;
+  private close(status?: { code: StatusCode; message: string }): void {
+    if (this.ended) return;
+    this.ended = true;
+    this.status = status;
     if (!this.stream.destroyed) this.stream.end();
   }
 
   /** Fails the call (status in the trailers), stops reading, and tells the handler it is over. */
-  #fail(code: StatusCode, message: string): void {
-    if (this.#ended) return;
-    this.#close({ code, message });
-    this.#chunks = [];
-    this.#buffered = 0;
+  private failCall(code: StatusCode, message: string): void {
+    if (this.ended) return;
+    this.close({ code, message });
+    this.chunks = [];
+    this.buffered = 0;
     this.stream.removeAllListeners("data");
     this.stream.resume();
     this.emit("cancelled");
   }
 
-  #read(chunk: Buffer): void {
-    this.#chunks.push(chunk);
-    this.#buffered += chunk.length;
-    while (!this.#ended) {
-      if (this.#messageBytes === undefined) {
-        if (this.#buffered < HEADER_BYTES) return;
+  private read(chunk: Buffer): void {
+    this.chunks.push(chunk);
+    this.buffered += chunk.length;
+    while (!this.ended) {
+      if (this.messageBytes === undefined) {
+        if (this.buffered < HEADER_BYTES) return;
         // Frame header: flag byte + u32 length, possibly split across chunks.
-        const head = this.#take(HEADER_BYTES);
-        if (head[0] !== 0) return this.#reject("framing", GrpcStatus.INTERNAL, "compressed message without grpc-encoding");
+        const head = this.take(HEADER_BYTES);
+        if (head[0] !== 0) return this.reject("framing", GrpcStatus.INTERNAL, "compressed message without grpc-encoding");
         const len = head.readUInt32BE(1);
-        if (len > this.maxMessageBytes) return this.#reject("too_large", GrpcStatus.RESOURCE_EXHAUSTED, `message of ${len} bytes exceeds ${this.maxMessageBytes}`);
-        this.#messageBytes = len;
+        if (len > this.maxMessageBytes) return this.reject("too_large", GrpcStatus.RESOURCE_EXHAUSTED, `message of ${len} bytes exceeds ${this.maxMessageBytes}`);
+        this.messageBytes = len;
       }
       // The message is joined once all of it is here (not allocated at the length the client claims).
-      if (this.#buffered < this.#messageBytes) return;
-      const bytes = this.#take(this.#messageBytes);
-      this.#messageBytes = undefined;
-      this.#deliver(bytes);
+      if (this.buffered < this.messageBytes) return;
+      const bytes = this.take(this.messageBytes);
+      this.messageBytes = undefined;
+      this.deliver(bytes);
     }
   }
 
   /** The next `n` received bytes: a view when they lie in one chunk, else joined. */
-  #take(n: number): Buffer {
+  private take(n: number): Buffer {
     // A zero-length message (valid protobuf: every field absent) may come with nothing buffered.
     if (n === 0) return EMPTY;
-    const first = this.#chunks[0]!;
+    const first = this.chunks[0]!;
     let out: Buffer;
     if (first.length >= n) {
       out = first.subarray(0, n);
-      if (first.length === n) this.#chunks.shift();
-      else this.#chunks[0] = first.subarray(n);
+      if (first.length === n) this.chunks.shift();
+      else this.chunks[0] = first.subarray(n);
     } else {
       out = Buffer.allocUnsafe(n);
       let off = 0;
       while (off < n) {
-        const c = this.#chunks[0]!;
+        const c = this.chunks[0]!;
         const k = Math.min(c.length, n - off);
         c.copy(out, off, 0, k);
         off += k;
-        if (k === c.length) this.#chunks.shift();
-        else this.#chunks[0] = c.subarray(k);
+        if (k === c.length) this.chunks.shift();
+        else this.chunks[0] = c.subarray(k);
       }
     }
-    this.#buffered -= n;
+    this.buffered -= n;
     return out;
   }
 
-  #deliver(bytes: Buffer): void {
+  private deliver(bytes: Buffer): void {
     let msg: In;
     try {
       msg = this.method.deserialize(bytes);
     } catch (err) {
-      return this.#reject("unparsable", GrpcStatus.INTERNAL, `could not parse request message: ${(err as Error).message}`, err);
+      return this.reject("unparsable", GrpcStatus.INTERNAL, `could not parse request message: ${(err as Error).message}`, err);
     }
     this.emit("data", msg);
   }

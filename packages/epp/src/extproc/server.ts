@@ -112,17 +112,17 @@ export function createProcessHandler(deps: ExtProcDeps): (call: Duplex) => void 
 }
 
 class ProcessStream {
-  #req: RequestState | undefined;
+  private req: RequestState | undefined;
   /** The request body mode, from the first message's protocol_config (else --body-mode). */
-  #mode: BodySendMode | undefined;
-  #responseStreamed = false;
-  #observe = false;
-  #closed = false;
+  private mode: BodySendMode | undefined;
+  private responseStreamed = false;
+  private observe = false;
+  private closed = false;
   /** A request_headers has come on this stream. */
-  #started = false;
+  private started = false;
 
-  get #fullDuplex(): boolean {
-    return this.#mode === "FULL_DUPLEX_STREAMED";
+  private get fullDuplex(): boolean {
+    return this.mode === "FULL_DUPLEX_STREAMED";
   }
 
   constructor(
@@ -134,107 +134,107 @@ class ProcessStream {
   run(): void {
     this.call.on("data", (msg: ProcessingRequest) => {
       try {
-        this.#onMessage(msg);
+        this.onMessage(msg);
       } catch (err) {
         // Nothing in a message may take the stream down: log, count, answer 500 for this request.
         this.deps.metrics.ioErrors.inc({ where: "ext_proc" });
         this.deps.log.error({ err: String(err) }, "ext_proc message failed");
-        this.#immediate(500, "internal error", "epp_error", "error");
+        this.immediate(500, "internal error", "epp_error", "error");
       }
     });
     this.call.on("end", () => {
-      this.#finish();
-      if (!this.#closed) {
-        this.#closed = true;
+      this.finish();
+      if (!this.closed) {
+        this.closed = true;
         this.call.end();
       }
     });
     this.call.on("error", (err) => {
       this.deps.log.debug({ err: String(err) }, "ext_proc stream error");
-      this.#finish();
+      this.finish();
     });
-    this.call.on("cancelled", () => this.#finish());
+    this.call.on("cancelled", () => this.finish());
   }
 
   /** Ends the stream with INVALID_ARGUMENT (its request's load released), counted by reason. */
-  #reject(reason: "no_request" | "unexpected" | "grpc_body_mode", message: string, code: StatusCode = GrpcStatus.INVALID_ARGUMENT): void {
+  private reject(reason: "no_request" | "unexpected" | "grpc_body_mode", message: string, code: StatusCode = GrpcStatus.INVALID_ARGUMENT): void {
     this.deps.metrics.extProcRejected.inc({ reason });
     if (reason === "grpc_body_mode") warnOnce(this.shared.warned, this.deps.log, reason, { reason, err: message }, "ext_proc stream rejected");
     else this.shared.warnRejected(reason, { err: message });
-    this.#finish();
-    this.#closed = true;
+    this.finish();
+    this.closed = true;
     this.call.fail(code, message);
   }
 
-  #send(msg: ProcessingResponse): void {
-    if (this.#observe || this.#closed) return;
+  private send(msg: ProcessingResponse): void {
+    if (this.observe || this.closed) return;
     this.call.write(msg);
   }
 
-  #onMessage(msg: ProcessingRequest): void {
+  private onMessage(msg: ProcessingRequest): void {
     // A message with no request case (the empty message, or a field number this proto does not know)
     // says nothing to act on: the stream is broken, not the process.
-    if (msg.request === undefined) return this.#reject("no_request", "ProcessingRequest without a request case");
-    const outOfOrder = this.#outOfOrder(msg);
-    if (outOfOrder) return this.#reject("unexpected", outOfOrder);
-    if (this.#mode === undefined) {
+    if (msg.request === undefined) return this.reject("no_request", "ProcessingRequest without a request case");
+    const outOfOrder = this.outOfOrder(msg);
+    if (outOfOrder) return this.reject("unexpected", outOfOrder);
+    if (this.mode === undefined) {
       const pc = msg.protocol_config;
       // NONE is proto3's zero value, absent on the wire: a protocol_config without a mode means NONE.
-      this.#mode = pc ? (pc.request_body_mode ?? "NONE") : this.deps.bodyMode === "buffered" ? "BUFFERED" : "FULL_DUPLEX_STREAMED";
-      this.#responseStreamed = pc ? pc.response_body_mode === "FULL_DUPLEX_STREAMED" : this.#fullDuplex;
+      this.mode = pc ? (pc.request_body_mode ?? "NONE") : this.deps.bodyMode === "buffered" ? "BUFFERED" : "FULL_DUPLEX_STREAMED";
+      this.responseStreamed = pc ? pc.response_body_mode === "FULL_DUPLEX_STREAMED" : this.fullDuplex;
       if (!pc)
         warnOnce(
           this.shared.warned,
           this.deps.log,
           "no_protocol_config",
-          { assumed: this.#mode, bodyMode: this.deps.bodyMode },
-          `ext_proc streams carry no protocol_config (Envoy before 1.34 does not send it): assuming request body mode ${this.#mode} from --body-mode ${this.deps.bodyMode}; if the filter's processing_mode.request_body_mode differs, set --body-mode buffered|full-duplex to match it`,
+          { assumed: this.mode, bodyMode: this.deps.bodyMode },
+          `ext_proc streams carry no protocol_config (Envoy before 1.34 does not send it): assuming request body mode ${this.mode} from --body-mode ${this.deps.bodyMode}; if the filter's processing_mode.request_body_mode differs, set --body-mode buffered|full-duplex to match it`,
         );
       // The body would come as gRPC messages to be answered one by one, not as the HTTP/JSON body
       // routing reads: refused at once, with the reason, instead of answers Envoy calls spurious.
-      if (this.#mode === "GRPC" || (pc && pc.response_body_mode === "GRPC"))
-        return this.#reject(
+      if (this.mode === "GRPC" || (pc && pc.response_body_mode === "GRPC"))
+        return this.reject(
           "grpc_body_mode",
           "ext_proc body mode GRPC is not supported by this endpoint picker: set the filter's processing_mode request_body_mode to FULL_DUPLEX_STREAMED (or BUFFERED) and response_body_mode to NONE or FULL_DUPLEX_STREAMED",
           GrpcStatus.UNIMPLEMENTED,
         );
     }
-    this.#observe = msg.observability_mode === true;
+    this.observe = msg.observability_mode === true;
 
-    if (msg.request_headers) return this.#onRequestHeaders(msg);
+    if (msg.request_headers) return this.onRequestHeaders(msg);
     // The subset hint may come on any request-path message (GAIE reads it with the body's end); the
     // latest one that carries it counts.
-    if (this.#req && !this.#req.decided && (msg.request_body || msg.request_trailers)) {
+    if (this.req && !this.req.decided && (msg.request_body || msg.request_trailers)) {
       const hint = subsetHint(msg);
-      if (hint) this.#req.subset = hint;
+      if (hint) this.req.subset = hint;
     }
-    if (msg.request_body) return this.#onRequestBody(msg.request_body.body ?? EMPTY, msg.request_body.end_of_stream === true);
-    if (msg.request_trailers) return this.#onRequestTrailers();
+    if (msg.request_body) return this.onRequestBody(msg.request_body.body ?? EMPTY, msg.request_body.end_of_stream === true);
+    if (msg.request_trailers) return this.onRequestTrailers();
     if (msg.response_headers) {
       const status = findHeader(msg.response_headers.headers, ":status");
       if (status && status !== "200") this.deps.log.debug({ status }, "upstream answered non-200");
-      this.#req?.watch?.headers(findHeader(msg.response_headers.headers, "content-type"));
-      this.#served(servedEndpoint(msg) ?? findHeader(msg.response_headers.headers, SERVED_KEY));
-      const explained = this.#req?.explanation;
-      this.#send(explained ? responseHeadersWith([[EXPLANATION_HEADER, explained]]) : continueResponse("response_headers"));
-      if (msg.response_headers.end_of_stream) this.#finish();
+      this.req?.watch?.headers(findHeader(msg.response_headers.headers, "content-type"));
+      this.served(servedEndpoint(msg) ?? findHeader(msg.response_headers.headers, SERVED_KEY));
+      const explained = this.req?.explanation;
+      this.send(explained ? responseHeadersWith([[EXPLANATION_HEADER, explained]]) : continueResponse("response_headers"));
+      if (msg.response_headers.end_of_stream) this.finish();
       return;
     }
     if (msg.response_body) {
       // The first response bytes mean the worker has finished this request's prefill.
-      this.#req?.lease?.prefilled();
-      if (this.#req?.routed) this.#req.routed.prefilled = true;
-      if (this.#req) this.#req.responseBody = true;
+      this.req?.lease?.prefilled();
+      if (this.req?.routed) this.req.routed.prefilled = true;
+      if (this.req) this.req.responseBody = true;
       const body = msg.response_body.body ?? EMPTY;
       const eos = msg.response_body.end_of_stream === true;
-      this.#req?.watch?.body(body);
-      this.#send(this.#responseStreamed ? streamedBody("response_body", body, eos) : continueResponse("response_body"));
-      if (eos) this.#finish();
+      this.req?.watch?.body(body);
+      this.send(this.responseStreamed ? streamedBody("response_body", body, eos) : continueResponse("response_body"));
+      if (eos) this.finish();
       return;
     }
     if (msg.response_trailers) {
-      this.#send(continueResponse("response_trailers"));
-      this.#finish();
+      this.send(continueResponse("response_trailers"));
+      this.finish();
     }
   }
 
@@ -243,35 +243,35 @@ class ProcessStream {
    * its body and trailers, and a new request's headers only once the previous request has its answer;
    * anything else would route on the wrong body or silently drop one.
    */
-  #outOfOrder(msg: ProcessingRequest): string | undefined {
-    if (msg.request_headers && this.#req && !this.#req.decided) return "request_headers while the previous request's body is awaited";
-    if ((msg.request_body || msg.request_trailers) && !this.#started) return `${msg.request} before any request_headers`;
+  private outOfOrder(msg: ProcessingRequest): string | undefined {
+    if (msg.request_headers && this.req && !this.req.decided) return "request_headers while the previous request's body is awaited";
+    if ((msg.request_body || msg.request_trailers) && !this.started) return `${msg.request} before any request_headers`;
     return undefined;
   }
 
-  #onRequestHeaders(msg: ProcessingRequest): void {
-    this.#finish(); // a previous request on this stream is over
-    this.#started = true;
+  private onRequestHeaders(msg: ProcessingRequest): void {
+    this.finish(); // a previous request on this stream is over
+    this.started = true;
     const explain = this.deps.explainAll === true || findHeader(msg.request_headers!.headers, EXPLAIN_REQUEST_HEADER) === "1";
     const cls = requestClass(msg.request_headers!.headers, this.deps.priorities ?? NO_PRIORITIES);
     this.deps.metrics.fairnessRequests.inc({ fairness_id: this.shared.fairness.label(cls.fairnessId) });
-    this.#req = { subset: subsetHint(msg), chunks: [], bytes: 0, lease: undefined, decided: false, explain, responseBody: false, cls };
+    this.req = { subset: subsetHint(msg), chunks: [], bytes: 0, lease: undefined, decided: false, explain, responseBody: false, cls };
     // No body, or none before the route is taken (NONE: not sent; STREAMED: the headers go upstream
     // once answered): the decision is by load alone, on the headers.
-    if (msg.request_headers!.end_of_stream || this.#mode === "NONE" || this.#mode === "STREAMED") {
-      this.#decide(EMPTY, "headers");
+    if (msg.request_headers!.end_of_stream || this.mode === "NONE" || this.mode === "STREAMED") {
+      this.decide(EMPTY, "headers");
       return;
     }
     // Buffered modes wait for the headers answer before sending the body; full duplex does not,
     // and there the headers answer must carry the route, so it waits for the body.
-    if (!this.#fullDuplex) this.#send(continueResponse("request_headers"));
+    if (!this.fullDuplex) this.send(continueResponse("request_headers"));
   }
 
-  #onRequestBody(chunk: Uint8Array, eos: boolean): void {
-    const req = this.#req;
+  private onRequestBody(chunk: Uint8Array, eos: boolean): void {
+    const req = this.req;
     if (!req || req.decided) {
       // A body after our answer (STREAMED, or after an immediate response): pass it through untouched.
-      this.#send(this.#fullDuplex ? streamedBody("request_body", chunk, eos) : continueResponse("request_body"));
+      this.send(this.fullDuplex ? streamedBody("request_body", chunk, eos) : continueResponse("request_body"));
       return;
     }
     if (chunk.length > 0) {
@@ -279,33 +279,33 @@ class ProcessStream {
       req.bytes += chunk.length;
     }
     if (req.bytes > (this.deps.maxBodyBytes ?? MAX_BODY_BYTES)) {
-      this.#immediate(413, "request body too large", "body_too_large", "bad_request");
+      this.immediate(413, "request body too large", "body_too_large", "bad_request");
       return;
     }
     // BUFFERED and BUFFERED_PARTIAL send the body as one message (end_of_stream false when trailers
     // follow), which gets one answer: the route. Full duplex answers once the body has ended.
-    if (!eos && this.#fullDuplex) return;
+    if (!eos && this.fullDuplex) return;
     // BUFFERED_PARTIAL cuts a body longer than Envoy's buffer at the limit (end_of_stream false, the
     // rest goes upstream unseen): that prefix may not parse, and then the route is by load.
-    this.#decide(concat(req.chunks, req.bytes), "body", true, this.#mode === "BUFFERED_PARTIAL" && !eos);
+    this.decide(concat(req.chunks, req.bytes), "body", true, this.mode === "BUFFERED_PARTIAL" && !eos);
   }
 
   /** Trailers end a body that never carried end_of_stream: decide now, then answer the trailers. */
-  #onRequestTrailers(): void {
-    const req = this.#req;
-    if (req && !req.decided) this.#decide(concat(req.chunks, req.bytes), "body", false, this.#mode === "BUFFERED_PARTIAL");
-    this.#send(continueResponse("request_trailers"));
+  private onRequestTrailers(): void {
+    const req = this.req;
+    if (req && !req.decided) this.decide(concat(req.chunks, req.bytes), "body", false, this.mode === "BUFFERED_PARTIAL");
+    this.send(continueResponse("request_trailers"));
   }
 
   /** `maybeCut`: the body may be a prefix (BUFFERED_PARTIAL); one that does not parse routes by load. */
-  #decide(body: Uint8Array, at: "headers" | "body", bodyEnds = true, maybeCut = false): void {
-    const req = this.#req!;
+  private decide(body: Uint8Array, at: "headers" | "body", bodyEnds = true, maybeCut = false): void {
+    const req = this.req!;
     req.decided = true;
     const started = performance.now();
     let decision: Decision;
     let contentLength: number | undefined;
     try {
-      const parsed: ParsedBody = body.length > 0 ? this.#parse(body, maybeCut) : { input: { kind: "none" } };
+      const parsed: ParsedBody = body.length > 0 ? this.parse(body, maybeCut) : { input: { kind: "none" } };
       const shed = shedReason({
         priority: req.cls.priority,
         inflight: this.deps.load.inflight,
@@ -315,7 +315,7 @@ class ProcessStream {
       });
       if (shed) {
         this.deps.metrics.shedByClass.inc({ class: req.cls.priority < 0 ? "sheddable" : req.cls.priority > 0 ? "critical" : "standard" });
-        this.#immediate(429, shed, "shed", "shed");
+        this.immediate(429, shed, "shed", "shed");
         return;
       }
       const tokens = this.deps.tokenize(parsed.input);
@@ -324,13 +324,13 @@ class ProcessStream {
     } catch (err) {
       if (err instanceof BadRequest) {
         if (err instanceof TooDeep) this.deps.metrics.jsonDepthRefusals.inc({ where: "ext_proc" });
-        this.#immediate(400, err.message, "bad_request", "bad_request");
+        this.immediate(400, err.message, "bad_request", "bad_request");
         return;
       }
       throw err;
     }
     if (decision.kind === "no_endpoint") {
-      this.#immediate(503, `no endpoint eligible (${decision.reason})`, decision.reason, "no_endpoint");
+      this.immediate(503, `no endpoint eligible (${decision.reason})`, decision.reason, "no_endpoint");
       return;
     }
     const { chosen, requestBlocks } = decision;
@@ -343,7 +343,7 @@ class ProcessStream {
     req.watch = this.deps.quality?.watch(predictionOf(decision), performance.now());
     if (req.explain) req.explanation = explanation(decision);
     this.deps.metrics.requests.inc({ outcome: "routed" });
-    if (at === "body" && this.#fullDuplex) contentLength = body.length;
+    if (at === "body" && this.fullDuplex) contentLength = body.length;
     const route: Route = {
       // The protocol's ordered list: the pick first, then next-best distinct endpoints for retries.
       endpoint: [chosen.candidate.endpoint, ...fallbacks(decision.scored, chosen.candidate.endpoint, this.deps.fallbacks ?? 0)].join(","),
@@ -356,18 +356,18 @@ class ProcessStream {
       "routed",
     );
     if (at === "headers") {
-      this.#send(routedHeaders(route));
-    } else if (this.#fullDuplex) {
-      this.#send(routedHeaders(route));
+      this.send(routedHeaders(route));
+    } else if (this.fullDuplex) {
+      this.send(routedHeaders(route));
       // The body was held back until the route was known; hand it back in bounded chunks. Nothing to
       // hand back for a request that had headers then trailers and no body: Envoy asked for no chunk.
-      if (body.length === 0 && bodyEnds) this.#send(streamedBody("request_body", EMPTY, true));
+      if (body.length === 0 && bodyEnds) this.send(streamedBody("request_body", EMPTY, true));
       for (let off = 0; off < body.length; off += STREAM_CHUNK) {
         const end = Math.min(off + STREAM_CHUNK, body.length);
-        this.#send(streamedBody("request_body", body.subarray(off, end), bodyEnds && end === body.length));
+        this.send(streamedBody("request_body", body.subarray(off, end), bodyEnds && end === body.length));
       }
     } else {
-      this.#send(routedBody(route));
+      this.send(routedBody(route));
     }
   }
 
@@ -376,8 +376,8 @@ class ProcessStream {
    * x-gateway-destination-endpoint-served, on the response path). A retry or fallback that landed
    * elsewhere moves the request's load to the rank there, so the load is charged where the work is.
    */
-  #served(endpoint: string | undefined): void {
-    const req = this.#req;
+  private served(endpoint: string | undefined): void {
+    const req = this.req;
     const routed = req?.routed;
     if (!endpoint || !req || !routed || !req.lease || endpoint === routed.candidate.endpoint) return;
     const at = (this.deps.candidates?.() ?? []).filter((c) => c.endpoint === endpoint);
@@ -394,7 +394,7 @@ class ProcessStream {
     this.deps.log.debug({ picked: routed.candidate.endpoint, served: endpoint }, "served elsewhere: load moved");
   }
 
-  #parse(body: Uint8Array, maybeCut: boolean): ParsedBody {
+  private parse(body: Uint8Array, maybeCut: boolean): ParsedBody {
     try {
       return parseBodyBytes(body);
     } catch (err) {
@@ -405,18 +405,18 @@ class ProcessStream {
     }
   }
 
-  #immediate(code: ImmediateStatus, message: string, details: string, outcome: RequestOutcome): void {
+  private immediate(code: ImmediateStatus, message: string, details: string, outcome: RequestOutcome): void {
     this.deps.metrics.requests.inc({ outcome });
-    this.#send(immediate(code, message, details));
+    this.send(immediate(code, message, details));
     // The HTTP request is answered; the stream stays up for whatever comes next.
-    this.#finish();
+    this.finish();
   }
 
   /** Releases the current request's load (idempotent). */
-  #finish(): void {
-    const req = this.#req;
+  private finish(): void {
+    const req = this.req;
     if (!req) return;
-    this.#req = undefined;
+    this.req = undefined;
     req.watch?.end();
     if (req.lease) {
       // No response body seen (the gateway's response_body_mode is NONE, or the response had none):

@@ -34,19 +34,19 @@ export type HandoffOptions = {
 export type HandoffSummary = Record<HandoffOutcome | "pending", number>;
 
 export class StreamHandoff {
-  readonly #ranks = new Map<string, RankStream>();
-  readonly #outcomes: Counter<"outcome">;
-  readonly #droppedBlocks: Counter;
+  private readonly ranks = new Map<string, RankStream>();
+  private readonly outcomes: Counter<"outcome">;
+  private readonly droppedBlocks: Counter;
 
   constructor(private readonly opts: HandoffOptions) {
-    this.#outcomes = new Counter({
+    this.outcomes = new Counter({
       name: "dynamo_epp_kv_handoff_total",
       help: "worker ranks taken over from a recovered dump, by how the handoff to the live stream ended: exact, replayed (hole filled by replay), dropped (hole not replayable: blocks dropped), reset, unknown (peer had no complete view), overlap (peer without cursors)",
       labelNames: ["outcome"],
       registers: [opts.registry],
     });
-    for (const o of HANDOFF_OUTCOMES) this.#outcomes.inc({ outcome: o }, 0);
-    this.#droppedBlocks = new Counter({
+    for (const o of HANDOFF_OUTCOMES) this.outcomes.inc({ outcome: o }, 0);
+    this.droppedBlocks = new Counter({
       name: "dynamo_epp_kv_handoff_dropped_blocks_total",
       help: "recovered blocks dropped because the handoff could not make them exact (unreplayable hole, reset, peer without a complete view)",
       registers: [opts.registry],
@@ -55,30 +55,30 @@ export class StreamHandoff {
 
   /** The listeners' sink: every signal of a rank goes through its stream to the index. */
   signal(w: WorkerRef, s: ListenerSignal): void {
-    this.#rank(w).onSignal(s);
+    this.rank(w).onSignal(s);
   }
 
   /** The rank left the worker set (its listener closed): a new listener starts over. */
   forget(w: WorkerRef): void {
     const k = workerKey(w);
-    this.#ranks.get(k)?.close();
-    this.#ranks.delete(k);
+    this.ranks.get(k)?.close();
+    this.ranks.delete(k);
   }
 
   /** The index dropped a rank's blocks (or every rank's: null) outside the stream: those views are incomplete. */
   viewLost(key: string, w: WorkerRef | null): void {
     if (key !== this.opts.liveKey) return;
-    if (w === null) for (const r of this.#ranks.values()) r.viewLost();
-    else this.#ranks.get(workerKey(w))?.viewLost();
+    if (w === null) for (const r of this.ranks.values()) r.viewLost();
+    else this.ranks.get(workerKey(w))?.viewLost();
   }
 
   get(w: WorkerRef): RankStream | undefined {
-    return this.#ranks.get(workerKey(w));
+    return this.ranks.get(workerKey(w));
   }
 
   summary(): HandoffSummary {
     const out = Object.fromEntries([...HANDOFF_OUTCOMES, "pending"].map((o) => [o, 0])) as HandoffSummary;
-    for (const r of this.#ranks.values()) if (r.handoff !== null) out[r.handoff]++;
+    for (const r of this.ranks.values()) if (r.handoff !== null) out[r.handoff]++;
     return out;
   }
 
@@ -89,7 +89,7 @@ export class StreamHandoff {
     return {
       *models() {
         const snapped = new Map<string, StreamCursor>();
-        for (const m of index.models({ onSnapshot: (key, w) => key === liveKey && snapped.set(workerKey(w), handoff.#cursorOf(w)) })) {
+        for (const m of index.models({ onSnapshot: (key, w) => key === liveKey && snapped.set(workerKey(w), handoff.cursorOf(w)) })) {
           if (m.key !== liveKey) {
             yield m;
             continue;
@@ -98,7 +98,7 @@ export class StreamHandoff {
           let held = new Set<string>();
           // In the same step as the index takes its list of workers (the first pull of its dump).
           const begin = () => {
-            atStart = new Map([...handoff.#ranks].map(([k, r]) => [k, r.streamCursor()]));
+            atStart = new Map([...handoff.ranks].map(([k, r]) => [k, r.streamCursor()]));
             held = new Set(index.workers().map(workerKey));
           };
           const json = m.eventsJson;
@@ -144,7 +144,7 @@ export class StreamHandoff {
           },
           commit: () => {
             s.commit();
-            this.#adopt(cursors);
+            this.adopt(cursors);
           },
           abort: () => s.abort(),
         };
@@ -152,11 +152,11 @@ export class StreamHandoff {
     };
   }
 
-  #adopt(cursors: StreamCursor[] | null): void {
+  private adopt(cursors: StreamCursor[] | null): void {
     const held = this.opts.index.workers();
     if (cursors === null) {
       // A peer from before cursors: its blocks stay, and the buffered events go on top (overlap).
-      for (const w of held) if (this.opts.known(w)) this.#rank(w).overlap();
+      for (const w of held) if (this.opts.known(w)) this.rank(w).overlap();
       if (held.length > 0) this.opts.log.warn({ ranks: held.length }, "recovered dump has no stream cursors (older peer): blocks kept, buffered events applied on top, views not known complete");
       return;
     }
@@ -169,19 +169,19 @@ export class StreamHandoff {
       // replay, a restart, a stream caught after its start) drops what it held or never had it, so it
       // holds only blocks the worker holds. Dropping it would make recovery from a replica that started
       // after its workers, the usual case, carry nothing; it is continued exactly and stays incomplete.
-      this.#rank(w).adopt({ seq: c.seq, baseline: c.baseline, complete: c.complete });
+      this.rank(w).adopt({ seq: c.seq, baseline: c.baseline, complete: c.complete });
     }
     // Blocks without a position in the rank's stream cannot be continued exactly.
-    for (const w of held) if (!taken.has(workerKey(w)) && this.opts.known(w)) this.#rank(w).unknownToPeer();
+    for (const w of held) if (!taken.has(workerKey(w)) && this.opts.known(w)) this.rank(w).unknownToPeer();
   }
 
-  #cursorOf(w: WorkerRef): StreamCursor {
-    return this.#ranks.get(workerKey(w))?.streamCursor() ?? { workerId: w.workerId, dpRank: w.dpRank, seq: null, baseline: null, complete: false };
+  private cursorOf(w: WorkerRef): StreamCursor {
+    return this.ranks.get(workerKey(w))?.streamCursor() ?? { workerId: w.workerId, dpRank: w.dpRank, seq: null, baseline: null, complete: false };
   }
 
-  #rank(w: WorkerRef): RankStream {
+  private rank(w: WorkerRef): RankStream {
     const k = workerKey(w);
-    let r = this.#ranks.get(k);
+    let r = this.ranks.get(k);
     if (!r) {
       const endpoint = this.opts.replayEndpoint(w);
       const timeoutMs = this.opts.replayTimeoutMs;
@@ -191,11 +191,11 @@ export class StreamHandoff {
         replay: endpoint ? (from, to) => replayRange({ endpoint, from, to, timeoutMs, socket: this.opts.socket }) : null,
         log: this.opts.log,
         onOutcome: (outcome, dropped) => {
-          this.#outcomes.inc({ outcome });
-          if (dropped > 0) this.#droppedBlocks.inc(dropped);
+          this.outcomes.inc({ outcome });
+          if (dropped > 0) this.droppedBlocks.inc(dropped);
         },
       });
-      this.#ranks.set(k, r);
+      this.ranks.set(k, r);
     }
     return r;
   }

@@ -41,9 +41,9 @@ type Phase =
 export type RankCounters = { replays: number; replayedBatches: number; replayFailures: number; skipped: number; droppedBlocks: number; resets: number };
 
 export class RankStream {
-  #phase: Phase = { kind: "waiting", at: -1n, fromPeer: false };
-  #cursor: Cursor = { seq: null, baseline: null, complete: false };
-  #closed = false;
+  private phase: Phase = { kind: "waiting", at: -1n, fromPeer: false };
+  private cursorState: Cursor = { seq: null, baseline: null, complete: false };
+  private closed = false;
   /** The handoff of a view taken over from a peer: undecided ("pending"), its outcome, or none taken over. */
   handoff: HandoffOutcome | "pending" | null = null;
   readonly counters: RankCounters = { replays: 0, replayedBatches: 0, replayFailures: 0, skipped: 0, droppedBlocks: 0, resets: 0 };
@@ -51,12 +51,12 @@ export class RankStream {
   constructor(private readonly deps: RankStreamDeps) {}
 
   get cursor(): Readonly<Cursor> {
-    return this.#cursor;
+    return this.cursorState;
   }
 
   /** The cursor as /dump carries it, read in the same step as the rank's blocks. */
   streamCursor(): StreamCursor {
-    const c = this.#cursor;
+    const c = this.cursorState;
     return { workerId: this.deps.worker.workerId, dpRank: this.deps.worker.dpRank, seq: c.seq, baseline: c.baseline, complete: c.complete };
   }
 
@@ -65,8 +65,8 @@ export class RankStream {
    * as the peer's); the next signals decide the rest.
    */
   adopt(peer: { seq: bigint; baseline: bigint | null; complete: boolean }): void {
-    this.#phase = { kind: "waiting", at: peer.seq, fromPeer: true };
-    this.#cursor = { seq: peer.seq, baseline: peer.baseline, complete: peer.complete };
+    this.phase = { kind: "waiting", at: peer.seq, fromPeer: true };
+    this.cursorState = { seq: peer.seq, baseline: peer.baseline, complete: peer.complete };
     this.handoff = "pending";
   }
 
@@ -74,9 +74,9 @@ export class RankStream {
   unknownToPeer(): void {
     const dropped = this.deps.index.blocks();
     this.deps.index.clear();
-    this.#phase = { kind: "waiting", at: -1n, fromPeer: false };
-    this.#cursor = { seq: null, baseline: null, complete: false };
-    this.#decide("unknown", dropped);
+    this.phase = { kind: "waiting", at: -1n, fromPeer: false };
+    this.cursorState = { seq: null, baseline: null, complete: false };
+    this.decide("unknown", dropped);
   }
 
   /**
@@ -85,68 +85,68 @@ export class RankStream {
    * then goes on as for a rank nobody knew.
    */
   viewLost(): void {
-    const p = this.#phase;
-    this.#cursor = { seq: this.#cursor.seq, baseline: null, complete: false };
+    const p = this.phase;
+    this.cursorState = { seq: this.cursorState.seq, baseline: null, complete: false };
     if (p.kind === "waiting" && p.fromPeer) {
-      this.#phase = { kind: "waiting", at: -1n, fromPeer: false };
-      this.#cursor = { seq: null, baseline: null, complete: false };
-      this.#decide("dropped", 0);
+      this.phase = { kind: "waiting", at: -1n, fromPeer: false };
+      this.cursorState = { seq: null, baseline: null, complete: false };
+      this.decide("dropped", 0);
     }
   }
 
   /** A peer without cursors: its blocks stay and every buffered event goes on top (as before cursors). */
   overlap(): void {
-    this.#phase = { kind: "live" };
-    this.#cursor = { seq: null, baseline: null, complete: false };
-    this.#decide("overlap", 0);
+    this.phase = { kind: "live" };
+    this.cursorState = { seq: null, baseline: null, complete: false };
+    this.decide("overlap", 0);
   }
 
   /** The rank left: a replay still running is ignored when it ends. */
   close(): void {
-    this.#closed = true;
+    this.closed = true;
   }
 
   onSignal(s: ListenerSignal): void {
-    const p = this.#phase;
+    const p = this.phase;
     if (p.kind === "replaying") return void p.queue.push(s);
-    if (p.kind === "live") return this.#live(s);
+    if (p.kind === "live") return this.live(s);
     const step = joinerStep({ seq: p.at }, s.kind === "batch" ? { kind: "batch", seq: s.seq } : { kind: "reset" });
     switch (step.kind) {
       case "skip":
         this.counters.skipped++;
         return;
       case "apply":
-        if (p.at < 0n) this.#cursor = { seq: null, baseline: 0n, complete: true };
-        if (p.fromPeer) this.#decide("exact", 0);
-        this.#phase = { kind: "live" };
-        return this.#live(s);
+        if (p.at < 0n) this.cursorState = { seq: null, baseline: 0n, complete: true };
+        if (p.fromPeer) this.decide("exact", 0);
+        this.phase = { kind: "live" };
+        return this.live(s);
       case "restart": {
         // The stream starts over: whatever the view held goes, the stream from 0 rebuilds it exactly.
         const dropped = this.deps.index.blocks();
         this.deps.index.clear();
-        this.#cursor = { seq: null, baseline: 0n, complete: true };
-        if (p.fromPeer) this.#decide("reset", dropped);
-        this.#phase = { kind: "live" };
-        return this.#live(s);
+        this.cursorState = { seq: null, baseline: 0n, complete: true };
+        if (p.fromPeer) this.decide("reset", dropped);
+        this.phase = { kind: "live" };
+        return this.live(s);
       }
       case "reset":
-        if (p.fromPeer) this.#decide("reset", this.deps.index.blocks());
-        this.#phase = { kind: "live" };
-        return this.#live(s);
+        if (p.fromPeer) this.decide("reset", this.deps.index.blocks());
+        this.phase = { kind: "live" };
+        return this.live(s);
       case "replay":
-        return this.#replay(step.from, step.to, p.fromPeer, s);
+        return this.replay(step.from, step.to, p.fromPeer, s);
     }
   }
 
-  #live(s: ListenerSignal): void {
-    const c = this.#cursor;
+  private live(s: ListenerSignal): void {
+    const c = this.cursorState;
     if (s.kind === "reset") {
       this.counters.resets++;
       this.deps.index.apply(s);
-      this.#cursor = { seq: c.seq, baseline: null, complete: false };
+      this.cursorState = { seq: c.seq, baseline: null, complete: false };
       // A restarted (or possibly restarted) publisher's stream may still be complete from its start: look
       // again, as for a new rank.
-      if (s.reason === "restarted" || s.reason === "reconnected") this.#phase = { kind: "waiting", at: -1n, fromPeer: false };
+      if (s.reason === "restarted" || s.reason === "reconnected") this.phase = { kind: "waiting", at: -1n, fromPeer: false };
       return;
     }
     this.deps.index.apply(s);
@@ -157,16 +157,16 @@ export class RankStream {
       complete = true;
       baseline = s.seq;
     }
-    this.#cursor = { seq: s.seq, baseline: complete ? baseline : (baseline ?? s.seq), complete };
+    this.cursorState = { seq: s.seq, baseline: complete ? baseline : (baseline ?? s.seq), complete };
   }
 
-  #replay(from: bigint, to: bigint, fromPeer: boolean, trigger: ListenerSignal): void {
+  private replay(from: bigint, to: bigint, fromPeer: boolean, trigger: ListenerSignal): void {
     const queue = [trigger];
-    this.#phase = { kind: "replaying", queue };
+    this.phase = { kind: "replaying", queue };
     const replay = this.deps.replay;
     if (replay !== null) this.counters.replays++;
     const done = (r: ReplayRangeResult) => {
-      if (this.#closed) return;
+      if (this.closed) return;
       let batches: { seq: bigint; batch: KvEventBatch }[] | null = null;
       if (r.kind === "covered") {
         try {
@@ -177,15 +177,15 @@ export class RankStream {
       }
       if (batches !== null) {
         this.counters.replayedBatches += batches.length;
-        if (!fromPeer) this.#cursor = { seq: null, baseline: 0n, complete: true };
-        else this.#decide("replayed", 0);
-        this.#phase = { kind: "live" };
-        for (const b of batches) this.#live({ kind: "batch", seq: b.seq, batch: b.batch });
+        if (!fromPeer) this.cursorState = { seq: null, baseline: 0n, complete: true };
+        else this.decide("replayed", 0);
+        this.phase = { kind: "live" };
+        for (const b of batches) this.live({ kind: "batch", seq: b.seq, batch: b.batch });
       } else {
         this.counters.replayFailures++;
         const dropped = this.deps.index.blocks();
         if (dropped > 0) this.deps.index.clear();
-        this.#cursor = { seq: null, baseline: to, complete: false };
+        this.cursorState = { seq: null, baseline: to, complete: false };
         const why = r.kind === "uncovered" ? r.reason : "malformed";
         const got = r.kind === "uncovered" ? r.got : r.batches.length;
         // Expected when a replica starts after its workers without a replay endpoint: not worth a warning then.
@@ -193,8 +193,8 @@ export class RankStream {
           { worker: this.deps.worker.workerId, rank: this.deps.worker.dpRank, cursor: (from - 1n).toString(), firstSeq: to.toString(), missing: Number(to - from), replayed: got, reason: replay ? why : "no replay endpoint", droppedBlocks: dropped },
           fromPeer ? "hole after the recovered cursor not replayable: the rank's recovered blocks are dropped" : "stream did not start at 0 and could not be replayed from 0: the rank's view is incomplete",
         );
-        if (fromPeer) this.#decide("dropped", dropped);
-        this.#phase = { kind: "live" };
+        if (fromPeer) this.decide("dropped", dropped);
+        this.phase = { kind: "live" };
       }
       for (const s of queue) this.onSignal(s);
     };
@@ -202,7 +202,7 @@ export class RankStream {
     void replay(from, to).then(done, () => done({ kind: "uncovered", reason: "timeout", got: 0 }));
   }
 
-  #decide(outcome: HandoffOutcome, droppedBlocks: number): void {
+  private decide(outcome: HandoffOutcome, droppedBlocks: number): void {
     this.handoff = outcome;
     this.counters.droppedBlocks += droppedBlocks;
     this.deps.onOutcome(outcome, droppedBlocks);

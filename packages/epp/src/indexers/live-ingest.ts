@@ -26,78 +26,78 @@ export type RankInfo = { blockSize: number | null; blockSizeMismatch: boolean; k
 type RankState = { groups: RankGroups; blockSize: number | null; mismatch: boolean };
 
 export class LiveIngest {
-  readonly #models: ModelIndexes;
-  readonly #metrics: Metrics;
-  readonly #log: Logger | undefined;
-  readonly #opts: LiveIngestOptions;
+  private readonly models: ModelIndexes;
+  private readonly metrics: Metrics;
+  private readonly log: Logger | undefined;
+  private readonly opts: LiveIngestOptions;
   /** Per worker rank: its KV cache groups, and the block size of its indexed group's events. */
-  readonly #ranks = new Map<string, RankState>();
+  private readonly ranks = new Map<string, RankState>();
   /** Index keys whose block size the workers' events have confirmed or replaced (it is fixed from then on). */
-  readonly #adopted = new Set<string>();
+  private readonly adopted = new Set<string>();
   /** Worker ranks whose block size is not their index's (logged once each). */
-  readonly #loggedBlockSize = new Set<string>();
+  private readonly loggedBlockSize = new Set<string>();
   /** Worker ranks whose batches named another data_parallel_rank (logged once each). */
-  readonly #loggedMismatch = new Set<string>();
+  private readonly loggedMismatch = new Set<string>();
 
   constructor(models: ModelIndexes, metrics: Metrics, log?: Logger, opts: LiveIngestOptions = {}) {
-    this.#models = models;
-    this.#metrics = metrics;
-    this.#log = log;
-    this.#opts = opts;
+    this.models = models;
+    this.metrics = metrics;
+    this.log = log;
+    this.opts = opts;
   }
 
   /** Applies one listener signal for one worker rank to the model's index. */
   apply(key: string, worker: WorkerRef, signal: ListenerSignal): void {
-    const ix = this.#models.sound(this.#models.get(key));
+    const ix = this.models.sound(this.models.get(key));
     if (!ix) return;
     try {
-      this.#apply(ix, worker, signal);
+      this.applyTo(ix, worker, signal);
     } finally {
-      this.#models.sound(ix);
+      this.models.sound(ix);
     }
   }
 
   /** Applies the capacity rule to every rank of every index (after a recovery: the dump is a peer's claim). */
   holdWithinCapacity(): void {
-    for (const ix of this.#models.all()) for (const w of ix.index.workers()) this.#holdWithinCapacity(ix, w);
+    for (const ix of this.models.all()) for (const w of ix.index.workers()) this.holdRankWithinCapacity(ix, w);
   }
 
   rankInfo(worker: WorkerRef): RankInfo | undefined {
-    const r = this.#ranks.get(workerKey(worker));
+    const r = this.ranks.get(workerKey(worker));
     return r && { blockSize: r.blockSize, blockSizeMismatch: r.mismatch, kvGroups: r.groups.toJSON() };
   }
 
   /** The rank left the worker set: what its events revealed goes too. */
   forget(worker: WorkerRef): void {
-    this.#ranks.delete(workerKey(worker));
+    this.ranks.delete(workerKey(worker));
   }
 
-  #apply(ix: Indexer, worker: WorkerRef, signal: ListenerSignal): void {
+  private applyTo(ix: Indexer, worker: WorkerRef, signal: ListenerSignal): void {
     if (signal.kind === "reset") {
       ix.index.clearWorker(worker);
-      this.#metrics.listenerResets.inc({ reason: signal.reason });
+      this.metrics.listenerResets.inc({ reason: signal.reason });
       return;
     }
     const sent = signal.batch.dataParallelRank;
-    if (sent !== null && sent !== worker.dpRank) this.#rankMismatch(worker, sent);
+    if (sent !== null && sent !== worker.dpRank) this.rankMismatch(worker, sent);
     // The first indexed store may replace the configured block size (and the empty index with it),
     // which must happen before this batch's builder is taken from the index.
-    if (!this.#adopted.has(ix.key))
+    if (!this.adopted.has(ix.key))
       for (const e of signal.batch.events)
-        if (e.type === "BlockStored" && e.blockSize > 0 && isGpuMedium(e.medium) && this.#rank(worker).groups.stored(e) === "index") {
-          this.#checkBlockSize(ix, worker, e);
+        if (e.type === "BlockStored" && e.blockSize > 0 && isGpuMedium(e.medium) && this.rank(worker).groups.stored(e) === "index") {
+          this.checkBlockSize(ix, worker, e);
           break;
         }
     // The index's batch builder: token ids are hashed inside the index's module, no per-block objects.
     const b = ix.index.batch();
-    for (const e of signal.batch.events) this.#add(b, worker, e, ix);
+    for (const e of signal.batch.events) this.add(b, worker, e, ix);
     const n = b.events;
     if (n === 0) return;
     const out = b.apply();
-    this.#metrics.eventsApplied.inc(n - out.rejected);
+    this.metrics.eventsApplied.inc(n - out.rejected);
     // Unknown parent or hash conflict: the index refused it (e.g. a parent lost with a gap).
-    if (out.rejected > 0) this.#metrics.eventsRejected.inc({ reason: "index" }, out.rejected);
-    this.#holdWithinCapacity(ix, worker);
+    if (out.rejected > 0) this.metrics.eventsRejected.inc({ reason: "index" }, out.rejected);
+    this.holdRankWithinCapacity(ix, worker);
   }
 
   /**
@@ -105,30 +105,30 @@ export class LiveIngest {
    * means the ports or the start rank are configured wrong, which routing cannot repair: counted, and
    * logged once per rank.
    */
-  #rankMismatch(worker: WorkerRef, sent: number): void {
-    this.#metrics.rankMismatches.inc();
+  private rankMismatch(worker: WorkerRef, sent: number): void {
+    this.metrics.rankMismatches.inc();
     const key = workerKey(worker);
-    if (this.#loggedMismatch.has(key) || this.#loggedMismatch.size >= MAX_LOGGED) return;
-    this.#loggedMismatch.add(key);
-    this.#log?.warn({ worker: worker.workerId, rank: worker.dpRank, batchRank: sent }, "KV events name another data_parallel_rank than their listener's: check the KV port and the DP start rank");
+    if (this.loggedMismatch.has(key) || this.loggedMismatch.size >= MAX_LOGGED) return;
+    this.loggedMismatch.add(key);
+    this.log?.warn({ worker: worker.workerId, rank: worker.dpRank, batchRank: sent }, "KV events name another data_parallel_rank than their listener's: check the KV port and the DP start rank");
   }
 
   /** Resets a rank that the index holds more blocks for than the rank can hold (rankCapacity). */
-  #holdWithinCapacity(ix: Indexer, worker: WorkerRef): void {
-    const cap = this.#opts.rankCapacity?.(worker);
+  private holdRankWithinCapacity(ix: Indexer, worker: WorkerRef): void {
+    const cap = this.opts.rankCapacity?.(worker);
     if (cap === undefined || cap <= 0) return;
     const held = ix.index.treeSize(worker);
     if (held <= cap) return;
     ix.index.clearWorker(worker);
-    this.#metrics.rankOverCapacity.inc();
-    this.#opts.onViewLost?.(ix.key, worker);
-    this.#log?.warn({ worker: worker.workerId, rank: worker.dpRank, model: ix.key, blocks: held, capacity: cap }, "worker rank above its KV capacity: its blocks were dropped");
+    this.metrics.rankOverCapacity.inc();
+    this.opts.onViewLost?.(ix.key, worker);
+    this.log?.warn({ worker: worker.workerId, rank: worker.dpRank, model: ix.key, blocks: held, capacity: cap }, "worker rank above its KV capacity: its blocks were dropped");
   }
 
-  #rank(worker: WorkerRef): RankState {
+  private rank(worker: WorkerRef): RankState {
     const k = workerKey(worker);
-    let r = this.#ranks.get(k);
-    if (!r) this.#ranks.set(k, (r = { groups: new RankGroups(), blockSize: null, mismatch: false }));
+    let r = this.ranks.get(k);
+    if (!r) this.ranks.set(k, (r = { groups: new RankGroups(), blockSize: null, mismatch: false }));
     return r;
   }
 
@@ -138,58 +138,58 @@ export class LiveIngest {
    * Later a rank with another size is a mismatch: its stores cannot match requests hashed by the
    * index's size, so they are refused, counted, logged once, and /workers shows it.
    */
-  #checkBlockSize(ix: Indexer, worker: WorkerRef, e: BlockStored): boolean {
-    const r = this.#rank(worker);
+  private checkBlockSize(ix: Indexer, worker: WorkerRef, e: BlockStored): boolean {
+    const r = this.rank(worker);
     r.blockSize = e.blockSize;
     if (e.blockSize === ix.blockSize) {
-      this.#adopted.add(ix.key);
+      this.adopted.add(ix.key);
       r.mismatch = false;
       return true;
     }
-    if (ix.index.stats().residencies === 0 && !this.#adopted.has(ix.key)) {
-      this.#log?.error({ model: ix.key, configured: ix.blockSize, workers: e.blockSize, worker: worker.workerId, rank: worker.dpRank }, "the workers' KV block size is not the configured one: indexing by the workers'");
-      this.#metrics.blockSizeMismatches.inc();
+    if (ix.index.stats().residencies === 0 && !this.adopted.has(ix.key)) {
+      this.log?.error({ model: ix.key, configured: ix.blockSize, workers: e.blockSize, worker: worker.workerId, rank: worker.dpRank }, "the workers' KV block size is not the configured one: indexing by the workers'");
+      this.metrics.blockSizeMismatches.inc();
       ix.blockSize = e.blockSize;
       ix.index = KvIndex.create({ blockSize: e.blockSize });
-      this.#adopted.add(ix.key);
+      this.adopted.add(ix.key);
       r.mismatch = false;
       return true;
     }
-    this.#adopted.add(ix.key);
+    this.adopted.add(ix.key);
     r.mismatch = true;
-    this.#metrics.blockSizeMismatches.inc();
-    this.#metrics.eventsRejected.inc({ reason: "block_size" });
+    this.metrics.blockSizeMismatches.inc();
+    this.metrics.eventsRejected.inc({ reason: "block_size" });
     const k = workerKey(worker);
-    if (!this.#loggedBlockSize.has(k) && this.#loggedBlockSize.size < MAX_LOGGED) {
-      this.#loggedBlockSize.add(k);
-      this.#log?.error({ model: ix.key, index: ix.blockSize, rank: worker.dpRank, worker: worker.workerId, events: e.blockSize }, "a worker rank's KV block size is not its index's: its blocks are not indexed");
+    if (!this.loggedBlockSize.has(k) && this.loggedBlockSize.size < MAX_LOGGED) {
+      this.loggedBlockSize.add(k);
+      this.log?.error({ model: ix.key, index: ix.blockSize, rank: worker.dpRank, worker: worker.workerId, events: e.blockSize }, "a worker rank's KV block size is not its index's: its blocks are not indexed");
     }
     return false;
   }
 
-  #add(b: StoredBatchBuilder, worker: WorkerRef, e: KvEvent, ix: Indexer): void {
+  private add(b: StoredBatchBuilder, worker: WorkerRef, e: KvEvent, ix: Indexer): void {
     switch (e.type) {
       case "BlockStored": {
         // Offloading connectors announce hashes without content (vLLM #43468): nothing to match on.
         if (e.blockSize === 0 && e.tokenIds.length === 0) {
-          this.#metrics.eventsIgnored.inc({ reason: "placeholder" });
+          this.metrics.eventsIgnored.inc({ reason: "placeholder" });
           return;
         }
         // Only GPU residency makes a prefix cheap to serve; offloaded copies are not counted.
         if (!isGpuMedium(e.medium)) {
-          this.#metrics.eventsRejected.inc({ reason: "medium" });
+          this.metrics.eventsRejected.inc({ reason: "medium" });
           return;
         }
-        const group = this.#rank(worker).groups.stored(e);
+        const group = this.rank(worker).groups.stored(e);
         if (group !== "index") {
-          this.#metrics.eventsIgnored.inc({ reason: group });
+          this.metrics.eventsIgnored.inc({ reason: group });
           return;
         }
         // Blocks of another size hash other token spans than requests are hashed by: never matched.
-        if (!this.#checkBlockSize(ix, worker, e)) return;
-        if (e.loraName) this.#models.learnAdapter(ix, e.loraName);
+        if (!this.checkBlockSize(ix, worker, e)) return;
+        if (e.loraName) this.models.learnAdapter(ix, e.loraName);
         const n = Math.min(Math.floor(e.tokenIds.length / e.blockSize), e.blockHashes.length);
-        if (n < e.blockHashes.length) this.#metrics.eventsRejected.inc({ reason: "partial_block" });
+        if (n < e.blockHashes.length) this.metrics.eventsRejected.inc({ reason: "partial_block" });
         if (n === 0) return;
         // The token ids are hashed by the index's own module, straight into the batch (same block size: checked above).
         b.stored(worker, e.parentBlockHash, n < e.blockHashes.length ? e.blockHashes.slice(0, n) : e.blockHashes, { tokenIds: e.tokenIds, extras: storedBlockExtras(e, n) });
@@ -197,12 +197,12 @@ export class LiveIngest {
       }
       case "BlockRemoved": {
         if (!isGpuMedium(e.medium)) {
-          this.#metrics.eventsRejected.inc({ reason: "medium" });
+          this.metrics.eventsRejected.inc({ reason: "medium" });
           return;
         }
-        const group = this.#rank(worker).groups.removed(e);
+        const group = this.rank(worker).groups.removed(e);
         if (group !== "index") {
-          this.#metrics.eventsIgnored.inc({ reason: group });
+          this.metrics.eventsIgnored.inc({ reason: group });
           return;
         }
         b.removed(worker, e.blockHashes);

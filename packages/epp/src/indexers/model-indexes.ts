@@ -28,40 +28,40 @@ export const MAX_ADAPTERS = 4096;
 export const MAX_LOGGED = 1024;
 
 export class ModelIndexes {
-  readonly #byKey = new Map<string, Indexer>();
+  private readonly byKey = new Map<string, Indexer>();
   /** Model name (as requests carry it) -> indexer key. */
-  readonly #byModel = new Map<string, string>();
+  private readonly byModel = new Map<string, string>();
   /** LoRA adapter name (a request's `model`) -> the key of the index holding the base model's workers. */
-  readonly #adapters = new Map<string, string>();
-  readonly #loggedUnknown = new Set<string>();
-  #default: string | undefined;
-  readonly #metrics: Metrics;
-  readonly #log: Logger | undefined;
-  readonly #onViewLost: ViewLost | undefined;
+  private readonly adapterKeys = new Map<string, string>();
+  private readonly loggedUnknown = new Set<string>();
+  private default: string | undefined;
+  private readonly metrics: Metrics;
+  private readonly log: Logger | undefined;
+  private readonly onViewLost: ViewLost | undefined;
 
   constructor(metrics: Metrics, log?: Logger, onViewLost?: ViewLost) {
-    this.#metrics = metrics;
-    this.#log = log;
-    this.#onViewLost = onViewLost;
+    this.metrics = metrics;
+    this.log = log;
+    this.onViewLost = onViewLost;
   }
 
   /** Declares the model served by the configured workers; the first one is the default for requests. */
   register(model: string, tenant: string, blockSize: number): Indexer {
     const key = indexerKey(model, tenant);
-    let ix = this.#byKey.get(key);
+    let ix = this.byKey.get(key);
     if (!ix) {
       ix = { key, blockSize, index: KvIndex.create({ blockSize }) };
-      this.#byKey.set(key, ix);
+      this.byKey.set(key, ix);
     }
-    this.#byModel.set(model, key);
-    this.#default ??= key;
+    this.byModel.set(model, key);
+    this.default ??= key;
     return ix;
   }
 
   /** Declares an adapter of a registered model (from config); events' lora_name add more. */
   registerAdapter(name: string, model: string): void {
-    const key = this.#byModel.get(model);
-    if (key !== undefined && !this.#byModel.has(name)) this.#adapters.set(name, key);
+    const key = this.byModel.get(model);
+    if (key !== undefined && !this.byModel.has(name)) this.adapterKeys.set(name, key);
   }
 
   /**
@@ -69,23 +69,23 @@ export class ModelIndexes {
    * learned it so): bounded by MAX_ADAPTERS, counted past it.
    */
   learnAdapter(ix: Indexer, name: string, from: "KV events" | "a peer's dump" = "KV events"): void {
-    if (this.#adapters.has(name) || this.#byModel.has(name)) return;
-    if (this.#adapters.size >= MAX_ADAPTERS) {
-      this.#metrics.eventsRejected.inc({ reason: "adapter_limit" });
+    if (this.adapterKeys.has(name) || this.byModel.has(name)) return;
+    if (this.adapterKeys.size >= MAX_ADAPTERS) {
+      this.metrics.eventsRejected.inc({ reason: "adapter_limit" });
       return;
     }
-    this.#adapters.set(name, ix.key);
-    this.#log?.info({ adapter: name, model: ix.key }, `LoRA adapter learned from ${from}`);
+    this.adapterKeys.set(name, ix.key);
+    this.log?.info({ adapter: name, model: ix.key }, `LoRA adapter learned from ${from}`);
   }
 
   /** The adapter names whose requests score in `key`'s index (what /dump tells a recovering peer). */
   *adaptersOf(key: string): Iterable<string> {
-    for (const [name, k] of this.#adapters) if (k === key) yield name;
+    for (const [name, k] of this.adapterKeys) if (k === key) yield name;
   }
 
   /** Adapter names known, per indexer key (GET /workers, tests). */
   adapters(): Map<string, string> {
-    return new Map(this.#adapters);
+    return new Map(this.adapterKeys);
   }
 
   /**
@@ -94,14 +94,14 @@ export class ModelIndexes {
    * logged once), as requests were always routed.
    */
   resolve(model?: string): Resolved | undefined {
-    let key = model !== undefined ? this.#byModel.get(model) : undefined;
+    let key = model !== undefined ? this.byModel.get(model) : undefined;
     let loraName: string | null = null;
     if (key === undefined && model !== undefined) {
-      key = this.#adapters.get(model);
+      key = this.adapterKeys.get(model);
       if (key !== undefined) loraName = model;
-      else this.#unknownModel(model);
+      else this.unknownModel(model);
     }
-    const indexer = this.sound(this.#byKey.get(key ?? this.#default ?? ""));
+    const indexer = this.sound(this.byKey.get(key ?? this.default ?? ""));
     return indexer ? { indexer, loraName } : undefined;
   }
 
@@ -112,13 +112,13 @@ export class ModelIndexes {
 
   /** The LoRA adapter a request's model names, or null (the picker's IndexLookup). */
   adapterOf(model?: string): string | null {
-    return model !== undefined && !this.#byModel.has(model) && this.#adapters.has(model) ? model : null;
+    return model !== undefined && !this.byModel.has(model) && this.adapterKeys.has(model) ? model : null;
   }
 
-  #unknownModel(model: string): void {
-    if (this.#loggedUnknown.has(model) || this.#loggedUnknown.size >= MAX_LOGGED) return;
-    this.#loggedUnknown.add(model);
-    this.#log?.warn({ model, fallback: this.#default }, "request names an unknown model or adapter: scored as the default model");
+  private unknownModel(model: string): void {
+    if (this.loggedUnknown.has(model) || this.loggedUnknown.size >= MAX_LOGGED) return;
+    this.loggedUnknown.add(model);
+    this.log?.warn({ model, fallback: this.default }, "request names an unknown model or adapter: scored as the default model");
   }
 
   /**
@@ -129,40 +129,40 @@ export class ModelIndexes {
   sound(ix: Indexer | undefined): Indexer | undefined {
     if (ix?.index.trapped) {
       ix.index = KvIndex.create({ blockSize: ix.blockSize });
-      this.#metrics.indexTraps.inc();
-      this.#onViewLost?.(ix.key, null);
+      this.metrics.indexTraps.inc();
+      this.onViewLost?.(ix.key, null);
     }
     return ix;
   }
 
   get(key: string): Indexer | undefined {
-    return this.#byKey.get(key);
+    return this.byKey.get(key);
   }
 
   has(key: string): boolean {
-    return this.#byKey.has(key);
+    return this.byKey.has(key);
   }
 
   all(): IterableIterator<Indexer> {
-    return this.#byKey.values();
+    return this.byKey.values();
   }
 
   /** The worker's blocks leave every model's index. */
   removeWorker(worker: WorkerRef): void {
-    for (const ix of this.#byKey.values()) ix.index.removeWorker(worker);
+    for (const ix of this.byKey.values()) ix.index.removeWorker(worker);
   }
 
   /** Drops workers the index knows but the worker set does not (e.g. only the peer's dump had them). */
   pruneWorkers(keep: (w: WorkerRef) => boolean): void {
-    for (const ix of this.#byKey.values()) for (const w of ix.index.workers()) if (!keep(w)) ix.index.removeWorker(w);
+    for (const ix of this.byKey.values()) for (const w of ix.index.workers()) if (!keep(w)) ix.index.removeWorker(w);
   }
 
   updateGauges(): void {
-    for (const ix of this.#byKey.values()) {
+    for (const ix of this.byKey.values()) {
       const s = ix.index.stats();
-      this.#metrics.indexBlocks.set({ model: ix.key }, s.blocks);
-      this.#metrics.indexResidencies.set({ model: ix.key }, s.residencies);
-      this.#metrics.indexWorkers.set({ model: ix.key }, s.workers);
+      this.metrics.indexBlocks.set({ model: ix.key }, s.blocks);
+      this.metrics.indexResidencies.set({ model: ix.key }, s.residencies);
+      this.metrics.indexWorkers.set({ model: ix.key }, s.workers);
     }
   }
 }

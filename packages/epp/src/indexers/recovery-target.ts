@@ -41,17 +41,17 @@ type Staged = {
 };
 
 export class RecoveryTarget implements DumpSource, DumpTarget {
-  readonly #models: ModelIndexes;
-  readonly #metrics: Metrics;
+  private readonly modelIndexes: ModelIndexes;
+  private readonly metrics: Metrics;
 
   constructor(models: ModelIndexes, metrics: Metrics) {
-    this.#models = models;
-    this.#metrics = metrics;
+    this.modelIndexes = models;
+    this.metrics = metrics;
   }
 
   /** `onSnapshot`: told each worker of a model in the step its blocks are copied (see KvIndex.dump). */
   *models(opts: { onSnapshot?: (key: string, w: WorkerRef) => void } = {}): Iterable<DumpModel> {
-    for (const ix of this.#models.all()) {
+    for (const ix of this.modelIndexes.all()) {
       const onSnapshot = opts.onSnapshot && ((w: WorkerRef) => opts.onSnapshot!(ix.key, w));
       yield {
         key: ix.key,
@@ -66,23 +66,23 @@ export class RecoveryTarget implements DumpSource, DumpTarget {
           return { blocks: st.blocks, residencies: st.residencies };
         },
         // Adapters learned from events' lora_name: a replica recovered from this one scores them as it does.
-        adapters: () => this.#models.adaptersOf(ix.key),
+        adapters: () => this.modelIndexes.adaptersOf(ix.key),
       };
     }
   }
 
   /** A target whose stagings may presize from a binary dump's announced size, within `budgetBytes`. */
   within(budgetBytes: number | undefined): DumpTarget {
-    return { begin: () => this.#begin(budgetBytes) };
+    return { begin: () => this.beginStaging(budgetBytes) };
   }
 
   /** A staging without a budget: it never presizes from what a peer announces. */
   begin(): DumpStaging {
-    return this.#begin(undefined);
+    return this.beginStaging(undefined);
   }
 
-  #begin(budgetBytes: number | undefined): DumpStaging {
-    const models = this.#models;
+  private beginStaging(budgetBytes: number | undefined): DumpStaging {
+    const models = this.modelIndexes;
     const staged = new Map<string, Staged>();
     /** The dump's adapter names per model, learned on commit. */
     const adapters: [string, string[]][] = [];
@@ -98,7 +98,7 @@ export class RecoveryTarget implements DumpSource, DumpTarget {
       // fails (staging aborted, the next peer tried) rather than "recovering" nothing.
       const want = s?.blockSize ?? models.get(key)?.blockSize;
       if (want !== undefined && want !== blockSize) {
-        this.#metrics.eventsRejected.inc({ reason: "block_size" });
+        this.metrics.eventsRejected.inc({ reason: "block_size" });
         throw new Error(`the dump's block size for ${key} is ${blockSize}, this replica's ${want}`);
       }
       if (!s) {

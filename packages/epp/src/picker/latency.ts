@@ -22,17 +22,17 @@ type Fit = { w: number; x: number; y: number; xx: number; xy: number; queue: num
 export type TtftSample = { workerKey: string; ttftMs: number; uncachedTokens: number; waiting: number };
 
 export class LatencyModel {
-  readonly #fits = new Map<string, Fit>();
+  private readonly fits = new Map<string, Fit>();
 
   constructor(private readonly priors: LatencyPriors = DEFAULT_LATENCY_PRIORS) {}
 
   /** The worker's current line: base ms, ms per uncached token, ms per waiting request. */
   params(workerKey: string): Readonly<LatencyPriors & { samples: number }> {
     // Refitted on each observation, so a pick reads it without allocating.
-    return this.#fits.get(workerKey)?.line ?? { ...this.priors, samples: 0 };
+    return this.fits.get(workerKey)?.line ?? { ...this.priors, samples: 0 };
   }
 
-  #fit(f: Fit): LatencyPriors & { samples: number } {
+  private fit(f: Fit): LatencyPriors & { samples: number } {
     const p = this.priors;
     if (f.w < MIN_WEIGHT) return { ...p, samples: Math.round(f.w) };
     const mx = f.x / f.w;
@@ -46,21 +46,21 @@ export class LatencyModel {
   }
 
   predictTtftMs(workerKey: string, uncachedTokens: number, waiting: number): number {
-    const p = this.#fits.get(workerKey)?.line ?? this.priors;
+    const p = this.fits.get(workerKey)?.line ?? this.priors;
     return waiting * p.msPerWaiting + p.baseMs + p.msPerToken * uncachedTokens;
   }
 
   observe(s: TtftSample): void {
     if (!Number.isFinite(s.ttftMs) || s.ttftMs < 0) return;
-    let f = this.#fits.get(s.workerKey);
-    if (!f) this.#fits.set(s.workerKey, (f = { w: 0, x: 0, y: 0, xx: 0, xy: 0, queue: 0, queueW: 0, line: { ...this.priors, samples: 0 } }));
+    let f = this.fits.get(s.workerKey);
+    if (!f) this.fits.set(s.workerKey, (f = { w: 0, x: 0, y: 0, xx: 0, xy: 0, queue: 0, queueW: 0, line: { ...this.priors, samples: 0 } }));
     if (s.waiting > 0) {
       // The wait is what the line does not explain, shared among the requests ahead.
       const p = f.line;
       const excess = Math.max(0, s.ttftMs - p.baseMs - p.msPerToken * s.uncachedTokens) / s.waiting;
       f.queue = (1 - ALPHA) * f.queue + excess;
       f.queueW = (1 - ALPHA) * f.queueW + 1;
-      f.line = this.#fit(f);
+      f.line = this.fit(f);
       return;
     }
     const d = 1 - ALPHA;
@@ -70,10 +70,10 @@ export class LatencyModel {
     f.y = d * f.y + s.ttftMs;
     f.xx = d * f.xx + x * x;
     f.xy = d * f.xy + x * s.ttftMs;
-    f.line = this.#fit(f);
+    f.line = this.fit(f);
   }
 
   forget(workerKey: string): void {
-    this.#fits.delete(workerKey);
+    this.fits.delete(workerKey);
   }
 }

@@ -25,96 +25,96 @@ type Totals = { requests: number; blocks: number; prefillBlocks: number };
 
 /** Sums of entries per worker, optionally shared by several tables (one per peer). */
 export class WorkerTotals implements LoadView {
-  readonly #byWorker = new Map<string, Totals>();
+  private readonly byWorker = new Map<string, Totals>();
 
   add(e: LoadEntry, sign: 1 | -1): void {
-    let t = this.#byWorker.get(e.workerKey);
-    if (!t) this.#byWorker.set(e.workerKey, (t = { requests: 0, blocks: 0, prefillBlocks: 0 }));
+    let t = this.byWorker.get(e.workerKey);
+    if (!t) this.byWorker.set(e.workerKey, (t = { requests: 0, blocks: 0, prefillBlocks: 0 }));
     t.requests += sign;
     t.blocks += sign * e.blocks;
     t.prefillBlocks += sign * e.prefillBlocks;
-    if (t.requests <= 0) this.#byWorker.delete(e.workerKey);
+    if (t.requests <= 0) this.byWorker.delete(e.workerKey);
   }
 
   prefillDone(e: LoadEntry): void {
-    const t = this.#byWorker.get(e.workerKey);
+    const t = this.byWorker.get(e.workerKey);
     if (t) t.prefillBlocks -= e.prefillBlocks;
   }
 
   blocks(workerKey: string): number {
-    return this.#byWorker.get(workerKey)?.blocks ?? 0;
+    return this.byWorker.get(workerKey)?.blocks ?? 0;
   }
 
   requests(workerKey: string): number {
-    return this.#byWorker.get(workerKey)?.requests ?? 0;
+    return this.byWorker.get(workerKey)?.requests ?? 0;
   }
 
   prefillBlocks(workerKey: string): number {
-    return this.#byWorker.get(workerKey)?.prefillBlocks ?? 0;
+    return this.byWorker.get(workerKey)?.prefillBlocks ?? 0;
   }
 
   /** Every worker with load, for metrics. */
   workers(): IterableIterator<[string, Readonly<Totals>]> {
-    return this.#byWorker.entries();
+    return this.byWorker.entries();
   }
 }
 
 /** Entries by request id, with their per-worker totals kept in step (and in a shared parent's). */
 export class LoadTable implements LoadView {
-  readonly #entries = new Map<number, LoadEntry>();
-  readonly #totals = new WorkerTotals();
+  private readonly entryByRank = new Map<number, LoadEntry>();
+  private readonly totals = new WorkerTotals();
 
   constructor(private readonly parent?: WorkerTotals) {}
 
   /** False when the id is already there (the entry is left as it was). */
   add(id: number, e: LoadEntry): boolean {
-    if (this.#entries.has(id)) return false;
-    this.#entries.set(id, e);
-    this.#totals.add(e, 1);
+    if (this.entryByRank.has(id)) return false;
+    this.entryByRank.set(id, e);
+    this.totals.add(e, 1);
     this.parent?.add(e, 1);
     return true;
   }
 
   prefilled(id: number): boolean {
-    const e = this.#entries.get(id);
+    const e = this.entryByRank.get(id);
     if (!e || e.prefillBlocks === 0) return false;
-    this.#totals.prefillDone(e);
+    this.totals.prefillDone(e);
     this.parent?.prefillDone(e);
     e.prefillBlocks = 0;
     return true;
   }
 
   remove(id: number): boolean {
-    const e = this.#entries.get(id);
+    const e = this.entryByRank.get(id);
     if (!e) return false;
-    this.#entries.delete(id);
-    this.#totals.add(e, -1);
+    this.entryByRank.delete(id);
+    this.totals.add(e, -1);
     this.parent?.add(e, -1);
     return true;
   }
 
   clear(): void {
-    for (const id of [...this.#entries.keys()]) this.remove(id);
+    for (const id of [...this.entryByRank.keys()]) this.remove(id);
   }
 
   get size(): number {
-    return this.#entries.size;
+    return this.entryByRank.size;
   }
 
   entries(): IterableIterator<[number, Readonly<LoadEntry>]> {
-    return this.#entries.entries();
+    return this.entryByRank.entries();
   }
 
   blocks(workerKey: string): number {
-    return this.#totals.blocks(workerKey);
+    return this.totals.blocks(workerKey);
   }
 
   requests(workerKey: string): number {
-    return this.#totals.requests(workerKey);
+    return this.totals.requests(workerKey);
   }
 
   prefillBlocks(workerKey: string): number {
-    return this.#totals.prefillBlocks(workerKey);
+    return this.totals.prefillBlocks(workerKey);
   }
 }
 
@@ -136,60 +136,60 @@ export type LoadChange =
 
 /** This replica's own routing decisions. */
 export class ActiveLoad implements LoadView {
-  readonly #table = new LoadTable();
-  readonly #observers: ((c: LoadChange) => void)[] = [];
-  #nextId = 1;
+  private readonly table = new LoadTable();
+  private readonly observers: ((c: LoadChange) => void)[] = [];
+  private nextId = 1;
 
   acquire(workerKey: string, blocks: number, prefillBlocks = 0): Lease {
-    const id = this.#nextId++;
+    const id = this.nextId++;
     const entry: LoadEntry = { workerKey, blocks, prefillBlocks };
-    this.#table.add(id, entry);
-    this.#emit({ kind: "added", id, entry });
+    this.table.add(id, entry);
+    this.emit({ kind: "added", id, entry });
     let released = false;
     return {
       id,
       workerKey,
       blocks,
       prefilled: () => {
-        if (!released && this.#table.prefilled(id)) this.#emit({ kind: "prefilled", id });
+        if (!released && this.table.prefilled(id)) this.emit({ kind: "prefilled", id });
       },
       release: () => {
         if (released) return;
         released = true;
-        this.#table.remove(id);
-        this.#emit({ kind: "freed", id });
+        this.table.remove(id);
+        this.emit({ kind: "freed", id });
       },
     };
   }
 
   /** Told of every change, in order (replica-agg's publisher). */
   observe(cb: (c: LoadChange) => void): void {
-    this.#observers.push(cb);
+    this.observers.push(cb);
   }
 
   /** The requests in flight now, for a full snapshot. */
   entries(): IterableIterator<[number, Readonly<LoadEntry>]> {
-    return this.#table.entries();
+    return this.table.entries();
   }
 
   blocks(workerKey: string): number {
-    return this.#table.blocks(workerKey);
+    return this.table.blocks(workerKey);
   }
 
   requests(workerKey: string): number {
-    return this.#table.requests(workerKey);
+    return this.table.requests(workerKey);
   }
 
   prefillBlocks(workerKey: string): number {
-    return this.#table.prefillBlocks(workerKey);
+    return this.table.prefillBlocks(workerKey);
   }
 
   get inflight(): number {
-    return this.#table.size;
+    return this.table.size;
   }
 
-  #emit(c: LoadChange): void {
-    for (const cb of this.#observers) cb(c);
+  private emit(c: LoadChange): void {
+    for (const cb of this.observers) cb(c);
   }
 }
 

@@ -83,38 +83,38 @@ export type PickerDeps = {
 };
 
 export class Picker {
-  readonly #list = new MatchList();
+  private readonly list = new MatchList();
   /** Overlap by worker key for the pick in progress (cleared and refilled: no Map per request). */
-  readonly #overlaps = new Map<string, number>();
+  private readonly overlaps = new Map<string, number>();
 
-  readonly #deps: PickerDeps;
+  private readonly deps: PickerDeps;
 
   constructor(deps: PickerDeps) {
-    this.#deps = deps;
+    this.deps = deps;
   }
 
   /** Pure decision: records no load (the caller acquires a lease for a real routing). */
   pick(req: PickRequest): Decision {
-    const indexer = this.#deps.indexers.lookup(req.model);
+    const indexer = this.deps.indexers.lookup(req.model);
     if (!indexer) return { kind: "no_endpoint", reason: "unknown_model" };
-    const candidates = this.#deps.candidates();
+    const candidates = this.deps.candidates();
     if (candidates.length === 0) return { kind: "no_endpoint", reason: "no_workers" };
 
     // The request path allocates no match Maps: findMatchesInto fills the reused list, read here at once.
-    const requestBlocks = this.#matchInto(indexer, req.tokens, this.#identity(req.model, req.cacheSalt));
-    const overlaps = this.#overlaps;
+    const requestBlocks = this.matchInto(indexer, req.tokens, this.identity(req.model, req.cacheSalt));
+    const overlaps = this.overlaps;
     overlaps.clear();
-    const list = this.#list;
+    const list = this.list;
     for (let i = 0; i < list.count; i++) overlaps.set(list.keys[i]!, list.scores[i]!);
     const known: Known[] = candidates.map((ref) => ({
       ref,
       endpoint: ref.endpoint,
       overlap: overlaps.get(ref.key) ?? 0,
-      activeBlocks: this.#deps.load.blocks(ref.key),
-      waiting: this.#deps.workerMetrics(ref.endpoint)?.waiting ?? 0,
+      activeBlocks: this.deps.load.blocks(ref.key),
+      waiting: this.deps.workerMetrics(ref.endpoint)?.waiting ?? 0,
     }));
-    const o = this.#deps.options;
-    const latency = this.#deps.latency;
+    const o = this.deps.options;
+    const latency = this.deps.latency;
     const bs = indexer.blockSize;
     const ttft = (c: Known) => latency.predictTtftMs(c.ref.key, Math.max(req.tokens.length - c.overlap * bs, 0), c.waiting);
     const d = decide({
@@ -123,7 +123,7 @@ export class Picker {
       subset: req.subset,
       weights: o,
       queueThreshold: o.queueThreshold,
-      random: this.#deps.random ?? Math.random,
+      random: this.deps.random ?? Math.random,
       latency: o.cost === "latency" ? ttft : undefined,
     });
     if (d.kind === "none") return { kind: "no_endpoint", reason: d.reason };
@@ -149,24 +149,24 @@ export class Picker {
 
   /** Overlap per worker for the request's tokens, read-only (POST /score). */
   score(model: string | undefined, tokens: Uint32Array, cacheSalt?: string): (Match & { indexer: Indexer }) | undefined {
-    const indexer = this.#deps.indexers.lookup(model);
+    const indexer = this.deps.indexers.lookup(model);
     if (!indexer) return undefined;
-    const requestBlocks = this.#matchInto(indexer, tokens, this.#identity(model, cacheSalt));
-    return { indexer, requestBlocks, ...this.#list.toMaps() };
+    const requestBlocks = this.matchInto(indexer, tokens, this.identity(model, cacheSalt));
+    return { indexer, requestBlocks, ...this.list.toMaps() };
   }
 
-  #identity(model: string | undefined, cacheSalt: string | undefined): Identity {
-    return { loraName: this.#deps.indexers.adapterOf?.(model) ?? null, cacheSalt };
+  private identity(model: string | undefined, cacheSalt: string | undefined): Identity {
+    return { loraName: this.deps.indexers.adapterOf?.(model) ?? null, cacheSalt };
   }
 
   /** Fills the reused MatchList (valid until the next call); returns the request's full blocks. */
-  #matchInto(indexer: Indexer, tokens: Uint32Array, id: Identity): number {
+  private matchInto(indexer: Indexer, tokens: Uint32Array, id: Identity): number {
     const n = Math.floor(tokens.length / indexer.blockSize);
     // vLLM's extra keys (the adapter on every block, the salt on block 0), as the stored events carry them.
     const extras = id.loraName || id.cacheSalt ? requestBlockExtras(n, indexer.blockSize, { loraName: id.loraName, cacheSalt: id.cacheSalt }) : undefined;
     // hashed inside the index's module, where the query runs
-    if (n > 0) indexer.index.findMatchesInto({ tokenIds: tokens, extras }, this.#list);
-    else this.#list.count = 0;
+    if (n > 0) indexer.index.findMatchesInto({ tokenIds: tokens, extras }, this.list);
+    else this.list.count = 0;
     return n;
   }
 }

@@ -62,19 +62,19 @@ const DETAILS_NULL_RE = /"prompt_tokens_details"\s*:\s*null/;
 
 class Ring<T> {
   readonly items: T[] = [];
-  #next = 0;
+  private next = 0;
   push(v: T): void {
     if (this.items.length < WINDOW) this.items.push(v);
-    else this.items[this.#next] = v;
-    this.#next = (this.#next + 1) % WINDOW;
+    else this.items[this.next] = v;
+    this.next = (this.next + 1) % WINDOW;
   }
 }
 
 export class RoutingQuality {
-  readonly #samples = new Map<string, Ring<Sample>>();
-  readonly #ttfts = new Map<string, Ring<number>>();
+  private readonly samples = new Map<string, Ring<Sample>>();
+  private readonly ttfts = new Map<string, Ring<number>>();
   /** Workers that have reported prompt_tokens_details at least once (vLLM's --enable-prompt-tokens-details). */
-  readonly #reportsDetails = new Set<string>();
+  private readonly reportsDetails = new Set<string>();
 
   constructor(
     private readonly metrics: Metrics,
@@ -88,8 +88,8 @@ export class RoutingQuality {
   }
 
   accuracy(workerKey: string): WorkerAccuracy {
-    const s = this.#samples.get(workerKey)?.items ?? [];
-    const t = this.#ttfts.get(workerKey)?.items ?? [];
+    const s = this.samples.get(workerKey)?.items ?? [];
+    const t = this.ttfts.get(workerKey)?.items ?? [];
     const mis = s.filter((x) => x.mispredicted).length;
     return {
       samples: s.length,
@@ -102,11 +102,11 @@ export class RoutingQuality {
 
   /** The worker's response said how many prompt tokens it found cached (or, by a null, none). */
   recordActual(p: Prediction, actual: number | "none"): void {
-    if (actual !== "none") this.#reportsDetails.add(p.workerKey);
+    if (actual !== "none") this.reportsDetails.add(p.workerKey);
     // vLLM writes prompt_tokens_details only when it found something cached (null on a miss), and not
     // at all without --enable-prompt-tokens-details: a null counts as 0 only from a worker that has
     // shown it reports the details.
-    else if (!this.#reportsDetails.has(p.workerKey)) return;
+    else if (!this.reportsDetails.has(p.workerKey)) return;
     const cached = actual === "none" ? 0 : actual;
     const error = p.predictedCachedTokens - cached;
     const mispredicted = Math.abs(error) > p.blockSize;
@@ -114,12 +114,12 @@ export class RoutingQuality {
     this.metrics.cachedTokensError.observe(error);
     this.metrics.cachedTokensPredictions.inc(labels);
     if (mispredicted) this.metrics.cachedTokensMispredictions.inc(labels);
-    ring(this.#samples, p.workerKey).push({ absError: Math.abs(error), mispredicted });
+    ring(this.samples, p.workerKey).push({ absError: Math.abs(error), mispredicted });
   }
 
   recordTtft(p: Prediction, ttftMs: number, cachedTokens: number | undefined): void {
     this.metrics.observedTtft.observe({ worker: p.workerId, dp_rank: String(p.dpRank) }, ttftMs / 1000);
-    ring(this.#ttfts, p.workerKey).push(ttftMs);
+    ring(this.ttfts, p.workerKey).push(ttftMs);
     const uncachedTokens = Math.max(p.promptTokens - (cachedTokens ?? p.predictedCachedTokens), 0);
     this.latency?.observe({ workerKey: p.workerKey, ttftMs, uncachedTokens, waiting: p.waiting });
   }
@@ -136,13 +136,13 @@ function ring<T>(m: Map<string, Ring<T>>, key: string): Ring<T> {
  * number split between two chunks is read whole: O(bytes), no buffering of the response.
  */
 export class ResponseWatch {
-  #streamed = false;
-  #firstBodyAt: number | undefined;
-  #carry = "";
-  #cached: number | undefined;
-  #prompt: number | undefined;
-  #detailsNull = false;
-  #done = false;
+  private streamed = false;
+  private firstBodyAt: number | undefined;
+  private carry = "";
+  private cached: number | undefined;
+  private prompt: number | undefined;
+  private detailsNull = false;
+  private done = false;
 
   constructor(
     private readonly quality: RoutingQuality,
@@ -152,31 +152,31 @@ export class ResponseWatch {
 
   /** Response headers: an SSE stream's first body chunk is its first token (a JSON body comes whole). */
   headers(contentType: string | undefined): void {
-    this.#streamed = contentType?.startsWith("text/event-stream") === true;
+    this.streamed = contentType?.startsWith("text/event-stream") === true;
   }
 
   /** A response body chunk, as the data plane passed it. */
   body(chunk: Uint8Array, now = performance.now()): void {
-    if (this.#firstBodyAt === undefined && chunk.length > 0) this.#firstBodyAt = now;
+    if (this.firstBodyAt === undefined && chunk.length > 0) this.firstBodyAt = now;
     if (chunk.length === 0) return;
-    const text = this.#carry + Buffer.from(chunk.buffer, chunk.byteOffset, chunk.byteLength).toString("latin1");
-    this.#cached = lastNumber(CACHED_RE, text) ?? this.#cached;
-    this.#prompt = lastNumber(PROMPT_RE, text) ?? this.#prompt;
-    if (DETAILS_NULL_RE.test(text)) this.#detailsNull = true;
-    this.#carry = text.length > CARRY ? text.slice(text.length - CARRY) : text;
+    const text = this.carry + Buffer.from(chunk.buffer, chunk.byteOffset, chunk.byteLength).toString("latin1");
+    this.cached = lastNumber(CACHED_RE, text) ?? this.cached;
+    this.prompt = lastNumber(PROMPT_RE, text) ?? this.prompt;
+    if (DETAILS_NULL_RE.test(text)) this.detailsNull = true;
+    this.carry = text.length > CARRY ? text.slice(text.length - CARRY) : text;
   }
 
   /** The response ended (or the stream broke): record what it told (idempotent). */
   end(): void {
-    if (this.#done) return;
-    this.#done = true;
+    if (this.done) return;
+    this.done = true;
     const p = this.prediction;
     // Only a response that carried usage says anything about the cache.
-    if (this.#cached !== undefined) this.quality.recordActual(p, this.#cached);
-    else if (this.#prompt !== undefined && this.#detailsNull) this.quality.recordActual(p, "none");
-    if (this.#streamed && this.#firstBodyAt !== undefined) {
-      const cached = this.#cached ?? (this.#prompt !== undefined && this.#detailsNull ? 0 : undefined);
-      this.quality.recordTtft(p, this.#firstBodyAt - this.decidedAt, cached);
+    if (this.cached !== undefined) this.quality.recordActual(p, this.cached);
+    else if (this.prompt !== undefined && this.detailsNull) this.quality.recordActual(p, "none");
+    if (this.streamed && this.firstBodyAt !== undefined) {
+      const cached = this.cached ?? (this.prompt !== undefined && this.detailsNull ? 0 : undefined);
+      this.quality.recordTtft(p, this.firstBodyAt - this.decidedAt, cached);
     }
   }
 }

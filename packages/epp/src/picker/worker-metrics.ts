@@ -73,12 +73,12 @@ export function scrapeTargets(spec: { id: string; address: string; servers?: rea
 
 export class WorkerMetricsScraper {
   /** By endpoint: each API server's own queue. */
-  readonly #latest = new Map<string, WorkerMetrics>();
+  private readonly latest = new Map<string, WorkerMetrics>();
   /** num_gpu_blocks per worker and engine (from all its API servers): fixed for a worker's life, so kept across failed scrapes. */
-  readonly #gpuBlocks = new Map<string, Map<number, number>>();
-  #targets: ScrapeTarget[] = [];
-  #timer: ReturnType<typeof setInterval> | undefined;
-  #running = false;
+  private readonly gpuBlocksByWorker = new Map<string, Map<number, number>>();
+  private targets: ScrapeTarget[] = [];
+  private timer: ReturnType<typeof setInterval> | undefined;
+  private running = false;
 
   constructor(
     private readonly opts: {
@@ -90,16 +90,16 @@ export class WorkerMetricsScraper {
   ) {}
 
   setTargets(targets: ScrapeTarget[]): void {
-    this.#targets = targets;
+    this.targets = targets;
     const endpoints = new Set(targets.map((t) => t.endpoint));
     const ids = new Set(targets.map((t) => t.workerId));
-    for (const e of this.#latest.keys()) if (!endpoints.has(e)) this.#latest.delete(e);
-    for (const id of this.#gpuBlocks.keys()) if (!ids.has(id)) this.#gpuBlocks.delete(id);
+    for (const e of this.latest.keys()) if (!endpoints.has(e)) this.latest.delete(e);
+    for (const id of this.gpuBlocksByWorker.keys()) if (!ids.has(id)) this.gpuBlocksByWorker.delete(id);
   }
 
   /** The last good scrape of the API server at `endpoint` (a candidate's endpoint). */
   get(endpoint: string): WorkerMetrics | undefined {
-    return this.#latest.get(endpoint);
+    return this.latest.get(endpoint);
   }
 
   /**
@@ -107,48 +107,48 @@ export class WorkerMetricsScraper {
    * series when the worker exports one (one engine per pod, whatever its DP rank). Undefined until scraped.
    */
   gpuBlocks(workerId: string, dpRank: number): number | undefined {
-    const byEngine = this.#gpuBlocks.get(workerId);
+    const byEngine = this.gpuBlocksByWorker.get(workerId);
     if (byEngine === undefined) return undefined;
     return byEngine.get(dpRank) ?? (byEngine.size === 1 ? byEngine.values().next().value : undefined);
   }
 
   start(): void {
-    if (this.opts.intervalMs <= 0 || this.#timer) return;
-    this.#timer = setInterval(() => void this.scrapeOnce(), this.opts.intervalMs);
-    this.#timer.unref?.();
+    if (this.opts.intervalMs <= 0 || this.timer) return;
+    this.timer = setInterval(() => void this.scrapeOnce(), this.opts.intervalMs);
+    this.timer.unref?.();
     void this.scrapeOnce();
   }
 
   async scrapeOnce(): Promise<void> {
-    if (this.#running) return; // a slow worker must not pile up overlapping rounds
-    this.#running = true;
+    if (this.running) return; // a slow worker must not pile up overlapping rounds
+    this.running = true;
     try {
       await Promise.all(
-        this.#targets.map(async (t) => {
+        this.targets.map(async (t) => {
           try {
             const res = await fetch(t.url, { signal: AbortSignal.timeout(this.opts.timeoutMs ?? 2000) });
             if (!res.ok) throw new Error(`HTTP ${res.status}`);
             const m = parseVllmMetrics(await res.text());
-            this.#latest.set(t.endpoint, m);
+            this.latest.set(t.endpoint, m);
             if (m.gpuBlocks.size > 0) {
-              const byEngine = this.#gpuBlocks.get(t.workerId) ?? new Map<number, number>();
+              const byEngine = this.gpuBlocksByWorker.get(t.workerId) ?? new Map<number, number>();
               for (const [engine, blocks] of m.gpuBlocks) byEngine.set(engine, blocks);
-              this.#gpuBlocks.set(t.workerId, byEngine);
+              this.gpuBlocksByWorker.set(t.workerId, byEngine);
             }
             this.opts.onSuccess?.(t.workerId);
           } catch (err) {
-            this.#latest.delete(t.endpoint);
+            this.latest.delete(t.endpoint);
             this.opts.onError(t.workerId, err);
           }
         }),
       );
     } finally {
-      this.#running = false;
+      this.running = false;
     }
   }
 
   stop(): void {
-    if (this.#timer) clearInterval(this.#timer);
-    this.#timer = undefined;
+    if (this.timer) clearInterval(this.timer);
+    this.timer = undefined;
   }
 }

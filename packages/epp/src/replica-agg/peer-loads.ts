@@ -35,35 +35,35 @@ export type PeerStatus = {
 
 export class PeerLoads implements LoadView {
   readonly totals = new WorkerTotals();
-  readonly #peers = new Map<string, PeerState>();
+  private readonly peers = new Map<string, PeerState>();
 
   constructor(private readonly selfReplica: string) {}
 
   /** A peer from discovery; it contributes nothing until it is heard. */
   add(peer: string): void {
-    if (!this.#peers.has(peer)) this.#peers.set(peer, { kind: "waiting" });
+    if (!this.peers.has(peer)) this.peers.set(peer, { kind: "waiting" });
   }
 
   /** A peer that left discovery: its load is dropped and it is forgotten. Returns the requests dropped. */
   remove(peer: string): number {
     const n = this.drop(peer);
-    this.#peers.delete(peer);
+    this.peers.delete(peer);
     return n;
   }
 
   /** Drops a peer's load (it is followed again from its next message). Returns the requests dropped. */
   drop(peer: string): number {
-    const s = this.#peers.get(peer);
+    const s = this.peers.get(peer);
     if (!s || s.kind !== "following") return 0;
     const n = s.table.size;
     s.table.clear();
-    this.#peers.set(peer, { kind: "waiting", lastReplica: s.replica });
+    this.peers.set(peer, { kind: "waiting", lastReplica: s.replica });
     return n;
   }
 
   receive(peer: string, m: AggMessage, now: number): Receipt {
     if (m.replica === this.selfReplica) return { kind: "self" };
-    let s = this.#peers.get(peer);
+    let s = this.peers.get(peer);
     let via: "baseline" | "in_order" | "gap" | "restart" = "in_order";
     let missed = 0;
     let previous: string | undefined;
@@ -72,7 +72,7 @@ export class PeerLoads implements LoadView {
       via = previous !== undefined && previous !== m.replica ? "restart" : "baseline";
       if (s?.kind === "following") s.table.clear();
       s = { kind: "following", replica: m.replica, nextSeq: m.seq, exact: false, snapshotAt: now, table: new LoadTable(this.totals) };
-      this.#peers.set(peer, s);
+      this.peers.set(peer, s);
     } else if (m.seq < s.nextSeq) {
       return { kind: "duplicate" };
     } else if (m.seq > s.nextSeq) {
@@ -99,7 +99,7 @@ export class PeerLoads implements LoadView {
   /** Drops every followed peer whose last snapshot is older than `timeoutMs`; returns them. */
   sweep(now: number, timeoutMs: number): { peer: string; requests: number; silentMs: number }[] {
     const dropped = [];
-    for (const [peer, s] of this.#peers) {
+    for (const [peer, s] of this.peers) {
       if (s.kind !== "following" || now - s.snapshotAt <= timeoutMs) continue;
       dropped.push({ peer, requests: this.drop(peer), silentMs: now - s.snapshotAt });
     }
@@ -107,7 +107,7 @@ export class PeerLoads implements LoadView {
   }
 
   status(): PeerStatus[] {
-    return [...this.#peers].map(([peer, s]) =>
+    return [...this.peers].map(([peer, s]) =>
       s.kind === "following"
         ? { peer, state: s.kind, replica: s.replica, exact: s.exact, requests: s.table.size }
         : { peer, state: s.kind, exact: false, requests: 0 },
@@ -117,7 +117,7 @@ export class PeerLoads implements LoadView {
   /** Requests attributed to peers, over all workers. */
   get requestCount(): number {
     let n = 0;
-    for (const s of this.#peers.values()) if (s.kind === "following") n += s.table.size;
+    for (const s of this.peers.values()) if (s.kind === "following") n += s.table.size;
     return n;
   }
 

@@ -22,8 +22,8 @@ export type SubscriberEvents = {
 type Link = { sub: SubSocket; connected: boolean; warnedMalformed: boolean; removed: boolean };
 
 export class AggSubscribers {
-  readonly #links = new Map<string, Link>();
-  readonly #timer: ReturnType<typeof setInterval>;
+  private readonly links = new Map<string, Link>();
+  private readonly timer: ReturnType<typeof setInterval>;
 
   constructor(
     private readonly opts: {
@@ -37,44 +37,44 @@ export class AggSubscribers {
     },
   ) {
     // Sweeping at a quarter of the timeout bounds how late a silent peer is dropped.
-    this.#timer = setInterval(() => this.#sweep(), Math.max(10, Math.floor(opts.timeoutMs / 4)));
-    this.#timer.unref?.();
+    this.timer = setInterval(() => this.sweep(), Math.max(10, Math.floor(opts.timeoutMs / 4)));
+    this.timer.unref?.();
   }
 
   reconcile(desired: readonly AggPeer[]): void {
     const want = new Map(desired.map((s) => [s.id, s]));
-    for (const id of [...this.#links.keys()]) if (!want.has(id)) this.#remove(id);
-    for (const s of desired) if (!this.#links.has(s.id)) this.#add(s);
+    for (const id of [...this.links.keys()]) if (!want.has(id)) this.remove(id);
+    for (const s of desired) if (!this.links.has(s.id)) this.add(s);
   }
 
   /** Peers with a live session. */
   get connected(): number {
     let n = 0;
-    for (const l of this.#links.values()) if (l.connected) n++;
+    for (const l of this.links.values()) if (l.connected) n++;
     return n;
   }
 
   get known(): number {
-    return this.#links.size;
+    return this.links.size;
   }
 
   async close(): Promise<void> {
-    clearInterval(this.#timer);
-    for (const l of this.#links.values()) l.removed = true; // shutting down: no "connection lost" per peer
-    const subs = [...this.#links.values()].map((l) => l.sub);
-    this.#links.clear();
+    clearInterval(this.timer);
+    for (const l of this.links.values()) l.removed = true; // shutting down: no "connection lost" per peer
+    const subs = [...this.links.values()].map((l) => l.sub);
+    this.links.clear();
     await Promise.allSettled(subs.map((s) => s.close()));
   }
 
-  #now(): number {
+  private now(): number {
     return (this.opts.now ?? Date.now)();
   }
 
-  #add(s: AggPeer): void {
+  private add(s: AggPeer): void {
     const { state, log, events } = this.opts;
     const sub = new SubSocket({ logger: log, reconnectMaxMs: this.opts.reconnectMaxMs ?? 1000 });
     const link: Link = { sub, connected: false, warnedMalformed: false, removed: false };
-    this.#links.set(s.id, link);
+    this.links.set(s.id, link);
     state.add(s.id);
     sub.subscribe(AGG_TOPIC);
     sub.onPeer((up) => {
@@ -101,7 +101,7 @@ export class AggSubscribers {
         return;
       }
       events.received(m, payload.length);
-      const r = state.receive(s.id, m, this.#now());
+      const r = state.receive(s.id, m, this.now());
       switch (r.kind) {
         case "self":
           return;
@@ -123,9 +123,9 @@ export class AggSubscribers {
     log.info({ peer: s.id, endpoint: s.endpoint }, "replica-agg: peer added");
   }
 
-  #remove(id: string): void {
-    const link = this.#links.get(id)!;
-    this.#links.delete(id);
+  private remove(id: string): void {
+    const link = this.links.get(id)!;
+    this.links.delete(id);
     link.removed = true;
     const n = this.opts.state.remove(id);
     void link.sub.close();
@@ -133,8 +133,8 @@ export class AggSubscribers {
     this.opts.log.info({ peer: id, requests: n }, "replica-agg: peer removed, its load dropped");
   }
 
-  #sweep(): void {
-    for (const d of this.opts.state.sweep(this.#now(), this.opts.timeoutMs)) {
+  private sweep(): void {
+    for (const d of this.opts.state.sweep(this.now(), this.opts.timeoutMs)) {
       this.opts.events.dropped("timeout", d.requests);
       this.opts.log.warn({ peer: d.peer, requests: d.requests, ms: d.silentMs }, "replica-agg: peer silent past the timeout, its load dropped");
     }

@@ -8,17 +8,17 @@ import { AGG_TOPIC, encodeAggMessage, entryOf, opOf, type AggMessage, type AggOp
 
 /** Numbers this replica's messages: one replica id per process start, seq +1 per message from 0. */
 export class AggOutbox {
-  #seq = 0;
+  private seq = 0;
 
   constructor(readonly replica: string) {}
 
   delta(ops: AggOp[]): AggMessage {
-    return { kind: "delta", replica: this.replica, seq: this.#seq++, ops };
+    return { kind: "delta", replica: this.replica, seq: this.seq++, ops };
   }
 
   snapshot(load: ActiveLoad): AggMessage {
     const entries = [...load.entries()].map(([id, e]) => entryOf(id, e));
-    return { kind: "snapshot", replica: this.replica, seq: this.#seq++, entries };
+    return { kind: "snapshot", replica: this.replica, seq: this.seq++, entries };
   }
 }
 
@@ -30,11 +30,11 @@ export function newReplicaId(): string {
 const TOPIC = new TextEncoder().encode(AGG_TOPIC);
 
 export class AggPublisher {
-  readonly #outbox: AggOutbox;
-  #pending: AggOp[] = [];
-  #flushScheduled = false;
-  #timer: ReturnType<typeof setInterval> | undefined;
-  #closed = false;
+  private readonly outbox: AggOutbox;
+  private pending: AggOp[] = [];
+  private flushScheduled = false;
+  private timer: ReturnType<typeof setInterval> | undefined;
+  private closed = false;
 
   private constructor(
     private readonly pub: PubSocket,
@@ -42,17 +42,17 @@ export class AggPublisher {
     private readonly opts: { load: ActiveLoad; heartbeatMs: number; onSent: (m: AggMessage, bytes: number) => void },
     replica: string,
   ) {
-    this.#outbox = new AggOutbox(replica);
+    this.outbox = new AggOutbox(replica);
     opts.load.observe((c) => {
-      if (this.#closed) return;
-      this.#pending.push(opOf(c));
-      if (this.#flushScheduled) return;
-      this.#flushScheduled = true;
+      if (this.closed) return;
+      this.pending.push(opOf(c));
+      if (this.flushScheduled) return;
+      this.flushScheduled = true;
       // One message per event-loop turn: a burst of picks costs one send, and the delay is sub-ms.
-      setImmediate(() => this.#flush());
+      setImmediate(() => this.flush());
     });
-    this.#timer = setInterval(() => this.heartbeat(), opts.heartbeatMs);
-    this.#timer.unref?.();
+    this.timer = setInterval(() => this.heartbeat(), opts.heartbeatMs);
+    this.timer.unref?.();
   }
 
   static async bind(o: {
@@ -71,7 +71,7 @@ export class AggPublisher {
   }
 
   get replica(): string {
-    return this.#outbox.replica;
+    return this.outbox.replica;
   }
 
   get subscribers(): number {
@@ -85,20 +85,20 @@ export class AggPublisher {
 
   /** Sends pending deltas, then the whole active set. */
   heartbeat(): void {
-    if (this.#closed) return;
-    this.#flush();
-    this.#send(this.#outbox.snapshot(this.opts.load));
+    if (this.closed) return;
+    this.flush();
+    this.send(this.outbox.snapshot(this.opts.load));
   }
 
-  #flush(): void {
-    this.#flushScheduled = false;
-    if (this.#pending.length === 0 || this.#closed) return;
-    const ops = this.#pending;
-    this.#pending = [];
-    this.#send(this.#outbox.delta(ops));
+  private flush(): void {
+    this.flushScheduled = false;
+    if (this.pending.length === 0 || this.closed) return;
+    const ops = this.pending;
+    this.pending = [];
+    this.send(this.outbox.delta(ops));
   }
 
-  #send(m: AggMessage): void {
+  private send(m: AggMessage): void {
     const payload = encodeAggMessage(m);
     // Sent (and numbered) even with no subscriber: a subscriber's first message is its baseline.
     this.pub.send([TOPIC, payload]);
@@ -106,9 +106,9 @@ export class AggPublisher {
   }
 
   async close(): Promise<void> {
-    if (this.#closed) return;
-    this.#closed = true;
-    clearInterval(this.#timer);
+    if (this.closed) return;
+    this.closed = true;
+    clearInterval(this.timer);
     await this.pub.close();
   }
 }

@@ -62,17 +62,17 @@ export type RegistryOptions = {
 };
 
 export class WorkerRegistry {
-  readonly #entries = new Map<string, Entry>();
+  private readonly entries = new Map<string, Entry>();
   /** Workers whose model server stopped answering (see markDown): listed, but not routable. */
-  readonly #down = new Set<string>();
+  private readonly down = new Set<string>();
   /** Down workers whose blocks were dropped (see markDown). */
-  readonly #blocksDropped = new Set<string>();
-  #candidates: Candidate[] = [];
-  #sink: Sink | undefined;
-  readonly #opts: RegistryOptions;
+  private readonly blocksDropped = new Set<string>();
+  private candidateList: Candidate[] = [];
+  private sink: Sink | undefined;
+  private readonly opts: RegistryOptions;
 
   constructor(opts: RegistryOptions) {
-    this.#opts = opts;
+    this.opts = opts;
   }
 
   /**
@@ -84,22 +84,22 @@ export class WorkerRegistry {
   reconcile(desired: WorkerSpec[]): void {
     const want = new Map(desired.map((s) => [s.id, s]));
     let changed = false;
-    for (const [id, entry] of this.#entries) {
+    for (const [id, entry] of this.entries) {
       const next = want.get(id);
       if (!next) {
-        this.#remove(id, entry);
+        this.remove(id, entry);
         changed = true;
-      } else if (this.#guard(id, () => this.#update(entry, next))) changed = true;
+      } else if (this.guard(id, () => this.update(entry, next))) changed = true;
     }
     for (const spec of desired) {
-      if (this.#entries.has(spec.id)) continue;
-      if (this.#guard(spec.id, () => (this.#add(spec), true))) changed = true;
+      if (this.entries.has(spec.id)) continue;
+      if (this.guard(spec.id, () => (this.add(spec), true))) changed = true;
     }
     if (!changed) return;
-    for (const id of this.#down) if (!this.#entries.has(id)) this.#down.delete(id);
-    for (const id of this.#blocksDropped) if (!this.#entries.has(id)) this.#blocksDropped.delete(id);
-    this.#rebuild();
-    this.#opts.onChanged?.(this.specs());
+    for (const id of this.down) if (!this.entries.has(id)) this.down.delete(id);
+    for (const id of this.blocksDropped) if (!this.entries.has(id)) this.blocksDropped.delete(id);
+    this.rebuild();
+    this.opts.onChanged?.(this.specs());
   }
 
   /**
@@ -110,29 +110,29 @@ export class WorkerRegistry {
    * goes away later is noticed then.
    */
   markDown(workerId: string): void {
-    const e = this.#entries.get(workerId);
+    const e = this.entries.get(workerId);
     if (!e) return;
-    if (!this.#down.has(workerId)) {
-      this.#down.add(workerId);
-      this.#rebuild();
-      this.#opts.log.warn({ worker: workerId }, "worker down: not routable");
+    if (!this.down.has(workerId)) {
+      this.down.add(workerId);
+      this.rebuild();
+      this.opts.log.warn({ worker: workerId }, "worker down: not routable");
     }
-    if (this.#blocksDropped.has(workerId) || [...e.listeners.values()].some((l) => l.connected)) return;
-    this.#blocksDropped.add(workerId);
-    for (const r of e.listeners.keys()) this.#opts.onRemoved({ workerId, dpRank: r });
-    this.#opts.log.warn({ worker: workerId }, "worker down and its KV publisher gone: blocks dropped");
+    if (this.blocksDropped.has(workerId) || [...e.listeners.values()].some((l) => l.connected)) return;
+    this.blocksDropped.add(workerId);
+    for (const r of e.listeners.keys()) this.opts.onRemoved({ workerId, dpRank: r });
+    this.opts.log.warn({ worker: workerId }, "worker down and its KV publisher gone: blocks dropped");
   }
 
   markUp(workerId: string): void {
-    this.#blocksDropped.delete(workerId);
-    if (!this.#down.delete(workerId)) return;
-    this.#rebuild();
-    this.#opts.log.info({ worker: workerId }, "worker back up");
+    this.blocksDropped.delete(workerId);
+    if (!this.down.delete(workerId)) return;
+    this.rebuild();
+    this.opts.log.info({ worker: workerId }, "worker back up");
   }
 
-  #rebuild(): void {
-    this.#candidates = [...this.#entries.values()]
-      .filter(({ spec }) => !this.#down.has(spec.id))
+  private rebuild(): void {
+    this.candidateList = [...this.entries.values()]
+      .filter(({ spec }) => !this.down.has(spec.id))
       .flatMap(({ spec, listeners }) =>
         [...listeners.keys()].map((r) => ({ key: workerKeyOf(spec.id, r), workerId: spec.id, dpRank: r, ...serving(spec, r, listeners.size) })),
       );
@@ -143,41 +143,41 @@ export class WorkerRegistry {
    * Called after recovery so buffered live events apply on top of the dump.
    */
   attach(sink: Sink): void {
-    this.#sink = sink;
-    for (const e of this.#entries.values()) e.listeners.forEach((l, r) => this.#attachOne(e.spec.id, l, r));
+    this.sink = sink;
+    for (const e of this.entries.values()) e.listeners.forEach((l, r) => this.attachOne(e.spec.id, l, r));
   }
 
   candidates(): readonly Candidate[] {
-    return this.#candidates;
+    return this.candidateList;
   }
 
   specs(): WorkerSpec[] {
-    return [...this.#entries.values()].map((e) => e.spec);
+    return [...this.entries.values()].map((e) => e.spec);
   }
 
   has(worker: WorkerRef): boolean {
-    const e = this.#entries.get(worker.workerId);
+    const e = this.entries.get(worker.workerId);
     return e !== undefined && e.listeners.has(worker.dpRank);
   }
 
   /** The rank's replay endpoint, as its listener was opened with. */
   replayEndpoint(w: WorkerRef): string | undefined {
-    return this.#entries.get(w.workerId)?.sources.get(w.dpRank)?.replay;
+    return this.entries.get(w.workerId)?.sources.get(w.dpRank)?.replay;
   }
 
   /** The rank's listener counters (gaps, replays, resets...), while it has a listener. */
   listenerCounters(w: WorkerRef): Readonly<KvListenerCounters> | undefined {
-    return this.#entries.get(w.workerId)?.listeners.get(w.dpRank)?.counters;
+    return this.entries.get(w.workerId)?.listeners.get(w.dpRank)?.counters;
   }
 
   connected(workerId: string, dpRank: number): boolean {
-    return this.#entries.get(workerId)?.listeners.get(dpRank)?.connected ?? false;
+    return this.entries.get(workerId)?.listeners.get(dpRank)?.connected ?? false;
   }
 
   /** KV listeners with a live connection to their publisher, over every worker rank. */
   connectedListeners(): number {
     let n = 0;
-    for (const e of this.#entries.values()) for (const l of e.listeners.values()) if (l.connected) n++;
+    for (const e of this.entries.values()) for (const l of e.listeners.values()) if (l.connected) n++;
     return n;
   }
 
@@ -188,7 +188,7 @@ export class WorkerRegistry {
    */
   async waitConnected(timeoutMs: number): Promise<WorkerRef[]> {
     const pending = (): WorkerRef[] =>
-      [...this.#entries.values()].flatMap((e) =>
+      [...this.entries.values()].flatMap((e) =>
         [...e.listeners].filter(([, l]) => !l.connected).map(([dpRank]) => ({ workerId: e.spec.id, dpRank })));
     const deadline = Date.now() + timeoutMs;
     while (pending().length > 0 && Date.now() < deadline) await Bun.sleep(5);
@@ -197,7 +197,7 @@ export class WorkerRegistry {
 
   counters(): ListenerCounters {
     const sum = { gaps: 0, replays: 0, restarts: 0, heartbeatTimeouts: 0, protocolErrors: 0 };
-    for (const e of this.#entries.values())
+    for (const e of this.entries.values())
       for (const l of e.listeners.values()) {
         const c = l.counters as Partial<ListenerCounters> | undefined;
         sum.gaps += c?.gaps ?? 0;
@@ -210,68 +210,68 @@ export class WorkerRegistry {
   }
 
   async close(): Promise<void> {
-    const all = [...this.#entries.values()].flatMap((e) => [...e.listeners.values()]);
-    this.#entries.clear();
-    this.#candidates = [];
+    const all = [...this.entries.values()].flatMap((e) => [...e.listeners.values()]);
+    this.entries.clear();
+    this.candidateList = [];
     await Promise.allSettled(all.map((l) => l.close()));
   }
 
   /** One worker's change that fails (an endpoint no listener can open) is logged; the others still apply. */
-  #guard(workerId: string, f: () => boolean): boolean {
+  private guard(workerId: string, f: () => boolean): boolean {
     try {
       return f();
     } catch (err) {
-      this.#opts.log.error({ worker: workerId, err: String(err) }, "worker not (fully) applied");
+      this.opts.log.error({ worker: workerId, err: String(err) }, "worker not (fully) applied");
       return true;
     }
   }
 
-  #add(spec: WorkerSpec): void {
+  private add(spec: WorkerSpec): void {
     const entry: Entry = { spec, listeners: new Map(), sources: new Map() };
     try {
-      for (const [r, src] of this.#sourcesOf(spec)) this.#open(entry, r, src);
+      for (const [r, src] of this.sourcesOf(spec)) this.open(entry, r, src);
     } catch (err) {
       // No half-opened worker: listeners already started for its other ranks are closed again.
-      for (const r of [...entry.listeners.keys()]) this.#close(spec.id, entry, r);
+      for (const r of [...entry.listeners.keys()]) this.closeRank(spec.id, entry, r);
       throw err;
     }
-    this.#entries.set(spec.id, entry);
-    this.#opts.log.info({ worker: spec.id, address: spec.address, kvEvents: spec.kvEvents, ranks: entry.listeners.size }, "worker added");
+    this.entries.set(spec.id, entry);
+    this.opts.log.info({ worker: spec.id, address: spec.address, kvEvents: spec.kvEvents, ranks: entry.listeners.size }, "worker added");
   }
 
   /** Brings an existing worker to `next`; true when anything visible (ranks, address, metrics) changed. */
-  #update(entry: Entry, next: WorkerSpec): boolean {
+  private update(entry: Entry, next: WorkerSpec): boolean {
     const prev = entry.spec;
     const id = prev.id;
     entry.spec = next;
-    const want = this.#sourcesOf(next);
+    const want = this.sourcesOf(next);
     const closed: number[] = [];
     for (const [r, src] of entry.sources) {
       const w = want.get(r);
       if (w && sameSource(w, src)) continue;
-      this.#close(id, entry, r);
+      this.closeRank(id, entry, r);
       closed.push(r);
     }
     const opened: number[] = [];
     for (const [r, src] of want) {
       if (entry.listeners.has(r)) continue;
-      this.#open(entry, r, src);
+      this.open(entry, r, src);
       opened.push(r);
     }
     const moved = prev.address !== next.address || prev.metricsUrl !== next.metricsUrl || JSON.stringify(prev.servers) !== JSON.stringify(next.servers);
     if (closed.length > 0 || opened.length > 0)
-      this.#opts.log.info({ worker: id, closed, opened, ranks: entry.listeners.size }, "worker ranks changed");
-    if (moved) this.#opts.log.info({ worker: id, address: next.address, metricsUrl: next.metricsUrl }, "worker address updated");
+      this.opts.log.info({ worker: id, closed, opened, ranks: entry.listeners.size }, "worker ranks changed");
+    if (moved) this.opts.log.info({ worker: id, address: next.address, metricsUrl: next.metricsUrl }, "worker address updated");
     return moved || closed.length > 0 || opened.length > 0 || prev.dpSize !== next.dpSize || prev.dpStartRank !== next.dpStartRank;
   }
 
-  #sourcesOf(spec: WorkerSpec): Map<number, OpenedSource> {
+  private sourcesOf(spec: WorkerSpec): Map<number, OpenedSource> {
     return new Map(
-      rankSources(spec).map((s) => [s.dpRank, { kvEvents: s.kvEvents, replay: s.replay || undefined, topic: s.topic ?? this.#opts.topic, bind: s.bind === true }]),
+      rankSources(spec).map((s) => [s.dpRank, { kvEvents: s.kvEvents, replay: s.replay || undefined, topic: s.topic ?? this.opts.topic, bind: s.bind === true }]),
     );
   }
 
-  #open(entry: Entry, dpRank: number, src: OpenedSource): void {
+  private open(entry: Entry, dpRank: number, src: OpenedSource): void {
     const l = new KvEventListener({
       workerId: entry.spec.id,
       dpRank,
@@ -279,36 +279,36 @@ export class WorkerRegistry {
       bind: src.bind,
       replayEndpoint: src.replay,
       topic: src.topic,
-      logger: this.#opts.log,
-      socket: { heartbeat: this.#opts.heartbeat },
-      onMalformed: this.#opts.onMalformed,
+      logger: this.opts.log,
+      socket: { heartbeat: this.opts.heartbeat },
+      onMalformed: this.opts.onMalformed,
     });
     // Started now (subscribe first): until a sink is attached the listener buffers live events.
     l.start();
-    if (this.#sink) this.#attachOne(entry.spec.id, l, dpRank);
+    if (this.sink) this.attachOne(entry.spec.id, l, dpRank);
     entry.listeners.set(dpRank, l);
     entry.sources.set(dpRank, src);
   }
 
   /** Closes one rank's listener and drops that rank's blocks (its source changed or went away). */
-  #close(id: string, entry: Entry, dpRank: number): void {
+  private closeRank(id: string, entry: Entry, dpRank: number): void {
     const l = entry.listeners.get(dpRank);
     entry.listeners.delete(dpRank);
     entry.sources.delete(dpRank);
-    void l?.close().catch((err) => this.#opts.log.warn({ worker: id, rank: dpRank, err: String(err) }, "listener close failed"));
-    this.#opts.onRemoved({ workerId: id, dpRank });
+    void l?.close().catch((err) => this.opts.log.warn({ worker: id, rank: dpRank, err: String(err) }, "listener close failed"));
+    this.opts.onRemoved({ workerId: id, dpRank });
   }
 
-  #attachOne(workerId: string, l: KvEventListener, dpRank: number): void {
-    const sink = this.#sink!;
+  private attachOne(workerId: string, l: KvEventListener, dpRank: number): void {
+    const sink = this.sink!;
     const worker: WorkerRef = { workerId, dpRank };
     l.attach((signal) => sink(worker, signal));
   }
 
-  #remove(id: string, entry: Entry): void {
-    this.#entries.delete(id);
-    for (const r of [...entry.listeners.keys()]) this.#close(id, entry, r);
-    this.#opts.log.info({ worker: id }, "worker removed");
+  private remove(id: string, entry: Entry): void {
+    this.entries.delete(id);
+    for (const r of [...entry.listeners.keys()]) this.closeRank(id, entry, r);
+    this.opts.log.info({ worker: id }, "worker removed");
   }
 }
 

@@ -46,34 +46,34 @@ export type RankStatus = {
 };
 
 export class WorkerSet {
-  readonly #o: WorkerSetOptions;
-  readonly #registry: WorkerRegistry;
-  readonly #scraper: WorkerMetricsScraper;
-  readonly #failedScrapes = new Map<string, number>();
-  #listed: WorkerSpec[] = [];
-  #intents: IntentWorker[] = [];
-  #lastMerge = { unroutable: "[]", aliases: "[]" };
-  #pool: Promise<{ stop(): Promise<void> }> = Promise.resolve({ stop: async () => {} });
-  #intentSource: IntentSource | undefined;
+  private readonly o: WorkerSetOptions;
+  private readonly registry: WorkerRegistry;
+  private readonly scraper: WorkerMetricsScraper;
+  private readonly failedScrapes = new Map<string, number>();
+  private listed: WorkerSpec[] = [];
+  private intents: IntentWorker[] = [];
+  private lastMerge = { unroutable: "[]", aliases: "[]" };
+  private pool: Promise<{ stop(): Promise<void> }> = Promise.resolve({ stop: async () => {} });
+  private intentSource: IntentSource | undefined;
 
   constructor(o: WorkerSetOptions) {
-    this.#o = o;
+    this.o = o;
     const { config: cfg, metrics, log } = o;
-    this.#scraper = new WorkerMetricsScraper({
+    this.scraper = new WorkerMetricsScraper({
       intervalMs: cfg.scrapeIntervalMs,
-      onError: (workerId, err) => this.#scrapeFailed(workerId, err),
+      onError: (workerId, err) => this.scrapeFailed(workerId, err),
       onSuccess: (workerId) => {
-        if (this.#failedScrapes.delete(workerId)) this.#registry.markUp(workerId);
+        if (this.failedScrapes.delete(workerId)) this.registry.markUp(workerId);
       },
     });
-    this.#registry = new WorkerRegistry({
+    this.registry = new WorkerRegistry({
       topic: cfg.kvTopic,
       heartbeat: cfg.kvHeartbeatMs > 0 ? listenerHeartbeat(cfg.kvHeartbeatMs) : undefined,
       log,
       onRemoved: o.onRemoved,
       onMalformed: (kind) => metrics.kvMalformed.inc({ kind }),
       onChanged: (specs) => {
-        this.#scraper.setTargets(specs.flatMap(scrapeTargets));
+        this.scraper.setTargets(specs.flatMap(scrapeTargets));
         metrics.workers.set(specs.reduce((n, s) => n + s.dpSize, 0));
       },
     });
@@ -85,15 +85,15 @@ export class WorkerSet {
    * settled; rejects when `signal` aborts first (shutdown during discovery).
    */
   start(signal: AbortSignal): Promise<void> {
-    const { config: cfg, log, metrics } = this.#o;
+    const { config: cfg, log, metrics } = this.o;
     const w = cfg.workers;
     if (w.mode === "static") {
-      this.#listed = staticWorkers(w.list);
-      this.#reconcile();
+      this.listed = staticWorkers(w.list);
+      this.reconcileMerged();
     } else {
       const poolLog = log.child({ component: "pool" });
-      this.#pool = startPoolWorkers({
-        kubeConfig: this.#o.kube(),
+      this.pool = startPoolWorkers({
+        kubeConfig: this.o.kube(),
         poolName: w.poolName,
         namespace: w.namespace,
         kvEventsPort: w.kvEventsPort,
@@ -101,8 +101,8 @@ export class WorkerSet {
         dpSize: w.dpSize,
         log: poolLog,
         onWorkers: (specs) => {
-          this.#listed = specs;
-          this.#reconcile();
+          this.listed = specs;
+          this.reconcileMerged();
         },
         onError: (err) => {
           metrics.ioErrors.inc({ where: "kubernetes" });
@@ -111,21 +111,21 @@ export class WorkerSet {
         signal,
       });
     }
-    this.#intentSource = cfg.intents
+    this.intentSource = cfg.intents
       ? startIntentSource({
           where: cfg.intents.discovery,
           hostInstance: cfg.intents.hostInstance,
-          kubeConfig: this.#o.kube,
+          kubeConfig: this.o.kube,
           log: log.child({ component: "intents" }),
           countError: () => metrics.ioErrors.inc({ where: "intents" }),
           onWorkers: (workers) => {
-            this.#intents = workers;
-            this.#reconcile();
+            this.intents = workers;
+            this.reconcileMerged();
           },
         })
       : undefined;
-    this.#scraper.start();
-    return Promise.all([this.#pool, this.#intentSource?.firstAttempt]).then(() => {});
+    this.scraper.start();
+    return Promise.all([this.pool, this.intentSource?.firstAttempt]).then(() => {});
   }
 
   /**
@@ -133,41 +133,41 @@ export class WorkerSet {
    * membership themselves; a source's next change replaces it).
    */
   reconcile(desired: WorkerSpec[]): void {
-    this.#registry.reconcile(desired);
+    this.registry.reconcile(desired);
   }
 
   /** Pod discovery (or the static list) and the intents, merged; the merge's verdicts logged when they change. */
-  #reconcile(): void {
-    const merged = mergeWorkerSets(this.#listed, this.#intents, { mode: this.#o.config.workers.mode });
+  private reconcileMerged(): void {
+    const merged = mergeWorkerSets(this.listed, this.intents, { mode: this.o.config.workers.mode });
     // Logged when they change, not on every reconcile (pod and intent updates are frequent).
-    const log = this.#o.log;
+    const log = this.o.log;
     const now = { unroutable: JSON.stringify(merged.unroutable), aliases: JSON.stringify(merged.aliases) };
-    if (now.unroutable !== this.#lastMerge.unroutable && merged.unroutable.length > 0)
+    if (now.unroutable !== this.lastMerge.unroutable && merged.unroutable.length > 0)
       log.warn({ unroutable: merged.unroutable }, "intent workers not routable (no listener)");
-    else if (now.unroutable !== this.#lastMerge.unroutable) log.info("every intent worker routable");
-    if (now.aliases !== this.#lastMerge.aliases) log.info({ aliases: merged.aliases }, "intent workers merged into listed workers");
-    this.#lastMerge = now;
-    this.#registry.reconcile(merged.workers);
+    else if (now.unroutable !== this.lastMerge.unroutable) log.info("every intent worker routable");
+    if (now.aliases !== this.lastMerge.aliases) log.info({ aliases: merged.aliases }, "intent workers merged into listed workers");
+    this.lastMerge = now;
+    this.registry.reconcile(merged.workers);
   }
 
-  #scrapeFailed(workerId: string, err: unknown): void {
-    this.#o.metrics.scrapeErrors.inc();
-    const n = (this.#failedScrapes.get(workerId) ?? 0) + 1;
-    this.#failedScrapes.set(workerId, n);
-    if (n === 1) this.#o.log.warn({ worker: workerId, err: String(err) }, "worker /metrics scrape failing");
+  private scrapeFailed(workerId: string, err: unknown): void {
+    this.o.metrics.scrapeErrors.inc();
+    const n = (this.failedScrapes.get(workerId) ?? 0) + 1;
+    this.failedScrapes.set(workerId, n);
+    if (n === 1) this.o.log.warn({ worker: workerId, err: String(err) }, "worker /metrics scrape failing");
     // Called again on every failed scrape past the threshold: the registry drops the blocks once the publisher is gone too.
-    if (n >= DOWN_AFTER_FAILED_SCRAPES && this.#o.config.workers.mode === "static") this.#registry.markDown(workerId);
+    if (n >= DOWN_AFTER_FAILED_SCRAPES && this.o.config.workers.mode === "static") this.registry.markDown(workerId);
   }
 
   /** The routable worker ranks. */
   candidates(): readonly Candidate[] {
-    return this.#registry.candidates();
+    return this.registry.candidates();
   }
 
   /** Every rank of the set, routable or not, with why (GET /workers). */
   ranks(): RankStatus[] {
     const routable = new Set(this.candidates().map((c) => c.key));
-    return this.#registry.specs().flatMap((s) =>
+    return this.registry.specs().flatMap((s) =>
       rankSources(s).map(({ dpRank, kvEvents }, _, all) => {
         const c = serving(s, dpRank, all.length);
         return {
@@ -176,76 +176,76 @@ export class WorkerSet {
           // The API server of this rank: each target port is an endpoint of its own.
           address: c.endpoint,
           kvEvents,
-          connected: this.#registry.connected(s.id, dpRank),
+          connected: this.registry.connected(s.id, dpRank),
           routable: routable.has(workerKeyOf(s.id, dpRank)),
-          failedScrapes: this.#failedScrapes.get(s.id) ?? 0,
+          failedScrapes: this.failedScrapes.get(s.id) ?? 0,
         };
       }),
     );
   }
 
   specs(): WorkerSpec[] {
-    return this.#registry.specs();
+    return this.registry.specs();
   }
 
   has(worker: WorkerRef): boolean {
-    return this.#registry.has(worker);
+    return this.registry.has(worker);
   }
 
   connected(workerId: string, dpRank: number): boolean {
-    return this.#registry.connected(workerId, dpRank);
+    return this.registry.connected(workerId, dpRank);
   }
 
   replayEndpoint(worker: WorkerRef): string | undefined {
-    return this.#registry.replayEndpoint(worker);
+    return this.registry.replayEndpoint(worker);
   }
 
   listenerCounters(worker: WorkerRef): Readonly<KvListenerCounters> | undefined {
-    return this.#registry.listenerCounters(worker);
+    return this.registry.listenerCounters(worker);
   }
 
   /** The last scraped /metrics of the API server at a rank's endpoint (undefined: not scraped, or the last scrape failed). */
   metricsOf(endpoint: string): WorkerMetrics | undefined {
-    return this.#scraper.get(endpoint);
+    return this.scraper.get(endpoint);
   }
 
   /** The KV blocks the rank's vLLM says it can hold (num_gpu_blocks), once scraped. */
   gpuBlocks(worker: WorkerRef): number | undefined {
-    return this.#scraper.gpuBlocks(worker.workerId, worker.dpRank);
+    return this.scraper.gpuBlocks(worker.workerId, worker.dpRank);
   }
 
   /** Every routable rank's API server has more scraped waiting requests than `threshold` (0: never). */
   queuesFull(threshold: number): boolean {
     const cs = this.candidates();
-    return threshold > 0 && cs.length > 0 && cs.every((c) => (this.#scraper.get(c.endpoint)?.waiting ?? 0) > threshold);
+    return threshold > 0 && cs.length > 0 && cs.every((c) => (this.scraper.get(c.endpoint)?.waiting ?? 0) > threshold);
   }
 
   /** See WorkerRegistry.waitConnected. */
   waitConnected(timeoutMs: number): Promise<WorkerRef[]> {
-    return this.#registry.waitConnected(timeoutMs);
+    return this.registry.waitConnected(timeoutMs);
   }
 
   /** The listeners stop buffering and deliver to `sink` (after recovery). */
   attach(sink: Sink): void {
-    this.#registry.attach(sink);
+    this.registry.attach(sink);
   }
 
   /** The listener gauges, read at scrape time. */
   updateGauges(): void {
-    const m = this.#o.metrics;
-    const c = this.#registry.counters();
+    const m = this.o.metrics;
+    const c = this.registry.counters();
     m.listenerGaps.set(c.gaps);
     m.listenerReplays.set(c.replays);
     m.listenerRestarts.set(c.restarts);
     m.listenerHeartbeatTimeouts.set(c.heartbeatTimeouts);
-    m.listenersConnected.set(this.#registry.connectedListeners());
+    m.listenersConnected.set(this.registry.connectedListeners());
     m.listenerProtocolErrors.set(c.protocolErrors);
   }
 
   async stop(): Promise<void> {
-    this.#scraper.stop();
-    await this.#pool.then((src) => src.stop()).catch(() => {});
-    await this.#intentSource?.stop().catch(() => {});
-    await this.#registry.close();
+    this.scraper.stop();
+    await this.pool.then((src) => src.stop()).catch(() => {});
+    await this.intentSource?.stop().catch(() => {});
+    await this.registry.close();
   }
 }

@@ -8,42 +8,42 @@ type Stored = { kind: RecordKind; name: string; payload: unknown; shared: boolea
 type Watcher = { kind: RecordKind; producer: string; deliver: () => void; close: () => void };
 
 export class MemoryDiscoveryStore {
-  readonly #records = new Map<string, Stored>();
-  readonly #watchers = new Set<Watcher>();
-  readonly #leases = new Map<string, AbortController>();
+  private readonly records = new Map<string, Stored>();
+  private readonly watchers = new Set<Watcher>();
+  private readonly leases = new Map<string, AbortController>();
 
   /** A client for one producer (default: a random instance id). */
   connect(opts: { producer?: string } = {}): Discovery {
     const producer = opts.producer ?? `mem-${randomUUID()}`;
     const lease = new AbortController();
-    this.#leases.set(producer, lease);
+    this.leases.set(producer, lease);
     return new MemoryDiscovery(this, producer, lease);
   }
 
   /** Ends a producer's lease: what a crashed process leaves behind is removed. */
   expire(producer: string): void {
-    this.#leases.get(producer)?.abort(new Error(`lease of ${producer} ended`));
-    this.#leases.delete(producer);
+    this.leases.get(producer)?.abort(new Error(`lease of ${producer} ended`));
+    this.leases.delete(producer);
     const touched = new Set<RecordKind>();
-    for (const [key, r] of this.#records) {
+    for (const [key, r] of this.records) {
       if (!r.holders.includes(producer)) continue;
       r.holders = r.holders.filter((h) => h !== producer);
-      if (r.holders.length === 0) this.#records.delete(key);
+      if (r.holders.length === 0) this.records.delete(key);
       touched.add(r.kind);
     }
-    for (const w of [...this.#watchers]) if (w.producer === producer) w.close();
-    for (const k of touched) this.#changed(k);
+    for (const w of [...this.watchers]) if (w.producer === producer) w.close();
+    for (const k of touched) this.changed(k);
   }
 
   snapshot(kind: RecordKind, host?: string): DiscoveryRecord[] {
-    return [...this.#records.values()]
+    return [...this.records.values()]
       .filter((r) => r.kind === kind && (host === undefined || r.host === host))
       .map((r) => ({ kind: r.kind, name: r.name, payload: structuredClone(r.payload), producer: r.holders[0]! }));
   }
 
   add(producer: string, spec: RecordSpec): void {
     const key = `${spec.kind}/${spec.name}`;
-    const existing = this.#records.get(key);
+    const existing = this.records.get(key);
     if (existing) {
       if (!(spec.shared && existing.shared)) throw new RecordExistsError(`${spec.kind} record ${spec.name} exists`);
       if (!existing.holders.includes(producer)) existing.holders.push(producer);
@@ -51,18 +51,18 @@ export class MemoryDiscoveryStore {
     }
     const stored: Stored = { kind: spec.kind, name: spec.name, payload: structuredClone(spec.payload), shared: spec.shared ?? false, holders: [producer] };
     if (spec.host !== undefined) stored.host = spec.host;
-    this.#records.set(key, stored);
-    this.#changed(spec.kind);
+    this.records.set(key, stored);
+    this.changed(spec.kind);
   }
 
   remove(reg: Registration): "removed" | "missing" {
     const key = `${reg.kind}/${reg.name}`;
-    const r = this.#records.get(key);
+    const r = this.records.get(key);
     if (!r || !r.holders.includes(reg.producer)) return "missing";
     r.holders = r.holders.filter((h) => h !== reg.producer);
     if (r.holders.length === 0) {
-      this.#records.delete(key);
-      this.#changed(r.kind);
+      this.records.delete(key);
+      this.changed(r.kind);
     }
     return "removed";
   }
@@ -84,17 +84,17 @@ export class MemoryDiscoveryStore {
       },
       close: () => {
         closed = true;
-        this.#watchers.delete(w);
+        this.watchers.delete(w);
       },
     };
-    this.#watchers.add(w);
+    this.watchers.add(w);
     w.deliver();
     // The first snapshot is queued above, ahead of this continuation.
     return { ready: Promise.resolve().then(() => {}), close: w.close };
   }
 
-  #changed(kind: RecordKind): void {
-    for (const w of this.#watchers) if (w.kind === kind) w.deliver();
+  private changed(kind: RecordKind): void {
+    for (const w of this.watchers) if (w.kind === kind) w.deliver();
   }
 }
 

@@ -18,17 +18,17 @@ export const MAX_SUBSCRIPTION_BYTES = 64 * 1024;
 class Subscriptions {
   private readonly counts = new Map<string, number>();
   prefixes: Buffer[] = [];
-  #bytes = 0;
+  private bytes = 0;
   /** Why `p` is refused (the subscriber is over a bound), else undefined once it is added. */
   add(p: Buffer): string | undefined {
     const k = p.toString("latin1");
     const n = this.counts.get(k) ?? 0;
     if (n === 0 && this.prefixes.length >= MAX_PREFIXES) return `more than ${MAX_PREFIXES} subscriptions`;
-    if (n === 0 && this.#bytes + p.length > MAX_SUBSCRIPTION_BYTES) return `subscriptions over ${MAX_SUBSCRIPTION_BYTES} bytes`;
+    if (n === 0 && this.bytes + p.length > MAX_SUBSCRIPTION_BYTES) return `subscriptions over ${MAX_SUBSCRIPTION_BYTES} bytes`;
     this.counts.set(k, n + 1);
     if (n === 0) {
       this.prefixes.push(Buffer.from(p));
-      this.#bytes += p.length;
+      this.bytes += p.length;
     }
     return undefined;
   }
@@ -38,7 +38,7 @@ class Subscriptions {
     if (n === undefined) return;
     if (n > 1) return void this.counts.set(k, n - 1);
     this.counts.delete(k);
-    this.#bytes -= p.length;
+    this.bytes -= p.length;
     this.prefixes = this.prefixes.filter((x) => !x.equals(p));
   }
   matches(topic: Uint8Array): boolean {

@@ -254,34 +254,34 @@ async function write(call: Call, msg: ProcessingRequest): Promise<void> {
 
 /** A stream's answers in order (the EPP answers each phase in the order asked); a stream error or end rejects. */
 class Answers {
-  readonly #queued: Answer[] = [];
-  #waiter: { resolve: (a: Answer) => void; reject: (e: Error) => void } | undefined;
-  #failure: Error | undefined;
+  private readonly queued: Answer[] = [];
+  private waiter: { resolve: (a: Answer) => void; reject: (e: Error) => void } | undefined;
+  private failure: Error | undefined;
 
   constructor(call: Call) {
     call.on("data", (a: Answer) => {
-      const w = this.#waiter;
-      this.#waiter = undefined;
+      const w = this.waiter;
+      this.waiter = undefined;
       if (w) w.resolve(a);
-      else this.#queued.push(a);
+      else this.queued.push(a);
     });
-    call.on("error", (e: Error) => this.#fail(new RoutingError(`ext_proc stream failed: ${e.message}`)));
-    call.on("end", () => this.#fail(new RoutingError("ext_proc stream ended")));
+    call.on("error", (e: Error) => this.fail(new RoutingError(`ext_proc stream failed: ${e.message}`)));
+    call.on("end", () => this.fail(new RoutingError("ext_proc stream ended")));
   }
 
-  #fail(e: Error): void {
-    this.#failure ??= e;
-    this.#waiter?.reject(this.#failure);
-    this.#waiter = undefined;
+  private fail(e: Error): void {
+    this.failure ??= e;
+    this.waiter?.reject(this.failure);
+    this.waiter = undefined;
   }
 
-  #next(timeoutMs: number): Promise<Answer> {
-    const a = this.#queued.shift();
+  private next(timeoutMs: number): Promise<Answer> {
+    const a = this.queued.shift();
     if (a) return Promise.resolve(a);
-    if (this.#failure) return Promise.reject(this.#failure);
+    if (this.failure) return Promise.reject(this.failure);
     return new Promise((resolve, reject) => {
-      const t = setTimeout(() => this.#fail(new RoutingError("no ext_proc answer in time")), timeoutMs);
-      this.#waiter = { resolve: (x) => (clearTimeout(t), resolve(x)), reject: (e) => (clearTimeout(t), reject(e)) };
+      const t = setTimeout(() => this.fail(new RoutingError("no ext_proc answer in time")), timeoutMs);
+      this.waiter = { resolve: (x) => (clearTimeout(t), resolve(x)), reject: (e) => (clearTimeout(t), reject(e)) };
     });
   }
 
@@ -290,7 +290,7 @@ class Answers {
    * response body waits on the worker's next chunk, so its wait is as long as Envoy's GAIE message_timeout.
    */
   async until(phase: Phase): Promise<Answer> {
-    const a = await this.#next(phase === "response_body" ? 1_000_000 : 30_000);
+    const a = await this.next(phase === "response_body" ? 1_000_000 : 30_000);
     if (a.immediate_response) {
       const i = a.immediate_response;
       throw new RoutingError(`EPP answered ${i.status?.code ?? "?"} (${i.details ?? "immediate response"})`);

@@ -24,9 +24,9 @@ export type AggSimStats = { messages: number; lost: number; gaps: number; timeou
 
 export class SimReplicaAgg {
   readonly stats: AggSimStats = { messages: 0, lost: 0, gaps: 0, timeouts: 0 };
-  readonly #outboxes: AggOutbox[];
-  readonly #peers: PeerLoads[];
-  #running = true;
+  private readonly outboxes: AggOutbox[];
+  private readonly peers: PeerLoads[];
+  private running = true;
 
   constructor(
     private readonly queue: EventQueue,
@@ -34,32 +34,32 @@ export class SimReplicaAgg {
     private readonly o: AggSimOptions,
     private readonly random: () => number,
   ) {
-    this.#outboxes = loads.map((_, r) => new AggOutbox(`replica-${r}`));
-    this.#peers = loads.map((_, r) => new PeerLoads(`replica-${r}`));
-    loads.forEach((load, r) => load.observe((c) => this.#send(r, this.#outboxes[r]!.delta([opOf(c)]))));
-    this.#heartbeat();
+    this.outboxes = loads.map((_, r) => new AggOutbox(`replica-${r}`));
+    this.peers = loads.map((_, r) => new PeerLoads(`replica-${r}`));
+    loads.forEach((load, r) => load.observe((c) => this.send(r, this.outboxes[r]!.delta([opOf(c)]))));
+    this.heartbeat();
   }
 
   /** What replica r's picker reads: its own load plus its peers' as received. */
   view(r: number): LoadView {
-    return sumLoad(this.loads[r]!, this.#peers[r]!);
+    return sumLoad(this.loads[r]!, this.peers[r]!);
   }
 
   /** No more picks: heartbeats stop so the event queue can drain. */
   stop(): void {
-    this.#running = false;
+    this.running = false;
   }
 
-  #heartbeat(): void {
-    if (!this.#running) return;
+  private heartbeat(): void {
+    if (!this.running) return;
     const now = this.queue.now;
-    this.loads.forEach((load, r) => this.#send(r, this.#outboxes[r]!.snapshot(load)));
-    for (const s of this.#peers) this.stats.timeouts += s.sweep(now, this.o.timeoutMs).length;
-    this.queue.schedule(now + this.o.heartbeatMs, () => this.#heartbeat());
+    this.loads.forEach((load, r) => this.send(r, this.outboxes[r]!.snapshot(load)));
+    for (const s of this.peers) this.stats.timeouts += s.sweep(now, this.o.timeoutMs).length;
+    this.queue.schedule(now + this.o.heartbeatMs, () => this.heartbeat());
   }
 
-  #send(from: number, m: AggMessage): void {
-    this.#peers.forEach((peers, to) => {
+  private send(from: number, m: AggMessage): void {
+    this.peers.forEach((peers, to) => {
       if (to === from) return;
       this.stats.messages++;
       if (this.o.loss > 0 && this.random() < this.o.loss) {
