@@ -212,7 +212,14 @@ export class KvEventListener {
         st.held.push(m);
         return;
       case "live":
-        if (m.seq === st.next) return this.deliver(m);
+        if (m.seq === st.next) {
+          // A new connection that resumes exactly where we stopped may still be another process: a restarted
+          // publisher that had already published as many batches as we had seen. With a replay endpoint the
+          // batch applied last tells them apart (the same process replays it byte for byte); without one
+          // this stays ambiguous and the batch is taken as the next (vLLM has no incarnation id).
+          if (firstOfConnection && this.last && this.opts.replayEndpoint && !this.closed) return this.startReplay(this.last.seq, m, this.last);
+          return this.deliver(m);
+        }
         if (m.seq < st.next) {
           this.counters.restarts++;
           this.log.warn({ seq: m.seq.toString() }, "publisher restarted (seq went backwards)");
@@ -329,7 +336,8 @@ export class KvEventListener {
     }
     if (covered) {
       this.counters.replayedBatches += got.length;
-      this.state = { kind: "live", next: st.from };
+      // With a check, its batch (seq `from`) was applied already and shifted out above.
+      this.state = { kind: "live", next: st.check ? st.from + 1n : st.from };
       for (const g of got) this.deliver(g);
     } else {
       if (!answered) {

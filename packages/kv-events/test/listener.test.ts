@@ -200,6 +200,44 @@ describe("KvEventListener", () => {
     expect(next.kind === "batch" && next.seq >= 30n).toBe(true);
   });
 
+  test("a restart that reached exactly our next seq while we reconnected is told apart by replaying our last batch", async () => {
+    let pub = await publisher({ replay: true });
+    const { endpoint, replayEndpoint } = { endpoint: pub.endpoint, replayEndpoint: pub.replayEndpoint! };
+    const [l, got] = listen({ endpoint, replayEndpoint });
+    await publishUntil(pub, got, 3);
+    const seen = Number(pub.nextSeq);
+    const applied = got.length;
+    await pub.close();
+    await waitUntil(() => !l.connected);
+    // The new process publishes as many batches as we had seen (other content) before the listener is back:
+    // its next seq is the one we expect, so nothing in the seqs alone says it is another stream.
+    pub = await KvEventPublisher.bind({ endpoint, replayEndpoint });
+    cleanups.push(() => pub.close());
+    for (let i = 0; i < seen; i++) pub.publish({ ...batch(i), ts: 1000 + i });
+    // Only then is the listener back, and the first batch it sees is seq `seen`.
+    await waitUntil(() => pub.subscriberCount === 1);
+    await Bun.sleep(50);
+    await publishUntil(pub, got, applied + 2);
+    expect(got[applied]).toEqual({ kind: "reset", reason: "restarted" });
+    expect(l.counters.restarts).toBe(1);
+    const next = got[applied + 1]!;
+    expect(next.kind === "batch" && next.seq >= BigInt(seen)).toBe(true);
+  });
+
+  test("a reconnect to the same publisher with nothing lost replays only the check: no reset, no batch twice", async () => {
+    const pub = await publisher({ replay: true });
+    const proxy = await TcpProxy.start(pub.endpoint);
+    cleanups.push(() => proxy.close());
+    const [l, got] = listen({ endpoint: proxy.endpoint, replayEndpoint: pub.replayEndpoint! });
+    await publishUntil(pub, got, 3);
+    await loseWhileCut(pub, proxy, l, 0);
+    await publishUntil(pub, got, 6);
+    expect(got.every((s) => s.kind === "batch")).toBe(true);
+    expect(seqs(got)).toEqual(seqs(got).map((_, i) => Number((got[0] as { seq: bigint }).seq) + i));
+    expect(l.counters.restarts).toBe(0);
+    expect(l.counters.replays).toBe(1);
+  });
+
   test("after a reconnect, a gap in the same publisher's stream is still filled by replay (its last batch replays unchanged)", async () => {
     const pub = await publisher({ replay: true });
     const proxy = await TcpProxy.start(pub.endpoint);
