@@ -1,5 +1,6 @@
 import { DUMP_BINARY_MAGIC, DUMP_CHUNK_BYTES, DUMP_CURSOR_FLAGS, DUMP_EVENT_FLAGS, DUMP_FRAME, type RouterEvent, type StreamCursor } from "@kv-epp/protocol";
 import type { DumpModel, DumpSource } from "../types.ts";
+import { ChunkBuffer } from "./chunk-buffer.ts";
 
 // Streaming writer of the binary `/dump` body (docs/CONTRACTS.md §7 "binary"), pulled chunk by chunk like
 // the JSON writer. A model that brings its events already in the layout (DumpModel.eventsBinary:
@@ -10,34 +11,17 @@ import type { DumpModel, DumpSource } from "../types.ts";
 const enc = new TextEncoder();
 const MAGIC = enc.encode(DUMP_BINARY_MAGIC);
 
-class FrameWriter {
-  buf: Uint8Array;
+class FrameWriter extends ChunkBuffer {
   view: DataView;
-  pos = 0;
 
-  constructor(private readonly chunkBytes: number) {
-    this.buf = new Uint8Array(chunkBytes + 64);
+  constructor(chunkBytes: number) {
+    super(chunkBytes, 64);
     this.view = new DataView(this.buf.buffer);
   }
 
-  get full(): boolean {
-    return this.pos >= this.chunkBytes;
-  }
-
-  take(): Uint8Array {
-    const out = this.buf.subarray(0, this.pos);
-    this.buf = new Uint8Array(this.chunkBytes + 64);
-    this.view = new DataView(this.buf.buffer);
-    this.pos = 0;
-    return out;
-  }
-
-  ensure(n: number): void {
-    if (this.pos + n <= this.buf.length) return;
-    const bigger = new Uint8Array(Math.max(this.buf.length * 2, this.pos + n));
-    bigger.set(this.buf.subarray(0, this.pos));
-    this.buf = bigger;
-    this.view = new DataView(bigger.buffer);
+  protected override replaced(buf: Uint8Array): void {
+    super.replaced(buf);
+    this.view = new DataView(buf.buffer);
   }
 
   u32(v: number): void {
@@ -50,12 +34,6 @@ class FrameWriter {
     this.ensure(8);
     this.view.setBigUint64(this.pos, v, true);
     this.pos += 8;
-  }
-
-  bytes(b: Uint8Array): void {
-    this.ensure(b.length);
-    this.buf.set(b, this.pos);
-    this.pos += b.length;
   }
 
   /** Opens a frame; `close(at)` writes its length once the payload is written. */

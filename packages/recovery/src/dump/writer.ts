@@ -1,5 +1,6 @@
 import { DUMP_CHUNK_BYTES, DUMP_FIELDS as D, type RouterEvent, type StreamCursor } from "@kv-epp/protocol";
 import type { DumpSource } from "../types.ts";
+import { ChunkBuffer } from "./chunk-buffer.ts";
 
 // Streaming `/dump` writer (docs/CONTRACTS.md §7). The body is produced chunk by chunk from the source's iterators
 // as the consumer pulls, so memory stays bounded by about one chunk (plus one event) however large the index
@@ -45,30 +46,13 @@ for (let i = 0; i < 10000; i++) DIGITS4.set(enc.encode(String(i).padStart(4, "0"
 /** The most bytes one block can take: `,{"block_hash":<20>,"tokens_hash":<20>,"copies":<10>}`. */
 const MAX_BLOCK_BYTES = 15 + 20 + 15 + 20 + 10 + 10 + 1;
 
-class ByteWriter {
-  buf: Uint8Array;
-  pos = 0;
+class ByteWriter extends ChunkBuffer {
   private readonly view = new DataView(new ArrayBuffer(8));
   private lastString = "";
   private lastStringBytes = enc.encode('""');
 
-  constructor(private readonly chunkBytes: number) {
-    this.buf = new Uint8Array(chunkBytes + 4096);
-  }
-
-  /** Hands out the bytes written so far and starts a fresh buffer (the old one now belongs to the stream). */
-  take(): Uint8Array {
-    const out = this.buf.subarray(0, this.pos);
-    this.buf = new Uint8Array(this.chunkBytes + 4096);
-    this.pos = 0;
-    return out;
-  }
-
-  ensure(n: number): void {
-    if (this.pos + n <= this.buf.length) return;
-    const bigger = new Uint8Array(Math.max(this.buf.length * 2, this.pos + n));
-    bigger.set(this.buf.subarray(0, this.pos));
-    this.buf = bigger;
+  constructor(chunkBytes: number) {
+    super(chunkBytes, 4096);
   }
 
   raw(b: Uint8Array): void {
@@ -77,13 +61,6 @@ class ByteWriter {
     let p = this.pos;
     for (let i = 0; i < b.length; i++) buf[p++] = b[i]!;
     this.pos = p;
-  }
-
-  /** A large run of bytes (one bulk copy). */
-  bytes(b: Uint8Array): void {
-    this.ensure(b.length);
-    this.buf.set(b, this.pos);
-    this.pos += b.length;
   }
 
   /** A non-negative safe integer (event ids, ranks, block sizes): rare, so String() is fine. */
@@ -250,7 +227,7 @@ export function* dumpChunks(source: DumpSource, chunkBytes = DUMP_CHUNK_BYTES): 
         if (w.pos === 0) yield chunk;
         else {
           w.bytes(chunk);
-          if (w.pos >= chunkBytes) yield w.take();
+          if (w.full) yield w.take();
         }
       }
     } else {
@@ -259,7 +236,7 @@ export function* dumpChunks(source: DumpSource, chunkBytes = DUMP_CHUNK_BYTES): 
         if (!firstEvent) w.raw(F.comma);
         firstEvent = false;
         w.event(e);
-        if (w.pos >= chunkBytes) yield w.take();
+        if (w.full) yield w.take();
       }
     }
     w.raw(F.arrayClose);
