@@ -57,6 +57,24 @@ test("listener batches: applied, CPU skipped, partial blocks and unknown parents
   expect(ix.index.stats().residencies).toBe(0);
 });
 
+test("a main-group store naming fewer blocks than its token_ids span is not paired with tokens from the head", async () => {
+  // vLLM's cache_full_blocks leaves out of block_hashes the blocks it skips (null blocks, blocks cached
+  // already) while token_ids still span the whole run, and no field says which blocks are left out.
+  const metrics = createMetrics();
+  const ixs = new Indexers(metrics);
+  const ix = ixs.models.register("m", "default", BS);
+  const ids = Array.from({ length: 12 }, (_, i) => i + 1); // 3 blocks of tokens, 2 hashes: block 1 or 2 left out
+  ixs.live.apply("m:default", w, {
+    kind: "batch",
+    seq: 0n,
+    batch: { ts: 0, dataParallelRank: 0, events: [{ ...stored([11n, 13n], null, ids), groupIdx: 0, kvCacheSpecKind: "full_attention" } as KvEvent] },
+  });
+  // Paired from the head, block 1's tokens would be named by hash 13 (block 2's).
+  expect(findMatches(ix.index, computeBlockHashes(Uint32Array.from(ids), BS)).scores.get("w\u00000")).toBeUndefined();
+  expect(ix.index.stats().residencies).toBe(0);
+  expect(await counter(metrics, "dynamo_epp_kv_events_rejected_total", '{reason="unaligned"}')).toBe(1);
+});
+
 test("recovery staging in batches builds the same index as one applyStored per event; abort leaves nothing", () => {
   const events: RouterEvent[] = [];
   let id = 0;

@@ -9,7 +9,8 @@
 // attention still holds. So its stores and removals are skipped and counted.
 //
 // Several main groups (layers of one kind split by page size, or full attention plus MLA): the
-// lowest group_idx seen storing is the rank's indexed group; the others store the same hashes for
+// first one seen storing is the rank's indexed group (vLLM caches a step's blocks group by group in
+// group_idx order, so it is the lowest); the others store the same hashes for
 // the same blocks (vLLM caches and frees a request's blocks in every group together), so following
 // one of them is following all, and indexing more would count every block twice. Their events are
 // skipped and counted as extra_main_group.

@@ -188,6 +188,13 @@ export class LiveIngest {
         // Blocks of another size hash other token spans than requests are hashed by: never matched.
         if (!this.checkBlockSize(ix, worker, e)) return;
         if (e.loraName) this.models.learnAdapter(ix, e.loraName);
+        // More whole blocks of tokens than hashes: the event left blocks out (vLLM's cache_full_blocks skips
+        // null and already-cached blocks in block_hashes, not in token_ids) and does not say which, so no
+        // hash can be paired with its tokens.
+        if (Math.floor(e.tokenIds.length / e.blockSize) > e.blockHashes.length) {
+          this.metrics.eventsRejected.inc({ reason: "unaligned" });
+          return;
+        }
         const n = Math.min(Math.floor(e.tokenIds.length / e.blockSize), e.blockHashes.length);
         if (n < e.blockHashes.length) this.metrics.eventsRejected.inc({ reason: "partial_block" });
         if (n === 0) return;
