@@ -7,7 +7,7 @@ import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { decodeGeneric } from "../src/codec/decode.ts";
 import { decodeFast } from "../src/codec/fast-decode.ts";
-import { encodeBatch, type EventEncoding, type KvEventBatch } from "../src/index.ts";
+import { encodeBatch, type EventEncoding, type KvEvent, type KvEventBatch } from "../src/index.ts";
 
 function fixture(name: string): Buffer {
   const text = readFileSync(join(import.meta.dir, "fixtures", name), "utf8");
@@ -16,6 +16,15 @@ function fixture(name: string): Buffer {
 
 const KTHENA_TOKENS = [151644, 872, 198, 9064, 374, 279, 6722, 315, 5616, 30, 151645, 198, 151644, 77091, 198, 151667];
 const MM_ID = "f".repeat(64);
+
+// A chain as both SGLang shapes carry it: a root store, then a salted store (with its session) below it.
+const SGLANG_CHAIN: KvEvent[] = [
+  { type: "BlockStored", blockHashes: [0x1234567890abcdefn], parentBlockHash: null, tokenIds: [1, 2], blockSize: 2, loraId: null, medium: "GPU" },
+  {
+    type: "BlockStored", blockHashes: [43n], parentBlockHash: 0x1234567890abcdefn, tokenIds: [3, 4], blockSize: 2, loraId: null, medium: "GPU",
+    cacheSalt: "tenant-b", sessionId: "s-1",
+  },
+];
 
 const cases: { file: string; encoding?: EventEncoding; batch: KvEventBatch }[] = [
   {
@@ -82,17 +91,27 @@ const cases: { file: string; encoding?: EventEncoding; batch: KvEventBatch }[] =
     },
   },
   {
+    file: "sglang-map.hex",
+    encoding: "sglang-map",
+    batch: {
+      ts: 4.5,
+      dataParallelRank: 1,
+      events: [
+        ...SGLANG_CHAIN,
+        { type: "BlockRemoved", blockHashes: [43n], medium: "CPU_PINNED" },
+        { type: "BlockStored", blockHashes: [7n], parentBlockHash: null, tokenIds: [5, 6], blockSize: 2, loraId: null, medium: null },
+        { type: "AllBlocksCleared" },
+      ],
+    },
+  },
+  {
     file: "sglang-0.5.18.hex",
     encoding: "sglang",
     batch: {
       ts: 2.25,
       dataParallelRank: 1,
       events: [
-        { type: "BlockStored", blockHashes: [0x1234567890abcdefn], parentBlockHash: null, tokenIds: [1, 2], blockSize: 2, loraId: null, medium: "GPU" },
-        {
-          type: "BlockStored", blockHashes: [43n], parentBlockHash: 0x1234567890abcdefn, tokenIds: [3, 4], blockSize: 2, loraId: null, medium: "GPU",
-          cacheSalt: "tenant-b", sessionId: "s-1",
-        },
+        ...SGLANG_CHAIN,
         { type: "BlockRemoved", blockHashes: [43n], medium: "GPU" },
       ],
     },

@@ -67,7 +67,7 @@ export const OPTIONS = {
     help: "true: one API server per rank, rank r on --port + r (vLLM's external DP load balancing, one endpoint per InferencePool target port)",
   },
   "lora-modules": { schema: loraModules.default([]), help: "LoRA adapters served (name[=path],...): requests name them in `model`" },
-  "event-encoding": { schema: z.enum(EVENT_ENCODINGS as [EventEncoding, ...EventEncoding[]]).default("vllm"), help: "KV event wire shape: vllm (today: array batch, map events), vllm-map, vllm-array (older vLLM), sglang" },
+  "event-encoding": { schema: z.enum(EVENT_ENCODINGS as [EventEncoding, ...EventEncoding[]]).default("vllm"), help: "KV event wire shape: vllm (today: array batch, map events), vllm-map, vllm-array (older vLLM), sglang-map (SGLang today), sglang (older SGLang, arrays)" },
   "hash-mode": { schema: z.enum(["int", "bytes"]).default("int"), help: "block hashes as u64 ints or 32-byte digests" },
   topic: { schema: z.string().default(""), help: "ZeroMQ topic frame" },
   speed: { schema: nonNegative.default(1), help: "time scale of the timing model; 0 answers at once" },

@@ -58,6 +58,22 @@ describe("block identity", () => {
     expect(await cached(w, "/v1/completions", { prompt, cache_salt: "tenant-a" })).toBe(8);
   });
 
+  for (const eventEncoding of ["sglang-map", "sglang"] as const)
+    test(`with --event-encoding ${eventEncoding}, a salted request's stores carry its cache_salt (SGLang has no extra_keys)`, async () => {
+      const { w, subs } = await worker({ eventEncoding });
+      const prompt = ids(200, 9);
+      expect(await cached(w, "/v1/completions", { prompt: prompt.slice(0, 4), cache_salt: "tenant-a" })).toBe(0);
+      expect(await cached(w, "/v1/completions", { prompt, cache_salt: "tenant-a" })).toBe(4); // block 0 is a hit, block 1 a store continuing it
+      await waitFor(() => stored(subs[0]!.messages).length === 2, { message: "the salted BlockStored events" });
+      const [root, next] = stored(subs[0]!.messages);
+      expect(root).toMatchObject({ parentBlockHash: null, cacheSalt: "tenant-a" });
+      expect(next).toMatchObject({ cacheSalt: "tenant-a" });
+      expect(root!.extraKeys).toBeUndefined();
+      expect(await cached(w, "/v1/completions", { prompt: ids(300, 5) })).toBe(0);
+      await waitFor(() => stored(subs[0]!.messages).length === 3, { message: "the unsalted BlockStored" });
+      expect(stored(subs[0]!.messages)[2]!.cacheSalt).toBeUndefined();
+    });
+
   test("an image part becomes placeholder tokens whose blocks carry (identifier, offset); another image shares only the blocks before it", async () => {
     const { w, subs } = await worker({ blockSize: BS });
     const chat = (url: string) => ({

@@ -29,10 +29,12 @@ export function encodeBatch(b: KvEventBatch, opts: EncodeOptions = {}): Uint8Arr
     if (ev.type === "BlockStored") {
       if (enc === "vllm-array") storedArray(w, ev, bytes);
       else if (enc === "sglang") storedSglang(w, ev, bytes);
+      else if (enc === "sglang-map") storedSglangMap(w, ev, bytes);
       else storedMap(w, ev, bytes);
     } else if (ev.type === "BlockRemoved") {
       if (enc === "vllm-array") removedArray(w, ev, bytes);
       else if (enc === "sglang") removedSglang(w, ev, bytes);
+      else if (enc === "sglang-map") removedSglangMap(w, ev, bytes);
       else removedMap(w, ev, bytes);
     } else if (enc === "vllm-array" || enc === "sglang") {
       w.arrayHeader(1);
@@ -114,14 +116,40 @@ function removedSglang(w: Writer, ev: BlockRemoved, bytes: boolean): void {
 // (lora_id, medium, lora_name) always present, defaulted ones only when set (omit_defaults). locality
 // and session_id come last, only when set (fields added after the definitions test/fixtures cite).
 function storedMap(w: Writer, ev: BlockStored, bytes: boolean): void {
-  const opt: [string, unknown][] = [];
-  if (ev.extraKeys != null) opt.push(["extra_keys", ev.extraKeys]);
-  if (ev.groupIdx != null) opt.push(["group_idx", ev.groupIdx]);
-  if (ev.kvCacheSpecKind != null) opt.push(["kv_cache_spec_kind", ev.kvCacheSpecKind]);
-  if (ev.kvCacheSpecSlidingWindow != null) opt.push(["kv_cache_spec_sliding_window", ev.kvCacheSpecSlidingWindow]);
-  if (ev.locality != null) opt.push(["locality", ev.locality]);
-  if (ev.sessionId != null) opt.push(["session_id", ev.sessionId]);
-  w.mapHeader(8 + opt.length);
+  storedMapHead(w, ev, bytes, [
+    ["medium", ev.medium],
+    ["lora_name", ev.loraName ?? null],
+    ...setFields([
+      ["extra_keys", ev.extraKeys], ["group_idx", ev.groupIdx], ["kv_cache_spec_kind", ev.kvCacheSpecKind],
+      ["kv_cache_spec_sliding_window", ev.kvCacheSpecSlidingWindow], ["locality", ev.locality], ["session_id", ev.sessionId],
+    ]),
+  ]);
+}
+
+function removedMap(w: Writer, ev: BlockRemoved, bytes: boolean): void {
+  removedMapHead(w, ev, bytes, [["medium", ev.medium], ...setFields([["group_idx", ev.groupIdx], ["locality", ev.locality]])]);
+}
+
+// SGLang's map form (sgl-project/sglang#37482): tagged maps in declaration order, but medium has a
+// default (None) there, so it is omitted when unset like cache_salt and session_id; no lora_name.
+function storedSglangMap(w: Writer, ev: BlockStored, bytes: boolean): void {
+  storedMapHead(w, ev, bytes, setFields([["medium", ev.medium], ["cache_salt", ev.cacheSalt], ["session_id", ev.sessionId]]));
+}
+
+function removedSglangMap(w: Writer, ev: BlockRemoved, bytes: boolean): void {
+  removedMapHead(w, ev, bytes, setFields([["medium", ev.medium]]));
+}
+
+type Field = [string, unknown];
+
+/** The fields whose value is set (omit_defaults drops the ones left at their None default). */
+function setFields(fields: Field[]): Field[] {
+  return fields.filter(([, v]) => v != null);
+}
+
+/** A BlockStored map: the tag and the six fields every producer writes, then `rest` in order. */
+function storedMapHead(w: Writer, ev: BlockStored, bytes: boolean, rest: Field[]): void {
+  w.mapHeader(6 + rest.length);
   w.str("type");
   w.str("BlockStored");
   w.str("block_hashes");
@@ -134,28 +162,20 @@ function storedMap(w: Writer, ev: BlockStored, bytes: boolean): void {
   w.int(ev.blockSize);
   w.str("lora_id");
   w.optInt(ev.loraId);
-  w.str("medium");
-  w.optStr(ev.medium);
-  w.str("lora_name");
-  w.optStr(ev.loraName ?? null);
-  for (const [k, v] of opt) {
-    w.str(k);
-    w.any(v);
-  }
+  fields(w, rest);
 }
 
-function removedMap(w: Writer, ev: BlockRemoved, bytes: boolean): void {
-  const opt: [string, unknown][] = [];
-  if (ev.groupIdx != null) opt.push(["group_idx", ev.groupIdx]);
-  if (ev.locality != null) opt.push(["locality", ev.locality]);
-  w.mapHeader(3 + opt.length);
+function removedMapHead(w: Writer, ev: BlockRemoved, bytes: boolean, rest: Field[]): void {
+  w.mapHeader(2 + rest.length);
   w.str("type");
   w.str("BlockRemoved");
   w.str("block_hashes");
   hashes(w, ev.blockHashes, bytes);
-  w.str("medium");
-  w.optStr(ev.medium);
-  for (const [k, v] of opt) {
+  fields(w, rest);
+}
+
+function fields(w: Writer, rest: Field[]): void {
+  for (const [k, v] of rest) {
     w.str(k);
     w.any(v);
   }

@@ -58,10 +58,12 @@ export type KvEventBatch = { ts: number; events: KvEvent[]; dataParallelRank: nu
  *   with default-valued optional fields omitted;
  * - `vllm-map`: a map batch too (the structs without `array_like` at all);
  * - `vllm-array`: older vLLM, `array_like` everywhere: every field written, defaults included (msgspec#720);
- * - `sglang`: SGLang's array_like structs (7-element BlockStored, a metadata map at position 7 when set).
+ * - `sglang-map`: SGLang today, an array batch `[ts, events, attn_dp_rank]` whose events are tagged maps
+ *   (medium, cache_salt and session_id only when set);
+ * - `sglang`: older SGLang's array_like structs (7-element BlockStored, a metadata map at position 7 when salted).
  */
-export type EventEncoding = "vllm" | "vllm-map" | "vllm-array" | "sglang";
-export const EVENT_ENCODINGS: readonly EventEncoding[] = ["vllm", "vllm-map", "vllm-array", "sglang"];
+export type EventEncoding = "vllm" | "vllm-map" | "vllm-array" | "sglang-map" | "sglang";
+export const EVENT_ENCODINGS: readonly EventEncoding[] = ["vllm", "vllm-map", "vllm-array", "sglang-map", "sglang"];
 /** How block hashes are emitted: msgpack ints (u64) or bytes (32-byte digest). */
 export type HashMode = "int" | "bytes";
 

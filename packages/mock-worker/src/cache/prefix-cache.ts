@@ -30,6 +30,8 @@ export type CacheEvent =
       extraKeys: (ExtraKeyValue[] | null)[];
       loraName: string | null;
       loraId: number | null;
+      /** The request's cache_salt, when it has one (SGLang publishes it on every store of a salted request). */
+      cacheSalt?: string;
       /**
        * Where the run sits in its request: the index of its first block, the request's blocks up to the
        * run's end and its tokens (with `runContext`). KV groups with larger blocks regroup from it (a
@@ -199,6 +201,7 @@ export class PrefixCacheSim {
         extraKeys: fresh.map((b) => b.extraKeys),
         loraName: id.loraName ?? null,
         loraId: id.loraName ? (id.loraId ?? null) : null,
+        ...(id.cacheSalt != null ? { cacheSalt: id.cacheSalt } : {}),
         ...(this.runContext ? { context: { start: hit, chain: ids.slice(0, hit + room), tokens } } : {}),
       });
     }

@@ -134,6 +134,8 @@ export class RankEventStream {
         return {
           type: "BlockStored", blockHashes: ch.hashes, parentBlockHash: ch.parent, tokenIds: ch.tokenIds,
           blockSize: this.opts.blockSize, loraId: ch.loraId, medium: "GPU", loraName: ch.loraName, extraKeys: ch.extraKeys,
+          // SGLang has no extra_keys: its salt travels as a field of its own (vLLM's is in extra_keys).
+          ...(ch.cacheSalt !== undefined && this.opts.encoding.startsWith("sglang") ? { cacheSalt: ch.cacheSalt } : {}),
         };
       case "removed":
         return { type: "BlockRemoved", blockHashes: ch.hashes, medium: "GPU" };
