@@ -1,5 +1,6 @@
 // End to end against vLLM's block identity: mock workers serving LoRA adapters, salted tenants and
-// prompts sent again (vLLM's duplicate copies), a small cache so blocks are evicted; after every step
+// prompts sent again (vLLM's duplicate copies), a small cache so blocks are evicted, each rank with a
+// NONE_HASH of its own (the same prefix under other block hashes on every rank); after every step
 // the EPP's /score for a random request equals each worker rank's true hit for it (the leading blocks
 // its cache really holds in that request's identity), and the same on a replica that recovered from it.
 import { afterAll, expect, test } from "bun:test";
@@ -24,7 +25,8 @@ test("the EPP's overlap equals every rank's true hit, with adapters, salts, dupl
   for (const [i, ip] of IPS.entries()) {
     const w = await startMockWorker({
       listen: ip, port: 0, kvEvents: `tcp://${ip}:5557`, speed: 0, blockSize: BLOCK, capacityBlocks: 24, dpSize: i === 0 ? 2 : 1,
-      loraModules: ADAPTERS, logLevel: "silent",
+      // vLLM without PYTHONHASHSEED: every rank names the same prefix with block hashes of its own.
+      loraModules: ADAPTERS, logLevel: "silent", hashSeed: "random",
     });
     cleanups.push(() => w.close());
     workers.push(w);

@@ -69,6 +69,10 @@ export const OPTIONS = {
   "lora-modules": { schema: loraModules.default([]), help: "LoRA adapters served (name[=path],...): requests name them in `model`" },
   "event-encoding": { schema: z.enum(EVENT_ENCODINGS as [EventEncoding, ...EventEncoding[]]).default("vllm"), help: "KV event wire shape: vllm (today: array batch, map events), vllm-map, vllm-array (older vLLM), sglang-map (SGLang today), sglang (older SGLang, arrays)" },
   "hash-mode": { schema: z.enum(["int", "bytes"]).default("int"), help: "block hashes as u64 ints or 32-byte digests" },
+  "hash-seed": {
+    schema: z.string().min(1).optional(),
+    help: "vLLM's PYTHONHASHSEED: seeds the root block's parent hash (NONE_HASH) of every rank; random: each rank draws its own, as vLLM without PYTHONHASHSEED; absent: no seed (every worker names a prefix alike)",
+  },
   topic: { schema: z.string().default(""), help: "ZeroMQ topic frame" },
   speed: { schema: nonNegative.default(1), help: "time scale of the timing model; 0 answers at once" },
   "max-running": { schema: positiveInt.default(64), help: "requests running at once per rank; others wait" },

@@ -80,6 +80,8 @@ export async function startMockWorker(opts: MockWorkerOptions = {}): Promise<Moc
       const cache = new PrefixCacheSim({
         blockSize: config.blockSize, capacityBlocks: config.capacityBlocks,
         runContext: config.kvGroups.some((g) => g.blockSize !== config.blockSize),
+        // Each rank is its own vLLM engine process: "random" draws a NONE_HASH per rank.
+        hashSeed: config.hashSeed,
       });
       const engine = new RankEngine(rank, cache, timing, {
         onFirstToken: (s) => metricsOf(rank).firstToken(rank, s),

@@ -46,6 +46,36 @@ describe("block hashes", () => {
   });
 });
 
+describe("NONE_HASH (--hash-seed)", () => {
+  const storedHashes = (cache: PrefixCacheSim, prompt: Uint32Array) => {
+    const { log } = follow(cache);
+    cache.acquire(prompt);
+    return log.flatMap((e) => (e.kind === "stored" ? e.hashes : []));
+  };
+  const prompt = seq(1, 8);
+
+  test("engines sharing PYTHONHASHSEED name a prefix alike; another seed, or none, names it otherwise", () => {
+    const seeded = (hashSeed?: string) => storedHashes(new PrefixCacheSim({ blockSize: BS, capacityBlocks: 10, hashSeed }), prompt);
+    expect(seeded("42")).toEqual(seeded("42"));
+    expect(seeded("42")[0]).not.toBe(seeded("43")[0]!);
+    expect(seeded("42")[0]).not.toBe(seeded()[0]!);
+    expect(seeded()).toEqual(chainBlockIds(prompt, BS).map((b) => b.hash));
+  });
+
+  test("random: each engine draws its own, and a restarted one (a silent clear) a new one, while it matches its own blocks", () => {
+    const a = new PrefixCacheSim({ blockSize: BS, capacityBlocks: 10, hashSeed: "random" });
+    const b = new PrefixCacheSim({ blockSize: BS, capacityBlocks: 10, hashSeed: "random" });
+    const before = storedHashes(a, prompt);
+    expect(before[0]).not.toBe(storedHashes(b, prompt)[0]!);
+    expect(a.peekHitBlocks(prompt)).toBe(2);
+    a.clear(); // reset_prefix_cache: same process, same NONE_HASH
+    expect(storedHashes(a, prompt)).toEqual(before);
+    a.clear({ silent: true }); // a restart
+    expect(storedHashes(a, prompt)[0]).not.toBe(before[0]!);
+    expect(a.peekHitBlocks(prompt)).toBe(2);
+  });
+});
+
 describe("PrefixCacheSim", () => {
   test("a repeated prompt hits its cached blocks and stores nothing new", () => {
     const cache = new PrefixCacheSim({ blockSize: BS, capacityBlocks: 100 });

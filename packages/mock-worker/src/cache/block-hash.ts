@@ -1,14 +1,18 @@
-import { createHash } from "node:crypto";
+import { createHash, randomBytes } from "node:crypto";
 import type { ExtraKeyValue } from "@kv-epp/kv-events";
 
 /**
  * External block hashes, vLLM style: each full block's id is a digest over its parent's digest, its
  * own token ids and its extra keys, so a block names its whole prefix and everything vLLM folds into
  * it (LoRA adapter, cache salt, multimodal items). vLLM's choice of hash function is an engine detail
- * the router treats as opaque; we use SHA-256 over `parent digest (32 B, absent for a root block) ||
- * token ids as u32 little-endian || JSON of the extra keys (absent when there are none)`. In int mode
- * the published id is the low 64 bits of the big-endian digest, which is exactly what a consumer folds a
- * bytes-mode digest to.
+ * the router treats as opaque; we use SHA-256 over `parent digest (32 B; for a root block the seed,
+ * vLLM's NONE_HASH, when there is one) || token ids as u32 little-endian || JSON of the extra keys
+ * (absent when there are none)`. In int mode the published id is the low 64 bits of the big-endian
+ * digest, which is exactly what a consumer folds a bytes-mode digest to.
+ *
+ * vLLM's root parent, NONE_HASH, is 32 random bytes drawn per engine process unless PYTHONHASHSEED is
+ * set (then it is the hash of that seed): engines without a shared seed name the same prefix with
+ * different ids. Without a seed here every cache names it alike, as engines sharing one seed do.
  */
 export type BlockId = { hash: bigint; digest: Uint8Array; extraKeys: ExtraKeyValue[] | null };
 
@@ -37,10 +41,19 @@ export function blockExtraKeys(id: RequestIdentity, start: number, end: number):
   return keys.length > 0 ? keys : null;
 }
 
-export function chainBlockIds(tokens: Uint32Array, blockSize: number, id: RequestIdentity = BASE_IDENTITY): BlockId[] {
+/**
+ * A cache's NONE_HASH for `--hash-seed`: `random` draws 32 bytes (vLLM without PYTHONHASHSEED, a
+ * different one per engine process), any other value is hashed (vLLM with PYTHONHASHSEED set).
+ */
+export function noneHash(seed: string): Uint8Array {
+  return seed === "random" ? new Uint8Array(randomBytes(32)) : new Uint8Array(createHash("sha256").update(`PYTHONHASHSEED=${seed}`).digest());
+}
+
+/** The ids of the prompt's full blocks; `seed` (a NONE_HASH) is the root block's parent, none: no parent. */
+export function chainBlockIds(tokens: Uint32Array, blockSize: number, id: RequestIdentity = BASE_IDENTITY, seed: Uint8Array | null = null): BlockId[] {
   const full = Math.floor(tokens.length / blockSize);
   const ids: BlockId[] = [];
-  let parent: Uint8Array | null = null;
+  let parent: Uint8Array | null = seed;
   for (let b = 0; b < full; b++) {
     const block = tokens.subarray(b * blockSize, (b + 1) * blockSize);
     // Token ids are hashed little-endian regardless of host order.

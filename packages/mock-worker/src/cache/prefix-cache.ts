@@ -1,5 +1,5 @@
 import type { ExtraKeyValue } from "@kv-epp/kv-events";
-import { BASE_IDENTITY, chainBlockIds, type RequestIdentity } from "./block-hash.ts";
+import { BASE_IDENTITY, chainBlockIds, noneHash, type RequestIdentity } from "./block-hash.ts";
 
 /**
  * A simulated vLLM prefix cache for one rank: a fixed number of physical block slots, full prompt
@@ -71,6 +71,8 @@ export type PrefixCacheOptions = {
   onEvents?: (events: CacheEvent[]) => void;
   /** Stored events carry their `context` (for KV groups whose blocks are larger than the hash block). */
   runContext?: boolean;
+  /** vLLM's PYTHONHASHSEED, or `random` (block-hash.ts, noneHash); absent: no seed. */
+  hashSeed?: string;
 };
 
 /** An adapter's identity for a request: vLLM's lora_name (hashed) and lora_int_id (published as lora_id). */
@@ -80,6 +82,9 @@ export class PrefixCacheSim {
   readonly blockSize: number;
   readonly capacityBlocks: number;
   private readonly runContext: boolean;
+  private readonly hashSeed: string | undefined;
+  /** The root block's parent (vLLM's NONE_HASH); redrawn by a restart when the seed is `random`. */
+  private noneHash: Uint8Array | null;
   /** Cached copies by block hash, oldest first (lookups take the first, as vLLM's does). */
   private readonly blocks = new Map<bigint, Block[]>();
   /** Unreferenced resident blocks; Set order is LRU order (first = evicted first). */
@@ -95,6 +100,8 @@ export class PrefixCacheSim {
     this.blockSize = opts.blockSize;
     this.capacityBlocks = opts.capacityBlocks;
     this.runContext = opts.runContext ?? false;
+    this.hashSeed = opts.hashSeed;
+    this.noneHash = opts.hashSeed !== undefined ? noneHash(opts.hashSeed) : null;
     if (opts.onEvents) this.listeners.push(opts.onEvents);
   }
 
@@ -152,7 +159,7 @@ export class PrefixCacheSim {
    * router's index should report for it (a hit walk stops at the first block not cached).
    */
   peekHitBlocks(tokens: Uint32Array, id: RequestIdentity = BASE_IDENTITY): number {
-    const ids = chainBlockIds(tokens, this.blockSize, id);
+    const ids = chainBlockIds(tokens, this.blockSize, id, this.noneHash);
     let hit = 0;
     while (hit < ids.length && this.blocks.has(ids[hit]!.hash)) hit++;
     return hit;
@@ -160,7 +167,7 @@ export class PrefixCacheSim {
 
   /** Admits a prompt: references its cached prefix and caches its remaining full blocks. */
   acquire(tokens: Uint32Array, id: AcquireIdentity = BASE_IDENTITY): Acquisition {
-    const ids = chainBlockIds(tokens, this.blockSize, id);
+    const ids = chainBlockIds(tokens, this.blockSize, id, this.noneHash);
     const held: Block[] = [];
     // vLLM computes at least the last prompt token, so a hit never covers the whole prompt.
     const maxHit = Math.min(ids.length, tokens.length > 0 ? Math.floor((tokens.length - 1) / this.blockSize) : 0);
@@ -228,12 +235,16 @@ export class PrefixCacheSim {
     }
   }
 
-  /** Drops every block (POST /reset_prefix_cache). `silent` models a restart: nothing is published. */
+  /**
+   * Drops every block (POST /reset_prefix_cache). `silent` models a restart: nothing is published, and
+   * an unseeded vLLM's new process draws a new NONE_HASH.
+   */
   clear(opts: { silent?: boolean } = {}): void {
     for (const list of this.blocks.values()) for (const b of list) b.live = false;
     this.blocks.clear();
     this.free.clear();
     this.physical = 0;
+    if (opts.silent && this.hashSeed === "random") this.noneHash = noneHash(this.hashSeed);
     if (!opts.silent) this.emit([{ kind: "cleared" }]);
   }
 
