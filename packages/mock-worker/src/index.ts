@@ -5,6 +5,8 @@ export { PrefixCacheSim, type CachedBlock, type CacheEvent, type Acquisition, ty
 export { blockExtraKeys, chainBlockIds, foldDigest, type BlockId, type MediaItem, type RequestIdentity } from "./cache/block-hash.ts";
 export { TimingModel, DEFAULT_TIMING, type TimingParams } from "./engine/timing.ts";
 export { RankEngine, type Generation } from "./engine/rank-engine.ts";
+export { RankEvents } from "./events/event-stream.ts";
+export { parseKvGroups, type KvGroup } from "./events/kv-groups.ts";
 export { parseConfig, resolveConfig, usage, envName, ConfigError, type MockWorkerConfig } from "./config.ts";
 export { FaultRequest } from "./http/admin-routes.ts";
 export type { CacheTruth, TruthRank, TruthBlock } from "./http/cache-truth.ts";

@@ -38,19 +38,56 @@ export type EventStreamState = {
   restarts: number;
 };
 
+/**
+ * A rank's cache changes as the events it publishes, without the socket: each change as vLLM's event,
+ * once per KV group when the rank has groups (tests feed an index with them directly).
+ */
+export class RankEvents {
+  private readonly grouped: GroupedEvents | undefined;
+
+  constructor(
+    private readonly blockSize: number,
+    private readonly encoding: EventEncoding,
+    kvGroups?: readonly KvGroup[],
+  ) {
+    this.grouped = kvGroups && kvGroups.length > 0 ? new GroupedEvents(kvGroups, blockSize) : undefined;
+  }
+
+  of(changes: CacheEvent[]): KvEvent[] {
+    const base = (ch: CacheEvent) => this.event(ch);
+    return this.grouped ? changes.flatMap((ch) => this.grouped!.expand(ch, base)) : changes.map(base);
+  }
+
+  private event(ch: CacheEvent): KvEvent {
+    switch (ch.kind) {
+      case "stored":
+        return {
+          type: "BlockStored", blockHashes: ch.hashes, parentBlockHash: ch.parent, tokenIds: ch.tokenIds,
+          blockSize: this.blockSize, loraId: ch.loraId, medium: "GPU", loraName: ch.loraName, extraKeys: ch.extraKeys,
+          // SGLang has no extra_keys: its salt travels as a field of its own (vLLM's is in extra_keys).
+          ...(ch.cacheSalt !== undefined && this.encoding.startsWith("sglang") ? { cacheSalt: ch.cacheSalt } : {}),
+        };
+      case "removed":
+        return { type: "BlockRemoved", blockHashes: ch.hashes, medium: "GPU" };
+      case "cleared":
+        return { type: "AllBlocksCleared" };
+    }
+  }
+}
+
 export class RankEventStream {
   private paused = false;
   /** True while the sockets are rebound: changes made then are lost, as during a real restart. */
   private restarting = false;
   private restarts = 0;
 
-  private readonly grouped: GroupedEvents | undefined;
+  private readonly events: RankEvents;
 
   private constructor(
     private readonly opts: EventStreamOptions,
     private publisher: KvEventPublisher,
   ) {
-    this.grouped = opts.kvGroups && opts.kvGroups.length > 0 ? new GroupedEvents(opts.kvGroups, opts.blockSize) : undefined;
+    this.events = new RankEvents(opts.blockSize, opts.encoding, opts.kvGroups);
   }
 
   static async open(opts: EventStreamOptions): Promise<RankEventStream> {
@@ -79,8 +116,7 @@ export class RankEventStream {
   /** Publishes one batch for one cache change. Never throws: a failed send is counted and logged. */
   publish(changes: CacheEvent[]): void {
     if (this.paused || this.restarting) return;
-    const base = (ch: CacheEvent) => this.toKvEvent(ch);
-    const events = this.grouped ? changes.flatMap((ch) => this.grouped!.expand(ch, base)) : changes.map(base);
+    const events = this.events.of(changes);
     try {
       const seq = this.publisher.publish({ ts: Date.now() / 1000, events, dataParallelRank: this.opts.rank });
       this.opts.onPublished?.(events.length);
@@ -126,22 +162,6 @@ export class RankEventStream {
 
   close(): Promise<void> {
     return this.publisher.close();
-  }
-
-  private toKvEvent(ch: CacheEvent): KvEvent {
-    switch (ch.kind) {
-      case "stored":
-        return {
-          type: "BlockStored", blockHashes: ch.hashes, parentBlockHash: ch.parent, tokenIds: ch.tokenIds,
-          blockSize: this.opts.blockSize, loraId: ch.loraId, medium: "GPU", loraName: ch.loraName, extraKeys: ch.extraKeys,
-          // SGLang has no extra_keys: its salt travels as a field of its own (vLLM's is in extra_keys).
-          ...(ch.cacheSalt !== undefined && this.opts.encoding.startsWith("sglang") ? { cacheSalt: ch.cacheSalt } : {}),
-        };
-      case "removed":
-        return { type: "BlockRemoved", blockHashes: ch.hashes, medium: "GPU" };
-      case "cleared":
-        return { type: "AllBlocksCleared" };
-    }
   }
 }
 
