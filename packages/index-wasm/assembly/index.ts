@@ -273,9 +273,12 @@ let childMissTomb: bool = false;
 let foundAt: u32 = 0; // slot of the last RES hit
 
 /** The RES value of (w, ext): a node id | RES_INLINE, or a record id; NIL when absent. */
-function resFind(w: u32, ext: u64): u32 {
+@inline function resFind(w: u32, ext: u64): u32 { return resFindHashed(w, ext, keyHash(w, ext)); }
+
+/** resFind with the key's hash (keyHash(w, ext)) already computed. */
+@inline function resFindHashed(w: u32, ext: u64, h: u64): u32 {
   const slots = slotsOf(RES), cap = capOf(RES);
-  const h = keyHash(w, ext), tag = tagOf(RES, h);
+  const tag = tagOf(RES, h);
   let i = homeOf(h, cap);
   let free: u32 = 0xFFFFFFFF;
   while (true) {
@@ -326,7 +329,7 @@ function tableInit(t: i32, cap: u32): void {
 @inline function tableFull(t: i32): bool { return (countOf(t) + tombsOf(t) + 1) * 5 > capOf(t) * 4; }
 
 /** Indexes an entry already written to its chunk, whose key the table's last find just missed. */
-function insertAfterMiss(t: i32, v: u32, h: u64): void {
+@inline function insertAfterMiss(t: i32, v: u32, h: u64): void {
   if (tableFull(t)) tableRebuild(t, countOf(t) + 1); // the rebuild picks the entry up from its chunk
   else {
     const at = t == RES ? resMissAt : childMissAt;
@@ -455,7 +458,7 @@ function ensureWorker(w: u32): void {
 @inline function bumpTree(w: u32, d: i32): void { store<u32>(treeSizePtr(w), load<u32>(treeSizePtr(w)) + d); }
 
 /** Counts a record's move between zero and some copies (mask bit, tree size, totals). */
-function becameHeld(n: u32, w: u32, held: bool): void {
+@inline function becameHeld(n: u32, w: u32, held: bool): void {
   setHeldBit(n, w, held);
   bumpTree(w, held ? 1 : -1);
   if (held) { resLive++; outBlocks++; } else resLive--; // removals count their own outBlocks
@@ -477,24 +480,33 @@ function shareNode(n: u32): u32 {
   return r;
 }
 
-/** A new record of w at node n (w has none there); resFind(w, ext) has just missed. */
-function addRecord(w: u32, n: u32, ext: u64, copies: u32): void {
-  let p = nodeAt(n);
-  let kind = kindAt(p);
-  if (kind == KIND_NONE && copies <= INLINE_MAX_COPIES) {
+/**
+ * A new record of w at node n (w has none there); resFind(w, ext) has just missed. The inline case (a
+ * node's first holder: every block of an unshared sequence) is inlined into the insert path.
+ */
+@inline function addRecord(w: u32, n: u32, ext: u64, copies: u32): void {
+  const p = nodeAt(n);
+  if (kindAt(p) == KIND_NONE && copies <= INLINE_MAX_COPIES) {
     store<u64>(p, ext, 8);
     setKindCopies(p, KIND_INLINE, copies);
     setHigh(p, w);
     resInsertAfterMiss(n | RES_INLINE);
-  } else {
-    if (kind == KIND_INLINE) shareNode(n);
-    else if (kind == KIND_NONE) { setKindCopies(p, KIND_SHARED, 0); store<u64>(p, 0, 8); setHigh(p, 0); }
-    p = nodeAt(n);
-    setHigh(p, highAt(p) + 1);
-    const r = newRec(n, w, ext, min<u32>(copies, REC_MAX_COPIES));
-    resInsertAfterMiss(r);
-    if (copies == 0) zeroAdd(n, r);
-  }
+    store<u32>(recsOfPtr(w), load<u32>(recsOfPtr(w)) + 1);
+    if (copies > 0) becameHeld(n, w, true);
+  } else addSharedRecord(w, n, ext, copies);
+}
+
+/** addRecord when the record is a shared one: n already has a holder, or the copies outgrow the inline field. */
+function addSharedRecord(w: u32, n: u32, ext: u64, copies: u32): void {
+  let p = nodeAt(n);
+  const kind = kindAt(p);
+  if (kind == KIND_INLINE) shareNode(n);
+  else if (kind == KIND_NONE) { setKindCopies(p, KIND_SHARED, 0); store<u64>(p, 0, 8); setHigh(p, 0); }
+  p = nodeAt(n);
+  setHigh(p, highAt(p) + 1);
+  const r = newRec(n, w, ext, min<u32>(copies, REC_MAX_COPIES));
+  resInsertAfterMiss(r);
+  if (copies == 0) zeroAdd(n, r);
   store<u32>(recsOfPtr(w), load<u32>(recsOfPtr(w)) + 1);
   if (copies > 0) becameHeld(n, w, true);
 }
@@ -620,23 +632,30 @@ let lastReject: u32 = 0; // 0 none, 1 unknown parent, 2 hash conflict
 
 /** Sink for the touch passes' loads, so the optimiser keeps them. */
 let touched: u32 = 0;
-const TOUCH_AHEAD: u32 = 16;
+const TOUCH_AHEAD: u32 = 16; // a power of two (the lookups find a block's hashes at i & (TOUCH_AHEAD - 1))
+/** The touch pass's sequence and RES key hashes of the window's blocks (u64 pairs), reused by the lookups. */
+const TOUCH_HASHES: usize = memory.data(<i32>(TOUCH_AHEAD * 16), 16);
 
 /**
  * Loads the home slots that blocks [from, to) of a stored event will probe. These loads do not depend
  * on each other, so the CPU keeps many cache misses in flight; the real lookups, whose probe loops and
  * branches serialise them, then hit cache. WebAssembly has no prefetch instruction: this is the
- * portable form of one. Measured at ~1M residencies: ~10% off ingestion.
+ * portable form of one. Measured at ~1M residencies: ~10% off ingestion. The hashes are computed
+ * first and kept for the lookups (TOUCH_HASHES), so the loop of loads is short and more of them are in
+ * flight at once (a sampling profile had the CPU waiting on these loads more than anywhere else).
  */
 function touchStored(w: u32, seq: u64, ext: usize, tok: usize, from: u32, to: u32): u64 {
-  const cs = slotsOf(CHILD), cc = capOf(CHILD), rs = slotsOf(RES), rc = capOf(RES);
-  let acc: u32 = 0;
   for (let i = from; i < to; i++) {
     seq = childSeq(seq, load<u64>(tok + (<usize>i << 3)));
-    const kh = keyHash(w, load<u64>(ext + (<usize>i << 3)));
-    const c = load<u32>(cs + (<usize>homeOf(seq, cc) << 2));
-    const r = load<u32>(rs + (<usize>homeOf(kh, rc) << 2));
-    acc += c + r;
+    const th = TOUCH_HASHES + (<usize>(i - from) << 4);
+    store<u64>(th, seq);
+    store<u64>(th, keyHash(w, load<u64>(ext + (<usize>i << 3))), 8);
+  }
+  const cs = slotsOf(CHILD), cc = capOf(CHILD), rs = slotsOf(RES), rc = capOf(RES);
+  const end = TOUCH_HASHES + (<usize>(to - from) << 4);
+  let acc: u32 = 0;
+  for (let th = TOUCH_HASHES; th < end; th += 16) {
+    acc += load<u32>(cs + (<usize>homeOf(load<u64>(th), cc) << 2)) + load<u32>(rs + (<usize>homeOf(load<u64>(th, 8), rc) << 2));
   }
   touched += acc;
   return seq; // the sequence hash after block to - 1: where the next window starts
@@ -657,8 +676,7 @@ function stored(w: u32, hasParent: bool, parentExt: u64, ext: usize, tok: usize,
   }
   // the running sequence hash is computed from the event alone, so table addresses do not wait on
   // the previous block's lookup
-  let seq = seqOf(cur);
-  let touchSeq = seq;
+  let touchSeq = seqOf(cur);
   let touchedTo: u32 = 0;
   for (let i: u32 = 0; i < n; i++) {
     if (i == touchedTo) {
@@ -668,8 +686,9 @@ function stored(w: u32, hasParent: bool, parentExt: u64, ext: usize, tok: usize,
     }
     const e = load<u64>(ext + (<usize>i << 3));
     const c: u32 = copies == 0 ? 1 : <u32>min<u64>(load<u64>(copies + (<usize>i << 3)), REC_MAX_COPIES);
-    seq = childSeq(seq, load<u64>(tok + (<usize>i << 3)));
-    const held = resFind(w, e);
+    const th = TOUCH_HASHES + (<usize>(i & (TOUCH_AHEAD - 1)) << 4); // windows start at multiples of TOUCH_AHEAD
+    const seq = load<u64>(th);
+    const held = resFindHashed(w, e, load<u64>(th, 8));
     let child = childFind(cur, seq);
     if (held != NIL) {
       if (resNode(held) == child) { addCopies(held, w, child, c); cur = child; continue; } // another copy
@@ -1136,53 +1155,73 @@ function tableReserve(t: i32, entries: u32): void {
 }
 
 // Rebuild sources: CHILD from the nodes; RES from the shared records, then the nodes' inline holders.
-// fillPairs reads the next live entries in id order, each source in its own tight loop (measured: one
-// call per entry made rebuilds a visible share of ingestion), as (value << 32 | home) pairs.
-let rbPhase: u32 = 0; // 0: records (RES), 1: nodes, 2: done
-let rbId: u32 = 0;
+// Each source is read in id order in its own tight loop (measured: one call per entry made rebuilds a
+// visible share of ingestion); every entry goes straight to rbEmit.
+let rbSlots: usize = 0; // the table being filled
+let rbCap: u32 = 0;
+let rbShift: u32 = 0; // bucket = home >> rbShift; 32: no buckets, entries are placed as they come
+let rbBuckets: usize = 0; // REBUILD_BUCKET_CAP (value << 32 | home) pairs per bucket
+let rbFill: usize = 0; // u32 per bucket: pairs held
 
-function rbStart(t: i32): void {
-  rbPhase = t == CHILD ? 1 : 0;
-  rbId = t == CHILD ? 2 : 1;
+/** Stores v in the first empty slot from i on, in a table being rebuilt (no tombstones). */
+@inline function placeFrom(slots: usize, cap: u32, i: u32, v: u32): void {
+  while (load<u32>(slots + (<usize>i << 2)) != EMPTY) i = nextSlot(i, cap);
+  store<u32>(slots + (<usize>i << 2), v);
 }
 
-/** Appends up to `room` pairs at `pairs`; returns how many (fewer only once every source is read). */
-function fillPairs(t: i32, pairs: usize, room: u32, cap: u32): u32 {
-  let k: u32 = 0;
-  while (k < room && rbPhase < 2) {
-    let id = rbId;
-    if (rbPhase == 0) {
-      let p: usize = 0;
-      for (; id < resTop && k < room; id++) {
-        if (p == 0 || (id & CHUNK_MASK) == 0) p = recAt(id);
-        const e = p;
-        p += REC;
-        const w = <u32>(load<u64>(e, 8) >> 26) & 0xFFF;
-        if (w == DEAD_WORKER) continue;
-        const h = keyHash(w, load<u64>(e));
-        store<u64>(pairs + (<usize>(k++) << 3), (<u64>(id | tagOf(RES, h)) << 32) | <u64>homeOf(h, cap));
-      }
-      if (id >= resTop) { rbPhase = 1; id = 2; }
-    } else {
-      let p: usize = 0;
-      for (; id < nodeTop && k < room; id++) {
-        if (p == 0 || (id & CHUNK_MASK) == 0) p = nodeAt(id);
-        const e = p;
-        p += NODE;
-        if (isDead(e)) continue;
-        if (t == CHILD) {
-          const h = load<u64>(e);
-          store<u64>(pairs + (<usize>(k++) << 3), (<u64>(id | tagOf(CHILD, h)) << 32) | <u64>homeOf(h, cap));
-        } else if (kindAt(e) == KIND_INLINE) {
-          const h = keyHash(highAt(e), load<u64>(e, 8));
-          store<u64>(pairs + (<usize>(k++) << 3), (<u64>(id | RES_INLINE | tagOf(RES, h)) << 32) | <u64>homeOf(h, cap));
-        }
-      }
-      if (id >= nodeTop) rbPhase = 2;
-    }
-    rbId = id;
+/** An entry for the table being rebuilt: held in its home's bucket, which is placed when full. */
+@inline function rbEmit(v: u32, home: u32): void {
+  if (rbShift == 32) { placeFrom(rbSlots, rbCap, home, v); return; }
+  const b = home >> rbShift;
+  const f = rbFill + (<usize>b << 2);
+  const n = load<u32>(f);
+  store<u64>(rbBuckets + ((<usize>b * REBUILD_BUCKET_CAP + n) << 3), (<u64>v << 32) | <u64>home);
+  if (n + 1 < REBUILD_BUCKET_CAP) store<u32>(f, n + 1);
+  else {
+    rbFlush(b, REBUILD_BUCKET_CAP);
+    store<u32>(f, 0);
   }
-  return k;
+}
+
+/** Places the first `n` pairs of bucket b: all of them land in the same ~1/4096 of the table. */
+function rbFlush(b: u32, n: u32): void {
+  const slots = rbSlots, cap = rbCap;
+  const q = rbBuckets + ((<usize>b * REBUILD_BUCKET_CAP) << 3);
+  for (let j: u32 = 0; j < n; j++) {
+    const v = load<u64>(q + (<usize>j << 3));
+    placeFrom(slots, cap, <u32>v, <u32>(v >> 32));
+  }
+}
+
+/** Emits every live entry of table t (see rbEmit). */
+function rbEmitAll(t: i32): void {
+  const cap = rbCap;
+  if (t == RES) {
+    let p: usize = 0;
+    for (let id: u32 = 1; id < resTop; id++) {
+      if (p == 0 || (id & CHUNK_MASK) == 0) p = recAt(id);
+      const e = p;
+      p += REC;
+      const w = <u32>(load<u64>(e, 8) >> 26) & 0xFFF;
+      if (w == DEAD_WORKER) continue;
+      const h = keyHash(w, load<u64>(e));
+      rbEmit(id | tagOf(RES, h), homeOf(h, cap));
+    }
+  }
+  let p: usize = 0;
+  for (let id: u32 = 2; id < nodeTop; id++) {
+    if (p == 0 || (id & CHUNK_MASK) == 0) p = nodeAt(id);
+    const e = p;
+    p += NODE;
+    if (isDead(e)) continue;
+    if (t == CHILD) {
+      const h = load<u64>(e);
+      rbEmit(id | tagOf(CHILD, h), homeOf(h, cap));
+    } else if (kindAt(e) == KIND_INLINE) {
+      const h = keyHash(highAt(e), load<u64>(e, 8));
+      rbEmit(id | RES_INLINE | tagOf(RES, h), homeOf(h, cap));
+    }
+  }
 }
 
 /**
@@ -1194,10 +1233,12 @@ function fillPairs(t: i32, pairs: usize, room: u32, cap: u32): u32 {
  * 1M residencies: 41 B per residency in the unshared workload against 35.5 B (28.5 against 25.5 shared).
  * Doubling only below 2^20 slots kept the speed of the ingestion bench but not the memory at 1M (the
  * last growth before it was still a doubling). Entries are re-placed from the node/record chunks in id
- * order rather than from the old slots (sequential key reads instead of one cache miss per entry), and,
- * for big tables, in batches sorted by home slot: the home is a multiply-shift, so slots are then filled
- * in one ascending sweep instead of at random (measured: without the sort, rebuilds were about a third
- * of the cost of ingesting 1M block events into an empty index).
+ * order rather than from the old slots (sequential key reads; measured: re-placing from the old slots,
+ * one dependent cache miss per entry, took 35 ms for 504k entries against 5.5 ms), and, for big tables,
+ * through buckets by home slot: the home is a multiply-shift, so a bucket's entries all land in one
+ * small stretch of the table, placed together when the bucket is full (measured: placing entries at
+ * random was about a third of the cost of ingesting 1M block events into an empty index). The buckets
+ * replace sorting batches of entries by home (a histogram pass, a scatter pass and a pairs array).
  */
 function tableRebuild(t: i32, entries: u32): void {
   let cap = capOf(t);
@@ -1205,67 +1246,30 @@ function tableRebuild(t: i32, entries: u32): void {
   free(slotsOf(t), <usize>capOf(t) << 2);
   cap = <u32>(usable(<usize>cap << 2) >> 2); // a table in whole pages uses all of them
   tableInit(t, cap);
-  const slots = slotsOf(t);
-  rbStart(t);
-  const batch = min<u32>(REBUILD_BATCH, max<u32>(entries, 64));
-  const pairs = alloc(<usize>batch << 3);
-  if (cap < SORTED_REBUILD_MIN) {
-    let k: u32;
-    do {
-      k = fillPairs(t, pairs, batch, cap);
-      for (let j: u32 = 0; j < k; j++) {
-        const v = load<u64>(pairs + (<usize>j << 3));
-        let i = <u32>v;
-        while (load<u32>(slots + (<usize>i << 2)) != EMPTY) i = nextSlot(i, cap);
-        store<u32>(slots + (<usize>i << 2), <u32>(v >> 32));
-      }
-    } while (k == batch);
-    free(pairs, <usize>batch << 3);
+  rbSlots = slotsOf(t);
+  rbCap = cap;
+  if (cap < BUCKETED_REBUILD_MIN) {
+    rbShift = 32;
+    rbEmitAll(t);
     return;
   }
-  const sorted = alloc(<usize>batch << 3);
-  const counts = alloc(<usize>REBUILD_BUCKETS << 2);
+  // buckets of ~256 slots (at most REBUILD_BUCKETS of them): scratch in proportion to the table
   const ceilLog: u32 = 32 - <u32>clz<u32>(cap - 1);
-  const shift: u32 = ceilLog - REBUILD_BUCKET_BITS; // cap >= SORTED_REBUILD_MIN > REBUILD_BUCKETS
-  let k: u32;
-  do {
-    // one batch: (home, slot value) pairs, counting-sorted by the home's top bits, then placed in order
-    k = fillPairs(t, pairs, batch, cap);
-    memory.fill(counts, 0, <usize>REBUILD_BUCKETS << 2);
-    for (let j: u32 = 0; j < k; j++) {
-      const c = counts + (<usize>(<u32>load<u64>(pairs + (<usize>j << 3)) >> shift) << 2);
-      store<u32>(c, load<u32>(c) + 1);
-    }
-    let sum: u32 = 0;
-    for (let b: u32 = 0; b < REBUILD_BUCKETS; b++) {
-      const c = counts + (<usize>b << 2);
-      const n = load<u32>(c);
-      store<u32>(c, sum);
-      sum += n;
-    }
-    for (let j: u32 = 0; j < k; j++) {
-      const v = load<u64>(pairs + (<usize>j << 3));
-      const c = counts + (<usize>(<u32>v >> shift) << 2);
-      const at = load<u32>(c);
-      store<u32>(c, at + 1);
-      store<u64>(sorted + (<usize>at << 3), v);
-    }
-    for (let j: u32 = 0; j < k; j++) {
-      const v = load<u64>(sorted + (<usize>j << 3));
-      let i = <u32>v;
-      while (load<u32>(slots + (<usize>i << 2)) != EMPTY) i = nextSlot(i, cap);
-      store<u32>(slots + (<usize>i << 2), <u32>(v >> 32));
-    }
-  } while (k == batch);
-  free(pairs, <usize>batch << 3);
-  free(sorted, <usize>batch << 3);
-  free(counts, <usize>REBUILD_BUCKETS << 2);
+  const bits = min<u32>(REBUILD_BUCKET_BITS, ceilLog - 8);
+  const buckets: u32 = 1 << bits;
+  rbShift = ceilLog - bits;
+  const bucketBytes = (<usize>buckets * REBUILD_BUCKET_CAP) << 3;
+  rbBuckets = alloc(bucketBytes);
+  rbFill = allocZeroed(<usize>buckets << 2);
+  rbEmitAll(t);
+  for (let b: u32 = 0; b < buckets; b++) rbFlush(b, load<u32>(rbFill + (<usize>b << 2)));
+  free(rbBuckets, bucketBytes);
+  free(rbFill, <usize>buckets << 2);
 }
 
-const SORTED_REBUILD_MIN: u32 = 1 << 16;
-const REBUILD_BATCH: u32 = 1 << 17;
+const BUCKETED_REBUILD_MIN: u32 = 1 << 16;
 const REBUILD_BUCKET_BITS: u32 = 12;
-const REBUILD_BUCKETS: u32 = 1 << REBUILD_BUCKET_BITS;
+const REBUILD_BUCKET_CAP: u32 = 64; // pairs: 2 MiB of buckets at most
 
 // ---- I/O buffers and stats ----
 export function reserve(bytes: usize): usize { return alloc(bytes); }
