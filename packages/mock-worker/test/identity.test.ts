@@ -152,4 +152,15 @@ describe("hybrid KV cache groups", () => {
     const removed = subs[0]!.messages[2]!.batch.events.filter((e) => e.type === "BlockRemoved" && (e as { groupIdx?: number }).groupIdx === 1);
     expect(removed.flatMap((e) => (e as { blockHashes: bigint[] }).blockHashes).sort()).toEqual([all[1]!, all[3]!].sort());
   });
+
+  test("a group block's extra keys are built over its own span, as vLLM builds them: the adapter once, the salt on block 0", async () => {
+    const { w, subs } = await worker({ kvGroups: "sliding_window:4:6,full_attention:8" as never, capacityBlocks: 8, loraModules: ["sql-lora"] });
+    await cached(w, "/v1/completions", { model: "sql-lora", cache_salt: "tenant-a", prompt: ids(0, 17) });
+    await waitFor(() => subs[0]!.messages.length === 1, { message: "the grouped batch" });
+    const [window, full] = subs[0]!.messages[0]!.batch.events as BlockStored[];
+    // The 4-token group: per hash block (lora, then the salt on block 0); the window keeps the last two.
+    expect(window!.extraKeys).toEqual([["sql-lora"], ["sql-lora"]]);
+    // The 8-token group: two blocks, each spanning two hash blocks, the name once each.
+    expect(full).toMatchObject({ blockSize: 8, extraKeys: [["sql-lora", "tenant-a"], ["sql-lora"]] });
+  });
 });

@@ -2,7 +2,8 @@
 // worker's cache (vLLM's identity: parent-chained hashes under a NONE_HASH of each rank's own, so hashes
 // spread over the whole u64 range, LoRA names and salts in the extra keys, copies that are never
 // deduplicated, evictions), its changes published as vLLM's events
-// (per KV group when the rank has groups), through the wire encoder and decoder into live ingestion;
+// (per KV group when the rank has groups, a main group's blocks up to twice the hash block), through
+// the wire encoder and decoder into live ingestion;
 // the probe is hashed as the picker hashes a request. Then the same for a replica recovered from a dump.
 import { expect, test } from "bun:test";
 import fc from "fast-check";
@@ -40,8 +41,12 @@ const step: fc.Arbitrary<Step> = fc.record({
 });
 const run = fc.record({
   encoding: fc.constantFrom<EventEncoding>("vllm", "vllm-map", "vllm-array"),
-  // no groups (one untagged group), or full attention beside a sliding window (vLLM's mask on the latter)
-  groups: fc.constantFrom("", `full_attention:${BS},sliding_window:${BS}:${2 * BS}`, `sliding_window:${BS}:${BS},full_attention:${BS}`),
+  // no groups (one untagged group), full attention beside a sliding window (vLLM's mask on the latter),
+  // or full attention with blocks twice the hash block (its own block size, hashes and extra keys)
+  groups: fc.constantFrom(
+    "", `full_attention:${BS},sliding_window:${BS}:${2 * BS}`, `sliding_window:${BS}:${BS},full_attention:${BS}`,
+    `sliding_window:${BS}:${BS},full_attention:${2 * BS}`,
+  ),
   steps: fc.array(step, { minLength: 5, maxLength: 40 }),
 });
 
@@ -75,8 +80,11 @@ test("after every step the EPP's overlap per rank equals the rank's true hit, wi
       ixs.models.register(MODEL, "default", BS);
       for (const a of ADAPTERS) ixs.models.registerAdapter(a, MODEL);
       const kvGroups = groups === "" ? [] : parseKvGroups(groups);
+      // Hash blocks per main-group block: the main group holds its block m while hash block (m+1)k-1 is
+      // cached (vLLM's hash at the group block's last hash-block boundary).
+      const k = (kvGroups.find((g) => g.kind === "full_attention")?.blockSize ?? BS) / BS;
       const caches = RANKS.map((w) => {
-        const cache = new PrefixCacheSim({ blockSize: BS, capacityBlocks: 10, hashSeed: "random" });
+        const cache = new PrefixCacheSim({ blockSize: BS, capacityBlocks: 10, hashSeed: "random", runContext: k > 1 });
         const events = new RankEvents(BS, encoding, kvGroups);
         let seq = 0n;
         cache.subscribe((changes) => {
@@ -89,7 +97,14 @@ test("after every step the EPP's overlap per rank equals the rank's true hit, wi
         });
         return cache;
       });
-      const truth = (r: Req) => caches.map((c) => c.peekHitBlocks(tokens(r), identityOf(r)));
+      const truth = (r: Req) =>
+        caches.map((c) => {
+          const ids = c.blockIds(tokens(r), identityOf(r));
+          const resident = c.residentHashes();
+          let m = 0;
+          while ((m + 1) * k - 1 < ids.length && resident.has(ids[(m + 1) * k - 1]!.hash)) m++;
+          return m;
+        });
       const held: { cache: PrefixCacheSim; lease: Lease }[] = [];
       for (const [i, s] of steps.entries()) {
         const cache = caches[s.rank]!;

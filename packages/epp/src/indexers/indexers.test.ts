@@ -163,6 +163,31 @@ test("once the index holds blocks, events and a peer's dump of another block siz
   twice.abort();
 });
 
+test("a replica that holds nothing recovers a peer's dump of another block size with the peer's size (the configured one was wrong), loudly", async () => {
+  // The peer learned the workers' size (8) from their events; this replica only has the configured 4.
+  const peer = new Indexers(createMetrics());
+  peer.models.register("m", "default", BS);
+  const ids = [1, 2, 3, 4, 5, 6, 7, 8];
+  peer.live.apply("m:default", w, { kind: "batch", seq: 0n, batch: { ts: 0, dataParallelRank: 0, events: [{ ...stored([81n], null, ids), blockSize: 8 } as KvEvent] } });
+  expect(peer.models.get("m:default")!.blockSize).toBe(8);
+  const metrics = createMetrics();
+  const errors: unknown[] = [];
+  const joiner = new Indexers(metrics, { error: (o: unknown) => errors.push(o), warn: () => {}, info: () => {} } as unknown as import("pino").Logger);
+  const ix = joiner.models.register("m", "default", BS);
+  const staging = joiner.recovery.begin();
+  const parser = new DumpParser((k, bs, e) => staging.apply(k, bs, e));
+  parser.push(Buffer.concat([...dumpChunks(peer.recovery)]));
+  parser.end();
+  staging.commit();
+  expect(ix.blockSize).toBe(8);
+  expect(findMatches(ix.index, computeBlockHashes(Uint32Array.from(ids), 8)).scores.get("w\u00000")).toBe(1);
+  expect(await counter(metrics, "dynamo_epp_kv_block_size_mismatch_total")).toBe(1);
+  expect(errors).toEqual([{ model: "m:default", configured: BS, peer: 8 }]);
+  // Live events of that size continue it.
+  joiner.live.apply("m:default", w, { kind: "batch", seq: 1n, batch: { ts: 0, dataParallelRank: 0, events: [{ ...stored([82n], 81n, [9, 10, 11, 12, 13, 14, 15, 16]), blockSize: 8 } as KvEvent] } });
+  expect(findMatches(ix.index, computeBlockHashes(Uint32Array.from({ length: 16 }, (_, i) => i + 1), 8)).scores.get("w\u00000")).toBe(2);
+});
+
 test("an index whose module trapped is replaced by an empty one (counted), and routing reads the new one", async () => {
   const metrics = createMetrics();
   const ixs = new Indexers(metrics);

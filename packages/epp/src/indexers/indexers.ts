@@ -21,7 +21,7 @@ export class Indexers {
   constructor(metrics: Metrics, log?: Logger, opts: IndexersOptions = {}) {
     this.models = new ModelIndexes(metrics, log, opts.onViewLost);
     this.live = new LiveIngest(this.models, metrics, log, opts);
-    this.recovery = new RecoveryTarget(this.models, metrics);
+    this.recovery = new RecoveryTarget(this.models, metrics, log);
   }
 
   /** The worker rank left the worker set: its blocks leave every index and its events' record goes. */

@@ -6,6 +6,7 @@
 import { workerKeyOf, type WorkerRef } from "@kv-epp/protocol";
 import { KvIndex, type StoredBatchBuilder } from "@kv-epp/index-wasm";
 import { toRouterEvents, type DumpModel, type DumpSource, type DumpStaging, type DumpTarget } from "@kv-epp/recovery";
+import type { Logger } from "pino";
 import type { Metrics } from "../metrics.ts";
 import type { ModelIndexes } from "./model-indexes.ts";
 
@@ -43,10 +44,12 @@ type Staged = {
 export class RecoveryTarget implements DumpSource, DumpTarget {
   private readonly modelIndexes: ModelIndexes;
   private readonly metrics: Metrics;
+  private readonly log: Logger | undefined;
 
-  constructor(models: ModelIndexes, metrics: Metrics) {
+  constructor(models: ModelIndexes, metrics: Metrics, log?: Logger) {
     this.modelIndexes = models;
     this.metrics = metrics;
+    this.log = log;
   }
 
   /** `onSnapshot`: told each worker of a model in the step its blocks are copied (see KvIndex.dump). */
@@ -94,12 +97,21 @@ export class RecoveryTarget implements DumpSource, DumpTarget {
       let s = staged.get(key);
       // The parser skips models accepts() refuses: an unknown key here is a bug, not a peer's choice.
       if (!models.has(key)) throw new Error(`model ${key} is not served by this replica`);
-      // A peer with another block size for a model has hashes no request here can match: the attempt
-      // fails (staging aborted, the next peer tried) rather than "recovering" nothing.
-      const want = s?.blockSize ?? models.get(key)?.blockSize;
-      if (want !== undefined && want !== blockSize) {
-        this.metrics.eventsRejected.inc({ reason: "block_size" });
-        throw new Error(`the dump's block size for ${key} is ${blockSize}, this replica's ${want}`);
+      const ix = models.get(key)!;
+      const want = s?.blockSize ?? ix.blockSize;
+      if (want !== blockSize) {
+        // While this replica's index holds nothing, its size is only the configured one, and the peer's
+        // is the one its workers' events taught it (the live rule: the workers' size replaces a
+        // configured one while nothing is indexed): the staged index takes the peer's, loudly.
+        if (!s && ix.index.stats().residencies === 0) {
+          this.metrics.blockSizeMismatches.inc();
+          this.log?.error({ model: key, configured: ix.blockSize, peer: blockSize }, "a peer's dump names another KV block size than the configured one: recovering with the peer's (its workers' events set it)");
+        } else {
+          // Otherwise the peer's hashes are of blocks no request here is cut into: the attempt fails
+          // (staging aborted, the next peer tried) rather than "recovering" nothing.
+          this.metrics.eventsRejected.inc({ reason: "block_size" });
+          throw new Error(`the dump's block size for ${key} is ${blockSize}, this replica's ${want}`);
+        }
       }
       if (!s) {
         const index = KvIndex.create({ blockSize, expected });
@@ -166,7 +178,10 @@ export class RecoveryTarget implements DumpSource, DumpTarget {
         open = false;
         for (const [key, s] of staged) {
           flush(s);
-          models.get(key)!.index = s.index; // a served model, same block size: stagedFor refused others
+          // A served model; its block size the replica's own, or the peer's while the replica held nothing (stagedFor).
+          const ix = models.get(key)!;
+          ix.index = s.index;
+          ix.blockSize = s.blockSize;
         }
         for (const [key, names] of adapters) for (const name of names) models.learnAdapter(models.get(key)!, name, "a peer's dump");
       },

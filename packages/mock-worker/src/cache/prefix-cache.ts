@@ -1,5 +1,5 @@
 import type { ExtraKeyValue } from "@kv-epp/kv-events";
-import { BASE_IDENTITY, chainBlockIds, noneHash, type RequestIdentity } from "./block-hash.ts";
+import { BASE_IDENTITY, chainBlockIds, noneHash, type BlockId, type RequestIdentity } from "./block-hash.ts";
 
 /**
  * A simulated vLLM prefix cache for one rank: a fixed number of physical block slots, full prompt
@@ -33,11 +33,11 @@ export type CacheEvent =
       /** The request's cache_salt, when it has one (SGLang publishes it on every store of a salted request). */
       cacheSalt?: string;
       /**
-       * Where the run sits in its request: the index of its first block, the request's blocks up to the
-       * run's end and its tokens (with `runContext`). KV groups with larger blocks regroup from it (a
-       * group block may straddle earlier runs).
+       * Where the run sits in its request: the index of its first block, the request's block hashes up
+       * to the run's end, its tokens and what names its blocks (with `runContext`). KV groups with larger
+       * blocks regroup from it (a group block may straddle earlier runs).
        */
-      context?: { start: number; chain: readonly { hash: bigint; extraKeys: ExtraKeyValue[] | null }[]; tokens: Uint32Array };
+      context?: { start: number; chain: readonly { hash: bigint }[]; tokens: Uint32Array; identity: RequestIdentity };
     }
   | { kind: "removed"; hashes: bigint[] }
   | { kind: "cleared" };
@@ -159,15 +159,20 @@ export class PrefixCacheSim {
    * router's index should report for it (a hit walk stops at the first block not cached).
    */
   peekHitBlocks(tokens: Uint32Array, id: RequestIdentity = BASE_IDENTITY): number {
-    const ids = chainBlockIds(tokens, this.blockSize, id, this.noneHash);
+    const ids = this.blockIds(tokens, id);
     let hit = 0;
     while (hit < ids.length && this.blocks.has(ids[hit]!.hash)) hit++;
     return hit;
   }
 
+  /** The ids this cache gives the prompt's full blocks (its NONE_HASH included). */
+  blockIds(tokens: Uint32Array, id: RequestIdentity = BASE_IDENTITY): BlockId[] {
+    return chainBlockIds(tokens, this.blockSize, id, this.noneHash);
+  }
+
   /** Admits a prompt: references its cached prefix and caches its remaining full blocks. */
   acquire(tokens: Uint32Array, id: AcquireIdentity = BASE_IDENTITY): Acquisition {
-    const ids = chainBlockIds(tokens, this.blockSize, id, this.noneHash);
+    const ids = this.blockIds(tokens, id);
     const held: Block[] = [];
     // vLLM computes at least the last prompt token, so a hit never covers the whole prompt.
     const maxHit = Math.min(ids.length, tokens.length > 0 ? Math.floor((tokens.length - 1) / this.blockSize) : 0);
@@ -209,7 +214,7 @@ export class PrefixCacheSim {
         loraName: id.loraName ?? null,
         loraId: id.loraName ? (id.loraId ?? null) : null,
         ...(id.cacheSalt != null ? { cacheSalt: id.cacheSalt } : {}),
-        ...(this.runContext ? { context: { start: hit, chain: ids.slice(0, hit + room), tokens } } : {}),
+        ...(this.runContext ? { context: { start: hit, chain: ids.slice(0, hit + room), tokens, identity: id } } : {}),
       });
     }
     this.emit(events);

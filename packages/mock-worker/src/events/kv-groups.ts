@@ -1,4 +1,5 @@
 import type { BlockRemoved, BlockStored, ExtraKeyValue, KvEvent } from "@kv-epp/kv-events";
+import { blockExtraKeys } from "../cache/block-hash.ts";
 import type { CacheEvent } from "../cache/prefix-cache.ts";
 
 /**
@@ -7,7 +8,7 @@ import type { CacheEvent } from "../cache/prefix-cache.ts";
  * request at one granularity (hash_block_size, here `--block-size`); a group whose blocks are k times
  * larger publishes, for each of its blocks, the hash at the block's last hash-block boundary (that hash
  * already chains the whole prefix: vLLM's BlockHashListWithBlockSize), with token_ids spanning its own
- * blocks and block_size its own. A group block is stored when its last hash block is, and removed when
+ * blocks, block_size its own, and each block's extra keys built over its own span. A group block is stored when its last hash block is, and removed when
  * that hash block is evicted. A sliding-window group keeps only the blocks inside its window at the end
  * of a stored run: its BlockStored names just those (vLLM's mask) while token_ids still span the whole
  * run, and its removals name only blocks it stored.
@@ -85,8 +86,9 @@ export class GroupedEvents {
     const extraKeys: (ExtraKeyValue[] | null)[] = [];
     for (let m = first; m <= last; m++) {
       hashes.push(c.chain[(m + 1) * k - 1]!.hash);
-      const keys = c.chain.slice(m * k, (m + 1) * k).flatMap((b) => b.extraKeys ?? []);
-      extraKeys.push(keys.length > 0 ? keys : null);
+      // vLLM builds a group block's extra keys over the group block's own span (the LoRA name once,
+      // media offsets from its first token), not by joining its hash blocks' tuples.
+      extraKeys.push(blockExtraKeys(c.identity, m * blockSize, (m + 1) * blockSize));
     }
     return {
       ...ev,
