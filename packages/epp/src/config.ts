@@ -8,6 +8,7 @@ import { z } from "zod";
 import { LISTENER_HEARTBEAT } from "@kv-epp/kv-events";
 import { DEFAULT_WEIGHTS } from "./picker/cost.ts";
 import type { CostModel } from "./picker/picker.ts";
+import { DEFAULT_PENDING } from "./picker/pending.ts";
 
 export class ConfigError extends Error {}
 
@@ -60,6 +61,9 @@ export const OPTIONS = {
   queueWeight: { flag: "queue-weight", env: "DYN_EPP_QUEUE_WEIGHT", kind: "number", default: "0", help: "cost per scraped waiting request" },
   queueThreshold: { flag: "queue-threshold", env: "DYN_EPP_QUEUE_THRESHOLD", kind: "int", default: "0", help: "skip workers with more waiting requests (0: off)" },
   cost: { flag: "cost", env: "DYN_EPP_COST", kind: "string", default: "weights", help: "routing cost: weights (weighted blocks to prefill + active blocks) | latency (lowest predicted TTFT, calibrated online)" },
+  inflightPrefix: { flag: "inflight-prefix", env: "DYN_EPP_INFLIGHT_PREFIX", kind: "bool", default: "false", help: "count the blocks of requests routed to a worker and not yet ended as overlap there (the index learns them only after their prefill)" },
+  inflightPrefixMaxBlocks: { flag: "inflight-prefix-max-blocks", env: "DYN_EPP_INFLIGHT_PREFIX_MAX_BLOCKS", kind: "int", default: String(DEFAULT_PENDING.maxBlocks), help: "most in-flight prefix blocks held (oldest requests' leave first)" },
+  inflightPrefixTtlMs: { flag: "inflight-prefix-ttl-ms", env: "DYN_EPP_INFLIGHT_PREFIX_TTL_MS", kind: "int", default: String(DEFAULT_PENDING.ttlMs), help: "an in-flight prefix leaves after this long even if its request never ended" },
   explain: { flag: "explain", env: "DYN_EPP_EXPLAIN", kind: "bool", default: "false", help: "explain every decision in an x-kv-epp-decision header (else only requests sending x-kv-epp-explain: 1)" },
   temperature: { flag: "temperature", env: "DYN_EPP_TEMPERATURE", kind: "number", default: "0", help: "softmax temperature (0: argmin)" },
   scrapeIntervalMs: { flag: "scrape-interval-ms", env: "DYN_EPP_SCRAPE_INTERVAL_MS", kind: "int", default: "1000", help: "vLLM /metrics scrape period (0: off)" },
@@ -188,6 +192,8 @@ export type EppConfig = {
     queueThreshold: number;
     temperature: number;
     cost: CostModel;
+    /** In-flight prefixes (picker/pending.ts); off: the index's overlap alone. */
+    inflightPrefix: { mode: "off" } | { mode: "on"; maxBlocks: number; ttlMs: number };
   };
   explain: boolean;
   scrapeIntervalMs: number;
@@ -272,6 +278,7 @@ export function parseConfig(argv: string[], env: Record<string, string | undefin
   const costModel = get<string>("cost")!;
   if (costModel !== "weights" && costModel !== "latency")
     throw new ConfigError(`invalid value for ${r.cost.source}: ${JSON.stringify(costModel)} (expected weights|latency)`);
+  if (get<number>("inflightPrefixMaxBlocks") === 0) throw new ConfigError(`invalid value for ${r.inflightPrefixMaxBlocks.source}: 0 (turn in-flight prefixes off with --inflight-prefix false)`);
   const bodyMode = get<string>("bodyMode")!;
   if (!["auto", "buffered", "full-duplex"].includes(bodyMode))
     throw new ConfigError(`invalid value for ${r.bodyMode.source}: ${JSON.stringify(bodyMode)} (expected auto|buffered|full-duplex)`);
@@ -387,6 +394,9 @@ export function parseConfig(argv: string[], env: Record<string, string | undefin
       queueThreshold: get<number>("queueThreshold")!,
       temperature: get<number>("temperature")!,
       cost: costModel,
+      inflightPrefix: get<boolean>("inflightPrefix")
+        ? { mode: "on", maxBlocks: get<number>("inflightPrefixMaxBlocks")!, ttlMs: get<number>("inflightPrefixTtlMs")! }
+        : { mode: "off" },
     },
     explain: get<boolean>("explain")!,
     scrapeIntervalMs: get<number>("scrapeIntervalMs")!,

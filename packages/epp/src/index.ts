@@ -10,12 +10,13 @@ export { ExtProcClient, extProcChannel, RoutingError, type ClientBodyMode, type 
 // The rules a simulation must share to decide as the EPP does: the decision (decide, and the choice
 // it ends in), its weights and latency model, and load as the picker counts it; the Picker itself so
 // the simulation can check that its policy and the EPP choose alike.
-export { decide, type CandidateState, type DecisionInput, type DecisionOutcome } from "./picker/decide.ts";
+export { decide, overlapOf, type CandidateState, type DecisionInput, type DecisionOutcome } from "./picker/decide.ts";
 export { choose, DEFAULT_WEIGHTS, type Weights } from "./picker/cost.ts";
 export { Picker, type CostModel } from "./picker/picker.ts";
 export { LatencyModel } from "./picker/latency.ts";
 export type { Candidate } from "./workers/registry.ts";
 export { ActiveLoad, sumLoad, type Lease, type LoadView } from "./picker/load.ts";
+export { PendingPrefixes, prefixKeys, DEFAULT_PENDING, type PendingView, type PrefixKeys } from "./picker/pending.ts";
 // replica-agg's sending numbering and receiving state, so a simulation runs the same rules in virtual time.
 export { AggOutbox } from "./replica-agg/publisher.ts";
 export { PeerLoads } from "./replica-agg/peer-loads.ts";

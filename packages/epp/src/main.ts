@@ -14,6 +14,7 @@ import { StreamHandoff } from "./handoff/handoff.ts";
 import { indexerKey, Indexers } from "./indexers/indexers.ts";
 import { createMetrics, type Metrics } from "./metrics.ts";
 import { ActiveLoad, sumLoad } from "./picker/load.ts";
+import { PendingPrefixes } from "./picker/pending.ts";
 import { LatencyModel } from "./picker/latency.ts";
 import { Picker } from "./picker/picker.ts";
 import { RoutingQuality } from "./picker/quality.ts";
@@ -84,7 +85,10 @@ export async function startEpp(cfg: EppConfig, o: { log?: Logger; kubeConfig?: K
   });
 
   // This replica's in-flight load; its peers' (replica-agg) is added to it in the cost function.
-  const load = new ActiveLoad();
+  const inflight = cfg.picker.inflightPrefix;
+  // The blocks of this replica's requests in flight count as overlap where they were routed (picker/pending.ts).
+  const pending = inflight.mode === "on" ? new PendingPrefixes({ maxBlocks: inflight.maxBlocks, ttlMs: inflight.ttlMs }) : undefined;
+  const load = new ActiveLoad(pending);
   const replicaAgg = cfg.replicaAgg.mode === "on"
     ? await startReplicaAgg({ config: cfg.replicaAgg, listen: cfg.listen, port: cfg.ports.replicaAgg, podIp: cfg.podIp, load, metrics, log: log.child({ component: "replica-agg" }), kube })
     : undefined;
@@ -98,6 +102,7 @@ export async function startEpp(cfg: EppConfig, o: { log?: Logger; kubeConfig?: K
     workerMetrics: (endpoint) => workers.metricsOf(endpoint),
     options: cfg.picker,
     latency,
+    pending,
   });
 
   // Servers come up first so liveness answers during discovery and recovery, and cold peers see
@@ -134,6 +139,11 @@ export async function startEpp(cfg: EppConfig, o: { log?: Logger; kubeConfig?: K
     workers.updateGauges();
     metrics.ready.set(health.ready ? 1 : 0);
     replicaAgg?.updateGauges();
+    if (pending) {
+      metrics.inflightPrefixBlocks.set(pending.blocks);
+      metrics.inflightPrefixDropped.set({ reason: "expired" }, pending.drops.expired);
+      metrics.inflightPrefixDropped.set({ reason: "evicted" }, pending.drops.evicted);
+    }
   }));
   log.info(
     { grpc: extProc.port, grpcHealth: grpcHealth.port, selection: selection.port, metrics: metricsServer.port, replicaAgg: replicaAgg?.endpoint, listen: cfg.listen },

@@ -55,6 +55,17 @@ export function createMetrics() {
       registers: [registry],
     }),
     inflight: new Gauge({ name: "dynamo_epp_inflight_requests", help: "requests routed and not finished", registers: [registry] }),
+    inflightPrefixBlocks: new Gauge({
+      name: "dynamo_epp_inflight_prefix_blocks",
+      help: "prefix blocks of requests routed and not ended, counted as overlap where they were routed (--inflight-prefix)",
+      registers: [registry],
+    }),
+    inflightPrefixDropped: new Gauge({
+      name: "dynamo_epp_inflight_prefix_dropped",
+      help: "in-flight prefixes dropped before their request ended: expired (--inflight-prefix-ttl-ms) or evicted (--inflight-prefix-max-blocks)",
+      labelNames: ["reason"] as const,
+      registers: [registry],
+    }),
     indexBlocks: new Gauge({ name: "dynamo_epp_kv_index_blocks", help: "blocks in the KV index", labelNames: ["model"] as const, registers: [registry] }),
     indexResidencies: new Gauge({
       name: "dynamo_epp_kv_index_residencies",

@@ -7,6 +7,7 @@ import type { BodyMode } from "../config.ts";
 import type { Metrics, RequestOutcome } from "../metrics.ts";
 import type { ActiveLoad, Lease } from "../picker/load.ts";
 import type { Decision, Picker } from "../picker/picker.ts";
+import type { PrefixKeys } from "../picker/pending.ts";
 import { EXPLAIN_REQUEST_HEADER, EXPLANATION_HEADER, explanation } from "../picker/explain.ts";
 import { predictionOf, type ResponseWatch, type RoutingQuality } from "../picker/quality.ts";
 import type { Tokenize } from "../tokens.ts";
@@ -84,7 +85,7 @@ type RequestState = {
   /** GAIE headers: model rewrite, priority, fairness id. */
   cls: RequestClass;
   /** Where its load is counted: the picked rank, or the one the gateway reports served it. */
-  routed?: { candidate: Candidate; blocks: number; prefillBlocks: number; prefilled: boolean };
+  routed?: { candidate: Candidate; blocks: number; prefillBlocks: number; prefilled: boolean; prefix?: PrefixKeys };
   /** A response_body message came for it (the gateway sends response bodies). */
   responseBody: boolean;
 };
@@ -335,8 +336,8 @@ class ProcessStream {
     }
     const { chosen, requestBlocks } = decision;
     const prefillBlocks = Math.max(requestBlocks - chosen.overlap, 0);
-    req.lease = this.deps.load.acquire(chosen.candidate.key, requestBlocks, prefillBlocks);
-    req.routed = { candidate: chosen.candidate, blocks: requestBlocks, prefillBlocks, prefilled: false };
+    req.lease = this.deps.load.acquire(chosen.candidate.key, requestBlocks, prefillBlocks, decision.prefix);
+    req.routed = { candidate: chosen.candidate, blocks: requestBlocks, prefillBlocks, prefilled: false, prefix: decision.prefix };
     this.deps.metrics.inflight.set(this.deps.load.inflight);
     this.deps.metrics.pickLatency.observe((performance.now() - started) / 1000);
     if (requestBlocks > 0) this.deps.metrics.overlapRatio.observe(chosen.overlap / requestBlocks);
@@ -388,7 +389,7 @@ class ProcessStream {
       return;
     }
     req.lease.release();
-    req.lease = this.deps.load.acquire(next.key, routed.blocks, routed.prefilled ? 0 : routed.prefillBlocks);
+    req.lease = this.deps.load.acquire(next.key, routed.blocks, routed.prefilled ? 0 : routed.prefillBlocks, routed.prefix);
     req.routed = { ...routed, candidate: next };
     this.deps.metrics.servedElsewhere.inc({ result: "moved" });
     this.deps.log.debug({ picked: routed.candidate.endpoint, served: endpoint }, "served elsewhere: load moved");

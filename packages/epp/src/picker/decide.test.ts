@@ -1,7 +1,7 @@
 import { describe, expect, test } from "bun:test";
 import fc from "fast-check";
 import { cost, type Weights } from "./cost.ts";
-import { decide, type CandidateState } from "./decide.ts";
+import { decide, overlapOf, type CandidateState } from "./decide.ts";
 
 // Pods with one or two target ports; a subset hint names pod IPs (GAIE matches the hint by IP).
 const ips = ["10.0.0.1", "10.0.0.2", "10.0.0.3", "10.0.0.4", "10.0.0.5", "10.0.0.6"];
@@ -11,6 +11,8 @@ const ipOf = (endpoint: string) => endpoint.slice(0, endpoint.lastIndexOf(":"));
 const candidate = fc.record({
   endpoint: fc.constantFrom(...endpoints),
   overlap: fc.integer({ min: 0, max: 80 }),
+  // In-flight prefixes: absent (off), or the leading blocks pending on the candidate.
+  pendingOverlap: fc.option(fc.integer({ min: 0, max: 80 }), { nil: undefined }),
   activeBlocks: fc.integer({ min: 0, max: 2000 }),
   waiting: fc.integer({ min: 0, max: 10 }),
 });
@@ -49,9 +51,11 @@ describe("decide", () => {
         }
         if (d.kind !== "chosen") throw new Error(`expected a choice, got ${d.reason}`);
         expect(d.scored.map((s) => s.candidate)).toEqual(ok);
-        const best = Math.min(...ok.map((c) => cost(weights, requestBlocks, c)));
+        // The blocks counted as cached: the index's overlap or the pending one, the longer.
+        const counted = (c: CandidateState) => ({ ...c, overlap: Math.max(c.overlap, c.pendingOverlap ?? 0) });
+        const best = Math.min(...ok.map((c) => cost(weights, requestBlocks, counted(c))));
         expect(d.chosen.cost).toBe(best);
-        expect(d.chosen.cost).toBe(cost(weights, requestBlocks, d.chosen.candidate));
+        expect(d.chosen.cost).toBe(cost(weights, requestBlocks, counted(d.chosen.candidate)));
       }),
     );
   });
@@ -96,6 +100,21 @@ describe("decide", () => {
       kind: "none",
       reason: "no_workers",
     });
+  });
+
+  test("pending blocks count as cached exactly as the index's overlap does, and never raise a cost", () => {
+    fc.assert(
+      fc.property(input, ({ requestBlocks, candidates, weights, r }) => {
+        const asIndexed = candidates.map((c) => ({ endpoint: c.endpoint, overlap: overlapOf(c), activeBlocks: c.activeBlocks, waiting: c.waiting }));
+        const withoutPending = candidates.map((c) => ({ ...c, pendingOverlap: undefined }));
+        const run = (cs: CandidateState[]) => decide({ requestBlocks, candidates: cs, weights, queueThreshold: 0, random: () => r });
+        const d = run(candidates), same = run(asIndexed), none = run(withoutPending);
+        if (d.kind !== "chosen" || same.kind !== "chosen" || none.kind !== "chosen") throw new Error("no choice");
+        expect(d.scored.map((s) => s.cost)).toEqual(same.scored.map((s) => s.cost));
+        expect(d.chosen.candidate.endpoint).toBe(same.chosen.candidate.endpoint);
+        d.scored.forEach((s, i) => expect(s.cost).toBeLessThanOrEqual(none.scored[i]!.cost));
+      }),
+    );
   });
 
   test("more cached blocks wins at equal load; more load loses at equal overlap", () => {

@@ -11,6 +11,12 @@ export type CandidateState = {
   readonly endpoint: string;
   /** Leading blocks of the request the index says this rank holds. */
   readonly overlap: number;
+  /**
+   * Leading blocks of the request that requests routed to this rank and not yet ended will have
+   * computed there (picker/pending.ts): the index learns them only from the rank's KV events after
+   * their prefill. Absent: 0.
+   */
+  readonly pendingOverlap?: number;
   /** Blocks of requests in flight on the rank (this replica's and its peers'). */
   readonly activeBlocks: number;
   /** Waiting requests from the rank's scraped vLLM /metrics (0 when not scraped). */
@@ -49,13 +55,22 @@ export function decide<C extends CandidateState>(input: DecisionInput<C>): Decis
   eligible = queueFilter(eligible, input.queueThreshold);
   const w = input.weights;
   const latency = input.latency;
-  const scored = eligible.map((candidate) => ({ candidate, cost: latency ? latency(candidate) : cost(w, input.requestBlocks, candidate) }));
+  const scored = eligible.map((candidate) => ({
+    candidate,
+    cost: latency ? latency(candidate) : cost(w, input.requestBlocks, { overlap: overlapOf(candidate), activeBlocks: candidate.activeBlocks, waiting: candidate.waiting }),
+  }));
   const i = choose(
     scored.map((s) => s.cost),
     w.temperature,
     input.random,
   );
   return { kind: "chosen", chosen: scored[i]!, scored };
+}
+
+/** The blocks the decision counts as cached on the candidate: the index's or the pending ones, whichever is longer. */
+export function overlapOf(c: CandidateState): number {
+  const p = c.pendingOverlap ?? 0;
+  return p > c.overlap ? p : c.overlap;
 }
 
 /** Candidates at or under the waiting threshold; all of them when none is (a full pool still routes). */

@@ -10,7 +10,7 @@ type Picked = Extract<Decision, { kind: "picked" }>;
 
 function describe(s: ScoredCandidate, requestBlocks: number): string {
   const c = s.candidate;
-  return `worker=${c.workerId} dp_rank=${c.dpRank} overlap=${s.overlap}/${requestBlocks} predicted_ttft_ms=${s.predictedTtftMs.toFixed(1)} cost=${round(s.cost)}`;
+  return `worker=${c.workerId} dp_rank=${c.dpRank} overlap=${s.overlap}/${requestBlocks}${s.pendingOverlap > 0 ? ` pending=${s.pendingOverlap}` : ""} predicted_ttft_ms=${s.predictedTtftMs.toFixed(1)} cost=${round(s.cost)}`;
 }
 
 const round = (x: number) => (Number.isInteger(x) ? String(x) : x.toFixed(1));

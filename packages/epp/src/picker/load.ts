@@ -1,7 +1,9 @@
 // Active load: requests routed and not finished, per worker rank. This replica's own requests live in
 // an ActiveLoad (leases taken at routing, released when the response ends or the stream breaks); the
 // requests its peers routed live in one LoadTable per peer (replica-agg). The picker reads the
-// sum through a LoadView.
+// sum through a LoadView. A lease may also carry the request's prefix keys into this replica's
+// PendingPrefixes (picker/pending.ts), which leave with the lease.
+import type { PendingPrefixes, PrefixKeys } from "./pending.ts";
 
 /** A routed request as the load tables hold it. */
 export type LoadEntry = {
@@ -140,11 +142,16 @@ export class ActiveLoad implements LoadView {
   private readonly observers: ((c: LoadChange) => void)[] = [];
   private nextId = 1;
 
-  acquire(workerKey: string, blocks: number, prefillBlocks = 0): Lease {
+  /** `pending`: where leases given a prefix record it until they are released (absent: prefixes are ignored). */
+  constructor(readonly pending?: PendingPrefixes) {}
+
+  acquire(workerKey: string, blocks: number, prefillBlocks = 0, prefix?: PrefixKeys): Lease {
     const id = this.nextId++;
     const entry: LoadEntry = { workerKey, blocks, prefillBlocks };
     this.table.add(id, entry);
     this.emit({ kind: "added", id, entry });
+    const pending = prefix && prefix.length > 0 ? this.pending : undefined;
+    const pendingId = pending?.add(workerKey, prefix!);
     let released = false;
     return {
       id,
@@ -157,6 +164,7 @@ export class ActiveLoad implements LoadView {
         if (released) return;
         released = true;
         this.table.remove(id);
+        if (pendingId !== undefined) pending!.remove(pendingId);
         this.emit({ kind: "freed", id });
       },
     };

@@ -1,12 +1,14 @@
 // Picks the worker for a request: local block hashes (WASM) -> overlap per worker from the model's
-// index -> the decision (picker/decide.ts: filters, cost per eligible candidate, choice).
-import { MatchList, requestBlockExtras } from "@kv-epp/index-wasm";
+// index, and the leading blocks pending there (picker/pending.ts) -> the decision (picker/decide.ts:
+// filters, cost per eligible candidate, choice).
+import { computeBlockHashes, MatchList, requestBlockExtras } from "@kv-epp/index-wasm";
 import type { Indexer } from "../indexers/indexers.ts";
 import type { Candidate } from "../workers/registry.ts";
 import type { Weights } from "./cost.ts";
-import { decide, type CandidateState } from "./decide.ts";
+import { decide, overlapOf, type CandidateState } from "./decide.ts";
 import type { LatencyModel } from "./latency.ts";
 import type { LoadView } from "./load.ts";
+import { prefixKeys, type PendingView, type PrefixKeys } from "./pending.ts";
 import type { WorkerMetrics } from "./worker-metrics.ts";
 
 /** `weights`: the weighted blocks of Weights; `latency`: the lowest predicted TTFT (picker/latency.ts). */
@@ -34,7 +36,10 @@ type Match = { requestBlocks: number; scores: Map<string, number>; treeSizes: Ma
 
 export type ScoredCandidate = {
   candidate: Candidate;
+  /** Leading blocks the decision counted as cached: the index's overlap or the pending one, the longer. */
   overlap: number;
+  /** Leading blocks pending on the candidate (requests routed there, not yet ended); 0 without in-flight prefixes. */
+  pendingOverlap: number;
   cost: number;
   /** Scraped waiting requests at the pick. */
   waiting: number;
@@ -66,6 +71,8 @@ export type Decision =
       scores?: Map<string, number>;
       treeSizes?: Map<string, number>;
       scored: ScoredCandidate[];
+      /** The request's prefix keys, for the lease to record as pending on the chosen rank (with in-flight prefixes). */
+      prefix?: PrefixKeys;
     }
   | { kind: "no_endpoint"; reason: "no_workers" | "subset_empty" | "unknown_model" };
 
@@ -79,6 +86,8 @@ export type PickerDeps = {
   options: PickerOptions;
   /** Predicts each candidate's TTFT (the latency cost, and what a decision explains). */
   latency: LatencyModel;
+  /** In-flight prefixes of this replica's routed requests (absent: the index's overlap alone). */
+  pending?: PendingView;
   random?: () => number;
 };
 
@@ -86,6 +95,8 @@ export class Picker {
   private readonly list = new MatchList();
   /** Overlap by worker key for the pick in progress (cleared and refilled: no Map per request). */
   private readonly overlaps = new Map<string, number>();
+  /** Pending prefix blocks by worker key, likewise reused. */
+  private readonly pendingOverlaps = new Map<string, number>();
 
   private readonly deps: PickerDeps;
 
@@ -101,22 +112,37 @@ export class Picker {
     if (candidates.length === 0) return { kind: "no_endpoint", reason: "no_workers" };
 
     // The request path allocates no match Maps: findMatchesInto fills the reused list, read here at once.
-    const requestBlocks = this.matchInto(indexer, req.tokens, this.identity(req.model, req.cacheSalt));
+    const id = this.identity(req.model, req.cacheSalt);
+    const pendingView = this.deps.pending;
+    let prefix: PrefixKeys | undefined;
+    let requestBlocks: number;
+    if (pendingView) {
+      // The prefix keys chain the request's local hashes, so they are hashed here once and the index
+      // is queried with them (instead of hashing inside the index's module).
+      const hashes = this.hashes(indexer, req.tokens, id);
+      requestBlocks = hashes.length;
+      if (requestBlocks > 0) indexer.index.findMatchesInto(hashes, this.list);
+      else this.list.count = 0;
+      prefix = prefixKeys(indexer.key, hashes);
+      pendingView.overlapsInto(prefix, this.pendingOverlaps);
+    } else requestBlocks = this.matchInto(indexer, req.tokens, id);
     const overlaps = this.overlaps;
     overlaps.clear();
     const list = this.list;
     for (let i = 0; i < list.count; i++) overlaps.set(list.keys[i]!, list.scores[i]!);
+    const pendingOverlaps = this.pendingOverlaps;
     const known: Known[] = candidates.map((ref) => ({
       ref,
       endpoint: ref.endpoint,
       overlap: overlaps.get(ref.key) ?? 0,
+      pendingOverlap: pendingView ? (pendingOverlaps.get(ref.key) ?? 0) : 0,
       activeBlocks: this.deps.load.blocks(ref.key),
       waiting: this.deps.workerMetrics(ref.endpoint)?.waiting ?? 0,
     }));
     const o = this.deps.options;
     const latency = this.deps.latency;
     const bs = indexer.blockSize;
-    const ttft = (c: Known) => latency.predictTtftMs(c.ref.key, Math.max(req.tokens.length - c.overlap * bs, 0), c.waiting);
+    const ttft = (c: Known) => latency.predictTtftMs(c.ref.key, Math.max(req.tokens.length - overlapOf(c) * bs, 0), c.waiting);
     const d = decide({
       requestBlocks,
       candidates: known,
@@ -129,7 +155,8 @@ export class Picker {
     if (d.kind === "none") return { kind: "no_endpoint", reason: d.reason };
     const scoredOf = (s: { candidate: Known; cost: number }): ScoredCandidate => ({
       candidate: s.candidate.ref,
-      overlap: s.candidate.overlap,
+      overlap: overlapOf(s.candidate),
+      pendingOverlap: s.candidate.pendingOverlap ?? 0,
       cost: s.cost,
       waiting: s.candidate.waiting,
       predictedTtftMs: o.cost === "latency" ? s.cost : ttft(s.candidate),
@@ -144,6 +171,7 @@ export class Picker {
       promptTokens: req.tokens.length,
       ...(req.detail ? list.toMaps() : {}),
       scored,
+      prefix,
     };
   }
 
@@ -159,11 +187,21 @@ export class Picker {
     return { loraName: this.deps.indexers.adapterOf?.(model) ?? null, cacheSalt };
   }
 
+  /** The request's local block hashes in its identity, as the stored events carry them. */
+  private hashes(indexer: Indexer, tokens: Uint32Array, id: Identity): BigUint64Array {
+    const n = Math.floor(tokens.length / indexer.blockSize);
+    return computeBlockHashes(tokens, indexer.blockSize, this.extras(n, indexer.blockSize, id));
+  }
+
+  private extras(n: number, blockSize: number, id: Identity) {
+    // vLLM's extra keys (the adapter on every block, the salt on block 0), as the stored events carry them.
+    return id.loraName || id.cacheSalt ? requestBlockExtras(n, blockSize, { loraName: id.loraName, cacheSalt: id.cacheSalt }) : undefined;
+  }
+
   /** Fills the reused MatchList (valid until the next call); returns the request's full blocks. */
   private matchInto(indexer: Indexer, tokens: Uint32Array, id: Identity): number {
     const n = Math.floor(tokens.length / indexer.blockSize);
-    // vLLM's extra keys (the adapter on every block, the salt on block 0), as the stored events carry them.
-    const extras = id.loraName || id.cacheSalt ? requestBlockExtras(n, indexer.blockSize, { loraName: id.loraName, cacheSalt: id.cacheSalt }) : undefined;
+    const extras = this.extras(n, indexer.blockSize, id);
     // hashed inside the index's module, where the query runs
     if (n > 0) indexer.index.findMatchesInto({ tokenIds: tokens, extras }, this.list);
     else this.list.count = 0;

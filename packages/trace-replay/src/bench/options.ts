@@ -3,7 +3,7 @@ import { z } from "zod";
 import { POLICY_NAMES, type PolicyName } from "../policies/index.ts";
 import { FlagError, parseFlags } from "../cli-flags.ts";
 import { DEFAULT_AGG_SIM, type AggSimOptions } from "../sim/replica-agg.ts";
-import type { CacheReset } from "../sim/replay.ts";
+import type { CacheReset, InflightPrefixMode } from "../sim/replay.ts";
 import { DEFAULT_WEIGHTS } from "../upstream.ts";
 import { DEFAULT_TRACE_PATH } from "../trace.ts";
 
@@ -44,6 +44,9 @@ const schema = z.object({
   "agg-loss": z.coerce.number().min(0).max(1).default(DEFAULT_AGG_SIM.loss),
   policies: z.string().default(POLICY_NAMES.join(",")),
   "event-lag-ms": nonNegative.default(10),
+  // The EPP's --inflight-prefix: own (each replica its own routed requests' prefixes, as the EPP keeps
+  // them), shared (every replica's, with no lag: an upper bound for sending them over replica-agg), off.
+  "inflight-prefix": z.enum(["own", "shared", "off"]).default("off"),
   seed: z.coerce.number().int().default(1),
   // The EPP's defaults (packages/epp picker/cost.ts DEFAULT_WEIGHTS).
   "prefill-load-scale": nonNegative.default(DEFAULT_WEIGHTS.prefillLoadScale),
@@ -70,6 +73,7 @@ export type BenchOptions = {
   agg: AggSimOptions;
   policies: PolicyName[];
   eventLagMs: number;
+  inflightPrefix: InflightPrefixMode;
   seed: number;
   prefillLoadScale: number;
   decodeLoadScale: number;
@@ -106,6 +110,7 @@ export function parseBenchArgs(argv: string[]): BenchOptions {
     agg: { lagMs: o["agg-lag-ms"], heartbeatMs: o["agg-heartbeat-ms"], timeoutMs: o["agg-timeout-ms"], loss: o["agg-loss"] },
     policies: policyList("policies", o.policies),
     eventLagMs: o["event-lag-ms"],
+    inflightPrefix: o["inflight-prefix"],
     seed: o.seed,
     prefillLoadScale: o["prefill-load-scale"],
     decodeLoadScale: o["decode-load-scale"],

@@ -36,6 +36,7 @@ export function replayOptions(o: BenchOptions, run: RunSpec, bucketMs: number): 
     replicaAgg: run.replicaAgg,
     agg: o.agg,
     eventLagMs: o.eventLagMs,
+    inflightPrefix: o.inflightPrefix,
     reset: o.reset,
     loraAdapters: o.loraAdapters,
     seed: o.seed,

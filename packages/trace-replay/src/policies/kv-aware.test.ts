@@ -1,12 +1,12 @@
 // The simulation's kv-aware policy and the EPP's Picker, given the same index, load and scraped queues,
-// choose the same worker: bench:trace measures the decision that ships.
+// choose the same worker: bench:trace measures the decision that ships. In-flight prefixes included.
 import { workerKey, type WorkerRef } from "@kv-epp/protocol";
 import { describe, expect, test } from "bun:test";
 import fc from "fast-check";
 import { computeBlockHashes, KvIndex } from "@kv-epp/index-wasm";
 import { applyStored } from "@kv-epp/index-wasm/helpers";
 import { seededRandom } from "@kv-epp/testkit";
-import { ActiveLoad, DEFAULT_TIMING } from "../upstream.ts";
+import { ActiveLoad, DEFAULT_PENDING, DEFAULT_TIMING, PendingPrefixes, prefixKeys } from "../upstream.ts";
 import { LatencyModel, Picker, type Candidate } from "@kv-epp/epp";
 import { EventQueue } from "../sim/event-queue.ts";
 import type { SimRequest } from "../sim/request.ts";
@@ -16,6 +16,7 @@ import { kvAware, kvLatency } from "./kv-aware.ts";
 const BLOCK = 4;
 const PROMPTS = 5;
 const PROMPT_BLOCKS = 12;
+const MODEL_KEY = "m:t";
 
 /** PROMPTS distinct prompts of PROMPT_BLOCKS blocks; prompt p's token t is unique to (p, t). */
 const prompts = Array.from({ length: PROMPTS }, (_, p) => Uint32Array.from({ length: PROMPT_BLOCKS * BLOCK }, (_, t) => p * 10_000 + t + 1));
@@ -24,6 +25,9 @@ const state = fc.record({
   workers: fc.integer({ min: 1, max: 6 }),
   // Per worker: how many leading blocks of each prompt it holds.
   held: fc.array(fc.array(fc.integer({ min: 0, max: PROMPT_BLOCKS }), { minLength: PROMPTS, maxLength: PROMPTS }), { minLength: 6, maxLength: 6 }),
+  // Per worker: leading blocks of each prompt that requests in flight there will have computed (mostly none).
+  pending: fc.array(fc.array(fc.oneof(fc.constant(0), fc.integer({ min: 0, max: PROMPT_BLOCKS })), { minLength: PROMPTS, maxLength: PROMPTS }), { minLength: 6, maxLength: 6 }),
+  inflightPrefix: fc.boolean(),
   // Per worker: in-flight requests' blocks, and requests waiting at the worker.
   load: fc.array(fc.array(fc.integer({ min: 1, max: 40 }), { maxLength: 4 }), { minLength: 6, maxLength: 6 }),
   waiting: fc.array(fc.integer({ min: 0, max: 3 }), { minLength: 6, maxLength: 6 }),
@@ -41,7 +45,7 @@ const state = fc.record({
 });
 
 describe("one decision for the EPP and the simulation", () => {
-  test("for the same index, load and queues, the kv-aware policies and the EPP's Picker choose the same worker, under either cost", () => {
+  test("for the same index, load, in-flight prefixes and queues, the kv-aware policies and the EPP's Picker choose the same worker, under either cost", () => {
     // One index for every run (a WASM instance each would pile up memory): emptied at the start of each.
     const index = KvIndex.create({ blockSize: BLOCK });
     fc.assert(
@@ -58,8 +62,13 @@ describe("one decision for the EPP and the simulation", () => {
             applyStored(index, ref, null, blocks);
           }),
         );
-        const load = new ActiveLoad();
+        const load = new ActiveLoad(s.inflightPrefix ? new PendingPrefixes(DEFAULT_PENDING) : undefined);
         refs.forEach((_, w) => s.load[w]!.forEach((blocks) => load.acquire(keys[w]!, blocks)));
+        refs.forEach((_, w) =>
+          s.pending[w]!.forEach((n, p) => {
+            if (n > 0) load.acquire(keys[w]!, n, n, prefixKeys(MODEL_KEY, computeBlockHashes(prompts[p]!.subarray(0, n * BLOCK), BLOCK)));
+          }),
+        );
         // Simulated workers with one running slot: s.waiting[w] + 1 submitted requests leave that many waiting.
         const queue = new EventQueue();
         const workers = refs.map((_, w) => {
@@ -88,6 +97,7 @@ describe("one decision for the EPP and the simulation", () => {
           ownLoad: load,
           load,
           index,
+          modelKey: MODEL_KEY,
           weights: s.weights,
           queueThreshold: s.queueThreshold,
           blockSize: BLOCK,
@@ -95,13 +105,14 @@ describe("one decision for the EPP and the simulation", () => {
         });
         const candidates: Candidate[] = refs.map((r, w) => ({ key: keys[w]!, workerId: r.workerId, dpRank: 0, endpoint: keys[w]!, rankHeader: undefined }));
         const picker = new Picker({
-          indexers: { lookup: () => ({ key: "m:t", blockSize: BLOCK, index }) },
+          indexers: { lookup: () => ({ key: MODEL_KEY, blockSize: BLOCK, index }) },
           candidates: () => candidates,
           load,
           workerMetrics: (endpoint) => ({ running: 1, waiting: workers[keys.indexOf(endpoint)]!.waitingCount, kvUsage: 0, at: 0 }),
           options: { ...s.weights, queueThreshold: s.queueThreshold, cost: s.cost },
           random: seededRandom(s.seed),
           latency: new LatencyModel(),
+          pending: load.pending,
         });
         const epp = picker.pick({ tokens });
         if (epp.kind !== "picked") throw new Error(epp.reason);

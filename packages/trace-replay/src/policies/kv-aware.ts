@@ -3,7 +3,7 @@
 // --cost weights), `kv-latency` the lowest predicted TTFT of the EPP's LatencyModel (--cost latency),
 // calibrated as in the EPP from each response's TTFT and cached tokens once it ends.
 import { findMatches } from "@kv-epp/index-wasm/helpers";
-import { decide, LatencyModel, type CostModel } from "../upstream.ts";
+import { decide, LatencyModel, overlapOf, prefixKeys, type CostModel, type PrefixKeys } from "../upstream.ts";
 import { withRouterLoad } from "./router-load.ts";
 import type { PolicyName, PolicySpec } from "./types.ts";
 
@@ -17,18 +17,27 @@ function kvPolicy(name: PolicyName, cost: CostModel, knows: string): PolicySpec 
       const latency = new LatencyModel();
       /** Scraped waiting at the pick, per request in flight: the calibration sample's queue. */
       const waitingAtPick = new Map<number, number>();
+      // In-flight prefixes, as the EPP's Picker reads them: the picked request's keys go with its lease.
+      const pending = ctx.ownLoad.pending;
+      const pendingOverlaps = new Map<string, number>();
+      let picked: { id: number; keys: PrefixKeys } | undefined;
       const router = withRouterLoad(ctx, (req) => {
         const { scores } = findMatches(ctx.index, req.localHashes);
+        if (pending) {
+          picked = { id: req.id, keys: prefixKeys(ctx.modelKey, req.localHashes) };
+          pending.overlapsInto(picked.keys, pendingOverlaps);
+        }
         const candidates = ctx.workerKeys.map((key, i) => ({
           index: i,
           key,
           endpoint: key,
           overlap: scores.get(key) ?? 0,
+          pendingOverlap: pendingOverlaps.get(key) ?? 0,
           activeBlocks: ctx.load.blocks(key),
           // As if scraped at this instant (the EPP scrapes vLLM's num_requests_waiting every second).
           waiting: ctx.workers[i]!.waitingCount,
         }));
-        const ttft = (c: (typeof candidates)[number]) => latency.predictTtftMs(c.key, Math.max(req.promptTokens - c.overlap * ctx.blockSize, 0), c.waiting);
+        const ttft = (c: (typeof candidates)[number]) => latency.predictTtftMs(c.key, Math.max(req.promptTokens - overlapOf(c) * ctx.blockSize, 0), c.waiting);
         const d = decide({
           requestBlocks: req.requestBlocks,
           candidates,
@@ -40,7 +49,7 @@ function kvPolicy(name: PolicyName, cost: CostModel, knows: string): PolicySpec 
         if (d.kind === "none") throw new Error(`no worker to route to (${d.reason})`);
         waitingAtPick.set(req.id, d.chosen.candidate.waiting);
         return d.chosen.candidate.index;
-      });
+      }, (req) => (picked?.id === req.id ? picked.keys : undefined));
       return {
         ...router,
         finished(req, worker, seen) {

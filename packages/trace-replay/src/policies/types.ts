@@ -12,8 +12,13 @@ export type ReplicaContext = {
   /** index-wasm worker keys, by worker position */
   workerKeys: readonly string[];
   random: () => number;
-  /** this replica's own routing decisions (leases taken at pick, released at finish) */
+  /**
+   * this replica's own routing decisions (leases taken at pick, released at finish); with in-flight
+   * prefixes its `pending` holds the prefixes of the requests they lease
+   */
   ownLoad: ActiveLoad;
+  /** the model's index key: scopes the in-flight prefix keys as the EPP's indexer key does */
+  modelKey: string;
   /** the load it picks on: its own, plus its peers' as replica-agg delivers them when that is on */
   load: LoadView;
   /** the KV index fed by the workers' KV events (every replica subscribes to every worker) */

@@ -4,7 +4,7 @@
 // a whole trace runs in seconds and the same seed gives the same figures.
 import { workerKey, type WorkerRef } from "@kv-epp/protocol";
 import { fromWireExtraKeys, KvIndex } from "@kv-epp/index-wasm";
-import { ActiveLoad, type CacheEvent, type TimingParams, type Weights } from "../upstream.ts";
+import { ActiveLoad, DEFAULT_PENDING, PendingPrefixes, type CacheEvent, type TimingParams, type Weights } from "../upstream.ts";
 import { seededRandom } from "@kv-epp/testkit";
 import { POLICIES, type PolicyName, type ReplicaContext, type Router } from "../policies/index.ts";
 import { arrivalTimes, type TraceRecord } from "../trace.ts";
@@ -41,14 +41,25 @@ export type ReplayOptions = {
   seed: number;
   timing: Partial<TimingParams>;
   weights: Weights;
+  /**
+   * in-flight prefixes (the EPP's --inflight-prefix): `own`, each replica those of its own routed
+   * requests, as the EPP keeps them; `shared`, every replica all of them at once (what sending them
+   * over replica-agg with no lag would give); `off` or absent: none
+   */
+  inflightPrefix?: InflightPrefixMode;
   /** the EPP's --queue-threshold; 0 (off) when absent */
   queueThreshold?: number;
   /** width of the time buckets of the series, virtual ms */
   bucketMs: number;
 };
 
+export type InflightPrefixMode = "off" | "own" | "shared";
+
 /** At `atMs` (virtual) worker `worker`'s cache is cleared; `silent`: no event reaches the index. */
 export type CacheReset = { atMs: number; worker: number; silent: boolean };
+
+/** The one model's index key (scopes in-flight prefix keys as the EPP's indexer key does). */
+const SIM_MODEL_KEY = "sim";
 
 /** Trace time gathered into one burst (the bursts scenario). */
 const BURST_WINDOW_MS = 30_000;
@@ -127,7 +138,11 @@ export function replayPolicy(trace: readonly TraceRecord[], policy: PolicyName, 
     }),
   );
 
-  const ownLoads = Array.from({ length: Math.max(1, opts.replicas) }, () => new ActiveLoad());
+  // Virtual time ages the in-flight prefixes, as wall time does in the EPP.
+  const newPending = () => new PendingPrefixes({ ...DEFAULT_PENDING, now: () => queue.now });
+  const shared = opts.inflightPrefix === "shared" ? newPending() : undefined;
+  const pendingFor = () => shared ?? (opts.inflightPrefix === "own" ? newPending() : undefined);
+  const ownLoads = Array.from({ length: Math.max(1, opts.replicas) }, () => new ActiveLoad(pendingFor()));
   // One replica needs no sharing; several share through the simulated replica-agg when it is on.
   const agg =
     opts.replicaAgg && spec.usesRouterLoad && ownLoads.length > 1
@@ -141,6 +156,7 @@ export function replayPolicy(trace: readonly TraceRecord[], policy: PolicyName, 
       ownLoad,
       load: agg ? agg.view(r) : ownLoad,
       index,
+      modelKey: SIM_MODEL_KEY,
       weights: opts.weights,
       queueThreshold: opts.queueThreshold ?? 0,
       blockSize: opts.blockSize,
