@@ -50,7 +50,7 @@ describe("decide", () => {
           return;
         }
         if (d.kind !== "chosen") throw new Error(`expected a choice, got ${d.reason}`);
-        expect(d.scored.map((s) => s.candidate)).toEqual(ok);
+        expect(d.scored.map((s): CandidateState => s.candidate)).toEqual(ok);
         // The blocks counted as cached: the index's overlap or the pending one, the longer.
         const counted = (c: CandidateState) => ({ ...c, overlap: Math.max(c.overlap, c.pendingOverlap ?? 0) });
         const best = Math.min(...ok.map((c) => cost(weights, requestBlocks, counted(c))));
