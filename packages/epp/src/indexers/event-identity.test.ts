@@ -23,6 +23,15 @@ test("without extra_keys, lora_name goes on every block; [null] entries mean non
   expect(eventHashes(ev({ loraName: null, extraKeys: [null, null, null] }))).toEqual(computeBlockHashes(tokens, BS));
 });
 
+test("an adapter known only by lora_id (older vLLM, SGLang) never matches the base model's requests", () => {
+  const h = eventHashes(ev({ loraId: 3 }));
+  for (let i = 0; i < 3; i++) expect(h[i]).not.toBe(computeBlockHashes(tokens, BS)[i]!);
+  expect(eventHashes(ev({ loraId: 3 }))).toEqual(h);
+  expect(eventHashes(ev({ loraId: 4 }))[0]).not.toBe(h[0]!);
+  // With a name, the name is the identity (the id is not part of it).
+  expect(eventHashes(ev({ loraId: 3, loraName: "sql" }))).toEqual(requestHashes({ loraName: "sql" }));
+});
+
 test("SGLang's salt folds into the first block of a chain only", () => {
   expect(eventHashes(ev({ cacheSalt: "t" }))).toEqual(requestHashes({ cacheSalt: "t" }));
   expect(eventHashes(ev({ cacheSalt: "t", parentBlockHash: 9n }))).toEqual(computeBlockHashes(tokens, BS));

@@ -1,6 +1,7 @@
 // What a BlockStored's blocks fold into their local hash besides their tokens (index-wasm README,
 // "Block identity"): vLLM's per-block extra_keys as published; from a vLLM that predates extra_keys,
-// its lora_name on every block; SGLang's salt (not in extra_keys) on the first block of a chain.
+// its lora_name on every block; from a producer that names its adapter by lora_id alone (older vLLM,
+// SGLang), a key no request carries; SGLang's salt (not in extra_keys) on the first block of a chain.
 import { fromWireExtraKeys, type BlockExtraKeys } from "@kv-epp/index-wasm";
 import type { BlockStored } from "@kv-epp/kv-events";
 
@@ -10,8 +11,11 @@ export function storedBlockExtras(e: BlockStored, n: number): BlockExtraKeys[] |
   if (e.extraKeys) {
     const wire = e.extraKeys;
     extras = Array.from({ length: n }, (_, i) => fromWireExtraKeys(wire[i]));
-  } else if (e.loraName) {
-    const lora = [e.loraName];
+  } else if (e.loraName || e.loraId != null) {
+    // An adapter's blocks hash under it on the engine. Known only by its id, no request's model names
+    // it, so its blocks must not match the base model's requests either: they get an identity of their
+    // own (a string no request produces, as fromWireExtraKeys gives unknown keys).
+    const lora = [e.loraName || `\u0000lora_id:${e.loraId}`];
     extras = Array.from({ length: n }, () => lora);
   }
   if (e.cacheSalt != null && e.parentBlockHash === null && n > 0 && !e.extraKeys) {
