@@ -8,7 +8,7 @@ import { z } from "zod";
 import { LISTENER_HEARTBEAT } from "@kv-epp/kv-events";
 import { DEFAULT_WEIGHTS } from "./picker/cost.ts";
 import type { CostModel } from "./picker/picker.ts";
-import { DEFAULT_PENDING } from "./picker/pending.ts";
+import { DEFAULT_PENDING, INFLIGHT_PREFIX_DEFAULT } from "./picker/pending.ts";
 
 export class ConfigError extends Error {}
 
@@ -61,7 +61,7 @@ export const OPTIONS = {
   queueWeight: { flag: "queue-weight", env: "DYN_EPP_QUEUE_WEIGHT", kind: "number", default: "0", help: "cost per scraped waiting request" },
   queueThreshold: { flag: "queue-threshold", env: "DYN_EPP_QUEUE_THRESHOLD", kind: "int", default: "0", help: "skip workers with more waiting requests (0: off)" },
   cost: { flag: "cost", env: "DYN_EPP_COST", kind: "string", default: "weights", help: "routing cost: weights (weighted blocks to prefill + active blocks) | latency (lowest predicted TTFT, calibrated online)" },
-  inflightPrefix: { flag: "inflight-prefix", env: "DYN_EPP_INFLIGHT_PREFIX", kind: "bool", default: "false", help: "count the blocks of requests routed to a worker and not yet ended as overlap there (the index learns them only after their prefill)" },
+  inflightPrefix: { flag: "inflight-prefix", env: "DYN_EPP_INFLIGHT_PREFIX", kind: "bool", default: String(INFLIGHT_PREFIX_DEFAULT), help: "count the blocks of requests routed to a worker and not yet ended as overlap there (the index learns them only after their prefill)" },
   inflightPrefixMaxBlocks: { flag: "inflight-prefix-max-blocks", env: "DYN_EPP_INFLIGHT_PREFIX_MAX_BLOCKS", kind: "int", default: String(DEFAULT_PENDING.maxBlocks), help: "most in-flight prefix blocks held (oldest requests' leave first)" },
   inflightPrefixTtlMs: { flag: "inflight-prefix-ttl-ms", env: "DYN_EPP_INFLIGHT_PREFIX_TTL_MS", kind: "int", default: String(DEFAULT_PENDING.ttlMs), help: "an in-flight prefix leaves after this long even if its request never ended" },
   explain: { flag: "explain", env: "DYN_EPP_EXPLAIN", kind: "bool", default: "false", help: "explain every decision in an x-kv-epp-decision header (else only requests sending x-kv-epp-explain: 1)" },

@@ -14,7 +14,7 @@ import { StreamHandoff } from "./handoff/handoff.ts";
 import { indexerKey, Indexers } from "./indexers/indexers.ts";
 import { createMetrics, type Metrics } from "./metrics.ts";
 import { ActiveLoad, sumLoad } from "./picker/load.ts";
-import { PendingPrefixes } from "./picker/pending.ts";
+import { DEFAULT_PENDING, PendingPrefixes } from "./picker/pending.ts";
 import { LatencyModel } from "./picker/latency.ts";
 import { Picker } from "./picker/picker.ts";
 import { RoutingQuality } from "./picker/quality.ts";
@@ -87,7 +87,7 @@ export async function startEpp(cfg: EppConfig, o: { log?: Logger; kubeConfig?: K
   // This replica's in-flight load; its peers' (replica-agg) is added to it in the cost function.
   const inflight = cfg.picker.inflightPrefix;
   // The blocks of this replica's requests in flight count as overlap where they were routed (picker/pending.ts).
-  const pending = inflight.mode === "on" ? new PendingPrefixes({ maxBlocks: inflight.maxBlocks, ttlMs: inflight.ttlMs }) : undefined;
+  const pending = inflight.mode === "on" ? new PendingPrefixes({ ...DEFAULT_PENDING, maxBlocks: inflight.maxBlocks, ttlMs: inflight.ttlMs }) : undefined;
   const load = new ActiveLoad(pending);
   const replicaAgg = cfg.replicaAgg.mode === "on"
     ? await startReplicaAgg({ config: cfg.replicaAgg, listen: cfg.listen, port: cfg.ports.replicaAgg, podIp: cfg.podIp, load, metrics, log: log.child({ component: "replica-agg" }), kube })

@@ -311,14 +311,15 @@ describe("ext_proc", () => {
     s.end();
   });
 
-  test("routed load spreads identical requests across workers", async () => {
-    const fresh = tokens(64, 4242); // nobody holds it: only load decides
+  test("routed load spreads requests nobody holds across workers", async () => {
+    // Distinct prompts of one size: nobody holds them, none shares a prefix with another in flight
+    // (identical ones would: test/inflight-prefix.test.ts), so only load decides.
     const seen = new Set<string>();
     const streams = [];
     for (let i = 0; i < 4; i++) {
       const s = client.open();
       s.send(headers());
-      s.send(body({ prompt: fresh }));
+      s.send(body({ prompt: tokens(64, 4242 + i) }));
       seen.add(setHeader((await s.next()).request_headers?.response, "x-gateway-destination-endpoint")!);
       streams.push(s); // kept open: their load stays on the chosen workers
     }

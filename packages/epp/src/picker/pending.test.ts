@@ -34,7 +34,7 @@ describe("in-flight prefixes", () => {
   test("a worker's pending overlap is the longest prefix of the query among the requests in flight there", () => {
     fc.assert(
       fc.property(fc.array(op, { maxLength: 30 }), fc.array(prompt, { minLength: 1, maxLength: 5 }), (ops, queries) => {
-        const pending = new PendingPrefixes({ maxBlocks: 1 << 20, ttlMs: 1e9, now: () => 0 });
+        const pending = new PendingPrefixes({ maxBlocks: 1 << 20, maxEntries: 1 << 20, ttlMs: 1e9, now: () => 0 });
         const live: { id: number; worker: string; hashes: BigUint64Array }[] = [];
         for (const o of ops) {
           if (o.kind === "add") live.push({ id: pending.add(o.worker, prefixKeys(SCOPE, o.hashes)), worker: o.worker, hashes: o.hashes });
@@ -55,10 +55,10 @@ describe("in-flight prefixes", () => {
     );
   });
 
-  test("the blocks held never pass the cap: the oldest requests leave first, and the survivors still match", () => {
+  test("the blocks and requests held never pass their caps: the oldest requests leave first, and the survivors still match", () => {
     fc.assert(
-      fc.property(fc.array(op, { maxLength: 40 }), fc.integer({ min: 1, max: 16 }), prompt, (ops, cap, query) => {
-        const pending = new PendingPrefixes({ maxBlocks: cap, ttlMs: 1e9, now: () => 0 });
+      fc.property(fc.array(op, { maxLength: 40 }), fc.integer({ min: 1, max: 16 }), fc.integer({ min: 1, max: 8 }), prompt, (ops, cap, maxEntries, query) => {
+        const pending = new PendingPrefixes({ maxBlocks: cap, maxEntries, ttlMs: 1e9, now: () => 0 });
         const live: { id: number; worker: string; hashes: BigUint64Array }[] = [];
         let evicted = 0;
         for (const o of ops) {
@@ -66,13 +66,14 @@ describe("in-flight prefixes", () => {
             const kept = o.hashes.subarray(0, cap);
             // Oldest first, until the new entry fits.
             let held = live.reduce((n, e) => n + e.hashes.length, 0);
-            while (held + kept.length > cap) {
+            while (held + kept.length > cap || live.length >= maxEntries) {
               held -= live.shift()!.hashes.length;
               evicted++;
             }
             live.push({ id: pending.add(o.worker, prefixKeys(SCOPE, o.hashes)), worker: o.worker, hashes: kept });
           } else if (live.length > 0) pending.remove(live.splice(o.pick % live.length, 1)[0]!.id);
           expect(pending.blocks).toBeLessThanOrEqual(cap);
+          expect(pending.size).toBeLessThanOrEqual(maxEntries);
         }
         expect(pending.drops.evicted).toBe(evicted);
         const out = new Map<string, number>();
@@ -84,7 +85,7 @@ describe("in-flight prefixes", () => {
 
   test("an entry older than the TTL no longer counts, and is counted as expired", () => {
     let now = 0;
-    const pending = new PendingPrefixes({ maxBlocks: 100, ttlMs: 1000, now: () => now });
+    const pending = new PendingPrefixes({ maxBlocks: 100, maxEntries: 100, ttlMs: 1000, now: () => now });
     const keys = prefixKeys(SCOPE, BigUint64Array.from([1n, 2n, 3n]));
     pending.add("w0", keys);
     now = 500;
@@ -116,7 +117,7 @@ describe("in-flight prefixes", () => {
   });
 
   test("a lease carries its request's prefix: pending where it was routed until released (twice is once)", () => {
-    const pending = new PendingPrefixes({ maxBlocks: 100, ttlMs: 1e9 });
+    const pending = new PendingPrefixes({ maxBlocks: 100, maxEntries: 100, ttlMs: 1e9 });
     const load = new ActiveLoad(pending);
     const keys = prefixKeys(SCOPE, BigUint64Array.from([1n, 2n, 3n, 4n]));
     const lease = load.acquire("w1", 4, 4, keys);
@@ -132,7 +133,8 @@ describe("in-flight prefixes", () => {
     expect(load.inflight).toBe(1);
   });
 
-  test("a cap of 0 blocks is refused", () => {
-    expect(() => new PendingPrefixes({ maxBlocks: 0, ttlMs: 1 })).toThrow(RangeError);
+  test("a cap of 0 blocks or 0 requests is refused", () => {
+    expect(() => new PendingPrefixes({ maxBlocks: 0, maxEntries: 1, ttlMs: 1 })).toThrow(RangeError);
+    expect(() => new PendingPrefixes({ maxBlocks: 1, maxEntries: 0, ttlMs: 1 })).toThrow(RangeError);
   });
 });

@@ -51,12 +51,23 @@ export interface PendingView {
 export type PendingOptions = {
   /** Most prefix keys held over all entries; the oldest entries leave first past it (> 0). */
   maxBlocks: number;
+  /**
+   * Most entries (requests) held, likewise: a pick scans the entries sharing its first block, so this
+   * bounds a pick's time however many requests a client keeps in flight with one first block.
+   */
+  maxEntries: number;
   /** An entry older than this leaves even if its request never ended (a lease never released). */
   ttlMs: number;
   now?: () => number;
 };
 
-export const DEFAULT_PENDING: Omit<PendingOptions, "now"> = { maxBlocks: 1 << 20, ttlMs: 600_000 };
+export const DEFAULT_PENDING: Omit<PendingOptions, "now"> = { maxBlocks: 1 << 20, maxEntries: 16_384, ttlMs: 600_000 };
+
+/**
+ * On by default: bench:trace measured no change beyond seed noise on either trace as it arrives, and a
+ * win on both when requests arrive together (packages/trace-replay/README.md "In-flight prefixes").
+ */
+export const INFLIGHT_PREFIX_DEFAULT = true;
 
 type Entry = { readonly workerKey: string; readonly keys: PrefixKeys; readonly at: number };
 
@@ -80,6 +91,7 @@ export class PendingPrefixes implements PendingView {
 
   constructor(private readonly opts: PendingOptions) {
     if (!(opts.maxBlocks > 0)) throw new RangeError(`maxBlocks must be > 0, got ${opts.maxBlocks}`);
+    if (!(opts.maxEntries > 0)) throw new RangeError(`maxEntries must be > 0, got ${opts.maxEntries}`);
     this.now = opts.now ?? (() => performance.now());
   }
 
@@ -89,7 +101,7 @@ export class PendingPrefixes implements PendingView {
     this.expire(now);
     const kept = keys.length > this.opts.maxBlocks ? keys.subarray(0, this.opts.maxBlocks) : keys;
     for (const [id, e] of this.entries) {
-      if (this.held + kept.length <= this.opts.maxBlocks) break;
+      if (this.held + kept.length <= this.opts.maxBlocks && this.entries.size < this.opts.maxEntries) break;
       this.drop(id, e);
       this.drops.evicted++;
     }

@@ -4,7 +4,7 @@ import { POLICY_NAMES, type PolicyName } from "../policies/index.ts";
 import { FlagError, parseFlags } from "../cli-flags.ts";
 import { DEFAULT_AGG_SIM, type AggSimOptions } from "../sim/replica-agg.ts";
 import type { CacheReset, InflightPrefixMode } from "../sim/replay.ts";
-import { DEFAULT_WEIGHTS } from "../upstream.ts";
+import { DEFAULT_WEIGHTS, INFLIGHT_PREFIX_DEFAULT } from "../upstream.ts";
 import { DEFAULT_TRACE_PATH } from "../trace.ts";
 
 const positiveInt = z.coerce.number().int().positive();
@@ -44,9 +44,10 @@ const schema = z.object({
   "agg-loss": z.coerce.number().min(0).max(1).default(DEFAULT_AGG_SIM.loss),
   policies: z.string().default(POLICY_NAMES.join(",")),
   "event-lag-ms": nonNegative.default(10),
-  // The EPP's --inflight-prefix: own (each replica its own routed requests' prefixes, as the EPP keeps
-  // them), shared (every replica's, with no lag: an upper bound for sending them over replica-agg), off.
-  "inflight-prefix": z.enum(["own", "shared", "off"]).default("off"),
+  // The EPP's --inflight-prefix (its default): own (each replica its own routed requests' prefixes, as
+  // the EPP keeps them), shared (every replica's, with no lag: an upper bound for sending them over
+  // replica-agg), off.
+  "inflight-prefix": z.enum(["own", "shared", "off"]).default(INFLIGHT_PREFIX_DEFAULT ? "own" : "off"),
   seed: z.coerce.number().int().default(1),
   // The EPP's defaults (packages/epp picker/cost.ts DEFAULT_WEIGHTS).
   "prefill-load-scale": nonNegative.default(DEFAULT_WEIGHTS.prefillLoadScale),
