@@ -87,7 +87,7 @@ describe("routing quality, live", () => {
     const series = (name: string) => scrapeMetric(metrics, `${name}{worker="mock",dp_rank="0"}`);
     // Four full blocks and a partial one.
     const prompt = tokens(BLOCK * 4 + 3, 7);
-    // Cold: nothing predicted, nothing cached (vLLM writes prompt_tokens_details: null).
+    // Cold: nothing predicted, nothing cached (vLLM's streamed usage chunk then has no prompt_tokens_details).
     const cold = await gateway(epp, w, prompt);
     expect(cold.cachedTokens).toBe(0);
     await waitFor(async () => (await overlap(prompt)) === 4, { message: "the prompt's blocks reached the index" });

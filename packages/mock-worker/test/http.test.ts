@@ -37,6 +37,14 @@ describe("OpenAI HTTP", () => {
     expect(w.ranks[1]!.cache.peekHitBlocks(byteFallbackEncode(prompt))).toBe(2);
   });
 
+  test("a streamed usage chunk has prompt_tokens_details only when something was cached, as vLLM's exclude_none dump writes it", async () => {
+    const body = { model: "mock/model", prompt: "s".repeat(40), max_tokens: 1, stream: true, stream_options: { include_usage: true } };
+    const usageOf = async () => JSON.parse((await sse(await post(`${w.url}/v1/completions`, body, { "x-data-parallel-rank": "0" }))).at(-2)!).usage;
+    const miss = await usageOf();
+    expect(miss).toEqual({ prompt_tokens: 40, completion_tokens: 1, total_tokens: 41 });
+    expect(await usageOf()).toEqual({ prompt_tokens: 40, completion_tokens: 1, total_tokens: 41, prompt_tokens_details: { cached_tokens: 32 } });
+  });
+
   test("a list of prompts gets one choice per prompt", async () => {
     const res = (await (await post(`${w.url}/v1/completions`, { prompt: [[1, 2, 3], [4, 5]], max_tokens: 2 })).json()) as any;
     expect(res.choices.map((c: { index: number }) => c.index)).toEqual([0, 1]);

@@ -31,6 +31,31 @@ describe("response watch", () => {
     expect(q.accuracy(P.workerKey)).toMatchObject({ samples: 2, mispredicted: 1, meanAbsErrorTokens: (16 + 64) / 2 });
   });
 
+  test("a streamed miss as vLLM writes it (no prompt_tokens_details in the final usage chunk) counts as 0 once the worker has reported details; a stream cut before that chunk says nothing", () => {
+    const latency = new LatencyModel();
+    const q = new RoutingQuality(createMetrics(), latency);
+    const text = 'data: {"choices":[{"index":0,"text":" a"}],"usage":{"prompt_tokens":100,"completion_tokens":1,"total_tokens":101}}\n\n';
+    const miss = [text, 'data: {"id":"cmpl-1","choices":[],"usage":{"prompt_tokens":100,"completion_tokens":1,"total_tokens":101}}\n\n', "data: [DONE]\n\n"];
+    run(q, miss);
+    // A worker without --enable-prompt-tokens-details writes every usage chunk this way: nothing known,
+    // and its TTFT sample keeps the predicted cached tokens (64 of 100: 36 uncached).
+    expect(q.accuracy(P.workerKey).samples).toBe(0);
+    expect(latency.params(P.workerKey).samples).toBe(1);
+    run(q, [text, 'data: {"choices":[],"usage":{"prompt_tokens":100,"prompt_tokens_details":{"cached_tokens":64}}}\n\n']);
+    expect(q.accuracy(P.workerKey)).toMatchObject({ samples: 1, mispredicted: 0 });
+    run(q, miss);
+    expect(q.accuracy(P.workerKey)).toMatchObject({ samples: 2, mispredicted: 1, meanAbsErrorTokens: 32 });
+    // continuous_usage_stats puts usage on every chunk: a stream that ends before the final one tells nothing.
+    run(q, [text, text]);
+    expect(q.accuracy(P.workerKey).samples).toBe(2);
+  });
+
+  test("cached_tokens 0 (vLLM releases that always write the details) is a reported miss at once", () => {
+    const q = new RoutingQuality(createMetrics());
+    run(q, ['data: {"choices":[],"usage":{"prompt_tokens":100,"prompt_tokens_details":{"cached_tokens":0}}}\n\n', "data: [DONE]\n\n"]);
+    expect(q.accuracy(P.workerKey)).toMatchObject({ samples: 1, mispredicted: 1, meanAbsErrorTokens: 64 });
+  });
+
   test("a response without usage says nothing; an escaped key inside generated text is not usage", () => {
     const q = new RoutingQuality(createMetrics());
     run(q, ['data: {"choices":[{"text":"\\"cached_tokens\\": 5"}]}\n\n', "data: [DONE]\n\n"]);

@@ -58,7 +58,9 @@ const CARRY = 256;
 
 const CACHED_RE = /"cached_tokens"\s*:\s*(\d+)/g;
 const PROMPT_RE = /"prompt_tokens"\s*:\s*(\d+)/g;
-const DETAILS_NULL_RE = /"prompt_tokens_details"\s*:\s*null/;
+// The final usage chunk of a stream is the one with no choices (vLLM, OpenAI): usage seen before it
+// (vLLM's continuous_usage_stats on every chunk) carries no prompt_tokens_details.
+const FINAL_USAGE_RE = /"choices"\s*:\s*\[\s*\]/;
 
 class Ring<T> {
   readonly items: T[] = [];
@@ -74,7 +76,7 @@ export class RoutingQuality {
   private readonly samples = new Map<string, Ring<Sample>>();
   private readonly ttfts = new Map<string, Ring<number>>();
   /** Workers that have reported prompt_tokens_details at least once (vLLM's --enable-prompt-tokens-details). */
-  private readonly reportsDetails = new Set<string>();
+  private readonly detailed = new Set<string>();
 
   constructor(
     private readonly metrics: Metrics,
@@ -100,13 +102,19 @@ export class RoutingQuality {
     };
   }
 
+  /** The worker has reported prompt_tokens_details at least once. */
+  reportsDetails(workerKey: string): boolean {
+    return this.detailed.has(workerKey);
+  }
+
   /** The worker's response said how many prompt tokens it found cached (or, by a null, none). */
   recordActual(p: Prediction, actual: number | "none"): void {
-    if (actual !== "none") this.reportsDetails.add(p.workerKey);
-    // vLLM writes prompt_tokens_details only when it found something cached (null on a miss), and not
-    // at all without --enable-prompt-tokens-details: a null counts as 0 only from a worker that has
-    // shown it reports the details.
-    else if (!this.reportsDetails.has(p.workerKey)) return;
+    if (actual !== "none") this.detailed.add(p.workerKey);
+    // vLLM releases before cached_tokens 0 write prompt_tokens_details only when they found something
+    // cached (a miss: null in a JSON body, absent from the streamed usage chunk), and none at all
+    // without --enable-prompt-tokens-details: a miss counts as 0 only from a worker that has shown it
+    // reports the details.
+    else if (!this.detailed.has(p.workerKey)) return;
     const cached = actual === "none" ? 0 : actual;
     const error = p.predictedCachedTokens - cached;
     const mispredicted = Math.abs(error) > p.blockSize;
@@ -141,7 +149,7 @@ export class ResponseWatch {
   private carry = "";
   private cached: number | undefined;
   private prompt: number | undefined;
-  private detailsNull = false;
+  private finalUsage = false;
   private done = false;
 
   constructor(
@@ -162,7 +170,7 @@ export class ResponseWatch {
     const text = this.carry + Buffer.from(chunk.buffer, chunk.byteOffset, chunk.byteLength).toString("latin1");
     this.cached = lastNumber(CACHED_RE, text) ?? this.cached;
     this.prompt = lastNumber(PROMPT_RE, text) ?? this.prompt;
-    if (DETAILS_NULL_RE.test(text)) this.detailsNull = true;
+    if (this.streamed && FINAL_USAGE_RE.test(text)) this.finalUsage = true;
     this.carry = text.length > CARRY ? text.slice(text.length - CARRY) : text;
   }
 
@@ -171,11 +179,14 @@ export class ResponseWatch {
     if (this.done) return;
     this.done = true;
     const p = this.prediction;
-    // Only a response that carried usage says anything about the cache.
+    // Only a response that carried its usage says anything about the cache: a JSON body's, or a
+    // stream's final usage chunk (one cut before it says nothing).
+    const usageEnded = this.prompt !== undefined && (!this.streamed || this.finalUsage);
     if (this.cached !== undefined) this.quality.recordActual(p, this.cached);
-    else if (this.prompt !== undefined && this.detailsNull) this.quality.recordActual(p, "none");
+    else if (usageEnded) this.quality.recordActual(p, "none");
     if (this.streamed && this.firstBodyAt !== undefined) {
-      const cached = this.cached ?? (this.prompt !== undefined && this.detailsNull ? 0 : undefined);
+      // A miss is 0 cached tokens only from a worker known to report them; else the prediction stands.
+      const cached = this.cached ?? (usageEnded && this.quality.reportsDetails(p.workerKey) ? 0 : undefined);
       this.quality.recordTtft(p, this.firstBodyAt - this.decidedAt, cached);
     }
   }

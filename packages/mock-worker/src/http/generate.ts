@@ -28,8 +28,12 @@ type Usage = {
   prompt_tokens: number;
   completion_tokens: number;
   total_tokens: number;
-  /** vLLM (with --enable-prompt-tokens-details) writes it only when something was cached: null on a miss. */
-  prompt_tokens_details: { cached_tokens: number } | null;
+  /**
+   * vLLM (with --enable-prompt-tokens-details, releases before cached_tokens 0 was written) sets it only
+   * when something was cached: null on a miss in a JSON body; the streamed usage chunk is dumped with
+   * exclude_none, so there a miss has no prompt_tokens_details at all.
+   */
+  prompt_tokens_details?: { cached_tokens: number } | null;
 };
 
 let nextId = 0;
@@ -100,7 +104,10 @@ export async function generate(c: Context, req: GenerateRequest): Promise<Respon
       }
     }
     if (sse.aborted) return;
-    if (req.includeUsage) await send({ ...chunkHead, choices: [], usage: usageOf(gens) });
+    if (req.includeUsage) {
+      const { prompt_tokens_details, ...usage } = usageOf(gens);
+      await send({ ...chunkHead, choices: [], usage: prompt_tokens_details ? { ...usage, prompt_tokens_details } : usage });
+    }
     await sse.writeSSE({ data: "[DONE]" });
   }, async () => {
     // The client went away mid-stream (or aborted while waiting); its blocks were released in finally.
