@@ -7,7 +7,6 @@ import { waitFor } from "@kv-epp/testkit";
 import type { EppHandle } from "../src/main.ts";
 import { BLOCK, extProcClient, HOST, postJson, scrapeMetric, setHeader, startTestEpp, tokens, type Resp } from "./helpers.ts";
 
-const WORKER_IP = "127.0.4.41";
 const cleanups: (() => unknown)[] = [];
 afterAll(async () => {
   for (const c of cleanups.reverse()) await c();
@@ -21,9 +20,10 @@ type Exchange = { endpoint?: string; routedExplanation?: string; responseExplana
 /**
  * What Envoy does for one request in FULL_DUPLEX_STREAMED both ways: headers and body to the EPP, the
  * request to the worker the EPP named, the worker's response headers and every SSE chunk through the
- * EPP as they arrive, end of stream last.
+ * EPP as they arrive, end of stream last. With `responseMode` BUFFERED the response body goes whole
+ * once the worker has finished, as one message with end of stream.
  */
-async function gateway(epp: EppHandle, w: MockWorker, prompt: number[], explain = false): Promise<Exchange> {
+async function gateway(epp: EppHandle, w: MockWorker, prompt: number[], explain = false, responseMode: "FULL_DUPLEX_STREAMED" | "BUFFERED" = "FULL_DUPLEX_STREAMED"): Promise<Exchange> {
   const c = extProcClient(epp.ports.grpc);
   const s = c.open();
   const until = async (phase: keyof Resp): Promise<Resp> => {
@@ -38,7 +38,7 @@ async function gateway(epp: EppHandle, w: MockWorker, prompt: number[], explain 
         headers: { headers: [h(":method", "POST"), h(":path", "/v1/completions"), h("content-type", "application/json"), ...(explain ? [h("x-kv-epp-explain", "1")] : [])] },
         end_of_stream: false,
       },
-      protocol_config: { request_body_mode: "FULL_DUPLEX_STREAMED", response_body_mode: "FULL_DUPLEX_STREAMED" },
+      protocol_config: { request_body_mode: "FULL_DUPLEX_STREAMED", response_body_mode: responseMode },
     });
     const body = JSON.stringify({ prompt, max_tokens: 3, stream: true, stream_options: { include_usage: true } });
     s.send({ request_body: { body: enc.encode(body), end_of_stream: true } });
@@ -47,13 +47,20 @@ async function gateway(epp: EppHandle, w: MockWorker, prompt: number[], explain 
     s.send({ response_headers: { headers: { headers: [h(":status", String(res.status)), h("content-type", res.headers.get("content-type") ?? "")] }, end_of_stream: false } });
     const answered = (await until("response_headers")).response_headers?.response;
     let text = "";
-    for await (const chunk of res.body!) {
-      text += new TextDecoder().decode(chunk);
-      s.send({ response_body: { body: chunk, end_of_stream: false } });
+    if (responseMode === "BUFFERED") {
+      const whole = new Uint8Array(await res.arrayBuffer());
+      text = new TextDecoder().decode(whole);
+      s.send({ response_body: { body: whole, end_of_stream: true } });
+      await until("response_body");
+    } else {
+      for await (const chunk of res.body!) {
+        text += new TextDecoder().decode(chunk);
+        s.send({ response_body: { body: chunk, end_of_stream: false } });
+        await until("response_body");
+      }
+      s.send({ response_body: { body: new Uint8Array(0), end_of_stream: true } });
       await until("response_body");
     }
-    s.send({ response_body: { body: new Uint8Array(0), end_of_stream: true } });
-    await until("response_body");
     const usage = /"cached_tokens":(\d+)/.exec(text);
     return {
       endpoint: setHeader(routed, "x-gateway-destination-endpoint"),
@@ -67,12 +74,18 @@ async function gateway(epp: EppHandle, w: MockWorker, prompt: number[], explain 
   }
 }
 
+/** A mock worker "mock" at `ip` and an EPP routing to it, both stopped after the file. */
+async function workerAndEpp(ip: string): Promise<{ w: MockWorker; epp: EppHandle }> {
+  const w = await startMockWorker({ listen: ip, port: 0, kvEvents: `tcp://${ip}:5557`, speed: 0.2, blockSize: BLOCK, capacityBlocks: 200, logLevel: "silent" });
+  cleanups.push(() => w.close());
+  const epp = await startTestEpp([{ id: "mock", address: `${ip}:8000`, kvEvents: `tcp://${ip}:5557` }]);
+  cleanups.push(() => epp.stop({ graceMs: 200 }));
+  return { w, epp };
+}
+
 describe("routing quality, live", () => {
   test("predicted and reported cached tokens agree while the index holds; a cache dropped without an event shows as mispredictions", async () => {
-    const w = await startMockWorker({ listen: WORKER_IP, port: 0, kvEvents: `tcp://${WORKER_IP}:5557`, speed: 0.2, blockSize: BLOCK, capacityBlocks: 200, logLevel: "silent" });
-    cleanups.push(() => w.close());
-    const epp = await startTestEpp([{ id: "mock", address: `${WORKER_IP}:8000`, kvEvents: `tcp://${WORKER_IP}:5557` }]);
-    cleanups.push(() => epp.stop({ graceMs: 200 }));
+    const { w, epp } = await workerAndEpp("127.0.4.41");
     const selection = `http://${HOST}:${epp.ports.selection}`;
     const metrics = `http://${HOST}:${epp.ports.metrics}`;
     const overlap = async (p: number[]) => (await postJson(`${selection}/score`, { token_ids: p })).body.scores.mock?.["0"] ?? 0;
@@ -122,5 +135,19 @@ describe("routing quality, live", () => {
     const workers = (await (await fetch(`${selection}/workers`)).json()) as { prediction: { samples: number; mispredicted: number; accuracy: number }; observed_ttft_ms: number }[];
     expect(workers[0]!.prediction).toMatchObject({ samples: 2, mispredicted: 1, accuracy: 0.5 });
     expect(workers[0]!.observed_ttft_ms).toBeGreaterThan(0);
+  });
+  test("a response body the gateway buffers (BUFFERED) comes whole at its end: its usage counts, no TTFT is taken from it", async () => {
+    const { w, epp } = await workerAndEpp("127.0.4.42");
+    const metrics = `http://${HOST}:${epp.ports.metrics}`;
+    const prompt = tokens(BLOCK * 2 + 3, 11);
+    // Warm the worker straight, so the routed request's usage reports cached tokens (prompt_tokens_details present).
+    await fetch(`${w.url}/v1/completions`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ prompt, max_tokens: 1 }) });
+    const buffered = await gateway(epp, w, prompt, false, "BUFFERED");
+    expect(buffered.cachedTokens).toBe(2 * BLOCK);
+    await waitFor(async () => (await scrapeMetric(metrics, `dynamo_epp_cached_tokens_predictions_total{worker="mock",dp_rank="0"}`)) === 1, { message: "the buffered response's usage was read" });
+    expect(await scrapeMetric(metrics, `dynamo_epp_observed_ttft_seconds_count{worker="mock",dp_rank="0"}`)).toBeUndefined();
+    // The same SSE response streamed through the EPP is timed.
+    await gateway(epp, w, prompt);
+    await waitFor(async () => (await scrapeMetric(metrics, `dynamo_epp_observed_ttft_seconds_count{worker="mock",dp_rank="0"}`)) === 1, { message: "the streamed response was timed" });
   });
 });

@@ -117,6 +117,8 @@ class ProcessStream {
   /** The request body mode, from the first message's protocol_config (else --body-mode). */
   private mode: BodySendMode | undefined;
   private responseStreamed = false;
+  /** Response body chunks come as the upstream sends them (STREAMED, FULL_DUPLEX_STREAMED). */
+  private responseChunked = false;
   private observe = false;
   private closed = false;
   /** A request_headers has come on this stream. */
@@ -183,6 +185,8 @@ class ProcessStream {
       // NONE is proto3's zero value, absent on the wire: a protocol_config without a mode means NONE.
       this.mode = pc ? (pc.request_body_mode ?? "NONE") : this.deps.bodyMode === "buffered" ? "BUFFERED" : "FULL_DUPLEX_STREAMED";
       this.responseStreamed = pc ? pc.response_body_mode === "FULL_DUPLEX_STREAMED" : this.fullDuplex;
+      // BUFFERED and BUFFERED_PARTIAL send the response body whole, at its end: no first token to time.
+      this.responseChunked = pc ? this.responseStreamed || pc.response_body_mode === "STREAMED" : this.fullDuplex;
       if (!pc)
         warnOnce(
           this.shared.warned,
@@ -214,7 +218,7 @@ class ProcessStream {
     if (msg.response_headers) {
       const status = findHeader(msg.response_headers.headers, ":status");
       if (status && status !== "200") this.deps.log.debug({ status }, "upstream answered non-200");
-      this.req?.watch?.headers(findHeader(msg.response_headers.headers, "content-type"));
+      this.req?.watch?.headers(findHeader(msg.response_headers.headers, "content-type"), this.responseChunked);
       this.served(servedEndpoint(msg) ?? findHeader(msg.response_headers.headers, SERVED_KEY));
       const explained = this.req?.explanation;
       this.send(explained ? responseHeadersWith([[EXPLANATION_HEADER, explained]]) : continueResponse("response_headers"));

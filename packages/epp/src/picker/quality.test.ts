@@ -8,7 +8,7 @@ const bytes = (s: string) => new TextEncoder().encode(s);
 
 function run(q: RoutingQuality, chunks: string[], contentType = "text/event-stream", p = P): void {
   const w = q.watch(p, 0);
-  w.headers(contentType);
+  w.headers(contentType, true);
   chunks.forEach((c, i) => w.body(bytes(c), 10 + i));
   w.end();
 }

@@ -145,6 +145,8 @@ function ring<T>(m: Map<string, Ring<T>>, key: string): Ring<T> {
  */
 export class ResponseWatch {
   private streamed = false;
+  /** The first body chunk is the first token: an SSE stream the data plane passes on as it comes. */
+  private timed = false;
   private firstBodyAt: number | undefined;
   private carry = "";
   private cached: number | undefined;
@@ -158,9 +160,13 @@ export class ResponseWatch {
     private readonly decidedAt: number,
   ) {}
 
-  /** Response headers: an SSE stream's first body chunk is its first token (a JSON body comes whole). */
-  headers(contentType: string | undefined): void {
+  /**
+   * Response headers. An SSE stream's first body chunk is its first token (a JSON body comes whole),
+   * if the data plane sends the chunks as they arrive (`chunked`: not a buffered body mode).
+   */
+  headers(contentType: string | undefined, chunked: boolean): void {
     this.streamed = contentType?.startsWith("text/event-stream") === true;
+    this.timed = this.streamed && chunked;
   }
 
   /** A response body chunk, as the data plane passed it. */
@@ -184,7 +190,7 @@ export class ResponseWatch {
     const usageEnded = this.prompt !== undefined && (!this.streamed || this.finalUsage);
     if (this.cached !== undefined) this.quality.recordActual(p, this.cached);
     else if (usageEnded) this.quality.recordActual(p, "none");
-    if (this.streamed && this.firstBodyAt !== undefined) {
+    if (this.timed && this.firstBodyAt !== undefined) {
       // A miss is 0 cached tokens only from a worker known to report them; else the prediction stands.
       const cached = this.cached ?? (usageEnded && this.quality.reportsDetails(p.workerKey) ? 0 : undefined);
       this.quality.recordTtft(p, this.firstBodyAt - this.decidedAt, cached);
