@@ -1,7 +1,8 @@
 import { describe, expect, test } from "bun:test";
 import { createMetrics } from "../metrics.ts";
 import { LatencyModel } from "./latency.ts";
-import { RoutingQuality, type Prediction } from "./quality.ts";
+import type { Decision, ScoredCandidate } from "./picker.ts";
+import { predictionOf, RoutingQuality, type Prediction } from "./quality.ts";
 
 const P: Prediction = { workerKey: "w\u00000", workerId: "w", dpRank: 0, predictedCachedTokens: 64, promptTokens: 100, blockSize: 16, waiting: 0 };
 const bytes = (s: string) => new TextEncoder().encode(s);
@@ -12,6 +13,25 @@ function run(q: RoutingQuality, chunks: string[], contentType = "text/event-stre
   chunks.forEach((c, i) => w.body(bytes(c), 10 + i));
   w.end();
 }
+
+describe("prediction", () => {
+  const picked = (overlap: number, promptTokens: number): Extract<Decision, { kind: "picked" }> => {
+    const chosen: ScoredCandidate = {
+      candidate: { workerId: "w", dpRank: 0, key: P.workerKey, endpoint: "10.0.0.1:8000", rankHeader: undefined },
+      overlap, pendingOverlap: 0, cost: 0, waiting: 0, predictedTtftMs: 0,
+    };
+    return { kind: "picked", chosen, model: "m", blockSize: 16, requestBlocks: Math.floor(promptTokens / 16), promptTokens, scored: [chosen] };
+  };
+
+  test("the predicted cached tokens are the overlap's, at most what vLLM hits: a fully cached prompt of whole blocks computes its last block again", () => {
+    expect(predictionOf(picked(4, 67)).predictedCachedTokens).toBe(64);
+    expect(predictionOf(picked(2, 67)).predictedCachedTokens).toBe(32);
+    // 64 tokens, all 4 blocks in the index: vLLM's hit stops at 63 tokens, 3 whole blocks.
+    expect(predictionOf(picked(4, 64)).predictedCachedTokens).toBe(48);
+    expect(predictionOf(picked(3, 64)).predictedCachedTokens).toBe(48);
+    expect(predictionOf(picked(0, 0)).predictedCachedTokens).toBe(0);
+  });
+});
 
 describe("response watch", () => {
   test("the final SSE usage chunk's cached_tokens is read even when split across body chunks", () => {

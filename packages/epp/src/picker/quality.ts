@@ -12,7 +12,7 @@ export type Prediction = {
   workerKey: string;
   workerId: string;
   dpRank: number;
-  /** Overlap x block size: what the index says the worker will find cached. */
+  /** Overlap x block size, at most what vLLM can hit: what the index says the worker will find cached. */
   predictedCachedTokens: number;
   /** Prompt tokens the prediction was made for (the uncached part sets the prefill). */
   promptTokens: number;
@@ -24,11 +24,14 @@ export type Prediction = {
 /** What a routing decision predicts about its worker. */
 export function predictionOf(d: Extract<Decision, { kind: "picked" }>): Prediction {
   const c = d.chosen;
+  // vLLM's cache hit stops at prompt length - 1 in whole blocks (get_computed_blocks: the last token is
+  // always computed, for its logits), so a prompt of whole blocks all cached reports one block less.
+  const hittable = Math.min(d.requestBlocks, Math.floor(Math.max(d.promptTokens - 1, 0) / d.blockSize));
   return {
     workerKey: c.candidate.key,
     workerId: c.candidate.workerId,
     dpRank: c.candidate.dpRank,
-    predictedCachedTokens: Math.min(c.overlap, d.requestBlocks) * d.blockSize,
+    predictedCachedTokens: Math.min(c.overlap, hittable) * d.blockSize,
     promptTokens: d.promptTokens,
     blockSize: d.blockSize,
     waiting: c.waiting,
