@@ -75,10 +75,10 @@ async function gateway(epp: EppHandle, w: MockWorker, prompt: number[], explain 
 }
 
 /** A mock worker "mock" at `ip` and an EPP routing to it, both stopped after the file. */
-async function workerAndEpp(ip: string): Promise<{ w: MockWorker; epp: EppHandle }> {
+async function workerAndEpp(ip: string, flags: string[] = []): Promise<{ w: MockWorker; epp: EppHandle }> {
   const w = await startMockWorker({ listen: ip, port: 0, kvEvents: `tcp://${ip}:5557`, speed: 0.2, blockSize: BLOCK, capacityBlocks: 200, logLevel: "silent" });
   cleanups.push(() => w.close());
-  const epp = await startTestEpp([{ id: "mock", address: `${ip}:8000`, kvEvents: `tcp://${ip}:5557` }]);
+  const epp = await startTestEpp([{ id: "mock", address: `${ip}:8000`, kvEvents: `tcp://${ip}:5557` }], { flags });
   cleanups.push(() => epp.stop({ graceMs: 200 }));
   return { w, epp };
 }
@@ -136,14 +136,17 @@ describe("routing quality, live", () => {
     expect(workers[0]!.prediction).toMatchObject({ samples: 2, mispredicted: 1, accuracy: 0.5 });
     expect(workers[0]!.observed_ttft_ms).toBeGreaterThan(0);
   });
-  test("a response body the gateway buffers (BUFFERED) comes whole at its end: its usage counts, no TTFT is taken from it", async () => {
-    const { w, epp } = await workerAndEpp("127.0.4.42");
+  test("a response body the gateway buffers (BUFFERED) comes whole at its end: its usage counts, no TTFT is taken from it; --explain explains unasked", async () => {
+    const { w, epp } = await workerAndEpp("127.0.4.42", ["--explain"]);
     const metrics = `http://${HOST}:${epp.ports.metrics}`;
     const prompt = tokens(BLOCK * 2 + 3, 11);
     // Warm the worker straight, so the routed request's usage reports cached tokens (prompt_tokens_details present).
     await fetch(`${w.url}/v1/completions`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ prompt, max_tokens: 1 }) });
     const buffered = await gateway(epp, w, prompt, false, "BUFFERED");
     expect(buffered.cachedTokens).toBe(2 * BLOCK);
+    // The request sent no x-kv-epp-explain.
+    expect(buffered.routedExplanation).toStartWith("chosen: worker=mock dp_rank=0 ");
+    expect(buffered.responseExplanation).toBe(buffered.routedExplanation!);
     await waitFor(async () => (await scrapeMetric(metrics, `dynamo_epp_cached_tokens_predictions_total{worker="mock",dp_rank="0"}`)) === 1, { message: "the buffered response's usage was read" });
     expect(await scrapeMetric(metrics, `dynamo_epp_observed_ttft_seconds_count{worker="mock",dp_rank="0"}`)).toBeUndefined();
     // The same SSE response streamed through the EPP is timed.
