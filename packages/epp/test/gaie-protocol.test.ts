@@ -69,7 +69,7 @@ test("--fallback-endpoints: the pick, then next-best distinct endpoints, in the 
   await waitFor(() => epp.load.inflight === 0, { message: "released" });
 });
 
-test("the served endpoint reported on the response path moves the request's load there, counted", async () => {
+test("the served endpoint reported on the response path moves the request's load there, counted, and its response is compared with what was predicted for that endpoint", async () => {
   const before = await metric('dynamo_epp_served_elsewhere_total{result="moved"}');
   const { s, first } = await open({ prompt: prefix });
   expect(destination(first)!.split(",")[0]).toBe(A);
@@ -82,6 +82,13 @@ test("the served endpoint reported on the response path moves the request's load
   expect(epp.load.blocks(workerKeyOf("w0", 0))).toBe(0);
   expect(epp.load.blocks(workerKeyOf("w1", 0))).toBe(4);
   expect(await metric('dynamo_epp_served_elsewhere_total{result="moved"}')).toBe(before + 1);
+  // B, which holds none of the prompt, reports what it found: a correct prediction for B, nothing for A.
+  const usage = enc.encode(JSON.stringify({ choices: [], usage: { prompt_tokens: 64, completion_tokens: 1, prompt_tokens_details: { cached_tokens: 0 } } }));
+  s.send({ response_body: { body: usage, end_of_stream: true } });
+  await answerFor(s, "response_body");
+  await waitFor(async () => (await metric('dynamo_epp_cached_tokens_predictions_total{worker="w1",dp_rank="0"}')) === 1, { message: "the response compared with B's prediction" });
+  expect(await metric('dynamo_epp_cached_tokens_predictions_total{worker="w0",dp_rank="0"}')).toBe(0);
+  expect(await metric('dynamo_epp_cached_tokens_mispredictions_total{worker="w1",dp_rank="0"}')).toBe(0);
   s.end();
   await waitFor(() => epp.load.inflight === 0 && epp.load.blocks(workerKeyOf("w1", 0)) === 0, { message: "released where it was served" });
 });

@@ -77,6 +77,8 @@ type RequestState = {
   lease: Lease | undefined;
   /** The response's watch: predicted vs reported cached tokens, observed TTFT. */
   watch?: ResponseWatch;
+  /** The routing decision (what it predicted for each candidate, should another serve the request). */
+  picked?: Extract<Decision, { kind: "picked" }>;
   /** Asked why this worker: the decision's explanation goes on the routed request and the response. */
   explain: boolean;
   explanation?: string;
@@ -346,6 +348,7 @@ class ProcessStream {
     this.deps.metrics.pickLatency.observe((performance.now() - started) / 1000);
     if (requestBlocks > 0) this.deps.metrics.overlapRatio.observe(chosen.overlap / requestBlocks);
     req.watch = this.deps.quality?.watch(predictionOf(decision), performance.now());
+    req.picked = decision;
     if (req.explain) req.explanation = explanation(decision);
     this.deps.metrics.requests.inc({ outcome: "routed" });
     if (at === "body" && this.fullDuplex) contentLength = body.length;
@@ -395,6 +398,9 @@ class ProcessStream {
     req.lease.release();
     req.lease = this.deps.load.acquire(next.key, routed.blocks, routed.prefilled ? 0 : routed.prefillBlocks, routed.prefix);
     req.routed = { ...routed, candidate: next };
+    // The response tells about the rank that served it: compared with what was predicted for that one.
+    const scored = req.picked?.scored.find((s) => s.candidate.key === next.key);
+    req.watch?.servedBy(scored && predictionOf(req.picked!, scored));
     this.deps.metrics.servedElsewhere.inc({ result: "moved" });
     this.deps.log.debug({ picked: routed.candidate.endpoint, served: endpoint }, "served elsewhere: load moved");
   }

@@ -6,7 +6,7 @@
 // the index has drifted from the caches (a reset or lost events behind the EPP's back).
 import type { Metrics } from "../metrics.ts";
 import type { LatencyModel } from "./latency.ts";
-import type { Decision } from "./picker.ts";
+import type { Decision, ScoredCandidate } from "./picker.ts";
 
 export type Prediction = {
   workerKey: string;
@@ -21,9 +21,8 @@ export type Prediction = {
   waiting: number;
 };
 
-/** What a routing decision predicts about its worker. */
-export function predictionOf(d: Extract<Decision, { kind: "picked" }>): Prediction {
-  const c = d.chosen;
+/** What a routing decision predicts about its worker (or another candidate it scored). */
+export function predictionOf(d: Extract<Decision, { kind: "picked" }>, c: ScoredCandidate = d.chosen): Prediction {
   // vLLM's cache hit stops at prompt length - 1 in whole blocks (get_computed_blocks: the last token is
   // always computed, for its logits), so a prompt of whole blocks all cached reports one block less.
   const hittable = Math.min(d.requestBlocks, Math.floor(Math.max(d.promptTokens - 1, 0) / d.blockSize));
@@ -159,9 +158,18 @@ export class ResponseWatch {
 
   constructor(
     private readonly quality: RoutingQuality,
-    readonly prediction: Prediction,
+    private prediction: Prediction,
     private readonly decidedAt: number,
   ) {}
+
+  /**
+   * Another rank served the request (a retry or fallback the data plane reports): what the decision
+   * predicted for that one, or undefined when it was not scored (then the response is not counted).
+   */
+  servedBy(p: Prediction | undefined): void {
+    if (p) this.prediction = p;
+    else this.done = true;
+  }
 
   /**
    * Response headers. An SSE stream's first body chunk is its first token (a JSON body comes whole),
