@@ -216,7 +216,7 @@ export function replayPolicy(trace: readonly TraceRecord[], policy: PolicyName, 
   };
 }
 
-function burstArrivals(trace: readonly TraceRecord[], opts: ReplayOptions): number[] {
+export function burstArrivals(trace: readonly TraceRecord[], opts: ReplayOptions): number[] {
   if (opts.arrivals !== "bursts") return arrivalTimes(trace, opts.timeScale, opts.arrivals ?? "recorded");
   const window = BURST_WINDOW_MS / opts.timeScale;
   return arrivalTimes(trace, opts.timeScale, "recorded").map((t) => Math.floor(t / window) * window);

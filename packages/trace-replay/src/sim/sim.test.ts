@@ -5,7 +5,7 @@ import { EventQueue } from "./event-queue.ts";
 import { Recorder, percentile } from "./recorder.ts";
 import { cacheBounds } from "./bounds.ts";
 import { adapterOf } from "./lora-mix.ts";
-import { replayPolicy, type ReplayOptions } from "./replay.ts";
+import { burstArrivals, replayPolicy, type ReplayOptions } from "./replay.ts";
 
 const OPTS: ReplayOptions = {
   workers: 4,
@@ -131,6 +131,13 @@ describe("trace replay", () => {
     expect(announced.hitRate).toBeLessThan(base.hitRate);
     expect(silent.hitRate).toBeLessThan(base.hitRate);
     expect(silent.cachedTokens).not.toBe(announced.cachedTokens);
+  });
+
+  test("bursts: every record of a 30 s window of trace time arrives at the window's start (scaled); other modes keep their times", () => {
+    const recs = [0, 10_000, 29_999, 30_000, 65_000].map((timestamp) => ({ timestamp, inputLength: 16, outputLength: 1, hashIds: [1] }));
+    expect(burstArrivals(recs, { ...OPTS, arrivals: "bursts" })).toEqual([0, 0, 0, 30_000, 60_000]);
+    expect(burstArrivals(recs, { ...OPTS, timeScale: 10, arrivals: "bursts" })).toEqual([0, 0, 0, 3_000, 6_000]);
+    expect(burstArrivals(recs, { ...OPTS, arrivals: "recorded" })).toEqual([0, 10_000, 29_999, 30_000, 65_000]);
   });
 
   test("a replay is deterministic for a seed", () => {
