@@ -123,7 +123,9 @@ export class RoutingQuality {
     const labels = { worker: p.workerId, dp_rank: String(p.dpRank) };
     this.metrics.cachedTokensError.observe(error);
     this.metrics.cachedTokensPredictions.inc(labels);
-    if (mispredicted) this.metrics.cachedTokensMispredictions.inc(labels);
+    // Incremented by 0 when right: every worker with predictions has the series, so a ratio of the two
+    // counters reads 0 for it rather than no data.
+    this.metrics.cachedTokensMispredictions.inc(labels, mispredicted ? 1 : 0);
     ring(this.samples, p.workerKey).push({ absError: Math.abs(error), mispredicted });
   }
 
