@@ -59,6 +59,14 @@ describe("config", () => {
     expect(c.recovery).toEqual({ mode: "kubernetes", peerService: "dynamo-epp-peer", namespace: "ns1" });
   });
 
+  test("cost shape: the score shape by default; today's blocks weights with --cost-shape blocks; every knob also an env variable", () => {
+    expect(parseConfig(["--config", file], {}).picker.shape).toEqual({ kind: "score", prefix: 3, load: 2, loadBy: "blocks", prefixCapBlocks: 256 });
+    expect(parseConfig(["--config", file, "--cost-shape", "blocks"], {}).picker).toMatchObject({ shape: { kind: "blocks" }, prefillLoadScale: 16, decodeLoadScale: 1 });
+    const env = { DYN_EPP_COST_SHAPE: "score", DYN_EPP_PREFIX_WEIGHT: "4", DYN_EPP_LOAD_WEIGHT: "1.5", DYN_EPP_LOAD_BY: "requests", DYN_EPP_PREFIX_CAP_BLOCKS: "0" };
+    expect(parseConfig(["--config", file], env).picker.shape).toEqual({ kind: "score", prefix: 4, load: 1.5, loadBy: "requests", prefixCapBlocks: 0 });
+    expect(parseConfig(["--config", file], { DYN_EPP_COST_SHAPE: "blocks" }).picker.shape).toEqual({ kind: "blocks" });
+  });
+
   test("Kubernetes mode from --pool-name", () => {
     const c = parseConfig(["--pool-name", "pool", "--model", "m", "--block-size", "32", "--dp-size", "2"], { POD_NAMESPACE: "ns" });
     expect(c.workers).toEqual({ mode: "kubernetes", poolName: "pool", namespace: "ns", kvEventsPort: 5557, kvReplayPort: undefined, dpSize: 2 });
@@ -78,6 +86,9 @@ describe("config", () => {
     [["--config", file, "--grpc-port="], /--grpc-port: ""/],
     [["--config", file, "--grpc-port", "0x10"], /--grpc-port: "0x10"/],
     [["--config", file, "--temperature", " "], /--temperature: " "/],
+    [["--config", file, "--cost-shape", "round"], /--cost-shape: "round" \(expected score\|blocks\)/],
+    [["--config", file, "--load-by", "tokens"], /--load-by: "tokens" \(expected requests\|blocks\)/],
+    [["--config", file, "--prefix-cap-blocks", "1.5"], /--prefix-cap-blocks: "1.5"/],
     [["--config", file, "--scrape-interval-ms", "3000000000"], /--scrape-interval-ms: "3000000000"/],
     [["--pool-name", "p", "--kv-events-port", "65535", "--dp-size", "2"], /--kv-events-port: "65535" \(rank 1/],
     [["--config", writeStaticConfig([{ id: "a", address: "127.0.4.1:8000", kvEvents: "tcp://127.0.4.1:70000" }])], /workers.0.kvEvents.*port above 65535/],

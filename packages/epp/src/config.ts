@@ -6,7 +6,7 @@ import { parse as parseYaml } from "yaml";
 import { parseDiscoveryConfig, type DiscoveryConfig } from "@kv-epp/intents";
 import { z } from "zod";
 import { LISTENER_HEARTBEAT } from "@kv-epp/kv-events";
-import { DEFAULT_WEIGHTS } from "./picker/cost.ts";
+import { DEFAULT_SHAPE, DEFAULT_WEIGHTS, SCORE_SHAPE, type CostShape } from "./picker/cost.ts";
 import type { CostModel } from "./picker/picker.ts";
 import { DEFAULT_PENDING, INFLIGHT_PREFIX_DEFAULT } from "./picker/pending.ts";
 
@@ -58,6 +58,11 @@ export const OPTIONS = {
   tokenizerDir: { flag: "tokenizer-dir", env: "DYN_EPP_TOKENIZER_DIR", kind: "string", help: "tokenizer.json directory" },
   prefillLoadScale: { flag: "prefill-load-scale", env: "DYN_EPP_PREFILL_LOAD_SCALE", kind: "number", default: String(DEFAULT_WEIGHTS.prefillLoadScale), help: "cost weight of blocks to prefill" },
   decodeLoadScale: { flag: "decode-load-scale", env: "DYN_EPP_DECODE_LOAD_SCALE", kind: "number", default: String(DEFAULT_WEIGHTS.decodeLoadScale), help: "cost weight of active blocks" },
+  costShape: { flag: "cost-shape", env: "DYN_EPP_COST_SHAPE", kind: "string", default: DEFAULT_SHAPE.kind, help: "shape of the weights cost: score (prefix-weight x overlap share + load-weight x min-max normalised in-flight load) | blocks (prefill-load-scale x blocks to prefill + decode-load-scale x active blocks)" },
+  prefixWeight: { flag: "prefix-weight", env: "DYN_EPP_PREFIX_WEIGHT", kind: "number", default: String(SCORE_SHAPE.prefix), help: "score shape: weight of the cached share of the request's blocks" },
+  loadWeight: { flag: "load-weight", env: "DYN_EPP_LOAD_WEIGHT", kind: "number", default: String(SCORE_SHAPE.load), help: "score shape: weight of the normalised in-flight load" },
+  loadBy: { flag: "load-by", env: "DYN_EPP_LOAD_BY", kind: "string", default: SCORE_SHAPE.loadBy, help: "score shape: in-flight load as requests | blocks" },
+  prefixCapBlocks: { flag: "prefix-cap-blocks", env: "DYN_EPP_PREFIX_CAP_BLOCKS", kind: "int", default: String(SCORE_SHAPE.prefixCapBlocks), help: "score shape: the cached share is of at most this many leading blocks (0: all)" },
   queueWeight: { flag: "queue-weight", env: "DYN_EPP_QUEUE_WEIGHT", kind: "number", default: "0", help: "cost per scraped waiting request" },
   queueThreshold: { flag: "queue-threshold", env: "DYN_EPP_QUEUE_THRESHOLD", kind: "int", default: "0", help: "skip workers with more waiting requests (0: off)" },
   cost: { flag: "cost", env: "DYN_EPP_COST", kind: "string", default: "weights", help: "routing cost: weights (weighted blocks to prefill + active blocks) | latency (lowest predicted TTFT, calibrated online)" },
@@ -194,6 +199,7 @@ export type EppConfig = {
     cost: CostModel;
     /** In-flight prefixes (picker/pending.ts); off: the index's overlap alone. */
     inflightPrefix: { mode: "off" } | { mode: "on"; maxBlocks: number; ttlMs: number };
+    shape: CostShape;
   };
   explain: boolean;
   scrapeIntervalMs: number;
@@ -279,6 +285,16 @@ export function parseConfig(argv: string[], env: Record<string, string | undefin
   if (costModel !== "weights" && costModel !== "latency")
     throw new ConfigError(`invalid value for ${r.cost.source}: ${JSON.stringify(costModel)} (expected weights|latency)`);
   if (get<number>("inflightPrefixMaxBlocks") === 0) throw new ConfigError(`invalid value for ${r.inflightPrefixMaxBlocks.source}: 0 (turn in-flight prefixes off with --inflight-prefix false)`);
+  const shapeKind = get<string>("costShape")!;
+  if (shapeKind !== "score" && shapeKind !== "blocks")
+    throw new ConfigError(`invalid value for ${r.costShape.source}: ${JSON.stringify(shapeKind)} (expected score|blocks)`);
+  const loadBy = get<string>("loadBy")!;
+  if (loadBy !== "requests" && loadBy !== "blocks")
+    throw new ConfigError(`invalid value for ${r.loadBy.source}: ${JSON.stringify(loadBy)} (expected requests|blocks)`);
+  const shape: CostShape =
+    shapeKind === "blocks"
+      ? { kind: "blocks" }
+      : { kind: "score", prefix: get<number>("prefixWeight")!, load: get<number>("loadWeight")!, loadBy, prefixCapBlocks: get<number>("prefixCapBlocks")! };
   const bodyMode = get<string>("bodyMode")!;
   if (!["auto", "buffered", "full-duplex"].includes(bodyMode))
     throw new ConfigError(`invalid value for ${r.bodyMode.source}: ${JSON.stringify(bodyMode)} (expected auto|buffered|full-duplex)`);
@@ -397,6 +413,7 @@ export function parseConfig(argv: string[], env: Record<string, string | undefin
       inflightPrefix: get<boolean>("inflightPrefix")
         ? { mode: "on", maxBlocks: get<number>("inflightPrefixMaxBlocks")!, ttlMs: get<number>("inflightPrefixTtlMs")! }
         : { mode: "off" },
+      shape,
     },
     explain: get<boolean>("explain")!,
     scrapeIntervalMs: get<number>("scrapeIntervalMs")!,

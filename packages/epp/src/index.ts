@@ -11,7 +11,7 @@ export { ExtProcClient, extProcChannel, RoutingError, type ClientBodyMode, type 
 // it ends in), its weights and latency model, and load as the picker counts it; the Picker itself so
 // the simulation can check that its policy and the EPP choose alike.
 export { decide, overlapOf, type CandidateState, type DecisionInput, type DecisionOutcome } from "./picker/decide.ts";
-export { choose, DEFAULT_WEIGHTS, type Weights } from "./picker/cost.ts";
+export { choose, DEFAULT_SHAPE, DEFAULT_WEIGHTS, SCORE_SHAPE, type Weights, type CostShape } from "./picker/cost.ts";
 export { Picker, type CostModel } from "./picker/picker.ts";
 export { LatencyModel } from "./picker/latency.ts";
 export type { Candidate } from "./workers/registry.ts";

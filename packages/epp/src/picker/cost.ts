@@ -10,7 +10,27 @@ export type Weights = {
   queueWeight: number;
   /** 0 picks the argmin; > 0 samples from softmax(-normalised cost / temperature). */
   temperature: number;
+  /** How the candidates' costs are formed; absent: "blocks". */
+  shape?: CostShape;
 };
+
+/** Which in-flight measure the score shape balances. */
+export type LoadMeasure = "requests" | "blocks";
+
+/**
+ * How the candidates' costs are formed (lowest wins either way).
+ * - `blocks`: the weights above over absolute blocks, prefill of what is not cached + active blocks.
+ * - `score`: GAIE's scorer shape (its prefix-cache scorer, and its queue scorer's min-max
+ *   normalisation) over the exact overlap: `prefix` x overlap / min(request blocks, `prefixCapBlocks`)
+ *   (at most 1) + `load` x (max - own) / (max - min) of the candidates' in-flight load (1 when all are
+ *   equal), the highest score wins. Both terms lie in [0, 1], so neither the pool's load level nor a
+ *   spread of a few requests moves the balance, where absolute blocks let a long shared prefix
+ *   outweigh any imbalance and make a tiny one decide between cold workers. The cap is GAIE's
+ *   MaxPrefixBlocksToMatch (256): a request past it scores by how much of its first 256 blocks a worker
+ *   holds, so a long conversation's next turn keeps its worker even when its new turn is a large share
+ *   of the prompt.
+ */
+export type CostShape = { kind: "blocks" } | { kind: "score"; prefix: number; load: number; loadBy: LoadMeasure; prefixCapBlocks: number };
 
 /**
  * Default weights. Only their ratio matters (the argmin, and the softmax over normalised costs, are
@@ -25,13 +45,41 @@ export type Weights = {
  */
 export const DEFAULT_WEIGHTS = { prefillLoadScale: 16, decodeLoadScale: 1 } as const;
 
+/**
+ * The score shape's defaults: GAIE's prefix and load weights (3 and 2) and its 256-block cap; the load
+ * in blocks (bench:trace: as good as requests on the conversation trace, better on the synthetic one).
+ */
+export const SCORE_SHAPE = { kind: "score", prefix: 3, load: 2, loadBy: "blocks", prefixCapBlocks: 256 } as const satisfies CostShape;
+
+/** The EPP's default shape. */
+export const DEFAULT_SHAPE: CostShape = SCORE_SHAPE;
+
 export type CandidateLoad = { overlap: number; activeBlocks: number; waiting: number };
+/** What the normalised shapes also read: requests in flight on the candidate. */
+export type ShapedLoad = CandidateLoad & { activeRequests: number };
 
 export function cost(w: Weights, requestBlocks: number, c: CandidateLoad): number {
   return (
     w.prefillLoadScale * Math.max(requestBlocks - c.overlap, 0) + w.decodeLoadScale * c.activeBlocks + w.queueWeight * c.waiting
   );
 }
+
+/** Cost of every candidate under the weights' shape, index-aligned with `cs`. */
+export function costs(w: Weights, requestBlocks: number, cs: readonly ShapedLoad[]): number[] {
+  const shape = w.shape ?? BLOCKS;
+  if (shape.kind === "blocks") return cs.map((c) => cost(w, requestBlocks, c));
+  const loads = cs.map((c) => (shape.loadBy === "requests" ? c.activeRequests : c.activeBlocks));
+  const max = Math.max(...loads);
+  const span = max - Math.min(...loads);
+  const of = shape.prefixCapBlocks > 0 ? Math.min(requestBlocks, shape.prefixCapBlocks) : requestBlocks;
+  return cs.map((c, i) => {
+    const prefix = of > 0 ? Math.min(c.overlap, of) / of : 0;
+    const load = span > 0 ? (max - loads[i]!) / span : 1;
+    return w.queueWeight * c.waiting - (shape.prefix * prefix + shape.load * load);
+  });
+}
+
+const BLOCKS: CostShape = { kind: "blocks" };
 
 /** Index of the chosen candidate; `random` returns [0, 1). */
 export function choose(costs: readonly number[], temperature: number, random: () => number): number {

@@ -1,6 +1,6 @@
 import { describe, expect, test } from "bun:test";
 import fc from "fast-check";
-import { cost, type Weights } from "./cost.ts";
+import { costs, type CostShape, type Weights } from "./cost.ts";
 import { decide, overlapOf, type CandidateState } from "./decide.ts";
 
 // Pods with one or two target ports; a subset hint names pod IPs (GAIE matches the hint by IP).
@@ -14,6 +14,7 @@ const candidate = fc.record({
   // In-flight prefixes: absent (off), or the leading blocks pending on the candidate.
   pendingOverlap: fc.option(fc.integer({ min: 0, max: 80 }), { nil: undefined }),
   activeBlocks: fc.integer({ min: 0, max: 2000 }),
+  activeRequests: fc.integer({ min: 0, max: 40 }),
   waiting: fc.integer({ min: 0, max: 10 }),
 });
 const weights: fc.Arbitrary<Weights> = fc.record({
@@ -21,6 +22,16 @@ const weights: fc.Arbitrary<Weights> = fc.record({
   decodeLoadScale: fc.integer({ min: 0, max: 4 }),
   queueWeight: fc.integer({ min: 0, max: 100 }),
   temperature: fc.constant(0),
+  shape: fc.oneof(
+    fc.constant<CostShape>({ kind: "blocks" }),
+    fc.record({
+      kind: fc.constant("score" as const),
+      prefix: fc.integer({ min: 0, max: 8 }),
+      load: fc.integer({ min: 0, max: 8 }),
+      loadBy: fc.constantFrom("requests" as const, "blocks" as const),
+      prefixCapBlocks: fc.integer({ min: 0, max: 64 }),
+    }),
+  ),
 });
 const input = fc.record({
   requestBlocks: fc.integer({ min: 0, max: 64 }),
@@ -40,7 +51,7 @@ function allowed(cs: readonly CandidateState[], subset: readonly string[] | unde
 }
 
 describe("decide", () => {
-  test("the choice minimises the cost over the candidates the subset and queue filters allow", () => {
+  test("the choice minimises the cost, under either shape, over the candidates the subset and queue filters allow", () => {
     fc.assert(
       fc.property(input, ({ requestBlocks, candidates, weights, queueThreshold, subset, r }) => {
         const d = decide({ requestBlocks, candidates, weights, queueThreshold, subset: subset && new Set(subset), random: () => r });
@@ -51,11 +62,12 @@ describe("decide", () => {
         }
         if (d.kind !== "chosen") throw new Error(`expected a choice, got ${d.reason}`);
         expect(d.scored.map((s): CandidateState => s.candidate)).toEqual(ok);
-        // The blocks counted as cached: the index's overlap or the pending one, the longer.
+        // The blocks counted as cached: the index's overlap or the pending one, the longer. The score shape
+        // normalises over the candidates that passed the filters, so the costs are of those.
         const counted = (c: CandidateState) => ({ ...c, overlap: Math.max(c.overlap, c.pendingOverlap ?? 0) });
-        const best = Math.min(...ok.map((c) => cost(weights, requestBlocks, counted(c))));
-        expect(d.chosen.cost).toBe(best);
-        expect(d.chosen.cost).toBe(cost(weights, requestBlocks, counted(d.chosen.candidate)));
+        const expected = costs(weights, requestBlocks, ok.map(counted));
+        expect(d.scored.map((s) => s.cost)).toEqual(expected);
+        expect(d.chosen.cost).toBe(Math.min(...expected));
       }),
     );
   });
@@ -105,7 +117,7 @@ describe("decide", () => {
   test("pending blocks count as cached exactly as the index's overlap does, and never raise a cost", () => {
     fc.assert(
       fc.property(input, ({ requestBlocks, candidates, weights, r }) => {
-        const asIndexed = candidates.map((c) => ({ endpoint: c.endpoint, overlap: overlapOf(c), activeBlocks: c.activeBlocks, waiting: c.waiting }));
+        const asIndexed = candidates.map((c) => ({ endpoint: c.endpoint, overlap: overlapOf(c), activeBlocks: c.activeBlocks, activeRequests: c.activeRequests, waiting: c.waiting }));
         const withoutPending = candidates.map((c) => ({ ...c, pendingOverlap: undefined }));
         const run = (cs: CandidateState[]) => decide({ requestBlocks, candidates: cs, weights, queueThreshold: 0, random: () => r });
         const d = run(candidates), same = run(asIndexed), none = run(withoutPending);
@@ -117,10 +129,26 @@ describe("decide", () => {
     );
   });
 
+  test("score shape: the longer overlap wins at equal load, the lower load at equal overlap, and a long cached prefix outweighs the load span", () => {
+    const w: Weights = { prefillLoadScale: 16, decodeLoadScale: 1, queueWeight: 0, temperature: 0, shape: { kind: "score", prefix: 3, load: 2, loadBy: "requests", prefixCapBlocks: 256 } };
+    const pick = (requestBlocks: number, cs: CandidateState[]) => {
+      const d = decide({ requestBlocks, candidates: cs, weights: w, queueThreshold: 0, random: () => 0.5 });
+      return d.kind === "chosen" ? d.chosen.candidate.endpoint : d.reason;
+    };
+    const at = (endpoint: string, overlap: number, activeRequests: number) => ({ endpoint, overlap, activeBlocks: 0, activeRequests, waiting: 0 });
+    expect(pick(20, [at("a", 10, 4), at("b", 2, 4)])).toBe("a");
+    expect(pick(20, [at("a", 2, 9), at("b", 2, 4)])).toBe("b");
+    // 3 x 20/20 beats 2 x the whole load span; only the cap's share counts on a 1000-block request.
+    expect(pick(20, [at("a", 20, 30), at("b", 0, 0)])).toBe("a");
+    expect(pick(1000, [at("a", 256, 30), at("b", 10, 0)])).toBe("a");
+    // A small cached share does not: 3 x 4/20 < 2.
+    expect(pick(20, [at("a", 4, 30), at("b", 0, 0)])).toBe("b");
+  });
+
   test("more cached blocks wins at equal load; more load loses at equal overlap", () => {
     const w = { prefillLoadScale: 16, decodeLoadScale: 1, queueWeight: 0, temperature: 0 };
-    const a = { endpoint: "a", overlap: 10, activeBlocks: 100, waiting: 0 };
-    const b = { endpoint: "b", overlap: 2, activeBlocks: 100, waiting: 0 };
+    const a = { endpoint: "a", overlap: 10, activeBlocks: 100, activeRequests: 1, waiting: 0 };
+    const b = { endpoint: "b", overlap: 2, activeBlocks: 100, activeRequests: 1, waiting: 0 };
     const pick = (cs: CandidateState[]) => {
       const d = decide({ requestBlocks: 20, candidates: cs, weights: w, queueThreshold: 0, random: () => 0.5 });
       return d.kind === "chosen" ? d.chosen.candidate.endpoint : d.reason;

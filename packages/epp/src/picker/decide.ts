@@ -3,7 +3,7 @@
 // the live index and load; bench:trace's simulation calls it with the simulated ones, so the benchmark
 // measures the decision that ships.
 import { endpointHost } from "../extproc/messages.ts";
-import { choose, cost, type Weights } from "./cost.ts";
+import { choose, costs, type Weights } from "./cost.ts";
 
 /** What the decision knows about one candidate worker rank. */
 export type CandidateState = {
@@ -19,6 +19,8 @@ export type CandidateState = {
   readonly pendingOverlap?: number;
   /** Blocks of requests in flight on the rank (this replica's and its peers'). */
   readonly activeBlocks: number;
+  /** Requests in flight on the rank (this replica's and its peers'). */
+  readonly activeRequests: number;
   /** Waiting requests from the rank's scraped vLLM /metrics (0 when not scraped). */
   readonly waiting: number;
 };
@@ -55,10 +57,9 @@ export function decide<C extends CandidateState>(input: DecisionInput<C>): Decis
   eligible = queueFilter(eligible, input.queueThreshold);
   const w = input.weights;
   const latency = input.latency;
-  const scored = eligible.map((candidate) => ({
-    candidate,
-    cost: latency ? latency(candidate) : cost(w, input.requestBlocks, { overlap: overlapOf(candidate), activeBlocks: candidate.activeBlocks, waiting: candidate.waiting }),
-  }));
+  // In-flight prefixes count as cached under either shape (overlapOf).
+  const byCost = latency ? eligible.map(latency) : costs(w, input.requestBlocks, eligible.map((c) => ({ ...c, overlap: overlapOf(c) })));
+  const scored = eligible.map((candidate, i) => ({ candidate, cost: byCost[i]! }));
   const i = choose(
     scored.map((s) => s.cost),
     w.temperature,

@@ -137,6 +137,7 @@ export class Picker {
       overlap: overlaps.get(ref.key) ?? 0,
       pendingOverlap: pendingView ? (pendingOverlaps.get(ref.key) ?? 0) : 0,
       activeBlocks: this.deps.load.blocks(ref.key),
+      activeRequests: this.deps.load.requests(ref.key),
       waiting: this.deps.workerMetrics(ref.endpoint)?.waiting ?? 0,
     }));
     const o = this.deps.options;

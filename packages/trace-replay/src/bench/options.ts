@@ -4,7 +4,7 @@ import { POLICY_NAMES, type PolicyName } from "../policies/index.ts";
 import { FlagError, parseFlags } from "../cli-flags.ts";
 import { DEFAULT_AGG_SIM, type AggSimOptions } from "../sim/replica-agg.ts";
 import type { CacheReset, InflightPrefixMode } from "../sim/replay.ts";
-import { DEFAULT_WEIGHTS, INFLIGHT_PREFIX_DEFAULT } from "../upstream.ts";
+import { DEFAULT_SHAPE, DEFAULT_WEIGHTS, INFLIGHT_PREFIX_DEFAULT, SCORE_SHAPE, type CostShape } from "../upstream.ts";
 import { DEFAULT_TRACE_PATH } from "../trace.ts";
 
 const positiveInt = z.coerce.number().int().positive();
@@ -52,6 +52,13 @@ const schema = z.object({
   // The EPP's defaults (packages/epp picker/cost.ts DEFAULT_WEIGHTS).
   "prefill-load-scale": nonNegative.default(DEFAULT_WEIGHTS.prefillLoadScale),
   "decode-load-scale": nonNegative.default(DEFAULT_WEIGHTS.decodeLoadScale),
+  // The EPP's cost shapes and their defaults (picker/cost.ts CostShape, DEFAULT_SHAPE, SCORE_SHAPE):
+  // score, or blocks (the two weights above).
+  "cost-shape": z.enum(["score", "blocks"]).default(DEFAULT_SHAPE.kind),
+  "prefix-weight": nonNegative.default(SCORE_SHAPE.prefix),
+  "load-weight": nonNegative.default(SCORE_SHAPE.load),
+  "prefix-cap-blocks": z.coerce.number().int().min(0).default(SCORE_SHAPE.prefixCapBlocks),
+  "load-by": z.enum(["requests", "blocks"]).default(SCORE_SHAPE.loadBy),
   "max-running": positiveInt.default(64),
   jobs: positiveInt.optional(),
   out: z.string().min(1).default("reports"),
@@ -78,6 +85,7 @@ export type BenchOptions = {
   seed: number;
   prefillLoadScale: number;
   decodeLoadScale: number;
+  costShape: CostShape;
   maxRunning: number;
   jobs: number | undefined;
   outDir: string;
@@ -90,6 +98,11 @@ function policyList(flag: string, v: string): PolicyName[] {
     if (!(POLICY_NAMES as readonly string[]).includes(n))
       throw new FlagError(`--${flag}: unknown policy ${JSON.stringify(n)} (know ${POLICY_NAMES.join(", ")})`);
   return names as PolicyName[];
+}
+
+function shapeOf(o: z.infer<typeof schema>): CostShape {
+  const loadBy = o["load-by"];
+  return o["cost-shape"] === "blocks" ? { kind: "blocks" } : { kind: "score", prefix: o["prefix-weight"], load: o["load-weight"], loadBy, prefixCapBlocks: o["prefix-cap-blocks"] };
 }
 
 /** A bare argument is the trace path. */
@@ -115,6 +128,7 @@ export function parseBenchArgs(argv: string[]): BenchOptions {
     seed: o.seed,
     prefillLoadScale: o["prefill-load-scale"],
     decodeLoadScale: o["decode-load-scale"],
+    costShape: shapeOf(o),
     maxRunning: o["max-running"],
     jobs: o.jobs,
     outDir: o.out,

@@ -4,6 +4,7 @@ import { cdfPoints, type Points, type ReportData } from "../report/data.ts";
 import { ms, pct, rate } from "../report/table.ts";
 import type { CacheBounds } from "../sim/bounds.ts";
 import type { RunResult } from "../sim/replay.ts";
+import type { CostShape } from "../upstream.ts";
 import type { BenchOptions } from "./options.ts";
 
 export const TABLE_COLUMNS = [
@@ -158,7 +159,7 @@ export function benchReportData(o: BenchOptions, results: RunResult[], bounds: C
       ["KV event lag", `${o.eventLagMs} ms (virtual)`],
       ["replica-agg (simulated)", aggNote(o, results)],
       ...(o.loraAdapters > 0 ? [["LoRA mix", `half the conversations on one of ${o.loraAdapters} adapters (every block keyed by the adapter, as vLLM does)`] as [string, string]] : []),
-      ["cost weights", `prefill-load-scale ${o.prefillLoadScale}, decode-load-scale ${o.decodeLoadScale}`],
+      ["cost", costNote(o.costShape, o)],
       ["seed", String(o.seed)],
       ...BOUND_NOTES.map(([name, text]) => [name, text(o, bounds)] as [string, string]),
       ["imbalance", IMBALANCE_NOTE],
@@ -185,4 +186,10 @@ export function benchReportData(o: BenchOptions, results: RunResult[], bounds: C
       })),
     })),
   };
+}
+
+function costNote(shape: CostShape, o: BenchOptions): string {
+  return shape.kind === "blocks"
+    ? `blocks shape: prefill-load-scale ${o.prefillLoadScale}, decode-load-scale ${o.decodeLoadScale}`
+    : `score shape: prefix-weight ${shape.prefix} x cached share of min(request blocks, ${shape.prefixCapBlocks || "all"}) + load-weight ${shape.load} x min-max normalised in-flight ${shape.loadBy}`;
 }

@@ -21,6 +21,7 @@ export const exactIndex: PolicySpec = {
           endpoint: ctx.workerKeys[i]!,
           overlap: hits[i]!,
           activeBlocks: w.activeBlocks,
+          activeRequests: w.inflight,
           waiting: w.waitingCount,
         }));
         const d = decide({ requestBlocks: req.requestBlocks, candidates, weights: ctx.weights, queueThreshold: ctx.queueThreshold, random: ctx.random });

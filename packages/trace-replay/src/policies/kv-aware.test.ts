@@ -6,7 +6,7 @@ import fc from "fast-check";
 import { computeBlockHashes, KvIndex } from "@kv-epp/index-wasm";
 import { applyStored } from "@kv-epp/index-wasm/helpers";
 import { seededRandom } from "@kv-epp/testkit";
-import { ActiveLoad, DEFAULT_PENDING, DEFAULT_TIMING, PendingPrefixes, prefixKeys } from "../upstream.ts";
+import { ActiveLoad, DEFAULT_PENDING, DEFAULT_TIMING, PendingPrefixes, prefixKeys, type CostShape } from "../upstream.ts";
 import { LatencyModel, Picker, type Candidate } from "@kv-epp/epp";
 import { EventQueue } from "../sim/event-queue.ts";
 import type { SimRequest } from "../sim/request.ts";
@@ -36,6 +36,11 @@ const state = fc.record({
     decodeLoadScale: fc.integer({ min: 0, max: 2 }),
     queueWeight: fc.integer({ min: 0, max: 50 }),
     temperature: fc.constantFrom(0, 0.3),
+    shape: fc.constantFrom<CostShape>(
+      { kind: "blocks" },
+      { kind: "score", prefix: 3, load: 2, loadBy: "requests", prefixCapBlocks: 8 },
+      { kind: "score", prefix: 1, load: 4, loadBy: "blocks", prefixCapBlocks: 0 },
+    ),
   }),
   queueThreshold: fc.integer({ min: 0, max: 2 }),
   cost: fc.constantFrom("weights" as const, "latency" as const),
@@ -45,7 +50,7 @@ const state = fc.record({
 });
 
 describe("one decision for the EPP and the simulation", () => {
-  test("for the same index, load, in-flight prefixes and queues, the kv-aware policies and the EPP's Picker choose the same worker, under either cost", () => {
+  test("for the same index, load, in-flight prefixes and queues, the kv-aware policies and the EPP's Picker choose the same worker, under either cost and either shape", () => {
     // One index for every run (a WASM instance each would pile up memory): emptied at the start of each.
     const index = KvIndex.create({ blockSize: BLOCK });
     fc.assert(

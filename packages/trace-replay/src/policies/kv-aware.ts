@@ -34,6 +34,7 @@ function kvPolicy(name: PolicyName, cost: CostModel, knows: string): PolicySpec 
           overlap: scores.get(key) ?? 0,
           pendingOverlap: pendingOverlaps.get(key) ?? 0,
           activeBlocks: ctx.load.blocks(key),
+          activeRequests: ctx.load.requests(key),
           // As if scraped at this instant (the EPP scrapes vLLM's num_requests_waiting every second).
           waiting: ctx.workers[i]!.waitingCount,
         }));
