@@ -11,7 +11,7 @@ import type { LoadView } from "./load.ts";
 import { prefixKeys, type PendingView, type PrefixKeys } from "./pending.ts";
 import type { WorkerMetrics } from "./worker-metrics.ts";
 
-/** `weights`: the weighted blocks of Weights; `latency`: the lowest predicted TTFT (picker/latency.ts). */
+/** `weights`: Weights in their shape (score or blocks); `latency`: the lowest predicted TTFT (picker/latency.ts). */
 export type CostModel = "weights" | "latency";
 
 export type PickerOptions = Weights & {
