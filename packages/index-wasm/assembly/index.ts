@@ -32,10 +32,15 @@ const EMPTY: u32 = 0;
 @inline function grow(ptr: usize, oldBytes: usize, newBytes: usize): usize { return regrow(ptr, oldBytes, newBytes); }
 @inline function zeroed(bytes: usize): usize { return allocZeroed(bytes); }
 
-// Table slots hold 26-bit ids (tag bits above): an index holds at most 2^25 blocks and records.
+// Table slots hold 26-bit ids (6 tag bits above). In RES the id's top bit tells a node (its inline
+// holder) from a shared record, so both have 25-bit ids: an index holds fewer than 2^25 - 8192 blocks
+// and 2^25 shared records.
 const ID_BITS: u32 = 26;
 const ID_MASK: u32 = (1 << ID_BITS) - 1;
-const MAX_ID: u32 = ID_MASK - 1; // ID_MASK with all tag bits is the tombstone
+const RES_INLINE: u32 = 1 << (ID_BITS - 1);
+const RES_ID_MASK: u32 = RES_INLINE - 1;
+const MAX_NODE_ID: u32 = RES_ID_MASK - 1; // RES_ID_MASK | RES_INLINE with all tag bits is the tombstone
+const MAX_REC_ID: u32 = RES_ID_MASK;
 
 // ---- chunked arrays: nodes and records live in fixed chunks of 8192 (whole pages: 192 KiB of nodes,
 // 128 KiB of records) behind a directory holding each chunk's first page as a u16. Chunks never move,
@@ -130,7 +135,7 @@ function setHeldBit(n: u32, w: u32, on: bool): void {
 }
 
 function growNodes(): void {
-  if (nodeCap + CHUNK - 1 > MAX_ID) unreachable(); // table slots hold 26-bit ids
+  if (nodeCap + CHUNK - 1 > MAX_NODE_ID) unreachable(); // RES slots hold 25-bit node ids
   store<u16>(nodeDir + (<usize>(nodeCap >> CHUNK_BITS) << 1), <u16>(alloc(<usize>CHUNK * NODE) >> 16));
   nodeCap += CHUNK;
   if (maskWords > 1 && nodeCap > extCap) growMaskExt(nodeCap * 2);
@@ -206,7 +211,7 @@ let recDir: usize = 0;
 }
 
 function growRes(): void {
-  if (resCap + CHUNK - 1 > MAX_ID) unreachable(); // table slots hold 26-bit ids
+  if (resCap + CHUNK - 1 > MAX_REC_ID) unreachable(); // RES slots hold 25-bit record ids
   store<u16>(recDir + (<usize>(resCap >> CHUNK_BITS) << 1), <u16>(alloc(<usize>CHUNK * REC) >> 16));
   resCap += CHUNK;
 }
@@ -233,15 +238,16 @@ function freeRec(r: u32): void {
 
 // ---- two open-addressing tables (linear probing): CHILD maps (parent node, sequence hash) -> node,
 // RES maps (worker, block hash) -> the record: a node id with RES_INLINE set (its inline holder) or a
-// shared record id. A slot is a u32: id in the low 26 bits, hash tag bits above (6 for CHILD, 5 for RES
-// whose top bit is the inline flag), so probing past foreign entries rarely dereferences them. Deletion
+// shared record id. A slot is a u32: id in the low 26 bits (in RES: the inline flag and a 25-bit id),
+// 6 hash tag bits above, so probing past foreign entries rarely dereferences them (RES had 5 and a
+// 26-bit id: on the ingestion bench 115k of its 391k record reads were other keys with the same tag;
+// with 6, 57k of 334k). Deletion
 // leaves a tombstone; tombstones are reused by inserts and swept by a rebuild, which scans the
 // node/record chunks sequentially. Capacities are not powers of two (the home slot is a multiply-shift
 // of the low 32 hash bits).
 const CHILD: i32 = 0;
 const RES: i32 = 1;
 const TOMB: u32 = 0xFFFFFFFF;
-const RES_INLINE: u32 = 1 << 31;
 const TABLES: usize = memory.data(32, 8); // per table: slots ptr u32 | cap u32 | count u32 | tombstones u32
 const MIN_TABLE: u32 = 1024;
 
@@ -253,15 +259,16 @@ const MIN_TABLE: u32 = 1024;
 @inline function setTombs(t: i32, v: u32): void { store<u32>(TABLES + (<usize>t << 4), v, 12); }
 
 @inline function keyHash(a: u32, b: u64): u64 { return mix(b ^ (<u64>(a + 1) * 0x9E3779B97F4A7C15)); }
-@inline function tagOf(t: i32, h: u64): u32 { return t == CHILD ? <u32>(h >> 58) << ID_BITS : <u32>(h >> 59) << ID_BITS; }
+@inline function tagOf(t: i32, h: u64): u32 { return <u32>(h >> 58) << ID_BITS; } // the same for both tables
 /** Home slot: multiply-shift of the low 32 bits (the tag uses the top bits, so they stay independent). */
 @inline function homeOf(h: u64, cap: u32): u32 { return <u32>((<u64><u32>h * <u64>cap) >> 32); }
 @inline function nextSlot(i: u32, cap: u32): u32 { const j = i + 1; return select<u32>(0, j, j == cap); }
 
 /** A RES value's block hash, worker and node. */
-@inline function resExt(v: u32): u64 { return (v & RES_INLINE) ? load<u64>(nodeAt(v & ID_MASK), 8) : load<u64>(recAt(v & ID_MASK)); }
-@inline function resWorker(v: u32): u32 { return (v & RES_INLINE) ? highAt(nodeAt(v & ID_MASK)) : recWorker(v & ID_MASK); }
-@inline function resNode(v: u32): u32 { return (v & RES_INLINE) ? v & ID_MASK : recNode(v & ID_MASK); }
+@inline function resId(v: u32): u32 { return v & RES_ID_MASK; }
+@inline function resExt(v: u32): u64 { return (v & RES_INLINE) ? load<u64>(nodeAt(resId(v)), 8) : load<u64>(recAt(resId(v))); }
+@inline function resWorker(v: u32): u32 { return (v & RES_INLINE) ? highAt(nodeAt(resId(v))) : recWorker(resId(v)); }
+@inline function resNode(v: u32): u32 { return (v & RES_INLINE) ? resId(v) : recNode(resId(v)); }
 
 // First empty or tombstone slot seen by the last missed find of each table (and the RES key's hash):
 // inserts fill it without probing again.
@@ -286,7 +293,7 @@ let foundAt: u32 = 0; // slot of the last RES hit
     if (v == EMPTY) break;
     if (v == TOMB) {
       if (free == 0xFFFFFFFF) free = i;
-    } else if ((v & ~ID_MASK & ~RES_INLINE) == tag && resExt(v) == ext && resWorker(v) == w) {
+    } else if ((v & ~ID_MASK) == tag && resExt(v) == ext && resWorker(v) == w) {
       foundAt = i;
       return v;
     }
@@ -533,7 +540,7 @@ function addCopies(v: u32, w: u32, n: u32, copies: u32): void {
       if (before == 0) zeroDel(n, r);
     }
   } else {
-    const r = v & ID_MASK;
+    const r = resId(v);
     before = recCopies(r);
     setRecCopies(r, <u32>min<u64>(<u64>before + copies, REC_MAX_COPIES));
     if (before == 0) zeroDel(n, r);
@@ -552,7 +559,7 @@ function deleteRecord(v: u32, w: u32, n: u32): void {
     store<u64>(p, 0, 8);
     setHigh(p, 0);
   } else {
-    const r = v & ID_MASK;
+    const r = resId(v);
     copies = recCopies(r);
     tableDeleteAt(RES, r, keyHash(w, load<u64>(recAt(r))));
     if (copies == 0) zeroDel(n, r);
@@ -735,12 +742,12 @@ function removed(w: u32, p: usize, n: u32): void {
       left--;
       if (left > 0 || childCountAt(np) != 0) setKindCopies(np, KIND_INLINE, left);
     } else {
-      left = recCopies(v & ID_MASK);
+      left = recCopies(resId(v));
       if (left == 0) { outUnknown++; totalUnknown++; continue; }
       left--;
       if (left > 0 || childCountAt(np) != 0) {
-        setRecCopies(v & ID_MASK, left);
-        if (left == 0) zeroAdd(node, v & ID_MASK);
+        setRecCopies(resId(v), left);
+        if (left == 0) zeroAdd(node, resId(v));
       }
     }
     if (left > 0) continue;
@@ -1149,10 +1156,11 @@ function entryOf(table: usize, cap: u32, n: u32): u32 {
  * initial load (a recovery dump, a benchmark) does not pay for repeated doubling and rehashing.
  */
 export function presize(blocksWanted: u32, residenciesWanted: u32): void {
-  while (nodeCap < blocksWanted + 2) growNodes();
+  // as far as the id limits go (beyond them the index traps when it really gets there)
+  while (nodeCap < blocksWanted + 2 && nodeCap + CHUNK - 1 <= MAX_NODE_ID) growNodes();
   // records hold the residencies of blocks with several holders (a block's only holder is inline)
   const shared = residenciesWanted > blocksWanted ? residenciesWanted : 0;
-  while (resCap < shared + 1) growRes();
+  while (resCap < shared + 1 && resCap + CHUNK - 1 <= MAX_REC_ID) growRes();
   tableReserve(CHILD, blocksWanted);
   tableReserve(RES, residenciesWanted);
 }
