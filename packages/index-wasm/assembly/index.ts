@@ -333,11 +333,11 @@ function tableInit(t: i32, cap: u32): void {
   setTombs(t, 0);
 }
 
-// Growth rule (see tableRebuild): a table grows past MAX_LOAD_NUM / MAX_LOAD_DEN load (84%) to
-// GROW_NUM / GROW_DEN (2.1x) its entries.
-const MAX_LOAD_NUM: u32 = 21;
+// Growth rule (see tableRebuild): a table grows past MAX_LOAD_NUM / MAX_LOAD_DEN load (80%) to
+// GROW_NUM / GROW_DEN (2.2x) its entries.
+const MAX_LOAD_NUM: u32 = 20;
 const MAX_LOAD_DEN: u32 = 25;
-const GROW_NUM: u32 = 21;
+const GROW_NUM: u32 = 22;
 const GROW_DEN: u32 = 10;
 @inline function overMaxLoad(entries: u32, cap: u32): bool { return entries * MAX_LOAD_DEN > cap * MAX_LOAD_NUM; }
 @inline function tableFull(t: i32): bool { return overMaxLoad(countOf(t) + tombsOf(t) + 1, capOf(t)); }
@@ -1241,16 +1241,18 @@ function rbEmitAll(t: i32): void {
 
 /**
  * Rebuilds a table (dropping tombstones). It keeps its capacity while that leaves `entries` under 60%
- * load (at least a quarter of the table then absorbs tombstones before the next rebuild: steady churn
- * keeps its footprint), else grows to 2.1x `entries` (a table grown at 84% load restarts at 48%). The
- * rule before was 80% -> 2x; a replay of the rule over table sizes (each table alone, caps rounded to
- * pages as here) compared them: re-placements per final entry, averaged over final sizes 0.5M-2M,
- * 1.63 against 2.01, and 2.23M against 2.77M for the ingestion bench (measured the same in the
- * module); bytes per residency of an unshared index (24-byte nodes, both tables) 36.5 against 36.9 on
- * average, 41.0 against 40.3 at worst (just after both tables grew); at the memory bench's 1M
- * residencies 35.5 B unshared and 25.7 B shared (measured: 37 and 26.9 B of linear memory) against 35.5
- * and 25.5. A miss probes longer near 84% (mean unsuccessful-search length over a table's life ~5.9
- * slots against 5.2; the tag bits keep those probes off the chunks). Growing to 2.5x the entries (the
+ * load (at least a fifth of the table then absorbs tombstones before the next rebuild: steady churn
+ * keeps its footprint), else grows to 2.2x `entries` (a table grown at 80% load restarts at 45%). The
+ * rule before was 80% -> 2x. A replay of rules over table sizes (each table alone, caps rounded to
+ * pages as here; final sizes 0.5M-2M) compared them, per final entry: re-placements 1.64 on average
+ * against 2.01 (2.13M against 2.77M for the ingestion bench); unshared bytes per residency (24-byte
+ * nodes, both tables) 37.2 on average against 36.9, 41.8 at worst against 40.3 (just after both tables
+ * grew); mean unsuccessful-search length over a table's life ~4.7 slots against 5.2. At the memory
+ * bench's 1M residencies both give 35.5 B unshared (measured: 37 B of linear memory, was 37.5) and
+ * 25.7 B shared (26.9 B linear, was 27). Measured in the module (bench/module-ab.ts, same process):
+ * 80% -> 2.2x against 84% -> 2.1x (which the replay rates at 1.63 re-placements, 36.5 / 41.0 B, 5.9
+ * slots) into an empty index, thread CPU min 103.4 / 125.9 ms against 123.7 / 149.4 in two runs: the
+ * shorter probes count more than the extra 5% of re-placements. Growing to 2.5x the entries (the
  * doubling used before 80% -> 2x) re-places ~1.3 per entry but reaches 44 B per residency right after
  * growing (41 B unshared at 1M). Entries are re-placed from the node/record chunks in id order rather
  * than from the old slots (sequential key reads; measured: re-placing from the old slots,
