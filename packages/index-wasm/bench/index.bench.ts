@@ -35,6 +35,9 @@ function rate(label: string, blocks: number, reps: number, setup: () => () => vo
   const walls: number[] = [], cpus: number[] = [];
   for (let rep = 0; rep < reps; rep++) {
     const run = setup();
+    // collect before timing: a run should not pay for the garbage of the lines before it (the
+    // reference model's and the helper's objects), which the process-wide CPU figure counts too
+    Bun.gc(true);
     const t = timed(run);
     walls.push(t.ms);
     cpus.push(t.cpuMs);
