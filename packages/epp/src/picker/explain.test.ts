@@ -25,6 +25,14 @@ describe("explanation", () => {
     );
   });
 
+  test("a score-shape cost (a negated score of a few units) keeps three decimals", () => {
+    const a = scored("a", 0, 8, -4.23456, 12);
+    const b = scored("b", 0, 2, -4.2301, 90);
+    expect(explanation(picked(a, [a, b]))).toBe(
+      "chosen: worker=a dp_rank=0 overlap=8/8 predicted_ttft_ms=12.0 cost=-4.235; runner_up: worker=b dp_rank=0 overlap=2/8 predicted_ttft_ms=90.0 cost=-4.230",
+    );
+  });
+
   test("a single candidate has no runner-up", () => {
     const a = scored("a", 0, 1, 5, 7);
     expect(explanation(picked(a, [a]))).toBe("chosen: worker=a dp_rank=0 overlap=1/8 predicted_ttft_ms=7.0 cost=5; runner_up: none");

@@ -13,7 +13,8 @@ function describe(s: ScoredCandidate, requestBlocks: number): string {
   return `worker=${c.workerId} dp_rank=${c.dpRank} overlap=${s.overlap}/${requestBlocks}${s.pendingOverlap > 0 ? ` pending=${s.pendingOverlap}` : ""} predicted_ttft_ms=${s.predictedTtftMs.toFixed(1)} cost=${round(s.cost)}`;
 }
 
-const round = (x: number) => (Number.isInteger(x) ? String(x) : x.toFixed(1));
+// The score shape's costs lie in [-5, 0]: one decimal would hide the differences that decided.
+const round = (x: number) => (Number.isInteger(x) ? String(x) : x.toFixed(Math.abs(x) < 10 ? 3 : 1));
 
 /** `chosen: ...; runner_up: ...` (runner_up=none with a single candidate). */
 export function explanation(d: Picked): string {
