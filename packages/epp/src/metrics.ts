@@ -47,6 +47,12 @@ export function createMetrics() {
       labelNames: ["worker", "dp_rank"] as const,
       registers: [registry],
     }),
+    cachedTokensUnscored: new Counter({
+      name: "dynamo_epp_cached_tokens_unscored_total",
+      help: "routed requests whose response is not compared with the prediction, by reason (batched_prompts: a /v1/completions batch, whose usage adds up all its prompts)",
+      labelNames: ["reason"] as const,
+      registers: [registry],
+    }),
     observedTtft: new Histogram({
       name: "dynamo_epp_observed_ttft_seconds",
       help: "time from the routing decision to the first response body chunk of a streamed (SSE) response, per worker rank",

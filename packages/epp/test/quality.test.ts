@@ -23,7 +23,7 @@ type Exchange = { endpoint?: string; routedExplanation?: string; responseExplana
  * EPP as they arrive, end of stream last. With `responseMode` BUFFERED the response body goes whole
  * once the worker has finished, as one message with end of stream.
  */
-async function gateway(epp: EppHandle, w: MockWorker, prompt: number[], explain = false, responseMode: "FULL_DUPLEX_STREAMED" | "BUFFERED" = "FULL_DUPLEX_STREAMED"): Promise<Exchange> {
+async function gateway(epp: EppHandle, w: MockWorker, prompt: number[] | number[][], explain = false, responseMode: "FULL_DUPLEX_STREAMED" | "BUFFERED" = "FULL_DUPLEX_STREAMED"): Promise<Exchange> {
   const c = extProcClient(epp.ports.grpc);
   const s = c.open();
   const until = async (phase: keyof Resp): Promise<Resp> => {
@@ -83,19 +83,28 @@ async function workerAndEpp(ip: string, flags: string[] = []): Promise<{ w: Mock
   return { w, epp };
 }
 
+/** The mock rank's overlap of `p` in the EPP's index (POST /score). */
+async function overlapIn(epp: EppHandle, p: number[]): Promise<number> {
+  return (await postJson(`http://${HOST}:${epp.ports.selection}/score`, { token_ids: p })).body.scores.mock?.["0"] ?? 0;
+}
+
+/** What a PUB sends before the subscription arrives is lost: prompts straight to the worker until one shows. */
+async function subscribed(w: MockWorker, epp: EppHandle): Promise<void> {
+  await waitFor(async () => {
+    const p = tokens(BLOCK, 1000 + Math.floor(Math.random() * 1e6));
+    await fetch(`${w.url}/v1/completions`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ prompt: p, max_tokens: 1 }) });
+    await Bun.sleep(20);
+    return (await overlapIn(epp, p)) === 1;
+  }, { message: "the EPP subscribed to the worker" });
+}
+
 describe("routing quality, live", () => {
   test("predicted and reported cached tokens agree while the index holds; a cache dropped without an event shows as mispredictions", async () => {
     const { w, epp } = await workerAndEpp("127.0.4.41");
     const selection = `http://${HOST}:${epp.ports.selection}`;
     const metrics = `http://${HOST}:${epp.ports.metrics}`;
-    const overlap = async (p: number[]) => (await postJson(`${selection}/score`, { token_ids: p })).body.scores.mock?.["0"] ?? 0;
-    // What a PUB sends before the subscription arrives is lost: prompts straight to the worker until one shows.
-    await waitFor(async () => {
-      const p = tokens(BLOCK, 1000 + Math.floor(Math.random() * 1e6));
-      await fetch(`${w.url}/v1/completions`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ prompt: p, max_tokens: 1 }) });
-      await Bun.sleep(20);
-      return (await overlap(p)) === 1;
-    }, { message: "the EPP subscribed to the worker" });
+    const overlap = (p: number[]) => overlapIn(epp, p);
+    await subscribed(w, epp);
 
     const series = (name: string) => scrapeMetric(metrics, `${name}{worker="mock",dp_rank="0"}`);
     // Four full blocks and a partial one.
@@ -136,6 +145,24 @@ describe("routing quality, live", () => {
     const workers = (await (await fetch(`${selection}/workers`)).json()) as { prediction: { samples: number; mispredicted: number; accuracy: number }; observed_ttft_ms: number }[];
     expect(workers[0]!.prediction).toMatchObject({ samples: 2, mispredicted: 1, accuracy: 0.5 });
     expect(workers[0]!.observed_ttft_ms).toBeGreaterThan(0);
+  });
+  test("a batch of prompts is routed by its first; its usage adds up the batch, so it is not compared with the prediction", async () => {
+    const { w, epp } = await workerAndEpp("127.0.4.43");
+    const metrics = `http://${HOST}:${epp.ports.metrics}`;
+    await subscribed(w, epp);
+    const first = tokens(BLOCK * 2 + 3, 21), second = tokens(BLOCK * 2 + 3, 22);
+    for (const prompt of [first, second])
+      await fetch(`${w.url}/v1/completions`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ prompt, max_tokens: 1 }) });
+    await waitFor(async () => (await overlapIn(epp, first)) === 2 && (await overlapIn(epp, second)) === 2, { message: "both prompts indexed" });
+    const batch = await gateway(epp, w, [first, second]);
+    // vLLM's usage for a batch adds up its prompts: twice what the route's prediction (the first's) could say.
+    expect(batch.cachedTokens).toBe(4 * BLOCK);
+    await waitFor(async () => (await scrapeMetric(metrics, `dynamo_epp_cached_tokens_unscored_total{reason="batched_prompts"}`)) === 1, { message: "the batch counted as unscored" });
+    const single = await gateway(epp, w, first);
+    expect(single.cachedTokens).toBe(2 * BLOCK);
+    await waitFor(async () => (await scrapeMetric(metrics, `dynamo_epp_cached_tokens_predictions_total{worker="mock",dp_rank="0"}`)) === 1, { message: "the single prompt compared" });
+    expect(await scrapeMetric(metrics, `dynamo_epp_cached_tokens_mispredictions_total{worker="mock",dp_rank="0"}`)).toBe(0);
+    expect(await scrapeMetric(metrics, `dynamo_epp_observed_ttft_seconds_count{worker="mock",dp_rank="0"}`)).toBe(1);
   });
   test("a response body the gateway buffers (BUFFERED) comes whole at its end: its usage counts, no TTFT is taken from it; --explain explains unasked", async () => {
     const { w, epp } = await workerAndEpp("127.0.4.42", ["--explain"]);

@@ -11,6 +11,11 @@ describe("OpenAI request bodies", () => {
     expect(parseBodyBytes(bytes({ prompt: ["a", "b"] })).input).toEqual({ kind: "prompt", text: "a" });
     expect(parseBodyBytes(bytes({ prompt: [[5, 6], [7]] })).input).toEqual({ kind: "tokens", tokens: new Uint32Array([5, 6]) });
     expect(parseBodyBytes(bytes({ token_ids: [4294967295] })).input).toEqual({ kind: "tokens", tokens: new Uint32Array([4294967295]) });
+    // A batch says how many prompts it holds (its usage is theirs together); one prompt is no batch.
+    expect(parseBodyBytes(bytes({ prompt: ["a", "b", "c"] })).batchedPrompts).toBe(3);
+    expect(parseBodyBytes(bytes({ prompt: [[5, 6], [7]] })).batchedPrompts).toBe(2);
+    expect(parseBodyBytes(bytes({ prompt: ["a"] })).batchedPrompts).toBeUndefined();
+    expect(parseBodyBytes(bytes({ prompt: [5, 6] })).batchedPrompts).toBeUndefined();
   });
 
   test("chat: messages and tools", () => {

@@ -18,8 +18,12 @@ export type RoutedInput =
     }
   | { kind: "none" };
 
-/** `cacheSalt`: vLLM's `cache_salt`, folded into the request's first block (only same-salt requests share blocks). */
-export type ParsedBody = { model?: string; cacheSalt?: string; input: RoutedInput };
+/**
+ * `cacheSalt`: vLLM's `cache_salt`, folded into the request's first block (only same-salt requests share blocks).
+ * `batchedPrompts`: a /v1/completions batch of this many prompts (> 1); the first one is routed, while the
+ * response's usage adds up the whole batch.
+ */
+export type ParsedBody = { model?: string; cacheSalt?: string; batchedPrompts?: number; input: RoutedInput };
 
 export class BadRequest extends Error {}
 
@@ -163,7 +167,12 @@ function parseInput(doc: unknown): ParsedBody {
       input: { kind: "chat", messages: o.messages as ChatMessage[], tools: o.tools as unknown[] | undefined, templateKwargs, addGenerationPrompt, continueFinalMessage },
     };
   }
-  if (o.prompt !== undefined) return { model, input: promptInput(o.prompt) };
+  if (o.prompt !== undefined) {
+    const parsed: ParsedBody = { model, input: promptInput(o.prompt) };
+    const p = o.prompt;
+    if (Array.isArray(p) && p.length > 1 && (typeof p[0] === "string" || Array.isArray(p[0]))) parsed.batchedPrompts = p.length;
+    return parsed;
+  }
   return { model, input: { kind: "none" } };
 }
 

@@ -311,8 +311,10 @@ class ProcessStream {
     const started = performance.now();
     let decision: Decision;
     let contentLength: number | undefined;
+    let batchedPrompts: number | undefined;
     try {
       const parsed: ParsedBody = body.length > 0 ? this.parse(body, maybeCut) : { input: { kind: "none" } };
+      batchedPrompts = parsed.batchedPrompts;
       const shed = shedReason({
         priority: req.cls.priority,
         inflight: this.deps.load.inflight,
@@ -347,7 +349,10 @@ class ProcessStream {
     this.deps.metrics.inflight.set(this.deps.load.inflight);
     this.deps.metrics.pickLatency.observe((performance.now() - started) / 1000);
     if (requestBlocks > 0) this.deps.metrics.overlapRatio.observe(chosen.overlap / requestBlocks);
-    req.watch = this.deps.quality?.watch(predictionOf(decision), performance.now());
+    // A batch's usage adds up all its prompts, its first token is any prompt's: nothing to compare with
+    // the prediction made for the first prompt.
+    if (batchedPrompts === undefined) req.watch = this.deps.quality?.watch(predictionOf(decision), performance.now());
+    else if (this.deps.quality) this.deps.metrics.cachedTokensUnscored.inc({ reason: "batched_prompts" });
     req.picked = decision;
     if (req.explain) req.explanation = explanation(decision);
     this.deps.metrics.requests.inc({ outcome: "routed" });
