@@ -167,12 +167,7 @@ function parseInput(doc: unknown): ParsedBody {
       input: { kind: "chat", messages: o.messages as ChatMessage[], tools: o.tools as unknown[] | undefined, templateKwargs, addGenerationPrompt, continueFinalMessage },
     };
   }
-  if (o.prompt !== undefined) {
-    const parsed: ParsedBody = { model, input: promptInput(o.prompt) };
-    const p = o.prompt;
-    if (Array.isArray(p) && p.length > 1 && (typeof p[0] === "string" || Array.isArray(p[0]))) parsed.batchedPrompts = p.length;
-    return parsed;
-  }
+  if (o.prompt !== undefined) return { model, ...promptInput(o.prompt) };
   return { model, input: { kind: "none" } };
 }
 
@@ -182,14 +177,15 @@ function optionalBool(v: unknown, field: string): boolean | undefined {
   return v;
 }
 
-function promptInput(p: unknown): RoutedInput {
-  if (typeof p === "string") return { kind: "prompt", text: p };
+function promptInput(p: unknown): Pick<ParsedBody, "input" | "batchedPrompts"> {
+  if (typeof p === "string") return { input: { kind: "prompt", text: p } };
   if (Array.isArray(p)) {
-    if (p.length === 0) return { kind: "tokens", tokens: new Uint32Array(0) };
+    if (p.length === 0) return { input: { kind: "tokens", tokens: new Uint32Array(0) } };
     // Batched prompts (string[] or number[][]): the first prompt decides the route.
-    if (typeof p[0] === "string") return { kind: "prompt", text: p[0] };
-    if (Array.isArray(p[0])) return { kind: "tokens", tokens: tokenArray(p[0], "prompt[0]") };
-    return { kind: "tokens", tokens: tokenArray(p, "prompt") };
+    const batchedPrompts = p.length > 1 ? p.length : undefined;
+    if (typeof p[0] === "string") return { input: { kind: "prompt", text: p[0] }, batchedPrompts };
+    if (Array.isArray(p[0])) return { input: { kind: "tokens", tokens: tokenArray(p[0], "prompt[0]") }, batchedPrompts };
+    return { input: { kind: "tokens", tokens: tokenArray(p, "prompt") } };
   }
   throw new BadRequest("prompt must be a string, a token id array, or a batch of them");
 }
