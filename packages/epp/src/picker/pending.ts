@@ -1,7 +1,8 @@
 // In-flight prefixes: per worker rank, the blocks of requests routed there and not yet ended. A worker
-// publishes a request's blocks as KV events only once it has computed them, so for the request's
-// queueing and prefill (plus the events' lag) the index does not know them: a sibling or follow-up
-// that arrives then sees no overlap and is balanced elsewhere. The picker takes, per candidate, the
+// publishes a request's blocks as KV events only once its scheduler admits it (vLLM caches, and
+// announces, a request's full blocks in allocate_slots, before the forward pass), so while the request
+// waits for a slot (plus the events' lag) the index does not know them: a sibling or follow-up that
+// arrives then sees no overlap and is balanced elsewhere. The picker takes, per candidate, the
 // longer of the index's overlap and the leading blocks pending there. An entry leaves when its
 // request ends (its lease is released: from then on the index is the truth), when it is older than
 // the TTL, or, oldest first, when the total would pass the block cap: memory stays bounded whatever
