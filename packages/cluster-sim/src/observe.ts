@@ -67,22 +67,15 @@ export async function eppWorkers(eppIp: string, ports: EppPorts = EPP_PORTS): Pr
 }
 
 /**
- * Blocks a mock worker's cache holds, summed over ranks: `vllm:kv_cache_usage_perc` times the
- * capacity, which vLLM reports as the label `num_gpu_blocks` of `vllm:cache_config_info`.
+ * Distinct blocks a mock worker's caches hold, summed over its ranks (any of its API servers answers
+ * for all of them), read from its ground truth (`GET /admin/cache`). vLLM's metrics cannot say this:
+ * `vllm:kv_cache_usage_perc` counts the slots running requests reference, not the cached ones.
  */
 export async function workerCachedBlocks(address: string): Promise<number> {
-  const text = await (await fetch(`http://${address}/metrics`, { signal: AbortSignal.timeout(5000) })).text();
-  const samples = (name: string) => [...text.matchAll(new RegExp(`^${name}\\{([^}]*)\\} (\\S+)$`, "gm"))].map((m) => ({ labels: m[1]!, value: Number(m[2]) }));
-  const label = (labels: string, key: string) => new RegExp(`(?:^|,)${key}="([^"]*)"`).exec(labels)?.[1];
-  const capacity = new Map<string, number>();
-  for (const s of samples("vllm:cache_config_info")) capacity.set(label(s.labels, "engine") ?? "0", Number(label(s.labels, "num_gpu_blocks")));
-  let blocks = 0;
-  for (const s of samples("vllm:kv_cache_usage_perc")) {
-    const cap = capacity.get(label(s.labels, "engine") ?? "0");
-    if (cap === undefined || !Number.isFinite(cap)) throw new Error(`${address}: no cache capacity in /metrics`);
-    blocks += Math.round(s.value * cap);
-  }
-  return blocks;
+  const res = await fetch(`http://${address}/admin/cache`, { signal: AbortSignal.timeout(5000) });
+  if (!res.ok) throw new Error(`${address}: GET /admin/cache answered ${res.status}`);
+  const truth = (await res.json()) as { ranks: { blocks: unknown[] }[] };
+  return truth.ranks.reduce((n, r) => n + r.blocks.length, 0);
 }
 
 export type LogRecord = { msg: string } & Record<string, unknown>;

@@ -129,6 +129,22 @@ describe("PrefixCacheSim", () => {
     expect(held).toEqual(cache.copies());
   });
 
+  test("usage is vLLM's kv_cache_usage_perc: the share of slots running requests reference, cached free blocks not counted", () => {
+    const cache = new PrefixCacheSim({ blockSize: BS, capacityBlocks: 8 });
+    expect(cache.usage).toBe(0);
+    const a = cache.acquire(seq(0, 16)); // 4 blocks, all referenced while it runs
+    expect(cache.usage).toBe(4 / 8);
+    const b = cache.acquire(seq(0, 12)); // shares a's first 2 blocks (its third is recomputed: a copy)
+    expect(cache.usage).toBe(5 / 8);
+    cache.release(a.lease);
+    // a's blocks stay cached (usedBlocks) but are evictable again: only b's are in use
+    expect(cache.usedBlocks).toBe(5);
+    expect(cache.usage).toBe(3 / 8);
+    cache.release(b.lease);
+    expect(cache.usage).toBe(0);
+    expect(cache.usedBlocks).toBe(5);
+  });
+
   test("a prompt of whole blocks sent again recomputes its last block and stores a second copy; evicting one copy keeps the other", () => {
     const cache = new PrefixCacheSim({ blockSize: BS, capacityBlocks: 5 });
     const { held, log } = follow(cache);

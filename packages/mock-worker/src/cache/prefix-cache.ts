@@ -118,9 +118,13 @@ export class PrefixCacheSim {
     return this.physical;
   }
 
-  /** Fraction of slots holding a block, 0..1 (vLLM's kv_cache_usage_perc is a fraction too). */
+  /**
+   * vLLM's kv_cache_usage_perc (its block pool's get_usage: 1 - free / total, 0..1), where free blocks
+   * include the cached ones no running request references: the share of slots that running requests
+   * hold, not the share holding a block (a warm cache is full of evictable blocks and reads low here).
+   */
   get usage(): number {
-    return this.physical / this.capacityBlocks;
+    return (this.physical - this.free.size) / this.capacityBlocks;
   }
 
   /** Resident block hashes, for tests and dumps. */

@@ -42,9 +42,10 @@ export const approxPrefix: PolicySpec = {
     return {
       pick(req) {
         pending = chainKeys(req);
-        // GAIE's queue scorer reads num_requests_waiting; under the mock's timing model requests rarely
-        // wait, so running + waiting is used to keep the scorer informative.
-        const queues = ctx.workers.map((w) => w.inflight);
+        // GAIE's queue scorer reads num_requests_waiting alone (WaitingQueueSize); the running load
+        // reaches it through the KV-cache utilization scorer (kv_cache_usage_perc: the slots running
+        // requests reference).
+        const queues = ctx.workers.map((w) => w.waitingCount);
         const qMin = Math.min(...queues);
         const qSpan = Math.max(...queues) - qMin;
         let best = -Infinity;
