@@ -38,6 +38,7 @@ export const OPTIONS = {
   recoveryRateWindowMs: { flag: "recovery-rate-window-ms", env: "DYN_EPP_RECOVERY_RATE_WINDOW_MS", kind: "int", default: "10000", help: "window of the dump rate floor" },
   recoveryPeerMaxFailures: { flag: "recovery-peer-max-failures", env: "DYN_EPP_RECOVERY_PEER_MAX_FAILURES", kind: "int", default: "3", help: "set a peer aside after this many failed dumps in a row (0: never)" },
   recoveryDeadlineMs: { flag: "recovery-deadline-ms", env: "DYN_EPP_RECOVERY_DEADLINE_MS", kind: "int", default: "0", help: "give up recovery after this long and start with an EMPTY index (0: wait for a peer)" },
+  indexReserve: { flag: "index-reserve", env: "DYN_EPP_INDEX_RESERVE", kind: "bool", default: "true", help: "size the index's tables for the ranks' scraped num_gpu_blocks (summed) as they report it, so filling caches never stops ingestion for a table rebuild" },
   maxBlocksPerRank: { flag: "max-blocks-per-rank", env: "DYN_EPP_MAX_BLOCKS_PER_RANK", kind: "int", default: "1048576", help: "blocks a worker rank may hold in the index when its num_gpu_blocks is not known (0: no bound)" },
   peerToken: { flag: "peer-token", env: "DYN_EPP_PEER_TOKEN", kind: "string", help: "bearer token for /dump" },
   secureServing: { flag: "secure-serving", env: "DYN_SECURE_SERVING", kind: "bool", default: "true", help: "TLS (ALPN h2) on the ext_proc port; false: h2c" },
@@ -183,6 +184,8 @@ export type EppConfig = {
   recoveryDeadlineMs: number;
   /** Per-rank block bound when the worker's own num_gpu_blocks is unknown; 0: none. */
   maxBlocksPerRank: number;
+  /** Reserve the index's tables for the pool's scraped KV capacity (ModelIndexes.reserve). */
+  indexReserve: boolean;
   /** Bound on waiting for KV listeners to connect before recovery (subscribe first). */
   subscribeWaitMs: number;
   replicaAgg: ReplicaAggConfig;
@@ -398,6 +401,7 @@ export function parseConfig(argv: string[], env: Record<string, string | undefin
     recoveryPeerMaxFailures: get<number>("recoveryPeerMaxFailures")!,
     recoveryDeadlineMs: get<number>("recoveryDeadlineMs")!,
     maxBlocksPerRank: get<number>("maxBlocksPerRank")!,
+    indexReserve: get<boolean>("indexReserve")!,
     subscribeWaitMs: get<number>("subscribeWaitMs")!,
     replicaAgg,
     peerToken: get<string>("peerToken"),

@@ -51,6 +51,7 @@ export async function startEpp(cfg: EppConfig, o: { log?: Logger; kubeConfig?: K
     rankCapacity: (w) => workers.gpuBlocks(w) ?? (cfg.maxBlocksPerRank > 0 ? cfg.maxBlocksPerRank : undefined),
     onViewLost: (key, w) => handoff.viewLost(key, w),
   });
+  if (!cfg.indexReserve) indexers.models.disableReserve();
   indexers.models.register(cfg.model.name, cfg.model.tenant, cfg.model.blockSize);
   for (const a of cfg.model.loraAdapters) indexers.models.registerAdapter(a, cfg.model.name);
   const preprocessor = preprocessorOf(cfg, metrics);
@@ -65,6 +66,8 @@ export async function startEpp(cfg: EppConfig, o: { log?: Logger; kubeConfig?: K
       indexers.removeWorker(w);
       handoff.forget(w);
     },
+    // The ranks' caches together bound what the index holds: its tables are sized for that up front.
+    onKvCapacity: (blocks) => indexers.models.reserve(blocks),
   });
   // Every rank's stream position (the cursors /dump carries) and the handoff from a recovered dump to the
   // live stream: the listeners' sink, the dump's source and the recovery's target all go through it.

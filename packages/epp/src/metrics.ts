@@ -87,6 +87,17 @@ export function createMetrics() {
       registers: [registry],
     }),
     ready: new Gauge({ name: "dynamo_epp_ready", help: "1 when this replica reports readiness SERVING (recovered, not draining)", registers: [registry] }),
+    indexReserved: new Gauge({
+      name: "dynamo_epp_kv_index_reserved_residencies",
+      help: "residencies the KV index tables are sized for: the ranks' scraped num_gpu_blocks summed (0: not reserved)",
+      registers: [registry],
+    }),
+    indexTableRebuilds: new Gauge({
+      name: "dynamo_epp_kv_index_table_rebuilds",
+      help: "table rebuilds of the current KV index since it was created (each stops ingestion while every entry is re-placed)",
+      labelNames: ["model"] as const,
+      registers: [registry],
+    }),
     indexTraps: new Counter({
       name: "dynamo_epp_kv_index_traps_total",
       help: "KV indexes replaced by an empty one after their WebAssembly module trapped (e.g. out of memory)",

@@ -160,5 +160,8 @@ test("a worker rank announcing more blocks than its vLLM's num_gpu_blocks is res
   expect(await blocksOf("within")).toBe(32);
   const warn = JSON.parse(p.lines.find((l) => l.includes("above its KV capacity"))!);
   expect(warn).toMatchObject({ worker: "over", rank: 0, blocks: 80, capacity: 64 });
+  // the ranks' scraped capacities together (64 + 64) size the index's tables
+  expect(await scrapeMetric(`http://${ip}:9090`, "dynamo_epp_kv_index_reserved_residencies")).toBe(128);
+  expect(p.lines.some((l) => l.includes("KV index tables reserved for the ranks' KV capacity") && l.includes('"residencies":128'))).toBe(true);
   expect(p.running).toBe(true);
 }, 90_000);

@@ -327,6 +327,22 @@ let foundAt: u32 = 0; // slot of the last RES hit
   return NIL;
 }
 
+/**
+ * childFind for a parent created in this same event, which has no children yet: only the slot an insert
+ * would take is looked for, so no probed entry's node is read (a tag match is a cache miss).
+ */
+@inline function childMissUnderNew(seq: u64): void {
+  const slots = slotsOf(CHILD), cap = capOf(CHILD);
+  let i = homeOf(seq, cap);
+  let v = load<u32>(slots + (<usize>i << 2));
+  while (v != EMPTY && v != TOMB) {
+    i = nextSlot(i, cap);
+    v = load<u32>(slots + (<usize>i << 2));
+  }
+  childMissTomb = v == TOMB;
+  childMissAt = i;
+}
+
 function tableInit(t: i32, cap: u32): void {
   store<u32>(TABLES + (<usize>t << 4), <u32>zeroed(<usize>cap << 2));
   store<u32>(TABLES + (<usize>t << 4), cap, 4);
@@ -692,6 +708,7 @@ function stored(w: u32, hasParent: bool, parentExt: u64, ext: usize, tok: usize,
   // the previous block's lookup
   let touchSeq = seqOf(cur);
   let touchedTo: u32 = 0;
+  let curIsNew = false; // cur was created by this event, so it has no children to find
   for (let i: u32 = 0; i < n; i++) {
     if (i == touchedTo) {
       const to = min<u32>(n, i + TOUCH_AHEAD);
@@ -703,7 +720,9 @@ function stored(w: u32, hasParent: bool, parentExt: u64, ext: usize, tok: usize,
     const th = TOUCH_HASHES + (<usize>(i & (TOUCH_AHEAD - 1)) << 4); // windows start at multiples of TOUCH_AHEAD
     const seq = load<u64>(th);
     const held = resFindHashed(w, e, load<u64>(th, 8));
-    let child = childFind(cur, seq);
+    let child: u32 = NIL;
+    if (curIsNew) childMissUnderNew(seq);
+    else child = childFind(cur, seq);
     if (held != NIL) {
       if (resNode(held) == child) { addCopies(held, w, child, c); cur = child; continue; } // another copy
       lastReject = 2; outRejected++; totalRejected++;
@@ -715,7 +734,8 @@ function stored(w: u32, hasParent: bool, parentExt: u64, ext: usize, tok: usize,
       settle(cur);
       return;
     }
-    if (child == NIL) child = newNode(cur, seq);
+    curIsNew = child == NIL;
+    if (curIsNew) child = newNode(cur, seq);
     addRecord(w, child, e, c);
     cur = child;
   }
@@ -1169,6 +1189,21 @@ function tableReserve(t: i32, entries: u32): void {
   if (overMaxLoad(entries, capOf(t))) tableRebuild(t, entries);
 }
 
+/**
+ * Grows both tables, where smaller, so that `residencies` residencies and as many distinct blocks fit
+ * at no more than 2/3 load: a pool whose caches fill up to their announced size then never rebuilds a
+ * table on the way (each growth re-places every entry and stops ingestion for as long). 2/3 rather than
+ * the 45% a growth restarts at: at full caches the tables then cost 12 B per unshared residency (36 B
+ * in all, within the 40 B the growing tables keep to), and the probes of the last inserts stay short.
+ * Only the tables: node and record chunks grow without copying. Never shrinks.
+ */
+export function reserveTables(residencies: u32): void {
+  const entries = min<u32>(residencies, MAX_NODE_ID);
+  const cap = max<u32>(MIN_TABLE, <u32>(<u64>entries * 3 / 2));
+  if (capOf(CHILD) < cap) tableRebuildTo(CHILD, cap);
+  if (capOf(RES) < cap) tableRebuildTo(RES, cap);
+}
+
 // Rebuild sources: CHILD from the nodes; RES from the shared records, then the nodes' inline holders.
 // Each source is read in id order in its own tight loop (measured: one call per entry made rebuilds a
 // visible share of ingestion); every entry goes straight to rbEmit.
@@ -1265,6 +1300,15 @@ function rbEmitAll(t: i32): void {
 function tableRebuild(t: i32, entries: u32): void {
   let cap = capOf(t);
   if (entries * 5 > cap * 3) cap = max<u32>(MIN_TABLE, entries * GROW_NUM / GROW_DEN);
+  tableRebuildTo(t, cap);
+}
+
+let rebuilds: u32 = 0;
+export function tableRebuilds(): u32 { return rebuilds; }
+
+/** Rebuilds table t with (at least) `cap` slots from the chunks (see tableRebuild). */
+function tableRebuildTo(t: i32, cap: u32): void {
+  rebuilds++;
   free(slotsOf(t), <usize>capOf(t) << 2);
   cap = <u32>(usable(<usize>cap << 2) >> 2); // a table in whole pages uses all of them
   tableInit(t, cap);

@@ -161,6 +161,22 @@ export class KvIndex {
     return { events: this.ex.batchEvents(), blocks: this.ex.batchBlocks(), unknown: this.ex.batchUnknown(), rejected: this.ex.batchRejected() };
   }
 
+  /**
+   * Sizes the tables for a pool whose caches together hold up to `residencies` blocks (the sum of its
+   * ranks' num_gpu_blocks): as they fill, no table grows, so ingestion never stops for a rebuild. Only
+   * grows (a smaller figure is a no-op); costs address space now and memory as the tables fill.
+   * Clamped to the index's limits.
+   */
+  reserve(residencies: number): void {
+    if (!Number.isInteger(residencies) || residencies < 0) throw new RangeError(`reserve: residencies must be a non-negative integer, got ${residencies}`);
+    this.assertLive();
+    try {
+      this.ex.reserveTables(Math.min(residencies, MAX_PRESIZE));
+    } catch (err) {
+      this.noteTrap(err);
+    }
+  }
+
   clearWorker(w: WorkerRef): void {
     const slot = this.slots.get(workerKey(w));
     if (slot !== undefined) this.clearSlot(slot);
@@ -462,6 +478,7 @@ export class KvIndex {
       workers: this.slots.size,
       bytes: this.ex.memory.buffer.byteLength,
       bytesInUse: this.ex.bytesInUse(),
+      tableRebuilds: this.ex.tableRebuilds(),
       rejected: Number(this.ex.rejectedTotal()),
       unknownRemovals: Number(this.ex.unknownTotal()),
     };

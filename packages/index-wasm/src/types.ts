@@ -31,6 +31,8 @@ export type IndexStats = {
   bytes: number;
   /** bytes held by live index structures (tables at their current capacity) */
   bytesInUse: number;
+  /** table rebuilds since creation (growth or tombstone sweeps): each stops ingestion while it re-places every entry */
+  tableRebuilds: number;
   /** stored events rejected (unknown parent or hash conflict), since creation */
   rejected: number;
   /** removals of blocks the worker did not hold, since creation */

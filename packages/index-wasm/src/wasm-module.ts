@@ -100,6 +100,8 @@ export type IndexExports = {
   computeBlockHashesExtra(tokens: number, nBlocks: number, blockSize: number, seed: bigint, trailers: number, spans: number, scratch: number, out: number): void;
   hashBytes(p: number, len: number, seed: bigint): bigint;
   presize(blocks: number, residencies: number): void;
+  reserveTables(residencies: number): void;
+  tableRebuilds(): number;
 };
 
 export function instantiate(): IndexExports {

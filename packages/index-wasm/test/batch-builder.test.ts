@@ -55,8 +55,8 @@ describe("KvIndex.batch() builder", () => {
       expect(b.events).toBe(events.length);
       expect(b.apply()).toEqual(viaEvents.applyBatch(events));
       expect(b.events).toBe(0);
-      const { bytes: _b, bytesInUse: _u, ...stats } = viaBuilder.stats();
-      const { bytes: _rb, bytesInUse: _ru, ...refStats } = viaEvents.stats();
+      const { bytes: _b, bytesInUse: _u, tableRebuilds: _t, ...stats } = viaBuilder.stats();
+      const { bytes: _rb, bytesInUse: _ru, tableRebuilds: _rt, ...refStats } = viaEvents.stats();
       expect(stats).toEqual(refStats);
     }
     // the same blocks, parents and copies (the two may cut chains into events differently)
@@ -161,6 +161,63 @@ describe("linear memory", () => {
     }
     // live structures (tables at their capacity, chunks) and linear memory stay close: no doubling
     expect(s.bytes).toBeLessThan(s.bytesInUse * 1.25 + 1_000_000);
+  });
+});
+
+describe("reserve", () => {
+  const pool: WorkerRef[] = Array.from({ length: 8 }, (_, i) => ({ workerId: `vllm-${i >> 1}`, dpRank: i & 1 }));
+  /** ~21k residencies over 8 ranks: chains of 20 blocks, the first 10 from one of 16 shared prompts (some stored again: copies). */
+  function fill(index: KvIndex): void {
+    const b = index.batch();
+    for (let s = 0; s < 2000; s++) {
+      const w = pool[s % 8]!;
+      const tok = BigUint64Array.from({ length: 20 }, (_, i) => (i < 10 ? BigInt((s * 7) % 16) * 100n + BigInt(i) : 1_000_000n + BigInt(s) * 100n + BigInt(i)));
+      const ext = BigUint64Array.from(tok, (t) => HIGH + t * 16n + BigInt(s % 8));
+      b.stored(w, null, ext, tok);
+      if (s % 256 === 255) b.apply();
+    }
+    b.apply();
+  }
+
+  test("an index reserved for its pool's capacity fills up to it without rebuilding a table, and answers as a growing one", () => {
+    const growing = KvIndex.create({ blockSize: 16 });
+    fill(growing);
+    const full = growing.stats().residencies;
+    const reserved = KvIndex.create({ blockSize: 16 });
+    reserved.reserve(full); // filled exactly to its reservation
+    const before = reserved.stats().tableRebuilds;
+    fill(reserved);
+    const s = reserved.stats();
+    expect(s.residencies).toBe(full);
+    expect(full).toBeGreaterThan(20_000);
+    expect(s.tableRebuilds).toBe(before);
+    expect(growing.stats().tableRebuilds).toBeGreaterThanOrEqual(4); // the growing one did, table by table
+    const { bytes: _a, bytesInUse: _b, tableRebuilds: _c, ...grown } = growing.stats();
+    const { bytes: _d, bytesInUse: _e, tableRebuilds: _f, ...held } = s;
+    expect(held).toEqual(grown);
+    for (let p = 0; p < 16; p++) {
+      const q = BigUint64Array.from({ length: 12 }, (_, i) => BigInt(p) * 100n + BigInt(i));
+      expect(findMatches(reserved, q)).toEqual(findMatches(growing, q));
+    }
+    expect([...reserved.dump()]).toEqual([...growing.dump()]);
+  });
+
+  test("reserving under live content keeps it; a smaller figure is a no-op; bad figures are RangeErrors", () => {
+    const index = KvIndex.create({ blockSize: 16 });
+    fill(index);
+    const q = BigUint64Array.from({ length: 12 }, (_, i) => 300n + BigInt(i));
+    const answer = findMatches(index, q);
+    const dump = [...index.dump()];
+    index.reserve(200_000);
+    const grown = index.stats();
+    expect(findMatches(index, q)).toEqual(answer);
+    expect([...index.dump()]).toEqual(dump);
+    index.reserve(1000);
+    expect(index.stats().tableRebuilds).toBe(grown.tableRebuilds);
+    expect(index.stats().bytesInUse).toBe(grown.bytesInUse);
+    for (const bad of [-1, 1.5, Number.NaN]) expect(() => index.reserve(bad)).toThrow(RangeError);
+    index.reserve(2 ** 40); // clamped to the index's limits
+    expect(findMatches(index, q)).toEqual(answer);
   });
 });
 

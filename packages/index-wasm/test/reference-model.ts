@@ -235,6 +235,7 @@ export class ReferenceIndex {
       workers: this.workerStates.size,
       bytes: 0,
       bytesInUse: 0,
+      tableRebuilds: 0,
       rejected: this.rejectedCount,
       unknownRemovals: this.unknownCount,
     };

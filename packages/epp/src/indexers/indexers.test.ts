@@ -377,3 +377,44 @@ test("a binary dump's announced size presizes the staged index only within the r
   }
   expect(presizeFor({ blocks: 2 ** 26, residencies: 1 }, Infinity)).toBeUndefined();
 }, 30_000);
+
+test("the ranks' KV capacity reserves every index's tables, the ones replacing it too; filling up to it rebuilds none", async () => {
+  const metrics = createMetrics();
+  const ixs = new Indexers(metrics);
+  const ix = ixs.models.register("m", "default", BS);
+  const empty = ix.index.stats().bytesInUse;
+  ixs.models.reserve(20_000);
+  const reserved = ix.index.stats();
+  expect(reserved.bytesInUse).toBeGreaterThan(empty + 20_000 * 8); // two tables of >= 4 B a slot
+  expect(await counter(metrics, "dynamo_epp_kv_index_reserved_residencies")).toBe(20_000);
+  ixs.models.reserve(5_000); // smaller (a rank left): the tables stay
+  expect(ix.index.stats().bytesInUse).toBe(reserved.bytesInUse);
+  expect(await counter(metrics, "dynamo_epp_kv_index_reserved_residencies")).toBe(20_000);
+  // 20,000 blocks in 500 stored events of 40 fill it exactly: no table grows
+  for (let s = 0; s < 500; s++) {
+    const ids = Array.from({ length: 40 * BS }, (_, i) => s * 1000 + i);
+    const hashes = Array.from({ length: 40 }, (_, i) => 2n ** 63n + BigInt(s * 100 + i));
+    ixs.live.apply("m:default", w, { kind: "batch", seq: BigInt(s), batch: { ts: 0, dataParallelRank: 0, events: [stored(hashes, null, ids)] } });
+  }
+  expect(ix.index.stats()).toMatchObject({ residencies: 20_000, tableRebuilds: reserved.tableRebuilds });
+  ixs.models.updateGauges();
+  expect(await counter(metrics, "dynamo_epp_kv_index_table_rebuilds", '{model="m:default"}')).toBe(reserved.tableRebuilds);
+  // the index that replaces a trapped one is reserved as well
+  const trapped = ix.index;
+  (trapped as unknown as { trap: unknown }).trap = new WebAssembly.RuntimeError("unreachable");
+  const fresh = ixs.models.lookup("m")!.index;
+  expect(fresh).not.toBe(trapped);
+  expect(fresh.stats().residencies).toBe(0);
+  expect(fresh.stats().bytesInUse).toBeGreaterThan(empty + 20_000 * 8);
+});
+
+test("--index-reserve false: the tables grow as the index fills", async () => {
+  const metrics = createMetrics();
+  const ixs = new Indexers(metrics);
+  ixs.models.disableReserve();
+  const ix = ixs.models.register("m", "default", BS);
+  const empty = ix.index.stats().bytesInUse;
+  ixs.models.reserve(20_000);
+  expect(ix.index.stats().bytesInUse).toBe(empty);
+  expect(await counter(metrics, "dynamo_epp_kv_index_reserved_residencies")).toBe(0);
+});

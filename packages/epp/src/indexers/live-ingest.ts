@@ -2,7 +2,7 @@
 // through the filters that decide what the index may hold: the rank's KV cache groups (only the main
 // attention group), the block size (the workers', fixed once confirmed), the DP rank the batch names,
 // GPU residency, whole blocks, each block's identity (extra keys), and the rank's capacity.
-import { KvIndex, type StoredBatchBuilder } from "@kv-epp/index-wasm";
+import type { StoredBatchBuilder } from "@kv-epp/index-wasm";
 import { workerKey, type WorkerRef } from "@kv-epp/protocol";
 import { isGpuMedium, type BlockStored, type KvEvent, type ListenerSignal } from "@kv-epp/kv-events";
 import type { Logger } from "pino";
@@ -150,7 +150,7 @@ export class LiveIngest {
       this.log?.error({ model: ix.key, configured: ix.blockSize, workers: e.blockSize, worker: worker.workerId, rank: worker.dpRank }, "the workers' KV block size is not the configured one: indexing by the workers'");
       this.metrics.blockSizeMismatches.inc();
       ix.blockSize = e.blockSize;
-      ix.index = KvIndex.create({ blockSize: e.blockSize });
+      ix.index = this.models.newIndex(e.blockSize);
       this.adopted.add(ix.key);
       r.mismatch = false;
       return true;

@@ -50,7 +50,7 @@ export class ModelIndexes {
     const key = indexerKey(model, tenant);
     let ix = this.byKey.get(key);
     if (!ix) {
-      ix = { key, blockSize, index: KvIndex.create({ blockSize }) };
+      ix = { key, blockSize, index: this.newIndex(blockSize) };
       this.byKey.set(key, ix);
     }
     this.byModel.set(model, key);
@@ -128,11 +128,56 @@ export class ModelIndexes {
    */
   sound(ix: Indexer | undefined): Indexer | undefined {
     if (ix?.index.trapped) {
-      ix.index = KvIndex.create({ blockSize: ix.blockSize });
+      ix.index = this.newIndex(ix.blockSize);
       this.metrics.indexTraps.inc();
       this.onViewLost?.(ix.key, null);
     }
     return ix;
+  }
+
+  /**
+   * Sizes every index's tables for the pool's KV capacity (its ranks' num_gpu_blocks summed, as scraped):
+   * the residencies the caches can hold together bound what the index holds, so as they fill no table
+   * grows, and ingestion never stops for a rebuild that re-places every entry (at millions of entries,
+   * tens of milliseconds of event loop each). Only grows: a rank leaving keeps the tables. An index that
+   * cannot get the memory traps and is replaced by an unreserved one (sound), and reserving stops.
+   */
+  reserve(residencies: number): void {
+    if (!this.reserving || residencies <= this.reservedFor) return;
+    this.reservedFor = residencies;
+    for (const ix of this.byKey.values()) this.reserved(ix.index);
+    if (this.reserving) this.log?.info({ residencies }, "KV index tables reserved for the ranks' KV capacity");
+    this.metrics.indexReserved.set(this.reserving ? residencies : 0);
+  }
+
+  /** An empty index, its tables reserved like the others' (`expected`: sized for a dump's content, see KvIndex.create). */
+  newIndex(blockSize: number, expected?: { blocks: number; residencies: number }): KvIndex {
+    return this.reserved(KvIndex.create({ blockSize, expected }));
+  }
+
+  /** Puts a recovered index in ix's place, reserved again if the reservation grew while it was staged (else a no-op). */
+  install(ix: Indexer, index: KvIndex): void {
+    ix.index = this.reserved(index);
+  }
+
+  private reserving = true;
+  private reservedFor = 0;
+
+  private reserved(index: KvIndex): KvIndex {
+    if (!this.reserving || this.reservedFor === 0) return index;
+    try {
+      index.reserve(this.reservedFor);
+    } catch (err) {
+      this.reserving = false;
+      this.metrics.indexReserved.set(0);
+      this.log?.warn({ err, residencies: this.reservedFor }, "KV index tables could not be reserved: they grow as the index fills");
+    }
+    return index;
+  }
+
+  /** Turns reservations off (--index-reserve false): the tables grow as the index fills. */
+  disableReserve(): void {
+    this.reserving = false;
   }
 
   get(key: string): Indexer | undefined {
@@ -163,6 +208,7 @@ export class ModelIndexes {
       this.metrics.indexBlocks.set({ model: ix.key }, s.blocks);
       this.metrics.indexResidencies.set({ model: ix.key }, s.residencies);
       this.metrics.indexWorkers.set({ model: ix.key }, s.workers);
+      this.metrics.indexTableRebuilds.set({ model: ix.key }, s.tableRebuilds);
     }
   }
 }

@@ -4,7 +4,7 @@
 // behind. A binary dump's runs of events go into the staged index in one call each (no block in JS),
 // and its announced size presizes that index when the recovery budget covers it.
 import { workerKeyOf, type WorkerRef } from "@kv-epp/protocol";
-import { KvIndex, type StoredBatchBuilder } from "@kv-epp/index-wasm";
+import type { KvIndex, StoredBatchBuilder } from "@kv-epp/index-wasm";
 import { toRouterEvents, type DumpModel, type DumpSource, type DumpStaging, type DumpTarget } from "@kv-epp/recovery";
 import type { Logger } from "pino";
 import type { Metrics } from "../metrics.ts";
@@ -114,7 +114,7 @@ export class RecoveryTarget implements DumpSource, DumpTarget {
         }
       }
       if (!s) {
-        const index = KvIndex.create({ blockSize, expected });
+        const index = models.newIndex(blockSize, expected);
         s = { blockSize, index, builder: index.batch(), workers: new Map(), ext: new BigUint64Array(64), tok: new BigUint64Array(64) };
         staged.set(key, s);
       }
@@ -180,7 +180,7 @@ export class RecoveryTarget implements DumpSource, DumpTarget {
           flush(s);
           // A served model; its block size the replica's own, or the peer's while the replica held nothing (stagedFor).
           const ix = models.get(key)!;
-          ix.index = s.index;
+          models.install(ix, s.index);
           ix.blockSize = s.blockSize;
         }
         for (const [key, names] of adapters) for (const name of names) models.learnAdapter(models.get(key)!, name, "a peer's dump");

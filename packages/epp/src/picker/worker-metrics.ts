@@ -86,6 +86,8 @@ export class WorkerMetricsScraper {
       timeoutMs?: number;
       onError: (workerId: string, err: unknown) => void;
       onSuccess?: (workerId: string) => void;
+      /** After every round of scrapes, failed or not. */
+      onRound?: () => void;
     },
   ) {}
 
@@ -145,6 +147,7 @@ export class WorkerMetricsScraper {
     } finally {
       this.running = false;
     }
+    this.opts.onRound?.();
   }
 
   stop(): void {

@@ -29,6 +29,8 @@ export type WorkerSetOptions = {
   log: Logger;
   /** A worker rank left the set (or a down worker's publisher is gone too): its blocks and stream go. */
   onRemoved: (worker: WorkerRef) => void;
+  /** After each scrape round: the KV blocks the set's ranks can hold together, as scraped so far (kvCapacity). */
+  onKvCapacity?: (blocks: number) => void;
 };
 
 /** One worker rank as the set sees it (GET /workers). */
@@ -65,6 +67,7 @@ export class WorkerSet {
       onSuccess: (workerId) => {
         if (this.failedScrapes.delete(workerId)) this.registry.markUp(workerId);
       },
+      onRound: () => o.onKvCapacity?.(this.kvCapacity()),
     });
     this.registry = new WorkerRegistry({
       topic: cfg.kvTopic,
@@ -212,6 +215,13 @@ export class WorkerSet {
   /** The KV blocks the rank's vLLM says it can hold (num_gpu_blocks), once scraped. */
   gpuBlocks(worker: WorkerRef): number | undefined {
     return this.scraper.gpuBlocks(worker.workerId, worker.dpRank);
+  }
+
+  /** The KV blocks the set's ranks can hold together: their scraped num_gpu_blocks (0 for a rank not scraped yet). */
+  kvCapacity(): number {
+    let blocks = 0;
+    for (const s of this.registry.specs()) for (const { dpRank } of rankSources(s)) blocks += this.gpuBlocks({ workerId: s.id, dpRank }) ?? 0;
+    return blocks;
   }
 
   /** Every routable rank's API server has more scraped waiting requests than `threshold` (0: never). */
