@@ -13,7 +13,7 @@ export { ExtProcClient, extProcChannel, RoutingError, type ClientBodyMode, type 
 export { decide, overlapOf, type CandidateState, type DecisionInput, type DecisionOutcome } from "./picker/decide.ts";
 export { choose, DEFAULT_SHAPE, DEFAULT_WEIGHTS, SCORE_SHAPE, type Weights, type CostShape } from "./picker/cost.ts";
 export { Picker, type CostModel } from "./picker/picker.ts";
-export { LatencyModel } from "./picker/latency.ts";
+export { LatencyModel, uncachedTokens } from "./picker/latency.ts";
 export type { Candidate } from "./workers/registry.ts";
 export { ActiveLoad, sumLoad, type Lease, type LoadView } from "./picker/load.ts";
 export { PendingPrefixes, prefixKeys, DEFAULT_PENDING, INFLIGHT_PREFIX_DEFAULT, type PendingView, type PrefixKeys } from "./picker/pending.ts";

@@ -21,6 +21,20 @@ type Fit = { w: number; x: number; y: number; xx: number; xy: number; queue: num
 
 export type TtftSample = { workerKey: string; ttftMs: number; uncachedTokens: number; waiting: number };
 
+/**
+ * The leading blocks of a prompt vLLM can serve from its cache: its hit stops at prompt length - 1 in
+ * whole blocks (get_computed_blocks: the last token is always computed, for its logits), so a prompt of
+ * whole blocks all cached still prefills its last block.
+ */
+export function hittableBlocks(promptTokens: number, blockSize: number): number {
+  return Math.floor(Math.max(promptTokens - 1, 0) / blockSize);
+}
+
+/** The prompt tokens a worker holding `overlap` of its leading blocks still prefills (at least one). */
+export function uncachedTokens(promptTokens: number, overlap: number, blockSize: number): number {
+  return promptTokens - Math.min(overlap, hittableBlocks(promptTokens, blockSize)) * blockSize;
+}
+
 export class LatencyModel {
   private readonly fits = new Map<string, Fit>();
 

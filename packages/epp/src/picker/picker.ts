@@ -6,7 +6,7 @@ import type { Indexer } from "../indexers/indexers.ts";
 import type { Candidate } from "../workers/registry.ts";
 import type { Weights } from "./cost.ts";
 import { decide, overlapOf, type CandidateState } from "./decide.ts";
-import type { LatencyModel } from "./latency.ts";
+import { uncachedTokens, type LatencyModel } from "./latency.ts";
 import type { LoadView } from "./load.ts";
 import { prefixKeys, type PendingView, type PrefixKeys } from "./pending.ts";
 import type { WorkerMetrics } from "./worker-metrics.ts";
@@ -143,7 +143,7 @@ export class Picker {
     const o = this.deps.options;
     const latency = this.deps.latency;
     const bs = indexer.blockSize;
-    const ttft = (c: Known) => latency.predictTtftMs(c.ref.key, Math.max(req.tokens.length - overlapOf(c) * bs, 0), c.waiting);
+    const ttft = (c: Known) => latency.predictTtftMs(c.ref.key, uncachedTokens(req.tokens.length, overlapOf(c), bs), c.waiting);
     const d = decide({
       requestBlocks,
       candidates: known,

@@ -1,6 +1,6 @@
 import { describe, expect, test } from "bun:test";
 import { createMetrics } from "../metrics.ts";
-import { LatencyModel } from "./latency.ts";
+import { hittableBlocks, LatencyModel, uncachedTokens } from "./latency.ts";
 import type { Decision, ScoredCandidate } from "./picker.ts";
 import { predictionOf, RoutingQuality, type Prediction } from "./quality.ts";
 
@@ -109,5 +109,20 @@ describe("latency model", () => {
     expect(m.params("a").msPerWaiting).toBeGreaterThan(250);
     // Another worker keeps the priors.
     expect(m.predictTtftMs("b", 100, 0)).toBe(101);
+  });
+});
+
+describe("uncached tokens (vLLM's last-token rule)", () => {
+  test("a worker holding the whole prompt still prefills from the last whole block its hit may cover", () => {
+    // 32 tokens of 16-token blocks, both held: vLLM hits at most floor(31 / 16) = 1 block
+    expect(hittableBlocks(32, 16)).toBe(1);
+    expect(uncachedTokens(32, 2, 16)).toBe(16);
+    // 33 tokens: both blocks hit, the 33rd token is prefilled
+    expect(uncachedTokens(33, 2, 16)).toBe(1);
+    expect(uncachedTokens(33, 0, 16)).toBe(33);
+    expect(uncachedTokens(1, 0, 16)).toBe(1);
+    expect(uncachedTokens(0, 0, 16)).toBe(0);
+    // an overlap beyond the prompt (in-flight prefixes of a longer request) is capped the same way
+    expect(uncachedTokens(40, 5, 16)).toBe(8);
   });
 });

@@ -5,7 +5,7 @@
 // EPP sees each request's TTFT per worker. A growing gap between prediction and truth is the sign that
 // the index has drifted from the caches (a reset or lost events behind the EPP's back).
 import type { Metrics } from "../metrics.ts";
-import type { LatencyModel } from "./latency.ts";
+import { hittableBlocks, type LatencyModel } from "./latency.ts";
 import type { Decision, ScoredCandidate } from "./picker.ts";
 
 export type Prediction = {
@@ -23,9 +23,7 @@ export type Prediction = {
 
 /** What a routing decision predicts about its worker (or another candidate it scored). */
 export function predictionOf(d: Extract<Decision, { kind: "picked" }>, c: ScoredCandidate = d.chosen): Prediction {
-  // vLLM's cache hit stops at prompt length - 1 in whole blocks (get_computed_blocks: the last token is
-  // always computed, for its logits), so a prompt of whole blocks all cached reports one block less.
-  const hittable = Math.min(d.requestBlocks, Math.floor(Math.max(d.promptTokens - 1, 0) / d.blockSize));
+  const hittable = Math.min(d.requestBlocks, hittableBlocks(d.promptTokens, d.blockSize));
   return {
     workerKey: c.candidate.key,
     workerId: c.candidate.workerId,

@@ -3,7 +3,7 @@
 // --cost weights), `kv-latency` the lowest predicted TTFT of the EPP's LatencyModel (--cost latency),
 // calibrated as in the EPP from each response's TTFT and cached tokens once it ends.
 import { findMatches } from "@kv-epp/index-wasm/helpers";
-import { decide, LatencyModel, overlapOf, prefixKeys, type CostModel, type PrefixKeys } from "../upstream.ts";
+import { decide, LatencyModel, overlapOf, prefixKeys, uncachedTokens, type CostModel, type PrefixKeys } from "../upstream.ts";
 import { withRouterLoad } from "./router-load.ts";
 import type { PolicyName, PolicySpec } from "./types.ts";
 
@@ -38,7 +38,7 @@ function kvPolicy(name: PolicyName, cost: CostModel, knows: string): PolicySpec 
           // As if scraped at this instant (the EPP scrapes vLLM's num_requests_waiting every second).
           waiting: ctx.workers[i]!.waitingCount,
         }));
-        const ttft = (c: (typeof candidates)[number]) => latency.predictTtftMs(c.key, Math.max(req.promptTokens - overlapOf(c) * ctx.blockSize, 0), c.waiting);
+        const ttft = (c: (typeof candidates)[number]) => latency.predictTtftMs(c.key, uncachedTokens(req.promptTokens, overlapOf(c), ctx.blockSize), c.waiting);
         const d = decide({
           requestBlocks: req.requestBlocks,
           candidates,
