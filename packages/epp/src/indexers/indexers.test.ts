@@ -418,3 +418,18 @@ test("--index-reserve false: the tables grow as the index fills", async () => {
   expect(ix.index.stats().bytesInUse).toBe(empty);
   expect(await counter(metrics, "dynamo_epp_kv_index_reserved_residencies")).toBe(0);
 });
+
+test("a recovered index is staged unreserved (the budget counts what the dump costs) and reserved when it is installed", () => {
+  const ixs = new Indexers(createMetrics());
+  ixs.models.register("m", "default", BS);
+  ixs.models.reserve(500_000);
+  const reserved = ixs.models.get("m:default")!.index.stats();
+  expect(reserved.bytes).toBeGreaterThan(500_000 * 8);
+  const staging = ixs.recovery.begin();
+  staging.apply("m:default", BS, { workerId: "w", dpRank: 0, eventId: 0, parentHash: null, blocks: [{ blockHash: 1n, tokensHash: 2n }] });
+  expect(staging.stagedBytes!()).toBeLessThan(reserved.bytes / 4);
+  staging.commit();
+  const installed = ixs.models.get("m:default")!.index.stats();
+  expect(installed.residencies).toBe(1);
+  expect(installed.bytesInUse).toBeGreaterThanOrEqual(reserved.bytesInUse);
+});

@@ -150,12 +150,15 @@ export class ModelIndexes {
     this.metrics.indexReserved.set(this.reserving ? residencies : 0);
   }
 
-  /** An empty index, its tables reserved like the others' (`expected`: sized for a dump's content, see KvIndex.create). */
-  newIndex(blockSize: number, expected?: { blocks: number; residencies: number }): KvIndex {
-    return this.reserved(KvIndex.create({ blockSize, expected }));
+  /** An empty index, its tables reserved like the others'. */
+  newIndex(blockSize: number): KvIndex {
+    return this.reserved(KvIndex.create({ blockSize }));
   }
 
-  /** Puts a recovered index in ix's place, reserved again if the reservation grew while it was staged (else a no-op). */
+  /**
+   * Puts a recovered index in ix's place, reserved like the others: its tables grow now if the
+   * reservation is larger, a rebuild of the recovered content before the replica reports Ready.
+   */
   install(ix: Indexer, index: KvIndex): void {
     ix.index = this.reserved(index);
   }

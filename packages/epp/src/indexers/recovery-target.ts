@@ -4,7 +4,7 @@
 // behind. A binary dump's runs of events go into the staged index in one call each (no block in JS),
 // and its announced size presizes that index when the recovery budget covers it.
 import { workerKeyOf, type WorkerRef } from "@kv-epp/protocol";
-import type { KvIndex, StoredBatchBuilder } from "@kv-epp/index-wasm";
+import { KvIndex, type StoredBatchBuilder } from "@kv-epp/index-wasm";
 import { toRouterEvents, type DumpModel, type DumpSource, type DumpStaging, type DumpTarget } from "@kv-epp/recovery";
 import type { Logger } from "pino";
 import type { Metrics } from "../metrics.ts";
@@ -114,7 +114,9 @@ export class RecoveryTarget implements DumpSource, DumpTarget {
         }
       }
       if (!s) {
-        const index = models.newIndex(blockSize, expected);
+        // Not reserved while staged: the recovery budget counts the staged index's linear memory, and a
+        // pool's reserved tables could take it all before the first event; install reserves it on commit.
+        const index = KvIndex.create({ blockSize, expected });
         s = { blockSize, index, builder: index.batch(), workers: new Map(), ext: new BigUint64Array(64), tok: new BigUint64Array(64) };
         staged.set(key, s);
       }
