@@ -433,3 +433,29 @@ test("a recovered index is staged unreserved (the budget counts what the dump co
   expect(installed.residencies).toBe(1);
   expect(installed.bytesInUse).toBeGreaterThanOrEqual(reserved.bytesInUse);
 });
+
+test("a reservation the module cannot take (a trap) turns reserving off and leaves a working index", async () => {
+  const metrics = createMetrics();
+  const ixs = new Indexers(metrics);
+  const ix = ixs.models.register("m", "default", BS);
+  const real = KvIndex.prototype.reserve;
+  KvIndex.prototype.reserve = function (this: KvIndex) {
+    (this as unknown as { trap: unknown }).trap = new WebAssembly.RuntimeError("memory.grow refused");
+    throw (this as unknown as { trap: unknown }).trap;
+  };
+  try {
+    ixs.models.reserve(1_000_000);
+    expect(await counter(metrics, "dynamo_epp_kv_index_reserved_residencies")).toBe(0);
+    // the trapped index is replaced on its next use, by an unreserved one that works
+    const next = ixs.models.lookup("m")!;
+    expect(next).toBe(ix);
+    expect(next.index.trapped).toBe(false);
+    ixs.live.apply("m:default", w, { kind: "batch", seq: 0n, batch: { ts: 0, dataParallelRank: 0, events: [stored([2n ** 63n], null, [1, 2, 3, 4])] } });
+    expect(next.index.stats().residencies).toBe(1);
+    expect(await counter(metrics, "dynamo_epp_kv_index_traps_total")).toBe(1);
+    ixs.models.reserve(2_000_000); // off from now on: nothing is tried again
+    expect(next.index.trapped).toBe(false);
+  } finally {
+    KvIndex.prototype.reserve = real;
+  }
+});

@@ -150,14 +150,16 @@ export class ModelIndexes {
     this.metrics.indexReserved.set(this.reserving ? residencies : 0);
   }
 
-  /** An empty index, its tables reserved like the others'. */
+  /** An empty index, its tables reserved like the others' (unreserved if reserving it trapped: it held nothing). */
   newIndex(blockSize: number): KvIndex {
-    return this.reserved(KvIndex.create({ blockSize }));
+    const index = this.reserved(KvIndex.create({ blockSize }));
+    return index.trapped ? KvIndex.create({ blockSize }) : index;
   }
 
   /**
    * Puts a recovered index in ix's place, reserved like the others: its tables grow now if the
-   * reservation is larger, a rebuild of the recovered content before the replica reports Ready.
+   * reservation is larger, a rebuild of the recovered content before the replica reports Ready. If that
+   * traps, the index is replaced like any trapped one on its next use (sound).
    */
   install(ix: Indexer, index: KvIndex): void {
     ix.index = this.reserved(index);
