@@ -94,7 +94,7 @@ export function createMetrics() {
     }),
     indexTableRebuilds: new Gauge({
       name: "dynamo_epp_kv_index_table_rebuilds",
-      help: "table rebuilds of the current KV index since it was created (each stops ingestion while every entry is re-placed)",
+      help: "table rebuilds of the current KV index since it was created: growth, tombstone sweeps and reservations (each stops ingestion while every entry is re-placed)",
       labelNames: ["model"] as const,
       registers: [registry],
     }),

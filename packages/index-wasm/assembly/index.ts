@@ -18,7 +18,7 @@
 // A node with one worker's record holds it inline (no record, no list); a second worker moves both
 // into 16-byte shared records and the node's payload becomes the worker mask for matching.
 import { xxh3 } from "./xxh3";
-import { alloc, allocZeroed, free, freePages, regrow, usable } from "./pages";
+import { alloc, allocZeroed, ensureFreeRun, free, freePages, pagesFor, regrow, usable } from "./pages";
 import { initJson } from "./dump-json";
 import { ROW_BYTES, ROW_COPIES, ROW_FLAGS, ROW_HAS_PARENT, ROW_HASH, ROW_NEW_EVENT, ROW_PARENT, ROW_TOKENS } from "./dump-layout";
 export { dumpJson } from "./dump-json";
@@ -1191,17 +1191,25 @@ function tableReserve(t: i32, entries: u32): void {
 
 /**
  * Grows both tables, where smaller, so that `residencies` residencies and as many distinct blocks fit
- * at no more than 2/3 load: a pool whose caches fill up to their announced size then never rebuilds a
- * table on the way (each growth re-places every entry and stops ingestion for as long). 2/3 rather than
- * the 45% a growth restarts at: at full caches the tables then cost 12 B per unshared residency (36 B
- * in all, within the 40 B the growing tables keep to), and the probes of the last inserts stay short.
- * Only the tables: node and record chunks grow without copying. Never shrinks.
+ * at no more than 5/8 load: a pool whose caches fill up to their announced size then never rebuilds a
+ * table on the way (each growth re-places every entry and stops ingestion for as long). A table rebuilt
+ * while it holds about that (a sweep of the tombstones churn leaves, at 80% with them) keeps its
+ * capacity (withinReservation), so a full pool's churn does not undo it. 5/8 rather than the 45% a growth
+ * restarts at: at full caches the tables then cost 12.8 B per unshared residency (36.8 B in all,
+ * within the 40 B the growing tables keep to), and the probes of the last inserts stay short. Only the
+ * tables: node and record chunks grow without copying. Never shrinks. The memory is made sure of
+ * first: false, with the index unchanged, if the host refuses to grow it (never a trap halfway).
  */
-export function reserveTables(residencies: u32): void {
+export function reserveTables(residencies: u32): bool {
   const entries = min<u32>(residencies, MAX_NODE_ID);
-  const cap = max<u32>(MIN_TABLE, <u32>(<u64>entries * 3 / 2));
+  const cap = max<u32>(MIN_TABLE, <u32>(<u64>entries * 8 / 5));
+  let pages: u32 = 0;
+  for (let t: i32 = 0; t < 2; t++) if (capOf(t) < cap) pages += pagesFor(usable(<usize>cap << 2)) + rebuildScratchPages(cap);
+  if (pages > 0 && !ensureFreeRun(pages)) return false;
+  if (entries > reservedEntries) reservedEntries = entries;
   if (capOf(CHILD) < cap) tableRebuildTo(CHILD, cap);
   if (capOf(RES) < cap) tableRebuildTo(RES, cap);
+  return true;
 }
 
 // Rebuild sources: CHILD from the nodes; RES from the shared records, then the nodes' inline holders.
@@ -1299,11 +1307,19 @@ function rbEmitAll(t: i32): void {
  */
 function tableRebuild(t: i32, entries: u32): void {
   let cap = capOf(t);
-  if (entries * 5 > cap * 3) cap = max<u32>(MIN_TABLE, entries * GROW_NUM / GROW_DEN);
+  if (entries * 5 > cap * 3 && !withinReservation(entries)) cap = max<u32>(MIN_TABLE, entries * GROW_NUM / GROW_DEN);
   tableRebuildTo(t, cap);
 }
 
 let rebuilds: u32 = 0;
+/** Entries the tables were reserved for (reserveTables). */
+let reservedEntries: u32 = 0;
+/**
+ * A rebuild of a reserved table keeps its capacity up to 1/8 past the reservation (at most ~70% load
+ * after the sweep, so tombstones still have room): a full pool's transient overshoot (a store applied
+ * before the removal that made room for it) is not a growth.
+ */
+@inline function withinReservation(entries: u32): bool { return entries <= reservedEntries + (reservedEntries >> 3); }
 export function tableRebuilds(): u32 { return rebuilds; }
 
 /** Rebuilds table t with (at least) `cap` slots from the chunks (see tableRebuild). */
@@ -1321,7 +1337,7 @@ function tableRebuildTo(t: i32, cap: u32): void {
   }
   // buckets of ~256 slots (at most REBUILD_BUCKETS of them): scratch in proportion to the table
   const ceilLog: u32 = 32 - <u32>clz<u32>(cap - 1);
-  const bits = min<u32>(REBUILD_BUCKET_BITS, ceilLog - 8);
+  const bits = rebuildBucketBits(cap);
   const buckets: u32 = 1 << bits;
   rbShift = ceilLog - bits;
   const bucketBytes = (<usize>buckets * REBUILD_BUCKET_CAP) << 3;
@@ -1331,6 +1347,16 @@ function tableRebuildTo(t: i32, cap: u32): void {
   for (let b: u32 = 0; b < buckets; b++) rbFlush(b, load<u32>(rbFill + (<usize>b << 2)));
   free(rbBuckets, bucketBytes);
   free(rbFill, <usize>buckets << 2);
+}
+
+/** log2 of the buckets a rebuild into `cap` slots uses (tables of BUCKETED_REBUILD_MIN slots or more). */
+function rebuildBucketBits(cap: u32): u32 { return min<u32>(REBUILD_BUCKET_BITS, (32 - <u32>clz<u32>(cap - 1)) - 8); }
+
+/** Pages a rebuild into `cap` slots takes besides the table: its buckets and their fill counts. */
+function rebuildScratchPages(cap: u32): u32 {
+  if (cap < BUCKETED_REBUILD_MIN) return 0;
+  const buckets = <usize>1 << rebuildBucketBits(cap);
+  return pagesFor((buckets * REBUILD_BUCKET_CAP) << 3) + pagesFor(buckets << 2);
 }
 
 const BUCKETED_REBUILD_MIN: u32 = 1 << 16;

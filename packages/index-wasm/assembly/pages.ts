@@ -23,7 +23,26 @@ let freshFrom: usize = 0;
 
 @inline function runAt(i: u32): usize { return RUNS + (<usize>i << 3); }
 
-function pagesFor(bytes: usize): u32 { return <u32>((bytes + 0xFFFF) >> PAGE_BITS); }
+export function pagesFor(bytes: usize): u32 { return <u32>((bytes + 0xFFFF) >> PAGE_BITS); }
+
+/**
+ * Makes sure a run of `pages` free pages exists, growing memory by what the run at its end lacks;
+ * false, with nothing changed, if the host refuses to grow it. An operation that would rather fail
+ * than trap halfway (a reservation) asks first; its allocations then come from free runs.
+ */
+export function ensureFreeRun(pages: u32): bool {
+  if (!ready) setUp();
+  for (let i: u32 = 0; i < runCount; i++) if (load<u32>(runAt(i), 4) >= pages) return true;
+  const end = <u32>memory.size();
+  let tail: u32 = 0;
+  if (runCount > 0) {
+    const last = runCount - 1;
+    if (load<u32>(runAt(last)) + load<u32>(runAt(last), 4) == end) tail = load<u32>(runAt(last), 4);
+  }
+  if (memory.grow(<i32>(pages - tail)) < 0) return false;
+  givePages(end, pages - tail); // merges with the tail run
+  return true;
+}
 
 /** TLSF must take its pool before the first page is grown, or its initialisation would claim those pages. */
 function setUp(): void {

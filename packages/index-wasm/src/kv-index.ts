@@ -19,6 +19,8 @@ const jsonEncoder = new TextEncoder();
 
 /** Presizing beyond this (ids are 26-bit, less a chunk) cannot be honoured by the module. */
 const MAX_PRESIZE = 1 << 25;
+/** The most residencies `reserve` sizes the tables for (the index's id limit). */
+export const MAX_RESERVE = MAX_PRESIZE;
 
 /**
  * Thrown by every call on an index whose module trapped earlier (e.g. linear memory that could not
@@ -163,17 +165,18 @@ export class KvIndex {
 
   /**
    * Sizes the tables for a pool whose caches together hold up to `residencies` blocks (the sum of its
-   * ranks' num_gpu_blocks): as they fill, no table grows, so ingestion never stops for a rebuild. Only
-   * grows (a smaller figure is a no-op); costs address space now and memory as the tables fill.
-   * Clamped to the index's limits.
+   * ranks' num_gpu_blocks): as they fill, and as a full pool churns, no table grows, so ingestion never
+   * stops for a growth. Only grows (a smaller figure is a no-op); the tables' memory is taken (and
+   * written) at once. Clamped to MAX_RESERVE. False, with the index unchanged, when the host refuses
+   * the memory.
    */
-  reserve(residencies: number): void {
+  reserve(residencies: number): boolean {
     if (!Number.isInteger(residencies) || residencies < 0) throw new RangeError(`reserve: residencies must be a non-negative integer, got ${residencies}`);
     this.assertLive();
     try {
-      this.ex.reserveTables(Math.min(residencies, MAX_PRESIZE));
+      return this.ex.reserveTables(Math.min(residencies, MAX_RESERVE)) !== 0;
     } catch (err) {
-      this.noteTrap(err);
+      return this.noteTrap(err);
     }
   }
 

@@ -100,7 +100,8 @@ export type IndexExports = {
   computeBlockHashesExtra(tokens: number, nBlocks: number, blockSize: number, seed: bigint, trailers: number, spans: number, scratch: number, out: number): void;
   hashBytes(p: number, len: number, seed: bigint): bigint;
   presize(blocks: number, residencies: number): void;
-  reserveTables(residencies: number): void;
+  /** 1: reserved; 0: the host refused the memory (nothing changed). */
+  reserveTables(residencies: number): number;
   tableRebuilds(): number;
 };
 

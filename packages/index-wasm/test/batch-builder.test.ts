@@ -202,13 +202,43 @@ describe("reserve", () => {
     expect([...reserved.dump()]).toEqual([...growing.dump()]);
   });
 
+  test("a full reserved index churning (stores of new blocks, removals of old ones) keeps its tables: the tombstone sweeps keep their capacity", () => {
+    const w = pool[0]!;
+    const index = KvIndex.create({ blockSize: 16 });
+    const N = 50_000;
+    index.reserve(N);
+    const b = index.batch();
+    const run = (from: number, n: number) => {
+      const tok = BigUint64Array.from({ length: n }, (_, i) => BigInt(from + i));
+      return { tok, ext: BigUint64Array.from(tok, (t) => HIGH + t) };
+    };
+    // filled to the reservation in chains of 50 blocks, then each new chain evicts the oldest one
+    for (let c = 0; c < N / 50; c++) { const r = run(c * 50, 50); b.stored(w, null, r.ext, r.tok); if (c % 64 === 63) b.apply(); }
+    b.apply();
+    const full = index.stats();
+    expect(full.residencies).toBe(N);
+    for (let c = N / 50; c < (4 * N) / 50; c++) {
+      const r = run(c * 50, 50);
+      b.stored(w, null, r.ext, r.tok);
+      b.removed(w, run((c - N / 50) * 50, 50).ext);
+      if (c % 64 === 63) b.apply();
+    }
+    b.apply();
+    const churned = index.stats();
+    expect(churned.residencies).toBe(N);
+    expect(churned.tableRebuilds).toBeGreaterThan(full.tableRebuilds); // tombstones were swept...
+    expect(churned.bytesInUse).toBeLessThanOrEqual(full.bytesInUse); // ...into tables of the same size
+    const q = run(4 * N - 50, 50).tok; // the last chain stored
+    expect(findMatches(index, q).scores.get(workerKey(w))).toBe(50);
+  });
+
   test("reserving under live content keeps it; a smaller figure is a no-op; bad figures are RangeErrors", () => {
     const index = KvIndex.create({ blockSize: 16 });
     fill(index);
     const q = BigUint64Array.from({ length: 12 }, (_, i) => 300n + BigInt(i));
     const answer = findMatches(index, q);
     const dump = [...index.dump()];
-    index.reserve(200_000);
+    expect(index.reserve(200_000)).toBe(true);
     const grown = index.stats();
     expect(findMatches(index, q)).toEqual(answer);
     expect([...index.dump()]).toEqual(dump);

@@ -459,3 +459,22 @@ test("a reservation the module cannot take (a trap) turns reserving off and leav
     KvIndex.prototype.reserve = real;
   }
 });
+
+test("reservations grow in steps of more than 10% (ranks joining one by one do not rebuild the tables each time); an index trapped meanwhile is replaced reserved", () => {
+  const ixs = new Indexers(createMetrics());
+  const ix = ixs.models.register("m", "default", BS);
+  ixs.models.reserve(100_000);
+  const first = ix.index.stats();
+  ixs.models.reserve(109_000); // within 10%: the tables hold it
+  expect(ix.index.stats().tableRebuilds).toBe(first.tableRebuilds);
+  ixs.models.reserve(120_000);
+  const second = ix.index.stats();
+  expect(second.tableRebuilds).toBeGreaterThan(first.tableRebuilds);
+  expect(second.bytesInUse).toBeGreaterThan(first.bytesInUse);
+  // an index that trapped for its own reasons is skipped, not taken for a refused reservation
+  (ix.index as unknown as { trap: unknown }).trap = new WebAssembly.RuntimeError("unreachable");
+  ixs.models.reserve(200_000);
+  const fresh = ixs.models.lookup("m")!.index;
+  expect(fresh.trapped).toBe(false);
+  expect(fresh.stats().bytesInUse).toBeGreaterThan(second.bytesInUse);
+});

@@ -1,7 +1,7 @@
 // The model map: one KvIndex per "<model>:<tenant>" key, the model names and LoRA adapters requests
 // carry resolved to it, and the rule that a trapped index is replaced. Everything that reads or writes
 // an index (the picker, live ingestion, recovery) finds it here.
-import { KvIndex } from "@kv-epp/index-wasm";
+import { KvIndex, MAX_RESERVE } from "@kv-epp/index-wasm";
 import type { WorkerRef } from "@kv-epp/protocol";
 import type { Logger } from "pino";
 import type { Metrics } from "../metrics.ts";
@@ -26,6 +26,8 @@ export function indexerKey(model: string, tenant: string): string {
 export const MAX_ADAPTERS = 4096;
 /** Names and ranks logged once each, at most. */
 export const MAX_LOGGED = 1024;
+/** A reservation grows only past this factor of the last one (ModelIndexes.reserve). */
+const RESERVE_STEP = 1.1;
 
 export class ModelIndexes {
   private readonly byKey = new Map<string, Indexer>();
@@ -139,18 +141,23 @@ export class ModelIndexes {
    * Sizes every index's tables for the pool's KV capacity (its ranks' num_gpu_blocks summed, as scraped):
    * the residencies the caches can hold together bound what the index holds, so as they fill no table
    * grows, and ingestion never stops for a rebuild that re-places every entry (at millions of entries,
-   * tens of milliseconds of event loop each). Only grows: a rank leaving keeps the tables. An index that
-   * cannot get the memory traps and is replaced by an unreserved one (sound), and reserving stops.
+   * tens of milliseconds of event loop each). Only grows, and only by more than RESERVE_STEP: ranks
+   * joining one by one (a scale-out, a rolling update's surge) rebuild the full tables a few times, not
+   * once per rank (the tables hold up to 80% before growing, so a reservation 10% short still holds).
+   * A rank leaving keeps the tables. If the host refuses the memory, the index is left as it was and
+   * reserving stops (logged): the tables grow as the index fills.
    */
   reserve(residencies: number): void {
-    if (!this.reserving || residencies <= this.reservedFor) return;
-    this.reservedFor = residencies;
-    for (const ix of this.byKey.values()) this.reserved(ix.index);
-    if (this.reserving) this.log?.info({ residencies }, "KV index tables reserved for the ranks' KV capacity");
-    this.metrics.indexReserved.set(this.reserving ? residencies : 0);
+    const target = Math.min(residencies, MAX_RESERVE);
+    if (!this.reserving || target <= this.reservedFor * RESERVE_STEP) return;
+    if (target < residencies) this.log?.warn({ residencies, reserved: target }, "the ranks' KV capacity is above the index's limit: tables reserved for the limit");
+    this.reservedFor = target;
+    for (const ix of this.byKey.values()) if (!ix.index.trapped) this.reserved(ix.index); // a trapped one is replaced, reserved, on its next use
+    if (this.reserving) this.log?.info({ residencies: target }, "KV index tables reserved for the ranks' KV capacity");
+    this.metrics.indexReserved.set(this.reserving ? target : 0);
   }
 
-  /** An empty index, its tables reserved like the others' (unreserved if reserving it trapped: it held nothing). */
+  /** An empty index, its tables reserved like the others' (a plain one if reserving it trapped: it held nothing). */
   newIndex(blockSize: number): KvIndex {
     const index = this.reserved(KvIndex.create({ blockSize }));
     return index.trapped ? KvIndex.create({ blockSize }) : index;
@@ -158,8 +165,8 @@ export class ModelIndexes {
 
   /**
    * Puts a recovered index in ix's place, reserved like the others: its tables grow now if the
-   * reservation is larger, a rebuild of the recovered content before the replica reports Ready. If that
-   * traps, the index is replaced like any trapped one on its next use (sound).
+   * reservation is larger, a rebuild of the recovered content before the replica reports Ready (a
+   * refused reservation leaves it as it is).
    */
   install(ix: Indexer, index: KvIndex): void {
     ix.index = this.reserved(index);
@@ -169,13 +176,17 @@ export class ModelIndexes {
   private reservedFor = 0;
 
   private reserved(index: KvIndex): KvIndex {
-    if (!this.reserving || this.reservedFor === 0) return index;
+    if (!this.reserving || this.reservedFor === 0 || index.trapped) return index;
+    let ok = false;
     try {
-      index.reserve(this.reservedFor);
-    } catch (err) {
+      ok = index.reserve(this.reservedFor);
+    } catch {
+      // a trap on the way (the index is replaced on its next use, see sound)
+    }
+    if (!ok) {
       this.reserving = false;
       this.metrics.indexReserved.set(0);
-      this.log?.warn({ err, residencies: this.reservedFor }, "KV index tables could not be reserved: they grow as the index fills");
+      this.log?.warn({ residencies: this.reservedFor }, "KV index tables could not be reserved (memory refused): they grow as the index fills");
     }
     return index;
   }

@@ -30,7 +30,7 @@ export function hittableBlocks(promptTokens: number, blockSize: number): number 
   return Math.floor(Math.max(promptTokens - 1, 0) / blockSize);
 }
 
-/** The prompt tokens a worker holding `overlap` of its leading blocks still prefills (at least one). */
+/** The prompt tokens a worker holding `overlap` of its leading blocks still prefills (at least one of a non-empty prompt). */
 export function uncachedTokens(promptTokens: number, overlap: number, blockSize: number): number {
   return promptTokens - Math.min(overlap, hittableBlocks(promptTokens, blockSize)) * blockSize;
 }
