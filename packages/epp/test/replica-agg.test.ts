@@ -164,6 +164,42 @@ describe("replica-agg between two EPP processes", () => {
     expect(agg.leastLoadedPicks).toBeGreaterThanOrEqual(noAgg.leastLoadedPicks);
   }, 120_000);
 
+  test("a request routed by one replica counts as in flight with its prefix on the other: a sibling prompt follows it there before any KV event", async () => {
+    /** Routes over ext_proc asking for the decision's explanation; the stream stays open (the request in flight). */
+    const explained = async (name: EppName, prompt: number[]) => {
+      const s = clients.get(name)!.open();
+      const h = headers();
+      h.request_headers!.headers!.headers!.push({ key: "x-kv-epp-explain", raw_value: new TextEncoder().encode("1") });
+      s.send(h);
+      s.send(body({ model: "test-model", prompt, max_tokens: 4 }));
+      const routed = (await s.next(15_000)).request_headers?.response;
+      await s.next(15_000);
+      return { endpoint: setHeader(routed, "x-gateway-destination-endpoint")!, explanation: setHeader(routed, "x-kv-epp-decision")!, s };
+    };
+    const end = (s: Awaited<ReturnType<typeof explained>>["s"]) => {
+      s.send({ response_headers: { headers: { headers: [] }, end_of_stream: false } });
+      s.send({ response_body: { body: new Uint8Array(0), end_of_stream: true } });
+      s.end();
+    };
+    const head = Array.from({ length: 128 }, (_, k) => 31_000 + k); // 8 blocks no worker has seen
+    const sibling = [...head, ...Array.from({ length: 16 }, (_, k) => 32_000 + k)]; // + 1 block
+    for (const [first, second, shared] of [["a", "b", true], ["c", "d", false]] as const) {
+      const seed = shared ? 0 : 1;
+      const p1 = head.map((t) => t + seed * 5000), p2 = sibling.map((t) => t + seed * 5000);
+      // The first request is never sent to its worker: no KV event can tell anyone where it went.
+      const one = await explained(first, p1);
+      if (shared) await waitFor(async () => (await metric(second, "dynamo_epp_replica_agg_sibling_requests")) >= 1, { message: "the peer heard of the request", timeoutMs: 10_000 });
+      const two = await explained(second, p2);
+      if (shared) {
+        // its 8 blocks pending there outweigh the peer's request load on that worker
+        expect(two.endpoint).toBe(one.endpoint);
+        expect(two.explanation).toMatch(/^chosen: worker=\S+ dp_rank=0 overlap=8\/9 /);
+      } else expect(two.explanation).toMatch(/^chosen: worker=\S+ dp_rank=0 overlap=0\/9 /);
+      end(one.s);
+      end(two.s);
+    }
+  }, 60_000);
+
   test("a peer's load is dropped when it goes silent past the timeout, restored when it speaks again, dropped when it is killed; a restarted peer starts from zero", async () => {
     const held = [];
     for (let i = 0; i < 6; i++) held.push(await route("b", Array.from({ length: 64 }, (_, k) => 7000 + i * 100 + k), 5));

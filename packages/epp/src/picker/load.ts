@@ -130,9 +130,13 @@ export type Lease = {
   release(): void;
 };
 
-/** A change to this replica's own load, as replica-agg publishes it. */
+/**
+ * A change to this replica's own load, as replica-agg publishes it. `prefix`: the request's prefix keys
+ * as this replica's PendingPrefixes records them (only with in-flight prefixes on), so peers count
+ * them as pending on the same worker.
+ */
 export type LoadChange =
-  | { kind: "added"; id: number; entry: Readonly<LoadEntry> }
+  | { kind: "added"; id: number; entry: Readonly<LoadEntry>; prefix?: PrefixKeys }
   | { kind: "prefilled"; id: number }
   | { kind: "freed"; id: number };
 
@@ -149,8 +153,8 @@ export class ActiveLoad implements LoadView {
     const id = this.nextId++;
     const entry: LoadEntry = { workerKey, blocks, prefillBlocks };
     this.table.add(id, entry);
-    this.emit({ kind: "added", id, entry });
     const pending = prefix && prefix.length > 0 ? this.pending : undefined;
+    this.emit(pending ? { kind: "added", id, entry, prefix } : { kind: "added", id, entry });
     const pendingId = pending?.add(workerKey, prefix!);
     let released = false;
     return {

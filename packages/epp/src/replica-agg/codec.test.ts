@@ -2,7 +2,7 @@ import { describe, expect, test } from "bun:test";
 import fc from "fast-check";
 import { Packr } from "msgpackr";
 import { workerKeyOf } from "@kv-epp/protocol";
-import { AGG_VERSION, AggDecodeError, decodeAggMessage, encodeAggMessage, type AggEntry, type AggMessage } from "./codec.ts";
+import { AGG_PREFIX_MAX_KEYS, AGG_VERSION, AggDecodeError, decodeAggMessage, encodeAggMessage, opOf, type AggEntry, type AggMessage } from "./codec.ts";
 
 const packr = new Packr({ useRecords: false });
 const u = fc.integer({ min: 0, max: Number.MAX_SAFE_INTEGER });
@@ -17,6 +17,7 @@ const message: fc.Arbitrary<AggMessage> = fc.oneof(
     ops: fc.array(
       fc.oneof(
         entry.map((e) => ({ op: "added" as const, entry: e })),
+        fc.tuple(entry, fc.array(fc.integer({ min: 0, max: Number.MAX_SAFE_INTEGER }), { minLength: 1, maxLength: 40 })).map(([e, keys]) => ({ op: "added" as const, entry: e, prefix: Float64Array.from(keys) })),
         u.map((id) => ({ op: "prefilled" as const, id })),
         u.map((id) => ({ op: "freed" as const, id })),
       ),
@@ -47,8 +48,33 @@ describe("replica-agg codec", () => {
   });
 
   test("fields added after the known ones (a later minor revision) are ignored", () => {
-    const m = decodeAggMessage(packr.pack([AGG_VERSION, "r", 1, 1, [[1, 5, "w", 0, 4, 4, "future"], [3, 5, 99]], "extra"]));
+    const m = decodeAggMessage(packr.pack([AGG_VERSION, "r", 1, 1, [[1, 5, "w", 0, 4, 4, null, "future"], [3, 5, 99]], "extra"]));
     expect(m).toEqual({ kind: "delta", replica: "r", seq: 1, ops: [{ op: "added", entry: { id: 5, workerKey: workerKeyOf("w", 0), blocks: 4, prefillBlocks: 4 } }, { op: "freed", id: 5 }] });
+  });
+
+  test("an added op's prefix keys travel as a bin of little-endian float64s; a sender without them (or an older one) writes six elements", () => {
+    const prefix = Float64Array.of(0, 1, 2 ** 53 - 1);
+    const bytes = encodeAggMessage({ kind: "delta", replica: "r", seq: 1, ops: [{ op: "added", entry: { id: 5, workerKey: workerKeyOf("w", 0), blocks: 4, prefillBlocks: 4 }, prefix }] });
+    const raw = packr.unpack(bytes) as unknown[][][];
+    const bin = raw[4]![0]![6] as Uint8Array;
+    expect(bin.length).toBe(24);
+    expect(new DataView(bin.buffer, bin.byteOffset, 24).getFloat64(16, true)).toBe(2 ** 53 - 1);
+    expect(decodeAggMessage(bytes)).toMatchObject({ ops: [{ op: "added", prefix }] });
+    // the load's change carries at most AGG_PREFIX_MAX_KEYS keys onto the wire
+    const long = new Float64Array(AGG_PREFIX_MAX_KEYS + 10).map((_, i) => i);
+    const op = opOf({ kind: "added", id: 1, entry: { workerKey: "w\u00000", blocks: 600, prefillBlocks: 600 }, prefix: long });
+    expect(op).toMatchObject({ op: "added" });
+    expect((op as { prefix: Float64Array }).prefix.length).toBe(AGG_PREFIX_MAX_KEYS);
+    expect(opOf({ kind: "added", id: 1, entry: { workerKey: "w\u00000", blocks: 1, prefillBlocks: 1 } })).not.toHaveProperty("prefix");
+  });
+
+  test.each([
+    ["a prefix that is not a bin", packr.pack([1, "r", 1, 1, [[1, 5, "w", 0, 4, 4, "keys"]]])],
+    ["a prefix of a partial key", packr.pack([1, "r", 1, 1, [[1, 5, "w", 0, 4, 4, new Uint8Array(12)]]])],
+    ["a prefix past the key cap", packr.pack([1, "r", 1, 1, [[1, 5, "w", 0, 4, 4, new Uint8Array((AGG_PREFIX_MAX_KEYS + 1) * 8)]]])],
+    ["a prefix key that is not an integer", packr.pack([1, "r", 1, 1, [[1, 5, "w", 0, 4, 4, new Uint8Array(new Float64Array([Number.NaN]).buffer)]]])],
+  ])("%s is refused with AggDecodeError", (_name, bytes) => {
+    expect(() => decodeAggMessage(bytes)).toThrow(AggDecodeError);
   });
 
   test.each([

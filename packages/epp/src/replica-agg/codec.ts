@@ -3,6 +3,7 @@
 import { unpackUntrusted } from "@kv-epp/kv-events";
 import { Packr, Unpackr } from "msgpackr";
 import type { LoadChange, LoadEntry } from "../picker/load.ts";
+import type { PrefixKeys } from "../picker/pending.ts";
 import { parseWorkerKey, workerKeyOf } from "@kv-epp/protocol";
 
 export const AGG_TOPIC = "kv-epp.agg";
@@ -11,8 +12,15 @@ export const AGG_VERSION = 1;
 /** One request in a peer's active set; `workerKey` as the index spells it (workerId \0 dpRank). */
 export type AggEntry = { id: number; workerKey: string; blocks: number; prefillBlocks: number };
 
+/**
+ * Most prefix keys an `added` op carries (the cost's prefix cap, `--prefix-cap-blocks`, is 256 by
+ * default: overlap past it changes no score): 4 KiB a request at most.
+ */
+export const AGG_PREFIX_MAX_KEYS = 512;
+
 export type AggOp =
-  | { op: "added"; entry: AggEntry }
+  /** `prefix`: the request's leading prefix keys (picker/pending.ts), when the sender keeps in-flight prefixes. */
+  | { op: "added"; entry: AggEntry; prefix?: PrefixKeys }
   | { op: "prefilled"; id: number }
   | { op: "freed"; id: number };
 
@@ -34,7 +42,9 @@ const unpackr = new Unpackr({ useRecords: false, mapsAsObjects: false, int64AsTy
 export function opOf(c: LoadChange): AggOp {
   switch (c.kind) {
     case "added":
-      return { op: "added", entry: entryOf(c.id, c.entry) };
+      return c.prefix && c.prefix.length > 0
+        ? { op: "added", entry: entryOf(c.id, c.entry), prefix: c.prefix.length > AGG_PREFIX_MAX_KEYS ? c.prefix.subarray(0, AGG_PREFIX_MAX_KEYS) : c.prefix }
+        : { op: "added", entry: entryOf(c.id, c.entry) };
     case "prefilled":
       return { op: "prefilled", id: c.id };
     case "freed":
@@ -49,9 +59,29 @@ export function entryOf(id: number, e: Readonly<LoadEntry>): AggEntry {
 export function encodeAggMessage(m: AggMessage): Uint8Array {
   const body =
     m.kind === "delta"
-      ? m.ops.map((o) => (o.op === "added" ? [OP.added, o.entry.id, ...entryTail(o.entry)] : [OP[o.op], o.id]))
+      ? m.ops.map((o) => (o.op === "added" ? [OP.added, o.entry.id, ...entryTail(o.entry), ...(o.prefix ? [prefixBytes(o.prefix)] : [])] : [OP[o.op], o.id]))
       : m.entries.map((e) => [e.id, ...entryTail(e)]);
   return packr.pack([AGG_VERSION, m.replica, m.seq, KIND[m.kind], body]);
+}
+
+/** Prefix keys on the wire: msgpack bin, each key an IEEE-754 float64, little-endian (an integer < 2^53). */
+function prefixBytes(keys: PrefixKeys): Uint8Array {
+  const out = new Uint8Array(keys.length * 8);
+  const view = new DataView(out.buffer);
+  for (let i = 0; i < keys.length; i++) view.setFloat64(i * 8, keys[i]!, true);
+  return out;
+}
+
+function decodePrefix(v: unknown): PrefixKeys {
+  if (!(v instanceof Uint8Array) || v.length % 8 !== 0 || v.length > AGG_PREFIX_MAX_KEYS * 8) throw new AggDecodeError(`prefix: expected a bin of at most ${AGG_PREFIX_MAX_KEYS} 8-byte keys`);
+  const view = new DataView(v.buffer, v.byteOffset, v.length);
+  const keys = new Float64Array(v.length / 8);
+  for (let i = 0; i < keys.length; i++) {
+    const k = view.getFloat64(i * 8, true);
+    if (!Number.isSafeInteger(k) || k < 0) throw new AggDecodeError("prefix: a key is not a non-negative integer below 2^53");
+    keys[i] = k;
+  }
+  return keys;
 }
 
 function entryTail(e: AggEntry): [string, number, number, number] {
@@ -86,8 +116,11 @@ export function decodeAggMessage(payload: Uint8Array): AggMessage {
 function decodeOp(raw: unknown): AggOp {
   const a = array(raw, "op", 2);
   switch (a[0]) {
-    case OP.added:
-      return { op: "added", entry: decodeEntry(array(raw, "added op", 6), 1) };
+    case OP.added: {
+      const entry = decodeEntry(array(raw, "added op", 6), 1);
+      // a 7th element is the prefix (a sender without in-flight prefixes, or an older one, sends none)
+      return a.length > 6 && a[6] !== null ? { op: "added", entry, prefix: decodePrefix(a[6]) } : { op: "added", entry };
+    }
     case OP.prefilled:
       return { op: "prefilled", id: count(a[1], "id") };
     case OP.freed:

@@ -1,6 +1,7 @@
 import { describe, expect, test } from "bun:test";
 import fc from "fast-check";
 import { ActiveLoad } from "../picker/load.ts";
+import { DEFAULT_PENDING, PendingPrefixes } from "../picker/pending.ts";
 import { workerKeyOf } from "@kv-epp/protocol";
 import { decodeAggMessage, encodeAggMessage, opOf, type AggMessage, type AggOp } from "./codec.ts";
 import { AggOutbox } from "./publisher.ts";
@@ -130,5 +131,60 @@ describe("peer load aggregation", () => {
         }
       }),
     );
+  });
+});
+
+describe("peers' in-flight prefixes", () => {
+  const keys = (...k: number[]) => Float64Array.from(k);
+  const overlaps = (p: PendingPrefixes, q: Float64Array) => {
+    const out = new Map<string, number>();
+    p.overlapsInto(q, out);
+    return out;
+  };
+  const withPrefix = (id: number, prefix: Float64Array, workerKey = W0): AggOp => ({ op: "added", entry: { id, workerKey, blocks: prefix.length, prefillBlocks: prefix.length }, prefix });
+
+  test("a peer's request with prefix keys is pending on its worker until the peer frees it", () => {
+    const pending = new PendingPrefixes(DEFAULT_PENDING);
+    const s = new PeerLoads("me", pending);
+    s.receive("sib", delta(0, [withPrefix(1, keys(10, 11, 12)), withPrefix(2, keys(20, 21), W1)]), 0);
+    expect(overlaps(pending, keys(10, 11, 99))).toEqual(new Map([[W0, 2]]));
+    expect(overlaps(pending, keys(20, 21, 22))).toEqual(new Map([[W1, 2]]));
+    s.receive("sib", delta(1, [{ op: "prefilled", id: 1 }]), 1); // still in flight: the index may not know it yet
+    expect(overlaps(pending, keys(10))).toEqual(new Map([[W0, 1]]));
+    s.receive("sib", delta(2, [{ op: "freed", id: 1 }]), 2);
+    expect(overlaps(pending, keys(10))).toEqual(new Map());
+    expect(pending.size).toBe(1);
+  });
+
+  test("a snapshot without a request drops its prefix (its freed was lost); a drop or a restart drops them all", () => {
+    const pending = new PendingPrefixes(DEFAULT_PENDING);
+    const s = new PeerLoads("me", pending);
+    s.receive("sib", delta(0, [withPrefix(1, keys(10, 11)), withPrefix(2, keys(30))]), 0);
+    s.receive("sib", snapshot(2, [2]), 1); // seq 1 (freeing 1) was lost
+    expect(overlaps(pending, keys(10))).toEqual(new Map());
+    expect(overlaps(pending, keys(30))).toEqual(new Map([[W0, 1]]));
+    s.receive("sib", delta(3, [withPrefix(3, keys(40))]), 2);
+    expect(pending.size).toBe(2);
+    s.receive("sib", delta(0, [withPrefix(1, keys(50))], "A2"), 3); // restarted: a new replica id
+    expect(pending.size).toBe(1);
+    expect(overlaps(pending, keys(50))).toEqual(new Map([[W0, 1]]));
+    s.drop("sib");
+    expect(pending.size).toBe(0);
+  });
+
+  test("this replica's own leases publish their prefix keys only with in-flight prefixes on; a peer without a PendingPrefixes ignores them", () => {
+    const pending = new PendingPrefixes(DEFAULT_PENDING);
+    const seen: AggOp[] = [];
+    const on = new ActiveLoad(pending);
+    on.observe((c) => seen.push(opOf(c)));
+    on.acquire(W0, 3, 3, keys(1, 2, 3));
+    const off = new ActiveLoad();
+    off.observe((c) => seen.push(opOf(c)));
+    off.acquire(W0, 3, 3, keys(1, 2, 3));
+    expect(seen.map((o) => "prefix" in o)).toEqual([true, false]);
+    const wire = decodeAggMessage(encodeAggMessage(delta(0, [seen[0]!])));
+    const plain = new PeerLoads("me");
+    plain.receive("sib", wire, 0);
+    expect(plain.requests(W0)).toBe(1);
   });
 });

@@ -11,7 +11,12 @@
 // - Snapshots are the heartbeats. A followed peer with no snapshot for `timeoutMs` is dropped (its
 //   load leaves the totals) until it is heard again, so no entry outlives its sender's last snapshot by
 //   more than the timeout, whatever was lost.
+// - A peer's request that came with its prefix keys is pending on its worker in this replica's
+//   PendingPrefixes (when in-flight prefixes are on) until the peer frees it or its table is dropped or
+//   replaced; a snapshot carries no keys, so a prefix lost with its delta stays lost (the index learns
+//   the blocks within the events' lag anyway).
 import { LoadTable, WorkerTotals, type LoadView } from "../picker/load.ts";
+import type { PendingPrefixes } from "../picker/pending.ts";
 import type { AggMessage } from "./codec.ts";
 
 export type Receipt =
@@ -22,7 +27,16 @@ export type Receipt =
 
 type PeerState =
   | { kind: "waiting"; lastReplica?: string }
-  | { kind: "following"; replica: string; nextSeq: number; exact: boolean; snapshotAt: number; table: LoadTable };
+  | {
+      kind: "following";
+      replica: string;
+      nextSeq: number;
+      exact: boolean;
+      snapshotAt: number;
+      table: LoadTable;
+      /** The peer's request id -> its entry in `pending`. */
+      pendingIds: Map<number, number>;
+    };
 
 export type PeerStatus = {
   peer: string;
@@ -37,7 +51,11 @@ export class PeerLoads implements LoadView {
   readonly totals = new WorkerTotals();
   private readonly peers = new Map<string, PeerState>();
 
-  constructor(private readonly selfReplica: string) {}
+  /** `pending`: where peers' requests with prefix keys are recorded as in flight (absent: keys are ignored). */
+  constructor(
+    private readonly selfReplica: string,
+    private readonly pending?: PendingPrefixes,
+  ) {}
 
   /** A peer from discovery; it contributes nothing until it is heard. */
   add(peer: string): void {
@@ -56,7 +74,7 @@ export class PeerLoads implements LoadView {
     const s = this.peers.get(peer);
     if (!s || s.kind !== "following") return 0;
     const n = s.table.size;
-    s.table.clear();
+    this.clearTable(s);
     this.peers.set(peer, { kind: "waiting", lastReplica: s.replica });
     return n;
   }
@@ -70,8 +88,8 @@ export class PeerLoads implements LoadView {
     if (!s || s.kind === "waiting" || s.replica !== m.replica) {
       previous = s?.kind === "following" ? s.replica : s?.lastReplica;
       via = previous !== undefined && previous !== m.replica ? "restart" : "baseline";
-      if (s?.kind === "following") s.table.clear();
-      s = { kind: "following", replica: m.replica, nextSeq: m.seq, exact: false, snapshotAt: now, table: new LoadTable(this.totals) };
+      if (s?.kind === "following") this.clearTable(s);
+      s = { kind: "following", replica: m.replica, nextSeq: m.seq, exact: false, snapshotAt: now, table: new LoadTable(this.totals), pendingIds: new Map() };
       this.peers.set(peer, s);
     } else if (m.seq < s.nextSeq) {
       return { kind: "duplicate" };
@@ -83,17 +101,41 @@ export class PeerLoads implements LoadView {
     s.nextSeq = m.seq + 1;
     if (m.kind === "snapshot") {
       s.table.clear();
-      for (const e of m.entries) s.table.add(e.id, { workerKey: e.workerKey, blocks: e.blocks, prefillBlocks: e.prefillBlocks });
+      const live = new Set<number>();
+      for (const e of m.entries) {
+        s.table.add(e.id, { workerKey: e.workerKey, blocks: e.blocks, prefillBlocks: e.prefillBlocks });
+        live.add(e.id);
+      }
+      // pending prefixes of requests the snapshot no longer has (their `freed` was lost) go
+      for (const id of [...s.pendingIds.keys()]) if (!live.has(id)) this.unpend(s, id);
       s.exact = true;
       s.snapshotAt = now;
     } else {
       for (const o of m.ops) {
-        if (o.op === "added") s.table.add(o.entry.id, { workerKey: o.entry.workerKey, blocks: o.entry.blocks, prefillBlocks: o.entry.prefillBlocks });
-        else if (o.op === "prefilled") s.table.prefilled(o.id);
-        else s.table.remove(o.id);
+        if (o.op === "added") {
+          if (s.table.add(o.entry.id, { workerKey: o.entry.workerKey, blocks: o.entry.blocks, prefillBlocks: o.entry.prefillBlocks }) && o.prefix && this.pending)
+            s.pendingIds.set(o.entry.id, this.pending.add(o.entry.workerKey, o.prefix));
+        } else if (o.op === "prefilled") s.table.prefilled(o.id);
+        else {
+          s.table.remove(o.id);
+          this.unpend(s, o.id);
+        }
       }
     }
     return { kind: "applied", via, missed, previous };
+  }
+
+  private unpend(s: Extract<PeerState, { kind: "following" }>, id: number): void {
+    const pid = s.pendingIds.get(id);
+    if (pid === undefined) return;
+    s.pendingIds.delete(id);
+    this.pending!.remove(pid);
+  }
+
+  private clearTable(s: Extract<PeerState, { kind: "following" }>): void {
+    s.table.clear();
+    for (const pid of s.pendingIds.values()) this.pending!.remove(pid);
+    s.pendingIds.clear();
   }
 
   /** Drops every followed peer whose last snapshot is older than `timeoutMs`; returns them. */

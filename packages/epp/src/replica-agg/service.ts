@@ -45,7 +45,8 @@ export async function startReplicaAgg(o: {
       metrics.aggBytes.inc({ direction: "sent" }, bytes);
     },
   });
-  const state = new PeerLoads(replica);
+  // Peers' requests count as in flight where they were routed, as this replica's own do.
+  const state = new PeerLoads(replica, o.load.pending);
   const subscribers = new AggSubscribers({
     state,
     timeoutMs: config.timeoutMs,

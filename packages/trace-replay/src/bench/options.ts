@@ -44,9 +44,9 @@ const schema = z.object({
   "agg-loss": z.coerce.number().min(0).max(1).default(DEFAULT_AGG_SIM.loss),
   policies: z.string().default(POLICY_NAMES.join(",")),
   "event-lag-ms": nonNegative.default(10),
-  // The EPP's --inflight-prefix (its default): own (each replica its own routed requests' prefixes, as
-  // the EPP keeps them), shared (every replica's, with no lag: an upper bound for sending them over
-  // replica-agg), off.
+  // The EPP's --inflight-prefix (its default): own (each replica its own routed requests' prefixes, and
+  // with replica-agg its peers' as they arrive over it, as the EPP keeps them), shared (every
+  // replica's at once, with no lag: the bound for what replica-agg carries), off.
   "inflight-prefix": z.enum(["own", "shared", "off"]).default(INFLIGHT_PREFIX_DEFAULT ? "own" : "off"),
   seed: z.coerce.number().int().default(1),
   // The EPP's defaults (packages/epp picker/cost.ts DEFAULT_WEIGHTS).

@@ -43,8 +43,9 @@ export type ReplayOptions = {
   weights: Weights;
   /**
    * in-flight prefixes (the EPP's --inflight-prefix): `own`, each replica those of its own routed
-   * requests, as the EPP keeps them; `shared`, every replica all of them at once (what sending them
-   * over replica-agg with no lag would give); `off` or absent: none
+   * requests, and with replica-agg on its peers' as they arrive over it (as the EPP does); `shared`,
+   * every replica all of them at once, with no lag (a bound for what replica-agg can carry); `off` or
+   * absent: none
    */
   inflightPrefix?: InflightPrefixMode;
   /** the EPP's --queue-threshold; 0 (off) when absent */
@@ -146,7 +147,7 @@ export function replayPolicy(trace: readonly TraceRecord[], policy: PolicyName, 
   // One replica needs no sharing; several share through the simulated replica-agg when it is on.
   const agg =
     opts.replicaAgg && spec.usesRouterLoad && ownLoads.length > 1
-      ? new SimReplicaAgg(queue, ownLoads, opts.agg ?? DEFAULT_AGG_SIM, seededRandom(opts.seed + 104729))
+      ? new SimReplicaAgg(queue, ownLoads, opts.agg ?? DEFAULT_AGG_SIM, seededRandom(opts.seed + 104729), opts.inflightPrefix === "own")
       : undefined;
   routers = ownLoads.map((ownLoad, r) => {
     const ctx: ReplicaContext = {

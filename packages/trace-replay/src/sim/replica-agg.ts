@@ -3,7 +3,9 @@
 // which at these rates is one change), each peer receives them `lagMs` later into epp's PeerLoads
 // (same dup/gap/restart/timeout rules), a snapshot of each replica's active set goes out every
 // `heartbeatMs`, and silent peers are swept against `timeoutMs`. `loss` drops messages at random, so
-// gaps, phantoms until the next snapshot and timeouts happen as they would on a lossy link.
+// gaps, phantoms until the next snapshot and timeouts happen as they would on a lossy link. With
+// `prefixes`, a replica's requests carry their prefix keys to its peers' PendingPrefixes, as the EPP's
+// do with in-flight prefixes on (the `added` op's prefix).
 import { ActiveLoad, AggOutbox, PeerLoads, opOf, sumLoad, type AggMessage, type LoadView } from "../upstream.ts";
 import type { EventQueue } from "./event-queue.ts";
 
@@ -33,9 +35,10 @@ export class SimReplicaAgg {
     private readonly loads: readonly ActiveLoad[],
     private readonly o: AggSimOptions,
     private readonly random: () => number,
+    prefixes = false,
   ) {
     this.outboxes = loads.map((_, r) => new AggOutbox(`replica-${r}`));
-    this.peers = loads.map((_, r) => new PeerLoads(`replica-${r}`));
+    this.peers = loads.map((load, r) => new PeerLoads(`replica-${r}`, prefixes ? load.pending : undefined));
     loads.forEach((load, r) => load.observe((c) => this.send(r, this.outboxes[r]!.delta([opOf(c)]))));
     this.heartbeat();
   }
