@@ -39,6 +39,7 @@ export function ensureFreeRun(pages: u32): bool {
     const last = runCount - 1;
     if (load<u32>(runAt(last)) + load<u32>(runAt(last), 4) == end) tail = load<u32>(runAt(last), 4);
   }
+  if (tail == 0 && runCount == MAX_RUNS) return false; // no room to record the run (pathological fragmentation)
   if (memory.grow(<i32>(pages - tail)) < 0) return false;
   givePages(end, pages - tail); // merges with the tail run
   return true;
