@@ -16,7 +16,7 @@ export { Picker, type CostModel } from "./picker/picker.ts";
 export { LatencyModel, uncachedTokens } from "./picker/latency.ts";
 export type { Candidate } from "./workers/registry.ts";
 export { ActiveLoad, sumLoad, type Lease, type LoadView } from "./picker/load.ts";
-export { PendingPrefixes, prefixKeys, DEFAULT_PENDING, INFLIGHT_PREFIX_DEFAULT, type PendingView, type PrefixKeys } from "./picker/pending.ts";
+export { combinedPending, PendingPrefixes, prefixKeys, DEFAULT_PENDING, INFLIGHT_PREFIX_DEFAULT, type PendingView, type PrefixKeys } from "./picker/pending.ts";
 // replica-agg's sending numbering and receiving state, so a simulation runs the same rules in virtual time.
 export { AggOutbox } from "./replica-agg/publisher.ts";
 export { PeerLoads } from "./replica-agg/peer-loads.ts";

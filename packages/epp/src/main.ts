@@ -14,7 +14,7 @@ import { StreamHandoff } from "./handoff/handoff.ts";
 import { indexerKey, Indexers } from "./indexers/indexers.ts";
 import { createMetrics, type Metrics } from "./metrics.ts";
 import { ActiveLoad, sumLoad } from "./picker/load.ts";
-import { DEFAULT_PENDING, PendingPrefixes } from "./picker/pending.ts";
+import { combinedPending, DEFAULT_PENDING, PendingPrefixes } from "./picker/pending.ts";
 import { LatencyModel } from "./picker/latency.ts";
 import { Picker } from "./picker/picker.ts";
 import { RoutingQuality } from "./picker/quality.ts";
@@ -90,10 +90,13 @@ export async function startEpp(cfg: EppConfig, o: { log?: Logger; kubeConfig?: K
   // This replica's in-flight load; its peers' (replica-agg) is added to it in the cost function.
   const inflight = cfg.picker.inflightPrefix;
   // The blocks of this replica's requests in flight count as overlap where they were routed (picker/pending.ts).
-  const pending = inflight.mode === "on" ? new PendingPrefixes({ ...DEFAULT_PENDING, maxBlocks: inflight.maxBlocks, ttlMs: inflight.ttlMs }) : undefined;
+  const newPending = () => (inflight.mode === "on" ? new PendingPrefixes({ ...DEFAULT_PENDING, maxBlocks: inflight.maxBlocks, ttlMs: inflight.ttlMs }) : undefined);
+  const pending = newPending();
+  // Peers' prefixes (over replica-agg) under bounds of their own, so no peer can evict this replica's.
+  const peerPending = cfg.replicaAgg.mode === "on" ? newPending() : undefined;
   const load = new ActiveLoad(pending);
   const replicaAgg = cfg.replicaAgg.mode === "on"
-    ? await startReplicaAgg({ config: cfg.replicaAgg, listen: cfg.listen, port: cfg.ports.replicaAgg, podIp: cfg.podIp, load, metrics, log: log.child({ component: "replica-agg" }), kube })
+    ? await startReplicaAgg({ config: cfg.replicaAgg, listen: cfg.listen, port: cfg.ports.replicaAgg, podIp: cfg.podIp, load, pending: peerPending, metrics, log: log.child({ component: "replica-agg" }), kube })
     : undefined;
   // Observed TTFTs calibrate the latency model, which the latency cost and explanations read.
   const latency = new LatencyModel();
@@ -105,7 +108,7 @@ export async function startEpp(cfg: EppConfig, o: { log?: Logger; kubeConfig?: K
     workerMetrics: (endpoint) => workers.metricsOf(endpoint),
     options: cfg.picker,
     latency,
-    pending,
+    pending: pending && peerPending ? combinedPending([pending, peerPending]) : pending,
   });
 
   // Servers come up first so liveness answers during discovery and recovery, and cold peers see
@@ -147,6 +150,7 @@ export async function startEpp(cfg: EppConfig, o: { log?: Logger; kubeConfig?: K
       metrics.inflightPrefixDropped.set({ reason: "expired" }, pending.drops.expired);
       metrics.inflightPrefixDropped.set({ reason: "evicted" }, pending.drops.evicted);
     }
+    if (peerPending) metrics.inflightPrefixPeerBlocks.set(peerPending.blocks);
   }));
   log.info(
     { grpc: extProc.port, grpcHealth: grpcHealth.port, selection: selection.port, metrics: metricsServer.port, replicaAgg: replicaAgg?.endpoint, listen: cfg.listen },

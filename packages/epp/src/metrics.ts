@@ -63,7 +63,12 @@ export function createMetrics() {
     inflight: new Gauge({ name: "dynamo_epp_inflight_requests", help: "requests routed and not finished", registers: [registry] }),
     inflightPrefixBlocks: new Gauge({
       name: "dynamo_epp_inflight_prefix_blocks",
-      help: "prefix blocks of requests routed and not ended, counted as overlap where they were routed (--inflight-prefix)",
+      help: "prefix blocks of requests this replica routed and that have not ended, counted as overlap where they were routed (--inflight-prefix)",
+      registers: [registry],
+    }),
+    inflightPrefixPeerBlocks: new Gauge({
+      name: "dynamo_epp_inflight_prefix_peer_blocks",
+      help: "prefix blocks of requests peer replicas routed and that have not ended, as replica-agg told them, held under bounds of their own",
       registers: [registry],
     }),
     inflightPrefixDropped: new Gauge({

@@ -1,7 +1,7 @@
 import { describe, expect, test } from "bun:test";
 import fc from "fast-check";
 import { ActiveLoad } from "./load.ts";
-import { PendingPrefixes, prefixKeys } from "./pending.ts";
+import { combinedPending, DEFAULT_PENDING, PendingPrefixes, prefixKeys } from "./pending.ts";
 
 const WORKERS = ["w0", "w1", "w2"];
 const SCOPE = "m:t";
@@ -137,4 +137,16 @@ describe("in-flight prefixes", () => {
     expect(() => new PendingPrefixes({ maxBlocks: 0, maxEntries: 1, ttlMs: 1 })).toThrow(RangeError);
     expect(() => new PendingPrefixes({ maxBlocks: 1, maxEntries: 0, ttlMs: 1 })).toThrow(RangeError);
   });
+});
+
+test("a combined view gives, per worker, the longest pending prefix of any of its views", () => {
+  const own = new PendingPrefixes(DEFAULT_PENDING);
+  const peers = new PendingPrefixes(DEFAULT_PENDING);
+  own.add("a", Float64Array.of(1, 2));
+  peers.add("a", Float64Array.of(1, 2, 3));
+  peers.add("b", Float64Array.of(1));
+  own.add("c", Float64Array.of(1, 2, 3, 4));
+  const out = new Map<string, number>();
+  combinedPending([own, peers]).overlapsInto(Float64Array.of(1, 2, 3, 9), out);
+  expect(out).toEqual(new Map([["a", 3], ["b", 1], ["c", 3]]));
 });

@@ -49,6 +49,23 @@ export interface PendingView {
   overlapsInto(keys: PrefixKeys, out: Map<string, number>): void;
 }
 
+/**
+ * Several views read as one: per worker, the longest pending prefix in any of them (this replica's own
+ * requests and, kept apart under their own bounds, its peers').
+ */
+export function combinedPending(views: readonly PendingView[]): PendingView {
+  const part = new Map<string, number>();
+  return {
+    overlapsInto(keys, out) {
+      views[0]!.overlapsInto(keys, out);
+      for (let i = 1; i < views.length; i++) {
+        views[i]!.overlapsInto(keys, part);
+        for (const [w, n] of part) if (n > (out.get(w) ?? 0)) out.set(w, n);
+      }
+    },
+  };
+}
+
 export type PendingOptions = {
   /** Most prefix keys held over all entries; the oldest entries leave first past it (> 0). */
   maxBlocks: number;

@@ -13,8 +13,10 @@ export const AGG_VERSION = 1;
 export type AggEntry = { id: number; workerKey: string; blocks: number; prefillBlocks: number };
 
 /**
- * Most prefix keys an `added` op carries (the cost's prefix cap, `--prefix-cap-blocks`, is 256 by
- * default: overlap past it changes no score): 4 KiB a request at most.
+ * Most prefix keys an `added` op carries: 4 KiB a request at most. The default score shape caps the
+ * prefix at 256 blocks (`--prefix-cap-blocks`), so past 512 a peer's pending overlap changes no default
+ * score; the blocks shape and the latency cost count the whole overlap, and see a peer's request as at
+ * most 512 blocks pending.
  */
 export const AGG_PREFIX_MAX_KEYS = 512;
 
@@ -72,10 +74,16 @@ function prefixBytes(keys: PrefixKeys): Uint8Array {
   return out;
 }
 
-function decodePrefix(v: unknown): PrefixKeys {
-  if (!(v instanceof Uint8Array) || v.length % 8 !== 0 || v.length > AGG_PREFIX_MAX_KEYS * 8) throw new AggDecodeError(`prefix: expected a bin of at most ${AGG_PREFIX_MAX_KEYS} 8-byte keys`);
+/**
+ * A prefix bin: a whole number of 8-byte keys, each a non-negative integer below 2^53 (else the message
+ * is malformed). Keys past AGG_PREFIX_MAX_KEYS are left out, so a later sender with a higher cap still
+ * interoperates; an empty bin is no prefix.
+ */
+function decodePrefix(v: unknown): PrefixKeys | undefined {
+  if (!(v instanceof Uint8Array) || v.length % 8 !== 0) throw new AggDecodeError("prefix: expected a bin of 8-byte keys");
+  if (v.length === 0) return undefined;
   const view = new DataView(v.buffer, v.byteOffset, v.length);
-  const keys = new Float64Array(v.length / 8);
+  const keys = new Float64Array(Math.min(v.length / 8, AGG_PREFIX_MAX_KEYS));
   for (let i = 0; i < keys.length; i++) {
     const k = view.getFloat64(i * 8, true);
     if (!Number.isSafeInteger(k) || k < 0) throw new AggDecodeError("prefix: a key is not a non-negative integer below 2^53");
@@ -119,7 +127,8 @@ function decodeOp(raw: unknown): AggOp {
     case OP.added: {
       const entry = decodeEntry(array(raw, "added op", 6), 1);
       // a 7th element is the prefix (a sender without in-flight prefixes, or an older one, sends none)
-      return a.length > 6 && a[6] !== null ? { op: "added", entry, prefix: decodePrefix(a[6]) } : { op: "added", entry };
+      const prefix = a.length > 6 && a[6] !== null ? decodePrefix(a[6]) : undefined;
+      return prefix ? { op: "added", entry, prefix } : { op: "added", entry };
     }
     case OP.prefilled:
       return { op: "prefilled", id: count(a[1], "id") };

@@ -29,6 +29,32 @@ export function newReplicaId(): string {
 
 const TOPIC = new TextEncoder().encode(AGG_TOPIC);
 
+/**
+ * Prefix keys one delta carries at most (512 KiB of them): a turn's changes past it go out as further
+ * deltas, in order, so no message nears a subscriber's 8 MiB frame bound however many requests one
+ * event-loop turn routes (a delta over it would close the session and drop this replica's whole load there).
+ */
+export const DELTA_MAX_PREFIX_KEYS = 1 << 16;
+
+/** One turn's ops cut into deltas of at most DELTA_MAX_PREFIX_KEYS prefix keys each (an op is never split). */
+export function deltaParts(ops: AggOp[], maxKeys = DELTA_MAX_PREFIX_KEYS): AggOp[][] {
+  const parts: AggOp[][] = [];
+  let part: AggOp[] = [];
+  let keys = 0;
+  for (const o of ops) {
+    const n = o.op === "added" ? (o.prefix?.length ?? 0) : 0;
+    if (keys + n > maxKeys && part.length > 0) {
+      parts.push(part);
+      part = [];
+      keys = 0;
+    }
+    part.push(o);
+    keys += n;
+  }
+  if (part.length > 0) parts.push(part);
+  return parts;
+}
+
 export class AggPublisher {
   private readonly outbox: AggOutbox;
   private pending: AggOp[] = [];
@@ -95,7 +121,7 @@ export class AggPublisher {
     if (this.pending.length === 0 || this.closed) return;
     const ops = this.pending;
     this.pending = [];
-    this.send(this.outbox.delta(ops));
+    for (const part of deltaParts(ops)) this.send(this.outbox.delta(part));
   }
 
   private send(m: AggMessage): void {

@@ -6,6 +6,7 @@ import type { Logger } from "pino";
 import type { ReplicaAggConfig } from "../config.ts";
 import type { Metrics } from "../metrics.ts";
 import type { ActiveLoad, LoadView } from "../picker/load.ts";
+import type { PendingPrefixes } from "../picker/pending.ts";
 import { endpointSlicePeers, staticPeers, type PeerSource } from "./discovery.ts";
 import { AggPublisher, newReplicaId } from "./publisher.ts";
 import { PeerLoads, type PeerStatus } from "./peer-loads.ts";
@@ -28,6 +29,8 @@ export async function startReplicaAgg(o: {
   port: number;
   podIp?: string;
   load: ActiveLoad;
+  /** Where peers' requests with prefix keys are recorded as in flight (absent: their keys are ignored). */
+  pending?: PendingPrefixes;
   metrics: Metrics;
   log: Logger;
   kube: () => KubeConfig;
@@ -46,7 +49,7 @@ export async function startReplicaAgg(o: {
     },
   });
   // Peers' requests count as in flight where they were routed, as this replica's own do.
-  const state = new PeerLoads(replica, o.load.pending);
+  const state = new PeerLoads(replica, o.pending);
   const subscribers = new AggSubscribers({
     state,
     timeoutMs: config.timeoutMs,

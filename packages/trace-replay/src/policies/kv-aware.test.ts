@@ -100,6 +100,7 @@ describe("one decision for the EPP and the simulation", () => {
           workerKeys: keys,
           random: seededRandom(s.seed),
           ownLoad: load,
+          pending: load.pending,
           load,
           index,
           modelKey: MODEL_KEY,

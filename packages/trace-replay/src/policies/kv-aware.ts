@@ -18,7 +18,7 @@ function kvPolicy(name: PolicyName, cost: CostModel, knows: string): PolicySpec 
       /** Scraped waiting at the pick, per request in flight: the calibration sample's queue. */
       const waitingAtPick = new Map<number, number>();
       // In-flight prefixes, as the EPP's Picker reads them: the picked request's keys go with its lease.
-      const pending = ctx.ownLoad.pending;
+      const pending = ctx.pending;
       const pendingOverlaps = new Map<string, number>();
       let picked: { id: number; keys: PrefixKeys } | undefined;
       const router = withRouterLoad(ctx, (req) => {

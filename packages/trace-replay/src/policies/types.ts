@@ -1,5 +1,5 @@
 import type { KvIndex } from "@kv-epp/index-wasm";
-import type { ActiveLoad, LoadView, Weights } from "../upstream.ts";
+import type { ActiveLoad, LoadView, PendingView, Weights } from "../upstream.ts";
 import type { SimRequest } from "../sim/request.ts";
 import type { SimWorker } from "../sim/worker.ts";
 
@@ -17,6 +17,8 @@ export type ReplicaContext = {
    * prefixes its `pending` holds the prefixes of the requests they lease
    */
   ownLoad: ActiveLoad;
+  /** the in-flight prefixes it reads: its own requests' and, with replica-agg, its peers' as delivered */
+  pending?: PendingView;
   /** the model's index key: scopes the in-flight prefix keys as the EPP's indexer key does */
   modelKey: string;
   /** the load it picks on: its own, plus its peers' as replica-agg delivers them when that is on */

@@ -147,7 +147,7 @@ export function replayPolicy(trace: readonly TraceRecord[], policy: PolicyName, 
   // One replica needs no sharing; several share through the simulated replica-agg when it is on.
   const agg =
     opts.replicaAgg && spec.usesRouterLoad && ownLoads.length > 1
-      ? new SimReplicaAgg(queue, ownLoads, opts.agg ?? DEFAULT_AGG_SIM, seededRandom(opts.seed + 104729), opts.inflightPrefix === "own")
+      ? new SimReplicaAgg(queue, ownLoads, opts.agg ?? DEFAULT_AGG_SIM, seededRandom(opts.seed + 104729), opts.inflightPrefix === "own" ? ownLoads.map(() => newPending()) : undefined)
       : undefined;
   routers = ownLoads.map((ownLoad, r) => {
     const ctx: ReplicaContext = {
@@ -155,6 +155,7 @@ export function replayPolicy(trace: readonly TraceRecord[], policy: PolicyName, 
       workerKeys,
       random: r === 0 ? random : seededRandom(opts.seed + 7919 * r),
       ownLoad,
+      pending: agg ? agg.pendingView(r) : ownLoad.pending,
       load: agg ? agg.view(r) : ownLoad,
       index,
       modelKey: SIM_MODEL_KEY,

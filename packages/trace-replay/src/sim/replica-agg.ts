@@ -6,7 +6,7 @@
 // gaps, phantoms until the next snapshot and timeouts happen as they would on a lossy link. With
 // `prefixes`, a replica's requests carry their prefix keys to its peers' PendingPrefixes, as the EPP's
 // do with in-flight prefixes on (the `added` op's prefix).
-import { ActiveLoad, AggOutbox, PeerLoads, opOf, sumLoad, type AggMessage, type LoadView } from "../upstream.ts";
+import { ActiveLoad, AggOutbox, combinedPending, PeerLoads, opOf, sumLoad, type AggMessage, type LoadView, type PendingPrefixes, type PendingView } from "../upstream.ts";
 import type { EventQueue } from "./event-queue.ts";
 
 export type AggSimOptions = {
@@ -35,12 +35,20 @@ export class SimReplicaAgg {
     private readonly loads: readonly ActiveLoad[],
     private readonly o: AggSimOptions,
     private readonly random: () => number,
-    prefixes = false,
+    /** Per replica, where its peers' prefixes go (the EPP keeps them apart from its own); absent: not carried. */
+    private readonly peerPending?: readonly PendingPrefixes[],
   ) {
     this.outboxes = loads.map((_, r) => new AggOutbox(`replica-${r}`));
-    this.peers = loads.map((load, r) => new PeerLoads(`replica-${r}`, prefixes ? load.pending : undefined));
+    this.peers = loads.map((_, r) => new PeerLoads(`replica-${r}`, peerPending?.[r]));
     loads.forEach((load, r) => load.observe((c) => this.send(r, this.outboxes[r]!.delta([opOf(c)]))));
     this.heartbeat();
+  }
+
+  /** The in-flight prefixes replica r's picker reads: its own requests' and its peers' as received. */
+  pendingView(r: number): PendingView | undefined {
+    const own = this.loads[r]!.pending;
+    const peers = this.peerPending?.[r];
+    return own && peers ? combinedPending([own, peers]) : own;
   }
 
   /** What replica r's picker reads: its own load plus its peers' as received. */
