@@ -108,7 +108,7 @@ export async function startEpp(cfg: EppConfig, o: { log?: Logger; kubeConfig?: K
     workerMetrics: (endpoint) => workers.metricsOf(endpoint),
     options: cfg.picker,
     latency,
-    pending: pending && peerPending ? combinedPending([pending, peerPending]) : pending,
+    pending: combinedPending([pending, peerPending]),
   });
 
   // Servers come up first so liveness answers during discovery and recovery, and cold peers see

@@ -1203,8 +1203,10 @@ function tableReserve(t: i32, entries: u32): void {
 export function reserveTables(residencies: u32): bool {
   const entries = min<u32>(residencies, MAX_NODE_ID);
   const cap = max<u32>(MIN_TABLE, <u32>(<u64>entries * 8 / 5));
+  // the rebuild rounds the table up to whole pages, and its buckets follow the rounded size
+  const slots = wholeTableSlots(cap);
   let pages: u32 = 0;
-  for (let t: i32 = 0; t < 2; t++) if (capOf(t) < cap) pages += pagesFor(usable(<usize>cap << 2)) + rebuildScratchPages(cap);
+  for (let t: i32 = 0; t < 2; t++) if (capOf(t) < cap) pages += pagesFor(<usize>slots << 2) + rebuildScratchPages(slots);
   if (pages > 0 && !ensureFreeRun(pages)) return false;
   if (entries > reservedEntries) reservedEntries = entries;
   if (capOf(CHILD) < cap) tableRebuildTo(CHILD, cap);
@@ -1326,7 +1328,7 @@ export function tableRebuilds(): u32 { return rebuilds; }
 function tableRebuildTo(t: i32, cap: u32): void {
   rebuilds++;
   free(slotsOf(t), <usize>capOf(t) << 2);
-  cap = <u32>(usable(<usize>cap << 2) >> 2); // a table in whole pages uses all of them
+  cap = wholeTableSlots(cap);
   tableInit(t, cap);
   rbSlots = slotsOf(t);
   rbCap = cap;
@@ -1340,7 +1342,7 @@ function tableRebuildTo(t: i32, cap: u32): void {
   const bits = rebuildBucketBits(cap);
   const buckets: u32 = 1 << bits;
   rbShift = ceilLog - bits;
-  const bucketBytes = (<usize>buckets * REBUILD_BUCKET_CAP) << 3;
+  const bucketBytes = rebuildBucketBytes(buckets);
   rbBuckets = alloc(bucketBytes);
   rbFill = allocZeroed(<usize>buckets << 2);
   rbEmitAll(t);
@@ -1352,12 +1354,17 @@ function tableRebuildTo(t: i32, cap: u32): void {
 /** log2 of the buckets a rebuild into `cap` slots uses (tables of BUCKETED_REBUILD_MIN slots or more). */
 function rebuildBucketBits(cap: u32): u32 { return min<u32>(REBUILD_BUCKET_BITS, (32 - <u32>clz<u32>(cap - 1)) - 8); }
 
+@inline function rebuildBucketBytes(buckets: u32): usize { return (<usize>buckets * REBUILD_BUCKET_CAP) << 3; }
+
 /** Pages a rebuild into `cap` slots takes besides the table: its buckets and their fill counts. */
 function rebuildScratchPages(cap: u32): u32 {
   if (cap < BUCKETED_REBUILD_MIN) return 0;
-  const buckets = <usize>1 << rebuildBucketBits(cap);
-  return pagesFor((buckets * REBUILD_BUCKET_CAP) << 3) + pagesFor(buckets << 2);
+  const buckets: u32 = 1 << rebuildBucketBits(cap);
+  return pagesFor(rebuildBucketBytes(buckets)) + pagesFor(<usize>buckets << 2);
 }
+
+/** The slots a table of at least `cap` gets: a table in whole pages uses all of them. */
+@inline function wholeTableSlots(cap: u32): u32 { return <u32>(usable(<usize>cap << 2) >> 2); }
 
 const BUCKETED_REBUILD_MIN: u32 = 1 << 16;
 const REBUILD_BUCKET_BITS: u32 = 12;

@@ -32,17 +32,26 @@ export function pagesFor(bytes: usize): u32 { return <u32>((bytes + 0xFFFF) >> P
  */
 export function ensureFreeRun(pages: u32): bool {
   if (!ready) setUp();
-  for (let i: u32 = 0; i < runCount; i++) if (load<u32>(runAt(i), 4) >= pages) return true;
+  if (firstFit(pages) >= 0) return true;
   const end = <u32>memory.size();
-  let tail: u32 = 0;
-  if (runCount > 0) {
-    const last = runCount - 1;
-    if (load<u32>(runAt(last)) + load<u32>(runAt(last), 4) == end) tail = load<u32>(runAt(last), 4);
-  }
+  const tail = tailPages(end);
   if (tail == 0 && runCount == MAX_RUNS) return false; // no room to record the run (pathological fragmentation)
   if (memory.grow(<i32>(pages - tail)) < 0) return false;
   givePages(end, pages - tail); // merges with the tail run
   return true;
+}
+
+/** The first free run of at least `pages` pages, or -1. */
+function firstFit(pages: u32): i32 {
+  for (let i: u32 = 0; i < runCount; i++) if (load<u32>(runAt(i), 4) >= pages) return <i32>i;
+  return -1;
+}
+
+/** Pages of the free run that ends where memory ends (the last run, when it does), else 0. */
+function tailPages(end: u32): u32 {
+  if (runCount == 0) return 0;
+  const start = load<u32>(runAt(runCount - 1)), n = load<u32>(runAt(runCount - 1), 4);
+  return start + n == end ? n : 0;
 }
 
 /** TLSF must take its pool before the first page is grown, or its initialisation would claim those pages. */
@@ -53,34 +62,26 @@ function setUp(): void {
 
 function takePages(pages: u32): usize {
   freshFrom = usize.MAX_VALUE;
-  for (let i: u32 = 0; i < runCount; i++) {
+  const fit = firstFit(pages);
+  if (fit >= 0) {
+    const i = <u32>fit;
     const start = load<u32>(runAt(i)), n = load<u32>(runAt(i), 4);
-    if (n >= pages) {
-      if (n == pages) {
-        memory.copy(runAt(i), runAt(i + 1), <usize>(runCount - i - 1) << 3);
-        runCount--;
-      } else {
-        store<u32>(runAt(i), start + pages);
-        store<u32>(runAt(i), n - pages, 4);
-      }
-      return <usize>start << PAGE_BITS;
+    if (n == pages) {
+      memory.copy(runAt(i), runAt(i + 1), <usize>(runCount - i - 1) << 3);
+      runCount--;
+    } else {
+      store<u32>(runAt(i), start + pages);
+      store<u32>(runAt(i), n - pages, 4);
     }
+    return <usize>start << PAGE_BITS;
   }
   const end = <u32>memory.size();
   // a free run that ends at the end of memory only needs the difference grown
-  if (runCount > 0) {
-    const last = runCount - 1;
-    const start = load<u32>(runAt(last)), n = load<u32>(runAt(last), 4);
-    if (start + n == end) {
-      if (memory.grow(<i32>(pages - n)) < 0) unreachable();
-      runCount--;
-      freshFrom = <usize>end << PAGE_BITS;
-      return <usize>start << PAGE_BITS;
-    }
-  }
-  if (memory.grow(<i32>pages) < 0) unreachable();
+  const tail = tailPages(end);
+  if (memory.grow(<i32>(pages - tail)) < 0) unreachable();
+  if (tail > 0) runCount--;
   freshFrom = <usize>end << PAGE_BITS;
-  return <usize>end << PAGE_BITS;
+  return <usize>(end - tail) << PAGE_BITS;
 }
 
 function givePages(start: u32, pages: u32): void {

@@ -99,15 +99,17 @@ function ingestion(): void {
   // the same events with hashes in BigUint64Arrays, added through the batch builder (one memcpy per
   // hash array instead of a BigInt conversion per block)
   const typed = batches(typedEvents(events), 256);
+  /** Adds groups of typed events through the builder, one apply per group. */
+  const addTyped = (index: KvIndex, groups: Typed[][]) => {
+    const b = index.batch();
+    for (const g of groups) {
+      for (const e of g) b.stored(e.worker, null, e.ext, e.tok);
+      b.apply();
+    }
+  };
   const builderRate = rate("wasm batch() builder (typed arrays)", blocks, 5, () => {
     const index = KvIndex.create({ blockSize: 16 });
-    return () => {
-      const b = index.batch();
-      for (const g of typed) {
-        for (const e of g) b.stored(e.worker, null, e.ext, e.tok);
-        b.apply();
-      }
-    };
+    return () => addTyped(index, typed);
   });
   // the same shape of events with token ids instead of tokens hashes, as the EPP feeds them: each block's
   // 16 ids are hashed (XXH3) inside the index's module straight into the batch
@@ -117,15 +119,17 @@ function ingestion(): void {
     const w = pickId() % ws.length;
     return { worker: ws[w]!, ids, ext: BigUint64Array.from(storedBlocks(computeBlockHashes(ids, 16), w), (b) => b.blockHash) };
   });
+  /** Adds the token-id events through the builder, batches of 256. */
+  const addIds = (index: KvIndex) => {
+    const b = index.batch();
+    for (let i = 0; i < idEvents.length; i += 256) {
+      for (let j = i; j < Math.min(i + 256, idEvents.length); j++) { const e = idEvents[j]!; b.stored(e.worker, null, e.ext, { tokenIds: e.ids }); }
+      b.apply();
+    }
+  };
   rate("wasm builder from token ids (hashed in the index)", blocks, 5, () => {
     const index = KvIndex.create({ blockSize: 16 });
-    return () => {
-      const b = index.batch();
-      for (let i = 0; i < idEvents.length; i += 256) {
-        for (let j = i; j < Math.min(i + 256, idEvents.length); j++) { const e = idEvents[j]!; b.stored(e.worker, null, e.ext, { tokenIds: e.ids }); }
-        b.apply();
-      }
-    };
+    return () => addIds(index);
   });
   // vLLM does not deduplicate: a prompt computed again stores its blocks again (a copy each). Here one
   // event in four repeats an earlier event of the same worker, so a quarter of the blocks add copies.
@@ -139,58 +143,30 @@ function ingestion(): void {
   const repeatBlocks = withRepeats.reduce((n, e) => n + e.ext.length, 0);
   rate("wasm builder, 1 in 4 events a repeat", repeatBlocks, 5, () => {
     const index = KvIndex.create({ blockSize: 16 });
-    return () => {
-      const b = index.batch();
-      for (const g of batches(withRepeats, 256)) {
-        for (const e of g) b.stored(e.worker, null, e.ext, e.tok);
-        b.apply();
-      }
-    };
+    return () => addTyped(index, batches(withRepeats, 256));
   });
   // the same into an index sized up front (KvIndex.create({ expected }), as a recovery that knows the
   // dump's size does): no table rebuilds while it fills, so this line shows what the rebuilds cost
   rate("wasm builder, presized index", blocks, 5, () => {
     const index = KvIndex.create({ blockSize: 16, expected: { blocks: 510_000, residencies: 730_000 } });
-    return () => {
-      const b = index.batch();
-      for (const g of typed) {
-        for (const e of g) b.stored(e.worker, null, e.ext, e.tok);
-        b.apply();
-      }
-    };
+    return () => addTyped(index, typed);
   });
   // the same into an empty index reserved for the residencies it ends with, as the EPP reserves its
   // ranks' num_gpu_blocks summed (a pool whose caches fill up to what they can hold): no table grows
   const full = (() => {
     const index = KvIndex.create({ blockSize: 16 });
-    const b = index.batch();
-    for (const g of typed) {
-      for (const e of g) b.stored(e.worker, null, e.ext, e.tok);
-      b.apply();
-    }
+    addTyped(index, typed);
     return index.stats().residencies;
   })();
   rate("wasm builder, reserved (KvIndex.reserve)", blocks, 5, () => {
     const index = KvIndex.create({ blockSize: 16 });
     index.reserve(full);
-    return () => {
-      const b = index.batch();
-      for (const g of typed) {
-        for (const e of g) b.stored(e.worker, null, e.ext, e.tok);
-        b.apply();
-      }
-    };
+    return () => addTyped(index, typed);
   });
   rate("wasm builder from token ids, reserved", blocks, 5, () => {
     const index = KvIndex.create({ blockSize: 16 });
     index.reserve(full);
-    return () => {
-      const b = index.batch();
-      for (let i = 0; i < idEvents.length; i += 256) {
-        for (let j = i; j < Math.min(i + 256, idEvents.length); j++) { const e = idEvents[j]!; b.stored(e.worker, null, e.ext, { tokenIds: e.ids }); }
-        b.apply();
-      }
-    };
+    return () => addIds(index);
   });
   console.log(`  wasm / reference per CPU-second: applyEvents ${fmt(wasmRate / refRate, 1)}x, builder ${fmt(builderRate / refRate, 1)}x`);
 }

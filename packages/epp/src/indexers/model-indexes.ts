@@ -152,7 +152,7 @@ export class ModelIndexes {
     if (!this.reserving || target <= this.reservedFor * RESERVE_STEP) return;
     if (target < residencies) this.log?.warn({ residencies, reserved: target }, "the ranks' KV capacity is above the index's limit: tables reserved for the limit");
     this.reservedFor = target;
-    for (const ix of this.byKey.values()) if (!ix.index.trapped) this.reserved(ix.index); // a trapped one is replaced, reserved, on its next use
+    for (const ix of this.byKey.values()) this.reserved(ix.index); // a trapped one is skipped: replaced, reserved, on its next use
     if (this.reserving) this.log?.info({ residencies: target }, "KV index tables reserved for the ranks' KV capacity");
     this.metrics.indexReserved.set(this.reserving ? target : 0);
   }

@@ -147,6 +147,9 @@ test("a combined view gives, per worker, the longest pending prefix of any of it
   peers.add("b", Float64Array.of(1));
   own.add("c", Float64Array.of(1, 2, 3, 4));
   const out = new Map<string, number>();
-  combinedPending([own, peers]).overlapsInto(Float64Array.of(1, 2, 3, 9), out);
+  combinedPending([own, peers])!.overlapsInto(Float64Array.of(1, 2, 3, 9), out);
   expect(out).toEqual(new Map([["a", 3], ["b", 1], ["c", 3]]));
+  // absent views are left out: one is itself, none is no view
+  expect(combinedPending([own, undefined])).toBe(own);
+  expect(combinedPending([undefined, undefined])).toBeUndefined();
 });

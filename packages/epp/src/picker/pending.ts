@@ -51,9 +51,12 @@ export interface PendingView {
 
 /**
  * Several views read as one: per worker, the longest pending prefix in any of them (this replica's own
- * requests and, kept apart under their own bounds, its peers').
+ * requests and, kept apart under their own bounds, its peers'). Absent views are left out: one view
+ * is itself, none is undefined (in-flight prefixes off).
  */
-export function combinedPending(views: readonly PendingView[]): PendingView {
+export function combinedPending(maybe: readonly (PendingView | undefined)[]): PendingView | undefined {
+  const views = maybe.filter((v): v is PendingView => v !== undefined);
+  if (views.length <= 1) return views[0];
   const part = new Map<string, number>();
   return {
     overlapsInto(keys, out) {

@@ -4,8 +4,8 @@
 // (same dup/gap/restart/timeout rules), a snapshot of each replica's active set goes out every
 // `heartbeatMs`, and silent peers are swept against `timeoutMs`. `loss` drops messages at random, so
 // gaps, phantoms until the next snapshot and timeouts happen as they would on a lossy link. With
-// `prefixes`, a replica's requests carry their prefix keys to its peers' PendingPrefixes, as the EPP's
-// do with in-flight prefixes on (the `added` op's prefix).
+// `peerPending`, a replica's requests carry their prefix keys to a PendingPrefixes per peer replica,
+// as the EPP's do with in-flight prefixes on (the `added` op's prefix).
 import { ActiveLoad, AggOutbox, combinedPending, PeerLoads, opOf, sumLoad, type AggMessage, type LoadView, type PendingPrefixes, type PendingView } from "../upstream.ts";
 import type { EventQueue } from "./event-queue.ts";
 
@@ -46,9 +46,7 @@ export class SimReplicaAgg {
 
   /** The in-flight prefixes replica r's picker reads: its own requests' and its peers' as received. */
   pendingView(r: number): PendingView | undefined {
-    const own = this.loads[r]!.pending;
-    const peers = this.peerPending?.[r];
-    return own && peers ? combinedPending([own, peers]) : own;
+    return combinedPending([this.loads[r]!.pending, this.peerPending?.[r]]);
   }
 
   /** What replica r's picker reads: its own load plus its peers' as received. */
