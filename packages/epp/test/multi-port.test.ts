@@ -113,7 +113,7 @@ test("a hint carried by the body message (not the headers) is the one applied", 
 test("each target port is scraped as its own endpoint: a queue on one rank's API server steers requests to the other rank's port", async () => {
   const ip = "127.0.4.63";
   const worker = await startMockWorker({
-    listen: ip, port: 8000, rankPorts: true, dpSize: 2, kvEvents: `tcp://${ip}:${KV_PORT + 10}`, blockSize: 16, maxRunning: 1, decodeMsPerToken: 50, logLevel: "silent",
+    listen: ip, port: 8000, rankPorts: true, dpSize: 2, kvEvents: `tcp://${ip}:${KV_PORT + 10}`, blockSize: 16, maxNumSeqs: 1, stepBaseMs: 50, logLevel: "silent",
   });
   const kube = await startFakeKubeApi({ host: HOST, port: 0 });
   kube.upsert(twoPortPool("ports", "queued"));

@@ -1,6 +1,7 @@
 import { parseDiscoveryConfig } from "@kv-epp/intents";
 import { EVENT_ENCODINGS, type EventEncoding } from "@kv-epp/kv-events";
 import { z } from "zod";
+import { DEFAULT_TIMING } from "./engine/scheduler.ts";
 import { parseKvGroups, type KvGroup } from "./events/kv-groups.ts";
 
 /**
@@ -75,11 +76,10 @@ export const OPTIONS = {
   },
   topic: { schema: z.string().default(""), help: "ZeroMQ topic frame" },
   speed: { schema: nonNegative.default(1), help: "time scale of the timing model; 0 answers at once" },
-  "max-running": { schema: positiveInt.default(64), help: "requests running at once per rank; others wait" },
-  "prefill-base-ms": { schema: nonNegative.default(5), help: "fixed prefill cost per request" },
-  "prefill-ms-per-token": { schema: nonNegative.default(0.1), help: "prefill cost per uncached prompt token" },
-  "decode-ms-per-token": { schema: nonNegative.default(10), help: "decode cost per output token" },
-  "decode-batch-factor": { schema: nonNegative.default(0.01), help: "decode slowdown per extra running request" },
+  "max-num-seqs": { schema: positiveInt.default(DEFAULT_TIMING.maxNumSeqs), help: "vLLM's --max-num-seqs: requests running at once per rank; others wait" },
+  "max-num-batched-tokens": { schema: positiveInt.default(DEFAULT_TIMING.maxNumBatchedTokens), help: "vLLM's --max-num-batched-tokens: tokens one engine step computes (chunked prefill and decodes share it)" },
+  "step-base-ms": { schema: nonNegative.default(DEFAULT_TIMING.stepBaseMs), help: "fixed cost of one engine step" },
+  "step-ms-per-token": { schema: nonNegative.default(DEFAULT_TIMING.msPerToken), help: "cost of each token a step computes (prefill or decode)" },
   "tokenizer-dir": { schema: z.string().min(1).optional(), help: "dir with tokenizer.json (+ tokenizer_config.json)" },
   model: { schema: z.string().min(1).default("Qwen/Qwen3-0.6B"), help: "served model name" },
   "worker-id": { schema: z.string().min(1).optional(), help: "name used in logs and intents (default host:port)" },

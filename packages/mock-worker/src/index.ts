@@ -3,7 +3,7 @@
 export { startMockWorker, type MockWorker, type MockWorkerOptions, type MockWorkerRank } from "./worker.ts";
 export { PrefixCacheSim, type CachedBlock, type CacheEvent, type Acquisition, type Lease, type PrefixCacheOptions } from "./cache/prefix-cache.ts";
 export { blockExtraKeys, chainBlockIds, foldDigest, type BlockId, type MediaItem, type RequestIdentity } from "./cache/block-hash.ts";
-export { TimingModel, DEFAULT_TIMING, type TimingParams } from "./engine/timing.ts";
+export { StepScheduler, DEFAULT_TIMING, idleTtftMs, type TimingParams, type StepResult } from "./engine/scheduler.ts";
 export { RankEngine, type Generation } from "./engine/rank-engine.ts";
 export { RankEvents } from "./events/event-stream.ts";
 export { parseKvGroups, type KvGroup } from "./events/kv-groups.ts";

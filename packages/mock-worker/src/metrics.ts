@@ -29,8 +29,8 @@ export function createMetrics(model: string, engines: () => readonly RankEngine[
         for (const e of engines()) this.set(labels(e.rank), read(e));
       },
     });
-  gauge("vllm:num_requests_running", "Requests in the running batch.", (e) => e.admission.running);
-  gauge("vllm:num_requests_waiting", "Requests waiting to be admitted.", (e) => e.admission.waiting);
+  gauge("vllm:num_requests_running", "Requests in the running batch.", (e) => e.running);
+  gauge("vllm:num_requests_waiting", "Requests waiting to be admitted.", (e) => e.waiting);
   gauge("vllm:gpu_cache_usage_perc", "KV-cache usage, 1 = full (legacy name).", (e) => e.cache.usage);
   gauge("vllm:kv_cache_usage_perc", "KV-cache usage, 1 = full.", (e) => e.cache.usage);
   // vLLM's info metric, shaped as vLLM writes it: CacheConfig fields as string labels (the ones that mean

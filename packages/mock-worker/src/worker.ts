@@ -5,7 +5,6 @@ import { createPreprocessor } from "@kv-epp/tokenizer";
 import { PrefixCacheSim } from "./cache/prefix-cache.ts";
 import { ConfigError, resolveConfig, type MockWorkerConfig } from "./config.ts";
 import { RankEngine } from "./engine/rank-engine.ts";
-import { TimingModel } from "./engine/timing.ts";
 import { RankEventStream } from "./events/event-stream.ts";
 import { Faults, type RankParts } from "./faults.ts";
 import { adminRoutes } from "./http/admin-routes.ts";
@@ -58,11 +57,10 @@ export async function startMockWorker(opts: MockWorkerOptions = {}): Promise<Moc
   const log = root.child({ component: "mock-worker", worker: workerName });
 
   const preprocessor = await createPreprocessor({ tokenizerDir: config.tokenizerDir, model: config.model });
-  const timing = new TimingModel({
-    speed: config.speed, maxRunning: config.maxRunning, prefillBaseMs: config.prefillBaseMs,
-    prefillMsPerToken: config.prefillMsPerToken, decodeMsPerToken: config.decodeMsPerToken,
-    decodeBatchFactor: config.decodeBatchFactor,
-  });
+  const timing = {
+    speed: config.speed, stepBaseMs: config.stepBaseMs, msPerToken: config.stepMsPerToken,
+    maxNumBatchedTokens: config.maxNumBatchedTokens, maxNumSeqs: config.maxNumSeqs,
+  };
 
   const ranks: RankParts[] = [];
   // vLLM's external DP load balancing (--rank-ports) runs a process per rank: each API server's /metrics

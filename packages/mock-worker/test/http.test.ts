@@ -119,9 +119,9 @@ describe("OpenAI HTTP", () => {
 });
 
 describe("timing model", () => {
-  test("requests beyond max-running wait, and an abandoned stream frees its slot", async () => {
+  test("requests beyond max-num-seqs wait, and an abandoned stream frees its slot", async () => {
     const slow = await startMockWorker({
-      listen: "127.0.2.5", port: 0, kvEvents: "tcp://127.0.2.5:0", speed: 1, maxRunning: 1, decodeMsPerToken: 20,
+      listen: "127.0.2.5", port: 0, kvEvents: "tcp://127.0.2.5:0", speed: 1, maxNumSeqs: 1, stepBaseMs: 20,
       blockSize: 16, logLevel: "silent",
     });
     try {

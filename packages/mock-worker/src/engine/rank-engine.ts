@@ -1,21 +1,19 @@
-import { sleep } from "@kv-epp/protocol";
-import type { AcquireIdentity, PrefixCacheSim } from "../cache/prefix-cache.ts";
-import { Admission } from "./admission.ts";
-import { TimingModel } from "./timing.ts";
+import type { AcquireIdentity, Lease, PrefixCacheSim } from "../cache/prefix-cache.ts";
+import { StepScheduler, type TimingParams } from "./scheduler.ts";
 
 /**
- * One data-parallel rank: its own prefix cache, its own running/waiting queue, driven by the timing
- * model. Requests wait for a running slot, reference their cached prefix for as long as they run,
- * spend prefill time on the uncached part and then decode output tokens one by one.
+ * One data-parallel rank: its own prefix cache and one engine loop that runs the step scheduler in
+ * real time, sleeping each step's duration and handing out the tokens it produced. A request looks up
+ * its cached prefix when the scheduler admits it and references those blocks until it ends.
  */
 
 export type Generation = {
   promptTokens: number;
   cachedTokens: number;
   outputTokens: number;
-  /** Output token texts; the first is ready at once (it ended prefill), later ones take decode time. */
+  /** Output token texts, each as the engine step that produced it ends; the first is ready at once. */
   tokens(): AsyncGenerator<string>;
-  /** Releases the request's blocks and running slot; idempotent, call it in a finally. */
+  /** Ends the request (releases its blocks and running slot if the engine still has it); idempotent. */
   finish(): void;
 };
 
@@ -24,59 +22,146 @@ export type RankObserver = { onFirstToken?: (seconds: number) => void; onFinishe
 // Deterministic filler output: the mock has no model, only token counts matter.
 const WORDS = [" the", " cache", " holds", " a", " prefix", " of", " blocks", " and", " tokens", " flow"];
 
+/** A request inside the engine, from queueing to its last token or its abandonment. */
+type Live = {
+  readonly prompt: Uint32Array;
+  readonly identity?: AcquireIdentity;
+  readonly outputTokens: number;
+  readonly arrived: number;
+  lease?: Lease;
+  cachedTokens: number;
+  /** tokens produced and not yet seen by the consumer are those past its read position */
+  produced: number;
+  /** the engine is done with it: finished, or dropped (then `error` says why if it was an abort) */
+  ended: boolean;
+  error?: unknown;
+  wake?: () => void;
+  onFirst(): void;
+  onAbort(): void;
+};
+
+// A step of zero ms still yields to the event loop, so speed 0 answers at once without starving I/O.
+const stepSleep = (ms: number) => new Promise<void>((resolve) => (ms > 0 ? setTimeout(resolve, ms) : setImmediate(resolve)));
+
 export class RankEngine {
-  readonly admission: Admission;
+  private readonly scheduler: StepScheduler<Live>;
+  private looping = false;
 
   constructor(
     readonly rank: number,
     readonly cache: PrefixCacheSim,
-    readonly timing: TimingModel,
+    readonly timing: TimingParams,
     private readonly observer: RankObserver = {},
   ) {
-    this.admission = new Admission(timing.params.maxRunning);
+    this.scheduler = new StepScheduler<Live>(timing, (live) => {
+      const acq = this.cache.acquire(live.prompt, live.identity);
+      live.lease = acq.lease;
+      live.cachedTokens = acq.cachedTokens;
+      return acq.cachedTokens;
+    });
+  }
+
+  get running(): number {
+    return this.scheduler.runningCount;
+  }
+
+  get waiting(): number {
+    return this.scheduler.waitingCount;
   }
 
   /** Requests running plus waiting: the load used to pick a rank. */
   get load(): number {
-    return this.admission.running + this.admission.waiting;
+    return this.running + this.waiting;
   }
 
-  /** Queues, admits and prefills a prompt; resolves at the first token. */
-  async start(prompt: Uint32Array, maxTokens: number, signal?: AbortSignal, identity?: AcquireIdentity): Promise<Generation> {
-    const arrived = performance.now();
-    await this.admission.enter(signal);
-    const acq = this.cache.acquire(prompt, identity);
-    let finished = false;
+  /** Queues a prompt; resolves at its first token, rejects with the signal's reason on an abort before it. */
+  start(prompt: Uint32Array, maxTokens: number, signal?: AbortSignal, identity?: AcquireIdentity): Promise<Generation> {
+    if (signal?.aborted) return Promise.reject(signal.reason);
+    return new Promise<Generation>((resolve, reject) => {
+      const live: Live = {
+        prompt, identity, outputTokens: Math.max(1, maxTokens), arrived: performance.now(), cachedTokens: 0, produced: 0, ended: false,
+        onFirst: () => resolve(this.generation(live, signal)),
+        onAbort: () => {
+          const first = live.produced === 0;
+          this.drop(live, signal!.reason);
+          if (first) reject(signal!.reason);
+        },
+      };
+      signal?.addEventListener("abort", live.onAbort, { once: true });
+      this.scheduler.add(live, prompt.length, live.outputTokens);
+      this.kick();
+    });
+  }
+
+  private generation(live: Live, signal?: AbortSignal): Generation {
     const finish = () => {
-      if (finished) return;
-      finished = true;
-      this.cache.release(acq.lease);
-      this.admission.leave();
+      signal?.removeEventListener("abort", live.onAbort);
+      this.drop(live);
     };
-    try {
-      await sleep(this.timing.prefillMs(prompt.length, acq.cachedTokens), signal);
-    } catch (e) {
-      finish();
-      throw e;
-    }
-    this.observer.onFirstToken?.((performance.now() - arrived) / 1000);
-    const engine = this;
     return {
-      promptTokens: prompt.length,
-      cachedTokens: acq.cachedTokens,
-      outputTokens: maxTokens,
+      promptTokens: live.prompt.length,
+      cachedTokens: live.cachedTokens,
+      outputTokens: live.outputTokens,
       finish,
       async *tokens() {
         try {
-          for (let i = 0; i < maxTokens; i++) {
-            if (i > 0) await sleep(engine.timing.decodeMsPerToken(engine.admission.running), signal);
-            yield WORDS[i % WORDS.length]!;
+          for (let read = 0; read < live.outputTokens; read++) {
+            while (live.produced <= read) {
+              if (live.error !== undefined) throw live.error;
+              if (live.ended) return;
+              await new Promise<void>((wake) => (live.wake = wake));
+            }
+            yield WORDS[read % WORDS.length]!;
           }
-          engine.observer.onFinished?.(maxTokens);
         } finally {
           finish();
         }
       },
     };
+  }
+
+  /** Takes a request out of the engine and frees its blocks; a no-op once it ended. */
+  private drop(live: Live, error?: unknown): void {
+    if (live.ended) return;
+    live.ended = true;
+    live.error = error;
+    this.scheduler.remove(live);
+    if (live.lease) this.cache.release(live.lease);
+    live.wake?.();
+  }
+
+  private kick(): void {
+    if (this.looping) return;
+    this.looping = true;
+    void this.loop();
+  }
+
+  private async loop(): Promise<void> {
+    try {
+      for (let r = this.scheduler.step(); r; r = this.scheduler.step()) {
+        await stepSleep(r.ms);
+        for (const live of r.first) {
+          if (live.ended) continue;
+          live.produced++;
+          this.observer.onFirstToken?.((performance.now() - live.arrived) / 1000);
+          live.onFirst();
+        }
+        for (const live of r.next) {
+          if (live.ended) continue;
+          live.produced++;
+          live.wake?.();
+        }
+        for (const live of r.finished) {
+          if (live.ended) continue;
+          this.observer.onFinished?.(live.outputTokens);
+          // Finished in the engine: its blocks are free now, whenever the client reads the tokens.
+          live.ended = true;
+          if (live.lease) this.cache.release(live.lease);
+          live.wake?.();
+        }
+      }
+    } finally {
+      this.looping = false;
+    }
   }
 }

@@ -4,7 +4,7 @@ import { POLICY_NAMES, type PolicyName } from "../policies/index.ts";
 import { FlagError, parseFlags } from "../cli-flags.ts";
 import { DEFAULT_AGG_SIM, type AggSimOptions } from "../sim/replica-agg.ts";
 import type { CacheReset, InflightPrefixMode } from "../sim/replay.ts";
-import { DEFAULT_SHAPE, DEFAULT_WEIGHTS, INFLIGHT_PREFIX_DEFAULT, SCORE_SHAPE, type CostShape } from "../upstream.ts";
+import { DEFAULT_SHAPE, DEFAULT_TIMING, DEFAULT_WEIGHTS, INFLIGHT_PREFIX_DEFAULT, SCORE_SHAPE, type CostShape } from "../upstream.ts";
 import { DEFAULT_TRACE_PATH } from "../trace.ts";
 
 const positiveInt = z.coerce.number().int().positive();
@@ -59,7 +59,9 @@ const schema = z.object({
   "load-weight": nonNegative.default(SCORE_SHAPE.load),
   "prefix-cap-blocks": z.coerce.number().int().min(0).default(SCORE_SHAPE.prefixCapBlocks),
   "load-by": z.enum(["requests", "blocks"]).default(SCORE_SHAPE.loadBy),
-  "max-running": positiveInt.default(64),
+  // The engine (mock-worker's StepScheduler): vLLM's --max-num-seqs and --max-num-batched-tokens.
+  "max-num-seqs": positiveInt.default(DEFAULT_TIMING.maxNumSeqs),
+  "max-num-batched-tokens": positiveInt.default(DEFAULT_TIMING.maxNumBatchedTokens),
   jobs: positiveInt.optional(),
   out: z.string().min(1).default("reports"),
   png: z.enum(["auto", "off"]).default("auto"),
@@ -86,7 +88,8 @@ export type BenchOptions = {
   prefillLoadScale: number;
   decodeLoadScale: number;
   costShape: CostShape;
-  maxRunning: number;
+  maxNumSeqs: number;
+  maxNumBatchedTokens: number;
   jobs: number | undefined;
   outDir: string;
   png: boolean;
@@ -129,7 +132,8 @@ export function parseBenchArgs(argv: string[]): BenchOptions {
     prefillLoadScale: o["prefill-load-scale"],
     decodeLoadScale: o["decode-load-scale"],
     costShape: shapeOf(o),
-    maxRunning: o["max-running"],
+    maxNumSeqs: o["max-num-seqs"],
+    maxNumBatchedTokens: o["max-num-batched-tokens"],
     jobs: o.jobs,
     outDir: o.out,
     png: o.png === "auto",

@@ -40,7 +40,7 @@ export function replayOptions(o: BenchOptions, run: RunSpec, bucketMs: number): 
     reset: o.reset,
     loraAdapters: o.loraAdapters,
     seed: o.seed,
-    timing: { ...DEFAULT_TIMING, maxRunning: o.maxRunning },
+    timing: { ...DEFAULT_TIMING, maxNumSeqs: o.maxNumSeqs, maxNumBatchedTokens: o.maxNumBatchedTokens },
     weights: { prefillLoadScale: o.prefillLoadScale, decodeLoadScale: o.decodeLoadScale, queueWeight: 0, temperature: 0, shape: o.costShape },
     bucketMs,
   };

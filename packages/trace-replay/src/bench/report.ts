@@ -147,10 +147,10 @@ export function benchReportData(o: BenchOptions, results: RunResult[], bounds: C
   return {
     title: "Trace replay: routing quality",
     subtitle:
-      "Discrete-event simulation in virtual time of mock-worker's prefix cache and timing model, replaying the trace under each routing policy.",
+      "Discrete-event simulation in virtual time of mock-worker's prefix cache and step scheduler, replaying the trace under each routing policy.",
     facts: [
       ["trace", `${o.tracePath} (${results[0]?.requests ?? 0} requests)`],
-      ["workers", `${o.workers} x ${o.capacityBlocks} blocks of ${o.blockSize} tokens, max ${o.maxRunning} running each`],
+      ["workers", `${o.workers} x ${o.capacityBlocks} blocks of ${o.blockSize} tokens; engine steps of at most ${o.maxNumBatchedTokens} tokens, ${o.maxNumSeqs} running each`],
       ["time scale", `${o.timeScale}x faster than recorded`],
       ["arrivals", ARRIVALS[o.arrivals]],
       ...(o.reset

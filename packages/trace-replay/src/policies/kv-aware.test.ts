@@ -77,8 +77,8 @@ describe("one decision for the EPP and the simulation", () => {
         // Simulated workers with one running slot: s.waiting[w] + 1 submitted requests leave that many waiting.
         const queue = new EventQueue();
         const workers = refs.map((_, w) => {
-          const sw = new SimWorker(w, { blockSize: BLOCK, capacityBlocks: 64, timing: { ...DEFAULT_TIMING, maxRunning: 1 } }, queue, {
-            onAdmitted: () => {},
+          const sw = new SimWorker(w, { blockSize: BLOCK, capacityBlocks: 64, timing: { ...DEFAULT_TIMING, maxNumSeqs: 1 } }, queue, {
+            onFirstToken: () => {},
             onFinished: () => {},
           });
           for (let k = 0; k <= s.waiting[w]!; k++) sw.submit(filler(k), 0);

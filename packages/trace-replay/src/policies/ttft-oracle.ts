@@ -17,7 +17,13 @@ export const ttftOracle: PolicySpec = {
       pick(req) {
         const hits = overlaps(req);
         const now = req.arrivalMs;
-        const ttfts = ctx.workers.map((w, i) => w.ttftIfSubmitted(req.tokens!, hits[i]! * ctx.blockSize, now));
+        // Each forecast gives up past the best so far: only the least matters.
+        let best = Number.POSITIVE_INFINITY;
+        const ttfts = ctx.workers.map((w, i) => {
+          const t = w.ttftIfSubmitted(req.tokens!, hits[i]! * ctx.blockSize, now, best);
+          best = Math.min(best, t);
+          return t;
+        });
         return choose(ttfts, 0, ctx.random);
       },
     };

@@ -16,7 +16,7 @@
 //   no wait; its cached prefix is at most what the unbounded cache finds, and all requests together hit
 //   at most the pooled optimum's tokens. The bound is the smallest p50 for which the requests it needs
 //   at or under it can be given their hits within that total.
-import { chainBlockIds, PrefixCacheSim, TimingModel, type TimingParams } from "../upstream.ts";
+import { chainBlockIds, DEFAULT_TIMING, idleTtftMs, PrefixCacheSim, type TimingParams } from "../upstream.ts";
 import { recordTokens } from "../tokens.ts";
 import type { TraceRecord } from "../trace.ts";
 import { adapterOf } from "./lora-mix.ts";
@@ -75,7 +75,7 @@ export function cacheBounds(trace: readonly TraceRecord[], o: BoundsOptions): Ca
     pooledLru: rate(pooled.hitTokens),
     pooledOptimal: rate(optimalTokens),
     unbounded: rate(unboundedHits.reduce((a, b) => a + b, 0)),
-    ttftP50BoundMs: ttftP50Bound(prompts, unboundedHits, optimalTokens, new TimingModel(o.timing), o.blockSize),
+    ttftP50BoundMs: ttftP50Bound(prompts, unboundedHits, optimalTokens, { ...DEFAULT_TIMING, ...o.timing }, o.blockSize),
   };
 }
 
@@ -165,7 +165,7 @@ export function beladyHits(access: readonly number[], reusable: readonly boolean
  * together at most `budget`: the smallest uncached size u such that the requests the p50 needs at or
  * under u (the cheapest of those that can get there) need no more than the budget.
  */
-export function ttftP50Bound(prompts: readonly number[], maxHit: readonly number[], budget: number, timing: TimingModel, blockSize: number): number {
+export function ttftP50Bound(prompts: readonly number[], maxHit: readonly number[], budget: number, timing: TimingParams, blockSize: number): number {
   if (prompts.length === 0) return Number.NaN;
   const need = percentileRank(prompts.length, 0.5) + 1;
   const fits = (u: number) => {
@@ -187,5 +187,5 @@ export function ttftP50Bound(prompts: readonly number[], maxHit: readonly number
     if (fits(mid)) hi = mid;
     else lo = mid + 1;
   }
-  return timing.prefillMs(lo, 0);
+  return idleTtftMs(timing, lo, 0);
 }

@@ -1,13 +1,13 @@
 import { describe, expect, test } from "bun:test";
 import fc from "fast-check";
-import { DEFAULT_TIMING, TimingModel } from "../upstream.ts";
+import { DEFAULT_TIMING, idleTtftMs } from "../upstream.ts";
 import { POLICY_NAMES } from "../policies/index.ts";
 import type { TraceRecord } from "../trace.ts";
 import { beladyHits, cacheBounds, ttftP50Bound } from "./bounds.ts";
 import { EventQueue } from "./event-queue.ts";
 import { replayPolicy } from "./replay.ts";
 import type { SimRequest } from "./request.ts";
-import { SimWorker, type Admitted } from "./worker.ts";
+import { SimWorker, type FirstToken } from "./worker.ts";
 
 const rec = (hashIds: number[], inputLength = hashIds.length * 512): TraceRecord => ({ timestamp: 0, inputLength, outputLength: 4, hashIds });
 
@@ -59,14 +59,14 @@ describe("pooled-cache bounds", () => {
   });
 
   test("the TTFT p50 bound: the cheapest half of the requests within the hit budget", () => {
-    const timing = new TimingModel(DEFAULT_TIMING);
+    const timing = DEFAULT_TIMING;
     // Three requests of 1000 tokens: the p50 (nearest rank) is the second lowest.
     // Unlimited budget and hits: two of them fully cached down to one computed token.
-    expect(ttftP50Bound([1000, 1000, 1000], [992, 992, 992], 1e9, timing, 16)).toBe(timing.prefillMs(8, 0));
+    expect(ttftP50Bound([1000, 1000, 1000], [992, 992, 992], 1e9, timing, 16)).toBe(idleTtftMs(timing, 8, 0));
     // No hits possible: the whole prompt.
-    expect(ttftP50Bound([1000, 1000, 1000], [0, 0, 0], 1e9, timing, 16)).toBe(timing.prefillMs(1000, 0));
+    expect(ttftP50Bound([1000, 1000, 1000], [0, 0, 0], 1e9, timing, 16)).toBe(idleTtftMs(timing, 1000, 0));
     // A budget of 1000 tokens for two requests: 500 each, so 500 stay uncached.
-    expect(ttftP50Bound([1000, 1000, 1000], [992, 992, 992], 1000, timing, 16)).toBe(timing.prefillMs(504, 0));
+    expect(ttftP50Bound([1000, 1000, 1000], [992, 992, 992], 1000, timing, 16)).toBe(idleTtftMs(timing, 504, 0));
   });
 
   test("no policy passes a bound: with eviction heavy enough that policies pass the pooled LRU, each stays under the pooled optimum and above the TTFT p50 bound", () => {
@@ -112,28 +112,31 @@ describe("the TTFT a request would see", () => {
     localHashes: new BigUint64Array(0),
   });
 
-  test("predicted before the submit, it is what the simulated worker then measures: queue wait plus prefill of the uncached part", () => {
+  test("predicted before the submit, it is what the simulated worker then measures: the steps ahead of it, then its own prefill of the uncached part", () => {
     const queue = new EventQueue();
-    const admitted: Admitted[] = [];
-    const w = new SimWorker(0, { blockSize: 16, capacityBlocks: 1000, timing: { ...DEFAULT_TIMING, maxRunning: 1 } }, queue, {
-      onAdmitted: (a) => admitted.push(a),
+    const first: FirstToken[] = [];
+    const w = new SimWorker(0, { blockSize: 16, capacityBlocks: 1000, timing: { ...DEFAULT_TIMING, maxNumSeqs: 2, maxNumBatchedTokens: 256 } }, queue, {
+      onFirstToken: (f) => first.push(f),
       onFinished: () => {},
     });
     // 20 full blocks and a partial one (a prompt of whole blocks would recompute its last, as vLLM does).
     const a = tokens(330, 1);
-    // Idle worker, cold cache: the whole prompt is prefilled.
-    expect(w.ttftIfSubmitted(a, 0, 0)).toBe(DEFAULT_TIMING.prefillBaseMs + 330 * DEFAULT_TIMING.prefillMsPerToken);
+    // Idle worker, cold cache: the whole prompt, in chunks of the token budget.
+    expect(w.ttftIfSubmitted(a, 0, 0)).toBe(idleTtftMs(w.timing, 330, 0));
     w.submit(request(1, a, 50), 0);
     const b = tokens(160, 2);
-    w.submit(request(2, b, 30), 0); // waits behind request 1
-    // A third request with request 1's prompt waits for both, and finds that prompt cached.
+    w.submit(request(2, b, 30), 0); // shares request 1's second step
+    queue.runUntil(5);
+    // A third request with request 1's prompt waits for a running slot, and finds that prompt cached.
     const c = a.slice();
-    const predicted = w.ttftIfSubmitted(c, 320, 0);
-    w.submit(request(3, c, 10), 0);
+    const predicted = w.ttftIfSubmitted(c, 320, 5);
+    w.submit(request(3, c, 10), 5);
     queue.runUntil(Number.POSITIVE_INFINITY);
-    const third = admitted.find((x) => x.req.id === 3)!;
+    const third = first.find((x) => x.req.id === 3)!;
     expect(third.cachedTokens).toBe(320);
-    expect(third.admittedMs + third.ttftMs).toBeCloseTo(predicted, 6);
-    expect(predicted).toBeGreaterThan(w.timing.prefillMs(330, 320));
+    expect(third.atMs - 5).toBeCloseTo(predicted, 6);
+    expect(predicted).toBeGreaterThan(idleTtftMs(w.timing, 330, 320) + 29 * DEFAULT_TIMING.stepBaseMs);
+    // A limit below the answer gives up.
+    expect(w.ttftIfSubmitted(c, 320, third.atMs, 1)).toBe(Number.POSITIVE_INFINITY);
   });
 });

@@ -33,7 +33,7 @@ export class Recorder {
     this.since = new Array(workers).fill(0);
   }
 
-  admitted(now: number, promptTokens: number, cachedTokens: number, ttftMs: number): void {
+  firstToken(now: number, promptTokens: number, cachedTokens: number, ttftMs: number): void {
     this.promptTokens += promptTokens;
     this.cachedTokens += cachedTokens;
     this.ttftMs.push(ttftMs);

@@ -108,10 +108,10 @@ export function replayPolicy(trace: readonly TraceRecord[], policy: PolicyName, 
   const workers = refs.map(
     (_, i) =>
       new SimWorker(i, { blockSize: opts.blockSize, capacityBlocks: opts.capacityBlocks, timing: opts.timing }, queue, {
-        onAdmitted: (a) => {
-          const ttftMs = a.admittedMs - a.req.arrivalMs + a.ttftMs;
-          rec.admitted(a.admittedMs, a.req.promptTokens, a.cachedTokens, ttftMs);
-          seen.set(a.req.id, { ttftMs, cachedTokens: a.cachedTokens });
+        onFirstToken: (f) => {
+          const ttftMs = f.atMs - f.req.arrivalMs;
+          rec.firstToken(f.atMs, f.req.promptTokens, f.cachedTokens, ttftMs);
+          seen.set(f.req.id, { ttftMs, cachedTokens: f.cachedTokens });
         },
         onFinished: (req, w, now) => {
           rec.inflightChange(w, now, -1);

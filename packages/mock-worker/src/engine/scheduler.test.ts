@@ -1,0 +1,118 @@
+import { expect, test } from "bun:test";
+import fc from "fast-check";
+import { DEFAULT_TIMING, idleTtftMs, StepScheduler, type TimingParams } from "./scheduler.ts";
+
+const PARAMS: TimingParams = { speed: 1, stepBaseMs: 10, msPerToken: 1, maxNumBatchedTokens: 8, maxNumSeqs: 2 };
+
+/** Runs a scheduler to the end; per request, the elapsed ms at its first and last token. */
+function drain<T>(s: StepScheduler<T>) {
+  let now = 0;
+  const first = new Map<T, number>(), last = new Map<T, number>();
+  for (let r = s.step(); r; r = s.step()) {
+    now += r.ms;
+    for (const i of r.first) first.set(i, now);
+    for (const i of r.finished) last.set(i, now);
+  }
+  return { first, last, now };
+}
+
+test("a step costs its base plus its tokens; a prompt longer than the budget prefills in chunks", () => {
+  const s = new StepScheduler<string>(PARAMS, () => 0);
+  s.add("a", 20, 2);
+  const steps = [s.step()!, s.step()!, s.step()!, s.step()!];
+  // 8 + 8 + 4 prompt tokens, the last chunk samples the first token; then one decode token.
+  expect(steps.map((r) => r.ms)).toEqual([18, 18, 14, 11]);
+  expect(steps.map((r) => r.first)).toEqual([[], [], ["a"], []]);
+  expect(steps[3]!.finished).toEqual(["a"]);
+  expect(s.step()).toBeNull();
+  expect(idleTtftMs(PARAMS, 20, 0)).toBe(18 + 18 + 14);
+});
+
+test("the cached prefix is read at admission and the last prompt token is always computed", () => {
+  const looked: string[] = [];
+  const s = new StepScheduler<string>(PARAMS, (i) => (looked.push(i), i === "hit" ? 16 : 0));
+  s.add("hit", 16, 1);
+  expect(looked).toEqual([]);
+  const r = s.step()!;
+  expect(looked).toEqual(["hit"]);
+  expect(r.ms).toBe(11); // all 16 cached, one recomputed
+  expect(r.finished).toEqual(["hit"]);
+  expect(idleTtftMs(PARAMS, 16, 16)).toBe(11);
+});
+
+test("running requests are served before waiting ones, and at most maxNumSeqs run", () => {
+  const s = new StepScheduler<string>(PARAMS, () => 0);
+  s.add("a", 4, 3);
+  s.add("b", 4, 3);
+  s.add("c", 4, 1);
+  const r1 = s.step()!;
+  expect(r1.first).toEqual(["a", "b"]);
+  expect(s.runningCount).toBe(2);
+  expect(s.waitingCount).toBe(1);
+  const r2 = s.step()!; // two decodes; c waits for a slot even though budget is left
+  expect(r2.ms).toBe(12);
+  expect(r2.next).toEqual(["a", "b"]);
+  const r3 = s.step()!;
+  expect(r3.finished).toEqual(["a", "b"]);
+  const r4 = s.step()!;
+  expect(r4.first).toEqual(["c"]);
+});
+
+test("prompts queued together share the budget: the second one's first token waits for the first's chunks", () => {
+  const s = new StepScheduler<string>({ ...PARAMS, maxNumSeqs: 8 }, () => 0);
+  s.add("a", 12, 1);
+  s.add("b", 12, 1);
+  const { first } = drain(s);
+  // step 1: a 8, step 2: a 4 + b 4, step 3: b 8
+  expect(first.get("a")).toBe(18 + 18);
+  expect(first.get("b")).toBe(18 + 18 + 18);
+});
+
+test("a removed request leaves the waiting queue or the running set", () => {
+  const s = new StepScheduler<string>(PARAMS, () => 0);
+  s.add("a", 4, 5);
+  s.add("b", 4, 5);
+  s.add("c", 4, 5);
+  s.step();
+  expect(s.remove("a")).toBe(true);
+  expect(s.remove("c")).toBe(true);
+  expect(s.remove("c")).toBe(false);
+  const { last } = drain(s);
+  expect([...last.keys()]).toEqual(["b"]);
+  expect(s.idle).toBe(true);
+});
+
+test("the forecast is the first token the scheduler really gives a request queued now", () => {
+  fc.assert(
+    fc.property(
+      fc.array(fc.record({ prompt: fc.integer({ min: 1, max: 40 }), output: fc.integer({ min: 1, max: 6 }), cached: fc.integer({ min: 0, max: 40 }) }), { maxLength: 12 }),
+      fc.integer({ min: 0, max: 6 }),
+      fc.record({ prompt: fc.integer({ min: 1, max: 60 }), cached: fc.integer({ min: 0, max: 60 }) }),
+      (queued, warm, probe) => {
+        const cached = new Map<number, number>(queued.map((q, i) => [i, q.cached]));
+        cached.set(-1, probe.cached);
+        const s = new StepScheduler<number>({ ...PARAMS, maxNumSeqs: 3 }, (i) => cached.get(i)!);
+        queued.forEach((q, i) => s.add(i, q.prompt, q.output));
+        for (let i = 0; i < warm; i++) s.step();
+        const forecast = s.forecastFirstTokenMs(probe.prompt, probe.cached, 3, (i) => cached.get(i)!);
+        s.add(-1, probe.prompt, 3);
+        expect(forecast).toBe(drain(s).first.get(-1)!);
+        expect(forecast).toBeGreaterThanOrEqual(idleTtftMs(s.params, probe.prompt, probe.cached));
+      },
+    ),
+  );
+});
+
+test("a forecast past its limit gives up", () => {
+  const s = new StepScheduler<string>(PARAMS, () => 0);
+  s.add("long", 1000, 1);
+  expect(s.forecastFirstTokenMs(4, 0, 1, () => 0, 100)).toBe(Number.POSITIVE_INFINITY);
+  expect(s.forecastFirstTokenMs(4, 0, 1, () => 0)).toBeGreaterThan(1000);
+});
+
+test("speed scales every step and speed 0 is instantaneous", () => {
+  expect(idleTtftMs({ ...DEFAULT_TIMING, speed: 2 }, 100, 0)).toBe(2 * idleTtftMs(DEFAULT_TIMING, 100, 0));
+  const s = new StepScheduler<string>({ ...DEFAULT_TIMING, speed: 0 }, () => 0);
+  s.add("a", 10_000, 50);
+  expect(drain(s).now).toBe(0);
+});
