@@ -10,10 +10,10 @@ export { ExtProcClient, extProcChannel, RoutingError, type ClientBodyMode, type 
 // The rules a simulation must share to decide as the EPP does: the decision (decide, and the choice
 // it ends in), its weights and latency model, and load as the picker counts it; the Picker itself so
 // the simulation can check that its policy and the EPP choose alike.
-export { decide, overlapOf, type CandidateState, type DecisionInput, type DecisionOutcome } from "./picker/decide.ts";
+export { decide, overlapOf, ttftInput, type CandidateState, type DecisionInput, type DecisionOutcome } from "./picker/decide.ts";
 export { choose, DEFAULT_SHAPE, DEFAULT_WEIGHTS, SCORE_SHAPE, type Weights, type CostShape } from "./picker/cost.ts";
 export { Picker, type CostModel } from "./picker/picker.ts";
-export { LatencyModel, uncachedTokens } from "./picker/latency.ts";
+export { LatencyModel, uncachedTokens, type TtftInput } from "./picker/latency.ts";
 export type { Candidate } from "./workers/registry.ts";
 export { ActiveLoad, sumLoad, type Lease, type LoadView } from "./picker/load.ts";
 export { combinedPending, PendingPrefixes, prefixKeys, DEFAULT_PENDING, INFLIGHT_PREFIX_DEFAULT, type PendingView, type PrefixKeys } from "./picker/pending.ts";

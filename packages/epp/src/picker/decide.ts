@@ -4,6 +4,7 @@
 // measures the decision that ships.
 import { endpointHost } from "../extproc/messages.ts";
 import { choose, costs, type Weights } from "./cost.ts";
+import { uncachedTokens, type TtftInput } from "./latency.ts";
 
 /** What the decision knows about one candidate worker rank. */
 export type CandidateState = {
@@ -21,6 +22,8 @@ export type CandidateState = {
   readonly activeBlocks: number;
   /** Requests in flight on the rank (this replica's and its peers'). */
   readonly activeRequests: number;
+  /** Blocks those requests still prefill (no first token back yet): the prefill ahead of a new one. Absent: 0. */
+  readonly prefillBlocks?: number;
   /** Waiting requests from the rank's scraped vLLM /metrics (0 when not scraped). */
   readonly waiting: number;
 };
@@ -72,6 +75,11 @@ export function decide<C extends CandidateState>(input: DecisionInput<C>): Decis
 export function overlapOf(c: CandidateState): number {
   const p = c.pendingOverlap ?? 0;
   return p > c.overlap ? p : c.overlap;
+}
+
+/** What the latency model predicts this candidate's TTFT for a prompt of `promptTokens` from. */
+export function ttftInput(c: CandidateState, promptTokens: number, blockSize: number): TtftInput {
+  return { uncachedTokens: uncachedTokens(promptTokens, overlapOf(c), blockSize), aheadTokens: (c.prefillBlocks ?? 0) * blockSize, waiting: c.waiting };
 }
 
 /** Candidates at or under the waiting threshold; all of them when none is (a full pool still routes). */

@@ -1,16 +1,20 @@
-// Predicted TTFT per worker: queue wait + prefill of the uncached tokens at that worker's prefill rate,
-// calibrated online from what the EPP observes (a streamed response's first body chunk marks its first
-// token, so every routed request gives one (uncached tokens, waiting, TTFT) sample for its worker).
+// Predicted TTFT per worker: the prefill ahead of the request plus its own, at that worker's prefill
+// rate, plus a wait per queued request; calibrated online from what the EPP observes (a streamed
+// response's first body chunk marks its first token, so every routed request gives one sample for its
+// worker).
 //
-// Per worker, exponentially weighted least squares fits TTFT = base + rate x uncached over the samples
-// that found no queue, and the excess of the queued ones over that line, per waiting request, is the
-// queue term. Until a worker has enough spread in its samples the priors stand (vLLM-like: a fixed
-// step cost plus 0.1 ms per token, what an 8B model prefills on one modern GPU, and mock-worker's
-// defaults).
+// Why "ahead": vLLM's scheduler serves running requests before waiting ones and shares one token
+// budget per step among them, so a new prompt's first token comes after the prefill already routed
+// there and not yet done (the load's prefill blocks: requests with no first byte back yet, this
+// replica's and, over replica-agg, its peers'). Per worker, exponentially weighted least squares fits
+// TTFT = base + rate x (ahead + uncached) over the samples that found no scraped queue, and the excess
+// of the queued ones over that line, per waiting request, is the queue term (what other routers sent).
+// Until a worker has enough spread in its samples the priors stand (vLLM-like: a step's fixed cost
+// plus 0.1 ms per token, what an 8B model prefills on one modern GPU, and mock-worker's defaults).
 
 export type LatencyPriors = { baseMs: number; msPerToken: number; msPerWaiting: number };
 
-export const DEFAULT_LATENCY_PRIORS: LatencyPriors = { baseMs: 5, msPerToken: 0.1, msPerWaiting: 50 };
+export const DEFAULT_LATENCY_PRIORS: LatencyPriors = { baseMs: 10, msPerToken: 0.1, msPerWaiting: 50 };
 
 /** Weight of the newest sample: ~50 samples of memory, so a worker that slows down is seen within a minute. */
 const ALPHA = 0.02;
@@ -19,7 +23,17 @@ const MIN_WEIGHT = 8;
 
 type Fit = { w: number; x: number; y: number; xx: number; xy: number; queue: number; queueW: number; line: LatencyPriors & { samples: number } };
 
-export type TtftSample = { workerKey: string; ttftMs: number; uncachedTokens: number; waiting: number };
+/** What a TTFT is predicted from: the request's own prefill, the prefill ahead of it, the scraped queue. */
+export type TtftInput = {
+  /** prompt tokens the worker computes for this request (uncachedTokens) */
+  uncachedTokens: number;
+  /** prefill tokens of the requests routed to the worker before it that have no first token yet */
+  aheadTokens: number;
+  /** waiting requests scraped from the worker */
+  waiting: number;
+};
+
+export type TtftSample = TtftInput & { workerKey: string; ttftMs: number };
 
 /**
  * The leading blocks of a prompt vLLM can serve from its cache: its hit stops at prompt length - 1 in
@@ -59,9 +73,9 @@ export class LatencyModel {
     return { baseMs, msPerToken, msPerWaiting, samples: Math.round(f.w) };
   }
 
-  predictTtftMs(workerKey: string, uncachedTokens: number, waiting: number): number {
+  predictTtftMs(workerKey: string, t: TtftInput): number {
     const p = this.fits.get(workerKey)?.line ?? this.priors;
-    return waiting * p.msPerWaiting + p.baseMs + p.msPerToken * uncachedTokens;
+    return t.waiting * p.msPerWaiting + p.baseMs + p.msPerToken * (t.uncachedTokens + t.aheadTokens);
   }
 
   observe(s: TtftSample): void {
@@ -71,14 +85,14 @@ export class LatencyModel {
     if (s.waiting > 0) {
       // The wait is what the line does not explain, shared among the requests ahead.
       const p = f.line;
-      const excess = Math.max(0, s.ttftMs - p.baseMs - p.msPerToken * s.uncachedTokens) / s.waiting;
+      const excess = Math.max(0, s.ttftMs - p.baseMs - p.msPerToken * (s.uncachedTokens + s.aheadTokens)) / s.waiting;
       f.queue = (1 - ALPHA) * f.queue + excess;
       f.queueW = (1 - ALPHA) * f.queueW + 1;
       f.line = this.fit(f);
       return;
     }
     const d = 1 - ALPHA;
-    const x = s.uncachedTokens;
+    const x = s.uncachedTokens + s.aheadTokens;
     f.w = d * f.w + 1;
     f.x = d * f.x + x;
     f.y = d * f.y + s.ttftMs;

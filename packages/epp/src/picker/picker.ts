@@ -5,8 +5,8 @@ import { computeBlockHashes, MatchList, requestBlockExtras } from "@kv-epp/index
 import type { Indexer } from "../indexers/indexers.ts";
 import type { Candidate } from "../workers/registry.ts";
 import type { Weights } from "./cost.ts";
-import { decide, overlapOf, type CandidateState } from "./decide.ts";
-import { uncachedTokens, type LatencyModel } from "./latency.ts";
+import { decide, overlapOf, ttftInput, type CandidateState } from "./decide.ts";
+import type { LatencyModel } from "./latency.ts";
 import type { LoadView } from "./load.ts";
 import { prefixKeys, type PendingView, type PrefixKeys } from "./pending.ts";
 import type { WorkerMetrics } from "./worker-metrics.ts";
@@ -43,6 +43,8 @@ export type ScoredCandidate = {
   cost: number;
   /** Scraped waiting requests at the pick. */
   waiting: number;
+  /** Prefill tokens ahead of the request on the candidate at the pick (its load's prefill blocks x block size). */
+  aheadTokens: number;
   /** The latency model's TTFT for this request on this worker, ms. */
   predictedTtftMs: number;
 };
@@ -138,12 +140,13 @@ export class Picker {
       pendingOverlap: pendingView ? (pendingOverlaps.get(ref.key) ?? 0) : 0,
       activeBlocks: this.deps.load.blocks(ref.key),
       activeRequests: this.deps.load.requests(ref.key),
+      prefillBlocks: this.deps.load.prefillBlocks(ref.key),
       waiting: this.deps.workerMetrics(ref.endpoint)?.waiting ?? 0,
     }));
     const o = this.deps.options;
     const latency = this.deps.latency;
     const bs = indexer.blockSize;
-    const ttft = (c: Known) => latency.predictTtftMs(c.ref.key, uncachedTokens(req.tokens.length, overlapOf(c), bs), c.waiting);
+    const ttft = (c: Known) => latency.predictTtftMs(c.ref.key, ttftInput(c, req.tokens.length, bs));
     const d = decide({
       requestBlocks,
       candidates: known,
@@ -160,6 +163,7 @@ export class Picker {
       pendingOverlap: s.candidate.pendingOverlap ?? 0,
       cost: s.cost,
       waiting: s.candidate.waiting,
+      aheadTokens: (s.candidate.prefillBlocks ?? 0) * bs,
       predictedTtftMs: o.cost === "latency" ? s.cost : ttft(s.candidate),
     });
     const scored = d.scored.map(scoredOf);

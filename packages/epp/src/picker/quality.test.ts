@@ -4,7 +4,7 @@ import { hittableBlocks, LatencyModel, uncachedTokens } from "./latency.ts";
 import type { Decision, ScoredCandidate } from "./picker.ts";
 import { predictionOf, RoutingQuality, type Prediction } from "./quality.ts";
 
-const P: Prediction = { workerKey: "w\u00000", workerId: "w", dpRank: 0, predictedCachedTokens: 64, promptTokens: 100, blockSize: 16, waiting: 0 };
+const P: Prediction = { workerKey: "w\u00000", workerId: "w", dpRank: 0, predictedCachedTokens: 64, promptTokens: 100, blockSize: 16, waiting: 0, aheadTokens: 0 };
 const bytes = (s: string) => new TextEncoder().encode(s);
 
 function run(q: RoutingQuality, chunks: string[], contentType = "text/event-stream", p = P): void {
@@ -18,13 +18,14 @@ describe("prediction", () => {
   const picked = (overlap: number, promptTokens: number): Extract<Decision, { kind: "picked" }> => {
     const chosen: ScoredCandidate = {
       candidate: { workerId: "w", dpRank: 0, key: P.workerKey, endpoint: "10.0.0.1:8000", rankHeader: undefined },
-      overlap, pendingOverlap: 0, cost: 0, waiting: 0, predictedTtftMs: 0,
+      overlap, pendingOverlap: 0, cost: 0, waiting: 0, aheadTokens: 32, predictedTtftMs: 0,
     };
     return { kind: "picked", chosen, model: "m", blockSize: 16, requestBlocks: Math.floor(promptTokens / 16), promptTokens, scored: [chosen] };
   };
 
   test("the predicted cached tokens are the overlap's, at most what vLLM hits: a fully cached prompt of whole blocks computes its last block again", () => {
     expect(predictionOf(picked(4, 67)).predictedCachedTokens).toBe(64);
+    expect(predictionOf(picked(4, 67)).aheadTokens).toBe(32);
     expect(predictionOf(picked(2, 67)).predictedCachedTokens).toBe(32);
     // 64 tokens, all 4 blocks in the index: vLLM's hit stops at 63 tokens, 3 whole blocks.
     expect(predictionOf(picked(4, 64)).predictedCachedTokens).toBe(48);
@@ -95,20 +96,24 @@ describe("response watch", () => {
 });
 
 describe("latency model", () => {
-  test("fits base + rate x uncached tokens per worker from observations, and the queue term from queued ones", () => {
+  test("fits base + rate x (prefill ahead + uncached tokens) per worker from observations, and the queue term from queued ones", () => {
     const m = new LatencyModel({ baseMs: 1, msPerToken: 1, msPerWaiting: 1 });
-    expect(m.predictTtftMs("a", 100, 0)).toBe(101);
+    expect(m.predictTtftMs("a", { uncachedTokens: 100, aheadTokens: 0, waiting: 0 })).toBe(101);
+    expect(m.predictTtftMs("a", { uncachedTokens: 100, aheadTokens: 50, waiting: 2 })).toBe(153);
     for (let i = 0; i < 200; i++) {
       const x = (i % 10) * 1000;
-      m.observe({ workerKey: "a", uncachedTokens: x, waiting: 0, ttftMs: 20 + 0.05 * x });
+      // Half the samples' prefill is another request's, ahead of them: the same rate.
+      const ahead = i % 2 === 0 ? x / 2 : 0;
+      m.observe({ workerKey: "a", uncachedTokens: x - ahead, aheadTokens: ahead, waiting: 0, ttftMs: 20 + 0.05 * x });
     }
     const p = m.params("a");
     expect(p.baseMs).toBeCloseTo(20, 6);
     expect(p.msPerToken).toBeCloseTo(0.05, 9);
-    for (let i = 0; i < 50; i++) m.observe({ workerKey: "a", uncachedTokens: 1000, waiting: 2, ttftMs: 20 + 50 + 2 * 300 });
+    expect(m.predictTtftMs("a", { uncachedTokens: 100, aheadTokens: 900, waiting: 0 })).toBeCloseTo(70, 6);
+    for (let i = 0; i < 50; i++) m.observe({ workerKey: "a", uncachedTokens: 1000, aheadTokens: 0, waiting: 2, ttftMs: 20 + 50 + 2 * 300 });
     expect(m.params("a").msPerWaiting).toBeGreaterThan(250);
     // Another worker keeps the priors.
-    expect(m.predictTtftMs("b", 100, 0)).toBe(101);
+    expect(m.predictTtftMs("b", { uncachedTokens: 100, aheadTokens: 0, waiting: 0 })).toBe(101);
   });
 });
 

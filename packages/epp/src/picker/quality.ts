@@ -19,6 +19,8 @@ export type Prediction = {
   blockSize: number;
   /** Waiting requests scraped from the worker at the pick. */
   waiting: number;
+  /** Prefill tokens ahead of the request on the worker at the pick. */
+  aheadTokens: number;
 };
 
 /** What a routing decision predicts about its worker (or another candidate it scored). */
@@ -32,6 +34,7 @@ export function predictionOf(d: Extract<Decision, { kind: "picked" }>, c: Scored
     promptTokens: d.promptTokens,
     blockSize: d.blockSize,
     waiting: c.waiting,
+    aheadTokens: c.aheadTokens,
   };
 }
 
@@ -131,7 +134,7 @@ export class RoutingQuality {
     this.metrics.observedTtft.observe({ worker: p.workerId, dp_rank: String(p.dpRank) }, ttftMs / 1000);
     ring(this.ttfts, p.workerKey).push(ttftMs);
     const uncachedTokens = Math.max(p.promptTokens - (cachedTokens ?? p.predictedCachedTokens), 0);
-    this.latency?.observe({ workerKey: p.workerKey, ttftMs, uncachedTokens, waiting: p.waiting });
+    this.latency?.observe({ workerKey: p.workerKey, ttftMs, uncachedTokens, aheadTokens: p.aheadTokens, waiting: p.waiting });
   }
 }
 

@@ -3,8 +3,8 @@
 // --cost weights), `kv-latency` the lowest predicted TTFT of the EPP's LatencyModel (--cost latency),
 // calibrated as in the EPP from each response's TTFT and cached tokens once it ends.
 import { findMatches } from "@kv-epp/index-wasm/helpers";
-import { decide, LatencyModel, overlapOf, prefixKeys, uncachedTokens, type CostModel, type PrefixKeys } from "../upstream.ts";
-import { withRouterLoad } from "./router-load.ts";
+import { decide, LatencyModel, overlapOf, prefixKeys, ttftInput, type CostModel, type TtftInput } from "../upstream.ts";
+import { withRouterLoad, type LeaseShape } from "./router-load.ts";
 import type { PolicyName, PolicySpec } from "./types.ts";
 
 function kvPolicy(name: PolicyName, cost: CostModel, knows: string): PolicySpec {
@@ -15,18 +15,16 @@ function kvPolicy(name: PolicyName, cost: CostModel, knows: string): PolicySpec 
     usesIndex: true,
     create(ctx) {
       const latency = new LatencyModel();
-      /** Scraped waiting at the pick, per request in flight: the calibration sample's queue. */
-      const waitingAtPick = new Map<number, number>();
+      /** What the chosen worker's TTFT was predicted from, per request in flight: the calibration sample. */
+      const inputAtPick = new Map<number, TtftInput>();
       // In-flight prefixes, as the EPP's Picker reads them: the picked request's keys go with its lease.
       const pending = ctx.pending;
       const pendingOverlaps = new Map<string, number>();
-      let picked: { id: number; keys: PrefixKeys } | undefined;
+      let picked: { id: number; lease: LeaseShape } | undefined;
       const router = withRouterLoad(ctx, (req) => {
         const { scores } = findMatches(ctx.index, req.localHashes);
-        if (pending) {
-          picked = { id: req.id, keys: prefixKeys(ctx.modelKey, req.localHashes) };
-          pending.overlapsInto(picked.keys, pendingOverlaps);
-        }
+        const keys = pending ? prefixKeys(ctx.modelKey, req.localHashes) : undefined;
+        if (keys) pending!.overlapsInto(keys, pendingOverlaps);
         const candidates = ctx.workerKeys.map((key, i) => ({
           index: i,
           key,
@@ -35,10 +33,11 @@ function kvPolicy(name: PolicyName, cost: CostModel, knows: string): PolicySpec 
           pendingOverlap: pendingOverlaps.get(key) ?? 0,
           activeBlocks: ctx.load.blocks(key),
           activeRequests: ctx.load.requests(key),
+          prefillBlocks: ctx.load.prefillBlocks(key),
           // As if scraped at this instant (the EPP scrapes vLLM's num_requests_waiting every second).
           waiting: ctx.workers[i]!.waitingCount,
         }));
-        const ttft = (c: (typeof candidates)[number]) => latency.predictTtftMs(c.key, uncachedTokens(req.promptTokens, overlapOf(c), ctx.blockSize), c.waiting);
+        const ttft = (c: (typeof candidates)[number]) => latency.predictTtftMs(c.key, ttftInput(c, req.promptTokens, ctx.blockSize));
         const d = decide({
           requestBlocks: req.requestBlocks,
           candidates,
@@ -48,16 +47,19 @@ function kvPolicy(name: PolicyName, cost: CostModel, knows: string): PolicySpec 
           latency: cost === "latency" ? ttft : undefined,
         });
         if (d.kind === "none") throw new Error(`no worker to route to (${d.reason})`);
-        waitingAtPick.set(req.id, d.chosen.candidate.waiting);
-        return d.chosen.candidate.index;
-      }, (req) => (picked?.id === req.id ? picked.keys : undefined));
+        const chosen = d.chosen.candidate;
+        inputAtPick.set(req.id, ttftInput(chosen, req.promptTokens, ctx.blockSize));
+        // The lease the EPP takes: the blocks the chosen worker still prefills, the prefix keys.
+        picked = { id: req.id, lease: { prefillBlocks: Math.max(req.requestBlocks - overlapOf(chosen), 0), prefix: keys } };
+        return chosen.index;
+      }, (req) => (picked?.id === req.id ? picked.lease : undefined));
       return {
         ...router,
         finished(req, worker, seen) {
           router.finished?.(req, worker, seen);
-          const waiting = waitingAtPick.get(req.id) ?? 0;
-          waitingAtPick.delete(req.id);
-          latency.observe({ workerKey: ctx.workerKeys[worker]!, ttftMs: seen.ttftMs, uncachedTokens: req.promptTokens - seen.cachedTokens, waiting });
+          const at = inputAtPick.get(req.id);
+          inputAtPick.delete(req.id);
+          latency.observe({ workerKey: ctx.workerKeys[worker]!, ttftMs: seen.ttftMs, uncachedTokens: req.promptTokens - seen.cachedTokens, aheadTokens: at?.aheadTokens ?? 0, waiting: at?.waiting ?? 0 });
         },
       };
     },

@@ -38,6 +38,8 @@ export interface Router {
   pick(req: SimRequest): number;
   /** The request was sent to `worker` (after pick). */
   routed?(req: SimRequest, worker: number): void;
+  /** The request's first token came back (the EPP sees its first response byte). */
+  firstToken?(req: SimRequest): void;
   /** The request's response ended on `worker`: its TTFT and cached tokens, as the EPP reads them from it. */
   finished?(req: SimRequest, worker: number, seen: { ttftMs: number; cachedTokens: number }): void;
 }

@@ -111,6 +111,7 @@ export function replayPolicy(trace: readonly TraceRecord[], policy: PolicyName, 
         onFirstToken: (f) => {
           const ttftMs = f.atMs - f.req.arrivalMs;
           rec.firstToken(f.atMs, f.req.promptTokens, f.cachedTokens, ttftMs);
+          routerOf.get(f.req.id)?.firstToken?.(f.req);
           seen.set(f.req.id, { ttftMs, cachedTokens: f.cachedTokens });
         },
         onFinished: (req, w, now) => {
