@@ -7,7 +7,8 @@ import { parseDiscoveryConfig, type DiscoveryConfig } from "@kv-epp/intents";
 import { z } from "zod";
 import { LISTENER_HEARTBEAT } from "@kv-epp/kv-events";
 import { DEFAULT_SHAPE, DEFAULT_WEIGHTS, SCORE_SHAPE, type CostShape } from "./picker/cost.ts";
-import type { CostModel } from "./picker/picker.ts";
+import { DEFAULT_FOLLOWER_WEIGHT } from "./picker/latency.ts";
+import { DEFAULT_COST, type CostModel } from "./picker/picker.ts";
 import { DEFAULT_PENDING, INFLIGHT_PREFIX_DEFAULT } from "./picker/pending.ts";
 
 export class ConfigError extends Error {}
@@ -66,7 +67,8 @@ export const OPTIONS = {
   prefixCapBlocks: { flag: "prefix-cap-blocks", env: "DYN_EPP_PREFIX_CAP_BLOCKS", kind: "int", default: String(SCORE_SHAPE.prefixCapBlocks), help: "score shape: the cached share is of at most this many leading blocks (0: all)" },
   queueWeight: { flag: "queue-weight", env: "DYN_EPP_QUEUE_WEIGHT", kind: "number", default: "0", help: "cost per scraped waiting request" },
   queueThreshold: { flag: "queue-threshold", env: "DYN_EPP_QUEUE_THRESHOLD", kind: "int", default: "0", help: "skip workers with more waiting requests (0: off)" },
-  cost: { flag: "cost", env: "DYN_EPP_COST", kind: "string", default: "weights", help: "routing cost: weights (weighted blocks to prefill + active blocks) | latency (lowest predicted TTFT, calibrated online)" },
+  cost: { flag: "cost", env: "DYN_EPP_COST", kind: "string", default: DEFAULT_COST, help: "routing cost: latency (lowest predicted TTFT, calibrated online, plus the delay its prefill adds to the requests behind it) | weights (the cost shape's weights)" },
+  latencyFollowerWeight: { flag: "latency-follower-weight", env: "DYN_EPP_LATENCY_FOLLOWER_WEIGHT", kind: "number", default: String(DEFAULT_FOLLOWER_WEIGHT), help: "latency cost: weight of the delay a request's own prefill adds to each request queued behind it (0: greedy, its own TTFT alone)" },
   inflightPrefix: { flag: "inflight-prefix", env: "DYN_EPP_INFLIGHT_PREFIX", kind: "bool", default: String(INFLIGHT_PREFIX_DEFAULT), help: "count the blocks of requests routed to a worker and not yet ended as overlap there (the index learns them only after their prefill)" },
   inflightPrefixMaxBlocks: { flag: "inflight-prefix-max-blocks", env: "DYN_EPP_INFLIGHT_PREFIX_MAX_BLOCKS", kind: "int", default: String(DEFAULT_PENDING.maxBlocks), help: "most in-flight prefix blocks held (oldest requests' leave first)" },
   inflightPrefixTtlMs: { flag: "inflight-prefix-ttl-ms", env: "DYN_EPP_INFLIGHT_PREFIX_TTL_MS", kind: "int", default: String(DEFAULT_PENDING.ttlMs), help: "an in-flight prefix leaves after this long even if its request never ended" },
@@ -200,6 +202,8 @@ export type EppConfig = {
     queueThreshold: number;
     temperature: number;
     cost: CostModel;
+    /** The latency cost's weight of the delay a request's prefill adds to the requests behind it (picker/latency.ts). */
+    latencyFollowerWeight: number;
     /** In-flight prefixes (picker/pending.ts); off: the index's overlap alone. */
     inflightPrefix: { mode: "off" } | { mode: "on"; maxBlocks: number; ttlMs: number };
     shape: CostShape;
@@ -287,6 +291,7 @@ export function parseConfig(argv: string[], env: Record<string, string | undefin
   const costModel = get<string>("cost")!;
   if (costModel !== "weights" && costModel !== "latency")
     throw new ConfigError(`invalid value for ${r.cost.source}: ${JSON.stringify(costModel)} (expected weights|latency)`);
+  if (get<number>("latencyFollowerWeight")! < 0) throw new ConfigError(`invalid value for ${r.latencyFollowerWeight.source}: ${get<number>("latencyFollowerWeight")} (expected >= 0)`);
   if (get<number>("inflightPrefixMaxBlocks") === 0) throw new ConfigError(`invalid value for ${r.inflightPrefixMaxBlocks.source}: 0 (turn in-flight prefixes off with --inflight-prefix false)`);
   const shapeKind = get<string>("costShape")!;
   if (shapeKind !== "score" && shapeKind !== "blocks")
@@ -414,6 +419,7 @@ export function parseConfig(argv: string[], env: Record<string, string | undefin
       queueThreshold: get<number>("queueThreshold")!,
       temperature: get<number>("temperature")!,
       cost: costModel,
+      latencyFollowerWeight: get<number>("latencyFollowerWeight")!,
       inflightPrefix: get<boolean>("inflightPrefix")
         ? { mode: "on", maxBlocks: get<number>("inflightPrefixMaxBlocks")!, ttlMs: get<number>("inflightPrefixTtlMs")! }
         : { mode: "off" },

@@ -99,7 +99,7 @@ export async function startEpp(cfg: EppConfig, o: { log?: Logger; kubeConfig?: K
     ? await startReplicaAgg({ config: cfg.replicaAgg, listen: cfg.listen, port: cfg.ports.replicaAgg, podIp: cfg.podIp, load, pending: peerPending, metrics, log: log.child({ component: "replica-agg" }), kube })
     : undefined;
   // Observed TTFTs calibrate the latency model, which the latency cost and explanations read.
-  const latency = new LatencyModel();
+  const latency = new LatencyModel(undefined, cfg.picker.latencyFollowerWeight);
   const quality = new RoutingQuality(metrics, latency);
   const picker = new Picker({
     indexers: indexers.models,

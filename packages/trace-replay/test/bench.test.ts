@@ -20,14 +20,14 @@ describe("bun run bench:trace", () => {
     );
     const stdout = r.stdout.toString();
     expect(r.exitCode, r.stderr.toString()).toBe(0);
-    expect(stdout).toContain("kv-aware x2 no-agg");
+    expect(stdout).toContain("kv-latency x2 no-agg");
 
     const html = readFileSync(join(out, "trace-bench.html"), "utf8");
     // Self-contained: the chart library is inlined, nothing is fetched.
     expect(html).not.toMatch(/<script[^>]+src=/);
     expect(html).toContain("echarts");
     const data = JSON.parse(/<script id="report-data" type="application\/json">(.*?)<\/script>/s.exec(html)![1]!) as ReportData;
-    const labels = ["kv-aware", "kv-latency", "round-robin", "random", "least-loaded", "approx-prefix", "exact-index", "ttft-oracle", "kv-aware x2 agg", "kv-aware x2 no-agg", "approx-prefix x2", "kv-aware x3 agg", "kv-aware x3 no-agg", "approx-prefix x3"];
+    const labels = ["kv-aware", "kv-latency", "round-robin", "random", "least-loaded", "approx-prefix", "exact-index", "ttft-oracle", "kv-latency x2 agg", "kv-latency x2 no-agg", "kv-aware x2 agg", "kv-aware x2 no-agg", "approx-prefix x2", "kv-latency x3 agg", "kv-latency x3 no-agg", "kv-aware x3 agg", "kv-aware x3 no-agg", "approx-prefix x3"];
     expect(data.hitRate.map((s) => s.name)).toEqual(labels);
     expect(data.ttftCdf.map((s) => s.name)).toEqual(labels);
     expect(data.workerLoad.map((s) => s.name)).toEqual(labels);
@@ -56,11 +56,12 @@ describe("bun run bench:trace", () => {
     };
     const hit = (label: string) => figures.find((f) => f.label === label)!.hitRate;
     expect(figures.every((f) => f.requests === 150)).toBe(true);
+    expect(hit("kv-latency")).toBeGreaterThan(hit("round-robin"));
     expect(hit("kv-aware")).toBeGreaterThan(hit("round-robin"));
     // The hit-rate chart as a PNG when a browser is there, and a reason when not.
     if (chromiumPath) expect([...readFileSync(join(out, "trace-bench.png")).subarray(1, 4)]).toEqual([0x50, 0x4e, 0x47]);
     else expect(stdout).toContain("png:    skipped (no headless chromium");
-    // A loaded 2-core machine runs these 14 replays slowly.
+    // A loaded 2-core machine runs these 18 replays slowly.
   }, 300_000);
 
   test.skipIf(!chromiumPath)("the report opens in headless chromium without errors, and every series in each legend drew", async () => {

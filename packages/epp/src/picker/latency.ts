@@ -16,6 +16,15 @@ export type LatencyPriors = { baseMs: number; msPerToken: number; msPerWaiting: 
 
 export const DEFAULT_LATENCY_PRIORS: LatencyPriors = { baseMs: 10, msPerToken: 0.1, msPerWaiting: 50 };
 
+/**
+ * The latency cost's weight of the delay a request's own prefill adds to each request queued behind it
+ * on the worker, in units of that prefill's time. 0 is greedy: the lowest TTFT for this request alone,
+ * which sends a conversation's next turn away from its cache whenever that worker is busier and leaves
+ * the prefill to slow everyone after it. 1 counts the delay once, what a request behind it at moderate
+ * load pays (bench:trace: the lowest TTFT p50 of 0, 1 and 3 on both traces, packages/epp/README.md).
+ */
+export const DEFAULT_FOLLOWER_WEIGHT = 1;
+
 /** Weight of the newest sample: ~50 samples of memory, so a worker that slows down is seen within a minute. */
 const ALPHA = 0.02;
 /** Effective samples before a worker's fit replaces the priors. */
@@ -52,7 +61,10 @@ export function uncachedTokens(promptTokens: number, overlap: number, blockSize:
 export class LatencyModel {
   private readonly fits = new Map<string, Fit>();
 
-  constructor(private readonly priors: LatencyPriors = DEFAULT_LATENCY_PRIORS) {}
+  constructor(
+    private readonly priors: LatencyPriors = DEFAULT_LATENCY_PRIORS,
+    private readonly followerWeight = DEFAULT_FOLLOWER_WEIGHT,
+  ) {}
 
   /** The worker's current line: base ms, ms per uncached token, ms per waiting request. */
   params(workerKey: string): Readonly<LatencyPriors & { samples: number }> {
@@ -76,6 +88,12 @@ export class LatencyModel {
   predictTtftMs(workerKey: string, t: TtftInput): number {
     const p = this.fits.get(workerKey)?.line ?? this.priors;
     return t.waiting * p.msPerWaiting + p.baseMs + p.msPerToken * (t.uncachedTokens + t.aheadTokens);
+  }
+
+  /** The latency cost of the worker: the predicted TTFT plus the follower weight x this request's own prefill time. */
+  costMs(workerKey: string, t: TtftInput): number {
+    const p = this.fits.get(workerKey)?.line ?? this.priors;
+    return this.predictTtftMs(workerKey, t) + this.followerWeight * p.msPerToken * t.uncachedTokens;
   }
 
   observe(s: TtftSample): void {

@@ -14,6 +14,9 @@ import type { WorkerMetrics } from "./worker-metrics.ts";
 /** `weights`: Weights in their shape (score or blocks); `latency`: the lowest predicted TTFT (picker/latency.ts). */
 export type CostModel = "weights" | "latency";
 
+/** The EPP's default: the latency cost wins on both bench:trace traces (packages/epp/README.md, "Latency-aware cost"). */
+export const DEFAULT_COST: CostModel = "latency";
+
 export type PickerOptions = Weights & {
   /** A worker with more scraped waiting requests than this is skipped unless all are (0: off). */
   queueThreshold: number;
@@ -154,7 +157,7 @@ export class Picker {
       weights: o,
       queueThreshold: o.queueThreshold,
       random: this.deps.random ?? Math.random,
-      latency: o.cost === "latency" ? ttft : undefined,
+      latency: o.cost === "latency" ? (c: Known) => latency.costMs(c.ref.key, ttftInput(c, req.tokens.length, bs)) : undefined,
     });
     if (d.kind === "none") return { kind: "no_endpoint", reason: d.reason };
     const scoredOf = (s: { candidate: Known; cost: number }): ScoredCandidate => ({
@@ -164,7 +167,7 @@ export class Picker {
       cost: s.cost,
       waiting: s.candidate.waiting,
       aheadTokens: (s.candidate.prefillBlocks ?? 0) * bs,
-      predictedTtftMs: o.cost === "latency" ? s.cost : ttft(s.candidate),
+      predictedTtftMs: ttft(s.candidate),
     });
     const scored = d.scored.map(scoredOf);
     return {

@@ -4,7 +4,7 @@ import { POLICY_NAMES, type PolicyName } from "../policies/index.ts";
 import { FlagError, parseFlags } from "../cli-flags.ts";
 import { DEFAULT_AGG_SIM, type AggSimOptions } from "../sim/replica-agg.ts";
 import type { CacheReset, InflightPrefixMode } from "../sim/replay.ts";
-import { DEFAULT_SHAPE, DEFAULT_TIMING, DEFAULT_WEIGHTS, INFLIGHT_PREFIX_DEFAULT, SCORE_SHAPE, type CostShape } from "../upstream.ts";
+import { DEFAULT_FOLLOWER_WEIGHT, DEFAULT_SHAPE, DEFAULT_TIMING, DEFAULT_WEIGHTS, INFLIGHT_PREFIX_DEFAULT, SCORE_SHAPE, type CostShape } from "../upstream.ts";
 import { DEFAULT_TRACE_PATH } from "../trace.ts";
 
 const positiveInt = z.coerce.number().int().positive();
@@ -18,8 +18,10 @@ const schema = z.object({
   workers: positiveInt.default(8),
   "capacity-blocks": positiveInt.default(32768),
   "block-size": positiveInt.default(16),
-  // 10x: the first 4000 requests (~20 min of trace) arrive over ~2 virtual minutes, ~33 requests/s.
-  "time-scale": z.coerce.number().positive().default(10),
+  // 1x: the trace at its recorded rate. The first 4000 conversation requests (~22 min, ~3 requests/s,
+  // ~13k-token prompts) keep each simulated worker's engine about half busy with prefill; at 2x queues
+  // build, at 10x they grow without bound.
+  "time-scale": z.coerce.number().positive().default(1),
   // The trace's timestamps come in ~3 s steps; "spread" spaces each step's records evenly instead of
   // letting them arrive at one instant.
   arrivals: z.enum(["recorded", "spread", "bursts"]).default("recorded"),
@@ -35,7 +37,7 @@ const schema = z.object({
   /** router replica counts for the extra multi-replica rows (with and without replica-agg), comma-separated; 1 = none */
   replicas: z.string().regex(/^\d+(,\d+)*$/, "a comma-separated list of replica counts").default("2,3"),
   "replica-agg": z.enum(["both", "on", "off"]).default("both"),
-  "replica-policies": z.string().default("kv-aware,approx-prefix"),
+  "replica-policies": z.string().default("kv-latency,kv-aware,approx-prefix"),
   // Simulated replica-agg (the EPP's defaults): lag of a change to reach a peer (loopback measured
   // p50 0.2 ms, max 3 ms), snapshot/heartbeat period, silence timeout, message loss probability.
   "agg-lag-ms": nonNegative.default(DEFAULT_AGG_SIM.lagMs),
@@ -52,6 +54,7 @@ const schema = z.object({
   // The EPP's defaults (packages/epp picker/cost.ts DEFAULT_WEIGHTS).
   "prefill-load-scale": nonNegative.default(DEFAULT_WEIGHTS.prefillLoadScale),
   "decode-load-scale": nonNegative.default(DEFAULT_WEIGHTS.decodeLoadScale),
+  "latency-follower-weight": nonNegative.default(DEFAULT_FOLLOWER_WEIGHT),
   // The EPP's cost shapes and their defaults (picker/cost.ts CostShape, DEFAULT_SHAPE, SCORE_SHAPE):
   // score, or blocks (the two weights above).
   "cost-shape": z.enum(["score", "blocks"]).default(DEFAULT_SHAPE.kind),
@@ -87,6 +90,7 @@ export type BenchOptions = {
   seed: number;
   prefillLoadScale: number;
   decodeLoadScale: number;
+  latencyFollowerWeight: number;
   costShape: CostShape;
   maxNumSeqs: number;
   maxNumBatchedTokens: number;
@@ -131,6 +135,7 @@ export function parseBenchArgs(argv: string[]): BenchOptions {
     seed: o.seed,
     prefillLoadScale: o["prefill-load-scale"],
     decodeLoadScale: o["decode-load-scale"],
+    latencyFollowerWeight: o["latency-follower-weight"],
     costShape: shapeOf(o),
     maxNumSeqs: o["max-num-seqs"],
     maxNumBatchedTokens: o["max-num-batched-tokens"],

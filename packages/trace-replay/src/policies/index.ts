@@ -4,6 +4,7 @@ import { kvAware, kvLatency } from "./kv-aware.ts";
 import { exactIndex } from "./exact-index.ts";
 import { ttftOracle } from "./ttft-oracle.ts";
 import type { PolicyName, PolicySpec } from "./types.ts";
+import { DEFAULT_COST } from "../upstream.ts";
 
 export const POLICIES: Record<PolicyName, PolicySpec> = {
   "kv-aware": kvAware,
@@ -15,4 +16,6 @@ export const POLICIES: Record<PolicyName, PolicySpec> = {
   "exact-index": exactIndex,
   "ttft-oracle": ttftOracle,
 };
+/** The policy that decides as the EPP does by default (its --cost). */
+export const DEFAULT_POLICY: PolicyName = DEFAULT_COST === "latency" ? "kv-latency" : "kv-aware";
 export { POLICY_NAMES, type PolicyName, type PolicySpec, type Router, type ReplicaContext } from "./types.ts";

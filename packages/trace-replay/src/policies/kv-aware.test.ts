@@ -44,6 +44,7 @@ const state = fc.record({
   }),
   queueThreshold: fc.integer({ min: 0, max: 2 }),
   cost: fc.constantFrom("weights" as const, "latency" as const),
+  followerWeight: fc.constantFrom(0, 1, 3),
   request: fc.integer({ min: 0, max: PROMPTS - 1 }),
   requestBlocks: fc.integer({ min: 1, max: PROMPT_BLOCKS }),
   seed: fc.integer(),
@@ -105,6 +106,7 @@ describe("one decision for the EPP and the simulation", () => {
           index,
           modelKey: MODEL_KEY,
           weights: s.weights,
+          latencyFollowerWeight: s.followerWeight,
           queueThreshold: s.queueThreshold,
           blockSize: BLOCK,
           capacityBlocks: 64,
@@ -117,7 +119,7 @@ describe("one decision for the EPP and the simulation", () => {
           workerMetrics: (endpoint) => ({ running: 1, waiting: workers[keys.indexOf(endpoint)]!.waitingCount, kvUsage: 0, at: 0 }),
           options: { ...s.weights, queueThreshold: s.queueThreshold, cost: s.cost },
           random: seededRandom(s.seed),
-          latency: new LatencyModel(),
+          latency: new LatencyModel(undefined, s.followerWeight),
           pending: load.pending,
         });
         const epp = picker.pick({ tokens });

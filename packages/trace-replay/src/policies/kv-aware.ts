@@ -7,14 +7,14 @@ import { decide, LatencyModel, overlapOf, prefixKeys, ttftInput, type CostModel,
 import { withRouterLoad, type LeaseShape } from "./router-load.ts";
 import type { PolicyName, PolicySpec } from "./types.ts";
 
-function kvPolicy(name: PolicyName, cost: CostModel, knows: string): PolicySpec {
+function kvPolicy(name: PolicyName, model: CostModel, knows: string): PolicySpec {
   return {
     name,
     knows,
     usesRouterLoad: true,
     usesIndex: true,
     create(ctx) {
-      const latency = new LatencyModel();
+      const latency = new LatencyModel(undefined, ctx.latencyFollowerWeight);
       /** What the chosen worker's TTFT was predicted from, per request in flight: the calibration sample. */
       const inputAtPick = new Map<number, TtftInput>();
       // In-flight prefixes, as the EPP's Picker reads them: the picked request's keys go with its lease.
@@ -37,14 +37,14 @@ function kvPolicy(name: PolicyName, cost: CostModel, knows: string): PolicySpec 
           // As if scraped at this instant (the EPP scrapes vLLM's num_requests_waiting every second).
           waiting: ctx.workers[i]!.waitingCount,
         }));
-        const ttft = (c: (typeof candidates)[number]) => latency.predictTtftMs(c.key, ttftInput(c, req.promptTokens, ctx.blockSize));
+        const cost = (c: (typeof candidates)[number]) => latency.costMs(c.key, ttftInput(c, req.promptTokens, ctx.blockSize));
         const d = decide({
           requestBlocks: req.requestBlocks,
           candidates,
           weights: ctx.weights,
           queueThreshold: ctx.queueThreshold,
           random: ctx.random,
-          latency: cost === "latency" ? ttft : undefined,
+          latency: model === "latency" ? cost : undefined,
         });
         if (d.kind === "none") throw new Error(`no worker to route to (${d.reason})`);
         const chosen = d.chosen.candidate;

@@ -26,6 +26,8 @@ export type ReplicaContext = {
   /** the KV index fed by the workers' KV events (every replica subscribes to every worker) */
   index: KvIndex;
   weights: Weights;
+  /** the latency cost's follower weight (the EPP's --latency-follower-weight) */
+  latencyFollowerWeight: number;
   /** the EPP's --queue-threshold (0: off) */
   queueThreshold: number;
   blockSize: number;

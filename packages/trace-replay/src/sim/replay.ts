@@ -4,7 +4,7 @@
 // a whole trace runs in seconds and the same seed gives the same figures.
 import { workerKey, type WorkerRef } from "@kv-epp/protocol";
 import { fromWireExtraKeys, KvIndex } from "@kv-epp/index-wasm";
-import { ActiveLoad, DEFAULT_PENDING, PendingPrefixes, type CacheEvent, type TimingParams, type Weights } from "../upstream.ts";
+import { ActiveLoad, DEFAULT_FOLLOWER_WEIGHT, DEFAULT_PENDING, PendingPrefixes, type CacheEvent, type TimingParams, type Weights } from "../upstream.ts";
 import { seededRandom } from "@kv-epp/testkit";
 import { POLICIES, type PolicyName, type ReplicaContext, type Router } from "../policies/index.ts";
 import { arrivalTimes, type TraceRecord } from "../trace.ts";
@@ -41,6 +41,8 @@ export type ReplayOptions = {
   seed: number;
   timing: Partial<TimingParams>;
   weights: Weights;
+  /** the latency cost's follower weight (the EPP's --latency-follower-weight); its default when absent */
+  latencyFollowerWeight?: number;
   /**
    * in-flight prefixes (the EPP's --inflight-prefix): `own`, each replica those of its own routed
    * requests, and with replica-agg on its peers' as they arrive over it (as the EPP does); `shared`,
@@ -161,6 +163,7 @@ export function replayPolicy(trace: readonly TraceRecord[], policy: PolicyName, 
       index,
       modelKey: SIM_MODEL_KEY,
       weights: opts.weights,
+      latencyFollowerWeight: opts.latencyFollowerWeight ?? DEFAULT_FOLLOWER_WEIGHT,
       queueThreshold: opts.queueThreshold ?? 0,
       blockSize: opts.blockSize,
       capacityBlocks: opts.capacityBlocks,
