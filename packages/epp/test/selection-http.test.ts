@@ -56,7 +56,7 @@ test("GET /workers lists every rank with its connection state, blocks and in-fli
     // No response seen yet: no accuracy, no TTFT, the latency model's priors.
     prediction: { samples: 0, mispredicted: 0, accuracy: null, mean_abs_error_tokens: null },
     observed_ttft_ms: null,
-    latency_model: { base_ms: 5, ms_per_token: 0.1, ms_per_waiting: 50, samples: 0 },
+    latency_model: { base_ms: 10, ms_per_token: 0.1, ms_per_waiting: 50, samples: 0 },
   };
   const res = await fetch(url("/workers"));
   const list: unknown = await res.json();
