@@ -1,6 +1,7 @@
 // Full ext_proc streams against an in-process EPP whose workers' KV events come from real publishers.
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { createPreprocessor } from "@kv-epp/tokenizer";
+import { workerKeyOf } from "@kv-epp/protocol";
 import { waitFor } from "@kv-epp/testkit";
 import { loadProtos } from "../src/extproc/protos.ts";
 import type { EppHandle } from "../src/main.ts";
@@ -249,6 +250,37 @@ describe("ext_proc", () => {
     expect(await inflight()).toBe(before + 1);
     broken.call.cancel();
     await waitFor(async () => (await inflight()) === before, { message: "load released on cancel" });
+  });
+
+  test("a request's prefill counts as ahead on its worker until its first response byte, or twice its predicted TTFT when none comes", async () => {
+    const prefill = () => epp.load.prefillBlocks(workerKeyOf("worker-a", 0)) + epp.load.prefillBlocks(workerKeyOf("worker-b", 0));
+    const before = prefill();
+    const requests = await inflight();
+    // Nothing cached anywhere: all of its 8 blocks are to prefill.
+    const fresh = tokens(128, 77);
+    const streamed = client.open();
+    streamed.send({ ...headers(), protocol_config: { request_body_mode: "FULL_DUPLEX_STREAMED", response_body_mode: "FULL_DUPLEX_STREAMED" } });
+    streamed.send(body({ prompt: fresh }));
+    await streamed.next();
+    await streamed.next();
+    expect(prefill()).toBe(before + 8);
+    streamed.send({ response_headers: { headers: { headers: [{ key: ":status", raw_value: new TextEncoder().encode("200") }] } } });
+    await streamed.next();
+    streamed.send({ response_body: { body: new TextEncoder().encode("data: {}\n\n"), end_of_stream: false } });
+    await streamed.next();
+    expect(prefill()).toBe(before);
+    // A response that shows nothing until it ends (not streamed): the deadline ends its prefill.
+    const silent = client.open();
+    silent.send({ ...headers(), protocol_config: { request_body_mode: "FULL_DUPLEX_STREAMED", response_body_mode: "FULL_DUPLEX_STREAMED" } });
+    silent.send(body({ prompt: tokens(128, 78) }));
+    await silent.next();
+    await silent.next();
+    expect(prefill()).toBe(before + 8);
+    await waitFor(() => prefill() === before, { message: "the prefill deadline" });
+    expect(await inflight()).toBe(requests + 2); // both requests are still in flight
+    streamed.call.cancel();
+    silent.call.cancel();
+    await waitFor(async () => (await inflight()) === requests, { message: "load released on cancel" });
   });
 
   test("a routed request whose stream then fails (a message that does not parse) releases its load", async () => {

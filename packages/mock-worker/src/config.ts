@@ -75,7 +75,7 @@ export const OPTIONS = {
     help: "vLLM's PYTHONHASHSEED: seeds the root block's parent hash (NONE_HASH) of every rank; random: each rank draws its own, as vLLM without PYTHONHASHSEED; absent: no seed (every worker names a prefix alike)",
   },
   topic: { schema: z.string().default(""), help: "ZeroMQ topic frame" },
-  speed: { schema: nonNegative.default(1), help: "time scale of the timing model; 0 answers at once" },
+  speed: { schema: nonNegative.default(1), help: "time scale of every engine step; 0 answers at once" },
   "max-num-seqs": { schema: positiveInt.default(DEFAULT_TIMING.maxNumSeqs), help: "vLLM's --max-num-seqs: requests running at once per rank; others wait" },
   "max-num-batched-tokens": { schema: positiveInt.default(DEFAULT_TIMING.maxNumBatchedTokens), help: "vLLM's --max-num-batched-tokens: tokens one engine step computes (chunked prefill and decodes share it)" },
   "step-base-ms": { schema: nonNegative.default(DEFAULT_TIMING.stepBaseMs), help: "fixed cost of one engine step" },

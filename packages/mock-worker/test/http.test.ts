@@ -118,7 +118,7 @@ describe("OpenAI HTTP", () => {
   });
 });
 
-describe("timing model", () => {
+describe("engine", () => {
   test("requests beyond max-num-seqs wait, and an abandoned stream frees its slot", async () => {
     const slow = await startMockWorker({
       listen: "127.0.2.5", port: 0, kvEvents: "tcp://127.0.2.5:0", speed: 1, maxNumSeqs: 1, stepBaseMs: 20,

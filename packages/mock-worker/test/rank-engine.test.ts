@@ -49,3 +49,19 @@ test("an abort while waiting rejects the start and never touches the cache", asy
   expect(engine.load).toBe(0);
   expect(cache.peekHitBlocks(Uint32Array.from([7, 7, 7, 7, 7, 7, 7, 7, 7]))).toBe(0);
 });
+
+test("a step that throws (a cache listener failing) rejects the requests it held, and the engine serves the next ones", async () => {
+  const cache = new PrefixCacheSim({ blockSize: 4, capacityBlocks: 16 });
+  const engine = new RankEngine(0, cache, FAST);
+  let fail = true;
+  cache.subscribe(() => {
+    if (fail) throw new Error("listener failed");
+  });
+  await expect(engine.start(Uint32Array.from([1, 2, 3, 4, 5]), 3)).rejects.toThrow("listener failed");
+  expect(engine.load).toBe(0);
+  fail = false;
+  const gen = await engine.start(Uint32Array.from([6, 7, 8, 9, 10]), 3);
+  let n = 0;
+  for await (const _ of gen.tokens()) n++;
+  expect(n).toBe(3);
+});

@@ -1,5 +1,5 @@
 // `bun run bench:trace [TRACE] [--flags]`: routing quality of each policy on a replayed trace.
-// A discrete-event simulation in virtual time (mock-worker's cache and timing model, no sleeping, no
+// A discrete-event simulation in virtual time (mock-worker's cache and step scheduler, no sleeping, no
 // sockets) is the right tool here: a whole trace replays in seconds, identically from a seed, and every
 // policy sees exactly the same arrivals. See ../README.md for what is measured and how.
 import { mkdirSync, writeFileSync } from "node:fs";
@@ -44,7 +44,7 @@ console.log(`\n${formatTable(TABLE_COLUMNS, [...tableRows(results, bounds), ...b
 for (const [name, text] of BOUND_NOTES) console.log(`  ${name}: ${text(o, bounds)}`);
 console.log(`  / pooled LRU, / hit bound = hit rate over the pooled LRU's and the pooled optimum's; p50 / oracle = TTFT p50 over ttft-oracle's (greedy: lowest simulated TTFT per request, a reference, not a bound); p50 / bound = over the TTFT p50 bound`);
 console.log(`  ${IMBALANCE_NOTE}`);
-console.log(`  TTFT = queueing + prefill per mock-worker's timing model, in virtual ms; picks/s = wall-clock rate of the pick function alone`);
+console.log(`  TTFT = arrival to the end of the engine step that computes the prompt's last token (mock-worker's step scheduler), in virtual ms; picks/s = wall-clock rate of the pick function alone`);
 if (results.some((r) => r.agg)) console.log(`  replica-agg (simulated with the EPP's AggOutbox/PeerLoads): ${aggNote(o, results)}`);
 for (const t of targets) console.log(`  target ${t.ok ? "met   " : "MISSED"} ${t.name}: ${t.text}`);
 console.log(`  ${((performance.now() - started) / 1000).toFixed(1)} s wall`);

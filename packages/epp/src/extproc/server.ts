@@ -92,6 +92,12 @@ type RequestState = {
   responseBody: boolean;
 };
 
+/** The request's prefill is over (first response byte, or its deadline): its load stops counting it as ahead. */
+function prefillOver(req: RequestState): void {
+  req.lease?.prefilled();
+  if (req.routed) req.routed.prefilled = true;
+}
+
 /**
  * Streamed body chunks handed back: Envoy asks for chunks "no greater than 64K" and some data planes
  * cap a chunk at 64 KiB on the wire (64 KiB of body is 65,558 B there), so GAIE's 62,000 B
@@ -229,8 +235,7 @@ class ProcessStream {
     }
     if (msg.response_body) {
       // The first response bytes mean the worker has finished this request's prefill.
-      this.req?.lease?.prefilled();
-      if (this.req?.routed) this.req.routed.prefilled = true;
+      if (this.req) prefillOver(this.req);
       if (this.req) this.req.responseBody = true;
       const body = msg.response_body.body ?? EMPTY;
       const eos = msg.response_body.end_of_stream === true;
@@ -346,6 +351,10 @@ class ProcessStream {
     const prefillBlocks = Math.max(requestBlocks - chosen.overlap, 0);
     req.lease = this.deps.load.acquire(chosen.candidate.key, requestBlocks, prefillBlocks, decision.prefix);
     req.routed = { candidate: chosen.candidate, blocks: requestBlocks, prefillBlocks, prefilled: false, prefix: decision.prefix };
+    // A response that is not streamed (or a data plane that buffers it) shows no byte until it ends, so
+    // its prefill would count as ahead of every later request for its whole decode: it stops counting
+    // at twice its predicted TTFT if no byte came before.
+    if (prefillBlocks > 0) setTimeout(() => prefillOver(req), 2 * chosen.predictedTtftMs).unref();
     this.deps.metrics.inflight.set(this.deps.load.inflight);
     this.deps.metrics.pickLatency.observe((performance.now() - started) / 1000);
     if (requestBlocks > 0) this.deps.metrics.overlapRatio.observe(chosen.overlap / requestBlocks);

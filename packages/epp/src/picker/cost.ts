@@ -36,9 +36,9 @@ export type CostShape = { kind: "blocks" } | { kind: "score"; prefix: number; lo
 
 /**
  * The blocks shape's default weights. Only their ratio matters (the argmin, and the softmax over normalised costs, are
- * scale-free). Under mock-worker's timing model, which mirrors vLLM's, prefilling one block costs the
- * request blockSize x prefillMsPerToken = 16 x 0.1 = 1.6 ms of TTFT, while one more running request
- * slows every decode step of its batch by decodeBatchFactor x decodeMsPerToken = 0.1 ms, i.e. about
+ * scale-free). Derived under mock-worker's earlier per-request timing model (each prefill on its own,
+ * decode 1% slower per co-runner): prefilling one block cost the request 16 tokens x 0.1 ms = 1.6 ms
+ * of TTFT, while one more running request slowed every decode step of its batch by 0.1 ms, i.e. about
  * 2 x 0.1 x O ms over a request's O output tokens (it and the co-runner slow each other), or
  * 0.2 x O / B ms per active block for prompts of B blocks. Equal in ms: prefill/decode = 8 B / O, which
  * is 19 on the Mooncake conversation trace (B = 832, O = 347). bench:trace measured hit rate and TTFT

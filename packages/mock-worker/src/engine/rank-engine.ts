@@ -37,11 +37,20 @@ type Live = {
   error?: unknown;
   wake?: () => void;
   onFirst(): void;
+  /** before its first token: the start() promise rejects */
+  onFail(e: unknown): void;
   onAbort(): void;
 };
 
-// A step of zero ms still yields to the event loop, so speed 0 answers at once without starving I/O.
-const stepSleep = (ms: number) => new Promise<void>((resolve) => (ms > 0 ? setTimeout(resolve, ms) : setImmediate(resolve)));
+// Sleeps until `deadline` (performance.now() ms). Steps are timed against absolute deadlines, so a
+// timer's lateness (about a millisecond each) does not add up over a decode's hundreds of steps; a step
+// already due still yields to the event loop, so speed 0 answers at once without starving I/O.
+const sleepUntil = (deadline: number) =>
+  new Promise<void>((resolve) => {
+    const ms = deadline - performance.now();
+    if (ms > 0) setTimeout(resolve, ms);
+    else setImmediate(resolve);
+  });
 
 export class RankEngine {
   private readonly scheduler: StepScheduler<Live>;
@@ -81,6 +90,10 @@ export class RankEngine {
       const live: Live = {
         prompt, identity, outputTokens: Math.max(1, maxTokens), arrived: performance.now(), cachedTokens: 0, produced: 0, ended: false,
         onFirst: () => resolve(this.generation(live, signal)),
+        onFail: (e) => {
+          signal?.removeEventListener("abort", live.onAbort);
+          reject(e);
+        },
         onAbort: () => {
           const first = live.produced === 0;
           this.drop(live, signal!.reason);
@@ -138,8 +151,10 @@ export class RankEngine {
 
   private async loop(): Promise<void> {
     try {
+      let deadline = performance.now();
       for (let r = this.scheduler.step(); r; r = this.scheduler.step()) {
-        await stepSleep(r.ms);
+        deadline += r.ms;
+        await sleepUntil(deadline);
         for (const live of r.first) {
           if (live.ended) continue;
           live.produced++;
@@ -159,6 +174,13 @@ export class RankEngine {
           if (live.lease) this.cache.release(live.lease);
           live.wake?.();
         }
+      }
+    } catch (e) {
+      // A step that threw (a cache listener, say) must not leave its requests waiting forever.
+      for (const live of this.scheduler.clear()) {
+        const first = live.produced === 0;
+        this.drop(live, e);
+        if (first) live.onFail(e);
       }
     } finally {
       this.looping = false;

@@ -85,6 +85,14 @@ export class StepScheduler<T> {
     this.waiting.push({ item, prompt: Math.max(1, promptTokens), output: Math.max(1, outputTokens), computed: 0, produced: 0 });
   }
 
+  /** Takes every request out (the engine failed): the ones it held, running first. */
+  clear(): T[] {
+    const all = [...this.running, ...this.waiting].map((s) => s.item);
+    this.running = [];
+    this.waiting = [];
+    return all;
+  }
+
   /** Drops a request wherever it is (a client went away); false if it is not here. */
   remove(item: T): boolean {
     for (const list of [this.waiting, this.running]) {
@@ -151,7 +159,8 @@ export class StepScheduler<T> {
     let elapsed = 0;
     for (;;) {
       const r = copy.step();
-      if (!r) return elapsed;
+      // Unreachable while the probe is queued; a finite answer here would be a wrong one.
+      if (!r) return Number.POSITIVE_INFINITY;
       elapsed += r.ms;
       if (elapsed > limitMs) return Number.POSITIVE_INFINITY;
       if (r.first.includes(probe)) return elapsed;

@@ -20,7 +20,7 @@ export type ClusterLayout = {
   model: string;
   blockSize: number;
   capacityBlocks: number;
-  /** timing model speed of the mock workers (lower = faster) */
+  /** engine speed of the mock workers (lower = faster) */
   speed: number;
   /** the EPPs' --body-mode, the same as the gateway announces */
   bodyMode: ClientBodyMode;

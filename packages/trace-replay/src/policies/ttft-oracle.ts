@@ -1,14 +1,14 @@
 // The TTFT limit of routing one request at a time: for each request, the worker whose simulated TTFT is
 // lowest given the exact caches and queues at that instant (SimWorker.ttftIfSubmitted). It sees what no
-// router can (every cache, every queue, the timing model itself) and is greedy: it does not weigh what
+// router can (every cache, every queue, the engine itself) and is greedy: it does not weigh what
 // a choice does to later requests, so a policy may beat it on a later request's account, rarely overall.
-import { choose } from "../upstream.ts";
+import { choose, uncachedTokens } from "../upstream.ts";
 import { residentOverlaps } from "./resident.ts";
 import type { PolicySpec } from "./types.ts";
 
 export const ttftOracle: PolicySpec = {
   name: "ttft-oracle",
-  knows: "every cache, queue and the timing model: lowest simulated TTFT per request",
+  knows: "every cache, queue and the engine itself: lowest simulated TTFT per request",
   usesRouterLoad: false,
   usesIndex: false,
   create(ctx) {
@@ -20,7 +20,8 @@ export const ttftOracle: PolicySpec = {
         // Each forecast gives up past the best so far: only the least matters.
         let best = Number.POSITIVE_INFINITY;
         const ttfts = ctx.workers.map((w, i) => {
-          const t = w.ttftIfSubmitted(req.tokens!, hits[i]! * ctx.blockSize, now, best);
+          const cached = req.promptTokens - uncachedTokens(req.promptTokens, hits[i]!, ctx.blockSize);
+          const t = w.ttftIfSubmitted(req.tokens!, cached, now, best);
           best = Math.min(best, t);
           return t;
         });

@@ -1,6 +1,6 @@
 // Replays a trace against simulated workers under one routing policy, as a discrete-event simulation in
 // virtual time: arrivals come from the (time-compressed) trace, workers admit, prefill and decode per
-// mock-worker's timing model, KV events reach the KV index after a configurable lag. Nothing sleeps, so
+// mock-worker's step scheduler, KV events reach the KV index after a configurable lag. Nothing sleeps, so
 // a whole trace runs in seconds and the same seed gives the same figures.
 import { workerKey, type WorkerRef } from "@kv-epp/protocol";
 import { fromWireExtraKeys, KvIndex } from "@kv-epp/index-wasm";

@@ -3,7 +3,7 @@
 // prefills, FIFO admission under a running cap, the cache looked up when a request is admitted, blocks
 // referenced until the request ends), with each step's end an event on the queue instead of a sleep, so
 // a whole trace replays in seconds and identically every run.
-import { PrefixCacheSim, StepScheduler, DEFAULT_TIMING, type CacheEvent, type Lease, type TimingParams } from "../upstream.ts";
+import { PrefixCacheSim, StepScheduler, DEFAULT_TIMING, uncachedTokens, type CacheEvent, type Lease, type TimingParams } from "../upstream.ts";
 import type { EventQueue } from "./event-queue.ts";
 import { cacheIdentity, type SimRequest } from "./request.ts";
 
@@ -71,7 +71,9 @@ export class SimWorker {
    */
   ttftIfSubmitted(tokens: Uint32Array, cachedTokens: number, now: number, limitMs = Number.POSITIVE_INFINITY): number {
     const rest = this.stepEndsAt === null ? 0 : this.stepEndsAt - now;
-    const peek = (job: Job) => this.cache.peekHitBlocks(job.req.tokens!, cacheIdentity(job.req)) * this.cache.blockSize;
+    // What acquire will find: whole blocks, at most those before the prompt's last token.
+    const bs = this.cache.blockSize;
+    const peek = (job: Job) => job.req.promptTokens - uncachedTokens(job.req.promptTokens, this.cache.peekHitBlocks(job.req.tokens!, cacheIdentity(job.req)), bs);
     return rest + this.scheduler.forecastFirstTokenMs(tokens.length, cachedTokens, 1, peek, limitMs - rest);
   }
 
