@@ -119,9 +119,10 @@ export class StepScheduler<T> {
     }
     while (budget > 0 && this.waiting.length > 0 && this.running.length < p.maxNumSeqs) {
       const s = this.waiting.shift()!;
+      // Running before the lookup: should `admit` throw, the request is still here for clear().
+      this.running.push(s);
       // vLLM recomputes at least the prompt's last token, so a hit never covers the whole prompt.
       s.computed = Math.min(Math.max(0, this.admit(s.item)), s.prompt - 1);
-      this.running.push(s);
       const n = Math.min(s.prompt - s.computed, budget);
       scheduled.push([s, n]);
       budget -= n;
