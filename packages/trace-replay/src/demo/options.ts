@@ -26,7 +26,7 @@ const schema = z.object({
   // The trace's timestamps come in ~3 s steps (up to 16 records at one instant in the first minutes);
   // "spread" spaces each step's records evenly until the next step, as bench:trace's flag does.
   arrivals: z.enum(["recorded", "spread"]).default("recorded"),
-  /** mock workers' timing speed; default 1 / time-scale, so the workers keep up with the compressed trace */
+  /** mock workers' engine speed; default 1 / time-scale, so the workers keep up with the compressed trace */
   speed: z.coerce.number().min(0).optional(),
   /** fraction of the requests after which one EPP replica is killed and replaced */
   "kill-at": z.coerce.number().min(0).max(1).default(0.5),
