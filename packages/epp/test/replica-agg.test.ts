@@ -32,8 +32,11 @@ function startEpp(name: EppName, peer: EppName, agg: boolean): ProcessHandle {
     WORKERS.map((w) => ({ id: w.id, address: w.address, kvEvents: `tcp://${w.ip}:${KV_PORT}` })),
     [`http://${EPPS[peer]}:9093`],
   );
+  // The weights cost: it decides on the in-flight load replica-agg shares, which is what the spread
+  // test measures. The latency cost decides on the prefill ahead, and these requests, never answered,
+  // stop counting as prefill at their deadline (twice their predicted TTFT).
   const p = spawnBun(
-    ["run", "epp", "--config", config, "--listen", EPPS[name], "--scrape-interval-ms", "0", "--replica-agg", String(agg),
+    ["run", "epp", "--config", config, "--listen", EPPS[name], "--scrape-interval-ms", "0", "--cost", "weights", "--replica-agg", String(agg),
       "--replica-agg-heartbeat-ms", String(HEARTBEAT_MS), "--replica-agg-timeout-ms", String(TIMEOUT_MS)],
     {},
     { name: `epp-${name}`, cwd: ROOT },
