@@ -235,8 +235,10 @@ class ProcessStream {
     }
     if (msg.response_body) {
       // The first response bytes mean the worker has finished this request's prefill.
-      if (this.req) prefillOver(this.req);
-      if (this.req) this.req.responseBody = true;
+      if (this.req) {
+        prefillOver(this.req);
+        this.req.responseBody = true;
+      }
       const body = msg.response_body.body ?? EMPTY;
       const eos = msg.response_body.end_of_stream === true;
       this.req?.watch?.body(body);

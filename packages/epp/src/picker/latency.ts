@@ -58,6 +58,10 @@ export function uncachedTokens(promptTokens: number, overlap: number, blockSize:
   return promptTokens - Math.min(overlap, hittableBlocks(promptTokens, blockSize)) * blockSize;
 }
 
+function ttftOn(p: LatencyPriors, t: TtftInput): number {
+  return t.waiting * p.msPerWaiting + p.baseMs + p.msPerToken * (t.uncachedTokens + t.aheadTokens);
+}
+
 export class LatencyModel {
   private readonly fits = new Map<string, Fit>();
 
@@ -86,14 +90,17 @@ export class LatencyModel {
   }
 
   predictTtftMs(workerKey: string, t: TtftInput): number {
-    const p = this.fits.get(workerKey)?.line ?? this.priors;
-    return t.waiting * p.msPerWaiting + p.baseMs + p.msPerToken * (t.uncachedTokens + t.aheadTokens);
+    return ttftOn(this.line(workerKey), t);
   }
 
   /** The latency cost of the worker: the predicted TTFT plus the follower weight x this request's own prefill time. */
   costMs(workerKey: string, t: TtftInput): number {
-    const p = this.fits.get(workerKey)?.line ?? this.priors;
-    return this.predictTtftMs(workerKey, t) + this.followerWeight * p.msPerToken * t.uncachedTokens;
+    const p = this.line(workerKey);
+    return ttftOn(p, t) + this.followerWeight * p.msPerToken * t.uncachedTokens;
+  }
+
+  private line(workerKey: string): LatencyPriors {
+    return this.fits.get(workerKey)?.line ?? this.priors;
   }
 
   observe(s: TtftSample): void {
