@@ -10,7 +10,7 @@ export { ExtProcClient, extProcChannel, RoutingError, type ClientBodyMode, type 
 // The rules a simulation must share to decide as the EPP does: the decision (decide, and the choice
 // it ends in), its weights and latency model, and load as the picker counts it; the Picker itself so
 // the simulation can check that its policy and the EPP choose alike.
-export { decide, overlapOf, ttftInput, type CandidateState, type DecisionInput, type DecisionOutcome } from "./picker/decide.ts";
+export { decide, overlapOf, prefillBlocksOf, ttftInput, type CandidateState, type DecisionInput, type DecisionOutcome } from "./picker/decide.ts";
 export { choose, DEFAULT_SHAPE, DEFAULT_WEIGHTS, SCORE_SHAPE, type Weights, type CostShape } from "./picker/cost.ts";
 export { Picker, DEFAULT_COST, type CostModel } from "./picker/picker.ts";
 export { LatencyModel, DEFAULT_FOLLOWER_WEIGHT, uncachedTokens, type TtftInput } from "./picker/latency.ts";

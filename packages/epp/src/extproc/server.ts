@@ -10,6 +10,7 @@ import type { Decision, Picker } from "../picker/picker.ts";
 import type { PrefixKeys } from "../picker/pending.ts";
 import { EXPLAIN_REQUEST_HEADER, EXPLANATION_HEADER, explanation } from "../picker/explain.ts";
 import { predictionOf, type ResponseWatch, type RoutingQuality } from "../picker/quality.ts";
+import { prefillBlocksOf } from "../picker/decide.ts";
 import type { Tokenize } from "../tokens.ts";
 import type { Candidate } from "../workers/registry.ts";
 import { FairnessLabels, hasCriticalObjective, requestClass, shedReason, type RequestClass } from "./gaie-headers.ts";
@@ -350,7 +351,7 @@ class ProcessStream {
       return;
     }
     const { chosen, requestBlocks } = decision;
-    const prefillBlocks = Math.max(requestBlocks - chosen.overlap, 0);
+    const prefillBlocks = prefillBlocksOf(requestBlocks, chosen.overlap);
     req.lease = this.deps.load.acquire(chosen.candidate.key, requestBlocks, prefillBlocks, decision.prefix);
     req.routed = { candidate: chosen.candidate, blocks: requestBlocks, prefillBlocks, prefilled: false, prefix: decision.prefix };
     // A response that is not streamed (or a data plane that buffers it) shows no byte until it ends, so

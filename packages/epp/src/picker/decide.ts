@@ -77,6 +77,14 @@ export function overlapOf(c: CandidateState): number {
   return p > c.overlap ? p : c.overlap;
 }
 
+/**
+ * The blocks a request routed with `overlap` of its `requestBlocks` cached still prefills on that worker:
+ * what its load lease counts as prefill ahead of later requests until its first token.
+ */
+export function prefillBlocksOf(requestBlocks: number, overlap: number): number {
+  return Math.max(requestBlocks - overlap, 0);
+}
+
 /** What the latency model predicts this candidate's TTFT for a prompt of `promptTokens` from. */
 export function ttftInput(c: CandidateState, promptTokens: number, blockSize: number): TtftInput {
   return { uncachedTokens: uncachedTokens(promptTokens, overlapOf(c), blockSize), aheadTokens: (c.prefillBlocks ?? 0) * blockSize, waiting: c.waiting };

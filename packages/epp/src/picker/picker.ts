@@ -6,7 +6,7 @@ import type { Indexer } from "../indexers/indexers.ts";
 import type { Candidate } from "../workers/registry.ts";
 import type { Weights } from "./cost.ts";
 import { decide, overlapOf, ttftInput, type CandidateState } from "./decide.ts";
-import type { LatencyModel } from "./latency.ts";
+import type { LatencyModel, TtftInput } from "./latency.ts";
 import type { LoadView } from "./load.ts";
 import { prefixKeys, type PendingView, type PrefixKeys } from "./pending.ts";
 import type { WorkerMetrics } from "./worker-metrics.ts";
@@ -53,7 +53,8 @@ export type ScoredCandidate = {
 };
 
 /** A registry candidate with what the decision reads about it. */
-type Known = CandidateState & { ref: Candidate };
+/** A candidate as the decision sees it, with what the latency model predicts its TTFT from (computed once per pick). */
+type Known = CandidateState & { ref: Candidate; ttft: TtftInput };
 
 /**
  * Where the picker finds a request model's index (the EPP's Indexers; a simulation's own index), and
@@ -136,20 +137,22 @@ export class Picker {
     const list = this.list;
     for (let i = 0; i < list.count; i++) overlaps.set(list.keys[i]!, list.scores[i]!);
     const pendingOverlaps = this.pendingOverlaps;
-    const known: Known[] = candidates.map((ref) => ({
-      ref,
-      endpoint: ref.endpoint,
-      overlap: overlaps.get(ref.key) ?? 0,
-      pendingOverlap: pendingView ? (pendingOverlaps.get(ref.key) ?? 0) : 0,
-      activeBlocks: this.deps.load.blocks(ref.key),
-      activeRequests: this.deps.load.requests(ref.key),
-      prefillBlocks: this.deps.load.prefillBlocks(ref.key),
-      waiting: this.deps.workerMetrics(ref.endpoint)?.waiting ?? 0,
-    }));
+    const bs = indexer.blockSize;
+    const known: Known[] = candidates.map((ref) => {
+      const c = {
+        ref,
+        endpoint: ref.endpoint,
+        overlap: overlaps.get(ref.key) ?? 0,
+        pendingOverlap: pendingView ? (pendingOverlaps.get(ref.key) ?? 0) : 0,
+        activeBlocks: this.deps.load.blocks(ref.key),
+        activeRequests: this.deps.load.requests(ref.key),
+        prefillBlocks: this.deps.load.prefillBlocks(ref.key),
+        waiting: this.deps.workerMetrics(ref.endpoint)?.waiting ?? 0,
+      };
+      return { ...c, ttft: ttftInput(c, req.tokens.length, bs) };
+    });
     const o = this.deps.options;
     const latency = this.deps.latency;
-    const bs = indexer.blockSize;
-    const ttft = (c: Known) => latency.predictTtftMs(c.ref.key, ttftInput(c, req.tokens.length, bs));
     const d = decide({
       requestBlocks,
       candidates: known,
@@ -157,7 +160,7 @@ export class Picker {
       weights: o,
       queueThreshold: o.queueThreshold,
       random: this.deps.random ?? Math.random,
-      latency: o.cost === "latency" ? (c: Known) => latency.costMs(c.ref.key, ttftInput(c, req.tokens.length, bs)) : undefined,
+      latency: o.cost === "latency" ? (c: Known) => latency.costMs(c.ref.key, c.ttft) : undefined,
     });
     if (d.kind === "none") return { kind: "no_endpoint", reason: d.reason };
     const scoredOf = (s: { candidate: Known; cost: number }): ScoredCandidate => ({
@@ -166,8 +169,8 @@ export class Picker {
       pendingOverlap: s.candidate.pendingOverlap ?? 0,
       cost: s.cost,
       waiting: s.candidate.waiting,
-      aheadTokens: (s.candidate.prefillBlocks ?? 0) * bs,
-      predictedTtftMs: ttft(s.candidate),
+      aheadTokens: s.candidate.ttft.aheadTokens,
+      predictedTtftMs: latency.predictTtftMs(s.candidate.ref.key, s.candidate.ttft),
     });
     const scored = d.scored.map(scoredOf);
     return {

@@ -3,7 +3,7 @@
 // --cost weights), `kv-latency` the lowest predicted TTFT of the EPP's LatencyModel (--cost latency),
 // calibrated as in the EPP from each response's TTFT and cached tokens once it ends.
 import { findMatches } from "@kv-epp/index-wasm/helpers";
-import { decide, LatencyModel, overlapOf, prefixKeys, ttftInput, type CostModel, type TtftInput } from "../upstream.ts";
+import { decide, LatencyModel, overlapOf, prefillBlocksOf, prefixKeys, ttftInput, type CostModel, type TtftInput } from "../upstream.ts";
 import { withRouterLoad, type LeaseShape } from "./router-load.ts";
 import type { PolicyName, PolicySpec } from "./types.ts";
 
@@ -50,7 +50,7 @@ function kvPolicy(name: PolicyName, model: CostModel, knows: string): PolicySpec
         const chosen = d.chosen.candidate;
         inputAtPick.set(req.id, ttftInput(chosen, req.promptTokens, ctx.blockSize));
         // The lease the EPP takes: the blocks the chosen worker still prefills, the prefix keys.
-        picked = { id: req.id, lease: { prefillBlocks: Math.max(req.requestBlocks - overlapOf(chosen), 0), prefix: keys } };
+        picked = { id: req.id, lease: { prefillBlocks: prefillBlocksOf(req.requestBlocks, overlapOf(chosen)), prefix: keys } };
         return chosen.index;
       }, (req) => (picked?.id === req.id ? picked.lease : undefined));
       return {
