@@ -52,8 +52,7 @@ export type ScoredCandidate = {
   predictedTtftMs: number;
 };
 
-/** A registry candidate with what the decision reads about it. */
-/** A candidate as the decision sees it, with what the latency model predicts its TTFT from (computed once per pick). */
+/** A registry candidate with what the decision reads about it, and what its TTFT is predicted from (once per pick). */
 type Known = CandidateState & { ref: Candidate; ttft: TtftInput };
 
 /**
@@ -149,7 +148,8 @@ export class Picker {
         prefillBlocks: this.deps.load.prefillBlocks(ref.key),
         waiting: this.deps.workerMetrics(ref.endpoint)?.waiting ?? 0,
       };
-      return { ...c, ttft: ttftInput(c, req.tokens.length, bs) };
+      // Added in place, not spread into a copy of the candidate: this runs per candidate per pick.
+      return Object.assign(c, { ttft: ttftInput(c, req.tokens.length, bs) });
     });
     const o = this.deps.options;
     const latency = this.deps.latency;
