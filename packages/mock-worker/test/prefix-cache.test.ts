@@ -184,6 +184,45 @@ describe("PrefixCacheSim", () => {
     expect(cache.peekHitBlocks(prompt, { loraName: "sql" })).toBe(3);
   });
 
+  test("admitted, a prompt caches its blocks chunk by chunk as its prefill is scheduled, each chained to the last", () => {
+    const cache = new PrefixCacheSim({ blockSize: BS, capacityBlocks: 100 });
+    const { log } = follow(cache);
+    const prompt = seq(0, 22); // five full blocks
+    const ids = chainBlockIds(prompt, BS).map((b) => b.hash);
+    const acq = cache.admit(prompt);
+    expect([acq.hitBlocks, acq.storedBlocks, log.length]).toEqual([0, 0, 0]);
+    expect(cache.computeTo(acq.lease, 8)).toBe(2);
+    expect(cache.peekHitBlocks(prompt)).toBe(2);
+    expect(cache.computeTo(acq.lease, 11)).toBe(0); // no new full block
+    // A request admitted now hits what has been scheduled so far, no more.
+    const sibling = cache.admit(prompt);
+    expect(sibling.hitBlocks).toBe(2);
+    expect(cache.computeTo(acq.lease, 22)).toBe(3);
+    expect(log.map((e) => (e.kind === "stored" ? [e.parent, e.hashes] : e.kind))).toEqual([
+      [null, ids.slice(0, 2)],
+      [ids[1]!, ids.slice(2)],
+    ]);
+    expect(acq.lease.rest).toBeUndefined(); // done: the tokens are let go
+    expect(cache.computeTo(acq.lease, 40)).toBe(0);
+  });
+
+  test("mid-prefill, a full cache caches the leading blocks that fit and none after; a clear stops the chain", () => {
+    const cache = new PrefixCacheSim({ blockSize: BS, capacityBlocks: 3 });
+    const { held } = follow(cache);
+    const a = cache.admit(seq(0, 20)).lease;
+    cache.computeTo(a, 8);
+    const other = cache.acquire(seq(500, 4)).lease; // the third slot, held
+    expect(cache.computeTo(a, 16)).toBe(0); // nothing evictable: the rest of the prompt is not cached
+    cache.release(other);
+    expect(cache.computeTo(a, 20)).toBe(0);
+    expect(held).toEqual(cache.copies());
+    const b = cache.admit(seq(100, 20)).lease;
+    cache.computeTo(b, 8);
+    cache.clear();
+    expect(cache.computeTo(b, 20)).toBe(0); // its parents are gone: nothing to chain to
+    expect(cache.usedBlocks).toBe(0);
+  });
+
   test("clear publishes AllBlocksCleared, a silent clear publishes nothing", () => {
     const cache = new PrefixCacheSim({ blockSize: BS, capacityBlocks: 10 });
     const { log } = follow(cache);
@@ -199,18 +238,32 @@ describe("PrefixCacheSim", () => {
   });
 
   test("published events always reproduce the cache's resident set (property)", () => {
+    const prompt = fc.record({ stem: fc.integer({ min: 0, max: 3 }), len: fc.integer({ min: 0, max: 20 }) });
     const op = fc.oneof(
-      fc.record({ kind: fc.constant("acquire" as const), stem: fc.integer({ min: 0, max: 3 }), len: fc.integer({ min: 0, max: 20 }) }),
+      fc.record({ kind: fc.constant("acquire" as const), prompt }),
+      fc.record({ kind: fc.constant("admit" as const), prompt }),
+      fc.record({ kind: fc.constant("compute" as const), pick: fc.nat(), tokens: fc.integer({ min: 1, max: 9 }) }),
       fc.record({ kind: fc.constant("release" as const), pick: fc.nat() }),
+      fc.record({ kind: fc.constant("clear" as const), silent: fc.boolean() }),
     );
     fc.assert(
       fc.property(fc.integer({ min: 1, max: 8 }), fc.array(op, { maxLength: 60 }), (capacity, ops) => {
         const cache = new PrefixCacheSim({ blockSize: BS, capacityBlocks: capacity });
         const { held } = follow(cache);
-        const leases: Lease[] = [];
+        const leases: { lease: Lease; computed: number }[] = [];
         for (const o of ops) {
-          if (o.kind === "acquire") leases.push(cache.acquire(seq(o.stem * 1000, o.len)).lease);
-          else if (leases.length > 0) cache.release(leases.splice(o.pick % leases.length, 1)[0]!);
+          if (o.kind === "acquire") leases.push({ lease: cache.acquire(seq(o.prompt.stem * 1000, o.prompt.len)).lease, computed: o.prompt.len });
+          else if (o.kind === "admit") {
+            const acq = cache.admit(seq(o.prompt.stem * 1000, o.prompt.len));
+            leases.push({ lease: acq.lease, computed: acq.cachedTokens });
+          } else if (o.kind === "clear") {
+            cache.clear({ silent: o.silent });
+            if (o.silent) held.clear(); // a restart: the subscriber resyncs from nothing
+          } else if (leases.length > 0) {
+            const at = o.pick % leases.length;
+            if (o.kind === "release") cache.release(leases.splice(at, 1)[0]!.lease);
+            else cache.computeTo(leases[at]!.lease, (leases[at]!.computed += o.tokens));
+          }
           expect(cache.usedBlocks).toBeLessThanOrEqual(capacity);
           expect(held).toEqual(cache.copies());
         }

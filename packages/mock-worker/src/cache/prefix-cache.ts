@@ -3,7 +3,8 @@ import { BASE_IDENTITY, chainBlockIds, noneHash, type BlockId, type RequestIdent
 
 /**
  * A simulated vLLM prefix cache for one rank: a fixed number of physical block slots, full prompt
- * blocks cached by their parent-chained block hash, blocks referenced while a request runs,
+ * blocks cached by their parent-chained block hash as the prefill reaches them (chunk by chunk, as
+ * vLLM's scheduler allocates them), blocks referenced while a request runs,
  * unreferenced blocks kept until LRU eviction needs their slot. Every change is reported to
  * `onEvents`, in the order a consumer must apply it (removals of evicted blocks before the stores that
  * reuse their slots).
@@ -52,7 +53,13 @@ type Block = { hash: bigint; parent: bigint | null; tokenIds: Uint32Array; extra
 export type CachedBlock = { hash: bigint; parent: bigint | null; tokenIds: Uint32Array; extraKeys: ExtraKeyValue[] | null; copies: number };
 
 /** The blocks a running request holds; hand it back to `release` when the request ends. */
-export type Lease = { readonly blocks: readonly Block[]; released: boolean };
+export type Lease = {
+  /** its prompt's leading blocks: the hit, then those cached as its prefill reached them */
+  readonly blocks: Block[];
+  released: boolean;
+  /** what the blocks still to cache are named from, until the prompt's last full block is cached */
+  rest?: { readonly ids: readonly BlockId[]; readonly tokens: Uint32Array; readonly id: AcquireIdentity };
+};
 
 export type Acquisition = {
   lease: Lease;
@@ -174,8 +181,21 @@ export class PrefixCacheSim {
     return chainBlockIds(tokens, this.blockSize, id, this.noneHash);
   }
 
-  /** Admits a prompt: references its cached prefix and caches its remaining full blocks. */
+  /**
+   * Admits a prompt computed in one go: its cached prefix referenced and every remaining full block
+   * cached at once (`admit`, then `computeTo` the whole prompt).
+   */
   acquire(tokens: Uint32Array, id: AcquireIdentity = BASE_IDENTITY): Acquisition {
+    const acq = this.admit(tokens, id);
+    return { ...acq, storedBlocks: this.computeTo(acq.lease, tokens.length) };
+  }
+
+  /**
+   * Admits a prompt as vLLM's scheduler does: references its cached prefix (the hit stops before the
+   * prompt's last token) and caches nothing else yet. Its other blocks are cached as its prefill
+   * reaches them (`computeTo`, once per scheduled chunk).
+   */
+  admit(tokens: Uint32Array, id: AcquireIdentity = BASE_IDENTITY): Acquisition {
     const ids = this.blockIds(tokens, id);
     const held: Block[] = [];
     // vLLM computes at least the last prompt token, so a hit never covers the whole prompt.
@@ -189,16 +209,43 @@ export class PrefixCacheSim {
     }
     this.queriedTokens += tokens.length;
     this.hitTokens += hit * this.blockSize;
+    return {
+      lease: { blocks: held, released: false, rest: hit < ids.length ? { ids, tokens, id } : undefined },
+      promptBlocks: ids.length,
+      hitBlocks: hit,
+      cachedTokens: hit * this.blockSize,
+      storedBlocks: 0,
+    };
+  }
 
+  /**
+   * The request's prefill has been scheduled up to `computedTokens` of its prompt: caches the full
+   * blocks that brings (vLLM's allocate_slots caches up to computed + scheduled tokens when it
+   * schedules a chunk, before the step runs, so a request admitted later in the same step already hits
+   * them). Returns the blocks cached. When the cache cannot make room for all of them, the leading
+   * ones that fit are cached and the rest of the prompt is not; nor is it once a clear dropped the
+   * blocks it would chain to.
+   */
+  computeTo(lease: Lease, computedTokens: number): number {
+    const rest = lease.rest;
+    if (!rest || lease.released) return 0;
+    const { ids, tokens, id } = rest;
+    const start = lease.blocks.length;
+    const end = Math.min(ids.length, Math.floor(computedTokens / this.blockSize));
+    if (end <= start) return 0;
+    if (start > 0 && !lease.blocks[start - 1]!.live) {
+      lease.rest = undefined;
+      return 0;
+    }
     const events: CacheEvent[] = [];
-    const want = ids.length - hit;
+    const want = end - start;
     const evicted = this.evictFor(want);
     if (evicted.length > 0) events.push({ kind: "removed", hashes: evicted });
-    const room = Math.min(want, this.capacityBlocks - this.physical);
+    const room = Math.max(0, Math.min(want, this.capacityBlocks - this.physical));
     if (room > 0) {
-      const fresh = ids.slice(hit, hit + room);
+      const fresh = ids.slice(start, start + room);
       for (let i = 0; i < fresh.length; i++) {
-        const bid = fresh[i]!, b = hit + i;
+        const bid = fresh[i]!, b = start + i;
         const block: Block = {
           hash: bid.hash, parent: b > 0 ? ids[b - 1]!.hash : null, tokenIds: tokens.slice(b * this.blockSize, (b + 1) * this.blockSize),
           extraKeys: bid.extraKeys, refs: 1, live: true,
@@ -207,34 +254,31 @@ export class PrefixCacheSim {
         if (list) list.push(block); // a second copy: not deduplicated
         else this.blocks.set(bid.hash, [block]);
         this.physical++;
-        held.push(block);
+        lease.blocks.push(block);
       }
       events.push({
         kind: "stored",
-        parent: hit > 0 ? ids[hit - 1]!.hash : null,
+        parent: start > 0 ? ids[start - 1]!.hash : null,
         hashes: fresh.map((b) => b.hash),
-        tokenIds: Array.from(tokens.subarray(hit * this.blockSize, (hit + room) * this.blockSize)),
+        tokenIds: Array.from(tokens.subarray(start * this.blockSize, (start + room) * this.blockSize)),
         extraKeys: fresh.map((b) => b.extraKeys),
         loraName: id.loraName ?? null,
         loraId: id.loraName ? (id.loraId ?? null) : null,
         ...(id.cacheSalt != null ? { cacheSalt: id.cacheSalt } : {}),
-        ...(this.runContext ? { context: { start: hit, chain: ids.slice(0, hit + room), tokens, identity: id } } : {}),
+        ...(this.runContext ? { context: { start, chain: ids.slice(0, start + room), tokens, identity: id } } : {}),
       });
     }
+    // Done with the prompt (or out of room): the lease stops holding its tokens.
+    if (room < want || start + room === ids.length) lease.rest = undefined;
     this.emit(events);
-    return {
-      lease: { blocks: held, released: false },
-      promptBlocks: ids.length,
-      hitBlocks: hit,
-      cachedTokens: hit * this.blockSize,
-      storedBlocks: Math.max(room, 0),
-    };
+    return room;
   }
 
   /** Ends a request: its blocks stay cached but become evictable, the prompt's tail first (as vLLM frees them). */
   release(lease: Lease): void {
     if (lease.released) return;
     lease.released = true;
+    lease.rest = undefined;
     for (let i = lease.blocks.length - 1; i >= 0; i--) {
       const block = lease.blocks[i]!;
       // A block dropped by a clear while the request ran is no longer ours to track.

@@ -4,7 +4,8 @@ import { StepScheduler, type TimingParams } from "./scheduler.ts";
 /**
  * One data-parallel rank: its own prefix cache and one engine loop that runs the step scheduler in
  * real time, sleeping each step's duration and handing out the tokens it produced. A request looks up
- * its cached prefix when the scheduler admits it and references those blocks until it ends.
+ * its cached prefix when the scheduler admits it, caches its other blocks chunk by chunk as they are
+ * scheduled, and references them all until it ends.
  */
 
 export type Generation = {
@@ -62,12 +63,16 @@ export class RankEngine {
     readonly timing: TimingParams,
     private readonly observer: RankObserver = {},
   ) {
-    this.scheduler = new StepScheduler<Live>(timing, (live) => {
-      const acq = this.cache.acquire(live.prompt, live.identity);
-      live.lease = acq.lease;
-      live.cachedTokens = acq.cachedTokens;
-      return acq.cachedTokens;
-    });
+    this.scheduler = new StepScheduler<Live>(
+      timing,
+      (live) => {
+        const acq = this.cache.admit(live.prompt, live.identity);
+        live.lease = acq.lease;
+        live.cachedTokens = acq.cachedTokens;
+        return acq.cachedTokens;
+      },
+      (live, computed) => this.cache.computeTo(live.lease!, computed),
+    );
   }
 
   get running(): number {

@@ -116,3 +116,17 @@ test("speed scales every step and speed 0 is instantaneous", () => {
   s.add("a", 10_000, 50);
   expect(drain(s).now).toBe(0);
 });
+
+test("each prefill chunk is reported as it is scheduled, with the prompt tokens computed once it runs; decodes are not", () => {
+  const seen: [string, number][] = [];
+  const s = new StepScheduler<string>(PARAMS, (i) => (i === "b" ? 4 : 0), (i, computed) => seen.push([i, computed]));
+  s.add("a", 20, 2);
+  s.step();
+  expect(seen).toEqual([["a", 8]]);
+  s.add("b", 6, 1);
+  s.step();
+  s.step(); // a's last 4 tokens, then b admitted with 4 cached and 2 left
+  expect(seen).toEqual([["a", 8], ["a", 16], ["a", 20], ["b", 6]]);
+  drain(s);
+  expect(seen.length).toBe(4);
+});

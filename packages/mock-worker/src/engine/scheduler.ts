@@ -3,6 +3,8 @@
  * requests, in admission order, the tokens each still needs (one for a decode, the rest of the prompt
  * for a chunked prefill) while the step's token budget lasts, then admits waiting requests in FIFO
  * order while budget and the running cap allow, looking up each one's cached prefix as it is admitted.
+ * Each prefill chunk is reported as it is scheduled (vLLM caches a chunk's full blocks then, before
+ * the step computes them), so a long prompt's blocks reach the cache, and its KV events, step by step.
  * A step costs one pass over the weights plus a cost per scheduled token, so a long prefill on a rank
  * slows every request decoding beside it, and prompts arriving together share the budget.
  *
@@ -62,10 +64,14 @@ export class StepScheduler<T> {
   private waiting: Seq<T>[] = [];
   private running: Seq<T>[] = [];
 
-  /** `admit` is called as a request leaves the waiting queue and returns its cached prompt tokens. */
+  /**
+   * `admit` is called as a request leaves the waiting queue and returns its cached prompt tokens;
+   * `prefilled`, as each chunk of its prompt is scheduled, with the prompt tokens computed once it runs.
+   */
   constructor(
     readonly params: TimingParams,
     private readonly admit: (item: T) => number,
+    private readonly prefilled?: (item: T, computedTokens: number) => void,
   ) {}
 
   get runningCount(): number {
@@ -116,6 +122,7 @@ export class StepScheduler<T> {
       if (n <= 0) continue;
       scheduled.push([s, n]);
       budget -= n;
+      if (s.computed < s.prompt) this.prefilled?.(s.item, s.computed + n);
     }
     while (budget > 0 && this.waiting.length > 0 && this.running.length < p.maxNumSeqs) {
       const s = this.waiting.shift()!;
@@ -126,6 +133,7 @@ export class StepScheduler<T> {
       const n = Math.min(s.prompt - s.computed, budget);
       scheduled.push([s, n]);
       budget -= n;
+      this.prefilled?.(s.item, s.computed + n);
     }
     if (scheduled.length === 0) return null;
     const result: StepResult<T> = { ms: p.speed * (p.stepBaseMs + p.msPerToken * (p.maxNumBatchedTokens - budget)), first: [], next: [], finished: [] };

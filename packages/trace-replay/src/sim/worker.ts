@@ -1,8 +1,9 @@
 // One simulated worker rank in virtual time: mock-worker's PrefixCacheSim and StepScheduler, the same
-// engine as its RankEngine (vLLM's step scheduler: a token budget per step shared by decodes and chunked
-// prefills, FIFO admission under a running cap, the cache looked up when a request is admitted, blocks
-// referenced until the request ends), with each step's end an event on the queue instead of a sleep, so
-// a whole trace replays in seconds and identically every run.
+// engine as its RankEngine (vLLM's step scheduler: a token budget per step shared by decodes and
+// chunked prefills, FIFO admission under a running cap, the cache looked up when a request is admitted
+// and its blocks cached chunk by chunk as they are scheduled, blocks referenced until the request
+// ends), with each step's end an event on the queue instead of a sleep, so a whole trace replays in
+// seconds and identically every run.
 import { PrefixCacheSim, StepScheduler, DEFAULT_TIMING, uncachedTokens, type CacheEvent, type Lease, type TimingParams } from "../upstream.ts";
 import type { EventQueue } from "./event-queue.ts";
 import { cacheIdentity, type SimRequest } from "./request.ts";
@@ -35,13 +36,18 @@ export class SimWorker {
   ) {
     this.cache = new PrefixCacheSim({ blockSize: opts.blockSize, capacityBlocks: opts.capacityBlocks });
     this.timing = { ...DEFAULT_TIMING, ...opts.timing };
-    this.scheduler = new StepScheduler<Job>(this.timing, (job) => {
-      const acq = this.cache.acquire(job.req.tokens!, cacheIdentity(job.req));
-      job.req.tokens = null;
-      job.lease = acq.lease;
-      job.cachedTokens = acq.cachedTokens;
-      return acq.cachedTokens;
-    });
+    this.scheduler = new StepScheduler<Job>(
+      this.timing,
+      (job) => {
+        const acq = this.cache.admit(job.req.tokens!, cacheIdentity(job.req));
+        // The lease keeps the tokens its later chunks are cached from, and lets go of them after the last.
+        job.req.tokens = null;
+        job.lease = acq.lease;
+        job.cachedTokens = acq.cachedTokens;
+        return acq.cachedTokens;
+      },
+      (job, computed) => this.cache.computeTo(job.lease!, computed),
+    );
   }
 
   /** Requests routed here and not finished (running + waiting). */
