@@ -67,6 +67,15 @@ describe("config", () => {
     expect(parseConfig(["--config", file], { DYN_EPP_COST_SHAPE: "blocks" }).picker.shape).toEqual({ kind: "blocks" });
   });
 
+  test("follower weight: 1 rising to 6 with the eviction regret by default; equal (or a max below the base) is a fixed weight; a negative base is refused", () => {
+    const fw = (args: string[], env = {}) => parseConfig(["--config", file, ...args], env).picker.latencyFollowerWeight;
+    expect(fw([])).toEqual({ base: 1, max: 6 });
+    expect(fw(["--latency-follower-weight", "3", "--latency-follower-weight-max", "3"])).toEqual({ base: 3, max: 3 });
+    expect(fw(["--latency-follower-weight", "8"])).toEqual({ base: 8, max: 8 });
+    expect(fw([], { DYN_EPP_LATENCY_FOLLOWER_WEIGHT_MAX: "10" })).toEqual({ base: 1, max: 10 });
+    expect(() => fw(["--latency-follower-weight=-1"])).toThrow(/--latency-follower-weight.*-1/);
+  });
+
   test("Kubernetes mode from --pool-name", () => {
     const c = parseConfig(["--pool-name", "pool", "--model", "m", "--block-size", "32", "--dp-size", "2"], { POD_NAMESPACE: "ns" });
     expect(c.workers).toEqual({ mode: "kubernetes", poolName: "pool", namespace: "ns", kvEventsPort: 5557, kvReplayPort: undefined, dpSize: 2 });

@@ -7,7 +7,7 @@ import { parseDiscoveryConfig, type DiscoveryConfig } from "@kv-epp/intents";
 import { z } from "zod";
 import { LISTENER_HEARTBEAT } from "@kv-epp/kv-events";
 import { DEFAULT_SHAPE, DEFAULT_WEIGHTS, SCORE_SHAPE, type CostShape } from "./picker/cost.ts";
-import { DEFAULT_FOLLOWER_WEIGHT } from "./picker/latency.ts";
+import { DEFAULT_FOLLOWER_WEIGHT, DEFAULT_FOLLOWER_WEIGHT_MAX } from "./picker/latency.ts";
 import { DEFAULT_COST, type CostModel } from "./picker/picker.ts";
 import { DEFAULT_PENDING, INFLIGHT_PREFIX_DEFAULT } from "./picker/pending.ts";
 
@@ -68,7 +68,8 @@ export const OPTIONS = {
   queueWeight: { flag: "queue-weight", env: "DYN_EPP_QUEUE_WEIGHT", kind: "number", default: "0", help: "cost per scraped waiting request" },
   queueThreshold: { flag: "queue-threshold", env: "DYN_EPP_QUEUE_THRESHOLD", kind: "int", default: "0", help: "skip workers with more waiting requests (0: off)" },
   cost: { flag: "cost", env: "DYN_EPP_COST", kind: "string", default: DEFAULT_COST, help: "routing cost: latency (lowest predicted TTFT, calibrated online, plus the delay its prefill adds to the requests behind it) | weights (the cost shape's weights)" },
-  latencyFollowerWeight: { flag: "latency-follower-weight", env: "DYN_EPP_LATENCY_FOLLOWER_WEIGHT", kind: "number", default: String(DEFAULT_FOLLOWER_WEIGHT), help: "latency cost: weight of the delay a request's own prefill adds to each request queued behind it (0: greedy, its own TTFT alone)" },
+  latencyFollowerWeight: { flag: "latency-follower-weight", env: "DYN_EPP_LATENCY_FOLLOWER_WEIGHT", kind: "number", default: String(DEFAULT_FOLLOWER_WEIGHT), help: "latency cost: weight of the delay a request's own prefill adds to each request queued behind it, where the caches hold their working set (0: greedy, its own TTFT alone)" },
+  latencyFollowerWeightMax: { flag: "latency-follower-weight-max", env: "DYN_EPP_LATENCY_FOLLOWER_WEIGHT_MAX", kind: "number", default: String(DEFAULT_FOLLOWER_WEIGHT_MAX), help: "latency cost: the follower weight where the workers recompute what they evicted; it moves from --latency-follower-weight to this with the eviction regret seen in their KV events (equal to --latency-follower-weight: a fixed weight; below it: raised to it)" },
   inflightPrefix: { flag: "inflight-prefix", env: "DYN_EPP_INFLIGHT_PREFIX", kind: "bool", default: String(INFLIGHT_PREFIX_DEFAULT), help: "count the blocks of requests routed to a worker and not yet ended as overlap there (the index learns them only after their prefill)" },
   inflightPrefixMaxBlocks: { flag: "inflight-prefix-max-blocks", env: "DYN_EPP_INFLIGHT_PREFIX_MAX_BLOCKS", kind: "int", default: String(DEFAULT_PENDING.maxBlocks), help: "most in-flight prefix blocks held (oldest requests' leave first)" },
   inflightPrefixTtlMs: { flag: "inflight-prefix-ttl-ms", env: "DYN_EPP_INFLIGHT_PREFIX_TTL_MS", kind: "int", default: String(DEFAULT_PENDING.ttlMs), help: "an in-flight prefix leaves after this long even if its request never ended" },
@@ -202,8 +203,12 @@ export type EppConfig = {
     queueThreshold: number;
     temperature: number;
     cost: CostModel;
-    /** The latency cost's weight of the delay a request's prefill adds to the requests behind it (picker/latency.ts). */
-    latencyFollowerWeight: number;
+    /**
+     * The latency cost's weight of the delay a request's prefill adds to the requests behind it
+     * (picker/latency.ts): `base` where the caches hold their working set, up to `max` with the
+     * eviction regret (picker/eviction-regret.ts); max >= base.
+     */
+    latencyFollowerWeight: { base: number; max: number };
     /** In-flight prefixes (picker/pending.ts); off: the index's overlap alone. */
     inflightPrefix: { mode: "off" } | { mode: "on"; maxBlocks: number; ttlMs: number };
     shape: CostShape;
@@ -291,7 +296,10 @@ export function parseConfig(argv: string[], env: Record<string, string | undefin
   const costModel = get<string>("cost")!;
   if (costModel !== "weights" && costModel !== "latency")
     throw new ConfigError(`invalid value for ${r.cost.source}: ${JSON.stringify(costModel)} (expected weights|latency)`);
-  if (get<number>("latencyFollowerWeight")! < 0) throw new ConfigError(`invalid value for ${r.latencyFollowerWeight.source}: ${get<number>("latencyFollowerWeight")} (expected >= 0)`);
+  const followerBase = get<number>("latencyFollowerWeight")!;
+  if (followerBase < 0) throw new ConfigError(`invalid value for ${r.latencyFollowerWeight.source}: ${followerBase} (expected >= 0)`);
+  // A max below the base would be a weight that falls as the caches lose more: the base stands for both.
+  const followerMax = Math.max(followerBase, get<number>("latencyFollowerWeightMax")!);
   if (get<number>("inflightPrefixMaxBlocks") === 0) throw new ConfigError(`invalid value for ${r.inflightPrefixMaxBlocks.source}: 0 (turn in-flight prefixes off with --inflight-prefix false)`);
   const shapeKind = get<string>("costShape")!;
   if (shapeKind !== "score" && shapeKind !== "blocks")
@@ -419,7 +427,7 @@ export function parseConfig(argv: string[], env: Record<string, string | undefin
       queueThreshold: get<number>("queueThreshold")!,
       temperature: get<number>("temperature")!,
       cost: costModel,
-      latencyFollowerWeight: get<number>("latencyFollowerWeight")!,
+      latencyFollowerWeight: { base: followerBase, max: followerMax },
       inflightPrefix: get<boolean>("inflightPrefix")
         ? { mode: "on", maxBlocks: get<number>("inflightPrefixMaxBlocks")!, ttlMs: get<number>("inflightPrefixTtlMs")! }
         : { mode: "off" },

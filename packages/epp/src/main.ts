@@ -15,6 +15,7 @@ import { indexerKey, Indexers } from "./indexers/indexers.ts";
 import { createMetrics, type Metrics } from "./metrics.ts";
 import { ActiveLoad, sumLoad } from "./picker/load.ts";
 import { combinedPending, DEFAULT_PENDING, PendingPrefixes } from "./picker/pending.ts";
+import { EvictionRegret, FollowerWeight } from "./picker/eviction-regret.ts";
 import { LatencyModel } from "./picker/latency.ts";
 import { Picker } from "./picker/picker.ts";
 import { RoutingQuality } from "./picker/quality.ts";
@@ -47,9 +48,12 @@ export async function startEpp(cfg: EppConfig, o: { log?: Logger; kubeConfig?: K
   const kube = () => (kubeConfig ??= loadKubeConfig());
 
   // A rank holds at most what its vLLM says it can (num_gpu_blocks, scraped), else the configured bound.
+  // What the caches lose to eviction, from the same events: it moves the latency cost's follower weight.
+  const regret = new EvictionRegret();
   const indexers = new Indexers(metrics, log.child({ component: "indexer" }), {
     rankCapacity: (w) => workers.gpuBlocks(w) ?? (cfg.maxBlocksPerRank > 0 ? cfg.maxBlocksPerRank : undefined),
     onViewLost: (key, w) => handoff.viewLost(key, w),
+    regret,
   });
   if (!cfg.indexReserve) indexers.models.disableReserve();
   indexers.models.register(cfg.model.name, cfg.model.tenant, cfg.model.blockSize);
@@ -99,7 +103,8 @@ export async function startEpp(cfg: EppConfig, o: { log?: Logger; kubeConfig?: K
     ? await startReplicaAgg({ config: cfg.replicaAgg, listen: cfg.listen, port: cfg.ports.replicaAgg, podIp: cfg.podIp, load, pending: peerPending, metrics, log: log.child({ component: "replica-agg" }), kube })
     : undefined;
   // Observed TTFTs calibrate the latency model, which the latency cost and explanations read.
-  const latency = new LatencyModel(undefined, cfg.picker.latencyFollowerWeight);
+  const follower = cfg.picker.latencyFollowerWeight;
+  const latency = new LatencyModel(undefined, new FollowerWeight(follower.base, follower.max, regret));
   const quality = new RoutingQuality(metrics, latency);
   const picker = new Picker({
     indexers: indexers.models,

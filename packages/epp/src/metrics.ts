@@ -86,6 +86,11 @@ export function createMetrics() {
     }),
     indexWorkers: new Gauge({ name: "dynamo_epp_kv_index_workers", help: "workers in the KV index", labelNames: ["model"] as const, registers: [registry] }),
     workers: new Gauge({ name: "dynamo_epp_workers", help: "known workers (ranks)", registers: [registry] }),
+    evictionRegret: new Gauge({
+      name: "dynamo_epp_kv_eviction_regret",
+      help: "share of the blocks worker ranks store that the same rank had evicted a while before (decayed over ~20k blocks): near 0 while the caches hold their working set; it moves the latency cost's follower weight",
+      registers: [registry],
+    }),
     listenersConnected: new Gauge({
       name: "dynamo_epp_kv_listeners_connected",
       help: "KV listeners (one per worker rank) connected to their publisher; below dynamo_epp_workers, some ranks' events are not arriving",

@@ -146,6 +146,26 @@ describe("routing quality, live", () => {
     expect(workers[0]!.prediction).toMatchObject({ samples: 2, mispredicted: 1, accuracy: 0.5 });
     expect(workers[0]!.observed_ttft_ms).toBeGreaterThan(0);
   });
+  test("the eviction regret: 0 while the worker's cache holds what it is sent, up once it stores again blocks it evicted", async () => {
+    const { w, epp } = await workerAndEpp("127.0.4.44");
+    const metrics = `http://${HOST}:${epp.ports.metrics}`;
+    await subscribed(w, epp);
+    const send = (prompt: number[]) => fetch(`${w.url}/v1/completions`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ prompt, max_tokens: 1 }) });
+    // Two prompts of 150 blocks each on a 200-block cache: the second evicts most of the first.
+    const a = tokens(BLOCK * 150, 31), b = tokens(BLOCK * 150, 32);
+    await send(a);
+    await waitFor(async () => (await overlapIn(epp, a)) === 150, { message: "the first prompt indexed" });
+    expect(await scrapeMetric(metrics, "dynamo_epp_kv_eviction_regret")).toBe(0);
+    await send(b);
+    await waitFor(async () => (await overlapIn(epp, b)) === 150, { message: "the second prompt indexed" });
+    expect(await scrapeMetric(metrics, "dynamo_epp_kv_eviction_regret")).toBe(0);
+    // The first again: its evicted blocks are computed and stored a second time.
+    await send(a);
+    await waitFor(async () => (await overlapIn(epp, a)) === 150, { message: "the first prompt indexed again" });
+    const regret = (await scrapeMetric(metrics, "dynamo_epp_kv_eviction_regret"))!;
+    expect(regret).toBeGreaterThan(0);
+    expect(regret).toBeLessThan(0.02);
+  });
   test("a batch of prompts is routed by its first; its usage adds up the batch, so it is not compared with the prediction", async () => {
     const { w, epp } = await workerAndEpp("127.0.4.43");
     const metrics = `http://${HOST}:${epp.ports.metrics}`;

@@ -7,6 +7,7 @@ import { workerKey, type WorkerRef } from "@kv-epp/protocol";
 import { isGpuMedium, type BlockStored, type KvEvent, type ListenerSignal } from "@kv-epp/kv-events";
 import type { Logger } from "pino";
 import type { Metrics } from "../metrics.ts";
+import type { EvictionRegret } from "../picker/eviction-regret.ts";
 import { storedBlockExtras } from "./event-identity.ts";
 import { RankGroups } from "./kv-groups.ts";
 import { MAX_LOGGED, type Indexer, type ModelIndexes, type ViewLost } from "./model-indexes.ts";
@@ -18,6 +19,8 @@ export type LiveIngestOptions = {
    */
   rankCapacity?: (w: WorkerRef) => number | undefined;
   onViewLost?: ViewLost;
+  /** Told the blocks each rank stores and evicts (the ones the index takes), for the eviction regret. */
+  regret?: EvictionRegret;
 };
 
 /** What /workers shows of a rank's events: the block size they use (null: none seen yet) and its KV groups. */
@@ -70,6 +73,7 @@ export class LiveIngest {
   /** The rank left the worker set: what its events revealed goes too. */
   forget(worker: WorkerRef): void {
     this.ranks.delete(workerKey(worker));
+    this.opts.regret?.forget(worker);
   }
 
   private applyTo(ix: Indexer, worker: WorkerRef, signal: ListenerSignal): void {
@@ -95,6 +99,7 @@ export class LiveIngest {
     if (n === 0) return;
     const out = b.apply();
     this.metrics.eventsApplied.inc(n - out.rejected);
+    if (this.opts.regret) this.metrics.evictionRegret.set(this.opts.regret.share);
     // Unknown parent or hash conflict: the index refused it (e.g. a parent lost with a gap).
     if (out.rejected > 0) this.metrics.eventsRejected.inc({ reason: "index" }, out.rejected);
     this.holdRankWithinCapacity(ix, worker);
@@ -199,7 +204,9 @@ export class LiveIngest {
         if (n < e.blockHashes.length) this.metrics.eventsRejected.inc({ reason: "partial_block" });
         if (n === 0) return;
         // The token ids are hashed by the index's own module, straight into the batch (same block size: checked above).
-        b.stored(worker, e.parentBlockHash, n < e.blockHashes.length ? e.blockHashes.slice(0, n) : e.blockHashes, { tokenIds: e.tokenIds, extras: storedBlockExtras(e, n) });
+        const hashes = n < e.blockHashes.length ? e.blockHashes.slice(0, n) : e.blockHashes;
+        b.stored(worker, e.parentBlockHash, hashes, { tokenIds: e.tokenIds, extras: storedBlockExtras(e, n) });
+        this.opts.regret?.stored(worker, hashes);
         return;
       }
       case "BlockRemoved": {
@@ -213,6 +220,7 @@ export class LiveIngest {
           return;
         }
         b.removed(worker, e.blockHashes);
+        this.opts.regret?.removed(worker, e.blockHashes);
         return;
       }
       case "AllBlocksCleared":

@@ -21,9 +21,13 @@ export const DEFAULT_LATENCY_PRIORS: LatencyPriors = { baseMs: 10, msPerToken: 0
  * on the worker, in units of that prefill's time. 0 is greedy: the lowest TTFT for this request alone,
  * which sends a conversation's next turn away from its cache whenever that worker is busier and leaves
  * the prefill to slow everyone after it. 1 counts the delay once, what a request behind it at moderate
- * load pays (bench:trace: the lowest TTFT p50 of 0, 1 and 3 on both traces, packages/epp/README.md).
+ * load pays: the weight where caches hold their working set. Where they evict what is asked for again
+ * a recompute elsewhere also costs the blocks it evicts, and the weight rises towards
+ * DEFAULT_FOLLOWER_WEIGHT_MAX with the eviction regret (eviction-regret.ts; bench:trace figures in
+ * packages/epp/README.md "Latency-aware cost").
  */
 export const DEFAULT_FOLLOWER_WEIGHT = 1;
+export const DEFAULT_FOLLOWER_WEIGHT_MAX = 6;
 
 /** Weight of the newest sample: ~50 samples of memory, so a worker that slows down is seen within a minute. */
 const ALPHA = 0.02;
@@ -62,13 +66,22 @@ function ttftOn(p: LatencyPriors, t: TtftInput): number {
   return t.waiting * p.msPerWaiting + p.baseMs + p.msPerToken * (t.uncachedTokens + t.aheadTokens);
 }
 
+/** A follower weight: fixed, or read per cost (FollowerWeight: moved by the caches' eviction regret). */
+export type FollowerWeightSource = number | { readonly value: number };
+
 export class LatencyModel {
   private readonly fits = new Map<string, Fit>();
 
   constructor(
     private readonly priors: LatencyPriors = DEFAULT_LATENCY_PRIORS,
-    private readonly followerWeight = DEFAULT_FOLLOWER_WEIGHT,
+    private readonly followerWeight: FollowerWeightSource = DEFAULT_FOLLOWER_WEIGHT,
   ) {}
+
+  /** The follower weight the next cost uses. */
+  get follower(): number {
+    const w = this.followerWeight;
+    return typeof w === "number" ? w : w.value;
+  }
 
   /** The worker's current line: base ms, ms per uncached token, ms per waiting request. */
   params(workerKey: string): Readonly<LatencyPriors & { samples: number }> {
@@ -96,7 +109,7 @@ export class LatencyModel {
   /** The latency cost of the worker: the predicted TTFT plus the follower weight x this request's own prefill time. */
   costMs(workerKey: string, t: TtftInput): number {
     const p = this.line(workerKey);
-    return ttftOn(p, t) + this.followerWeight * p.msPerToken * t.uncachedTokens;
+    return ttftOn(p, t) + this.follower * p.msPerToken * t.uncachedTokens;
   }
 
   private line(workerKey: string): LatencyPriors {

@@ -4,7 +4,7 @@ import { POLICY_NAMES, type PolicyName } from "../policies/index.ts";
 import { FlagError, parseFlags } from "../cli-flags.ts";
 import { DEFAULT_AGG_SIM, type AggSimOptions } from "../sim/replica-agg.ts";
 import type { CacheReset, InflightPrefixMode } from "../sim/replay.ts";
-import { DEFAULT_FOLLOWER_WEIGHT, DEFAULT_SHAPE, DEFAULT_TIMING, DEFAULT_WEIGHTS, INFLIGHT_PREFIX_DEFAULT, SCORE_SHAPE, type CostShape } from "../upstream.ts";
+import { DEFAULT_FOLLOWER_WEIGHT, DEFAULT_FOLLOWER_WEIGHT_MAX, DEFAULT_SHAPE, DEFAULT_TIMING, DEFAULT_WEIGHTS, INFLIGHT_PREFIX_DEFAULT, SCORE_SHAPE, type CostShape } from "../upstream.ts";
 import { DEFAULT_TRACE_PATH } from "../trace.ts";
 
 const positiveInt = z.coerce.number().int().positive();
@@ -55,6 +55,8 @@ const schema = z.object({
   "prefill-load-scale": nonNegative.default(DEFAULT_WEIGHTS.prefillLoadScale),
   "decode-load-scale": nonNegative.default(DEFAULT_WEIGHTS.decodeLoadScale),
   "latency-follower-weight": nonNegative.default(DEFAULT_FOLLOWER_WEIGHT),
+  // As the EPP's flag: below the base it is the base (a fixed weight).
+  "latency-follower-weight-max": nonNegative.default(DEFAULT_FOLLOWER_WEIGHT_MAX),
   // The EPP's cost shapes and their defaults (picker/cost.ts CostShape, DEFAULT_SHAPE, SCORE_SHAPE):
   // score, or blocks (the two weights above).
   "cost-shape": z.enum(["score", "blocks"]).default(DEFAULT_SHAPE.kind),
@@ -90,7 +92,7 @@ export type BenchOptions = {
   seed: number;
   prefillLoadScale: number;
   decodeLoadScale: number;
-  latencyFollowerWeight: number;
+  latencyFollowerWeight: { base: number; max: number };
   costShape: CostShape;
   maxNumSeqs: number;
   maxNumBatchedTokens: number;
@@ -135,7 +137,7 @@ export function parseBenchArgs(argv: string[]): BenchOptions {
     seed: o.seed,
     prefillLoadScale: o["prefill-load-scale"],
     decodeLoadScale: o["decode-load-scale"],
-    latencyFollowerWeight: o["latency-follower-weight"],
+    latencyFollowerWeight: { base: o["latency-follower-weight"], max: Math.max(o["latency-follower-weight"], o["latency-follower-weight-max"]) },
     costShape: shapeOf(o),
     maxNumSeqs: o["max-num-seqs"],
     maxNumBatchedTokens: o["max-num-batched-tokens"],

@@ -7,7 +7,7 @@ import { computeBlockHashes, KvIndex } from "@kv-epp/index-wasm";
 import { applyStored } from "@kv-epp/index-wasm/helpers";
 import { seededRandom } from "@kv-epp/testkit";
 import { ActiveLoad, DEFAULT_PENDING, DEFAULT_TIMING, PendingPrefixes, prefixKeys, type CostShape } from "../upstream.ts";
-import { LatencyModel, Picker, type Candidate } from "@kv-epp/epp";
+import { EvictionRegret, FollowerWeight, LatencyModel, Picker, type Candidate } from "@kv-epp/epp";
 import { EventQueue } from "../sim/event-queue.ts";
 import type { SimRequest } from "../sim/request.ts";
 import { SimWorker } from "../sim/worker.ts";
@@ -44,7 +44,9 @@ const state = fc.record({
   }),
   queueThreshold: fc.integer({ min: 0, max: 2 }),
   cost: fc.constantFrom("weights" as const, "latency" as const),
-  followerWeight: fc.constantFrom(0, 1, 3),
+  followerWeight: fc.constantFrom({ base: 0, max: 0 }, { base: 1, max: 1 }, { base: 1, max: 6 }, { base: 3, max: 9 }),
+  /** blocks a rank stored again after evicting them: moves the adaptive follower weight */
+  regretted: fc.integer({ min: 0, max: 600 }),
   request: fc.integer({ min: 0, max: PROMPTS - 1 }),
   requestBlocks: fc.integer({ min: 1, max: PROMPT_BLOCKS }),
   seed: fc.integer(),
@@ -96,6 +98,11 @@ describe("one decision for the EPP and the simulation", () => {
           tokens,
           localHashes: computeBlockHashes(tokens, BLOCK),
         };
+        const regret = new EvictionRegret();
+        for (let k = 0; k < s.regretted; k++) {
+          regret.removed(refs[0]!, [BigInt(k + 1)]);
+          regret.stored(refs[0]!, [BigInt(k + 1)]);
+        }
         const sim = (s.cost === "latency" ? kvLatency : kvAware).create({
           workers,
           workerKeys: keys,
@@ -107,6 +114,7 @@ describe("one decision for the EPP and the simulation", () => {
           modelKey: MODEL_KEY,
           weights: s.weights,
           latencyFollowerWeight: s.followerWeight,
+          regret,
           queueThreshold: s.queueThreshold,
           blockSize: BLOCK,
           capacityBlocks: 64,
@@ -119,7 +127,7 @@ describe("one decision for the EPP and the simulation", () => {
           workerMetrics: (endpoint) => ({ running: 1, waiting: workers[keys.indexOf(endpoint)]!.waitingCount, kvUsage: 0, at: 0 }),
           options: { ...s.weights, queueThreshold: s.queueThreshold, cost: s.cost },
           random: seededRandom(s.seed),
-          latency: new LatencyModel(undefined, s.followerWeight),
+          latency: new LatencyModel(undefined, new FollowerWeight(s.followerWeight.base, s.followerWeight.max, regret)),
           pending: load.pending,
         });
         const epp = picker.pick({ tokens });

@@ -3,7 +3,7 @@
 // --cost weights), `kv-latency` the lowest predicted TTFT of the EPP's LatencyModel (--cost latency),
 // calibrated as in the EPP from each response's TTFT and cached tokens once it ends.
 import { findMatches } from "@kv-epp/index-wasm/helpers";
-import { decide, LatencyModel, overlapOf, prefillBlocksOf, prefixKeys, ttftInput, type CostModel, type TtftInput } from "../upstream.ts";
+import { decide, FollowerWeight, LatencyModel, overlapOf, prefillBlocksOf, prefixKeys, ttftInput, type CostModel, type TtftInput } from "../upstream.ts";
 import { withRouterLoad, type LeaseShape } from "./router-load.ts";
 import type { PolicyName, PolicySpec } from "./types.ts";
 
@@ -14,7 +14,8 @@ function kvPolicy(name: PolicyName, model: CostModel, knows: string): PolicySpec
     usesRouterLoad: true,
     usesIndex: true,
     create(ctx) {
-      const latency = new LatencyModel(undefined, ctx.latencyFollowerWeight);
+      const follower = ctx.latencyFollowerWeight;
+      const latency = new LatencyModel(undefined, new FollowerWeight(follower.base, follower.max, ctx.regret));
       /** What the chosen worker's TTFT was predicted from, per request in flight: the calibration sample. */
       const inputAtPick = new Map<number, TtftInput>();
       // In-flight prefixes, as the EPP's Picker reads them: the picked request's keys go with its lease.

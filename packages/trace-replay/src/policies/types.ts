@@ -1,5 +1,5 @@
 import type { KvIndex } from "@kv-epp/index-wasm";
-import type { ActiveLoad, LoadView, PendingView, Weights } from "../upstream.ts";
+import type { ActiveLoad, EvictionRegret, LoadView, PendingView, Weights } from "../upstream.ts";
 import type { SimRequest } from "../sim/request.ts";
 import type { SimWorker } from "../sim/worker.ts";
 
@@ -26,8 +26,10 @@ export type ReplicaContext = {
   /** the KV index fed by the workers' KV events (every replica subscribes to every worker) */
   index: KvIndex;
   weights: Weights;
-  /** the latency cost's follower weight (the EPP's --latency-follower-weight) */
-  latencyFollowerWeight: number;
+  /** the latency cost's follower weight (the EPP's --latency-follower-weight and its -max) */
+  latencyFollowerWeight: { base: number; max: number };
+  /** the eviction regret read from the same KV events as the index (every replica sees the same) */
+  regret: EvictionRegret;
   /** the EPP's --queue-threshold (0: off) */
   queueThreshold: number;
   blockSize: number;

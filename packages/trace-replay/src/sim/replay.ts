@@ -4,7 +4,7 @@
 // a whole trace runs in seconds and the same seed gives the same figures.
 import { workerKey, type WorkerRef } from "@kv-epp/protocol";
 import { fromWireExtraKeys, KvIndex } from "@kv-epp/index-wasm";
-import { ActiveLoad, DEFAULT_FOLLOWER_WEIGHT, DEFAULT_PENDING, PendingPrefixes, type CacheEvent, type TimingParams, type Weights } from "../upstream.ts";
+import { ActiveLoad, DEFAULT_FOLLOWER_WEIGHT, DEFAULT_FOLLOWER_WEIGHT_MAX, DEFAULT_PENDING, EvictionRegret, PendingPrefixes, type CacheEvent, type TimingParams, type Weights } from "../upstream.ts";
 import { seededRandom } from "@kv-epp/testkit";
 import { POLICIES, type PolicyName, type ReplicaContext, type Router } from "../policies/index.ts";
 import { arrivalTimes, type TraceRecord } from "../trace.ts";
@@ -41,8 +41,8 @@ export type ReplayOptions = {
   seed: number;
   timing: Partial<TimingParams>;
   weights: Weights;
-  /** the latency cost's follower weight (the EPP's --latency-follower-weight); its default when absent */
-  latencyFollowerWeight?: number;
+  /** the latency cost's follower weight (the EPP's --latency-follower-weight and its -max); their defaults when absent */
+  latencyFollowerWeight?: { base: number; max: number };
   /**
    * in-flight prefixes (the EPP's --inflight-prefix): `own`, each replica those of its own routed
    * requests, and with replica-agg on its peers' as they arrive over it (as the EPP does); `shared`,
@@ -131,12 +131,20 @@ export function replayPolicy(trace: readonly TraceRecord[], policy: PolicyName, 
   // Every replica subscribes to every worker, so their indexes hold the same blocks: one index stands
   // for all of them. Events are applied in order per worker, `eventLagMs` after the cache changed.
   const index = KvIndex.create({ blockSize: opts.blockSize });
+  // The EPP's listener feeds its eviction regret from the same events as its index.
+  const regret = new EvictionRegret();
   let resetting = false;
   workers.forEach((w, i) =>
     w.onCacheEvents((events) => {
       for (const e of events) if (e.kind === "removed") evictedBlocks += e.hashes.length;
       if (!spec.usesIndex || resetting) return;
-      const apply = () => applyToIndex(index, refs[i]!, events);
+      const apply = () => {
+        applyToIndex(index, refs[i]!, events);
+        for (const e of events) {
+          if (e.kind === "stored") regret.stored(refs[i]!, e.hashes);
+          else if (e.kind === "removed") regret.removed(refs[i]!, e.hashes);
+        }
+      };
       if (opts.eventLagMs > 0) queue.schedule(queue.now + opts.eventLagMs, apply);
       else apply();
     }),
@@ -163,7 +171,8 @@ export function replayPolicy(trace: readonly TraceRecord[], policy: PolicyName, 
       index,
       modelKey: SIM_MODEL_KEY,
       weights: opts.weights,
-      latencyFollowerWeight: opts.latencyFollowerWeight ?? DEFAULT_FOLLOWER_WEIGHT,
+      latencyFollowerWeight: opts.latencyFollowerWeight ?? { base: DEFAULT_FOLLOWER_WEIGHT, max: DEFAULT_FOLLOWER_WEIGHT_MAX },
+      regret,
       queueThreshold: opts.queueThreshold ?? 0,
       blockSize: opts.blockSize,
       capacityBlocks: opts.capacityBlocks,
