@@ -59,6 +59,7 @@ export function createMetrics(model: string, engines: () => readonly RankEngine[
     });
   cacheCounter("vllm:prefix_cache_queries_total", "Prompt tokens looked up in the prefix cache.", (e) => e.cache.queriedTokens);
   cacheCounter("vllm:prefix_cache_hits_total", "Prompt tokens found in the prefix cache.", (e) => e.cache.hitTokens);
+  cacheCounter("vllm:num_preemptions_total", "Requests preempted for want of KV cache blocks.", (e) => e.preemptions);
 
   const ttft = new Histogram({
     name: "vllm:time_to_first_token_seconds", help: "Time from arrival to the first token.",

@@ -28,7 +28,8 @@ async function subscribed(w: MockWorker) {
 }
 
 async function complete(w: MockWorker, prompt: number[], headers: Record<string, string> = {}) {
-  const res = await post(`${w.url}/v1/completions`, { prompt, max_tokens: 2 }, headers);
+  // One token: produced by the prefill step, so no decode block takes a slot (and evicts) in these runs.
+  const res = await post(`${w.url}/v1/completions`, { prompt, max_tokens: 1 }, headers);
   expect(res.status).toBe(200);
   return (await res.json()) as { usage: { prompt_tokens: number; prompt_tokens_details: { cached_tokens: number } | null } };
 }

@@ -109,7 +109,8 @@ describe("global DP ranks", () => {
 
 describe("hybrid KV cache groups", () => {
   test("--kv-groups publishes every change per group; a sliding-window group names only the blocks in its window, with the whole run's tokens", async () => {
-    const { w, subs } = await worker({ kvGroups: "full_attention:4,sliding_window:4:6" as never, capacityBlocks: 4 });
+    // Five slots: a 17-token prompt's four full blocks and its partial fifth.
+    const { w, subs } = await worker({ kvGroups: "full_attention:4,sliding_window:4:6" as never, capacityBlocks: 5 });
     expect(await cached(w, "/v1/completions", { prompt: ids(0, 17) })).toBe(0);
     await waitFor(() => subs[0]!.messages.length === 1, { message: "the grouped batch" });
     const [full, window] = subs[0]!.messages[0]!.batch.events as BlockStored[];
@@ -133,7 +134,8 @@ describe("hybrid KV cache groups", () => {
   });
 
   test("a group with larger blocks publishes its own blocks: block_size its own, the hash at each block's last hash-block boundary, blocks that straddle runs included", async () => {
-    const { w, subs } = await worker({ kvGroups: "sliding_window:4:6,full_attention:8" as never, capacityBlocks: 8 });
+    // Nine slots: the 33-token prompt below needs them all.
+    const { w, subs } = await worker({ kvGroups: "sliding_window:4:6,full_attention:8" as never, capacityBlocks: 9 });
     const all = chainBlockIds(Uint32Array.from(ids(0, 17)), BS).map((b) => b.hash);
     // 13 tokens: three hash blocks; the 8-token group has one full block (hash blocks 0 and 1).
     await cached(w, "/v1/completions", { prompt: ids(0, 13) });

@@ -184,42 +184,56 @@ describe("PrefixCacheSim", () => {
     expect(cache.peekHitBlocks(prompt, { loraName: "sql" })).toBe(3);
   });
 
-  test("admitted, a prompt caches its blocks chunk by chunk as its prefill is scheduled, each chained to the last", () => {
+  test("admitted, a prompt caches its blocks chunk by chunk as its steps are allocated, each chained to the last", () => {
     const cache = new PrefixCacheSim({ blockSize: BS, capacityBlocks: 100 });
     const { log } = follow(cache);
-    const prompt = seq(0, 22); // five full blocks
+    const prompt = seq(0, 22); // five full blocks and 2 tokens
     const ids = chainBlockIds(prompt, BS).map((b) => b.hash);
     const acq = cache.admit(prompt);
-    expect([acq.hitBlocks, acq.storedBlocks, log.length]).toEqual([0, 0, 0]);
-    expect(cache.computeTo(acq.lease, 8)).toBe(2);
+    expect([acq.hitBlocks, acq.storedBlocks, log.length, cache.queriedTokens]).toEqual([0, 0, 0, 0]);
+    expect(cache.allocate(acq.lease, 8)).toBe(true);
+    expect(cache.queriedTokens).toBe(22); // counted once scheduled
     expect(cache.peekHitBlocks(prompt)).toBe(2);
-    expect(cache.computeTo(acq.lease, 11)).toBe(0); // no new full block
+    expect(cache.allocate(acq.lease, 11)).toBe(true); // a partial block: held, not cached
+    expect([cache.peekHitBlocks(prompt), cache.usedBlocks]).toEqual([2, 3]);
     // A request admitted now hits what has been scheduled so far, no more.
     const sibling = cache.admit(prompt);
     expect(sibling.hitBlocks).toBe(2);
-    expect(cache.computeTo(acq.lease, 22)).toBe(3);
+    expect(cache.allocate(acq.lease, 22)).toBe(true);
     expect(log.map((e) => (e.kind === "stored" ? [e.parent, e.hashes] : e.kind))).toEqual([
       [null, ids.slice(0, 2)],
       [ids[1]!, ids.slice(2)],
     ]);
     expect(acq.lease.rest).toBeUndefined(); // done: the tokens are let go
-    expect(cache.computeTo(acq.lease, 40)).toBe(0);
+    // Decoding: one uncached block per block of generated tokens.
+    expect(cache.allocate(acq.lease, 29)).toBe(true);
+    expect(cache.usedBlocks).toBe(8);
+    expect(cache.usage).toBe(0.08);
+    cache.release(acq.lease);
+    cache.release(sibling.lease);
+    expect([cache.usedBlocks, cache.usage]).toEqual([5, 0]); // the cached five stay, evictable
+    expect(cache.queriedTokens).toBe(22); // the sibling was never scheduled
   });
 
-  test("mid-prefill, a full cache caches the leading blocks that fit and none after; a clear stops the chain", () => {
-    const cache = new PrefixCacheSim({ blockSize: BS, capacityBlocks: 3 });
+  test("allocation is all or nothing: a request that cannot get its blocks changes nothing; a clear leaves old leases holding nothing", () => {
+    const cache = new PrefixCacheSim({ blockSize: BS, capacityBlocks: 4 });
     const { held } = follow(cache);
     const a = cache.admit(seq(0, 20)).lease;
-    cache.computeTo(a, 8);
-    const other = cache.acquire(seq(500, 4)).lease; // the third slot, held
-    expect(cache.computeTo(a, 16)).toBe(0); // nothing evictable: the rest of the prompt is not cached
-    cache.release(other);
-    expect(cache.computeTo(a, 20)).toBe(0);
+    expect(cache.allocate(a, 8)).toBe(true);
+    const other = cache.acquire(seq(500, 4)).lease; // a third slot, held
+    expect(cache.allocate(a, 16)).toBe(false); // two more needed, one free
+    expect([cache.usedBlocks, cache.peekHitBlocks(seq(0, 20))]).toEqual([3, 2]);
+    cache.release(other); // its block becomes evictable: room for two
+    expect(cache.allocate(a, 16)).toBe(true);
     expect(held).toEqual(cache.copies());
+    expect(cache.usedBlocks).toBe(4);
     const b = cache.admit(seq(100, 20)).lease;
-    cache.computeTo(b, 8);
+    expect(cache.allocate(b, 4)).toBe(false); // everything is a's
+    cache.release(b);
     cache.clear();
-    expect(cache.computeTo(b, 20)).toBe(0); // its parents are gone: nothing to chain to
+    expect(cache.allocate(a, 20)).toBe(true); // from before the clear: let run, holding nothing
+    expect(cache.usedBlocks).toBe(0);
+    cache.release(a);
     expect(cache.usedBlocks).toBe(0);
   });
 
@@ -252,17 +266,23 @@ describe("PrefixCacheSim", () => {
         const { held } = follow(cache);
         const leases: { lease: Lease; computed: number }[] = [];
         for (const o of ops) {
+          const used = cache.usedBlocks;
           if (o.kind === "acquire") leases.push({ lease: cache.acquire(seq(o.prompt.stem * 1000, o.prompt.len)).lease, computed: o.prompt.len });
           else if (o.kind === "admit") {
             const acq = cache.admit(seq(o.prompt.stem * 1000, o.prompt.len));
             leases.push({ lease: acq.lease, computed: acq.cachedTokens });
+            expect(cache.usedBlocks).toBe(used); // a lookup takes no slot
           } else if (o.kind === "clear") {
             cache.clear({ silent: o.silent });
             if (o.silent) held.clear(); // a restart: the subscriber resyncs from nothing
           } else if (leases.length > 0) {
             const at = o.pick % leases.length;
             if (o.kind === "release") cache.release(leases.splice(at, 1)[0]!.lease);
-            else cache.computeTo(leases[at]!.lease, (leases[at]!.computed += o.tokens));
+            else {
+              const l = leases[at]!;
+              if (cache.allocate(l.lease, l.computed + o.tokens)) l.computed += o.tokens;
+              else expect(cache.usedBlocks).toBe(used); // refused: nothing changed
+            }
           }
           expect(cache.usedBlocks).toBeLessThanOrEqual(capacity);
           expect(held).toEqual(cache.copies());

@@ -16,9 +16,11 @@ import { BASE_IDENTITY, chainBlockIds, noneHash, type BlockId, type RequestIdent
  * the last prompt token, so the last block is never a hit and is stored anew. Evicting a copy publishes
  * `BlockRemoved` for its hash even while another copy stays cached.
  *
- * Simplifications against vLLM, on purpose: only full prompt blocks occupy slots (decode blocks and the
- * partial tail are not modelled), and a request that needs more new blocks than can be freed caches
- * only the leading blocks that fit instead of waiting for space.
+ * A running request holds a slot for every block of its tokens (`allocate`, all or nothing, as vLLM's
+ * allocate_slots): its full prompt blocks cached, its partial last block and its generated tokens'
+ * blocks held uncached (the mock has no output token ids to name them by) and freed when it ends.
+ * `acquire`, for a prompt computed in one go outside the engine, caches the leading blocks that fit
+ * when the referenced ones leave too little room.
  */
 
 export type CacheEvent =
@@ -56,9 +58,15 @@ export type CachedBlock = { hash: bigint; parent: bigint | null; tokenIds: Uint3
 export type Lease = {
   /** its prompt's leading blocks: the hit, then those cached as its prefill reached them */
   readonly blocks: Block[];
+  /** blocks it holds uncached: its prompt's partial last block and its generated tokens' (allocate) */
+  anonymous: number;
   released: boolean;
   /** what the blocks still to cache are named from, until the prompt's last full block is cached */
   rest?: { readonly ids: readonly BlockId[]; readonly tokens: Uint32Array; readonly id: AcquireIdentity };
+  /** its lookup, counted in the prefix-cache stats once it is scheduled (a failed admission is not) */
+  lookup?: { queried: number; hit: number };
+  /** the cache's clear count when it was admitted: a lease from before a clear holds nothing now */
+  readonly epoch: number;
 };
 
 export type Acquisition = {
@@ -96,7 +104,9 @@ export class PrefixCacheSim {
   private readonly blocks = new Map<bigint, Block[]>();
   /** Unreferenced resident blocks; Set order is LRU order (first = evicted first). */
   private readonly free = new Set<Block>();
+  /** slots in use: cached blocks (copies counted) and running requests' uncached ones */
   private physical = 0;
+  private epoch = 0;
   private listeners: ((events: CacheEvent[]) => void)[] = [];
   /** Prompt tokens looked up, and tokens found cached (vLLM's prefix_cache_queries / hits). */
   queriedTokens = 0;
@@ -120,7 +130,7 @@ export class PrefixCacheSim {
     };
   }
 
-  /** Physical blocks in use (copies counted). */
+  /** Physical blocks in use (cached copies counted, and the running requests' uncached blocks). */
   get usedBlocks(): number {
     return this.physical;
   }
@@ -187,13 +197,18 @@ export class PrefixCacheSim {
    */
   acquire(tokens: Uint32Array, id: AcquireIdentity = BASE_IDENTITY): Acquisition {
     const acq = this.admit(tokens, id);
-    return { ...acq, storedBlocks: this.computeTo(acq.lease, tokens.length) };
+    this.count(acq.lease);
+    const events: CacheEvent[] = [];
+    const stored = this.computeTo(acq.lease, tokens.length, events);
+    this.emit(events);
+    return { ...acq, storedBlocks: stored };
   }
 
   /**
    * Admits a prompt as vLLM's scheduler does: references its cached prefix (the hit stops before the
    * prompt's last token) and caches nothing else yet. Its other blocks are cached as its prefill
-   * reaches them (`computeTo`, once per scheduled chunk).
+   * reaches them (`allocate`, once per scheduled step). An admission that does not fit is handed back
+   * with `release` before its first allocation, and its lookup is not counted.
    */
   admit(tokens: Uint32Array, id: AcquireIdentity = BASE_IDENTITY): Acquisition {
     const ids = this.blockIds(tokens, id);
@@ -207,15 +222,51 @@ export class PrefixCacheSim {
       this.ref(block);
       held.push(block);
     }
-    this.queriedTokens += tokens.length;
-    this.hitTokens += hit * this.blockSize;
     return {
-      lease: { blocks: held, released: false, rest: hit < ids.length ? { ids, tokens, id } : undefined },
+      lease: {
+        blocks: held, anonymous: 0, released: false, rest: hit < ids.length ? { ids, tokens, id } : undefined,
+        lookup: { queried: tokens.length, hit: hit * this.blockSize }, epoch: this.epoch,
+      },
       promptBlocks: ids.length,
       hitBlocks: hit,
       cachedTokens: hit * this.blockSize,
       storedBlocks: 0,
     };
+  }
+
+  /**
+   * Reserves the blocks a running request needs to hold `tokens` tokens of KV once the step being
+   * scheduled has run (vLLM's allocate_slots): one slot per block of tokens, the full prompt blocks
+   * among them cached (`computeTo`), the rest (the prompt's partial last block, generated tokens) held
+   * uncached. All or nothing: false, and nothing changes, when the blocks no running request references
+   * cannot make room; vLLM then preempts a running request, or leaves a waiting one waiting. A lease
+   * from before a clear holds nothing in the cleared cache and is let run.
+   */
+  allocate(lease: Lease, tokens: number): boolean {
+    if (lease.released) return false;
+    if (lease.epoch !== this.epoch) return true;
+    const need = Math.ceil(tokens / this.blockSize) - lease.blocks.length - lease.anonymous;
+    if (need > this.capacityBlocks - (this.physical - this.free.size)) return false;
+    this.count(lease);
+    if (need <= 0) return true;
+    // The step's new slots at once, as vLLM's block pool hands them out: evictions, then the stores.
+    const events: CacheEvent[] = [];
+    const evicted = this.evictFor(need);
+    if (evicted.length > 0) events.push({ kind: "removed", hashes: evicted });
+    this.computeTo(lease, tokens, events);
+    const uncached = Math.ceil(tokens / this.blockSize) - lease.blocks.length - lease.anonymous;
+    lease.anonymous += Math.max(0, uncached);
+    this.physical += Math.max(0, uncached);
+    this.emit(events);
+    return true;
+  }
+
+  /** The lease's lookup enters vLLM's prefix_cache_queries / hits, once. */
+  private count(lease: Lease): void {
+    if (!lease.lookup) return;
+    this.queriedTokens += lease.lookup.queried;
+    this.hitTokens += lease.lookup.hit;
+    lease.lookup = undefined;
   }
 
   /**
@@ -226,7 +277,7 @@ export class PrefixCacheSim {
    * ones that fit are cached and the rest of the prompt is not; nor is it once a clear dropped the
    * blocks it would chain to.
    */
-  computeTo(lease: Lease, computedTokens: number): number {
+  private computeTo(lease: Lease, computedTokens: number, events: CacheEvent[]): number {
     const rest = lease.rest;
     if (!rest || lease.released) return 0;
     const { ids, tokens, id } = rest;
@@ -237,7 +288,6 @@ export class PrefixCacheSim {
       lease.rest = undefined;
       return 0;
     }
-    const events: CacheEvent[] = [];
     const want = end - start;
     const evicted = this.evictFor(want);
     if (evicted.length > 0) events.push({ kind: "removed", hashes: evicted });
@@ -270,7 +320,6 @@ export class PrefixCacheSim {
     }
     // Done with the prompt (or out of room): the lease stops holding its tokens.
     if (room < want || start + room === ids.length) lease.rest = undefined;
-    this.emit(events);
     return room;
   }
 
@@ -279,6 +328,9 @@ export class PrefixCacheSim {
     if (lease.released) return;
     lease.released = true;
     lease.rest = undefined;
+    lease.lookup = undefined;
+    if (lease.epoch === this.epoch) this.physical -= lease.anonymous;
+    lease.anonymous = 0;
     for (let i = lease.blocks.length - 1; i >= 0; i--) {
       const block = lease.blocks[i]!;
       // A block dropped by a clear while the request ran is no longer ours to track.
@@ -297,6 +349,7 @@ export class PrefixCacheSim {
     this.blocks.clear();
     this.free.clear();
     this.physical = 0;
+    this.epoch++;
     if (opts.silent && this.hashSeed === "random") this.noneHash = noneHash(this.hashSeed);
     if (!opts.silent) this.emit([{ kind: "cleared" }]);
   }

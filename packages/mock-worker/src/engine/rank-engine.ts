@@ -4,8 +4,9 @@ import { StepScheduler, type TimingParams } from "./scheduler.ts";
 /**
  * One data-parallel rank: its own prefix cache and one engine loop that runs the step scheduler in
  * real time, sleeping each step's duration and handing out the tokens it produced. A request looks up
- * its cached prefix when the scheduler admits it, caches its other blocks chunk by chunk as they are
- * scheduled, and references them all until it ends.
+ * its cached prefix when the scheduler admits it, takes its blocks step by step as they are scheduled
+ * (its full prompt blocks cached; it waits, or is preempted, when the cache cannot make room), and
+ * references them all until it ends.
  */
 
 export type Generation = {
@@ -30,7 +31,8 @@ type Live = {
   readonly outputTokens: number;
   readonly arrived: number;
   lease?: Lease;
-  cachedTokens: number;
+  /** what its first admission found cached; unset until then */
+  cachedTokens?: number;
   /** tokens produced and not yet seen by the consumer are those past its read position */
   produced: number;
   /** the engine is done with it: finished, or dropped (then `error` says why if it was an abort) */
@@ -68,11 +70,17 @@ export class RankEngine {
       (live) => {
         const acq = this.cache.admit(live.prompt, live.identity);
         live.lease = acq.lease;
-        live.cachedTokens = acq.cachedTokens;
+        // vLLM reports the hit of the request's first admission (num_cached_tokens), not a resumption's.
+        live.cachedTokens ??= acq.cachedTokens;
         return acq.cachedTokens;
       },
-      (live, computed) => this.cache.computeTo(live.lease!, computed),
+      { allocate: (live, tokens) => this.cache.allocate(live.lease!, tokens), release: (live) => this.cache.release(live.lease!) },
     );
+  }
+
+  /** Requests preempted for want of KV blocks (vLLM's num_preemptions). */
+  get preemptions(): number {
+    return this.scheduler.preemptions;
   }
 
   get running(): number {
@@ -93,7 +101,7 @@ export class RankEngine {
     if (signal?.aborted) return Promise.reject(signal.reason);
     return new Promise<Generation>((resolve, reject) => {
       const live: Live = {
-        prompt, identity, outputTokens: Math.max(1, maxTokens), arrived: performance.now(), cachedTokens: 0, produced: 0, ended: false,
+        prompt, identity, outputTokens: Math.max(1, maxTokens), arrived: performance.now(), produced: 0, ended: false,
         onFirst: () => resolve(this.generation(live, signal)),
         onFail: (e) => {
           signal?.removeEventListener("abort", live.onAbort);
@@ -118,7 +126,7 @@ export class RankEngine {
     };
     return {
       promptTokens: live.prompt.length,
-      cachedTokens: live.cachedTokens,
+      cachedTokens: live.cachedTokens ?? 0,
       outputTokens: live.outputTokens,
       finish,
       async *tokens() {

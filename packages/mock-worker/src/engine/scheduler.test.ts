@@ -117,16 +117,66 @@ test("speed scales every step and speed 0 is instantaneous", () => {
   expect(drain(s).now).toBe(0);
 });
 
-test("each prefill chunk is reported as it is scheduled, with the prompt tokens computed once it runs; decodes are not", () => {
-  const seen: [string, number][] = [];
-  const s = new StepScheduler<string>(PARAMS, (i) => (i === "b" ? 4 : 0), (i, computed) => seen.push([i, computed]));
+/** KV slots of `capacity` blocks of 4 tokens, held per request (nothing cached): what vLLM's allocate_slots checks. */
+function slots(capacity: number) {
+  const held = new Map<string, number>();
+  const calls: [string, number][] = [];
+  const used = () => [...held.values()].reduce((a, b) => a + b, 0);
+  return {
+    held, calls,
+    allocate(i: string, tokens: number) {
+      calls.push([i, tokens]);
+      const need = Math.ceil(tokens / 4) - (held.get(i) ?? 0);
+      if (need > capacity - used()) return false;
+      held.set(i, (held.get(i) ?? 0) + Math.max(0, need));
+      return true;
+    },
+    release(i: string) {
+      held.delete(i);
+    },
+  };
+}
+
+test("every scheduled step first allocates the tokens the request holds after it, prefill chunks and decodes alike", () => {
+  const kv = slots(100);
+  const s = new StepScheduler<string>(PARAMS, (i) => (i === "b" ? 4 : 0), kv);
   s.add("a", 20, 2);
   s.step();
-  expect(seen).toEqual([["a", 8]]);
+  expect(kv.calls).toEqual([["a", 8]]);
   s.add("b", 6, 1);
   s.step();
   s.step(); // a's last 4 tokens, then b admitted with 4 cached and 2 left
-  expect(seen).toEqual([["a", 8], ["a", 16], ["a", 20], ["b", 6]]);
+  expect(kv.calls).toEqual([["a", 8], ["a", 16], ["a", 20], ["b", 6]]);
   drain(s);
-  expect(seen.length).toBe(4);
+  expect(kv.calls.at(-1)).toEqual(["a", 21]); // a's decode
+  expect(s.preemptions).toBe(0);
+});
+
+test("a running request that cannot get its blocks preempts the newest running one, which recomputes from the head of the queue", () => {
+  const kv = slots(6);
+  const s = new StepScheduler<string>({ ...PARAMS, maxNumBatchedTokens: 16 }, () => 0, kv);
+  s.add("old", 8, 12); // 2 blocks, then one per 4 generated tokens
+  s.add("new", 8, 12);
+  s.step(); // both prefill: 4 blocks
+  for (let k = 0; k < 8; k++) s.step(); // decoding: both at 16 tokens, 4 blocks each... not both
+  expect(s.preemptions).toBeGreaterThan(0);
+  expect(kv.held.has("old")).toBe(true);
+  const { last } = drain(s);
+  expect([...last.keys()].sort()).toEqual(["new", "old"]); // the preempted one still finished
+  expect(last.get("old")!).toBeLessThan(last.get("new")!);
+});
+
+test("a waiting request that does not fit stays at the head of the queue; one too big even alone runs without its slots", () => {
+  const kv = slots(3);
+  const s = new StepScheduler<string>(PARAMS, () => 0, kv);
+  s.add("a", 12, 2); // 3 blocks, then a fourth for its second token: alone, it runs past its slots
+  s.add("b", 8, 1); // 2 blocks: waits for a
+  s.step();
+  s.step();
+  expect([s.runningCount, s.waitingCount]).toEqual([1, 1]);
+  const { first, last } = drain(s);
+  expect(first.get("b")!).toBeGreaterThan(last.get("a")!); // admitted once a's blocks were freed
+  const big = new StepScheduler<string>(PARAMS, () => 0, slots(2));
+  big.add("huge", 40, 1);
+  expect(drain(big).last.has("huge")).toBe(true);
 });

@@ -3,15 +3,16 @@
  * requests, in admission order, the tokens each still needs (one for a decode, the rest of the prompt
  * for a chunked prefill) while the step's token budget lasts, then admits waiting requests in FIFO
  * order while budget and the running cap allow, looking up each one's cached prefix as it is admitted.
- * Each prefill chunk is reported as it is scheduled (vLLM caches a chunk's full blocks then, before
- * the step computes them), so a long prompt's blocks reach the cache, and its KV events, step by step.
+ * With KV slots, each request takes the blocks of a step's tokens as it is scheduled (vLLM caches a
+ * chunk's full blocks then, before the step computes them, so a long prompt's blocks reach the cache,
+ * and its KV events, step by step), and the cache's capacity bounds admission and preempts (`step`).
  * A step costs one pass over the weights plus a cost per scheduled token, so a long prefill on a rank
  * slows every request decoding beside it, and prompts arriving together share the budget.
  *
  * The rank engine sleeps each step's duration, the trace simulation schedules it in virtual time, and
  * `forecastFirstTokenMs` runs it ahead on a copy: one model of an engine step, three clocks.
- * Not modelled: KV-capacity admission and preemption (a full cache caches fewer blocks instead), the
- * long-prefill threshold (0 by default in vLLM), speculative decoding.
+ * The forecast runs without KV slots. Not modelled: the admission watermark, the long-prefill
+ * threshold (0 by default in vLLM), speculative decoding.
  */
 export type TimingParams = {
   /** time scale: 0 = instantaneous, 1 = the configured costs, 2 = twice as slow */
@@ -58,6 +59,14 @@ type Seq<T> = {
   computed: number;
   /** output tokens sampled so far */
   produced: number;
+  /** admitted alone without the slots it needs: runs without them from then on */
+  unbounded?: boolean;
+};
+
+/** The KV cache's side of scheduling: a request's slots, reserved step by step and handed back. */
+export type KvSlots<T> = {
+  allocate(item: T, tokens: number): boolean;
+  release(item: T): void;
 };
 
 export class StepScheduler<T> {
@@ -66,13 +75,30 @@ export class StepScheduler<T> {
 
   /**
    * `admit` is called as a request leaves the waiting queue and returns its cached prompt tokens;
-   * `prefilled`, as each chunk of its prompt is scheduled, with the prompt tokens computed once it runs.
+   * `blocks`, when given, holds the KV cache's slots: `allocate` before each step a request is
+   * scheduled in, for the tokens it will hold once the step ran (false: not enough free blocks), and
+   * `release` when a preemption or an admission that did not fit hands them all back.
    */
   constructor(
     readonly params: TimingParams,
     private readonly admit: (item: T) => number,
-    private readonly prefilled?: (item: T, computedTokens: number) => void,
+    private readonly blocks?: KvSlots<T>,
   ) {}
+
+  /** Requests preempted since the start (vLLM's num_preemptions). */
+  preemptions = 0;
+
+  private allocate(s: Seq<T>, tokens: number): boolean {
+    return !this.blocks || s.unbounded === true || this.blocks.allocate(s.item, tokens);
+  }
+
+  /** Back to the head of the queue with its slots handed back; it recomputes its prompt and outputs. */
+  private preempt(s: Seq<T>): void {
+    this.blocks!.release(s.item);
+    s.computed = 0;
+    this.waiting.unshift(s);
+    this.preemptions++;
+  }
 
   get runningCount(): number {
     return this.running.length;
@@ -111,29 +137,58 @@ export class StepScheduler<T> {
     return false;
   }
 
-  /** Schedules the next step and applies it; null when there is nothing to run. */
+  /**
+   * Schedules the next step and applies it; null when there is nothing to run. With KV slots, as vLLM's
+   * schedule(): a running request whose blocks cannot be had preempts the newest running request
+   * (its blocks handed back, its KV recomputed when it is admitted again, at the head of the queue)
+   * until it fits or is the one preempted; a step that preempted admits no one; a waiting request that
+   * does not fit stays at the head of the queue, and admission stops there. One that cannot fit even
+   * alone runs without its slots from then on (vLLM refuses prompts, and sizes max_model_len, so that
+   * one request always fits).
+   */
   step(): StepResult<T> | null {
     const p = this.params;
     let budget = p.maxNumBatchedTokens;
     const scheduled: [Seq<T>, number][] = [];
-    for (const s of this.running) {
-      if (budget <= 0) break;
+    let preempted = false;
+    for (let i = 0; i < this.running.length && budget > 0; i++) {
+      const s = this.running[i]!;
       const n = Math.min(s.prompt + s.produced - s.computed, budget);
       if (n <= 0) continue;
+      let fits = this.allocate(s, s.computed + n);
+      while (!fits) {
+        // Alone and still short: past its slots it runs without them (vLLM sizes max_model_len to fit).
+        if (this.running.length === 1) {
+          s.unbounded = fits = true;
+          break;
+        }
+        const victim = this.running.pop()!;
+        this.preempt(victim);
+        preempted = true;
+        if (victim === s) break;
+        fits = this.allocate(s, s.computed + n);
+      }
+      if (!fits) break;
       scheduled.push([s, n]);
       budget -= n;
-      if (s.computed < s.prompt) this.prefilled?.(s.item, s.computed + n);
     }
-    while (budget > 0 && this.waiting.length > 0 && this.running.length < p.maxNumSeqs) {
-      const s = this.waiting.shift()!;
-      // Running before the lookup: should `admit` throw, the request is still here for clear().
-      this.running.push(s);
+    while (!preempted && budget > 0 && this.waiting.length > 0 && this.running.length < p.maxNumSeqs) {
+      const s = this.waiting[0]!;
       // vLLM recomputes at least the prompt's last token, so a hit never covers the whole prompt.
       s.computed = Math.min(Math.max(0, this.admit(s.item)), s.prompt - 1);
-      const n = Math.min(s.prompt - s.computed, budget);
+      const n = Math.min(s.prompt + s.produced - s.computed, budget);
+      if (!this.allocate(s, s.computed + n)) {
+        if (this.running.length > 0) {
+          this.blocks!.release(s.item);
+          s.computed = 0;
+          break;
+        }
+        s.unbounded = true;
+      }
+      this.waiting.shift();
+      this.running.push(s);
       scheduled.push([s, n]);
       budget -= n;
-      this.prefilled?.(s.item, s.computed + n);
     }
     if (scheduled.length === 0) return null;
     const result: StepResult<T> = { ms: p.speed * (p.stepBaseMs + p.msPerToken * (p.maxNumBatchedTokens - budget)), first: [], next: [], finished: [] };

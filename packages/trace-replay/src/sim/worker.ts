@@ -17,7 +17,7 @@ export type WorkerHooks = {
   onFinished(req: SimRequest, worker: number, now: number): void;
 };
 
-type Job = { req: SimRequest; lease?: Lease; cachedTokens: number };
+type Job = { req: SimRequest; lease?: Lease; cachedTokens?: number };
 
 export class SimWorker {
   readonly cache: PrefixCacheSim;
@@ -40,13 +40,12 @@ export class SimWorker {
       this.timing,
       (job) => {
         const acq = this.cache.admit(job.req.tokens!, cacheIdentity(job.req));
-        // The lease keeps the tokens its later chunks are cached from, and lets go of them after the last.
-        job.req.tokens = null;
         job.lease = acq.lease;
-        job.cachedTokens = acq.cachedTokens;
+        // A resumption (after a preemption) reports its first admission's hit, as vLLM does.
+        job.cachedTokens ??= acq.cachedTokens;
         return acq.cachedTokens;
       },
-      (job, computed) => this.cache.computeTo(job.lease!, computed),
+      { allocate: (job, tokens) => this.cache.allocate(job.lease!, tokens), release: (job) => this.cache.release(job.lease!) },
     );
   }
 
@@ -66,7 +65,7 @@ export class SimWorker {
   /** Queues a request; an idle engine starts a step at once (a busy one takes it at its next step). */
   submit(req: SimRequest, now: number): void {
     this.activeBlocks += req.requestBlocks;
-    this.scheduler.add({ req, cachedTokens: 0 }, req.promptTokens, req.outputTokens);
+    this.scheduler.add({ req }, req.promptTokens, req.outputTokens);
     if (this.stepEndsAt === null) this.runStep(now);
   }
 
@@ -92,9 +91,11 @@ export class SimWorker {
     const end = now + r.ms;
     this.stepEndsAt = end;
     this.queue.schedule(end, (t) => {
-      for (const job of r.first) this.hooks.onFirstToken({ req: job.req, worker: this.index, atMs: t, cachedTokens: job.cachedTokens });
+      for (const job of r.first) this.hooks.onFirstToken({ req: job.req, worker: this.index, atMs: t, cachedTokens: job.cachedTokens ?? 0 });
       for (const job of r.finished) {
         this.cache.release(job.lease!);
+        // Kept until now: a preempted request is looked up again when it is readmitted.
+        job.req.tokens = null;
         this.activeBlocks -= job.req.requestBlocks;
         this.hooks.onFinished(job.req, this.index, t);
       }
