@@ -7,6 +7,7 @@ import { parseDiscoveryConfig, type DiscoveryConfig } from "@kv-epp/intents";
 import { z } from "zod";
 import { LISTENER_HEARTBEAT } from "@kv-epp/kv-events";
 import { DEFAULT_SHAPE, DEFAULT_WEIGHTS, SCORE_SHAPE, type CostShape } from "./picker/cost.ts";
+import { followerRange, type FollowerRange } from "./picker/eviction-regret.ts";
 import { DEFAULT_FOLLOWER_WEIGHT, DEFAULT_FOLLOWER_WEIGHT_MAX } from "./picker/latency.ts";
 import { DEFAULT_COST, type CostModel } from "./picker/picker.ts";
 import { DEFAULT_PENDING, INFLIGHT_PREFIX_DEFAULT } from "./picker/pending.ts";
@@ -208,7 +209,7 @@ export type EppConfig = {
      * (picker/latency.ts): `base` where the caches hold their working set, up to `max` with the
      * eviction regret (picker/eviction-regret.ts); max >= base.
      */
-    latencyFollowerWeight: { base: number; max: number };
+    latencyFollowerWeight: FollowerRange;
     /** In-flight prefixes (picker/pending.ts); off: the index's overlap alone. */
     inflightPrefix: { mode: "off" } | { mode: "on"; maxBlocks: number; ttlMs: number };
     shape: CostShape;
@@ -298,8 +299,6 @@ export function parseConfig(argv: string[], env: Record<string, string | undefin
     throw new ConfigError(`invalid value for ${r.cost.source}: ${JSON.stringify(costModel)} (expected weights|latency)`);
   const followerBase = get<number>("latencyFollowerWeight")!;
   if (followerBase < 0) throw new ConfigError(`invalid value for ${r.latencyFollowerWeight.source}: ${followerBase} (expected >= 0)`);
-  // A max below the base would be a weight that falls as the caches lose more: the base stands for both.
-  const followerMax = Math.max(followerBase, get<number>("latencyFollowerWeightMax")!);
   if (get<number>("inflightPrefixMaxBlocks") === 0) throw new ConfigError(`invalid value for ${r.inflightPrefixMaxBlocks.source}: 0 (turn in-flight prefixes off with --inflight-prefix false)`);
   const shapeKind = get<string>("costShape")!;
   if (shapeKind !== "score" && shapeKind !== "blocks")
@@ -427,7 +426,7 @@ export function parseConfig(argv: string[], env: Record<string, string | undefin
       queueThreshold: get<number>("queueThreshold")!,
       temperature: get<number>("temperature")!,
       cost: costModel,
-      latencyFollowerWeight: { base: followerBase, max: followerMax },
+      latencyFollowerWeight: followerRange(followerBase, get<number>("latencyFollowerWeightMax")!),
       inflightPrefix: get<boolean>("inflightPrefix")
         ? { mode: "on", maxBlocks: get<number>("inflightPrefixMaxBlocks")!, ttlMs: get<number>("inflightPrefixTtlMs")! }
         : { mode: "off" },

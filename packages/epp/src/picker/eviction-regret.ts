@@ -97,6 +97,14 @@ export class EvictionRegret {
  */
 export const REGRET_SATURATION = 0.02;
 
+/** The follower weight's range: `base` with no regret, `max` from REGRET_SATURATION on. */
+export type FollowerRange = { base: number; max: number };
+
+/** A range from the two settings: a max below the base would fall as the caches lose more, so the base stands for both. */
+export function followerRange(base: number, max: number): FollowerRange {
+  return { base, max: Math.max(base, max) };
+}
+
 /**
  * The latency cost's follower weight, between `base` (caches that hold their working set: balance
  * matters more than keeping a prefix where it is) and `max` (caches that recompute what they evicted:

@@ -245,7 +245,8 @@ export class PrefixCacheSim {
   allocate(lease: Lease, tokens: number): boolean {
     if (lease.released) return false;
     if (lease.epoch !== this.epoch) return true;
-    const need = Math.ceil(tokens / this.blockSize) - lease.blocks.length - lease.anonymous;
+    const total = Math.ceil(tokens / this.blockSize);
+    const need = total - lease.blocks.length - lease.anonymous;
     if (need > this.capacityBlocks - (this.physical - this.free.size)) return false;
     this.count(lease);
     if (need <= 0) return true;
@@ -254,7 +255,8 @@ export class PrefixCacheSim {
     const evicted = this.evictFor(need);
     if (evicted.length > 0) events.push({ kind: "removed", hashes: evicted });
     this.computeTo(lease, tokens, events);
-    const uncached = Math.ceil(tokens / this.blockSize) - lease.blocks.length - lease.anonymous;
+    // What computeTo did not cache (the partial last block, generated tokens) is held uncached.
+    const uncached = total - lease.blocks.length - lease.anonymous;
     lease.anonymous += Math.max(0, uncached);
     this.physical += Math.max(0, uncached);
     this.emit(events);

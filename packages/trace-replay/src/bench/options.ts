@@ -4,7 +4,7 @@ import { POLICY_NAMES, type PolicyName } from "../policies/index.ts";
 import { FlagError, parseFlags } from "../cli-flags.ts";
 import { DEFAULT_AGG_SIM, type AggSimOptions } from "../sim/replica-agg.ts";
 import type { CacheReset, InflightPrefixMode } from "../sim/replay.ts";
-import { DEFAULT_FOLLOWER_WEIGHT, DEFAULT_FOLLOWER_WEIGHT_MAX, DEFAULT_SHAPE, DEFAULT_TIMING, DEFAULT_WEIGHTS, INFLIGHT_PREFIX_DEFAULT, SCORE_SHAPE, type CostShape } from "../upstream.ts";
+import { DEFAULT_FOLLOWER_WEIGHT, DEFAULT_FOLLOWER_WEIGHT_MAX, DEFAULT_SHAPE, DEFAULT_TIMING, DEFAULT_WEIGHTS, INFLIGHT_PREFIX_DEFAULT, SCORE_SHAPE, followerRange, type CostShape, type FollowerRange } from "../upstream.ts";
 import { DEFAULT_TRACE_PATH } from "../trace.ts";
 
 const positiveInt = z.coerce.number().int().positive();
@@ -92,7 +92,7 @@ export type BenchOptions = {
   seed: number;
   prefillLoadScale: number;
   decodeLoadScale: number;
-  latencyFollowerWeight: { base: number; max: number };
+  latencyFollowerWeight: FollowerRange;
   costShape: CostShape;
   maxNumSeqs: number;
   maxNumBatchedTokens: number;
@@ -137,7 +137,7 @@ export function parseBenchArgs(argv: string[]): BenchOptions {
     seed: o.seed,
     prefillLoadScale: o["prefill-load-scale"],
     decodeLoadScale: o["decode-load-scale"],
-    latencyFollowerWeight: { base: o["latency-follower-weight"], max: Math.max(o["latency-follower-weight"], o["latency-follower-weight-max"]) },
+    latencyFollowerWeight: followerRange(o["latency-follower-weight"], o["latency-follower-weight-max"]),
     costShape: shapeOf(o),
     maxNumSeqs: o["max-num-seqs"],
     maxNumBatchedTokens: o["max-num-batched-tokens"],

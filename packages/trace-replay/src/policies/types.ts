@@ -1,5 +1,5 @@
 import type { KvIndex } from "@kv-epp/index-wasm";
-import type { ActiveLoad, EvictionRegret, LoadView, PendingView, Weights } from "../upstream.ts";
+import type { ActiveLoad, EvictionRegret, FollowerRange, LoadView, PendingView, Weights } from "../upstream.ts";
 import type { SimRequest } from "../sim/request.ts";
 import type { SimWorker } from "../sim/worker.ts";
 
@@ -27,7 +27,7 @@ export type ReplicaContext = {
   index: KvIndex;
   weights: Weights;
   /** the latency cost's follower weight (the EPP's --latency-follower-weight and its -max) */
-  latencyFollowerWeight: { base: number; max: number };
+  latencyFollowerWeight: FollowerRange;
   /** the eviction regret read from the same KV events as the index (every replica sees the same) */
   regret: EvictionRegret;
   /** the EPP's --queue-threshold (0: off) */

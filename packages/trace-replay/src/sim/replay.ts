@@ -4,7 +4,7 @@
 // a whole trace runs in seconds and the same seed gives the same figures.
 import { workerKey, type WorkerRef } from "@kv-epp/protocol";
 import { fromWireExtraKeys, KvIndex } from "@kv-epp/index-wasm";
-import { ActiveLoad, DEFAULT_FOLLOWER_WEIGHT, DEFAULT_FOLLOWER_WEIGHT_MAX, DEFAULT_PENDING, EvictionRegret, PendingPrefixes, type CacheEvent, type TimingParams, type Weights } from "../upstream.ts";
+import { ActiveLoad, DEFAULT_FOLLOWER_WEIGHT, DEFAULT_FOLLOWER_WEIGHT_MAX, DEFAULT_PENDING, EvictionRegret, followerRange, PendingPrefixes, type CacheEvent, type FollowerRange, type TimingParams, type Weights } from "../upstream.ts";
 import { seededRandom } from "@kv-epp/testkit";
 import { POLICIES, type PolicyName, type ReplicaContext, type Router } from "../policies/index.ts";
 import { arrivalTimes, type TraceRecord } from "../trace.ts";
@@ -42,7 +42,7 @@ export type ReplayOptions = {
   timing: Partial<TimingParams>;
   weights: Weights;
   /** the latency cost's follower weight (the EPP's --latency-follower-weight and its -max); their defaults when absent */
-  latencyFollowerWeight?: { base: number; max: number };
+  latencyFollowerWeight?: FollowerRange;
   /**
    * in-flight prefixes (the EPP's --inflight-prefix): `own`, each replica those of its own routed
    * requests, and with replica-agg on its peers' as they arrive over it (as the EPP does); `shared`,
@@ -138,13 +138,7 @@ export function replayPolicy(trace: readonly TraceRecord[], policy: PolicyName, 
     w.onCacheEvents((events) => {
       for (const e of events) if (e.kind === "removed") evictedBlocks += e.hashes.length;
       if (!spec.usesIndex || resetting) return;
-      const apply = () => {
-        applyToIndex(index, refs[i]!, events);
-        for (const e of events) {
-          if (e.kind === "stored") regret.stored(refs[i]!, e.hashes);
-          else if (e.kind === "removed") regret.removed(refs[i]!, e.hashes);
-        }
-      };
+      const apply = () => applyToIndex(index, regret, refs[i]!, events);
       if (opts.eventLagMs > 0) queue.schedule(queue.now + opts.eventLagMs, apply);
       else apply();
     }),
@@ -171,7 +165,7 @@ export function replayPolicy(trace: readonly TraceRecord[], policy: PolicyName, 
       index,
       modelKey: SIM_MODEL_KEY,
       weights: opts.weights,
-      latencyFollowerWeight: opts.latencyFollowerWeight ?? { base: DEFAULT_FOLLOWER_WEIGHT, max: DEFAULT_FOLLOWER_WEIGHT_MAX },
+      latencyFollowerWeight: opts.latencyFollowerWeight ?? followerRange(DEFAULT_FOLLOWER_WEIGHT, DEFAULT_FOLLOWER_WEIGHT_MAX),
       regret,
       queueThreshold: opts.queueThreshold ?? 0,
       blockSize: opts.blockSize,
@@ -237,16 +231,19 @@ export function burstArrivals(trace: readonly TraceRecord[], opts: ReplayOptions
   return arrivalTimes(trace, opts.timeScale, "recorded").map((t) => Math.floor(t / window) * window);
 }
 
-/** Worker KV events (what the mock publishes) applied to the index, as the EPP's listener does. */
-function applyToIndex(index: KvIndex, worker: WorkerRef, events: CacheEvent[]): void {
+/** Worker KV events (what the mock publishes) applied to the index and the eviction regret, as the EPP's listener does. */
+function applyToIndex(index: KvIndex, regret: EvictionRegret, worker: WorkerRef, events: CacheEvent[]): void {
   const b = index.batch();
   for (const e of events) {
     if (e.kind === "stored") {
       // The blocks' extra_keys (an adapter's name) fold into their hashes, as the EPP's listener folds them.
       const extras = e.extraKeys.some((k) => k !== null) ? e.extraKeys.map((k) => fromWireExtraKeys(k)) : undefined;
       b.stored(worker, e.parent, e.hashes, { tokenIds: e.tokenIds, extras });
-    } else if (e.kind === "removed") b.removed(worker, e.hashes);
-    else b.cleared(worker);
+      regret.stored(worker, e.hashes);
+    } else if (e.kind === "removed") {
+      b.removed(worker, e.hashes);
+      regret.removed(worker, e.hashes);
+    } else b.cleared(worker);
   }
   if (b.events > 0) b.apply();
 }
