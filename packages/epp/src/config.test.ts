@@ -67,13 +67,22 @@ describe("config", () => {
     expect(parseConfig(["--config", file], { DYN_EPP_COST_SHAPE: "blocks" }).picker.shape).toEqual({ kind: "blocks" });
   });
 
-  test("follower weight: 1 rising to 6 with the eviction regret by default; equal (or a max below the base) is a fixed weight; a negative base is refused", () => {
+  test("follower weight: 1 rising to 12 with the eviction regret by default; equal (or a max below the base) is a fixed weight; a negative base is refused", () => {
     const fw = (args: string[], env = {}) => parseConfig(["--config", file, ...args], env).picker.latencyFollowerWeight;
-    expect(fw([])).toEqual({ base: 1, max: 6 });
+    expect(fw([])).toEqual({ base: 1, max: 12 });
     expect(fw(["--latency-follower-weight", "3", "--latency-follower-weight-max", "3"])).toEqual({ base: 3, max: 3 });
-    expect(fw(["--latency-follower-weight", "8"])).toEqual({ base: 8, max: 8 });
+    expect(fw(["--latency-follower-weight", "8"])).toEqual({ base: 8, max: 12 });
+    expect(fw(["--latency-follower-weight", "14"])).toEqual({ base: 14, max: 14 });
     expect(fw([], { DYN_EPP_LATENCY_FOLLOWER_WEIGHT_MAX: "10" })).toEqual({ base: 1, max: 10 });
     expect(() => fw(["--latency-follower-weight=-1"])).toThrow(/--latency-follower-weight.*-1/);
+  });
+
+  test("away weight: half the request's prefill by default, 0 turns it off, a negative one is refused", () => {
+    const aw = (args: string[], env = {}) => parseConfig(["--config", file, ...args], env).picker.awayWeight;
+    expect(aw([])).toBe(0.5);
+    expect(aw(["--latency-away-weight", "0"])).toBe(0);
+    expect(aw([], { DYN_EPP_LATENCY_AWAY_WEIGHT: "1.5" })).toBe(1.5);
+    expect(() => aw(["--latency-away-weight=-1"])).toThrow(/--latency-away-weight.*-1/);
   });
 
   test("Kubernetes mode from --pool-name", () => {

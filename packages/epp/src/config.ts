@@ -8,7 +8,7 @@ import { z } from "zod";
 import { LISTENER_HEARTBEAT } from "@kv-epp/kv-events";
 import { DEFAULT_SHAPE, DEFAULT_WEIGHTS, SCORE_SHAPE, type CostShape } from "./picker/cost.ts";
 import { followerRange, type FollowerRange } from "./picker/eviction-regret.ts";
-import { DEFAULT_FOLLOWER_WEIGHT, DEFAULT_FOLLOWER_WEIGHT_MAX } from "./picker/latency.ts";
+import { DEFAULT_AWAY_WEIGHT, DEFAULT_FOLLOWER_WEIGHT, DEFAULT_FOLLOWER_WEIGHT_MAX } from "./picker/latency.ts";
 import { DEFAULT_COST, type CostModel } from "./picker/picker.ts";
 import { DEFAULT_PENDING, INFLIGHT_PREFIX_DEFAULT } from "./picker/pending.ts";
 
@@ -70,6 +70,7 @@ export const OPTIONS = {
   queueThreshold: { flag: "queue-threshold", env: "DYN_EPP_QUEUE_THRESHOLD", kind: "int", default: "0", help: "skip workers with more waiting requests (0: off)" },
   cost: { flag: "cost", env: "DYN_EPP_COST", kind: "string", default: DEFAULT_COST, help: "routing cost: latency (lowest predicted TTFT, calibrated online, plus the delay its prefill adds to the requests behind it) | weights (the cost shape's weights)" },
   latencyFollowerWeight: { flag: "latency-follower-weight", env: "DYN_EPP_LATENCY_FOLLOWER_WEIGHT", kind: "number", default: String(DEFAULT_FOLLOWER_WEIGHT), help: "latency cost: weight of the delay a request's own prefill adds to each request queued behind it, where the caches hold their working set (0: greedy, its own TTFT alone)" },
+  latencyAwayWeight: { flag: "latency-away-weight", env: "DYN_EPP_LATENCY_AWAY_WEIGHT", kind: "number", default: String(DEFAULT_AWAY_WEIGHT), help: "latency cost: share of the request's whole prefill time added on the workers outside this replica's home share when replica-agg has peers, so replicas deciding at the same instant split near-equal workers instead of herding onto one (0: off)" },
   latencyFollowerWeightMax: { flag: "latency-follower-weight-max", env: "DYN_EPP_LATENCY_FOLLOWER_WEIGHT_MAX", kind: "number", default: String(DEFAULT_FOLLOWER_WEIGHT_MAX), help: "latency cost: the follower weight where the workers recompute what they evicted; it moves from --latency-follower-weight to this with the eviction regret seen in their KV events (equal to --latency-follower-weight: a fixed weight; below it: raised to it)" },
   inflightPrefix: { flag: "inflight-prefix", env: "DYN_EPP_INFLIGHT_PREFIX", kind: "bool", default: String(INFLIGHT_PREFIX_DEFAULT), help: "count the blocks of requests routed to a worker and not yet ended as overlap there (the index learns them only after their prefill)" },
   inflightPrefixMaxBlocks: { flag: "inflight-prefix-max-blocks", env: "DYN_EPP_INFLIGHT_PREFIX_MAX_BLOCKS", kind: "int", default: String(DEFAULT_PENDING.maxBlocks), help: "most in-flight prefix blocks held (oldest requests' leave first)" },
@@ -210,6 +211,8 @@ export type EppConfig = {
      * eviction regret (picker/eviction-regret.ts); max >= base.
      */
     latencyFollowerWeight: FollowerRange;
+    /** The latency cost's charge on a worker outside this replica's home share, in prefills of the request (picker/home.ts). */
+    awayWeight: number;
     /** In-flight prefixes (picker/pending.ts); off: the index's overlap alone. */
     inflightPrefix: { mode: "off" } | { mode: "on"; maxBlocks: number; ttlMs: number };
     shape: CostShape;
@@ -299,6 +302,8 @@ export function parseConfig(argv: string[], env: Record<string, string | undefin
     throw new ConfigError(`invalid value for ${r.cost.source}: ${JSON.stringify(costModel)} (expected weights|latency)`);
   const followerBase = get<number>("latencyFollowerWeight")!;
   if (followerBase < 0) throw new ConfigError(`invalid value for ${r.latencyFollowerWeight.source}: ${followerBase} (expected >= 0)`);
+  const awayWeight = get<number>("latencyAwayWeight")!;
+  if (awayWeight < 0) throw new ConfigError(`invalid value for ${r.latencyAwayWeight.source}: ${awayWeight} (expected >= 0)`);
   if (get<number>("inflightPrefixMaxBlocks") === 0) throw new ConfigError(`invalid value for ${r.inflightPrefixMaxBlocks.source}: 0 (turn in-flight prefixes off with --inflight-prefix false)`);
   const shapeKind = get<string>("costShape")!;
   if (shapeKind !== "score" && shapeKind !== "blocks")
@@ -427,6 +432,7 @@ export function parseConfig(argv: string[], env: Record<string, string | undefin
       temperature: get<number>("temperature")!,
       cost: costModel,
       latencyFollowerWeight: followerRange(followerBase, get<number>("latencyFollowerWeightMax")!),
+      awayWeight,
       inflightPrefix: get<boolean>("inflightPrefix")
         ? { mode: "on", maxBlocks: get<number>("inflightPrefixMaxBlocks")!, ttlMs: get<number>("inflightPrefixTtlMs")! }
         : { mode: "off" },

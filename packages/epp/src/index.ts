@@ -13,8 +13,9 @@ export { ExtProcClient, extProcChannel, RoutingError, type ClientBodyMode, type 
 export { decide, overlapOf, prefillBlocksOf, ttftInput, type CandidateState, type DecisionInput, type DecisionOutcome } from "./picker/decide.ts";
 export { choose, DEFAULT_SHAPE, DEFAULT_WEIGHTS, SCORE_SHAPE, type Weights, type CostShape } from "./picker/cost.ts";
 export { Picker, DEFAULT_COST, type CostModel } from "./picker/picker.ts";
-export { LatencyModel, DEFAULT_FOLLOWER_WEIGHT, DEFAULT_FOLLOWER_WEIGHT_MAX, uncachedTokens, type TtftInput } from "./picker/latency.ts";
+export { LatencyModel, DEFAULT_AWAY_WEIGHT, DEFAULT_FOLLOWER_WEIGHT, DEFAULT_FOLLOWER_WEIGHT_MAX, uncachedTokens, type TtftInput } from "./picker/latency.ts";
 export { EvictionRegret, FollowerWeight, followerRange, type FollowerRange } from "./picker/eviction-regret.ts";
+export { AwayWorkers, type ReplicaSet } from "./picker/home.ts";
 export type { Candidate } from "./workers/registry.ts";
 export { ActiveLoad, sumLoad, type Lease, type LoadView } from "./picker/load.ts";
 export { combinedPending, PendingPrefixes, prefixKeys, DEFAULT_PENDING, INFLIGHT_PREFIX_DEFAULT, type PendingView, type PrefixKeys } from "./picker/pending.ts";

@@ -104,7 +104,7 @@ export async function startEpp(cfg: EppConfig, o: { log?: Logger; kubeConfig?: K
     : undefined;
   // Observed TTFTs calibrate the latency model, which the latency cost and explanations read.
   const follower = cfg.picker.latencyFollowerWeight;
-  const latency = new LatencyModel(undefined, new FollowerWeight(follower.base, follower.max, regret));
+  const latency = new LatencyModel(undefined, new FollowerWeight(follower.base, follower.max, regret), cfg.picker.awayWeight);
   const quality = new RoutingQuality(metrics, latency);
   const picker = new Picker({
     indexers: indexers.models,
@@ -114,6 +114,7 @@ export async function startEpp(cfg: EppConfig, o: { log?: Logger; kubeConfig?: K
     options: cfg.picker,
     latency,
     pending: combinedPending([pending, peerPending]),
+    replicas: replicaAgg ? () => replicaAgg.replicas() : undefined,
   });
 
   // Servers come up first so liveness answers during discovery and recovery, and cold peers see

@@ -98,7 +98,7 @@ function streamFields(d: SelectionDeps, w: { workerId: string; dpRank: number })
 /** GET /workers' routing-quality columns: the last responses' predicted vs reported cached tokens, TTFT. */
 function qualityFields(d: SelectionDeps, key: string) {
   const a = d.quality?.accuracy(key);
-  const l = d.latency?.params(key);
+  const l = d.latency?.params();
   return {
     prediction: a && {
       samples: a.samples,

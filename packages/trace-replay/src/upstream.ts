@@ -3,3 +3,4 @@ export { PrefixCacheSim, StepScheduler, DEFAULT_TIMING, idleTtftMs, chainBlockId
 export { choose, decide, overlapOf, prefillBlocksOf, ttftInput, LatencyModel, EvictionRegret, FollowerWeight, followerRange, type FollowerRange, DEFAULT_COST, DEFAULT_FOLLOWER_WEIGHT, DEFAULT_FOLLOWER_WEIGHT_MAX, uncachedTokens, type TtftInput, type CostModel, DEFAULT_WEIGHTS, DEFAULT_SHAPE, SCORE_SHAPE, type Weights, type CostShape, ActiveLoad, type Lease as LoadLease, type LoadView, sumLoad } from "@kv-epp/epp";
 export { combinedPending, PendingPrefixes, prefixKeys, DEFAULT_PENDING, INFLIGHT_PREFIX_DEFAULT, type PendingView, type PrefixKeys } from "@kv-epp/epp";
 export { AggOutbox, PeerLoads, opOf, type AggMessage } from "@kv-epp/epp";
+export { AwayWorkers, DEFAULT_AWAY_WEIGHT, type ReplicaSet } from "@kv-epp/epp";

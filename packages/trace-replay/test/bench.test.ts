@@ -13,7 +13,7 @@ noteMissingBrowser("bench.test.ts");
 
 describe("bun run bench:trace", () => {
   // Default workers and capacity (8 x 32768 blocks), the first 150 requests of the trace (as many as show every assertion below; 300 took three times as long).
-  test("a 150-request run writes a report with every series it claims, and KV-aware beats round-robin", () => {
+  test("a 150-request run writes a report with every series it claims, and both costs beat round-robin", () => {
     const r = Bun.spawnSync(
       ["bun", "run", "bench:trace", "--requests", "150", "--out", out],
       { cwd: REPO_ROOT, stdout: "pipe", stderr: "pipe" },
@@ -52,12 +52,14 @@ describe("bun run bench:trace", () => {
     expect(html).toContain('id="chart-limits"');
 
     const { figures } = JSON.parse(readFileSync(join(out, "trace-bench.json"), "utf8")) as {
-      figures: { label: string; hitRate: number; requests: number }[];
+      figures: { label: string; hitRate: number; ttftP50Ms: number; requests: number }[];
     };
-    const hit = (label: string) => figures.find((f) => f.label === label)!.hitRate;
+    const of = (label: string) => figures.find((f) => f.label === label)!;
     expect(figures.every((f) => f.requests === 150)).toBe(true);
-    expect(hit("kv-latency")).toBeGreaterThan(hit("round-robin"));
-    expect(hit("kv-aware")).toBeGreaterThan(hit("round-robin"));
+    // Each cost beats round-robin on what it minimises: the weights on cache hits, the latency cost on
+    // TTFT (on 150 requests the caches are cold and its hits within a few tenths of a point of round-robin's).
+    expect(of("kv-aware").hitRate).toBeGreaterThan(of("round-robin").hitRate);
+    expect(of("kv-latency").ttftP50Ms).toBeLessThan(of("round-robin").ttftP50Ms);
     // The hit-rate chart as a PNG when a browser is there, and a reason when not.
     if (chromiumPath) expect([...readFileSync(join(out, "trace-bench.png")).subarray(1, 4)]).toEqual([0x50, 0x4e, 0x47]);
     else expect(stdout).toContain("png:    skipped (no headless chromium");

@@ -1,7 +1,7 @@
 import { describe, expect, test } from "bun:test";
 import fc from "fast-check";
 import { costs, type CostShape, type Weights } from "./cost.ts";
-import { decide, overlapOf, type CandidateState } from "./decide.ts";
+import { decide, overlapOf, ttftInput, type CandidateState } from "./decide.ts";
 
 // Pods with one or two target ports; a subset hint names pod IPs (GAIE matches the hint by IP).
 const ips = ["10.0.0.1", "10.0.0.2", "10.0.0.3", "10.0.0.4", "10.0.0.5", "10.0.0.6"];
@@ -155,5 +155,13 @@ describe("decide", () => {
     };
     expect(pick([a, b])).toBe("a");
     expect(pick([{ ...a, overlap: 2, activeBlocks: 300 }, b])).toBe("b");
+  });
+
+  test("the latency model's queue term counts only the scraped waiting requests beyond the ones the load holds as prefilling there", () => {
+    const c = { endpoint: "10.0.0.1:8000", overlap: 2, activeBlocks: 9, activeRequests: 3, prefillBlocks: 5, prefillRequests: 2 };
+    expect(ttftInput({ ...c, waiting: 3 }, 64, 16)).toEqual({ promptTokens: 64, uncachedTokens: 32, aheadTokens: 80, waiting: 1 });
+    // The load's prefilling requests may be running, not waiting: never below zero.
+    expect(ttftInput({ ...c, waiting: 1 }, 64, 16).waiting).toBe(0);
+    expect(ttftInput({ ...c, prefillRequests: undefined, waiting: 1 }, 64, 16).waiting).toBe(1);
   });
 });

@@ -4,7 +4,7 @@
 // measures the decision that ships.
 import { endpointHost } from "../extproc/messages.ts";
 import { choose, costs, type Weights } from "./cost.ts";
-import { uncachedTokens, type TtftInput } from "./latency.ts";
+import { uncachedTokens, type CostInput } from "./latency.ts";
 
 /** What the decision knows about one candidate worker rank. */
 export type CandidateState = {
@@ -24,6 +24,8 @@ export type CandidateState = {
   readonly activeRequests: number;
   /** Blocks those requests still prefill (no first token back yet): the prefill ahead of a new one. Absent: 0. */
   readonly prefillBlocks?: number;
+  /** How many of those requests still prefill: the part of the scraped queue already counted ahead. Absent: 0. */
+  readonly prefillRequests?: number;
   /** Waiting requests from the rank's scraped vLLM /metrics (0 when not scraped). */
   readonly waiting: number;
 };
@@ -85,9 +87,18 @@ export function prefillBlocksOf(requestBlocks: number, overlap: number): number 
   return Math.max(requestBlocks - overlap, 0);
 }
 
-/** What the latency model predicts this candidate's TTFT for a prompt of `promptTokens` from. */
-export function ttftInput(c: CandidateState, promptTokens: number, blockSize: number): TtftInput {
-  return { uncachedTokens: uncachedTokens(promptTokens, overlapOf(c), blockSize), aheadTokens: (c.prefillBlocks ?? 0) * blockSize, waiting: c.waiting };
+/**
+ * What the latency model predicts this candidate's TTFT for a prompt of `promptTokens` from. The scraped
+ * queue counts beyond the requests the load holds as still prefilling there: those are in the prefill
+ * ahead already, so only what other routers sent waits on top of it.
+ */
+export function ttftInput(c: CandidateState, promptTokens: number, blockSize: number): CostInput {
+  return {
+    promptTokens,
+    uncachedTokens: uncachedTokens(promptTokens, overlapOf(c), blockSize),
+    aheadTokens: (c.prefillBlocks ?? 0) * blockSize,
+    waiting: Math.max(0, c.waiting - (c.prefillRequests ?? 0)),
+  };
 }
 
 /** Candidates at or under the waiting threshold; all of them when none is (a full pool still routes). */

@@ -71,13 +71,15 @@ describe("FollowerWeight", () => {
   test("the latency cost reads the weight at each cost", () => {
     const r = new EvictionRegret(1 << 12);
     const m = new LatencyModel({ baseMs: 0, msPerToken: 1, msPerWaiting: 0 }, new FollowerWeight(1, 6, r));
-    const t = { uncachedTokens: 10, aheadTokens: 0, waiting: 0 };
-    expect(m.costMs("w", t)).toBe(20);
+    const t = { promptTokens: 40, uncachedTokens: 10, aheadTokens: 0, waiting: 0 };
+    expect(m.costMs(t)).toBe(20);
     for (let k = 0; r.share < REGRET_SATURATION; k++) {
       r.removed(A, hashes(k, 1));
       r.stored(A, hashes(k, 1));
     }
-    expect(m.costMs("w", t)).toBe(70);
-    expect(new LatencyModel({ baseMs: 0, msPerToken: 1, msPerWaiting: 0 }, 2).costMs("w", t)).toBe(30);
+    expect(m.costMs(t)).toBe(70);
+    expect(new LatencyModel({ baseMs: 0, msPerToken: 1, msPerWaiting: 0 }, 2).costMs(t)).toBe(30);
+    // Outside the home share: the away weight x the whole prompt's prefill on top.
+    expect(new LatencyModel({ baseMs: 0, msPerToken: 1, msPerWaiting: 0 }, 2, 0.5).costMs(t, true)).toBe(30 + 20);
   });
 });

@@ -21,9 +21,11 @@ export interface LoadView {
   requests(workerKey: string): number;
   /** Blocks of requests on the worker that have not finished their prefill. */
   prefillBlocks(workerKey: string): number;
+  /** Requests on the worker with prefill blocks and no first token yet (the ones its queue may hold). */
+  prefillRequests(workerKey: string): number;
 }
 
-type Totals = { requests: number; blocks: number; prefillBlocks: number };
+type Totals = { requests: number; blocks: number; prefillBlocks: number; prefillRequests: number };
 
 /** Sums of entries per worker, optionally shared by several tables (one per peer). */
 export class WorkerTotals implements LoadView {
@@ -31,16 +33,19 @@ export class WorkerTotals implements LoadView {
 
   add(e: LoadEntry, sign: 1 | -1): void {
     let t = this.byWorker.get(e.workerKey);
-    if (!t) this.byWorker.set(e.workerKey, (t = { requests: 0, blocks: 0, prefillBlocks: 0 }));
+    if (!t) this.byWorker.set(e.workerKey, (t = { requests: 0, blocks: 0, prefillBlocks: 0, prefillRequests: 0 }));
     t.requests += sign;
     t.blocks += sign * e.blocks;
     t.prefillBlocks += sign * e.prefillBlocks;
+    if (e.prefillBlocks > 0) t.prefillRequests += sign;
     if (t.requests <= 0) this.byWorker.delete(e.workerKey);
   }
 
   prefillDone(e: LoadEntry): void {
     const t = this.byWorker.get(e.workerKey);
-    if (t) t.prefillBlocks -= e.prefillBlocks;
+    if (!t || e.prefillBlocks === 0) return;
+    t.prefillBlocks -= e.prefillBlocks;
+    t.prefillRequests -= 1;
   }
 
   blocks(workerKey: string): number {
@@ -53,6 +58,10 @@ export class WorkerTotals implements LoadView {
 
   prefillBlocks(workerKey: string): number {
     return this.byWorker.get(workerKey)?.prefillBlocks ?? 0;
+  }
+
+  prefillRequests(workerKey: string): number {
+    return this.byWorker.get(workerKey)?.prefillRequests ?? 0;
   }
 
   /** Every worker with load, for metrics. */
@@ -117,6 +126,10 @@ export class LoadTable implements LoadView {
 
   prefillBlocks(workerKey: string): number {
     return this.totals.prefillBlocks(workerKey);
+  }
+
+  prefillRequests(workerKey: string): number {
+    return this.totals.prefillRequests(workerKey);
   }
 }
 
@@ -196,6 +209,10 @@ export class ActiveLoad implements LoadView {
     return this.table.prefillBlocks(workerKey);
   }
 
+  prefillRequests(workerKey: string): number {
+    return this.table.prefillRequests(workerKey);
+  }
+
   get inflight(): number {
     return this.table.size;
   }
@@ -221,6 +238,11 @@ export function sumLoad(...views: LoadView[]): LoadView {
     prefillBlocks(k) {
       let n = 0;
       for (const v of views) n += v.prefillBlocks(k);
+      return n;
+    },
+    prefillRequests(k) {
+      let n = 0;
+      for (const v of views) n += v.prefillRequests(k);
       return n;
     },
   };

@@ -6,7 +6,8 @@ import type { Indexer } from "../indexers/indexers.ts";
 import type { Candidate } from "../workers/registry.ts";
 import type { Weights } from "./cost.ts";
 import { decide, overlapOf, ttftInput, type CandidateState } from "./decide.ts";
-import type { LatencyModel, TtftInput } from "./latency.ts";
+import { AwayWorkers, type ReplicaSet } from "./home.ts";
+import type { CostInput, LatencyModel } from "./latency.ts";
 import type { LoadView } from "./load.ts";
 import { prefixKeys, type PendingView, type PrefixKeys } from "./pending.ts";
 import type { WorkerMetrics } from "./worker-metrics.ts";
@@ -46,6 +47,8 @@ export type ScoredCandidate = {
   cost: number;
   /** Scraped waiting requests at the pick. */
   waiting: number;
+  /** Of those, the ones beyond the requests the load holds as prefilling there: the latency model's queue term. */
+  unexplainedWaiting: number;
   /** Prefill tokens ahead of the request on the candidate at the pick (its load's prefill blocks x block size). */
   aheadTokens: number;
   /** The latency model's TTFT for this request on this worker, ms. */
@@ -53,7 +56,7 @@ export type ScoredCandidate = {
 };
 
 /** A registry candidate with what the decision reads about it, and what its TTFT is predicted from (once per pick). */
-type Known = CandidateState & { ref: Candidate; ttft: TtftInput };
+type Known = CandidateState & { ref: Candidate; ttft: CostInput };
 
 /**
  * Where the picker finds a request model's index (the EPP's Indexers; a simulation's own index), and
@@ -93,6 +96,8 @@ export type PickerDeps = {
   latency: LatencyModel;
   /** In-flight prefixes of this replica's routed requests (absent: the index's overlap alone). */
   pending?: PendingView;
+  /** This replica and the peers it follows over replica-agg (absent or no peers: every worker is home). */
+  replicas?: () => ReplicaSet | undefined;
   random?: () => number;
 };
 
@@ -104,6 +109,7 @@ export class Picker {
   private readonly pendingOverlaps = new Map<string, number>();
 
   private readonly deps: PickerDeps;
+  private readonly away = new AwayWorkers();
 
   constructor(deps: PickerDeps) {
     this.deps = deps;
@@ -146,6 +152,7 @@ export class Picker {
         activeBlocks: this.deps.load.blocks(ref.key),
         activeRequests: this.deps.load.requests(ref.key),
         prefillBlocks: this.deps.load.prefillBlocks(ref.key),
+        prefillRequests: this.deps.load.prefillRequests(ref.key),
         waiting: this.deps.workerMetrics(ref.endpoint)?.waiting ?? 0,
       };
       // Added in place, not spread into a copy of the candidate: this runs per candidate per pick.
@@ -153,6 +160,7 @@ export class Picker {
     });
     const o = this.deps.options;
     const latency = this.deps.latency;
+    const away = this.away.of(candidates, this.deps.replicas?.());
     const d = decide({
       requestBlocks,
       candidates: known,
@@ -160,7 +168,7 @@ export class Picker {
       weights: o,
       queueThreshold: o.queueThreshold,
       random: this.deps.random ?? Math.random,
-      latency: o.cost === "latency" ? (c: Known) => latency.costMs(c.ref.key, c.ttft) : undefined,
+      latency: o.cost === "latency" ? (c: Known) => latency.costMs(c.ttft, away(c.ref.key)) : undefined,
     });
     if (d.kind === "none") return { kind: "no_endpoint", reason: d.reason };
     const scoredOf = (s: { candidate: Known; cost: number }): ScoredCandidate => ({
@@ -169,8 +177,9 @@ export class Picker {
       pendingOverlap: s.candidate.pendingOverlap ?? 0,
       cost: s.cost,
       waiting: s.candidate.waiting,
+      unexplainedWaiting: s.candidate.ttft.waiting,
       aheadTokens: s.candidate.ttft.aheadTokens,
-      predictedTtftMs: latency.predictTtftMs(s.candidate.ref.key, s.candidate.ttft),
+      predictedTtftMs: latency.predictTtftMs(s.candidate.ttft),
     });
     const scored = d.scored.map(scoredOf);
     return {

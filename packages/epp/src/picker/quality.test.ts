@@ -18,7 +18,7 @@ describe("prediction", () => {
   const picked = (overlap: number, promptTokens: number): Extract<Decision, { kind: "picked" }> => {
     const chosen: ScoredCandidate = {
       candidate: { workerId: "w", dpRank: 0, key: P.workerKey, endpoint: "10.0.0.1:8000", rankHeader: undefined },
-      overlap, pendingOverlap: 0, cost: 0, waiting: 0, aheadTokens: 32, predictedTtftMs: 0,
+      overlap, pendingOverlap: 0, cost: 0, waiting: 0, unexplainedWaiting: 0, aheadTokens: 32, predictedTtftMs: 0,
     };
     return { kind: "picked", chosen, model: "m", blockSize: 16, requestBlocks: Math.floor(promptTokens / 16), promptTokens, scored: [chosen] };
   };
@@ -61,7 +61,7 @@ describe("response watch", () => {
     // A worker without --enable-prompt-tokens-details writes every usage chunk this way: nothing known,
     // and its TTFT sample keeps the predicted cached tokens (64 of 100: 36 uncached).
     expect(q.accuracy(P.workerKey).samples).toBe(0);
-    expect(latency.params(P.workerKey).samples).toBe(1);
+    expect(latency.params().samples).toBe(1);
     run(q, [text, 'data: {"choices":[],"usage":{"prompt_tokens":100,"prompt_tokens_details":{"cached_tokens":64}}}\n\n']);
     expect(q.accuracy(P.workerKey)).toMatchObject({ samples: 1, mispredicted: 0 });
     run(q, miss);
@@ -91,29 +91,29 @@ describe("response watch", () => {
     run(q, ['data: {"choices":[]}\n\n', 'data: {"usage":{"prompt_tokens":100,"prompt_tokens_details":{"cached_tokens":64}}}\n\n']);
     // The first chunk came 10 ms after the decision.
     expect(q.accuracy(P.workerKey).meanTtftMs).toBe(10);
-    expect(latency.params(P.workerKey).samples).toBe(1);
+    expect(latency.params().samples).toBe(1);
   });
 });
 
 describe("latency model", () => {
-  test("fits base + rate x (prefill ahead + uncached tokens) per worker from observations, and the queue term from queued ones", () => {
+  test("fits one line for the pool, base + rate x (prefill ahead + uncached tokens), from observations, and the queue term from queued ones", () => {
     const m = new LatencyModel({ baseMs: 1, msPerToken: 1, msPerWaiting: 1 });
-    expect(m.predictTtftMs("a", { uncachedTokens: 100, aheadTokens: 0, waiting: 0 })).toBe(101);
-    expect(m.predictTtftMs("a", { uncachedTokens: 100, aheadTokens: 50, waiting: 2 })).toBe(153);
+    expect(m.predictTtftMs({ uncachedTokens: 100, aheadTokens: 0, waiting: 0 })).toBe(101);
+    expect(m.predictTtftMs({ uncachedTokens: 100, aheadTokens: 50, waiting: 2 })).toBe(153);
     for (let i = 0; i < 200; i++) {
       const x = (i % 10) * 1000;
       // Half the samples' prefill is another request's, ahead of them: the same rate.
       const ahead = i % 2 === 0 ? x / 2 : 0;
-      m.observe({ workerKey: "a", uncachedTokens: x - ahead, aheadTokens: ahead, waiting: 0, ttftMs: 20 + 0.05 * x });
+      m.observe({ uncachedTokens: x - ahead, aheadTokens: ahead, waiting: 0, ttftMs: 20 + 0.05 * x });
     }
-    const p = m.params("a");
+    const p = m.params();
     expect(p.baseMs).toBeCloseTo(20, 6);
     expect(p.msPerToken).toBeCloseTo(0.05, 9);
-    expect(m.predictTtftMs("a", { uncachedTokens: 100, aheadTokens: 900, waiting: 0 })).toBeCloseTo(70, 6);
-    for (let i = 0; i < 50; i++) m.observe({ workerKey: "a", uncachedTokens: 1000, aheadTokens: 0, waiting: 2, ttftMs: 20 + 50 + 2 * 300 });
-    expect(m.params("a").msPerWaiting).toBeGreaterThan(250);
-    // Another worker keeps the priors.
-    expect(m.predictTtftMs("b", { uncachedTokens: 100, aheadTokens: 0, waiting: 0 })).toBe(101);
+    expect(m.predictTtftMs({ uncachedTokens: 100, aheadTokens: 900, waiting: 0 })).toBeCloseTo(70, 6);
+    for (let i = 0; i < 50; i++) m.observe({ uncachedTokens: 1000, aheadTokens: 0, waiting: 2, ttftMs: 20 + 50 + 2 * 300 });
+    expect(m.params().msPerWaiting).toBeGreaterThan(250);
+    // A model that has seen nothing keeps the priors.
+    expect(new LatencyModel({ baseMs: 1, msPerToken: 1, msPerWaiting: 1 }).predictTtftMs({ uncachedTokens: 100, aheadTokens: 0, waiting: 0 })).toBe(101);
   });
 });
 

@@ -17,7 +17,7 @@ export type Prediction = {
   /** Prompt tokens the prediction was made for (the uncached part sets the prefill). */
   promptTokens: number;
   blockSize: number;
-  /** Waiting requests scraped from the worker at the pick. */
+  /** Waiting requests scraped from the worker at the pick beyond those the load held as prefilling there. */
   waiting: number;
   /** Prefill tokens ahead of the request on the worker at the pick. */
   aheadTokens: number;
@@ -33,7 +33,7 @@ export function predictionOf(d: Extract<Decision, { kind: "picked" }>, c: Scored
     predictedCachedTokens: Math.min(c.overlap, hittable) * d.blockSize,
     promptTokens: d.promptTokens,
     blockSize: d.blockSize,
-    waiting: c.waiting,
+    waiting: c.unexplainedWaiting,
     aheadTokens: c.aheadTokens,
   };
 }
@@ -134,7 +134,7 @@ export class RoutingQuality {
     this.metrics.observedTtft.observe({ worker: p.workerId, dp_rank: String(p.dpRank) }, ttftMs / 1000);
     ring(this.ttfts, p.workerKey).push(ttftMs);
     const uncachedTokens = Math.max(p.promptTokens - (cachedTokens ?? p.predictedCachedTokens), 0);
-    this.latency?.observe({ workerKey: p.workerKey, ttftMs, uncachedTokens, aheadTokens: p.aheadTokens, waiting: p.waiting });
+    this.latency?.observe({ ttftMs, uncachedTokens, aheadTokens: p.aheadTokens, waiting: p.waiting });
   }
 }
 

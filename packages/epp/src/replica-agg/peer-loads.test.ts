@@ -22,9 +22,10 @@ describe("peer load aggregation", () => {
   test("deltas add, mark prefilled and free a peer's requests; totals are per worker", () => {
     const s = new PeerLoads("me");
     expect(s.receive("sib", delta(0, [added(1), added(2, W1, 6, 6)]), 0)).toEqual({ kind: "applied", via: "baseline", missed: 0, previous: undefined });
-    expect([s.blocks(W0), s.requests(W0), s.prefillBlocks(W0), s.blocks(W1)]).toEqual([10, 1, 4, 6]);
+    expect([s.blocks(W0), s.requests(W0), s.prefillBlocks(W0), s.prefillRequests(W0), s.blocks(W1)]).toEqual([10, 1, 4, 1, 6]);
+    expect(s.followedReplicas()).toEqual(["A"]);
     s.receive("sib", delta(1, [{ op: "prefilled", id: 1 }]), 1);
-    expect(s.prefillBlocks(W0)).toBe(0);
+    expect([s.prefillBlocks(W0), s.prefillRequests(W0)]).toEqual([0, 0]);
     s.receive("sib", delta(2, [{ op: "freed", id: 1 }]), 2);
     expect([s.blocks(W0), s.requests(W0), s.blocks(W1), s.requestCount]).toEqual([0, 0, 6, 1]);
   });
@@ -128,6 +129,7 @@ describe("peer load aggregation", () => {
           expect(mirror.blocks(k)).toBe(load.blocks(k));
           expect(mirror.requests(k)).toBe(load.requests(k));
           expect(mirror.prefillBlocks(k)).toBe(load.prefillBlocks(k));
+          expect(mirror.prefillRequests(k)).toBe(load.prefillRequests(k));
         }
       }),
     );

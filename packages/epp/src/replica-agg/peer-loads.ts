@@ -57,6 +57,13 @@ export class PeerLoads implements LoadView {
     private readonly pending?: PendingPrefixes,
   ) {}
 
+  /** The replica ids of the peers followed now (heard, not dropped): the replicas a home share splits the workers among. */
+  followedReplicas(): string[] {
+    const ids: string[] = [];
+    for (const s of this.peers.values()) if (s.kind === "following") ids.push(s.replica);
+    return ids;
+  }
+
   /** A peer from discovery; it contributes nothing until it is heard. */
   add(peer: string): void {
     if (!this.peers.has(peer)) this.peers.set(peer, { kind: "waiting" });
@@ -173,5 +180,9 @@ export class PeerLoads implements LoadView {
 
   prefillBlocks(workerKey: string): number {
     return this.totals.prefillBlocks(workerKey);
+  }
+
+  prefillRequests(workerKey: string): number {
+    return this.totals.prefillRequests(workerKey);
   }
 }

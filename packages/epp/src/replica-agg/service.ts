@@ -6,6 +6,7 @@ import type { Logger } from "pino";
 import type { ReplicaAggConfig } from "../config.ts";
 import type { Metrics } from "../metrics.ts";
 import type { ActiveLoad, LoadView } from "../picker/load.ts";
+import type { ReplicaSet } from "../picker/home.ts";
 import type { PendingPrefixes } from "../picker/pending.ts";
 import { endpointSlicePeers, staticPeers, type PeerSource } from "./discovery.ts";
 import { AggPublisher, newReplicaId } from "./publisher.ts";
@@ -18,6 +19,8 @@ export type ReplicaAgg = {
   readonly endpoint: string;
   /** Load attributed to peers. */
   readonly peers: LoadView;
+  /** This replica's id and the peers followed now (the latency cost's home share). */
+  replicas(): ReplicaSet;
   status(): PeerStatus[];
   updateGauges(): void;
   stop(): Promise<void>;
@@ -79,6 +82,7 @@ export async function startReplicaAgg(o: {
     replica,
     endpoint: publisher.endpoint,
     peers: state,
+    replicas: () => ({ self: replica, peers: state.followedReplicas() }),
     status: () => state.status(),
     updateGauges() {
       metrics.aggPeers.set(subscribers.known);

@@ -4,7 +4,7 @@ import { POLICY_NAMES, type PolicyName } from "../policies/index.ts";
 import { FlagError, parseFlags } from "../cli-flags.ts";
 import { DEFAULT_AGG_SIM, type AggSimOptions } from "../sim/replica-agg.ts";
 import type { CacheReset, InflightPrefixMode } from "../sim/replay.ts";
-import { DEFAULT_FOLLOWER_WEIGHT, DEFAULT_FOLLOWER_WEIGHT_MAX, DEFAULT_SHAPE, DEFAULT_TIMING, DEFAULT_WEIGHTS, INFLIGHT_PREFIX_DEFAULT, SCORE_SHAPE, followerRange, type CostShape, type FollowerRange } from "../upstream.ts";
+import { DEFAULT_AWAY_WEIGHT, DEFAULT_FOLLOWER_WEIGHT, DEFAULT_FOLLOWER_WEIGHT_MAX, DEFAULT_SHAPE, DEFAULT_TIMING, DEFAULT_WEIGHTS, INFLIGHT_PREFIX_DEFAULT, SCORE_SHAPE, followerRange, type CostShape, type FollowerRange } from "../upstream.ts";
 import { DEFAULT_TRACE_PATH } from "../trace.ts";
 
 const positiveInt = z.coerce.number().int().positive();
@@ -57,6 +57,8 @@ const schema = z.object({
   "latency-follower-weight": nonNegative.default(DEFAULT_FOLLOWER_WEIGHT),
   // As the EPP's flag: below the base it is the base (a fixed weight).
   "latency-follower-weight-max": nonNegative.default(DEFAULT_FOLLOWER_WEIGHT_MAX),
+  // The EPP's --latency-away-weight (picker/home.ts): applies with replica-agg on.
+  "latency-away-weight": nonNegative.default(DEFAULT_AWAY_WEIGHT),
   // The EPP's cost shapes and their defaults (picker/cost.ts CostShape, DEFAULT_SHAPE, SCORE_SHAPE):
   // score, or blocks (the two weights above).
   "cost-shape": z.enum(["score", "blocks"]).default(DEFAULT_SHAPE.kind),
@@ -93,6 +95,7 @@ export type BenchOptions = {
   prefillLoadScale: number;
   decodeLoadScale: number;
   latencyFollowerWeight: FollowerRange;
+  awayWeight: number;
   costShape: CostShape;
   maxNumSeqs: number;
   maxNumBatchedTokens: number;
@@ -138,6 +141,7 @@ export function parseBenchArgs(argv: string[]): BenchOptions {
     prefillLoadScale: o["prefill-load-scale"],
     decodeLoadScale: o["decode-load-scale"],
     latencyFollowerWeight: followerRange(o["latency-follower-weight"], o["latency-follower-weight-max"]),
+    awayWeight: o["latency-away-weight"],
     costShape: shapeOf(o),
     maxNumSeqs: o["max-num-seqs"],
     maxNumBatchedTokens: o["max-num-batched-tokens"],

@@ -1,5 +1,6 @@
 // The simulation's kv-aware policy and the EPP's Picker, given the same index, load and scraped queues,
-// choose the same worker: bench:trace measures the decision that ships. In-flight prefixes included.
+// choose the same worker: bench:trace measures the decision that ships. In-flight prefixes and the home
+// share's bias included.
 import { workerKey, type WorkerRef } from "@kv-epp/protocol";
 import { describe, expect, test } from "bun:test";
 import fc from "fast-check";
@@ -47,13 +48,16 @@ const state = fc.record({
   followerWeight: fc.constantFrom({ base: 0, max: 0 }, { base: 1, max: 1 }, { base: 1, max: 6 }, { base: 3, max: 9 }),
   /** blocks a rank stored again after evicting them: moves the adaptive follower weight */
   regretted: fc.integer({ min: 0, max: 600 }),
+  // The replica-agg peers this replica ("m") follows, and the bias away from their home shares.
+  peers: fc.uniqueArray(fc.constantFrom("a", "q", "z"), { maxLength: 2 }),
+  awayWeight: fc.constantFrom(0, 0.5, 2),
   request: fc.integer({ min: 0, max: PROMPTS - 1 }),
   requestBlocks: fc.integer({ min: 1, max: PROMPT_BLOCKS }),
   seed: fc.integer(),
 });
 
 describe("one decision for the EPP and the simulation", () => {
-  test("for the same index, load, in-flight prefixes and queues, the kv-aware policies and the EPP's Picker choose the same worker, under either cost and either shape", () => {
+  test("for the same index, load, in-flight prefixes, queues and replica set, the kv-aware policies and the EPP's Picker choose the same worker, under either cost and either shape", () => {
     // One index for every run (a WASM instance each would pile up memory): emptied at the start of each.
     const index = KvIndex.create({ blockSize: BLOCK });
     fc.assert(
@@ -103,6 +107,7 @@ describe("one decision for the EPP and the simulation", () => {
           regret.removed(refs[0]!, [BigInt(k + 1)]);
           regret.stored(refs[0]!, [BigInt(k + 1)]);
         }
+        const replicas = () => ({ self: "m", peers: s.peers });
         const sim = (s.cost === "latency" ? kvLatency : kvAware).create({
           workers,
           workerKeys: keys,
@@ -114,6 +119,8 @@ describe("one decision for the EPP and the simulation", () => {
           modelKey: MODEL_KEY,
           weights: s.weights,
           latencyFollowerWeight: s.followerWeight,
+          awayWeight: s.awayWeight,
+          replicas,
           regret,
           queueThreshold: s.queueThreshold,
           blockSize: BLOCK,
@@ -126,8 +133,9 @@ describe("one decision for the EPP and the simulation", () => {
           load,
           workerMetrics: (endpoint) => ({ running: 1, waiting: workers[keys.indexOf(endpoint)]!.waitingCount, kvUsage: 0, at: 0 }),
           options: { ...s.weights, queueThreshold: s.queueThreshold, cost: s.cost },
+          replicas,
           random: seededRandom(s.seed),
-          latency: new LatencyModel(undefined, new FollowerWeight(s.followerWeight.base, s.followerWeight.max, regret)),
+          latency: new LatencyModel(undefined, new FollowerWeight(s.followerWeight.base, s.followerWeight.max, regret), s.awayWeight),
           pending: load.pending,
         });
         const epp = picker.pick({ tokens });

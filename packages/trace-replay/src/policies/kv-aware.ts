@@ -3,7 +3,7 @@
 // --cost weights), `kv-latency` the lowest predicted TTFT of the EPP's LatencyModel (--cost latency),
 // calibrated as in the EPP from each response's TTFT and cached tokens once it ends.
 import { findMatches } from "@kv-epp/index-wasm/helpers";
-import { decide, FollowerWeight, LatencyModel, overlapOf, prefillBlocksOf, prefixKeys, ttftInput, type CostModel, type TtftInput } from "../upstream.ts";
+import { AwayWorkers, decide, FollowerWeight, LatencyModel, overlapOf, prefillBlocksOf, prefixKeys, ttftInput, type CostModel, type TtftInput } from "../upstream.ts";
 import { withRouterLoad, type LeaseShape } from "./router-load.ts";
 import type { PolicyName, PolicySpec } from "./types.ts";
 
@@ -15,7 +15,8 @@ function kvPolicy(name: PolicyName, model: CostModel, knows: string): PolicySpec
     usesIndex: true,
     create(ctx) {
       const follower = ctx.latencyFollowerWeight;
-      const latency = new LatencyModel(undefined, new FollowerWeight(follower.base, follower.max, ctx.regret));
+      const latency = new LatencyModel(undefined, new FollowerWeight(follower.base, follower.max, ctx.regret), ctx.awayWeight);
+      const awayWorkers = new AwayWorkers();
       /** What the chosen worker's TTFT was predicted from, per request in flight: the calibration sample. */
       const inputAtPick = new Map<number, TtftInput>();
       // In-flight prefixes, as the EPP's Picker reads them: the picked request's keys go with its lease.
@@ -35,10 +36,12 @@ function kvPolicy(name: PolicyName, model: CostModel, knows: string): PolicySpec
           activeBlocks: ctx.load.blocks(key),
           activeRequests: ctx.load.requests(key),
           prefillBlocks: ctx.load.prefillBlocks(key),
+          prefillRequests: ctx.load.prefillRequests(key),
           // As if scraped at this instant (the EPP scrapes vLLM's num_requests_waiting every second).
           waiting: ctx.workers[i]!.waitingCount,
         }));
-        const cost = (c: (typeof candidates)[number]) => latency.costMs(c.key, ttftInput(c, req.promptTokens, ctx.blockSize));
+        const away = awayWorkers.of(candidates, ctx.replicas?.());
+        const cost = (c: (typeof candidates)[number]) => latency.costMs(ttftInput(c, req.promptTokens, ctx.blockSize), away(c.key));
         const d = decide({
           requestBlocks: req.requestBlocks,
           candidates,
@@ -60,7 +63,7 @@ function kvPolicy(name: PolicyName, model: CostModel, knows: string): PolicySpec
           router.finished?.(req, worker, seen);
           const at = inputAtPick.get(req.id);
           inputAtPick.delete(req.id);
-          latency.observe({ workerKey: ctx.workerKeys[worker]!, ttftMs: seen.ttftMs, uncachedTokens: req.promptTokens - seen.cachedTokens, aheadTokens: at?.aheadTokens ?? 0, waiting: at?.waiting ?? 0 });
+          latency.observe({ ttftMs: seen.ttftMs, uncachedTokens: req.promptTokens - seen.cachedTokens, aheadTokens: at?.aheadTokens ?? 0, waiting: at?.waiting ?? 0 });
         },
       };
     },

@@ -1,5 +1,5 @@
 import type { KvIndex } from "@kv-epp/index-wasm";
-import type { ActiveLoad, EvictionRegret, FollowerRange, LoadView, PendingView, Weights } from "../upstream.ts";
+import type { ActiveLoad, EvictionRegret, FollowerRange, LoadView, PendingView, ReplicaSet, Weights } from "../upstream.ts";
 import type { SimRequest } from "../sim/request.ts";
 import type { SimWorker } from "../sim/worker.ts";
 
@@ -28,6 +28,10 @@ export type ReplicaContext = {
   weights: Weights;
   /** the latency cost's follower weight (the EPP's --latency-follower-weight and its -max) */
   latencyFollowerWeight: FollowerRange;
+  /** the latency cost's charge outside this replica's home share, in prefills of the request (the EPP's --latency-away-weight) */
+  awayWeight: number;
+  /** this replica and the peers it follows over replica-agg, as the EPP's picker reads them (absent: no replica-agg) */
+  replicas?: () => ReplicaSet;
   /** the eviction regret read from the same KV events as the index (every replica sees the same) */
   regret: EvictionRegret;
   /** the EPP's --queue-threshold (0: off) */

@@ -4,7 +4,7 @@
 // a whole trace runs in seconds and the same seed gives the same figures.
 import { workerKey, type WorkerRef } from "@kv-epp/protocol";
 import { fromWireExtraKeys, KvIndex } from "@kv-epp/index-wasm";
-import { ActiveLoad, DEFAULT_FOLLOWER_WEIGHT, DEFAULT_FOLLOWER_WEIGHT_MAX, DEFAULT_PENDING, EvictionRegret, followerRange, PendingPrefixes, type CacheEvent, type FollowerRange, type TimingParams, type Weights } from "../upstream.ts";
+import { ActiveLoad, DEFAULT_AWAY_WEIGHT, DEFAULT_FOLLOWER_WEIGHT, DEFAULT_FOLLOWER_WEIGHT_MAX, DEFAULT_PENDING, EvictionRegret, followerRange, PendingPrefixes, type CacheEvent, type FollowerRange, type TimingParams, type Weights } from "../upstream.ts";
 import { seededRandom } from "@kv-epp/testkit";
 import { POLICIES, type PolicyName, type ReplicaContext, type Router } from "../policies/index.ts";
 import { arrivalTimes, type TraceRecord } from "../trace.ts";
@@ -43,6 +43,8 @@ export type ReplayOptions = {
   weights: Weights;
   /** the latency cost's follower weight (the EPP's --latency-follower-weight and its -max); their defaults when absent */
   latencyFollowerWeight?: FollowerRange;
+  /** the latency cost's charge outside the home share (the EPP's --latency-away-weight); its default when absent */
+  awayWeight?: number;
   /**
    * in-flight prefixes (the EPP's --inflight-prefix): `own`, each replica those of its own routed
    * requests, and with replica-agg on its peers' as they arrive over it (as the EPP does); `shared`,
@@ -166,6 +168,8 @@ export function replayPolicy(trace: readonly TraceRecord[], policy: PolicyName, 
       modelKey: SIM_MODEL_KEY,
       weights: opts.weights,
       latencyFollowerWeight: opts.latencyFollowerWeight ?? followerRange(DEFAULT_FOLLOWER_WEIGHT, DEFAULT_FOLLOWER_WEIGHT_MAX),
+      awayWeight: opts.awayWeight ?? DEFAULT_AWAY_WEIGHT,
+      replicas: agg ? () => agg.replicas(r) : undefined,
       regret,
       queueThreshold: opts.queueThreshold ?? 0,
       blockSize: opts.blockSize,

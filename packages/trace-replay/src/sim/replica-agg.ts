@@ -6,7 +6,7 @@
 // gaps, phantoms until the next snapshot and timeouts happen as they would on a lossy link. With
 // `peerPending`, a replica's requests carry their prefix keys to a PendingPrefixes per peer replica,
 // as the EPP's do with in-flight prefixes on (the `added` op's prefix).
-import { ActiveLoad, AggOutbox, combinedPending, PeerLoads, opOf, sumLoad, type AggMessage, type LoadView, type PendingPrefixes, type PendingView } from "../upstream.ts";
+import { ActiveLoad, AggOutbox, combinedPending, PeerLoads, opOf, sumLoad, type AggMessage, type LoadView, type PendingPrefixes, type PendingView, type ReplicaSet } from "../upstream.ts";
 import type { EventQueue } from "./event-queue.ts";
 
 export type AggSimOptions = {
@@ -52,6 +52,11 @@ export class SimReplicaAgg {
   /** What replica r's picker reads: its own load plus its peers' as received. */
   view(r: number): LoadView {
     return sumLoad(this.loads[r]!, this.peers[r]!);
+  }
+
+  /** Replica r and the peers it follows now, as the EPP's replica-agg reports them to its picker. */
+  replicas(r: number): ReplicaSet {
+    return { self: `replica-${r}`, peers: this.peers[r]!.followedReplicas() };
   }
 
   /** No more picks: heartbeats stop so the event queue can drain. */
