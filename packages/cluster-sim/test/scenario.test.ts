@@ -383,7 +383,9 @@ async function selectOn(epp: string, family: number, question: string): Promise<
 async function placedOnSomeWorker(firstFamily: number, accept: (w: string) => boolean = () => true): Promise<{ worker: string; family: number }> {
   for (let f = firstFamily; f < firstFamily + 16; f++) {
     await idle();
-    const { endpoint } = await request(f, "e", 0);
+    // Alternating EPPs: with replica-agg peers, a prompt nothing holds goes to the routing replica's
+    // home share of the workers, so one EPP alone may never reach an accepted worker.
+    const { endpoint } = await request(f, "e", f);
     const worker = cluster.readyWorkers().find((w) => workerAddress(w) === endpoint && accept(w));
     if (!worker) continue;
     for (const e of cluster.readyEpps()) {
