@@ -23,7 +23,7 @@ describe("peer load aggregation", () => {
     const s = new PeerLoads("me");
     expect(s.receive("sib", delta(0, [added(1), added(2, W1, 6, 6)]), 0)).toEqual({ kind: "applied", via: "baseline", missed: 0, previous: undefined });
     expect([s.blocks(W0), s.requests(W0), s.prefillBlocks(W0), s.prefillRequests(W0), s.blocks(W1)]).toEqual([10, 1, 4, 1, 6]);
-    expect(s.followedReplicas()).toEqual(["A"]);
+    expect(s.replicas()).toEqual({ self: "me", peers: ["A"] });
     s.receive("sib", delta(1, [{ op: "prefilled", id: 1 }]), 1);
     expect([s.prefillBlocks(W0), s.prefillRequests(W0)]).toEqual([0, 0]);
     s.receive("sib", delta(2, [{ op: "freed", id: 1 }]), 2);

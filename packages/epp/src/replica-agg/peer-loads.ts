@@ -16,6 +16,7 @@
 //   replaced; a snapshot carries no keys, so a prefix lost with its delta stays lost (the index learns
 //   the blocks within the events' lag anyway).
 import { LoadTable, WorkerTotals, type LoadView } from "../picker/load.ts";
+import type { ReplicaSet } from "../picker/home.ts";
 import type { PendingPrefixes } from "../picker/pending.ts";
 import type { AggMessage } from "./codec.ts";
 
@@ -57,11 +58,11 @@ export class PeerLoads implements LoadView {
     private readonly pending?: PendingPrefixes,
   ) {}
 
-  /** The replica ids of the peers followed now (heard, not dropped): the replicas a home share splits the workers among. */
-  followedReplicas(): string[] {
-    const ids: string[] = [];
-    for (const s of this.peers.values()) if (s.kind === "following") ids.push(s.replica);
-    return ids;
+  /** This replica and the peers followed now (heard, not dropped): the replicas a home share splits the workers among. */
+  replicas(): ReplicaSet {
+    const peers: string[] = [];
+    for (const s of this.peers.values()) if (s.kind === "following") peers.push(s.replica);
+    return { self: this.selfReplica, peers };
   }
 
   /** A peer from discovery; it contributes nothing until it is heard. */

@@ -82,7 +82,7 @@ export async function startReplicaAgg(o: {
     replica,
     endpoint: publisher.endpoint,
     peers: state,
-    replicas: () => ({ self: replica, peers: state.followedReplicas() }),
+    replicas: () => state.replicas(),
     status: () => state.status(),
     updateGauges() {
       metrics.aggPeers.set(subscribers.known);

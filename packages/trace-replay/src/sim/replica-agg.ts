@@ -56,7 +56,7 @@ export class SimReplicaAgg {
 
   /** Replica r and the peers it follows now, as the EPP's replica-agg reports them to its picker. */
   replicas(r: number): ReplicaSet {
-    return { self: `replica-${r}`, peers: this.peers[r]!.followedReplicas() };
+    return this.peers[r]!.replicas();
   }
 
   /** No more picks: heartbeats stop so the event queue can drain. */
