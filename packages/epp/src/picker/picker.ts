@@ -160,7 +160,6 @@ export class Picker {
     });
     const o = this.deps.options;
     const latency = this.deps.latency;
-    const away = this.away.of(candidates, this.deps.replicas?.());
     const d = decide({
       requestBlocks,
       candidates: known,
@@ -168,7 +167,7 @@ export class Picker {
       weights: o,
       queueThreshold: o.queueThreshold,
       random: this.deps.random ?? Math.random,
-      latency: o.cost === "latency" ? (c: Known) => latency.costMs(c.ttft, away(c.ref.key)) : undefined,
+      latency: o.cost === "latency" ? this.latencyCost(candidates) : undefined,
     });
     if (d.kind === "none") return { kind: "no_endpoint", reason: d.reason };
     const scoredOf = (s: { candidate: Known; cost: number }): ScoredCandidate => ({
@@ -193,6 +192,13 @@ export class Picker {
       scored,
       prefix,
     };
+  }
+
+  /** The latency cost per candidate, with the home share's charge (only this cost reads the replica set). */
+  private latencyCost(candidates: readonly Candidate[]): (c: Known) => number {
+    const away = this.away.of(candidates, this.deps.replicas?.());
+    const latency = this.deps.latency;
+    return (c) => latency.costMs(c.ttft, away(c.ref.key));
   }
 
   /** Overlap per worker for the request's tokens, read-only (POST /score). */

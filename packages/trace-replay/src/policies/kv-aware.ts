@@ -40,15 +40,19 @@ function kvPolicy(name: PolicyName, model: CostModel, knows: string): PolicySpec
           // As if scraped at this instant (the EPP scrapes vLLM's num_requests_waiting every second).
           waiting: ctx.workers[i]!.waitingCount,
         }));
-        const away = awayWorkers.of(candidates, ctx.replicas?.());
-        const cost = (c: (typeof candidates)[number]) => latency.costMs(ttftInput(c, req.promptTokens, ctx.blockSize), away(c.key));
+        // Only the latency cost reads the replica set (as in the EPP's Picker).
+        let cost: ((c: (typeof candidates)[number]) => number) | undefined;
+        if (model === "latency") {
+          const away = awayWorkers.of(candidates, ctx.replicas?.());
+          cost = (c) => latency.costMs(ttftInput(c, req.promptTokens, ctx.blockSize), away(c.key));
+        }
         const d = decide({
           requestBlocks: req.requestBlocks,
           candidates,
           weights: ctx.weights,
           queueThreshold: ctx.queueThreshold,
           random: ctx.random,
-          latency: model === "latency" ? cost : undefined,
+          latency: cost,
         });
         if (d.kind === "none") throw new Error(`no worker to route to (${d.reason})`);
         const chosen = d.chosen.candidate;
