@@ -1,38 +1,65 @@
-// Finds (and if needed builds) the compiled modules: the index (assembly/index.ts) and the JSON body
-// scanner (assembly/json-module.ts), each its own .wasm. They are never committed: built from assembly/
-// by `asc` at install (root postinstall), by the test preload, or here on first use when missing or
-// older than their sources, so a fresh clone works whichever entry point runs first.
-import { existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, statSync } from "node:fs";
+// Finds the compiled modules: the index (assembly/index.ts) and the JSON body scanner
+// (assembly/json-module.ts), each its own .wasm, never committed. They are built from assembly/ by `asc`
+// (root postinstall, `bun run build:wasm`, `bun run test`, the bun test preload, the image's build stage),
+// which also writes build/sources.sha256: the digest of the sources and flags they were built from. A
+// module is current when that digest matches the sources now; a digest, not mtimes, because copying a
+// tree (into an image, a checkout) changes mtimes and not contents.
+//
+// Loading builds a missing or stale module only in a development tree. In production it never compiles:
+// production is NODE_ENV=production (the image sets it) or a tree without the compiler (assemblyscript
+// is a devDependency, absent from `bun install --production`); there a missing or stale module is a
+// startup error that names the build step.
+import { createHash } from "node:crypto";
+import { existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 
 const packageDir = join(import.meta.dir, "..");
 const assemblyDir = join(packageDir, "assembly");
-export const wasmPath = join(packageDir, "build", "index.wasm");
-export const jsonWasmPath = join(packageDir, "build", "json-scan.wasm");
+const buildDir = join(packageDir, "build");
+export const wasmPath = join(buildDir, "index.wasm");
+export const jsonWasmPath = join(buildDir, "json-scan.wasm");
+const stampPath = join(buildDir, "sources.sha256");
 const targets: [entry: string, out: string][] = [["index.ts", wasmPath], ["json-module.ts", jsonWasmPath]];
+const ascPath = join(packageDir, "node_modules", "assemblyscript", "bin", "asc.js");
+export const BUILD_COMMAND = "bun run build:wasm";
 
 /** Compiler flags; --runtime minimal gives a TLSF heap (heap.free reuses space) without a GC we do not need. */
 const ascFlags = ["-O3", "--runtime", "minimal", "--noAssert", "--converge"];
 
-function newestSourceMtime(): number {
-  let newest = 0;
-  for (const f of readdirSync(assemblyDir)) newest = Math.max(newest, statSync(join(assemblyDir, f)).mtimeMs);
-  return newest;
+/** Digest of what the modules are built from: the flags and every source file (name and content). */
+function sourcesDigest(): string {
+  const h = createHash("sha256").update(ascFlags.join(" "));
+  for (const f of readdirSync(assemblyDir).sort()) h.update(`\0${f}\0`).update(readFileSync(join(assemblyDir, f)));
+  return h.digest("hex");
+}
+
+/** Why the built modules cannot be used as they are, or undefined when they are current. */
+export function staleReason(): string | undefined {
+  const missing = targets.filter(([, out]) => !existsSync(out)).map(([, out]) => out);
+  if (missing.length) return `${missing.join(", ")} missing`;
+  const stamp = existsSync(stampPath) ? readFileSync(stampPath, "utf8").trim() : "";
+  if (stamp !== sourcesDigest()) return `${buildDir} was not built from the current ${assemblyDir} (${stamp ? "digest differs" : "no sources.sha256"})`;
+  return undefined;
 }
 
 export function isBuildStale(): boolean {
-  const newest = newestSourceMtime();
-  return targets.some(([, out]) => !existsSync(out) || statSync(out).mtimeMs < newest);
+  return staleReason() !== undefined;
+}
+
+/** Where loading may compile: a development tree (compiler installed, not NODE_ENV=production). */
+export function mayBuildOnLoad(): boolean {
+  return process.env.NODE_ENV !== "production" && existsSync(ascPath);
 }
 
 export function buildWasm(): void {
-  mkdirSync(join(packageDir, "build"), { recursive: true });
-  const asc = join(packageDir, "node_modules", "assemblyscript", "bin", "asc.js");
+  if (!existsSync(ascPath)) throw new Error(`index-wasm: the AssemblyScript compiler is not installed (${ascPath}); run a full \`bun install\` (it is a devDependency)`);
+  mkdirSync(buildDir, { recursive: true });
+  const digest = sourcesDigest();
   for (const [entry, out] of targets) {
     // Compiled beside the target and renamed into place: a process starting meanwhile (a test, a sibling
     // EPP) reads either the old module or the new one, never a half-written file.
     const tmp = `${out}.${process.pid}.tmp`;
-    const r = Bun.spawnSync([process.execPath, asc, join(assemblyDir, entry), ...ascFlags, "-o", tmp], {
+    const r = Bun.spawnSync([process.execPath, ascPath, join(assemblyDir, entry), ...ascFlags, "-o", tmp], {
       cwd: packageDir, stdout: "pipe", stderr: "pipe",
     });
     if (r.exitCode !== 0) {
@@ -41,6 +68,20 @@ export function buildWasm(): void {
     }
     renameSync(tmp, out);
   }
+  // Written last: an interrupted build leaves the old stamp, which no longer matches, so it is redone.
+  writeFileSync(`${stampPath}.${process.pid}.tmp`, `${digest}\n`);
+  renameSync(`${stampPath}.${process.pid}.tmp`, stampPath);
+}
+
+/** Builds what is missing or stale where that is allowed; otherwise fails with what to run. */
+function ensureBuilt(): void {
+  const why = staleReason();
+  if (why === undefined) return;
+  if (!mayBuildOnLoad()) {
+    const where = process.env.NODE_ENV === "production" ? "NODE_ENV=production" : "the AssemblyScript compiler is not installed";
+    throw new Error(`index-wasm: ${why}; this tree does not compile at start (${where}): build the modules with \`${BUILD_COMMAND}\` (the image's build stage runs it) and ship build/ with them`);
+  }
+  buildWasm();
 }
 
 const compiled = new Map<string, WebAssembly.Module>();
@@ -48,7 +89,7 @@ const compiled = new Map<string, WebAssembly.Module>();
 function compiledModule(path: string): WebAssembly.Module {
   let m = compiled.get(path);
   if (!m) {
-    if (isBuildStale()) buildWasm();
+    if (compiled.size === 0) ensureBuilt();
     compiled.set(path, (m = new WebAssembly.Module(readFileSync(path))));
   }
   return m;
