@@ -52,6 +52,7 @@ t_build=$((SECONDS - t_build0))
 size="$(bh images --format '{{.Size}}' "$IMAGE" | head -1)"
 base_size="$(bh images --format '{{.Size}}' "$base" | head -1)"
 
+t0=$SECONDS
 ctr="$(bh from --pull-never "$IMAGE")"
 mnt="$(bh mount "$ctr")"
 
@@ -75,7 +76,15 @@ if [[ -s $ca ]]; then
   fi
 fi
 
+log "mounted and checked in $((SECONDS - t0))s"
 bh inspect --type image "$IMAGE" >"$secret_dir/image.json"
+t0=$SECONDS
 bun "$HERE/smoke.ts" --rootfs "$mnt" --image-config "$secret_dir/image.json"
+
+log "smoke in $((SECONDS - t0))s"; t0=$SECONDS
+# The image this build replaced (untagged now): vfs keeps every layer as a full copy, so it goes.
+bh rmi --prune >/dev/null 2>&1 || true
+cleanup; ctr=""
+log "pruned in $((SECONDS - t0))s"
 
 log "$IMAGE: $size (base $base_size); build $((t_build / 60))m$((t_build % 60))s, base ${t_base}s, whole step $(((SECONDS - t_start) / 60))m$(((SECONDS - t_start) % 60))s"
