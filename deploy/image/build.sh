@@ -6,7 +6,10 @@
 #
 # Environment: IMAGE (default kv-epp:dev), BUN_IMAGE (a base to use instead of base.sh's),
 # KV_EPP_CACHE (cache directory, default ~/.cache/kv-epp), NODE_EXTRA_CA_CERTS (extra CA bundle for
-# `bun install` in the build, e.g. a TLS-intercepting proxy's: passed as a build secret, never baked in).
+# `bun install` in the build, e.g. a TLS-intercepting proxy's: passed as a build secret, never baked in),
+# IMAGE_ARCHIVE (also write the image there as a docker-archive, for `kind load image-archive`),
+# KV_EPP_IMAGE_STORE (buildah storage directory; default: a tmpfs private to this run when 4 GiB of
+# memory are available, so nothing outlives it, else $KV_EPP_CACHE/image/storage).
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 ROOT="$(cd "$HERE/../.." && pwd)"
@@ -26,6 +29,18 @@ if [[ ${#missing[@]} -gt 0 ]]; then
   fi
 fi
 [[ $(id -u) == 0 ]] || skip "needs root (buildah's chroot isolation and the mount namespaces of container.sh)"
+
+# The storage on a tmpfs mounted in a mount namespace of this run's own: freed when the run ends,
+# however it ends. The base's root filesystem stays cached on disk (base.sh), so only its import repeats.
+avail_kib="$(awk '/^MemAvailable:/ {print $2}' /proc/meminfo)"
+if [[ -z ${KV_EPP_IMAGE_STORE:-} && ${avail_kib:-0} -ge $((4 * 1024 * 1024)) ]]; then
+  tmpfs_dir="$RUNROOT/tmpfs"
+  mkdir -p "$tmpfs_dir"
+  export KV_EPP_IMAGE_STORE="$tmpfs_dir/storage" KV_EPP_IMAGE_RUNROOT="$tmpfs_dir/run"
+  exec unshare --mount --propagation private -- bash -c \
+    'mount -t tmpfs -o size=6g,mode=0700 kv-epp-image "$1" && shift && exec "$@"' - "$tmpfs_dir" "${BASH_SOURCE[0]}" "$@"
+fi
+log "buildah storage: $STORE"
 
 t_start=$SECONDS
 base="${BUN_IMAGE:-$("$HERE/base.sh")}"
@@ -63,14 +78,16 @@ if [[ -s $ca ]]; then
   patterns="$secret_dir/patterns"
   grep -E '^[A-Za-z0-9+/]{64}$' "$ca" | sort -u >"$patterns" || true
   if [[ -s $patterns ]]; then
-    bctr="$(bh from --pull-never "$base")"
-    bmnt="$(bh mount "$bctr")"
+    mapfile -d '' -t matched < <(grep -rlZ -F -f "$patterns" "$mnt" 2>/dev/null || true)
     leaked=()
-    while IFS= read -r -d '' f; do
-      rel="${f#"$mnt"}"
-      cmp -s "$f" "$bmnt$rel" || leaked+=("$rel")
-    done < <(grep -rlZ -F -f "$patterns" "$mnt" 2>/dev/null || true)
-    bh umount "$bctr" >/dev/null; bh rm "$bctr" >/dev/null
+    if [[ ${#matched[@]} -gt 0 ]]; then
+      # Files that hold a certificate of the bundle may come with the base (a ca-certificates package):
+      # those are fine as long as the base has them as they are.
+      bctr="$(bh from --pull-never "$base")"
+      bmnt="$(bh mount "$bctr")"
+      for f in "${matched[@]}"; do rel="${f#"$mnt"}"; cmp -s "$f" "$bmnt$rel" || leaked+=("$rel"); done
+      bh umount "$bctr" >/dev/null; bh rm "$bctr" >/dev/null
+    fi
     [[ ${#leaked[@]} -eq 0 ]] || { echo "image: FAILED: the extra CA bundle is in the image: ${leaked[*]}" >&2; exit 1; }
     log "no certificate of the extra CA bundle in the image (checked $(wc -l <"$patterns") lines)"
   fi
@@ -82,9 +99,14 @@ t0=$SECONDS
 bun "$HERE/smoke.ts" --rootfs "$mnt" --image-config "$secret_dir/image.json"
 
 log "smoke in $((SECONDS - t0))s"; t0=$SECONDS
+if [[ -n ${IMAGE_ARCHIVE:-} ]]; then
+  rm -f "$IMAGE_ARCHIVE"
+  bh push --quiet "$IMAGE" "docker-archive:$IMAGE_ARCHIVE:$IMAGE"
+  log "wrote $IMAGE_ARCHIVE ($(du -h "$IMAGE_ARCHIVE" | cut -f1))"
+fi
 # The image this build replaced (untagged now): vfs keeps every layer as a full copy, so it goes.
 bh rmi --prune >/dev/null 2>&1 || true
 cleanup; ctr=""
-log "pruned in $((SECONDS - t0))s"
+log "cleaned up in $((SECONDS - t0))s"
 
 log "$IMAGE: $size (base $base_size); build $((t_build / 60))m$((t_build % 60))s, base ${t_base}s, whole step $(((SECONDS - t_start) / 60))m$(((SECONDS - t_start) % 60))s"
