@@ -22,7 +22,7 @@ command -v buildah >/dev/null || missing+=(buildah)
 if [[ ${#missing[@]} -gt 0 ]]; then
   if [[ $(id -u) == 0 ]] && command -v apt-get >/dev/null; then
     log "installing ${missing[*]} with apt-get"
-    apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null \
+    (apt-get update -qq && apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null) \
       || skip "could not install ${missing[*]} with apt-get"
   else
     skip "${missing[*]} not installed (Debian: apt-get install buildah debootstrap; installed by .ci/run as root)"

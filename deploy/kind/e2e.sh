@@ -10,6 +10,9 @@
 #   KIND_CLUSTER  cluster name (default kv-epp-e2e); an existing cluster of that name is reused
 #   KEEP_CLUSTER  1 keeps the cluster afterwards (default: deleted when this script created it)
 #   IMAGE         image tag (default kv-epp:dev, the tag the manifests use)
+#   IMAGE_ARCHIVE a docker-archive of the image to load instead of building one: the image CI built
+#                 and ran (IMAGE_ARCHIVE=/tmp/kv-epp.tar deploy/image/build.sh writes it)
+#   NODE_EXTRA_CA_CERTS  extra CA bundle for `bun install` in the docker build (a build secret, not kept)
 set -euo pipefail
 
 GAIE_VERSION="v1.0.0"
@@ -54,8 +57,14 @@ fi
 kubectl config use-context "kind-$CLUSTER" >/dev/null
 
 echo "== image $IMAGE"
-docker build -f "$ROOT/deploy/Dockerfile" -t "$IMAGE" "$ROOT"
-kind load docker-image "$IMAGE" --name "$CLUSTER"
+if [[ -n ${IMAGE_ARCHIVE:-} ]]; then
+  kind load image-archive "$IMAGE_ARCHIVE" --name "$CLUSTER"
+else
+  secret=()
+  if [[ -n ${NODE_EXTRA_CA_CERTS:-} && -r $NODE_EXTRA_CA_CERTS ]]; then secret=(--secret "id=extra_ca,src=$NODE_EXTRA_CA_CERTS"); fi
+  DOCKER_BUILDKIT=1 docker build "${secret[@]}" -f "$ROOT/deploy/Dockerfile" -t "$IMAGE" "$ROOT"
+  kind load docker-image "$IMAGE" --name "$CLUSTER"
+fi
 
 echo "== GAIE CRDs from $GAIE_CRDS"
 kubectl apply -f "$GAIE_CRDS"

@@ -1,5 +1,5 @@
 // Builds packages/index-wasm/build/index.wasm and json-scan.wasm from assembly/ (root postinstall, `bun run test`).
-// Without --force it only rebuilds when the sources are newer than the module.
+// Without --force it only rebuilds when a module is missing or was built from other sources (wasm-module.ts).
 import { buildWasm, isBuildStale, jsonWasmPath, wasmPath } from "../src/wasm-module.ts";
 
 const force = process.argv.includes("--force");
