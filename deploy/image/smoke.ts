@@ -78,6 +78,14 @@ function startPod(deployment: string, ip: string, extraEnv: Record<string, strin
   return { proc, ip, spec, sc: sc as Started["sc"] };
 }
 
+/** `wait`, failing at once when the pod's process exits first (a crash at start is not a slow start). */
+function whileRunning<T>(s: Started, wait: Promise<T>): Promise<T> {
+  const died = s.proc.exited.then((code) => {
+    throw new Error(`${s.proc.name} exited (${code}) before it was ready`);
+  });
+  return Promise.race([wait, died]);
+}
+
 /** The image's `bun` process of a pod (container.sh leads the process group; bun is what it execs). */
 function bunProcess(pgid: number): number | undefined {
   for (const d of readdirSync("/proc")) {
@@ -118,7 +126,7 @@ async function main(): Promise<void> {
   const mock = startPod("vllm-mock", `${net}.1`, {});
   const mockHttp = mock.spec.ports?.find((p) => p.name === "http")?.containerPort ?? 8000;
   const mockKv = mock.spec.ports?.find((p) => p.name === "kv-events")?.containerPort ?? 5557;
-  await waitFor(async () => (await fetch(`http://${mock.ip}:${mockHttp}/v1/models`).catch(() => undefined))?.ok, { timeoutMs: 60_000, message: "the mock worker answers /v1/models" });
+  await whileRunning(mock, waitFor(async () => (await fetch(`http://${mock.ip}:${mockHttp}/v1/models`).catch(() => undefined))?.ok, { timeoutMs: 60_000, message: "the mock worker answers /v1/models" }));
   console.log(`smoke: mock worker ready at ${mock.ip}:${mockHttp} after ${since()} (${checkConfinement(mock)})`);
 
   const model = (mock.spec.command({ name: "x", namespace: "x", ip: mock.ip, uid: "x" }).args.find((a) => a.startsWith("--model="))?.slice(8)) ?? "Qwen/Qwen3-0.6B";
@@ -133,7 +141,7 @@ async function main(): Promise<void> {
   if (!readiness || typeof readiness !== "object" || !("grpc" in readiness)) throw new Error("the EPP's manifest has no gRPC readiness probe");
   const probe = new HealthProbe(`${epp.ip}:${readiness.grpc.port}`);
   try {
-    await waitFor(async () => (await probe.check(readiness.grpc.service ?? "")) === "SERVING", { timeoutMs: 90_000, intervalMs: 250, message: `the EPP's gRPC health (${readiness.grpc.service}) is SERVING` });
+    await whileRunning(epp, waitFor(async () => (await probe.check(readiness.grpc.service ?? "")) === "SERVING", { timeoutMs: 90_000, intervalMs: 250, message: `the EPP's gRPC health (${readiness.grpc.service}) is SERVING` }));
   } finally {
     probe.close();
   }
