@@ -59,9 +59,13 @@ if [[ -n ${NODE_EXTRA_CA_CERTS:-} && -r $NODE_EXTRA_CA_CERTS ]]; then cp "$NODE_
 
 log "building $IMAGE on $base"
 t_build0=$SECONDS
-bh build --quiet --isolation chroot --layers=false \
+if ! bh build --isolation chroot --layers=false \
   -f "$ROOT/deploy/Dockerfile" --ignorefile "$ROOT/deploy/Dockerfile.dockerignore" \
-  --build-arg "BUN_IMAGE=$base" --secret "id=extra_ca,src=$ca" -t "$IMAGE" "$ROOT" >/dev/null
+  --build-arg "BUN_IMAGE=$base" --secret "id=extra_ca,src=$ca" -t "$IMAGE" "$ROOT" >"$secret_dir/build.log" 2>&1; then
+  grep -v -E '^(Copying|Writing|Storing|Getting)' "$secret_dir/build.log" | tail -40 >&2
+  echo "image: FAILED: buildah build" >&2
+  exit 1
+fi
 t_build=$((SECONDS - t_build0))
 
 size="$(bh images --format '{{.Size}}' "$IMAGE" | head -1)"

@@ -3,7 +3,8 @@
 # container). A storage of its own leaves the machine's default containers storage (and whatever
 # driver it was made with) alone: build.sh puts it on a tmpfs when memory allows (vfs copies every
 # layer whole, and on a busy disk deleting those copies costs minutes), else under the cache directory.
-BUN_VERSION="${BUN_VERSION:-1.4.5}"
+# The Bun the root package.json pins ("packageManager": "bun@X.Y.Z").
+BUN_VERSION="${BUN_VERSION:-$(sed -n 's/.*"packageManager": *"bun@\([0-9][0-9.]*\)".*/\1/p' "$(dirname "${BASH_SOURCE[0]}")/../../package.json")}"
 DEBIAN_SUITE="${DEBIAN_SUITE:-bookworm}"
 DEBIAN_MIRROR="${DEBIAN_MIRROR:-http://deb.debian.org/debian}"
 IMAGE="${IMAGE:-kv-epp:dev}"

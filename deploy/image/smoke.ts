@@ -47,7 +47,14 @@ const net = `127.77.${1 + Math.floor(Math.random() * 250)}`;
 const workdir = mkdtempSync(join(tmpdir(), "kv-epp-image-smoke-"));
 const running: ProcessHandle[] = [];
 
-type Started = { proc: ProcessHandle; ip: string; spec: ReturnType<ReturnType<typeof podSpecFromTemplate>>; sc: Required<Pick<SecurityContext, "runAsUser" | "runAsGroup">> & SecurityContext };
+type Started = {
+  proc: ProcessHandle;
+  ip: string;
+  spec: ReturnType<ReturnType<typeof podSpecFromTemplate>>;
+  /** the container's args as the manifest gives them, wildcards made the pod's address */
+  args: string[];
+  sc: Required<Pick<SecurityContext, "runAsUser" | "runAsGroup">> & SecurityContext;
+};
 
 /** One pod of a Deployment in deploy/base, its container run from the image. */
 function startPod(deployment: string, ip: string, extraEnv: Record<string, string>, files: [src: string, dst: string][] = []): Started {
@@ -75,7 +82,7 @@ function startPod(deployment: string, ip: string, extraEnv: Record<string, strin
   ];
   const proc = spawnProcess(CONTAINER_SH, argv, { name: deployment, inheritEnv: ["PATH"] });
   running.push(proc);
-  return { proc, ip, spec, sc: sc as Started["sc"] };
+  return { proc, ip, spec, args, sc: sc as Started["sc"] };
 }
 
 /** `wait`, failing at once when the pod's process exits first (a crash at start is not a slow start). */
@@ -129,7 +136,7 @@ async function main(): Promise<void> {
   await whileRunning(mock, waitFor(async () => (await fetch(`http://${mock.ip}:${mockHttp}/v1/models`).catch(() => undefined))?.ok, { timeoutMs: 60_000, message: "the mock worker answers /v1/models" }));
   console.log(`smoke: mock worker ready at ${mock.ip}:${mockHttp} after ${since()} (${checkConfinement(mock)})`);
 
-  const model = (mock.spec.command({ name: "x", namespace: "x", ip: mock.ip, uid: "x" }).args.find((a) => a.startsWith("--model="))?.slice(8)) ?? "Qwen/Qwen3-0.6B";
+  const model = mock.args.find((a) => a.startsWith("--model="))?.slice("--model=".length) ?? "Qwen/Qwen3-0.6B";
   const configPath = join(workdir, "epp.yaml");
   writeFileSync(configPath, JSON.stringify({
     model,
