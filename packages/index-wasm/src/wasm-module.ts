@@ -47,7 +47,7 @@ export function isBuildStale(): boolean {
 }
 
 /** Where loading may compile: a development tree (compiler installed, not NODE_ENV=production). */
-export function mayBuildOnLoad(): boolean {
+function mayBuildOnLoad(): boolean {
   return process.env.NODE_ENV !== "production" && existsSync(ascPath);
 }
 
