@@ -6,11 +6,7 @@ import { parse as parseYaml } from "yaml";
 import { parseDiscoveryConfig, type DiscoveryConfig } from "@kv-epp/intents";
 import { z } from "zod";
 import { LISTENER_HEARTBEAT } from "@kv-epp/kv-events";
-import { DEFAULT_SHAPE, DEFAULT_WEIGHTS, SCORE_SHAPE, type CostShape } from "./picker/cost.ts";
-import { followerRange, type FollowerRange } from "./picker/eviction-regret.ts";
-import { DEFAULT_AWAY_WEIGHT, DEFAULT_FOLLOWER_WEIGHT, DEFAULT_FOLLOWER_WEIGHT_MAX } from "./picker/latency.ts";
-import { DEFAULT_COST, type CostModel } from "./picker/picker.ts";
-import { DEFAULT_PENDING, INFLIGHT_PREFIX_DEFAULT } from "./picker/pending.ts";
+import { DEFAULT_SHAPE, DEFAULT_WEIGHTS, SCORE_SHAPE, type CostShape, followerRange, type FollowerRange, DEFAULT_AWAY_WEIGHT, DEFAULT_FOLLOWER_WEIGHT, DEFAULT_FOLLOWER_WEIGHT_MAX, DEFAULT_COST, type CostModel, DEFAULT_PENDING, INFLIGHT_PREFIX_DEFAULT } from "@kv-epp/routing";
 
 export class ConfigError extends Error {}
 

@@ -12,13 +12,8 @@ import { ConfigError, parseConfig, usage, type EppConfig } from "./config.ts";
 import { HealthState } from "./health.ts";
 import { StreamHandoff } from "./handoff/handoff.ts";
 import { indexerKey, Indexers } from "./indexers/indexers.ts";
-import { createMetrics, type Metrics } from "./metrics.ts";
-import { ActiveLoad, sumLoad } from "./picker/load.ts";
-import { combinedPending, DEFAULT_PENDING, PendingPrefixes } from "./picker/pending.ts";
-import { EvictionRegret, FollowerWeight } from "./picker/eviction-regret.ts";
-import { LatencyModel } from "./picker/latency.ts";
-import { Picker } from "./picker/picker.ts";
-import { RoutingQuality } from "./picker/quality.ts";
+import { createMetrics, routingMetrics, type Metrics } from "./metrics.ts";
+import { ActiveLoad, sumLoad, combinedPending, DEFAULT_PENDING, PendingPrefixes, EvictionRegret, FollowerWeight, LatencyModel, Picker, RoutingQuality } from "@kv-epp/routing";
 import { recoverThenReady } from "./readiness.ts";
 import { startReplicaAgg, type ReplicaAgg } from "./replica-agg/service.ts";
 import { selectionApp } from "./selection-http.ts";
@@ -105,12 +100,12 @@ export async function startEpp(cfg: EppConfig, o: { log?: Logger; kubeConfig?: K
   // Observed TTFTs calibrate the latency model, which the latency cost and explanations read.
   const follower = cfg.picker.latencyFollowerWeight;
   const latency = new LatencyModel(undefined, new FollowerWeight(follower.base, follower.max, regret), cfg.picker.awayWeight);
-  const quality = new RoutingQuality(metrics, latency);
+  const quality = new RoutingQuality(routingMetrics(metrics), latency);
   const picker = new Picker({
     indexers: indexers.models,
     candidates: () => workers.candidates(),
     load: replicaAgg ? sumLoad(load, replicaAgg.peers) : load,
-    workerMetrics: (endpoint) => workers.metricsOf(endpoint),
+    signals: (endpoint) => workers.metricsOf(endpoint),
     options: cfg.picker,
     latency,
     pending: combinedPending([pending, peerPending]),

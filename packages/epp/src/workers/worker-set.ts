@@ -10,9 +10,10 @@ import type { Logger } from "pino";
 import type { EppConfig } from "../config.ts";
 import { startIntentSource, type IntentSource } from "../intents-source.ts";
 import type { Metrics } from "../metrics.ts";
-import { scrapeTargets, WorkerMetricsScraper, type WorkerMetrics } from "../picker/worker-metrics.ts";
+import { scrapeTargets, WorkerMetricsScraper, type WorkerMetrics } from "./worker-metrics.ts";
 import { startPoolWorkers } from "./kubernetes.ts";
-import { rankSources, serving, WorkerRegistry, type Candidate, type Sink } from "./registry.ts";
+import type { Candidate } from "@kv-epp/routing";
+import { rankSources, serving, WorkerRegistry, type Sink } from "./registry.ts";
 import { staticWorkers } from "./static.ts";
 
 /**

@@ -31,7 +31,7 @@ export const leastLoaded: PolicySpec = {
   usesIndex: false,
   create(ctx) {
     return withRouterLoad(ctx, () =>
-      choose(ctx.workerKeys.map((k) => ctx.load.requests(k)), 0, ctx.random),
+      choose(ctx.workerKeys.map((k) => ctx.load.of(k).requests), 0, ctx.random),
     );
   },
 };

@@ -8,7 +8,7 @@ import { computeBlockHashes, KvIndex } from "@kv-epp/index-wasm";
 import { applyStored } from "@kv-epp/index-wasm/helpers";
 import { seededRandom } from "@kv-epp/testkit";
 import { ActiveLoad, DEFAULT_PENDING, DEFAULT_TIMING, PendingPrefixes, prefixKeys, type CostShape } from "../upstream.ts";
-import { EvictionRegret, FollowerWeight, LatencyModel, Picker, type Candidate } from "@kv-epp/epp";
+import { EvictionRegret, FollowerWeight, LatencyModel, Picker, type Candidate } from "@kv-epp/routing";
 import { EventQueue } from "../sim/event-queue.ts";
 import type { SimRequest } from "../sim/request.ts";
 import { SimWorker } from "../sim/worker.ts";
@@ -131,7 +131,7 @@ describe("one decision for the EPP and the simulation", () => {
           indexers: { lookup: () => ({ key: MODEL_KEY, blockSize: BLOCK, index }) },
           candidates: () => candidates,
           load,
-          workerMetrics: (endpoint) => ({ running: 1, waiting: workers[keys.indexOf(endpoint)]!.waitingCount, kvUsage: 0, at: 0 }),
+          signals: (endpoint: string) => ({ running: 1, waiting: workers[keys.indexOf(endpoint)]!.waitingCount, kvUsage: 0, at: 0 }),
           options: { ...s.weights, queueThreshold: s.queueThreshold, cost: s.cost },
           replicas,
           random: seededRandom(s.seed),

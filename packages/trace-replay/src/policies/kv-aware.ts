@@ -33,10 +33,10 @@ function kvPolicy(name: PolicyName, model: CostModel, knows: string): PolicySpec
           endpoint: key,
           overlap: scores.get(key) ?? 0,
           pendingOverlap: pendingOverlaps.get(key) ?? 0,
-          activeBlocks: ctx.load.blocks(key),
-          activeRequests: ctx.load.requests(key),
-          prefillBlocks: ctx.load.prefillBlocks(key),
-          prefillRequests: ctx.load.prefillRequests(key),
+          activeBlocks: ctx.load.of(key).blocks,
+          activeRequests: ctx.load.of(key).requests,
+          prefillBlocks: ctx.load.of(key).prefillBlocks,
+          prefillRequests: ctx.load.of(key).prefillRequests,
           // As if scraped at this instant (the EPP scrapes vLLM's num_requests_waiting every second).
           waiting: ctx.workers[i]!.waitingCount,
         }));

@@ -4,9 +4,9 @@
 // or the JSON body), and in a streamed response the first body chunk marks the first token, so the
 // EPP sees each request's TTFT per worker. A growing gap between prediction and truth is the sign that
 // the index has drifted from the caches (a reset or lost events behind the EPP's back).
-import type { Metrics } from "../metrics.ts";
 import { hittableBlocks, type LatencyModel } from "./latency.ts";
 import type { Decision, ScoredCandidate } from "./picker.ts";
+import type { RoutingMetrics } from "./ports.ts";
 
 export type Prediction = {
   workerKey: string;
@@ -82,7 +82,7 @@ export class RoutingQuality {
   private readonly detailed = new Set<string>();
 
   constructor(
-    private readonly metrics: Metrics,
+    private readonly metrics: RoutingMetrics,
     /** Calibrated from every observed TTFT. */
     private readonly latency?: LatencyModel,
   ) {}
@@ -121,17 +121,12 @@ export class RoutingQuality {
     const cached = actual === "none" ? 0 : actual;
     const error = p.predictedCachedTokens - cached;
     const mispredicted = Math.abs(error) > p.blockSize;
-    const labels = { worker: p.workerId, dp_rank: String(p.dpRank) };
-    this.metrics.cachedTokensError.observe(error);
-    this.metrics.cachedTokensPredictions.inc(labels);
-    // Incremented by 0 when right: every worker with predictions has the series, so a ratio of the two
-    // counters reads 0 for it rather than no data.
-    this.metrics.cachedTokensMispredictions.inc(labels, mispredicted ? 1 : 0);
+    this.metrics.cachedTokens(p, error, mispredicted);
     ring(this.samples, p.workerKey).push({ absError: Math.abs(error), mispredicted });
   }
 
   recordTtft(p: Prediction, ttftMs: number, cachedTokens: number | undefined): void {
-    this.metrics.observedTtft.observe({ worker: p.workerId, dp_rank: String(p.dpRank) }, ttftMs / 1000);
+    this.metrics.observedTtft(p, ttftMs / 1000);
     ring(this.ttfts, p.workerKey).push(ttftMs);
     const uncachedTokens = Math.max(p.promptTokens - (cachedTokens ?? p.predictedCachedTokens), 0);
     this.latency?.observe({ ttftMs, uncachedTokens, aheadTokens: p.aheadTokens, waiting: p.waiting });
