@@ -13,7 +13,7 @@ import { HealthState } from "./health.ts";
 import { StreamHandoff } from "./handoff/handoff.ts";
 import { indexerKey, Indexers } from "./indexers/indexers.ts";
 import { createMetrics, routingMetrics, type Metrics } from "./metrics.ts";
-import { ActiveLoad, sumLoad, combinedPending, DEFAULT_PENDING, PendingPrefixes, EvictionRegret, FollowerWeight, LatencyModel, Picker, RoutingQuality } from "@kv-epp/routing";
+import { ActiveLoad, sumLoad, combinedPending, DEFAULT_PENDING, PendingPrefixes, EvictionRegret, FollowerWeight, LatencyModel, Picker, RoutingQuality, type Clock, type RoutingContext } from "@kv-epp/routing";
 import { recoverThenReady } from "./readiness.ts";
 import { startReplicaAgg, type ReplicaAgg } from "./replica-agg/service.ts";
 import { selectionApp } from "./selection-http.ts";
@@ -100,7 +100,7 @@ export async function startEpp(cfg: EppConfig, o: { log?: Logger; kubeConfig?: K
   // Observed TTFTs calibrate the latency model, which the latency cost and explanations read.
   const follower = cfg.picker.latencyFollowerWeight;
   const latency = new LatencyModel(undefined, new FollowerWeight(follower.base, follower.max, regret), cfg.picker.awayWeight);
-  const quality = new RoutingQuality(routingMetrics(metrics), latency);
+  const quality = new RoutingQuality(routingMetrics(metrics));
   const picker = new Picker({
     indexers: indexers.models,
     candidates: () => workers.candidates(),
@@ -111,6 +111,7 @@ export async function startEpp(cfg: EppConfig, o: { log?: Logger; kubeConfig?: K
     pending: combinedPending([pending, peerPending]),
     replicas: replicaAgg ? () => replicaAgg.replicas() : undefined,
   });
+  const routing: RoutingContext = { picker, load, latency, quality, metrics: routingMetrics(metrics), clock: WALL_CLOCK, candidates: () => workers.candidates() };
 
   // Servers come up first so liveness answers during discovery and recovery, and cold peers see
   // this replica's /dump as 503.
@@ -118,13 +119,12 @@ export async function startEpp(cfg: EppConfig, o: { log?: Logger; kubeConfig?: K
   let recoveryOutcome: RecoveryOutcome | null = null;
   const extProc = await startExtProc(cfg, {
     handler: {
-      picker, load, tokenize, metrics, quality,
+      routing, tokenize, metrics,
       log: log.child({ component: "ext_proc" }),
       bodyMode: cfg.bodyMode,
       maxInflight: cfg.maxInflight,
       fallbacks: cfg.fallbackEndpoints,
       priorities: cfg.objectivePriorities,
-      candidates: () => workers.candidates(),
       // Saturated by queues: every worker rank waits past --queue-threshold (from the scraped /metrics).
       queuesFull: () => workers.queuesFull(cfg.picker.queueThreshold),
       explainAll: cfg.explain,
@@ -188,6 +188,9 @@ export async function startEpp(cfg: EppConfig, o: { log?: Logger; kubeConfig?: K
   const ports = { grpc: extProc.port, grpcHealth: grpcHealth.port, metrics: metricsServer.port, selection: selection.port, replicaAgg: replicaAgg ? parseEndpoint(replicaAgg.endpoint).port : undefined };
   return { ports, health, ready, indexers, workers, picker, load, replicaAgg, stop };
 }
+
+/** Wall time, and timers that do not hold the process open. */
+const WALL_CLOCK: Clock = { now: () => performance.now(), after: (ms, fn) => void setTimeout(fn, ms).unref() };
 
 function preprocessorOf(cfg: EppConfig, metrics: Metrics): ReturnType<typeof createPreprocessor> {
   try {

@@ -11,6 +11,8 @@ export { LatencyModel, DEFAULT_AWAY_WEIGHT, DEFAULT_FOLLOWER_WEIGHT, DEFAULT_FOL
 export { EvictionRegret, FollowerWeight, followerRange, type FollowerRange } from "./eviction-regret.ts";
 export { AwayWorkers, type ReplicaSet } from "./home.ts";
 export { EXPLAIN_REQUEST_HEADER, EXPLANATION_HEADER, explanation } from "./explain.ts";
+// One request's routing life: route -> decision + lease, first byte, served by, end -> calibration.
+export { RoutedRequest, type Reported, type RouteOptions, type Routing, type RoutingContext } from "./routed-request.ts";
 // Load and in-flight prefixes: this replica's own, its peers', and their sum.
 export { ActiveLoad, sumLoad, type Lease, type LoadChange, type LoadTotals, type LoadView } from "./load.ts";
 export { combinedPending, PendingPrefixes, prefixKeys, DEFAULT_PENDING, INFLIGHT_PREFIX_DEFAULT, type PendingView, type PrefixKeys } from "./pending.ts";

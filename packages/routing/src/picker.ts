@@ -28,6 +28,8 @@ export type PickRequest = {
   /** vLLM's cache_salt of the request: folded into its first block. */
   cacheSalt?: string;
   tokens: Uint32Array;
+  /** The tokens' local block hashes in the request's identity, when the caller has them already (the simulation). */
+  hashes?: BigUint64Array;
   /** Pod IPs the gateway allows for this request (GAIE subset hint). */
   subset?: ReadonlySet<string>;
   /** Include every worker's overlap and tree size in the decision (POST /select); costs two Maps. */
@@ -119,15 +121,17 @@ export class Picker {
     const pendingView = this.deps.pending;
     let prefix: PrefixKeys | undefined;
     let requestBlocks: number;
-    if (pendingView) {
+    if (pendingView || req.hashes) {
       // The prefix keys chain the request's local hashes, so they are hashed here once and the index
       // is queried with them (instead of hashing inside the index's module).
-      const hashes = this.hashes(indexer, req.tokens, id);
+      const hashes = req.hashes ?? this.hashes(indexer, req.tokens, id);
       requestBlocks = hashes.length;
       if (requestBlocks > 0) indexer.index.findMatchesInto(hashes, this.list);
       else this.list.count = 0;
-      prefix = prefixKeys(indexer.key, hashes);
-      pendingView.overlapsInto(prefix, this.pendingOverlaps);
+      if (pendingView) {
+        prefix = prefixKeys(indexer.key, hashes);
+        pendingView.overlapsInto(prefix, this.pendingOverlaps);
+      }
     } else requestBlocks = this.matchInto(indexer, req.tokens, id);
     const overlaps = this.overlaps;
     overlaps.clear();

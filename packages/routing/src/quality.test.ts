@@ -2,16 +2,16 @@ import { describe, expect, test } from "bun:test";
 import { hittableBlocks, LatencyModel, uncachedTokens } from "./latency.ts";
 import type { Decision, ScoredCandidate } from "./picker.ts";
 import { NO_METRICS } from "./ports.ts";
-import { predictionOf, RoutingQuality, type Prediction } from "./quality.ts";
+import { calibrationSample, predictionOf, RoutingQuality, type Observed, type Prediction } from "./quality.ts";
 
 const P: Prediction = { workerKey: "w\u00000", workerId: "w", dpRank: 0, predictedCachedTokens: 64, promptTokens: 100, blockSize: 16, waiting: 0, aheadTokens: 0 };
 const bytes = (s: string) => new TextEncoder().encode(s);
 
-function run(q: RoutingQuality, chunks: string[], contentType = "text/event-stream", p = P): void {
+function run(q: RoutingQuality, chunks: string[], contentType = "text/event-stream", p = P): Observed | undefined {
   const w = q.watch(p, 0);
   w.headers(contentType, true);
   chunks.forEach((c, i) => w.body(bytes(c), 10 + i));
-  w.end();
+  return w.end();
 }
 
 describe("prediction", () => {
@@ -53,15 +53,14 @@ describe("response watch", () => {
   });
 
   test("a streamed miss as vLLM writes it (no prompt_tokens_details in the final usage chunk) counts as 0 once the worker has reported details; a stream cut before that chunk says nothing", () => {
-    const latency = new LatencyModel();
-    const q = new RoutingQuality(NO_METRICS, latency);
+    const q = new RoutingQuality(NO_METRICS);
     const text = 'data: {"choices":[{"index":0,"text":" a"}],"usage":{"prompt_tokens":100,"completion_tokens":1,"total_tokens":101}}\n\n';
     const miss = [text, 'data: {"id":"cmpl-1","choices":[],"usage":{"prompt_tokens":100,"completion_tokens":1,"total_tokens":101}}\n\n', "data: [DONE]\n\n"];
-    run(q, miss);
+    const seen = run(q, miss);
     // A worker without --enable-prompt-tokens-details writes every usage chunk this way: nothing known,
     // and its TTFT sample keeps the predicted cached tokens (64 of 100: 36 uncached).
     expect(q.accuracy(P.workerKey).samples).toBe(0);
-    expect(latency.params().samples).toBe(1);
+    expect(calibrationSample(seen!)).toMatchObject({ ttftMs: 10, uncachedTokens: 36 });
     run(q, [text, 'data: {"choices":[],"usage":{"prompt_tokens":100,"prompt_tokens_details":{"cached_tokens":64}}}\n\n']);
     expect(q.accuracy(P.workerKey)).toMatchObject({ samples: 1, mispredicted: 0 });
     run(q, miss);
@@ -83,15 +82,14 @@ describe("response watch", () => {
     expect(q.accuracy(P.workerKey).samples).toBe(0);
   });
 
-  test("TTFT is observed for streamed responses only, and calibrates the latency model", () => {
-    const latency = new LatencyModel();
-    const q = new RoutingQuality(NO_METRICS, latency);
-    run(q, ['{"usage":{"prompt_tokens":100,"prompt_tokens_details":{"cached_tokens":64}}}'], "application/json");
+  test("TTFT is observed for streamed responses only: the calibration sample of the latency model", () => {
+    const q = new RoutingQuality(NO_METRICS);
+    expect(run(q, ['{"usage":{"prompt_tokens":100,"prompt_tokens_details":{"cached_tokens":64}}}'], "application/json")).toBeUndefined();
     expect(q.accuracy(P.workerKey).meanTtftMs).toBeNull();
-    run(q, ['data: {"choices":[]}\n\n', 'data: {"usage":{"prompt_tokens":100,"prompt_tokens_details":{"cached_tokens":64}}}\n\n']);
+    const seen = run(q, ['data: {"choices":[]}\n\n', 'data: {"usage":{"prompt_tokens":100,"prompt_tokens_details":{"cached_tokens":64}}}\n\n']);
     // The first chunk came 10 ms after the decision.
     expect(q.accuracy(P.workerKey).meanTtftMs).toBe(10);
-    expect(latency.params().samples).toBe(1);
+    expect(calibrationSample(seen!)).toEqual({ ttftMs: 10, uncachedTokens: 36, aheadTokens: 0, waiting: 0 });
   });
 });
 
