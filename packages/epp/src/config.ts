@@ -203,13 +203,13 @@ export type EppConfig = {
     cost: CostModel;
     /**
      * The latency cost's weight of the delay a request's prefill adds to the requests behind it
-     * (picker/latency.ts): `base` where the caches hold their working set, up to `max` with the
-     * eviction regret (picker/eviction-regret.ts); max >= base.
+     * (routing latency.ts): `base` where the caches hold their working set, up to `max` with the
+     * eviction regret (routing eviction-regret.ts); max >= base.
      */
     latencyFollowerWeight: FollowerRange;
-    /** The latency cost's charge on a worker outside this replica's home share, in prefills of the request (picker/home.ts). */
+    /** The latency cost's charge on a worker outside this replica's home share, in prefills of the request (routing home.ts). */
     awayWeight: number;
-    /** In-flight prefixes (picker/pending.ts); off: the index's overlap alone. */
+    /** In-flight prefixes (routing pending.ts); off: the index's overlap alone. */
     inflightPrefix: { mode: "off" } | { mode: "on"; maxBlocks: number; ttlMs: number };
     shape: CostShape;
   };

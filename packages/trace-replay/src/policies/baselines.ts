@@ -1,5 +1,5 @@
 // Policies that ignore the cache: the floor the KV-aware policy must clear.
-import { choose } from "../upstream.ts";
+import { choose } from "@kv-epp/routing";
 import { withRouterLoad } from "./router-load.ts";
 import type { PolicySpec } from "./types.ts";
 
