@@ -1,6 +1,8 @@
-// The EPP process, wired top to bottom: config -> logger -> metrics -> indexes -> servers (health
-// NOT_SERVING, /dump 503) -> the worker set and its KV listeners (subscribed first, buffering) -> the
-// readiness sequence (recovery, the handoff onto the live streams, ready; src/readiness.ts).
+// The EPP process, wired top to bottom, each piece built from those above it (no closure reaches a
+// later one): config -> logger -> metrics -> the worker set (built, not started) -> indexes -> the
+// stream handoff -> routing (load, replica-agg, latency model, picker) -> servers (health NOT_SERVING,
+// /dump 503) -> the readiness sequence (the worker set started, its KV listeners subscribed first and
+// buffering, recovery, the handoff onto the live streams, ready; src/readiness.ts).
 // SIGTERM: NOT_SERVING first, in-flight streams finish, then exit.
 import type { KubeConfig } from "@kubernetes/client-node";
 import type { RecoveryOutcome } from "@kv-epp/recovery";
@@ -42,32 +44,27 @@ export async function startEpp(cfg: EppConfig, o: { log?: Logger; kubeConfig?: K
   let kubeConfig = o.kubeConfig;
   const kube = () => (kubeConfig ??= loadKubeConfig());
 
-  // A rank holds at most what its vLLM says it can (num_gpu_blocks, scraped), else the configured bound.
-  // What the caches lose to eviction, from the same events: it moves the latency cost's follower weight.
+  // The worker set, built and not started (readiness starts it): the facts the index and the handoff
+  // read of the ranks (their capacity, their replay endpoints, which ranks there are).
+  const workers = new WorkerSet({ config: cfg, kube, metrics, log: log.child({ component: "workers" }) });
+
+  // The indexes. A rank holds at most what its vLLM says it can (num_gpu_blocks, scraped), else the
+  // configured bound. What the caches lose to eviction, from the same events: it moves the latency
+  // cost's follower weight.
   const regret = new EvictionRegret();
   const indexers = new Indexers(metrics, log.child({ component: "indexer" }), {
     rankCapacity: (w) => workers.gpuBlocks(w) ?? (cfg.maxBlocksPerRank > 0 ? cfg.maxBlocksPerRank : undefined),
-    onViewLost: (key, w) => handoff.viewLost(key, w),
     regret,
   });
   if (!cfg.indexReserve) indexers.models.disableReserve();
   indexers.models.register(cfg.model.name, cfg.model.tenant, cfg.model.blockSize);
   for (const a of cfg.model.loraAdapters) indexers.models.registerAdapter(a, cfg.model.name);
+  workers.whenRemoved((w) => indexers.removeWorker(w));
+  // The ranks' caches together bound what the index holds: its tables are sized for that up front.
+  workers.whenKvCapacity((blocks) => indexers.models.reserve(blocks));
   const preprocessor = preprocessorOf(cfg, metrics);
   const tokenize = createTokenize(preprocessor);
   log.info({ model: cfg.model.name, blockSize: cfg.model.blockSize, tokenizer: preprocessor.kind }, "indexer ready");
-  const workers = new WorkerSet({
-    config: cfg,
-    kube,
-    metrics,
-    log: log.child({ component: "workers" }),
-    onRemoved: (w) => {
-      indexers.removeWorker(w);
-      handoff.forget(w);
-    },
-    // The ranks' caches together bound what the index holds: its tables are sized for that up front.
-    onKvCapacity: (blocks) => indexers.models.reserve(blocks),
-  });
   // Every rank's stream position (the cursors /dump carries) and the handoff from a recovered dump to the
   // live stream: the listeners' sink, the dump's source and the recovery's target all go through it.
   const liveKey = indexerKey(cfg.model.name, cfg.model.tenant);
@@ -85,10 +82,12 @@ export async function startEpp(cfg: EppConfig, o: { log?: Logger; kubeConfig?: K
     registry: metrics.registry,
     log: log.child({ component: "handoff" }),
   });
+  indexers.whenViewLost((key, w) => handoff.viewLost(key, w));
+  workers.whenRemoved((w) => handoff.forget(w));
 
   // This replica's in-flight load; its peers' (replica-agg) is added to it in the cost function.
   const inflight = cfg.picker.inflightPrefix;
-  // The blocks of this replica's requests in flight count as overlap where they were routed (picker/pending.ts).
+  // The blocks of this replica's requests in flight count as overlap where they were routed (routing pending.ts).
   const newPending = () => (inflight.mode === "on" ? new PendingPrefixes({ ...DEFAULT_PENDING, maxBlocks: inflight.maxBlocks, ttlMs: inflight.ttlMs }) : undefined);
   const pending = newPending();
   // Peers' prefixes (over replica-agg) under bounds of their own, so no peer can evict this replica's.
