@@ -6,11 +6,7 @@ import { parse as parseYaml } from "yaml";
 import { parseDiscoveryConfig, type DiscoveryConfig } from "@kv-epp/intents";
 import { z } from "zod";
 import { LISTENER_HEARTBEAT } from "@kv-epp/kv-events";
-import { DEFAULT_SHAPE, DEFAULT_WEIGHTS, SCORE_SHAPE, type CostShape } from "./picker/cost.ts";
-import { followerRange, type FollowerRange } from "./picker/eviction-regret.ts";
-import { DEFAULT_AWAY_WEIGHT, DEFAULT_FOLLOWER_WEIGHT, DEFAULT_FOLLOWER_WEIGHT_MAX } from "./picker/latency.ts";
-import { DEFAULT_COST, type CostModel } from "./picker/picker.ts";
-import { DEFAULT_PENDING, INFLIGHT_PREFIX_DEFAULT } from "./picker/pending.ts";
+import { DEFAULT_SHAPE, DEFAULT_WEIGHTS, SCORE_SHAPE, type CostShape, followerRange, type FollowerRange, DEFAULT_AWAY_WEIGHT, DEFAULT_FOLLOWER_WEIGHT, DEFAULT_FOLLOWER_WEIGHT_MAX, DEFAULT_COST, type CostModel, DEFAULT_PENDING, INFLIGHT_PREFIX_DEFAULT } from "@kv-epp/routing";
 
 export class ConfigError extends Error {}
 
@@ -207,13 +203,13 @@ export type EppConfig = {
     cost: CostModel;
     /**
      * The latency cost's weight of the delay a request's prefill adds to the requests behind it
-     * (picker/latency.ts): `base` where the caches hold their working set, up to `max` with the
-     * eviction regret (picker/eviction-regret.ts); max >= base.
+     * (routing latency.ts): `base` where the caches hold their working set, up to `max` with the
+     * eviction regret (routing eviction-regret.ts); max >= base.
      */
     latencyFollowerWeight: FollowerRange;
-    /** The latency cost's charge on a worker outside this replica's home share, in prefills of the request (picker/home.ts). */
+    /** The latency cost's charge on a worker outside this replica's home share, in prefills of the request (routing home.ts). */
     awayWeight: number;
-    /** In-flight prefixes (picker/pending.ts); off: the index's overlap alone. */
+    /** In-flight prefixes (routing pending.ts); off: the index's overlap alone. */
     inflightPrefix: { mode: "off" } | { mode: "on"; maxBlocks: number; ttlMs: number };
     shape: CostShape;
   };

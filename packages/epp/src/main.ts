@@ -1,6 +1,8 @@
-// The EPP process, wired top to bottom: config -> logger -> metrics -> indexes -> servers (health
-// NOT_SERVING, /dump 503) -> the worker set and its KV listeners (subscribed first, buffering) -> the
-// readiness sequence (recovery, the handoff onto the live streams, ready; src/readiness.ts).
+// The EPP process, wired top to bottom, each piece built from those above it (no closure reaches a
+// later one): config -> logger -> metrics -> the worker set (built, not started) -> indexes -> the
+// stream handoff -> routing (load, replica-agg, latency model, picker) -> servers (health NOT_SERVING,
+// /dump 503) -> the readiness sequence (the worker set started, its KV listeners subscribed first and
+// buffering, recovery, the handoff onto the live streams, ready; src/readiness.ts).
 // SIGTERM: NOT_SERVING first, in-flight streams finish, then exit.
 import type { KubeConfig } from "@kubernetes/client-node";
 import type { RecoveryOutcome } from "@kv-epp/recovery";
@@ -12,13 +14,8 @@ import { ConfigError, parseConfig, usage, type EppConfig } from "./config.ts";
 import { HealthState } from "./health.ts";
 import { StreamHandoff } from "./handoff/handoff.ts";
 import { indexerKey, Indexers } from "./indexers/indexers.ts";
-import { createMetrics, type Metrics } from "./metrics.ts";
-import { ActiveLoad, sumLoad } from "./picker/load.ts";
-import { combinedPending, DEFAULT_PENDING, PendingPrefixes } from "./picker/pending.ts";
-import { EvictionRegret, FollowerWeight } from "./picker/eviction-regret.ts";
-import { LatencyModel } from "./picker/latency.ts";
-import { Picker } from "./picker/picker.ts";
-import { RoutingQuality } from "./picker/quality.ts";
+import { createMetrics, routingMetrics, type Metrics } from "./metrics.ts";
+import { ActiveLoad, sumLoad, combinedPending, DEFAULT_PENDING, PendingPrefixes, EvictionRegret, FollowerWeight, LatencyModel, Picker, RoutingQuality, type Clock, type RoutingContext } from "@kv-epp/routing";
 import { recoverThenReady } from "./readiness.ts";
 import { startReplicaAgg, type ReplicaAgg } from "./replica-agg/service.ts";
 import { selectionApp } from "./selection-http.ts";
@@ -47,32 +44,27 @@ export async function startEpp(cfg: EppConfig, o: { log?: Logger; kubeConfig?: K
   let kubeConfig = o.kubeConfig;
   const kube = () => (kubeConfig ??= loadKubeConfig());
 
-  // A rank holds at most what its vLLM says it can (num_gpu_blocks, scraped), else the configured bound.
-  // What the caches lose to eviction, from the same events: it moves the latency cost's follower weight.
+  // The worker set, built and not started (readiness starts it): the facts the index and the handoff
+  // read of the ranks (their capacity, their replay endpoints, which ranks there are).
+  const workers = new WorkerSet({ config: cfg, kube, metrics, log: log.child({ component: "workers" }) });
+
+  // The indexes. A rank holds at most what its vLLM says it can (num_gpu_blocks, scraped), else the
+  // configured bound. What the caches lose to eviction, from the same events: it moves the latency
+  // cost's follower weight.
   const regret = new EvictionRegret();
   const indexers = new Indexers(metrics, log.child({ component: "indexer" }), {
     rankCapacity: (w) => workers.gpuBlocks(w) ?? (cfg.maxBlocksPerRank > 0 ? cfg.maxBlocksPerRank : undefined),
-    onViewLost: (key, w) => handoff.viewLost(key, w),
     regret,
   });
   if (!cfg.indexReserve) indexers.models.disableReserve();
   indexers.models.register(cfg.model.name, cfg.model.tenant, cfg.model.blockSize);
   for (const a of cfg.model.loraAdapters) indexers.models.registerAdapter(a, cfg.model.name);
+  workers.whenRemoved((w) => indexers.removeWorker(w));
+  // The ranks' caches together bound what the index holds: its tables are sized for that up front.
+  workers.whenKvCapacity((blocks) => indexers.models.reserve(blocks));
   const preprocessor = preprocessorOf(cfg, metrics);
   const tokenize = createTokenize(preprocessor);
   log.info({ model: cfg.model.name, blockSize: cfg.model.blockSize, tokenizer: preprocessor.kind }, "indexer ready");
-  const workers = new WorkerSet({
-    config: cfg,
-    kube,
-    metrics,
-    log: log.child({ component: "workers" }),
-    onRemoved: (w) => {
-      indexers.removeWorker(w);
-      handoff.forget(w);
-    },
-    // The ranks' caches together bound what the index holds: its tables are sized for that up front.
-    onKvCapacity: (blocks) => indexers.models.reserve(blocks),
-  });
   // Every rank's stream position (the cursors /dump carries) and the handoff from a recovered dump to the
   // live stream: the listeners' sink, the dump's source and the recovery's target all go through it.
   const liveKey = indexerKey(cfg.model.name, cfg.model.tenant);
@@ -90,10 +82,12 @@ export async function startEpp(cfg: EppConfig, o: { log?: Logger; kubeConfig?: K
     registry: metrics.registry,
     log: log.child({ component: "handoff" }),
   });
+  indexers.whenViewLost((key, w) => handoff.viewLost(key, w));
+  workers.whenRemoved((w) => handoff.forget(w));
 
   // This replica's in-flight load; its peers' (replica-agg) is added to it in the cost function.
   const inflight = cfg.picker.inflightPrefix;
-  // The blocks of this replica's requests in flight count as overlap where they were routed (picker/pending.ts).
+  // The blocks of this replica's requests in flight count as overlap where they were routed (routing pending.ts).
   const newPending = () => (inflight.mode === "on" ? new PendingPrefixes({ ...DEFAULT_PENDING, maxBlocks: inflight.maxBlocks, ttlMs: inflight.ttlMs }) : undefined);
   const pending = newPending();
   // Peers' prefixes (over replica-agg) under bounds of their own, so no peer can evict this replica's.
@@ -105,17 +99,18 @@ export async function startEpp(cfg: EppConfig, o: { log?: Logger; kubeConfig?: K
   // Observed TTFTs calibrate the latency model, which the latency cost and explanations read.
   const follower = cfg.picker.latencyFollowerWeight;
   const latency = new LatencyModel(undefined, new FollowerWeight(follower.base, follower.max, regret), cfg.picker.awayWeight);
-  const quality = new RoutingQuality(metrics, latency);
+  const quality = new RoutingQuality(routingMetrics(metrics));
   const picker = new Picker({
     indexers: indexers.models,
     candidates: () => workers.candidates(),
     load: replicaAgg ? sumLoad(load, replicaAgg.peers) : load,
-    workerMetrics: (endpoint) => workers.metricsOf(endpoint),
+    signals: (endpoint) => workers.metricsOf(endpoint),
     options: cfg.picker,
     latency,
     pending: combinedPending([pending, peerPending]),
     replicas: replicaAgg ? () => replicaAgg.replicas() : undefined,
   });
+  const routing: RoutingContext = { picker, load, latency, quality, metrics: routingMetrics(metrics), clock: WALL_CLOCK, candidates: () => workers.candidates() };
 
   // Servers come up first so liveness answers during discovery and recovery, and cold peers see
   // this replica's /dump as 503.
@@ -123,13 +118,12 @@ export async function startEpp(cfg: EppConfig, o: { log?: Logger; kubeConfig?: K
   let recoveryOutcome: RecoveryOutcome | null = null;
   const extProc = await startExtProc(cfg, {
     handler: {
-      picker, load, tokenize, metrics, quality,
+      routing, tokenize, metrics,
       log: log.child({ component: "ext_proc" }),
       bodyMode: cfg.bodyMode,
       maxInflight: cfg.maxInflight,
       fallbacks: cfg.fallbackEndpoints,
       priorities: cfg.objectivePriorities,
-      candidates: () => workers.candidates(),
       // Saturated by queues: every worker rank waits past --queue-threshold (from the scraped /metrics).
       queuesFull: () => workers.queuesFull(cfg.picker.queueThreshold),
       explainAll: cfg.explain,
@@ -193,6 +187,9 @@ export async function startEpp(cfg: EppConfig, o: { log?: Logger; kubeConfig?: K
   const ports = { grpc: extProc.port, grpcHealth: grpcHealth.port, metrics: metricsServer.port, selection: selection.port, replicaAgg: replicaAgg ? parseEndpoint(replicaAgg.endpoint).port : undefined };
   return { ports, health, ready, indexers, workers, picker, load, replicaAgg, stop };
 }
+
+/** Wall time, and timers that do not hold the process open. */
+const WALL_CLOCK: Clock = { now: () => performance.now(), after: (ms, fn) => void setTimeout(fn, ms).unref() };
 
 function preprocessorOf(cfg: EppConfig, metrics: Metrics): ReturnType<typeof createPreprocessor> {
   try {

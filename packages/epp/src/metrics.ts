@@ -1,4 +1,6 @@
 // Prometheus metrics of the EPP. One registry per EPP instance so in-process tests can run several.
+import type { WorkerRef } from "@kv-epp/protocol";
+import type { RoutingMetrics } from "@kv-epp/routing";
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from "prom-client";
 
 export type RequestOutcome = "routed" | "no_endpoint" | "shed" | "bad_request" | "error";
@@ -266,3 +268,24 @@ export function createMetrics() {
 }
 
 export type Metrics = ReturnType<typeof createMetrics>;
+
+/** Routing's figures as this process exports them. */
+export function routingMetrics(m: Metrics): RoutingMetrics {
+  const rank = (r: WorkerRef) => ({ worker: r.workerId, dp_rank: String(r.dpRank) });
+  return {
+    routed: (ratio) => {
+      if (ratio !== undefined) m.overlapRatio.observe(ratio);
+    },
+    inflight: (n) => m.inflight.set(n),
+    servedElsewhere: (result) => m.servedElsewhere.inc({ result }),
+    unscored: (reason) => m.cachedTokensUnscored.inc({ reason }),
+    cachedTokens: (r, error, mispredicted) => {
+      m.cachedTokensError.observe(error);
+      m.cachedTokensPredictions.inc(rank(r));
+      // Incremented by 0 when right: every worker with predictions has the series, so a ratio of the two
+      // counters reads 0 for it rather than no data.
+      m.cachedTokensMispredictions.inc(rank(r), mispredicted ? 1 : 0);
+    },
+    observedTtft: (r, seconds) => m.observedTtft.observe(rank(r), seconds),
+  };
+}

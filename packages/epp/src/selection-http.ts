@@ -8,10 +8,7 @@ import { BadRequest, MAX_BODY_BYTES, parseBody, parseJson, TooDeep } from "./ext
 import type { StreamHandoff } from "./handoff/handoff.ts";
 import type { Indexers } from "./indexers/indexers.ts";
 import type { Metrics } from "./metrics.ts";
-import type { LoadView } from "./picker/load.ts";
-import type { LatencyModel } from "./picker/latency.ts";
-import type { Picker } from "./picker/picker.ts";
-import type { RoutingQuality } from "./picker/quality.ts";
+import type { LoadView, LatencyModel, Picker, RoutingQuality } from "@kv-epp/routing";
 import type { Tokenize } from "./tokens.ts";
 import { DUMP_PATH, parseWorkerKey, workerKeyOf } from "@kv-epp/protocol";
 import type { WorkerSet } from "./workers/worker-set.ts";
@@ -66,10 +63,10 @@ function kvShapeFields(indexers: Indexers, w: { workerId: string; dpRank: number
 /** GET /workers' load columns, beside the contract's fields (docs/CONTRACTS.md §10). */
 function loadFields(load: SelectionDeps["load"], key: string) {
   return {
-    active_requests: load.own.requests(key),
-    active_blocks: load.own.blocks(key),
-    sibling_requests: load.peers?.requests(key) ?? 0,
-    sibling_blocks: load.peers?.blocks(key) ?? 0,
+    active_requests: load.own.of(key).requests,
+    active_blocks: load.own.of(key).blocks,
+    sibling_requests: load.peers?.of(key).requests ?? 0,
+    sibling_blocks: load.peers?.of(key).blocks ?? 0,
   };
 }
 

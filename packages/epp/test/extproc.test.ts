@@ -253,7 +253,7 @@ describe("ext_proc", () => {
   });
 
   test("a request's prefill counts as ahead on its worker until its first response byte, or twice its predicted TTFT when none comes", async () => {
-    const prefill = () => epp.load.prefillBlocks(workerKeyOf("worker-a", 0)) + epp.load.prefillBlocks(workerKeyOf("worker-b", 0));
+    const prefill = () => epp.load.of(workerKeyOf("worker-a", 0)).prefillBlocks + epp.load.of(workerKeyOf("worker-b", 0)).prefillBlocks;
     const before = prefill();
     const requests = await inflight();
     // Nothing cached anywhere: all of its 8 blocks are to prefill.

@@ -73,14 +73,14 @@ test("the served endpoint reported on the response path moves the request's load
   const before = await metric('dynamo_epp_served_elsewhere_total{result="moved"}');
   const { s, first } = await open({ prompt: prefix });
   expect(destination(first)!.split(",")[0]).toBe(A);
-  await waitFor(() => epp.load.blocks(workerKeyOf("w0", 0)) === 4, { message: "load on the pick" });
+  await waitFor(() => epp.load.of(workerKeyOf("w0", 0)).blocks === 4, { message: "load on the pick" });
   s.send({
     response_headers: { headers: { headers: [header(":status", "200")] }, end_of_stream: false },
     metadata_context: { filter_metadata: { "envoy.lb": { fields: { "x-gateway-destination-endpoint-served": { stringValue: B } } } } },
   });
   await answerFor(s, "response_headers");
-  expect(epp.load.blocks(workerKeyOf("w0", 0))).toBe(0);
-  expect(epp.load.blocks(workerKeyOf("w1", 0))).toBe(4);
+  expect(epp.load.of(workerKeyOf("w0", 0)).blocks).toBe(0);
+  expect(epp.load.of(workerKeyOf("w1", 0)).blocks).toBe(4);
   expect(await metric('dynamo_epp_served_elsewhere_total{result="moved"}')).toBe(before + 1);
   // B, which holds none of the prompt, reports what it found: a correct prediction for B, nothing for A.
   const usage = enc.encode(JSON.stringify({ choices: [], usage: { prompt_tokens: 64, completion_tokens: 1, prompt_tokens_details: { cached_tokens: 0 } } }));
@@ -90,7 +90,7 @@ test("the served endpoint reported on the response path moves the request's load
   expect(await metric('dynamo_epp_cached_tokens_predictions_total{worker="w0",dp_rank="0"}')).toBe(0);
   expect(await metric('dynamo_epp_cached_tokens_mispredictions_total{worker="w1",dp_rank="0"}')).toBe(0);
   s.end();
-  await waitFor(() => epp.load.inflight === 0 && epp.load.blocks(workerKeyOf("w1", 0)) === 0, { message: "released where it was served" });
+  await waitFor(() => epp.load.inflight === 0 && epp.load.of(workerKeyOf("w1", 0)).blocks === 0, { message: "released where it was served" });
 });
 
 test("x-gateway-model-name-rewrite names the identity scored: an adapter's blocks are not the base model's", async () => {

@@ -6,5 +6,5 @@ export {
   DUMP_BINARY_CONTENT_TYPE, DUMP_BINARY_MAGIC, DUMP_CHUNK_BYTES, DUMP_CONTENT_TYPE, DUMP_CURSOR_FLAGS, DUMP_EVENT_FLAGS, DUMP_FIELDS, DUMP_FRAME,
   DUMP_JSON_CHUNK_BYTES, DUMP_PATH,
 } from "./dump.ts";
-export { bracketHost, formatEndpoint, hostPort, parseEndpoint, publisherBinds, rankEndpoint, type TcpEndpoint } from "./endpoint.ts";
+export { bracketHost, endpointHost, formatEndpoint, hostPort, parseEndpoint, publisherBinds, rankEndpoint, type TcpEndpoint } from "./endpoint.ts";
 export { Backoff, pause, sleep, type BackoffPolicy } from "./async.ts";

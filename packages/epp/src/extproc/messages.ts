@@ -1,5 +1,6 @@
 // ext_proc message shapes (as @grpc/proto-loader objects) and builders for the EPP's answers
 // (GAIE endpoint picker protocol: destination header + envoy.lb dynamic metadata).
+import { endpointHost } from "@kv-epp/protocol";
 
 export type HeaderValue = { key: string; value?: string; raw_value?: Uint8Array };
 export type HeaderMap = { headers?: HeaderValue[] };
@@ -68,13 +69,6 @@ export function subsetHint(req: ProcessingRequest): Set<string> | undefined {
 export function servedEndpoint(req: ProcessingRequest): string | undefined {
   const v = req.metadata_context?.filter_metadata?.[METADATA_NAMESPACE]?.fields?.[SERVED_KEY];
   return v?.stringValue?.trim() || undefined;
-}
-
-/** "10.0.0.1:8000" -> "10.0.0.1", "[fd00::1]:8000" -> "fd00::1"; a bare host stays as it is. */
-export function endpointHost(endpoint: string): string {
-  const colon = endpoint.lastIndexOf(":");
-  const host = colon >= 0 && (endpoint.startsWith("[") || endpoint.indexOf(":") === colon) ? endpoint.slice(0, colon) : endpoint;
-  return host.startsWith("[") && host.endsWith("]") ? host.slice(1, -1) : host;
 }
 
 function setHeader(key: string, value: string) {

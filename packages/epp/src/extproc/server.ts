@@ -1,18 +1,13 @@
 // ext_proc ExternalProcessor.Process: one gRPC stream per HTTP request (a new request_headers on the
-// same stream starts a new request). Request headers + body -> routing decision; response headers and
-// body are watched to release the request's load when it finishes, or when the stream breaks.
+// same stream starts a new request). This is the protocol's state machine alone: request headers + body
+// -> a RoutedRequest (routing's: the decision, its lease, its response watch); the response's headers,
+// body and end, or the stream breaking, drive that RoutedRequest to its end.
 import type { Logger } from "pino";
 import { throttledWarn } from "../log-throttle.ts";
 import type { BodyMode } from "../config.ts";
 import type { Metrics, RequestOutcome } from "../metrics.ts";
-import type { ActiveLoad, Lease } from "../picker/load.ts";
-import type { Decision, Picker } from "../picker/picker.ts";
-import type { PrefixKeys } from "../picker/pending.ts";
-import { EXPLAIN_REQUEST_HEADER, EXPLANATION_HEADER, explanation } from "../picker/explain.ts";
-import { predictionOf, type ResponseWatch, type RoutingQuality } from "../picker/quality.ts";
-import { prefillBlocksOf } from "../picker/decide.ts";
+import { EXPLAIN_REQUEST_HEADER, EXPLANATION_HEADER, RoutedRequest, type Routing, type RoutingContext } from "@kv-epp/routing";
 import type { Tokenize } from "../tokens.ts";
-import type { Candidate } from "../workers/registry.ts";
 import { FairnessLabels, hasCriticalObjective, requestClass, shedReason, type RequestClass } from "./gaie-headers.ts";
 import { GrpcStatus, type BidiCall, type StatusCode } from "./grpc-h2.ts";
 import { BadRequest, MAX_BODY_BYTES, parseBodyBytes, TooDeep, type ParsedBody } from "./openai-body.ts";
@@ -35,8 +30,8 @@ import {
 } from "./messages.ts";
 
 export type ExtProcDeps = {
-  picker: Picker;
-  load: ActiveLoad;
+  /** The decision, its load and its calibration: each request is one RoutedRequest of it. */
+  routing: RoutingContext;
   tokenize: Tokenize;
   metrics: Metrics;
   log: Logger;
@@ -44,8 +39,6 @@ export type ExtProcDeps = {
   /** Shed (429) when this many requests are in flight (0: never). */
   maxInflight: number;
   maxBodyBytes?: number;
-  /** Watches responses for the cached tokens and TTFT they report (routing quality). */
-  quality?: RoutingQuality;
   /** Explain every decision, not only those asking with x-kv-epp-explain: 1. */
   explainAll?: boolean;
   /** InferenceObjective name -> priority (x-gateway-inference-objective). */
@@ -54,8 +47,6 @@ export type ExtProcDeps = {
   queuesFull?: () => boolean;
   /** Next-best distinct endpoints sent after the pick, for the gateway's retries (0: none). */
   fallbacks?: number;
-  /** The routable worker ranks, to find the one a served endpoint names. */
-  candidates?: () => readonly Candidate[];
 };
 
 /** What one ext_proc server's streams share. */
@@ -75,29 +66,17 @@ type RequestState = {
   subset: Set<string> | undefined;
   chunks: Uint8Array[];
   bytes: number;
-  lease: Lease | undefined;
-  /** The response's watch: predicted vs reported cached tokens, observed TTFT. */
-  watch?: ResponseWatch;
-  /** The routing decision (what it predicted for each candidate, should another serve the request). */
-  picked?: Extract<Decision, { kind: "picked" }>;
   /** Asked why this worker: the decision's explanation goes on the routed request and the response. */
   explain: boolean;
-  explanation?: string;
   /** A decision was sent (or an immediate response): later request messages are not expected. */
   decided: boolean;
   /** GAIE headers: model rewrite, priority, fairness id. */
   cls: RequestClass;
-  /** Where its load is counted: the picked rank, or the one the gateway reports served it. */
-  routed?: { candidate: Candidate; blocks: number; prefillBlocks: number; prefilled: boolean; prefix?: PrefixKeys };
+  /** Its routing life, once routed. */
+  routed?: RoutedRequest;
   /** A response_body message came for it (the gateway sends response bodies). */
   responseBody: boolean;
 };
-
-/** The request's prefill is over (first response byte, or its deadline): its load stops counting it as ahead. */
-function prefillOver(req: RequestState): void {
-  req.lease?.prefilled();
-  if (req.routed) req.routed.prefilled = true;
-}
 
 /**
  * Streamed body chunks handed back: Envoy asks for chunks "no greater than 64K" and some data planes
@@ -227,22 +206,20 @@ class ProcessStream {
     if (msg.response_headers) {
       const status = findHeader(msg.response_headers.headers, ":status");
       if (status && status !== "200") this.deps.log.debug({ status }, "upstream answered non-200");
-      this.req?.watch?.headers(findHeader(msg.response_headers.headers, "content-type"), this.responseChunked);
+      this.req?.routed?.responseHeaders(findHeader(msg.response_headers.headers, "content-type"), this.responseChunked);
       this.served(servedEndpoint(msg) ?? findHeader(msg.response_headers.headers, SERVED_KEY));
-      const explained = this.req?.explanation;
+      const explained = this.req?.routed?.explanation;
       this.send(explained ? responseHeadersWith([[EXPLANATION_HEADER, explained]]) : continueResponse("response_headers"));
       if (msg.response_headers.end_of_stream) this.finish();
       return;
     }
     if (msg.response_body) {
-      // The first response bytes mean the worker has finished this request's prefill.
-      if (this.req) {
-        prefillOver(this.req);
-        this.req.responseBody = true;
-      }
       const body = msg.response_body.body ?? EMPTY;
       const eos = msg.response_body.end_of_stream === true;
-      this.req?.watch?.body(body);
+      if (this.req) {
+        this.req.responseBody = true;
+        this.req.routed?.responseBody(body);
+      }
       this.send(this.responseStreamed ? streamedBody("response_body", body, eos) : continueResponse("response_body"));
       if (eos) this.finish();
       return;
@@ -270,7 +247,7 @@ class ProcessStream {
     const explain = this.deps.explainAll === true || findHeader(msg.request_headers!.headers, EXPLAIN_REQUEST_HEADER) === "1";
     const cls = requestClass(msg.request_headers!.headers, this.deps.priorities ?? NO_PRIORITIES);
     this.deps.metrics.fairnessRequests.inc({ fairness_id: this.shared.fairness.label(cls.fairnessId) });
-    this.req = { subset: subsetHint(msg), chunks: [], bytes: 0, lease: undefined, decided: false, explain, responseBody: false, cls };
+    this.req = { subset: subsetHint(msg), chunks: [], bytes: 0, decided: false, explain, responseBody: false, cls };
     // No body, or none before the route is taken (NONE: not sent; STREAMED: the headers go upstream
     // once answered): the decision is by load alone, on the headers.
     if (msg.request_headers!.end_of_stream || this.mode === "NONE" || this.mode === "STREAMED") {
@@ -317,15 +294,37 @@ class ProcessStream {
     const req = this.req!;
     req.decided = true;
     const started = performance.now();
-    let decision: Decision;
-    let contentLength: number | undefined;
-    let batchedPrompts: number | undefined;
+    const routing = this.route(req, body, maybeCut);
+    if (!routing) return; // answered already: 400, 413 or 429
+    if (routing.kind === "no_endpoint") {
+      this.immediate(503, `no endpoint eligible (${routing.reason})`, routing.reason, "no_endpoint");
+      return;
+    }
+    const routed = (req.routed = routing.request);
+    this.deps.metrics.pickLatency.observe((performance.now() - started) / 1000);
+    this.deps.metrics.requests.inc({ outcome: "routed" });
+    const { chosen, requestBlocks } = routed.decision;
+    const route: Route = {
+      // The protocol's ordered list: the pick first, then next-best distinct endpoints for retries.
+      endpoint: routed.endpoints(this.deps.fallbacks ?? 0).join(","),
+      dpRank: chosen.candidate.rankHeader,
+      contentLength: at === "body" && this.fullDuplex ? body.length : undefined,
+      extraHeaders: routed.explanation ? [[EXPLANATION_HEADER, routed.explanation]] : undefined,
+    };
+    this.deps.log.debug(
+      { worker: chosen.candidate.workerId, rank: chosen.candidate.dpRank, overlap: chosen.overlap, blocks: requestBlocks },
+      "routed",
+    );
+    this.sendRoute(route, at, body, bodyEnds);
+  }
+
+  /** Parses, sheds or tokenizes and routes: the Routing, or undefined when the request got its answer here. */
+  private route(req: RequestState, body: Uint8Array, maybeCut: boolean): Routing | undefined {
     try {
       const parsed: ParsedBody = body.length > 0 ? this.parse(body, maybeCut) : { input: { kind: "none" } };
-      batchedPrompts = parsed.batchedPrompts;
       const shed = shedReason({
         priority: req.cls.priority,
-        inflight: this.deps.load.inflight,
+        inflight: this.deps.routing.load.inflight,
         maxInflight: this.deps.maxInflight,
         queuesFull: req.cls.priority < 0 && (this.deps.queuesFull?.() ?? false),
         criticalKnown: this.shared.criticalKnown,
@@ -333,53 +332,24 @@ class ProcessStream {
       if (shed) {
         this.deps.metrics.shedByClass.inc({ class: req.cls.priority < 0 ? "sheddable" : req.cls.priority > 0 ? "critical" : "standard" });
         this.immediate(429, shed, "shed", "shed");
-        return;
+        return undefined;
       }
       const tokens = this.deps.tokenize(parsed.input);
       // x-gateway-model-name-rewrite names the model the request runs as (an adapter's identity too).
-      decision = this.deps.picker.pick({ model: req.cls.modelRewrite ?? parsed.model, cacheSalt: parsed.cacheSalt, tokens, subset: req.subset });
+      const pick = { model: req.cls.modelRewrite ?? parsed.model, cacheSalt: parsed.cacheSalt, tokens, subset: req.subset };
+      return RoutedRequest.route(this.deps.routing, pick, { explain: req.explain, batched: parsed.batchedPrompts !== undefined });
     } catch (err) {
       if (err instanceof BadRequest) {
         if (err instanceof TooDeep) this.deps.metrics.jsonDepthRefusals.inc({ where: "ext_proc" });
         this.immediate(400, err.message, "bad_request", "bad_request");
-        return;
+        return undefined;
       }
       throw err;
     }
-    if (decision.kind === "no_endpoint") {
-      this.immediate(503, `no endpoint eligible (${decision.reason})`, decision.reason, "no_endpoint");
-      return;
-    }
-    const { chosen, requestBlocks } = decision;
-    const prefillBlocks = prefillBlocksOf(requestBlocks, chosen.overlap);
-    req.lease = this.deps.load.acquire(chosen.candidate.key, requestBlocks, prefillBlocks, decision.prefix);
-    req.routed = { candidate: chosen.candidate, blocks: requestBlocks, prefillBlocks, prefilled: false, prefix: decision.prefix };
-    // A response that is not streamed (or a data plane that buffers it) shows no byte until it ends, so
-    // its prefill would count as ahead of every later request for its whole decode: it stops counting
-    // at twice its predicted TTFT if no byte came before.
-    if (prefillBlocks > 0) setTimeout(() => prefillOver(req), 2 * chosen.predictedTtftMs).unref();
-    this.deps.metrics.inflight.set(this.deps.load.inflight);
-    this.deps.metrics.pickLatency.observe((performance.now() - started) / 1000);
-    if (requestBlocks > 0) this.deps.metrics.overlapRatio.observe(chosen.overlap / requestBlocks);
-    // A batch's usage adds up all its prompts, its first token is any prompt's: nothing to compare with
-    // the prediction made for the first prompt.
-    if (batchedPrompts === undefined) req.watch = this.deps.quality?.watch(predictionOf(decision), performance.now());
-    else if (this.deps.quality) this.deps.metrics.cachedTokensUnscored.inc({ reason: "batched_prompts" });
-    req.picked = decision;
-    if (req.explain) req.explanation = explanation(decision);
-    this.deps.metrics.requests.inc({ outcome: "routed" });
-    if (at === "body" && this.fullDuplex) contentLength = body.length;
-    const route: Route = {
-      // The protocol's ordered list: the pick first, then next-best distinct endpoints for retries.
-      endpoint: [chosen.candidate.endpoint, ...fallbacks(decision.scored, chosen.candidate.endpoint, this.deps.fallbacks ?? 0)].join(","),
-      dpRank: chosen.candidate.rankHeader,
-      contentLength,
-      extraHeaders: req.explanation ? [[EXPLANATION_HEADER, req.explanation]] : undefined,
-    };
-    this.deps.log.debug(
-      { worker: chosen.candidate.workerId, rank: chosen.candidate.dpRank, overlap: chosen.overlap, blocks: requestBlocks },
-      "routed",
-    );
+  }
+
+  /** The route goes back as the answer the body mode expects: on the headers, or on the (held back) body. */
+  private sendRoute(route: Route, at: "headers" | "body", body: Uint8Array, bodyEnds: boolean): void {
     if (at === "headers") {
       this.send(routedHeaders(route));
     } else if (this.fullDuplex) {
@@ -398,28 +368,14 @@ class ProcessStream {
 
   /**
    * The endpoint the data plane reports served the request (GAIE protocol: envoy.lb
-   * x-gateway-destination-endpoint-served, on the response path). A retry or fallback that landed
-   * elsewhere moves the request's load to the rank there, so the load is charged where the work is.
+   * x-gateway-destination-endpoint-served, on the response path): its RoutedRequest moves its load there.
    */
   private served(endpoint: string | undefined): void {
-    const req = this.req;
-    const routed = req?.routed;
-    if (!endpoint || !req || !routed || !req.lease || endpoint === routed.candidate.endpoint) return;
-    const at = (this.deps.candidates?.() ?? []).filter((c) => c.endpoint === endpoint);
-    const next = at.find((c) => c.dpRank === routed.candidate.dpRank) ?? at[0];
-    if (!next) {
-      this.deps.metrics.servedElsewhere.inc({ result: "unknown_endpoint" });
-      this.deps.log.debug({ picked: routed.candidate.endpoint, served: endpoint }, "served by an endpoint this EPP does not know; load left on the pick");
-      return;
-    }
-    req.lease.release();
-    req.lease = this.deps.load.acquire(next.key, routed.blocks, routed.prefilled ? 0 : routed.prefillBlocks, routed.prefix);
-    req.routed = { ...routed, candidate: next };
-    // The response tells about the rank that served it: compared with what was predicted for that one.
-    const scored = req.picked?.scored.find((s) => s.candidate.key === next.key);
-    req.watch?.servedBy(scored && predictionOf(req.picked!, scored));
-    this.deps.metrics.servedElsewhere.inc({ result: "moved" });
-    this.deps.log.debug({ picked: routed.candidate.endpoint, served: endpoint }, "served elsewhere: load moved");
+    const routed = this.req?.routed;
+    const picked = routed?.candidate.endpoint;
+    const moved = routed?.servedBy(endpoint);
+    if (moved === "unknown_endpoint") this.deps.log.debug({ picked, served: endpoint }, "served by an endpoint this EPP does not know; load left on the pick");
+    else if (moved === "moved") this.deps.log.debug({ picked, served: endpoint }, "served elsewhere: load moved");
   }
 
   private parse(body: Uint8Array, maybeCut: boolean): ParsedBody {
@@ -440,36 +396,22 @@ class ProcessStream {
     this.finish();
   }
 
-  /** Releases the current request's load (idempotent). */
+  /** Ends the current request's routing life: its load released, its response's figures recorded (idempotent). */
   private finish(): void {
     const req = this.req;
     if (!req) return;
     this.req = undefined;
-    req.watch?.end();
-    if (req.lease) {
+    if (req.routed) {
       // No response body seen (the gateway's response_body_mode is NONE, or the response had none):
       // the load was held to the stream's end, and its prefill part never turned into decode.
       if (!req.responseBody) this.deps.metrics.releasedWithoutResponseBody.inc();
-      req.lease.release();
-      this.deps.metrics.inflight.set(this.deps.load.inflight);
+      req.routed.end();
     }
   }
 }
 
 const EMPTY = new Uint8Array(0);
 const NO_PRIORITIES: ReadonlyMap<string, number> = new Map();
-
-/** Up to `n` endpoints after `picked`, cheapest first, each once (several ranks may share one). */
-function fallbacks(scored: readonly { candidate: Candidate; cost: number }[], picked: string, n: number): string[] {
-  if (n <= 0) return [];
-  const out: string[] = [];
-  for (const s of [...scored].sort((a, b) => a.cost - b.cost)) {
-    const ep = s.candidate.endpoint;
-    if (ep !== picked && !out.includes(ep)) out.push(ep);
-    if (out.length === n) break;
-  }
-  return out;
-}
 
 function concat(chunks: Uint8Array[], total: number): Uint8Array {
   if (chunks.length === 1) return chunks[0]!;

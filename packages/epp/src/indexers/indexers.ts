@@ -5,7 +5,7 @@ import type { WorkerRef } from "@kv-epp/protocol";
 import type { Logger } from "pino";
 import type { Metrics } from "../metrics.ts";
 import { LiveIngest, type LiveIngestOptions } from "./live-ingest.ts";
-import { ModelIndexes } from "./model-indexes.ts";
+import { ModelIndexes, type ViewLost } from "./model-indexes.ts";
 import { RecoveryTarget } from "./recovery-target.ts";
 
 export { indexerKey, MAX_ADAPTERS, type Indexer, type Resolved } from "./model-indexes.ts";
@@ -17,11 +17,21 @@ export class Indexers {
   readonly models: ModelIndexes;
   readonly live: LiveIngest;
   readonly recovery: RecoveryTarget;
+  private readonly viewLost: ViewLost[] = [];
 
   constructor(metrics: Metrics, log?: Logger, opts: IndexersOptions = {}) {
-    this.models = new ModelIndexes(metrics, log, opts.onViewLost);
-    this.live = new LiveIngest(this.models, metrics, log, opts);
+    const viewLost: ViewLost = (key, w) => {
+      opts.onViewLost?.(key, w);
+      for (const f of this.viewLost) f(key, w);
+    };
+    this.models = new ModelIndexes(metrics, log, viewLost);
+    this.live = new LiveIngest(this.models, metrics, log, { ...opts, onViewLost: viewLost });
     this.recovery = new RecoveryTarget(this.models, metrics, log);
+  }
+
+  /** Told whenever an index drops a rank's blocks on its own (what tracks that rank's stream, built after the index). */
+  whenViewLost(f: ViewLost): void {
+    this.viewLost.push(f);
   }
 
   /** The worker rank left the worker set: its blocks leave every index and its events' record goes. */

@@ -7,7 +7,7 @@ import { workerKey, type WorkerRef } from "@kv-epp/protocol";
 import { isGpuMedium, type BlockStored, type KvEvent, type ListenerSignal } from "@kv-epp/kv-events";
 import type { Logger } from "pino";
 import type { Metrics } from "../metrics.ts";
-import type { EvictionRegret } from "../picker/eviction-regret.ts";
+import type { EvictionRegret } from "@kv-epp/routing";
 import { storedBlockExtras } from "./event-identity.ts";
 import { RankGroups } from "./kv-groups.ts";
 import { MAX_LOGGED, type Indexer, type ModelIndexes, type ViewLost } from "./model-indexes.ts";

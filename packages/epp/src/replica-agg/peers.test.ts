@@ -4,12 +4,10 @@ import type { V1EndpointSlice } from "@kubernetes/client-node";
 import { PubSocket } from "@kv-epp/kv-events";
 import { startFakeKubeApi, waitFor, type FakeKubeApi } from "@kv-epp/testkit";
 import pino from "pino";
-import { ActiveLoad } from "../picker/load.ts";
+import { ActiveLoad, AGG_TOPIC, PeerLoads } from "@kv-epp/routing";
 import { workerKeyOf } from "@kv-epp/protocol";
-import { AGG_TOPIC } from "./codec.ts";
 import { endpointSlicePeers, staticPeers } from "./discovery.ts";
 import { AggPublisher } from "./publisher.ts";
-import { PeerLoads } from "./peer-loads.ts";
 import { AggSubscribers, type DropReason } from "./peers.ts";
 
 const log = pino({ level: "silent" });
@@ -42,16 +40,16 @@ describe("replica-agg over ZMTP", () => {
     await waitFor(() => subs.connected === 1, { message: "connected" });
 
     const lease = load.acquire(W0, 10, 4);
-    await waitFor(() => state.blocks(W0) === 10 && state.prefillBlocks(W0) === 4, { message: "request added" });
+    await waitFor(() => state.of(W0).blocks === 10 && state.of(W0).prefillBlocks === 4, { message: "request added" });
     lease.prefilled();
-    await waitFor(() => state.prefillBlocks(W0) === 0, { message: "prefill completed" });
+    await waitFor(() => state.of(W0).prefillBlocks === 0, { message: "prefill completed" });
     lease.release();
-    await waitFor(() => state.requests(W0) === 0, { message: "request freed" });
+    await waitFor(() => state.of(W0).requests === 0, { message: "request freed" });
 
     load.acquire(W0, 7);
-    await waitFor(() => state.blocks(W0) === 7, { message: "second request added" });
+    await waitFor(() => state.of(W0).blocks === 7, { message: "second request added" });
     subs.reconcile([]);
-    expect(state.blocks(W0)).toBe(0);
+    expect(state.of(W0).blocks).toBe(0);
     expect(seen.dropped).toEqual([["removed", 1]]);
     expect(subs.known).toBe(0);
   });

@@ -4,8 +4,7 @@
 // timeout, or when it leaves discovery.
 import { SubSocket } from "@kv-epp/kv-events";
 import type { Logger } from "pino";
-import { AGG_TOPIC, AggDecodeError, decodeAggMessage, type AggMessage } from "./codec.ts";
-import type { PeerLoads } from "./peer-loads.ts";
+import { AGG_TOPIC, AggDecodeError, decodeAggMessage, type AggMessage, type PeerLoads } from "@kv-epp/routing";
 
 /** A peer's replica-agg endpoint; `id` names it in logs and state (its endpoint). */
 export type AggPeer = { id: string; endpoint: string };

@@ -3,24 +3,7 @@
 // join late or lose messages are made exact again by the next snapshot; no back channel is needed.
 import { PubSocket } from "@kv-epp/kv-events";
 import type { Logger } from "pino";
-import type { ActiveLoad } from "../picker/load.ts";
-import { AGG_TOPIC, encodeAggMessage, entryOf, opOf, type AggMessage, type AggOp } from "./codec.ts";
-
-/** Numbers this replica's messages: one replica id per process start, seq +1 per message from 0. */
-export class AggOutbox {
-  private seq = 0;
-
-  constructor(readonly replica: string) {}
-
-  delta(ops: AggOp[]): AggMessage {
-    return { kind: "delta", replica: this.replica, seq: this.seq++, ops };
-  }
-
-  snapshot(load: ActiveLoad): AggMessage {
-    const entries = [...load.entries()].map(([id, e]) => entryOf(id, e));
-    return { kind: "snapshot", replica: this.replica, seq: this.seq++, entries };
-  }
-}
+import { AGG_TOPIC, AggOutbox, deltaParts, encodeAggMessage, opOf, type ActiveLoad, type AggMessage, type AggOp } from "@kv-epp/routing";
 
 /** A fresh random replica id (64 bits, hex): a restarted process is a new replica to its peers. */
 export function newReplicaId(): string {
@@ -28,32 +11,6 @@ export function newReplicaId(): string {
 }
 
 const TOPIC = new TextEncoder().encode(AGG_TOPIC);
-
-/**
- * Prefix keys one delta carries at most (512 KiB of them): a turn's changes past it go out as further
- * deltas, in order, so no message nears a subscriber's 8 MiB frame bound however many requests one
- * event-loop turn routes (a delta over it would close the session and drop this replica's whole load there).
- */
-export const DELTA_MAX_PREFIX_KEYS = 1 << 16;
-
-/** One turn's ops cut into deltas of at most DELTA_MAX_PREFIX_KEYS prefix keys each (an op is never split). */
-export function deltaParts(ops: AggOp[], maxKeys = DELTA_MAX_PREFIX_KEYS): AggOp[][] {
-  const parts: AggOp[][] = [];
-  let part: AggOp[] = [];
-  let keys = 0;
-  for (const o of ops) {
-    const n = o.op === "added" ? (o.prefix?.length ?? 0) : 0;
-    if (keys + n > maxKeys && part.length > 0) {
-      parts.push(part);
-      part = [];
-      keys = 0;
-    }
-    part.push(o);
-    keys += n;
-  }
-  if (part.length > 0) parts.push(part);
-  return parts;
-}
 
 export class AggPublisher {
   private readonly outbox: AggOutbox;

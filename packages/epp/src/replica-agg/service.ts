@@ -5,12 +5,9 @@ import { formatEndpoint, parseEndpoint, parseWorkerKey } from "@kv-epp/protocol"
 import type { Logger } from "pino";
 import type { ReplicaAggConfig } from "../config.ts";
 import type { Metrics } from "../metrics.ts";
-import type { ActiveLoad, LoadView } from "../picker/load.ts";
-import type { ReplicaSet } from "../picker/home.ts";
-import type { PendingPrefixes } from "../picker/pending.ts";
+import { PeerLoads, type ActiveLoad, type LoadView, type PeerStatus, type ReplicaSet, type PendingPrefixes } from "@kv-epp/routing";
 import { endpointSlicePeers, staticPeers, type PeerSource } from "./discovery.ts";
 import { AggPublisher, newReplicaId } from "./publisher.ts";
-import { PeerLoads, type PeerStatus } from "./peer-loads.ts";
 import { AggSubscribers } from "./peers.ts";
 
 export type ReplicaAgg = {

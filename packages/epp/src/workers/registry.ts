@@ -4,13 +4,13 @@
 import { rankEndpoint, workerKeyOf, type RankSource, type WorkerRef, type WorkerSpec } from "@kv-epp/protocol";
 import { KvEventListener, type Heartbeat, type ListenerCounters as KvListenerCounters, type ListenerSignal, type MalformedKind } from "@kv-epp/kv-events";
 import type { Logger } from "pino";
+import type { Candidate } from "@kv-epp/routing";
 
 /**
  * One routable unit: a worker rank. `key` matches the index's workerKey; `endpoint` is the API server
  * serving the rank; `rankHeader` is the x-data-parallel-rank that server is told (undefined: none,
  * when it serves this rank alone).
  */
-export type Candidate = WorkerRef & { key: string; endpoint: string; rankHeader: number | undefined };
 
 /** Summed over the live listeners; `heartbeatTimeouts`: publishers dropped for going silent (then redialed). */
 export type ListenerCounters = {

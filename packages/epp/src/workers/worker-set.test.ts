@@ -44,7 +44,6 @@ function staticSet(metricsUrl: string) {
     },
     metrics,
     log: quiet,
-    onRemoved: () => {},
   });
   const stop = new AbortController();
   cleanup.push(() => set.stop());

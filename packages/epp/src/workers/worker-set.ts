@@ -10,9 +10,10 @@ import type { Logger } from "pino";
 import type { EppConfig } from "../config.ts";
 import { startIntentSource, type IntentSource } from "../intents-source.ts";
 import type { Metrics } from "../metrics.ts";
-import { scrapeTargets, WorkerMetricsScraper, type WorkerMetrics } from "../picker/worker-metrics.ts";
+import { scrapeTargets, WorkerMetricsScraper, type WorkerMetrics } from "./worker-metrics.ts";
 import { startPoolWorkers } from "./kubernetes.ts";
-import { rankSources, serving, WorkerRegistry, type Candidate, type Sink } from "./registry.ts";
+import type { Candidate } from "@kv-epp/routing";
+import { rankSources, serving, WorkerRegistry, type Sink } from "./registry.ts";
 import { staticWorkers } from "./static.ts";
 
 /**
@@ -27,10 +28,6 @@ export type WorkerSetOptions = {
   kube: () => KubeConfig;
   metrics: Metrics;
   log: Logger;
-  /** A worker rank left the set (or a down worker's publisher is gone too): its blocks and stream go. */
-  onRemoved: (worker: WorkerRef) => void;
-  /** After each scrape round: the KV blocks the set's ranks can hold together, as scraped so far (kvCapacity). */
-  onKvCapacity?: (blocks: number) => void;
 };
 
 /** One worker rank as the set sees it (GET /workers). */
@@ -57,6 +54,8 @@ export class WorkerSet {
   private lastMerge = { unroutable: "[]", aliases: "[]" };
   private pool: Promise<{ stop(): Promise<void> }> = Promise.resolve({ stop: async () => {} });
   private intentSource: IntentSource | undefined;
+  private readonly removed: ((worker: WorkerRef) => void)[] = [];
+  private readonly kvCapacityListeners: ((blocks: number) => void)[] = [];
 
   constructor(o: WorkerSetOptions) {
     this.o = o;
@@ -67,19 +66,35 @@ export class WorkerSet {
       onSuccess: (workerId) => {
         if (this.failedScrapes.delete(workerId)) this.registry.markUp(workerId);
       },
-      onRound: () => o.onKvCapacity?.(this.kvCapacity()),
+      onRound: () => {
+        if (this.kvCapacityListeners.length === 0) return;
+        const blocks = this.kvCapacity();
+        for (const f of this.kvCapacityListeners) f(blocks);
+      },
     });
     this.registry = new WorkerRegistry({
       topic: cfg.kvTopic,
       heartbeat: cfg.kvHeartbeatMs > 0 ? listenerHeartbeat(cfg.kvHeartbeatMs) : undefined,
       log,
-      onRemoved: o.onRemoved,
+      onRemoved: (w) => {
+        for (const f of this.removed) f(w);
+      },
       onMalformed: (kind) => metrics.kvMalformed.inc({ kind }),
       onChanged: (specs) => {
         this.scraper.setTargets(specs.flatMap(scrapeTargets));
         metrics.workers.set(specs.reduce((n, s) => n + s.dpSize, 0));
       },
     });
+  }
+
+  /** Told when a worker rank leaves the set (or a down worker's publisher is gone too): its blocks and stream go. */
+  whenRemoved(f: (worker: WorkerRef) => void): void {
+    this.removed.push(f);
+  }
+
+  /** Told after each scrape round of the KV blocks the set's ranks can hold together, as scraped so far (kvCapacity). */
+  whenKvCapacity(f: (blocks: number) => void): void {
+    this.kvCapacityListeners.push(f);
   }
 
   /**

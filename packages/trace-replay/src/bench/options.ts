@@ -4,7 +4,8 @@ import { POLICY_NAMES, type PolicyName } from "../policies/index.ts";
 import { FlagError, parseFlags } from "../cli-flags.ts";
 import { DEFAULT_AGG_SIM, type AggSimOptions } from "../sim/replica-agg.ts";
 import type { CacheReset, InflightPrefixMode } from "../sim/replay.ts";
-import { DEFAULT_AWAY_WEIGHT, DEFAULT_FOLLOWER_WEIGHT, DEFAULT_FOLLOWER_WEIGHT_MAX, DEFAULT_SHAPE, DEFAULT_TIMING, DEFAULT_WEIGHTS, INFLIGHT_PREFIX_DEFAULT, SCORE_SHAPE, followerRange, type CostShape, type FollowerRange } from "../upstream.ts";
+import { DEFAULT_TIMING } from "@kv-epp/mock-worker";
+import { DEFAULT_AWAY_WEIGHT, DEFAULT_FOLLOWER_WEIGHT, DEFAULT_FOLLOWER_WEIGHT_MAX, DEFAULT_SHAPE, DEFAULT_WEIGHTS, INFLIGHT_PREFIX_DEFAULT, SCORE_SHAPE, followerRange, type CostShape, type FollowerRange } from "@kv-epp/routing";
 import { DEFAULT_TRACE_PATH } from "../trace.ts";
 
 const positiveInt = z.coerce.number().int().positive();
@@ -51,15 +52,15 @@ const schema = z.object({
   // replica's at once, with no lag: the bound for what replica-agg carries), off.
   "inflight-prefix": z.enum(["own", "shared", "off"]).default(INFLIGHT_PREFIX_DEFAULT ? "own" : "off"),
   seed: z.coerce.number().int().default(1),
-  // The EPP's defaults (packages/epp picker/cost.ts DEFAULT_WEIGHTS).
+  // The EPP's defaults (routing cost.ts DEFAULT_WEIGHTS).
   "prefill-load-scale": nonNegative.default(DEFAULT_WEIGHTS.prefillLoadScale),
   "decode-load-scale": nonNegative.default(DEFAULT_WEIGHTS.decodeLoadScale),
   "latency-follower-weight": nonNegative.default(DEFAULT_FOLLOWER_WEIGHT),
   // As the EPP's flag: below the base it is the base (a fixed weight).
   "latency-follower-weight-max": nonNegative.default(DEFAULT_FOLLOWER_WEIGHT_MAX),
-  // The EPP's --latency-away-weight (picker/home.ts): applies with replica-agg on.
+  // The EPP's --latency-away-weight (routing home.ts): applies with replica-agg on.
   "latency-away-weight": nonNegative.default(DEFAULT_AWAY_WEIGHT),
-  // The EPP's cost shapes and their defaults (picker/cost.ts CostShape, DEFAULT_SHAPE, SCORE_SHAPE):
+  // The EPP's cost shapes and their defaults (routing cost.ts CostShape, DEFAULT_SHAPE, SCORE_SHAPE):
   // score, or blocks (the two weights above).
   "cost-shape": z.enum(["score", "blocks"]).default(DEFAULT_SHAPE.kind),
   "prefix-weight": nonNegative.default(SCORE_SHAPE.prefix),

@@ -1,5 +1,5 @@
 // Which replays one benchmark run makes, and with which simulation options.
-import { DEFAULT_TIMING } from "../upstream.ts";
+import { DEFAULT_TIMING } from "@kv-epp/mock-worker";
 import { POLICIES, type PolicyName } from "../policies/index.ts";
 import type { ReplayOptions } from "../sim/replay.ts";
 import type { TraceRecord } from "../trace.ts";

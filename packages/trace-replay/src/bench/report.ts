@@ -4,7 +4,7 @@ import { cdfPoints, type Points, type ReportData } from "../report/data.ts";
 import { ms, pct, rate } from "../report/table.ts";
 import type { CacheBounds } from "../sim/bounds.ts";
 import type { RunResult } from "../sim/replay.ts";
-import type { CostShape } from "../upstream.ts";
+import type { CostShape } from "@kv-epp/routing";
 import type { BenchOptions } from "./options.ts";
 
 export const TABLE_COLUMNS = [

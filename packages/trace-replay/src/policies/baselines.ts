@@ -1,5 +1,5 @@
 // Policies that ignore the cache: the floor the KV-aware policy must clear.
-import { choose } from "../upstream.ts";
+import { choose } from "@kv-epp/routing";
 import { withRouterLoad } from "./router-load.ts";
 import type { PolicySpec } from "./types.ts";
 
@@ -31,7 +31,7 @@ export const leastLoaded: PolicySpec = {
   usesIndex: false,
   create(ctx) {
     return withRouterLoad(ctx, () =>
-      choose(ctx.workerKeys.map((k) => ctx.load.requests(k)), 0, ctx.random),
+      choose(ctx.workerKeys.map((k) => ctx.load.of(k).requests), 0, ctx.random),
     );
   },
 };

@@ -2,7 +2,7 @@
 // workers at the instant of the pick (no event lag, no estimate): what kv-aware would do with a perfect
 // index. It agrees with kv-aware by construction when events arrive in time, so it bounds the index,
 // not the routing; ttft-oracle and the pooled-cache bounds bound the routing.
-import { decide } from "../upstream.ts";
+import { decide } from "@kv-epp/routing";
 import { residentOverlaps } from "./resident.ts";
 import type { PolicySpec } from "./types.ts";
 

@@ -4,7 +4,7 @@ import { kvAware, kvLatency } from "./kv-aware.ts";
 import { exactIndex } from "./exact-index.ts";
 import { ttftOracle } from "./ttft-oracle.ts";
 import type { PolicyName, PolicySpec } from "./types.ts";
-import { DEFAULT_COST } from "../upstream.ts";
+import { DEFAULT_COST } from "@kv-epp/routing";
 
 export const POLICIES: Record<PolicyName, PolicySpec> = {
   "kv-aware": kvAware,

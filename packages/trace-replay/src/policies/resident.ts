@@ -1,7 +1,7 @@
 // Each simulated cache's resident blocks, mirrored from its change events, so a policy that reads the
 // true caches hashes a request the cache's way once per pick rather than once per worker (as
 // PrefixCacheSim.peekHitBlocks would); the answer is the same.
-import { chainBlockIds } from "../upstream.ts";
+import { chainBlockIds } from "@kv-epp/mock-worker";
 import { cacheIdentity, type SimRequest } from "../sim/request.ts";
 import type { ReplicaContext } from "./types.ts";
 

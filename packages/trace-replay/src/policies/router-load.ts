@@ -1,23 +1,18 @@
-import type { LoadLease, PrefixKeys } from "../upstream.ts";
+import type { Lease } from "@kv-epp/routing";
 import type { SimRequest } from "../sim/request.ts";
 import type { ReplicaContext, Router } from "./types.ts";
 
-/** What a pick knows about its lease: the blocks the worker still prefills, the request's prefix keys. */
-export type LeaseShape = { prefillBlocks: number; prefix?: PrefixKeys };
-
 /**
- * Router-side load bookkeeping, as the EPP does it: a lease on the chosen worker for the request's
- * blocks from routing until its response ends, its prefill blocks counted until the first token comes
- * back, carrying the request's prefix keys into the replica's in-flight prefixes (`shapeOf`: what the
- * pick computed; absent, no prefill blocks and no prefix).
+ * Router-side load bookkeeping for a policy that picks by load alone: a lease on the chosen worker for
+ * the request's blocks from routing until its response ends (the EPP's kv policies take theirs through
+ * RoutedRequest, with their prefill blocks and prefix keys).
  */
-export function withRouterLoad(ctx: ReplicaContext, pick: (req: SimRequest) => number, shapeOf?: (req: SimRequest) => LeaseShape | undefined): Router {
-  const leases = new Map<number, LoadLease>();
+export function withRouterLoad(ctx: ReplicaContext, pick: (req: SimRequest) => number): Router {
+  const leases = new Map<number, Lease>();
   return {
     pick,
     routed(req, worker) {
-      const shape = shapeOf?.(req);
-      leases.set(req.id, ctx.ownLoad.acquire(ctx.workerKeys[worker]!, req.requestBlocks, shape?.prefillBlocks ?? 0, shape?.prefix));
+      leases.set(req.id, ctx.ownLoad.acquire(ctx.workerKeys[worker]!, req.requestBlocks));
     },
     firstToken(req) {
       leases.get(req.id)?.prefilled();

@@ -2,7 +2,7 @@
 // lowest given the exact caches and queues at that instant (SimWorker.ttftIfSubmitted). It sees what no
 // router can (every cache, every queue, the engine itself) and is greedy: it does not weigh what
 // a choice does to later requests, so a policy may beat it on a later request's account, rarely overall.
-import { choose, uncachedTokens } from "../upstream.ts";
+import { choose, uncachedTokens } from "@kv-epp/routing";
 import { residentOverlaps } from "./resident.ts";
 import type { PolicySpec } from "./types.ts";
 

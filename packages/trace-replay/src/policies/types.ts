@@ -1,5 +1,5 @@
 import type { KvIndex } from "@kv-epp/index-wasm";
-import type { ActiveLoad, EvictionRegret, FollowerRange, LoadView, PendingView, ReplicaSet, Weights } from "../upstream.ts";
+import type { ActiveLoad, Candidate, Clock, EvictionRegret, FollowerRange, LoadView, PendingView, ReplicaSet, Weights } from "@kv-epp/routing";
 import type { SimRequest } from "../sim/request.ts";
 import type { SimWorker } from "../sim/worker.ts";
 
@@ -11,6 +11,10 @@ export type ReplicaContext = {
   workers: readonly SimWorker[];
   /** index-wasm worker keys, by worker position */
   workerKeys: readonly string[];
+  /** the workers as routing's candidates, by worker position (endpoint = worker key) */
+  candidates: readonly Candidate[];
+  /** virtual time */
+  clock: Clock;
   random: () => number;
   /**
    * this replica's own routing decisions (leases taken at pick, released at finish); with in-flight

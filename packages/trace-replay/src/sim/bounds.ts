@@ -16,7 +16,7 @@
 //   no wait; its cached prefix is at most what the unbounded cache finds, and all requests together hit
 //   at most the pooled optimum's tokens. The bound is the smallest p50 for which the requests it needs
 //   at or under it can be given their hits within that total.
-import { chainBlockIds, DEFAULT_TIMING, idleTtftMs, PrefixCacheSim, type TimingParams } from "../upstream.ts";
+import { chainBlockIds, DEFAULT_TIMING, idleTtftMs, PrefixCacheSim, type TimingParams } from "@kv-epp/mock-worker";
 import { recordTokens } from "../tokens.ts";
 import type { TraceRecord } from "../trace.ts";
 import { adapterOf } from "./lora-mix.ts";

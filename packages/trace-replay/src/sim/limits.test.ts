@@ -1,6 +1,6 @@
 import { describe, expect, test } from "bun:test";
 import fc from "fast-check";
-import { DEFAULT_TIMING, idleTtftMs } from "../upstream.ts";
+import { DEFAULT_TIMING, idleTtftMs } from "@kv-epp/mock-worker";
 import { POLICY_NAMES } from "../policies/index.ts";
 import type { TraceRecord } from "../trace.ts";
 import { beladyHits, cacheBounds, ttftP50Bound } from "./bounds.ts";

@@ -4,7 +4,8 @@
 // a whole trace runs in seconds and the same seed gives the same figures.
 import { workerKey, type WorkerRef } from "@kv-epp/protocol";
 import { fromWireExtraKeys, KvIndex } from "@kv-epp/index-wasm";
-import { ActiveLoad, DEFAULT_AWAY_WEIGHT, DEFAULT_FOLLOWER_WEIGHT, DEFAULT_FOLLOWER_WEIGHT_MAX, DEFAULT_PENDING, EvictionRegret, followerRange, PendingPrefixes, type CacheEvent, type FollowerRange, type TimingParams, type Weights } from "../upstream.ts";
+import type { CacheEvent, TimingParams } from "@kv-epp/mock-worker";
+import { ActiveLoad, DEFAULT_AWAY_WEIGHT, DEFAULT_FOLLOWER_WEIGHT, DEFAULT_FOLLOWER_WEIGHT_MAX, DEFAULT_PENDING, EvictionRegret, followerRange, PendingPrefixes, type Candidate, type Clock, type FollowerRange, type Weights } from "@kv-epp/routing";
 import { seededRandom } from "@kv-epp/testkit";
 import { POLICIES, type PolicyName, type ReplicaContext, type Router } from "../policies/index.ts";
 import { arrivalTimes, type TraceRecord } from "../trace.ts";
@@ -106,6 +107,8 @@ export function replayPolicy(trace: readonly TraceRecord[], policy: PolicyName, 
   const random = seededRandom(opts.seed);
   const refs: WorkerRef[] = Array.from({ length: opts.workers }, (_, i) => ({ workerId: `worker-${i}`, dpRank: 0 }));
   const workerKeys = refs.map(workerKey);
+  const candidates: Candidate[] = refs.map((ref, i) => ({ ...ref, key: workerKeys[i]!, endpoint: workerKeys[i]!, rankHeader: undefined }));
+  const clock: Clock = { now: () => queue.now };
   let routers: Router[] = [];
   let evictedBlocks = 0;
 
@@ -160,6 +163,8 @@ export function replayPolicy(trace: readonly TraceRecord[], policy: PolicyName, 
     const ctx: ReplicaContext = {
       workers,
       workerKeys,
+      candidates,
+      clock,
       random: r === 0 ? random : seededRandom(opts.seed + 7919 * r),
       ownLoad,
       pending: agg ? agg.pendingView(r) : ownLoad.pending,

@@ -6,7 +6,7 @@
 // gaps, phantoms until the next snapshot and timeouts happen as they would on a lossy link. With
 // `peerPending`, a replica's requests carry their prefix keys to a PendingPrefixes per peer replica,
 // as the EPP's do with in-flight prefixes on (the `added` op's prefix).
-import { ActiveLoad, AggOutbox, combinedPending, PeerLoads, opOf, sumLoad, type AggMessage, type LoadView, type PendingPrefixes, type PendingView, type ReplicaSet } from "../upstream.ts";
+import { ActiveLoad, AggOutbox, combinedPending, PeerLoads, opOf, sumLoad, type AggMessage, type LoadView, type PendingPrefixes, type PendingView, type ReplicaSet } from "@kv-epp/routing";
 import type { EventQueue } from "./event-queue.ts";
 
 export type AggSimOptions = {

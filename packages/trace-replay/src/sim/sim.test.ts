@@ -1,5 +1,5 @@
 import { describe, expect, test } from "bun:test";
-import { DEFAULT_TIMING } from "../upstream.ts";
+import { DEFAULT_TIMING } from "@kv-epp/mock-worker";
 import type { TraceRecord } from "../trace.ts";
 import { EventQueue } from "./event-queue.ts";
 import { Recorder, percentile } from "./recorder.ts";

@@ -4,7 +4,8 @@
 // and its blocks cached chunk by chunk as they are scheduled, blocks referenced until the request
 // ends), with each step's end an event on the queue instead of a sleep, so a whole trace replays in
 // seconds and identically every run.
-import { PrefixCacheSim, StepScheduler, DEFAULT_TIMING, uncachedTokens, type CacheEvent, type Lease, type TimingParams } from "../upstream.ts";
+import { PrefixCacheSim, StepScheduler, DEFAULT_TIMING, type CacheEvent, type Lease, type TimingParams } from "@kv-epp/mock-worker";
+import { uncachedTokens } from "@kv-epp/routing";
 import type { EventQueue } from "./event-queue.ts";
 import { cacheIdentity, type SimRequest } from "./request.ts";
 

@@ -37,7 +37,7 @@ export const DEFAULT_FOLLOWER_WEIGHT = 1;
 export const DEFAULT_FOLLOWER_WEIGHT_MAX = 12;
 
 /**
- * The latency cost's charge on a worker outside this replica's home share (picker/home.ts), in units of
+ * The latency cost's charge on a worker outside this replica's home share (home.ts), in units of
  * the request's whole prefill time: about the chance that the peer whose home it is sends a request of
  * its own there in the same instant, times that request's prefill (taken as this one's size). Scaled by
  * the request, so it weighs the same against a cached prefix on short prompts as on long ones.

@@ -1,7 +1,6 @@
 import { describe, expect, test } from "bun:test";
 import fc from "fast-check";
 import { choose, cost, costs, SCORE_SHAPE, type CostShape, type ShapedLoad } from "./cost.ts";
-import { parseVllmMetrics } from "./worker-metrics.ts";
 
 const W = { prefillLoadScale: 1, decodeLoadScale: 1, queueWeight: 0, temperature: 0 };
 
@@ -79,19 +78,5 @@ describe("cost and choice", () => {
     for (let k = 0; k < 2000; k++) counts[choose([0, 10], 0.5, random)]!++;
     expect(counts[0]!).toBeGreaterThan(counts[1]!);
     expect(counts[1]!).toBeGreaterThan(0);
-  });
-
-  test("vLLM metrics: running, waiting and KV usage, summed over label sets", () => {
-    const m = parseVllmMetrics(
-      [
-        "# HELP vllm:num_requests_running x",
-        'vllm:num_requests_running{model_name="m",engine="0"} 3',
-        'vllm:num_requests_running{model_name="m",engine="1"} 2',
-        'vllm:num_requests_waiting{model_name="m"} 7',
-        'vllm:kv_cache_usage_perc{model_name="m"} 0.25',
-        "other_metric 99",
-      ].join("\n"),
-    );
-    expect(m).toMatchObject({ running: 5, waiting: 7, kvUsage: 0.25 });
   });
 });

@@ -1,10 +1,10 @@
 import { describe, expect, test } from "bun:test";
 import fc from "fast-check";
-import { ActiveLoad } from "../picker/load.ts";
-import { DEFAULT_PENDING, PendingPrefixes } from "../picker/pending.ts";
+import { ActiveLoad } from "../load.ts";
+import { DEFAULT_PENDING, PendingPrefixes } from "../pending.ts";
 import { workerKeyOf } from "@kv-epp/protocol";
 import { decodeAggMessage, encodeAggMessage, opOf, type AggMessage, type AggOp } from "./codec.ts";
-import { AggOutbox } from "./publisher.ts";
+import { AggOutbox } from "./outbox.ts";
 import { PeerLoads } from "./peer-loads.ts";
 
 const W0 = workerKeyOf("w-0", 0);
@@ -22,12 +22,12 @@ describe("peer load aggregation", () => {
   test("deltas add, mark prefilled and free a peer's requests; totals are per worker", () => {
     const s = new PeerLoads("me");
     expect(s.receive("sib", delta(0, [added(1), added(2, W1, 6, 6)]), 0)).toEqual({ kind: "applied", via: "baseline", missed: 0, previous: undefined });
-    expect([s.blocks(W0), s.requests(W0), s.prefillBlocks(W0), s.prefillRequests(W0), s.blocks(W1)]).toEqual([10, 1, 4, 1, 6]);
+    expect([s.of(W0).blocks, s.of(W0).requests, s.of(W0).prefillBlocks, s.of(W0).prefillRequests, s.of(W1).blocks]).toEqual([10, 1, 4, 1, 6]);
     expect(s.replicas()).toEqual({ self: "me", peers: ["A"] });
     s.receive("sib", delta(1, [{ op: "prefilled", id: 1 }]), 1);
-    expect([s.prefillBlocks(W0), s.prefillRequests(W0)]).toEqual([0, 0]);
+    expect([s.of(W0).prefillBlocks, s.of(W0).prefillRequests]).toEqual([0, 0]);
     s.receive("sib", delta(2, [{ op: "freed", id: 1 }]), 2);
-    expect([s.blocks(W0), s.requests(W0), s.blocks(W1), s.requestCount]).toEqual([0, 0, 6, 1]);
+    expect([s.of(W0).blocks, s.of(W0).requests, s.of(W1).blocks, s.requestCount]).toEqual([0, 0, 6, 1]);
   });
 
   test("a duplicate (seq already seen) is ignored", () => {
@@ -47,7 +47,7 @@ describe("peer load aggregation", () => {
     expect(s.status()[0]).toMatchObject({ state: "following", exact: false });
     s.receive("sib", snapshot(3, [2, 3]), 0);
     expect(s.requestCount).toBe(2);
-    expect(s.blocks(W0)).toBe(20);
+    expect(s.of(W0).blocks).toBe(20);
     expect(s.status()[0]).toMatchObject({ exact: true });
   });
 
@@ -56,10 +56,10 @@ describe("peer load aggregation", () => {
     s.receive("sib", snapshot(40, [1, 2, 3]), 0);
     expect(s.requestCount).toBe(3);
     expect(s.receive("sib", delta(0, [added(1, W1, 5, 5)], "B"), 0)).toMatchObject({ kind: "applied", via: "restart", previous: "A" });
-    expect([s.blocks(W0), s.blocks(W1)]).toEqual([0, 5]);
+    expect([s.of(W0).blocks, s.of(W1).blocks]).toEqual([0, 5]);
     // seq restarted at 0: not a duplicate of the old replica's 40.
     expect(s.receive("sib", delta(1, [added(2, W1, 5, 5)], "B"), 0)).toMatchObject({ kind: "applied", via: "in_order" });
-    expect(s.blocks(W1)).toBe(10);
+    expect(s.of(W1).blocks).toBe(10);
   });
 
   test("a peer with no snapshot for the timeout is dropped, and followed again when heard", () => {
@@ -69,7 +69,7 @@ describe("peer load aggregation", () => {
     s.receive("sib", delta(1, [added(3)]), 3500);
     expect(s.sweep(3900, 3000)).toEqual([]);
     expect(s.sweep(4001, 3000)).toEqual([{ peer: "sib", requests: 3, silentMs: 3001 }]);
-    expect([s.requestCount, s.blocks(W0)]).toEqual([0, 0]);
+    expect([s.requestCount, s.of(W0).blocks]).toEqual([0, 0]);
     expect(s.status()[0]).toMatchObject({ state: "waiting" });
     expect(s.receive("sib", snapshot(9, [1]), 9000)).toMatchObject({ kind: "applied", via: "baseline" });
     expect(s.requestCount).toBe(1);
@@ -81,11 +81,11 @@ describe("peer load aggregation", () => {
     s.add("b");
     s.receive("a", snapshot(0, [1, 2]), 0);
     s.receive("b", snapshot(0, [1], "B"), 0);
-    expect(s.blocks(W0)).toBe(30);
+    expect(s.of(W0).blocks).toBe(30);
     expect(s.drop("a")).toBe(2);
-    expect(s.blocks(W0)).toBe(10);
+    expect(s.of(W0).blocks).toBe(10);
     expect(s.remove("b")).toBe(1);
-    expect(s.blocks(W0)).toBe(0);
+    expect(s.of(W0).blocks).toBe(0);
     expect(s.status().map((x) => x.peer)).toEqual(["a"]);
   });
 
@@ -126,10 +126,10 @@ describe("peer load aggregation", () => {
         if (pending.length) deliver(outbox.delta(pending), 0);
         mirror.receive("sib", decodeAggMessage(encodeAggMessage(outbox.snapshot(load))), 0);
         for (const k of [W0, W1]) {
-          expect(mirror.blocks(k)).toBe(load.blocks(k));
-          expect(mirror.requests(k)).toBe(load.requests(k));
-          expect(mirror.prefillBlocks(k)).toBe(load.prefillBlocks(k));
-          expect(mirror.prefillRequests(k)).toBe(load.prefillRequests(k));
+          expect(mirror.of(k).blocks).toBe(load.of(k).blocks);
+          expect(mirror.of(k).requests).toBe(load.of(k).requests);
+          expect(mirror.of(k).prefillBlocks).toBe(load.of(k).prefillBlocks);
+          expect(mirror.of(k).prefillRequests).toBe(load.of(k).prefillRequests);
         }
       }),
     );
@@ -187,6 +187,6 @@ describe("peers' in-flight prefixes", () => {
     const wire = decodeAggMessage(encodeAggMessage(delta(0, [seen[0]!])));
     const plain = new PeerLoads("me");
     plain.receive("sib", wire, 0);
-    expect(plain.requests(W0)).toBe(1);
+    expect(plain.of(W0).requests).toBe(1);
   });
 });

@@ -25,3 +25,17 @@ test("an engine that has not profiled yet (num_gpu_blocks None) or a malformed v
   expect(parseVllmMetrics(vllmLine(0, "-3")).gpuBlocks.size).toBe(0);
   expect(parseVllmMetrics('vllm:cache_config_info{num_gpu_blocks="12",escaped="a\\"b}c"} 1').gpuBlocks).toEqual(new Map([[0, 12]]));
 });
+
+test("vLLM metrics: running, waiting and KV usage, summed over label sets", () => {
+  const m = parseVllmMetrics(
+    [
+      "# HELP vllm:num_requests_running x",
+      'vllm:num_requests_running{model_name="m",engine="0"} 3',
+      'vllm:num_requests_running{model_name="m",engine="1"} 2',
+      'vllm:num_requests_waiting{model_name="m"} 7',
+      'vllm:kv_cache_usage_perc{model_name="m"} 0.25',
+      "other_metric 99",
+    ].join("\n"),
+  );
+  expect(m).toMatchObject({ running: 5, waiting: 7, kvUsage: 0.25 });
+});

@@ -2,7 +2,7 @@
 // request's blocks, its load, its scraped queue) in, the chosen candidate out. `Picker` calls it with
 // the live index and load; bench:trace's simulation calls it with the simulated ones, so the benchmark
 // measures the decision that ships.
-import { endpointHost } from "../extproc/messages.ts";
+import { endpointHost } from "@kv-epp/protocol";
 import { choose, costs, type Weights } from "./cost.ts";
 import { uncachedTokens, type CostInput } from "./latency.ts";
 
@@ -14,7 +14,7 @@ export type CandidateState = {
   readonly overlap: number;
   /**
    * Leading blocks of the request that requests routed to this rank and not yet ended will have
-   * computed there (picker/pending.ts): the index learns them only from the rank's KV events after
+   * computed there (pending.ts): the index learns them only from the rank's KV events after
    * their prefill. Absent: 0.
    */
   readonly pendingOverlap?: number;

@@ -2,7 +2,7 @@
 // an ActiveLoad (leases taken at routing, released when the response ends or the stream breaks); the
 // requests its peers routed live in one LoadTable per peer (replica-agg). The picker reads the
 // sum through a LoadView. A lease may also carry the request's prefix keys into this replica's
-// PendingPrefixes (picker/pending.ts), which leave with the lease.
+// PendingPrefixes (pending.ts), which leave with the lease.
 import type { PendingPrefixes, PrefixKeys } from "./pending.ts";
 
 /** A routed request as the load tables hold it. */
@@ -14,18 +14,26 @@ export type LoadEntry = {
   prefillBlocks: number;
 };
 
-/** Per-worker totals: what the cost function reads. */
-export interface LoadView {
-  /** Blocks held by requests in flight on the worker (the decode load term). */
-  blocks(workerKey: string): number;
-  requests(workerKey: string): number;
+/** One worker's in-flight totals: what the cost function reads. */
+export type LoadTotals = {
+  /** Requests in flight on the worker. */
+  readonly requests: number;
+  /** Blocks those requests hold (the decode load term). */
+  readonly blocks: number;
   /** Blocks of requests on the worker that have not finished their prefill. */
-  prefillBlocks(workerKey: string): number;
+  readonly prefillBlocks: number;
   /** Requests on the worker with prefill blocks and no first token yet (the ones its queue may hold). */
-  prefillRequests(workerKey: string): number;
+  readonly prefillRequests: number;
+};
+
+/** Per-worker totals, by worker key (a live view: read the totals at once, do not keep them). */
+export interface LoadView {
+  of(workerKey: string): LoadTotals;
 }
 
-type Totals = { requests: number; blocks: number; prefillBlocks: number; prefillRequests: number };
+type Totals = { -readonly [K in keyof LoadTotals]: LoadTotals[K] };
+
+const NONE: LoadTotals = Object.freeze({ requests: 0, blocks: 0, prefillBlocks: 0, prefillRequests: 0 });
 
 /** Sums of entries per worker, optionally shared by several tables (one per peer). */
 export class WorkerTotals implements LoadView {
@@ -48,20 +56,8 @@ export class WorkerTotals implements LoadView {
     t.prefillRequests -= 1;
   }
 
-  blocks(workerKey: string): number {
-    return this.byWorker.get(workerKey)?.blocks ?? 0;
-  }
-
-  requests(workerKey: string): number {
-    return this.byWorker.get(workerKey)?.requests ?? 0;
-  }
-
-  prefillBlocks(workerKey: string): number {
-    return this.byWorker.get(workerKey)?.prefillBlocks ?? 0;
-  }
-
-  prefillRequests(workerKey: string): number {
-    return this.byWorker.get(workerKey)?.prefillRequests ?? 0;
+  of(workerKey: string): LoadTotals {
+    return this.byWorker.get(workerKey) ?? NONE;
   }
 
   /** Every worker with load, for metrics. */
@@ -116,20 +112,8 @@ export class LoadTable implements LoadView {
     return this.entryByRank.entries();
   }
 
-  blocks(workerKey: string): number {
-    return this.totals.blocks(workerKey);
-  }
-
-  requests(workerKey: string): number {
-    return this.totals.requests(workerKey);
-  }
-
-  prefillBlocks(workerKey: string): number {
-    return this.totals.prefillBlocks(workerKey);
-  }
-
-  prefillRequests(workerKey: string): number {
-    return this.totals.prefillRequests(workerKey);
+  of(workerKey: string): LoadTotals {
+    return this.totals.of(workerKey);
   }
 }
 
@@ -197,20 +181,8 @@ export class ActiveLoad implements LoadView {
     return this.table.entries();
   }
 
-  blocks(workerKey: string): number {
-    return this.table.blocks(workerKey);
-  }
-
-  requests(workerKey: string): number {
-    return this.table.requests(workerKey);
-  }
-
-  prefillBlocks(workerKey: string): number {
-    return this.table.prefillBlocks(workerKey);
-  }
-
-  prefillRequests(workerKey: string): number {
-    return this.table.prefillRequests(workerKey);
+  of(workerKey: string): LoadTotals {
+    return this.table.of(workerKey);
   }
 
   get inflight(): number {
@@ -225,25 +197,16 @@ export class ActiveLoad implements LoadView {
 /** The sum of several views: this replica's own load plus what its peers attributed. */
 export function sumLoad(...views: LoadView[]): LoadView {
   return {
-    blocks(k) {
-      let n = 0;
-      for (const v of views) n += v.blocks(k);
-      return n;
-    },
-    requests(k) {
-      let n = 0;
-      for (const v of views) n += v.requests(k);
-      return n;
-    },
-    prefillBlocks(k) {
-      let n = 0;
-      for (const v of views) n += v.prefillBlocks(k);
-      return n;
-    },
-    prefillRequests(k) {
-      let n = 0;
-      for (const v of views) n += v.prefillRequests(k);
-      return n;
+    of(k) {
+      const t: Totals = { requests: 0, blocks: 0, prefillBlocks: 0, prefillRequests: 0 };
+      for (const v of views) {
+        const l = v.of(k);
+        t.requests += l.requests;
+        t.blocks += l.blocks;
+        t.prefillBlocks += l.prefillBlocks;
+        t.prefillRequests += l.prefillRequests;
+      }
+      return t;
     },
   };
 }

@@ -1,17 +1,17 @@
 import { describe, expect, test } from "bun:test";
-import { createMetrics } from "../metrics.ts";
 import { hittableBlocks, LatencyModel, uncachedTokens } from "./latency.ts";
 import type { Decision, ScoredCandidate } from "./picker.ts";
-import { predictionOf, RoutingQuality, type Prediction } from "./quality.ts";
+import { NO_METRICS } from "./ports.ts";
+import { calibrationSample, predictionOf, RoutingQuality, type Observed, type Prediction } from "./quality.ts";
 
 const P: Prediction = { workerKey: "w\u00000", workerId: "w", dpRank: 0, predictedCachedTokens: 64, promptTokens: 100, blockSize: 16, waiting: 0, aheadTokens: 0 };
 const bytes = (s: string) => new TextEncoder().encode(s);
 
-function run(q: RoutingQuality, chunks: string[], contentType = "text/event-stream", p = P): void {
+function run(q: RoutingQuality, chunks: string[], contentType = "text/event-stream", p = P): Observed | undefined {
   const w = q.watch(p, 0);
   w.headers(contentType, true);
   chunks.forEach((c, i) => w.body(bytes(c), 10 + i));
-  w.end();
+  return w.end();
 }
 
 describe("prediction", () => {
@@ -36,13 +36,13 @@ describe("prediction", () => {
 
 describe("response watch", () => {
   test("the final SSE usage chunk's cached_tokens is read even when split across body chunks", () => {
-    const q = new RoutingQuality(createMetrics());
+    const q = new RoutingQuality(NO_METRICS);
     run(q, ['data: {"choices":[{"text":" a"}]}\n\ndata: {"choices":[],"usage":{"prompt_tokens":100,"prompt_tokens_details":{"cached_tok', 'ens":6', '4}}}\n\ndata: [DONE]\n\n']);
     expect(q.accuracy(P.workerKey)).toMatchObject({ samples: 1, mispredicted: 0, meanAbsErrorTokens: 0 });
   });
 
   test("a JSON body works too; a null prompt_tokens_details counts as 0 once the worker has shown it reports them", () => {
-    const q = new RoutingQuality(createMetrics());
+    const q = new RoutingQuality(NO_METRICS);
     const miss = '{"choices":[],"usage":{"prompt_tokens":100,"completion_tokens":3,"prompt_tokens_details":null}}';
     run(q, [miss], "application/json");
     // Nothing known yet: a worker without --enable-prompt-tokens-details writes null on every response.
@@ -53,15 +53,14 @@ describe("response watch", () => {
   });
 
   test("a streamed miss as vLLM writes it (no prompt_tokens_details in the final usage chunk) counts as 0 once the worker has reported details; a stream cut before that chunk says nothing", () => {
-    const latency = new LatencyModel();
-    const q = new RoutingQuality(createMetrics(), latency);
+    const q = new RoutingQuality(NO_METRICS);
     const text = 'data: {"choices":[{"index":0,"text":" a"}],"usage":{"prompt_tokens":100,"completion_tokens":1,"total_tokens":101}}\n\n';
     const miss = [text, 'data: {"id":"cmpl-1","choices":[],"usage":{"prompt_tokens":100,"completion_tokens":1,"total_tokens":101}}\n\n', "data: [DONE]\n\n"];
-    run(q, miss);
+    const seen = run(q, miss);
     // A worker without --enable-prompt-tokens-details writes every usage chunk this way: nothing known,
     // and its TTFT sample keeps the predicted cached tokens (64 of 100: 36 uncached).
     expect(q.accuracy(P.workerKey).samples).toBe(0);
-    expect(latency.params().samples).toBe(1);
+    expect(calibrationSample(seen!)).toMatchObject({ ttftMs: 10, uncachedTokens: 36 });
     run(q, [text, 'data: {"choices":[],"usage":{"prompt_tokens":100,"prompt_tokens_details":{"cached_tokens":64}}}\n\n']);
     expect(q.accuracy(P.workerKey)).toMatchObject({ samples: 1, mispredicted: 0 });
     run(q, miss);
@@ -72,26 +71,25 @@ describe("response watch", () => {
   });
 
   test("cached_tokens 0 (vLLM releases that always write the details) is a reported miss at once", () => {
-    const q = new RoutingQuality(createMetrics());
+    const q = new RoutingQuality(NO_METRICS);
     run(q, ['data: {"choices":[],"usage":{"prompt_tokens":100,"prompt_tokens_details":{"cached_tokens":0}}}\n\n', "data: [DONE]\n\n"]);
     expect(q.accuracy(P.workerKey)).toMatchObject({ samples: 1, mispredicted: 1, meanAbsErrorTokens: 64 });
   });
 
   test("a response without usage says nothing; an escaped key inside generated text is not usage", () => {
-    const q = new RoutingQuality(createMetrics());
+    const q = new RoutingQuality(NO_METRICS);
     run(q, ['data: {"choices":[{"text":"\\"cached_tokens\\": 5"}]}\n\n', "data: [DONE]\n\n"]);
     expect(q.accuracy(P.workerKey).samples).toBe(0);
   });
 
-  test("TTFT is observed for streamed responses only, and calibrates the latency model", () => {
-    const latency = new LatencyModel();
-    const q = new RoutingQuality(createMetrics(), latency);
-    run(q, ['{"usage":{"prompt_tokens":100,"prompt_tokens_details":{"cached_tokens":64}}}'], "application/json");
+  test("TTFT is observed for streamed responses only: the calibration sample of the latency model", () => {
+    const q = new RoutingQuality(NO_METRICS);
+    expect(run(q, ['{"usage":{"prompt_tokens":100,"prompt_tokens_details":{"cached_tokens":64}}}'], "application/json")).toBeUndefined();
     expect(q.accuracy(P.workerKey).meanTtftMs).toBeNull();
-    run(q, ['data: {"choices":[]}\n\n', 'data: {"usage":{"prompt_tokens":100,"prompt_tokens_details":{"cached_tokens":64}}}\n\n']);
+    const seen = run(q, ['data: {"choices":[]}\n\n', 'data: {"usage":{"prompt_tokens":100,"prompt_tokens_details":{"cached_tokens":64}}}\n\n']);
     // The first chunk came 10 ms after the decision.
     expect(q.accuracy(P.workerKey).meanTtftMs).toBe(10);
-    expect(latency.params().samples).toBe(1);
+    expect(calibrationSample(seen!)).toEqual({ ttftMs: 10, uncachedTokens: 36, aheadTokens: 0, waiting: 0 });
   });
 });
 

@@ -15,9 +15,9 @@
 //   PendingPrefixes (when in-flight prefixes are on) until the peer frees it or its table is dropped or
 //   replaced; a snapshot carries no keys, so a prefix lost with its delta stays lost (the index learns
 //   the blocks within the events' lag anyway).
-import { LoadTable, WorkerTotals, type LoadView } from "../picker/load.ts";
-import type { ReplicaSet } from "../picker/home.ts";
-import type { PendingPrefixes } from "../picker/pending.ts";
+import { LoadTable, WorkerTotals, type LoadTotals, type LoadView } from "../load.ts";
+import type { ReplicaSet } from "../home.ts";
+import type { PendingPrefixes } from "../pending.ts";
 import type { AggMessage } from "./codec.ts";
 
 export type Receipt =
@@ -171,19 +171,7 @@ export class PeerLoads implements LoadView {
     return n;
   }
 
-  blocks(workerKey: string): number {
-    return this.totals.blocks(workerKey);
-  }
-
-  requests(workerKey: string): number {
-    return this.totals.requests(workerKey);
-  }
-
-  prefillBlocks(workerKey: string): number {
-    return this.totals.prefillBlocks(workerKey);
-  }
-
-  prefillRequests(workerKey: string): number {
-    return this.totals.prefillRequests(workerKey);
+  of(workerKey: string): LoadTotals {
+    return this.totals.of(workerKey);
   }
 }

@@ -1,18 +1,16 @@
 // Picks the worker for a request: local block hashes (WASM) -> overlap per worker from the model's
-// index, and the leading blocks pending there (picker/pending.ts) -> the decision (picker/decide.ts:
+// index, and the leading blocks pending there (pending.ts) -> the decision (decide.ts:
 // filters, cost per eligible candidate, choice).
 import { computeBlockHashes, MatchList, requestBlockExtras } from "@kv-epp/index-wasm";
-import type { Indexer } from "../indexers/indexers.ts";
-import type { Candidate } from "../workers/registry.ts";
 import type { Weights } from "./cost.ts";
 import { decide, overlapOf, ttftInput, type CandidateState } from "./decide.ts";
 import { AwayWorkers, type ReplicaSet } from "./home.ts";
 import type { CostInput, LatencyModel } from "./latency.ts";
 import type { LoadView } from "./load.ts";
 import { prefixKeys, type PendingView, type PrefixKeys } from "./pending.ts";
-import type { WorkerMetrics } from "./worker-metrics.ts";
+import type { Candidate, IndexLookup, ModelIndex, WorkerSignals } from "./ports.ts";
 
-/** `weights`: Weights in their shape (score or blocks); `latency`: the lowest predicted TTFT (picker/latency.ts). */
+/** `weights`: Weights in their shape (score or blocks); `latency`: the lowest predicted TTFT (latency.ts). */
 export type CostModel = "weights" | "latency";
 
 /** The EPP's default: the latency cost wins on both bench:trace traces (packages/epp/README.md, "Latency-aware cost"). */
@@ -30,6 +28,8 @@ export type PickRequest = {
   /** vLLM's cache_salt of the request: folded into its first block. */
   cacheSalt?: string;
   tokens: Uint32Array;
+  /** The tokens' local block hashes in the request's identity, when the caller has them already (the simulation). */
+  hashes?: BigUint64Array;
   /** Pod IPs the gateway allows for this request (GAIE subset hint). */
   subset?: ReadonlySet<string>;
   /** Include every worker's overlap and tree size in the decision (POST /select); costs two Maps. */
@@ -58,12 +58,6 @@ export type ScoredCandidate = {
 /** A registry candidate with what the decision reads about it, and what its TTFT is predicted from (once per pick). */
 type Known = CandidateState & { ref: Candidate; ttft: CostInput };
 
-/**
- * Where the picker finds a request model's index (the EPP's Indexers; a simulation's own index), and
- * the LoRA adapter the model names (absent: none ever does).
- */
-export type IndexLookup = { lookup(model?: string): Indexer | undefined; adapterOf?(model?: string): string | null };
-
 /** What besides its tokens names a request's blocks. */
 type Identity = { loraName: string | null; cacheSalt?: string };
 
@@ -89,8 +83,8 @@ export type PickerDeps = {
   candidates: () => readonly Candidate[];
   /** In-flight load per worker: this replica's own plus what its peers attributed (replica-agg). */
   load: LoadView;
-  /** The scraped metrics of the API server at a candidate's endpoint. */
-  workerMetrics: (endpoint: string) => WorkerMetrics | undefined;
+  /** What the API server at a candidate's endpoint says of its queue (the EPP: its scraped /metrics). */
+  signals: (endpoint: string) => WorkerSignals | undefined;
   options: PickerOptions;
   /** Predicts each candidate's TTFT (the latency cost, and what a decision explains). */
   latency: LatencyModel;
@@ -127,15 +121,17 @@ export class Picker {
     const pendingView = this.deps.pending;
     let prefix: PrefixKeys | undefined;
     let requestBlocks: number;
-    if (pendingView) {
+    if (pendingView || req.hashes) {
       // The prefix keys chain the request's local hashes, so they are hashed here once and the index
       // is queried with them (instead of hashing inside the index's module).
-      const hashes = this.hashes(indexer, req.tokens, id);
+      const hashes = req.hashes ?? this.hashes(indexer, req.tokens, id);
       requestBlocks = hashes.length;
       if (requestBlocks > 0) indexer.index.findMatchesInto(hashes, this.list);
       else this.list.count = 0;
-      prefix = prefixKeys(indexer.key, hashes);
-      pendingView.overlapsInto(prefix, this.pendingOverlaps);
+      if (pendingView) {
+        prefix = prefixKeys(indexer.key, hashes);
+        pendingView.overlapsInto(prefix, this.pendingOverlaps);
+      }
     } else requestBlocks = this.matchInto(indexer, req.tokens, id);
     const overlaps = this.overlaps;
     overlaps.clear();
@@ -144,16 +140,17 @@ export class Picker {
     const pendingOverlaps = this.pendingOverlaps;
     const bs = indexer.blockSize;
     const known: Known[] = candidates.map((ref) => {
+      const load = this.deps.load.of(ref.key);
       const c = {
         ref,
         endpoint: ref.endpoint,
         overlap: overlaps.get(ref.key) ?? 0,
         pendingOverlap: pendingView ? (pendingOverlaps.get(ref.key) ?? 0) : 0,
-        activeBlocks: this.deps.load.blocks(ref.key),
-        activeRequests: this.deps.load.requests(ref.key),
-        prefillBlocks: this.deps.load.prefillBlocks(ref.key),
-        prefillRequests: this.deps.load.prefillRequests(ref.key),
-        waiting: this.deps.workerMetrics(ref.endpoint)?.waiting ?? 0,
+        activeBlocks: load.blocks,
+        activeRequests: load.requests,
+        prefillBlocks: load.prefillBlocks,
+        prefillRequests: load.prefillRequests,
+        waiting: this.deps.signals(ref.endpoint)?.waiting ?? 0,
       };
       // Added in place, not spread into a copy of the candidate: this runs per candidate per pick.
       return Object.assign(c, { ttft: ttftInput(c, req.tokens.length, bs) });
@@ -202,7 +199,7 @@ export class Picker {
   }
 
   /** Overlap per worker for the request's tokens, read-only (POST /score). */
-  score(model: string | undefined, tokens: Uint32Array, cacheSalt?: string): (Match & { indexer: Indexer }) | undefined {
+  score(model: string | undefined, tokens: Uint32Array, cacheSalt?: string): (Match & { indexer: ModelIndex }) | undefined {
     const indexer = this.deps.indexers.lookup(model);
     if (!indexer) return undefined;
     const requestBlocks = this.matchInto(indexer, tokens, this.identity(model, cacheSalt));
@@ -214,7 +211,7 @@ export class Picker {
   }
 
   /** The request's local block hashes in its identity, as the stored events carry them. */
-  private hashes(indexer: Indexer, tokens: Uint32Array, id: Identity): BigUint64Array {
+  private hashes(indexer: ModelIndex, tokens: Uint32Array, id: Identity): BigUint64Array {
     const n = Math.floor(tokens.length / indexer.blockSize);
     return computeBlockHashes(tokens, indexer.blockSize, this.extras(n, indexer.blockSize, id));
   }
@@ -225,7 +222,7 @@ export class Picker {
   }
 
   /** Fills the reused MatchList (valid until the next call); returns the request's full blocks. */
-  private matchInto(indexer: Indexer, tokens: Uint32Array, id: Identity): number {
+  private matchInto(indexer: ModelIndex, tokens: Uint32Array, id: Identity): number {
     const n = Math.floor(tokens.length / indexer.blockSize);
     const extras = this.extras(n, indexer.blockSize, id);
     // hashed inside the index's module, where the query runs

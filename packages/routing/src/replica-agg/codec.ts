@@ -2,8 +2,8 @@
 // message is two ZMTP frames, [AGG_TOPIC, payload]; the payload is a msgpack array led by a version.
 import { unpackUntrusted } from "@kv-epp/kv-events";
 import { Packr, Unpackr } from "msgpackr";
-import type { LoadChange, LoadEntry } from "../picker/load.ts";
-import type { PrefixKeys } from "../picker/pending.ts";
+import type { LoadChange, LoadEntry } from "../load.ts";
+import type { PrefixKeys } from "../pending.ts";
 import { parseWorkerKey, workerKeyOf } from "@kv-epp/protocol";
 
 export const AGG_TOPIC = "kv-epp.agg";
@@ -21,7 +21,7 @@ export type AggEntry = { id: number; workerKey: string; blocks: number; prefillB
 export const AGG_PREFIX_MAX_KEYS = 512;
 
 export type AggOp =
-  /** `prefix`: the request's leading prefix keys (picker/pending.ts), when the sender keeps in-flight prefixes. */
+  /** `prefix`: the request's leading prefix keys (pending.ts), when the sender keeps in-flight prefixes. */
   | { op: "added"; entry: AggEntry; prefix?: PrefixKeys }
   | { op: "prefilled"; id: number }
   | { op: "freed"; id: number };

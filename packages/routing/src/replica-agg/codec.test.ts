@@ -3,7 +3,7 @@ import fc from "fast-check";
 import { Packr } from "msgpackr";
 import { workerKeyOf } from "@kv-epp/protocol";
 import { AGG_PREFIX_MAX_KEYS, AGG_VERSION, AggDecodeError, decodeAggMessage, encodeAggMessage, opOf, type AggEntry, type AggMessage } from "./codec.ts";
-import { deltaParts } from "./publisher.ts";
+import { deltaParts } from "./outbox.ts";
 
 const packr = new Packr({ useRecords: false });
 const u = fc.integer({ min: 0, max: Number.MAX_SAFE_INTEGER });

@@ -4,9 +4,9 @@
 // or the JSON body), and in a streamed response the first body chunk marks the first token, so the
 // EPP sees each request's TTFT per worker. A growing gap between prediction and truth is the sign that
 // the index has drifted from the caches (a reset or lost events behind the EPP's back).
-import type { Metrics } from "../metrics.ts";
-import { hittableBlocks, type LatencyModel } from "./latency.ts";
+import { hittableBlocks, type TtftSample } from "./latency.ts";
 import type { Decision, ScoredCandidate } from "./picker.ts";
+import type { RoutingMetrics } from "./ports.ts";
 
 export type Prediction = {
   workerKey: string;
@@ -36,6 +36,20 @@ export function predictionOf(d: Extract<Decision, { kind: "picked" }>, c: Scored
     waiting: c.unexplainedWaiting,
     aheadTokens: c.aheadTokens,
   };
+}
+
+/** What a response told of the rank that served it: its TTFT, and its cached tokens when it reported them. */
+export type Observed = { prediction: Prediction; ttftMs: number; cachedTokens: number | undefined };
+
+/**
+ * The latency model's calibration sample from a response: the prefill it did is the prompt less what
+ * it reported cached (the prediction's cached tokens where it reported none), after what was ahead of it
+ * at the pick.
+ */
+export function calibrationSample(o: Observed): TtftSample {
+  const p = o.prediction;
+  const uncachedTokens = Math.max(p.promptTokens - (o.cachedTokens ?? p.predictedCachedTokens), 0);
+  return { ttftMs: o.ttftMs, uncachedTokens, aheadTokens: p.aheadTokens, waiting: p.waiting };
 }
 
 /** A worker's recent predictions, for GET /workers. */
@@ -81,11 +95,7 @@ export class RoutingQuality {
   /** Workers that have reported prompt_tokens_details at least once (vLLM's --enable-prompt-tokens-details). */
   private readonly detailed = new Set<string>();
 
-  constructor(
-    private readonly metrics: Metrics,
-    /** Calibrated from every observed TTFT. */
-    private readonly latency?: LatencyModel,
-  ) {}
+  constructor(private readonly metrics: RoutingMetrics) {}
 
   /** Starts watching the response of a routed request; `decidedAt` is performance.now() at the pick. */
   watch(p: Prediction, decidedAt: number): ResponseWatch {
@@ -121,20 +131,13 @@ export class RoutingQuality {
     const cached = actual === "none" ? 0 : actual;
     const error = p.predictedCachedTokens - cached;
     const mispredicted = Math.abs(error) > p.blockSize;
-    const labels = { worker: p.workerId, dp_rank: String(p.dpRank) };
-    this.metrics.cachedTokensError.observe(error);
-    this.metrics.cachedTokensPredictions.inc(labels);
-    // Incremented by 0 when right: every worker with predictions has the series, so a ratio of the two
-    // counters reads 0 for it rather than no data.
-    this.metrics.cachedTokensMispredictions.inc(labels, mispredicted ? 1 : 0);
+    this.metrics.cachedTokens(p, error, mispredicted);
     ring(this.samples, p.workerKey).push({ absError: Math.abs(error), mispredicted });
   }
 
-  recordTtft(p: Prediction, ttftMs: number, cachedTokens: number | undefined): void {
-    this.metrics.observedTtft.observe({ worker: p.workerId, dp_rank: String(p.dpRank) }, ttftMs / 1000);
+  recordTtft(p: Prediction, ttftMs: number): void {
+    this.metrics.observedTtft(p, ttftMs / 1000);
     ring(this.ttfts, p.workerKey).push(ttftMs);
-    const uncachedTokens = Math.max(p.promptTokens - (cachedTokens ?? p.predictedCachedTokens), 0);
-    this.latency?.observe({ ttftMs, uncachedTokens, aheadTokens: p.aheadTokens, waiting: p.waiting });
   }
 }
 
@@ -194,9 +197,9 @@ export class ResponseWatch {
     this.carry = text.length > CARRY ? text.slice(text.length - CARRY) : text;
   }
 
-  /** The response ended (or the stream broke): record what it told (idempotent). */
-  end(): void {
-    if (this.done) return;
+  /** The response ended (or the stream broke): record what it told (idempotent); its TTFT, when it was timed. */
+  end(): Observed | undefined {
+    if (this.done) return undefined;
     this.done = true;
     const p = this.prediction;
     // Only a response that carried its usage says anything about the cache: a JSON body's, or a
@@ -206,9 +209,12 @@ export class ResponseWatch {
     else if (usageEnded) this.quality.recordActual(p, "none");
     if (this.timed && this.firstBodyAt !== undefined) {
       // A miss is 0 cached tokens only from a worker known to report them; else the prediction stands.
-      const cached = this.cached ?? (usageEnded && this.quality.reportsDetails(p.workerKey) ? 0 : undefined);
-      this.quality.recordTtft(p, this.firstBodyAt - this.decidedAt, cached);
+      const cachedTokens = this.cached ?? (usageEnded && this.quality.reportsDetails(p.workerKey) ? 0 : undefined);
+      const ttftMs = this.firstBodyAt - this.decidedAt;
+      this.quality.recordTtft(p, ttftMs);
+      return { prediction: p, ttftMs, cachedTokens };
     }
+    return undefined;
   }
 }
 

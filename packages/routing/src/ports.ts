@@ -1,0 +1,51 @@
+// What routing asks of whoever runs it: the EPP implements these over its live index, worker set and
+// Prometheus metrics; the trace simulation over its simulated workers, in virtual time. Routing itself
+// opens no socket, starts no timer of its own and reads no flag.
+import type { KvIndex } from "@kv-epp/index-wasm";
+import type { WorkerRef } from "@kv-epp/protocol";
+
+/** A worker rank the gateway can route to: its key in the index, the endpoint the gateway calls, the rank header it gets. */
+export type Candidate = WorkerRef & { key: string; endpoint: string; rankHeader: number | undefined };
+
+/** One model's index: its key (which also scopes its prefix keys), its block size, the index itself. */
+export type ModelIndex = { key: string; blockSize: number; index: KvIndex };
+
+/** Where the picker finds a request model's index, and the LoRA adapter the model names (absent: none ever does). */
+export type IndexLookup = { lookup(model?: string): ModelIndex | undefined; adapterOf?(model?: string): string | null };
+
+/** What a rank's engine says of itself beside the load routing counts: its queue (vLLM's num_requests_waiting). */
+export type WorkerSignals = { waiting: number };
+
+/** Time as the runner keeps it: wall time in the EPP, virtual time in the simulation. */
+export type Clock = {
+  /** ms, monotonic. */
+  now(): number;
+  /** Runs `fn` after `ms` (absent: the runner keeps no timers; nothing is scheduled). */
+  after?(ms: number, fn: () => void): void;
+};
+
+/** The few figures routing records; the EPP exports them to Prometheus, the simulation drops them. */
+export interface RoutingMetrics {
+  /** A request routed: the share of its blocks the chosen rank was counted to hold (absent: no full block). */
+  routed(overlapRatio: number | undefined): void;
+  /** This replica's requests in flight, after each change. */
+  inflight(n: number): void;
+  /** The data plane reported another endpoint served the request: its load moved, or the endpoint is unknown. */
+  servedElsewhere(result: "moved" | "unknown_endpoint"): void;
+  /** A response that is not compared with its prediction, and why. */
+  unscored(reason: "batched_prompts"): void;
+  /** A response reported its cached tokens: the prediction's error (predicted - reported), and whether it is off by more than a block. */
+  cachedTokens(rank: WorkerRef, error: number, mispredicted: boolean): void;
+  /** A streamed response's first token came `seconds` after its decision. */
+  observedTtft(rank: WorkerRef, seconds: number): void;
+}
+
+/** Records nothing (the simulation, tests). */
+export const NO_METRICS: RoutingMetrics = {
+  routed() {},
+  inflight() {},
+  servedElsewhere() {},
+  unscored() {},
+  cachedTokens() {},
+  observedTtft() {},
+};

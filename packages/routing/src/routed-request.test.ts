@@ -1,0 +1,105 @@
+import { describe, expect, test } from "bun:test";
+import { computeBlockHashes, KvIndex } from "@kv-epp/index-wasm";
+import { applyStored } from "@kv-epp/index-wasm/helpers";
+import { workerKey, type WorkerRef } from "@kv-epp/protocol";
+import { LatencyModel } from "./latency.ts";
+import { ActiveLoad } from "./load.ts";
+import { Picker } from "./picker.ts";
+import { NO_METRICS, type Candidate } from "./ports.ts";
+import { RoutingQuality } from "./quality.ts";
+import { RoutedRequest, type RoutingContext } from "./routed-request.ts";
+
+const BLOCK = 4;
+const A: WorkerRef = { workerId: "a", dpRank: 0 };
+const B: WorkerRef = { workerId: "b", dpRank: 0 };
+const candidate = (w: WorkerRef, endpoint: string): Candidate => ({ ...w, key: workerKey(w), endpoint, rankHeader: undefined });
+const CANDIDATES = [candidate(A, "10.0.0.1:8000"), candidate(B, "10.0.0.2:8000")];
+const TOKENS = Uint32Array.from({ length: 4 * BLOCK }, (_, i) => i + 1);
+
+/** Rank A holds the prompt's first two blocks; a clock whose timers the test fires. */
+function context(o: { quality?: RoutingQuality } = {}) {
+  const index = KvIndex.create({ blockSize: BLOCK });
+  const hashes = computeBlockHashes(TOKENS.subarray(0, 2 * BLOCK), BLOCK);
+  applyStored(index, A, null, [...hashes].map((h, i) => ({ blockHash: BigInt(i + 1), tokensHash: h })));
+  const load = new ActiveLoad();
+  const latency = new LatencyModel();
+  const timers: (() => void)[] = [];
+  let now = 0;
+  const picker = new Picker({
+    indexers: { lookup: () => ({ key: "m", blockSize: BLOCK, index }) },
+    candidates: () => CANDIDATES,
+    load,
+    signals: () => undefined,
+    options: { prefillLoadScale: 16, decodeLoadScale: 1, queueWeight: 0, temperature: 0, shape: { kind: "blocks" }, queueThreshold: 0, cost: "weights" },
+    latency,
+    random: () => 0,
+  });
+  const ctx: RoutingContext = {
+    picker, load, latency, metrics: NO_METRICS, quality: o.quality, candidates: () => CANDIDATES,
+    clock: { now: () => now, after: (_ms, fn) => void timers.push(fn) },
+  };
+  const route = () => {
+    const r = RoutedRequest.route(ctx, { tokens: TOKENS });
+    if (r.kind !== "routed") throw new Error(r.reason);
+    return r.request;
+  };
+  return { load, latency, timers, route, tick: (ms: number) => (now += ms) };
+}
+
+describe("a routed request's life", () => {
+  test("routing takes a lease on the pick: its blocks, and the blocks it still prefills until its first byte", () => {
+    const { load, route } = context();
+    const r = route();
+    expect(r.candidate.key).toBe(workerKey(A));
+    expect(load.of(workerKey(A))).toEqual({ requests: 1, blocks: 4, prefillBlocks: 2, prefillRequests: 1 });
+    r.responseBody(new Uint8Array([1]));
+    expect(load.of(workerKey(A))).toMatchObject({ requests: 1, prefillBlocks: 0 });
+    r.end();
+    r.end();
+    expect(load.of(workerKey(A)).requests).toBe(0);
+    expect(load.inflight).toBe(0);
+  });
+
+  test("a response that shows no byte stops counting as prefill at its deadline", () => {
+    const { load, timers, route } = context();
+    route();
+    expect(timers).toHaveLength(1);
+    timers[0]!();
+    expect(load.of(workerKey(A))).toMatchObject({ requests: 1, prefillBlocks: 0, prefillRequests: 0 });
+  });
+
+  test("served by another endpoint: the load moves to the rank there, its prefill as far as it got; an unknown endpoint leaves it", () => {
+    const { load, route } = context();
+    const r = route();
+    expect(r.servedBy("10.9.9.9:8000")).toBe("unknown_endpoint");
+    expect(load.of(workerKey(A)).requests).toBe(1);
+    expect(r.servedBy("10.0.0.2:8000")).toBe("moved");
+    expect(load.of(workerKey(A)).requests).toBe(0);
+    expect(load.of(workerKey(B))).toEqual({ requests: 1, blocks: 4, prefillBlocks: 2, prefillRequests: 1 });
+    expect(r.servedBy("10.0.0.2:8000")).toBeUndefined();
+    r.end();
+    expect(load.inflight).toBe(0);
+  });
+
+  test("the endpoints: the pick first, then the next-best distinct ones", () => {
+    const { route } = context();
+    const r = route();
+    expect(r.endpoints(0)).toEqual(["10.0.0.1:8000"]);
+    expect(r.endpoints(3)).toEqual(["10.0.0.1:8000", "10.0.0.2:8000"]);
+  });
+
+  test("its end calibrates the latency model once: from what the runner reports, or from the watched response", () => {
+    const reported = context();
+    reported.route().end({ ttftMs: 30, cachedTokens: 8 });
+    expect(reported.latency.params().samples).toBe(1);
+
+    const watched = context({ quality: new RoutingQuality(NO_METRICS) });
+    const r = watched.route();
+    r.responseHeaders("text/event-stream", true);
+    watched.tick(12);
+    r.responseBody(new TextEncoder().encode('data: {"choices":[],"usage":{"prompt_tokens":16,"prompt_tokens_details":{"cached_tokens":8}}}\n\n'));
+    r.end();
+    r.end();
+    expect(watched.latency.params().samples).toBe(1);
+  });
+});

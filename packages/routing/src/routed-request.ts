@@ -1,0 +1,155 @@
+// One request's routing life, the same for the EPP (driven by ext_proc's messages, in wall time) and
+// the trace simulation (driven by its event queue, in virtual time): route -> the decision and a lease
+// on the chosen rank's load; first byte -> its prefill is over; served by another endpoint -> the load
+// moves there; end -> the lease is released and what the response told calibrates the latency model.
+import { prefillBlocksOf } from "./decide.ts";
+import { explanation } from "./explain.ts";
+import type { LatencyModel } from "./latency.ts";
+import type { ActiveLoad, Lease } from "./load.ts";
+import type { Decision, Picker, PickRequest } from "./picker.ts";
+import type { Candidate, Clock, RoutingMetrics } from "./ports.ts";
+import { calibrationSample, predictionOf, type ResponseWatch, type RoutingQuality } from "./quality.ts";
+
+/** What every request a replica routes shares. */
+export type RoutingContext = {
+  picker: Picker;
+  /** This replica's own load: each routed request holds a lease on it until it ends. */
+  load: ActiveLoad;
+  /** Calibrated from each response's TTFT. */
+  latency: LatencyModel;
+  metrics: RoutingMetrics;
+  clock: Clock;
+  /** Watches responses for the cached tokens and TTFT they report (absent: the runner reports them at end). */
+  quality?: RoutingQuality;
+  /** The routable ranks, to find the one a served endpoint names. */
+  candidates: () => readonly Candidate[];
+};
+
+export type RouteOptions = {
+  /** Explain the decision (the explanation header). */
+  explain?: boolean;
+  /** The body batches several prompts: its usage adds them up, so nothing is compared with the prediction. */
+  batched?: boolean;
+};
+
+type Picked = Extract<Decision, { kind: "picked" }>;
+
+export type Routing = { kind: "routed"; request: RoutedRequest } | Extract<Decision, { kind: "no_endpoint" }>;
+
+/** What the response of a request the runner watches itself tells at its end (the simulation). */
+export type Reported = { ttftMs: number; cachedTokens: number };
+
+export class RoutedRequest {
+  /** Where its load is counted now: the pick, or the rank the data plane reports served it. */
+  private at: Candidate;
+  private lease: Lease;
+  private prefilled = false;
+  private ended = false;
+  private readonly watch: ResponseWatch | undefined;
+  /** The decision as one header value, when asked for. */
+  readonly explanation: string | undefined;
+
+  /** Decides where `req` goes and takes its lease there; no_endpoint when no rank is eligible. */
+  static route(ctx: RoutingContext, req: PickRequest, o: RouteOptions = {}): Routing {
+    const decision = ctx.picker.pick(req);
+    if (decision.kind === "no_endpoint") return decision;
+    return { kind: "routed", request: new RoutedRequest(ctx, decision, o) };
+  }
+
+  private constructor(
+    private readonly ctx: RoutingContext,
+    readonly decision: Picked,
+    o: RouteOptions,
+  ) {
+    const { chosen, requestBlocks } = decision;
+    this.at = chosen.candidate;
+    this.lease = ctx.load.acquire(chosen.candidate.key, requestBlocks, this.prefillBlocks, decision.prefix);
+    // A response that is not streamed (or a data plane that buffers it) shows no byte until it ends, so
+    // its prefill would count as ahead of every later request for its whole decode: it stops counting
+    // at twice its predicted TTFT if no byte came before.
+    if (this.prefillBlocks > 0) ctx.clock.after?.(2 * chosen.predictedTtftMs, () => this.firstByte());
+    ctx.metrics.inflight(ctx.load.inflight);
+    ctx.metrics.routed(requestBlocks > 0 ? chosen.overlap / requestBlocks : undefined);
+    // A batch's usage adds up all its prompts, its first token is any prompt's: nothing to compare with
+    // the prediction made for the first prompt.
+    if (!o.batched) this.watch = ctx.quality?.watch(predictionOf(decision), ctx.clock.now());
+    else if (ctx.quality) ctx.metrics.unscored("batched_prompts");
+    this.explanation = o.explain ? explanation(decision) : undefined;
+  }
+
+  /** The rank its load is counted on. */
+  get candidate(): Candidate {
+    return this.at;
+  }
+
+  /** The blocks the pick still prefills (request blocks - overlap): what its lease counts as ahead until its first byte. */
+  private get prefillBlocks(): number {
+    return prefillBlocksOf(this.decision.requestBlocks, this.decision.chosen.overlap);
+  }
+
+  /** The pick's endpoint, then up to `n` next-best distinct endpoints, cheapest first (for the gateway's retries). */
+  endpoints(n: number): string[] {
+    const picked = this.decision.chosen.candidate.endpoint;
+    const out = [picked];
+    if (n <= 0) return out;
+    for (const s of [...this.decision.scored].sort((a, b) => a.cost - b.cost)) {
+      const ep = s.candidate.endpoint;
+      if (!out.includes(ep)) out.push(ep);
+      if (out.length === n + 1) break;
+    }
+    return out;
+  }
+
+  /** The response's headers, for its watch (`chunked`: the data plane passes the body on as it comes). */
+  responseHeaders(contentType: string | undefined, chunked: boolean): void {
+    this.watch?.headers(contentType, chunked);
+  }
+
+  /** A response body chunk: the first one means the rank has finished this request's prefill. */
+  responseBody(chunk: Uint8Array): void {
+    this.firstByte();
+    this.watch?.body(chunk, this.ctx.clock.now());
+  }
+
+  /** Its prefill is over (first response byte, or its deadline): its load stops counting it as ahead (idempotent). */
+  firstByte(): void {
+    this.lease.prefilled();
+    this.prefilled = true;
+  }
+
+  /**
+   * The endpoint the data plane reports served the request (a retry or fallback may land elsewhere):
+   * its load moves to the rank there, so it is charged where the work is. `unknown_endpoint`: no rank
+   * this replica routes to is there, and the load stays on the pick.
+   */
+  servedBy(endpoint: string | undefined): "moved" | "unknown_endpoint" | undefined {
+    if (!endpoint || this.ended || endpoint === this.at.endpoint) return undefined;
+    const there = this.ctx.candidates().filter((c) => c.endpoint === endpoint);
+    const next = there.find((c) => c.dpRank === this.at.dpRank) ?? there[0];
+    if (!next) {
+      this.ctx.metrics.servedElsewhere("unknown_endpoint");
+      return "unknown_endpoint";
+    }
+    this.lease.release();
+    this.lease = this.ctx.load.acquire(next.key, this.decision.requestBlocks, this.prefilled ? 0 : this.prefillBlocks, this.decision.prefix);
+    this.at = next;
+    // The response tells about the rank that served it: compared with what was predicted for that one.
+    const scored = this.decision.scored.find((s) => s.candidate.key === next.key);
+    this.watch?.servedBy(scored && predictionOf(this.decision, scored));
+    this.ctx.metrics.servedElsewhere("moved");
+    return "moved";
+  }
+
+  /**
+   * The response ended, or its stream broke (idempotent): the lease is released, and its TTFT (from the
+   * watch, or `reported` by a runner that watches responses itself) calibrates the latency model.
+   */
+  end(reported?: Reported): void {
+    if (this.ended) return;
+    this.ended = true;
+    const seen = this.watch ? this.watch.end() : reported && { prediction: predictionOf(this.decision), ...reported };
+    if (seen) this.ctx.latency.observe(calibrationSample(seen));
+    this.lease.release();
+    this.ctx.metrics.inflight(this.ctx.load.inflight);
+  }
+}
