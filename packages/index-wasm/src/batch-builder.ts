@@ -7,7 +7,7 @@ import type { BlockHasher, BlockTokens } from "./block-hash.ts";
 import type { IndexExports } from "./wasm-module.ts";
 import type { BatchOutcome, RejectReason, WorkerRef } from "./types.ts";
 
-// event kinds of the module's batch layout (assembly/index.ts applyBatch)
+// event kinds of the module's batch layout (assembly/events.ts applyBatch)
 const KIND_REMOVED = 3;
 const KIND_CLEARED = 4;
 const KIND_STORED_ROOT = 5;
