@@ -7,6 +7,7 @@
 //
 // Rows (from dumpWorker) and the caller's state: dump-layout.ts, shared with the TypeScript face. The
 // output needs 64 bytes of slack past each step (fixed strings are copied as whole 16-byte words).
+import { DUMP_JSON_BLOCK, DUMP_JSON_BLOCKS, DUMP_JSON_COPIES, DUMP_JSON_PARENT, DUMP_JSON_TOKENS } from "../../protocol/src/dump-json";
 import { alloc } from "./pages";
 import {
   ROW_BYTES, ROW_COPIES, ROW_FLAGS, ROW_HAS_PARENT, ROW_HASH, ROW_NEW_EVENT, ROW_PARENT, ROW_TOKENS, STATE_EVENT_ID,
@@ -15,10 +16,12 @@ import {
 } from "./dump-layout";
 
 let digits2: usize = 0; // "00".."99"
-let jsonData: usize = 0; // `,"data":{"stored":{"parent_hash":` (33) then `,"blocks":[` (11)
-let jsonBlock: usize = 0; // `,{"block_hash":` (15; the first block skips the comma)
-let jsonTokens: usize = 0; // `,"tokens_hash":` (15)
-let jsonCopies: usize = 0; // `,"copies":` (10)
+// The fixed fragments (dump-json in @kv-epp/protocol) in linear memory, and their lengths.
+let jsonParent: usize = 0, parentLen: usize = 0;
+let jsonBlocks: usize = 0, blocksLen: usize = 0;
+let jsonBlock: usize = 0, blockLen: usize = 0; // with a leading comma, which the first block skips
+let jsonTokens: usize = 0, tokensLen: usize = 0;
+let jsonCopies: usize = 0, copiesLen: usize = 0;
 let jsonNull: usize = 0; // `null`
 
 function asciiConst(s: string): usize {
@@ -35,10 +38,19 @@ export function initJson(): void {
     store<u8>(digits2 + (<usize>i << 1), <u8>(48 + i / 10));
     store<u8>(digits2 + (<usize>i << 1) + 1, <u8>(48 + i % 10));
   }
-  jsonData = asciiConst(',"data":{"stored":{"parent_hash":,"blocks":[');
-  jsonBlock = asciiConst(',{"block_hash":');
-  jsonTokens = asciiConst(',"tokens_hash":');
-  jsonCopies = asciiConst(',"copies":');
+  jsonParent = asciiConst(DUMP_JSON_PARENT);
+  parentLen = <usize>DUMP_JSON_PARENT.length;
+  jsonBlocks = asciiConst(DUMP_JSON_BLOCKS);
+  blocksLen = <usize>DUMP_JSON_BLOCKS.length;
+  const block = "," + DUMP_JSON_BLOCK;
+  jsonBlock = asciiConst(block);
+  blockLen = <usize>block.length;
+  jsonTokens = asciiConst(DUMP_JSON_TOKENS);
+  tokensLen = <usize>DUMP_JSON_TOKENS.length;
+  jsonCopies = asciiConst(DUMP_JSON_COPIES);
+  copiesLen = <usize>DUMP_JSON_COPIES.length;
+  // a block's fragments are copied as one 16-byte word each (copy16)
+  if (blockLen > 16 || tokensLen > 16 || copiesLen > 16) unreachable();
   jsonNull = asciiConst("null");
 }
 
@@ -90,14 +102,14 @@ function writeU64(o: usize, v: u64): usize {
  */
 @inline function writeBlock(o: usize, r: usize, first: bool): usize {
   copy16(o, jsonBlock + (first ? 1 : 0));
-  o += first ? 14 : 15;
+  o += first ? blockLen - 1 : blockLen;
   o = writeU64(o, load<u64>(r, ROW_HASH));
   copy16(o, jsonTokens);
-  o = writeU64(o + 15, load<u64>(r, ROW_TOKENS));
+  o = writeU64(o + tokensLen, load<u64>(r, ROW_TOKENS));
   const copies = load<u32>(r, ROW_COPIES);
   if (copies != 1) {
     copy16(o, jsonCopies);
-    o = writeSmall(o + 10, copies);
+    o = writeSmall(o + copiesLen, copies);
   }
   store<u8>(o, 0x7d);
   return o + 1;
@@ -130,12 +142,12 @@ export function dumpJson(st: usize, o: usize, limit: usize): usize {
     if (flags & STATE_WROTE) { store<u8>(o, 0x2c); o++; }
     memory.copy(o, prefix, prefixLen);
     o = writeU64(o + prefixLen, eventId++);
-    memory.copy(o, jsonData, 33);
-    o += 33;
+    memory.copy(o, jsonParent, parentLen);
+    o += parentLen;
     if (load<u32>(r, ROW_FLAGS) & ROW_HAS_PARENT) o = writeU64(o, load<u64>(r, ROW_PARENT));
     else { store<u32>(o, load<u32>(jsonNull)); o += 4; }
-    memory.copy(o, jsonData + 33, 11);
-    o = writeBlock(o + 11, r, true);
+    memory.copy(o, jsonBlocks, blocksLen);
+    o = writeBlock(o + blocksLen, r, true);
     pos++;
     flags = STATE_INSIDE | STATE_WROTE;
   }

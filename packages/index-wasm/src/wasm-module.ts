@@ -7,6 +7,8 @@ import { join } from "node:path";
 
 const packageDir = join(import.meta.dir, "..");
 const assemblyDir = join(packageDir, "assembly");
+/** Compiled in from the floor package: the JSON dump's fragments (valid AssemblyScript and TypeScript). */
+const sharedSources = [join(packageDir, "..", "protocol", "src", "dump-json.ts")];
 export const wasmPath = join(packageDir, "build", "index.wasm");
 export const jsonWasmPath = join(packageDir, "build", "json-scan.wasm");
 const targets: [entry: string, out: string][] = [["index.ts", wasmPath], ["json-module.ts", jsonWasmPath]];
@@ -17,6 +19,7 @@ const ascFlags = ["-O3", "--runtime", "minimal", "--noAssert", "--converge"];
 function newestSourceMtime(): number {
   let newest = 0;
   for (const f of readdirSync(assemblyDir)) newest = Math.max(newest, statSync(join(assemblyDir, f)).mtimeMs);
+  for (const f of sharedSources) newest = Math.max(newest, statSync(f).mtimeMs);
   return newest;
 }
 
