@@ -8,12 +8,8 @@
 // Rows (from dumpWorker) and the caller's state: dump-layout.ts, shared with the TypeScript face. The
 // output needs 64 bytes of slack past each step (fixed strings are copied as whole 16-byte words).
 import { DUMP_JSON_BLOCK, DUMP_JSON_BLOCKS, DUMP_JSON_COPIES, DUMP_JSON_PARENT, DUMP_JSON_TOKENS } from "../../protocol/src/dump-json";
+import { ROW_BYTES, ROW_COPIES, ROW_FLAGS, ROW_HASH, ROW_HAS_PARENT, ROW_NEW_EVENT, ROW_PARENT, ROW_TOKENS, STATE_EVENT_ID, STATE_FLAGS, STATE_INSIDE, STATE_LEN, STATE_POS, STATE_PREFIX, STATE_PREFIX_LEN, STATE_ROWS, STATE_SUFFIX, STATE_SUFFIX_LEN, STATE_WROTE } from "./dump-layout";
 import { alloc } from "./pages";
-import {
-  ROW_BYTES, ROW_COPIES, ROW_FLAGS, ROW_HAS_PARENT, ROW_HASH, ROW_NEW_EVENT, ROW_PARENT, ROW_TOKENS, STATE_EVENT_ID,
-  STATE_FLAGS, STATE_INSIDE, STATE_LEN, STATE_POS, STATE_PREFIX, STATE_PREFIX_LEN, STATE_ROWS, STATE_SUFFIX,
-  STATE_SUFFIX_LEN, STATE_WROTE,
-} from "./dump-layout";
 
 let digits2: usize = 0; // "00".."99"
 // The fixed fragments (dump-json in @kv-epp/protocol) in linear memory, and their lengths.
@@ -24,11 +20,14 @@ let jsonTokens: usize = 0, tokensLen: usize = 0;
 let jsonCopies: usize = 0, copiesLen: usize = 0;
 let jsonNull: usize = 0; // `null`
 
-function asciiConst(s: string): usize {
-  const n = s.length;
-  const p = alloc(<usize>(n + 16)); // small: TLSF; padded so 16-byte copies never read past it
+/** `s` as ASCII in linear memory, after a comma when `comma`; padded so 16-byte copies never read past it. */
+function asciiConst(s: string, comma: bool = false): usize {
+  const at: i32 = comma ? 1 : 0;
+  const n = s.length + at;
+  const p = alloc(<usize>(n + 16)); // small: TLSF
   memory.fill(p, 0, <usize>(n + 16));
-  for (let i = 0; i < n; i++) store<u8>(p + <usize>i, <u8>s.charCodeAt(i));
+  if (comma) store<u8>(p, 0x2c);
+  for (let i = 0; i < s.length; i++) store<u8>(p + <usize>(i + at), <u8>s.charCodeAt(i));
   return p;
 }
 
@@ -42,9 +41,8 @@ export function initJson(): void {
   parentLen = <usize>DUMP_JSON_PARENT.length;
   jsonBlocks = asciiConst(DUMP_JSON_BLOCKS);
   blocksLen = <usize>DUMP_JSON_BLOCKS.length;
-  const block = "," + DUMP_JSON_BLOCK;
-  jsonBlock = asciiConst(block);
-  blockLen = <usize>block.length;
+  jsonBlock = asciiConst(DUMP_JSON_BLOCK, true);
+  blockLen = <usize>DUMP_JSON_BLOCK.length + 1;
   jsonTokens = asciiConst(DUMP_JSON_TOKENS);
   tokensLen = <usize>DUMP_JSON_TOKENS.length;
   jsonCopies = asciiConst(DUMP_JSON_COPIES);

@@ -1,20 +1,14 @@
 // Applying events: stored, removed, cleared, as a batch from the builder or a binary dump run.
 import { epoch } from "./dump-rows";
 import { CHUNK_MASK, ID_MASK, NIL, RES_INLINE, ROOT } from "./ids";
-import { KIND_INLINE, NODE, childCountAt, childSeq, highAt, inlineCopiesAt, isDead, kindAt, newNode, nodeAt, nodeTop, seqOf, setKindCopies } from "./nodes";
+import { KIND_INLINE, NODE, childCountAt, childSeq, highAt, inlineCopiesAt, isDead, kindAt, nodeAt, nodeTop, seqOf, setKindCopies } from "./nodes";
 import { DEAD_WORKER, REC, REC_MAX_COPIES, recAt, recCopies, resTop, setRecCopies } from "./records";
 import { addCopies, addRecord, becameHeld, deleteRecord, hasRecord, settle } from "./residency";
 import { CHILD, RES, capOf, childFind, childMissUnderNew, homeOf, keyHash, resFind, resFindHashed, resId, resNode, slotsOf } from "./tables";
+import { lastReject, outBlocks, outEvents, outRejected, outUnknown, totalRejected, totalUnknown } from "./tallies";
+import { newNode } from "./tree";
 import { ensureWorker, recsOfPtr, treeSizePtr } from "./workers";
 import { zeroAdd } from "./zero-copy";
-
-export let totalRejected: u64 = 0;
-export let totalUnknown: u64 = 0;
-export let outBlocks: u32 = 0;
-let outUnknown: u32 = 0;
-let outRejected: u32 = 0;
-let outEvents: u32 = 0;
-let lastReject: u32 = 0; // 0 none, 1 unknown parent, 2 hash conflict
 
 /** Sink for the touch passes' loads, so the optimiser keeps them. */
 let touched: u32 = 0;
@@ -238,9 +232,3 @@ export function applyDump(p: usize, words: u32, slot: u32): u32 {
   applyBatch(p, words);
   return 0xFFFFFFFF;
 }
-
-export function batchEvents(): u32 { return outEvents; }
-export function batchBlocks(): u32 { return outBlocks; }
-export function batchUnknown(): u32 { return outUnknown; }
-export function batchRejected(): u32 { return outRejected; }
-export function lastRejectReason(): u32 { return lastReject; }

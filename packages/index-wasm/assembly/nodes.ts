@@ -8,7 +8,6 @@
 // hash is recovered from (seq, parent seq) for dumps instead of being stored twice.
 import { CHUNK, CHUNK_BITS, CHUNK_MASK, DEAD, ID_MASK, MAX_NODE_ID, NIL, grow } from "./ids";
 import { alloc } from "./pages";
-import { CHILD, childInsertAfterMiss, tableDeleteAt } from "./tables";
 
 // Nodes: 24-byte structs.
 // 0 sequence hash u64 | 8 payload u64: the inline holder's block hash, or the worker mask of slots
@@ -21,10 +20,10 @@ export const KIND_INLINE: u32 = 1;
 export const KIND_SHARED: u32 = 2;
 export const INLINE_MAX_COPIES: u32 = 15;
 const CHILD_BITS: u32 = 20;
-const CHILD_MAX: u32 = (1 << CHILD_BITS) - 1; // sticky: a node with this many children is never freed
+export const CHILD_MAX: u32 = (1 << CHILD_BITS) - 1; // sticky: a node with this many children is never freed
 export let nodeCap: u32 = 0;
 export let nodeTop: u32 = 2;
-let nodeFree: u32 = NIL;
+export let nodeFree: u32 = NIL;
 export let nodesLive: u32 = 0;
 export let nodeDir: usize = 0;
 export let maskWords: u32 = 1;  // 64-slot words per node; words past the first live in nMaskExt
@@ -63,7 +62,7 @@ const MIX_MUL_INVERSE: u64 = 0xCFEE444D8B59A89B; // MIX_MUL * this == 1 (mod 2^6
 @inline export function childSeq(parentSeq: u64, tok: u64): u64 { return mix(tok ^ spread(parentSeq)); }
 export function tokOf(n: u32): u64 { return unmix(seqOf(n)) ^ spread(seqOf(parentOf(n))); }
 
-@inline function maskExtAt(n: u32, word: u32): usize {
+@inline export function maskExtAt(n: u32, word: u32): usize {
   return nMaskExt + ((<usize>n * (maskWords - 1) + word - 1) << 3);
 }
 
@@ -104,42 +103,4 @@ function growMaskExt(cap: u32): void {
   const stride = <usize>(maskWords - 1) << 3;
   nMaskExt = grow(nMaskExt, <usize>extCap * stride, <usize>cap * stride);
   extCap = cap;
-}
-
-/** A new child of `parent` without records; childFind(parent, seq) has just missed (its probe found the slot). */
-export function newNode(parent: u32, seq: u64): u32 {
-  let id: u32;
-  if (nodeFree != NIL) {
-    id = nodeFree;
-    nodeFree = load<u32>(nodeAt(id), 8);
-  } else {
-    if (nodeTop == nodeCap) growNodes();
-    id = nodeTop++;
-  }
-  const p = nodeAt(id), pp = nodeAt(parent);
-  store<u64>(p, seq);
-  store<u64>(p, 0, 8);
-  store<u32>(p, parent, 16);
-  store<u32>(p, 0, 20);
-  if (maskWords > 1) memory.fill(maskExtAt(id, 1), 0, <usize>(maskWords - 1) << 3);
-  const c = load<u32>(pp, 20);
-  if ((c & CHILD_MAX) != CHILD_MAX) store<u32>(pp, c + 1, 20);
-  childInsertAfterMiss(id, seq);
-  nodesLive++;
-  return id;
-}
-
-/** Frees a node with neither records nor children; returns its parent (which lost a child). */
-export function freeNode(id: u32): u32 {
-  const p = nodeAt(id);
-  const parent = load<u32>(p, 16) & ID_MASK;
-  tableDeleteAt(CHILD, id, load<u64>(p));
-  store<u32>(p, DEAD, 16); // marks the slot free for table rebuilds
-  store<u64>(p, <u64>nodeFree, 8);
-  nodeFree = id;
-  nodesLive--;
-  const pp = nodeAt(parent);
-  const c = load<u32>(pp, 20);
-  if ((c & CHILD_MAX) != CHILD_MAX) store<u32>(pp, c - 1, 20);
-  return parent;
 }

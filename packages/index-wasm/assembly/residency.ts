@@ -10,11 +10,13 @@
 //
 // A node with one worker's record holds it inline (no record, no list); a second worker moves both
 // into 16-byte shared records and the node's payload becomes the worker mask for matching.
-import { outBlocks } from "./events";
 import { NIL, RES_INLINE, ROOT, grow } from "./ids";
-import { INLINE_MAX_COPIES, KIND_INLINE, KIND_NONE, KIND_SHARED, childCountAt, freeNode, highAt, holds, inlineCopiesAt, kindAt, mix, nodeAt, setHeldBit, setHigh, setKindCopies } from "./nodes";
+import { INLINE_MAX_COPIES, KIND_INLINE, KIND_NONE, KIND_SHARED, childCountAt, highAt, holds, inlineCopiesAt, kindAt, mix, nodeAt, setHeldBit, setHigh, setKindCopies } from "./nodes";
 import { REC_MAX_COPIES, freeRec, newRec, recAt, recCopies, recWorker, resLive, setRecCopies } from "./records";
-import { RES, homeOf, keyHash, nextSlot, resId, resInsertAfterMiss, resRepoint, tableDeleteAt } from "./tables";
+import { resInsertAfterMiss } from "./table-growth";
+import { RES, homeOf, keyHash, nextSlot, resId, resRepoint, tableDeleteAt } from "./tables";
+import { outBlocks } from "./tallies";
+import { freeNode } from "./tree";
 import { bumpTree, recsOfPtr } from "./workers";
 import { ZERO_TOMB, zeroAdd, zeroCap, zeroCount, zeroDel, zeroFind, zeroSlots } from "./zero-copy";
 

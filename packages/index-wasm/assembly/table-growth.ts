@@ -1,9 +1,32 @@
-// Sizing the tables: presizing, reserving for a pool's capacity, and the rebuild that grows or sweeps a table.
+// Growing the tables: an insert past the load limit, presizing, reserving for a pool's capacity, and the
+// rebuild that grows or sweeps a table.
 import { CHUNK, CHUNK_MASK, EMPTY, MAX_NODE_ID, MAX_REC_ID, RES_INLINE } from "./ids";
 import { KIND_INLINE, NODE, growNodes, highAt, isDead, kindAt, nodeAt, nodeCap, nodeTop } from "./nodes";
 import { alloc, allocZeroed, ensureFreeRun, free, pagesFor, usable } from "./pages";
 import { DEAD_WORKER, REC, growRes, recAt, resCap, resTop } from "./records";
-import { CHILD, GROW_DEN, GROW_NUM, MIN_TABLE, RES, capOf, homeOf, keyHash, nextSlot, overMaxLoad, slotsOf, tableInit, tagOf } from "./tables";
+import { CHILD, MIN_TABLE, RES, capOf, childMissAt, childMissTomb, countOf, homeOf, keyHash, nextSlot, resMissAt, resMissHash, resMissTomb, setCount, setTombs, slotsOf, tableInit, tagOf, tombsOf } from "./tables";
+
+// Growth rule (see tableRebuild): a table grows past MAX_LOAD_NUM / MAX_LOAD_DEN load (80%) to
+// GROW_NUM / GROW_DEN (2.2x) its entries.
+const MAX_LOAD_NUM: u32 = 20;
+const MAX_LOAD_DEN: u32 = 25;
+const GROW_NUM: u32 = 22;
+const GROW_DEN: u32 = 10;
+@inline function overMaxLoad(entries: u32, cap: u32): bool { return entries * MAX_LOAD_DEN > cap * MAX_LOAD_NUM; }
+@inline function tableFull(t: i32): bool { return overMaxLoad(countOf(t) + tombsOf(t) + 1, capOf(t)); }
+
+/** Indexes an entry already written to its chunk, whose key the table's last find just missed. */
+@inline function insertAfterMiss(t: i32, v: u32, h: u64): void {
+  if (tableFull(t)) tableRebuild(t, countOf(t) + 1); // the rebuild picks the entry up from its chunk
+  else {
+    const at = t == RES ? resMissAt : childMissAt;
+    store<u32>(slotsOf(t) + (<usize>at << 2), v);
+    if (t == RES ? resMissTomb : childMissTomb) setTombs(t, tombsOf(t) - 1);
+  }
+  setCount(t, countOf(t) + 1);
+}
+@inline export function childInsertAfterMiss(id: u32, seq: u64): void { insertAfterMiss(CHILD, id | tagOf(CHILD, seq), seq); }
+@inline export function resInsertAfterMiss(v: u32): void { insertAfterMiss(RES, v | tagOf(RES, resMissHash), resMissHash); }
 
 /**
  * Grows the arrays and tables up front for an expected number of blocks and residencies, so a large
@@ -141,7 +164,7 @@ function rbEmitAll(t: i32): void {
  * random was about a third of the cost of ingesting 1M block events into an empty index). The buckets
  * replace sorting batches of entries by home (a histogram pass, a scatter pass and a pairs array).
  */
-export function tableRebuild(t: i32, entries: u32): void {
+function tableRebuild(t: i32, entries: u32): void {
   let cap = capOf(t);
   if (entries * 5 > cap * 3 && !withinReservation(entries)) cap = max<u32>(MIN_TABLE, entries * GROW_NUM / GROW_DEN);
   tableRebuildTo(t, cap);

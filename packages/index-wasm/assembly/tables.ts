@@ -4,7 +4,6 @@ import { EMPTY, ID_BITS, ID_MASK, NIL, RES_ID_MASK, RES_INLINE, zeroed } from ".
 import { highAt, mix, nodeAt } from "./nodes";
 import { free } from "./pages";
 import { recAt, recNode, recWorker } from "./records";
-import { tableRebuild } from "./table-growth";
 
 // Two open-addressing tables (linear probing): CHILD maps (parent node, sequence hash) -> node,
 // RES maps (worker, block hash) -> the record: a node id with RES_INLINE set (its inline holder) or a
@@ -22,10 +21,10 @@ export const MIN_TABLE: u32 = 1024;
 
 @inline export function slotsOf(t: i32): usize { return <usize>load<u32>(TABLES + (<usize>t << 4)); }
 @inline export function capOf(t: i32): u32 { return load<u32>(TABLES + (<usize>t << 4), 4); }
-@inline function countOf(t: i32): u32 { return load<u32>(TABLES + (<usize>t << 4), 8); }
-@inline function setCount(t: i32, v: u32): void { store<u32>(TABLES + (<usize>t << 4), v, 8); }
-@inline function tombsOf(t: i32): u32 { return load<u32>(TABLES + (<usize>t << 4), 12); }
-@inline function setTombs(t: i32, v: u32): void { store<u32>(TABLES + (<usize>t << 4), v, 12); }
+@inline export function countOf(t: i32): u32 { return load<u32>(TABLES + (<usize>t << 4), 8); }
+@inline export function setCount(t: i32, v: u32): void { store<u32>(TABLES + (<usize>t << 4), v, 8); }
+@inline export function tombsOf(t: i32): u32 { return load<u32>(TABLES + (<usize>t << 4), 12); }
+@inline export function setTombs(t: i32, v: u32): void { store<u32>(TABLES + (<usize>t << 4), v, 12); }
 
 @inline export function keyHash(a: u32, b: u64): u64 { return mix(b ^ (<u64>(a + 1) * 0x9E3779B97F4A7C15)); }
 @inline export function tagOf(t: i32, h: u64): u32 { return <u32>(h >> 58) << ID_BITS; } // the same for both tables
@@ -41,11 +40,11 @@ export const MIN_TABLE: u32 = 1024;
 
 // First empty or tombstone slot seen by the last missed find of each table (and the RES key's hash):
 // inserts fill it without probing again.
-let resMissAt: u32 = 0;
-let resMissTomb: bool = false;
-let resMissHash: u64 = 0;
-let childMissAt: u32 = 0;
-let childMissTomb: bool = false;
+export let resMissAt: u32 = 0;
+export let resMissTomb: bool = false;
+export let resMissHash: u64 = 0;
+export let childMissAt: u32 = 0;
+export let childMissTomb: bool = false;
 let foundAt: u32 = 0; // slot of the last RES hit
 
 /** The RES value of (w, ext): a node id | RES_INLINE, or a record id; NIL when absent. */
@@ -117,28 +116,6 @@ export function tableInit(t: i32, cap: u32): void {
   store<u32>(TABLES + (<usize>t << 4), cap, 4);
   setTombs(t, 0);
 }
-
-// Growth rule (see tableRebuild): a table grows past MAX_LOAD_NUM / MAX_LOAD_DEN load (80%) to
-// GROW_NUM / GROW_DEN (2.2x) its entries.
-const MAX_LOAD_NUM: u32 = 20;
-const MAX_LOAD_DEN: u32 = 25;
-export const GROW_NUM: u32 = 22;
-export const GROW_DEN: u32 = 10;
-@inline export function overMaxLoad(entries: u32, cap: u32): bool { return entries * MAX_LOAD_DEN > cap * MAX_LOAD_NUM; }
-@inline function tableFull(t: i32): bool { return overMaxLoad(countOf(t) + tombsOf(t) + 1, capOf(t)); }
-
-/** Indexes an entry already written to its chunk, whose key the table's last find just missed. */
-@inline function insertAfterMiss(t: i32, v: u32, h: u64): void {
-  if (tableFull(t)) tableRebuild(t, countOf(t) + 1); // the rebuild picks the entry up from its chunk
-  else {
-    const at = t == RES ? resMissAt : childMissAt;
-    store<u32>(slotsOf(t) + (<usize>at << 2), v);
-    if (t == RES ? resMissTomb : childMissTomb) setTombs(t, tombsOf(t) - 1);
-  }
-  setCount(t, countOf(t) + 1);
-}
-@inline export function childInsertAfterMiss(id: u32, seq: u64): void { insertAfterMiss(CHILD, id | tagOf(CHILD, seq), seq); }
-@inline export function resInsertAfterMiss(v: u32): void { insertAfterMiss(RES, v | tagOf(RES, resMissHash), resMissHash); }
 
 /** Deletes the entry whose slot value (less its tag) is `v` and whose key hashes to h. */
 export function tableDeleteAt(t: i32, v: u32, h: u64): void {

@@ -70,6 +70,12 @@ export interface DumpStaging {
   abort(): void;
 }
 
+/**
+ * The `/dump` body a client asks for: "binary" (the default) prefers the binary body and still takes JSON
+ * from a peer that only speaks JSON; "json" asks for JSON only, as a client from before the binary body did.
+ */
+export type DumpFormat = "binary" | "json";
+
 /** A recovery peer: `id` is stable across updates (the endpoint address), `url` the selection-http base URL. */
 export type Peer = { id: string; url: string };
 

@@ -1,5 +1,5 @@
 import { DUMP_BINARY_CONTENT_TYPE, DUMP_CONTENT_TYPE, DUMP_PATH } from "@kv-epp/protocol";
-import type { DumpTarget, Peer } from "../types.ts";
+import type { DumpFormat, DumpTarget, Peer } from "../types.ts";
 import { gcPacer } from "./gc-pacer.ts";
 import { DumpFormatError, type DumpParserLimits, DumpTooLargeError } from "./parser.ts";
 import { dumpBodyParser } from "./staging-feed.ts";
@@ -39,8 +39,6 @@ export type FetchDumpOptions = {
    */
   format?: DumpFormat;
 };
-
-export type DumpFormat = "binary" | "json";
 
 /** The Accept header of a dump request: the binary body preferred, JSON still taken. */
 export function dumpAccept(format: DumpFormat): string {

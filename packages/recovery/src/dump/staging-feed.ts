@@ -1,8 +1,7 @@
 import type { RouterEvent, WorkerRef } from "@kv-epp/protocol";
-import type { DumpSizes, DumpStaging } from "../types.ts";
+import type { DumpFormat, DumpSizes, DumpStaging } from "../types.ts";
 import type { DumpBatch } from "./batch.ts";
 import { BinaryDumpParser } from "./binary-parser.ts";
-import type { DumpFormat } from "./client.ts";
 import { EventRunWriter } from "./event-run.ts";
 import { DumpParser, type DumpParserLimits } from "./parser.ts";
 
