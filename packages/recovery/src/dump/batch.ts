@@ -1,4 +1,4 @@
-import type { RouterEvent, WorkerRef } from "@kv-epp/protocol";
+import type { BlockHash, RouterEvent, WorkerRef } from "@kv-epp/protocol";
 
 // A batch of parsed `/dump` events in typed arrays, for stagings that apply straight from them (e.g. into
 // KvIndex's batch builder) instead of one RouterEvent object and two BigInts per block. Measured on the
@@ -38,7 +38,7 @@ export class DumpBatch {
   }
 
   /** Event i's parent hash, or null at the root. */
-  parentHash(i: number): bigint | null {
+  parentHash(i: number): BlockHash | null {
     return this.hasParent[i] ? this.parentHashes[i]! : null;
   }
 
