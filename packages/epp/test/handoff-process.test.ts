@@ -2,7 +2,8 @@
 // on) take requests without pause while `bun run epp` B recovers from `bun run epp` A; once the traffic
 // stops, both indexes equal the workers' true caches (GET /admin/cache), block for block.
 import { afterAll, expect, test } from "bun:test";
-import { describeDiff, diffIndexViews, fetchIndexView, fetchWorkerTruth, killAll, spawnBun, waitFor, type TruthWorker } from "@kv-epp/testkit";
+import { killAll, spawnBun, waitFor } from "@kv-epp/testkit";
+import { describeDiff, diffIndexViews, fetchIndexView, fetchWorkerTruth, type TruthWorker } from "./kv-truth.ts";
 import { BLOCK, writeStaticConfig } from "./helpers.ts";
 
 const ROOT = `${import.meta.dir}/../../..`;

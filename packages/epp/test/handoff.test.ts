@@ -7,7 +7,8 @@
 import { afterEach, expect, setDefaultTimeout, test } from "bun:test";
 import { createServer, connect, type Socket } from "node:net";
 import { startMockWorker, type MockWorker } from "@kv-epp/mock-worker";
-import { describeDiff, diffIndexViews, fetchIndexView, fetchWorkerTruth, waitFor, type TruthWorker } from "@kv-epp/testkit";
+import { waitFor } from "@kv-epp/testkit";
+import { describeDiff, diffIndexViews, fetchIndexView, fetchWorkerTruth, type TruthWorker } from "./kv-truth.ts";
 import type { EppHandle } from "../src/main.ts";
 import { BLOCK, HOST, scrapeMetric, startTestEpp, type TestWorker } from "./helpers.ts";
 

@@ -2,7 +2,8 @@
 // prefixes, evictions and a cache reset on two DP ranks end in the same blocks, parents and tokens hashes.
 import { afterAll, expect, test } from "bun:test";
 import { startMockWorker, type CacheTruth } from "@kv-epp/mock-worker";
-import { compareIndexWithWorkers, waitFor, waitForIndexToMatch } from "@kv-epp/testkit";
+import { waitFor } from "@kv-epp/testkit";
+import { compareIndexWithWorkers, waitForIndexToMatch } from "./kv-truth.ts";
 import { BLOCK, postJson, startTestEpp, tokens } from "./helpers.ts";
 
 const cleanups: (() => unknown)[] = [];

@@ -7,10 +7,10 @@
 // Event: header word (flags u32 | count u32 << 32; flags bit 0: a parent word follows, bit 1: count copy
 // words follow the hashes), [parent block hash], count block hashes, count tokens hashes,
 // [count copies]. Rows: see dump-json.ts.
-import { ROW_BYTES, ROW_COPIES, ROW_FLAGS, ROW_HAS_PARENT, ROW_HASH, ROW_NEW_EVENT, ROW_PARENT, ROW_TOKENS } from "./dump-layout";
+import { ROW_BYTES, ROW_COPIES, ROW_FLAGS, ROW_HASH, ROW_HAS_PARENT, ROW_NEW_EVENT, ROW_PARENT, ROW_TOKENS } from "./dump-layout";
 
-export const EVENT_HAS_PARENT: u32 = 1;
-export const EVENT_HAS_COPIES: u32 = 2;
+const EVENT_HAS_PARENT: u32 = 1;
+const EVENT_HAS_COPIES: u32 = 2;
 
 let binaryEnd: usize = 0;
 let binaryNeed: usize = 0;

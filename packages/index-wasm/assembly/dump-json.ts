@@ -7,25 +7,27 @@
 //
 // Rows (from dumpWorker) and the caller's state: dump-layout.ts, shared with the TypeScript face. The
 // output needs 64 bytes of slack past each step (fixed strings are copied as whole 16-byte words).
+import { DUMP_JSON_BLOCK, DUMP_JSON_BLOCKS, DUMP_JSON_COPIES, DUMP_JSON_PARENT, DUMP_JSON_TOKENS } from "../../protocol/src/dump-json";
+import { ROW_BYTES, ROW_COPIES, ROW_FLAGS, ROW_HASH, ROW_HAS_PARENT, ROW_NEW_EVENT, ROW_PARENT, ROW_TOKENS, STATE_EVENT_ID, STATE_FLAGS, STATE_INSIDE, STATE_LEN, STATE_POS, STATE_PREFIX, STATE_PREFIX_LEN, STATE_ROWS, STATE_SUFFIX, STATE_SUFFIX_LEN, STATE_WROTE } from "./dump-layout";
 import { alloc } from "./pages";
-import {
-  ROW_BYTES, ROW_COPIES, ROW_FLAGS, ROW_HAS_PARENT, ROW_HASH, ROW_NEW_EVENT, ROW_PARENT, ROW_TOKENS, STATE_EVENT_ID,
-  STATE_FLAGS, STATE_INSIDE, STATE_LEN, STATE_POS, STATE_PREFIX, STATE_PREFIX_LEN, STATE_ROWS, STATE_SUFFIX,
-  STATE_SUFFIX_LEN, STATE_WROTE,
-} from "./dump-layout";
 
 let digits2: usize = 0; // "00".."99"
-let jsonData: usize = 0; // `,"data":{"stored":{"parent_hash":` (33) then `,"blocks":[` (11)
-let jsonBlock: usize = 0; // `,{"block_hash":` (15; the first block skips the comma)
-let jsonTokens: usize = 0; // `,"tokens_hash":` (15)
-let jsonCopies: usize = 0; // `,"copies":` (10)
+// The fixed fragments (dump-json in @kv-epp/protocol) in linear memory, and their lengths.
+let jsonParent: usize = 0, parentLen: usize = 0;
+let jsonBlocks: usize = 0, blocksLen: usize = 0;
+let jsonBlock: usize = 0, blockLen: usize = 0; // with a leading comma, which the first block skips
+let jsonTokens: usize = 0, tokensLen: usize = 0;
+let jsonCopies: usize = 0, copiesLen: usize = 0;
 let jsonNull: usize = 0; // `null`
 
-function asciiConst(s: string): usize {
-  const n = s.length;
-  const p = alloc(<usize>(n + 16)); // small: TLSF; padded so 16-byte copies never read past it
+/** `s` as ASCII in linear memory, after a comma when `comma`; padded so 16-byte copies never read past it. */
+function asciiConst(s: string, comma: bool = false): usize {
+  const at: i32 = comma ? 1 : 0;
+  const n = s.length + at;
+  const p = alloc(<usize>(n + 16)); // small: TLSF
   memory.fill(p, 0, <usize>(n + 16));
-  for (let i = 0; i < n; i++) store<u8>(p + <usize>i, <u8>s.charCodeAt(i));
+  if (comma) store<u8>(p, 0x2c);
+  for (let i = 0; i < s.length; i++) store<u8>(p + <usize>(i + at), <u8>s.charCodeAt(i));
   return p;
 }
 
@@ -35,10 +37,18 @@ export function initJson(): void {
     store<u8>(digits2 + (<usize>i << 1), <u8>(48 + i / 10));
     store<u8>(digits2 + (<usize>i << 1) + 1, <u8>(48 + i % 10));
   }
-  jsonData = asciiConst(',"data":{"stored":{"parent_hash":,"blocks":[');
-  jsonBlock = asciiConst(',{"block_hash":');
-  jsonTokens = asciiConst(',"tokens_hash":');
-  jsonCopies = asciiConst(',"copies":');
+  jsonParent = asciiConst(DUMP_JSON_PARENT);
+  parentLen = <usize>DUMP_JSON_PARENT.length;
+  jsonBlocks = asciiConst(DUMP_JSON_BLOCKS);
+  blocksLen = <usize>DUMP_JSON_BLOCKS.length;
+  jsonBlock = asciiConst(DUMP_JSON_BLOCK, true);
+  blockLen = <usize>DUMP_JSON_BLOCK.length + 1;
+  jsonTokens = asciiConst(DUMP_JSON_TOKENS);
+  tokensLen = <usize>DUMP_JSON_TOKENS.length;
+  jsonCopies = asciiConst(DUMP_JSON_COPIES);
+  copiesLen = <usize>DUMP_JSON_COPIES.length;
+  // a block's fragments are copied as one 16-byte word each (copy16)
+  if (blockLen > 16 || tokensLen > 16 || copiesLen > 16) unreachable();
   jsonNull = asciiConst("null");
 }
 
@@ -90,14 +100,14 @@ function writeU64(o: usize, v: u64): usize {
  */
 @inline function writeBlock(o: usize, r: usize, first: bool): usize {
   copy16(o, jsonBlock + (first ? 1 : 0));
-  o += first ? 14 : 15;
+  o += first ? blockLen - 1 : blockLen;
   o = writeU64(o, load<u64>(r, ROW_HASH));
   copy16(o, jsonTokens);
-  o = writeU64(o + 15, load<u64>(r, ROW_TOKENS));
+  o = writeU64(o + tokensLen, load<u64>(r, ROW_TOKENS));
   const copies = load<u32>(r, ROW_COPIES);
   if (copies != 1) {
     copy16(o, jsonCopies);
-    o = writeSmall(o + 10, copies);
+    o = writeSmall(o + copiesLen, copies);
   }
   store<u8>(o, 0x7d);
   return o + 1;
@@ -130,12 +140,12 @@ export function dumpJson(st: usize, o: usize, limit: usize): usize {
     if (flags & STATE_WROTE) { store<u8>(o, 0x2c); o++; }
     memory.copy(o, prefix, prefixLen);
     o = writeU64(o + prefixLen, eventId++);
-    memory.copy(o, jsonData, 33);
-    o += 33;
+    memory.copy(o, jsonParent, parentLen);
+    o += parentLen;
     if (load<u32>(r, ROW_FLAGS) & ROW_HAS_PARENT) o = writeU64(o, load<u64>(r, ROW_PARENT));
     else { store<u32>(o, load<u32>(jsonNull)); o += 4; }
-    memory.copy(o, jsonData + 33, 11);
-    o = writeBlock(o + 11, r, true);
+    memory.copy(o, jsonBlocks, blocksLen);
+    o = writeBlock(o + blocksLen, r, true);
     pos++;
     flags = STATE_INSIDE | STATE_WROTE;
   }

@@ -1,5 +1,5 @@
 // The dump's shared layouts, declared once: this file is compiled into the module (assembly/dump-json.ts,
-// assembly/index.ts) and imported by the TypeScript face (src/kv-index.ts), so both read and write the
+// assembly/dump-rows.ts) and imported by the TypeScript face (src/kv-index.ts), so both read and write the
 // same offsets. Plain numeric constants only: it must stay valid AssemblyScript and TypeScript.
 
 /** A dumpWorker row: parent block hash u64 | block hash u64 | tokens hash u64 | flags u32 | copies u32. */

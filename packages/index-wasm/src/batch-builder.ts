@@ -3,11 +3,12 @@
 // instead of one BigInt conversion per block; token ids are hashed by the index's own module instance
 // straight into the batch. Measured: encoding event objects (two DataView.setBigUint64 per block) cost
 // more than the index itself.
+import type { BlockHash, TokensHash } from "@kv-epp/protocol";
 import type { BlockHasher, BlockTokens } from "./block-hash.ts";
 import type { IndexExports } from "./wasm-module.ts";
 import type { BatchOutcome, RejectReason, WorkerRef } from "./types.ts";
 
-// event kinds of the module's batch layout (assembly/index.ts applyBatch)
+// event kinds of the module's batch layout (assembly/events.ts applyBatch)
 const KIND_REMOVED = 3;
 const KIND_CLEARED = 4;
 const KIND_STORED_ROOT = 5;
@@ -61,7 +62,7 @@ export class StoredBatchBuilder {
    * per-block extra keys), hashed here by the index's own module. `copies[i]` (a dump's counts, see
    * StoredBlock) defaults to one copy per block.
    */
-  stored(w: WorkerRef, parentHash: bigint | null, blockHashes: BigUint64Array | readonly bigint[], tokens: BigUint64Array | readonly bigint[] | BlockTokens, copies?: Uint32Array | readonly number[]): this {
+  stored(w: WorkerRef, parentHash: BlockHash | null, blockHashes: BigUint64Array | readonly BlockHash[], tokens: BigUint64Array | readonly TokensHash[] | BlockTokens, copies?: Uint32Array | readonly number[]): this {
     const n = blockHashes.length;
     const hashed = !("tokenIds" in tokens);
     if (hashed && tokens.length !== n) throw new RangeError(`stored: ${n} block hashes but ${tokens.length} tokens hashes`);
@@ -89,7 +90,7 @@ export class StoredBatchBuilder {
     return this;
   }
 
-  removed(w: WorkerRef, hashes: BigUint64Array | readonly bigint[]): this {
+  removed(w: WorkerRef, hashes: BigUint64Array | readonly BlockHash[]): this {
     const slot = this.host.slotOf(w);
     const at = this.room(8 * (1 + hashes.length));
     this.header(at, KIND_REMOVED, slot, hashes.length);

@@ -1,13 +1,14 @@
 // Convenience forms over KvIndex's one face, for tests, benches and the simulation (`@kv-epp/index-wasm/helpers`):
 // events as objects in, matches as Maps out. Each is the face underneath (the batch builder,
 // findMatchesInto), so what they observe is what production callers get; the EPP does not use them.
+import type { BlockHash } from "@kv-epp/protocol";
 import type { KvIndex } from "./kv-index.ts";
 import { MatchList } from "./match-list.ts";
 import type { BatchOutcome, RejectReason, StoredBlock, WorkerRef } from "./types.ts";
 
 export type IndexEvent =
-  | { kind: "stored"; worker: WorkerRef; parentHash: bigint | null; blocks: StoredBlock[] }
-  | { kind: "removed"; worker: WorkerRef; hashes: bigint[] }
+  | { kind: "stored"; worker: WorkerRef; parentHash: BlockHash | null; blocks: StoredBlock[] }
+  | { kind: "removed"; worker: WorkerRef; hashes: BlockHash[] }
   | { kind: "cleared"; worker: WorkerRef };
 
 /**
@@ -53,11 +54,11 @@ export function applyEvent(index: KvIndex, e: IndexEvent): ApplyOutcome {
   return { kind: "applied", blocks: r.blocks, unknown: r.unknown };
 }
 
-export function applyStored(index: KvIndex, w: WorkerRef, parentHash: bigint | null, blocks: StoredBlock[]): ApplyOutcome {
+export function applyStored(index: KvIndex, w: WorkerRef, parentHash: BlockHash | null, blocks: StoredBlock[]): ApplyOutcome {
   return applyEvent(index, { kind: "stored", worker: w, parentHash, blocks });
 }
 
-export function applyRemoved(index: KvIndex, w: WorkerRef, hashes: bigint[]): ApplyOutcome {
+export function applyRemoved(index: KvIndex, w: WorkerRef, hashes: BlockHash[]): ApplyOutcome {
   return applyEvent(index, { kind: "removed", worker: w, hashes });
 }
 

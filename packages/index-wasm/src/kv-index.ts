@@ -4,7 +4,7 @@ import { instantiate, ScratchRegion, type IndexExports } from "./wasm-module.ts"
 import { StoredBatchBuilder } from "./batch-builder.ts";
 import { BlockHasher, fullBlocks, type BlockTokens } from "./block-hash.ts";
 import type { MatchList } from "./match-list.ts";
-import { DUMP_FIELDS as D, DUMP_JSON_CHUNK_BYTES, workerKey } from "@kv-epp/protocol";
+import { DUMP_JSON_CHUNK_BYTES, DUMP_JSON_DP_RANK, DUMP_JSON_EVENT_ID, DUMP_JSON_WORKER, workerKey } from "@kv-epp/protocol";
 import type { BatchOutcome, DumpEvent, IndexStats, StoredBlock, WorkerRef } from "./types.ts";
 import {
   ROW_BYTES, ROW_COPIES, ROW_FLAGS, ROW_HAS_PARENT, ROW_HASH, ROW_NEW_EVENT, ROW_PARENT, ROW_TOKENS, STATE_BYTES,
@@ -339,8 +339,8 @@ export class KvIndex {
       for (const [key, slot] of order) {
         if (this.slots.get(key) !== slot) continue; // removed meanwhile
         const worker = this.refs[slot]!;
-        const prefix = jsonEncoder.encode(`{"${D.workerId}":${JSON.stringify(worker.workerId)},"${D.event}":{"${D.eventId}":`);
-        const suffix = jsonEncoder.encode(`]}}},"${D.dpRank}":${worker.dpRank}}`);
+        const prefix = jsonEncoder.encode(DUMP_JSON_WORKER + JSON.stringify(worker.workerId) + DUMP_JSON_EVENT_ID);
+        const suffix = jsonEncoder.encode(`${DUMP_JSON_DP_RANK}${worker.dpRank}}`);
         const step = prefix.length + suffix.length + 256;
         // room: a pending chunk is handed out before any buffer is re-reserved
         if (STATE_BYTES + prefix.length + suffix.length > stBytes || chunkBytes + step > outBytes) {

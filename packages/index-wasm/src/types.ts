@@ -1,4 +1,4 @@
-import type { StoredBlock, WorkerRef } from "@kv-epp/protocol";
+import type { BlockHash, StoredBlock, WorkerRef } from "@kv-epp/protocol";
 
 export type { StoredBlock, WorkerRef } from "@kv-epp/protocol";
 
@@ -6,7 +6,7 @@ export type { StoredBlock, WorkerRef } from "@kv-epp/protocol";
  * A stored event of the dump: applying the dump in order to an empty index rebuilds it. Blocks carry
  * `copies` when it is not 1 (0: on the path of held blocks, not held itself).
  */
-export type DumpEvent = { worker: WorkerRef; parentHash: bigint | null; blocks: StoredBlock[] };
+export type DumpEvent = { worker: WorkerRef; parentHash: BlockHash | null; blocks: StoredBlock[] };
 
 /**
  * unknown-parent: the parent hash is not held by that worker (event dropped whole).

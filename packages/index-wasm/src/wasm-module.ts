@@ -11,10 +11,12 @@
 // startup error that names the build step.
 import { createHash } from "node:crypto";
 import { existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
-import { join } from "node:path";
+import { join, relative } from "node:path";
 
 const packageDir = join(import.meta.dir, "..");
 const assemblyDir = join(packageDir, "assembly");
+/** Compiled in from the floor package: the JSON dump's fragments (valid AssemblyScript and TypeScript). */
+const sharedSources = [join(packageDir, "..", "protocol", "src", "dump-json.ts")];
 const buildDir = join(packageDir, "build");
 export const wasmPath = join(buildDir, "index.wasm");
 export const jsonWasmPath = join(buildDir, "json-scan.wasm");
@@ -30,6 +32,7 @@ const ascFlags = ["-O3", "--runtime", "minimal", "--noAssert", "--converge"];
 function sourcesDigest(): string {
   const h = createHash("sha256").update(ascFlags.join(" "));
   for (const f of readdirSync(assemblyDir).sort()) h.update(`\0${f}\0`).update(readFileSync(join(assemblyDir, f)));
+  for (const f of sharedSources) h.update(`\0${relative(packageDir, f)}\0`).update(readFileSync(f));
   return h.digest("hex");
 }
 

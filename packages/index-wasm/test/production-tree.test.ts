@@ -24,9 +24,12 @@ console.log("loaded", index.stats().blocks, fields?.length);
 
 /** This package without node_modules/assemblyscript (unless `withCompiler`), its build/ copied as built. */
 function productionTree(opts: { withCompiler?: boolean } = {}): string {
-  const root = mkdtempSync(join(tmpdir(), "index-wasm-prod-"));
-  roots.push(root);
+  const workspace = mkdtempSync(join(tmpdir(), "index-wasm-prod-"));
+  roots.push(workspace);
+  // The module compiles in one file of its sibling package, protocol, so the copy keeps it beside.
+  const root = join(workspace, "index-wasm");
   for (const part of ["package.json", "src", "assembly", "build"]) cpSync(join(packageDir, part), join(root, part), { recursive: true });
+  symlinkSync(join(packageDir, "..", "protocol"), join(workspace, "protocol"));
   mkdirSync(join(root, "node_modules", "@kv-epp"), { recursive: true });
   symlinkSync(join(packageDir, "..", "protocol"), join(root, "node_modules", "@kv-epp", "protocol"));
   if (opts.withCompiler) symlinkSync(join(packageDir, "node_modules", "assemblyscript"), join(root, "node_modules", "assemblyscript"));

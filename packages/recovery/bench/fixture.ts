@@ -72,68 +72,26 @@ export function indexSource(index: KvIndex, key = MODEL_KEY, opts: { json?: bool
 }
 
 /**
- * A staging that is a fresh KvIndex per model, applied in batches; commit hands the indexes over. With
- * `typed` (default) it also takes the parser's typed batches into the index's batch builder (the fast path).
+ * A staging that is a fresh KvIndex per model: each run of events applied inside the module
+ * (KvIndex.applyDumpEvents), the index presized from a binary body's announced size unless `presize` is
+ * false; commit hands the indexes over.
  */
-export function indexTarget(onCommit: (indexes: Map<string, KvIndex>) => void, opts: { typed?: boolean; presize?: boolean } = {}): DumpTarget {
+export function indexTarget(onCommit: (indexes: Map<string, KvIndex>) => void, opts: { presize?: boolean } = {}): DumpTarget {
   return {
     begin(): DumpStaging {
       const indexes = new Map<string, KvIndex>();
-      let pending: IndexEvent[] = [];
-      let pendingKey = "";
-      const flush = () => {
-        if (pending.length > 0) applyEvents(indexes.get(pendingKey)!, pending);
-        pending = [];
-      };
-      const indexFor = (key: string, blockSize: number, expected?: { blocks: number; residencies: number }) => {
-        let index = indexes.get(key);
-        if (index === undefined) indexes.set(key, (index = KvIndex.create({ blockSize, expected })));
-        return index;
-      };
-      const typed: Pick<DumpStaging, "applyBatch"> = opts.typed === false ? {} : {
-        applyBatch(key, blockSize, b) {
-          flush(); // object events of this model (those before its block_size) come first
-          const builder = indexFor(key, blockSize).batch();
-          for (let i = 0; i < b.count; i++) {
-            const s = b.blockStart[i]!, e = b.blockStart[i + 1]!;
-            builder.stored(b.workers[i]!, b.parentHash(i), b.blockHashes.subarray(s, e), b.tokensHashes.subarray(s, e));
-          }
-          builder.apply();
-        },
-      };
-      // the binary body's bulk path (the EPP's RecoveryTarget does the same, presizing within its budget)
-      const bulk: Pick<DumpStaging, "applyEvents" | "expect"> = opts.typed === false ? {} : {
-        expect(key, blockSize, sizes) {
-          if (opts.presize !== false) indexFor(key, blockSize, sizes);
-        },
-        applyEvents(key, blockSize, worker, words) {
-          flush();
-          indexFor(key, blockSize).applyDumpEvents(worker, words);
-        },
-      };
       return {
-        ...typed,
-        ...bulk,
-        apply(key, blockSize, e) {
-          if (key !== pendingKey) flush();
-          pendingKey = key;
-          indexFor(key, blockSize);
-          pending.push({
-            kind: "stored",
-            worker: { workerId: e.workerId, dpRank: e.dpRank },
-            parentHash: e.parentHash,
-            blocks: e.blocks.map((b) => ({ blockHash: b.blockHash, tokensHash: b.tokensHash })),
-          });
-          if (pending.length >= 256) flush();
+        accepts: () => true,
+        model(key, blockSize, sizes) {
+          if (!indexes.has(key)) indexes.set(key, KvIndex.create({ blockSize, expected: opts.presize !== false ? sizes : undefined }));
         },
-        commit() {
-          flush();
-          onCommit(indexes);
+        events(key, worker, run) {
+          indexes.get(key)!.applyDumpEvents(worker, run);
         },
-        abort() {
-          pending = [];
-          indexes.clear();
-        },
+        extras() {},
+        stagedBytes: () => 0,
+        commit: () => onCommit(indexes),
+        abort: () => indexes.clear(),
       };
     },
   };

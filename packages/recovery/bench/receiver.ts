@@ -2,13 +2,14 @@
 // mode "binary": the product path (fetchDump asks for the binary body: streamed frames, each run of events
 // applied inside the module, the index presized from the announced size). "binary-grow": the same without
 // presizing. "binary-discard": binary fetch + parse applied into nothing (the pipeline's own cost).
-// mode "streamed": the JSON body, the product path before the binary body (streaming parse, typed batches).
+// mode "streamed": the JSON body, the product path before the binary body (streaming parse, typed batches
+// written into event runs).
 // mode "discard": the same, applying into nothing: the recovery pipeline's own memory, without the index.
 // mode "buffered": baseline: the whole body is read into memory first, then parsed and applied.
-// mode "before": the path before the module wrote JSON and the parser made typed batches: the sender's TS writer
-// (/ts/dump) and a staging without applyBatch (RouterEvent objects into IndexEvents into applyBatch).
+// mode "before": the sender's TS writer (/ts/dump, from RouterEvent objects) instead of the module's JSON, the
+// receiver as in "streamed".
 import type { KvIndex } from "@kv-epp/index-wasm";
-import { DumpParser, fetchDump } from "../src/index.ts";
+import { dumpBodyParser, fetchDump } from "../src/index.ts";
 import { indexTarget, rssSampler } from "./fixture.ts";
 
 const [mode, url] = [process.argv[2]!, process.argv[3]!];
@@ -18,8 +19,8 @@ Bun.gc(true);
 const rss0 = process.memoryUsage.rss();
 const sampler = rssSampler();
 let recovered: Map<string, KvIndex> = new Map();
-const discard = { begin: () => ({ apply() {}, commit() {}, abort() {} }) };
-const target = mode.endsWith("discard") ? discard : indexTarget((m) => (recovered = m), { typed: mode !== "before", presize: mode !== "binary-grow" });
+const discard = { begin: () => ({ accepts: () => true, model() {}, events() {}, extras() {}, stagedBytes: () => 0, commit() {}, abort() {} }) };
+const target = mode.endsWith("discard") ? discard : indexTarget((m) => (recovered = m), { presize: mode !== "binary-grow" });
 const t0 = performance.now();
 const cpu0 = process.cpuUsage();
 let events = 0;
@@ -32,7 +33,7 @@ if (mode !== "buffered") {
   const body = new Uint8Array(await (await fetch(`${url}/dump-buffered`)).arrayBuffer());
   sampler.sample();
   const staging = target.begin();
-  const parser = new DumpParser((k, b, e) => staging.apply(k, b, e));
+  const parser = dumpBodyParser(staging, "json");
   parser.push(body);
   parser.end();
   staging.commit();

@@ -1,6 +1,6 @@
 // `bun run bench:recovery`: a 1M-residency index (64 workers x 16k blocks) recovered over loopback, sender
-// and receiver in separate processes; the streamed product path against the path before the module wrote JSON
-// and the parser made typed batches ("before") and a buffered-whole-body baseline, in the same run, several
+// and receiver in separate processes; the binary and JSON bodies, the TypeScript JSON writer ("before") and a
+// buffered-whole-body baseline, in the same run, several
 // rounds (RECOVERY_BENCH_ROUNDS, default 5), medians. Then, in the same run, a 10M-residency index (64 workers
 // x 160k blocks), the product path and the pipeline alone (RECOVERY_BENCH_ROUNDS_10M, default 3; 0 skips it).
 // Prints figures and writes bench/REPORT.md. Targets: 1M <= 1 s end to end, <= 32 MiB peak RSS above the
@@ -104,7 +104,7 @@ async function runSet(set: BenchSet): Promise<boolean> {
 let allOk = true;
 for (const set of SETS) allOk = (await runSet(set)) && allOk;
 say("");
-say("modes: binary = the product path: the binary body (module-written u64 event runs, framed), each run applied inside the module (KvIndex.applyDumpEvents) of a fresh KvIndex presized from the announced size; binary-grow = the same without presizing; binary-discard = binary fetch + parse applied into nothing; discard = JSON fetch + parse (typed batches), applied into nothing (the JSON pipeline alone); streamed = the JSON body, the product path before the binary one: module-written JSON, typed batches into a fresh KvIndex's batch builder; before = the TS writer from RouterEvent objects and a staging without applyBatch (objects, then IndexEvents into applyBatch), the path before this change; buffered = baseline, whole body read first, then parsed and applied (typed).");
+say("modes: binary = the product path: the binary body (module-written u64 event runs, framed), each run applied inside the module (KvIndex.applyDumpEvents) of a fresh KvIndex presized from the announced size; binary-grow = the same without presizing; binary-discard = binary fetch + parse applied into nothing; discard = JSON fetch + parse (typed batches), applied into nothing (the JSON pipeline alone); streamed = the JSON body, the product path before the binary one: module-written JSON, typed batches written into event runs, each applied inside the module of a fresh KvIndex; before = the same receiver, the sender's TS writer from RouterEvent objects instead of the module's JSON; buffered = baseline, whole body read first, then parsed and applied (typed).");
 say("noisy on a shared 2-core machine: CPU time per side is the steadier figure; sender and receiver pipeline, so end to end is about the busier side when both cores are free.");
 say("'above index' = receiver peak RSS growth minus the recovered index's linear memory (max over rounds). Linear memory is not always all resident, so this can come out below zero; the discard row is the recovery pipeline's own overhead with no index at all.");
 say("receiver: end to end = GET /dump until the staging committed; CPU = the receiver process's user+system time over that span (includes Bun's GC/JIT threads). Sender CPU = the sender process between two /stats calls around the run.");

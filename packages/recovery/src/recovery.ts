@@ -2,9 +2,9 @@ import type { Logger } from "pino";
 import { Backoff, sleep, type BackoffPolicy } from "@kv-epp/protocol";
 import { PeerSet } from "./peer-set.ts";
 import type { PeerDiscovery } from "./discovery/types.ts";
-import { DEFAULT_MIN_RATE, type DumpFailureReason, DumpFetchError, type DumpFormat, fetchDump, type MinRate } from "./dump/client.ts";
+import { DEFAULT_MIN_RATE, type DumpFailureReason, DumpFetchError, fetchDump, type MinRate } from "./dump/client.ts";
 import type { DumpParserLimits } from "./dump/parser.ts";
-import type { DumpTarget, EmptyBootstrapReason, Peer, RecoveryOutcome } from "./types.ts";
+import type { DumpFormat, DumpTarget, EmptyBootstrapReason, Peer, RecoveryOutcome } from "./types.ts";
 
 // The recovery loop (docs/CONTRACTS.md §8). The caller has already started its KV listeners (rule 1, subscribe
 // first); this decides where the snapshot comes from and applies it through the staging of `target`.

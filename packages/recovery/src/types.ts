@@ -1,5 +1,4 @@
 import type { RouterEvent, StreamCursor, WorkerRef } from "@kv-epp/protocol";
-import type { DumpBatch } from "./dump/batch.ts";
 
 // The narrow interface through which recovery sees the index (docs/ARCHITECTURE.md: recovery knows the index only
 // through "apply events, dump events"). u64 values are always bigint, never JS numbers (docs/CONTRACTS.md §3).
@@ -44,43 +43,38 @@ export interface DumpTarget {
   begin(): DumpStaging;
 }
 
+/** The sizes a binary dump announces for a model: a hint from the peer, never trusted to size memory unchecked. */
+export type DumpSizes = { blocks: number; residencies: number };
+
+/** What a model's dump carries beside its events, each part when the dump has it. */
+export type DumpExtras = { cursors?: StreamCursor[]; adapters?: string[] };
+
+/**
+ * One attempt's staging. Whatever the body (JSON or binary), its content arrives the same way: per model
+ * `model` once, before its events, then its events as runs of one worker rank each (event-run.ts: the binary
+ * event layout, which KvIndex.applyDumpEvents applies in one call), then its extras. Calls of one model come
+ * in body order; a throw fails the attempt (reason "apply") and the staging is aborted.
+ */
 export interface DumpStaging {
-  apply(key: string, blockSize: number, e: RouterEvent): void;
-  /**
-   * Optional fast path: when present, the dump client hands most events over in typed batches (hashes in
-   * BigUint64Arrays, a few hundred events per call, in order) instead of one `apply` each; `apply` still
-   * receives the rare events that precede their model's block_size, always before that model's batches.
-   * The batch is reused: read it during the call only.
-   */
-  applyBatch?(key: string, blockSize: number, batch: DumpBatch): void;
-  /** A model's `cursors`, once per model that has them (never for a dump from a producer without). */
-  cursors?(key: string, cursors: StreamCursor[]): void;
-  /**
-   * Optional bulk path of a binary dump: a run of whole stored events of one worker rank in the wire layout
-   * (headers already checked by the parser), e.g. for KvIndex.applyDumpEvents. Valid during the call only.
-   * Without it a binary dump's events arrive through `apply`.
-   */
-  applyEvents?(key: string, blockSize: number, worker: WorkerRef, events: Uint8Array): void;
-  /**
-   * Optional: the sizes a binary dump announces for a model, before its events. A hint from the peer: a
-   * staging may presize from it, within its own budget, never beyond.
-   */
-  expect?(key: string, blockSize: number, sizes: { blocks: number; residencies: number }): void;
-  /** A model's LoRA adapter names, when the dump has them. */
-  adapters?(key: string, names: string[]): void;
-  /**
-   * Optional: false for a model this replica does not serve. Its whole object is skipped by the parser
-   * (nothing staged, nothing remembered), so extra models in a dump cost no memory.
-   */
-  accepts?(key: string): boolean;
-  /**
-   * Optional: bytes this staging holds now (e.g. the linear memory of its indexes). The dump client
-   * checks it against its budget after every chunk and fails the attempt past it.
-   */
-  stagedBytes?(): number;
+  /** false for a model this replica does not serve: its whole object is skipped unparsed (nothing staged or remembered). */
+  accepts(key: string): boolean;
+  /** A model's block size, before its events; `sizes` when the body announces them (presize within budget only). */
+  model(key: string, blockSize: number, sizes?: DumpSizes): void;
+  /** A run of whole stored events of one worker rank of a model begun; the bytes are valid during the call only. */
+  events(key: string, worker: WorkerRef, run: Uint8Array): void;
+  /** A model's stream cursors or LoRA adapter names, after its events. */
+  extras(key: string, extras: DumpExtras): void;
+  /** Bytes this staging holds now (e.g. its indexes' linear memory): checked against the budget after every chunk. */
+  stagedBytes(): number;
   commit(): void;
   abort(): void;
 }
+
+/**
+ * The `/dump` body a client asks for: "binary" (the default) prefers the binary body and still takes JSON
+ * from a peer that only speaks JSON; "json" asks for JSON only, as a client from before the binary body did.
+ */
+export type DumpFormat = "binary" | "json";
 
 /** A recovery peer: `id` is stable across updates (the endpoint address), `url` the selection-http base URL. */
 export type Peer = { id: string; url: string };

@@ -4,7 +4,7 @@
 import { afterEach, describe, expect, test } from "bun:test";
 import { DUMP_BINARY_CONTENT_TYPE, DUMP_BINARY_MAGIC, DUMP_FRAME, type RouterEvent, type StreamCursor } from "@kv-epp/protocol";
 import { join } from "node:path";
-import { BinaryDumpParser, type BinaryDumpSinks, type DumpSource, dumpBinaryChunks, dumpHandler, dumpStream, fetchDump, wantsBinary, DumpParser } from "../src/index.ts";
+import { BinaryDumpParser, type BinaryDumpSinks, type DumpSource, dumpBinaryChunks, dumpHandler, dumpStream, fetchDump, stageEvents, wantsBinary, DumpParser } from "../src/index.ts";
 import { fromHistory, MapIndex, quietLogger, readAll, startPeer } from "./helpers.ts";
 
 const U64_MAX = 0xffff_ffff_ffff_ffffn;
@@ -237,8 +237,8 @@ describe("/dump content negotiation", () => {
     const p = endless(frames(model("m"), worker()), framed(DUMP_FRAME.events, [...u64(2n << 32n), ...u64(1n, 2n, 3n, 4n)]));
     let staged = 0, commits = 0, aborts = 0;
     const target = { begin: () => ({
-      apply() {}, commit: () => void commits++, abort: () => void aborts++,
-      applyEvents: (_k: string, _bs: number, _w: unknown, words: Uint8Array) => void (staged += words.length),
+      accepts: () => true, model() {}, extras() {}, commit: () => void commits++, abort: () => void aborts++,
+      events: (_k: string, _w: unknown, run: Uint8Array) => void (staged += run.length),
       stagedBytes: () => staged,
     }) };
     const err = await fetchDump({ peer: p.peer, target, timeoutMs: 5000, budgetBytes: 1 << 20 }).catch((e) => e);
@@ -281,7 +281,12 @@ describe("/dump content negotiation", () => {
     servers.push(newPeer);
     const oldFetch = (await import(join(dir, "src/dump/client.ts"))).fetchDump as typeof fetchDump;
     const fromNew = new MapIndex();
-    expect(await oldFetch({ peer: newPeer.peer, target: fromNew, timeoutMs: 2000 })).toMatchObject({ events: 3 });
+    // that release's staging took one event object at a time
+    const oldTarget = { begin: () => {
+      const s = fromNew.begin();
+      return { apply: (key: string, blockSize: number, e: RouterEvent) => stageEvents(s, key, blockSize, [e]), commit: () => s.commit(), abort: () => s.abort() };
+    } } as unknown as Parameters<typeof fetchDump>[0]["target"];
+    expect(await oldFetch({ peer: newPeer.peer, target: oldTarget, timeoutMs: 2000 })).toMatchObject({ events: 3 });
     expect(fromNew.snapshot()).toEqual(src.snapshot());
   });
 });

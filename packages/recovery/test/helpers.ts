@@ -5,7 +5,7 @@ import { dirname, join } from "node:path";
 import type { RouterEvent } from "@kv-epp/protocol";
 import { waitFor } from "@kv-epp/testkit";
 import pino from "pino";
-import type { DumpModel, DumpSource, DumpStaging, DumpTarget } from "../src/index.ts";
+import { runEvents, type DumpModel, type DumpSource, type DumpStaging, type DumpTarget } from "../src/index.ts";
 
 export const quietLogger = () => pino({ level: process.env.RECOVERY_TEST_LOG ?? "silent" });
 
@@ -32,14 +32,22 @@ export class MapIndex implements DumpSource, DumpTarget {
     return [...this.models_].map(([key, m]) => ({ key, blockSize: m.blockSize, events: m.events }));
   }
 
+  /** Stages everything; events come back as objects numbered in arrival order (runs carry no event ids). */
   begin(): DumpStaging {
     const staged: ModelDump[] = [];
+    let nextEventId = 0;
     return {
-      apply: (key, blockSize, e) => {
-        let m = staged.find((s) => s.key === key);
-        if (!m) staged.push((m = { key, blockSize, events: [] }));
-        m.events.push(e);
+      accepts: () => true,
+      model: (key, blockSize) => {
+        if (!staged.some((s) => s.key === key)) staged.push({ key, blockSize, events: [] });
       },
+      events: (key, worker, run) => {
+        const events = runEvents(worker, run, nextEventId);
+        nextEventId += events.length;
+        staged.find((s) => s.key === key)!.events.push(...events);
+      },
+      extras: () => {},
+      stagedBytes: () => 0,
       commit: () => {
         this.commits++;
         for (const s of staged) {

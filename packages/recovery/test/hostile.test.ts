@@ -19,7 +19,7 @@ function hostile(d: Parameters<typeof hostileDumpPeer>[0]) {
   return { ...p, peer: peer(p.url) };
 }
 
-/** A MapIndex staging that serves only `models` and reports 32 bytes per staged block. */
+/** A MapIndex staging that serves only `models` and reports twice the bytes of the runs it staged (~32 per block). */
 class BoundedIndex extends MapIndex {
   staged = 0;
   constructor(readonly served: Set<string>) {
@@ -30,9 +30,9 @@ class BoundedIndex extends MapIndex {
     this.staged = 0;
     return {
       ...inner,
-      apply: (key, blockSize, e) => {
-        this.staged += e.blocks.length * 32;
-        inner.apply(key, blockSize, e);
+      events: (key, worker, run) => {
+        this.staged += run.byteLength * 2;
+        inner.events(key, worker, run);
       },
       accepts: (key) => this.served.has(key),
       stagedBytes: () => this.staged,

@@ -1,5 +1,6 @@
 // @kv-epp/testkit: shared fixtures for process-level tests (fake Kubernetes API server, child
-// processes, waiting, ports, KV-index ground truth).
+// processes, waiting, ports, a simulated cluster, hostile peers). It imports only @kv-epp/protocol: the packages
+// it serves import it, never the other way.
 export { startFakeKubeApi, ADMIN_USER, type FakeKubeApi, type FakeKubeApiOptions, type RequestRecord } from "./kube/server.ts";
 export type { KubeObject, KubeMeta } from "./kube/resources.ts";
 export { parseLabelSelector, parseFieldSelector } from "./kube/selectors.ts";
@@ -12,9 +13,5 @@ export { SimCluster, POD_INHERITED_ENV, type SimClusterOptions, type SimPodSpec,
 export { HealthProbe, healthServiceDefinition, type HealthCheckRequest, type ServingStatus, type ProbeResult } from "./cluster/grpc-health.ts";
 export { SimDeployment, type SimDeploymentOptions } from "./cluster/deployment.ts";
 export { podSpecFromTemplate, simDeploymentFromManifest, simServiceFromManifest, type ManifestRuntime, type PodTemplate, type ContainerSpec } from "./cluster/manifest.ts";
-export {
-  fetchWorkerTruth, fetchIndexView, diffIndexViews, describeDiff, compareIndexWithWorkers, waitForIndexToMatch, rankName,
-  type IndexView, type IndexedBlock, type IndexDiff, type TruthWorker, type TruthSeqs,
-} from "./kv-truth.ts";
 export { hostileDumpPeer, type HostileDump, type HostilePeer } from "./hostile-peers.ts";
 export { processMemory } from "./proc-memory.ts";

@@ -131,17 +131,15 @@ export class StreamHandoff {
         const s = inner.begin();
         let cursors: StreamCursor[] | null = null;
         return {
-          apply: (key, blockSize, e) => s.apply(key, blockSize, e),
-          applyBatch: s.applyBatch && ((key, blockSize, b) => s.applyBatch!(key, blockSize, b)),
-          applyEvents: s.applyEvents && ((key, blockSize, w, words) => s.applyEvents!(key, blockSize, w, words)),
-          expect: s.expect && ((key, blockSize, sizes) => s.expect!(key, blockSize, sizes)),
-          adapters: s.adapters && ((key, names) => s.adapters!(key, names)),
           // The recovery bounds (unserved models skipped, the budget) are the inner staging's.
-          accepts: s.accepts && ((key) => s.accepts!(key)),
-          stagedBytes: s.stagedBytes && (() => s.stagedBytes!()),
-          cursors: (key, cs) => {
-            if (key === this.opts.liveKey) cursors = cs;
+          accepts: (key) => s.accepts(key),
+          model: (key, blockSize, sizes) => s.model(key, blockSize, sizes),
+          events: (key, worker, run) => s.events(key, worker, run),
+          extras: (key, extras) => {
+            if (key === this.opts.liveKey && extras.cursors) cursors = extras.cursors;
+            s.extras(key, extras);
           },
+          stagedBytes: () => s.stagedBytes(),
           commit: () => {
             s.commit();
             this.adopt(cursors);

@@ -12,7 +12,7 @@ import { findMatches } from "@kv-epp/index-wasm/helpers";
 import { decodeBatch, encodeBatch, type EventEncoding } from "@kv-epp/kv-events";
 import { parseKvGroups, PrefixCacheSim, RankEvents, type Lease, type RequestIdentity } from "@kv-epp/mock-worker";
 import { workerKey, type WorkerRef } from "@kv-epp/protocol";
-import { dumpChunks, DumpParser } from "@kv-epp/recovery";
+import { dumpBodyParser, dumpChunks } from "@kv-epp/recovery";
 import { createMetrics } from "../metrics.ts";
 import { Indexers } from "./indexers.ts";
 
@@ -138,7 +138,7 @@ test("after every step the EPP's overlap per rank equals the rank's true hit, wi
       // A replica recovering from this one's dump scores every identity alike.
       const joiner = emptied(joiners, k * BS);
       const staging = joiner.recovery.begin();
-      const parser = new DumpParser((k, bs, e) => staging.apply(k, bs, e));
+      const parser = dumpBodyParser(staging, "json");
       parser.push(Buffer.concat([...dumpChunks(ixs.recovery)]));
       parser.end();
       staging.commit();

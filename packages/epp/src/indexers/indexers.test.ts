@@ -5,7 +5,7 @@ import { expect, test } from "bun:test";
 import { computeBlockHashes, KvIndex } from "@kv-epp/index-wasm";
 import { applyRemoved, applyStored, findMatches } from "@kv-epp/index-wasm/helpers";
 import type { KvEvent } from "@kv-epp/kv-events";
-import { BinaryDumpParser, dumpBinaryChunks, dumpChunks, DumpParser } from "@kv-epp/recovery";
+import { dumpBinaryChunks, dumpBodyParser, dumpChunks, stageEvents } from "@kv-epp/recovery";
 import { Indexers } from "./indexers.ts";
 import { presizeFor } from "./recovery-target.ts";
 import { createMetrics } from "../metrics.ts";
@@ -95,12 +95,12 @@ test("recovery staging in batches builds the same index as one applyStored per e
   const ixs = new Indexers(createMetrics());
   ixs.models.register("m", "default", BS);
   const aborted = ixs.recovery.begin();
-  for (const e of events) aborted.apply("m:default", BS, e);
+  stageEvents(aborted, "m:default", BS, events);
   aborted.abort();
   expect(ixs.models.get("m:default")!.index.stats().residencies).toBe(0);
 
   const staging = ixs.recovery.begin();
-  for (const e of events) staging.apply("m:default", BS, e);
+  stageEvents(staging, "m:default", BS, events);
   staging.commit();
   const got = ixs.models.get("m:default")!.index;
   expect(got.stats().residencies).toBe(reference.stats().residencies);
@@ -121,12 +121,10 @@ test("recovery staging keeps a dump's copy counts, zero-copy records on held pat
   ixs.models.register("m", "default", BS);
   const staging = ixs.recovery.begin();
   let id = 0;
-  for (const e of dump) {
-    staging.apply("m:default", BS, {
-      workerId: e.worker.workerId, dpRank: e.worker.dpRank, eventId: id++, parentHash: e.parentHash,
-      blocks: e.blocks.map((b) => ({ blockHash: b.blockHash, tokensHash: b.tokensHash, ...(b.copies === undefined ? {} : { copies: b.copies }) })),
-    });
-  }
+  stageEvents(staging, "m:default", BS, dump.map((e) => ({
+    workerId: e.worker.workerId, dpRank: e.worker.dpRank, eventId: id++, parentHash: e.parentHash,
+    blocks: e.blocks.map((b) => ({ blockHash: b.blockHash, tokensHash: b.tokensHash, ...(b.copies === undefined ? {} : { copies: b.copies }) })),
+  })));
   staging.commit();
   const got = ixs.models.get("m:default")!.index;
   expect([...got.dump()]).toEqual(dump);
@@ -151,15 +149,15 @@ test("once the index holds blocks, events and a peer's dump of another block siz
 
   // A dump of another block size fails its attempt (so recovery tries the next peer), not "recovered".
   const staging = ixs.recovery.begin();
-  expect(() => staging.apply("m:default", 8, { workerId: "w", dpRank: 0, eventId: 0, parentHash: null, blocks: [{ blockHash: 1n, tokensHash: 7n }] })).toThrow(/block size/);
+  expect(() => stageEvents(staging, "m:default", 8, [{ workerId: "w", dpRank: 0, eventId: 0, parentHash: null, blocks: [{ blockHash: 1n, tokensHash: 7n }] }])).toThrow(/block size/);
   staging.abort();
   expect(ixs.models.get("m:default")!.index.stats().residencies).toBe(1); // what live events indexed stays
   expect(await counter(metrics, "dynamo_epp_kv_events_rejected_total", '{reason="block_size"}')).toBe(2);
   // Within one dump, a model's block size cannot change either (a repeated key).
   ixs.models.register("n", "default", 16);
   const twice = ixs.recovery.begin();
-  twice.apply("n:default", 16, { workerId: "w", dpRank: 0, eventId: 0, parentHash: null, blocks: [{ blockHash: 1n, tokensHash: 7n }] });
-  expect(() => twice.apply("n:default", 32, { workerId: "w", dpRank: 0, eventId: 1, parentHash: null, blocks: [{ blockHash: 2n, tokensHash: 7n }] })).toThrow(/block size/);
+  stageEvents(twice, "n:default", 16, [{ workerId: "w", dpRank: 0, eventId: 0, parentHash: null, blocks: [{ blockHash: 1n, tokensHash: 7n }] }]);
+  expect(() => stageEvents(twice, "n:default", 32, [{ workerId: "w", dpRank: 0, eventId: 1, parentHash: null, blocks: [{ blockHash: 2n, tokensHash: 7n }] }])).toThrow(/block size/);
   twice.abort();
 });
 
@@ -175,7 +173,7 @@ test("a replica that holds nothing recovers a peer's dump of another block size 
   const joiner = new Indexers(metrics, { error: (o: unknown) => errors.push(o), warn: () => {}, info: () => {} } as unknown as import("pino").Logger);
   const ix = joiner.models.register("m", "default", BS);
   const staging = joiner.recovery.begin();
-  const parser = new DumpParser((k, bs, e) => staging.apply(k, bs, e));
+  const parser = dumpBodyParser(staging, "json");
   parser.push(Buffer.concat([...dumpChunks(peer.recovery)]));
   parser.end();
   staging.commit();
@@ -253,11 +251,11 @@ test("recovery staging accepts only served models and reports the linear memory 
   const ixs = new Indexers(createMetrics());
   ixs.models.register("m", "default", BS);
   const staging = ixs.recovery.begin();
-  expect([staging.accepts!("m:default"), staging.accepts!("other:default")]).toEqual([true, false]);
-  expect(staging.stagedBytes!()).toBe(0);
-  staging.apply("m:default", BS, { workerId: "w", dpRank: 0, eventId: 0, parentHash: null, blocks: [{ blockHash: 1n, tokensHash: 2n }] });
-  expect(staging.stagedBytes!()).toBeGreaterThan(0);
-  expect(() => staging.apply("other:default", BS, { workerId: "w", dpRank: 0, eventId: 1, parentHash: null, blocks: [] })).toThrow(/not served/);
+  expect([staging.accepts("m:default"), staging.accepts("other:default")]).toEqual([true, false]);
+  expect(staging.stagedBytes()).toBe(0);
+  stageEvents(staging, "m:default", BS, [{ workerId: "w", dpRank: 0, eventId: 0, parentHash: null, blocks: [{ blockHash: 1n, tokensHash: 2n }] }]);
+  expect(staging.stagedBytes()).toBeGreaterThan(0);
+  expect(() => stageEvents(staging, "other:default", BS, [{ workerId: "w", dpRank: 0, eventId: 1, parentHash: null, blocks: [] }])).toThrow(/not served/);
   staging.abort();
 });
 
@@ -325,8 +323,8 @@ test("after a recovery, a rank the peer's dump holds above its capacity is reset
   ixs.models.register("m", "default", BS);
   const staging = ixs.recovery.begin();
   const blocks = [1n, 2n, 3n].map((h) => ({ blockHash: h, tokensHash: h + 100n }));
-  staging.apply("m:default", BS, { workerId: "w", dpRank: 0, eventId: 0, parentHash: null, blocks });
-  staging.apply("m:default", BS, { workerId: "v", dpRank: 0, eventId: 1, parentHash: null, blocks: blocks.slice(0, 2) });
+  stageEvents(staging, "m:default", BS, [{ workerId: "w", dpRank: 0, eventId: 0, parentHash: null, blocks }]);
+  stageEvents(staging, "m:default", BS, [{ workerId: "v", dpRank: 0, eventId: 1, parentHash: null, blocks: blocks.slice(0, 2) }]);
   staging.commit();
   ixs.live.holdWithinCapacity();
   expect([ixs.models.get("m:default")!.index.treeSize(w), ixs.models.get("m:default")!.index.treeSize({ workerId: "v", dpRank: 0 })]).toEqual([0, 2]);
@@ -349,10 +347,7 @@ test("a peer's dump carries its learned adapters and blocks in both bodies: the 
     expect(joiner.models.resolve("chat")!.loraName).toBeNull(); // before: an unknown name, scored as the base model
     const staging = joiner.recovery.within(1 << 30).begin();
     const body = Buffer.concat([...(format === "json" ? dumpChunks(peer.recovery) : dumpBinaryChunks(peer.recovery))]);
-    const sinks = { event: (k: string, bs: number, e: RouterEvent) => staging.apply(k, bs, e) };
-    const parser = format === "json"
-      ? new DumpParser(sinks.event, {}, { sink: (k, bs, b) => staging.applyBatch!(k, bs, b) }, undefined, { adapters: (k, names) => staging.adapters!(k, names) })
-      : new BinaryDumpParser({ ...sinks, events: (k, bs, wr, words) => staging.applyEvents!(k, bs, wr, words), adapters: (k, names) => staging.adapters!(k, names), sizes: (k, bs, s) => staging.expect!(k, bs, s) });
+    const parser = dumpBodyParser(staging, format);
     parser.push(body);
     parser.end();
     staging.commit();
@@ -366,13 +361,13 @@ test("a binary dump's announced size presizes the staged index only within the r
   ixs.models.register("m", "default", BS);
   const sizes = { blocks: 1 << 20, residencies: 1 << 20 };
   const bounded = ixs.recovery.within(1 << 30).begin();
-  bounded.expect!("m:default", BS, sizes);
-  expect(bounded.stagedBytes!()).toBeGreaterThan(32 * 1024 * 1024); // tables for a million blocks, up front
+  bounded.model("m:default", BS, sizes);
+  expect(bounded.stagedBytes()).toBeGreaterThan(32 * 1024 * 1024); // tables for a million blocks, up front
   bounded.abort();
   // a claim past the budget (or no budget at all) sizes nothing: the index grows with what really comes
   for (const staging of [ixs.recovery.within(16 * 1024 * 1024).begin(), ixs.recovery.begin()]) {
-    staging.expect!("m:default", BS, sizes);
-    expect(staging.stagedBytes!()).toBeLessThan(4 * 1024 * 1024);
+    staging.model("m:default", BS, sizes);
+    expect(staging.stagedBytes()).toBeLessThan(4 * 1024 * 1024);
     staging.abort();
   }
   expect(presizeFor({ blocks: 2 ** 26, residencies: 1 }, Infinity)).toBeUndefined();
@@ -426,8 +421,8 @@ test("a recovered index is staged unreserved (the budget counts what the dump co
   const reserved = ixs.models.get("m:default")!.index.stats();
   expect(reserved.bytes).toBeGreaterThan(500_000 * 8);
   const staging = ixs.recovery.begin();
-  staging.apply("m:default", BS, { workerId: "w", dpRank: 0, eventId: 0, parentHash: null, blocks: [{ blockHash: 1n, tokensHash: 2n }] });
-  expect(staging.stagedBytes!()).toBeLessThan(reserved.bytes / 4);
+  stageEvents(staging, "m:default", BS, [{ workerId: "w", dpRank: 0, eventId: 0, parentHash: null, blocks: [{ blockHash: 1n, tokensHash: 2n }] }]);
+  expect(staging.stagedBytes()).toBeLessThan(reserved.bytes / 4);
   staging.commit();
   const installed = ixs.models.get("m:default")!.index.stats();
   expect(installed.residencies).toBe(1);

@@ -1,17 +1,15 @@
 // The index side of recovery: a DumpSource for /dump (every model's index, as events, or as the JSON or
 // binary body the index module writes itself, with the model's adapters) and a DumpTarget whose staging
 // is a fresh KvIndex per served model, swapped in whole on commit so a failed attempt leaves nothing
-// behind. A binary dump's runs of events go into the staged index in one call each (no block in JS),
-// and its announced size presizes that index when the recovery budget covers it.
-import { workerKeyOf, type WorkerRef } from "@kv-epp/protocol";
-import { KvIndex, type StoredBatchBuilder } from "@kv-epp/index-wasm";
+// behind. The dump's events arrive as runs of one rank (whichever body they came in) and go into the
+// staged index in one call each (no block in JS); a binary dump's announced size presizes that index when
+// the recovery budget covers it.
+import { workerKey, type WorkerRef } from "@kv-epp/protocol";
+import { KvIndex } from "@kv-epp/index-wasm";
 import { toRouterEvents, type DumpModel, type DumpSource, type DumpStaging, type DumpTarget } from "@kv-epp/recovery";
 import type { Logger } from "pino";
 import type { Metrics } from "../metrics.ts";
 import type { ModelIndexes } from "./model-indexes.ts";
-
-/** Dump events per builder call (the index-wasm bench measured batches of 256). */
-const STAGING_BATCH = 256;
 
 /**
  * Linear memory a presized index takes, per announced block and residency: measured 43-51 bytes per
@@ -34,11 +32,8 @@ export function presizeFor(sizes: { blocks: number; residencies: number }, budge
 type Staged = {
   blockSize: number;
   index: KvIndex;
-  builder: StoredBatchBuilder;
   /** One WorkerRef object per worker rank: the index caches a worker's slot per object. */
   workers: Map<string, WorkerRef>;
-  ext: BigUint64Array;
-  tok: BigUint64Array;
 };
 
 export class RecoveryTarget implements DumpSource, DumpTarget {
@@ -90,9 +85,6 @@ export class RecoveryTarget implements DumpSource, DumpTarget {
     /** The dump's adapter names per model, learned on commit. */
     const adapters: [string, string[]][] = [];
     let open = true;
-    const flush = (s: Staged) => {
-      if (s.builder.events > 0) s.builder.apply();
-    };
     const stagedFor = (key: string, blockSize: number, expected?: { blocks: number; residencies: number }): Staged => {
       let s = staged.get(key);
       // The parser skips models accepts() refuses: an unknown key here is a bug, not a peer's choice.
@@ -117,7 +109,7 @@ export class RecoveryTarget implements DumpSource, DumpTarget {
         // Not reserved while staged: the recovery budget counts the staged index's linear memory, and a
         // pool's reserved tables could take it all before the first event; install reserves it on commit.
         const index = KvIndex.create({ blockSize, expected });
-        s = { blockSize, index, builder: index.batch(), workers: new Map(), ext: new BigUint64Array(64), tok: new BigUint64Array(64) };
+        s = { blockSize, index, workers: new Map() };
         staged.set(key, s);
       }
       return s;
@@ -125,61 +117,30 @@ export class RecoveryTarget implements DumpSource, DumpTarget {
     return {
       // Only the models this replica serves are staged: any other model of the dump is skipped unparsed.
       accepts: (key) => models.has(key),
+      // A binary dump announces the model's size first: the staged index is presized from it when the budget covers it.
+      model: (key, blockSize, sizes) => {
+        if (open) stagedFor(key, blockSize, sizes && presizeFor(sizes, budgetBytes));
+      },
+      // Every event arrives in runs of one rank, applied inside the module in one call (no block in JS).
+      events: (key, worker, run) => {
+        if (!open) return;
+        const s = staged.get(key);
+        if (!s) throw new Error(`events of model ${key} before its block size`);
+        s.index.applyDumpEvents(workerRef(s.workers, worker), run);
+      },
+      extras: (key, { adapters: names }) => {
+        if (open && names && models.has(key)) adapters.push([key, names]);
+      },
       // The staged indexes' linear memory: what the dump really costs this process (checked per chunk).
       stagedBytes: () => {
         let n = 0;
         for (const s of staged.values()) n += s.index.stats().bytes;
         return n;
       },
-      // The fast path: fetchDump hands most events over as typed batches (hashes already in BigUint64Arrays).
-      applyBatch: (key, blockSize, b) => {
-        if (!open) return;
-        const s = stagedFor(key, blockSize);
-        for (let i = 0; i < b.count; i++) {
-          const from = b.blockStart[i]!, to = b.blockStart[i + 1]!;
-          s.builder.stored(b.workers[i]!, b.parentHash(i), b.blockHashes.subarray(from, to), b.tokensHashes.subarray(from, to), b.hasCopies ? b.copies.subarray(from, to) : undefined);
-        }
-        flush(s);
-      },
-      // A binary dump: the model's announced size first (presize), then runs of events straight into the index.
-      expect: (key, blockSize, sizes) => {
-        if (!open || staged.has(key)) return;
-        stagedFor(key, blockSize, presizeFor(sizes, budgetBytes));
-      },
-      applyEvents: (key, blockSize, worker, words) => {
-        if (!open) return;
-        const s = stagedFor(key, blockSize);
-        flush(s); // events that came as objects before keep their order
-        s.index.applyDumpEvents(worker, words);
-      },
-      adapters: (key, names) => {
-        if (!open) return;
-        if (models.has(key)) adapters.push([key, names]);
-      },
-      apply: (key, blockSize, e) => {
-        if (!open) return;
-        const s = stagedFor(key, blockSize);
-        // Dump events go in through the batch builder, STAGING_BATCH at a time (not one call each).
-        const n = e.blocks.length;
-        if (s.ext.length < n) {
-          s.ext = new BigUint64Array(Math.max(n, s.ext.length * 2));
-          s.tok = new BigUint64Array(s.ext.length);
-        }
-        let copies: number[] | undefined;
-        for (let i = 0; i < n; i++) {
-          const blk = e.blocks[i]!;
-          s.ext[i] = blk.blockHash;
-          s.tok[i] = blk.tokensHash;
-          if (blk.copies !== undefined && blk.copies !== 1) copies ??= e.blocks.map((x) => x.copies ?? 1);
-        }
-        s.builder.stored(workerRef(s.workers, e.workerId, e.dpRank), e.parentHash, s.ext.subarray(0, n), s.tok.subarray(0, n), copies);
-        if (s.builder.events >= STAGING_BATCH) flush(s);
-      },
       commit: () => {
         if (!open) return;
         open = false;
         for (const [key, s] of staged) {
-          flush(s);
           // A served model; its block size the replica's own, or the peer's while the replica held nothing (stagedFor).
           const ix = models.get(key)!;
           models.install(ix, s.index);
@@ -190,16 +151,15 @@ export class RecoveryTarget implements DumpSource, DumpTarget {
       abort: () => {
         open = false;
         adapters.length = 0;
-        for (const s of staged.values()) s.builder.reset();
         staged.clear();
       },
     };
   }
 }
 
-function workerRef(refs: Map<string, WorkerRef>, workerId: string, dpRank: number): WorkerRef {
-  const key = workerKeyOf(workerId, dpRank); // without an object per event
+function workerRef(refs: Map<string, WorkerRef>, worker: WorkerRef): WorkerRef {
+  const key = workerKey(worker);
   let w = refs.get(key);
-  if (!w) refs.set(key, (w = { workerId, dpRank }));
+  if (!w) refs.set(key, (w = { workerId: worker.workerId, dpRank: worker.dpRank }));
   return w;
 }

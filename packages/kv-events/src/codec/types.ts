@@ -4,6 +4,8 @@
 // or negative in old versions: folded with asUintN(64)); bytes hashes fold to the low
 // 64 bits of the big-endian digest.
 
+import type { BlockHash } from "@kv-epp/protocol";
+
 /** Where the block lives. Absent (null) means GPU. Compared case-insensitively (isGpuMedium). */
 export type Medium = "GPU" | "CPU" | "STORAGE" | (string & {});
 
@@ -18,8 +20,8 @@ export type ExtraKeys = (ExtraKeyValue[] | null)[];
 
 export type BlockStored = {
   type: "BlockStored";
-  blockHashes: bigint[];
-  parentBlockHash: bigint | null;
+  blockHashes: BlockHash[];
+  parentBlockHash: BlockHash | null;
   tokenIds: number[];
   /** 0 with no tokens: an offloading connector's hash-only placeholder (vLLM #43468). */
   blockSize: number;
@@ -40,7 +42,7 @@ export type BlockStored = {
 
 export type BlockRemoved = {
   type: "BlockRemoved";
-  blockHashes: bigint[];
+  blockHashes: BlockHash[];
   medium: Medium | null;
   groupIdx?: number | null;
   locality?: string | null;

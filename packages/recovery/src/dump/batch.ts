@@ -1,9 +1,10 @@
-import type { RouterEvent, WorkerRef } from "@kv-epp/protocol";
+import type { BlockHash, RouterEvent, WorkerRef } from "@kv-epp/protocol";
 
-// A batch of parsed `/dump` events in typed arrays, for stagings that apply straight from them (e.g. into
-// KvIndex's batch builder) instead of one RouterEvent object and two BigInts per block. Measured on the
-// 1M-residency bench: building those objects, then the index's own IndexEvents from them, was most of the
-// receiver's cost. The parser reuses one batch: its contents are valid only during applyBatch.
+// A batch of parsed JSON `/dump` events in typed arrays: the JSON parser's fast output, which the staging
+// feed copies into event runs (EventRunWriter.batchEvent: whole-array copies) instead of one RouterEvent
+// object and two BigInts per block. Measured on the 1M-residency bench: building those objects, then the
+// index's own events from them, was most of the receiver's cost. The parser reuses one batch: its contents
+// are valid only during the batch sink's call.
 
 export class DumpBatch {
   /** Events in the batch. */
@@ -38,7 +39,7 @@ export class DumpBatch {
   }
 
   /** Event i's parent hash, or null at the root. */
-  parentHash(i: number): bigint | null {
+  parentHash(i: number): BlockHash | null {
     return this.hasParent[i] ? this.parentHashes[i]! : null;
   }
 

@@ -1,4 +1,5 @@
-import { DUMP_BINARY_MAGIC, DUMP_CURSOR_FLAGS, DUMP_EVENT_FLAGS, DUMP_FRAME, type RouterEvent, type StoredBlock, type StreamCursor, type WorkerRef } from "@kv-epp/protocol";
+import { DUMP_BINARY_MAGIC, DUMP_CURSOR_FLAGS, DUMP_EVENT_FLAGS, DUMP_FRAME, type StreamCursor, type WorkerRef } from "@kv-epp/protocol";
+import { runEvents } from "./event-run.ts";
 import { DEFAULT_PARSER_LIMITS, DumpFormatError, type DumpCursorSink, type DumpParserLimits, type DumpSink, DumpTooLargeError } from "./parser.ts";
 
 // Streaming parser of the binary `/dump` body (docs/CONTRACTS.md §7 "binary"). Bytes in, frames out as each
@@ -220,30 +221,7 @@ export class BinaryDumpParser {
     const firstId = this.events;
     this.events += n;
     if (this.sinks.events !== undefined) this.sinks.events(this.key!, this.blockSize, this.worker, p);
-    else this.decode(v, words, firstId);
-  }
-
-  private decode(v: DataView, words: number, eventId: number): void {
-    const w = this.worker!;
-    for (let i = 0; i < words; ) {
-      const flags = v.getUint32(i * 8, true), count = v.getUint32(i * 8 + 4, true);
-      i++;
-      let parentHash: bigint | null = null;
-      if (flags & DUMP_EVENT_FLAGS.hasParent) parentHash = v.getBigUint64(8 * i++, true);
-      const blocks: StoredBlock[] = [];
-      const copies = (flags & DUMP_EVENT_FLAGS.hasCopies) !== 0;
-      for (let b = 0; b < count; b++) {
-        const block: StoredBlock = { blockHash: v.getBigUint64(8 * (i + b), true), tokensHash: v.getBigUint64(8 * (i + count + b), true) };
-        if (copies) {
-          const c = v.getUint32(8 * (i + 2 * count + b), true);
-          if (c !== 1) block.copies = c;
-        }
-        blocks.push(block);
-      }
-      i += count * (copies ? 3 : 2);
-      const e: RouterEvent = { workerId: w.workerId, dpRank: w.dpRank, eventId: eventId++, parentHash, blocks };
-      this.sinks.event(this.key!, this.blockSize, e);
-    }
+    else for (const e of runEvents(this.worker, p, firstId)) this.sinks.event(this.key!, this.blockSize, e);
   }
 
   private cursorList(p: Uint8Array, v: DataView): void {

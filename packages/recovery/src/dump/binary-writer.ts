@@ -1,11 +1,12 @@
-import { DUMP_BINARY_MAGIC, DUMP_CHUNK_BYTES, DUMP_CURSOR_FLAGS, DUMP_EVENT_FLAGS, DUMP_FRAME, type RouterEvent, type StreamCursor } from "@kv-epp/protocol";
+import { DUMP_BINARY_MAGIC, DUMP_CHUNK_BYTES, DUMP_CURSOR_FLAGS, DUMP_FRAME, type RouterEvent, type StreamCursor } from "@kv-epp/protocol";
 import type { DumpModel, DumpSource } from "../types.ts";
 import { ChunkBuffer } from "./chunk-buffer.ts";
+import { EventRunWriter } from "./event-run.ts";
 
 // Streaming writer of the binary `/dump` body (docs/CONTRACTS.md §7 "binary"), pulled chunk by chunk like
 // the JSON writer. A model that brings its events already in the layout (DumpModel.eventsBinary:
 // KvIndex.dumpBinaryChunks, written inside the WASM module) is framed here; any other model's RouterEvents
-// are encoded here (tests, sources without a module). Frames are small and many: they are packed into
+// are written into event runs (event-run.ts) and framed the same way. Frames are small and many: they are packed into
 // chunks of about `chunkBytes`.
 
 const enc = new TextEncoder();
@@ -71,18 +72,6 @@ function workerFrame(w: FrameWriter, workerId: string, dpRank: number): void {
   w.close(at);
 }
 
-/** One RouterEvent in the event layout (header word, parent, hashes, copies). */
-function eventWords(w: FrameWriter, e: RouterEvent): void {
-  const n = e.blocks.length;
-  const copies = e.blocks.some((b) => b.copies !== undefined && b.copies !== 1);
-  w.u32((e.parentHash !== null ? DUMP_EVENT_FLAGS.hasParent : 0) | (copies ? DUMP_EVENT_FLAGS.hasCopies : 0));
-  w.u32(n);
-  if (e.parentHash !== null) w.u64(e.parentHash);
-  for (const b of e.blocks) w.u64(b.blockHash);
-  for (const b of e.blocks) w.u64(b.tokensHash);
-  if (copies) for (const b of e.blocks) w.u64(BigInt(b.copies ?? 1));
-}
-
 function cursorsFrame(w: FrameWriter, cursors: Iterable<StreamCursor>): void {
   const at = w.open(DUMP_FRAME.cursors);
   for (const c of cursors) {
@@ -120,19 +109,23 @@ export function* dumpBinaryChunks(source: DumpSource, chunkBytes = DUMP_CHUNK_BY
         if (w.full) yield w.take();
       }
     } else {
+      // Events as objects (tests, sources without a module): written into runs of one rank here.
+      const run = new EventRunWriter();
+      const frame = () => {
+        if (run.length > 0) w.frame(DUMP_FRAME.events, run.take());
+      };
       let last: RouterEvent | null = null;
-      let at = -1;
       for (const e of m.events) {
-        if (last === null || last.workerId !== e.workerId || last.dpRank !== e.dpRank || w.full) {
-          if (at >= 0) w.close(at);
-          if (w.full) yield w.take();
-          if (last === null || last.workerId !== e.workerId || last.dpRank !== e.dpRank) workerFrame(w, e.workerId, e.dpRank);
-          at = w.open(DUMP_FRAME.events);
+        if (last === null || last.workerId !== e.workerId || last.dpRank !== e.dpRank) {
+          frame();
+          workerFrame(w, e.workerId, e.dpRank);
         }
-        eventWords(w, e);
+        run.event(e);
         last = e;
+        if (run.length * 8 >= chunkBytes) frame();
+        if (w.full) yield w.take();
       }
-      if (at >= 0) w.close(at);
+      frame();
     }
     // After the events, as in JSON: each rank's cursor is read when its blocks are.
     if (m.cursors !== undefined) cursorsFrame(w, m.cursors());

@@ -1,8 +1,8 @@
 import { DUMP_BINARY_CONTENT_TYPE, DUMP_CONTENT_TYPE, DUMP_PATH } from "@kv-epp/protocol";
-import type { DumpStaging, DumpTarget, Peer } from "../types.ts";
-import { BinaryDumpParser } from "./binary-parser.ts";
+import type { DumpFormat, DumpTarget, Peer } from "../types.ts";
 import { gcPacer } from "./gc-pacer.ts";
-import { DumpFormatError, DumpParser, type DumpParserLimits, DumpTooLargeError } from "./parser.ts";
+import { DumpFormatError, type DumpParserLimits, DumpTooLargeError } from "./parser.ts";
+import { dumpBodyParser } from "./staging-feed.ts";
 
 // The dump client of one attempt (docs/CONTRACTS.md §8 rules 3, 6): GET <peer>/dump, stream the body through the
 // parser into a fresh staging area, commit only when the whole body was valid. Progress, not total time, is
@@ -39,8 +39,6 @@ export type FetchDumpOptions = {
    */
   format?: DumpFormat;
 };
-
-export type DumpFormat = "binary" | "json";
 
 /** The Accept header of a dump request: the binary body preferred, JSON still taken. */
 export function dumpAccept(format: DumpFormat): string {
@@ -144,9 +142,8 @@ export async function fetchDump(opts: FetchDumpOptions): Promise<DumpFetchResult
     const into = staging;
     // The content type decides, not what we asked: a peer from before the binary body answers JSON.
     const format: DumpFormat = (res.headers.get("content-type") ?? "").split(";")[0]!.trim() === DUMP_BINARY_CONTENT_TYPE ? "binary" : "json";
-    const parser = format === "binary" ? binaryParser(into, opts) : jsonParser(into, opts);
+    const parser = dumpBodyParser(into, format, { limits: opts.limits, guard: guardApply });
     const budget = opts.budgetBytes;
-    const staged = budget !== undefined ? into.stagedBytes?.bind(into) : undefined;
     const body = res.body.getReader();
     reader = body;
     const pace = gcPacer();
@@ -157,9 +154,9 @@ export async function fetchDump(opts: FetchDumpOptions): Promise<DumpFetchResult
       if (r.done) break;
       dog.progress(r.value.length);
       parser.push(r.value);
-      if (staged !== undefined) {
-        const held = staged();
-        if (held > budget!) throw new DumpFetchError("budget", `the dump needs more than this replica's recovery budget of ${budget} bytes (${held} staged after ${parser.bytes} bytes of body)`);
+      if (budget !== undefined) {
+        const held = into.stagedBytes();
+        if (held > budget) throw new DumpFetchError("budget", `the dump needs more than this replica's recovery budget of ${budget} bytes (${held} staged after ${parser.bytes} bytes of body)`);
       }
       pace(r.value.length);
     }
@@ -182,35 +179,6 @@ export async function fetchDump(opts: FetchDumpOptions): Promise<DumpFetchResult
     if (reader !== null) reader.cancel().catch(() => {});
     abort.abort();
   }
-}
-
-type BodyParser = { push(chunk: Uint8Array): void; end(): void; readonly bytes: number; readonly events: number; readonly skippedModels: number };
-
-function jsonParser(into: DumpStaging, opts: FetchDumpOptions): BodyParser {
-  // The typed fast path when the staging takes batches (measured: most of the receiver's cost otherwise).
-  const batched = into.applyBatch?.bind(into);
-  return new DumpParser(
-    (key, blockSize, e) => guardApply(() => into.apply(key, blockSize, e)),
-    opts.limits,
-    batched ? { sink: (key, blockSize, b) => guardApply(() => batched(key, blockSize, b)) } : undefined,
-    into.cursors ? (key, cursors) => guardApply(() => into.cursors!(key, cursors)) : undefined,
-    { acceptModel: into.accepts?.bind(into), adapters: into.adapters && ((key, names) => guardApply(() => into.adapters!(key, names))) },
-  );
-}
-
-function binaryParser(into: DumpStaging, opts: FetchDumpOptions): BodyParser {
-  const bulk = into.applyEvents?.bind(into);
-  return new BinaryDumpParser(
-    {
-      event: (key, blockSize, e) => guardApply(() => into.apply(key, blockSize, e)),
-      events: bulk && ((key, blockSize, w, words) => guardApply(() => bulk(key, blockSize, w, words))),
-      cursors: into.cursors && ((key, cursors) => guardApply(() => into.cursors!(key, cursors))),
-      adapters: into.adapters && ((key, names) => guardApply(() => into.adapters!(key, names))),
-      sizes: into.expect && ((key, blockSize, sizes) => guardApply(() => into.expect!(key, blockSize, sizes))),
-      acceptModel: into.accepts?.bind(into),
-    },
-    opts.limits,
-  );
 }
 
 function classify(err: unknown, signal: AbortSignal | undefined): Error {

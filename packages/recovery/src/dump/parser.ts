@@ -1,4 +1,4 @@
-import { DUMP_FIELDS as D, type RouterEvent, type StoredBlock, type StreamCursor, type WorkerRef } from "@kv-epp/protocol";
+import { DUMP_FIELDS as D, DUMP_JSON_BLOCK, DUMP_JSON_COPIES, DUMP_JSON_TOKENS, type RouterEvent, type StoredBlock, type StreamCursor, type WorkerRef } from "@kv-epp/protocol";
 import { DumpBatch } from "./batch.ts";
 import { type JsonHandler, JsonSyntaxError, JsonTokenizer, scanU64, type U64Parts } from "./json-tokenizer.ts";
 
@@ -86,9 +86,9 @@ const CURSOR_ONLY = new Set([F.Seq, F.Baseline, F.Complete]);
 const STORED = enc.encode(D.stored);
 // The exact block shape our writer emits; anything else (whitespace, key order, a chunk boundary) takes the
 // general path. Measured: this shape is ~90% of a dump's bytes, and the general path spends 10 tokens on it.
-const BLOCK_HEAD = enc.encode('{"block_hash":');
-const BLOCK_MID = enc.encode(',"tokens_hash":');
-const BLOCK_COPIES = enc.encode(',"copies":');
+const BLOCK_HEAD = enc.encode(DUMP_JSON_BLOCK);
+const BLOCK_MID = enc.encode(DUMP_JSON_TOKENS);
+const BLOCK_COPIES = enc.encode(DUMP_JSON_COPIES);
 /** Cursors in one model (one per worker rank; a bound on what a hostile body can make us hold). */
 const MAX_CURSORS = 1 << 16;
 /** Adapter names in one model (same reason). */

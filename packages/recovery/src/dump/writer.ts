@@ -1,4 +1,7 @@
-import { DUMP_CHUNK_BYTES, DUMP_FIELDS as D, type RouterEvent, type StreamCursor } from "@kv-epp/protocol";
+import {
+  DUMP_CHUNK_BYTES, DUMP_FIELDS as D, DUMP_JSON_BLOCK, DUMP_JSON_BLOCKS, DUMP_JSON_COPIES, DUMP_JSON_DP_RANK, DUMP_JSON_EVENT_ID, DUMP_JSON_PARENT,
+  DUMP_JSON_TOKENS, DUMP_JSON_WORKER, type RouterEvent, type StreamCursor,
+} from "@kv-epp/protocol";
 import type { DumpSource } from "../types.ts";
 import { ChunkBuffer } from "./chunk-buffer.ts";
 
@@ -18,15 +21,15 @@ const F = {
   eventsOpen: enc.encode(`,"${D.events}":[`),
   close: enc.encode("}"),
   comma: enc.encode(","),
-  worker: enc.encode(`{"${D.workerId}":`),
-  eventId: enc.encode(`,"${D.event}":{"${D.eventId}":`),
-  parent: enc.encode(`,"${D.data}":{"${D.stored}":{"${D.parentHash}":`),
-  blocks: enc.encode(`,"${D.blocks}":[`),
-  block: enc.encode(`{"${D.blockHash}":`),
-  nextBlock: enc.encode(`,{"${D.blockHash}":`),
-  tokens: enc.encode(`,"${D.tokensHash}":`),
-  dpRank: enc.encode(`]}}},"${D.dpRank}":`),
-  copies: enc.encode(`,"${D.copies}":`),
+  worker: enc.encode(DUMP_JSON_WORKER),
+  eventId: enc.encode(DUMP_JSON_EVENT_ID),
+  parent: enc.encode(DUMP_JSON_PARENT),
+  blocks: enc.encode(DUMP_JSON_BLOCKS),
+  block: enc.encode(DUMP_JSON_BLOCK),
+  nextBlock: enc.encode("," + DUMP_JSON_BLOCK),
+  tokens: enc.encode(DUMP_JSON_TOKENS),
+  dpRank: enc.encode(DUMP_JSON_DP_RANK),
+  copies: enc.encode(DUMP_JSON_COPIES),
   cursorsOpen: enc.encode(`,"${D.cursors}":[`),
   adaptersOpen: enc.encode(`,"${D.adapters}":[`),
   arrayClose: enc.encode("]"),

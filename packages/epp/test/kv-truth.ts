@@ -1,7 +1,8 @@
-// Ground truth for KV indexes: what mock workers really cache (their GET /admin/cache) against what an
+// Ground truth for the EPP's index: what mock workers really cache (their GET /admin/cache) against what an
 // EPP's index holds (its GET /dump), compared exactly: every (worker rank, block), its parent, its local
-// tokens hash and its copy count. Tests of recovery and event ingestion assert equality with this, not
-// with the EPP's own idea of itself.
+// tokens hash and its copy count. The EPP's tests of recovery and event ingestion assert equality with
+// this, not with the EPP's own idea of itself. (Here, not in the testkit: it reads the index's hashes and
+// the recovery dump, and those packages' own tests use the testkit.)
 import { computeBlockHashes, fromWireExtraKeys } from "@kv-epp/index-wasm";
 import { readDump } from "@kv-epp/recovery";
 

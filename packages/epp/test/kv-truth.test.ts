@@ -1,5 +1,5 @@
 import { expect, test } from "bun:test";
-import { describeDiff, diffIndexViews, type IndexView } from "../src/index.ts";
+import { describeDiff, diffIndexViews, type IndexView } from "./kv-truth.ts";
 
 const view = (entries: [string, [bigint, bigint | null, bigint, number][]][]): IndexView =>
   new Map(entries.map(([name, blocks]) => [name, new Map(blocks.map(([h, parent, tokensHash, copies]) => [h, { parent, tokensHash, copies }]))]));
