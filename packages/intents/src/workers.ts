@@ -1,6 +1,6 @@
 // From attachments to the EPP's worker set. Pod discovery guesses a worker's KV endpoint from its IP
 // and the port convention; an intent states it per rank. Both paths end in one worker set.
-import type { RankSource, WorkerSpec } from "@kv-epp/protocol";
+import { rankSources, type RankSource, type WorkerSpec } from "@kv-epp/protocol";
 import type { AttachmentIntent } from "./protocol.ts";
 
 
@@ -52,10 +52,16 @@ function withRanks<T extends WorkerSpec>(base: T, ranks: RankSource[]): T & { ra
   return { ...base, kvEvents: first.kvEvents, replay: first.replay, dpSize: ranks.length, ranks };
 }
 
-/** The ranks of several intent workers on one worker: per rank, the first one stating it wins. */
-function unionRanks(from: readonly IntentWorker[]): RankSource[] {
+/**
+ * The ranks of several intent workers on one worker: per rank, the first one stating it wins; a rank
+ * none states keeps its `listed` source (the port convention). A worker registers one intent per rank,
+ * so the EPP sees them arrive one at a time (and go one at a time): without that fallback a listed
+ * rank whose intent is not (or no longer) there would lose its listener and its blocks.
+ */
+function unionRanks(from: readonly IntentWorker[], listed: readonly RankSource[] = []): RankSource[] {
   const byRank = new Map<number, RankSource>();
   for (const w of from) for (const r of w.ranks) if (!byRank.has(r.dpRank)) byRank.set(r.dpRank, r);
+  for (const r of listed) if (!byRank.has(r.dpRank)) byRank.set(r.dpRank, r);
   return [...byRank.values()].sort((a, b) => a.dpRank - b.dpRank);
 }
 
@@ -99,9 +105,10 @@ function matcher<T extends WorkerSpec>(pods: readonly T[], mode: MergeMode): (w:
  * The one worker set from pod discovery (or the static list) and the intents.
  *
  * Both modes: an intent worker matched to a listed worker (by id, or by address under another id)
- * gives it its per-rank sources (endpoints, topic, block size); the listed worker keeps its id, address
- * and metrics URL. Several intent workers on one listed worker: the one of the same id first, then the
- * others for ranks still missing, so each endpoint gets one listener (an alias is reported).
+ * gives it its per-rank sources (endpoints, topic, block size), rank by rank: a listed rank no intent
+ * states keeps its listed source. The listed worker keeps its id, address and metrics URL. Several
+ * intent workers on one listed worker: the one of the same id first, then the others for ranks still
+ * missing, so each endpoint gets one listener (an alias is reported).
  *
  * `static` (the default, no pod discovery): an unmatched intent worker joins with the address its
  * intent states; one without an address is `unroutable` (`no-address`).
@@ -145,7 +152,7 @@ export function mergeWorkerSets<T extends WorkerSpec>(
   }
   const workers: (T | IntentWorkerSpec)[] = pods.map((p) => {
     const from = contributions.get(p);
-    return from ? withRanks(p, unionRanks(from)) : p;
+    return from ? withRanks(p, unionRanks(from, rankSources(p))) : p;
   });
   for (const [address, [first, ...rest]] of joining) {
     const metricsUrl = first!.metricsUrl ?? rest.find((w) => w.metricsUrl)?.metricsUrl ?? `http://${address}/metrics`;

@@ -62,6 +62,21 @@ describe("kubernetes mode: pod discovery decides membership", () => {
     expect(new Set(endpoints).size).toBe(endpoints.length);
   });
 
+  test("a rank no intent states yet keeps its pod-discovery source: a worker's per-rank intents arriving one by one never close a listed rank", () => {
+    // Two target ports: pod discovery lists ranks 0 and 1 on the KV port + r; the worker registers one Lease per rank.
+    const twoRanks = { ...pod("w", "10.0.0.1"), dpSize: 2 };
+    const guessed = (r: number) => ({ dpRank: r, kvEvents: `tcp://10.0.0.1:${5557 + r}`, replay: undefined });
+    const ranksWith = (intents: AttachmentIntent[]) => {
+      const [w] = mergeWorkerSets([twoRanks], intentWorkers(intents), { mode: "kubernetes" }).workers;
+      return "ranks" in w! ? w.ranks : undefined;
+    };
+    expect(ranksWith([intent("w", 0, "10.0.0.1")])).toEqual([rank(0, "10.0.0.1"), guessed(1)]);
+    expect(ranksWith([intent("w", 1, "10.0.0.1")])).toEqual([guessed(0), rank(1, "10.0.0.1")]);
+    expect(ranksWith([intent("w", 0, "10.0.0.1"), intent("w", 1, "10.0.0.1")])).toEqual([rank(0, "10.0.0.1"), rank(1, "10.0.0.1")]);
+    // A rank pod discovery does not list (the worker runs more ranks than the EPP's --dp-size says) still comes from its intent.
+    expect(ranksWith([intent("w", 0, "10.0.0.1"), intent("w", 1, "10.0.0.1"), intent("w", 2, "10.0.0.1")])!.map((r) => r.dpRank)).toEqual([0, 1, 2]);
+  });
+
   test("the intent of the pod's own id wins a rank both state; a shared IP (hostNetwork) is no match", () => {
     const own = intent("vllm-a", 0, "10.0.0.1", { endpoint: "tcp://10.0.0.1:7777" });
     const other = [intent("alias-a", 0, "10.0.0.1"), intent("alias-a", 1, "10.0.0.1")];

@@ -1,4 +1,5 @@
 // A worker rank, the unit everything routes to and indexes by, and its one string key.
+import { rankEndpoint } from "./endpoint.ts";
 
 /** One engine rank: the worker (vLLM instance, by id) and its global data-parallel rank. */
 export type WorkerRef = { readonly workerId: string; readonly dpRank: number };
@@ -65,3 +66,17 @@ export type WorkerSpec = {
   /** Per-rank KV sources stated by attachment intents; overrides port + r. */
   ranks?: RankSource[];
 };
+
+/** A worker's ranks: as its intents state them, else global ranks start..start+dpSize-1 on port + r. */
+export function rankSources(spec: WorkerSpec): RankSource[] {
+  const start = spec.dpStartRank ?? 0;
+  return (
+    spec.ranks ??
+    Array.from({ length: spec.dpSize }, (_, i) => ({
+      dpRank: start + i,
+      kvEvents: rankEndpoint(spec.kvEvents, start + i),
+      replay: spec.replay ? rankEndpoint(spec.replay, start + i) : undefined,
+      ...(spec.kvBind ? { bind: true } : {}),
+    }))
+  );
+}

@@ -8,6 +8,7 @@ import { mkdirSync } from "node:fs";
 import { resolve } from "node:path";
 import { FlagError } from "./cli-flags.ts";
 import { Children } from "./demo/children.ts";
+import { liveFigures, simulateSlice } from "./demo/compare.ts";
 import {
   EPP_PORTS, eppMetricsUrl, eppReady, gatewayHealthy, gatewayUrl, layout, qwen3TokenizerDir, setGatewayReplicas, startEppReplica,
   startGateway, startWorker, waitUntil, workerHealthy,
@@ -24,9 +25,11 @@ import { loadTrace, type TraceRecord } from "./trace.ts";
 
 const REPO_ROOT = resolve(import.meta.dir, "../../..");
 
+/** The trace's first records, up to --duration s of it (and --requests): a prefix, as the simulation loads it. */
 function pickRecords(all: TraceRecord[], o: DemoOptions): TraceRecord[] {
   const first = all[0]?.timestamp ?? 0;
-  const within = all.filter((r) => r.timestamp - first <= o.durationS * 1000);
+  const end = all.findIndex((r) => r.timestamp - first > o.durationS * 1000);
+  const within = end < 0 ? all : all.slice(0, end);
   return o.requests > 0 ? within.slice(0, o.requests) : within;
 }
 
@@ -141,9 +144,16 @@ async function main(o: DemoOptions): Promise<number> {
     clearInterval(eppSampler);
     progress.stop();
 
+    // After the live run, so that it does not share the CPU with it.
+    console.log(`\nsimulating the same ${records.length} requests routed round-robin, by GAIE's approximate prefix scorer and by kv-epp (bench:trace's simulation)`);
+    const simStart = performance.now();
+    const simulated = await simulateSlice(records, o);
+    console.log(`  done in ${((performance.now() - simStart) / 1000).toFixed(1)} s`);
+    const compared = [...simulated, liveFigures(stats)];
+
     console.log("\nsummary");
-    for (const [k, v] of summaryRows(stats, recovery, check)) console.log(`  ${k.padEnd(22)} ${v}`);
-    const report = writeReport(runDir, "demo-report", demoReportData(o, stats, recovery, check), o.png);
+    for (const [k, v] of summaryRows(stats, recovery, check, simulated)) console.log(`  ${k.padEnd(22)} ${v}`);
+    const report = writeReport(runDir, "demo-report", demoReportData(o, stats, recovery, check, compared), o.png);
     console.log(`\nreport: ${report.html}`);
     if (report.png) console.log(pngText(report.png));
     return demoSucceeded(stats, killAt !== undefined, recovery) ? 0 : 1;

@@ -1,11 +1,13 @@
 // Opens an HTML report in headless Chromium (puppeteer-core, the browser installed on the machine) and
 // reports what a reader would see: console errors, and per chart whether each series named in its
 // legend drew. A series counts as drawn when, shown alone, pixels of its colour appear inside the
-// chart's plot area (the legend's own swatch lies outside it).
+// chart's plot areas (the legend's own swatch lies outside them), counted per plot area (grid) for
+// charts of several panels.
 import puppeteer from "puppeteer-core";
 import { findChromium } from "../src/report/png.ts";
 
-export type ChartSeen = { id: string; series: { name: string; pixels: number }[] };
+/** `pixels`: over every grid of the chart; `perGrid`: in each grid, in the chart's grid order. */
+export type ChartSeen = { id: string; series: { name: string; pixels: number; perGrid: number[] }[] };
 export type ReportSeen = { errors: string[]; charts: ChartSeen[] };
 
 export const chromiumPath = findChromium();
@@ -47,7 +49,7 @@ function inPage(): ChartSeen[] {
   type EChart = {
     getOption(): { series: { name: string }[]; legend?: { data?: unknown[] }[] };
     getModel(): {
-      getComponent(kind: string): { coordinateSystem: { getRect(): Rect } };
+      getComponent(kind: string, index?: number): { coordinateSystem: { getRect(): Rect } } | undefined;
       getSeriesByName(name: string): { getData(): { getVisual(k: string): { stroke?: string; fill?: string } | string } }[];
     };
     dispatchAction(a: { type: string; name?: string }): void;
@@ -68,8 +70,14 @@ function inPage(): ChartSeen[] {
       out.push({ id: el.id, series: [] });
       continue;
     }
-    const names = chart.getOption().series.map((s) => s.name);
-    const rect = chart.getModel().getComponent("grid").coordinateSystem.getRect();
+    // A legend entry may name several series (one per panel): each name once.
+    const names = [...new Set(chart.getOption().series.map((s) => s.name))];
+    const rects: Rect[] = [];
+    for (let g = 0; ; g++) {
+      const grid = chart.getModel().getComponent("grid", g);
+      if (!grid) break;
+      rects.push(grid.coordinateSystem.getRect());
+    }
     const canvas = chart.getDom().querySelector("canvas")!;
     const series = names.map((name) => {
       for (const other of names) chart.dispatchAction({ type: other === name ? "legendSelect" : "legendUnSelect", name: other });
@@ -77,14 +85,17 @@ function inPage(): ChartSeen[] {
       chart.getZr().flush();
       const style = chart.getModel().getSeriesByName(name)[0]!.getData().getVisual("style");
       const color = typeof style === "string" ? style : (style.stroke ?? style.fill);
-      if (!color) return { name, pixels: -1 };
+      if (!color) return { name, pixels: -1, perGrid: rects.map(() => -1) };
       const [r, g, b] = rgb(color);
-      const px = canvas.getContext("2d")!.getImageData(Math.ceil(rect.x) + 1, Math.ceil(rect.y), Math.floor(rect.width) - 2, Math.floor(rect.height)).data;
-      let pixels = 0;
-      for (let i = 0; i < px.length; i += 4) {
-        if (px[i + 3]! > 200 && Math.abs(px[i]! - r) + Math.abs(px[i + 1]! - g) + Math.abs(px[i + 2]! - b) < 40) pixels++;
-      }
-      return { name, pixels };
+      const perGrid = rects.map((rect) => {
+        const px = canvas.getContext("2d")!.getImageData(Math.ceil(rect.x) + 1, Math.ceil(rect.y), Math.floor(rect.width) - 2, Math.floor(rect.height)).data;
+        let pixels = 0;
+        for (let i = 0; i < px.length; i += 4) {
+          if (px[i + 3]! > 200 && Math.abs(px[i]! - r) + Math.abs(px[i + 1]! - g) + Math.abs(px[i + 2]! - b) < 40) pixels++;
+        }
+        return pixels;
+      });
+      return { name, pixels: perGrid.reduce((a, n) => a + n, 0), perGrid };
     });
     for (const name of names) chart.dispatchAction({ type: "legendSelect", name });
     out.push({ id: el.id, series });

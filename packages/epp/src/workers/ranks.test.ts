@@ -2,8 +2,8 @@
 // as vLLM's offset_endpoint_port does.
 import { expect, test } from "bun:test";
 import type { V1Pod } from "@kubernetes/client-node";
+import { rankSources } from "@kv-epp/protocol";
 import { DP_START_RANK_ANNOTATION, podWorker } from "./kubernetes.ts";
-import { rankSources } from "./registry.ts";
 import { staticWorkers } from "./static.ts";
 
 test("ranks start..start+dpSize-1 on the KV (and replay) port + the global rank", () => {

@@ -1,7 +1,7 @@
 // The worker set, level-triggered: a source (static file or pod informer) hands over the whole desired
 // set on every change and the registry reconciles toward it: one KV listener per worker rank for new
 // workers, listeners closed and index entries dropped for workers that went away.
-import { rankEndpoint, workerKeyOf, type RankSource, type WorkerRef, type WorkerSpec } from "@kv-epp/protocol";
+import { rankSources, workerKeyOf, type RankSource, type WorkerRef, type WorkerSpec } from "@kv-epp/protocol";
 import { KvEventListener, type Heartbeat, type ListenerCounters as KvListenerCounters, type ListenerSignal, type MalformedKind } from "@kv-epp/kv-events";
 import type { Logger } from "pino";
 import type { Candidate } from "@kv-epp/routing";
@@ -34,20 +34,6 @@ type Entry = {
 };
 
 export type Sink = (worker: WorkerRef, signal: ListenerSignal) => void;
-
-/** A worker's ranks: as its intents state them, else global ranks start..start+dpSize-1 on port + r. */
-export function rankSources(spec: WorkerSpec): RankSource[] {
-  const start = spec.dpStartRank ?? 0;
-  return (
-    spec.ranks ??
-    Array.from({ length: spec.dpSize }, (_, i) => ({
-      dpRank: start + i,
-      kvEvents: rankEndpoint(spec.kvEvents, start + i),
-      replay: spec.replay ? rankEndpoint(spec.replay, start + i) : undefined,
-      ...(spec.kvBind ? { bind: true } : {}),
-    }))
-  );
-}
 
 export type RegistryOptions = {
   topic: string;

@@ -3,7 +3,7 @@
 // WorkerRegistry), each worker's health (its scraped /metrics, and the rule that takes a worker out of
 // routing) and the counters of all of it. "Why is worker X not routable?" is answered by rankStatus().
 import type { KubeConfig } from "@kubernetes/client-node";
-import { workerKeyOf, type WorkerRef, type WorkerSpec } from "@kv-epp/protocol";
+import { rankSources, workerKeyOf, type WorkerRef, type WorkerSpec } from "@kv-epp/protocol";
 import { mergeWorkerSets, type IntentWorker } from "@kv-epp/intents";
 import { listenerHeartbeat, type ListenerCounters as KvListenerCounters } from "@kv-epp/kv-events";
 import type { Logger } from "pino";
@@ -13,7 +13,7 @@ import type { Metrics } from "../metrics.ts";
 import { scrapeTargets, WorkerMetricsScraper, type WorkerMetrics } from "./worker-metrics.ts";
 import { startPoolWorkers } from "./kubernetes.ts";
 import type { Candidate } from "@kv-epp/routing";
-import { rankSources, serving, WorkerRegistry, type Sink } from "./registry.ts";
+import { serving, WorkerRegistry, type Sink } from "./registry.ts";
 import { staticWorkers } from "./static.ts";
 
 /**

@@ -7,6 +7,7 @@ import { histogramQuantile, mergeHistograms, type EppScrape, type Histogram } fr
 import type { DemoOptions } from "./options.ts";
 import { selectCheckText, type SelectCheck } from "./select-check.ts";
 import type { DemoStats } from "./stats.ts";
+import { routedLabel, type RoutedFigures } from "./compare.ts";
 
 export type RecoveryReport = { replica: string; peer: string; events: number; bytes: number; ms: number; readyMs: number } | { replica: string; failed: string };
 
@@ -101,21 +102,40 @@ export function eppTtft(s: DemoStats, worker?: string): Histogram | undefined {
   return mergeHistograms(scraped(s).flatMap(([, e]) => [...e.quality.ttft].filter(([w]) => worker === undefined || w === worker).map(([, h]) => h)));
 }
 
-export function summaryRows(s: DemoStats, recovery: RecoveryReport | undefined, check?: SelectCheck): [string, string][] {
+/** The simulated runs' figure beside the live one, e.g. "simulated on the same 449 requests: round-robin 6.6%, ...". */
+function simulatedText(simulated: readonly RoutedFigures[], requests: number, figure: (f: RoutedFigures) => string): string {
+  if (simulated.length === 0) return "";
+  return `; simulated on the same ${requests} requests: ${simulated.map((f) => `${f.name} ${figure(f)}`).join(", ")}`;
+}
+
+/**
+ * The summary, the three figures that matter first: what the workers found cached, what the client
+ * waited for its first token (each beside the same requests routed round-robin and GAIE-style,
+ * simulated), and what routing cost per request.
+ */
+export function summaryRows(s: DemoStats, recovery: RecoveryReport | undefined, check?: SelectCheck, simulated: readonly RoutedFigures[] = []): [string, string][] {
   const perWorker = s.workerIds.map((w) => `${w}: ${s.picksByWorker.get(w) ?? 0}`).join(", ");
   const perEpp = [...s.picksByEpp].map(([e, n]) => `${e}: ${n}`).join(", ");
   const quality = perWorkerQualityText(s);
+  const ttft = (p50: number, p99: number) => `p50 ${ms(p50)} ms, p99 ${ms(p99)} ms`;
   return [
+    [
+      "prefix-cache hit rate",
+      `${pct(s.hitRate)} live (${s.cachedTokens} of ${s.promptTokens} prompt tokens cached, per the workers' usage)${simulatedText(simulated, s.sent, (f) => pct(f.hitRate))}`,
+    ],
+    [
+      "TTFT",
+      `${ttft(s.ttftP(0.5), s.ttftP(0.99))} live (client: request sent to the gateway -> first streamed token; includes routing and the tokenization of each chat on this machine)` +
+        simulatedText(simulated, s.sent, (f) => ttft(f.ttftP50Ms, f.ttftP99Ms)),
+    ],
+    ["pick latency", `p50 ${ms(s.pickP(0.5))} ms, p99 ${ms(s.pickP(0.99))} ms (gateway process: ext_proc request headers written -> routing answer, body shipped both ways)`],
     ["requests", `${s.done} done (${s.outcomes.ok} ok, ${s.outcomes["routing-error"]} routing errors, ${s.outcomes["worker-error"]} worker errors), ${s.rerouted} rerouted`],
     ["routing failures", [...s.routingErrors].map(([why, n]) => `${n}x ${why}`).join("; ") || "none"],
-    ["prefix-cache hit rate", `${pct(s.hitRate)} (${s.cachedTokens} of ${s.promptTokens} prompt tokens cached, per the workers' usage)`],
     ["hit rate per request", predictedHitText(s)],
     ["tokenization check", selectCheckText(check)],
     ["routing quality (EPPs)", routingQualityText(s)],
     ["predicted vs reported", predictedCachedText(s)],
     ["mispredicted per worker", quality.mispredictions],
-    ["TTFT", `p50 ${ms(s.ttftP(0.5))} ms, p99 ${ms(s.ttftP(0.99))} ms (client: request sent to the gateway -> first streamed token; includes routing; the mock engine's step scheduler)`],
-    ["pick latency", `p50 ${ms(s.pickP(0.5))} ms, p99 ${ms(s.pickP(0.99))} ms (gateway process: ext_proc request headers written -> routing answer, body shipped both ways)`],
     ["EPP pick (own metric)", `${[...s.eppScrapes].sort(([x], [y]) => x.localeCompare(y)).map(([n, h]) => eppPickText(n, h)).join("; ") || "not scraped"} (dynamo_epp_pick_duration_seconds: complete body -> decision, inside the EPP: parse, tokenize, pick)`],
     ["send lag", `p50 ${ms(s.sendLagP(0.5))} ms, p99 ${ms(s.sendLagP(0.99))} ms (trace arrival instant at the load generator -> ext_proc request headers written by the gateway; ${s.lateBodies} bodies built late)`],
     ["TTFT per worker", `${quality.ttft} (EPP: its decision -> first response body chunk through ext_proc, dynamo_epp_observed_ttft_seconds)`],
@@ -131,7 +151,8 @@ const shownPath = (p: string) => {
   return r.startsWith("..") || isAbsolute(r) ? p : r;
 };
 
-export function demoReportData(o: DemoOptions, s: DemoStats, recovery: RecoveryReport | undefined, check?: SelectCheck): ReportData {
+export function demoReportData(o: DemoOptions, s: DemoStats, recovery: RecoveryReport | undefined, check?: SelectCheck, compared: readonly RoutedFigures[] = []): ReportData {
+  const simulated = compared.filter((f) => f.source === "simulated");
   return {
     title: "kv-epp demo",
     subtitle:
@@ -151,7 +172,20 @@ export function demoReportData(o: DemoOptions, s: DemoStats, recovery: RecoveryR
         `request and response body mode ${o.bodyMode === "full-duplex" ? "FULL_DUPLEX_STREAMED" : "BUFFERED (the client gets each response whole)"} (gateway and EPPs); the response passes through the EPP`,
       ],
     ],
-    table: { columns: ["summary", ""], rows: summaryRows(s, recovery, check) },
+    table: { columns: ["summary", ""], rows: summaryRows(s, recovery, check, simulated) },
+    ...(compared.length > 0
+      ? {
+          comparison: {
+            title: `The same ${s.sent} requests, routed three ways`,
+            note:
+              `"simulated": bench:trace's simulation of this run's trace slice (virtual time: the mock engine's step scheduler and prefix cache, ` +
+              `${o.workers} workers of ${o.capacityBlocks} blocks, the same arrivals at ${o.timeScale}x; round-robin and GAIE's approximate prefix scorer as one router, ` +
+              `kv-epp as two replicas sharing load). "live run": this run's processes, where the TTFT also holds the gateway, ` +
+              `the EPP's and the worker's tokenization of every chat on this machine, and one replica replaced midway.`,
+            runs: compared.map((f) => ({ name: routedLabel(f), hitRate: f.hitRate, ttftP50Ms: f.ttftP50Ms, ttftP99Ms: f.ttftP99Ms })),
+          },
+        }
+      : {}),
     timeAxis: "seconds since start",
     marks: s.marks,
     ttftAxis: "TTFT (ms, client: request sent -> first token)",

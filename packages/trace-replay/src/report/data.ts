@@ -21,6 +21,11 @@ export type ReportData = {
   ttftCdf: { name: string; points: [number, number][] }[];
   /** per run: hit rate / the pooled-LRU bound and TTFT p50 / the TTFT oracle's (1 = at the limit) */
   limits?: { name: string; hitVsPooled: number; hitVsBound: number; ttftVsOracle: number; ttftVsBound: number }[];
+  /**
+   * The same requests routed several ways, one bar per way in each panel (hit rate; TTFT p50 and p99):
+   * what a reader compares first. `note` says where each figure comes from (simulated or measured).
+   */
+  comparison?: { title: string; note: string; runs: { name: string; hitRate: number; ttftP50Ms: number; ttftP99Ms: number }[] };
   /** per run, per worker: in-flight requests over time */
   workerLoad: { name: string; workers: { name: string; points: Points }[] }[];
 };

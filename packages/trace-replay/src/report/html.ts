@@ -14,17 +14,20 @@ const esc = (s: string) => s.replace(/[&<>"]/g, (c) => ({ "&": "&amp;", "<": "&l
 const embed = (v: unknown) => JSON.stringify(v).replace(/<\//g, "<\\/");
 
 /**
- * `only: "main"` renders just the hit-rate chart at a fixed size (the PNG source); otherwise the whole
- * report: facts, table, hit rate over time, TTFT distribution, per-worker load over time.
+ * `only: "main"` renders just the main chart at a fixed size (the PNG source): the comparison when the
+ * report has one, else the hit rate over time. Otherwise the whole report: facts, table, comparison,
+ * hit rate over time, TTFT distribution, per-worker load over time.
  */
 export function renderReport(data: ReportData, opts: { only?: "main" } = {}): string {
   const main = opts.only === "main";
+  const mainId = data.comparison ? "chart-compare" : "chart-hit";
   const body = main
-    ? `<div id="chart-hit" class="chart" style="width:1200px;height:560px"></div>`
+    ? `<div id="${mainId}" class="chart" style="width:1200px;height:560px"></div>`
     : `<h1>${esc(data.title)}</h1><p>${esc(data.subtitle)}</p>
 <dl>${data.facts.map(([k, v]) => `<dt>${esc(k)}</dt><dd>${esc(v)}</dd>`).join("")}</dl>
 <table><thead><tr>${data.table.columns.map((c) => `<th>${esc(c)}</th>`).join("")}</tr></thead>
 <tbody>${data.table.rows.map((r) => `<tr>${r.map((c) => `<td>${esc(c)}</td>`).join("")}</tr>`).join("\n")}</tbody></table>
+${data.comparison ? `<h2>${esc(data.comparison.title)}</h2><p>${esc(data.comparison.note)}</p><div id="chart-compare" class="chart"></div>` : ""}
 ${data.limits ? `<h2>Distance to the limits (1 = at the limit)</h2><div id="chart-limits" class="chart"></div>` : ""}
 <h2>Prefix-cache hit rate over time</h2><div id="chart-hit" class="chart"></div>
 <h2>TTFT distribution</h2><div id="chart-ttft" class="chart"></div>
@@ -49,6 +52,42 @@ const markLine = { symbol: "none", label: { formatter: (p) => p.name }, lineStyl
 function chart(id, option) {
   const el = document.getElementById(id);
   if (el) echarts.init(el).setOption(Object.assign({}, base, option));
+}
+// One bar per run in each panel: hit rate on the left, TTFT p50 and p99 on the right. A run is one
+// legend entry (its two series share the name and the colour); a zero still shows as a sliver.
+if (data.comparison) {
+  const runs = data.comparison.runs;
+  const palette = ["#9e9e9e", "#e6a23c", "#5470c6", "#2e7d32", "#ab47bc", "#26a69a"];
+  const secs = (v) => (v >= 1000 ? (v / 1000).toFixed(1) + " s" : Math.round(v) + " ms");
+  chart("chart-compare", {
+    title: [
+      ${main ? `{ text: ${embed(data.comparison?.title ?? "")}, left: "center", top: 4, textStyle: { fontSize: 15 } },` : ""}
+      { text: "prefix-cache hit rate (higher is better)", left: "22%", textAlign: "center", top: ${main ? 58 : 28}, textStyle: { fontSize: 13 } },
+      { text: "TTFT (lower is better)", left: "70%", textAlign: "center", top: ${main ? 58 : 28}, textStyle: { fontSize: 13 } },
+    ],
+    tooltip: { trigger: "item" },
+    legend: { top: ${main ? 30 : 0}, type: "scroll" },
+    grid: [
+      { top: ${main ? 96 : 64}, left: 64, width: "34%", bottom: 40 },
+      { top: ${main ? 96 : 64}, right: 32, width: "48%", bottom: 40 },
+    ],
+    xAxis: [
+      { type: "category", gridIndex: 0, data: ["cached / prompt tokens"] },
+      { type: "category", gridIndex: 1, data: ["p50", "p99"] },
+    ],
+    yAxis: [
+      { type: "value", gridIndex: 0, min: 0, axisLabel: { formatter: (v) => Math.round(v * 100) + "%" } },
+      { type: "value", gridIndex: 1, min: 0, axisLabel: { formatter: secs } },
+    ],
+    series: runs.flatMap((r, i) => {
+      const color = palette[i % palette.length];
+      const bar = { name: r.name, type: "bar", barMinHeight: 2, itemStyle: { color }, label: { show: true, position: "top" } };
+      return [
+        Object.assign({}, bar, { xAxisIndex: 0, yAxisIndex: 0, data: [r.hitRate], label: Object.assign({}, bar.label, { formatter: (p) => (p.value * 100).toFixed(1) + "%" }) }),
+        Object.assign({}, bar, { xAxisIndex: 1, yAxisIndex: 1, data: [r.ttftP50Ms, r.ttftP99Ms], label: Object.assign({}, bar.label, { formatter: (p) => secs(p.value) }) }),
+      ];
+    }),
+  });
 }
 chart("chart-hit", {
   title: ${main ? `{ text: ${embed(data.title + ": prefix-cache hit rate")}, left: "center", top: 4, textStyle: { fontSize: 14 } }` : "undefined"},
