@@ -1,8 +1,8 @@
 // @kv-epp/kv-events: vLLM KV-event codec and ZMTP 3.x sockets in pure TypeScript (Bun and Node).
 export type {
-  AllBlocksCleared, BlockRemoved, BlockStored, DecodeStats, EventEncoding, ExtraKeys, ExtraKeyValue, HashMode, KvEvent, KvEventBatch, Medium,
+  AllBlocksCleared, BlockRemoved, BlockStored, DecodeStats, DropReason, EventEncoding, ExtraKeys, ExtraKeyValue, HashMode, KvEvent, KvEventBatch, Medium,
 } from "./codec/types.ts";
-export { EVENT_ENCODINGS, KvDecodeError, isGpuMedium } from "./codec/types.ts";
+export { EVENT_ENCODINGS, KvDecodeError, isGpuMedium, newDecodeStats } from "./codec/types.ts";
 export { decodeBatch } from "./codec/decode.ts";
 export { unpackUntrusted } from "./codec/msgpack-shape.ts";
 export { encodeBatch, type EncodeOptions } from "./codec/encode.ts";

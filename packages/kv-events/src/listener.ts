@@ -10,7 +10,7 @@
 // Signals produced before a sink is attached are buffered (bounded; overflow → reset "overflow"),
 // so a consumer can subscribe first and attach after recovering a snapshot.
 import { decodeBatch } from "./codec/decode.ts";
-import type { DecodeStats, KvEventBatch } from "./codec/types.ts";
+import type { DecodeStats, DropReason, KvEventBatch } from "./codec/types.ts";
 import { childLogger, type Logger } from "./logger.ts";
 import { decodeSeq, encodeSeq, parseReplayReply } from "./replay.ts";
 import type { SocketOptions } from "./zmtp/base.ts";
@@ -43,6 +43,10 @@ export type ListenerOptions = {
   logger?: Logger;
   /** Told of each malformed message skipped (also counted in `counters.decodeErrors`). */
   onMalformed?: (kind: MalformedKind) => void;
+  /** Told of events dropped from a batch that is otherwise applied, by reason (also in `counters`). */
+  onDropped?: (reason: DropReason, events: number) => void;
+  /** Told of fields (map keys, array positions) the decoder skipped as unknown: a newer producer (also in `counters.unknownFields`). */
+  onUnknownFields?: (fields: number) => void;
 };
 
 /** frames: not [topic, seq, payload] with an 8-byte seq; payload: not a vLLM event batch; replay: a bad replay reply. */
@@ -94,7 +98,8 @@ export const LISTENER_HEARTBEAT = listenerHeartbeat(5000);
 export class KvEventListener {
   readonly counters: ListenerCounters = {
     messages: 0, batches: 0, events: 0, blocks: 0, bytes: 0, gaps: 0, replays: 0, replayedBatches: 0,
-    replayFailures: 0, restarts: 0, resets: 0, overflows: 0, decodeErrors: 0, sinkErrors: 0, skippedEvents: 0,
+    replayFailures: 0, restarts: 0, resets: 0, overflows: 0, decodeErrors: 0, sinkErrors: 0, skippedEvents: 0, unknownTypes: 0,
+    malformedEvents: 0, unknownFields: 0,
   };
   private state: SeqState = { kind: "fresh" };
   private sub: SubSocket | undefined;
@@ -241,24 +246,34 @@ export class KvEventListener {
     this.state = { kind: "live", next: m.seq + 1n };
     this.last = m;
     let batch: KvEventBatch;
+    const c = this.counters;
+    const [unknownTypes, malformedEvents, unknownFields] = [c.unknownTypes, c.malformedEvents, c.unknownFields];
     try {
-      batch = decodeBatch(m.payload, this.counters);
+      batch = decodeBatch(m.payload, c);
     } catch (e) {
       return this.malformed("payload", String(e), m.seq);
     }
+    if (c.unknownTypes !== unknownTypes) this.tell(() => this.opts.onDropped?.("unknown_type", c.unknownTypes - unknownTypes));
+    if (c.malformedEvents !== malformedEvents) this.tell(() => this.opts.onDropped?.("malformed", c.malformedEvents - malformedEvents));
+    if (c.unknownFields !== unknownFields) this.tell(() => this.opts.onUnknownFields?.(c.unknownFields - unknownFields));
     this.counters.batches++;
     this.counters.events += batch.events.length;
     for (const e of batch.events) if (e.type === "BlockStored") this.counters.blocks += e.blockHashes.length;
     this.emit({ kind: "batch", seq: m.seq, batch });
   }
 
+  /** Calls a counting hook; a counter's failure is not the message's: the subscription goes on. */
+  private tell(hook: () => void): void {
+    try {
+      hook();
+    } catch {
+      // counted by the caller; nothing to undo here
+    }
+  }
+
   /** Counted and skipped, never fatal; the first one is logged (a publisher sending garbage would flood). */
   private malformed(kind: MalformedKind, why: string, seq?: bigint): void {
-    try {
-      this.opts.onMalformed?.(kind);
-    } catch {
-      // A counter's failure is not the message's: the subscription goes on.
-    }
+    this.tell(() => this.opts.onMalformed?.(kind));
     if (this.counters.decodeErrors++ === 0) this.log.warn({ err: why, seq: seq?.toString() }, "malformed KV-event message skipped");
   }
 

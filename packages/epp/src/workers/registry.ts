@@ -2,7 +2,7 @@
 // set on every change and the registry reconciles toward it: one KV listener per worker rank for new
 // workers, listeners closed and index entries dropped for workers that went away.
 import { rankEndpoint, workerKeyOf, type RankSource, type WorkerRef, type WorkerSpec } from "@kv-epp/protocol";
-import { KvEventListener, type Heartbeat, type ListenerCounters as KvListenerCounters, type ListenerSignal, type MalformedKind } from "@kv-epp/kv-events";
+import { KvEventListener, type Heartbeat, type ListenerCounters as KvListenerCounters, type ListenerOptions, type ListenerSignal, type MalformedKind } from "@kv-epp/kv-events";
 import type { Logger } from "pino";
 
 /**
@@ -59,6 +59,9 @@ export type RegistryOptions = {
   onChanged?: (specs: WorkerSpec[]) => void;
   /** A KV-event message was skipped as malformed (counted by the caller). */
   onMalformed?: (kind: MalformedKind) => void;
+  /** Events dropped from a decoded batch, and unknown fields skipped (counted by the caller). */
+  onDropped?: ListenerOptions["onDropped"];
+  onUnknownFields?: ListenerOptions["onUnknownFields"];
 };
 
 export class WorkerRegistry {
@@ -282,6 +285,8 @@ export class WorkerRegistry {
       logger: this.opts.log,
       socket: { heartbeat: this.opts.heartbeat },
       onMalformed: this.opts.onMalformed,
+      onDropped: this.opts.onDropped,
+      onUnknownFields: this.opts.onUnknownFields,
     });
     // Started now (subscribe first): until a sink is attached the listener buffers live events.
     l.start();

@@ -75,6 +75,8 @@ export class WorkerSet {
       log,
       onRemoved: o.onRemoved,
       onMalformed: (kind) => metrics.kvMalformed.inc({ kind }),
+      onDropped: (reason, n) => metrics.eventsDropped.inc({ reason }, n),
+      onUnknownFields: (n) => metrics.unknownFields.inc(n),
       onChanged: (specs) => {
         this.scraper.setTargets(specs.flatMap(scrapeTargets));
         metrics.workers.set(specs.reduce((n, s) => n + s.dpSize, 0));
