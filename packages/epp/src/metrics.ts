@@ -145,6 +145,11 @@ export function createMetrics() {
       help: "KV publisher connections closed by the listeners for broken ZMTP or an oversize message (then redialed)",
       registers: [registry],
     }),
+    listenerOversize: new Gauge({
+      name: "dynamo_epp_kv_listener_oversize_messages",
+      help: "KV-event messages refused for exceeding --kv-max-message-bytes (the connection is closed and redialed; the lost batch resets or replays its rank)",
+      registers: [registry],
+    }),
     kvMalformed: new Counter({
       name: "dynamo_epp_kv_malformed_messages_total",
       help: "KV-event messages skipped as malformed, by kind: frames (not topic, 8-byte seq, payload), payload (not a vLLM event batch), replay (a bad replay reply)",

@@ -7,6 +7,7 @@ export { decodeBatch } from "./codec/decode.ts";
 export { unpackUntrusted } from "./codec/msgpack-shape.ts";
 export { encodeBatch, type EncodeOptions } from "./codec/encode.ts";
 export { foldHashBytes, hashToDigest } from "./codec/hash.ts";
+export { batchBound, DEFAULT_KV_MAX_MESSAGE_SIZE, REFERENCE_STEP, type BatchShape } from "./batch-bound.ts";
 export { PubSocket } from "./zmtp/pub.ts";
 export { SubSocket } from "./zmtp/sub.ts";
 export { RouterSocket } from "./zmtp/router.ts";

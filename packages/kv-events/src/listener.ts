@@ -9,6 +9,7 @@
 //  - malformed messages are counted and skipped.
 // Signals produced before a sink is attached are buffered (bounded; overflow → reset "overflow"),
 // so a consumer can subscribe first and attach after recovering a snapshot.
+import { DEFAULT_KV_MAX_MESSAGE_SIZE } from "./batch-bound.ts";
 import { decodeBatch } from "./codec/decode.ts";
 import type { DecodeStats, DropReason, KvEventBatch } from "./codec/types.ts";
 import { childLogger, type Logger } from "./logger.ts";
@@ -138,9 +139,14 @@ export class KvEventListener {
     return this.sub?.counters;
   }
 
+  /** A KV batch can be far larger than a generic socket's default (batch-bound.ts). */
+  private get maxMessageSize(): number {
+    return this.opts.socket?.maxMessageSize ?? DEFAULT_KV_MAX_MESSAGE_SIZE;
+  }
+
   start(): void {
     if (this.sub || this.closed) return;
-    const sub = new SubSocket({ logger: this.opts.logger, heartbeat: LISTENER_HEARTBEAT, ...this.opts.socket });
+    const sub = new SubSocket({ logger: this.opts.logger, heartbeat: LISTENER_HEARTBEAT, ...this.opts.socket, maxMessageSize: this.maxMessageSize });
     sub.onMessage((frames) => this.onMessage(frames));
     sub.onPeer((up, peer) => {
       if (up) {
@@ -304,7 +310,7 @@ export class KvEventListener {
   private startReplay(from: bigint, trigger: Held, check?: Held): void {
     this.counters.replays++;
     if (!this.dealer) {
-      this.dealer = new DealerSocket({ logger: this.opts.logger, ...this.opts.socket });
+      this.dealer = new DealerSocket({ logger: this.opts.logger, ...this.opts.socket, maxMessageSize: this.maxMessageSize });
       this.dealer.onMessage((frames) => this.onReplayReply(frames));
       this.dealer.connect(this.opts.replayEndpoint!);
     }

@@ -20,6 +20,8 @@ export type ListenerCounters = {
   heartbeatTimeouts: number;
   /** Connections to publishers closed for breaking ZMTP or sending a message over the size limit. */
   protocolErrors: number;
+  /** Of those, messages over the size limit (--kv-max-message-bytes). */
+  oversize: number;
 };
 
 /** A rank's source with the registry's topic filled in: what its listener was opened with. */
@@ -54,6 +56,8 @@ export type RegistryOptions = {
   log: Logger;
   /** The listeners' ZMTP heartbeats; undefined: off. */
   heartbeat?: Heartbeat;
+  /** The largest KV-event message a listener reads (undefined: kv-events' DEFAULT_KV_MAX_MESSAGE_SIZE). */
+  maxMessageSize?: number;
   /** Called when a worker leaves, so its blocks leave the index. */
   onRemoved: (worker: WorkerRef) => void;
   onChanged?: (specs: WorkerSpec[]) => void;
@@ -199,7 +203,7 @@ export class WorkerRegistry {
   }
 
   counters(): ListenerCounters {
-    const sum = { gaps: 0, replays: 0, restarts: 0, heartbeatTimeouts: 0, protocolErrors: 0 };
+    const sum = { gaps: 0, replays: 0, restarts: 0, heartbeatTimeouts: 0, protocolErrors: 0, oversize: 0 };
     for (const e of this.entries.values())
       for (const l of e.listeners.values()) {
         const c = l.counters as Partial<ListenerCounters> | undefined;
@@ -208,6 +212,7 @@ export class WorkerRegistry {
         sum.restarts += c?.restarts ?? 0;
         sum.heartbeatTimeouts += l.socketCounters?.heartbeatTimeouts ?? 0;
         sum.protocolErrors += (l.socketCounters?.protocolErrors ?? 0) + (l.socketCounters?.oversize ?? 0);
+        sum.oversize += l.socketCounters?.oversize ?? 0;
       }
     return sum;
   }
@@ -283,7 +288,7 @@ export class WorkerRegistry {
       replayEndpoint: src.replay,
       topic: src.topic,
       logger: this.opts.log,
-      socket: { heartbeat: this.opts.heartbeat },
+      socket: { heartbeat: this.opts.heartbeat, maxMessageSize: this.opts.maxMessageSize },
       onMalformed: this.opts.onMalformed,
       onDropped: this.opts.onDropped,
       onUnknownFields: this.opts.onUnknownFields,

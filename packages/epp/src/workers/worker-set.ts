@@ -23,7 +23,7 @@ import { staticWorkers } from "./static.ts";
 export const DOWN_AFTER_FAILED_SCRAPES = 3;
 
 export type WorkerSetOptions = {
-  config: Pick<EppConfig, "workers" | "intents" | "kvTopic" | "kvHeartbeatMs" | "scrapeIntervalMs">;
+  config: Pick<EppConfig, "workers" | "intents" | "kvTopic" | "kvHeartbeatMs" | "scrapeIntervalMs"> & Partial<Pick<EppConfig, "kvMaxMessageBytes">>;
   kube: () => KubeConfig;
   metrics: Metrics;
   log: Logger;
@@ -72,6 +72,7 @@ export class WorkerSet {
     this.registry = new WorkerRegistry({
       topic: cfg.kvTopic,
       heartbeat: cfg.kvHeartbeatMs > 0 ? listenerHeartbeat(cfg.kvHeartbeatMs) : undefined,
+      maxMessageSize: cfg.kvMaxMessageBytes,
       log,
       onRemoved: o.onRemoved,
       onMalformed: (kind) => metrics.kvMalformed.inc({ kind }),
@@ -252,6 +253,7 @@ export class WorkerSet {
     m.listenerHeartbeatTimeouts.set(c.heartbeatTimeouts);
     m.listenersConnected.set(this.registry.connectedListeners());
     m.listenerProtocolErrors.set(c.protocolErrors);
+    m.listenerOversize.set(c.oversize);
   }
 
   async stop(): Promise<void> {
