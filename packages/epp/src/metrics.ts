@@ -126,7 +126,7 @@ export function createMetrics() {
     }),
     eventsIgnored: new Counter({
       name: "dynamo_epp_kv_events_ignored_total",
-      help: "well-formed KV events that name nothing to index, by reason: placeholder (an offloading connector's hash-only store: block_size 0, no tokens), non_main_group (a sliding-window, Mamba... KV cache group), extra_main_group (a main group other than the rank's indexed one), partial_entry (vLLM's partial prefix-cache entry: one block of the prefix-match unit, inside a physical block)",
+      help: "well-formed KV events that name nothing to index, by reason: placeholder (an offloading connector's hash-only store: block_size 0, no tokens), non_main_group (a sliding-window, Mamba... KV cache group), extra_main_group (a main group other than the rank's indexed one), partial_entry (vLLM's partial prefix-cache entry: one block of the prefix-match unit, inside a physical block), offload_tier (published by a secondary offloading tier: ownership set)",
       labelNames: ["reason"] as const,
       registers: [registry],
     }),

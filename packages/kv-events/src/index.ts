@@ -1,6 +1,6 @@
 // @kv-epp/kv-events: vLLM KV-event codec and ZMTP 3.x sockets in pure TypeScript (Bun and Node).
 export type {
-  AllBlocksCleared, BlockRemoved, BlockStored, DecodeStats, DropReason, EventEncoding, ExtraKeys, ExtraKeyValue, HashMode, KvEvent, KvEventBatch, Medium,
+  AllBlocksCleared, BlockRemoved, BlockStored, DecodeStats, DropReason, EventEncoding, ExtraKeys, ExtraKeyValue, HashMode, KvEvent, KvEventBatch, Medium, MmKey,
 } from "./codec/types.ts";
 export { EVENT_ENCODINGS, KvDecodeError, isGpuMedium, newDecodeStats } from "./codec/types.ts";
 export { decodeBatch } from "./codec/decode.ts";

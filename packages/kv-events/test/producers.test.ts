@@ -90,3 +90,96 @@ describe("vLLM partial prefix-cache entries (hybrid models with --prefix-match-u
     expect(b.events[1]).toMatchObject({ blockHashes: [0x13n], parentBlockHash: 0x11n, tokenIds: [9, 10, 11, 12], blockSize: 4, groupIdx: 0 });
   });
 });
+
+describe("vLLM KV offload ownership (vLLM #52067, merged)", () => {
+  // vllm/distributed/kv_events.py after #52067: `ownership: str | None = None` follows `locality` on
+  // BlockStored and BlockRemoved (the secondary offloading tier that published the event); omit_defaults
+  // writes it only when set. A CPU-tier store and removal from such a tier:
+  const payload = msgspecBytes([
+    3.5,
+    [
+      {
+        type: "BlockStored", block_hashes: [7], parent_block_hash: null, token_ids: [1, 2], block_size: 2, lora_id: null,
+        medium: "CPU", lora_name: null, locality: "LOCAL", ownership: "lmcache",
+      },
+      { type: "BlockRemoved", block_hashes: [7], medium: "CPU", locality: "LOCAL", ownership: "lmcache" },
+    ],
+    1,
+  ]);
+  const batch: KvEventBatch = {
+    ts: 3.5,
+    dataParallelRank: 1,
+    events: [
+      { type: "BlockStored", blockHashes: [7n], parentBlockHash: null, tokenIds: [1, 2], blockSize: 2, loraId: null, medium: "CPU", loraName: null, locality: "LOCAL", ownership: "lmcache" },
+      { type: "BlockRemoved", blockHashes: [7n], medium: "CPU", locality: "LOCAL", ownership: "lmcache" },
+    ],
+  };
+
+  test("decodes on both paths, and is what the vllm encoder writes", () => {
+    expect(decodeFast(payload)?.batch).toEqual(batch);
+    expect(decodeGeneric(payload)).toEqual(batch);
+    expect(Buffer.from(encodeBatch(batch)).toString("hex")).toBe(payload.toString("hex"));
+  });
+});
+
+describe("TensorRT-LLM streaming KV events (TensorRT-LLM #17023, merged)", () => {
+  // tensorrt_llm/_torch/pyexecutor/kv_cache_events.py: EventBatch array_like [ts, events,
+  // data_parallel_rank]; events tagged maps without array_like. BlockStored writes type, block_hashes,
+  // parent_block_hash, token_ids, block_size, lora_id, medium ("GPU"), lora_name (always None there, no
+  // default so always written), then mm_keys when multimodal decoding is on: per block a list of
+  // MultimodalKey structs (tag "mm_key": hash as hex, start_offset, uuid omitted when None).
+  // BlockRemoved writes type, block_hashes, medium.
+  const payload = msgspecBytes([
+    4.75,
+    [
+      {
+        type: "BlockStored", block_hashes: [0x31, 0x32], parent_block_hash: null, token_ids: [9, 9, 9, 9, 5, 6, 7, 8], block_size: 4, lora_id: null,
+        medium: "GPU", lora_name: null, mm_keys: [[{ type: "mm_key", hash: "ab12cd", start_offset: 0 }], []],
+      },
+      { type: "BlockRemoved", block_hashes: [0x32], medium: "GPU" },
+    ],
+    0,
+  ]);
+
+  test("decodes on both paths, mm_keys kept per block", () => {
+    const want: KvEventBatch = {
+      ts: 4.75,
+      dataParallelRank: 0,
+      events: [
+        {
+          type: "BlockStored", blockHashes: [0x31n, 0x32n], parentBlockHash: null, tokenIds: [9, 9, 9, 9, 5, 6, 7, 8], blockSize: 4, loraId: null,
+          medium: "GPU", loraName: null, mmKeys: [[{ hash: "ab12cd", startOffset: 0, uuid: null }], []],
+        },
+        { type: "BlockRemoved", blockHashes: [0x32n], medium: "GPU" },
+      ],
+    };
+    expect(decodeFast(payload)?.batch).toEqual(want);
+    expect(decodeGeneric(payload)).toEqual(want);
+  });
+});
+
+describe("what no producer here is known to send yet: skipped and counted, never a dropped batch", () => {
+  test("an unknown event tag drops that event only; unknown fields are read past and counted", () => {
+    const payload = msgspecBytes([
+      5.25,
+      [
+        { type: "BlockMigrated", block_hashes: [1], destination: "cpu" },
+        { type: "BlockStored", block_hashes: [2], parent_block_hash: null, token_ids: [1, 2], block_size: 2, lora_id: null, medium: "GPU", lora_name: null, skipped_token_ids: [0], future: { a: [1, 2] } },
+      ],
+      0,
+      "trailing",
+    ]);
+    const stats = newDecodeStats();
+    const b = decodeBatch(payload, stats);
+    expect(b.events).toEqual([{ type: "BlockStored", blockHashes: [2n], parentBlockHash: null, tokenIds: [1, 2], blockSize: 2, loraId: null, medium: "GPU", loraName: null }]);
+    expect(stats).toEqual({ skippedEvents: 1, unknownTypes: 1, malformedEvents: 0, unknownFields: 3 });
+  });
+
+  test("the fast path counts the unknown fields of a well-formed batch too", () => {
+    const payload = msgspecBytes([5.25, [{ type: "BlockRemoved", block_hashes: [2], medium: "GPU", ownership_v2: 1 }], 0]);
+    const stats = newDecodeStats();
+    expect(decodeFast(payload)?.unknownFields).toBe(1);
+    decodeBatch(payload, stats);
+    expect(stats.unknownFields).toBe(1);
+  });
+});

@@ -89,7 +89,7 @@ export class LiveIngest {
     // which must happen before this batch's builder is taken from the index.
     if (!this.adopted.has(ix.key))
       for (const e of signal.batch.events)
-        if (e.type === "BlockStored" && e.blockSize > 0 && isGpuMedium(e.medium) && !this.partial(worker, e, ix) && this.rank(worker).groups.stored(e) === "index") {
+        if (e.type === "BlockStored" && e.blockSize > 0 && isGpuMedium(e.medium) && e.ownership == null && !this.partial(worker, e, ix) && this.rank(worker).groups.stored(e) === "index") {
           this.checkBlockSize(ix, worker, e);
           break;
         }
@@ -191,6 +191,10 @@ export class LiveIngest {
           this.metrics.eventsRejected.inc({ reason: "medium" });
           return;
         }
+        if (e.ownership != null) {
+          this.metrics.eventsIgnored.inc({ reason: "offload_tier" });
+          return;
+        }
         const partial = this.partial(worker, e, ix);
         const group = this.rank(worker).groups.stored(e, partial);
         if (group !== "index") {
@@ -224,6 +228,11 @@ export class LiveIngest {
       case "BlockRemoved": {
         if (!isGpuMedium(e.medium)) {
           this.metrics.eventsRejected.inc({ reason: "medium" });
+          return;
+        }
+        // A secondary tier's removal (vLLM #52067) names its copy, not the engine's.
+        if (e.ownership != null) {
+          this.metrics.eventsIgnored.inc({ reason: "offload_tier" });
           return;
         }
         const group = this.rank(worker).groups.removed(e);

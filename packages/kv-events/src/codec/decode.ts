@@ -7,6 +7,7 @@
 // malformed batch throws KvDecodeError.
 import { Unpackr } from "msgpackr";
 import { decodeFast } from "./fast-decode.ts";
+import { mmKeys } from "./mm-keys.ts";
 import { unpackUntrusted } from "./msgpack-shape.ts";
 import { toHash } from "./hash.ts";
 import {
@@ -77,9 +78,9 @@ export function decodeGeneric(payload: Uint8Array, stats: DecodeStats = newDecod
 const BATCH_KEYS = new Set(["ts", "events", "data_parallel_rank"]);
 const STORED_KEYS = new Set([
   "type", "block_hashes", "parent_block_hash", "token_ids", "block_size", "lora_id", "medium", "lora_name", "extra_keys", "group_idx",
-  "kv_cache_spec_kind", "kv_cache_spec_sliding_window", "locality", "session_id", "cache_salt", "metadata",
+  "kv_cache_spec_kind", "kv_cache_spec_sliding_window", "locality", "ownership", "mm_keys", "session_id", "cache_salt", "metadata",
 ]);
-const REMOVED_KEYS = new Set(["type", "block_hashes", "medium", "group_idx", "locality"]);
+const REMOVED_KEYS = new Set(["type", "block_hashes", "medium", "group_idx", "locality", "ownership"]);
 const CLEARED_KEYS = new Set(["type"]);
 
 function unknownKeys(o: Record<string, unknown>, known: Set<string>): number {
@@ -186,6 +187,8 @@ function stored(f: Record<string, unknown>): BlockStored | undefined {
   if ("kv_cache_spec_kind" in f && (ev.kvCacheSpecKind = optStr(f.kv_cache_spec_kind)) === undefined) return undefined;
   if ("kv_cache_spec_sliding_window" in f && (ev.kvCacheSpecSlidingWindow = optInt(f.kv_cache_spec_sliding_window)) === undefined) return undefined;
   if ("locality" in f && (ev.locality = optStr(f.locality)) === undefined) return undefined;
+  if ("ownership" in f && (ev.ownership = optStr(f.ownership)) === undefined) return undefined;
+  if ("mm_keys" in f && (ev.mmKeys = mmKeys(f.mm_keys)) === undefined) return undefined;
   const meta = isObject(f.metadata) ? f.metadata : {};
   const session = "session_id" in f ? f.session_id : meta.session_id;
   if (session !== undefined && (ev.sessionId = optStr(session)) === undefined) return undefined;
@@ -202,6 +205,7 @@ function removed(f: Record<string, unknown>): BlockRemoved | undefined {
   const ev: BlockRemoved = { type: "BlockRemoved", blockHashes, medium };
   if ("group_idx" in f && (ev.groupIdx = optInt(f.group_idx)) === undefined) return undefined;
   if ("locality" in f && (ev.locality = optStr(f.locality)) === undefined) return undefined;
+  if ("ownership" in f && (ev.ownership = optStr(f.ownership)) === undefined) return undefined;
   return ev;
 }
 

@@ -121,13 +121,13 @@ function storedMap(w: Writer, ev: BlockStored, bytes: boolean): void {
     ["lora_name", ev.loraName ?? null],
     ...setFields([
       ["extra_keys", ev.extraKeys], ["group_idx", ev.groupIdx], ["kv_cache_spec_kind", ev.kvCacheSpecKind],
-      ["kv_cache_spec_sliding_window", ev.kvCacheSpecSlidingWindow], ["locality", ev.locality], ["session_id", ev.sessionId],
+      ["kv_cache_spec_sliding_window", ev.kvCacheSpecSlidingWindow], ["locality", ev.locality], ["ownership", ev.ownership], ["session_id", ev.sessionId],
     ]),
   ]);
 }
 
 function removedMap(w: Writer, ev: BlockRemoved, bytes: boolean): void {
-  removedMapHead(w, ev, bytes, [["medium", ev.medium], ...setFields([["group_idx", ev.groupIdx], ["locality", ev.locality]])]);
+  removedMapHead(w, ev, bytes, [["medium", ev.medium], ...setFields([["group_idx", ev.groupIdx], ["locality", ev.locality], ["ownership", ev.ownership]])]);
 }
 
 // SGLang's map form (sgl-project/sglang#37482): tagged maps in declaration order, but medium has a

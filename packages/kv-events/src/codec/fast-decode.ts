@@ -5,6 +5,7 @@
 // read straight to BigInt) is several times faster. It handles well-formed batches only:
 // anything unexpected returns undefined and decodeBatch() falls back to the msgpackr path,
 // which owns error reporting and per-event skipping. test/fuzz.test.ts checks both agree.
+import { mmKeys } from "./mm-keys.ts";
 import { foldHashBytes } from "./hash.ts";
 import type { BlockRemoved, BlockStored, ExtraKeys, ExtraKeyValue, KvEvent, KvEventBatch } from "./types.ts";
 
@@ -408,7 +409,7 @@ function metadata(ev: BlockStored, n: number): void {
 }
 
 // Map keys: bit flags for "present", so an omitted default stays absent (as in the generic path).
-const K_LORA_NAME = 1, K_EXTRA = 2, K_GROUP = 4, K_KIND = 8, K_WINDOW = 16, K_LOCALITY = 32, K_SESSION = 64, K_SALT = 128;
+const K_LORA_NAME = 1, K_EXTRA = 2, K_GROUP = 4, K_KIND = 8, K_WINDOW = 16, K_LOCALITY = 32, K_SESSION = 64, K_SALT = 128, K_OWNERSHIP = 256, K_MM = 512;
 
 function mapEvent(n: number): KvEvent {
   let type: string | undefined;
@@ -431,6 +432,14 @@ function mapEvent(n: number): KvEvent {
       case "kv_cache_spec_kind": ev.kvCacheSpecKind = optStr(); has |= K_KIND; break;
       case "kv_cache_spec_sliding_window": ev.kvCacheSpecSlidingWindow = optInt(); has |= K_WINDOW; break;
       case "locality": ev.locality = optStr(); has |= K_LOCALITY; break;
+      case "ownership": ev.ownership = optStr(); has |= K_OWNERSHIP; break;
+      case "mm_keys": {
+        const m = mmKeys(any(1));
+        if (m === undefined) throw BAIL;
+        ev.mmKeys = m;
+        has |= K_MM;
+        break;
+      }
       case "session_id": ev.sessionId = optStr(); has |= K_SESSION; break;
       case "cache_salt": ev.cacheSalt = optStr(); has |= K_SALT; break;
       case "metadata": {
@@ -460,6 +469,8 @@ function mapEvent(n: number): KvEvent {
     if (has & K_KIND) out.kvCacheSpecKind = ev.kvCacheSpecKind;
     if (has & K_WINDOW) out.kvCacheSpecSlidingWindow = ev.kvCacheSpecSlidingWindow;
     if (has & K_LOCALITY) out.locality = ev.locality;
+    if (has & K_OWNERSHIP) out.ownership = ev.ownership;
+    if (has & K_MM) out.mmKeys = ev.mmKeys;
     if (has & K_SESSION) out.sessionId = ev.sessionId;
     else if (metaSession !== undefined) out.sessionId = metaSession;
     if (has & K_SALT) out.cacheSalt = ev.cacheSalt;
@@ -472,6 +483,7 @@ function mapEvent(n: number): KvEvent {
     const out: BlockRemoved = { type, blockHashes: ev.blockHashes, medium: ev.medium ?? null };
     if (has & K_GROUP) out.groupIdx = ev.groupIdx;
     if (has & K_LOCALITY) out.locality = ev.locality;
+    if (has & K_OWNERSHIP) out.ownership = ev.ownership;
     return out;
   }
   if (type === "AllBlocksCleared") return { type: "AllBlocksCleared" };

@@ -32,6 +32,13 @@ export type BlockStored = {
   kvCacheSpecSlidingWindow?: number | null;
   /** "LOCAL" | "REMOTE" on offload tiers (vLLM #48281). */
   locality?: string | null;
+  /** The secondary offloading tier that published it (vLLM #52067); absent: the engine's own cache. */
+  ownership?: string | null;
+  /**
+   * TensorRT-LLM's multimodal keys (its streaming KV events, TensorRT-LLM #17023): per block, the
+   * multimodal segments it holds. vLLM puts these in extraKeys instead.
+   */
+  mmKeys?: (MmKey[] | null)[] | null;
   /** The request that caused the store (vLLM #51381, SGLang metadata); not part of identity. */
   sessionId?: string | null;
   /** SGLang's salt: its top-level `cache_salt` or `metadata.cache_salt` (vLLM puts it in extraKeys[0]). */
@@ -51,7 +58,11 @@ export type BlockRemoved = {
   medium: Medium | null;
   groupIdx?: number | null;
   locality?: string | null;
+  ownership?: string | null;
 };
+
+/** One multimodal segment of a block (TensorRT-LLM's tagged `mm_key` struct): content hash (hex), block-relative start. */
+export type MmKey = { hash: string; startOffset: number; uuid: string | null };
 
 export type AllBlocksCleared = { type: "AllBlocksCleared" };
 
