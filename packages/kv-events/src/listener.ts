@@ -13,7 +13,7 @@ import { DEFAULT_KV_MAX_MESSAGE_SIZE } from "./batch-bound.ts";
 import { decodeBatch } from "./codec/decode.ts";
 import type { DecodeStats, DropReason, KvEventBatch } from "./codec/types.ts";
 import { childLogger, type Logger } from "./logger.ts";
-import { decodeSeq, encodeSeq, parseReplayReply } from "./replay.ts";
+import { decodeSeqFrame, encodeSeq, parseReplayReply } from "./replay.ts";
 import type { SocketOptions } from "./zmtp/base.ts";
 import { DealerSocket } from "./zmtp/dealer.ts";
 import { SubSocket } from "./zmtp/sub.ts";
@@ -71,7 +71,8 @@ export type ListenerCounters = DecodeStats & {
   sinkErrors: number;
 };
 
-type Held = { seq: bigint; payload: Buffer };
+/** `epoch`: the publisher's lifetime id when its seq frame carries one (replay.ts decodeSeqFrame), else null. */
+type Held = { seq: bigint; epoch: string | null; payload: Buffer };
 
 type SeqState =
   | { kind: "fresh" }
@@ -114,6 +115,7 @@ export class KvEventListener {
   /** Connections that came up so far (a second one may be to another publisher process). */
   private connections = 0;
   private binding: Promise<string> | undefined;
+  private streamEpoch: string | null = null;
   private readonly log: Logger;
 
   constructor(readonly opts: ListenerOptions) {
@@ -192,17 +194,32 @@ export class KvEventListener {
     this.counters.messages++;
     // [topic, seq, payload]; tolerate a missing topic frame ([seq, payload]).
     const n = frames.length;
-    const seq = n === 3 || n === 2 ? decodeSeq(frames[n - 2]!) : undefined;
-    if (seq === undefined) return this.malformed("frames", `${n} frames, or a seq frame that is not 8 bytes`);
+    const f = n === 3 || n === 2 ? decodeSeqFrame(frames[n - 2]!) : undefined;
+    if (f === undefined) return this.malformed("frames", `${n} frames, or a seq frame that is neither 8 nor 24 bytes`);
     const payload = frames[n - 1]!;
     this.counters.bytes += payload.length;
-    this.onSequenced({ seq, payload });
+    this.onSequenced({ seq: f.seq, epoch: f.epoch, payload });
+  }
+
+  /** The publisher's epoch (its lifetime id) when its seq frames carry one; null: they do not (vLLM today). */
+  get epoch(): string | null {
+    return this.streamEpoch;
   }
 
   private onSequenced(m: Held): void {
+    const knownEpoch = this.streamEpoch;
+    if (m.epoch !== null && this.epochChanged(m)) {
+      // Another publisher process: what we hold is gone, whatever its seq says. No replay can tell more.
+      this.counters.restarts++;
+      this.log.warn({ seq: m.seq.toString(), epoch: m.epoch }, "publisher restarted (new epoch)");
+      this.reset("restarted");
+      this.reconnected = false;
+      return this.deliver(m);
+    }
     const st = this.state;
-    // Only the first message of a new connection can come from another publisher process.
-    const firstOfConnection = this.reconnected;
+    // Only the first message of a new connection can come from another publisher process; under the
+    // epoch already followed, it is not.
+    const firstOfConnection = this.reconnected && !(m.epoch !== null && m.epoch === knownEpoch);
     this.reconnected = false;
     switch (st.kind) {
       case "fresh":
@@ -246,6 +263,16 @@ export class KvEventListener {
         this.reset("gap-unrecovered");
         return this.deliver(m);
     }
+  }
+
+  /** Records `m`'s epoch; true when a stream was followed under another one (dropping a replay under way). */
+  private epochChanged(m: Held): boolean {
+    const before = this.streamEpoch;
+    this.streamEpoch = m.epoch;
+    if (before === null || before === m.epoch || this.state.kind === "fresh") return false;
+    if (this.state.kind === "replaying") clearTimeout(this.state.timer);
+    this.state = { kind: "fresh" };
+    return true;
   }
 
   private deliver(m: Held): void {
@@ -328,7 +355,7 @@ export class KvEventListener {
     if (r.kind === "end") return this.finishReplay(true);
     // Only the gap, in increasing order: what is kept is bounded by the gap however much is sent.
     const last = st.got.at(-1)?.seq;
-    if (r.seq >= st.from && r.seq < st.held[0]!.seq && (last === undefined || r.seq > last)) st.got.push({ seq: r.seq, payload: r.payload });
+    if (r.seq >= st.from && r.seq < st.held[0]!.seq && (last === undefined || r.seq > last)) st.got.push({ seq: r.seq, epoch: r.epoch, payload: r.payload });
   }
 
   /** Applies what the replay returned, then the messages held meanwhile. */
