@@ -17,7 +17,9 @@ const sample: KvEventBatch = {
       type: "BlockStored", blockHashes: [1n, 2n ** 64n - 2n], parentBlockHash: 9n, tokenIds: [1, 2, 3, 4], blockSize: 2, loraId: 1, medium: "GPU",
       loraName: "x", extraKeys: [["x", ["e".repeat(64), 3], "salt"], [Uint8Array.of(1, 2, 3)]], groupIdx: 1, cacheSalt: "salt", sessionId: "s",
     },
-    { type: "BlockRemoved", blockHashes: [3n], medium: "CPU", groupIdx: 0 },
+    { type: "BlockRemoved", blockHashes: [3n], medium: "CPU", groupIdx: 0, ownership: "tier" },
+    // SGLang's EAGLE bigram pages (written as pairs by the sglang encoders, plain by the others)
+    { type: "BlockStored", blockHashes: [5n], parentBlockHash: null, tokenIds: [70000, 7], blockSize: 2, loraId: null, medium: null, bigramNextTokenId: 300 },
     { type: "AllBlocksCleared" },
   ],
   dataParallelRank: 3,
