@@ -15,6 +15,10 @@
 // previous physical boundary, never to a partial entry, and vLLM removes the partial hash on promotion
 // or eviction with a BlockRemoved the index ignores as unknown. What matters is that it never defines the
 // block size: arriving first (a warm-up, a health check) it used to switch the index to u.
+//
+// Judged by the group's block size once a full store showed it, else by the index's: an entry arriving
+// first is recognised only when the configured block size is the physical one (vLLM's cache_config_info
+// block_size), not the match unit; configured as the unit, it looks like a one-block store.
 import type { BlockStored } from "@kv-epp/kv-events";
 
 /**
