@@ -5,7 +5,7 @@ import { parseArgs } from "node:util";
 import { parse as parseYaml } from "yaml";
 import { parseDiscoveryConfig, type DiscoveryConfig } from "@kv-epp/intents";
 import { z } from "zod";
-import { LISTENER_HEARTBEAT } from "@kv-epp/kv-events";
+import { DEFAULT_KV_MAX_MESSAGE_SIZE, LISTENER_HEARTBEAT } from "@kv-epp/kv-events";
 import { DEFAULT_SHAPE, DEFAULT_WEIGHTS, SCORE_SHAPE, type CostShape, followerRange, type FollowerRange, DEFAULT_AWAY_WEIGHT, DEFAULT_FOLLOWER_WEIGHT, DEFAULT_FOLLOWER_WEIGHT_MAX, DEFAULT_COST, type CostModel, DEFAULT_PENDING, INFLIGHT_PREFIX_DEFAULT } from "@kv-epp/routing";
 
 export class ConfigError extends Error {}
@@ -51,6 +51,7 @@ export const OPTIONS = {
   kvReplayPort: { flag: "kv-replay-port", env: "DYN_EPP_KV_REPLAY_PORT", kind: "port", help: "workers' KV replay port (rank r: +r)" },
   kvTopic: { flag: "kv-topic", env: "DYN_EPP_KV_TOPIC", kind: "string", default: "", help: "KV event topic" },
   kvHeartbeatMs: { flag: "kv-heartbeat-ms", env: "DYN_EPP_KV_HEARTBEAT_MS", kind: "int", default: String(LISTENER_HEARTBEAT.intervalMs), help: "ZMTP PING to a KV publisher this often; dropped and redialed after 3 silent intervals (0: off)" },
+  kvMaxMessageBytes: { flag: "kv-max-message-bytes", env: "DYN_EPP_KV_MAX_MESSAGE_BYTES", kind: "int", default: String(DEFAULT_KV_MAX_MESSAGE_SIZE), help: "largest KV-event message read from a worker; a larger one closes that connection and is counted (default: a 1M-token step of a hybrid model, see the kv-events README)" },
   dpSize: { flag: "dp-size", env: "DYN_EPP_DP_SIZE", kind: "int", default: "1", help: "data-parallel ranks per worker (Kubernetes mode)" },
   intentDiscovery: { flag: "intent-discovery", env: "DYN_EPP_INTENT_DISCOVERY", kind: "string", help: "attach workers' KV intents: kubernetes | http://HOST:PORT (off when unset)" },
   kvHost: { flag: "kv-host", env: "DYN_EPP_KV_HOST", kind: "string", default: "dynamo-epp", help: "host instance workers address their intents to" },
@@ -169,6 +170,7 @@ export type EppConfig = {
   kvTopic: string;
   /** ZMTP heartbeat interval of the KV listeners (see listenerHeartbeat); 0: off. */
   kvHeartbeatMs: number;
+  kvMaxMessageBytes: number;
   /** Attachment intents (@kv-epp/intents), beside the static list or the pod informer. */
   intents?: { discovery: DiscoveryConfig; hostInstance: string };
   recovery:
@@ -402,6 +404,7 @@ export function parseConfig(argv: string[], env: Record<string, string | undefin
         },
     kvTopic: get<string>("kvTopic")!,
     kvHeartbeatMs: get<number>("kvHeartbeatMs")!,
+    kvMaxMessageBytes: get<number>("kvMaxMessageBytes")!,
     intents,
     recovery: peerService
       ? { mode: "kubernetes", peerService, namespace }

@@ -78,7 +78,7 @@ export async function startEpp(cfg: EppConfig, o: { log?: Logger; kubeConfig?: K
     },
     replayEndpoint: (w) => workers.replayEndpoint(w),
     known: (w) => workers.has(w),
-    socket: cfg.kvHeartbeatMs > 0 ? { heartbeat: listenerHeartbeat(cfg.kvHeartbeatMs) } : undefined,
+    socket: { heartbeat: cfg.kvHeartbeatMs > 0 ? listenerHeartbeat(cfg.kvHeartbeatMs) : undefined, maxMessageSize: cfg.kvMaxMessageBytes },
     registry: metrics.registry,
     log: log.child({ component: "handoff" }),
   });

@@ -128,7 +128,7 @@ export function createMetrics() {
     }),
     eventsIgnored: new Counter({
       name: "dynamo_epp_kv_events_ignored_total",
-      help: "well-formed KV events that name nothing to index, by reason: placeholder (an offloading connector's hash-only store: block_size 0, no tokens), non_main_group (a sliding-window, Mamba... KV cache group), extra_main_group (a main group other than the rank's indexed one)",
+      help: "well-formed KV events that name nothing to index, by reason: placeholder (an offloading connector's hash-only store: block_size 0, no tokens), non_main_group (a sliding-window, Mamba... KV cache group), extra_main_group (a main group other than the rank's indexed one), partial_entry (vLLM's partial prefix-cache entry: one block of the prefix-match unit, inside a physical block), offload_tier (published by a secondary offloading tier: ownership set)",
       labelNames: ["reason"] as const,
       registers: [registry],
     }),
@@ -147,10 +147,26 @@ export function createMetrics() {
       help: "KV publisher connections closed by the listeners for broken ZMTP or an oversize message (then redialed)",
       registers: [registry],
     }),
+    listenerOversize: new Gauge({
+      name: "dynamo_epp_kv_listener_oversize_messages",
+      help: "KV-event messages refused for exceeding --kv-max-message-bytes (the connection is closed and redialed; the lost batch resets or replays its rank)",
+      registers: [registry],
+    }),
     kvMalformed: new Counter({
       name: "dynamo_epp_kv_malformed_messages_total",
       help: "KV-event messages skipped as malformed, by kind: frames (not topic, 8-byte seq, payload), payload (not a vLLM event batch), replay (a bad replay reply)",
       labelNames: ["kind"] as const,
+      registers: [registry],
+    }),
+    eventsDropped: new Counter({
+      name: "dynamo_epp_kv_events_dropped_total",
+      help: "KV events the decoder dropped from a batch that was otherwise applied, by reason: unknown_type (a tag this EPP does not know), malformed (fields of the wrong type, bigram token pairs that do not chain)",
+      labelNames: ["reason"] as const,
+      registers: [registry],
+    }),
+    unknownFields: new Counter({
+      name: "dynamo_epp_kv_unknown_fields_total",
+      help: "fields of KV events and batches (map keys, array positions) read and skipped as unknown: a producer newer than this EPP; never a reason to drop",
       registers: [registry],
     }),
     listenerResets: new Counter({

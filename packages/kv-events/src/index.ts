@@ -1,12 +1,13 @@
 // @kv-epp/kv-events: vLLM KV-event codec and ZMTP 3.x sockets in pure TypeScript (Bun and Node).
 export type {
-  AllBlocksCleared, BlockRemoved, BlockStored, DecodeStats, EventEncoding, ExtraKeys, ExtraKeyValue, HashMode, KvEvent, KvEventBatch, Medium,
+  AllBlocksCleared, BlockRemoved, BlockStored, DecodeStats, DropReason, EventEncoding, ExtraKeys, ExtraKeyValue, HashMode, KvEvent, KvEventBatch, Medium, MmKey,
 } from "./codec/types.ts";
-export { EVENT_ENCODINGS, KvDecodeError, isGpuMedium } from "./codec/types.ts";
+export { EVENT_ENCODINGS, KvDecodeError, isGpuMedium, newDecodeStats } from "./codec/types.ts";
 export { decodeBatch } from "./codec/decode.ts";
 export { unpackUntrusted } from "./codec/msgpack-shape.ts";
 export { encodeBatch, type EncodeOptions } from "./codec/encode.ts";
 export { foldHashBytes, hashToDigest } from "./codec/hash.ts";
+export { batchBound, DEFAULT_KV_MAX_MESSAGE_SIZE, REFERENCE_STEP, type BatchShape } from "./batch-bound.ts";
 export { PubSocket } from "./zmtp/pub.ts";
 export { SubSocket } from "./zmtp/sub.ts";
 export { RouterSocket } from "./zmtp/router.ts";

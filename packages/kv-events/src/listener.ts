@@ -9,10 +9,11 @@
 //  - malformed messages are counted and skipped.
 // Signals produced before a sink is attached are buffered (bounded; overflow → reset "overflow"),
 // so a consumer can subscribe first and attach after recovering a snapshot.
+import { DEFAULT_KV_MAX_MESSAGE_SIZE } from "./batch-bound.ts";
 import { decodeBatch } from "./codec/decode.ts";
-import type { DecodeStats, KvEventBatch } from "./codec/types.ts";
+import type { DecodeStats, DropReason, KvEventBatch } from "./codec/types.ts";
 import { childLogger, type Logger } from "./logger.ts";
-import { decodeSeq, encodeSeq, parseReplayReply } from "./replay.ts";
+import { decodeSeqFrame, encodeSeq, parseReplayReply } from "./replay.ts";
 import type { SocketOptions } from "./zmtp/base.ts";
 import { DealerSocket } from "./zmtp/dealer.ts";
 import { SubSocket } from "./zmtp/sub.ts";
@@ -43,6 +44,10 @@ export type ListenerOptions = {
   logger?: Logger;
   /** Told of each malformed message skipped (also counted in `counters.decodeErrors`). */
   onMalformed?: (kind: MalformedKind) => void;
+  /** Told of events dropped from a batch that is otherwise applied, by reason (also in `counters`). */
+  onDropped?: (reason: DropReason, events: number) => void;
+  /** Told of fields (map keys, array positions) the decoder skipped as unknown: a newer producer (also in `counters.unknownFields`). */
+  onUnknownFields?: (fields: number) => void;
 };
 
 /** frames: not [topic, seq, payload] with an 8-byte seq; payload: not a vLLM event batch; replay: a bad replay reply. */
@@ -66,7 +71,8 @@ export type ListenerCounters = DecodeStats & {
   sinkErrors: number;
 };
 
-type Held = { seq: bigint; payload: Buffer };
+/** `epoch`: the publisher's lifetime id when its seq frame carries one (replay.ts decodeSeqFrame), else null. */
+type Held = { seq: bigint; epoch: string | null; payload: Buffer };
 
 type SeqState =
   | { kind: "fresh" }
@@ -94,7 +100,8 @@ export const LISTENER_HEARTBEAT = listenerHeartbeat(5000);
 export class KvEventListener {
   readonly counters: ListenerCounters = {
     messages: 0, batches: 0, events: 0, blocks: 0, bytes: 0, gaps: 0, replays: 0, replayedBatches: 0,
-    replayFailures: 0, restarts: 0, resets: 0, overflows: 0, decodeErrors: 0, sinkErrors: 0, skippedEvents: 0,
+    replayFailures: 0, restarts: 0, resets: 0, overflows: 0, decodeErrors: 0, sinkErrors: 0, skippedEvents: 0, unknownTypes: 0,
+    malformedEvents: 0, unknownFields: 0,
   };
   private state: SeqState = { kind: "fresh" };
   private sub: SubSocket | undefined;
@@ -108,6 +115,7 @@ export class KvEventListener {
   /** Connections that came up so far (a second one may be to another publisher process). */
   private connections = 0;
   private binding: Promise<string> | undefined;
+  private streamEpoch: string | null = null;
   private readonly log: Logger;
 
   constructor(readonly opts: ListenerOptions) {
@@ -133,9 +141,14 @@ export class KvEventListener {
     return this.sub?.counters;
   }
 
+  /** A KV batch can be far larger than a generic socket's default (batch-bound.ts). */
+  private get maxMessageSize(): number {
+    return this.opts.socket?.maxMessageSize ?? DEFAULT_KV_MAX_MESSAGE_SIZE;
+  }
+
   start(): void {
     if (this.sub || this.closed) return;
-    const sub = new SubSocket({ logger: this.opts.logger, heartbeat: LISTENER_HEARTBEAT, ...this.opts.socket });
+    const sub = new SubSocket({ logger: this.opts.logger, heartbeat: LISTENER_HEARTBEAT, ...this.opts.socket, maxMessageSize: this.maxMessageSize });
     sub.onMessage((frames) => this.onMessage(frames));
     sub.onPeer((up, peer) => {
       if (up) {
@@ -181,17 +194,32 @@ export class KvEventListener {
     this.counters.messages++;
     // [topic, seq, payload]; tolerate a missing topic frame ([seq, payload]).
     const n = frames.length;
-    const seq = n === 3 || n === 2 ? decodeSeq(frames[n - 2]!) : undefined;
-    if (seq === undefined) return this.malformed("frames", `${n} frames, or a seq frame that is not 8 bytes`);
+    const f = n === 3 || n === 2 ? decodeSeqFrame(frames[n - 2]!) : undefined;
+    if (f === undefined) return this.malformed("frames", `${n} frames, or a seq frame that is neither 8 nor 24 bytes`);
     const payload = frames[n - 1]!;
     this.counters.bytes += payload.length;
-    this.onSequenced({ seq, payload });
+    this.onSequenced({ seq: f.seq, epoch: f.epoch, payload });
+  }
+
+  /** The publisher's epoch (its lifetime id) when its seq frames carry one; null: they do not (vLLM today). */
+  get epoch(): string | null {
+    return this.streamEpoch;
   }
 
   private onSequenced(m: Held): void {
+    const knownEpoch = this.streamEpoch;
+    if (m.epoch !== null && this.epochChanged(m)) {
+      // Another publisher process: what we hold is gone, whatever its seq says. No replay can tell more.
+      this.counters.restarts++;
+      this.log.warn({ seq: m.seq.toString(), epoch: m.epoch }, "publisher restarted (new epoch)");
+      this.reset("restarted");
+      this.reconnected = false;
+      return this.deliver(m);
+    }
     const st = this.state;
-    // Only the first message of a new connection can come from another publisher process.
-    const firstOfConnection = this.reconnected;
+    // Only the first message of a new connection can come from another publisher process; under the
+    // epoch already followed, it is not.
+    const firstOfConnection = this.reconnected && !(m.epoch !== null && m.epoch === knownEpoch);
     this.reconnected = false;
     switch (st.kind) {
       case "fresh":
@@ -237,28 +265,48 @@ export class KvEventListener {
     }
   }
 
+  /** Records `m`'s epoch; true when a stream was followed under another one (dropping a replay under way). */
+  private epochChanged(m: Held): boolean {
+    const before = this.streamEpoch;
+    this.streamEpoch = m.epoch;
+    if (before === null || before === m.epoch || this.state.kind === "fresh") return false;
+    if (this.state.kind === "replaying") clearTimeout(this.state.timer);
+    this.state = { kind: "fresh" };
+    return true;
+  }
+
   private deliver(m: Held): void {
     this.state = { kind: "live", next: m.seq + 1n };
     this.last = m;
     let batch: KvEventBatch;
+    const c = this.counters;
+    const [unknownTypes, malformedEvents, unknownFields] = [c.unknownTypes, c.malformedEvents, c.unknownFields];
     try {
-      batch = decodeBatch(m.payload, this.counters);
+      batch = decodeBatch(m.payload, c);
     } catch (e) {
       return this.malformed("payload", String(e), m.seq);
     }
+    if (c.unknownTypes !== unknownTypes) this.tell(() => this.opts.onDropped?.("unknown_type", c.unknownTypes - unknownTypes));
+    if (c.malformedEvents !== malformedEvents) this.tell(() => this.opts.onDropped?.("malformed", c.malformedEvents - malformedEvents));
+    if (c.unknownFields !== unknownFields) this.tell(() => this.opts.onUnknownFields?.(c.unknownFields - unknownFields));
     this.counters.batches++;
     this.counters.events += batch.events.length;
     for (const e of batch.events) if (e.type === "BlockStored") this.counters.blocks += e.blockHashes.length;
     this.emit({ kind: "batch", seq: m.seq, batch });
   }
 
+  /** Calls a counting hook; a counter's failure is not the message's: the subscription goes on. */
+  private tell(hook: () => void): void {
+    try {
+      hook();
+    } catch {
+      // counted by the caller; nothing to undo here
+    }
+  }
+
   /** Counted and skipped, never fatal; the first one is logged (a publisher sending garbage would flood). */
   private malformed(kind: MalformedKind, why: string, seq?: bigint): void {
-    try {
-      this.opts.onMalformed?.(kind);
-    } catch {
-      // A counter's failure is not the message's: the subscription goes on.
-    }
+    this.tell(() => this.opts.onMalformed?.(kind));
     if (this.counters.decodeErrors++ === 0) this.log.warn({ err: why, seq: seq?.toString() }, "malformed KV-event message skipped");
   }
 
@@ -289,7 +337,7 @@ export class KvEventListener {
   private startReplay(from: bigint, trigger: Held, check?: Held): void {
     this.counters.replays++;
     if (!this.dealer) {
-      this.dealer = new DealerSocket({ logger: this.opts.logger, ...this.opts.socket });
+      this.dealer = new DealerSocket({ logger: this.opts.logger, ...this.opts.socket, maxMessageSize: this.maxMessageSize });
       this.dealer.onMessage((frames) => this.onReplayReply(frames));
       this.dealer.connect(this.opts.replayEndpoint!);
     }
@@ -307,7 +355,7 @@ export class KvEventListener {
     if (r.kind === "end") return this.finishReplay(true);
     // Only the gap, in increasing order: what is kept is bounded by the gap however much is sent.
     const last = st.got.at(-1)?.seq;
-    if (r.seq >= st.from && r.seq < st.held[0]!.seq && (last === undefined || r.seq > last)) st.got.push({ seq: r.seq, payload: r.payload });
+    if (r.seq >= st.from && r.seq < st.held[0]!.seq && (last === undefined || r.seq > last)) st.got.push({ seq: r.seq, epoch: r.epoch, payload: r.payload });
   }
 
   /** Applies what the replay returned, then the messages held meanwhile. */

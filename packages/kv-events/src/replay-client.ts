@@ -2,6 +2,7 @@
 // asks for the batches [from, to) and says whether the answer covered that range exactly. Used where a
 // consumer, not the listener, must fill a hole it found itself (a recovered index whose cursor is older
 // than the first batch its listener buffered).
+import { DEFAULT_KV_MAX_MESSAGE_SIZE } from "./batch-bound.ts";
 import { parseReplayReply, encodeSeq } from "./replay.ts";
 import type { SocketOptions } from "./zmtp/base.ts";
 import { DealerSocket } from "./zmtp/dealer.ts";
@@ -31,7 +32,7 @@ export type ReplayRangeOptions = {
 export function replayRange(opts: ReplayRangeOptions): Promise<ReplayRangeResult> {
   const want = opts.to - opts.from;
   if (want <= 0n) return Promise.resolve({ kind: "covered", batches: [] });
-  const dealer = new DealerSocket(opts.socket);
+  const dealer = new DealerSocket({ ...opts.socket, maxMessageSize: opts.socket?.maxMessageSize ?? DEFAULT_KV_MAX_MESSAGE_SIZE });
   const got: ReplayedBatch[] = [];
   let malformed = false;
   return new Promise<ReplayRangeResult>((resolve) => {

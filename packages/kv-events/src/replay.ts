@@ -20,7 +20,19 @@ export function decodeSeq(b: Uint8Array): bigint | undefined {
   return (BigInt(hi) << 32n) | BigInt(lo);
 }
 
-export type ReplayReply = { kind: "batch"; seq: bigint; payload: Buffer } | { kind: "end" };
+/**
+ * The seq frame of a live message or a replayed batch: vLLM's 8-byte big-endian seq, or the 24-byte
+ * seq + publisher epoch of vLLM #57789 (open, not merged: the layout assumed here is the u64 seq first,
+ * then the 16-byte epoch, the publisher's lifetime UUID; not verified against a running publisher). The
+ * epoch is hex, null when the frame has none.
+ */
+export function decodeSeqFrame(b: Uint8Array): { seq: bigint; epoch: string | null } | undefined {
+  if (b.length === 8) return { seq: decodeSeq(b)!, epoch: null };
+  if (b.length !== 24) return undefined;
+  return { seq: decodeSeq(b.subarray(0, 8))!, epoch: Buffer.from(b.buffer, b.byteOffset + 8, 16).toString("hex") };
+}
+
+export type ReplayReply = { kind: "batch"; seq: bigint; epoch: string | null; payload: Buffer } | { kind: "end" };
 
 /** Parses one DEALER-side reply (delimiter included); undefined = malformed. */
 export function parseReplayReply(frames: Buffer[]): ReplayReply | undefined {
@@ -28,8 +40,8 @@ export function parseReplayReply(frames: Buffer[]): ReplayReply | undefined {
   const seqFrame = frames[frames.length - 2]!;
   const payload = frames[frames.length - 1]!;
   if (seqFrame.length === 8 && seqFrame.equals(END_SEQ)) return payload.length === 0 ? { kind: "end" } : undefined;
-  const seq = decodeSeq(seqFrame);
-  return seq === undefined ? undefined : { kind: "batch", seq, payload };
+  const f = decodeSeqFrame(seqFrame);
+  return f === undefined ? undefined : { kind: "batch", seq: f.seq, epoch: f.epoch, payload };
 }
 
 /** Parses a ROUTER-side request [id, "", start_seq]; undefined = malformed. */

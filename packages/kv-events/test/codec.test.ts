@@ -3,7 +3,7 @@
 import { describe, expect, test } from "bun:test";
 import fc from "fast-check";
 import { decodeGeneric } from "../src/codec/decode.ts";
-import { decodeBatch, encodeBatch, EVENT_ENCODINGS, foldHashBytes, hashToDigest, KvDecodeError, type EventEncoding, type KvEvent, type KvEventBatch } from "../src/index.ts";
+import { decodeBatch, encodeBatch, EVENT_ENCODINGS, foldHashBytes, hashToDigest, KvDecodeError, newDecodeStats, type EventEncoding, type KvEvent, type KvEventBatch } from "../src/index.ts";
 
 const hex = (...parts: string[]) => Buffer.from(parts.join("").replace(/\s+/g, ""), "hex");
 const str = (s: string) => (0xa0 | s.length).toString(16) + Buffer.from(s).toString("hex");
@@ -52,14 +52,14 @@ describe("decoding variants", () => {
   });
 
   test("unknown tags and malformed events are skipped and counted; the rest of the batch survives", () => {
-    const stats = { skippedEvents: 0 };
+    const stats = newDecodeStats();
     const p = hex("92 cb 3ff0000000000000 94",
       "92", str("Mystery"), "01",
       "93", str("BlockRemoved"), "a1 78", "c0", // hashes not a list
       "81", str("type"), str("AllBlocksCleared"),
       "07");
     expect(decodeBatch(p, stats).events).toEqual([{ type: "AllBlocksCleared" }]);
-    expect(stats.skippedEvents).toBe(3);
+    expect(stats).toEqual({ skippedEvents: 3, unknownTypes: 1, malformedEvents: 2, unknownFields: 0 });
   });
 
   test("malformed batches throw KvDecodeError", () => {

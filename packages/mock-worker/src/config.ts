@@ -67,6 +67,14 @@ export const OPTIONS = {
     schema: z.union([z.boolean(), z.enum(["true", "false"]).transform((v) => v === "true")]).default(false),
     help: "true: one API server per rank, rank r on --port + r (vLLM's external DP load balancing, one endpoint per InferencePool target port)",
   },
+  "partial-entries": {
+    schema: z.union([z.boolean(), z.enum(["true", "false"]).transform((v) => v === "true")]).default(false),
+    help: "true: publish vLLM's partial prefix-cache entries (--prefix-match-unit = --block-size) for every --kv-groups main group with larger blocks",
+  },
+  "spec-bigram": {
+    schema: z.union([z.boolean(), z.enum(["true", "false"]).transform((v) => v === "true")]).default(false),
+    help: "true: SGLang under EAGLE speculative decoding, token_ids as bigram pairs (needs --event-encoding sglang-map or sglang)",
+  },
   "lora-modules": { schema: loraModules.default([]), help: "LoRA adapters served (name[=path],...): requests name them in `model`" },
   "event-encoding": { schema: z.enum(EVENT_ENCODINGS as [EventEncoding, ...EventEncoding[]]).default("vllm"), help: "KV event wire shape: vllm (today: array batch, map events), vllm-map, vllm-array (older vLLM), sglang-map (SGLang today), sglang (older SGLang, arrays)" },
   "hash-mode": { schema: z.enum(["int", "bytes"]).default("int"), help: "block hashes as u64 ints or 32-byte digests" },

@@ -52,6 +52,10 @@ export async function startMockWorker(opts: MockWorkerOptions = {}): Promise<Moc
   // vLLM hashes at one granularity (hash_block_size) and groups with larger blocks scale it by a whole factor.
   if (config.kvGroups.some((g) => g.blockSize % config.blockSize !== 0))
     throw new ConfigError(`every --kv-groups block size must be a multiple of --block-size ${config.blockSize} (vLLM's hash block size)`);
+  if (config.specBigram && (!config.eventEncoding.startsWith("sglang") || config.kvGroups.length > 0))
+    throw new ConfigError("--spec-bigram is SGLang's: it needs --event-encoding sglang-map or sglang, and no --kv-groups");
+  if (config.partialEntries && !config.kvGroups.some((g) => g.kind !== "sliding_window" && g.blockSize > config.blockSize))
+    throw new ConfigError("--partial-entries needs a --kv-groups main group whose block size is above --block-size (the prefix-match unit)");
   const root = logger ?? pino({ level: config.logLevel });
   const workerName = config.workerId ?? `${config.listen}:${config.port}`;
   const log = root.child({ component: "mock-worker", worker: workerName });
@@ -77,7 +81,7 @@ export async function startMockWorker(opts: MockWorkerOptions = {}): Promise<Moc
     for (let rank = config.dataParallelStartRank; rank < config.dataParallelStartRank + config.dpSize; rank++) {
       const cache = new PrefixCacheSim({
         blockSize: config.blockSize, capacityBlocks: config.capacityBlocks,
-        runContext: config.kvGroups.some((g) => g.blockSize !== config.blockSize),
+        runContext: config.kvGroups.some((g) => g.blockSize !== config.blockSize) || config.specBigram,
         // Each rank is its own vLLM engine process: "random" draws a NONE_HASH per rank.
         hashSeed: config.hashSeed,
       });
@@ -92,6 +96,7 @@ export async function startMockWorker(opts: MockWorkerOptions = {}): Promise<Moc
         replayEndpoint: config.replay ? rankEndpoint(config.replay, rank) : undefined,
         replayBuffer: config.replayBuffer, topic: config.topic,
         encoding: config.eventEncoding, hashMode: config.hashMode, blockSize: config.blockSize, kvGroups: config.kvGroups,
+        wire: { partialEntries: config.partialEntries, specBigram: config.specBigram },
         log: log.child({ rank }),
         onPublished: (n) => metricsOf(rank).eventsPublished(rank, n),
         onError: () => metricsOf(rank).publishFailed(rank),

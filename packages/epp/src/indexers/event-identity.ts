@@ -18,6 +18,11 @@ export function storedBlockExtras(e: BlockStored, n: number): BlockExtraKeys[] |
     const lora = [e.loraName || `\u0000lora_id:${e.loraId}`];
     extras = Array.from({ length: n }, () => lora);
   }
+  const mm = e.mmKeys;
+  if (mm && mm.some((k) => k && k.length > 0)) {
+    const base = extras;
+    extras = Array.from({ length: n }, (_, i) => [...(base?.[i] ?? []), ...fromWireExtraKeys((mm[i] ?? []).map((k) => [k.hash, k.startOffset]))]);
+  }
   if (e.cacheSalt != null && e.parentBlockHash === null && n > 0 && !e.extraKeys) {
     extras ??= Array.from({ length: n }, () => []);
     extras[0] = [...extras[0]!, e.cacheSalt];

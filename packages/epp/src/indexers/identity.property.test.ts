@@ -2,7 +2,8 @@
 // worker's cache (vLLM's identity: parent-chained hashes under a NONE_HASH of each rank's own, so hashes
 // spread over the whole u64 range, LoRA names and salts in the extra keys, copies that are never
 // deduplicated, evictions), its changes published as vLLM's events
-// (per KV group when the rank has groups, a main group's blocks up to twice the hash block), through
+// (per KV group when the rank has groups, a main group's blocks up to twice the hash block, with or
+// without vLLM's partial prefix-cache entries inside its blocks), through
 // the wire encoder and decoder into live ingestion;
 // the probe is hashed as the picker hashes a request. Then the same for a replica recovered from a dump.
 import { expect, test } from "bun:test";
@@ -47,6 +48,8 @@ const run = fc.record({
     "", `full_attention:${BS},sliding_window:${BS}:${2 * BS}`, `sliding_window:${BS}:${BS},full_attention:${BS}`,
     `sliding_window:${BS}:${BS},full_attention:${2 * BS}`,
   ),
+  // with a main group of larger blocks, vLLM's partial prefix-cache entries (--prefix-match-unit)
+  partialEntries: fc.boolean(),
   steps: fc.array(step, { minLength: 5, maxLength: 40 }),
 });
 
@@ -92,9 +95,9 @@ const joiners = new Map<number, Indexers>();
 
 test("after every step the EPP's overlap per rank equals the rank's true hit, with copies, groups, adapters and salts; and after a recovery", () => {
   let highHashes = 0;
-  const reached = { copies: 0, removals: 0 };
+  const reached = { copies: 0, removals: 0, partialEntries: 0 };
   fc.assert(
-    fc.property(run, ({ encoding, groups, steps }) => {
+    fc.property(run, ({ encoding, groups, partialEntries, steps }) => {
       const kvGroups = groups === "" ? [] : parseKvGroups(groups);
       // Hash blocks per main-group block: the main group holds its block m while hash block (m+1)k-1 is
       // cached (vLLM's hash at the group block's last hash-block boundary).
@@ -102,12 +105,13 @@ test("after every step the EPP's overlap per rank equals the rank's true hit, wi
       const ixs = emptied(live, k * BS);
       const caches = RANKS.map((w) => {
         const cache = new PrefixCacheSim({ blockSize: BS, capacityBlocks: 10, hashSeed: "random", runContext: k > 1 });
-        const events = new RankEvents(BS, encoding, kvGroups);
+        const events = new RankEvents(BS, encoding, kvGroups, { partialEntries: partialEntries && k > 1 });
         let seq = 0n;
         cache.subscribe((changes) => {
           const batch = decodeBatch(encodeBatch({ ts: 1, events: events.of(changes), dataParallelRank: w.dpRank }, { encoding }));
           for (const e of batch.events) {
             if (e.type === "BlockStored") highHashes += e.blockHashes.filter((h) => h >= 1n << 63n).length;
+            if (e.type === "BlockStored" && e.kvCacheSpecKind === "full_attention" && e.blockSize < k * BS) reached.partialEntries++;
             else if (e.type === "BlockRemoved") reached.removals++;
           }
           ixs.live.apply(KEY, w, { kind: "batch", seq: seq++, batch });
@@ -153,4 +157,5 @@ test("after every step the EPP's overlap per rank equals the rank's true hit, wi
   expect(highHashes).toBeGreaterThan(100);
   expect(reached.copies).toBeGreaterThan(4);
   expect(reached.removals).toBeGreaterThan(50);
+  expect(reached.partialEntries).toBeGreaterThan(10);
 }, 60_000);

@@ -32,14 +32,21 @@ export class RankGroups {
   /** The group the index follows, once a main group has stored. */
   main: number | null = null;
 
-  stored(e: BlockStored): GroupVerdict {
+  /** `partial`: a partial prefix-cache entry (partial-entry.ts), whose size is not its group's. */
+  stored(e: BlockStored, partial = false): GroupVerdict {
     const g = e.groupIdx;
     if (g == null) return "index";
-    if (!this.groups.has(g) || e.blockSize > 0)
+    if (!partial && (!this.groups.has(g) || e.blockSize > 0))
       this.groups.set(g, { kind: e.kvCacheSpecKind ?? null, blockSize: e.blockSize, slidingWindow: e.kvCacheSpecSlidingWindow ?? null });
     if (!isMainKind(e.kvCacheSpecKind)) return "non_main_group";
     this.main ??= g;
     return g === this.main ? "index" : "extra_main_group";
+  }
+
+  /** The block size a group's full stores use, once one was seen (null: group_idx absent or not seen yet). */
+  blockSize(g: number | null | undefined): number | null {
+    const s = g == null ? undefined : this.groups.get(g);
+    return s && s.blockSize > 0 ? s.blockSize : null;
   }
 
   /** A removal applies to the group it names only; before that group is known, unless it is known not to be main. */

@@ -10,6 +10,7 @@ import type { Metrics } from "../metrics.ts";
 import type { EvictionRegret } from "@kv-epp/routing";
 import { storedBlockExtras } from "./event-identity.ts";
 import { RankGroups } from "./kv-groups.ts";
+import { isPartialEntry } from "./partial-entry.ts";
 import { MAX_LOGGED, type Indexer, type ModelIndexes, type ViewLost } from "./model-indexes.ts";
 
 export type LiveIngestOptions = {
@@ -88,7 +89,7 @@ export class LiveIngest {
     // which must happen before this batch's builder is taken from the index.
     if (!this.adopted.has(ix.key))
       for (const e of signal.batch.events)
-        if (e.type === "BlockStored" && e.blockSize > 0 && isGpuMedium(e.medium) && this.rank(worker).groups.stored(e) === "index") {
+        if (e.type === "BlockStored" && e.blockSize > 0 && isGpuMedium(e.medium) && e.ownership == null && !this.partial(worker, e, ix) && this.rank(worker).groups.stored(e) === "index") {
           this.checkBlockSize(ix, worker, e);
           break;
         }
@@ -172,6 +173,11 @@ export class LiveIngest {
     return false;
   }
 
+  /** A partial prefix-cache entry (partial-entry.ts), judged by its group's block size, else the index's. */
+  private partial(worker: WorkerRef, e: BlockStored, ix: Indexer): boolean {
+    return isPartialEntry(e, this.rank(worker).groups.blockSize(e.groupIdx) ?? ix.blockSize);
+  }
+
   private add(b: StoredBatchBuilder, worker: WorkerRef, e: KvEvent, ix: Indexer): void {
     switch (e.type) {
       case "BlockStored": {
@@ -185,9 +191,19 @@ export class LiveIngest {
           this.metrics.eventsRejected.inc({ reason: "medium" });
           return;
         }
-        const group = this.rank(worker).groups.stored(e);
+        if (e.ownership != null) {
+          this.metrics.eventsIgnored.inc({ reason: "offload_tier" });
+          return;
+        }
+        const partial = this.partial(worker, e, ix);
+        const group = this.rank(worker).groups.stored(e, partial);
         if (group !== "index") {
           this.metrics.eventsIgnored.inc({ reason: group });
+          return;
+        }
+        // Never indexed, and never a block size (partial-entry.ts).
+        if (partial) {
+          this.metrics.eventsIgnored.inc({ reason: "partial_entry" });
           return;
         }
         // Blocks of another size hash other token spans than requests are hashed by: never matched.
@@ -212,6 +228,11 @@ export class LiveIngest {
       case "BlockRemoved": {
         if (!isGpuMedium(e.medium)) {
           this.metrics.eventsRejected.inc({ reason: "medium" });
+          return;
+        }
+        // A secondary tier's removal (vLLM #52067) names its copy, not the engine's.
+        if (e.ownership != null) {
+          this.metrics.eventsIgnored.inc({ reason: "offload_tier" });
           return;
         }
         const group = this.rank(worker).groups.removed(e);

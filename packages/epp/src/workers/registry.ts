@@ -2,7 +2,7 @@
 // set on every change and the registry reconciles toward it: one KV listener per worker rank for new
 // workers, listeners closed and index entries dropped for workers that went away.
 import { rankSources, workerKeyOf, type RankSource, type WorkerRef, type WorkerSpec } from "@kv-epp/protocol";
-import { KvEventListener, type Heartbeat, type ListenerCounters as KvListenerCounters, type ListenerSignal, type MalformedKind } from "@kv-epp/kv-events";
+import { KvEventListener, type Heartbeat, type ListenerCounters as KvListenerCounters, type ListenerOptions, type ListenerSignal, type MalformedKind } from "@kv-epp/kv-events";
 import type { Logger } from "pino";
 import type { Candidate } from "@kv-epp/routing";
 
@@ -20,6 +20,8 @@ export type ListenerCounters = {
   heartbeatTimeouts: number;
   /** Connections to publishers closed for breaking ZMTP or sending a message over the size limit. */
   protocolErrors: number;
+  /** Of those, messages over the size limit (--kv-max-message-bytes). */
+  oversize: number;
 };
 
 /** A rank's source with the registry's topic filled in: what its listener was opened with. */
@@ -40,11 +42,16 @@ export type RegistryOptions = {
   log: Logger;
   /** The listeners' ZMTP heartbeats; undefined: off. */
   heartbeat?: Heartbeat;
+  /** The largest KV-event message a listener reads (undefined: kv-events' DEFAULT_KV_MAX_MESSAGE_SIZE). */
+  maxMessageSize?: number;
   /** Called when a worker leaves, so its blocks leave the index. */
   onRemoved: (worker: WorkerRef) => void;
   onChanged?: (specs: WorkerSpec[]) => void;
   /** A KV-event message was skipped as malformed (counted by the caller). */
   onMalformed?: (kind: MalformedKind) => void;
+  /** Events dropped from a decoded batch, and unknown fields skipped (counted by the caller). */
+  onDropped?: ListenerOptions["onDropped"];
+  onUnknownFields?: ListenerOptions["onUnknownFields"];
 };
 
 export class WorkerRegistry {
@@ -182,7 +189,7 @@ export class WorkerRegistry {
   }
 
   counters(): ListenerCounters {
-    const sum = { gaps: 0, replays: 0, restarts: 0, heartbeatTimeouts: 0, protocolErrors: 0 };
+    const sum = { gaps: 0, replays: 0, restarts: 0, heartbeatTimeouts: 0, protocolErrors: 0, oversize: 0 };
     for (const e of this.entries.values())
       for (const l of e.listeners.values()) {
         const c = l.counters as Partial<ListenerCounters> | undefined;
@@ -191,6 +198,7 @@ export class WorkerRegistry {
         sum.restarts += c?.restarts ?? 0;
         sum.heartbeatTimeouts += l.socketCounters?.heartbeatTimeouts ?? 0;
         sum.protocolErrors += (l.socketCounters?.protocolErrors ?? 0) + (l.socketCounters?.oversize ?? 0);
+        sum.oversize += l.socketCounters?.oversize ?? 0;
       }
     return sum;
   }
@@ -266,8 +274,10 @@ export class WorkerRegistry {
       replayEndpoint: src.replay,
       topic: src.topic,
       logger: this.opts.log,
-      socket: { heartbeat: this.opts.heartbeat },
+      socket: { heartbeat: this.opts.heartbeat, maxMessageSize: this.opts.maxMessageSize },
       onMalformed: this.opts.onMalformed,
+      onDropped: this.opts.onDropped,
+      onUnknownFields: this.opts.onUnknownFields,
     });
     // Started now (subscribe first): until a sink is attached the listener buffers live events.
     l.start();

@@ -24,7 +24,7 @@ import { staticWorkers } from "./static.ts";
 export const DOWN_AFTER_FAILED_SCRAPES = 3;
 
 export type WorkerSetOptions = {
-  config: Pick<EppConfig, "workers" | "intents" | "kvTopic" | "kvHeartbeatMs" | "scrapeIntervalMs">;
+  config: Pick<EppConfig, "workers" | "intents" | "kvTopic" | "kvHeartbeatMs" | "scrapeIntervalMs"> & Partial<Pick<EppConfig, "kvMaxMessageBytes">>;
   kube: () => KubeConfig;
   metrics: Metrics;
   log: Logger;
@@ -75,11 +75,14 @@ export class WorkerSet {
     this.registry = new WorkerRegistry({
       topic: cfg.kvTopic,
       heartbeat: cfg.kvHeartbeatMs > 0 ? listenerHeartbeat(cfg.kvHeartbeatMs) : undefined,
+      maxMessageSize: cfg.kvMaxMessageBytes,
       log,
       onRemoved: (w) => {
         for (const f of this.removed) f(w);
       },
       onMalformed: (kind) => metrics.kvMalformed.inc({ kind }),
+      onDropped: (reason, n) => metrics.eventsDropped.inc({ reason }, n),
+      onUnknownFields: (n) => metrics.unknownFields.inc(n),
       onChanged: (specs) => {
         this.scraper.setTargets(specs.flatMap(scrapeTargets));
         metrics.workers.set(specs.reduce((n, s) => n + s.dpSize, 0));
@@ -265,6 +268,7 @@ export class WorkerSet {
     m.listenerHeartbeatTimeouts.set(c.heartbeatTimeouts);
     m.listenersConnected.set(this.registry.connectedListeners());
     m.listenerProtocolErrors.set(c.protocolErrors);
+    m.listenerOversize.set(c.oversize);
   }
 
   async stop(): Promise<void> {

@@ -60,12 +60,12 @@ function estimate(b: KvEventBatch): number {
   return n;
 }
 
-function storedHead(w: Writer, ev: BlockStored, bytes: boolean, fields: number): void {
+function storedHead(w: Writer, ev: BlockStored, bytes: boolean, fields: number, sglang = false): void {
   w.arrayHeader(fields);
   w.str("BlockStored");
   hashes(w, ev.blockHashes, bytes);
   optHash(w, ev.parentBlockHash, bytes);
-  ints(w, ev.tokenIds);
+  sglang ? sglangTokens(w, ev) : ints(w, ev.tokenIds);
   w.int(ev.blockSize);
   w.optInt(ev.loraId);
   w.optStr(ev.medium);
@@ -96,7 +96,7 @@ function storedSglang(w: Writer, ev: BlockStored, bytes: boolean): void {
   const meta: [string, string][] = [];
   if (ev.cacheSalt != null) meta.push(["cache_salt", ev.cacheSalt]);
   if (ev.sessionId != null) meta.push(["session_id", ev.sessionId]);
-  storedHead(w, ev, bytes, meta.length > 0 ? 8 : 7);
+  storedHead(w, ev, bytes, meta.length > 0 ? 8 : 7, true);
   if (meta.length === 0) return;
   w.mapHeader(meta.length);
   for (const [k, v] of meta) {
@@ -121,19 +121,19 @@ function storedMap(w: Writer, ev: BlockStored, bytes: boolean): void {
     ["lora_name", ev.loraName ?? null],
     ...setFields([
       ["extra_keys", ev.extraKeys], ["group_idx", ev.groupIdx], ["kv_cache_spec_kind", ev.kvCacheSpecKind],
-      ["kv_cache_spec_sliding_window", ev.kvCacheSpecSlidingWindow], ["locality", ev.locality], ["session_id", ev.sessionId],
+      ["kv_cache_spec_sliding_window", ev.kvCacheSpecSlidingWindow], ["locality", ev.locality], ["ownership", ev.ownership], ["session_id", ev.sessionId],
     ]),
   ]);
 }
 
 function removedMap(w: Writer, ev: BlockRemoved, bytes: boolean): void {
-  removedMapHead(w, ev, bytes, [["medium", ev.medium], ...setFields([["group_idx", ev.groupIdx], ["locality", ev.locality]])]);
+  removedMapHead(w, ev, bytes, [["medium", ev.medium], ...setFields([["group_idx", ev.groupIdx], ["locality", ev.locality], ["ownership", ev.ownership]])]);
 }
 
 // SGLang's map form (sgl-project/sglang#37482): tagged maps in declaration order, but medium has a
 // default (None) there, so it is omitted when unset like cache_salt and session_id; no lora_name.
 function storedSglangMap(w: Writer, ev: BlockStored, bytes: boolean): void {
-  storedMapHead(w, ev, bytes, setFields([["medium", ev.medium], ["cache_salt", ev.cacheSalt], ["session_id", ev.sessionId]]));
+  storedMapHead(w, ev, bytes, setFields([["medium", ev.medium], ["cache_salt", ev.cacheSalt], ["session_id", ev.sessionId]]), true);
 }
 
 function removedSglangMap(w: Writer, ev: BlockRemoved, bytes: boolean): void {
@@ -148,7 +148,7 @@ function setFields(fields: Field[]): Field[] {
 }
 
 /** A BlockStored map: the tag and the six fields every producer writes, then `rest` in order. */
-function storedMapHead(w: Writer, ev: BlockStored, bytes: boolean, rest: Field[]): void {
+function storedMapHead(w: Writer, ev: BlockStored, bytes: boolean, rest: Field[], sglang = false): void {
   w.mapHeader(6 + rest.length);
   w.str("type");
   w.str("BlockStored");
@@ -157,7 +157,7 @@ function storedMapHead(w: Writer, ev: BlockStored, bytes: boolean, rest: Field[]
   w.str("parent_block_hash");
   optHash(w, ev.parentBlockHash, bytes);
   w.str("token_ids");
-  ints(w, ev.tokenIds);
+  sglang ? sglangTokens(w, ev) : ints(w, ev.tokenIds);
   w.str("block_size");
   w.int(ev.blockSize);
   w.str("lora_id");
@@ -190,6 +190,22 @@ function optHash(w: Writer, h: bigint | null, bytes: boolean): void {
   if (h == null) w.nil();
   else if (bytes) w.bin(hashToDigest(h));
   else w.u64(h);
+}
+
+/**
+ * SGLang's token_ids: plain, or under EAGLE bigram keys one `(t[j], t[j+1])` tuple per position
+ * (mem_cache/events.py record_store; msgspec writes a tuple as a 2-element array).
+ */
+function sglangTokens(w: Writer, ev: BlockStored): void {
+  const next = ev.bigramNextTokenId;
+  if (next === undefined) return ints(w, ev.tokenIds);
+  const t = ev.tokenIds;
+  w.arrayHeader(t.length);
+  for (let j = 0; j < t.length; j++) {
+    w.arrayHeader(2);
+    w.int(t[j]!);
+    w.int(j + 1 < t.length ? t[j + 1]! : next);
+  }
 }
 
 function ints(w: Writer, xs: readonly number[]): void {

@@ -5,6 +5,7 @@
 // read straight to BigInt) is several times faster. It handles well-formed batches only:
 // anything unexpected returns undefined and decodeBatch() falls back to the msgpackr path,
 // which owns error reporting and per-event skipping. test/fuzz.test.ts checks both agree.
+import { mmKeys } from "./mm-keys.ts";
 import { foldHashBytes } from "./hash.ts";
 import type { BlockRemoved, BlockStored, ExtraKeys, ExtraKeyValue, KvEvent, KvEventBatch } from "./types.ts";
 
@@ -15,16 +16,22 @@ let buf: Uint8Array = new Uint8Array(0);
 let dv: DataView = new DataView(buf.buffer);
 let pos = 0;
 let end = 0;
+/** Map keys (and batch positions) read and skipped as unknown in the current payload. */
+let unknown = 0;
+
+/** A well-formed batch and how many fields it carried that this reader skipped as unknown. */
+export type FastDecoded = { batch: KvEventBatch; unknownFields: number };
 
 /** Decodes a well-formed batch, or returns undefined (use the generic path). */
-export function decodeFast(payload: Uint8Array): KvEventBatch | undefined {
+export function decodeFast(payload: Uint8Array): FastDecoded | undefined {
   buf = payload;
   dv = new DataView(payload.buffer, payload.byteOffset, payload.byteLength);
   pos = 0;
   end = payload.length;
+  unknown = 0;
   try {
     const b = readBatch();
-    return pos === end ? b : undefined;
+    return pos === end ? { batch: b, unknownFields: unknown } : undefined;
   } catch (e) {
     if (e === BAIL) return undefined;
     throw e;
@@ -195,6 +202,28 @@ function optHash(): bigint | null {
   return nil() ? null : hash();
 }
 
+/** token_ids: plain ints, or SGLang's EAGLE bigram pairs (see decode.ts tokenIds); `ev` gets the tail token. */
+function tokenList(ev: { bigramNextTokenId?: number }): number[] {
+  const h = pos < end ? buf[pos]! : -1;
+  const first = h > 0x90 && h <= 0x9f ? pos + 1 : h === 0xdc ? pos + 3 : h === 0xdd ? pos + 5 : -1;
+  return first >= 0 && first < end && buf[first] === 0x92 ? bigrams(ev) : intList();
+}
+
+function bigrams(ev: { bigramNextTokenId?: number }): number[] {
+  const n = arrayHeader();
+  const out = new Array<number>(n);
+  let prev = -1;
+  for (let i = 0; i < n; i++) {
+    if (byte() !== 0x92) throw BAIL;
+    const a = int();
+    if (i > 0 && a !== prev) throw BAIL;
+    out[i] = a;
+    prev = int();
+  }
+  if (n > 0) ev.bigramNextTokenId = prev;
+  return out;
+}
+
 function intList(): number[] {
   const n = arrayHeader();
   const out = new Array<number>(n);
@@ -301,7 +330,10 @@ function readBatch(): KvEventBatch {
       if (k === "ts") ts = float();
       else if (k === "events") events = eventList();
       else if (k === "data_parallel_rank") rank = optInt();
-      else any(1);
+      else {
+        unknown++;
+        any(1);
+      }
     }
   }
   if (!events || Number.isNaN(ts)) throw BAIL;
@@ -334,8 +366,9 @@ function arrayEvent(n: number): KvEvent {
   const tag = str();
   if (tag === "BlockStored") {
     if (n < 5 || n > 12) throw BAIL;
+    const tail: { bigramNextTokenId?: number } = {};
     const ev: BlockStored = {
-      type: "BlockStored", blockHashes: hashList(), parentBlockHash: optHash(), tokenIds: intList(), blockSize: int(),
+      type: "BlockStored", blockHashes: hashList(), parentBlockHash: optHash(), tokenIds: tokenList(tail), blockSize: int(),
       loraId: n > 5 ? optInt() : null, medium: n > 6 ? optStr() : null,
     };
     if (ev.blockSize < 0) throw BAIL;
@@ -349,6 +382,7 @@ function arrayEvent(n: number): KvEvent {
     if (n > 9) ev.groupIdx = optInt();
     if (n > 10) ev.kvCacheSpecKind = optStr();
     if (n > 11) ev.kvCacheSpecSlidingWindow = optInt();
+    if (tail.bigramNextTokenId !== undefined) ev.bigramNextTokenId = tail.bigramNextTokenId;
     return ev;
   }
   if (tag === "BlockRemoved") {
@@ -375,7 +409,7 @@ function metadata(ev: BlockStored, n: number): void {
 }
 
 // Map keys: bit flags for "present", so an omitted default stays absent (as in the generic path).
-const K_LORA_NAME = 1, K_EXTRA = 2, K_GROUP = 4, K_KIND = 8, K_WINDOW = 16, K_LOCALITY = 32, K_SESSION = 64, K_SALT = 128;
+const K_LORA_NAME = 1, K_EXTRA = 2, K_GROUP = 4, K_KIND = 8, K_WINDOW = 16, K_LOCALITY = 32, K_SESSION = 64, K_SALT = 128, K_OWNERSHIP = 256, K_MM = 512;
 
 function mapEvent(n: number): KvEvent {
   let type: string | undefined;
@@ -388,7 +422,7 @@ function mapEvent(n: number): KvEvent {
       case "type": type = str(); break;
       case "block_hashes": ev.blockHashes = hashList(); break;
       case "parent_block_hash": ev.parentBlockHash = optHash(); break;
-      case "token_ids": ev.tokenIds = intList(); break;
+      case "token_ids": ev.tokenIds = tokenList(ev); break;
       case "block_size": ev.blockSize = int(); break;
       case "lora_id": ev.loraId = optInt(); break;
       case "medium": ev.medium = optStr(); break;
@@ -398,6 +432,14 @@ function mapEvent(n: number): KvEvent {
       case "kv_cache_spec_kind": ev.kvCacheSpecKind = optStr(); has |= K_KIND; break;
       case "kv_cache_spec_sliding_window": ev.kvCacheSpecSlidingWindow = optInt(); has |= K_WINDOW; break;
       case "locality": ev.locality = optStr(); has |= K_LOCALITY; break;
+      case "ownership": ev.ownership = optStr(); has |= K_OWNERSHIP; break;
+      case "mm_keys": {
+        const m = mmKeys(any(1));
+        if (m === undefined) throw BAIL;
+        ev.mmKeys = m;
+        has |= K_MM;
+        break;
+      }
       case "session_id": ev.sessionId = optStr(); has |= K_SESSION; break;
       case "cache_salt": ev.cacheSalt = optStr(); has |= K_SALT; break;
       case "metadata": {
@@ -410,7 +452,9 @@ function mapEvent(n: number): KvEvent {
         metaSession = m.sessionId;
         break;
       }
-      default: any(1); // a field this reader does not know: skipped, as the generic path does
+      default: // a field this reader does not know: skipped and counted, as the generic path does
+        unknown++;
+        any(1);
     }
   }
   if (type === "BlockStored") {
@@ -425,10 +469,13 @@ function mapEvent(n: number): KvEvent {
     if (has & K_KIND) out.kvCacheSpecKind = ev.kvCacheSpecKind;
     if (has & K_WINDOW) out.kvCacheSpecSlidingWindow = ev.kvCacheSpecSlidingWindow;
     if (has & K_LOCALITY) out.locality = ev.locality;
+    if (has & K_OWNERSHIP) out.ownership = ev.ownership;
+    if (has & K_MM) out.mmKeys = ev.mmKeys;
     if (has & K_SESSION) out.sessionId = ev.sessionId;
     else if (metaSession !== undefined) out.sessionId = metaSession;
     if (has & K_SALT) out.cacheSalt = ev.cacheSalt;
     else if (metaSalt !== undefined) out.cacheSalt = metaSalt;
+    if (ev.bigramNextTokenId !== undefined) out.bigramNextTokenId = ev.bigramNextTokenId;
     return out;
   }
   if (type === "BlockRemoved") {
@@ -436,6 +483,7 @@ function mapEvent(n: number): KvEvent {
     const out: BlockRemoved = { type, blockHashes: ev.blockHashes, medium: ev.medium ?? null };
     if (has & K_GROUP) out.groupIdx = ev.groupIdx;
     if (has & K_LOCALITY) out.locality = ev.locality;
+    if (has & K_OWNERSHIP) out.ownership = ev.ownership;
     return out;
   }
   if (type === "AllBlocksCleared") return { type: "AllBlocksCleared" };

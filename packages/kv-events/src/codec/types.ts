@@ -34,10 +34,24 @@ export type BlockStored = {
   kvCacheSpecSlidingWindow?: number | null;
   /** "LOCAL" | "REMOTE" on offload tiers (vLLM #48281). */
   locality?: string | null;
+  /** The secondary offloading tier that published it (vLLM #52067); absent: the engine's own cache. */
+  ownership?: string | null;
+  /**
+   * TensorRT-LLM's multimodal keys (its streaming KV events, TensorRT-LLM #17023): per block, the
+   * multimodal segments it holds. vLLM puts these in extraKeys instead.
+   */
+  mmKeys?: (MmKey[] | null)[] | null;
   /** The request that caused the store (vLLM #51381, SGLang metadata); not part of identity. */
   sessionId?: string | null;
   /** SGLang's salt: its top-level `cache_salt` or `metadata.cache_salt` (vLLM puts it in extraKeys[0]). */
   cacheSalt?: string | null;
+  /**
+   * Set when `token_ids` came as SGLang's EAGLE bigram pairs `[[t0,t1],[t1,t2],..,[tn-1,tn]]` (its radix
+   * keys under EAGLE/EAGLE3/NEXTN/MTP speculative decoding): `tokenIds` holds the pairs' first tokens
+   * (t0..tn-1, one per position, as plain requests are tokenized) and this the last pair's second, the
+   * token after the event's blocks. Encoders writing an SGLang shape write bigram pairs when it is set.
+   */
+  bigramNextTokenId?: number;
 };
 
 export type BlockRemoved = {
@@ -46,7 +60,11 @@ export type BlockRemoved = {
   medium: Medium | null;
   groupIdx?: number | null;
   locality?: string | null;
+  ownership?: string | null;
 };
+
+/** One multimodal segment of a block (TensorRT-LLM's tagged `mm_key` struct): content hash (hex), block-relative start. */
+export type MmKey = { hash: string; startOffset: number; uuid: string | null };
 
 export type AllBlocksCleared = { type: "AllBlocksCleared" };
 
@@ -73,8 +91,19 @@ export class KvDecodeError extends Error {
   override name = "KvDecodeError";
 }
 
-/** Mutable tally the decoder bumps for events it skips (unknown tag, malformed fields). */
-export type DecodeStats = { skippedEvents: number };
+/**
+ * Mutable tally the decoder bumps. `skippedEvents` = `unknownTypes` + `malformedEvents` (events dropped
+ * from a batch that is otherwise applied); `unknownFields` counts map keys and array positions past the
+ * ones this codec knows, read and skipped (newer producers add fields: never a reason to drop).
+ */
+export type DecodeStats = { skippedEvents: number; unknownTypes: number; malformedEvents: number; unknownFields: number };
+
+/** Why the decoder dropped an event (the EPP's dynamo_epp_kv_events_dropped_total{reason}). */
+export type DropReason = "unknown_type" | "malformed";
+
+export function newDecodeStats(): DecodeStats {
+  return { skippedEvents: 0, unknownTypes: 0, malformedEvents: 0, unknownFields: 0 };
+}
 
 /** GPU residency: a null medium, or "GPU" in any case (vLLM writes "GPU", other producers vary). */
 export function isGpuMedium(m: Medium | null | undefined): boolean {

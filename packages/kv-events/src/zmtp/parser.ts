@@ -2,7 +2,8 @@
 // Written by hand (no library speaks ZMTP under Bun). Hot-path choices, measured by
 // bench/events.bench.ts: a frame that lies inside one TCP chunk is handed out as a subarray
 // of that chunk (no copy); only a frame split across chunks is copied, once, into a buffer of
-// its exact size; a split header (< 9 bytes) is the only thing ever concatenated.
+// its exact size (past EAGER_FRAME bytes, grown as its bytes arrive: a header declaring 64 MiB costs
+// what was sent, not 64 MiB); a split header (< 9 bytes) is the only thing ever concatenated.
 import { FLAG_LONG, GREETING_SIZE } from "./wire.ts";
 
 export type ParserSink = {
@@ -12,9 +13,13 @@ export type ParserSink = {
   frame(flags: number, body: Buffer): string | undefined;
 };
 
+/** Frames up to this size get their whole buffer at once; larger ones grow by doubling as bytes arrive. */
+export const EAGER_FRAME = 1024 * 1024;
+
 export class ZmtpParser {
   private head: Buffer | null = null; // unparsed tail shorter than a header (or greeting)
   private body: Buffer | null = null; // frame body being filled across chunks
+  private bodySize = 0; // its declared size (body.length may still be below it)
   private bodyFill = 0;
   private bodyFlags = 0;
   private greeted = false;
@@ -75,7 +80,8 @@ export class ZmtpParser {
       const end = start + size;
       if (end > len) {
         // Split frame: copy once into an exact-size body (never re-concatenate growing buffers).
-        this.body = Buffer.allocUnsafe(size);
+        this.body = Buffer.allocUnsafe(size <= EAGER_FRAME ? size : Math.min(size, Math.max(EAGER_FRAME, 2 * (len - start))));
+        this.bodySize = size;
         chunk.copy(this.body, 0, start, len);
         this.bodyFill = len - start;
         this.bodyFlags = flags;
@@ -90,11 +96,16 @@ export class ZmtpParser {
   }
 
   private fillBody(chunk: Buffer): number {
-    const body = this.body!;
-    const n = Math.min(body.length - this.bodyFill, chunk.length);
+    let body = this.body!;
+    const n = Math.min(this.bodySize - this.bodyFill, chunk.length);
+    if (this.bodyFill + n > body.length) {
+      const grown = Buffer.allocUnsafe(Math.min(this.bodySize, Math.max(2 * body.length, this.bodyFill + n)));
+      body.copy(grown, 0, 0, this.bodyFill);
+      this.body = body = grown;
+    }
     chunk.copy(body, this.bodyFill, 0, n);
     this.bodyFill += n;
-    if (this.bodyFill < body.length) return n;
+    if (this.bodyFill < this.bodySize) return n;
     this.body = null;
     const err = this.sink.frame(this.bodyFlags & ~FLAG_LONG, body);
     if (err !== undefined) this.fail(err);

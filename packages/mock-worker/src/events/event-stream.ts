@@ -2,6 +2,10 @@ import { KvEventPublisher, type EventEncoding, type KvEvent } from "@kv-epp/kv-e
 import type { Logger } from "pino";
 import type { CacheEvent } from "../cache/prefix-cache.ts";
 import { GroupedEvents, type KvGroup } from "./kv-groups.ts";
+import { BigramEvents } from "./spec-bigram.ts";
+
+/** Wire variants of newer engines: vLLM's partial prefix-cache entries, SGLang's EAGLE bigram token_ids. */
+export type WireVariants = { partialEntries?: boolean; specBigram?: boolean };
 
 /**
  * The one place the mock worker touches the KV-event wire: turns a rank's cache changes into vLLM
@@ -23,6 +27,7 @@ export type EventStreamOptions = {
   blockSize: number;
   /** Hybrid KV cache groups (`--kv-groups`): every change published once per group; absent: one untagged group. */
   kvGroups?: readonly KvGroup[];
+  wire?: WireVariants;
   log: Logger;
   onPublished?: (events: number) => void;
   onError?: () => void;
@@ -44,17 +49,21 @@ export type EventStreamState = {
  */
 export class RankEvents {
   private readonly grouped: GroupedEvents | undefined;
+  private readonly bigram: BigramEvents | undefined;
 
   constructor(
     private readonly blockSize: number,
     private readonly encoding: EventEncoding,
     kvGroups?: readonly KvGroup[],
+    wire: WireVariants = {},
   ) {
-    this.grouped = kvGroups && kvGroups.length > 0 ? new GroupedEvents(kvGroups, blockSize) : undefined;
+    this.grouped = kvGroups && kvGroups.length > 0 ? new GroupedEvents(kvGroups, blockSize, wire.partialEntries) : undefined;
+    this.bigram = wire.specBigram ? new BigramEvents(blockSize) : undefined;
   }
 
   of(changes: CacheEvent[]): KvEvent[] {
     const base = (ch: CacheEvent) => this.event(ch);
+    if (this.bigram) return changes.flatMap((ch) => this.bigram!.of(ch, base(ch)) ?? []);
     return this.grouped ? changes.flatMap((ch) => this.grouped!.expand(ch, base)) : changes.map(base);
   }
 
@@ -87,7 +96,7 @@ export class RankEventStream {
     private readonly opts: EventStreamOptions,
     private publisher: KvEventPublisher,
   ) {
-    this.events = new RankEvents(opts.blockSize, opts.encoding, opts.kvGroups);
+    this.events = new RankEvents(opts.blockSize, opts.encoding, opts.kvGroups, opts.wire);
   }
 
   static async open(opts: EventStreamOptions): Promise<RankEventStream> {

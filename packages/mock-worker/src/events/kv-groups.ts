@@ -1,6 +1,8 @@
 import type { BlockRemoved, BlockStored, ExtraKeyValue, KvEvent } from "@kv-epp/kv-events";
 import { blockExtraKeys } from "../cache/block-hash.ts";
 import type { CacheEvent } from "../cache/prefix-cache.ts";
+import { addCopy, takeCopy } from "./copies.ts";
+import { PartialEntries } from "./partial-entries.ts";
 
 /**
  * vLLM's hybrid KV cache groups on the wire (`--kv-groups`): every cache change is published once per
@@ -34,12 +36,17 @@ export class GroupedEvents {
   /** Per group that does not publish every hash block (masked or larger blocks): copies of each hash it stored. */
   private readonly held: Map<bigint, number>[];
 
+  /** vLLM's partial prefix-cache entries, when published (`--partial-entries`). */
+  private readonly partial: PartialEntries | undefined;
+
   constructor(
     private readonly groups: readonly KvGroup[],
     /** The cache's block, vLLM's hash_block_size: every group's block size is a multiple of it. */
     private readonly hashBlockSize: number,
+    partialEntries = false,
   ) {
     this.held = groups.map(() => new Map());
+    this.partial = partialEntries ? new PartialEntries(hashBlockSize) : undefined;
   }
 
   expand(ch: CacheEvent, base: (ch: CacheEvent) => KvEvent): KvEvent[] {
@@ -49,29 +56,41 @@ export class GroupedEvents {
       const tracked = g.slidingWindow !== null || g.blockSize !== this.hashBlockSize;
       if (ev.type === "AllBlocksCleared") {
         held.clear();
+        this.partial?.clear();
         return groupIdx === 0 ? [ev] : []; // one reset clears every group
       }
       if (ev.type === "BlockRemoved") {
-        const hashes = tracked ? ev.blockHashes.filter((h) => take(held, h)) : ev.blockHashes;
+        const hashes = tracked ? ev.blockHashes.filter((h) => takeCopy(held, h)) : ev.blockHashes;
+        for (const h of hashes) this.partial?.evicted(groupIdx, h);
         return hashes.length > 0 ? [{ ...ev, blockHashes: hashes, groupIdx } satisfies BlockRemoved] : [];
       }
       const stored = g.blockSize === this.hashBlockSize ? ev : ch.kind === "stored" ? this.regroup(ch, ev, g.blockSize) : null;
-      if (!stored) return [];
-      const meta = { groupIdx, kvCacheSpecKind: g.kind, ...(g.slidingWindow !== null ? { kvCacheSpecSlidingWindow: g.slidingWindow } : {}) };
-      const window = g.slidingWindow;
-      let kept = stored.blockHashes;
-      let extraKeys = stored.extraKeys;
-      if (window !== null) {
-        // Blocks that end within the window's reach of the run's last token are kept.
-        const n = stored.blockHashes.length, end = n * g.blockSize;
-        const first = stored.blockHashes.findIndex((_, i) => (i + 1) * g.blockSize > end - window);
-        kept = first < 0 ? [] : stored.blockHashes.slice(first);
-        extraKeys = stored.extraKeys?.slice(n - kept.length);
-      }
-      if (tracked) for (const h of kept) held.set(h, (held.get(h) ?? 0) + 1);
-      if (kept.length === 0) return [];
-      return [{ ...stored, ...meta, blockHashes: kept, ...(extraKeys !== undefined ? { extraKeys } : {}) } satisfies BlockStored];
+      if (!this.partial || ch.kind !== "stored") return this.groupStore(stored, groupIdx, g, held, tracked);
+      // Promotion first (vLLM removes the partial hash before caching the full block), the run's own entry last.
+      const promoted = this.partial.promoted(ch, stored, groupIdx, g, held);
+      const full = this.groupStore(stored, groupIdx, g, held, tracked);
+      const entry = this.partial.entry(ch, ev, groupIdx, g, held);
+      return [...(promoted ? [promoted] : []), ...full, ...(entry ? [entry] : [])];
     });
+  }
+
+  /** A group's store of `stored` (the run in its own blocks), its window's mask applied. */
+  private groupStore(stored: BlockStored | null, groupIdx: number, g: KvGroup, held: Map<bigint, number>, tracked: boolean): KvEvent[] {
+    if (!stored) return [];
+    const meta = { groupIdx, kvCacheSpecKind: g.kind, ...(g.slidingWindow !== null ? { kvCacheSpecSlidingWindow: g.slidingWindow } : {}) };
+    const window = g.slidingWindow;
+    let kept = stored.blockHashes;
+    let extraKeys = stored.extraKeys;
+    if (window !== null) {
+      // Blocks that end within the window's reach of the run's last token are kept.
+      const n = stored.blockHashes.length, end = n * g.blockSize;
+      const first = stored.blockHashes.findIndex((_, i) => (i + 1) * g.blockSize > end - window);
+      kept = first < 0 ? [] : stored.blockHashes.slice(first);
+      extraKeys = stored.extraKeys?.slice(n - kept.length);
+    }
+    if (tracked) for (const h of kept) addCopy(held, h);
+    if (kept.length === 0) return [];
+    return [{ ...stored, ...meta, blockHashes: kept, ...(extraKeys !== undefined ? { extraKeys } : {}) } satisfies BlockStored];
   }
 
   /** The run as a group of `blockSize`-token blocks sees it: the group blocks whose last hash block it stored. */
@@ -99,12 +118,4 @@ export class GroupedEvents {
       ...(ev.extraKeys !== undefined ? { extraKeys } : {}),
     };
   }
-}
-
-function take(held: Map<bigint, number>, h: bigint): boolean {
-  const n = held.get(h);
-  if (!n) return false;
-  if (n === 1) held.delete(h);
-  else held.set(h, n - 1);
-  return true;
 }

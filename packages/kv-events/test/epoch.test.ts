@@ -1,0 +1,55 @@
+// vLLM #57789 (open, not merged): a publisher whose seq frame carries its epoch (24 bytes: the u64 seq,
+// then a 16-byte lifetime id, the layout assumed in src/replay.ts). A new epoch is a restart whatever
+// the seq says, which plain vLLM streams cannot show when a restarted publisher reaches the seq we
+// expect; frames of 8 bytes keep working beside it.
+import { afterEach, expect, test } from "bun:test";
+import { encodeBatch, encodeSeq, KvEventListener, PubSocket, type KvEventBatch, type ListenerSignal } from "../src/index.ts";
+import { waitUntil } from "./zmq-peer.ts";
+
+const cleanups: (() => Promise<void> | void)[] = [];
+afterEach(async () => {
+  for (const c of cleanups.splice(0).reverse()) await c();
+});
+
+const batch = (i: number): KvEventBatch => ({ ts: i + 0.5, dataParallelRank: 0, events: [{ type: "BlockRemoved", blockHashes: [BigInt(i)], medium: "GPU" }] });
+const epochFrame = (seq: number, epoch: number) => Buffer.concat([encodeSeq(BigInt(seq)), Buffer.alloc(16, epoch)]);
+const seqs = (got: ListenerSignal[]) => got.map((s) => (s.kind === "batch" ? Number(s.seq) : s.reason));
+
+async function rig() {
+  const pub = new PubSocket();
+  const ep = await pub.bind("tcp://127.0.1.6:0");
+  cleanups.push(() => pub.close());
+  const l = new KvEventListener({ workerId: "w", dpRank: 0, endpoint: ep, socket: { reconnectMinMs: 10, reconnectMaxMs: 50 } });
+  cleanups.push(() => l.close());
+  const got: ListenerSignal[] = [];
+  l.start();
+  l.attach((s) => got.push(s));
+  await waitUntil(() => pub.subscriberCount === 1);
+  await Bun.sleep(50);
+  return { pub, l, got };
+}
+
+test("a new epoch at the very seq expected is a restart: the rank is reset, the new stream applies from there", async () => {
+  const { pub, l, got } = await rig();
+  const E = Buffer.alloc(0);
+  for (let i = 0; i < 3; i++) pub.send([E, epochFrame(i, 0xaa), encodeBatch(batch(i))]);
+  // A restarted process that published three batches of its own meanwhile continues at seq 3.
+  pub.send([E, epochFrame(3, 0xbb), encodeBatch(batch(3))]);
+  pub.send([E, epochFrame(4, 0xbb), encodeBatch(batch(4))]);
+  await waitUntil(() => got.length === 6);
+  expect(seqs(got)).toEqual([0, 1, 2, "restarted", 3, 4]);
+  expect(l.counters.restarts).toBe(1);
+  expect(l.counters.decodeErrors).toBe(0);
+  expect(l.epoch).toBe("bb".repeat(16));
+});
+
+test("an unchanged epoch is one stream; a seq frame of neither 8 nor 24 bytes is malformed and skipped", async () => {
+  const { pub, l, got } = await rig();
+  const E = Buffer.alloc(0);
+  pub.send([E, epochFrame(0, 0x11), encodeBatch(batch(0))]);
+  pub.send([E, Buffer.alloc(12), encodeBatch(batch(9))]);
+  pub.send([E, epochFrame(1, 0x11), encodeBatch(batch(1))]);
+  await waitUntil(() => got.length === 2 && l.counters.decodeErrors === 1);
+  expect(seqs(got)).toEqual([0, 1]);
+  expect(l.counters.restarts).toBe(0);
+});
