@@ -153,6 +153,16 @@ describe("config", () => {
     expect(() => parseConfig(["--config", bad], {})).toThrow(/peers\.0/);
   });
 
+  test("a worker's DP load-balancing mode is one of vLLM's, and contradicts neither its addresses nor its size", () => {
+    const w = (extra: object) => writeStaticConfig([{ id: "a", address: "127.0.4.1:8000", kvEvents: "tcp://127.0.4.1:5557", ...extra }]);
+    const lb = (extra: object) => (parseConfig(["--config", w(extra)], {}).workers as { list: { dpLb?: string }[] }).list[0]!.dpLb;
+    expect(lb({})).toBeUndefined();
+    expect(lb({ dpLb: "hybrid", dpSize: 2, dpStartRank: 2 })).toBe("hybrid");
+    expect(() => parseConfig(["--config", w({ dpLb: "round-robin" })], {})).toThrow(/workers\.0\.dpLb/);
+    expect(() => parseConfig(["--config", w({ dpLb: "internal", address: ["127.0.4.1:8000", "127.0.4.1:8001"] })], {})).toThrow(/internal DP load balancing has one API server/);
+    expect(() => parseConfig(["--config", w({ dpLb: "external", dpSize: 2 })], {})).toThrow(/external DP load balancing runs one API server per rank/);
+  });
+
   test("a bad static file names the field and value", () => {
     const bad = writeStaticConfig([{ id: "a", address: "nope", kvEvents: "tcp://127.0.4.1:5557" }]);
     expect(() => parseConfig(["--config", bad], {})).toThrow(/workers\.0\.address = "nope"/);

@@ -6,6 +6,7 @@ import { parse as parseYaml } from "yaml";
 import { parseDiscoveryConfig, type DiscoveryConfig } from "@kv-epp/intents";
 import { z } from "zod";
 import { LISTENER_HEARTBEAT } from "@kv-epp/kv-events";
+import { DP_LB_MODES, type DpLbMode } from "@kv-epp/protocol";
 import { DEFAULT_SHAPE, DEFAULT_WEIGHTS, SCORE_SHAPE, type CostShape } from "./picker/cost.ts";
 import { followerRange, type FollowerRange } from "./picker/eviction-regret.ts";
 import { DEFAULT_AWAY_WEIGHT, DEFAULT_FOLLOWER_WEIGHT, DEFAULT_FOLLOWER_WEIGHT_MAX } from "./picker/latency.ts";
@@ -117,6 +118,16 @@ const WorkerEntry = z.object({
   /** The EPP binds kvEvents (+ rank) and the worker's PUBs connect to it (vLLM with a non-wildcard endpoint). */
   kvEventsBind: z.boolean().default(false),
   metrics: z.string().url().optional(),
+  /**
+   * vLLM's DP load balancing (DpLbMode), which sets the x-data-parallel-rank numbering: internal (the
+   * default for one address: global ranks), hybrid or external (the server's own ranks from 0).
+   */
+  dpLb: z.enum(DP_LB_MODES as [DpLbMode, ...DpLbMode[]]).optional(),
+}).superRefine((w, ctx) => {
+  if (w.dpLb === "internal" && typeof w.address !== "string")
+    ctx.addIssue({ code: "custom", path: ["dpLb"], message: "internal DP load balancing has one API server for every rank: give one address, or dpLb hybrid/external for one server per address" });
+  if (w.dpLb === "external" && w.dpSize > 1)
+    ctx.addIssue({ code: "custom", path: ["dpLb"], message: "external DP load balancing runs one API server per rank: dpSize must be 1 (list one address per rank), or use dpLb hybrid" });
 });
 const PeerEntry = z.union([
   z.string().url(),

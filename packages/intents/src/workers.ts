@@ -1,13 +1,14 @@
 // From attachments to the EPP's worker set. Pod discovery guesses a worker's KV endpoint from its IP
 // and the port convention; an intent states it per rank. Both paths end in one worker set.
-import type { RankSource, WorkerSpec } from "@kv-epp/protocol";
+import type { DpLbMode, RankSource, WorkerSpec } from "@kv-epp/protocol";
 import type { AttachmentIntent } from "./protocol.ts";
 
 
 /** A WorkerSpec whose ranks come from intents: listeners follow `ranks`, not port + r. */
 export type IntentWorkerSpec = WorkerSpec & { ranks: RankSource[] };
 
-export type IntentWorker = { id: string; address?: string; metricsUrl?: string; ranks: RankSource[] };
+/** `dpLb`: the LB mode its intents state (the first that states one). */
+export type IntentWorker = { id: string; address?: string; metricsUrl?: string; dpLb?: DpLbMode; ranks: RankSource[] };
 
 /**
  * `kubernetes`: pod discovery (Ready pods only) decides membership; intents only describe the ranks of
@@ -36,6 +37,7 @@ export function intentWorkers(desired: readonly AttachmentIntent[]): IntentWorke
     if (!w) byId.set(a.workerId, (w = { id: a.workerId, ranks: [] }));
     w.address ??= a.address;
     w.metricsUrl ??= a.metricsUrl;
+    w.dpLb ??= a.dpLb;
     w.ranks.push({
       dpRank: a.dpRank,
       kvEvents: a.endpoint,
@@ -47,9 +49,17 @@ export function intentWorkers(desired: readonly AttachmentIntent[]): IntentWorke
   return [...byId.values()];
 }
 
-function withRanks<T extends WorkerSpec>(base: T, ranks: RankSource[]): T & { ranks: RankSource[] } {
+/**
+ * `base` with the intents' ranks. A worker whose intents state hybrid or external LB serves its ranks
+ * from one API server that numbers them from 0 (unless it already lists its servers, one per port).
+ */
+function withRanks<T extends WorkerSpec>(base: T, ranks: RankSource[], dpLb: DpLbMode | undefined): T & { ranks: RankSource[] } {
   const first = ranks[0]!;
-  return { ...base, kvEvents: first.kvEvents, replay: first.replay, dpSize: ranks.length, ranks };
+  const local = dpLb !== undefined && dpLb !== "internal" && !(base.servers && base.servers.length > 1);
+  return {
+    ...base, kvEvents: first.kvEvents, replay: first.replay, dpSize: ranks.length, ranks,
+    ...(local ? { servers: [{ address: base.address, ranks: ranks.map((r) => r.dpRank) }] } : {}),
+  };
 }
 
 /** The ranks of several intent workers on one worker: per rank, the first one stating it wins. */
@@ -145,11 +155,12 @@ export function mergeWorkerSets<T extends WorkerSpec>(
   }
   const workers: (T | IntentWorkerSpec)[] = pods.map((p) => {
     const from = contributions.get(p);
-    return from ? withRanks(p, unionRanks(from)) : p;
+    return from ? withRanks(p, unionRanks(from), from.find((w) => w.dpLb)?.dpLb) : p;
   });
   for (const [address, [first, ...rest]] of joining) {
     const metricsUrl = first!.metricsUrl ?? rest.find((w) => w.metricsUrl)?.metricsUrl ?? `http://${address}/metrics`;
-    workers.push(withRanks({ id: first!.id, address, kvEvents: "", dpSize: 0, metricsUrl }, unionRanks([first!, ...rest])));
+    const all = [first!, ...rest];
+    workers.push(withRanks({ id: first!.id, address, kvEvents: "", dpSize: 0, metricsUrl }, unionRanks(all), all.find((w) => w.dpLb)?.dpLb));
   }
   return { workers, unroutable, aliases };
 }
