@@ -36,7 +36,7 @@ export type Resp = {
 type Common = {
   header_mutation?: { set_headers?: { header?: { key: string; raw_value?: Buffer } }[] };
   clear_route_cache?: boolean;
-  body_mutation?: { streamed_response?: { body?: Buffer; end_of_stream?: boolean } };
+  body_mutation?: { body?: Buffer; streamed_response?: { body?: Buffer; end_of_stream?: boolean } };
 };
 
 /** A duplex ext_proc stream with an awaitable queue of responses. */

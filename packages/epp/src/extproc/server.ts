@@ -15,11 +15,13 @@ import type { Tokenize } from "../tokens.ts";
 import type { Candidate } from "../workers/registry.ts";
 import { FairnessLabels, hasCriticalObjective, requestClass, shedReason, type RequestClass } from "./gaie-headers.ts";
 import { GrpcStatus, type BidiCall, type StatusCode } from "./grpc-h2.ts";
+import { modelRewrite, type ResponseModelName } from "./model-rewrite.ts";
 import { BadRequest, MAX_BODY_BYTES, parseBodyBytes, TooDeep, type ParsedBody } from "./openai-body.ts";
 import {
   type BodySendMode,
   continueResponse,
   findHeader,
+  replacedBody,
   immediate,
   routedBody,
   responseHeadersWith,
@@ -91,6 +93,10 @@ type RequestState = {
   routed?: { candidate: Candidate; blocks: number; prefillBlocks: number; prefilled: boolean; prefix?: PrefixKeys };
   /** A response_body message came for it (the gateway sends response bodies). */
   responseBody: boolean;
+  /** Model rewrite: maps the served model's name back to the client's in the response body. */
+  responseModel?: ResponseModelName;
+  /** The response headers carry a content-length (a replaced BUFFERED body sets the new one). */
+  responseLength?: boolean;
 };
 
 /** The request's prefill is over (first response byte, or its deadline): its load stops counting it as ahead. */
@@ -228,6 +234,7 @@ class ProcessStream {
       const status = findHeader(msg.response_headers.headers, ":status");
       if (status && status !== "200") this.deps.log.debug({ status }, "upstream answered non-200");
       this.req?.watch?.headers(findHeader(msg.response_headers.headers, "content-type"), this.responseChunked);
+      if (this.req) this.req.responseLength = findHeader(msg.response_headers.headers, "content-length") !== undefined; // model rewrite
       this.served(servedEndpoint(msg) ?? findHeader(msg.response_headers.headers, SERVED_KEY));
       const explained = this.req?.explanation;
       this.send(explained ? responseHeadersWith([[EXPLANATION_HEADER, explained]]) : continueResponse("response_headers"));
@@ -243,11 +250,17 @@ class ProcessStream {
       const body = msg.response_body.body ?? EMPTY;
       const eos = msg.response_body.end_of_stream === true;
       this.req?.watch?.body(body);
-      this.send(this.responseStreamed ? streamedBody("response_body", body, eos) : continueResponse("response_body"));
+      // Model rewrite: the client's name back in the response (model-rewrite.ts). Full duplex may hold
+      // a split field's start back for the next chunk; other modes answer each message with its own bytes.
+      const out = this.req?.responseModel?.map(body, eos || !this.responseStreamed) ?? body;
+      if (this.responseStreamed) this.send(streamedBody("response_body", out, eos));
+      else this.send(out === body ? continueResponse("response_body") : replacedBody("response_body", out, !this.responseChunked && this.req?.responseLength ? out.length : undefined));
       if (eos) this.finish();
       return;
     }
     if (msg.response_trailers) {
+      const held = this.responseStreamed ? this.req?.responseModel?.release() : undefined; // model rewrite
+      if (held && held.length > 0) this.send(streamedBody("response_body", held, false));
       this.send(continueResponse("response_trailers"));
       this.finish();
     }
@@ -320,6 +333,7 @@ class ProcessStream {
     let decision: Decision;
     let contentLength: number | undefined;
     let batchedPrompts: number | undefined;
+    let rewrite: ReturnType<typeof modelRewrite> = {};
     try {
       const parsed: ParsedBody = body.length > 0 ? this.parse(body, maybeCut) : { input: { kind: "none" } };
       batchedPrompts = parsed.batchedPrompts;
@@ -338,6 +352,8 @@ class ProcessStream {
       const tokens = this.deps.tokenize(parsed.input);
       // x-gateway-model-name-rewrite names the model the request runs as (an adapter's identity too).
       decision = this.deps.picker.pick({ model: req.cls.modelRewrite ?? parsed.model, cacheSalt: parsed.cacheSalt, tokens, subset: req.subset });
+      // ...and the forwarded body names it, where the body is held until the route is sent (model-rewrite.ts).
+      rewrite = modelRewrite(req.cls.modelRewrite, parsed.model, at === "body" && !maybeCut ? body : undefined);
     } catch (err) {
       if (err instanceof BadRequest) {
         if (err instanceof TooDeep) this.deps.metrics.jsonDepthRefusals.inc({ where: "ext_proc" });
@@ -368,13 +384,17 @@ class ProcessStream {
     req.picked = decision;
     if (req.explain) req.explanation = explanation(decision);
     this.deps.metrics.requests.inc({ outcome: "routed" });
-    if (at === "body" && this.fullDuplex) contentLength = body.length;
+    if (rewrite.outcome) this.countRewrite(rewrite.outcome);
+    req.responseModel = rewrite.response;
+    const forward = rewrite.body ?? body;
+    if (at === "body" && (this.fullDuplex || rewrite.body)) contentLength = forward.length;
     const route: Route = {
       // The protocol's ordered list: the pick first, then next-best distinct endpoints for retries.
       endpoint: [chosen.candidate.endpoint, ...fallbacks(decision.scored, chosen.candidate.endpoint, this.deps.fallbacks ?? 0)].join(","),
       dpRank: chosen.candidate.rankHeader,
       contentLength,
       extraHeaders: req.explanation ? [[EXPLANATION_HEADER, req.explanation]] : undefined,
+      body: this.fullDuplex ? undefined : rewrite.body,
     };
     this.deps.log.debug(
       { worker: chosen.candidate.workerId, rank: chosen.candidate.dpRank, overlap: chosen.overlap, blocks: requestBlocks },
@@ -386,10 +406,10 @@ class ProcessStream {
       this.send(routedHeaders(route));
       // The body was held back until the route was known; hand it back in bounded chunks. Nothing to
       // hand back for a request that had headers then trailers and no body: Envoy asked for no chunk.
-      if (body.length === 0 && bodyEnds) this.send(streamedBody("request_body", EMPTY, true));
-      for (let off = 0; off < body.length; off += STREAM_CHUNK) {
-        const end = Math.min(off + STREAM_CHUNK, body.length);
-        this.send(streamedBody("request_body", body.subarray(off, end), bodyEnds && end === body.length));
+      if (forward.length === 0 && bodyEnds) this.send(streamedBody("request_body", EMPTY, true));
+      for (let off = 0; off < forward.length; off += STREAM_CHUNK) {
+        const end = Math.min(off + STREAM_CHUNK, forward.length);
+        this.send(streamedBody("request_body", forward.subarray(off, end), bodyEnds && end === forward.length));
       }
     } else {
       this.send(routedBody(route));
@@ -420,6 +440,13 @@ class ProcessStream {
     req.watch?.servedBy(scored && predictionOf(req.picked!, scored));
     this.deps.metrics.servedElsewhere.inc({ result: "moved" });
     this.deps.log.debug({ picked: routed.candidate.endpoint, served: endpoint }, "served elsewhere: load moved");
+  }
+
+  private countRewrite(outcome: NonNullable<ReturnType<typeof modelRewrite>["outcome"]>): void {
+    this.deps.metrics.modelRewrites.inc({ result: outcome });
+    if (outcome === "body_not_held")
+      warnOnce(this.shared.warned, this.deps.log, "rewrite_body_not_held", { mode: this.mode },
+        "x-gateway-model-name-rewrite scored, but the body was not held before the route (request body mode NONE/STREAMED, or a BUFFERED_PARTIAL body cut at the limit): it goes upstream naming the client's model; use FULL_DUPLEX_STREAMED or BUFFERED");
   }
 
   private parse(body: Uint8Array, maybeCut: boolean): ParsedBody {
