@@ -16,6 +16,7 @@ describe("config", () => {
     expect(c.recovery).toEqual({ mode: "static", peers: ["http://127.0.4.2:9093"] });
     expect(c.model).toEqual({ name: "test-model", tenant: "default", blockSize: 16, loraAdapters: [] });
     expect(c.kvHeartbeatMs).toBe(5000);
+    expect(c.conformanceTestHooks).toBe(false);
     // As GAIE's EPP: TLS unless told otherwise, with a certificate of its own when given none.
     expect(c.tls).toEqual({ mode: "self-signed" });
   });

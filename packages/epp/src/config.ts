@@ -77,6 +77,7 @@ export const OPTIONS = {
   inflightPrefixMaxBlocks: { flag: "inflight-prefix-max-blocks", env: "DYN_EPP_INFLIGHT_PREFIX_MAX_BLOCKS", kind: "int", default: String(DEFAULT_PENDING.maxBlocks), help: "most in-flight prefix blocks held (oldest requests' leave first)" },
   inflightPrefixTtlMs: { flag: "inflight-prefix-ttl-ms", env: "DYN_EPP_INFLIGHT_PREFIX_TTL_MS", kind: "int", default: String(DEFAULT_PENDING.ttlMs), help: "an in-flight prefix leaves after this long even if its request never ended" },
   explain: { flag: "explain", env: "DYN_EPP_EXPLAIN", kind: "bool", default: "false", help: "explain every decision in an x-kv-epp-decision header (else only requests sending x-kv-epp-explain: 1)" },
+  conformanceTestHooks: { flag: "conformance-test-hooks", env: "DYN_EPP_CONFORMANCE_TEST_HOOKS", kind: "bool", default: "false", help: "GAIE conformance suite hooks: a request's test-epp-endpoint-selection header picks its candidates, responses echo the served and selected endpoints (x-conformance-test-*); test clusters only, any client could steer its requests" },
   temperature: { flag: "temperature", env: "DYN_EPP_TEMPERATURE", kind: "number", default: "0", help: "softmax temperature (0: argmin)" },
   scrapeIntervalMs: { flag: "scrape-interval-ms", env: "DYN_EPP_SCRAPE_INTERVAL_MS", kind: "int", default: "1000", help: "vLLM /metrics scrape period (0: off)" },
   fallbackEndpoints: { flag: "fallback-endpoints", env: "DYN_EPP_FALLBACK_ENDPOINTS", kind: "int", default: "0", help: "also name this many next-best distinct endpoints after the pick, for the gateway's retries" },
@@ -229,6 +230,8 @@ export type EppConfig = {
     shape: CostShape;
   };
   explain: boolean;
+  /** GAIE's conformance-suite hooks (extproc/conformance.ts); off outside test clusters. */
+  conformanceTestHooks: boolean;
   scrapeIntervalMs: number;
   maxInflight: number;
   /** Next-best distinct endpoints sent after the pick (GAIE protocol's ordered list). */
@@ -450,6 +453,7 @@ export function parseConfig(argv: string[], env: Record<string, string | undefin
       shape,
     },
     explain: get<boolean>("explain")!,
+    conformanceTestHooks: get<boolean>("conformanceTestHooks")!,
     scrapeIntervalMs: get<number>("scrapeIntervalMs")!,
     maxInflight: get<number>("maxInflight")!,
     fallbackEndpoints: get<number>("fallbackEndpoints")!,

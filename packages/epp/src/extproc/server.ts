@@ -15,6 +15,7 @@ import type { Tokenize } from "../tokens.ts";
 import type { Candidate } from "../workers/registry.ts";
 import { FairnessLabels, hasCriticalObjective, requestClass, shedReason, type RequestClass } from "./gaie-headers.ts";
 import { GrpcStatus, type BidiCall, type StatusCode } from "./grpc-h2.ts";
+import { echo, steering } from "./conformance.ts";
 import { modelRewrite, type ResponseModelName } from "./model-rewrite.ts";
 import { BadRequest, MAX_BODY_BYTES, parseBodyBytes, TooDeep, type ParsedBody } from "./openai-body.ts";
 import {
@@ -58,6 +59,8 @@ export type ExtProcDeps = {
   fallbacks?: number;
   /** The routable worker ranks, to find the one a served endpoint names. */
   candidates?: () => readonly Candidate[];
+  /** GAIE conformance-suite hooks (conformance.ts): steering header and served/selected echo. */
+  conformanceHooks?: boolean;
 };
 
 /** What one ext_proc server's streams share. */
@@ -75,6 +78,8 @@ type Duplex = BidiCall<ProcessingRequest, ProcessingResponse>;
 /** Per-HTTP-request state on a stream. */
 type RequestState = {
   subset: Set<string> | undefined;
+  /** Steered by the conformance selection header, which wins over later subset hints. */
+  steered?: boolean;
   chunks: Uint8Array[];
   bytes: number;
   lease: Lease | undefined;
@@ -124,6 +129,7 @@ export function createProcessHandler(deps: ExtProcDeps): (call: Duplex) => void 
   const shared: Shared = { warned: new Set(), fairness: new FairnessLabels(), warnRejected: throttledWarn(deps.log, "ext_proc stream rejected"),
     criticalKnown: hasCriticalObjective(deps.priorities ?? NO_PRIORITIES),
   };
+  if (deps.conformanceHooks) deps.log.warn("GAIE conformance test hooks on (--conformance-test-hooks): any client can steer its requests with test-epp-endpoint-selection");
   return (call) => new ProcessStream(call, deps, shared).run();
 }
 
@@ -224,7 +230,7 @@ class ProcessStream {
     if (msg.request_headers) return this.onRequestHeaders(msg);
     // The subset hint may come on any request-path message (GAIE reads it with the body's end); the
     // latest one that carries it counts.
-    if (this.req && !this.req.decided && (msg.request_body || msg.request_trailers)) {
+    if (this.req && !this.req.decided && !this.req.steered && (msg.request_body || msg.request_trailers)) {
       const hint = subsetHint(msg);
       if (hint) this.req.subset = hint;
     }
@@ -236,8 +242,9 @@ class ProcessStream {
       this.req?.watch?.headers(findHeader(msg.response_headers.headers, "content-type"), this.responseChunked);
       if (this.req) this.req.responseLength = findHeader(msg.response_headers.headers, "content-length") !== undefined; // model rewrite
       this.served(servedEndpoint(msg) ?? findHeader(msg.response_headers.headers, SERVED_KEY));
-      const explained = this.req?.explanation;
-      this.send(explained ? responseHeadersWith([[EXPLANATION_HEADER, explained]]) : continueResponse("response_headers"));
+      const set: [string, string][] = this.req?.explanation ? [[EXPLANATION_HEADER, this.req.explanation]] : [];
+      if (this.deps.conformanceHooks) set.push(...echo(msg, this.req?.picked?.chosen.candidate.endpoint)); // conformance.ts
+      this.send(set.length > 0 ? responseHeadersWith(set) : continueResponse("response_headers"));
       if (msg.response_headers.end_of_stream) this.finish();
       return;
     }
@@ -283,7 +290,9 @@ class ProcessStream {
     const explain = this.deps.explainAll === true || findHeader(msg.request_headers!.headers, EXPLAIN_REQUEST_HEADER) === "1";
     const cls = requestClass(msg.request_headers!.headers, this.deps.priorities ?? NO_PRIORITIES);
     this.deps.metrics.fairnessRequests.inc({ fairness_id: this.shared.fairness.label(cls.fairnessId) });
-    this.req = { subset: subsetHint(msg), chunks: [], bytes: 0, lease: undefined, decided: false, explain, responseBody: false, cls };
+    // Conformance hooks: the selection header steers the request instead of the subset hint (conformance.ts).
+    const steered = this.deps.conformanceHooks ? steering(msg.request_headers!.headers, (this.deps.candidates?.() ?? []).map((c) => c.endpoint)) : undefined;
+    this.req = { subset: steered ? steered.subset : subsetHint(msg), steered: steered !== undefined, chunks: [], bytes: 0, lease: undefined, decided: false, explain, responseBody: false, cls };
     // No body, or none before the route is taken (NONE: not sent; STREAMED: the headers go upstream
     // once answered): the decision is by load alone, on the headers.
     if (msg.request_headers!.end_of_stream || this.mode === "NONE" || this.mode === "STREAMED") {
