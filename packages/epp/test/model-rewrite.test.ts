@@ -115,6 +115,13 @@ test("each rewrite is counted by what it did; a body mode that forwards the body
   s.send(rewriteHeaders("served", { request_body_mode: "STREAMED" }));
   expect(setHeader((await s.next()).request_headers?.response, "x-gateway-destination-endpoint")).toBe(`${IP}:8000`);
   s.end();
+  // A request with no body (a GET) has nothing to rewrite: routed, not counted.
+  const get = client.open();
+  const h = rewriteHeaders("served", { request_body_mode: "FULL_DUPLEX_STREAMED" });
+  h.request_headers!.end_of_stream = true;
+  get.send(h);
+  expect(setHeader((await get.next()).request_headers?.response, "x-gateway-destination-endpoint")).toBe(`${IP}:8000`);
+  get.end();
   const series = (result: string) => scrapeMetric(`http://127.0.4.1:${epp.ports.metrics}`, `dynamo_epp_model_rewrites_total{result="${result}"}`);
   expect(await series("rewritten")).toBe(3);
   expect(await series("same_name")).toBe(1);

@@ -133,16 +133,16 @@ export type RewriteOutcome = "rewritten" | "same_name" | "body_not_held";
 /**
  * The request's rewrite: the body to forward and the response mapping back to the client's name.
  * `body` undefined: the body is not held before the route is sent (NONE, STREAMED, a BUFFERED_PARTIAL
- * body cut at Envoy's limit), so it goes upstream as the client wrote it.
+ * body cut at Envoy's limit), so it goes upstream as the client wrote it; empty: there is none.
  */
 export function modelRewrite(
   target: string | undefined,
   bodyModel: string | undefined,
   body: Uint8Array | undefined,
 ): { outcome?: RewriteOutcome; body?: Uint8Array; response?: ResponseModelName } {
-  if (target === undefined) return {};
+  if (target === undefined || body?.length === 0) return {};
   if (target === bodyModel) return { outcome: "same_name" };
-  if (!body || body.length === 0) return { outcome: "body_not_held" };
+  if (!body) return { outcome: "body_not_held" };
   return {
     outcome: "rewritten",
     body: rewriteBodyModel(body, target),

@@ -98,6 +98,8 @@ type RequestState = {
   routed?: { candidate: Candidate; blocks: number; prefillBlocks: number; prefilled: boolean; prefix?: PrefixKeys };
   /** A response_body message came for it (the gateway sends response bodies). */
   responseBody: boolean;
+  /** The request has no body (its headers ended the stream): nothing to rewrite. */
+  bodyless?: boolean;
   /** Model rewrite: maps the served model's name back to the client's in the response body. */
   responseModel?: ResponseModelName;
   /** The response headers carry a content-length (a replaced BUFFERED body sets the new one). */
@@ -292,7 +294,10 @@ class ProcessStream {
     this.deps.metrics.fairnessRequests.inc({ fairness_id: this.shared.fairness.label(cls.fairnessId) });
     // Conformance hooks: the selection header steers the request instead of the subset hint (conformance.ts).
     const steered = this.deps.conformanceHooks ? steering(msg.request_headers!.headers, (this.deps.candidates?.() ?? []).map((c) => c.endpoint)) : undefined;
-    this.req = { subset: steered ? steered.subset : subsetHint(msg), steered: steered !== undefined, chunks: [], bytes: 0, lease: undefined, decided: false, explain, responseBody: false, cls };
+    this.req = {
+      subset: steered ? steered.subset : subsetHint(msg), steered: steered !== undefined, chunks: [], bytes: 0, lease: undefined, decided: false, explain, responseBody: false, cls,
+      bodyless: msg.request_headers!.end_of_stream === true,
+    };
     // No body, or none before the route is taken (NONE: not sent; STREAMED: the headers go upstream
     // once answered): the decision is by load alone, on the headers.
     if (msg.request_headers!.end_of_stream || this.mode === "NONE" || this.mode === "STREAMED") {
@@ -362,7 +367,7 @@ class ProcessStream {
       // x-gateway-model-name-rewrite names the model the request runs as (an adapter's identity too).
       decision = this.deps.picker.pick({ model: req.cls.modelRewrite ?? parsed.model, cacheSalt: parsed.cacheSalt, tokens, subset: req.subset });
       // ...and the forwarded body names it, where the body is held until the route is sent (model-rewrite.ts).
-      rewrite = modelRewrite(req.cls.modelRewrite, parsed.model, at === "body" && !maybeCut ? body : undefined);
+      if (!req.bodyless) rewrite = modelRewrite(req.cls.modelRewrite, parsed.model, at === "body" && !maybeCut ? body : undefined);
     } catch (err) {
       if (err instanceof BadRequest) {
         if (err instanceof TooDeep) this.deps.metrics.jsonDepthRefusals.inc({ where: "ext_proc" });
