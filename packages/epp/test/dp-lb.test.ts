@@ -6,9 +6,11 @@
 // node, which refuses a global rank as vLLM does.
 import { afterAll, beforeAll, expect, test } from "bun:test";
 import { startMockWorker, type MockWorker } from "@kv-epp/mock-worker";
-import { waitFor } from "@kv-epp/testkit";
-import type { EppHandle } from "../src/main.ts";
-import { BLOCK, FakeWorkerEvents, HOST, body, extProcClient, headers, postJson, setHeader, startTestEpp, tokens } from "./helpers.ts";
+import { startFakeKubeApi, waitFor } from "@kv-epp/testkit";
+import { parseConfig } from "../src/config.ts";
+import { startEpp, type EppHandle } from "../src/main.ts";
+import { DP_LB_ANNOTATION, DP_START_RANK_ANNOTATION } from "../src/workers/kubernetes.ts";
+import { BLOCK, FakeWorkerEvents, HOST, body, extProcClient, headers, postJson, quietLog, setHeader, startTestEpp, tokens } from "./helpers.ts";
 
 const HEAD = "127.0.4.161"; // internal LB: the head node's API server, in front of global ranks 2 and 3
 const NODE = "127.0.4.162"; // hybrid LB: the second node's own API server, ranks 2 and 3
@@ -107,4 +109,37 @@ test("end to end with a hybrid-LB mock node: the header the EPP sets reaches the
   expect(w.ranks[0]!.cache.usedBlocks).toBe(0);
   // The global rank, which this server does not number, is refused as vLLM's input processor refuses it.
   expect((await send(prompt, "3")).status).toBe(400);
+});
+
+test("Kubernetes: a pod's annotations say its start rank and LB mode; a later start rank without a mode is a hybrid node", async () => {
+  const [WIDE, HEADED] = ["127.0.4.169", "127.0.4.170"];
+  const api = await startFakeKubeApi({ host: HOST, port: 0 });
+  cleanups.push(() => api.close());
+  api.upsert({
+    apiVersion: "inference.networking.k8s.io/v1", kind: "InferencePool", metadata: { name: "pool", namespace: "llm" },
+    spec: { selector: { matchLabels: { app: "vllm" } }, targetPorts: [{ number: 8000 }], endpointPickerRef: { name: "dynamo-epp", port: { number: 9002 } } },
+  } as never);
+  const pubs = [await FakeWorkerEvents.start(WIDE, KV + 3, 3), await FakeWorkerEvents.start(HEADED, KV + 3, 3)];
+  cleanups.push(() => Promise.all(pubs.map((p) => p.close())));
+  const cfg = parseConfig(
+    ["--pool-name", "pool", "--model", "test-model", "--block-size", String(BLOCK), "--listen", HOST, "--kv-events-port", String(KV), "--dp-size", "2",
+      "--grpc-port", "0", "--grpc-health-port", "0", "--metrics-port", "0", "--replica-agg-port", "0", "--subscribe-wait-ms", "1000", "--selection-port", "0", "--scrape-interval-ms", "0"],
+    { POD_NAMESPACE: "llm" },
+  );
+  const e = await startEpp(cfg, { log: quietLog, kubeConfig: api.kubeConfig });
+  cleanups.push(() => e.stop({ graceMs: 100 }));
+  await e.ready;
+  const pod = (name: string, ip: string, annotations: Record<string, string>) => ({
+    apiVersion: "v1", kind: "Pod", metadata: { name, namespace: "llm", labels: { app: "vllm" }, annotations },
+    status: { phase: "Running", podIP: ip, conditions: [{ type: "Ready", status: "True" }] },
+  }) as never;
+  api.upsert(pod("wide-ep-1", WIDE, { [DP_START_RANK_ANNOTATION]: "2" }));
+  api.upsert(pod("headed", HEADED, { [DP_START_RANK_ANNOTATION]: "2", [DP_LB_ANNOTATION]: "internal" }));
+  const c = extProcClient(e.ports.grpc);
+  cleanups.push(async () => c.close());
+  for (const [name, pub, ip, header] of [["wide-ep-1", pubs[0]!, WIDE, "1"], ["headed", pubs[1]!, HEADED, "3"]] as const) {
+    const prompt = tokens(BLOCK * 4, name.length * 1000 + 8500);
+    await pub.storeUntil(prompt, async () => (await score(e, prompt))[name]?.["3"] === 4);
+    expect(await route(c, prompt)).toEqual({ endpoint: `${ip}:8000`, rank: header });
+  }
 });
