@@ -21,6 +21,13 @@ test("a body the scanner leaves to JSON.parse (an escaped key, model given twice
   expect(JSON.parse(rewrite('{"model": "a", "model": "b"}', "m"))).toEqual({ model: "m" });
 });
 
+test("a body past the scan bound is the same document with the model set", () => {
+  const big = JSON.stringify({ model: "a", prompt: "x".repeat(5 * 1024 * 1024) });
+  const out = JSON.parse(rewrite(big, "m"));
+  expect(out.model).toBe("m");
+  expect(out.prompt.length).toBe(5 * 1024 * 1024);
+});
+
 test("any object rewritten parses to the same object with `model` set", () => {
   fc.assert(
     fc.property(fc.dictionary(fc.string(), fc.jsonValue()), fc.string(), (o, m) => {

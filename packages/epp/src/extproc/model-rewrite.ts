@@ -10,16 +10,21 @@ import { BadRequest, parseJson } from "./openai-body.ts";
 
 const encoder = new TextEncoder();
 let scanner: JsonFieldScanner | undefined;
+/**
+ * Bodies past this are re-serialised instead of scanned: the scanner's linear memory keeps the size of
+ * the largest body it read and never shrinks (openai-body.ts bounds its own scanner the same way).
+ */
+const SCAN_MAX_BYTES = 4 * 1024 * 1024;
 
 /**
  * `body` (a whole JSON object, already parsed once) with its top-level `model` set to `model`, every
  * other byte kept: the value is spliced in where the scanner found it, or inserted first when the body
  * names none. A body the scanner leaves to JSON.parse (a key written with escapes, `model` given twice)
- * is re-serialised whole instead: the same document, not the same bytes.
+ * or one past SCAN_MAX_BYTES is re-serialised whole instead: the same document, not the same bytes.
  */
 export function rewriteBodyModel(body: Uint8Array, model: string): Uint8Array {
   const value = encoder.encode(JSON.stringify(model));
-  const fields = (scanner ??= new JsonFieldScanner(["model"])).scan(body);
+  const fields = body.length > SCAN_MAX_BYTES ? null : (scanner ??= new JsonFieldScanner(["model"])).scan(body);
   if (!fields) return reserialised(body, model);
   const f = fields[0]!;
   if (f.kind !== "absent") return splice(body, f.start, f.end, value);
