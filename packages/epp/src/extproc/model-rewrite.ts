@@ -99,7 +99,9 @@ export class ResponseModelName {
   /** The length of the longest end of `text` that is a proper beginning of a field to map. */
   private openTail(text: Uint8Array): number {
     const longest = Math.min(text.length, Math.max(...this.from.map((f) => f.length)) - 1);
+    // Every field begins with a quote: other positions are passed over at one byte each.
     for (let k = longest; k > 0; k--) {
+      if (text[text.length - k] !== 0x22) continue;
       const tail = text.subarray(text.length - k);
       if (this.from.some((f) => f.length > k && startsWith(f, tail))) return k;
     }
