@@ -1,14 +1,18 @@
 // GAIE's conformance-suite hooks through real ext_proc (gRPC over TLS), behind --conformance-test-hooks:
-// the test-epp-endpoint-selection header steers a request to the pods it names (by IP, as GAIE's test
-// picker lwepp matches), and the response headers echo the endpoint the gateway reports served the
-// request and the one picked. Off by default: the header then steers nothing and nothing is echoed.
+// the test-epp-endpoint-selection header steers a request to the pods (ip) and endpoints (ip:port) it
+// names, and the response headers echo the endpoint the gateway reports served the request and the one
+// picked. Off by default: the header then steers nothing and nothing is echoed.
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import type { ProcessingRequest } from "../src/extproc/messages.ts";
 import type { EppHandle } from "../src/main.ts";
 import { body, extProcClient, headers, setHeader, startTestEpp, type ExtProcStream, type Resp } from "./helpers.ts";
 
-const [A, B, C] = ["127.0.4.166", "127.0.4.167", "127.0.4.168"];
-const workers = [A, B, C].map((ip, i) => ({ id: `w${i}`, address: `${ip}:8000`, kvEvents: `tcp://${ip}:5557` }));
+const [A, B, C, D] = ["127.0.4.166", "127.0.4.167", "127.0.4.168", "127.0.4.171"];
+const workers = [
+  ...[A, B, C].map((ip, i) => ({ id: `w${i}`, address: `${ip}:8000`, kvEvents: `tcp://${ip}:5557` })),
+  // A pod of two data-parallel ranks, each its own API server (the suite's DP pool has three).
+  { id: "dp", address: [`${D}:3000`, `${D}:3002`], kvEvents: `tcp://${D}:5557` },
+];
 const enc = new TextEncoder();
 
 let on: EppHandle;
@@ -48,18 +52,23 @@ async function route(client: ReturnType<typeof extProcClient>, selection: string
 }
 
 describe("--conformance-test-hooks", () => {
-  test("the selection header keeps every request on the pods it names, by IP (a port is dropped, as lwepp matches)", async () => {
+  test("the selection header keeps every request on what it names: a pod by its IP, an endpoint by ip:port", async () => {
     for (const pod of [A, B, C]) {
       for (let i = 0; i < 3; i++) expect((await route(onClient, pod)).endpoint).toBe(`${pod}:8000`);
-      expect((await route(onClient, `${pod}:3000`)).endpoint).toBe(`${pod}:8000`);
+      expect((await route(onClient, `${pod}:8000`)).endpoint).toBe(`${pod}:8000`);
     }
-    for (const pair of [` ${A} ,${C}:3000`, `${B},${C}`])
+    for (const pair of [` ${A} ,${C}:8000`, `${B},${C}`])
       for (let i = 0; i < 4; i++) expect(pair).toContain((await route(onClient, pair)).endpoint!.split(":")[0]!);
+    // The data-parallel pod: its IP allows either rank's server, ip:port pins one.
+    for (let i = 0; i < 4; i++) expect((await route(onClient, `${D}:3002`)).endpoint).toBe(`${D}:3002`);
+    for (let i = 0; i < 4; i++) expect((await route(onClient, `${A},${D}:3000`)).endpoint).toMatch(new RegExp(`^(${A}:8000|${D}:3000)$`));
+    for (let i = 0; i < 4; i++) expect((await route(onClient, D)).endpoint).toMatch(new RegExp(`^${D}:300[02]$`));
   });
 
   test("the header wins over the gateway's subset hint; one naming no known pod leaves every endpoint a candidate", async () => {
     expect((await route(onClient, C, withHint([A]))).endpoint).toBe(`${C}:8000`);
-    expect((await route(onClient, "256.256.256.256")).endpoint).toMatch(/^127\.0\.4\.16[678]:8000$/);
+    expect((await route(onClient, "256.256.256.256")).endpoint).toMatch(/^127\.0\.4\.(16[678]:8000|171:300[02])$/);
+    expect((await route(onClient, `${B}:9999`)).endpoint).toMatch(/^127\.0\.4\.(16[678]:8000|171:300[02])$/);
     // No header: the subset hint applies as always.
     expect((await route(onClient, undefined, withHint([A]))).endpoint).toBe(`${A}:8000`);
   });

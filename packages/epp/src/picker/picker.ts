@@ -30,7 +30,7 @@ export type PickRequest = {
   /** vLLM's cache_salt of the request: folded into its first block. */
   cacheSalt?: string;
   tokens: Uint32Array;
-  /** Pod IPs the gateway allows for this request (GAIE subset hint). */
+  /** Pod IPs (every endpoint of the pod) or `ip:port` endpoints the request may go to (DecisionInput.subset). */
   subset?: ReadonlySet<string>;
   /** Include every worker's overlap and tree size in the decision (POST /select); costs two Maps. */
   detail?: boolean;
