@@ -16,6 +16,7 @@ describe("config", () => {
     expect(c.recovery).toEqual({ mode: "static", peers: ["http://127.0.4.2:9093"] });
     expect(c.model).toEqual({ name: "test-model", tenant: "default", blockSize: 16, loraAdapters: [] });
     expect(c.kvHeartbeatMs).toBe(5000);
+    expect(c.conformanceTestHooks).toBe(false);
     // As GAIE's EPP: TLS unless told otherwise, with a certificate of its own when given none.
     expect(c.tls).toEqual({ mode: "self-signed" });
   });
@@ -151,6 +152,16 @@ describe("config", () => {
     expect(() => parseConfig(["--config", file, "--replica-agg-timeout-ms", "500"], {})).toThrow(/--replica-agg-timeout-ms: "500" \(expected > the heartbeat/);
     const bad = writeStaticConfig([], [{ url: "http://127.0.8.3:9093", replicaAgg: "127.0.8.3:9092" }] as never);
     expect(() => parseConfig(["--config", bad], {})).toThrow(/peers\.0/);
+  });
+
+  test("a worker's DP load-balancing mode is one of vLLM's, and contradicts neither its addresses nor its size", () => {
+    const w = (extra: object) => writeStaticConfig([{ id: "a", address: "127.0.4.1:8000", kvEvents: "tcp://127.0.4.1:5557", ...extra }]);
+    const lb = (extra: object) => (parseConfig(["--config", w(extra)], {}).workers as { list: { dpLb?: string }[] }).list[0]!.dpLb;
+    expect(lb({})).toBeUndefined();
+    expect(lb({ dpLb: "hybrid", dpSize: 2, dpStartRank: 2 })).toBe("hybrid");
+    expect(() => parseConfig(["--config", w({ dpLb: "round-robin" })], {})).toThrow(/workers\.0\.dpLb/);
+    expect(() => parseConfig(["--config", w({ dpLb: "internal", address: ["127.0.4.1:8000", "127.0.4.1:8001"] })], {})).toThrow(/internal DP load balancing has one API server/);
+    expect(() => parseConfig(["--config", w({ dpLb: "external", dpSize: 2 })], {})).toThrow(/external DP load balancing runs one API server per rank/);
   });
 
   test("a bad static file names the field and value", () => {

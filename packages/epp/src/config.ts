@@ -7,6 +7,7 @@ import { parseDiscoveryConfig, type DiscoveryConfig } from "@kv-epp/intents";
 import { z } from "zod";
 import { DEFAULT_KV_MAX_MESSAGE_SIZE, LISTENER_HEARTBEAT } from "@kv-epp/kv-events";
 import { DEFAULT_SHAPE, DEFAULT_WEIGHTS, SCORE_SHAPE, type CostShape, followerRange, type FollowerRange, DEFAULT_AWAY_WEIGHT, DEFAULT_FOLLOWER_WEIGHT, DEFAULT_FOLLOWER_WEIGHT_MAX, DEFAULT_COST, type CostModel, DEFAULT_PENDING, INFLIGHT_PREFIX_DEFAULT } from "@kv-epp/routing";
+import { DP_LB_MODES, type DpLbMode } from "@kv-epp/protocol";
 
 export class ConfigError extends Error {}
 
@@ -73,6 +74,7 @@ export const OPTIONS = {
   inflightPrefixMaxBlocks: { flag: "inflight-prefix-max-blocks", env: "DYN_EPP_INFLIGHT_PREFIX_MAX_BLOCKS", kind: "int", default: String(DEFAULT_PENDING.maxBlocks), help: "most in-flight prefix blocks held (oldest requests' leave first)" },
   inflightPrefixTtlMs: { flag: "inflight-prefix-ttl-ms", env: "DYN_EPP_INFLIGHT_PREFIX_TTL_MS", kind: "int", default: String(DEFAULT_PENDING.ttlMs), help: "an in-flight prefix leaves after this long even if its request never ended" },
   explain: { flag: "explain", env: "DYN_EPP_EXPLAIN", kind: "bool", default: "false", help: "explain every decision in an x-kv-epp-decision header (else only requests sending x-kv-epp-explain: 1)" },
+  conformanceTestHooks: { flag: "conformance-test-hooks", env: "DYN_EPP_CONFORMANCE_TEST_HOOKS", kind: "bool", default: "false", help: "GAIE conformance suite hooks: a request's test-epp-endpoint-selection header picks its candidates, responses echo the served and selected endpoints (x-conformance-test-*); test clusters only, any client could steer its requests" },
   temperature: { flag: "temperature", env: "DYN_EPP_TEMPERATURE", kind: "number", default: "0", help: "softmax temperature (0: argmin)" },
   scrapeIntervalMs: { flag: "scrape-interval-ms", env: "DYN_EPP_SCRAPE_INTERVAL_MS", kind: "int", default: "1000", help: "vLLM /metrics scrape period (0: off)" },
   fallbackEndpoints: { flag: "fallback-endpoints", env: "DYN_EPP_FALLBACK_ENDPOINTS", kind: "int", default: "0", help: "also name this many next-best distinct endpoints after the pick, for the gateway's retries" },
@@ -114,6 +116,16 @@ const WorkerEntry = z.object({
   /** The EPP binds kvEvents (+ rank) and the worker's PUBs connect to it (vLLM with a non-wildcard endpoint). */
   kvEventsBind: z.boolean().default(false),
   metrics: z.string().url().optional(),
+  /**
+   * vLLM's DP load balancing (DpLbMode), which sets the x-data-parallel-rank numbering: internal (the
+   * default for one address: global ranks), hybrid or external (the server's own ranks from 0).
+   */
+  dpLb: z.enum(DP_LB_MODES as [DpLbMode, ...DpLbMode[]]).optional(),
+}).superRefine((w, ctx) => {
+  if (w.dpLb === "internal" && typeof w.address !== "string")
+    ctx.addIssue({ code: "custom", path: ["dpLb"], message: "internal DP load balancing has one API server for every rank: give one address, or dpLb hybrid/external for one server per address" });
+  if (w.dpLb === "external" && w.dpSize > 1)
+    ctx.addIssue({ code: "custom", path: ["dpLb"], message: "external DP load balancing runs one API server per rank: dpSize must be 1 (list one address per rank), or use dpLb hybrid" });
 });
 const PeerEntry = z.union([
   z.string().url(),
@@ -216,6 +228,8 @@ export type EppConfig = {
     shape: CostShape;
   };
   explain: boolean;
+  /** GAIE's conformance-suite hooks (extproc/conformance.ts); off outside test clusters. */
+  conformanceTestHooks: boolean;
   scrapeIntervalMs: number;
   maxInflight: number;
   /** Next-best distinct endpoints sent after the pick (GAIE protocol's ordered list). */
@@ -438,6 +452,7 @@ export function parseConfig(argv: string[], env: Record<string, string | undefin
       shape,
     },
     explain: get<boolean>("explain")!,
+    conformanceTestHooks: get<boolean>("conformanceTestHooks")!,
     scrapeIntervalMs: get<number>("scrapeIntervalMs")!,
     maxInflight: get<number>("maxInflight")!,
     fallbackEndpoints: get<number>("fallbackEndpoints")!,

@@ -127,6 +127,7 @@ export async function startEpp(cfg: EppConfig, o: { log?: Logger; kubeConfig?: K
       // Saturated by queues: every worker rank waits past --queue-threshold (from the scraped /metrics).
       queuesFull: () => workers.queuesFull(cfg.picker.queueThreshold),
       explainAll: cfg.explain,
+      conformanceHooks: cfg.conformanceTestHooks,
     },
     certificate, health, metrics, log,
   });

@@ -273,6 +273,12 @@ export function createMetrics() {
       labelNames: ["result"] as const,
       registers: [registry],
     }),
+    modelRewrites: new Counter({
+      name: "dynamo_epp_model_rewrites_total",
+      help: "requests with x-gateway-model-name-rewrite: rewritten (the forwarded body names the model scored, the response maps it back), same_name (the body already names it), body_not_held (the body mode forwards the body before the route: it goes as the client wrote it)",
+      labelNames: ["result"] as const,
+      registers: [registry],
+    }),
     ioErrors: new Counter({
       name: "dynamo_epp_io_errors_total",
       help: "errors caught at I/O boundaries",

@@ -36,7 +36,7 @@ export type Resp = {
 type Common = {
   header_mutation?: { set_headers?: { header?: { key: string; raw_value?: Buffer } }[] };
   clear_route_cache?: boolean;
-  body_mutation?: { streamed_response?: { body?: Buffer; end_of_stream?: boolean } };
+  body_mutation?: { body?: Buffer; streamed_response?: { body?: Buffer; end_of_stream?: boolean } };
 };
 
 /** A duplex ext_proc stream with an awaitable queue of responses. */
@@ -226,7 +226,7 @@ export function localHashes(ids: number[], blockSize = BLOCK): BigUint64Array {
   return computeBlockHashes(Uint32Array.from(ids), blockSize);
 }
 
-export type TestWorker = { id: string; address: string | string[]; kvEvents: string; replay?: string; dpSize?: number; dpStartRank?: number; kvEventsBind?: boolean };
+export type TestWorker = { id: string; address: string | string[]; kvEvents: string; replay?: string; dpSize?: number; dpStartRank?: number; kvEventsBind?: boolean; dpLb?: "internal" | "hybrid" | "external" };
 
 export function writeStaticConfig(workers: TestWorker[], peers: string[] = [], extra: Record<string, unknown> = {}): string {
   const dir = mkdtempSync(join(tmpdir(), "epp-test-"));

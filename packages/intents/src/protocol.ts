@@ -1,7 +1,7 @@
 // The two record types of KV discovery and their JSON wire format (see README.md "Records"):
 // a host advertisement (written by the EPP) and an attachment intent (written by a worker, one per
 // DP rank). Payloads are versioned; a reader skips what it cannot decode instead of failing.
-import { parseEndpoint } from "@kv-epp/protocol";
+import { DP_LB_MODES, parseEndpoint, type DpLbMode } from "@kv-epp/protocol";
 import { z } from "zod";
 
 /** The one KV-event protocol a host can attach to: vLLM's ZeroMQ PUB stream (docs/CONTRACTS.md §4). */
@@ -41,6 +41,11 @@ export type IntentDescriptor = {
   address?: string;
   /** The worker's Prometheus endpoint. */
   metricsUrl?: string;
+  /**
+   * The worker's vLLM DP load-balancing mode (DpLbMode), which sets how its API server numbers this
+   * rank in x-data-parallel-rank; absent: internal (global ranks). Older hosts ignore it.
+   */
+  dpLb?: DpLbMode;
 };
 
 /** A registered intent as the host materializes it. */
@@ -95,6 +100,7 @@ const IntentSchema = z.object({
     .refine((s) => Number(s.slice(s.lastIndexOf(":") + 1)) <= 65535, "port above 65535")
     .optional(),
   metricsUrl: z.string().url().optional(),
+  dpLb: z.enum(DP_LB_MODES as [DpLbMode, ...DpLbMode[]]).optional(),
 });
 
 const HostSchema = z.object({ v: z.number().int(), hostInstance: z.string().min(1), producer: z.string().min(1) });

@@ -1,6 +1,6 @@
 // What a worker process calls at start: one intent per DP rank, built from what the worker already
 // knows about itself (its ranks' KV-event endpoints, model, block size, topic).
-import { Backoff, bracketHost, pause } from "@kv-epp/protocol";
+import { Backoff, bracketHost, pause, type DpLbMode } from "@kv-epp/protocol";
 import pino, { type Logger } from "pino";
 import type { Discovery } from "./discovery/types.ts";
 import { HostLookupError } from "./host-lookup.ts";
@@ -30,6 +30,8 @@ export type RegisterWorkerIntentsOptions = {
    */
   advertiseHost?: string;
   multimodalTokenIds?: number[];
+  /** The worker's vLLM DP load-balancing mode, stated in every intent (absent: internal). */
+  dpLb?: DpLbMode;
   /**
    * Retry while no host is advertised yet (or a registration failed and was rolled back), with backoff
    * from 1 s doubling to 30 s, until it succeeds or `signal` aborts. Invalid descriptors never retry.
@@ -77,6 +79,7 @@ export function workerDescriptors(o: Omit<RegisterWorkerIntentsOptions, "discove
     ...(o.address ? { address: at(o.address) } : {}),
     // Rewritten like the endpoints: with a wildcard bind the worker reports its loopback here too.
     ...(o.metricsUrl ? { metricsUrl: o.advertiseHost ? replaceUrlHost(o.metricsUrl, o.advertiseHost) : o.metricsUrl } : {}),
+    ...(o.dpLb ? { dpLb: o.dpLb } : {}),
   }));
 }
 

@@ -1,13 +1,14 @@
 // From attachments to the EPP's worker set. Pod discovery guesses a worker's KV endpoint from its IP
 // and the port convention; an intent states it per rank. Both paths end in one worker set.
-import { rankSources, type RankSource, type WorkerSpec } from "@kv-epp/protocol";
+import { rankSources, type DpLbMode, type RankSource, type WorkerSpec } from "@kv-epp/protocol";
 import type { AttachmentIntent } from "./protocol.ts";
 
 
 /** A WorkerSpec whose ranks come from intents: listeners follow `ranks`, not port + r. */
 export type IntentWorkerSpec = WorkerSpec & { ranks: RankSource[] };
 
-export type IntentWorker = { id: string; address?: string; metricsUrl?: string; ranks: RankSource[] };
+/** `dpLb`: the LB mode its intents state (the first that states one). */
+export type IntentWorker = { id: string; address?: string; metricsUrl?: string; dpLb?: DpLbMode; ranks: RankSource[] };
 
 /**
  * `kubernetes`: pod discovery (Ready pods only) decides membership; intents only describe the ranks of
@@ -36,6 +37,7 @@ export function intentWorkers(desired: readonly AttachmentIntent[]): IntentWorke
     if (!w) byId.set(a.workerId, (w = { id: a.workerId, ranks: [] }));
     w.address ??= a.address;
     w.metricsUrl ??= a.metricsUrl;
+    w.dpLb ??= a.dpLb;
     w.ranks.push({
       dpRank: a.dpRank,
       kvEvents: a.endpoint,
@@ -47,21 +49,33 @@ export function intentWorkers(desired: readonly AttachmentIntent[]): IntentWorke
   return [...byId.values()];
 }
 
-function withRanks<T extends WorkerSpec>(base: T, ranks: RankSource[]): T & { ranks: RankSource[] } {
+/**
+ * `base` with the intents' ranks. A worker whose intents state hybrid or external LB serves its ranks
+ * from one API server that numbers them from 0 (unless it already lists its servers, one per port).
+ */
+function withRanks<T extends WorkerSpec>(base: T, ranks: RankSource[], dpLb: DpLbMode | undefined): T & { ranks: RankSource[] } {
   const first = ranks[0]!;
-  return { ...base, kvEvents: first.kvEvents, replay: first.replay, dpSize: ranks.length, ranks };
+  const local = dpLb !== undefined && dpLb !== "internal" && !(base.servers && base.servers.length > 1);
+  return {
+    ...base, kvEvents: first.kvEvents, replay: first.replay, dpSize: ranks.length, ranks,
+    ...(local ? { servers: [{ address: base.address, ranks: ranks.map((r) => r.dpRank) }] } : {}),
+  };
 }
 
 /**
  * The ranks of several intent workers on one worker: per rank, the first one stating it wins; a rank
  * none states keeps its `listed` source (the port convention). A worker registers one intent per rank,
  * so the EPP sees them arrive one at a time (and go one at a time): without that fallback a listed
- * rank whose intent is not (or no longer) there would lose its listener and its blocks.
+ * rank whose intent is not (or no longer) there would lose its listener and its blocks. The fallback
+ * holds only while the intents and the listing share a rank: intents that state none of the listed
+ * ranks (a worker starting at rank 2 on a pod listed with the default rank 0) show the listing was a
+ * guess, and a guessed rank would be a listener on a port nobody publishes.
  */
 function unionRanks(from: readonly IntentWorker[], listed: readonly RankSource[] = []): RankSource[] {
   const byRank = new Map<number, RankSource>();
   for (const w of from) for (const r of w.ranks) if (!byRank.has(r.dpRank)) byRank.set(r.dpRank, r);
-  for (const r of listed) if (!byRank.has(r.dpRank)) byRank.set(r.dpRank, r);
+  const agree = listed.some((r) => byRank.has(r.dpRank));
+  if (agree) for (const r of listed) if (!byRank.has(r.dpRank)) byRank.set(r.dpRank, r);
   return [...byRank.values()].sort((a, b) => a.dpRank - b.dpRank);
 }
 
@@ -152,11 +166,12 @@ export function mergeWorkerSets<T extends WorkerSpec>(
   }
   const workers: (T | IntentWorkerSpec)[] = pods.map((p) => {
     const from = contributions.get(p);
-    return from ? withRanks(p, unionRanks(from, rankSources(p))) : p;
+    return from ? withRanks(p, unionRanks(from, rankSources(p)), from.find((w) => w.dpLb)?.dpLb) : p;
   });
   for (const [address, [first, ...rest]] of joining) {
     const metricsUrl = first!.metricsUrl ?? rest.find((w) => w.metricsUrl)?.metricsUrl ?? `http://${address}/metrics`;
-    workers.push(withRanks({ id: first!.id, address, kvEvents: "", dpSize: 0, metricsUrl }, unionRanks([first!, ...rest])));
+    const all = [first!, ...rest];
+    workers.push(withRanks({ id: first!.id, address, kvEvents: "", dpSize: 0, metricsUrl }, unionRanks(all), all.find((w) => w.dpLb)?.dpLb));
   }
   return { workers, unroutable, aliases };
 }

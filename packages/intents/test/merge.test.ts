@@ -1,6 +1,7 @@
 // mergeWorkerSets: pod discovery (or the static list) and intents into one worker set, per mode.
 import { describe, expect, test } from "bun:test";
 import { hostOf, intentWorkers, mergeWorkerSets, type AttachmentIntent } from "../src/index.ts";
+import type { WorkerSpec } from "@kv-epp/protocol";
 import { descriptor, HOST } from "./fixtures.ts";
 
 /** A worker as the EPP's pod discovery lists it (Ready pods only): port convention, dpSize 1. */
@@ -122,5 +123,18 @@ describe("static mode (the default): the list and the intents together", () => {
       "h.example",
       "plain",
     ]);
+  });
+});
+
+describe("DP load-balancing mode", () => {
+  test("a worker whose intents state hybrid LB serves its ranks from one API server that numbers them from 0; internal or none keeps global numbering", () => {
+    const node = (dpLb?: "internal" | "hybrid" | "external") =>
+      intentWorkers([2, 3].map((r) => intent("node-b", r, "10.0.0.2", { address: "10.0.0.2:8000", ...(dpLb ? { dpLb } : {}) })));
+    const [hybrid] = mergeWorkerSets([], node("hybrid")).workers;
+    expect(hybrid!.servers).toEqual([{ address: "10.0.0.2:8000", ranks: [2, 3] }]);
+    const [onPod] = mergeWorkerSets<WorkerSpec>([pod("node-b", "10.0.0.2")], node("hybrid"), { mode: "kubernetes" }).workers;
+    expect(onPod!.servers).toEqual([{ address: "10.0.0.2:8000", ranks: [2, 3] }]);
+    expect(mergeWorkerSets([], node("internal")).workers[0]!.servers).toBeUndefined();
+    expect(mergeWorkerSets([], node()).workers[0]!.servers).toBeUndefined();
   });
 });

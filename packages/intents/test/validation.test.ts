@@ -4,6 +4,7 @@ import {
   advertiseHost,
   decodeIntent,
   encodeIntent,
+  workerDescriptors,
   RecordDecodeError,
   encodeHost,
   findHost,
@@ -78,6 +79,18 @@ describe("intent records from the store", () => {
     expect(() => decodeIntent(record({}))).not.toThrow();
     for (const bad of [{ endpoint: "10.0.0.5:5557" }, { endpoint: "tcp://10.0.0.5:70000" }, { replayEndpoint: "udp://x:1" }, { address: "10.0.0.5" }, { metricsUrl: "not a url" }])
       expect(() => decodeIntent(record(bad))).toThrow(RecordDecodeError);
+  });
+});
+
+describe("the DP load-balancing mode in a record", () => {
+  const record = (over: Record<string, unknown>) =>
+    encodeIntent({ intentId: 1, host: HOST, producer: "p", registeredAt: 1, ...descriptor(0), ...over } as never);
+
+  test("a worker's dpLb is carried; one that is not a vLLM mode makes the record undecodable", () => {
+    expect(decodeIntent(record({ dpLb: "hybrid" })).dpLb).toBe("hybrid");
+    expect(decodeIntent(record({})).dpLb).toBeUndefined();
+    expect(() => decodeIntent(record({ dpLb: "round-robin" }))).toThrow(RecordDecodeError);
+    expect(workerDescriptors({ workerId: "w", model: "m", blockSize: 16, topic: "", ranks: [{ rank: 2, kvEvents: "tcp://10.0.0.2:5559" }], dpLb: "hybrid" })[0]!.dpLb).toBe("hybrid");
   });
 });
 

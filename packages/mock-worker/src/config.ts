@@ -59,6 +59,10 @@ export const OPTIONS = {
     schema: z.coerce.number().int().min(0).max(4095).default(0),
     help: "global DP rank of this worker's first rank (vLLM's multi-node DP): ports and data_parallel_rank follow the global rank",
   },
+  "data-parallel-hybrid-lb": {
+    schema: z.union([z.boolean(), z.enum(["true", "false"]).transform((v) => v === "true")]).default(false),
+    help: "true: vLLM's --data-parallel-hybrid-lb, this node's API server numbers its ranks from 0 in x-data-parallel-rank (KV-event ports stay global: port + global rank)",
+  },
   "kv-groups": {
     schema: kvGroups.default([]),
     help: "hybrid KV cache groups, kind:blockSize[:window],... (full_attention, mla_attention, sliding_window; block size = --block-size): per-group events",

@@ -25,6 +25,8 @@ export function registerIntents(worker: MockWorker, env: Record<string, string |
       address: new URL(worker.url).host,
       metricsUrl: `${worker.url}/metrics`,
       advertiseHost: config.advertiseHost,
+      // A hybrid-LB node's server numbers its ranks from 0: the EPP must know to send that numbering.
+      ...(config.dataParallelHybridLb ? { dpLb: "hybrid" as const } : {}),
       retry: true,
       signal: abort.signal,
       log,

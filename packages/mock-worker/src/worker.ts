@@ -10,6 +10,7 @@ import { Faults, type RankParts } from "./faults.ts";
 import { adminRoutes } from "./http/admin-routes.ts";
 import { openAiError } from "./http/errors.ts";
 import { openAiRoutes } from "./http/openai-routes.ts";
+import type { RankNumbering } from "./http/rank-header.ts";
 import { createMetrics } from "./metrics.ts";
 
 export type MockWorkerOptions = Partial<MockWorkerConfig> & { logger?: Logger };
@@ -123,8 +124,8 @@ export async function startMockWorker(opts: MockWorkerOptions = {}): Promise<Moc
   };
 
   /** The API server for `served` ranks (all of them, or one with --rank-ports). */
-  const appFor = (served: { pick: typeof pickRank; dpSize: number; startRank: number }) => {
-    const metrics = served.dpSize === 1 && perRank ? metricsOf(served.startRank) : allMetrics;
+  const appFor = (served: { pick: typeof pickRank; ranks: RankNumbering }) => {
+    const metrics = served.ranks.count === 1 && perRank ? metricsOf(served.ranks.first) : allMetrics;
     const app = new Hono();
     app.onError((err, c) => {
       // A client that hung up while queued or decoding is not an error of ours; its slot was freed.
@@ -135,15 +136,17 @@ export async function startMockWorker(opts: MockWorkerOptions = {}): Promise<Moc
     app.get("/health", (c) => c.body(null, 200));
     app.get("/metrics", async (c) => c.text(await metrics.registry.metrics(), 200, { "content-type": metrics.registry.contentType }));
     app.route("/", openAiRoutes({
-      model: config.model, preprocessor, pickRank: served.pick, dpSize: served.dpSize, startRank: served.startRank, loraModules: config.loraModules,
+      model: config.model, preprocessor, pickRank: served.pick, ranks: served.ranks, loraModules: config.loraModules,
     }));
     app.route("/", adminRoutes(new Faults(ranks), ranks));
     return app;
   };
-  // --rank-ports: rank i's own API server on port + i, which runs everything on rank i.
+  // --rank-ports: rank i's own API server on port + i, which runs everything on rank i (vLLM's external
+  // load balancing: its one engine is rank 0 to it). Otherwise one server, whose rank numbering is
+  // vLLM's hybrid (local) or internal (global) one.
   const served = config.rankPorts
-    ? ranks.map((r, i) => ({ port: config.port === 0 ? 0 : config.port + i, pick: () => r.engine, dpSize: 1, startRank: config.dataParallelStartRank + i }))
-    : [{ port: config.port, pick: pickRank, dpSize: config.dpSize, startRank: config.dataParallelStartRank }];
+    ? ranks.map((r, i) => ({ port: config.port === 0 ? 0 : config.port + i, pick: () => r.engine, ranks: { first: first + i, count: 1, numbering: "local" } satisfies RankNumbering }))
+    : [{ port: config.port, pick: pickRank, ranks: { first, count: config.dpSize, numbering: config.dataParallelHybridLb ? "local" : "global" } satisfies RankNumbering }];
 
   const servers: ReturnType<typeof Bun.serve>[] = [];
   try {

@@ -6,7 +6,7 @@ import { startMockWorker, type MockWorker } from "../src/worker.ts";
 let w: MockWorker | undefined;
 afterAll(() => w?.close());
 
-test("each rank's own port serves that rank only, and the rank header names no other", async () => {
+test("each rank's own port serves that rank only, which it numbers 0 as vLLM's external load balancing does", async () => {
   w = await startMockWorker({ listen: "127.0.2.9", port: 18230, kvEvents: "tcp://127.0.2.9:18240", speed: 0, blockSize: 16, dpSize: 2, rankPorts: true, logLevel: "silent" });
   expect(w.urls).toEqual(["http://127.0.2.9:18230", "http://127.0.2.9:18231"]);
   expect(w.ranks.map((r) => r.kvEvents)).toEqual(["tcp://127.0.2.9:18240", "tcp://127.0.2.9:18241"]);
@@ -15,7 +15,10 @@ test("each rank's own port serves that rank only, and the rank header names no o
   expect((await complete(w.urls[1]!)).status).toBe(200);
   expect(w.ranks[1]!.cache.usedBlocks).toBeGreaterThan(0);
   expect(w.ranks[0]!.cache.usedBlocks).toBe(0);
-  expect((await complete(w.urls[1]!, { "x-data-parallel-rank": "0" })).status).toBe(400); // rank 0 is not behind this port
+  // Its one engine is rank 0 to that server; rank 1 is out of its range [0, 1).
+  expect((await complete(w.urls[1]!, { "x-data-parallel-rank": "0" })).status).toBe(200);
+  expect(w.ranks[0]!.cache.usedBlocks).toBe(0);
+  expect((await complete(w.urls[1]!, { "x-data-parallel-rank": "1" })).status).toBe(400);
 });
 
 test("each rank's port exposes its own engine's /metrics only, as vLLM's one process per rank does", async () => {

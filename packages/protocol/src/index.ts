@@ -1,5 +1,5 @@
 // @kv-epp/protocol: the names and formats every package shares (README.md). No dependencies.
-export { parseWorkerKey, rankSources, workerKey, workerKeyOf, type ApiServer, type RankSource, type WorkerRef, type WorkerSpec } from "./rank.ts";
+export { DP_LB_MODES, parseWorkerKey, rankSources, workerKey, workerKeyOf, type ApiServer, type DpLbMode, type RankSource, type WorkerRef, type WorkerSpec } from "./rank.ts";
 export type { BlockHash, StoredBlock, TokensHash } from "./hashes.ts";
 export type { RouterEvent, StreamCursor } from "./router-event.ts";
 export {

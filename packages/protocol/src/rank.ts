@@ -38,6 +38,20 @@ export type RankSource = {
 };
 
 /**
+ * vLLM's data-parallel load-balancing mode, which decides how an API server numbers the ranks named by
+ * `x-data-parallel-rank` (vllm/v1/engine/core_client.py: `core_engines[request.data_parallel_rank]`
+ * over the engines the server manages; input_processor.py checks the range):
+ * - `internal` (the default): one API server, the head node's, fronts every rank, numbered globally
+ *   0 .. dp_size - 1;
+ * - `hybrid` (`--data-parallel-hybrid-lb`): one API server per node fronts that node's ranks
+ *   `--data-parallel-start-rank` .. + `--data-parallel-size-local` - 1, numbered from 0 on it;
+ * - `external` (`--data-parallel-external-lb`): one API server per rank (local size 1).
+ * KV-event ports follow the global rank in every mode.
+ */
+export type DpLbMode = "internal" | "hybrid" | "external";
+export const DP_LB_MODES: readonly DpLbMode[] = ["internal", "hybrid", "external"];
+
+/**
  * One API server of a worker and the DP ranks it serves. vLLM's external DP load balancing runs one
  * API server per rank (rank r on targetPorts[r]), each its own endpoint for the gateway.
  */

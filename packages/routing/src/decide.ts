@@ -34,7 +34,10 @@ export type DecisionInput<C extends CandidateState> = {
   /** Full blocks of the request's prompt. */
   requestBlocks: number;
   candidates: readonly C[];
-  /** Pod IPs the gateway allows (GAIE subset hint: every endpoint of a named pod); absent: all. */
+  /**
+   * What the gateway allows, absent: all. A pod IP allows every endpoint of that pod (GAIE subset
+   * hint); an `ip:port` entry allows that endpoint only (GAIE's conformance selection header).
+   */
   subset?: ReadonlySet<string>;
   weights: Weights;
   /** A candidate with more waiting requests than this is skipped unless all are (0: off). */
@@ -56,7 +59,7 @@ export function decide<C extends CandidateState>(input: DecisionInput<C>): Decis
   if (eligible.length === 0) return { kind: "none", reason: "no_workers" };
   const subset = input.subset;
   if (subset) {
-    eligible = subset.size === 0 ? [] : eligible.filter((c) => subset.has(endpointHost(c.endpoint)));
+    eligible = subset.size === 0 ? [] : eligible.filter((c) => subset.has(endpointHost(c.endpoint)) || subset.has(c.endpoint));
     if (eligible.length === 0) return { kind: "none", reason: "subset_empty" };
   }
   eligible = queueFilter(eligible, input.queueThreshold);

@@ -30,7 +30,7 @@ export type PickRequest = {
   tokens: Uint32Array;
   /** The tokens' local block hashes in the request's identity, when the caller has them already (the simulation). */
   hashes?: BigUint64Array;
-  /** Pod IPs the gateway allows for this request (GAIE subset hint). */
+  /** Pod IPs (every endpoint of the pod) or `ip:port` endpoints the request may go to (GAIE subset hint). */
   subset?: ReadonlySet<string>;
   /** Include every worker's overlap and tree size in the decision (POST /select); costs two Maps. */
   detail?: boolean;

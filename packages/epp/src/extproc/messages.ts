@@ -75,14 +75,15 @@ function setHeader(key: string, value: string) {
   return { header: { key, raw_value: encoder.encode(value) }, append_action: "OVERWRITE_IF_EXISTS_OR_ADD" };
 }
 
-export type Route = { endpoint: string; dpRank?: number; contentLength?: number; extraHeaders?: readonly [string, string][] };
+/** `body`: the request body replacing the buffered one (a rewritten `model`), in the body answer only. */
+export type Route = { endpoint: string; dpRank?: number; contentLength?: number; extraHeaders?: readonly [string, string][]; body?: Uint8Array };
 
 function routeCommon(r: Route) {
   const set = [setHeader(DESTINATION_HEADER, r.endpoint)];
   if (r.dpRank !== undefined) set.push(setHeader(DP_RANK_HEADER, String(r.dpRank)));
   if (r.contentLength !== undefined) set.push(setHeader("content-length", String(r.contentLength)));
   for (const [k, v] of r.extraHeaders ?? []) set.push(setHeader(k, v));
-  return { header_mutation: { set_headers: set }, clear_route_cache: true };
+  return { header_mutation: { set_headers: set }, clear_route_cache: true, ...(r.body ? { body_mutation: { body: r.body } } : {}) };
 }
 
 function routeMetadata(endpoint: string): Struct {
@@ -109,6 +110,15 @@ export type Phase = "request_headers" | "request_body" | "response_headers" | "r
 export function continueResponse(phase: Phase): ProcessingResponse {
   if (phase === "request_trailers" || phase === "response_trailers") return { [phase]: {} };
   return { [phase]: { response: {} } };
+}
+
+/**
+ * A body message answered with other bytes (BUFFERED or STREAMED mode, where each body message gets one
+ * answer); `contentLength`: the new length, for a body whose headers are still held (BUFFERED).
+ */
+export function replacedBody(phase: "request_body" | "response_body", body: Uint8Array, contentLength?: number): ProcessingResponse {
+  const headers = contentLength === undefined ? {} : { header_mutation: { set_headers: [setHeader("content-length", String(contentLength))] } };
+  return { [phase]: { response: { ...headers, body_mutation: { body } } } };
 }
 
 /** Marks a streamed-body answer, which `encodeResponse` writes without copying the body. */

@@ -10,11 +10,14 @@ import { EXPLAIN_REQUEST_HEADER, EXPLANATION_HEADER, RoutedRequest, type Routing
 import type { Tokenize } from "../tokens.ts";
 import { FairnessLabels, hasCriticalObjective, requestClass, shedReason, type RequestClass } from "./gaie-headers.ts";
 import { GrpcStatus, type BidiCall, type StatusCode } from "./grpc-h2.ts";
+import { echo, steering } from "./conformance.ts";
+import { modelRewrite, type ModelRewrite, type ResponseModelName, type RewriteOutcome } from "./model-rewrite.ts";
 import { BadRequest, MAX_BODY_BYTES, parseBodyBytes, TooDeep, type ParsedBody } from "./openai-body.ts";
 import {
   type BodySendMode,
   continueResponse,
   findHeader,
+  replacedBody,
   immediate,
   routedBody,
   responseHeadersWith,
@@ -47,6 +50,8 @@ export type ExtProcDeps = {
   queuesFull?: () => boolean;
   /** Next-best distinct endpoints sent after the pick, for the gateway's retries (0: none). */
   fallbacks?: number;
+  /** GAIE conformance-suite hooks (conformance.ts): steering header and served/selected echo. */
+  conformanceHooks?: boolean;
 };
 
 /** What one ext_proc server's streams share. */
@@ -64,6 +69,8 @@ type Duplex = BidiCall<ProcessingRequest, ProcessingResponse>;
 /** Per-HTTP-request state on a stream. */
 type RequestState = {
   subset: Set<string> | undefined;
+  /** Steered by the conformance selection header, which wins over later subset hints. */
+  steered?: boolean;
   chunks: Uint8Array[];
   bytes: number;
   /** Asked why this worker: the decision's explanation goes on the routed request and the response. */
@@ -76,6 +83,12 @@ type RequestState = {
   routed?: RoutedRequest;
   /** A response_body message came for it (the gateway sends response bodies). */
   responseBody: boolean;
+  /** The request has no body (its headers ended the stream): nothing to rewrite. */
+  bodyless?: boolean;
+  /** Model rewrite: maps the served model's name back to the client's in the response body. */
+  responseModel?: ResponseModelName;
+  /** The response headers carry a content-length (a replaced BUFFERED body sets the new one). */
+  responseLength?: boolean;
 };
 
 /**
@@ -97,6 +110,7 @@ export function createProcessHandler(deps: ExtProcDeps): (call: Duplex) => void 
   const shared: Shared = { warned: new Set(), fairness: new FairnessLabels(), warnRejected: throttledWarn(deps.log, "ext_proc stream rejected"),
     criticalKnown: hasCriticalObjective(deps.priorities ?? NO_PRIORITIES),
   };
+  if (deps.conformanceHooks) deps.log.warn("GAIE conformance test hooks on (--conformance-test-hooks): any client can steer its requests with test-epp-endpoint-selection");
   return (call) => new ProcessStream(call, deps, shared).run();
 }
 
@@ -197,7 +211,7 @@ class ProcessStream {
     if (msg.request_headers) return this.onRequestHeaders(msg);
     // The subset hint may come on any request-path message (GAIE reads it with the body's end); the
     // latest one that carries it counts.
-    if (this.req && !this.req.decided && (msg.request_body || msg.request_trailers)) {
+    if (this.req && !this.req.decided && !this.req.steered && (msg.request_body || msg.request_trailers)) {
       const hint = subsetHint(msg);
       if (hint) this.req.subset = hint;
     }
@@ -207,9 +221,12 @@ class ProcessStream {
       const status = findHeader(msg.response_headers.headers, ":status");
       if (status && status !== "200") this.deps.log.debug({ status }, "upstream answered non-200");
       this.req?.routed?.responseHeaders(findHeader(msg.response_headers.headers, "content-type"), this.responseChunked);
+      if (this.req) this.req.responseLength = findHeader(msg.response_headers.headers, "content-length") !== undefined; // model rewrite
       this.served(servedEndpoint(msg) ?? findHeader(msg.response_headers.headers, SERVED_KEY));
       const explained = this.req?.routed?.explanation;
-      this.send(explained ? responseHeadersWith([[EXPLANATION_HEADER, explained]]) : continueResponse("response_headers"));
+      const set: [string, string][] = explained ? [[EXPLANATION_HEADER, explained]] : [];
+      if (this.deps.conformanceHooks) set.push(...echo(msg, this.req?.routed?.decision.chosen.candidate.endpoint)); // conformance.ts
+      this.send(set.length > 0 ? responseHeadersWith(set) : continueResponse("response_headers"));
       if (msg.response_headers.end_of_stream) this.finish();
       return;
     }
@@ -220,11 +237,17 @@ class ProcessStream {
         this.req.responseBody = true;
         this.req.routed?.responseBody(body);
       }
-      this.send(this.responseStreamed ? streamedBody("response_body", body, eos) : continueResponse("response_body"));
+      // Model rewrite: the client's name back in the response (model-rewrite.ts). Full duplex may hold
+      // a split field's start back for the next chunk; other modes answer each message with its own bytes.
+      const out = this.req?.responseModel?.map(body, eos || !this.responseStreamed) ?? body;
+      if (this.responseStreamed) this.send(streamedBody("response_body", out, eos));
+      else this.send(out === body ? continueResponse("response_body") : replacedBody("response_body", out, !this.responseChunked && this.req?.responseLength ? out.length : undefined));
       if (eos) this.finish();
       return;
     }
     if (msg.response_trailers) {
+      const held = this.responseStreamed ? this.req?.responseModel?.release() : undefined; // model rewrite
+      if (held && held.length > 0) this.send(streamedBody("response_body", held, false));
       this.send(continueResponse("response_trailers"));
       this.finish();
     }
@@ -247,7 +270,12 @@ class ProcessStream {
     const explain = this.deps.explainAll === true || findHeader(msg.request_headers!.headers, EXPLAIN_REQUEST_HEADER) === "1";
     const cls = requestClass(msg.request_headers!.headers, this.deps.priorities ?? NO_PRIORITIES);
     this.deps.metrics.fairnessRequests.inc({ fairness_id: this.shared.fairness.label(cls.fairnessId) });
-    this.req = { subset: subsetHint(msg), chunks: [], bytes: 0, decided: false, explain, responseBody: false, cls };
+    // Conformance hooks: the selection header steers the request instead of the subset hint (conformance.ts).
+    const steered = this.deps.conformanceHooks ? steering(msg.request_headers!.headers, this.deps.routing.candidates().map((c) => c.endpoint)) : undefined;
+    this.req = {
+      subset: steered ? steered.subset : subsetHint(msg), steered: steered !== undefined, chunks: [], bytes: 0, decided: false, explain, responseBody: false, cls,
+      bodyless: msg.request_headers!.end_of_stream === true,
+    };
     // No body, or none before the route is taken (NONE: not sent; STREAMED: the headers go upstream
     // once answered): the decision is by load alone, on the headers.
     if (msg.request_headers!.end_of_stream || this.mode === "NONE" || this.mode === "STREAMED") {
@@ -294,7 +322,7 @@ class ProcessStream {
     const req = this.req!;
     req.decided = true;
     const started = performance.now();
-    const routing = this.route(req, body, maybeCut);
+    const routing = this.route(req, body, at, maybeCut);
     if (!routing) return; // answered already: 400, 413 or 429
     if (routing.kind === "no_endpoint") {
       this.immediate(503, `no endpoint eligible (${routing.reason})`, routing.reason, "no_endpoint");
@@ -303,23 +331,31 @@ class ProcessStream {
     const routed = (req.routed = routing.request);
     this.deps.metrics.pickLatency.observe((performance.now() - started) / 1000);
     this.deps.metrics.requests.inc({ outcome: "routed" });
+    const { rewrite } = routing;
+    if (rewrite.outcome) this.countRewrite(rewrite.outcome);
+    req.responseModel = rewrite.response;
+    const forward = rewrite.body ?? body;
     const { chosen, requestBlocks } = routed.decision;
     const route: Route = {
       // The protocol's ordered list: the pick first, then next-best distinct endpoints for retries.
       endpoint: routed.endpoints(this.deps.fallbacks ?? 0).join(","),
       dpRank: chosen.candidate.rankHeader,
-      contentLength: at === "body" && this.fullDuplex ? body.length : undefined,
+      contentLength: at === "body" && (this.fullDuplex || rewrite.body) ? forward.length : undefined,
       extraHeaders: routed.explanation ? [[EXPLANATION_HEADER, routed.explanation]] : undefined,
+      body: this.fullDuplex ? undefined : rewrite.body,
     };
     this.deps.log.debug(
       { worker: chosen.candidate.workerId, rank: chosen.candidate.dpRank, overlap: chosen.overlap, blocks: requestBlocks },
       "routed",
     );
-    this.sendRoute(route, at, body, bodyEnds);
+    this.sendRoute(route, at, forward, bodyEnds);
   }
 
-  /** Parses, sheds or tokenizes and routes: the Routing, or undefined when the request got its answer here. */
-  private route(req: RequestState, body: Uint8Array, maybeCut: boolean): Routing | undefined {
+  /**
+   * Parses, sheds or tokenizes and routes: the Routing with the body's model rewrite, or undefined when
+   * the request got its answer here.
+   */
+  private route(req: RequestState, body: Uint8Array, at: "headers" | "body", maybeCut: boolean): (Routing & { rewrite: ModelRewrite }) | undefined {
     try {
       const parsed: ParsedBody = body.length > 0 ? this.parse(body, maybeCut) : { input: { kind: "none" } };
       const shed = shedReason({
@@ -337,7 +373,10 @@ class ProcessStream {
       const tokens = this.deps.tokenize(parsed.input);
       // x-gateway-model-name-rewrite names the model the request runs as (an adapter's identity too).
       const pick = { model: req.cls.modelRewrite ?? parsed.model, cacheSalt: parsed.cacheSalt, tokens, subset: req.subset };
-      return RoutedRequest.route(this.deps.routing, pick, { explain: req.explain, batched: parsed.batchedPrompts !== undefined });
+      const routing = RoutedRequest.route(this.deps.routing, pick, { explain: req.explain, batched: parsed.batchedPrompts !== undefined });
+      // ...and the forwarded body names it, where the body is held until the route is sent (model-rewrite.ts).
+      const rewrite = req.bodyless || routing.kind !== "routed" ? {} : modelRewrite(req.cls.modelRewrite, parsed.model, at === "body" && !maybeCut ? body : undefined);
+      return { ...routing, rewrite };
     } catch (err) {
       if (err instanceof BadRequest) {
         if (err instanceof TooDeep) this.deps.metrics.jsonDepthRefusals.inc({ where: "ext_proc" });
@@ -376,6 +415,13 @@ class ProcessStream {
     const moved = routed?.servedBy(endpoint);
     if (moved === "unknown_endpoint") this.deps.log.debug({ picked, served: endpoint }, "served by an endpoint this EPP does not know; load left on the pick");
     else if (moved === "moved") this.deps.log.debug({ picked, served: endpoint }, "served elsewhere: load moved");
+  }
+
+  private countRewrite(outcome: RewriteOutcome): void {
+    this.deps.metrics.modelRewrites.inc({ result: outcome });
+    if (outcome === "body_not_held")
+      warnOnce(this.shared.warned, this.deps.log, "rewrite_body_not_held", { mode: this.mode },
+        "x-gateway-model-name-rewrite scored, but the body was not held before the route (request body mode NONE/STREAMED, or a BUFFERED_PARTIAL body cut at the limit): it goes upstream naming the client's model; use FULL_DUPLEX_STREAMED or BUFFERED");
   }
 
   private parse(body: Uint8Array, maybeCut: boolean): ParsedBody {

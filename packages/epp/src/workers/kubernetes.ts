@@ -6,9 +6,10 @@
 // the KV port + its global rank.
 import { CoreV1Api, CustomObjectsApi, KubeConfig, type V1Pod } from "@kubernetes/client-node";
 import { listWatch, type ListWatch } from "@kv-epp/kube";
-import { bracketHost, formatEndpoint, parseEndpoint, publisherBinds, type TcpEndpoint, type WorkerSpec } from "@kv-epp/protocol";
+import { bracketHost, DP_LB_MODES, formatEndpoint, parseEndpoint, publisherBinds, type DpLbMode, type TcpEndpoint, type WorkerSpec } from "@kv-epp/protocol";
 import { isIP } from "node:net";
 import type { Logger } from "pino";
+import { apiServers } from "./api-servers.ts";
 
 export type PoolWorkersOptions = {
   kubeConfig: KubeConfig;
@@ -77,6 +78,26 @@ export function podDpStartRank(pod: V1Pod): number {
 }
 
 /**
+ * Pod annotation with the pod's vLLM DP load-balancing mode (DpLbMode: internal | hybrid | external),
+ * which sets how its API server numbers the ranks in x-data-parallel-rank.
+ */
+export const DP_LB_ANNOTATION = "kv-epp.dynamo.nvidia.com/data-parallel-lb";
+
+/**
+ * The pod's LB mode. Absent: internal at start rank 0, hybrid past it: under internal LB only the head
+ * node (start rank 0) runs an API server, so a pod serving requests with a later start rank runs hybrid
+ * or external LB (llm-d's wide-EP layout, one API server per pod), and both number its ranks from 0.
+ * A value that is not a mode keeps that default and says why.
+ */
+export function podDpLb(pod: V1Pod): { mode: DpLbMode; invalid?: string } {
+  const mode: DpLbMode = podDpStartRank(pod) > 0 ? "hybrid" : "internal";
+  const v = pod.metadata?.annotations?.[DP_LB_ANNOTATION];
+  if (v === undefined) return { mode };
+  if ((DP_LB_MODES as readonly string[]).includes(v)) return { mode: v as DpLbMode };
+  return { mode, invalid: `${DP_LB_ANNOTATION} ${JSON.stringify(v)} is not one of ${DP_LB_MODES.join(", ")}` };
+}
+
+/**
  * Pod annotation with the pod's vLLM KV-event endpoint (`kv_events_config.endpoint`). vLLM binds a
  * wildcard endpoint (`tcp://*:5557`: the EPP dials the pod IP at that port + rank) and connects its PUB
  * to any other (`tcp://<EPP>:5557`: the EPP binds that port + rank, on the named IP or, for a name such
@@ -103,16 +124,13 @@ export function podKvSource(pod: V1Pod, kvEventsPort: number): PodKvSource {
   return { kvEvents: formatEndpoint(isIP(at.host) ? at.host : "0.0.0.0", at.port), kvBind: true };
 }
 
-/** `dpSize` ranks per target port; with one port every rank is behind it (vLLM's internal DP LB). */
+/** `dpSize` ranks per target port; with one port every rank is behind it, numbered as its LB mode says (podDpLb). */
 export function podWorker(pod: V1Pod, o: Pick<PoolWorkersOptions, "kvEventsPort" | "kvReplayPort" | "dpSize">, ports: readonly number[]): WorkerSpec {
   const ip = pod.status!.podIP!;
   const host = bracketHost(ip);
   const start = podDpStartRank(pod);
   const kv = podKvSource(pod, o.kvEventsPort);
-  const servers =
-    ports.length > 1
-      ? ports.map((p, i) => ({ address: `${host}:${p}`, ranks: Array.from({ length: o.dpSize }, (_, r) => start + i * o.dpSize + r) }))
-      : undefined;
+  const servers = apiServers(ports.map((p) => `${host}:${p}`), o.dpSize, start, podDpLb(pod).mode);
   return {
     id: pod.metadata!.name!,
     address: `${host}:${ports[0]}`,
@@ -145,15 +163,19 @@ export async function startPoolWorkers(o: PoolWorkersOptions): Promise<{ stop():
   let firstPods!: () => void;
   const podsListed = new Promise<void>((resolve) => (firstPods = resolve));
 
-  // Once per pod and value: a bad annotation is logged, and the pod is read at the default port.
+  // Once per pod, annotation and value: a bad annotation is logged, and its default is used.
   const warned = new Map<string, string>();
-  const warnBadKvAnnotation = (pod: V1Pod) => {
-    const { invalid } = podKvSource(pod, o.kvEventsPort);
-    const name = pod.metadata!.name!;
-    if (invalid === undefined) return void warned.delete(name);
-    if (warned.get(name) === invalid) return;
-    warned.set(name, invalid);
-    o.log.warn({ pod: name, annotation: KV_EVENTS_ENDPOINT_ANNOTATION, reason: invalid }, "pod's KV-event endpoint annotation ignored; reading the default port");
+  const warnOnce = (pod: V1Pod, annotation: string, invalid: string | undefined, msg: string) => {
+    const key = `${pod.metadata!.name!}\u0000${annotation}`;
+    if (invalid === undefined) return void warned.delete(key);
+    if (warned.get(key) === invalid) return;
+    warned.set(key, invalid);
+    o.log.warn({ pod: pod.metadata!.name!, annotation, reason: invalid }, msg);
+  };
+  const warnBadAnnotations = (pod: V1Pod) => {
+    warnOnce(pod, KV_EVENTS_ENDPOINT_ANNOTATION, podKvSource(pod, o.kvEventsPort).invalid, "pod's KV-event endpoint annotation ignored; reading the default port");
+    const lb = podDpLb(pod);
+    warnOnce(pod, DP_LB_ANNOTATION, lb.invalid, `pod's DP load-balancing annotation ignored; numbering its ranks as ${lb.mode} LB does`);
   };
 
   const watchPods = (t: Target) => {
@@ -167,7 +189,7 @@ export async function startPoolWorkers(o: PoolWorkersOptions): Promise<{ stop():
       onSnapshot: (items) => {
         if (pods !== lw) return;
         const serving = items.filter(isServingPod);
-        for (const p of serving) warnBadKvAnnotation(p);
+        for (const p of serving) warnBadAnnotations(p);
         o.onWorkers(serving.map((p) => podWorker(p, o, t.ports)));
         firstPods();
       },

@@ -315,8 +315,8 @@ export function serving(spec: WorkerSpec, dpRank: number, listened: number): { e
     // The rank among the server's own engines, which is how its API server numbers them.
     return { endpoint: server.address, rankHeader: server.ranks.length > 1 ? server.ranks.indexOf(dpRank) : undefined };
   }
-  // Several DP ranks behind one API server: tell vLLM which rank the decision was for (also when this
-  // EPP follows only one of them, a rank other than 0).
+  // Internal DP load balancing, every rank behind one API server that numbers them globally: tell vLLM
+  // which rank the decision was for (also when this EPP follows only one of them, a rank other than 0).
   return { endpoint: spec.address, rankHeader: listened > 1 || dpRank > 0 ? dpRank : undefined };
 }
 

@@ -1,16 +1,14 @@
 // Static mode: the worker set comes from the config file and never changes.
 import type { WorkerSpec } from "@kv-epp/protocol";
 import type { StaticWorker } from "../config.ts";
+import { apiServers } from "./api-servers.ts";
 
 /** An entry with several addresses has `dpSize` ranks behind each (rank i*dpSize + r on address i). */
 export function staticWorkers(list: StaticWorker[]): WorkerSpec[] {
   return list.map((w) => {
     const addresses = typeof w.address === "string" ? [w.address] : w.address;
     const start = w.dpStartRank;
-    const servers =
-      addresses.length > 1
-        ? addresses.map((address, i) => ({ address, ranks: Array.from({ length: w.dpSize }, (_, r) => start + i * w.dpSize + r) }))
-        : undefined;
+    const servers = apiServers(addresses, w.dpSize, start, w.dpLb ?? "internal");
     return {
       id: w.id,
       address: addresses[0]!,

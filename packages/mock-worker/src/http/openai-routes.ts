@@ -6,6 +6,7 @@ import type { AcquireIdentity } from "../cache/prefix-cache.ts";
 import type { RankEngine } from "../engine/rank-engine.ts";
 import { openAiError, parseBody } from "./errors.ts";
 import { generate, type Endpoint } from "./generate.ts";
+import { RANK_HEADER, requestedRank, type RankNumbering } from "./rank-header.ts";
 import { ChatRequest, CompletionRequest, DEFAULT_MAX_TOKENS } from "./schemas.ts";
 
 export type OpenAiDeps = {
@@ -13,9 +14,8 @@ export type OpenAiDeps = {
   preprocessor: Preprocessor;
   /** Chooses the rank for a request; `requested` is the `x-data-parallel-rank` header, when sent. */
   pickRank: (requested: number | undefined) => RankEngine;
-  dpSize: number;
-  /** Global rank of the first rank: `x-data-parallel-rank` names global ranks. */
-  startRank: number;
+  /** The ranks this server serves and how `x-data-parallel-rank` numbers them. */
+  ranks: RankNumbering;
   /** LoRA adapters by name; a request naming one in `model` runs in its identity (lora_int_id = index + 1). */
   loraModules: readonly string[];
 };
@@ -24,18 +24,12 @@ export type OpenAiDeps = {
 export const MEDIA_TOKEN_ID = 151655;
 export const MEDIA_TOKENS = 64;
 
-// vLLM's API server honours this header to pin a request to a DP rank (external DP load balancing).
-const RANK_HEADER = "x-data-parallel-rank";
-
 export function openAiRoutes(deps: OpenAiDeps): Hono {
   const app = new Hono();
 
   const rankPicker = (header: string | undefined): { ok: true; pick: () => RankEngine } | { ok: false; message: string } => {
-    if (header === undefined) return { ok: true, pick: () => deps.pickRank(undefined) };
-    const r = Number(header);
-    const lo = deps.startRank, hi = deps.startRank + deps.dpSize;
-    if (!Number.isInteger(r) || r < lo || r >= hi) return { ok: false, message: `${RANK_HEADER} must be an integer in [${lo}, ${hi})` };
-    return { ok: true, pick: () => deps.pickRank(r) };
+    const r = requestedRank(header, deps.ranks);
+    return r.ok ? { ok: true, pick: () => deps.pickRank(r.rank) } : r;
   };
 
   type Common = { model?: string; cache_salt?: string | null; stream: boolean; stream_options?: { include_usage?: boolean } | null };
