@@ -76,8 +76,9 @@ describe("Qwen3 golden ids", () => {
     const rendered = cached.renderChat(messages('{"city":"Paris"}'));
     // The template prints the arguments with tojson (Python's ", " and ": "), as it does a dict.
     expect(rendered).toContain('"arguments": {"city": "Paris"}');
+    // Empty or malformed arguments become {} (vLLM's _postprocess_messages), not an error.
     expect(cached.renderChat(messages(""))).toContain('"arguments": {}');
-    expect(() => cached.renderChat(messages("{not json"))).toThrow(ChatTemplateError);
+    expect(cached.renderChat(messages("{not json"))).toContain('"arguments": {}');
     // A tool without description or parameters is rendered with them as null, keys in vLLM's order.
     const tools = cached.renderChat([{ role: "user", content: "hi" }], { tools: [{ function: { name: "noop" }, type: "function" }] });
     expect(tools).toContain('{"type": "function", "function": {"name": "noop", "description": null, "parameters": null}}');
