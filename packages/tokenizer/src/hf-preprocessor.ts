@@ -3,10 +3,11 @@ import { detectContentFormat, type ContentFormat } from "./content-format";
 import { conversation } from "./conversation";
 import { ChatTemplateError, continueFinalMessage, templateTools } from "./messages";
 import { PyTemplate } from "./py-template";
+import { truncatePrompt } from "./truncation";
 import { SegmentCache } from "./segment-cache";
 import { Segmenter } from "./segmenter";
 import { tokenContent, type TokenizerFiles } from "./tokenizer-files";
-import { NO_CACHE_STATS, type CacheOptions, type CacheStats, type ChatMessage, type ChatOptions, type Preprocessor } from "./types";
+import { NO_CACHE_STATS, type CacheOptions, type CacheStats, type ChatMessage, type ChatOptions, type CompletionOptions, type Preprocessor } from "./types";
 
 /** A Hugging Face tokenizer (tokenizer.json + tokenizer_config.json) with its chat template and segment cache. */
 export class HfPreprocessor implements Preprocessor {
@@ -39,15 +40,9 @@ export class HfPreprocessor implements Preprocessor {
     [this.completionPrefix, this.completionSuffix] = this.probeSpecialTokenRules(files);
   }
 
-  encodeCompletion(prompt: string | readonly number[]): Uint32Array {
-    if (typeof prompt !== "string") return Uint32Array.from(prompt);
-    const body = this.encodeText(prompt);
-    if (this.completionPrefix.length === 0 && this.completionSuffix.length === 0) return body;
-    const out = new Uint32Array(this.completionPrefix.length + body.length + this.completionSuffix.length);
-    out.set(this.completionPrefix, 0);
-    out.set(body, this.completionPrefix.length);
-    out.set(this.completionSuffix, this.completionPrefix.length + body.length);
-    return out;
+  encodeCompletion(prompt: string | readonly number[], opts: CompletionOptions = {}): Uint32Array {
+    if (typeof prompt !== "string") return truncatePrompt(Uint32Array.from(prompt), opts);
+    return this.withSpecialTokens(this.encodeText(prompt), opts.addSpecialTokens ?? true, opts);
   }
 
   renderChat(messages: readonly ChatMessage[], opts: ChatOptions = {}): string {
@@ -73,9 +68,15 @@ export class HfPreprocessor implements Preprocessor {
     return opts.continueFinalMessage ? continueFinalMessage(rendered, chat) : rendered;
   }
 
-  encodeChat(messages: readonly ChatMessage[], opts?: ChatOptions): Uint32Array {
-    // vLLM tokenizes the rendered chat with add_special_tokens=False: the template already placed them.
-    return this.encodeText(this.renderChat(messages, opts));
+  encodeChat(messages: readonly ChatMessage[], opts: ChatOptions = {}): Uint32Array {
+    // vLLM tokenizes the rendered chat with the request's add_special_tokens, false by default: the template
+    // already placed them (true on a template that starts with bos gives two).
+    return this.withSpecialTokens(this.encodeText(this.renderChat(messages, opts)), opts.addSpecialTokens ?? false, opts);
+  }
+
+  // What the tokenizer's post-processor adds when asked to, and truncate_prompt_tokens applied around it.
+  private withSpecialTokens(body: Uint32Array, add: boolean, opts: CompletionOptions): Uint32Array {
+    return add ? truncatePrompt(body, opts, this.completionPrefix, this.completionSuffix) : truncatePrompt(body, opts);
   }
 
   decode(ids: ArrayLike<number>): string {
