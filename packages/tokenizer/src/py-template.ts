@@ -200,18 +200,22 @@ class PythonInterpreter extends Interpreter {
   }
 }
 
-// Output of a block: str() of each expression, as jinja2 prints it (None prints "None"). The library declares
-// this method private, so it is replaced on the prototype rather than overridden.
-Object.defineProperty(PythonInterpreter.prototype, "evaluateBlock", {
-  value(this: PythonInterpreter, statements: Node[], env: Env): Value {
+// Output of a block: str() of each expression, as jinja2 prints it (None prints "None"); statements (set, if,
+// for, macro, ...) are left to the library, one at a time. The library declares the block method private (and
+// 0.5.13 renamed it renderBlock, returning a string), so it is replaced on the prototype of our subclass.
+const libraryBlock = Interpreter.prototype as unknown as Record<string, (statements: Node[], env: Env) => unknown>;
+const BLOCK = typeof libraryBlock.renderBlock === "function" ? "renderBlock" : "evaluateBlock";
+const libraryRender = libraryBlock[BLOCK]!;
+Object.defineProperty(PythonInterpreter.prototype, BLOCK, {
+  value(this: PythonInterpreter, statements: Node[], env: Env): unknown {
     let out = "";
     for (const s of statements) {
-      const v = this.evaluate(s as never, env) as unknown as Value;
       if (STATEMENTS.has(s.type)) {
-        if (v.type !== "NullValue" && v.type !== "UndefinedValue") out += String(v.value);
-      } else out += pyStr(v);
+        const r = libraryRender.call(this, [s], env);
+        out += typeof r === "string" ? r : String((r as Value).value);
+      } else out += pyStr(this.evaluate(s as never, env) as unknown as Value);
     }
-    return new StringValue(out);
+    return BLOCK === "renderBlock" ? out : new StringValue(out);
   },
 });
 
