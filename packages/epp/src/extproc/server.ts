@@ -72,6 +72,8 @@ type Duplex = BidiCall<ProcessingRequest, ProcessingResponse>;
 
 /** Per-HTTP-request state on a stream. */
 type RequestState = {
+  /** The request's :path, when Envoy sends it. */
+  path?: string;
   subset: Set<string> | undefined;
   chunks: Uint8Array[];
   bytes: number;
@@ -271,6 +273,8 @@ class ProcessStream {
     const cls = requestClass(msg.request_headers!.headers, this.deps.priorities ?? NO_PRIORITIES);
     this.deps.metrics.fairnessRequests.inc({ fairness_id: this.shared.fairness.label(cls.fairnessId) });
     this.req = { subset: subsetHint(msg), chunks: [], bytes: 0, lease: undefined, decided: false, explain, responseBody: false, cls };
+    // The path tells a /v1/responses body from an embeddings one (both carry `input`).
+    this.req.path = findHeader(msg.request_headers!.headers, ":path");
     // No body, or none before the route is taken (NONE: not sent; STREAMED: the headers go upstream
     // once answered): the decision is by load alone, on the headers.
     if (msg.request_headers!.end_of_stream || this.mode === "NONE" || this.mode === "STREAMED") {
@@ -424,7 +428,7 @@ class ProcessStream {
 
   private parse(body: Uint8Array, maybeCut: boolean): ParsedBody {
     try {
-      return parseBodyBytes(body);
+      return parseBodyBytes(body, this.req?.path);
     } catch (err) {
       if (!maybeCut || !(err instanceof BadRequest) || err instanceof TooDeep) throw err;
       this.deps.metrics.partialBodies.inc();
