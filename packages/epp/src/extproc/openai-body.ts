@@ -2,6 +2,7 @@
 // Only the fields that decide the route are read; the body itself is forwarded untouched.
 import { JsonFieldScanner, type JsonField } from "@kv-epp/index-wasm/json";
 import { parseJsonKeepingFloats, PyFloat, truncatePrompt, type Truncation } from "@kv-epp/tokenizer";
+import { BadRequest } from "./bad-request.ts";
 import { responsesChat } from "./responses-body.ts";
 
 export type ChatMessage = { role: string; content?: unknown; [k: string]: unknown };
@@ -32,7 +33,7 @@ export type RoutedInput =
  */
 export type ParsedBody = { model?: string; cacheSalt?: string; batchedPrompts?: number; input: RoutedInput };
 
-export class BadRequest extends Error {}
+export { BadRequest };
 
 /** JSON nested deeper than MAX_JSON_DEPTH: refused before it is parsed. */
 export class TooDeep extends BadRequest {}

@@ -2,7 +2,8 @@
 // `input` (vllm/entrypoints/openai/responses/utils.py: construct_input_messages,
 // _construct_message_from_response_item, should_continue_final_message) and renders them through the chat
 // template like a /v1/chat/completions request; the route must be computed from the same tokens.
-import { BadRequest, type ChatMessage } from "./openai-body.ts";
+import { BadRequest } from "./bad-request.ts";
+import type { ChatMessage } from "./openai-body.ts";
 
 type Item = Record<string, unknown>;
 type ToolCall = { id: unknown; type: "function"; function: { name: unknown; arguments: unknown } };
