@@ -133,7 +133,7 @@ describe("segment cache", () => {
       { numRuns: 150 },
     );
     expect(pre.cacheStats().hits).toBeGreaterThan(0);
-  });
+  }, 60_000); // it loads its own tokenizer and renders ~500 chats: seconds on a loaded machine
 
   test("cached completion tokenization equals uncached for random text with special tokens", () => {
     fc.assert(
