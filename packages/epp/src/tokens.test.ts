@@ -69,3 +69,34 @@ test("a chat with an image is routed by the tokens before the image only", async
   expect(pre.decode(cut)).toContain("please:");
   expect(pre.decode(cut)).not.toContain("thanks");
 });
+
+describe("routing tokens are vLLM's prompt tokens (Qwen3)", async () => {
+  const { createPreprocessor } = await import("@kv-epp/tokenizer");
+  const { qwen3TokenizerDir } = await import("../../tokenizer/test/qwen3-fixture");
+  const { parseBodyBytes } = await import("./extproc/openai-body.ts");
+  const goldens = `${import.meta.dir}/../../tokenizer/test/goldens`;
+  const pre = createPreprocessor({ tokenizerDir: await qwen3TokenizerDir() });
+  const tokenize = createTokenize(pre);
+  const body = (raw: string, path?: string) => tokenize(parseBodyBytes(new TextEncoder().encode(raw), path).input);
+
+  test("a chat body with float tools and an echoed reasoning gets the golden ids, byte for byte from the request", async () => {
+    const cases = await Bun.file(`${goldens}/rules-cases.json`).json();
+    const ids = await Bun.file(`${goldens}/rules-golden-ids.json`).json();
+    const c = cases.chats.find((x: { name: string }) => x.name === "reasoning-echoed-in-tool-loop");
+    const want = ids.chats.find((x: { model: string; name: string }) => x.model === "qwen3" && x.name === c.name).ids;
+    expect([...body(c.body)]).toEqual(want);
+  });
+
+  test("a /v1/responses body routes by the tokens of the chat vLLM builds from it", () => {
+    const responses = body(JSON.stringify({ instructions: "Be brief.", input: [{ role: "user", content: [{ type: "input_text", text: "Hi" }] }] }), "/v1/responses");
+    const chat = body(JSON.stringify({ messages: [{ role: "system", content: "Be brief." }, { role: "user", content: "Hi" }] }));
+    expect(responses.length).toBeGreaterThan(0);
+    expect([...responses]).toEqual([...chat]);
+  });
+
+  test("truncate_prompt_tokens routes by the tokens vLLM keeps", () => {
+    const full = body(JSON.stringify({ messages: [{ role: "user", content: "one two three four" }] }));
+    const cut = body(JSON.stringify({ messages: [{ role: "user", content: "one two three four" }], truncate_prompt_tokens: 5 }));
+    expect([...cut]).toEqual([...full.subarray(full.length - 5)]);
+  });
+});

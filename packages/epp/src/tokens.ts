@@ -1,7 +1,7 @@
 // Request input -> token ids, the way the model server will see them (so block hashes line up with
 // the KV events it publishes). Text goes through the shared preprocessor (HF tokenizer + chat
 // template, or the byte-level fallback shared with the mock worker).
-import { ChatTemplateError, firstMediaPosition, type ChatMessage, type Preprocessor } from "@kv-epp/tokenizer";
+import { ChatTemplateError, firstMediaPosition, type ChatMessage, type Preprocessor, type Truncation } from "@kv-epp/tokenizer";
 import { BadRequest, type RoutedInput } from "./extproc/openai-body.ts";
 
 export type Tokenize = (input: RoutedInput) => Uint32Array;
@@ -21,21 +21,32 @@ export function createTokenize(pre: Preprocessor): Tokenize {
       switch (input.kind) {
         case "tokens":
           return input.tokens;
-        case "prompt":
-          return pre.encodeCompletion(routingPrefix(input.text, ROUTING_TEXT_CHARS));
+        case "prompt": {
+          const opts = { addSpecialTokens: input.addSpecialTokens, truncatePromptTokens: input.truncatePromptTokens, truncationSide: input.truncationSide };
+          // Truncation keeps the tail, which a prefix of the text cannot give: past the bound, routed by load.
+          if (input.text.length > ROUTING_TEXT_CHARS && keepsTail(input)) return NONE;
+          return pre.encodeCompletion(routingPrefix(input.text, ROUTING_TEXT_CHARS), opts);
+        }
         case "chat": {
           const messages = routingMessages(input.messages as ChatMessage[]);
+          if (messages !== input.messages && keepsTail(input)) return NONE;
           const opts = {
             tools: input.tools,
             templateKwargs: input.templateKwargs,
             addGenerationPrompt: input.addGenerationPrompt,
             continueFinalMessage: input.continueFinalMessage,
+            addSpecialTokens: input.addSpecialTokens,
+            truncatePromptTokens: input.truncatePromptTokens,
+            truncationSide: input.truncationSide,
           };
           const tokens = pre.encodeChat(messages, opts);
           // vLLM's blocks from an image or audio part on carry the item's identifier, which a router
           // cannot compute: the route is decided by the tokens before the first such part.
           const media = firstMediaPosition(pre, messages, opts);
-          return media === undefined ? tokens : tokens.subarray(0, media);
+          if (media === undefined) return tokens;
+          // The position counts tokens before truncation; keeping the tail drops some in front of it.
+          const dropped = keepsTail(input) ? pre.encodeChat(messages, { ...opts, truncatePromptTokens: undefined }).length - tokens.length : 0;
+          return tokens.subarray(0, Math.max(0, media - dropped));
         }
         case "none":
           return NONE;
@@ -46,6 +57,11 @@ export function createTokenize(pre: Preprocessor): Tokenize {
       throw err;
     }
   };
+}
+
+/** truncate_prompt_tokens that keeps the last tokens (vLLM's default side for generation). */
+function keepsTail(t: Truncation): boolean {
+  return t.truncatePromptTokens !== undefined && t.truncatePromptTokens >= 0 && t.truncationSide !== "right";
 }
 
 /** `text`, or its start up to the last whitespace before `max` (tokens before a space do not depend on what follows). */

@@ -181,6 +181,19 @@ describe("ext_proc", () => {
     s.end();
   });
 
+  test("a /v1/responses request (instructions + input) is routed by the chat vLLM renders from it", async () => {
+    const s = client.open();
+    const h0 = headers("/v1/responses");
+    h0.request_headers!.headers!.headers!.push({ key: "x-kv-epp-explain", raw_value: new TextEncoder().encode("1") });
+    s.send(h0);
+    s.send(body({ model: "test-model", instructions: chatMessages[0]!.content, input: chatMessages[1]!.content }));
+    const h = await s.next();
+    expect(setHeader(h.request_headers?.response, "x-gateway-destination-endpoint")).toBe(B);
+    const blocks = Math.floor(createPreprocessor({}).encodeChat(chatMessages).length / 16);
+    expect(setHeader(h.request_headers?.response, "x-kv-epp-decision")).toContain(`overlap=${blocks}/${blocks}`);
+    s.end();
+  });
+
   test("the subset hint (a list of ip:port) restricts candidates", async () => {
     for (const hint of [{ listValue: { values: [{ stringValue: B }] } }, { listValue: { values: [{ stringValue: B }, { stringValue: "127.0.4.99:1" }] } }]) {
       const s = client.open();

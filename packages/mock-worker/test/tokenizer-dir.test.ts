@@ -31,3 +31,14 @@ test("with --tokenizer-dir, a chat is templated and tokenized like the reference
     await sub.close();
   }
 });
+
+test("a chat with float tools, an echoed reasoning and add_special_tokens/truncation is tokenized as vLLM does", async () => {
+  const rules = await Bun.file(join(TOKENIZER, "test/goldens/rules-cases.json")).json();
+  const ruleIds = await Bun.file(join(TOKENIZER, "test/goldens/rules-golden-ids.json")).json();
+  const c = rules.chats.find((x: { model: string; name: string }) => x.model === "qwen3" && x.name === "reasoning-echoed-in-tool-loop");
+  const ids: number[] = ruleIds.chats.find((x: { model: string; name: string }) => x.model === "qwen3" && x.name === c.name).ids;
+  // The body as text, so `1.0` reaches the mock as the client wrote it.
+  const withTokens = (extra: string) => fetch(`${w.url}/v1/chat/completions`, { method: "POST", headers: { "content-type": "application/json" }, body: `${c.body.slice(0, -1)}, "max_tokens": 1${extra}}` });
+  expect(((await (await withTokens("")).json()) as any).usage.prompt_tokens).toBe(ids.length);
+  expect(((await (await withTokens(', "truncate_prompt_tokens": 10')).json()) as any).usage.prompt_tokens).toBe(10);
+});

@@ -1,16 +1,21 @@
-import { Template } from "@huggingface/jinja";
 import { Tokenizer } from "@huggingface/tokenizers";
-import { ChatTemplateError, continueFinalMessage, templateMessages, templateTools } from "./messages";
+import { detectContentFormat, type ContentFormat } from "./content-format";
+import { conversation } from "./conversation";
+import { ChatTemplateError, continueFinalMessage, templateTools } from "./messages";
+import { PyTemplate } from "./py-template";
+import { truncatePrompt } from "./truncation";
 import { SegmentCache } from "./segment-cache";
 import { Segmenter } from "./segmenter";
 import { tokenContent, type TokenizerFiles } from "./tokenizer-files";
-import { NO_CACHE_STATS, type CacheOptions, type CacheStats, type ChatMessage, type ChatOptions, type Preprocessor } from "./types";
+import { NO_CACHE_STATS, type CacheOptions, type CacheStats, type ChatMessage, type ChatOptions, type CompletionOptions, type Preprocessor } from "./types";
 
 /** A Hugging Face tokenizer (tokenizer.json + tokenizer_config.json) with its chat template and segment cache. */
 export class HfPreprocessor implements Preprocessor {
   readonly kind = "hf" as const;
   private readonly tokenizer: Tokenizer;
-  private readonly template: Template | null;
+  private readonly template: PyTemplate | null;
+  /** vLLM's content format for this template (`--chat-template-content-format auto`). */
+  readonly contentFormat: ContentFormat;
   private readonly templateTokens: Record<string, unknown>;
   private readonly segmenter: Segmenter;
   private readonly cache: SegmentCache | null;
@@ -21,41 +26,38 @@ export class HfPreprocessor implements Preprocessor {
   constructor(files: TokenizerFiles, cache: CacheOptions | false) {
     const { tokenizerJson, config, chatTemplate } = files;
     this.tokenizer = new Tokenizer(tokenizerJson, config);
-    this.template = chatTemplate === null ? null : new Template(chatTemplate);
-    // transformers hands the template every special token of the tokenizer (special_tokens_map); the jinja
-    // library already defines raise_exception.
-    this.templateTokens = {
-      bos_token: tokenContent(config.bos_token) ?? "",
-      eos_token: tokenContent(config.eos_token) ?? "",
-      unk_token: tokenContent(config.unk_token) ?? "",
-      pad_token: tokenContent(config.pad_token) ?? "",
-      additional_special_tokens: (config.additional_special_tokens ?? []).map(tokenContent),
-    };
+    this.template = chatTemplate === null ? null : new PyTemplate(chatTemplate);
+    this.contentFormat = this.template === null ? "string" : detectContentFormat(this.template.ast);
+    // transformers hands the template the tokenizer's special tokens that are set (special_tokens_map).
+    this.templateTokens = {};
+    for (const name of ["bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token"] as const) {
+      const content = tokenContent(config[name] as Parameters<typeof tokenContent>[0]);
+      if (content !== null) this.templateTokens[name] = content;
+    }
+    if (config.additional_special_tokens?.length) this.templateTokens.additional_special_tokens = config.additional_special_tokens.map(tokenContent);
     this.segmenter = new Segmenter(this.tokenizer, tokenizerJson.added_tokens, tokenizerJson.normalizer != null);
     this.cache = cache === false ? null : new SegmentCache(cache);
     [this.completionPrefix, this.completionSuffix] = this.probeSpecialTokenRules(files);
   }
 
-  encodeCompletion(prompt: string | readonly number[]): Uint32Array {
-    if (typeof prompt !== "string") return Uint32Array.from(prompt);
-    const body = this.encodeText(prompt);
-    if (this.completionPrefix.length === 0 && this.completionSuffix.length === 0) return body;
-    const out = new Uint32Array(this.completionPrefix.length + body.length + this.completionSuffix.length);
-    out.set(this.completionPrefix, 0);
-    out.set(body, this.completionPrefix.length);
-    out.set(this.completionSuffix, this.completionPrefix.length + body.length);
-    return out;
+  encodeCompletion(prompt: string | readonly number[], opts: CompletionOptions = {}): Uint32Array {
+    if (typeof prompt !== "string") return truncatePrompt(Uint32Array.from(prompt), opts);
+    return this.withSpecialTokens(this.encodeText(prompt), opts.addSpecialTokens ?? true, opts);
   }
 
   renderChat(messages: readonly ChatMessage[], opts: ChatOptions = {}): string {
     if (this.template === null) throw new ChatTemplateError("the model's tokenizer has no chat template");
+    const chat = conversation(messages, this.contentFormat);
+    // As transformers renders: the special tokens, then the request's chat_template_kwargs, then what the
+    // request's own fields say (vLLM passes tools=None and documents=None when the request has none).
     const vars: Record<string, unknown> = {
       ...this.templateTokens,
       ...opts.templateKwargs,
-      messages: templateMessages(messages),
+      messages: chat,
+      tools: opts.tools === undefined ? null : templateTools(opts.tools),
+      documents: null,
       add_generation_prompt: opts.addGenerationPrompt ?? true,
     };
-    if (opts.tools !== undefined) vars.tools = templateTools(opts.tools);
     let rendered: string;
     try {
       rendered = this.template.render(vars);
@@ -63,12 +65,18 @@ export class HfPreprocessor implements Preprocessor {
       // raise_exception() in the template, or a value it cannot handle: the request's doing.
       throw new ChatTemplateError(`chat template failed: ${(err as Error).message}`);
     }
-    return opts.continueFinalMessage ? continueFinalMessage(rendered, messages) : rendered;
+    return opts.continueFinalMessage ? continueFinalMessage(rendered, chat) : rendered;
   }
 
-  encodeChat(messages: readonly ChatMessage[], opts?: ChatOptions): Uint32Array {
-    // vLLM tokenizes the rendered chat with add_special_tokens=False: the template already placed them.
-    return this.encodeText(this.renderChat(messages, opts));
+  encodeChat(messages: readonly ChatMessage[], opts: ChatOptions = {}): Uint32Array {
+    // vLLM tokenizes the rendered chat with the request's add_special_tokens, false by default: the template
+    // already placed them (true on a template that starts with bos gives two).
+    return this.withSpecialTokens(this.encodeText(this.renderChat(messages, opts)), opts.addSpecialTokens ?? false, opts);
+  }
+
+  // What the tokenizer's post-processor adds when asked to, and truncate_prompt_tokens applied around it.
+  private withSpecialTokens(body: Uint32Array, add: boolean, opts: CompletionOptions): Uint32Array {
+    return add ? truncatePrompt(body, opts, this.completionPrefix, this.completionSuffix) : truncatePrompt(body, opts);
   }
 
   decode(ids: ArrayLike<number>): string {

@@ -19,7 +19,10 @@ export function isMediaPart(p: ContentPart): boolean {
 
 export type MediaPosition = { message: number; part: number; at: number };
 
-/** Each media part of the chat, in order, with its token position in `pre.encodeChat(messages, opts)`. */
+/**
+ * Each media part of the chat, in order, with its token position in `pre.encodeChat(messages, opts)` before
+ * truncate_prompt_tokens (the caller shifts them by what truncation drops).
+ */
 export function mediaPositions(pre: Preprocessor, messages: readonly ChatMessage[], opts: ChatOptions = {}): MediaPosition[] {
   const out: MediaPosition[] = [];
   let full: Uint32Array | undefined;
@@ -28,11 +31,11 @@ export function mediaPositions(pre: Preprocessor, messages: readonly ChatMessage
     if (!Array.isArray(c)) continue;
     for (let p = 0; p < c.length; p++) {
       if (!isMediaPart(c[p]!)) continue;
-      full ??= pre.encodeChat(messages, opts);
+      full ??= pre.encodeChat(messages, { ...opts, truncatePromptTokens: undefined });
       const cut = [...messages.slice(0, m), { ...messages[m]!, content: c.slice(0, p) }];
       let at = 0;
       try {
-        const before = pre.encodeChat(cut, { tools: opts.tools, templateKwargs: opts.templateKwargs, addGenerationPrompt: false });
+        const before = pre.encodeChat(cut, { tools: opts.tools, templateKwargs: opts.templateKwargs, addGenerationPrompt: false, addSpecialTokens: opts.addSpecialTokens });
         while (at < full.length && at < before.length && full[at] === before[at]) at++;
       } catch {
         // A template that refuses the cut conversation (e.g. it must end with a user turn): position 0

@@ -1,3 +1,4 @@
+import { pyStrip } from "./py-values";
 import type { ChatMessage } from "./types";
 
 // vLLM's "string" content format: the text parts of a multi-part content joined with "\n"; non-text parts
@@ -15,42 +16,8 @@ export class ChatTemplateError extends Error {
 }
 
 /**
- * Messages as vLLM hands them to the chat template: content flattened to a string, and an
- * assistant's tool calls with their `arguments` as objects (vLLM parses the JSON string, empty -> {},
- * so templates print them with `tojson`); an empty `tool_calls` list is dropped. Other fields untouched.
- */
-export function templateMessages(messages: readonly ChatMessage[]): ChatMessage[] {
-  return messages.map((m) => {
-    let out: ChatMessage = typeof m.content === "string" ? m : { ...m, content: messageText(m) };
-    if (m.role === "assistant" && Array.isArray(m.tool_calls)) {
-      if (m.tool_calls.length === 0) {
-        const { tool_calls: _drop, ...rest } = out;
-        out = rest as ChatMessage;
-      } else out = { ...out, tool_calls: m.tool_calls.map(toolCallForTemplate) };
-    }
-    return out;
-  });
-}
-
-function toolCallForTemplate(call: unknown): unknown {
-  const fn = (call as { function?: { arguments?: unknown } } | null)?.function;
-  if (typeof fn !== "object" || fn === null) return call;
-  const args = fn.arguments;
-  if (typeof args === "object" && args !== null) return call;
-  let parsed: unknown = {};
-  if (typeof args === "string" && args !== "") {
-    try {
-      parsed = JSON.parse(args);
-    } catch {
-      throw new ChatTemplateError("a tool call's function.arguments is not valid JSON");
-    }
-  }
-  return { ...(call as object), function: { ...fn, arguments: parsed } };
-}
-
-/**
  * `tools` as vLLM passes them to the template (its pydantic model_dump): `{type, function: {name,
- * description, parameters}}` in that order, absent fields as null.
+ * description, parameters}}` in that order, absent fields as null. Numbers inside keep their PyFloat marks.
  */
 export function templateTools(tools: readonly unknown[]): unknown[] {
   return tools.map((t) => {
@@ -58,6 +25,15 @@ export function templateTools(tools: readonly unknown[]): unknown[] {
     const fn = tool.function ?? {};
     return { type: tool.type ?? "function", function: { name: fn.name, description: fn.description ?? null, parameters: fn.parameters ?? null } };
   });
+}
+
+/** The text continue_final_message continues: the content, or its last part that has text (transformers' rule). */
+function finalText(m: ChatMessage): string {
+  const c = m.content;
+  if (!Array.isArray(c)) return messageText(m);
+  const part = c.findLast((p) => typeof p.text === "string");
+  if (part === undefined) throw new ChatTemplateError("continue_final_message is set but the final message has no text to continue");
+  return part.text as string;
 }
 
 /**
@@ -68,10 +44,10 @@ export function templateTools(tools: readonly unknown[]): unknown[] {
 export function continueFinalMessage(rendered: string, messages: readonly ChatMessage[]): string {
   const last = messages.at(-1);
   if (last === undefined) return rendered;
-  const text = messageText(last);
-  const stripped = text.trim();
+  const text = finalText(last);
+  const stripped = pyStrip(text, null, "both");
   const at = rendered.lastIndexOf(stripped);
   if (at < 0) throw new ChatTemplateError("continue_final_message is set but the final message does not appear in the rendered chat");
-  const kept = text.trimStart().length;
+  const kept = pyStrip(text, null, "left").length;
   return rendered.slice(0, rendered.slice(at, at + kept) === text ? at + kept : at + stripped.length);
 }

@@ -2,6 +2,7 @@ import { byteFallbackDecode, byteFallbackEncode, byteFallbackRenderChat } from "
 import { HfPreprocessor } from "./hf-preprocessor";
 import { registerPreprocessorMetrics } from "./metrics";
 import { loadTokenizerFiles } from "./tokenizer-files";
+import { truncatePrompt } from "./truncation";
 import { NO_CACHE_STATS, type ChatMessage, type ChatOptions, type Preprocessor, type PreprocessorOptions } from "./types";
 
 /**
@@ -21,8 +22,8 @@ export function createPreprocessor(opts: PreprocessorOptions = {}): Preprocessor
 
 const byteFallbackPreprocessor: Preprocessor = {
   kind: "byte-fallback",
-  encodeCompletion: (prompt) => (typeof prompt === "string" ? byteFallbackEncode(prompt) : Uint32Array.from(prompt)),
-  encodeChat: (messages: readonly ChatMessage[], opts?: ChatOptions) => byteFallbackEncode(byteFallbackRenderChat(messages, opts)),
+  encodeCompletion: (prompt, opts = {}) => truncatePrompt(typeof prompt === "string" ? byteFallbackEncode(prompt) : Uint32Array.from(prompt), opts),
+  encodeChat: (messages: readonly ChatMessage[], opts: ChatOptions = {}) => truncatePrompt(byteFallbackEncode(byteFallbackRenderChat(messages, opts)), opts),
   renderChat: byteFallbackRenderChat,
   decode: byteFallbackDecode,
   cacheStats: () => NO_CACHE_STATS,

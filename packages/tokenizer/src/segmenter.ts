@@ -18,9 +18,10 @@ export class Segmenter {
   private readonly anchor: string | null;
 
   constructor(private readonly tokenizer: Tokenizer, addedTokens: readonly AddedTokenJson[], hasNormalizer: boolean) {
+    const overlapping = overlappingContents(addedTokens.map((t) => t.content));
     const splitOn = addedTokens.filter((t) =>
       t.content.length > 0 && !t.lstrip && !t.rstrip && !t.single_word && !(t.normalized && hasNormalizer) &&
-      !addedTokens.some((o) => o.content !== t.content && overlaps(o.content, t.content)));
+      !overlapping.has(t.content));
     for (const t of splitOn) this.ids.set(t.content, t.id);
     const alternatives = [...this.ids.keys()].sort((a, b) => b.length - a.length).map(escapeRegExp);
     this.pattern = alternatives.length > 0 ? new RegExp(alternatives.join("|"), "g") : null;
@@ -77,14 +78,43 @@ export class Segmenter {
   }
 }
 
-// True when an occurrence of `a` could share characters with an occurrence of `b` without being equal:
-// containment, or a suffix of one equal to a prefix of the other.
-function overlaps(a: string, b: string): boolean {
-  if (a.includes(b) || b.includes(a)) return true;
-  for (let k = 1; k < Math.min(a.length, b.length); k++) {
-    if (a.endsWith(b.slice(0, k)) || b.endsWith(a.slice(0, k))) return true;
+/**
+ * The contents an occurrence of which could share characters with an occurrence of another, different content:
+ * one contains the other, or a proper suffix of one is a proper prefix of the other. Indexed by substrings, so
+ * Gemma 3's 6k added tokens take milliseconds (a pairwise check took about a minute).
+ */
+export function overlappingContents(contents: readonly string[]): Set<string> {
+  const distinct = [...new Set(contents)];
+  // Each substring (proper prefix, proper suffix) -> the first content it was seen in, or null once two were.
+  const inside = new Map<string, string | null>();
+  const prefixes = new Map<string, string | null>();
+  const suffixes = new Map<string, string | null>();
+  const note = (m: Map<string, string | null>, key: string, owner: string) => {
+    const seen = m.get(key);
+    if (seen === undefined) m.set(key, owner);
+    else if (seen !== owner) m.set(key, null);
+  };
+  for (const c of distinct) {
+    for (let i = 0; i <= c.length; i++) for (let j = i; j <= c.length; j++) note(inside, c.slice(i, j), c);
+    for (let k = 1; k < c.length; k++) {
+      note(prefixes, c.slice(0, k), c);
+      note(suffixes, c.slice(c.length - k), c);
+    }
   }
-  return false;
+  const other = (m: Map<string, string | null>, key: string, c: string) => {
+    const seen = m.get(key);
+    return seen === null || (seen !== undefined && seen !== c);
+  };
+  const all = new Set(distinct);
+  const out = new Set<string>();
+  for (const c of distinct) {
+    // Another content contains c, or c contains another (a proper substring of c that is a content).
+    let hit = other(inside, c, c);
+    for (let i = 0; !hit && i <= c.length; i++) for (let j = i; !hit && j <= c.length; j++) hit = j - i < c.length && all.has(c.slice(i, j));
+    for (let k = 1; !hit && k < c.length; k++) hit = other(suffixes, c.slice(0, k), c) || other(prefixes, c.slice(c.length - k), c);
+    if (hit) out.add(c);
+  }
+  return out;
 }
 
 function escapeRegExp(s: string): string {

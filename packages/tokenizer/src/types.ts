@@ -1,4 +1,5 @@
 import type { Registry } from "prom-client";
+import type { Truncation } from "./truncation";
 
 /** An OpenAI chat message; extra fields (tool_calls, reasoning_content, name, ...) reach the chat template as given. */
 export type ChatMessage = {
@@ -8,7 +9,10 @@ export type ChatMessage = {
 };
 export type ContentPart = { type: string; text?: string; [field: string]: unknown };
 
-export type ChatOptions = {
+/** The request's `add_special_tokens` (default true for /v1/completions) and truncate_prompt_tokens. */
+export type CompletionOptions = Truncation & { addSpecialTokens?: boolean };
+
+export type ChatOptions = Truncation & {
   /** OpenAI `tools` of the request; the template sees them as `tools`. */
   tools?: unknown[];
   /** Extra template variables, as vLLM's `chat_template_kwargs` (e.g. `{ enable_thinking: false }`). */
@@ -20,6 +24,8 @@ export type ChatOptions = {
    * (no end of turn), so the model continues it. Used with addGenerationPrompt false.
    */
   continueFinalMessage?: boolean;
+  /** The request's `add_special_tokens`: vLLM's chat default is false (the template places them). */
+  addSpecialTokens?: boolean;
 };
 
 export type CacheOptions = { maxEntries?: number; maxBytes?: number };
@@ -45,7 +51,7 @@ export type PreprocessorKind = "hf" | "byte-fallback";
 export interface Preprocessor {
   readonly kind: PreprocessorKind;
   /** `/v1/completions`: a text prompt gets the model's special-token rules; a token-id prompt is used as given. */
-  encodeCompletion(prompt: string | readonly number[]): Uint32Array;
+  encodeCompletion(prompt: string | readonly number[], opts?: CompletionOptions): Uint32Array;
   /** `/v1/chat/completions`: chat template with add_generation_prompt, then tokenized without adding special tokens. */
   encodeChat(messages: readonly ChatMessage[], opts?: ChatOptions): Uint32Array;
   /** The rendered chat text (what encodeChat tokenizes). */

@@ -17,7 +17,7 @@ beforeAll(async () => {
   cached = createPreprocessor({ tokenizerDir: dir });
   uncached = createPreprocessor({ tokenizerDir: dir, cache: false });
   goldens = await qwen3Goldens();
-});
+}, 60_000); // loading a 150k vocabulary takes ~250 ms, and seconds on a loaded machine
 
 describe("Qwen3 golden ids", () => {
   test("text completions get the ids of the reference tokenizer", () => {
@@ -76,8 +76,9 @@ describe("Qwen3 golden ids", () => {
     const rendered = cached.renderChat(messages('{"city":"Paris"}'));
     // The template prints the arguments with tojson (Python's ", " and ": "), as it does a dict.
     expect(rendered).toContain('"arguments": {"city": "Paris"}');
+    // Empty or malformed arguments become {} (vLLM's _postprocess_messages), not an error.
     expect(cached.renderChat(messages(""))).toContain('"arguments": {}');
-    expect(() => cached.renderChat(messages("{not json"))).toThrow(ChatTemplateError);
+    expect(cached.renderChat(messages("{not json"))).toContain('"arguments": {}');
     // A tool without description or parameters is rendered with them as null, keys in vLLM's order.
     const tools = cached.renderChat([{ role: "user", content: "hi" }], { tools: [{ function: { name: "noop" }, type: "function" }] });
     expect(tools).toContain('{"type": "function", "function": {"name": "noop", "description": null, "parameters": null}}');
@@ -132,7 +133,7 @@ describe("segment cache", () => {
       { numRuns: 150 },
     );
     expect(pre.cacheStats().hits).toBeGreaterThan(0);
-  });
+  }, 60_000); // it loads its own tokenizer and renders ~500 chats: seconds on a loaded machine
 
   test("cached completion tokenization equals uncached for random text with special tokens", () => {
     fc.assert(

@@ -1,13 +1,20 @@
-// The OpenAI request bodies the EPP routes: /v1/completions and /v1/chat/completions.
+// The OpenAI request bodies the EPP routes: /v1/completions, /v1/chat/completions and /v1/responses.
 // Only the fields that decide the route are read; the body itself is forwarded untouched.
 import { JsonFieldScanner, type JsonField } from "@kv-epp/index-wasm/json";
+import { parseJsonKeepingFloats, PyFloat, truncatePrompt, type Truncation } from "@kv-epp/tokenizer";
+import { BadRequest } from "./bad-request.ts";
+import { responsesChat } from "./responses-body.ts";
 
 export type ChatMessage = { role: string; content?: unknown; [k: string]: unknown };
 
+/**
+ * Text inputs carry the request's `add_special_tokens` (vLLM's default: true for a completion, false for a
+ * chat) and `truncate_prompt_tokens` / `truncation_side` (a token prompt is cut here already).
+ */
 export type RoutedInput =
   | { kind: "tokens"; tokens: Uint32Array }
-  | { kind: "prompt"; text: string }
-  | {
+  | ({ kind: "prompt"; text: string; addSpecialTokens?: boolean } & Truncation)
+  | ({
       kind: "chat";
       messages: ChatMessage[];
       tools?: unknown[];
@@ -15,7 +22,8 @@ export type RoutedInput =
       /** The request's add_generation_prompt / continue_final_message (vLLM's defaults: true / false). */
       addGenerationPrompt?: boolean;
       continueFinalMessage?: boolean;
-    }
+      addSpecialTokens?: boolean;
+    } & Truncation)
   | { kind: "none" };
 
 /**
@@ -25,7 +33,7 @@ export type RoutedInput =
  */
 export type ParsedBody = { model?: string; cacheSalt?: string; batchedPrompts?: number; input: RoutedInput };
 
-export class BadRequest extends Error {}
+export { BadRequest };
 
 /** JSON nested deeper than MAX_JSON_DEPTH: refused before it is parsed. */
 export class TooDeep extends BadRequest {}
@@ -43,18 +51,24 @@ export const MAX_BODY_BYTES = 32 * 1024 * 1024;
 
 const decoder = new TextDecoder();
 
-export function parseBodyBytes(body: Uint8Array): ParsedBody {
+/** `path`: the request's :path when known (it tells a /v1/responses body from an embeddings one). */
+export function parseBodyBytes(body: Uint8Array, path?: string): ParsedBody {
   const fast = tokenIdsBody(body);
   if (fast) return fast;
-  return parseBody(parseJson(body));
+  return parseBody(parseJson(body), path);
 }
+
+// Bodies that carry what a chat template prints with Python's json (tools, tool-call arguments, template
+// kwargs) are parsed keeping floats apart from integers: Python prints `1.0` where JSON.parse leaves `1`.
+const PYTHON_NUMBERS = /"(tools|tool_calls|chat_template_kwargs|input)"/;
 
 /** JSON.parse of a request body, refusing one nested past MAX_JSON_DEPTH before parsing it. */
 export function parseJson(body: Uint8Array): unknown {
   const depth = nestingExceeds(body, MAX_JSON_DEPTH);
   if (depth >= 0) throw new TooDeep(`request body nests arrays/objects deeper than ${MAX_JSON_DEPTH} (at byte ${depth})`);
   try {
-    return JSON.parse(decoder.decode(body));
+    const text = decoder.decode(body);
+    return PYTHON_NUMBERS.test(text) ? parseJsonKeepingFloats(text) : JSON.parse(text);
   } catch (e) {
     throw new BadRequest(`request body is not JSON: ${(e as Error).message}`);
   }
@@ -88,6 +102,8 @@ function nestingExceeds(b: Uint8Array, max: number): number {
 }
 
 const FIELDS = ["model", "token_ids", "messages", "prompt", "cache_salt"] as const;
+// A token prompt with truncate_prompt_tokens takes the JSON.parse path, which reads it.
+const TRUNCATE_FIELD = new TextEncoder().encode('"truncate_prompt_tokens"');
 /**
  * Bodies up to this size take the fast path (~600k token ids). The scanner's linear memory keeps the
  * size of the largest body it read (x3: text and decoded ids) and never shrinks, so a rare huge body
@@ -103,7 +119,7 @@ let scanner: JsonFieldScanner | undefined;
  * takes the JSON.parse path, which also words the errors.
  */
 function tokenIdsBody(body: Uint8Array): ParsedBody | undefined {
-  if (body.length > FAST_PATH_MAX_BYTES) return undefined;
+  if (body.length > FAST_PATH_MAX_BYTES || Buffer.from(body.buffer, body.byteOffset, body.length).includes(TRUNCATE_FIELD)) return undefined;
   const f = (scanner ??= new JsonFieldScanner(FIELDS)).scan(body);
   if (!f) return undefined;
   const [model, tokenIds, messages, prompt, salt] = f as [JsonField, JsonField, JsonField, JsonField, JsonField];
@@ -129,9 +145,9 @@ function validContent(c: unknown): boolean {
   return c === undefined || c === null || typeof c === "string" || (Array.isArray(c) && c.every((p) => typeof p === "object" && p !== null && !Array.isArray(p)));
 }
 
-/** Validates an already-decoded body (also used by POST /select). */
-export function parseBody(doc: unknown): ParsedBody {
-  const parsed = parseInput(doc);
+/** Validates an already-decoded body (also used by POST /select); `path` as for parseBodyBytes. */
+export function parseBody(doc: unknown, path?: string): ParsedBody {
+  const parsed = parseInput(doc, path);
   const salt = (doc as Record<string, unknown>).cache_salt;
   if (salt !== undefined && salt !== null) {
     if (typeof salt !== "string") throw new BadRequest("cache_salt must be a string");
@@ -140,7 +156,7 @@ export function parseBody(doc: unknown): ParsedBody {
   return parsed;
 }
 
-function parseInput(doc: unknown): ParsedBody {
+function parseInput(doc: unknown, path: string | undefined): ParsedBody {
   if (typeof doc !== "object" || doc === null || Array.isArray(doc)) throw new BadRequest("request body must be a JSON object");
   const o = doc as Record<string, unknown>;
   if (o.model !== undefined && typeof o.model !== "string") throw new BadRequest("model must be a string");
@@ -164,11 +180,61 @@ function parseInput(doc: unknown): ParsedBody {
       throw new BadRequest("continue_final_message requires add_generation_prompt to be false");
     return {
       model,
-      input: { kind: "chat", messages: o.messages as ChatMessage[], tools: o.tools as unknown[] | undefined, templateKwargs, addGenerationPrompt, continueFinalMessage },
+      input: {
+        kind: "chat", messages: o.messages as ChatMessage[], tools: o.tools as unknown[] | undefined, templateKwargs, addGenerationPrompt, continueFinalMessage,
+        addSpecialTokens: optionalBool(o.add_special_tokens, "add_special_tokens"), ...truncationOf(o),
+      },
     };
   }
-  if (o.prompt !== undefined) return { model, ...promptInput(o.prompt) };
+  if (o.prompt !== undefined) {
+    const { input, batchedPrompts } = promptInput(o.prompt, truncationOf(o));
+    const withText = input.kind === "prompt" ? { ...input, addSpecialTokens: optionalBool(o.add_special_tokens, "add_special_tokens"), ...truncationOf(o) } : input;
+    return { model, input: withText, batchedPrompts };
+  }
+  if (o.input !== undefined && isResponses(o, path)) {
+    const chat = responsesChat(o.instructions, o.input, o.tools);
+    if (chat.messages.some((m) => typeof m !== "object" || m === null || typeof m.role !== "string" || !validContent(m.content)))
+      throw new BadRequest("an input message must have a role and content as a string or content parts");
+    return {
+      model,
+      input: { kind: "chat", messages: chat.messages, tools: chat.tools, addGenerationPrompt: !chat.continueFinalMessage, continueFinalMessage: chat.continueFinalMessage },
+    };
+  }
   return { model, input: { kind: "none" } };
+}
+
+// Keys only a Responses request has; /v1/embeddings also takes `input` (a string or a list of strings/ids).
+const RESPONSES_KEYS = ["instructions", "previous_response_id", "max_output_tokens", "reasoning", "store", "include", "background", "text", "truncation"];
+
+/**
+ * Whether a body with `input` is a /v1/responses request: the path says so when it is known; otherwise an
+ * input of items (objects), or a Responses-only field.
+ */
+function isResponses(o: Record<string, unknown>, path: string | undefined): boolean {
+  if (path !== undefined) return /\/responses\/?$/.test(path.split("?")[0]!);
+  if (Array.isArray(o.input)) return o.input.length > 0 && o.input.every((x) => typeof x === "object" && x !== null && !Array.isArray(x));
+  return typeof o.input === "string" && RESPONSES_KEYS.some((k) => o[k] !== undefined);
+}
+
+/** truncate_prompt_tokens (an integer >= -1, as vLLM validates it) and truncation_side. */
+function truncationOf(o: Record<string, unknown>): Truncation {
+  const out: Truncation = {};
+  const k = plainNumber(o.truncate_prompt_tokens);
+  if (k !== undefined && k !== null) {
+    if (typeof k !== "number" || !Number.isInteger(k) || k < -1) throw new BadRequest("truncate_prompt_tokens must be an integer >= -1");
+    out.truncatePromptTokens = k;
+  }
+  const side = o.truncation_side;
+  if (side !== undefined && side !== null) {
+    if (side !== "left" && side !== "right") throw new BadRequest('truncation_side must be "left" or "right"');
+    out.truncationSide = side;
+  }
+  return out;
+}
+
+/** A number parsed as a Python float (PyFloat) read as the number it is; pydantic takes 5.0 for an int field. */
+function plainNumber(v: unknown): unknown {
+  return v instanceof PyFloat ? v.value : v;
 }
 
 function optionalBool(v: unknown, field: string): boolean | undefined {
@@ -177,15 +243,17 @@ function optionalBool(v: unknown, field: string): boolean | undefined {
   return v;
 }
 
-function promptInput(p: unknown): Pick<ParsedBody, "input" | "batchedPrompts"> {
+function promptInput(p: unknown, truncation: Truncation): Pick<ParsedBody, "input" | "batchedPrompts"> {
   if (typeof p === "string") return { input: { kind: "prompt", text: p } };
+  // A token prompt is truncated as vLLM truncates it (no special tokens are added to one).
+  const tokens = (v: unknown, field: string): RoutedInput => ({ kind: "tokens", tokens: truncatePrompt(tokenArray(v, field), truncation) });
   if (Array.isArray(p)) {
     if (p.length === 0) return { input: { kind: "tokens", tokens: new Uint32Array(0) } };
     // Batched prompts (string[] or number[][]): the first prompt decides the route.
     const batchedPrompts = p.length > 1 ? p.length : undefined;
     if (typeof p[0] === "string") return { input: { kind: "prompt", text: p[0] }, batchedPrompts };
-    if (Array.isArray(p[0])) return { input: { kind: "tokens", tokens: tokenArray(p[0], "prompt[0]") }, batchedPrompts };
-    return { input: { kind: "tokens", tokens: tokenArray(p, "prompt") } };
+    if (Array.isArray(p[0])) return { input: tokens(p[0], "prompt[0]"), batchedPrompts };
+    return { input: tokens(p, "prompt") };
   }
   throw new BadRequest("prompt must be a string, a token id array, or a batch of them");
 }
@@ -194,7 +262,7 @@ function tokenArray(v: unknown, field: string): Uint32Array {
   if (!Array.isArray(v)) throw new BadRequest(`${field} must be an array of token ids`);
   const out = new Uint32Array(v.length);
   for (let i = 0; i < v.length; i++) {
-    const t = v[i];
+    const t = plainNumber(v[i]);
     if (typeof t !== "number" || !Number.isInteger(t) || t < 0 || t > 0xffffffff)
       throw new BadRequest(`${field}[${i}] is not a token id: ${JSON.stringify(t)}`);
     out[i] = t;

@@ -68,6 +68,8 @@ type Duplex = BidiCall<ProcessingRequest, ProcessingResponse>;
 
 /** Per-HTTP-request state on a stream. */
 type RequestState = {
+  /** The request's :path, when Envoy sends it. */
+  path?: string;
   subset: Set<string> | undefined;
   /** Steered by the conformance selection header, which wins over later subset hints. */
   steered?: boolean;
@@ -275,6 +277,8 @@ class ProcessStream {
     this.req = {
       subset: steered ? steered.subset : subsetHint(msg), steered: steered !== undefined, chunks: [], bytes: 0, decided: false, explain, responseBody: false, cls,
       bodyless: msg.request_headers!.end_of_stream === true,
+      // The path tells a /v1/responses body from an embeddings one (both carry `input`).
+      path: findHeader(msg.request_headers!.headers, ":path"),
     };
     // No body, or none before the route is taken (NONE: not sent; STREAMED: the headers go upstream
     // once answered): the decision is by load alone, on the headers.
@@ -426,7 +430,7 @@ class ProcessStream {
 
   private parse(body: Uint8Array, maybeCut: boolean): ParsedBody {
     try {
-      return parseBodyBytes(body);
+      return parseBodyBytes(body, this.req?.path);
     } catch (err) {
       if (!maybeCut || !(err instanceof BadRequest) || err instanceof TooDeep) throw err;
       this.deps.metrics.partialBodies.inc();

@@ -1,6 +1,6 @@
 import { Hono, type Context } from "hono";
 import { createHash } from "node:crypto";
-import { ChatTemplateError, mediaPositions, type ChatMessage, type ChatOptions, type Preprocessor } from "@kv-epp/tokenizer";
+import { ChatTemplateError, mediaPositions, parseJsonKeepingFloats, type ChatMessage, type ChatOptions, type Preprocessor } from "@kv-epp/tokenizer";
 import type { MediaItem } from "../cache/block-hash.ts";
 import type { AcquireIdentity } from "../cache/prefix-cache.ts";
 import type { RankEngine } from "../engine/rank-engine.ts";
@@ -65,7 +65,8 @@ export function openAiRoutes(deps: OpenAiDeps): Hono {
     const p = body.prompt;
     const prompts: (string | number[])[] =
       typeof p === "string" ? [p] : typeof p[0] === "number" ? [p as number[]] : (p as (string | number[])[]);
-    return run(c, "completion", body, prompts.map((x) => deps.preprocessor.encodeCompletion(x)), body.max_tokens ?? DEFAULT_MAX_TOKENS);
+    const opts = tokenizeOptions(body);
+    return run(c, "completion", body, prompts.map((x) => deps.preprocessor.encodeCompletion(x, opts)), body.max_tokens ?? DEFAULT_MAX_TOKENS);
   });
 
   app.post("/v1/chat/completions", async (c) => {
@@ -76,13 +77,16 @@ export function openAiRoutes(deps: OpenAiDeps): Hono {
     const addGenerationPrompt = body.add_generation_prompt ?? true;
     if (body.continue_final_message && addGenerationPrompt)
       return openAiError(c, 400, "Cannot set both `continue_final_message` and `add_generation_prompt` to True.", "continue_final_message");
+    // What the template prints is read as Python reads it: `1.0` in tools or kwargs stays a float.
+    const py = parseJsonKeepingFloats(await c.req.text()) as Pick<ChatRequest, "messages" | "tools" | "chat_template_kwargs">;
     let chat: { prompt: Uint32Array; media: MediaItem[] };
     try {
-      chat = withMedia(deps.preprocessor, body.messages, {
-        tools: body.tools ?? undefined,
-        templateKwargs: body.chat_template_kwargs ?? undefined,
+      chat = withMedia(deps.preprocessor, py.messages as ChatMessage[], {
+        tools: py.tools ?? undefined,
+        templateKwargs: py.chat_template_kwargs ?? undefined,
         addGenerationPrompt,
         continueFinalMessage: body.continue_final_message ?? false,
+        ...tokenizeOptions(body),
       });
     } catch (e) {
       // A chat template can reject a conversation (e.g. roles out of order): the client's fault, as in vLLM.
@@ -95,14 +99,23 @@ export function openAiRoutes(deps: OpenAiDeps): Hono {
   return app;
 }
 
+function tokenizeOptions(body: CompletionRequest | ChatRequest) {
+  return {
+    addSpecialTokens: body.add_special_tokens ?? undefined,
+    truncatePromptTokens: body.truncate_prompt_tokens ?? undefined,
+    truncationSide: body.truncation_side ?? undefined,
+  };
+}
+
 /**
  * The chat's tokens as a multimodal vLLM sees them: the text rendering with MEDIA_TOKENS placeholders
  * for each image/audio/video part at its position (as @kv-epp/tokenizer locates it), and one media
  * item per part whose identifier is a digest of the part (vLLM hashes the item's content).
  */
 function withMedia(pre: Preprocessor, messages: ChatMessage[], opts: ChatOptions): { prompt: Uint32Array; media: MediaItem[] } {
-  const text = pre.encodeChat(messages, opts);
   const at = mediaPositions(pre, messages, opts);
+  // A chat with media is not truncated here: its placeholders would have to move with the cut.
+  const text = pre.encodeChat(messages, at.length === 0 ? opts : { ...opts, truncatePromptTokens: undefined });
   if (at.length === 0) return { prompt: text, media: [] };
   const out = new Uint32Array(text.length + at.length * MEDIA_TOKENS);
   const media: MediaItem[] = [];

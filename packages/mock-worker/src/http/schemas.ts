@@ -15,6 +15,10 @@ const common = {
   cache_salt: z.string().min(1).nullish(),
   stream: z.boolean().optional().default(false),
   stream_options: z.object({ include_usage: z.boolean().optional() }).nullish(),
+  /** What vLLM tokenizes with: add_special_tokens (default true for a completion, false for a chat) and truncation. */
+  add_special_tokens: z.boolean().nullish(),
+  truncate_prompt_tokens: z.number().int().min(-1).nullish(),
+  truncation_side: z.enum(["left", "right"]).nullish(),
 };
 
 export const CompletionRequest = z.looseObject({

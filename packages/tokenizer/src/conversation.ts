@@ -1,0 +1,102 @@
+// The messages a chat template sees, rebuilt from the request's as vLLM rebuilds them
+// (vllm/entrypoints/chat_utils.py: `_parse_chat_message_content`, `_parse_chat_message_content_part`,
+// `_postprocess_messages`). Each message is made anew from the fields vLLM knows, so anything else a client
+// sends (a `reasoning_content` echoed back, ids, vendor fields) never reaches the template.
+import type { ContentFormat } from "./content-format";
+import { ChatTemplateError } from "./messages";
+import { parseJsonKeepingFloats } from "./py-values";
+import type { ChatMessage, ContentPart } from "./types";
+
+type Part = { type: string; text?: string; name?: string };
+
+// Content part types whose payload is text, and the field it is in (vLLM's MM_PARSER_MAP).
+const TEXT_FIELD: Record<string, string> = { text: "text", input_text: "text", output_text: "text", refusal: "refusal", thinking: "thinking" };
+// Media part types and the modality the "openai" format names them by.
+const MEDIA: Record<string, string> = {
+  image_url: "image", input_image: "image", image_pil: "image", image_embeds: "image",
+  audio_url: "audio", input_audio: "audio", audio_embeds: "audio", video_url: "video",
+};
+// Without a `type` (or with a `uuid`), vLLM finds the kind by these keys, in this order.
+const UNTYPED_KEYS = ["image_url", "image_pil", "image_embeds", "audio_embeds", "audio_url", "input_audio", "video_url", "tool_reference"];
+
+/** One content part as vLLM parses it: text, a media placeholder, a tool reference, or nothing (skipped). */
+function parsePart(part: unknown): { text: string } | { media: string } | { toolReference: string } | null {
+  if (typeof part === "string") return { text: part };
+  const p = part as ContentPart & Record<string, unknown>;
+  let type: unknown = p.type;
+  if (type === undefined || type === null || (p.uuid !== undefined && p.uuid !== null)) {
+    type = UNTYPED_KEYS.find((k) => k in p && (k !== "input_audio" || (p[k] !== undefined && p[k] !== null)));
+    if (type === undefined) throw new ChatTemplateError("Missing 'type' field in multimodal part.");
+  }
+  if (typeof type !== "string") throw new ChatTemplateError("Invalid 'type' field in multimodal part.");
+  const field = TEXT_FIELD[type];
+  if (field !== undefined) {
+    const text = p[field];
+    // A part without its text is skipped (vLLM warns for text and refusal parts, and fails on the others).
+    return text === undefined || text === null ? null : { text: String(text) };
+  }
+  if (type === "tool_reference") return { toolReference: String(p.name ?? p.tool_reference ?? "") };
+  const modality = MEDIA[type];
+  if (modality === undefined) throw new ChatTemplateError(`Unsupported chat content part type: '${type}'.`);
+  return { media: modality };
+}
+
+function contentOf(content: unknown, format: ContentFormat): string | Part[] {
+  const parts = content === undefined || content === null ? [] : typeof content === "string" ? [content] : (content as unknown[]);
+  const parsed = parts.map(parsePart).filter((p) => p !== null);
+  if (format === "openai") {
+    return parsed.map((p): Part => ("text" in p ? { type: "text", text: p.text } : "media" in p ? { type: p.media } : { type: "tool_reference", name: p.toolReference }));
+  }
+  // The "string" format: text parts joined by newlines; media leave nothing for a text tokenizer (a multimodal
+  // model's processor inserts its placeholders, see media.ts).
+  return parsed.flatMap((p) => ("text" in p ? [p.text] : "toolReference" in p ? [p.toolReference] : [])).join("\n");
+}
+
+/** The conversation vLLM hands to the chat template for these request messages. */
+export function conversation(messages: readonly ChatMessage[], format: ContentFormat): ChatMessage[] {
+  return messages.map((m) => {
+    const out: ChatMessage = { role: m.role, content: contentOf(m.content, format) };
+    if (m.role === "assistant") {
+      if (m.tool_calls !== undefined && m.tool_calls !== null) out.tool_calls = toolCalls(m.tool_calls);
+      // vLLM's response field is `reasoning`; templates read `reasoning_content` (the older name), so both.
+      if (m.reasoning !== undefined && m.reasoning !== null) {
+        out.reasoning = m.reasoning;
+        out.reasoning_content = m.reasoning;
+      }
+    } else if (m.role === "tool") {
+      if ("tool_call_id" in m) out.tool_call_id = m.tool_call_id;
+      // Tool results sent as text parts reach the template as one string, even in the "openai" format.
+      if (Array.isArray(out.content)) {
+        const parts = out.content as Part[];
+        if (parts.every((p) => p.type === "text")) out.content = parts.map((p) => p.text ?? "").join("\n");
+      }
+    }
+    if (typeof m.name === "string") out.name = m.name;
+    if (typeof m.task === "string") out.task = m.task;
+    if (m.role === "developer") out.tools = m.tools ?? null;
+    if (Array.isArray(out.tool_calls) && out.tool_calls.length === 0) delete out.tool_calls;
+    return out;
+  });
+}
+
+/**
+ * An assistant's tool calls with `function.arguments` as the template expects them: a JSON string parsed
+ * (Python's json, floats kept), anything unparsable or not an object/array replaced by {}.
+ */
+function toolCalls(calls: unknown): unknown {
+  if (!Array.isArray(calls)) return calls;
+  return calls.map((call) => {
+    const fn = (call as { function?: unknown } | null)?.function;
+    if (typeof fn !== "object" || fn === null) throw new ChatTemplateError("an assistant tool call has no function");
+    const args = (fn as { arguments?: unknown }).arguments;
+    let parsed: unknown = {};
+    if (typeof args === "string") {
+      try {
+        parsed = parseJsonKeepingFloats(args);
+      } catch {
+        parsed = {};
+      }
+    } else if (typeof args === "object" && args !== null) parsed = args;
+    return { ...(call as object), function: { ...fn, arguments: parsed } };
+  });
+}
