@@ -1,26 +1,31 @@
 import { Template } from "@huggingface/jinja";
 import { Tokenizer } from "@huggingface/tokenizers";
 import { ChatTemplateError, continueFinalMessage, templateMessages, templateTools } from "./messages";
+import { compileFastTokenizer } from "./fast/fast-tokenizer";
+import { postProcessorAdditions } from "./post-processor";
 import { SegmentCache } from "./segment-cache";
-import { Segmenter } from "./segmenter";
+import { Segmenter, type SectionEncoder } from "./segmenter";
 import { tokenContent, type TokenizerFiles } from "./tokenizer-files";
 import { NO_CACHE_STATS, type CacheOptions, type CacheStats, type ChatMessage, type ChatOptions, type Preprocessor } from "./types";
 
 /** A Hugging Face tokenizer (tokenizer.json + tokenizer_config.json) with its chat template and segment cache. */
 export class HfPreprocessor implements Preprocessor {
   readonly kind = "hf" as const;
-  private readonly tokenizer: Tokenizer;
+  // Built on first use: decode, and encoding only when the fast BPE does not implement the tokenizer.
+  private library: Tokenizer | null = null;
+  private readonly files: TokenizerFiles;
   private readonly template: Template | null;
   private readonly templateTokens: Record<string, unknown>;
+  private readonly encoder: SectionEncoder;
   private readonly segmenter: Segmenter;
   private readonly cache: SegmentCache | null;
   // What the model's post-processor adds around a single text (e.g. [bos] before it), learned once by probing.
   private readonly completionPrefix: Uint32Array;
   private readonly completionSuffix: Uint32Array;
 
-  constructor(files: TokenizerFiles, cache: CacheOptions | false) {
+  constructor(files: TokenizerFiles, cache: CacheOptions | false, fastBpe = true) {
     const { tokenizerJson, config, chatTemplate } = files;
-    this.tokenizer = new Tokenizer(tokenizerJson, config);
+    this.files = files;
     this.template = chatTemplate === null ? null : new Template(chatTemplate);
     // transformers hands the template every special token of the tokenizer (special_tokens_map); the jinja
     // library already defines raise_exception.
@@ -31,9 +36,14 @@ export class HfPreprocessor implements Preprocessor {
       pad_token: tokenContent(config.pad_token) ?? "",
       additional_special_tokens: (config.additional_special_tokens ?? []).map(tokenContent),
     };
-    this.segmenter = new Segmenter(this.tokenizer, tokenizerJson.added_tokens, tokenizerJson.normalizer != null);
+    this.encoder = sectionEncoder(() => this.tokenizer, tokenizerJson, fastBpe);
+    this.segmenter = new Segmenter(this.encoder, tokenizerJson.added_tokens, tokenizerJson.normalizer != null);
     this.cache = cache === false ? null : new SegmentCache(cache);
     [this.completionPrefix, this.completionSuffix] = this.probeSpecialTokenRules(files);
+  }
+
+  private get tokenizer(): Tokenizer {
+    return (this.library ??= new Tokenizer(this.files.tokenizerJson, this.files.config));
   }
 
   encodeCompletion(prompt: string | readonly number[]): Uint32Array {
@@ -80,7 +90,7 @@ export class HfPreprocessor implements Preprocessor {
   }
 
   private encodeText(text: string): Uint32Array {
-    if (this.cache === null) return Uint32Array.from(this.tokenizer.encode(text, { add_special_tokens: false }).ids);
+    if (this.cache === null) return this.encoder.encode(text);
     return this.segmenter.encode(text, this.cache);
   }
 
@@ -88,17 +98,10 @@ export class HfPreprocessor implements Preprocessor {
   // add_special_tokens=True). Its additions are found by encoding a probe with and without them. Like
   // transformers' Llama-style fast tokenizers, an explicit add_bos_token/add_eos_token in the config wins.
   private probeSpecialTokenRules(files: TokenizerFiles): [Uint32Array, Uint32Array] {
-    const probe = "a";
-    const bare = this.tokenizer.encode(probe, { add_special_tokens: false }).ids;
-    const full = this.tokenizer.encode(probe, { add_special_tokens: true }).ids;
-    let at = 0;
-    while (at + bare.length <= full.length && !bare.every((id, i) => full[at + i] === id)) at++;
-    if (at + bare.length > full.length) throw new Error("tokenizer post-processor drops the text it is given");
-    let prefix = full.slice(0, at);
-    let suffix = full.slice(at + bare.length);
+    let { prefix, suffix } = postProcessorAdditions(files.tokenizerJson) ?? this.probePostProcessor();
     const id = (v: Parameters<typeof tokenContent>[0]) => {
       const c = tokenContent(v);
-      return c === null ? undefined : this.tokenizer.token_to_id(c);
+      return c === null ? undefined : tokenId(files.tokenizerJson, c);
     };
     const bos = id(files.config.bos_token);
     const eos = id(files.config.eos_token);
@@ -108,4 +111,31 @@ export class HfPreprocessor implements Preprocessor {
     if (eos !== undefined && files.config.add_eos_token === false && suffix.at(-1) === eos) suffix = suffix.slice(0, -1);
     return [Uint32Array.from(prefix), Uint32Array.from(suffix)];
   }
+
+  // A post-processor not read from its description: its additions are found by encoding a probe with and
+  // without them.
+  private probePostProcessor(): { prefix: number[]; suffix: number[] } {
+    const probe = "a";
+    const bare = this.tokenizer.encode(probe, { add_special_tokens: false }).ids;
+    const full = this.tokenizer.encode(probe, { add_special_tokens: true }).ids;
+    let at = 0;
+    while (at + bare.length <= full.length && !bare.every((id, i) => full[at + i] === id)) at++;
+    if (at + bare.length > full.length) throw new Error("tokenizer post-processor drops the text it is given");
+    return { prefix: full.slice(0, at), suffix: full.slice(at + bare.length) };
+  }
+}
+
+// The purpose-built BPE when it implements this tokenizer (see fast/), else the library. Sections are
+// independent under the fast BPE, which implements no position-dependent pre-tokenizer.
+function sectionEncoder(library: () => Tokenizer, json: TokenizerFiles["tokenizerJson"], fastBpe: boolean): SectionEncoder {
+  const fast = fastBpe ? compileFastTokenizer(json) : null;
+  if (fast?.ok) return { encode: (text) => fast.tokenizer.encode(text), independentSections: true };
+  return {
+    encode: (text) => Uint32Array.from(library().encode(text, { add_special_tokens: false }).ids),
+    independentSections: false,
+  };
+}
+
+function tokenId(json: TokenizerFiles["tokenizerJson"], content: string): number | undefined {
+  return json.added_tokens.find((t) => t.content === content)?.id ?? (json.model as { vocab?: Record<string, number> })?.vocab?.[content];
 }

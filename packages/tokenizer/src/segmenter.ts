@@ -1,6 +1,11 @@
-import type { Tokenizer } from "@huggingface/tokenizers";
 import type { SegmentCache } from "./segment-cache";
 import type { AddedTokenJson } from "./tokenizer-files";
+
+/**
+ * What encodes one section: ids without special tokens added. `independentSections` is true when a section's
+ * ids never depend on its position (no Metaspace "first"), so later sections need no anchor.
+ */
+export type SectionEncoder = { encode(text: string): Uint32Array; independentSections: boolean };
 
 /**
  * Tokenizes text piecewise between added tokens ("<|im_start|>", "<|im_end|>", "<think>", ...), caching the ids
@@ -17,10 +22,11 @@ export class Segmenter {
   private readonly pattern: RegExp | null;
   private readonly anchor: string | null;
 
-  constructor(private readonly tokenizer: Tokenizer, addedTokens: readonly AddedTokenJson[], hasNormalizer: boolean) {
+  constructor(private readonly encoder: SectionEncoder, addedTokens: readonly AddedTokenJson[], hasNormalizer: boolean) {
+    const overlapping = overlappingTokens(addedTokens.map((t) => t.content));
     const splitOn = addedTokens.filter((t) =>
       t.content.length > 0 && !t.lstrip && !t.rstrip && !t.single_word && !(t.normalized && hasNormalizer) &&
-      !addedTokens.some((o) => o.content !== t.content && overlaps(o.content, t.content)));
+      !overlapping.has(t.content));
     for (const t of splitOn) this.ids.set(t.content, t.id);
     const alternatives = [...this.ids.keys()].sort((a, b) => b.length - a.length).map(escapeRegExp);
     this.pattern = alternatives.length > 0 ? new RegExp(alternatives.join("|"), "g") : null;
@@ -66,25 +72,55 @@ export class Segmenter {
   private section(text: string, first: boolean, cache: SegmentCache): Uint32Array {
     // A section never contains a split-on token, so prefixing the rare first section with one keeps the two
     // kinds of key apart without copying the common (later) sections into new key strings.
-    const key = first && this.anchor !== null ? this.anchor + text : text;
+    const independent = this.encoder.independentSections;
+    const key = first && !independent && this.anchor !== null ? this.anchor + text : text;
     const hit = cache.get(key);
     if (hit !== undefined) return hit;
-    const ids = first || this.anchor === null
-      ? Uint32Array.from(this.tokenizer.encode(text, { add_special_tokens: false }).ids)
-      : Uint32Array.from(this.tokenizer.encode(this.anchor + text, { add_special_tokens: false }).ids).subarray(1);
+    const ids = first || independent || this.anchor === null
+      ? this.encoder.encode(text)
+      : this.encoder.encode(this.anchor + text).subarray(1);
     cache.set(key, ids);
     return ids;
   }
 }
 
-// True when an occurrence of `a` could share characters with an occurrence of `b` without being equal:
-// containment, or a suffix of one equal to a prefix of the other.
-function overlaps(a: string, b: string): boolean {
-  if (a.includes(b) || b.includes(a)) return true;
-  for (let k = 1; k < Math.min(a.length, b.length); k++) {
-    if (a.endsWith(b.slice(0, k)) || b.endsWith(a.slice(0, k))) return true;
+// The tokens an occurrence of which could share characters with an occurrence of another without being equal:
+// containment, or a proper suffix of one equal to a proper prefix of another. Through sets of substrings, so
+// Gemma 3's 6k added tokens take milliseconds, not the minute of comparing every pair.
+function overlappingTokens(contents: readonly string[]): Set<string> {
+  const tokens = new Set(contents.filter((c) => c.length > 0));
+  const prefixes = new Map<string, string[]>(); // proper prefix -> tokens starting with it
+  for (const t of tokens) {
+    for (let k = 1; k < t.length; k++) {
+      const p = t.slice(0, k);
+      const list = prefixes.get(p);
+      if (list === undefined) prefixes.set(p, [t]);
+      else list.push(t);
+    }
   }
-  return false;
+  const out = new Set<string>();
+  for (const t of tokens) {
+    for (let i = 0; i < t.length; i++) {
+      for (let j = i + 1; j <= t.length; j++) {
+        if (j - i === t.length) continue;
+        const inner = t.slice(i, j);
+        if (tokens.has(inner)) {
+          out.add(t);
+          out.add(inner);
+        }
+      }
+      // a proper suffix of t that begins another token (and the same from the other side)
+      if (i > 0) {
+        const starting = prefixes.get(t.slice(i));
+        for (const o of starting ?? []) {
+          if (o === t) continue;
+          out.add(t);
+          out.add(o);
+        }
+      }
+    }
+  }
+  return out;
 }
 
 function escapeRegExp(s: string): string {

@@ -31,6 +31,11 @@ export type PreprocessorOptions = {
   cache?: CacheOptions | false;
   /** Registry for the cache and fallback metrics; absent → no Prometheus metrics (plain numbers still kept). */
   registry?: Registry;
+  /**
+   * Tokenize with the purpose-built BPE (src/fast) when it implements the model's tokenizer.json (default true);
+   * false keeps `@huggingface/tokenizers` (the bench's baseline). Both give the same ids.
+   */
+  fastBpe?: boolean;
   /** Label value for the metrics (the model name). */
   model?: string;
 };
