@@ -4,7 +4,7 @@ import { ChatTemplateError, continueFinalMessage, templateMessages, templateTool
 import { compileFastTokenizer } from "./fast/fast-tokenizer";
 import { postProcessorAdditions } from "./post-processor";
 import { SegmentCache } from "./segment-cache";
-import { Segmenter, type SectionEncoder } from "./segmenter";
+import { Segmenter, type EncodeControl, type SectionEncoder } from "./segmenter";
 import { tokenContent, type TokenizerFiles } from "./tokenizer-files";
 import { NO_CACHE_STATS, type CacheOptions, type CacheStats, type ChatMessage, type ChatOptions, type Preprocessor } from "./types";
 
@@ -46,9 +46,9 @@ export class HfPreprocessor implements Preprocessor {
     return (this.library ??= new Tokenizer(this.files.tokenizerJson, this.files.config));
   }
 
-  encodeCompletion(prompt: string | readonly number[]): Uint32Array {
+  encodeCompletion(prompt: string | readonly number[], control?: EncodeControl): Uint32Array {
     if (typeof prompt !== "string") return Uint32Array.from(prompt);
-    const body = this.encodeText(prompt);
+    const body = this.encodeText(prompt, withPrefix(control, this.completionPrefix));
     if (this.completionPrefix.length === 0 && this.completionSuffix.length === 0) return body;
     const out = new Uint32Array(this.completionPrefix.length + body.length + this.completionSuffix.length);
     out.set(this.completionPrefix, 0);
@@ -76,9 +76,9 @@ export class HfPreprocessor implements Preprocessor {
     return opts.continueFinalMessage ? continueFinalMessage(rendered, messages) : rendered;
   }
 
-  encodeChat(messages: readonly ChatMessage[], opts?: ChatOptions): Uint32Array {
+  encodeChat(messages: readonly ChatMessage[], opts?: ChatOptions, control?: EncodeControl): Uint32Array {
     // vLLM tokenizes the rendered chat with add_special_tokens=False: the template already placed them.
-    return this.encodeText(this.renderChat(messages, opts));
+    return this.encodeText(this.renderChat(messages, opts), control);
   }
 
   decode(ids: ArrayLike<number>): string {
@@ -89,9 +89,12 @@ export class HfPreprocessor implements Preprocessor {
     return this.cache === null ? NO_CACHE_STATS : this.cache.stats();
   }
 
-  private encodeText(text: string): Uint32Array {
-    if (this.cache === null) return this.encoder.encode(text);
-    return this.segmenter.encode(text, this.cache);
+  private encodeText(text: string, control?: EncodeControl): Uint32Array {
+    if (this.cache === null) {
+      control?.knownPrefix?.({ ids: new Uint32Array(0), unknownChars: text.length });
+      return this.encoder.encode(text);
+    }
+    return this.segmenter.encode(text, this.cache, control);
   }
 
   // The tokenizer.json post-processor decides what a text prompt gets (vLLM calls the tokenizer with
@@ -138,4 +141,19 @@ function sectionEncoder(library: () => Tokenizer, json: TokenizerFiles["tokenize
 
 function tokenId(json: TokenizerFiles["tokenizerJson"], content: string): number | undefined {
   return json.added_tokens.find((t) => t.content === content)?.id ?? (json.model as { vocab?: Record<string, number> })?.vocab?.[content];
+}
+
+// A completion's known prefix starts with what the post-processor puts first.
+function withPrefix(control: EncodeControl | undefined, prefix: Uint32Array): EncodeControl | undefined {
+  const report = control?.knownPrefix;
+  if (report === undefined || prefix.length === 0) return control;
+  return {
+    shouldStop: control!.shouldStop,
+    knownPrefix: (known) => {
+      const ids = new Uint32Array(prefix.length + known.ids.length);
+      ids.set(prefix);
+      ids.set(known.ids, prefix.length);
+      report({ ids, unknownChars: known.unknownChars });
+    },
+  };
 }

@@ -2,7 +2,11 @@ export { createPreprocessor } from "./preprocessor";
 export { byteFallbackEncode, byteFallbackDecode, byteFallbackRenderChat } from "./byte-fallback";
 export { SegmentCache, DEFAULT_CACHE_MAX_BYTES } from "./segment-cache";
 export { ChatTemplateError } from "./messages";
+export { EncodeStopped, type EncodeControl, type KnownPrefix } from "./segmenter";
 export { firstMediaPosition, isMediaPart, mediaPositions, type MediaPosition } from "./media";
 export type {
   CacheOptions, CacheStats, ChatMessage, ChatOptions, ContentPart, Preprocessor, PreprocessorKind, PreprocessorOptions,
 } from "./types";
+export { TokenizerPool, TokenizeCancelled, type FallbackCause, type PoolObserver, type PoolOptions, type PoolStats, type TokenizeOutcome } from "./pool/tokenizer-pool";
+export type { TokenizeJob } from "./pool/protocol";
+export { cpuLimit } from "./pool/cpu-limit";
