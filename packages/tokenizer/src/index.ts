@@ -10,3 +10,4 @@ export type {
 export { TokenizerPool, TokenizeCancelled, type FallbackCause, type PoolObserver, type PoolOptions, type PoolStats, type TokenizeOutcome } from "./pool/tokenizer-pool";
 export type { TokenizeJob } from "./pool/protocol";
 export { cpuLimit } from "./pool/cpu-limit";
+export { eventLoopLag, poolMetrics } from "./pool/pool-metrics";
