@@ -1,10 +1,11 @@
 // Request input -> token ids, the way the model server will see them (so block hashes line up with
 // the KV events it publishes). Text goes through the shared preprocessor (HF tokenizer + chat
 // template, or the byte-level fallback shared with the mock worker).
-import { ChatTemplateError, firstMediaPosition, type ChatMessage, type Preprocessor } from "@kv-epp/tokenizer";
+import { ChatTemplateError, firstMediaPosition, type ChatMessage, type Preprocessor, type TokenizeJob, type TokenizerPool } from "@kv-epp/tokenizer";
 import { BadRequest, type RoutedInput } from "./extproc/openai-body.ts";
 
-export type Tokenize = (input: RoutedInput) => Uint32Array;
+/** In-process (synchronous), or through the tokenizer pool (a promise; `signal` cancels it). */
+export type Tokenize = (input: RoutedInput, signal?: AbortSignal) => Uint32Array | Promise<Uint32Array>;
 
 const NONE = new Uint32Array(0);
 
@@ -15,7 +16,7 @@ const NONE = new Uint32Array(0);
  */
 export const ROUTING_TEXT_CHARS = 128 * 1024;
 
-export function createTokenize(pre: Preprocessor): Tokenize {
+export function createTokenize(pre: Preprocessor): (input: RoutedInput) => Uint32Array {
   return (input) => {
     try {
       switch (input.kind) {
@@ -44,6 +45,40 @@ export function createTokenize(pre: Preprocessor): Tokenize {
       // The conversation cannot be rendered as the model server would (it answers 400 too).
       if (err instanceof ChatTemplateError) throw new BadRequest(err.message);
       throw err;
+    }
+  };
+}
+
+/**
+ * The same, off the decision thread: the pool renders and tokenizes. A pick whose tokenization would exceed
+ * the pool's budget gets the prefix the pool already knew (counted there as a fallback).
+ */
+export function createPoolTokenize(pool: TokenizerPool): Tokenize {
+  const viaPool = async (job: TokenizeJob, signal?: AbortSignal) => {
+    try {
+      return (await pool.tokenize(job, { signal })).tokens;
+    } catch (err) {
+      if (err instanceof ChatTemplateError) throw new BadRequest(err.message);
+      throw err;
+    }
+  };
+  return (input, signal) => {
+    switch (input.kind) {
+      case "tokens":
+        return input.tokens;
+      case "none":
+        return NONE;
+      case "prompt":
+        return viaPool({ kind: "prompt", text: routingPrefix(input.text, ROUTING_TEXT_CHARS) }, signal);
+      case "chat": {
+        const opts = {
+          tools: input.tools,
+          templateKwargs: input.templateKwargs,
+          addGenerationPrompt: input.addGenerationPrompt,
+          continueFinalMessage: input.continueFinalMessage,
+        };
+        return viaPool({ kind: "chat", messages: routingMessages(input.messages as ChatMessage[]), opts, cutAtMedia: true }, signal);
+      }
     }
   };
 }

@@ -1,5 +1,6 @@
 import { afterEach, describe, expect, test } from "bun:test";
 import { createPreprocessor, cpuLimit, TokenizeCancelled, TokenizerPool, type ChatMessage } from "../src/index";
+import { freshWords } from "@kv-epp/testkit";
 import { modelDir } from "./reference-tokenizers";
 
 const dir = modelDir("qwen3");
@@ -9,16 +10,6 @@ afterEach(async () => {
   pool = null;
 });
 
-// Distinct words so that nothing is in any cache: fresh text, about a token per 4-5 characters.
-function freshText(words: number, seed: number): string {
-  let s = seed;
-  const out: string[] = [];
-  for (let i = 0; i < words; i++) {
-    s = (Math.imul(s, 1103515245) + 12345) >>> 0;
-    out.push((s >>> 8).toString(36));
-  }
-  return out.join(" ");
-}
 
 const chat = (system: string, ...turns: string[]): ChatMessage[] =>
   [{ role: "system", content: system }, ...turns.map((t, i) => ({ role: i % 2 === 0 ? "user" : "assistant", content: t }))];
@@ -40,7 +31,7 @@ describe("tokenizer pool", () => {
     pool = new TokenizerPool({ preprocessor: { tokenizerDir: dir }, size: 2, budgetMs: 60_000 });
     await pool.ready();
     const order: string[] = [];
-    const long = pool.tokenize({ kind: "chat", messages: chat("long", freshText(300_000, 1)), opts: {} }).then(() => order.push("long"));
+    const long = pool.tokenize({ kind: "chat", messages: chat("long", freshWords(300_000, 1)), opts: {} }).then(() => order.push("long"));
     const short = pool.tokenize({ kind: "chat", messages: chat("short", "hi"), opts: {} }).then(() => order.push("short"));
     await Promise.all([long, short]);
     expect(order).toEqual(["short", "long"]);
@@ -51,7 +42,7 @@ describe("tokenizer pool", () => {
     await pool.ready();
     const running = new AbortController();
     const queued = new AbortController();
-    const a = pool.tokenize({ kind: "prompt", text: freshText(400_000, 2) }, { signal: running.signal });
+    const a = pool.tokenize({ kind: "prompt", text: freshWords(400_000, 2) }, { signal: running.signal });
     const b = pool.tokenize({ kind: "prompt", text: "queued behind" }, { signal: queued.signal });
     queued.abort();
     await expect(b).rejects.toBeInstanceOf(TokenizeCancelled);
@@ -67,10 +58,10 @@ describe("tokenizer pool", () => {
     const warnings: object[] = [];
     pool = new TokenizerPool({ preprocessor: { tokenizerDir: dir }, size: 1, budgetMs: 1000, log: { warn: (o) => warnings.push(o) } });
     await pool.ready();
-    const system = freshText(2000, 3);
+    const system = freshWords(2000, 3);
     const first = await pool.tokenize({ kind: "chat", messages: chat(system, "first question"), opts: { addGenerationPrompt: false } });
     // A follow-up whose new turn is far too large to tokenize within the budget (the member's estimate says so).
-    const big = chat(system, "first question", "an answer", freshText(1_500_000, 4));
+    const big = chat(system, "first question", "an answer", freshWords(1_500_000, 4));
     const late = await pool.tokenize({ kind: "chat", messages: big, opts: {} });
     expect(late).toMatchObject({ complete: false, fallback: "budget" });
     // Known: the system and first user turns, and the <|im_start|> that opens the (unknown) assistant turn.
@@ -83,11 +74,11 @@ describe("tokenizer pool", () => {
   test("warming a conversation with its reply leaves only the next user message fresh", async () => {
     pool = new TokenizerPool({ preprocessor: { tokenizerDir: dir }, size: 1, budgetMs: 60_000 });
     await pool.ready();
-    const turn1 = chat(freshText(500, 5), freshText(300, 6));
+    const turn1 = chat(freshWords(500, 5), freshWords(300, 6));
     await pool.tokenize({ kind: "chat", messages: turn1, opts: {} });
-    const reply = freshText(400, 7);
+    const reply = freshWords(400, 7);
     pool.warmReply({ kind: "chat", messages: turn1, opts: {} }, { role: "assistant", content: reply });
-    const next = freshText(50, 8);
+    const next = freshWords(50, 8);
     const turn2 = await pool.tokenize({ kind: "chat", messages: [...turn1, { role: "assistant", content: reply }, { role: "user", content: next }], opts: {} });
     const pre = createPreprocessor({ tokenizerDir: dir });
     const nextOnly = pre.encodeCompletion(next).length;

@@ -91,6 +91,8 @@ type RequestState = {
   routed?: { candidate: Candidate; blocks: number; prefillBlocks: number; prefilled: boolean; prefix?: PrefixKeys };
   /** A response_body message came for it (the gateway sends response bodies). */
   responseBody: boolean;
+  /** Aborts its tokenization in the pool when the request ends first. */
+  tokenizing?: AbortController;
 };
 
 /** The request's prefill is over (first response byte, or its deadline): its load stops counting it as ahead. */
@@ -132,6 +134,8 @@ class ProcessStream {
   private closed = false;
   /** A request_headers has come on this stream. */
   private started = false;
+  /** Messages that came while a decision waited for its tokens (null: none waits). */
+  private held: ProcessingRequest[] | null = null;
 
   private get fullDuplex(): boolean {
     return this.mode === "FULL_DUPLEX_STREAMED";
@@ -145,14 +149,8 @@ class ProcessStream {
 
   run(): void {
     this.call.on("data", (msg: ProcessingRequest) => {
-      try {
-        this.onMessage(msg);
-      } catch (err) {
-        // Nothing in a message may take the stream down: log, count, answer 500 for this request.
-        this.deps.metrics.ioErrors.inc({ where: "ext_proc" });
-        this.deps.log.error({ err: String(err) }, "ext_proc message failed");
-        this.immediate(500, "internal error", "epp_error", "error");
-      }
+      if (this.held !== null) this.held.push(msg);
+      else this.handle(msg);
     });
     this.call.on("end", () => {
       this.finish();
@@ -166,6 +164,51 @@ class ProcessStream {
       this.finish();
     });
     this.call.on("cancelled", () => this.finish());
+  }
+
+  private handle(msg: ProcessingRequest): void {
+    try {
+      this.onMessage(msg);
+    } catch (err) {
+      this.failed(err);
+    }
+  }
+
+  /** Nothing in a message may take the stream down: log, count, answer 500 for this request. */
+  private failed(err: unknown): void {
+    this.deps.metrics.ioErrors.inc({ where: "ext_proc" });
+    this.deps.log.error({ err: String(err) }, "ext_proc message failed");
+    this.immediate(500, "internal error", "epp_error", "error");
+  }
+
+  /**
+   * Tokenization in the pool (off this thread): the stream's later messages wait, in order, until the route
+   * is answered, since ext_proc answers go in the order of the messages. Other streams go on meanwhile. A
+   * stream that ends first aborts the tokenization (finish).
+   */
+  private awaitTokens(pending: Promise<Uint32Array>, req: RequestState, route: (tokens: Uint32Array) => void): void {
+    this.held = [];
+    pending.then(
+      (tokens) => {
+        if (this.req === req) route(tokens);
+      },
+      (err: unknown) => {
+        if (this.req !== req) return; // the stream ended: the tokenization was cancelled
+        if (err instanceof BadRequest) this.immediate(400, err.message, "bad_request", "bad_request");
+        else this.failed(err);
+      },
+    ).catch((err: unknown) => this.failed(err)).finally(() => {
+      const held = this.held ?? [];
+      this.held = null;
+      for (let i = 0; i < held.length; i++) {
+        this.handle(held[i]!);
+        const waiting = this.held as ProcessingRequest[] | null; // set again by a decision that now waits
+        if (waiting !== null) {
+          waiting.push(...held.slice(i + 1));
+          break;
+        }
+      }
+    });
   }
 
   /** Ends the stream with INVALID_ARGUMENT (its request's load released), counted by reason. */
@@ -317,12 +360,8 @@ class ProcessStream {
     const req = this.req!;
     req.decided = true;
     const started = performance.now();
-    let decision: Decision;
-    let contentLength: number | undefined;
-    let batchedPrompts: number | undefined;
     try {
       const parsed: ParsedBody = body.length > 0 ? this.parse(body, maybeCut) : { input: { kind: "none" } };
-      batchedPrompts = parsed.batchedPrompts;
       const shed = shedReason({
         priority: req.cls.priority,
         inflight: this.deps.load.inflight,
@@ -335,9 +374,13 @@ class ProcessStream {
         this.immediate(429, shed, "shed", "shed");
         return;
       }
-      const tokens = this.deps.tokenize(parsed.input);
-      // x-gateway-model-name-rewrite names the model the request runs as (an adapter's identity too).
-      decision = this.deps.picker.pick({ model: req.cls.modelRewrite ?? parsed.model, cacheSalt: parsed.cacheSalt, tokens, subset: req.subset });
+      req.tokenizing = new AbortController();
+      const tokens = this.deps.tokenize(parsed.input, req.tokenizing.signal);
+      if (tokens instanceof Promise) {
+        this.awaitTokens(tokens, req, (t) => this.route(req, parsed, t, body, at, bodyEnds, started));
+        return;
+      }
+      this.route(req, parsed, tokens, body, at, bodyEnds, started);
     } catch (err) {
       if (err instanceof BadRequest) {
         if (err instanceof TooDeep) this.deps.metrics.jsonDepthRefusals.inc({ where: "ext_proc" });
@@ -346,6 +389,14 @@ class ProcessStream {
       }
       throw err;
     }
+  }
+
+  /** The pick on the request's tokens (O(blocks)), and its answer. */
+  private route(req: RequestState, parsed: ParsedBody, tokens: Uint32Array, body: Uint8Array, at: "headers" | "body", bodyEnds: boolean, started: number): void {
+    let contentLength: number | undefined;
+    const batchedPrompts = parsed.batchedPrompts;
+    // x-gateway-model-name-rewrite names the model the request runs as (an adapter's identity too).
+    const decision: Decision = this.deps.picker.pick({ model: req.cls.modelRewrite ?? parsed.model, cacheSalt: parsed.cacheSalt, tokens, subset: req.subset });
     if (decision.kind === "no_endpoint") {
       this.immediate(503, `no endpoint eligible (${decision.reason})`, decision.reason, "no_endpoint");
       return;
@@ -445,6 +496,7 @@ class ProcessStream {
     const req = this.req;
     if (!req) return;
     this.req = undefined;
+    req.tokenizing?.abort();
     req.watch?.end();
     if (req.lease) {
       // No response body seen (the gateway's response_body_mode is NONE, or the response had none):
