@@ -23,7 +23,7 @@ import { recoverThenReady } from "./readiness.ts";
 import { startReplicaAgg, type ReplicaAgg } from "./replica-agg/service.ts";
 import { selectionApp } from "./selection-http.ts";
 import { loadCertificate, metricsFetch, startExtProc, startHealth, startHttp } from "./servers.ts";
-import { createPoolTokenize, createTokenize, type Tokenize } from "./tokens.ts";
+import { createPoolTokenize, createPoolWarm, createTokenize, type Tokenize } from "./tokens.ts";
 import { loadKubeConfig } from "./workers/kubernetes.ts";
 import { WorkerSet } from "./workers/worker-set.ts";
 
@@ -59,7 +59,7 @@ export async function startEpp(cfg: EppConfig, o: { log?: Logger; kubeConfig?: K
   if (!cfg.indexReserve) indexers.models.disableReserve();
   indexers.models.register(cfg.model.name, cfg.model.tenant, cfg.model.blockSize);
   for (const a of cfg.model.loraAdapters) indexers.models.registerAdapter(a, cfg.model.name);
-  const { tokenize, tokenizerPool } = await tokenizationOf(cfg, metrics, log);
+  const { tokenize, tokenizerPool, warmReply } = await tokenizationOf(cfg, metrics, log);
   log.info({ model: cfg.model.name, blockSize: cfg.model.blockSize, tokenizer: cfg.tokenizerDir === undefined ? "byte-fallback" : "hf", tokenizerThreads: tokenizerPool?.size ?? 0 }, "indexer ready");
   const workers = new WorkerSet({
     config: cfg,
@@ -123,7 +123,7 @@ export async function startEpp(cfg: EppConfig, o: { log?: Logger; kubeConfig?: K
   let recoveryOutcome: RecoveryOutcome | null = null;
   const extProc = await startExtProc(cfg, {
     handler: {
-      picker, load, tokenize, metrics, quality,
+      picker, load, tokenize, warmReply, metrics, quality,
       log: log.child({ component: "ext_proc" }),
       bodyMode: cfg.bodyMode,
       maxInflight: cfg.maxInflight,
@@ -201,7 +201,7 @@ export async function startEpp(cfg: EppConfig, o: { log?: Logger; kubeConfig?: K
  * --tokenizer-threads says otherwise): the event loop that answers ext_proc streams only picks. Without one
  * (byte fallback, cheap) or with --tokenizer-threads 0, on the event loop. The pool's metrics exist either way.
  */
-async function tokenizationOf(cfg: EppConfig, metrics: Metrics, log: Logger): Promise<{ tokenize: Tokenize; tokenizerPool?: TokenizerPool }> {
+async function tokenizationOf(cfg: EppConfig, metrics: Metrics, log: Logger): Promise<{ tokenize: Tokenize; tokenizerPool?: TokenizerPool; warmReply?: ReturnType<typeof createPoolWarm> }> {
   const observe = poolMetrics(metrics.registry);
   if (cfg.tokenizerDir === undefined || cfg.tokenizerThreads === 0) return { tokenize: createTokenize(preprocessorOf(cfg, metrics)) };
   const pool = new TokenizerPool({
@@ -218,7 +218,7 @@ async function tokenizationOf(cfg: EppConfig, metrics: Metrics, log: Logger): Pr
     await pool.close();
     throw new ConfigError(`invalid value for --tokenizer-dir: ${JSON.stringify(cfg.tokenizerDir)}: ${(err as Error).message}`);
   }
-  return { tokenize: createPoolTokenize(pool), tokenizerPool: pool };
+  return { tokenize: createPoolTokenize(pool), tokenizerPool: pool, warmReply: createPoolWarm(pool) };
 }
 
 function preprocessorOf(cfg: EppConfig, metrics: Metrics): ReturnType<typeof createPreprocessor> {

@@ -70,17 +70,27 @@ export function createPoolTokenize(pool: TokenizerPool): Tokenize {
         return NONE;
       case "prompt":
         return viaPool({ kind: "prompt", text: routingPrefix(input.text, ROUTING_TEXT_CHARS) }, signal);
-      case "chat": {
-        const opts = {
-          tools: input.tools,
-          templateKwargs: input.templateKwargs,
-          addGenerationPrompt: input.addGenerationPrompt,
-          continueFinalMessage: input.continueFinalMessage,
-        };
-        return viaPool({ kind: "chat", messages: routingMessages(input.messages as ChatMessage[]), opts, cutAtMedia: true }, signal);
-      }
+      case "chat":
+        return viaPool(chatJob(input), signal);
     }
   };
+}
+
+/** After a chat's response: the pool tokenizes the next turn's shape in the background (see warmReply). */
+export function createPoolWarm(pool: TokenizerPool): (input: RoutedInput, reply: ChatMessage) => void {
+  return (input, reply) => {
+    if (input.kind === "chat") pool.warmReply(chatJob(input), reply);
+  };
+}
+
+function chatJob(input: Extract<RoutedInput, { kind: "chat" }>): Extract<TokenizeJob, { kind: "chat" }> {
+  const opts = {
+    tools: input.tools,
+    templateKwargs: input.templateKwargs,
+    addGenerationPrompt: input.addGenerationPrompt,
+    continueFinalMessage: input.continueFinalMessage,
+  };
+  return { kind: "chat", messages: routingMessages(input.messages as ChatMessage[]), opts, cutAtMedia: true };
 }
 
 /** `text`, or its start up to the last whitespace before `max` (tokens before a space do not depend on what follows). */

@@ -4,6 +4,7 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { join } from "node:path";
 import { freshWords, waitFor } from "@kv-epp/testkit";
+import { createPreprocessor } from "@kv-epp/tokenizer";
 import type { EppHandle } from "../src/main.ts";
 import { FakeWorkerEvents, HOST, body, extProcClient, headers, lbMetadata, scrapeMetric, startTestEpp } from "./helpers.ts";
 
@@ -72,14 +73,16 @@ describe("ext_proc with the tokenizer pool", () => {
     expect(lbMetadata(l)).toBe(A);
     long.end();
     short.end();
-    // No lag sample in that window came near the time the long tokenization took (what the loop would have
-    // been held for, had it tokenized itself): relative to the work, not a wall-clock threshold.
+    // No lag sample in that window was as long as the long tokenization took (what the loop would have been
+    // held for, had it tokenized itself): relative to the work, not a wall-clock threshold. (The EPP cuts a
+    // body at 128k characters, which the fast BPE tokenizes in ~0.1-0.2 s here: a heavily loaded machine
+    // can still stall a timer that long now and then; re-run alone before concluding.)
     const text = await (await fetch(`${env.metrics}/metrics`)).text();
     const longest = Math.max(...[...text.matchAll(/^dynamo_epp_tokenizer_pool_busy_seconds_total\{member="\d+"\} (\S+)$/gm)].map((m) => Number(m[1])));
-    const le = [...lagAfter.buckets.keys()].filter((b) => b <= longest / 2).at(-1)!;
+    const le = [...lagAfter.buckets.keys()].filter((b) => b <= longest).at(-1)!;
     expect(lagAfter.count).toBeGreaterThan(lagBefore.count);
     const over = (lagAfter.count - lagBefore.count) - (lagAfter.buckets.get(le)! - lagBefore.buckets.get(le)!);
-    expect({ longestTokenizationS: longest, lagSamplesOverHalfOfIt: over }).toEqual({ longestTokenizationS: longest, lagSamplesOverHalfOfIt: 0 });
+    expect({ longestTokenizationS: longest, lagSamplesOverIt: over }).toEqual({ longestTokenizationS: longest, lagSamplesOverIt: 0 });
   }, 300_000);
 
   test("a stream the gateway resets cancels its tokenization", async () => {
@@ -92,6 +95,57 @@ describe("ext_proc with the tokenizer pool", () => {
     s.call.cancel();
     await waitFor(async () => (await debugPool(env.epp)).cancelled > before, { timeoutMs: 60_000, message: "tokenization cancelled" });
   }, 120_000);
+});
+
+describe("ext_proc warming the next turn from the response", () => {
+  let env: Awaited<ReturnType<typeof eppWith>>;
+  beforeAll(async () => {
+    env = await eppWith(["--tokenizer-threads", "1", "--tokenize-budget-ms", "600000"]);
+  }, 120_000);
+  afterAll(async () => {
+    env?.client.close();
+    await env?.epp.stop({ graceMs: 500 });
+    await env?.events.close();
+  });
+
+  const freshSum = async () => (await scrapeMetric(env.metrics, "dynamo_epp_tokenizer_fresh_tokens_sum")) ?? 0;
+
+  test("after a streamed response, the next turn tokenizes only its new message", async () => {
+    const system = freshWords(800, 5);
+    const question = freshWords(300, 6);
+    const reply = freshWords(600, 7);
+    const s = env.client.open();
+    s.send({ ...headers("/v1/chat/completions"), protocol_config: DUPLEX });
+    s.send(body(chatBody(system, question)));
+    expect(lbMetadata(await s.next(60_000))).toBe(A);
+    await s.next(60_000); // the request body handed back
+    s.send({ response_headers: { headers: { headers: [{ key: ":status", raw_value: new TextEncoder().encode("200") }] } } });
+    await s.next(60_000);
+    // vLLM's stream: the reply in delta chunks, a final usage chunk, [DONE].
+    const words = reply.split(" ");
+    const half = words.length / 2;
+    const sse = [words.slice(0, half).join(" "), " " + words.slice(half).join(" ")]
+      .map((content) => `data: ${JSON.stringify({ choices: [{ index: 0, delta: { content } }] })}\n\n`).join("") +
+      `data: ${JSON.stringify({ choices: [], usage: { prompt_tokens: 1 } })}\n\ndata: [DONE]\n\n`;
+    s.send({ response_body: { body: new TextEncoder().encode(sse), end_of_stream: true } });
+    await s.next(60_000);
+    s.end();
+
+    const next = freshWords(40, 8);
+    const before = await freshSum();
+    const t = env.client.open();
+    t.send({ ...headers("/v1/chat/completions"), protocol_config: DUPLEX });
+    t.send(body(chatBody(system, question, reply, next)));
+    expect(lbMetadata(await t.next(60_000))).toBe(A);
+    t.end();
+    const fresh = (await freshSum()) - before;
+    // The new user message and its role line; the system prompt, the question and the reply (thousands of
+    // tokens) come from the cache.
+    const pre = createPreprocessor({ tokenizerDir: TOKENIZER_DIR });
+    expect(fresh).toBeGreaterThan(0);
+    expect(fresh).toBeLessThanOrEqual(pre.encodeCompletion(next).length + 8);
+    expect(pre.encodeCompletion(reply).length).toBeGreaterThan(4 * fresh);
+  }, 180_000);
 });
 
 describe("ext_proc with a tokenization budget", () => {

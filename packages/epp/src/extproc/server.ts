@@ -15,7 +15,9 @@ import type { Tokenize } from "../tokens.ts";
 import type { Candidate } from "../workers/registry.ts";
 import { FairnessLabels, hasCriticalObjective, requestClass, shedReason, type RequestClass } from "./gaie-headers.ts";
 import { GrpcStatus, type BidiCall, type StatusCode } from "./grpc-h2.ts";
-import { BadRequest, MAX_BODY_BYTES, parseBodyBytes, TooDeep, type ParsedBody } from "./openai-body.ts";
+import { BadRequest, MAX_BODY_BYTES, parseBodyBytes, TooDeep, type ParsedBody, type RoutedInput } from "./openai-body.ts";
+import type { ChatMessage } from "@kv-epp/tokenizer";
+import { ReplyCapture } from "./reply-capture.ts";
 import {
   type BodySendMode,
   continueResponse,
@@ -56,6 +58,8 @@ export type ExtProcDeps = {
   fallbacks?: number;
   /** The routable worker ranks, to find the one a served endpoint names. */
   candidates?: () => readonly Candidate[];
+  /** A chat's response ended with this reply: warm the conversation's next turn (the tokenizer pool). */
+  warmReply?: (input: RoutedInput, reply: ChatMessage) => void;
 };
 
 /** What one ext_proc server's streams share. */
@@ -93,6 +97,8 @@ type RequestState = {
   responseBody: boolean;
   /** Aborts its tokenization in the pool when the request ends first. */
   tokenizing?: AbortController;
+  /** A routed chat: its input and its reply as it streams back, to warm the next turn. */
+  reply?: { input: RoutedInput; capture: ReplyCapture };
 };
 
 /** The request's prefill is over (first response byte, or its deadline): its load stops counting it as ahead. */
@@ -286,6 +292,14 @@ class ProcessStream {
       const body = msg.response_body.body ?? EMPTY;
       const eos = msg.response_body.end_of_stream === true;
       this.req?.watch?.body(body);
+      const reply = this.req?.reply;
+      if (reply) {
+        reply.capture.add(body);
+        if (eos) {
+          const message = reply.capture.message();
+          if (message) this.deps.warmReply?.(reply.input, message);
+        }
+      }
       this.send(this.responseStreamed ? streamedBody("response_body", body, eos) : continueResponse("response_body"));
       if (eos) this.finish();
       return;
@@ -417,6 +431,7 @@ class ProcessStream {
     if (batchedPrompts === undefined) req.watch = this.deps.quality?.watch(predictionOf(decision), performance.now());
     else if (this.deps.quality) this.deps.metrics.cachedTokensUnscored.inc({ reason: "batched_prompts" });
     req.picked = decision;
+    if (this.deps.warmReply && parsed.input.kind === "chat") req.reply = { input: parsed.input, capture: new ReplyCapture() };
     if (req.explain) req.explanation = explanation(decision);
     this.deps.metrics.requests.inc({ outcome: "routed" });
     if (at === "body" && this.fullDuplex) contentLength = body.length;
