@@ -149,6 +149,7 @@ function withPrefix(control: EncodeControl | undefined, prefix: Uint32Array): En
   if (report === undefined || prefix.length === 0) return control;
   return {
     shouldStop: control!.shouldStop,
+    knownPrefixMinChars: control!.knownPrefixMinChars,
     knownPrefix: (known) => {
       const ids = new Uint32Array(prefix.length + known.ids.length);
       ids.set(prefix);

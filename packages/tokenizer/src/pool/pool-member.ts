@@ -32,6 +32,7 @@ port.on("message", (m: ToMember) => {
   let unknownChars = 0;
   const control: EncodeControl = {
     shouldStop: () => Atomics.load(cancel, 0) === m.id,
+    knownPrefixMinChars: KNOWN_PREFIX_MIN_CHARS,
     knownPrefix: (known: KnownPrefix) => {
       unknownChars = known.unknownChars;
       // A chat cut at its first media part knows its cut only at the end.
@@ -44,7 +45,7 @@ port.on("message", (m: ToMember) => {
   try {
     const ids = encode(m.job, control);
     const busyMs = performance.now() - t0;
-    if (unknownChars >= 4096) usPerChar = 0.8 * usPerChar + 0.2 * ((busyMs * 1000) / unknownChars);
+    if (unknownChars >= KNOWN_PREFIX_MIN_CHARS) usPerChar = 0.8 * usPerChar + 0.2 * ((busyMs * 1000) / unknownChars);
     const freshTokens = pre.cacheStats().freshTokens - freshBefore;
     if (m.discard) post({ type: "done", id: m.id, ids: null, freshTokens, busyMs });
     else {
