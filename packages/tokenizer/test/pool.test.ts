@@ -95,3 +95,9 @@ test("the CPU limit is the cgroup quota, rounded up, within the CPUs available",
   expect(cpuLimit(files({ "/sys/fs/cgroup/cpu.max": "max 100000" }))).toBe(cpuLimit(files({})));
   expect(cpuLimit(files({ "/sys/fs/cgroup/cpu/cpu.cfs_quota_us": "100000", "/sys/fs/cgroup/cpu/cpu.cfs_period_us": "100000" }))).toBe(1);
 });
+
+test("a pool whose members cannot load the tokenizer fails ready(), naming the file", async () => {
+  const bad = new TokenizerPool({ preprocessor: { tokenizerDir: "/nonexistent-tokenizer-dir" }, size: 1 });
+  await expect(bad.ready()).rejects.toThrow(/tokenizer\.json not found/);
+  await bad.close();
+});
