@@ -57,6 +57,8 @@ export const OPTIONS = {
   intentDiscovery: { flag: "intent-discovery", env: "DYN_EPP_INTENT_DISCOVERY", kind: "string", help: "attach workers' KV intents: kubernetes | http://HOST:PORT (off when unset)" },
   kvHost: { flag: "kv-host", env: "DYN_EPP_KV_HOST", kind: "string", default: "dynamo-epp", help: "host instance workers address their intents to" },
   tokenizerDir: { flag: "tokenizer-dir", env: "DYN_EPP_TOKENIZER_DIR", kind: "string", help: "tokenizer.json directory" },
+  tokenizerThreads: { flag: "tokenizer-threads", env: "DYN_EPP_TOKENIZER_THREADS", kind: "int", help: "worker threads that render and tokenize off the decision thread (default: the process's CPU limit, its cgroup quota; 0: on the event loop)" },
+  tokenizeBudgetMs: { flag: "tokenize-budget-ms", env: "DYN_EPP_TOKENIZE_BUDGET_MS", kind: "int", default: "50", help: "a pick whose tokenization would take longer is routed on the prefix already known (Envoy's message_timeout is 200 ms)" },
   prefillLoadScale: { flag: "prefill-load-scale", env: "DYN_EPP_PREFILL_LOAD_SCALE", kind: "number", default: String(DEFAULT_WEIGHTS.prefillLoadScale), help: "cost weight of blocks to prefill" },
   decodeLoadScale: { flag: "decode-load-scale", env: "DYN_EPP_DECODE_LOAD_SCALE", kind: "number", default: String(DEFAULT_WEIGHTS.decodeLoadScale), help: "cost weight of active blocks" },
   costShape: { flag: "cost-shape", env: "DYN_EPP_COST_SHAPE", kind: "string", default: DEFAULT_SHAPE.kind, help: "shape of the weights cost: score (prefix-weight x overlap share + load-weight x min-max normalised in-flight load) | blocks (prefill-load-scale x blocks to prefill + decode-load-scale x active blocks)" },
@@ -176,6 +178,9 @@ export type EppConfig = {
   /** `loraAdapters`: names a request's `model` may give to run in an adapter's identity. */
   model: { name: string; tenant: string; blockSize: number; loraAdapters: string[] };
   tokenizerDir?: string;
+  /** Tokenizer pool threads (undefined: the CPU limit; 0: none, tokenize on the event loop) and the pick's tokenization budget. */
+  tokenizerThreads?: number;
+  tokenizeBudgetMs: number;
   workers:
     | { mode: "static"; list: StaticWorker[] }
     | { mode: "kubernetes"; poolName: string; namespace: string; kvEventsPort: number; kvReplayPort?: number; dpSize: number };
@@ -406,6 +411,8 @@ export function parseConfig(argv: string[], env: Record<string, string | undefin
       loraAdapters: [...new Set([...(staticFile?.loraAdapters ?? []), ...splitList(get<string>("loraAdapters"))])],
     },
     tokenizerDir: get<string>("tokenizerDir") ?? staticFile?.tokenizerDir,
+    tokenizerThreads: get<number>("tokenizerThreads"),
+    tokenizeBudgetMs: get<number>("tokenizeBudgetMs")!,
     workers: staticFile
       ? { mode: "static", list: staticFile.workers }
       : {

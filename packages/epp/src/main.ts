@@ -8,7 +8,7 @@ import type { KubeConfig } from "@kubernetes/client-node";
 import type { RecoveryOutcome } from "@kv-epp/recovery";
 import { listenerHeartbeat } from "@kv-epp/kv-events";
 import { parseEndpoint } from "@kv-epp/protocol";
-import { createPreprocessor } from "@kv-epp/tokenizer";
+import { createPreprocessor, eventLoopLag, poolMetrics, TokenizerPool } from "@kv-epp/tokenizer";
 import pino, { type Logger } from "pino";
 import { ConfigError, parseConfig, usage, type EppConfig } from "./config.ts";
 import { HealthState } from "./health.ts";
@@ -20,7 +20,7 @@ import { recoverThenReady } from "./readiness.ts";
 import { startReplicaAgg, type ReplicaAgg } from "./replica-agg/service.ts";
 import { selectionApp } from "./selection-http.ts";
 import { loadCertificate, metricsFetch, startExtProc, startHealth, startHttp } from "./servers.ts";
-import { createTokenize } from "./tokens.ts";
+import { createPoolTokenize, createPoolWarm, createTokenize, type Tokenize } from "./tokens.ts";
 import { loadKubeConfig } from "./workers/kubernetes.ts";
 import { WorkerSet } from "./workers/worker-set.ts";
 
@@ -40,6 +40,7 @@ export type EppHandle = {
 export async function startEpp(cfg: EppConfig, o: { log?: Logger; kubeConfig?: KubeConfig } = {}): Promise<EppHandle> {
   const log = o.log ?? pino({ level: cfg.logLevel, base: { component: "epp" } });
   const metrics = createMetrics();
+  const stopLagSampler = eventLoopLag(metrics.registry);
   const certificate = await loadCertificate(cfg.tls);
   let kubeConfig = o.kubeConfig;
   const kube = () => (kubeConfig ??= loadKubeConfig());
@@ -62,9 +63,8 @@ export async function startEpp(cfg: EppConfig, o: { log?: Logger; kubeConfig?: K
   workers.whenRemoved((w) => indexers.removeWorker(w));
   // The ranks' caches together bound what the index holds: its tables are sized for that up front.
   workers.whenKvCapacity((blocks) => indexers.models.reserve(blocks));
-  const preprocessor = preprocessorOf(cfg, metrics);
-  const tokenize = createTokenize(preprocessor);
-  log.info({ model: cfg.model.name, blockSize: cfg.model.blockSize, tokenizer: preprocessor.kind }, "indexer ready");
+  const { tokenize, tokenizerPool, warmReply } = await tokenizationOf(cfg, metrics, log);
+  log.info({ model: cfg.model.name, blockSize: cfg.model.blockSize, tokenizer: cfg.tokenizerDir === undefined ? "byte-fallback" : "hf", tokenizerThreads: tokenizerPool?.size ?? 0 }, "indexer ready");
   // Every rank's stream position (the cursors /dump carries) and the handoff from a recovered dump to the
   // live stream: the listeners' sink, the dump's source and the recovery's target all go through it.
   const liveKey = indexerKey(cfg.model.name, cfg.model.tenant);
@@ -118,7 +118,7 @@ export async function startEpp(cfg: EppConfig, o: { log?: Logger; kubeConfig?: K
   let recoveryOutcome: RecoveryOutcome | null = null;
   const extProc = await startExtProc(cfg, {
     handler: {
-      routing, tokenize, metrics,
+      routing, tokenize, warmReply, metrics,
       log: log.child({ component: "ext_proc" }),
       bodyMode: cfg.bodyMode,
       maxInflight: cfg.maxInflight,
@@ -133,7 +133,7 @@ export async function startEpp(cfg: EppConfig, o: { log?: Logger; kubeConfig?: K
   });
   const grpcHealth = await startHealth(cfg, health);
   const selection = startHttp(cfg, cfg.ports.selection, selectionApp({
-    picker, indexers, workers, tokenize, handoff, metrics, quality, latency,
+    picker, indexers, workers, tokenize, tokenizerPool, handoff, metrics, quality, latency,
     dumpSource: handoff.source(),
     recoveryOutcome: () => recoveryOutcome,
     load: { own: load, peers: replicaAgg?.peers },
@@ -180,6 +180,8 @@ export async function startEpp(cfg: EppConfig, o: { log?: Logger; kubeConfig?: K
       log.info("draining: waiting for in-flight streams");
       await extProc.shutdown(opts.graceMs ?? 30_000);
       for (const s of [extProc, grpcHealth, selection, metricsServer]) await s.stop();
+      stopLagSampler();
+      await tokenizerPool?.close();
       await workers.stop();
       await replicaAgg?.stop();
       log.info("stopped");
@@ -191,6 +193,31 @@ export async function startEpp(cfg: EppConfig, o: { log?: Logger; kubeConfig?: K
 
 /** Wall time, and timers that do not hold the process open. */
 const WALL_CLOCK: Clock = { now: () => performance.now(), after: (ms, fn) => void setTimeout(fn, ms).unref() };
+
+/**
+ * With a tokenizer, rendering and tokenization run in a pool of worker threads (sized to the CPU limit unless
+ * --tokenizer-threads says otherwise): the event loop that answers ext_proc streams only picks. Without one
+ * (byte fallback, cheap) or with --tokenizer-threads 0, on the event loop. The pool's metrics exist either way.
+ */
+async function tokenizationOf(cfg: EppConfig, metrics: Metrics, log: Logger): Promise<{ tokenize: Tokenize; tokenizerPool?: TokenizerPool; warmReply?: ReturnType<typeof createPoolWarm> }> {
+  const observe = poolMetrics(metrics.registry);
+  if (cfg.tokenizerDir === undefined || cfg.tokenizerThreads === 0) return { tokenize: createTokenize(preprocessorOf(cfg, metrics)) };
+  const pool = new TokenizerPool({
+    preprocessor: { tokenizerDir: cfg.tokenizerDir, model: cfg.model.name },
+    size: cfg.tokenizerThreads,
+    budgetMs: cfg.tokenizeBudgetMs,
+    observe,
+    log: log.child({ component: "tokenizer-pool" }),
+  });
+  observe.attach(pool);
+  try {
+    await pool.ready();
+  } catch (err) {
+    await pool.close();
+    throw new ConfigError(`invalid value for --tokenizer-dir: ${JSON.stringify(cfg.tokenizerDir)}: ${(err as Error).message}`);
+  }
+  return { tokenize: createPoolTokenize(pool), tokenizerPool: pool, warmReply: createPoolWarm(pool) };
+}
 
 function preprocessorOf(cfg: EppConfig, metrics: Metrics): ReturnType<typeof createPreprocessor> {
   try {

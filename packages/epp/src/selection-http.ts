@@ -10,6 +10,7 @@ import type { Indexers } from "./indexers/indexers.ts";
 import type { Metrics } from "./metrics.ts";
 import type { LoadView, LatencyModel, Picker, RoutingQuality } from "@kv-epp/routing";
 import type { Tokenize } from "./tokens.ts";
+import type { PoolStats } from "@kv-epp/tokenizer";
 import { DUMP_PATH, parseWorkerKey, workerKeyOf } from "@kv-epp/protocol";
 import type { WorkerSet } from "./workers/worker-set.ts";
 
@@ -19,6 +20,8 @@ export type SelectionDeps = {
   /** The worker ranks, their listeners and health (GET /workers). */
   workers: WorkerSet;
   tokenize: Tokenize;
+  /** The tokenizer pool, when tokenization runs off the event loop (GET /debug/tokenizer). */
+  tokenizerPool?: { stats(): PoolStats };
   dumpSource: DumpSource;
   /** Each rank's stream position and handoff state (GET /workers, GET /recovery). */
   handoff: StreamHandoff;
@@ -138,7 +141,7 @@ export function selectionApp(d: SelectionDeps): Hono {
 
   app.post("/select", async (c) => {
     const parsed = parseBody(await jsonBody(c.req.raw));
-    const decision = d.picker.pick({ model: parsed.model, cacheSalt: parsed.cacheSalt, tokens: d.tokenize(parsed.input), detail: true });
+    const decision = d.picker.pick({ model: parsed.model, cacheSalt: parsed.cacheSalt, tokens: await d.tokenize(parsed.input), detail: true });
     if (decision.kind === "no_endpoint") return c.json({ error: `no endpoint eligible (${decision.reason})` }, 503);
     const { chosen } = decision;
     return c.json({
@@ -177,6 +180,8 @@ export function selectionApp(d: SelectionDeps): Hono {
   });
 
   // How recovery ended and what became of every rank taken over from the peer, as data.
+  // The tokenizer pool: members, their queues and work, budget fallbacks, cancellations.
+  app.get("/debug/tokenizer", (c) => c.json(d.tokenizerPool ? { pool: d.tokenizerPool.stats() } : { pool: null, note: "tokenization runs on the event loop (--tokenizer-threads 0 or no --tokenizer-dir)" }));
   app.get("/recovery", (c) => c.json({ outcome: d.recoveryOutcome(), handoff: d.handoff.summary() }));
 
   app.onError((err, c) => {

@@ -1,67 +1,87 @@
 // Request input -> token ids, the way the model server will see them (so block hashes line up with
 // the KV events it publishes). Text goes through the shared preprocessor (HF tokenizer + chat
 // template, or the byte-level fallback shared with the mock worker).
-import { ChatTemplateError, firstMediaPosition, type ChatMessage, type Preprocessor, type Truncation } from "@kv-epp/tokenizer";
+import { ChatTemplateError, encodeJob, keepsTail, type ChatMessage, type Preprocessor, type TokenizeJob, type TokenizerPool } from "@kv-epp/tokenizer";
 import { BadRequest, type RoutedInput } from "./extproc/openai-body.ts";
 
-export type Tokenize = (input: RoutedInput) => Uint32Array;
+/** In-process (synchronous), or through the tokenizer pool (a promise; `signal` cancels it). */
+export type Tokenize = (input: RoutedInput, signal?: AbortSignal) => Uint32Array | Promise<Uint32Array>;
 
 const NONE = new Uint32Array(0);
 
 /**
  * Text tokenized for routing, at most (UTF-16 units): a prefix this long decides the route as well as
- * the whole (about 32k tokens, a usual context length), while tokenizing runs on the event loop at
- * ~6 µs a character (CJK text, measured): a 32 MiB body would hold every stream for tens of seconds.
+ * the whole (about 32k tokens, a usual context length), and bounds what one pick costs a tokenizer.
  */
 export const ROUTING_TEXT_CHARS = 128 * 1024;
 
-export function createTokenize(pre: Preprocessor): Tokenize {
+/** On the calling thread. */
+export function createTokenize(pre: Preprocessor): (input: RoutedInput) => Uint32Array {
   return (input) => {
+    const job = jobOf(input);
+    if (job instanceof Uint32Array) return job;
     try {
-      switch (input.kind) {
-        case "tokens":
-          return input.tokens;
-        case "prompt": {
-          const opts = { addSpecialTokens: input.addSpecialTokens, truncatePromptTokens: input.truncatePromptTokens, truncationSide: input.truncationSide };
-          // Truncation keeps the tail, which a prefix of the text cannot give: past the bound, routed by load.
-          if (input.text.length > ROUTING_TEXT_CHARS && keepsTail(input)) return NONE;
-          return pre.encodeCompletion(routingPrefix(input.text, ROUTING_TEXT_CHARS), opts);
-        }
-        case "chat": {
-          const messages = routingMessages(input.messages as ChatMessage[]);
-          if (messages !== input.messages && keepsTail(input)) return NONE;
-          const opts = {
-            tools: input.tools,
-            templateKwargs: input.templateKwargs,
-            addGenerationPrompt: input.addGenerationPrompt,
-            continueFinalMessage: input.continueFinalMessage,
-            addSpecialTokens: input.addSpecialTokens,
-            truncatePromptTokens: input.truncatePromptTokens,
-            truncationSide: input.truncationSide,
-          };
-          const tokens = pre.encodeChat(messages, opts);
-          // vLLM's blocks from an image or audio part on carry the item's identifier, which a router
-          // cannot compute: the route is decided by the tokens before the first such part.
-          const media = firstMediaPosition(pre, messages, opts);
-          if (media === undefined) return tokens;
-          // The position counts tokens before truncation; keeping the tail drops some in front of it.
-          const dropped = keepsTail(input) ? pre.encodeChat(messages, { ...opts, truncatePromptTokens: undefined }).length - tokens.length : 0;
-          return tokens.subarray(0, Math.max(0, media - dropped));
-        }
-        case "none":
-          return NONE;
-      }
+      return encodeJob(pre, job);
     } catch (err) {
-      // The conversation cannot be rendered as the model server would (it answers 400 too).
-      if (err instanceof ChatTemplateError) throw new BadRequest(err.message);
-      throw err;
+      throw asBadRequest(err);
     }
   };
 }
 
-/** truncate_prompt_tokens that keeps the last tokens (vLLM's default side for generation). */
-function keepsTail(t: Truncation): boolean {
-  return t.truncatePromptTokens !== undefined && t.truncatePromptTokens >= 0 && t.truncationSide !== "right";
+/**
+ * The same, off the decision thread: the pool renders and tokenizes. A pick whose tokenization would exceed
+ * the pool's budget gets the prefix the pool already knew (counted there as a fallback).
+ */
+export function createPoolTokenize(pool: TokenizerPool): Tokenize {
+  return (input, signal) => {
+    const job = jobOf(input);
+    if (job instanceof Uint32Array) return job;
+    return pool.tokenize(job, { signal }).then((r) => r.tokens, (err) => Promise.reject(asBadRequest(err)));
+  };
+}
+
+/** After a chat's response: the pool tokenizes the next turn's shape in the background (see warmReply). */
+export function createPoolWarm(pool: TokenizerPool): (input: RoutedInput, reply: ChatMessage) => void {
+  return (input, reply) => {
+    const job = jobOf(input);
+    if (job instanceof Uint32Array || job.kind !== "chat") return;
+    pool.warmReply(job, reply);
+  };
+}
+
+/** What to tokenize for routing, or the ids already known (given, none, or a route by load). */
+function jobOf(input: RoutedInput): TokenizeJob | Uint32Array {
+  switch (input.kind) {
+    case "tokens":
+      return input.tokens;
+    case "none":
+      return NONE;
+    case "prompt": {
+      // Truncation keeps the tail, which a prefix of the text cannot give: past the bound, routed by load.
+      if (input.text.length > ROUTING_TEXT_CHARS && keepsTail(input)) return NONE;
+      const opts = { addSpecialTokens: input.addSpecialTokens, truncatePromptTokens: input.truncatePromptTokens, truncationSide: input.truncationSide };
+      return { kind: "prompt", text: routingPrefix(input.text, ROUTING_TEXT_CHARS), opts };
+    }
+    case "chat": {
+      const messages = routingMessages(input.messages as ChatMessage[]);
+      if (messages !== input.messages && keepsTail(input)) return NONE;
+      const opts = {
+        tools: input.tools,
+        templateKwargs: input.templateKwargs,
+        addGenerationPrompt: input.addGenerationPrompt,
+        continueFinalMessage: input.continueFinalMessage,
+        addSpecialTokens: input.addSpecialTokens,
+        truncatePromptTokens: input.truncatePromptTokens,
+        truncationSide: input.truncationSide,
+      };
+      return { kind: "chat", messages, opts, cutAtMedia: true };
+    }
+  }
+}
+
+/** The conversation cannot be rendered as the model server would (it answers 400 too). */
+function asBadRequest(err: unknown): unknown {
+  return err instanceof ChatTemplateError ? new BadRequest(err.message) : err;
 }
 
 /** `text`, or its start up to the last whitespace before `max` (tokens before a space do not depend on what follows). */

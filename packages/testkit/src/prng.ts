@@ -18,3 +18,11 @@ export function seededRandom(seed: number): () => number {
   const next = mulberry32(seed);
   return () => next() / 4294967296;
 }
+
+/** `words` space-separated base-36 words from a seed: text no tokenizer cache has seen (fresh tokenization). */
+export function freshWords(words: number, seed: number): string {
+  const next = mulberry32(seed);
+  const out: string[] = [];
+  for (let i = 0; i < words; i++) out.push((next() >>> 8).toString(36));
+  return out.join(" ");
+}

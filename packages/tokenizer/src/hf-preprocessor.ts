@@ -2,30 +2,35 @@ import { Tokenizer } from "@huggingface/tokenizers";
 import { detectContentFormat, type ContentFormat } from "./content-format";
 import { conversation } from "./conversation";
 import { ChatTemplateError, continueFinalMessage, templateTools } from "./messages";
+import { compileFastTokenizer } from "./fast/fast-tokenizer";
+import { postProcessorAdditions } from "./post-processor";
 import { PyTemplate } from "./py-template";
-import { truncatePrompt } from "./truncation";
+import { truncatePrompt, truncates, type Truncation } from "./truncation";
 import { SegmentCache } from "./segment-cache";
-import { Segmenter } from "./segmenter";
+import { Segmenter, type EncodeControl, type SectionEncoder } from "./segmenter";
 import { tokenContent, type TokenizerFiles } from "./tokenizer-files";
 import { NO_CACHE_STATS, type CacheOptions, type CacheStats, type ChatMessage, type ChatOptions, type CompletionOptions, type Preprocessor } from "./types";
 
 /** A Hugging Face tokenizer (tokenizer.json + tokenizer_config.json) with its chat template and segment cache. */
 export class HfPreprocessor implements Preprocessor {
   readonly kind = "hf" as const;
-  private readonly tokenizer: Tokenizer;
+  // Built on first use: decode, and encoding only when the fast BPE does not implement the tokenizer.
+  private library: Tokenizer | null = null;
+  private readonly files: TokenizerFiles;
   private readonly template: PyTemplate | null;
   /** vLLM's content format for this template (`--chat-template-content-format auto`). */
   readonly contentFormat: ContentFormat;
   private readonly templateTokens: Record<string, unknown>;
+  private readonly encoder: SectionEncoder;
   private readonly segmenter: Segmenter;
   private readonly cache: SegmentCache | null;
   // What the model's post-processor adds around a single text (e.g. [bos] before it), learned once by probing.
   private readonly completionPrefix: Uint32Array;
   private readonly completionSuffix: Uint32Array;
 
-  constructor(files: TokenizerFiles, cache: CacheOptions | false) {
+  constructor(files: TokenizerFiles, cache: CacheOptions | false, fastBpe = true) {
     const { tokenizerJson, config, chatTemplate } = files;
-    this.tokenizer = new Tokenizer(tokenizerJson, config);
+    this.files = files;
     this.template = chatTemplate === null ? null : new PyTemplate(chatTemplate);
     this.contentFormat = this.template === null ? "string" : detectContentFormat(this.template.ast);
     // transformers hands the template the tokenizer's special tokens that are set (special_tokens_map).
@@ -35,14 +40,21 @@ export class HfPreprocessor implements Preprocessor {
       if (content !== null) this.templateTokens[name] = content;
     }
     if (config.additional_special_tokens?.length) this.templateTokens.additional_special_tokens = config.additional_special_tokens.map(tokenContent);
-    this.segmenter = new Segmenter(this.tokenizer, tokenizerJson.added_tokens, tokenizerJson.normalizer != null);
+    this.encoder = sectionEncoder(() => this.tokenizer, tokenizerJson, fastBpe);
+    this.segmenter = new Segmenter(this.encoder, tokenizerJson.added_tokens, tokenizerJson.normalizer != null);
     this.cache = cache === false ? null : new SegmentCache(cache);
     [this.completionPrefix, this.completionSuffix] = this.probeSpecialTokenRules(files);
   }
 
-  encodeCompletion(prompt: string | readonly number[], opts: CompletionOptions = {}): Uint32Array {
+  private get tokenizer(): Tokenizer {
+    return (this.library ??= new Tokenizer(this.files.tokenizerJson, this.files.config));
+  }
+
+  encodeCompletion(prompt: string | readonly number[], opts: CompletionOptions = {}, control?: EncodeControl): Uint32Array {
     if (typeof prompt !== "string") return truncatePrompt(Uint32Array.from(prompt), opts);
-    return this.withSpecialTokens(this.encodeText(prompt), opts.addSpecialTokens ?? true, opts);
+    const add = opts.addSpecialTokens ?? true;
+    const body = this.encodeText(prompt, knownPrefixOf(control, opts, add ? this.completionPrefix : EMPTY));
+    return this.withSpecialTokens(body, add, opts);
   }
 
   renderChat(messages: readonly ChatMessage[], opts: ChatOptions = {}): string {
@@ -68,10 +80,12 @@ export class HfPreprocessor implements Preprocessor {
     return opts.continueFinalMessage ? continueFinalMessage(rendered, chat) : rendered;
   }
 
-  encodeChat(messages: readonly ChatMessage[], opts: ChatOptions = {}): Uint32Array {
+  encodeChat(messages: readonly ChatMessage[], opts: ChatOptions = {}, control?: EncodeControl): Uint32Array {
     // vLLM tokenizes the rendered chat with the request's add_special_tokens, false by default: the template
     // already placed them (true on a template that starts with bos gives two).
-    return this.withSpecialTokens(this.encodeText(this.renderChat(messages, opts)), opts.addSpecialTokens ?? false, opts);
+    const add = opts.addSpecialTokens ?? false;
+    const body = this.encodeText(this.renderChat(messages, opts), knownPrefixOf(control, opts, add ? this.completionPrefix : EMPTY));
+    return this.withSpecialTokens(body, add, opts);
   }
 
   // What the tokenizer's post-processor adds when asked to, and truncate_prompt_tokens applied around it.
@@ -87,26 +101,22 @@ export class HfPreprocessor implements Preprocessor {
     return this.cache === null ? NO_CACHE_STATS : this.cache.stats();
   }
 
-  private encodeText(text: string): Uint32Array {
-    if (this.cache === null) return Uint32Array.from(this.tokenizer.encode(text, { add_special_tokens: false }).ids);
-    return this.segmenter.encode(text, this.cache);
+  private encodeText(text: string, control?: EncodeControl): Uint32Array {
+    if (this.cache === null) {
+      control?.knownPrefix?.({ ids: new Uint32Array(0), unknownChars: text.length });
+      return this.encoder.encode(text);
+    }
+    return this.segmenter.encode(text, this.cache, control);
   }
 
   // The tokenizer.json post-processor decides what a text prompt gets (vLLM calls the tokenizer with
   // add_special_tokens=True). Its additions are found by encoding a probe with and without them. Like
   // transformers' Llama-style fast tokenizers, an explicit add_bos_token/add_eos_token in the config wins.
   private probeSpecialTokenRules(files: TokenizerFiles): [Uint32Array, Uint32Array] {
-    const probe = "a";
-    const bare = this.tokenizer.encode(probe, { add_special_tokens: false }).ids;
-    const full = this.tokenizer.encode(probe, { add_special_tokens: true }).ids;
-    let at = 0;
-    while (at + bare.length <= full.length && !bare.every((id, i) => full[at + i] === id)) at++;
-    if (at + bare.length > full.length) throw new Error("tokenizer post-processor drops the text it is given");
-    let prefix = full.slice(0, at);
-    let suffix = full.slice(at + bare.length);
+    let { prefix, suffix } = postProcessorAdditions(files.tokenizerJson) ?? this.probePostProcessor();
     const id = (v: Parameters<typeof tokenContent>[0]) => {
       const c = tokenContent(v);
-      return c === null ? undefined : this.tokenizer.token_to_id(c);
+      return c === null ? undefined : tokenId(files.tokenizerJson, c);
     };
     const bos = id(files.config.bos_token);
     const eos = id(files.config.eos_token);
@@ -116,4 +126,55 @@ export class HfPreprocessor implements Preprocessor {
     if (eos !== undefined && files.config.add_eos_token === false && suffix.at(-1) === eos) suffix = suffix.slice(0, -1);
     return [Uint32Array.from(prefix), Uint32Array.from(suffix)];
   }
+
+  // A post-processor not read from its description: its additions are found by encoding a probe with and
+  // without them.
+  private probePostProcessor(): { prefix: number[]; suffix: number[] } {
+    const probe = "a";
+    const bare = this.tokenizer.encode(probe, { add_special_tokens: false }).ids;
+    const full = this.tokenizer.encode(probe, { add_special_tokens: true }).ids;
+    let at = 0;
+    while (at + bare.length <= full.length && !bare.every((id, i) => full[at + i] === id)) at++;
+    if (at + bare.length > full.length) throw new Error("tokenizer post-processor drops the text it is given");
+    return { prefix: full.slice(0, at), suffix: full.slice(at + bare.length) };
+  }
+}
+
+// The purpose-built BPE when it implements this tokenizer (see fast/), else the library. Sections are
+// independent under the fast BPE, which implements no position-dependent pre-tokenizer.
+function sectionEncoder(library: () => Tokenizer, json: TokenizerFiles["tokenizerJson"], fastBpe: boolean): SectionEncoder {
+  const fast = fastBpe ? compileFastTokenizer(json) : null;
+  if (fast?.ok) return { encode: (text) => fast.tokenizer.encode(text), independentSections: true };
+  return {
+    encode: (text) => Uint32Array.from(library().encode(text, { add_special_tokens: false }).ids),
+    independentSections: false,
+  };
+}
+
+function tokenId(json: TokenizerFiles["tokenizerJson"], content: string): number | undefined {
+  return json.added_tokens.find((t) => t.content === content)?.id ?? (json.model as { vocab?: Record<string, number> })?.vocab?.[content];
+}
+
+const EMPTY = new Uint32Array(0);
+
+/**
+ * The control the encode of a text gets. Its known prefix starts with what the post-processor puts first;
+ * a truncation that may drop tokens makes any prefix of the text unknown (the kept ids are cut from the
+ * whole), so none is reported then.
+ */
+function knownPrefixOf(control: EncodeControl | undefined, t: Truncation, prefix: Uint32Array): EncodeControl | undefined {
+  const report = control?.knownPrefix;
+  if (report === undefined) return control;
+  if (truncates(t)) return { shouldStop: control!.shouldStop };
+  if (prefix.length === 0) return control;
+  return {
+    shouldStop: control!.shouldStop,
+    knownPrefixMinChars: control!.knownPrefixMinChars,
+    knownPrefix: (known) => {
+      const ids = new Uint32Array(prefix.length + known.ids.length);
+      ids.set(prefix);
+      ids.set(known.ids, prefix.length);
+      report({ ids, unknownChars: known.unknownChars });
+    },
+  };
 }

@@ -3,8 +3,13 @@ export { byteFallbackEncode, byteFallbackDecode, byteFallbackRenderChat } from "
 export { SegmentCache, DEFAULT_CACHE_MAX_BYTES } from "./segment-cache";
 export { ChatTemplateError } from "./messages";
 export { PyFloat, parseJsonKeepingFloats } from "./py-values";
-export { truncatePrompt, type Truncation } from "./truncation";
+export { keepsTail, truncatePrompt, truncates, type Truncation } from "./truncation";
+export { EncodeStopped, type EncodeControl, type KnownPrefix } from "./segmenter";
 export { firstMediaPosition, isMediaPart, mediaPositions, type MediaPosition } from "./media";
 export type {
   CacheOptions, CacheStats, ChatMessage, ChatOptions, CompletionOptions, ContentPart, Preprocessor, PreprocessorKind, PreprocessorOptions,
 } from "./types";
+export { TokenizerPool, TokenizeCancelled, type FallbackCause, type PoolObserver, type PoolOptions, type PoolStats, type TokenizeOutcome } from "./pool/tokenizer-pool";
+export { encodeJob, type TokenizeJob } from "./job";
+export { cpuLimit } from "./pool/cpu-limit";
+export { eventLoopLag, poolMetrics } from "./pool/pool-metrics";

@@ -17,6 +17,8 @@ export class SegmentCache {
   hits = 0;
   misses = 0;
   evictions = 0;
+  /** Tokens tokenized because their section was not cached (the fresh work), counted by the segmenter. */
+  freshTokens = 0;
 
   constructor(opts: CacheOptions = {}) {
     this.maxEntries = opts.maxEntries ?? Number.POSITIVE_INFINITY;
@@ -33,6 +35,11 @@ export class SegmentCache {
     this.map.delete(key);
     this.map.set(key, ids);
     return ids;
+  }
+
+  /** The entry without counting a hit or a miss and without moving it in the LRU order. */
+  peek(key: string): Uint32Array | undefined {
+    return this.map.get(key);
   }
 
   set(key: string, ids: Uint32Array): void {
@@ -54,7 +61,9 @@ export class SegmentCache {
   }
 
   stats(): CacheStats {
-    return { hits: this.hits, misses: this.misses, entries: this.map.size, bytes: this.bytesUsed, evictions: this.evictions };
+    return {
+      hits: this.hits, misses: this.misses, entries: this.map.size, bytes: this.bytesUsed, evictions: this.evictions, freshTokens: this.freshTokens,
+    };
   }
 }
 

@@ -1,6 +1,33 @@
-import type { Tokenizer } from "@huggingface/tokenizers";
 import type { SegmentCache } from "./segment-cache";
 import type { AddedTokenJson } from "./tokenizer-files";
+
+/** What is known of a text before tokenizing anything: see Segmenter.knownPrefix. */
+export type KnownPrefix = { ids: Uint32Array; unknownChars: number };
+
+/**
+ * Hooks into one tokenization, for the worker pool: `knownPrefix` is told first what the cache already knows,
+ * `shouldStop` is asked before each section that must be tokenized (a cancelled request stops there, keeping
+ * the sections done so far in the cache).
+ */
+export type EncodeControl = {
+  knownPrefix?(known: KnownPrefix): void;
+  /** Texts shorter than this skip knownPrefix (its walk over the sections costs a cached pick ~10%). */
+  knownPrefixMinChars?: number;
+  shouldStop?(): boolean;
+};
+
+/** Thrown by an encode that `shouldStop` stopped. */
+export class EncodeStopped extends Error {
+  constructor() {
+    super("tokenization stopped");
+  }
+}
+
+/**
+ * What encodes one section: ids without special tokens added. `independentSections` is true when a section's
+ * ids never depend on its position (no Metaspace "first"), so later sections need no anchor.
+ */
+export type SectionEncoder = { encode(text: string): Uint32Array; independentSections: boolean };
 
 /**
  * Tokenizes text piecewise between added tokens ("<|im_start|>", "<|im_end|>", "<think>", ...), caching the ids
@@ -17,7 +44,7 @@ export class Segmenter {
   private readonly pattern: RegExp | null;
   private readonly anchor: string | null;
 
-  constructor(private readonly tokenizer: Tokenizer, addedTokens: readonly AddedTokenJson[], hasNormalizer: boolean) {
+  constructor(private readonly encoder: SectionEncoder, addedTokens: readonly AddedTokenJson[], hasNormalizer: boolean) {
     const overlapping = overlappingContents(addedTokens.map((t) => t.content));
     const splitOn = addedTokens.filter((t) =>
       t.content.length > 0 && !t.lstrip && !t.rstrip && !t.single_word && !(t.normalized && hasNormalizer) &&
@@ -29,29 +56,20 @@ export class Segmenter {
   }
 
   /** Ids of `text` without post-processing (no special tokens added), through the cache. */
-  encode(text: string, cache: SegmentCache): Uint32Array {
+  encode(text: string, cache: SegmentCache, control?: EncodeControl): Uint32Array {
+    if (control?.knownPrefix !== undefined && text.length >= (control.knownPrefixMinChars ?? 0)) {
+      control.knownPrefix(this.knownPrefix(text, cache));
+    }
     const pieces: (Uint32Array | number)[] = [];
     let total = 0;
-    let start = 0;
-    if (this.pattern !== null) {
-      const re = this.pattern;
-      re.lastIndex = 0;
-      for (let m = re.exec(text); m !== null; m = re.exec(text)) {
-        if (m.index > start) {
-          const ids = this.section(text.slice(start, m.index), start === 0, cache);
-          pieces.push(ids);
-          total += ids.length;
-        }
-        pieces.push(this.ids.get(m[0])!);
-        total += 1;
-        start = m.index + m[0].length;
-      }
-    }
-    if (start < text.length) {
-      const ids = this.section(start === 0 ? text : text.slice(start), start === 0, cache);
+    this.forEachSection(text, (start, end) => {
+      const ids = this.section(start === 0 && end === text.length ? text : text.slice(start, end), start === 0, cache, control);
       pieces.push(ids);
       total += ids.length;
-    }
+    }, (id) => {
+      pieces.push(id);
+      total += 1;
+    });
     const out = new Uint32Array(total);
     let at = 0;
     for (const p of pieces) {
@@ -64,16 +82,57 @@ export class Segmenter {
     return out;
   }
 
-  private section(text: string, first: boolean, cache: SegmentCache): Uint32Array {
+  /**
+   * The ids `encode` would give up to the first section the cache does not hold (split-on tokens included),
+   * and the length of the text from there on: what is known without tokenizing anything. Touches neither the
+   * LRU order nor the hit counts.
+   */
+  knownPrefix(text: string, cache: SegmentCache): KnownPrefix {
+    const ids: number[] = [];
+    let unknownFrom = -1;
+    this.forEachSection(text, (start, end) => {
+      if (unknownFrom >= 0) return;
+      const hit = cache.peek(this.key(start === 0 && end === text.length ? text : text.slice(start, end), start === 0));
+      if (hit === undefined) unknownFrom = start;
+      else for (const id of hit) ids.push(id);
+    }, (id) => {
+      if (unknownFrom < 0) ids.push(id);
+    });
+    return { ids: Uint32Array.from(ids), unknownChars: unknownFrom < 0 ? 0 : text.length - unknownFrom };
+  }
+
+  // Calls `section` for each stretch between split-on tokens and `token` for each of them, in order.
+  private forEachSection(text: string, section: (start: number, end: number) => void, token: (id: number) => void): void {
+    let start = 0;
+    if (this.pattern !== null) {
+      const re = this.pattern;
+      re.lastIndex = 0;
+      for (let m = re.exec(text); m !== null; m = re.exec(text)) {
+        if (m.index > start) section(start, m.index);
+        token(this.ids.get(m[0])!);
+        start = m.index + m[0].length;
+      }
+    }
+    if (start < text.length) section(start, text.length);
+  }
+
+  private key(text: string, first: boolean): string {
     // A section never contains a split-on token, so prefixing the rare first section with one keeps the two
     // kinds of key apart without copying the common (later) sections into new key strings.
-    const key = first && this.anchor !== null ? this.anchor + text : text;
+    return first && !this.encoder.independentSections && this.anchor !== null ? this.anchor + text : text;
+  }
+
+  private section(text: string, first: boolean, cache: SegmentCache, control: EncodeControl | undefined): Uint32Array {
+    const independent = this.encoder.independentSections;
+    const key = this.key(text, first);
     const hit = cache.get(key);
     if (hit !== undefined) return hit;
-    const ids = first || this.anchor === null
-      ? Uint32Array.from(this.tokenizer.encode(text, { add_special_tokens: false }).ids)
-      : Uint32Array.from(this.tokenizer.encode(this.anchor + text, { add_special_tokens: false }).ids).subarray(1);
+    if (control?.shouldStop?.() === true) throw new EncodeStopped();
+    const ids = first || independent || this.anchor === null
+      ? this.encoder.encode(text)
+      : this.encoder.encode(this.anchor + text).subarray(1);
     cache.set(key, ids);
+    cache.freshTokens += ids.length;
     return ids;
   }
 }

@@ -20,4 +20,14 @@ export function truncatePrompt(ids: Uint32Array, t: Truncation, prefix: Uint32Ar
   return out;
 }
 
+/** Whether `t` may drop tokens: a truncate_prompt_tokens of 0 or more (-1 is not applied, see above). */
+export function truncates(t: Truncation): boolean {
+  return t.truncatePromptTokens !== undefined && t.truncatePromptTokens >= 0;
+}
+
+/** truncate_prompt_tokens that keeps the last tokens (vLLM's default side for generation). */
+export function keepsTail(t: Truncation): boolean {
+  return truncates(t) && t.truncationSide !== "right";
+}
+
 const EMPTY = new Uint32Array(0);

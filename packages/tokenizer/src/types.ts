@@ -1,5 +1,6 @@
 import type { Registry } from "prom-client";
 import type { Truncation } from "./truncation";
+import type { EncodeControl } from "./segmenter";
 
 /** An OpenAI chat message; extra fields (tool_calls, reasoning_content, name, ...) reach the chat template as given. */
 export type ChatMessage = {
@@ -37,23 +38,28 @@ export type PreprocessorOptions = {
   cache?: CacheOptions | false;
   /** Registry for the cache and fallback metrics; absent → no Prometheus metrics (plain numbers still kept). */
   registry?: Registry;
+  /**
+   * Tokenize with the purpose-built BPE (src/fast) when it implements the model's tokenizer.json (default true);
+   * false keeps `@huggingface/tokenizers` (the bench's baseline). Both give the same ids.
+   */
+  fastBpe?: boolean;
   /** Label value for the metrics (the model name). */
   model?: string;
 };
 
-export type CacheStats = { hits: number; misses: number; entries: number; bytes: number; evictions: number };
+export type CacheStats = { hits: number; misses: number; entries: number; bytes: number; evictions: number; freshTokens: number };
 
 /** What a preprocessor without a segment cache reports. */
-export const NO_CACHE_STATS: CacheStats = { hits: 0, misses: 0, entries: 0, bytes: 0, evictions: 0 };
+export const NO_CACHE_STATS: CacheStats = { hits: 0, misses: 0, entries: 0, bytes: 0, evictions: 0, freshTokens: 0 };
 
 export type PreprocessorKind = "hf" | "byte-fallback";
 
 export interface Preprocessor {
   readonly kind: PreprocessorKind;
   /** `/v1/completions`: a text prompt gets the model's special-token rules; a token-id prompt is used as given. */
-  encodeCompletion(prompt: string | readonly number[], opts?: CompletionOptions): Uint32Array;
+  encodeCompletion(prompt: string | readonly number[], opts?: CompletionOptions, control?: EncodeControl): Uint32Array;
   /** `/v1/chat/completions`: chat template with add_generation_prompt, then tokenized without adding special tokens. */
-  encodeChat(messages: readonly ChatMessage[], opts?: ChatOptions): Uint32Array;
+  encodeChat(messages: readonly ChatMessage[], opts?: ChatOptions, control?: EncodeControl): Uint32Array;
   /** The rendered chat text (what encodeChat tokenizes). */
   renderChat(messages: readonly ChatMessage[], opts?: ChatOptions): string;
   decode(ids: ArrayLike<number>): string;

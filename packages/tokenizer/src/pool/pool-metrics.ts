@@ -1,0 +1,77 @@
+import { Counter, Gauge, Histogram, type Registry } from "prom-client";
+import type { PoolObserver, TokenizerPool } from "./tokenizer-pool";
+
+/**
+ * The pool's metrics: queue depth and wait, fresh (uncached) tokens per answered job, work per member (busy
+ * seconds and fresh tokens: their rates' ratio is tokens/s per thread), and budget fallbacks by cause.
+ * Returns the observer to hand the pool; `attach` makes the queue gauges read that pool at scrape time.
+ */
+export function poolMetrics(registry: Registry): PoolObserver & { attach(pool: TokenizerPool): void } {
+  let pool: TokenizerPool | null = null;
+  new Gauge({
+    name: "dynamo_epp_tokenizer_pool_queue_depth", help: "Tokenization jobs waiting for a pool member (warm: background jobs)",
+    labelNames: ["priority"], registers: [registry],
+    collect() {
+      this.reset();
+      const members = pool?.stats().members ?? [];
+      this.set({ priority: "request" }, members.reduce((n, m) => n + m.queued, 0));
+      this.set({ priority: "warm" }, members.reduce((n, m) => n + m.warmQueued, 0));
+    },
+  });
+  new Gauge({
+    name: "dynamo_epp_tokenizer_pool_members", help: "Worker threads tokenizing for this process", registers: [registry],
+    collect() {
+      this.set(pool?.size ?? 0);
+    },
+  });
+  const wait = new Histogram({
+    name: "dynamo_epp_tokenizer_pool_wait_seconds", help: "Time a request's tokenization waited for its pool member",
+    buckets: [0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1], registers: [registry],
+  });
+  const fresh = new Histogram({
+    name: "dynamo_epp_tokenizer_fresh_tokens", help: "Tokens of a pick that were not in the segment cache (tokenized for it)",
+    buckets: [0, 16, 64, 256, 1024, 4096, 16384, 65536, 262144], registers: [registry],
+  });
+  const busy = new Counter({
+    name: "dynamo_epp_tokenizer_pool_busy_seconds_total", help: "Time each pool member spent tokenizing",
+    labelNames: ["member"], registers: [registry],
+  });
+  const memberFresh = new Counter({
+    name: "dynamo_epp_tokenizer_pool_fresh_tokens_total", help: "Fresh tokens each pool member tokenized (rate / busy rate = tokens/s per thread)",
+    labelNames: ["member"], registers: [registry],
+  });
+  const fallbacks = new Counter({
+    name: "dynamo_epp_tokenizer_budget_fallbacks_total",
+    help: "Picks answered on the known prefix because tokenization would exceed the budget (budget) or the member was busy past it (queue)",
+    labelNames: ["cause"], registers: [registry],
+  });
+  return {
+    attach: (p) => void (pool = p),
+    wait: (ms) => wait.observe(ms / 1000),
+    fresh: (tokens) => fresh.observe(tokens),
+    fallback: (cause) => fallbacks.inc({ cause }),
+    work: (member, busyMs, freshTokens) => {
+      busy.inc({ member: String(member) }, busyMs / 1000);
+      memberFresh.inc({ member: String(member) }, freshTokens);
+    },
+  };
+}
+
+/**
+ * How late the event loop runs a timer (sampled every `intervalMs`): the time every stream on this thread
+ * waits behind whatever work holds it. `dynamo_epp_event_loop_lag_seconds`. Returns a stop function.
+ */
+export function eventLoopLag(registry: Registry, intervalMs = 20): () => void {
+  const lag = new Histogram({
+    name: "dynamo_epp_event_loop_lag_seconds", help: "Delay of a timer on the decision thread's event loop beyond its due time",
+    buckets: [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1], registers: [registry],
+  });
+  let due = performance.now() + intervalMs;
+  const timer = setInterval(() => {
+    const now = performance.now();
+    lag.observe(Math.max(0, now - due) / 1000);
+    due = now + intervalMs;
+  }, intervalMs);
+  timer.unref();
+  return () => clearInterval(timer);
+}

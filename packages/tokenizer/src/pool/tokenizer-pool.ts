@@ -1,0 +1,316 @@
+import { Worker } from "node:worker_threads";
+import { ChatTemplateError } from "../messages";
+import { DEFAULT_CACHE_MAX_BYTES } from "../segment-cache";
+import type { ChatMessage, PreprocessorOptions } from "../types";
+import { cpuLimit } from "./cpu-limit";
+import type { TokenizeJob } from "../job";
+import type { FromMember, MemberInit } from "./protocol";
+
+export type PoolOptions = {
+  /** The preprocessor every member builds (its `cache.maxBytes` is the bound for the whole pool). */
+  preprocessor: Omit<PreprocessorOptions, "registry">;
+  /** Members (worker threads); default: the CPU limit of the process (cgroup quota), see cpuLimit. */
+  size?: number;
+  /** Answer by this many ms after submission whatever is left to tokenize (default 50; Envoy's message_timeout is 200). */
+  budgetMs?: number;
+  /** Queued low-priority warm jobs per member, at most; the oldest is dropped past it. */
+  maxWarmQueued?: number;
+  /** Told as things happen, for metrics (see pool-metrics.ts). */
+  observe?: PoolObserver;
+  /** Told once per fallback cause (then only counted), and of a member that failed. */
+  log?: { warn(obj: object, msg: string): void };
+};
+
+export type FallbackCause = "budget" | "queue";
+
+export type PoolObserver = {
+  /** A job's wait in its member's queue. */
+  wait?(ms: number): void;
+  /** Fresh (uncached) tokens of an answered job. */
+  fresh?(tokens: number): void;
+  fallback?(cause: FallbackCause): void;
+  /** A member finished a job (warm jobs too): its busy time and the fresh tokens it tokenized. */
+  work?(member: number, busyMs: number, freshTokens: number): void;
+};
+
+export type TokenizeOutcome = {
+  tokens: Uint32Array;
+  /** false: the budget ran out; `tokens` is the exact prefix the member's cache already knew (maybe empty). */
+  complete: boolean;
+  fallback?: FallbackCause;
+  /** Tokens that were not in the segment cache (0 on a fallback: not known yet). */
+  freshTokens: number;
+  /** Time queued before a member took the job. */
+  waitMs: number;
+};
+
+export type MemberStats = {
+  member: number; queued: number; warmQueued: number; busy: boolean; jobs: number; freshTokens: number; busyMs: number;
+};
+export type PoolStats = {
+  size: number; budgetMs: number; members: MemberStats[]; fallbacks: Record<FallbackCause, number>;
+  /** Jobs cancelled by their caller, and of those the ones a member stopped midway. */
+  cancelled: number; stopped: number; warmDropped: number;
+};
+
+/** Thrown (as the rejection) when the caller's AbortSignal fires. */
+export class TokenizeCancelled extends Error {
+  override name = "TokenizeCancelled";
+}
+
+type Pending = {
+  id: number;
+  job: TokenizeJob;
+  discard: boolean;
+  submitted: number;
+  dispatched: number;
+  settle?: (o: TokenizeOutcome | Error) => void;
+  known?: Uint32Array;
+  timer?: ReturnType<typeof setTimeout>;
+};
+
+type Member = {
+  index: number;
+  worker: Worker;
+  cancel: Int32Array;
+  ready: Promise<void>;
+  queue: Pending[];
+  warm: Pending[];
+  current: Pending | null;
+  jobs: number;
+  freshTokens: number;
+  busyMs: number;
+};
+
+const DEFAULT_BUDGET_MS = 50;
+
+/**
+ * Tokenization off the event loop: worker threads, each with its own preprocessor and a share of the segment
+ * cache bound. A conversation goes to the member its first messages hash to (so its sections stay cached
+ * there), unless that member is busy and another is idle. Every job is answered within the budget: by its ids,
+ * or by the prefix the member's cache already knew (counted as a fallback); work past the budget still runs
+ * and fills the cache for the next turn. A job whose AbortSignal fires is dropped from the queue, or stopped
+ * at the member's next section.
+ */
+export class TokenizerPool {
+  private readonly members: Member[];
+  private readonly budgetMs: number;
+  private readonly maxWarmQueued: number;
+  private readonly log: PoolOptions["log"];
+  private nextId = 1;
+  private readonly fallbacks: Record<FallbackCause, number> = { budget: 0, queue: 0 };
+  private readonly logged = new Set<string>();
+  private cancelled = 0;
+  private warmDropped = 0;
+  private stopped = 0;
+  private readonly observe: PoolObserver;
+  private closed = false;
+
+  constructor(opts: PoolOptions) {
+    const size = Math.max(1, opts.size ?? cpuLimit());
+    this.budgetMs = opts.budgetMs ?? DEFAULT_BUDGET_MS;
+    this.maxWarmQueued = opts.maxWarmQueued ?? 4;
+    this.log = opts.log;
+    this.observe = opts.observe ?? {};
+    const cache = opts.preprocessor.cache;
+    const share = cache === false ? false : { ...cache, maxBytes: Math.floor((cache?.maxBytes ?? DEFAULT_CACHE_MAX_BYTES) / size) };
+    this.members = Array.from({ length: size }, (_, index) => this.startMember(index, { ...opts.preprocessor, cache: share }));
+  }
+
+  get size(): number {
+    return this.members.length;
+  }
+
+  /** Resolves once every member has loaded its tokenizer; rejects if one cannot. */
+  async ready(): Promise<void> {
+    await Promise.all(this.members.map((m) => m.ready));
+  }
+
+  tokenize(job: TokenizeJob, opts: { signal?: AbortSignal } = {}): Promise<TokenizeOutcome> {
+    if (this.closed) return Promise.reject(new Error("tokenizer pool closed"));
+    if (opts.signal?.aborted) return Promise.reject(new TokenizeCancelled("cancelled before it started"));
+    return new Promise<TokenizeOutcome>((resolve, reject) => {
+      const p: Pending = { id: this.nextId++, job, discard: false, submitted: performance.now(), dispatched: 0 };
+      const member = this.memberFor(job);
+      const onAbort = () => this.cancel(member, p);
+      p.settle = (o) => {
+        p.settle = undefined;
+        clearTimeout(p.timer);
+        opts.signal?.removeEventListener("abort", onAbort);
+        if (o instanceof Error) reject(o);
+        else {
+          if (o.complete) this.observe.fresh?.(o.freshTokens);
+          else this.observe.fallback?.(o.fallback!);
+          resolve(o);
+        }
+      };
+      opts.signal?.addEventListener("abort", onAbort, { once: true });
+      p.timer = setTimeout(() => this.outOfBudget(member, p), this.budgetMs);
+      member.queue.push(p);
+      this.pump(member);
+    });
+  }
+
+  /**
+   * After a chat's response: tokenizes in the background, at the lowest priority, the conversation as its next
+   * turn will send it (the reply, then a user turn whose text is not known yet), so that turn finds everything
+   * but its new message cached. Rendered as the next turn, not as "the chat plus its reply": a template may
+   * render the final assistant turn differently from an earlier one (Qwen3 adds an empty think block).
+   */
+  warmReply(job: Extract<TokenizeJob, { kind: "chat" }>, reply: ChatMessage): void {
+    const messages = [...job.messages, reply, { role: "user", content: "" }];
+    this.warm({ kind: "chat", messages, opts: { ...job.opts, addGenerationPrompt: true, continueFinalMessage: false } });
+  }
+
+  /** Tokenizes in the background at the lowest priority, only to fill the cache. */
+  warm(job: TokenizeJob): void {
+    if (this.closed) return;
+    const member = this.memberFor(job, false);
+    if (member.warm.length >= this.maxWarmQueued) {
+      member.warm.shift();
+      this.warmDropped++;
+    }
+    member.warm.push({ id: this.nextId++, job, discard: true, submitted: performance.now(), dispatched: 0 });
+    this.pump(member);
+  }
+
+  stats(): PoolStats {
+    return {
+      size: this.members.length, budgetMs: this.budgetMs,
+      members: this.members.map((m) => ({
+        member: m.index, queued: m.queue.length, warmQueued: m.warm.length, busy: m.current !== null,
+        jobs: m.jobs, freshTokens: m.freshTokens, busyMs: m.busyMs,
+      })),
+      fallbacks: { ...this.fallbacks }, cancelled: this.cancelled, stopped: this.stopped, warmDropped: this.warmDropped,
+    };
+  }
+
+  async close(): Promise<void> {
+    this.closed = true;
+    for (const m of this.members) {
+      for (const p of [...m.queue, ...(m.current ? [m.current] : [])]) p.settle?.(new Error("tokenizer pool closed"));
+      m.queue = [];
+      m.warm = [];
+    }
+    await Promise.all(this.members.map((m) => m.worker.terminate()));
+  }
+
+  private startMember(index: number, preprocessor: PoolOptions["preprocessor"]): Member {
+    const cancelBuffer = new SharedArrayBuffer(4);
+    const init: MemberInit = { preprocessor, cancel: cancelBuffer };
+    const worker = new Worker(new URL("./pool-member.ts", import.meta.url), { workerData: init });
+    let resolveReady!: () => void;
+    let rejectReady!: (e: Error) => void;
+    const ready = new Promise<void>((res, rej) => ((resolveReady = res), (rejectReady = rej)));
+    ready.catch(() => {}); // observed through ready()
+    const member: Member = {
+      index, worker, cancel: new Int32Array(cancelBuffer), ready, queue: [], warm: [], current: null, jobs: 0, freshTokens: 0, busyMs: 0,
+    };
+    worker.on("message", (m: FromMember) => {
+      if (m.type === "ready") resolveReady();
+      else if (m.type === "init-failed") rejectReady(new Error(`tokenizer pool member ${index}: ${m.message}`));
+      else this.onResult(member, m);
+    });
+    worker.on("error", (err: Error) => {
+      this.log?.warn({ member: index, err: err.message }, "tokenizer pool member failed");
+      rejectReady(err);
+    });
+    worker.unref();
+    return member;
+  }
+
+  // Affinity on the conversation's first messages (its system prompt and first user turn), or the prompt's
+  // start; a busy home member gives way to an idle one.
+  private memberFor(job: TokenizeJob, spill = true): Member {
+    const home = this.members[affinityHash(job) % this.members.length]!;
+    if (!spill || (home.current === null && home.queue.length === 0)) return home;
+    return this.members.find((m) => m.current === null && m.queue.length === 0) ?? home;
+  }
+
+  private pump(member: Member): void {
+    if (member.current !== null) return;
+    const next = member.queue.shift() ?? member.warm.shift();
+    if (next === undefined) return;
+    member.current = next;
+    next.dispatched = performance.now();
+    if (!next.discard) this.observe.wait?.(next.dispatched - next.submitted);
+    member.worker.ref();
+    member.worker.postMessage({ type: "job", id: next.id, job: next.job, discard: next.discard });
+  }
+
+  private onResult(member: Member, m: Exclude<FromMember, { type: "ready" | "init-failed" }>): void {
+    const p = member.current;
+    if (p === null || p.id !== m.id) return;
+    if (m.type === "known") {
+      p.known = m.ids;
+      // Known now what would not finish in budget: answer at once with what is known.
+      if (p.settle && performance.now() - p.submitted + m.estimatedMs > this.budgetMs) this.fallBack(p, "budget");
+      return;
+    }
+    member.current = null;
+    member.busyMs += m.busyMs;
+    member.jobs++;
+    this.observe.work?.(member.index, m.busyMs, m.type === "done" ? m.freshTokens : 0);
+    if (member.queue.length === 0 && member.warm.length === 0) member.worker.unref();
+    if (m.type === "done") {
+      member.freshTokens += m.freshTokens;
+      p.settle?.({ tokens: m.ids ?? new Uint32Array(0), complete: true, freshTokens: m.freshTokens, waitMs: p.dispatched - p.submitted });
+    } else if (m.type === "error") {
+      p.settle?.(m.name === "ChatTemplateError" ? new ChatTemplateError(m.message) : new Error(`tokenizer pool: ${m.message}`));
+    } else {
+      this.stopped++;
+      p.settle?.(new TokenizeCancelled("stopped"));
+    }
+    this.pump(member);
+  }
+
+  private outOfBudget(member: Member, p: Pending): void {
+    if (!p.settle) return;
+    const queued = member.queue.indexOf(p);
+    if (queued >= 0) {
+      // Still waiting for its member: answered with nothing known, and tokenized later at low priority so
+      // that the conversation's next turn finds it cached.
+      member.queue.splice(queued, 1);
+      this.fallBack(p, "queue");
+      this.warm(p.job);
+      return;
+    }
+    this.fallBack(p, "budget");
+  }
+
+  private fallBack(p: Pending, cause: FallbackCause): void {
+    this.fallbacks[cause]++;
+    if (!this.logged.has(cause)) {
+      this.logged.add(cause);
+      this.log?.warn({ cause, budgetMs: this.budgetMs, knownTokens: p.known?.length ?? 0 },
+        "tokenization over budget: routed on the known prefix (logged once per cause, then counted)");
+    }
+    p.settle?.({ tokens: p.known ?? new Uint32Array(0), complete: false, fallback: cause, freshTokens: 0, waitMs: (p.dispatched || performance.now()) - p.submitted });
+  }
+
+  private cancel(member: Member, p: Pending): void {
+    if (!p.settle) return;
+    this.cancelled++;
+    const queued = member.queue.indexOf(p);
+    if (queued >= 0) member.queue.splice(queued, 1);
+    else if (member.current === p) Atomics.store(member.cancel, 0, p.id);
+    p.settle(new TokenizeCancelled("the request was cancelled"));
+  }
+
+}
+
+// FNV-1a over the first messages' text (4 KiB each at most) or the prompt's start.
+function affinityHash(job: TokenizeJob): number {
+  let h = 0x811c9dc5;
+  const mix = (s: string) => {
+    for (let i = 0; i < s.length && i < 4096; i++) h = Math.imul(h ^ s.charCodeAt(i), 0x01000193);
+  };
+  if (job.kind === "prompt") mix(job.text);
+  else {
+    for (const m of job.messages.slice(0, 2)) {
+      mix(m.role);
+      mix(typeof m.content === "string" ? m.content : JSON.stringify(m.content ?? "").slice(0, 4096));
+    }
+  }
+  return h >>> 0;
+}

@@ -1,0 +1,77 @@
+// The purpose-built BPE against Hugging Face's Rust tokenizer (the native binding), on random text for every
+// shipped tokenizer. A failure names the model and prints the first differing text and ids.
+import { beforeAll, describe, expect, test } from "bun:test";
+import fc from "fast-check";
+import { compileFastTokenizer, type FastTokenizer } from "../src/fast/fast-tokenizer";
+import { createPreprocessor, type Preprocessor } from "../src/index";
+import { addedTokenTexts, firstDifference, modelDir, MODELS, reference, textArbitrary, tokenizerJson, type Reference } from "./reference-tokenizers";
+
+const RUNS = Number(process.env.TOKENIZER_PROPERTY_RUNS ?? 400);
+
+describe.each(MODELS)("fast BPE, %s", (model) => {
+  let fast: FastTokenizer;
+  let ref: Reference;
+  let added: string[];
+  let pre: Preprocessor;
+  beforeAll(async () => {
+    pre = createPreprocessor({ tokenizerDir: modelDir(model) });
+    const json = await tokenizerJson(model);
+    const compiled = compileFastTokenizer(json);
+    if (!compiled.ok) throw new Error(`${model} not supported: ${compiled.reason}`);
+    fast = compiled.tokenizer;
+    ref = reference(model);
+    added = addedTokenTexts(json);
+  }, 60_000);
+
+  test("gives the ids of Hugging Face's tokenizer on random text", async () => {
+    await fc.assert(
+      fc.asyncProperty(textArbitrary(added), async (text) => {
+        const want = await ref.encode(text);
+        const got = fast.encode(text);
+        const at = firstDifference(got, want);
+        if (at >= 0) {
+          throw new Error(`${model}: ids differ at ${at} for text ${JSON.stringify(text)}: ` +
+            `got ${JSON.stringify([...got.slice(at, at + 8)])}, want ${JSON.stringify(want.slice(at, at + 8))}`);
+        }
+      }),
+      { numRuns: RUNS },
+    );
+  }, 300_000);
+
+  test("through the segment cache, a conversation growing by random turns keeps the reference's ids", async () => {
+    // The preprocessor adds what the model's config asks around a completion (e.g. DeepSeek's bos, which
+    // transformers adds from add_bos_token and the bare tokenizer.json does not); the rest is the reference's.
+    const around = pre.encodeCompletion("");
+    await fc.assert(
+      fc.asyncProperty(fc.array(textArbitrary(added), { minLength: 1, maxLength: 4 }), async (turns) => {
+        let text = "";
+        for (const turn of turns) {
+          text += turn + (added[0] ?? "");
+          const want = [...around, ...(await ref.encode(text))];
+          const got = pre.encodeCompletion(text);
+          const at = firstDifference(got, want);
+          if (at >= 0) throw new Error(`${model}: ids differ at ${at} for text ${JSON.stringify(text)}`);
+        }
+      }),
+      { numRuns: Math.ceil(RUNS / 4) },
+    );
+    expect(pre.cacheStats().hits).toBeGreaterThan(0);
+  }, 300_000);
+
+  test("gives the ids of Hugging Face's tokenizer on long runs of one character and on large mixed documents", async () => {
+    const texts = ["a".repeat(20_000), " ".repeat(5000) + "x", "\n".repeat(3000), "1".repeat(10_000), "日".repeat(8000), "!@#$%^&*()".repeat(500),
+      "▁".repeat(2000), fc.sample(textArbitrary(added), { numRuns: 400, seed: 42 }).join(" ")];
+    for (const text of texts) {
+      const got = fast.encode(text);
+      const want = await ref.encode(text);
+      expect({ at: firstDifference(got, want), text: text.slice(0, 80) }).toEqual({ at: -1, text: text.slice(0, 80) });
+    }
+  }, 300_000);
+});
+
+test("a tokenizer.json it does not implement is refused with the reason, for the caller to keep the library", () => {
+  const r = compileFastTokenizer({ added_tokens: [], normalizer: null, pre_tokenizer: { type: "Metaspace" }, model: { type: "BPE", vocab: {}, merges: [] } });
+  expect(r).toEqual({ ok: false, reason: "pre-tokenizer Metaspace" });
+  const wp = compileFastTokenizer({ added_tokens: [], normalizer: null, pre_tokenizer: null, model: { type: "WordPiece" } });
+  expect(wp).toEqual({ ok: false, reason: "model WordPiece" });
+});

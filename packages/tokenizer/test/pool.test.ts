@@ -1,0 +1,103 @@
+import { afterEach, describe, expect, test } from "bun:test";
+import { createPreprocessor, cpuLimit, TokenizeCancelled, TokenizerPool, type ChatMessage } from "../src/index";
+import { freshWords } from "@kv-epp/testkit";
+import { modelDir } from "./reference-tokenizers";
+
+const dir = modelDir("qwen3");
+let pool: TokenizerPool | null = null;
+afterEach(async () => {
+  await pool?.close();
+  pool = null;
+});
+
+
+const chat = (system: string, ...turns: string[]): ChatMessage[] =>
+  [{ role: "system", content: system }, ...turns.map((t, i) => ({ role: i % 2 === 0 ? "user" : "assistant", content: t }))];
+
+describe("tokenizer pool", () => {
+  test("gives the preprocessor's ids for chats and prompts", async () => {
+    pool = new TokenizerPool({ preprocessor: { tokenizerDir: dir }, size: 2, budgetMs: 60_000 });
+    await pool.ready();
+    const pre = createPreprocessor({ tokenizerDir: dir });
+    const messages = chat("You are terse.", "Hello <think> there", "hi", "again 日本語 123");
+    const a = await pool.tokenize({ kind: "chat", messages, opts: {} });
+    expect([...a.tokens]).toEqual([...pre.encodeChat(messages)]);
+    expect(a.complete).toBe(true);
+    const b = await pool.tokenize({ kind: "prompt", text: "The cat sat." });
+    expect([...b.tokens]).toEqual([...pre.encodeCompletion("The cat sat.")]);
+  }, 60_000);
+
+  test("a long fresh chat in flight does not hold a short one back", async () => {
+    pool = new TokenizerPool({ preprocessor: { tokenizerDir: dir }, size: 2, budgetMs: 60_000 });
+    await pool.ready();
+    const order: string[] = [];
+    const long = pool.tokenize({ kind: "chat", messages: chat("long", freshWords(300_000, 1)), opts: {} }).then(() => order.push("long"));
+    const short = pool.tokenize({ kind: "chat", messages: chat("short", "hi"), opts: {} }).then(() => order.push("short"));
+    await Promise.all([long, short]);
+    expect(order).toEqual(["short", "long"]);
+  }, 120_000);
+
+  test("an aborted job is dropped from the queue, or stopped by its member midway", async () => {
+    pool = new TokenizerPool({ preprocessor: { tokenizerDir: dir }, size: 1, budgetMs: 60_000 });
+    await pool.ready();
+    const running = new AbortController();
+    const queued = new AbortController();
+    const a = pool.tokenize({ kind: "prompt", text: freshWords(400_000, 2) }, { signal: running.signal });
+    const b = pool.tokenize({ kind: "prompt", text: "queued behind" }, { signal: queued.signal });
+    queued.abort();
+    await expect(b).rejects.toBeInstanceOf(TokenizeCancelled);
+    // Stopped between sections: the text has several, cut by added tokens.
+    running.abort();
+    await expect(a).rejects.toBeInstanceOf(TokenizeCancelled);
+    // The member is free again and answers the next job; it reports the stop.
+    expect((await pool.tokenize({ kind: "prompt", text: "next" })).complete).toBe(true);
+    expect(pool.stats()).toMatchObject({ cancelled: 2 });
+  }, 120_000);
+
+  test("a body that cannot finish in budget is answered by the exact prefix already known, and counted", async () => {
+    const warnings: object[] = [];
+    pool = new TokenizerPool({ preprocessor: { tokenizerDir: dir }, size: 1, budgetMs: 1000, log: { warn: (o) => warnings.push(o) } });
+    await pool.ready();
+    const system = freshWords(2000, 3);
+    const first = await pool.tokenize({ kind: "chat", messages: chat(system, "first question"), opts: { addGenerationPrompt: false } });
+    // A follow-up whose new turn is far too large to tokenize within the budget (the member's estimate says so).
+    const big = chat(system, "first question", "an answer", freshWords(1_500_000, 4));
+    const late = await pool.tokenize({ kind: "chat", messages: big, opts: {} });
+    expect(late).toMatchObject({ complete: false, fallback: "budget" });
+    // Known: the system and first user turns, and the <|im_start|> that opens the (unknown) assistant turn.
+    const imStart = [...createPreprocessor({ tokenizerDir: dir }).encodeCompletion("<|im_start|>")];
+    expect([...late.tokens]).toEqual([...first.tokens, ...imStart]);
+    expect(pool.stats().fallbacks.budget).toBe(1);
+    expect(warnings).toHaveLength(1);
+  }, 120_000);
+
+  test("warming a conversation with its reply leaves only the next user message fresh", async () => {
+    pool = new TokenizerPool({ preprocessor: { tokenizerDir: dir }, size: 1, budgetMs: 60_000 });
+    await pool.ready();
+    const turn1 = chat(freshWords(500, 5), freshWords(300, 6));
+    await pool.tokenize({ kind: "chat", messages: turn1, opts: {} });
+    const reply = freshWords(400, 7);
+    pool.warmReply({ kind: "chat", messages: turn1, opts: {} }, { role: "assistant", content: reply });
+    const next = freshWords(50, 8);
+    const turn2 = await pool.tokenize({ kind: "chat", messages: [...turn1, { role: "assistant", content: reply }, { role: "user", content: next }], opts: {} });
+    const pre = createPreprocessor({ tokenizerDir: dir });
+    const nextOnly = pre.encodeCompletion(next).length;
+    // The new user message, its role line and the generation prompt: nothing of the reply or earlier.
+    expect(turn2.freshTokens).toBeGreaterThan(0);
+    expect(turn2.freshTokens).toBeLessThanOrEqual(nextOnly + 8);
+  }, 60_000);
+});
+
+test("the CPU limit is the cgroup quota, rounded up, within the CPUs available", () => {
+  const files = (m: Record<string, string>) => (p: string) => m[p] ?? null;
+  expect(cpuLimit(files({ "/sys/fs/cgroup/cpu.max": "150000 100000\n" }))).toBe(Math.min(2, navigator.hardwareConcurrency));
+  expect(cpuLimit(files({ "/sys/fs/cgroup/cpu.max": "50000 100000" }))).toBe(1);
+  expect(cpuLimit(files({ "/sys/fs/cgroup/cpu.max": "max 100000" }))).toBe(cpuLimit(files({})));
+  expect(cpuLimit(files({ "/sys/fs/cgroup/cpu/cpu.cfs_quota_us": "100000", "/sys/fs/cgroup/cpu/cpu.cfs_period_us": "100000" }))).toBe(1);
+});
+
+test("a pool whose members cannot load the tokenizer fails ready(), naming the file", async () => {
+  const bad = new TokenizerPool({ preprocessor: { tokenizerDir: "/nonexistent-tokenizer-dir" }, size: 1 });
+  await expect(bad.ready()).rejects.toThrow(/tokenizer\.json not found/);
+  await bad.close();
+});
