@@ -60,5 +60,5 @@ export const nonNegative = z.number().min(0);
 export const oneOf = <const T extends readonly [string, ...string[]]>(values: T) => z.enum(values, { error: `expected ${values.join("|")}` });
 
 export const flagName = (key: string): string => key.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`);
-export const envName = (key: string, o: Pick<Option, "env">, prefix: string | undefined): string | undefined =>
+export const envName = (key: string, o: Option, prefix: string | undefined): string | undefined =>
   o.env ?? (prefix === undefined ? undefined : `${prefix}${key.replace(/[A-Z]/g, (c) => `_${c}`).toUpperCase()}`);
