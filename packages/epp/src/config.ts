@@ -182,7 +182,10 @@ export function parseConfig(argv: string[], env: Record<string, string | undefin
     const base = o[k];
     if (base !== undefined && base + o.dpSize - 1 > 65535) r.fail(k, `rank ${o.dpSize - 1} of --dp-size ${o.dpSize} would be on port ${base + o.dpSize - 1}`);
   }
-  if (!file && !o.poolName) throw new ConfigError("no workers: give --config FILE (static mode) or --pool-name NAME (Kubernetes mode)");
+  let workers: EppConfig["workers"];
+  if (file) workers = { mode: "static", list: file.workers };
+  else if (o.poolName) workers = { mode: "kubernetes", poolName: o.poolName, namespace: o.poolNamespace, kvEventsPort: o.kvEventsPort, kvReplayPort: o.kvReplayPort, dpSize: o.dpSize };
+  else throw new ConfigError("no workers: give --config FILE (static mode) or --pool-name NAME (Kubernetes mode)");
 
   let intents: EppConfig["intents"];
   if (o.intentDiscovery) {
@@ -193,8 +196,10 @@ export function parseConfig(argv: string[], env: Record<string, string | undefin
     }
   }
 
-  if (!o.tlsCertFile !== !o.tlsKeyFile) throw new ConfigError("--tls-cert-file and --tls-key-file go together (neither: a self-signed certificate)");
-  if (!o.secureServing && o.tlsCertFile) throw new ConfigError(`--tls-cert-file is given but ${r.source("secureServing")} is false`);
+  const { tlsCertFile: certFile, tlsKeyFile: keyFile } = o;
+  if (!certFile !== !keyFile) throw new ConfigError("--tls-cert-file and --tls-key-file go together (neither: a self-signed certificate)");
+  if (!o.secureServing && certFile) throw new ConfigError(`--tls-cert-file is given but ${r.source("secureServing")} is false`);
+  const tls: EppConfig["tls"] = !o.secureServing ? { mode: "off" } : certFile && keyFile ? { mode: "files", certFile, keyFile } : { mode: "self-signed" };
 
   const peers = file?.peers ?? [];
   let replicaAgg: ReplicaAggConfig = { mode: "off" };
@@ -222,9 +227,7 @@ export function parseConfig(argv: string[], env: Record<string, string | undefin
     tokenizerDir: o.tokenizerDir,
     tokenizerThreads: o.tokenizerThreads,
     tokenizeBudgetMs: o.tokenizeBudgetMs,
-    workers: file
-      ? { mode: "static", list: file.workers }
-      : { mode: "kubernetes", poolName: o.poolName!, namespace: o.poolNamespace, kvEventsPort: o.kvEventsPort, kvReplayPort: o.kvReplayPort, dpSize: o.dpSize },
+    workers,
     kvTopic: o.kvTopic,
     kvHeartbeatMs: o.kvHeartbeatMs,
     kvMaxMessageBytes: o.kvMaxMessageBytes,
@@ -245,7 +248,7 @@ export function parseConfig(argv: string[], env: Record<string, string | undefin
     replicaAgg,
     peerToken: o.peerToken,
     podIp: o.podIp,
-    tls: !o.secureServing ? { mode: "off" } : o.tlsCertFile ? { mode: "files", certFile: o.tlsCertFile, keyFile: o.tlsKeyFile! } : { mode: "self-signed" },
+    tls,
     picker: routingSettings(o),
     explain: o.explain,
     conformanceTestHooks: o.conformanceTestHooks,

@@ -237,7 +237,7 @@ if (import.meta.main) {
     cfg = parseConfig(Bun.argv.slice(2), process.env);
   } catch (err) {
     if (err instanceof ConfigError) {
-      console.error(`epp: ${err.message}\n\n${usage()}`);
+      console.error(`epp: ${err.message}\n(bun run epp --help lists the options)`);
       process.exit(2);
     }
     throw err;
