@@ -15,7 +15,7 @@ import { HealthState } from "./health.ts";
 import { StreamHandoff } from "./handoff/handoff.ts";
 import { indexerKey, Indexers } from "./indexers/indexers.ts";
 import { createMetrics, routingMetrics, type Metrics } from "./metrics.ts";
-import { ActiveLoad, sumLoad, combinedPending, DEFAULT_PENDING, PendingPrefixes, EvictionRegret, FollowerWeight, LatencyModel, Picker, RoutingQuality, type Clock, type RoutingContext } from "@kv-epp/routing";
+import { ActiveLoad, sumLoad, combinedPending, DEFAULT_PENDING, PendingPrefixes, EvictionRegret, latencyModel, Picker, RoutingQuality, type Clock, type RoutingContext } from "@kv-epp/routing";
 import { recoverThenReady } from "./readiness.ts";
 import { startReplicaAgg, type ReplicaAgg } from "./replica-agg/service.ts";
 import { selectionApp } from "./selection-http.ts";
@@ -97,8 +97,7 @@ export async function startEpp(cfg: EppConfig, o: { log?: Logger; kubeConfig?: K
     ? await startReplicaAgg({ config: cfg.replicaAgg, listen: cfg.listen, port: cfg.ports.replicaAgg, podIp: cfg.podIp, load, pending: peerPending, metrics, log: log.child({ component: "replica-agg" }), kube })
     : undefined;
   // Observed TTFTs calibrate the latency model, which the latency cost and explanations read.
-  const follower = cfg.picker.latencyFollowerWeight;
-  const latency = new LatencyModel(undefined, new FollowerWeight(follower.base, follower.max, regret), cfg.picker.awayWeight);
+  const latency = latencyModel(cfg.picker, regret);
   const quality = new RoutingQuality(routingMetrics(metrics));
   const picker = new Picker({
     indexers: indexers.models,

@@ -5,8 +5,8 @@
 import { count, group, nonNegative, opt, positive, type Values } from "@kv-epp/options";
 import { z } from "zod";
 import { DEFAULT_SHAPE, DEFAULT_WEIGHTS, SCORE_SHAPE, type CostShape } from "./cost.ts";
-import { followerRange, type FollowerRange } from "./eviction-regret.ts";
-import { DEFAULT_AWAY_WEIGHT, DEFAULT_FOLLOWER_WEIGHT, DEFAULT_FOLLOWER_WEIGHT_MAX } from "./latency.ts";
+import { followerRange, FollowerWeight, type EvictionRegret, type FollowerRange } from "./eviction-regret.ts";
+import { DEFAULT_AWAY_WEIGHT, DEFAULT_FOLLOWER_WEIGHT, DEFAULT_FOLLOWER_WEIGHT_MAX, LatencyModel } from "./latency.ts";
 import { DEFAULT_PENDING, INFLIGHT_PREFIX_DEFAULT } from "./pending.ts";
 import { DEFAULT_COST, type CostModel } from "./picker.ts";
 
@@ -96,6 +96,16 @@ export function shapeSettings(v: Values<typeof SHAPE_OPTIONS>): ShapeSettings {
 
 export function latencySettings(v: Values<typeof LATENCY_OPTIONS>): LatencySettings {
   return { latencyFollowerWeight: followerRange(v.latencyFollowerWeight, v.latencyFollowerWeightMax), awayWeight: v.latencyAwayWeight };
+}
+
+export const DEFAULT_LATENCY_SETTINGS: LatencySettings = {
+  latencyFollowerWeight: followerRange(DEFAULT_FOLLOWER_WEIGHT, DEFAULT_FOLLOWER_WEIGHT_MAX),
+  awayWeight: DEFAULT_AWAY_WEIGHT,
+};
+
+/** The latency model a runner routes with: its settings, the follower weight moved by `regret` (from the runner's KV events). */
+export function latencyModel(s: LatencySettings, regret?: EvictionRegret): LatencyModel {
+  return new LatencyModel(undefined, new FollowerWeight(s.latencyFollowerWeight.base, s.latencyFollowerWeight.max, regret), s.awayWeight);
 }
 
 export function routingSettings(v: Values<typeof ROUTING_OPTIONS>): RoutingSettings {

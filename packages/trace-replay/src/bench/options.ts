@@ -2,7 +2,7 @@
 // shape and latency knobs are routing's own declarations, the EPP's flags with the EPP's defaults.
 import { ConfigError, count, group, nonNegative, opt, positive, resolveOptions, usageText, type Values } from "@kv-epp/options";
 import { DEFAULT_TIMING } from "@kv-epp/mock-worker";
-import { INFLIGHT_PREFIX_DEFAULT, LATENCY_OPTIONS, SHAPE_OPTIONS, latencySettings, shapeSettings, type CostShape, type FollowerRange } from "@kv-epp/routing";
+import { INFLIGHT_PREFIX_DEFAULT, LATENCY_OPTIONS, SHAPE_OPTIONS, latencySettings, shapeSettings, type CostShape, type LatencySettings } from "@kv-epp/routing";
 import { z } from "zod";
 import { POLICY_NAMES, type PolicyName } from "../policies/index.ts";
 import { DEFAULT_AGG_SIM, type AggSimOptions } from "../sim/replica-agg.ts";
@@ -94,8 +94,7 @@ export type BenchOptions = {
   seed: number;
   prefillLoadScale: number;
   decodeLoadScale: number;
-  latencyFollowerWeight: FollowerRange;
-  awayWeight: number;
+  latency: LatencySettings;
   costShape: CostShape;
   maxNumSeqs: number;
   maxNumBatchedTokens: number;
@@ -137,7 +136,7 @@ export function parseBenchArgs(argv: string[]): BenchOptions {
     seed: o.seed,
     prefillLoadScale: shape.prefillLoadScale,
     decodeLoadScale: shape.decodeLoadScale,
-    ...latencySettings(o),
+    latency: latencySettings(o),
     costShape: shape.shape,
     maxNumSeqs: o.maxNumSeqs,
     maxNumBatchedTokens: o.maxNumBatchedTokens,
