@@ -1,5 +1,7 @@
 import { describe, expect, test } from "bun:test";
-import { readFileSync } from "node:fs";
+import { mkdtempSync, readFileSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { flagName, optionsMarkdown, withOptionsSection } from "@kv-epp/options";
 import { writeStaticConfig } from "../test/helpers.ts";
 import { ConfigError, parseConfig, usage } from "./config.ts";
@@ -62,6 +64,18 @@ describe("docs come from the declarations", () => {
     const text = usage();
     for (const key of Object.keys(EPP_OPTIONS)) expect(text).toContain(`  --${flagName(key)} `);
     for (const section of ["Servers:", "Routing: latency cost:", "Recovery (the index from a peer's /dump at start):"]) expect(text).toContain(`\n${section}\n`);
+  });
+
+  test("the README's example config file is one the EPP takes", () => {
+    const readme = readFileSync(`${import.meta.dir}/../README.md`, "utf8");
+    const example = /```yaml\n(# epp\.yaml[^]*?)```/.exec(readme)![1]!;
+    const path = join(mkdtempSync(join(tmpdir(), "epp-readme-")), "epp.yaml");
+    writeFileSync(path, example);
+    const c = parseConfig(["--config", path], {});
+    expect(c.model).toMatchObject({ name: "Qwen/Qwen3-0.6B", blockSize: 16 });
+    expect(c.picker.latencyFollowerWeight.base).toBe(2);
+    expect(c.workers).toMatchObject({ mode: "static", list: [{ id: "worker-0" }] });
+    expect(c.recovery).toEqual({ mode: "static", peers: ["http://10.0.0.9:9093"] });
   });
 
   test("the README's option tables are the declarations' (bun packages/epp/scripts/options-doc.ts rewrites them)", () => {
