@@ -53,6 +53,8 @@ describe("one rule: flag > environment variable > config file > default", () => 
     expect(resolve(["--secure"], { LEGACY_SECURE: "false" }).values.secure).toBe(true);
     expect(resolve(["--secure", "--grpc-port", "1"]).values).toMatchObject({ secure: true, grpcPort: 1 });
     expect(resolve(["--secure", "no"]).values.secure).toBe(false);
+    // A negative number is a value, not a flag (and then refused by the schema).
+    expect(() => resolve(["--weight", "-1.5", "--secure"])).toThrow('invalid value for --weight: "-1.5"');
     expect(resolve([], { LEGACY_SECURE: "0" }).values.secure).toBe(false);
   });
 
@@ -86,6 +88,7 @@ describe("a bad value names its source and its text", () => {
     [[], {}, { grpcPrt: 1 }, /unknown option "grpcPrt" in --config "app.yaml"/],
     [["--frobnicate", "1"], {}, undefined, /unknown argument "--frobnicate"/],
     [["--grpc-port"], {}, undefined, /--grpc-port needs a value/],
+    [["--grpc-port", "--secure"], {}, undefined, /--grpc-port needs a value/],
     [["stray"], {}, undefined, /unexpected argument "stray"/],
   ] as const)("argv %p, environment %j, file %j is refused", (argv, env, values, message) => {
     const attempt = () => resolve([...argv], env as Record<string, string>, values as Record<string, unknown> | undefined);

@@ -63,9 +63,11 @@ function readArgv(spec: Spec, program: Program, argv: readonly string[]): Map<st
     if (key === undefined) throw new ConfigError(`unknown argument ${JSON.stringify(arg)} (see --help)`);
     let value = m[2];
     if (value === undefined) {
+      // The next argument is the value unless it is a flag: `--kv-topic --listen ...` is a missing value.
       const next = argv[i + 1];
-      if (spec[key]!.kind === "bool" && (next === undefined || next.startsWith("--"))) value = "true";
-      else if (next === undefined) throw new ConfigError(`--${m[1]} needs a value`);
+      const flagNext = next === undefined || next.startsWith("--");
+      if (spec[key]!.kind === "bool" && flagNext) value = "true";
+      else if (flagNext) throw new ConfigError(`--${m[1]} needs a value`);
       else value = argv[++i];
     }
     out.set(key, { raw: value, source: `--${m[1]}`, text: true });
