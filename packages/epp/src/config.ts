@@ -4,11 +4,13 @@
 import { readFileSync } from "node:fs";
 import { parse as parseYaml } from "yaml";
 import { parseDiscoveryConfig, type DiscoveryConfig } from "@kv-epp/intents";
-import { ConfigError, PRECEDENCE, resolveOptions, usageText, type Layer, type Resolved } from "@kv-epp/options";
+import { ConfigError, PRECEDENCE, resolveOptions, usageText, type Layer, type Resolved, type Values } from "@kv-epp/options";
 import { routingSettings, type RoutingSettings } from "@kv-epp/routing";
 import { z } from "zod";
 import { DP_LB_MODES, type DpLbMode } from "@kv-epp/protocol";
-import { EPP_OPTIONS, EPP_PROGRAM } from "./options.ts";
+import { DEFAULT_REPLICA_AGG_PORT, EPP_OPTIONS, EPP_PROGRAM } from "./options.ts";
+
+export { DEFAULT_REPLICA_AGG_PORT };
 
 export { ConfigError };
 
@@ -55,10 +57,7 @@ export const StaticFile = z
 export type StaticWorker = z.infer<typeof WorkerEntry>;
 export type StaticPeer = z.infer<typeof PeerEntry>;
 
-export type BodyMode = "auto" | "buffered" | "full-duplex";
-
-/** The replica-agg endpoint a static peer gets when it names none (docs/CONTRACTS.md §11). */
-export const DEFAULT_REPLICA_AGG_PORT = 9092;
+export type BodyMode = Values<typeof EPP_OPTIONS>["bodyMode"];
 
 export type ReplicaAggConfig =
   | { mode: "off" }

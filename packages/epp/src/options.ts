@@ -9,6 +9,9 @@ import { z } from "zod";
 
 export const EPP_PROGRAM = { envPrefix: "DYN_EPP_" } as const satisfies Program;
 
+/** The replica-agg port, and a static peer's when it names none (docs/CONTRACTS.md §11). */
+export const DEFAULT_REPLICA_AGG_PORT = 9092;
+
 const LOG_LEVELS = ["fatal", "error", "warn", "info", "debug", "trace", "silent"] as const;
 
 export const EPP_OPTIONS = {
@@ -77,7 +80,7 @@ export const EPP_OPTIONS = {
   ...ROUTING_OPTIONS,
   ...group("Replica-agg (in-flight load shared with peer replicas)", {
     replicaAgg: opt.bool(z.boolean().default(true), "share in-flight load with peer replicas"),
-    replicaAggPort: opt.int(port.default(9092), "replica-agg port (and static peers' when they name none)"),
+    replicaAggPort: opt.int(port.default(DEFAULT_REPLICA_AGG_PORT), "replica-agg port (and static peers' when they name none)"),
     replicaAggHeartbeatMs: opt.int(positive.default(1000), "period of replica-agg snapshots (heartbeats)"),
     replicaAggTimeoutMs: opt.int(positive.default(3000), "drop a peer's load after this long without a snapshot (more than the heartbeat)"),
   }),
