@@ -7,7 +7,7 @@ import { z } from "zod";
 import { DEFAULT_SHAPE, DEFAULT_WEIGHTS, SCORE_SHAPE, type CostShape } from "./cost.ts";
 import { followerRange, FollowerWeight, type EvictionRegret, type FollowerRange } from "./eviction-regret.ts";
 import { DEFAULT_AWAY_WEIGHT, DEFAULT_FOLLOWER_WEIGHT, DEFAULT_FOLLOWER_WEIGHT_MAX, LatencyModel } from "./latency.ts";
-import { DEFAULT_PENDING, INFLIGHT_PREFIX_DEFAULT } from "./pending.ts";
+import { DEFAULT_PENDING, INFLIGHT_PREFIX_DEFAULT, PendingPrefixes } from "./pending.ts";
 import { DEFAULT_COST, type CostModel } from "./picker.ts";
 
 /** How the candidates are chosen among: the cost model, the scraped queues, the temperature. */
@@ -118,4 +118,10 @@ export function routingSettings(v: Values<typeof ROUTING_OPTIONS>): RoutingSetti
     temperature: v.temperature,
     inflightPrefix: v.inflightPrefix ? { mode: "on", maxBlocks: v.inflightPrefixMaxBlocks, ttlMs: v.inflightPrefixTtlMs } : { mode: "off" },
   };
+}
+
+/** A runner's in-flight prefixes as the settings say; none when they are off. */
+export function pendingPrefixes(s: Pick<RoutingSettings, "inflightPrefix">): PendingPrefixes | undefined {
+  const p = s.inflightPrefix;
+  return p.mode === "on" ? new PendingPrefixes({ ...DEFAULT_PENDING, maxBlocks: p.maxBlocks, ttlMs: p.ttlMs }) : undefined;
 }
