@@ -97,7 +97,7 @@ export async function startMockWorker(opts: MockWorkerOptions = {}): Promise<Moc
         replayEndpoint: config.replay ? rankEndpoint(config.replay, rank) : undefined,
         replayBuffer: config.replayBuffer, topic: config.topic,
         encoding: config.eventEncoding, hashMode: config.hashMode, blockSize: config.blockSize, kvGroups: config.kvGroups,
-        wire: { partialEntries: config.partialEntries, specBigram: config.specBigram },
+        wire: { partialEntries: config.partialEntries, specBigram: config.specBigram, taggedExtraKeys: config.taggedExtraKeys },
         log: log.child({ rank }),
         onPublished: (n) => metricsOf(rank).eventsPublished(rank, n),
         onError: () => metricsOf(rank).publishFailed(rank),
