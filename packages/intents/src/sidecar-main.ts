@@ -31,8 +31,12 @@ const registered = registerReportedIntents({
 });
 registered.then(
   ({ reported }) => log.info({ ranks: reported.sources }, "KV attachment intents registered from the worker's reported sources"),
-  (err: unknown) => {
-    if (!abort.signal.aborted) log.error({ err: String(err) }, "KV attachment intents not registered");
+  async (err: unknown) => {
+    if (abort.signal.aborted) return;
+    // Not retriable (an invalid descriptor, several topics): nothing this process can do about it.
+    log.error({ err: String(err) }, "KV attachment intents not registered");
+    await discovery.close();
+    process.exit(1);
   },
 );
 const stop = async () => {
