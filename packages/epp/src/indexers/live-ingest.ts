@@ -221,10 +221,10 @@ export class LiveIngest {
         if (n === 0) return;
         // The token ids are hashed by the index's own module, straight into the batch (same block size: checked above).
         const hashes = n < e.blockHashes.length ? e.blockHashes.slice(0, n) : e.blockHashes;
-        const tally = newExtraKeyTally();
-        b.stored(worker, e.parentBlockHash, hashes, { tokenIds: e.tokenIds, extras: storedBlockExtras(e, n, tally) });
         // Extra keys of a shape or label we do not know are read past, as unknown fields are.
-        if (tally.unknown + tally.skipped > 0) this.metrics.unknownFields.inc(tally.unknown + tally.skipped);
+        const tally = e.extraKeys || e.mmKeys ? newExtraKeyTally() : undefined;
+        b.stored(worker, e.parentBlockHash, hashes, { tokenIds: e.tokenIds, extras: storedBlockExtras(e, n, tally) });
+        if (tally && tally.unknown + tally.skipped > 0) this.metrics.unknownFields.inc(tally.unknown + tally.skipped);
         this.opts.regret?.stored(worker, hashes);
         return;
       }
