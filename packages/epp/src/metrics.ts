@@ -166,7 +166,7 @@ export function createMetrics() {
     }),
     unknownFields: new Counter({
       name: "dynamo_epp_kv_unknown_fields_total",
-      help: "fields of KV events and batches (map keys, array positions) read and skipped as unknown: a producer newer than this EPP; never a reason to drop",
+      help: "fields of KV events and batches (map keys, array positions, extra-key entries) read and skipped as unknown: a producer newer than this EPP; never a reason to drop",
       registers: [registry],
     }),
     listenerResets: new Counter({

@@ -266,3 +266,32 @@ test("vLLM's second copy: a whole-block prompt sent again stores its last block 
   await waitFor(async () => (await score(tokens(BLOCK * 2, 2))) === 2, { message: "the evicting batch applied" });
   expect(await score(p)).toBe(2);
 });
+
+test("a worker publishing domain-tagged extra keys (open vLLM PRs) is matched in the same identities as requests state them", async () => {
+  const ip = "127.0.4.43";
+  const w = await startMockWorker({
+    listen: ip, port: 0, kvEvents: `tcp://${ip}:5557`, speed: 0, blockSize: BLOCK, capacityBlocks: 64, loraModules: ADAPTERS, logLevel: "silent",
+    taggedExtraKeys: true,
+  });
+  cleanups.push(() => w.close());
+  const epp = await startTestEpp([{ id: "t", address: `${ip}:8000`, kvEvents: `tcp://${ip}:5557` }], { flags: ["--lora-adapters", ADAPTERS.join(",")], host: "127.0.4.44" });
+  cleanups.push(() => epp.stop({ graceMs: 200 }));
+  const selection = `http://127.0.4.44:${epp.ports.selection}`;
+  const send = (r: Req) =>
+    fetch(`${w.url}/v1/completions`, {
+      method: "POST", headers: { "content-type": "application/json" },
+      body: JSON.stringify({ prompt: r.prompt, max_tokens: 1, model: r.model, cache_salt: r.salt }),
+    });
+  const overlap = async (r: Req) =>
+    ((await postJson(`${selection}/score`, { token_ids: r.prompt, model: r.model, cache_salt: r.salt })).body.scores as Record<string, Record<string, number>>).t?.["0"] ?? 0;
+  const req: Req = { prompt: tokens(BLOCK * 3, 77), model: "sql-lora", salt: "tenant-a" };
+  await waitFor(async () => {
+    await send(req);
+    await Bun.sleep(20);
+    return (await overlap(req)) === 3;
+  }, { message: "the tagged blocks matched in the request's identity" });
+  // The same tokens in any other identity hold nothing there.
+  for (const other of [{ prompt: req.prompt }, { prompt: req.prompt, model: "sql-lora" }, { prompt: req.prompt, salt: "tenant-a" }, { prompt: req.prompt, model: "chat-lora", salt: "tenant-a" }])
+    expect(await overlap(other)).toBe(0);
+  expect(w.ranks[0]!.cache.peekHitBlocks(Uint32Array.from(req.prompt), identityOf(req))).toBe(3);
+});

@@ -10,4 +10,4 @@ export {
   encodeExtraKeys, eventBlockExtras, requestBlockExtras,
   type BlockExtraKeys, type BlockExtras, type ExtraKey, type MmExtraKey, type MmItem,
 } from "./extra-keys.ts";
-export { fromWireExtraKeys } from "./wire-extra-keys.ts";
+export { fromWireExtraKeys, newExtraKeyTally, type ExtraKeyTally } from "./wire-extra-keys.ts";

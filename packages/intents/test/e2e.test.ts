@@ -9,7 +9,7 @@ import { startMockWorker, type MockWorker } from "@kv-epp/mock-worker";
 import { freePort, waitFor } from "@kv-epp/testkit";
 import pino from "pino";
 import { complete, E2E_MODEL as MODEL, emptyEppConfig } from "./fixtures.ts";
-import { intentWorkers, MemoryDiscoveryStore, mergeWorkerSets, registerWorkerIntents, startIntentHost, type IntentHost, type IntentOwner } from "../src/index.ts";
+import { intentWorkers, MemoryDiscoveryStore, mergeWorkerSets, registerReportedIntents, registerWorkerIntents, startIntentHost, type IntentHost, type IntentOwner } from "../src/index.ts";
 
 const HOST_INSTANCE = "epp-e2e";
 const log = pino({ level: "silent" });
@@ -153,5 +153,35 @@ describe("intents beside pod discovery (kubernetes mode of the merge)", () => {
     reconcile();
     expect(epp.workers.specs()).toEqual([]);
     expect(await workersOf(epp)).toEqual([]);
+  });
+});
+
+describe("KV-event sources the worker reports: sidecar → discovery → EPP", () => {
+  test("a worker whose ranks bound ephemeral ports (tcp://IP:0) is attached through the sources it reports (vLLM #55844)", async () => {
+    const store = new MemoryDiscoveryStore();
+    const epp = await startStaticEpp();
+    await attachIntents(epp, store);
+    // No port convention: each rank's publisher and replay socket take whatever port the OS gives.
+    const worker = await startMockWorker({
+      listen: "127.0.7.5", port: 0, kvEvents: "tcp://127.0.7.5:0", replay: "tcp://127.0.7.5:0", dpSize: 2, blockSize: 16, speed: 0, model: MODEL, workerId: "mock-b", logger: log,
+    });
+    cleanup.push(() => worker.close());
+    const ports = worker.ranks.map((r) => Number(r.kvEvents.split(":").at(-1)));
+    expect(ports[1]).not.toBe(ports[0]! + 1);
+    // The sidecar's job: read the worker's report, register one intent per rank.
+    const { owner, reported } = await registerReportedIntents({
+      from: worker.url, discovery: store.connect({ producer: "sidecar-b" }), workerId: "mock-b", controlTarget: HOST_INSTANCE,
+      model: MODEL, blockSize: 16, address: new URL(worker.url).host, log,
+    });
+    cleanup.push(() => owner.close());
+    expect(reported.sources.map((s) => [s.rank, s.kvEvents, s.replay])).toEqual(worker.ranks.map((r) => [r.rank, r.kvEvents, r.replay]));
+    await waitFor(() => epp.workers.connected("mock-b", 0) && epp.workers.connected("mock-b", 1), { message: "EPP connected to both reported ports" });
+    const prompt = "a worker that reports where it publishes needs no port convention ".repeat(8);
+    await complete(worker.url, 0, prompt);
+    await complete(worker.url, 1, `${prompt} on its other rank`);
+    await waitFor(async () => {
+      const rows = await workersOf(epp);
+      return rows.length === 2 && rows.every((r) => r.connected && r.blocks > 0);
+    }, { message: "blocks of both ranks in the EPP's index" });
   });
 });

@@ -122,6 +122,38 @@ describe("vLLM KV offload ownership (vLLM #52067, merged)", () => {
   });
 });
 
+describe("vLLM domain-tagged extra keys (#44706, #51899, #48352: open, not merged)", () => {
+  // The open PRs label each extra key with its source: `("lora", name)`, `("cache_salt", salt)`, and
+  // (#48352) `("lora_identity", digest)` after the name. msgspec writes a Python tuple as an array, so
+  // extra_keys stays `list[tuple | None]` on the wire and the BlockStored struct is unchanged.
+  const payload = msgspecBytes([
+    2.5,
+    [{
+      type: "BlockStored", block_hashes: [0x51, 0x52], parent_block_hash: null, token_ids: [1, 2, 3, 4, 5, 6, 7, 8], block_size: 4,
+      lora_id: 3, medium: "GPU", lora_name: "sql",
+      extra_keys: [[["lora", "sql"], ["lora_identity", "9f2c"], ["cache_salt", "t1"]], [["lora", "sql"], ["lora_identity", "9f2c"]]],
+    }],
+    0,
+  ]);
+  const batch: KvEventBatch = {
+    ts: 2.5,
+    dataParallelRank: 0,
+    events: [{
+      type: "BlockStored", blockHashes: [0x51n, 0x52n], parentBlockHash: null, tokenIds: [1, 2, 3, 4, 5, 6, 7, 8], blockSize: 4,
+      loraId: 3, medium: "GPU", loraName: "sql",
+      extraKeys: [[["lora", "sql"], ["lora_identity", "9f2c"], ["cache_salt", "t1"]], [["lora", "sql"], ["lora_identity", "9f2c"]]],
+    }],
+  };
+
+  test("decodes on both paths with the labels kept (identity is the EPP's), and is what the vllm encoder writes", () => {
+    // fixarray(2) fixstr(4) "lora" fixstr(3) "sql": the tuple ("lora", "sql")
+    expect(payload.toString("hex")).toContain("92a46c6f7261a373716c");
+    expect(decodeFast(payload)?.batch).toEqual(batch);
+    expect(decodeGeneric(payload)).toEqual(batch);
+    expect(Buffer.from(encodeBatch(batch)).toString("hex")).toBe(payload.toString("hex"));
+  });
+});
+
 describe("TensorRT-LLM streaming KV events (TensorRT-LLM #17023, merged)", () => {
   // tensorrt_llm/_torch/pyexecutor/kv_cache_events.py: EventBatch array_like [ts, events,
   // data_parallel_rank]; events tagged maps without array_like. BlockStored writes type, block_hashes,

@@ -84,6 +84,10 @@ export const MOCK_WORKER_OPTIONS = {
       z.boolean().default(false),
       "true: SGLang under EAGLE speculative decoding, token_ids as bigram pairs (needs --event-encoding sglang-map or sglang)",
     ),
+    taggedExtraKeys: opt.bool(
+      z.boolean().default(false),
+      "true: extra_keys labelled by source, [\"lora\", name] and [\"cache_salt\", salt], as open vLLM PRs (#44706, #51899) would publish them",
+    ),
   }),
   ...group("Cache and engine", {
     blockSize: opt.int(positive.default(16), "tokens per KV block"),

@@ -97,7 +97,7 @@ export async function startMockWorker(opts: MockWorkerOptions = {}): Promise<Moc
         replayEndpoint: config.replay ? rankEndpoint(config.replay, rank) : undefined,
         replayBuffer: config.replayBuffer, topic: config.topic,
         encoding: config.eventEncoding, hashMode: config.hashMode, blockSize: config.blockSize, kvGroups: config.kvGroups,
-        wire: { partialEntries: config.partialEntries, specBigram: config.specBigram },
+        wire: { partialEntries: config.partialEntries, specBigram: config.specBigram, taggedExtraKeys: config.taggedExtraKeys },
         log: log.child({ rank }),
         onPublished: (n) => metricsOf(rank).eventsPublished(rank, n),
         onError: () => metricsOf(rank).publishFailed(rank),
@@ -123,6 +123,7 @@ export async function startMockWorker(opts: MockWorkerOptions = {}): Promise<Moc
     return best;
   };
 
+  const host = dialHost(config.listen);
   /** The API server for `served` ranks (all of them, or one with --rank-ports). */
   const appFor = (served: { pick: typeof pickRank; ranks: RankNumbering }) => {
     const metrics = served.ranks.count === 1 && perRank ? metricsOf(served.ranks.first) : allMetrics;
@@ -135,6 +136,18 @@ export async function startMockWorker(opts: MockWorkerOptions = {}): Promise<Moc
     });
     app.get("/health", (c) => c.body(null, 200));
     app.get("/metrics", async (c) => c.text(await metrics.registry.metrics(), 200, { "content-type": metrics.registry.contentType }));
+    // vLLM #55844: each rank's publisher as bound (an ephemeral port with `:0`), for the ranks this server fronts.
+    app.get("/kv_event_sources", (c) =>
+      c.json({
+        sources: ranks
+          .filter((r) => r.engine.rank >= served.ranks.first && r.engine.rank < served.ranks.first + served.ranks.count)
+          .map(({ engine, events }) => ({
+            data_parallel_rank: engine.rank,
+            endpoint: connectable(events.endpoint, host),
+            replay_endpoint: events.replayEndpoint ? connectable(events.replayEndpoint, host) : null,
+            topic: config.topic,
+          })),
+      }));
     app.route("/", openAiRoutes({
       model: config.model, preprocessor, pickRank: served.pick, ranks: served.ranks, loraModules: config.loraModules,
     }));
@@ -156,7 +169,6 @@ export async function startMockWorker(opts: MockWorkerOptions = {}): Promise<Moc
     await Promise.allSettled(ranks.map((r) => r.events.close()));
     throw e;
   }
-  const host = dialHost(config.listen);
   const urls = servers.map((s) => `http://${host}:${s.port}`);
   const url = urls[0]!;
   const view = ranks.map(({ engine, events }) => ({

@@ -42,3 +42,50 @@ test("a chat with float tools, an echoed reasoning and add_special_tokens/trunca
   expect(((await (await withTokens("")).json()) as any).usage.prompt_tokens).toBe(ids.length);
   expect(((await (await withTokens(', "truncate_prompt_tokens": 10')).json()) as any).usage.prompt_tokens).toBe(10);
 });
+
+test("/v1/responses renders instructions and input items as the chat vLLM builds from them, and caches those blocks", async () => {
+  const input = [
+    { type: "message", role: "user", content: [{ type: "input_text", text: "What is the weather in Paris?" }] },
+    { type: "function_call", call_id: "call_1", name: "get_weather", arguments: "{\"city\": \"Paris\"}" },
+    { type: "function_call_output", call_id: "call_1", output: "Sunny, 21 C" },
+  ];
+  // The chat vLLM's construct_input_messages builds from that body.
+  const messages = [
+    { role: "system", content: "Answer in one sentence." },
+    { role: "user", content: [{ type: "input_text", text: "What is the weather in Paris?" }] },
+    { role: "assistant", tool_calls: [{ id: "call_1", type: "function", function: { name: "get_weather", arguments: "{\"city\": \"Paris\"}" } }] },
+    { role: "tool", content: "Sunny, 21 C", tool_call_id: "call_1" },
+  ];
+  const sub = subscribe(w.ranks[0]!.kvEvents);
+  try {
+    await syncSubscribers(w.url, [sub]);
+    await post(`${w.url}/reset_prefix_cache`, {});
+    const chat = (await (await post(`${w.url}/v1/chat/completions`, { messages, max_tokens: 1 })).json()) as any;
+    await waitFor(() => sub.messages.length >= 1, { message: "the chat's BlockStored" });
+    const chatIds = (sub.messages.at(-1)!.batch.events.find((e) => e.type === "BlockStored") as { tokenIds: number[] }).tokenIds;
+    await post(`${w.url}/reset_prefix_cache`, {});
+    const n = sub.messages.length;
+    const res = (await (await post(`${w.url}/v1/responses`, { instructions: "Answer in one sentence.", input, max_output_tokens: 1 })).json()) as any;
+    expect(res).toMatchObject({ object: "response", status: "completed", output: [{ type: "message", role: "assistant" }] });
+    expect(res.usage.input_tokens).toBe(chat.usage.prompt_tokens);
+    await waitFor(() => sub.messages.slice(n).some((m) => m.batch.events.some((e: { type: string }) => e.type === "BlockStored")), { message: "the response's BlockStored" });
+    const stored = sub.messages.slice(n).flatMap((m) => m.batch.events).find((e) => e.type === "BlockStored") as { tokenIds: number[] };
+    expect(stored.tokenIds).toEqual(chatIds);
+    // The same body again hits every whole block the first one stored.
+    const again = (await (await post(`${w.url}/v1/responses`, { instructions: "Answer in one sentence.", input, max_output_tokens: 1 })).json()) as any;
+    expect(again.usage.input_tokens_details.cached_tokens).toBe(chatIds.length);
+  } finally {
+    await sub.close();
+  }
+});
+
+test("/v1/responses streams typed events ending with response.completed, and refuses an unknown input item", async () => {
+  const res = await post(`${w.url}/v1/responses`, { input: "Hi", stream: true, max_output_tokens: 3 });
+  const text = await res.text();
+  const events = [...text.matchAll(/^event: (\S+)$/gm)].map((m) => m[1]);
+  expect(events[0]).toBe("response.created");
+  expect(events.at(-1)).toBe("response.completed");
+  expect(events.filter((e) => e === "response.output_text.delta").length).toBe(3);
+  const bad = await post(`${w.url}/v1/responses`, { input: [{ type: "web_search_call" }] });
+  expect(bad.status).toBe(400);
+});

@@ -5,6 +5,7 @@ export { ChatTemplateError } from "./messages";
 export { PyFloat, parseJsonKeepingFloats } from "./py-values";
 export { keepsTail, truncatePrompt, truncates, type Truncation } from "./truncation";
 export { EncodeStopped, type EncodeControl, type KnownPrefix } from "./segmenter";
+export { responsesChat, ResponsesInputError, type ResponsesChat } from "./responses";
 export { firstMediaPosition, isMediaPart, mediaPositions, type MediaPosition } from "./media";
 export type {
   CacheOptions, CacheStats, ChatMessage, ChatOptions, CompletionOptions, ContentPart, Preprocessor, PreprocessorKind, PreprocessorOptions,

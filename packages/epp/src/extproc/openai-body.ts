@@ -1,9 +1,8 @@
 // The OpenAI request bodies the EPP routes: /v1/completions, /v1/chat/completions and /v1/responses.
 // Only the fields that decide the route are read; the body itself is forwarded untouched.
 import { JsonFieldScanner, type JsonField } from "@kv-epp/index-wasm/json";
-import { parseJsonKeepingFloats, PyFloat, truncatePrompt, type Truncation } from "@kv-epp/tokenizer";
+import { parseJsonKeepingFloats, PyFloat, responsesChat, ResponsesInputError, truncatePrompt, type ResponsesChat, type Truncation } from "@kv-epp/tokenizer";
 import { BadRequest } from "./bad-request.ts";
-import { responsesChat } from "./responses-body.ts";
 
 export type ChatMessage = { role: string; content?: unknown; [k: string]: unknown };
 
@@ -192,7 +191,7 @@ function parseInput(doc: unknown, path: string | undefined): ParsedBody {
     return { model, input: withText, batchedPrompts };
   }
   if (o.input !== undefined && isResponses(o, path)) {
-    const chat = responsesChat(o.instructions, o.input, o.tools);
+    const chat = responsesChatOf(o);
     if (chat.messages.some((m) => typeof m !== "object" || m === null || typeof m.role !== "string" || !validContent(m.content)))
       throw new BadRequest("an input message must have a role and content as a string or content parts");
     return {
@@ -268,4 +267,14 @@ function tokenArray(v: unknown, field: string): Uint32Array {
     out[i] = t;
   }
   return out;
+}
+
+/** The chat a /v1/responses body renders as (@kv-epp/tokenizer's responsesChat), refusals as BadRequest. */
+function responsesChatOf(o: Record<string, unknown>): ResponsesChat {
+  try {
+    return responsesChat(o.instructions, o.input, o.tools);
+  } catch (e) {
+    if (e instanceof ResponsesInputError) throw new BadRequest(e.message);
+    throw e;
+  }
 }

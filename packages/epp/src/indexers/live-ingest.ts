@@ -2,7 +2,7 @@
 // through the filters that decide what the index may hold: the rank's KV cache groups (only the main
 // attention group), the block size (the workers', fixed once confirmed), the DP rank the batch names,
 // GPU residency, whole blocks, each block's identity (extra keys), and the rank's capacity.
-import type { StoredBatchBuilder } from "@kv-epp/index-wasm";
+import { newExtraKeyTally, type StoredBatchBuilder } from "@kv-epp/index-wasm";
 import { workerKey, type WorkerRef } from "@kv-epp/protocol";
 import { isGpuMedium, type BlockStored, type KvEvent, type ListenerSignal } from "@kv-epp/kv-events";
 import type { Logger } from "pino";
@@ -221,7 +221,10 @@ export class LiveIngest {
         if (n === 0) return;
         // The token ids are hashed by the index's own module, straight into the batch (same block size: checked above).
         const hashes = n < e.blockHashes.length ? e.blockHashes.slice(0, n) : e.blockHashes;
-        b.stored(worker, e.parentBlockHash, hashes, { tokenIds: e.tokenIds, extras: storedBlockExtras(e, n) });
+        // Extra keys of a shape or label we do not know are read past, as unknown fields are.
+        const tally = e.extraKeys || e.mmKeys ? newExtraKeyTally() : undefined;
+        b.stored(worker, e.parentBlockHash, hashes, { tokenIds: e.tokenIds, extras: storedBlockExtras(e, n, tally) });
+        if (tally && tally.unknown + tally.skipped > 0) this.metrics.unknownFields.inc(tally.unknown + tally.skipped);
         this.opts.regret?.stored(worker, hashes);
         return;
       }

@@ -1,11 +1,14 @@
-import { KvEventPublisher, type EventEncoding, type KvEvent } from "@kv-epp/kv-events";
+import { KvEventPublisher, type EventEncoding, type ExtraKeyValue, type KvEvent } from "@kv-epp/kv-events";
 import type { Logger } from "pino";
 import type { CacheEvent } from "../cache/prefix-cache.ts";
 import { GroupedEvents, type KvGroup } from "./kv-groups.ts";
 import { BigramEvents } from "./spec-bigram.ts";
 
-/** Wire variants of newer engines: vLLM's partial prefix-cache entries, SGLang's EAGLE bigram token_ids. */
-export type WireVariants = { partialEntries?: boolean; specBigram?: boolean };
+/**
+ * Wire variants of newer engines: vLLM's partial prefix-cache entries, SGLang's EAGLE bigram token_ids,
+ * and extra keys labelled by source as open vLLM PRs (#44706, #51899; not merged) would publish them.
+ */
+export type WireVariants = { partialEntries?: boolean; specBigram?: boolean; taggedExtraKeys?: boolean };
 
 /**
  * The one place the mock worker touches the KV-event wire: turns a rank's cache changes into vLLM
@@ -59,7 +62,10 @@ export class RankEvents {
   ) {
     this.grouped = kvGroups && kvGroups.length > 0 ? new GroupedEvents(kvGroups, blockSize, wire.partialEntries) : undefined;
     this.bigram = wire.specBigram ? new BigramEvents(blockSize) : undefined;
+    this.tagged = wire.taggedExtraKeys === true;
   }
+
+  private readonly tagged: boolean;
 
   of(changes: CacheEvent[]): KvEvent[] {
     const base = (ch: CacheEvent) => this.event(ch);
@@ -72,7 +78,8 @@ export class RankEvents {
       case "stored":
         return {
           type: "BlockStored", blockHashes: ch.hashes, parentBlockHash: ch.parent, tokenIds: ch.tokenIds,
-          blockSize: this.blockSize, loraId: ch.loraId, medium: "GPU", loraName: ch.loraName, extraKeys: ch.extraKeys,
+          blockSize: this.blockSize, loraId: ch.loraId, medium: "GPU", loraName: ch.loraName,
+          extraKeys: this.tagged ? ch.extraKeys.map((k) => tagged(k, ch.loraName)) : ch.extraKeys,
           // SGLang has no extra_keys: its salt travels as a field of its own (vLLM's is in extra_keys).
           ...(ch.cacheSalt !== undefined && this.encoding.startsWith("sglang") ? { cacheSalt: ch.cacheSalt } : {}),
         };
@@ -82,6 +89,14 @@ export class RankEvents {
         return { type: "AllBlocksCleared" };
     }
   }
+}
+
+/**
+ * A block's extra keys with their sources named: the LoRA name leads the tuple when the request has an
+ * adapter (blockExtraKeys' order), every other string is the salt, pairs are media.
+ */
+function tagged(keys: ExtraKeyValue[] | null, loraName: string | null): ExtraKeyValue[] | null {
+  return keys && keys.map((k, i) => (typeof k !== "string" ? k : i === 0 && loraName ? ["lora", k] : ["cache_salt", k]));
 }
 
 export class RankEventStream {

@@ -4,12 +4,12 @@ import type { AcquireIdentity } from "../cache/prefix-cache.ts";
 import type { Generation, RankEngine } from "../engine/rank-engine.ts";
 
 /**
- * Runs prompts on ranks and shapes the OpenAI answer, for both endpoints: a JSON body, or SSE chunks
- * ending with `data: [DONE]` (plus a usage chunk when `stream_options.include_usage` is set, as OpenAI
- * and vLLM do).
+ * Runs prompts on ranks and shapes the OpenAI answer: a JSON body, or SSE chunks ending with
+ * `data: [DONE]` (plus a usage chunk when `stream_options.include_usage` is set, as OpenAI and vLLM do);
+ * for /v1/responses a Response object, or its typed events ending with `response.completed`.
  */
 
-export type Endpoint = "completion" | "chat";
+export type Endpoint = "completion" | "chat" | "responses";
 
 export type GenerateRequest = {
   endpoint: Endpoint;
@@ -59,6 +59,7 @@ async function collect(gen: Generation): Promise<string> {
 }
 
 export async function generate(c: Context, req: GenerateRequest): Promise<Response> {
+  if (req.endpoint === "responses") return respond(c, req);
   const signal = c.req.raw.signal;
   const id = `${req.endpoint === "chat" ? "chatcmpl" : "cmpl"}-mock${(++nextId).toString(16)}`;
   const created = Math.floor(Date.now() / 1000);
@@ -112,4 +113,50 @@ export async function generate(c: Context, req: GenerateRequest): Promise<Respon
   }, async () => {
     // The client went away mid-stream (or aborted while waiting); its blocks were released in finally.
   });
+}
+
+/** A /v1/responses answer (one prompt): vLLM's Response object, its usage in Responses terms. */
+function respond(c: Context, req: GenerateRequest): Promise<Response> | Response {
+  const signal = c.req.raw.signal;
+  const id = `resp_mock${(++nextId).toString(16)}`;
+  const created_at = Math.floor(Date.now() / 1000);
+  const shape = (status: "in_progress" | "completed", text: string, gen?: Generation) => ({
+    id, object: "response", created_at, model: req.model, status,
+    output: text === "" && status === "in_progress" ? [] : [{
+      id: `msg_${id}`, type: "message", role: "assistant", status,
+      content: [{ type: "output_text", text, annotations: [] }],
+    }],
+    usage: gen ? responsesUsage(gen) : null,
+  });
+  if (!req.stream) {
+    return (async () => {
+      const gen = await req.pick().start(req.prompts[0]!, req.maxTokens, signal, req.identity);
+      const text = await collect(gen);
+      return c.json(shape("completed", text, gen));
+    })();
+  }
+  return streamSSE(c, async (sse) => {
+    let seq = 0;
+    const send = (type: string, body: object) => sse.writeSSE({ event: type, data: JSON.stringify({ type, sequence_number: seq++, ...body }) });
+    const gen = await req.pick().start(req.prompts[0]!, req.maxTokens, signal, req.identity);
+    let text = "";
+    try {
+      await send("response.created", { response: shape("in_progress", "") });
+      for await (const t of gen.tokens()) {
+        if (sse.aborted) return;
+        text += t;
+        await send("response.output_text.delta", { item_id: `msg_${id}`, output_index: 0, content_index: 0, delta: t });
+      }
+    } finally {
+      gen.finish();
+    }
+    if (!sse.aborted) await send("response.completed", { response: shape("completed", text, gen) });
+  });
+}
+
+function responsesUsage(g: { promptTokens: number; cachedTokens: number; outputTokens: number }) {
+  return {
+    input_tokens: g.promptTokens, input_tokens_details: { cached_tokens: g.cachedTokens },
+    output_tokens: g.outputTokens, output_tokens_details: { reasoning_tokens: 0 }, total_tokens: g.promptTokens + g.outputTokens,
+  };
 }

@@ -1,13 +1,15 @@
 import { Hono, type Context } from "hono";
 import { createHash } from "node:crypto";
-import { ChatTemplateError, mediaPositions, parseJsonKeepingFloats, type ChatMessage, type ChatOptions, type Preprocessor } from "@kv-epp/tokenizer";
+import {
+  ChatTemplateError, mediaPositions, parseJsonKeepingFloats, responsesChat, ResponsesInputError, type ChatMessage, type ChatOptions, type Preprocessor,
+} from "@kv-epp/tokenizer";
 import type { MediaItem } from "../cache/block-hash.ts";
 import type { AcquireIdentity } from "../cache/prefix-cache.ts";
 import type { RankEngine } from "../engine/rank-engine.ts";
 import { openAiError, parseBody } from "./errors.ts";
 import { generate, type Endpoint } from "./generate.ts";
 import { RANK_HEADER, requestedRank, type RankNumbering } from "./rank-header.ts";
-import { ChatRequest, CompletionRequest, DEFAULT_MAX_TOKENS } from "./schemas.ts";
+import { ChatRequest, CompletionRequest, DEFAULT_MAX_TOKENS, ResponsesRequest } from "./schemas.ts";
 
 export type OpenAiDeps = {
   model: string;
@@ -32,7 +34,7 @@ export function openAiRoutes(deps: OpenAiDeps): Hono {
     return r.ok ? { ok: true, pick: () => deps.pickRank(r.rank) } : r;
   };
 
-  type Common = { model?: string; cache_salt?: string | null; stream: boolean; stream_options?: { include_usage?: boolean } | null };
+  type Common = { model?: string | undefined; cache_salt?: string | null; stream: boolean; stream_options?: { include_usage?: boolean } | null };
   const run = (c: Context, endpoint: Endpoint, body: Common, prompts: Uint32Array[], maxTokens: number, media: readonly MediaItem[] = []) => {
     const rank = rankPicker(c.req.header(RANK_HEADER));
     if (!rank.ok) return openAiError(c, 400, rank.message, RANK_HEADER);
@@ -94,6 +96,26 @@ export function openAiRoutes(deps: OpenAiDeps): Hono {
       throw e;
     }
     return run(c, "chat", body, [chat.prompt], body.max_completion_tokens ?? body.max_tokens ?? DEFAULT_MAX_TOKENS, chat.media);
+  });
+
+  // vLLM renders a Responses request as the chat built from `instructions` and `input`, with the generation
+  // prompt unless the last item is an assistant turn still in progress (which it continues).
+  app.post("/v1/responses", async (c) => {
+    const parsed = await parseBody(c, ResponsesRequest);
+    if (!parsed.ok) return parsed.res;
+    const body = parsed.data;
+    const py = parseJsonKeepingFloats(await c.req.text()) as Pick<ResponsesRequest, "instructions" | "input" | "tools">;
+    let chat: { prompt: Uint32Array; media: MediaItem[] };
+    try {
+      const r = responsesChat(py.instructions, py.input, py.tools);
+      chat = withMedia(deps.preprocessor, r.messages, {
+        tools: r.tools, addGenerationPrompt: !r.continueFinalMessage, continueFinalMessage: r.continueFinalMessage,
+      });
+    } catch (e) {
+      if (e instanceof ResponsesInputError || e instanceof ChatTemplateError) return openAiError(c, 400, e.message, "input");
+      throw e;
+    }
+    return run(c, "responses", body, [chat.prompt], body.max_output_tokens ?? DEFAULT_MAX_TOKENS, chat.media);
   });
 
   return app;

@@ -51,4 +51,16 @@ export const ChatRequest = z.looseObject({
 });
 export type ChatRequest = z.output<typeof ChatRequest>;
 
+/** /v1/responses: `instructions` and `input` become the chat (@kv-epp/tokenizer's responsesChat). */
+export const ResponsesRequest = z.looseObject({
+  model: common.model,
+  cache_salt: common.cache_salt,
+  stream: common.stream,
+  instructions: z.string().nullish(),
+  input: z.union([z.string(), z.array(z.looseObject({}))], { error: "must be a string or a list of input items" }),
+  tools: z.array(z.unknown()).nullish(),
+  max_output_tokens: outputTokens,
+});
+export type ResponsesRequest = z.output<typeof ResponsesRequest>;
+
 export const DEFAULT_MAX_TOKENS = 16;

@@ -1,9 +1,12 @@
 // A /v1/responses body as the chat it is rendered from. vLLM builds the chat messages from `instructions` and
 // `input` (vllm/entrypoints/openai/responses/utils.py: construct_input_messages,
 // _construct_message_from_response_item, should_continue_final_message) and renders them through the chat
-// template like a /v1/chat/completions request; the route must be computed from the same tokens.
-import { BadRequest } from "./bad-request.ts";
-import type { ChatMessage } from "./openai-body.ts";
+// template like a /v1/chat/completions request. The EPP routes by these tokens and the mock worker
+// caches them, so both build the chat here.
+import type { ChatMessage } from "./types";
+
+/** A /v1/responses body vLLM would refuse (a 400): the message says why. */
+export class ResponsesInputError extends Error {}
 
 type Item = Record<string, unknown>;
 type ToolCall = { id: unknown; type: "function"; function: { name: unknown; arguments: unknown } };
@@ -12,16 +15,16 @@ export type ResponsesChat = { messages: ChatMessage[]; tools?: unknown[]; contin
 
 export function responsesChat(instructions: unknown, input: unknown, tools: unknown): ResponsesChat {
   const messages: ChatMessage[] = [];
-  if (instructions !== undefined && instructions !== null && typeof instructions !== "string") throw new BadRequest("instructions must be a string");
+  if (instructions !== undefined && instructions !== null && typeof instructions !== "string") throw new ResponsesInputError("instructions must be a string");
   if (instructions) messages.push({ role: "system", content: instructions });
   if (typeof input === "string") messages.push({ role: "user", content: input });
   else if (Array.isArray(input)) {
     for (const item of input) {
-      if (typeof item !== "object" || item === null || Array.isArray(item)) throw new BadRequest("input items must be objects");
+      if (typeof item !== "object" || item === null || Array.isArray(item)) throw new ResponsesInputError("input items must be objects");
       const m = messageFrom(item as Item, messages.at(-1));
       if (m !== undefined) messages.push(m);
     }
-  } else throw new BadRequest("input must be a string or an array of items");
+  } else throw new ResponsesInputError("input must be a string or an array of items");
   return { messages, tools: chatTools(tools), continueFinalMessage: continuesLast(input) };
 }
 
@@ -39,7 +42,7 @@ function messageFrom(item: Item, prev: ChatMessage | undefined): ChatMessage | u
   }
   switch (item.type) {
     case "reasoning": {
-      if (item.encrypted_content) throw new BadRequest("Encrypted content is not supported.");
+      if (item.encrypted_content) throw new ResponsesInputError("Encrypted content is not supported.");
       const reasoning = firstText(item.content) ?? firstText(item.summary) ?? "";
       if (assistant !== undefined && (assistant.reasoning === undefined || assistant.reasoning === null)) {
         assistant.reasoning = reasoning;
@@ -62,7 +65,7 @@ function messageFrom(item: Item, prev: ChatMessage | undefined): ChatMessage | u
     }
   }
   if (typeof item.role === "string") return item as ChatMessage;
-  throw new BadRequest(`Unsupported input item type: ${String(item.type)}`);
+  throw new ResponsesInputError(`Unsupported input item type: ${String(item.type)}`);
 }
 
 function toolCallOf(item: Item): ToolCall | undefined {
@@ -91,7 +94,7 @@ function continuesLast(input: unknown): boolean {
 /** Responses function tools ({type, name, description, parameters}) in the chat shape the template gets. */
 function chatTools(tools: unknown): unknown[] | undefined {
   if (tools === undefined || tools === null) return undefined;
-  if (!Array.isArray(tools)) throw new BadRequest("tools must be an array");
+  if (!Array.isArray(tools)) throw new ResponsesInputError("tools must be an array");
   const fns = tools.filter((t) => (t as Item | null)?.type === "function") as Item[];
   if (fns.length === 0) return undefined;
   return fns.map(({ type: _type, ...fn }) => ({ type: "function", function: fn }));
