@@ -1,32 +1,44 @@
 // `bun run kv-sidecar`: runs beside a vLLM worker, reads where its ranks publish KV events (what the
 // worker reports: reported-sources.ts) and keeps one attachment intent per rank registered until it is
 // stopped (SIGTERM/SIGINT withdraws them).
-import { parseArgs } from "node:util";
+import { ConfigError, group, opt, positive, resolveOptions, usageText } from "@kv-epp/options";
 import pino from "pino";
+import { z } from "zod";
 import { openDiscovery, parseDiscoveryConfig } from "./discovery/open.ts";
 import { registerReportedIntents } from "./reported-intents.ts";
 
-const USAGE = `bun run kv-sidecar --from http://HOST:PORT|grpc://HOST:PORT --discovery kubernetes|http://HOST:PORT
-  --worker-id ID --model NAME --block-size N [--kv-host dynamo-epp] [--address IP:PORT] [--advertise-host IP] [--tenant T]`;
-
-const { values: v } = parseArgs({
-  options: {
-    from: { type: "string" }, discovery: { type: "string" }, "worker-id": { type: "string" }, model: { type: "string" },
-    "block-size": { type: "string" }, "kv-host": { type: "string", default: "dynamo-epp" }, address: { type: "string" },
-    "advertise-host": { type: "string" }, tenant: { type: "string" }, "log-level": { type: "string", default: "info" },
-  },
+const SIDECAR_OPTIONS = group("kv-sidecar", {
+  from: opt.string(z.string().min(1), "where the worker reports its KV-event sources: http://HOST:PORT (GET /kv_event_sources) or grpc://HOST:PORT"),
+  discovery: opt.string(z.string().min(1), "where intents are registered: kubernetes | http://HOST:PORT"),
+  workerId: opt.string(z.string().min(1), "the worker's id in its intents"),
+  model: opt.string(z.string().min(1), "served model name"),
+  blockSize: opt.int(positive, "KV block size in tokens"),
+  kvHost: opt.string(z.string().min(1).default("dynamo-epp"), "host instance (EPP) the intents are addressed to"),
+  address: opt.string(z.string().min(1).optional(), "the worker's API server, IP:PORT"),
+  advertiseHost: opt.string(z.string().min(1).optional(), "IP the EPP reaches the worker on (pod IP), written in intents"),
+  tenant: opt.string(z.string().min(1).optional(), "tenant of the indexer key"),
+  logLevel: opt.choice(["fatal", "error", "warn", "info", "debug", "trace", "silent"], "info", "pino level"),
 });
-const blockSize = Number(v["block-size"]);
-if (!v.from || !v.discovery || !v["worker-id"] || !v.model || !Number.isSafeInteger(blockSize) || blockSize < 1) {
-  console.error(USAGE);
+const USAGE = usageText(SIDECAR_OPTIONS, { command: "bun run kv-sidecar", note: "Flags only (no environment variables)." });
+
+if (process.argv.includes("--help")) {
+  console.log(USAGE);
+  process.exit(0);
+}
+let o;
+try {
+  o = resolveOptions(SIDECAR_OPTIONS, {}, { argv: process.argv.slice(2) }).values;
+} catch (e) {
+  if (!(e instanceof ConfigError)) throw e;
+  console.error(`kv-sidecar: ${e.message}\n${USAGE}`);
   process.exit(2);
 }
-const log = pino({ level: v["log-level"] }).child({ component: "kv-sidecar", worker: v["worker-id"] });
+const log = pino({ level: o.logLevel }).child({ component: "kv-sidecar", worker: o.workerId });
 const abort = new AbortController();
-const discovery = await openDiscovery(parseDiscoveryConfig(v.discovery, process.env), { log });
+const discovery = await openDiscovery(parseDiscoveryConfig(o.discovery, process.env), { log });
 const registered = registerReportedIntents({
-  from: v.from, discovery, workerId: v["worker-id"], controlTarget: v["kv-host"]!, model: v.model, blockSize,
-  ...(v.tenant ? { tenant: v.tenant } : {}), ...(v.address ? { address: v.address } : {}), ...(v["advertise-host"] ? { advertiseHost: v["advertise-host"] } : {}),
+  from: o.from, discovery, workerId: o.workerId, controlTarget: o.kvHost, model: o.model, blockSize: o.blockSize,
+  ...(o.tenant ? { tenant: o.tenant } : {}), ...(o.address ? { address: o.address } : {}), ...(o.advertiseHost ? { advertiseHost: o.advertiseHost } : {}),
   retry: true, signal: abort.signal, log,
 });
 registered.then(
