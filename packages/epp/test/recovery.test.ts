@@ -1,7 +1,7 @@
 // Recovery wired into the EPP: replica B recovers A's index from A's /dump before it is ready, and
 // live events published while B's dump is in flight are applied on top (subscribe first).
 import { afterAll, expect, test } from "bun:test";
-import { waitFor } from "@kv-epp/testkit";
+import { waitFor, LOOPBACK } from "@kv-epp/testkit";
 import { FakeWorkerEvents, HOST, capturingLog, postJson, startTestEpp, tokens } from "./helpers.ts";
 
 const cleanups: (() => unknown)[] = [];
@@ -24,8 +24,8 @@ test("B recovers A's index, and events published during B's recovery are present
   const ev = [await FakeWorkerEvents.start(), await FakeWorkerEvents.start()];
   cleanups.push(() => Promise.all(ev.map((e) => e.close())));
   const workers = [
-    { id: "worker-a", address: "127.0.4.21:8000", kvEvents: ev[0]!.endpoint },
-    { id: "worker-b", address: "127.0.4.22:8000", kvEvents: ev[1]!.endpoint },
+    { id: "worker-a", address: `${LOOPBACK}.4.21:8000`, kvEvents: ev[0]!.endpoint },
+    { id: "worker-b", address: `${LOOPBACK}.4.22:8000`, kvEvents: ev[1]!.endpoint },
   ];
   const a = await startTestEpp(workers);
   cleanups.push(() => a.stop({ graceMs: 500 }));
@@ -89,7 +89,7 @@ test("B recovers A's index, and events published during B's recovery are present
 test("two cold replicas listing each other as static peers never wait on each other", async () => {
   const start = (me: string, peer: string) =>
     startTestEpp([], { host: me, peers: [`http://${peer}:9093`], waitReady: false, flags: ["--selection-port", "9093"] });
-  const [a, b] = await Promise.all([start("127.0.4.61", "127.0.4.62"), start("127.0.4.62", "127.0.4.61")]);
+  const [a, b] = await Promise.all([start(`${LOOPBACK}.4.61`, `${LOOPBACK}.4.62`), start(`${LOOPBACK}.4.62`, `${LOOPBACK}.4.61`)]);
   cleanups.push(() => a.stop({ graceMs: 200 }), () => b.stop({ graceMs: 200 }));
   const outcomes = (await Promise.all([a.ready, b.ready])).map((o) => o.kind).sort();
   // The first to finish bootstraps empty; the other may then see it serving and recover its empty dump.

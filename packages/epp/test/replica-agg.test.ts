@@ -10,14 +10,14 @@
 // (arrivals every GAP_MS, output lengths) is run three ways: one replica; two replicas alternating with
 // replica-agg; two replicas alternating without it.
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
-import { killAll, seededRandom, spawnBun, waitFor, type ProcessHandle } from "@kv-epp/testkit";
+import { killAll, seededRandom, spawnBun, waitFor, type ProcessHandle, LOOPBACK } from "@kv-epp/testkit";
 import { body, checkHealth, extProcClient, headers, healthClient, scrapeMetric, setHeader, writeStaticConfig } from "./helpers.ts";
 
 const ROOT = `${import.meta.dir}/../../..`;
-const WORKERS = ["127.0.8.11", "127.0.8.12", "127.0.8.13", "127.0.8.14"].map((ip, i) => ({ id: `worker-${i}`, ip, address: `${ip}:8000` }));
+const WORKERS = [`${LOOPBACK}.8.11`, `${LOOPBACK}.8.12`, `${LOOPBACK}.8.13`, `${LOOPBACK}.8.14`].map((ip, i) => ({ id: `worker-${i}`, ip, address: `${ip}:8000` }));
 const KV_PORT = 15557;
 // A and B share load; C and D are the same pair with replica-agg off.
-const EPPS = { a: "127.0.8.2", b: "127.0.8.3", c: "127.0.8.4", d: "127.0.8.5" } as const;
+const EPPS = { a: `${LOOPBACK}.8.2`, b: `${LOOPBACK}.8.3`, c: `${LOOPBACK}.8.4`, d: `${LOOPBACK}.8.5` } as const;
 type EppName = keyof typeof EPPS;
 const HEARTBEAT_MS = 300;
 const TIMEOUT_MS = 1500;

@@ -6,8 +6,9 @@ import * as grpc from "@grpc/grpc-js";
 import fc from "fast-check";
 import http2 from "node:http2";
 import { createBidiServer, GrpcStatus, type BidiCall, type BidiServer } from "./grpc-h2.ts";
+import { LOOPBACK } from "@kv-epp/testkit";
 
-const HOST = "127.0.4.90";
+const HOST = `${LOOPBACK}.4.90`;
 const PATH = "/test.Echo/Chat";
 
 // Messages are UTF-8 strings; "bad" fails to parse. The answer to "big:N" is N bytes in three parts.
