@@ -207,4 +207,37 @@ describe("cold start with static peers (deadlock regression, rule 8)", () => {
     await Bun.sleep(700);
     expect(heads - before).toBeLessThanOrEqual(2);
   });
+
+  test("a serving peer whose re-probes go unanswered stays serving through the grace period; one that refuses connections leaves at once", async () => {
+    let hang = false;
+    let headsWhileHanging = 0;
+    const peer = Bun.serve({
+      hostname: `${LOOPBACK}.3.56`,
+      port: 0,
+      fetch: (req) => {
+        if (!hang) return new Response(null, { status: 200 });
+        headsWhileHanging++;
+        return new Promise<Response>((resolve) => req.signal.addEventListener("abort", () => resolve(new Response(null, { status: 200 }))));
+      },
+    });
+    stops.push(() => peer.stop(true));
+    const url = `http://${LOOPBACK}.3.56:${peer.port}`;
+    const patient = staticPeerDiscovery({ peers: [url], logger: quietLogger(), probeTimeoutMs: 100, pollMs: 20, unansweredGraceMs: 600_000 });
+    const impatient = staticPeerDiscovery({ peers: [url], logger: quietLogger(), probeTimeoutMs: 100, pollMs: 20, unansweredGraceMs: 0 });
+    stops.push(() => patient.stop(), () => impatient.stop());
+    await Promise.all([patient.start(), impatient.start()]);
+    expect(patient.peers().map((p) => p.url)).toEqual([url]);
+    expect(impatient.peers().map((p) => p.url)).toEqual([url]);
+    hang = true;
+    // Without a grace period the first unanswered re-probe takes the peer out.
+    await until(() => impatient.peers().length === 0, "the impatient discovery drops the silent peer");
+    await impatient.stop();
+    // A discovery's next probe waits for its last: a third arrival means two went unanswered.
+    headsWhileHanging = 0;
+    await until(() => headsWhileHanging >= 3, "unanswered re-probes");
+    expect(patient.peers().map((p) => p.url)).toEqual([url]);
+    // A peer that is gone (connection refused) is an answer: it leaves at once.
+    peer.stop(true);
+    await until(() => patient.peers().length === 0, "the refused peer leaves");
+  });
 });
