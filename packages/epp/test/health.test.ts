@@ -88,14 +88,14 @@ test("during --shutdown-delay-ms the replica reports NOT_SERVING but still route
 test("a stop while the replica is still getting ready keeps it NOT_SERVING (recovery ending meanwhile)", async () => {
   // The listener never connects: readiness waits --subscribe-wait-ms, then recovery (no peers) ends at once.
   const epp = await startTestEpp([{ id: "w", address: `${LOOPBACK}.4.19:8000`, kvEvents: `tcp://${LOOPBACK}.4.19:1` }], {
-    flags: ["--subscribe-wait-ms", "1000", "--shutdown-delay-ms", "2500"],
+    flags: ["--subscribe-wait-ms", "1000", "--shutdown-delay-ms", "5000"],
     waitReady: false,
   });
-  epp.ready.catch(() => {});
+  const settled = epp.ready.then(() => {}, () => {});
   const h = healthClient(epp.ports.grpcHealth);
   cleanups.push(() => h.close());
   const stopping = epp.stop({ graceMs: 200 });
-  await Bun.sleep(1800); // past the subscribe wait, inside the shutdown delay
+  await settled; // past the subscribe wait and recovery, inside the shutdown delay
   expect(await checkHealth(h, "readiness")).toBe("NOT_SERVING");
   expect(await checkHealth(h, EXT_PROC_SERVICE)).toBe("NOT_SERVING");
   await stopping;

@@ -59,14 +59,11 @@ test("B recovers A's index, and events published during B's recovery are present
   const b = await startTestEpp(workers, { peers: [`http://${HOST}:${proxy.port}`], waitReady: false, log: logB.log });
   cleanups.push(() => b.stop({ graceMs: 500 }));
   await waitFor(() => fetched && ev.every((e) => e.pub.subscriberCount === 2), { message: "B subscribed, dump snapshotted" });
-  // Live only, not in the held snapshot. Published for a while (idempotently), so B's subscription,
-  // which may land just after its handshake, has surely caught it while B is still recovering.
+  // Live only, not in the held snapshot, published once B's subscription (which lands just after its
+  // handshake) reached the publisher: B receives it while still recovering.
+  await waitFor(() => ev[0]!.pub.subscribedCount === 2, { message: "B's subscription reached worker-a's publisher" });
   const p3 = tokens(80, 3);
   await ev[0]!.storeUntil(p3, async () => (await scoreOf(a.ports.selection, p3))["worker-a"]?.["0"] === 5);
-  for (let i = 0; i < 10; i++) {
-    ev[0]!.storePrompt(p3);
-    await Bun.sleep(30);
-  }
   expect((await fetch(`http://${HOST}:${b.ports.selection}/dump`)).status).toBe(503);
   release();
 

@@ -25,8 +25,7 @@ async function rig() {
   const got: ListenerSignal[] = [];
   l.start();
   l.attach((s) => got.push(s));
-  await waitUntil(() => pub.subscriberCount === 1);
-  await Bun.sleep(50);
+  await waitUntil(() => pub.subscribedTo() === 1);
   return { pub, l, got };
 }
 

@@ -216,8 +216,7 @@ describe("KvEventListener", () => {
     cleanups.push(() => pub.close());
     for (let i = 0; i < seen; i++) pub.publish({ ...batch(i), ts: 1000 + i });
     // Only then is the listener back, and the first batch it sees is seq `seen`.
-    await waitUntil(() => pub.subscriberCount === 1);
-    await Bun.sleep(50);
+    await waitUntil(() => pub.subscribedCount === 1);
     await publishUntil(pub, got, applied + 2);
     expect(got[applied]).toEqual({ kind: "reset", reason: "restarted" });
     expect(l.counters.restarts).toBe(1);
@@ -271,8 +270,7 @@ describe("KvEventListener", () => {
       });
     });
     const [l, got] = listen({ endpoint: ep, replayEndpoint: rep, replayTimeoutMs: 5000 });
-    await waitUntil(() => pub.subscriberCount === 1);
-    await Bun.sleep(50);
+    await waitUntil(() => pub.subscribedTo(E) === 1);
     const send = (seq: number) => pub.send([E, encodeSeq(BigInt(seq)), payload(seq)]);
     for (let i = 0; i < 5; i++) send(i);
     await waitUntil(() => got.length === 5);
