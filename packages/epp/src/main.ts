@@ -15,7 +15,7 @@ import { HealthState } from "./health.ts";
 import { StreamHandoff } from "./handoff/handoff.ts";
 import { indexerKey, Indexers } from "./indexers/indexers.ts";
 import { createMetrics, routingMetrics, type Metrics } from "./metrics.ts";
-import { ActiveLoad, sumLoad, combinedPending, DEFAULT_PENDING, PendingPrefixes, EvictionRegret, FollowerWeight, LatencyModel, Picker, RoutingQuality, type Clock, type RoutingContext } from "@kv-epp/routing";
+import { ActiveLoad, sumLoad, combinedPending, EvictionRegret, latencyModel, pendingPrefixes, Picker, RoutingQuality, type Clock, type RoutingContext } from "@kv-epp/routing";
 import { recoverThenReady } from "./readiness.ts";
 import { startReplicaAgg, type ReplicaAgg } from "./replica-agg/service.ts";
 import { selectionApp } from "./selection-http.ts";
@@ -86,9 +86,8 @@ export async function startEpp(cfg: EppConfig, o: { log?: Logger; kubeConfig?: K
   workers.whenRemoved((w) => handoff.forget(w));
 
   // This replica's in-flight load; its peers' (replica-agg) is added to it in the cost function.
-  const inflight = cfg.picker.inflightPrefix;
   // The blocks of this replica's requests in flight count as overlap where they were routed (routing pending.ts).
-  const newPending = () => (inflight.mode === "on" ? new PendingPrefixes({ ...DEFAULT_PENDING, maxBlocks: inflight.maxBlocks, ttlMs: inflight.ttlMs }) : undefined);
+  const newPending = () => pendingPrefixes(cfg.picker);
   const pending = newPending();
   // Peers' prefixes (over replica-agg) under bounds of their own, so no peer can evict this replica's.
   const peerPending = cfg.replicaAgg.mode === "on" ? newPending() : undefined;
@@ -97,8 +96,7 @@ export async function startEpp(cfg: EppConfig, o: { log?: Logger; kubeConfig?: K
     ? await startReplicaAgg({ config: cfg.replicaAgg, listen: cfg.listen, port: cfg.ports.replicaAgg, podIp: cfg.podIp, load, pending: peerPending, metrics, log: log.child({ component: "replica-agg" }), kube })
     : undefined;
   // Observed TTFTs calibrate the latency model, which the latency cost and explanations read.
-  const follower = cfg.picker.latencyFollowerWeight;
-  const latency = new LatencyModel(undefined, new FollowerWeight(follower.base, follower.max, regret), cfg.picker.awayWeight);
+  const latency = latencyModel(cfg.picker, regret);
   const quality = new RoutingQuality(routingMetrics(metrics));
   const picker = new Picker({
     indexers: indexers.models,
@@ -237,7 +235,7 @@ if (import.meta.main) {
     cfg = parseConfig(Bun.argv.slice(2), process.env);
   } catch (err) {
     if (err instanceof ConfigError) {
-      console.error(`epp: ${err.message}\n\n${usage()}`);
+      console.error(`epp: ${err.message}\n(bun run epp --help lists the options)`);
       process.exit(2);
     }
     throw err;

@@ -1,17 +1,16 @@
 import { parseDiscoveryConfig } from "@kv-epp/intents";
 import { EVENT_ENCODINGS, type EventEncoding } from "@kv-epp/kv-events";
+import { ConfigError, count, group, nonNegative, opt, port, positive, resolveOptions, usageText, type Values } from "@kv-epp/options";
 import { z } from "zod";
 import { DEFAULT_TIMING } from "./engine/scheduler.ts";
 import { parseKvGroups, type KvGroup } from "./events/kv-groups.ts";
 
 /**
- * The mock worker's configuration, parsed once at the edge from flags and environment variables.
- * Every flag `--some-name` also reads `MOCK_WORKER_SOME_NAME`; a flag wins over its variable.
+ * The mock worker's configuration, resolved once at the edge by @kv-epp/options' rule: every flag
+ * `--some-name` also reads `MOCK_WORKER_SOME_NAME`, and a library caller's options stand where a config
+ * file would; flag > variable > caller's options > default.
  */
 
-const port = z.coerce.number().int().min(0).max(65535);
-const positiveInt = z.coerce.number().int().positive();
-const nonNegative = z.coerce.number().min(0);
 // A ZeroMQ TCP endpoint as vLLM takes it: `tcp://*:5557`, `tcp://127.0.0.2:5557`, port 0 for ephemeral.
 const tcpEndpoint = z.string().regex(/^tcp:\/\/(\*|[^:\s]+|\[[0-9a-fA-F:]+\]):\d{1,5}$/, "expected tcp://HOST:PORT");
 // The intents package's own rule (the EPP's --intent-discovery uses it too), checked at start: a value it
@@ -27,8 +26,8 @@ const discoveryValue = z.string().superRefine((v, ctx) => {
 // vLLM's --lora-modules: `name=path` entries (the path means nothing to a mock), comma-separated on the
 // command line or a list in code. An adapter's lora_int_id is its 1-based position, as vLLM numbers them.
 const loraModules = z
-  .union([z.string(), z.array(z.string())])
-  .transform((v) => (typeof v === "string" ? v.split(",") : v).map((e) => e.split("=")[0]!.trim()).filter((n) => n.length > 0))
+  .array(z.string())
+  .transform((v) => v.map((e) => e.split("=")[0]!.trim()).filter((n) => n.length > 0))
   .pipe(z.array(z.string()).refine((names) => new Set(names).size === names.length, "adapter names must be distinct"));
 
 const kvGroups = z
@@ -42,129 +41,102 @@ const kvGroups = z
     }
   });
 
-export const OPTIONS = {
-  listen: { schema: z.union([z.ipv4(), z.ipv6(), z.literal("localhost")], { error: "expected an IP address" }).default("0.0.0.0"), help: "IP the HTTP server binds" },
-  port: { schema: port.default(8000), help: "OpenAI HTTP port" },
-  "kv-events": { schema: tcpEndpoint.default("tcp://*:5557"), help: "KV-event PUB endpoint; rank r binds port + r (with --kv-events-connect vLLM's rule: connects unless a wildcard)" },
-  "kv-events-connect": {
-    schema: z.union([z.boolean(), z.enum(["true", "false"]).transform((v) => v === "true")]).default(false),
-    help: "true: follow vLLM's publisher rule, connect the PUB to a --kv-events that is not a wildcard (*, ::) instead of binding it",
-  },
-  replay: { schema: tcpEndpoint.optional(), help: "replay ROUTER endpoint; rank r binds port + r" },
-  "replay-buffer": { schema: positiveInt.default(10_000), help: "batches kept for replay per rank" },
-  "block-size": { schema: positiveInt.default(16), help: "tokens per KV block" },
-  "capacity-blocks": { schema: positiveInt.default(8192), help: "KV cache capacity per rank, in blocks" },
-  "dp-size": { schema: positiveInt.max(256).default(1), help: "data-parallel ranks, each with its own cache" },
-  "data-parallel-start-rank": {
-    schema: z.coerce.number().int().min(0).max(4095).default(0),
-    help: "global DP rank of this worker's first rank (vLLM's multi-node DP): ports and data_parallel_rank follow the global rank",
-  },
-  "data-parallel-hybrid-lb": {
-    schema: z.union([z.boolean(), z.enum(["true", "false"]).transform((v) => v === "true")]).default(false),
-    help: "true: vLLM's --data-parallel-hybrid-lb, this node's API server numbers its ranks from 0 in x-data-parallel-rank (KV-event ports stay global: port + global rank)",
-  },
-  "kv-groups": {
-    schema: kvGroups.default([]),
-    help: "hybrid KV cache groups, kind:blockSize[:window],... (full_attention, mla_attention, sliding_window; block size = --block-size): per-group events",
-  },
-  "rank-ports": {
-    schema: z.union([z.boolean(), z.enum(["true", "false"]).transform((v) => v === "true")]).default(false),
-    help: "true: one API server per rank, rank r on --port + r (vLLM's external DP load balancing, one endpoint per InferencePool target port)",
-  },
-  "partial-entries": {
-    schema: z.union([z.boolean(), z.enum(["true", "false"]).transform((v) => v === "true")]).default(false),
-    help: "true: publish vLLM's partial prefix-cache entries (--prefix-match-unit = --block-size) for every --kv-groups main group with larger blocks",
-  },
-  "spec-bigram": {
-    schema: z.union([z.boolean(), z.enum(["true", "false"]).transform((v) => v === "true")]).default(false),
-    help: "true: SGLang under EAGLE speculative decoding, token_ids as bigram pairs (needs --event-encoding sglang-map or sglang)",
-  },
-  "tagged-extra-keys": {
-    schema: z.union([z.boolean(), z.enum(["true", "false"]).transform((v) => v === "true")]).default(false),
-    help: "true: extra_keys labelled by source, [\"lora\", name] and [\"cache_salt\", salt], as open vLLM PRs (#44706, #51899) would publish them",
-  },
-  "lora-modules": { schema: loraModules.default([]), help: "LoRA adapters served (name[=path],...): requests name them in `model`" },
-  "event-encoding": { schema: z.enum(EVENT_ENCODINGS as [EventEncoding, ...EventEncoding[]]).default("vllm"), help: "KV event wire shape: vllm (today: array batch, map events), vllm-map, vllm-array (older vLLM), sglang-map (SGLang today), sglang (older SGLang, arrays)" },
-  "hash-mode": { schema: z.enum(["int", "bytes"]).default("int"), help: "block hashes as u64 ints or 32-byte digests" },
-  "hash-seed": {
-    schema: z.string().min(1).optional(),
-    help: "vLLM's PYTHONHASHSEED: seeds the root block's parent hash (NONE_HASH) of every rank; random: each rank draws its own, as vLLM without PYTHONHASHSEED; absent: no seed (every worker names a prefix alike)",
-  },
-  topic: { schema: z.string().default(""), help: "ZeroMQ topic frame" },
-  speed: { schema: nonNegative.default(1), help: "time scale of every engine step; 0 answers at once" },
-  "max-num-seqs": { schema: positiveInt.default(DEFAULT_TIMING.maxNumSeqs), help: "vLLM's --max-num-seqs: requests running at once per rank; others wait" },
-  "max-num-batched-tokens": { schema: positiveInt.default(DEFAULT_TIMING.maxNumBatchedTokens), help: "vLLM's --max-num-batched-tokens: tokens one engine step computes (chunked prefill and decodes share it)" },
-  "step-base-ms": { schema: nonNegative.default(DEFAULT_TIMING.stepBaseMs), help: "fixed cost of one engine step" },
-  "step-ms-per-token": { schema: nonNegative.default(DEFAULT_TIMING.msPerToken), help: "cost of each token a step computes (prefill or decode)" },
-  "tokenizer-dir": { schema: z.string().min(1).optional(), help: "dir with tokenizer.json (+ tokenizer_config.json)" },
-  model: { schema: z.string().min(1).default("Qwen/Qwen3-0.6B"), help: "served model name" },
-  "worker-id": { schema: z.string().min(1).optional(), help: "name used in logs and intents (default host:port)" },
-  discovery: { schema: discoveryValue.optional(), help: "register KV attachment intents: kubernetes | http://HOST:PORT" },
-  "kv-host": { schema: z.string().min(1).default("dynamo-epp"), help: "host instance (EPP) the intents are addressed to" },
-  "advertise-host": { schema: z.string().min(1).optional(), help: "IP the EPP reaches this worker on (pod IP), written in intents" },
-  "log-level": { schema: z.enum(["fatal", "error", "warn", "info", "debug", "trace", "silent"]).default("info"), help: "pino level" },
-} as const;
+export const MOCK_WORKER_PROGRAM = { envPrefix: "MOCK_WORKER_" } as const;
 
-type Options = typeof OPTIONS;
-type FlagName = keyof Options;
-type CamelCase<S extends string> = S extends `${infer H}-${infer T}` ? `${H}${Capitalize<CamelCase<T>>}` : S;
+export const MOCK_WORKER_OPTIONS = {
+  ...group("Server", {
+    listen: opt.string(z.union([z.ipv4(), z.ipv6(), z.literal("localhost")], { error: "expected an IP address" }).default("0.0.0.0"), "IP the HTTP server binds"),
+    port: opt.int(port.default(8000), "OpenAI HTTP port"),
+    rankPorts: opt.bool(
+      z.boolean().default(false),
+      "true: one API server per rank, rank r on --port + r (vLLM's external DP load balancing, one endpoint per InferencePool target port)",
+    ),
+    logLevel: opt.choice(["fatal", "error", "warn", "info", "debug", "trace", "silent"], "info", "pino level"),
+  }),
+  ...group("KV events", {
+    kvEvents: opt.string(tcpEndpoint.default("tcp://*:5557"), "KV-event PUB endpoint; rank r binds port + r (with --kv-events-connect vLLM's rule: connects unless a wildcard)"),
+    kvEventsConnect: opt.bool(
+      z.boolean().default(false),
+      "true: follow vLLM's publisher rule, connect the PUB to a --kv-events that is not a wildcard (*, ::) instead of binding it",
+    ),
+    replay: opt.string(tcpEndpoint.optional(), "replay ROUTER endpoint; rank r binds port + r"),
+    replayBuffer: opt.int(positive.default(10_000), "batches kept for replay per rank"),
+    topic: opt.string(z.string().default(""), "ZeroMQ topic frame"),
+    eventEncoding: opt.choice(
+      EVENT_ENCODINGS as unknown as [EventEncoding, ...EventEncoding[]],
+      "vllm",
+      "KV event wire shape: vllm (today: array batch, map events), vllm-map, vllm-array (older vLLM), sglang-map (SGLang today), sglang (older SGLang, arrays)",
+    ),
+    hashMode: opt.choice(["int", "bytes"], "int", "block hashes as u64 ints or 32-byte digests"),
+    hashSeed: opt.string(
+      z.string().min(1).optional(),
+      "vLLM's PYTHONHASHSEED: seeds the root block's parent hash (NONE_HASH) of every rank; random: each rank draws its own, as vLLM without PYTHONHASHSEED; absent: no seed (every worker names a prefix alike)",
+    ),
+    kvGroups: opt.string(
+      kvGroups.default([]),
+      "hybrid KV cache groups, kind:blockSize[:window],... (full_attention, mla_attention, sliding_window; block size = --block-size): per-group events",
+    ),
+    partialEntries: opt.bool(
+      z.boolean().default(false),
+      "true: publish vLLM's partial prefix-cache entries (--prefix-match-unit = --block-size) for every --kv-groups main group with larger blocks",
+    ),
+    specBigram: opt.bool(
+      z.boolean().default(false),
+      "true: SGLang under EAGLE speculative decoding, token_ids as bigram pairs (needs --event-encoding sglang-map or sglang)",
+    ),
+    taggedExtraKeys: opt.bool(
+      z.boolean().default(false),
+      "true: extra_keys labelled by source, [\"lora\", name] and [\"cache_salt\", salt], as open vLLM PRs (#44706, #51899) would publish them",
+    ),
+  }),
+  ...group("Cache and engine", {
+    blockSize: opt.int(positive.default(16), "tokens per KV block"),
+    capacityBlocks: opt.int(positive.default(8192), "KV cache capacity per rank, in blocks"),
+    dpSize: opt.int(positive.max(256).default(1), "data-parallel ranks, each with its own cache"),
+    dataParallelStartRank: opt.int(
+      count.max(4095).default(0),
+      "global DP rank of this worker's first rank (vLLM's multi-node DP): ports and data_parallel_rank follow the global rank",
+    ),
+    dataParallelHybridLb: opt.bool(
+      z.boolean().default(false),
+      "true: vLLM's --data-parallel-hybrid-lb, this node's API server numbers its ranks from 0 in x-data-parallel-rank (KV-event ports stay global: port + global rank)",
+    ),
+    speed: opt.number(nonNegative.default(1), "time scale of every engine step; 0 answers at once"),
+    maxNumSeqs: opt.int(positive.default(DEFAULT_TIMING.maxNumSeqs), "vLLM's --max-num-seqs: requests running at once per rank; others wait"),
+    maxNumBatchedTokens: opt.int(
+      positive.default(DEFAULT_TIMING.maxNumBatchedTokens),
+      "vLLM's --max-num-batched-tokens: tokens one engine step computes (chunked prefill and decodes share it)",
+    ),
+    stepBaseMs: opt.number(nonNegative.default(DEFAULT_TIMING.stepBaseMs), "fixed cost of one engine step"),
+    stepMsPerToken: opt.number(nonNegative.default(DEFAULT_TIMING.msPerToken), "cost of each token a step computes (prefill or decode)"),
+  }),
+  ...group("Model", {
+    model: opt.string(z.string().min(1).default("Qwen/Qwen3-0.6B"), "served model name"),
+    tokenizerDir: opt.string(z.string().min(1).optional(), "dir with tokenizer.json (+ tokenizer_config.json)"),
+    loraModules: opt.list(loraModules.default([]), "LoRA adapters served (name[=path],...): requests name them in `model`"),
+  }),
+  ...group("Intents", {
+    workerId: opt.string(z.string().min(1).optional(), "name used in logs and intents (default host:port)"),
+    discovery: opt.string(discoveryValue.optional(), "register KV attachment intents: kubernetes | http://HOST:PORT"),
+    kvHost: opt.string(z.string().min(1).default("dynamo-epp"), "host instance (EPP) the intents are addressed to"),
+    advertiseHost: opt.string(z.string().min(1).optional(), "IP the EPP reaches this worker on (pod IP), written in intents"),
+  }),
+};
 
-export type MockWorkerConfig = { [K in FlagName as CamelCase<K>]: z.output<Options[K]["schema"]> };
+export type MockWorkerConfig = Values<typeof MOCK_WORKER_OPTIONS>;
 
-export class ConfigError extends Error {
-  override name = "ConfigError";
-}
+export { ConfigError };
 
-export const envName = (flag: string) => `MOCK_WORKER_${flag.toUpperCase().replaceAll("-", "_")}`;
-const camel = (flag: string) => flag.replace(/-([a-z])/g, (_, c: string) => c.toUpperCase());
-
-/** Parses `--flag value` / `--flag=value` arguments over environment variables; throws ConfigError naming the flag. */
+/** Parses `--flag value` / `--flag=value` arguments over MOCK_WORKER_* variables; throws ConfigError naming the flag or variable. */
 export function parseConfig(argv: string[], env: Record<string, string | undefined> = {}): MockWorkerConfig {
-  const raw = new Map<FlagName, string>();
-  for (const flag of Object.keys(OPTIONS) as FlagName[]) {
-    const v = env[envName(flag)];
-    if (v !== undefined) raw.set(flag, v);
-  }
-  for (let i = 0; i < argv.length; i++) {
-    const arg = argv[i]!;
-    const m = /^--([a-z-]+)(?:=(.*))?$/s.exec(arg);
-    if (!m || !(m[1]! in OPTIONS)) throw new ConfigError(`unknown argument ${JSON.stringify(arg)}\n${usage()}`);
-    const flag = m[1] as FlagName;
-    let value = m[2];
-    if (value === undefined) {
-      value = argv[++i];
-      if (value === undefined) throw new ConfigError(`--${flag} needs a value`);
-    }
-    raw.set(flag, value);
-  }
-  const out: Record<string, unknown> = {};
-  for (const [flag, opt] of Object.entries(OPTIONS) as [FlagName, Options[FlagName]][]) {
-    const given = raw.get(flag);
-    const parsed = opt.schema.safeParse(given);
-    if (!parsed.success) {
-      const source = argv.some((a) => a === `--${flag}` || a.startsWith(`--${flag}=`)) ? `--${flag}` : envName(flag);
-      const why = parsed.error.issues.map((i) => i.message).join("; ");
-      throw new ConfigError(`invalid ${source} ${JSON.stringify(given)}: ${why}`);
-    }
-    out[camel(flag)] = parsed.data;
-  }
-  return out as MockWorkerConfig;
+  return resolveOptions(MOCK_WORKER_OPTIONS, MOCK_WORKER_PROGRAM, { argv, env }).values;
 }
 
 /** The library's door: options given in code are validated like flags, defaults fill the rest. */
 export function resolveConfig(given: Partial<MockWorkerConfig>): MockWorkerConfig {
-  const out = parseConfig([], {}) as Record<string, unknown>;
-  for (const [flag, opt] of Object.entries(OPTIONS) as [FlagName, Options[FlagName]][]) {
-    const value = (given as Record<string, unknown>)[camel(flag)];
-    if (value === undefined) continue;
-    const parsed = opt.schema.safeParse(value);
-    if (!parsed.success) throw new ConfigError(`invalid option ${camel(flag)} ${JSON.stringify(value)}: ${parsed.error.issues.map((i) => i.message).join("; ")}`);
-    out[camel(flag)] = parsed.data;
-  }
-  return out as MockWorkerConfig;
+  return resolveOptions(MOCK_WORKER_OPTIONS, MOCK_WORKER_PROGRAM, { file: { label: "the options given", values: given } }).values;
 }
 
 export function usage(): string {
-  const lines = Object.entries(OPTIONS).map(([flag, o]) => `  --${flag.padEnd(22)} ${envName(flag).padEnd(34)} ${o.help}`);
-  return `usage: bun run mock-worker [flags]   (each flag also reads its environment variable)\n${lines.join("\n")}`;
+  return usageText(MOCK_WORKER_OPTIONS, { ...MOCK_WORKER_PROGRAM, command: "bun run mock-worker", note: "Each flag also reads its variable; flag > variable > default (a library caller's options stand between the variable and the default)." });
 }

@@ -7,6 +7,6 @@ export { StepScheduler, DEFAULT_TIMING, idleTtftMs, type TimingParams, type Step
 export { RankEngine, type Generation } from "./engine/rank-engine.ts";
 export { RankEvents } from "./events/event-stream.ts";
 export { parseKvGroups, type KvGroup } from "./events/kv-groups.ts";
-export { parseConfig, resolveConfig, usage, envName, ConfigError, type MockWorkerConfig } from "./config.ts";
+export { parseConfig, resolveConfig, usage, ConfigError, type MockWorkerConfig } from "./config.ts";
 export { FaultRequest } from "./http/admin-routes.ts";
 export type { CacheTruth, TruthRank, TruthBlock } from "./http/cache-truth.ts";

@@ -1,5 +1,8 @@
 import { afterEach, describe, expect, test } from "bun:test";
+import { readFileSync } from "node:fs";
+import { defaultText, envName, flagName } from "@kv-epp/options";
 import { ConfigError, parseConfig, resolveConfig } from "../src/index.ts";
+import { MOCK_WORKER_OPTIONS, MOCK_WORKER_PROGRAM } from "../src/config.ts";
 import { waitFor, LOOPBACK, LOOPBACK_PATTERN } from "@kv-epp/testkit";
 import { post, subscribe, syncSubscribers } from "./support.ts";
 
@@ -29,12 +32,12 @@ describe("configuration", () => {
 
   test("a bad value names its flag or variable and the value", () => {
     const bad: [string[], Record<string, string>, RegExp][] = [
-      [["--port", "http"], {}, /--port "http"/],
-      [["--event-encoding", "json"], {}, /--event-encoding "json"/],
-      [["--kv-events", "udp://x:1"], {}, /--kv-events "udp:\/\/x:1"/],
-      [["--discovery", `http://${LOOPBACK}.2.1:7070/records`], {}, new RegExp(`--discovery "http://${LOOPBACK_PATTERN}\\.2\\.1:7070/records"`)],
-      [[], { MOCK_WORKER_DISCOVERY: "consul" }, /MOCK_WORKER_DISCOVERY "consul"/],
-      [[], { MOCK_WORKER_CAPACITY_BLOCKS: "0" }, /MOCK_WORKER_CAPACITY_BLOCKS "0"/],
+      [["--port", "http"], {}, /--port: "http"/],
+      [["--event-encoding", "json"], {}, /--event-encoding: "json"/],
+      [["--kv-events", "udp://x:1"], {}, /--kv-events: "udp:\/\/x:1"/],
+      [["--discovery", `http://${LOOPBACK}.2.1:7070/records`], {}, new RegExp(`--discovery: "http://${LOOPBACK_PATTERN}\\.2\\.1:7070/records"`)],
+      [[], { MOCK_WORKER_DISCOVERY: "consul" }, /MOCK_WORKER_DISCOVERY \(--discovery\): "consul"/],
+      [[], { MOCK_WORKER_CAPACITY_BLOCKS: "0" }, /MOCK_WORKER_CAPACITY_BLOCKS \(--capacity-blocks\): "0"/],
       [["--bogus", "1"], {}, /unknown argument "--bogus"/],
       [["--model"], {}, /--model needs a value/],
     ];
@@ -44,8 +47,21 @@ describe("configuration", () => {
 
   test("library options are validated like flags", () => {
     expect(resolveConfig({ dpSize: 2, speed: 0 })).toMatchObject({ dpSize: 2, speed: 0, port: 8000 });
-    expect(() => resolveConfig({ dpSize: 0 })).toThrow(/dpSize 0/);
-    expect(() => resolveConfig({ hashMode: "hex" as never })).toThrow(/hashMode "hex"/);
+    expect(() => resolveConfig({ dpSize: 0 })).toThrow(/dpSize in the options given: 0/);
+    expect(() => resolveConfig({ hashMode: "hex" as never })).toThrow(/hashMode in the options given: "hex"/);
+  });
+});
+
+describe("the README's table of flags", () => {
+  test("names every option's flag, its variable and its default", () => {
+    const readme = readFileSync(`${import.meta.dir}/../README.md`, "utf8");
+    for (const [key, o] of Object.entries(MOCK_WORKER_OPTIONS)) {
+      const head = `| \`--${flagName(key)}\` | \`${envName(key, o, MOCK_WORKER_PROGRAM.envPrefix)}\` | `;
+      const row = readme.split("\n").find((l) => l.startsWith(head));
+      expect(row, `README row for --${flagName(key)}`).toBeDefined();
+      const def = defaultText(o);
+      if (def !== undefined) expect(row!.slice(head.length).split(" | ")[0]).toBe(`\`${def === '""' ? def : def.replace(/^"(.*)"$/, "$1")}\``);
+    }
   });
 });
 
@@ -72,6 +88,6 @@ describe("bun run mock-worker", () => {
   test("a bad flag stops the start with a message naming it", async () => {
     const child = spawnCli(["--listen", `${LOOPBACK}.2.6`, "--block-size", "zero"]);
     expect(await child.exited).toBe(2);
-    expect(await new Response(child.stderr).text()).toContain('--block-size "zero"');
+    expect(await new Response(child.stderr).text()).toContain('--block-size: "zero"');
   });
 });

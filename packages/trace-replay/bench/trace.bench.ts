@@ -4,8 +4,7 @@
 // policy sees exactly the same arrivals. See ../README.md for what is measured and how.
 import { mkdirSync, writeFileSync } from "node:fs";
 import { resolve } from "node:path";
-import { parseBenchArgs } from "../src/bench/options.ts";
-import { FlagError } from "../src/cli-flags.ts";
+import { benchUsage, ConfigError, parseBenchArgs } from "../src/bench/options.ts";
 import { bucketMsFor, planRuns, replayOptions } from "../src/bench/plan.ts";
 import { BOUND_NOTES, IMBALANCE_NOTE, TABLE_COLUMNS, aggNote, benchReportData, boundRows, checkTargets, tableRows } from "../src/bench/report.ts";
 import { runAll } from "../src/bench/runner.ts";
@@ -14,11 +13,15 @@ import { pngText, writeReport } from "../src/report/write.ts";
 import { formatTable } from "../src/report/table.ts";
 import { loadBenchTrace } from "../src/bench/trace-source.ts";
 
+if (process.argv.includes("--help")) {
+  console.log(benchUsage());
+  process.exit(0);
+}
 let o;
 try {
   o = parseBenchArgs(process.argv.slice(2));
 } catch (e) {
-  if (!(e instanceof FlagError)) throw e;
+  if (!(e instanceof ConfigError)) throw e;
   console.error(e.message);
   process.exit(2);
 }

@@ -6,7 +6,7 @@
 // child.
 import { mkdirSync } from "node:fs";
 import { resolve } from "node:path";
-import { FlagError } from "./cli-flags.ts";
+import { ConfigError } from "@kv-epp/options";
 import { Children } from "./demo/children.ts";
 import { liveFigures, simulateSlice } from "./demo/compare.ts";
 import {
@@ -15,7 +15,7 @@ import {
 } from "./demo/cluster.ts";
 import { scrapeEppMetrics } from "./demo/epp-metrics.ts";
 import { replay } from "./demo/loadgen.ts";
-import { parseDemoArgs, type DemoOptions } from "./demo/options.ts";
+import { demoUsage, parseDemoArgs, type DemoOptions } from "./demo/options.ts";
 import { startProgress, statusLine } from "./demo/progress.ts";
 import { demoReportData, demoSucceeded, recoveryText, summaryRows, type RecoveryReport } from "./demo/report.ts";
 import { selectCheck } from "./demo/select-check.ts";
@@ -162,11 +162,15 @@ async function main(o: DemoOptions): Promise<number> {
   }
 }
 
+if (process.argv.includes("--help")) {
+  console.log(demoUsage());
+  process.exit(0);
+}
 let options: DemoOptions;
 try {
   options = parseDemoArgs(process.argv.slice(2));
 } catch (e) {
-  if (!(e instanceof FlagError)) throw e;
+  if (!(e instanceof ConfigError)) throw e;
   console.error(`demo: ${e.message}`);
   process.exit(2);
 }

@@ -1,79 +1,78 @@
-// `bun run bench:trace` options, parsed once at the edge.
+// `bun run bench:trace` options, declared once and resolved at the edge (flags only). Routing's cost
+// shape and latency knobs are routing's own declarations, the EPP's flags with the EPP's defaults.
+import { ConfigError, count, group, nonNegative, opt, positive, resolveOptions, usageText, type Values } from "@kv-epp/options";
+import { DEFAULT_TIMING } from "@kv-epp/mock-worker";
+import { INFLIGHT_PREFIX_DEFAULT, LATENCY_OPTIONS, SHAPE_OPTIONS, latencySettings, shapeSettings, type CostShape, type LatencySettings } from "@kv-epp/routing";
 import { z } from "zod";
 import { POLICY_NAMES, type PolicyName } from "../policies/index.ts";
-import { FlagError, parseFlags } from "../cli-flags.ts";
 import { DEFAULT_AGG_SIM, type AggSimOptions } from "../sim/replica-agg.ts";
 import type { CacheReset, InflightPrefixMode } from "../sim/replay.ts";
-import { DEFAULT_TIMING } from "@kv-epp/mock-worker";
-import { DEFAULT_AWAY_WEIGHT, DEFAULT_FOLLOWER_WEIGHT, DEFAULT_FOLLOWER_WEIGHT_MAX, DEFAULT_SHAPE, DEFAULT_WEIGHTS, INFLIGHT_PREFIX_DEFAULT, SCORE_SHAPE, followerRange, type CostShape, type FollowerRange } from "@kv-epp/routing";
 import { DEFAULT_TRACE_PATH } from "../trace.ts";
 
-const positiveInt = z.coerce.number().int().positive();
-const nonNegative = z.coerce.number().min(0);
+const BENCH_PROGRAM = { positional: "trace" } as const;
 
-const schema = z.object({
-  trace: z.string().min(1).default(DEFAULT_TRACE_PATH),
-  // 8 workers of 32768 blocks x 16 tokens = 512k tokens each (about what an 80 GB GPU holds for an 8B
-  // model): the trace's working set is ~93M tokens, so caches evict all the time and where a request
-  // lands decides whether its conversation's earlier turns are still cached.
-  workers: positiveInt.default(8),
-  "capacity-blocks": positiveInt.default(32768),
-  "block-size": positiveInt.default(16),
-  // 1x: the trace at its recorded rate. The first 4000 conversation requests (~22 min, ~3 requests/s,
-  // ~13k-token prompts) keep each simulated worker's engine about half busy with prefill; at 2x queues
-  // build, at 10x they grow without bound.
-  "time-scale": z.coerce.number().positive().default(1),
-  // The trace's timestamps come in ~3 s steps; "spread" spaces each step's records evenly instead of
-  // letting them arrive at one instant.
-  arrivals: z.enum(["recorded", "spread", "bursts"]).default("recorded"),
-  // Scenario: at this virtual ms one worker's cache is reset ("announced": AllBlocksCleared reaches the
-  // index; "silent": behind its back, the index keeps claiming the blocks).
-  "reset-at-ms": nonNegative.optional(),
-  "reset-worker": z.coerce.number().int().min(0).default(0),
-  "reset-mode": z.enum(["announced", "silent"]).default("silent"),
-  // Scenario: half the conversations run on one of this many LoRA adapters (0: base model only).
-  "lora-adapters": z.coerce.number().int().min(0).default(0),
-  /** 0 = the whole trace */
-  requests: z.coerce.number().int().min(0).default(4000),
-  /** router replica counts for the extra multi-replica rows (with and without replica-agg), comma-separated; 1 = none */
-  replicas: z.string().regex(/^\d+(,\d+)*$/, "a comma-separated list of replica counts").default("2,3"),
-  "replica-agg": z.enum(["both", "on", "off"]).default("both"),
-  "replica-policies": z.string().default("kv-latency,kv-aware,approx-prefix"),
+export const BENCH_OPTIONS = {
+  ...group("Trace", {
+    trace: opt.string(z.string().min(1).default(DEFAULT_TRACE_PATH), "trace file (JSONL; a bare argument too), or synthetic"),
+    requests: opt.int(count.default(4000), "requests replayed from the start of the trace (0: the whole trace)"),
+    // 1x: the trace at its recorded rate. The first 4000 conversation requests (~22 min, ~3 requests/s,
+    // ~13k-token prompts) keep each simulated worker's engine about half busy with prefill; at 2x queues
+    // build, at 10x they grow without bound.
+    timeScale: opt.number(z.number().positive().default(1), "arrival rate as a multiple of the trace's"),
+    // The trace's timestamps come in ~3 s steps; "spread" spaces each step's records evenly instead of
+    // letting them arrive at one instant.
+    arrivals: opt.choice(["recorded", "spread", "bursts"], "recorded", "arrival times: as recorded, spread evenly over each recorded step, or in bursts"),
+    seed: opt.int(z.number().int().default(1), "seed of every random choice (same seed, same figures)"),
+  }),
+  ...group("Simulated workers", {
+    // 8 workers of 32768 blocks x 16 tokens = 512k tokens each (about what an 80 GB GPU holds for an 8B
+    // model): the trace's working set is ~93M tokens, so caches evict all the time and where a request
+    // lands decides whether its conversation's earlier turns are still cached.
+    workers: opt.int(positive.default(8), "simulated workers"),
+    capacityBlocks: opt.int(positive.default(32768), "KV cache capacity per worker, in blocks"),
+    blockSize: opt.int(positive.default(16), "tokens per KV block"),
+    // The engine (mock-worker's StepScheduler): vLLM's --max-num-seqs and --max-num-batched-tokens.
+    maxNumSeqs: opt.int(positive.default(DEFAULT_TIMING.maxNumSeqs), "vLLM's --max-num-seqs: requests running at once per worker"),
+    maxNumBatchedTokens: opt.int(positive.default(DEFAULT_TIMING.maxNumBatchedTokens), "vLLM's --max-num-batched-tokens: tokens one engine step computes"),
+    eventLagMs: opt.number(nonNegative.default(10), "delay of a KV event from the worker to the index"),
+  }),
+  ...group("Policies and router replicas", {
+    policies: opt.string(z.string().default(POLICY_NAMES.join(",")), "policies replayed with one router, comma-separated"),
+    replicas: opt.string(
+      z.string().regex(/^\d+(,\d+)*$/, "a comma-separated list of replica counts").default("2,3"),
+      "router replica counts for the extra multi-replica rows (with and without replica-agg), comma-separated; 1: none",
+    ),
+    replicaAgg: opt.choice(["both", "on", "off"], "both", "multi-replica rows with replica-agg, without, or both"),
+    replicaPolicies: opt.string(z.string().default("kv-latency,kv-aware,approx-prefix"), "policies of the multi-replica rows, comma-separated"),
+    // The EPP's --inflight-prefix (its default): own (each replica its own routed requests' prefixes, and
+    // with replica-agg its peers' as they arrive over it, as the EPP keeps them), shared (every
+    // replica's at once, with no lag: the bound for what replica-agg carries), off.
+    inflightPrefix: opt.choice(["own", "shared", "off"], INFLIGHT_PREFIX_DEFAULT ? "own" : "off", "in-flight prefixes: each replica its own (the EPP's), shared by all at once (a bound), or off"),
+  }),
   // Simulated replica-agg (the EPP's defaults): lag of a change to reach a peer (loopback measured
   // p50 0.2 ms, max 3 ms), snapshot/heartbeat period, silence timeout, message loss probability.
-  "agg-lag-ms": nonNegative.default(DEFAULT_AGG_SIM.lagMs),
-  "agg-heartbeat-ms": z.coerce.number().positive().default(DEFAULT_AGG_SIM.heartbeatMs),
-  "agg-timeout-ms": z.coerce.number().positive().default(DEFAULT_AGG_SIM.timeoutMs),
-  "agg-loss": z.coerce.number().min(0).max(1).default(DEFAULT_AGG_SIM.loss),
-  policies: z.string().default(POLICY_NAMES.join(",")),
-  "event-lag-ms": nonNegative.default(10),
-  // The EPP's --inflight-prefix (its default): own (each replica its own routed requests' prefixes, and
-  // with replica-agg its peers' as they arrive over it, as the EPP keeps them), shared (every
-  // replica's at once, with no lag: the bound for what replica-agg carries), off.
-  "inflight-prefix": z.enum(["own", "shared", "off"]).default(INFLIGHT_PREFIX_DEFAULT ? "own" : "off"),
-  seed: z.coerce.number().int().default(1),
-  // The EPP's defaults (routing cost.ts DEFAULT_WEIGHTS).
-  "prefill-load-scale": nonNegative.default(DEFAULT_WEIGHTS.prefillLoadScale),
-  "decode-load-scale": nonNegative.default(DEFAULT_WEIGHTS.decodeLoadScale),
-  "latency-follower-weight": nonNegative.default(DEFAULT_FOLLOWER_WEIGHT),
-  // As the EPP's flag: below the base it is the base (a fixed weight).
-  "latency-follower-weight-max": nonNegative.default(DEFAULT_FOLLOWER_WEIGHT_MAX),
-  // The EPP's --latency-away-weight (routing home.ts): applies with replica-agg on.
-  "latency-away-weight": nonNegative.default(DEFAULT_AWAY_WEIGHT),
-  // The EPP's cost shapes and their defaults (routing cost.ts CostShape, DEFAULT_SHAPE, SCORE_SHAPE):
-  // score, or blocks (the two weights above).
-  "cost-shape": z.enum(["score", "blocks"]).default(DEFAULT_SHAPE.kind),
-  "prefix-weight": nonNegative.default(SCORE_SHAPE.prefix),
-  "load-weight": nonNegative.default(SCORE_SHAPE.load),
-  "prefix-cap-blocks": z.coerce.number().int().min(0).default(SCORE_SHAPE.prefixCapBlocks),
-  "load-by": z.enum(["requests", "blocks"]).default(SCORE_SHAPE.loadBy),
-  // The engine (mock-worker's StepScheduler): vLLM's --max-num-seqs and --max-num-batched-tokens.
-  "max-num-seqs": positiveInt.default(DEFAULT_TIMING.maxNumSeqs),
-  "max-num-batched-tokens": positiveInt.default(DEFAULT_TIMING.maxNumBatchedTokens),
-  jobs: positiveInt.optional(),
-  out: z.string().min(1).default("reports"),
-  png: z.enum(["auto", "off"]).default("auto"),
-});
+  ...group("Simulated replica-agg", {
+    aggLagMs: opt.number(nonNegative.default(DEFAULT_AGG_SIM.lagMs), "lag of a load change to reach a peer"),
+    aggHeartbeatMs: opt.number(z.number().positive().default(DEFAULT_AGG_SIM.heartbeatMs), "snapshot (heartbeat) period"),
+    aggTimeoutMs: opt.number(z.number().positive().default(DEFAULT_AGG_SIM.timeoutMs), "a peer silent this long has its load dropped"),
+    aggLoss: opt.number(z.number().min(0).max(1).default(DEFAULT_AGG_SIM.loss), "probability that a message is lost"),
+  }),
+  ...group("Scenarios", {
+    // At this virtual ms one worker's cache is reset ("announced": AllBlocksCleared reaches the index;
+    // "silent": behind its back, the index keeps claiming the blocks).
+    resetAtMs: opt.number(nonNegative.optional(), "reset one worker's cache at this virtual ms"),
+    resetWorker: opt.int(count.default(0), "the worker whose cache is reset"),
+    resetMode: opt.choice(["announced", "silent"], "silent", "announced (AllBlocksCleared reaches the index) or silent (the index keeps claiming the blocks)"),
+    loraAdapters: opt.int(count.default(0), "half the conversations run on one of this many LoRA adapters (0: base model only)"),
+  }),
+  ...SHAPE_OPTIONS,
+  ...LATENCY_OPTIONS,
+  ...group("Output", {
+    jobs: opt.int(positive.optional(), "replays run side by side on this many worker threads (default: the number of cores)"),
+    out: opt.string(z.string().min(1).default("reports"), "directory of the report"),
+    png: opt.choice(["auto", "off"], "auto", "auto: a PNG of the report when a headless chromium is installed"),
+  }),
+};
 
 export type BenchOptions = {
   tracePath: string;
@@ -95,8 +94,7 @@ export type BenchOptions = {
   seed: number;
   prefillLoadScale: number;
   decodeLoadScale: number;
-  latencyFollowerWeight: FollowerRange;
-  awayWeight: number;
+  latency: LatencySettings;
   costShape: CostShape;
   maxNumSeqs: number;
   maxNumBatchedTokens: number;
@@ -105,49 +103,51 @@ export type BenchOptions = {
   png: boolean;
 };
 
-function policyList(flag: string, v: string): PolicyName[] {
-  const names = v.split(",").map((s) => s.trim()).filter(Boolean);
-  for (const n of names)
-    if (!(POLICY_NAMES as readonly string[]).includes(n))
-      throw new FlagError(`--${flag}: unknown policy ${JSON.stringify(n)} (know ${POLICY_NAMES.join(", ")})`);
-  return names as PolicyName[];
-}
+type Key = keyof typeof BENCH_OPTIONS;
 
-function shapeOf(o: z.infer<typeof schema>): CostShape {
-  const loadBy = o["load-by"];
-  return o["cost-shape"] === "blocks" ? { kind: "blocks" } : { kind: "score", prefix: o["prefix-weight"], load: o["load-weight"], loadBy, prefixCapBlocks: o["prefix-cap-blocks"] };
-}
-
-/** A bare argument is the trace path. */
+/** A bare argument is the trace path. Throws ConfigError naming the bad flag. */
 export function parseBenchArgs(argv: string[]): BenchOptions {
-  const o = parseFlags(schema, argv, "trace");
+  const r = resolveOptions(BENCH_OPTIONS, BENCH_PROGRAM, { argv });
+  const o: Values<typeof BENCH_OPTIONS> = r.values;
+  const policyList = (key: Key & ("policies" | "replicaPolicies")): PolicyName[] => {
+    const names = o[key].split(",").map((s) => s.trim()).filter(Boolean);
+    for (const n of names)
+      if (!(POLICY_NAMES as readonly string[]).includes(n)) r.fail(key, `unknown policy ${JSON.stringify(n)}; know ${POLICY_NAMES.join(", ")}`);
+    return names as PolicyName[];
+  };
+  const shape = shapeSettings(o);
   return {
     tracePath: o.trace,
     workers: o.workers,
-    capacityBlocks: o["capacity-blocks"],
-    blockSize: o["block-size"],
-    timeScale: o["time-scale"],
+    capacityBlocks: o.capacityBlocks,
+    blockSize: o.blockSize,
+    timeScale: o.timeScale,
     arrivals: o.arrivals,
     requests: o.requests,
     replicas: [...new Set(o.replicas.split(",").map(Number))].filter((n) => n > 1),
-    reset: o["reset-at-ms"] === undefined ? undefined : { atMs: o["reset-at-ms"], worker: o["reset-worker"], silent: o["reset-mode"] === "silent" },
-    loraAdapters: o["lora-adapters"],
-    replicaAgg: o["replica-agg"],
-    replicaPolicies: policyList("replica-policies", o["replica-policies"]),
-    agg: { lagMs: o["agg-lag-ms"], heartbeatMs: o["agg-heartbeat-ms"], timeoutMs: o["agg-timeout-ms"], loss: o["agg-loss"] },
-    policies: policyList("policies", o.policies),
-    eventLagMs: o["event-lag-ms"],
-    inflightPrefix: o["inflight-prefix"],
+    reset: o.resetAtMs === undefined ? undefined : { atMs: o.resetAtMs, worker: o.resetWorker, silent: o.resetMode === "silent" },
+    loraAdapters: o.loraAdapters,
+    replicaAgg: o.replicaAgg,
+    replicaPolicies: policyList("replicaPolicies"),
+    agg: { lagMs: o.aggLagMs, heartbeatMs: o.aggHeartbeatMs, timeoutMs: o.aggTimeoutMs, loss: o.aggLoss },
+    policies: policyList("policies"),
+    eventLagMs: o.eventLagMs,
+    inflightPrefix: o.inflightPrefix,
     seed: o.seed,
-    prefillLoadScale: o["prefill-load-scale"],
-    decodeLoadScale: o["decode-load-scale"],
-    latencyFollowerWeight: followerRange(o["latency-follower-weight"], o["latency-follower-weight-max"]),
-    awayWeight: o["latency-away-weight"],
-    costShape: shapeOf(o),
-    maxNumSeqs: o["max-num-seqs"],
-    maxNumBatchedTokens: o["max-num-batched-tokens"],
+    prefillLoadScale: shape.prefillLoadScale,
+    decodeLoadScale: shape.decodeLoadScale,
+    latency: latencySettings(o),
+    costShape: shape.shape,
+    maxNumSeqs: o.maxNumSeqs,
+    maxNumBatchedTokens: o.maxNumBatchedTokens,
     jobs: o.jobs,
     outDir: o.out,
     png: o.png === "auto",
   };
 }
+
+export function benchUsage(): string {
+  return usageText(BENCH_OPTIONS, { ...BENCH_PROGRAM, command: "bun run bench:trace [TRACE]", note: "Flags only (no environment variables)." });
+}
+
+export { ConfigError };

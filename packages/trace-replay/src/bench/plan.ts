@@ -41,8 +41,7 @@ export function replayOptions(o: BenchOptions, run: RunSpec, bucketMs: number): 
     loraAdapters: o.loraAdapters,
     seed: o.seed,
     timing: { ...DEFAULT_TIMING, maxNumSeqs: o.maxNumSeqs, maxNumBatchedTokens: o.maxNumBatchedTokens },
-    latencyFollowerWeight: o.latencyFollowerWeight,
-    awayWeight: o.awayWeight,
+    latency: o.latency,
     weights: { prefillLoadScale: o.prefillLoadScale, decodeLoadScale: o.decodeLoadScale, queueWeight: 0, temperature: 0, shape: o.costShape },
     bucketMs,
   };

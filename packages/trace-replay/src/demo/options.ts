@@ -1,47 +1,48 @@
-// `bun run demo` options, parsed once at the edge.
+// `bun run demo` options, declared once and resolved at the edge (flags only).
+import { count, group, nonNegative, opt, port, positive, resolveOptions, usageText } from "@kv-epp/options";
 import { z } from "zod";
-import { parseFlags } from "../cli-flags.ts";
 import type { ClientBodyMode } from "@kv-epp/epp";
 import { DEFAULT_TRACE_PATH } from "../trace.ts";
 import type { PromptKind } from "./bodies.ts";
 
-const positiveInt = z.coerce.number().int().positive();
-const port = z.coerce.number().int().min(1).max(65535);
+const demoPort = port.min(1);
 
-const schema = z.object({
-  trace: z.string().min(1).default(DEFAULT_TRACE_PATH),
-  workers: positiveInt.max(200).default(4),
-  // 65536 blocks x 16 tokens = 1M tokens per worker, against ~40k prompt tokens per second of trace:
-  // caches turn over within a minute or two, so where a conversation's next turn lands decides its hits.
-  "capacity-blocks": positiveInt.default(65536),
-  "block-size": positiveInt.default(16),
-  /** seconds of trace to replay */
-  // 150 s of trace at 2x: ~460 chat requests in 75 s, ~6 a second. Each costs the EPP and the worker a
-  // tokenization of ~12k tokens on average (tens of ms on a busy 2-core machine); at 4x a single replica
-  // (while its peer is replaced) fell behind there.
-  duration: z.coerce.number().positive().default(150),
-  /** cap on requests (0: all within --duration) */
-  requests: z.coerce.number().int().min(0).default(0),
-  "time-scale": z.coerce.number().positive().default(2),
-  // The trace's timestamps come in ~3 s steps (up to 16 records at one instant in the first minutes);
-  // "spread" spaces each step's records evenly until the next step, as bench:trace's flag does.
-  arrivals: z.enum(["recorded", "spread"]).default("recorded"),
-  /** mock workers' engine speed; default 1 / time-scale, so the workers keep up with the compressed trace */
-  speed: z.coerce.number().min(0).optional(),
-  /** fraction of the requests after which one EPP replica is killed and replaced */
-  "kill-at": z.coerce.number().min(0).max(1).default(0.5),
-  subnet: z.string().regex(/^127\.\d{1,3}\.\d{1,3}$/, "expected the first three octets of a loopback /24, e.g. 127.0.6").default("127.0.6"),
-  "worker-port": port.default(8000),
-  "kv-port": port.default(5557),
-  "gateway-port": port.default(8080),
-  /** chat: OpenAI chat messages as text, tokenized by the EPPs and workers (Qwen3); tokens: token-id prompts */
-  prompt: z.enum(["chat", "tokens"]).default("chat"),
-  out: z.string().min(1).default("reports"),
-  /** ext_proc request body mode, announced by the gateway and set on the EPPs (GAIE uses full duplex) */
-  "body-mode": z.enum(["full-duplex", "buffered"]).default("full-duplex"),
-  /** auto: a PNG of the hit-rate chart when a headless chromium is installed */
-  png: z.enum(["auto", "off"]).default("auto"),
-});
+export const DEMO_OPTIONS = {
+  ...group("Trace and load", {
+    trace: opt.string(z.string().min(1).default(DEFAULT_TRACE_PATH), "trace file (JSONL)"),
+    // 150 s of trace at 2x: ~460 chat requests in 75 s, ~6 a second. Each costs the EPP and the worker a
+    // tokenization of ~12k tokens on average (tens of ms on a busy 2-core machine); at 4x a single replica
+    // (while its peer is replaced) fell behind there.
+    duration: opt.number(z.number().positive().default(150), "seconds of trace to replay"),
+    requests: opt.int(count.default(0), "cap on requests (0: all within --duration)"),
+    timeScale: opt.number(z.number().positive().default(2), "arrival rate as a multiple of the trace's"),
+    // The trace's timestamps come in ~3 s steps (up to 16 records at one instant in the first minutes);
+    // "spread" spaces each step's records evenly until the next step, as bench:trace's flag does.
+    arrivals: opt.choice(["recorded", "spread"], "recorded", "arrival times: as recorded, or spread evenly over each recorded step"),
+    prompt: opt.choice(["chat", "tokens"], "chat", "chat: OpenAI chat messages as text, tokenized by the EPPs and workers (Qwen3); tokens: token-id prompts"),
+    killAt: opt.number(z.number().min(0).max(1).default(0.5), "fraction of the requests after which one EPP replica is killed and replaced"),
+  }),
+  ...group("Cluster", {
+    workers: opt.int(positive.max(200).default(4), "mock workers"),
+    // 65536 blocks x 16 tokens = 1M tokens per worker, against ~40k prompt tokens per second of trace:
+    // caches turn over within a minute or two, so where a conversation's next turn lands decides its hits.
+    capacityBlocks: opt.int(positive.default(65536), "KV cache capacity per worker, in blocks"),
+    blockSize: opt.int(positive.default(16), "tokens per KV block"),
+    speed: opt.number(nonNegative.optional(), "mock workers' engine speed (default 1 / --time-scale, so the workers keep up with the compressed trace)"),
+    subnet: opt.string(
+      z.string().regex(/^127\.\d{1,3}\.\d{1,3}$/, "expected the first three octets of a loopback /24, e.g. 127.0.6").default("127.0.6"),
+      "loopback /24 the processes listen on",
+    ),
+    workerPort: opt.int(demoPort.default(8000), "mock workers' HTTP port"),
+    kvPort: opt.int(demoPort.default(5557), "mock workers' KV event port"),
+    gatewayPort: opt.int(demoPort.default(8080), "gateway port"),
+    bodyMode: opt.choice(["full-duplex", "buffered"], "full-duplex", "ext_proc request body mode, announced by the gateway and set on the EPPs (GAIE uses full duplex)"),
+  }),
+  ...group("Output", {
+    out: opt.string(z.string().min(1).default("reports"), "directory of the report"),
+    png: opt.choice(["auto", "off"], "auto", "auto: a PNG of the hit-rate chart when a headless chromium is installed"),
+  }),
+};
 
 export type DemoOptions = {
   tracePath: string;
@@ -65,25 +66,29 @@ export type DemoOptions = {
 };
 
 export function parseDemoArgs(argv: string[]): DemoOptions {
-  const o = parseFlags(schema, argv);
+  const o = resolveOptions(DEMO_OPTIONS, {}, { argv }).values;
   return {
     tracePath: o.trace,
     workers: o.workers,
-    capacityBlocks: o["capacity-blocks"],
-    blockSize: o["block-size"],
+    capacityBlocks: o.capacityBlocks,
+    blockSize: o.blockSize,
     durationS: o.duration,
     requests: o.requests,
-    timeScale: o["time-scale"],
+    timeScale: o.timeScale,
     arrivals: o.arrivals,
-    speed: o.speed ?? 1 / o["time-scale"],
-    killAt: o["kill-at"],
+    speed: o.speed ?? 1 / o.timeScale,
+    killAt: o.killAt,
     subnet: o.subnet,
-    workerPort: o["worker-port"],
-    kvPort: o["kv-port"],
-    gatewayPort: o["gateway-port"],
+    workerPort: o.workerPort,
+    kvPort: o.kvPort,
+    gatewayPort: o.gatewayPort,
     prompt: o.prompt,
     outDir: o.out,
-    bodyMode: o["body-mode"],
+    bodyMode: o.bodyMode,
     png: o.png === "auto",
   };
+}
+
+export function demoUsage(): string {
+  return usageText(DEMO_OPTIONS, { command: "bun run demo", note: "Flags only (no environment variables)." });
 }

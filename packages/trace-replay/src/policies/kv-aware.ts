@@ -2,7 +2,7 @@
 // fed by the workers' KV events and the load of its routing decisions, in virtual time. `kv-aware` uses
 // the weighted cost (the EPP's --cost weights), `kv-latency` the lowest predicted TTFT (--cost latency),
 // calibrated as in the EPP from each response's TTFT and cached tokens once it ends.
-import { FollowerWeight, LatencyModel, NO_METRICS, Picker, RoutedRequest, type CostModel, type RoutingContext } from "@kv-epp/routing";
+import { latencyModel, NO_METRICS, Picker, RoutedRequest, type CostModel, type RoutingContext } from "@kv-epp/routing";
 import type { PolicyName, PolicySpec } from "./types.ts";
 
 function kvPolicy(name: PolicyName, cost: CostModel, knows: string): PolicySpec {
@@ -12,8 +12,7 @@ function kvPolicy(name: PolicyName, cost: CostModel, knows: string): PolicySpec 
     usesRouterLoad: true,
     usesIndex: true,
     create(ctx) {
-      const follower = ctx.latencyFollowerWeight;
-      const latency = new LatencyModel(undefined, new FollowerWeight(follower.base, follower.max, ctx.regret), ctx.awayWeight);
+      const latency = latencyModel(ctx.latency, ctx.regret);
       const model = { key: ctx.modelKey, blockSize: ctx.blockSize, index: ctx.index };
       const workerOf = new Map(ctx.candidates.map((c, i) => [c.key, i]));
       const picker = new Picker({

@@ -1,5 +1,5 @@
 import type { KvIndex } from "@kv-epp/index-wasm";
-import type { ActiveLoad, Candidate, Clock, EvictionRegret, FollowerRange, LoadView, PendingView, ReplicaSet, Weights } from "@kv-epp/routing";
+import type { ActiveLoad, Candidate, Clock, EvictionRegret, LatencySettings, LoadView, PendingView, ReplicaSet, Weights } from "@kv-epp/routing";
 import type { SimRequest } from "../sim/request.ts";
 import type { SimWorker } from "../sim/worker.ts";
 
@@ -30,10 +30,8 @@ export type ReplicaContext = {
   /** the KV index fed by the workers' KV events (every replica subscribes to every worker) */
   index: KvIndex;
   weights: Weights;
-  /** the latency cost's follower weight (the EPP's --latency-follower-weight and its -max) */
-  latencyFollowerWeight: FollowerRange;
-  /** the latency cost's charge outside this replica's home share, in prefills of the request (the EPP's --latency-away-weight) */
-  awayWeight: number;
+  /** the latency cost's settings (the EPP's --latency-* options) */
+  latency: LatencySettings;
   /** this replica and the peers it follows over replica-agg, as the EPP's picker reads them (absent: no replica-agg) */
   replicas?: () => ReplicaSet;
   /** the eviction regret read from the same KV events as the index (every replica sees the same) */

@@ -5,7 +5,7 @@
 import { workerKey, type WorkerRef } from "@kv-epp/protocol";
 import { fromWireExtraKeys, KvIndex } from "@kv-epp/index-wasm";
 import type { CacheEvent, TimingParams } from "@kv-epp/mock-worker";
-import { ActiveLoad, DEFAULT_AWAY_WEIGHT, DEFAULT_FOLLOWER_WEIGHT, DEFAULT_FOLLOWER_WEIGHT_MAX, DEFAULT_PENDING, EvictionRegret, followerRange, PendingPrefixes, type Candidate, type Clock, type FollowerRange, type Weights } from "@kv-epp/routing";
+import { ActiveLoad, DEFAULT_LATENCY_SETTINGS, DEFAULT_PENDING, EvictionRegret, PendingPrefixes, type Candidate, type Clock, type LatencySettings, type Weights } from "@kv-epp/routing";
 import { seededRandom } from "@kv-epp/testkit";
 import { POLICIES, type PolicyName, type ReplicaContext, type Router } from "../policies/index.ts";
 import { arrivalTimes, type TraceRecord } from "../trace.ts";
@@ -42,10 +42,8 @@ export type ReplayOptions = {
   seed: number;
   timing: Partial<TimingParams>;
   weights: Weights;
-  /** the latency cost's follower weight (the EPP's --latency-follower-weight and its -max); their defaults when absent */
-  latencyFollowerWeight?: FollowerRange;
-  /** the latency cost's charge outside the home share (the EPP's --latency-away-weight); its default when absent */
-  awayWeight?: number;
+  /** the latency cost's settings (the EPP's --latency-* options); their defaults when absent */
+  latency?: LatencySettings;
   /**
    * in-flight prefixes (the EPP's --inflight-prefix): `own`, each replica those of its own routed
    * requests, and with replica-agg on its peers' as they arrive over it (as the EPP does); `shared`,
@@ -172,8 +170,7 @@ export function replayPolicy(trace: readonly TraceRecord[], policy: PolicyName, 
       index,
       modelKey: SIM_MODEL_KEY,
       weights: opts.weights,
-      latencyFollowerWeight: opts.latencyFollowerWeight ?? followerRange(DEFAULT_FOLLOWER_WEIGHT, DEFAULT_FOLLOWER_WEIGHT_MAX),
-      awayWeight: opts.awayWeight ?? DEFAULT_AWAY_WEIGHT,
+      latency: opts.latency ?? DEFAULT_LATENCY_SETTINGS,
       replicas: agg ? () => agg.replicas(r) : undefined,
       regret,
       queueThreshold: opts.queueThreshold ?? 0,

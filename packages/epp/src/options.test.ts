@@ -1,0 +1,85 @@
+import { describe, expect, test } from "bun:test";
+import { mkdtempSync, readFileSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { flagName, optionsMarkdown, withOptionsSection } from "@kv-epp/options";
+import { writeStaticConfig } from "../test/helpers.ts";
+import { ConfigError, parseConfig, usage } from "./config.ts";
+import { EPP_OPTIONS, EPP_PROGRAM } from "./options.ts";
+
+const worker = { id: "a", address: "127.0.4.1:8000", kvEvents: "tcp://127.0.4.1:5557" };
+const withOptions = (options: Record<string, unknown>) => writeStaticConfig([worker], [], options);
+
+describe("every option resolves by one rule: flag > DYN_EPP_* variable > config file > default", () => {
+  const file = withOptions({ grpcPort: 7000, latencyFollowerWeight: 2, model: "file-model", loraAdapters: ["f1"] });
+  const env = { DYN_EPP_GRPC_PORT: "7100", DYN_EPP_LATENCY_FOLLOWER_WEIGHT: "3", DYN_EPP_MODEL: "env-model" };
+
+  test("a file's option wins over the default", () => {
+    const c = parseConfig(["--config", file], {});
+    expect(c.ports.grpc).toBe(7000);
+    expect(c.picker.latencyFollowerWeight).toEqual({ base: 2, max: 12 });
+    expect(c.model).toMatchObject({ name: "file-model", loraAdapters: ["f1"] });
+    expect(c.ports.metrics).toBe(9090);
+  });
+
+  test("the variable wins over the file", () => {
+    const c = parseConfig(["--config", file], env);
+    expect(c.ports.grpc).toBe(7100);
+    expect(c.picker.latencyFollowerWeight.base).toBe(3);
+    expect(c.model.name).toBe("env-model");
+  });
+
+  test("the flag wins over the variable and the file, routing's options and the static file's model included", () => {
+    const c = parseConfig(["--config", file, "--grpc-port", "7200", "--latency-follower-weight", "4", "--model", "flag-model", "--lora-adapters", "x,y"], env);
+    expect(c.ports.grpc).toBe(7200);
+    expect(c.picker.latencyFollowerWeight.base).toBe(4);
+    expect(c.model).toMatchObject({ name: "flag-model", loraAdapters: ["x", "y"] });
+  });
+
+  test("the config file's path itself comes from a flag or the variable", () => {
+    expect(parseConfig([], { DYN_EPP_CONFIG: file }).ports.grpc).toBe(7000);
+  });
+});
+
+describe("a bad option names where it came from", () => {
+  test.each([
+    [{ grpcPort: 70000 }, /invalid value for grpcPort in --config ".*epp\.yaml": 70000/],
+    [{ cost: "cheapest" }, /invalid value for cost in --config ".*": "cheapest" \(expected latency\|weights\)/],
+    [{ secureServing: "sometimes" }, /secureServing in --config ".*": "sometimes" \(expected true\|false\)/],
+    [{ grpcPrt: 9002 }, /unknown option "grpcPrt" in --config/],
+  ])("a config file with %j is refused", (options, message) => {
+    const path = withOptions(options);
+    expect(() => parseConfig(["--config", path], {})).toThrow(ConfigError);
+    expect(() => parseConfig(["--config", path], {})).toThrow(message);
+  });
+
+  test("a rule across options names the source of the value it refuses", () => {
+    expect(() => parseConfig(["--config", withOptions({ replicaAggTimeoutMs: 500 })], {})).toThrow(/replicaAggTimeoutMs in --config ".*": 500 \(expected > the heartbeat/);
+    expect(() => parseConfig(["--pool-name", "p", "--dp-size", "2"], { DYN_EPP_KV_EVENTS_PORT: "65535" })).toThrow(/DYN_EPP_KV_EVENTS_PORT \(--kv-events-port\): "65535" \(rank 1/);
+  });
+});
+
+describe("docs come from the declarations", () => {
+  test("--help lists every flag, by section", () => {
+    const text = usage();
+    for (const key of Object.keys(EPP_OPTIONS)) expect(text).toContain(`  --${flagName(key)} `);
+    for (const section of ["Servers:", "Routing: latency cost:", "Recovery (the index from a peer's /dump at start):"]) expect(text).toContain(`\n${section}\n`);
+  });
+
+  test("the README's example config file is one the EPP takes", () => {
+    const readme = readFileSync(`${import.meta.dir}/../README.md`, "utf8");
+    const example = /```yaml\n(# epp\.yaml[^]*?)```/.exec(readme)![1]!;
+    const path = join(mkdtempSync(join(tmpdir(), "epp-readme-")), "epp.yaml");
+    writeFileSync(path, example);
+    const c = parseConfig(["--config", path], {});
+    expect(c.model).toMatchObject({ name: "Qwen/Qwen3-0.6B", blockSize: 16 });
+    expect(c.picker.latencyFollowerWeight.base).toBe(2);
+    expect(c.workers).toMatchObject({ mode: "static", list: [{ id: "worker-0" }] });
+    expect(c.recovery).toEqual({ mode: "static", peers: ["http://10.0.0.9:9093"] });
+  });
+
+  test("the README's option tables are the declarations' (bun packages/epp/scripts/options-doc.ts rewrites them)", () => {
+    const readme = readFileSync(`${import.meta.dir}/../README.md`, "utf8");
+    expect(readme).toBe(withOptionsSection(readme, optionsMarkdown(EPP_OPTIONS, EPP_PROGRAM)));
+  });
+});

@@ -1,0 +1,99 @@
+// The EPP's options, one entry each (schema with its default, help, section), in the order --help and
+// the README list them. Routing's own come from @kv-epp/routing. Names follow from the key: the flag in
+// kebab-case, DYN_EPP_ + SNAKE_CASE, the config file's key itself; `env` only where a deployed name
+// predates that rule.
+import { DEFAULT_KV_MAX_MESSAGE_SIZE, LISTENER_HEARTBEAT } from "@kv-epp/kv-events";
+import { count, group, opt, port, positive, type Program } from "@kv-epp/options";
+import { ROUTING_OPTIONS } from "@kv-epp/routing";
+import { z } from "zod";
+
+export const EPP_PROGRAM = { envPrefix: "DYN_EPP_" } as const satisfies Program;
+
+/** The replica-agg port, and a static peer's when it names none (docs/CONTRACTS.md §11). */
+export const DEFAULT_REPLICA_AGG_PORT = 9092;
+
+const LOG_LEVELS = ["fatal", "error", "warn", "info", "debug", "trace", "silent"] as const;
+
+export const EPP_OPTIONS = {
+  ...group("Configuration", {
+    config: opt.string(z.string().min(1).optional(), "static config file (YAML/JSON): workers, peers, and any option of this list by its camelCase key"),
+    logLevel: opt.choice(LOG_LEVELS, "info", "pino level"),
+  }),
+  ...group("Workers (Kubernetes mode; the config file's workers replace them)", {
+    poolName: opt.string(z.string().min(1).optional(), "InferencePool name (Kubernetes mode)"),
+    poolNamespace: opt.string(z.string().min(1).default("default"), "namespace of the pool and peers", { env: "POD_NAMESPACE" }),
+    model: opt.string(z.string().min(1).default("default"), "model name"),
+    tenant: opt.string(z.string().min(1).default("default"), "tenant of the indexer key"),
+    loraAdapters: opt.list(z.array(z.string().min(1)).default([]), "LoRA adapter names served by the model, comma-separated (more are learned from events' lora_name)"),
+    blockSize: opt.int(positive.default(16), "KV block size in tokens"),
+    dpSize: opt.int(positive.default(1), "data-parallel ranks per worker (Kubernetes mode)"),
+    kvEventsPort: opt.int(port.default(5557), "workers' KV event port (rank r: +r)"),
+    kvReplayPort: opt.int(port.optional(), "workers' KV replay port (rank r: +r)"),
+    scrapeIntervalMs: opt.int(count.default(1000), "vLLM /metrics scrape period (0: off)"),
+  }),
+  ...group("KV events and the index", {
+    kvTopic: opt.string(z.string().default(""), "KV event topic"),
+    kvHeartbeatMs: opt.int(count.default(LISTENER_HEARTBEAT.intervalMs), "ZMTP PING to a KV publisher this often; dropped and redialed after 3 silent intervals (0: off)"),
+    kvMaxMessageBytes: opt.int(
+      count.default(DEFAULT_KV_MAX_MESSAGE_SIZE),
+      "largest KV-event message read from a worker; a larger one closes that connection and is counted (the default holds a 1M-token step of a hybrid model, see the kv-events README)",
+    ),
+    intentDiscovery: opt.string(z.string().min(1).optional(), "attach workers' KV intents: kubernetes | http://HOST:PORT (off when unset)"),
+    kvHost: opt.string(z.string().min(1).default("dynamo-epp"), "host instance workers address their intents to"),
+    indexReserve: opt.bool(
+      z.boolean().default(true),
+      "size the index's tables for the ranks' scraped num_gpu_blocks (summed) as they report it, so filling caches never stops ingestion for a table rebuild",
+    ),
+    maxBlocksPerRank: opt.int(count.default(1_048_576), "blocks a worker rank may hold in the index when its num_gpu_blocks is not known (0: no bound)"),
+  }),
+  ...group("Servers", {
+    listen: opt.string(z.string().min(1).default("0.0.0.0"), "address every server binds"),
+    grpcPort: opt.int(port.default(9002), "ext_proc gRPC port"),
+    grpcHealthPort: opt.int(port.default(9003), "grpc-health port"),
+    healthChecking: opt.bool(z.boolean().default(false), "also serve grpc.health.v1.Health/Check on the ext_proc port (as GAIE's --health-checking)"),
+    metricsPort: opt.int(port.default(9090), "Prometheus port"),
+    selectionPort: opt.int(port.default(9093), "selection-http port"),
+    secureServing: opt.bool(z.boolean().default(true), "TLS (ALPN h2) on the ext_proc port; false: h2c", { env: "DYN_SECURE_SERVING" }),
+    tlsCertFile: opt.string(z.string().min(1).optional(), "PEM certificate, reloaded when it changes (unset: a self-signed one)"),
+    tlsKeyFile: opt.string(z.string().min(1).optional(), "PEM private key of --tls-cert-file"),
+    bodyMode: opt.choice(["auto", "buffered", "full-duplex"], "auto", "ext_proc request body mode"),
+    shutdownDelayMs: opt.int(count.default(0), "on SIGTERM, keep serving this long after NOT_SERVING before draining"),
+  }),
+  ...group("Requests", {
+    explain: opt.bool(z.boolean().default(false), "explain every decision in an x-kv-epp-decision header (else only requests sending x-kv-epp-explain: 1)"),
+    fallbackEndpoints: opt.int(count.default(0), "also name this many next-best distinct endpoints after the pick, for the gateway's retries"),
+    objectivePriorities: opt.string(z.string().default(""), "InferenceObjective priorities, name=priority,... (x-gateway-inference-objective; < 0: sheddable)"),
+    maxInflight: opt.int(count.default(0), "shed (429) above this many in-flight requests (0: off)"),
+    conformanceTestHooks: opt.bool(
+      z.boolean().default(false),
+      "GAIE conformance suite hooks: a request's test-epp-endpoint-selection header picks its candidates, responses echo the served and selected endpoints (x-conformance-test-*); test clusters only, any client could steer its requests",
+    ),
+  }),
+  ...group("Tokenizer", {
+    tokenizerDir: opt.string(z.string().min(1).optional(), "tokenizer.json directory"),
+    tokenizerThreads: opt.int(
+      count.optional(),
+      "worker threads that render and tokenize off the decision thread (default: the process's CPU limit, its cgroup quota; 0: on the event loop)",
+    ),
+    tokenizeBudgetMs: opt.int(count.default(50), "a pick whose tokenization would take longer is routed on the prefix already known (Envoy's message_timeout is 200 ms)"),
+  }),
+  ...ROUTING_OPTIONS,
+  ...group("Replica-agg (in-flight load shared with peer replicas)", {
+    replicaAgg: opt.bool(z.boolean().default(true), "share in-flight load with peer replicas"),
+    replicaAggPort: opt.int(port.default(DEFAULT_REPLICA_AGG_PORT), "replica-agg port (and static peers' when they name none)"),
+    replicaAggHeartbeatMs: opt.int(positive.default(1000), "period of replica-agg snapshots (heartbeats)"),
+    replicaAggTimeoutMs: opt.int(positive.default(3000), "drop a peer's load after this long without a snapshot (more than the heartbeat)"),
+  }),
+  ...group("Recovery (the index from a peer's /dump at start)", {
+    peerService: opt.string(z.string().min(1).optional(), "peer Service (EndpointSlices) for recovery and replica-agg"),
+    peerToken: opt.string(z.string().min(1).optional(), "bearer token for /dump"),
+    podIp: opt.string(z.string().min(1).optional(), "this replica's own IP (excluded from peers)", { env: "POD_IP" }),
+    subscribeWaitMs: opt.int(count.default(5000), "before recovery, wait this long at most for KV listeners to connect"),
+    recoveryTimeoutMs: opt.int(count.default(30000), "dump no-progress timeout", { env: "DYN_EPP_RECOVERY_HTTP_TIMEOUT_MS" }),
+    recoveryBudgetMib: opt.int(count.optional(), "most a dump may stage, MiB (default: half the cgroup memory limit, else of host memory)"),
+    recoveryMinRateBytes: opt.int(count.default(65536), "a dump body slower than this many bytes/s over a window fails (0: off)"),
+    recoveryRateWindowMs: opt.int(count.default(10000), "window of the dump rate floor"),
+    recoveryPeerMaxFailures: opt.int(count.default(3), "set a peer aside after this many failed dumps in a row (0: never)"),
+    recoveryDeadlineMs: opt.int(count.default(0), "give up recovery after this long and start with an EMPTY index (0: wait for a peer)"),
+  }),
+};
