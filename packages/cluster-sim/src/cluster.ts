@@ -1,12 +1,13 @@
 // deploy/base, running in the cluster simulation: the rendered kustomization's InferencePool,
 // Services, Roles and both Deployments, with the EPP and the mock worker as real processes, each pod
-// on its own 127.0.5.x address with the standard ports. The fake API server holds each pod's client
+// on its own address in this test run's loopback range (LOOPBACK.5.x) with the standard ports. The fake API server holds each pod's client
 // to the Roles its service account is bound to (the EPP's `dynamo-epp`, the workers' `kv-worker`),
 // so a request the manifests do not grant fails the run.
 import { join } from "node:path";
 import {
   heldPorts,
   killAll,
+  LOOPBACK,
   rbacAuthorizerFor,
   renderKustomization,
   SimCluster,
@@ -76,7 +77,7 @@ export type SimulatedClusterOptions = {
   targetPorts?: number;
   /** The kustomization to run (default deploy/base). */
   kustomization?: string;
-  /** First host of the pods' addresses in 127.0.5.0/24 (default 100: clear of the testkit's own tests). */
+  /** First host of the pods' addresses in LOOPBACK.5.0/24 (default 100: clear of the testkit's own tests). */
   firstHost?: number;
   /** Kubelet probe and EndpointSlice period (default 100 ms). */
   periodMs?: number;
@@ -111,7 +112,8 @@ export class SimulatedCluster {
 
     const firstHost = opts.firstHost ?? 100;
     // An address no pod gets: what cannot be bound there is held on the wildcard address.
-    const probeIp = `127.0.5.${firstHost - 1}`;
+    const subnet = `${LOOPBACK}.5`;
+    const probeIp = `${subnet}.${firstHost - 1}`;
     const ranks = opts.targetPorts ?? 1;
     if (ranks > 1) spreadWorkersOverPorts(objs, ranks);
     const workerPorts = Array.from({ length: ranks }, (_, r) => WORKER_PORTS[0]! + r);
@@ -128,13 +130,13 @@ export class SimulatedCluster {
     // A process left over from an interrupted run (a SIGKILLed test runner cannot clean up) would
     // hold a pod address's port.
     for (let h = firstHost; h < firstHost + MAX_PODS; h++) {
-      const ip = `127.0.5.${h}`;
+      const ip = `${subnet}.${h}`;
       const taken = await heldPorts(ip, [...EPP_PORTS, ...workerPorts, ...kvPorts(kvEventsPort)]);
       if (taken.length > 0) throw new Error(`${ip}: ports ${taken.join(", ")} are held (a process left over from an earlier run?)`);
     }
 
-    const api = await startFakeKubeApi({ host: "127.0.5.1", port: 0, namespace, authorize: rbacAuthorizerFor(objs) });
-    const sim = new SimCluster(api, { namespace, firstHost, periodMs: opts.periodMs ?? 100 });
+    const api = await startFakeKubeApi({ host: `${subnet}.1`, port: 0, namespace, authorize: rbacAuthorizerFor(objs) });
+    const sim = new SimCluster(api, { namespace, ipPrefix: subnet, firstHost, periodMs: opts.periodMs ?? 100 });
     let workers: SimDeployment | undefined;
     try {
       for (const o of objs) {

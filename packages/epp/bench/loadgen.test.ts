@@ -7,6 +7,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { startTestEpp } from "../test/helpers.ts";
 import { requestsFile, type Mode } from "./requests.ts";
+import { LOOPBACK } from "@kv-epp/testkit";
 
 const dir = mkdtempSync(join(tmpdir(), "loadgen-c-"));
 const bin = join(dir, "loadgen");
@@ -18,10 +19,10 @@ const built = (() => {
   }
 })();
 
-const HOST = "127.0.4.230";
+const HOST = `${LOOPBACK}.4.230`;
 const epp = built
   ? await startTestEpp(
-      Array.from({ length: 4 }, (_, w) => ({ id: `w${w}`, address: `127.0.4.${231 + w}:8000`, kvEvents: `tcp://127.0.4.${231 + w}:1` })),
+      Array.from({ length: 4 }, (_, w) => ({ id: `w${w}`, address: `${LOOPBACK}.4.${231 + w}:8000`, kvEvents: `tcp://${LOOPBACK}.4.${231 + w}:1` })),
       { host: HOST },
     )
   : undefined;

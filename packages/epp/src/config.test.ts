@@ -3,8 +3,9 @@ import { writeStaticConfig } from "../test/helpers.ts";
 import { ConfigError, parseConfig } from "./config.ts";
 import { serving } from "./workers/registry.ts";
 import { staticWorkers } from "./workers/static.ts";
+import { LOOPBACK } from "@kv-epp/testkit";
 
-const file = writeStaticConfig([{ id: "a", address: "127.0.4.1:8000", kvEvents: "tcp://127.0.4.1:5557" }], ["http://127.0.4.2:9093"]);
+const file = writeStaticConfig([{ id: "a", address: `${LOOPBACK}.4.1:8000`, kvEvents: `tcp://${LOOPBACK}.4.1:5557` }], [`http://${LOOPBACK}.4.2:9093`]);
 
 describe("config", () => {
   test("defaults follow the fixed names (docs/CONTRACTS.md §11); static peers enable static recovery", () => {
@@ -12,8 +13,8 @@ describe("config", () => {
     expect(c.ports).toEqual({ grpc: 9002, grpcHealth: 9003, metrics: 9090, replicaAgg: 9092, selection: 9093 });
     expect(c.listen).toBe("0.0.0.0");
     expect(c.recoveryTimeoutMs).toBe(30000);
-    expect(c.workers).toEqual({ mode: "static", list: [{ id: "a", address: "127.0.4.1:8000", kvEvents: "tcp://127.0.4.1:5557", dpSize: 1, dpStartRank: 0, kvEventsBind: false }] });
-    expect(c.recovery).toEqual({ mode: "static", peers: ["http://127.0.4.2:9093"] });
+    expect(c.workers).toEqual({ mode: "static", list: [{ id: "a", address: `${LOOPBACK}.4.1:8000`, kvEvents: `tcp://${LOOPBACK}.4.1:5557`, dpSize: 1, dpStartRank: 0, kvEventsBind: false }] });
+    expect(c.recovery).toEqual({ mode: "static", peers: [`http://${LOOPBACK}.4.2:9093`] });
     expect(c.model).toEqual({ name: "test-model", tenant: "default", blockSize: 16, loraAdapters: [] });
     expect(c.kvHeartbeatMs).toBe(5000);
     expect(c.conformanceTestHooks).toBe(false);
@@ -32,23 +33,23 @@ describe("config", () => {
   });
 
   test("a static worker may list several API servers (external DP load balancing): dpSize ranks behind each, in order", () => {
-    const multi = writeStaticConfig([{ id: "a", address: ["127.0.4.1:8000", "127.0.4.1:8001"], kvEvents: "tcp://127.0.4.1:5557", dpSize: 2 }]);
+    const multi = writeStaticConfig([{ id: "a", address: [`${LOOPBACK}.4.1:8000`, `${LOOPBACK}.4.1:8001`], kvEvents: `tcp://${LOOPBACK}.4.1:5557`, dpSize: 2 }]);
     const c = parseConfig(["--config", multi], {});
     if (c.workers.mode !== "static") throw new Error("static mode expected");
     const [w] = staticWorkers(c.workers.list);
     expect(w).toMatchObject({
-      address: "127.0.4.1:8000",
+      address: `${LOOPBACK}.4.1:8000`,
       dpSize: 4,
       servers: [
-        { address: "127.0.4.1:8000", ranks: [0, 1] },
-        { address: "127.0.4.1:8001", ranks: [2, 3] },
+        { address: `${LOOPBACK}.4.1:8000`, ranks: [0, 1] },
+        { address: `${LOOPBACK}.4.1:8001`, ranks: [2, 3] },
       ],
     });
     expect([0, 1, 2, 3].map((r) => serving(w!, r, 4))).toEqual([
-      { endpoint: "127.0.4.1:8000", rankHeader: 0 },
-      { endpoint: "127.0.4.1:8000", rankHeader: 1 },
-      { endpoint: "127.0.4.1:8001", rankHeader: 0 },
-      { endpoint: "127.0.4.1:8001", rankHeader: 1 },
+      { endpoint: `${LOOPBACK}.4.1:8000`, rankHeader: 0 },
+      { endpoint: `${LOOPBACK}.4.1:8000`, rankHeader: 1 },
+      { endpoint: `${LOOPBACK}.4.1:8001`, rankHeader: 0 },
+      { endpoint: `${LOOPBACK}.4.1:8001`, rankHeader: 1 },
     ]);
   });
 
@@ -110,9 +111,9 @@ describe("config", () => {
     [["--config", file, "--prefix-cap-blocks", "1.5"], /--prefix-cap-blocks: "1.5"/],
     [["--config", file, "--scrape-interval-ms", "3000000000"], /--scrape-interval-ms: "3000000000"/],
     [["--pool-name", "p", "--kv-events-port", "65535", "--dp-size", "2"], /--kv-events-port: "65535" \(rank 1/],
-    [["--config", writeStaticConfig([{ id: "a", address: "127.0.4.1:8000", kvEvents: "tcp://127.0.4.1:70000" }])], /workers.0.kvEvents.*port above 65535/],
+    [["--config", writeStaticConfig([{ id: "a", address: `${LOOPBACK}.4.1:8000`, kvEvents: `tcp://${LOOPBACK}.4.1:70000` }])], /workers.0.kvEvents.*port above 65535/],
     [
-      ["--config", writeStaticConfig([0, 1].map((i) => ({ id: "a", address: `127.0.4.${i}:8000`, kvEvents: `tcp://127.0.4.${i}:5557` })))],
+      ["--config", writeStaticConfig([0, 1].map((i) => ({ id: "a", address: `${LOOPBACK}.4.${i}:8000`, kvEvents: `tcp://${LOOPBACK}.4.${i}:5557` })))],
       /worker ids must be unique/,
     ],
     [["--config", "/nonexistent/epp.yaml"], /\/nonexistent\/epp.yaml/],
@@ -129,20 +130,20 @@ describe("config", () => {
   });
 
   test("replica-agg: on by default, peers from static peers (host + replica-agg port, or the object form)", () => {
-    const peers = writeStaticConfig([], ["http://127.0.8.2:9093", { url: "http://127.0.8.3:9093", replicaAgg: "tcp://127.0.8.3:19092" }] as never);
+    const peers = writeStaticConfig([], [`http://${LOOPBACK}.8.2:9093`, { url: `http://${LOOPBACK}.8.3:9093`, replicaAgg: `tcp://${LOOPBACK}.8.3:19092` }] as never);
     expect(parseConfig(["--config", peers], {}).replicaAgg).toEqual({
       mode: "on",
       heartbeatMs: 1000,
       timeoutMs: 3000,
-      peers: { mode: "static", endpoints: ["tcp://127.0.8.2:9092", "tcp://127.0.8.3:19092"] },
+      peers: { mode: "static", endpoints: [`tcp://${LOOPBACK}.8.2:9092`, `tcp://${LOOPBACK}.8.3:19092`] },
     });
     // The own --replica-agg-port is the peers' default too; recovery keeps the selection-http URLs.
     const c = parseConfig(["--config", peers, "--replica-agg-port", "7092"], {});
-    expect(c.replicaAgg).toMatchObject({ peers: { endpoints: ["tcp://127.0.8.2:7092", "tcp://127.0.8.3:19092"] } });
-    expect(c.recovery).toEqual({ mode: "static", peers: ["http://127.0.8.2:9093", "http://127.0.8.3:9093"] });
+    expect(c.replicaAgg).toMatchObject({ peers: { endpoints: [`tcp://${LOOPBACK}.8.2:7092`, `tcp://${LOOPBACK}.8.3:19092`] } });
+    expect(c.recovery).toEqual({ mode: "static", peers: [`http://${LOOPBACK}.8.2:9093`, `http://${LOOPBACK}.8.3:9093`] });
     expect(parseConfig(["--config", peers, "--replica-agg", "false"], {}).replicaAgg).toEqual({ mode: "off" });
     expect(parseConfig(["--config", peers], { DYN_EPP_REPLICA_AGG: "false" }).replicaAgg).toEqual({ mode: "off" });
-    expect(parseConfig(["--config", peers, "--replica-agg", "--listen", "127.0.8.9"], {}).replicaAgg.mode).toBe("on");
+    expect(parseConfig(["--config", peers, "--replica-agg", "--listen", `${LOOPBACK}.8.9`], {}).replicaAgg.mode).toBe("on");
     expect(parseConfig(["--config", file], { DYN_EPP_PEER_SERVICE: "dynamo-epp-peer", POD_NAMESPACE: "llm" }).replicaAgg).toMatchObject({
       peers: { mode: "kubernetes", peerService: "dynamo-epp-peer", namespace: "llm" },
     });
@@ -150,22 +151,22 @@ describe("config", () => {
 
   test("replica-agg: a timeout within one heartbeat, or a malformed replicaAgg endpoint, is rejected", () => {
     expect(() => parseConfig(["--config", file, "--replica-agg-timeout-ms", "500"], {})).toThrow(/--replica-agg-timeout-ms: "500" \(expected > the heartbeat/);
-    const bad = writeStaticConfig([], [{ url: "http://127.0.8.3:9093", replicaAgg: "127.0.8.3:9092" }] as never);
+    const bad = writeStaticConfig([], [{ url: `http://${LOOPBACK}.8.3:9093`, replicaAgg: `${LOOPBACK}.8.3:9092` }] as never);
     expect(() => parseConfig(["--config", bad], {})).toThrow(/peers\.0/);
   });
 
   test("a worker's DP load-balancing mode is one of vLLM's, and contradicts neither its addresses nor its size", () => {
-    const w = (extra: object) => writeStaticConfig([{ id: "a", address: "127.0.4.1:8000", kvEvents: "tcp://127.0.4.1:5557", ...extra }]);
+    const w = (extra: object) => writeStaticConfig([{ id: "a", address: `${LOOPBACK}.4.1:8000`, kvEvents: `tcp://${LOOPBACK}.4.1:5557`, ...extra }]);
     const lb = (extra: object) => (parseConfig(["--config", w(extra)], {}).workers as { list: { dpLb?: string }[] }).list[0]!.dpLb;
     expect(lb({})).toBeUndefined();
     expect(lb({ dpLb: "hybrid", dpSize: 2, dpStartRank: 2 })).toBe("hybrid");
     expect(() => parseConfig(["--config", w({ dpLb: "round-robin" })], {})).toThrow(/workers\.0\.dpLb/);
-    expect(() => parseConfig(["--config", w({ dpLb: "internal", address: ["127.0.4.1:8000", "127.0.4.1:8001"] })], {})).toThrow(/internal DP load balancing has one API server/);
+    expect(() => parseConfig(["--config", w({ dpLb: "internal", address: [`${LOOPBACK}.4.1:8000`, `${LOOPBACK}.4.1:8001`] })], {})).toThrow(/internal DP load balancing has one API server/);
     expect(() => parseConfig(["--config", w({ dpLb: "external", dpSize: 2 })], {})).toThrow(/external DP load balancing runs one API server per rank/);
   });
 
   test("a bad static file names the field and value", () => {
-    const bad = writeStaticConfig([{ id: "a", address: "nope", kvEvents: "tcp://127.0.4.1:5557" }]);
+    const bad = writeStaticConfig([{ id: "a", address: "nope", kvEvents: `tcp://${LOOPBACK}.4.1:5557` }]);
     expect(() => parseConfig(["--config", bad], {})).toThrow(/workers\.0\.address = "nope"/);
   });
 });
@@ -183,7 +184,7 @@ describe("bun run epp", () => {
   });
 
   test("an unusable tokenizer dir stops the start naming --tokenizer-dir", () => {
-    const r = run(["--config", file, "--tokenizer-dir", "/nonexistent-tokenizer", "--listen", "127.0.4.250"]);
+    const r = run(["--config", file, "--tokenizer-dir", "/nonexistent-tokenizer", "--listen", `${LOOPBACK}.4.250`]);
     expect(r.code).toBe(2);
     expect(r.stderr).toContain('--tokenizer-dir: "/nonexistent-tokenizer"');
   });

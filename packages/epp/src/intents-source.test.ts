@@ -3,8 +3,9 @@
 import { afterEach, expect, test } from "bun:test";
 import { hungServer, quietLog } from "../test/helpers.ts";
 import { startIntentSource } from "./intents-source.ts";
+import { LOOPBACK } from "@kv-epp/testkit";
 
-const HOST = "127.0.4.73";
+const HOST = `${LOOPBACK}.4.73`;
 const cleanup: (() => Promise<unknown>)[] = [];
 afterEach(async () => {
   for (const c of cleanup.splice(0).reverse()) await c().catch(() => {});

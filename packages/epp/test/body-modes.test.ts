@@ -3,12 +3,12 @@
 // streamed chunks within 62,000 bytes, a stream without protocol_config (Envoy < 1.34), and a
 // gateway that sends no response bodies.
 import { afterAll, beforeAll, expect, test } from "bun:test";
-import { waitFor } from "@kv-epp/testkit";
+import { waitFor, LOOPBACK } from "@kv-epp/testkit";
 import type { ProcessingRequest } from "../src/extproc/messages.ts";
 import type { EppHandle } from "../src/main.ts";
 import { FakeWorkerEvents, HOST, body, capturingLog, extProcClient, headers, scrapeMetric, setHeader, startTestEpp, tokens, type Resp } from "./helpers.ts";
 
-const W = "127.0.4.71:8000";
+const W = `${LOOPBACK}.4.71:8000`;
 let ev: FakeWorkerEvents;
 let epp: EppHandle;
 let client: ReturnType<typeof extProcClient>;

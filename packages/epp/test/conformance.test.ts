@@ -6,8 +6,9 @@ import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import type { ProcessingRequest } from "../src/extproc/messages.ts";
 import type { EppHandle } from "../src/main.ts";
 import { body, extProcClient, headers, setHeader, startTestEpp, type ExtProcStream, type Resp } from "./helpers.ts";
+import { LOOPBACK, LOOPBACK_PATTERN } from "@kv-epp/testkit";
 
-const [A, B, C, D] = ["127.0.4.166", "127.0.4.167", "127.0.4.168", "127.0.4.171"];
+const [A, B, C, D] = [`${LOOPBACK}.4.166`, `${LOOPBACK}.4.167`, `${LOOPBACK}.4.168`, `${LOOPBACK}.4.171`];
 const workers = [
   ...[A, B, C].map((ip, i) => ({ id: `w${i}`, address: `${ip}:8000`, kvEvents: `tcp://${ip}:5557` })),
   // A pod of two data-parallel ranks, each its own API server (the suite's DP pool has three).
@@ -67,8 +68,8 @@ describe("--conformance-test-hooks", () => {
 
   test("the header wins over the gateway's subset hint; one naming no known pod leaves every endpoint a candidate", async () => {
     expect((await route(onClient, C, withHint([A]))).endpoint).toBe(`${C}:8000`);
-    expect((await route(onClient, "256.256.256.256")).endpoint).toMatch(/^127\.0\.4\.(16[678]:8000|171:300[02])$/);
-    expect((await route(onClient, `${B}:9999`)).endpoint).toMatch(/^127\.0\.4\.(16[678]:8000|171:300[02])$/);
+    expect((await route(onClient, "256.256.256.256")).endpoint).toMatch(new RegExp(`^${LOOPBACK_PATTERN}\\.4\\.(16[678]:8000|171:300[02])$`));
+    expect((await route(onClient, `${B}:9999`)).endpoint).toMatch(new RegExp(`^${LOOPBACK_PATTERN}\\.4\\.(16[678]:8000|171:300[02])$`));
     // No header: the subset hint applies as always.
     expect((await route(onClient, undefined, withHint([A]))).endpoint).toBe(`${A}:8000`);
   });

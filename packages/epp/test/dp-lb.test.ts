@@ -6,16 +6,16 @@
 // node, which refuses a global rank as vLLM does.
 import { afterAll, beforeAll, expect, test } from "bun:test";
 import { startMockWorker, type MockWorker } from "@kv-epp/mock-worker";
-import { startFakeKubeApi, waitFor } from "@kv-epp/testkit";
+import { startFakeKubeApi, waitFor, LOOPBACK } from "@kv-epp/testkit";
 import { parseConfig } from "../src/config.ts";
 import { startEpp, type EppHandle } from "../src/main.ts";
 import { DP_LB_ANNOTATION, DP_START_RANK_ANNOTATION } from "../src/workers/kubernetes.ts";
 import { BLOCK, FakeWorkerEvents, HOST, body, extProcClient, headers, postJson, quietLog, setHeader, startTestEpp, tokens } from "./helpers.ts";
 
-const HEAD = "127.0.4.161"; // internal LB: the head node's API server, in front of global ranks 2 and 3
-const NODE = "127.0.4.162"; // hybrid LB: the second node's own API server, ranks 2 and 3
-const SOLO = "127.0.4.163"; // external LB: the API server of rank 2 alone
-const MOCK = "127.0.4.164";
+const HEAD = `${LOOPBACK}.4.161`; // internal LB: the head node's API server, in front of global ranks 2 and 3
+const NODE = `${LOOPBACK}.4.162`; // hybrid LB: the second node's own API server, ranks 2 and 3
+const SOLO = `${LOOPBACK}.4.163`; // external LB: the API server of rank 2 alone
+const MOCK = `${LOOPBACK}.4.164`;
 const KV = 5557;
 
 let epp: EppHandle;
@@ -112,7 +112,7 @@ test("end to end with a hybrid-LB mock node: the header the EPP sets reaches the
 });
 
 test("Kubernetes: a pod's annotations say its start rank and LB mode; a later start rank without a mode is a hybrid node", async () => {
-  const [WIDE, HEADED] = ["127.0.4.169", "127.0.4.170"];
+  const [WIDE, HEADED] = [`${LOOPBACK}.4.169`, `${LOOPBACK}.4.170`];
   const api = await startFakeKubeApi({ host: HOST, port: 0 });
   cleanups.push(() => api.close());
   api.upsert({

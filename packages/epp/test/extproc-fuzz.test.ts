@@ -5,7 +5,7 @@
 import { afterAll, beforeAll, expect, test } from "bun:test";
 import fc from "fast-check";
 import http2 from "node:http2";
-import { waitFor } from "@kv-epp/testkit";
+import { waitFor, LOOPBACK } from "@kv-epp/testkit";
 import type { ProcessingRequest } from "../src/extproc/messages.ts";
 import { loadProtos } from "../src/extproc/protos.ts";
 import type { EppHandle } from "../src/main.ts";
@@ -21,7 +21,7 @@ let epp: EppHandle;
 
 beforeAll(async () => {
   ev = await FakeWorkerEvents.start();
-  epp = await startTestEpp([{ id: "worker-a", address: "127.0.4.61:8000", kvEvents: ev.endpoint }]);
+  epp = await startTestEpp([{ id: "worker-a", address: `${LOOPBACK}.4.61:8000`, kvEvents: ev.endpoint }]);
 });
 
 afterAll(async () => {
@@ -111,7 +111,7 @@ test("any sequence of messages, in any body mode: the stream ends, answers decod
   const s = c.open();
   s.send(headers());
   s.send(body({ prompt: tokens(40, 3) }));
-  expect(setHeader((await s.next()).request_headers?.response, "x-gateway-destination-endpoint")).toBe("127.0.4.61:8000");
+  expect(setHeader((await s.next()).request_headers?.response, "x-gateway-destination-endpoint")).toBe(`${LOOPBACK}.4.61:8000`);
   s.end();
   c.close();
 });

@@ -2,7 +2,7 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { createPreprocessor } from "@kv-epp/tokenizer";
 import { workerKeyOf } from "@kv-epp/protocol";
-import { waitFor } from "@kv-epp/testkit";
+import { waitFor, LOOPBACK } from "@kv-epp/testkit";
 import { loadProtos } from "../src/extproc/protos.ts";
 import type { EppHandle } from "../src/main.ts";
 import {
@@ -20,8 +20,8 @@ import {
   tokens,
 } from "./helpers.ts";
 
-const A = "127.0.4.11:8000";
-const B = "127.0.4.12:8000";
+const A = `${LOOPBACK}.4.11:8000`;
+const B = `${LOOPBACK}.4.12:8000`;
 
 let evA: FakeWorkerEvents;
 let evB: FakeWorkerEvents;
@@ -195,7 +195,7 @@ describe("ext_proc", () => {
   });
 
   test("the subset hint (a list of ip:port) restricts candidates", async () => {
-    for (const hint of [{ listValue: { values: [{ stringValue: B }] } }, { listValue: { values: [{ stringValue: B }, { stringValue: "127.0.4.99:1" }] } }]) {
+    for (const hint of [{ listValue: { values: [{ stringValue: B }] } }, { listValue: { values: [{ stringValue: B }, { stringValue: `${LOOPBACK}.4.99:1` }] } }]) {
       const s = client.open();
       s.send({
         ...headers(),
@@ -209,7 +209,7 @@ describe("ext_proc", () => {
   });
 
   test("a subset naming no known pod, or none at all, gets an ImmediateResponse 503", async () => {
-    for (const values of [[{ stringValue: "127.0.4.99:8000" }], []]) {
+    for (const values of [[{ stringValue: `${LOOPBACK}.4.99:8000` }], []]) {
       const s = client.open();
       s.send({
         ...headers(),
@@ -391,7 +391,7 @@ describe("ext_proc shedding and empty pools", () => {
   });
 
   test("a worker with several data-parallel ranks gets the chosen rank in x-data-parallel-rank", async () => {
-    const dp = await startTestEpp([{ id: "dp", address: "127.0.4.23:8000", kvEvents: "tcp://127.0.4.23:1", dpSize: 2 }]);
+    const dp = await startTestEpp([{ id: "dp", address: `${LOOPBACK}.4.23:8000`, kvEvents: `tcp://${LOOPBACK}.4.23:1`, dpSize: 2 }]);
     const c = extProcClient(dp.ports.grpc);
     try {
       const ranks = new Set<string>();
@@ -400,7 +400,7 @@ describe("ext_proc shedding and empty pools", () => {
         s.send(headers());
         s.send(body({ prompt: tokens(32, 700 + i) }));
         const h = await s.next();
-        expect(setHeader(h.request_headers?.response, "x-gateway-destination-endpoint")).toBe("127.0.4.23:8000");
+        expect(setHeader(h.request_headers?.response, "x-gateway-destination-endpoint")).toBe(`${LOOPBACK}.4.23:8000`);
         ranks.add(setHeader(h.request_headers?.response, "x-data-parallel-rank")!);
       }
       expect([...ranks].sort()).toEqual(["0", "1"]);
@@ -411,7 +411,7 @@ describe("ext_proc shedding and empty pools", () => {
   });
 
   test("above --max-inflight requests are shed with 429", async () => {
-    const capped = await startTestEpp([{ id: "w", address: A, kvEvents: "tcp://127.0.4.11:1" }], { flags: ["--max-inflight", "1"] });
+    const capped = await startTestEpp([{ id: "w", address: A, kvEvents: `tcp://${LOOPBACK}.4.11:1` }], { flags: ["--max-inflight", "1"] });
     const c = extProcClient(capped.ports.grpc);
     try {
       const first = c.open();

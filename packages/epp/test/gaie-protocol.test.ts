@@ -4,15 +4,15 @@
 // identity scored, x-gateway-inference-objective sheds sheddable requests first, and
 // x-gateway-inference-fairness-id is counted per id (bounded).
 import { afterAll, beforeAll, expect, test } from "bun:test";
-import { waitFor } from "@kv-epp/testkit";
+import { waitFor, LOOPBACK } from "@kv-epp/testkit";
 import type { ProcessingRequest } from "../src/extproc/messages.ts";
 import type { EppHandle } from "../src/main.ts";
 import { workerKeyOf } from "@kv-epp/protocol";
 import { FakeWorkerEvents, HOST, MODEL, body, extProcClient, headers, lbMetadata, postJson, scrapeMetric, setHeader, startTestEpp, tokens, type ExtProcStream, type Resp } from "./helpers.ts";
 
-const A = "127.0.4.81:8000";
-const B = "127.0.4.82:8000";
-const C = "127.0.4.83:8000";
+const A = `${LOOPBACK}.4.81:8000`;
+const B = `${LOOPBACK}.4.82:8000`;
+const C = `${LOOPBACK}.4.83:8000`;
 const enc = new TextEncoder();
 let evs: FakeWorkerEvents[];
 let epp: EppHandle;

@@ -2,16 +2,16 @@
 // on) take requests without pause while `bun run epp` B recovers from `bun run epp` A; once the traffic
 // stops, both indexes equal the workers' true caches (GET /admin/cache), block for block.
 import { afterAll, expect, test } from "bun:test";
-import { killAll, spawnBun, waitFor } from "@kv-epp/testkit";
+import { killAll, spawnBun, waitFor, LOOPBACK } from "@kv-epp/testkit";
 import { describeDiff, diffIndexViews, fetchIndexView, fetchWorkerTruth, type TruthWorker } from "./kv-truth.ts";
 import { BLOCK, writeStaticConfig } from "./helpers.ts";
 
 const ROOT = `${import.meta.dir}/../../..`;
 const WORKERS = [
-  { id: "w0", ip: "127.0.4.111" },
-  { id: "w1", ip: "127.0.4.112" },
+  { id: "w0", ip: `${LOOPBACK}.4.111` },
+  { id: "w1", ip: `${LOOPBACK}.4.112` },
 ];
-const [A, B] = ["127.0.4.120", "127.0.4.121"];
+const [A, B] = [`${LOOPBACK}.4.120`, `${LOOPBACK}.4.121`];
 // Not 5557: on this shared machine a stray process bound to *:5557 blocks every per-IP bind of it.
 const KV_PORT = 15557;
 const REPLAY_PORT = 15657;

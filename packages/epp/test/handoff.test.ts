@@ -7,7 +7,7 @@
 import { afterEach, expect, setDefaultTimeout, test } from "bun:test";
 import { createServer, connect, type Socket } from "node:net";
 import { startMockWorker, type MockWorker } from "@kv-epp/mock-worker";
-import { waitFor } from "@kv-epp/testkit";
+import { waitFor, LOOPBACK } from "@kv-epp/testkit";
 import { describeDiff, diffIndexViews, fetchIndexView, fetchWorkerTruth, type TruthWorker } from "./kv-truth.ts";
 import type { EppHandle } from "../src/main.ts";
 import { BLOCK, HOST, scrapeMetric, startTestEpp, type TestWorker } from "./helpers.ts";
@@ -166,14 +166,14 @@ async function heldSubscriptions(ip: string, port: number, upstreamIp: string, u
 }
 
 test("B recovers from A while workers publish without pause: both equal the workers' caches exactly", async () => {
-  const c = await cluster("127.0.4.91");
+  const c = await cluster(`${LOOPBACK}.4.91`);
   const a = await startTestEpp(c.direct);
   cleanups.push(() => a.stop({ graceMs: 200 }));
   const load = traffic(c);
   cleanups.push(() => load.stop());
   await waitFor(() => load.sent() > 100, { message: "traffic under way" });
   // The dump is taken at once and delivered 400 ms later: B's buffer then overlaps it and runs past it.
-  const peer = heldPeer(() => selectionUrl(a), 400, "127.0.4.92");
+  const peer = heldPeer(() => selectionUrl(a), 400, `${LOOPBACK}.4.92`);
   const b = await startTestEpp(c.direct, { peers: [peer.url] });
   cleanups.push(() => b.stop({ graceMs: 200 }));
   expect((await b.ready).kind).toBe("recovered");
@@ -189,15 +189,15 @@ test("B recovers from A while workers publish without pause: both equal the work
 });
 
 test("a hole nobody buffered (B's subscriptions held back past its dump) is repaired by replay", async () => {
-  const c = await cluster("127.0.4.93");
+  const c = await cluster(`${LOOPBACK}.4.93`);
   const a = await startTestEpp(c.direct);
   cleanups.push(() => a.stop({ graceMs: 200 }));
   const load = traffic(c);
   cleanups.push(() => load.stop());
   await waitFor(() => load.sent() > 100, { message: "traffic under way" });
   // B reaches the workers' PUB sockets only through proxies that open after its recovery.
-  const held = [await heldSubscriptions("127.0.4.94", 5557, "127.0.4.93", 5557), await heldSubscriptions("127.0.4.94", 5567, "127.0.4.93", 5567)];
-  const viaProxy = c.direct.map((w) => ({ ...w, kvEvents: w.kvEvents.replace("127.0.4.93", "127.0.4.94") }));
+  const held = [await heldSubscriptions(`${LOOPBACK}.4.94`, 5557, `${LOOPBACK}.4.93`, 5557), await heldSubscriptions(`${LOOPBACK}.4.94`, 5567, `${LOOPBACK}.4.93`, 5567)];
+  const viaProxy = c.direct.map((w) => ({ ...w, kvEvents: w.kvEvents.replace(`${LOOPBACK}.4.93`, `${LOOPBACK}.4.94`) }));
   const b = await startTestEpp(viaProxy, { peers: [selectionUrl(a)], flags: ["--subscribe-wait-ms", "50"] });
   cleanups.push(() => b.stop({ graceMs: 200 }));
   expect((await b.ready).kind).toBe("recovered");
@@ -211,7 +211,7 @@ test("a hole nobody buffered (B's subscriptions held back past its dump) is repa
 });
 
 test("without a replay endpoint the hole cannot be filled: the ranks' blocks are dropped, counted and not claimed complete", async () => {
-  const c = await cluster("127.0.4.95", { replay: false });
+  const c = await cluster(`${LOOPBACK}.4.95`, { replay: false });
   const a = await startTestEpp(c.direct);
   cleanups.push(() => a.stop({ graceMs: 200 }));
   // A's view must be complete to hand over. Without replay, a stream caught after its seq 0 is not (the
@@ -224,8 +224,8 @@ test("without a replay endpoint the hole cannot be filled: the ranks' blocks are
   const load = traffic(c);
   cleanups.push(() => load.stop());
   await waitFor(() => load.sent() > 100, { message: "traffic under way" });
-  const held = [await heldSubscriptions("127.0.4.96", 5557, "127.0.4.95", 5557), await heldSubscriptions("127.0.4.96", 5567, "127.0.4.95", 5567)];
-  const viaProxy = c.direct.map((w) => ({ ...w, kvEvents: w.kvEvents.replace("127.0.4.95", "127.0.4.96") }));
+  const held = [await heldSubscriptions(`${LOOPBACK}.4.96`, 5557, `${LOOPBACK}.4.95`, 5557), await heldSubscriptions(`${LOOPBACK}.4.96`, 5567, `${LOOPBACK}.4.95`, 5567)];
+  const viaProxy = c.direct.map((w) => ({ ...w, kvEvents: w.kvEvents.replace(`${LOOPBACK}.4.95`, `${LOOPBACK}.4.96`) }));
   const b = await startTestEpp(viaProxy, { peers: [selectionUrl(a)], flags: ["--subscribe-wait-ms", "50"] });
   cleanups.push(() => b.stop({ graceMs: 200 }));
   expect((await b.ready).kind).toBe("recovered");
@@ -254,13 +254,13 @@ test("without a replay endpoint the hole cannot be filled: the ranks' blocks are
 });
 
 test("a worker restarting mid-recovery resets its ranks on both sides; its new stream makes both exact again", async () => {
-  const c = await cluster("127.0.4.97");
+  const c = await cluster(`${LOOPBACK}.4.97`);
   const a = await startTestEpp(c.direct);
   cleanups.push(() => a.stop({ graceMs: 200 }));
   const load = traffic(c);
   cleanups.push(() => load.stop());
   await waitFor(() => load.sent() > 100, { message: "traffic under way" });
-  const peer = heldPeer(() => selectionUrl(a), 600, "127.0.4.98");
+  const peer = heldPeer(() => selectionUrl(a), 600, `${LOOPBACK}.4.98`);
   const b = await startTestEpp(c.direct, { peers: [peer.url], waitReady: false });
   cleanups.push(() => b.stop({ graceMs: 200 }));
   await waitFor(() => peer.fetched() > 0, { message: "A's dump taken" });
@@ -282,7 +282,7 @@ test("a worker restarting mid-recovery resets its ranks on both sides; its new s
 });
 
 test("three rounds of rolling replacement under load: each new replica recovers from the last, all exact", async () => {
-  const c = await cluster("127.0.4.99");
+  const c = await cluster(`${LOOPBACK}.4.99`);
   let serving = await startTestEpp(c.direct);
   let stopServing = () => serving.stop({ graceMs: 200 });
   cleanups.push(() => stopServing());
@@ -305,7 +305,7 @@ test("three rounds of rolling replacement under load: each new replica recovers 
 });
 
 test("ranks the peer has and this replica does not list are neither taken over nor claimed in its own dump", async () => {
-  const c = await cluster("127.0.4.101");
+  const c = await cluster(`${LOOPBACK}.4.101`);
   const a = await startTestEpp(c.direct);
   cleanups.push(() => a.stop({ graceMs: 200 }));
   const load = traffic(c);

@@ -1,6 +1,6 @@
 // grpc.health.v1 states, gated on recovery: NOT_SERVING (and /dump 503) while a dump is in flight.
 import { afterAll, expect, test } from "bun:test";
-import { waitFor } from "@kv-epp/testkit";
+import { waitFor, LOOPBACK } from "@kv-epp/testkit";
 import { EXT_PROC_SERVICE } from "../src/extproc/protos.ts";
 import { HOST, body, checkHealth, extProcClient, headers, healthClient, setHeader, startTestEpp } from "./helpers.ts";
 
@@ -69,7 +69,7 @@ test("an unknown service is NOT_FOUND; no peers configured means recovery_disabl
 });
 
 test("during --shutdown-delay-ms the replica reports NOT_SERVING but still routes new requests", async () => {
-  const epp = await startTestEpp([{ id: "w", address: "127.0.4.19:8000", kvEvents: "tcp://127.0.4.19:1" }], { flags: ["--shutdown-delay-ms", "3000"] });
+  const epp = await startTestEpp([{ id: "w", address: `${LOOPBACK}.4.19:8000`, kvEvents: `tcp://${LOOPBACK}.4.19:1` }], { flags: ["--shutdown-delay-ms", "3000"] });
   const h = healthClient(epp.ports.grpcHealth);
   const c = extProcClient(epp.ports.grpc);
   cleanups.push(() => c.close(), () => h.close());
@@ -80,22 +80,22 @@ test("during --shutdown-delay-ms the replica reports NOT_SERVING but still route
   const s = c.open();
   s.send(headers());
   s.send(body({ prompt: [1, 2, 3] }));
-  expect(setHeader((await s.next()).request_headers?.response, "x-gateway-destination-endpoint")).toBe("127.0.4.19:8000");
+  expect(setHeader((await s.next()).request_headers?.response, "x-gateway-destination-endpoint")).toBe(`${LOOPBACK}.4.19:8000`);
   s.end();
   await stopping;
 });
 
 test("a stop while the replica is still getting ready keeps it NOT_SERVING (recovery ending meanwhile)", async () => {
   // The listener never connects: readiness waits --subscribe-wait-ms, then recovery (no peers) ends at once.
-  const epp = await startTestEpp([{ id: "w", address: "127.0.4.19:8000", kvEvents: "tcp://127.0.4.19:1" }], {
-    flags: ["--subscribe-wait-ms", "1000", "--shutdown-delay-ms", "2500"],
+  const epp = await startTestEpp([{ id: "w", address: `${LOOPBACK}.4.19:8000`, kvEvents: `tcp://${LOOPBACK}.4.19:1` }], {
+    flags: ["--subscribe-wait-ms", "1000", "--shutdown-delay-ms", "5000"],
     waitReady: false,
   });
-  epp.ready.catch(() => {});
+  const settled = epp.ready.then(() => {}, () => {});
   const h = healthClient(epp.ports.grpcHealth);
   cleanups.push(() => h.close());
   const stopping = epp.stop({ graceMs: 200 });
-  await Bun.sleep(1800); // past the subscribe wait, inside the shutdown delay
+  await settled; // past the subscribe wait and recovery, inside the shutdown delay
   expect(await checkHealth(h, "readiness")).toBe("NOT_SERVING");
   expect(await checkHealth(h, EXT_PROC_SERVICE)).toBe("NOT_SERVING");
   await stopping;

@@ -15,11 +15,12 @@ import type { ProcessingRequest } from "../src/extproc/messages.ts";
 import { loadProtos } from "../src/extproc/protos.ts";
 import { extProcChannel } from "../src/extproc/client.ts";
 import { startEpp, type EppHandle } from "../src/main.ts";
+import { LOOPBACK } from "@kv-epp/testkit";
 
 // Real processes and sockets on a shared 2-core machine: generous per-test budget (waits are polled).
 setDefaultTimeout(30_000);
 
-export const HOST = "127.0.4.1";
+export const HOST = `${LOOPBACK}.4.1`;
 export const BLOCK = 16;
 export const MODEL = "test-model";
 

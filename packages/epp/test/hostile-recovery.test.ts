@@ -3,7 +3,7 @@
 // /proc/<pid>/status by this test, stays under a bound set by the recovery budget, not by the peer.
 // Also a worker rank announcing more blocks than its vLLM /metrics says it can hold.
 import { afterEach, expect, test } from "bun:test";
-import { hostileDumpPeer, processMemory, spawnBun, waitFor, type HostileDump, type ProcessHandle } from "@kv-epp/testkit";
+import { hostileDumpPeer, processMemory, spawnBun, waitFor, type HostileDump, type ProcessHandle, LOOPBACK } from "@kv-epp/testkit";
 import { FakeWorkerEvents, postJson, scrapeMetric, tokens, writeStaticConfig, type TestWorker } from "./helpers.ts";
 
 const MAIN = `${import.meta.dir}/../src/main.ts`;
@@ -48,8 +48,8 @@ async function expectReadyAndServing(ip: string, p: ProcessHandle, reason: strin
 }
 
 test("an endless valid dump: the attempt fails at the budget, the peer is set aside, ready empty; memory bounded by the budget", async () => {
-  const ip = "127.0.6.10";
-  const bad = peer({ kind: "endless-events", model: "test-model:default", blockSize: 16 }, "127.0.6.11");
+  const ip = `${LOOPBACK}.6.10`;
+  const bad = peer({ kind: "endless-events", model: "test-model:default", blockSize: 16 }, `${LOOPBACK}.6.11`);
   const p = epp(ip, [bad.url], ["--recovery-budget-mib", "128"]);
   await expectReadyAndServing(ip, p, "peers_failing");
   expect(p.output()).toContain("recovery budget of 134217728 bytes");
@@ -61,8 +61,8 @@ test("an endless valid dump: the attempt fails at the budget, the peer is set as
 }, 90_000);
 
 test("an endless stream of model keys: nothing staged, the body limit ends the attempt, ready empty; memory flat", async () => {
-  const ip = "127.0.6.20";
-  const bad = peer({ kind: "endless-models", blockSize: 16 }, "127.0.6.21");
+  const ip = `${LOOPBACK}.6.20`;
+  const bad = peer({ kind: "endless-models", blockSize: 16 }, `${LOOPBACK}.6.21`);
   // Budget 16 MiB: the body limit is then 64 MiB, reached in seconds.
   const p = epp(ip, [bad.url], ["--recovery-budget-mib", "16"]);
   await expectReadyAndServing(ip, p, "peers_failing");
@@ -73,8 +73,8 @@ test("an endless stream of model keys: nothing staged, the body limit ends the a
 }, 90_000);
 
 test("a trickling peer fails on the rate floor, three times, and is set aside: ready empty", async () => {
-  const ip = "127.0.6.30";
-  const bad = peer({ kind: "trickle", intervalMs: 200 }, "127.0.6.31");
+  const ip = `${LOOPBACK}.6.30`;
+  const bad = peer({ kind: "trickle", intervalMs: 200 }, `${LOOPBACK}.6.31`);
   const p = epp(ip, [bad.url], ["--recovery-min-rate-bytes", "1000", "--recovery-rate-window-ms", "1000"]);
   await expectReadyAndServing(ip, p, "peers_failing");
   expect(await scrapeMetric(`http://${ip}:9090`, "dynamo_epp_kv_recovery_trickle_failures_total")).toBe(3);
@@ -82,8 +82,8 @@ test("a trickling peer fails on the rate floor, three times, and is set aside: r
 }, 90_000);
 
 test("a peer answering HEAD /dump 200 and then broken dumps is set aside with its reason, logged: ready empty", async () => {
-  const ip = "127.0.6.40";
-  const bad = peer({ kind: "broken" }, "127.0.6.41");
+  const ip = `${LOOPBACK}.6.40`;
+  const bad = peer({ kind: "broken" }, `${LOOPBACK}.6.41`);
   const p = epp(ip, [bad.url], []);
   await expectReadyAndServing(ip, p, "peers_failing");
   expect(bad.requests()).toBe(3);
@@ -94,17 +94,17 @@ test("a peer answering HEAD /dump 200 and then broken dumps is set aside with it
 }, 90_000);
 
 test("a broken peer beside a serving EPP does not keep recovery from the serving one", async () => {
-  const good = epp("127.0.6.50", [], []);
+  const good = epp(`${LOOPBACK}.6.50`, [], []);
   await good.waitForLog(/ready with an EMPTY KV index/, { timeoutMs: 30_000 });
-  const bad = peer({ kind: "broken" }, "127.0.6.51");
-  const p = epp("127.0.6.52", [bad.url, "http://127.0.6.50:9093"], []);
+  const bad = peer({ kind: "broken" }, `${LOOPBACK}.6.51`);
+  const p = epp(`${LOOPBACK}.6.52`, [bad.url, `http://${LOOPBACK}.6.50:9093`], []);
   const line = await p.waitForLog(/"msg":"recovered KV index from peer"/, { timeoutMs: 60_000 });
-  expect(JSON.parse(line)).toMatchObject({ peer: "http://127.0.6.50:9093" });
+  expect(JSON.parse(line)).toMatchObject({ peer: `http://${LOOPBACK}.6.50:9093` });
 }, 90_000);
 
 test("the readiness deadline: a peer that never finishes, an operator who chose to start empty after 2 s", async () => {
-  const ip = "127.0.6.60";
-  const bad = peer({ kind: "trickle", intervalMs: 100 }, "127.0.6.61");
+  const ip = `${LOOPBACK}.6.60`;
+  const bad = peer({ kind: "trickle", intervalMs: 100 }, `${LOOPBACK}.6.61`);
   const p = epp(ip, [bad.url], ["--recovery-deadline-ms", "2000", "--recovery-min-rate-bytes", "0", "--recovery-timeout-ms", "60000"]);
   await expectReadyAndServing(ip, p, "deadline");
   expect(p.output()).toContain("the recovery deadline of 2000 ms passed: starting with an EMPTY KV index");
@@ -115,8 +115,8 @@ for (const [name, d] of [
   ["an endless stream of model keys", { kind: "endless-models", blockSize: 16 }],
 ] as [string, HostileDump][]) {
   test(`SIGTERM while staging ${name}: the process exits 0`, async () => {
-    const ip = d.kind === "endless-events" ? "127.0.6.70" : "127.0.6.72";
-    const bad = peer(d, d.kind === "endless-events" ? "127.0.6.71" : "127.0.6.73");
+    const ip = d.kind === "endless-events" ? `${LOOPBACK}.6.70` : `${LOOPBACK}.6.72`;
+    const bad = peer(d, d.kind === "endless-events" ? `${LOOPBACK}.6.71` : `${LOOPBACK}.6.73`);
     const p = epp(ip, [bad.url], ["--recovery-budget-mib", "4096"]);
     await p.waitForLog(/fetching dump from peer/, { timeoutMs: 30_000 });
     // Well into the body: 32 MiB read and staged (or skipped).
@@ -128,16 +128,16 @@ for (const [name, d] of [
 }
 
 test("a worker rank announcing more blocks than its vLLM's num_gpu_blocks is reset and counted; one within keeps its blocks", async () => {
-  const ip = "127.0.6.80";
-  const mockIp = "127.0.6.81";
+  const ip = `${LOOPBACK}.6.80`;
+  const mockIp = `${LOOPBACK}.6.81`;
   // A real mock worker for /metrics (vllm:cache_config_info num_gpu_blocks=64); the KV events come from
   // publishers in this test, one of which announces more than the worker can hold.
   const mock = spawnBun([MOCK_WORKER, "--listen", mockIp, "--port", "8000", "--kv-events", `tcp://${mockIp}:15557`, "--block-size", "16", "--capacity-blocks", "64", "--speed", "0", "--model", "test-model"], { MOCK_WORKER_LOG_LEVEL: "warn" }, { name: "mock" });
   cleanups.push(() => mock.kill("SIGKILL", 0));
   await waitFor(() => fetch(`http://${mockIp}:8000/metrics`).then((r) => r.ok, () => false), { timeoutMs: 20_000, message: "mock /metrics" });
   expect(await (await fetch(`http://${mockIp}:8000/metrics`)).text()).toContain('num_gpu_blocks="64"');
-  const over = await FakeWorkerEvents.start("127.0.6.82");
-  const within = await FakeWorkerEvents.start("127.0.6.83");
+  const over = await FakeWorkerEvents.start(`${LOOPBACK}.6.82`);
+  const within = await FakeWorkerEvents.start(`${LOOPBACK}.6.83`);
   cleanups.push(() => over.close(), () => within.close());
   const metrics = `http://${mockIp}:8000/metrics`;
   const p = epp(ip, [], ["--scrape-interval-ms", "200", "--max-blocks-per-rank", "100000"], [

@@ -3,13 +3,13 @@
 // still be up, answer a good request, have counted what it refused, and hold no more memory (RSS of
 // the child, from /proc) than a bound far below what the unbounded cases reached.
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
-import { killAll, spawnBun, waitFor, type ProcessHandle } from "@kv-epp/testkit";
+import { killAll, spawnBun, waitFor, type ProcessHandle, LOOPBACK } from "@kv-epp/testkit";
 import { FakeWorkerEvents, body, checkHealth, extProcClient, headers, healthClient, postJson, scrapeMetric, setHeader, tokens, writeStaticConfig } from "./helpers.ts";
 import { ATTACKS, rssMiB, type Target } from "./hostile-peers.ts";
 
-const IP = "127.0.4.70";
-const A = "127.0.4.71:8000";
-const B = "127.0.4.72:8000";
+const IP = `${LOOPBACK}.4.70`;
+const A = `${LOOPBACK}.4.71:8000`;
+const B = `${LOOPBACK}.4.72:8000`;
 /** Far below the 854 MB one SUBSCRIBE flood added, far above what serving these requests takes. */
 const RSS_GROWTH_MIB = 300;
 const ATTACK_MS = 1500;
@@ -18,7 +18,7 @@ let epp: ProcessHandle;
 let ev: FakeWorkerEvents;
 let client: ReturnType<typeof extProcClient>;
 let startRss: number;
-const target: Target = { host: IP, grpc: 9002, grpcHealth: 9003, metrics: 9090, selection: 9093, replicaAgg: 9092, kvEvents: "tcp://127.0.4.72:15557" };
+const target: Target = { host: IP, grpc: 9002, grpcHealth: 9003, metrics: 9090, selection: 9093, replicaAgg: 9092, kvEvents: `tcp://${LOOPBACK}.4.72:15557` };
 const held = tokens(64, 5); // 4 blocks on worker A
 const metric = (series: string) => scrapeMetric(`http://${IP}:${target.metrics}`, series).then((v) => v ?? 0);
 
@@ -32,7 +32,7 @@ async function routed(prompt: number[]): Promise<string | undefined> {
 }
 
 beforeAll(async () => {
-  ev = await FakeWorkerEvents.start("127.0.4.71", 15557);
+  ev = await FakeWorkerEvents.start(`${LOOPBACK}.4.71`, 15557);
   const config = writeStaticConfig([
     { id: "worker-a", address: A, kvEvents: ev.endpoint },
     // Its KV endpoint is where the malformed-KV attack publishes.

@@ -6,7 +6,7 @@
 import { afterAll, expect, test } from "bun:test";
 import { chainBlockIds, startMockWorker, type MockWorker, type RequestIdentity } from "@kv-epp/mock-worker";
 import { encodeBatch, encodeSeq, PubSocket } from "@kv-epp/kv-events";
-import { seededRandom, waitFor } from "@kv-epp/testkit";
+import { seededRandom, waitFor, LOOPBACK } from "@kv-epp/testkit";
 import { BLOCK, postJson, startTestEpp, tokens } from "./helpers.ts";
 
 const cleanups: (() => unknown)[] = [];
@@ -14,7 +14,7 @@ afterAll(async () => {
   for (const c of cleanups.reverse()) await c();
 });
 
-const IPS = ["127.0.4.41", "127.0.4.42"];
+const IPS = [`${LOOPBACK}.4.41`, `${LOOPBACK}.4.42`];
 const ADAPTERS = ["sql-lora", "chat-lora"];
 
 type Req = { prompt: number[]; model?: string; salt?: string };
@@ -37,7 +37,7 @@ test("the EPP's overlap equals every rank's true hit, with adapters, salts, dupl
     { flags: ["--lora-adapters", "sql-lora"] },
   );
   cleanups.push(() => epp.stop({ graceMs: 200 }));
-  const selection = `http://127.0.4.1:${epp.ports.selection}`;
+  const selection = `http://${LOOPBACK}.4.1:${epp.ports.selection}`;
   const send = (w: MockWorker, rank: number, r: Req) =>
     fetch(`${w.url}/v1/completions`, {
       method: "POST",
@@ -107,7 +107,7 @@ test("the EPP's overlap equals every rank's true hit, with adapters, salts, dupl
   cleanups.push(() => b.stop({ graceMs: 200 }));
   expect((await b.ready).kind).toBe("recovered");
   expect(b.indexers.models.adapters().has("chat-lora")).toBe(true);
-  const scoreB = async (r: Req) => (await postJson(`http://127.0.4.1:${b.ports.selection}/score`, { token_ids: r.prompt, model: r.model, cache_salt: r.salt })).body.scores as Record<string, Record<string, number>>;
+  const scoreB = async (r: Req) => (await postJson(`http://${LOOPBACK}.4.1:${b.ports.selection}/score`, { token_ids: r.prompt, model: r.model, cache_salt: r.salt })).body.scores as Record<string, Record<string, number>>;
   for (let step = 0; step < 60; step++) {
     if (step >= 30) {
       const w = pick(workers);
@@ -124,13 +124,13 @@ test("the EPP's overlap equals every rank's true hit, with adapters, salts, dupl
 });
 
 test("the second node of a multi-node DP group: ranks from its start rank, KV ports offset by the global rank", async () => {
-  const ip = "127.0.4.43";
+  const ip = `${LOOPBACK}.4.43`;
   const w = await startMockWorker({ listen: ip, port: 0, kvEvents: `tcp://${ip}:5557`, speed: 0, blockSize: BLOCK, dpSize: 2, dataParallelStartRank: 2, logLevel: "silent" });
   cleanups.push(() => w.close());
   expect(w.ranks.map((r) => r.kvEvents)).toEqual([`tcp://${ip}:5559`, `tcp://${ip}:5560`]);
   const epp = await startTestEpp([{ id: "node-b", address: `${ip}:8000`, kvEvents: `tcp://${ip}:5557`, dpSize: 2, dpStartRank: 2 }]);
   cleanups.push(() => epp.stop({ graceMs: 200 }));
-  const selection = `http://127.0.4.1:${epp.ports.selection}`;
+  const selection = `http://${LOOPBACK}.4.1:${epp.ports.selection}`;
   for (const rank of [2, 3])
     await waitFor(async () => {
       const p = tokens(BLOCK * 2, 7000 + Math.floor(Math.random() * 1e6));
@@ -138,12 +138,12 @@ test("the second node of a multi-node DP group: ranks from its start rank, KV po
       await Bun.sleep(20);
       return (await postJson(`${selection}/score`, { token_ids: p })).body.scores["node-b"]?.[String(rank)] === 2;
     }, { message: `rank ${rank}'s blocks under rank ${rank}` });
-  const metrics = await (await fetch(`http://127.0.4.1:${epp.ports.metrics}/metrics`)).text();
+  const metrics = await (await fetch(`http://${LOOPBACK}.4.1:${epp.ports.metrics}/metrics`)).text();
   expect(metrics).toMatch(/^dynamo_epp_kv_rank_mismatch_total 0$/m);
 });
 
 test("a hybrid model (full attention + sliding window groups): the index follows full attention only, equal to the true hit through evictions", async () => {
-  const ip = "127.0.4.44";
+  const ip = `${LOOPBACK}.4.44`;
   const w = await startMockWorker({
     listen: ip, port: 0, kvEvents: `tcp://${ip}:5557`, speed: 0, blockSize: BLOCK, capacityBlocks: 12, logLevel: "silent",
     kvGroups: `full_attention:${BLOCK},sliding_window:${BLOCK}:${BLOCK * 2}` as never,
@@ -151,7 +151,7 @@ test("a hybrid model (full attention + sliding window groups): the index follows
   cleanups.push(() => w.close());
   const epp = await startTestEpp([{ id: "hybrid", address: `${ip}:8000`, kvEvents: `tcp://${ip}:5557` }]);
   cleanups.push(() => epp.stop({ graceMs: 200 }));
-  const selection = `http://127.0.4.1:${epp.ports.selection}`;
+  const selection = `http://${LOOPBACK}.4.1:${epp.ports.selection}`;
   const send = (p: number[]) => fetch(`${w.url}/v1/completions`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ prompt: p, max_tokens: 1 }) });
   const score = async (p: number[]) => (await postJson(`${selection}/score`, { token_ids: p })).body.scores.hybrid?.["0"] ?? 0;
   await waitFor(async () => {
@@ -172,12 +172,12 @@ test("a hybrid model (full attention + sliding window groups): the index follows
       expect({ step, got }).toEqual({ step, got: want });
     }
   }
-  const metrics = await (await fetch(`http://127.0.4.1:${epp.ports.metrics}/metrics`)).text();
+  const metrics = await (await fetch(`http://${LOOPBACK}.4.1:${epp.ports.metrics}/metrics`)).text();
   expect(Number(/^dynamo_epp_kv_events_ignored_total\{reason="non_main_group"\} (\d+)$/m.exec(metrics)?.[1])).toBeGreaterThan(0);
 });
 
 test("groups of different block sizes (a sliding window of 16, full attention of 32): the EPP learns 32 from the main group, and its overlap is the main group's true hit", async () => {
-  const ip = "127.0.4.47";
+  const ip = `${LOOPBACK}.4.47`;
   const MAIN = BLOCK * 2;
   const w = await startMockWorker({
     listen: ip, port: 0, kvEvents: `tcp://${ip}:5557`, speed: 0, blockSize: BLOCK, capacityBlocks: 16, logLevel: "silent",
@@ -187,7 +187,7 @@ test("groups of different block sizes (a sliding window of 16, full attention of
   // Configured with the hash block size: the first indexed (main-group) store says 32, and the index follows it.
   const epp = await startTestEpp([{ id: "sizes", address: `${ip}:8000`, kvEvents: `tcp://${ip}:5557` }], { flags: ["--block-size", String(BLOCK)] });
   cleanups.push(() => epp.stop({ graceMs: 200 }));
-  const selection = `http://127.0.4.1:${epp.ports.selection}`;
+  const selection = `http://${LOOPBACK}.4.1:${epp.ports.selection}`;
   const send = (p: number[]) => fetch(`${w.url}/v1/completions`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ prompt: p, max_tokens: 1 }) });
   const score = async (p: number[]) => (await postJson(`${selection}/score`, { token_ids: p })).body.scores.sizes?.["0"] ?? 0;
   await waitFor(async () => {
@@ -220,10 +220,10 @@ test("groups of different block sizes (a sliding window of 16, full attention of
 });
 
 test("a worker whose PUBs connect to the EPP (kvEventsBind): the EPP binds port + rank and indexes what arrives", async () => {
-  const bindAt = "127.0.4.1";
-  const epp = await startTestEpp([{ id: "dialer", address: "127.0.4.45:8000", kvEvents: `tcp://${bindAt}:25800`, dpSize: 2, kvEventsBind: true }]);
+  const bindAt = `${LOOPBACK}.4.1`;
+  const epp = await startTestEpp([{ id: "dialer", address: `${LOOPBACK}.4.45:8000`, kvEvents: `tcp://${bindAt}:25800`, dpSize: 2, kvEventsBind: true }]);
   cleanups.push(() => epp.stop({ graceMs: 200 }));
-  const selection = `http://127.0.4.1:${epp.ports.selection}`;
+  const selection = `http://${LOOPBACK}.4.1:${epp.ports.selection}`;
   // What vLLM does with endpoint tcp://<epp>:25800 on rank 1: connect its PUB to port 25801.
   const pub = new PubSocket({ reconnectMinMs: 10, reconnectMaxMs: 50 });
   cleanups.push(() => pub.close());
@@ -240,12 +240,12 @@ test("a worker whose PUBs connect to the EPP (kvEventsBind): the EPP binds port 
 });
 
 test("vLLM's second copy: a whole-block prompt sent again stores its last block twice; evicting one copy leaves the hit whole", async () => {
-  const ip = "127.0.4.46";
+  const ip = `${LOOPBACK}.4.46`;
   const w = await startMockWorker({ listen: ip, port: 0, kvEvents: `tcp://${ip}:5557`, speed: 0, blockSize: BLOCK, capacityBlocks: 4, logLevel: "silent" });
   cleanups.push(() => w.close());
   const epp = await startTestEpp([{ id: "copies", address: `${ip}:8000`, kvEvents: `tcp://${ip}:5557` }]);
   cleanups.push(() => epp.stop({ graceMs: 200 }));
-  const selection = `http://127.0.4.1:${epp.ports.selection}`;
+  const selection = `http://${LOOPBACK}.4.1:${epp.ports.selection}`;
   const send = (p: number[]) => fetch(`${w.url}/v1/completions`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ prompt: p, max_tokens: 1 }) });
   const score = async (p: number[]) => (await postJson(`${selection}/score`, { token_ids: p })).body.scores.copies?.["0"] ?? 0;
   await waitFor(async () => {

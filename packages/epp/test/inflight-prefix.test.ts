@@ -1,12 +1,12 @@
 // In-flight prefixes through the real ext_proc server and picker: a request sharing a long prefix with
 // one still in flight goes where that one went, before any worker has published the blocks.
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
-import { waitFor } from "@kv-epp/testkit";
+import { waitFor, LOOPBACK } from "@kv-epp/testkit";
 import type { EppHandle } from "../src/main.ts";
 import { FakeWorkerEvents, HOST, body, extProcClient, headers, scrapeMetric, setHeader, startTestEpp, tokens } from "./helpers.ts";
 
-const A = "127.0.4.11:8000";
-const B = "127.0.4.12:8000";
+const A = `${LOOPBACK}.4.11:8000`;
+const B = `${LOOPBACK}.4.12:8000`;
 
 let evA: FakeWorkerEvents;
 let evB: FakeWorkerEvents;

@@ -1,7 +1,7 @@
 // Kubernetes mode against the fake API server: the InferencePool's selector and target port, and a pod
 // informer keeping the workers (Running + IP + Ready) as pods appear, become ready, and go away.
 import { afterAll, describe, expect, test } from "bun:test";
-import { startFakeKubeApi, waitFor } from "@kv-epp/testkit";
+import { startFakeKubeApi, waitFor, LOOPBACK } from "@kv-epp/testkit";
 import { parseConfig } from "../src/config.ts";
 import { startEpp } from "../src/main.ts";
 import { startMockWorker } from "@kv-epp/mock-worker";
@@ -45,7 +45,7 @@ function inferencePool(name: string) {
 test("pods selected by the InferencePool become workers when ready and leave when they go away", async () => {
   const api = await fakeApi();
   api.upsert(inferencePool("pool"));
-  const ev = [await FakeWorkerEvents.start("127.0.4.51", KV_PORT), await FakeWorkerEvents.start("127.0.4.52", KV_PORT)];
+  const ev = [await FakeWorkerEvents.start(`${LOOPBACK}.4.51`, KV_PORT), await FakeWorkerEvents.start(`${LOOPBACK}.4.52`, KV_PORT)];
   cleanups.push(() => Promise.all(ev.map((e) => e.close())));
 
   const cfg = parseConfig(
@@ -62,12 +62,12 @@ test("pods selected by the InferencePool become workers when ready and leave whe
       .sort();
 
   api.upsert(pod("vllm-0", undefined, "pending") as never);
-  api.upsert(pod("other", "127.0.4.59", "ready", { app: "not-vllm" } as never) as never);
-  api.upsert(pod("vllm-1", "127.0.4.52", "unready") as never);
-  api.upsert(pod("vllm-0", "127.0.4.51", "ready") as never);
-  await waitFor(async () => (await workers()).join() === "vllm-0@127.0.4.51:8000", { message: "only the ready pod is a worker" });
+  api.upsert(pod("other", `${LOOPBACK}.4.59`, "ready", { app: "not-vllm" } as never) as never);
+  api.upsert(pod("vllm-1", `${LOOPBACK}.4.52`, "unready") as never);
+  api.upsert(pod("vllm-0", `${LOOPBACK}.4.51`, "ready") as never);
+  await waitFor(async () => (await workers()).join() === `vllm-0@${LOOPBACK}.4.51:8000`, { message: "only the ready pod is a worker" });
 
-  api.upsert(pod("vllm-1", "127.0.4.52", "ready") as never);
+  api.upsert(pod("vllm-1", `${LOOPBACK}.4.52`, "ready") as never);
   await waitFor(async () => (await workers()).length === 2, { message: "vllm-1 became ready" });
   await waitFor(() => ev.every((e) => e.pub.subscriberCount === 1), { message: "listeners on tcp://<podIP>:<kv port>" });
 
@@ -75,11 +75,11 @@ test("pods selected by the InferencePool become workers when ready and leave whe
   const score = async () => (await postJson(`http://${HOST}:${epp.ports.selection}/score`, { token_ids: prompt })).body.scores;
   await ev[1]!.storeUntil(prompt, async () => (await score())["vllm-1"]?.["0"] === 4);
   const sel = await postJson(`http://${HOST}:${epp.ports.selection}/select`, { token_ids: prompt });
-  expect(sel.body.endpoint).toBe("127.0.4.52:8000");
+  expect(sel.body.endpoint).toBe(`${LOOPBACK}.4.52:8000`);
 
   // Not ready any more: removed from the workers and from the index, its listener closed.
-  api.upsert(pod("vllm-1", "127.0.4.52", "unready") as never);
-  await waitFor(async () => (await workers()).join() === "vllm-0@127.0.4.51:8000", { message: "vllm-1 left" });
+  api.upsert(pod("vllm-1", `${LOOPBACK}.4.52`, "unready") as never);
+  await waitFor(async () => (await workers()).join() === `vllm-0@${LOOPBACK}.4.51:8000`, { message: "vllm-1 left" });
   expect(await score()).toEqual({});
   await waitFor(() => ev[1]!.pub.subscriberCount === 0, { message: "vllm-1's listener closed" });
 
@@ -108,9 +108,9 @@ test("an InferencePool created after the EPP started is waited for; readiness fo
 test("with --peer-service, a replica recovers from the serving peer its EndpointSlice lists, never itself", async () => {
   const api = await fakeApi();
   api.upsert(inferencePool("pool"));
-  const ev = await FakeWorkerEvents.start("127.0.4.53", KV_PORT);
+  const ev = await FakeWorkerEvents.start(`${LOOPBACK}.4.53`, KV_PORT);
   cleanups.push(() => ev.close());
-  api.upsert(pod("vllm-0", "127.0.4.53", "ready") as never);
+  api.upsert(pod("vllm-0", `${LOOPBACK}.4.53`, "ready") as never);
   const replica = async (ip: string) => {
     const cfg = parseConfig(
       ["--pool-name", "pool", "--model", "test-model", "--listen", ip, "--kv-events-port", String(KV_PORT),
@@ -133,26 +133,26 @@ test("with --peer-service, a replica recovers from the serving peer its Endpoint
     } as never);
 
   // A: the only endpoint in the slice is itself (not ready yet) -> empty bootstrap.
-  slice([endpoint("127.0.4.71", false)]);
-  const a = await replica("127.0.4.71");
+  slice([endpoint(`${LOOPBACK}.4.71`, false)]);
+  const a = await replica(`${LOOPBACK}.4.71`);
   expect((await a.ready).kind).toBe("empty_bootstrap");
   await waitFor(() => ev.pub.subscriberCount === 1);
   const prompt = tokens(48, 12);
-  await ev.storeUntil(prompt, async () => (await postJson("http://127.0.4.71:9093/score", { token_ids: prompt })).body.scores["vllm-0"]?.["0"] === 3);
+  await ev.storeUntil(prompt, async () => (await postJson(`http://${LOOPBACK}.4.71:9093/score`, { token_ids: prompt })).body.scores["vllm-0"]?.["0"] === 3);
 
   // B: A is now ready in the slice; B itself (not ready) is listed too and must be skipped.
-  slice([endpoint("127.0.4.71", true), endpoint("127.0.4.72", false)]);
-  const b = await replica("127.0.4.72");
+  slice([endpoint(`${LOOPBACK}.4.71`, true), endpoint(`${LOOPBACK}.4.72`, false)]);
+  const b = await replica(`${LOOPBACK}.4.72`);
   const outcome = await b.ready;
-  expect(outcome).toMatchObject({ kind: "recovered", peer: "127.0.4.71:9093" });
-  expect((await postJson("http://127.0.4.72:9093/score", { token_ids: prompt })).body.scores["vllm-0"]?.["0"]).toBe(3);
+  expect(outcome).toMatchObject({ kind: "recovered", peer: `${LOOPBACK}.4.71:9093` });
+  expect((await postJson(`http://${LOOPBACK}.4.72:9093/score`, { token_ids: prompt })).body.scores["vllm-0"]?.["0"]).toBe(3);
 });
 
 test("a changed InferencePool selector moves the worker set to the newly selected pods", async () => {
   const api = await fakeApi();
   api.upsert(inferencePool("pool"));
-  api.upsert(pod("vllm-0", "127.0.4.54", "ready") as never);
-  api.upsert(pod("next-0", "127.0.4.55", "ready", { app: "next" } as never) as never);
+  api.upsert(pod("vllm-0", `${LOOPBACK}.4.54`, "ready") as never);
+  api.upsert(pod("next-0", `${LOOPBACK}.4.55`, "ready", { app: "next" } as never) as never);
   const cfg = parseConfig(
     ["--pool-name", "pool", "--listen", HOST, "--kv-events-port", String(KV_PORT), "--grpc-port", "0", "--grpc-health-port", "0", "--metrics-port", "0", "--replica-agg-port", "0", "--subscribe-wait-ms", "1000", "--selection-port", "0", "--scrape-interval-ms", "0"],
     { POD_NAMESPACE: "llm" },
@@ -161,9 +161,9 @@ test("a changed InferencePool selector moves the worker set to the newly selecte
   cleanups.push(() => epp.stop({ graceMs: 200 }));
   await epp.ready;
   const ids = async () => ((await (await fetch(`http://${HOST}:${epp.ports.selection}/workers`)).json()) as { worker_id: string; address: string }[]).map((w) => `${w.worker_id}@${w.address}`);
-  expect(await ids()).toEqual(["vllm-0@127.0.4.54:8000"]);
+  expect(await ids()).toEqual([`vllm-0@${LOOPBACK}.4.54:8000`]);
   api.upsert({ ...(inferencePool("pool") as object), spec: { selector: { matchLabels: { app: "next" } }, targetPorts: [{ number: 8100 }] } } as never);
-  await waitFor(async () => (await ids()).join() === "next-0@127.0.4.55:8100", { message: "workers follow the new selector and port" });
+  await waitFor(async () => (await ids()).join() === `next-0@${LOOPBACK}.4.55:8100`, { message: "workers follow the new selector and port" });
 });
 
 test("the kv-events-endpoint annotation follows vLLM's rule: a pod that connects its PUBs gets a bound port + rank, a wildcard one is dialled at its port", async () => {
@@ -174,12 +174,12 @@ test("the kv-events-endpoint annotation follows vLLM's rule: a pod that connects
     return { ...p, metadata: { ...p.metadata, annotations: { [KV_EVENTS_ENDPOINT_ANNOTATION]: endpoint } } } as never;
   };
   // vllm-c's engine was started with endpoint tcp://<EPP>:25910 (it connects); vllm-w's with tcp://*:25920 (it binds).
-  api.upsert(annotated("vllm-c", "127.0.4.57", `tcp://${HOST}:25910`));
-  api.upsert(annotated("vllm-w", "127.0.4.58", "tcp://*:25920"));
+  api.upsert(annotated("vllm-c", `${LOOPBACK}.4.57`, `tcp://${HOST}:25910`));
+  api.upsert(annotated("vllm-w", `${LOOPBACK}.4.58`, "tcp://*:25920"));
   const common = { port: 8000, dpSize: 2, blockSize: 16, speed: 0, logLevel: "silent" as const };
   const workers = {
-    "vllm-c": await startMockWorker({ ...common, listen: "127.0.4.57", kvEvents: `tcp://${HOST}:25910`, kvEventsConnect: true }),
-    "vllm-w": await startMockWorker({ ...common, listen: "127.0.4.58", kvEvents: "tcp://127.0.4.58:25920" }),
+    "vllm-c": await startMockWorker({ ...common, listen: `${LOOPBACK}.4.57`, kvEvents: `tcp://${HOST}:25910`, kvEventsConnect: true }),
+    "vllm-w": await startMockWorker({ ...common, listen: `${LOOPBACK}.4.58`, kvEvents: `tcp://${LOOPBACK}.4.58:25920` }),
   };
   cleanups.push(() => Promise.all(Object.values(workers).map((w) => w.close())));
   const cfg = parseConfig(

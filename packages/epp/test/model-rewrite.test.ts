@@ -5,8 +5,9 @@ import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import type { ProcessingRequest } from "../src/extproc/messages.ts";
 import type { EppHandle } from "../src/main.ts";
 import { body, extProcClient, headers, scrapeMetric, setHeader, startTestEpp, type Resp } from "./helpers.ts";
+import { LOOPBACK } from "@kv-epp/testkit";
 
-const IP = "127.0.4.165";
+const IP = `${LOOPBACK}.4.165`;
 let epp: EppHandle;
 let client: ReturnType<typeof extProcClient>;
 
@@ -122,7 +123,7 @@ test("each rewrite is counted by what it did; a body mode that forwards the body
   get.send(h);
   expect(setHeader((await get.next()).request_headers?.response, "x-gateway-destination-endpoint")).toBe(`${IP}:8000`);
   get.end();
-  const series = (result: string) => scrapeMetric(`http://127.0.4.1:${epp.ports.metrics}`, `dynamo_epp_model_rewrites_total{result="${result}"}`);
+  const series = (result: string) => scrapeMetric(`http://${LOOPBACK}.4.1:${epp.ports.metrics}`, `dynamo_epp_model_rewrites_total{result="${result}"}`);
   expect(await series("rewritten")).toBe(3);
   expect(await series("same_name")).toBe(1);
   expect(await series("body_not_held")).toBe(1);

@@ -3,15 +3,15 @@
 // matched by pod IP. Kubernetes mode against the fake API server, ext_proc over TLS.
 import { afterAll, beforeAll, expect, test } from "bun:test";
 import { startMockWorker } from "@kv-epp/mock-worker";
-import { startFakeKubeApi, waitFor, type FakeKubeApi } from "@kv-epp/testkit";
+import { startFakeKubeApi, waitFor, type FakeKubeApi, LOOPBACK } from "@kv-epp/testkit";
 import { parseConfig } from "../src/config.ts";
 import type { ProcessingRequest } from "../src/extproc/messages.ts";
 import { startEpp, type EppHandle } from "../src/main.ts";
 import { FakeWorkerEvents, HOST, body, extProcClient, headers, postJson, quietLog, setHeader, tokens, type Resp } from "./helpers.ts";
 
 const KV_PORT = 15570;
-const POD_A = "127.0.4.61";
-const POD_B = "127.0.4.62";
+const POD_A = `${LOOPBACK}.4.61`;
+const POD_B = `${LOOPBACK}.4.62`;
 let api: FakeKubeApi;
 let epp: EppHandle;
 let ranks: FakeWorkerEvents[];
@@ -111,7 +111,7 @@ test("a hint carried by the body message (not the headers) is the one applied", 
 });
 
 test("each target port is scraped as its own endpoint: a queue on one rank's API server steers requests to the other rank's port", async () => {
-  const ip = "127.0.4.63";
+  const ip = `${LOOPBACK}.4.63`;
   const worker = await startMockWorker({
     listen: ip, port: 8000, rankPorts: true, dpSize: 2, kvEvents: `tcp://${ip}:${KV_PORT + 10}`, blockSize: 16, maxNumSeqs: 1, stepBaseMs: 50, logLevel: "silent",
   });

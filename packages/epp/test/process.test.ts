@@ -1,13 +1,13 @@
 // Process level: two mock workers and one EPP (static mode), each "pod" on its own loopback address
 // with the standard ports. The test plays the gateway: ask the EPP over ext_proc, call the endpoint.
 import { afterAll, beforeAll, expect, test } from "bun:test";
-import { killAll, spawnBun, waitFor, type ProcessHandle } from "@kv-epp/testkit";
+import { killAll, spawnBun, waitFor, type ProcessHandle, LOOPBACK } from "@kv-epp/testkit";
 import { body, checkHealth, extProcClient, headers, healthClient, postJson, setHeader, tokens, writeStaticConfig } from "./helpers.ts";
 
-const EPP_IP = "127.0.4.40";
+const EPP_IP = `${LOOPBACK}.4.40`;
 const WORKERS = [
-  { id: "worker-a", ip: "127.0.4.41" },
-  { id: "worker-b", ip: "127.0.4.42" },
+  { id: "worker-a", ip: `${LOOPBACK}.4.41` },
+  { id: "worker-b", ip: `${LOOPBACK}.4.42` },
 ];
 const addr = (ip: string) => `${ip}:8000`;
 // Not 5557: on this shared machine a stray process bound to *:5557 blocks every per-IP bind of it.

@@ -3,7 +3,7 @@
 // observed TTFT, and what happens when the worker's cache is dropped behind the EPP's back.
 import { afterAll, describe, expect, test } from "bun:test";
 import { startMockWorker, type MockWorker } from "@kv-epp/mock-worker";
-import { waitFor } from "@kv-epp/testkit";
+import { waitFor, LOOPBACK } from "@kv-epp/testkit";
 import type { EppHandle } from "../src/main.ts";
 import { BLOCK, extProcClient, HOST, postJson, scrapeMetric, setHeader, startTestEpp, tokens, type Resp } from "./helpers.ts";
 
@@ -100,7 +100,7 @@ async function subscribed(w: MockWorker, epp: EppHandle): Promise<void> {
 
 describe("routing quality, live", () => {
   test("predicted and reported cached tokens agree while the index holds; a cache dropped without an event shows as mispredictions", async () => {
-    const { w, epp } = await workerAndEpp("127.0.4.41");
+    const { w, epp } = await workerAndEpp(`${LOOPBACK}.4.41`);
     const selection = `http://${HOST}:${epp.ports.selection}`;
     const metrics = `http://${HOST}:${epp.ports.metrics}`;
     const overlap = (p: number[]) => overlapIn(epp, p);
@@ -147,7 +147,7 @@ describe("routing quality, live", () => {
     expect(workers[0]!.observed_ttft_ms).toBeGreaterThan(0);
   });
   test("the eviction regret: 0 while the worker's cache holds what it is sent, up once it stores again blocks it evicted", async () => {
-    const { w, epp } = await workerAndEpp("127.0.4.44");
+    const { w, epp } = await workerAndEpp(`${LOOPBACK}.4.44`);
     const metrics = `http://${HOST}:${epp.ports.metrics}`;
     await subscribed(w, epp);
     const send = (prompt: number[]) => fetch(`${w.url}/v1/completions`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ prompt, max_tokens: 1 }) });
@@ -167,7 +167,7 @@ describe("routing quality, live", () => {
     expect(regret).toBeLessThan(0.02);
   });
   test("a batch of prompts is routed by its first; its usage adds up the batch, so it is not compared with the prediction", async () => {
-    const { w, epp } = await workerAndEpp("127.0.4.43");
+    const { w, epp } = await workerAndEpp(`${LOOPBACK}.4.43`);
     const metrics = `http://${HOST}:${epp.ports.metrics}`;
     await subscribed(w, epp);
     const first = tokens(BLOCK * 2 + 3, 21), second = tokens(BLOCK * 2 + 3, 22);
@@ -185,7 +185,7 @@ describe("routing quality, live", () => {
     expect(await scrapeMetric(metrics, `dynamo_epp_observed_ttft_seconds_count{worker="mock",dp_rank="0"}`)).toBe(1);
   });
   test("a response body the gateway buffers (BUFFERED) comes whole at its end: its usage counts, no TTFT is taken from it; --explain explains unasked", async () => {
-    const { w, epp } = await workerAndEpp("127.0.4.42", ["--explain"]);
+    const { w, epp } = await workerAndEpp(`${LOOPBACK}.4.42`, ["--explain"]);
     const metrics = `http://${HOST}:${epp.ports.metrics}`;
     const prompt = tokens(BLOCK * 2 + 3, 11);
     // Warm the worker straight, so the routed request's usage reports cached tokens (prompt_tokens_details present).

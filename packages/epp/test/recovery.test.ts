@@ -1,7 +1,7 @@
 // Recovery wired into the EPP: replica B recovers A's index from A's /dump before it is ready, and
 // live events published while B's dump is in flight are applied on top (subscribe first).
 import { afterAll, expect, test } from "bun:test";
-import { waitFor } from "@kv-epp/testkit";
+import { waitFor, LOOPBACK } from "@kv-epp/testkit";
 import { FakeWorkerEvents, HOST, capturingLog, postJson, startTestEpp, tokens } from "./helpers.ts";
 
 const cleanups: (() => unknown)[] = [];
@@ -24,8 +24,8 @@ test("B recovers A's index, and events published during B's recovery are present
   const ev = [await FakeWorkerEvents.start(), await FakeWorkerEvents.start()];
   cleanups.push(() => Promise.all(ev.map((e) => e.close())));
   const workers = [
-    { id: "worker-a", address: "127.0.4.21:8000", kvEvents: ev[0]!.endpoint },
-    { id: "worker-b", address: "127.0.4.22:8000", kvEvents: ev[1]!.endpoint },
+    { id: "worker-a", address: `${LOOPBACK}.4.21:8000`, kvEvents: ev[0]!.endpoint },
+    { id: "worker-b", address: `${LOOPBACK}.4.22:8000`, kvEvents: ev[1]!.endpoint },
   ];
   const a = await startTestEpp(workers);
   cleanups.push(() => a.stop({ graceMs: 500 }));
@@ -59,14 +59,11 @@ test("B recovers A's index, and events published during B's recovery are present
   const b = await startTestEpp(workers, { peers: [`http://${HOST}:${proxy.port}`], waitReady: false, log: logB.log });
   cleanups.push(() => b.stop({ graceMs: 500 }));
   await waitFor(() => fetched && ev.every((e) => e.pub.subscriberCount === 2), { message: "B subscribed, dump snapshotted" });
-  // Live only, not in the held snapshot. Published for a while (idempotently), so B's subscription,
-  // which may land just after its handshake, has surely caught it while B is still recovering.
+  // Live only, not in the held snapshot, published once B's subscription (which lands just after its
+  // handshake) reached the publisher: B receives it while still recovering.
+  await waitFor(() => ev[0]!.pub.subscribedCount === 2, { message: "B's subscription reached worker-a's publisher" });
   const p3 = tokens(80, 3);
   await ev[0]!.storeUntil(p3, async () => (await scoreOf(a.ports.selection, p3))["worker-a"]?.["0"] === 5);
-  for (let i = 0; i < 10; i++) {
-    ev[0]!.storePrompt(p3);
-    await Bun.sleep(30);
-  }
   expect((await fetch(`http://${HOST}:${b.ports.selection}/dump`)).status).toBe(503);
   release();
 
@@ -89,7 +86,7 @@ test("B recovers A's index, and events published during B's recovery are present
 test("two cold replicas listing each other as static peers never wait on each other", async () => {
   const start = (me: string, peer: string) =>
     startTestEpp([], { host: me, peers: [`http://${peer}:9093`], waitReady: false, flags: ["--selection-port", "9093"] });
-  const [a, b] = await Promise.all([start("127.0.4.61", "127.0.4.62"), start("127.0.4.62", "127.0.4.61")]);
+  const [a, b] = await Promise.all([start(`${LOOPBACK}.4.61`, `${LOOPBACK}.4.62`), start(`${LOOPBACK}.4.62`, `${LOOPBACK}.4.61`)]);
   cleanups.push(() => a.stop({ graceMs: 200 }), () => b.stop({ graceMs: 200 }));
   const outcomes = (await Promise.all([a.ready, b.ready])).map((o) => o.kind).sort();
   // The first to finish bootstraps empty; the other may then see it serving and recover its empty dump.

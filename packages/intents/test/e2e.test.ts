@@ -6,7 +6,7 @@ import { afterEach, describe, expect, test } from "bun:test";
 import { createServer } from "node:net";
 import { parseConfig, startEpp, type EppHandle } from "@kv-epp/epp";
 import { startMockWorker, type MockWorker } from "@kv-epp/mock-worker";
-import { freePort, waitFor } from "@kv-epp/testkit";
+import { freePort, waitFor, LOOPBACK } from "@kv-epp/testkit";
 import pino from "pino";
 import { complete, E2E_MODEL as MODEL, emptyEppConfig } from "./fixtures.ts";
 import { intentWorkers, MemoryDiscoveryStore, mergeWorkerSets, registerReportedIntents, registerWorkerIntents, startIntentHost, type IntentHost, type IntentOwner } from "../src/index.ts";
@@ -23,7 +23,7 @@ afterEach(async () => {
 async function startStaticEpp(): Promise<EppHandle> {
   const file = emptyEppConfig("intents-e2e-");
   const ports = ["--grpc-port", "0", "--grpc-health-port", "0", "--metrics-port", "0", "--replica-agg-port", "0", "--selection-port", "0"];
-  const cfg = parseConfig(["--config", file, "--listen", "127.0.7.3", ...ports, "--scrape-interval-ms", "0", "--log-level", "silent"], {});
+  const cfg = parseConfig(["--config", file, "--listen", `${LOOPBACK}.7.3`, ...ports, "--scrape-interval-ms", "0", "--log-level", "silent"], {});
   const epp = await startEpp(cfg, { log });
   cleanup.push(() => epp.stop({ graceMs: 100 }));
   await epp.ready;
@@ -57,8 +57,8 @@ async function freePortPair(host: string): Promise<number> {
 }
 
 async function startWorker(store: MemoryDiscoveryStore, producer: string): Promise<{ worker: MockWorker; owner: IntentOwner; discovery: ReturnType<MemoryDiscoveryStore["connect"]> }> {
-  const kvPort = await freePortPair("127.0.7.4");
-  const worker = await startMockWorker({ listen: "127.0.7.4", port: 0, kvEvents: `tcp://127.0.7.4:${kvPort}`, dpSize: 2, blockSize: 16, speed: 0, model: MODEL, workerId: "mock-a", logger: log });
+  const kvPort = await freePortPair(`${LOOPBACK}.7.4`);
+  const worker = await startMockWorker({ listen: `${LOOPBACK}.7.4`, port: 0, kvEvents: `tcp://${LOOPBACK}.7.4:${kvPort}`, dpSize: 2, blockSize: 16, speed: 0, model: MODEL, workerId: "mock-a", logger: log });
   cleanup.push(() => worker.close());
   const discovery = store.connect({ producer });
   const owner = await registerWorkerIntents({
@@ -77,7 +77,7 @@ async function startWorker(store: MemoryDiscoveryStore, producer: string): Promi
 }
 
 type WorkerRow = { worker_id: string; dp_rank: number; connected: boolean; blocks: number };
-const workersOf = async (epp: EppHandle): Promise<WorkerRow[]> => (await (await fetch(`http://127.0.7.3:${epp.ports.selection}/workers`)).json()) as WorkerRow[];
+const workersOf = async (epp: EppHandle): Promise<WorkerRow[]> => (await (await fetch(`http://${LOOPBACK}.7.3:${epp.ports.selection}/workers`)).json()) as WorkerRow[];
 
 describe("intents end to end: mock worker → discovery → EPP", () => {
   test("two DP ranks register, the EPP attaches to both and indexes their blocks, the worker exits and the EPP detaches", async () => {
@@ -141,7 +141,7 @@ describe("intents beside pod discovery (kubernetes mode of the merge)", () => {
     expect(epp.workers.specs()).toEqual([]); // no Ready pod for it: not routable, no listener
     const address = new URL(worker.url).host;
     // Its pod is Ready, named otherwise; pod discovery guesses a KV port the worker does not use.
-    pods = [{ id: "vllm-pod-a", address, kvEvents: "tcp://127.0.7.4:1", dpSize: 1, metricsUrl: `http://${address}/metrics` }];
+    pods = [{ id: "vllm-pod-a", address, kvEvents: `tcp://${LOOPBACK}.7.4:1`, dpSize: 1, metricsUrl: `http://${address}/metrics` }];
     reconcile();
     await waitFor(() => epp.workers.connected("vllm-pod-a", 0) && epp.workers.connected("vllm-pod-a", 1), { message: "the pod's worker listens on both intent ranks" });
     expect(epp.workers.specs().map((s) => [s.id, s.dpSize])).toEqual([["vllm-pod-a", 2]]);

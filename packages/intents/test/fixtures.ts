@@ -7,6 +7,7 @@ import pino from "pino";
 import { Writable } from "node:stream";
 import { advertiseHost, indexerDomainOf, MemoryDiscoveryStore, VLLM_KV_EVENTS_PROTOCOL, type IntentDescriptor, type Sleep } from "../src/index.ts";
 import { ControllableDiscovery } from "./double.ts";
+import { LOOPBACK } from "@kv-epp/testkit";
 
 export const WORKER = "worker-a";
 export const HOST = "dynamo-epp";
@@ -17,8 +18,8 @@ export function descriptor(dpRank: number, over: Partial<IntentDescriptor> = {})
     workerId: WORKER,
     dpRank,
     protocol: VLLM_KV_EVENTS_PROTOCOL,
-    endpoint: `tcp://127.0.7.1:${5557 + dpRank}`,
-    replayEndpoint: `tcp://127.0.7.1:${5600 + dpRank}`,
+    endpoint: `tcp://${LOOPBACK}.7.1:${5557 + dpRank}`,
+    replayEndpoint: `tcp://${LOOPBACK}.7.1:${5600 + dpRank}`,
     topic: "kv@worker-a",
     blockSize: 16,
     model: "Qwen/Qwen3-0.6B",

@@ -1,6 +1,6 @@
 // The HTTP-served store: the in-memory semantics across processes, a lease that is an open stream.
 import { afterAll, afterEach, beforeAll, describe, expect, test } from "bun:test";
-import { killAll, spawnBun, waitFor } from "@kv-epp/testkit";
+import { killAll, spawnBun, waitFor, LOOPBACK } from "@kv-epp/testkit";
 import {
   advertiseHost,
   connectHttpDiscovery,
@@ -16,7 +16,7 @@ import { capturingLogger, HOST, WORKER } from "./fixtures.ts";
 
 let server: DiscoveryServer;
 beforeAll(() => {
-  server = serveDiscoveryStore({ hostname: "127.0.7.2" });
+  server = serveDiscoveryStore({ hostname: `${LOOPBACK}.7.2` });
 });
 afterEach(() => killAll("SIGKILL", 1000));
 afterAll(() => server.close());
@@ -24,7 +24,7 @@ afterAll(() => server.close());
 /** A store that grants the lease (its first line, then silence) and answers everything else with `other`. */
 function leaseOnlyStore(other: () => Response) {
   return Bun.serve({
-    hostname: "127.0.7.3",
+    hostname: `${LOOPBACK}.7.3`,
     port: 0,
     idleTimeout: 0,
     fetch: (req) =>
@@ -36,7 +36,7 @@ function leaseOnlyStore(other: () => Response) {
 
 describe("HTTP store lease liveness", () => {
   test("a producer that stops renewing (alive to TCP, not running) loses its lease and records", async () => {
-    const store = serveDiscoveryStore({ hostname: "127.0.7.3", heartbeatMs: 50, leaseTtlMs: 300 });
+    const store = serveDiscoveryStore({ hostname: `${LOOPBACK}.7.3`, heartbeatMs: 50, leaseTtlMs: 300 });
     // A lease opened by hand and never renewed: what a frozen (SIGSTOP) process's lease looks like.
     const abort = new AbortController();
     const res = await fetch(`${store.url}/v1/lease?producer=frozen`, { signal: abort.signal });
@@ -63,7 +63,7 @@ describe("HTTP store lease liveness", () => {
 
   test("a store that goes silent (frozen, or cut off behind a half-open connection) ends the client's lease", async () => {
     const silent = leaseOnlyStore(() => Response.json({ renewed: true }));
-    const d = await connectHttpDiscovery({ url: `http://127.0.7.3:${silent.port}`, producer: "p", renewMs: 50, silenceMs: 300 });
+    const d = await connectHttpDiscovery({ url: `http://${LOOPBACK}.7.3:${silent.port}`, producer: "p", renewMs: 50, silenceMs: 300 });
     expect(d.lease.aborted).toBe(false);
     await waitFor(() => d.lease.aborted, { message: "lease ended", timeoutMs: 3000 });
     expect(String(d.lease.reason)).toContain("silent");
@@ -76,7 +76,7 @@ describe("HTTP discovery watch", () => {
   test("closing a watch before its first snapshot settles its ready (a stop does not hang)", async () => {
     // The watch keeps failing: no snapshot ever comes.
     const store = leaseOnlyStore(() => new Response("unavailable", { status: 503 }));
-    const d = await connectHttpDiscovery({ url: `http://127.0.7.3:${store.port}`, producer: "p", retryMs: 20 });
+    const d = await connectHttpDiscovery({ url: `http://${LOOPBACK}.7.3:${store.port}`, producer: "p", retryMs: 20 });
     const w = d.listAndWatch({ kind: "intent" }, () => {});
     await Bun.sleep(100);
     w.close();
@@ -136,7 +136,7 @@ describe("HTTP-served discovery store", () => {
       namespace: "ns",
       pod: { name: "p", uid: "u" },
     });
-    expect(parseDiscoveryConfig("http://127.0.7.2:7070", {})).toEqual({ kind: "http", url: "http://127.0.7.2:7070" });
+    expect(parseDiscoveryConfig(`http://${LOOPBACK}.7.2:7070`, {})).toEqual({ kind: "http", url: `http://${LOOPBACK}.7.2:7070` });
     expect(() => parseDiscoveryConfig("etcd://x", {})).toThrow('invalid discovery "etcd://x"');
   });
 });

@@ -3,7 +3,7 @@ import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { createServer, request } from "node:http";
 import type { AddressInfo } from "node:net";
 import { KubeConfig } from "@kubernetes/client-node";
-import { startFakeKubeApi, waitFor, type FakeKubeApi } from "@kv-epp/testkit";
+import { startFakeKubeApi, waitFor, type FakeKubeApi, LOOPBACK } from "@kv-epp/testkit";
 import {
   advertiseHost,
   findHost,
@@ -30,7 +30,7 @@ let api: FakeKubeApi;
 let podSeq = 0;
 
 beforeAll(async () => {
-  api = await startFakeKubeApi({ host: "127.0.7.1", namespace: NS, bookmarkIntervalMs: 200 });
+  api = await startFakeKubeApi({ host: `${LOOPBACK}.7.1`, namespace: NS, bookmarkIntervalMs: 200 });
 });
 afterAll(async () => {
   await api.close();
@@ -146,8 +146,8 @@ describe("intents over Kubernetes", () => {
     expect(intentsOf(WORKER).length).toBe(2);
     await waitFor(() => desired.length === 2);
     expect(desired.map((d) => [d.workerId, d.dpRank, d.endpoint, d.producer])).toEqual([
-      [WORKER, 0, "tcp://127.0.7.1:5557", worker.discovery.producer],
-      [WORKER, 1, "tcp://127.0.7.1:5558", worker.discovery.producer],
+      [WORKER, 0, `tcp://${LOOPBACK}.7.1:5557`, worker.discovery.producer],
+      [WORKER, 1, `tcp://${LOOPBACK}.7.1:5558`, worker.discovery.producer],
     ]);
     api.remove("Pod", NS, WORKER);
     await waitFor(() => desired.length === 0);
@@ -186,7 +186,7 @@ describe("intents over Kubernetes", () => {
     const other = podClient("worker-other");
     await registerIntents({ discovery: other.discovery, workerId: "worker-other", controlTarget: "epp-restart", descriptors: [descriptor(0, { workerId: "worker-other" })] });
     const pod = podClient("worker-r");
-    const ranks = (n: number) => Array.from({ length: n }, (_, r) => ({ rank: r, kvEvents: `tcp://127.0.7.1:${6000 + r}` }));
+    const ranks = (n: number) => Array.from({ length: n }, (_, r) => ({ rank: r, kvEvents: `tcp://${LOOPBACK}.7.1:${6000 + r}` }));
     const common = { workerId: "worker-r", controlTarget: "epp-restart", model: "m", blockSize: 16, topic: "" };
     await registerWorkerIntents({ ...common, discovery: pod.discovery, ranks: ranks(3) });
     await pod.discovery.close(); // the container crashes: nothing withdrawn, the pod lives on
@@ -228,7 +228,7 @@ describe("intents over Kubernetes", () => {
 
 describe("the registration's lease on Kubernetes", () => {
   test("close stops retrying withdrawals once the API has been unreachable for a whole lease", async () => {
-    const gone = await startFakeKubeApi({ host: "127.0.7.1", namespace: NS });
+    const gone = await startFakeKubeApi({ host: `${LOOPBACK}.7.1`, namespace: NS });
     gone.upsert({ apiVersion: "v1", kind: "Pod", metadata: { name: "w", namespace: NS, uid: "uid-w" } });
     const epp = kubernetesDiscovery({ kubeConfig: gone.kubeConfig, namespace: NS });
     await advertiseHost({ discovery: epp, hostInstance: HOST });
@@ -243,7 +243,7 @@ describe("the registration's lease on Kubernetes", () => {
   });
 
   test("while the API server is gone, readers keep the last records instead of expiring them by age", async () => {
-    const outage = await startFakeKubeApi({ host: "127.0.7.1", namespace: NS, bookmarkIntervalMs: 200 });
+    const outage = await startFakeKubeApi({ host: `${LOOPBACK}.7.1`, namespace: NS, bookmarkIntervalMs: 200 });
     const writer = kubernetesDiscovery({ kubeConfig: outage.kubeConfig, namespace: NS, leaseDurationSeconds: 1 });
     const reader = kubernetesDiscovery({ kubeConfig: outage.kubeConfig, namespace: NS, resyncMs: 50, retryMs: 100 });
     let seen: string[] = [];
@@ -266,7 +266,7 @@ describe("the registration's lease on Kubernetes", () => {
   });
 
   test("a watch the RBAC rules forbid fails its first snapshot instead of waiting forever", async () => {
-    const strict = await startFakeKubeApi({ host: "127.0.7.1", namespace: NS, authorize: (r) => !(r.plural === "leases" && (r.verb === "list" || r.verb === "watch")) });
+    const strict = await startFakeKubeApi({ host: `${LOOPBACK}.7.1`, namespace: NS, authorize: (r) => !(r.plural === "leases" && (r.verb === "list" || r.verb === "watch")) });
     const d = kubernetesDiscovery({ kubeConfig: strict.kubeConfig, namespace: NS });
     const watcher = new IntentWatcher({ discovery: d, hostInstance: HOST, onChange: () => {} });
     await expect(watcher.start()).rejects.toThrow();
@@ -276,7 +276,7 @@ describe("the registration's lease on Kubernetes", () => {
   });
 
   test("a first list that fails for a while is retried: the first snapshot is the real one, not an empty guess", async () => {
-    const behind = await startFakeKubeApi({ host: "127.0.7.1", namespace: NS });
+    const behind = await startFakeKubeApi({ host: `${LOOPBACK}.7.1`, namespace: NS });
     behind.upsert({
       apiVersion: "coordination.k8s.io/v1",
       kind: "Lease",
@@ -302,11 +302,11 @@ describe("the registration's lease on Kubernetes", () => {
       });
       req.pipe(up);
     });
-    await new Promise<void>((resolve) => proxy.listen(0, "127.0.7.1", resolve));
+    await new Promise<void>((resolve) => proxy.listen(0, `${LOOPBACK}.7.1`, resolve));
     const proxyPort = (proxy.address() as AddressInfo).port;
     const kubeConfig = new KubeConfig();
     kubeConfig.loadFromOptions({
-      clusters: [{ name: "p", server: `http://127.0.7.1:${proxyPort}`, skipTLSVerify: true }],
+      clusters: [{ name: "p", server: `http://${LOOPBACK}.7.1:${proxyPort}`, skipTLSVerify: true }],
       users: [{ name: "p", token: "t" }],
       contexts: [{ name: "p", cluster: "p", user: "p", namespace: NS }],
       currentContext: "p",
@@ -396,7 +396,7 @@ describe("deleted records come back while their producer lives", () => {
   test("joining a shared record that vanishes mid-join creates it instead of failing", async () => {
     let vanish = false;
     const racy = await startFakeKubeApi({
-      host: "127.0.7.1",
+      host: `${LOOPBACK}.7.1`,
       namespace: NS,
       authorize: (r) => {
         // The join's read of the existing record: the record is deleted just before it is served.
@@ -425,7 +425,7 @@ describe("startIntentHost keeps trying in the background", () => {
   test("advertising and watching fail at start: it resolves (retrying), then advertises, watches and attaches once allowed", async () => {
     let forbid: "create" | "list" | "none" = "create";
     const strict = await startFakeKubeApi({
-      host: "127.0.7.1",
+      host: `${LOOPBACK}.7.1`,
       namespace: NS,
       authorize: (r) =>
         !(r.plural === "leases" && ((forbid === "create" && r.verb === "create") || (forbid === "list" && (r.verb === "list" || r.verb === "watch")))),
@@ -463,7 +463,7 @@ describe("startIntentHost keeps trying in the background", () => {
   });
 
   test("with retry off, a failed start still rejects and leaves nothing behind", async () => {
-    const strict = await startFakeKubeApi({ host: "127.0.7.1", namespace: NS, authorize: (r) => !(r.plural === "leases" && r.verb === "watch") && !(r.plural === "leases" && r.verb === "list") });
+    const strict = await startFakeKubeApi({ host: `${LOOPBACK}.7.1`, namespace: NS, authorize: (r) => !(r.plural === "leases" && r.verb === "watch") && !(r.plural === "leases" && r.verb === "list") });
     const epp = kubernetesDiscovery({ kubeConfig: strict.kubeConfig, namespace: NS, producer: "epp-once" });
     await expect(startIntentHost({ discovery: epp, hostInstance: HOST, onChange: () => {}, retry: false })).rejects.toThrow();
     expect(strict.get("Lease", NS, "kvh-dynamo-epp")).toBeUndefined();
@@ -474,7 +474,7 @@ describe("startIntentHost keeps trying in the background", () => {
   test("stop while retrying ends the attempts", async () => {
     let attempts = 0;
     const strict = await startFakeKubeApi({
-      host: "127.0.7.1",
+      host: `${LOOPBACK}.7.1`,
       namespace: NS,
       authorize: (r) => !(r.plural === "leases" && r.verb === "create" && ++attempts > 0),
     });

@@ -3,6 +3,7 @@ import { describe, expect, test } from "bun:test";
 import { hostOf, intentWorkers, mergeWorkerSets, type AttachmentIntent } from "../src/index.ts";
 import type { WorkerSpec } from "@kv-epp/protocol";
 import { descriptor, HOST } from "./fixtures.ts";
+import { LOOPBACK } from "@kv-epp/testkit";
 
 /** A worker as the EPP's pod discovery lists it (Ready pods only): port convention, dpSize 1. */
 const pod = (id: string, ip: string) => ({ id, address: `${ip}:8000`, kvEvents: `tcp://${ip}:5557`, dpSize: 1, metricsUrl: `http://${ip}:8000/metrics` });
@@ -93,23 +94,23 @@ describe("kubernetes mode: pod discovery decides membership", () => {
 
 describe("static mode (the default): the list and the intents together", () => {
   test("an intent under another id with a listed worker's address merges into it; two intent ids on one address are one worker", () => {
-    const listed = { ...pod("static-a", "127.0.7.20"), address: "127.0.7.20:8000" };
+    const listed = { ...pod("static-a", `${LOOPBACK}.7.20`), address: `${LOOPBACK}.7.20:8000` };
     const intents = intentWorkers([
-      intent("127.0.7.20:8000", 0, "127.0.7.20", { address: "127.0.7.20:8000" }),
-      intent("w-new", 0, "127.0.7.21", { address: "127.0.7.21:8000" }),
-      intent("w-new-again", 1, "127.0.7.21", { address: "127.0.7.21:8000", metricsUrl: "http://127.0.7.21:9100/metrics" }),
+      intent(`${LOOPBACK}.7.20:8000`, 0, `${LOOPBACK}.7.20`, { address: `${LOOPBACK}.7.20:8000` }),
+      intent("w-new", 0, `${LOOPBACK}.7.21`, { address: `${LOOPBACK}.7.21:8000` }),
+      intent("w-new-again", 1, `${LOOPBACK}.7.21`, { address: `${LOOPBACK}.7.21:8000`, metricsUrl: `http://${LOOPBACK}.7.21:9100/metrics` }),
       // Same IP, another port: another worker on the same machine, not an alias.
-      intent("w-other-port", 0, "127.0.7.20", { address: "127.0.7.20:8001", endpoint: "tcp://127.0.7.20:7100" }),
+      intent("w-other-port", 0, `${LOOPBACK}.7.20`, { address: `${LOOPBACK}.7.20:8001`, endpoint: `tcp://${LOOPBACK}.7.20:7100` }),
     ]);
     const { workers, unroutable, aliases } = mergeWorkerSets([listed], intents);
     expect(workers.map((w) => [w.id, w.address, w.metricsUrl, "ranks" in w ? w.ranks.map((r) => r.kvEvents) : []])).toEqual([
-      ["static-a", "127.0.7.20:8000", "http://127.0.7.20:8000/metrics", ["tcp://127.0.7.20:7000"]],
-      ["w-new", "127.0.7.21:8000", "http://127.0.7.21:9100/metrics", ["tcp://127.0.7.21:7000", "tcp://127.0.7.21:7001"]],
-      ["w-other-port", "127.0.7.20:8001", "http://127.0.7.20:8001/metrics", ["tcp://127.0.7.20:7100"]],
+      ["static-a", `${LOOPBACK}.7.20:8000`, `http://${LOOPBACK}.7.20:8000/metrics`, [`tcp://${LOOPBACK}.7.20:7000`]],
+      ["w-new", `${LOOPBACK}.7.21:8000`, `http://${LOOPBACK}.7.21:9100/metrics`, [`tcp://${LOOPBACK}.7.21:7000`, `tcp://${LOOPBACK}.7.21:7001`]],
+      ["w-other-port", `${LOOPBACK}.7.20:8001`, `http://${LOOPBACK}.7.20:8001/metrics`, [`tcp://${LOOPBACK}.7.20:7100`]],
     ]);
     expect(unroutable).toEqual([]);
     expect(aliases).toEqual([
-      { intentWorker: "127.0.7.20:8000", worker: "static-a" },
+      { intentWorker: `${LOOPBACK}.7.20:8000`, worker: "static-a" },
       { intentWorker: "w-new-again", worker: "w-new" },
     ]);
   });

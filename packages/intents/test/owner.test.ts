@@ -8,6 +8,7 @@ import {
   type RegisterIntentsOptions,
 } from "../src/index.ts";
 import { descriptor, HOST, recordingSleep, withHost, WORKER } from "./fixtures.ts";
+import { LOOPBACK } from "@kv-epp/testkit";
 
 const ranks3 = [descriptor(0), descriptor(1), descriptor(2)];
 /** Ids are drawn 100, 101, ... in rank order (see opts). */
@@ -69,14 +70,14 @@ describe("registration is a transaction in rank order", () => {
 
   test("the materialized intent preserves producer instance, worker, rank, endpoint, topic and multimodal token ids", async () => {
     const h = await withHost();
-    const d = descriptor(1, { topic: "raw-topic", multimodalTokenIds: [7, 151655], endpoint: "tcp://127.0.7.9:6001" });
+    const d = descriptor(1, { topic: "raw-topic", multimodalTokenIds: [7, 151655], endpoint: `tcp://${LOOPBACK}.7.9:6001` });
     await registerIntents(opts(h, { descriptors: [d], now: () => 1234 }));
     const [got] = desiredAttachments(await h.hostSide.list({ kind: "intent" }), HOST);
     expect(got).toBeDefined();
     expect(got!.producer).toBe("worker-a-proc");
     expect(got!.workerId).toBe(WORKER);
     expect(got!.dpRank).toBe(1);
-    expect(got!.endpoint).toBe("tcp://127.0.7.9:6001");
+    expect(got!.endpoint).toBe(`tcp://${LOOPBACK}.7.9:6001`);
     expect(got!.replayEndpoint).toBe(d.replayEndpoint!);
     expect(got!.topic).toBe("raw-topic");
     expect(got!.multimodalTokenIds).toEqual([7, 151655]);

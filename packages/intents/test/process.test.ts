@@ -3,14 +3,14 @@
 // KV-event ports (--discovery): only the intents can tell the EPP where those ranks publish.
 import { afterAll, afterEach, beforeAll, describe, expect, test } from "bun:test";
 import { join } from "node:path";
-import { freePort, killAll, spawnBun, waitFor, type ProcessHandle } from "@kv-epp/testkit";
+import { freePort, killAll, spawnBun, waitFor, type ProcessHandle, LOOPBACK } from "@kv-epp/testkit";
 import { serveDiscoveryStore, type DiscoveryServer } from "../src/index.ts";
 import { complete, E2E_MODEL as MODEL, emptyEppConfig } from "./fixtures.ts";
 
 const ROOT = join(import.meta.dir, "../../..");
-const STORE_IP = "127.0.7.10";
-const EPP_IP = "127.0.7.11";
-const WORKER_IP = "127.0.7.12";
+const STORE_IP = `${LOOPBACK}.7.10`;
+const EPP_IP = `${LOOPBACK}.7.11`;
+const WORKER_IP = `${LOOPBACK}.7.12`;
 const KV_HOST = "epp-proc";
 
 type WorkerRow = { worker_id: string; dp_rank: number; kv_events: string; connected: boolean; blocks: number };

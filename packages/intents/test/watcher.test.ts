@@ -10,6 +10,7 @@ import {
   type AttachmentIntent,
 } from "../src/index.ts";
 import { capturingLogger, descriptor, HOST, withHost, WORKER } from "./fixtures.ts";
+import { LOOPBACK } from "@kv-epp/testkit";
 
 /** Collects every desired set handed to onChange. */
 function watch(discovery: ReturnType<MemoryDiscoveryStore["connect"]>, hostInstance = HOST) {
@@ -79,16 +80,16 @@ describe("IntentWatcher: live intents to a desired set, level-triggered", () => 
     const old = h.store.connect({ producer: "old-proc" });
     const fresh = h.store.connect({ producer: "new-proc" });
     const base = { ...descriptor(0), host: HOST };
-    await old.register({ kind: "intent", name: "kv-intent-old", payload: encodeIntent({ ...base, intentId: 5, producer: "old-proc", registeredAt: 10, endpoint: "tcp://127.0.7.1:1" }), host: HOST });
-    await fresh.register({ kind: "intent", name: "kv-intent-new", payload: encodeIntent({ ...base, intentId: 4, producer: "new-proc", registeredAt: 20, endpoint: "tcp://127.0.7.1:2" }), host: HOST });
+    await old.register({ kind: "intent", name: "kv-intent-old", payload: encodeIntent({ ...base, intentId: 5, producer: "old-proc", registeredAt: 10, endpoint: `tcp://${LOOPBACK}.7.1:1` }), host: HOST });
+    await fresh.register({ kind: "intent", name: "kv-intent-new", payload: encodeIntent({ ...base, intentId: 4, producer: "new-proc", registeredAt: 20, endpoint: `tcp://${LOOPBACK}.7.1:2` }), host: HOST });
     const v = watch(h.hostSide);
     await v.w.start();
-    expect(v.w.desired().map((d) => [d.producer, d.endpoint])).toEqual([["new-proc", "tcp://127.0.7.1:2"]]);
+    expect(v.w.desired().map((d) => [d.producer, d.endpoint])).toEqual([["new-proc", `tcp://${LOOPBACK}.7.1:2`]]);
   });
 });
 
 describe("from attachments to the worker set", () => {
-  const pod = (id: string) => ({ id, address: `127.0.7.${id.length}:8000`, kvEvents: "tcp://guess:5557", dpSize: 1, metricsUrl: "http://m/metrics" });
+  const pod = (id: string) => ({ id, address: `${LOOPBACK}.7.${id.length}:8000`, kvEvents: "tcp://guess:5557", dpSize: 1, metricsUrl: "http://m/metrics" });
 
   test("a worker known to pod discovery keeps its address and takes its intents' per-rank endpoints", async () => {
     const h = await withHost();
@@ -100,8 +101,8 @@ describe("from attachments to the worker set", () => {
       blockSize: 16,
       topic: "",
       ranks: [
-        { rank: 0, kvEvents: "tcp://127.0.7.1:7000", replay: null },
-        { rank: 1, kvEvents: "tcp://127.0.7.1:7100", replay: "tcp://127.0.7.1:7101" },
+        { rank: 0, kvEvents: `tcp://${LOOPBACK}.7.1:7000`, replay: null },
+        { rank: 1, kvEvents: `tcp://${LOOPBACK}.7.1:7100`, replay: `tcp://${LOOPBACK}.7.1:7101` },
       ],
     });
     const v = watch(h.hostSide);
@@ -111,12 +112,12 @@ describe("from attachments to the worker set", () => {
     expect(workers).toEqual([
       {
         ...pod(WORKER),
-        kvEvents: "tcp://127.0.7.1:7000",
+        kvEvents: `tcp://${LOOPBACK}.7.1:7000`,
         replay: undefined,
         dpSize: 2,
         ranks: [
-          { dpRank: 0, kvEvents: "tcp://127.0.7.1:7000", topic: "", blockSize: 16 },
-          { dpRank: 1, kvEvents: "tcp://127.0.7.1:7100", replay: "tcp://127.0.7.1:7101", topic: "", blockSize: 16 },
+          { dpRank: 0, kvEvents: `tcp://${LOOPBACK}.7.1:7000`, topic: "", blockSize: 16 },
+          { dpRank: 1, kvEvents: `tcp://${LOOPBACK}.7.1:7100`, replay: `tcp://${LOOPBACK}.7.1:7101`, topic: "", blockSize: 16 },
         ],
       },
       pod("pod-only"),
@@ -131,8 +132,8 @@ describe("from attachments to the worker set", () => {
       producer: "p",
       registeredAt: 1,
     });
-    const { workers, unroutable } = mergeWorkerSets([], intentWorkers([a("static-w", "127.0.7.5:8000"), a("nameless")]));
-    expect(workers.map((w) => [w.id, w.address, w.metricsUrl, w.dpSize])).toEqual([["static-w", "127.0.7.5:8000", "http://127.0.7.5:8000/metrics", 1]]);
+    const { workers, unroutable } = mergeWorkerSets([], intentWorkers([a("static-w", `${LOOPBACK}.7.5:8000`), a("nameless")]));
+    expect(workers.map((w) => [w.id, w.address, w.metricsUrl, w.dpSize])).toEqual([["static-w", `${LOOPBACK}.7.5:8000`, `http://${LOOPBACK}.7.5:8000/metrics`, 1]]);
     expect(unroutable).toEqual([{ id: "nameless", reason: "no-address" }]);
   });
 });

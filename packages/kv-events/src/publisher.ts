@@ -85,6 +85,11 @@ export class KvEventPublisher {
     return this.pub.subscriberCount;
   }
 
+  /** Subscribers whose subscription covers this publisher's topic: what it publishes now reaches them. */
+  get subscribedCount(): number {
+    return this.pub.subscribedTo(this.topic);
+  }
+
   get counters() {
     return this.pub.counters;
   }

@@ -5,6 +5,7 @@ import { batchBound, DEFAULT_KV_MAX_MESSAGE_SIZE, encodeBatch, KvEventListener, 
 import { EAGER_FRAME, ZmtpParser } from "../src/zmtp/parser.ts";
 import { encodeGreeting, encodeMessage } from "../src/zmtp/wire.ts";
 import { waitUntil } from "./zmq-peer.ts";
+import { LOOPBACK } from "@kv-epp/testkit";
 
 const cleanups: (() => Promise<void> | void)[] = [];
 afterEach(async () => {
@@ -30,7 +31,7 @@ test("the default bound covers the reference step it is computed from, and is a 
 });
 
 test("a 1M-token single-step prefill batch (over 8 MiB) reaches the consumer whole: no reset, no refusal", async () => {
-  const pub = await KvEventPublisher.bind({ endpoint: "tcp://127.0.1.5:0" });
+  const pub = await KvEventPublisher.bind({ endpoint: `tcp://${LOOPBACK}.1.5:0` });
   cleanups.push(() => pub.close());
   const l = new KvEventListener({ workerId: "w", dpRank: 0, endpoint: pub.endpoint, socket: { reconnectMinMs: 10, reconnectMaxMs: 50 } });
   cleanups.push(() => l.close());

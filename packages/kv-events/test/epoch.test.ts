@@ -5,6 +5,7 @@
 import { afterEach, expect, test } from "bun:test";
 import { encodeBatch, encodeSeq, KvEventListener, PubSocket, type KvEventBatch, type ListenerSignal } from "../src/index.ts";
 import { waitUntil } from "./zmq-peer.ts";
+import { LOOPBACK } from "@kv-epp/testkit";
 
 const cleanups: (() => Promise<void> | void)[] = [];
 afterEach(async () => {
@@ -17,15 +18,14 @@ const seqs = (got: ListenerSignal[]) => got.map((s) => (s.kind === "batch" ? Num
 
 async function rig() {
   const pub = new PubSocket();
-  const ep = await pub.bind("tcp://127.0.1.6:0");
+  const ep = await pub.bind(`tcp://${LOOPBACK}.1.6:0`);
   cleanups.push(() => pub.close());
   const l = new KvEventListener({ workerId: "w", dpRank: 0, endpoint: ep, socket: { reconnectMinMs: 10, reconnectMaxMs: 50 } });
   cleanups.push(() => l.close());
   const got: ListenerSignal[] = [];
   l.start();
   l.attach((s) => got.push(s));
-  await waitUntil(() => pub.subscriberCount === 1);
-  await Bun.sleep(50);
+  await waitUntil(() => pub.subscribedTo() === 1);
   return { pub, l, got };
 }
 

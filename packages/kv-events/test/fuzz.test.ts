@@ -9,6 +9,7 @@ import { ZmtpParser } from "../src/zmtp/parser.ts";
 import { encodeCommand, encodeGreeting, encodeMessage, encodeReady } from "../src/zmtp/wire.ts";
 import { RawPeer } from "./raw-peer.ts";
 import { waitUntil } from "./zmq-peer.ts";
+import { LOOPBACK } from "@kv-epp/testkit";
 
 const sample: KvEventBatch = {
   ts: 12.25,
@@ -138,7 +139,7 @@ describe("ZMTP fuzzing", () => {
   describe("over TCP", () => {
     const pubP = (async () => {
       const pub = new PubSocket({ maxMessageSize: 4096, handshakeTimeoutMs: 300 });
-      return { pub, endpoint: await pub.bind("tcp://127.0.1.5:0") };
+      return { pub, endpoint: await pub.bind(`tcp://${LOOPBACK}.1.5:0`) };
     })();
     afterAll(async () => (await pubP).pub.close());
 

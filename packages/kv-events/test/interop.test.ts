@@ -5,6 +5,7 @@ import {
   type ListenerSignal, PubSocket, RouterSocket, type SocketOptions, SubSocket,
 } from "../src/index.ts";
 import { killAllPeers, waitUntil, ZmqPeer } from "./zmq-peer.ts";
+import { LOOPBACK } from "@kv-epp/testkit";
 
 const cleanups: (() => Promise<void> | void)[] = [];
 afterEach(async () => {
@@ -18,7 +19,7 @@ const hex = (fs: Uint8Array[]) => fs.map((f) => Buffer.from(f).toString("hex"));
 
 describe("libzmq PUB → our SUB", () => {
   test("multipart messages with short, long (>255 B) and very long (>64 KiB) frames arrive intact, filtered by prefix", async () => {
-    const peer = await ZmqPeer.start("PUB", "bind", "tcp://127.0.1.1:*");
+    const peer = await ZmqPeer.start("PUB", "bind", `tcp://${LOOPBACK}.1.1:*`);
     const sub = new SubSocket();
     cleanups.push(() => sub.close());
     const got: Buffer[][] = [];
@@ -43,7 +44,7 @@ describe("libzmq PUB → our SUB", () => {
   });
 
   test("libzmq answers our heartbeat PINGs and keeps us through idle and busy spells (its TTL timer is fed)", async () => {
-    const peer = await ZmqPeer.start("PUB", "bind", "tcp://127.0.1.1:*");
+    const peer = await ZmqPeer.start("PUB", "bind", `tcp://${LOOPBACK}.1.1:*`);
     const hb = { intervalMs: 50, timeoutMs: 200 };
     const sub = new SubSocket({ heartbeat: hb });
     cleanups.push(() => sub.close());
@@ -70,7 +71,7 @@ describe("libzmq PUB → our SUB", () => {
   });
 
   test("a 3.0-speaking SUB (message-form subscriptions) is understood by libzmq", async () => {
-    const peer = await ZmqPeer.start("PUB", "bind", "tcp://127.0.1.1:*");
+    const peer = await ZmqPeer.start("PUB", "bind", `tcp://${LOOPBACK}.1.1:*`);
     const sub = new SubSocket({ zmtpMinor: 0 });
     cleanups.push(() => sub.close());
     const got: string[] = [];
@@ -86,7 +87,7 @@ describe("libzmq PUB → our SUB", () => {
   });
 
   test("the SUB reconnects after the publisher restarts and re-sends its subscription", async () => {
-    let peer = await ZmqPeer.start("PUB", "bind", "tcp://127.0.1.1:*");
+    let peer = await ZmqPeer.start("PUB", "bind", `tcp://${LOOPBACK}.1.1:*`);
     const endpoint = peer.endpoint;
     const sub = new SubSocket({ reconnectMinMs: 20, reconnectMaxMs: 200 });
     cleanups.push(() => sub.close());
@@ -110,7 +111,7 @@ describe("libzmq PUB → our SUB", () => {
   });
 
   test("a message above maxMessageSize closes that connection and is counted", async () => {
-    const peer = await ZmqPeer.start("PUB", "bind", "tcp://127.0.1.1:*");
+    const peer = await ZmqPeer.start("PUB", "bind", `tcp://${LOOPBACK}.1.1:*`);
     const sub = new SubSocket({ maxMessageSize: 1000, reconnectMinMs: 20 });
     cleanups.push(() => sub.close());
     const got: number[] = [];
@@ -131,7 +132,7 @@ describe("libzmq PUB → our SUB", () => {
 async function ourPubWithZmqSub(prefix: string, opts: SocketOptions = {}) {
   const pub = new PubSocket(opts);
   cleanups.push(() => pub.close());
-  const endpoint = await pub.bind("tcp://127.0.1.1:0");
+  const endpoint = await pub.bind(`tcp://${LOOPBACK}.1.1:0`);
   const peer = await ZmqPeer.start("SUB", "connect", endpoint);
   peer.subscribe(prefix);
   return { pub, endpoint, peer };
@@ -198,7 +199,7 @@ describe("ROUTER / DEALER", () => {
   test("libzmq DEALER → our ROUTER: requests carry a routing id and replies are routed back", async () => {
     const router = new RouterSocket();
     cleanups.push(() => router.close());
-    const endpoint = await router.bind("tcp://127.0.1.1:0");
+    const endpoint = await router.bind(`tcp://${LOOPBACK}.1.1:0`);
     router.onMessage((frames) => router.send([frames[0]!, ...frames.slice(1), Buffer.from("pong")]));
     const peer = await ZmqPeer.start("DEALER", "connect", endpoint);
     peer.send([Buffer.alloc(0), big(300, 7)]);
@@ -207,7 +208,7 @@ describe("ROUTER / DEALER", () => {
   });
 
   test("our DEALER → libzmq ROUTER (echo): multipart with a 64 KiB+ frame round-trips", async () => {
-    const peer = await ZmqPeer.start("ROUTER", "bind", "tcp://127.0.1.1:*");
+    const peer = await ZmqPeer.start("ROUTER", "bind", `tcp://${LOOPBACK}.1.1:*`);
     peer.command({ echo: true });
     const dealer = new DealerSocket();
     cleanups.push(() => dealer.close());
@@ -230,7 +231,7 @@ describe("KV events with a vLLM-like libzmq publisher", () => {
   const payloadHex = (i: number) => Buffer.from(encodeBatch(batch(i))).toString("hex");
 
   test("our listener fills a lost message from libzmq's replay ROUTER (older reply form without topic)", async () => {
-    const peer = await ZmqPeer.script("vllm-publisher.cjs", ["tcp://127.0.1.6:*", "tcp://127.0.1.6:*"]);
+    const peer = await ZmqPeer.script("vllm-publisher.cjs", [`tcp://${LOOPBACK}.1.6:*`, `tcp://${LOOPBACK}.1.6:*`]);
     const replay = String(peer.lines[0]!.replay);
     const l = new KvEventListener({ workerId: "w", dpRank: 0, endpoint: peer.endpoint, replayEndpoint: replay });
     cleanups.push(() => l.close());
@@ -259,7 +260,7 @@ describe("KV events with a vLLM-like libzmq publisher", () => {
   });
 
   test("a libzmq DEALER gets our publisher's replay (newer reply form with topic, then the end marker)", async () => {
-    const pub = await KvEventPublisher.bind({ endpoint: "tcp://127.0.1.6:0", replayEndpoint: "tcp://127.0.1.6:0", topic: "kv@w" });
+    const pub = await KvEventPublisher.bind({ endpoint: `tcp://${LOOPBACK}.1.6:0`, replayEndpoint: `tcp://${LOOPBACK}.1.6:0`, topic: "kv@w" });
     cleanups.push(() => pub.close());
     for (let k = 0; k < 4; k++) pub.publish(batch(k));
     const peer = await ZmqPeer.start("DEALER", "connect", pub.replayEndpoint!);

@@ -17,6 +17,7 @@ import {
 } from "../src/index.ts";
 import { TcpProxy } from "./tcp-proxy.ts";
 import { waitUntil } from "./zmq-peer.ts";
+import { LOOPBACK, LOOPBACK_PATTERN } from "@kv-epp/testkit";
 
 const cleanups: (() => Promise<void> | void)[] = [];
 afterEach(async () => {
@@ -31,8 +32,8 @@ const batch = (i: number): KvEventBatch => ({
 
 async function publisher(opts: { replay?: boolean; replayBuffer?: number; endpoint?: string } = {}): Promise<KvEventPublisher> {
   const p = await KvEventPublisher.bind({
-    endpoint: opts.endpoint ?? "tcp://127.0.1.4:0",
-    replayEndpoint: opts.replay ? "tcp://127.0.1.4:0" : undefined,
+    endpoint: opts.endpoint ?? `tcp://${LOOPBACK}.1.4:0`,
+    replayEndpoint: opts.replay ? `tcp://${LOOPBACK}.1.4:0` : undefined,
     replayBuffer: opts.replayBuffer,
   });
   cleanups.push(() => p.close());
@@ -215,8 +216,7 @@ describe("KvEventListener", () => {
     cleanups.push(() => pub.close());
     for (let i = 0; i < seen; i++) pub.publish({ ...batch(i), ts: 1000 + i });
     // Only then is the listener back, and the first batch it sees is seq `seen`.
-    await waitUntil(() => pub.subscriberCount === 1);
-    await Bun.sleep(50);
+    await waitUntil(() => pub.subscribedCount === 1);
     await publishUntil(pub, got, applied + 2);
     expect(got[applied]).toEqual({ kind: "reset", reason: "restarted" });
     expect(l.counters.restarts).toBe(1);
@@ -254,9 +254,9 @@ describe("KvEventListener", () => {
   test("a publisher restart seen while a replay is in flight is reported as 'restarted', the new process's batches delivered", async () => {
     // Hand-driven publisher and replay endpoint, to restart the seqs exactly while the replay is open.
     const pub = new PubSocket();
-    const ep = await pub.bind("tcp://127.0.1.4:0");
+    const ep = await pub.bind(`tcp://${LOOPBACK}.1.4:0`);
     const router = new RouterSocket();
-    const rep = await router.bind("tcp://127.0.1.4:0");
+    const rep = await router.bind(`tcp://${LOOPBACK}.1.4:0`);
     cleanups.push(() => pub.close(), () => router.close());
     const E = Buffer.alloc(0);
     const payload = (i: number) => encodeBatch(batch(i));
@@ -270,8 +270,7 @@ describe("KvEventListener", () => {
       });
     });
     const [l, got] = listen({ endpoint: ep, replayEndpoint: rep, replayTimeoutMs: 5000 });
-    await waitUntil(() => pub.subscriberCount === 1);
-    await Bun.sleep(50);
+    await waitUntil(() => pub.subscribedTo(E) === 1);
     const send = (seq: number) => pub.send([E, encodeSeq(BigInt(seq)), payload(seq)]);
     for (let i = 0; i < 5; i++) send(i);
     await waitUntil(() => got.length === 5);
@@ -342,7 +341,7 @@ describe("publisher fault injection", () => {
 describe("containment", () => {
   test("a malformed replay request is counted, logged once and ignored; the replay endpoint keeps serving", async () => {
     const { logger, warnings } = warningsLogger();
-    const pub = await KvEventPublisher.bind({ endpoint: "tcp://127.0.1.4:0", replayEndpoint: "tcp://127.0.1.4:0", logger });
+    const pub = await KvEventPublisher.bind({ endpoint: `tcp://${LOOPBACK}.1.4:0`, replayEndpoint: `tcp://${LOOPBACK}.1.4:0`, logger });
     cleanups.push(() => pub.close());
     const dealer = new DealerSocket();
     cleanups.push(() => dealer.close());
@@ -379,9 +378,9 @@ describe("containment", () => {
 
 describe("KvEventListener in bind mode", () => {
   test("binds its endpoint and takes a publisher that connects to it (as vLLM's PUB does when its endpoint is not a wildcard)", async () => {
-    const [l, got] = listen({ endpoint: "tcp://127.0.1.1:0", bind: true });
+    const [l, got] = listen({ endpoint: `tcp://${LOOPBACK}.1.1:0`, bind: true });
     const endpoint = await l.bound();
-    expect(endpoint).toMatch(/^tcp:\/\/127\.0\.1\.1:\d+$/);
+    expect(endpoint).toMatch(new RegExp(`^tcp://${LOOPBACK_PATTERN}\\.1\\.1:\\d+$`));
     const pub = new PubSocket({ reconnectMinMs: 10, reconnectMaxMs: 50 });
     cleanups.push(() => pub.close());
     pub.connect(endpoint);
@@ -398,7 +397,7 @@ describe("KvEventListener in bind mode", () => {
   });
 
   test("a bind that fails is reported by bound(), and a connect-mode listener has nothing bound", async () => {
-    const [a] = listen({ endpoint: "tcp://127.0.1.1:0", bind: true });
+    const [a] = listen({ endpoint: `tcp://${LOOPBACK}.1.1:0`, bind: true });
     const taken = await a.bound();
     const [b] = listen({ endpoint: taken, bind: true });
     await expect(b.bound()).rejects.toThrow();

@@ -1,5 +1,6 @@
 import { afterEach, expect, test } from "bun:test";
 import { decodeBatch, KvEventPublisher, replayRange } from "../src/index.ts";
+import { LOOPBACK } from "@kv-epp/testkit";
 
 const cleanup: (() => Promise<unknown>)[] = [];
 afterEach(async () => {
@@ -7,7 +8,7 @@ afterEach(async () => {
 });
 
 async function publisherWith(n: number, replayBuffer = 100): Promise<KvEventPublisher> {
-  const pub = await KvEventPublisher.bind({ endpoint: "tcp://127.0.1.7:0", replayEndpoint: "tcp://127.0.1.7:0", replayBuffer });
+  const pub = await KvEventPublisher.bind({ endpoint: `tcp://${LOOPBACK}.1.7:0`, replayEndpoint: `tcp://${LOOPBACK}.1.7:0`, replayBuffer });
   cleanup.push(() => pub.close());
   for (let i = 0; i < n; i++) pub.publish({ ts: i, events: [{ type: "BlockRemoved", blockHashes: [BigInt(i)], medium: "GPU" }], dataParallelRank: null });
   return pub;
@@ -30,5 +31,5 @@ test("a range older than the buffer, or beyond what was published, is not covere
 });
 
 test("no replay server answering: uncovered at the timeout", async () => {
-  expect(await replayRange({ endpoint: "tcp://127.0.1.7:1", from: 0n, to: 3n, timeoutMs: 200 })).toEqual({ kind: "uncovered", reason: "timeout", got: 0 });
+  expect(await replayRange({ endpoint: `tcp://${LOOPBACK}.1.7:1`, from: 0n, to: 3n, timeoutMs: 200 })).toEqual({ kind: "uncovered", reason: "timeout", got: 0 });
 });

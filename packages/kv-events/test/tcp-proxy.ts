@@ -1,13 +1,14 @@
 // Test helper: a TCP forwarder whose link can be cut (a network blip between worker and listener).
 import { connect, createServer, type Server, type Socket } from "node:net";
 import { parseEndpoint } from "@kv-epp/protocol";
+import { LOOPBACK } from "@kv-epp/testkit";
 
 export class TcpProxy {
   private readonly pairs = new Set<Socket>();
   private down = false;
   private constructor(private readonly server: Server, readonly endpoint: string) {}
 
-  static async start(target: string, host = "127.0.1.3"): Promise<TcpProxy> {
+  static async start(target: string, host = `${LOOPBACK}.1.3`): Promise<TcpProxy> {
     const t = parseEndpoint(target);
     let proxy: TcpProxy;
     const server = createServer((client) => {

@@ -3,7 +3,7 @@ import { readFileSync } from "node:fs";
 import { defaultText, envName, flagName } from "@kv-epp/options";
 import { ConfigError, parseConfig, resolveConfig } from "../src/index.ts";
 import { MOCK_WORKER_OPTIONS, MOCK_WORKER_PROGRAM } from "../src/config.ts";
-import { waitFor } from "@kv-epp/testkit";
+import { waitFor, LOOPBACK, LOOPBACK_PATTERN } from "@kv-epp/testkit";
 import { post, subscribe, syncSubscribers } from "./support.ts";
 
 const ROOT = `${import.meta.dir}/../../..`;
@@ -35,7 +35,7 @@ describe("configuration", () => {
       [["--port", "http"], {}, /--port: "http"/],
       [["--event-encoding", "json"], {}, /--event-encoding: "json"/],
       [["--kv-events", "udp://x:1"], {}, /--kv-events: "udp:\/\/x:1"/],
-      [["--discovery", "http://127.0.2.1:7070/records"], {}, /--discovery: "http:\/\/127\.0\.2\.1:7070\/records"/],
+      [["--discovery", `http://${LOOPBACK}.2.1:7070/records`], {}, new RegExp(`--discovery: "http://${LOOPBACK_PATTERN}\\.2\\.1:7070/records"`)],
       [[], { MOCK_WORKER_DISCOVERY: "consul" }, /MOCK_WORKER_DISCOVERY \(--discovery\): "consul"/],
       [[], { MOCK_WORKER_CAPACITY_BLOCKS: "0" }, /MOCK_WORKER_CAPACITY_BLOCKS \(--capacity-blocks\): "0"/],
       [["--bogus", "1"], {}, /unknown argument "--bogus"/],
@@ -68,12 +68,12 @@ describe("the README's table of flags", () => {
 describe("bun run mock-worker", () => {
   test("serves /health on its listen address and publishes KV events", async () => {
     const child = spawnCli(
-      ["--listen", "127.0.2.6", "--port", "18000", "--kv-events", "tcp://127.0.2.6:15557", "--block-size", "4", "--capacity-blocks", "64"],
+      ["--listen", `${LOOPBACK}.2.6`, "--port", "18000", "--kv-events", `tcp://${LOOPBACK}.2.6:15557`, "--block-size", "4", "--capacity-blocks", "64"],
       { MOCK_WORKER_SPEED: "0", MOCK_WORKER_LOG_LEVEL: "warn" },
     );
-    const url = "http://127.0.2.6:18000";
+    const url = `http://${LOOPBACK}.2.6:18000`;
     await waitFor(async () => child.exitCode === null && (await fetch(`${url}/health`).then((r) => r.ok, () => false)), { message: "the worker's /health" });
-    const sub = subscribe("tcp://127.0.2.6:15557");
+    const sub = subscribe(`tcp://${LOOPBACK}.2.6:15557`);
     try {
       await syncSubscribers(url, [sub]);
       const res = await post(`${url}/v1/completions`, { prompt: [1, 2, 3, 4, 5, 6, 7, 8], max_tokens: 1 });
@@ -86,7 +86,7 @@ describe("bun run mock-worker", () => {
   });
 
   test("a bad flag stops the start with a message naming it", async () => {
-    const child = spawnCli(["--listen", "127.0.2.6", "--block-size", "zero"]);
+    const child = spawnCli(["--listen", `${LOOPBACK}.2.6`, "--block-size", "zero"]);
     expect(await child.exited).toBe(2);
     expect(await new Response(child.stderr).text()).toContain('--block-size: "zero"');
   });

@@ -1,7 +1,7 @@
 import { afterEach, describe, expect, test } from "bun:test";
 import { DealerSocket, decodeBatch, decodeSeq, encodeSeq, END_SEQ, type BlockStored } from "@kv-epp/kv-events";
 import { chainBlockIds, startMockWorker, type CacheTruth, type MockWorker, type MockWorkerOptions } from "../src/index.ts";
-import { waitFor } from "@kv-epp/testkit";
+import { waitFor, LOOPBACK } from "@kv-epp/testkit";
 import { post, residentFromEvents, subscribe, syncSubscribers, type Received } from "./support.ts";
 
 const BS = 4;
@@ -15,7 +15,7 @@ afterEach(async () => {
 });
 
 async function worker(opts: MockWorkerOptions): Promise<MockWorker> {
-  const w = await startMockWorker({ listen: "127.0.2.1", port: 0, kvEvents: "tcp://127.0.2.1:0", speed: 0, blockSize: BS, logLevel: "silent", ...opts });
+  const w = await startMockWorker({ listen: `${LOOPBACK}.2.1`, port: 0, kvEvents: `tcp://${LOOPBACK}.2.1:0`, speed: 0, blockSize: BS, logLevel: "silent", ...opts });
   cleanup.push(() => w.close());
   return w;
 }
@@ -86,10 +86,10 @@ describe("KV events", () => {
   });
 
   test("DP ranks publish on their own ports with data_parallel_rank set, and replay per rank", async () => {
-    const w = await worker({ listen: "127.0.2.2", kvEvents: "tcp://127.0.2.2:5557", replay: "tcp://127.0.2.2:5567", dpSize: 2, capacityBlocks: 100 });
+    const w = await worker({ listen: `${LOOPBACK}.2.2`, kvEvents: `tcp://${LOOPBACK}.2.2:5557`, replay: `tcp://${LOOPBACK}.2.2:5567`, dpSize: 2, capacityBlocks: 100 });
     expect(w.ranks.map((r) => [r.kvEvents, r.replay])).toEqual([
-      ["tcp://127.0.2.2:5557", "tcp://127.0.2.2:5567"],
-      ["tcp://127.0.2.2:5558", "tcp://127.0.2.2:5568"],
+      [`tcp://${LOOPBACK}.2.2:5557`, `tcp://${LOOPBACK}.2.2:5567`],
+      [`tcp://${LOOPBACK}.2.2:5558`, `tcp://${LOOPBACK}.2.2:5568`],
     ]);
     const [sub0, sub1] = await subscribed(w);
     await complete(w, ids(0, 8), { "x-data-parallel-rank": "1" });

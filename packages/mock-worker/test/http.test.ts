@@ -1,12 +1,12 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { byteFallbackEncode, byteFallbackRenderChat } from "@kv-epp/tokenizer";
 import { startMockWorker, type MockWorker } from "../src/index.ts";
-import { waitFor } from "@kv-epp/testkit";
+import { waitFor, LOOPBACK } from "@kv-epp/testkit";
 import { post } from "./support.ts";
 
 let w: MockWorker;
 beforeAll(async () => {
-  w = await startMockWorker({ listen: "127.0.2.5", port: 0, kvEvents: "tcp://127.0.2.5:0", speed: 0, blockSize: 16, dpSize: 2, model: "mock/model", logLevel: "silent" });
+  w = await startMockWorker({ listen: `${LOOPBACK}.2.5`, port: 0, kvEvents: `tcp://${LOOPBACK}.2.5:0`, speed: 0, blockSize: 16, dpSize: 2, model: "mock/model", logLevel: "silent" });
 });
 afterAll(() => w.close());
 
@@ -121,7 +121,7 @@ describe("OpenAI HTTP", () => {
 describe("engine", () => {
   test("requests beyond max-num-seqs wait, and an abandoned stream frees its slot", async () => {
     const slow = await startMockWorker({
-      listen: "127.0.2.5", port: 0, kvEvents: "tcp://127.0.2.5:0", speed: 1, maxNumSeqs: 1, stepBaseMs: 20,
+      listen: `${LOOPBACK}.2.5`, port: 0, kvEvents: `tcp://${LOOPBACK}.2.5:0`, speed: 1, maxNumSeqs: 1, stepBaseMs: 20,
       blockSize: 16, logLevel: "silent",
     });
     try {

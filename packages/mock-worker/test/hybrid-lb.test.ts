@@ -4,7 +4,7 @@
 // a rank outside them as vLLM's input processor does.
 import { afterEach, expect, test } from "bun:test";
 import type { BlockStored } from "@kv-epp/kv-events";
-import { waitFor } from "@kv-epp/testkit";
+import { waitFor, LOOPBACK } from "@kv-epp/testkit";
 import { startMockWorker, type MockWorker } from "../src/index.ts";
 import { post, subscribe, syncSubscribers } from "./support.ts";
 
@@ -15,7 +15,7 @@ afterEach(async () => {
 
 async function node(): Promise<{ w: MockWorker; subs: ReturnType<typeof subscribe>[] }> {
   const w = await startMockWorker({
-    listen: "127.0.2.1", port: 0, kvEvents: "tcp://127.0.2.1:25760", speed: 0, blockSize: 4, logLevel: "silent",
+    listen: `${LOOPBACK}.2.1`, port: 0, kvEvents: `tcp://${LOOPBACK}.2.1:25760`, speed: 0, blockSize: 4, logLevel: "silent",
     dpSize: 2, dataParallelStartRank: 2, dataParallelHybridLb: true,
   });
   cleanup.push(() => w.close());
@@ -29,7 +29,7 @@ const complete = (w: MockWorker, rank: string) => post(`${w.url}/v1/completions`
 
 test("a hybrid-LB node at start rank 2 publishes global ranks 2 and 3 on port + 2 and + 3, and x-data-parallel-rank 1 is its second engine", async () => {
   const { w, subs } = await node();
-  expect(w.ranks.map((r) => [r.rank, r.kvEvents])).toEqual([[2, "tcp://127.0.2.1:25762"], [3, "tcp://127.0.2.1:25763"]]);
+  expect(w.ranks.map((r) => [r.rank, r.kvEvents])).toEqual([[2, `tcp://${LOOPBACK}.2.1:25762`], [3, `tcp://${LOOPBACK}.2.1:25763`]]);
   expect((await complete(w, "1")).status).toBe(200);
   await waitFor(() => subs[1]!.messages.some((m) => m.batch.events.some((e) => e.type === "BlockStored")), { message: "rank 3's BlockStored" });
   const batch = subs[1]!.messages.find((m) => m.batch.events.some((e): e is BlockStored => e.type === "BlockStored"))!.batch;

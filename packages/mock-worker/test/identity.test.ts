@@ -4,7 +4,7 @@ import { afterEach, describe, expect, test } from "bun:test";
 import type { BlockStored } from "@kv-epp/kv-events";
 import { chainBlockIds, startMockWorker, type MockWorker, type MockWorkerOptions } from "../src/index.ts";
 import { MEDIA_TOKEN_ID, MEDIA_TOKENS } from "../src/http/openai-routes.ts";
-import { waitFor } from "@kv-epp/testkit";
+import { waitFor, LOOPBACK } from "@kv-epp/testkit";
 import { post, subscribe, syncSubscribers, type Received } from "./support.ts";
 
 const BS = 4;
@@ -17,7 +17,7 @@ afterEach(async () => {
 });
 
 async function worker(opts: MockWorkerOptions = {}): Promise<{ w: MockWorker; subs: ReturnType<typeof subscribe>[] }> {
-  const w = await startMockWorker({ listen: "127.0.2.1", port: 0, kvEvents: "tcp://127.0.2.1:0", speed: 0, blockSize: BS, logLevel: "silent", capacityBlocks: 200, ...opts });
+  const w = await startMockWorker({ listen: `${LOOPBACK}.2.1`, port: 0, kvEvents: `tcp://${LOOPBACK}.2.1:0`, speed: 0, blockSize: BS, logLevel: "silent", capacityBlocks: 200, ...opts });
   cleanup.push(() => w.close());
   const subs = w.ranks.map((r) => subscribe(r.kvEvents));
   for (const s of subs) cleanup.push(async () => s.close());
@@ -97,8 +97,8 @@ describe("block identity", () => {
 
 describe("global DP ranks", () => {
   test("a worker starting at global rank 2 publishes ranks 2 and 3 on port + 2 and + 3, and x-data-parallel-rank names global ranks", async () => {
-    const { w, subs } = await worker({ dpSize: 2, dataParallelStartRank: 2, kvEvents: "tcp://127.0.2.1:25710" });
-    expect(w.ranks.map((r) => [r.rank, r.kvEvents])).toEqual([[2, "tcp://127.0.2.1:25712"], [3, "tcp://127.0.2.1:25713"]]);
+    const { w, subs } = await worker({ dpSize: 2, dataParallelStartRank: 2, kvEvents: `tcp://${LOOPBACK}.2.1:25710` });
+    expect(w.ranks.map((r) => [r.rank, r.kvEvents])).toEqual([[2, `tcp://${LOOPBACK}.2.1:25712`], [3, `tcp://${LOOPBACK}.2.1:25713`]]);
     await cached(w, "/v1/completions", { prompt: ids(0, 4) }, { "x-data-parallel-rank": "3" });
     await waitFor(() => subs[1]!.messages.length === 1, { message: "rank 3's batch" });
     expect(subs[1]!.messages[0]!.batch.dataParallelRank).toBe(3);
@@ -130,7 +130,7 @@ describe("hybrid KV cache groups", () => {
   });
 
   test("a group block size that is not a multiple of --block-size (vLLM's hash block size) is refused at start", async () => {
-    await expect(startMockWorker({ listen: "127.0.2.1", port: 0, kvEvents: "tcp://127.0.2.1:0", blockSize: 4, kvGroups: "full_attention:6" as never, logLevel: "silent" })).rejects.toThrow(/--kv-groups/);
+    await expect(startMockWorker({ listen: `${LOOPBACK}.2.1`, port: 0, kvEvents: `tcp://${LOOPBACK}.2.1:0`, blockSize: 4, kvGroups: "full_attention:6" as never, logLevel: "silent" })).rejects.toThrow(/--kv-groups/);
   });
 
   test("a group with larger blocks publishes its own blocks: block_size its own, the hash at each block's last hash-block boundary, blocks that straddle runs included", async () => {

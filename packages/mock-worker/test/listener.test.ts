@@ -1,7 +1,7 @@
 import { afterEach, expect, test } from "bun:test";
 import { KvEventListener, type ListenerSignal } from "@kv-epp/kv-events";
 import { startMockWorker } from "../src/index.ts";
-import { waitFor } from "@kv-epp/testkit";
+import { waitFor, LOOPBACK } from "@kv-epp/testkit";
 import { post } from "./support.ts";
 
 const cleanup: (() => Promise<unknown>)[] = [];
@@ -11,7 +11,7 @@ afterEach(async () => {
 
 test("the fault switches drive the EPP's KvEventListener through its consumer rules", async () => {
   const w = await startMockWorker({
-    listen: "127.0.2.8", port: 0, kvEvents: "tcp://127.0.2.8:0", replay: "tcp://127.0.2.8:0", speed: 0, blockSize: 4, logLevel: "silent",
+    listen: `${LOOPBACK}.2.8`, port: 0, kvEvents: `tcp://${LOOPBACK}.2.8:0`, replay: `tcp://${LOOPBACK}.2.8:0`, speed: 0, blockSize: 4, logLevel: "silent",
   });
   cleanup.push(() => w.close());
   const listener = new KvEventListener({ workerId: "mock", dpRank: 0, endpoint: w.ranks[0]!.kvEvents, replayEndpoint: w.ranks[0]!.replay! });

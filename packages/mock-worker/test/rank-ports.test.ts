@@ -2,14 +2,15 @@
 // target port): a request on rank r's port runs on rank r, which publishes on the KV port + r.
 import { afterAll, expect, test } from "bun:test";
 import { startMockWorker, type MockWorker } from "../src/worker.ts";
+import { LOOPBACK } from "@kv-epp/testkit";
 
 let w: MockWorker | undefined;
 afterAll(() => w?.close());
 
 test("each rank's own port serves that rank only, which it numbers 0 as vLLM's external load balancing does", async () => {
-  w = await startMockWorker({ listen: "127.0.2.9", port: 18230, kvEvents: "tcp://127.0.2.9:18240", speed: 0, blockSize: 16, dpSize: 2, rankPorts: true, logLevel: "silent" });
-  expect(w.urls).toEqual(["http://127.0.2.9:18230", "http://127.0.2.9:18231"]);
-  expect(w.ranks.map((r) => r.kvEvents)).toEqual(["tcp://127.0.2.9:18240", "tcp://127.0.2.9:18241"]);
+  w = await startMockWorker({ listen: `${LOOPBACK}.2.9`, port: 18230, kvEvents: `tcp://${LOOPBACK}.2.9:18240`, speed: 0, blockSize: 16, dpSize: 2, rankPorts: true, logLevel: "silent" });
+  expect(w.urls).toEqual([`http://${LOOPBACK}.2.9:18230`, `http://${LOOPBACK}.2.9:18231`]);
+  expect(w.ranks.map((r) => r.kvEvents)).toEqual([`tcp://${LOOPBACK}.2.9:18240`, `tcp://${LOOPBACK}.2.9:18241`]);
   const complete = (url: string, headers: Record<string, string> = {}) =>
     fetch(`${url}/v1/completions`, { method: "POST", headers: { "content-type": "application/json", ...headers }, body: JSON.stringify({ model: w!.config.model, prompt: Array.from({ length: 64 }, (_, i) => i + 1), max_tokens: 1 }) });
   expect((await complete(w.urls[1]!)).status).toBe(200);

@@ -1,7 +1,7 @@
 import { afterAll, expect, test } from "bun:test";
 import { join } from "node:path";
 import { startMockWorker } from "../src/index.ts";
-import { waitFor } from "@kv-epp/testkit";
+import { waitFor, LOOPBACK } from "@kv-epp/testkit";
 import { post, subscribe, syncSubscribers } from "./support.ts";
 
 // The tokenizer package's Qwen3 fixture: tokenizer files from its dev dependency, ids rendered by Python
@@ -12,7 +12,7 @@ const cases = await Bun.file(join(TOKENIZER, "test/goldens/qwen3-cases.json")).j
 const golden = await Bun.file(join(TOKENIZER, "test/goldens/qwen3-golden-ids.json")).json();
 
 const w = await startMockWorker({
-  listen: "127.0.2.7", port: 0, kvEvents: "tcp://127.0.2.7:0", speed: 0, blockSize: 4, tokenizerDir, logLevel: "silent",
+  listen: `${LOOPBACK}.2.7`, port: 0, kvEvents: `tcp://${LOOPBACK}.2.7:0`, speed: 0, blockSize: 4, tokenizerDir, logLevel: "silent",
 });
 afterAll(() => w.close());
 

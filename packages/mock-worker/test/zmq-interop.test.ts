@@ -1,7 +1,7 @@
 import { afterEach, expect, test } from "bun:test";
 import { decodeBatch, type BlockStored } from "@kv-epp/kv-events";
 import { chainBlockIds, startMockWorker } from "../src/index.ts";
-import { waitFor } from "@kv-epp/testkit";
+import { waitFor, LOOPBACK } from "@kv-epp/testkit";
 import { post, residentFromEvents, syncSubscribers, type Received } from "./support.ts";
 
 const cleanup: (() => Promise<unknown> | void)[] = [];
@@ -41,7 +41,7 @@ function zmqSubscriber(endpoint: string, topic: string) {
 
 test("a libzmq subscriber (Node + zeromq) receives the worker's events, matching its cache", async () => {
   const w = await startMockWorker({
-    listen: "127.0.2.4", port: 0, kvEvents: "tcp://127.0.2.4:0", speed: 0, blockSize: 4, capacityBlocks: 3,
+    listen: `${LOOPBACK}.2.4`, port: 0, kvEvents: `tcp://${LOOPBACK}.2.4:0`, speed: 0, blockSize: 4, capacityBlocks: 3,
     topic: "kv", logLevel: "silent",
   });
   cleanup.push(() => w.close());

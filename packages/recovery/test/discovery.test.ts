@@ -1,6 +1,6 @@
 import { afterEach, describe, expect, test } from "bun:test";
 import type { V1EndpointSlice } from "@kubernetes/client-node";
-import { type FakeKubeApi, startFakeKubeApi } from "@kv-epp/testkit";
+import { type FakeKubeApi, startFakeKubeApi, LOOPBACK } from "@kv-epp/testkit";
 import { dumpHandler, endpointSliceDiscovery, peersFromSlices, type PeerDiscovery, runRecovery, staticPeerDiscovery } from "../src/index.ts";
 import { capturingLogger, MapIndex, quietLogger, sampleIndex, until } from "./helpers.ts";
 
@@ -57,17 +57,17 @@ function discovery(podIp?: string): PeerDiscovery {
 describe("EndpointSlice discovery against a fake API server", () => {
   test("lists, then follows watch updates of the peer Service's slices only", async () => {
     kube = await startFakeKubeApi();
-    kube.upsert(slice("peer-1", [{ ip: "127.0.3.10", ready: true, serving: true }, { ip: "127.0.3.11", ready: false }], 9093) as never);
-    kube.upsert(slice("other", [{ ip: "127.0.3.20", ready: true, serving: true }], 9093, { service: "dynamo-epp" }) as never);
-    const d = discovery("127.0.3.9");
+    kube.upsert(slice("peer-1", [{ ip: `${LOOPBACK}.3.10`, ready: true, serving: true }, { ip: `${LOOPBACK}.3.11`, ready: false }], 9093) as never);
+    kube.upsert(slice("other", [{ ip: `${LOOPBACK}.3.20`, ready: true, serving: true }], 9093, { service: "dynamo-epp" }) as never);
+    const d = discovery(`${LOOPBACK}.3.9`);
     let changes = 0;
     d.onChange(() => changes++);
     await d.start();
-    expect(d.peers().map((p) => p.id)).toEqual(["127.0.3.10:9093"]);
+    expect(d.peers().map((p) => p.id)).toEqual([`${LOOPBACK}.3.10:9093`]);
 
-    kube.upsert(slice("peer-1", [{ ip: "127.0.3.10", ready: true, serving: true }, { ip: "127.0.3.11", ready: true, serving: true }, { ip: "127.0.3.9", ready: true }], 9093) as never);
+    kube.upsert(slice("peer-1", [{ ip: `${LOOPBACK}.3.10`, ready: true, serving: true }, { ip: `${LOOPBACK}.3.11`, ready: true, serving: true }, { ip: `${LOOPBACK}.3.9`, ready: true }], 9093) as never);
     await until(() => d.peers().length === 2, "the second peer to become ready");
-    expect(d.peers().map((p) => p.id)).toEqual(["127.0.3.10:9093", "127.0.3.11:9093"]);
+    expect(d.peers().map((p) => p.id)).toEqual([`${LOOPBACK}.3.10:9093`, `${LOOPBACK}.3.11:9093`]);
 
     kube.remove("EndpointSlice", NS, "peer-1");
     await until(() => d.peers().length === 0, "the slice deletion");
@@ -76,19 +76,19 @@ describe("EndpointSlice discovery against a fake API server", () => {
 
   test("keeps following after the watch is dropped and history compacted (410 Gone → relist)", async () => {
     kube = await startFakeKubeApi();
-    kube.upsert(slice("peer-1", [{ ip: "127.0.3.10", ready: true, serving: true }], 9093) as never);
+    kube.upsert(slice("peer-1", [{ ip: `${LOOPBACK}.3.10`, ready: true, serving: true }], 9093) as never);
     const d = discovery();
     await d.start();
     kube.compact();
     kube.dropWatches();
-    kube.upsert(slice("peer-2", [{ ip: "127.0.3.12", ready: true, serving: true }], 9093) as never);
+    kube.upsert(slice("peer-2", [{ ip: `${LOOPBACK}.3.12`, ready: true, serving: true }], 9093) as never);
     await until(() => d.peers().length === 2, "the slice created while the watch was down", 20_000);
   });
 
   test("the initial sync waits for the API instead of deciding on an unknown peer set", async () => {
     kube = await startFakeKubeApi({ authorize: () => allowed });
     let allowed = false;
-    kube.upsert(slice("peer-1", [{ ip: "127.0.3.10", ready: true, serving: true }], 9093) as never);
+    kube.upsert(slice("peer-1", [{ ip: `${LOOPBACK}.3.10`, ready: true, serving: true }], 9093) as never);
     const d = discovery();
     let synced = false;
     const started = d.start().then(() => (synced = true));
@@ -96,7 +96,7 @@ describe("EndpointSlice discovery against a fake API server", () => {
     expect(synced).toBe(false);
     allowed = true;
     await started;
-    expect(d.peers().map((p) => p.id)).toEqual(["127.0.3.10:9093"]);
+    expect(d.peers().map((p) => p.id)).toEqual([`${LOOPBACK}.3.10:9093`]);
   });
 
   test("recovers from the serving peer of a slice; a not-ready peer is never a candidate", async () => {
@@ -108,14 +108,14 @@ describe("EndpointSlice discovery against a fake API server", () => {
       stops.push(() => s.stop(true));
       return s.port!;
     };
-    const port = serve("127.0.3.2", "ready");
+    const port = serve(`${LOOPBACK}.3.2`, "ready");
     // The not-ready peer would even serve a dump: it must still never be asked.
-    const port2 = serve("127.0.3.3", "notReady");
-    kube.upsert(slice("s1", [{ ip: "127.0.3.2", ready: true, serving: true }], port) as never);
-    kube.upsert(slice("s2", [{ ip: "127.0.3.3", ready: false, serving: false }], port2) as never);
+    const port2 = serve(`${LOOPBACK}.3.3`, "notReady");
+    kube.upsert(slice("s1", [{ ip: `${LOOPBACK}.3.2`, ready: true, serving: true }], port) as never);
+    kube.upsert(slice("s2", [{ ip: `${LOOPBACK}.3.3`, ready: false, serving: false }], port2) as never);
     const target = new MapIndex();
-    const out = await runRecovery({ discovery: discovery("127.0.3.1"), target, timeoutMs: 5000, logger: quietLogger() });
-    expect(out).toMatchObject({ kind: "recovered", peer: `127.0.3.2:${port}`, events: 6 });
+    const out = await runRecovery({ discovery: discovery(`${LOOPBACK}.3.1`), target, timeoutMs: 5000, logger: quietLogger() });
+    expect(out).toMatchObject({ kind: "recovered", peer: `${LOOPBACK}.3.2:${port}`, events: 6 });
     expect(hits).toEqual({ ready: 1, notReady: 0 });
     expect(target.snapshot()).toEqual(sampleIndex().snapshot());
   });
@@ -146,9 +146,9 @@ describe("cold start with static peers (deadlock regression, rule 8)", () => {
       const state = { ready: false };
       const index = new MapIndex();
       const h = dumpHandler({ source: index, ready: () => state.ready, logger: quietLogger() });
-      const server = Bun.serve({ hostname: `127.0.3.${40 + i}`, port: 0, fetch: h });
+      const server = Bun.serve({ hostname: `${LOOPBACK}.3.${40 + i}`, port: 0, fetch: h });
       stops.push(() => server.stop(true));
-      return { state, index, url: `http://127.0.3.${40 + i}:${server.port}` };
+      return { state, index, url: `http://${LOOPBACK}.3.${40 + i}:${server.port}` };
     });
     const runs = replicas.map((r) => {
       const { logger, lines } = capturingLogger();
@@ -177,25 +177,25 @@ describe("cold start with static peers (deadlock regression, rule 8)", () => {
   }
 
   test("a not-ready (503) static peer is never a candidate; a serving one is", async () => {
-    const cold = Bun.serve({ hostname: "127.0.3.50", port: 0, fetch: dumpHandler({ source: sampleIndex(), ready: () => false, logger: quietLogger() }) });
-    const warm = Bun.serve({ hostname: "127.0.3.51", port: 0, fetch: dumpHandler({ source: sampleIndex(), ready: () => true, logger: quietLogger() }) });
+    const cold = Bun.serve({ hostname: `${LOOPBACK}.3.50`, port: 0, fetch: dumpHandler({ source: sampleIndex(), ready: () => false, logger: quietLogger() }) });
+    const warm = Bun.serve({ hostname: `${LOOPBACK}.3.51`, port: 0, fetch: dumpHandler({ source: sampleIndex(), ready: () => true, logger: quietLogger() }) });
     stops.push(() => cold.stop(true), () => warm.stop(true));
-    const d = staticPeerDiscovery({ peers: [`http://127.0.3.50:${cold.port}`, `http://127.0.3.51:${warm.port}/`, "http://127.0.3.52:1"], logger: quietLogger() });
+    const d = staticPeerDiscovery({ peers: [`http://${LOOPBACK}.3.50:${cold.port}`, `http://${LOOPBACK}.3.51:${warm.port}/`, `http://${LOOPBACK}.3.52:1`], logger: quietLogger() });
     stops.push(() => d.stop());
     await d.start();
-    expect(d.peers().map((p) => p.url)).toEqual([`http://127.0.3.51:${warm.port}`]);
+    expect(d.peers().map((p) => p.url)).toEqual([`http://${LOOPBACK}.3.51:${warm.port}`]);
     const out = await runRecovery({ discovery: d, target: new MapIndex(), timeoutMs: 5000, logger: quietLogger() });
-    expect(out).toMatchObject({ kind: "recovered", peer: `http://127.0.3.51:${warm.port}` });
+    expect(out).toMatchObject({ kind: "recovered", peer: `http://${LOOPBACK}.3.51:${warm.port}` });
   });
 
   test("a peer we cannot dump from (another token, another service) is not serving; a cold one with another token says 503", async () => {
     let heads = 0;
-    const other = Bun.serve({ hostname: "127.0.3.53", port: 0, fetch: () => (heads++, new Response("nope", { status: 404 })) });
-    const coldOtherToken = Bun.serve({ hostname: "127.0.3.54", port: 0, fetch: dumpHandler({ source: sampleIndex(), ready: () => false, token: "theirs", logger: quietLogger() }) });
-    const warmOtherToken = Bun.serve({ hostname: "127.0.3.55", port: 0, fetch: dumpHandler({ source: sampleIndex(), ready: () => true, token: "theirs", logger: quietLogger() }) });
+    const other = Bun.serve({ hostname: `${LOOPBACK}.3.53`, port: 0, fetch: () => (heads++, new Response("nope", { status: 404 })) });
+    const coldOtherToken = Bun.serve({ hostname: `${LOOPBACK}.3.54`, port: 0, fetch: dumpHandler({ source: sampleIndex(), ready: () => false, token: "theirs", logger: quietLogger() }) });
+    const warmOtherToken = Bun.serve({ hostname: `${LOOPBACK}.3.55`, port: 0, fetch: dumpHandler({ source: sampleIndex(), ready: () => true, token: "theirs", logger: quietLogger() }) });
     stops.push(() => other.stop(true), () => coldOtherToken.stop(true), () => warmOtherToken.stop(true));
-    expect((await fetch(`http://127.0.3.54:${coldOtherToken.port}/dump`, { method: "HEAD" })).status).toBe(503);
-    const peers = [`http://127.0.3.53:${other.port}`, `http://127.0.3.54:${coldOtherToken.port}`, `http://127.0.3.55:${warmOtherToken.port}`];
+    expect((await fetch(`http://${LOOPBACK}.3.54:${coldOtherToken.port}/dump`, { method: "HEAD" })).status).toBe(503);
+    const peers = [`http://${LOOPBACK}.3.53:${other.port}`, `http://${LOOPBACK}.3.54:${coldOtherToken.port}`, `http://${LOOPBACK}.3.55:${warmOtherToken.port}`];
     const d = staticPeerDiscovery({ peers, token: "ours", logger: quietLogger() });
     stops.push(() => d.stop());
     await d.start();
@@ -206,5 +206,38 @@ describe("cold start with static peers (deadlock regression, rule 8)", () => {
     const before = heads;
     await Bun.sleep(700);
     expect(heads - before).toBeLessThanOrEqual(2);
+  });
+
+  test("a serving peer whose re-probes go unanswered stays serving through the grace period; one that refuses connections leaves at once", async () => {
+    let hang = false;
+    let headsWhileHanging = 0;
+    const peer = Bun.serve({
+      hostname: `${LOOPBACK}.3.56`,
+      port: 0,
+      fetch: (req) => {
+        if (!hang) return new Response(null, { status: 200 });
+        headsWhileHanging++;
+        return new Promise<Response>((resolve) => req.signal.addEventListener("abort", () => resolve(new Response(null, { status: 200 }))));
+      },
+    });
+    stops.push(() => peer.stop(true));
+    const url = `http://${LOOPBACK}.3.56:${peer.port}`;
+    const patient = staticPeerDiscovery({ peers: [url], logger: quietLogger(), probeTimeoutMs: 100, pollMs: 20, unansweredGraceMs: 600_000 });
+    const impatient = staticPeerDiscovery({ peers: [url], logger: quietLogger(), probeTimeoutMs: 100, pollMs: 20, unansweredGraceMs: 0 });
+    stops.push(() => patient.stop(), () => impatient.stop());
+    await Promise.all([patient.start(), impatient.start()]);
+    expect(patient.peers().map((p) => p.url)).toEqual([url]);
+    expect(impatient.peers().map((p) => p.url)).toEqual([url]);
+    hang = true;
+    // Without a grace period the first unanswered re-probe takes the peer out.
+    await until(() => impatient.peers().length === 0, "the impatient discovery drops the silent peer");
+    await impatient.stop();
+    // A discovery's next probe waits for its last: a third arrival means two went unanswered.
+    headsWhileHanging = 0;
+    await until(() => headsWhileHanging >= 3, "unanswered re-probes");
+    expect(patient.peers().map((p) => p.url)).toEqual([url]);
+    // A peer that is gone (connection refused) is an answer: it leaves at once.
+    peer.stop(true);
+    await until(() => patient.peers().length === 0, "the refused peer leaves");
   });
 });

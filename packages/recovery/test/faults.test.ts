@@ -1,6 +1,7 @@
 import { afterEach, describe, expect, test } from "bun:test";
 import { dumpHandler, dumpStream, fetchDump, type RecoveryState, runRecovery } from "../src/index.ts";
 import { capturingLogger, ManualDiscovery, MapIndex, peer, quietLogger, readAll, sampleIndex, scripted, startPeer } from "./helpers.ts";
+import { LOOPBACK } from "@kv-epp/testkit";
 
 // Faulty peers are raw TCP servers so the test controls every byte: status lines, framing, stalls, closes.
 
@@ -12,7 +13,7 @@ afterEach(() => {
 
 function rawPeer(onRequest: (s: Sock) => void) {
   const server = Bun.listen({
-    hostname: "127.0.3.1",
+    hostname: `${LOOPBACK}.3.1`,
     port: 0,
     socket: {
       data(s, d) {
@@ -21,7 +22,7 @@ function rawPeer(onRequest: (s: Sock) => void) {
     },
   });
   servers.push(server);
-  return peer(`http://127.0.3.1:${server.port}`);
+  return peer(`http://${LOOPBACK}.3.1:${server.port}`);
 }
 
 function servingPeer(index: MapIndex) {

@@ -3,7 +3,7 @@ import { mkdirSync, mkdtempSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import type { RouterEvent } from "@kv-epp/protocol";
-import { waitFor } from "@kv-epp/testkit";
+import { waitFor, LOOPBACK } from "@kv-epp/testkit";
 import pino from "pino";
 import { runEvents, type DumpModel, type DumpSource, type DumpStaging, type DumpTarget } from "../src/index.ts";
 
@@ -133,7 +133,7 @@ export function scripted(values: number[]): () => number {
 export function startPeer(handle: (req: Request) => Response | Promise<Response>): { peer: Peer; requests: () => number; stop: () => void } {
   let n = 0;
   const server = Bun.serve({
-    hostname: "127.0.3.1",
+    hostname: `${LOOPBACK}.3.1`,
     port: 0,
     idleTimeout: 0,
     fetch: (req) => {
@@ -141,7 +141,7 @@ export function startPeer(handle: (req: Request) => Response | Promise<Response>
       return handle(req);
     },
   });
-  const url = `http://127.0.3.1:${server.port}`;
+  const url = `http://${LOOPBACK}.3.1:${server.port}`;
   return { peer: peer(url), requests: () => n, stop: () => void server.stop(true) };
 }
 

@@ -1,13 +1,13 @@
 import { afterEach, describe, expect, test } from "bun:test";
 import { Registry } from "prom-client";
-import { hostileDumpPeer } from "@kv-epp/testkit";
+import { hostileDumpPeer, LOOPBACK } from "@kv-epp/testkit";
 import { PeerSet, dumpHandler, DumpParser, dumpStream, fetchDump, type DumpStaging, type RecoveryState, recoveryAttemptMetrics, runRecovery } from "../src/index.ts";
 import { capturingLogger, ManualDiscovery, MapIndex, peer, quietLogger, readAll, sampleIndex, scripted, startPeer } from "./helpers.ts";
 
 // Peers that decide the size and the pace of what this replica receives: bounded by the staging budget,
 // the rate floor, the set-aside rule and the readiness deadline, never by the peer's good will.
 
-const HOST = "127.0.3.2";
+const HOST = `${LOOPBACK}.3.2`;
 const stops: (() => void)[] = [];
 afterEach(() => {
   for (const s of stops.splice(0)) s();

@@ -1,6 +1,6 @@
 import { afterAll, expect, test } from "bun:test";
 import { join } from "node:path";
-import { killAll, type ProcessHandle, spawnBun } from "@kv-epp/testkit";
+import { killAll, type ProcessHandle, spawnBun, LOOPBACK } from "@kv-epp/testkit";
 
 // Replicas as real processes on distinct loopback IPs, each on the standard selection-http port.
 const replica = join(import.meta.dir, "fixtures", "replica.ts");
@@ -15,7 +15,7 @@ async function outcomeOf(p: ProcessHandle): Promise<{ kind: string; peer?: strin
 const url = (ip: string) => `http://${ip}:9093`;
 
 test("two cold replicas listing each other both start at once with empty_bootstrap", async () => {
-  const [a, b] = ["127.0.3.70", "127.0.3.71"];
+  const [a, b] = [`${LOOPBACK}.3.70`, `${LOOPBACK}.3.71`];
   const pa = start(a, [url(b)]);
   const pb = start(b, [url(a)]);
   const [oa, ob] = await Promise.all([outcomeOf(pa), outcomeOf(pb)]);
@@ -27,7 +27,7 @@ test("two cold replicas listing each other both start at once with empty_bootstr
 });
 
 test("a replica recovers from a serving peer process and then serves the same /dump", async () => {
-  const [a, b] = ["127.0.3.72", "127.0.3.73"];
+  const [a, b] = [`${LOOPBACK}.3.72`, `${LOOPBACK}.3.73`];
   const pa = start(a, [url(b)], 3); // B is not up yet: A starts alone with its (seeded) index
   expect((await outcomeOf(pa)).kind).toBe("empty_bootstrap");
   const pb = start(b, [url(a)]);

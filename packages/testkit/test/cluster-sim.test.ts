@@ -2,7 +2,7 @@ import { afterEach, beforeEach, expect, test } from "bun:test";
 import { createServer } from "node:net";
 import { join } from "node:path";
 import { CoreV1Api, DiscoveryV1Api, makeInformer, type V1EndpointSlice } from "@kubernetes/client-node";
-import { HealthProbe, killAll, rbacAuthorizerFor, SimCluster, SimDeployment, startFakeKubeApi, waitFor, type FakeKubeApi, type SimPodSpec } from "../src/index.ts";
+import { HealthProbe, killAll, rbacAuthorizerFor, SimCluster, SimDeployment, startFakeKubeApi, waitFor, type FakeKubeApi, type SimPodSpec, LOOPBACK, LOOPBACK_PATTERN } from "../src/index.ts";
 
 const NS = "sim";
 const FIXTURE = join(import.meta.dir, "fixtures", "health-server.ts");
@@ -57,7 +57,7 @@ test("readiness from the grpc probe reaches the Pod and the EndpointSlice; delet
   await informer.start();
 
   const pod = sim.runPod(healthPod("p1", { READY_AFTER_MS: "300", TERM_DELAY_MS: "200" }, { preStopMs: 100 }));
-  expect(pod.ip).toMatch(/^127\.0\.5\.\d+$/);
+  expect(pod.ip).toMatch(new RegExp(`^${LOOPBACK_PATTERN}\\.5\\.\\d+$`));
   const line = await sim.process("p1").waitForLog(/^listening/);
   expect(line).toBe(`listening ${pod.ip}:9003 uid=${pod.uid} kubeconfig=set`);
   await waitFor(() => sim.isReady("p1"), { message: "p1 ready" });
@@ -111,7 +111,7 @@ test("the health probe tells SERVING, NOT_SERVING, an unknown service and an unr
   } finally {
     probe.close();
   }
-  const nobody = new HealthProbe("127.0.5.254:9003");
+  const nobody = new HealthProbe(`${LOOPBACK}.5.254:9003`);
   expect(await nobody.check("", 300)).toBe("UNREACHABLE");
   nobody.close();
 }, 30_000);
@@ -200,10 +200,10 @@ test("a pod's API client acts as its service account, held to the Roles bound to
 }, 30_000);
 
 test("a held port fails the preflight at once, naming the address and the port", async () => {
-  const holder = createServer(); // the second pod's address (a fresh cluster starts at 127.0.5.2)
-  await new Promise<void>((resolve) => holder.listen(9003, "127.0.5.3", resolve));
+  const holder = createServer(); // the second pod's address (a fresh cluster starts at LOOPBACK.5.2)
+  await new Promise<void>((resolve) => holder.listen(9003, `${LOOPBACK}.5.3`, resolve));
   try {
-    await expect(sim.assertPortsFree([9003, 9093], 3)).rejects.toThrow(/held .*: 127\.0\.5\.3: 9003$/);
+    await expect(sim.assertPortsFree([9003, 9093], 3)).rejects.toThrow(new RegExp(`held .*: ${LOOPBACK_PATTERN}\\.5\\.3: 9003$`));
     await expect(sim.assertPortsFree([9093], 3)).resolves.toBeUndefined();
   } finally {
     await new Promise((resolve) => holder.close(resolve));

@@ -11,11 +11,11 @@ import {
   type KubernetesObject,
   type V1Pod,
 } from "@kubernetes/client-node";
-import { killAll, spawnBun, startFakeKubeApi, waitFor, type FakeKubeApi, type KubeObject } from "../src/index.ts";
+import { killAll, spawnBun, startFakeKubeApi, waitFor, type FakeKubeApi, type KubeObject, LOOPBACK } from "../src/index.ts";
 
 const NS = "kv";
 
-function pod(name: string, labels: Record<string, string>, ip = "127.0.5.10"): KubeObject {
+function pod(name: string, labels: Record<string, string>, ip = `${LOOPBACK}.5.10`): KubeObject {
   return {
     apiVersion: "v1",
     kind: "Pod",
@@ -60,11 +60,11 @@ describe("fake kube api with @kubernetes/client-node informers", () => {
     stops.push(() => informer.stop());
     expect(seen).toEqual([{ type: "add", name: "a", rv: expect.any(String) }]);
 
-    api.upsert({ ...pod("a", { app: "w" }), status: { phase: "Running", podIP: "127.0.5.11" } });
+    api.upsert({ ...pod("a", { app: "w" }), status: { phase: "Running", podIP: `${LOOPBACK}.5.11` } });
     const core = api.kubeConfig.makeApiClient(CoreV1Api);
     await core.createNamespacedPod({ namespace: NS, body: pod("b", { app: "w" }) as V1Pod });
     await waitFor(() => seen.length >= 3);
-    expect(informer.get("a", NS)?.status?.podIP).toBe("127.0.5.11");
+    expect(informer.get("a", NS)?.status?.podIP).toBe(`${LOOPBACK}.5.11`);
 
     await core.deleteNamespacedPod({ namespace: NS, name: "a" });
     await waitFor(() => seen.some((s) => s.type === "delete"));
@@ -162,7 +162,7 @@ describe("fake kube api with @kubernetes/client-node informers", () => {
       kind: "EndpointSlice",
       metadata: { name, namespace: NS, labels: { "kubernetes.io/service-name": service } },
       addressType: "IPv4",
-      endpoints: [{ addresses: ["127.0.5.2"], conditions: { ready, serving: ready, terminating: false } }],
+      endpoints: [{ addresses: [`${LOOPBACK}.5.2`], conditions: { ready, serving: ready, terminating: false } }],
       ports: [{ name: "selection-http", port: 9093, protocol: "TCP" }],
     });
     api.upsert(slice("peer-1", "dynamo-epp-peer", true));

@@ -1,5 +1,5 @@
 import { expect, test } from "bun:test";
-import { podSpecFromTemplate, simServiceFromManifest, type PodTemplate } from "../src/index.ts";
+import { podSpecFromTemplate, simServiceFromManifest, type PodTemplate, LOOPBACK } from "../src/index.ts";
 
 const template: PodTemplate = {
   metadata: { labels: { app: "w" } },
@@ -26,14 +26,14 @@ const template: PodTemplate = {
     ],
   },
 };
-const pod = { name: "w-1", namespace: "ns", ip: "127.0.5.9", uid: "u-1" };
+const pod = { name: "w-1", namespace: "ns", ip: `${LOOPBACK}.5.9`, uid: "u-1" };
 
 test("a pod template runs as its container says: entry point, args with the pod's own address, downward-API env, probe, preStop, grace", () => {
   const spec = podSpecFromTemplate(template, { entrypoints: { serve: ["/bin/bun", "serve.ts"] }, cwd: "/app", env: (p) => ({ LISTEN: p.ip }) })("w-1");
   expect(spec.command(pod)).toEqual({
     cmd: "/bin/bun",
-    args: ["serve.ts", "--mode=fast", "--listen=127.0.5.9", "--events", "tcp://127.0.5.9:5557", "--bind", "127.0.5.9", "--name=w-1-x", "--keep=10.0.0.0"],
-    env: { POD_NAME: "w-1", POD_IP: "127.0.5.9", SA: "worker-sa", SUFFIX: "x", COMBINED: "w-1@127.0.5.9", LISTEN: "127.0.5.9" },
+    args: ["serve.ts", "--mode=fast", `--listen=${LOOPBACK}.5.9`, "--events", `tcp://${LOOPBACK}.5.9:5557`, "--bind", `${LOOPBACK}.5.9`, "--name=w-1-x", "--keep=10.0.0.0"],
+    env: { POD_NAME: "w-1", POD_IP: `${LOOPBACK}.5.9`, SA: "worker-sa", SUFFIX: "x", COMBINED: `w-1@${LOOPBACK}.5.9`, LISTEN: `${LOOPBACK}.5.9` },
     cwd: "/app",
   });
   expect(spec.readiness).toEqual({ http: { port: 8000, path: "/ready" } });

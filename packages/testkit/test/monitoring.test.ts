@@ -5,7 +5,7 @@ import { mkdtempSync, readFileSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import YAML from "yaml";
-import { freePort, renderKustomization, spawnBun, type KubeObject, type ProcessHandle } from "../src/index.ts";
+import { freePort, renderKustomization, spawnBun, type KubeObject, type ProcessHandle, LOOPBACK } from "../src/index.ts";
 
 const REPO = join(import.meta.dir, "..", "..", "..");
 const OVERLAY = join(REPO, "deploy", "overlays", "monitoring");
@@ -45,7 +45,7 @@ describe("the monitoring overlay", () => {
 });
 
 describe("against a live EPP process's /metrics", () => {
-  const HOST = "127.0.4.240";
+  const HOST = `${LOOPBACK}.4.240`;
   let epp: ProcessHandle;
   let exported: Map<string, string>;
   beforeAll(async () => {

@@ -1,6 +1,6 @@
 import { afterEach, expect, test } from "bun:test";
 import { createServer } from "node:net";
-import { freePort, killAll, spawnProcess, waitFor } from "../src/index.ts";
+import { freePort, killAll, spawnProcess, waitFor, LOOPBACK } from "../src/index.ts";
 
 afterEach(() => killAll());
 
@@ -44,9 +44,9 @@ test("kill escalates to SIGKILL when SIGTERM is ignored", async () => {
 }, 30_000);
 
 test("freePort returns a port that can be bound on the given loopback address", async () => {
-  const port = await freePort("127.0.5.1");
+  const port = await freePort(`${LOOPBACK}.5.1`);
   const srv = createServer();
-  await new Promise<void>((resolve, reject) => srv.once("error", reject).listen(port, "127.0.5.1", resolve));
+  await new Promise<void>((resolve, reject) => srv.once("error", reject).listen(port, `${LOOPBACK}.5.1`, resolve));
   srv.close();
 }, 30_000);
 

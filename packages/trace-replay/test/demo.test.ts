@@ -1,4 +1,4 @@
-// `bun run demo` end to end on 127.0.6.x: real mock-worker, EPP and gateway processes, chat traffic
+// `bun run demo` end to end on this run's loopback range (LOOPBACK.6.x): real mock-worker, EPP and gateway processes, chat traffic
 // tokenized with the real Qwen3 tokenizer (token ids as the option), the midway replica replacement;
 // and Ctrl-C leaving nothing behind.
 import { afterAll, afterEach, describe, expect, test } from "bun:test";
@@ -6,11 +6,12 @@ import { existsSync, mkdtempSync, readlinkSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import type { Subprocess } from "bun";
+import { LOOPBACK } from "@kv-epp/testkit";
 import { chromiumPath, noteMissingBrowser, openReport, reportProblems } from "./report-browser.ts";
 
 noteMissingBrowser("demo.test.ts");
 const REPO_ROOT = resolve(import.meta.dir, "../../..");
-const SUBNET = "127.0.6";
+const SUBNET = `${LOOPBACK}.6`;
 const out = mkdtempSync(join(tmpdir(), "demo-"));
 let demo: Subprocess<"ignore", "pipe", "pipe"> | undefined;
 
@@ -109,7 +110,7 @@ describe("bun run demo", () => {
     const code = await demo.exited;
     const stdout = await new Response(demo.stdout).text();
     expect(code, `${stdout}\n${await new Response(demo.stderr).text()}`).toBe(0);
-    expect(stdout).toMatch(/recovery: epp-c recovered \d+ events .* from http:\/\/127\.0\.6\.3:9093 in \d+ ms/);
+    expect(stdout).toMatch(new RegExp(`recovery: epp-c recovered \\d+ events .* from http://${SUBNET.replaceAll(".", "\\.")}\\.3:9093 in \\d+ ms`));
     expect(stdout).toMatch(/requests\s+50 done \(50 ok, 0 routing errors, 0 worker errors\)/);
     expect(stdout).toContain("ext_proc :9002 full-duplex");
     expect(stdout).toContain("requests: /v1/chat/completions, text tokenized with Qwen3");

@@ -6,8 +6,9 @@ import * as grpc from "@grpc/grpc-js";
 import fc from "fast-check";
 import http2 from "node:http2";
 import { createBidiServer, GrpcStatus, type BidiCall, type BidiServer } from "./grpc-h2.ts";
+import { LOOPBACK, waitFor } from "@kv-epp/testkit";
 
-const HOST = "127.0.4.90";
+const HOST = `${LOOPBACK}.4.90`;
 const PATH = "/test.Echo/Chat";
 
 // Messages are UTF-8 strings; "bad" fails to parse. The answer to "big:N" is N bytes in three parts.
@@ -382,15 +383,25 @@ describe("createBidiServer", () => {
       req.write(mib);
     }
     req.end();
-    await Bun.sleep(500);
-    // Reading stopped once ~8 MiB of answers waited, so the 40 MiB sent is not all taken in.
-    expect(handled).toBeGreaterThan(0);
+    // Reading stops once more than 8 MiB of answers wait: the server has handled 8 messages by then.
+    await waitFor(() => handled >= 8, { timeoutMs: 30_000, message: "8 MiB of answers waiting" });
+    // Then the client's sending stalls: its queue stops shrinking over consecutive looks (a server
+    // that kept reading would drain it and handle all 40).
+    let queued = -1;
+    await waitFor(
+      () => {
+        const now = session.state.outboundQueueSize ?? 0;
+        const still = now === queued;
+        queued = now;
+        return still;
+      },
+      { timeoutMs: 30_000, intervalMs: 100, message: "the client's sending stalled" },
+    );
     expect(handled).toBeLessThan(total);
     let received = 0;
     req.on("data", (d: Buffer) => (received += d.length));
     req.resume();
-    const deadline = Date.now() + 10_000;
-    while (received < total * (5 + mib.length) && Date.now() < deadline) await Bun.sleep(20);
+    await waitFor(() => received >= total * (5 + mib.length), { timeoutMs: 60_000, message: "every answer read" });
     expect(handled).toBe(total);
     expect(received).toBe(total * (5 + mib.length));
     session.destroy();

@@ -8,7 +8,7 @@ import { findMatches } from "@kv-epp/index-wasm/helpers";
 import { KvEventListener } from "@kv-epp/kv-events";
 import { parseKvGroups, startMockWorker, type MockWorker, type MockWorkerOptions } from "@kv-epp/mock-worker";
 import { workerKey, type WorkerRef } from "@kv-epp/protocol";
-import { waitFor } from "@kv-epp/testkit";
+import { waitFor, LOOPBACK } from "@kv-epp/testkit";
 import { createMetrics } from "../metrics.ts";
 import { Indexers } from "./indexers.ts";
 
@@ -70,7 +70,7 @@ const prompts = [stem(13), stem(21), [...stem(9), ...stem(7, 500)], stem(30), [.
 
 test("vLLM hybrid model with --prefix-match-unit: partial entries never index nor set the block size; the index matches the engine after every request", async () => {
   const B = 2 * U; // the full-attention group's physical block
-  const r = await rig({ listen: "127.0.2.41", kvEvents: "tcp://127.0.2.41:0", kvGroups: parseKvGroups(`full_attention:${B}`), partialEntries: true }, B, 2);
+  const r = await rig({ listen: `${LOOPBACK}.2.41`, kvEvents: `tcp://${LOOPBACK}.2.41:0`, kvGroups: parseKvGroups(`full_attention:${B}`), partialEntries: true }, B, 2);
   // A warm-up shorter than one physical block: its only event is a partial entry.
   await r.complete(stem(6, 7000));
   await waitFor(async () => (await counter(r.metrics, "dynamo_epp_kv_events_ignored_total", '{reason="partial_entry"}')) > 0, { message: "the warm-up's partial entry" });
@@ -87,7 +87,7 @@ test("vLLM hybrid model with --prefix-match-unit: partial entries never index no
 }, 30_000);
 
 test("SGLang under EAGLE speculative decoding: bigram token_ids index as the plain tokens; nothing is dropped", async () => {
-  const r = await rig({ listen: "127.0.2.42", kvEvents: "tcp://127.0.2.42:0", eventEncoding: "sglang-map", specBigram: true }, U, 1);
+  const r = await rig({ listen: `${LOOPBACK}.2.42`, kvEvents: `tcp://${LOOPBACK}.2.42:0`, eventEncoding: "sglang-map", specBigram: true }, U, 1);
   // A prompt ending on a page boundary has no token after its last page: SGLang does not cache that page.
   const inside = prompts.filter((p) => p.length % U !== 0);
   for (const [i, p] of inside.entries()) {

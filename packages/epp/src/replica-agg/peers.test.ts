@@ -2,7 +2,7 @@
 import { afterEach, describe, expect, test } from "bun:test";
 import type { V1EndpointSlice } from "@kubernetes/client-node";
 import { PubSocket } from "@kv-epp/kv-events";
-import { startFakeKubeApi, waitFor, type FakeKubeApi } from "@kv-epp/testkit";
+import { startFakeKubeApi, waitFor, type FakeKubeApi, LOOPBACK } from "@kv-epp/testkit";
 import pino from "pino";
 import { ActiveLoad, AGG_TOPIC, PeerLoads } from "@kv-epp/routing";
 import { workerKeyOf } from "@kv-epp/protocol";
@@ -32,7 +32,7 @@ function subscribers(state: PeerLoads) {
 describe("replica-agg over ZMTP", () => {
   test("a peer's adds, prefill completions and frees reach the subscriber; leaving the peer set drops its load", async () => {
     const load = new ActiveLoad();
-    const pub = await AggPublisher.bind({ endpoint: "tcp://127.0.8.20:0", replica: "peer", load, heartbeatMs: 100, log });
+    const pub = await AggPublisher.bind({ endpoint: `tcp://${LOOPBACK}.8.20:0`, replica: "peer", load, heartbeatMs: 100, log });
     cleanups.push(() => pub.close());
     const state = new PeerLoads("me");
     const { subs, seen } = subscribers(state);
@@ -56,7 +56,7 @@ describe("replica-agg over ZMTP", () => {
 
   test("malformed messages are counted and skipped; the session and later messages are unaffected", async () => {
     const raw = new PubSocket();
-    const endpoint = await raw.bind("tcp://127.0.8.21:0");
+    const endpoint = await raw.bind(`tcp://${LOOPBACK}.8.21:0`);
     cleanups.push(() => raw.close());
     const state = new PeerLoads("me");
     const { subs, seen } = subscribers(state);
@@ -72,10 +72,10 @@ describe("replica-agg over ZMTP", () => {
 
 describe("peer sets", () => {
   test("static: every listed endpoint except this replica's own", () => {
-    const s = staticPeers(["tcp://127.0.8.2:9092", "tcp://127.0.8.3:9092", "tcp://127.0.8.3:19092"], { hosts: ["127.0.8.3"], port: 9092 });
+    const s = staticPeers([`tcp://${LOOPBACK}.8.2:9092`, `tcp://${LOOPBACK}.8.3:9092`, `tcp://${LOOPBACK}.8.3:19092`], { hosts: [`${LOOPBACK}.8.3`], port: 9092 });
     expect(s.peers()).toEqual([
-      { id: "tcp://127.0.8.2:9092", endpoint: "tcp://127.0.8.2:9092" },
-      { id: "tcp://127.0.8.3:19092", endpoint: "tcp://127.0.8.3:19092" },
+      { id: `tcp://${LOOPBACK}.8.2:9092`, endpoint: `tcp://${LOOPBACK}.8.2:9092` },
+      { id: `tcp://${LOOPBACK}.8.3:19092`, endpoint: `tcp://${LOOPBACK}.8.3:19092` },
     ]);
   });
 
@@ -95,14 +95,14 @@ describe("peer sets", () => {
       ports: [{ name: "selection-http", port: 9093, protocol: "TCP" }, { name: "replica-agg", port: 19092, protocol: "TCP" }],
       endpoints: ips.map((ip) => ({ addresses: [ip], conditions: { ready: true } })),
     });
-    kube.upsert(slice(["127.0.8.30", "127.0.8.31"]) as never);
-    const src = endpointSlicePeers({ kubeConfig: kube.kubeConfig, namespace: "llm", service: "dynamo-epp-peer", podIp: "127.0.8.30", logger: log });
+    kube.upsert(slice([`${LOOPBACK}.8.30`, `${LOOPBACK}.8.31`]) as never);
+    const src = endpointSlicePeers({ kubeConfig: kube.kubeConfig, namespace: "llm", service: "dynamo-epp-peer", podIp: `${LOOPBACK}.8.30`, logger: log });
     cleanups.push(() => src.stop());
     let changes = 0;
     src.onChange(() => changes++);
     await src.start();
-    expect(src.peers()).toEqual([{ id: "127.0.8.31:19092", endpoint: "tcp://127.0.8.31:19092" }]);
-    kube.upsert(slice(["127.0.8.30", "127.0.8.31", "127.0.8.32"]) as never);
+    expect(src.peers()).toEqual([{ id: `${LOOPBACK}.8.31:19092`, endpoint: `tcp://${LOOPBACK}.8.31:19092` }]);
+    kube.upsert(slice([`${LOOPBACK}.8.30`, `${LOOPBACK}.8.31`, `${LOOPBACK}.8.32`]) as never);
     await waitFor(() => src.peers().length === 2, { message: "a third replica in the slice" });
     expect(changes).toBe(1);
   });

@@ -3,13 +3,13 @@
 // --kv-max-message-bytes, from a real publisher over ZMTP.
 import { afterEach, expect, test } from "bun:test";
 import { KvEventPublisher } from "@kv-epp/kv-events";
-import { waitFor } from "@kv-epp/testkit";
+import { waitFor, LOOPBACK } from "@kv-epp/testkit";
 import { Packr } from "msgpackr";
 import pino from "pino";
 import { createMetrics } from "../metrics.ts";
 import { WorkerSet } from "./worker-set.ts";
 
-const HOST = "127.0.4.141";
+const HOST = `${LOOPBACK}.4.141`;
 const cleanup: (() => Promise<void> | void)[] = [];
 afterEach(async () => {
   for (const c of cleanup.splice(0).reverse()) await c();

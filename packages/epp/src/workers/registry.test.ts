@@ -3,7 +3,7 @@
 // source changed or went away are closed and cleared; address and metrics URL change in place.
 import type { WorkerRef, WorkerSpec } from "@kv-epp/protocol";
 import { afterEach, expect, test } from "bun:test";
-import { waitFor } from "@kv-epp/testkit";
+import { waitFor, LOOPBACK } from "@kv-epp/testkit";
 import type { KvIndex } from "@kv-epp/index-wasm";
 import { Indexers } from "../indexers/indexers.ts";
 import { createMetrics } from "../metrics.ts";
@@ -30,7 +30,7 @@ async function setup() {
   });
   reg.attach((w, s) => indexers.live.apply(KEY, w, s));
   cleanup.push(() => reg.close());
-  const pubs = await Promise.all([FakeWorkerEvents.start("127.0.4.20"), FakeWorkerEvents.start("127.0.4.20")]);
+  const pubs = await Promise.all([FakeWorkerEvents.start(`${LOOPBACK}.4.20`), FakeWorkerEvents.start(`${LOOPBACK}.4.20`)]);
   for (const p of pubs) cleanup.push(() => p.close());
   const blocksOf = (dpRank: number) => residency(ix.index, { workerId: "w", dpRank });
   return { reg, removed, pubs, blocksOf };
@@ -43,14 +43,14 @@ function residency(index: KvIndex, w: WorkerRef): number {
   return n;
 }
 
-function podSpec(kv: string[], address = "127.0.4.20:8000"): WorkerSpec {
+function podSpec(kv: string[], address = `${LOOPBACK}.4.20:8000`): WorkerSpec {
   // Pod discovery's view: one rank on the kvEvents endpoint (no `ranks`). Two ephemeral ports are not
   // port + r, so a two-rank worker states its ranks, without topics.
   const base = { id: "w", address, kvEvents: kv[0]!, dpSize: kv.length, metricsUrl: `http://${address}/metrics` };
   return kv.length === 1 ? base : { ...base, ranks: kv.map((e, r) => ({ dpRank: r, kvEvents: e })) };
 }
 
-function intentSpec(kv: string[], address = "127.0.4.20:8000"): WorkerSpec {
+function intentSpec(kv: string[], address = `${LOOPBACK}.4.20:8000`): WorkerSpec {
   // The same worker as mergeWorkerSets hands it over once its intents are live: topic and block size stated.
   return { ...podSpec(kv, address), ranks: kv.map((e, r) => ({ dpRank: r, kvEvents: e, topic: "", blockSize: BLOCK }) as never) };
 }
@@ -93,14 +93,14 @@ test("only the rank whose source changed is closed and cleared; address moves in
   await indexBoth(pubs, blocksOf, 10);
   const rank0 = blocksOf(0);
 
-  const other = await FakeWorkerEvents.start("127.0.4.21");
+  const other = await FakeWorkerEvents.start(`${LOOPBACK}.4.21`);
   cleanup.push(() => other.close());
-  reg.reconcile([intentSpec([kv[0]!, other.endpoint], "127.0.4.21:8000")]);
+  reg.reconcile([intentSpec([kv[0]!, other.endpoint], `${LOOPBACK}.4.21:8000`)]);
   expect(removed).toEqual([{ workerId: "w", dpRank: 1 }]);
   expect(blocksOf(0)).toBe(rank0);
   expect(blocksOf(1)).toBe(0);
-  expect(reg.candidates().map((c) => c.endpoint)).toEqual(["127.0.4.21:8000", "127.0.4.21:8000"]);
-  expect(reg.specs()[0]!.metricsUrl).toBe("http://127.0.4.21:8000/metrics");
+  expect(reg.candidates().map((c) => c.endpoint)).toEqual([`${LOOPBACK}.4.21:8000`, `${LOOPBACK}.4.21:8000`]);
+  expect(reg.specs()[0]!.metricsUrl).toBe(`http://${LOOPBACK}.4.21:8000/metrics`);
 
   // The new rank-1 listener follows the new source; a topic change replaces rank 0 only.
   await other.storeUntil(tokens(3 * BLOCK, 20), () => blocksOf(1) >= 3);
@@ -108,12 +108,12 @@ test("only the rank whose source changed is closed and cleared; address moves in
     { dpRank: 0, kvEvents: kv[0]!, topic: "other" },
     { dpRank: 1, kvEvents: other.endpoint },
   ];
-  reg.reconcile([{ ...intentSpec([kv[0]!, other.endpoint], "127.0.4.21:8000"), ranks }]);
+  reg.reconcile([{ ...intentSpec([kv[0]!, other.endpoint], `${LOOPBACK}.4.21:8000`), ranks }]);
   expect(removed).toEqual([{ workerId: "w", dpRank: 1 }, { workerId: "w", dpRank: 0 }]);
   expect(blocksOf(1)).toBeGreaterThanOrEqual(3);
 
   // A rank that goes away is closed and cleared; the worker stays.
-  reg.reconcile([{ ...podSpec([kv[0]!], "127.0.4.21:8000"), ranks: [ranks[0]!] }]);
+  reg.reconcile([{ ...podSpec([kv[0]!], `${LOOPBACK}.4.21:8000`), ranks: [ranks[0]!] }]);
   expect(removed.at(-1)).toEqual({ workerId: "w", dpRank: 1 });
   expect(blocksOf(1)).toBe(0);
   expect(reg.candidates().map((c) => c.key)).toEqual(["w\u00000"]);
@@ -149,7 +149,7 @@ test("a worker marked down leaves the candidates but keeps its blocks while its 
 test("a worker whose endpoint no listener can open is logged and skipped; the others still apply, nothing half-open", async () => {
   const { reg, pubs } = await setup();
   // Rank 0 is fine (a live publisher), rank 1 is not an endpoint at all.
-  const bad = { id: "bad", address: "127.0.4.21:8000", kvEvents: pubs[1]!.endpoint, dpSize: 2, ranks: [{ dpRank: 0, kvEvents: pubs[1]!.endpoint }, { dpRank: 1, kvEvents: "127.0.4.21:5558" }] } as WorkerSpec;
+  const bad = { id: "bad", address: `${LOOPBACK}.4.21:8000`, kvEvents: pubs[1]!.endpoint, dpSize: 2, ranks: [{ dpRank: 0, kvEvents: pubs[1]!.endpoint }, { dpRank: 1, kvEvents: `${LOOPBACK}.4.21:5558` }] } as WorkerSpec;
   expect(() => reg.reconcile([bad, podSpec([pubs[0]!.endpoint])])).not.toThrow();
   expect(reg.specs().map((s) => s.id)).toEqual(["w"]);
   expect(reg.candidates().map((c) => c.workerId)).toEqual(["w"]);

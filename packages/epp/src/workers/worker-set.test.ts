@@ -2,12 +2,12 @@
 // /metrics fails DOWN_AFTER_FAILED_SCRAPES times in a row leaves the candidates (ranks() says why), and
 // its next good scrape brings it back.
 import { afterEach, expect, test } from "bun:test";
-import { waitFor } from "@kv-epp/testkit";
+import { waitFor, LOOPBACK } from "@kv-epp/testkit";
 import pino from "pino";
 import { createMetrics } from "../metrics.ts";
 import { DOWN_AFTER_FAILED_SCRAPES, WorkerSet } from "./worker-set.ts";
 
-const HOST = "127.0.4.140";
+const HOST = `${LOOPBACK}.4.140`;
 const quiet = pino({ level: "silent" });
 const cleanup: (() => Promise<void> | void)[] = [];
 afterEach(async () => {

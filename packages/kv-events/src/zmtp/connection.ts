@@ -177,10 +177,15 @@ export class Connection {
     if (!hb || this.peerMinor < 1) return;
     const ping = encodeCommand("PING", pingBody(hb.timeoutMs));
     this.lastInAt = performance.now();
+    let lastTick = this.lastInAt;
     this.heartbeatTimer = setInterval(() => {
       const now = performance.now();
       // Reading paused (back-pressure): the silence is ours, not the peer's.
       if (this.socket.isPaused()) this.lastInAt = now;
+      // Time this process did not run (CPU starved, a long task) is not the peer's silence: when it
+      // resumes, timers may come before the reads of what the peer sent meanwhile.
+      this.lastInAt += Math.max(0, now - lastTick - hb.intervalMs);
+      lastTick = now;
       const idle = now - this.lastInAt;
       if (idle >= hb.timeoutMs) return this.close({ kind: "heartbeat", detail: `nothing received for ${Math.round(idle)} ms` });
       // Every interval, busy or not: the PING's TTL makes libzmq expect traffic from us within it, and a

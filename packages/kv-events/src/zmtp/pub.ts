@@ -66,6 +66,16 @@ export class PubSocket extends ZmtpSocket {
     return this.subs.size;
   }
 
+  /**
+   * Subscribers whose subscriptions match `topic`: a message sent now with that first frame reaches
+   * them (a subscriber's SUBSCRIBE arrives after its handshake, so it may be counted above and not here).
+   */
+  subscribedTo(topic: Uint8Array = new Uint8Array(0)): number {
+    let n = 0;
+    for (const s of this.subs.values()) if (s.matches(topic)) n++;
+    return n;
+  }
+
   /** The longest user-space send queue over subscribers (a publisher can pace itself on it). */
   get maxQueued(): number {
     let m = 0;

@@ -9,6 +9,10 @@ import { ChangeListeners, type PeerDiscovery, sortedPeers } from "./types.ts";
 // from must not keep two cold replicas waiting on each other.
 // So replicas that list each other and start together all see "no serving peer" and bootstrap empty at once
 // instead of waiting on each other. The probe is a HEAD, which our /dump answers without generating a body.
+// A re-probe that goes unanswered (timed out) is not an answer: a busy peer (one streaming its dump to
+// us, on a loaded machine) or a busy us. A serving peer then stays serving for a grace period, as long as
+// the dump client itself waits for a silent peer; a refused connection or any answer but 2xx takes it
+// out at once.
 
 export type StaticDiscoveryOptions = {
   /** selection-http base URLs, e.g. http://127.0.0.3:9093 */
@@ -18,6 +22,11 @@ export type StaticDiscoveryOptions = {
   probeTimeoutMs?: number;
   /** Re-probe period while recovery runs (default 1000 ms); 0 disables polling. */
   pollMs?: number;
+  /**
+   * How long a serving peer whose re-probes go unanswered still counts as serving (default 30000 ms, the
+   * recovery's default no-progress timeout).
+   */
+  unansweredGraceMs?: number;
   logger: Logger;
 };
 
@@ -26,15 +35,21 @@ export function peerFromUrl(url: string): Peer {
   return { id: u, url: u };
 }
 
-export async function probePeer(peer: Peer, token: string | undefined, timeoutMs: number, log?: Logger): Promise<boolean> {
+type ProbeOutcome = "serving" | "not_serving" | "unanswered";
+
+async function probe(peer: Peer, token: string | undefined, timeoutMs: number, log?: Logger): Promise<ProbeOutcome> {
   try {
     const res = await fetch(dumpUrl(peer), { method: "HEAD", headers: authHeaders(token), signal: AbortSignal.timeout(timeoutMs) });
     await res.body?.cancel().catch(() => {});
     if (res.status === 401 || res.status === 403) log?.warn({ peer: peer.url, status: res.status }, "peer refuses our token (DYN_EPP_PEER_TOKEN differs?)");
-    return res.ok;
-  } catch {
-    return false;
+    return res.ok ? "serving" : "not_serving";
+  } catch (err) {
+    return err instanceof Error && err.name === "TimeoutError" ? "unanswered" : "not_serving";
   }
+}
+
+export async function probePeer(peer: Peer, token: string | undefined, timeoutMs: number, log?: Logger): Promise<boolean> {
+  return (await probe(peer, token, timeoutMs, log)) === "serving";
 }
 
 export function staticPeerDiscovery(opts: StaticDiscoveryOptions): PeerDiscovery {
@@ -43,14 +58,28 @@ export function staticPeerDiscovery(opts: StaticDiscoveryOptions): PeerDiscovery
   const listeners = new ChangeListeners();
   const probeTimeoutMs = opts.probeTimeoutMs ?? 2000;
   const pollMs = opts.pollMs ?? 1000;
+  const graceMs = opts.unansweredGraceMs ?? 30_000;
   let serving: Peer[] = [];
+  /** Since when each serving peer's re-probes have gone unanswered. */
+  const unansweredSince = new Map<string, number>();
   let started: Promise<void> | null = null;
   let timer: ReturnType<typeof setTimeout> | null = null;
   let stopped = false;
 
   const probeAll = async () => {
-    const up = await Promise.all(listed.map((p) => probePeer(p, opts.token, probeTimeoutMs)));
-    const next = listed.filter((_, i) => up[i]);
+    const outcomes = await Promise.all(listed.map((p) => probe(p, opts.token, probeTimeoutMs)));
+    const now = performance.now();
+    const wasServing = new Set(serving.map((p) => p.id));
+    const next = listed.filter((p, i) => {
+      if (outcomes[i] !== "unanswered") {
+        unansweredSince.delete(p.id);
+        return outcomes[i] === "serving";
+      }
+      if (!wasServing.has(p.id)) return false;
+      const since = unansweredSince.get(p.id) ?? now;
+      unansweredSince.set(p.id, since);
+      return now - since < graceMs;
+    });
     const changed = next.map((p) => p.id).join("\n") !== serving.map((p) => p.id).join("\n");
     serving = next;
     if (changed) {

@@ -7,6 +7,7 @@ import { connect } from "node:net";
 import type { FakeKubeApi } from "../kube/server.ts";
 import type { KubeObject } from "../kube/resources.ts";
 import { parseLabelSelector } from "../kube/selectors.ts";
+import { LOOPBACK } from "../loopback.ts";
 import { heldPorts } from "../net.ts";
 import { spawnProcess, type ProcessHandle } from "../process.ts";
 import { HealthProbe } from "./grpc-health.ts";
@@ -137,7 +138,7 @@ async function probeOnce(probe: Probe, ip: string, grpcProbe: HealthProbe | unde
 
 export type SimClusterOptions = {
   namespace?: string; // default "default"
-  /** First three octets of the pods' addresses, default "127.0.5" (the testkit's loopback range). */
+  /** First three octets of the pods' addresses, default `${LOOPBACK}.5` (in this test run's loopback range). */
   ipPrefix?: string;
   firstHost?: number; // default 2
   periodMs?: number; // probe and reconcile period, default 100
@@ -160,7 +161,7 @@ export class SimCluster {
     opts: SimClusterOptions = {},
   ) {
     this.namespace = opts.namespace ?? "default";
-    this.ipPrefix = opts.ipPrefix ?? "127.0.5";
+    this.ipPrefix = opts.ipPrefix ?? `${LOOPBACK}.5`;
     this.nextHost = opts.firstHost ?? 2;
     this.timer = setInterval(() => void this.tick(), opts.periodMs ?? 100);
   }

@@ -1,6 +1,7 @@
 // The demo gateway's own edges: no replica answering, a bad replica list, the --replicas format.
 import { afterAll, describe, expect, test } from "bun:test";
 import { GATEWAY_HEADERS, formatReplicas, parseReplicas, startGateway } from "./gateway.ts";
+import { LOOPBACK } from "@kv-epp/testkit";
 
 // Nothing listens on port 1: every ext_proc attempt fails to connect.
 const gateway = startGateway({ listen: "127.0.0.1", port: 0, bodyMode: "full-duplex", replicas: [{ name: "epp-x", address: "127.0.0.1:1" }] });
@@ -24,7 +25,7 @@ describe("demo gateway", () => {
   }, 30_000);
 
   test("--replicas reads back what it writes, and says what a bad entry should look like", () => {
-    const list = [{ name: "epp-a", address: "127.0.6.2:9002" }, { name: "epp-b", address: "127.0.6.3:9002" }];
+    const list = [{ name: "epp-a", address: `${LOOPBACK}.6.2:9002` }, { name: "epp-b", address: `${LOOPBACK}.6.3:9002` }];
     expect(parseReplicas(formatReplicas(list))).toEqual(list);
     expect(() => parseReplicas("epp-a")).toThrow("expected name=ip:port");
   });
