@@ -70,6 +70,9 @@ function loadFields(load: SelectionDeps["load"], key: string) {
     active_blocks: load.own.of(key).blocks,
     sibling_requests: load.peers?.of(key).requests ?? 0,
     sibling_blocks: load.peers?.of(key).blocks ?? 0,
+    // Blocks still to prefill there (a prefill worker's whole load under disaggregation, until the first byte).
+    active_prefill_blocks: load.own.of(key).prefillBlocks,
+    sibling_prefill_blocks: load.peers?.of(key).prefillBlocks ?? 0,
   };
 }
 
@@ -169,6 +172,8 @@ export function selectionApp(d: SelectionDeps): Hono {
           // Why a listed rank may not be picked: its worker is down (failed /metrics scrapes, static mode).
           routable: r.routable,
           failed_scrapes: r.failedScrapes,
+          // Prefill/decode disaggregation: prefill | decode | both; null: no role (a destination only).
+          role: r.role ?? null,
           blocks: ix ? ix.index.treeSize(w) : 0,
           ...kvShapeFields(d.indexers, w, ix?.blockSize),
           ...streamFields(d, w),
