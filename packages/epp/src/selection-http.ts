@@ -8,7 +8,7 @@ import { BadRequest, MAX_BODY_BYTES, parseBody, parseJson, TooDeep } from "./ext
 import type { StreamHandoff } from "./handoff/handoff.ts";
 import type { Indexers } from "./indexers/indexers.ts";
 import type { Metrics } from "./metrics.ts";
-import type { LoadView, LatencyModel, Picker, RoutingQuality } from "@kv-epp/routing";
+import type { LoadView, LatencyModel, Picker, PrefillDecision, RoutingQuality } from "@kv-epp/routing";
 import type { Tokenize } from "./tokens.ts";
 import type { PoolStats } from "@kv-epp/tokenizer";
 import { DUMP_PATH, parseWorkerKey, workerKeyOf } from "@kv-epp/protocol";
@@ -60,6 +60,18 @@ function kvShapeFields(indexers: Indexers, w: { workerId: string; dpRank: number
     index_block_size: indexBlockSize ?? null,
     block_size_mismatch: info?.blockSizeMismatch ?? false,
     kv_groups: info?.kvGroups ?? null,
+  };
+}
+
+/** /select's `pd`: the decider's verdict and the prefill rank (`prefill: null` when the decode worker prefills). */
+function pdFields(pd: PrefillDecision) {
+  const p = pd.prefill?.chosen;
+  return {
+    disaggregated: pd.disagg.disaggregate,
+    reason: pd.disagg.reason,
+    uncached_tokens: pd.disagg.uncachedTokens,
+    threshold_tokens: pd.disagg.thresholdTokens,
+    prefill: p ? { endpoint: p.candidate.endpoint, worker_id: p.candidate.workerId, dp_rank: p.candidate.dpRank, overlap_blocks: p.overlap } : null,
   };
 }
 
@@ -154,6 +166,8 @@ export function selectionApp(d: SelectionDeps): Hono {
       overlap_blocks: chosen.overlap,
       request_blocks: decision.requestBlocks,
       scores: byWorker(decision.scores!),
+      // In a pool with prefill workers: the decider's verdict, and the prefill rank it would name.
+      ...(decision.pd ? { pd: pdFields(decision.pd) } : {}),
     });
   });
 

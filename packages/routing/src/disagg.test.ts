@@ -10,7 +10,7 @@ import { ActiveLoad, sumLoad } from "./load.ts";
 import { PendingPrefixes, DEFAULT_PENDING } from "./pending.ts";
 import { Picker, type Decision } from "./picker.ts";
 import { NO_METRICS, type Candidate } from "./ports.ts";
-import { RoutedRequest, type RoutingContext } from "./routed-request.ts";
+import { REMOTE_PREFILL_MIN_DEADLINE_MS, RoutedRequest, type RoutingContext } from "./routed-request.ts";
 
 const BLOCK = 4;
 const ips = new Map<string, number>();
@@ -29,6 +29,7 @@ function pool(candidates: Candidate[], o: { threshold?: number; cost?: "weights"
   const load = new ActiveLoad(pending);
   const latency = new LatencyModel();
   const timers: (() => void)[] = [];
+  const delays: number[] = [];
   let next = 1;
   const picker = new Picker({
     indexers: { lookup: () => ({ key: "m", blockSize: BLOCK, index }) },
@@ -40,7 +41,7 @@ function pool(candidates: Candidate[], o: { threshold?: number; cost?: "weights"
     pending,
     random: () => 0,
   });
-  const ctx: RoutingContext = { picker, load, latency, metrics: NO_METRICS, candidates: () => candidates, clock: { now: () => 0, after: (_ms, fn) => void timers.push(fn) } };
+  const ctx: RoutingContext = { picker, load, latency, metrics: NO_METRICS, candidates: () => candidates, clock: { now: () => 0, after: (ms, fn) => void (delays.push(ms), timers.push(fn)) } };
   const holds = (c: Candidate, tokens: Uint32Array, blocks: number) => {
     const hashes = computeBlockHashes(tokens.subarray(0, blocks * BLOCK), BLOCK);
     applyStored(index, c, null, [...hashes].map((h) => ({ blockHash: BigInt(next++), tokensHash: h })));
@@ -51,7 +52,7 @@ function pool(candidates: Candidate[], o: { threshold?: number; cost?: "weights"
     return r.request;
   };
   const pick = (tokens: Uint32Array) => picker.pick({ tokens }) as Extract<Decision, { kind: "picked" }>;
-  return { load, holds, route, pick, timers };
+  return { load, holds, route, pick, timers, delays };
 }
 
 describe("the decider (llm-d's prefix-based rule over the exact overlap)", () => {
@@ -248,10 +249,11 @@ describe("load per role across replicas", () => {
     expect(both.of(D.key).requests).toBe(0);
   });
 
-  test("a response that shows no byte until its end releases the prefill lease at its deadline", () => {
+  test("a response that shows no byte until its end releases the prefill lease at its deadline, never before the remote prefill's least", () => {
     const P = rank("p", "prefill");
-    const { load, route, timers } = pool([P, rank("d", "decode")], { threshold: 4 });
+    const { load, route, timers, delays } = pool([P, rank("d", "decode")], { threshold: 4 });
     route(prompt(10));
+    expect(delays).toEqual([REMOTE_PREFILL_MIN_DEADLINE_MS]);
     expect(load.of(P.key).requests).toBe(1);
     for (const t of timers) t();
     expect(load.of(P.key).requests).toBe(0);

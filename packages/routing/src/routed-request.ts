@@ -13,6 +13,12 @@ import type { Decision, Picker, PickRequest, ScoredCandidate } from "./picker.ts
 import type { Candidate, Clock, RoutingMetrics } from "./ports.ts";
 import { calibrationSample, predictionOf, type ResponseWatch, type RoutingQuality } from "./quality.ts";
 
+/**
+ * The least time a disaggregated request's prefill lease is held when no response byte shows: its first
+ * byte also waits for the KV transfer and the sidecar's two hops, which the latency line does not model.
+ */
+export const REMOTE_PREFILL_MIN_DEADLINE_MS = 5_000;
+
 /** What every request a replica routes shares. */
 export type RoutingContext = {
   picker: Picker;
@@ -79,7 +85,10 @@ export class RoutedRequest {
     // A response that is not streamed (or a data plane that buffers it) shows no byte until it ends, so
     // its prefill would count as ahead of every later request for its whole decode: it stops counting
     // at twice its predicted TTFT if no byte came before.
-    if (prefillBlocksOf(requestBlocks, prefilling.overlap) > 0) ctx.clock.after?.(2 * prefilling.predictedTtftMs, () => this.firstByte());
+    if (prefillBlocksOf(requestBlocks, prefilling.overlap) > 0) {
+      const deadline = 2 * prefilling.predictedTtftMs;
+      ctx.clock.after?.(prefill ? Math.max(deadline, REMOTE_PREFILL_MIN_DEADLINE_MS) : deadline, () => this.firstByte());
+    }
     ctx.metrics.inflight(ctx.load.inflight);
     ctx.metrics.routed(requestBlocks > 0 ? prefilling.overlap / requestBlocks : undefined);
     if (decision.pd) ctx.metrics.disaggregation(decision.pd.disagg.disaggregate, decision.pd.disagg.reason);
