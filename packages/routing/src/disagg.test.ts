@@ -8,6 +8,7 @@ import { explanation } from "./explain.ts";
 import { LatencyModel, uncachedTokens } from "./latency.ts";
 import { ActiveLoad, sumLoad } from "./load.ts";
 import { PendingPrefixes, DEFAULT_PENDING } from "./pending.ts";
+import type { ReplicaSet } from "./home.ts";
 import { Picker, type Decision } from "./picker.ts";
 import { NO_METRICS, type Candidate } from "./ports.ts";
 import { REMOTE_PREFILL_MIN_DEADLINE_MS, RoutedRequest, type RoutingContext } from "./routed-request.ts";
@@ -23,7 +24,7 @@ const rank = (workerId: string, role?: WorkerRole): Candidate => {
 const prompt = (blocks: number, seed = 1) => Uint32Array.from({ length: blocks * BLOCK }, (_, i) => seed * 100_000 + i + 1);
 
 /** A pool over one index; `holds` stores a prompt's first blocks on a rank. */
-function pool(candidates: Candidate[], o: { threshold?: number; cost?: "weights" | "latency"; pending?: boolean } = {}) {
+function pool(candidates: Candidate[], o: { threshold?: number; cost?: "weights" | "latency"; pending?: boolean; replicas?: ReplicaSet } = {}) {
   const index = KvIndex.create({ blockSize: BLOCK });
   const pending = o.pending ? new PendingPrefixes({ ...DEFAULT_PENDING }) : undefined;
   const load = new ActiveLoad(pending);
@@ -39,6 +40,7 @@ function pool(candidates: Candidate[], o: { threshold?: number; cost?: "weights"
     options: { prefillLoadScale: 16, decodeLoadScale: 1, queueWeight: 0, temperature: 0, shape: { kind: "blocks" }, queueThreshold: 0, cost: o.cost ?? "weights", pdThresholdTokens: o.threshold ?? 8 },
     latency,
     pending,
+    replicas: o.replicas && (() => o.replicas),
     random: () => 0,
   });
   const ctx: RoutingContext = { picker, load, latency, metrics: NO_METRICS, candidates: () => candidates, clock: { now: () => 0, after: (ms, fn) => void (delays.push(ms), timers.push(fn)) } };
@@ -167,6 +169,12 @@ describe("the pair", () => {
     second.responseBody(new Uint8Array([1]));
     const third = route(prompt(10, 3));
     expect(third.prefillCandidate).toBeDefined();
+  });
+
+  test("replicas split the prefill ranks by their home share: two replicas send equal prompts to different prefill ranks", () => {
+    const cs = [rank("hp1", "prefill"), rank("hp2", "prefill"), rank("hd", "decode")];
+    const on = (self: string, peer: string) => pool(cs, { threshold: 4, cost: "latency", replicas: { self, peers: [peer] } }).route(prompt(10)).prefillCandidate!.workerId;
+    expect(new Set([on("replica-a", "replica-b"), on("replica-b", "replica-a")])).toEqual(new Set(["hp1", "hp2"]));
   });
 
   test("in-flight prefixes: a sibling of a disaggregated request finds its blocks pending on the prefill rank before any event", () => {

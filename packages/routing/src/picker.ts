@@ -224,7 +224,8 @@ export class Picker {
           weights: o,
           queueThreshold: o.queueThreshold,
           random: this.deps.random ?? Math.random,
-          latency: o.cost === "latency" ? this.latencyCost(others, this.prefillAway) : undefined,
+          // The home share is dealt over every prefill rank, so it does not change with the decode pick.
+          latency: o.cost === "latency" ? this.latencyCost(sets.prefill, this.prefillAway) : undefined,
         });
         if (p.kind === "chosen") pd.prefill = { chosen: scoredOf(p.chosen), scored: p.scored.map(scoredOf) };
         else pd.disagg = { ...disagg, disaggregate: false, reason: "no_prefill_worker" };
@@ -244,7 +245,7 @@ export class Picker {
     };
   }
 
-  /** The latency cost per candidate, with the home share's charge (only this cost reads the replica set). */
+  /** The latency cost per candidate, with the home share's charge over `candidates` (only this cost reads the replica set). */
   private latencyCost(candidates: readonly Candidate[], home: AwayWorkers): (c: Known) => number {
     const away = home.of(candidates, this.deps.replicas?.());
     const latency = this.deps.latency;
