@@ -174,6 +174,8 @@ async function main() {
   const poolSize = ((await (await fetch(`${pool.metrics}/metrics`)).text()).match(/^dynamo_epp_tokenizer_pool_members (\S+)$/m) ?? [])[1];
   console.log(`EPPs ready: "pool" (${poolSize} tokenizer threads, budget 50 ms) and "in-loop" (--tokenizer-threads 0); rates: tokens and chats ${RATE}/s, documents ${DOC_RATE}/s, agentic ${AGENT_RATE}/s, ${DURATION_MS} ms measured after ${WARMUP_MS} ms`);
 
+  // JIT and connections warmed before anything is measured: a short run of each workload's first requests.
+  for (const e of [pool, inLoop]) await measure(e, "(warm-up)", [{ label: "token ids", file: files.tokens, rate: Math.min(RATE, 50) }]);
   const rows: Row[] = [];
   const both = async (f: (e: Epp) => Promise<Row>, step: number) => {
     for (const e of step % 2 === 0 ? [pool, inLoop] : [inLoop, pool]) rows.push(await f(e));

@@ -3,7 +3,7 @@
 import { beforeAll, describe, expect, test } from "bun:test";
 import fc from "fast-check";
 import { compileFastTokenizer, type FastTokenizer } from "../src/fast/fast-tokenizer";
-import { createPreprocessor, type Preprocessor } from "../src/index";
+import { createPreprocessor, TokenizerPool, type Preprocessor } from "../src/index";
 import { addedTokenTexts, firstDifference, modelDir, MODELS, reference, textArbitrary, tokenizerJson, type Reference } from "./reference-tokenizers";
 
 const RUNS = Number(process.env.TOKENIZER_PROPERTY_RUNS ?? 400);
@@ -65,6 +65,30 @@ describe.each(MODELS)("fast BPE, %s", (model) => {
       const got = fast.encode(text);
       const want = await ref.encode(text);
       expect({ at: firstDifference(got, want), text: text.slice(0, 80) }).toEqual({ at: -1, text: text.slice(0, 80) });
+    }
+  }, 300_000);
+
+  test("through the pool (members' fast BPE and segment caches), texts growing by random turns keep the reference's ids", async () => {
+    const pool = new TokenizerPool({ preprocessor: { tokenizerDir: modelDir(model) }, size: 2, budgetMs: 600_000 });
+    try {
+      await pool.ready();
+      const around = pre.encodeCompletion("");
+      await fc.assert(
+        fc.asyncProperty(fc.array(textArbitrary(added), { minLength: 1, maxLength: 4 }), async (turns) => {
+          let text = "";
+          for (const turn of turns) {
+            text += turn + (added[0] ?? "");
+            const want = [...around, ...(await ref.encode(text))];
+            const got = (await pool.tokenize({ kind: "prompt", text })).tokens;
+            const at = firstDifference(got, want);
+            if (at >= 0) throw new Error(`${model} through the pool: ids differ at ${at} for text ${JSON.stringify(text)}`);
+          }
+        }),
+        { numRuns: Math.ceil(RUNS / 4) },
+      );
+      expect(pool.stats().cache.hits).toBeGreaterThan(0);
+    } finally {
+      await pool.close();
     }
   }, 300_000);
 });
