@@ -157,6 +157,11 @@ describe("ext_proc warming the next turn from the response", () => {
     expect(fresh).toBeGreaterThan(0);
     expect(fresh).toBeLessThanOrEqual(pre.encodeCompletion(next).length + 8);
     expect(pre.encodeCompletion(reply).length).toBeGreaterThan(4 * fresh);
+    // What warming saved is counted, and the member's segment cache is visible in the process's metrics and on /debug.
+    expect(await scrapeMetric(env.metrics, "dynamo_epp_tokenizer_warmed_tokens_total")).toBeGreaterThanOrEqual(pre.encodeCompletion(reply).length - 8);
+    const view = (await (await fetch(`http://${HOST}:${env.epp.ports.selection}/debug/tokenizer`)).json()) as { pool: { cache: { hits: number; bytes: number } } };
+    expect(view.pool.cache.hits).toBeGreaterThan(0);
+    expect(await scrapeMetric(env.metrics, 'dynamo_epp_tokenizer_cache_hits_total{model="test-model"}')).toBe(view.pool.cache.hits);
   }, 180_000);
 });
 

@@ -38,9 +38,8 @@ describe.each(MODELS)("fast BPE, %s", (model) => {
     );
   }, 300_000);
 
-  test("through the segment cache, a conversation growing by random turns keeps the reference's ids", async () => {
-    // The preprocessor adds what the model's config asks around a completion (e.g. DeepSeek's bos, which
-    // transformers adds from add_bos_token and the bare tokenizer.json does not); the rest is the reference's.
+  /** Texts growing by random turns (each ending in an added token) get the reference's ids from `encode`, turn by turn. */
+  async function growingTextsKeepReferenceIds(label: string, encode: (text: string) => ArrayLike<number> | Promise<ArrayLike<number>>) {
     const around = pre.encodeCompletion("");
     await fc.assert(
       fc.asyncProperty(fc.array(textArbitrary(added), { minLength: 1, maxLength: 4 }), async (turns) => {
@@ -48,13 +47,18 @@ describe.each(MODELS)("fast BPE, %s", (model) => {
         for (const turn of turns) {
           text += turn + (added[0] ?? "");
           const want = [...around, ...(await ref.encode(text))];
-          const got = pre.encodeCompletion(text);
-          const at = firstDifference(got, want);
-          if (at >= 0) throw new Error(`${model}: ids differ at ${at} for text ${JSON.stringify(text)}`);
+          const at = firstDifference(await encode(text), want);
+          if (at >= 0) throw new Error(`${label}: ids differ at ${at} for text ${JSON.stringify(text)}`);
         }
       }),
       { numRuns: Math.ceil(RUNS / 4) },
     );
+  }
+
+  test("through the segment cache, a conversation growing by random turns keeps the reference's ids", async () => {
+    // The preprocessor adds what the model's config asks around a completion (e.g. DeepSeek's bos, which
+    // transformers adds from add_bos_token and the bare tokenizer.json does not); the rest is the reference's.
+    await growingTextsKeepReferenceIds(model, (text) => pre.encodeCompletion(text));
     expect(pre.cacheStats().hits).toBeGreaterThan(0);
   }, 300_000);
 
@@ -72,20 +76,7 @@ describe.each(MODELS)("fast BPE, %s", (model) => {
     const pool = new TokenizerPool({ preprocessor: { tokenizerDir: modelDir(model) }, size: 2, budgetMs: 600_000 });
     try {
       await pool.ready();
-      const around = pre.encodeCompletion("");
-      await fc.assert(
-        fc.asyncProperty(fc.array(textArbitrary(added), { minLength: 1, maxLength: 4 }), async (turns) => {
-          let text = "";
-          for (const turn of turns) {
-            text += turn + (added[0] ?? "");
-            const want = [...around, ...(await ref.encode(text))];
-            const got = (await pool.tokenize({ kind: "prompt", text })).tokens;
-            const at = firstDifference(got, want);
-            if (at >= 0) throw new Error(`${model} through the pool: ids differ at ${at} for text ${JSON.stringify(text)}`);
-          }
-        }),
-        { numRuns: Math.ceil(RUNS / 4) },
-      );
+      await growingTextsKeepReferenceIds(`${model} through the pool`, async (text) => (await pool.tokenize({ kind: "prompt", text })).tokens);
       expect(pool.stats().cache.hits).toBeGreaterThan(0);
     } finally {
       await pool.close();
