@@ -159,11 +159,16 @@ class ProcessStream {
       if (this.held !== null) this.endHeld = true;
       else this.ended();
     });
+    // A reset after a half-close: nothing is left to end.
     this.call.on("error", (err) => {
       this.deps.log.debug({ err: String(err) }, "ext_proc stream error");
+      this.endHeld = false;
       this.finish();
     });
-    this.call.on("cancelled", () => this.finish());
+    this.call.on("cancelled", () => {
+      this.endHeld = false;
+      this.finish();
+    });
   }
 
   /** The client sent all it will: every answer is out, so the stream ends. */
