@@ -40,6 +40,8 @@ describe.each(MODELS)("fast BPE, %s", (model) => {
 
   /** Texts growing by random turns (each ending in an added token) get the reference's ids from `encode`, turn by turn. */
   async function growingTextsKeepReferenceIds(label: string, encode: (text: string) => ArrayLike<number> | Promise<ArrayLike<number>>) {
+    // The preprocessor adds what the model's config asks around a completion (e.g. DeepSeek's bos, which
+    // transformers adds from add_bos_token and the bare tokenizer.json does not); the rest is the reference's.
     const around = pre.encodeCompletion("");
     await fc.assert(
       fc.asyncProperty(fc.array(textArbitrary(added), { minLength: 1, maxLength: 4 }), async (turns) => {
@@ -56,8 +58,6 @@ describe.each(MODELS)("fast BPE, %s", (model) => {
   }
 
   test("through the segment cache, a conversation growing by random turns keeps the reference's ids", async () => {
-    // The preprocessor adds what the model's config asks around a completion (e.g. DeepSeek's bos, which
-    // transformers adds from add_bos_token and the bare tokenizer.json does not); the rest is the reference's.
     await growingTextsKeepReferenceIds(model, (text) => pre.encodeCompletion(text));
     expect(pre.cacheStats().hits).toBeGreaterThan(0);
   }, 300_000);
