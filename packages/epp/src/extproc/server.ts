@@ -138,6 +138,8 @@ class ProcessStream {
   private started = false;
   /** Messages that came while a decision waited for its tokens (null: none waits). */
   private held: ProcessingRequest[] | null = null;
+  /** The client half-closed while messages were held: ended once they are handled (a half-close is no reset). */
+  private endHeld = false;
 
   private get fullDuplex(): boolean {
     return this.mode === "FULL_DUPLEX_STREAMED";
@@ -155,17 +157,28 @@ class ProcessStream {
       else this.handle(msg);
     });
     this.call.on("end", () => {
-      this.finish();
-      if (!this.closed) {
-        this.closed = true;
-        this.call.end();
-      }
+      if (this.held !== null) this.endHeld = true;
+      else this.ended();
     });
+    // A reset after a half-close: nothing is left to end.
     this.call.on("error", (err) => {
       this.deps.log.debug({ err: String(err) }, "ext_proc stream error");
+      this.endHeld = false;
       this.finish();
     });
-    this.call.on("cancelled", () => this.finish());
+    this.call.on("cancelled", () => {
+      this.endHeld = false;
+      this.finish();
+    });
+  }
+
+  /** The client sent all it will: every answer is out, so the stream ends. */
+  private ended(): void {
+    this.finish();
+    if (!this.closed) {
+      this.closed = true;
+      this.call.end();
+    }
   }
 
   private handle(msg: ProcessingRequest): void {
@@ -186,7 +199,7 @@ class ProcessStream {
   /**
    * Tokenization in the pool (off this thread): the stream's later messages wait, in order, until the route
    * is answered, since ext_proc answers go in the order of the messages. Other streams go on meanwhile. A
-   * stream that ends first aborts the tokenization (finish).
+   * stream reset first aborts the tokenization (finish); a half-close waits its turn behind the held messages.
    */
   private awaitTokens(pending: Promise<Uint32Array>, req: RequestState, route: (tokens: Uint32Array) => void): void {
     this.held = [];
@@ -209,6 +222,10 @@ class ProcessStream {
           waiting.push(...held.slice(i + 1));
           break;
         }
+      }
+      if (this.held === null && this.endHeld) {
+        this.endHeld = false;
+        this.ended();
       }
     });
   }
