@@ -44,35 +44,48 @@ export async function loadGenerator(dir: string, durationMs: number, warmupMs: n
     argv: (target, rate, mode) => [process.execPath, `${import.meta.dir}/loadgen.ts`, ...common(target, rate, mode)],
   };
   if (Bun.env.EPP_BENCH_GENERATOR === "js") return js;
+  const built = buildCLoadgen(dir);
+  if (typeof built === "string") {
+    for (const mode of ["full-duplex", "buffered"] as const) await Bun.write(`${dir}/requests-${mode}.bin`, requestsFile(mode, 7));
+    return {
+      name: C_GENERATOR,
+      argv: (target, rate, mode) => [built, ...common(target, rate, mode), "--requests", `${dir}/requests-${mode}.bin`],
+    };
+  }
+  console.log(`bench/loadgen.c did not build (${built.why}); measuring with the JS generator, which adds its own ~0.5-1 ms to p99 (Debian: apt-get install gcc libnghttp2-dev libssl-dev)`);
+  return js;
+}
+
+export const C_GENERATOR = "C (bench/loadgen.c on libnghttp2)";
+
+/** bench/loadgen.c compiled into `dir`: the binary's path, or why it did not build. */
+export function buildCLoadgen(dir: string): string | { why: string } {
   const bin = `${dir}/loadgen-c`;
-  let why: string;
   try {
     const cc = Bun.spawnSync(["cc", "-O2", "-o", bin, `${import.meta.dir}/loadgen.c`, "-lnghttp2", "-lssl", "-lcrypto"], { stderr: "pipe" });
-    why = cc.stderr.toString().trim().split("\n")[0] ?? "";
-    if (cc.exitCode === 0) {
-      for (const mode of ["full-duplex", "buffered"] as const) await Bun.write(`${dir}/requests-${mode}.bin`, requestsFile(mode, 7));
-      return {
-        name: "C (bench/loadgen.c on libnghttp2)",
-        argv: (target, rate, mode) => [bin, ...common(target, rate, mode), "--requests", `${dir}/requests-${mode}.bin`],
-      };
-    }
+    return cc.exitCode === 0 ? bin : { why: cc.stderr.toString().trim().split("\n")[0] ?? "" };
   } catch (err) {
-    why = String(err);
+    return { why: String(err) };
   }
-  console.log(`bench/loadgen.c did not build (${why}); measuring with the JS generator, which adds its own ~0.5-1 ms to p99 (Debian: apt-get install gcc libnghttp2-dev libssl-dev)`);
-  return js;
 }
 
 /** One open-loop run of `gen` against `server` at `rate`, with the server process's CPU per request. */
 export async function runLoad(gen: Generator, server: Server, rate: number, mode: Mode, durationMs: number, warmupMs: number): Promise<Run> {
   const cpu0 = cpuTimeUs(server.proc.pid);
-  const p = Bun.spawn([...gen.argv(server.target, rate, mode), ...(server.tls ? ["--tls"] : [])], { stdout: "pipe", stderr: "inherit" });
+  const r = await generate([...gen.argv(server.target, rate, mode), ...(server.tls ? ["--tls"] : [])]);
+  // Includes the warm-up requests: cpu over every request sent, not only the measured ones.
+  r.cpuUs = (cpuTimeUs(server.proc.pid) - cpu0) / Math.max(1, Math.round((rate * (durationMs + warmupMs)) / 1000));
+  return r;
+}
+
+/** One generator process (argv as loadGenerator's): its run's figures, without the server's CPU (NaN). */
+export async function generate(argv: string[]): Promise<Run> {
+  const p = Bun.spawn(argv, { stdout: "pipe", stderr: "inherit" });
   const out = await new Response(p.stdout).text();
   await p.exited;
   const r = JSON.parse(out.trim().split("\n").at(-1)!) as Run;
   // A run that got no answer at all has no percentiles (NaN, null in JSON).
   for (const k of ["p50", "p90", "p99", "max"] as const) r[k] ??= NaN;
-  // Includes the warm-up requests: cpu over every request sent, not only the measured ones.
-  r.cpuUs = (cpuTimeUs(server.proc.pid) - cpu0) / Math.max(1, Math.round((rate * (durationMs + warmupMs)) / 1000));
+  r.cpuUs = NaN;
   return r;
 }

@@ -7,7 +7,7 @@ import { parseDiscoveryConfig, type DiscoveryConfig } from "@kv-epp/intents";
 import { ConfigError, PRECEDENCE, resolveOptions, usageText, type Layer, type Resolved, type Values } from "@kv-epp/options";
 import { routingSettings, type RoutingSettings } from "@kv-epp/routing";
 import { z } from "zod";
-import { DP_LB_MODES, type DpLbMode } from "@kv-epp/protocol";
+import { DP_LB_MODES, roleOfLabel, type DpLbMode } from "@kv-epp/protocol";
 import { DEFAULT_REPLICA_AGG_PORT, EPP_OPTIONS, EPP_PROGRAM } from "./options.ts";
 
 export { DEFAULT_REPLICA_AGG_PORT };
@@ -34,6 +34,8 @@ const WorkerEntry = z.object({
    * default for one address: global ranks), hybrid or external (the server's own ranks from 0).
    */
   dpLb: z.enum(DP_LB_MODES as [DpLbMode, ...DpLbMode[]]).optional(),
+  /** Prefill/decode disaggregation: prefill | decode | both (or llm-d's label spelling prefill-decode); absent: a destination only. */
+  role: z.enum(["prefill", "decode", "both", "prefill-decode"]).transform((v) => roleOfLabel(v)!).optional(),
 }).superRefine((w, ctx) => {
   if (w.dpLb === "internal" && typeof w.address !== "string")
     ctx.addIssue({ code: "custom", path: ["dpLb"], message: "internal DP load balancing has one API server for every rank: give one address, or dpLb hybrid/external for one server per address" });

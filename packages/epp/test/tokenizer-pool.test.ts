@@ -85,6 +85,18 @@ describe("ext_proc with the tokenizer pool", () => {
     expect({ longestTokenizationS: longest, lagSamplesOverIt: over }).toEqual({ longestTokenizationS: longest, lagSamplesOverIt: 0 });
   }, 300_000);
 
+  test("a stream half-closed right after its body still gets its route: a half-close is no reset", async () => {
+    const before = await debugPool(env.epp);
+    const s = env.client.open();
+    s.send({ ...headers("/v1/chat/completions"), protocol_config: DUPLEX });
+    s.send(body(chatBody("half-closed", freshWords(20_000, 3))));
+    s.end();
+    const answer = await s.next(120_000);
+    expect(lbMetadata(answer)).toBe(A);
+    const after = await debugPool(env.epp);
+    expect({ cancelled: after.cancelled - before.cancelled, stopped: after.stopped - before.stopped }).toEqual({ cancelled: 0, stopped: 0 });
+  }, 120_000);
+
   test("a stream the gateway resets cancels its tokenization", async () => {
     const before = (await debugPool(env.epp)).cancelled;
     const s = env.client.open();
@@ -145,6 +157,11 @@ describe("ext_proc warming the next turn from the response", () => {
     expect(fresh).toBeGreaterThan(0);
     expect(fresh).toBeLessThanOrEqual(pre.encodeCompletion(next).length + 8);
     expect(pre.encodeCompletion(reply).length).toBeGreaterThan(4 * fresh);
+    // What warming saved is counted, and the member's segment cache is visible in the process's metrics and on /debug.
+    expect(await scrapeMetric(env.metrics, "dynamo_epp_tokenizer_warmed_tokens_total")).toBeGreaterThanOrEqual(pre.encodeCompletion(reply).length - 8);
+    const view = (await (await fetch(`http://${HOST}:${env.epp.ports.selection}/debug/tokenizer`)).json()) as { pool: { cache: { hits: number; bytes: number } } };
+    expect(view.pool.cache.hits).toBeGreaterThan(0);
+    expect(await scrapeMetric(env.metrics, 'dynamo_epp_tokenizer_cache_hits_total{model="test-model"}')).toBe(view.pool.cache.hits);
   }, 180_000);
 });
 

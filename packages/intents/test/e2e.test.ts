@@ -163,7 +163,7 @@ describe("KV-event sources the worker reports: sidecar → discovery → EPP", (
     await attachIntents(epp, store);
     // No port convention: each rank's publisher and replay socket take whatever port the OS gives.
     const worker = await startMockWorker({
-      listen: "127.0.7.5", port: 0, kvEvents: "tcp://127.0.7.5:0", replay: "tcp://127.0.7.5:0", dpSize: 2, blockSize: 16, speed: 0, model: MODEL, workerId: "mock-b", logger: log,
+      listen: `${LOOPBACK}.7.5`, port: 0, kvEvents: `tcp://${LOOPBACK}.7.5:0`, replay: `tcp://${LOOPBACK}.7.5:0`, dpSize: 2, blockSize: 16, speed: 0, model: MODEL, workerId: "mock-b", logger: log,
     });
     cleanup.push(() => worker.close());
     const ports = worker.ranks.map((r) => Number(r.kvEvents.split(":").at(-1)));

@@ -2,6 +2,7 @@
 // (vLLM #55844) and its gRPC server's `vllm.Control/GetKvEventSources` (vLLM #50033), over real HTTP and
 // real gRPC (grpc-js). The gRPC answers are protobuf bytes written field by field as vLLM's server
 // (prost) writes them, in both revisions of the endpoint field.
+import { LOOPBACK } from "@kv-epp/testkit";
 import { afterAll, describe, expect, test } from "bun:test";
 import * as grpc from "@grpc/grpc-js";
 import protobuf from "protobufjs";
@@ -14,11 +15,11 @@ afterAll(async () => {
 
 function httpServer(answer: unknown, status = 200) {
   const srv = Bun.serve({
-    hostname: "127.0.7.21", port: 0,
+    hostname: `${LOOPBACK}.7.21`, port: 0,
     fetch: (req) => (new URL(req.url).pathname === "/kv_event_sources" ? Response.json(answer, { status }) : new Response(null, { status: 404 })),
   });
   cleanups.push(() => srv.stop(true));
-  return `http://127.0.7.21:${srv.port}`;
+  return `http://${LOOPBACK}.7.21:${srv.port}`;
 }
 
 describe("GET /kv_event_sources (vLLM #55844)", () => {
@@ -31,8 +32,8 @@ describe("GET /kv_event_sources (vLLM #55844)", () => {
     });
     const r = await readReportedSources(from);
     expect(r.sources).toEqual([
-      { rank: 0, kvEvents: "tcp://10.1.2.3:41001", replay: "tcp://127.0.7.21:41003", topic: "kv" },
-      { rank: 1, kvEvents: "tcp://127.0.7.21:41002", replay: null, topic: "kv" },
+      { rank: 0, kvEvents: "tcp://10.1.2.3:41001", replay: `tcp://${LOOPBACK}.7.21:41003`, topic: "kv" },
+      { rank: 1, kvEvents: `tcp://${LOOPBACK}.7.21:41002`, replay: null, topic: "kv" },
     ]);
     expect(r.skipped + r.unknownFields).toBe(0);
   });
@@ -48,9 +49,9 @@ describe("GET /kv_event_sources (vLLM #55844)", () => {
   });
 
   test("a server without the route (a vLLM before #55844) is a clear error", async () => {
-    const srv = Bun.serve({ hostname: "127.0.7.21", port: 0, fetch: () => new Response("Not Found", { status: 404 }) });
+    const srv = Bun.serve({ hostname: `${LOOPBACK}.7.21`, port: 0, fetch: () => new Response("Not Found", { status: 404 }) });
     cleanups.push(() => srv.stop(true));
-    await expect(readReportedSources(`http://127.0.7.21:${srv.port}`)).rejects.toThrow(ReportedSourcesError);
+    await expect(readReportedSources(`http://${LOOPBACK}.7.21:${srv.port}`)).rejects.toThrow(ReportedSourcesError);
   });
 });
 
@@ -95,9 +96,9 @@ async function grpcServer(answer: Buffer | grpc.StatusObject): Promise<string> {
     GetKvEventSources: (_call: unknown, cb: grpc.sendUnaryData<Buffer>) => (Buffer.isBuffer(answer) ? cb(null, answer) : cb(answer, null)),
   });
   const port = await new Promise<number>((resolve, reject) =>
-    server.bindAsync("127.0.7.22:0", grpc.ServerCredentials.createInsecure(), (err, p) => (err ? reject(err) : resolve(p))));
+    server.bindAsync(`${LOOPBACK}.7.22:0`, grpc.ServerCredentials.createInsecure(), (err, p) => (err ? reject(err) : resolve(p))));
   cleanups.push(() => new Promise<void>((done) => server.tryShutdown(() => done())));
-  return `grpc://127.0.7.22:${port}`;
+  return `grpc://${LOOPBACK}.7.22:${port}`;
 }
 
 describe("vllm.Control/GetKvEventSources (vLLM #50033)", () => {
@@ -108,8 +109,8 @@ describe("vllm.Control/GetKvEventSources (vLLM #50033)", () => {
     ]));
     const r = await readReportedSources(from);
     expect(r.sources).toEqual([
-      { rank: 0, kvEvents: "tcp://127.0.7.22:5557", replay: "tcp://127.0.7.22:5657", topic: "kv" },
-      { rank: 1, kvEvents: "tcp://127.0.7.22:5558", replay: "tcp://127.0.7.22:5658", topic: "kv" },
+      { rank: 0, kvEvents: `tcp://${LOOPBACK}.7.22:5557`, replay: `tcp://${LOOPBACK}.7.22:5657`, topic: "kv" },
+      { rank: 1, kvEvents: `tcp://${LOOPBACK}.7.22:5558`, replay: `tcp://${LOOPBACK}.7.22:5658`, topic: "kv" },
     ]);
     expect(r.skipped + r.unknownFields).toBe(0);
   });

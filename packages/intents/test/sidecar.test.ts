@@ -4,13 +4,13 @@
 import { afterAll, expect, test } from "bun:test";
 import { join } from "node:path";
 import { startMockWorker } from "@kv-epp/mock-worker";
-import { killAll, spawnBun, waitFor } from "@kv-epp/testkit";
+import { killAll, spawnBun, waitFor, LOOPBACK } from "@kv-epp/testkit";
 import pino from "pino";
 import { connectHttpDiscovery, serveDiscoveryStore, startIntentHost, type AttachmentIntent } from "../src/index.ts";
 import { E2E_MODEL as MODEL } from "./fixtures.ts";
 
 const ROOT = join(import.meta.dir, "../../..");
-const IP = "127.0.7.31";
+const IP = `${LOOPBACK}.7.31`;
 const log = pino({ level: "silent" });
 const cleanups: (() => unknown)[] = [];
 afterAll(async () => {

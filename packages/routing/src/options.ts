@@ -9,6 +9,7 @@ import { followerRange, FollowerWeight, type EvictionRegret, type FollowerRange 
 import { DEFAULT_AWAY_WEIGHT, DEFAULT_FOLLOWER_WEIGHT, DEFAULT_FOLLOWER_WEIGHT_MAX, LatencyModel } from "./latency.ts";
 import { DEFAULT_PENDING, INFLIGHT_PREFIX_DEFAULT, PendingPrefixes } from "./pending.ts";
 import { DEFAULT_COST, type CostModel } from "./picker.ts";
+import { DEFAULT_PD_THRESHOLD_TOKENS } from "./disagg.ts";
 
 /** How the candidates are chosen among: the cost model, the scraped queues, the temperature. */
 export const CHOICE_OPTIONS = group("Routing: choice", {
@@ -66,7 +67,15 @@ export const PENDING_OPTIONS = group("Routing: in-flight prefixes", {
   inflightPrefixTtlMs: opt.int(count.default(DEFAULT_PENDING.ttlMs), "an in-flight prefix leaves after this long even if its request never ended"),
 });
 
-export const ROUTING_OPTIONS = { ...CHOICE_OPTIONS, ...SHAPE_OPTIONS, ...LATENCY_OPTIONS, ...PENDING_OPTIONS };
+/** Prefill/decode disaggregation (disagg.ts): when a pool with prefill-role workers names one. */
+export const DISAGG_OPTIONS = group("Routing: prefill/decode", {
+  pdThresholdTokens: opt.int(
+    count.default(DEFAULT_PD_THRESHOLD_TOKENS),
+    "with prefill-role workers: name a prefill worker (x-prefiller-host-port) when the decode worker would prefill at least this many uncached tokens itself (llm-d's nonCachedTokens; 0: never)",
+  ),
+});
+
+export const ROUTING_OPTIONS = { ...CHOICE_OPTIONS, ...SHAPE_OPTIONS, ...LATENCY_OPTIONS, ...PENDING_OPTIONS, ...DISAGG_OPTIONS };
 
 /** The weights cost as the Picker reads it. */
 export type ShapeSettings = { prefillLoadScale: number; decodeLoadScale: number; shape: CostShape };
@@ -86,6 +95,8 @@ export type RoutingSettings = ShapeSettings &
     temperature: number;
     /** Off: the index's overlap alone. */
     inflightPrefix: { mode: "off" } | { mode: "on"; maxBlocks: number; ttlMs: number };
+    /** Prefill/decode disaggregation's decider threshold, in uncached tokens on the decode worker (disagg.ts); 0: never. */
+    pdThresholdTokens: number;
   };
 
 export function shapeSettings(v: Values<typeof SHAPE_OPTIONS>): ShapeSettings {
@@ -117,6 +128,7 @@ export function routingSettings(v: Values<typeof ROUTING_OPTIONS>): RoutingSetti
     queueThreshold: v.queueThreshold,
     temperature: v.temperature,
     inflightPrefix: v.inflightPrefix ? { mode: "on", maxBlocks: v.inflightPrefixMaxBlocks, ttlMs: v.inflightPrefixTtlMs } : { mode: "off" },
+    pdThresholdTokens: v.pdThresholdTokens,
   };
 }
 

@@ -61,7 +61,8 @@ const lcg = (seed: number) => () => ((seed = (Math.imul(seed, 1103515245) + 1234
 
 // Prose with a large invented vocabulary (so word caches see mostly new words, as on fresh documents), numbers,
 // code, CJK and accented text, emoji, whitespace runs.
-function mixedText(rand: () => number, words: number): string {
+/** Fresh text of `words` words: prose of made-up words, numbers, code, CJK and emoji, punctuation (rand in [0, 1)). */
+export function mixedText(rand: () => number, words: number): string {
   const syllables = ["ka", "lo", "mi", "ne", "ru", "sta", "tion", "pre", "fix", "qu", "ter", "blo", "ck", "zh", "ü", "é", "ø", "th", "ing", "ex"];
   const common = ["the", "a", "of", "to", "and", "in", "is", "that", "for", "it", "with", "as", "on", "be", "at", "by", "this", "The", "We"];
   const code = ["def f(x):\n    return x * 2\n", "if (a && b) {\n\tcall(a, b);\n}\n", "const y = arr.map((v) => v + 1);", "SELECT id FROM t WHERE k = 'v';"];

@@ -19,19 +19,25 @@ export class SegmentCache {
   evictions = 0;
   /** Tokens tokenized because their section was not cached (the fresh work), counted by the segmenter. */
   freshTokens = 0;
+  /** Tokens of hits on entries a background warm set and nothing had used since (see EncodeControl.warm). */
+  warmedHitTokens = 0;
+  /** Keys set by a warm and not yet hit by a tokenization someone waits for. */
+  private readonly warmed = new Set<string>();
 
   constructor(opts: CacheOptions = {}) {
     this.maxEntries = opts.maxEntries ?? Number.POSITIVE_INFINITY;
     this.maxBytes = opts.maxBytes ?? DEFAULT_CACHE_MAX_BYTES;
   }
 
-  get(key: string): Uint32Array | undefined {
+  /** `warming`: the caller is a background warm (a hit on a warmed entry then leaves it marked). */
+  get(key: string, warming = false): Uint32Array | undefined {
     const ids = this.map.get(key);
     if (ids === undefined) {
       this.misses++;
       return undefined;
     }
     this.hits++;
+    if (!warming && this.warmed.size > 0 && this.warmed.delete(key)) this.warmedHitTokens += ids.length;
     this.map.delete(key);
     this.map.set(key, ids);
     return ids;
@@ -42,7 +48,7 @@ export class SegmentCache {
     return this.map.get(key);
   }
 
-  set(key: string, ids: Uint32Array): void {
+  set(key: string, ids: Uint32Array, warming = false): void {
     const cost = entryCost(key, ids);
     if (cost > this.maxBytes || this.maxEntries < 1) return; // would evict everything and still not fit
     const old = this.map.get(key);
@@ -50,11 +56,15 @@ export class SegmentCache {
       this.map.delete(key);
       this.bytesUsed -= entryCost(key, old);
     }
-    this.map.set(detach(key), ids);
+    const own = detach(key);
+    this.map.set(own, ids);
+    if (warming) this.warmed.add(own);
+    else this.warmed.delete(key);
     this.bytesUsed += cost;
     while (this.bytesUsed > this.maxBytes || this.map.size > this.maxEntries) {
       const [oldestKey, oldestIds] = this.map.entries().next().value as [string, Uint32Array];
       this.map.delete(oldestKey);
+      this.warmed.delete(oldestKey);
       this.bytesUsed -= entryCost(oldestKey, oldestIds);
       this.evictions++;
     }
@@ -63,6 +73,7 @@ export class SegmentCache {
   stats(): CacheStats {
     return {
       hits: this.hits, misses: this.misses, entries: this.map.size, bytes: this.bytesUsed, evictions: this.evictions, freshTokens: this.freshTokens,
+      warmedHitTokens: this.warmedHitTokens,
     };
   }
 }

@@ -14,6 +14,11 @@ export type EncodeControl = {
   /** Texts shorter than this skip knownPrefix (its walk over the sections costs a cached pick ~10%). */
   knownPrefixMinChars?: number;
   shouldStop?(): boolean;
+  /**
+   * A background warm (nothing waits for its ids): the sections it caches are marked, and a later tokenization
+   * that finds one counts its tokens as warmed (fresh for it, had nothing warmed the cache).
+   */
+  warm?: boolean;
 };
 
 /** Thrown by an encode that `shouldStop` stopped. */
@@ -125,13 +130,14 @@ export class Segmenter {
   private section(text: string, first: boolean, cache: SegmentCache, control: EncodeControl | undefined): Uint32Array {
     const independent = this.encoder.independentSections;
     const key = this.key(text, first);
-    const hit = cache.get(key);
+    const warm = control?.warm === true;
+    const hit = cache.get(key, warm);
     if (hit !== undefined) return hit;
     if (control?.shouldStop?.() === true) throw new EncodeStopped();
     const ids = first || independent || this.anchor === null
       ? this.encoder.encode(text)
       : this.encoder.encode(this.anchor + text).subarray(1);
-    cache.set(key, ids);
+    cache.set(key, ids, warm);
     cache.freshTokens += ids.length;
     return ids;
   }

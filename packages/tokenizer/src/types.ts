@@ -47,10 +47,14 @@ export type PreprocessorOptions = {
   model?: string;
 };
 
-export type CacheStats = { hits: number; misses: number; entries: number; bytes: number; evictions: number; freshTokens: number };
+export type CacheStats = {
+  hits: number; misses: number; entries: number; bytes: number; evictions: number; freshTokens: number;
+  /** Tokens found cached only because a background warm put them there (see SegmentCache.warmedHitTokens). */
+  warmedHitTokens: number;
+};
 
 /** What a preprocessor without a segment cache reports. */
-export const NO_CACHE_STATS: CacheStats = { hits: 0, misses: 0, entries: 0, bytes: 0, evictions: 0, freshTokens: 0 };
+export const NO_CACHE_STATS: CacheStats = { hits: 0, misses: 0, entries: 0, bytes: 0, evictions: 0, freshTokens: 0, warmedHitTokens: 0 };
 
 export type PreprocessorKind = "hf" | "byte-fallback";
 

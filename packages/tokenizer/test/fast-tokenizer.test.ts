@@ -3,7 +3,7 @@
 import { beforeAll, describe, expect, test } from "bun:test";
 import fc from "fast-check";
 import { compileFastTokenizer, type FastTokenizer } from "../src/fast/fast-tokenizer";
-import { createPreprocessor, type Preprocessor } from "../src/index";
+import { createPreprocessor, TokenizerPool, type Preprocessor } from "../src/index";
 import { addedTokenTexts, firstDifference, modelDir, MODELS, reference, textArbitrary, tokenizerJson, type Reference } from "./reference-tokenizers";
 
 const RUNS = Number(process.env.TOKENIZER_PROPERTY_RUNS ?? 400);
@@ -38,7 +38,8 @@ describe.each(MODELS)("fast BPE, %s", (model) => {
     );
   }, 300_000);
 
-  test("through the segment cache, a conversation growing by random turns keeps the reference's ids", async () => {
+  /** Texts growing by random turns (each ending in an added token) get the reference's ids from `encode`, turn by turn. */
+  async function growingTextsKeepReferenceIds(label: string, encode: (text: string) => ArrayLike<number> | Promise<ArrayLike<number>>) {
     // The preprocessor adds what the model's config asks around a completion (e.g. DeepSeek's bos, which
     // transformers adds from add_bos_token and the bare tokenizer.json does not); the rest is the reference's.
     const around = pre.encodeCompletion("");
@@ -48,13 +49,16 @@ describe.each(MODELS)("fast BPE, %s", (model) => {
         for (const turn of turns) {
           text += turn + (added[0] ?? "");
           const want = [...around, ...(await ref.encode(text))];
-          const got = pre.encodeCompletion(text);
-          const at = firstDifference(got, want);
-          if (at >= 0) throw new Error(`${model}: ids differ at ${at} for text ${JSON.stringify(text)}`);
+          const at = firstDifference(await encode(text), want);
+          if (at >= 0) throw new Error(`${label}: ids differ at ${at} for text ${JSON.stringify(text)}`);
         }
       }),
       { numRuns: Math.ceil(RUNS / 4) },
     );
+  }
+
+  test("through the segment cache, a conversation growing by random turns keeps the reference's ids", async () => {
+    await growingTextsKeepReferenceIds(model, (text) => pre.encodeCompletion(text));
     expect(pre.cacheStats().hits).toBeGreaterThan(0);
   }, 300_000);
 
@@ -65,6 +69,17 @@ describe.each(MODELS)("fast BPE, %s", (model) => {
       const got = fast.encode(text);
       const want = await ref.encode(text);
       expect({ at: firstDifference(got, want), text: text.slice(0, 80) }).toEqual({ at: -1, text: text.slice(0, 80) });
+    }
+  }, 300_000);
+
+  test("through the pool (members' fast BPE and segment caches), texts growing by random turns keep the reference's ids", async () => {
+    const pool = new TokenizerPool({ preprocessor: { tokenizerDir: modelDir(model) }, size: 2, budgetMs: 600_000 });
+    try {
+      await pool.ready();
+      await growingTextsKeepReferenceIds(`${model} through the pool`, async (text) => (await pool.tokenize({ kind: "prompt", text })).tokens);
+      expect(pool.stats().cache.hits).toBeGreaterThan(0);
+    } finally {
+      await pool.close();
     }
   }, 300_000);
 });

@@ -1,5 +1,6 @@
 import { afterEach, describe, expect, test } from "bun:test";
-import { createPreprocessor, cpuLimit, TokenizeCancelled, TokenizerPool, type ChatMessage } from "../src/index";
+import { Registry } from "prom-client";
+import { createPreprocessor, cpuLimit, poolMetrics, TokenizeCancelled, TokenizerPool, type ChatMessage } from "../src/index";
 import { freshWords } from "@kv-epp/testkit";
 import { modelDir } from "./reference-tokenizers";
 
@@ -85,6 +86,42 @@ describe("tokenizer pool", () => {
     // The new user message, its role line and the generation prompt: nothing of the reply or earlier.
     expect(turn2.freshTokens).toBeGreaterThan(0);
     expect(turn2.freshTokens).toBeLessThanOrEqual(nextOnly + 8);
+    // What warming saved is counted: the reply's tokens were found cached only because it was warmed.
+    expect(turn2.warmedTokens).toBeGreaterThanOrEqual(pre.encodeCompletion(reply).length - 8);
+  }, 60_000);
+
+  test("without a warm nothing counts as warmed: the next turn tokenizes the reply itself", async () => {
+    pool = new TokenizerPool({ preprocessor: { tokenizerDir: dir }, size: 1, budgetMs: 60_000 });
+    await pool.ready();
+    const turn1 = chat(freshWords(500, 15), freshWords(300, 16));
+    await pool.tokenize({ kind: "chat", messages: turn1, opts: {} });
+    const reply = freshWords(400, 17);
+    const turn2 = await pool.tokenize({ kind: "chat", messages: [...turn1, { role: "assistant", content: reply }, { role: "user", content: "ok" }], opts: {} });
+    expect(turn2.warmedTokens).toBe(0);
+    expect(turn2.freshTokens).toBeGreaterThan(createPreprocessor({ tokenizerDir: dir }).encodeCompletion(reply).length - 8);
+  }, 60_000);
+
+  test("the members' segment caches are summed in the pool's stats and in the process's cache metrics", async () => {
+    const registry = new Registry();
+    const observe = poolMetrics(registry, "qwen3");
+    pool = new TokenizerPool({ preprocessor: { tokenizerDir: dir }, size: 2, budgetMs: 60_000, observe });
+    observe.attach(pool);
+    await pool.ready();
+    // Two conversations, each sent twice: the second send of each hits its member's cache.
+    const convs = [chat(freshWords(300, 21), freshWords(100, 22)), chat(freshWords(300, 23), freshWords(100, 24))];
+    for (let round = 0; round < 2; round++) for (const messages of convs) await pool.tokenize({ kind: "chat", messages, opts: {} });
+    const stats = pool.stats();
+    const summed = (k: "hits" | "misses" | "bytes" | "entries") => stats.members.reduce((n, m) => n + m.cache[k], 0);
+    expect(stats.cache.hits).toBeGreaterThan(0);
+    expect(stats.cache.misses).toBeGreaterThan(0);
+    expect(stats.cache.bytes).toBeGreaterThan(0);
+    expect({ hits: stats.cache.hits, misses: stats.cache.misses, bytes: stats.cache.bytes, entries: stats.cache.entries })
+      .toEqual({ hits: summed("hits"), misses: summed("misses"), bytes: summed("bytes"), entries: summed("entries") });
+    const text = await registry.metrics();
+    const value = (name: string) => Number(new RegExp(`^${name}\\{model="qwen3"\\} (\\S+)$`, "m").exec(text)?.[1]);
+    expect(value("dynamo_epp_tokenizer_cache_hits_total")).toBe(stats.cache.hits);
+    expect(value("dynamo_epp_tokenizer_cache_misses_total")).toBe(stats.cache.misses);
+    expect(value("dynamo_epp_tokenizer_cache_bytes")).toBe(stats.cache.bytes);
   }, 60_000);
 });
 

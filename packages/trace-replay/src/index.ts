@@ -7,3 +7,4 @@ export { POLICIES, POLICY_NAMES, type PolicyName, type PolicySpec } from "./poli
 export { renderReport } from "./report/html.ts";
 export { cdfPoints, type ReportData } from "./report/data.ts";
 export { screenshot, findChromium, type PngOutcome } from "./report/png.ts";
+export { requestBuilder, type PromptKind, type RequestBody } from "./demo/bodies.ts";

@@ -11,6 +11,7 @@ import type { Tokenize } from "../tokens.ts";
 import { FairnessLabels, hasCriticalObjective, requestClass, shedReason, type RequestClass } from "./gaie-headers.ts";
 import { GrpcStatus, type BidiCall, type StatusCode } from "./grpc-h2.ts";
 import type { ChatMessage } from "@kv-epp/tokenizer";
+import { PREFILL_RANK_HEADER, PREFILLER_HOST_PORT_HEADER } from "@kv-epp/protocol";
 import { echo, steering } from "./conformance.ts";
 import { modelRewrite, type ResponseModelName, type RewriteOutcome } from "./model-rewrite.ts";
 import { BadRequest, MAX_BODY_BYTES, parseBodyBytes, TooDeep, type ParsedBody, type RoutedInput } from "./openai-body.ts";
@@ -137,6 +138,8 @@ class ProcessStream {
   private started = false;
   /** Messages that came while a decision waited for its tokens (null: none waits). */
   private held: ProcessingRequest[] | null = null;
+  /** The client half-closed while messages were held: ended once they are handled (a half-close is no reset). */
+  private endHeld = false;
 
   private get fullDuplex(): boolean {
     return this.mode === "FULL_DUPLEX_STREAMED";
@@ -154,17 +157,28 @@ class ProcessStream {
       else this.handle(msg);
     });
     this.call.on("end", () => {
-      this.finish();
-      if (!this.closed) {
-        this.closed = true;
-        this.call.end();
-      }
+      if (this.held !== null) this.endHeld = true;
+      else this.ended();
     });
+    // A reset after a half-close: nothing is left to end.
     this.call.on("error", (err) => {
       this.deps.log.debug({ err: String(err) }, "ext_proc stream error");
+      this.endHeld = false;
       this.finish();
     });
-    this.call.on("cancelled", () => this.finish());
+    this.call.on("cancelled", () => {
+      this.endHeld = false;
+      this.finish();
+    });
+  }
+
+  /** The client sent all it will: every answer is out, so the stream ends. */
+  private ended(): void {
+    this.finish();
+    if (!this.closed) {
+      this.closed = true;
+      this.call.end();
+    }
   }
 
   private handle(msg: ProcessingRequest): void {
@@ -185,7 +199,7 @@ class ProcessStream {
   /**
    * Tokenization in the pool (off this thread): the stream's later messages wait, in order, until the route
    * is answered, since ext_proc answers go in the order of the messages. Other streams go on meanwhile. A
-   * stream that ends first aborts the tokenization (finish).
+   * stream reset first aborts the tokenization (finish); a half-close waits its turn behind the held messages.
    */
   private awaitTokens(pending: Promise<Uint32Array>, req: RequestState, route: (tokens: Uint32Array) => void): void {
     this.held = [];
@@ -208,6 +222,10 @@ class ProcessStream {
           waiting.push(...held.slice(i + 1));
           break;
         }
+      }
+      if (this.held === null && this.endHeld) {
+        this.endHeld = false;
+        this.ended();
       }
     });
   }
@@ -433,16 +451,21 @@ class ProcessStream {
     req.responseModel = rewrite.response;
     const forward = rewrite.body ?? body;
     const { chosen, requestBlocks } = routed.decision;
+    const pd = disaggregationHeaders(routed);
+    const extra: [string, string][] = routed.explanation ? [[EXPLANATION_HEADER, routed.explanation], ...pd.set] : pd.set;
     const route: Route = {
       // The protocol's ordered list: the pick first, then next-best distinct endpoints for retries.
       endpoint: routed.endpoints(this.deps.fallbacks ?? 0).join(","),
+      // The destination's rank (a decode rank when disaggregated); the prefill rank goes in pd.set.
       dpRank: chosen.candidate.rankHeader,
       contentLength: at === "body" && (this.fullDuplex || rewrite.body) ? forward.length : undefined,
-      extraHeaders: routed.explanation ? [[EXPLANATION_HEADER, routed.explanation]] : undefined,
+      extraHeaders: extra.length > 0 ? extra : undefined,
+      removeHeaders: pd.remove,
       body: this.fullDuplex ? undefined : rewrite.body,
     };
+    const prefill = routed.prefillCandidate;
     this.deps.log.debug(
-      { worker: chosen.candidate.workerId, rank: chosen.candidate.dpRank, overlap: chosen.overlap, blocks: requestBlocks },
+      { worker: chosen.candidate.workerId, rank: chosen.candidate.dpRank, overlap: chosen.overlap, blocks: requestBlocks, ...(prefill ? { prefill: prefill.workerId, prefillRank: prefill.dpRank } : {}) },
       "routed",
     );
     this.sendRoute(route, at, forward, bodyEnds);
@@ -516,6 +539,22 @@ class ProcessStream {
       req.routed.end();
     }
   }
+}
+
+/**
+ * The prefill worker for the decode side's sidecar (llm-d's P/D protocol): `x-prefiller-host-port` names
+ * its API server, and kv-epp's rank header the rank when that server fronts several. In a pool with
+ * prefill workers a request that is not disaggregated gets neither, and a client's own are removed: only
+ * the EPP names a prefill worker (a sidecar would send the prompt wherever the header says). A pool
+ * without prefill workers is answered as before.
+ */
+function disaggregationHeaders(routed: RoutedRequest): { set: [string, string][]; remove?: string[] } {
+  if (!routed.decision.pd) return { set: [] };
+  const p = routed.prefillCandidate;
+  if (!p) return { set: [], remove: [PREFILLER_HOST_PORT_HEADER, PREFILL_RANK_HEADER] };
+  const set: [string, string][] = [[PREFILLER_HOST_PORT_HEADER, p.endpoint]];
+  if (p.rankHeader !== undefined) return { set: [...set, [PREFILL_RANK_HEADER, String(p.rankHeader)]] };
+  return { set, remove: [PREFILL_RANK_HEADER] };
 }
 
 const EMPTY = new Uint8Array(0);

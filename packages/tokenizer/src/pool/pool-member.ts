@@ -33,6 +33,7 @@ port.on("message", (m: ToMember) => {
   let unknownChars = 0;
   const control: EncodeControl = {
     shouldStop: () => Atomics.load(cancel, 0) === m.id,
+    warm: m.discard,
     knownPrefixMinChars: KNOWN_PREFIX_MIN_CHARS,
     knownPrefix: (known: KnownPrefix) => {
       unknownChars = known.unknownChars;
@@ -42,21 +43,25 @@ port.on("message", (m: ToMember) => {
       post({ type: "known", id: m.id, ids, estimatedMs: (known.unknownChars * usPerChar) / 1000 }, [ids.buffer as ArrayBuffer]);
     },
   };
-  const freshBefore = pre.cacheStats().freshTokens;
+  // The cache's figures go back with every result: the pool sums its members' for the process's metrics.
+  const before = pre.cacheStats();
   try {
     const ids = encodeJob(pre, m.job, control);
     const busyMs = performance.now() - t0;
     if (unknownChars >= KNOWN_PREFIX_MIN_CHARS) usPerChar = 0.8 * usPerChar + 0.2 * ((busyMs * 1000) / unknownChars);
-    const freshTokens = pre.cacheStats().freshTokens - freshBefore;
-    if (m.discard) post({ type: "done", id: m.id, ids: null, freshTokens, busyMs });
+    const cache = pre.cacheStats();
+    const freshTokens = cache.freshTokens - before.freshTokens;
+    const warmedTokens = cache.warmedHitTokens - before.warmedHitTokens;
+    if (m.discard) post({ type: "done", id: m.id, ids: null, freshTokens, warmedTokens, busyMs, cache });
     else {
       const own = ids.byteOffset === 0 && ids.byteLength === ids.buffer.byteLength ? ids : ids.slice();
-      post({ type: "done", id: m.id, ids: own, freshTokens, busyMs }, [own.buffer as ArrayBuffer]);
+      post({ type: "done", id: m.id, ids: own, freshTokens, warmedTokens, busyMs, cache }, [own.buffer as ArrayBuffer]);
     }
   } catch (err) {
     const busyMs = performance.now() - t0;
-    if (err instanceof EncodeStopped) post({ type: "stopped", id: m.id, busyMs });
-    else post({ type: "error", id: m.id, name: (err as Error).name, message: (err as Error).message, busyMs });
+    const cache = pre.cacheStats();
+    if (err instanceof EncodeStopped) post({ type: "stopped", id: m.id, busyMs, cache });
+    else post({ type: "error", id: m.id, name: (err as Error).name, message: (err as Error).message, busyMs, cache });
   }
 });
 

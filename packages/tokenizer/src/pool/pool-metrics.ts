@@ -1,12 +1,15 @@
 import { Counter, Gauge, Histogram, type Registry } from "prom-client";
+import { registerPreprocessorMetrics } from "../metrics";
 import type { PoolObserver, TokenizerPool } from "./tokenizer-pool";
 
 /**
  * The pool's metrics: queue depth and wait, fresh (uncached) tokens per answered job, work per member (busy
- * seconds and fresh tokens: their rates' ratio is tokens/s per thread), and budget fallbacks by cause.
- * Returns the observer to hand the pool; `attach` makes the queue gauges read that pool at scrape time.
+ * seconds and fresh tokens: their rates' ratio is tokens/s per thread), budget fallbacks by cause, and the
+ * tokens picks found cached only because a reply was warmed. Returns the observer to hand the pool; `attach`
+ * makes the queue gauges read that pool at scrape time, and the segment cache metrics (hits, misses, bytes, as
+ * an in-process preprocessor reports them, labelled `model`) its members' caches summed.
  */
-export function poolMetrics(registry: Registry): PoolObserver & { attach(pool: TokenizerPool): void } {
+export function poolMetrics(registry: Registry, model = ""): PoolObserver & { attach(pool: TokenizerPool): void } {
   let pool: TokenizerPool | null = null;
   new Gauge({
     name: "dynamo_epp_tokenizer_pool_queue_depth", help: "Tokenization jobs waiting for a pool member (warm: background jobs)",
@@ -32,6 +35,11 @@ export function poolMetrics(registry: Registry): PoolObserver & { attach(pool: T
     name: "dynamo_epp_tokenizer_fresh_tokens", help: "Tokens of a pick that were not in the segment cache (tokenized for it)",
     buckets: [0, 16, 64, 256, 1024, 4096, 16384, 65536, 262144], registers: [registry],
   });
+  const warmed = new Counter({
+    name: "dynamo_epp_tokenizer_warmed_tokens_total",
+    help: "Tokens of answered picks found in the segment cache only because a background warm (the previous turn's reply) put them there: without warming they would have been fresh",
+    registers: [registry],
+  });
   const busy = new Counter({
     name: "dynamo_epp_tokenizer_pool_busy_seconds_total", help: "Time each pool member spent tokenizing",
     labelNames: ["member"], registers: [registry],
@@ -46,9 +54,15 @@ export function poolMetrics(registry: Registry): PoolObserver & { attach(pool: T
     labelNames: ["cause"], registers: [registry],
   });
   return {
-    attach: (p) => void (pool = p),
+    attach: (p) => {
+      pool = p;
+      registerPreprocessorMetrics(registry, { model, kind: "hf", cacheStats: () => p.cacheStats() });
+    },
     wait: (ms) => wait.observe(ms / 1000),
-    fresh: (tokens) => fresh.observe(tokens),
+    fresh: (tokens, warmedTokens) => {
+      fresh.observe(tokens);
+      warmed.inc(warmedTokens);
+    },
     fallback: (cause) => fallbacks.inc({ cause }),
     work: (member, busyMs, freshTokens) => {
       busy.inc({ member: String(member) }, busyMs / 1000);

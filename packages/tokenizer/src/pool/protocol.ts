@@ -1,6 +1,6 @@
 // The messages between the pool and its members.
 import type { TokenizeJob } from "../job";
-import type { PreprocessorOptions } from "../types";
+import type { CacheStats, PreprocessorOptions } from "../types";
 
 /** How each pool member is built (posted as workerData). */
 export type MemberInit = {
@@ -16,6 +16,7 @@ export type FromMember =
   | { type: "init-failed"; message: string }
   /** What the cache already knew, posted before tokenizing a large unknown rest; estimatedMs is that rest's cost. */
   | { type: "known"; id: number; ids: Uint32Array; estimatedMs: number }
-  | { type: "done"; id: number; ids: Uint32Array | null; freshTokens: number; busyMs: number }
-  | { type: "stopped"; id: number; busyMs: number }
-  | { type: "error"; id: number; name: string; message: string; busyMs: number };
+  /** warmedTokens: of the job's cached tokens, those only a background warm had cached. */
+  | { type: "done"; id: number; ids: Uint32Array | null; freshTokens: number; warmedTokens: number; busyMs: number; cache: CacheStats }
+  | { type: "stopped"; id: number; busyMs: number; cache: CacheStats }
+  | { type: "error"; id: number; name: string; message: string; busyMs: number; cache: CacheStats };

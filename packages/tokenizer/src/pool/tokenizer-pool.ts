@@ -1,7 +1,7 @@
 import { Worker } from "node:worker_threads";
 import { ChatTemplateError } from "../messages";
 import { DEFAULT_CACHE_MAX_BYTES } from "../segment-cache";
-import type { ChatMessage, PreprocessorOptions } from "../types";
+import { NO_CACHE_STATS, type CacheStats, type ChatMessage, type PreprocessorOptions } from "../types";
 import { cpuLimit } from "./cpu-limit";
 import type { TokenizeJob } from "../job";
 import type { FromMember, MemberInit } from "./protocol";
@@ -26,8 +26,8 @@ export type FallbackCause = "budget" | "queue";
 export type PoolObserver = {
   /** A job's wait in its member's queue. */
   wait?(ms: number): void;
-  /** Fresh (uncached) tokens of an answered job. */
-  fresh?(tokens: number): void;
+  /** Fresh (uncached) tokens of an answered job, and of its cached ones those only a background warm had cached. */
+  fresh?(tokens: number, warmedTokens: number): void;
   fallback?(cause: FallbackCause): void;
   /** A member finished a job (warm jobs too): its busy time and the fresh tokens it tokenized. */
   work?(member: number, busyMs: number, freshTokens: number): void;
@@ -40,17 +40,23 @@ export type TokenizeOutcome = {
   fallback?: FallbackCause;
   /** Tokens that were not in the segment cache (0 on a fallback: not known yet). */
   freshTokens: number;
+  /** Tokens found in the cache only because a background warm (a reply's, see warmReply) had put them there. */
+  warmedTokens: number;
   /** Time queued before a member took the job. */
   waitMs: number;
 };
 
 export type MemberStats = {
   member: number; queued: number; warmQueued: number; busy: boolean; jobs: number; freshTokens: number; busyMs: number;
+  /** The member's segment cache as of its last finished job. */
+  cache: CacheStats;
 };
 export type PoolStats = {
   size: number; budgetMs: number; members: MemberStats[]; fallbacks: Record<FallbackCause, number>;
   /** Jobs cancelled by their caller, and of those the ones a member stopped midway. */
   cancelled: number; stopped: number; warmDropped: number;
+  /** The members' segment caches summed (the pool's cache bound is split between them). */
+  cache: CacheStats;
 };
 
 /** Thrown (as the rejection) when the caller's AbortSignal fires. */
@@ -80,6 +86,7 @@ type Member = {
   jobs: number;
   freshTokens: number;
   busyMs: number;
+  cache: CacheStats;
 };
 
 const DEFAULT_BUDGET_MS = 50;
@@ -139,7 +146,7 @@ export class TokenizerPool {
         opts.signal?.removeEventListener("abort", onAbort);
         if (o instanceof Error) reject(o);
         else {
-          if (o.complete) this.observe.fresh?.(o.freshTokens);
+          if (o.complete) this.observe.fresh?.(o.freshTokens, o.warmedTokens);
           else this.observe.fallback?.(o.fallback!);
           resolve(o);
         }
@@ -179,10 +186,18 @@ export class TokenizerPool {
       size: this.members.length, budgetMs: this.budgetMs,
       members: this.members.map((m) => ({
         member: m.index, queued: m.queue.length, warmQueued: m.warm.length, busy: m.current !== null,
-        jobs: m.jobs, freshTokens: m.freshTokens, busyMs: m.busyMs,
+        jobs: m.jobs, freshTokens: m.freshTokens, busyMs: m.busyMs, cache: { ...m.cache },
       })),
       fallbacks: { ...this.fallbacks }, cancelled: this.cancelled, stopped: this.stopped, warmDropped: this.warmDropped,
+      cache: this.cacheStats(),
     };
+  }
+
+  /** The members' segment caches summed, as each reported it with its last finished job. */
+  cacheStats(): CacheStats {
+    const sum = { ...NO_CACHE_STATS };
+    for (const m of this.members) for (const k of Object.keys(sum) as (keyof CacheStats)[]) sum[k] += m.cache[k];
+    return sum;
   }
 
   async close(): Promise<void> {
@@ -205,6 +220,7 @@ export class TokenizerPool {
     ready.catch(() => {}); // observed through ready()
     const member: Member = {
       index, worker, cancel: new Int32Array(cancelBuffer), ready, queue: [], warm: [], current: null, jobs: 0, freshTokens: 0, busyMs: 0,
+      cache: NO_CACHE_STATS,
     };
     worker.on("message", (m: FromMember) => {
       if (m.type === "ready") resolveReady();
@@ -248,13 +264,16 @@ export class TokenizerPool {
       return;
     }
     member.current = null;
+    member.cache = m.cache;
     member.busyMs += m.busyMs;
     member.jobs++;
     this.observe.work?.(member.index, m.busyMs, m.type === "done" ? m.freshTokens : 0);
     if (member.queue.length === 0 && member.warm.length === 0) member.worker.unref();
     if (m.type === "done") {
       member.freshTokens += m.freshTokens;
-      p.settle?.({ tokens: m.ids ?? new Uint32Array(0), complete: true, freshTokens: m.freshTokens, waitMs: p.dispatched - p.submitted });
+      p.settle?.({
+        tokens: m.ids ?? new Uint32Array(0), complete: true, freshTokens: m.freshTokens, warmedTokens: m.warmedTokens, waitMs: p.dispatched - p.submitted,
+      });
     } else if (m.type === "error") {
       p.settle?.(m.name === "ChatTemplateError" ? new ChatTemplateError(m.message) : new Error(`tokenizer pool: ${m.message}`));
     } else {
@@ -285,7 +304,7 @@ export class TokenizerPool {
       this.log?.warn({ cause, budgetMs: this.budgetMs, knownTokens: p.known?.length ?? 0 },
         "tokenization over budget: routed on the known prefix (logged once per cause, then counted)");
     }
-    p.settle?.({ tokens: p.known ?? new Uint32Array(0), complete: false, fallback: cause, freshTokens: 0, waitMs: (p.dispatched || performance.now()) - p.submitted });
+    p.settle?.({ tokens: p.known ?? new Uint32Array(0), complete: false, fallback: cause, freshTokens: 0, warmedTokens: 0, waitMs: (p.dispatched || performance.now()) - p.submitted });
   }
 
   private cancel(member: Member, p: Pending): void {

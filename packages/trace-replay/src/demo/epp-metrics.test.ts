@@ -1,6 +1,7 @@
 // Reading the EPP's own histograms and counters from its /metrics text.
 import { describe, expect, test } from "bun:test";
-import { histogramQuantile, mergeHistograms, parseHistogram, parseHistograms, parseValues, PICK_HISTOGRAM } from "./epp-metrics.ts";
+import { histogramQuantile, mergeHistograms, parseHistogram, parseHistograms, parseValues, PICK_HISTOGRAM, TOKENIZER_METRICS, type EppScrape } from "./epp-metrics.ts";
+import { freshTokensText } from "./report.ts";
 
 // As prom-client writes it, with a neighbour whose name shares the prefix.
 const exposition = `# HELP dynamo_epp_pick_duration_seconds time from a complete request body to the decision
@@ -71,5 +72,43 @@ describe("EPP routing-quality metrics", () => {
     const m = mergeHistograms([ttft.get("worker-0")!, ttft.get("worker-1")!])!;
     expect(m).toEqual({ buckets: [{ le: 0.1, count: 3 }, { le: Infinity, count: 6 }], count: 6, sum: 2.6 });
     expect(mergeHistograms([])).toBeUndefined();
+  });
+});
+
+const empty = { buckets: [{ le: Infinity, count: 0 }], count: 0, sum: 0 };
+const base: EppScrape = {
+  pick: empty, overlap: empty, inflight: 0,
+  quality: { error: empty, predictions: new Map(), mispredictions: new Map(), ttft: new Map(), releasedWithoutResponseBody: 0 },
+};
+
+// The tokenizer pool's families as prom-client writes them (bucket bounds of the EPP's histogram).
+const tokenization = `# TYPE dynamo_epp_tokenizer_fresh_tokens histogram
+dynamo_epp_tokenizer_fresh_tokens_bucket{le="0"} 1
+dynamo_epp_tokenizer_fresh_tokens_bucket{le="16"} 1
+dynamo_epp_tokenizer_fresh_tokens_bucket{le="64"} 2
+dynamo_epp_tokenizer_fresh_tokens_bucket{le="256"} 3
+dynamo_epp_tokenizer_fresh_tokens_bucket{le="1024"} 4
+dynamo_epp_tokenizer_fresh_tokens_bucket{le="+Inf"} 4
+dynamo_epp_tokenizer_fresh_tokens_sum 800
+dynamo_epp_tokenizer_fresh_tokens_count 4
+# TYPE dynamo_epp_tokenizer_warmed_tokens_total counter
+dynamo_epp_tokenizer_warmed_tokens_total 1200
+# TYPE dynamo_epp_tokenizer_budget_fallbacks_total counter
+dynamo_epp_tokenizer_budget_fallbacks_total{cause="budget"} 2
+dynamo_epp_tokenizer_budget_fallbacks_total{cause="queue"} 1
+`;
+
+describe("EPP fresh tokens per pick", () => {
+  test("with reply warming as counted, and without: the warmed tokens would have been fresh too", () => {
+    const fresh = parseHistogram(tokenization, TOKENIZER_METRICS.fresh)!;
+    const warmedTokens = parseValues(tokenization, TOKENIZER_METRICS.warmed).get("")!;
+    const fallbacks = parseValues(tokenization, TOKENIZER_METRICS.fallbacks).get("")!;
+    const scrape = { ...base, tokenization: { fresh, warmedTokens, fallbacks } };
+    expect(freshTokensText("epp-a", scrape)).toStartWith("epp-a: mean 200 with reply warming, 500 without (p50 ~64, p99 ~");
+    expect(freshTokensText("epp-a", scrape)).toEndWith("4 picks tokenized in full; 3 more routed on their known prefix, over the tokenization budget)");
+  });
+
+  test("a replica without tokenization in a pool says so", () => {
+    expect(freshTokensText("epp-a", base)).toBe("epp-a: no pick tokenized in the pool");
   });
 });

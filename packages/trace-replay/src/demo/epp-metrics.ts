@@ -10,6 +10,10 @@
 
 export const PICK_HISTOGRAM = "dynamo_epp_pick_duration_seconds";
 export const OVERLAP_HISTOGRAM = "dynamo_epp_overlap_ratio";
+/** Tokenization per pick, from the EPP's tokenizer pool: fresh (uncached) tokens, and tokens cached only by reply warming. */
+export const TOKENIZER_METRICS = {
+  fresh: "dynamo_epp_tokenizer_fresh_tokens", warmed: "dynamo_epp_tokenizer_warmed_tokens_total", fallbacks: "dynamo_epp_tokenizer_budget_fallbacks_total",
+} as const;
 export const QUALITY_METRICS = {
   error: "dynamo_epp_cached_tokens_prediction_error",
   predictions: "dynamo_epp_cached_tokens_predictions_total",
@@ -122,7 +126,13 @@ export type RoutingQuality = {
   releasedWithoutResponseBody: number;
 };
 
-export type EppScrape = { pick: Histogram; overlap: Histogram; quality: RoutingQuality; inflight: number } | { failed: string };
+/**
+ * Fresh tokens per pick tokenized in full (absent without a tokenizer pool), the tokens those picks found cached only
+ * because a reply was warmed, and the picks routed on their known prefix because the budget ran out (not in `fresh`).
+ */
+export type Tokenization = { fresh: Histogram; warmedTokens: number; fallbacks: number };
+
+export type EppScrape = { pick: Histogram; overlap: Histogram; quality: RoutingQuality; inflight: number; tokenization?: Tokenization } | { failed: string };
 
 /** Scrapes one replica's pick and overlap histograms, or says why they could not be read. */
 export async function scrapeEppMetrics(metricsUrl: string): Promise<EppScrape> {
@@ -143,7 +153,11 @@ export async function scrapeEppMetrics(metricsUrl: string): Promise<EppScrape> {
       ttft: parseHistograms(text, q.ttft, "worker"),
       releasedWithoutResponseBody: parseValues(text, q.releasedWithoutResponseBody).get("") ?? 0,
     };
-    return { pick, overlap, quality, inflight: parseValues(text, q.inflight).get("") ?? 0 };
+    const fresh = parseHistogram(text, TOKENIZER_METRICS.fresh);
+    const tokenization = fresh && {
+      fresh, warmedTokens: parseValues(text, TOKENIZER_METRICS.warmed).get("") ?? 0, fallbacks: parseValues(text, TOKENIZER_METRICS.fallbacks).get("") ?? 0,
+    };
+    return { pick, overlap, quality, inflight: parseValues(text, q.inflight).get("") ?? 0, ...(tokenization ? { tokenization } : {}) };
   } catch (e) {
     return { failed: `${metricsUrl}: ${e instanceof Error ? e.message : String(e)}` };
   }

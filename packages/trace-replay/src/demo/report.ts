@@ -32,6 +32,23 @@ export function eppPickText(name: string, s: EppScrape): string {
   return `${name}: p50 ${q(0.5)} ms, p99 ${q(0.99)} ms (${s.pick.count} picks)`;
 }
 
+/**
+ * One replica's fresh tokens per pick (tokenized for it, not found in the segment cache), with reply warming as
+ * it ran, and as it would have been without: the tokens its picks found cached only because the previous turn's
+ * reply had been warmed would have been fresh too. Both from the same picks, counted in the EPP's pool.
+ */
+export function freshTokensText(name: string, s: EppScrape): string {
+  if ("failed" in s) return `${name}: not scraped`;
+  const t = s.tokenization;
+  if (!t || t.fresh.count + t.fallbacks === 0) return `${name}: no pick tokenized in the pool`;
+  const n = t.fresh.count;
+  const over = t.fallbacks > 0 ? `; ${t.fallbacks} more routed on their known prefix, over the tokenization budget` : "";
+  if (n === 0) return `${name}: no pick tokenized in full${over}`;
+  const q = (x: number) => Math.round(histogramQuantile(t.fresh, x));
+  return `${name}: mean ${Math.round(t.fresh.sum / n)} with reply warming, ${Math.round((t.fresh.sum + t.warmedTokens) / n)} without ` +
+    `(p50 ~${q(0.5)}, p99 ~${q(0.99)} with; ${n} picks tokenized in full${over})`;
+}
+
 /** What the EPPs predicted next to what the workers reported, both as a mean over requests. */
 export function predictedHitText(s: DemoStats): string {
   const p = s.predictedHit();
@@ -137,6 +154,7 @@ export function summaryRows(s: DemoStats, recovery: RecoveryReport | undefined, 
     ["predicted vs reported", predictedCachedText(s)],
     ["mispredicted per worker", quality.mispredictions],
     ["EPP pick (own metric)", `${[...s.eppScrapes].sort(([x], [y]) => x.localeCompare(y)).map(([n, h]) => eppPickText(n, h)).join("; ") || "not scraped"} (dynamo_epp_pick_duration_seconds: complete body -> decision, inside the EPP: parse, tokenize, pick)`],
+    ["EPP fresh tokens/pick", `${scraped(s).map(([n, e]) => freshTokensText(n, e)).join("; ") || "not scraped"} (dynamo_epp_tokenizer_fresh_tokens; without warming adds dynamo_epp_tokenizer_warmed_tokens_total, what the picks found cached only because a reply was warmed; the gateway spreads a conversation's turns over the replicas, and a replica warms only the replies it saw)`],
     ["send lag", `p50 ${ms(s.sendLagP(0.5))} ms, p99 ${ms(s.sendLagP(0.99))} ms (trace arrival instant at the load generator -> ext_proc request headers written by the gateway; ${s.lateBodies} bodies built late)`],
     ["TTFT per worker", `${quality.ttft} (EPP: its decision -> first response body chunk through ext_proc, dynamo_epp_observed_ttft_seconds)`],
     ["picks per worker", perWorker],

