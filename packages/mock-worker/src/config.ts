@@ -79,6 +79,18 @@ export const OPTIONS = {
     schema: z.union([z.boolean(), z.enum(["true", "false"]).transform((v) => v === "true")]).default(false),
     help: "true: SGLang under EAGLE speculative decoding, token_ids as bigram pairs (needs --event-encoding sglang-map or sglang)",
   },
+  role: {
+    schema: z.enum(["prefill", "decode", "both"]).default("both"),
+    help: "prefill or decode: a P/D pool's worker with vLLM's NixlConnector (kv_transfer_params honoured both ways); both: no connector (kv_transfer_params ignored)",
+  },
+  "kv-transfer-ms-per-block": {
+    schema: nonNegative.default(0.1),
+    help: "decode side: simulated time to pull one KV block from the prefill worker (scaled by --speed)",
+  },
+  "kv-transfer-abort-timeout-s": {
+    schema: z.coerce.number().positive().default(480),
+    help: "prefill side: vLLM's VLLM_NIXL_ABORT_REQUEST_TIMEOUT, how long a prefilled request's blocks wait for the decode worker to read them",
+  },
   "lora-modules": { schema: loraModules.default([]), help: "LoRA adapters served (name[=path],...): requests name them in `model`" },
   "event-encoding": { schema: z.enum(EVENT_ENCODINGS as [EventEncoding, ...EventEncoding[]]).default("vllm"), help: "KV event wire shape: vllm (today: array batch, map events), vllm-map, vllm-array (older vLLM), sglang-map (SGLang today), sglang (older SGLang, arrays)" },
   "hash-mode": { schema: z.enum(["int", "bytes"]).default("int"), help: "block hashes as u64 ints or 32-byte digests" },
@@ -106,6 +118,9 @@ type FlagName = keyof Options;
 type CamelCase<S extends string> = S extends `${infer H}-${infer T}` ? `${H}${Capitalize<CamelCase<T>>}` : S;
 
 export type MockWorkerConfig = { [K in FlagName as CamelCase<K>]: z.output<Options[K]["schema"]> };
+
+/** A worker's part in prefill/decode disaggregation (llm-d's `llm-d.ai/role`: prefill, decode, prefill-decode). */
+export type WorkerRole = MockWorkerConfig["role"];
 
 export class ConfigError extends Error {
   override name = "ConfigError";
