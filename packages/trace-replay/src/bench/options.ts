@@ -70,6 +70,11 @@ const schema = z.object({
   // The engine (mock-worker's StepScheduler): vLLM's --max-num-seqs and --max-num-batched-tokens.
   "max-num-seqs": positiveInt.default(DEFAULT_TIMING.maxNumSeqs),
   "max-num-batched-tokens": positiveInt.default(DEFAULT_TIMING.maxNumBatchedTokens),
+  // A prefill/decode pool instead (`P,D`: prefill and decode workers): rows for llm-d's rule and the
+  // EPP's (src/sim/pd-replay.ts), the decider's threshold and the KV read time per block.
+  pd: z.string().regex(/^[1-9]\d*,[1-9]\d*$/, "P,D: prefill and decode worker counts").optional(),
+  "pd-threshold-tokens": z.coerce.number().int().min(0).default(512),
+  "transfer-ms-per-block": nonNegative.default(0.1),
   jobs: positiveInt.optional(),
   out: z.string().min(1).default("reports"),
   png: z.enum(["auto", "off"]).default("auto"),
@@ -100,6 +105,8 @@ export type BenchOptions = {
   costShape: CostShape;
   maxNumSeqs: number;
   maxNumBatchedTokens: number;
+  /** a P/D pool's run instead of the pooled one */
+  pd: { prefillWorkers: number; decodeWorkers: number; thresholdTokens: number; transferMsPerBlock: number } | undefined;
   jobs: number | undefined;
   outDir: string;
   png: boolean;
@@ -146,6 +153,10 @@ export function parseBenchArgs(argv: string[]): BenchOptions {
     costShape: shapeOf(o),
     maxNumSeqs: o["max-num-seqs"],
     maxNumBatchedTokens: o["max-num-batched-tokens"],
+    pd: o.pd === undefined ? undefined : {
+      prefillWorkers: Number(o.pd.split(",")[0]), decodeWorkers: Number(o.pd.split(",")[1]),
+      thresholdTokens: o["pd-threshold-tokens"], transferMsPerBlock: o["transfer-ms-per-block"],
+    },
     jobs: o.jobs,
     outDir: o.out,
     png: o.png === "auto",

@@ -30,13 +30,16 @@ function kvPolicy(name: PolicyName, cost: CostModel, knows: string): PolicySpec 
       });
       const routing: RoutingContext = { picker, load: ctx.ownLoad, latency, metrics: NO_METRICS, clock: ctx.clock, candidates: () => ctx.candidates };
       const inFlight = new Map<number, RoutedRequest>();
+      let last = { worker: -1, overlap: 0 };
       return {
         pick(req) {
           const r = RoutedRequest.route(routing, { tokens: req.tokens!, hashes: req.localHashes });
           if (r.kind === "no_endpoint") throw new Error(`no worker to route to (${r.reason})`);
           inFlight.set(req.id, r.request);
-          return workerOf.get(r.request.candidate.key)!;
+          last = { worker: workerOf.get(r.request.candidate.key)!, overlap: r.request.decision.chosen.overlap };
+          return last.worker;
         },
+        matchedBlocks: (worker) => (worker === last.worker ? last.overlap : 0),
         firstToken(req) {
           inFlight.get(req.id)?.firstByte();
         },

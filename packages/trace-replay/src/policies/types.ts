@@ -54,6 +54,8 @@ export interface Router {
   firstToken?(req: SimRequest): void;
   /** The request's response ended on `worker`: its TTFT and cached tokens, as the EPP reads them from it. */
   finished?(req: SimRequest, worker: number, seen: { ttftMs: number; cachedTokens: number }): void;
+  /** Leading blocks of the last picked request it believes `worker` holds (what llm-d's P/D decider reads). */
+  matchedBlocks?(worker: number): number;
 }
 
 export type PolicySpec = {
