@@ -6,7 +6,7 @@ export type SidecarMetrics = {
   /** disaggregated: prefilled remotely; local: no prefiller named; passthrough: any other route */
   request(mode: "disaggregated" | "local" | "passthrough"): void;
   /** a request refused or failed before its decode leg */
-  failed(reason: "forbidden" | "bad_header" | "bad_body" | "prefill_unreachable" | "prefill_status" | "prefill_answer" | "decoder_unreachable"): void;
+  failed(reason: "forbidden" | "bad_header" | "bad_body" | "prefill_unreachable" | "prefill_status" | "prefill_answer" | "decoder_unreachable" | "passthrough_unreachable"): void;
   prefillSeconds(s: number): void;
 };
 

@@ -58,8 +58,9 @@ export function sidecarApp(config: SidecarConfig, log: Logger, metrics: SidecarM
       return answer(res, res.body);
     } catch (err) {
       if (req.signal.aborted) return c.body(null, 499 as never);
-      metrics.failed("decoder_unreachable");
-      log.warn({ err, path: url.pathname }, "decode worker unreachable");
+      // Probes before the worker is up land here too: not a failed P/D request.
+      metrics.failed("passthrough_unreachable");
+      log.debug({ err, path: url.pathname }, "decode worker unreachable");
       return errorBody(c, 502, `decode worker unreachable: ${(err as Error).message}`);
     }
   };

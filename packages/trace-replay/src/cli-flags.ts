@@ -8,9 +8,9 @@ export class FlagError extends Error {
 
 /**
  * Parses argv against `schema`'s keys (the flag names). A bare argument goes to `positional` when one is
- * named, and is an error otherwise.
+ * named, and is an error otherwise. A flag in `switches` given without `=value` is "true" (`--pd`).
  */
-export function parseFlags<S extends z.ZodObject>(schema: S, argv: string[], positional?: keyof z.input<S> & string): z.output<S> {
+export function parseFlags<S extends z.ZodObject>(schema: S, argv: string[], positional?: keyof z.input<S> & string, switches: readonly string[] = []): z.output<S> {
   const raw: Record<string, string> = {};
   const known = Object.keys(schema.shape);
   for (let i = 0; i < argv.length; i++) {
@@ -23,7 +23,7 @@ export function parseFlags<S extends z.ZodObject>(schema: S, argv: string[], pos
     }
     const flag = m[1]!;
     if (!known.includes(flag)) throw new FlagError(`unknown flag --${flag}; flags: ${known.map((k) => `--${k}`).join(" ")}`);
-    const value = m[2] ?? argv[++i];
+    const value = m[2] ?? (switches.includes(flag) ? "true" : argv[++i]);
     if (value === undefined) throw new FlagError(`--${flag} needs a value`);
     raw[flag] = value;
   }

@@ -41,6 +41,9 @@ const schema = z.object({
   "body-mode": z.enum(["full-duplex", "buffered"]).default("full-duplex"),
   /** auto: a PNG of the hit-rate chart when a headless chromium is installed */
   png: z.enum(["auto", "off"]).default("auto"),
+  // A prefill/decode pool: half the workers prefill (--role prefill), half decode behind the P/D
+  // sidecar (--role decode); the EPPs pick a pair per request.
+  pd: z.union([z.boolean(), z.enum(["true", "false"]).transform((v) => v === "true")]).default(false),
 });
 
 export type DemoOptions = {
@@ -62,10 +65,12 @@ export type DemoOptions = {
   outDir: string;
   bodyMode: ClientBodyMode;
   png: boolean;
+  /** a P/D pool: workers / 2 prefill workers, the rest decode workers behind the P/D sidecar */
+  pd: boolean;
 };
 
 export function parseDemoArgs(argv: string[]): DemoOptions {
-  const o = parseFlags(schema, argv);
+  const o = parseFlags(schema, argv, undefined, ["pd"]);
   return {
     tracePath: o.trace,
     workers: o.workers,
@@ -85,5 +90,6 @@ export function parseDemoArgs(argv: string[]): DemoOptions {
     outDir: o.out,
     bodyMode: o["body-mode"],
     png: o.png === "auto",
+    pd: o.pd,
   };
 }

@@ -151,7 +151,8 @@ const shownPath = (p: string) => {
   return r.startsWith("..") || isAbsolute(r) ? p : r;
 };
 
-export function demoReportData(o: DemoOptions, s: DemoStats, recovery: RecoveryReport | undefined, check?: SelectCheck, compared: readonly RoutedFigures[] = []): ReportData {
+/** `extraRows`: lines after the summary's own (a P/D run's, demo/pd-figures.ts). */
+export function demoReportData(o: DemoOptions, s: DemoStats, recovery: RecoveryReport | undefined, check?: SelectCheck, compared: readonly RoutedFigures[] = [], extraRows: [string, string][] = []): ReportData {
   const simulated = compared.filter((f) => f.source === "simulated");
   return {
     title: "kv-epp demo",
@@ -166,13 +167,17 @@ export function demoReportData(o: DemoOptions, s: DemoStats, recovery: RecoveryR
           ? "/v1/chat/completions with text messages built from the trace's blocks, tokenized by the EPPs and the workers with the Qwen3 tokenizer"
           : "/v1/completions with the prompt as token ids (one PRNG stream per trace block)",
       ],
-      ["workers", `${o.workers} x ${o.capacityBlocks} blocks of ${o.blockSize} tokens, timing speed ${o.speed}`],
+      [
+        "workers",
+        `${o.workers} x ${o.capacityBlocks} blocks of ${o.blockSize} tokens, timing speed ${o.speed}` +
+          (o.pd ? `; a P/D pool: ${Math.floor(o.workers / 2)} prefill workers, ${o.workers - Math.floor(o.workers / 2)} decode workers each behind a P/D sidecar` : ""),
+      ],
       [
         "ext_proc",
         `request and response body mode ${o.bodyMode === "full-duplex" ? "FULL_DUPLEX_STREAMED" : "BUFFERED (the client gets each response whole)"} (gateway and EPPs); the response passes through the EPP`,
       ],
     ],
-    table: { columns: ["summary", ""], rows: summaryRows(s, recovery, check, simulated) },
+    table: { columns: ["summary", ""], rows: [...summaryRows(s, recovery, check, simulated), ...extraRows] },
     ...(compared.length > 0
       ? {
           comparison: {
