@@ -164,6 +164,18 @@ describe("config", () => {
     expect(() => parseConfig(["--config", w({ dpLb: "external", dpSize: 2 })], {})).toThrow(/external DP load balancing runs one API server per rank/);
   });
 
+  test("a worker's role is prefill, decode or both (llm-d's label spelling prefill-decode too); --pd-threshold-tokens defaults to llm-d's 512", () => {
+    const w = (extra: object) => writeStaticConfig([{ id: "a", address: "127.0.4.1:8000", kvEvents: "tcp://127.0.4.1:5557", ...extra }]);
+    const role = (extra: object) => (parseConfig(["--config", w(extra)], {}).workers as { list: { role?: string }[] }).list[0]!.role;
+    expect(role({})).toBeUndefined();
+    expect(role({ role: "prefill" })).toBe("prefill");
+    expect(role({ role: "prefill-decode" })).toBe("both");
+    expect(() => parseConfig(["--config", w({ role: "encode" })], {})).toThrow(/workers\.0\.role = "encode"/);
+    expect(parseConfig(["--config", w({})], {}).picker.pdThresholdTokens).toBe(512);
+    expect(parseConfig(["--config", w({}), "--pd-threshold-tokens", "0"], {}).picker.pdThresholdTokens).toBe(0);
+    expect(parseConfig(["--config", w({})], { DYN_EPP_PD_THRESHOLD_TOKENS: "2048" }).picker.pdThresholdTokens).toBe(2048);
+  });
+
   test("a bad static file names the field and value", () => {
     const bad = writeStaticConfig([{ id: "a", address: "nope", kvEvents: "tcp://127.0.4.1:5557" }]);
     expect(() => parseConfig(["--config", bad], {})).toThrow(/workers\.0\.address = "nope"/);

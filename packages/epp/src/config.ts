@@ -6,8 +6,8 @@ import { parse as parseYaml } from "yaml";
 import { parseDiscoveryConfig, type DiscoveryConfig } from "@kv-epp/intents";
 import { z } from "zod";
 import { DEFAULT_KV_MAX_MESSAGE_SIZE, LISTENER_HEARTBEAT } from "@kv-epp/kv-events";
-import { DEFAULT_SHAPE, DEFAULT_WEIGHTS, SCORE_SHAPE, type CostShape, followerRange, type FollowerRange, DEFAULT_AWAY_WEIGHT, DEFAULT_FOLLOWER_WEIGHT, DEFAULT_FOLLOWER_WEIGHT_MAX, DEFAULT_COST, type CostModel, DEFAULT_PENDING, INFLIGHT_PREFIX_DEFAULT } from "@kv-epp/routing";
-import { DP_LB_MODES, type DpLbMode } from "@kv-epp/protocol";
+import { DEFAULT_SHAPE, DEFAULT_WEIGHTS, SCORE_SHAPE, type CostShape, followerRange, type FollowerRange, DEFAULT_AWAY_WEIGHT, DEFAULT_FOLLOWER_WEIGHT, DEFAULT_FOLLOWER_WEIGHT_MAX, DEFAULT_COST, type CostModel, DEFAULT_PENDING, INFLIGHT_PREFIX_DEFAULT, DEFAULT_PD_THRESHOLD_TOKENS } from "@kv-epp/routing";
+import { DP_LB_MODES, roleOfLabel, type DpLbMode } from "@kv-epp/protocol";
 
 export class ConfigError extends Error {}
 
@@ -75,6 +75,7 @@ export const OPTIONS = {
   inflightPrefix: { flag: "inflight-prefix", env: "DYN_EPP_INFLIGHT_PREFIX", kind: "bool", default: String(INFLIGHT_PREFIX_DEFAULT), help: "count the blocks of requests routed to a worker and not yet ended as overlap there (the index learns them only after their prefill)" },
   inflightPrefixMaxBlocks: { flag: "inflight-prefix-max-blocks", env: "DYN_EPP_INFLIGHT_PREFIX_MAX_BLOCKS", kind: "int", default: String(DEFAULT_PENDING.maxBlocks), help: "most in-flight prefix blocks held (oldest requests' leave first)" },
   inflightPrefixTtlMs: { flag: "inflight-prefix-ttl-ms", env: "DYN_EPP_INFLIGHT_PREFIX_TTL_MS", kind: "int", default: String(DEFAULT_PENDING.ttlMs), help: "an in-flight prefix leaves after this long even if its request never ended" },
+  pdThresholdTokens: { flag: "pd-threshold-tokens", env: "DYN_EPP_PD_THRESHOLD_TOKENS", kind: "int", default: String(DEFAULT_PD_THRESHOLD_TOKENS), help: "with prefill-role workers: name a prefill worker (x-prefiller-host-port) when the decode worker would prefill at least this many uncached tokens itself (llm-d's nonCachedTokens; 0: never)" },
   explain: { flag: "explain", env: "DYN_EPP_EXPLAIN", kind: "bool", default: "false", help: "explain every decision in an x-kv-epp-decision header (else only requests sending x-kv-epp-explain: 1)" },
   conformanceTestHooks: { flag: "conformance-test-hooks", env: "DYN_EPP_CONFORMANCE_TEST_HOOKS", kind: "bool", default: "false", help: "GAIE conformance suite hooks: a request's test-epp-endpoint-selection header picks its candidates, responses echo the served and selected endpoints (x-conformance-test-*); test clusters only, any client could steer its requests" },
   temperature: { flag: "temperature", env: "DYN_EPP_TEMPERATURE", kind: "number", default: "0", help: "softmax temperature (0: argmin)" },
@@ -123,6 +124,8 @@ const WorkerEntry = z.object({
    * default for one address: global ranks), hybrid or external (the server's own ranks from 0).
    */
   dpLb: z.enum(DP_LB_MODES as [DpLbMode, ...DpLbMode[]]).optional(),
+  /** Prefill/decode disaggregation: prefill | decode | both (or llm-d's label spelling prefill-decode); absent: a destination only. */
+  role: z.enum(["prefill", "decode", "both", "prefill-decode"]).transform((v) => roleOfLabel(v)!).optional(),
 }).superRefine((w, ctx) => {
   if (w.dpLb === "internal" && typeof w.address !== "string")
     ctx.addIssue({ code: "custom", path: ["dpLb"], message: "internal DP load balancing has one API server for every rank: give one address, or dpLb hybrid/external for one server per address" });
@@ -231,6 +234,8 @@ export type EppConfig = {
     /** In-flight prefixes (routing pending.ts); off: the index's overlap alone. */
     inflightPrefix: { mode: "off" } | { mode: "on"; maxBlocks: number; ttlMs: number };
     shape: CostShape;
+    /** Prefill/decode disaggregation's decider threshold, in uncached tokens on the decode worker (routing disagg.ts); 0: never. */
+    pdThresholdTokens: number;
   };
   explain: boolean;
   /** GAIE's conformance-suite hooks (extproc/conformance.ts); off outside test clusters. */
@@ -457,6 +462,7 @@ export function parseConfig(argv: string[], env: Record<string, string | undefin
         ? { mode: "on", maxBlocks: get<number>("inflightPrefixMaxBlocks")!, ttlMs: get<number>("inflightPrefixTtlMs")! }
         : { mode: "off" },
       shape,
+      pdThresholdTokens: get<number>("pdThresholdTokens")!,
     },
     explain: get<boolean>("explain")!,
     conformanceTestHooks: get<boolean>("conformanceTestHooks")!,

@@ -279,6 +279,12 @@ export function createMetrics() {
       labelNames: ["result"] as const,
       registers: [registry],
     }),
+    pdDecisions: new Counter({
+      name: "dynamo_epp_pd_decisions_total",
+      help: "requests routed in a pool with prefill workers, by the P/D decider's verdict (disaggregated: a prefill worker named in x-prefiller-host-port) and reason",
+      labelNames: ["decision", "reason"] as const,
+      registers: [registry],
+    }),
     ioErrors: new Counter({
       name: "dynamo_epp_io_errors_total",
       help: "errors caught at I/O boundaries",
@@ -309,5 +315,6 @@ export function routingMetrics(m: Metrics): RoutingMetrics {
       m.cachedTokensMispredictions.inc(rank(r), mispredicted ? 1 : 0);
     },
     observedTtft: (r, seconds) => m.observedTtft.observe(rank(r), seconds),
+    disaggregation: (disaggregated, reason) => m.pdDecisions.inc({ decision: disaggregated ? "disaggregated" : "local", reason }),
   };
 }

@@ -8,7 +8,7 @@ import { BadRequest, MAX_BODY_BYTES, parseBody, parseJson, TooDeep } from "./ext
 import type { StreamHandoff } from "./handoff/handoff.ts";
 import type { Indexers } from "./indexers/indexers.ts";
 import type { Metrics } from "./metrics.ts";
-import type { LoadView, LatencyModel, Picker, RoutingQuality } from "@kv-epp/routing";
+import type { LoadView, LatencyModel, Picker, PrefillDecision, RoutingQuality } from "@kv-epp/routing";
 import type { Tokenize } from "./tokens.ts";
 import type { PoolStats } from "@kv-epp/tokenizer";
 import { DUMP_PATH, parseWorkerKey, workerKeyOf } from "@kv-epp/protocol";
@@ -63,6 +63,18 @@ function kvShapeFields(indexers: Indexers, w: { workerId: string; dpRank: number
   };
 }
 
+/** /select's `pd`: the decider's verdict and the prefill rank (`prefill: null` when the decode worker prefills). */
+function pdFields(pd: PrefillDecision) {
+  const p = pd.prefill?.chosen;
+  return {
+    disaggregated: pd.disagg.disaggregate,
+    reason: pd.disagg.reason,
+    uncached_tokens: pd.disagg.uncachedTokens,
+    threshold_tokens: pd.disagg.thresholdTokens,
+    prefill: p ? { endpoint: p.candidate.endpoint, worker_id: p.candidate.workerId, dp_rank: p.candidate.dpRank, overlap_blocks: p.overlap } : null,
+  };
+}
+
 /** GET /workers' load columns, beside the contract's fields (docs/CONTRACTS.md §10). */
 function loadFields(load: SelectionDeps["load"], key: string) {
   return {
@@ -70,6 +82,9 @@ function loadFields(load: SelectionDeps["load"], key: string) {
     active_blocks: load.own.of(key).blocks,
     sibling_requests: load.peers?.of(key).requests ?? 0,
     sibling_blocks: load.peers?.of(key).blocks ?? 0,
+    // Blocks still to prefill there (a prefill worker's whole load under disaggregation, until the first byte).
+    active_prefill_blocks: load.own.of(key).prefillBlocks,
+    sibling_prefill_blocks: load.peers?.of(key).prefillBlocks ?? 0,
   };
 }
 
@@ -151,6 +166,8 @@ export function selectionApp(d: SelectionDeps): Hono {
       overlap_blocks: chosen.overlap,
       request_blocks: decision.requestBlocks,
       scores: byWorker(decision.scores!),
+      // In a pool with prefill workers: the decider's verdict, and the prefill rank it would name.
+      ...(decision.pd ? { pd: pdFields(decision.pd) } : {}),
     });
   });
 
@@ -169,6 +186,8 @@ export function selectionApp(d: SelectionDeps): Hono {
           // Why a listed rank may not be picked: its worker is down (failed /metrics scrapes, static mode).
           routable: r.routable,
           failed_scrapes: r.failedScrapes,
+          // Prefill/decode disaggregation: prefill | decode | both; null: no role (a destination only).
+          role: r.role ?? null,
           blocks: ix ? ix.index.treeSize(w) : 0,
           ...kvShapeFields(d.indexers, w, ix?.blockSize),
           ...streamFields(d, w),

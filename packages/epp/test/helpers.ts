@@ -226,7 +226,18 @@ export function localHashes(ids: number[], blockSize = BLOCK): BigUint64Array {
   return computeBlockHashes(Uint32Array.from(ids), blockSize);
 }
 
-export type TestWorker = { id: string; address: string | string[]; kvEvents: string; replay?: string; dpSize?: number; dpStartRank?: number; kvEventsBind?: boolean; dpLb?: "internal" | "hybrid" | "external" };
+export type TestWorker = {
+  id: string;
+  address: string | string[];
+  kvEvents: string;
+  replay?: string;
+  dpSize?: number;
+  dpStartRank?: number;
+  kvEventsBind?: boolean;
+  dpLb?: "internal" | "hybrid" | "external";
+  role?: "prefill" | "decode" | "both" | "prefill-decode";
+  metrics?: string;
+};
 
 export function writeStaticConfig(workers: TestWorker[], peers: string[] = [], extra: Record<string, unknown> = {}): string {
   const dir = mkdtempSync(join(tmpdir(), "epp-test-"));

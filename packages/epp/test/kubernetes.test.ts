@@ -5,7 +5,7 @@ import { startFakeKubeApi, waitFor } from "@kv-epp/testkit";
 import { parseConfig } from "../src/config.ts";
 import { startEpp } from "../src/main.ts";
 import { startMockWorker } from "@kv-epp/mock-worker";
-import { KV_EVENTS_ENDPOINT_ANNOTATION, podKvSource, startPoolWorkers } from "../src/workers/kubernetes.ts";
+import { KV_EVENTS_ENDPOINT_ANNOTATION, podKvSource, podRole, startPoolWorkers } from "../src/workers/kubernetes.ts";
 import { FakeWorkerEvents, HOST, postJson, quietLog, tokens } from "./helpers.ts";
 
 // Not the default 5557: a stray process bound to *:5557 on a shared machine would block the bind.
@@ -220,6 +220,56 @@ test("podKvSource: no annotation dials the pod at --kv-events-port; a bad one ke
   expect(podKvSource(withAnnotation("tcp://dynamo-epp.llm.svc:6000"), 5557)).toEqual({ kvEvents: "tcp://0.0.0.0:6000", kvBind: true });
   for (const bad of ["ipc:///tmp/kv", "tcp://10.0.0.2:0", "nonsense"])
     expect(podKvSource(withAnnotation(bad), 5557)).toMatchObject({ kvEvents: "tcp://10.0.0.9:5557", kvBind: false, invalid: expect.any(String) });
+});
+
+test("llm-d's role label makes a pod a prefill or decode worker: the pair names the labelled pods, and a relabelled pod changes sets, not its blocks", async () => {
+  const api = await fakeApi();
+  api.upsert(inferencePool("pool"));
+  const ev = [await FakeWorkerEvents.start("127.0.35.53", KV_PORT), await FakeWorkerEvents.start("127.0.35.54", KV_PORT)];
+  cleanups.push(() => Promise.all(ev.map((e) => e.close())));
+  const cfg = parseConfig(
+    ["--pool-name", "pool", "--model", "test-model", "--block-size", "16", "--listen", HOST, "--kv-events-port", String(KV_PORT), "--pd-threshold-tokens", "32",
+      "--grpc-port", "0", "--grpc-health-port", "0", "--metrics-port", "0", "--replica-agg-port", "0", "--subscribe-wait-ms", "1000", "--selection-port", "0", "--scrape-interval-ms", "0"],
+    { POD_NAMESPACE: "llm" },
+  );
+  const epp = await startEpp(cfg, { log: quietLog, kubeConfig: api.kubeConfig });
+  cleanups.push(() => epp.stop({ graceMs: 500 }));
+  await epp.ready;
+  const labelled = (name: string, ip: string, role: string) => pod(name, ip, "ready", { app: "vllm", "llm-d.ai/role": role } as never) as never;
+  api.upsert(labelled("vllm-p", "127.0.35.53", "prefill"));
+  api.upsert(labelled("vllm-d", "127.0.35.54", "decode"));
+  const roles = async () =>
+    Object.fromEntries(((await (await fetch(`http://${HOST}:${epp.ports.selection}/workers`)).json()) as { worker_id: string; role: string | null }[]).map((w) => [w.worker_id, w.role]));
+  await waitFor(async () => JSON.stringify(await roles()) === JSON.stringify({ "vllm-p": "prefill", "vllm-d": "decode" }), { message: "both pods, with their roles" });
+  const prompt = tokens(128, 9);
+  await ev[0]!.storeUntil(prompt, async () => (await postJson(`http://${HOST}:${epp.ports.selection}/score`, { token_ids: prompt })).body.scores["vllm-p"]?.["0"] === 8);
+  const select = async () => (await postJson(`http://${HOST}:${epp.ports.selection}/select`, { token_ids: prompt })).body;
+  const sel = await select();
+  expect(sel.endpoint).toBe("127.0.35.54:8000");
+  expect(sel.pd).toEqual({ disaggregated: true, reason: "uncached_over_threshold", uncached_tokens: 128, threshold_tokens: 32, prefill: { endpoint: "127.0.35.53:8000", worker_id: "vllm-p", dp_rank: 0, overlap_blocks: 8 } });
+
+  // Relabelled prefill-decode (both): still named as the prefill worker of requests sent to the other pod.
+  api.upsert(labelled("vllm-p", "127.0.35.53", "prefill-decode"));
+  await waitFor(async () => (await roles())["vllm-p"] === "both", { message: "relabelled both" });
+  // Now a destination too, and it holds the prompt: it prefills locally.
+  expect(await select()).toMatchObject({ endpoint: "127.0.35.53:8000", pd: { disaggregated: false, reason: "below_threshold", prefill: null } });
+  // An encode role is not one this EPP routes by: no role, a destination, and no prefill pod is left.
+  api.upsert(labelled("vllm-p", "127.0.35.53", "encode"));
+  await waitFor(async () => (await roles())["vllm-p"] === null, { message: "encode label ignored" });
+  const plain = await select();
+  expect(plain.endpoint).toBe("127.0.35.53:8000");
+  expect(plain.pd).toBeUndefined();
+});
+
+test("podRole: llm-d's label values, its deprecated both, and anything else ignored with a reason", () => {
+  const withRole = (v?: string) => pod("p", "10.0.0.9", "ready", (v === undefined ? { app: "vllm" } : { app: "vllm", "llm-d.ai/role": v }) as never) as never;
+  expect(podRole(withRole())).toEqual({});
+  expect(podRole(withRole("prefill"))).toEqual({ role: "prefill" });
+  expect(podRole(withRole("decode"))).toEqual({ role: "decode" });
+  expect(podRole(withRole("prefill-decode"))).toEqual({ role: "both" });
+  expect(podRole(withRole("both"))).toEqual({ role: "both" });
+  for (const other of ["encode", "encode-prefill", "Prefill", ""]) expect(podRole(withRole(other))).toMatchObject({ invalid: expect.any(String) });
+  expect(podRole(withRole("encode")).role).toBeUndefined();
 });
 
 describe("startPoolWorkers", () => {

@@ -1,7 +1,7 @@
 // The two record types of KV discovery and their JSON wire format (see README.md "Records"):
 // a host advertisement (written by the EPP) and an attachment intent (written by a worker, one per
 // DP rank). Payloads are versioned; a reader skips what it cannot decode instead of failing.
-import { DP_LB_MODES, parseEndpoint, type DpLbMode } from "@kv-epp/protocol";
+import { DP_LB_MODES, parseEndpoint, WORKER_ROLES, type DpLbMode, type WorkerRole } from "@kv-epp/protocol";
 import { z } from "zod";
 
 /** The one KV-event protocol a host can attach to: vLLM's ZeroMQ PUB stream (docs/CONTRACTS.md §4). */
@@ -46,6 +46,8 @@ export type IntentDescriptor = {
    * rank in x-data-parallel-rank; absent: internal (global ranks). Older hosts ignore it.
    */
   dpLb?: DpLbMode;
+  /** The worker's role in prefill/decode disaggregation (absent: a destination only). Older hosts ignore it. */
+  role?: WorkerRole;
 };
 
 /** A registered intent as the host materializes it. */
@@ -101,6 +103,7 @@ const IntentSchema = z.object({
     .optional(),
   metricsUrl: z.string().url().optional(),
   dpLb: z.enum(DP_LB_MODES as [DpLbMode, ...DpLbMode[]]).optional(),
+  role: z.enum(WORKER_ROLES as [WorkerRole, ...WorkerRole[]]).optional(),
 });
 
 const HostSchema = z.object({ v: z.number().int(), hostInstance: z.string().min(1), producer: z.string().min(1) });

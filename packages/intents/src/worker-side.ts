@@ -1,6 +1,6 @@
 // What a worker process calls at start: one intent per DP rank, built from what the worker already
 // knows about itself (its ranks' KV-event endpoints, model, block size, topic).
-import { Backoff, bracketHost, pause, type DpLbMode } from "@kv-epp/protocol";
+import { Backoff, bracketHost, pause, type DpLbMode, type WorkerRole } from "@kv-epp/protocol";
 import pino, { type Logger } from "pino";
 import type { Discovery } from "./discovery/types.ts";
 import { HostLookupError } from "./host-lookup.ts";
@@ -32,6 +32,8 @@ export type RegisterWorkerIntentsOptions = {
   multimodalTokenIds?: number[];
   /** The worker's vLLM DP load-balancing mode, stated in every intent (absent: internal). */
   dpLb?: DpLbMode;
+  /** The worker's role in prefill/decode disaggregation, stated in every intent (absent: a destination only). */
+  role?: WorkerRole;
   /**
    * Retry while no host is advertised yet (or a registration failed and was rolled back), with backoff
    * from 1 s doubling to 30 s, until it succeeds or `signal` aborts. Invalid descriptors never retry.
@@ -80,6 +82,7 @@ export function workerDescriptors(o: Omit<RegisterWorkerIntentsOptions, "discove
     // Rewritten like the endpoints: with a wildcard bind the worker reports its loopback here too.
     ...(o.metricsUrl ? { metricsUrl: o.advertiseHost ? replaceUrlHost(o.metricsUrl, o.advertiseHost) : o.metricsUrl } : {}),
     ...(o.dpLb ? { dpLb: o.dpLb } : {}),
+    ...(o.role ? { role: o.role } : {}),
   }));
 }
 

@@ -1,14 +1,14 @@
 // From attachments to the EPP's worker set. Pod discovery guesses a worker's KV endpoint from its IP
 // and the port convention; an intent states it per rank. Both paths end in one worker set.
-import { rankSources, type DpLbMode, type RankSource, type WorkerSpec } from "@kv-epp/protocol";
+import { rankSources, type DpLbMode, type RankSource, type WorkerRole, type WorkerSpec } from "@kv-epp/protocol";
 import type { AttachmentIntent } from "./protocol.ts";
 
 
 /** A WorkerSpec whose ranks come from intents: listeners follow `ranks`, not port + r. */
 export type IntentWorkerSpec = WorkerSpec & { ranks: RankSource[] };
 
-/** `dpLb`: the LB mode its intents state (the first that states one). */
-export type IntentWorker = { id: string; address?: string; metricsUrl?: string; dpLb?: DpLbMode; ranks: RankSource[] };
+/** `dpLb`, `role`: the LB mode and the disaggregation role its intents state (the first that states one). */
+export type IntentWorker = { id: string; address?: string; metricsUrl?: string; dpLb?: DpLbMode; role?: WorkerRole; ranks: RankSource[] };
 
 /**
  * `kubernetes`: pod discovery (Ready pods only) decides membership; intents only describe the ranks of
@@ -38,6 +38,7 @@ export function intentWorkers(desired: readonly AttachmentIntent[]): IntentWorke
     w.address ??= a.address;
     w.metricsUrl ??= a.metricsUrl;
     w.dpLb ??= a.dpLb;
+    w.role ??= a.role;
     w.ranks.push({
       dpRank: a.dpRank,
       kvEvents: a.endpoint,
@@ -52,13 +53,17 @@ export function intentWorkers(desired: readonly AttachmentIntent[]): IntentWorke
 /**
  * `base` with the intents' ranks. A worker whose intents state hybrid or external LB serves its ranks
  * from one API server that numbers them from 0 (unless it already lists its servers, one per port).
+ * The role the listing gives (a pod's label, a static entry's `role`) wins over the intents'.
  */
-function withRanks<T extends WorkerSpec>(base: T, ranks: RankSource[], dpLb: DpLbMode | undefined): T & { ranks: RankSource[] } {
+function withRanks<T extends WorkerSpec>(base: T, ranks: RankSource[], from: readonly IntentWorker[]): T & { ranks: RankSource[] } {
   const first = ranks[0]!;
+  const dpLb = from.find((w) => w.dpLb)?.dpLb;
+  const role = base.role ?? from.find((w) => w.role)?.role;
   const local = dpLb !== undefined && dpLb !== "internal" && !(base.servers && base.servers.length > 1);
   return {
     ...base, kvEvents: first.kvEvents, replay: first.replay, dpSize: ranks.length, ranks,
     ...(local ? { servers: [{ address: base.address, ranks: ranks.map((r) => r.dpRank) }] } : {}),
+    ...(role ? { role } : {}),
   };
 }
 
@@ -166,12 +171,12 @@ export function mergeWorkerSets<T extends WorkerSpec>(
   }
   const workers: (T | IntentWorkerSpec)[] = pods.map((p) => {
     const from = contributions.get(p);
-    return from ? withRanks(p, unionRanks(from, rankSources(p)), from.find((w) => w.dpLb)?.dpLb) : p;
+    return from ? withRanks(p, unionRanks(from, rankSources(p)), from) : p;
   });
   for (const [address, [first, ...rest]] of joining) {
     const metricsUrl = first!.metricsUrl ?? rest.find((w) => w.metricsUrl)?.metricsUrl ?? `http://${address}/metrics`;
     const all = [first!, ...rest];
-    workers.push(withRanks({ id: first!.id, address, kvEvents: "", dpSize: 0, metricsUrl }, unionRanks(all), all.find((w) => w.dpLb)?.dpLb));
+    workers.push(withRanks({ id: first!.id, address, kvEvents: "", dpSize: 0, metricsUrl }, unionRanks(all), all));
   }
   return { workers, unroutable, aliases };
 }

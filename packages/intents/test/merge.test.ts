@@ -138,3 +138,14 @@ describe("DP load-balancing mode", () => {
     expect(mergeWorkerSets([], node()).workers[0]!.servers).toBeUndefined();
   });
 });
+
+describe("disaggregation role", () => {
+  test("an intent-only worker takes the role its intents state; a listed worker's own role (its pod label) wins over its intents'", () => {
+    const prefill = intentWorkers([0, 1].map((r) => intent("p-0", r, "10.0.0.4", { address: "10.0.0.4:8000", role: "prefill" })));
+    expect(mergeWorkerSets([], prefill).workers[0]!.role).toBe("prefill");
+    const labelled = { ...pod("p-0", "10.0.0.4"), role: "decode" as const };
+    expect(mergeWorkerSets<WorkerSpec>([labelled], prefill, { mode: "kubernetes" }).workers[0]!.role).toBe("decode");
+    expect(mergeWorkerSets<WorkerSpec>([pod("p-0", "10.0.0.4")], prefill, { mode: "kubernetes" }).workers[0]!.role).toBe("prefill");
+    expect(mergeWorkerSets([], intentWorkers([intent("w", 0, "10.0.0.5", { address: "10.0.0.5:8000" })])).workers[0]!.role).toBeUndefined();
+  });
+});

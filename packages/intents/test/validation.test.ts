@@ -92,6 +92,13 @@ describe("the DP load-balancing mode in a record", () => {
     expect(() => decodeIntent(record({ dpLb: "round-robin" }))).toThrow(RecordDecodeError);
     expect(workerDescriptors({ workerId: "w", model: "m", blockSize: 16, topic: "", ranks: [{ rank: 2, kvEvents: "tcp://10.0.0.2:5559" }], dpLb: "hybrid" })[0]!.dpLb).toBe("hybrid");
   });
+
+  test("a worker's disaggregation role is carried; one that is not prefill, decode or both makes the record undecodable", () => {
+    expect(decodeIntent(record({ role: "prefill" })).role).toBe("prefill");
+    expect(decodeIntent(record({})).role).toBeUndefined();
+    expect(() => decodeIntent(record({ role: "prefill-decode" }))).toThrow(RecordDecodeError);
+    expect(workerDescriptors({ workerId: "w", model: "m", blockSize: 16, topic: "", ranks: [{ rank: 0, kvEvents: "tcp://10.0.0.2:5557" }], role: "decode" })[0]!.role).toBe("decode");
+  });
 });
 
 describe("host lookup", () => {

@@ -1,5 +1,10 @@
 // @kv-epp/protocol: the names and formats every package shares (README.md). No dependencies.
-export { DP_LB_MODES, parseWorkerKey, rankSources, workerKey, workerKeyOf, type ApiServer, type DpLbMode, type RankSource, type WorkerRef, type WorkerSpec } from "./rank.ts";
+export {
+  DP_LB_MODES, parseWorkerKey, rankSources, workerKey, workerKeyOf, type ApiServer, type DpLbMode, type RankSource, type WorkerRef, type WorkerSpec,
+} from "./rank.ts";
+export {
+  decodes, PREFILL_RANK_HEADER, PREFILLER_HOST_PORT_HEADER, prefills, ROLE_LABEL, roleOfLabel, WORKER_ROLES, type WorkerRole,
+} from "./disagg.ts";
 export type { BlockHash, StoredBlock, TokensHash } from "./hashes.ts";
 export type { RouterEvent, StreamCursor } from "./router-event.ts";
 export {

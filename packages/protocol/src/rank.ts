@@ -1,4 +1,5 @@
 // A worker rank, the unit everything routes to and indexes by, and its one string key.
+import type { WorkerRole } from "./disagg.ts";
 import { rankEndpoint } from "./endpoint.ts";
 
 /** One engine rank: the worker (vLLM instance, by id) and its global data-parallel rank. */
@@ -79,6 +80,8 @@ export type WorkerSpec = {
   metricsUrl: string;
   /** Per-rank KV sources stated by attachment intents; overrides port + r. */
   ranks?: RankSource[];
+  /** Its role in disaggregated serving (absent: a destination only; see WorkerRole). */
+  role?: WorkerRole;
 };
 
 /** A worker's ranks: as its intents state them, else global ranks start..start+dpSize-1 on port + r. */

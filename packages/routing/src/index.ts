@@ -4,8 +4,10 @@
 // The ports a runner implements.
 export { NO_METRICS, type Candidate, type Clock, type IndexLookup, type ModelIndex, type RoutingMetrics, type WorkerSignals } from "./ports.ts";
 // The decision: the Picker over the ports, the pure decide() and cost it ends in, the latency model.
-export { Picker, DEFAULT_COST, type CostModel, type Decision, type PickRequest, type ScoredCandidate } from "./picker.ts";
+export { Picker, DEFAULT_COST, type CostModel, type Decision, type PickRequest, type PrefillDecision, type ScoredCandidate } from "./picker.ts";
 export { decide } from "./decide.ts";
+// Prefill/decode disaggregation: the pool's role sets and the decider.
+export { decideDisagg, DEFAULT_PD_THRESHOLD_TOKENS, roleSets, type DisaggReason, type Disaggregation } from "./disagg.ts";
 export { choose, DEFAULT_SHAPE, DEFAULT_WEIGHTS, SCORE_SHAPE, type CostShape, type Weights } from "./cost.ts";
 export { LatencyModel, DEFAULT_AWAY_WEIGHT, DEFAULT_FOLLOWER_WEIGHT, DEFAULT_FOLLOWER_WEIGHT_MAX, uncachedTokens } from "./latency.ts";
 export { EvictionRegret, FollowerWeight, followerRange, type FollowerRange } from "./eviction-regret.ts";

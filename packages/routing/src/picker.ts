@@ -4,6 +4,7 @@
 import { computeBlockHashes, MatchList, requestBlockExtras } from "@kv-epp/index-wasm";
 import type { Weights } from "./cost.ts";
 import { decide, overlapOf, ttftInput, type CandidateState } from "./decide.ts";
+import { decideDisagg, roleSets, type Disaggregation } from "./disagg.ts";
 import { AwayWorkers, type ReplicaSet } from "./home.ts";
 import type { CostInput, LatencyModel } from "./latency.ts";
 import type { LoadView } from "./load.ts";
@@ -21,6 +22,11 @@ export type PickerOptions = Weights & {
   queueThreshold: number;
   /** Absent: weights. */
   cost?: CostModel;
+  /**
+   * In a pool with prefill ranks (disagg.ts): a request is disaggregated when the decode rank it goes to
+   * would prefill at least this many tokens itself (0 or absent: never).
+   */
+  pdThresholdTokens?: number;
 };
 
 export type PickRequest = {
@@ -58,6 +64,16 @@ export type ScoredCandidate = {
 /** A registry candidate with what the decision reads about it, and what its TTFT is predicted from (once per pick). */
 type Known = CandidateState & { ref: Candidate; ttft: CostInput };
 
+/**
+ * A pick in a pool with prefill ranks: the decider's verdict on the destination (`chosen`, a decode
+ * rank) and, when it disaggregates, the prefill rank the gateway's header names.
+ */
+export type PrefillDecision = {
+  disagg: Disaggregation;
+  /** The prefill rank and the prefill candidates as scored: present exactly when `disagg.disaggregate`. */
+  prefill?: { chosen: ScoredCandidate; scored: ScoredCandidate[] };
+};
+
 /** What besides its tokens names a request's blocks. */
 type Identity = { loraName: string | null; cacheSalt?: string };
 
@@ -75,6 +91,8 @@ export type Decision =
       scored: ScoredCandidate[];
       /** The request's prefix keys, for the lease to record as pending on the chosen rank (with in-flight prefixes). */
       prefix?: PrefixKeys;
+      /** Only in a pool with prefill ranks: whether (and where) the request's prefill runs apart from `chosen`. */
+      pd?: PrefillDecision;
     }
   | { kind: "no_endpoint"; reason: "no_workers" | "subset_empty" | "unknown_model" };
 
@@ -104,6 +122,8 @@ export class Picker {
 
   private readonly deps: PickerDeps;
   private readonly away = new AwayWorkers();
+  /** The prefill ranks' home share (a set of its own, so the two sets do not evict each other's). */
+  private readonly prefillAway = new AwayWorkers();
 
   constructor(deps: PickerDeps) {
     this.deps = deps;
@@ -113,7 +133,10 @@ export class Picker {
   pick(req: PickRequest): Decision {
     const indexer = this.deps.indexers.lookup(req.model);
     if (!indexer) return { kind: "no_endpoint", reason: "unknown_model" };
-    const candidates = this.deps.candidates();
+    const all = this.deps.candidates();
+    // Roles split the pool into destinations and prefill ranks; a pool without prefill ranks is one set, as before.
+    const sets = roleSets(all);
+    const candidates = sets ? sets.decode : all;
     if (candidates.length === 0) return { kind: "no_endpoint", reason: "no_workers" };
 
     // The request path allocates no match Maps: findMatchesInto fills the reused list, read here at once.
@@ -139,22 +162,24 @@ export class Picker {
     for (let i = 0; i < list.count; i++) overlaps.set(list.keys[i]!, list.scores[i]!);
     const pendingOverlaps = this.pendingOverlaps;
     const bs = indexer.blockSize;
-    const known: Known[] = candidates.map((ref) => {
+    const knownOf = (prefillSide: boolean) => (ref: Candidate): Known => {
       const load = this.deps.load.of(ref.key);
       const c = {
         ref,
         endpoint: ref.endpoint,
         overlap: overlaps.get(ref.key) ?? 0,
         pendingOverlap: pendingView ? (pendingOverlaps.get(ref.key) ?? 0) : 0,
-        activeBlocks: load.blocks,
-        activeRequests: load.requests,
+        // A prefill rank is loaded by the prompts it still has to compute: its in-flight prefill tokens.
+        activeBlocks: prefillSide ? load.prefillBlocks : load.blocks,
+        activeRequests: prefillSide ? load.prefillRequests : load.requests,
         prefillBlocks: load.prefillBlocks,
         prefillRequests: load.prefillRequests,
         waiting: this.deps.signals(ref.endpoint)?.waiting ?? 0,
       };
       // Added in place, not spread into a copy of the candidate: this runs per candidate per pick.
       return Object.assign(c, { ttft: ttftInput(c, req.tokens.length, bs) });
-    });
+    };
+    const known = candidates.map(knownOf(false));
     const o = this.deps.options;
     const latency = this.deps.latency;
     const d = decide({
@@ -164,7 +189,7 @@ export class Picker {
       weights: o,
       queueThreshold: o.queueThreshold,
       random: this.deps.random ?? Math.random,
-      latency: o.cost === "latency" ? this.latencyCost(candidates) : undefined,
+      latency: o.cost === "latency" ? this.latencyCost(candidates, this.away) : undefined,
     });
     if (d.kind === "none") return { kind: "no_endpoint", reason: d.reason };
     const scoredOf = (s: { candidate: Known; cost: number }): ScoredCandidate => ({
@@ -178,6 +203,34 @@ export class Picker {
       predictedTtftMs: latency.predictTtftMs(s.candidate.ttft),
     });
     const scored = d.scored.map(scoredOf);
+    let pd: PrefillDecision | undefined;
+    if (sets) {
+      // Decode first (llm-d's order): the decider reads what the chosen destination holds. A prefill on
+      // the destination's own worker would be a local prefill with a detour, so that worker is left out.
+      const decodeWorker = d.chosen.candidate.ref.workerId;
+      const others = sets.prefill.filter((c) => c.workerId !== decodeWorker);
+      const disagg = decideDisagg({
+        promptTokens: req.tokens.length,
+        decodeOverlap: overlapOf(d.chosen.candidate),
+        blockSize: bs,
+        thresholdTokens: o.pdThresholdTokens ?? 0,
+        prefillCandidates: others.length,
+      });
+      pd = { disagg };
+      if (disagg.disaggregate) {
+        const p = decide({
+          requestBlocks,
+          candidates: others.map(knownOf(true)),
+          weights: o,
+          queueThreshold: o.queueThreshold,
+          random: this.deps.random ?? Math.random,
+          // The home share is dealt over every prefill rank, so it does not change with the decode pick.
+          latency: o.cost === "latency" ? this.latencyCost(sets.prefill, this.prefillAway) : undefined,
+        });
+        if (p.kind === "chosen") pd.prefill = { chosen: scoredOf(p.chosen), scored: p.scored.map(scoredOf) };
+        else pd.disagg = { ...disagg, disaggregate: false, reason: "no_prefill_worker" };
+      }
+    }
     return {
       kind: "picked",
       chosen: scoredOf(d.chosen),
@@ -188,12 +241,13 @@ export class Picker {
       ...(req.detail ? list.toMaps() : {}),
       scored,
       prefix,
+      ...(pd ? { pd } : {}),
     };
   }
 
-  /** The latency cost per candidate, with the home share's charge (only this cost reads the replica set). */
-  private latencyCost(candidates: readonly Candidate[]): (c: Known) => number {
-    const away = this.away.of(candidates, this.deps.replicas?.());
+  /** The latency cost per candidate, with the home share's charge over `candidates` (only this cost reads the replica set). */
+  private latencyCost(candidates: readonly Candidate[], home: AwayWorkers): (c: Known) => number {
+    const away = home.of(candidates, this.deps.replicas?.());
     const latency = this.deps.latency;
     return (c) => latency.costMs(c.ttft, away(c.ref.key));
   }

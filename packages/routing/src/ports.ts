@@ -2,10 +2,14 @@
 // Prometheus metrics; the trace simulation over its simulated workers, in virtual time. Routing itself
 // opens no socket, starts no timer of its own and reads no flag.
 import type { KvIndex } from "@kv-epp/index-wasm";
-import type { WorkerRef } from "@kv-epp/protocol";
+import type { DisaggReason } from "./disagg.ts";
+import type { WorkerRef, WorkerRole } from "@kv-epp/protocol";
 
-/** A worker rank the gateway can route to: its key in the index, the endpoint the gateway calls, the rank header it gets. */
-export type Candidate = WorkerRef & { key: string; endpoint: string; rankHeader: number | undefined };
+/**
+ * A worker rank the gateway can route to: its key in the index, the endpoint the gateway calls, the rank
+ * header it gets, and its worker's role in prefill/decode disaggregation (absent: a destination only).
+ */
+export type Candidate = WorkerRef & { key: string; endpoint: string; rankHeader: number | undefined; role?: WorkerRole };
 
 /** One model's index: its key (which also scopes its prefix keys), its block size, the index itself. */
 export type ModelIndex = { key: string; blockSize: number; index: KvIndex };
@@ -38,6 +42,8 @@ export interface RoutingMetrics {
   cachedTokens(rank: WorkerRef, error: number, mispredicted: boolean): void;
   /** A streamed response's first token came `seconds` after its decision. */
   observedTtft(rank: WorkerRef, seconds: number): void;
+  /** In a pool with prefill ranks: the decider's verdict on a routed request, and why. */
+  disaggregation(disaggregated: boolean, reason: DisaggReason): void;
 }
 
 /** Records nothing (the simulation, tests). */
@@ -48,4 +54,5 @@ export const NO_METRICS: RoutingMetrics = {
   unscored() {},
   cachedTokens() {},
   observedTtft() {},
+  disaggregation() {},
 };

@@ -2,13 +2,22 @@
 // the trace simulation (driven by its event queue, in virtual time): route -> the decision and a lease
 // on the chosen rank's load; first byte -> its prefill is over; served by another endpoint -> the load
 // moves there; end -> the lease is released and what the response told calibrates the latency model.
+// A disaggregated request (decision.pd.prefill) holds two leases: the prefill rank's, for the prompt it
+// computes, released at the first response byte (the decode side answers only once the remote prefill
+// is done), and the decode rank's, for the blocks it holds, released at the end.
 import { prefillBlocksOf } from "./decide.ts";
 import { explanation } from "./explain.ts";
 import type { LatencyModel } from "./latency.ts";
 import type { ActiveLoad, Lease } from "./load.ts";
-import type { Decision, Picker, PickRequest } from "./picker.ts";
+import type { Decision, Picker, PickRequest, ScoredCandidate } from "./picker.ts";
 import type { Candidate, Clock, RoutingMetrics } from "./ports.ts";
 import { calibrationSample, predictionOf, type ResponseWatch, type RoutingQuality } from "./quality.ts";
+
+/**
+ * The least time a disaggregated request's prefill lease is held when no response byte shows: its first
+ * byte also waits for the KV transfer and the sidecar's two hops, which the latency line does not model.
+ */
+export const REMOTE_PREFILL_MIN_DEADLINE_MS = 5_000;
 
 /** What every request a replica routes shares. */
 export type RoutingContext = {
@@ -43,6 +52,10 @@ export class RoutedRequest {
   /** Where its load is counted now: the pick, or the rank the data plane reports served it. */
   private at: Candidate;
   private lease: Lease;
+  /** Disaggregated: the prefill rank's lease, until the first byte. */
+  private readonly prefillLease: Lease | undefined;
+  /** The rank whose prefill the first token waits on: the prefill rank, else the pick. */
+  private readonly prefilling: ScoredCandidate;
   private prefilled = false;
   private ended = false;
   private readonly watch: ResponseWatch | undefined;
@@ -62,17 +75,27 @@ export class RoutedRequest {
     o: RouteOptions,
   ) {
     const { chosen, requestBlocks } = decision;
+    const prefill = decision.pd?.prefill?.chosen;
     this.at = chosen.candidate;
+    // Both leases carry the prefix: the prefill rank computes those blocks, the decode rank receives them.
     this.lease = ctx.load.acquire(chosen.candidate.key, requestBlocks, this.prefillBlocks, decision.prefix);
+    if (prefill) this.prefillLease = ctx.load.acquire(prefill.candidate.key, requestBlocks, prefillBlocksOf(requestBlocks, prefill.overlap), decision.prefix);
+    // Where the prefill runs is what the first token waits on.
+    const prefilling = (this.prefilling = prefill ?? chosen);
     // A response that is not streamed (or a data plane that buffers it) shows no byte until it ends, so
     // its prefill would count as ahead of every later request for its whole decode: it stops counting
     // at twice its predicted TTFT if no byte came before.
-    if (this.prefillBlocks > 0) ctx.clock.after?.(2 * chosen.predictedTtftMs, () => this.firstByte());
+    if (prefillBlocksOf(requestBlocks, prefilling.overlap) > 0) {
+      const deadline = 2 * prefilling.predictedTtftMs;
+      ctx.clock.after?.(prefill ? Math.max(deadline, REMOTE_PREFILL_MIN_DEADLINE_MS) : deadline, () => this.firstByte());
+    }
     ctx.metrics.inflight(ctx.load.inflight);
-    ctx.metrics.routed(requestBlocks > 0 ? chosen.overlap / requestBlocks : undefined);
+    ctx.metrics.routed(requestBlocks > 0 ? prefilling.overlap / requestBlocks : undefined);
+    if (decision.pd) ctx.metrics.disaggregation(decision.pd.disagg.disaggregate, decision.pd.disagg.reason);
     // A batch's usage adds up all its prompts, its first token is any prompt's: nothing to compare with
-    // the prediction made for the first prompt.
-    if (!o.batched) this.watch = ctx.quality?.watch(predictionOf(decision), ctx.clock.now());
+    // the prediction made for the first prompt. A disaggregated request's TTFT and cached tokens are its
+    // prefill rank's: the prediction compared is that rank's.
+    if (!o.batched) this.watch = ctx.quality?.watch(predictionOf(decision, prefilling), ctx.clock.now());
     else if (ctx.quality) ctx.metrics.unscored("batched_prompts");
     this.explanation = o.explain ? explanation(decision) : undefined;
   }
@@ -82,9 +105,17 @@ export class RoutedRequest {
     return this.at;
   }
 
-  /** The blocks the pick still prefills (request blocks - overlap): what its lease counts as ahead until its first byte. */
+  /**
+   * The blocks the destination still prefills (request blocks - overlap): what its lease counts as ahead
+   * until its first byte. None when a prefill rank computes them (disaggregated).
+   */
   private get prefillBlocks(): number {
-    return prefillBlocksOf(this.decision.requestBlocks, this.decision.chosen.overlap);
+    return this.decision.pd?.prefill ? 0 : prefillBlocksOf(this.decision.requestBlocks, this.decision.chosen.overlap);
+  }
+
+  /** The prefill rank named in `x-prefiller-host-port`, when disaggregated. */
+  get prefillCandidate(): Candidate | undefined {
+    return this.decision.pd?.prefill?.chosen.candidate;
   }
 
   /** The pick's endpoint, then up to `n` next-best distinct endpoints, cheapest first (for the gateway's retries). */
@@ -111,9 +142,13 @@ export class RoutedRequest {
     this.watch?.body(chunk, this.ctx.clock.now());
   }
 
-  /** Its prefill is over (first response byte, or its deadline): its load stops counting it as ahead (idempotent). */
+  /**
+   * Its prefill is over (first response byte, or its deadline): its load stops counting it as ahead, and
+   * a prefill rank's lease is released (idempotent).
+   */
   firstByte(): void {
     this.lease.prefilled();
+    this.prefillLease?.release();
     this.prefilled = true;
   }
 
@@ -133,9 +168,10 @@ export class RoutedRequest {
     this.lease.release();
     this.lease = this.ctx.load.acquire(next.key, this.decision.requestBlocks, this.prefilled ? 0 : this.prefillBlocks, this.decision.prefix);
     this.at = next;
-    // The response tells about the rank that served it: compared with what was predicted for that one.
+    // The response tells about the rank that served it: compared with what was predicted for that one
+    // (disaggregated, the prefill rank's prediction stands: the decode rank did not prefill).
     const scored = this.decision.scored.find((s) => s.candidate.key === next.key);
-    this.watch?.servedBy(scored && predictionOf(this.decision, scored));
+    if (!this.prefillLease) this.watch?.servedBy(scored && predictionOf(this.decision, scored));
     this.ctx.metrics.servedElsewhere("moved");
     return "moved";
   }
@@ -147,9 +183,10 @@ export class RoutedRequest {
   end(reported?: Reported): void {
     if (this.ended) return;
     this.ended = true;
-    const seen = this.watch ? this.watch.end() : reported && { prediction: predictionOf(this.decision), ...reported };
+    const seen = this.watch ? this.watch.end() : reported && { prediction: predictionOf(this.decision, this.prefilling), ...reported };
     if (seen) this.ctx.latency.observe(calibrationSample(seen));
     this.lease.release();
+    this.prefillLease?.release();
     this.ctx.metrics.inflight(this.ctx.load.inflight);
   }
 }

@@ -75,15 +75,26 @@ function setHeader(key: string, value: string) {
   return { header: { key, raw_value: encoder.encode(value) }, append_action: "OVERWRITE_IF_EXISTS_OR_ADD" };
 }
 
-/** `body`: the request body replacing the buffered one (a rewritten `model`), in the body answer only. */
-export type Route = { endpoint: string; dpRank?: number; contentLength?: number; extraHeaders?: readonly [string, string][]; body?: Uint8Array };
+/**
+ * `body`: the request body replacing the buffered one (a rewritten `model`), in the body answer only.
+ * `removeHeaders`: request headers the client may have sent that must not reach the upstream.
+ */
+export type Route = {
+  endpoint: string;
+  dpRank?: number;
+  contentLength?: number;
+  extraHeaders?: readonly [string, string][];
+  removeHeaders?: readonly string[];
+  body?: Uint8Array;
+};
 
 function routeCommon(r: Route) {
   const set = [setHeader(DESTINATION_HEADER, r.endpoint)];
   if (r.dpRank !== undefined) set.push(setHeader(DP_RANK_HEADER, String(r.dpRank)));
   if (r.contentLength !== undefined) set.push(setHeader("content-length", String(r.contentLength)));
   for (const [k, v] of r.extraHeaders ?? []) set.push(setHeader(k, v));
-  return { header_mutation: { set_headers: set }, clear_route_cache: true, ...(r.body ? { body_mutation: { body: r.body } } : {}) };
+  const remove = r.removeHeaders && r.removeHeaders.length > 0 ? { remove_headers: r.removeHeaders } : {};
+  return { header_mutation: { set_headers: set, ...remove }, clear_route_cache: true, ...(r.body ? { body_mutation: { body: r.body } } : {}) };
 }
 
 function routeMetadata(endpoint: string): Struct {

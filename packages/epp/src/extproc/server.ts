@@ -11,6 +11,7 @@ import type { Tokenize } from "../tokens.ts";
 import { FairnessLabels, hasCriticalObjective, requestClass, shedReason, type RequestClass } from "./gaie-headers.ts";
 import { GrpcStatus, type BidiCall, type StatusCode } from "./grpc-h2.ts";
 import type { ChatMessage } from "@kv-epp/tokenizer";
+import { PREFILL_RANK_HEADER, PREFILLER_HOST_PORT_HEADER } from "@kv-epp/protocol";
 import { echo, steering } from "./conformance.ts";
 import { modelRewrite, type ResponseModelName, type RewriteOutcome } from "./model-rewrite.ts";
 import { BadRequest, MAX_BODY_BYTES, parseBodyBytes, TooDeep, type ParsedBody, type RoutedInput } from "./openai-body.ts";
@@ -433,16 +434,21 @@ class ProcessStream {
     req.responseModel = rewrite.response;
     const forward = rewrite.body ?? body;
     const { chosen, requestBlocks } = routed.decision;
+    const pd = disaggregationHeaders(routed);
+    const extra: [string, string][] = routed.explanation ? [[EXPLANATION_HEADER, routed.explanation], ...pd.set] : pd.set;
     const route: Route = {
       // The protocol's ordered list: the pick first, then next-best distinct endpoints for retries.
       endpoint: routed.endpoints(this.deps.fallbacks ?? 0).join(","),
+      // The destination's rank (a decode rank when disaggregated); the prefill rank goes in pd.set.
       dpRank: chosen.candidate.rankHeader,
       contentLength: at === "body" && (this.fullDuplex || rewrite.body) ? forward.length : undefined,
-      extraHeaders: routed.explanation ? [[EXPLANATION_HEADER, routed.explanation]] : undefined,
+      extraHeaders: extra.length > 0 ? extra : undefined,
+      removeHeaders: pd.remove,
       body: this.fullDuplex ? undefined : rewrite.body,
     };
+    const prefill = routed.prefillCandidate;
     this.deps.log.debug(
-      { worker: chosen.candidate.workerId, rank: chosen.candidate.dpRank, overlap: chosen.overlap, blocks: requestBlocks },
+      { worker: chosen.candidate.workerId, rank: chosen.candidate.dpRank, overlap: chosen.overlap, blocks: requestBlocks, ...(prefill ? { prefill: prefill.workerId, prefillRank: prefill.dpRank } : {}) },
       "routed",
     );
     this.sendRoute(route, at, forward, bodyEnds);
@@ -516,6 +522,22 @@ class ProcessStream {
       req.routed.end();
     }
   }
+}
+
+/**
+ * The prefill worker for the decode side's sidecar (llm-d's P/D protocol): `x-prefiller-host-port` names
+ * its API server, and kv-epp's rank header the rank when that server fronts several. In a pool with
+ * prefill workers a request that is not disaggregated gets neither, and a client's own are removed: only
+ * the EPP names a prefill worker (a sidecar would send the prompt wherever the header says). A pool
+ * without prefill workers is answered as before.
+ */
+function disaggregationHeaders(routed: RoutedRequest): { set: [string, string][]; remove?: string[] } {
+  if (!routed.decision.pd) return { set: [] };
+  const p = routed.prefillCandidate;
+  if (!p) return { set: [], remove: [PREFILLER_HOST_PORT_HEADER, PREFILL_RANK_HEADER] };
+  const set: [string, string][] = [[PREFILLER_HOST_PORT_HEADER, p.endpoint]];
+  if (p.rankHeader !== undefined) return { set: [...set, [PREFILL_RANK_HEADER, String(p.rankHeader)]] };
+  return { set, remove: [PREFILL_RANK_HEADER] };
 }
 
 const EMPTY = new Uint8Array(0);

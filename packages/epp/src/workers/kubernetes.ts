@@ -6,7 +6,7 @@
 // the KV port + its global rank.
 import { CoreV1Api, CustomObjectsApi, KubeConfig, type V1Pod } from "@kubernetes/client-node";
 import { listWatch, type ListWatch } from "@kv-epp/kube";
-import { bracketHost, DP_LB_MODES, formatEndpoint, parseEndpoint, publisherBinds, type DpLbMode, type TcpEndpoint, type WorkerSpec } from "@kv-epp/protocol";
+import { bracketHost, DP_LB_MODES, formatEndpoint, parseEndpoint, publisherBinds, ROLE_LABEL, roleOfLabel, type DpLbMode, type TcpEndpoint, type WorkerRole, type WorkerSpec } from "@kv-epp/protocol";
 import { isIP } from "node:net";
 import type { Logger } from "pino";
 import { apiServers } from "./api-servers.ts";
@@ -124,6 +124,18 @@ export function podKvSource(pod: V1Pod, kvEventsPort: number): PodKvSource {
   return { kvEvents: formatEndpoint(isIP(at.host) ? at.host : "0.0.0.0", at.port), kvBind: true };
 }
 
+/**
+ * The pod's role in prefill/decode disaggregation, from llm-d's label (ROLE_LABEL): prefill, decode,
+ * prefill-decode (both). Absent: no role, a destination only (llm-d's decode filter takes unlabelled
+ * pods too). Another value (an encode role) is ignored, and says why: the pod stays a destination.
+ */
+export function podRole(pod: V1Pod): { role?: WorkerRole; invalid?: string } {
+  const v = pod.metadata?.labels?.[ROLE_LABEL];
+  if (v === undefined) return {};
+  const role = roleOfLabel(v);
+  return role ? { role } : { invalid: `${ROLE_LABEL} ${JSON.stringify(v)} is not one of prefill, decode, prefill-decode` };
+}
+
 /** `dpSize` ranks per target port; with one port every rank is behind it, numbered as its LB mode says (podDpLb). */
 export function podWorker(pod: V1Pod, o: Pick<PoolWorkersOptions, "kvEventsPort" | "kvReplayPort" | "dpSize">, ports: readonly number[]): WorkerSpec {
   const ip = pod.status!.podIP!;
@@ -131,6 +143,7 @@ export function podWorker(pod: V1Pod, o: Pick<PoolWorkersOptions, "kvEventsPort"
   const start = podDpStartRank(pod);
   const kv = podKvSource(pod, o.kvEventsPort);
   const servers = apiServers(ports.map((p) => `${host}:${p}`), o.dpSize, start, podDpLb(pod).mode);
+  const role = podRole(pod).role;
   return {
     id: pod.metadata!.name!,
     address: `${host}:${ports[0]}`,
@@ -142,6 +155,7 @@ export function podWorker(pod: V1Pod, o: Pick<PoolWorkersOptions, "kvEventsPort"
     ...(start > 0 ? { dpStartRank: start } : {}),
     // With several target ports each API server is scraped on its own port (scrapeTargets).
     metricsUrl: `http://${host}:${ports[0]}/metrics`,
+    ...(role ? { role } : {}),
   };
 }
 
@@ -176,6 +190,7 @@ export async function startPoolWorkers(o: PoolWorkersOptions): Promise<{ stop():
     warnOnce(pod, KV_EVENTS_ENDPOINT_ANNOTATION, podKvSource(pod, o.kvEventsPort).invalid, "pod's KV-event endpoint annotation ignored; reading the default port");
     const lb = podDpLb(pod);
     warnOnce(pod, DP_LB_ANNOTATION, lb.invalid, `pod's DP load-balancing annotation ignored; numbering its ranks as ${lb.mode} LB does`);
+    warnOnce(pod, ROLE_LABEL, podRole(pod).invalid, "pod's role label ignored; routing it as a destination without a role");
   };
 
   const watchPods = (t: Target) => {

@@ -127,7 +127,7 @@ export class WorkerRegistry {
     this.candidateList = [...this.entries.values()]
       .filter(({ spec }) => !this.down.has(spec.id))
       .flatMap(({ spec, listeners }) =>
-        [...listeners.keys()].map((r) => ({ key: workerKeyOf(spec.id, r), workerId: spec.id, dpRank: r, ...serving(spec, r, listeners.size) })),
+        [...listeners.keys()].map((r) => ({ key: workerKeyOf(spec.id, r), workerId: spec.id, dpRank: r, ...serving(spec, r, listeners.size), ...(spec.role ? { role: spec.role } : {}) })),
       );
   }
 
@@ -230,7 +230,7 @@ export class WorkerRegistry {
       throw err;
     }
     this.entries.set(spec.id, entry);
-    this.opts.log.info({ worker: spec.id, address: spec.address, kvEvents: spec.kvEvents, ranks: entry.listeners.size }, "worker added");
+    this.opts.log.info({ worker: spec.id, address: spec.address, kvEvents: spec.kvEvents, ranks: entry.listeners.size, ...(spec.role ? { role: spec.role } : {}) }, "worker added");
   }
 
   /** Brings an existing worker to `next`; true when anything visible (ranks, address, metrics) changed. */
@@ -253,10 +253,13 @@ export class WorkerRegistry {
       opened.push(r);
     }
     const moved = prev.address !== next.address || prev.metricsUrl !== next.metricsUrl || JSON.stringify(prev.servers) !== JSON.stringify(next.servers);
+    // A relabelled pod changes candidate sets, not listeners: its blocks stay.
+    const relabelled = prev.role !== next.role;
+    if (relabelled) this.opts.log.info({ worker: id, role: next.role ?? null }, "worker role changed");
     if (closed.length > 0 || opened.length > 0)
       this.opts.log.info({ worker: id, closed, opened, ranks: entry.listeners.size }, "worker ranks changed");
     if (moved) this.opts.log.info({ worker: id, address: next.address, metricsUrl: next.metricsUrl }, "worker address updated");
-    return moved || closed.length > 0 || opened.length > 0 || prev.dpSize !== next.dpSize || prev.dpStartRank !== next.dpStartRank;
+    return moved || relabelled || closed.length > 0 || opened.length > 0 || prev.dpSize !== next.dpSize || prev.dpStartRank !== next.dpStartRank;
   }
 
   private sourcesOf(spec: WorkerSpec): Map<number, OpenedSource> {

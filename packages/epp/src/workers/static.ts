@@ -19,6 +19,7 @@ export function staticWorkers(list: StaticWorker[]): WorkerSpec[] {
       ...(start > 0 ? { dpStartRank: start } : {}),
       ...(w.kvEventsBind ? { kvBind: true } : {}),
       metricsUrl: w.metrics ?? `http://${addresses[0]}/metrics`,
+      ...(w.role ? { role: w.role } : {}),
     };
   });
 }

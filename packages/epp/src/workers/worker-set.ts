@@ -3,7 +3,7 @@
 // WorkerRegistry), each worker's health (its scraped /metrics, and the rule that takes a worker out of
 // routing) and the counters of all of it. "Why is worker X not routable?" is answered by rankStatus().
 import type { KubeConfig } from "@kubernetes/client-node";
-import { rankSources, workerKeyOf, type WorkerRef, type WorkerSpec } from "@kv-epp/protocol";
+import { rankSources, workerKeyOf, type WorkerRef, type WorkerRole, type WorkerSpec } from "@kv-epp/protocol";
 import { mergeWorkerSets, type IntentWorker } from "@kv-epp/intents";
 import { listenerHeartbeat, type ListenerCounters as KvListenerCounters } from "@kv-epp/kv-events";
 import type { Logger } from "pino";
@@ -42,6 +42,8 @@ export type RankStatus = {
   routable: boolean;
   /** Consecutive failed scrapes of the worker's /metrics (0: the last one answered). */
   failedScrapes: number;
+  /** Its worker's role in prefill/decode disaggregation (absent: a destination only). */
+  role?: WorkerRole;
 };
 
 export class WorkerSet {
@@ -200,6 +202,7 @@ export class WorkerSet {
           connected: this.registry.connected(s.id, dpRank),
           routable: routable.has(workerKeyOf(s.id, dpRank)),
           failedScrapes: this.failedScrapes.get(s.id) ?? 0,
+          ...(s.role ? { role: s.role } : {}),
         };
       }),
     );
