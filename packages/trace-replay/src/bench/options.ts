@@ -5,7 +5,7 @@ import { FlagError, parseFlags } from "../cli-flags.ts";
 import { DEFAULT_AGG_SIM, type AggSimOptions } from "../sim/replica-agg.ts";
 import type { CacheReset, InflightPrefixMode } from "../sim/replay.ts";
 import { DEFAULT_TIMING } from "@kv-epp/mock-worker";
-import { DEFAULT_AWAY_WEIGHT, DEFAULT_FOLLOWER_WEIGHT, DEFAULT_FOLLOWER_WEIGHT_MAX, DEFAULT_SHAPE, DEFAULT_WEIGHTS, INFLIGHT_PREFIX_DEFAULT, SCORE_SHAPE, followerRange, type CostShape, type FollowerRange } from "@kv-epp/routing";
+import { DEFAULT_AWAY_WEIGHT, DEFAULT_PD_THRESHOLD_TOKENS, DEFAULT_FOLLOWER_WEIGHT, DEFAULT_FOLLOWER_WEIGHT_MAX, DEFAULT_SHAPE, DEFAULT_WEIGHTS, INFLIGHT_PREFIX_DEFAULT, SCORE_SHAPE, followerRange, type CostShape, type FollowerRange } from "@kv-epp/routing";
 import { DEFAULT_TRACE_PATH } from "../trace.ts";
 
 const positiveInt = z.coerce.number().int().positive();
@@ -73,7 +73,7 @@ const schema = z.object({
   // A prefill/decode pool instead (`P,D`: prefill and decode workers): rows for llm-d's rule and the
   // EPP's (src/sim/pd-replay.ts), the decider's threshold and the KV read time per block.
   pd: z.string().regex(/^[1-9]\d*,[1-9]\d*$/, "P,D: prefill and decode worker counts").optional(),
-  "pd-threshold-tokens": z.coerce.number().int().min(0).default(512),
+  "pd-threshold-tokens": z.coerce.number().int().min(0).default(DEFAULT_PD_THRESHOLD_TOKENS),
   "transfer-ms-per-block": nonNegative.default(0.1),
   jobs: positiveInt.optional(),
   out: z.string().min(1).default("reports"),

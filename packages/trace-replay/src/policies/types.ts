@@ -42,6 +42,8 @@ export type ReplicaContext = {
   queueThreshold: number;
   blockSize: number;
   capacityBlocks: number;
+  /** the EPP's --pd-threshold-tokens, for a pool whose candidates carry roles */
+  pdThresholdTokens?: number;
 };
 
 /** One router replica under some policy. */
@@ -56,6 +58,8 @@ export interface Router {
   finished?(req: SimRequest, worker: number, seen: { ttftMs: number; cachedTokens: number }): void;
   /** Leading blocks of the last picked request it believes `worker` holds (what llm-d's P/D decider reads). */
   matchedBlocks?(worker: number): number;
+  /** In a pool with roles, the prefill worker its last pick named (undefined: the destination prefills). */
+  prefillWorker?(): number | undefined;
 }
 
 export type PolicySpec = {

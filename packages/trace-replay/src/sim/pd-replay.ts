@@ -20,11 +20,12 @@ import { SimWorker } from "./worker.ts";
 
 /**
  * How the pair is chosen. `llm-d`: llm-d's disagg profile handler over GAIE's approximate prefix scorer
- * (its own routing history per pod, with the queue and KV-usage scorers): the decode pod first, then
- * its prefix-based decider on the tokens that pod's history does not cover, then the prefill pod by
- * the same scorer. `kv-epp`: the EPP's routing core per role (the Picker with the latency cost over
- * the KV index fed by every worker's events, and the load of its routing decisions, shared by
- * replica-agg), the decider on the chosen decode worker's exact overlap.
+ * (its own routing history per pod, with the queue and KV-usage scorers), one router per role: the
+ * decode pod first, then its prefix-based decider on the tokens that pod's history does not cover,
+ * then the prefill pod by the same scorer. `kv-epp`: the EPP's routing core over the whole pool, its
+ * candidates carrying their roles (routing's Picker with the latency cost, the KV index fed by every
+ * worker's events, the load of its routing decisions per role, shared by replica-agg): the decode
+ * rank, the decider on its exact overlap, the prefill rank by overlap and prefill load.
  */
 export const PD_POLICIES = ["llm-d", "kv-epp"] as const;
 export type PdPolicy = (typeof PD_POLICIES)[number];
@@ -68,7 +69,19 @@ export function pdLabel(policy: PdPolicy, replicas: number): string {
 /** The pair for one request: the decode worker always, a prefill worker when the decider says so. */
 type Pair = { decode: number; prefill: number | null };
 
-class PairRouter {
+/** One router replica's view of a request's life in the pool. */
+interface PairRouter {
+  pick(req: SimRequest): Pair;
+  /** The prefill leg ended (the sidecar got its answer). */
+  prefillDone(req: SimRequest, worker: number, seen: { ttftMs: number; cachedTokens: number }): void;
+  /** The decode worker read the blocks: the sidecar's decode leg starts. */
+  transferred(req: SimRequest): void;
+  firstToken(req: SimRequest): void;
+  finished(req: SimRequest, worker: number, seen: { ttftMs: number; cachedTokens: number }): void;
+}
+
+/** llm-d's shape: a router per role, the decode pick first, the decider on what it knows of that pod. */
+class RoleRouters implements PairRouter {
   constructor(
     private readonly decode: Router,
     private readonly prefill: Router,
@@ -92,12 +105,48 @@ class PairRouter {
     this.prefill.finished?.(req, worker, seen);
   }
 
+  transferred(): void {}
+
   firstToken(req: SimRequest): void {
     this.decode.firstToken?.(req);
   }
 
   finished(req: SimRequest, worker: number, seen: { ttftMs: number; cachedTokens: number }): void {
     this.decode.finished?.(req, worker, seen);
+  }
+}
+
+/**
+ * The EPP's shape: one router over the whole pool (prefill workers first, then decode workers), whose
+ * pick is the decode worker and names the prefill worker when it disaggregates. As the EPP sees it, a
+ * disaggregated request's first byte comes once the prefill and the KV read are done (the sidecar
+ * answers only then): the prefill rank's lease ends there, the decode rank's at the end.
+ */
+class PoolRouter implements PairRouter {
+  private readonly remote = new Set<number>();
+
+  constructor(private readonly router: Router, private readonly prefillWorkers: number) {}
+
+  pick(req: SimRequest): Pair {
+    const w = this.router.pick(req);
+    this.router.routed?.(req, w);
+    const p = this.router.prefillWorker?.();
+    if (p !== undefined) this.remote.add(req.id);
+    return { decode: w - this.prefillWorkers, prefill: p ?? null };
+  }
+
+  prefillDone(): void {}
+
+  transferred(req: SimRequest): void {
+    this.router.firstToken?.(req);
+  }
+
+  firstToken(req: SimRequest): void {
+    if (!this.remote.delete(req.id)) this.router.firstToken?.(req);
+  }
+
+  finished(req: SimRequest, worker: number, seen: { ttftMs: number; cachedTokens: number }): void {
+    this.router.finished?.(req, worker + this.prefillWorkers, seen);
   }
 }
 
@@ -134,7 +183,10 @@ export function replayPd(trace: readonly TraceRecord[], policy: PdPolicy, opts: 
           const pulled = Math.max(0, Math.ceil(req.promptTokens / bs) - local);
           const transferMs = pulled * opts.transferMsPerBlock;
           transfers.push(transferMs);
-          queue.schedule(now + transferMs, (t) => d.submit(req, t, "pulled"));
+          queue.schedule(now + transferMs, (t) => {
+            s.router.transferred(req);
+            d.submit(req, t, "pulled");
+          });
         },
       }),
   );
@@ -174,10 +226,22 @@ export function replayPd(trace: readonly TraceRecord[], policy: PdPolicy, opts: 
   decodes.forEach((w, i) => feed(w, decodeRefs[i]!));
 
   const random = seededRandom(opts.seed);
-  const roleOpts = { ...opts, workers: 0 };
-  const decodeSet = createRouters({ spec, workers: decodes, refs: decodeRefs, queue, opts: roleOpts, index, regret, random });
-  const prefillSet = createRouters({ spec, workers: prefills, refs: prefillRefs, queue, opts: roleOpts, index, regret, random: seededRandom(opts.seed + 31), seedOffset: 31 });
-  const routers = decodeSet.routers.map((d, r) => new PairRouter(d, prefillSet.routers[r]!, opts.blockSize, opts.thresholdTokens));
+  const setupOpts = { ...opts, workers: 0 };
+  const sets: ReturnType<typeof createRouters>[] = [];
+  let routers: PairRouter[];
+  if (policy === "kv-epp") {
+    const pool = createRouters({
+      spec, workers: [...prefills, ...decodes], refs: [...prefillRefs, ...decodeRefs], queue, opts: setupOpts, index, regret, random,
+      roles: [...prefillRefs.map(() => "prefill" as const), ...decodeRefs.map(() => "decode" as const)], pdThresholdTokens: opts.thresholdTokens,
+    });
+    sets.push(pool);
+    routers = pool.routers.map((r) => new PoolRouter(r, opts.prefillWorkers));
+  } else {
+    const decodeSet = createRouters({ spec, workers: decodes, refs: decodeRefs, queue, opts: setupOpts, index, regret, random });
+    const prefillSet = createRouters({ spec, workers: prefills, refs: prefillRefs, queue, opts: setupOpts, index, regret, random: seededRandom(opts.seed + 31), seedOffset: 31 });
+    sets.push(decodeSet, prefillSet);
+    routers = decodeSet.routers.map((d, r) => new RoleRouters(d, prefillSet.routers[r]!, opts.blockSize, opts.thresholdTokens));
+  }
 
   let disaggregated = 0;
   const arrivals = burstArrivals(trace, { ...opts, workers: 0 });
@@ -197,8 +261,7 @@ export function replayPd(trace: readonly TraceRecord[], policy: PdPolicy, opts: 
       prefills[pair.prefill]!.submit(req, at, "prefill");
     }
   });
-  decodeSet.agg?.stop();
-  prefillSet.agg?.stop();
+  for (const set of sets) set.agg?.stop();
   queue.runUntil(Number.POSITIVE_INFINITY);
   decodeRec.finish(queue.now);
   prefillRec.finish(queue.now);

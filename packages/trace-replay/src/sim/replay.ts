@@ -2,7 +2,7 @@
 // virtual time: arrivals come from the (time-compressed) trace, workers admit, prefill and decode per
 // mock-worker's step scheduler, KV events reach the KV index after a configurable lag. Nothing sleeps, so
 // a whole trace runs in seconds and the same seed gives the same figures.
-import { workerKey, type WorkerRef } from "@kv-epp/protocol";
+import { workerKey, type WorkerRef, type WorkerRole } from "@kv-epp/protocol";
 import { fromWireExtraKeys, KvIndex } from "@kv-epp/index-wasm";
 import type { CacheEvent, TimingParams } from "@kv-epp/mock-worker";
 import { ActiveLoad, DEFAULT_AWAY_WEIGHT, DEFAULT_FOLLOWER_WEIGHT, DEFAULT_FOLLOWER_WEIGHT_MAX, DEFAULT_PENDING, EvictionRegret, followerRange, PendingPrefixes, type Candidate, type Clock, type FollowerRange, type Weights } from "@kv-epp/routing";
@@ -213,6 +213,9 @@ export type RouterSetup = {
   /** replica 0's random source; the others are seeded from `opts.seed` (+ `seedOffset`) */
   random: () => number;
   seedOffset?: number;
+  /** each worker's P/D role (by position), for a pool with roles; with `pdThresholdTokens` for the decider */
+  roles?: readonly WorkerRole[];
+  pdThresholdTokens?: number;
 };
 
 /**
@@ -223,7 +226,7 @@ export function createRouters(s: RouterSetup): { routers: Router[]; agg?: SimRep
   const { spec, workers, refs, queue, opts, index, regret } = s;
   const offset = s.seedOffset ?? 0;
   const workerKeys = refs.map(workerKey);
-  const candidates: Candidate[] = refs.map((ref, i) => ({ ...ref, key: workerKeys[i]!, endpoint: workerKeys[i]!, rankHeader: undefined }));
+  const candidates: Candidate[] = refs.map((ref, i) => ({ ...ref, key: workerKeys[i]!, endpoint: workerKeys[i]!, rankHeader: undefined, ...(s.roles ? { role: s.roles[i] } : {}) }));
   const clock: Clock = { now: () => queue.now };
   // Virtual time ages the in-flight prefixes, as wall time does in the EPP.
   const newPending = () => new PendingPrefixes({ ...DEFAULT_PENDING, now: () => queue.now });
@@ -255,6 +258,7 @@ export function createRouters(s: RouterSetup): { routers: Router[]; agg?: SimRep
       queueThreshold: opts.queueThreshold ?? 0,
       blockSize: opts.blockSize,
       capacityBlocks: opts.capacityBlocks,
+      pdThresholdTokens: s.pdThresholdTokens,
     };
     return spec.create(ctx);
   });
