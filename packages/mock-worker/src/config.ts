@@ -1,4 +1,5 @@
 import { parseDiscoveryConfig } from "@kv-epp/intents";
+import { WORKER_ROLES, type WorkerRole } from "@kv-epp/protocol";
 import { EVENT_ENCODINGS, type EventEncoding } from "@kv-epp/kv-events";
 import { z } from "zod";
 import { DEFAULT_TIMING } from "./engine/scheduler.ts";
@@ -80,8 +81,8 @@ export const OPTIONS = {
     help: "true: SGLang under EAGLE speculative decoding, token_ids as bigram pairs (needs --event-encoding sglang-map or sglang)",
   },
   role: {
-    schema: z.enum(["prefill", "decode", "both"]).default("both"),
-    help: "prefill or decode: a P/D pool's worker with vLLM's NixlConnector (kv_transfer_params honoured both ways); both: no connector (kv_transfer_params ignored)",
+    schema: z.enum(WORKER_ROLES as [WorkerRole, ...WorkerRole[]]).optional(),
+    help: "prefill, decode or both (llm-d's prefill-decode): a P/D pool's worker with vLLM's NixlConnector (kv_transfer_params honoured both ways), its role in its intents; absent: no connector (kv_transfer_params ignored)",
   },
   "kv-transfer-ms-per-block": {
     schema: nonNegative.default(0.1),
@@ -118,9 +119,6 @@ type FlagName = keyof Options;
 type CamelCase<S extends string> = S extends `${infer H}-${infer T}` ? `${H}${Capitalize<CamelCase<T>>}` : S;
 
 export type MockWorkerConfig = { [K in FlagName as CamelCase<K>]: z.output<Options[K]["schema"]> };
-
-/** A worker's part in prefill/decode disaggregation (llm-d's `llm-d.ai/role`: prefill, decode, prefill-decode). */
-export type WorkerRole = MockWorkerConfig["role"];
 
 export class ConfigError extends Error {
   override name = "ConfigError";

@@ -74,7 +74,7 @@ export async function startMockWorker(opts: MockWorkerOptions = {}): Promise<Moc
   // shows its own engine only. Otherwise one server shows every rank.
   const first = config.dataParallelStartRank;
   // A P/D pool's worker runs vLLM's NixlConnector (kv_role kv_both: it serves either side of a transfer).
-  const connector = config.role === "both" ? undefined : new MockNixlConnector({
+  const connector = config.role === undefined ? undefined : new MockNixlConnector({
     msPerBlock: config.kvTransferMsPerBlock, abortTimeoutMs: config.kvTransferAbortTimeoutS * 1000,
     blockSize: config.blockSize, log: log.child({ component: "nixl" }),
   });

@@ -91,10 +91,10 @@ describe("prefill and decode roles (vLLM's NixlConnector)", () => {
     expect(await metric(decode, `mock_worker_kv_transfer_invalid_params_total{model_name="mock/model"}`)).toBe(1);
   });
 
-  test("a worker without a connector (role both) ignores kv_transfer_params, as vLLM without --kv-transfer-config", async () => {
+  test("a worker without a role has no connector: it ignores kv_transfer_params, as vLLM without --kv-transfer-config", async () => {
     const res = await completion(both, { prompt: ids(40), max_tokens: 1, kv_transfer_params: PREFILL_PARAMS });
     expect("kv_transfer_params" in res).toBe(false);
-    expect((await truth(both)).role).toBe("both");
+    expect((await truth(both)).role).toBeNull();
     expect(await metric(both, source("local_compute"))).toBe(40);
   });
 

@@ -3,7 +3,9 @@
  * Absent or empty: the decode worker prefills locally. Several values (repeated headers, or one
  * comma-separated value) name candidates; llm-d's sidecar takes the first unless told to sample.
  */
-export const PREFILLER_HEADER = "x-prefiller-host-port";
+import { PREFILLER_HOST_PORT_HEADER } from "@kv-epp/protocol";
+
+export const PREFILLER_HEADER = PREFILLER_HOST_PORT_HEADER;
 
 export function chosenPrefiller(value: string | null | undefined): string | null {
   if (!value) return null;
