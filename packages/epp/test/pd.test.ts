@@ -232,3 +232,43 @@ describe("recovery and load across replicas", () => {
       }
   }, 30_000);
 });
+
+describe("the prefill rank behind a server that fronts several", () => {
+  test("x-prefiller-host-port names the server and x-kv-epp-prefill-data-parallel-rank the rank; x-data-parallel-rank stays the destination's", async () => {
+    // One prefill worker with two ranks behind one API server (vLLM's internal DP load balancing: global
+    // ranks in the header), rank r publishing on the KV port + r; one decode worker with two ranks likewise.
+    const ip = "127.0.35.21";
+    const decodeIp = "127.0.35.22";
+    const prefillRanks = [await FakeWorkerEvents.start(ip, 25557, 0), await FakeWorkerEvents.start(ip, 25558, 1)];
+    const decodeRanks = [await FakeWorkerEvents.start(decodeIp, 25557, 0), await FakeWorkerEvents.start(decodeIp, 25558, 1)];
+    const epp = await startTestEpp(
+      [
+        { id: "prefill-dp", address: `${ip}:8000`, kvEvents: `tcp://${ip}:25557`, dpSize: 2, role: "prefill" },
+        { id: "decode-dp", address: `${decodeIp}:8000`, kvEvents: `tcp://${decodeIp}:25557`, dpSize: 2, role: "decode" },
+      ],
+      { host: "127.0.35.4", flags: ["--pd-threshold-tokens", String(THRESHOLD)] },
+    );
+    const client = extProcClient(epp.ports.grpc, "127.0.35.4");
+    try {
+      await waitFor(() => [...prefillRanks, ...decodeRanks].every((e) => e.pub.subscriberCount === 1), { message: "every rank subscribed" });
+      const prompt = long(51);
+      const score = async () => ((await postJson(`http://127.0.35.4:${epp.ports.selection}/score`, { token_ids: prompt })).body as { scores: Record<string, Record<string, number>> }).scores;
+      await prefillRanks[1]!.storeUntil(prompt.slice(0, 24 * 16), async () => (await score())["prefill-dp"]?.["1"] === 24);
+      await decodeRanks[1]!.storeUntil(prompt.slice(0, 2 * 16), async () => (await score())["decode-dp"]?.["1"] === 2);
+      const s = client.open();
+      s.send(headers());
+      s.send(body({ model: "test-model", prompt, max_tokens: 4 }));
+      const answer = (await s.next(10_000)).request_headers?.response;
+      expect(setHeader(answer, "x-gateway-destination-endpoint")).toBe(`${decodeIp}:8000`);
+      expect(setHeader(answer, "x-data-parallel-rank")).toBe("1");
+      expect(setHeader(answer, "x-prefiller-host-port")).toBe(`${ip}:8000`);
+      expect(setHeader(answer, "x-kv-epp-prefill-data-parallel-rank")).toBe("1");
+      s.call.cancel();
+    } finally {
+      client.close();
+      await epp.stop({ graceMs: 500 });
+      for (const e of [...prefillRanks, ...decodeRanks]) await e.close();
+    }
+  }, 30_000);
+});
+

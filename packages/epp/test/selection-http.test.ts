@@ -53,6 +53,8 @@ test("GET /workers lists every rank with its connection state, blocks and in-fli
     active_blocks: 0,
     sibling_requests: 0,
     sibling_blocks: 0,
+    active_prefill_blocks: 0,
+    sibling_prefill_blocks: 0,
     // No response seen yet: no accuracy, no TTFT, the latency model's priors.
     prediction: { samples: 0, mispredicted: 0, accuracy: null, mean_abs_error_tokens: null },
     observed_ttft_ms: null,
@@ -69,10 +71,12 @@ test("GET /workers lists every rank with its connection state, blocks and in-fli
   const SEEN = { block_size: 16, index_block_size: 16, block_size_mismatch: false, kv_groups: { main: null, groups: [] } };
   // Static workers whose /metrics has not failed (no scraping here): routable.
   const UP = { routable: true, failed_scrapes: 0 };
+  // No role (a destination only): the pool is not disaggregated.
+  const NO_ROLE = { role: null };
   expect(list).toEqual([
-    { worker_id: "worker-a", dp_rank: 0, address: "127.0.4.31:8000", kv_events: ev.endpoint, connected: true, blocks: 4, ...UP, ...SEEN, ...heard, ...IDLE },
-    { worker_id: "worker-b", dp_rank: 0, address: "127.0.4.32:8000", kv_events: "tcp://127.0.4.32:1", connected: false, blocks: 0, ...UP, ...NO_EVENTS, ...SILENT, ...IDLE },
-    { worker_id: "worker-b", dp_rank: 1, address: "127.0.4.32:8000", kv_events: "tcp://127.0.4.32:2", connected: false, blocks: 0, ...UP, ...NO_EVENTS, ...SILENT, ...IDLE },
+    { worker_id: "worker-a", dp_rank: 0, address: "127.0.4.31:8000", kv_events: ev.endpoint, connected: true, blocks: 4, ...UP, ...NO_ROLE, ...SEEN, ...heard, ...IDLE },
+    { worker_id: "worker-b", dp_rank: 0, address: "127.0.4.32:8000", kv_events: "tcp://127.0.4.32:1", connected: false, blocks: 0, ...UP, ...NO_ROLE, ...NO_EVENTS, ...SILENT, ...IDLE },
+    { worker_id: "worker-b", dp_rank: 1, address: "127.0.4.32:8000", kv_events: "tcp://127.0.4.32:2", connected: false, blocks: 0, ...UP, ...NO_ROLE, ...NO_EVENTS, ...SILENT, ...IDLE },
   ]);
 });
 

@@ -144,6 +144,33 @@ describe("the pair", () => {
     expect(explanation(d)).not.toContain("pd:");
   });
 
+  test("property: decode and unlabelled ranks route as ranks without roles do, request after request, lease for lease", () => {
+    fc.assert(
+      fc.property(
+        fc.array(fc.constantFrom<WorkerRole | undefined>("decode", undefined), { minLength: 1, maxLength: 4 }),
+        fc.array(fc.tuple(fc.nat(3), fc.integer({ min: 0, max: 10 }), fc.nat(3)), { maxLength: 6 }),
+        fc.array(fc.tuple(fc.nat(3), fc.integer({ min: 1, max: 10 }), fc.boolean()), { minLength: 1, maxLength: 8 }),
+        fc.constantFrom<"weights" | "latency">("weights", "latency"),
+        (roles, held, requests, cost) => {
+          const labelled = roles.map((r, i) => rank(`same${i}`, r));
+          const plain = labelled.map(({ role: _role, ...c }) => c);
+          const [x, y] = [pool(labelled, { cost, threshold: 1 }), pool(plain, { cost, threshold: 1 })];
+          for (const [w, n, seed] of held)
+            for (const p of [x, y]) p.holds((p === x ? labelled : plain)[w % roles.length]!, prompt(10, seed), n);
+          for (const [seed, blocks, firstByte] of requests) {
+            const [a, b] = [x.route(prompt(blocks, seed)), y.route(prompt(blocks, seed))];
+            expect(a.decision.pd).toBeUndefined();
+            expect(a.candidate.key).toBe(b.candidate.key);
+            expect(explanation(a.decision)).toBe(explanation(b.decision));
+            if (firstByte) for (const r of [a, b]) r.responseBody(new Uint8Array([1]));
+            for (const c of plain) expect(x.load.of(c.key)).toEqual(y.load.of(c.key));
+          }
+        },
+      ),
+      { numRuns: 50 },
+    );
+  });
+
   test("a both worker is never its own prefill rank; with no other prefill rank the decode rank prefills locally", () => {
     const B = rank("b", "both");
     const { route } = pool([B], { threshold: 4 });
