@@ -1,7 +1,7 @@
 import { Hono, type Context } from "hono";
 import pino, { type Logger } from "pino";
 import { randomUUID } from "node:crypto";
-import { hostPort } from "@kv-epp/protocol";
+import { hostPort, PREFILL_RANK_HEADER } from "@kv-epp/protocol";
 import { resolveConfig, type SidecarConfig } from "./config.ts";
 import { createMetrics, type SidecarMetrics } from "./metrics.ts";
 import { decodeBody, prefillBody, prefillOutcome, type Body, type OpenAiPath } from "./prefill-request.ts";
@@ -25,10 +25,14 @@ export type SidecarOptions = Partial<Parameters<typeof resolveConfig>[0]> & { lo
 
 export type Sidecar = { url: string; config: SidecarConfig; close(): Promise<void> };
 
+/** vLLM's rank header: a server fronting several DP ranks runs the request on the one it names. */
+const DP_RANK_HEADER = "x-data-parallel-rank";
+
 function forwardHeaders(from: Headers): Headers {
   const h = new Headers(from);
   for (const name of HOP_HEADERS) h.delete(name);
   h.delete(PREFILLER_HEADER);
+  h.delete(PREFILL_RANK_HEADER);
   return h;
 }
 
@@ -94,13 +98,19 @@ export function sidecarApp(config: SidecarConfig, log: Logger, metrics: SidecarM
     const headers = forwardHeaders(c.req.raw.headers);
     if (!headers.has(REQUEST_ID)) headers.set(REQUEST_ID, randomUUID());
     headers.set("content-type", "application/json");
+    // The EPP names the prefill rank apart from the destination's (the decode leg keeps its own): it
+    // is the prefill leg's rank header. Without it the prefill worker picks a rank itself.
+    const prefillHeaders = new Headers(headers);
+    prefillHeaders.delete(DP_RANK_HEADER);
+    const prefillRank = c.req.header(PREFILL_RANK_HEADER);
+    if (prefillRank !== undefined) prefillHeaders.set(DP_RANK_HEADER, prefillRank);
 
     // The prefill leg: its answer is read whole (it is one token, and carries the transfer parameters).
     const started = performance.now();
     let pres: Response, ptext: string;
     try {
       pres = await fetch(`http://${prefiller}${path}`, {
-        method: "POST", headers, body: JSON.stringify(prefillBody(client, path)),
+        method: "POST", headers: prefillHeaders, body: JSON.stringify(prefillBody(client, path)),
         signal: AbortSignal.any([signal, AbortSignal.timeout(config.prefillTimeoutMs)]),
       });
       ptext = await pres.text();

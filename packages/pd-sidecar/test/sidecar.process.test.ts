@@ -121,7 +121,7 @@ test("a bad flag stops the sidecar with exit code 2, naming it", async () => {
   expect(child.output()).toContain('invalid --decoder "ftp://x"');
 });
 
-test("both legs carry one request id and neither carries the routing header", async () => {
+test("both legs carry one request id and neither carries the routing headers; each leg has its own rank", async () => {
   type Seen = { headers: Headers; body: any };
   const seen: { prefill?: Seen; decode?: Seen } = {};
   const kv = { do_remote_prefill: true, do_remote_decode: false, remote_block_ids: [[7, 8]], remote_engine_id: "e0", remote_request_id: "cmpl-1-0", remote_host: "127.0.2.76", remote_port: 1, tp_size: 1 };
@@ -139,7 +139,12 @@ test("both legs carry one request id and neither carries the routing header", as
     await waitFor(() => fetch(`http://127.0.2.78:${port}/sidecar/metrics`).then((r) => r.ok, () => false), { message: "the sidecar" });
     const client = { model: "m", prompt: "hello", max_tokens: 2, min_tokens: 2, user: "u" };
     const res = await fetch(`http://127.0.2.78:${port}/v1/completions`, {
-      method: "POST", headers: { "content-type": "application/json", "x-prefiller-host-port": `127.0.2.76:${fakePrefill.port}`, authorization: "Bearer t" }, body: JSON.stringify(client),
+      method: "POST",
+      headers: {
+        "content-type": "application/json", "x-prefiller-host-port": `127.0.2.76:${fakePrefill.port}`, authorization: "Bearer t",
+        "x-data-parallel-rank": "1", "x-kv-epp-prefill-data-parallel-rank": "3",
+      },
+      body: JSON.stringify(client),
     });
     expect(((await res.json()) as any).usage.prompt_tokens_details).toEqual({ cached_tokens: 16 });
     expect(seen.prefill!.body).toEqual({ ...client, min_tokens: undefined, max_tokens: 1, stream: false, kv_transfer_params: { do_remote_decode: true, do_remote_prefill: false, remote_engine_id: null, remote_block_ids: null, remote_host: null, remote_port: null } });
@@ -147,7 +152,11 @@ test("both legs carry one request id and neither carries the routing header", as
     const id = seen.prefill!.headers.get("x-request-id");
     expect(id).toMatch(/^[0-9a-f-]{36}$/);
     expect(seen.decode!.headers.get("x-request-id")).toBe(id);
+    // The EPP's prefill rank is the prefill leg's rank header; the decode leg keeps the destination's.
+    expect(seen.prefill!.headers.get("x-data-parallel-rank")).toBe("3");
+    expect(seen.decode!.headers.get("x-data-parallel-rank")).toBe("1");
     for (const leg of [seen.prefill!, seen.decode!]) {
+      expect(leg.headers.get("x-kv-epp-prefill-data-parallel-rank")).toBeNull();
       expect(leg.headers.get("x-prefiller-host-port")).toBeNull();
       expect(leg.headers.get("authorization")).toBe("Bearer t");
     }
