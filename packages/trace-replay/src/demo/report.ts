@@ -158,7 +158,10 @@ export function demoReportData(o: DemoOptions, s: DemoStats, recovery: RecoveryR
     title: "kv-epp demo",
     subtitle:
       `A replay of the trace as OpenAI requests sent to a gateway process, which asks one of two EPP replicas (static mode) through ext_proc ` +
-      `which of ${o.workers} mock workers serves each and proxies it there; one replica is replaced midway and recovers its index from the other.`,
+      (o.pd
+        ? `which pair of a P/D pool's ${o.workers} mock workers serves each (a decode worker, behind its P/D sidecar, and when disaggregated the prefill worker) and proxies it there; `
+        : `which of ${o.workers} mock workers serves each and proxies it there; `) +
+      `one replica is replaced midway and recovers its index from the other.`,
     facts: [
       ["trace", `${s.sent} requests from ${shownPath(o.tracePath)} (at most ${o.durationS} s of it), replayed at ${o.timeScale}x, arrivals ${o.arrivals}`],
       [
@@ -181,12 +184,15 @@ export function demoReportData(o: DemoOptions, s: DemoStats, recovery: RecoveryR
     ...(compared.length > 0
       ? {
           comparison: {
-            title: `The same ${s.sent} requests, routed three ways`,
-            note:
-              `"simulated": bench:trace's simulation of this run's trace slice (virtual time: the mock engine's step scheduler and prefix cache, ` +
-              `${o.workers} workers of ${o.capacityBlocks} blocks, the same arrivals at ${o.timeScale}x; round-robin and GAIE's approximate prefix scorer as one router, ` +
-              `kv-epp as two replicas sharing load). "live run": this run's processes, where the TTFT also holds the gateway, ` +
-              `the EPP's and the worker's tokenization of every chat on this machine, and one replica replaced midway.`,
+            title: `The same ${s.sent} requests, routed ${o.pd ? "on a P/D pool" : "three ways"}`,
+            note: o.pd
+              ? `"simulated": bench:trace --pd's simulation of this run's trace slice on the same P/D pool (virtual time, the same arrivals at ${o.timeScale}x; ` +
+                `llm-d's rule as one router, kv-epp as two replicas sharing load; TTFT includes the prefill leg and the KV read). "live run": this run's processes, ` +
+                `the prefix-cache hit rate as the sidecars report it (the prefill worker's cached tokens).`
+              : `"simulated": bench:trace's simulation of this run's trace slice (virtual time: the mock engine's step scheduler and prefix cache, ` +
+                `${o.workers} workers of ${o.capacityBlocks} blocks, the same arrivals at ${o.timeScale}x; round-robin and GAIE's approximate prefix scorer as one router, ` +
+                `kv-epp as two replicas sharing load). "live run": this run's processes, where the TTFT also holds the gateway, ` +
+                `the EPP's and the worker's tokenization of every chat on this machine, and one replica replaced midway.`,
             runs: compared.map((f) => ({ name: routedLabel(f), hitRate: f.hitRate, ttftP50Ms: f.ttftP50Ms, ttftP99Ms: f.ttftP99Ms })),
           },
         }
