@@ -108,6 +108,20 @@ describe("prefill and decode roles (vLLM's NixlConnector)", () => {
   });
 });
 
+test("a worker of role both (llm-d's prefill-decode) runs the connector either way", async () => {
+  const w = await startMockWorker({ ...common, listen: "127.0.2.64", kvEvents: "tcp://127.0.2.64:0", role: "both" });
+  try {
+    const p = await completion(w, { prompt: ids(40, 600), max_tokens: 1, kv_transfer_params: PREFILL_PARAMS });
+    expect(p.kv_transfer_params).toMatchObject({ do_remote_prefill: true, remote_host: "127.0.2.64" });
+    const d = await completion(decode, { prompt: ids(40, 600), max_tokens: 1, kv_transfer_params: p.kv_transfer_params });
+    expect(d.usage.prompt_tokens_details.cached_tokens).toBe(39);
+    await waitFor(async () => (await metric(w, `mock_worker_kv_transfer_held_requests{model_name="mock/model",engine="0"}`)) === 0, { message: "the blocks read and freed" });
+    expect((await truth(w)).role).toBe("both");
+  } finally {
+    await w.close();
+  }
+});
+
 test("prefilled blocks no decode worker reads are freed at the abort timeout", async () => {
   const w = await startMockWorker({ ...common, listen: "127.0.2.63", kvEvents: "tcp://127.0.2.63:0", role: "prefill", kvTransferAbortTimeoutS: 0.05 });
   try {
