@@ -1,4 +1,5 @@
 import { parseDiscoveryConfig } from "@kv-epp/intents";
+import { WORKER_ROLES, type WorkerRole } from "@kv-epp/protocol";
 import { EVENT_ENCODINGS, type EventEncoding } from "@kv-epp/kv-events";
 import { ConfigError, count, group, nonNegative, opt, port, positive, resolveOptions, usageText, type Values } from "@kv-epp/options";
 import { z } from "zod";
@@ -109,6 +110,17 @@ export const MOCK_WORKER_OPTIONS = {
     ),
     stepBaseMs: opt.number(nonNegative.default(DEFAULT_TIMING.stepBaseMs), "fixed cost of one engine step"),
     stepMsPerToken: opt.number(nonNegative.default(DEFAULT_TIMING.msPerToken), "cost of each token a step computes (prefill or decode)"),
+  }),
+  ...group("Prefill/decode", {
+    role: opt.string(
+      z.enum(WORKER_ROLES as unknown as [WorkerRole, ...WorkerRole[]]).optional(),
+      "prefill, decode or both (llm-d's prefill-decode): a P/D pool's worker with vLLM's NixlConnector (kv_transfer_params honoured both ways), its role in its intents; absent: no connector (kv_transfer_params ignored)",
+    ),
+    kvTransferMsPerBlock: opt.number(nonNegative.default(0.1), "decode side: simulated time to pull one KV block from the prefill worker (scaled by --speed)"),
+    kvTransferAbortTimeoutS: opt.number(
+      z.number().positive().default(480),
+      "prefill side: vLLM's VLLM_NIXL_ABORT_REQUEST_TIMEOUT, how long a prefilled request's blocks wait for the decode worker to read them",
+    ),
   }),
   ...group("Model", {
     model: opt.string(z.string().min(1).default("Qwen/Qwen3-0.6B"), "served model name"),

@@ -27,6 +27,8 @@ export function registerIntents(worker: MockWorker, env: Record<string, string |
       advertiseHost: config.advertiseHost,
       // A hybrid-LB node's server numbers its ranks from 0: the EPP must know to send that numbering.
       ...(config.dataParallelHybridLb ? { dpLb: "hybrid" as const } : {}),
+      // The EPP sorts a P/D pool's workers by it (a prefill worker is never a destination).
+      ...(config.role ? { role: config.role } : {}),
       retry: true,
       signal: abort.signal,
       log,

@@ -1,5 +1,6 @@
 import { Counter, Gauge, Histogram, Registry } from "prom-client";
 import type { RankEngine } from "./engine/rank-engine.ts";
+import type { MockNixlConnector } from "./kv-transfer/connector.ts";
 
 /**
  * vLLM-named metrics, labelled as vLLM v1 labels them (`model_name`, and `engine` = the DP rank), so
@@ -16,7 +17,7 @@ export type WorkerMetrics = {
 
 const TTFT_BUCKETS = [0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10, 20, 40, 80];
 
-export function createMetrics(model: string, engines: () => readonly RankEngine[]): WorkerMetrics {
+export function createMetrics(model: string, engines: () => readonly RankEngine[], connector?: MockNixlConnector): WorkerMetrics {
   const registry = new Registry();
   const labelNames = ["model_name", "engine"] as const;
   const labels = (rank: number) => ({ model_name: model, engine: String(rank) });
@@ -60,6 +61,32 @@ export function createMetrics(model: string, engines: () => readonly RankEngine[
   cacheCounter("vllm:prefix_cache_queries_total", "Prompt tokens looked up in the prefix cache.", (e) => e.cache.queriedTokens);
   cacheCounter("vllm:prefix_cache_hits_total", "Prompt tokens found in the prefix cache.", (e) => e.cache.hitTokens);
   cacheCounter("vllm:num_preemptions_total", "Requests preempted for want of KV cache blocks.", (e) => e.preemptions);
+  // vLLM's breakdown of prompt tokens by where their KV came from: a decode worker that pulled a
+  // prefill's blocks counts them as external_kv_transfer and computes only the last token.
+  new Counter({
+    name: "vllm:prompt_tokens_by_source_total", help: "Number of prompt tokens by source.",
+    labelNames: ["model_name", "engine", "source"], registers: [registry],
+    collect() {
+      this.reset();
+      for (const e of engines())
+        for (const [source, n] of Object.entries(e.promptTokens)) this.inc({ ...labels(e.rank), source }, n);
+    },
+  });
+  if (connector) {
+    cacheCounter("mock_worker_kv_transfer_pulled_blocks_total", "KV blocks read from prefill workers (decode side).", (e) => e.pulledBlocks);
+    gauge("mock_worker_kv_transfer_held_requests", "Finished prefills whose blocks wait for their decode worker (prefill side).", (e) => e.heldRequests);
+    const workerCounter = (name: string, help: string, read: () => number) =>
+      new Counter({
+        name, help, labelNames: ["model_name"], registers: [registry],
+        collect() {
+          this.reset();
+          this.inc({ model_name: model }, read());
+        },
+      });
+    workerCounter("mock_worker_kv_transfer_invalid_params_total", "do_remote_prefill requests without what a pull needs: run without a transfer.", () => connector.invalidParams);
+    workerCounter("mock_worker_kv_transfer_expired_total", "Held prefills freed at the abort timeout, never read.", () => connector.expired);
+    workerCounter("mock_worker_kv_transfer_notify_errors_total", "Notifications to a prefill worker that failed.", () => connector.notifyFailures);
+  }
 
   const ttft = new Histogram({
     name: "vllm:time_to_first_token_seconds", help: "Time from arrival to the first token.",

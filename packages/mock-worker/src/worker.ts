@@ -8,6 +8,8 @@ import { RankEngine } from "./engine/rank-engine.ts";
 import { RankEventStream } from "./events/event-stream.ts";
 import { Faults, type RankParts } from "./faults.ts";
 import { adminRoutes } from "./http/admin-routes.ts";
+import { MockNixlConnector } from "./kv-transfer/connector.ts";
+import { nixlRoutes } from "./kv-transfer/routes.ts";
 import { openAiError } from "./http/errors.ts";
 import { openAiRoutes } from "./http/openai-routes.ts";
 import type { RankNumbering } from "./http/rank-header.ts";
@@ -71,9 +73,14 @@ export async function startMockWorker(opts: MockWorkerOptions = {}): Promise<Moc
   // vLLM's external DP load balancing (--rank-ports) runs a process per rank: each API server's /metrics
   // shows its own engine only. Otherwise one server shows every rank.
   const first = config.dataParallelStartRank;
-  const allMetrics = createMetrics(config.model, () => ranks.map((r) => r.engine));
+  // A P/D pool's worker runs vLLM's NixlConnector (kv_role kv_both: it serves either side of a transfer).
+  const connector = config.role === undefined ? undefined : new MockNixlConnector({
+    msPerBlock: config.kvTransferMsPerBlock, abortTimeoutMs: config.kvTransferAbortTimeoutS * 1000,
+    blockSize: config.blockSize, log: log.child({ component: "nixl" }),
+  });
+  const allMetrics = createMetrics(config.model, () => ranks.map((r) => r.engine), connector);
   const perRank = config.rankPorts
-    ? Array.from({ length: config.dpSize }, (_, i) => createMetrics(config.model, () => (ranks[i] ? [ranks[i]!.engine] : [])))
+    ? Array.from({ length: config.dpSize }, (_, i) => createMetrics(config.model, () => (ranks[i] ? [ranks[i]!.engine] : []), connector))
     : undefined;
   const metricsOf = (rank: number) => perRank?.[rank - first] ?? allMetrics;
   try {
@@ -150,8 +157,10 @@ export async function startMockWorker(opts: MockWorkerOptions = {}): Promise<Moc
       }));
     app.route("/", openAiRoutes({
       model: config.model, preprocessor, pickRank: served.pick, ranks: served.ranks, loraModules: config.loraModules,
+      connector, dpSize: config.dpSize,
     }));
-    app.route("/", adminRoutes(new Faults(ranks), ranks));
+    if (connector) app.route("/", nixlRoutes(connector));
+    app.route("/", adminRoutes(new Faults(ranks), ranks, config.role));
     return app;
   };
   // --rank-ports: rank i's own API server on port + i, which runs everything on rank i (vLLM's external
@@ -171,6 +180,7 @@ export async function startMockWorker(opts: MockWorkerOptions = {}): Promise<Moc
   }
   const urls = servers.map((s) => `http://${host}:${s.port}`);
   const url = urls[0]!;
+  if (connector) connector.sideChannel = { host: config.advertiseHost ?? host, port: servers[0]!.port! };
   const view = ranks.map(({ engine, events }) => ({
     rank: engine.rank,
     cache: engine.cache,
@@ -189,6 +199,7 @@ export async function startMockWorker(opts: MockWorkerOptions = {}): Promise<Moc
     close: () =>
       (closed ??= (async () => {
         await Promise.all(servers.map((s) => s.stop(true)));
+        connector?.close();
         await Promise.allSettled(ranks.map((r) => r.events.close()));
       })()),
   };

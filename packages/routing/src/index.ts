@@ -19,7 +19,7 @@ export { RoutedRequest, type Reported, type RouteOptions, type Routing, type Rou
 export { ActiveLoad, sumLoad, type Lease, type LoadTotals, type LoadView } from "./load.ts";
 export { combinedPending, PendingPrefixes, DEFAULT_PENDING, INFLIGHT_PREFIX_DEFAULT, type PendingView } from "./pending.ts";
 // Routing's options (schema, default, help), declared once for the EPP and bench:trace, and the settings they make.
-export { CHOICE_OPTIONS, DEFAULT_LATENCY_SETTINGS, LATENCY_OPTIONS, PENDING_OPTIONS, ROUTING_OPTIONS, SHAPE_OPTIONS, latencyModel, latencySettings, pendingPrefixes, routingSettings, shapeSettings, type LatencySettings, type RoutingSettings, type ShapeSettings } from "./options.ts";
+export { CHOICE_OPTIONS, DEFAULT_LATENCY_SETTINGS, DISAGG_OPTIONS, LATENCY_OPTIONS, PENDING_OPTIONS, ROUTING_OPTIONS, SHAPE_OPTIONS, latencyModel, latencySettings, pendingPrefixes, routingSettings, shapeSettings, type LatencySettings, type RoutingSettings, type ShapeSettings } from "./options.ts";
 // What the responses tell of the predictions.
 export { RoutingQuality } from "./quality.ts";
 // replica-agg as state and wire format (the EPP's sockets carry it; the simulation delivers it in virtual time).

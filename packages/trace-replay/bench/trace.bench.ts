@@ -12,6 +12,7 @@ import { cacheBounds } from "../src/sim/bounds.ts";
 import { pngText, writeReport } from "../src/report/write.ts";
 import { formatTable } from "../src/report/table.ts";
 import { loadBenchTrace } from "../src/bench/trace-source.ts";
+import { PD_COLUMNS, pdRows, runPdBench } from "../src/bench/pd.ts";
 
 if (process.argv.includes("--help")) {
   console.log(benchUsage());
@@ -29,6 +30,24 @@ try {
 const limit = o.requests > 0 ? o.requests : undefined;
 const trace = await loadBenchTrace(o.tracePath, limit);
 const bucketMs = bucketMsFor(trace, o.timeScale);
+if (o.pd) {
+  const { prefillWorkers: p, decodeWorkers: d, thresholdTokens, transferMsPerBlock } = o.pd;
+  console.log(
+    `trace-replay P/D: ${trace.length} requests from ${o.tracePath}\n` +
+      `  ${p} prefill + ${d} decode workers x ${o.capacityBlocks} blocks of ${o.blockSize} tokens, time scale ${o.timeScale}x, ` +
+      `disaggregated from ${thresholdTokens} uncached tokens, KV read ${transferMsPerBlock} ms/block`,
+  );
+  const started = performance.now();
+  const results = runPdBench(trace, o, bucketMs, (r) => console.log(`  ${r.label} done`));
+  console.log(`\n${formatTable(PD_COLUMNS, pdRows(results))}\n`);
+  console.log("  prefill hit rate = cached tokens where the prompt was computed (the prefill worker, or the decode worker for a request kept local) / prompt tokens");
+  console.log("  TTFT = arrival to the decode worker's first token: the prefill leg, the KV read, the decode worker's last prompt token");
+  console.log(`  imbalance = max / mean over the role's workers of the in-flight integral (1 = even); ${((performance.now() - started) / 1000).toFixed(1)} s wall`);
+  const outDir = resolve(o.outDir);
+  mkdirSync(outDir, { recursive: true });
+  writeFileSync(resolve(outDir, "trace-bench-pd.json"), JSON.stringify({ options: o, figures: results }, null, 2));
+  process.exit(0);
+}
 const runs = planRuns(o);
 console.log(
   `trace-replay: ${trace.length} requests from ${o.tracePath}\n` +

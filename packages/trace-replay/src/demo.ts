@@ -8,7 +8,8 @@ import { mkdirSync } from "node:fs";
 import { resolve } from "node:path";
 import { ConfigError } from "@kv-epp/options";
 import { Children } from "./demo/children.ts";
-import { liveFigures, simulateSlice } from "./demo/compare.ts";
+import { liveFigures, pdRouted, simulatePdSlice, simulateSlice } from "./demo/compare.ts";
+import { pdSummaryRows, scrapePdFigures } from "./demo/pd-figures.ts";
 import {
   EPP_PORTS, eppMetricsUrl, eppReady, gatewayHealthy, gatewayUrl, layout, qwen3TokenizerDir, setGatewayReplicas, startEppReplica,
   startGateway, startWorker, waitUntil, workerHealthy,
@@ -140,20 +141,27 @@ async function main(o: DemoOptions): Promise<number> {
     const live = l.epps.filter((e) => children.names.includes(e.name));
     await Promise.all(live.map(scrapeEpp));
     const check = stats.lastServed && live[0] ? await selectCheck(live[0], stats.lastServed.body, stats.lastServed.worker) : undefined;
+    const pdFigures = o.pd ? await scrapePdFigures(l) : undefined;
     clearInterval(sampler);
     clearInterval(eppSampler);
     progress.stop();
 
     // After the live run, so that it does not share the CPU with it.
-    console.log(`\nsimulating the same ${records.length} requests routed round-robin, by GAIE's approximate prefix scorer and by kv-epp (bench:trace's simulation)`);
+    console.log(
+      o.pd
+        ? `\nsimulating the same ${records.length} requests on the P/D pool routed by llm-d's rule (one router) and by kv-epp (two replicas) (bench:trace --pd)`
+        : `\nsimulating the same ${records.length} requests routed round-robin, by GAIE's approximate prefix scorer and by kv-epp (bench:trace's simulation)`,
+    );
     const simStart = performance.now();
-    const simulated = await simulateSlice(records, o);
+    const pdSimulated = o.pd ? simulatePdSlice(records, o) : [];
+    const simulated = o.pd ? pdSimulated.map(pdRouted) : await simulateSlice(records, o);
     console.log(`  done in ${((performance.now() - simStart) / 1000).toFixed(1)} s`);
     const compared = [...simulated, liveFigures(stats)];
+    const pdRows = pdFigures ? pdSummaryRows(pdFigures, pdSimulated) : [];
 
     console.log("\nsummary");
-    for (const [k, v] of summaryRows(stats, recovery, check, simulated)) console.log(`  ${k.padEnd(22)} ${v}`);
-    const report = writeReport(runDir, "demo-report", demoReportData(o, stats, recovery, check, compared), o.png);
+    for (const [k, v] of [...summaryRows(stats, recovery, check, simulated), ...pdRows]) console.log(`  ${k.padEnd(22)} ${v}`);
+    const report = writeReport(runDir, "demo-report", demoReportData(o, stats, recovery, check, compared, pdRows), o.png);
     console.log(`\nreport: ${report.html}`);
     if (report.png) console.log(pngText(report.png));
     return demoSucceeded(stats, killAt !== undefined, recovery) ? 0 : 1;

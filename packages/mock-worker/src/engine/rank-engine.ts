@@ -13,6 +13,12 @@ export type Generation = {
   promptTokens: number;
   cachedTokens: number;
   outputTokens: number;
+  /**
+   * A prefill for a remote decode (`transfer: "send"`) that ran to its length: its blocks stay
+   * referenced for the decode worker to read, until `release()` (vLLM's delay_free_blocks). Null
+   * otherwise, and for a request that ended early (vLLM frees an aborted prefill's blocks at once).
+   */
+  readonly held: { release(): void } | null;
   /** Output token texts, each as the engine step that produced it ends; the first is ready at once. */
   tokens(): AsyncGenerator<string>;
   /** Ends the request (releases its blocks and running slot if the engine still has it); idempotent. */
@@ -20,6 +26,20 @@ export type Generation = {
 };
 
 export type RankObserver = { onFirstToken?: (seconds: number) => void; onFinished?: (outputTokens: number) => void };
+
+/**
+ * What vLLM's NixlConnector does with a request (kv-transfer/params.ts builds it from `kv_transfer_params`):
+ * `send`, a prefill whose blocks a remote decode will read (do_remote_decode); `receive`, a decode
+ * that pulls up to `remoteBlocks` prompt blocks from the prefill worker instead of computing them
+ * (do_remote_prefill), `onPulled` called once the pull is done (NIXL's notification to the prefill
+ * side, sent also when nothing had to be pulled); none, an ordinary request.
+ */
+export type TransferPlan =
+  | { kind: "send" }
+  | { kind: "receive"; remoteBlocks: number; msPerBlock: number; onPulled(): void };
+
+/** Prompt tokens by where their KV came from (vLLM's prompt_tokens_by_source), counted at first admission. */
+export type PromptTokenSources = { local_compute: number; local_cache_hit: number; external_kv_transfer: number };
 
 // Deterministic filler output: the mock has no model, only token counts matter.
 const WORDS = [" the", " cache", " holds", " a", " prefix", " of", " blocks", " and", " tokens", " flow"];
@@ -30,7 +50,11 @@ type Live = {
   readonly identity?: AcquireIdentity;
   readonly outputTokens: number;
   readonly arrived: number;
+  /** the request's KV transfer; a `receive` whose pull ended has been admitted once with its pulled blocks */
+  readonly transfer?: TransferPlan;
   lease?: Lease;
+  /** a finished `send`: its blocks stay referenced until the decode side has read them */
+  holding?: boolean;
   /** what its first admission found cached; unset until then */
   cachedTokens?: number;
   /** tokens produced and not yet seen by the consumer are those past its read position */
@@ -58,6 +82,12 @@ const sleepUntil = (deadline: number) =>
 export class RankEngine {
   private readonly scheduler: StepScheduler<Live>;
   private looping = false;
+  /** vLLM's prompt_tokens_by_source counters. */
+  readonly promptTokens: PromptTokenSources = { local_compute: 0, local_cache_hit: 0, external_kv_transfer: 0 };
+  /** Blocks pulled from prefill workers (decode side). */
+  pulledBlocks = 0;
+  /** Finished prefills whose blocks wait for their decode worker to read them (prefill side). */
+  heldRequests = 0;
 
   constructor(
     readonly rank: number,
@@ -70,9 +100,19 @@ export class RankEngine {
       (live) => {
         const acq = this.cache.admit(live.prompt, live.identity);
         live.lease = acq.lease;
-        // vLLM reports the hit of the request's first admission (num_cached_tokens), not a resumption's.
-        live.cachedTokens ??= acq.cachedTokens;
-        return acq.cachedTokens;
+        const first = live.cachedTokens === undefined;
+        // A pulled prompt is computed but for its last token (vLLM's _update_waiting_for_remote_kv);
+        // its blocks are cached as the step that computes that token allocates them. A resumption after
+        // a preemption finds them in the local cache like any other.
+        const computed = live.transfer?.kind === "receive" && first ? live.prompt.length - 1 : acq.cachedTokens;
+        if (first) {
+          // vLLM reports the hit of the request's first admission (num_cached_tokens), not a resumption's.
+          live.cachedTokens = computed;
+          this.promptTokens.local_cache_hit += acq.cachedTokens;
+          this.promptTokens.external_kv_transfer += computed - acq.cachedTokens;
+          this.promptTokens.local_compute += live.prompt.length - computed;
+        }
+        return computed;
       },
       { allocate: (live, tokens) => this.cache.allocate(live.lease!, tokens), release: (live) => this.cache.release(live.lease!) },
     );
@@ -97,11 +137,13 @@ export class RankEngine {
   }
 
   /** Queues a prompt; resolves at its first token, rejects with the signal's reason on an abort before it. */
-  start(prompt: Uint32Array, maxTokens: number, signal?: AbortSignal, identity?: AcquireIdentity): Promise<Generation> {
-    if (signal?.aborted) return Promise.reject(signal.reason);
+  async start(prompt: Uint32Array, maxTokens: number, signal?: AbortSignal, identity?: AcquireIdentity, transfer?: TransferPlan): Promise<Generation> {
+    if (signal?.aborted) throw signal.reason;
+    const arrived = performance.now();
+    if (transfer?.kind === "receive") await this.pull(prompt, identity, transfer, signal);
     return new Promise<Generation>((resolve, reject) => {
       const live: Live = {
-        prompt, identity, outputTokens: Math.max(1, maxTokens), arrived: performance.now(), produced: 0, ended: false,
+        prompt, identity, transfer, outputTokens: Math.max(1, maxTokens), arrived, produced: 0, ended: false,
         onFirst: () => resolve(this.generation(live, signal)),
         onFail: (e) => {
           signal?.removeEventListener("abort", live.onAbort);
@@ -119,15 +161,55 @@ export class RankEngine {
     });
   }
 
+  /**
+   * The decode side of a remote prefill: the prompt blocks it lacks locally (its prefix hit, up to the
+   * blocks the prefill worker holds) are read from the prefill worker, `msPerBlock` each, while the
+   * request takes no engine step (vLLM's WAITING_FOR_REMOTE_KVS; the mock takes its KV slots after
+   * the pull, vLLM at admission). Then the prefill side is told it may free them.
+   */
+  private async pull(prompt: Uint32Array, identity: AcquireIdentity | undefined, plan: Extract<TransferPlan, { kind: "receive" }>, signal?: AbortSignal): Promise<void> {
+    const bs = this.cache.blockSize;
+    const local = Math.min(this.cache.peekHitBlocks(prompt, identity), Math.floor(Math.max(0, prompt.length - 1) / bs));
+    const blocks = Math.max(0, Math.min(plan.remoteBlocks, Math.ceil(prompt.length / bs)) - local);
+    const ms = this.timing.speed * plan.msPerBlock * blocks;
+    if (ms > 0) {
+      await new Promise<void>((resolve, reject) => {
+        const onAbort = () => {
+          clearTimeout(timer);
+          reject(signal!.reason);
+        };
+        const timer = setTimeout(() => {
+          signal?.removeEventListener("abort", onAbort);
+          resolve();
+        }, ms);
+        signal?.addEventListener("abort", onAbort, { once: true });
+      });
+    }
+    this.pulledBlocks += blocks;
+    plan.onPulled();
+  }
+
   private generation(live: Live, signal?: AbortSignal): Generation {
     const finish = () => {
       signal?.removeEventListener("abort", live.onAbort);
       this.drop(live);
     };
+    // Known only once the engine finished it (a max_tokens 1 prefill: in the step of its first token).
+    const held = {
+      release: () => {
+        if (!live.holding) return;
+        live.holding = false;
+        this.heldRequests--;
+        if (live.lease) this.cache.release(live.lease);
+      },
+    };
     return {
       promptTokens: live.prompt.length,
       cachedTokens: live.cachedTokens ?? 0,
       outputTokens: live.outputTokens,
+      get held() {
+        return live.holding ? held : null;
+      },
       finish,
       async *tokens() {
         try {
@@ -182,9 +264,13 @@ export class RankEngine {
         for (const live of r.finished) {
           if (live.ended) continue;
           this.observer.onFinished?.(live.outputTokens);
-          // Finished in the engine: its blocks are free now, whenever the client reads the tokens.
+          // Finished in the engine: its blocks are free now, whenever the client reads the tokens; a
+          // prefill for a remote decode keeps them until the decode worker has read them.
           live.ended = true;
-          if (live.lease) this.cache.release(live.lease);
+          if (live.transfer?.kind === "send" && live.lease) {
+            live.holding = true;
+            this.heldRequests++;
+          } else if (live.lease) this.cache.release(live.lease);
           live.wake?.();
         }
       }

@@ -1,6 +1,7 @@
 import { Hono } from "hono";
 import { z } from "zod";
 import type { Faults, RankParts } from "../faults.ts";
+import type { WorkerRole } from "@kv-epp/protocol";
 import { cacheTruth } from "./cache-truth.ts";
 import { openAiError, parseBody } from "./errors.ts";
 
@@ -19,10 +20,10 @@ export const FaultRequest = z.discriminatedUnion("action", [
 ]);
 export type FaultRequest = z.output<typeof FaultRequest>;
 
-export function adminRoutes(faults: Faults, ranks: readonly RankParts[]): Hono {
+export function adminRoutes(faults: Faults, ranks: readonly RankParts[], role: WorkerRole | undefined): Hono {
   const app = new Hono();
 
-  app.get("/admin/cache", (c) => c.json(cacheTruth(ranks)));
+  app.get("/admin/cache", (c) => c.json(cacheTruth(ranks, role)));
 
   app.get("/admin/faults", (c) => c.json({ ranks: faults.state() }));
 

@@ -1,4 +1,5 @@
 import type { ExtraKeyValue } from "@kv-epp/kv-events";
+import type { WorkerRole } from "@kv-epp/protocol";
 import type { RankParts } from "../faults.ts";
 
 /**
@@ -19,11 +20,13 @@ export type TruthBlock = {
   copies: number;
 };
 export type TruthRank = { rank: number; next_seq: string; paused: boolean; restarts: number; blocks: TruthBlock[] };
-export type CacheTruth = { block_size: number; capacity_blocks: number; ranks: TruthRank[] };
+/** `role`: the worker's P/D role (`--role`; null without one), so a test can hold each role's caches to its own index. */
+export type CacheTruth = { role: WorkerRole | null; block_size: number; capacity_blocks: number; ranks: TruthRank[] };
 
-export function cacheTruth(ranks: readonly RankParts[]): CacheTruth {
+export function cacheTruth(ranks: readonly RankParts[], role: WorkerRole | undefined): CacheTruth {
   const first = ranks[0]!.engine.cache;
   return {
+    role: role ?? null,
     block_size: first.blockSize,
     capacity_blocks: first.capacityBlocks,
     ranks: ranks.map(({ engine, events }) => {

@@ -1,7 +1,9 @@
 import type { Context } from "hono";
 import { streamSSE } from "hono/streaming";
 import type { AcquireIdentity } from "../cache/prefix-cache.ts";
-import type { Generation, RankEngine } from "../engine/rank-engine.ts";
+import type { Generation, RankEngine, TransferPlan } from "../engine/rank-engine.ts";
+import type { MockNixlConnector } from "../kv-transfer/connector.ts";
+import type { TransferRequest } from "../kv-transfer/params.ts";
 
 /**
  * Runs prompts on ranks and shapes the OpenAI answer: a JSON body, or SSE chunks ending with
@@ -22,6 +24,13 @@ export type GenerateRequest = {
   pick: () => RankEngine;
   /** Adapter, salt and media the prompts' blocks are named with. */
   identity: AcquireIdentity;
+  /**
+   * With `--role prefill|decode`: the worker's connector and what the request's `kv_transfer_params`
+   * ask. A JSON answer then carries `kv_transfer_params` (null unless it is a prefill for a remote
+   * decode), as vLLM's does. Only a single prompt transfers; a streamed prefill is not held (the P/D
+   * sidecar asks for a JSON one).
+   */
+  kv?: { connector: MockNixlConnector; request: TransferRequest; dpSize: number };
 };
 
 type Usage = {
@@ -65,11 +74,26 @@ export async function generate(c: Context, req: GenerateRequest): Promise<Respon
   const created = Math.floor(Date.now() / 1000);
   const head = { id, object: req.endpoint === "chat" ? "chat.completion" : "text_completion", created, model: req.model };
 
+  const plan = (stream: boolean): TransferPlan | undefined => {
+    if (!req.kv || req.prompts.length !== 1 || (stream && req.kv.request.kind === "send")) return undefined;
+    return req.kv.connector.plan(req.kv.request);
+  };
+
   if (!req.stream) {
+    const transfer = plan(false);
+    let kvTransferParams: object | null = null;
     const done = await Promise.all(
       req.prompts.map(async (p) => {
-        const gen = await req.pick().start(p, req.maxTokens, signal, req.identity);
-        return { gen, text: await collect(gen) };
+        const engine = req.pick();
+        const gen = await engine.start(p, req.maxTokens, signal, req.identity, transfer);
+        try {
+          const text = await collect(gen);
+          if (transfer?.kind === "send") kvTransferParams = req.kv!.connector.offer(gen, `${id}-0`, engine.rank, req.kv!.dpSize);
+          return { gen, text };
+        } finally {
+          // Not offered (the client left): nobody will read the blocks.
+          if (kvTransferParams === null) gen.held?.release();
+        }
       }),
     );
     const choices = done.map(({ text }, index) =>
@@ -77,7 +101,8 @@ export async function generate(c: Context, req: GenerateRequest): Promise<Respon
         ? { index, message: { role: "assistant", content: text }, logprobs: null, finish_reason: "length" }
         : { index, text, logprobs: null, finish_reason: "length", stop_reason: null },
     );
-    return c.json({ ...head, choices, usage: usageOf(done.map((d) => d.gen)) });
+    const usage = usageOf(done.map((d) => d.gen));
+    return c.json(req.kv ? { ...head, choices, usage, kv_transfer_params: kvTransferParams } : { ...head, choices, usage });
   }
 
   const chunkHead = { ...head, object: req.endpoint === "chat" ? "chat.completion.chunk" : "text_completion" };
@@ -85,8 +110,9 @@ export async function generate(c: Context, req: GenerateRequest): Promise<Respon
     const send = (body: object) => sse.writeSSE({ data: JSON.stringify(body) });
     const gens: Generation[] = [];
     // Prompts of a list are streamed one after another, each chunk tagged with its choice index.
+    const transfer = plan(true);
     for (let index = 0; index < req.prompts.length && !sse.aborted; index++) {
-      const gen = await req.pick().start(req.prompts[index]!, req.maxTokens, signal, req.identity);
+      const gen = await req.pick().start(req.prompts[index]!, req.maxTokens, signal, req.identity, transfer);
       gens.push(gen);
       try {
         if (req.endpoint === "chat") await send({ ...chunkHead, choices: [{ index, delta: { role: "assistant", content: "" }, logprobs: null, finish_reason: null }] });

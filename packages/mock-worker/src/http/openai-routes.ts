@@ -6,6 +6,8 @@ import {
 import type { MediaItem } from "../cache/block-hash.ts";
 import type { AcquireIdentity } from "../cache/prefix-cache.ts";
 import type { RankEngine } from "../engine/rank-engine.ts";
+import type { MockNixlConnector } from "../kv-transfer/connector.ts";
+import { transferRequest, type KvTransferParams } from "../kv-transfer/params.ts";
 import { openAiError, parseBody } from "./errors.ts";
 import { generate, type Endpoint } from "./generate.ts";
 import { RANK_HEADER, requestedRank, type RankNumbering } from "./rank-header.ts";
@@ -20,6 +22,9 @@ export type OpenAiDeps = {
   ranks: RankNumbering;
   /** LoRA adapters by name; a request naming one in `model` runs in its identity (lora_int_id = index + 1). */
   loraModules: readonly string[];
+  /** With --role prefill|decode: vLLM's NixlConnector stand-in (absent: kv_transfer_params ignored). */
+  connector?: MockNixlConnector;
+  dpSize: number;
 };
 
 /** vLLM's placeholder for an image in Qwen's vocabulary (<|image_pad|>) and how many stand for one item. */
@@ -34,7 +39,10 @@ export function openAiRoutes(deps: OpenAiDeps): Hono {
     return r.ok ? { ok: true, pick: () => deps.pickRank(r.rank) } : r;
   };
 
-  type Common = { model?: string | undefined; cache_salt?: string | null; stream: boolean; stream_options?: { include_usage?: boolean } | null };
+  type Common = {
+    model?: string | undefined; cache_salt?: string | null; stream: boolean; stream_options?: { include_usage?: boolean } | null;
+    kv_transfer_params?: KvTransferParams | null;
+  };
   const run = (c: Context, endpoint: Endpoint, body: Common, prompts: Uint32Array[], maxTokens: number, media: readonly MediaItem[] = []) => {
     const rank = rankPicker(c.req.header(RANK_HEADER));
     if (!rank.ok) return openAiError(c, 400, rank.message, RANK_HEADER);
@@ -46,6 +54,7 @@ export function openAiRoutes(deps: OpenAiDeps): Hono {
     return generate(c, {
       endpoint, model: body.model ?? deps.model, prompts, maxTokens, stream: body.stream,
       includeUsage: body.stream_options?.include_usage === true, pick: rank.pick, identity,
+      kv: deps.connector ? { connector: deps.connector, request: transferRequest(body.kv_transfer_params), dpSize: deps.dpSize } : undefined,
     });
   };
 

@@ -1,4 +1,5 @@
 import { z } from "zod";
+import { KvTransferParams } from "../kv-transfer/params.ts";
 
 /** The request fields the mock reads; everything else in an OpenAI body is accepted and ignored. */
 
@@ -19,6 +20,8 @@ const common = {
   add_special_tokens: z.boolean().nullish(),
   truncate_prompt_tokens: z.number().int().min(-1).nullish(),
   truncation_side: z.enum(["left", "right"]).nullish(),
+  /** vLLM's NixlConnector parameters (kv-transfer/params.ts); read only with --role prefill|decode. */
+  kv_transfer_params: KvTransferParams.nullish(),
 };
 
 export const CompletionRequest = z.looseObject({

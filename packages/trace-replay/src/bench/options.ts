@@ -2,7 +2,7 @@
 // shape and latency knobs are routing's own declarations, the EPP's flags with the EPP's defaults.
 import { ConfigError, count, group, nonNegative, opt, positive, resolveOptions, usageText, type Values } from "@kv-epp/options";
 import { DEFAULT_TIMING } from "@kv-epp/mock-worker";
-import { INFLIGHT_PREFIX_DEFAULT, LATENCY_OPTIONS, SHAPE_OPTIONS, latencySettings, shapeSettings, type CostShape, type LatencySettings } from "@kv-epp/routing";
+import { DISAGG_OPTIONS, INFLIGHT_PREFIX_DEFAULT, LATENCY_OPTIONS, SHAPE_OPTIONS, latencySettings, shapeSettings, type CostShape, type LatencySettings } from "@kv-epp/routing";
 import { z } from "zod";
 import { POLICY_NAMES, type PolicyName } from "../policies/index.ts";
 import { DEFAULT_AGG_SIM, type AggSimOptions } from "../sim/replica-agg.ts";
@@ -65,6 +65,13 @@ export const BENCH_OPTIONS = {
     resetMode: opt.choice(["announced", "silent"], "silent", "announced (AllBlocksCleared reaches the index) or silent (the index keeps claiming the blocks)"),
     loraAdapters: opt.int(count.default(0), "half the conversations run on one of this many LoRA adapters (0: base model only)"),
   }),
+  ...group("Prefill/decode pool", {
+    // A prefill/decode pool instead (`P,D`: prefill and decode workers): rows for llm-d's rule and the
+    // EPP's (src/sim/pd-replay.ts), the decider's threshold and the KV read time per block.
+    pd: opt.string(z.string().regex(/^[1-9]\d*,[1-9]\d*$/, "P,D: prefill and decode worker counts").optional(), "a P/D pool of P prefill and D decode workers instead of the pooled workers"),
+    transferMsPerBlock: opt.number(nonNegative.default(0.1), "P/D: simulated time to read one KV block from the prefill worker"),
+  }),
+  ...DISAGG_OPTIONS,
   ...SHAPE_OPTIONS,
   ...LATENCY_OPTIONS,
   ...group("Output", {
@@ -98,6 +105,8 @@ export type BenchOptions = {
   costShape: CostShape;
   maxNumSeqs: number;
   maxNumBatchedTokens: number;
+  /** a P/D pool's run instead of the pooled one */
+  pd: { prefillWorkers: number; decodeWorkers: number; thresholdTokens: number; transferMsPerBlock: number } | undefined;
   jobs: number | undefined;
   outDir: string;
   png: boolean;
@@ -140,6 +149,10 @@ export function parseBenchArgs(argv: string[]): BenchOptions {
     costShape: shape.shape,
     maxNumSeqs: o.maxNumSeqs,
     maxNumBatchedTokens: o.maxNumBatchedTokens,
+    pd: o.pd === undefined ? undefined : {
+      prefillWorkers: Number(o.pd.split(",")[0]), decodeWorkers: Number(o.pd.split(",")[1]),
+      thresholdTokens: o.pdThresholdTokens, transferMsPerBlock: o.transferMsPerBlock,
+    },
     jobs: o.jobs,
     outDir: o.out,
     png: o.png === "auto",

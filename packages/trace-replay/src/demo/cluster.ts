@@ -27,7 +27,11 @@ export type ClusterLayout = {
   /** tokenizer of the EPPs and the workers (chat traffic); none: token-id prompts only */
   tokenizerDir?: string;
   gateway: { ip: string; port: number };
-  workers: { id: string; ip: string; httpPort: number; kvPort: number }[];
+  /**
+   * `httpPort` is what the gateway calls. In a P/D pool (`role` set) a decode worker's is the P/D
+   * sidecar's, in front of the mock worker on `enginePort`; a prefill worker is called on it directly.
+   */
+  workers: { id: string; ip: string; httpPort: number; kvPort: number; role?: "prefill" | "decode"; enginePort?: number }[];
   /** EPP replicas in start order: the first two run from the start, the third replaces the killed one */
   epps: { name: string; ip: string }[];
 };
@@ -43,7 +47,10 @@ export function layout(o: {
   gatewayPort: number;
   bodyMode: ClientBodyMode;
   tokenizerDir?: string;
+  /** half the workers prefill, the rest decode behind the P/D sidecar */
+  pd?: boolean;
 }): ClusterLayout {
+  const prefills = o.pd ? Math.floor(o.workers / 2) : 0;
   return {
     model: "Qwen/Qwen3-0.6B",
     blockSize: o.blockSize,
@@ -53,10 +60,11 @@ export function layout(o: {
     tokenizerDir: o.tokenizerDir,
     gateway: { ip: `${o.subnet}.1`, port: o.gatewayPort },
     workers: Array.from({ length: o.workers }, (_, i) => ({
-      id: `worker-${i}`,
+      id: !o.pd ? `worker-${i}` : i < prefills ? `prefill-${i}` : `decode-${i - prefills}`,
       ip: `${o.subnet}.${11 + i}`,
       httpPort: o.workerPort,
       kvPort: o.kvPort,
+      ...(!o.pd ? {} : i < prefills ? { role: "prefill" as const } : { role: "decode" as const, enginePort: o.workerPort + SIDECAR_ENGINE_OFFSET }),
     })),
     epps: ["epp-a", "epp-b", "epp-c"].map((name, i) => ({ name, ip: `${o.subnet}.${2 + i}` })),
   };
@@ -64,16 +72,26 @@ export function layout(o: {
 
 export const EPP_PORTS = { grpc: 9002, grpcHealth: 9003, metrics: 9090, selection: 9093 };
 
+/** A decode pod's worker port beside its sidecar's (8000 -> 8200, as llm-d's decode pods run vLLM). */
+const SIDECAR_ENGINE_OFFSET = 200;
+
 export const eppMetricsUrl = (ip: string) => `http://${ip}:${EPP_PORTS.metrics}/metrics`;
 
 export function startWorker(children: Children, l: ClusterLayout, i: number, logDir: string) {
   const w = l.workers[i]!;
+  if (w.enginePort !== undefined)
+    children.start(
+      `${w.id}-sidecar`,
+      ["pd-sidecar", "--listen", w.ip, "--port", String(w.httpPort), "--decoder", `http://${w.ip}:${w.enginePort}`, "--log-level", "warn"],
+      join(logDir, `${w.id}-sidecar.log`),
+    );
   return children.start(
     w.id,
     [
       "mock-worker",
       "--listen", w.ip,
-      "--port", String(w.httpPort),
+      "--port", String(w.enginePort ?? w.httpPort),
+      ...(w.role ? ["--role", w.role] : []),
       "--kv-events", `tcp://${w.ip}:${w.kvPort}`,
       "--replay", `tcp://${w.ip}:${w.kvPort + 1}`,
       "--block-size", String(l.blockSize),
@@ -96,6 +114,7 @@ export function writeEppConfig(l: ClusterLayout, self: string, peers: string[], 
     blockSize: l.blockSize,
     workers: l.workers.map((w) => ({
       id: w.id,
+      ...(w.role ? { role: w.role } : {}),
       address: `${w.ip}:${w.httpPort}`,
       kvEvents: `tcp://${w.ip}:${w.kvPort}`,
       replay: `tcp://${w.ip}:${w.kvPort + 1}`,

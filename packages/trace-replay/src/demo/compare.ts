@@ -6,6 +6,8 @@
 import { parseBenchArgs } from "../bench/options.ts";
 import { bucketMsFor, replayOptions, type RunSpec } from "../bench/plan.ts";
 import { runAll } from "../bench/runner.ts";
+import { runPdBench } from "../bench/pd.ts";
+import type { PdRunResult } from "../sim/pd-replay.ts";
 import { DEFAULT_POLICY } from "../policies/index.ts";
 import type { TraceRecord } from "../trace.ts";
 import type { DemoOptions } from "./options.ts";
@@ -58,6 +60,29 @@ export async function simulateSlice(records: readonly TraceRecord[], o: DemoOpti
     return { name: SIMULATED[i]!.name, source: "simulated", hitRate: r.hitRate, ttftP50Ms: r.ttftP50Ms, ttftP99Ms: r.ttftP99Ms };
   });
 }
+
+/**
+ * A P/D demo's slice in bench:trace's P/D simulation (`--pd`): llm-d's rule with one router, the EPP's
+ * with the demo's two replicas over replica-agg, on the demo's prefill and decode workers.
+ */
+export function simulatePdSlice(records: readonly TraceRecord[], o: DemoOptions): PdRunResult[] {
+  const prefills = Math.floor(o.workers / 2);
+  const bench = parseBenchArgs([
+    "--capacity-blocks", String(o.capacityBlocks),
+    "--block-size", String(o.blockSize),
+    "--time-scale", String(o.timeScale),
+    "--arrivals", o.arrivals,
+    "--pd", `${prefills},${o.workers - prefills}`,
+    "--replicas", "2",
+    "--png", "off",
+  ]);
+  const results = runPdBench(records, bench, bucketMsFor(records, o.timeScale), () => {}, o.speed).filter((r) => r.policy === "llm-d" || r.replicas === 2);
+  for (const r of results) if (r.requests !== records.length) throw new Error(`the simulation replayed ${r.requests} requests, the demo sent ${records.length}`);
+  return results;
+}
+
+/** A P/D simulated run as the comparison table and chart name it. */
+export const pdRouted = (r: PdRunResult): RoutedFigures => ({ name: r.label, source: "simulated", hitRate: r.hitRate, ttftP50Ms: r.ttftP50Ms, ttftP99Ms: r.ttftP99Ms });
 
 export function liveFigures(s: DemoStats): RoutedFigures {
   return { name: "kv-epp", source: "live", hitRate: s.hitRate, ttftP50Ms: s.ttftP(0.5), ttftP99Ms: s.ttftP(0.99) };

@@ -29,7 +29,7 @@ export type Histogram = { buckets: { le: number; count: number }[]; count: numbe
 type Sample = { suffix: string; labels: Record<string, string>; value: number };
 
 /** The samples of metric family `name` in Prometheus text exposition (labels without escapes, as prom-client writes the EPP's). */
-function samples(text: string, name: string): Sample[] {
+export function samples(text: string, name: string): Sample[] {
   const out: Sample[] = [];
   for (const line of text.split("\n")) {
     if (!line.startsWith(name)) continue;

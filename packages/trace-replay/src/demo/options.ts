@@ -22,6 +22,11 @@ export const DEMO_OPTIONS = {
     prompt: opt.choice(["chat", "tokens"], "chat", "chat: OpenAI chat messages as text, tokenized by the EPPs and workers (Qwen3); tokens: token-id prompts"),
     killAt: opt.number(z.number().min(0).max(1).default(0.5), "fraction of the requests after which one EPP replica is killed and replaced"),
   }),
+  ...group("Prefill/decode", {
+    // Half the workers prefill (--role prefill), half decode behind the P/D sidecar (--role decode); the
+    // EPPs pick a pair per request.
+    pd: opt.bool(z.boolean().default(false), "a P/D pool: workers / 2 prefill workers, the rest decode workers behind the P/D sidecar"),
+  }),
   ...group("Cluster", {
     workers: opt.int(positive.max(200).default(4), "mock workers"),
     // 65536 blocks x 16 tokens = 1M tokens per worker, against ~40k prompt tokens per second of trace:
@@ -63,6 +68,8 @@ export type DemoOptions = {
   outDir: string;
   bodyMode: ClientBodyMode;
   png: boolean;
+  /** a P/D pool: workers / 2 prefill workers, the rest decode workers behind the P/D sidecar */
+  pd: boolean;
 };
 
 export function parseDemoArgs(argv: string[]): DemoOptions {
@@ -86,6 +93,7 @@ export function parseDemoArgs(argv: string[]): DemoOptions {
     outDir: o.out,
     bodyMode: o.bodyMode,
     png: o.png === "auto",
+    pd: o.pd,
   };
 }
 

@@ -169,13 +169,17 @@ const shownPath = (p: string) => {
   return r.startsWith("..") || isAbsolute(r) ? p : r;
 };
 
-export function demoReportData(o: DemoOptions, s: DemoStats, recovery: RecoveryReport | undefined, check?: SelectCheck, compared: readonly RoutedFigures[] = []): ReportData {
+/** `extraRows`: lines after the summary's own (a P/D run's, demo/pd-figures.ts). */
+export function demoReportData(o: DemoOptions, s: DemoStats, recovery: RecoveryReport | undefined, check?: SelectCheck, compared: readonly RoutedFigures[] = [], extraRows: [string, string][] = []): ReportData {
   const simulated = compared.filter((f) => f.source === "simulated");
   return {
     title: "kv-epp demo",
     subtitle:
       `A replay of the trace as OpenAI requests sent to a gateway process, which asks one of two EPP replicas (static mode) through ext_proc ` +
-      `which of ${o.workers} mock workers serves each and proxies it there; one replica is replaced midway and recovers its index from the other.`,
+      (o.pd
+        ? `which pair of a P/D pool's ${o.workers} mock workers serves each (a decode worker, behind its P/D sidecar, and when disaggregated the prefill worker) and proxies it there; `
+        : `which of ${o.workers} mock workers serves each and proxies it there; `) +
+      `one replica is replaced midway and recovers its index from the other.`,
     facts: [
       ["trace", `${s.sent} requests from ${shownPath(o.tracePath)} (at most ${o.durationS} s of it), replayed at ${o.timeScale}x, arrivals ${o.arrivals}`],
       [
@@ -184,22 +188,29 @@ export function demoReportData(o: DemoOptions, s: DemoStats, recovery: RecoveryR
           ? "/v1/chat/completions with text messages built from the trace's blocks, tokenized by the EPPs and the workers with the Qwen3 tokenizer"
           : "/v1/completions with the prompt as token ids (one PRNG stream per trace block)",
       ],
-      ["workers", `${o.workers} x ${o.capacityBlocks} blocks of ${o.blockSize} tokens, timing speed ${o.speed}`],
+      [
+        "workers",
+        `${o.workers} x ${o.capacityBlocks} blocks of ${o.blockSize} tokens, timing speed ${o.speed}` +
+          (o.pd ? `; a P/D pool: ${Math.floor(o.workers / 2)} prefill workers, ${o.workers - Math.floor(o.workers / 2)} decode workers each behind a P/D sidecar` : ""),
+      ],
       [
         "ext_proc",
         `request and response body mode ${o.bodyMode === "full-duplex" ? "FULL_DUPLEX_STREAMED" : "BUFFERED (the client gets each response whole)"} (gateway and EPPs); the response passes through the EPP`,
       ],
     ],
-    table: { columns: ["summary", ""], rows: summaryRows(s, recovery, check, simulated) },
+    table: { columns: ["summary", ""], rows: [...summaryRows(s, recovery, check, simulated), ...extraRows] },
     ...(compared.length > 0
       ? {
           comparison: {
-            title: `The same ${s.sent} requests, routed three ways`,
-            note:
-              `"simulated": bench:trace's simulation of this run's trace slice (virtual time: the mock engine's step scheduler and prefix cache, ` +
-              `${o.workers} workers of ${o.capacityBlocks} blocks, the same arrivals at ${o.timeScale}x; round-robin and GAIE's approximate prefix scorer as one router, ` +
-              `kv-epp as two replicas sharing load). "live run": this run's processes, where the TTFT also holds the gateway, ` +
-              `the EPP's and the worker's tokenization of every chat on this machine, and one replica replaced midway.`,
+            title: `The same ${s.sent} requests, routed ${o.pd ? "on a P/D pool" : "three ways"}`,
+            note: o.pd
+              ? `"simulated": bench:trace --pd's simulation of this run's trace slice on the same P/D pool (virtual time, the same arrivals at ${o.timeScale}x; ` +
+                `llm-d's rule as one router, kv-epp as two replicas sharing load; TTFT includes the prefill leg and the KV read). "live run": this run's processes, ` +
+                `the prefix-cache hit rate as the sidecars report it (the prefill worker's cached tokens).`
+              : `"simulated": bench:trace's simulation of this run's trace slice (virtual time: the mock engine's step scheduler and prefix cache, ` +
+                `${o.workers} workers of ${o.capacityBlocks} blocks, the same arrivals at ${o.timeScale}x; round-robin and GAIE's approximate prefix scorer as one router, ` +
+                `kv-epp as two replicas sharing load). "live run": this run's processes, where the TTFT also holds the gateway, ` +
+                `the EPP's and the worker's tokenization of every chat on this machine, and one replica replaced midway.`,
             runs: compared.map((f) => ({ name: routedLabel(f), hitRate: f.hitRate, ttftP50Ms: f.ttftP50Ms, ttftP99Ms: f.ttftP99Ms })),
           },
         }

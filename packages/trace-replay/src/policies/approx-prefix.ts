@@ -39,6 +39,7 @@ export const approxPrefix: PolicySpec = {
     // Map insertion order is the LRU order: first key = least recently routed.
     const remembered = ctx.workers.map(() => new Map<number, true>());
     let pending: number[] = [];
+    let hits: number[] = [];
     return {
       pick(req) {
         pending = chainKeys(req);
@@ -51,10 +52,12 @@ export const approxPrefix: PolicySpec = {
         let best = -Infinity;
         let ties = 0;
         let chosen = 0;
+        hits = ctx.workers.map(() => 0);
         ctx.workers.forEach((w, i) => {
           const lru = remembered[i]!;
           let hit = 0;
           while (hit < pending.length && lru.has(pending[hit]!)) hit++;
+          hits[i] = hit;
           const prefix = pending.length > 0 ? hit / pending.length : 0;
           const queue = qSpan > 0 ? 1 - (queues[i]! - qMin) / qSpan : 1;
           const score = W_PREFIX * prefix + W_QUEUE * queue + W_KV_UTIL * (1 - w.cache.usage);
@@ -66,6 +69,7 @@ export const approxPrefix: PolicySpec = {
         });
         return chosen;
       },
+      matchedBlocks: (worker) => hits[worker] ?? 0,
       routed(_req, worker) {
         const lru = remembered[worker]!;
         for (const k of pending) {

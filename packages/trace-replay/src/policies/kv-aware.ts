@@ -21,7 +21,7 @@ function kvPolicy(name: PolicyName, cost: CostModel, knows: string): PolicySpec 
         load: ctx.load,
         // As if scraped at this instant (the EPP scrapes vLLM's num_requests_waiting every second).
         signals: (endpoint) => ({ waiting: ctx.workers[workerOf.get(endpoint)!]!.waitingCount }),
-        options: { ...ctx.weights, queueThreshold: ctx.queueThreshold, cost },
+        options: { ...ctx.weights, queueThreshold: ctx.queueThreshold, cost, pdThresholdTokens: ctx.pdThresholdTokens },
         latency,
         pending: ctx.pending,
         replicas: ctx.replicas,
@@ -29,13 +29,18 @@ function kvPolicy(name: PolicyName, cost: CostModel, knows: string): PolicySpec 
       });
       const routing: RoutingContext = { picker, load: ctx.ownLoad, latency, metrics: NO_METRICS, clock: ctx.clock, candidates: () => ctx.candidates };
       const inFlight = new Map<number, RoutedRequest>();
+      let last = { worker: -1, overlap: 0, prefill: undefined as number | undefined };
       return {
         pick(req) {
           const r = RoutedRequest.route(routing, { tokens: req.tokens!, hashes: req.localHashes });
           if (r.kind === "no_endpoint") throw new Error(`no worker to route to (${r.reason})`);
           inFlight.set(req.id, r.request);
-          return workerOf.get(r.request.candidate.key)!;
+          const prefill = r.request.prefillCandidate;
+          last = { worker: workerOf.get(r.request.candidate.key)!, overlap: r.request.decision.chosen.overlap, prefill: prefill && workerOf.get(prefill.key) };
+          return last.worker;
         },
+        matchedBlocks: (worker) => (worker === last.worker ? last.overlap : 0),
+        prefillWorker: () => last.prefill,
         firstToken(req) {
           inFlight.get(req.id)?.firstByte();
         },

@@ -40,6 +40,8 @@ export type ReplicaContext = {
   queueThreshold: number;
   blockSize: number;
   capacityBlocks: number;
+  /** the EPP's --pd-threshold-tokens, for a pool whose candidates carry roles */
+  pdThresholdTokens?: number;
 };
 
 /** One router replica under some policy. */
@@ -52,6 +54,10 @@ export interface Router {
   firstToken?(req: SimRequest): void;
   /** The request's response ended on `worker`: its TTFT and cached tokens, as the EPP reads them from it. */
   finished?(req: SimRequest, worker: number, seen: { ttftMs: number; cachedTokens: number }): void;
+  /** Leading blocks of the last picked request it believes `worker` holds (what llm-d's P/D decider reads). */
+  matchedBlocks?(worker: number): number;
+  /** In a pool with roles, the prefill worker its last pick named (undefined: the destination prefills). */
+  prefillWorker?(): number | undefined;
 }
 
 export type PolicySpec = {

@@ -2,12 +2,12 @@
 // virtual time: arrivals come from the (time-compressed) trace, workers admit, prefill and decode per
 // mock-worker's step scheduler, KV events reach the KV index after a configurable lag. Nothing sleeps, so
 // a whole trace runs in seconds and the same seed gives the same figures.
-import { workerKey, type WorkerRef } from "@kv-epp/protocol";
+import { workerKey, type WorkerRef, type WorkerRole } from "@kv-epp/protocol";
 import { fromWireExtraKeys, KvIndex } from "@kv-epp/index-wasm";
 import type { CacheEvent, TimingParams } from "@kv-epp/mock-worker";
 import { ActiveLoad, DEFAULT_LATENCY_SETTINGS, DEFAULT_PENDING, EvictionRegret, PendingPrefixes, type Candidate, type Clock, type LatencySettings, type Weights } from "@kv-epp/routing";
 import { seededRandom } from "@kv-epp/testkit";
-import { POLICIES, type PolicyName, type ReplicaContext, type Router } from "../policies/index.ts";
+import { POLICIES, type PolicyName, type PolicySpec, type ReplicaContext, type Router } from "../policies/index.ts";
 import { arrivalTimes, type TraceRecord } from "../trace.ts";
 import { EventQueue } from "./event-queue.ts";
 import { DEFAULT_AGG_SIM, SimReplicaAgg, type AggSimOptions, type AggSimStats } from "./replica-agg.ts";
@@ -104,9 +104,6 @@ export function replayPolicy(trace: readonly TraceRecord[], policy: PolicyName, 
   const rec = new Recorder(opts.workers, opts.bucketMs);
   const random = seededRandom(opts.seed);
   const refs: WorkerRef[] = Array.from({ length: opts.workers }, (_, i) => ({ workerId: `worker-${i}`, dpRank: 0 }));
-  const workerKeys = refs.map(workerKey);
-  const candidates: Candidate[] = refs.map((ref, i) => ({ ...ref, key: workerKeys[i]!, endpoint: workerKeys[i]!, rankHeader: undefined }));
-  const clock: Clock = { now: () => queue.now };
   let routers: Router[] = [];
   let evictedBlocks = 0;
 
@@ -147,38 +144,9 @@ export function replayPolicy(trace: readonly TraceRecord[], policy: PolicyName, 
     }),
   );
 
-  // Virtual time ages the in-flight prefixes, as wall time does in the EPP.
-  const newPending = () => new PendingPrefixes({ ...DEFAULT_PENDING, now: () => queue.now });
-  const shared = opts.inflightPrefix === "shared" ? newPending() : undefined;
-  const pendingFor = () => shared ?? (opts.inflightPrefix === "own" ? newPending() : undefined);
-  const ownLoads = Array.from({ length: Math.max(1, opts.replicas) }, () => new ActiveLoad(pendingFor()));
-  // One replica needs no sharing; several share through the simulated replica-agg when it is on.
-  const agg =
-    opts.replicaAgg && spec.usesRouterLoad && ownLoads.length > 1
-      ? new SimReplicaAgg(queue, ownLoads, opts.agg ?? DEFAULT_AGG_SIM, seededRandom(opts.seed + 104729), opts.inflightPrefix === "own" ? ownLoads.map(() => newPending()) : undefined)
-      : undefined;
-  routers = ownLoads.map((ownLoad, r) => {
-    const ctx: ReplicaContext = {
-      workers,
-      workerKeys,
-      candidates,
-      clock,
-      random: r === 0 ? random : seededRandom(opts.seed + 7919 * r),
-      ownLoad,
-      pending: agg ? agg.pendingView(r) : ownLoad.pending,
-      load: agg ? agg.view(r) : ownLoad,
-      index,
-      modelKey: SIM_MODEL_KEY,
-      weights: opts.weights,
-      latency: opts.latency ?? DEFAULT_LATENCY_SETTINGS,
-      replicas: agg ? () => agg.replicas(r) : undefined,
-      regret,
-      queueThreshold: opts.queueThreshold ?? 0,
-      blockSize: opts.blockSize,
-      capacityBlocks: opts.capacityBlocks,
-    };
-    return spec.create(ctx);
-  });
+  const set = createRouters({ spec, workers, refs, queue, opts, index, regret, random });
+  routers = set.routers;
+  const agg = set.agg;
 
   const reset = opts.reset;
   if (reset && reset.worker < workers.length)
@@ -231,6 +199,69 @@ export function replayPolicy(trace: readonly TraceRecord[], policy: PolicyName, 
   };
 }
 
+/** What one policy's router replicas are built over: the workers they route to and what they all share. */
+export type RouterSetup = {
+  spec: PolicySpec;
+  workers: readonly SimWorker[];
+  refs: readonly WorkerRef[];
+  queue: EventQueue;
+  opts: ReplayOptions;
+  index: KvIndex;
+  regret: EvictionRegret;
+  /** replica 0's random source; the others are seeded from `opts.seed` (+ `seedOffset`) */
+  random: () => number;
+  seedOffset?: number;
+  /** each worker's P/D role (by position), for a pool with roles; with `pdThresholdTokens` for the decider */
+  roles?: readonly WorkerRole[];
+  pdThresholdTokens?: number;
+};
+
+/**
+ * `opts.replicas` routers under one policy over `workers`, each with its own load and in-flight
+ * prefixes, sharing them through a simulated replica-agg when `opts.replicaAgg` is on.
+ */
+export function createRouters(s: RouterSetup): { routers: Router[]; agg?: SimReplicaAgg } {
+  const { spec, workers, refs, queue, opts, index, regret } = s;
+  const offset = s.seedOffset ?? 0;
+  const workerKeys = refs.map(workerKey);
+  const candidates: Candidate[] = refs.map((ref, i) => ({ ...ref, key: workerKeys[i]!, endpoint: workerKeys[i]!, rankHeader: undefined, ...(s.roles ? { role: s.roles[i] } : {}) }));
+  const clock: Clock = { now: () => queue.now };
+  // Virtual time ages the in-flight prefixes, as wall time does in the EPP.
+  const newPending = () => new PendingPrefixes({ ...DEFAULT_PENDING, now: () => queue.now });
+  const shared = opts.inflightPrefix === "shared" ? newPending() : undefined;
+  const pendingFor = () => shared ?? (opts.inflightPrefix === "own" ? newPending() : undefined);
+  const ownLoads = Array.from({ length: Math.max(1, opts.replicas) }, () => new ActiveLoad(pendingFor()));
+  // One replica needs no sharing; several share through the simulated replica-agg when it is on.
+  const agg =
+    opts.replicaAgg && spec.usesRouterLoad && ownLoads.length > 1
+      ? new SimReplicaAgg(queue, ownLoads, opts.agg ?? DEFAULT_AGG_SIM, seededRandom(opts.seed + offset + 104729), opts.inflightPrefix === "own" ? ownLoads.map(() => newPending()) : undefined)
+      : undefined;
+  const routers = ownLoads.map((ownLoad, r) => {
+    const ctx: ReplicaContext = {
+      workers,
+      workerKeys,
+      candidates,
+      clock,
+      random: r === 0 ? s.random : seededRandom(opts.seed + offset + 7919 * r),
+      ownLoad,
+      pending: agg ? agg.pendingView(r) : ownLoad.pending,
+      load: agg ? agg.view(r) : ownLoad,
+      index,
+      modelKey: SIM_MODEL_KEY,
+      weights: opts.weights,
+      latency: opts.latency ?? DEFAULT_LATENCY_SETTINGS,
+      replicas: agg ? () => agg.replicas(r) : undefined,
+      regret,
+      queueThreshold: opts.queueThreshold ?? 0,
+      blockSize: opts.blockSize,
+      capacityBlocks: opts.capacityBlocks,
+      pdThresholdTokens: s.pdThresholdTokens,
+    };
+    return spec.create(ctx);
+  });
+  return { routers, agg };
+}
+
 export function burstArrivals(trace: readonly TraceRecord[], opts: ReplayOptions): number[] {
   if (opts.arrivals !== "bursts") return arrivalTimes(trace, opts.timeScale, opts.arrivals ?? "recorded");
   const window = BURST_WINDOW_MS / opts.timeScale;
@@ -238,7 +269,7 @@ export function burstArrivals(trace: readonly TraceRecord[], opts: ReplayOptions
 }
 
 /** Worker KV events (what the mock publishes) applied to the index and the eviction regret, as the EPP's listener does. */
-function applyToIndex(index: KvIndex, regret: EvictionRegret, worker: WorkerRef, events: CacheEvent[]): void {
+export function applyToIndex(index: KvIndex, regret: EvictionRegret, worker: WorkerRef, events: CacheEvent[]): void {
   const b = index.batch();
   for (const e of events) {
     if (e.kind === "stored") {

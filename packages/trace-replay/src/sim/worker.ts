@@ -10,15 +10,23 @@ import type { EventQueue } from "./event-queue.ts";
 import { cacheIdentity, type SimRequest } from "./request.ts";
 
 /** A request's first token: `cachedTokens` is what its admission found in the cache. */
-export type FirstToken = { req: SimRequest; worker: number; atMs: number; cachedTokens: number };
+export type FirstToken = { req: SimRequest; worker: number; atMs: number; cachedTokens: number; leg: Leg };
 
 export type WorkerHooks = {
   onFirstToken(f: FirstToken): void;
   /** the request's last token: it leaves the worker */
-  onFinished(req: SimRequest, worker: number, now: number): void;
+  onFinished(req: SimRequest, worker: number, now: number, leg: Leg): void;
 };
 
-type Job = { req: SimRequest; lease?: Lease; cachedTokens?: number };
+/**
+ * A request's part on this worker. A P/D pool splits one request in two (pd-replay.ts): a `prefill`
+ * leg (one output token, its prompt kept for the decode leg) and a `pulled` decode leg, whose prompt
+ * was read from the prefill worker: admitted as computed but for its last token, as vLLM's
+ * NixlConnector leaves it (the mock worker's `--role decode`).
+ */
+export type Leg = "whole" | "prefill" | "pulled";
+
+type Job = { req: SimRequest; leg: Leg; lease?: Lease; cachedTokens?: number };
 
 export class SimWorker {
   readonly cache: PrefixCacheSim;
@@ -42,9 +50,12 @@ export class SimWorker {
       (job) => {
         const acq = this.cache.admit(job.req.tokens!, cacheIdentity(job.req));
         job.lease = acq.lease;
+        // A pulled prompt's first admission has it all but the last token; a resumption finds the
+        // pulled blocks in the cache like any other.
+        const computed = job.leg === "pulled" && job.cachedTokens === undefined ? job.req.promptTokens - 1 : acq.cachedTokens;
         // A resumption (after a preemption) reports its first admission's hit, as vLLM does.
-        job.cachedTokens ??= acq.cachedTokens;
-        return acq.cachedTokens;
+        job.cachedTokens ??= computed;
+        return computed;
       },
       { allocate: (job, tokens) => this.cache.allocate(job.lease!, tokens), release: (job) => this.cache.release(job.lease!) },
     );
@@ -64,9 +75,9 @@ export class SimWorker {
   }
 
   /** Queues a request; an idle engine starts a step at once (a busy one takes it at its next step). */
-  submit(req: SimRequest, now: number): void {
+  submit(req: SimRequest, now: number, leg: Leg = "whole"): void {
     this.activeBlocks += req.requestBlocks;
-    this.scheduler.add({ req }, req.promptTokens, req.outputTokens);
+    this.scheduler.add({ req, leg }, req.promptTokens, leg === "prefill" ? 1 : req.outputTokens);
     if (this.stepEndsAt === null) this.runStep(now);
   }
 
@@ -92,13 +103,14 @@ export class SimWorker {
     const end = now + r.ms;
     this.stepEndsAt = end;
     this.queue.schedule(end, (t) => {
-      for (const job of r.first) this.hooks.onFirstToken({ req: job.req, worker: this.index, atMs: t, cachedTokens: job.cachedTokens ?? 0 });
+      for (const job of r.first) this.hooks.onFirstToken({ req: job.req, worker: this.index, atMs: t, cachedTokens: job.cachedTokens ?? 0, leg: job.leg });
       for (const job of r.finished) {
         this.cache.release(job.lease!);
-        // Kept until now: a preempted request is looked up again when it is readmitted.
-        job.req.tokens = null;
+        // Kept until now: a preempted request is looked up again when it is readmitted (and a
+        // prefill leg's prompt is the decode leg's).
+        if (job.leg !== "prefill") job.req.tokens = null;
         this.activeBlocks -= job.req.requestBlocks;
-        this.hooks.onFinished(job.req, this.index, t);
+        this.hooks.onFinished(job.req, this.index, t, job.leg);
       }
       this.runStep(t);
     });

@@ -1,0 +1,176 @@
+import { Hono, type Context } from "hono";
+import pino, { type Logger } from "pino";
+import { randomUUID } from "node:crypto";
+import { hostPort, PREFILL_RANK_HEADER } from "@kv-epp/protocol";
+import { resolveConfig, type SidecarConfig } from "./config.ts";
+import { createMetrics, type SidecarMetrics } from "./metrics.ts";
+import { decodeBody, prefillBody, prefillOutcome, type Body, type OpenAiPath } from "./prefill-request.ts";
+import { PREFILLER_HEADER, chosenPrefiller, isHostPort } from "./prefiller-header.ts";
+import { rewriteJson, rewriteSse } from "./usage-rewrite.ts";
+
+/**
+ * The P/D sidecar in front of a decode worker, as llm-d's pd-sidecar: the gateway sends it the
+ * requests an EPP routed to this decode worker. With `x-prefiller-host-port` (the prefill worker the
+ * EPP chose) a completion or chat runs in two legs: the prefill leg to that worker, which computes the
+ * prompt and answers with `kv_transfer_params`, then the decode leg to the local worker with them,
+ * whose answer (streamed or not) goes back to the client. Without it, or on any other route, the
+ * request passes through to the local worker unchanged.
+ */
+
+const REQUEST_ID = "x-request-id";
+// Connection-scoped or recomputed per hop: never copied from one leg to the next.
+const HOP_HEADERS = ["host", "connection", "keep-alive", "transfer-encoding", "content-length", "upgrade", "te", "trailer", "proxy-connection", "content-encoding"];
+
+export type SidecarOptions = Partial<Parameters<typeof resolveConfig>[0]> & { logger?: Logger };
+
+export type Sidecar = { url: string; config: SidecarConfig; close(): Promise<void> };
+
+/** vLLM's rank header: a server fronting several DP ranks runs the request on the one it names. */
+const DP_RANK_HEADER = "x-data-parallel-rank";
+
+function forwardHeaders(from: Headers): Headers {
+  const h = new Headers(from);
+  for (const name of HOP_HEADERS) h.delete(name);
+  h.delete(PREFILLER_HEADER);
+  h.delete(PREFILL_RANK_HEADER);
+  return h;
+}
+
+function errorBody(c: Context, status: 400 | 403 | 502, message: string) {
+  return c.json({ error: { message, type: status === 400 ? "BadRequestError" : status === 403 ? "Forbidden" : "BadGateway", param: null, code: status } }, status);
+}
+
+function answer(res: Response, body: ReadableStream<Uint8Array> | string | null): Response {
+  const headers = forwardHeaders(res.headers);
+  return new Response(body, { status: res.status, headers });
+}
+
+export function sidecarApp(config: SidecarConfig, log: Logger, metrics: SidecarMetrics): Hono {
+  const decoder = config.decoder.replace(/\/$/, "");
+  const allowed = new Set(config.allowedPrefillers);
+  const app = new Hono();
+
+  const passThrough = async (c: Context) => {
+    const req = c.req.raw;
+    const url = new URL(req.url);
+    try {
+      const res = await fetch(`${decoder}${url.pathname}${url.search}`, {
+        method: req.method, headers: forwardHeaders(req.headers),
+        body: req.method === "GET" || req.method === "HEAD" ? undefined : await req.arrayBuffer(),
+        signal: req.signal, redirect: "manual",
+      });
+      return answer(res, res.body);
+    } catch (err) {
+      if (req.signal.aborted) return c.body(null, 499 as never);
+      // Probes before the worker is up land here too: not a failed P/D request.
+      metrics.failed("passthrough_unreachable");
+      log.debug({ err, path: url.pathname }, "decode worker unreachable");
+      return errorBody(c, 502, `decode worker unreachable: ${(err as Error).message}`);
+    }
+  };
+
+  const disaggregated = (path: OpenAiPath) => async (c: Context) => {
+    const prefiller = chosenPrefiller(c.req.header(PREFILLER_HEADER));
+    if (prefiller === null) {
+      metrics.request("local");
+      return passThrough(c);
+    }
+    if (!isHostPort(prefiller)) {
+      metrics.failed("bad_header");
+      return errorBody(c, 400, `${PREFILLER_HEADER} must be host:port, got ${JSON.stringify(prefiller)}`);
+    }
+    if (allowed.size > 0 && !allowed.has(prefiller)) {
+      metrics.failed("forbidden");
+      log.warn({ peer: prefiller }, "prefill target not in --allowed-prefillers");
+      return errorBody(c, 403, `prefill target ${prefiller} is not allowed`);
+    }
+    let client: Body;
+    try {
+      const parsed: unknown = await c.req.json();
+      if (typeof parsed !== "object" || parsed === null || Array.isArray(parsed)) throw new Error("expected a JSON object");
+      client = parsed as Body;
+    } catch (e) {
+      metrics.failed("bad_body");
+      return errorBody(c, 400, `request body is not a JSON object: ${(e as Error).message}`);
+    }
+    metrics.request("disaggregated");
+    const signal = c.req.raw.signal;
+    const headers = forwardHeaders(c.req.raw.headers);
+    if (!headers.has(REQUEST_ID)) headers.set(REQUEST_ID, randomUUID());
+    headers.set("content-type", "application/json");
+    // The EPP names the prefill rank apart from the destination's (the decode leg keeps its own): it
+    // is the prefill leg's rank header. Without it the prefill worker picks a rank itself.
+    const prefillHeaders = new Headers(headers);
+    prefillHeaders.delete(DP_RANK_HEADER);
+    const prefillRank = c.req.header(PREFILL_RANK_HEADER);
+    if (prefillRank !== undefined) prefillHeaders.set(DP_RANK_HEADER, prefillRank);
+
+    // The prefill leg: its answer is read whole (it is one token, and carries the transfer parameters).
+    const started = performance.now();
+    let pres: Response, ptext: string;
+    try {
+      pres = await fetch(`http://${prefiller}${path}`, {
+        method: "POST", headers: prefillHeaders, body: JSON.stringify(prefillBody(client, path)),
+        signal: AbortSignal.any([signal, AbortSignal.timeout(config.prefillTimeoutMs)]),
+      });
+      ptext = await pres.text();
+    } catch (err) {
+      if (signal.aborted) return c.body(null, 499 as never);
+      metrics.failed("prefill_unreachable");
+      log.warn({ err, peer: prefiller }, "prefill worker unreachable");
+      return errorBody(c, 502, `prefill worker ${prefiller} unreachable: ${(err as Error).message}`);
+    }
+    metrics.prefillSeconds((performance.now() - started) / 1000);
+    if (!pres.ok) {
+      // The prefill worker's own error (a 400 for a bad request, say) is the client's answer.
+      metrics.failed("prefill_status");
+      log.warn({ peer: prefiller, status: pres.status }, "prefill leg failed");
+      return answer(pres, ptext);
+    }
+    let outcome: ReturnType<typeof prefillOutcome>;
+    try {
+      outcome = prefillOutcome(JSON.parse(ptext));
+    } catch {
+      metrics.failed("prefill_answer");
+      return errorBody(c, 502, `prefill worker ${prefiller} answered with something other than JSON`);
+    }
+    // Without parameters the decode worker prefills itself: slower, still right.
+    if (outcome.kvTransferParams === null) log.warn({ peer: prefiller }, "prefill answer without kv_transfer_params");
+
+    let dres: Response;
+    try {
+      dres = await fetch(`${decoder}${path}`, {
+        method: "POST", headers, body: JSON.stringify(decodeBody(client, outcome.kvTransferParams)), signal,
+      });
+    } catch (err) {
+      if (signal.aborted) return c.body(null, 499 as never);
+      metrics.failed("decoder_unreachable");
+      log.warn({ err }, "decode worker unreachable");
+      return errorBody(c, 502, `decode worker unreachable: ${(err as Error).message}`);
+    }
+    if (!dres.ok || !dres.body) return answer(dres, dres.body);
+    const sse = (dres.headers.get("content-type") ?? "").includes("text/event-stream");
+    return answer(dres, sse ? rewriteSse(dres.body, outcome.cachedTokens) : rewriteJson(await dres.text(), outcome.cachedTokens));
+  };
+
+  app.post("/v1/completions", disaggregated("/v1/completions"));
+  app.post("/v1/chat/completions", disaggregated("/v1/chat/completions"));
+  app.get("/sidecar/metrics", async (c) => c.text(await metrics.registry.metrics(), 200, { "content-type": metrics.registry.contentType }));
+  app.all("*", async (c) => {
+    metrics.request("passthrough");
+    return passThrough(c);
+  });
+  return app;
+}
+
+/** Starts the sidecar; options not given take the CLI defaults. */
+export async function startSidecar(opts: SidecarOptions = {}): Promise<Sidecar> {
+  const { logger, ...given } = opts;
+  const config = resolveConfig(given);
+  const log = (logger ?? pino({ level: config.logLevel })).child({ component: "pd-sidecar" });
+  const server = Bun.serve({ hostname: config.listen, port: config.port, fetch: sidecarApp(config, log, createMetrics()).fetch, idleTimeout: 0 });
+  const host = config.listen === "0.0.0.0" ? "127.0.0.1" : config.listen === "::" ? "::1" : config.listen;
+  const url = `http://${hostPort(host, server.port!)}`;
+  log.info({ url, decoder: config.decoder, allowedPrefillers: config.allowedPrefillers }, "pd sidecar listening");
+  return { url, config, close: async () => void (await server.stop(true)) };
+}
