@@ -171,6 +171,34 @@ describe("the pair", () => {
     );
   });
 
+  test("property: one replica balances the decode ranks by their decode load while decode workers cache the prompts they receive", () => {
+    fc.assert(
+      fc.property(
+        fc.array(fc.tuple(fc.integer({ min: 8, max: 24 }), fc.nat(2)), { minLength: 4, maxLength: 24 }),
+        fc.integer({ min: 2, max: 12 }),
+        (requests, shared) => {
+          const D = [rank("bal-d1", "decode"), rank("bal-d2", "decode")];
+          const { load, holds, route } = pool([rank("bal-p1", "prefill"), rank("bal-p2", "prefill"), ...D], { threshold: 8, cost: "latency", pending: true });
+          const system = prompt(shared, 99);
+          for (const [i, [blocks, seed]] of requests.entries()) {
+            // a shared system prompt, then a tail of the request's own: always long enough to disaggregate
+            const tokens = Uint32Array.from([...system, ...prompt(blocks, 1000 * seed + i + 1)]);
+            const r = route(tokens);
+            expect(r.decision.pd?.disagg.disaggregate).toBe(true);
+            // its prefill is done, and the decode worker now holds the whole prompt it read (its KV events)
+            r.responseBody(new Uint8Array([1]));
+            holds(r.candidate, tokens, Math.floor(tokens.length / BLOCK));
+          }
+          // every request still decoding: the decode ranks' held blocks differ by at most one request's
+          const [a, b] = D.map((d) => load.of(d.key));
+          const longest = (shared + Math.max(...requests.map(([n]) => n)));
+          expect(Math.abs(a!.blocks - b!.blocks)).toBeLessThanOrEqual(longest);
+        },
+      ),
+      { numRuns: 50 },
+    );
+  });
+
   test("a both worker is never its own prefill rank; with no other prefill rank the decode rank prefills locally", () => {
     const B = rank("b", "both");
     const { route } = pool([B], { threshold: 4 });

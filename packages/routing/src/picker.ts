@@ -2,7 +2,7 @@
 // index, and the leading blocks pending there (pending.ts) -> the decision (decide.ts:
 // filters, cost per eligible candidate, choice).
 import { computeBlockHashes, MatchList, requestBlockExtras } from "@kv-epp/index-wasm";
-import type { Weights } from "./cost.ts";
+import { DEFAULT_WEIGHTS, type Weights } from "./cost.ts";
 import { decide, overlapOf, ttftInput, type CandidateState } from "./decide.ts";
 import { decideDisagg, roleSets, type Disaggregation } from "./disagg.ts";
 import { AwayWorkers, type ReplicaSet } from "./home.ts";
@@ -73,6 +73,16 @@ export type PrefillDecision = {
   /** The prefill rank and the prefill candidates as scored: present exactly when `disagg.disaggregate`. */
   prefill?: { chosen: ScoredCandidate; scored: ScoredCandidate[] };
 };
+
+/**
+ * A destination's decode load in the latency cost's ms: the blocks its in-flight requests hold, each
+ * weighed as the blocks cost weighs it against a block to prefill (DEFAULT_WEIGHTS: decode/prefill =
+ * 1/16, one more running request slowing every decode step of its batch, in the ms a block's prefill
+ * costs), so a held block costs 1/16 of a block's prefill time at the pool's fitted rate.
+ */
+function decodeLoadMs(activeBlocks: number, blockSize: number, msPerToken: number): number {
+  return (DEFAULT_WEIGHTS.decodeLoadScale / DEFAULT_WEIGHTS.prefillLoadScale) * activeBlocks * blockSize * msPerToken;
+}
 
 /** What besides its tokens names a request's blocks. */
 type Identity = { loraName: string | null; cacheSalt?: string };
@@ -182,6 +192,11 @@ export class Picker {
     const known = candidates.map(knownOf(false));
     const o = this.deps.options;
     const latency = this.deps.latency;
+    let destinationCost: ((c: Known) => number) | undefined;
+    if (o.cost === "latency") {
+      const local = this.latencyCost(candidates, this.away);
+      destinationCost = sets ? this.planCost(local, sets.prefill.map(knownOf(true)), req.tokens.length, bs) : local;
+    }
     const d = decide({
       requestBlocks,
       candidates: known,
@@ -189,7 +204,7 @@ export class Picker {
       weights: o,
       queueThreshold: o.queueThreshold,
       random: this.deps.random ?? Math.random,
-      latency: o.cost === "latency" ? this.latencyCost(candidates, this.away) : undefined,
+      latency: destinationCost,
     });
     if (d.kind === "none") return { kind: "no_endpoint", reason: d.reason };
     const scoredOf = (s: { candidate: Known; cost: number }): ScoredCandidate => ({
@@ -242,6 +257,35 @@ export class Picker {
       scored,
       prefix,
       ...(pd ? { pd } : {}),
+    };
+  }
+
+  /**
+   * A destination's latency cost in a pool with prefill ranks: the cost of the plan the decider would
+   * make with it (disagg.ts), plus its decode load. Where the decider would disaggregate, the prompt is
+   * prefilled on the cheapest prefill rank of another worker, so that rank's cost stands for the
+   * destination's own prefill (which a disaggregated decode lease never books: every destination would
+   * look idle, and the one whose cache is richest would keep winning); where it would prefill locally,
+   * its own latency cost stands. The decode load is what tells destinations apart either way.
+   */
+  private planCost(local: (c: Known) => number, prefillRanks: readonly Known[], promptTokens: number, blockSize: number): (c: Known) => number {
+    const remoteCosts = prefillRanks.map(this.latencyCost(prefillRanks.map((p) => p.ref), this.prefillAway));
+    const o = this.deps.options;
+    const msPerToken = this.deps.latency.params().msPerToken;
+    return (c) => {
+      let cheapest = Infinity;
+      let others = 0;
+      for (let i = 0; i < prefillRanks.length; i++)
+        if (prefillRanks[i]!.ref.workerId !== c.ref.workerId) {
+          others++;
+          if (remoteCosts[i]! < cheapest) cheapest = remoteCosts[i]!;
+        }
+      const v = decideDisagg({ promptTokens, decodeOverlap: overlapOf(c), blockSize, thresholdTokens: o.pdThresholdTokens ?? 0, prefillCandidates: others });
+      if (!v.disaggregate) return local(c) + decodeLoadMs(c.activeBlocks, blockSize, msPerToken);
+      // The decode rank pulls only the blocks it does not hold (vLLM's connector counts its local hits
+      // first), so its own cached prefix still counts: the pull is weighed as that many more held blocks.
+      const pulled = Math.ceil(v.uncachedTokens / blockSize);
+      return cheapest + decodeLoadMs(c.activeBlocks + pulled, blockSize, msPerToken);
     };
   }
 
