@@ -199,6 +199,18 @@ describe("the pair", () => {
     );
   });
 
+  test("at even decode load a disaggregated request goes to the decode rank holding its prefix: it pulls fewer blocks", () => {
+    const D1 = rank("pull-d1", "decode");
+    const D2 = rank("pull-d2", "decode");
+    const { holds, route } = pool([rank("pull-p", "prefill"), D1, D2], { threshold: 8, cost: "latency" });
+    const tokens = prompt(20, 7);
+    // ties go to the last candidate here (random 0): D1 wins only by what it holds
+    holds(D1, tokens, 6);
+    const r = route(tokens);
+    expect(r.decision.pd?.disagg.disaggregate).toBe(true);
+    expect(r.candidate.workerId).toBe("pull-d1");
+  });
+
   test("a both worker is never its own prefill rank; with no other prefill rank the decode rank prefills locally", () => {
     const B = rank("b", "both");
     const { route } = pool([B], { threshold: 4 });
