@@ -321,7 +321,9 @@ describe("startPoolWorkers", () => {
       api.upsert(pool(8000 + i));
       await waitFor(() => last.join() === `vllm-0@10.0.0.1:${8000 + i}`, { message: "workers follow the port" });
     }
-    await Bun.sleep(1500); // past the informers' 1 s restart pause
+    await waitFor(() => podWatches() >= 3, { message: "the current informer's watch open" });
+    // A stopped informer that came back would open its watch after its 1 s restart pause: a window past it.
+    await Bun.sleep(1500);
     expect(podWatches()).toBe(3);
     expect(errors).toBe(0);
   });

@@ -19,6 +19,7 @@ const data: ReportData = {
   timeAxis: "s",
   hitRate: [
     { name: "drawn", points: [[0, 0.1], [5, 0.3], [10, 0.2]] },
+    { name: "one value", points: [[0, null], [5, 0.4], [10, null]] },
     { name: "empty", points: [] },
   ],
   ttftAxis: "ms",
@@ -27,7 +28,7 @@ const data: ReportData = {
 };
 
 describe.skipIf(!chromiumPath)("a report in headless chromium", () => {
-  test("a legend series without points is reported as drawing nothing; the others drew", async () => {
+  test("a legend series without points is reported as drawing nothing; the others drew, one of a single value too", async () => {
     const path = join(dir, "r.html");
     writeFileSync(path, renderReport(data));
     const seen = await openReport(path);

@@ -4,6 +4,7 @@ import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import type { EppHandle } from "../main.ts";
 import { FakeWorkerEvents, HOST, MODEL, startTestEpp, tokens } from "../../test/helpers.ts";
 import { ExtProcClient, RoutingError } from "./client.ts";
+import { waitFor } from "@kv-epp/testkit";
 
 const enc = new TextEncoder();
 const body = (seed: number) => enc.encode(JSON.stringify({ model: MODEL, prompt: tokens(64, seed), max_tokens: 1 }));
@@ -28,8 +29,7 @@ describe("ExtProcClient", () => {
       expect(routed.pickMs).toBeGreaterThanOrEqual(0);
       expect(epp.load.inflight).toBe(1);
       await routed.finish(200);
-      await Bun.sleep(50);
-      expect(epp.load.inflight).toBe(0);
+      await waitFor(() => epp.load.inflight === 0, { message: "the request's load released" });
     } finally {
       client.close();
     }

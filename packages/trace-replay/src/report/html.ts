@@ -95,7 +95,9 @@ chart("chart-hit", {
   grid: { top: ${main ? 72 : 48}, left: 64, right: 32, bottom: 56 },
   xAxis: { type: "value", name: data.timeAxis, nameLocation: "middle", nameGap: 28, max: "dataMax" },
   yAxis: { type: "value", name: "cached / prompt tokens", min: 0, axisLabel: { formatter: (v) => Math.round(v * 100) + "%" } },
-  series: data.hitRate.map((s, i) => ({ name: s.name, type: "line", showSymbol: false, connectNulls: true, data: s.points, markLine: i === 0 ? markLine : undefined })),
+  // A series with one value (the EPPs' predictions come from a few scrapes on a busy run) is a line of no
+  // length: its point is drawn as a symbol instead.
+  series: data.hitRate.map((s, i) => ({ name: s.name, type: "line", showSymbol: s.points.filter((p) => p[1] !== null).length < 2, connectNulls: true, data: s.points, markLine: i === 0 ? markLine : undefined })),
 });
 if (data.limits) chart("chart-limits", {
   tooltip: { trigger: "axis", axisPointer: { type: "shadow" } },
