@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
-import { waitFor } from "@kv-epp/testkit";
+import { waitFor, LOOPBACK } from "@kv-epp/testkit";
 import { startMockWorker, type CacheTruth, type MockWorker } from "../src/index.ts";
 import { post } from "./support.ts";
 
@@ -10,9 +10,9 @@ import { post } from "./support.ts";
 let prefill: MockWorker, decode: MockWorker, both: MockWorker;
 const common = { port: 0, speed: 0, blockSize: 16, model: "mock/model", logLevel: "silent" as const };
 beforeAll(async () => {
-  prefill = await startMockWorker({ ...common, listen: "127.0.2.60", kvEvents: "tcp://127.0.2.60:0", role: "prefill" });
-  decode = await startMockWorker({ ...common, listen: "127.0.2.61", kvEvents: "tcp://127.0.2.61:0", role: "decode" });
-  both = await startMockWorker({ ...common, listen: "127.0.2.62", kvEvents: "tcp://127.0.2.62:0" });
+  prefill = await startMockWorker({ ...common, listen: `${LOOPBACK}.2.60`, kvEvents: `tcp://${LOOPBACK}.2.60:0`, role: "prefill" });
+  decode = await startMockWorker({ ...common, listen: `${LOOPBACK}.2.61`, kvEvents: `tcp://${LOOPBACK}.2.61:0`, role: "decode" });
+  both = await startMockWorker({ ...common, listen: `${LOOPBACK}.2.62`, kvEvents: `tcp://${LOOPBACK}.2.62:0` });
 });
 afterAll(() => Promise.all([prefill.close(), decode.close(), both.close()]));
 
@@ -38,7 +38,7 @@ describe("prefill and decode roles (vLLM's NixlConnector)", () => {
     const prompt = ids(70); // 4 full blocks and 6 tokens: 5 blocks of KV
     const res = await completion(prefill, { prompt, max_tokens: 1, kv_transfer_params: PREFILL_PARAMS });
     const kv = res.kv_transfer_params;
-    expect(kv).toMatchObject({ do_remote_prefill: true, do_remote_decode: false, remote_host: "127.0.2.60", remote_port: Number(new URL(prefill.url).port), tp_size: 1 });
+    expect(kv).toMatchObject({ do_remote_prefill: true, do_remote_decode: false, remote_host: `${LOOPBACK}.2.60`, remote_port: Number(new URL(prefill.url).port), tp_size: 1 });
     expect(kv.remote_block_ids).toHaveLength(1); // one KV cache group, as vLLM's BlockIds
     expect(kv.remote_block_ids[0]).toHaveLength(5);
     expect(typeof kv.remote_engine_id).toBe("string");
@@ -109,10 +109,10 @@ describe("prefill and decode roles (vLLM's NixlConnector)", () => {
 });
 
 test("a worker of role both (llm-d's prefill-decode) runs the connector either way", async () => {
-  const w = await startMockWorker({ ...common, listen: "127.0.2.64", kvEvents: "tcp://127.0.2.64:0", role: "both" });
+  const w = await startMockWorker({ ...common, listen: `${LOOPBACK}.2.64`, kvEvents: `tcp://${LOOPBACK}.2.64:0`, role: "both" });
   try {
     const p = await completion(w, { prompt: ids(40, 600), max_tokens: 1, kv_transfer_params: PREFILL_PARAMS });
-    expect(p.kv_transfer_params).toMatchObject({ do_remote_prefill: true, remote_host: "127.0.2.64" });
+    expect(p.kv_transfer_params).toMatchObject({ do_remote_prefill: true, remote_host: `${LOOPBACK}.2.64` });
     const d = await completion(decode, { prompt: ids(40, 600), max_tokens: 1, kv_transfer_params: p.kv_transfer_params });
     expect(d.usage.prompt_tokens_details.cached_tokens).toBe(39);
     await waitFor(async () => (await metric(w, `mock_worker_kv_transfer_held_requests{model_name="mock/model",engine="0"}`)) === 0, { message: "the blocks read and freed" });
@@ -123,7 +123,7 @@ test("a worker of role both (llm-d's prefill-decode) runs the connector either w
 });
 
 test("prefilled blocks no decode worker reads are freed at the abort timeout", async () => {
-  const w = await startMockWorker({ ...common, listen: "127.0.2.63", kvEvents: "tcp://127.0.2.63:0", role: "prefill", kvTransferAbortTimeoutS: 0.05 });
+  const w = await startMockWorker({ ...common, listen: `${LOOPBACK}.2.63`, kvEvents: `tcp://${LOOPBACK}.2.63:0`, role: "prefill", kvTransferAbortTimeoutS: 0.05 });
   try {
     const res = await completion(w, { prompt: ids(40), max_tokens: 1, kv_transfer_params: PREFILL_PARAMS });
     expect(res.kv_transfer_params.do_remote_prefill).toBe(true);

@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { startMockWorker, type CacheTruth, type MockWorker } from "@kv-epp/mock-worker";
-import { freePort, spawnBun, waitFor, type ProcessHandle } from "@kv-epp/testkit";
+import { freePort, spawnBun, waitFor, type ProcessHandle, LOOPBACK } from "@kv-epp/testkit";
 
 // `bun run pd-sidecar` as a process in front of a decode-role mock worker, given the header an EPP
 // would set: the prefill leg goes to a prefill-role mock, the decode leg to the local one, and the
@@ -16,11 +16,11 @@ function startSidecar(host: string, port: number, extra: string[] = [], decoder?
 const healthy = (base: string) => waitFor(() => fetch(`${base}/health`).then((r) => r.ok, () => false), { message: `${base}/health through the sidecar` });
 
 beforeAll(async () => {
-  prefill = await startMockWorker({ ...common, listen: "127.0.2.70", kvEvents: "tcp://127.0.2.70:0", role: "prefill" });
-  decode = await startMockWorker({ ...common, listen: "127.0.2.71", kvEvents: "tcp://127.0.2.71:0", role: "decode" });
-  const port = await freePort("127.0.2.72");
-  sidecar = startSidecar("127.0.2.72", port);
-  url = `http://127.0.2.72:${port}`;
+  prefill = await startMockWorker({ ...common, listen: `${LOOPBACK}.2.70`, kvEvents: `tcp://${LOOPBACK}.2.70:0`, role: "prefill" });
+  decode = await startMockWorker({ ...common, listen: `${LOOPBACK}.2.71`, kvEvents: `tcp://${LOOPBACK}.2.71:0`, role: "decode" });
+  const port = await freePort(`${LOOPBACK}.2.72`);
+  sidecar = startSidecar(`${LOOPBACK}.2.72`, port);
+  url = `http://${LOOPBACK}.2.72:${port}`;
   await healthy(url);
 });
 afterAll(async () => {
@@ -85,8 +85,8 @@ describe("the P/D sidecar as a process", () => {
     const bad = await post("/v1/completions", { model: "mock/model" }, { "x-prefiller-host-port": prefiller() });
     expect(bad.status).toBe(400);
     expect(((await bad.json()) as any).error.param).toBe("prompt");
-    const dead = await freePort("127.0.2.73");
-    expect((await post("/v1/completions", { prompt: "x" }, { "x-prefiller-host-port": `127.0.2.73:${dead}` })).status).toBe(502);
+    const dead = await freePort(`${LOOPBACK}.2.73`);
+    expect((await post("/v1/completions", { prompt: "x" }, { "x-prefiller-host-port": `${LOOPBACK}.2.73:${dead}` })).status).toBe(502);
     expect((await post("/v1/completions", { prompt: "x" }, { "x-prefiller-host-port": "http://evil/" })).status).toBe(400);
     expect((await post("/v1/completions", [1, 2] as never, { "x-prefiller-host-port": prefiller() })).status).toBe(400);
     const own = await (await fetch(`${url}/sidecar/metrics`)).text();
@@ -101,13 +101,13 @@ describe("the P/D sidecar as a process", () => {
   });
 
   test("with --allowed-prefillers a prefill target not listed is refused", async () => {
-    const port = await freePort("127.0.2.74");
-    const guarded = startSidecar("127.0.2.74", port, ["--allowed-prefillers", prefiller()]);
+    const port = await freePort(`${LOOPBACK}.2.74`);
+    const guarded = startSidecar(`${LOOPBACK}.2.74`, port, ["--allowed-prefillers", prefiller()]);
     try {
-      const base = `http://127.0.2.74:${port}`;
+      const base = `http://${LOOPBACK}.2.74:${port}`;
       await healthy(base);
       const call = (target: string) => fetch(`${base}/v1/completions`, { method: "POST", headers: { "content-type": "application/json", "x-prefiller-host-port": target }, body: JSON.stringify({ prompt: ids(20, 1), max_tokens: 1 }) });
-      expect((await call("127.0.2.75:8000")).status).toBe(403);
+      expect((await call(`${LOOPBACK}.2.75:8000`)).status).toBe(403);
       expect((await call(prefiller())).status).toBe(200);
     } finally {
       await guarded.kill();
@@ -118,30 +118,30 @@ describe("the P/D sidecar as a process", () => {
 test("a bad flag stops the sidecar with exit code 2, naming it", async () => {
   const child = spawnBun([`${ROOT}/packages/pd-sidecar/src/main.ts`, "--decoder", "ftp://x"], {}, { name: "pd-sidecar bad" });
   expect(await child.exited).toBe(2);
-  expect(child.output()).toContain('invalid --decoder "ftp://x"');
+  expect(child.output()).toContain('invalid value for --decoder: "ftp://x"');
 });
 
 test("both legs carry one request id and neither carries the routing headers; each leg has its own rank", async () => {
   type Seen = { headers: Headers; body: any };
   const seen: { prefill?: Seen; decode?: Seen } = {};
-  const kv = { do_remote_prefill: true, do_remote_decode: false, remote_block_ids: [[7, 8]], remote_engine_id: "e0", remote_request_id: "cmpl-1-0", remote_host: "127.0.2.76", remote_port: 1, tp_size: 1 };
-  const fakePrefill = Bun.serve({ hostname: "127.0.2.76", port: 0, fetch: async (req) => {
+  const kv = { do_remote_prefill: true, do_remote_decode: false, remote_block_ids: [[7, 8]], remote_engine_id: "e0", remote_request_id: "cmpl-1-0", remote_host: `${LOOPBACK}.2.76`, remote_port: 1, tp_size: 1 };
+  const fakePrefill = Bun.serve({ hostname: `${LOOPBACK}.2.76`, port: 0, fetch: async (req) => {
     seen.prefill = { headers: req.headers, body: await req.json() };
     return Response.json({ id: "cmpl-1", choices: [{ index: 0, text: " the" }], usage: { prompt_tokens: 20, completion_tokens: 1, prompt_tokens_details: { cached_tokens: 16 } }, kv_transfer_params: kv });
   } });
-  const fakeDecode = Bun.serve({ hostname: "127.0.2.77", port: 0, fetch: async (req) => {
+  const fakeDecode = Bun.serve({ hostname: `${LOOPBACK}.2.77`, port: 0, fetch: async (req) => {
     seen.decode = { headers: req.headers, body: await req.json() };
     return Response.json({ id: "cmpl-2", choices: [{ index: 0, text: " the cache" }], usage: { prompt_tokens: 20, completion_tokens: 2, prompt_tokens_details: { cached_tokens: 19 } } });
   } });
-  const port = await freePort("127.0.2.78");
-  const proc = startSidecar("127.0.2.78", port, [], `http://127.0.2.77:${fakeDecode.port}`);
+  const port = await freePort(`${LOOPBACK}.2.78`);
+  const proc = startSidecar(`${LOOPBACK}.2.78`, port, [], `http://${LOOPBACK}.2.77:${fakeDecode.port}`);
   try {
-    await waitFor(() => fetch(`http://127.0.2.78:${port}/sidecar/metrics`).then((r) => r.ok, () => false), { message: "the sidecar" });
+    await waitFor(() => fetch(`http://${LOOPBACK}.2.78:${port}/sidecar/metrics`).then((r) => r.ok, () => false), { message: "the sidecar" });
     const client = { model: "m", prompt: "hello", max_tokens: 2, min_tokens: 2, user: "u" };
-    const res = await fetch(`http://127.0.2.78:${port}/v1/completions`, {
+    const res = await fetch(`http://${LOOPBACK}.2.78:${port}/v1/completions`, {
       method: "POST",
       headers: {
-        "content-type": "application/json", "x-prefiller-host-port": `127.0.2.76:${fakePrefill.port}`, authorization: "Bearer t",
+        "content-type": "application/json", "x-prefiller-host-port": `${LOOPBACK}.2.76:${fakePrefill.port}`, authorization: "Bearer t",
         "x-data-parallel-rank": "1", "x-kv-epp-prefill-data-parallel-rank": "3",
       },
       body: JSON.stringify(client),

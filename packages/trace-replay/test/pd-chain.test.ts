@@ -1,8 +1,9 @@
-// The P/D chain end to end, every piece a process on 127.0.62.x as `bun run demo --pd` starts them:
+// The P/D chain end to end, every piece a process on the run's loopback range (127.S.62.x) as `bun run demo --pd` starts them:
 // client -> gateway (ext_proc to the EPP) -> the EPP's answer (destination: a decode worker's sidecar;
 // x-prefiller-host-port: the prefill worker it chose) -> the sidecar's prefill leg to that prefill
 // mock worker -> its decode leg, with the prefill's kv_transfer_params, to the decode mock worker. The
 // workers' own figures (prompt_tokens_by_source, /admin/cache) say where each prompt was computed.
+import { LOOPBACK } from "@kv-epp/testkit";
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { mkdtempSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -18,7 +19,7 @@ const children = new Children(REPO_ROOT);
 let l: ClusterLayout;
 
 beforeAll(async () => {
-  l = layout({ subnet: "127.0.62", workers: 4, pd: true, capacityBlocks: 4096, blockSize: 16, speed: 0, workerPort: 8000, kvPort: 5557, gatewayPort: 8080, bodyMode: "full-duplex" });
+  l = layout({ subnet: `${LOOPBACK}.62`, workers: 4, pd: true, capacityBlocks: 4096, blockSize: 16, speed: 0, workerPort: 8000, kvPort: 5557, gatewayPort: 8080, bodyMode: "full-duplex" });
   l.workers.forEach((_, i) => startWorker(children, l, i, dir));
   await Promise.all(l.workers.map((w) => waitUntil(`${w.id}`, () => workerHealthy(w.ip, w.httpPort).catch(() => false), 60_000)));
   startEppReplica(children, l, "epp-a", [], dir);
