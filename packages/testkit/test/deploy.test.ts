@@ -7,6 +7,23 @@ import { join } from "node:path";
 import { rbacAuthorizer, renderKustomization, renderWithKubectl, type KubeObject } from "../src/index.ts";
 
 const DEPLOY = join(import.meta.dir, "..", "..", "..", "deploy");
+
+/**
+ * The environment variables a program reads: its options' declared names (@kv-epp/options' naming rule).
+ * Loaded by path beside the deploy tree, as the manifests are: testkit itself depends on no program.
+ */
+async function envNamesOf(configModule: string, specName: string, programName: string): Promise<Set<string>> {
+  const packages = join(DEPLOY, "..", "packages");
+  const { envName } = (await import(join(packages, "options", "src", "index.ts"))) as {
+    envName: (key: string, o: unknown, prefix: string | undefined) => string | undefined;
+  };
+  const m = (await import(join(packages, configModule))) as Record<string, unknown>;
+  const spec = m[specName] as Record<string, unknown>;
+  const prefix = (m[programName] as { envPrefix?: string }).envPrefix;
+  return new Set(Object.entries(spec).map(([k, o]) => envName(k, o, prefix)).filter((n): n is string => n !== undefined));
+}
+const EPP_ENV = await envNamesOf(join("epp", "src", "options.ts"), "EPP_OPTIONS", "EPP_PROGRAM");
+const MOCK_WORKER_ENV = await envNamesOf(join("mock-worker", "src", "config.ts"), "MOCK_WORKER_OPTIONS", "MOCK_WORKER_PROGRAM");
 const KUSTOMIZATIONS = ["base", "overlays/networkpolicy", "overlays/vllm", "overlays/monitoring"];
 const NS = "kv-epp";
 const EPP_LABELS = { "app.kubernetes.io/name": "dynamo-epp" };
@@ -125,9 +142,8 @@ describe("deploy/ kustomizations", () => {
     });
 
     test(`${k}: the EPP's environment variables are ones the EPP reads`, () => {
-      const configFile = join(DEPLOY, "..", "packages", "epp", "src", "config.ts");
-      if (!existsSync(configFile)) return;
-      const known = new Set([...readFileSync(configFile, "utf8").matchAll(/env: "([A-Z0-9_]+)"/g)].map((m) => m[1]!));
+      const known = EPP_ENV;
+      expect(known.has("DYN_EPP_GRPC_PORT")).toBe(true);
       const epp = find<Workload>(render(k), "Deployment", "dynamo-epp").spec.template.spec.containers.find((c) => c.name === "epp")!;
       const unknown = [...envOf(epp).keys()].filter((n) => !known.has(n) && !["POD_NAME", "POD_UID"].includes(n));
       expect(unknown).toEqual([]);
@@ -228,12 +244,8 @@ describe("deploy/ kustomizations", () => {
   });
 
   test("base: the mock worker's environment variables are ones it reads", () => {
-    const configFile = join(DEPLOY, "..", "packages", "mock-worker", "src", "config.ts");
-    if (!existsSync(configFile)) return;
-    const text = readFileSync(configFile, "utf8");
-    const flags = [...text.slice(text.indexOf("OPTIONS = {")).matchAll(/^\s+"?([a-z][a-z-]*)"?: \{ schema:/gm)].map((m) => m[1]!);
-    expect(flags).toContain("discovery");
-    const known = new Set(flags.map((f) => `MOCK_WORKER_${f.toUpperCase().replaceAll("-", "_")}`));
+    const known = MOCK_WORKER_ENV;
+    expect(known.has("MOCK_WORKER_DISCOVERY")).toBe(true);
     const c = find<Workload>(render("base"), "Deployment", "vllm-mock").spec.template.spec.containers[0]!;
     const unknown = [...envOf(c).keys()].filter((n) => !known.has(n) && !["POD_NAME", "POD_UID", "POD_NAMESPACE"].includes(n));
     expect(unknown).toEqual([]);

@@ -39,7 +39,27 @@ export function textArbitrary(addedTokens: readonly string[]): fc.Arbitrary<stri
     addedTokens.length > 0 ? fc.constantFrom(...addedTokens) : fc.constant(""),
     fc.lorem({ maxCount: 6 }),
   );
-  return fc.array(pieces, { maxLength: 24 }).map((xs) => xs.join(""));
+  return fc.array(pieces, { maxLength: 24 }).map((xs) => withoutRecentCodePoints(xs.join("")));
+}
+
+/**
+ * Code points assigned in Unicode 16 and 17, which the reference's pre-tokenizer regex engine (Oniguruma,
+ * an older Unicode) still takes as unassigned while Bun's engine classifies them (a Unicode 17 CJK
+ * ideograph is a letter here, not there): the two tokenizers split such text differently, a known and
+ * documented limit of the fast BPE (README "Fast BPE"). Real text almost never holds them; the property
+ * is checked on everything else.
+ */
+const RECENT_BLOCKS: readonly [number, number][] = [
+  [0x105c0, 0x105ff], [0x10d40, 0x10d8f], [0x11380, 0x113ff], [0x116d0, 0x116ff], [0x11bc0, 0x11bff], [0x13460, 0x143ff],
+  [0x16100, 0x1613f], [0x16d40, 0x16d7f], [0x1cc00, 0x1cebf], [0x1e5d0, 0x1e5ff], [0x323b0, 0x3347f],
+];
+function withoutRecentCodePoints(text: string): string {
+  let out = "";
+  for (const ch of text) {
+    const cp = ch.codePointAt(0)!;
+    if (!RECENT_BLOCKS.some(([lo, hi]) => cp >= lo && cp <= hi)) out += ch;
+  }
+  return out;
 }
 
 export function addedTokenTexts(json: Record<string, any>, max = 200): string[] {
