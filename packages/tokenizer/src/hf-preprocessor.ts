@@ -41,7 +41,7 @@ export class HfPreprocessor implements Preprocessor {
     }
     if (config.additional_special_tokens?.length) this.templateTokens.additional_special_tokens = config.additional_special_tokens.map(tokenContent);
     this.encoder = sectionEncoder(() => this.tokenizer, tokenizerJson, fastBpe);
-    this.segmenter = new Segmenter(this.encoder, tokenizerJson.added_tokens, tokenizerJson.normalizer != null);
+    this.segmenter = new Segmenter(this.encoder, tokenizerJson.added_tokens, tokenizerJson.normalizer != null, cache === false ? undefined : cache.pieceChars);
     this.cache = cache === false ? null : new SegmentCache(cache);
     [this.completionPrefix, this.completionSuffix] = this.probeSpecialTokenRules(files);
   }
@@ -141,10 +141,11 @@ export class HfPreprocessor implements Preprocessor {
 }
 
 // The purpose-built BPE when it implements this tokenizer (see fast/), else the library. Sections are
-// independent under the fast BPE, which implements no position-dependent pre-tokenizer.
+// independent under the fast BPE, which implements no position-dependent pre-tokenizer; its cut points let the
+// segmenter cut long sections.
 function sectionEncoder(library: () => Tokenizer, json: TokenizerFiles["tokenizerJson"], fastBpe: boolean): SectionEncoder {
   const fast = fastBpe ? compileFastTokenizer(json) : null;
-  if (fast?.ok) return { encode: (text) => fast.tokenizer.encode(text), independentSections: true };
+  if (fast?.ok) return { encode: (text) => fast.tokenizer.encode(text), independentSections: true, cuts: fast.tokenizer.cuts };
   return {
     encode: (text) => Uint32Array.from(library().encode(text, { add_special_tokens: false }).ids),
     independentSections: false,

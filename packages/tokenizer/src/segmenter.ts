@@ -1,3 +1,4 @@
+import type { CutPoints } from "./fast/cut-points";
 import type { SegmentCache } from "./segment-cache";
 import type { AddedTokenJson } from "./tokenizer-files";
 
@@ -6,16 +7,16 @@ export type KnownPrefix = { ids: Uint32Array; unknownChars: number };
 
 /**
  * Hooks into one tokenization, for the worker pool: `knownPrefix` is told first what the cache already knows,
- * `shouldStop` is asked before each section that must be tokenized (a cancelled request stops there, keeping
- * the sections done so far in the cache).
+ * `shouldStop` is asked before each piece that must be tokenized (a cancelled request stops there, keeping
+ * the pieces done so far in the cache).
  */
 export type EncodeControl = {
   knownPrefix?(known: KnownPrefix): void;
-  /** Texts shorter than this skip knownPrefix (its walk over the sections costs a cached pick ~10%). */
+  /** Texts shorter than this skip knownPrefix (its walk over the pieces costs a cached pick ~10%). */
   knownPrefixMinChars?: number;
   shouldStop?(): boolean;
   /**
-   * A background warm (nothing waits for its ids): the sections it caches are marked, and a later tokenization
+   * A background warm (nothing waits for its ids): the pieces it caches are marked, and a later tokenization
    * that finds one counts its tokens as warmed (fresh for it, had nothing warmed the cache).
    */
   warm?: boolean;
@@ -30,26 +31,45 @@ export class EncodeStopped extends Error {
 
 /**
  * What encodes one section: ids without special tokens added. `independentSections` is true when a section's
- * ids never depend on its position (no Metaspace "first"), so later sections need no anchor.
+ * ids never depend on its position (no Metaspace "first"), so later sections need no anchor. `cuts`: where a
+ * section can be cut with its ids unchanged (the fast BPE's proven cut points), absent when nowhere is proven.
  */
-export type SectionEncoder = { encode(text: string): Uint32Array; independentSections: boolean };
+export type SectionEncoder = { encode(text: string): Uint32Array; independentSections: boolean; cuts?: CutPoints | null };
+
+/** Default length from one cut of a long section to the next (see Segmenter); measured in bench:tokenize. */
+export const DEFAULT_PIECE_CHARS = 2048;
 
 /**
- * Tokenizes text piecewise between added tokens ("<|im_start|>", "<|im_end|>", "<think>", ...), caching the ids
- * of each piece. This is exact, not an approximation: a Hugging Face tokenizer first splits the raw text at its
- * added tokens and then normalizes, pre-tokenizes and BPE-encodes each section on its own, so the sections are
- * independent. The only context a section sees is whether it is the first one (Metaspace's prepend_scheme
- * "first"); a later section is therefore encoded behind an anchor token, whose id is dropped, and the cache key
- * records the position. Tokens with lstrip/rstrip/single_word, normalized tokens, and tokens that overlap another
- * added token are not split on here (they change their neighbours), so they stay inside a section where the
- * library handles them itself.
+ * Tokenizes text piecewise, caching the ids of each piece. First at added tokens ("<|im_start|>", "<|im_end|>",
+ * "<think>", ...): a Hugging Face tokenizer splits the raw text at its added tokens and then normalizes,
+ * pre-tokenizes and BPE-encodes each section on its own, so the sections are independent. The only context a
+ * section sees is whether it is the first one (Metaspace's prepend_scheme "first"); a later section is therefore
+ * encoded behind an anchor token, whose id is dropped, and the cache key records the position. Tokens with
+ * lstrip/rstrip/single_word, normalized tokens, and tokens that overlap another added token are not split on
+ * here (they change their neighbours), so they stay inside a section where the encoder handles them itself.
+ *
+ * Then a section longer than `pieceChars` is cut into pieces at the encoder's cut points: points where its
+ * added-token split, normalizer and pre-tokenizer provably restart, so the ids of the pieces, each encoded
+ * alone, concatenated are the ids of the section (the proof, pattern by pattern, is in fast/cut-points.ts;
+ * there a tokenizer without such a guarantee, such as one with no pre-tokenizer or a Metaspace prepend, has no
+ * cut points and keeps whole sections). Only independent encoders have cut points, so a piece needs no anchor.
+ * The cuts are deterministic from the section's start (the first cut point at or after `pieceChars` characters
+ * from the previous cut), so two texts that share a prefix share its pieces up to the piece where they differ:
+ * a RAG prompt with a known document and a new question re-tokenizes only the question and the document's last
+ * piece.
  */
 export class Segmenter {
   private readonly ids = new Map<string, number>();
   private readonly pattern: RegExp | null;
   private readonly anchor: string | null;
+  private readonly cuts: CutPoints | null;
 
-  constructor(private readonly encoder: SectionEncoder, addedTokens: readonly AddedTokenJson[], hasNormalizer: boolean) {
+  constructor(
+    private readonly encoder: SectionEncoder,
+    addedTokens: readonly AddedTokenJson[],
+    hasNormalizer: boolean,
+    private readonly pieceChars = DEFAULT_PIECE_CHARS,
+  ) {
     const overlapping = overlappingContents(addedTokens.map((t) => t.content));
     const splitOn = addedTokens.filter((t) =>
       t.content.length > 0 && !t.lstrip && !t.rstrip && !t.single_word && !(t.normalized && hasNormalizer) &&
@@ -58,6 +78,7 @@ export class Segmenter {
     const alternatives = [...this.ids.keys()].sort((a, b) => b.length - a.length).map(escapeRegExp);
     this.pattern = alternatives.length > 0 ? new RegExp(alternatives.join("|"), "g") : null;
     this.anchor = alternatives.length > 0 ? [...this.ids.keys()][0]! : null;
+    this.cuts = encoder.independentSections && pieceChars > 0 ? (encoder.cuts ?? null) : null;
   }
 
   /** Ids of `text` without post-processing (no special tokens added), through the cache. */
@@ -67,8 +88,8 @@ export class Segmenter {
     }
     const pieces: (Uint32Array | number)[] = [];
     let total = 0;
-    this.forEachSection(text, (start, end) => {
-      const ids = this.section(start === 0 && end === text.length ? text : text.slice(start, end), start === 0, cache, control);
+    this.forEachPiece(text, (start, end) => {
+      const ids = this.piece(start === 0 && end === text.length ? text : text.slice(start, end), start === 0, cache, control);
       pieces.push(ids);
       total += ids.length;
     }, (id) => {
@@ -88,14 +109,14 @@ export class Segmenter {
   }
 
   /**
-   * The ids `encode` would give up to the first section the cache does not hold (split-on tokens included),
+   * The ids `encode` would give up to the first piece the cache does not hold (split-on tokens included),
    * and the length of the text from there on: what is known without tokenizing anything. Touches neither the
    * LRU order nor the hit counts.
    */
   knownPrefix(text: string, cache: SegmentCache): KnownPrefix {
     const ids: number[] = [];
     let unknownFrom = -1;
-    this.forEachSection(text, (start, end) => {
+    this.forEachPiece(text, (start, end) => {
       if (unknownFrom >= 0) return;
       const hit = cache.peek(this.key(start === 0 && end === text.length ? text : text.slice(start, end), start === 0));
       if (hit === undefined) unknownFrom = start;
@@ -106,28 +127,39 @@ export class Segmenter {
     return { ids: Uint32Array.from(ids), unknownChars: unknownFrom < 0 ? 0 : text.length - unknownFrom };
   }
 
-  // Calls `section` for each stretch between split-on tokens and `token` for each of them, in order.
-  private forEachSection(text: string, section: (start: number, end: number) => void, token: (id: number) => void): void {
+  // Calls `piece` for each piece of the sections between split-on tokens and `token` for each of them, in order.
+  private forEachPiece(text: string, piece: (start: number, end: number) => void, token: (id: number) => void): void {
     let start = 0;
     if (this.pattern !== null) {
       const re = this.pattern;
       re.lastIndex = 0;
       for (let m = re.exec(text); m !== null; m = re.exec(text)) {
-        if (m.index > start) section(start, m.index);
+        if (m.index > start) this.cutSection(text, start, m.index, piece);
         token(this.ids.get(m[0])!);
         start = m.index + m[0].length;
       }
     }
-    if (start < text.length) section(start, text.length);
+    if (start < text.length) this.cutSection(text, start, text.length, piece);
+  }
+
+  private cutSection(text: string, start: number, end: number, piece: (start: number, end: number) => void): void {
+    const cuts = this.cuts;
+    if (cuts !== null) {
+      for (let at = cuts.next(text, start + this.pieceChars, end); at >= 0; at = cuts.next(text, start + this.pieceChars, end)) {
+        piece(start, at);
+        start = at;
+      }
+    }
+    piece(start, end);
   }
 
   private key(text: string, first: boolean): string {
-    // A section never contains a split-on token, so prefixing the rare first section with one keeps the two
-    // kinds of key apart without copying the common (later) sections into new key strings.
+    // A piece never contains a split-on token, so prefixing the rare first piece with one keeps the two
+    // kinds of key apart without copying the common (later) pieces into new key strings.
     return first && !this.encoder.independentSections && this.anchor !== null ? this.anchor + text : text;
   }
 
-  private section(text: string, first: boolean, cache: SegmentCache, control: EncodeControl | undefined): Uint32Array {
+  private piece(text: string, first: boolean, cache: SegmentCache, control: EncodeControl | undefined): Uint32Array {
     const independent = this.encoder.independentSections;
     const key = this.key(text, first);
     const warm = control?.warm === true;

