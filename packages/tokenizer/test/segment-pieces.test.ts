@@ -146,6 +146,13 @@ describe.each(MODELS)("pieces, %s", (model) => {
     if (fast.cuts !== null) expect(pairsSharing).toBeGreaterThan(RUNS / 4);
   }, 300_000);
 
+  test("a large document at the default piece length keeps the reference's ids, cached in many pieces", async () => {
+    const doc = fc.sample(documentArbitrary(added), { numRuns: 200, seed: 7 }).join("");
+    const pre = createPreprocessor({ tokenizerDir: modelDir(model) });
+    same(`${model}, large document`, doc.slice(0, 200), pre.encodeCompletion(doc, { addSpecialTokens: false }), await ref.encode(doc));
+    if (fast.cuts !== null) expect(pre.cacheStats().entries).toBeGreaterThan(doc.length / 4096);
+  }, 120_000);
+
   describe("through the preprocessor", () => {
     let pre: Preprocessor;
     beforeAll(() => {

@@ -21,7 +21,8 @@ type Json = Record<string, any>;
  *   the splits of A and B side by side.
  * - Normalizers NFC/NFD/NFKC/NFKD (and a Sequence of them, or none): "\n" and every ASCII character are
  *   starters (combining class 0) that never compose with a neighbour, so normalization restarts at q:
- *   N(A + B) = N(A) + N(B), and the normalized text still has "\n" then the same character there. Any other
+ *   N(A + B) = N(A) + N(B), and the normalized text still has "\n" then the same character there; no character
+ *   normalizes to text holding "\r" or "\n", so a whitespace run after q still holds none. Any other
  *   normalizer (Replace may rewrite "\n" or the character after it) gives no cut points.
  * - Pre-tokenizer: a Sequence of Isolated Splits (then ByteLevel without its own regex, which splits nothing)
  *   is walked in order. A pattern proven below to "restart" at q (every piece it makes lies in A or in B, and
