@@ -1,7 +1,8 @@
 import { afterEach, describe, expect, test } from "bun:test";
 import fc from "fast-check";
 import { freshWords } from "@kv-epp/testkit";
-import { createPreprocessor, TokenizerPool, type ChatMessage, type PoolStats } from "../src/index";
+import { Registry } from "prom-client";
+import { createPreprocessor, poolMetrics, TokenizerPool, type ChatMessage, type PoolStats } from "../src/index";
 import { jobChars, Placement } from "../src/pool/placement";
 import { modelDir } from "./reference-tokenizers";
 
@@ -101,7 +102,10 @@ describe("pool placement", () => {
     [{ role: "system", content: freshWords(systemWords, seed) }, ...Array.from({ length: n }, (_, i) => ({ role: i % 2 === 0 ? "user" : "assistant", content: freshWords(words, seed + 1 + i) }))];
 
   test("a later turn goes to the member that cached the earlier ones even while it is busy; a new conversation goes to the idle one", async () => {
-    pool = new TokenizerPool({ preprocessor: { tokenizerDir: dir }, size: 2, budgetMs: 60_000 });
+    const registry = new Registry();
+    const observe = poolMetrics(registry, "qwen3");
+    pool = new TokenizerPool({ preprocessor: { tokenizerDir: dir }, size: 2, budgetMs: 60_000, observe });
+    observe.attach(pool);
     await pool.ready();
     // A long conversation (a 20k-word system prompt) growing by short turns, sent as far as a user message (Qwen3
     // renders a final assistant turn differently from an earlier one).
@@ -119,6 +123,10 @@ describe("pool placement", () => {
     expect(stats.members[home]!.jobs).toBe(4);
     expect(stats.members[1 - home]!.jobs).toBe(1);
     expect(stats.placement).toMatchObject({ affine: 3, moved: 0, new: 2, remembered: 2 });
+    const metrics = await registry.metrics();
+    for (const kind of ["affine", "new"] as const) {
+      expect(metrics).toContain(`dynamo_epp_tokenizer_pool_placements_total{placement="${kind}"} ${stats.placement[kind]}`);
+    }
     // Nothing tokenized twice: each member's fresh tokens are those of one cache that saw its jobs alone.
     const fresh = (jobs: ChatMessage[][]) => {
       const pre = createPreprocessor({ tokenizerDir: dir });

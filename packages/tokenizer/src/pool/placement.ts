@@ -38,7 +38,7 @@ export class Placement {
   place(key: number, chars: number, backlogs: readonly number[], move = true): Placed {
     const known = this.homes.get(key);
     let placed: Placed;
-    if (known !== undefined && known.member < this.size) {
+    if (known !== undefined) {
       const fresh = Math.max(0, chars - known.chars);
       const own = fresh + (chars - fresh) * CACHED_CHAR_COST;
       placed = { member: known.member, cost: own, kind: "affine" };
