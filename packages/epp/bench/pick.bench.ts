@@ -5,6 +5,7 @@
 //   tokens   8k-token prompts as token ids (bench:epp's workload: no tokenization at all)
 //   chats    the trace's conversations as chats, built as `bun run demo` builds them (each turn resends the
 //            conversation so far), in trace order
+//   documents   2/s of 32k-token chats of fresh text (nothing cached), alone: what one long fresh pick costs
 //   chats + documents   the next stretch of those chats, beside a second generator sending 2/s of 32k-token
 //            chats of fresh text (nothing cached): the short picks' p99 against the row alone, and the
 //            documents' own pick latency
@@ -80,8 +81,8 @@ async function measure(epp: Epp, row: string, streams: { label: string; file: st
 const freshText = (rand: () => number, tokens: number, wordsPerToken: number) => mixedText(rand, Math.round(tokens * wordsPerToken));
 
 /** Chat bodies of `count` requests: each a document of fresh text. */
-function documents(count: number, wordsPerToken: number): Uint8Array[] {
-  const rand = seededRandom(0xd0c);
+function documents(count: number, wordsPerToken: number, seed: number): Uint8Array[] {
+  const rand = seededRandom(seed);
   return Array.from({ length: count }, () =>
     enc.encode(JSON.stringify({ model: WORKLOAD.model, messages: [{ role: "user", content: `Summarize:\n${freshText(rand, DOC_TOKENS, wordsPerToken)}` }], max_tokens: 16 })),
   );
@@ -143,7 +144,9 @@ async function main() {
     tokens: `${dir}/tokens.bin`,
     chats: write("chats", "/v1/chat/completions", chatBodies.slice(0, half)),
     chatsBeside: write("chats-beside", "/v1/chat/completions", chatBodies.slice(half)),
-    docs: write("docs", "/v1/chat/completions", documents(perRun(DOC_RATE) + 1, wordsPerToken)),
+    // Each stretch of documents its own text: what one row sent is cached for the next.
+    docsAlone: write("docs-alone", "/v1/chat/completions", documents(perRun(DOC_RATE) + 1, wordsPerToken, 0xd0c1)),
+    docs: write("docs", "/v1/chat/completions", documents(perRun(DOC_RATE) + 1, wordsPerToken, 0xd0c)),
     agentic: write("agentic", "/v1/chat/completions", agentic(perRun(AGENT_RATE), wordsPerToken)),
   };
   writeFileSync(files.tokens, requestsFile("full-duplex", 7));
@@ -182,6 +185,7 @@ async function main() {
   };
   await both((e) => measure(e, "tokens", [{ label: "token ids", file: files.tokens, rate: RATE }]), 0);
   await both((e) => measure(e, "chats", [{ label: "chats", file: files.chats, rate: RATE }]), 1);
+  await both((e) => measure(e, "documents", [{ label: "documents", file: files.docsAlone, rate: DOC_RATE }]), 2);
   await both((e) => measure(e, "chats + documents", [{ label: "chats", file: files.chatsBeside, rate: RATE }, { label: "documents", file: files.docs, rate: DOC_RATE }]), 2);
   await both((e) => measure(e, "agentic", [{ label: "agentic", file: files.agentic, rate: AGENT_RATE }]), 3);
   await killAll();
@@ -211,7 +215,9 @@ async function main() {
       const alone = get("chats", e, "chats").p99;
       const beside = get("chats + documents", e, "chats").p99;
       const docs = get("chats + documents", e, "documents");
-      return `${e}: chat p99 beside the documents ${f3(beside)} ms against ${f3(alone)} ms alone (${(beside / alone).toFixed(2)}x); document pick p50 ${f3(docs.p50)} ms, max ${docs.max.toFixed(2)} ms.`;
+      const docsAlone = get("documents", e, "documents");
+      return `${e}: chat p99 beside the documents ${f3(beside)} ms against ${f3(alone)} ms alone (${(beside / alone).toFixed(2)}x); ` +
+        `document pick alone p50 ${f3(docsAlone.p50)} ms, max ${docsAlone.max.toFixed(2)} ms; beside the chats p50 ${f3(docs.p50)} ms, max ${docs.max.toFixed(2)} ms.`;
     }),
     ...[pool.name, inLoop.name].map((e) => {
       const r = rows.find((x) => x.row === "agentic" && x.epp === e)!;

@@ -119,12 +119,12 @@ for (const [name, d] of [
     const bad = peer(d, d.kind === "endless-events" ? `${LOOPBACK}.6.71` : `${LOOPBACK}.6.73`);
     const p = epp(ip, [bad.url], ["--recovery-budget-mib", "4096"]);
     await p.waitForLog(/fetching dump from peer/, { timeoutMs: 30_000 });
-    // Well into the body: 32 MiB read and staged (or skipped).
-    await waitFor(() => bad.bytes() > 32 * MiB, { timeoutMs: 30_000, message: "32 MiB of body read" });
+    // Well into the body: 8 MiB read and staged (or skipped).
+    await waitFor(() => bad.bytes() > 8 * MiB, { timeoutMs: 120_000, message: "8 MiB of body read" });
     process.kill(p.pid, "SIGTERM");
     expect(await p.exited).toBe(0);
     expect(p.output()).toContain("shutdown requested");
-  }, 90_000);
+  }, 180_000);
 }
 
 test("a worker rank announcing more blocks than its vLLM's num_gpu_blocks is reset and counted; one within keeps its blocks", async () => {

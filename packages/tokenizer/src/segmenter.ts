@@ -2,17 +2,21 @@ import type { CutPoints } from "./fast/cut-points";
 import type { SegmentCache } from "./segment-cache";
 import type { AddedTokenJson } from "./tokenizer-files";
 
-/** What is known of a text before tokenizing anything: see Segmenter.knownPrefix. */
+/**
+ * What is known of a text before tokenizing anything: the ids up to the first piece the cache does not hold
+ * (split-on tokens included), and the length of the text from there on.
+ */
 export type KnownPrefix = { ids: Uint32Array; unknownChars: number };
 
 /**
- * Hooks into one tokenization, for the worker pool: `knownPrefix` is told first what the cache already knows,
+ * Hooks into one tokenization, for the worker pool: `knownPrefix` is told what the cache already knows when the
+ * first piece it does not hold comes up (not at all when it holds every one), before tokenizing anything;
  * `shouldStop` is asked before each piece that must be tokenized (a cancelled request stops there, keeping
  * the pieces done so far in the cache).
  */
 export type EncodeControl = {
   knownPrefix?(known: KnownPrefix): void;
-  /** Texts shorter than this skip knownPrefix (its walk over the pieces costs a cached pick ~10%). */
+  /** Texts shorter than this skip knownPrefix (joining the known ids is not worth it for them). */
   knownPrefixMinChars?: number;
   shouldStop?(): boolean;
   /**
@@ -83,48 +87,24 @@ export class Segmenter {
 
   /** Ids of `text` without post-processing (no special tokens added), through the cache. */
   encode(text: string, cache: SegmentCache, control?: EncodeControl): Uint32Array {
-    if (control?.knownPrefix !== undefined && text.length >= (control.knownPrefixMinChars ?? 0)) {
-      control.knownPrefix(this.knownPrefix(text, cache));
-    }
+    // The known prefix is what this walk has found before its first miss: told there, in the same pass (a
+    // second walk over the pieces cost several times the cached encode itself).
+    let report = control?.knownPrefix !== undefined && text.length >= (control.knownPrefixMinChars ?? 0) ? control.knownPrefix : undefined;
     const pieces: (Uint32Array | number)[] = [];
     let total = 0;
     this.forEachPiece(text, (start, end) => {
-      const ids = this.piece(start === 0 && end === text.length ? text : text.slice(start, end), start === 0, cache, control);
+      const onMiss = report && (() => {
+        report!({ ids: concat(pieces, total), unknownChars: text.length - start });
+        report = undefined;
+      });
+      const ids = this.piece(start === 0 && end === text.length ? text : text.slice(start, end), start === 0, cache, control, onMiss);
       pieces.push(ids);
       total += ids.length;
     }, (id) => {
       pieces.push(id);
       total += 1;
     });
-    const out = new Uint32Array(total);
-    let at = 0;
-    for (const p of pieces) {
-      if (typeof p === "number") out[at++] = p;
-      else {
-        out.set(p, at);
-        at += p.length;
-      }
-    }
-    return out;
-  }
-
-  /**
-   * The ids `encode` would give up to the first piece the cache does not hold (split-on tokens included),
-   * and the length of the text from there on: what is known without tokenizing anything. Touches neither the
-   * LRU order nor the hit counts.
-   */
-  knownPrefix(text: string, cache: SegmentCache): KnownPrefix {
-    const ids: number[] = [];
-    let unknownFrom = -1;
-    this.forEachPiece(text, (start, end) => {
-      if (unknownFrom >= 0) return;
-      const hit = cache.peek(this.key(start === 0 && end === text.length ? text : text.slice(start, end), start === 0));
-      if (hit === undefined) unknownFrom = start;
-      else for (const id of hit) ids.push(id);
-    }, (id) => {
-      if (unknownFrom < 0) ids.push(id);
-    });
-    return { ids: Uint32Array.from(ids), unknownChars: unknownFrom < 0 ? 0 : text.length - unknownFrom };
+    return concat(pieces, total);
   }
 
   // Calls `piece` for each piece of the sections between split-on tokens and `token` for each of them, in order.
@@ -159,12 +139,13 @@ export class Segmenter {
     return first && !this.encoder.independentSections && this.anchor !== null ? this.anchor + text : text;
   }
 
-  private piece(text: string, first: boolean, cache: SegmentCache, control: EncodeControl | undefined): Uint32Array {
+  private piece(text: string, first: boolean, cache: SegmentCache, control: EncodeControl | undefined, onMiss?: () => void): Uint32Array {
     const independent = this.encoder.independentSections;
     const key = this.key(text, first);
     const warm = control?.warm === true;
     const hit = cache.get(key, warm);
     if (hit !== undefined) return hit;
+    onMiss?.();
     if (control?.shouldStop?.() === true) throw new EncodeStopped();
     const ids = first || independent || this.anchor === null
       ? this.encoder.encode(text)
@@ -210,6 +191,19 @@ export function overlappingContents(contents: readonly string[]): Set<string> {
     for (let i = 0; !hit && i <= c.length; i++) for (let j = i; !hit && j <= c.length; j++) hit = j - i < c.length && all.has(c.slice(i, j));
     for (let k = 1; !hit && k < c.length; k++) hit = other(suffixes, c.slice(0, k), c) || other(prefixes, c.slice(c.length - k), c);
     if (hit) out.add(c);
+  }
+  return out;
+}
+
+function concat(pieces: readonly (Uint32Array | number)[], total: number): Uint32Array {
+  const out = new Uint32Array(total);
+  let at = 0;
+  for (const p of pieces) {
+    if (typeof p === "number") out[at++] = p;
+    else {
+      out.set(p, at);
+      at += p.length;
+    }
   }
   return out;
 }

@@ -371,7 +371,7 @@ test("a binary dump's announced size presizes the staged index only within the r
     staging.abort();
   }
   expect(presizeFor({ blocks: 2 ** 26, residencies: 1 }, Infinity)).toBeUndefined();
-}, 30_000);
+}, 120_000); // tables for a million blocks: about a second alone, tens of seconds beside a CPU hog
 
 test("the ranks' KV capacity reserves every index's tables, the ones replacing it too; filling up to it rebuilds none", async () => {
   const metrics = createMetrics();

@@ -4,8 +4,8 @@ import type { PoolObserver, TokenizerPool } from "./tokenizer-pool";
 
 /**
  * The pool's metrics: queue depth and wait, fresh (uncached) tokens per answered job, work per member (busy
- * seconds and fresh tokens: their rates' ratio is tokens/s per thread), budget fallbacks by cause, and the
- * tokens picks found cached only because a reply was warmed. Returns the observer to hand the pool; `attach`
+ * seconds and fresh tokens: their rates' ratio is tokens/s per thread), budget fallbacks by cause, requests by
+ * placement, and the tokens picks found cached only because a reply was warmed. Returns the observer to hand the pool; `attach`
  * makes the queue gauges read that pool at scrape time, and the segment cache metrics (hits, misses, bytes, as
  * an in-process preprocessor reports them, labelled `model`) its members' caches summed.
  */
@@ -53,6 +53,11 @@ export function poolMetrics(registry: Registry, model = ""): PoolObserver & { at
     help: "Picks answered on the known prefix because tokenization would exceed the budget (budget) or the member was busy past it (queue)",
     labelNames: ["cause"], registers: [registry],
   });
+  const placements = new Counter({
+    name: "dynamo_epp_tokenizer_pool_placements_total",
+    help: "Requests by placement: on the member holding their conversation (affine), moved off a jammed one (moved), a conversation not seen (new)",
+    labelNames: ["placement"], registers: [registry],
+  });
   return {
     attach: (p) => {
       pool = p;
@@ -64,6 +69,7 @@ export function poolMetrics(registry: Registry, model = ""): PoolObserver & { at
       warmed.inc(warmedTokens);
     },
     fallback: (cause) => fallbacks.inc({ cause }),
+    placed: (kind) => placements.inc({ placement: kind }),
     work: (member, busyMs, freshTokens) => {
       busy.inc({ member: String(member) }, busyMs / 1000);
       memberFresh.inc({ member: String(member) }, freshTokens);

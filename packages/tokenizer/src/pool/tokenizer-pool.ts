@@ -4,6 +4,7 @@ import { DEFAULT_CACHE_MAX_BYTES } from "../segment-cache";
 import { NO_CACHE_STATS, type CacheStats, type ChatMessage, type PreprocessorOptions } from "../types";
 import { cpuLimit } from "./cpu-limit";
 import type { TokenizeJob } from "../job";
+import { jobChars, Placement, type PlacementKind } from "./placement";
 import type { FromMember, MemberInit } from "./protocol";
 
 export type PoolOptions = {
@@ -31,6 +32,8 @@ export type PoolObserver = {
   fallback?(cause: FallbackCause): void;
   /** A member finished a job (warm jobs too): its busy time and the fresh tokens it tokenized. */
   work?(member: number, busyMs: number, freshTokens: number): void;
+  /** A request was placed (see placement.ts): on its conversation's member, moved off it, or a new conversation. */
+  placed?(kind: PlacementKind): void;
 };
 
 export type TokenizeOutcome = {
@@ -57,6 +60,8 @@ export type PoolStats = {
   cancelled: number; stopped: number; warmDropped: number;
   /** The members' segment caches summed (the pool's cache bound is split between them). */
   cache: CacheStats;
+  /** Requests by placement, and the conversations whose member the pool remembers. */
+  placement: Record<PlacementKind, number> & { remembered: number };
 };
 
 /** Thrown (as the rejection) when the caller's AbortSignal fires. */
@@ -70,6 +75,8 @@ type Pending = {
   discard: boolean;
   submitted: number;
   dispatched: number;
+  /** Its expected cost on its member, in fresh characters (see placement.ts). */
+  cost: number;
   settle?: (o: TokenizeOutcome | Error) => void;
   known?: Uint32Array;
   timer?: ReturnType<typeof setTimeout>;
@@ -93,11 +100,11 @@ const DEFAULT_BUDGET_MS = 50;
 
 /**
  * Tokenization off the event loop: worker threads, each with its own preprocessor and a share of the segment
- * cache bound. A conversation goes to the member its first messages hash to (so its sections stay cached
- * there), unless that member is busy and another is idle. Every job is answered within the budget: by its ids,
- * or by the prefix the member's cache already knew (counted as a fallback); work past the budget still runs
- * and fills the cache for the next turn. A job whose AbortSignal fires is dropped from the queue, or stopped
- * at the member's next section.
+ * cache bound. A conversation goes to the member that took its earlier turns (so its sections are cached
+ * there), busy or not, unless another would finish it sooner tokenizing it all fresh (see placement.ts).
+ * Every job is answered within the budget: by its ids, or by the prefix the member's cache already knew
+ * (counted as a fallback); work past the budget still runs and fills the cache for the next turn. A job
+ * whose AbortSignal fires is dropped from the queue, or stopped at the member's next section.
  */
 export class TokenizerPool {
   private readonly members: Member[];
@@ -111,6 +118,8 @@ export class TokenizerPool {
   private warmDropped = 0;
   private stopped = 0;
   private readonly observe: PoolObserver;
+  private readonly placement: Placement;
+  private readonly placements: Record<PlacementKind, number> = { affine: 0, moved: 0, new: 0 };
   private closed = false;
 
   constructor(opts: PoolOptions) {
@@ -122,6 +131,7 @@ export class TokenizerPool {
     const cache = opts.preprocessor.cache;
     const share = cache === false ? false : { ...cache, maxBytes: Math.floor((cache?.maxBytes ?? DEFAULT_CACHE_MAX_BYTES) / size) };
     this.members = Array.from({ length: size }, (_, index) => this.startMember(index, { ...opts.preprocessor, cache: share }));
+    this.placement = new Placement(size);
   }
 
   get size(): number {
@@ -137,8 +147,8 @@ export class TokenizerPool {
     if (this.closed) return Promise.reject(new Error("tokenizer pool closed"));
     if (opts.signal?.aborted) return Promise.reject(new TokenizeCancelled("cancelled before it started"));
     return new Promise<TokenizeOutcome>((resolve, reject) => {
-      const p: Pending = { id: this.nextId++, job, discard: false, submitted: performance.now(), dispatched: 0 };
-      const member = this.memberFor(job);
+      const p: Pending = { id: this.nextId++, job, discard: false, submitted: performance.now(), dispatched: 0, cost: 0 };
+      const member = this.memberFor(p);
       const onAbort = () => this.cancel(member, p);
       p.settle = (o) => {
         p.settle = undefined;
@@ -172,12 +182,13 @@ export class TokenizerPool {
   /** Tokenizes in the background at the lowest priority, only to fill the cache. */
   warm(job: TokenizeJob): void {
     if (this.closed) return;
-    const member = this.memberFor(job, false);
+    const p: Pending = { id: this.nextId++, job, discard: true, submitted: performance.now(), dispatched: 0, cost: 0 };
+    const member = this.memberFor(p, false);
     if (member.warm.length >= this.maxWarmQueued) {
       member.warm.shift();
       this.warmDropped++;
     }
-    member.warm.push({ id: this.nextId++, job, discard: true, submitted: performance.now(), dispatched: 0 });
+    member.warm.push(p);
     this.pump(member);
   }
 
@@ -189,7 +200,7 @@ export class TokenizerPool {
         jobs: m.jobs, freshTokens: m.freshTokens, busyMs: m.busyMs, cache: { ...m.cache },
       })),
       fallbacks: { ...this.fallbacks }, cancelled: this.cancelled, stopped: this.stopped, warmDropped: this.warmDropped,
-      cache: this.cacheStats(),
+      cache: this.cacheStats(), placement: { ...this.placements, remembered: this.placement.remembered },
     };
   }
 
@@ -235,12 +246,17 @@ export class TokenizerPool {
     return member;
   }
 
-  // Affinity on the conversation's first messages (its system prompt and first user turn), or the prompt's
-  // start; a busy home member gives way to an idle one.
-  private memberFor(job: TokenizeJob, spill = true): Member {
-    const home = this.members[affinityHash(job) % this.members.length]!;
-    if (!spill || (home.current === null && home.queue.length === 0)) return home;
-    return this.members.find((m) => m.current === null && m.queue.length === 0) ?? home;
+  // A conversation is known by its first messages (its system prompt and first user turn), or a prompt by its
+  // start; placement.ts decides, from the members' backlogs, and sets the job's expected cost.
+  private memberFor(p: Pending, move = true): Member {
+    const backlogs = this.members.map((m) => m.queue.reduce((sum, q) => sum + q.cost, m.current?.cost ?? 0));
+    const placed = this.placement.place(affinityHash(p.job), jobChars(p.job), backlogs, move);
+    p.cost = placed.cost;
+    if (!p.discard) {
+      this.placements[placed.kind]++;
+      this.observe.placed?.(placed.kind);
+    }
+    return this.members[placed.member]!;
   }
 
   private pump(member: Member): void {

@@ -33,7 +33,7 @@ export const DEMO_OPTIONS = {
     // caches turn over within a minute or two, so where a conversation's next turn lands decides its hits.
     capacityBlocks: opt.int(positive.default(65536), "KV cache capacity per worker, in blocks"),
     blockSize: opt.int(positive.default(16), "tokens per KV block"),
-    speed: opt.number(nonNegative.optional(), "mock workers' engine speed (default 1 / --time-scale, so the workers keep up with the compressed trace)"),
+    speed: opt.number(nonNegative.optional(), "mock workers' engine speed (default 0.5 / --time-scale: the four workers run at about half their prefill rate, as a served pool does, not queueing seconds)"),
     subnet: opt.string(
       z.string().regex(/^127\.\d{1,3}\.\d{1,3}$/, "expected the first three octets of a loopback /24, e.g. 127.0.6").default("127.0.6"),
       "loopback /24 the processes listen on",
@@ -83,7 +83,7 @@ export function parseDemoArgs(argv: string[]): DemoOptions {
     requests: o.requests,
     timeScale: o.timeScale,
     arrivals: o.arrivals,
-    speed: o.speed ?? 1 / o.timeScale,
+    speed: o.speed ?? 0.5 / o.timeScale,
     killAt: o.killAt,
     subnet: o.subnet,
     workerPort: o.workerPort,
