@@ -2,8 +2,8 @@
 // tokenized only up to ROUTING_TEXT_CHARS.
 import { describe, expect, test } from "bun:test";
 import { ChatTemplateError, type ChatMessage, type Preprocessor } from "@kv-epp/tokenizer";
-import { BadRequest } from "./extproc/openai-body.ts";
-import { createTokenize, ROUTING_TEXT_CHARS, routingPrefix } from "./tokens.ts";
+import { BadRequest, ROUTING_TEXT_CHARS, routingPrefix } from "@kv-epp/tokenizer";
+import { createTokenize } from "./tokens.ts";
 
 /** A preprocessor that records what it was asked to tokenize. */
 function recording(fail?: Error) {
@@ -73,7 +73,7 @@ test("a chat with an image is routed by the tokens before the image only", async
 describe("routing tokens are vLLM's prompt tokens (Qwen3)", async () => {
   const { createPreprocessor } = await import("@kv-epp/tokenizer");
   const { qwen3TokenizerDir } = await import("../../tokenizer/test/qwen3-fixture");
-  const { parseBodyBytes } = await import("./extproc/openai-body.ts");
+  const { parseBodyBytes } = await import("@kv-epp/tokenizer");
   const goldens = `${import.meta.dir}/../../tokenizer/test/goldens`;
   const pre = createPreprocessor({ tokenizerDir: await qwen3TokenizerDir() });
   const tokenize = createTokenize(pre);

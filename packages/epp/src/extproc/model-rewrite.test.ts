@@ -1,6 +1,7 @@
 import { expect, test } from "bun:test";
 import fc from "fast-check";
-import { ResponseModelName, rewriteBodyModel } from "./model-rewrite.ts";
+import { rewriteBodyModel } from "@kv-epp/tokenizer";
+import { ResponseModelName } from "./model-rewrite.ts";
 
 const enc = new TextEncoder();
 const dec = new TextDecoder();
