@@ -27,6 +27,22 @@ async function eppWith(flags: string[]): Promise<{ epp: EppHandle; events: FakeW
   return { epp, events, client: extProcClient(epp.ports.grpc), metrics: `http://${HOST}:${epp.ports.metrics}` };
 }
 
+type Env = Awaited<ReturnType<typeof eppWith>>;
+
+/** An EPP with these flags for the describe block this is called in (started before its tests, stopped after). */
+function eppFor(flags: string[]): Env {
+  const env = {} as Env;
+  beforeAll(async () => {
+    Object.assign(env, await eppWith(flags));
+  }, 120_000);
+  afterAll(async () => {
+    env.client?.close();
+    await env.epp?.stop({ graceMs: 500 });
+    await env.events?.close();
+  });
+  return env;
+}
+
 async function lagHistogram(metrics: string): Promise<{ count: number; buckets: Map<number, number> }> {
   const text = await (await fetch(`${metrics}/metrics`)).text();
   const buckets = new Map([...text.matchAll(/^dynamo_epp_event_loop_lag_seconds_bucket\{le="([^"]+)"\} (\S+)$/gm)].map((m) => [Number(m[1]), Number(m[2])]));
@@ -49,15 +65,7 @@ async function debugPool(epp: EppHandle): Promise<PoolView> {
 }
 
 describe("ext_proc with the tokenizer pool", () => {
-  let env: Awaited<ReturnType<typeof eppWith>>;
-  beforeAll(async () => {
-    env = await eppWith(["--tokenizer-threads", "2", "--tokenize-budget-ms", "600000"]);
-  }, 120_000);
-  afterAll(async () => {
-    env?.client.close();
-    await env?.epp.stop({ graceMs: 500 });
-    await env?.events.close();
-  });
+  const env = eppFor(["--tokenizer-threads", "2", "--tokenize-budget-ms", "600000"]);
 
   test("a long fresh chat in flight does not hold a short pick back, nor the event loop", async () => {
     const order: string[] = [];
@@ -117,15 +125,7 @@ describe("ext_proc with the tokenizer pool", () => {
 });
 
 describe("ext_proc bodies read in the tokenizer pool", () => {
-  let env: Awaited<ReturnType<typeof eppWith>>;
-  beforeAll(async () => {
-    env = await eppWith(["--tokenizer-threads", "2", "--tokenize-budget-ms", "600000"]);
-  }, 120_000);
-  afterAll(async () => {
-    env?.client.close();
-    await env?.epp.stop({ graceMs: 500 });
-    await env?.events.close();
-  });
+  const env = eppFor(["--tokenizer-threads", "2", "--tokenize-budget-ms", "600000"]);
 
   const read = async (thread: string) => (await scrapeMetric(env.metrics, `dynamo_epp_ext_proc_bodies_read_total{thread="${thread}"}`)) ?? 0;
   const counted = async () => ({
@@ -183,15 +183,7 @@ describe("ext_proc bodies read in the tokenizer pool", () => {
 });
 
 describe("ext_proc bodies read on the event loop (--tokenizer-threads 0)", () => {
-  let env: Awaited<ReturnType<typeof eppWith>>;
-  beforeAll(async () => {
-    env = await eppWith(["--tokenizer-threads", "0"]);
-  }, 120_000);
-  afterAll(async () => {
-    env?.client.close();
-    await env?.epp.stop({ graceMs: 500 });
-    await env?.events.close();
-  });
+  const env = eppFor(["--tokenizer-threads", "0"]);
 
   test("the same answers through the same functions: routed, refused (400, counted), every body read on the event loop", async () => {
     const s = env.client.open();
@@ -211,15 +203,7 @@ describe("ext_proc bodies read on the event loop (--tokenizer-threads 0)", () =>
 });
 
 describe("ext_proc warming the next turn from the response", () => {
-  let env: Awaited<ReturnType<typeof eppWith>>;
-  beforeAll(async () => {
-    env = await eppWith(["--tokenizer-threads", "1", "--tokenize-budget-ms", "600000"]);
-  }, 120_000);
-  afterAll(async () => {
-    env?.client.close();
-    await env?.epp.stop({ graceMs: 500 });
-    await env?.events.close();
-  });
+  const env = eppFor(["--tokenizer-threads", "1", "--tokenize-budget-ms", "600000"]);
 
   const freshSum = async () => (await scrapeMetric(env.metrics, "dynamo_epp_tokenizer_fresh_tokens_sum")) ?? 0;
 
@@ -267,15 +251,7 @@ describe("ext_proc warming the next turn from the response", () => {
 });
 
 describe("ext_proc with a tokenization budget", () => {
-  let env: Awaited<ReturnType<typeof eppWith>>;
-  beforeAll(async () => {
-    env = await eppWith(["--tokenizer-threads", "1", "--tokenize-budget-ms", "5"]);
-  }, 120_000);
-  afterAll(async () => {
-    env?.client.close();
-    await env?.epp.stop({ graceMs: 500 });
-    await env?.events.close();
-  });
+  const env = eppFor(["--tokenizer-threads", "1", "--tokenize-budget-ms", "5"]);
 
   test("a body that cannot be tokenized in budget is routed on its known prefix, counted", async () => {
     const system = freshWords(2000, 3);
