@@ -151,6 +151,11 @@ describe("tokenizer pool: request bodies as received", () => {
     expect([...ids.tokens]).toEqual([1, 2]);
     expect(ids.read).toMatchObject({ fields: { model: "m", batchedPrompts: 2, kind: "tokens" }, rewritten: true });
     expect(new TextDecoder().decode(ids.read!.body)).toBe('{"model":"served","prompt":[[1,2],[3]]}');
+    // Nothing to tokenize (an embeddings body), twice: no ids, the same each time.
+    for (let i = 0; i < 2; i++) {
+      const none = await pool.tokenize({ kind: "body", request: { body: bytes({ model: "m", input: ["a", "b"] }), path: "/v1/embeddings" } });
+      expect({ tokens: [...none.tokens], kind: none.read?.fields.kind }).toEqual({ tokens: [], kind: "none" });
+    }
   }, 60_000);
 
   test("a bad body is the member's BadRequest (TooDeep for nesting), and the member takes the next job", async () => {

@@ -88,7 +88,8 @@ function done(m: ToMember, ids: Uint32Array, before: CacheStats, busyMs: number)
   const warmedTokens = cache.warmedHitTokens - before.warmedHitTokens;
   if (m.discard) post({ type: "done", id: m.id, ids: null, freshTokens, warmedTokens, busyMs, cache });
   else {
-    const own = ids.byteOffset === 0 && ids.byteLength === ids.buffer.byteLength ? ids : ids.slice();
+    // Transferred, so it must be a buffer of its own, and never a shared constant (an empty one is copied).
+    const own = ids.length > 0 && ids.byteOffset === 0 && ids.byteLength === ids.buffer.byteLength ? ids : ids.slice();
     post({ type: "done", id: m.id, ids: own, freshTokens, warmedTokens, busyMs, cache }, [own.buffer as ArrayBuffer]);
   }
 }
