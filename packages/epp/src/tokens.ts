@@ -72,7 +72,8 @@ export function createPoolTokenizeBody(pool: TokenizerPool, onRead: (thread: Rea
         }
         onRead("event_loop");
         const read = readBody(req); // never sent to a member: req.body is still here
-        return { ...forwarded(req, read), fields: read.fields, tokens: o.tokens };
+        // Ids the body carries are known now; text is routed on what the pool knew (nothing: by load).
+        return { ...forwarded(req, read), fields: read.fields, tokens: read.job instanceof Uint32Array ? read.job : o.tokens };
       },
       (err) => {
         // Refused by the member that read it.
