@@ -38,9 +38,11 @@ function classify(cp: number): number {
   return k;
 }
 
-/** Splits `text` into pieces as the pattern does; `emit(start, end)` in order, covering the text. */
-export function scanCl100k(text: string, maxDigits: number, emit: (start: number, end: number) => void): void {
-  const n = text.length;
+/**
+ * Splits text[start, end) into pieces as the pattern does on that range alone; `emit(s, e)` in order, covering it.
+ */
+export function scanCl100k(text: string, start: number, end: number, maxDigits: number, emit: (s: number, e: number) => void): void {
+  const n = end;
   // The class and width (1 or 2 UTF-16 units) of the character at i; lone surrogates are OTHER.
   let width = 1;
   const at = (i: number): number => {
@@ -68,12 +70,12 @@ export function scanCl100k(text: string, maxDigits: number, emit: (start: number
   const isWs = (k: number) => k === SPACE || k === NEWLINE;
   const isOther = (k: number) => k === OTHER;
 
-  let i = 0;
+  let i = start;
   while (i < n) {
     const k = at(i);
     const w = width;
     let end: number;
-    if (text.charCodeAt(i) === 39 /* ' */ && (end = contraction(text, i)) > 0) {
+    if (text.charCodeAt(i) === 39 /* ' */ && (end = contraction(text, i, n)) > 0) {
       // (?i:'s|'t|'re|'ve|'m|'ll|'d)
     } else if (k === LETTER) {
       end = run(i, LETTER);
@@ -118,9 +120,11 @@ function isHighSurrogate(c: number): boolean {
 }
 
 // Length-matched end of 's 't 're 've 'm 'll 'd at i (case-insensitive as Unicode folds: ſ is an s), else 0.
-function contraction(text: string, i: number): number {
+// Reads nothing at or past `end`.
+function contraction(text: string, i: number, end: number): number {
+  if (i + 1 >= end) return 0;
   const a = text.charCodeAt(i + 1) | 0x20;
-  const b = text.charCodeAt(i + 2) | 0x20;
+  const b = i + 2 < end ? text.charCodeAt(i + 2) | 0x20 : 0;
   if (a === 0x73 /* s */ || text.charCodeAt(i + 1) === 0x17f) return i + 2;
   if (a === 0x74 /* t */ || a === 0x6d /* m */ || a === 0x64 /* d */) return i + 2;
   if ((a === 0x72 /* r */ || a === 0x76 /* v */) && b === 0x65 /* e */) return i + 3;
