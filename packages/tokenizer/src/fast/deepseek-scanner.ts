@@ -35,6 +35,9 @@ const SYMBOL = 5; // \p{S}
 const SPACE = 6; // White_Space (Oniguruma's \s) other than \r and \n
 const NEWLINE = 7; // \r, \n
 const OTHER = 8;
+const KIND = 15;
+const CJK = 16; // split 2's class, a flag beside the kind
+const WIDE = 32; // in `at`'s answer: the character takes two UTF-16 units
 
 // Filled lazily from the regex engine's Unicode tables, the ones the regex path reads.
 let classes: Uint8Array | null = null;
@@ -44,12 +47,24 @@ function classify(table: Uint8Array, cp: number): number {
   const s = String.fromCodePoint(cp);
   const k = cp === 13 || cp === 10 ? NEWLINE : IS.WS.test(s) ? SPACE : IS.L.test(s) ? LETTER : IS.M.test(s) ? MARK
     : IS.N.test(s) ? NUMBER : IS.P.test(s) ? PUNCT : IS.S.test(s) ? SYMBOL : OTHER;
-  table[cp] = k;
-  return k;
+  const cjk = (cp >= 0x4e00 && cp <= 0x9fa5) || (cp >= 0x3040 && cp <= 0x30ff) ? CJK : 0;
+  return (table[cp] = k | cjk);
 }
 
-function isCjk(cp: number): boolean {
-  return (cp >= 0x4e00 && cp <= 0x9fa5) || (cp >= 0x3040 && cp <= 0x30ff);
+// The class of the character at i (kind | CJK), | WIDE when it is a surrogate pair (well-formed text).
+function at(table: Uint8Array, text: string, i: number): number {
+  const c = text.charCodeAt(i);
+  if (c < 0xd800 || c >= 0xdc00) {
+    const k = table[c]!;
+    return k === UNKNOWN ? classify(table, c) : k;
+  }
+  const cp = 0x10000 + ((c - 0xd800) << 10) + (text.charCodeAt(i + 1) - 0xdc00);
+  const k = table[cp]!;
+  return (k === UNKNOWN ? classify(table, cp) : k) | WIDE;
+}
+
+function width(k: number): number {
+  return k & WIDE ? 2 : 1;
 }
 
 function isAsciiLetter(c: number): boolean {
@@ -62,144 +77,118 @@ function isAsciiPunct(c: number): boolean {
 
 /**
  * Splits text[start, end) into DeepSeek V3's pre-tokens: `emit(s, e)` for each, in order, covering the range.
- * Text is well-formed UTF-16 (the tokenizer makes it so).
+ * Text is well-formed UTF-16 (the tokenizer makes it so). One pass cuts the range into split 3's subjects
+ * (numbers apart, CJK runs, the rest), each then scanned by split 3.
  */
 export function scanDeepSeekV3(text: string, start: number, end: number, emit: (s: number, e: number) => void): void {
   const table = classes ??= new Uint8Array(0x110000);
-  // Code point and class at i; width in UTF-16 units.
-  let width = 1;
-  let cp = 0;
-  const at = (i: number): number => {
-    cp = text.charCodeAt(i);
-    width = 1;
-    if (cp >= 0xd800 && cp < 0xdc00) {
-      cp = 0x10000 + ((cp - 0xd800) << 10) + (text.charCodeAt(i + 1) - 0xdc00);
-      width = 2;
-    }
-    const k = table[cp]!;
-    return k === UNKNOWN ? classify(table, cp) : k;
-  };
-
-  // Split 1: runs of numbers, cut every three; the rest goes to split 2.
-  let from = start;
   let i = start;
   while (i < end) {
-    if (at(i) !== NUMBER) {
-      i += width;
+    const k = at(table, text, i);
+    if ((k & KIND) === NUMBER) {
+      // split 1; its pieces pass splits 2 and 3 whole (no CJK; split 3 matches nothing in numbers)
+      let j = i + width(k);
+      for (let count = 1; count < 3 && j < end; count++) {
+        const n = at(table, text, j);
+        if ((n & KIND) !== NUMBER) break;
+        j += width(n);
+      }
+      emit(i, j);
+      i = j;
       continue;
     }
-    if (from < i) splitCjk(from, i);
-    let count = 0;
-    let j = i;
-    while (j < end && at(j) === NUMBER) {
-      j += width;
-      if (++count === 3) {
-        emit(i, j);
-        i = j;
-        count = 0;
-      }
+    // A run of CJK (split 2's match) or of neither CJK nor numbers (its gap); kana punctuation and marks are in
+    // the CJK blocks, so split 3 cuts either.
+    const cjk = k & CJK;
+    let j = i + width(k);
+    while (j < end) {
+      const n = at(table, text, j);
+      if ((n & CJK) !== cjk || (n & KIND) === NUMBER) break;
+      j += width(n);
     }
-    if (i < j) emit(i, j);
-    from = i = j;
-  }
-  if (from < end) splitCjk(from, end);
-
-  // Split 2: runs of CJK; everything goes on to split 3, each piece on its own.
-  function splitCjk(s: number, e: number): void {
-    let from = s;
-    let i = s;
-    while (i < e) {
-      at(i);
-      if (!isCjk(cp)) {
-        i += width;
-        continue;
-      }
-      let j = i + width; // before splitWords, which moves `width`
-      if (from < i) splitWords(from, i);
-      while (j < e && (at(j), isCjk(cp))) j += width;
-      splitWords(i, j); // kana punctuation and marks are in these blocks
-      from = i = j;
-    }
-    if (from < e) splitWords(from, e);
-  }
-
-  // Split 3 on text[s, e), which is the whole subject (its end is the end of the string for the lookahead).
-  function splitWords(s: number, e: number): void {
-    const runLetterMark = (j: number): number => {
-      while (j < e) {
-        const k = at(j);
-        if (k !== LETTER && k !== MARK) break;
-        j += width;
-      }
-      return j;
-    };
-    const runPunctSymbol = (j: number): number => {
-      while (j < e) {
-        const k = at(j);
-        if (k !== PUNCT && k !== SYMBOL) break;
-        j += width;
-      }
-      while (j < e && (text.charCodeAt(j) === 13 || text.charCodeAt(j) === 10)) j++;
-      return j;
-    };
-    let gap = -1;
-    let i = s;
-    while (i < e) {
-      const c = text.charCodeAt(i);
-      const k = at(i);
-      const w = width;
-      let match = -1;
-      if (isAsciiPunct(c) && i + 1 < e && isAsciiLetter(text.charCodeAt(i + 1))) {
-        match = i + 2;
-        while (match < e && isAsciiLetter(text.charCodeAt(match))) match++;
-      } else if (k === LETTER || k === MARK) {
-        // [^\r\n\p{L}\p{P}\p{S}]? takes a mark and gives it back if no letter follows: the run from i either way
-        match = runLetterMark(i + w);
-      } else if (k !== NEWLINE && k !== PUNCT && k !== SYMBOL && i + w < e && isLetterOrMark(at(i + w))) {
-        match = runLetterMark(i + w);
-      } else if (c === 32 && i + 1 < e && isPunctOrSymbol(at(i + 1))) {
-        match = runPunctSymbol(i + 1);
-      } else if (k === PUNCT || k === SYMBOL) {
-        match = runPunctSymbol(i + w);
-      } else if (k === SPACE || k === NEWLINE) {
-        match = whitespace(text, i, e, table);
-      }
-      if (match < 0) {
-        if (gap < 0) gap = i;
-        i += w;
-        continue;
-      }
-      if (gap >= 0) {
-        emit(gap, i);
-        gap = -1;
-      }
-      emit(i, match);
-      i = match;
-    }
-    if (gap >= 0) emit(gap, e);
+    splitWords(table, text, i, j, emit);
+    i = j;
   }
 }
 
-function isLetterOrMark(k: number): boolean {
+// Split 3 on text[s, e), which is its whole subject (its end is the end of the string for the lookahead).
+function splitWords(table: Uint8Array, text: string, s: number, e: number, emit: (s: number, e: number) => void): void {
+  let gap = -1;
+  let i = s;
+  while (i < e) {
+    const c = text.charCodeAt(i);
+    const cls = at(table, text, i);
+    const k = cls & KIND;
+    const w = width(cls);
+    let match = -1;
+    if (isAsciiPunct(c) && i + 1 < e && isAsciiLetter(text.charCodeAt(i + 1))) {
+      match = i + 2;
+      while (match < e && isAsciiLetter(text.charCodeAt(match))) match++;
+    } else if (k === LETTER || k === MARK) {
+      // [^\r\n\p{L}\p{P}\p{S}]? takes a mark and gives it back if no letter follows: the run from i either way
+      match = runLetterMark(table, text, i + w, e);
+    } else if (k !== NEWLINE && k !== PUNCT && k !== SYMBOL && i + w < e && isLetterOrMark(at(table, text, i + w))) {
+      match = runLetterMark(table, text, i + w, e);
+    } else if (c === 32 && i + 1 < e && isPunctOrSymbol(at(table, text, i + 1))) {
+      match = runPunctSymbol(table, text, i + 1, e);
+    } else if (k === PUNCT || k === SYMBOL) {
+      match = runPunctSymbol(table, text, i + w, e);
+    } else if (k === SPACE || k === NEWLINE) {
+      match = whitespace(table, text, i, e);
+    }
+    if (match < 0) {
+      if (gap < 0) gap = i;
+      i += w;
+      continue;
+    }
+    if (gap >= 0) {
+      emit(gap, i);
+      gap = -1;
+    }
+    emit(i, match);
+    i = match;
+  }
+  if (gap >= 0) emit(gap, e);
+}
+
+function isLetterOrMark(cls: number): boolean {
+  const k = cls & KIND;
   return k === LETTER || k === MARK;
 }
 
-function isPunctOrSymbol(k: number): boolean {
+function isPunctOrSymbol(cls: number): boolean {
+  const k = cls & KIND;
   return k === PUNCT || k === SYMBOL;
 }
 
+function runLetterMark(table: Uint8Array, text: string, j: number, e: number): number {
+  while (j < e) {
+    const cls = at(table, text, j);
+    if (!isLetterOrMark(cls)) break;
+    j += width(cls);
+  }
+  return j;
+}
+
+// [\p{P}\p{S}]+[\r\n]* from j.
+function runPunctSymbol(table: Uint8Array, text: string, j: number, e: number): number {
+  while (j < e) {
+    const cls = at(table, text, j);
+    if (!isPunctOrSymbol(cls)) break;
+    j += width(cls);
+  }
+  while (j < e && (text.charCodeAt(j) === 13 || text.charCodeAt(j) === 10)) j++;
+  return j;
+}
+
 // \s*[\r\n]+ | \s+(?!\S) | \s+ from the whitespace character at i (all White_Space is in the BMP).
-function whitespace(text: string, i: number, e: number, table: Uint8Array): number {
+function whitespace(table: Uint8Array, text: string, i: number, e: number): number {
   let wsEnd = i;
   let lastNewline = -1;
   while (wsEnd < e) {
-    const c = text.charCodeAt(wsEnd);
-    if (c === 13 || c === 10) lastNewline = wsEnd;
-    else if (c >= 0xd800 && c < 0xe000) break;
-    else {
-      const k = table[c] === UNKNOWN ? classify(table, c) : table[c];
-      if (k !== SPACE) break;
-    }
+    const k = at(table, text, wsEnd) & KIND;
+    if (k === NEWLINE) lastNewline = wsEnd;
+    else if (k !== SPACE) break;
     wsEnd++;
   }
   if (lastNewline >= 0) return lastNewline + 1;
