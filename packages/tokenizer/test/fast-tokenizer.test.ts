@@ -76,12 +76,13 @@ describe.each(MODELS)("fast BPE, %s", (model) => {
     // Words short and long (around the small-word merge's limit in bytes and far past it, past the word cache's
     // longest key too), a few of them repeated in one text and encoded twice (cache hits), by the shared
     // tokenizer and by one whose 2 KiB cache keeps turning over (eviction); the separators include Gemma's one
-    // merge across a space ("> </") and characters outside the vocabulary right before a space.
+    // merge across a space ("> </"), spaces beside "▁" (which Gemma reads as one), and characters outside the
+    // vocabulary right before a space.
     const tiny = compileFastTokenizer(await tokenizerJson(model), { wordCacheBytes: 2048 });
     if (!tiny.ok) throw new Error(tiny.reason);
-    const unit = fc.constantFrom("a", "b", "e", "n", "t", "X", "é", "ß", "日", "本", "ー", "\u0301", "🙂", "𓀀", "\u0001", "7");
+    const unit = fc.constantFrom("a", "b", "e", "n", "t", "X", "é", "ß", "日", "本", "ー", "\u0301", "🙂", "𓀀", "\u0001", "7", "▁");
     const word = fc.oneof(fc.string({ unit, minLength: 1, maxLength: 40 }), fc.string({ unit, minLength: 200, maxLength: 300 }));
-    const separator = fc.constantFrom(" ", "", "\n", "  ", "> </", "-", ". ", "\u0001 ", "𓀀 ");
+    const separator = fc.constantFrom(" ", "", "\n", "  ", "> </", ">▁</", " ▁", "-", ". ", "\u0001 ", "𓀀 ");
     const text = fc.array(word, { minLength: 1, maxLength: 5 })
       .chain((words) => fc.array(fc.tuple(fc.constantFrom(...words), separator), { maxLength: 30 }))
       .map((parts) => parts.flat().join(""));

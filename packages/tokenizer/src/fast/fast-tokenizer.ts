@@ -75,6 +75,8 @@ class BpeTokenizer implements FastTokenizer {
   // (each part's merges keep their order). Cut, the parts are ordinary words for the word cache; uncut, a
   // 30k-character section went through the heap whole (measured: most of Gemma 3's time).
   private readonly cutBeforeMeta: Uint8Array | null;
+  // A code unit read as META (the raw text's space when the normalizer would replace it), or -1.
+  private readonly metaAlias: number;
   private readonly merger: WordMerger;
   private readonly wordCache: WordCache;
   private syms = new Int32Array(256);
@@ -84,9 +86,9 @@ class BpeTokenizer implements FastTokenizer {
   constructor(json: Json, options: FastTokenizerOptions) {
     const added = (json.added_tokens ?? []) as Json[];
     if (added.some((t) => t.lstrip || t.rstrip || t.single_word)) throw new Unsupported("added tokens with lstrip/rstrip/single_word");
-    this.normalize = compileNormalizer(json.normalizer);
-    this.rawTokens = new AddedTokenMatcher(added.filter((t) => !t.normalized || this.normalize === null) as never);
-    this.normalizedTokens = new AddedTokenMatcher(added.filter((t) => t.normalized && this.normalize !== null) as never);
+    const normalize = compileNormalizer(json.normalizer);
+    this.rawTokens = new AddedTokenMatcher(added.filter((t) => !t.normalized || normalize === null) as never);
+    this.normalizedTokens = new AddedTokenMatcher(added.filter((t) => t.normalized && normalize !== null) as never);
     const pre = compilePreTokenizer(json.pre_tokenizer);
     this.byteLevel = pre.byteLevel;
 
@@ -133,10 +135,20 @@ class BpeTokenizer implements FastTokenizer {
       for (let c = 0; c < 0x10000; c++) cut[c] = this.charIds[c]! >= 0 && glue[c] === 0 && (c < 0xd800 || c >= 0xe000) ? 1 : 0;
       this.cutBeforeMeta = cut;
     }
+    // Gemma: the normalizer puts META for each space and the pre-tokenizer then splits at spaces, of which there
+    // are none left. The raw text is read instead, a space taken as META (the same symbols and cuts): no
+    // normalized copy of each section (its split/join was a sixth of Gemma's time), nothing to split.
+    const alias = this.cutBeforeMeta !== null && this.normalizedTokens.empty ? replacedByMeta(json) : -1;
+    this.metaAlias = alias;
+    this.normalize = alias >= 0 ? null : normalize;
+    if (alias >= 0) {
+      this.charIds[alias] = this.charIds[META]!;
+      this.cutBeforeMeta![alias] = this.cutBeforeMeta![META]!;
+    }
     this.wordCache = new WordCache(options.wordCacheBytes ?? WORD_CACHE_BYTES, WORD_CACHE_MAX_LENGTH);
 
     const word: Emit = this.cutBeforeMeta !== null ? (t, s, e) => this.encodeCutting(t, s, e) : (t, s, e) => this.encodeWord(t, s, e);
-    this.pretokenize = pre.splitters.reduceRight<Emit>((next, split) => (t, s, e) => split(t, s, e, next), word);
+    this.pretokenize = alias >= 0 ? word : pre.splitters.reduceRight<Emit>((next, split) => (t, s, e) => split(t, s, e, next), word);
   }
 
   encode(text: string): Uint32Array {
@@ -163,9 +175,11 @@ class BpeTokenizer implements FastTokenizer {
   // One SentencePiece-style word, cut into parts before each META the merges cannot cross (see cutBeforeMeta).
   private encodeCutting(text: string, start: number, end: number): void {
     const cut = this.cutBeforeMeta!;
+    const alias = this.metaAlias;
     let from = start;
     for (let i = start + 1; i < end; i++) {
-      if (text.charCodeAt(i) === META && cut[text.charCodeAt(i - 1)] === 1) {
+      const c = text.charCodeAt(i);
+      if ((c === META || c === alias) && cut[text.charCodeAt(i - 1)] === 1) {
         this.encodeWord(text, from, i);
         from = i;
       }
@@ -285,6 +299,22 @@ class BpeTokenizer implements FastTokenizer {
     this.reserveOut(1);
     this.out[this.outLen++] = id;
   }
+}
+
+/**
+ * The code unit a tokenizer's normalizer replaces by META, when that is all it does and its pre-tokenizer only
+ * splits at that unit (so finds nothing after normalizing); else -1.
+ */
+function replacedByMeta(json: Json): number {
+  let n = json.normalizer as Json | null;
+  if (n?.type === "Sequence" && (n.normalizers as Json[]).length === 1) n = (n.normalizers as Json[])[0]!;
+  const from = n?.type === "Replace" ? n.pattern?.String : undefined;
+  if (typeof from !== "string" || from.length !== 1 || n!.content !== META_CHAR) return -1;
+  const unit = from.charCodeAt(0);
+  if (unit === META || (unit >= 0xd800 && unit < 0xe000)) return -1;
+  const p = json.pre_tokenizer as Json | null;
+  const steps = p == null ? [] : p.type === "Sequence" ? (p.pretokenizers as Json[]) : [p];
+  return steps.every((s) => s.type === "Split" && s.pattern?.String === from && !s.invert) ? unit : -1;
 }
 
 function compileNormalizer(n: Json | null | undefined): Normalize | null {
