@@ -1,17 +1,17 @@
 // The fast BPE's word cache: keyed by ranges of a text, bounded in bytes, two generations.
 import { expect, test } from "bun:test";
 import fc from "fast-check";
-import { WordCache } from "../src/fast/word-cache";
+import { textHash, WordCache } from "../src/fast/word-cache";
 
 // A word's ids as the tokenizer would give them: a function of the word (1 to 4 ids).
 function idsOf(word: string): number[] {
-  const h = WordCache.hash(word, 0, word.length) >>> 0;
+  const h = textHash(word, 0, word.length) >>> 0;
   return Array.from({ length: 1 + (h % 4) }, (_, i) => (h >>> i) & 0xffff);
 }
 
 function lookup(cache: WordCache, text: string, start: number, end: number): number[] | null {
   const out = new Uint32Array(cache.maxWordLength + 8);
-  const n = cache.get(text, start, end, WordCache.hash(text, start, end), out, 3);
+  const n = cache.get(text, start, end, textHash(text, start, end), out, 3);
   return n < 0 ? null : [...out.subarray(3, 3 + n)];
 }
 
@@ -35,7 +35,7 @@ test("a word is found with its ids, by a range of any text, until two turnovers 
         // Not found: it was never added, or two turnovers have dropped it since.
         if (last !== undefined) expect(cache.turnovers - last).toBeGreaterThanOrEqual(2);
         const ids = idsOf(w);
-        cache.add(text, pad.length, pad.length + w.length, WordCache.hash(text, pad.length, pad.length + w.length), ids, 0, ids.length);
+        cache.add(text, pad.length, pad.length + w.length, textHash(text, pad.length, pad.length + w.length), ids, 0, ids.length);
         addedAt.set(w, cache.turnovers);
       }
       const { bytes, capacityBytes } = cache.stats();
@@ -48,7 +48,7 @@ test("a word is found with its ids, by a range of any text, until two turnovers 
 
 test("a word used again survives a turnover (it moves to the young generation); one left alone is dropped by the second", () => {
   const cache = new WordCache(4096, 64);
-  const add = (w: string) => cache.add(w, 0, w.length, WordCache.hash(w, 0, w.length), idsOf(w), 0, idsOf(w).length);
+  const add = (w: string) => cache.add(w, 0, w.length, textHash(w, 0, w.length), idsOf(w), 0, idsOf(w).length);
   add("kept");
   add("dropped");
   let i = 0;
@@ -64,7 +64,7 @@ test("a word used again survives a turnover (it moves to the young generation); 
 test("words longer than the limit are not kept, and the limit fits the key space", () => {
   const cache = new WordCache(4096, 64);
   const long = "x".repeat(cache.maxWordLength + 1);
-  cache.add(long, 0, long.length, WordCache.hash(long, 0, long.length), [1, 2], 0, 2);
+  cache.add(long, 0, long.length, textHash(long, 0, long.length), [1, 2], 0, 2);
   expect(lookup(cache, long, 0, long.length)).toBeNull();
   expect(cache.stats().entries).toBe(0);
   expect(cache.maxWordLength).toBeLessThanOrEqual(64);

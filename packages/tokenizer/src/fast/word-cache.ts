@@ -7,8 +7,8 @@
  * insertion costs the word's length (plus, once per turnover, clearing a table the size of the generation).
  */
 export class WordCache {
-  private young: Generation;
-  private old: Generation;
+  private young: TextTable;
+  private old: TextTable;
   /** The largest word (UTF-16 units) kept. */
   readonly maxWordLength: number;
   hits = 0;
@@ -17,23 +17,14 @@ export class WordCache {
 
   constructor(maxBytes: number, maxWordLength = 256) {
     const entries = Math.max(1, Math.floor(maxBytes / 2 / BYTES_PER_ENTRY));
-    this.young = new Generation(entries);
-    this.old = new Generation(entries);
+    this.young = new TextTable(entries, entries * 8, entries * 3);
+    this.old = new TextTable(entries, entries * 8, entries * 3);
     this.maxWordLength = Math.min(maxWordLength, this.young.keyCapacity >> 2);
   }
 
-  /** The hash `find` and `add` take for text[start, end). */
-  static hash(text: string, start: number, end: number): number {
-    let h = 0x811c9dc5 ^ (end - start);
-    for (let i = start; i < end; i++) h = Math.imul(h ^ text.charCodeAt(i), 0x01000193);
-    h ^= h >>> 15;
-    h = Math.imul(h, 0x2c1b3c6d);
-    return (h ^ (h >>> 12)) | 0;
-  }
-
   /**
-   * Copies the cached ids of text[start, end) into `out` at `at` (which must have room for `maxIds(...)`), and
-   * returns how many; -1 when the word is not cached.
+   * Copies the cached ids of text[start, end) (`hash` its `textHash`) into `out` at `at` (which must have room for
+   * `maxWordLength` ids), and returns how many; -1 when the word is not cached.
    */
   get(text: string, start: number, end: number, hash: number, out: Uint32Array, at: number): number {
     const young = this.young;
@@ -80,7 +71,20 @@ export class WordCache {
 // Per entry a generation reserves: 4 fields (16 bytes), up to 4 table slots (16), 8 key units (16), 3 ids (12).
 const BYTES_PER_ENTRY = 60;
 
-class Generation {
+/** FNV-1a over the UTF-16 units of text[start, end), mixed. */
+export function textHash(text: string, start: number, end: number): number {
+  let h = 0x811c9dc5 ^ (end - start);
+  for (let i = start; i < end; i++) h = Math.imul(h ^ text.charCodeAt(i), 0x01000193);
+  h ^= h >>> 15;
+  h = Math.imul(h, 0x2c1b3c6d);
+  return (h ^ (h >>> 12)) | 0;
+}
+
+/**
+ * Text -> ids in typed arrays of fixed capacity, looked up by a range of any string (open addressing on
+ * `textHash`). A generation of the word cache, and the whole-word table of an `ignore_merges` model.
+ */
+export class TextTable {
   count = 0;
   private readonly slots: Int32Array; // entry + 1, 0 = empty; open addressing, linear probing
   private readonly mask: number;
@@ -92,16 +96,30 @@ class Generation {
   private readonly maxEntries: number;
   readonly keyCapacity: number;
 
-  constructor(maxEntries: number) {
+  constructor(maxEntries: number, keyUnits: number, idCount: number) {
     this.maxEntries = maxEntries;
     let cap = 2;
     while (cap < maxEntries * 2) cap *= 2;
     this.slots = new Int32Array(cap);
     this.mask = cap - 1;
     this.entries = new Int32Array(maxEntries * 4);
-    this.keyCapacity = maxEntries * 8;
-    this.keys = new Uint16Array(this.keyCapacity);
-    this.ids = new Uint32Array(maxEntries * 3);
+    this.keyCapacity = keyUnits;
+    this.keys = new Uint16Array(keyUnits);
+    this.ids = new Uint32Array(idCount);
+  }
+
+  /** A table holding each word of `words` (no longer than 65535 units) with its one id. */
+  static of(words: Map<string, number>): TextTable {
+    let units = 0;
+    for (const w of words.keys()) units += w.length;
+    const table = new TextTable(words.size, units, words.size);
+    for (const [w, id] of words) table.insert(w, 0, w.length, textHash(w, 0, w.length), [id], 0, 1);
+    return table;
+  }
+
+  /** The first id of entry `e`. */
+  firstId(e: number): number {
+    return this.ids[this.entries[e * 4 + 3]!]!;
   }
 
   fits(keyLength: number, idCount: number): boolean {
