@@ -17,6 +17,7 @@ export type FreshRow = { model: string; candidate: string; tokens: number; cpuSe
 type Candidate = { name: string; encode(text: string): Promise<ArrayLike<number>> | ArrayLike<number> };
 
 export const FRESH_MODELS = ["qwen3", "llama3", "gemma3", "deepseek_v3"];
+const ROUND = 4; // documents per candidate turn
 
 export async function freshTextRows(models = FRESH_MODELS, documents = 24, wordsPerDocument = 6000): Promise<FreshRow[]> {
   const rows: FreshRow[] = [];
@@ -44,26 +45,32 @@ export async function freshTextRows(models = FRESH_MODELS, documents = 24, words
     const warm = Array.from({ length: 4 }, () => mixedText(rand, 2000));
     const docs = Array.from({ length: documents }, () => mixedText(rand, wordsPerDocument));
     const reference = await Promise.all(docs.map(async (d) => (await native.encode(d, null, { addSpecialTokens: false })).getIds()));
-    for (const c of candidates) {
-      for (const w of warm) await c.encode(w); // JIT, not these documents' words
-      const before = process.cpuUsage();
-      let tokens = 0;
-      const outputs: ArrayLike<number>[] = [];
-      for (const d of docs) {
-        const ids = await c.encode(d);
-        tokens += ids.length;
-        outputs.push(ids);
+    for (const c of candidates) for (const w of warm) await c.encode(w); // JIT, not these documents' words
+    // Rounds of a few documents, each candidate in turn (the order rotating), so that the machine's load at any
+    // moment falls on all of them alike; CPU time summed per candidate.
+    const cpu = candidates.map(() => 0);
+    const tokens = candidates.map(() => 0);
+    for (let round = 0; round * ROUND < docs.length; round++) {
+      for (let k = 0; k < candidates.length; k++) {
+        const at = (k + round) % candidates.length;
+        const c = candidates[at]!;
+        const before = process.cpuUsage();
+        const outputs: ArrayLike<number>[] = [];
+        for (const d of docs.slice(round * ROUND, (round + 1) * ROUND)) outputs.push(await c.encode(d));
+        const used = process.cpuUsage(before);
+        cpu[at]! += (used.user + used.system) / 1e6;
+        outputs.forEach((ids, i) => {
+          const ref = reference[round * ROUND + i]!;
+          tokens[at]! += ids.length;
+          if (ids.length !== ref.length || !Array.prototype.every.call(ids, (x: number, j: number) => x === ref[j])) {
+            throw new Error(`${model} ${c.name}: ids differ from the native binding on document ${round * ROUND + i}`);
+          }
+        });
       }
-      const used = process.cpuUsage(before);
-      const cpuSeconds = (used.user + used.system) / 1e6;
-      outputs.forEach((ids, i) => {
-        const ref = reference[i]!;
-        if (ids.length !== ref.length || !Array.prototype.every.call(ids, (x: number, k: number) => x === ref[k])) {
-          throw new Error(`${model} ${c.name}: ids differ from the native binding on document ${i}`);
-        }
-      });
-      rows.push({ model, candidate: c.name, tokens, cpuSeconds, usPerToken: (cpuSeconds * 1e6) / tokens, tokensPerCoreSecond: tokens / cpuSeconds });
     }
+    candidates.forEach((c, i) => rows.push({
+      model, candidate: c.name, tokens: tokens[i]!, cpuSeconds: cpu[i]!, usPerToken: (cpu[i]! * 1e6) / tokens[i]!, tokensPerCoreSecond: tokens[i]! / cpu[i]!,
+    }));
   }
   return rows;
 }
