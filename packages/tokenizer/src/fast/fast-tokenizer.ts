@@ -10,7 +10,7 @@ import { TextTable, textHash, WordCache } from "./word-cache";
  * A byte-level (GPT-2 style: Qwen, Llama 3, DeepSeek) or SentencePiece-style (Gemma: byte fallback) BPE
  * tokenizer compiled from a tokenizer.json, giving the ids Hugging Face's `encode(text, add_special_tokens=
  * false)` gives. Hand-written because it is the hot path of every pick and the measurement says so: on fresh
- * text (bench:tokenize, CPU time per token, one run) it costs 0.1-0.3 µs/token on each shipped model where
+ * text (bench:tokenize, CPU time per token, one run) it costs 0.15-0.32 µs/token on each shipped model where
  * `@huggingface/tokenizers` costs 4-9 and Hugging Face's own native binding 1.4-6; the property tests hold it
  * equal to the native binding (Hugging Face's Rust code) on random text for each shipped model.
  * Anything this does not implement (another model type, normalizer, pre-tokenizer, lstrip/rstrip tokens)
