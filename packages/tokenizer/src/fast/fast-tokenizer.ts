@@ -60,7 +60,6 @@ class BpeTokenizer implements FastTokenizer {
   /** Pre-tokenizes text[start, end) and encodes each pre-token. */
   private readonly pretokenize: Emit;
   private readonly byteLevel: boolean;
-  private readonly vocab: Map<string, number>;
   // Byte-level: the id of each byte's symbol. SentencePiece-style: the id of each <0xXX> byte token.
   private readonly byteIds = new Int32Array(256);
   // SentencePiece-style: the id of each character that is a token (BMP by code unit, the rest by code point).
@@ -97,9 +96,9 @@ class BpeTokenizer implements FastTokenizer {
     if (model?.type !== "BPE") throw new Unsupported(`model ${model?.type}`);
     if (model.dropout != null && model.dropout !== 0) throw new Unsupported("BPE dropout");
     if (model.continuing_subword_prefix || model.end_of_word_suffix) throw new Unsupported("subword prefix/suffix");
-    this.vocab = new Map(Object.entries(model.vocab as Record<string, number>));
+    const vocab = new Map(Object.entries(model.vocab as Record<string, number>)); // only while compiling
     const id = (token: string) => {
-      const v = this.vocab.get(token);
+      const v = vocab.get(token);
       if (v === undefined) throw new Unsupported(`token ${JSON.stringify(token)} missing from the vocabulary`);
       return v;
     };
@@ -111,7 +110,7 @@ class BpeTokenizer implements FastTokenizer {
       return [id(a), id(b), id(joined)];
     });
     this.merger = new WordMerger(new MergeTable(merges));
-    const unk = model.unk_token == null ? undefined : this.vocab.get(model.unk_token);
+    const unk = model.unk_token == null ? undefined : vocab.get(model.unk_token);
     this.unkId = unk ?? -1;
     this.fuseUnk = model.fuse_unk === true;
     if (this.byteLevel) {
@@ -121,14 +120,14 @@ class BpeTokenizer implements FastTokenizer {
       if (model.byte_fallback) {
         for (let b = 0; b < 256; b++) this.byteIds[b] = id(`<0x${b.toString(16).toUpperCase().padStart(2, "0")}>`);
       } else this.byteIds.fill(-1);
-      for (const [token, tokenId] of this.vocab) {
+      for (const [token, tokenId] of vocab) {
         const cp = token.codePointAt(0)!;
         if (token.length === 1) this.charIds[cp] = tokenId;
         else if (token.length === 2 && cp > 0xffff) this.astralIds.set(cp, tokenId);
       }
     }
     // A table keyed by text ranges: a substring and a Map lookup per missed word were a fifth of Llama 3's time.
-    this.wholeWords = model.ignore_merges ? TextTable.of(wholeWordIds(this.vocab, this.byteLevel)) : null;
+    this.wholeWords = model.ignore_merges ? TextTable.of(wholeWordIds(vocab, this.byteLevel)) : null;
     this.cutBeforeMeta = null;
     if (!this.byteLevel && this.wholeWords === null && this.charIds[META]! >= 0) {
       // A character that is a token of its own ends the symbol before the cut; anything else (a byte or unknown
