@@ -17,7 +17,7 @@ import { dumpStream } from "@kv-epp/recovery";
 import { freePort, killAll, spawnProcess, type ProcessHandle } from "@kv-epp/testkit";
 import pino from "pino";
 import { parseConfig } from "../src/config.ts";
-import { parseBodyBytes } from "../src/extproc/openai-body.ts";
+import { parseBodyBytes } from "@kv-epp/tokenizer";
 import { startEpp } from "../src/main.ts";
 import { loadGenerator, runLoad, type Generator, type Run, type Server } from "./generator.ts";
 import type { Mode } from "./requests.ts";

@@ -20,7 +20,9 @@ import { recoverThenReady } from "./readiness.ts";
 import { startReplicaAgg, type ReplicaAgg } from "./replica-agg/service.ts";
 import { selectionApp } from "./selection-http.ts";
 import { loadCertificate, metricsFetch, startExtProc, startHealth, startHttp } from "./servers.ts";
-import { createPoolTokenize, createPoolWarm, createTokenize, type Tokenize } from "./tokens.ts";
+import {
+  createPoolTokenize, createPoolTokenizeBody, createPoolWarm, createTokenize, createTokenizeBody, type ReadThread, type Tokenize, type TokenizeBody,
+} from "./tokens.ts";
 import { loadKubeConfig } from "./workers/kubernetes.ts";
 import { WorkerSet } from "./workers/worker-set.ts";
 
@@ -63,7 +65,7 @@ export async function startEpp(cfg: EppConfig, o: { log?: Logger; kubeConfig?: K
   workers.whenRemoved((w) => indexers.removeWorker(w));
   // The ranks' caches together bound what the index holds: its tables are sized for that up front.
   workers.whenKvCapacity((blocks) => indexers.models.reserve(blocks));
-  const { tokenize, tokenizerPool, warmReply } = await tokenizationOf(cfg, metrics, log);
+  const { tokenize, tokenizeBody, tokenizerPool, warmReply } = await tokenizationOf(cfg, metrics, log);
   log.info({ model: cfg.model.name, blockSize: cfg.model.blockSize, tokenizer: cfg.tokenizerDir === undefined ? "byte-fallback" : "hf", tokenizerThreads: tokenizerPool?.size ?? 0 }, "indexer ready");
   // Every rank's stream position (the cursors /dump carries) and the handoff from a recovered dump to the
   // live stream: the listeners' sink, the dump's source and the recovery's target all go through it.
@@ -116,7 +118,7 @@ export async function startEpp(cfg: EppConfig, o: { log?: Logger; kubeConfig?: K
   let recoveryOutcome: RecoveryOutcome | null = null;
   const extProc = await startExtProc(cfg, {
     handler: {
-      routing, tokenize, warmReply, metrics,
+      routing, tokenizeBody, warmReply, metrics,
       log: log.child({ component: "ext_proc" }),
       bodyMode: cfg.bodyMode,
       maxInflight: cfg.maxInflight,
@@ -193,13 +195,20 @@ export async function startEpp(cfg: EppConfig, o: { log?: Logger; kubeConfig?: K
 const WALL_CLOCK: Clock = { now: () => performance.now(), after: (ms, fn) => void setTimeout(fn, ms).unref() };
 
 /**
- * With a tokenizer, rendering and tokenization run in a pool of worker threads (sized to the CPU limit unless
- * --tokenizer-threads says otherwise): the event loop that answers ext_proc streams only picks. Without one
- * (byte fallback, cheap) or with --tokenizer-threads 0, on the event loop. The pool's metrics exist either way.
+ * With a tokenizer, reading request bodies, rendering and tokenization run in a pool of worker threads (sized
+ * to the CPU limit unless --tokenizer-threads says otherwise): the event loop that answers ext_proc streams
+ * only receives bodies and picks. Without one (byte fallback, cheap) or with --tokenizer-threads 0, on the
+ * event loop, through the same functions. The pool's metrics exist either way.
  */
-async function tokenizationOf(cfg: EppConfig, metrics: Metrics, log: Logger): Promise<{ tokenize: Tokenize; tokenizerPool?: TokenizerPool; warmReply?: ReturnType<typeof createPoolWarm> }> {
+async function tokenizationOf(cfg: EppConfig, metrics: Metrics, log: Logger): Promise<{
+  tokenize: Tokenize; tokenizeBody: TokenizeBody; tokenizerPool?: TokenizerPool; warmReply?: ReturnType<typeof createPoolWarm>;
+}> {
   const observe = poolMetrics(metrics.registry, cfg.model.name);
-  if (cfg.tokenizerDir === undefined || cfg.tokenizerThreads === 0) return { tokenize: createTokenize(preprocessorOf(cfg, metrics)) };
+  const onRead = (thread: ReadThread) => metrics.bodiesRead.inc({ thread });
+  if (cfg.tokenizerDir === undefined || cfg.tokenizerThreads === 0) {
+    const pre = preprocessorOf(cfg, metrics);
+    return { tokenize: createTokenize(pre), tokenizeBody: createTokenizeBody(pre, onRead) };
+  }
   const pool = new TokenizerPool({
     preprocessor: { tokenizerDir: cfg.tokenizerDir, model: cfg.model.name },
     size: cfg.tokenizerThreads,
@@ -214,7 +223,7 @@ async function tokenizationOf(cfg: EppConfig, metrics: Metrics, log: Logger): Pr
     await pool.close();
     throw new ConfigError(`invalid value for --tokenizer-dir: ${JSON.stringify(cfg.tokenizerDir)}: ${(err as Error).message}`);
   }
-  return { tokenize: createPoolTokenize(pool), tokenizerPool: pool, warmReply: createPoolWarm(pool) };
+  return { tokenize: createPoolTokenize(pool), tokenizeBody: createPoolTokenizeBody(pool, onRead), tokenizerPool: pool, warmReply: createPoolWarm(pool) };
 }
 
 function preprocessorOf(cfg: EppConfig, metrics: Metrics): ReturnType<typeof createPreprocessor> {

@@ -239,6 +239,12 @@ export function createMetrics() {
       labelNames: ["where"] as const,
       registers: [registry],
     }),
+    bodiesRead: new Counter({
+      name: "dynamo_epp_ext_proc_bodies_read_total",
+      help: "ext_proc request bodies read (parsed, validated, model rewritten) by thread: tokenizer_pool (the default), event_loop (no pool, or a body no member took within the budget)",
+      labelNames: ["thread"] as const,
+      registers: [registry],
+    }),
     partialBodies: new Counter({
       name: "dynamo_epp_ext_proc_partial_bodies_total",
       help: "BUFFERED_PARTIAL request bodies cut at Envoy's buffer limit that do not parse: routed by load alone",

@@ -4,13 +4,12 @@ import { dumpHandler, type DumpSource, type RecoveryOutcome } from "@kv-epp/reco
 import { Hono } from "hono";
 import { bodyLimit } from "hono/body-limit";
 import type { Logger } from "pino";
-import { BadRequest, MAX_BODY_BYTES, parseBody, parseJson, TooDeep } from "./extproc/openai-body.ts";
+import { BadRequest, MAX_BODY_BYTES, parseBody, parseJson, TooDeep, type PoolStats } from "@kv-epp/tokenizer";
 import type { StreamHandoff } from "./handoff/handoff.ts";
 import type { Indexers } from "./indexers/indexers.ts";
 import type { Metrics } from "./metrics.ts";
 import type { LoadView, LatencyModel, Picker, PrefillDecision, RoutingQuality } from "@kv-epp/routing";
 import type { Tokenize } from "./tokens.ts";
-import type { PoolStats } from "@kv-epp/tokenizer";
 import { DUMP_PATH, parseWorkerKey, workerKeyOf } from "@kv-epp/protocol";
 import type { WorkerSet } from "./workers/worker-set.ts";
 

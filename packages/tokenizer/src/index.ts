@@ -10,7 +10,18 @@ export { firstMediaPosition, isMediaPart, mediaPositions, type MediaPosition } f
 export type {
   CacheOptions, CacheStats, ChatMessage, ChatOptions, CompletionOptions, ContentPart, Preprocessor, PreprocessorKind, PreprocessorOptions,
 } from "./types";
-export { TokenizerPool, TokenizeCancelled, type FallbackCause, type PoolObserver, type PoolOptions, type PoolStats, type TokenizeOutcome } from "./pool/tokenizer-pool";
-export { encodeJob, type TokenizeJob } from "./job";
+export {
+  TokenizerPool, TokenizeCancelled, type BodyReading, type FallbackCause, type PoolObserver, type PoolOptions, type PoolStats, type TokenizeOutcome,
+} from "./pool/tokenizer-pool";
+export { affinityKey } from "./pool/affinity";
+export { encodeJob, nextTurnJob, type BodyJob, type PoolJob, type TokenizeJob } from "./job";
+// OpenAI request bodies, read the same way by the EPP's event loop and by a pool member.
+export { BadRequest } from "./request/bad-request";
+export {
+  MAX_BODY_BYTES, MAX_JSON_DEPTH, parseBody, parseBodyBytes, parseJson, TooDeep, type ParsedBody, type RoutedInput,
+} from "./request/openai-body";
+export { readBody, type BodyFields, type BodyRead, type BodyRequest } from "./request/read-body";
+export { rewriteBodyModel } from "./request/body-model";
+export { ROUTING_TEXT_CHARS, routingJob, routingPrefix } from "./request/routing-job";
 export { cpuLimit } from "./pool/cpu-limit";
 export { eventLoopLag, poolMetrics } from "./pool/pool-metrics";

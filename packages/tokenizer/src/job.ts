@@ -4,12 +4,34 @@ import { firstMediaPosition } from "./media";
 import type { EncodeControl } from "./segmenter";
 import { keepsTail } from "./truncation";
 import type { ChatMessage, ChatOptions, CompletionOptions, Preprocessor } from "./types";
+import type { BodyRequest } from "./request/read-body";
 
 /** A completion's text, or a chat (rendered with the model's template). */
 export type TokenizeJob =
   | { kind: "prompt"; text: string; opts?: CompletionOptions }
   /** `cutAtMedia`: the ids stop before the first media part (what a router can match; see media.ts). */
   | { kind: "chat"; messages: ChatMessage[]; opts: ChatOptions; cutAtMedia?: boolean };
+
+/**
+ * A request body as received, for the tokenizer pool: its member reads it (readBody) and tokenizes what it
+ * asks for, so the calling thread does neither. `reply`: a background warm of the conversation's next turn
+ * after that reply (nextTurnJob).
+ */
+export type BodyJob = { kind: "body"; request: BodyRequest; reply?: ChatMessage };
+
+/** What the tokenizer pool takes. */
+export type PoolJob = TokenizeJob | BodyJob;
+
+/**
+ * After a chat's response: the conversation as its next turn will send it (the reply, then a user turn whose
+ * text is not known yet), so that tokenizing it leaves that turn only its new message fresh. Rendered as the
+ * next turn, not as "the chat plus its reply": a template may render the final assistant turn differently
+ * from an earlier one (Qwen3 adds an empty think block).
+ */
+export function nextTurnJob(job: Extract<TokenizeJob, { kind: "chat" }>, reply: ChatMessage): TokenizeJob {
+  const messages = [...job.messages, reply, { role: "user", content: "" }];
+  return { kind: "chat", messages, opts: { ...job.opts, addGenerationPrompt: true, continueFinalMessage: false } };
+}
 
 export function encodeJob(pre: Preprocessor, job: TokenizeJob, control?: EncodeControl): Uint32Array {
   if (job.kind === "prompt") return pre.encodeCompletion(job.text, job.opts, control);

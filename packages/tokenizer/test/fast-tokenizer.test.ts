@@ -72,6 +72,32 @@ describe.each(MODELS)("fast BPE, %s", (model) => {
     }
   }, 300_000);
 
+  test("words of every length, words repeated, and a word cache that turns over all the time keep the reference's ids", async () => {
+    // Words short and long (around the small-word merge's limit in bytes and far past it, past the word cache's
+    // longest key too), a few of them repeated in one text and encoded twice (cache hits), by the shared
+    // tokenizer and by one whose 2 KiB cache keeps turning over (eviction); the separators include Gemma's one
+    // merge across a space ("> </"), spaces beside "▁" (which Gemma reads as one), and characters outside the
+    // vocabulary right before a space.
+    const tiny = compileFastTokenizer(await tokenizerJson(model), { wordCacheBytes: 2048 });
+    if (!tiny.ok) throw new Error(tiny.reason);
+    const unit = fc.constantFrom("a", "b", "e", "n", "t", "X", "é", "ß", "日", "本", "ー", "\u0301", "🙂", "𓀀", "\u0001", "7", "▁");
+    const word = fc.oneof(fc.string({ unit, minLength: 1, maxLength: 40 }), fc.string({ unit, minLength: 200, maxLength: 300 }));
+    const separator = fc.constantFrom(" ", "", "\n", "  ", "> </", ">▁</", " ▁", "-", ". ", "\u0001 ", "𓀀 ");
+    const text = fc.array(word, { minLength: 1, maxLength: 5 })
+      .chain((words) => fc.array(fc.tuple(fc.constantFrom(...words), separator), { maxLength: 30 }))
+      .map((parts) => parts.flat().join(""));
+    await fc.assert(
+      fc.asyncProperty(text, async (t) => {
+        const want = await ref.encode(t);
+        for (const [label, got] of [["first", fast.encode(t)], ["again", fast.encode(t)], ["tiny cache", tiny.tokenizer.encode(t)]] as const) {
+          const at = firstDifference(got, want);
+          if (at >= 0) throw new Error(`${model} (${label}): ids differ at ${at} for text ${JSON.stringify(t)}`);
+        }
+      }),
+      { numRuns: Math.ceil(RUNS / 2) },
+    );
+  }, 300_000);
+
   test("through the pool (members' fast BPE and segment caches), texts growing by random turns keep the reference's ids", async () => {
     const pool = new TokenizerPool({ preprocessor: { tokenizerDir: modelDir(model) }, size: 2, budgetMs: 600_000 });
     try {

@@ -1,6 +1,8 @@
 import { afterEach, describe, expect, test } from "bun:test";
 import { Registry } from "prom-client";
-import { createPreprocessor, cpuLimit, poolMetrics, TokenizeCancelled, TokenizerPool, type ChatMessage } from "../src/index";
+import {
+  affinityKey, BadRequest, ChatTemplateError, createPreprocessor, cpuLimit, poolMetrics, TokenizeCancelled, TokenizerPool, TooDeep, type ChatMessage,
+} from "../src/index";
 import { freshWords } from "@kv-epp/testkit";
 import { modelDir } from "./reference-tokenizers";
 
@@ -123,6 +125,78 @@ describe("tokenizer pool", () => {
     expect(value("dynamo_epp_tokenizer_cache_misses_total")).toBe(stats.cache.misses);
     expect(value("dynamo_epp_tokenizer_cache_bytes")).toBe(stats.cache.bytes);
   }, 60_000);
+});
+
+describe("tokenizer pool: request bodies as received", () => {
+  const enc = new TextEncoder();
+  const bytes = (v: unknown) => enc.encode(typeof v === "string" ? v : JSON.stringify(v));
+
+  test("a body's buffer moves to the member, which reads and tokenizes it; the body comes back with the reading", async () => {
+    pool = new TokenizerPool({ preprocessor: { tokenizerDir: dir }, size: 2, budgetMs: 60_000 });
+    await pool.ready();
+    const pre = createPreprocessor({ tokenizerDir: dir });
+    const messages = chat("You are terse.", "Hello <think> there");
+    const raw = { model: "m", cache_salt: "tenant", messages, add_generation_prompt: false };
+    const body = bytes(raw);
+    const pending = pool.tokenize({ kind: "body", request: { body, path: "/v1/chat/completions" } });
+    // Moved, not copied: the caller's view is detached, so it cannot read the body meanwhile.
+    expect(body.byteLength).toBe(0);
+    const out = await pool.tokenize({ kind: "body", request: { body: bytes(raw) } });
+    const first = await pending;
+    expect([...first.tokens]).toEqual([...pre.encodeChat(messages, { addGenerationPrompt: false })]);
+    expect([...out.tokens]).toEqual([...first.tokens]);
+    expect(first.read).toEqual({ fields: { model: "m", cacheSalt: "tenant", batchedPrompts: undefined, kind: "chat" }, body: bytes(raw), rewritten: false });
+    // Token ids are read, not tokenized; a rewrite comes back as the body to forward.
+    const ids = await pool.tokenize({ kind: "body", request: { body: bytes({ model: "m", prompt: [[1, 2], [3]] }), rewriteModel: "served" } });
+    expect([...ids.tokens]).toEqual([1, 2]);
+    expect(ids.read).toMatchObject({ fields: { model: "m", batchedPrompts: 2, kind: "tokens" }, rewritten: true });
+    expect(new TextDecoder().decode(ids.read!.body)).toBe('{"model":"served","prompt":[[1,2],[3]]}');
+    // Nothing to tokenize (an embeddings body), twice: no ids, the same each time.
+    for (let i = 0; i < 2; i++) {
+      const none = await pool.tokenize({ kind: "body", request: { body: bytes({ model: "m", input: ["a", "b"] }), path: "/v1/embeddings" } });
+      expect({ tokens: [...none.tokens], kind: none.read?.fields.kind }).toEqual({ tokens: [], kind: "none" });
+    }
+  }, 60_000);
+
+  test("a bad body is the member's BadRequest (TooDeep for nesting), and the member takes the next job", async () => {
+    pool = new TokenizerPool({ preprocessor: { tokenizerDir: dir }, size: 1, budgetMs: 60_000 });
+    await pool.ready();
+    // Awaited, not `expect(...).rejects`: Bun's rejects matcher holds back worker messages while it waits.
+    const refusal = (body: Uint8Array) => pool!.tokenize({ kind: "body", request: { body } }).then(() => undefined, (e: unknown) => e as Error);
+    expect(await refusal(bytes("{not json"))).toBeInstanceOf(BadRequest);
+    expect((await refusal(bytes({ messages: [{ content: "no role" }] })))?.message).toContain("messages must be");
+    expect(await refusal(bytes(`{"prompt": ${"[".repeat(10_000)}${"]".repeat(10_000)}}`))).toBeInstanceOf(TooDeep);
+    // A template's refusal is the request's too.
+    expect(await refusal(bytes({ messages: [{ role: "user", content: [{ type: "no-such-part" }] }] }))).toBeInstanceOf(ChatTemplateError);
+    // A cut body (BUFFERED_PARTIAL) that does not parse is read as routed by load, saying why.
+    const cut = await pool.tokenize({ kind: "body", request: { body: bytes('{"messages": [{"role": "us'), maybeCut: true } });
+    expect(cut.read?.fields).toMatchObject({ kind: "none", cut: expect.stringContaining("not JSON") });
+    const ok = await pool.tokenize({ kind: "body", request: { body: bytes({ prompt: "still here" }) } });
+    expect(ok.complete).toBe(true);
+    expect(ok.read?.fields.kind).toBe("prompt");
+  }, 60_000);
+
+  test("a body no member took within the budget is answered unread (a queue fallback), its bytes still the caller's", async () => {
+    pool = new TokenizerPool({ preprocessor: { tokenizerDir: dir }, size: 1, budgetMs: 20 });
+    await pool.ready();
+    const long = pool.tokenize({ kind: "prompt", text: freshWords(400_000, 9) });
+    const body = bytes({ prompt: "queued behind" });
+    const queued = await pool.tokenize({ kind: "body", request: { body } });
+    expect(queued).toMatchObject({ complete: false, fallback: "queue" });
+    expect(queued.read).toBeUndefined();
+    expect(new TextDecoder().decode(body)).toBe('{"prompt":"queued behind"}');
+    await long;
+  }, 120_000);
+
+  test("a conversation's turns, as bodies, call the same member home; other conversations spread", () => {
+    const turn = (system: string, ...rest: string[]) => ({ kind: "body" as const, request: { body: bytes({ model: "m", messages: chat(system, ...rest), stream: true }) } });
+    const system = freshWords(200, 11);
+    const key = affinityKey(turn(system, "first question"));
+    expect(affinityKey(turn(system, "first question", "an answer", "a follow-up"))).toBe(key);
+    expect(affinityKey(turn(system, "first question", "an answer", "a follow-up", "more", freshWords(50_000, 12)))).toBe(key);
+    const others = new Set(Array.from({ length: 16 }, (_, i) => affinityKey(turn(freshWords(50, 100 + i), "q")) % 4));
+    expect(others.size).toBeGreaterThan(1);
+  });
 });
 
 test("the CPU limit is the cgroup quota, rounded up, within the CPUs available", () => {

@@ -5,42 +5,9 @@
 // another adapter than the one scored. The response's `model` is mapped back to the client's name, as
 // llm-d-router's rewriteModelName does on every response chunk (GAIE #1625: the internal name must not
 // leak to the client).
-import { JsonFieldScanner } from "@kv-epp/index-wasm/json";
-import { BadRequest, parseJson } from "./openai-body.ts";
-
+// The body is rewritten where it is read (@kv-epp/tokenizer's rewriteBodyModel: in the tokenizer pool's
+// member, or on the event loop without a pool); this module counts the outcome and maps the response.
 const encoder = new TextEncoder();
-let scanner: JsonFieldScanner | undefined;
-/**
- * Bodies past this are re-serialised instead of scanned: the scanner's linear memory keeps the size of
- * the largest body it read and never shrinks (openai-body.ts bounds its own scanner the same way).
- */
-const SCAN_MAX_BYTES = 4 * 1024 * 1024;
-
-/**
- * `body` (a whole JSON object, already parsed once) with its top-level `model` set to `model`, every
- * other byte kept: the value is spliced in where the scanner found it, or inserted first when the body
- * names none. A body the scanner leaves to JSON.parse (a key written with escapes, `model` given twice)
- * or one past SCAN_MAX_BYTES is re-serialised whole instead: the same document, not the same bytes.
- */
-export function rewriteBodyModel(body: Uint8Array, model: string): Uint8Array {
-  const value = encoder.encode(JSON.stringify(model));
-  const fields = body.length > SCAN_MAX_BYTES ? null : (scanner ??= new JsonFieldScanner(["model"])).scan(body);
-  if (!fields) return reserialised(body, model);
-  const f = fields[0]!;
-  if (f.kind !== "absent") return splice(body, f.start, f.end, value);
-  const open = body.indexOf(0x7b); // the object's "{": only whitespace precedes it in valid JSON
-  let next = open + 1;
-  while (next < body.length && isSpace(body[next]!)) next++;
-  const empty = body[next] === 0x7d;
-  return splice(body, open + 1, open + 1, concat([encoder.encode('"model":'), value, empty ? EMPTY : encoder.encode(",")]));
-}
-
-function reserialised(body: Uint8Array, model: string): Uint8Array {
-  const doc = parseJson(body);
-  if (typeof doc !== "object" || doc === null || Array.isArray(doc)) throw new BadRequest("request body must be a JSON object");
-  (doc as Record<string, unknown>).model = model;
-  return encoder.encode(JSON.stringify(doc));
-}
 
 /**
  * Maps the served name back to the client's in a response body, chunk by chunk: `"model":"<served>"`
@@ -61,13 +28,13 @@ export class ResponseModelName {
   }
 
   map(chunk: Uint8Array, end: boolean): Uint8Array {
-    const text = this.held.length > 0 ? concat([this.held, chunk]) : chunk;
+    const text = this.held.length > 0 ? Buffer.concat([this.held, chunk]) : chunk;
     const { parts, rest } = this.replaced(text);
     // Only bytes after the last whole field may begin a split one.
     const keep = end ? 0 : this.openTail(rest);
     this.held = keep > 0 ? rest.slice(rest.length - keep) : EMPTY;
     parts.push(rest.subarray(0, rest.length - keep));
-    return parts.length === 1 ? parts[0]! : concat(parts);
+    return parts.length === 1 ? parts[0]! : Buffer.concat(parts);
   }
 
   /** Bytes held back from the last chunk (to be sent before the response ends some other way). */
@@ -111,27 +78,9 @@ export class ResponseModelName {
 
 const EMPTY = new Uint8Array(0);
 
-function isSpace(c: number): boolean {
-  return c === 0x20 || c === 0x09 || c === 0x0a || c === 0x0d;
-}
-
 function startsWith(whole: Uint8Array, part: Uint8Array): boolean {
   for (let i = 0; i < part.length; i++) if (whole[i] !== part[i]) return false;
   return true;
-}
-
-function splice(body: Uint8Array, start: number, end: number, value: Uint8Array): Uint8Array {
-  return concat([body.subarray(0, start), value, body.subarray(end)]);
-}
-
-function concat(parts: readonly Uint8Array[]): Uint8Array {
-  const out = new Uint8Array(parts.reduce((n, p) => n + p.length, 0));
-  let off = 0;
-  for (const p of parts) {
-    out.set(p, off);
-    off += p.length;
-  }
-  return out;
 }
 
 /** What the rewrite header did to a request, counted by the EPP (dynamo_epp_model_rewrites_total). */
@@ -144,18 +93,20 @@ export type ModelRewrite = { outcome?: RewriteOutcome; body?: Uint8Array; respon
  * The request's rewrite: the body to forward and the response mapping back to the client's name.
  * `body` undefined: the body is not held before the route is sent (NONE, STREAMED, a BUFFERED_PARTIAL
  * body cut at Envoy's limit), so it goes upstream as the client wrote it; empty: there is none.
+ * `rewritten`: the held body with `target` as its model, made where it was read (readBody's rewriteModel).
  */
 export function modelRewrite(
   target: string | undefined,
   bodyModel: string | undefined,
   body: Uint8Array | undefined,
+  rewritten: Uint8Array | undefined,
 ): ModelRewrite {
   if (target === undefined || body?.length === 0) return {};
   if (target === bodyModel) return { outcome: "same_name" };
-  if (!body) return { outcome: "body_not_held" };
+  if (!body || !rewritten) return { outcome: "body_not_held" };
   return {
     outcome: "rewritten",
-    body: rewriteBodyModel(body, target),
+    body: rewritten,
     ...(bodyModel !== undefined ? { response: new ResponseModelName(target, bodyModel) } : {}),
   };
 }

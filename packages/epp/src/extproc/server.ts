@@ -7,14 +7,13 @@ import { throttledWarn } from "../log-throttle.ts";
 import type { BodyMode } from "../config.ts";
 import type { Metrics, RequestOutcome } from "../metrics.ts";
 import { EXPLAIN_REQUEST_HEADER, EXPLANATION_HEADER, RoutedRequest, type Routing, type RoutingContext } from "@kv-epp/routing";
-import type { Tokenize } from "../tokens.ts";
+import type { RoutedBody, TokenizeBody } from "../tokens.ts";
 import { FairnessLabels, hasCriticalObjective, requestClass, shedReason, type RequestClass } from "./gaie-headers.ts";
 import { GrpcStatus, type BidiCall, type StatusCode } from "./grpc-h2.ts";
-import type { ChatMessage } from "@kv-epp/tokenizer";
+import { BadRequest, MAX_BODY_BYTES, TooDeep, type BodyRequest, type ChatMessage } from "@kv-epp/tokenizer";
 import { PREFILL_RANK_HEADER, PREFILLER_HOST_PORT_HEADER } from "@kv-epp/protocol";
 import { echo, steering } from "./conformance.ts";
 import { modelRewrite, type ResponseModelName, type RewriteOutcome } from "./model-rewrite.ts";
-import { BadRequest, MAX_BODY_BYTES, parseBodyBytes, TooDeep, type ParsedBody, type RoutedInput } from "./openai-body.ts";
 import { ReplyCapture } from "./reply-capture.ts";
 import {
   type BodySendMode,
@@ -38,7 +37,8 @@ import {
 export type ExtProcDeps = {
   /** The decision, its load and its calibration: each request is one RoutedRequest of it. */
   routing: RoutingContext;
-  tokenize: Tokenize;
+  /** Reads and tokenizes a request body: in the tokenizer pool, or on this thread without one (tokens.ts). */
+  tokenizeBody: TokenizeBody;
   metrics: Metrics;
   log: Logger;
   bodyMode: BodyMode;
@@ -55,8 +55,8 @@ export type ExtProcDeps = {
   fallbacks?: number;
   /** GAIE conformance-suite hooks (conformance.ts): steering header and served/selected echo. */
   conformanceHooks?: boolean;
-  /** A chat's response ended with this reply: warm the conversation's next turn (the tokenizer pool). */
-  warmReply?: (input: RoutedInput, reply: ChatMessage) => void;
+  /** A chat's response ended with this reply: warm the conversation's next turn from its request body (the tokenizer pool). */
+  warmReply?: (request: BodyRequest, reply: ChatMessage) => void;
 };
 
 /** What one ext_proc server's streams share. */
@@ -98,8 +98,8 @@ type RequestState = {
   responseLength?: boolean;
   /** Aborts its tokenization in the pool when the request ends first. */
   tokenizing?: AbortController;
-  /** A routed chat: its input and its reply as it streams back, to warm the next turn. */
-  reply?: { input: RoutedInput; capture: ReplyCapture };
+  /** A routed chat: its body and its reply as it streams back, to warm the next turn. */
+  reply?: { request: BodyRequest; capture: ReplyCapture };
 };
 
 /**
@@ -201,16 +201,15 @@ class ProcessStream {
    * is answered, since ext_proc answers go in the order of the messages. Other streams go on meanwhile. A
    * stream reset first aborts the tokenization (finish); a half-close waits its turn behind the held messages.
    */
-  private awaitTokens(pending: Promise<Uint32Array>, req: RequestState, route: (tokens: Uint32Array) => void): void {
+  private awaitTokens(pending: Promise<RoutedBody>, req: RequestState, route: (read: RoutedBody) => void): void {
     this.held = [];
     pending.then(
-      (tokens) => {
-        if (this.req === req) route(tokens);
+      (read) => {
+        if (this.req === req) route(read);
       },
       (err: unknown) => {
         if (this.req !== req) return; // the stream ended: the tokenization was cancelled
-        if (err instanceof BadRequest) this.immediate(400, err.message, "bad_request", "bad_request");
-        else this.failed(err);
+        if (!this.refused(err)) this.failed(err);
       },
     ).catch((err: unknown) => this.failed(err)).finally(() => {
       const held = this.held ?? [];
@@ -314,7 +313,7 @@ class ProcessStream {
         reply.capture.add(body);
         if (eos) {
           const message = reply.capture.message();
-          if (message) this.deps.warmReply?.(reply.input, message);
+          if (message) this.deps.warmReply?.(reply.request, message);
         }
       }
       if (this.responseStreamed) this.send(streamedBody("response_body", out, eos));
@@ -396,47 +395,64 @@ class ProcessStream {
     this.send(continueResponse("request_trailers"));
   }
 
-  /** `maybeCut`: the body may be a prefix (BUFFERED_PARTIAL); one that does not parse routes by load. */
+  /**
+   * `maybeCut`: the body may be a prefix (BUFFERED_PARTIAL); one that does not parse routes by load. The body
+   * is read (parsed, validated, its model rewritten) and tokenized by tokenizeBody, in a pool member unless
+   * there is none: this thread only sheds, picks and answers.
+   */
   private decide(body: Uint8Array, at: "headers" | "body", bodyEnds = true, maybeCut = false): void {
     const req = this.req!;
     req.decided = true;
     const started = performance.now();
+    const shed = shedReason({
+      priority: req.cls.priority,
+      inflight: this.deps.routing.load.inflight,
+      maxInflight: this.deps.maxInflight,
+      queuesFull: req.cls.priority < 0 && (this.deps.queuesFull?.() ?? false),
+      criticalKnown: this.shared.criticalKnown,
+    });
+    if (shed) {
+      this.deps.metrics.shedByClass.inc({ class: req.cls.priority < 0 ? "sheddable" : req.cls.priority > 0 ? "critical" : "standard" });
+      this.immediate(429, shed, "shed", "shed");
+      return;
+    }
+    if (body.length === 0) {
+      this.route(req, { fields: { kind: "none" }, tokens: EMPTY_IDS, body, rewritten: false }, at, bodyEnds, maybeCut, started);
+      return;
+    }
+    req.chunks = []; // the body is `body` from here on (it may move to a pool member)
+    req.tokenizing = new AbortController();
+    // The rewrite is made where the body is read, when this EPP forwards the body it holds.
+    const rewriteModel = at === "body" && !maybeCut ? req.cls.modelRewrite : undefined;
+    let read: RoutedBody | Promise<RoutedBody>;
     try {
-      const parsed: ParsedBody = body.length > 0 ? this.parse(body, maybeCut) : { input: { kind: "none" } };
-      const shed = shedReason({
-        priority: req.cls.priority,
-        inflight: this.deps.routing.load.inflight,
-        maxInflight: this.deps.maxInflight,
-        queuesFull: req.cls.priority < 0 && (this.deps.queuesFull?.() ?? false),
-        criticalKnown: this.shared.criticalKnown,
-      });
-      if (shed) {
-        this.deps.metrics.shedByClass.inc({ class: req.cls.priority < 0 ? "sheddable" : req.cls.priority > 0 ? "critical" : "standard" });
-        this.immediate(429, shed, "shed", "shed");
-        return;
-      }
-      req.tokenizing = new AbortController();
-      const tokens = this.deps.tokenize(parsed.input, req.tokenizing.signal);
-      if (tokens instanceof Promise) {
-        this.awaitTokens(tokens, req, (t) => this.route(req, parsed, t, body, at, bodyEnds, maybeCut, started));
-        return;
-      }
-      this.route(req, parsed, tokens, body, at, bodyEnds, maybeCut, started);
+      read = this.deps.tokenizeBody({ body, path: req.path, rewriteModel, maybeCut }, req.tokenizing.signal);
     } catch (err) {
-      if (err instanceof BadRequest) {
-        if (err instanceof TooDeep) this.deps.metrics.jsonDepthRefusals.inc({ where: "ext_proc" });
-        this.immediate(400, err.message, "bad_request", "bad_request");
-        return;
-      }
+      if (this.refused(err)) return;
       throw err;
     }
+    if (read instanceof Promise) this.awaitTokens(read, req, (r) => this.route(req, r, at, bodyEnds, maybeCut, started));
+    else this.route(req, read, at, bodyEnds, maybeCut, started);
+  }
+
+  /** A body the model server would refuse: 400, counted (TooDeep also by depth). False for any other error. */
+  private refused(err: unknown): boolean {
+    if (!(err instanceof BadRequest)) return false;
+    if (err instanceof TooDeep) this.deps.metrics.jsonDepthRefusals.inc({ where: "ext_proc" });
+    this.immediate(400, err.message, "bad_request", "bad_request");
+    return true;
   }
 
   /** The pick on the request's tokens (O(blocks)), and its answer. */
-  private route(req: RequestState, parsed: ParsedBody, tokens: Uint32Array, body: Uint8Array, at: "headers" | "body", bodyEnds: boolean, maybeCut: boolean, started: number): void {
+  private route(req: RequestState, read: RoutedBody, at: "headers" | "body", bodyEnds: boolean, maybeCut: boolean, started: number): void {
+    const { fields, tokens, body } = read;
+    if (fields.cut !== undefined) {
+      this.deps.metrics.partialBodies.inc();
+      this.deps.log.debug({ bytes: body.length, err: fields.cut }, "BUFFERED_PARTIAL body cut at the buffer limit: routing by load");
+    }
     // x-gateway-model-name-rewrite names the model the request runs as (an adapter's identity too).
-    const pick = { model: req.cls.modelRewrite ?? parsed.model, cacheSalt: parsed.cacheSalt, tokens, subset: req.subset };
-    const routing = RoutedRequest.route(this.deps.routing, pick, { explain: req.explain, batched: parsed.batchedPrompts !== undefined });
+    const pick = { model: req.cls.modelRewrite ?? fields.model, cacheSalt: fields.cacheSalt, tokens, subset: req.subset };
+    const routing = RoutedRequest.route(this.deps.routing, pick, { explain: req.explain, batched: fields.batchedPrompts !== undefined });
     if (routing.kind === "no_endpoint") {
       this.immediate(503, `no endpoint eligible (${routing.reason})`, routing.reason, "no_endpoint");
       return;
@@ -444,12 +460,13 @@ class ProcessStream {
     const routed = (req.routed = routing.request);
     this.deps.metrics.pickLatency.observe((performance.now() - started) / 1000);
     this.deps.metrics.requests.inc({ outcome: "routed" });
-    if (this.deps.warmReply && parsed.input.kind === "chat") req.reply = { input: parsed.input, capture: new ReplyCapture() };
+    if (this.deps.warmReply && fields.kind === "chat") req.reply = { request: { body, path: req.path }, capture: new ReplyCapture() };
     // ...and the forwarded body names it, where the body is held until the route is sent (model-rewrite.ts).
-    const rewrite = req.bodyless ? {} : modelRewrite(req.cls.modelRewrite, parsed.model, at === "body" && !maybeCut ? body : undefined);
+    const held = at === "body" && !maybeCut ? body : undefined;
+    const rewrite = req.bodyless ? {} : modelRewrite(req.cls.modelRewrite, fields.model, held, read.rewritten ? body : undefined);
     if (rewrite.outcome) this.countRewrite(rewrite.outcome);
     req.responseModel = rewrite.response;
-    const forward = rewrite.body ?? body;
+    const forward = body;
     const { chosen, requestBlocks } = routed.decision;
     const pd = disaggregationHeaders(routed);
     const extra: [string, string][] = routed.explanation ? [[EXPLANATION_HEADER, routed.explanation], ...pd.set] : pd.set;
@@ -508,17 +525,6 @@ class ProcessStream {
         "x-gateway-model-name-rewrite scored, but the body was not held before the route (request body mode NONE/STREAMED, or a BUFFERED_PARTIAL body cut at the limit): it goes upstream naming the client's model; use FULL_DUPLEX_STREAMED or BUFFERED");
   }
 
-  private parse(body: Uint8Array, maybeCut: boolean): ParsedBody {
-    try {
-      return parseBodyBytes(body, this.req?.path);
-    } catch (err) {
-      if (!maybeCut || !(err instanceof BadRequest) || err instanceof TooDeep) throw err;
-      this.deps.metrics.partialBodies.inc();
-      this.deps.log.debug({ bytes: body.length, err: String(err) }, "BUFFERED_PARTIAL body cut at the buffer limit: routing by load");
-      return { input: { kind: "none" } };
-    }
-  }
-
   private immediate(code: ImmediateStatus, message: string, details: string, outcome: RequestOutcome): void {
     this.deps.metrics.requests.inc({ outcome });
     this.send(immediate(code, message, details));
@@ -558,6 +564,7 @@ function disaggregationHeaders(routed: RoutedRequest): { set: [string, string][]
 }
 
 const EMPTY = new Uint8Array(0);
+const EMPTY_IDS = new Uint32Array(0);
 const NO_PRIORITIES: ReadonlyMap<string, number> = new Map();
 
 function concat(chunks: Uint8Array[], total: number): Uint8Array {

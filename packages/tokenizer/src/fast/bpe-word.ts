@@ -8,6 +8,10 @@ import type { MergeTable } from "./merge-table";
  * character, a section without spaces under a SentencePiece-style tokenizer) costs what its size says.
  * Returns the number of symbols left at the front of `syms`.
  */
+// Up to this many symbols a word merges by scanning its pairs (measured faster than the heap for pre-tokens).
+const SMALL_WORD = 24;
+const NO_MERGE = 0x7fffffff;
+
 export class WordMerger {
   private prev = new Int32Array(64);
   private next = new Int32Array(64);
@@ -15,11 +19,14 @@ export class WordMerger {
   private heapKey = new Float64Array(128); // rank * 2^32 + position: orders by rank, then position
   private heapId = new Int32Array(128);
   private heapSize = 0;
+  private readonly smallRank = new Int32Array(SMALL_WORD);
+  private readonly smallId = new Int32Array(SMALL_WORD);
 
   constructor(private readonly merges: MergeTable) {}
 
   merge(syms: Int32Array, n: number): number {
     if (n < 2) return n;
+    if (n <= SMALL_WORD) return this.mergeSmall(syms, n);
     this.reserve(n);
     const { prev, next, alive, merges } = this;
     this.heapSize = 0;
@@ -60,6 +67,46 @@ export class WordMerger {
     let out = 0;
     for (let i = 0; i < n; i = next[i]!) syms[out++] = syms[i]!;
     return out;
+  }
+
+  /**
+   * The same merges for a short word (most pre-tokens) without the heap: the lowest (rank, position) among the
+   * current pairs, found by a scan. The heap's order is that one too, since a queued entry is live exactly when
+   * its pair is still adjacent (a symbol only grows, so a changed pair spells a longer string: another id).
+   */
+  private mergeSmall(syms: Int32Array, n: number): number {
+    const { smallRank: rank, smallId: id, merges } = this;
+    for (let i = 0; i + 1 < n; i++) {
+      const slot = merges.find(syms[i]!, syms[i + 1]!);
+      rank[i] = slot < 0 ? NO_MERGE : merges.rank(slot);
+      id[i] = slot < 0 ? 0 : merges.merged(slot);
+    }
+    for (;;) {
+      let best = NO_MERGE;
+      let at = -1;
+      for (let i = 0; i + 1 < n; i++) {
+        if (rank[i]! < best) {
+          best = rank[i]!;
+          at = i;
+        }
+      }
+      if (at < 0) return n;
+      syms[at] = id[at]!;
+      n--;
+      for (let i = at + 1; i < n; i++) {
+        syms[i] = syms[i + 1]!;
+        rank[i] = rank[i + 1]!;
+        id[i] = id[i + 1]!;
+      }
+      if (at > 0) this.rankPair(syms, at - 1);
+      if (at + 1 < n) this.rankPair(syms, at);
+    }
+  }
+
+  private rankPair(syms: Int32Array, i: number): void {
+    const slot = this.merges.find(syms[i]!, syms[i + 1]!);
+    this.smallRank[i] = slot < 0 ? NO_MERGE : this.merges.rank(slot);
+    this.smallId[i] = slot < 0 ? 0 : this.merges.merged(slot);
   }
 
   private reserve(n: number): void {

@@ -26,6 +26,8 @@ const SPACE = 3; // White_Space, other than \r and \n
 const NEWLINE = 4; // \r or \n (also White_Space)
 const OTHER = 5;
 const UNKNOWN = 0;
+const KIND = 7;
+const WIDE = 8; // in `at`'s answer: the character takes two UTF-16 units
 const classes = new Uint8Array(0x110000);
 const isLetter = /^\p{L}$/u;
 const isNumber = /^\p{N}$/u;
@@ -38,72 +40,80 @@ function classify(cp: number): number {
   return k;
 }
 
-/** Splits `text` into pieces as the pattern does; `emit(start, end)` in order, covering the text. */
-export function scanCl100k(text: string, maxDigits: number, emit: (start: number, end: number) => void): void {
-  const n = text.length;
-  // The class and width (1 or 2 UTF-16 units) of the character at i; lone surrogates are OTHER.
-  let width = 1;
-  const at = (i: number): number => {
-    let cp = text.charCodeAt(i);
-    width = 1;
-    if (cp >= 0xd800 && cp < 0xdc00 && i + 1 < n) {
-      const lo = text.charCodeAt(i + 1);
-      if (lo >= 0xdc00 && lo < 0xe000) {
-        cp = 0x10000 + ((cp - 0xd800) << 10) + (lo - 0xdc00);
-        width = 2;
-      }
-    }
-    const k = classes[cp]!;
-    return k === UNKNOWN ? classify(cp) : k;
-  };
-  // End of the run of characters of class k starting at i.
-  const run = (i: number, k: number): number => {
-    while (i < n && at(i) === k) i += width;
-    return i;
-  };
-  const runWhile = (i: number, ok: (k: number) => boolean): number => {
-    while (i < n && ok(at(i))) i += width;
-    return i;
-  };
-  const isWs = (k: number) => k === SPACE || k === NEWLINE;
-  const isOther = (k: number) => k === OTHER;
-
-  let i = 0;
+/**
+ * Splits text[start, end) into pieces as the pattern does on that range alone; `emit(s, e)` in order, covering it.
+ */
+export function scanCl100k(text: string, start: number, end: number, maxDigits: number, emit: (s: number, e: number) => void): void {
+  const n = end;
+  let i = start;
   while (i < n) {
-    const k = at(i);
-    const w = width;
-    let end: number;
-    if (text.charCodeAt(i) === 39 /* ' */ && (end = contraction(text, i)) > 0) {
+    const cls = at(text, i, n);
+    const k = cls & KIND;
+    const w = width(cls);
+    let to: number;
+    if (text.charCodeAt(i) === 39 /* ' */ && (to = contraction(text, i, n)) > 0) {
       // (?i:'s|'t|'re|'ve|'m|'ll|'d)
     } else if (k === LETTER) {
-      end = run(i, LETTER);
-    } else if (k !== NEWLINE && k !== NUMBER && i + w < n && at(i + w) === LETTER) {
-      end = run(i + w, LETTER);
+      to = run(text, i + w, n, LETTER);
+    } else if (k !== NEWLINE && k !== NUMBER && i + w < n && (at(text, i + w, n) & KIND) === LETTER) {
+      to = run(text, i + w, n, LETTER);
     } else if (k === NUMBER) {
-      end = i + w;
-      for (let d = 1; d < maxDigits && end < n && at(end) === NUMBER; d++) end += width;
-    } else if (k === OTHER || (text.charCodeAt(i) === 32 && i + 1 < n && at(i + 1) === OTHER)) {
-      end = runWhile(k === OTHER ? i : i + 1, isOther);
-      while (end < n && (text.charCodeAt(end) === 13 || text.charCodeAt(end) === 10)) end++;
+      to = i + w;
+      for (let d = 1; d < maxDigits && to < n; d++) {
+        const next = at(text, to, n);
+        if ((next & KIND) !== NUMBER) break;
+        to += width(next);
+      }
+    } else if (k === OTHER || (text.charCodeAt(i) === 32 && i + 1 < n && (at(text, i + 1, n) & KIND) === OTHER)) {
+      to = run(text, k === OTHER ? i : i + 1, n, OTHER);
+      while (to < n && (text.charCodeAt(to) === 13 || text.charCodeAt(to) === 10)) to++;
     } else {
       // whitespace: \s*[\r\n]+ | \s+(?!\S) | \s+
-      const wsEnd = runWhile(i, isWs);
+      let wsEnd = i;
       let lastNewline = -1;
-      for (let j = wsEnd - 1; j >= i; j--) {
-        const c = text.charCodeAt(j);
-        if (c === 13 || c === 10) {
-          lastNewline = j;
-          break;
-        }
+      while (wsEnd < n) {
+        const ws = at(text, wsEnd, n) & KIND;
+        if (ws === NEWLINE) lastNewline = wsEnd;
+        else if (ws !== SPACE) break;
+        wsEnd++; // White_Space is all in the BMP
       }
-      if (lastNewline >= 0) end = lastNewline + 1;
-      else if (wsEnd === n) end = wsEnd;
-      else if (wsEnd - i >= 2) end = backOne(text, i, wsEnd);
-      else end = wsEnd;
+      if (lastNewline >= 0) to = lastNewline + 1;
+      else if (wsEnd === n) to = wsEnd;
+      else if (wsEnd - i >= 2) to = backOne(text, i, wsEnd);
+      else to = wsEnd;
     }
-    emit(i, end);
-    i = end;
+    emit(i, to);
+    i = to;
   }
+}
+
+// The class of the character at i (a lone surrogate is OTHER), | WIDE when it is a surrogate pair.
+function at(text: string, i: number, n: number): number {
+  const c = text.charCodeAt(i);
+  if (c >= 0xd800 && c < 0xdc00 && i + 1 < n) {
+    const lo = text.charCodeAt(i + 1);
+    if (lo >= 0xdc00 && lo < 0xe000) {
+      const cp = 0x10000 + ((c - 0xd800) << 10) + (lo - 0xdc00);
+      const k = classes[cp]!;
+      return (k === UNKNOWN ? classify(cp) : k) | WIDE;
+    }
+  }
+  const k = classes[c]!;
+  return k === UNKNOWN ? classify(c) : k;
+}
+
+function width(cls: number): number {
+  return cls & WIDE ? 2 : 1;
+}
+
+// The end of the run of class k from i.
+function run(text: string, i: number, n: number, k: number): number {
+  while (i < n) {
+    const cls = at(text, i, n);
+    if ((cls & KIND) !== k) break;
+    i += width(cls);
+  }
+  return i;
 }
 
 // \s+(?!\S) before a non-space: the run gives back its last character (a whole code point).
@@ -118,9 +128,11 @@ function isHighSurrogate(c: number): boolean {
 }
 
 // Length-matched end of 's 't 're 've 'm 'll 'd at i (case-insensitive as Unicode folds: ſ is an s), else 0.
-function contraction(text: string, i: number): number {
+// Reads nothing at or past `end`.
+function contraction(text: string, i: number, end: number): number {
+  if (i + 1 >= end) return 0;
   const a = text.charCodeAt(i + 1) | 0x20;
-  const b = text.charCodeAt(i + 2) | 0x20;
+  const b = i + 2 < end ? text.charCodeAt(i + 2) | 0x20 : 0;
   if (a === 0x73 /* s */ || text.charCodeAt(i + 1) === 0x17f) return i + 2;
   if (a === 0x74 /* t */ || a === 0x6d /* m */ || a === 0x64 /* d */) return i + 2;
   if ((a === 0x72 /* r */ || a === 0x76 /* v */) && b === 0x65 /* e */) return i + 3;

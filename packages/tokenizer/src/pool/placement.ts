@@ -2,7 +2,7 @@
 // member that tokenized its earlier turns: elsewhere every section is fresh. Measured on the agentic workload
 // (sessions to ~100k tokens), a turn sent to an idle stranger instead of its busy home re-tokenized the whole
 // conversation to save a wait of a few milliseconds, and the next turn then missed on both members.
-import type { TokenizeJob } from "../job";
+import type { PoolJob } from "../job";
 
 /** How a request was placed: on the member holding its conversation, moved off it, or a conversation not seen. */
 export type PlacementKind = "affine" | "moved" | "new";
@@ -64,9 +64,14 @@ export class Placement {
   }
 }
 
-/** The characters a job renders, about (message texts or the prompt; template text and tools left out). */
-export function jobChars(job: TokenizeJob): number {
+/**
+ * The characters a job renders, about (message texts or the prompt; template text and tools left out). A body
+ * not read yet counts its bytes: JSON quoting and field names over-count a little, multi-byte text under-counts.
+ */
+export function jobChars(job: PoolJob): number {
   switch (job.kind) {
+    case "body":
+      return job.request.body.byteLength;
     case "prompt":
       return job.text.length;
     case "chat": {

@@ -1,10 +1,13 @@
 // A pool member: a worker thread with its own preprocessor and segment cache, tokenizing one job at a time.
 import { parentPort, workerData } from "node:worker_threads";
-import { encodeJob, type TokenizeJob } from "../job";
+import { encodeJob, nextTurnJob, type PoolJob, type TokenizeJob } from "../job";
 import { isMediaPart } from "../media";
 import { createPreprocessor } from "../preprocessor";
 import { EncodeStopped, type EncodeControl, type KnownPrefix } from "../segmenter";
-import type { Preprocessor } from "../types";
+import type { CacheStats, Preprocessor } from "../types";
+import { BadRequest } from "../request/bad-request";
+import { TooDeep } from "../request/openai-body";
+import { readBody } from "../request/read-body";
 import type { FromMember, MemberInit, ToMember } from "./protocol";
 
 // Below this many unknown characters the whole job takes well under a millisecond: no early known prefix.
@@ -30,6 +33,35 @@ let usPerChar = 0.25;
 
 port.on("message", (m: ToMember) => {
   const t0 = performance.now();
+  const before = pre.cacheStats();
+  // Whatever a job throws (a bad body, a template's refusal, a bug) is answered as an error: a member
+  // never dies of a request.
+  try {
+    const job = jobOf(m);
+    if (job instanceof Uint32Array) done(m, job, before, performance.now() - t0);
+    else tokenize(m, job, t0, before);
+  } catch (err) {
+    failed(m, err, t0);
+  }
+});
+
+/**
+ * What to tokenize: a body job is read here first (parsed, validated, its model rewritten), and a request's
+ * reading is posted back at once with its body, before any tokenizing.
+ */
+function jobOf(m: ToMember): TokenizeJob | Uint32Array {
+  const job: PoolJob = m.job;
+  if (job.kind !== "body") return job;
+  const read = readBody(job.request);
+  if (!m.discard) {
+    const body = read.rewritten ?? job.request.body;
+    post({ type: "parsed", id: m.id, fields: read.fields, body, rewritten: read.rewritten !== undefined }, transferable(body));
+  }
+  if (!job.reply) return read.job;
+  return read.job instanceof Uint32Array || read.job.kind !== "chat" ? NONE : nextTurnJob(read.job, job.reply);
+}
+
+function tokenize(m: ToMember, job: TokenizeJob, t0: number, before: CacheStats): void {
   let unknownChars = 0;
   const control: EncodeControl = {
     shouldStop: () => Atomics.load(cancel, 0) === m.id,
@@ -38,32 +70,44 @@ port.on("message", (m: ToMember) => {
     knownPrefix: (known: KnownPrefix) => {
       unknownChars = known.unknownChars;
       // A chat cut at its first media part knows its cut only at the end.
-      if (m.discard || known.unknownChars < KNOWN_PREFIX_MIN_CHARS || hasMedia(m.job)) return;
+      if (m.discard || known.unknownChars < KNOWN_PREFIX_MIN_CHARS || hasMedia(job)) return;
       const ids = known.ids.slice();
       post({ type: "known", id: m.id, ids, estimatedMs: (known.unknownChars * usPerChar) / 1000 }, [ids.buffer as ArrayBuffer]);
     },
   };
-  // The cache's figures go back with every result: the pool sums its members' for the process's metrics.
-  const before = pre.cacheStats();
-  try {
-    const ids = encodeJob(pre, m.job, control);
-    const busyMs = performance.now() - t0;
-    if (unknownChars >= KNOWN_PREFIX_MIN_CHARS) usPerChar = 0.8 * usPerChar + 0.2 * ((busyMs * 1000) / unknownChars);
-    const cache = pre.cacheStats();
-    const freshTokens = cache.freshTokens - before.freshTokens;
-    const warmedTokens = cache.warmedHitTokens - before.warmedHitTokens;
-    if (m.discard) post({ type: "done", id: m.id, ids: null, freshTokens, warmedTokens, busyMs, cache });
-    else {
-      const own = ids.byteOffset === 0 && ids.byteLength === ids.buffer.byteLength ? ids : ids.slice();
-      post({ type: "done", id: m.id, ids: own, freshTokens, warmedTokens, busyMs, cache }, [own.buffer as ArrayBuffer]);
-    }
-  } catch (err) {
-    const busyMs = performance.now() - t0;
-    const cache = pre.cacheStats();
-    if (err instanceof EncodeStopped) post({ type: "stopped", id: m.id, busyMs, cache });
-    else post({ type: "error", id: m.id, name: (err as Error).name, message: (err as Error).message, busyMs, cache });
+  const ids = encodeJob(pre, job, control);
+  const busyMs = performance.now() - t0;
+  if (unknownChars >= KNOWN_PREFIX_MIN_CHARS) usPerChar = 0.8 * usPerChar + 0.2 * ((busyMs * 1000) / unknownChars);
+  done(m, ids, before, busyMs);
+}
+
+// The cache's figures go back with every result: the pool sums its members' for the process's metrics.
+function done(m: ToMember, ids: Uint32Array, before: CacheStats, busyMs: number): void {
+  const cache = pre.cacheStats();
+  const freshTokens = cache.freshTokens - before.freshTokens;
+  const warmedTokens = cache.warmedHitTokens - before.warmedHitTokens;
+  if (m.discard) post({ type: "done", id: m.id, ids: null, freshTokens, warmedTokens, busyMs, cache });
+  else {
+    // Transferred, so it must be a buffer of its own, and never a shared constant (an empty one is copied).
+    const own = ids.length > 0 && ids.byteOffset === 0 && ids.byteLength === ids.buffer.byteLength ? ids : ids.slice();
+    post({ type: "done", id: m.id, ids: own, freshTokens, warmedTokens, busyMs, cache }, [own.buffer as ArrayBuffer]);
   }
-});
+}
+
+function failed(m: ToMember, err: unknown, t0: number): void {
+  const busyMs = performance.now() - t0;
+  const cache = pre.cacheStats();
+  if (err instanceof EncodeStopped) return post({ type: "stopped", id: m.id, busyMs, cache });
+  const name = err instanceof TooDeep ? "TooDeep" : err instanceof BadRequest ? "BadRequest" : (err as Error)?.name ?? "Error";
+  post({ type: "error", id: m.id, name, message: (err as Error)?.message ?? String(err), busyMs, cache });
+}
+
+/** The buffer to transfer with a body: only one the body has to itself (a view's neighbours stay put). */
+function transferable(body: Uint8Array): ArrayBuffer[] {
+  return body.byteOffset === 0 && body.byteLength === body.buffer.byteLength && body.buffer instanceof ArrayBuffer ? [body.buffer] : [];
+}
+
+const NONE = new Uint32Array(0);
 
 function hasMedia(job: TokenizeJob): boolean {
   return job.kind === "chat" && job.cutAtMedia === true && job.messages.some((msg) => Array.isArray(msg.content) && msg.content.some(isMediaPart));

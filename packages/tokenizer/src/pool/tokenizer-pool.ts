@@ -3,7 +3,11 @@ import { ChatTemplateError } from "../messages";
 import { DEFAULT_CACHE_MAX_BYTES } from "../segment-cache";
 import { NO_CACHE_STATS, type CacheStats, type ChatMessage, type PreprocessorOptions } from "../types";
 import { cpuLimit } from "./cpu-limit";
-import type { TokenizeJob } from "../job";
+import { nextTurnJob, type PoolJob, type TokenizeJob } from "../job";
+import { BadRequest } from "../request/bad-request";
+import { TooDeep } from "../request/openai-body";
+import type { BodyFields } from "../request/read-body";
+import { affinityKey } from "./affinity";
 import { jobChars, Placement, type PlacementKind } from "./placement";
 import type { FromMember, MemberInit } from "./protocol";
 
@@ -47,7 +51,12 @@ export type TokenizeOutcome = {
   warmedTokens: number;
   /** Time queued before a member took the job. */
   waitMs: number;
+  /** A body job as its member read it; absent when no member did (a "queue" fallback). */
+  read?: BodyReading;
 };
+
+/** A body job's reading: its fields, and the body to forward (`rewritten` to name the rewrite model). */
+export type BodyReading = { fields: BodyFields; body: Uint8Array; rewritten: boolean };
 
 export type MemberStats = {
   member: number; queued: number; warmQueued: number; busy: boolean; jobs: number; freshTokens: number; busyMs: number;
@@ -71,7 +80,7 @@ export class TokenizeCancelled extends Error {
 
 type Pending = {
   id: number;
-  job: TokenizeJob;
+  job: PoolJob;
   discard: boolean;
   submitted: number;
   dispatched: number;
@@ -80,6 +89,9 @@ type Pending = {
   settle?: (o: TokenizeOutcome | Error) => void;
   known?: Uint32Array;
   timer?: ReturnType<typeof setTimeout>;
+  read?: BodyReading;
+  /** Past its budget while its member was still reading its body: answered once the reading comes. */
+  overdue?: boolean;
 };
 
 type Member = {
@@ -143,7 +155,11 @@ export class TokenizerPool {
     await Promise.all(this.members.map((m) => m.ready));
   }
 
-  tokenize(job: TokenizeJob, opts: { signal?: AbortSignal } = {}): Promise<TokenizeOutcome> {
+  /**
+   * A body job (`kind: "body"`) is read by the member (parsed, validated, its model rewritten) before it is
+   * tokenized; its body's buffer moves to the member and comes back in the outcome's `read`.
+   */
+  tokenize(job: PoolJob, opts: { signal?: AbortSignal } = {}): Promise<TokenizeOutcome> {
     if (this.closed) return Promise.reject(new Error("tokenizer pool closed"));
     if (opts.signal?.aborted) return Promise.reject(new TokenizeCancelled("cancelled before it started"));
     return new Promise<TokenizeOutcome>((resolve, reject) => {
@@ -175,12 +191,11 @@ export class TokenizerPool {
    * render the final assistant turn differently from an earlier one (Qwen3 adds an empty think block).
    */
   warmReply(job: Extract<TokenizeJob, { kind: "chat" }>, reply: ChatMessage): void {
-    const messages = [...job.messages, reply, { role: "user", content: "" }];
-    this.warm({ kind: "chat", messages, opts: { ...job.opts, addGenerationPrompt: true, continueFinalMessage: false } });
+    this.warm(nextTurnJob(job, reply));
   }
 
-  /** Tokenizes in the background at the lowest priority, only to fill the cache. */
-  warm(job: TokenizeJob): void {
+  /** Tokenizes in the background at the lowest priority, only to fill the cache (a body job's body is copied, not moved). */
+  warm(job: PoolJob): void {
     if (this.closed) return;
     const p: Pending = { id: this.nextId++, job, discard: true, submitted: performance.now(), dispatched: 0, cost: 0 };
     const member = this.memberFor(p, false);
@@ -241,6 +256,7 @@ export class TokenizerPool {
     worker.on("error", (err: Error) => {
       this.log?.warn({ member: index, err: err.message }, "tokenizer pool member failed");
       rejectReady(err);
+      member.current?.settle?.(new Error(`tokenizer pool member ${index} failed: ${err.message}`));
     });
     worker.unref();
     return member;
@@ -250,7 +266,7 @@ export class TokenizerPool {
   // start; placement.ts decides, from the members' backlogs, and sets the job's expected cost.
   private memberFor(p: Pending, move = true): Member {
     const backlogs = this.members.map((m) => m.queue.reduce((sum, q) => sum + q.cost, m.current?.cost ?? 0));
-    const placed = this.placement.place(affinityHash(p.job), jobChars(p.job), backlogs, move);
+    const placed = this.placement.place(affinityKey(p.job), jobChars(p.job), backlogs, move);
     p.cost = placed.cost;
     if (!p.discard) {
       this.placements[placed.kind]++;
@@ -267,12 +283,21 @@ export class TokenizerPool {
     next.dispatched = performance.now();
     if (!next.discard) this.observe.wait?.(next.dispatched - next.submitted);
     member.worker.ref();
-    member.worker.postMessage({ type: "job", id: next.id, job: next.job, discard: next.discard });
+    // A request's body moves to the member (no copy; it comes back with the reading); a warm's is copied,
+    // its caller may still be forwarding it.
+    const body = next.job.kind === "body" && !next.discard ? next.job.request.body : undefined;
+    const owned = body !== undefined && body.byteOffset === 0 && body.byteLength === body.buffer.byteLength && body.buffer instanceof ArrayBuffer;
+    member.worker.postMessage({ type: "job", id: next.id, job: next.job, discard: next.discard }, owned ? [body.buffer as ArrayBuffer] : []);
   }
 
   private onResult(member: Member, m: Exclude<FromMember, { type: "ready" | "init-failed" }>): void {
     const p = member.current;
     if (p === null || p.id !== m.id) return;
+    if (m.type === "parsed") {
+      p.read = { fields: m.fields, body: m.body, rewritten: m.rewritten };
+      if (p.overdue) this.fallBack(p, "budget");
+      return;
+    }
     if (m.type === "known") {
       p.known = m.ids;
       // Known now what would not finish in budget: answer at once with what is known.
@@ -289,9 +314,10 @@ export class TokenizerPool {
       member.freshTokens += m.freshTokens;
       p.settle?.({
         tokens: m.ids ?? new Uint32Array(0), complete: true, freshTokens: m.freshTokens, warmedTokens: m.warmedTokens, waitMs: p.dispatched - p.submitted,
+        ...(p.read ? { read: p.read } : {}),
       });
     } else if (m.type === "error") {
-      p.settle?.(m.name === "ChatTemplateError" ? new ChatTemplateError(m.message) : new Error(`tokenizer pool: ${m.message}`));
+      p.settle?.(memberError(m.name, m.message));
     } else {
       this.stopped++;
       p.settle?.(new TokenizeCancelled("stopped"));
@@ -310,6 +336,11 @@ export class TokenizerPool {
       this.warm(p.job);
       return;
     }
+    // A body still being read: its fields are needed to route at all, and reading is not cut short.
+    if (p.job.kind === "body" && !p.read) {
+      p.overdue = true;
+      return;
+    }
     this.fallBack(p, "budget");
   }
 
@@ -320,7 +351,10 @@ export class TokenizerPool {
       this.log?.warn({ cause, budgetMs: this.budgetMs, knownTokens: p.known?.length ?? 0 },
         "tokenization over budget: routed on the known prefix (logged once per cause, then counted)");
     }
-    p.settle?.({ tokens: p.known ?? new Uint32Array(0), complete: false, fallback: cause, freshTokens: 0, warmedTokens: 0, waitMs: (p.dispatched || performance.now()) - p.submitted });
+    p.settle?.({
+      tokens: p.known ?? new Uint32Array(0), complete: false, fallback: cause, freshTokens: 0, warmedTokens: 0, waitMs: (p.dispatched || performance.now()) - p.submitted,
+      ...(p.read ? { read: p.read } : {}),
+    });
   }
 
   private cancel(member: Member, p: Pending): void {
@@ -334,18 +368,10 @@ export class TokenizerPool {
 
 }
 
-// FNV-1a over the first messages' text (4 KiB each at most) or the prompt's start.
-function affinityHash(job: TokenizeJob): number {
-  let h = 0x811c9dc5;
-  const mix = (s: string) => {
-    for (let i = 0; i < s.length && i < 4096; i++) h = Math.imul(h ^ s.charCodeAt(i), 0x01000193);
-  };
-  if (job.kind === "prompt") mix(job.text);
-  else {
-    for (const m of job.messages.slice(0, 2)) {
-      mix(m.role);
-      mix(typeof m.content === "string" ? m.content : JSON.stringify(m.content ?? "").slice(0, 4096));
-    }
-  }
-  return h >>> 0;
+/** A member's error as the caller tells it apart: a bad body (400), a template's refusal, or the pool's. */
+function memberError(name: string, message: string): Error {
+  if (name === "TooDeep") return new TooDeep(message);
+  if (name === "BadRequest") return new BadRequest(message);
+  if (name === "ChatTemplateError") return new ChatTemplateError(message);
+  return new Error(`tokenizer pool: ${message}`);
 }

@@ -1,6 +1,6 @@
 import { describe, expect, test } from "bun:test";
 import fc from "fast-check";
-import { BadRequest, MAX_JSON_DEPTH, parseBody, parseBodyBytes, TooDeep } from "./openai-body.ts";
+import { BadRequest, MAX_JSON_DEPTH, parseBody, parseBodyBytes, TooDeep } from "./openai-body";
 
 const bytes = (v: unknown) => new TextEncoder().encode(typeof v === "string" ? v : JSON.stringify(v));
 

@@ -1,8 +1,8 @@
 // /v1/responses bodies become the chat vLLM renders for them (vllm/entrypoints/openai/responses/utils.py,
 // construct_input_messages), and the other request fields vLLM reads before tokenizing.
 import { describe, expect, test } from "bun:test";
-import { PyFloat } from "@kv-epp/tokenizer";
-import { BadRequest, parseBodyBytes } from "./openai-body.ts";
+import { PyFloat } from "../py-values";
+import { BadRequest, parseBodyBytes } from "./openai-body";
 
 const bytes = (v: unknown) => new TextEncoder().encode(typeof v === "string" ? v : JSON.stringify(v));
 

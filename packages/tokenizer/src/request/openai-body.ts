@@ -1,10 +1,11 @@
 // The OpenAI request bodies the EPP routes: /v1/completions, /v1/chat/completions and /v1/responses.
 // Only the fields that decide the route are read; the body itself is forwarded untouched.
 import { JsonFieldScanner, type JsonField } from "@kv-epp/index-wasm/json";
-import { parseJsonKeepingFloats, PyFloat, responsesChat, ResponsesInputError, truncatePrompt, type ResponsesChat, type Truncation } from "@kv-epp/tokenizer";
-import { BadRequest } from "./bad-request.ts";
-
-export type ChatMessage = { role: string; content?: unknown; [k: string]: unknown };
+import { parseJsonKeepingFloats, PyFloat } from "../py-values";
+import { responsesChat, ResponsesInputError, type ResponsesChat } from "../responses";
+import { truncatePrompt, type Truncation } from "../truncation";
+import type { ChatMessage } from "../types";
+import { BadRequest } from "./bad-request";
 
 /**
  * Text inputs carry the request's `add_special_tokens` (vLLM's default: true for a completion, false for a
