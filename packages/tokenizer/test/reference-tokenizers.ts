@@ -56,6 +56,9 @@ const RECENT_BLOCKS: readonly [number, number][] = [
   // Unicode 17's new blocks (Sidetic, Sharada Supplement, Tolong Siki, Beria Erfe, Tangut Components Supplement,
   // Miscellaneous Symbols Supplement, Tai Yo): found by the segment-pieces property test with U+16EA0 and U+11DB0.
   [0x10940, 0x1095f], [0x11b60, 0x11b7f], [0x11db0, 0x11def], [0x16ea0, 0x16edf], [0x18d80, 0x18dff], [0x1cec0, 0x1ceff], [0x1e6c0, 0x1e6ff],
+  // Unicode 17's additions at the end of an older block (Ideographic Symbols and Punctuation, U+16FF2..): found
+  // with U+16FF4 beside a CPU hog, the property's seed being random.
+  [0x16ff0, 0x16fff],
 ];
 function withoutRecentCodePoints(text: string): string {
   let out = "";
