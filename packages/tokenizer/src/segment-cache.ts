@@ -43,11 +43,6 @@ export class SegmentCache {
     return ids;
   }
 
-  /** The entry without counting a hit or a miss and without moving it in the LRU order. */
-  peek(key: string): Uint32Array | undefined {
-    return this.map.get(key);
-  }
-
   set(key: string, ids: Uint32Array, warming = false): void {
     const cost = entryCost(key, ids);
     if (cost > this.maxBytes || this.maxEntries < 1) return; // would evict everything and still not fit
