@@ -8,7 +8,7 @@ import type { KubeConfig } from "@kubernetes/client-node";
 import type { RecoveryOutcome } from "@kv-epp/recovery";
 import { listenerHeartbeat } from "@kv-epp/kv-events";
 import { parseEndpoint } from "@kv-epp/protocol";
-import { createPreprocessor, eventLoopLag, poolMetrics, TokenizerPool } from "@kv-epp/tokenizer";
+import { createPreprocessor, eventLoopLag, poolMetrics, TokenizerPool, warmUp } from "@kv-epp/tokenizer";
 import pino, { type Logger } from "pino";
 import { ConfigError, parseConfig, usage, type EppConfig } from "./config.ts";
 import { HealthState } from "./health.ts";
@@ -207,6 +207,10 @@ async function tokenizationOf(cfg: EppConfig, metrics: Metrics, log: Logger): Pr
   const onRead = (thread: ReadThread) => metrics.bodiesRead.inc({ thread });
   if (cfg.tokenizerDir === undefined || cfg.tokenizerThreads === 0) {
     const pre = preprocessorOf(cfg, metrics);
+    if (cfg.tokenizerDir !== undefined) {
+      const warm = warmUp(pre);
+      log.info({ tokens: warm.tokens, ms: Math.round(warm.ms) }, "tokenizer warmed up");
+    }
     return { tokenize: createTokenize(pre), tokenizeBody: createTokenizeBody(pre, onRead) };
   }
   const pool = new TokenizerPool({
@@ -219,6 +223,8 @@ async function tokenizationOf(cfg: EppConfig, metrics: Metrics, log: Logger): Pr
   observe.attach(pool);
   try {
     await pool.ready();
+    const warmed = pool.stats().members.map((m) => m.warmUp);
+    log.info({ members: warmed.length, tokens: warmed.reduce((n, w) => n + (w?.tokens ?? 0), 0), ms: Math.round(Math.max(...warmed.map((w) => w?.ms ?? 0))) }, "tokenizer pool warmed up");
   } catch (err) {
     await pool.close();
     throw new ConfigError(`invalid value for --tokenizer-dir: ${JSON.stringify(cfg.tokenizerDir)}: ${(err as Error).message}`);

@@ -1,7 +1,7 @@
 import { Hono } from "hono";
 import pino, { type Logger } from "pino";
 import { publisherBinds, rankEndpoint } from "@kv-epp/protocol";
-import { createPreprocessor } from "@kv-epp/tokenizer";
+import { createPreprocessor, warmUp } from "@kv-epp/tokenizer";
 import { PrefixCacheSim } from "./cache/prefix-cache.ts";
 import { ConfigError, resolveConfig, type MockWorkerConfig } from "./config.ts";
 import { RankEngine } from "./engine/rank-engine.ts";
@@ -64,6 +64,8 @@ export async function startMockWorker(opts: MockWorkerOptions = {}): Promise<Moc
   const log = root.child({ component: "mock-worker", worker: workerName });
 
   const preprocessor = await createPreprocessor({ tokenizerDir: config.tokenizerDir, model: config.model });
+  // Warm before it serves, as the EPP's tokenizers are: its first requests would otherwise stand in for a slow engine.
+  warmUp(preprocessor);
   const timing = {
     speed: config.speed, stepBaseMs: config.stepBaseMs, msPerToken: config.stepMsPerToken,
     maxNumBatchedTokens: config.maxNumBatchedTokens, maxNumSeqs: config.maxNumSeqs,

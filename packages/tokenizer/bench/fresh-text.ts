@@ -11,6 +11,11 @@ import { Tokenizer as LibraryTokenizer } from "@huggingface/tokenizers";
 import { join } from "node:path";
 import { Tokenizer as NativeTokenizer } from "tokenizers";
 import { compileFastTokenizer, type FastTokenizer } from "../src/fast/fast-tokenizer";
+import { mixedText } from "../src/warm-up";
+
+// The invented text the preprocessor warms up on doubles as fresh text here (a large made-up vocabulary, so word
+// caches see mostly new words, as on fresh documents).
+export { mixedText };
 
 export type FreshRow = { model: string; candidate: string; tokens: number; cpuSeconds: number; usPerToken: number; tokensPerCoreSecond: number };
 
@@ -85,27 +90,3 @@ function compiled(c: ReturnType<typeof compileFastTokenizer>, model: string): Fa
 
 const lcg = (seed: number) => () => ((seed = (Math.imul(seed, 1103515245) + 12345) >>> 0) / 2 ** 32);
 
-// Prose with a large invented vocabulary (so word caches see mostly new words, as on fresh documents), numbers,
-// code, CJK and accented text, emoji, whitespace runs.
-/** Fresh text of `words` words: prose of made-up words, numbers, code, CJK and emoji, punctuation (rand in [0, 1)). */
-export function mixedText(rand: () => number, words: number): string {
-  const syllables = ["ka", "lo", "mi", "ne", "ru", "sta", "tion", "pre", "fix", "qu", "ter", "blo", "ck", "zh", "ü", "é", "ø", "th", "ing", "ex"];
-  const common = ["the", "a", "of", "to", "and", "in", "is", "that", "for", "it", "with", "as", "on", "be", "at", "by", "this", "The", "We"];
-  const code = ["def f(x):\n    return x * 2\n", "if (a && b) {\n\tcall(a, b);\n}\n", "const y = arr.map((v) => v + 1);", "SELECT id FROM t WHERE k = 'v';"];
-  const cjk = ["日本語の文章", "中文文本处理", "한국어 문장", "Привет мир", "مرحبا بالعالم", "😀🚀✨"];
-  const out: string[] = [];
-  for (let i = 0; i < words; i++) {
-    const r = rand();
-    if (r < 0.4) out.push(common[Math.floor(rand() * common.length)]!);
-    else if (r < 0.46) out.push(String(Math.floor(rand() * 1e7)));
-    else if (r < 0.49) out.push(code[Math.floor(rand() * code.length)]!);
-    else if (r < 0.52) out.push(cjk[Math.floor(rand() * cjk.length)]!);
-    else if (r < 0.55) out.push(rand() < 0.5 ? ".\n\n" : ",   ");
-    else {
-      let w = "";
-      for (let k = 1 + Math.floor(rand() * 3); k > 0; k--) w += syllables[Math.floor(rand() * syllables.length)];
-      out.push(rand() < 0.1 ? w[0]!.toUpperCase() + w.slice(1) : w);
-    }
-  }
-  return out.join(" ");
-}

@@ -101,6 +101,10 @@ export class HfPreprocessor implements Preprocessor {
     return this.cache === null ? NO_CACHE_STATS : this.cache.stats();
   }
 
+  resetCache(): void {
+    this.cache?.clear();
+  }
+
   private encodeText(text: string, control?: EncodeControl): Uint32Array {
     if (this.cache === null) {
       control?.knownPrefix?.({ ids: new Uint32Array(0), unknownChars: text.length });

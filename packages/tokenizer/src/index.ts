@@ -24,4 +24,5 @@ export { readBody, type BodyFields, type BodyRead, type BodyRequest } from "./re
 export { rewriteBodyModel } from "./request/body-model";
 export { ROUTING_TEXT_CHARS, routingJob, routingPrefix } from "./request/routing-job";
 export { cpuLimit } from "./pool/cpu-limit";
+export { warmUp, type WarmUp } from "./warm-up";
 export { eventLoopLag, poolMetrics } from "./pool/pool-metrics";

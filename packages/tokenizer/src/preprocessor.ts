@@ -27,4 +27,5 @@ const byteFallbackPreprocessor: Preprocessor = {
   renderChat: byteFallbackRenderChat,
   decode: byteFallbackDecode,
   cacheStats: () => NO_CACHE_STATS,
+  resetCache: () => {},
 };

@@ -65,6 +65,14 @@ export class SegmentCache {
     }
   }
 
+  /** Empty, and every counter back to zero. */
+  clear(): void {
+    this.map.clear();
+    this.warmed.clear();
+    this.bytesUsed = 0;
+    this.hits = this.misses = this.evictions = this.freshTokens = this.warmedHitTokens = 0;
+  }
+
   stats(): CacheStats {
     return {
       hits: this.hits, misses: this.misses, entries: this.map.size, bytes: this.bytesUsed, evictions: this.evictions, freshTokens: this.freshTokens,

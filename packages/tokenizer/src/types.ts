@@ -77,4 +77,6 @@ export interface Preprocessor {
   renderChat(messages: readonly ChatMessage[], opts?: ChatOptions): string;
   decode(ids: ArrayLike<number>): string;
   cacheStats(): CacheStats;
+  /** Forgets every cached section and zeroes the cache's counters (after a warm-up: what it cached is not traffic). */
+  resetCache(): void;
 }

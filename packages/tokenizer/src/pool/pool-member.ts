@@ -8,6 +8,7 @@ import type { CacheStats, Preprocessor } from "../types";
 import { BadRequest } from "../request/bad-request";
 import { TooDeep } from "../request/openai-body";
 import { readBody } from "../request/read-body";
+import { warmUp } from "../warm-up";
 import type { FromMember, MemberInit, ToMember } from "./protocol";
 
 // Below this many unknown characters the whole job takes well under a millisecond: no early known prefix.
@@ -21,7 +22,10 @@ const post = (m: FromMember, transfer: ArrayBuffer[] = []) => port.postMessage(m
 let pre: Preprocessor;
 try {
   pre = createPreprocessor(init.preprocessor);
-  post({ type: "ready" });
+  // Ready only once warm: a cold member answers its first requests past the budget.
+  const warm = warmUp(pre);
+  Bun.gc(true);
+  post({ type: "ready", warmUp: warm });
 } catch (err) {
   post({ type: "init-failed", message: (err as Error).message });
   process.exit(1);

@@ -2,6 +2,7 @@
 import type { PoolJob } from "../job";
 import type { BodyFields } from "../request/read-body";
 import type { CacheStats, PreprocessorOptions } from "../types";
+import type { WarmUp } from "../warm-up";
 
 /** How each pool member is built (posted as workerData). */
 export type MemberInit = {
@@ -14,7 +15,8 @@ export type MemberInit = {
 export type ToMember = { type: "job"; id: number; job: PoolJob; discard: boolean };
 
 export type FromMember =
-  | { type: "ready" }
+  /** Loaded and warmed up (see warm-up.ts): what the warm-up tokenized and took. */
+  | { type: "ready"; warmUp: WarmUp }
   | { type: "init-failed"; message: string }
   /**
    * A body job read (posted before it is tokenized): its fields, and the body to forward transferred back

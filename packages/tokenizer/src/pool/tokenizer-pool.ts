@@ -10,6 +10,7 @@ import type { BodyFields } from "../request/read-body";
 import { affinityKey } from "./affinity";
 import { jobChars, Placement, type PlacementKind } from "./placement";
 import type { FromMember, MemberInit } from "./protocol";
+import type { WarmUp } from "../warm-up";
 
 export type PoolOptions = {
   /** The preprocessor every member builds (its `cache.maxBytes` is the bound for the whole pool). */
@@ -62,6 +63,8 @@ export type MemberStats = {
   member: number; queued: number; warmQueued: number; busy: boolean; jobs: number; freshTokens: number; busyMs: number;
   /** The member's segment cache as of its last finished job. */
   cache: CacheStats;
+  /** Its warm-up before it reported ready (null until then). */
+  warmUp: WarmUp | null;
 };
 export type PoolStats = {
   size: number; budgetMs: number; members: MemberStats[]; fallbacks: Record<FallbackCause, number>;
@@ -106,6 +109,7 @@ type Member = {
   freshTokens: number;
   busyMs: number;
   cache: CacheStats;
+  warmUp: WarmUp | null;
 };
 
 const DEFAULT_BUDGET_MS = 50;
@@ -150,7 +154,7 @@ export class TokenizerPool {
     return this.members.length;
   }
 
-  /** Resolves once every member has loaded its tokenizer; rejects if one cannot. */
+  /** Resolves once every member has loaded its tokenizer and warmed up (warm-up.ts); rejects if one cannot. */
   async ready(): Promise<void> {
     await Promise.all(this.members.map((m) => m.ready));
   }
@@ -212,7 +216,7 @@ export class TokenizerPool {
       size: this.members.length, budgetMs: this.budgetMs,
       members: this.members.map((m) => ({
         member: m.index, queued: m.queue.length, warmQueued: m.warm.length, busy: m.current !== null,
-        jobs: m.jobs, freshTokens: m.freshTokens, busyMs: m.busyMs, cache: { ...m.cache },
+        jobs: m.jobs, freshTokens: m.freshTokens, busyMs: m.busyMs, cache: { ...m.cache }, warmUp: m.warmUp,
       })),
       fallbacks: { ...this.fallbacks }, cancelled: this.cancelled, stopped: this.stopped, warmDropped: this.warmDropped,
       cache: this.cacheStats(), placement: { ...this.placements, remembered: this.placement.remembered },
@@ -246,10 +250,13 @@ export class TokenizerPool {
     ready.catch(() => {}); // observed through ready()
     const member: Member = {
       index, worker, cancel: new Int32Array(cancelBuffer), ready, queue: [], warm: [], current: null, jobs: 0, freshTokens: 0, busyMs: 0,
-      cache: NO_CACHE_STATS,
+      cache: NO_CACHE_STATS, warmUp: null,
     };
     worker.on("message", (m: FromMember) => {
-      if (m.type === "ready") resolveReady();
+      if (m.type === "ready") {
+        member.warmUp = m.warmUp;
+        resolveReady();
+      }
       else if (m.type === "init-failed") rejectReady(new Error(`tokenizer pool member ${index}: ${m.message}`));
       else this.onResult(member, m);
     });
