@@ -264,6 +264,24 @@ describe("POST /select and /score bodies read where ext_proc's are", () => {
     // The members that refused them still answer.
     expect((await post(pool, "/score", JSON.stringify({ token_ids: [1, 2, 3] }))).status).toBe(200);
   }, 120_000);
+
+  test("a /select whose client leaves cancels its work in the pool, quietly", async () => {
+    await waitFor(async () => (await debugPoolMembers(pool.epp)).every((m) => !m.busy), { timeoutMs: 60_000 });
+    const before = await debugPool(pool.epp);
+    // A body a member takes long to read (a million small objects beside a short chat): the client is
+    // still waiting when it goes.
+    const filler = JSON.stringify(Array.from({ length: 1_000_000 }, (_, i) => ({ k: i })));
+    const client = new AbortController();
+    const answer = fetch(`http://${HOST}:${pool.epp.ports.selection}/select`, {
+      method: "POST", body: `{"messages": [{"role": "user", "content": "hi"}], "metadata": ${filler}}`, signal: client.signal,
+    }).then(() => "answered", () => "left");
+    await waitFor(async () => (await debugPoolMembers(pool.epp)).some((m) => m.busy), { timeoutMs: 60_000, intervalMs: 5 });
+    client.abort();
+    expect(await answer).toBe("left");
+    await waitFor(async () => (await debugPool(pool.epp)).cancelled > before.cancelled, { timeoutMs: 60_000, message: "the pool job cancelled" });
+    // Nobody to answer, nothing failed: no handler error counted.
+    expect(await scrapeMetric(pool.metrics, 'dynamo_epp_io_errors_total{where="selection_http"}')).toBeUndefined();
+  }, 120_000);
 });
 
 describe("ext_proc warming the next turn from the response", () => {
