@@ -21,7 +21,7 @@ import { startReplicaAgg, type ReplicaAgg } from "./replica-agg/service.ts";
 import { selectionApp } from "./selection-http.ts";
 import { loadCertificate, metricsFetch, startExtProc, startHealth, startHttp } from "./servers.ts";
 import {
-  createPoolTokenize, createPoolTokenizeBody, createPoolWarm, createTokenize, createTokenizeBody, type ReadThread, type Tokenize, type TokenizeBody,
+  createPoolTokenizeBody, createPoolWarm, createTokenizeBody, type ReadThread, type TokenizeBody,
 } from "./tokens.ts";
 import { loadKubeConfig } from "./workers/kubernetes.ts";
 import { WorkerSet } from "./workers/worker-set.ts";
@@ -65,7 +65,7 @@ export async function startEpp(cfg: EppConfig, o: { log?: Logger; kubeConfig?: K
   workers.whenRemoved((w) => indexers.removeWorker(w));
   // The ranks' caches together bound what the index holds: its tables are sized for that up front.
   workers.whenKvCapacity((blocks) => indexers.models.reserve(blocks));
-  const { tokenize, tokenizeBody, tokenizerPool, warmReply } = await tokenizationOf(cfg, metrics, log);
+  const { bodyReader, tokenizerPool, warmReply } = await tokenizationOf(cfg, metrics, log);
   log.info({ model: cfg.model.name, blockSize: cfg.model.blockSize, tokenizer: cfg.tokenizerDir === undefined ? "byte-fallback" : "hf", tokenizerThreads: tokenizerPool?.size ?? 0 }, "indexer ready");
   // Every rank's stream position (the cursors /dump carries) and the handoff from a recovered dump to the
   // live stream: the listeners' sink, the dump's source and the recovery's target all go through it.
@@ -118,7 +118,7 @@ export async function startEpp(cfg: EppConfig, o: { log?: Logger; kubeConfig?: K
   let recoveryOutcome: RecoveryOutcome | null = null;
   const extProc = await startExtProc(cfg, {
     handler: {
-      routing, tokenizeBody, warmReply, metrics,
+      routing, tokenizeBody: bodyReader("ext_proc"), warmReply, metrics,
       log: log.child({ component: "ext_proc" }),
       bodyMode: cfg.bodyMode,
       maxInflight: cfg.maxInflight,
@@ -133,7 +133,8 @@ export async function startEpp(cfg: EppConfig, o: { log?: Logger; kubeConfig?: K
   });
   const grpcHealth = await startHealth(cfg, health);
   const selection = startHttp(cfg, cfg.ports.selection, selectionApp({
-    picker, indexers, workers, tokenize, tokenizerPool, handoff, metrics, quality, latency,
+    picker, indexers, workers, tokenizerPool, handoff, metrics, quality, latency,
+    tokenizeBody: { select: bodyReader("select"), score: bodyReader("score") },
     dumpSource: handoff.source(),
     recoveryOutcome: () => recoveryOutcome,
     load: { own: load, peers: replicaAgg?.peers },
@@ -194,24 +195,28 @@ export async function startEpp(cfg: EppConfig, o: { log?: Logger; kubeConfig?: K
 /** Wall time, and timers that do not hold the process open. */
 const WALL_CLOCK: Clock = { now: () => performance.now(), after: (ms, fn) => void setTimeout(fn, ms).unref() };
 
+/** Where a body came: an ext_proc stream, or a dry run on the selection port. */
+type BodyRoute = "ext_proc" | "select" | "score";
+
 /**
  * With a tokenizer, reading request bodies, rendering and tokenization run in a pool of worker threads (sized
  * to the CPU limit unless --tokenizer-threads says otherwise): the event loop that answers ext_proc streams
- * only receives bodies and picks. Without one (byte fallback, cheap) or with --tokenizer-threads 0, on the
- * event loop, through the same functions. The pool's metrics exist either way.
+ * and the selection routes only receives bodies and picks. Without one (byte fallback, cheap) or with
+ * --tokenizer-threads 0, on the event loop, through the same functions. The pool's metrics exist either way.
+ * `bodyReader(route)`: the one body reader, its reads counted by route and thread.
  */
 async function tokenizationOf(cfg: EppConfig, metrics: Metrics, log: Logger): Promise<{
-  tokenize: Tokenize; tokenizeBody: TokenizeBody; tokenizerPool?: TokenizerPool; warmReply?: ReturnType<typeof createPoolWarm>;
+  bodyReader: (route: BodyRoute) => TokenizeBody; tokenizerPool?: TokenizerPool; warmReply?: ReturnType<typeof createPoolWarm>;
 }> {
   const observe = poolMetrics(metrics.registry, cfg.model.name);
-  const onRead = (thread: ReadThread) => metrics.bodiesRead.inc({ thread });
+  const onRead = (where: BodyRoute) => (thread: ReadThread) => metrics.bodiesRead.inc({ where, thread });
   if (cfg.tokenizerDir === undefined || cfg.tokenizerThreads === 0) {
     const pre = preprocessorOf(cfg, metrics);
     if (cfg.tokenizerDir !== undefined) {
       const warm = warmUp(pre);
       log.info({ tokens: warm.tokens, ms: Math.round(warm.ms) }, "tokenizer warmed up");
     }
-    return { tokenize: createTokenize(pre), tokenizeBody: createTokenizeBody(pre, onRead) };
+    return { bodyReader: (where) => createTokenizeBody(pre, onRead(where)) };
   }
   const pool = new TokenizerPool({
     preprocessor: { tokenizerDir: cfg.tokenizerDir, model: cfg.model.name },
@@ -229,7 +234,7 @@ async function tokenizationOf(cfg: EppConfig, metrics: Metrics, log: Logger): Pr
     await pool.close();
     throw new ConfigError(`invalid value for --tokenizer-dir: ${JSON.stringify(cfg.tokenizerDir)}: ${(err as Error).message}`);
   }
-  return { tokenize: createPoolTokenize(pool), tokenizeBody: createPoolTokenizeBody(pool, onRead), tokenizerPool: pool, warmReply: createPoolWarm(pool) };
+  return { bodyReader: (where) => createPoolTokenizeBody(pool, onRead(where)), tokenizerPool: pool, warmReply: createPoolWarm(pool) };
 }
 
 function preprocessorOf(cfg: EppConfig, metrics: Metrics): ReturnType<typeof createPreprocessor> {

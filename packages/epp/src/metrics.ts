@@ -241,8 +241,8 @@ export function createMetrics() {
     }),
     bodiesRead: new Counter({
       name: "dynamo_epp_ext_proc_bodies_read_total",
-      help: "ext_proc request bodies read (parsed, validated, model rewritten) by thread: tokenizer_pool (the default), event_loop (no pool, or a body no member took within the budget)",
-      labelNames: ["thread"] as const,
+      help: "request bodies read (parsed, validated, model rewritten) by where they came (ext_proc, select, score: the selection port's dry runs) and thread: tokenizer_pool (the default), event_loop (no pool, or a body no member took within the budget)",
+      labelNames: ["where", "thread"] as const,
       registers: [registry],
     }),
     partialBodies: new Counter({

@@ -1,15 +1,17 @@
 // selection-http (Hono on Bun.serve): GET /dump for peers, and read-only views of the picker:
 // POST /score, POST /select (a dry run: records no load), GET /workers. Shapes: docs/CONTRACTS.md §10.
+// Their bodies are read where ext_proc bodies are (tokenizeBody: in a tokenizer pool member by default), so
+// this thread only receives the bytes and picks.
 import { dumpHandler, type DumpSource, type RecoveryOutcome } from "@kv-epp/recovery";
 import { Hono } from "hono";
 import { bodyLimit } from "hono/body-limit";
 import type { Logger } from "pino";
-import { BadRequest, MAX_BODY_BYTES, parseBody, parseJson, TooDeep, type PoolStats } from "@kv-epp/tokenizer";
+import { BadRequest, MAX_BODY_BYTES, TokenizeCancelled, TooDeep, type PoolStats } from "@kv-epp/tokenizer";
 import type { StreamHandoff } from "./handoff/handoff.ts";
 import type { Indexers } from "./indexers/indexers.ts";
 import type { Metrics } from "./metrics.ts";
 import type { LoadView, LatencyModel, Picker, PrefillDecision, RoutingQuality } from "@kv-epp/routing";
-import type { Tokenize } from "./tokens.ts";
+import type { RoutedBody, TokenizeBody } from "./tokens.ts";
 import { DUMP_PATH, parseWorkerKey, workerKeyOf } from "@kv-epp/protocol";
 import type { WorkerSet } from "./workers/worker-set.ts";
 
@@ -18,7 +20,8 @@ export type SelectionDeps = {
   indexers: Indexers;
   /** The worker ranks, their listeners and health (GET /workers). */
   workers: WorkerSet;
-  tokenize: Tokenize;
+  /** Reads and tokenizes a request body, as ext_proc's (each route's reads counted under its own name). */
+  tokenizeBody: { score: TokenizeBody; select: TokenizeBody };
   /** The tokenizer pool, when tokenization runs off the event loop (GET /debug/tokenizer). */
   tokenizerPool?: { stats(): PoolStats };
   dumpSource: DumpSource;
@@ -125,9 +128,12 @@ function qualityFields(d: SelectionDeps, key: string) {
   };
 }
 
-/** The request's JSON (depth-limited like ext_proc bodies); BadRequest when it is not. */
-async function jsonBody(req: Request): Promise<unknown> {
-  return parseJson(new Uint8Array(await req.arrayBuffer()));
+/**
+ * The request's body read (depth-limited, validated) and tokenized by `read`, with the bytes as received; a
+ * request whose client has gone cancels its tokenization. BadRequest (TooDeep) for a body vLLM would refuse.
+ */
+async function readRequest(read: TokenizeBody, req: Request): Promise<RoutedBody> {
+  return read({ body: new Uint8Array(await req.arrayBuffer()) }, req.signal);
 }
 
 export function selectionApp(d: SelectionDeps): Hono {
@@ -141,10 +147,10 @@ export function selectionApp(d: SelectionDeps): Hono {
   app.post("/select", limit);
 
   app.post("/score", async (c) => {
-    const parsed = parseBody(await jsonBody(c.req.raw));
-    if (parsed.input.kind !== "tokens") throw new BadRequest("token_ids is required");
-    const r = d.picker.score(parsed.model, parsed.input.tokens, parsed.cacheSalt);
-    if (!r) return c.json({ error: `unknown model ${JSON.stringify(parsed.model)}` }, 404);
+    const { fields, tokens } = await readRequest(d.tokenizeBody.score, c.req.raw);
+    if (fields.kind !== "tokens") throw new BadRequest("token_ids is required");
+    const r = d.picker.score(fields.model, tokens, fields.cacheSalt);
+    if (!r) return c.json({ error: `unknown model ${JSON.stringify(fields.model)}` }, 404);
     return c.json({
       block_size: r.indexer.blockSize,
       request_blocks: r.requestBlocks,
@@ -154,8 +160,8 @@ export function selectionApp(d: SelectionDeps): Hono {
   });
 
   app.post("/select", async (c) => {
-    const parsed = parseBody(await jsonBody(c.req.raw));
-    const decision = d.picker.pick({ model: parsed.model, cacheSalt: parsed.cacheSalt, tokens: await d.tokenize(parsed.input), detail: true });
+    const { fields, tokens } = await readRequest(d.tokenizeBody.select, c.req.raw);
+    const decision = d.picker.pick({ model: fields.model, cacheSalt: fields.cacheSalt, tokens, detail: true });
     if (decision.kind === "no_endpoint") return c.json({ error: `no endpoint eligible (${decision.reason})` }, 503);
     const { chosen } = decision;
     return c.json({
@@ -205,6 +211,8 @@ export function selectionApp(d: SelectionDeps): Hono {
   app.onError((err, c) => {
     if (err instanceof TooDeep) d.metrics.jsonDepthRefusals.inc({ where: c.req.path.slice(1) });
     if (err instanceof BadRequest) return c.json({ error: err.message }, 400);
+    // The client left while its body was in the pool, which cancelled it: no one to answer, nothing failed.
+    if (err instanceof TokenizeCancelled) return new Response(null, { status: 499 });
     d.metrics.ioErrors.inc({ where: "selection_http" });
     d.log.error({ err: String(err), path: c.req.path }, "selection-http handler failed");
     return c.json({ error: "internal error" }, 500);

@@ -1,10 +1,16 @@
-// Request input -> token ids for routing: template errors are the request's (400), and text is
-// tokenized only up to ROUTING_TEXT_CHARS.
+// Request body -> token ids for routing, read and tokenized on this thread by the functions a pool member
+// runs: template errors are the request's (400), and text is tokenized only up to ROUTING_TEXT_CHARS.
 import { describe, expect, test } from "bun:test";
 import { join } from "node:path";
 import { freshWords } from "@kv-epp/testkit";
 import { BadRequest, ChatTemplateError, ROUTING_TEXT_CHARS, routingPrefix, TokenizerPool, type ChatMessage, type Preprocessor } from "@kv-epp/tokenizer";
-import { createPoolTokenizeBody, createTokenize } from "./tokens.ts";
+import { createPoolTokenizeBody, createTokenizeBody } from "./tokens.ts";
+
+/** The routing tokens of a body (JSON, or its raw text) read on this thread. */
+function tokenizeBody(pre: Preprocessor, json: unknown, path?: string): Uint32Array {
+  const raw = typeof json === "string" ? json : JSON.stringify(json);
+  return createTokenizeBody(pre)({ body: new TextEncoder().encode(raw), path }).tokens;
+}
 
 /** A preprocessor that records what it was asked to tokenize. */
 function recording(fail?: Error) {
@@ -24,24 +30,24 @@ function recording(fail?: Error) {
   return { pre, seen };
 }
 
-describe("createTokenize", () => {
+describe("createTokenizeBody", () => {
   test("a chat the template rejects is a bad request; other failures are not", () => {
-    const chat = { kind: "chat" as const, messages: [{ role: "user", content: "x" }] };
-    expect(() => createTokenize(recording(new ChatTemplateError("no")).pre)(chat)).toThrow(BadRequest);
-    expect(() => createTokenize(recording(new Error("bug")).pre)(chat)).toThrow("bug");
+    const chat = { messages: [{ role: "user", content: "x" }] };
+    expect(() => tokenizeBody(recording(new ChatTemplateError("no")).pre, chat)).toThrow(BadRequest);
+    expect(() => tokenizeBody(recording(new Error("bug")).pre, chat)).toThrow("bug");
   });
 
   test("a long prompt is tokenized up to ROUTING_TEXT_CHARS, cut at a space", () => {
     const { pre, seen } = recording();
     const word = "lorem ";
     const text = word.repeat(Math.ceil((3 * ROUTING_TEXT_CHARS) / word.length));
-    createTokenize(pre)({ kind: "prompt", text });
+    tokenizeBody(pre, { prompt: text });
     expect(seen.text!.length).toBeLessThanOrEqual(ROUTING_TEXT_CHARS);
     expect(seen.text!.length).toBeGreaterThan(ROUTING_TEXT_CHARS - word.length);
     expect(text.startsWith(seen.text!)).toBe(true);
     expect(text[seen.text!.length]).toBe(" ");
     const short = "a short prompt";
-    createTokenize(pre)({ kind: "prompt", text: short });
+    tokenizeBody(pre, { prompt: short });
     expect(seen.text).toBe(short);
   });
 
@@ -49,7 +55,7 @@ describe("createTokenize", () => {
     const { pre, seen } = recording();
     const big = "word ".repeat(ROUTING_TEXT_CHARS / 5);
     const messages = [{ role: "system", content: "be brief" }, { role: "user", content: big }, { role: "assistant", content: "ok" }, { role: "user", content: big }];
-    createTokenize(pre)({ kind: "chat", messages });
+    tokenizeBody(pre, { messages });
     expect(seen.messages!.length).toBe(2);
     expect(seen.messages![0]).toEqual(messages[0]!);
     expect((seen.messages![1]!.content as string).length).toBeLessThan(big.length);
@@ -60,11 +66,10 @@ describe("createTokenize", () => {
 test("a chat with an image is routed by the tokens before the image only", async () => {
   const { createPreprocessor } = await import("@kv-epp/tokenizer");
   const pre = await createPreprocessor({});
-  const tokenize = createTokenize(pre);
   const text = [{ role: "user", content: [{ type: "text", text: "Describe this picture in detail please:" }] }];
   const withImage = [{ role: "user", content: [...text[0]!.content, { type: "image_url", image_url: { url: "https://x/y.png" } }, { type: "text", text: "thanks" }] }];
-  const all = tokenize({ kind: "chat", messages: text });
-  const cut = tokenize({ kind: "chat", messages: withImage });
+  const all = tokenizeBody(pre, { messages: text });
+  const cut = tokenizeBody(pre, { messages: withImage });
   expect(cut.length).toBeGreaterThan(10);
   expect(Array.from(cut)).toEqual(Array.from(all.subarray(0, cut.length)));
   expect(pre.decode(cut)).toContain("please:");
@@ -74,11 +79,9 @@ test("a chat with an image is routed by the tokens before the image only", async
 describe("routing tokens are vLLM's prompt tokens (Qwen3)", async () => {
   const { createPreprocessor } = await import("@kv-epp/tokenizer");
   const { qwen3TokenizerDir } = await import("../../tokenizer/test/qwen3-fixture");
-  const { parseBodyBytes } = await import("@kv-epp/tokenizer");
   const goldens = `${import.meta.dir}/../../tokenizer/test/goldens`;
   const pre = createPreprocessor({ tokenizerDir: await qwen3TokenizerDir() });
-  const tokenize = createTokenize(pre);
-  const body = (raw: string, path?: string) => tokenize(parseBodyBytes(new TextEncoder().encode(raw), path).input);
+  const body = (raw: string, path?: string) => tokenizeBody(pre, raw, path);
 
   test("a chat body with float tools and an echoed reasoning gets the golden ids, byte for byte from the request", async () => {
     const cases = await Bun.file(`${goldens}/rules-cases.json`).json();

@@ -1,14 +1,12 @@
 // Request input -> token ids, the way the model server will see them (so block hashes line up with
 // the KV events it publishes). Text goes through the shared preprocessor (HF tokenizer + chat
-// template, or the byte-level fallback shared with the mock worker). An ext_proc body is read where it is
-// tokenized: in a tokenizer pool member by default, so the event loop only receives it and picks.
+// template, or the byte-level fallback shared with the mock worker). A request body (ext_proc's, /select's,
+// /score's) is read where it is tokenized: in a tokenizer pool member by default, so the event loop only
+// receives it and picks.
 import {
-  BadRequest, ChatTemplateError, encodeJob, readBody, routingJob,
-  type BodyFields, type BodyRead, type BodyRequest, type ChatMessage, type Preprocessor, type RoutedInput, type TokenizeJob, type TokenizerPool,
+  BadRequest, ChatTemplateError, encodeJob, readBody,
+  type BodyFields, type BodyRead, type BodyRequest, type ChatMessage, type Preprocessor, type TokenizeJob, type TokenizerPool,
 } from "@kv-epp/tokenizer";
-
-/** In-process (synchronous), or through the tokenizer pool (a promise; `signal` cancels it). */
-export type Tokenize = (input: RoutedInput, signal?: AbortSignal) => Uint32Array | Promise<Uint32Array>;
 
 /** A request body read for routing. */
 export type RoutedBody = {
@@ -23,38 +21,21 @@ export type RoutedBody = {
 export type ReadThread = "tokenizer_pool" | "event_loop";
 
 /**
- * Reads an ext_proc body (readBody: parse, validate, rewrite the model) and tokenizes it. Throws or rejects
+ * Reads a request body (readBody: parse, validate, rewrite the model) and tokenizes it. Throws or rejects
  * with BadRequest (TooDeep for nesting) for a body the model server would refuse. With the pool, `req.body`
  * may move to a member: use the returned `body` after.
  */
 export type TokenizeBody = (req: BodyRequest, signal?: AbortSignal) => RoutedBody | Promise<RoutedBody>;
 
-/** On the calling thread. */
-export function createTokenize(pre: Preprocessor): (input: RoutedInput) => Uint32Array {
-  return (input) => encodeRouting(pre, routingJob(input));
-}
-
 /**
  * On the calling thread: the same functions a pool member runs (readBody, routingJob, encodeJob). `onRead`:
  * told of every body read, refused ones too, and on which thread.
  */
-export function createTokenizeBody(pre: Preprocessor, onRead: (thread: ReadThread) => void = () => {}): TokenizeBody {
+export function createTokenizeBody(pre: Preprocessor, onRead: (thread: ReadThread) => void = () => {}): (req: BodyRequest) => RoutedBody {
   return (req) => {
     onRead("event_loop");
     const read = readBody(req);
     return { ...forwarded(req, read), fields: read.fields, tokens: encodeRouting(pre, read.job) };
-  };
-}
-
-/**
- * The same, off the decision thread: the pool renders and tokenizes. A pick whose tokenization would exceed
- * the pool's budget gets the prefix the pool already knew (counted there as a fallback).
- */
-export function createPoolTokenize(pool: TokenizerPool): Tokenize {
-  return (input, signal) => {
-    const job = routingJob(input);
-    if (job instanceof Uint32Array) return job;
-    return pool.tokenize(job, { signal }).then((r) => r.tokens, (err) => Promise.reject(asBadRequest(err)));
   };
 }
 

