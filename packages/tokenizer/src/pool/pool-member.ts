@@ -9,7 +9,7 @@ import { BadRequest } from "../request/bad-request";
 import { TooDeep } from "../request/openai-body";
 import { readBody } from "../request/read-body";
 import { warmUp } from "../warm-up";
-import type { FromMember, MemberInit, ToMember } from "./protocol";
+import type { FromMember, MemberInit, Reading, ToMember } from "./protocol";
 
 // Below this many unknown characters the whole job takes well under a millisecond: no early known prefix.
 const KNOWN_PREFIX_MIN_CHARS = 16 * 1024;
@@ -38,6 +38,7 @@ let usPerChar = 0.25;
 port.on("message", (m: ToMember) => {
   const t0 = performance.now();
   const before = pre.cacheStats();
+  reading = null;
   // Whatever a job throws (a bad body, a template's refusal, a bug) is answered as an error: a member
   // never dies of a request.
   try {
@@ -49,18 +50,23 @@ port.on("message", (m: ToMember) => {
   }
 });
 
-/**
- * What to tokenize: a body job is read here first (parsed, validated, its model rewritten), and a request's
- * reading is posted back at once with its body, before any tokenizing.
- */
+/** The current request's reading, until the job's first message back carries it (see Reading). */
+let reading: Reading | null = null;
+
+/** The reading to send with a message of the job, once: the message and the buffers it transfers. */
+function withReading<T extends object>(msg: T, transfer: ArrayBuffer[] = []): [T & { read?: Reading }, ArrayBuffer[]] {
+  if (reading === null) return [msg, transfer];
+  const read = reading;
+  reading = null;
+  return [{ ...msg, read }, [...transfer, ...transferable(read.body)]];
+}
+
+/** What to tokenize: a body job is read here first (parsed, validated, its model rewritten). */
 function jobOf(m: ToMember): TokenizeJob | Uint32Array {
   const job: PoolJob = m.job;
   if (job.kind !== "body") return job;
   const read = readBody(job.request);
-  if (!m.discard) {
-    const body = read.rewritten ?? job.request.body;
-    post({ type: "parsed", id: m.id, fields: read.fields, body, rewritten: read.rewritten !== undefined }, transferable(body));
-  }
+  if (!m.discard) reading = { fields: read.fields, body: read.rewritten ?? job.request.body, rewritten: read.rewritten !== undefined };
   if (!job.reply) return read.job;
   return read.job instanceof Uint32Array || read.job.kind !== "chat" ? NONE : nextTurnJob(read.job, job.reply);
 }
@@ -76,7 +82,7 @@ function tokenize(m: ToMember, job: TokenizeJob, t0: number, before: CacheStats)
       // A chat cut at its first media part knows its cut only at the end.
       if (m.discard || known.unknownChars < KNOWN_PREFIX_MIN_CHARS || hasMedia(job)) return;
       const ids = known.ids.slice();
-      post({ type: "known", id: m.id, ids, estimatedMs: (known.unknownChars * usPerChar) / 1000 }, [ids.buffer as ArrayBuffer]);
+      post(...withReading({ type: "known" as const, id: m.id, ids, estimatedMs: (known.unknownChars * usPerChar) / 1000 }, [ids.buffer as ArrayBuffer]));
     },
   };
   const ids = encodeJob(pre, job, control);
@@ -94,7 +100,7 @@ function done(m: ToMember, ids: Uint32Array, before: CacheStats, busyMs: number)
   else {
     // Transferred, so it must be a buffer of its own, and never a shared constant (an empty one is copied).
     const own = ids.length > 0 && ids.byteOffset === 0 && ids.byteLength === ids.buffer.byteLength ? ids : ids.slice();
-    post({ type: "done", id: m.id, ids: own, freshTokens, warmedTokens, busyMs, cache }, [own.buffer as ArrayBuffer]);
+    post(...withReading({ type: "done" as const, id: m.id, ids: own, freshTokens, warmedTokens, busyMs, cache }, [own.buffer as ArrayBuffer]));
   }
 }
 

@@ -6,10 +6,9 @@ import { cpuLimit } from "./cpu-limit";
 import { nextTurnJob, type PoolJob, type TokenizeJob } from "../job";
 import { BadRequest } from "../request/bad-request";
 import { TooDeep } from "../request/openai-body";
-import type { BodyFields } from "../request/read-body";
 import { affinityKey } from "./affinity";
 import { jobChars, Placement, type PlacementKind } from "./placement";
-import type { FromMember, MemberInit } from "./protocol";
+import type { FromMember, MemberInit, Reading } from "./protocol";
 import type { WarmUp } from "../warm-up";
 
 export type PoolOptions = {
@@ -57,7 +56,7 @@ export type TokenizeOutcome = {
 };
 
 /** A body job's reading: its fields, and the body to forward (`rewritten` to name the rewrite model). */
-export type BodyReading = { fields: BodyFields; body: Uint8Array; rewritten: boolean };
+export type BodyReading = Reading;
 
 export type MemberStats = {
   member: number; queued: number; warmQueued: number; busy: boolean; jobs: number; freshTokens: number; busyMs: number;
@@ -300,15 +299,11 @@ export class TokenizerPool {
   private onResult(member: Member, m: Exclude<FromMember, { type: "ready" | "init-failed" }>): void {
     const p = member.current;
     if (p === null || p.id !== m.id) return;
-    if (m.type === "parsed") {
-      p.read = { fields: m.fields, body: m.body, rewritten: m.rewritten };
-      if (p.overdue) this.fallBack(p, "budget");
-      return;
-    }
+    if ((m.type === "known" || m.type === "done") && m.read) p.read = m.read;
     if (m.type === "known") {
       p.known = m.ids;
-      // Known now what would not finish in budget: answer at once with what is known.
-      if (p.settle && performance.now() - p.submitted + m.estimatedMs > this.budgetMs) this.fallBack(p, "budget");
+      // Known now what would not finish in budget (or past it already, reading): answer at once with what is known.
+      if (p.settle && (p.overdue || performance.now() - p.submitted + m.estimatedMs > this.budgetMs)) this.fallBack(p, "budget");
       return;
     }
     member.current = null;
