@@ -3,7 +3,7 @@ import {
   affinityKey, BadRequest, ChatTemplateError, createPreprocessor, cpuLimit, TokenizeCancelled, TokenizerPool, TooDeep,
 } from "../src/index";
 import { freshWords } from "@kv-epp/testkit";
-import { chat, QWEN3_DIR as dir, qwen3Pools } from "./qwen3-pool";
+import { chat, freshChat, QWEN3_DIR as dir, qwen3Pools } from "./qwen3-pool";
 
 const pools = qwen3Pools();
 
@@ -60,11 +60,16 @@ describe("tokenizer pool", () => {
     expect(warnings).toHaveLength(1);
   }, 120_000);
 
-  test("warming a conversation with its reply leaves only the next user message fresh", async () => {
+  // A one-member pool that has tokenized a conversation's first turn, and the reply that turn got.
+  const answered = async (seed: number) => {
     const pool = await pools.start({ size: 1, budgetMs: 60_000 });
-    const turn1 = chat(freshWords(500, 5), freshWords(300, 6));
+    const turn1 = freshChat(seed, 1, 300);
     await pool.tokenize({ kind: "chat", messages: turn1, opts: {} });
-    const reply = freshWords(400, 7);
+    return { pool, turn1, reply: freshWords(400, seed + 2) };
+  };
+
+  test("warming a conversation with its reply leaves only the next user message fresh", async () => {
+    const { pool, turn1, reply } = await answered(5);
     pool.warmReply({ kind: "chat", messages: turn1, opts: {} }, { role: "assistant", content: reply });
     const next = freshWords(50, 8);
     const turn2 = await pool.tokenize({ kind: "chat", messages: [...turn1, { role: "assistant", content: reply }, { role: "user", content: next }], opts: {} });
@@ -78,10 +83,7 @@ describe("tokenizer pool", () => {
   }, 60_000);
 
   test("without a warm nothing counts as warmed: the next turn tokenizes the reply itself", async () => {
-    const pool = await pools.start({ size: 1, budgetMs: 60_000 });
-    const turn1 = chat(freshWords(500, 15), freshWords(300, 16));
-    await pool.tokenize({ kind: "chat", messages: turn1, opts: {} });
-    const reply = freshWords(400, 17);
+    const { pool, turn1, reply } = await answered(15);
     const turn2 = await pool.tokenize({ kind: "chat", messages: [...turn1, { role: "assistant", content: reply }, { role: "user", content: "ok" }], opts: {} });
     expect(turn2.warmedTokens).toBe(0);
     expect(turn2.freshTokens).toBeGreaterThan(createPreprocessor({ tokenizerDir: dir }).encodeCompletion(reply).length - 8);
