@@ -1,10 +1,9 @@
-import { afterEach, describe, expect, test } from "bun:test";
+import { describe, expect, test } from "bun:test";
 import fc from "fast-check";
 import { freshWords } from "@kv-epp/testkit";
-import { Registry } from "prom-client";
-import { createPreprocessor, poolMetrics, TokenizerPool, type ChatMessage, type PoolStats } from "../src/index";
+import { createPreprocessor, type ChatMessage, type PoolStats } from "../src/index";
 import { jobChars, Placement } from "../src/pool/placement";
-import { modelDir } from "./reference-tokenizers";
+import { freshChat, QWEN3_DIR as dir, qwen3Pools } from "./qwen3-pool";
 
 describe("placement policy", () => {
   // A reference model of the policy's promise: each job goes to a member that finishes it first, counting
@@ -91,32 +90,21 @@ function ownCost(chars: number, before: number): number {
 }
 
 describe("pool placement", () => {
-  const dir = modelDir("qwen3");
-  let pool: TokenizerPool | null = null;
-  afterEach(async () => {
-    await pool?.close();
-    pool = null;
-  });
+  const pools = qwen3Pools();
   const jobsOf = (s: PoolStats) => s.members.map((m) => m.jobs);
-  const turns = (seed: number, n: number, words: number, systemWords = 500): ChatMessage[] =>
-    [{ role: "system", content: freshWords(systemWords, seed) }, ...Array.from({ length: n }, (_, i) => ({ role: i % 2 === 0 ? "user" : "assistant", content: freshWords(words, seed + 1 + i) }))];
 
   test("a later turn goes to the member that cached the earlier ones even while it is busy; a new conversation goes to the idle one", async () => {
-    const registry = new Registry();
-    const observe = poolMetrics(registry, "qwen3");
-    pool = new TokenizerPool({ preprocessor: { tokenizerDir: dir }, size: 2, budgetMs: 60_000, observe });
-    observe.attach(pool);
-    await pool.ready();
+    const { pool, registry } = await pools.startWithMetrics({ size: 2, budgetMs: 60_000 });
     // A long conversation (a 20k-word system prompt) growing by short turns, sent as far as a user message (Qwen3
     // renders a final assistant turn differently from an earlier one).
-    const conv = turns(100, 7, 300, 20_000);
+    const conv = freshChat(100, 7, 300, 20_000);
     const sends = [4, 6, 8, 4].map((n) => conv.slice(0, n));
-    const other = turns(200, 1, 300);
+    const other = freshChat(200, 1, 300);
     await pool.tokenize({ kind: "chat", messages: sends[0]!, opts: {} });
     const home = jobsOf(pool.stats()).indexOf(1);
     // Three later sends at once: the first keeps the home member busy while the others are placed; then a new
     // conversation.
-    const later = sends.slice(1).map((messages) => pool!.tokenize({ kind: "chat", messages, opts: {} }));
+    const later = sends.slice(1).map((messages) => pool.tokenize({ kind: "chat", messages, opts: {} }));
     const stranger = pool.tokenize({ kind: "chat", messages: other, opts: {} });
     await Promise.all([...later, stranger]);
     const stats = pool.stats();
@@ -138,9 +126,8 @@ describe("pool placement", () => {
   }, 120_000);
 
   test("a turn leaves its busy member when waiting there costs more than tokenizing it all fresh elsewhere", async () => {
-    pool = new TokenizerPool({ preprocessor: { tokenizerDir: dir }, size: 2, budgetMs: 60_000 });
-    await pool.ready();
-    const conv = turns(300, 2, 200);
+    const pool = await pools.start({ size: 2, budgetMs: 60_000 });
+    const conv = freshChat(300, 2, 200);
     await pool.tokenize({ kind: "chat", messages: conv, opts: {} });
     const home = jobsOf(pool.stats()).indexOf(1);
     // A huge fresh turn of the same conversation occupies its member; a short retry of the first turn is

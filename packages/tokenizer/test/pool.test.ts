@@ -1,26 +1,15 @@
-import { afterEach, describe, expect, test } from "bun:test";
-import { Registry } from "prom-client";
+import { describe, expect, test } from "bun:test";
 import {
-  affinityKey, BadRequest, ChatTemplateError, createPreprocessor, cpuLimit, poolMetrics, TokenizeCancelled, TokenizerPool, TooDeep, type ChatMessage,
+  affinityKey, BadRequest, ChatTemplateError, createPreprocessor, cpuLimit, TokenizeCancelled, TokenizerPool, TooDeep,
 } from "../src/index";
 import { freshWords } from "@kv-epp/testkit";
-import { modelDir } from "./reference-tokenizers";
+import { chat, freshChat, QWEN3_DIR as dir, qwen3Pools } from "./qwen3-pool";
 
-const dir = modelDir("qwen3");
-let pool: TokenizerPool | null = null;
-afterEach(async () => {
-  await pool?.close();
-  pool = null;
-});
-
-
-const chat = (system: string, ...turns: string[]): ChatMessage[] =>
-  [{ role: "system", content: system }, ...turns.map((t, i) => ({ role: i % 2 === 0 ? "user" : "assistant", content: t }))];
+const pools = qwen3Pools();
 
 describe("tokenizer pool", () => {
   test("gives the preprocessor's ids for chats and prompts", async () => {
-    pool = new TokenizerPool({ preprocessor: { tokenizerDir: dir }, size: 2, budgetMs: 60_000 });
-    await pool.ready();
+    const pool = await pools.start({ size: 2, budgetMs: 60_000 });
     const pre = createPreprocessor({ tokenizerDir: dir });
     const messages = chat("You are terse.", "Hello <think> there", "hi", "again 日本語 123");
     const a = await pool.tokenize({ kind: "chat", messages, opts: {} });
@@ -31,8 +20,7 @@ describe("tokenizer pool", () => {
   }, 60_000);
 
   test("a long fresh chat in flight does not hold a short one back", async () => {
-    pool = new TokenizerPool({ preprocessor: { tokenizerDir: dir }, size: 2, budgetMs: 60_000 });
-    await pool.ready();
+    const pool = await pools.start({ size: 2, budgetMs: 60_000 });
     const order: string[] = [];
     const long = pool.tokenize({ kind: "chat", messages: chat("long", freshWords(300_000, 1)), opts: {} }).then(() => order.push("long"));
     const short = pool.tokenize({ kind: "chat", messages: chat("short", "hi"), opts: {} }).then(() => order.push("short"));
@@ -41,8 +29,7 @@ describe("tokenizer pool", () => {
   }, 120_000);
 
   test("an aborted job is dropped from the queue, or stopped by its member midway", async () => {
-    pool = new TokenizerPool({ preprocessor: { tokenizerDir: dir }, size: 1, budgetMs: 60_000 });
-    await pool.ready();
+    const pool = await pools.start({ size: 1, budgetMs: 60_000 });
     const running = new AbortController();
     const queued = new AbortController();
     const a = pool.tokenize({ kind: "prompt", text: freshWords(400_000, 2) }, { signal: running.signal });
@@ -59,8 +46,7 @@ describe("tokenizer pool", () => {
 
   test("a body that cannot finish in budget is answered by the exact prefix already known, and counted", async () => {
     const warnings: object[] = [];
-    pool = new TokenizerPool({ preprocessor: { tokenizerDir: dir }, size: 1, budgetMs: 1000, log: { warn: (o) => warnings.push(o) } });
-    await pool.ready();
+    const pool = await pools.start({ size: 1, budgetMs: 1000, log: { warn: (o) => warnings.push(o) } });
     const system = freshWords(2000, 3);
     const first = await pool.tokenize({ kind: "chat", messages: chat(system, "first question"), opts: { addGenerationPrompt: false } });
     // A follow-up whose new turn is far too large to tokenize within the budget (the member's estimate says so).
@@ -74,12 +60,16 @@ describe("tokenizer pool", () => {
     expect(warnings).toHaveLength(1);
   }, 120_000);
 
-  test("warming a conversation with its reply leaves only the next user message fresh", async () => {
-    pool = new TokenizerPool({ preprocessor: { tokenizerDir: dir }, size: 1, budgetMs: 60_000 });
-    await pool.ready();
-    const turn1 = chat(freshWords(500, 5), freshWords(300, 6));
+  // A one-member pool that has tokenized a conversation's first turn, and the reply that turn got.
+  const answered = async (seed: number) => {
+    const pool = await pools.start({ size: 1, budgetMs: 60_000 });
+    const turn1 = freshChat(seed, 1, 300);
     await pool.tokenize({ kind: "chat", messages: turn1, opts: {} });
-    const reply = freshWords(400, 7);
+    return { pool, turn1, reply: freshWords(400, seed + 2) };
+  };
+
+  test("warming a conversation with its reply leaves only the next user message fresh", async () => {
+    const { pool, turn1, reply } = await answered(5);
     pool.warmReply({ kind: "chat", messages: turn1, opts: {} }, { role: "assistant", content: reply });
     const next = freshWords(50, 8);
     const turn2 = await pool.tokenize({ kind: "chat", messages: [...turn1, { role: "assistant", content: reply }, { role: "user", content: next }], opts: {} });
@@ -93,22 +83,14 @@ describe("tokenizer pool", () => {
   }, 60_000);
 
   test("without a warm nothing counts as warmed: the next turn tokenizes the reply itself", async () => {
-    pool = new TokenizerPool({ preprocessor: { tokenizerDir: dir }, size: 1, budgetMs: 60_000 });
-    await pool.ready();
-    const turn1 = chat(freshWords(500, 15), freshWords(300, 16));
-    await pool.tokenize({ kind: "chat", messages: turn1, opts: {} });
-    const reply = freshWords(400, 17);
+    const { pool, turn1, reply } = await answered(15);
     const turn2 = await pool.tokenize({ kind: "chat", messages: [...turn1, { role: "assistant", content: reply }, { role: "user", content: "ok" }], opts: {} });
     expect(turn2.warmedTokens).toBe(0);
     expect(turn2.freshTokens).toBeGreaterThan(createPreprocessor({ tokenizerDir: dir }).encodeCompletion(reply).length - 8);
   }, 60_000);
 
   test("the members' segment caches are summed in the pool's stats and in the process's cache metrics", async () => {
-    const registry = new Registry();
-    const observe = poolMetrics(registry, "qwen3");
-    pool = new TokenizerPool({ preprocessor: { tokenizerDir: dir }, size: 2, budgetMs: 60_000, observe });
-    observe.attach(pool);
-    await pool.ready();
+    const { pool, registry } = await pools.startWithMetrics({ size: 2, budgetMs: 60_000 });
     // Two conversations, each sent twice: the second send of each hits its member's cache.
     const convs = [chat(freshWords(300, 21), freshWords(100, 22)), chat(freshWords(300, 23), freshWords(100, 24))];
     for (let round = 0; round < 2; round++) for (const messages of convs) await pool.tokenize({ kind: "chat", messages, opts: {} });
@@ -132,8 +114,7 @@ describe("tokenizer pool: request bodies as received", () => {
   const bytes = (v: unknown) => enc.encode(typeof v === "string" ? v : JSON.stringify(v));
 
   test("a body's buffer moves to the member, which reads and tokenizes it; the body comes back with the reading", async () => {
-    pool = new TokenizerPool({ preprocessor: { tokenizerDir: dir }, size: 2, budgetMs: 60_000 });
-    await pool.ready();
+    const pool = await pools.start({ size: 2, budgetMs: 60_000 });
     const pre = createPreprocessor({ tokenizerDir: dir });
     const messages = chat("You are terse.", "Hello <think> there");
     const raw = { model: "m", cache_salt: "tenant", messages, add_generation_prompt: false };
@@ -159,10 +140,9 @@ describe("tokenizer pool: request bodies as received", () => {
   }, 60_000);
 
   test("a bad body is the member's BadRequest (TooDeep for nesting), and the member takes the next job", async () => {
-    pool = new TokenizerPool({ preprocessor: { tokenizerDir: dir }, size: 1, budgetMs: 60_000 });
-    await pool.ready();
+    const pool = await pools.start({ size: 1, budgetMs: 60_000 });
     // Awaited, not `expect(...).rejects`: Bun's rejects matcher holds back worker messages while it waits.
-    const refusal = (body: Uint8Array) => pool!.tokenize({ kind: "body", request: { body } }).then(() => undefined, (e: unknown) => e as Error);
+    const refusal = (body: Uint8Array) => pool.tokenize({ kind: "body", request: { body } }).then(() => undefined, (e: unknown) => e as Error);
     expect(await refusal(bytes("{not json"))).toBeInstanceOf(BadRequest);
     expect((await refusal(bytes({ messages: [{ content: "no role" }] })))?.message).toContain("messages must be");
     expect(await refusal(bytes(`{"prompt": ${"[".repeat(10_000)}${"]".repeat(10_000)}}`))).toBeInstanceOf(TooDeep);
@@ -177,8 +157,7 @@ describe("tokenizer pool: request bodies as received", () => {
   }, 60_000);
 
   test("a body no member took within the budget is answered unread (a queue fallback), its bytes still the caller's", async () => {
-    pool = new TokenizerPool({ preprocessor: { tokenizerDir: dir }, size: 1, budgetMs: 20 });
-    await pool.ready();
+    const pool = await pools.start({ size: 1, budgetMs: 20 });
     const long = pool.tokenize({ kind: "prompt", text: freshWords(400_000, 9) });
     const body = bytes({ prompt: "queued behind" });
     const queued = await pool.tokenize({ kind: "body", request: { body } });

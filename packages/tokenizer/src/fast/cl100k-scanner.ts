@@ -1,3 +1,5 @@
+import { whitespaceEnd } from "./white-space";
+
 /**
  * The pre-tokenizer pattern of Qwen2/Qwen3 and Llama 3 (OpenAI's cl100k_base pattern, with single digits or runs
  * of up to three), written as a scanner. Measured: JavaScriptCore's regex engine spends ~0.3 µs per token on
@@ -68,19 +70,7 @@ export function scanCl100k(text: string, start: number, end: number, maxDigits: 
       to = run(text, k === OTHER ? i : i + 1, n, OTHER);
       while (to < n && (text.charCodeAt(to) === 13 || text.charCodeAt(to) === 10)) to++;
     } else {
-      // whitespace: \s*[\r\n]+ | \s+(?!\S) | \s+
-      let wsEnd = i;
-      let lastNewline = -1;
-      while (wsEnd < n) {
-        const ws = at(text, wsEnd, n) & KIND;
-        if (ws === NEWLINE) lastNewline = wsEnd;
-        else if (ws !== SPACE) break;
-        wsEnd++; // White_Space is all in the BMP
-      }
-      if (lastNewline >= 0) to = lastNewline + 1;
-      else if (wsEnd === n) to = wsEnd;
-      else if (wsEnd - i >= 2) to = backOne(text, i, wsEnd);
-      else to = wsEnd;
+      to = whitespaceEnd(text, i, n); // SPACE or NEWLINE
     }
     emit(i, to);
     i = to;
@@ -114,17 +104,6 @@ function run(text: string, i: number, n: number, k: number): number {
     i += width(cls);
   }
   return i;
-}
-
-// \s+(?!\S) before a non-space: the run gives back its last character (a whole code point).
-function backOne(text: string, start: number, end: number): number {
-  const lo = text.charCodeAt(end - 1);
-  const back = lo >= 0xdc00 && lo < 0xe000 && end - 2 >= start && isHighSurrogate(text.charCodeAt(end - 2)) ? 2 : 1;
-  return end - back;
-}
-
-function isHighSurrogate(c: number): boolean {
-  return c >= 0xd800 && c < 0xdc00;
 }
 
 // Length-matched end of 's 't 're 've 'm 'll 'd at i (case-insensitive as Unicode folds: ſ is an s), else 0.

@@ -1,4 +1,6 @@
 import { cl100kDigits } from "./cl100k-scanner";
+import { DEEPSEEK_V3_PATTERNS } from "./deepseek-scanner";
+import { isSpace } from "./white-space";
 
 /**
  * Where a text can be cut so that the ids of the two parts, each encoded alone, concatenated are the ids of the
@@ -90,16 +92,10 @@ function preTokenizerCuts(p: Json | null | undefined): boolean {
  */
 function patternKind(pattern: string): "boundary" | "restart" | "unknown" {
   if (cl100kDigits(pattern) !== null) return "boundary";
-  if (pattern === DEEPSEEK_V3_WORDS) return "boundary";
-  if (pattern === "\\p{N}{1,3}" || pattern === "[一-龥぀-ゟ゠-ヿ]+") return "restart";
+  if (pattern === DEEPSEEK_V3_PATTERNS[2]) return "boundary";
+  if (pattern === DEEPSEEK_V3_PATTERNS[0] || pattern === DEEPSEEK_V3_PATTERNS[1]) return "restart";
   return "unknown";
 }
-
-// As tokenizer.json holds it (its "\r\n" inside the first class are the characters themselves).
-const DEEPSEEK_V3_WORDS =
-  "[!\"#$%&'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|[^\r\n\\p{L}\\p{P}\\p{S}]?[\\p{L}\\p{M}]+| ?[\\p{P}\\p{S}]+[\r\n]*|\\s*[\r\n]+|\\s+(?!\\S)|\\s+";
-
-const WHITE_SPACE = /\p{White_Space}/u;
 
 const NEWLINE_THEN_ASCII: CutPoints = {
   next(text, from, end) {
@@ -108,24 +104,18 @@ const NEWLINE_THEN_ASCII: CutPoints = {
       if (text.charCodeAt(q - 1) !== 10) continue;
       const c = text.charCodeAt(q);
       if (c >= 0x80 || c === 10 || c === 13) continue;
-      if (!isAsciiSpace(c) || whitespaceRunEndsWithoutNewline(text, q, end)) return q;
+      if (!isSpace(c) || whitespaceRunEndsWithoutNewline(text, q, end)) return q;
     }
     return -1;
   },
 };
-
-// ASCII White_Space other than "\r"/"\n" (U+001C..U+001F are not White_Space, nor in Oniguruma's \s).
-function isAsciiSpace(c: number): boolean {
-  return c === 32 || c === 9 || c === 11 || c === 12;
-}
 
 // From a whitespace character at q: true when the run reaches a non-whitespace character or `end` before any "\r"/"\n".
 function whitespaceRunEndsWithoutNewline(text: string, q: number, end: number): boolean {
   for (let i = q; i < end; i++) {
     const c = text.charCodeAt(i);
     if (c === 10 || c === 13) return false;
-    if (isAsciiSpace(c)) continue;
-    if (c < 0x80 || !WHITE_SPACE.test(text[i]!)) return true;
+    if (!isSpace(c)) return true;
   }
   return true;
 }

@@ -1,3 +1,5 @@
+import { whitespaceEnd } from "./white-space";
+
 /**
  * DeepSeek V3's pre-tokenizer, three Isolated Splits in a row, written as one scanner:
  *
@@ -134,7 +136,7 @@ function splitWords(table: Uint8Array, text: string, s: number, e: number, emit:
     } else if (k === PUNCT || k === SYMBOL) {
       match = runPunctSymbol(table, text, i + w, e);
     } else if (k === SPACE || k === NEWLINE) {
-      match = whitespace(table, text, i, e);
+      match = whitespaceEnd(text, i, e);
     }
     if (match < 0) {
       if (gap < 0) gap = i;
@@ -179,19 +181,4 @@ function runPunctSymbol(table: Uint8Array, text: string, j: number, e: number): 
   }
   while (j < e && (text.charCodeAt(j) === 13 || text.charCodeAt(j) === 10)) j++;
   return j;
-}
-
-// \s*[\r\n]+ | \s+(?!\S) | \s+ from the whitespace character at i (all White_Space is in the BMP).
-function whitespace(table: Uint8Array, text: string, i: number, e: number): number {
-  let wsEnd = i;
-  let lastNewline = -1;
-  while (wsEnd < e) {
-    const k = at(table, text, wsEnd) & KIND;
-    if (k === NEWLINE) lastNewline = wsEnd;
-    else if (k !== SPACE) break;
-    wsEnd++;
-  }
-  if (lastNewline >= 0) return lastNewline + 1;
-  if (wsEnd === e || wsEnd - i < 2) return wsEnd;
-  return wsEnd - 1;
 }

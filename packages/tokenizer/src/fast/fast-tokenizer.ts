@@ -232,20 +232,10 @@ class BpeTokenizer implements FastTokenizer {
     for (let i = start; i < end; i++) {
       let c = text.charCodeAt(i);
       if (c < 0x80) syms[n++] = ids[c]!;
-      else if (c < 0x800) {
-        syms[n++] = ids[0xc0 | (c >> 6)]!;
-        syms[n++] = ids[0x80 | (c & 63)]!;
-      } else if (c >= 0xd800 && c < 0xdc00) {
+      else {
         // well-formed text: a high surrogate is followed by its low one
-        c = 0x10000 + ((c - 0xd800) << 10) + (text.charCodeAt(++i) - 0xdc00);
-        syms[n++] = ids[0xf0 | (c >> 18)]!;
-        syms[n++] = ids[0x80 | ((c >> 12) & 63)]!;
-        syms[n++] = ids[0x80 | ((c >> 6) & 63)]!;
-        syms[n++] = ids[0x80 | (c & 63)]!;
-      } else {
-        syms[n++] = ids[0xe0 | (c >> 12)]!;
-        syms[n++] = ids[0x80 | ((c >> 6) & 63)]!;
-        syms[n++] = ids[0x80 | (c & 63)]!;
+        if (c >= 0xd800 && c < 0xdc00) c = 0x10000 + ((c - 0xd800) << 10) + (text.charCodeAt(++i) - 0xdc00);
+        n = utf8Symbols(c, ids, syms, n);
       }
     }
     return n;
@@ -270,20 +260,7 @@ class BpeTokenizer implements FastTokenizer {
         syms[n++] = id;
         lastUnk = false;
       } else if (bytes[0]! >= 0) {
-        if (c < 0x80) syms[n++] = bytes[c]!;
-        else if (c < 0x800) {
-          syms[n++] = bytes[0xc0 | (c >> 6)]!;
-          syms[n++] = bytes[0x80 | (c & 63)]!;
-        } else if (c < 0x10000) {
-          syms[n++] = bytes[0xe0 | (c >> 12)]!;
-          syms[n++] = bytes[0x80 | ((c >> 6) & 63)]!;
-          syms[n++] = bytes[0x80 | (c & 63)]!;
-        } else {
-          syms[n++] = bytes[0xf0 | (c >> 18)]!;
-          syms[n++] = bytes[0x80 | ((c >> 12) & 63)]!;
-          syms[n++] = bytes[0x80 | ((c >> 6) & 63)]!;
-          syms[n++] = bytes[0x80 | (c & 63)]!;
-        }
+        n = utf8Symbols(c, bytes, syms, n);
         lastUnk = false;
       } else if (!(this.fuseUnk && lastUnk)) {
         syms[n++] = this.unkId;
@@ -308,6 +285,25 @@ class BpeTokenizer implements FastTokenizer {
     this.reserveOut(1);
     this.out[this.outLen++] = id;
   }
+}
+
+// The UTF-8 bytes of code point c, each as its symbol in `byteIds` (by byte value), written to syms from n; the new n.
+function utf8Symbols(c: number, byteIds: Int32Array, syms: Int32Array, n: number): number {
+  if (c < 0x80) syms[n++] = byteIds[c]!;
+  else if (c < 0x800) {
+    syms[n++] = byteIds[0xc0 | (c >> 6)]!;
+    syms[n++] = byteIds[0x80 | (c & 63)]!;
+  } else if (c < 0x10000) {
+    syms[n++] = byteIds[0xe0 | (c >> 12)]!;
+    syms[n++] = byteIds[0x80 | ((c >> 6) & 63)]!;
+    syms[n++] = byteIds[0x80 | (c & 63)]!;
+  } else {
+    syms[n++] = byteIds[0xf0 | (c >> 18)]!;
+    syms[n++] = byteIds[0x80 | ((c >> 12) & 63)]!;
+    syms[n++] = byteIds[0x80 | ((c >> 6) & 63)]!;
+    syms[n++] = byteIds[0x80 | (c & 63)]!;
+  }
+  return n;
 }
 
 /**
