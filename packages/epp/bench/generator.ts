@@ -1,6 +1,6 @@
 // The load generators shared by bench:epp and bench:hostile: bench/loadgen.c (C, libnghttp2, built
 // here with `cc`) standing in for Envoy, or bench/loadgen.ts where that does not build.
-import { readFileSync } from "node:fs";
+import { readdirSync, readFileSync } from "node:fs";
 import type { ProcessHandle } from "@kv-epp/testkit";
 import { requestsFile, type Mode } from "./requests.ts";
 
@@ -27,6 +27,32 @@ export function cpuTimeUs(pid: number): number {
   } catch {
     return NaN;
   }
+}
+
+/**
+ * A process's CPU time per kind of thread (µs), from each /proc/<pid>/task/<tid>/stat: its threads grouped by name
+ * (Bun names the main thread after the executable, a worker thread "Worker", JavaScriptCore's compiler threads
+ * "JITWorker", its collector's "HeapHelper", mimalloc's purger "mi-scavenger").
+ */
+export function cpuByThreadUs(pid: number): Map<string, number> {
+  const out = new Map<string, number>();
+  let tasks: string[] = [];
+  try {
+    tasks = readdirSync(`/proc/${pid}/task`);
+  } catch {
+    return out;
+  }
+  for (const t of tasks) {
+    try {
+      const stat = readFileSync(`/proc/${pid}/task/${t}/stat`, "utf8");
+      const name = t === String(pid) ? "main" : stat.slice(stat.indexOf("(") + 1, stat.lastIndexOf(")"));
+      const fields = stat.slice(stat.lastIndexOf(") ") + 2).split(" ");
+      out.set(name, (out.get(name) ?? 0) + (Number(fields[11]) + Number(fields[12])) * 10_000);
+    } catch {
+      // the thread ended meanwhile
+    }
+  }
+  return out;
 }
 
 /** `tls`: the generator opens TLS (ALPN h2, unverified, as gateways do); else h2c. */

@@ -11,6 +11,8 @@
 //            documents' own pick latency
 //   agentic  sessions growing by 2-8k-token tool outputs up to ~100k tokens, each turn resending the whole
 //            session (the EPP tokenizes the first 128 Ki characters of a body: see ROUTING_TEXT_CHARS)
+// Before the rows, each EPP takes 4 s of every kind of traffic (other conversations, documents and sessions than the
+// measured ones), so that the rows measure steady state: each pool member JIT-compiles its own copy of the code.
 // Per row p50/p99 (the generator's clock: body sent -> route answered), the EPP's CPU seconds per request
 // (/proc, every thread) and the pool's budget fallbacks. Then fresh-text tokens/s per core for each tokenizer
 // candidate (packages/tokenizer/bench/fresh-text.ts). The generator closes each stream once routed, so no
@@ -25,7 +27,7 @@ import { createPreprocessor } from "@kv-epp/tokenizer";
 import { loadTrace, requestBuilder } from "@kv-epp/trace-replay";
 // The tokenizer package's fresh-text measurement, run here too so both figures come from one run.
 import { freshTextRows, mixedText } from "../../tokenizer/bench/fresh-text.ts";
-import { buildCLoadgen, cpuTimeUs, generate, type Run } from "./generator.ts";
+import { buildCLoadgen, cpuByThreadUs, cpuTimeUs, generate, type Run } from "./generator.ts";
 import { extProcMessages, requestsFile, requestsFileOf } from "./requests.ts";
 import { WORKLOAD, syntheticIndex, workerId } from "./workload.ts";
 
@@ -41,11 +43,16 @@ const DOC_RATE = 2;
 const DOC_TOKENS = 32_768;
 const DURATION_MS = flag("duration-ms", 3000);
 const WARMUP_MS = 1000;
+const WARM_UP_RUN_MS = 3000;
 const SECONDS = (DURATION_MS + WARMUP_MS) / 1000;
 const enc = new TextEncoder();
 
-type Epp = { name: string; proc: ProcessHandle; target: string; metrics: string };
-type Row = { row: string; epp: string; runs: { label: string; run: Run }[]; cpuSecondsPerRequest: number; fallbacks: number };
+type Epp = { name: string; proc: ProcessHandle; target: string; metrics: string; selection: string };
+type Row = {
+  row: string; epp: string; runs: { label: string; run: Run }[]; cpuSecondsPerRequest: number; fallbacks: number;
+  /** The EPP's CPU ms per request by kind of thread (see cpuByThreadUs), largest first. */
+  threads: [string, number][];
+};
 
 async function scrapeSum(epp: Epp, metric: string): Promise<number> {
   const text = await (await fetch(`${epp.metrics}/metrics`)).text();
@@ -55,27 +62,45 @@ async function scrapeSum(epp: Epp, metric: string): Promise<number> {
 }
 
 /** Generators run side by side against one EPP; its CPU over all their requests. */
-async function measure(epp: Epp, row: string, streams: { label: string; file: string; rate: number }[]): Promise<Row> {
+async function measure(epp: Epp, row: string, streams: { label: string; file: string; rate: number }[], durationMs = DURATION_MS): Promise<Row> {
   const cpu0 = cpuTimeUs(epp.proc.pid);
+  const threads0 = cpuByThreadUs(epp.proc.pid);
   const fb0 = await scrapeSum(epp, "dynamo_epp_tokenizer_budget_fallbacks_total");
   const runs = await Promise.all(
     streams.map(async (s) => ({
       label: s.label,
-      run: await generate([bin, "--target", epp.target, "--rate", String(s.rate), "--duration-ms", String(DURATION_MS), "--warmup-ms", String(WARMUP_MS),
+      run: await generate([bin, "--target", epp.target, "--rate", String(s.rate), "--duration-ms", String(durationMs), "--warmup-ms", String(WARMUP_MS),
         "--mode", "full-duplex", "--requests", s.file, "--tls"]),
     })),
   );
-  const requests = streams.reduce((n, s) => n + Math.round(s.rate * SECONDS), 0);
+  const requests = streams.reduce((n, s) => n + Math.round((s.rate * (durationMs + WARMUP_MS)) / 1000), 0);
+  const threads = [...cpuByThreadUs(epp.proc.pid)]
+    .map(([name, us]): [string, number] => [name, (us - (threads0.get(name) ?? 0)) / 1000 / requests])
+    .filter(([, ms]) => ms >= 0.05)
+    .sort((a, b) => b[1] - a[1]);
   const r: Row = {
     row, epp: epp.name, runs, cpuSecondsPerRequest: (cpuTimeUs(epp.proc.pid) - cpu0) / 1e6 / requests,
-    fallbacks: (await scrapeSum(epp, "dynamo_epp_tokenizer_budget_fallbacks_total")) - fb0,
+    fallbacks: (await scrapeSum(epp, "dynamo_epp_tokenizer_budget_fallbacks_total")) - fb0, threads,
   };
   for (const { label, run } of runs) {
     console.log(`${epp.name.padEnd(8)} ${row.padEnd(18)} ${label.padEnd(10)} offered ${run.rate}/s achieved ${run.achieved.toFixed(0)}/s  p50 ${run.p50.toFixed(3)} ms  p99 ${run.p99.toFixed(3)} ms  max ${run.max.toFixed(2)} ms  errors ${run.errors}`);
   }
-  console.log(`${"".padEnd(8)} ${row.padEnd(18)} EPP CPU ${(r.cpuSecondsPerRequest * 1000).toFixed(2)} ms/request, budget fallbacks ${r.fallbacks}`);
+  console.log(`${"".padEnd(8)} ${row.padEnd(18)} EPP CPU ${(r.cpuSecondsPerRequest * 1000).toFixed(2)} ms/request (${threadsText(threads)}), budget fallbacks ${r.fallbacks}`);
   return r;
 }
+
+type PoolMember = { busy: boolean; queued: number; warmQueued: number };
+
+/** Until the EPP's tokenizer pool has nothing left to do (work past the budget runs on after its answer). */
+async function idle(epp: Epp): Promise<void> {
+  for (let i = 0; i < 600; i++) {
+    const { pool } = (await (await fetch(`${epp.selection}/debug/tokenizer`)).json()) as { pool: { members: PoolMember[] } | null };
+    if (pool === null || pool.members.every((m) => !m.busy && m.queued === 0 && m.warmQueued === 0)) return;
+    await Bun.sleep(100);
+  }
+}
+
+const threadsText = (threads: [string, number][]) => threads.map(([name, ms]) => `${name} ${ms.toFixed(2)}`).join(", ");
 
 /** Fresh text (never sent before, so nothing of it is cached) of about `tokens` Qwen3 tokens. */
 const freshText = (rand: () => number, tokens: number, wordsPerToken: number) => mixedText(rand, Math.round(tokens * wordsPerToken));
@@ -93,8 +118,8 @@ function documents(count: number, wordsPerToken: number, seed: number): Uint8Arr
  * and the tool's 2-8k-token output, until ~100k tokens; every step resends the session. Sessions interleave, so
  * a session's next step comes after every other session's.
  */
-function agentic(count: number, wordsPerToken: number): Uint8Array[] {
-  const rand = seededRandom(0xa9e7);
+function agentic(count: number, wordsPerToken: number, seed = 0xa9e7): Uint8Array[] {
+  const rand = seededRandom(seed);
   const words = (tokens: number) => freshText(rand, tokens, wordsPerToken);
   const system = { role: "system", content: `You are a coding agent. Tools: read_file, run_tests, grep.\n${words(1000)}` };
   const steps = Math.ceil(100_000 / 5000);
@@ -148,6 +173,12 @@ async function main() {
     docsAlone: write("docs-alone", "/v1/chat/completions", documents(perRun(DOC_RATE) + 1, wordsPerToken, 0xd0c1)),
     docs: write("docs", "/v1/chat/completions", documents(perRun(DOC_RATE) + 1, wordsPerToken, 0xd0c)),
     agentic: write("agentic", "/v1/chat/completions", agentic(perRun(AGENT_RATE), wordsPerToken)),
+    // Warm-up traffic of every kind, sent to each EPP before anything is measured: other conversations, documents
+    // and sessions than the measured ones (nothing of it is cached for the rows).
+    warmChats: write("warm-chats", "/v1/chat/completions",
+      Array.from({ length: Math.min(perRun(RATE), records.length - chatBodies.length) }, (_, i) => chat(chatBodies.length + i).body)),
+    warmDocs: write("warm-docs", "/v1/chat/completions", documents(perRun(DOC_RATE) + 1, wordsPerToken, 0x3a7d)),
+    warmAgentic: write("warm-agentic", "/v1/chat/completions", agentic(perRun(AGENT_RATE), wordsPerToken, 0x3a7e)),
   };
   writeFileSync(files.tokens, requestsFile("full-duplex", 7));
   const chatTokens = chatBodies.slice(0, 200).map((b) => pre.encodeChat(JSON.parse(new TextDecoder().decode(b)).messages).length);
@@ -170,18 +201,31 @@ async function main() {
       "--grpc-port", String(ports[0]), "--grpc-health-port", String(ports[1]), "--metrics-port", String(ports[2]), "--replica-agg-port", String(ports[3]),
       "--selection-port", String(ports[4]), "--scrape-interval-ms", "0", "--subscribe-wait-ms", "0", "--tokenizer-dir", TOKENIZER_DIR, ...extra], { name });
     await proc.waitForLog(/"msg":"recovered"/, { timeoutMs: 60_000 });
-    return { name, proc, target: `${HOST}:${ports[0]}`, metrics: `http://${HOST}:${ports[2]}` };
+    return { name, proc, target: `${HOST}:${ports[0]}`, metrics: `http://${HOST}:${ports[2]}`, selection: `http://${HOST}:${ports[4]}` };
   };
   const pool = await startEpp("pool", []);
   const inLoop = await startEpp("in-loop", ["--tokenizer-threads", "0"]);
   const poolSize = ((await (await fetch(`${pool.metrics}/metrics`)).text()).match(/^dynamo_epp_tokenizer_pool_members (\S+)$/m) ?? [])[1];
   console.log(`EPPs ready: "pool" (${poolSize} tokenizer threads, budget 50 ms) and "in-loop" (--tokenizer-threads 0); rates: tokens and chats ${RATE}/s, documents ${DOC_RATE}/s, agentic ${AGENT_RATE}/s, ${DURATION_MS} ms measured after ${WARMUP_MS} ms`);
 
-  // JIT and connections warmed before anything is measured: a short run of each workload's first requests.
-  for (const e of [pool, inLoop]) await measure(e, "(warm-up)", [{ label: "token ids", file: files.tokens, rate: Math.min(RATE, 50) }]);
+  // Connections and the JIT warmed before anything is measured, on every thread that will work (each pool member
+  // compiles its own code): a run of every kind of traffic, then the rows measure steady state, not compilation.
+  for (const e of [pool, inLoop]) {
+    await measure(e, "(warm-up)", [
+      { label: "token ids", file: files.tokens, rate: Math.min(RATE, 50) },
+      { label: "chats", file: files.warmChats, rate: RATE / 5 },
+      { label: "documents", file: files.warmDocs, rate: DOC_RATE },
+      { label: "agentic", file: files.warmAgentic, rate: AGENT_RATE },
+    ], WARM_UP_RUN_MS);
+    await idle(e);
+  }
   const rows: Row[] = [];
+  // Each row starts on an idle pool: what a row left running is not charged to the next.
   const both = async (f: (e: Epp) => Promise<Row>, step: number) => {
-    for (const e of step % 2 === 0 ? [pool, inLoop] : [inLoop, pool]) rows.push(await f(e));
+    for (const e of step % 2 === 0 ? [pool, inLoop] : [inLoop, pool]) {
+      await idle(e);
+      rows.push(await f(e));
+    }
   };
   await both((e) => measure(e, "tokens", [{ label: "token ids", file: files.tokens, rate: RATE }]), 0);
   await both((e) => measure(e, "chats", [{ label: "chats", file: files.chats, rate: RATE }]), 1);
@@ -219,6 +263,12 @@ async function main() {
       return `${e}: chat p99 beside the documents ${f3(beside)} ms against ${f3(alone)} ms alone (${(beside / alone).toFixed(2)}x); ` +
         `document pick alone p50 ${f3(docsAlone.p50)} ms, max ${docsAlone.max.toFixed(2)} ms; beside the chats p50 ${f3(docs.p50)} ms, max ${docs.max.toFixed(2)} ms.`;
     }),
+    ``,
+    `EPP CPU ms per request by thread (10 ms ticks of /proc/<pid>/task/<tid>/stat; main = the decision thread, Worker = a`,
+    `tokenizer pool member, JITWorker = JavaScriptCore compiling, HeapHelper = its collector, mi-scavenger = the allocator):`,
+    ``,
+    ...rows.map((r) => `- ${r.row}, ${r.epp}: ${threadsText(r.threads)}`),
+    ``,
     ...[pool.name, inLoop.name].map((e) => {
       const r = rows.find((x) => x.row === "agentic" && x.epp === e)!;
       return `${e}: agentic ${(r.cpuSecondsPerRequest).toFixed(4)} CPU seconds per request (= cores per req/s).`;
