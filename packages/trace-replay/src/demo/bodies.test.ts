@@ -1,10 +1,22 @@
 // Bodies prepared ahead of their arrival.
 import { describe, expect, test } from "bun:test";
 import type { TraceRecord } from "../trace.ts";
-import { BodyLookahead, completionBody, requestBuilder } from "./bodies.ts";
+import { BodyLookahead, completionBody, requestBuilder, requestSource } from "./bodies.ts";
 
 const records: TraceRecord[] = [0, 1, 2, 3, 4].map((i) => ({ timestamp: i * 10, inputLength: 600 + i, outputLength: 3, hashIds: [i, 100 + i] }));
 const json = (b: Uint8Array) => JSON.parse(new TextDecoder().decode(b)) as { prompt?: number[]; messages?: { role: string; content: string }[] };
+
+// Record 1 continues record 0 (its ids extend 0's); both built ahead, before any reply.
+const turns: TraceRecord[] = [
+  { timestamp: 0, inputLength: 1300, outputLength: 20, hashIds: [0, 1, 2] },
+  { timestamp: 10, inputLength: 2500, outputLength: 5, hashIds: [0, 1, 5, 6, 7] },
+];
+async function twoTurnsBuiltAhead() {
+  const source = requestSource(turns, "m", "chat");
+  const bodies = new BodyLookahead(turns.length, source.build, 8, source.stale);
+  await bodies.fill(() => true);
+  return { source, bodies };
+}
 
 describe("BodyLookahead", () => {
   test("fills up to its depth in idle time; taken bodies are the records' own, in order", async () => {
@@ -36,5 +48,28 @@ describe("BodyLookahead", () => {
     expect(body.messages).toHaveLength(1);
     expect(body.messages[0].role).toBe("user");
     expect(body.messages[0].content.split(" ").length).toBeGreaterThan(590);
+  });
+
+  test("a chat turn built before its earlier turn's reply came is built again, resending that reply", async () => {
+    const { source, bodies } = await twoTurnsBuiltAhead();
+    bodies.take(0);
+    source.replied(0, "The reply the client received.");
+    const next = json(bodies.take(1).body).messages!;
+    expect(bodies.rebuilt).toBe(1);
+    expect(next.map((m) => m.role)).toEqual(["user", "assistant", "user"]);
+    expect(next[1]!.content).toBe("The reply the client received.");
+    expect(source.replyCounts()).toEqual({ resent: 1, stoodIn: 0 });
+  });
+
+  test("a turn sent before its earlier turn's reply came carries the trace's text in its place, and is counted so", async () => {
+    const { source, bodies } = await twoTurnsBuiltAhead();
+    const first = json(bodies.take(0).body).messages!;
+    const next = json(bodies.take(1).body).messages!;
+    expect(bodies.rebuilt).toBe(0);
+    expect(next.slice(0, 1)).toEqual(first);
+    expect(next[1]!.content.split(" ").length).toBe(20);
+    expect(source.replyCounts()).toEqual({ resent: 0, stoodIn: 1 });
+    // The same bodies as the deterministic builder's (what the benchmarks send).
+    expect(json(requestBuilder(turns, "m", "chat")(0).body).messages).toEqual(first);
   });
 });

@@ -22,14 +22,46 @@ export function completionBody(rec: TraceRecord, model: string): Uint8Array {
   return enc.encode(JSON.stringify({ model, prompt: Array.from(recordTokens(rec)), ...streamed(rec) }));
 }
 
-/** The request of record `i`, by prompt kind; chats must be asked for in record order (see Conversations). */
+/**
+ * The request of record `i`, by prompt kind; chats must be asked for in record order (see Conversations). A
+ * chat's earlier turns carry the trace's text as replies (the same bodies every time: for benchmarks).
+ */
 export function requestBuilder(records: readonly TraceRecord[], model: string, kind: PromptKind): (i: number) => RequestBody {
-  if (kind === "tokens") return (i) => ({ path: "/v1/completions", body: completionBody(records[i]!, model) });
+  return requestSource(records, model, kind).build;
+}
+
+/**
+ * Requests of the trace's records as a client sends them. `replied(i, text)` tells a chat's reply, which the
+ * turns continuing it then resend; `stale(i)`: a body built before is out of date (a reply it stood in for
+ * has come since).
+ */
+export type RequestSource = {
+  build(i: number): RequestBody;
+  replied(i: number, text: string): void;
+  stale(i: number): boolean;
+  /** Chat turns continuing an earlier one built so far: resending its reply, or the trace's text in its place. */
+  replyCounts(): { resent: number; stoodIn: number };
+};
+
+export function requestSource(records: readonly TraceRecord[], model: string, kind: PromptKind): RequestSource {
+  if (kind === "tokens") {
+    return {
+      build: (i) => ({ path: "/v1/completions", body: completionBody(records[i]!, model) }),
+      replied: () => {},
+      stale: () => false,
+      replyCounts: () => ({ resent: 0, stoodIn: 0 }),
+    };
+  }
   const chats = new Conversations(records);
-  return (i) => ({
-    path: "/v1/chat/completions",
-    body: enc.encode(JSON.stringify({ model, messages: chats.messagesOf(i), ...streamed(records[i]!) })),
-  });
+  return {
+    build: (i) => ({
+      path: "/v1/chat/completions",
+      body: enc.encode(JSON.stringify({ model, messages: chats.messagesOf(i), ...streamed(records[i]!) })),
+    }),
+    replied: (i, text) => chats.replied(i, text),
+    stale: (i) => chats.stale(i),
+    replyCounts: () => chats.replyCounts(),
+  };
 }
 
 /** Builds the requests of records 0..count-1 in order, at most `depth` ahead of the one taken last. */
@@ -39,11 +71,14 @@ export class BodyLookahead {
   private taken = 0;
   /** bodies built at their arrival instant because the idle time before it was too short */
   late = 0;
+  /** bodies built again at their arrival instant: a reply they stood in for had come meanwhile */
+  rebuilt = 0;
 
   constructor(
     private readonly count: number,
     private readonly build: (i: number) => RequestBody,
     private readonly depth = 64,
+    private readonly stale: (i: number) => boolean = () => false,
   ) {}
 
   /**
@@ -58,7 +93,7 @@ export class BodyLookahead {
     }
   }
 
-  /** The body of record `i` (taken in order); built now only if the lookahead had no time to. */
+  /** The body of record `i` (taken in order); built now if the lookahead had no time to, or again if stale. */
   take(i: number): RequestBody {
     this.taken = i + 1;
     if (!this.ready.has(i)) {
@@ -66,8 +101,10 @@ export class BodyLookahead {
       // In order up to i: a chat continues an earlier record's conversation.
       while (this.next <= i) this.ready.set(this.next, this.build(this.next++));
     }
-    const body = this.ready.get(i)!;
+    const built = this.ready.get(i)!;
     this.ready.delete(i);
-    return body;
+    if (!this.stale(i)) return built;
+    this.rebuilt++;
+    return this.build(i);
   }
 }

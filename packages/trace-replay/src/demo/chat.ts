@@ -3,9 +3,11 @@
 // word = one token: every word below is a single token with its leading space, and a block ends with
 // ".\n", a token that also keeps the next block's first word from merging with it). Prompts that share
 // blocks thus share their text prefix. A record whose prompt extends an earlier record's (the trace's
-// next turn of a conversation) becomes that record's messages plus an assistant reply (the earlier
-// turn's output_length of words) and a new user turn, so the rendered chat of the earlier turn is a
-// prefix of this one's, as a client resending a growing conversation produces.
+// next turn of a conversation) becomes that record's messages plus an assistant reply and a new user
+// turn, so the rendered chat of the earlier turn is a prefix of this one's, as a client resending a
+// growing conversation produces. The reply is the one the client received when it has (what a chat
+// client resends, and what an EPP that saw the response could warm), else the earlier turn's
+// output_length of the trace's text.
 import { mulberry32 } from "@kv-epp/testkit";
 import { TRACE_BLOCK_TOKENS, type TraceRecord } from "../trace.ts";
 
@@ -76,12 +78,22 @@ export function spanText(ids: readonly number[], from: number, to: number): stri
 /** Tokens the chat template adds for one more exchange (end of turn, user header, assistant header). */
 const TURN_OVERHEAD = 10;
 
+/** How a record continues an earlier one: its reply's and its new user turn's token positions in its prompt. */
+type Link = { parent: number; reply: [number, number]; user: [number, number] };
+
+/** A record's messages as composed, and the earlier turns whose reply the trace's text stood in for. */
+type Composed = { messages: ChatTurn[]; stoodIn: number[] };
+
 /**
- * The messages of each record, built in arrival order. `messagesOf(i)` must be called for increasing
- * `i` (a record's conversation can only continue one that came before it).
+ * The messages of each record, linked in arrival order. `messagesOf(i)` must first be called for increasing
+ * `i` (a record's conversation can only continue one that came before it). A turn that continues an earlier
+ * one resends that turn's reply: the reply the client received (`replied`), as a chat client does, or, while
+ * none has come, the trace's text in its place (`stale` tells when one came since).
  */
 export class Conversations {
-  private readonly built: ChatTurn[][] = [];
+  private readonly links: (Link | null)[] = [];
+  private readonly composed = new Map<number, Composed>();
+  private readonly replies = new Map<number, string>();
   /** full hash_ids → latest record with exactly those ids */
   private readonly byIds = new Map<string, number>();
   /** hash_ids without the last (partial) block → latest record */
@@ -90,23 +102,69 @@ export class Conversations {
   constructor(private readonly records: readonly TraceRecord[]) {}
 
   messagesOf(i: number): ChatTurn[] {
-    const cached = this.built[i];
-    if (cached) return cached;
-    if (i > this.built.length) throw new RangeError(`conversation ${i} asked before ${this.built.length}`);
+    if (i > this.links.length) throw new RangeError(`conversation ${i} asked before ${this.links.length}`);
+    if (i === this.links.length) this.link(i);
+    return this.compose(i).messages;
+  }
+
+  /** The reply the client received to record `i`: the turns continuing it resend this text. */
+  replied(i: number, text: string): void {
+    this.replies.set(i, text);
+  }
+
+  /** Whether messagesOf(i) would now give other messages than before: a reply it stood in for has come. */
+  stale(i: number): boolean {
+    return this.composed.get(i)?.stoodIn.some((p) => this.replies.has(p)) ?? false;
+  }
+
+  /** Of the turns composed so far that continue an earlier one: those that resent its reply, and those that could not. */
+  replyCounts(): { resent: number; stoodIn: number } {
+    let resent = 0;
+    let stoodIn = 0;
+    for (const [i, c] of this.composed) {
+      const link = this.links[i];
+      if (link) c.stoodIn.includes(link.parent) ? stoodIn++ : resent++;
+    }
+    return { resent, stoodIn };
+  }
+
+  private compose(i: number): Composed {
+    const known = this.composed.get(i);
+    if (known !== undefined && !this.stale(i)) return known;
     const rec = this.records[i]!;
-    const messages = this.continuation(rec) ?? [{ role: "user" as const, content: spanText(rec.hashIds, 0, rec.inputLength) }];
-    this.built.push(messages);
+    const link = this.links[i]!;
+    let c: Composed;
+    if (link === null) c = { messages: [{ role: "user", content: spanText(rec.hashIds, 0, rec.inputLength) }], stoodIn: [] };
+    else {
+      const parent = this.compose(link.parent);
+      const reply = this.replies.get(link.parent);
+      c = {
+        messages: [
+          ...parent.messages,
+          { role: "assistant", content: reply ?? spanText(rec.hashIds, ...link.reply) },
+          { role: "user", content: spanText(rec.hashIds, ...link.user) },
+        ],
+        stoodIn: reply === undefined ? [...parent.stoodIn, link.parent] : parent.stoodIn,
+      };
+    }
+    this.composed.set(i, c);
+    return c;
+  }
+
+  private link(i: number): void {
+    const rec = this.records[i]!;
+    this.links.push(this.continuation(rec));
     this.byIds.set(rec.hashIds.join(","), i);
     if (rec.hashIds.length > 1) this.byIdsButLast.set(rec.hashIds.slice(0, -1).join(","), i);
-    return messages;
   }
 
   /**
    * The earlier turn this record continues: the latest record whose ids are a prefix of this one's (its
    * last block may differ: a partial block changes its hash once the conversation extends it), sharing
    * more than the first block (which nearly every record shares: a common system prompt, not a turn).
+   * The reply is the earlier turn's output_length of the trace's text (at most half the new tokens).
    */
-  private continuation(rec: TraceRecord): ChatTurn[] | undefined {
+  private continuation(rec: TraceRecord): Link | null {
     const ids = rec.hashIds;
     for (let m = ids.length - 1; m >= 2; m--) {
       const key = ids.slice(0, m).join(",");
@@ -114,15 +172,11 @@ export class Conversations {
       if (parent === undefined) continue;
       const prev = this.records[parent]!;
       const budget = rec.inputLength - prev.inputLength - TURN_OVERHEAD;
-      if (budget < 32) return undefined;
+      if (budget < 32) return null;
       const reply = Math.min(Math.max(1, prev.outputLength), Math.floor(budget / 2));
       const at = prev.inputLength;
-      return [
-        ...this.built[parent]!,
-        { role: "assistant", content: spanText(ids, at, at + reply) },
-        { role: "user", content: spanText(ids, at + reply, at + budget) },
-      ];
+      return { parent, reply: [at, at + reply], user: [at + reply, at + budget] };
     }
-    return undefined;
+    return null;
   }
 }

@@ -3,7 +3,7 @@
 // worker and streams the answer back; this side parses the stream (TTFT, usage). Bodies are built ahead
 // of their arrival (bodies.ts), so a burst's requests all go out at their instant.
 import { arrivalTimes, type TraceRecord } from "../trace.ts";
-import { BodyLookahead, requestBuilder, type PromptKind, type RequestBody } from "./bodies.ts";
+import { BodyLookahead, requestSource, type PromptKind, type RequestBody } from "./bodies.ts";
 import { GATEWAY_HEADERS } from "./gateway.ts";
 import type { DemoStats } from "./stats.ts";
 
@@ -32,7 +32,10 @@ export async function replay(records: readonly TraceRecord[], o: LoadGenOptions)
   // A request that fails unexpectedly (not a routing or worker error, which are counted) stops the
   // replay; it is caught at once so it cannot surface as an unhandled rejection while others run.
   let failure: { error: unknown } | undefined;
-  const bodies = new BodyLookahead(records.length, requestBuilder(records, o.model, o.prompt ?? "chat"), o.lookahead);
+  // A chat's next turn resends the reply its client received, as chat clients do (then an EPP that saw the
+  // response has warmed it); a body built before that reply came is built again at its instant.
+  const source = requestSource(records, o.model, o.prompt ?? "chat");
+  const bodies = new BodyLookahead(records.length, source.build, o.lookahead, source.stale);
   // The first bodies before the clock starts; the rest in the gaps between arrivals.
   await bodies.fill(() => !o.signal.aborted);
   const t0 = performance.now();
@@ -43,17 +46,18 @@ export async function replay(records: readonly TraceRecord[], o: LoadGenOptions)
     const wait = due - performance.now();
     if (wait > 0) await Bun.sleep(wait);
     if (o.signal.aborted || failure) break;
-    running.push(oneRequest(bodies.take(i), due, o).catch((error: unknown) => void (failure ??= { error })));
+    running.push(oneRequest(bodies.take(i), due, o, (reply) => source.replied(i, reply)).catch((error: unknown) => void (failure ??= { error })));
     o.stats.sent++;
     o.onSent?.(o.stats.sent);
   }
   await Promise.all(running);
   o.stats.lateBodies = bodies.late;
+  o.stats.replies = { ...source.replyCounts(), rebuilt: bodies.rebuilt };
   if (failure) throw failure.error;
 }
 
 /** `due`: the arrival instant (performance.now() time), to measure how late the gateway asked the EPP. */
-async function oneRequest(req: RequestBody, due: number, o: LoadGenOptions): Promise<void> {
+async function oneRequest(req: RequestBody, due: number, o: LoadGenOptions, replied: (text: string) => void): Promise<void> {
   const started = performance.now();
   // A gateway that cannot be reached is not an outcome to count: it stops the replay (fetch throws).
   const res = await fetch(`${o.gateway}${req.path}`, { method: "POST", headers: { "content-type": "application/json" }, body: req.body, signal: o.signal });
@@ -73,6 +77,7 @@ async function oneRequest(req: RequestBody, due: number, o: LoadGenOptions): Pro
   o.stats.picked(worker, epp, Number(h(GATEWAY_HEADERS.pickMs)), Number(h(GATEWAY_HEADERS.writtenAt)) - dueAbs);
   try {
     const usage = res.ok ? await readStream(res, started) : undefined;
+    if (usage) replied(usage.reply);
     o.stats.finished(usage ? "ok" : "worker-error", usage && { ...usage, epp, worker });
     if (usage) o.stats.lastServed = { body: req.body, worker };
   } catch {
@@ -82,15 +87,19 @@ async function oneRequest(req: RequestBody, due: number, o: LoadGenOptions): Pro
   }
 }
 
-/** `detailed`: the usage had prompt_tokens_details (vLLM writes null there when nothing was cached). */
-type Usage = { promptTokens: number; cachedTokens: number; detailed: boolean; ttftMs: number };
+/**
+ * `detailed`: the usage had prompt_tokens_details (vLLM writes null there when nothing was cached). `reply`:
+ * the streamed text (a chat's deltas' content, a completion's text).
+ */
+type Usage = { promptTokens: number; cachedTokens: number; detailed: boolean; ttftMs: number; reply: string };
 
-/** Reads a streamed answer: TTFT at the first content chunk (from the request's start), tokens from the usage chunk. */
+/** Reads a streamed answer: TTFT at the first content chunk (from the request's start), tokens from the usage chunk, the reply's text. */
 async function readStream(res: Response, started: number): Promise<Usage | undefined> {
   if (!res.body) return undefined;
   let ttftMs: number | undefined;
   let usage: { prompt_tokens: number; prompt_tokens_details?: { cached_tokens?: number } } | undefined;
   let buf = "";
+  let reply = "";
   const decoder = new TextDecoder();
   for await (const chunk of res.body) {
     buf += decoder.decode(chunk, { stream: true });
@@ -101,8 +110,10 @@ async function readStream(res: Response, started: number): Promise<Usage | undef
       if (!line.startsWith("data:")) continue;
       const data = line.slice(5).trim();
       if (data === "[DONE]") continue;
-      const msg = JSON.parse(data) as { choices?: unknown[]; usage?: typeof usage };
+      const msg = JSON.parse(data) as { choices?: { delta?: { content?: string | null }; text?: string }[]; usage?: typeof usage };
       if (ttftMs === undefined && msg.choices && msg.choices.length > 0) ttftMs = performance.now() - started;
+      const choice = msg.choices?.[0];
+      reply += choice?.delta?.content ?? choice?.text ?? "";
       if (msg.usage) usage = msg.usage;
     }
   }
@@ -112,5 +123,6 @@ async function readStream(res: Response, started: number): Promise<Usage | undef
     cachedTokens: usage.prompt_tokens_details?.cached_tokens ?? 0,
     detailed: usage.prompt_tokens_details?.cached_tokens !== undefined,
     ttftMs: ttftMs ?? performance.now() - started,
+    reply,
   };
 }

@@ -130,6 +130,12 @@ function simulatedText(simulated: readonly RoutedFigures[], requests: number, fi
  * waited for its first token (each beside the same requests routed round-robin and GAIE-style,
  * simulated), and what routing cost per request.
  */
+/** How the chat turns that continue an earlier one carried its reply. */
+function repliesText(s: DemoStats): string {
+  const r = s.replies;
+  return `${r.resent} next turns resent the reply the client received, ${r.stoodIn} went out before it came (the trace's text in its place)`;
+}
+
 export function summaryRows(s: DemoStats, recovery: RecoveryReport | undefined, check?: SelectCheck, simulated: readonly RoutedFigures[] = []): [string, string][] {
   const perWorker = s.workerIds.map((w) => `${w}: ${s.picksByWorker.get(w) ?? 0}`).join(", ");
   const perEpp = [...s.picksByEpp].map(([e, n]) => `${e}: ${n}`).join(", ");
@@ -154,7 +160,7 @@ export function summaryRows(s: DemoStats, recovery: RecoveryReport | undefined, 
     ["predicted vs reported", predictedCachedText(s)],
     ["mispredicted per worker", quality.mispredictions],
     ["EPP pick (own metric)", `${[...s.eppScrapes].sort(([x], [y]) => x.localeCompare(y)).map(([n, h]) => eppPickText(n, h)).join("; ") || "not scraped"} (dynamo_epp_pick_duration_seconds: complete body -> decision, inside the EPP: parse, tokenize, pick)`],
-    ["EPP fresh tokens/pick", `${scraped(s).map(([n, e]) => freshTokensText(n, e)).join("; ") || "not scraped"} (dynamo_epp_tokenizer_fresh_tokens; without warming adds dynamo_epp_tokenizer_warmed_tokens_total, what the picks found cached only because a reply was warmed; the gateway spreads a conversation's turns over the replicas, and a replica warms only the replies it saw)`],
+    ["EPP fresh tokens/pick", `${scraped(s).map(([n, e]) => freshTokensText(n, e)).join("; ") || "not scraped"} (dynamo_epp_tokenizer_fresh_tokens; without warming adds dynamo_epp_tokenizer_warmed_tokens_total, what the picks found cached only because a reply was warmed; the gateway spreads a conversation's turns over the replicas, and a replica warms only the replies it saw; ${repliesText(s)})`],
     ["send lag", `p50 ${ms(s.sendLagP(0.5))} ms, p99 ${ms(s.sendLagP(0.99))} ms (trace arrival instant at the load generator -> ext_proc request headers written by the gateway; ${s.lateBodies} bodies built late)`],
     ["TTFT per worker", `${quality.ttft} (EPP: its decision -> first response body chunk through ext_proc, dynamo_epp_observed_ttft_seconds)`],
     ["picks per worker", perWorker],

@@ -29,6 +29,11 @@ export class DemoStats {
   readonly sendLagMs: number[] = [];
   /** bodies that were not ready at their arrival instant (built then, delaying it) */
   lateBodies = 0;
+  /**
+   * Chat turns continuing an earlier one: those that resent the reply the client received, those sent before
+   * it came (the trace's text in its place), and the bodies built again at their instant because it came.
+   */
+  replies = { resent: 0, stoodIn: 0, rebuilt: 0 };
   /** the body of the request that finished last, and its worker (for the /select check) */
   lastServed?: { body: Uint8Array; worker: string };
   /** each replica's own pick and overlap histograms, scraped when it stopped taking traffic */
