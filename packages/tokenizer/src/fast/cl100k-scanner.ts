@@ -1,3 +1,4 @@
+import { unassignedForReference } from "./reference-unicode";
 import { whitespaceEnd } from "./white-space";
 
 /**
@@ -37,7 +38,8 @@ const isSpace = /^\p{White_Space}$/u;
 
 function classify(cp: number): number {
   const s = String.fromCodePoint(cp);
-  const k = cp === 13 || cp === 10 ? NEWLINE : isLetter.test(s) ? LETTER : isNumber.test(s) ? NUMBER : isSpace.test(s) ? SPACE : OTHER;
+  const k = cp === 13 || cp === 10 ? NEWLINE : unassignedForReference(cp) ? OTHER
+    : isLetter.test(s) ? LETTER : isNumber.test(s) ? NUMBER : isSpace.test(s) ? SPACE : OTHER;
   classes[cp] = k;
   return k;
 }

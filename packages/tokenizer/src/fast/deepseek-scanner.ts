@@ -1,3 +1,4 @@
+import { unassignedForReference } from "./reference-unicode";
 import { whitespaceEnd } from "./white-space";
 
 /**
@@ -47,7 +48,7 @@ const IS = { L: /^\p{L}$/u, M: /^\p{M}$/u, N: /^\p{N}$/u, P: /^\p{P}$/u, S: /^\p
 
 function classify(table: Uint8Array, cp: number): number {
   const s = String.fromCodePoint(cp);
-  const k = cp === 13 || cp === 10 ? NEWLINE : IS.WS.test(s) ? SPACE : IS.L.test(s) ? LETTER : IS.M.test(s) ? MARK
+  const k = cp === 13 || cp === 10 ? NEWLINE : unassignedForReference(cp) ? OTHER : IS.WS.test(s) ? SPACE : IS.L.test(s) ? LETTER : IS.M.test(s) ? MARK
     : IS.N.test(s) ? NUMBER : IS.P.test(s) ? PUNCT : IS.S.test(s) ? SYMBOL : OTHER;
   const cjk = (cp >= 0x4e00 && cp <= 0x9fa5) || (cp >= 0x3040 && cp <= 0x30ff) ? CJK : 0;
   return (table[cp] = k | cjk);

@@ -5,6 +5,7 @@ import { cutPoints, type CutPoints } from "./cut-points";
 import { isDeepSeekV3, scanDeepSeekV3 } from "./deepseek-scanner";
 import { hfRegexToJs } from "./hf-regex";
 import { MergeTable } from "./merge-table";
+import { normalizeAsReference } from "./reference-unicode";
 import { TextTable, textHash, WordCache } from "./word-cache";
 
 /**
@@ -327,7 +328,7 @@ function compileNormalizer(n: Json | null | undefined): Normalize | null {
   switch (n.type) {
     case "NFC": case "NFD": case "NFKC": case "NFKD": {
       const form = n.type as string;
-      return (s) => s.normalize(form);
+      return (s) => normalizeAsReference(s, form);
     }
     case "Replace": {
       if (typeof n.pattern?.String !== "string") throw new Unsupported("Replace normalizer with a regex");
