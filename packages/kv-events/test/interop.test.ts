@@ -45,7 +45,9 @@ describe("libzmq PUB → our SUB", () => {
 
   test("libzmq answers our heartbeat PINGs and keeps us through idle and busy spells (its TTL timer is fed)", async () => {
     const peer = await ZmqPeer.start("PUB", "bind", `tcp://${LOOPBACK}.1.1:*`);
-    const hb = { intervalMs: 50, timeoutMs: 200 };
+    // A TTL a loaded machine's scheduling cannot run out by itself (a 200 ms one did, once, in a CI run): the
+    // spells below are several TTLs long, so a libzmq that did not hear our PINGs would still drop us.
+    const hb = { intervalMs: 100, timeoutMs: 1000 };
     const sub = new SubSocket({ heartbeat: hb });
     cleanups.push(() => sub.close());
     const got: string[] = [];
@@ -53,7 +55,7 @@ describe("libzmq PUB → our SUB", () => {
     sub.subscribe("");
     sub.connect(peer.endpoint);
     await waitUntil(() => sub.peerCount === 1);
-    await Bun.sleep(hb.timeoutMs * 5); // idle: only PING/PONG on the wire
+    await Bun.sleep(hb.timeoutMs * 3); // idle: only PING/PONG on the wire
     expect(sub.counters.heartbeatTimeouts).toBe(0);
     expect(sub.counters.disconnects).toBe(0);
     await waitUntil(() => {
@@ -62,7 +64,7 @@ describe("libzmq PUB → our SUB", () => {
     });
     // Busy: events keep arriving, and libzmq still hears from us within each PING's TTL.
     const t0 = performance.now();
-    while (performance.now() - t0 < hb.timeoutMs * 5) {
+    while (performance.now() - t0 < hb.timeoutMs * 3) {
       peer.send([Buffer.from("busy")]);
       await Bun.sleep(20);
     }
