@@ -11,7 +11,7 @@ import { Tokenizer as LibraryTokenizer } from "@huggingface/tokenizers";
 import { join } from "node:path";
 import { Tokenizer as NativeTokenizer } from "tokenizers";
 import { compileFastTokenizer, type FastTokenizer } from "../src/fast/fast-tokenizer";
-import { mixedText } from "../src/warm-up";
+import { mixedText, seeded } from "../src/warm-up";
 
 // The invented text the preprocessor warms up on doubles as fresh text here (a large made-up vocabulary, so word
 // caches see mostly new words, as on fresh documents).
@@ -46,7 +46,7 @@ export async function freshTextRows(models = FRESH_MODELS, documents = 24, words
       const base = compiled(baseline(json), model);
       candidates.push({ name: `fast BPE of ${baselineDir}`, encode: (t) => base.encode(t) });
     }
-    const rand = lcg(0x5eed + model.length);
+    const rand = seeded(0x5eed + model.length);
     const warm = Array.from({ length: 4 }, () => mixedText(rand, 2000));
     const docs = Array.from({ length: documents }, () => mixedText(rand, wordsPerDocument));
     const reference = await Promise.all(docs.map(async (d) => (await native.encode(d, null, { addSpecialTokens: false })).getIds()));
@@ -88,5 +88,4 @@ function compiled(c: ReturnType<typeof compileFastTokenizer>, model: string): Fa
   return c.tokenizer;
 }
 
-const lcg = (seed: number) => () => ((seed = (Math.imul(seed, 1103515245) + 12345) >>> 0) / 2 ** 32);
 

@@ -11,8 +11,9 @@ export type {
   CacheOptions, CacheStats, ChatMessage, ChatOptions, CompletionOptions, ContentPart, Preprocessor, PreprocessorKind, PreprocessorOptions,
 } from "./types";
 export {
-  TokenizerPool, TokenizeCancelled, type BodyReading, type FallbackCause, type PoolObserver, type PoolOptions, type PoolStats, type TokenizeOutcome,
+  TokenizerPool, TokenizeCancelled, type FallbackCause, type PoolObserver, type PoolOptions, type PoolStats, type TokenizeOutcome,
 } from "./pool/tokenizer-pool";
+export type { BodyReading } from "./pool/protocol";
 export { affinityKey } from "./pool/affinity";
 export { encodeJob, nextTurnJob, type BodyJob, type PoolJob, type TokenizeJob } from "./job";
 // OpenAI request bodies, read the same way by the EPP's event loop and by a pool member.

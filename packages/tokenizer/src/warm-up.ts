@@ -61,6 +61,7 @@ export function mixedText(rand: () => number, words: number): string {
   return out.join(" ");
 }
 
-function seeded(seed: number): () => number {
+/** A small seeded PRNG (an LCG) for invented text: in [0, 1). */
+export function seeded(seed: number): () => number {
   return () => ((seed = (Math.imul(seed, 1103515245) + 12345) >>> 0) / 2 ** 32);
 }

@@ -9,7 +9,7 @@ import { BadRequest } from "../request/bad-request";
 import { TooDeep } from "../request/openai-body";
 import { readBody } from "../request/read-body";
 import { warmUp } from "../warm-up";
-import type { FromMember, MemberInit, Reading, ToMember } from "./protocol";
+import type { BodyReading, FromMember, MemberInit, ToMember } from "./protocol";
 
 // Below this many unknown characters the whole job takes well under a millisecond: no early known prefix.
 const KNOWN_PREFIX_MIN_CHARS = 16 * 1024;
@@ -50,11 +50,11 @@ port.on("message", (m: ToMember) => {
   }
 });
 
-/** The current request's reading, until the job's first message back carries it (see Reading). */
-let reading: Reading | null = null;
+/** The current request's reading, until the job's first message back carries it (see BodyReading). */
+let reading: BodyReading | null = null;
 
 /** The reading to send with a message of the job, once: the message and the buffers it transfers. */
-function withReading<T extends object>(msg: T, transfer: ArrayBuffer[] = []): [T & { read?: Reading }, ArrayBuffer[]] {
+function withReading<T extends object>(msg: T, transfer: ArrayBuffer[] = []): [T & { read?: BodyReading }, ArrayBuffer[]] {
   if (reading === null) return [msg, transfer];
   const read = reading;
   reading = null;

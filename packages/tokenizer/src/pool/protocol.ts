@@ -8,7 +8,7 @@ import type { WarmUp } from "../warm-up";
  * A body job as its member read it: its fields, and the body to forward, transferred back (`rewritten`: naming
  * the request's rewrite model). It rides on the job's first message back, so a short job costs one message.
  */
-export type Reading = { fields: BodyFields; body: Uint8Array; rewritten: boolean };
+export type BodyReading = { fields: BodyFields; body: Uint8Array; rewritten: boolean };
 
 /** How each pool member is built (posted as workerData). */
 export type MemberInit = {
@@ -28,9 +28,9 @@ export type FromMember =
    * What the cache already knew, posted before tokenizing a large unknown rest; estimatedMs is that rest's cost.
    * `read`: a body job's reading, when no message of the job carried it yet.
    */
-  | { type: "known"; id: number; ids: Uint32Array; estimatedMs: number; read?: Reading }
+  | { type: "known"; id: number; ids: Uint32Array; estimatedMs: number; read?: BodyReading }
   /** warmedTokens: of the job's cached tokens, those only a background warm had cached. `read` as on "known". */
-  | { type: "done"; id: number; ids: Uint32Array | null; freshTokens: number; warmedTokens: number; busyMs: number; cache: CacheStats; read?: Reading }
+  | { type: "done"; id: number; ids: Uint32Array | null; freshTokens: number; warmedTokens: number; busyMs: number; cache: CacheStats; read?: BodyReading }
   | { type: "stopped"; id: number; busyMs: number; cache: CacheStats }
   /** `name`: the error's class, for the ones the caller tells apart (BadRequest, TooDeep, ChatTemplateError). */
   | { type: "error"; id: number; name: string; message: string; busyMs: number; cache: CacheStats };

@@ -8,7 +8,7 @@ import { BadRequest } from "../request/bad-request";
 import { TooDeep } from "../request/openai-body";
 import { affinityKey } from "./affinity";
 import { jobChars, Placement, type PlacementKind } from "./placement";
-import type { FromMember, MemberInit, Reading } from "./protocol";
+import type { BodyReading, FromMember, MemberInit } from "./protocol";
 import type { WarmUp } from "../warm-up";
 
 export type PoolOptions = {
@@ -55,8 +55,6 @@ export type TokenizeOutcome = {
   read?: BodyReading;
 };
 
-/** A body job's reading: its fields, and the body to forward (`rewritten` to name the rewrite model). */
-export type BodyReading = Reading;
 
 export type MemberStats = {
   member: number; queued: number; warmQueued: number; busy: boolean; jobs: number; freshTokens: number; busyMs: number;
