@@ -1,7 +1,7 @@
 // The load generators shared by bench:epp and bench:hostile: bench/loadgen.c (C, libnghttp2, built
 // here with `cc`) standing in for Envoy, or bench/loadgen.ts where that does not build.
 import { readdirSync, readFileSync } from "node:fs";
-import type { ProcessHandle } from "@kv-epp/testkit";
+import { freePort, spawnProcess, type ProcessHandle } from "@kv-epp/testkit";
 import { requestsFile, type Mode } from "./requests.ts";
 
 export type Run = {
@@ -53,6 +53,23 @@ export function cpuByThreadUs(pid: number): Map<string, number> {
     }
   }
   return out;
+}
+
+/** CPU ms per request by kind of thread (cpuByThreadUs), largest first: "main 1.16, Worker 1.25, ...". */
+export function threadsText(threads: Iterable<[string, number]>): string {
+  return [...threads].sort((a, b) => b[1] - a[1]).map(([name, ms]) => `${name} ${ms.toFixed(2)}`).join(", ");
+}
+
+/** An EPP process for a bench (src/main.ts, as deployed) on `host`, each of its ports free, no scraping. */
+export async function spawnBenchEpp(name: string, host: string, config: string, extra: string[] = []): Promise<{
+  proc: ProcessHandle; ports: { grpc: number; metrics: number; selection: number };
+}> {
+  const p: number[] = [];
+  for (let k = 0; k < 5; k++) p.push(await freePort(host));
+  const proc = spawnProcess(process.execPath, [`${import.meta.dir}/../src/main.ts`, "--config", config, "--listen", host,
+    "--grpc-port", String(p[0]), "--grpc-health-port", String(p[1]), "--metrics-port", String(p[2]), "--replica-agg-port", String(p[3]),
+    "--selection-port", String(p[4]), "--scrape-interval-ms", "0", "--subscribe-wait-ms", "0", ...extra], { name });
+  return { proc, ports: { grpc: p[0]!, metrics: p[2]!, selection: p[4]! } };
 }
 
 /** `tls`: the generator opens TLS (ALPN h2, unverified, as gateways do); else h2c. */

@@ -22,12 +22,12 @@
 import { mkdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { dumpStream } from "@kv-epp/recovery";
-import { freePort, killAll, seededRandom, spawnProcess, type ProcessHandle } from "@kv-epp/testkit";
+import { killAll, seededRandom, type ProcessHandle } from "@kv-epp/testkit";
 import { createPreprocessor } from "@kv-epp/tokenizer";
 import { loadTrace, requestBuilder } from "@kv-epp/trace-replay";
 // The tokenizer package's fresh-text measurement, run here too so both figures come from one run.
 import { freshTextRows, mixedText } from "../../tokenizer/bench/fresh-text.ts";
-import { buildCLoadgen, cpuByThreadUs, cpuTimeUs, generate, type Run } from "./generator.ts";
+import { buildCLoadgen, cpuByThreadUs, cpuTimeUs, generate, spawnBenchEpp, threadsText, type Run } from "./generator.ts";
 import { extProcMessages, requestsFile, requestsFileOf } from "./requests.ts";
 import { WORKLOAD, syntheticIndex, workerId } from "./workload.ts";
 
@@ -50,7 +50,7 @@ const enc = new TextEncoder();
 type Epp = { name: string; proc: ProcessHandle; target: string; metrics: string; selection: string };
 type Row = {
   row: string; epp: string; runs: { label: string; run: Run }[]; cpuSecondsPerRequest: number; fallbacks: number;
-  /** The EPP's CPU ms per request by kind of thread (see cpuByThreadUs), largest first. */
+  /** The EPP's CPU ms per request by kind of thread (see cpuByThreadUs). */
   threads: [string, number][];
 };
 
@@ -76,8 +76,7 @@ async function measure(epp: Epp, row: string, streams: { label: string; file: st
   const requests = streams.reduce((n, s) => n + Math.round((s.rate * (durationMs + WARMUP_MS)) / 1000), 0);
   const threads = [...cpuByThreadUs(epp.proc.pid)]
     .map(([name, us]): [string, number] => [name, (us - (threads0.get(name) ?? 0)) / 1000 / requests])
-    .filter(([, ms]) => ms >= 0.05)
-    .sort((a, b) => b[1] - a[1]);
+    .filter(([, ms]) => ms >= 0.05);
   const r: Row = {
     row, epp: epp.name, runs, cpuSecondsPerRequest: (cpuTimeUs(epp.proc.pid) - cpu0) / 1e6 / requests,
     fallbacks: (await scrapeSum(epp, "dynamo_epp_tokenizer_budget_fallbacks_total")) - fb0, threads,
@@ -99,8 +98,6 @@ async function idle(epp: Epp): Promise<void> {
     await Bun.sleep(100);
   }
 }
-
-const threadsText = (threads: [string, number][]) => threads.map(([name, ms]) => `${name} ${ms.toFixed(2)}`).join(", ");
 
 /** Fresh text (never sent before, so nothing of it is cached) of about `tokens` Qwen3 tokens. */
 const freshText = (rand: () => number, tokens: number, wordsPerToken: number) => mixedText(rand, Math.round(tokens * wordsPerToken));
@@ -195,13 +192,9 @@ async function main() {
     workers: Array.from({ length: WORKLOAD.workers }, (_, w) => ({ id: workerId(w), address: `127.0.4.${100 + w}:8000`, kvEvents: `tcp://127.0.4.${100 + w}:5557` })),
   }));
   const startEpp = async (name: string, extra: string[]): Promise<Epp> => {
-    const ports: number[] = [];
-    for (let k = 0; k < 5; k++) ports.push(await freePort(HOST));
-    const proc = spawnProcess(process.execPath, [`${import.meta.dir}/../src/main.ts`, "--config", config, "--listen", HOST,
-      "--grpc-port", String(ports[0]), "--grpc-health-port", String(ports[1]), "--metrics-port", String(ports[2]), "--replica-agg-port", String(ports[3]),
-      "--selection-port", String(ports[4]), "--scrape-interval-ms", "0", "--subscribe-wait-ms", "0", "--tokenizer-dir", TOKENIZER_DIR, ...extra], { name });
+    const { proc, ports } = await spawnBenchEpp(name, HOST, config, ["--tokenizer-dir", TOKENIZER_DIR, ...extra]);
     await proc.waitForLog(/"msg":"recovered"/, { timeoutMs: 60_000 });
-    return { name, proc, target: `${HOST}:${ports[0]}`, metrics: `http://${HOST}:${ports[2]}`, selection: `http://${HOST}:${ports[4]}` };
+    return { name, proc, target: `${HOST}:${ports.grpc}`, metrics: `http://${HOST}:${ports.metrics}`, selection: `http://${HOST}:${ports.selection}` };
   };
   const pool = await startEpp("pool", []);
   const inLoop = await startEpp("in-loop", ["--tokenizer-threads", "0"]);

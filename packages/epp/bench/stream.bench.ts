@@ -9,11 +9,11 @@
 // Flags: --requests N (default 200), --chunks N (default 300), --concurrency N (default 4).
 import { mkdirSync } from "node:fs";
 import * as grpc from "@grpc/grpc-js";
-import { freePort, killAll, spawnProcess } from "@kv-epp/testkit";
+import { killAll } from "@kv-epp/testkit";
 import { extProcChannel } from "../src/extproc/client.ts";
 import type { ProcessingRequest } from "../src/extproc/messages.ts";
 import { loadProtos } from "../src/extproc/protos.ts";
-import { cpuByThreadUs } from "./generator.ts";
+import { cpuByThreadUs, spawnBenchEpp, threadsText } from "./generator.ts";
 import { WORKLOAD, workerId } from "./workload.ts";
 
 const HOST = "127.0.4.212";
@@ -75,14 +75,10 @@ async function main() {
     model: WORKLOAD.model, blockSize: WORKLOAD.blockSize,
     workers: Array.from({ length: 4 }, (_, w) => ({ id: workerId(w), address: `127.0.4.${100 + w}:8000`, kvEvents: `tcp://127.0.4.${100 + w}:5557` })),
   }));
-  const ports: number[] = [];
-  for (let k = 0; k < 5; k++) ports.push(await freePort(HOST));
-  const epp = spawnProcess(process.execPath, [`${import.meta.dir}/../src/main.ts`, "--config", config, "--listen", HOST,
-    "--grpc-port", String(ports[0]), "--grpc-health-port", String(ports[1]), "--metrics-port", String(ports[2]), "--replica-agg-port", String(ports[3]),
-    "--selection-port", String(ports[4]), "--scrape-interval-ms", "0", "--subscribe-wait-ms", "0"], { name: "epp" });
+  const { proc: epp, ports } = await spawnBenchEpp("epp", HOST, config);
   await epp.waitForLog(/"msg":"ready with an EMPTY KV index"/, { timeoutMs: 60_000 });
   const ch = extProcChannel(true);
-  const client = new (loadProtos().extProc)(`${HOST}:${ports[0]}`, ch.credentials, ch.options) as unknown as grpc.Client & { Process(): Call };
+  const client = new (loadProtos().extProc)(`${HOST}:${ports.grpc}`, ch.credentials, ch.options) as unknown as grpc.Client & { Process(): Call };
   console.log(`bench:stream — ${navigator.hardwareConcurrency} cores, EPP in its own process (TLS ext_proc, byte-fallback tokenizer), ` +
     `${REQUESTS} chat requests ${CONCURRENCY} at a time, ${CHUNKS} response chunks each (an SSE event per token)`);
 
@@ -106,8 +102,7 @@ async function main() {
   await killAll();
 
   const [route, streamedRow] = rows as [(typeof rows)[0], (typeof rows)[0]];
-  const threads = (m: Map<string, number>) => [...m].sort((a, b) => b[1] - a[1]).map(([n, ms]) => `${n} ${ms.toFixed(2)}`).join(", ");
-  for (const r of rows) console.log(`${r.label.padEnd(40)} EPP CPU ${r.total.toFixed(2)} ms/request (${threads(r.perRequest)})`);
+  for (const r of rows) console.log(`${r.label.padEnd(40)} EPP CPU ${r.total.toFixed(2)} ms/request (${threadsText(r.perRequest)})`);
   const mainPerChunkUs = (((streamedRow.perRequest.get("main") ?? 0) - (route.perRequest.get("main") ?? 0)) * 1000) / (CHUNKS + 2);
   const allPerChunkUs = ((streamedRow.total - route.total) * 1000) / (CHUNKS + 2);
   console.log(`per response chunk: decision thread ${mainPerChunkUs.toFixed(1)} µs, whole process ${allPerChunkUs.toFixed(1)} µs ` +
