@@ -5,13 +5,18 @@
 // receives it and picks.
 import {
   BadRequest, ChatTemplateError, encodeJob, readBody,
-  type BodyFields, type BodyRead, type BodyRequest, type ChatMessage, type Preprocessor, type TokenizeJob, type TokenizerPool,
+  type BodyFields, type BodyRead, type BodyRequest, type ChatMessage, type Preprocessor, type TokenizeJob, type TokenizeOutcome, type TokenizerPool,
 } from "@kv-epp/tokenizer";
 
 /** A request body read for routing. */
 export type RoutedBody = {
   fields: BodyFields;
   tokens: Uint32Array;
+  /**
+   * When `tokens` is only the known prefix of a text over the tokenization budget: the whole prompt's length,
+   * estimated (routing charges the request for its size, and matches the prefix).
+   */
+  promptTokens?: number;
   /** The body to forward: as received, or naming the request's rewrite model (`rewritten`). */
   body: Uint8Array;
   rewritten: boolean;
@@ -49,12 +54,13 @@ export function createPoolTokenizeBody(pool: TokenizerPool, onRead: (thread: Rea
       (o): RoutedBody => {
         if (o.read) {
           onRead("tokenizer_pool");
-          return { fields: o.read.fields, tokens: o.tokens, body: o.read.body, rewritten: o.read.rewritten };
+          return { fields: o.read.fields, tokens: o.tokens, body: o.read.body, rewritten: o.read.rewritten, ...estimated(o) };
         }
         onRead("event_loop");
         const read = readBody(req); // never sent to a member: req.body is still here
         // Ids the body carries are known now; text is routed on what the pool knew (nothing: by load).
-        return { ...forwarded(req, read), fields: read.fields, tokens: read.job instanceof Uint32Array ? read.job : o.tokens };
+        if (read.job instanceof Uint32Array) return { ...forwarded(req, read), fields: read.fields, tokens: read.job };
+        return { ...forwarded(req, read), fields: read.fields, tokens: o.tokens, ...estimated(o) };
       },
       (err) => {
         // Refused by the member that read it.
@@ -68,6 +74,9 @@ export function createPoolTokenizeBody(pool: TokenizerPool, onRead: (thread: Rea
 export function createPoolWarm(pool: TokenizerPool): (request: BodyRequest, reply: ChatMessage) => void {
   return (request, reply) => pool.warm({ kind: "body", request, reply });
 }
+
+const estimated = (o: TokenizeOutcome): Pick<RoutedBody, "promptTokens"> =>
+  !o.complete && o.promptTokens !== undefined ? { promptTokens: o.promptTokens } : {};
 
 function forwarded(req: BodyRequest, read: BodyRead): Pick<RoutedBody, "body" | "rewritten"> {
   return { body: read.rewritten ?? req.body, rewritten: read.rewritten !== undefined };

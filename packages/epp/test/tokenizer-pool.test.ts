@@ -363,6 +363,9 @@ describe("ext_proc with a tokenization budget", () => {
     big.send({ ...headers("/v1/chat/completions"), protocol_config: DUPLEX });
     big.send(body(chatBody(system, "first question", "an answer", freshWords(1_500_000, 4))));
     expect(lbMetadata(await big.next(60_000))).toBe(A);
+    // Charged for the whole prompt, estimated (~2500 blocks), not for its known prefix (the first turn, ~600 blocks).
+    const workers = (await (await fetch(`http://${HOST}:${env.epp.ports.selection}/workers`)).json()) as { active_blocks: number }[];
+    expect(workers[0]!.active_blocks).toBeGreaterThan(1200);
     big.end();
     const after = await debugPool(env.epp);
     expect(after.fallbacks.budget).toBe(before.fallbacks.budget + 1);

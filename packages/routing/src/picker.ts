@@ -34,6 +34,11 @@ export type PickRequest = {
   /** vLLM's cache_salt of the request: folded into its first block. */
   cacheSalt?: string;
   tokens: Uint32Array;
+  /**
+   * The prompt's length when `tokens` is only its known prefix (tokenization past its budget): an estimate. The
+   * prefix is matched; the request is charged (load, predicted TTFT, the prefill/decode split) for this length.
+   */
+  promptTokens?: number;
   /** The tokens' local block hashes in the request's identity, when the caller has them already (the simulation). */
   hashes?: BigUint64Array;
   /** Pod IPs (every endpoint of the pod) or `ip:port` endpoints the request may go to (GAIE subset hint). */
@@ -148,6 +153,7 @@ export class Picker {
     const sets = roleSets(all);
     const candidates = sets ? sets.decode : all;
     if (candidates.length === 0) return { kind: "no_endpoint", reason: "no_workers" };
+    const promptTokens = Math.max(req.promptTokens ?? 0, req.tokens.length);
 
     // The request path allocates no match Maps: findMatchesInto fills the reused list, read here at once.
     const id = this.identity(req.model, req.cacheSalt);
@@ -166,6 +172,8 @@ export class Picker {
         pendingView.overlapsInto(prefix, this.pendingOverlaps);
       }
     } else requestBlocks = this.matchInto(indexer, req.tokens, id);
+    // Past the known prefix every block is uncached everywhere: it counts for the load, not for the overlap.
+    requestBlocks = Math.max(requestBlocks, Math.floor(promptTokens / indexer.blockSize));
     const overlaps = this.overlaps;
     overlaps.clear();
     const list = this.list;
@@ -187,7 +195,7 @@ export class Picker {
         waiting: this.deps.signals(ref.endpoint)?.waiting ?? 0,
       };
       // Added in place, not spread into a copy of the candidate: this runs per candidate per pick.
-      return Object.assign(c, { ttft: ttftInput(c, req.tokens.length, bs) });
+      return Object.assign(c, { ttft: ttftInput(c, promptTokens, bs) });
     };
     const known = candidates.map(knownOf(false));
     const o = this.deps.options;
@@ -195,7 +203,7 @@ export class Picker {
     let destinationCost: ((c: Known) => number) | undefined;
     if (o.cost === "latency") {
       const local = this.latencyCost(candidates, this.away);
-      destinationCost = sets ? this.planCost(local, sets.prefill.map(knownOf(true)), req.tokens.length, bs) : local;
+      destinationCost = sets ? this.planCost(local, sets.prefill.map(knownOf(true)), promptTokens, bs) : local;
     }
     const d = decide({
       requestBlocks,
@@ -225,7 +233,7 @@ export class Picker {
       const decodeWorker = d.chosen.candidate.ref.workerId;
       const others = sets.prefill.filter((c) => c.workerId !== decodeWorker);
       const disagg = decideDisagg({
-        promptTokens: req.tokens.length,
+        promptTokens,
         decodeOverlap: overlapOf(d.chosen.candidate),
         blockSize: bs,
         thresholdTokens: o.pdThresholdTokens ?? 0,
@@ -252,7 +260,7 @@ export class Picker {
       model: indexer.key,
       blockSize: indexer.blockSize,
       requestBlocks,
-      promptTokens: req.tokens.length,
+      promptTokens,
       ...(req.detail ? list.toMaps() : {}),
       scored,
       prefix,

@@ -38,8 +38,8 @@ function context(o: { quality?: RoutingQuality } = {}) {
     picker, load, latency, metrics: NO_METRICS, quality: o.quality, candidates: () => CANDIDATES,
     clock: { now: () => now, after: (_ms, fn) => void timers.push(fn) },
   };
-  const route = () => {
-    const r = RoutedRequest.route(ctx, { tokens: TOKENS });
+  const route = (req: { tokens: Uint32Array; promptTokens?: number } = { tokens: TOKENS }) => {
+    const r = RoutedRequest.route(ctx, req);
     if (r.kind !== "routed") throw new Error(r.reason);
     return r.request;
   };
@@ -58,6 +58,17 @@ describe("a routed request's life", () => {
     r.end();
     expect(load.of(workerKey(A)).requests).toBe(0);
     expect(load.inflight).toBe(0);
+  });
+
+  test("routed on a known prefix (past the tokenization budget): the prefix is matched, the whole prompt is charged", () => {
+    const { load, route } = context();
+    // The prefix's first two blocks are A's; the prompt is estimated at 10 blocks.
+    const r = route({ tokens: TOKENS.subarray(0, 3 * BLOCK), promptTokens: 10 * BLOCK + 1 });
+    expect(r.candidate.key).toBe(workerKey(A));
+    expect(r.decision).toMatchObject({ requestBlocks: 10, promptTokens: 10 * BLOCK + 1, chosen: { overlap: 2 } });
+    expect(load.of(workerKey(A))).toEqual({ requests: 1, blocks: 10, prefillBlocks: 8, prefillRequests: 1 });
+    // An estimate below the prefix never shrinks the request.
+    expect(route({ tokens: TOKENS, promptTokens: 1 }).decision).toMatchObject({ requestBlocks: 4, promptTokens: 4 * BLOCK });
   });
 
   test("a response that shows no byte stops counting as prefill at its deadline", () => {

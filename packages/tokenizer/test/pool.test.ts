@@ -7,6 +7,11 @@ import { chat, freshChat, QWEN3_DIR as dir, qwen3Pools } from "./qwen3-pool";
 
 const pools = qwen3Pools();
 
+/** Until no member is busy or has anything queued, warm jobs included. */
+async function idle(pool: TokenizerPool): Promise<void> {
+  while (pool.stats().members.some((m) => m.busy || m.queued > 0 || m.warmQueued > 0)) await Bun.sleep(20);
+}
+
 describe("tokenizer pool", () => {
   test("gives the preprocessor's ids for chats and prompts", async () => {
     const pool = await pools.start({ size: 2, budgetMs: 60_000 });
@@ -58,6 +63,27 @@ describe("tokenizer pool", () => {
     expect([...late.tokens]).toEqual([...first.tokens, ...imStart]);
     expect(pool.stats().fallbacks.budget).toBe(1);
     expect(warnings).toHaveLength(1);
+    // The whole prompt's length is estimated from the unknown rest's characters (no member has measured its text yet: ~4 a token).
+    const rest = big[3]!.content as string;
+    expect(late.promptTokens).toBeGreaterThan(late.tokens.length + rest.length / 8);
+    expect(late.promptTokens).toBeLessThan(late.tokens.length + rest.length);
+  }, 120_000);
+
+  test("a request stops the warm job its member is running; the warm resumes after it and finishes", async () => {
+    const pool = await pools.start({ size: 1, budgetMs: 60_000 });
+    const long = freshWords(400_000, 31);
+    pool.warm({ kind: "prompt", text: long });
+    expect(pool.stats().members[0]).toMatchObject({ busy: true });
+    const short = await pool.tokenize({ kind: "prompt", text: "a question" });
+    expect(short.complete).toBe(true);
+    // Answered before the warm finished: it was stopped, and is queued again (or running again).
+    expect(pool.stats().warmPreempted).toBe(1);
+    const m = pool.stats().members[0]!;
+    expect(m.busy || m.warmQueued === 1).toBe(true);
+    await idle(pool);
+    // Resumed and finished: the whole text is cached.
+    expect((await pool.tokenize({ kind: "prompt", text: long })).freshTokens).toBe(0);
+    expect(pool.stats().warmDropped).toBe(0);
   }, 120_000);
 
   // A one-member pool that has tokenized a conversation's first turn, and the reply that turn got.
@@ -71,6 +97,8 @@ describe("tokenizer pool", () => {
   test("warming a conversation with its reply leaves only the next user message fresh", async () => {
     const { pool, turn1, reply } = await answered(5);
     pool.warmReply({ kind: "chat", messages: turn1, opts: {} }, { role: "assistant", content: reply });
+    // The next turn comes once the user has read the reply: a request sent at once would stop the warm (it yields).
+    await idle(pool);
     const next = freshWords(50, 8);
     const turn2 = await pool.tokenize({ kind: "chat", messages: [...turn1, { role: "assistant", content: reply }, { role: "user", content: next }], opts: {} });
     const pre = createPreprocessor({ tokenizerDir: dir });

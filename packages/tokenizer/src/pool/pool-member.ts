@@ -34,6 +34,9 @@ try {
 // Microseconds per unknown character, learned from this member's own work (start: ~4 chars a token at
 // ~1 µs a token, a slow start on purpose).
 let usPerChar = 0.25;
+// Characters per fresh token, likewise learned (start: English prose), to tell a prompt's length before its
+// rest is tokenized.
+let charsPerToken = 4;
 
 port.on("message", (m: ToMember) => {
   const t0 = performance.now();
@@ -82,12 +85,17 @@ function tokenize(m: ToMember, job: TokenizeJob, t0: number, before: CacheStats)
       // A chat cut at its first media part knows its cut only at the end.
       if (m.discard || known.unknownChars < KNOWN_PREFIX_MIN_CHARS || hasMedia(job)) return;
       const ids = known.ids.slice();
-      post(...withReading({ type: "known" as const, id: m.id, ids, estimatedMs: (known.unknownChars * usPerChar) / 1000 }, [ids.buffer as ArrayBuffer]));
+      const estimatedTokens = ids.length + Math.round(known.unknownChars / charsPerToken);
+      post(...withReading({ type: "known" as const, id: m.id, ids, estimatedMs: (known.unknownChars * usPerChar) / 1000, estimatedTokens }, [ids.buffer as ArrayBuffer]));
     },
   };
   const ids = encodeJob(pre, job, control);
   const busyMs = performance.now() - t0;
-  if (unknownChars >= KNOWN_PREFIX_MIN_CHARS) usPerChar = 0.8 * usPerChar + 0.2 * ((busyMs * 1000) / unknownChars);
+  if (unknownChars >= KNOWN_PREFIX_MIN_CHARS) {
+    usPerChar = 0.8 * usPerChar + 0.2 * ((busyMs * 1000) / unknownChars);
+    const fresh = pre.cacheStats().freshTokens - before.freshTokens;
+    if (fresh > 0) charsPerToken = 0.8 * charsPerToken + 0.2 * (unknownChars / fresh);
+  }
   done(m, ids, before, busyMs);
 }
 

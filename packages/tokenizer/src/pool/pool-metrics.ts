@@ -53,6 +53,11 @@ export function poolMetrics(registry: Registry, model = ""): PoolObserver & { at
     help: "Picks answered on the known prefix because tokenization would exceed the budget (budget) or the member was busy past it (queue)",
     labelNames: ["cause"], registers: [registry],
   });
+  const warmJobs = new Counter({
+    name: "dynamo_epp_tokenizer_warm_jobs_total",
+    help: "Background warm jobs (replies, bodies past the budget) a request made stop midway to resume later (preempted), or dropped from a full warm queue (dropped)",
+    labelNames: ["outcome"], registers: [registry],
+  });
   const placements = new Counter({
     name: "dynamo_epp_tokenizer_pool_placements_total",
     help: "Requests by placement: on the member holding their conversation (affine), moved off a jammed one (moved), a conversation not seen (new)",
@@ -69,6 +74,7 @@ export function poolMetrics(registry: Registry, model = ""): PoolObserver & { at
       warmed.inc(warmedTokens);
     },
     fallback: (cause) => fallbacks.inc({ cause }),
+    warm: (outcome) => warmJobs.inc({ outcome }),
     placed: (kind) => placements.inc({ placement: kind }),
     work: (member, busyMs, freshTokens) => {
       busy.inc({ member: String(member) }, busyMs / 1000);

@@ -34,6 +34,8 @@ export type PoolObserver = {
   /** Fresh (uncached) tokens of an answered job, and of its cached ones those only a background warm had cached. */
   fresh?(tokens: number, warmedTokens: number): void;
   fallback?(cause: FallbackCause): void;
+  /** A warm job stopped for a request (it resumes later), or dropped from a full warm queue. */
+  warm?(outcome: "preempted" | "dropped"): void;
   /** A member finished a job (warm jobs too): its busy time and the fresh tokens it tokenized. */
   work?(member: number, busyMs: number, freshTokens: number): void;
   /** A request was placed (see placement.ts): on its conversation's member, moved off it, or a new conversation. */
@@ -45,6 +47,12 @@ export type TokenizeOutcome = {
   /** false: the budget ran out; `tokens` is the exact prefix the member's cache already knew (maybe empty). */
   complete: boolean;
   fallback?: FallbackCause;
+  /**
+   * On a fallback: the whole prompt's length in tokens, estimated (the known ids, and the rest at the characters
+   * per token its member has measured, or at CHARS_PER_TOKEN when no member said), so that what routing charges
+   * for the request is its size, not its known prefix's.
+   */
+  promptTokens?: number;
   /** Tokens that were not in the segment cache (0 on a fallback: not known yet). */
   freshTokens: number;
   /** Tokens found in the cache only because a background warm (a reply's, see warmReply) had put them there. */
@@ -67,6 +75,8 @@ export type PoolStats = {
   size: number; budgetMs: number; members: MemberStats[]; fallbacks: Record<FallbackCause, number>;
   /** Jobs cancelled by their caller, and of those the ones a member stopped midway. */
   cancelled: number; stopped: number; warmDropped: number;
+  /** Warm jobs a request made stop at their next section (each resumes later, its finished sections cached). */
+  warmPreempted: number;
   /** The members' segment caches summed (the pool's cache bound is split between them). */
   cache: CacheStats;
   /** Requests by placement, and the conversations whose member the pool remembers. */
@@ -88,6 +98,8 @@ type Pending = {
   cost: number;
   settle?: (o: TokenizeOutcome | Error) => void;
   known?: Uint32Array;
+  /** The whole prompt's length as its member estimated it with `known`. */
+  estimatedTokens?: number;
   timer?: ReturnType<typeof setTimeout>;
   read?: BodyReading;
   /** Past its budget while its member was still reading its body: answered once the reading comes. */
@@ -111,6 +123,9 @@ type Member = {
 
 const DEFAULT_BUDGET_MS = 50;
 
+/** A prompt's length guessed from its characters (or a body's bytes) when no member has measured its text. */
+const CHARS_PER_TOKEN = 4;
+
 /**
  * Tokenization off the event loop: worker threads, each with its own preprocessor and a share of the segment
  * cache bound. A conversation goes to the member that took its earlier turns (so its sections are cached
@@ -129,6 +144,7 @@ export class TokenizerPool {
   private readonly logged = new Set<string>();
   private cancelled = 0;
   private warmDropped = 0;
+  private warmPreempted = 0;
   private stopped = 0;
   private readonly observe: PoolObserver;
   private readonly placement: Placement;
@@ -181,6 +197,7 @@ export class TokenizerPool {
       opts.signal?.addEventListener("abort", onAbort, { once: true });
       p.timer = setTimeout(() => this.outOfBudget(member, p), this.budgetMs);
       member.queue.push(p);
+      this.preemptWarm(member);
       this.pump(member);
     });
   }
@@ -203,6 +220,7 @@ export class TokenizerPool {
     if (member.warm.length >= this.maxWarmQueued) {
       member.warm.shift();
       this.warmDropped++;
+      this.observe.warm?.("dropped");
     }
     member.warm.push(p);
     this.pump(member);
@@ -215,7 +233,7 @@ export class TokenizerPool {
         member: m.index, queued: m.queue.length, warmQueued: m.warm.length, busy: m.current !== null,
         jobs: m.jobs, freshTokens: m.freshTokens, busyMs: m.busyMs, cache: { ...m.cache }, warmUp: m.warmUp,
       })),
-      fallbacks: { ...this.fallbacks }, cancelled: this.cancelled, stopped: this.stopped, warmDropped: this.warmDropped,
+      fallbacks: { ...this.fallbacks }, cancelled: this.cancelled, stopped: this.stopped, warmDropped: this.warmDropped, warmPreempted: this.warmPreempted,
       cache: this.cacheStats(), placement: { ...this.placements, remembered: this.placement.remembered },
     };
   }
@@ -284,6 +302,8 @@ export class TokenizerPool {
     const next = member.queue.shift() ?? member.warm.shift();
     if (next === undefined) return;
     member.current = next;
+    // The flag may still name this job (a warm stopped for a request, resumed now).
+    Atomics.store(member.cancel, 0, 0);
     next.dispatched = performance.now();
     if (!next.discard) this.observe.wait?.(next.dispatched - next.submitted);
     member.worker.ref();
@@ -300,6 +320,7 @@ export class TokenizerPool {
     if ((m.type === "known" || m.type === "done") && m.read) p.read = m.read;
     if (m.type === "known") {
       p.known = m.ids;
+      p.estimatedTokens = m.estimatedTokens;
       // Known now what would not finish in budget (or past it already, reading): answer at once with what is known.
       if (p.settle && (p.overdue || performance.now() - p.submitted + m.estimatedMs > this.budgetMs)) this.fallBack(p, "budget");
       return;
@@ -318,6 +339,9 @@ export class TokenizerPool {
       });
     } else if (m.type === "error") {
       p.settle?.(memberError(m.name, m.message));
+    } else if (p.discard) {
+      // A warm stopped for a request (preemptWarm): it goes on later, finding the sections it did cached.
+      this.requeueWarm(member, p);
     } else {
       this.stopped++;
       p.settle?.(new TokenizeCancelled("stopped"));
@@ -353,8 +377,27 @@ export class TokenizerPool {
     }
     p.settle?.({
       tokens: p.known ?? new Uint32Array(0), complete: false, fallback: cause, freshTokens: 0, warmedTokens: 0, waitMs: (p.dispatched || performance.now()) - p.submitted,
+      promptTokens: p.estimatedTokens ?? Math.ceil(jobChars(p.job) / CHARS_PER_TOKEN),
       ...(p.read ? { read: p.read } : {}),
     });
+  }
+
+  /** A request waits for nothing in the background: a member running a warm job is told to stop it at its next section. */
+  private preemptWarm(member: Member): void {
+    const running = member.current;
+    if (running === null || !running.discard || Atomics.load(member.cancel, 0) === running.id) return;
+    this.warmPreempted++;
+    this.observe.warm?.("preempted");
+    Atomics.store(member.cancel, 0, running.id);
+  }
+
+  private requeueWarm(member: Member, p: Pending): void {
+    member.warm.unshift(p);
+    if (member.warm.length > this.maxWarmQueued) {
+      member.warm.shift();
+      this.warmDropped++;
+      this.observe.warm?.("dropped");
+    }
   }
 
   private cancel(member: Member, p: Pending): void {
