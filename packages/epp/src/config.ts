@@ -84,6 +84,8 @@ export type EppConfig = {
   /** Tokenizer pool threads (undefined: the CPU limit; 0: none, tokenize on the event loop) and the pick's tokenization budget. */
   tokenizerThreads?: number;
   tokenizeBudgetMs: number;
+  /** Route a long text as soon as its known prefix settles the match (Picker.settles), not once it is all tokenized. */
+  routeOnSettledPrefix: boolean;
   workers:
     | { mode: "static"; list: StaticWorker[] }
     | { mode: "kubernetes"; poolName: string; namespace: string; kvEventsPort: number; kvReplayPort?: number; dpSize: number };
@@ -228,6 +230,7 @@ export function parseConfig(argv: string[], env: Record<string, string | undefin
     tokenizerDir: o.tokenizerDir,
     tokenizerThreads: o.tokenizerThreads,
     tokenizeBudgetMs: o.tokenizeBudgetMs,
+    routeOnSettledPrefix: o.routeOnSettledPrefix,
     workers,
     kvTopic: o.kvTopic,
     kvHeartbeatMs: o.kvHeartbeatMs,

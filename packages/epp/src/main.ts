@@ -118,7 +118,7 @@ export async function startEpp(cfg: EppConfig, o: { log?: Logger; kubeConfig?: K
   let recoveryOutcome: RecoveryOutcome | null = null;
   const extProc = await startExtProc(cfg, {
     handler: {
-      routing, tokenizeBody: bodyReader("ext_proc"), warmReply, metrics,
+      routing, tokenizeBody: bodyReader("ext_proc"), warmReply, metrics, routeOnSettledPrefix: cfg.routeOnSettledPrefix,
       log: log.child({ component: "ext_proc" }),
       bodyMode: cfg.bodyMode,
       maxInflight: cfg.maxInflight,

@@ -30,7 +30,13 @@ export type ReadThread = "tokenizer_pool" | "event_loop";
  * with BadRequest (TooDeep for nesting) for a body the model server would refuse. With the pool, `req.body`
  * may move to a member: use the returned `body` after.
  */
-export type TokenizeBody = (req: BodyRequest, signal?: AbortSignal) => RoutedBody | Promise<RoutedBody>;
+export type TokenizeBody = (req: BodyRequest, signal?: AbortSignal, settles?: Settles) => RoutedBody | Promise<RoutedBody>;
+
+/**
+ * Whether a known prefix of the body's tokens settles the pick already (the picker's `settles`, in the identity
+ * the body's fields name): then the pool answers with that prefix and tokenizes the rest in the background.
+ */
+export type Settles = (fields: BodyFields, known: Uint32Array) => boolean;
 
 /**
  * On the calling thread: the same functions a pool member runs (readBody, routingJob, encodeJob). `onRead`:
@@ -49,8 +55,11 @@ export function createTokenizeBody(pre: Preprocessor, onRead: (thread: ReadThrea
  * A body no member took within the budget (a "queue" fallback) is read here, to route it by load.
  */
 export function createPoolTokenizeBody(pool: TokenizerPool, onRead: (thread: ReadThread) => void = () => {}): TokenizeBody {
-  return (req, signal) =>
-    pool.tokenize({ kind: "body", request: { ...req, body: ownBuffer(req.body) } }, { signal }).then(
+  return (req, signal, settles) =>
+    pool.tokenize({ kind: "body", request: { ...req, body: ownBuffer(req.body) } }, {
+      signal,
+      decides: settles && ((known, read) => read !== undefined && settles(read.fields, known)),
+    }).then(
       (o): RoutedBody => {
         if (o.read) {
           onRead("tokenizer_pool");

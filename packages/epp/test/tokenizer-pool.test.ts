@@ -72,13 +72,16 @@ async function debugPoolMembers(epp: EppHandle): Promise<{ busy: boolean }[]> {
   return ((await (await fetch(`http://${HOST}:${epp.ports.selection}/debug/tokenizer`)).json()) as { pool: { members: { busy: boolean }[] } }).pool.members;
 }
 
-type PoolView = { cancelled: number; stopped: number; fallbacks: { budget: number; queue: number }; size: number };
+type PoolView = { cancelled: number; stopped: number; decided: number; fallbacks: { budget: number; queue: number }; size: number };
 async function debugPool(epp: EppHandle): Promise<PoolView> {
   return ((await (await fetch(`http://${HOST}:${epp.ports.selection}/debug/tokenizer`)).json()) as { pool: PoolView }).pool;
 }
 
+// These tokenize whole bodies (no pick settled on a known prefix): what they test is the pool under long work.
+const WHOLE = ["--route-on-settled-prefix=false"];
+
 describe("ext_proc with the tokenizer pool", () => {
-  const env = eppFor(["--tokenizer-threads", "2", "--tokenize-budget-ms", "600000"]);
+  const env = eppFor(["--tokenizer-threads", "2", "--tokenize-budget-ms", "600000", ...WHOLE]);
 
   test("a long fresh chat in flight does not hold a short pick back, nor the event loop", async () => {
     const order: string[] = [];
@@ -347,7 +350,7 @@ describe("ext_proc warming the next turn from the response", () => {
 });
 
 describe("ext_proc with a tokenization budget", () => {
-  const env = eppFor(["--tokenizer-threads", "1", "--tokenize-budget-ms", "5"]);
+  const env = eppFor(["--tokenizer-threads", "1", "--tokenize-budget-ms", "5", ...WHOLE]);
 
   test("a body that cannot be tokenized in budget is routed on its known prefix, counted", async () => {
     const system = freshWords(2000, 3);
@@ -371,4 +374,54 @@ describe("ext_proc with a tokenization budget", () => {
     expect(after.fallbacks.budget).toBe(before.fallbacks.budget + 1);
     expect(await scrapeMetric(env.metrics, 'dynamo_epp_tokenizer_budget_fallbacks_total{cause="budget"}')).toBe(after.fallbacks.budget);
   }, 180_000);
+});
+
+describe("ext_proc routing on a settled prefix (the default)", () => {
+  const env = eppFor(["--tokenizer-threads", "1", "--tokenize-budget-ms", "600000"]);
+  /** A document of fresh text in lines (the segmenter cuts it at line ends, so its known prefix grows as it is tokenized). */
+  const document = (seed: number) => Array.from({ length: 600 }, (_, i) => freshWords(40, seed * 1000 + i)).join("\n");
+  const freshBucket = async () => (await scrapeMetric(env.metrics, 'dynamo_epp_tokenizer_fresh_tokens_bucket{le="0"}')) ?? 0;
+
+  test("a long fresh chat no worker holds is routed once its known prefix has a block held nowhere, charged for its whole length", async () => {
+    const raw = JSON.stringify(chatBody("You summarize.", document(51)));
+    const before = await debugPool(env.epp);
+    const s = env.client.open();
+    s.send({ ...headers("/v1/chat/completions"), protocol_config: DUPLEX });
+    s.send(body(raw));
+    expect(lbMetadata(await s.next(60_000))).toBe(A);
+    const after = await debugPool(env.epp);
+    expect({ decided: after.decided - before.decided, budget: after.fallbacks.budget - before.fallbacks.budget }).toEqual({ decided: 1, budget: 0 });
+    // Charged for the estimated whole (~1900 blocks of the routed text), not the few blocks known when it settled.
+    const whole = Math.floor(createTokenizeBody(createPreprocessor({ tokenizerDir: TOKENIZER_DIR }))({ body: new TextEncoder().encode(raw) }).tokens.length / 16);
+    const workers = (await (await fetch(`http://${HOST}:${env.epp.ports.selection}/workers`)).json()) as { active_blocks: number }[];
+    expect(workers[0]!.active_blocks).toBeGreaterThan(whole / 4);
+    s.end();
+    // The rest was tokenized in the background: the same chat again is all cached.
+    await waitFor(async () => (await debugPoolMembers(env.epp)).every((m) => !m.busy), { timeoutMs: 60_000 });
+    const zeroFresh = await freshBucket();
+    const again = env.client.open();
+    again.send({ ...headers("/v1/chat/completions"), protocol_config: DUPLEX });
+    again.send(body(raw));
+    expect(lbMetadata(await again.next(60_000))).toBe(A);
+    again.end();
+    expect(await freshBucket()).toBe(zeroFresh + 1);
+    expect(await scrapeMetric(env.metrics, "dynamo_epp_tokenizer_decided_early_total")).toBe(after.decided);
+  }, 120_000);
+
+  test("a long chat whose blocks a worker holds is tokenized whole: more tokens could lengthen its match", async () => {
+    const raw = JSON.stringify(chatBody("You summarize.", document(52)));
+    const ids = [...createTokenizeBody(createPreprocessor({ tokenizerDir: TOKENIZER_DIR }))({ body: new TextEncoder().encode(raw) }).tokens];
+    const blocks = Math.floor(ids.length / 16);
+    const score = async () => ((await (await fetch(`http://${HOST}:${env.epp.ports.selection}/score`, { method: "POST", body: JSON.stringify({ token_ids: ids }) })).json()) as
+      { scores: Record<string, Record<string, number>> }).scores["worker-a"]?.["0"];
+    await env.events.storeUntil(ids, async () => (await score()) === blocks);
+    const before = await debugPool(env.epp);
+    const s = env.client.open();
+    s.send({ ...headers("/v1/chat/completions"), protocol_config: DUPLEX });
+    s.send(body(raw));
+    expect(lbMetadata(await s.next(60_000))).toBe(A);
+    s.end();
+    const after = await debugPool(env.epp);
+    expect({ decided: after.decided - before.decided, budget: after.fallbacks.budget - before.fallbacks.budget }).toEqual({ decided: 0, budget: 0 });
+  }, 120_000);
 });

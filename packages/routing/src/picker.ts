@@ -304,6 +304,28 @@ export class Picker {
     return (c) => latency.costMs(c.ttft, away(c.ref.key));
   }
 
+  /**
+   * Whether `tokens`, a known prefix of a request's prompt, settles its pick's match already: one of its full
+   * blocks is held by no worker and is in no in-flight prefix, so no later token can lengthen any candidate's
+   * overlap (an overlap is a chain of leading blocks). The pick on this prefix, charged for the whole prompt
+   * (`promptTokens`), then matches as the pick on the whole prompt would, without waiting for its tokenization.
+   */
+  settles(model: string | undefined, cacheSalt: string | undefined, tokens: Uint32Array): boolean {
+    const indexer = this.deps.indexers.lookup(model);
+    if (!indexer) return true; // no endpoint, whatever follows
+    const n = Math.floor(tokens.length / indexer.blockSize);
+    if (n === 0) return false;
+    const hashes = this.hashes(indexer, tokens, this.identity(model, cacheSalt));
+    indexer.index.findMatchesInto(hashes, this.list);
+    let longest = 0;
+    for (let i = 0; i < this.list.count; i++) longest = Math.max(longest, this.list.scores[i]!);
+    if (this.deps.pending && longest < n) {
+      this.deps.pending.overlapsInto(prefixKeys(indexer.key, hashes), this.pendingOverlaps);
+      for (const v of this.pendingOverlaps.values()) longest = Math.max(longest, v);
+    }
+    return longest < n;
+  }
+
   /** Overlap per worker for the request's tokens, read-only (POST /score). */
   score(model: string | undefined, tokens: Uint32Array, cacheSalt?: string): (Match & { indexer: ModelIndex }) | undefined {
     const indexer = this.deps.indexers.lookup(model);

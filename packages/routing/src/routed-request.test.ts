@@ -4,6 +4,7 @@ import { applyStored } from "@kv-epp/index-wasm/helpers";
 import { workerKey, type WorkerRef } from "@kv-epp/protocol";
 import { LatencyModel } from "./latency.ts";
 import { ActiveLoad } from "./load.ts";
+import type { PendingView } from "./pending.ts";
 import { Picker } from "./picker.ts";
 import { NO_METRICS, type Candidate } from "./ports.ts";
 import { RoutingQuality } from "./quality.ts";
@@ -17,7 +18,7 @@ const CANDIDATES = [candidate(A, "10.0.0.1:8000"), candidate(B, "10.0.0.2:8000")
 const TOKENS = Uint32Array.from({ length: 4 * BLOCK }, (_, i) => i + 1);
 
 /** Rank A holds the prompt's first two blocks; a clock whose timers the test fires. */
-function context(o: { quality?: RoutingQuality } = {}) {
+function context(o: { quality?: RoutingQuality; pending?: PendingView } = {}) {
   const index = KvIndex.create({ blockSize: BLOCK });
   const hashes = computeBlockHashes(TOKENS.subarray(0, 2 * BLOCK), BLOCK);
   applyStored(index, A, null, [...hashes].map((h, i) => ({ blockHash: BigInt(i + 1), tokensHash: h })));
@@ -32,6 +33,7 @@ function context(o: { quality?: RoutingQuality } = {}) {
     signals: () => undefined,
     options: { prefillLoadScale: 16, decodeLoadScale: 1, queueWeight: 0, temperature: 0, shape: { kind: "blocks" }, queueThreshold: 0, cost: "weights" },
     latency,
+    pending: o.pending,
     random: () => 0,
   });
   const ctx: RoutingContext = {
@@ -43,7 +45,7 @@ function context(o: { quality?: RoutingQuality } = {}) {
     if (r.kind !== "routed") throw new Error(r.reason);
     return r.request;
   };
-  return { load, latency, timers, route, tick: (ms: number) => (now += ms) };
+  return { load, latency, timers, route, picker, tick: (ms: number) => (now += ms) };
 }
 
 describe("a routed request's life", () => {
@@ -69,6 +71,29 @@ describe("a routed request's life", () => {
     expect(load.of(workerKey(A))).toEqual({ requests: 1, blocks: 10, prefillBlocks: 8, prefillRequests: 1 });
     // An estimate below the prefix never shrinks the request.
     expect(route({ tokens: TOKENS, promptTokens: 1 }).decision).toMatchObject({ requestBlocks: 4, promptTokens: 4 * BLOCK });
+  });
+
+  test("a known prefix settles the match once one of its full blocks is held nowhere, in the index or in flight", () => {
+    const { picker } = context();
+    // A holds the first two blocks: a third full block is held by no one.
+    expect(picker.settles("m", undefined, TOKENS)).toBe(true);
+    expect(picker.settles("m", undefined, TOKENS.subarray(0, 3 * BLOCK))).toBe(true);
+    // Every full block held (a partial block counts for nothing): more tokens could lengthen A's overlap.
+    expect(picker.settles("m", undefined, TOKENS.subarray(0, 2 * BLOCK))).toBe(false);
+    expect(picker.settles("m", undefined, TOKENS.subarray(0, 3 * BLOCK - 1))).toBe(false);
+    expect(picker.settles("m", undefined, TOKENS.subarray(0, BLOCK - 1))).toBe(false);
+    // In another identity (a cache salt) the blocks are other blocks: nothing held.
+    expect(picker.settles("m", "tenant", TOKENS.subarray(0, 2 * BLOCK))).toBe(true);
+    // A request in flight with the whole prefix keeps it open.
+    const inFlight = context({
+      pending: {
+        overlapsInto: (_keys, out) => {
+          out.clear();
+          out.set(workerKey(B), 4);
+        },
+      },
+    });
+    expect(inFlight.picker.settles("m", undefined, TOKENS)).toBe(false);
   });
 
   test("a response that shows no byte stops counting as prefill at its deadline", () => {

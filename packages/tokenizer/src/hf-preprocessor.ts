@@ -170,11 +170,11 @@ const EMPTY = new Uint32Array(0);
 function knownPrefixOf(control: EncodeControl | undefined, t: Truncation, prefix: Uint32Array): EncodeControl | undefined {
   const report = control?.knownPrefix;
   if (report === undefined) return control;
-  if (truncates(t)) return { shouldStop: control!.shouldStop };
+  const { knownPrefix: _, ...rest } = control!;
+  if (truncates(t)) return rest;
   if (prefix.length === 0) return control;
   return {
-    shouldStop: control!.shouldStop,
-    knownPrefixMinChars: control!.knownPrefixMinChars,
+    ...rest,
     knownPrefix: (known) => {
       const ids = new Uint32Array(prefix.length + known.ids.length);
       ids.set(prefix);

@@ -10,9 +10,10 @@ export type KnownPrefix = { ids: Uint32Array; unknownChars: number };
 
 /**
  * Hooks into one tokenization, for the worker pool: `knownPrefix` is told what the cache already knows when the
- * first piece it does not hold comes up (not at all when it holds every one), before tokenizing anything;
- * `shouldStop` is asked before each piece that must be tokenized (a cancelled request stops there, keeping
- * the pieces done so far in the cache).
+ * first piece it does not hold comes up (not at all when it holds every one), before tokenizing anything, and
+ * then again as the pieces tokenized extend what is known (after the first one, then each time the ids have
+ * doubled: a few copies of the ids in all); `shouldStop` is asked before each piece that must be tokenized (a
+ * cancelled request stops there, keeping the pieces done so far in the cache).
  */
 export type EncodeControl = {
   knownPrefix?(known: KnownPrefix): void;
@@ -89,17 +90,26 @@ export class Segmenter {
   encode(text: string, cache: SegmentCache, control?: EncodeControl): Uint32Array {
     // The known prefix is what this walk has found before its first miss: told there, in the same pass (a
     // second walk over the pieces cost several times the cached encode itself).
-    let report = control?.knownPrefix !== undefined && text.length >= (control.knownPrefixMinChars ?? 0) ? control.knownPrefix : undefined;
+    const report = control?.knownPrefix !== undefined && text.length >= (control.knownPrefixMinChars ?? 0) ? control.knownPrefix : undefined;
     const pieces: (Uint32Array | number)[] = [];
     let total = 0;
+    // Reported so far: -1 before the first miss; then the length at which the known ids are told again.
+    let nextReport = -1;
     this.forEachPiece(text, (start, end) => {
+      let missed = false;
       const onMiss = report && (() => {
-        report!({ ids: concat(pieces, total), unknownChars: text.length - start });
-        report = undefined;
+        missed = true;
+        if (nextReport >= 0) return;
+        report({ ids: concat(pieces, total), unknownChars: text.length - start });
+        nextReport = total + 1;
       });
       const ids = this.piece(start === 0 && end === text.length ? text : text.slice(start, end), start === 0, cache, control, onMiss);
       pieces.push(ids);
       total += ids.length;
+      if (missed && end < text.length && total >= nextReport) {
+        report!({ ids: concat(pieces, total), unknownChars: text.length - end });
+        nextReport = 2 * total;
+      }
     }, (id) => {
       pieces.push(id);
       total += 1;

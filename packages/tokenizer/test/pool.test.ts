@@ -7,6 +7,14 @@ import { chat, freshChat, QWEN3_DIR as dir, qwen3Pools } from "./qwen3-pool";
 
 const pools = qwen3Pools();
 
+/**
+ * About `words` fresh words in lines of 50: a text cut into pieces (the segmenter cuts a long section where the
+ * pre-tokenizer provably restarts, at line ends here), which is told as it is tokenized.
+ */
+function lines(words: number, seed: number): string {
+  return Array.from({ length: Math.ceil(words / 50) }, (_, i) => freshWords(50, seed * 100_000 + i)).join("\n");
+}
+
 /** Until no member is busy or has anything queued, warm jobs included. */
 async function idle(pool: TokenizerPool): Promise<void> {
   while (pool.stats().members.some((m) => m.busy || m.queued > 0 || m.warmQueued > 0)) await Bun.sleep(20);
@@ -67,6 +75,54 @@ describe("tokenizer pool", () => {
     const rest = big[3]!.content as string;
     expect(late.promptTokens).toBeGreaterThan(late.tokens.length + rest.length / 8);
     expect(late.promptTokens).toBeLessThan(late.tokens.length + rest.length);
+  }, 120_000);
+
+  test("a job is answered on the first known prefix its caller says settles it; the rest is tokenized in the background", async () => {
+    const pool = await pools.start({ size: 1, budgetMs: 60_000 });
+    const text = lines(200_000, 41);
+    const want = createPreprocessor({ tokenizerDir: dir }).encodeCompletion(text);
+    const told: Uint32Array[] = [];
+    const early = await pool.tokenize({ kind: "prompt", text }, { decides: (known) => (told.push(known.slice()), known.length >= 2000) });
+    expect(early).toMatchObject({ complete: false, decided: true });
+    expect(early.fallback).toBeUndefined();
+    // The exact prefix told last, the first one long enough; told as it grew, each an exact prefix.
+    expect(early.tokens.length).toBeGreaterThanOrEqual(2000);
+    expect(early.tokens.length).toBeLessThan(want.length);
+    expect(early.tokens).toEqual(told.at(-1)!);
+    for (let i = 0; i < told.length; i++) {
+      expect(told[i]).toEqual(want.subarray(0, told[i]!.length));
+      if (i > 0) expect(told[i]!.length).toBeGreaterThan(told[i - 1]!.length);
+    }
+    // The whole prompt's length, estimated: its rest at 4 characters a token before the member has measured any
+    // text (this text has ~1.2), then at what it measured on its own long jobs.
+    expect(early.promptTokens).toBeGreaterThan(early.tokens.length);
+    expect(early.promptTokens).toBeLessThan(want.length);
+    expect(pool.stats().decided).toBe(1);
+    for (let i = 0; i < 16; i++) await pool.tokenize({ kind: "prompt", text: lines(4000, 50 + i) });
+    const measured = lines(200_000, 49);
+    const estimate = (await pool.tokenize({ kind: "prompt", text: measured }, { decides: (known) => known.length >= 2000 })).promptTokens!;
+    await idle(pool);
+    const exact = (await pool.tokenize({ kind: "prompt", text: measured })).tokens.length;
+    expect(estimate / exact).toBeGreaterThan(0.8);
+    expect(estimate / exact).toBeLessThan(1.25);
+    // Finished in the background: all of it cached.
+    await idle(pool);
+    expect(await pool.tokenize({ kind: "prompt", text })).toMatchObject({ complete: true, freshTokens: 0 });
+    // A caller that is never settled waits for the whole.
+    const other = lines(200_000, 42);
+    expect(await pool.tokenize({ kind: "prompt", text: other }, { decides: () => false })).toMatchObject({ complete: true });
+  }, 120_000);
+
+  test("a request answered early and still tokenizing yields to the next request, and finishes after it", async () => {
+    const pool = await pools.start({ size: 1, budgetMs: 60_000 });
+    const text = lines(400_000, 43);
+    const early = await pool.tokenize({ kind: "prompt", text }, { decides: (known) => known.length > 0 });
+    expect(early.decided).toBe(true);
+    const short = await pool.tokenize({ kind: "prompt", text: "a question" });
+    expect(short.complete).toBe(true);
+    expect(pool.stats().warmPreempted).toBe(1);
+    await idle(pool);
+    expect(await pool.tokenize({ kind: "prompt", text })).toMatchObject({ complete: true, freshTokens: 0 });
   }, 120_000);
 
   test("a request stops the warm job its member is running; the warm resumes after it and finishes", async () => {

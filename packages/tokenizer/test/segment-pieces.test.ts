@@ -110,6 +110,7 @@ describe.each(MODELS)("pieces, %s", (model) => {
 
   test("a text cut and continued differently finds the first text's pieces before the cut in the cache, and knows them as its prefix", async () => {
     let pairsSharing = 0;
+    let grown = 0;
     await fc.assert(
       fc.asyncProperty(documentArbitrary([], 6), documentArbitrary(added), fc.constantFrom(0, 0.2, 0.4, 0.6, 0.8, 0.95, 1), fc.constantFrom(1, 16, 64),
         async (first, tail, where, pieceChars) => {
@@ -120,13 +121,20 @@ describe.each(MODELS)("pieces, %s", (model) => {
           same(`${model}, first text`, first, seg.encode(first, cache), await ref.encode(first));
           const want = await ref.encode(second);
           const before = cache.stats();
-          let told: KnownPrefix | undefined;
-          const got = seg.encode(second, cache, { knownPrefix: (k) => (told = k) });
+          const told: KnownPrefix[] = [];
+          const got = seg.encode(second, cache, { knownPrefix: (k) => told.push(k) });
           const after = cache.stats();
           same(`${model}, the text continued differently`, second, got, want);
-          // Told at the first miss; not told when every piece hit.
-          const known = told ?? { ids: got, unknownChars: 0 };
-          same(`${model}, the known prefix of the text continued differently`, second, known.ids, want.slice(0, known.ids.length));
+          // Told at the first miss, then again as the pieces tokenized extend it (each time longer, the rest
+          // shorter, never the whole); not told when every piece hit. Each is an exact prefix of the ids.
+          for (const k of told) same(`${model}, a known prefix of the text continued differently`, second, k.ids, want.slice(0, k.ids.length));
+          for (let i = 1; i < told.length; i++) {
+            if (told[i]!.ids.length <= told[i - 1]!.ids.length || told[i]!.unknownChars >= told[i - 1]!.unknownChars || told[i]!.unknownChars === 0) {
+              throw new Error(`${model}: known prefixes told out of order (${told.map((k) => `${k.ids.length}/${k.unknownChars}`).join(", ")}) for ${JSON.stringify(second)}`);
+            }
+          }
+          if (told.length > 1) grown++;
+          const known = told[0] ?? { ids: got, unknownChars: 0 };
           if (fast.cuts === null) return;
           // The first text's pieces wholly before the difference whose cut was decided there (the character after
           // the cut, or its whitespace run, is in the shared part) are the second's pieces too.
@@ -145,8 +153,9 @@ describe.each(MODELS)("pieces, %s", (model) => {
         }),
       { numRuns: RUNS },
     );
-    // Not vacuous: many pairs share pieces.
+    // Not vacuous: many pairs share pieces, and many have their known prefix told again as it grew.
     if (fast.cuts !== null) expect(pairsSharing).toBeGreaterThan(RUNS / 4);
+    if (fast.cuts !== null) expect(grown).toBeGreaterThan(RUNS / 4);
   }, 300_000);
 
   test("a large document at the default piece length keeps the reference's ids, cached in many pieces", async () => {

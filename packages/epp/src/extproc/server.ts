@@ -7,7 +7,7 @@ import { throttledWarn } from "../log-throttle.ts";
 import type { BodyMode } from "../config.ts";
 import type { Metrics, RequestOutcome } from "../metrics.ts";
 import { EXPLAIN_REQUEST_HEADER, EXPLANATION_HEADER, RoutedRequest, type Routing, type RoutingContext } from "@kv-epp/routing";
-import type { RoutedBody, TokenizeBody } from "../tokens.ts";
+import type { RoutedBody, Settles, TokenizeBody } from "../tokens.ts";
 import { FairnessLabels, hasCriticalObjective, requestClass, shedReason, type RequestClass } from "./gaie-headers.ts";
 import { GrpcStatus, type BidiCall, type StatusCode } from "./grpc-h2.ts";
 import { BadRequest, MAX_BODY_BYTES, TooDeep, type BodyRequest, type ChatMessage } from "@kv-epp/tokenizer";
@@ -39,6 +39,8 @@ export type ExtProcDeps = {
   routing: RoutingContext;
   /** Reads and tokenizes a request body: in the tokenizer pool, or on this thread without one (tokens.ts). */
   tokenizeBody: TokenizeBody;
+  /** Answer a long text as soon as its known prefix settles the match (the pool tokenizes the rest in the background). */
+  routeOnSettledPrefix?: boolean;
   metrics: Metrics;
   log: Logger;
   bodyMode: BodyMode;
@@ -426,7 +428,12 @@ class ProcessStream {
     const rewriteModel = at === "body" && !maybeCut ? req.cls.modelRewrite : undefined;
     let read: RoutedBody | Promise<RoutedBody>;
     try {
-      read = this.deps.tokenizeBody({ body, path: req.path, rewriteModel, maybeCut }, req.tokenizing.signal);
+      // A long text is answered as soon as its known prefix settles the match (the rest tokenized in the background).
+      const picker = this.deps.routing.picker;
+      const settles: Settles | undefined = this.deps.routeOnSettledPrefix
+        ? (fields, known) => picker.settles(req.cls.modelRewrite ?? fields.model, fields.cacheSalt, known)
+        : undefined;
+      read = this.deps.tokenizeBody({ body, path: req.path, rewriteModel, maybeCut }, req.tokenizing.signal, settles);
     } catch (err) {
       if (this.refused(err)) return;
       throw err;

@@ -75,15 +75,20 @@ function jobOf(m: ToMember): TokenizeJob | Uint32Array {
 }
 
 function tokenize(m: ToMember, job: TokenizeJob, t0: number, before: CacheStats): void {
-  let unknownChars = 0;
+  // The unknown rest at the first miss (-1: none yet), and whether this job tells its known ids as they grow.
+  let unknownChars = -1;
+  let telling = false;
   const control: EncodeControl = {
     shouldStop: () => Atomics.load(cancel, 0) === m.id,
     warm: m.discard,
     knownPrefixMinChars: KNOWN_PREFIX_MIN_CHARS,
     knownPrefix: (known: KnownPrefix) => {
-      unknownChars = known.unknownChars;
-      // A chat cut at its first media part knows its cut only at the end.
-      if (m.discard || known.unknownChars < KNOWN_PREFIX_MIN_CHARS || hasMedia(job)) return;
+      if (unknownChars < 0) {
+        unknownChars = known.unknownChars;
+        // A chat cut at its first media part knows its cut only at the end.
+        telling = !m.discard && known.unknownChars >= KNOWN_PREFIX_MIN_CHARS && !hasMedia(job);
+      }
+      if (!telling) return;
       const ids = known.ids.slice();
       const estimatedTokens = ids.length + Math.round(known.unknownChars / charsPerToken);
       post(...withReading({ type: "known" as const, id: m.id, ids, estimatedMs: (known.unknownChars * usPerChar) / 1000, estimatedTokens }, [ids.buffer as ArrayBuffer]));

@@ -53,6 +53,11 @@ export function poolMetrics(registry: Registry, model = ""): PoolObserver & { at
     help: "Picks answered on the known prefix because tokenization would exceed the budget (budget) or the member was busy past it (queue)",
     labelNames: ["cause"], registers: [registry],
   });
+  const decided = new Counter({
+    name: "dynamo_epp_tokenizer_decided_early_total",
+    help: "Picks answered before their tokenization finished: the prefix known by then held a block no worker or in-flight request has, so the rest could not change the match (the rest goes on in the background)",
+    registers: [registry],
+  });
   const warmJobs = new Counter({
     name: "dynamo_epp_tokenizer_warm_jobs_total",
     help: "Background warm jobs (replies, bodies past the budget) a request made stop midway to resume later (preempted), or dropped from a full warm queue (dropped)",
@@ -75,6 +80,7 @@ export function poolMetrics(registry: Registry, model = ""): PoolObserver & { at
     },
     fallback: (cause) => fallbacks.inc({ cause }),
     warm: (outcome) => warmJobs.inc({ outcome }),
+    decided: () => decided.inc(),
     placed: (kind) => placements.inc({ placement: kind }),
     work: (member, busyMs, freshTokens) => {
       busy.inc({ member: String(member) }, busyMs / 1000);

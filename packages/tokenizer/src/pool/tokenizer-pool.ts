@@ -28,12 +28,21 @@ export type PoolOptions = {
 
 export type FallbackCause = "budget" | "queue";
 
+/**
+ * Asked, with each exact prefix a member tells of a long job (and the body's reading, for a body job), whether
+ * that prefix settles the answer already, so the rest need not be waited for (the EPP: some full block of it
+ * is held nowhere, so no later token can lengthen any match). The job then goes on as background work.
+ */
+export type Decides = (known: Uint32Array, read: BodyReading | undefined) => boolean;
+
 export type PoolObserver = {
   /** A job's wait in its member's queue. */
   wait?(ms: number): void;
   /** Fresh (uncached) tokens of an answered job, and of its cached ones those only a background warm had cached. */
   fresh?(tokens: number, warmedTokens: number): void;
   fallback?(cause: FallbackCause): void;
+  /** A request answered on a prefix its caller's `decides` accepted, before its tokenization finished. */
+  decided?(): void;
   /** A warm job stopped for a request (it resumes later), or dropped from a full warm queue. */
   warm?(outcome: "preempted" | "dropped"): void;
   /** A member finished a job (warm jobs too): its busy time and the fresh tokens it tokenized. */
@@ -44,9 +53,13 @@ export type PoolObserver = {
 
 export type TokenizeOutcome = {
   tokens: Uint32Array;
-  /** false: the budget ran out; `tokens` is the exact prefix the member's cache already knew (maybe empty). */
+  /**
+   * false: answered before the tokenization finished, on the exact prefix known by then (maybe empty): the
+   * budget ran out (`fallback`), or the caller's `decides` said that prefix settles the answer (`decided`).
+   */
   complete: boolean;
   fallback?: FallbackCause;
+  decided?: true;
   /**
    * On a fallback: the whole prompt's length in tokens, estimated (the known ids, and the rest at the characters
    * per token its member has measured, or at CHARS_PER_TOKEN when no member said), so that what routing charges
@@ -75,8 +88,13 @@ export type PoolStats = {
   size: number; budgetMs: number; members: MemberStats[]; fallbacks: Record<FallbackCause, number>;
   /** Jobs cancelled by their caller, and of those the ones a member stopped midway. */
   cancelled: number; stopped: number; warmDropped: number;
-  /** Warm jobs a request made stop at their next section (each resumes later, its finished sections cached). */
+  /**
+   * Background jobs (warms, and requests answered already going on for the cache) a request made stop at their
+   * next section (each resumes later as a warm, its finished sections cached).
+   */
   warmPreempted: number;
+  /** Requests answered on a prefix their caller's `decides` accepted (see Decides). */
+  decided: number;
   /** The members' segment caches summed (the pool's cache bound is split between them). */
   cache: CacheStats;
   /** Requests by placement, and the conversations whose member the pool remembers. */
@@ -100,6 +118,9 @@ type Pending = {
   known?: Uint32Array;
   /** The whole prompt's length as its member estimated it with `known`. */
   estimatedTokens?: number;
+  decides?: Decides;
+  /** Cancelled by its caller: stopped, it is not resumed. */
+  cancelled?: boolean;
   timer?: ReturnType<typeof setTimeout>;
   read?: BodyReading;
   /** Past its budget while its member was still reading its body: answered once the reading comes. */
@@ -145,6 +166,7 @@ export class TokenizerPool {
   private cancelled = 0;
   private warmDropped = 0;
   private warmPreempted = 0;
+  private decided = 0;
   private stopped = 0;
   private readonly observe: PoolObserver;
   private readonly placement: Placement;
@@ -176,11 +198,11 @@ export class TokenizerPool {
    * A body job (`kind: "body"`) is read by the member (parsed, validated, its model rewritten) before it is
    * tokenized; its body's buffer moves to the member and comes back in the outcome's `read`.
    */
-  tokenize(job: PoolJob, opts: { signal?: AbortSignal } = {}): Promise<TokenizeOutcome> {
+  tokenize(job: PoolJob, opts: { signal?: AbortSignal; decides?: Decides } = {}): Promise<TokenizeOutcome> {
     if (this.closed) return Promise.reject(new Error("tokenizer pool closed"));
     if (opts.signal?.aborted) return Promise.reject(new TokenizeCancelled("cancelled before it started"));
     return new Promise<TokenizeOutcome>((resolve, reject) => {
-      const p: Pending = { id: this.nextId++, job, discard: false, submitted: performance.now(), dispatched: 0, cost: 0 };
+      const p: Pending = { id: this.nextId++, job, discard: false, submitted: performance.now(), dispatched: 0, cost: 0, decides: opts.decides };
       const member = this.memberFor(p);
       const onAbort = () => this.cancel(member, p);
       p.settle = (o) => {
@@ -190,6 +212,7 @@ export class TokenizerPool {
         if (o instanceof Error) reject(o);
         else {
           if (o.complete) this.observe.fresh?.(o.freshTokens, o.warmedTokens);
+          else if (o.decided) this.observe.decided?.();
           else this.observe.fallback?.(o.fallback!);
           resolve(o);
         }
@@ -233,7 +256,7 @@ export class TokenizerPool {
         member: m.index, queued: m.queue.length, warmQueued: m.warm.length, busy: m.current !== null,
         jobs: m.jobs, freshTokens: m.freshTokens, busyMs: m.busyMs, cache: { ...m.cache }, warmUp: m.warmUp,
       })),
-      fallbacks: { ...this.fallbacks }, cancelled: this.cancelled, stopped: this.stopped, warmDropped: this.warmDropped, warmPreempted: this.warmPreempted,
+      fallbacks: { ...this.fallbacks }, cancelled: this.cancelled, stopped: this.stopped, warmDropped: this.warmDropped, warmPreempted: this.warmPreempted, decided: this.decided,
       cache: this.cacheStats(), placement: { ...this.placements, remembered: this.placement.remembered },
     };
   }
@@ -321,8 +344,10 @@ export class TokenizerPool {
     if (m.type === "known") {
       p.known = m.ids;
       p.estimatedTokens = m.estimatedTokens;
+      if (p.settle === undefined) return;
+      if (p.decides?.(m.ids, p.read) === true) this.answerDecided(p);
       // Known now what would not finish in budget (or past it already, reading): answer at once with what is known.
-      if (p.settle && (p.overdue || performance.now() - p.submitted + m.estimatedMs > this.budgetMs)) this.fallBack(p, "budget");
+      else if (p.overdue || performance.now() - p.submitted + m.estimatedMs > this.budgetMs) this.fallBack(p, "budget");
       return;
     }
     member.current = null;
@@ -342,6 +367,9 @@ export class TokenizerPool {
     } else if (p.discard) {
       // A warm stopped for a request (preemptWarm): it goes on later, finding the sections it did cached.
       this.requeueWarm(member, p);
+    } else if (p.settle === undefined && !p.cancelled && (p.job.kind !== "body" || p.read !== undefined)) {
+      // A request answered already (decided, or over budget), stopped for another: the rest as a warm.
+      this.warm(p.job.kind === "body" ? { ...p.job, request: { ...p.job.request, body: p.read!.body } } : p.job);
     } else {
       this.stopped++;
       p.settle?.(new TokenizeCancelled("stopped"));
@@ -382,10 +410,22 @@ export class TokenizerPool {
     });
   }
 
-  /** A request waits for nothing in the background: a member running a warm job is told to stop it at its next section. */
+  private answerDecided(p: Pending): void {
+    this.decided++;
+    p.settle?.({
+      tokens: p.known!, complete: false, decided: true, freshTokens: 0, warmedTokens: 0, waitMs: p.dispatched - p.submitted,
+      promptTokens: p.estimatedTokens ?? p.known!.length,
+      ...(p.read ? { read: p.read } : {}),
+    });
+  }
+
+  /**
+   * A request waits for nothing in the background: a member running a warm job, or a request answered already
+   * (its rest only fills the cache), is told to stop it at its next section.
+   */
   private preemptWarm(member: Member): void {
     const running = member.current;
-    if (running === null || !running.discard || Atomics.load(member.cancel, 0) === running.id) return;
+    if (running === null || (!running.discard && running.settle !== undefined) || Atomics.load(member.cancel, 0) === running.id) return;
     this.warmPreempted++;
     this.observe.warm?.("preempted");
     Atomics.store(member.cancel, 0, running.id);
@@ -403,6 +443,7 @@ export class TokenizerPool {
   private cancel(member: Member, p: Pending): void {
     if (!p.settle) return;
     this.cancelled++;
+    p.cancelled = true;
     const queued = member.queue.indexOf(p);
     if (queued >= 0) member.queue.splice(queued, 1);
     else if (member.current === p) Atomics.store(member.cancel, 0, p.id);
