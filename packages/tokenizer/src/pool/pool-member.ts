@@ -34,9 +34,10 @@ try {
 // Microseconds per unknown character, learned from this member's own work (start: ~4 chars a token at
 // ~1 µs a token, a slow start on purpose).
 let usPerChar = 0.25;
-// Characters per fresh token, likewise learned (start: English prose), to tell a prompt's length before its
-// rest is tokenized.
+// Characters per token of the text past a job's known prefix, likewise learned (start: English prose), to
+// tell a prompt's length before its rest is tokenized; from at least LEARN_MIN_TOKENS tokenized.
 let charsPerToken = 4;
+const LEARN_MIN_TOKENS = 256;
 
 port.on("message", (m: ToMember) => {
   const t0 = performance.now();
@@ -78,6 +79,7 @@ function tokenize(m: ToMember, job: TokenizeJob, t0: number, before: CacheStats)
   // The unknown rest at the first miss (-1: none yet), and whether this job tells its known ids as they grow.
   let unknownChars = -1;
   let telling = false;
+  let firstKnown = 0;
   const control: EncodeControl = {
     shouldStop: () => Atomics.load(cancel, 0) === m.id,
     warm: m.discard,
@@ -85,8 +87,12 @@ function tokenize(m: ToMember, job: TokenizeJob, t0: number, before: CacheStats)
     knownPrefix: (known: KnownPrefix) => {
       if (unknownChars < 0) {
         unknownChars = known.unknownChars;
+        firstKnown = known.ids.length;
         // A chat cut at its first media part knows its cut only at the end.
         telling = !m.discard && known.unknownChars >= KNOWN_PREFIX_MIN_CHARS && !hasMedia(job);
+      } else if (known.ids.length - firstKnown >= LEARN_MIN_TOKENS) {
+        // Measured on what it has tokenized so far: a job answered early is stopped before its end.
+        charsPerToken = 0.8 * charsPerToken + 0.2 * ((unknownChars - known.unknownChars) / (known.ids.length - firstKnown));
       }
       if (!telling) return;
       const ids = known.ids.slice();
@@ -96,11 +102,7 @@ function tokenize(m: ToMember, job: TokenizeJob, t0: number, before: CacheStats)
   };
   const ids = encodeJob(pre, job, control);
   const busyMs = performance.now() - t0;
-  if (unknownChars >= KNOWN_PREFIX_MIN_CHARS) {
-    usPerChar = 0.8 * usPerChar + 0.2 * ((busyMs * 1000) / unknownChars);
-    const fresh = pre.cacheStats().freshTokens - before.freshTokens;
-    if (fresh > 0) charsPerToken = 0.8 * charsPerToken + 0.2 * (unknownChars / fresh);
-  }
+  if (unknownChars >= KNOWN_PREFIX_MIN_CHARS) usPerChar = 0.8 * usPerChar + 0.2 * ((busyMs * 1000) / unknownChars);
   done(m, ids, before, busyMs);
 }
 

@@ -31,7 +31,7 @@ export type FallbackCause = "budget" | "queue";
 /**
  * Asked, with each exact prefix a member tells of a long job (and the body's reading, for a body job), whether
  * that prefix settles the answer already, so the rest need not be waited for (the EPP: some full block of it
- * is held nowhere, so no later token can lengthen any match). The job then goes on as background work.
+ * is held nowhere, so no later token can lengthen any match). The job is then stopped at its member's next piece.
  */
 export type Decides = (known: Uint32Array, read: BodyReading | undefined) => boolean;
 
@@ -119,7 +119,9 @@ type Pending = {
   /** The whole prompt's length as its member estimated it with `known`. */
   estimatedTokens?: number;
   decides?: Decides;
-  /** Cancelled by its caller: stopped, it is not resumed. */
+  /** Answered on a prefix `decides` accepted (then stopped). */
+  decided?: boolean;
+  /** Cancelled by its caller, or answered on a prefix that settles it: stopped, it is not resumed. */
   cancelled?: boolean;
   timer?: ReturnType<typeof setTimeout>;
   read?: BodyReading;
@@ -345,7 +347,7 @@ export class TokenizerPool {
       p.known = m.ids;
       p.estimatedTokens = m.estimatedTokens;
       if (p.settle === undefined) return;
-      if (p.decides?.(m.ids, p.read) === true) this.answerDecided(p);
+      if (p.decides?.(m.ids, p.read) === true) this.answerDecided(member, p);
       // Known now what would not finish in budget (or past it already, reading): answer at once with what is known.
       else if (p.overdue || performance.now() - p.submitted + m.estimatedMs > this.budgetMs) this.fallBack(p, "budget");
       return;
@@ -367,6 +369,8 @@ export class TokenizerPool {
     } else if (p.discard) {
       // A warm stopped for a request (preemptWarm): it goes on later, finding the sections it did cached.
       this.requeueWarm(member, p);
+    } else if (p.decided) {
+      // Stopped once answered (answerDecided): nothing waits for its rest.
     } else if (p.settle === undefined && !p.cancelled && (p.job.kind !== "body" || p.read !== undefined)) {
       // A request answered already (decided, or over budget), stopped for another: the rest as a warm.
       this.warm(p.job.kind === "body" ? { ...p.job, request: { ...p.job.request, body: p.read!.body } } : p.job);
@@ -410,8 +414,15 @@ export class TokenizerPool {
     });
   }
 
-  private answerDecided(p: Pending): void {
+  /**
+   * Answers on the prefix the caller says settles it, and stops the member there: the rest cannot change the
+   * answer, and what it would cache for the next turn is what a warm from the reply tokenizes anyway (in the
+   * background, when a reply comes).
+   */
+  private answerDecided(member: Member, p: Pending): void {
     this.decided++;
+    p.decided = true;
+    Atomics.store(member.cancel, 0, p.id);
     p.settle?.({
       tokens: p.known!, complete: false, decided: true, freshTokens: 0, warmedTokens: 0, waitMs: p.dispatched - p.submitted,
       promptTokens: p.estimatedTokens ?? p.known!.length,
