@@ -1,7 +1,8 @@
 // bun run bench:pick — what a pick costs when the body is text: the EPP (its own process, TLS ext_proc, Qwen3
-// tokenizer) against the C load generator (bench/loadgen.c), twice in the same run: tokenization in the pool
-// of worker threads (the default, sized to the CPU limit) and on the event loop (--tokenizer-threads 0, the
-// old path, the baseline). Rows, each a fresh stretch of traffic for both EPPs:
+// tokenizer) against the C load generator (bench/loadgen.c), three ways in the same run: tokenization in the
+// pool of worker threads (the default, sized to the CPU limit), a long text routed once its known prefix
+// settles the match; the same pool tokenizing every text whole (--route-on-settled-prefix=false); and on the
+// event loop (--tokenizer-threads 0, the old path, the baseline). Rows, each a fresh stretch of traffic for each EPP:
 //   tokens   8k-token prompts as token ids (bench:epp's workload: no tokenization at all)
 //   chats    the trace's conversations as chats, built as `bun run demo` builds them (each turn resends the
 //            conversation so far), in trace order
@@ -14,7 +15,7 @@
 // Before the rows, each EPP takes 4 s of every kind of traffic (other conversations, documents and sessions than the
 // measured ones), so that the rows measure steady state: each pool member JIT-compiles its own copy of the code.
 // Per row p50/p99 (the generator's clock: body sent -> route answered), the EPP's CPU seconds per request
-// (/proc, every thread) and the pool's budget fallbacks. Then fresh-text tokens/s per core for each tokenizer
+// (/proc, every thread), the pool's budget fallbacks and its picks decided on a settled prefix. Then fresh-text tokens/s per core for each tokenizer
 // candidate (packages/tokenizer/bench/fresh-text.ts). The generator closes each stream once routed, so no
 // response passes through ext_proc here and reply warming does not act (the demo shows that).
 // Flags: --rate N (chats and tokens, default 500), --agent-rate N (default 50), --duration-ms N (default 3000).
@@ -50,6 +51,8 @@ const enc = new TextEncoder();
 type Epp = { name: string; proc: ProcessHandle; target: string; metrics: string; selection: string };
 type Row = {
   row: string; epp: string; runs: { label: string; run: Run }[]; cpuSecondsPerRequest: number; fallbacks: number;
+  /** Picks made on a known prefix that settled the match (dynamo_epp_tokenizer_decided_early_total). */
+  decided: number;
   /** The EPP's CPU ms per request by kind of thread (see cpuByThreadUs). */
   threads: [string, number][];
 };
@@ -66,6 +69,7 @@ async function measure(epp: Epp, row: string, streams: { label: string; file: st
   const cpu0 = cpuTimeUs(epp.proc.pid);
   const threads0 = cpuByThreadUs(epp.proc.pid);
   const fb0 = await scrapeSum(epp, "dynamo_epp_tokenizer_budget_fallbacks_total");
+  const decided0 = await scrapeSum(epp, "dynamo_epp_tokenizer_decided_early_total");
   const runs = await Promise.all(
     streams.map(async (s) => ({
       label: s.label,
@@ -80,11 +84,12 @@ async function measure(epp: Epp, row: string, streams: { label: string; file: st
   const r: Row = {
     row, epp: epp.name, runs, cpuSecondsPerRequest: (cpuTimeUs(epp.proc.pid) - cpu0) / 1e6 / requests,
     fallbacks: (await scrapeSum(epp, "dynamo_epp_tokenizer_budget_fallbacks_total")) - fb0, threads,
+    decided: (await scrapeSum(epp, "dynamo_epp_tokenizer_decided_early_total")) - decided0,
   };
   for (const { label, run } of runs) {
     console.log(`${epp.name.padEnd(8)} ${row.padEnd(18)} ${label.padEnd(10)} offered ${run.rate}/s achieved ${run.achieved.toFixed(0)}/s  p50 ${run.p50.toFixed(3)} ms  p99 ${run.p99.toFixed(3)} ms  max ${run.max.toFixed(2)} ms  errors ${run.errors}`);
   }
-  console.log(`${"".padEnd(8)} ${row.padEnd(18)} EPP CPU ${(r.cpuSecondsPerRequest * 1000).toFixed(2)} ms/request (${threadsText(threads)}), budget fallbacks ${r.fallbacks}`);
+  console.log(`${"".padEnd(8)} ${row.padEnd(18)} EPP CPU ${(r.cpuSecondsPerRequest * 1000).toFixed(2)} ms/request (${threadsText(threads)}), budget fallbacks ${r.fallbacks}, decided on a settled prefix ${r.decided}`);
   return r;
 }
 
@@ -197,13 +202,15 @@ async function main() {
     return { name, proc, target: `${HOST}:${ports.grpc}`, metrics: `http://${HOST}:${ports.metrics}`, selection: `http://${HOST}:${ports.selection}` };
   };
   const pool = await startEpp("pool", []);
+  const whole = await startEpp("pool, whole", ["--route-on-settled-prefix=false"]);
   const inLoop = await startEpp("in-loop", ["--tokenizer-threads", "0"]);
+  const epps = [pool, whole, inLoop];
   const poolSize = ((await (await fetch(`${pool.metrics}/metrics`)).text()).match(/^dynamo_epp_tokenizer_pool_members (\S+)$/m) ?? [])[1];
-  console.log(`EPPs ready: "pool" (${poolSize} tokenizer threads, budget 50 ms) and "in-loop" (--tokenizer-threads 0); rates: tokens and chats ${RATE}/s, documents ${DOC_RATE}/s, agentic ${AGENT_RATE}/s, ${DURATION_MS} ms measured after ${WARMUP_MS} ms`);
+  console.log(`EPPs ready: "pool" (${poolSize} tokenizer threads, budget 50 ms), "pool, whole" (--route-on-settled-prefix=false) and "in-loop" (--tokenizer-threads 0); rates: tokens and chats ${RATE}/s, documents ${DOC_RATE}/s, agentic ${AGENT_RATE}/s, ${DURATION_MS} ms measured after ${WARMUP_MS} ms`);
 
   // Connections and the JIT warmed before anything is measured, on every thread that will work (each pool member
   // compiles its own code): a run of every kind of traffic, then the rows measure steady state, not compilation.
-  for (const e of [pool, inLoop]) {
+  for (const e of epps) {
     await measure(e, "(warm-up)", [
       { label: "token ids", file: files.tokens, rate: Math.min(RATE, 50) },
       { label: "chats", file: files.warmChats, rate: RATE / 5 },
@@ -213,9 +220,11 @@ async function main() {
     await idle(e);
   }
   const rows: Row[] = [];
-  // Each row starts on an idle pool: what a row left running is not charged to the next.
+  // Each row starts on an idle pool: what a row left running is not charged to the next. The EPPs take turns
+  // going first.
   const both = async (f: (e: Epp) => Promise<Row>, step: number) => {
-    for (const e of step % 2 === 0 ? [pool, inLoop] : [inLoop, pool]) {
+    for (let k = 0; k < epps.length; k++) {
+      const e = epps[(step + k) % epps.length]!;
       await idle(e);
       rows.push(await f(e));
     }
@@ -239,16 +248,17 @@ async function main() {
     `Run ${new Date().toISOString()} on ${navigator.hardwareConcurrency} cores shared with other work (the figures are noisy; one run).`,
     `The EPP in its own process with the Qwen3 tokenizer, TLS ext_proc in full duplex; the load from bench/loadgen.c (C, nghttp2), open loop,`,
     `one gRPC stream per request; latency = request body sent -> route answered. "pool": tokenization in ${poolSize} worker threads`,
-    `(the default, the CPU limit), budget 50 ms; "in-loop": --tokenizer-threads 0 (tokenization on the event loop, the baseline).`,
+    `(the default, the CPU limit), budget 50 ms, a long text routed once its known prefix settles the match; "pool, whole": the same,`,
+    `--route-on-settled-prefix=false (every text tokenized whole); "in-loop": --tokenizer-threads 0 (tokenization on the event loop, the baseline).`,
     `Rates: tokens and chats ${RATE}/s, documents (${DOC_TOKENS}-token fresh chats) ${DOC_RATE}/s beside the chats, agentic ${AGENT_RATE}/s; ${DURATION_MS} ms measured after ${WARMUP_MS} ms warm-up.`,
     `Chats: the trace's first ${chatBodies.length} records as the demo builds them (first 200: mean ${Math.round(chatTokens.reduce((a, b) => a + b, 0) / chatTokens.length)} tokens); the chats + documents row sends the second half.`,
     ``,
-    `| row | EPP | stream | offered/s | achieved/s | p50 ms | p99 ms | max ms | errors | EPP CPU ms/request | budget fallbacks |`,
-    `|---|---|---|---|---|---|---|---|---|---|---|`,
+    `| row | EPP | stream | offered/s | achieved/s | p50 ms | p99 ms | max ms | errors | EPP CPU ms/request | budget fallbacks | decided on a settled prefix |`,
+    `|---|---|---|---|---|---|---|---|---|---|---|---|`,
     ...rows.flatMap((r) => r.runs.map(({ label, run }) =>
-      `| ${r.row} | ${r.epp} | ${label} | ${run.rate} | ${run.achieved.toFixed(0)} | ${f3(run.p50)} | ${f3(run.p99)} | ${run.max.toFixed(2)} | ${run.errors} | ${(r.cpuSecondsPerRequest * 1000).toFixed(2)} | ${r.fallbacks} |`)),
+      `| ${r.row} | ${r.epp} | ${label} | ${run.rate} | ${run.achieved.toFixed(0)} | ${f3(run.p50)} | ${f3(run.p99)} | ${run.max.toFixed(2)} | ${run.errors} | ${(r.cpuSecondsPerRequest * 1000).toFixed(2)} | ${r.fallbacks} | ${r.decided} |`)),
     ``,
-    ...[pool.name, inLoop.name].map((e) => {
+    ...epps.map(({ name: e }) => {
       const alone = get("chats", e, "chats").p99;
       const beside = get("chats + documents", e, "chats").p99;
       const docs = get("chats + documents", e, "documents");
@@ -262,7 +272,7 @@ async function main() {
     ``,
     ...rows.map((r) => `- ${r.row}, ${r.epp}: ${threadsText(r.threads)}`),
     ``,
-    ...[pool.name, inLoop.name].map((e) => {
+    ...epps.map(({ name: e }) => {
       const r = rows.find((x) => x.row === "agentic" && x.epp === e)!;
       return `${e}: agentic ${(r.cpuSecondsPerRequest).toFixed(4)} CPU seconds per request (= cores per req/s).`;
     }),
