@@ -96,6 +96,8 @@ dynamo_epp_tokenizer_warmed_tokens_total 1200
 # TYPE dynamo_epp_tokenizer_budget_fallbacks_total counter
 dynamo_epp_tokenizer_budget_fallbacks_total{cause="budget"} 2
 dynamo_epp_tokenizer_budget_fallbacks_total{cause="queue"} 1
+# TYPE dynamo_epp_tokenizer_decided_early_total counter
+dynamo_epp_tokenizer_decided_early_total 5
 `;
 
 describe("EPP fresh tokens per pick", () => {
@@ -103,9 +105,11 @@ describe("EPP fresh tokens per pick", () => {
     const fresh = parseHistogram(tokenization, TOKENIZER_METRICS.fresh)!;
     const warmedTokens = parseValues(tokenization, TOKENIZER_METRICS.warmed).get("")!;
     const fallbacks = parseValues(tokenization, TOKENIZER_METRICS.fallbacks).get("")!;
-    const scrape = { ...base, tokenization: { fresh, warmedTokens, fallbacks } };
+    const decided = parseValues(tokenization, TOKENIZER_METRICS.decided).get("")!;
+    const scrape = { ...base, tokenization: { fresh, warmedTokens, fallbacks, decided } };
     expect(freshTokensText("epp-a", scrape)).toStartWith("epp-a: mean 200 with reply warming, 500 without (p50 ~64, p99 ~");
-    expect(freshTokensText("epp-a", scrape)).toEndWith("4 picks tokenized in full; 3 more routed on their known prefix, over the tokenization budget)");
+    expect(freshTokensText("epp-a", scrape)).toEndWith(
+      "4 picks tokenized in full; 5 routed once their known prefix settled the match; 3 more routed on their known prefix, over the tokenization budget)");
   });
 
   test("a replica without tokenization in a pool says so", () => {

@@ -13,6 +13,7 @@ export const OVERLAP_HISTOGRAM = "dynamo_epp_overlap_ratio";
 /** Tokenization per pick, from the EPP's tokenizer pool: fresh (uncached) tokens, and tokens cached only by reply warming. */
 export const TOKENIZER_METRICS = {
   fresh: "dynamo_epp_tokenizer_fresh_tokens", warmed: "dynamo_epp_tokenizer_warmed_tokens_total", fallbacks: "dynamo_epp_tokenizer_budget_fallbacks_total",
+  decided: "dynamo_epp_tokenizer_decided_early_total",
 } as const;
 export const QUALITY_METRICS = {
   error: "dynamo_epp_cached_tokens_prediction_error",
@@ -128,9 +129,10 @@ export type RoutingQuality = {
 
 /**
  * Fresh tokens per pick tokenized in full (absent without a tokenizer pool), the tokens those picks found cached only
- * because a reply was warmed, and the picks routed on their known prefix because the budget ran out (not in `fresh`).
+ * because a reply was warmed, the picks routed on their known prefix because the budget ran out, and those routed
+ * on a known prefix that settled their match (neither in `fresh`).
  */
-export type Tokenization = { fresh: Histogram; warmedTokens: number; fallbacks: number };
+export type Tokenization = { fresh: Histogram; warmedTokens: number; fallbacks: number; decided: number };
 
 export type EppScrape = { pick: Histogram; overlap: Histogram; quality: RoutingQuality; inflight: number; tokenization?: Tokenization } | { failed: string };
 
@@ -156,6 +158,7 @@ export async function scrapeEppMetrics(metricsUrl: string): Promise<EppScrape> {
     const fresh = parseHistogram(text, TOKENIZER_METRICS.fresh);
     const tokenization = fresh && {
       fresh, warmedTokens: parseValues(text, TOKENIZER_METRICS.warmed).get("") ?? 0, fallbacks: parseValues(text, TOKENIZER_METRICS.fallbacks).get("") ?? 0,
+      decided: parseValues(text, TOKENIZER_METRICS.decided).get("") ?? 0,
     };
     return { pick, overlap, quality, inflight: parseValues(text, q.inflight).get("") ?? 0, ...(tokenization ? { tokenization } : {}) };
   } catch (e) {

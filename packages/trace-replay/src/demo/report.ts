@@ -40,9 +40,10 @@ export function eppPickText(name: string, s: EppScrape): string {
 export function freshTokensText(name: string, s: EppScrape): string {
   if ("failed" in s) return `${name}: not scraped`;
   const t = s.tokenization;
-  if (!t || t.fresh.count + t.fallbacks === 0) return `${name}: no pick tokenized in the pool`;
+  if (!t || t.fresh.count + t.fallbacks + t.decided === 0) return `${name}: no pick tokenized in the pool`;
   const n = t.fresh.count;
-  const over = t.fallbacks > 0 ? `; ${t.fallbacks} more routed on their known prefix, over the tokenization budget` : "";
+  const settled = t.decided > 0 ? `; ${t.decided} routed once their known prefix settled the match` : "";
+  const over = `${settled}${t.fallbacks > 0 ? `; ${t.fallbacks} more routed on their known prefix, over the tokenization budget` : ""}`;
   if (n === 0) return `${name}: no pick tokenized in full${over}`;
   const q = (x: number) => Math.round(histogramQuantile(t.fresh, x));
   return `${name}: mean ${Math.round(t.fresh.sum / n)} with reply warming, ${Math.round((t.fresh.sum + t.warmedTokens) / n)} without ` +
