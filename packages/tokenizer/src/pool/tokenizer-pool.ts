@@ -61,7 +61,7 @@ export type TokenizeOutcome = {
   fallback?: FallbackCause;
   decided?: true;
   /**
-   * On a fallback: the whole prompt's length in tokens, estimated (the known ids, and the rest at the characters
+   * When not complete: the whole prompt's length in tokens, estimated (the known ids, and the rest at the characters
    * per token its member has measured, or at CHARS_PER_TOKEN when no member said), so that what routing charges
    * for the request is its size, not its known prefix's.
    */
@@ -121,7 +121,7 @@ type Pending = {
   decides?: Decides;
   /** Answered on a prefix `decides` accepted (then stopped). */
   decided?: boolean;
-  /** Cancelled by its caller, or answered on a prefix that settles it: stopped, it is not resumed. */
+  /** Cancelled by its caller: stopped, it is not resumed. */
   cancelled?: boolean;
   timer?: ReturnType<typeof setTimeout>;
   read?: BodyReading;
@@ -372,7 +372,7 @@ export class TokenizerPool {
     } else if (p.decided) {
       // Stopped once answered (answerDecided): nothing waits for its rest.
     } else if (p.settle === undefined && !p.cancelled && (p.job.kind !== "body" || p.read !== undefined)) {
-      // A request answered already (decided, or over budget), stopped for another: the rest as a warm.
+      // A request answered over budget, stopped for another: the rest as a warm.
       this.warm(p.job.kind === "body" ? { ...p.job, request: { ...p.job.request, body: p.read!.body } } : p.job);
     } else {
       this.stopped++;
