@@ -155,7 +155,7 @@ async function main() {
   const wordsPerToken = 5000 / sampleTokens;
   const charsPerToken = sample.length / sampleTokens;
 
-  // Request files, each written once and sent to both EPPs.
+  // Request files, each written once and sent to each EPP.
   const t0 = performance.now();
   const perRun = (rate: number) => Math.ceil(rate * SECONDS);
   const records = await loadTrace();
@@ -222,18 +222,18 @@ async function main() {
   const rows: Row[] = [];
   // Each row starts on an idle pool: what a row left running is not charged to the next. The EPPs take turns
   // going first.
-  const both = async (f: (e: Epp) => Promise<Row>, step: number) => {
+  const each = async (f: (e: Epp) => Promise<Row>, step: number) => {
     for (let k = 0; k < epps.length; k++) {
       const e = epps[(step + k) % epps.length]!;
       await idle(e);
       rows.push(await f(e));
     }
   };
-  await both((e) => measure(e, "tokens", [{ label: "token ids", file: files.tokens, rate: RATE }]), 0);
-  await both((e) => measure(e, "chats", [{ label: "chats", file: files.chats, rate: RATE }]), 1);
-  await both((e) => measure(e, "documents", [{ label: "documents", file: files.docsAlone, rate: DOC_RATE }]), 2);
-  await both((e) => measure(e, "chats + documents", [{ label: "chats", file: files.chatsBeside, rate: RATE }, { label: "documents", file: files.docs, rate: DOC_RATE }]), 2);
-  await both((e) => measure(e, "agentic", [{ label: "agentic", file: files.agentic, rate: AGENT_RATE }]), 3);
+  await each((e) => measure(e, "tokens", [{ label: "token ids", file: files.tokens, rate: RATE }]), 0);
+  await each((e) => measure(e, "chats", [{ label: "chats", file: files.chats, rate: RATE }]), 1);
+  await each((e) => measure(e, "documents", [{ label: "documents", file: files.docsAlone, rate: DOC_RATE }]), 2);
+  await each((e) => measure(e, "chats + documents", [{ label: "chats", file: files.chatsBeside, rate: RATE }, { label: "documents", file: files.docs, rate: DOC_RATE }]), 2);
+  await each((e) => measure(e, "agentic", [{ label: "agentic", file: files.agentic, rate: AGENT_RATE }]), 3);
   await killAll();
   peer.stop(true);
 

@@ -76,7 +76,7 @@ export const EPP_OPTIONS = {
       "worker threads that render and tokenize off the decision thread (default: the process's CPU limit, its cgroup quota; 0: on the event loop)",
     ),
     tokenizeBudgetMs: opt.int(count.default(50), "a pick whose tokenization would take longer is routed on the prefix already known (Envoy's message_timeout is 200 ms)"),
-    routeOnSettledPrefix: opt.bool(z.boolean().default(true), "route a long text once its known prefix holds a block no worker or in-flight request has (the rest cannot change the match; it is tokenized in the background, and the request charged for its estimated length)"),
+    routeOnSettledPrefix: opt.bool(z.boolean().default(true), "route a long text once its known prefix holds a block no worker or in-flight request has (the rest cannot change the match and is not tokenized; the request is charged for its estimated length)"),
   }),
   ...ROUTING_OPTIONS,
   ...group("Replica-agg (in-flight load shared with peer replicas)", {

@@ -34,7 +34,7 @@ export type TokenizeBody = (req: BodyRequest, signal?: AbortSignal, settles?: Se
 
 /**
  * Whether a known prefix of the body's tokens settles the pick already (the picker's `settles`, in the identity
- * the body's fields name): then the pool answers with that prefix and tokenizes the rest in the background.
+ * the body's fields name): then the pool answers with that prefix and its member stops there.
  */
 export type Settles = (fields: BodyFields, known: Uint32Array) => boolean;
 

@@ -39,7 +39,7 @@ export type ExtProcDeps = {
   routing: RoutingContext;
   /** Reads and tokenizes a request body: in the tokenizer pool, or on this thread without one (tokens.ts). */
   tokenizeBody: TokenizeBody;
-  /** Answer a long text as soon as its known prefix settles the match (the pool tokenizes the rest in the background). */
+  /** Answer a long text as soon as its known prefix settles the match (its member stops there). */
   routeOnSettledPrefix?: boolean;
   metrics: Metrics;
   log: Logger;
@@ -428,7 +428,7 @@ class ProcessStream {
     const rewriteModel = at === "body" && !maybeCut ? req.cls.modelRewrite : undefined;
     let read: RoutedBody | Promise<RoutedBody>;
     try {
-      // A long text is answered as soon as its known prefix settles the match (the rest tokenized in the background).
+      // A long text is answered as soon as its known prefix settles the match (the rest is not tokenized).
       const picker = this.deps.routing.picker;
       const settles: Settles | undefined = this.deps.routeOnSettledPrefix
         ? (fields, known) => picker.settles(req.cls.modelRewrite ?? fields.model, fields.cacheSalt, known)

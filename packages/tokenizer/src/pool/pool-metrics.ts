@@ -55,7 +55,7 @@ export function poolMetrics(registry: Registry, model = ""): PoolObserver & { at
   });
   const decided = new Counter({
     name: "dynamo_epp_tokenizer_decided_early_total",
-    help: "Picks answered before their tokenization finished: the prefix known by then held a block no worker or in-flight request has, so the rest could not change the match (the rest goes on in the background)",
+    help: "Picks answered before their tokenization finished: the prefix known by then held a block no worker or in-flight request has, so the rest could not change the match (its member stops there)",
     registers: [registry],
   });
   const warmJobs = new Counter({

@@ -242,12 +242,8 @@ export class TokenizerPool {
     if (this.closed) return;
     const p: Pending = { id: this.nextId++, job, discard: true, submitted: performance.now(), dispatched: 0, cost: 0 };
     const member = this.memberFor(p, false);
-    if (member.warm.length >= this.maxWarmQueued) {
-      member.warm.shift();
-      this.warmDropped++;
-      this.observe.warm?.("dropped");
-    }
     member.warm.push(p);
+    this.trimWarm(member);
     this.pump(member);
   }
 
@@ -367,8 +363,9 @@ export class TokenizerPool {
     } else if (m.type === "error") {
       p.settle?.(memberError(m.name, m.message));
     } else if (p.discard) {
-      // A warm stopped for a request (preemptWarm): it goes on later, finding the sections it did cached.
-      this.requeueWarm(member, p);
+      // A warm stopped for a request (preemptWarm): it goes on later, first of the warms, finding the sections it did cached.
+      member.warm.unshift(p);
+      this.trimWarm(member);
     } else if (p.decided) {
       // Stopped once answered (answerDecided): nothing waits for its rest.
     } else if (p.settle === undefined && !p.cancelled && (p.job.kind !== "body" || p.read !== undefined)) {
@@ -425,7 +422,7 @@ export class TokenizerPool {
     Atomics.store(member.cancel, 0, p.id);
     p.settle?.({
       tokens: p.known!, complete: false, decided: true, freshTokens: 0, warmedTokens: 0, waitMs: p.dispatched - p.submitted,
-      promptTokens: p.estimatedTokens ?? p.known!.length,
+      promptTokens: p.estimatedTokens,
       ...(p.read ? { read: p.read } : {}),
     });
   }
@@ -442,9 +439,9 @@ export class TokenizerPool {
     Atomics.store(member.cancel, 0, running.id);
   }
 
-  private requeueWarm(member: Member, p: Pending): void {
-    member.warm.unshift(p);
-    if (member.warm.length > this.maxWarmQueued) {
+  /** Past `maxWarmQueued`, the oldest warm jobs (the queue's front) are dropped. */
+  private trimWarm(member: Member): void {
+    while (member.warm.length > this.maxWarmQueued) {
       member.warm.shift();
       this.warmDropped++;
       this.observe.warm?.("dropped");
