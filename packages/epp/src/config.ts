@@ -83,6 +83,8 @@ export type EppConfig = {
   tokenizerDir?: string;
   /** Tokenizer pool threads (undefined: the CPU limit; 0: none, tokenize on the event loop) and the pick's tokenization budget. */
   tokenizerThreads?: number;
+  /** Nice value of the tokenizer pool's threads (below the decision thread's). */
+  tokenizerNice: number;
   tokenizeBudgetMs: number;
   /** Route a long text as soon as its known prefix settles the match (Picker.settles), not once it is all tokenized. */
   routeOnSettledPrefix: boolean;
@@ -229,6 +231,7 @@ export function parseConfig(argv: string[], env: Record<string, string | undefin
     model: { name: o.model, tenant: o.tenant, blockSize: o.blockSize, loraAdapters: [...new Set(o.loraAdapters)] },
     tokenizerDir: o.tokenizerDir,
     tokenizerThreads: o.tokenizerThreads,
+    tokenizerNice: o.tokenizerNice,
     tokenizeBudgetMs: o.tokenizeBudgetMs,
     routeOnSettledPrefix: o.routeOnSettledPrefix,
     workers,

@@ -221,6 +221,7 @@ async function tokenizationOf(cfg: EppConfig, metrics: Metrics, log: Logger): Pr
   const pool = new TokenizerPool({
     preprocessor: { tokenizerDir: cfg.tokenizerDir, model: cfg.model.name },
     size: cfg.tokenizerThreads,
+    nice: cfg.tokenizerNice,
     budgetMs: cfg.tokenizeBudgetMs,
     observe,
     log: log.child({ component: "tokenizer-pool" }),
@@ -229,7 +230,9 @@ async function tokenizationOf(cfg: EppConfig, metrics: Metrics, log: Logger): Pr
   try {
     await pool.ready();
     const warmed = pool.stats().members.map((m) => m.warmUp);
-    log.info({ members: warmed.length, tokens: warmed.reduce((n, w) => n + (w?.tokens ?? 0), 0), ms: Math.round(Math.max(...warmed.map((w) => w?.ms ?? 0))) }, "tokenizer pool warmed up");
+    const nice = pool.stats().members.map((m) => m.priority).find((p) => p !== null && "unsupported" in p);
+    if (nice) log.warn({ nice: cfg.tokenizerNice, why: nice.unsupported }, "tokenizer threads run at the decision thread's priority");
+    log.info({ members: warmed.length, nice: cfg.tokenizerNice, tokens: warmed.reduce((n, w) => n + (w?.tokens ?? 0), 0), ms: Math.round(Math.max(...warmed.map((w) => w?.ms ?? 0))) }, "tokenizer pool warmed up");
   } catch (err) {
     await pool.close();
     throw new ConfigError(`invalid value for --tokenizer-dir: ${JSON.stringify(cfg.tokenizerDir)}: ${(err as Error).message}`);

@@ -5,6 +5,7 @@
 import { DEFAULT_KV_MAX_MESSAGE_SIZE, LISTENER_HEARTBEAT } from "@kv-epp/kv-events";
 import { count, group, opt, port, positive, type Program } from "@kv-epp/options";
 import { ROUTING_OPTIONS } from "@kv-epp/routing";
+import { DEFAULT_MEMBER_NICE } from "@kv-epp/tokenizer";
 import { z } from "zod";
 
 export const EPP_PROGRAM = { envPrefix: "DYN_EPP_" } as const satisfies Program;
@@ -74,6 +75,10 @@ export const EPP_OPTIONS = {
     tokenizerThreads: opt.int(
       count.optional(),
       "worker threads that render and tokenize off the decision thread (default: the process's CPU limit, its cgroup quota; 0: on the event loop)",
+    ),
+    tokenizerNice: opt.int(
+      z.number().int().min(0).max(19).default(DEFAULT_MEMBER_NICE),
+      "nice value of the tokenizer threads (0-19, Linux): below the decision thread's, so that on a busy machine tokenization waits, not the answers",
     ),
     tokenizeBudgetMs: opt.int(count.default(50), "a pick whose tokenization would take longer is routed on the prefix already known (Envoy's message_timeout is 200 ms)"),
     routeOnSettledPrefix: opt.bool(z.boolean().default(true), "route a long text once its known prefix holds a block no worker or in-flight request has (the rest cannot change the match and is not tokenized; the request is charged for its estimated length)"),

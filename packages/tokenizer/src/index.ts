@@ -11,7 +11,7 @@ export type {
   CacheOptions, CacheStats, ChatMessage, ChatOptions, CompletionOptions, ContentPart, Preprocessor, PreprocessorKind, PreprocessorOptions,
 } from "./types";
 export {
-  TokenizerPool, TokenizeCancelled, type Decides, type FallbackCause, type PoolObserver, type PoolOptions, type PoolStats, type TokenizeOutcome,
+  DEFAULT_MEMBER_NICE, TokenizerPool, TokenizeCancelled, type Decides, type FallbackCause, type PoolObserver, type PoolOptions, type PoolStats, type TokenizeOutcome,
 } from "./pool/tokenizer-pool";
 export type { BodyReading } from "./pool/protocol";
 export { affinityKey } from "./pool/affinity";

@@ -1,6 +1,8 @@
 import { describe, expect, test } from "bun:test";
+import { readFileSync } from "node:fs";
+import { threadNice } from "../src/pool/thread-priority";
 import {
-  affinityKey, BadRequest, ChatTemplateError, createPreprocessor, cpuLimit, TokenizeCancelled, TokenizerPool, TooDeep,
+  affinityKey, DEFAULT_MEMBER_NICE, BadRequest, ChatTemplateError, createPreprocessor, cpuLimit, TokenizeCancelled, TokenizerPool, TooDeep,
 } from "../src/index";
 import { freshWords } from "@kv-epp/testkit";
 import { chat, freshChat, QWEN3_DIR as dir, qwen3Pools } from "./qwen3-pool";
@@ -174,6 +176,24 @@ describe("tokenizer pool", () => {
     const turn2 = await pool.tokenize({ kind: "chat", messages: [...turn1, { role: "assistant", content: reply }, { role: "user", content: "ok" }], opts: {} });
     expect(turn2.warmedTokens).toBe(0);
     expect(turn2.freshTokens).toBeGreaterThan(createPreprocessor({ tokenizerDir: dir }).encodeCompletion(reply).length - 8);
+  }, 60_000);
+
+  test.skipIf(process.platform !== "linux")("members' threads run at the configured nice value; the calling thread keeps its own", async () => {
+    const before = threadNice(Number(readFileSync("/proc/thread-self/stat", "utf8").split(" ", 1)[0]));
+    const pool = await pools.start({ size: 2, budgetMs: 60_000, nice: 7 });
+    const members = pool.stats().members.map((m) => m.priority);
+    expect(members).toHaveLength(2);
+    for (const p of members) {
+      if (p === null || "unsupported" in p) throw new Error(`member priority not set: ${JSON.stringify(p)}`);
+      // What the kernel says of that thread, not what the member reported.
+      expect(threadNice(p.tid)).toBe(7);
+      expect(p.nice).toBe(7);
+    }
+    expect(new Set(members.map((p) => (p as { tid: number }).tid)).size).toBe(2);
+    expect(threadNice(Number(readFileSync("/proc/thread-self/stat", "utf8").split(" ", 1)[0]))).toBe(before);
+    // The default is below the decision thread's priority.
+    const dflt = await pools.start({ size: 1, budgetMs: 60_000 });
+    expect(dflt.stats().members[0]!.priority).toMatchObject({ nice: DEFAULT_MEMBER_NICE });
   }, 60_000);
 
   test("the members' segment caches are summed in the pool's stats and in the process's cache metrics", async () => {

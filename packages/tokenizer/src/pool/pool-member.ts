@@ -10,6 +10,7 @@ import { TooDeep } from "../request/openai-body";
 import { readBody } from "../request/read-body";
 import { warmUp } from "../warm-up";
 import type { BodyReading, FromMember, MemberInit, ToMember } from "./protocol";
+import { lowerThreadPriority } from "./thread-priority";
 
 // Below this many unknown characters the whole job takes well under a millisecond: no early known prefix.
 const KNOWN_PREFIX_MIN_CHARS = 16 * 1024;
@@ -25,7 +26,10 @@ try {
   // Ready only once warm: a cold member answers its first requests past the budget.
   const warm = warmUp(pre);
   Bun.gc(true);
-  post({ type: "ready", warmUp: warm });
+  // Lowered only now: the process serves nothing before its members are ready, and while it starts, its main
+  // thread (loading and compiling its modules, seconds of CPU) would hold a low-priority warm-up back for as long.
+  const priority = lowerThreadPriority(init.nice);
+  post({ type: "ready", warmUp: warm, priority });
 } catch (err) {
   post({ type: "init-failed", message: (err as Error).message });
   process.exit(1);

@@ -2,6 +2,7 @@
 import type { PoolJob } from "../job";
 import type { BodyFields } from "../request/read-body";
 import type { CacheStats, PreprocessorOptions } from "../types";
+import type { ThreadPriority } from "./thread-priority";
 import type { WarmUp } from "../warm-up";
 
 /**
@@ -15,6 +16,8 @@ export type MemberInit = {
   preprocessor: Omit<PreprocessorOptions, "registry">;
   /** Int32Array[0]: the id of the job the member must stop (set by the pool on cancel). */
   cancel: SharedArrayBuffer;
+  /** The member's thread runs at this nice value (see thread-priority.ts). */
+  nice: number;
 };
 
 /** A body job's `request.body` is transferred (its buffer moves to the member) unless `discard`. */
@@ -22,7 +25,7 @@ export type ToMember = { type: "job"; id: number; job: PoolJob; discard: boolean
 
 export type FromMember =
   /** Loaded and warmed up (see warm-up.ts): what the warm-up tokenized and took. */
-  | { type: "ready"; warmUp: WarmUp }
+  | { type: "ready"; warmUp: WarmUp; priority: ThreadPriority }
   | { type: "init-failed"; message: string }
   /**
    * What the cache already knew, posted before tokenizing a large unknown rest; estimatedMs is that rest's cost,

@@ -9,6 +9,7 @@ import { TooDeep } from "../request/openai-body";
 import { affinityKey } from "./affinity";
 import { jobChars, Placement, type PlacementKind } from "./placement";
 import type { BodyReading, FromMember, MemberInit } from "./protocol";
+import type { ThreadPriority } from "./thread-priority";
 import type { WarmUp } from "../warm-up";
 
 export type PoolOptions = {
@@ -18,6 +19,11 @@ export type PoolOptions = {
   size?: number;
   /** Answer by this many ms after submission whatever is left to tokenize (default 50; Envoy's message_timeout is 200). */
   budgetMs?: number;
+  /**
+   * Nice value of the members' threads (default DEFAULT_MEMBER_NICE): below the decision thread's priority, so that
+   * a busy machine delays tokenization, never the answers that wait on the event loop (see thread-priority.ts).
+   */
+  nice?: number;
   /** Queued low-priority warm jobs per member, at most; the oldest is dropped past it. */
   maxWarmQueued?: number;
   /** Told as things happen, for metrics (see pool-metrics.ts). */
@@ -83,6 +89,8 @@ export type MemberStats = {
   cache: CacheStats;
   /** Its warm-up before it reported ready (null until then). */
   warmUp: WarmUp | null;
+  /** Its thread's id and nice value (null until ready). */
+  priority: ThreadPriority | null;
 };
 export type PoolStats = {
   size: number; budgetMs: number; members: MemberStats[]; fallbacks: Record<FallbackCause, number>;
@@ -142,9 +150,16 @@ type Member = {
   busyMs: number;
   cache: CacheStats;
   warmUp: WarmUp | null;
+  priority: ThreadPriority | null;
 };
 
 const DEFAULT_BUDGET_MS = 50;
+/**
+ * The lowest priority. Measured in bench:pick's chats row (500/s on 2 cores, the CPU saturated; one run each): members
+ * at nice 0 gave p50 76 ms, p99 209 ms; at 10, 57 / 124 ms; at 19, 34 / 83 ms. The decision thread's work is bounded
+ * (O(blocks) a pick), so it cannot starve the members for long; when it is that busy, picks fall back on the budget.
+ */
+export const DEFAULT_MEMBER_NICE = 19;
 
 /** A prompt's length guessed from its characters (or a body's bytes) when no member has measured its text. */
 const CHARS_PER_TOKEN = 4;
@@ -183,7 +198,8 @@ export class TokenizerPool {
     this.observe = opts.observe ?? {};
     const cache = opts.preprocessor.cache;
     const share = cache === false ? false : { ...cache, maxBytes: Math.floor((cache?.maxBytes ?? DEFAULT_CACHE_MAX_BYTES) / size) };
-    this.members = Array.from({ length: size }, (_, index) => this.startMember(index, { ...opts.preprocessor, cache: share }));
+    const nice = opts.nice ?? DEFAULT_MEMBER_NICE;
+    this.members = Array.from({ length: size }, (_, index) => this.startMember(index, { ...opts.preprocessor, cache: share }, nice));
     this.placement = new Placement(size);
   }
 
@@ -252,7 +268,7 @@ export class TokenizerPool {
       size: this.members.length, budgetMs: this.budgetMs,
       members: this.members.map((m) => ({
         member: m.index, queued: m.queue.length, warmQueued: m.warm.length, busy: m.current !== null,
-        jobs: m.jobs, freshTokens: m.freshTokens, busyMs: m.busyMs, cache: { ...m.cache }, warmUp: m.warmUp,
+        jobs: m.jobs, freshTokens: m.freshTokens, busyMs: m.busyMs, cache: { ...m.cache }, warmUp: m.warmUp, priority: m.priority,
       })),
       fallbacks: { ...this.fallbacks }, cancelled: this.cancelled, stopped: this.stopped, warmDropped: this.warmDropped, warmPreempted: this.warmPreempted, decided: this.decided,
       cache: this.cacheStats(), placement: { ...this.placements, remembered: this.placement.remembered },
@@ -276,9 +292,9 @@ export class TokenizerPool {
     await Promise.all(this.members.map((m) => m.worker.terminate()));
   }
 
-  private startMember(index: number, preprocessor: PoolOptions["preprocessor"]): Member {
+  private startMember(index: number, preprocessor: PoolOptions["preprocessor"], nice: number): Member {
     const cancelBuffer = new SharedArrayBuffer(4);
-    const init: MemberInit = { preprocessor, cancel: cancelBuffer };
+    const init: MemberInit = { preprocessor, cancel: cancelBuffer, nice };
     const worker = new Worker(new URL("./pool-member.ts", import.meta.url), { workerData: init });
     let resolveReady!: () => void;
     let rejectReady!: (e: Error) => void;
@@ -286,11 +302,12 @@ export class TokenizerPool {
     ready.catch(() => {}); // observed through ready()
     const member: Member = {
       index, worker, cancel: new Int32Array(cancelBuffer), ready, queue: [], warm: [], current: null, jobs: 0, freshTokens: 0, busyMs: 0,
-      cache: NO_CACHE_STATS, warmUp: null,
+      cache: NO_CACHE_STATS, warmUp: null, priority: null,
     };
     worker.on("message", (m: FromMember) => {
       if (m.type === "ready") {
         member.warmUp = m.warmUp;
+        member.priority = m.priority;
         resolveReady();
       }
       else if (m.type === "init-failed") rejectReady(new Error(`tokenizer pool member ${index}: ${m.message}`));

@@ -2,7 +2,7 @@
 // signal reaches `bun run` and the process it starts; every group is signalled on stop, on Ctrl-C and
 // on exit, so nothing is left running.
 import { spawn, type ChildProcess } from "node:child_process";
-import { createWriteStream, type WriteStream } from "node:fs";
+import { createWriteStream, writeFileSync, type WriteStream } from "node:fs";
 import { createInterface } from "node:readline";
 
 export type Child = {
@@ -23,9 +23,14 @@ export class Children {
     });
   }
 
-  /** Starts `bun run <args>`; stdout and stderr go to `logPath`, lines also to `onLine`. */
-  start(name: string, args: string[], logPath: string, onLine?: (line: string) => void): Child {
-    const proc = spawn("bun", ["run", ...args], { cwd: this.cwd, detached: true, stdio: ["ignore", "pipe", "pipe"] });
+  /**
+   * Starts `bun run <args>`; stdout and stderr go to `logPath`, lines also to `onLine`. `nice` (> 0): the child
+   * runs at that lower CPU priority (see lowerSessionPriority).
+   */
+  start(name: string, args: string[], logPath: string, onLine?: (line: string) => void, nice = 0): Child {
+    const argv = nice > 0 ? ["nice", "-n", String(nice), "bun", "run", ...args] : ["bun", "run", ...args];
+    const proc = spawn(argv[0]!, argv.slice(1), { cwd: this.cwd, detached: true, stdio: ["ignore", "pipe", "pipe"] });
+    if (nice > 0 && proc.pid !== undefined) lowerSessionPriority(proc.pid, nice);
     const log: WriteStream = createWriteStream(logPath);
     for (const stream of [proc.stdout!, proc.stderr!]) {
       createInterface({ input: stream }).on("line", (line) => {
@@ -70,5 +75,18 @@ function signalGroup(proc: ChildProcess, signal: NodeJS.Signals): void {
     process.kill(-proc.pid, signal);
   } catch {
     // The group is already gone.
+  }
+}
+
+/**
+ * Each child is a session of its own (`detached`), and where the kernel groups scheduling by session (Linux
+ * autogroup, /proc/sys/kernel/sched_autogroup_enabled) the CPU is shared between sessions before threads' nice
+ * values count, so `nice` alone would not lower a child against the EPPs: its session's nice is lowered too.
+ */
+function lowerSessionPriority(pid: number, nice: number): void {
+  try {
+    writeFileSync(`/proc/${pid}/autogroup`, String(nice));
+  } catch {
+    // No autogroup scheduling here (or not Linux): the threads' nice value is what counts.
   }
 }

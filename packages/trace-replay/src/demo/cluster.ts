@@ -26,6 +26,8 @@ export type ClusterLayout = {
   bodyMode: ClientBodyMode;
   /** tokenizer of the EPPs and the workers (chat traffic); none: token-id prompts only */
   tokenizerDir?: string;
+  /** Nice value of the mock workers and P/D sidecars (0: the EPPs' priority). */
+  standInNice: number;
   gateway: { ip: string; port: number };
   /**
    * `httpPort` is what the gateway calls. In a P/D pool (`role` set) a decode worker's is the P/D
@@ -47,6 +49,7 @@ export function layout(o: {
   gatewayPort: number;
   bodyMode: ClientBodyMode;
   tokenizerDir?: string;
+  standInNice?: number;
   /** half the workers prefill, the rest decode behind the P/D sidecar */
   pd?: boolean;
 }): ClusterLayout {
@@ -58,6 +61,7 @@ export function layout(o: {
     speed: o.speed,
     bodyMode: o.bodyMode,
     tokenizerDir: o.tokenizerDir,
+    standInNice: o.standInNice ?? 0,
     gateway: { ip: `${o.subnet}.1`, port: o.gatewayPort },
     workers: Array.from({ length: o.workers }, (_, i) => ({
       id: !o.pd ? `worker-${i}` : i < prefills ? `prefill-${i}` : `decode-${i - prefills}`,
@@ -84,6 +88,8 @@ export function startWorker(children: Children, l: ClusterLayout, i: number, log
       `${w.id}-sidecar`,
       ["pd-sidecar", "--listen", w.ip, "--port", String(w.httpPort), "--decoder", `http://${w.ip}:${w.enginePort}`, "--log-level", "warn"],
       join(logDir, `${w.id}-sidecar.log`),
+      undefined,
+      l.standInNice,
     );
   return children.start(
     w.id,
@@ -103,6 +109,8 @@ export function startWorker(children: Children, l: ClusterLayout, i: number, log
       ...tokenizerFlag(l),
     ],
     join(logDir, `${w.id}.log`),
+    undefined,
+    l.standInNice,
   );
 }
 

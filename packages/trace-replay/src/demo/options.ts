@@ -42,6 +42,12 @@ export const DEMO_OPTIONS = {
     kvPort: opt.int(demoPort.default(5557), "mock workers' KV event port"),
     gatewayPort: opt.int(demoPort.default(8080), "gateway port"),
     bodyMode: opt.choice(["full-duplex", "buffered"], "full-duplex", "ext_proc request body mode, announced by the gateway and set on the EPPs (GAIE uses full duplex)"),
+    // The workers stand in for GPU hosts of their own (each tokenizes every chat it serves, as vLLM does): on one
+    // machine they would take the CPU the EPPs' picks wait for, so they run at a lower priority.
+    standInNice: opt.int(
+      z.number().int().min(0).max(19).default(19),
+      "nice value of the mock workers and P/D sidecars (their session's too, under Linux autogroup scheduling); 0: the EPPs' priority",
+    ),
   }),
   ...group("Output", {
     out: opt.string(z.string().min(1).default("reports"), "directory of the report"),
@@ -70,6 +76,8 @@ export type DemoOptions = {
   png: boolean;
   /** a P/D pool: workers / 2 prefill workers, the rest decode workers behind the P/D sidecar */
   pd: boolean;
+  /** Nice value of the mock workers and P/D sidecars. */
+  standInNice: number;
 };
 
 export function parseDemoArgs(argv: string[]): DemoOptions {
@@ -94,6 +102,7 @@ export function parseDemoArgs(argv: string[]): DemoOptions {
     bodyMode: o.bodyMode,
     png: o.png === "auto",
     pd: o.pd,
+    standInNice: o.standInNice,
   };
 }
 
