@@ -26,7 +26,7 @@ export type ClusterLayout = {
   bodyMode: ClientBodyMode;
   /** tokenizer of the EPPs and the workers (chat traffic); none: token-id prompts only */
   tokenizerDir?: string;
-  /** Nice value of the mock workers and P/D sidecars (0: the EPPs' priority). */
+  /** Nice value of the stand-ins for other hosts: mock workers, P/D sidecars, the gateway (0: the EPPs' priority). */
   standInNice: number;
   gateway: { ip: string; port: number };
   /**
@@ -169,6 +169,8 @@ export function startGateway(children: Children, l: ClusterLayout, replicas: str
       "--replicas", formatReplicas(gatewayReplicas(l, replicas)),
     ],
     join(logDir, "gateway.log"),
+    undefined,
+    l.standInNice,
   );
 }
 

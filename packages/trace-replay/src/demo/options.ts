@@ -42,11 +42,11 @@ export const DEMO_OPTIONS = {
     kvPort: opt.int(demoPort.default(5557), "mock workers' KV event port"),
     gatewayPort: opt.int(demoPort.default(8080), "gateway port"),
     bodyMode: opt.choice(["full-duplex", "buffered"], "full-duplex", "ext_proc request body mode, announced by the gateway and set on the EPPs (GAIE uses full duplex)"),
-    // The workers stand in for GPU hosts of their own (each tokenizes every chat it serves, as vLLM does): on one
-    // machine they would take the CPU the EPPs' picks wait for, so they run at a lower priority.
+    // The workers stand in for GPU hosts of their own (each tokenizes every chat it serves, as vLLM does), the
+    // gateway for Envoy's nodes: on one machine they would take the CPU the EPPs' picks wait for.
     standInNice: opt.int(
       z.number().int().min(0).max(19).default(19),
-      "nice value of the mock workers and P/D sidecars (their session's too, under Linux autogroup scheduling); 0: the EPPs' priority",
+      "nice value of the mock workers, P/D sidecars and gateway (their sessions' too, under Linux autogroup scheduling); 0: the EPPs' priority",
     ),
   }),
   ...group("Output", {
@@ -76,7 +76,7 @@ export type DemoOptions = {
   png: boolean;
   /** a P/D pool: workers / 2 prefill workers, the rest decode workers behind the P/D sidecar */
   pd: boolean;
-  /** Nice value of the mock workers and P/D sidecars. */
+  /** Nice value of the mock workers, P/D sidecars and gateway. */
   standInNice: number;
 };
 

@@ -152,7 +152,7 @@ export function summaryRows(s: DemoStats, recovery: RecoveryReport | undefined, 
       `${ttft(s.ttftP(0.5), s.ttftP(0.99))} live (client: request sent to the gateway -> first streamed token; includes routing and the tokenization of each chat on this machine)` +
         simulatedText(simulated, s.sent, (f) => ttft(f.ttftP50Ms, f.ttftP99Ms)),
     ],
-    ["pick latency", `p50 ${ms(s.pickP(0.5))} ms, p99 ${ms(s.pickP(0.99))} ms (gateway process: ext_proc request headers written -> routing answer, body shipped both ways)`],
+    ["pick latency", `p50 ${ms(s.pickP(0.5))} ms, p99 ${ms(s.pickP(0.99))} ms (gateway process: ext_proc request headers written -> routing answer, body shipped both ways; the gateway runs at --stand-in-nice, so this includes its own waits for a CPU)`],
     ["requests", `${s.done} done (${s.outcomes.ok} ok, ${s.outcomes["routing-error"]} routing errors, ${s.outcomes["worker-error"]} worker errors), ${s.rerouted} rerouted`],
     ["routing failures", [...s.routingErrors].map(([why, n]) => `${n}x ${why}`).join("; ") || "none"],
     ["hit rate per request", predictedHitText(s)],
