@@ -230,8 +230,8 @@ async function tokenizationOf(cfg: EppConfig, metrics: Metrics, log: Logger): Pr
   try {
     await pool.ready();
     const warmed = pool.stats().members.map((m) => m.warmUp);
-    const nice = pool.stats().members.map((m) => m.priority).find((p) => p !== null && "unsupported" in p);
-    if (nice) log.warn({ nice: cfg.tokenizerNice, why: nice.unsupported }, "tokenizer threads run at the decision thread's priority");
+    const unlowered = pool.stats().members.map((m) => m.priority).find((p) => p !== null && "unsupported" in p);
+    if (unlowered) log.warn({ nice: cfg.tokenizerNice, why: unlowered.unsupported }, "tokenizer threads run at the decision thread's priority");
     log.info({ members: warmed.length, nice: cfg.tokenizerNice, tokens: warmed.reduce((n, w) => n + (w?.tokens ?? 0), 0), ms: Math.round(Math.max(...warmed.map((w) => w?.ms ?? 0))) }, "tokenizer pool warmed up");
   } catch (err) {
     await pool.close();

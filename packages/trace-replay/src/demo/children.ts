@@ -25,7 +25,7 @@ export class Children {
 
   /**
    * Starts `bun run <args>`; stdout and stderr go to `logPath`, lines also to `onLine`. `nice` (> 0): the child
-   * runs at that lower CPU priority (see lowerSessionPriority).
+   * runs that much lower (`nice -n`, added to ours, at most 19), and its session at `nice` (see lowerSessionPriority).
    */
   start(name: string, args: string[], logPath: string, onLine?: (line: string) => void, nice = 0): Child {
     const argv = nice > 0 ? ["nice", "-n", String(nice), "bun", "run", ...args] : ["bun", "run", ...args];
