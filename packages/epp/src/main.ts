@@ -229,8 +229,9 @@ async function tokenizationOf(cfg: EppConfig, metrics: Metrics, log: Logger): Pr
   observe.attach(pool);
   try {
     await pool.ready();
-    const warmed = pool.stats().members.map((m) => m.warmUp);
-    const unlowered = pool.stats().members.map((m) => m.priority).find((p) => p !== null && "unsupported" in p);
+    const { members } = pool.stats();
+    const warmed = members.map((m) => m.warmUp);
+    const unlowered = members.map((m) => m.priority).find((p) => p !== null && "unsupported" in p);
     if (unlowered) log.warn({ nice: cfg.tokenizerNice, why: unlowered.unsupported }, "tokenizer threads run at the decision thread's priority");
     log.info({ members: warmed.length, nice: cfg.tokenizerNice, tokens: warmed.reduce((n, w) => n + (w?.tokens ?? 0), 0), ms: Math.round(Math.max(...warmed.map((w) => w?.ms ?? 0))) }, "tokenizer pool warmed up");
   } catch (err) {

@@ -1,6 +1,5 @@
 import { describe, expect, test } from "bun:test";
-import { readFileSync } from "node:fs";
-import { threadNice } from "../src/pool/thread-priority";
+import { threadId, threadNice } from "../src/pool/thread-priority";
 import {
   affinityKey, DEFAULT_MEMBER_NICE, BadRequest, ChatTemplateError, createPreprocessor, cpuLimit, TokenizeCancelled, TokenizerPool, TooDeep,
 } from "../src/index";
@@ -179,7 +178,7 @@ describe("tokenizer pool", () => {
   }, 60_000);
 
   test.skipIf(process.platform !== "linux")("members' threads run at the configured nice value; the calling thread keeps its own", async () => {
-    const before = threadNice(Number(readFileSync("/proc/thread-self/stat", "utf8").split(" ", 1)[0]));
+    const before = threadNice(threadId());
     // Above ours: only a privileged process may lower a nice value.
     const nice = Math.min(19, before + 7);
     const pool = await pools.start({ size: 2, budgetMs: 60_000, nice });
@@ -192,7 +191,7 @@ describe("tokenizer pool", () => {
       expect(p.nice).toBe(nice);
     }
     expect(new Set(members.map((p) => (p as { tid: number }).tid)).size).toBe(2);
-    expect(threadNice(Number(readFileSync("/proc/thread-self/stat", "utf8").split(" ", 1)[0]))).toBe(before);
+    expect(threadNice(threadId())).toBe(before);
     // The default is below the decision thread's priority.
     const dflt = await pools.start({ size: 1, budgetMs: 60_000 });
     expect(dflt.stats().members[0]!.priority).toMatchObject({ nice: DEFAULT_MEMBER_NICE });

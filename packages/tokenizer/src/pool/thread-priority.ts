@@ -13,12 +13,17 @@ export type ThreadPriority = { tid: number; nice: number } | { unsupported: stri
 export function lowerThreadPriority(nice: number): ThreadPriority {
   if (process.platform !== "linux") return { unsupported: `per-thread priority needs Linux (this is ${process.platform})` };
   try {
-    const tid = Number(readFileSync("/proc/thread-self/stat", "utf8").split(" ", 1)[0]);
+    const tid = threadId();
     if (nice !== 0) setPriority(tid, nice);
     return { tid, nice: threadNice(tid) };
   } catch (err) {
     return { unsupported: (err as Error).message };
   }
+}
+
+/** The calling thread's id (Linux: /proc/thread-self/stat's first field). */
+export function threadId(): number {
+  return Number(readFileSync("/proc/thread-self/stat", "utf8").split(" ", 1)[0]);
 }
 
 /** The nice value of thread `tid` of this process (/proc/self/task/<tid>/stat, field 19). */

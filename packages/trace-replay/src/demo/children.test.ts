@@ -32,7 +32,7 @@ test.skipIf(process.platform !== "linux")("a stand-in runs at its nice value, an
   const children = new Children(dir);
   const run = async (name: string, nice: number): Promise<{ nice: number; group: string }> => {
     const lines: string[] = [];
-    const child = children.start(name, [script], join(dir, `${name}.log`), (line) => lines.push(line), nice);
+    const child = children.start(name, [script], join(dir, `${name}.log`), { onLine: (line) => lines.push(line), nice });
     expect(await child.exited).toBe(0);
     return JSON.parse(lines.find((l) => l.startsWith("{"))!);
   };

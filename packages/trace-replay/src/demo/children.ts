@@ -27,7 +27,7 @@ export class Children {
    * Starts `bun run <args>`; stdout and stderr go to `logPath`, lines also to `onLine`. `nice` (> 0): the child
    * runs that much lower (`nice -n`, added to ours, at most 19), and its session at `nice` (see lowerSessionPriority).
    */
-  start(name: string, args: string[], logPath: string, onLine?: (line: string) => void, nice = 0): Child {
+  start(name: string, args: string[], logPath: string, { onLine, nice = 0 }: { onLine?: (line: string) => void; nice?: number } = {}): Child {
     const argv = nice > 0 ? ["nice", "-n", String(nice), "bun", "run", ...args] : ["bun", "run", ...args];
     const proc = spawn(argv[0]!, argv.slice(1), { cwd: this.cwd, detached: true, stdio: ["ignore", "pipe", "pipe"] });
     if (nice > 0 && proc.pid !== undefined) lowerSessionPriority(proc.pid, nice);

@@ -88,8 +88,7 @@ export function startWorker(children: Children, l: ClusterLayout, i: number, log
       `${w.id}-sidecar`,
       ["pd-sidecar", "--listen", w.ip, "--port", String(w.httpPort), "--decoder", `http://${w.ip}:${w.enginePort}`, "--log-level", "warn"],
       join(logDir, `${w.id}-sidecar.log`),
-      undefined,
-      l.standInNice,
+      { nice: l.standInNice },
     );
   return children.start(
     w.id,
@@ -109,8 +108,7 @@ export function startWorker(children: Children, l: ClusterLayout, i: number, log
       ...tokenizerFlag(l),
     ],
     join(logDir, `${w.id}.log`),
-    undefined,
-    l.standInNice,
+    { nice: l.standInNice },
   );
 }
 
@@ -147,7 +145,7 @@ export function startEppReplica(
     name,
     ["epp", "--config", config, "--listen", epp.ip, "--pod-ip", epp.ip, "--scrape-interval-ms", "1000", "--body-mode", l.bodyMode, ...tokenizerFlag(l)],
     join(dir, `${name}.log`),
-    onLine,
+    { onLine },
   );
 }
 
@@ -169,8 +167,7 @@ export function startGateway(children: Children, l: ClusterLayout, replicas: str
       "--replicas", formatReplicas(gatewayReplicas(l, replicas)),
     ],
     join(logDir, "gateway.log"),
-    undefined,
-    l.standInNice,
+    { nice: l.standInNice },
   );
 }
 
