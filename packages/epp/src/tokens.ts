@@ -22,13 +22,13 @@ export type RoutedBody = {
   rewritten: boolean;
 };
 
-/** The thread that read a body: the event loop without a pool (or after a "queue" fallback). */
+/** The thread that read a body: the event loop without a pool (or when no member had read it by the budget). */
 export type ReadThread = "tokenizer_pool" | "event_loop";
 
 /**
  * Reads a request body (readBody: parse, validate, rewrite the model) and tokenizes it. Throws or rejects
- * with BadRequest (TooDeep for nesting) for a body the model server would refuse. With the pool, `req.body`
- * may move to a member: use the returned `body` after.
+ * with BadRequest (TooDeep for nesting) for a body the model server would refuse. The returned `body` is the
+ * one to forward (`req.body`, or a copy naming the rewrite model).
  */
 export type TokenizeBody = (req: BodyRequest, signal?: AbortSignal, settles?: Settles) => RoutedBody | Promise<RoutedBody>;
 
@@ -51,22 +51,23 @@ export function createTokenizeBody(pre: Preprocessor, onRead: (thread: ReadThrea
 }
 
 /**
- * The body goes to a pool member as received (its buffer moved, not copied), which reads and tokenizes it.
- * A body no member took within the budget (a "queue" fallback) is read here, to route it by load.
+ * A copy of the body goes to a pool member, which reads and tokenizes it. A body no member had read by the
+ * budget (queued, or still being read) is read here, to route it on the ids it carries or by load.
  */
 export function createPoolTokenizeBody(pool: TokenizerPool, onRead: (thread: ReadThread) => void = () => {}): TokenizeBody {
   return (req, signal, settles) =>
-    pool.tokenize({ kind: "body", request: { ...req, body: ownBuffer(req.body) } }, {
+    pool.tokenize({ kind: "body", request: req }, {
       signal,
       decides: settles && ((known, read) => read !== undefined && settles(read.fields, known)),
     }).then(
       (o): RoutedBody => {
         if (o.read) {
           onRead("tokenizer_pool");
-          return { fields: o.read.fields, tokens: o.tokens, body: o.read.body, rewritten: o.read.rewritten, ...estimated(o) };
+          const rewritten = o.read.rewritten;
+          return { fields: o.read.fields, tokens: o.tokens, body: rewritten ?? req.body, rewritten: rewritten !== undefined, ...estimated(o) };
         }
         onRead("event_loop");
-        const read = readBody(req); // never sent to a member: req.body is still here
+        const read = readBody(req);
         // Ids the body carries are known now; text is routed on what the pool knew (nothing: by load).
         if (read.job instanceof Uint32Array) return { ...forwarded(req, read), fields: read.fields, tokens: read.job };
         return { ...forwarded(req, read), fields: read.fields, tokens: o.tokens, ...estimated(o) };
@@ -98,14 +99,6 @@ function encodeRouting(pre: Preprocessor, job: TokenizeJob | Uint32Array): Uint3
   } catch (err) {
     throw asBadRequest(err);
   }
-}
-
-/**
- * `body` in an ArrayBuffer of its own, which can move to another thread: a one-chunk gRPC body is a view into
- * the connection's frame, shared with what surrounds it, and is copied (once, as part of receiving it).
- */
-function ownBuffer(body: Uint8Array): Uint8Array {
-  return body.byteOffset === 0 && body.byteLength === body.buffer.byteLength && body.buffer instanceof ArrayBuffer ? body : body.slice();
 }
 
 /** The conversation cannot be rendered as the model server would (it answers 400 too). */

@@ -221,25 +221,25 @@ describe("tokenizer pool: request bodies as received", () => {
   const enc = new TextEncoder();
   const bytes = (v: unknown) => enc.encode(typeof v === "string" ? v : JSON.stringify(v));
 
-  test("a body's buffer moves to the member, which reads and tokenizes it; the body comes back with the reading", async () => {
+  test("a copy of a body goes to the member, which reads and tokenizes it; only a rewritten body comes back", async () => {
     const pool = await pools.start({ size: 2, budgetMs: 60_000 });
     const pre = createPreprocessor({ tokenizerDir: dir });
     const messages = chat("You are terse.", "Hello <think> there");
     const raw = { model: "m", cache_salt: "tenant", messages, add_generation_prompt: false };
     const body = bytes(raw);
     const pending = pool.tokenize({ kind: "body", request: { body, path: "/v1/chat/completions" } });
-    // Moved, not copied: the caller's view is detached, so it cannot read the body meanwhile.
-    expect(body.byteLength).toBe(0);
+    // Copied: the caller keeps its bytes (to forward, or to read itself if the budget ends first).
+    expect(new TextDecoder().decode(body)).toBe(JSON.stringify(raw));
     const out = await pool.tokenize({ kind: "body", request: { body: bytes(raw) } });
     const first = await pending;
     expect([...first.tokens]).toEqual([...pre.encodeChat(messages, { addGenerationPrompt: false })]);
     expect([...out.tokens]).toEqual([...first.tokens]);
-    expect(first.read).toEqual({ fields: { model: "m", cacheSalt: "tenant", batchedPrompts: undefined, kind: "chat" }, body: bytes(raw), rewritten: false });
+    expect(first.read).toEqual({ fields: { model: "m", cacheSalt: "tenant", batchedPrompts: undefined, kind: "chat" } });
     // Token ids are read, not tokenized; a rewrite comes back as the body to forward.
     const ids = await pool.tokenize({ kind: "body", request: { body: bytes({ model: "m", prompt: [[1, 2], [3]] }), rewriteModel: "served" } });
     expect([...ids.tokens]).toEqual([1, 2]);
-    expect(ids.read).toMatchObject({ fields: { model: "m", batchedPrompts: 2, kind: "tokens" }, rewritten: true });
-    expect(new TextDecoder().decode(ids.read!.body)).toBe('{"model":"served","prompt":[[1,2],[3]]}');
+    expect(ids.read).toMatchObject({ fields: { model: "m", batchedPrompts: 2, kind: "tokens" } });
+    expect(new TextDecoder().decode(ids.read!.rewritten)).toBe('{"model":"served","prompt":[[1,2],[3]]}');
     // Nothing to tokenize (an embeddings body), twice: no ids, the same each time.
     for (let i = 0; i < 2; i++) {
       const none = await pool.tokenize({ kind: "body", request: { body: bytes({ model: "m", input: ["a", "b"] }), path: "/v1/embeddings" } });
@@ -273,6 +273,20 @@ describe("tokenizer pool: request bodies as received", () => {
     expect(queued.read).toBeUndefined();
     expect(new TextDecoder().decode(body)).toBe('{"prompt":"queued behind"}');
     await long;
+  }, 120_000);
+
+  test("a body its member is still reading when the budget ends is answered unread, on time; the member goes on", async () => {
+    const pool = await pools.start({ size: 1, budgetMs: 20 });
+    // ~60 MB of token ids: reading it alone takes the member far past the budget.
+    const body = bytes(`{"prompt":[${Array.from({ length: 10_000_000 }, (_, i) => i % 150_000).join(",")}]}`);
+    const out = await pool.tokenize({ kind: "body", request: { body } });
+    expect(out).toMatchObject({ complete: false, fallback: "budget" });
+    expect(out.read).toBeUndefined();
+    expect(pool.stats().members[0]!.busy).toBe(true);
+    expect(body.byteLength).toBeGreaterThan(50_000_000);
+    while (pool.stats().members[0]!.busy) await Bun.sleep(10);
+    const next = await pool.tokenize({ kind: "body", request: { body: bytes({ prompt: [7, 8, 9] }) } });
+    expect(next.read?.fields.kind).toBe("tokens");
   }, 120_000);
 
   test("a conversation's turns, as bodies, call the same member home; other conversations spread", () => {

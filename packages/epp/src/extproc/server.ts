@@ -422,7 +422,7 @@ class ProcessStream {
       this.route(req, { fields: { kind: "none" }, tokens: EMPTY_IDS, body, rewritten: false }, at, bodyEnds, maybeCut, started);
       return;
     }
-    req.chunks = []; // the body is `body` from here on (it may move to a pool member)
+    req.chunks = []; // the body is `body` from here on
     req.tokenizing = new AbortController();
     // The rewrite is made where the body is read, when this EPP forwards the body it holds.
     const rewriteModel = at === "body" && !maybeCut ? req.cls.modelRewrite : undefined;

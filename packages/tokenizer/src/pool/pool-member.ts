@@ -66,7 +66,7 @@ function withReading<T extends object>(msg: T, transfer: ArrayBuffer[] = []): [T
   if (reading === null) return [msg, transfer];
   const read = reading;
   reading = null;
-  return [{ ...msg, read }, [...transfer, ...transferable(read.body)]];
+  return [{ ...msg, read }, read.rewritten ? [...transfer, ...transferable(read.rewritten)] : transfer];
 }
 
 /** What to tokenize: a body job is read here first (parsed, validated, its model rewritten). */
@@ -74,7 +74,7 @@ function jobOf(m: ToMember): TokenizeJob | Uint32Array {
   const job: PoolJob = m.job;
   if (job.kind !== "body") return job;
   const read = readBody(job.request);
-  if (!m.discard) reading = { fields: read.fields, body: read.rewritten ?? job.request.body, rewritten: read.rewritten !== undefined };
+  if (!m.discard) reading = read.rewritten ? { fields: read.fields, rewritten: read.rewritten } : { fields: read.fields };
   if (!job.reply) return read.job;
   return read.job instanceof Uint32Array || read.job.kind !== "chat" ? NONE : nextTurnJob(read.job, job.reply);
 }
@@ -131,7 +131,7 @@ function failed(m: ToMember, err: unknown, t0: number): void {
   post({ type: "error", id: m.id, name, message: (err as Error)?.message ?? String(err), busyMs, cache });
 }
 
-/** The buffer to transfer with a body: only one the body has to itself (a view's neighbours stay put). */
+/** The buffer to transfer with a rewritten body: only one it has to itself (a view's neighbours stay put). */
 function transferable(body: Uint8Array): ArrayBuffer[] {
   return body.byteOffset === 0 && body.byteLength === body.buffer.byteLength && body.buffer instanceof ArrayBuffer ? [body.buffer] : [];
 }

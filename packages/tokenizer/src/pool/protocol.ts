@@ -6,10 +6,11 @@ import type { ThreadPriority } from "./thread-priority";
 import type { WarmUp } from "../warm-up";
 
 /**
- * A body job as its member read it: its fields, and the body to forward, transferred back (`rewritten`: naming
- * the request's rewrite model). It rides on the job's first message back, so a short job costs one message.
+ * A body job as its member read it: its fields, and when the member rewrote the body's model (the request's
+ * rewrite model), the body to forward instead of the caller's. It rides on the job's first message back, so a
+ * short job costs one message.
  */
-export type BodyReading = { fields: BodyFields; body: Uint8Array; rewritten: boolean };
+export type BodyReading = { fields: BodyFields; rewritten?: Uint8Array };
 
 /** How each pool member is built (posted as workerData). */
 export type MemberInit = {
@@ -20,7 +21,7 @@ export type MemberInit = {
   nice: number;
 };
 
-/** A body job's `request.body` is transferred (its buffer moves to the member) unless `discard`. */
+/** A body job's `request.body` is a copy the member owns (the caller keeps its own bytes). */
 export type ToMember = { type: "job"; id: number; job: PoolJob; discard: boolean };
 
 export type FromMember =
