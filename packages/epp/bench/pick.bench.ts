@@ -12,13 +12,17 @@
 //            documents' own pick latency
 //   agentic  sessions growing by 2-8k-token tool outputs up to ~100k tokens, each turn resending the whole
 //            session (the EPP tokenizes the first 128 Ki characters of a body: see ROUTING_TEXT_CHARS)
+//   chats at N/s   the pool and the baseline at lower rates (--sweep, default 100,200,300), each rate a later
+//            stretch of the trace's conversations: where the chats row's p99 stands below saturation (at 500/s
+//            a chat's ~3 ms of EPP CPU keeps this machine's two cores busy)
 // Before the rows, each EPP takes 4 s of every kind of traffic (other conversations, documents and sessions than the
 // measured ones), so that the rows measure steady state: each pool member JIT-compiles its own copy of the code.
 // Per row p50/p99 (the generator's clock: body sent -> route answered), the EPP's CPU seconds per request
 // (/proc, every thread), the pool's budget fallbacks and its picks decided on a settled prefix. Then fresh-text tokens/s per core for each tokenizer
 // candidate (packages/tokenizer/bench/fresh-text.ts). The generator closes each stream once routed, so no
 // response passes through ext_proc here and reply warming does not act (the demo shows that).
-// Flags: --rate N (chats and tokens, default 500), --agent-rate N (default 50), --duration-ms N (default 3000).
+// Flags: --rate N (chats and tokens, default 500), --agent-rate N (default 50), --duration-ms N (default 3000),
+// --sweep N,N,... (chat rates below --rate; "" for none).
 // Writes bench/PICK-REPORT.md.
 import { mkdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
@@ -43,6 +47,10 @@ const AGENT_RATE = flag("agent-rate", 50);
 const DOC_RATE = 2;
 const DOC_TOKENS = 32_768;
 const DURATION_MS = flag("duration-ms", 3000);
+const SWEEP = (() => {
+  const i = process.argv.indexOf("--sweep");
+  return (i > 0 ? process.argv[i + 1]! : "100,200,300").split(",").filter((x) => x !== "").map(Number);
+})();
 const WARMUP_MS = 1000;
 const WARM_UP_RUN_MS = 3000;
 const SECONDS = (DURATION_MS + WARMUP_MS) / 1000;
@@ -182,6 +190,15 @@ async function main() {
     warmDocs: write("warm-docs", "/v1/chat/completions", documents(perRun(DOC_RATE) + 1, wordsPerToken, 0x3a7d)),
     warmAgentic: write("warm-agentic", "/v1/chat/completions", agentic(perRun(AGENT_RATE), wordsPerToken, 0x3a7e)),
   };
+  // The sweep's stretches come after the warm-up's (conversations are built in trace order), as far as the trace goes.
+  let nextRecord = chatBodies.length + Math.min(perRun(RATE), records.length - chatBodies.length);
+  const sweep = SWEEP.map((rate) => {
+    const count = Math.min(perRun(rate), records.length - nextRecord);
+    const bodies = Array.from({ length: count }, (_, i) => chat(nextRecord + i).body);
+    nextRecord += count;
+    // A stretch the trace cannot fill would resend its chats (cached by then): left out.
+    return count > 0 && count === perRun(rate) ? [{ rate, file: write(`chats-${rate}`, "/v1/chat/completions", bodies) }] : [];
+  }).flat();
   writeFileSync(files.tokens, requestsFile("full-duplex", 7));
   const chatTokens = chatBodies.slice(0, 200).map((b) => pre.encodeChat(JSON.parse(new TextDecoder().decode(b)).messages).length);
   console.log(`requests built in ${((performance.now() - t0) / 1000).toFixed(1)} s: ${chatBodies.length} chats (first 200: mean ${Math.round(chatTokens.reduce((a, b) => a + b, 0) / chatTokens.length)} tokens), ` +
@@ -234,6 +251,12 @@ async function main() {
   await each((e) => measure(e, "documents", [{ label: "documents", file: files.docsAlone, rate: DOC_RATE }]), 2);
   await each((e) => measure(e, "chats + documents", [{ label: "chats", file: files.chatsBeside, rate: RATE }, { label: "documents", file: files.docs, rate: DOC_RATE }]), 2);
   await each((e) => measure(e, "agentic", [{ label: "agentic", file: files.agentic, rate: AGENT_RATE }]), 3);
+  for (const { rate, file } of sweep) {
+    for (const e of [pool, inLoop]) {
+      await idle(e);
+      rows.push(await measure(e, `chats at ${rate}/s`, [{ label: "chats", file, rate }]));
+    }
+  }
   await killAll();
   peer.stop(true);
 
