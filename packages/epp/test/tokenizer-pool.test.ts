@@ -68,8 +68,9 @@ function mainThreadCpuS(): number {
   return Number(readFileSync(`/proc/self/task/${process.pid}/schedstat`, "utf8").split(" ")[0]) / 1e9;
 }
 
-async function debugPoolMembers(epp: EppHandle): Promise<{ busy: boolean }[]> {
-  return ((await (await fetch(`http://${HOST}:${epp.ports.selection}/debug/tokenizer`)).json()) as { pool: { members: { busy: boolean }[] } }).pool.members;
+type MemberView = { busy: boolean; queued: number; warmQueued: number; jobs: number };
+async function debugPoolMembers(epp: EppHandle): Promise<MemberView[]> {
+  return ((await (await fetch(`http://${HOST}:${epp.ports.selection}/debug/tokenizer`)).json()) as { pool: { members: MemberView[] } }).pool.members;
 }
 
 type PoolView = { cancelled: number; stopped: number; decided: number; fallbacks: { budget: number; queue: number }; size: number };
@@ -317,6 +318,8 @@ describe("ext_proc warming the next turn from the response", () => {
     await s.next(60_000); // the request body handed back
     s.send({ response_headers: { headers: { headers: [{ key: ":status", raw_value: new TextEncoder().encode("200") }] } } });
     await s.next(60_000);
+    const jobs = async () => (await debugPoolMembers(env.epp)).reduce((n, m) => n + m.jobs, 0);
+    const jobsBefore = await jobs();
     // vLLM's stream: the reply in delta chunks, a final usage chunk, [DONE].
     const words = reply.split(" ");
     const half = words.length / 2;
@@ -326,6 +329,10 @@ describe("ext_proc warming the next turn from the response", () => {
     s.send({ response_body: { body: new TextEncoder().encode(sse), end_of_stream: true } });
     await s.next(60_000);
     s.end();
+    // The warm runs in the background at the lowest priority: the next turn goes once it has run (a turn sent
+    // sooner preempts it and finds the reply uncached, which a busy CI machine made this test do).
+    await waitFor(async () => (await jobs()) > jobsBefore && (await debugPoolMembers(env.epp)).every((m) => !m.busy && m.queued === 0 && m.warmQueued === 0),
+      { timeoutMs: 60_000, message: "the reply's warm ran" });
 
     const next = freshWords(40, 8);
     const before = await freshSum();
