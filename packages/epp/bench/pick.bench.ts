@@ -49,7 +49,18 @@ const DOC_TOKENS = 32_768;
 const DURATION_MS = flag("duration-ms", 3000);
 const SWEEP = (() => {
   const i = process.argv.indexOf("--sweep");
-  return (i > 0 ? process.argv[i + 1]! : "100,200,300").split(",").filter((x) => x !== "").map(Number);
+  const given = i > 0 ? process.argv[i + 1] : "100,200,300";
+  if (given === undefined || given.startsWith("--")) {
+    console.error("--sweep needs a value: chat rates below --rate, comma-separated (\"\" for none)");
+    process.exit(2);
+  }
+  const rates = given.split(",").filter((x) => x !== "").map(Number);
+  const bad = rates.find((r) => !Number.isInteger(r) || r <= 0 || r >= RATE);
+  if (bad !== undefined) {
+    console.error(`--sweep ${given}: each rate must be a whole number of requests a second above 0 and below --rate (${RATE})`);
+    process.exit(2);
+  }
+  return rates;
 })();
 const WARMUP_MS = 1000;
 const WARM_UP_RUN_MS = 3000;

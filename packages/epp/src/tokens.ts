@@ -1,8 +1,8 @@
 // Request input -> token ids, the way the model server will see them (so block hashes line up with
 // the KV events it publishes). Text goes through the shared preprocessor (HF tokenizer + chat
 // template, or the byte-level fallback shared with the mock worker). A request body (ext_proc's, /select's,
-// /score's) is read where it is tokenized: in a tokenizer pool member by default, so the event loop only
-// receives it and picks.
+// /score's) is read where it is tokenized: in a tokenizer pool member by default (on a copy), so the event loop
+// receives it, copies it and picks; it reads one itself only when no member has by the budget.
 import {
   BadRequest, ChatTemplateError, encodeJob, readBody,
   type BodyFields, type BodyRead, type BodyRequest, type ChatMessage, type Preprocessor, type TokenizeJob, type TokenizeOutcome, type TokenizerPool,

@@ -369,13 +369,20 @@ describe("ext_proc with a tokenization budget", () => {
     // The EPP tokenizes at most 128k characters of a body (ROUTING_TEXT_CHARS): tens of ms of fresh work, over
     // a 5 ms budget. (The first turn may have gone over too, on a loaded machine: only this one is counted.)
     const before = await debugPool(env.epp);
+    const readByPool = async () => (await scrapeMetric(env.metrics, 'dynamo_epp_ext_proc_bodies_read_total{where="ext_proc",thread="tokenizer_pool"}')) ?? 0;
+    const readBefore = await readByPool();
     const big = env.client.open();
     big.send({ ...headers("/v1/chat/completions"), protocol_config: DUPLEX });
+    // ~9 MB: over what the event loop reads itself when no member has by the budget, so the answer waits for the
+    // member's reading and routes on the prefix known then.
     big.send(body(chatBody(system, "first question", "an answer", freshWords(1_500_000, 4))));
     expect(lbMetadata(await big.next(60_000))).toBe(A);
+    expect(await readByPool()).toBe(readBefore + 1);
     // Charged for the whole prompt, estimated (~2500 blocks), not for its known prefix (the first turn, ~600 blocks).
     const workers = (await (await fetch(`http://${HOST}:${env.epp.ports.selection}/workers`)).json()) as { active_blocks: number }[];
     expect(workers[0]!.active_blocks).toBeGreaterThan(1200);
+    // ...by its member's measure of the routed text, not the body's bytes at 4 a token (~138k blocks).
+    expect(workers[0]!.active_blocks).toBeLessThan(20_000);
     big.end();
     const after = await debugPool(env.epp);
     expect(after.fallbacks.budget).toBe(before.fallbacks.budget + 1);

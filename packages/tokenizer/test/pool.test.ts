@@ -275,18 +275,30 @@ describe("tokenizer pool: request bodies as received", () => {
     await long;
   }, 120_000);
 
-  test("a body its member is still reading when the budget ends is answered unread, on time; the member goes on", async () => {
-    const pool = await pools.start({ size: 1, budgetMs: 20 });
-    // ~60 MB of token ids: reading it alone takes the member far past the budget.
-    const body = bytes(`{"prompt":[${Array.from({ length: 10_000_000 }, (_, i) => i % 150_000).join(",")}]}`);
+  // ~20 MB of token ids: reading it alone takes a member far past a 20 ms budget.
+  const slowToRead = () => bytes(`{"prompt":[${Array.from({ length: 3_000_000 }, (_, i) => i % 150_000).join(",")}]}`);
+
+  test("a body its member is still reading when the budget ends is answered unread, while the member reads on", async () => {
+    const pool = await pools.start({ size: 1, budgetMs: 20, readHereMaxBytes: 64 << 20 });
+    const body = slowToRead();
     const out = await pool.tokenize({ kind: "body", request: { body } });
     expect(out).toMatchObject({ complete: false, fallback: "budget" });
     expect(out.read).toBeUndefined();
+    // Answered before the member finished reading: no wall-clock bound needed.
     expect(pool.stats().members[0]!.busy).toBe(true);
-    expect(body.byteLength).toBeGreaterThan(50_000_000);
+    expect(body.byteLength).toBeGreaterThan(15_000_000);
     while (pool.stats().members[0]!.busy) await Bun.sleep(10);
     const next = await pool.tokenize({ kind: "body", request: { body: bytes({ prompt: [7, 8, 9] }) } });
     expect(next.read?.fields.kind).toBe("tokens");
+  }, 120_000);
+
+  test("a body over readHereMaxBytes is not answered unread: it waits for its member's reading", async () => {
+    const pool = await pools.start({ size: 1, budgetMs: 20, readHereMaxBytes: 1 << 20 });
+    const out = await pool.tokenize({ kind: "body", request: { body: slowToRead() } });
+    // Its reading came with its result (token ids: nothing to tokenize), past the budget.
+    expect(out.read?.fields.kind).toBe("tokens");
+    expect(out.tokens.length).toBe(3_000_000);
+    expect(pool.stats().members[0]!.busy).toBe(false);
   }, 120_000);
 
   test("a conversation's turns, as bodies, call the same member home; other conversations spread", () => {

@@ -40,6 +40,9 @@ test("a reader that goes away while the stream waits for its turn gets no more c
   };
   const reader = streamFromChunks(next, null, () => void cancelled++).getReader();
   await reader.read();
+  // A second read past the slice: its pull waits for a turn, and the reader leaves meanwhile.
+  void reader.read().catch(() => {});
+  await Promise.resolve();
   await reader.cancel();
   const after = made;
   await new Promise((r) => setTimeout(r, 20));

@@ -20,6 +20,11 @@ export type PoolOptions = {
   /** Answer by this many ms after submission whatever is left to tokenize (default 50; Envoy's message_timeout is 200). */
   budgetMs?: number;
   /**
+   * A body no member has read by the budget is answered unread, for its caller to read, up to this size (default
+   * DEFAULT_READ_HERE_MAX_BYTES); a larger one waits for its member's reading (see outOfBudget).
+   */
+  readHereMaxBytes?: number;
+  /**
    * Nice value of the members' threads (default DEFAULT_MEMBER_NICE): below the decision thread's priority, so that
    * a busy machine delays tokenization, never the answers that wait on the event loop (see thread-priority.ts).
    */
@@ -80,7 +85,8 @@ export type TokenizeOutcome = {
   waitMs: number;
   /**
    * A body job as its member read it; absent when no member had read it by the budget (a "queue" fallback, or a
-   * "budget" one whose member was still reading): the caller reads its own bytes, which it kept.
+   * "budget" one whose member was still reading; only bodies up to `readHereMaxBytes`): the caller reads its own
+   * bytes, which it kept.
    */
   read?: BodyReading;
 };
@@ -136,6 +142,8 @@ type Pending = {
   cancelled?: boolean;
   timer?: ReturnType<typeof setTimeout>;
   read?: BodyReading;
+  /** A body too large to answer unread, past its budget: answered with its member's first message back. */
+  overdue?: boolean;
 };
 
 type Member = {
@@ -155,6 +163,12 @@ type Member = {
 };
 
 const DEFAULT_BUDGET_MS = 50;
+/**
+ * Reading a body costs its reader ~7 ms per MiB. Up to 1 MiB the caller (the decision thread) reads one itself
+ * rather than wait for a member that has not (~7 ms at most, once per such pick); a larger body would hold every
+ * other stream's answer that long, so it waits for its member instead, and only that pick is late.
+ */
+export const DEFAULT_READ_HERE_MAX_BYTES = 1 << 20;
 /**
  * The lowest priority. Measured in bench:pick's chats row (500/s on 2 cores, the CPU saturated; one run each): members
  * at nice 0 gave p50 76 ms, p99 209 ms; at 10, 57 / 124 ms; at 19, 34 / 83 ms. The cost: when the decision thread
@@ -177,6 +191,7 @@ const CHARS_PER_TOKEN = 4;
 export class TokenizerPool {
   private readonly members: Member[];
   private readonly budgetMs: number;
+  private readonly readHereMaxBytes: number;
   private readonly maxWarmQueued: number;
   private readonly log: PoolOptions["log"];
   private nextId = 1;
@@ -195,6 +210,7 @@ export class TokenizerPool {
   constructor(opts: PoolOptions) {
     const size = Math.max(1, opts.size ?? cpuLimit());
     this.budgetMs = opts.budgetMs ?? DEFAULT_BUDGET_MS;
+    this.readHereMaxBytes = opts.readHereMaxBytes ?? DEFAULT_READ_HERE_MAX_BYTES;
     this.maxWarmQueued = opts.maxWarmQueued ?? 4;
     this.log = opts.log;
     this.observe = opts.observe ?? {};
@@ -367,8 +383,8 @@ export class TokenizerPool {
       p.estimatedTokens = m.estimatedTokens;
       if (p.settle === undefined) return;
       if (p.decides?.(m.ids, p.read) === true) this.answerDecided(member, p);
-      // Known now what would not finish in budget: answer at once with what is known.
-      else if (performance.now() - p.submitted + m.estimatedMs > this.budgetMs) this.fallBack(p, "budget");
+      // Known now what would not finish in budget (or past it already): answer at once with what is known.
+      else if (p.overdue || performance.now() - p.submitted + m.estimatedMs > this.budgetMs) this.fallBack(p, "budget");
       return;
     }
     member.current = null;
@@ -403,16 +419,22 @@ export class TokenizerPool {
 
   private outOfBudget(member: Member, p: Pending): void {
     if (!p.settle) return;
+    // A body too large to read on the caller's thread waits for its member's reading, queued or being read.
+    if (p.job.kind === "body" && !p.read && p.job.request.body.byteLength > this.readHereMaxBytes) {
+      p.overdue = true;
+      return;
+    }
     const queued = member.queue.indexOf(p);
     if (queued >= 0) {
       // Still waiting for its member: answered with nothing known, and tokenized later at low priority so
       // that the conversation's next turn finds it cached.
       member.queue.splice(queued, 1);
       this.fallBack(p, "queue");
+      // The warm holds the caller's body until it runs (at most maxWarmQueued of them a member).
       this.warm(p.job);
       return;
     }
-    // Answered on what is known by now; a body its member is still reading goes back unread (its caller reads it).
+    // Answered on what is known by now; a body its member is still reading goes back unread (its caller reads its own copy).
     this.fallBack(p, "budget");
   }
 
