@@ -181,6 +181,8 @@ async function main() {
   const chat = requestBuilder(records, WORKLOAD.model, "chat");
   const chatBodies = Array.from({ length: Math.min(records.length, 2 * perRun(RATE)) }, (_, i) => chat(i).body);
   const half = Math.floor(chatBodies.length / 2);
+  // The warm-up's conversations come after the rows' (built in trace order), the sweep's after those.
+  const warmChatCount = Math.min(perRun(RATE), records.length - chatBodies.length);
   const write = (name: string, path: string, bodies: Uint8Array[]) => {
     const file = `${dir}/${name}.bin`;
     writeFileSync(file, requestsFileOf(extProcMessages("full-duplex", path, bodies)));
@@ -197,12 +199,12 @@ async function main() {
     // Warm-up traffic of every kind, sent to each EPP before anything is measured: other conversations, documents
     // and sessions than the measured ones (nothing of it is cached for the rows).
     warmChats: write("warm-chats", "/v1/chat/completions",
-      Array.from({ length: Math.min(perRun(RATE), records.length - chatBodies.length) }, (_, i) => chat(chatBodies.length + i).body)),
+      Array.from({ length: warmChatCount }, (_, i) => chat(chatBodies.length + i).body)),
     warmDocs: write("warm-docs", "/v1/chat/completions", documents(perRun(DOC_RATE) + 1, wordsPerToken, 0x3a7d)),
     warmAgentic: write("warm-agentic", "/v1/chat/completions", agentic(perRun(AGENT_RATE), wordsPerToken, 0x3a7e)),
   };
-  // The sweep's stretches come after the warm-up's (conversations are built in trace order), as far as the trace goes.
-  let nextRecord = chatBodies.length + Math.min(perRun(RATE), records.length - chatBodies.length);
+  // The sweep's stretches, as far as the trace goes.
+  let nextRecord = chatBodies.length + warmChatCount;
   const sweep = SWEEP.map((rate) => {
     const count = Math.min(perRun(rate), records.length - nextRecord);
     const bodies = Array.from({ length: count }, (_, i) => chat(nextRecord + i).body);

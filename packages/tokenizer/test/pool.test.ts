@@ -287,7 +287,7 @@ describe("tokenizer pool: request bodies as received", () => {
     // Answered before the member finished reading: no wall-clock bound needed.
     expect(pool.stats().members[0]!.busy).toBe(true);
     expect(body.byteLength).toBeGreaterThan(15_000_000);
-    while (pool.stats().members[0]!.busy) await Bun.sleep(10);
+    await idle(pool);
     const next = await pool.tokenize({ kind: "body", request: { body: bytes({ prompt: [7, 8, 9] }) } });
     expect(next.read?.fields.kind).toBe("tokens");
   }, 120_000);
