@@ -9,6 +9,7 @@ import { TooDeep } from "../request/openai-body";
 import { affinityKey } from "./affinity";
 import { jobChars, Placement, type PlacementKind } from "./placement";
 import type { BodyReading, FromMember, MemberInit } from "./protocol";
+import { nextDue } from "./queue-order";
 import type { ThreadPriority } from "./thread-priority";
 import type { WarmUp } from "../warm-up";
 
@@ -184,6 +185,7 @@ const CHARS_PER_TOKEN = 4;
  * Tokenization off the event loop: worker threads, each with its own preprocessor and a share of the segment
  * cache bound. A conversation goes to the member that took its earlier turns (so its sections are cached
  * there), busy or not, unless another would finish it sooner tokenizing it all fresh (see placement.ts).
+ * A member takes its queued requests earliest due first, so a short pick passes a long text (see queue-order.ts).
  * Every job is answered within the budget: by its ids, or by the prefix the member's cache already knew
  * (counted as a fallback); work past the budget still runs and fills the cache for the next turn. A job
  * whose AbortSignal fires is dropped from the queue, or stopped at the member's next section.
@@ -356,7 +358,9 @@ export class TokenizerPool {
 
   private pump(member: Member): void {
     if (member.current !== null) return;
-    const next = member.queue.shift() ?? member.warm.shift();
+    // Requests first, the earliest due (queue-order.ts), then background work in its order.
+    const due = nextDue(member.queue);
+    const next = due >= 0 ? member.queue.splice(due, 1)[0] : member.warm.shift();
     if (next === undefined) return;
     member.current = next;
     // The flag may still name this job (a warm stopped for a request, resumed now).

@@ -104,6 +104,9 @@ function nestingExceeds(b: Uint8Array, max: number): number {
 const FIELDS = ["model", "token_ids", "messages", "prompt", "cache_salt"] as const;
 // A token prompt with truncate_prompt_tokens takes the JSON.parse path, which reads it.
 const TRUNCATE_FIELD = new TextEncoder().encode('"truncate_prompt_tokens"');
+// A body without either key as written (an escaped key is left to JSON.parse anyway) carries no ids: a chat or a
+// text prompt goes straight to JSON.parse instead of being scanned twice (the scan is ~15% of reading a chat).
+const ID_FIELDS = [new TextEncoder().encode('"token_ids"'), new TextEncoder().encode('"prompt"')];
 /**
  * Bodies up to this size take the fast path (~600k token ids). The scanner's linear memory keeps the
  * size of the largest body it read (x3: text and decoded ids) and never shrinks, so a rare huge body
@@ -119,7 +122,9 @@ let scanner: JsonFieldScanner | undefined;
  * takes the JSON.parse path, which also words the errors.
  */
 function tokenIdsBody(body: Uint8Array): ParsedBody | undefined {
-  if (body.length > FAST_PATH_MAX_BYTES || Buffer.from(body.buffer, body.byteOffset, body.length).includes(TRUNCATE_FIELD)) return undefined;
+  if (body.length > FAST_PATH_MAX_BYTES) return undefined;
+  const bytes = Buffer.from(body.buffer, body.byteOffset, body.length);
+  if (bytes.includes(TRUNCATE_FIELD) || !ID_FIELDS.some((key) => bytes.includes(key))) return undefined;
   const f = (scanner ??= new JsonFieldScanner(FIELDS)).scan(body);
   if (!f) return undefined;
   const [model, tokenIds, messages, prompt, salt] = f as [JsonField, JsonField, JsonField, JsonField, JsonField];
