@@ -344,7 +344,8 @@ export class TokenizerPool {
   }
 
   // A conversation is known by its first messages (its system prompt and first user turn), or a prompt by its
-  // start; placement.ts decides, from the members' backlogs, and sets the job's expected cost.
+  // start; placement.ts decides, from the members' backlogs, and sets the job's expected cost. A backlog counts
+  // every queued request, though a cheap one passes costlier ones (queue-order.ts): for it, an over-estimate.
   private memberFor(p: Pending, move = true): Member {
     const backlogs = this.members.map((m) => m.queue.reduce((sum, q) => sum + q.cost, m.current?.cost ?? 0));
     const placed = this.placement.place(affinityKey(p.job), jobChars(p.job), backlogs, move);
