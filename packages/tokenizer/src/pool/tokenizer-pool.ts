@@ -173,8 +173,9 @@ export const DEFAULT_READ_HERE_MAX_BYTES = 1 << 20;
 /**
  * The lowest priority. Measured in bench:pick's chats row (500/s on 2 cores, the CPU saturated; one run each): members
  * at nice 0 gave p50 76 ms, p99 209 ms; at 10, 57 / 124 ms; at 19, 34 / 83 ms. The cost: when the decision thread
- * alone keeps a core busy, members get little of it and picks fall back on the budget (token-id bodies at 500/s, whose
- * reading is cheap: p99 36 ms through the pool against 7 ms read on the event loop).
+ * alone keeps a core busy, members get little of it and picks fall back on the budget (token-id bodies at 500/s,
+ * whose reading is cheap, had p99 11-36 ms through the pool against 4-10 ms read on the event loop: the EPP now
+ * reads those itself, see readTokenIds).
  */
 export const DEFAULT_MEMBER_NICE = 19;
 

@@ -58,6 +58,40 @@ export function parseBodyBytes(body: Uint8Array, path?: string): ParsedBody {
   return parseBody(parseJson(body), path);
 }
 
+/**
+ * A body of token ids read without JSON.parse, as parseBodyBytes reads it; undefined for any other body. A body
+ * whose `prompt` or `token_ids` does not open with a number is told apart by a search for the key alone (~0.05 ns
+ * a byte), with nothing parsed.
+ */
+export function parseTokenIdsBody(body: Uint8Array): ParsedBody | undefined {
+  return opensIdArray(body) ? tokenIdsBody(body) : undefined;
+}
+
+const SPACE = new Set([0x20, 0x09, 0x0a, 0x0d]);
+
+/** Whether `"prompt"` or `"token_ids"` appears followed by `:` and `[` then a digit (JSON whitespace between). */
+function opensIdArray(body: Uint8Array): boolean {
+  const bytes = Buffer.from(body.buffer, body.byteOffset, body.length);
+  for (const key of ID_FIELDS) {
+    for (let at = bytes.indexOf(key); at >= 0; at = bytes.indexOf(key, at + 1)) {
+      let i = at + key.length;
+      const skip = () => {
+        while (i < body.length && SPACE.has(body[i]!)) i++;
+      };
+      skip();
+      if (body[i] !== 0x3a) continue;
+      i++;
+      skip();
+      if (body[i] !== 0x5b) continue;
+      i++;
+      skip();
+      const c = body[i];
+      if (c !== undefined && c >= 0x30 && c <= 0x39) return true;
+    }
+  }
+  return false;
+}
+
 // Bodies that carry what a chat template prints with Python's json (tools, tool-call arguments, template
 // kwargs) are parsed keeping floats apart from integers: Python prints `1.0` where JSON.parse leaves `1`.
 const PYTHON_NUMBERS = /"(tools|tool_calls|chat_template_kwargs|input)"/;

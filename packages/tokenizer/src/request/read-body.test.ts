@@ -1,6 +1,7 @@
-import { expect, test } from "bun:test";
+import { describe, expect, test } from "bun:test";
+import fc from "fast-check";
 import { TooDeep } from "./openai-body";
-import { readBody } from "./read-body";
+import { READ_IDS_MAX_BYTES, readBody, readTokenIds } from "./read-body";
 import { ROUTING_TEXT_CHARS } from "./routing-job";
 
 const bytes = (v: unknown) => new TextEncoder().encode(typeof v === "string" ? v : JSON.stringify(v));
@@ -26,4 +27,49 @@ test("a body that may be cut and does not parse is routed by load, saying why; n
   expect(readBody({ body: bytes('{"prompt": "a'), maybeCut: true }).fields).toMatchObject({ kind: "none", cut: expect.stringContaining("not JSON") });
   expect(() => readBody({ body: bytes('{"prompt": "a') })).toThrow("not JSON");
   expect(() => readBody({ body: bytes(`{"prompt": ${"[".repeat(200)}`), maybeCut: true })).toThrow(TooDeep);
+});
+
+describe("readTokenIds", () => {
+  const ws = fc.constantFrom("", " ", "\n  ", "\t");
+  // Bodies of ids as clients write them: keys in any order, any JSON whitespace, the ids under prompt or token_ids.
+  const idsBody = fc.record({
+    ids: fc.array(fc.integer({ min: 0, max: 2 ** 32 - 1 }), { minLength: 1, maxLength: 50 }),
+    key: fc.constantFrom("prompt", "token_ids"),
+    model: fc.option(fc.constantFrom("m", "alias", 'with \\"quote\\"'), { nil: undefined }),
+    salt: fc.option(fc.string({ maxLength: 8 }), { nil: undefined }),
+    others: fc.array(fc.tuple(fc.constantFrom("max_tokens", "stream", "temperature"), fc.constantFrom("16", "true", "0.5")), { maxLength: 3 }),
+    space: fc.tuple(ws, ws, ws),
+    shuffle: fc.integer({ min: 0, max: 1000 }),
+  }).map(({ ids, key, model, salt, others, space: [a, b, c], shuffle }) => {
+    const fields = [`"${key}"${a}:${b}[${c}${ids.join(`,${a}`)}]`, ...others.map(([k, v]) => `"${k}":${a}${v}`)];
+    if (model !== undefined) fields.push(`"model":${b}"${model}"`);
+    if (salt !== undefined) fields.push(`"cache_salt": ${JSON.stringify(salt)}`);
+    const at = shuffle % fields.length;
+    return `{${a}${[...fields.slice(at), ...fields.slice(0, at)].join(`,${c}`)}${b}}`;
+  });
+
+  test("reads a body of ids as readBody does, model rewrite included", () => {
+    fc.assert(fc.property(idsBody, fc.constantFrom(undefined, "served"), (text, rewriteModel) => {
+      const req = { body: bytes(text), rewriteModel };
+      const here = readTokenIds(req);
+      expect(here).toBeDefined();
+      expect(here).toEqual(readBody(req) as typeof here);
+    }));
+  });
+
+  test("reads nothing of any other body, nor of one over READ_IDS_MAX_BYTES", () => {
+    const others = [
+      { messages: [{ role: "user", content: "say \"prompt\": [1] please" }] },
+      { prompt: "text" },
+      { prompt: [[1, 2], [3]] },
+      { prompt: [1, 2], truncate_prompt_tokens: 1 },
+      { model: "m" },
+    ];
+    for (const o of others) expect(readTokenIds({ body: bytes(o) })).toBeUndefined();
+    expect(readTokenIds({ body: bytes('{"prompt": [1, 2') })).toBeUndefined(); // cut
+    const big = bytes({ prompt: Array.from({ length: READ_IDS_MAX_BYTES / 4 }, (_, i) => i) });
+    expect(big.length).toBeGreaterThan(READ_IDS_MAX_BYTES);
+    expect(readTokenIds({ body: big })).toBeUndefined();
+    expect(readBody({ body: big }).job).toHaveLength(READ_IDS_MAX_BYTES / 4);
+  });
 });
