@@ -23,7 +23,10 @@ export type RoutedBody = {
   rewritten: boolean;
 };
 
-/** The thread that read a body: the event loop without a pool (or when no member had read it by the budget). */
+/**
+ * The thread that read a body: the event loop without a pool, for a body of token ids, or when no member had read
+ * it by the budget.
+ */
 export type ReadThread = "tokenizer_pool" | "event_loop";
 
 /**
@@ -54,14 +57,12 @@ export function createTokenizeBody(pre: Preprocessor, onRead: (thread: ReadThrea
 /**
  * A copy of the body goes to a pool member, which reads and tokenizes it. A body no member had read by the
  * budget (queued, or still being read) is read here, to route it on the ids it carries or by load. A body of
- * token ids (up to READ_IDS_MAX_BYTES) is read here at once: measured in bench:pick at 500/s, through the pool
- * such bodies cost a member ~0.25 ms of CPU each and their picks waited for it (p99 11-30 ms against 4-10 read
- * here), while the event loop spent on copying, sending and receiving about what reading them costs (~85 against
- * ~100 µs for 8k ids).
+ * token ids (up to the pool's readHereMaxBytes) is read here at once: handing it to a member cost the event loop
+ * about what reading it does, and its pick waited for the member (the README's ext_proc section, "Bodies and tokenization off the decision thread").
  */
 export function createPoolTokenizeBody(pool: TokenizerPool, onRead: (thread: ReadThread) => void = () => {}): TokenizeBody {
   return (req, signal, settles) => {
-    const ids = readTokenIds(req);
+    const ids = readTokenIds(req, pool.readHereMaxBytes);
     if (ids) {
       onRead("event_loop");
       return { ...forwarded(req, ids), fields: ids.fields, tokens: ids.job };

@@ -21,7 +21,7 @@ export { BadRequest } from "./request/bad-request";
 export {
   MAX_BODY_BYTES, MAX_JSON_DEPTH, parseBody, parseBodyBytes, parseJson, TooDeep, type ParsedBody, type RoutedInput,
 } from "./request/openai-body";
-export { READ_IDS_MAX_BYTES, readBody, readTokenIds, type BodyFields, type BodyRead, type BodyRequest } from "./request/read-body";
+export { readBody, readTokenIds, type BodyFields, type BodyRead, type BodyRequest } from "./request/read-body";
 export { rewriteBodyModel } from "./request/body-model";
 export { ROUTING_TEXT_CHARS, routingJob, routingPrefix } from "./request/routing-job";
 export { cpuLimit } from "./pool/cpu-limit";

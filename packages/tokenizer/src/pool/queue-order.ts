@@ -3,8 +3,8 @@
 // to avoid, moved from the event loop to a member). Shortest first alone would starve a long text behind a
 // stream of short ones. So each request is due when it would have finished had it started the moment it came:
 // its arrival plus its expected cost at a member's fresh rate, and the member takes the earliest due. A short
-// pick arriving while a long text waits goes first; one arriving after the long text's due instant does not,
-// so no request waits longer for later arrivals than its own cost.
+// pick arriving while a long text waits goes first; one arriving after the long text's due instant does not:
+// no request is passed by one that came after its own due instant.
 
 /** What the order needs of a queued request: when it came (ms) and its expected cost (fresh characters, see placement.ts). */
 export type Queued = { submitted: number; cost: number };

@@ -6,6 +6,7 @@ import { cpuLimit } from "./cpu-limit";
 import { nextTurnJob, type PoolJob, type TokenizeJob } from "../job";
 import { BadRequest } from "../request/bad-request";
 import { TooDeep } from "../request/openai-body";
+import { DEFAULT_READ_HERE_MAX_BYTES } from "../request/read-body";
 import { affinityKey } from "./affinity";
 import { jobChars, Placement, type PlacementKind } from "./placement";
 import type { BodyReading, FromMember, MemberInit } from "./protocol";
@@ -165,17 +166,10 @@ type Member = {
 
 const DEFAULT_BUDGET_MS = 50;
 /**
- * Reading a body costs its reader ~7 ms per MiB. Up to 1 MiB the caller (the decision thread) reads one itself
- * rather than wait for a member that has not (~7 ms at most, once per such pick); a larger body would hold every
- * other stream's answer that long, so it waits for its member instead, and only that pick is late.
- */
-export const DEFAULT_READ_HERE_MAX_BYTES = 1 << 20;
-/**
  * The lowest priority. Measured in bench:pick's chats row (500/s on 2 cores, the CPU saturated; one run each): members
  * at nice 0 gave p50 76 ms, p99 209 ms; at 10, 57 / 124 ms; at 19, 34 / 83 ms. The cost: when the decision thread
  * alone keeps a core busy, members get little of it and picks fall back on the budget (token-id bodies at 500/s,
- * whose reading is cheap, had p99 11-36 ms through the pool against 4-10 ms read on the event loop: the EPP now
- * reads those itself, see readTokenIds).
+ * whose reading is cheap, were late through the pool: the EPP now reads those itself, see readTokenIds).
  */
 export const DEFAULT_MEMBER_NICE = 19;
 
@@ -194,7 +188,8 @@ const CHARS_PER_TOKEN = 4;
 export class TokenizerPool {
   private readonly members: Member[];
   private readonly budgetMs: number;
-  private readonly readHereMaxBytes: number;
+  /** The largest body its caller reads itself (see PoolOptions; the EPP reads token ids up to it too, readTokenIds). */
+  readonly readHereMaxBytes: number;
   private readonly maxWarmQueued: number;
   private readonly log: PoolOptions["log"];
   private nextId = 1;

@@ -64,32 +64,28 @@ export function parseBodyBytes(body: Uint8Array, path?: string): ParsedBody {
  * a byte), with nothing parsed.
  */
 export function parseTokenIdsBody(body: Uint8Array): ParsedBody | undefined {
-  return opensIdArray(body) ? tokenIdsBody(body) : undefined;
+  return tokenIdsBody(body, opensIdArray);
 }
 
-const SPACE = new Set([0x20, 0x09, 0x0a, 0x0d]);
-
 /** Whether `"prompt"` or `"token_ids"` appears followed by `:` and `[` then a digit (JSON whitespace between). */
-function opensIdArray(body: Uint8Array): boolean {
-  const bytes = Buffer.from(body.buffer, body.byteOffset, body.length);
+export function opensIdArray(bytes: Buffer): boolean {
   for (const key of ID_FIELDS) {
     for (let at = bytes.indexOf(key); at >= 0; at = bytes.indexOf(key, at + 1)) {
-      let i = at + key.length;
-      const skip = () => {
-        while (i < body.length && SPACE.has(body[i]!)) i++;
-      };
-      skip();
-      if (body[i] !== 0x3a) continue;
-      i++;
-      skip();
-      if (body[i] !== 0x5b) continue;
-      i++;
-      skip();
-      const c = body[i];
+      let i = skipSpace(bytes, at + key.length);
+      if (bytes[i] !== 0x3a) continue;
+      i = skipSpace(bytes, i + 1);
+      if (bytes[i] !== 0x5b) continue;
+      i = skipSpace(bytes, i + 1);
+      const c = bytes[i];
       if (c !== undefined && c >= 0x30 && c <= 0x39) return true;
     }
   }
   return false;
+}
+
+function skipSpace(b: Uint8Array, i: number): number {
+  for (let c = b[i]; c === 0x20 || c === 0x0a || c === 0x0d || c === 0x09; c = b[++i]);
+  return i;
 }
 
 // Bodies that carry what a chat template prints with Python's json (tools, tool-call arguments, template
@@ -141,6 +137,7 @@ const TRUNCATE_FIELD = new TextEncoder().encode('"truncate_prompt_tokens"');
 // A body without either key as written (an escaped key is left to JSON.parse anyway) carries no ids: a chat or a
 // text prompt goes straight to JSON.parse instead of being scanned twice (the scan is ~15% of reading a chat).
 const ID_FIELDS = [new TextEncoder().encode('"token_ids"'), new TextEncoder().encode('"prompt"')];
+const hasIdKey = (bytes: Buffer) => ID_FIELDS.some((key) => bytes.includes(key));
 /**
  * Bodies up to this size take the fast path (~600k token ids). The scanner's linear memory keeps the
  * size of the largest body it read (x3: text and decoded ids) and never shrinks, so a rare huge body
@@ -155,10 +152,10 @@ let scanner: JsonFieldScanner | undefined;
  * answer parseBody gives. Anything else (text, chat, a field to complain about) returns undefined and
  * takes the JSON.parse path, which also words the errors.
  */
-function tokenIdsBody(body: Uint8Array): ParsedBody | undefined {
+function tokenIdsBody(body: Uint8Array, mayHoldIds: (bytes: Buffer) => boolean = hasIdKey): ParsedBody | undefined {
   if (body.length > FAST_PATH_MAX_BYTES) return undefined;
   const bytes = Buffer.from(body.buffer, body.byteOffset, body.length);
-  if (bytes.includes(TRUNCATE_FIELD) || !ID_FIELDS.some((key) => bytes.includes(key))) return undefined;
+  if (bytes.includes(TRUNCATE_FIELD) || !mayHoldIds(bytes)) return undefined;
   const f = (scanner ??= new JsonFieldScanner(FIELDS)).scan(body);
   if (!f) return undefined;
   const [model, tokenIds, messages, prompt, salt] = f as [JsonField, JsonField, JsonField, JsonField, JsonField];

@@ -1,7 +1,7 @@
 import { describe, expect, test } from "bun:test";
 import fc from "fast-check";
-import { TooDeep } from "./openai-body";
-import { READ_IDS_MAX_BYTES, readBody, readTokenIds } from "./read-body";
+import { opensIdArray, parseBody, TooDeep } from "./openai-body";
+import { DEFAULT_READ_HERE_MAX_BYTES as MAX, readBody, readTokenIds } from "./read-body";
 import { ROUTING_TEXT_CHARS } from "./routing-job";
 
 const bytes = (v: unknown) => new TextEncoder().encode(typeof v === "string" ? v : JSON.stringify(v));
@@ -48,16 +48,26 @@ describe("readTokenIds", () => {
     return `{${a}${[...fields.slice(at), ...fields.slice(0, at)].join(`,${c}`)}${b}}`;
   });
 
-  test("reads a body of ids as readBody does, model rewrite included", () => {
+  test("reads a body of ids as readBody does, model rewrite included, and as JSON.parse reads it", () => {
     fc.assert(fc.property(idsBody, fc.constantFrom(undefined, "served"), (text, rewriteModel) => {
       const req = { body: bytes(text), rewriteModel };
       const here = readTokenIds(req);
       expect(here).toBeDefined();
       expect(here).toEqual(readBody(req) as typeof here);
+      const parsed = parseBody(JSON.parse(text));
+      expect(parsed.input).toEqual({ kind: "tokens", tokens: here!.job });
+      expect(here!.fields).toMatchObject({ model: parsed.model, cacheSalt: parsed.cacheSalt });
+      expect(opensIdArray(Buffer.from(req.body))).toBe(true);
     }));
   });
 
-  test("reads nothing of any other body, nor of one over READ_IDS_MAX_BYTES", () => {
+  test("the search for the key tells a body of ids from others without parsing", () => {
+    const opens = (text: string) => opensIdArray(Buffer.from(text));
+    for (const text of ['{"prompt":[1]}', '{"token_ids" :\n[ 7 ]}', '{"messages": [], "prompt": [1]}', '{"a": {"prompt": [1, 2]}}']) expect(opens(text)).toBe(true);
+    for (const text of ['{"prompt": "1"}', '{"prompt": [[1]]}', '{"prompt": []}', '{"prompts": [1]}', '{"m": "say \\"prompt\\": [1]"}', '{"prompt"']) expect(opens(text)).toBe(false);
+  });
+
+  test("reads nothing of any other body, nor of one over MAX", () => {
     const others = [
       { messages: [{ role: "user", content: "say \"prompt\": [1] please" }] },
       { prompt: "text" },
@@ -67,9 +77,9 @@ describe("readTokenIds", () => {
     ];
     for (const o of others) expect(readTokenIds({ body: bytes(o) })).toBeUndefined();
     expect(readTokenIds({ body: bytes('{"prompt": [1, 2') })).toBeUndefined(); // cut
-    const big = bytes({ prompt: Array.from({ length: READ_IDS_MAX_BYTES / 4 }, (_, i) => i) });
-    expect(big.length).toBeGreaterThan(READ_IDS_MAX_BYTES);
+    const big = bytes({ prompt: Array.from({ length: MAX / 4 }, (_, i) => i) });
+    expect(big.length).toBeGreaterThan(MAX);
     expect(readTokenIds({ body: big })).toBeUndefined();
-    expect(readBody({ body: big }).job).toHaveLength(READ_IDS_MAX_BYTES / 4);
+    expect(readBody({ body: big }).job).toHaveLength(MAX / 4);
   });
 });

@@ -1,7 +1,7 @@
 // A request body as received -> what a routing decision needs from it: its few fields, what to tokenize,
 // and the body to forward. One function for both places a body is read: a tokenizer pool member (the
-// default: the thread that decides never does work that grows with the body) and, without a pool, the
-// event loop itself.
+// default: the thread that decides does no tokenizing) and, without a pool, the event loop itself. A body of
+// token ids has nothing to tokenize: readTokenIds reads one where it is (the EPP's event loop).
 import type { TokenizeJob } from "../job";
 import { BadRequest } from "./bad-request";
 import { rewriteBodyModel } from "./body-model";
@@ -50,18 +50,22 @@ export function readBody(req: BodyRequest): BodyRead {
 }
 
 /**
- * Bodies up to this size carrying token ids are read by readTokenIds (~70 µs for 8k ids, ~1.4 ns a byte, at most
- * ~1.5 ms): what a pool member would cost its caller anyway, in copying the body and taking its answer.
+ * The largest body the decision thread reads itself. Reading a chat costs ~7 ms per MiB: up to 1 MiB it reads one
+ * no pool member has read by the budget (~7 ms at most, once per such pick) rather than wait; a larger body would
+ * hold every other stream's answer that long, so it waits for its member instead, and only that pick is late.
+ * Token ids cost ~1.5 ms per MiB (readTokenIds).
  */
-export const READ_IDS_MAX_BYTES = 1 << 20;
+export const DEFAULT_READ_HERE_MAX_BYTES = 1 << 20;
 
 /**
- * readBody of a body that carries token ids (a `prompt` or `token_ids` array of numbers, read in WebAssembly);
- * undefined, with next to nothing read, for any other body or one over READ_IDS_MAX_BYTES. No tokenizer is
- * involved, so the thread that decides can read such a body itself rather than hand it to a pool member.
+ * readBody of a body that carries token ids (a `prompt` or `token_ids` array of numbers, read in WebAssembly at
+ * ~1.4 ns a byte: ~70 µs for 8k ids); undefined, with next to nothing read (a search for the key), for any other
+ * body or one over `maxBytes`. No tokenizer is involved, so the thread that decides reads such a body itself
+ * rather than hand it to a pool member (the EPP's README has the measurement). A body that passes the
+ * search but is not one (a nested `"prompt": [1`) costs one failed scan, at most what a real one would.
  */
-export function readTokenIds(req: BodyRequest): (BodyRead & { job: Uint32Array }) | undefined {
-  if (req.body.length > READ_IDS_MAX_BYTES) return undefined;
+export function readTokenIds(req: BodyRequest, maxBytes = DEFAULT_READ_HERE_MAX_BYTES): (BodyRead & { job: Uint32Array }) | undefined {
+  if (req.body.length > maxBytes) return undefined;
   const parsed = parseTokenIdsBody(req.body);
   if (parsed?.input.kind !== "tokens") return undefined;
   return { ...bodyRead(req, parsed), job: parsed.input.tokens };
