@@ -2,7 +2,8 @@ import { describe, expect, test } from "bun:test";
 import fc from "fast-check";
 import { freshWords } from "@kv-epp/testkit";
 import { createPreprocessor, type ChatMessage, type PoolStats } from "../src/index";
-import { jobChars, Placement } from "../src/pool/placement";
+import { jobChars, jobWork, Placement } from "../src/pool/placement";
+import { ROUTING_TEXT_CHARS } from "../src/request/routing-job";
 import { freshChat, QWEN3_DIR as dir, qwen3Pools } from "./qwen3-pool";
 
 describe("placement policy", () => {
@@ -81,6 +82,22 @@ describe("placement policy", () => {
   test("a job's size is its message texts, or its prompt", () => {
     expect(jobChars({ kind: "prompt", text: "abcd" })).toBe(4);
     expect(jobChars({ kind: "chat", messages: [{ role: "user", content: "abc" }, { role: "user", content: [{ type: "text", text: "de" }, { type: "image_url" }] }, { role: "assistant", content: null }], opts: {} })).toBe(5);
+  });
+
+  // A body's bytes counted as fresh text made a 500 KB chat look ~4x its work, and a 32 MiB body due seconds after
+  // it came (queue-order.ts), passed meanwhile by everything.
+  test("a body's work is the text it routes (at most ROUTING_TEXT_CHARS) and its reading, which every member pays", () => {
+    const body = (bytes: number) => ({ kind: "body" as const, request: { body: new Uint8Array(bytes) } });
+    expect(jobWork(body(1000))).toEqual({ chars: 1000, read: 70 });
+    const big = jobWork(body(32 << 20));
+    expect(big.chars).toBe(ROUTING_TEXT_CHARS);
+    expect(big.chars + big.read).toBeLessThan(0.1 * (32 << 20));
+    expect(jobWork({ kind: "prompt", text: "abcd" })).toEqual({ chars: 4, read: 0 });
+    const placement = new Placement(2);
+    expect(placement.place(1, 1000, [0, 0], true, 70).cost).toBe(1070);
+    // Affine: its reading too, whatever it has cached; moved only when the tokenizing alone is cheaper elsewhere.
+    expect(placement.place(1, 1100, [0, 0], true, 77)).toEqual({ member: 1 % 2, cost: 100 + 100 + 77, kind: "affine" });
+    expect(placement.place(1, 1100, [0, 5000], true, 77)).toEqual({ member: 0, cost: 1100 + 77, kind: "moved" });
   });
 });
 

@@ -8,7 +8,7 @@ import { BadRequest } from "../request/bad-request";
 import { TooDeep } from "../request/openai-body";
 import { DEFAULT_READ_HERE_MAX_BYTES } from "../request/read-body";
 import { affinityKey } from "./affinity";
-import { jobChars, Placement, type PlacementKind } from "./placement";
+import { jobChars, jobWork, Placement, type PlacementKind } from "./placement";
 import type { BodyReading, FromMember, MemberInit } from "./protocol";
 import { nextDue } from "./queue-order";
 import type { ThreadPriority } from "./thread-priority";
@@ -344,7 +344,8 @@ export class TokenizerPool {
   // every queued request, though a cheap one passes costlier ones (queue-order.ts): for it, an over-estimate.
   private memberFor(p: Pending, move = true): Member {
     const backlogs = this.members.map((m) => m.queue.reduce((sum, q) => sum + q.cost, m.current?.cost ?? 0));
-    const placed = this.placement.place(affinityKey(p.job), jobChars(p.job), backlogs, move);
+    const { chars, read } = jobWork(p.job);
+    const placed = this.placement.place(affinityKey(p.job), chars, backlogs, move, read);
     p.cost = placed.cost;
     if (!p.discard) {
       this.placements[placed.kind]++;
