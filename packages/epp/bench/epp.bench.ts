@@ -22,7 +22,7 @@ import { startEpp } from "../src/main.ts";
 import { loadGenerator, runLoad, type Generator, type Run, type Server } from "./generator.ts";
 import type { Mode } from "./requests.ts";
 import { WORKLOAD, requestBodies, syntheticIndex, workerId } from "./workload.ts";
-import { EPP_RUNTIME_ENV } from "../src/runtime-env.ts";
+import { eppRuntimeEnv } from "../src/runtime-env.ts";
 
 const HOST = "127.0.4.200";
 const TARGET_P99_MS = 1;
@@ -33,7 +33,7 @@ const DURATION_MS = quick ? 1500 : 3000;
 const WARMUP_MS = 500;
 
 /** A server under test: `bun <args>` in its own process, in the environment the EPP ships with (each server alike). */
-const spawn = (name: string, args: string[]): ProcessHandle => spawnProcess(process.execPath, args, { name, env: EPP_RUNTIME_ENV });
+const spawn = (name: string, args: string[]): ProcessHandle => spawnProcess(process.execPath, args, { name, env: eppRuntimeEnv() });
 
 let gen: Generator;
 

@@ -3,7 +3,7 @@
 import { readdirSync, readFileSync } from "node:fs";
 import { freePort, spawnProcess, type ProcessHandle } from "@kv-epp/testkit";
 import { requestsFile, type Mode } from "./requests.ts";
-import { EPP_RUNTIME_ENV } from "../src/runtime-env.ts";
+import { eppRuntimeEnv } from "../src/runtime-env.ts";
 
 export type Run = {
   rate: number;
@@ -69,7 +69,7 @@ export async function spawnBenchEpp(name: string, host: string, config: string, 
   for (let k = 0; k < 5; k++) p.push(await freePort(host));
   const proc = spawnProcess(process.execPath, [`${import.meta.dir}/../src/main.ts`, "--config", config, "--listen", host,
     "--grpc-port", String(p[0]), "--grpc-health-port", String(p[1]), "--metrics-port", String(p[2]), "--replica-agg-port", String(p[3]),
-    "--selection-port", String(p[4]), "--scrape-interval-ms", "0", "--subscribe-wait-ms", "0", ...extra], { name, env: EPP_RUNTIME_ENV });
+    "--selection-port", String(p[4]), "--scrape-interval-ms", "0", "--subscribe-wait-ms", "0", ...extra], { name, env: eppRuntimeEnv() });
   return { proc, ports: { grpc: p[0]!, metrics: p[2]!, selection: p[4]! } };
 }
 

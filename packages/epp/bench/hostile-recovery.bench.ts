@@ -11,7 +11,7 @@ import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { hostileDumpPeer, processMemory, spawnProcess, type HostileDump } from "@kv-epp/testkit";
 import { stringify } from "yaml";
-import { EPP_RUNTIME_ENV } from "../src/runtime-env.ts";
+import { eppRuntimeEnv } from "../src/runtime-env.ts";
 
 const HOST = "127.0.5.200";
 const PEER_HOST = "127.0.5.201";
@@ -35,7 +35,7 @@ async function run(scenario: string, dump: HostileDump): Promise<Result> {
   const started = performance.now();
   const epp = spawnProcess(process.execPath, [eppMain, "--config", config, "--listen", HOST, "--replica-agg", "false", "--scrape-interval-ms", "0"], {
     name: `epp ${scenario}`,
-    env: { ...EPP_RUNTIME_ENV, DYN_EPP_RECOVERY_BUDGET_MIB: BUDGET_MIB, DYN_EPP_LOG_LEVEL: "info" },
+    env: { ...eppRuntimeEnv(), DYN_EPP_RECOVERY_BUDGET_MIB: BUDGET_MIB, DYN_EPP_LOG_LEVEL: "info" },
   });
   let peak = 0;
   let capped = false;

@@ -25,6 +25,7 @@ import {
 } from "./tokens.ts";
 import { loadKubeConfig } from "./workers/kubernetes.ts";
 import { WorkerSet } from "./workers/worker-set.ts";
+import { EPP_RUNTIME_ENV } from "./runtime-env.ts";
 
 export type EppHandle = {
   ports: { grpc: number; grpcHealth: number; metrics: number; selection: number; replicaAgg?: number };
@@ -66,7 +67,11 @@ export async function startEpp(cfg: EppConfig, o: { log?: Logger; kubeConfig?: K
   // The ranks' caches together bound what the index holds: its tables are sized for that up front.
   workers.whenKvCapacity((blocks) => indexers.models.reserve(blocks));
   const { bodyReader, tokenizerPool, warmReply } = await tokenizationOf(cfg, metrics, log);
-  log.info({ model: cfg.model.name, blockSize: cfg.model.blockSize, tokenizer: cfg.tokenizerDir === undefined ? "byte-fallback" : "hf", tokenizerThreads: tokenizerPool?.size ?? 0 }, "indexer ready");
+  log.info({
+    model: cfg.model.name, blockSize: cfg.model.blockSize, tokenizer: cfg.tokenizerDir === undefined ? "byte-fallback" : "hf", tokenizerThreads: tokenizerPool?.size ?? 0,
+    // The runtime environment it started with (runtime-env.ts): unset is Bun's default.
+    runtimeEnv: Object.fromEntries(Object.keys(EPP_RUNTIME_ENV).map((k) => [k, process.env[k] ?? "unset"])),
+  }, "indexer ready");
   // Every rank's stream position (the cursors /dump carries) and the handoff from a recovered dump to the
   // live stream: the listeners' sink, the dump's source and the recovery's target all go through it.
   const liveKey = indexerKey(cfg.model.name, cfg.model.tenant);

@@ -5,6 +5,7 @@
 import { afterEach, expect, test } from "bun:test";
 import { hostileDumpPeer, processMemory, spawnBun, waitFor, type HostileDump, type ProcessHandle, LOOPBACK } from "@kv-epp/testkit";
 import { FakeWorkerEvents, postJson, scrapeMetric, tokens, writeStaticConfig, type TestWorker } from "./helpers.ts";
+import { eppRuntimeEnv } from "../src/runtime-env.ts";
 
 const MAIN = `${import.meta.dir}/../src/main.ts`;
 const MOCK_WORKER = `${import.meta.dir}/../../mock-worker/src/main.ts`;
@@ -23,7 +24,7 @@ function peer(d: HostileDump, host: string) {
 function epp(ip: string, peers: string[], flags: string[], workers: TestWorker[] = []): ProcessHandle {
   const p = spawnBun(
     [MAIN, "--config", writeStaticConfig(workers, peers), "--listen", ip, "--replica-agg", "false", "--scrape-interval-ms", "0", "--recovery-timeout-ms", "3000", ...flags],
-    {},
+    eppRuntimeEnv(), // memory is measured as shipped
     { name: `epp ${ip}` },
   );
   cleanups.push(() => p.kill("SIGKILL", 0));

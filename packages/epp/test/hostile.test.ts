@@ -6,6 +6,7 @@ import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { killAll, spawnBun, waitFor, type ProcessHandle, LOOPBACK } from "@kv-epp/testkit";
 import { FakeWorkerEvents, body, checkHealth, extProcClient, headers, healthClient, postJson, scrapeMetric, setHeader, tokens, writeStaticConfig } from "./helpers.ts";
 import { ATTACKS, rssMiB, type Target } from "./hostile-peers.ts";
+import { eppRuntimeEnv } from "../src/runtime-env.ts";
 
 const IP = `${LOOPBACK}.4.70`;
 const A = `${LOOPBACK}.4.71:8000`;
@@ -38,7 +39,7 @@ beforeAll(async () => {
     // Its KV endpoint is where the malformed-KV attack publishes.
     { id: "worker-b", address: B, kvEvents: target.kvEvents! },
   ]);
-  epp = spawnBun([`${import.meta.dir}/../src/main.ts`, "--config", config, "--listen", IP, "--scrape-interval-ms", "0", "--subscribe-wait-ms", "500", "--log-level", "warn"], {}, { name: "epp" });
+  epp = spawnBun([`${import.meta.dir}/../src/main.ts`, "--config", config, "--listen", IP, "--scrape-interval-ms", "0", "--subscribe-wait-ms", "500", "--log-level", "warn"], eppRuntimeEnv(), { name: "epp" });
   const h = healthClient(target.grpcHealth, IP);
   await waitFor(() => checkHealth(h, "readiness").then((s) => s === "SERVING", () => false), { message: "EPP ready", timeoutMs: 20_000 });
   h.close();

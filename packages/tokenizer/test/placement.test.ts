@@ -86,12 +86,16 @@ describe("placement policy", () => {
 
   // A body's bytes counted as fresh text made a 500 KB chat look ~4x its work, and a 32 MiB body due seconds after
   // it came (queue-order.ts), passed meanwhile by everything.
-  test("a body's work is the text it routes (at most ROUTING_TEXT_CHARS) and its reading, which every member pays", () => {
+  test("a body's work is the text it can route (its bytes, at most 3 a routed character) and its reading, which every member pays", () => {
     const body = (bytes: number) => ({ kind: "body" as const, request: { body: new Uint8Array(bytes) } });
     expect(jobWork(body(1000))).toEqual({ chars: 1000, read: 70 });
     const big = jobWork(body(32 << 20));
-    expect(big.chars).toBe(ROUTING_TEXT_CHARS);
+    expect(big.chars).toBe(3 * ROUTING_TEXT_CHARS);
     expect(big.chars + big.read).toBeLessThan(0.1 * (32 << 20));
+    // A CJK conversation (3 bytes a character) growing past 128 KiB still routes more text each turn: counted fresh.
+    const placement0 = new Placement(1);
+    placement0.place(7, jobWork(body(200_000)).chars, [0]);
+    expect(placement0.place(7, jobWork(body(260_000)).chars, [0]).cost).toBeGreaterThanOrEqual(60_000);
     expect(jobWork({ kind: "prompt", text: "abcd" })).toEqual({ chars: 4, read: 0 });
     const placement = new Placement(2);
     expect(placement.place(1, 1000, [0, 0], true, 70).cost).toBe(1070);

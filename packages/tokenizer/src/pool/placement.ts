@@ -73,13 +73,20 @@ export class Placement {
 const READ_BYTE_COST = 0.07;
 
 /**
- * A job's work on a member, in fresh characters: what it tokenizes (of a body, at most ROUTING_TEXT_CHARS; a
- * 500 KB chat tokenizes its first 128 Ki characters) and, for a body, reading it.
+ * A body's bytes past which none can hold routed text: a routed character (a UTF-16 unit) is at most 3 bytes of
+ * UTF-8. Counted in bytes, an ASCII body past 128 KiB looks up to 3x its routed text; counted against 128 Ki, a
+ * CJK conversation's turns between 128 and 384 KiB would look cached (only text written as \u escapes still can).
+ */
+const ROUTED_BYTES_MAX = 3 * ROUTING_TEXT_CHARS;
+
+/**
+ * A job's work on a member, in fresh characters: what it tokenizes (of a body, its bytes up to ROUTED_BYTES_MAX;
+ * a 1 MB chat tokenizes only its first 128 Ki characters) and, for a body, reading it.
  */
 export function jobWork(job: PoolJob): { chars: number; read: number } {
   if (job.kind !== "body") return { chars: jobChars(job), read: 0 };
   const bytes = job.request.body.byteLength;
-  return { chars: Math.min(bytes, ROUTING_TEXT_CHARS), read: bytes * READ_BYTE_COST };
+  return { chars: Math.min(bytes, ROUTED_BYTES_MAX), read: bytes * READ_BYTE_COST };
 }
 
 /**
