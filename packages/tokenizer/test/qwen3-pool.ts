@@ -16,9 +16,10 @@ type StartOptions = Omit<PoolOptions, "preprocessor" | "observe">;
  */
 export function qwen3Pools() {
   const open: TokenizerPool[] = [];
+  // A member at nice 19 on a loaded machine can take seconds to stop: more than a hook's default 5 s.
   afterEach(async () => {
     await Promise.all(open.splice(0).map((pool) => pool.close()));
-  });
+  }, 60_000);
   const ready = async (pool: TokenizerPool) => {
     open.push(pool); // closed even if ready() fails
     await pool.ready();
