@@ -15,6 +15,7 @@ import { join } from "node:path";
 import { parseArgs } from "node:util";
 import { ExtProcClient } from "../../packages/epp/src/index.ts";
 import { HealthProbe, podSpecFromTemplate, renderKustomization, spawnProcess, waitFor, type PodTemplate, type ProcessHandle } from "../../packages/testkit/src/index.ts";
+import { EPP_RUNTIME_ENV } from "../../packages/epp/src/runtime-env.ts";
 
 const ROOT = join(import.meta.dir, "..", "..");
 const CONTAINER_SH = join(import.meta.dir, "container.sh");
@@ -125,6 +126,17 @@ function checkConfinement(s: Started): string {
   return `uid ${uid} gid ${gid}, root ${rootRo ? "read-only" : "writable"}, no new privileges, no capabilities`;
 }
 
+/** The runtime environment the EPP's process really has (its entry point sets it: packages/epp/src/runtime-env.ts). */
+function checkRuntimeEnv(s: Started): string {
+  const pid = bunProcess(s.proc.pid)!;
+  const env = new Map(readFileSync(`/proc/${pid}/environ`, "utf8").split("\0").map((kv) => [kv.slice(0, kv.indexOf("=")), kv.slice(kv.indexOf("=") + 1)]));
+  const set = Object.entries(EPP_RUNTIME_ENV).map(([k, v]) => {
+    if (env.get(k) !== v) throw new Error(`${s.proc.name}: ${k} is ${JSON.stringify(env.get(k))}, the entry point sets ${JSON.stringify(v)}`);
+    return `${k}=${v}`;
+  });
+  return set.join(" ");
+}
+
 async function main(): Promise<void> {
   if (!image.User || /^(0|root)(:|$)/.test(image.User)) throw new Error(`the image's USER is ${JSON.stringify(image.User)}: not a non-root user`);
   const t0 = performance.now();
@@ -152,7 +164,7 @@ async function main(): Promise<void> {
   } finally {
     probe.close();
   }
-  console.log(`smoke: EPP Ready (gRPC health ${readiness.grpc.port}, service ${readiness.grpc.service}) after ${since()} (${checkConfinement(epp)})`);
+  console.log(`smoke: EPP Ready (gRPC health ${readiness.grpc.port}, service ${readiness.grpc.service}) after ${since()} (${checkConfinement(epp)}; ${checkRuntimeEnv(epp)})`);
 
   const grpcPort = epp.spec.ports?.find((p) => p.name === "grpc")?.containerPort ?? 9002;
   const client = new ExtProcClient(`${epp.ip}:${grpcPort}`, "full-duplex", { tls: true });
