@@ -2,11 +2,13 @@
 // the body (no JSON, no tokens, no index): per stream it decodes the request messages (proto-loader),
 // answers the body with a round-robin route and hands the body back, encoded as the EPP encodes it
 // (responseEncoder, no copy). What it measures is Bun's HTTP/2 plus the load generator: the EPP's
-// gRPC server (src/extproc/grpc-h2.ts) does this and the picking. Prints {"port": N} once listening.
+// gRPC server (src/extproc/grpc-h2.ts) does this and the picking. h2c, or with --tls TLS (ALPN h2, a
+// self-signed certificate) as the EPP serves by default. Prints {"port": N} once listening.
 import http2 from "node:http2";
 import { responseEncoder, routedHeaders, streamedBody, type ProcessingRequest, type ProcessingResponse } from "../src/extproc/messages.ts";
 import { EXT_PROC_WINDOW_BYTES } from "../src/extproc/http2-windows.ts";
 import { loadProtos } from "../src/extproc/protos.ts";
+import { selfSignedCertificate } from "../src/extproc/tls.ts";
 import { framed, messageReader } from "./grpc-frames.ts";
 
 const host = Bun.argv[Bun.argv.indexOf("--listen") + 1] ?? "127.0.0.1";
@@ -26,7 +28,10 @@ const send = (stream: http2.ServerHttp2Stream, m: ProcessingResponse) => {
 let rr = 0;
 // Session memory unbounded, as @grpc/grpc-js sets it for the other two servers (http2's default refuses
 // new streams past 10 MB buffered).
-const server = http2.createServer({ settings: { initialWindowSize: EXT_PROC_WINDOW_BYTES }, maxSessionMemory: Number.MAX_SAFE_INTEGER });
+const options = { settings: { initialWindowSize: EXT_PROC_WINDOW_BYTES }, maxSessionMemory: Number.MAX_SAFE_INTEGER };
+const server = Bun.argv.includes("--tls")
+  ? http2.createSecureServer({ ...options, ...(await selfSignedCertificate()), allowHTTP1: false })
+  : http2.createServer(options);
 server.on("session", (s) => s.setLocalWindowSize(EXT_PROC_WINDOW_BYTES));
 server.on("stream", (stream: http2.ServerHttp2Stream) => {
   stream.respond({ ":status": 200, "content-type": "application/grpc" }, { waitForTrailers: true });

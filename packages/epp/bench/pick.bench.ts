@@ -15,6 +15,9 @@
 //   chats at N/s   the pool and the baseline at lower rates (--sweep, default 100,200,300), each rate a later
 //            stretch of the trace's conversations: where the chats row's p99 stands below saturation (at 500/s
 //            a chat's ~3 ms of EPP CPU keeps this machine's two cores busy)
+// Beside the three EPPs, the same rows against the transport floor (bench/floor-server.ts over TLS: Bun's HTTP/2 and
+// this load generator, each body answered with a round-robin route and handed back unread): what any server on this
+// machine pays for these bodies at these rates, the baseline the EPP's figures are read against.
 // Before the rows, each EPP takes 4 s of every kind of traffic (other conversations, documents and sessions than the
 // measured ones), so that the rows measure steady state: each pool member JIT-compiles its own copy of the code.
 // Per row p50/p99 (the generator's clock: body sent -> route answered), the EPP's CPU seconds per request
@@ -27,11 +30,12 @@
 import { mkdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { dumpStream } from "@kv-epp/recovery";
-import { killAll, seededRandom, type ProcessHandle } from "@kv-epp/testkit";
+import { killAll, seededRandom, spawnProcess, type ProcessHandle } from "@kv-epp/testkit";
 import { createPreprocessor } from "@kv-epp/tokenizer";
 import { loadTrace, requestBuilder } from "@kv-epp/trace-replay";
 // The tokenizer package's fresh-text measurement, run here too so both figures come from one run.
 import { freshTextRows, mixedText } from "../../tokenizer/bench/fresh-text.ts";
+import { eppRuntimeEnv } from "../src/runtime-env.ts";
 import { buildCLoadgen, cpuByThreadUs, cpuTimeUs, generate, spawnBenchEpp, threadsText, type Run } from "./generator.ts";
 import { extProcMessages, requestsFile, requestsFileOf } from "./requests.ts";
 import { WORKLOAD, syntheticIndex, workerId } from "./workload.ts";
@@ -67,7 +71,8 @@ const WARM_UP_RUN_MS = 3000;
 const SECONDS = (DURATION_MS + WARMUP_MS) / 1000;
 const enc = new TextEncoder();
 
-type Epp = { name: string; proc: ProcessHandle; target: string; metrics: string; selection: string };
+/** An EPP, or the transport floor (no metrics, no tokenizer pool). */
+type Epp = { name: string; proc: ProcessHandle; target: string; metrics?: string; selection?: string };
 type Row = {
   row: string; epp: string; runs: { label: string; run: Run }[]; cpuSecondsPerRequest: number; fallbacks: number;
   /** Picks made on a known prefix that settled the match (dynamo_epp_tokenizer_decided_early_total). */
@@ -77,6 +82,7 @@ type Row = {
 };
 
 async function scrapeSum(epp: Epp, metric: string): Promise<number> {
+  if (epp.metrics === undefined) return NaN;
   const text = await (await fetch(`${epp.metrics}/metrics`)).text();
   let sum = 0;
   for (const m of text.matchAll(new RegExp(`^${metric}(?:\\{[^}]*\\})? (\\S+)$`, "gm"))) sum += Number(m[1]);
@@ -116,6 +122,7 @@ type PoolMember = { busy: boolean; queued: number; warmQueued: number };
 
 /** Until the EPP's tokenizer pool has nothing left to do (work past the budget runs on after its answer). */
 async function idle(epp: Epp): Promise<void> {
+  if (epp.selection === undefined) return;
   for (let i = 0; i < 600; i++) {
     const { pool } = (await (await fetch(`${epp.selection}/debug/tokenizer`)).json()) as { pool: { members: PoolMember[] } | null };
     if (pool === null || pool.members.every((m) => !m.busy && m.queued === 0 && m.warmQueued === 0)) return;
@@ -234,7 +241,11 @@ async function main() {
   const pool = await startEpp("pool", []);
   const whole = await startEpp("pool, whole", ["--route-on-settled-prefix=false"]);
   const inLoop = await startEpp("in-loop", ["--tokenizer-threads", "0"]);
-  const epps = [pool, whole, inLoop];
+  // The floor in the EPPs' runtime environment, so that what differs is the EPP's own work.
+  const floorProc = spawnProcess(process.execPath, [`${import.meta.dir}/floor-server.ts`, "--listen", HOST, "--workers", String(WORKLOAD.workers), "--tls"],
+    { name: "floor", env: eppRuntimeEnv() });
+  const floor: Epp = { name: "floor", proc: floorProc, target: `${HOST}:${JSON.parse(await floorProc.waitForLog(/"port"/)).port as number}` };
+  const epps = [pool, whole, inLoop, floor];
   const poolSize = ((await (await fetch(`${pool.metrics}/metrics`)).text()).match(/^dynamo_epp_tokenizer_pool_members (\S+)$/m) ?? [])[1];
   console.log(`EPPs ready: "pool" (${poolSize} tokenizer threads, budget 50 ms), "pool, whole" (--route-on-settled-prefix=false) and "in-loop" (--tokenizer-threads 0); rates: tokens and chats ${RATE}/s, documents ${DOC_RATE}/s, agentic ${AGENT_RATE}/s, ${DURATION_MS} ms measured after ${WARMUP_MS} ms`);
 
@@ -265,7 +276,7 @@ async function main() {
   await each((e) => measure(e, "chats + documents", [{ label: "chats", file: files.chatsBeside, rate: RATE }, { label: "documents", file: files.docs, rate: DOC_RATE }]), 2);
   await each((e) => measure(e, "agentic", [{ label: "agentic", file: files.agentic, rate: AGENT_RATE }]), 3);
   for (const { rate, file } of sweep) {
-    for (const e of [pool, inLoop]) {
+    for (const e of [pool, inLoop, floor]) {
       await idle(e);
       rows.push(await measure(e, `chats at ${rate}/s`, [{ label: "chats", file, rate }]));
     }
@@ -278,6 +289,12 @@ async function main() {
 
   const get = (row: string, epp: string, label: string) => rows.find((r) => r.row === row && r.epp === epp)!.runs.find((x) => x.label === label)!.run;
   const f3 = (x: number) => x.toFixed(3);
+  const count = (x: number) => (Number.isNaN(x) ? "-" : String(x));
+  // Each row's stream against the floor's on the same bodies at the same rate.
+  const overFloor = rows.filter((r) => r.epp === "pool").flatMap((r) => r.runs.map(({ label, run }) => {
+    const f = rows.find((x) => x.row === r.row && x.epp === "floor")?.runs.find((x) => x.label === label)?.run;
+    return f === undefined ? [] : [`| ${r.row} | ${label} | ${f3(f.p50)} | ${f3(f.p99)} | ${f3(run.p50)} | ${f3(run.p99)} | ${f3(run.p99 - f.p99)} |`];
+  }).flat());
   const lines = [
     `# bench:pick report`,
     ``,
@@ -285,14 +302,16 @@ async function main() {
     `The EPP in its own process with the Qwen3 tokenizer, TLS ext_proc in full duplex; the load from bench/loadgen.c (C, nghttp2), open loop,`,
     `one gRPC stream per request; latency = request body sent -> route answered. "pool": tokenization in ${poolSize} worker threads`,
     `(the default, the CPU limit), budget 50 ms, a long text routed once its known prefix settles the match; "pool, whole": the same,`,
-    `--route-on-settled-prefix=false (every text tokenized whole); "in-loop": --tokenizer-threads 0 (tokenization on the event loop, the baseline).`,
+    `--route-on-settled-prefix=false (every text tokenized whole); "in-loop": --tokenizer-threads 0 (tokenization on the event loop, the baseline);`,
+    `"floor": not an EPP but the transport floor, bench/floor-server.ts over TLS (Bun's HTTP/2 and this generator: each body answered`,
+    `with a round-robin route and handed back, unread), what any server on this machine pays for the same bodies at the same rates.`,
     `Rates: tokens and chats ${RATE}/s, documents (${DOC_TOKENS}-token fresh chats) ${DOC_RATE}/s beside the chats, agentic ${AGENT_RATE}/s; ${DURATION_MS} ms measured after ${WARMUP_MS} ms warm-up.`,
     `Chats: the trace's first ${chatBodies.length} records as the demo builds them (first 200: mean ${Math.round(chatTokens.reduce((a, b) => a + b, 0) / chatTokens.length)} tokens); the chats + documents row sends the second half.`,
     ``,
     `| row | EPP | stream | offered/s | achieved/s | p50 ms | p99 ms | max ms | errors | EPP CPU ms/request | budget fallbacks | decided on a settled prefix |`,
     `|---|---|---|---|---|---|---|---|---|---|---|---|`,
     ...rows.flatMap((r) => r.runs.map(({ label, run }) =>
-      `| ${r.row} | ${r.epp} | ${label} | ${run.rate} | ${run.achieved.toFixed(0)} | ${f3(run.p50)} | ${f3(run.p99)} | ${run.max.toFixed(2)} | ${run.errors} | ${(r.cpuSecondsPerRequest * 1000).toFixed(2)} | ${r.fallbacks} | ${r.decided} |`)),
+      `| ${r.row} | ${r.epp} | ${label} | ${run.rate} | ${run.achieved.toFixed(0)} | ${f3(run.p50)} | ${f3(run.p99)} | ${run.max.toFixed(2)} | ${run.errors} | ${(r.cpuSecondsPerRequest * 1000).toFixed(2)} | ${count(r.fallbacks)} | ${count(r.decided)} |`)),
     ``,
     ...epps.map(({ name: e }) => {
       const alone = get("chats", e, "chats").p99;
@@ -312,6 +331,12 @@ async function main() {
       const r = rows.find((x) => x.row === "agentic" && x.epp === e)!;
       return `${e}: agentic ${(r.cpuSecondsPerRequest).toFixed(4)} CPU seconds per request (= cores per req/s).`;
     }),
+    ``,
+    `The pool against the transport floor (bench/floor-server.ts over TLS: the same bodies answered unread, handed back), p99 in ms:`,
+    ``,
+    `| row | stream | floor p50 | floor p99 | pool p50 | pool p99 | pool p99 - floor p99 |`,
+    `|---|---|---|---|---|---|---|`,
+    ...overFloor,
     ``,
     `| fresh text, Qwen3 | tokens | CPU s | µs/token per core | tokens/s per core |`,
     `|---|---|---|---|---|`,
