@@ -114,8 +114,10 @@ describe("bun run demo", () => {
     expect(stdout).toMatch(/requests\s+50 done \(50 ok, 0 routing errors, 0 worker errors\)/);
     expect(stdout).toContain("ext_proc :9002 full-duplex");
     expect(stdout).toContain("requests: /v1/chat/completions, text tokenized with Qwen3");
-    // Each replica's own histograms, the killed one read before its SIGKILL.
-    expect(stdout).toMatch(/EPP pick \(own metric\)\s+epp-a: p50 (?:> )?[\d.]+ ms, p99 (?:> )?[\d.]+ ms \(\d+ picks\); epp-b: p50 (?:> )?[\d.]+ ms, p99 (?:> )?[\d.]+ ms \(\d+ picks\); epp-c: p50 /);
+    // Each replica's own histograms, the killed one read before its SIGKILL: its picks, the share over 20 ms, and
+    // what they waited for (a pool member, the event loop).
+    const waits = String.raw`\(\d+ picks, [\d.]+% over 20 ms; waiting for a pool member p99 (?:> )?[\d.]+ ms, event-loop lag p99 (?:> )?[\d.]+ ms\)`;
+    expect(stdout).toMatch(new RegExp(String.raw`EPP pick \(own metric\)\s+epp-a: p50 (?:> )?[\d.]+ ms, p99 (?:> )?[\d.]+ ms ${waits}; epp-b: p50 (?:> )?[\d.]+ ms, p99 (?:> )?[\d.]+ ms ${waits}; epp-c: p50 `));
     // What the EPPs predicted beside what the workers reported (how close depends on how busy the run was).
     expect(stdout).toMatch(/hit rate per request\s+EPP predicted [\d.]+% .*; workers reported [\d.]+%/);
     // The workers tokenized the chats as the EPPs do: the EPP finds the last request's blocks, hashed from its
@@ -159,7 +161,7 @@ describe("bun run demo", () => {
     expect(stdout).toContain("requests: /v1/completions, token ids");
     expect(stdout).toMatch(/requests\s+20 done \(20 ok, 0 routing errors, 0 worker errors\)/);
     // Nothing killed, so the replicas' histograms hold every decision the load generator saw.
-    const counts = [...(/EPP pick \(own metric\)\s+(.*)/.exec(stdout)?.[1] ?? "").matchAll(/\((\d+) picks\)/g)].map((m) => Number(m[1]));
+    const counts = [...(/EPP pick \(own metric\)\s+(.*)/.exec(stdout)?.[1] ?? "").matchAll(/\((\d+) picks[,)]/g)].map((m) => Number(m[1]));
     expect(counts.reduce((a, b) => a + b, 0)).toBe(20);
     // Buffered: each response went to the replica whole, and was scored from it all the same.
     expectRoutingQuality(stdout, 20, "buffered");

@@ -1,7 +1,10 @@
 // Reading the EPP's own histograms and counters from its /metrics text.
 import { describe, expect, test } from "bun:test";
-import { histogramQuantile, mergeHistograms, parseHistogram, parseHistograms, parseValues, PICK_HISTOGRAM, TOKENIZER_METRICS, type EppScrape } from "./epp-metrics.ts";
-import { freshTokensText } from "./report.ts";
+import {
+  histogramQuantile, mergeHistograms, parseHistogram, parseHistograms, parseValues, PICK_HISTOGRAM, shareAbove, TOKENIZER_METRICS, WAIT_METRICS,
+  type EppScrape,
+} from "./epp-metrics.ts";
+import { eppPickText, freshTokensText } from "./report.ts";
 
 // As prom-client writes it, with a neighbour whose name shares the prefix.
 const exposition = `# HELP dynamo_epp_pick_duration_seconds time from a complete request body to the decision
@@ -114,5 +117,42 @@ describe("EPP fresh tokens per pick", () => {
 
   test("a replica without tokenization in a pool says so", () => {
     expect(freshTokensText("epp-a", base)).toBe("epp-a: no pick tokenized in the pool");
+  });
+});
+
+// A pick's waits as prom-client writes them (the EPP's bucket bounds), beside a pick histogram with a 20 ms bound.
+const waits = `dynamo_epp_pick_duration_seconds_bucket{le="0.005"} 90
+dynamo_epp_pick_duration_seconds_bucket{le="0.02"} 97
+dynamo_epp_pick_duration_seconds_bucket{le="0.05"} 100
+dynamo_epp_pick_duration_seconds_bucket{le="+Inf"} 100
+dynamo_epp_pick_duration_seconds_sum 0.5
+dynamo_epp_pick_duration_seconds_count 100
+dynamo_epp_tokenizer_pool_wait_seconds_bucket{le="0.001"} 95
+dynamo_epp_tokenizer_pool_wait_seconds_bucket{le="0.01"} 100
+dynamo_epp_tokenizer_pool_wait_seconds_bucket{le="+Inf"} 100
+dynamo_epp_tokenizer_pool_wait_seconds_sum 0.1
+dynamo_epp_tokenizer_pool_wait_seconds_count 100
+dynamo_epp_event_loop_lag_seconds_bucket{le="0.001"} 1000
+dynamo_epp_event_loop_lag_seconds_bucket{le="0.1"} 1000
+dynamo_epp_event_loop_lag_seconds_bucket{le="+Inf"} 1010
+dynamo_epp_event_loop_lag_seconds_sum 3
+dynamo_epp_event_loop_lag_seconds_count 1010
+`;
+
+describe("what a pick waited for", () => {
+  test("the share of picks over 20 ms, and the p99 of each wait", () => {
+    const pick = parseHistogram(waits, PICK_HISTOGRAM)!;
+    expect(shareAbove(pick, 0.02)).toBeCloseTo(0.03);
+    expect(shareAbove(pick, 0.01)).toBeUndefined(); // not a bound of the histogram
+    const scrape: EppScrape = { ...base, pick, waits: { pool: parseHistogram(waits, WAIT_METRICS.pool), loop: parseHistogram(waits, WAIT_METRICS.loop) } };
+    // pool: rank 99 of 100, 4 of the 5 in (1 ms, 10 ms]; loop: rank 999.9 falls in the first bucket; past 100 ms only a bound
+    expect(eppPickText("epp-a", scrape)).toBe(
+      "epp-a: p50 2.8 ms, p99 40.0 ms (100 picks, 3.0% over 20 ms; waiting for a pool member p99 8.2 ms, event-loop lag p99 1.0 ms)");
+    const stalled = { ...scrape, waits: { loop: { ...scrape.waits!.loop!, buckets: [{ le: 0.001, count: 900 }, { le: 0.1, count: 990 }, { le: Infinity, count: 1010 }] } } };
+    expect(eppPickText("epp-a", stalled)).toEndWith("3.0% over 20 ms; event-loop lag p99 > 100 ms)");
+  });
+
+  test("without the waits (an EPP that does not export them) only the pick is told", () => {
+    expect(eppPickText("epp-a", { ...base, pick: parseHistogram(exposition, PICK_HISTOGRAM)! })).toBe("epp-a: p50 0.6 ms, p99 7.5 ms (100 picks)");
   });
 });

@@ -15,6 +15,11 @@ export const TOKENIZER_METRICS = {
   fresh: "dynamo_epp_tokenizer_fresh_tokens", warmed: "dynamo_epp_tokenizer_warmed_tokens_total", fallbacks: "dynamo_epp_tokenizer_budget_fallbacks_total",
   decided: "dynamo_epp_tokenizer_decided_early_total",
 } as const;
+/**
+ * What a pick can wait for inside the EPP: its tokenization for a pool member (queued behind another job, or the
+ * member waiting for a CPU), and the decision thread's event loop (any work or collector pause that holds it).
+ */
+export const WAIT_METRICS = { pool: "dynamo_epp_tokenizer_pool_wait_seconds", loop: "dynamo_epp_event_loop_lag_seconds" } as const;
 export const QUALITY_METRICS = {
   error: "dynamo_epp_cached_tokens_prediction_error",
   predictions: "dynamo_epp_cached_tokens_predictions_total",
@@ -81,6 +86,12 @@ export function parseValues(text: string, name: string, by?: string): Map<string
   return out;
 }
 
+/** The share of a histogram's observations above `bound` (one of its bucket bounds, else undefined). */
+export function shareAbove(h: Histogram, bound: number): number | undefined {
+  const b = h.buckets.find((x) => x.le === bound);
+  return b === undefined || h.count === 0 ? undefined : (h.count - b.count) / h.count;
+}
+
 /** Sums histograms of the same buckets (one worker's TTFT across replicas). */
 export function mergeHistograms(hs: readonly Histogram[]): Histogram | undefined {
   if (hs.length === 0) return undefined;
@@ -134,7 +145,12 @@ export type RoutingQuality = {
  */
 export type Tokenization = { fresh: Histogram; warmedTokens: number; fallbacks: number; decided: number };
 
-export type EppScrape = { pick: Histogram; overlap: Histogram; quality: RoutingQuality; inflight: number; tokenization?: Tokenization } | { failed: string };
+/** WAIT_METRICS as scraped (`pool` absent without a tokenizer pool). */
+export type Waits = { pool?: Histogram; loop?: Histogram };
+
+export type EppScrape =
+  | { pick: Histogram; overlap: Histogram; quality: RoutingQuality; inflight: number; tokenization?: Tokenization; waits?: Waits }
+  | { failed: string };
 
 /** Scrapes one replica's pick and overlap histograms, or says why they could not be read. */
 export async function scrapeEppMetrics(metricsUrl: string): Promise<EppScrape> {
@@ -160,7 +176,12 @@ export async function scrapeEppMetrics(metricsUrl: string): Promise<EppScrape> {
       fresh, warmedTokens: parseValues(text, TOKENIZER_METRICS.warmed).get("") ?? 0, fallbacks: parseValues(text, TOKENIZER_METRICS.fallbacks).get("") ?? 0,
       decided: parseValues(text, TOKENIZER_METRICS.decided).get("") ?? 0,
     };
-    return { pick, overlap, quality, inflight: parseValues(text, q.inflight).get("") ?? 0, ...(tokenization ? { tokenization } : {}) };
+    const waits: Waits = {};
+    for (const k of ["pool", "loop"] as const) {
+      const h = parseHistogram(text, WAIT_METRICS[k]);
+      if (h) waits[k] = h;
+    }
+    return { pick, overlap, quality, inflight: parseValues(text, q.inflight).get("") ?? 0, ...(tokenization ? { tokenization } : {}), waits };
   } catch (e) {
     return { failed: `${metricsUrl}: ${e instanceof Error ? e.message : String(e)}` };
   }

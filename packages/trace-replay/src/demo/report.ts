@@ -3,7 +3,7 @@ import { isAbsolute, relative } from "node:path";
 import { cdfPoints, type ReportData } from "../report/data.ts";
 import { ms, pct } from "../report/table.ts";
 import { percentile } from "../sim/recorder.ts";
-import { histogramQuantile, mergeHistograms, type EppScrape, type Histogram } from "./epp-metrics.ts";
+import { histogramQuantile, mergeHistograms, shareAbove, type EppScrape, type Histogram } from "./epp-metrics.ts";
 import type { DemoOptions } from "./options.ts";
 import { selectCheckText, type SelectCheck } from "./select-check.ts";
 import type { DemoStats } from "./stats.ts";
@@ -26,10 +26,22 @@ export function demoSucceeded(s: Pick<DemoStats, "outcomes">, replaced: boolean,
 /** One replica's own pick figures: p50/p99 interpolated in its histogram's buckets. */
 export function eppPickText(name: string, s: EppScrape): string {
   if ("failed" in s) return `${name}: not scraped (${s.failed})`;
-  // Past the highest finite bucket only a bound is known.
-  const top = s.pick.buckets.filter((b) => b.le !== Infinity).at(-1);
-  const q = (x: number) => (top && x * s.pick.count > top.count ? `> ${ms(top.le * 1000)}` : ms(histogramQuantile(s.pick, x) * 1000));
-  return `${name}: p50 ${q(0.5)} ms, p99 ${q(0.99)} ms (${s.pick.count} picks)`;
+  const over = shareAbove(s.pick, SLOW_PICK_SECONDS);
+  const waits = [
+    s.waits?.pool && s.waits.pool.count > 0 ? `waiting for a pool member p99 ${quantileText(s.waits.pool, 0.99)} ms` : "",
+    s.waits?.loop && s.waits.loop.count > 0 ? `event-loop lag p99 ${quantileText(s.waits.loop, 0.99)} ms` : "",
+  ].filter((x) => x !== "");
+  return `${name}: p50 ${quantileText(s.pick, 0.5)} ms, p99 ${quantileText(s.pick, 0.99)} ms (${s.pick.count} picks` +
+    `${over === undefined ? "" : `, ${(over * 100).toFixed(1)}% over ${SLOW_PICK_SECONDS * 1000} ms`}${waits.length > 0 ? `; ${waits.join(", ")}` : ""})`;
+}
+
+/** A pick slower than this is counted apart in the summary (a bucket bound of the EPP's pick histogram). */
+const SLOW_PICK_SECONDS = 0.02;
+
+/** Quantile q in ms; past the highest finite bucket only a bound is known. */
+function quantileText(h: Histogram, q: number): string {
+  const top = h.buckets.filter((b) => b.le !== Infinity).at(-1);
+  return top && q * h.count > top.count ? `> ${ms(top.le * 1000)}` : ms(histogramQuantile(h, q) * 1000);
 }
 
 /**
@@ -160,7 +172,7 @@ export function summaryRows(s: DemoStats, recovery: RecoveryReport | undefined, 
     ["routing quality (EPPs)", routingQualityText(s)],
     ["predicted vs reported", predictedCachedText(s)],
     ["mispredicted per worker", quality.mispredictions],
-    ["EPP pick (own metric)", `${[...s.eppScrapes].sort(([x], [y]) => x.localeCompare(y)).map(([n, h]) => eppPickText(n, h)).join("; ") || "not scraped"} (dynamo_epp_pick_duration_seconds: complete body -> decision, inside the EPP: parse, tokenize, pick)`],
+    ["EPP pick (own metric)", `${[...s.eppScrapes].sort(([x], [y]) => x.localeCompare(y)).map(([n, h]) => eppPickText(n, h)).join("; ") || "not scraped"} (dynamo_epp_pick_duration_seconds: complete body -> decision, inside the EPP: parse, tokenize, pick; its waits: dynamo_epp_tokenizer_pool_wait_seconds and dynamo_epp_event_loop_lag_seconds)`],
     ["EPP fresh tokens/pick", `${scraped(s).map(([n, e]) => freshTokensText(n, e)).join("; ") || "not scraped"} (dynamo_epp_tokenizer_fresh_tokens; without warming adds dynamo_epp_tokenizer_warmed_tokens_total, what the picks found cached only because a reply was warmed; the gateway spreads a conversation's turns over the replicas, and a replica warms only the replies it saw; ${repliesText(s)})`],
     ["send lag", `p50 ${ms(s.sendLagP(0.5))} ms, p99 ${ms(s.sendLagP(0.99))} ms (trace arrival instant at the load generator -> ext_proc request headers written by the gateway; ${s.lateBodies} bodies built late)`],
     ["TTFT per worker", `${quality.ttft} (EPP: its decision -> first response body chunk through ext_proc, dynamo_epp_observed_ttft_seconds)`],
