@@ -326,5 +326,42 @@ test("the CPU limit is the cgroup quota, rounded up, within the CPUs available",
 test("a pool whose members cannot load the tokenizer fails ready(), naming the file", async () => {
   const bad = new TokenizerPool({ preprocessor: { tokenizerDir: "/nonexistent-tokenizer-dir" }, size: 1 });
   await expect(bad.ready()).rejects.toThrow(/tokenizer\.json not found/);
+  // A pool that never started is not kept trying: its member is not replaced.
+  await Bun.sleep(50);
+  expect(bad.stats().restarts).toBe(0);
   await bad.close();
+});
+
+describe("tokenizer pool: lost members and answered requests", () => {
+  // The member thread itself, as an uncaught error or an exit would end it (the pool's own handle on it).
+  const memberThread = (pool: TokenizerPool, i: number) => (pool as unknown as { members: { worker: { terminate(): Promise<number> } }[] }).members[i]!.worker;
+
+  test("a member whose thread is lost is replaced: the request it ran fails, the one queued behind it is answered by the replacement", async () => {
+    const pool = await pools.start({ size: 1, budgetMs: 600_000 });
+    const running = pool.tokenize({ kind: "prompt", text: lines(400_000, 61) });
+    const queued = pool.tokenize({ kind: "prompt", text: "a question queued behind it" });
+    while (!pool.stats().members[0]!.busy) await Bun.sleep(5);
+    await memberThread(pool, 0).terminate();
+    await expect(running).rejects.toThrow(/tokenizer pool member 0 failed/);
+    const pre = createPreprocessor({ tokenizerDir: dir });
+    expect((await queued).tokens).toEqual(pre.encodeCompletion("a question queued behind it"));
+    expect(pool.stats().restarts).toBe(1);
+    // The replacement goes on taking work.
+    expect((await pool.tokenize({ kind: "prompt", text: "and the next one" })).tokens).toEqual(pre.encodeCompletion("and the next one"));
+  }, 120_000);
+
+  test("a request answered over budget stops for the requests queued behind it, and finishes after them", async () => {
+    const pool = await pools.start({ size: 1, budgetMs: 20 });
+    const text = lines(800_000, 62);
+    const long = pool.tokenize({ kind: "prompt", text });
+    const queued = pool.tokenize({ kind: "prompt", text: "waiting behind it" });
+    expect((await long).fallback).toBe("budget");
+    // Answered, its rest only fills the cache: told to stop at once, since a request waits behind it.
+    expect(pool.stats().warmPreempted).toBe(1);
+    await queued;
+    // Resumed after it and finished: every piece of both tokenized once.
+    await idle(pool);
+    const pre = createPreprocessor({ tokenizerDir: dir });
+    expect(pool.stats().cache.freshTokens).toBe(pre.encodeCompletion(text).length + pre.encodeCompletion("waiting behind it").length);
+  }, 120_000);
 });

@@ -68,6 +68,11 @@ export function poolMetrics(registry: Registry, model = ""): PoolObserver & { at
     help: "Requests by placement: on the member holding their conversation (affine), moved off a jammed one (moved), a conversation not seen (new)",
     labelNames: ["placement"], registers: [registry],
   });
+  const restarts = new Counter({
+    name: "dynamo_epp_tokenizer_pool_restarts_total",
+    help: "Pool members lost (an uncaught error in the thread, or it exited) and replaced; the request a lost member was running failed",
+    registers: [registry],
+  });
   return {
     attach: (p) => {
       pool = p;
@@ -82,6 +87,7 @@ export function poolMetrics(registry: Registry, model = ""): PoolObserver & { at
     warm: (outcome) => warmJobs.inc({ outcome }),
     decided: () => decided.inc(),
     placed: (kind) => placements.inc({ placement: kind }),
+    restarted: () => restarts.inc(),
     work: (member, busyMs, freshTokens) => {
       busy.inc({ member: String(member) }, busyMs / 1000);
       memberFresh.inc({ member: String(member) }, freshTokens);

@@ -35,8 +35,13 @@ export type PoolOptions = {
   maxWarmQueued?: number;
   /** Told as things happen, for metrics (see pool-metrics.ts). */
   observe?: PoolObserver;
-  /** Told once per fallback cause (then only counted), and of a member that failed. */
+  /** Told once per fallback cause (then only counted), and of a member that failed (and was replaced). */
   log?: { warn(obj: object, msg: string): void };
+  /**
+   * Delay before replacing a member that failed again before it was ready (doubling from this, at most 30 s;
+   * default 1000 ms). A member lost after it was ready is replaced at once.
+   */
+  restartBackoffMs?: number;
 };
 
 export type FallbackCause = "budget" | "queue";
@@ -62,6 +67,8 @@ export type PoolObserver = {
   work?(member: number, busyMs: number, freshTokens: number): void;
   /** A request was placed (see placement.ts): on its conversation's member, moved off it, or a new conversation. */
   placed?(kind: PlacementKind): void;
+  /** A member's thread was lost (an uncaught error, or it exited) and is being replaced. */
+  restarted?(): void;
 };
 
 export type TokenizeOutcome = {
@@ -116,6 +123,8 @@ export type PoolStats = {
   decided: number;
   /** The members' segment caches summed (the pool's cache bound is split between them). */
   cache: CacheStats;
+  /** Members lost (an uncaught error or exit in the thread) and replaced. */
+  restarts: number;
   /** Requests by placement, and the conversations whose member the pool remembers. */
   placement: Record<PlacementKind, number> & { remembered: number };
 };
@@ -162,9 +171,16 @@ type Member = {
   cache: CacheStats;
   warmUp: WarmUp | null;
   priority: ThreadPriority | null;
+  /** Ready (warmed up) and not lost: jobs are dispatched to it, and placement counts it. */
+  live: boolean;
+  /** Why it was lost (its thread's uncaught error), told when it exits. */
+  failure?: string;
 };
 
 const DEFAULT_BUDGET_MS = 50;
+const MAX_RESTART_BACKOFF_MS = 30_000;
+/** Job ids stay below 2^31: the member reads a job's cancel flag as an Int32 (see protocol.ts). */
+const MAX_JOB_ID = 0x7fffffff;
 /**
  * The lowest priority. Measured in bench:pick's chats row (500/s on 2 cores, the CPU saturated; one run each): members
  * at nice 0 gave p50 76 ms, p99 209 ms; at 10, 57 / 124 ms; at 19, 34 / 83 ms. The cost: when the decision thread
@@ -182,8 +198,10 @@ const CHARS_PER_TOKEN = 4;
  * there), busy or not, unless another would finish it sooner tokenizing it all fresh (see placement.ts).
  * A member takes its queued requests earliest due first, so a short pick passes a long text (see queue-order.ts).
  * Every job is answered within the budget: by its ids, or by the prefix the member's cache already knew
- * (counted as a fallback); work past the budget still runs and fills the cache for the next turn. A job
- * whose AbortSignal fires is dropped from the queue, or stopped at the member's next section.
+ * (counted as a fallback); work past the budget still runs and fills the cache for the next turn, after the
+ * requests queued behind it. The exception: a body too large for its caller to read (readHereMaxBytes) is
+ * answered once its member has read it. A job whose AbortSignal fires is dropped from the queue, or stopped at
+ * the member's next section. A member whose thread is lost is replaced; its queue waits for the replacement.
  */
 export class TokenizerPool {
   private readonly members: Member[];
@@ -192,7 +210,7 @@ export class TokenizerPool {
   readonly readHereMaxBytes: number;
   private readonly maxWarmQueued: number;
   private readonly log: PoolOptions["log"];
-  private nextId = 1;
+  private lastId = 0;
   private readonly fallbacks: Record<FallbackCause, number> = { budget: 0, queue: 0 };
   private readonly logged = new Set<string>();
   private cancelled = 0;
@@ -204,6 +222,13 @@ export class TokenizerPool {
   private readonly placement: Placement;
   private readonly placements: Record<PlacementKind, number> = { affine: 0, moved: 0, new: 0 };
   private closed = false;
+  private restarts = 0;
+  /** Per member slot: failures in a row of replacements that never got ready (sets the backoff). */
+  private readonly failedStarts: number[];
+  /** Per member slot: whether a member there was ever ready (a pool that never started is not kept trying). */
+  private readonly started: boolean[];
+  private readonly restartBackoffMs: number;
+  private readonly memberOptions: { preprocessor: PoolOptions["preprocessor"]; nice: number };
 
   constructor(opts: PoolOptions) {
     const size = Math.max(1, opts.size ?? cpuLimit());
@@ -214,8 +239,11 @@ export class TokenizerPool {
     this.observe = opts.observe ?? {};
     const cache = opts.preprocessor.cache;
     const share = cache === false ? false : { ...cache, maxBytes: Math.floor((cache?.maxBytes ?? DEFAULT_CACHE_MAX_BYTES) / size) };
-    const nice = opts.nice ?? DEFAULT_MEMBER_NICE;
-    this.members = Array.from({ length: size }, (_, index) => this.startMember(index, { ...opts.preprocessor, cache: share }, nice));
+    this.memberOptions = { preprocessor: { ...opts.preprocessor, cache: share }, nice: opts.nice ?? DEFAULT_MEMBER_NICE };
+    this.restartBackoffMs = opts.restartBackoffMs ?? 1000;
+    this.failedStarts = Array.from({ length: size }, () => 0);
+    this.started = Array.from({ length: size }, () => false);
+    this.members = Array.from({ length: size }, (_, index) => this.startMember(index));
     this.placement = new Placement(size);
   }
 
@@ -237,9 +265,11 @@ export class TokenizerPool {
     if (this.closed) return Promise.reject(new Error("tokenizer pool closed"));
     if (opts.signal?.aborted) return Promise.reject(new TokenizeCancelled("cancelled before it started"));
     return new Promise<TokenizeOutcome>((resolve, reject) => {
-      const p: Pending = { id: this.nextId++, job, discard: false, submitted: performance.now(), dispatched: 0, cost: 0, decides: opts.decides };
-      const member = this.memberFor(p);
-      const onAbort = () => this.cancel(member, p);
+      const p: Pending = { id: this.newId(), job, discard: false, submitted: performance.now(), dispatched: 0, cost: 0, decides: opts.decides };
+      // Its slot's member when the time comes (a lost member's queue goes to its replacement).
+      const slot = this.memberFor(p).index;
+      const member = () => this.members[slot]!;
+      const onAbort = () => this.cancel(member(), p);
       p.settle = (o) => {
         p.settle = undefined;
         clearTimeout(p.timer);
@@ -253,10 +283,10 @@ export class TokenizerPool {
         }
       };
       opts.signal?.addEventListener("abort", onAbort, { once: true });
-      p.timer = setTimeout(() => this.outOfBudget(member, p), this.budgetMs);
-      member.queue.push(p);
-      this.preemptWarm(member);
-      this.pump(member);
+      p.timer = setTimeout(() => this.outOfBudget(member(), p), this.budgetMs);
+      member().queue.push(p);
+      this.preemptWarm(member());
+      this.pump(member());
     });
   }
 
@@ -273,7 +303,7 @@ export class TokenizerPool {
   /** Tokenizes in the background at the lowest priority, only to fill the cache. */
   warm(job: PoolJob): void {
     if (this.closed) return;
-    const p: Pending = { id: this.nextId++, job, discard: true, submitted: performance.now(), dispatched: 0, cost: 0 };
+    const p: Pending = { id: this.newId(), job, discard: true, submitted: performance.now(), dispatched: 0, cost: 0 };
     const member = this.memberFor(p, false);
     member.warm.push(p);
     this.trimWarm(member);
@@ -288,6 +318,7 @@ export class TokenizerPool {
         jobs: m.jobs, freshTokens: m.freshTokens, busyMs: m.busyMs, cache: { ...m.cache }, warmUp: m.warmUp, priority: m.priority,
       })),
       fallbacks: { ...this.fallbacks }, cancelled: this.cancelled, stopped: this.stopped, warmDropped: this.warmDropped, warmPreempted: this.warmPreempted, decided: this.decided,
+      restarts: this.restarts,
       cache: this.cacheStats(), placement: { ...this.placements, remembered: this.placement.remembered },
     };
   }
@@ -309,9 +340,14 @@ export class TokenizerPool {
     await Promise.all(this.members.map((m) => m.worker.terminate()));
   }
 
-  private startMember(index: number, preprocessor: PoolOptions["preprocessor"], nice: number): Member {
+  private newId(): number {
+    this.lastId = this.lastId >= MAX_JOB_ID ? 1 : this.lastId + 1;
+    return this.lastId;
+  }
+
+  private startMember(index: number): Member {
     const cancelBuffer = new SharedArrayBuffer(4);
-    const init: MemberInit = { preprocessor, cancel: cancelBuffer, nice };
+    const init: MemberInit = { preprocessor: this.memberOptions.preprocessor, cancel: cancelBuffer, nice: this.memberOptions.nice };
     const worker = new Worker(new URL("./pool-member.ts", import.meta.url), { workerData: init });
     let resolveReady!: () => void;
     let rejectReady!: (e: Error) => void;
@@ -319,31 +355,82 @@ export class TokenizerPool {
     ready.catch(() => {}); // observed through ready()
     const member: Member = {
       index, worker, cancel: new Int32Array(cancelBuffer), ready, queue: [], warm: [], current: null, jobs: 0, freshTokens: 0, busyMs: 0,
-      cache: NO_CACHE_STATS, warmUp: null, priority: null,
+      cache: NO_CACHE_STATS, warmUp: null, priority: null, live: false,
     };
     worker.on("message", (m: FromMember) => {
+      if (this.members[index] !== member) return; // a lost member's last words
       if (m.type === "ready") {
         member.warmUp = m.warmUp;
         member.priority = m.priority;
+        member.live = true;
+        this.failedStarts[index] = 0;
+        this.started[index] = true;
         resolveReady();
+        this.pump(member);
       }
-      else if (m.type === "init-failed") rejectReady(new Error(`tokenizer pool member ${index}: ${m.message}`));
+      else if (m.type === "init-failed") {
+        member.failure = m.message;
+        rejectReady(new Error(`tokenizer pool member ${index}: ${m.message}`));
+      }
       else this.onResult(member, m);
     });
+    // An uncaught error ends the thread ("exit" follows): whatever the member held is answered or moved, and
+    // another member takes its place, so that no job waits for a thread that is gone.
     worker.on("error", (err: Error) => {
-      this.log?.warn({ member: index, err: err.message }, "tokenizer pool member failed");
+      member.failure = err.message;
       rejectReady(err);
-      member.current?.settle?.(new Error(`tokenizer pool member ${index} failed: ${err.message}`));
     });
+    worker.on("exit", (code: number) => this.lost(member, member.failure ?? `its thread exited (code ${code})`));
     worker.unref();
     return member;
+  }
+
+  /**
+   * A member's thread is gone: the request it was running fails (it may be what killed it), its queue and warms
+   * go to its replacement, and placement leaves the slot alone until the replacement is ready. A replacement
+   * that fails before it is ready is retried after a doubling delay.
+   */
+  private lost(member: Member, why: string): void {
+    if (this.closed || this.members[member.index] !== member) return;
+    member.live = false;
+    if (!this.started[member.index]) {
+      // Never ready: ready() has rejected, and what was asked of it fails.
+      for (const p of [...member.queue, ...(member.current ? [member.current] : [])]) p.settle?.(new Error(`tokenizer pool member ${member.index}: ${why}`));
+      member.queue = [];
+      member.warm = [];
+      member.current = null;
+      return;
+    }
+    this.restarts++;
+    this.observe.restarted?.();
+    const failedStarts = member.warmUp === null ? ++this.failedStarts[member.index]! : 0;
+    const delay = failedStarts === 0 ? 0 : Math.min(MAX_RESTART_BACKOFF_MS, this.restartBackoffMs * 2 ** (failedStarts - 1));
+    this.log?.warn({ member: member.index, why, restartInMs: delay }, "tokenizer pool member lost: replacing it");
+    const running = member.current;
+    member.current = null;
+    if (running !== null) {
+      clearTimeout(running.timer);
+      running.settle?.(new Error(`tokenizer pool member ${member.index} failed: ${why}`));
+    }
+    const replace = () => {
+      if (this.closed || this.members[member.index] !== member) return;
+      const next = this.startMember(member.index);
+      [next.queue, next.warm] = [member.queue, member.warm];
+      member.queue = [];
+      member.warm = [];
+      this.members[member.index] = next;
+      if (next.queue.length > 0 || next.warm.length > 0) next.worker.ref();
+    };
+    if (delay === 0) replace();
+    else setTimeout(replace, delay).unref();
   }
 
   // A conversation is known by its first messages (its system prompt and first user turn), or a prompt by its
   // start; placement.ts decides, from the members' backlogs, and sets the job's expected cost. A backlog counts
   // every queued request, though a cheap one passes costlier ones (queue-order.ts): for it, an over-estimate.
   private memberFor(p: Pending, move = true): Member {
-    const backlogs = this.members.map((m) => m.queue.reduce((sum, q) => sum + q.cost, m.current?.cost ?? 0));
+    // A member not ready (replacing a lost one) looks endlessly busy: work goes elsewhere while there is elsewhere.
+    const backlogs = this.members.map((m) => (m.live ? m.queue.reduce((sum, q) => sum + q.cost, m.current?.cost ?? 0) : Infinity));
     const { chars, read } = jobWork(p.job);
     const placed = this.placement.place(affinityKey(p.job), chars, backlogs, move, read);
     p.cost = placed.cost;
@@ -355,7 +442,7 @@ export class TokenizerPool {
   }
 
   private pump(member: Member): void {
-    if (member.current !== null) return;
+    if (member.current !== null || !member.live) return;
     // Requests first, the earliest due (queue-order.ts), then background work in its order.
     const due = nextDue(member.queue);
     const next = due >= 0 ? member.queue.splice(due, 1)[0] : member.warm.shift();
@@ -384,9 +471,9 @@ export class TokenizerPool {
       p.known = m.ids;
       p.estimatedTokens = m.estimatedTokens;
       if (p.settle === undefined) return;
-      if (p.decides?.(m.ids, p.read) === true) this.answerDecided(member, p);
+      if (this.settledBy(p, m.ids)) this.answerDecided(member, p);
       // Known now what would not finish in budget (or past it already): answer at once with what is known.
-      else if (p.overdue || performance.now() - p.submitted + m.estimatedMs > this.budgetMs) this.fallBack(p, "budget");
+      else if (p.overdue || performance.now() - p.submitted + m.estimatedMs > this.budgetMs) this.fallBack(p, "budget", member);
       return;
     }
     member.current = null;
@@ -419,6 +506,16 @@ export class TokenizerPool {
     this.pump(member);
   }
 
+  /** The caller's `decides`, which must not throw into a worker's message listener (a throw counts as no). */
+  private settledBy(p: Pending, known: Uint32Array): boolean {
+    try {
+      return p.decides?.(known, p.read) === true;
+    } catch (err) {
+      this.log?.warn({ err: (err as Error).message }, "tokenizer pool: the caller's decides threw (taken as not settled)");
+      return false;
+    }
+  }
+
   private outOfBudget(member: Member, p: Pending): void {
     if (!p.settle) return;
     // A body too large to read on the caller's thread waits for its member's reading, queued or being read.
@@ -437,10 +534,11 @@ export class TokenizerPool {
       return;
     }
     // Answered on what is known by now; a body its member is still reading goes back unread (its caller reads its own copy).
-    this.fallBack(p, "budget");
+    this.fallBack(p, "budget", member);
   }
 
-  private fallBack(p: Pending, cause: FallbackCause): void {
+  /** `running`: the member running the request, whose rest then only fills the cache: requests queued behind it go first. */
+  private fallBack(p: Pending, cause: FallbackCause, running?: Member): void {
     this.fallbacks[cause]++;
     if (!this.logged.has(cause)) {
       this.logged.add(cause);
@@ -452,6 +550,7 @@ export class TokenizerPool {
       promptTokens: p.estimatedTokens ?? Math.ceil(jobChars(p.job) / CHARS_PER_TOKEN),
       ...(p.read ? { read: p.read } : {}),
     });
+    if (running?.current === p && running.queue.length > 0) this.preemptWarm(running);
   }
 
   /**
