@@ -1,7 +1,7 @@
 import { describe, expect, test } from "bun:test";
 import { threadId, threadNice } from "../src/pool/thread-priority";
 import {
-  affinityKey, DEFAULT_MEMBER_NICE, BadRequest, ChatTemplateError, createPreprocessor, cpuLimit, TokenizeCancelled, TokenizerPool, TooDeep,
+  DEFAULT_MEMBER_NICE, BadRequest, ChatTemplateError, createPreprocessor, cpuLimit, TokenizeCancelled, TokenizerPool, TooDeep,
 } from "../src/index";
 import { freshWords } from "@kv-epp/testkit";
 import { chat, freshChat, QWEN3_DIR as dir, qwen3Pools } from "./qwen3-pool";
@@ -303,16 +303,6 @@ describe("tokenizer pool: request bodies as received", () => {
     expect(out.tokens.length).toBe(3_000_000);
     expect(pool.stats().members[0]!.busy).toBe(false);
   }, 120_000);
-
-  test("a conversation's turns, as bodies, call the same member home; other conversations spread", () => {
-    const turn = (system: string, ...rest: string[]) => ({ kind: "body" as const, request: { body: bytes({ model: "m", messages: chat(system, ...rest), stream: true }) } });
-    const system = freshWords(200, 11);
-    const key = affinityKey(turn(system, "first question"));
-    expect(affinityKey(turn(system, "first question", "an answer", "a follow-up"))).toBe(key);
-    expect(affinityKey(turn(system, "first question", "an answer", "a follow-up", "more", freshWords(50_000, 12)))).toBe(key);
-    const others = new Set(Array.from({ length: 16 }, (_, i) => affinityKey(turn(freshWords(50, 100 + i), "q")) % 4));
-    expect(others.size).toBeGreaterThan(1);
-  });
 });
 
 test("the CPU limit is the cgroup quota, rounded up, within the CPUs available", () => {

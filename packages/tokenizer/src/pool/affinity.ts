@@ -1,23 +1,34 @@
 // Which pool member a job calls home: the one whose segment cache holds its conversation's earlier turns.
-// A key from the job's first sections, which a conversation's turns share: its first two messages, or a
-// prompt's start; for a body as received, the same read off its bytes by a bounded scan (no parse).
+// A key from the conversation's start, which all its turns share: its system prompt(s) and first user turn, or a
+// prompt's start; for a body as received, the same read off its bytes by a bounded scan (no parse). Not the
+// first two messages: without a system prompt, turn 1 ([u1]) and turn 2 ([u1, a1, u2]) would part.
+// A body's key and a parsed job's key are not equal (bytes against decoded text): each groups the same turns,
+// and a flow keeps to one kind (the EPP sends bodies and warms replies as bodies; nextTurnJob keys like its turn).
 import type { PoolJob } from "../job";
 
 /** Bytes of a message (or of a prompt's start) that go into the key, at most. */
 const WINDOW = 4096;
 
-/** FNV-1a over the job's first sections: a member index is `affinityKey(job) % size`. */
+/** Roles that come before the conversation proper: the key takes them and the first message of another role. */
+const LEADING_ROLES = new Set(["system", "developer"]);
+
+/** FNV-1a over the job's conversation start: a member index is `affinityKey(job) % size`. */
 export function affinityKey(job: PoolJob): number {
   if (job.kind === "body") return bodyKey(job.request.body);
   let h = FNV_OFFSET;
+  // At most as many characters as a body's scan reads bytes, whatever the number of system messages.
+  let left = 2 * WINDOW;
   const mix = (s: string) => {
-    for (let i = 0; i < s.length && i < WINDOW; i++) h = Math.imul(h ^ s.charCodeAt(i), FNV_PRIME);
+    const n = Math.min(s.length, WINDOW, left);
+    for (let i = 0; i < n; i++) h = Math.imul(h ^ s.charCodeAt(i), FNV_PRIME);
+    left -= n;
   };
   if (job.kind === "prompt") mix(job.text);
   else {
-    for (const m of job.messages.slice(0, 2)) {
+    for (const m of job.messages) {
       mix(m.role);
       mix(typeof m.content === "string" ? m.content : JSON.stringify(m.content ?? "").slice(0, WINDOW));
+      if (!LEADING_ROLES.has(m.role) || left === 0) break;
     }
   }
   return h >>> 0;
@@ -31,11 +42,12 @@ const KEYS = ["messages", "input", "prompt"].map((k) => Buffer.from(`"${k}"`));
 
 /**
  * A body's key, from its bytes: the first of `"messages"`, `"input"`, `"prompt"` found in the body's first
- * WINDOW bytes, then its value up to the end of its second object (two messages or input items) but at most
- * 2 x WINDOW bytes; else the body's first WINDOW bytes. The same conversation's turns, written by the same
- * client, share those bytes, and a turn's later messages and fields are left out, so they do not move it
- * elsewhere. Reads a few KiB whatever the body's size. A key found inside a string (a system prompt quoting
- * "messages") only makes the key less apt, never wrong: any key is a valid home.
+ * WINDOW bytes, then its value up to the end of its first item that is not a system or developer message (a
+ * string value: up to its end), but at most 2 x WINDOW bytes; else the body's first WINDOW bytes. The same
+ * conversation's turns, written by the same client, share those bytes, and a turn's later messages and fields
+ * are left out, so they do not move it elsewhere. Reads a few KiB whatever the body's size. A key found inside a
+ * string (a system prompt quoting "messages") or a role misread only makes the key less apt, never wrong: any
+ * key is a valid home.
  */
 function bodyKey(body: Uint8Array): number {
   const head = Buffer.from(body.buffer, body.byteOffset, Math.min(body.length, WINDOW));
@@ -46,30 +58,68 @@ function bodyKey(body: Uint8Array): number {
     if (i >= 0 && (at < 0 || i < at)) [at, start] = [i, i + k.length];
   }
   if (at < 0) return mixBytes(FNV_OFFSET, body, 0, head.length) >>> 0;
-  return mixBytes(FNV_OFFSET, body, start, firstObjectsEnd(body, start, Math.min(body.length, start + 2 * WINDOW))) >>> 0;
+  return mixBytes(FNV_OFFSET, body, start, conversationStartEnd(body, start, Math.min(body.length, start + 2 * WINDOW))) >>> 0;
 }
 
-/** Just past the second object closed at the top level of the value at `from`, or `limit`. Strings are skipped whole. */
-function firstObjectsEnd(b: Uint8Array, from: number, limit: number): number {
+/**
+ * Just past the value at `from` if it is a string, else past its first item (an object or array closed at depth
+ * 1) other than a system or developer message, or past the value, or `limit`. Strings are skipped whole; an
+ * item's role is read from its own `"role"` key, JSON whitespace allowed around the colon.
+ */
+function conversationStartEnd(b: Uint8Array, from: number, limit: number): number {
+  const value = valueStart(b, from, limit);
+  if (value < limit && b[value] === QUOTE) return Math.min(stringEnd(b, value, limit) + 1, limit);
   let depth = 0;
-  let objects = 0;
+  let leading = false;
   for (let i = from; i < limit; i++) {
     const c = b[i]!;
-    if (c === 0x22) i = stringEnd(b, i, limit);
-    else if (c === 0x5b || c === 0x7b) depth++;
+    if (c === QUOTE) {
+      const end = stringEnd(b, i, limit);
+      if (depth === 2 && !leading) leading = isLeadingRole(b, i, end, limit);
+      i = end;
+    } else if (c === 0x5b || c === 0x7b) depth++;
     else if (c === 0x5d || c === 0x7d) {
       depth--;
-      if (depth <= 0 || (depth === 1 && ++objects === 2)) return i + 1;
+      if (depth <= 0 || (depth === 1 && !leading)) return i + 1;
+      if (depth === 1) leading = false;
     }
   }
   return limit;
+}
+
+const QUOTE = 0x22;
+const COLON = 0x3a;
+const ROLE = Buffer.from("role");
+const LEADING_ROLE_BYTES = [...LEADING_ROLES].map((r) => Buffer.from(r));
+
+/** The offset of a value's first byte, past the whitespace and colon after its key (`from`: just past the key). */
+function valueStart(b: Uint8Array, from: number, limit: number): number {
+  const i = skipSpace(b, from, limit);
+  return i < limit && b[i] === COLON ? skipSpace(b, i + 1, limit) : i;
+}
+
+/** Whether the string `open`..`close` is a `"role"` key whose value is a system or developer role. */
+function isLeadingRole(b: Uint8Array, open: number, close: number, limit: number): boolean {
+  if (close - open - 1 !== ROLE.length || !ROLE.equals(b.subarray(open + 1, close))) return false;
+  const colon = skipSpace(b, close + 1, limit);
+  if (colon >= limit || b[colon] !== COLON) return false;
+  const value = skipSpace(b, colon + 1, limit);
+  if (value >= limit || b[value] !== QUOTE) return false;
+  const end = stringEnd(b, value, limit);
+  return LEADING_ROLE_BYTES.some((r) => end - value - 1 === r.length && r.equals(b.subarray(value + 1, end)));
+}
+
+/** The first offset from `i` that is not JSON whitespace (or `limit`). */
+function skipSpace(b: Uint8Array, i: number, limit: number): number {
+  while (i < limit && (b[i] === 0x20 || b[i] === 0x0a || b[i] === 0x0d || b[i] === 0x09)) i++;
+  return i;
 }
 
 /** The offset of the quote that closes the string opening at `open` (or `limit`). */
 function stringEnd(b: Uint8Array, open: number, limit: number): number {
   for (let i = open + 1; i < limit; i++) {
     if (b[i] === 0x5c) i++;
-    else if (b[i] === 0x22) return i;
+    else if (b[i] === QUOTE) return i;
   }
   return limit;
 }
