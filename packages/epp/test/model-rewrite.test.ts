@@ -109,6 +109,23 @@ describe("buffered", () => {
     expect(setHeader(rb, "content-length")).toBe(String(mapped.length));
     s.end();
   });
+
+  test("a response chunk naming no served model is answered CONTINUE, not sent back as a mutation", async () => {
+    const s = client.open();
+    s.send(rewriteHeaders("llama-3-8b-lora-7", { request_body_mode: "BUFFERED", response_body_mode: "STREAMED" }));
+    await s.next();
+    s.send(body(CLIENT));
+    await s.next();
+    s.send(responseHeaders([["content-type", "text/event-stream"]]));
+    await s.next();
+    for (const [i, chunk] of ['data: {"choices":[{"delta":{"content":"hi"}}]}\n\n', "data: [DONE]\n\n"].entries()) {
+      s.send(responseBody(chunk, i === 1));
+      const r = await s.next();
+      expect(r.response).toBe("response_body");
+      expect(r.response_body?.response?.body_mutation).toBeFalsy();
+    }
+    s.end();
+  });
 });
 
 test("each rewrite is counted by what it did; a body mode that forwards the body before the route cannot rewrite it", async () => {
@@ -124,7 +141,7 @@ test("each rewrite is counted by what it did; a body mode that forwards the body
   expect(setHeader((await get.next()).request_headers?.response, "x-gateway-destination-endpoint")).toBe(`${IP}:8000`);
   get.end();
   const series = (result: string) => scrapeMetric(`http://${LOOPBACK}.4.1:${epp.ports.metrics}`, `dynamo_epp_model_rewrites_total{result="${result}"}`);
-  expect(await series("rewritten")).toBe(3);
+  expect(await series("rewritten")).toBe(4);
   expect(await series("same_name")).toBe(1);
   expect(await series("body_not_held")).toBe(1);
 });

@@ -1,6 +1,7 @@
 // Tokenization in the worker pool, through real ext_proc streams (TLS) against an in-process EPP with the
 // Qwen3 tokenizer: the decision thread does not tokenize, so a long fresh chat does not hold a short pick back;
-// a stream the gateway resets cancels its tokenization; a body over budget is routed on its known prefix. The
+// a stream the gateway resets cancels its tokenization; messages that come meanwhile are answered in order, and
+// none is routed once its stream is over; a body over budget is routed on its known prefix. The
 // selection port's /select and /score read their bodies the same way (over HTTP, against an in-loop EPP).
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { readFileSync } from "node:fs";
@@ -141,6 +142,48 @@ describe("ext_proc with the tokenizer pool", () => {
     await waitFor(async () => (await scrapeMetric(env.metrics, 'dynamo_epp_tokenizer_pool_queue_depth{priority="request"}')) !== undefined);
     s.call.cancel();
     await waitFor(async () => (await debugPool(env.epp)).cancelled > before, { timeoutMs: 60_000, message: "tokenization cancelled" });
+  }, 120_000);
+});
+
+describe("ext_proc messages that come while a body is in the pool", () => {
+  const env = eppFor(["--tokenizer-threads", "1", "--tokenize-budget-ms", "600000", ...WHOLE]);
+  const inflight = async () => (await scrapeMetric(env.metrics, "dynamo_epp_inflight_requests")) ?? 0;
+
+  test("trailers that end a body still being tokenized are answered after the route: answers go in the order of the messages", async () => {
+    const s = env.client.open();
+    s.send({ ...headers("/v1/chat/completions"), protocol_config: DUPLEX });
+    s.send(body(chatBody("trailers follow", freshWords(20_000, 21)), false));
+    s.send({ request_trailers: { trailers: { headers: [] } } });
+    const answers: string[] = [];
+    while (answers.at(-1) !== "request_trailers") answers.push((await s.next(60_000)).response!);
+    expect(answers[0]).toBe("request_headers");
+    expect(new Set(answers.slice(1, -1))).toEqual(new Set(["request_body"]));
+    s.end();
+  }, 120_000);
+
+  test("a request held behind a body whose stream is then reset is neither routed nor charged", async () => {
+    const before = { inflight: await inflight(), cancelled: (await debugPool(env.epp)).cancelled };
+    const s = env.client.open();
+    s.call.on("error", () => {});
+    s.send({ ...headers("/v1/chat/completions"), protocol_config: DUPLEX });
+    s.send(body(chatBody("reset behind", freshWords(600_000, 22))));
+    s.send(headers("/v1/completions", true)); // the next request, routed on its headers
+    await waitFor(async () => (await debugPoolMembers(env.epp)).some((m) => m.busy), { timeoutMs: 60_000 });
+    s.call.cancel();
+    await waitFor(async () => (await debugPool(env.epp)).cancelled > before.cancelled, { timeoutMs: 60_000, message: "tokenization cancelled" });
+    expect(await inflight()).toBe(before.inflight);
+  }, 120_000);
+
+  test("a request held behind a message that fails the stream is neither routed nor charged", async () => {
+    const before = await inflight();
+    const s = env.client.open();
+    s.send({ ...headers("/v1/chat/completions"), protocol_config: DUPLEX });
+    s.send(body(chatBody("failed behind", freshWords(20_000, 23))));
+    s.send({}); // no request case: INVALID_ARGUMENT
+    s.send(headers("/v1/completions", true));
+    const status = await new Promise<number>((resolve) => s.call.on("error", (e: Error & { code: number }) => resolve(e.code)));
+    expect(status).toBe(3);
+    expect(await inflight()).toBe(before);
   }, 120_000);
 });
 

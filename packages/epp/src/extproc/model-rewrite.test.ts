@@ -24,3 +24,22 @@ test("bytes held back for a possible split field come out on release", () => {
   expect(dec.decode(m.map(enc.encode('{"id":1,"model":"ser'), false))).toBe('{"id":1,');
   expect(dec.decode(m.release())).toBe('"model":"ser');
 });
+
+test("a body of many fields in both spellings, some overlapping, is mapped as a left-to-right replace", () => {
+  // The served name "model" lets one spelling's field begin inside the other's: the leftmost one is mapped.
+  const pieces = ['"model":"model"', '"model": "model"', ':"model"', ' "model"', "data: {", "}\n\n", '"mod'];
+  fc.assert(
+    fc.property(fc.array(fc.constantFrom(...pieces), { maxLength: 400 }), (picked) => {
+      const body = picked.join("");
+      const m = new ResponseModelName("model", "alias");
+      expect(dec.decode(m.map(enc.encode(body), true))).toBe(body.replace(/"model":( ?)"model"/g, '"model":$1"alias"'));
+    }),
+  );
+});
+
+test("a chunk with nothing to map nor hold back is returned as it came", () => {
+  const m = new ResponseModelName("served", "alias");
+  const chunk = enc.encode('data: {"id":1,"choices":[]}\n\n');
+  expect(m.map(chunk, false)).toBe(chunk);
+  expect(m.map(chunk, true)).toBe(chunk);
+});

@@ -32,6 +32,8 @@ export class ResponseModelName {
     const { parts, rest } = this.replaced(text);
     // Only bytes after the last whole field may begin a split one.
     const keep = end ? 0 : this.openTail(rest);
+    // Nothing mapped nor held back: the chunk itself, which the caller answers as unchanged.
+    if (parts.length === 0 && keep === 0 && text === chunk) return chunk;
     this.held = keep > 0 ? rest.slice(rest.length - keep) : EMPTY;
     parts.push(rest.subarray(0, rest.length - keep));
     return parts.length === 1 ? parts[0]! : Buffer.concat(parts);
@@ -48,17 +50,18 @@ export class ResponseModelName {
   private replaced(text: Uint8Array): { parts: Uint8Array[]; rest: Uint8Array } {
     const buf = Buffer.from(text.buffer, text.byteOffset, text.byteLength);
     const parts: Uint8Array[] = [];
+    // Each field's next hit, searched again only once passed: a field the text lacks is searched once, not
+    // to the end again after every hit of the other (quadratic on an SSE body of many events).
+    const next = this.from.map((f) => buf.indexOf(f));
     let at = 0;
     for (;;) {
-      let hit = -1;
-      let which = 0;
-      for (let i = 0; i < this.from.length; i++) {
-        const k = buf.indexOf(this.from[i]!, at);
-        if (k >= 0 && (hit < 0 || k < hit)) [hit, which] = [k, i];
-      }
-      if (hit < 0) break;
+      let which = -1;
+      for (let i = 0; i < next.length; i++) if (next[i]! >= 0 && (which < 0 || next[i]! < next[which]!)) which = i;
+      if (which < 0) break;
+      const hit = next[which]!;
       parts.push(text.subarray(at, hit), this.to[which]!);
       at = hit + this.from[which]!.length;
+      for (let i = 0; i < next.length; i++) if (next[i]! >= 0 && next[i]! < at) next[i] = buf.indexOf(this.from[i]!, at);
     }
     return { parts, rest: text.subarray(at) };
   }

@@ -135,6 +135,7 @@ class ProcessStream {
   /** Response body chunks come as the upstream sends them (STREAMED, FULL_DUPLEX_STREAMED). */
   private responseChunked = false;
   private observe = false;
+  /** The stream is over (ended, reset or failed): nothing more is answered, and nothing it held is routed. */
   private closed = false;
   /** A request_headers has come on this stream. */
   private started = false;
@@ -166,10 +167,12 @@ class ProcessStream {
     this.call.on("error", (err) => {
       this.deps.log.debug({ err: String(err) }, "ext_proc stream error");
       this.endHeld = false;
+      this.closed = true;
       this.finish();
     });
     this.call.on("cancelled", () => {
       this.endHeld = false;
+      this.closed = true;
       this.finish();
     });
   }
@@ -214,7 +217,8 @@ class ProcessStream {
         if (!this.refused(err)) this.failed(err);
       },
     ).catch((err: unknown) => this.failed(err)).finally(() => {
-      const held = this.held ?? [];
+      // A stream reset or failed meanwhile: what it held would take load on a call nothing ends.
+      const held = this.closed ? [] : (this.held ?? []);
       this.held = null;
       for (let i = 0; i < held.length; i++) {
         this.handle(held[i]!);
@@ -247,6 +251,7 @@ class ProcessStream {
   }
 
   private onMessage(msg: ProcessingRequest): void {
+    if (this.closed) return; // a held message after one that failed the stream
     // A message with no request case (the empty message, or a field number this proto does not know)
     // says nothing to act on: the stream is broken, not the process.
     if (msg.request === undefined) return this.reject("no_request", "ProcessingRequest without a request case");
@@ -286,7 +291,7 @@ class ProcessStream {
       if (hint) this.req.subset = hint;
     }
     if (msg.request_body) return this.onRequestBody(msg.request_body.body ?? EMPTY, msg.request_body.end_of_stream === true);
-    if (msg.request_trailers) return this.onRequestTrailers();
+    if (msg.request_trailers) return this.onRequestTrailers(msg);
     if (msg.response_headers) {
       const status = findHeader(msg.response_headers.headers, ":status");
       if (status && status !== "200") this.deps.log.debug({ status }, "upstream answered non-200");
@@ -391,9 +396,13 @@ class ProcessStream {
   }
 
   /** Trailers end a body that never carried end_of_stream: decide now, then answer the trailers. */
-  private onRequestTrailers(): void {
+  private onRequestTrailers(msg: ProcessingRequest): void {
     const req = this.req;
-    if (req && !req.decided) this.decide(concat(req.chunks, req.bytes), "body", false, this.mode === "BUFFERED_PARTIAL");
+    if (req && !req.decided) {
+      this.decide(concat(req.chunks, req.bytes), "body", false, this.mode === "BUFFERED_PARTIAL");
+      // The route waits for the body's tokens: the trailers are answered after it (replayed, decided by then).
+      if (this.held !== null) return void this.held.push(msg);
+    }
     this.send(continueResponse("request_trailers"));
   }
 
