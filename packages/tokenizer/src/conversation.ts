@@ -19,6 +19,11 @@ const MEDIA: Record<string, string> = {
 // Without a `type` (or with a `uuid`), vLLM finds the kind by these keys, in this order.
 const UNTYPED_KEYS = ["image_url", "image_pil", "image_embeds", "audio_embeds", "audio_url", "input_audio", "video_url", "tool_reference"];
 
+/** The field of a content part that holds its text, or undefined for a part of another kind. */
+export function textField(part: ContentPart): string | undefined {
+  return typeof part.type === "string" && Object.hasOwn(TEXT_FIELD, part.type) ? TEXT_FIELD[part.type] : undefined;
+}
+
 /** One content part as vLLM parses it: text, a media placeholder, a tool reference, or nothing (skipped). */
 function parsePart(part: unknown): { text: string } | { media: string } | { toolReference: string } | null {
   if (typeof part === "string") return { text: part };

@@ -20,10 +20,10 @@ export function isMediaPart(p: ContentPart): boolean {
 export type MediaPosition = { message: number; part: number; at: number };
 
 /**
- * Each media part of the chat, in order, with its token position in `pre.encodeChat(messages, opts)` before
- * truncate_prompt_tokens (the caller shifts them by what truncation drops).
+ * Each media part of the chat (the first `max`), in order, with its token position in `pre.encodeChat(messages,
+ * opts)` before truncate_prompt_tokens (the caller shifts them by what truncation drops).
  */
-export function mediaPositions(pre: Preprocessor, messages: readonly ChatMessage[], opts: ChatOptions = {}): MediaPosition[] {
+export function mediaPositions(pre: Preprocessor, messages: readonly ChatMessage[], opts: ChatOptions = {}, max = Infinity): MediaPosition[] {
   const out: MediaPosition[] = [];
   let full: Uint32Array | undefined;
   for (let m = 0; m < messages.length; m++) {
@@ -31,6 +31,7 @@ export function mediaPositions(pre: Preprocessor, messages: readonly ChatMessage
     if (!Array.isArray(c)) continue;
     for (let p = 0; p < c.length; p++) {
       if (!isMediaPart(c[p]!)) continue;
+      if (out.length >= max) return out;
       full ??= pre.encodeChat(messages, { ...opts, truncatePromptTokens: undefined });
       const cut = [...messages.slice(0, m), { ...messages[m]!, content: c.slice(0, p) }];
       let at = 0;
@@ -48,8 +49,8 @@ export function mediaPositions(pre: Preprocessor, messages: readonly ChatMessage
   return out;
 }
 
-/** Where the first media part sits, or undefined for a text-only chat. */
+/** Where the first media part sits, or undefined for a text-only chat: one render per part after it would be wasted. */
 export function firstMediaPosition(pre: Preprocessor, messages: readonly ChatMessage[], opts: ChatOptions = {}): number | undefined {
   if (!messages.some((m) => Array.isArray(m.content) && m.content.some(isMediaPart))) return undefined;
-  return mediaPositions(pre, messages, opts)[0]?.at;
+  return mediaPositions(pre, messages, opts, 1)[0]?.at;
 }

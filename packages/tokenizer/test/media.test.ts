@@ -23,3 +23,11 @@ test("text-only chats have no media; a second part never comes before the first"
   expect(two.length).toBe(2);
   expect(two[1]!.at).toBeGreaterThanOrEqual(two[0]!.at);
 });
+
+test("the first media part's position costs two renders, however many parts follow it", () => {
+  let renders = 0;
+  const counting = { ...pre, encodeChat: (...args: Parameters<typeof pre.encodeChat>) => (renders++, pre.encodeChat(...args)) };
+  const messages = [{ role: "user", content: [{ type: "text", text: "look" }, ...Array.from({ length: 50 }, () => image)] }];
+  expect(firstMediaPosition(counting, messages)).toBe(mediaPositions(pre, messages)[0]!.at);
+  expect(renders).toBe(2);
+});

@@ -1,8 +1,9 @@
 // A request's input -> what to tokenize for routing: a bounded prefix of its text decides the route as well
 // as the whole, and bounds what one pick costs a tokenizer.
+import { textField } from "../conversation";
 import type { TokenizeJob } from "../job";
 import { keepsTail } from "../truncation";
-import type { ChatMessage } from "../types";
+import type { ChatMessage, ContentPart } from "../types";
 import type { RoutedInput } from "./openai-body";
 
 /**
@@ -27,7 +28,12 @@ export function routingJob(input: RoutedInput): TokenizeJob | Uint32Array {
       return { kind: "prompt", text: routingPrefix(input.text, ROUTING_TEXT_CHARS), opts };
     }
     case "chat": {
-      const messages = routingMessages(input.messages);
+      // Tools render whole (each tool's JSON, in an order and place the template picks), so no cut of them keeps
+      // the rendering a prefix of the request's: past the bound they are routed by load; within it, the messages
+      // get what remains.
+      const toolChars = input.tools === undefined ? 0 : JSON.stringify(input.tools).length;
+      if (toolChars > ROUTING_TEXT_CHARS) return NONE;
+      const messages = routingMessages(input.messages, ROUTING_TEXT_CHARS - toolChars);
       if (messages !== input.messages && keepsTail(input)) return NONE;
       const opts = {
         tools: input.tools,
@@ -50,18 +56,62 @@ export function routingPrefix(text: string, max: number): string {
   return text.slice(0, cut > max / 2 ? cut : max);
 }
 
-/** The messages whose text fits in ROUTING_TEXT_CHARS, the last one cut; the rest do not change the route. */
-function routingMessages(messages: ChatMessage[]): ChatMessage[] {
-  let left = ROUTING_TEXT_CHARS;
+/**
+ * The messages whose text fits in `budget`, the last one cut; the rest do not change the route. Content parts are
+ * kept in order while they fit and the text part crossing the bound is cut, so what the template renders of them
+ * (text parts joined, or each in turn; media as placeholders or nothing) is the request's up to the cut.
+ */
+function routingMessages(messages: ChatMessage[], budget: number): ChatMessage[] {
+  let left = budget;
   for (let i = 0; i < messages.length; i++) {
-    const c = messages[i]!.content;
-    const n = typeof c === "string" ? c.length : JSON.stringify(c ?? "").length;
-    if (n <= left) {
-      left -= n;
-      continue;
+    const m = messages[i]!;
+    const c = m.content;
+    if (typeof c === "string") {
+      if (c.length <= left) {
+        left -= c.length;
+        continue;
+      }
+      return [...messages.slice(0, i), { ...m, content: routingPrefix(c, left) }];
     }
-    const cut = typeof c === "string" ? { ...messages[i]!, content: routingPrefix(c, left) } : messages[i]!;
-    return [...messages.slice(0, i), cut];
+    if (!Array.isArray(c)) continue;
+    const parts = c as RequestPart[];
+    for (let p = 0; p < parts.length; p++) {
+      const n = partChars(parts[p]!);
+      if (n <= left) {
+        left -= n;
+        continue;
+      }
+      const cut = cutPart(parts[p]!, left);
+      const content = cut === undefined ? parts.slice(0, p) : [...parts.slice(0, p), cut];
+      return [...messages.slice(0, i), { ...m, content: content as ContentPart[] }];
+    }
   }
   return messages;
+}
+
+// A part in the request may also be a bare string (vLLM reads it as text).
+type RequestPart = ContentPart | string;
+
+/** A part's text, or undefined for a part of another kind (media, a tool reference) or without its text. */
+function partText(part: RequestPart): string | undefined {
+  if (typeof part === "string") return part;
+  const field = textField(part);
+  const text = field === undefined ? undefined : part[field];
+  return typeof text === "string" ? text : undefined;
+}
+
+/**
+ * What a part counts against the bound: its text and the newline that joins it to the next, or, for any other
+ * part, its JSON (a data URL tokenizes to nothing, but may be megabytes the template and the media cut still walk).
+ */
+function partChars(part: RequestPart): number {
+  const text = partText(part);
+  return text === undefined ? JSON.stringify(part).length : text.length + 1;
+}
+
+/** A text part cut to `max`, or undefined for a part without text (it cannot be cut: dropped). */
+function cutPart(part: RequestPart, max: number): RequestPart | undefined {
+  const text = partText(part);
+  if (text === undefined) return undefined;
+  return typeof part === "string" ? routingPrefix(text, max) : { ...part, [textField(part)!]: routingPrefix(text, max) };
 }
