@@ -353,5 +353,7 @@ describe("tokenizer pool: lost members and answered requests", () => {
     await idle(pool);
     const pre = createPreprocessor({ tokenizerDir: dir });
     expect(pool.stats().cache.freshTokens).toBe(pre.encodeCompletion(text).length + pre.encodeCompletion("waiting behind it").length);
+    // The member's own count (tokens/s per thread) has the stopped part too.
+    expect(pool.stats().members[0]!.freshTokens).toBe(pool.stats().cache.freshTokens);
   }, 120_000);
 });

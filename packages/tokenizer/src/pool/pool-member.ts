@@ -54,7 +54,7 @@ port.on("message", (m: ToMember) => {
     if (job instanceof Uint32Array) done(m, job, before, performance.now() - t0);
     else tokenize(m, job, t0, before);
   } catch (err) {
-    failed(m, err, t0);
+    failed(m, err, t0, before);
   }
 });
 
@@ -123,12 +123,14 @@ function done(m: ToMember, ids: Uint32Array, before: CacheStats, busyMs: number)
   }
 }
 
-function failed(m: ToMember, err: unknown, t0: number): void {
+// A job stopped or failed midway tokenized (and cached) what it did before: those tokens count as its member's work.
+function failed(m: ToMember, err: unknown, t0: number, before: CacheStats): void {
   const busyMs = performance.now() - t0;
   const cache = pre.cacheStats();
-  if (err instanceof EncodeStopped) return post({ type: "stopped", id: m.id, busyMs, cache });
+  const freshTokens = cache.freshTokens - before.freshTokens;
+  if (err instanceof EncodeStopped) return post({ type: "stopped", id: m.id, busyMs, freshTokens, cache });
   const name = err instanceof TooDeep ? "TooDeep" : err instanceof BadRequest ? "BadRequest" : (err as Error)?.name ?? "Error";
-  post({ type: "error", id: m.id, name, message: (err as Error)?.message ?? String(err), busyMs, cache });
+  post({ type: "error", id: m.id, name, message: (err as Error)?.message ?? String(err), busyMs, freshTokens, cache });
 }
 
 /** The buffer to transfer with a rewritten body: only one it has to itself (a view's neighbours stay put). */

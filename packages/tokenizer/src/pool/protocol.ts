@@ -36,6 +36,6 @@ export type FromMember =
   | { type: "known"; id: number; ids: Uint32Array; estimatedMs: number; estimatedTokens: number; read?: BodyReading }
   /** warmedTokens: of the job's cached tokens, those only a background warm had cached. `read` as on "known". */
   | { type: "done"; id: number; ids: Uint32Array | null; freshTokens: number; warmedTokens: number; busyMs: number; cache: CacheStats; read?: BodyReading }
-  | { type: "stopped"; id: number; busyMs: number; cache: CacheStats }
+  | { type: "stopped"; id: number; busyMs: number; freshTokens: number; cache: CacheStats }
   /** `name`: the error's class, for the ones the caller tells apart (BadRequest, TooDeep, ChatTemplateError). */
-  | { type: "error"; id: number; name: string; message: string; busyMs: number; cache: CacheStats };
+  | { type: "error"; id: number; name: string; message: string; busyMs: number; freshTokens: number; cache: CacheStats };

@@ -480,10 +480,11 @@ export class TokenizerPool {
     member.cache = m.cache;
     member.busyMs += m.busyMs;
     member.jobs++;
-    this.observe.work?.(member.index, m.busyMs, m.type === "done" ? m.freshTokens : 0);
+    // Stopped and failed jobs count too: what they tokenized before is cached, and it took the member's time.
+    member.freshTokens += m.freshTokens;
+    this.observe.work?.(member.index, m.busyMs, m.freshTokens);
     if (member.queue.length === 0 && member.warm.length === 0) member.worker.unref();
     if (m.type === "done") {
-      member.freshTokens += m.freshTokens;
       p.settle?.({
         tokens: m.ids ?? new Uint32Array(0), complete: true, freshTokens: m.freshTokens, warmedTokens: m.warmedTokens, waitMs: p.dispatched - p.submitted,
         ...(p.read ? { read: p.read } : {}),
@@ -493,7 +494,7 @@ export class TokenizerPool {
     } else if (p.discard) {
       // A warm stopped for a request (preemptWarm): it goes on later, first of the warms, finding the sections it did cached.
       member.warm.unshift(p);
-      this.trimWarm(member);
+      this.trimWarm(member, true);
     } else if (p.decided) {
       // Stopped once answered (answerDecided): nothing waits for its rest.
     } else if (p.settle === undefined && !p.cancelled) {
@@ -528,6 +529,8 @@ export class TokenizerPool {
       // Still waiting for its member: answered with nothing known, and tokenized later at low priority so
       // that the conversation's next turn finds it cached.
       member.queue.splice(queued, 1);
+      // Its wait counts as the longest a request waited (it never reached its member).
+      this.observe.wait?.(performance.now() - p.submitted);
       this.fallBack(p, "queue");
       // The warm holds the caller's body until it runs (at most maxWarmQueued of them a member).
       this.warm(p.job);
@@ -581,10 +584,10 @@ export class TokenizerPool {
     Atomics.store(member.cancel, 0, running.id);
   }
 
-  /** Past `maxWarmQueued`, the oldest warm jobs (the queue's front) are dropped. */
-  private trimWarm(member: Member): void {
+  /** Past `maxWarmQueued`, the oldest warm jobs (the queue's front) are dropped; `resumed`: but not the front, a preempted warm that goes on first. */
+  private trimWarm(member: Member, resumed = false): void {
     while (member.warm.length > this.maxWarmQueued) {
-      member.warm.shift();
+      member.warm.splice(resumed && member.warm.length > 1 ? 1 : 0, 1);
       this.warmDropped++;
       this.observe.warm?.("dropped");
     }
