@@ -137,7 +137,11 @@ describe("createPoolTokenizeBody", () => {
     withPool(20, async (pool) => {
       const threads: string[] = [];
       const tokenizeBody = createPoolTokenizeBody(pool, (t) => threads.push(t));
-      const busy = pool.tokenize({ kind: "prompt", text: freshWords(400_000, 5) });
+      // Its member busy reading a body too large for the caller to read: it is not answered before its member has
+      // read it, so the member is not stopped for the body queued behind it (as a request answered over budget is).
+      const large = enc.encode(JSON.stringify({ model: "m", prompt: freshWords(400_000, 5).repeat(14) }));
+      expect(large.length).toBeGreaterThan(8 * pool.readHereMaxBytes);
+      const busy = pool.tokenize({ kind: "body", request: { body: large } });
       const routed = await tokenizeBody({ body: enc.encode('{"model": "m", "prompt": [7, 8, 9], "truncate_prompt_tokens": 2}') });
       expect({ tokens: [...routed.tokens], model: routed.fields.model, threads }).toEqual({ tokens: [8, 9], model: "m", threads: ["event_loop"] });
       expect(pool.stats().fallbacks.queue).toBe(1);
