@@ -127,6 +127,8 @@ export type EppConfig = {
   conformanceTestHooks: boolean;
   scrapeIntervalMs: number;
   maxInflight: number;
+  /** Bound on request-body bytes held across ext_proc streams; undefined: derived from the memory limit at start. */
+  extProcBufferMaxBytes?: number;
   /** Next-best distinct endpoints sent after the pick (GAIE protocol's ordered list). */
   fallbackEndpoints: number;
   /** x-gateway-inference-objective name -> priority. */
@@ -261,6 +263,7 @@ export function parseConfig(argv: string[], env: Record<string, string | undefin
     conformanceTestHooks: o.conformanceTestHooks,
     scrapeIntervalMs: o.scrapeIntervalMs,
     maxInflight: o.maxInflight,
+    extProcBufferMaxBytes: o.extProcBufferMaxBytes,
     fallbackEndpoints: o.fallbackEndpoints,
     objectivePriorities: parsePriorities(r),
     bodyMode: o.bodyMode,

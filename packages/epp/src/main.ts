@@ -11,9 +11,11 @@ import { parseEndpoint } from "@kv-epp/protocol";
 import { createPreprocessor, eventLoopLag, poolMetrics, TokenizerPool, warmUp } from "@kv-epp/tokenizer";
 import pino, { type Logger } from "pino";
 import { ConfigError, parseConfig, usage, type EppConfig } from "./config.ts";
+import { BodyBudget } from "./extproc/body-budget.ts";
 import { HealthState } from "./health.ts";
 import { StreamHandoff } from "./handoff/handoff.ts";
 import { indexerKey, Indexers } from "./indexers/indexers.ts";
+import { extProcBufferBudget } from "./memory-budget.ts";
 import { createMetrics, routingMetrics, type Metrics } from "./metrics.ts";
 import { ActiveLoad, sumLoad, combinedPending, EvictionRegret, latencyModel, pendingPrefixes, Picker, RoutingQuality, type Clock, type RoutingContext } from "@kv-epp/routing";
 import { recoverThenReady } from "./readiness.ts";
@@ -120,6 +122,9 @@ export async function startEpp(cfg: EppConfig, o: { log?: Logger; kubeConfig?: K
   // Servers come up first so liveness answers during discovery and recovery, and cold peers see
   // this replica's /dump as 503.
   const health = new HealthState();
+  const buffer = extProcBufferBudget(cfg.extProcBufferMaxBytes);
+  const bodyBudget = new BodyBudget(buffer.bytes);
+  log.info({ maxBytes: buffer.bytes, from: buffer.source }, "ext_proc body budget");
   let recoveryOutcome: RecoveryOutcome | null = null;
   const extProc = await startExtProc(cfg, {
     handler: {
@@ -127,6 +132,7 @@ export async function startEpp(cfg: EppConfig, o: { log?: Logger; kubeConfig?: K
       log: log.child({ component: "ext_proc" }),
       bodyMode: cfg.bodyMode,
       maxInflight: cfg.maxInflight,
+      bodyBudget,
       fallbacks: cfg.fallbackEndpoints,
       priorities: cfg.objectivePriorities,
       // Saturated by queues: every worker rank waits past --queue-threshold (from the scraped /metrics).
@@ -151,6 +157,7 @@ export async function startEpp(cfg: EppConfig, o: { log?: Logger; kubeConfig?: K
     indexers.models.updateGauges();
     workers.updateGauges();
     metrics.ready.set(health.ready ? 1 : 0);
+    metrics.extProcBufferedBytes.set(bodyBudget.usedBytes);
     replicaAgg?.updateGauges();
     if (pending) {
       metrics.inflightPrefixBlocks.set(pending.blocks);

@@ -1,5 +1,5 @@
 import { expect, test } from "bun:test";
-import { dumpBodyLimit, memoryLimit, recoveryBudget } from "./memory-budget.ts";
+import { dumpBodyLimit, extProcBufferBudget, memoryLimit, recoveryBudget } from "./memory-budget.ts";
 
 const files = (m: Record<string, string>) => (p: string) => m[p];
 const GiB = 1024 ** 3;
@@ -22,4 +22,9 @@ test("the budget is the flag when given, else half the limit; the body limit is 
   expect(recoveryBudget(undefined, () => ({ bytes: 2 * GiB, source: "cgroup v2" }))).toEqual({ bytes: GiB, source: "cgroup v2" });
   expect(dumpBodyLimit(GiB)).toBe(2 * GiB);
   expect(dumpBodyLimit(1024)).toBe(64 * 1024 ** 2);
+});
+
+test("the ext_proc body budget is the flag when given, else an eighth of the limit", () => {
+  expect(extProcBufferBudget(1_000_000)).toEqual({ bytes: 1_000_000, source: "flag" });
+  expect(extProcBufferBudget(undefined, () => ({ bytes: 2 * GiB, source: "cgroup v1" }))).toEqual({ bytes: GiB / 4, source: "cgroup v1" });
 });

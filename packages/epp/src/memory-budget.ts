@@ -1,5 +1,6 @@
-// How much a recovery attempt may stage. A peer decides how big its dump is; this replica's memory limit
-// does not move, so the budget comes from the limit the container runs under (cgroup v2 memory.max, or
+// How much a recovery attempt may stage, and how much request body ext_proc streams may hold. A peer
+// decides how big its dump is, clients how many bodies they send at once; this replica's memory limit
+// does not move, so each budget comes from the limit the container runs under (cgroup v2 memory.max, or
 // v1 memory.limit_in_bytes), else the host's memory, unless the operator gives one.
 import { readFileSync } from "node:fs";
 import { totalmem } from "node:os";
@@ -10,8 +11,15 @@ import { totalmem } from "node:os";
  */
 export const RECOVERY_BUDGET_SHARE = 0.5;
 
+/**
+ * Share of the memory limit request bodies may take while they wait for their route (all ext_proc
+ * streams together). A body is held for milliseconds, so this is room for bursts, not a working set;
+ * small beside the recovery's share, which may be staging at the same time.
+ */
+export const EXT_PROC_BUFFER_SHARE = 0.125;
+
 export type MemoryLimit = { bytes: number; source: "cgroup v2" | "cgroup v1" | "host memory" };
-export type RecoveryBudget = { bytes: number; source: "flag" | MemoryLimit["source"] };
+export type MemoryBudget = { bytes: number; source: "flag" | MemoryLimit["source"] };
 
 /** Values at or above this mean "no limit" (v1 reports an unlimited group as ~2^63 rounded to pages). */
 const UNLIMITED = 2 ** 60;
@@ -55,10 +63,19 @@ export function memoryLimit(read: Read = readOrUndefined, root = "/sys/fs/cgroup
 }
 
 /** The explicit budget (--recovery-budget-mib) when given, else RECOVERY_BUDGET_SHARE of the memory limit. */
-export function recoveryBudget(explicitMiB: number | undefined, limit: () => MemoryLimit = () => memoryLimit()): RecoveryBudget {
-  if (explicitMiB !== undefined && explicitMiB > 0) return { bytes: explicitMiB * 1024 * 1024, source: "flag" };
+export function recoveryBudget(explicitMiB: number | undefined, limit: () => MemoryLimit = () => memoryLimit()): MemoryBudget {
+  return budget(explicitMiB === undefined ? undefined : explicitMiB * 1024 * 1024, RECOVERY_BUDGET_SHARE, limit);
+}
+
+/** The explicit budget (--ext-proc-buffer-max-bytes) when given, else EXT_PROC_BUFFER_SHARE of the memory limit. */
+export function extProcBufferBudget(explicitBytes: number | undefined, limit: () => MemoryLimit = () => memoryLimit()): MemoryBudget {
+  return budget(explicitBytes, EXT_PROC_BUFFER_SHARE, limit);
+}
+
+function budget(explicitBytes: number | undefined, share: number, limit: () => MemoryLimit): MemoryBudget {
+  if (explicitBytes !== undefined && explicitBytes > 0) return { bytes: explicitBytes, source: "flag" };
   const l = limit();
-  return { bytes: Math.floor(l.bytes * RECOVERY_BUDGET_SHARE), source: l.source };
+  return { bytes: Math.floor(l.bytes * share), source: l.source };
 }
 
 /**

@@ -231,7 +231,7 @@ export function createMetrics() {
     }),
     extProcRejected: new Counter({
       name: "dynamo_epp_ext_proc_rejected_messages_total",
-      help: "ext_proc streams ended with a gRPC error for what the client sent, by reason: framing, too_large, unparsable, handler (a bug hit by the message), no_request (no request case set), unexpected (a case the stream's state does not take)",
+      help: "ext_proc streams ended with a gRPC error for what the client sent, by reason: framing, too_large, unparsable, handler (a bug hit by the message), no_request (no request case set), unexpected (a case the stream's state does not take), held_overflow (too many messages while its route was pending)",
       labelNames: ["reason"] as const,
       registers: [registry],
     }),
@@ -250,6 +250,16 @@ export function createMetrics() {
     partialBodies: new Counter({
       name: "dynamo_epp_ext_proc_partial_bodies_total",
       help: "BUFFERED_PARTIAL request bodies cut at Envoy's buffer limit that do not parse: routed by load alone",
+      registers: [registry],
+    }),
+    extProcBufferOverflows: new Counter({
+      name: "dynamo_epp_ext_proc_buffer_overflows_total",
+      help: "request bodies that would have passed the process's body budget (--ext-proc-buffer-max-bytes): routed by load on what had come, the rest passed through unbuffered",
+      registers: [registry],
+    }),
+    extProcBufferedBytes: new Gauge({
+      name: "dynamo_epp_ext_proc_buffered_bytes",
+      help: "request-body bytes ext_proc streams hold while their route is not known, against --ext-proc-buffer-max-bytes",
       registers: [registry],
     }),
     releasedWithoutResponseBody: new Counter({

@@ -65,6 +65,10 @@ export const EPP_OPTIONS = {
     fallbackEndpoints: opt.int(count.default(0), "also name this many next-best distinct endpoints after the pick, for the gateway's retries"),
     objectivePriorities: opt.string(z.string().default(""), "InferenceObjective priorities, name=priority,... (x-gateway-inference-objective; < 0: sheddable)"),
     maxInflight: opt.int(count.default(0), "shed (429) above this many in-flight requests (0: off)"),
+    extProcBufferMaxBytes: opt.int(
+      positive.optional(),
+      "request-body bytes all ext_proc streams together may hold while their route is not known; a body that would pass it is routed by load on what has come, the rest passed through unbuffered (default: an eighth of the cgroup memory limit, else of host memory)",
+    ),
     conformanceTestHooks: opt.bool(
       z.boolean().default(false),
       "GAIE conformance suite hooks: a request's test-epp-endpoint-selection header picks its candidates, responses echo the served and selected endpoints (x-conformance-test-*); test clusters only, any client could steer its requests",

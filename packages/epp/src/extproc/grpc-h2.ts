@@ -78,7 +78,10 @@ export function createBidiServer<In, Out>(
   const settings = { initialWindowSize: opts.windowBytes };
   // Session memory unbounded, as @grpc/grpc-js leaves it: http2's default (10 MB) refuses the
   // gateway's new streams (ENHANCE_YOUR_CALM) while a few large bodies are in flight on its
-  // connection; the receive windows bound what a client can queue.
+  // connection. The receive windows do not bound what this process holds: Call.read takes data as it
+  // arrives, so the window reopens at once. What is held is bounded above: each message by
+  // maxMessageBytes, output by PAUSE_READING_ABOVE, and request bodies across all streams by the
+  // handler's body budget (server.ts); a message still arriving is not counted until it is whole.
   const serverOpts = { settings, maxSessionMemory: Number.MAX_SAFE_INTEGER };
   const server = opts.tls
     ? http2.createSecureServer({ ...serverOpts, cert: opts.tls.cert, key: opts.tls.key, allowHTTP1: false })

@@ -8,6 +8,7 @@ import type { BodyMode } from "../config.ts";
 import type { Metrics, RequestOutcome } from "../metrics.ts";
 import { EXPLAIN_REQUEST_HEADER, EXPLANATION_HEADER, RoutedRequest, type Routing, type RoutingContext } from "@kv-epp/routing";
 import type { RoutedBody, Settles, TokenizeBody } from "../tokens.ts";
+import type { BodyBudget } from "./body-budget.ts";
 import { FairnessLabels, hasCriticalObjective, requestClass, shedReason, type RequestClass } from "./gaie-headers.ts";
 import { GrpcStatus, type BidiCall, type StatusCode } from "./grpc-h2.ts";
 import { BadRequest, MAX_BODY_BYTES, TooDeep, type BodyRequest, type ChatMessage } from "@kv-epp/tokenizer";
@@ -47,6 +48,8 @@ export type ExtProcDeps = {
   /** Shed (429) when this many requests are in flight (0: never). */
   maxInflight: number;
   maxBodyBytes?: number;
+  /** Request-body bytes all streams together may hold while their route is not known (--ext-proc-buffer-max-bytes). */
+  bodyBudget: BodyBudget;
   /** Explain every decision, not only those asking with x-kv-epp-explain: 1. */
   explainAll?: boolean;
   /** InferenceObjective name -> priority (x-gateway-inference-objective). */
@@ -69,6 +72,8 @@ type Shared = {
   warnRejected: (reason: string, fields?: Record<string, unknown>) => void;
   /** Some objective is critical: the top of --max-inflight is kept for it (shedReason). */
   criticalKnown: boolean;
+  /** Bodies routed by load because the body budget was spent: logged at most once per interval (it comes in bursts). */
+  warnOverflow: (reason: string, fields?: Record<string, unknown>) => void;
 };
 
 type Duplex = BidiCall<ProcessingRequest, ProcessingResponse>;
@@ -82,6 +87,8 @@ type RequestState = {
   steered?: boolean;
   chunks: Uint8Array[];
   bytes: number;
+  /** Bytes of its body taken from deps.bodyBudget: given back once, when the body is handed back or dropped. */
+  budgeted: number;
   /** Asked why this worker: the decision's explanation goes on the routed request and the response. */
   explain: boolean;
   /** A decision was sent (or an immediate response): later request messages are not expected. */
@@ -122,6 +129,7 @@ export function createProcessHandler(deps: ExtProcDeps): (call: Duplex) => void 
   // per server: per process as deployed
   const shared: Shared = { warned: new Set(), fairness: new FairnessLabels(), warnRejected: throttledWarn(deps.log, "ext_proc stream rejected"),
     criticalKnown: hasCriticalObjective(deps.priorities ?? NO_PRIORITIES),
+    warnOverflow: throttledWarn(deps.log, "ext_proc body budget spent: bodies routed by load and passed through unbuffered"),
   };
   if (deps.conformanceHooks) deps.log.warn("GAIE conformance test hooks on (--conformance-test-hooks): any client can steer its requests with test-epp-endpoint-selection");
   return (call) => new ProcessStream(call, deps, shared).run();
@@ -156,8 +164,11 @@ class ProcessStream {
 
   run(): void {
     this.call.on("data", (msg: ProcessingRequest) => {
-      if (this.held !== null) this.held.push(msg);
-      else this.handle(msg);
+      if (this.held === null) return this.handle(msg);
+      // Envoy sends at most the trailers (or, in observability mode, a response's first chunks) while a
+      // route is pending: a stream that keeps sending would have this process hold all of it.
+      if (this.held.length >= MAX_HELD) return this.reject("held_overflow", `more than ${MAX_HELD} messages while the route is pending`, GrpcStatus.RESOURCE_EXHAUSTED);
+      this.held.push(msg);
     });
     this.call.on("end", () => {
       if (this.held !== null) this.endHeld = true;
@@ -235,8 +246,8 @@ class ProcessStream {
     });
   }
 
-  /** Ends the stream with INVALID_ARGUMENT (its request's load released), counted by reason. */
-  private reject(reason: "no_request" | "unexpected" | "grpc_body_mode", message: string, code: StatusCode = GrpcStatus.INVALID_ARGUMENT): void {
+  /** Ends the stream with INVALID_ARGUMENT unless told (its request's load released), counted by reason. */
+  private reject(reason: "no_request" | "unexpected" | "grpc_body_mode" | "held_overflow", message: string, code: StatusCode = GrpcStatus.INVALID_ARGUMENT): void {
     this.deps.metrics.extProcRejected.inc({ reason });
     if (reason === "grpc_body_mode") warnOnce(this.shared.warned, this.deps.log, reason, { reason, err: message }, "ext_proc stream rejected");
     else this.shared.warnRejected(reason, { err: message });
@@ -356,7 +367,7 @@ class ProcessStream {
     // Conformance hooks: the selection header steers the request instead of the subset hint (conformance.ts).
     const steered = this.deps.conformanceHooks ? steering(msg.request_headers!.headers, this.deps.routing.candidates().map((c) => c.endpoint)) : undefined;
     this.req = {
-      subset: steered ? steered.subset : subsetHint(msg), steered: steered !== undefined, chunks: [], bytes: 0, decided: false, explain, responseBody: false, cls,
+      subset: steered ? steered.subset : subsetHint(msg), steered: steered !== undefined, chunks: [], bytes: 0, budgeted: 0, decided: false, explain, responseBody: false, cls,
       bodyless: msg.request_headers!.end_of_stream === true,
       // The path tells a /v1/responses body from an embeddings one (both carry `input`).
       path: findHeader(msg.request_headers!.headers, ":path"),
@@ -379,12 +390,24 @@ class ProcessStream {
       this.send(this.fullDuplex ? streamedBody("request_body", chunk, eos) : continueResponse("request_body"));
       return;
     }
+    if (req.bytes + chunk.length > (this.deps.maxBodyBytes ?? MAX_BODY_BYTES)) {
+      this.immediate(413, "request body too large", "body_too_large", "bad_request");
+      return;
+    }
+    const budget = this.deps.bodyBudget;
+    const taken = budget.take(chunk.length);
+    if (taken) req.budgeted += chunk.length;
     if (chunk.length > 0) {
       req.chunks.push(chunk);
       req.bytes += chunk.length;
     }
-    if (req.bytes > (this.deps.maxBodyBytes ?? MAX_BODY_BYTES)) {
-      this.immediate(413, "request body too large", "body_too_large", "bad_request");
+    if (!taken) {
+      // All streams together hold as much body as the process may: route now on what this one has, by
+      // load (its prefix is not read: the route must not wait holding it), and hand it back; the rest of
+      // the body passes through unbuffered (req.decided).
+      this.deps.metrics.extProcBufferOverflows.inc();
+      this.shared.warnOverflow("budget", { bytes: req.bytes, heldBytes: budget.usedBytes, maxBytes: budget.maxBytes });
+      this.decide(concat(req.chunks, req.bytes), "body", eos, "over_budget");
       return;
     }
     // BUFFERED and BUFFERED_PARTIAL send the body as one message (end_of_stream false when trailers
@@ -392,14 +415,14 @@ class ProcessStream {
     if (!eos && this.fullDuplex) return;
     // BUFFERED_PARTIAL cuts a body longer than Envoy's buffer at the limit (end_of_stream false, the
     // rest goes upstream unseen): that prefix may not parse, and then the route is by load.
-    this.decide(concat(req.chunks, req.bytes), "body", true, this.mode === "BUFFERED_PARTIAL" && !eos);
+    this.decide(concat(req.chunks, req.bytes), "body", true, this.mode === "BUFFERED_PARTIAL" && !eos ? "maybe_cut" : "whole");
   }
 
   /** Trailers end a body that never carried end_of_stream: decide now, then answer the trailers. */
   private onRequestTrailers(msg: ProcessingRequest): void {
     const req = this.req;
     if (req && !req.decided) {
-      this.decide(concat(req.chunks, req.bytes), "body", false, this.mode === "BUFFERED_PARTIAL");
+      this.decide(concat(req.chunks, req.bytes), "body", false, this.mode === "BUFFERED_PARTIAL" ? "maybe_cut" : "whole");
       // The route waits for the body's tokens: the trailers are answered after it (replayed, decided by then).
       if (this.held !== null) return void this.held.push(msg);
     }
@@ -407,12 +430,14 @@ class ProcessStream {
   }
 
   /**
-   * `maybeCut`: the body may be a prefix (BUFFERED_PARTIAL); one that does not parse routes by load. The body
-   * is read (parsed, validated, its model rewritten) and tokenized by tokenizeBody, in a pool member unless
-   * there is none: this thread only sheds, picks and answers.
+   * `cut`: the body may be a prefix ("maybe_cut", BUFFERED_PARTIAL), and one that does not parse routes by
+   * load; or it is one ("over_budget", the rest to come unbuffered), routed by load unread. The body is read
+   * (parsed, validated, its model rewritten) and tokenized by tokenizeBody, in a pool member unless there is
+   * none: this thread only sheds, picks and answers.
    */
-  private decide(body: Uint8Array, at: "headers" | "body", bodyEnds = true, maybeCut = false): void {
+  private decide(body: Uint8Array, at: "headers" | "body", bodyEnds = true, cut: BodyCut = "whole"): void {
     const req = this.req!;
+    const maybeCut = cut !== "whole";
     req.decided = true;
     const started = performance.now();
     const shed = shedReason({
@@ -427,7 +452,7 @@ class ProcessStream {
       this.immediate(429, shed, "shed", "shed");
       return;
     }
-    if (body.length === 0) {
+    if (body.length === 0 || cut === "over_budget") {
       this.route(req, { fields: { kind: "none" }, tokens: EMPTY_IDS, body, rewritten: false }, at, bodyEnds, maybeCut, started);
       return;
     }
@@ -462,6 +487,7 @@ class ProcessStream {
   /** The pick on the request's tokens (O(blocks)), and its answer. */
   private route(req: RequestState, read: RoutedBody, at: "headers" | "body", bodyEnds: boolean, maybeCut: boolean, started: number): void {
     const { fields, tokens, promptTokens, body } = read;
+    this.release(req); // answered or handed back in this call: no longer held for a route
     if (fields.cut !== undefined) {
       this.deps.metrics.partialBodies.inc();
       this.deps.log.debug({ bytes: body.length, err: fields.cut }, "BUFFERED_PARTIAL body cut at the buffer limit: routing by load");
@@ -491,7 +517,8 @@ class ProcessStream {
       endpoint: routed.endpoints(this.deps.fallbacks ?? 0).join(","),
       // The destination's rank (a decode rank when disaggregated); the prefill rank goes in pd.set.
       dpRank: chosen.candidate.rankHeader,
-      contentLength: at === "body" && (this.fullDuplex || rewrite.body) ? forward.length : undefined,
+      // Not for a prefix: the rest of the body comes after it (the client's own content-length stays right).
+      contentLength: at === "body" && !maybeCut && (this.fullDuplex || rewrite.body) ? forward.length : undefined,
       extraHeaders: extra.length > 0 ? extra : undefined,
       removeHeaders: pd.remove,
       body: this.fullDuplex ? undefined : rewrite.body,
@@ -538,7 +565,7 @@ class ProcessStream {
     this.deps.metrics.modelRewrites.inc({ result: outcome });
     if (outcome === "body_not_held")
       warnOnce(this.shared.warned, this.deps.log, "rewrite_body_not_held", { mode: this.mode },
-        "x-gateway-model-name-rewrite scored, but the body was not held before the route (request body mode NONE/STREAMED, or a BUFFERED_PARTIAL body cut at the limit): it goes upstream naming the client's model; use FULL_DUPLEX_STREAMED or BUFFERED");
+        "x-gateway-model-name-rewrite scored, but the body was not held before the route (request body mode NONE/STREAMED, a BUFFERED_PARTIAL body cut at the limit, or a body over --ext-proc-buffer-max-bytes): it goes upstream naming the client's model; use FULL_DUPLEX_STREAMED or BUFFERED");
   }
 
   private immediate(code: ImmediateStatus, message: string, details: string, outcome: RequestOutcome): void {
@@ -548,11 +575,18 @@ class ProcessStream {
     this.finish();
   }
 
+  /** Gives the request's body bytes back to the process's budget (idempotent). */
+  private release(req: RequestState): void {
+    this.deps.bodyBudget.give(req.budgeted);
+    req.budgeted = 0;
+  }
+
   /** Ends the current request's routing life: its load released, its response's figures recorded (idempotent). */
   private finish(): void {
     const req = this.req;
     if (!req) return;
     this.req = undefined;
+    this.release(req);
     req.tokenizing?.abort();
     if (req.routed) {
       // No response body seen (the gateway's response_body_mode is NONE, or the response had none):
@@ -578,6 +612,12 @@ function disaggregationHeaders(routed: RoutedRequest): { set: [string, string][]
   if (p.rankHeader !== undefined) return { set: [...set, [PREFILL_RANK_HEADER, String(p.rankHeader)]] };
   return { set, remove: [PREFILL_RANK_HEADER] };
 }
+
+/** Whether a body handed to decide is whole, may be cut at Envoy's buffer (BUFFERED_PARTIAL), or is a prefix (the body budget was spent). */
+type BodyCut = "whole" | "maybe_cut" | "over_budget";
+
+/** Messages a stream may send while its route is pending (held, answered in order once it is known). */
+const MAX_HELD = 256;
 
 const EMPTY = new Uint8Array(0);
 const EMPTY_IDS = new Uint32Array(0);

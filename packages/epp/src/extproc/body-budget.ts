@@ -1,0 +1,26 @@
+// Request-body bytes held across every ext_proc stream of the process, against one bound. Each body is
+// capped on its own (MAX_BODY_BYTES), but a client with many streams open, or an overloaded gateway,
+// decides how many bodies wait for their route at once: without a bound on the sum, it decides this
+// process's memory. A stream that cannot take its next chunk routes on what it has (server.ts).
+
+export class BodyBudget {
+  private held = 0;
+
+  constructor(readonly maxBytes: number) {}
+
+  /** Bytes taken and not yet given back. */
+  get usedBytes(): number {
+    return this.held;
+  }
+
+  /** Takes `n` bytes when they fit under the bound; false (nothing taken) when they do not. */
+  take(n: number): boolean {
+    if (this.held + n > this.maxBytes) return false;
+    this.held += n;
+    return true;
+  }
+
+  give(n: number): void {
+    this.held -= n;
+  }
+}

@@ -1,0 +1,46 @@
+// The stream state machine on a call made here (no transport): a tokenization that never settles keeps
+// the route pending, so what a stream may send meanwhile is bounded deterministically.
+import { EventEmitter } from "node:events";
+import { expect, test } from "bun:test";
+import type { RoutingContext } from "@kv-epp/routing";
+import pino from "pino";
+import { createMetrics } from "../metrics.ts";
+import { BodyBudget } from "./body-budget.ts";
+import { GrpcStatus } from "./grpc-h2.ts";
+import type { ProcessingRequest } from "./messages.ts";
+import { createProcessHandler } from "./server.ts";
+
+class FakeCall extends EventEmitter {
+  failed: { code: number; message: string } | undefined;
+  write(): void {}
+  end(): void {}
+  fail(code: number, message: string): void {
+    this.failed = { code, message };
+    this.emit("cancelled");
+  }
+}
+
+test("a stream that sends more than 256 messages while its route is pending fails with RESOURCE_EXHAUSTED, its body's bytes given back", () => {
+  const bodyBudget = new BodyBudget(1 << 20);
+  const handle = createProcessHandler({
+    routing: { load: { inflight: 0 } } as unknown as RoutingContext,
+    tokenizeBody: () => new Promise(() => {}), // the route stays pending
+    metrics: createMetrics(),
+    log: pino({ level: "silent" }),
+    bodyMode: "auto",
+    maxInflight: 0,
+    bodyBudget,
+  });
+  const call = new FakeCall();
+  handle(call as never);
+  const data = (m: ProcessingRequest) => call.emit("data", m);
+  data({ request: "request_headers", request_headers: { headers: { headers: [] } }, protocol_config: { request_body_mode: "FULL_DUPLEX_STREAMED" } });
+  data({ request: "request_body", request_body: { body: new TextEncoder().encode('{"prompt":"hi"}'), end_of_stream: true } });
+  expect(bodyBudget.usedBytes).toBe(15);
+  const trailers: ProcessingRequest = { request: "request_trailers", request_trailers: { trailers: { headers: [] } } };
+  for (let i = 0; i < 256; i++) data(trailers);
+  expect(call.failed).toBeUndefined();
+  data(trailers);
+  expect(call.failed?.code).toBe(GrpcStatus.RESOURCE_EXHAUSTED);
+  expect(bodyBudget.usedBytes).toBe(0);
+});
