@@ -120,3 +120,20 @@ test("every way a stream drops its body gives the bytes back: after streams rese
   expect(await buffered()).toBe(0);
   s.end();
 });
+
+test("a body whose model must be rewritten is not passed on unheld over the budget: refused as overload (429), its bytes given back", async () => {
+  const a = open();
+  a.send(chunk(bodyOf(12_000, 7).subarray(0, 60_000), false));
+  await waitFor(async () => (await buffered()) === 60_000, { message: "A's first chunk held" });
+  const b = client.open();
+  const h = headers("/v1/completions", false, DUPLEX);
+  h.request_headers!.headers!.headers!.push({ key: "x-gateway-model-name-rewrite", raw_value: enc.encode("served-as") });
+  b.send(h);
+  b.send(chunk(bodyOf(12_000, 8).subarray(0, 60_000), false)); // 120,000 would be held
+  const r = await b.next();
+  expect(r.immediate_response?.status?.code).toBe("TooManyRequests"); // envoy.type.v3.StatusCode 429
+  expect(await buffered()).toBe(60_000); // A's alone
+  a.call.cancel();
+  await waitFor(async () => (await buffered()) === 0, { message: "A's bytes given back on reset" });
+  b.end();
+});

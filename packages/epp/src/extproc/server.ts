@@ -407,6 +407,9 @@ class ProcessStream {
       // the body passes through unbuffered (req.decided).
       this.deps.metrics.extProcBufferOverflows.inc();
       this.shared.warnOverflow("budget", { bytes: req.bytes, heldBytes: budget.usedBytes, maxBytes: budget.maxBytes });
+      // A body whose model must be rewritten cannot go on unheld (it would name a model the pool does not
+      // serve): refused as overload, for the gateway to retry, rather than sent where it fails.
+      if (req.cls.modelRewrite !== undefined) return this.immediate(429, "EPP request-body buffer full", "shed", "shed");
       this.decide(concat(req.chunks, req.bytes), "body", eos, "over_budget");
       return;
     }
@@ -565,7 +568,7 @@ class ProcessStream {
     this.deps.metrics.modelRewrites.inc({ result: outcome });
     if (outcome === "body_not_held")
       warnOnce(this.shared.warned, this.deps.log, "rewrite_body_not_held", { mode: this.mode },
-        "x-gateway-model-name-rewrite scored, but the body was not held before the route (request body mode NONE/STREAMED, a BUFFERED_PARTIAL body cut at the limit, or a body over --ext-proc-buffer-max-bytes): it goes upstream naming the client's model; use FULL_DUPLEX_STREAMED or BUFFERED");
+        "x-gateway-model-name-rewrite scored, but the body was not held before the route (request body mode NONE/STREAMED, or a BUFFERED_PARTIAL body cut at the limit): it goes upstream naming the client's model; use FULL_DUPLEX_STREAMED or BUFFERED");
   }
 
   private immediate(code: ImmediateStatus, message: string, details: string, outcome: RequestOutcome): void {
