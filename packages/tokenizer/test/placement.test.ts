@@ -79,6 +79,16 @@ describe("placement policy", () => {
     expect(placement.place(5, 100, [0, 0, 0]).kind).toBe("affine");
   });
 
+  test("a replaced member's conversations are forgotten: their next turns are placed as new, the others' stay", () => {
+    const placement = new Placement(2);
+    placement.place(0, 100, [0, 0]); // key 0's hash member: 0
+    placement.place(1, 100, [0, 0]); // key 1's: 1
+    placement.forget(0);
+    expect(placement.remembered).toBe(1);
+    expect(placement.place(0, 100, [0, 0]).kind).toBe("new");
+    expect(placement.place(1, 100, [0, 0]).kind).toBe("affine");
+  });
+
   test("a job's size is its message texts, or its prompt", () => {
     expect(jobChars({ kind: "prompt", text: "abcd" })).toBe(4);
     expect(jobChars({ kind: "chat", messages: [{ role: "user", content: "abc" }, { role: "user", content: [{ type: "text", text: "de" }, { type: "image_url" }] }, { role: "assistant", content: null }], opts: {} })).toBe(5);

@@ -328,14 +328,19 @@ describe("tokenizer pool: lost members and answered requests", () => {
 
   test("a member whose thread is lost is replaced: the request it ran fails, the one queued behind it is answered by the replacement", async () => {
     const pool = await pools.start({ size: 1, budgetMs: 600_000 });
+    await pool.tokenize({ kind: "prompt", text: lines(2_000, 60) }); // figures the member has counted
     const running = pool.tokenize({ kind: "prompt", text: lines(400_000, 61) });
     const queued = pool.tokenize({ kind: "prompt", text: "a question queued behind it" });
     while (!pool.stats().members[0]!.busy) await Bun.sleep(5);
+    const counted = pool.cacheStats();
     await memberThread(pool, 0).terminate();
     await expect(running).rejects.toThrow(/tokenizer pool member 0 failed/);
     const pre = createPreprocessor({ tokenizerDir: dir });
     expect((await queued).tokens).toEqual(pre.encodeCompletion("a question queued behind it"));
     expect(pool.stats().restarts).toBe(1);
+    // The cache's counters (exported as Prometheus counters) keep what the lost member counted.
+    for (const k of ["hits", "misses", "evictions", "freshTokens"] as const) expect(pool.cacheStats()[k]).toBeGreaterThanOrEqual(counted[k]);
+    expect(counted.misses).toBeGreaterThan(0);
     // The replacement goes on taking work.
     expect((await pool.tokenize({ kind: "prompt", text: "and the next one" })).tokens).toEqual(pre.encodeCompletion("and the next one"));
   }, 120_000);

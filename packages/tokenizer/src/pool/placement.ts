@@ -60,6 +60,14 @@ export class Placement {
     return placed;
   }
 
+  /**
+   * Forgets the conversations member `member` held: it was replaced, its segment cache lost, so their next turns
+   * cost it as much as any member (a new conversation's placement).
+   */
+  forget(member: number): void {
+    for (const [key, home] of this.homes) if (home.member === member) this.homes.delete(key);
+  }
+
   /** Conversations remembered now. */
   get remembered(): number {
     return this.homes.size;

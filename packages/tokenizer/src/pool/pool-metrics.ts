@@ -70,7 +70,7 @@ export function poolMetrics(registry: Registry, model = ""): PoolObserver & { at
   });
   const restarts = new Counter({
     name: "dynamo_epp_tokenizer_pool_restarts_total",
-    help: "Pool members lost (an uncaught error in the thread, or it exited) and replaced; the request a lost member was running failed",
+    help: "Pool members lost (an uncaught error in the thread, or it exited) and replaced, a replacement that failed to start counted again; the request a lost member was running failed",
     registers: [registry],
   });
   return {

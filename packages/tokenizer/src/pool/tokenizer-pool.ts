@@ -223,6 +223,8 @@ export class TokenizerPool {
   private readonly placements: Record<PlacementKind, number> = { affine: 0, moved: 0, new: 0 };
   private closed = false;
   private restarts = 0;
+  /** The cumulative cache figures of members lost (counters only: what a replacement starts from zero). */
+  private retired: CacheStats = { ...NO_CACHE_STATS };
   /** Per member slot: failures in a row of replacements that never got ready (sets the backoff). */
   private readonly failedStarts: number[];
   /** Per member slot: whether a member there was ever ready (a pool that never started is not kept trying). */
@@ -325,7 +327,9 @@ export class TokenizerPool {
 
   /** The members' segment caches summed, as each reported it with its last finished job. */
   cacheStats(): CacheStats {
-    const sum = { ...NO_CACHE_STATS };
+    // Counters keep what lost members counted (exported as Prometheus counters, which must not go back);
+    // the gauges (bytes, entries) are the live members' alone.
+    const sum = { ...this.retired, bytes: 0, entries: 0 };
     for (const m of this.members) for (const k of Object.keys(sum) as (keyof CacheStats)[]) sum[k] += m.cache[k];
     return sum;
   }
@@ -403,6 +407,9 @@ export class TokenizerPool {
     }
     this.restarts++;
     this.observe.restarted?.();
+    for (const k of Object.keys(this.retired) as (keyof CacheStats)[]) this.retired[k] += member.cache[k];
+    member.cache = NO_CACHE_STATS;
+    this.placement.forget(member.index);
     const failedStarts = member.warmUp === null ? ++this.failedStarts[member.index]! : 0;
     const delay = failedStarts === 0 ? 0 : Math.min(MAX_RESTART_BACKOFF_MS, this.restartBackoffMs * 2 ** (failedStarts - 1));
     this.log?.warn({ member: member.index, why, restartInMs: delay }, "tokenizer pool member lost: replacing it");
@@ -519,8 +526,9 @@ export class TokenizerPool {
 
   private outOfBudget(member: Member, p: Pending): void {
     if (!p.settle) return;
-    // A body too large to read on the caller's thread waits for its member's reading, queued or being read.
-    if (p.job.kind === "body" && !p.read && p.job.request.body.byteLength > this.readHereMaxBytes) {
+    // A body too large to read on the caller's thread waits for its member's reading, queued or being read
+    // (not for a slot whose member is lost: its replacement may be a backoff away).
+    if (p.job.kind === "body" && !p.read && p.job.request.body.byteLength > this.readHereMaxBytes && member.live) {
       p.overdue = true;
       return;
     }

@@ -1,5 +1,5 @@
 // What a chat costs to tokenize for routing is bounded whatever the shape of its text (string content,
-// content parts, tools), and the bounded job routes as the whole request does: its ids are the whole
+// content parts, tools, tool calls and reasoning), and the bounded job routes as the whole request does: its ids are the whole
 // request's up to the cut, then only the template's close of the turn.
 import { describe, expect, test } from "bun:test";
 import { freshWords } from "@kv-epp/testkit";
@@ -87,6 +87,33 @@ describe("routingJob bounds content parts as it bounds string content", () => {
     const messages = [{ role: "user", content: [text(words(2 * ROUTING_TEXT_CHARS))] }];
     expect(byLoad(routingJob(chat(messages, { truncatePromptTokens: 100 })))).toBe(true);
     expect(byLoad(routingJob(chat(messages, { truncatePromptTokens: 100, truncationSide: "right" })))).toBe(false);
+  });
+});
+
+describe("routingJob bounds what a message renders besides its content", () => {
+  test("an assistant turn whose tool calls and reasoning pass the bound ends the routed messages before it", () => {
+    const call = { id: "c1", type: "function", function: { name: "write", arguments: JSON.stringify({ text: words(ROUTING_TEXT_CHARS, 4) }) } };
+    const messages: ChatMessage[] = [
+      { role: "user", content: "write it" },
+      { role: "assistant", content: null, tool_calls: [call], reasoning_content: words(ROUTING_TEXT_CHARS, 5) } as ChatMessage,
+      { role: "tool", content: "done", tool_call_id: "c1" } as ChatMessage,
+      { role: "user", content: "thanks" },
+    ];
+    expect(chatJob(chat(messages)).messages).toEqual(messages.slice(0, 1));
+    // Nothing left to route on: by load.
+    expect(byLoad(routingJob(chat(messages.slice(1))))).toBe(true);
+  });
+
+  test("small tool calls count against the bound and are kept", () => {
+    const call = { id: "c1", type: "function", function: { name: "search", arguments: '{"q": "cats"}' } };
+    const messages: ChatMessage[] = [
+      { role: "user", content: "find cats" },
+      { role: "assistant", content: "", tool_calls: [call] } as ChatMessage,
+      { role: "tool", content: words(2 * ROUTING_TEXT_CHARS, 6), tool_call_id: "c1" } as ChatMessage,
+    ];
+    const job = chatJob(chat(messages));
+    expect(job.messages.slice(0, 2)).toEqual(messages.slice(0, 2));
+    expect(jobText(job) + JSON.stringify([call]).length).toBeLessThanOrEqual(ROUTING_TEXT_CHARS + 64);
   });
 });
 

@@ -34,7 +34,7 @@ export function routingJob(input: RoutedInput): TokenizeJob | Uint32Array {
       const toolChars = input.tools === undefined ? 0 : JSON.stringify(input.tools).length;
       if (toolChars > ROUTING_TEXT_CHARS) return NONE;
       const messages = routingMessages(input.messages, ROUTING_TEXT_CHARS - toolChars);
-      if (messages !== input.messages && keepsTail(input)) return NONE;
+      if (messages !== input.messages && (keepsTail(input) || messages.length === 0)) return NONE;
       const opts = {
         tools: input.tools,
         templateKwargs: input.templateKwargs,
@@ -65,6 +65,11 @@ function routingMessages(messages: ChatMessage[], budget: number): ChatMessage[]
   let left = budget;
   for (let i = 0; i < messages.length; i++) {
     const m = messages[i]!;
+    // What the template renders of a message besides its content (tool calls' arguments, reasoning) cannot be
+    // cut: a message whose other fields pass the bound ends the routed messages before it.
+    const other = otherFieldsChars(m);
+    if (other > left) return messages.slice(0, i);
+    left -= other;
     const c = m.content;
     if (typeof c === "string") {
       if (c.length <= left) {
@@ -87,6 +92,13 @@ function routingMessages(messages: ChatMessage[], budget: number): ChatMessage[]
     }
   }
   return messages;
+}
+
+/** The JSON length of a message's fields other than its role and content (a few bytes for most messages). */
+function otherFieldsChars(m: ChatMessage): number {
+  let n = 0;
+  for (const [k, v] of Object.entries(m)) if (k !== "role" && k !== "content" && v !== undefined) n += k.length + (JSON.stringify(v)?.length ?? 0);
+  return n;
 }
 
 // A part in the request may also be a bare string (vLLM reads it as text).
