@@ -121,6 +121,20 @@ test("every way a stream drops its body gives the bytes back: after streams rese
   s.end();
 });
 
+test("a body larger than the budget, alone, is held and routed on its tokens: a bound below a body's size does not refuse it forever", async () => {
+  const before = (await scrape(OVERFLOWS)) ?? 0;
+  const whole = bodyOf(25_000, 300);
+  expect(whole.length).toBeGreaterThan(BUDGET);
+  const s = open();
+  s.send(chunk(whole.subarray(0, 60_000), false));
+  s.send(chunk(whole.subarray(60_000), true));
+  expect((await route(s)).explanation).toMatch(/overlap=0\/[1-9]\d* /);
+  expect((await handedBack(s)).equals(Buffer.from(whole))).toBe(true);
+  expect(await scrape(OVERFLOWS)).toBe(before);
+  expect(await buffered()).toBe(0);
+  s.end();
+});
+
 test("a body whose model must be rewritten is not passed on unheld over the budget: refused as overload (429), its bytes given back", async () => {
   const a = open();
   a.send(chunk(bodyOf(12_000, 7).subarray(0, 60_000), false));

@@ -265,8 +265,10 @@ describe("tokenizer pool: request bodies as received", () => {
   }, 60_000);
 
   test("a body no member took within the budget is answered unread (a queue fallback), its bytes still the caller's", async () => {
-    const pool = await pools.start({ size: 1, budgetMs: 20 });
-    const long = pool.tokenize({ kind: "prompt", text: freshWords(400_000, 9) });
+    const pool = await pools.start({ size: 1, budgetMs: 20, readHereMaxBytes: 1 << 20 });
+    // Its member busy reading ~20 MB of chat, too large for the caller to read: not answered (so not stopped for
+    // the body queued behind it, as a request answered over budget would be) before its member has read it.
+    const long = pool.tokenize({ kind: "body", request: { body: bytes({ messages: [{ role: "user", content: freshWords(100_000, 9).repeat(30) }] }) } });
     const body = bytes({ prompt: "queued behind" });
     const queued = await pool.tokenize({ kind: "body", request: { body } });
     expect(queued).toMatchObject({ complete: false, fallback: "queue" });
@@ -343,6 +345,26 @@ describe("tokenizer pool: lost members and answered requests", () => {
     expect(counted.misses).toBeGreaterThan(0);
     // The replacement goes on taking work.
     expect((await pool.tokenize({ kind: "prompt", text: "and the next one" })).tokens).toEqual(pre.encodeCompletion("and the next one"));
+  }, 120_000);
+
+  test("a body too large for its caller, past its budget behind a member that is lost, is answered unread", async () => {
+    const pool = await pools.start({ size: 1, budgetMs: 20, readHereMaxBytes: 1 << 20 });
+    // ~13 MB of chat in 400k short messages: a member takes hundreds of ms to read (parse and validate) it, while a
+    // body under 1 MiB would be answered unread at once.
+    const large = (seed: number) => new TextEncoder().encode(JSON.stringify({
+      messages: Array.from({ length: 400_000 }, (_, i) => ({ role: i % 2 === 0 ? "user" : "assistant", content: `turn ${seed} ${i}` })),
+    }));
+    const [first, second] = [large(64), large(65)]; // built before either goes (building one takes a while)
+    const reading = pool.tokenize({ kind: "body", request: { body: first } });
+    const waiting = pool.tokenize({ kind: "body", request: { body: second } });
+    await Bun.sleep(50); // both past their budget, waiting for the member's reading
+    expect(pool.stats().members[0]!).toMatchObject({ busy: true, jobs: 0, queued: 1 }); // the first still being read
+    await memberThread(pool, 0).terminate();
+    await expect(reading).rejects.toThrow(/tokenizer pool member 0 failed/);
+    // Not kept for the replacement (which may be a backoff away): its caller reads it.
+    const out = await waiting;
+    expect(out).toMatchObject({ complete: false, fallback: "budget" });
+    expect(out.read).toBeUndefined();
   }, 120_000);
 
   test("a request answered over budget stops for the requests queued behind it, and finishes after them", async () => {

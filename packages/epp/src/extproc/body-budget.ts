@@ -13,9 +13,13 @@ export class BodyBudget {
     return this.held;
   }
 
-  /** Takes `n` bytes when they fit under the bound; false (nothing taken) when they do not. */
-  take(n: number): boolean {
-    if (this.held + n > this.maxBytes) return false;
+  /**
+   * Takes `n` bytes when they fit under the bound, or when the taker's own `held` bytes are all the process holds
+   * (one body alone is always held, up to its own cap: a bound below a body's size must not refuse it forever);
+   * false (nothing taken) otherwise.
+   */
+  take(n: number, held = 0): boolean {
+    if (this.held + n > this.maxBytes && this.held > held) return false;
     this.held += n;
     return true;
   }

@@ -395,7 +395,7 @@ class ProcessStream {
       return;
     }
     const budget = this.deps.bodyBudget;
-    const taken = budget.take(chunk.length);
+    const taken = budget.take(chunk.length, req.budgeted);
     if (taken) req.budgeted += chunk.length;
     if (chunk.length > 0) {
       req.chunks.push(chunk);
@@ -410,7 +410,9 @@ class ProcessStream {
       // A body whose model must be rewritten cannot go on unheld (it would name a model the pool does not
       // serve): refused as overload, for the gateway to retry, rather than sent where it fails.
       if (req.cls.modelRewrite !== undefined) return this.immediate(429, "EPP request-body buffer full", "shed", "shed");
-      this.decide(concat(req.chunks, req.bytes), "body", eos, "over_budget");
+      const body = concat(req.chunks, req.bytes);
+      req.chunks = []; // handed back now: nothing of it stays with the stream, uncounted, until its response ends
+      this.decide(body, "body", eos, "over_budget");
       return;
     }
     // BUFFERED and BUFFERED_PARTIAL send the body as one message (end_of_stream false when trailers

@@ -419,6 +419,12 @@ export class TokenizerPool {
       clearTimeout(running.timer);
       running.settle?.(new Error(`tokenizer pool member ${member.index} failed: ${why}`));
     }
+    // A body too large for its caller to read, past its budget, was waiting for this member's reading: answered
+    // unread now (its caller reads it) rather than kept waiting for a replacement that may be a backoff away.
+    for (const p of member.queue.filter((q) => q.overdue && q.settle !== undefined)) {
+      member.queue.splice(member.queue.indexOf(p), 1);
+      this.fallBack(p, "budget");
+    }
     const replace = () => {
       if (this.closed || this.members[member.index] !== member) return;
       const next = this.startMember(member.index);

@@ -1,0 +1,15 @@
+import { expect, test } from "bun:test";
+import { BodyBudget } from "./body-budget.ts";
+
+test("bytes are taken while they fit, and a body alone is always taken, whatever the bound", () => {
+  const b = new BodyBudget(100);
+  expect(b.take(60)).toBe(true);
+  expect(b.take(50)).toBe(false); // another body's 60 held: over the bound
+  expect(b.usedBytes).toBe(60);
+  // The holder of those 60 goes on past the bound: they are all the process holds.
+  expect(b.take(50, 60)).toBe(true);
+  expect(b.usedBytes).toBe(110);
+  b.give(110);
+  expect(b.take(500, 0)).toBe(true); // one body larger than the bound, alone
+  expect(b.take(1, 0)).toBe(false);
+});
