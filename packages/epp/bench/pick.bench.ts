@@ -291,10 +291,10 @@ async function main() {
   const f3 = (x: number) => x.toFixed(3);
   const count = (x: number) => (Number.isNaN(x) ? "-" : String(x));
   // Each row's stream against the floor's on the same bodies at the same rate.
-  const overFloor = rows.filter((r) => r.epp === "pool").flatMap((r) => r.runs.map(({ label, run }) => {
+  const overFloor = rows.filter((r) => r.epp === "pool").flatMap((r) => r.runs.flatMap(({ label, run }) => {
     const f = rows.find((x) => x.row === r.row && x.epp === "floor")?.runs.find((x) => x.label === label)?.run;
     return f === undefined ? [] : [`| ${r.row} | ${label} | ${f3(f.p50)} | ${f3(f.p99)} | ${f3(run.p50)} | ${f3(run.p99)} | ${f3(run.p99 - f.p99)} |`];
-  }).flat());
+  }));
   const lines = [
     `# bench:pick report`,
     ``,

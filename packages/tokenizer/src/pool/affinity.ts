@@ -5,6 +5,7 @@
 // A body's key and a parsed job's key are not equal (bytes against decoded text): each groups the same turns,
 // and a flow keeps to one kind (the EPP sends bodies and warms replies as bodies; nextTurnJob keys like its turn).
 import type { PoolJob } from "../job";
+import { skipSpace } from "../request/openai-body";
 
 /** Bytes of a message (or of a prompt's start) that go into the key, at most. */
 const WINDOW = 4096;
@@ -107,12 +108,6 @@ function isLeadingRole(b: Uint8Array, open: number, close: number, limit: number
   if (value >= limit || b[value] !== QUOTE) return false;
   const end = stringEnd(b, value, limit);
   return LEADING_ROLE_BYTES.some((r) => end - value - 1 === r.length && r.equals(b.subarray(value + 1, end)));
-}
-
-/** The first offset from `i` that is not JSON whitespace (or `limit`). */
-function skipSpace(b: Uint8Array, i: number, limit: number): number {
-  while (i < limit && (b[i] === 0x20 || b[i] === 0x0a || b[i] === 0x0d || b[i] === 0x09)) i++;
-  return i;
 }
 
 /** The offset of the quote that closes the string opening at `open` (or `limit`). */

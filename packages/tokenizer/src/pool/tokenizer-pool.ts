@@ -336,12 +336,16 @@ export class TokenizerPool {
 
   async close(): Promise<void> {
     this.closed = true;
-    for (const m of this.members) {
-      for (const p of [...m.queue, ...(m.current ? [m.current] : [])]) p.settle?.(new Error("tokenizer pool closed"));
-      m.queue = [];
-      m.warm = [];
-    }
+    for (const m of this.members) this.failAll(m, "tokenizer pool closed");
     await Promise.all(this.members.map((m) => m.worker.terminate()));
+  }
+
+  /** Fails what a member runs and has queued, and drops its warms: nothing will run them. */
+  private failAll(member: Member, message: string): void {
+    for (const p of [...member.queue, ...(member.current ? [member.current] : [])]) p.settle?.(new Error(message));
+    member.queue = [];
+    member.warm = [];
+    member.current = null;
   }
 
   private newId(): number {
@@ -399,11 +403,7 @@ export class TokenizerPool {
     member.live = false;
     if (!this.started[member.index]) {
       // Never ready: ready() has rejected, and what was asked of it fails.
-      for (const p of [...member.queue, ...(member.current ? [member.current] : [])]) p.settle?.(new Error(`tokenizer pool member ${member.index}: ${why}`));
-      member.queue = [];
-      member.warm = [];
-      member.current = null;
-      return;
+      return this.failAll(member, `tokenizer pool member ${member.index}: ${why}`);
     }
     this.restarts++;
     this.observe.restarted?.();
@@ -415,10 +415,7 @@ export class TokenizerPool {
     this.log?.warn({ member: member.index, why, restartInMs: delay }, "tokenizer pool member lost: replacing it");
     const running = member.current;
     member.current = null;
-    if (running !== null) {
-      clearTimeout(running.timer);
-      running.settle?.(new Error(`tokenizer pool member ${member.index} failed: ${why}`));
-    }
+    running?.settle?.(new Error(`tokenizer pool member ${member.index} failed: ${why}`));
     // A body too large for its caller to read, past its budget, was waiting for this member's reading: answered
     // unread now (its caller reads it) rather than kept waiting for a replacement that may be a backoff away.
     for (const p of member.queue.filter((q) => q.overdue && q.settle !== undefined)) {

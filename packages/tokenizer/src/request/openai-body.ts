@@ -83,8 +83,9 @@ export function opensIdArray(bytes: Buffer): boolean {
   return false;
 }
 
-function skipSpace(b: Uint8Array, i: number): number {
-  for (let c = b[i]; c === 0x20 || c === 0x0a || c === 0x0d || c === 0x09; c = b[++i]);
+/** The first offset from `i` that is not JSON whitespace (or `limit`). */
+export function skipSpace(b: Uint8Array, i: number, limit = b.length): number {
+  while (i < limit && (b[i] === 0x20 || b[i] === 0x0a || b[i] === 0x0d || b[i] === 0x09)) i++;
   return i;
 }
 
