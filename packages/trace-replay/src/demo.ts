@@ -111,6 +111,8 @@ async function main(o: DemoOptions): Promise<number> {
       try {
         await waitUntil(`${c.name} readiness`, () => eppReady(c.ip), 60_000);
         const readyMs = Math.round(performance.now() - started);
+        // Its log comes through a pipe, its readiness over HTTP: the recovery line may be read after Ready is.
+        await waitUntil(`${c.name}'s recovery log line`, async () => fetched !== undefined, 5_000).catch(() => {});
         recovery = fetched ? { replica: c.name, ...fetched, readyMs } : { replica: c.name, failed: `ready after ${readyMs} ms without a recovery from a peer (see ${c.name}.log)` };
         replicas = [...replicas, c.name];
         await setGatewayReplicas(l, replicas);
