@@ -257,9 +257,15 @@ export function createMetrics() {
       help: "request bodies that would have passed the process's body budget (--ext-proc-buffer-max-bytes): routed by load on what had come, the rest passed through unbuffered",
       registers: [registry],
     }),
+    extProcReadPauses: new Counter({
+      name: "dynamo_epp_ext_proc_read_pauses_total",
+      help: "times an ext_proc stream stopped reading: budget (--ext-proc-buffer-max-bytes passed while part of a message arrived; it reads on once bytes are given back, the oldest message never waits), output (its answers wait to be sent)",
+      labelNames: ["cause"] as const,
+      registers: [registry],
+    }),
     extProcBufferedBytes: new Gauge({
       name: "dynamo_epp_ext_proc_buffered_bytes",
-      help: "request-body bytes ext_proc streams hold while their route is not known, against --ext-proc-buffer-max-bytes",
+      help: "request-body bytes ext_proc streams hold, against --ext-proc-buffer-max-bytes: bodies waiting for their route and parts of messages still arriving",
       registers: [registry],
     }),
     releasedWithoutResponseBody: new Counter({

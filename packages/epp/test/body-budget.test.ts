@@ -3,11 +3,12 @@
 // it is routed by load at once and its body passes through whole and in order; every way a stream drops
 // its body gives the bytes back.
 import { afterAll, beforeAll, expect, test } from "bun:test";
+import http2 from "node:http2";
 import { EXPLANATION_HEADER } from "@kv-epp/routing";
 import { waitFor, LOOPBACK } from "@kv-epp/testkit";
 import type { ProcessingRequest } from "../src/extproc/messages.ts";
 import type { EppHandle } from "../src/main.ts";
-import { FakeWorkerEvents, HOST, extProcClient, headers, scrapeMetric, setHeader, startTestEpp, tokens, type ExtProcStream } from "./helpers.ts";
+import { FakeWorkerEvents, HOST, extProcClient, headers, rawExtProcSession, scrapeMetric, setHeader, startTestEpp, tokens, type ExtProcStream } from "./helpers.ts";
 
 const W = `${LOOPBACK}.4.181:8000`;
 const BUDGET = 100_000;
@@ -150,4 +151,28 @@ test("a body whose model must be rewritten is not passed on unheld over the budg
   a.call.cancel();
   await waitFor(async () => (await buffered()) === 0, { message: "A's bytes given back on reset" });
   b.end();
+});
+
+test("the part of a gRPC message still arriving counts against the budget: past it, a second stream stops reading; resets give the bytes back", async () => {
+  const pausedBefore = (await scrape('dynamo_epp_ext_proc_read_pauses_total{cause="budget"}')) ?? 0;
+  const session = rawExtProcSession(epp.ports.grpc);
+  const stream = () => {
+    const r = session.request({ ":method": "POST", ":path": "/envoy.service.ext_proc.v3.ExternalProcessor/Process", "content-type": "application/grpc", te: "trailers" });
+    r.on("error", () => {});
+    return r;
+  };
+  const frameHead = (n: number) => Buffer.from([0, n >>> 24, (n >>> 16) & 255, (n >>> 8) & 255, n & 255]);
+  // A message of 150,000 bytes claimed, 120,000 of them sent: more than the budget, counted while it arrives.
+  const a = stream();
+  a.write(frameHead(150_000));
+  a.write(Buffer.alloc(120_000));
+  await waitFor(async () => (await buffered()) === 120_000, { message: "A's partial message counted" });
+  const b = stream();
+  b.write(frameHead(150_000));
+  b.write(Buffer.alloc(1_000));
+  await waitFor(async () => (await scrape('dynamo_epp_ext_proc_read_pauses_total{cause="budget"}')) === pausedBefore + 1, { message: "B stopped reading" });
+  a.close(http2.constants.NGHTTP2_CANCEL);
+  b.close(http2.constants.NGHTTP2_CANCEL);
+  await waitFor(async () => (await buffered()) === 0, { message: "every byte given back" });
+  session.destroy();
 });

@@ -13,3 +13,19 @@ test("bytes are taken while they fit, and a body alone is always taken, whatever
   expect(b.take(500, 0)).toBe(true); // one body larger than the bound, alone
   expect(b.take(1, 0)).toBe(false);
 });
+
+test("bytes held whatever the bound count like taken ones; every give is told to the listeners", () => {
+  const b = new BodyBudget(100);
+  let told = 0;
+  const off = b.onGive(() => told++);
+  b.hold(150); // arrived: counted past the bound
+  expect(b.usedBytes).toBe(150);
+  expect(b.take(1)).toBe(false);
+  b.give(0); // nothing given: nobody told
+  b.give(150);
+  expect(told).toBe(1);
+  off();
+  b.hold(10);
+  b.give(10);
+  expect(told).toBe(1);
+});

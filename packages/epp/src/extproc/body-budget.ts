@@ -1,10 +1,14 @@
 // Request-body bytes held across every ext_proc stream of the process, against one bound. Each body is
 // capped on its own (MAX_BODY_BYTES), but a client with many streams open, or an overloaded gateway,
 // decides how many bodies wait for their route at once: without a bound on the sum, it decides this
-// process's memory. A stream that cannot take its next chunk routes on what it has (server.ts).
+// process's memory. Two kinds of holders share it: a stream that cannot take its next chunk of a body routes
+// on what it has (server.ts), and the transport counts the part of a gRPC message still arriving, reading no
+// more of it while the bound is passed (grpc-h2.ts, ReceiveBudget).
+import type { ReceiveBudget } from "./grpc-h2.ts";
 
-export class BodyBudget {
+export class BodyBudget implements ReceiveBudget {
   private held = 0;
+  private readonly listeners = new Set<() => void>();
 
   constructor(readonly maxBytes: number) {}
 
@@ -24,7 +28,19 @@ export class BodyBudget {
     return true;
   }
 
+  /** Counts `n` bytes whatever the bound: bytes that have arrived (the caller stops reading more). */
+  hold(n: number): void {
+    this.held += n;
+  }
+
   give(n: number): void {
+    if (n === 0) return;
     this.held -= n;
+    for (const l of this.listeners) l();
+  }
+
+  onGive(listener: () => void): () => void {
+    this.listeners.add(listener);
+    return () => this.listeners.delete(listener);
   }
 }

@@ -5,6 +5,7 @@ import { afterEach, describe, expect, test } from "bun:test";
 import * as grpc from "@grpc/grpc-js";
 import fc from "fast-check";
 import http2 from "node:http2";
+import { BodyBudget } from "./body-budget.ts";
 import { createBidiServer, GrpcStatus, type BidiCall, type BidiServer } from "./grpc-h2.ts";
 import { LOOPBACK, waitFor } from "@kv-epp/testkit";
 
@@ -404,6 +405,58 @@ describe("createBidiServer", () => {
     await waitFor(() => received >= total * (5 + mib.length), { timeoutMs: 60_000, message: "every answer read" });
     expect(handled).toBe(total);
     expect(received).toBe(total * (5 + mib.length));
+    session.destroy();
+  });
+
+  test("a receive budget: a message arriving past it waits while the older one arrives whole, then goes on; every byte is given back", async () => {
+    const budget = new BodyBudget(100_000);
+    const pauses: string[] = [];
+    const got: string[] = [];
+    server = createBidiServer(method, (call) => {
+      call.on("data", (m) => got.push(`${m[0]}:${m.length}`));
+      call.on("end", () => call.end());
+    }, { maxMessageBytes: 1 << 20, windowBytes: 1 << 20, receiveBudget: budget, onReadPaused: (cause) => pauses.push(cause) });
+    const port = await server.listen(HOST, 0);
+    const session = http2.connect(`http://${HOST}:${port}`);
+    const request = () => {
+      const r = session.request({ ":method": "POST", ":path": PATH, "content-type": "application/grpc", te: "trailers" });
+      r.on("error", () => {});
+      return r;
+    };
+    const head = (n: number) => {
+      const h = Buffer.alloc(5);
+      h.writeUInt32BE(n, 1);
+      return h;
+    };
+    // A: 300,000 bytes, more than the budget alone; the oldest message always goes on.
+    const a = request();
+    a.write(head(300_000));
+    a.write(Buffer.alloc(150_000, 97));
+    await waitFor(() => budget.usedBytes >= 150_000, { message: "A's first half counted" });
+    expect(pauses).toEqual([]);
+    // B: past the budget while A's message arrives: it stops reading at its first bytes.
+    const b = request();
+    b.write(head(50_000));
+    b.write(Buffer.alloc(20_000, 98));
+    await waitFor(() => pauses.length === 1, { message: "B paused" });
+    expect(pauses).toEqual(["budget"]);
+    b.write(Buffer.alloc(30_000, 98)); // stays with the transport, unread, while B waits
+    // C: another waiting call, reset by its client while it waits: what it held is given back.
+    const c = request();
+    c.write(head(50_000));
+    c.write(Buffer.alloc(10_000, 99));
+    await waitFor(() => pauses.length === 2, { message: "C paused" });
+    const withC = budget.usedBytes;
+    c.close(http2.constants.NGHTTP2_CANCEL);
+    await waitFor(() => budget.usedBytes < withC, { message: "C's bytes given back" });
+    await Bun.sleep(100);
+    expect(got).toEqual([]); // B's message is all sent, but not read
+    // A's rest: A is whole, its bytes leave the budget, and B reads on.
+    a.end(Buffer.alloc(150_000, 97));
+    await waitFor(() => got.length === 2, { message: "both messages delivered" });
+    expect(got).toEqual(["a:300000", "b:50000"]);
+    b.end();
+    await waitFor(() => budget.usedBytes === 0, { message: "every byte given back" });
     session.destroy();
   });
 

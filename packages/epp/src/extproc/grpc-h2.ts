@@ -51,6 +51,13 @@ export type BidiServerOptions = {
    */
   onRejected?: (reason: RejectReason, err?: unknown) => void;
   /**
+   * Bounds the bytes of messages still arriving, across every call (see ReceiveBudget). Without it they are
+   * bounded only per message, by maxMessageBytes.
+   */
+  receiveBudget?: ReceiveBudget;
+  /** A call stopped reading: "output", its answers wait to be sent; "budget", the receive budget is full. */
+  onReadPaused?: (cause: "output" | "budget") => void;
+  /**
    * Unary methods served beside the bidi one, by path ("/package.Service/Method"): the request
    * message's bytes in, the answer's bytes or an error status out (e.g. grpc.health.v1.Health/Check,
    * which GAIE's EPP can serve on the ext_proc port too).
@@ -59,6 +66,32 @@ export type BidiServerOptions = {
 };
 
 const RAW = { deserialize: (b: Buffer) => b, serialize: (b: Buffer) => b };
+
+/**
+ * A bound on bytes held, shared by every call of a server (and, in the EPP, by the handler's whole bodies).
+ * A call counts what it holds of a message still arriving (`hold`, whatever the bound: those bytes are here),
+ * and gives it back once the message is whole, just before handing it on. While the bound is passed, every
+ * call but the one whose message started arriving first stops reading (HTTP/2 flow control then holds the
+ * client's next bytes on its side), until bytes are given back: the first always goes on, so a message that
+ * alone exceeds the bound still arrives, and calls holding part of a message never wait on each other.
+ */
+export interface ReceiveBudget {
+  readonly maxBytes: number;
+  readonly usedBytes: number;
+  hold(n: number): void;
+  give(n: number): void;
+  /** `listener` runs after every give; the returned function removes it. */
+  onGive(listener: () => void): () => void;
+}
+
+/** The calls of one server that hold part of a message, and those waiting for the receive budget. */
+type Arrivals = {
+  budget: ReceiveBudget;
+  /** Oldest message first (a Set keeps insertion order). */
+  arriving: Set<Call<unknown, unknown>>;
+  waiting: Set<Call<unknown, unknown>>;
+  onPaused(cause: "output" | "budget"): void;
+};
 
 export type RejectReason = "framing" | "too_large" | "unparsable" | "handler";
 
@@ -80,8 +113,8 @@ export function createBidiServer<In, Out>(
   // gateway's new streams (ENHANCE_YOUR_CALM) while a few large bodies are in flight on its
   // connection. The receive windows do not bound what this process holds: Call.read takes data as it
   // arrives, so the window reopens at once. What is held is bounded above: each message by
-  // maxMessageBytes, output by PAUSE_READING_ABOVE, and request bodies across all streams by the
-  // handler's body budget (server.ts); a message still arriving is not counted until it is whole.
+  // maxMessageBytes, output by PAUSE_READING_ABOVE, and messages still arriving across all streams by
+  // the receive budget (the EPP's body budget, which also bounds the bodies its handler holds).
   const serverOpts = { settings, maxSessionMemory: Number.MAX_SAFE_INTEGER };
   const server = opts.tls
     ? http2.createSecureServer({ ...serverOpts, cert: opts.tls.cert, key: opts.tls.key, allowHTTP1: false })
@@ -90,6 +123,14 @@ export function createBidiServer<In, Out>(
   const calls = new Set<Call<In, Out>>();
   const onError = opts.onError ?? (() => {});
   const onRejected = opts.onRejected ?? (() => {});
+  const onPaused = opts.onReadPaused ?? (() => {});
+  const arrivals: Arrivals | undefined = opts.receiveBudget && {
+    budget: opts.receiveBudget, arriving: new Set(), waiting: new Set(), onPaused,
+  };
+  // Bytes given back: the waiting calls read again while the bound allows, and the oldest message always.
+  const stopWaking = arrivals?.budget.onGive(() => {
+    for (const c of arrivals.waiting) if (!c.mustWait()) c.resumeForBudget();
+  });
 
   server.on("session", (session) => {
     sessions.add(session);
@@ -119,7 +160,7 @@ export function createBidiServer<In, Out>(
     if (encoding !== undefined && encoding !== "identity")
       return refuse(stream, GrpcStatus.UNIMPLEMENTED, `compression ${encoding} is not supported`, { "grpc-accept-encoding": "identity" });
     if (unary) {
-      const call = new Call<Buffer, Buffer>(stream, { path: String(headers[":path"]), ...RAW }, opts.maxMessageBytes, onRejected);
+      const call = new Call<Buffer, Buffer>(stream, { path: String(headers[":path"]), ...RAW }, opts.maxMessageBytes, onRejected, onPaused, arrivals);
       let answered = false;
       call.on("data", (req) => {
         if (answered) return;
@@ -133,7 +174,7 @@ export function createBidiServer<In, Out>(
       call.on("end", () => answered || call.abort(GrpcStatus.INVALID_ARGUMENT, "no request message"));
       return;
     }
-    const call = new Call(stream, method, opts.maxMessageBytes, onRejected);
+    const call = new Call(stream, method, opts.maxMessageBytes, onRejected, onPaused, arrivals);
     calls.add(call);
     stream.on("close", () => calls.delete(call));
     handler(call);
@@ -160,6 +201,7 @@ export function createBidiServer<In, Out>(
         while (sessions.size > 0 && Date.now() < deadline) await Bun.sleep(10);
       };
       server.close();
+      stopWaking?.();
       // GOAWAY: open streams go on, new ones are refused.
       for (const s of sessions) s.close();
       await drained(graceMs);
@@ -192,6 +234,8 @@ const JOIN_BELOW = 16 * 1024;
  * byte goes back, so a client that does not read would otherwise have the server buffer all it sends.
  */
 const PAUSE_READING_ABOVE = 8 * 1024 * 1024;
+const PAUSED_FOR_OUTPUT = 1;
+const PAUSED_FOR_BUDGET = 2;
 
 class Call<In, Out> extends EventEmitter implements BidiCall<In, Out> {
   private status: { code: StatusCode; message: string } | undefined;
@@ -200,13 +244,18 @@ class Call<In, Out> extends EventEmitter implements BidiCall<In, Out> {
   private chunks: Buffer[] = [];
   private buffered = 0;
   private messageBytes: number | undefined;
-  private paused = false;
+  /** Why reading is stopped (PAUSED_FOR_*): it goes on when no reason is left. */
+  private pauses = 0;
+  /** Bytes counted in the receive budget: what is buffered of a message not yet whole. */
+  private counted = 0;
 
   constructor(
     private readonly stream: http2.ServerHttp2Stream,
     private readonly method: BidiMethod<In, Out>,
     private readonly maxMessageBytes: number,
     private readonly onRejected: (reason: RejectReason, err?: unknown) => void,
+    private readonly onPaused: (cause: "output" | "budget") => void,
+    private readonly arrivals: Arrivals | undefined,
   ) {
     super();
     stream.respond({ ":status": 200, "content-type": "application/grpc" }, { waitForTrailers: true });
@@ -268,15 +317,57 @@ class Call<In, Out> extends EventEmitter implements BidiCall<In, Out> {
       this.stream.write(header);
       for (const p of parts) this.stream.write(p);
     }
-    if (!this.paused && this.stream.writableLength > PAUSE_READING_ABOVE) {
+    if ((this.pauses & PAUSED_FOR_OUTPUT) === 0 && this.stream.writableLength > PAUSE_READING_ABOVE) {
       // No more reads (so no WINDOW_UPDATEs: the client's sending stops) until the output drains.
-      this.paused = true;
-      this.stream.pause();
-      this.stream.once("drain", () => {
-        this.paused = false;
-        this.stream.resume();
-      });
+      this.pause(PAUSED_FOR_OUTPUT);
+      this.stream.once("drain", () => this.unpause(PAUSED_FOR_OUTPUT));
     }
+  }
+
+  /** Whether this call must wait for the receive budget: it is passed and this call's message is not the oldest. */
+  mustWait(): boolean {
+    const a = this.arrivals;
+    if (a === undefined || this.counted === 0 || a.budget.usedBytes <= a.budget.maxBytes) return false;
+    return a.arriving.values().next().value !== this;
+  }
+
+  resumeForBudget(): void {
+    this.arrivals?.waiting.delete(this);
+    this.unpause(PAUSED_FOR_BUDGET);
+  }
+
+  private pause(why: number): void {
+    if (this.pauses & why) return;
+    if (this.pauses === 0) this.stream.pause();
+    this.pauses |= why;
+    this.onPaused(why === PAUSED_FOR_OUTPUT ? "output" : "budget");
+  }
+
+  private unpause(why: number): void {
+    if ((this.pauses & why) === 0) return;
+    this.pauses &= ~why;
+    if (this.pauses === 0 && !this.ended) this.stream.resume();
+  }
+
+  /**
+   * Counts in the receive budget what is buffered of a message not yet whole (the caller takes a whole message
+   * out of `buffered` first, so its bytes are given back before it is handed on), and stops reading when this
+   * call must wait (see ReceiveBudget).
+   */
+  private account(): void {
+    const a = this.arrivals;
+    if (a === undefined) return;
+    const hold = this.ended ? 0 : this.buffered;
+    const was = this.counted;
+    this.counted = hold;
+    if (hold === 0) a.arriving.delete(this);
+    else a.arriving.add(this); // where it was if it was there: the age of the message it is receiving
+    if (hold > was) a.budget.hold(hold - was);
+    else if (hold < was) a.budget.give(was - hold); // wakes waiting calls: this one is counted as it is by now
+    if (this.mustWait()) {
+      a.waiting.add(this);
+      this.pause(PAUSED_FOR_BUDGET);
+    } else if (a.waiting.has(this)) this.resumeForBudget();
   }
 
   end(): void {
@@ -302,6 +393,7 @@ class Call<In, Out> extends EventEmitter implements BidiCall<In, Out> {
   private cancel(): void {
     if (this.ended) return;
     this.ended = true;
+    this.leaveArrivals();
     this.emit("cancelled");
   }
 
@@ -309,7 +401,14 @@ class Call<In, Out> extends EventEmitter implements BidiCall<In, Out> {
     if (this.ended) return;
     this.ended = true;
     this.status = status;
+    this.leaveArrivals();
     if (!this.stream.destroyed) this.stream.end();
+  }
+
+  /** An ended call holds nothing of the budget and waits for nothing. */
+  private leaveArrivals(): void {
+    this.arrivals?.waiting.delete(this);
+    this.account();
   }
 
   /** Fails the call (status in the trailers), stops reading, and tells the handler it is over. */
@@ -326,6 +425,11 @@ class Call<In, Out> extends EventEmitter implements BidiCall<In, Out> {
   private read(chunk: Buffer): void {
     this.chunks.push(chunk);
     this.buffered += chunk.length;
+    this.readMessages();
+    this.account();
+  }
+
+  private readMessages(): void {
     while (!this.ended) {
       if (this.messageBytes === undefined) {
         if (this.buffered < HEADER_BYTES) return;
@@ -340,6 +444,10 @@ class Call<In, Out> extends EventEmitter implements BidiCall<In, Out> {
       if (this.buffered < this.messageBytes) return;
       const bytes = this.take(this.messageBytes);
       this.messageBytes = undefined;
+      // Whole: its bytes leave the receive budget before the handler may count them as its own. What follows
+      // of the next message is that message's, whose age starts now.
+      this.arrivals?.arriving.delete(this);
+      this.account();
       this.deliver(bytes);
     }
   }
