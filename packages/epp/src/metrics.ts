@@ -231,7 +231,7 @@ export function createMetrics() {
     }),
     extProcRejected: new Counter({
       name: "dynamo_epp_ext_proc_rejected_messages_total",
-      help: "ext_proc streams ended with a gRPC error for what the client sent, by reason: framing, too_large, unparsable, handler (a bug hit by the message), no_request (no request case set), unexpected (a case the stream's state does not take), held_overflow (too many messages while its route was pending)",
+      help: "ext_proc streams ended with a gRPC error for what the client sent, by reason: framing, too_large, unparsable, handler (a bug hit by the message), no_request (no request case set), unexpected (a case the stream's state does not take), held_overflow (too many messages while its route was pending), budget (a message arriving past --ext-proc-buffer-max-bytes)",
       labelNames: ["reason"] as const,
       registers: [registry],
     }),
@@ -257,15 +257,9 @@ export function createMetrics() {
       help: "request bodies that would have passed the process's body budget (--ext-proc-buffer-max-bytes): routed by load on what had come, the rest passed through unbuffered",
       registers: [registry],
     }),
-    extProcReadPauses: new Counter({
-      name: "dynamo_epp_ext_proc_read_pauses_total",
-      help: "times an ext_proc stream stopped reading: budget (--ext-proc-buffer-max-bytes passed while part of a message arrived; it reads on once bytes are given back, the oldest message never waits), output (its answers wait to be sent)",
-      labelNames: ["cause"] as const,
-      registers: [registry],
-    }),
     extProcBufferedBytes: new Gauge({
       name: "dynamo_epp_ext_proc_buffered_bytes",
-      help: "request-body bytes ext_proc streams hold, against --ext-proc-buffer-max-bytes: bodies waiting for their route and parts of messages still arriving",
+      help: "request-body bytes ext_proc streams hold, against --ext-proc-buffer-max-bytes: bodies waiting for their route and parts of gRPC messages still arriving",
       registers: [registry],
     }),
     releasedWithoutResponseBody: new Counter({

@@ -63,7 +63,6 @@ export async function startExtProc(
       tls: o.certificate,
       onError: (where, err) => log.debug({ where, err: String(err) }, "ext_proc transport error"),
       receiveBudget: o.handler.bodyBudget,
-      onReadPaused: (cause) => metrics.extProcReadPauses.inc({ cause }),
       onRejected: (reason, err) => {
         metrics.extProcRejected.inc({ reason });
         warnRejected(reason, { err: err === undefined ? undefined : String(err) });

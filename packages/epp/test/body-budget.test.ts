@@ -153,8 +153,9 @@ test("a body whose model must be rewritten is not passed on unheld over the budg
   b.end();
 });
 
-test("the part of a gRPC message still arriving counts against the budget: past it, a second stream stops reading; resets give the bytes back", async () => {
-  const pausedBefore = (await scrape('dynamo_epp_ext_proc_read_pauses_total{cause="budget"}')) ?? 0;
+test("the part of a gRPC message still arriving counts against the budget: past it, a second stream's call fails with RESOURCE_EXHAUSTED, counted; a reset gives the bytes back", async () => {
+  const rejected = 'dynamo_epp_ext_proc_rejected_messages_total{reason="budget"}';
+  const before = (await scrape(rejected)) ?? 0;
   const session = rawExtProcSession(epp.ports.grpc);
   const stream = () => {
     const r = session.request({ ":method": "POST", ":path": "/envoy.service.ext_proc.v3.ExternalProcessor/Process", "content-type": "application/grpc", te: "trailers" });
@@ -168,11 +169,12 @@ test("the part of a gRPC message still arriving counts against the budget: past 
   a.write(Buffer.alloc(120_000));
   await waitFor(async () => (await buffered()) === 120_000, { message: "A's partial message counted" });
   const b = stream();
+  const bStatus = new Promise((resolve) => b.on("trailers", (t) => resolve(t["grpc-status"])));
   b.write(frameHead(150_000));
   b.write(Buffer.alloc(1_000));
-  await waitFor(async () => (await scrape('dynamo_epp_ext_proc_read_pauses_total{cause="budget"}')) === pausedBefore + 1, { message: "B stopped reading" });
+  expect(await bStatus).toBe("8"); // RESOURCE_EXHAUSTED
+  expect(await scrape(rejected)).toBe(before + 1);
   a.close(http2.constants.NGHTTP2_CANCEL);
-  b.close(http2.constants.NGHTTP2_CANCEL);
   await waitFor(async () => (await buffered()) === 0, { message: "every byte given back" });
   session.destroy();
 });

@@ -408,14 +408,15 @@ describe("createBidiServer", () => {
     session.destroy();
   });
 
-  test("a receive budget: a message arriving past it waits while the older one arrives whole, then goes on; every byte is given back", async () => {
+  test("a receive budget: a message arriving past it fails its call (RESOURCE_EXHAUSTED), the older one, larger than the budget, arrives whole; no stream on the connection stalls; every byte is given back", async () => {
     const budget = new BodyBudget(100_000);
-    const pauses: string[] = [];
+    const rejected: string[] = [];
     const got: string[] = [];
+    // Windows of 64 KiB: the rejected stream's bytes, more than that, must not close the connection's window.
     server = createBidiServer(method, (call) => {
       call.on("data", (m) => got.push(`${m[0]}:${m.length}`));
       call.on("end", () => call.end());
-    }, { maxMessageBytes: 1 << 20, windowBytes: 1 << 20, receiveBudget: budget, onReadPaused: (cause) => pauses.push(cause) });
+    }, { maxMessageBytes: 1 << 20, windowBytes: 65_535, receiveBudget: budget, onRejected: (r) => rejected.push(r) });
     const port = await server.listen(HOST, 0);
     const session = http2.connect(`http://${HOST}:${port}`);
     const request = () => {
@@ -428,35 +429,33 @@ describe("createBidiServer", () => {
       h.writeUInt32BE(n, 1);
       return h;
     };
-    // A: 300,000 bytes, more than the budget alone; the oldest message always goes on.
+    const status = (r: http2.ClientHttp2Stream) => new Promise<string | undefined>((resolve) => r.on("trailers", (t) => resolve(String(t["grpc-status"]))));
+    // A: 300,000 bytes, more than the budget alone: the oldest message always goes on.
     const a = request();
     a.write(head(300_000));
     a.write(Buffer.alloc(150_000, 97));
     await waitFor(() => budget.usedBytes >= 150_000, { message: "A's first half counted" });
-    expect(pauses).toEqual([]);
-    // B: past the budget while A's message arrives: it stops reading at its first bytes.
+    // B: its first bytes pass the budget while A's message arrives: its call fails, what it held given back.
     const b = request();
-    b.write(head(50_000));
-    b.write(Buffer.alloc(20_000, 98));
-    await waitFor(() => pauses.length === 1, { message: "B paused" });
-    expect(pauses).toEqual(["budget"]);
-    b.write(Buffer.alloc(30_000, 98)); // stays with the transport, unread, while B waits
-    // C: another waiting call, reset by its client while it waits: what it held is given back.
-    const c = request();
-    c.write(head(50_000));
-    c.write(Buffer.alloc(10_000, 99));
-    await waitFor(() => pauses.length === 2, { message: "C paused" });
-    const withC = budget.usedBytes;
-    c.close(http2.constants.NGHTTP2_CANCEL);
-    await waitFor(() => budget.usedBytes < withC, { message: "C's bytes given back" });
-    await Bun.sleep(100);
-    expect(got).toEqual([]); // B's message is all sent, but not read
-    // A's rest: A is whole, its bytes leave the budget, and B reads on.
+    const bStatus = status(b);
+    b.write(head(200_000));
+    b.write(Buffer.alloc(2_000, 98));
+    expect(await bStatus).toBe(String(GrpcStatus.RESOURCE_EXHAUSTED));
+    expect(rejected).toEqual(["budget"]);
+    b.write(Buffer.alloc(150_000, 98)); // still sent, more than the connection's window: read and dropped
+    const aStatus = status(a);
     a.end(Buffer.alloc(150_000, 97));
-    await waitFor(() => got.length === 2, { message: "both messages delivered" });
-    expect(got).toEqual(["a:300000", "b:50000"]);
-    b.end();
+    await waitFor(() => got.length === 1, { message: "A delivered" });
+    expect(got).toEqual(["a:300000"]);
+    expect(await aStatus).toBe(String(GrpcStatus.OK));
     await waitFor(() => budget.usedBytes === 0, { message: "every byte given back" });
+    // A message within the budget goes through as before.
+    const c = request();
+    const cStatus = status(c);
+    c.end(Buffer.concat([head(50_000), Buffer.alloc(50_000, 99)]));
+    expect(await cStatus).toBe(String(GrpcStatus.OK));
+    expect(got).toEqual(["a:300000", "c:50000"]);
+    expect(budget.usedBytes).toBe(0);
     session.destroy();
   });
 

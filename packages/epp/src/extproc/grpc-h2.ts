@@ -55,8 +55,6 @@ export type BidiServerOptions = {
    * bounded only per message, by maxMessageBytes.
    */
   receiveBudget?: ReceiveBudget;
-  /** A call stopped reading: "output", its answers wait to be sent; "budget", the receive budget is full. */
-  onReadPaused?: (cause: "output" | "budget") => void;
   /**
    * Unary methods served beside the bidi one, by path ("/package.Service/Method"): the request
    * message's bytes in, the answer's bytes or an error status out (e.g. grpc.health.v1.Health/Check,
@@ -69,31 +67,24 @@ const RAW = { deserialize: (b: Buffer) => b, serialize: (b: Buffer) => b };
 
 /**
  * A bound on bytes held, shared by every call of a server (and, in the EPP, by the handler's whole bodies).
- * A call counts what it holds of a message still arriving (`hold`, whatever the bound: those bytes are here),
- * and gives it back once the message is whole, just before handing it on. While the bound is passed, every
- * call but the one whose message started arriving first stops reading (HTTP/2 flow control then holds the
- * client's next bytes on its side), until bytes are given back: the first always goes on, so a message that
- * alone exceeds the bound still arrives, and calls holding part of a message never wait on each other.
+ * A call counts what it holds of a message still arriving (`hold`: those bytes are here), and gives it back
+ * (`unhold`) once the message is whole, before handing it on. A call whose message grows past the bound fails
+ * with RESOURCE_EXHAUSTED ("budget"), unless its message is the one that started arriving first: that one
+ * always goes on, so a message that alone exceeds the bound still arrives. Failing, not pausing: a paused
+ * stream's unread bytes keep the connection's receive window closed (Bun's HTTP/2, measured), and would
+ * stall every other stream the gateway multiplexes on it, the first message's too.
  */
 export interface ReceiveBudget {
   readonly maxBytes: number;
   readonly usedBytes: number;
   hold(n: number): void;
-  give(n: number): void;
-  /** `listener` runs after every give; the returned function removes it. */
-  onGive(listener: () => void): () => void;
+  unhold(n: number): void;
 }
 
-/** The calls of one server that hold part of a message, and those waiting for the receive budget. */
-type Arrivals = {
-  budget: ReceiveBudget;
-  /** Oldest message first (a Set keeps insertion order). */
-  arriving: Set<Call<unknown, unknown>>;
-  waiting: Set<Call<unknown, unknown>>;
-  onPaused(cause: "output" | "budget"): void;
-};
+/** The calls of one server that hold part of a message, the oldest message first (a Set keeps insertion order). */
+type Arrivals = { budget: ReceiveBudget; arriving: Set<Call<unknown, unknown>> };
 
-export type RejectReason = "framing" | "too_large" | "unparsable" | "handler";
+export type RejectReason = "framing" | "too_large" | "unparsable" | "handler" | "budget";
 
 export type BidiServer = {
   listen(host: string, port: number): Promise<number>;
@@ -123,14 +114,7 @@ export function createBidiServer<In, Out>(
   const calls = new Set<Call<In, Out>>();
   const onError = opts.onError ?? (() => {});
   const onRejected = opts.onRejected ?? (() => {});
-  const onPaused = opts.onReadPaused ?? (() => {});
-  const arrivals: Arrivals | undefined = opts.receiveBudget && {
-    budget: opts.receiveBudget, arriving: new Set(), waiting: new Set(), onPaused,
-  };
-  // Bytes given back: the waiting calls read again while the bound allows, and the oldest message always.
-  const stopWaking = arrivals?.budget.onGive(() => {
-    for (const c of arrivals.waiting) if (!c.mustWait()) c.resumeForBudget();
-  });
+  const arrivals: Arrivals | undefined = opts.receiveBudget && { budget: opts.receiveBudget, arriving: new Set() };
 
   server.on("session", (session) => {
     sessions.add(session);
@@ -160,7 +144,7 @@ export function createBidiServer<In, Out>(
     if (encoding !== undefined && encoding !== "identity")
       return refuse(stream, GrpcStatus.UNIMPLEMENTED, `compression ${encoding} is not supported`, { "grpc-accept-encoding": "identity" });
     if (unary) {
-      const call = new Call<Buffer, Buffer>(stream, { path: String(headers[":path"]), ...RAW }, opts.maxMessageBytes, onRejected, onPaused, arrivals);
+      const call = new Call<Buffer, Buffer>(stream, { path: String(headers[":path"]), ...RAW }, opts.maxMessageBytes, onRejected, arrivals);
       let answered = false;
       call.on("data", (req) => {
         if (answered) return;
@@ -174,7 +158,7 @@ export function createBidiServer<In, Out>(
       call.on("end", () => answered || call.abort(GrpcStatus.INVALID_ARGUMENT, "no request message"));
       return;
     }
-    const call = new Call(stream, method, opts.maxMessageBytes, onRejected, onPaused, arrivals);
+    const call = new Call(stream, method, opts.maxMessageBytes, onRejected, arrivals);
     calls.add(call);
     stream.on("close", () => calls.delete(call));
     handler(call);
@@ -201,7 +185,6 @@ export function createBidiServer<In, Out>(
         while (sessions.size > 0 && Date.now() < deadline) await Bun.sleep(10);
       };
       server.close();
-      stopWaking?.();
       // GOAWAY: open streams go on, new ones are refused.
       for (const s of sessions) s.close();
       await drained(graceMs);
@@ -234,8 +217,6 @@ const JOIN_BELOW = 16 * 1024;
  * byte goes back, so a client that does not read would otherwise have the server buffer all it sends.
  */
 const PAUSE_READING_ABOVE = 8 * 1024 * 1024;
-const PAUSED_FOR_OUTPUT = 1;
-const PAUSED_FOR_BUDGET = 2;
 
 class Call<In, Out> extends EventEmitter implements BidiCall<In, Out> {
   private status: { code: StatusCode; message: string } | undefined;
@@ -244,8 +225,7 @@ class Call<In, Out> extends EventEmitter implements BidiCall<In, Out> {
   private chunks: Buffer[] = [];
   private buffered = 0;
   private messageBytes: number | undefined;
-  /** Why reading is stopped (PAUSED_FOR_*): it goes on when no reason is left. */
-  private pauses = 0;
+  private paused = false;
   /** Bytes counted in the receive budget: what is buffered of a message not yet whole. */
   private counted = 0;
 
@@ -254,7 +234,6 @@ class Call<In, Out> extends EventEmitter implements BidiCall<In, Out> {
     private readonly method: BidiMethod<In, Out>,
     private readonly maxMessageBytes: number,
     private readonly onRejected: (reason: RejectReason, err?: unknown) => void,
-    private readonly onPaused: (cause: "output" | "budget") => void,
     private readonly arrivals: Arrivals | undefined,
   ) {
     super();
@@ -317,57 +296,15 @@ class Call<In, Out> extends EventEmitter implements BidiCall<In, Out> {
       this.stream.write(header);
       for (const p of parts) this.stream.write(p);
     }
-    if ((this.pauses & PAUSED_FOR_OUTPUT) === 0 && this.stream.writableLength > PAUSE_READING_ABOVE) {
+    if (!this.paused && this.stream.writableLength > PAUSE_READING_ABOVE) {
       // No more reads (so no WINDOW_UPDATEs: the client's sending stops) until the output drains.
-      this.pause(PAUSED_FOR_OUTPUT);
-      this.stream.once("drain", () => this.unpause(PAUSED_FOR_OUTPUT));
+      this.paused = true;
+      this.stream.pause();
+      this.stream.once("drain", () => {
+        this.paused = false;
+        this.stream.resume();
+      });
     }
-  }
-
-  /** Whether this call must wait for the receive budget: it is passed and this call's message is not the oldest. */
-  mustWait(): boolean {
-    const a = this.arrivals;
-    if (a === undefined || this.counted === 0 || a.budget.usedBytes <= a.budget.maxBytes) return false;
-    return a.arriving.values().next().value !== this;
-  }
-
-  resumeForBudget(): void {
-    this.arrivals?.waiting.delete(this);
-    this.unpause(PAUSED_FOR_BUDGET);
-  }
-
-  private pause(why: number): void {
-    if (this.pauses & why) return;
-    if (this.pauses === 0) this.stream.pause();
-    this.pauses |= why;
-    this.onPaused(why === PAUSED_FOR_OUTPUT ? "output" : "budget");
-  }
-
-  private unpause(why: number): void {
-    if ((this.pauses & why) === 0) return;
-    this.pauses &= ~why;
-    if (this.pauses === 0 && !this.ended) this.stream.resume();
-  }
-
-  /**
-   * Counts in the receive budget what is buffered of a message not yet whole (the caller takes a whole message
-   * out of `buffered` first, so its bytes are given back before it is handed on), and stops reading when this
-   * call must wait (see ReceiveBudget).
-   */
-  private account(): void {
-    const a = this.arrivals;
-    if (a === undefined) return;
-    const hold = this.ended ? 0 : this.buffered;
-    const was = this.counted;
-    this.counted = hold;
-    if (hold === 0) a.arriving.delete(this);
-    else a.arriving.add(this); // where it was if it was there: the age of the message it is receiving
-    if (hold > was) a.budget.hold(hold - was);
-    else if (hold < was) a.budget.give(was - hold); // wakes waiting calls: this one is counted as it is by now
-    if (this.mustWait()) {
-      a.waiting.add(this);
-      this.pause(PAUSED_FOR_BUDGET);
-    } else if (a.waiting.has(this)) this.resumeForBudget();
   }
 
   end(): void {
@@ -393,7 +330,7 @@ class Call<In, Out> extends EventEmitter implements BidiCall<In, Out> {
   private cancel(): void {
     if (this.ended) return;
     this.ended = true;
-    this.leaveArrivals();
+    this.unholdArriving();
     this.emit("cancelled");
   }
 
@@ -401,32 +338,47 @@ class Call<In, Out> extends EventEmitter implements BidiCall<In, Out> {
     if (this.ended) return;
     this.ended = true;
     this.status = status;
-    this.leaveArrivals();
+    this.chunks = [];
+    this.buffered = 0;
+    this.unholdArriving();
     if (!this.stream.destroyed) this.stream.end();
   }
 
-  /** An ended call holds nothing of the budget and waits for nothing. */
-  private leaveArrivals(): void {
-    this.arrivals?.waiting.delete(this);
-    this.account();
+  /** Counts what is buffered now of a message still arriving; false when that passes the budget (see ReceiveBudget). */
+  private holdArriving(): boolean {
+    const a = this.arrivals;
+    if (a === undefined || this.buffered <= this.counted) return true;
+    a.budget.hold(this.buffered - this.counted);
+    this.counted = this.buffered;
+    a.arriving.add(this); // where it was if it was there: the age of the message it is receiving
+    return a.budget.usedBytes <= a.budget.maxBytes || a.arriving.values().next().value === this;
+  }
+
+  /** Its message whole, or the call over: nothing of it counted, no longer arriving. */
+  private unholdArriving(): void {
+    const a = this.arrivals;
+    if (a === undefined) return;
+    a.arriving.delete(this);
+    if (this.counted > 0) a.budget.unhold(this.counted);
+    this.counted = 0;
   }
 
   /** Fails the call (status in the trailers), stops reading, and tells the handler it is over. */
   private failCall(code: StatusCode, message: string): void {
     if (this.ended) return;
     this.close({ code, message });
-    this.chunks = [];
-    this.buffered = 0;
     this.stream.removeAllListeners("data");
     this.stream.resume();
     this.emit("cancelled");
   }
 
   private read(chunk: Buffer): void {
+    if (this.ended) return; // ended with OK while the client still sends: nothing more is read
     this.chunks.push(chunk);
     this.buffered += chunk.length;
     this.readMessages();
-    this.account();
+    if (!this.ended && !this.holdArriving())
+      this.reject("budget", GrpcStatus.RESOURCE_EXHAUSTED, "the server's buffer for request messages is full: retry");
   }
 
   private readMessages(): void {
@@ -445,9 +397,8 @@ class Call<In, Out> extends EventEmitter implements BidiCall<In, Out> {
       const bytes = this.take(this.messageBytes);
       this.messageBytes = undefined;
       // Whole: its bytes leave the receive budget before the handler may count them as its own. What follows
-      // of the next message is that message's, whose age starts now.
-      this.arrivals?.arriving.delete(this);
-      this.account();
+      // of the next message is that message's, counted after this loop, its age starting then.
+      this.unholdArriving();
       this.deliver(bytes);
     }
   }
