@@ -67,7 +67,7 @@ export const EPP_OPTIONS = {
     maxInflight: opt.int(count.default(0), "shed (429) above this many in-flight requests (0: off)"),
     extProcBufferMaxBytes: opt.int(
       positive.optional(),
-      "request-body bytes all ext_proc streams together may hold while their route is not known; a body that would pass it is routed by load on what has come, the rest passed through unbuffered (default: an eighth of the cgroup memory limit, else of host memory)",
+      "request-body bytes all ext_proc streams together may hold while their route is not known; a body that would pass it is routed by load on what has come, the rest passed through unbuffered. Parts of gRPC messages still arriving are bounded by it too, on their own: past it, a stream's call fails with RESOURCE_EXHAUSTED, the oldest message's excepted (default: an eighth of the cgroup memory limit, else of host memory)",
     ),
     conformanceTestHooks: opt.bool(
       z.boolean().default(false),

@@ -178,3 +178,32 @@ test("the part of a gRPC message still arriving counts against the budget: past 
   await waitFor(async () => (await buffered()) === 0, { message: "every byte given back" });
   session.destroy();
 });
+
+test("bodies held up to the budget do not fail the streams whose messages are still arriving: only arriving parts are weighed against it", async () => {
+  const rejected = 'dynamo_epp_ext_proc_rejected_messages_total{reason="budget"}';
+  const before = (await scrape(rejected)) ?? 0;
+  const holder = open();
+  holder.send(chunk(bodyOf(20_000, 11).subarray(0, BUDGET), false)); // the whole budget, held for a route
+  await waitFor(async () => (await buffered()) === BUDGET, { message: "the budget held by a body" });
+  const session = rawExtProcSession(epp.ports.grpc);
+  const stream = () => {
+    const r = session.request({ ":method": "POST", ":path": "/envoy.service.ext_proc.v3.ExternalProcessor/Process", "content-type": "application/grpc", te: "trailers" });
+    r.on("error", () => {});
+    return r;
+  };
+  const frameHead = (n: number) => Buffer.from([0, n >>> 24, (n >>> 16) & 255, (n >>> 8) & 255, n & 255]);
+  // Two messages arriving at once, neither whole: both counted, neither failed (a failed one would be given back).
+  const c = stream();
+  c.write(frameHead(50_000));
+  c.write(Buffer.alloc(10_000));
+  const d = stream();
+  d.write(frameHead(50_000));
+  d.write(Buffer.alloc(10_000));
+  await waitFor(async () => (await buffered()) === BUDGET + 20_000, { message: "both parts counted beside the held body" });
+  expect(await scrape(rejected)).toBe(before);
+  c.close(http2.constants.NGHTTP2_CANCEL);
+  d.close(http2.constants.NGHTTP2_CANCEL);
+  holder.call.cancel();
+  await waitFor(async () => (await buffered()) === 0, { message: "every byte given back" });
+  session.destroy();
+});

@@ -18,10 +18,13 @@ test("bytes of messages still arriving count against the bound, but not against 
   const b = new BodyBudget(100);
   b.hold(150); // arrived: counted past the bound
   expect(b.usedBytes).toBe(150);
+  expect(b.arrivingBytes).toBe(150);
   expect(b.take(10)).toBe(true); // the only body: taken though the bound is passed
   expect(b.take(10)).toBe(false); // another body's 10 held
   expect(b.take(10, 10)).toBe(true); // the holder of those 10 goes on
+  expect(b.arrivingBytes).toBe(150); // bodies taken are not arriving bytes
   b.unhold(150);
   b.give(20);
   expect(b.usedBytes).toBe(0);
+  expect(b.arrivingBytes).toBe(0);
 });

@@ -2,8 +2,9 @@
 // capped on its own (MAX_BODY_BYTES), but a client with many streams open, or an overloaded gateway,
 // decides how many bodies wait for their route at once: without a bound on the sum, it decides this
 // process's memory. Two kinds of holders share it: a stream that cannot take its next chunk of a body routes
-// on what it has (server.ts), and the transport counts the part of a gRPC message still arriving, failing a
-// call whose message would pass the bound (grpc-h2.ts, ReceiveBudget).
+// on what it has (server.ts), and the transport counts the parts of gRPC messages still arriving, which are
+// bounded by the same number on their own (grpc-h2.ts, ReceiveBudget): held bodies and arriving parts
+// together stay under twice the bound, plus the one body and the one message always let through.
 import type { ReceiveBudget } from "./grpc-h2.ts";
 
 export class BodyBudget implements ReceiveBudget {
@@ -16,6 +17,11 @@ export class BodyBudget implements ReceiveBudget {
   /** Bytes taken and not yet given back. */
   get usedBytes(): number {
     return this.held;
+  }
+
+  /** Of usedBytes, parts of messages still arriving. */
+  get arrivingBytes(): number {
+    return this.arriving;
   }
 
   /**

@@ -440,9 +440,9 @@ describe("createBidiServer", () => {
     const bStatus = status(b);
     b.write(head(200_000));
     b.write(Buffer.alloc(2_000, 98));
+    b.write(Buffer.alloc(150_000, 98)); // in flight as B fails, more than the connection's window: read and dropped
     expect(await bStatus).toBe(String(GrpcStatus.RESOURCE_EXHAUSTED));
     expect(rejected).toEqual(["budget"]);
-    b.write(Buffer.alloc(150_000, 98)); // still sent, more than the connection's window: read and dropped
     const aStatus = status(a);
     a.end(Buffer.alloc(150_000, 97));
     await waitFor(() => got.length === 1, { message: "A delivered" });

@@ -47,7 +47,8 @@ export type BidiServerOptions = {
   onError?: (where: string, err: unknown) => void;
   /**
    * A call failed because of what the client sent: `reason` is "framing" (compressed flag, a stream
-   * ending inside a message), "too_large", "unparsable" or "handler" (the handler threw on a message).
+   * ending inside a message), "too_large", "unparsable", "handler" (the handler threw on a message) or
+   * "budget" (its message arrived past the receive budget).
    */
   onRejected?: (reason: RejectReason, err?: unknown) => void;
   /**
@@ -66,17 +67,19 @@ export type BidiServerOptions = {
 const RAW = { deserialize: (b: Buffer) => b, serialize: (b: Buffer) => b };
 
 /**
- * A bound on bytes held, shared by every call of a server (and, in the EPP, by the handler's whole bodies).
- * A call counts what it holds of a message still arriving (`hold`: those bytes are here), and gives it back
- * (`unhold`) once the message is whole, before handing it on. A call whose message grows past the bound fails
- * with RESOURCE_EXHAUSTED ("budget"), unless its message is the one that started arriving first: that one
- * always goes on, so a message that alone exceeds the bound still arrives. Failing, not pausing: a paused
+ * A bound on bytes held, shared by every call of a server (in the EPP, with the handler's whole bodies, which
+ * see these bytes in `usedBytes`). A call counts what it holds of a message still arriving (`hold`: those bytes
+ * are here), and gives it back (`unhold`) once the message is whole, before handing it on. When the bytes still
+ * arriving, all calls' together (`arrivingBytes`), pass the bound, a call that receives more fails with
+ * RESOURCE_EXHAUSTED ("budget"), unless its message is the one that started arriving first: that one always
+ * goes on, so a message that alone exceeds the bound still arrives. Only arriving bytes are weighed here: the
+ * handler's bodies filling the bound route by load (server.ts) and must not fail the streams that pass by. Failing, not pausing: a paused
  * stream's unread bytes keep the connection's receive window closed (Bun's HTTP/2, measured), and would
  * stall every other stream the gateway multiplexes on it, the first message's too.
  */
 export interface ReceiveBudget {
   readonly maxBytes: number;
-  readonly usedBytes: number;
+  readonly arrivingBytes: number;
   hold(n: number): void;
   unhold(n: number): void;
 }
@@ -144,7 +147,7 @@ export function createBidiServer<In, Out>(
     if (encoding !== undefined && encoding !== "identity")
       return refuse(stream, GrpcStatus.UNIMPLEMENTED, `compression ${encoding} is not supported`, { "grpc-accept-encoding": "identity" });
     if (unary) {
-      const call = new Call<Buffer, Buffer>(stream, { path: String(headers[":path"]), ...RAW }, opts.maxMessageBytes, onRejected, arrivals);
+      const call = new Call<Buffer, Buffer>(stream, { path: String(headers[":path"]), ...RAW }, opts.maxMessageBytes, onRejected, undefined);
       let answered = false;
       call.on("data", (req) => {
         if (answered) return;
@@ -351,7 +354,7 @@ class Call<In, Out> extends EventEmitter implements BidiCall<In, Out> {
     a.budget.hold(this.buffered - this.counted);
     this.counted = this.buffered;
     a.arriving.add(this); // where it was if it was there: the age of the message it is receiving
-    return a.budget.usedBytes <= a.budget.maxBytes || a.arriving.values().next().value === this;
+    return a.budget.arrivingBytes <= a.budget.maxBytes || a.arriving.values().next().value === this;
   }
 
   /** Its message whole, or the call over: nothing of it counted, no longer arriving. */
