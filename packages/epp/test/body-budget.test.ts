@@ -58,6 +58,16 @@ async function handedBack(s: ExtProcStream): Promise<Buffer> {
   }
 }
 
+/** A raw ext_proc call, for messages a gRPC client always sends whole: their parts written as they should arrive. */
+function rawCall(session: http2.ClientHttp2Session): http2.ClientHttp2Stream {
+  const r = session.request({ ":method": "POST", ":path": "/envoy.service.ext_proc.v3.ExternalProcessor/Process", "content-type": "application/grpc", te: "trailers" });
+  r.on("error", () => {});
+  return r;
+}
+
+/** A gRPC frame header announcing an `n`-byte message. */
+const frameHead = (n: number) => Buffer.from([0, n >>> 24, (n >>> 16) & 255, (n >>> 8) & 255, n & 255]);
+
 test("two streams whose bodies together pass the budget: the second is routed by load at once and its body handed back whole, in order; counted", async () => {
   const before = (await scrape(OVERFLOWS)) ?? 0;
   const bodyA = bodyOf(12_000, 1);
@@ -157,12 +167,7 @@ test("the part of a gRPC message still arriving counts against the budget: past 
   const rejected = 'dynamo_epp_ext_proc_rejected_messages_total{reason="budget"}';
   const before = (await scrape(rejected)) ?? 0;
   const session = rawExtProcSession(epp.ports.grpc);
-  const stream = () => {
-    const r = session.request({ ":method": "POST", ":path": "/envoy.service.ext_proc.v3.ExternalProcessor/Process", "content-type": "application/grpc", te: "trailers" });
-    r.on("error", () => {});
-    return r;
-  };
-  const frameHead = (n: number) => Buffer.from([0, n >>> 24, (n >>> 16) & 255, (n >>> 8) & 255, n & 255]);
+  const stream = () => rawCall(session);
   // A message of 150,000 bytes claimed, 120,000 of them sent: more than the budget, counted while it arrives.
   const a = stream();
   a.write(frameHead(150_000));
@@ -186,12 +191,7 @@ test("bodies held up to the budget do not fail the streams whose messages are st
   holder.send(chunk(bodyOf(20_000, 11).subarray(0, BUDGET), false)); // the whole budget, held for a route
   await waitFor(async () => (await buffered()) === BUDGET, { message: "the budget held by a body" });
   const session = rawExtProcSession(epp.ports.grpc);
-  const stream = () => {
-    const r = session.request({ ":method": "POST", ":path": "/envoy.service.ext_proc.v3.ExternalProcessor/Process", "content-type": "application/grpc", te: "trailers" });
-    r.on("error", () => {});
-    return r;
-  };
-  const frameHead = (n: number) => Buffer.from([0, n >>> 24, (n >>> 16) & 255, (n >>> 8) & 255, n & 255]);
+  const stream = () => rawCall(session);
   // Two messages arriving at once, neither whole: both counted, neither failed (a failed one would be given back).
   const c = stream();
   c.write(frameHead(50_000));
