@@ -203,9 +203,9 @@ export function selectionApp(d: SelectionDeps): Hono {
     );
   });
 
-  // How recovery ended and what became of every rank taken over from the peer, as data.
   // The tokenizer pool: members, their queues and work, budget fallbacks, cancellations.
   app.get("/debug/tokenizer", (c) => c.json(d.tokenizerPool ? { pool: d.tokenizerPool.stats() } : { pool: null, note: "tokenization runs on the event loop (--tokenizer-threads 0 or no --tokenizer-dir)" }));
+  // How recovery ended and what became of every rank taken over from the peer, as data.
   app.get("/recovery", (c) => c.json({ outcome: d.recoveryOutcome(), handoff: d.handoff.summary() }));
 
   app.onError((err, c) => {

@@ -11,7 +11,7 @@ import { Children } from "./demo/children.ts";
 import { liveFigures, pdRouted, simulatePdSlice, simulateSlice } from "./demo/compare.ts";
 import { pdSummaryRows, scrapePdFigures } from "./demo/pd-figures.ts";
 import {
-  EPP_PORTS, eppMetricsUrl, eppReady, gatewayHealthy, gatewayUrl, layout, qwen3TokenizerDir, setGatewayReplicas, startEppReplica,
+  EPP_PORTS, eppMetricsUrl, eppReady, eppRecovery, gatewayHealthy, gatewayUrl, layout, qwen3TokenizerDir, setGatewayReplicas, startEppReplica,
   startGateway, startWorker, waitUntil, workerHealthy,
 } from "./demo/cluster.ts";
 import { scrapeEppMetrics } from "./demo/epp-metrics.ts";
@@ -98,22 +98,15 @@ async function main(o: DemoOptions): Promise<number> {
       await children.stop(a.name, { signal: "SIGKILL" });
       stats.mark(`${a.name} killed`);
       const started = performance.now();
-      let fetched: { peer: string; events: number; bytes: number; ms: number } | undefined;
-      startEppReplica(children, l, c.name, [a.ip, b.ip], runDir, (line) => {
-        if (!line.includes("dump fetched from peer")) return;
-        try {
-          const j = JSON.parse(line) as { peer: string; events: number; bytes: number; ms: number };
-          fetched = { peer: j.peer, events: j.events, bytes: j.bytes, ms: j.ms };
-        } catch {
-          // not a JSON log line
-        }
-      });
+      startEppReplica(children, l, c.name, [a.ip, b.ip], runDir);
       try {
         await waitUntil(`${c.name} readiness`, () => eppReady(c.ip), 60_000);
         const readyMs = Math.round(performance.now() - started);
-        // Its log comes through a pipe, its readiness over HTTP: the recovery line may be read after Ready is.
-        await waitUntil(`${c.name}'s recovery log line`, async () => fetched !== undefined, 5_000).catch(() => {});
-        recovery = fetched ? { replica: c.name, ...fetched, readyMs } : { replica: c.name, failed: `ready after ${readyMs} ms without a recovery from a peer (see ${c.name}.log)` };
+        // How its recovery ended, from the replica itself (its log, read through a pipe, can come after its readiness).
+        const outcome = await eppRecovery(c.ip);
+        recovery = outcome.kind === "recovered"
+          ? { replica: c.name, peer: outcome.peer, events: outcome.events, bytes: outcome.bytes, ms: outcome.ms, readyMs }
+          : { replica: c.name, failed: `ready after ${readyMs} ms without a recovery from a peer (${outcome.kind}${"reason" in outcome ? `: ${outcome.reason}` : ""}; see ${c.name}.log)` };
         replicas = [...replicas, c.name];
         await setGatewayReplicas(l, replicas);
         stats.mark(`${c.name} ready`);

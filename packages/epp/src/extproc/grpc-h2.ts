@@ -68,14 +68,15 @@ const RAW = { deserialize: (b: Buffer) => b, serialize: (b: Buffer) => b };
 
 /**
  * A bound on bytes held, shared by every call of a server (in the EPP, with the handler's whole bodies, which
- * see these bytes in `usedBytes`). A call counts what it holds of a message still arriving (`hold`: those bytes
- * are here), and gives it back (`unhold`) once the message is whole, before handing it on. When the bytes still
- * arriving, all calls' together (`arrivingBytes`), pass the bound, a call that receives more fails with
- * RESOURCE_EXHAUSTED ("budget"), unless its message is the one that started arriving first: that one always
- * goes on, so a message that alone exceeds the bound still arrives. Only arriving bytes are weighed here: the
- * handler's bodies filling the bound route by load (server.ts) and must not fail the streams that pass by. Failing, not pausing: a paused
- * stream's unread bytes keep the connection's receive window closed (Bun's HTTP/2, measured), and would
- * stall every other stream the gateway multiplexes on it, the first message's too.
+ * see these bytes in BodyBudget.usedBytes). A call counts what it holds of a message still arriving (`hold`:
+ * those bytes are here), and gives it back (`unhold`) once the message is whole, before handing it on. When the
+ * bytes still arriving, all calls' together (`arrivingBytes`), pass the bound, a call that receives more fails
+ * with RESOURCE_EXHAUSTED ("budget"), unless its message is the one that started arriving first: that one
+ * always goes on, so a message that alone exceeds the bound still arrives. Only arriving bytes are weighed
+ * here: the handler's bodies filling the bound route by load (server.ts) and must not fail the streams that
+ * pass by. Failing, not pausing: a paused stream's unread bytes keep the connection's receive window closed
+ * (Bun's HTTP/2, measured), which would stall every other stream the gateway multiplexes on it, the first
+ * message's too.
  */
 export interface ReceiveBudget {
   readonly maxBytes: number;
@@ -218,6 +219,8 @@ const JOIN_BELOW = 16 * 1024;
 /**
  * Reading stops while this much of the call's output waits to be sent: in full duplex every body
  * byte goes back, so a client that does not read would otherwise have the server buffer all it sends.
+ * The pause holds the connection's receive window too (see ReceiveBudget): the client's other streams on
+ * that connection wait with it, until it reads.
  */
 const PAUSE_READING_ABOVE = 8 * 1024 * 1024;
 

@@ -2,6 +2,7 @@
 // addresses (127.0.6.x by default), each keeping the standard ports.
 import * as grpc from "@grpc/grpc-js";
 import { loadProtos, type ClientBodyMode } from "@kv-epp/epp";
+import type { RecoveryOutcome } from "@kv-epp/recovery";
 import { writeFileSync } from "node:fs";
 import { waitFor } from "@kv-epp/testkit";
 import { dirname, join } from "node:path";
@@ -131,21 +132,13 @@ export function writeEppConfig(l: ClusterLayout, self: string, peers: string[], 
   return path;
 }
 
-export function startEppReplica(
-  children: Children,
-  l: ClusterLayout,
-  name: string,
-  peers: string[],
-  dir: string,
-  onLine?: (line: string) => void,
-) {
+export function startEppReplica(children: Children, l: ClusterLayout, name: string, peers: string[], dir: string) {
   const epp = l.epps.find((e) => e.name === name)!;
   const config = writeEppConfig(l, name, peers, dir);
   return children.start(
     name,
     ["epp", "--config", config, "--listen", epp.ip, "--pod-ip", epp.ip, "--scrape-interval-ms", "1000", "--body-mode", l.bodyMode, ...tokenizerFlag(l)],
     join(dir, `${name}.log`),
-    { onLine },
   );
 }
 
@@ -196,6 +189,14 @@ export async function workerHealthy(ip: string, port: number): Promise<boolean> 
 type HealthStub = grpc.Client & {
   Check(req: { service: string }, opts: grpc.CallOptions, cb: (err: grpc.ServiceError | null, res?: { status: string }) => void): void;
 };
+
+/** How an EPP replica's recovery ended (its `/recovery`); throws while it has not ended or when it cannot be asked. */
+export async function eppRecovery(ip: string): Promise<RecoveryOutcome> {
+  const res = await fetch(`http://${ip}:${EPP_PORTS.selection}/recovery`, { signal: AbortSignal.timeout(5000) });
+  const { outcome } = (await res.json()) as { outcome: RecoveryOutcome | null };
+  if (outcome === null) throw new Error(`${ip}: recovery has not ended`);
+  return outcome;
+}
 
 /** grpc-health readiness of an EPP replica: SERVING once it has recovered (or bootstrapped empty). */
 export async function eppReady(ip: string): Promise<boolean> {
