@@ -257,9 +257,14 @@ export function createMetrics() {
       help: "request bodies that would have passed the process's body budget (--ext-proc-buffer-max-bytes): routed by load on what had come, the rest passed through unbuffered",
       registers: [registry],
     }),
+    replyWarmsDropped: new Counter({
+      name: "dynamo_epp_reply_warms_dropped_total",
+      help: "routed chats not warmed from their reply: what reply warming keeps (bodies and replies until their response ends) would have passed its share (a quarter) of --ext-proc-buffer-max-bytes",
+      registers: [registry],
+    }),
     extProcBufferedBytes: new Gauge({
       name: "dynamo_epp_ext_proc_buffered_bytes",
-      help: "request-body bytes ext_proc streams hold, against --ext-proc-buffer-max-bytes: bodies waiting for their route and parts of gRPC messages still arriving",
+      help: "request-body bytes ext_proc streams hold, against --ext-proc-buffer-max-bytes: bodies waiting for their route, parts of gRPC messages still arriving, and chats' bodies and replies kept to warm their next turn",
       registers: [registry],
     }),
     releasedWithoutResponseBody: new Counter({

@@ -356,9 +356,12 @@ describe("ext_proc warming the next turn from the response", () => {
     const reply = freshWords(600, 7);
     const s = env.client.open();
     s.send({ ...headers("/v1/chat/completions"), protocol_config: DUPLEX });
-    s.send(body(chatBody(system, question)));
+    const first = new TextEncoder().encode(JSON.stringify(chatBody(system, question)));
+    s.send({ request_body: { body: first, end_of_stream: true } });
     expect(lbMetadata(await s.next(60_000))).toBe(A);
     await s.next(60_000); // the request body handed back
+    // Kept, and counted in the body budget, until its response ends.
+    expect(await scrapeMetric(env.metrics, "dynamo_epp_ext_proc_buffered_bytes")).toBe(first.length);
     s.send({ response_headers: { headers: { headers: [{ key: ":status", raw_value: new TextEncoder().encode("200") }] } } });
     await s.next(60_000);
     const jobs = async () => (await debugPoolMembers(env.epp)).reduce((n, m) => n + m.jobs, 0);
@@ -371,6 +374,7 @@ describe("ext_proc warming the next turn from the response", () => {
       `data: ${JSON.stringify({ choices: [], usage: { prompt_tokens: 1 } })}\n\ndata: [DONE]\n\n`;
     s.send({ response_body: { body: new TextEncoder().encode(sse), end_of_stream: true } });
     await s.next(60_000);
+    expect(await scrapeMetric(env.metrics, "dynamo_epp_ext_proc_buffered_bytes")).toBe(0);
     s.end();
     // The warm runs in the background at the lowest priority: the next turn goes once it has run (a turn sent
     // sooner preempts it and finds the reply uncached, which a busy CI machine made this test do).
@@ -475,5 +479,42 @@ describe("ext_proc routing on a settled prefix (the default)", () => {
     s.end();
     const after = await debugPool(env.epp);
     expect({ decided: after.decided - before.decided, budget: after.fallbacks.budget - before.fallbacks.budget }).toEqual({ decided: 0, budget: 0 });
+  }, 120_000);
+});
+
+describe("ext_proc reply warming within its share of the body budget", () => {
+  // A quarter of 16,000 bytes may be kept for warming: a first chat fits, the next does not while the first's
+  // response is open.
+  const env = eppFor(["--tokenizer-threads", "1", "--ext-proc-buffer-max-bytes", "16000"]);
+
+  test("a chat kept for warming counts until its response ends; one past the share is routed but not kept, counted", async () => {
+    const dropped = async () => (await scrapeMetric(env.metrics, "dynamo_epp_reply_warms_dropped_total")) ?? 0;
+    const chat = (seed: number) => new TextEncoder().encode(JSON.stringify(chatBody(freshWords(350, seed), freshWords(150, seed + 1))));
+    const first = chat(21);
+    const second = chat(23);
+    expect(first.length).toBeLessThanOrEqual(4000);
+    expect(first.length + second.length).toBeGreaterThan(4000);
+    const open = async (b: Uint8Array) => {
+      const s = env.client.open();
+      s.send({ ...headers("/v1/chat/completions"), protocol_config: DUPLEX });
+      s.send({ request_body: { body: b, end_of_stream: true } });
+      expect(lbMetadata(await s.next(60_000))).toBe(A);
+      await s.next(60_000); // the request body handed back
+      return s;
+    };
+    const a = await open(first);
+    expect(await scrapeMetric(env.metrics, "dynamo_epp_ext_proc_buffered_bytes")).toBe(first.length);
+    const before = await dropped();
+    const b = await open(second);
+    expect(await dropped()).toBe(before + 1);
+    expect(await scrapeMetric(env.metrics, "dynamo_epp_ext_proc_buffered_bytes")).toBe(first.length);
+    for (const s of [a, b]) {
+      s.send({ response_headers: { headers: { headers: [{ key: ":status", raw_value: new TextEncoder().encode("200") }] } } });
+      await s.next(60_000);
+      s.send({ response_body: { body: new TextEncoder().encode(JSON.stringify({ choices: [{ message: { role: "assistant", content: "ok" } }] })), end_of_stream: true } });
+      await s.next(60_000);
+      s.end();
+    }
+    expect(await scrapeMetric(env.metrics, "dynamo_epp_ext_proc_buffered_bytes")).toBe(0);
   }, 120_000);
 });

@@ -102,14 +102,14 @@ async function main(o: DemoOptions): Promise<number> {
       try {
         await waitUntil(`${c.name} readiness`, () => eppReady(c.ip), 60_000);
         const readyMs = Math.round(performance.now() - started);
-        // How its recovery ended, from the replica itself (its log, read through a pipe, can come after its readiness).
-        const outcome = await eppRecovery(c.ip);
-        recovery = outcome.kind === "recovered"
-          ? { replica: c.name, peer: outcome.peer, events: outcome.events, bytes: outcome.bytes, ms: outcome.ms, readyMs }
-          : { replica: c.name, failed: `ready after ${readyMs} ms without a recovery from a peer (${outcome.kind}${"reason" in outcome ? `: ${outcome.reason}` : ""}; see ${c.name}.log)` };
         replicas = [...replicas, c.name];
         await setGatewayReplicas(l, replicas);
         stats.mark(`${c.name} ready`);
+        // How its recovery ended, from the replica itself (its log, read through a pipe, can come after its readiness).
+        const outcome = await eppRecovery(c.ip).catch((e: unknown) => String(e));
+        recovery = typeof outcome !== "string" && outcome.kind === "recovered"
+          ? { replica: c.name, peer: outcome.peer, events: outcome.events, bytes: outcome.bytes, ms: outcome.ms, readyMs }
+          : { replica: c.name, failed: `ready after ${readyMs} ms without a recovery from a peer (${typeof outcome === "string" ? outcome : outcome.kind + ("reason" in outcome ? `: ${outcome.reason}` : "")}; see ${c.name}.log)` };
       } catch (e) {
         recovery = { replica: c.name, failed: String(e) };
       }

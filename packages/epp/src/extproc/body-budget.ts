@@ -4,13 +4,19 @@
 // process's memory. Two kinds of holders share it: a stream that cannot take its next chunk of a body routes
 // on what it has (server.ts), and the transport counts the parts of gRPC messages still arriving, which are
 // bounded by the same number on their own (grpc-h2.ts, ReceiveBudget): held bodies and arriving parts
-// together stay under twice the bound, plus the one body and the one message always let through.
+// together stay under twice the bound, plus the one body and the one message always let through. A third
+// holder, reply warming, keeps a routed chat's body and reply within a share of the bound (keep).
 import type { ReceiveBudget } from "./grpc-h2.ts";
+
+/** The share of the bound that bodies and replies kept for warming may hold. */
+export const KEPT_SHARE = 0.25;
 
 export class BodyBudget implements ReceiveBudget {
   private held = 0;
   /** Of `held`, the transport's: parts of messages still arriving. */
   private arriving = 0;
+  /** Of `held`, what routed chats keep to warm their next turn from the reply: at most KEPT_SHARE of the bound. */
+  private kept = 0;
 
   constructor(readonly maxBytes: number) {}
 
@@ -27,11 +33,11 @@ export class BodyBudget implements ReceiveBudget {
   /**
    * Takes `n` bytes when they fit under the bound, or when the taker's own `held` bytes are all the bodies the
    * process holds (one body alone is always held, up to its own cap: a bound below a body's size must not refuse
-   * it forever; messages still arriving do not count here, or the body that arrived first, over the bound, would
-   * be refused for those behind it); false (nothing taken) otherwise.
+   * it forever; messages still arriving and what is kept for warming do not count here, or the body that arrived
+   * first, over the bound, would be refused for those behind it); false (nothing taken) otherwise.
    */
   take(n: number, held = 0): boolean {
-    if (this.held + n > this.maxBytes && this.held - this.arriving > held) return false;
+    if (this.held + n > this.maxBytes && this.held - this.arriving - this.kept > held) return false;
     this.held += n;
     return true;
   }
@@ -49,5 +55,22 @@ export class BodyBudget implements ReceiveBudget {
   unhold(n: number): void {
     this.held -= n;
     this.arriving -= n;
+  }
+
+  /**
+   * Keeps `n` bytes of a routed chat (its body, then its reply as it streams back) to warm the next turn, while
+   * all that is kept so stays within KEPT_SHARE of the bound: warming is worth less than routing, which keeps
+   * the rest. False (nothing kept) otherwise.
+   */
+  keep(n: number): boolean {
+    if (this.kept + n > this.maxBytes * KEPT_SHARE) return false;
+    this.kept += n;
+    this.held += n;
+    return true;
+  }
+
+  unkeep(n: number): void {
+    this.kept -= n;
+    this.held -= n;
   }
 }

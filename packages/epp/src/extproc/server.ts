@@ -109,6 +109,8 @@ type RequestState = {
   tokenizing?: AbortController;
   /** A routed chat: its body and its reply as it streams back, to warm the next turn. */
   reply?: { request: BodyRequest; capture: ReplyCapture };
+  /** Bytes of `reply` (body and reply so far) kept in deps.bodyBudget: given back once, when the request ends. */
+  kept: number;
 };
 
 /**
@@ -326,14 +328,7 @@ class ProcessStream {
       // Model rewrite: the client's name back in the response (model-rewrite.ts). Full duplex may hold
       // a split field's start back for the next chunk; other modes answer each message with its own bytes.
       const out = this.req?.responseModel?.map(body, eos || !this.responseStreamed) ?? body;
-      const reply = this.req?.reply;
-      if (reply) {
-        reply.capture.add(body);
-        if (eos) {
-          const message = reply.capture.message();
-          if (message) this.deps.warmReply?.(reply.request, message);
-        }
-      }
+      if (this.req?.reply) this.captureReply(this.req, this.req.reply, body, eos);
       if (this.responseStreamed) this.send(streamedBody("response_body", out, eos));
       else this.send(out === body ? continueResponse("response_body") : replacedBody("response_body", out, !this.responseChunked && this.req?.responseLength ? out.length : undefined));
       if (eos) this.finish();
@@ -367,7 +362,7 @@ class ProcessStream {
     // Conformance hooks: the selection header steers the request instead of the subset hint (conformance.ts).
     const steered = this.deps.conformanceHooks ? steering(msg.request_headers!.headers, this.deps.routing.candidates().map((c) => c.endpoint)) : undefined;
     this.req = {
-      subset: steered ? steered.subset : subsetHint(msg), steered: steered !== undefined, chunks: [], bytes: 0, budgeted: 0, decided: false, explain, responseBody: false, cls,
+      subset: steered ? steered.subset : subsetHint(msg), steered: steered !== undefined, chunks: [], bytes: 0, budgeted: 0, kept: 0, decided: false, explain, responseBody: false, cls,
       bodyless: msg.request_headers!.end_of_stream === true,
       // The path tells a /v1/responses body from an embeddings one (both carry `input`).
       path: findHeader(msg.request_headers!.headers, ":path"),
@@ -507,7 +502,9 @@ class ProcessStream {
     const routed = (req.routed = routing.request);
     this.deps.metrics.pickLatency.observe((performance.now() - started) / 1000);
     this.deps.metrics.requests.inc({ outcome: "routed" });
-    if (this.deps.warmReply && fields.kind === "chat") req.reply = { request: { body, path: req.path }, capture: new ReplyCapture() };
+    if (this.deps.warmReply && fields.kind === "chat") {
+      if (this.keep(req, body.length)) req.reply = { request: { body, path: req.path }, capture: new ReplyCapture() };
+    }
     // ...and the forwarded body names it, where the body is held until the route is sent (model-rewrite.ts).
     const held = at === "body" && !maybeCut ? body : undefined;
     const rewrite = req.bodyless ? {} : modelRewrite(req.cls.modelRewrite, fields.model, held, read.rewritten ? body : undefined);
@@ -580,6 +577,31 @@ class ProcessStream {
     this.finish();
   }
 
+  /** Adds a response chunk to the reply to warm with; the reply is dropped when what warming keeps is full. */
+  private captureReply(req: RequestState, reply: NonNullable<RequestState["reply"]>, chunk: Uint8Array, eos: boolean): void {
+    if (!this.keep(req, chunk.length)) {
+      this.deps.bodyBudget.unkeep(req.kept);
+      req.kept = 0;
+      req.reply = undefined;
+      return;
+    }
+    reply.capture.add(chunk);
+    if (eos) {
+      const message = reply.capture.message();
+      if (message) this.deps.warmReply?.(reply.request, message);
+    }
+  }
+
+  /** Keeps `n` more bytes for the request's reply warming, or counts that warming has no room for it. */
+  private keep(req: RequestState, n: number): boolean {
+    if (!this.deps.bodyBudget.keep(n)) {
+      this.deps.metrics.replyWarmsDropped.inc();
+      return false;
+    }
+    req.kept += n;
+    return true;
+  }
+
   /** Gives the request's body bytes back to the process's budget (idempotent). */
   private release(req: RequestState): void {
     this.deps.bodyBudget.give(req.budgeted);
@@ -592,6 +614,8 @@ class ProcessStream {
     if (!req) return;
     this.req = undefined;
     this.release(req);
+    this.deps.bodyBudget.unkeep(req.kept);
+    req.kept = 0;
     req.tokenizing?.abort();
     if (req.routed) {
       // No response body seen (the gateway's response_body_mode is NONE, or the response had none):
