@@ -264,7 +264,7 @@ export function createMetrics() {
     }),
     extProcBufferedBytes: new Gauge({
       name: "dynamo_epp_ext_proc_buffered_bytes",
-      help: "request-body bytes ext_proc streams hold, against --ext-proc-buffer-max-bytes: bodies waiting for their route, parts of gRPC messages still arriving, and chats' bodies and replies kept to warm their next turn",
+      help: "bytes ext_proc streams hold, against --ext-proc-buffer-max-bytes: bodies waiting for their route, parts of gRPC messages still arriving, and chats' bodies and replies kept to warm their next turn",
       registers: [registry],
     }),
     releasedWithoutResponseBody: new Counter({

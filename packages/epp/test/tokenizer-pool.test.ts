@@ -487,7 +487,7 @@ describe("ext_proc reply warming within its share of the body budget", () => {
   // response is open.
   const env = eppFor(["--tokenizer-threads", "1", "--ext-proc-buffer-max-bytes", "16000"]);
 
-  test("a chat kept for warming counts until its response ends; one past the share is routed but not kept, counted", async () => {
+  test("a chat kept for warming counts until its response ends; one past the share is routed but not kept, counted; none is kept without response bodies", async () => {
     const dropped = async () => (await scrapeMetric(env.metrics, "dynamo_epp_reply_warms_dropped_total")) ?? 0;
     const chat = (seed: number) => new TextEncoder().encode(JSON.stringify(chatBody(freshWords(350, seed), freshWords(150, seed + 1))));
     const first = chat(21);
@@ -502,6 +502,14 @@ describe("ext_proc reply warming within its share of the body budget", () => {
       await s.next(60_000); // the request body handed back
       return s;
     };
+    // A stream whose responses carry no body keeps nothing: no reply will come through it.
+    const none = env.client.open();
+    none.send({ ...headers("/v1/chat/completions"), protocol_config: { ...DUPLEX, response_body_mode: "NONE" } });
+    none.send({ request_body: { body: first, end_of_stream: true } });
+    expect(lbMetadata(await none.next(60_000))).toBe(A);
+    await none.next(60_000);
+    expect(await scrapeMetric(env.metrics, "dynamo_epp_ext_proc_buffered_bytes")).toBe(0);
+    none.end();
     const a = await open(first);
     expect(await scrapeMetric(env.metrics, "dynamo_epp_ext_proc_buffered_bytes")).toBe(first.length);
     const before = await dropped();

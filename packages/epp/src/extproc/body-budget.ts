@@ -5,7 +5,7 @@
 // on what it has (server.ts), and the transport counts the parts of gRPC messages still arriving, which are
 // bounded by the same number on their own (grpc-h2.ts, ReceiveBudget): held bodies and arriving parts
 // together stay under twice the bound, plus the one body and the one message always let through. A third
-// holder, reply warming, keeps a routed chat's body and reply within a share of the bound (keep).
+// holder, reply warming, keeps a routed chat's body and reply within a share of the bound of its own (keep).
 import type { ReceiveBudget } from "./grpc-h2.ts";
 
 /** The share of the bound that bodies and replies kept for warming may hold. */
@@ -31,13 +31,15 @@ export class BodyBudget implements ReceiveBudget {
   }
 
   /**
-   * Takes `n` bytes when they fit under the bound, or when the taker's own `held` bytes are all the bodies the
-   * process holds (one body alone is always held, up to its own cap: a bound below a body's size must not refuse
-   * it forever; messages still arriving and what is kept for warming do not count here, or the body that arrived
-   * first, over the bound, would be refused for those behind it); false (nothing taken) otherwise.
+   * Takes `n` bytes of a body waiting for its route when they fit under the bound with the bodies and arriving
+   * parts held (what warming keeps has its own share, see keep, and never refuses a body its route), or when the
+   * taker's own `held` bytes are all the bodies the process holds (one body alone is always held, up to its own
+   * cap: a bound below a body's size must not refuse it forever; arriving parts do not count here, or the body
+   * that arrived first, over the bound, would be refused for those behind it); false (nothing taken) otherwise.
    */
   take(n: number, held = 0): boolean {
-    if (this.held + n > this.maxBytes && this.held - this.arriving - this.kept > held) return false;
+    const bodies = this.held - this.arriving - this.kept;
+    if (this.held - this.kept + n > this.maxBytes && bodies > held) return false;
     this.held += n;
     return true;
   }

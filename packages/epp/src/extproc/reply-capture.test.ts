@@ -30,6 +30,11 @@ test("tool calls, several choices, an unreadable or an empty body give nothing t
   expect(capture()).toBeUndefined();
 });
 
-test("a reply over the bound is not kept", () => {
+test("a reply over the bound is not kept, and says so as it passes the bound", () => {
   expect(capture(JSON.stringify({ choices: [{ message: { content: "x".repeat(2 << 20) } }] }))).toBeUndefined();
+  const c = new ReplyCapture();
+  c.add(new Uint8Array(1 << 20));
+  expect(c.overflowed).toBe(false);
+  c.add(new Uint8Array(1));
+  expect(c.overflowed).toBe(true);
 });

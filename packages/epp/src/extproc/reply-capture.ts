@@ -10,6 +10,11 @@ export class ReplyCapture {
   private bytes = 0;
   private overflow = false;
 
+  /** Past MAX_REPLY_BYTES: nothing is held, and there is no reply to warm with. */
+  get overflowed(): boolean {
+    return this.overflow;
+  }
+
   add(chunk: Uint8Array): void {
     if (this.overflow) return;
     this.bytes += chunk.length;

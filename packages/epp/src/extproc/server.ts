@@ -142,6 +142,8 @@ class ProcessStream {
   /** The request body mode, from the first message's protocol_config (else --body-mode). */
   private mode: BodySendMode | undefined;
   private responseStreamed = false;
+  /** Response bodies come through this stream (a response_body_mode other than NONE, or not said). */
+  private responseBodies = true;
   /** Response body chunks come as the upstream sends them (STREAMED, FULL_DUPLEX_STREAMED). */
   private responseChunked = false;
   private observe = false;
@@ -275,6 +277,7 @@ class ProcessStream {
       // NONE is proto3's zero value, absent on the wire: a protocol_config without a mode means NONE.
       this.mode = pc ? (pc.request_body_mode ?? "NONE") : this.deps.bodyMode === "buffered" ? "BUFFERED" : "FULL_DUPLEX_STREAMED";
       this.responseStreamed = pc ? pc.response_body_mode === "FULL_DUPLEX_STREAMED" : this.fullDuplex;
+      this.responseBodies = pc ? (pc.response_body_mode ?? "NONE") !== "NONE" : true;
       // BUFFERED and BUFFERED_PARTIAL send the response body whole, at its end: no first token to time.
       this.responseChunked = pc ? this.responseStreamed || pc.response_body_mode === "STREAMED" : this.fullDuplex;
       if (!pc)
@@ -502,7 +505,8 @@ class ProcessStream {
     const routed = (req.routed = routing.request);
     this.deps.metrics.pickLatency.observe((performance.now() - started) / 1000);
     this.deps.metrics.requests.inc({ outcome: "routed" });
-    if (this.deps.warmReply && fields.kind === "chat") {
+    // Kept to warm the next turn from the reply, when one will come through this stream.
+    if (this.deps.warmReply && fields.kind === "chat" && this.responseBodies) {
       if (this.keep(req, body.length)) req.reply = { request: { body, path: req.path }, capture: new ReplyCapture() };
     }
     // ...and the forwarded body names it, where the body is held until the route is sent (model-rewrite.ts).
@@ -577,15 +581,17 @@ class ProcessStream {
     this.finish();
   }
 
-  /** Adds a response chunk to the reply to warm with; the reply is dropped when what warming keeps is full. */
+  /**
+   * Adds a response chunk to the reply to warm with. The reply is dropped when what warming keeps is full
+   * (counted), or when it grows past what a reply may be (ReplyCapture: its next turn tokenizes it anyway).
+   */
   private captureReply(req: RequestState, reply: NonNullable<RequestState["reply"]>, chunk: Uint8Array, eos: boolean): void {
-    if (!this.keep(req, chunk.length)) {
+    if (!this.keep(req, chunk.length) || (reply.capture.add(chunk), reply.capture.overflowed)) {
       this.deps.bodyBudget.unkeep(req.kept);
       req.kept = 0;
       req.reply = undefined;
       return;
     }
-    reply.capture.add(chunk);
     if (eos) {
       const message = reply.capture.message();
       if (message) this.deps.warmReply?.(reply.request, message);
