@@ -87,6 +87,10 @@ describe("ext_proc with the tokenizer pool", () => {
 
   test("a long fresh chat in flight does not hold a short pick back, nor the event loop", async () => {
     const order: string[] = [];
+    // The short request's stream is open first: once the long chat is in a member, only its body has to go (a
+    // machine quick enough finished the long one while the short stream was still opening).
+    const short = env.client.open();
+    short.send({ ...headers("/v1/chat/completions"), protocol_config: DUPLEX });
     const long = env.client.open();
     long.send({ ...headers("/v1/chat/completions"), protocol_config: DUPLEX });
     // Text that is slow to tokenize for its size (random CJK: long words, no two alike), the most the EPP tokenizes
@@ -94,14 +98,12 @@ describe("ext_proc with the tokenizer pool", () => {
     // must stay well under the tokenization's.
     long.send(body(chatBody("long", freshCjk(120_000, 1))));
     const longAnswer = long.next(300_000).then((r) => (order.push("long"), r));
+    const lagBefore = await lagHistogram(env.metrics);
     // From when a member tokenizes the long chat (its body already parsed) to its answer: what the event
     // loop did meanwhile is the short pick, timers and lag samples, never the tokenization.
-    await waitFor(async () => (await debugPoolMembers(env.epp)).some((m) => m.busy), { timeoutMs: 60_000 });
-    const lagBefore = await lagHistogram(env.metrics);
-    const cpuBefore = mainThreadCpuS();
-    const short = env.client.open();
-    short.send({ ...headers("/v1/chat/completions"), protocol_config: DUPLEX });
+    await waitFor(async () => (await debugPoolMembers(env.epp)).some((m) => m.busy), { timeoutMs: 60_000, intervalMs: 2 });
     short.send(body(chatBody("You are terse.", "hi")));
+    const cpuBefore = mainThreadCpuS();
     const shortAnswer = short.next(300_000).then((r) => (order.push("short"), r));
     const [l, s] = await Promise.all([longAnswer, shortAnswer]);
     const lagAfter = await lagHistogram(env.metrics);
