@@ -48,7 +48,10 @@ export type ExtProcDeps = {
   /** Shed (429) when this many requests are in flight (0: never). */
   maxInflight: number;
   maxBodyBytes?: number;
-  /** Request-body bytes all streams together may hold while their route is not known (--ext-proc-buffer-max-bytes). */
+  /**
+   * Request-body bytes all streams together may hold (--ext-proc-buffer-max-bytes): bodies waiting for their
+   * route, and within a share of it, chats' bodies and replies kept for reply warming.
+   */
   bodyBudget: BodyBudget;
   /** Explain every decision, not only those asking with x-kv-epp-explain: 1. */
   explainAll?: boolean;
@@ -586,9 +589,10 @@ class ProcessStream {
    * (counted), or when it grows past what a reply may be (ReplyCapture: its next turn tokenizes it anyway).
    */
   private captureReply(req: RequestState, reply: NonNullable<RequestState["reply"]>, chunk: Uint8Array, eos: boolean): void {
-    if (!this.keep(req, chunk.length) || (reply.capture.add(chunk), reply.capture.overflowed)) {
-      this.deps.bodyBudget.unkeep(req.kept);
-      req.kept = 0;
+    const kept = this.keep(req, chunk.length);
+    if (kept) reply.capture.add(chunk);
+    if (!kept || reply.capture.overflowed) {
+      this.release(req);
       req.reply = undefined;
       return;
     }
@@ -608,10 +612,12 @@ class ProcessStream {
     return true;
   }
 
-  /** Gives the request's body bytes back to the process's budget (idempotent). */
+  /** Gives back what the request holds in the process's budget: its body, and what reply warming keeps (idempotent). */
   private release(req: RequestState): void {
     this.deps.bodyBudget.give(req.budgeted);
+    this.deps.bodyBudget.unkeep(req.kept);
     req.budgeted = 0;
+    req.kept = 0;
   }
 
   /** Ends the current request's routing life: its load released, its response's figures recorded (idempotent). */
@@ -620,8 +626,6 @@ class ProcessStream {
     if (!req) return;
     this.req = undefined;
     this.release(req);
-    this.deps.bodyBudget.unkeep(req.kept);
-    req.kept = 0;
     req.tokenizing?.abort();
     if (req.routed) {
       // No response body seen (the gateway's response_body_mode is NONE, or the response had none):
