@@ -29,13 +29,13 @@ export function createMetrics() {
     }),
     overlapRatio: new Histogram({
       name: "dynamo_epp_overlap_ratio",
-      help: "overlap blocks of the chosen worker / request blocks",
+      help: "overlap blocks of the chosen worker / request blocks (a pick routed on a known prefix the worker holds whole counts that prefix)",
       buckets: [0, 0.1, 0.25, 0.5, 0.75, 0.9, 1],
       registers: [registry],
     }),
     cachedTokensError: new Histogram({
       name: "dynamo_epp_cached_tokens_prediction_error",
-      help: "predicted minus actual cached prompt tokens per routed request (actual: the response's usage.prompt_tokens_details.cached_tokens)",
+      help: "predicted minus actual cached prompt tokens per routed request (actual: the response's usage.prompt_tokens_details.cached_tokens; 0 when a prediction made on a known prefix the worker holds whole found at least that)",
       buckets: [-16384, -4096, -1024, -256, -64, -16, 0, 16, 64, 256, 1024, 4096, 16384],
       registers: [registry],
     }),

@@ -38,9 +38,10 @@ export type TokenizeBody = (req: BodyRequest, signal?: AbortSignal, settles?: Se
 
 /**
  * Whether a known prefix of the body's tokens settles the pick already (the picker's `settles`, in the identity
- * the body's fields name): then the pool answers with that prefix and its member stops there.
+ * the body's fields name, charged as the whole prompt's estimated length): then the pool answers with that
+ * prefix and its member stops there.
  */
-export type Settles = (fields: BodyFields, known: Uint32Array) => boolean;
+export type Settles = (fields: BodyFields, known: Uint32Array, promptTokens: number | undefined) => boolean;
 
 /**
  * On the calling thread: the same functions a pool member runs (readBody, routingJob, encodeJob). `onRead`:
@@ -69,7 +70,7 @@ export function createPoolTokenizeBody(pool: TokenizerPool, onRead: (thread: Rea
     }
     return pool.tokenize({ kind: "body", request: req }, {
       signal,
-      decides: settles && ((known, read) => read !== undefined && settles(read.fields, known)),
+      decides: settles && ((known, read, estimated) => read !== undefined && settles(read.fields, known, estimated)),
     }).then(
       (o): RoutedBody => {
         if (o.read) {

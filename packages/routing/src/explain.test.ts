@@ -4,7 +4,7 @@ import type { Decision, ScoredCandidate } from "./picker.ts";
 
 const scored = (workerId: string, dpRank: number, overlap: number, cost: number, predictedTtftMs: number, pendingOverlap = 0): ScoredCandidate => ({
   candidate: { workerId, dpRank, key: `${workerId}/${dpRank}`, endpoint: "10.0.0.1:8000", rankHeader: dpRank },
-  overlap, pendingOverlap, cost, waiting: 0, unexplainedWaiting: 0, aheadTokens: 0, predictedTtftMs,
+  overlap, pendingOverlap, cost, waiting: 0, unexplainedWaiting: 0, aheadTokens: 0, predictedTtftMs, openEnded: false,
 });
 
 const picked = (chosen: ScoredCandidate, all: ScoredCandidate[]): Extract<Decision, { kind: "picked" }> => ({

@@ -53,6 +53,11 @@ export type ScoredCandidate = {
   candidate: Candidate;
   /** Leading blocks the decision counted as cached: the index's overlap or the pending one, the longer. */
   overlap: number;
+  /**
+   * The overlap reaches the end of the tokens the pick was given, which were a known prefix of a longer prompt
+   * (`PickRequest.promptTokens`): the candidate may hold more of the prompt than `overlap` says.
+   */
+  openEnded: boolean;
   /** Leading blocks pending on the candidate (requests routed there, not yet ended); 0 without in-flight prefixes. */
   pendingOverlap: number;
   cost: number;
@@ -215,9 +220,12 @@ export class Picker {
       latency: destinationCost,
     });
     if (d.kind === "none") return { kind: "no_endpoint", reason: d.reason };
+    const knownBlocks = Math.floor(req.tokens.length / bs);
+    const prefixOnly = promptTokens > req.tokens.length;
     const scoredOf = (s: { candidate: Known; cost: number }): ScoredCandidate => ({
       candidate: s.candidate.ref,
       overlap: overlapOf(s.candidate),
+      openEnded: prefixOnly && overlapOf(s.candidate) >= knownBlocks,
       pendingOverlap: s.candidate.pendingOverlap ?? 0,
       cost: s.cost,
       waiting: s.candidate.waiting,
@@ -305,17 +313,25 @@ export class Picker {
   }
 
   /**
-   * Whether `tokens`, a known prefix of a request's prompt, settles its pick's match already: one of its full
-   * blocks is held by no worker and is in no in-flight prefix, so no later token can lengthen any candidate's
-   * overlap (an overlap is a chain of leading blocks). The pick on this prefix, charged for the whole prompt
-   * (`promptTokens`), then matches as the pick on the whole prompt would, without waiting for its tokenization.
+   * Whether `req.tokens`, a known prefix of a request's prompt (charged as `req.promptTokens`, the whole prompt's
+   * estimated length), settles its pick already: the pick on this prefix is the pick on the whole prompt, so the
+   * rest need not be tokenized. Either of two reasons:
+   * - one of its full blocks is held by no worker and is in no in-flight prefix: no later token lengthens any
+   *   candidate's overlap (an overlap is a chain of leading blocks);
+   * - the pick on the prefix chooses, at a cost strictly below every other candidate's, the only candidate holding
+   *   all of it: later tokens can lengthen its overlap alone, and no cost (either shape, or the latency cost)
+   *   rises with a candidate's own overlap, so it stays chosen. A long conversation whose earlier turns one worker
+   *   holds is then routed once its known prefix reaches past what the others share (a system prompt), not after
+   *   its whole history is tokenized. Not where the choice is sampled (a temperature), nor in a pool with
+   *   prefill ranks (whether to split a request reads its destination's overlap against the whole prompt).
+   * The chosen candidate's overlap is then a lower bound (`ScoredCandidate.openEnded`).
    */
-  settles(model: string | undefined, cacheSalt: string | undefined, tokens: Uint32Array): boolean {
-    const indexer = this.deps.indexers.lookup(model);
+  settles(req: PickRequest): boolean {
+    const indexer = this.deps.indexers.lookup(req.model);
     if (!indexer) return true; // no endpoint, whatever follows
-    const n = Math.floor(tokens.length / indexer.blockSize);
+    const n = Math.floor(req.tokens.length / indexer.blockSize);
     if (n === 0) return false;
-    const hashes = this.hashes(indexer, tokens, this.identity(model, cacheSalt));
+    const hashes = this.hashes(indexer, req.tokens, this.identity(req.model, req.cacheSalt));
     indexer.index.findMatchesInto(hashes, this.list);
     let longest = 0;
     for (let i = 0; i < this.list.count; i++) longest = Math.max(longest, this.list.scores[i]!);
@@ -323,7 +339,12 @@ export class Picker {
       this.deps.pending.overlapsInto(prefixKeys(indexer.key, hashes), this.pendingOverlaps);
       for (const v of this.pendingOverlaps.values()) longest = Math.max(longest, v);
     }
-    return longest < n;
+    if (longest < n) return true;
+    if (this.deps.options.temperature > 0 || roleSets(this.deps.candidates())) return false;
+    const d = this.pick({ ...req, hashes, detail: false });
+    if (d.kind !== "picked") return true;
+    const { chosen, scored } = d;
+    return scored.every((s) => s.candidate.key === chosen.candidate.key || (s.cost > chosen.cost && s.overlap < n));
   }
 
   /** Overlap per worker for the request's tokens, read-only (POST /score). */

@@ -4,7 +4,7 @@ import type { Decision, ScoredCandidate } from "./picker.ts";
 import { NO_METRICS } from "./ports.ts";
 import { calibrationSample, predictionOf, RoutingQuality, type Observed, type Prediction } from "./quality.ts";
 
-const P: Prediction = { workerKey: "w\u00000", workerId: "w", dpRank: 0, predictedCachedTokens: 64, promptTokens: 100, blockSize: 16, waiting: 0, aheadTokens: 0 };
+const P: Prediction = { workerKey: "w\u00000", workerId: "w", dpRank: 0, predictedCachedTokens: 64, promptTokens: 100, blockSize: 16, waiting: 0, aheadTokens: 0, lowerBound: false };
 const bytes = (s: string) => new TextEncoder().encode(s);
 
 function run(q: RoutingQuality, chunks: string[], contentType = "text/event-stream", p = P): Observed | undefined {
@@ -18,7 +18,7 @@ describe("prediction", () => {
   const picked = (overlap: number, promptTokens: number): Extract<Decision, { kind: "picked" }> => {
     const chosen: ScoredCandidate = {
       candidate: { workerId: "w", dpRank: 0, key: P.workerKey, endpoint: "10.0.0.1:8000", rankHeader: undefined },
-      overlap, pendingOverlap: 0, cost: 0, waiting: 0, unexplainedWaiting: 0, aheadTokens: 32, predictedTtftMs: 0,
+      overlap, pendingOverlap: 0, cost: 0, waiting: 0, unexplainedWaiting: 0, aheadTokens: 32, predictedTtftMs: 0, openEnded: false,
     };
     return { kind: "picked", chosen, model: "m", blockSize: 16, requestBlocks: Math.floor(promptTokens / 16), promptTokens, scored: [chosen] };
   };
@@ -90,6 +90,33 @@ describe("response watch", () => {
     // The first chunk came 10 ms after the decision.
     expect(q.accuracy(P.workerKey).meanTtftMs).toBe(10);
     expect(calibrationSample(seen!)).toEqual({ ttftMs: 10, uncachedTokens: 36, aheadTokens: 0, waiting: 0 });
+  });
+});
+
+describe("a prediction made on a known prefix the worker holds whole (a lower bound)", () => {
+  const bound: Prediction = { ...P, lowerBound: true };
+  const usage = (cached: number) => [`data: {"choices":[],"usage":{"prompt_tokens":100,"prompt_tokens_details":{"cached_tokens":${cached}}}}\n\n`];
+
+  test("finding more cached than predicted is no error; finding less is, as for any prediction", () => {
+    const q = new RoutingQuality(NO_METRICS);
+    run(q, usage(96), "text/event-stream", bound);
+    run(q, usage(64), "text/event-stream", bound);
+    expect(q.accuracy(P.workerKey)).toMatchObject({ samples: 2, mispredicted: 0, meanAbsErrorTokens: 0 });
+    run(q, usage(32), "text/event-stream", bound);
+    expect(q.accuracy(P.workerKey)).toMatchObject({ samples: 3, mispredicted: 1, meanAbsErrorTokens: 32 / 3 });
+    // The same response against an exact prediction is off by two blocks.
+    run(q, usage(96));
+    expect(q.accuracy(P.workerKey)).toMatchObject({ samples: 4, mispredicted: 2 });
+  });
+
+  test("it calibrates the latency model only with the cached tokens the worker reported", () => {
+    const q = new RoutingQuality(NO_METRICS);
+    const reported = run(q, ['data: {"choices":[]}\n\n', ...usage(96)], "text/event-stream", bound);
+    expect(calibrationSample(reported!)).toMatchObject({ uncachedTokens: 4 });
+    // A worker that never reported the details.
+    const silent = run(new RoutingQuality(NO_METRICS), ['data: {"choices":[]}\n\n', 'data: {"choices":[],"usage":{"prompt_tokens":100}}\n\n'], "text/event-stream", bound);
+    expect(silent).toBeDefined();
+    expect(calibrationSample(silent!)).toBeUndefined();
   });
 });
 

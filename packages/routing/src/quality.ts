@@ -14,6 +14,11 @@ export type Prediction = {
   dpRank: number;
   /** Overlap x block size, at most what vLLM can hit: what the index says the worker will find cached. */
   predictedCachedTokens: number;
+  /**
+   * The pick saw only a known prefix of the prompt and the worker holds all of it (ScoredCandidate.openEnded):
+   * it may find more cached than predicted, which is then no error of the index.
+   */
+  lowerBound: boolean;
   /** Prompt tokens the prediction was made for (the uncached part sets the prefill). */
   promptTokens: number;
   blockSize: number;
@@ -31,6 +36,7 @@ export function predictionOf(d: Extract<Decision, { kind: "picked" }>, c: Scored
     workerId: c.candidate.workerId,
     dpRank: c.candidate.dpRank,
     predictedCachedTokens: Math.min(c.overlap, hittable) * d.blockSize,
+    lowerBound: c.openEnded,
     promptTokens: d.promptTokens,
     blockSize: d.blockSize,
     waiting: c.unexplainedWaiting,
@@ -44,10 +50,11 @@ export type Observed = { prediction: Prediction; ttftMs: number; cachedTokens: n
 /**
  * The latency model's calibration sample from a response: the prefill it did is the prompt less what
  * it reported cached (the prediction's cached tokens where it reported none), after what was ahead of it
- * at the pick.
+ * at the pick; none when it reported none and the prediction was only a lower bound.
  */
-export function calibrationSample(o: Observed): TtftSample {
+export function calibrationSample(o: Observed): TtftSample | undefined {
   const p = o.prediction;
+  if (p.lowerBound && o.cachedTokens === undefined) return undefined; // the prefill it did is not known
   const uncachedTokens = Math.max(p.promptTokens - (o.cachedTokens ?? p.predictedCachedTokens), 0);
   return { ttftMs: o.ttftMs, uncachedTokens, aheadTokens: p.aheadTokens, waiting: p.waiting };
 }
@@ -129,7 +136,8 @@ export class RoutingQuality {
     // reports the details.
     else if (!this.detailed.has(p.workerKey)) return;
     const cached = actual === "none" ? 0 : actual;
-    const error = p.predictedCachedTokens - cached;
+    // A lower bound found (or passed) is what it predicted: only finding less tells of the index drifting.
+    const error = p.lowerBound && cached >= p.predictedCachedTokens ? 0 : p.predictedCachedTokens - cached;
     const mispredicted = Math.abs(error) > p.blockSize;
     this.metrics.cachedTokens(p, error, mispredicted);
     ring(this.samples, p.workerKey).push({ absError: Math.abs(error), mispredicted });

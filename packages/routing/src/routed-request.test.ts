@@ -18,7 +18,7 @@ const CANDIDATES = [candidate(A, "10.0.0.1:8000"), candidate(B, "10.0.0.2:8000")
 const TOKENS = Uint32Array.from({ length: 4 * BLOCK }, (_, i) => i + 1);
 
 /** Rank A holds the prompt's first two blocks; a clock whose timers the test fires. */
-function context(o: { quality?: RoutingQuality; pending?: PendingView } = {}) {
+function context(o: { quality?: RoutingQuality; pending?: PendingView; temperature?: number } = {}) {
   const index = KvIndex.create({ blockSize: BLOCK });
   const hashes = computeBlockHashes(TOKENS.subarray(0, 2 * BLOCK), BLOCK);
   applyStored(index, A, null, [...hashes].map((h, i) => ({ blockHash: BigInt(i + 1), tokensHash: h })));
@@ -31,7 +31,7 @@ function context(o: { quality?: RoutingQuality; pending?: PendingView } = {}) {
     candidates: () => CANDIDATES,
     load,
     signals: () => undefined,
-    options: { prefillLoadScale: 16, decodeLoadScale: 1, queueWeight: 0, temperature: 0, shape: { kind: "blocks" }, queueThreshold: 0, cost: "weights" },
+    options: { prefillLoadScale: 16, decodeLoadScale: 1, queueWeight: 0, temperature: o.temperature ?? 0, shape: { kind: "blocks" }, queueThreshold: 0, cost: "weights" },
     latency,
     pending: o.pending,
     random: () => 0,
@@ -75,25 +75,41 @@ describe("a routed request's life", () => {
 
   test("a known prefix settles the match once one of its full blocks is held nowhere, in the index or in flight", () => {
     const { picker } = context();
+    const settles = (tokens: Uint32Array, cacheSalt?: string) => picker.settles({ model: "m", cacheSalt, tokens, promptTokens: 100 * BLOCK });
     // A holds the first two blocks: a third full block is held by no one.
-    expect(picker.settles("m", undefined, TOKENS)).toBe(true);
-    expect(picker.settles("m", undefined, TOKENS.subarray(0, 3 * BLOCK))).toBe(true);
-    // Every full block held (a partial block counts for nothing): more tokens could lengthen A's overlap.
-    expect(picker.settles("m", undefined, TOKENS.subarray(0, 2 * BLOCK))).toBe(false);
-    expect(picker.settles("m", undefined, TOKENS.subarray(0, 3 * BLOCK - 1))).toBe(false);
-    expect(picker.settles("m", undefined, TOKENS.subarray(0, BLOCK - 1))).toBe(false);
+    expect(settles(TOKENS)).toBe(true);
+    expect(settles(TOKENS.subarray(0, 3 * BLOCK))).toBe(true);
+    // A partial block counts for nothing; no full block, nothing settled.
+    expect(settles(TOKENS.subarray(0, BLOCK - 1))).toBe(false);
     // In another identity (a cache salt) the blocks are other blocks: nothing held.
-    expect(picker.settles("m", "tenant", TOKENS.subarray(0, 2 * BLOCK))).toBe(true);
-    // A request in flight with the whole prefix keeps it open.
-    const inFlight = context({
-      pending: {
-        overlapsInto: (_keys, out) => {
-          out.clear();
-          out.set(workerKey(B), 4);
-        },
-      },
-    });
-    expect(inFlight.picker.settles("m", undefined, TOKENS)).toBe(false);
+    expect(settles(TOKENS.subarray(0, 2 * BLOCK), "tenant")).toBe(true);
+  });
+
+  test("a prefix every full block of which is held settles only when the one candidate holding it all is chosen outright", () => {
+    const prefix = TOKENS.subarray(0, 2 * BLOCK);
+    const req = { model: "m", tokens: prefix, promptTokens: 100 * BLOCK };
+    // A alone holds the prefix and is the cheaper: more tokens can only lengthen A's overlap. Its overlap is a lower bound.
+    const alone = context();
+    expect(alone.picker.settles(req)).toBe(true);
+    const d = alone.picker.pick(req);
+    expect(d.kind === "picked" && d.chosen).toMatchObject({ overlap: 2, openEnded: true });
+    expect(d.kind === "picked" && d.scored.find((s) => s.candidate.key === workerKey(B))).toMatchObject({ overlap: 0, openEnded: false });
+    // The whole prompt known: nothing is open-ended.
+    const whole = alone.picker.pick({ model: "m", tokens: TOKENS });
+    expect(whole.kind === "picked" && whole.chosen.openEnded).toBe(false);
+    // A loaded until B is chosen: A's overlap may still grow past B's cost.
+    const loaded = context();
+    loaded.load.acquire(workerKey(A), 200);
+    expect(loaded.picker.pick(req)).toMatchObject({ chosen: { candidate: { key: workerKey(B) } } });
+    expect(loaded.picker.settles(req)).toBe(false);
+    // B holds the prefix too (in flight): either may pull ahead.
+    const both = context({ pending: { overlapsInto: (_keys, out) => {
+      out.clear();
+      out.set(workerKey(B), 2);
+    } } });
+    expect(both.picker.settles(req)).toBe(false);
+    // A choice sampled at a temperature may change with any cost.
+    expect(context({ temperature: 0.5 }).picker.settles(req)).toBe(false);
   });
 
   test("a response that shows no byte stops counting as prefill at its deadline", () => {

@@ -184,7 +184,8 @@ export class RoutedRequest {
     if (this.ended) return;
     this.ended = true;
     const seen = this.watch ? this.watch.end() : reported && { prediction: predictionOf(this.decision, this.prefilling), ...reported };
-    if (seen) this.ctx.latency.observe(calibrationSample(seen));
+    const sample = seen && calibrationSample(seen);
+    if (sample) this.ctx.latency.observe(sample);
     this.lease.release();
     this.prefillLease?.release();
     this.ctx.metrics.inflight(this.ctx.load.inflight);

@@ -471,7 +471,8 @@ class ProcessStream {
       // A long text is answered as soon as its known prefix settles the match (the rest is not tokenized).
       const picker = this.deps.routing.picker;
       const settles: Settles | undefined = this.deps.routeOnSettledPrefix
-        ? (fields, known) => picker.settles(req.cls.modelRewrite ?? fields.model, fields.cacheSalt, known)
+        ? (fields, tokens, promptTokens) =>
+            picker.settles({ model: req.cls.modelRewrite ?? fields.model, cacheSalt: fields.cacheSalt, tokens, promptTokens, subset: req.subset })
         : undefined;
       read = this.deps.tokenizeBody({ body, path: req.path, rewriteModel, maybeCut }, req.tokenizing.signal, settles);
     } catch (err) {

@@ -47,11 +47,11 @@ export type PoolOptions = {
 export type FallbackCause = "budget" | "queue";
 
 /**
- * Asked, with each exact prefix a member tells of a long job (and the body's reading, for a body job), whether
- * that prefix settles the answer already, so the rest need not be waited for (the EPP: some full block of it
- * is held nowhere, so no later token can lengthen any match). The job is then stopped at its member's next piece.
+ * Asked, with each exact prefix a member tells of a long job (and the body's reading, for a body job, and the
+ * whole prompt's length as its member estimates it), whether that prefix settles the answer already, so the rest
+ * need not be waited for (the EPP: Picker.settles). The job is then stopped at its member's next piece.
  */
-export type Decides = (known: Uint32Array, read: BodyReading | undefined) => boolean;
+export type Decides = (known: Uint32Array, read: BodyReading | undefined, estimatedTokens: number | undefined) => boolean;
 
 export type PoolObserver = {
   /** A job's wait in its member's queue. */
@@ -520,7 +520,7 @@ export class TokenizerPool {
   /** The caller's `decides`, which must not throw into a worker's message listener (a throw counts as no). */
   private settledBy(p: Pending, known: Uint32Array): boolean {
     try {
-      return p.decides?.(known, p.read) === true;
+      return p.decides?.(known, p.read, p.estimatedTokens) === true;
     } catch (err) {
       this.log?.warn({ err: (err as Error).message }, "tokenizer pool: the caller's decides threw (taken as not settled)");
       return false;

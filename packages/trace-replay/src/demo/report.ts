@@ -66,7 +66,8 @@ export function freshTokensText(name: string, s: EppScrape): string {
 export function predictedHitText(s: DemoStats): string {
   const p = s.predictedHit();
   return (
-    `EPP predicted ${pct(p.mean)} (dynamo_epp_overlap_ratio: chosen worker's cached blocks / request blocks, mean of ${p.picks} picks); ` +
+    `EPP predicted ${pct(p.mean)} (dynamo_epp_overlap_ratio: chosen worker's cached blocks / request blocks, mean of ${p.picks} picks; ` +
+    `a pick routed on a known prefix its worker holds whole counts only that prefix); ` +
     `workers reported ${pct(s.requestHitMean)} (cached / prompt tokens, mean of ${s.ttftMs.length} requests)`
   );
 }
