@@ -85,7 +85,7 @@ export const EPP_OPTIONS = {
       "nice value of the tokenizer threads (0-19, Linux): below the decision thread's, so that on a busy machine tokenization waits, not the answers",
     ),
     tokenizeBudgetMs: opt.int(count.default(50), "a pick whose tokenization would take longer is routed on the prefix already known (Envoy's message_timeout is 200 ms)"),
-    routeOnSettledPrefix: opt.bool(z.boolean().default(true), "route a long text once its known prefix holds a block no worker or in-flight request has (the rest cannot change the match and is not tokenized; the request is charged for its estimated length)"),
+    routeOnSettledPrefix: opt.bool(z.boolean().default(true), "route a long text once its known prefix settles the pick: it holds a block no worker or in-flight request has, or the one worker holding all of it is chosen outright (the rest cannot change the pick and is not tokenized; the request is charged for its estimated length)"),
   }),
   ...ROUTING_OPTIONS,
   ...group("Replica-agg (in-flight load shared with peer replicas)", {

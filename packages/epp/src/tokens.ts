@@ -18,6 +18,8 @@ export type RoutedBody = {
    * estimated (routing charges the request for its size, and matches the prefix).
    */
   promptTokens?: number;
+  /** With `promptTokens`, of a chat: its last turn's length, estimated (PickRequest.newTurnTokens). */
+  newTurnTokens?: number;
   /** The body to forward: as received, or naming the request's rewrite model (`rewritten`). */
   body: Uint8Array;
   rewritten: boolean;
@@ -98,8 +100,10 @@ export function createPoolWarm(pool: TokenizerPool): (request: BodyRequest, repl
   return (request, reply) => pool.warm({ kind: "body", request, reply });
 }
 
-const estimated = (o: TokenizeOutcome): Pick<RoutedBody, "promptTokens"> =>
-  !o.complete && o.promptTokens !== undefined ? { promptTokens: o.promptTokens } : {};
+const estimated = (o: TokenizeOutcome): Pick<RoutedBody, "promptTokens" | "newTurnTokens"> => ({
+  ...(!o.complete && o.promptTokens !== undefined ? { promptTokens: o.promptTokens } : {}),
+  ...(!o.complete && o.newTurnTokens !== undefined ? { newTurnTokens: o.newTurnTokens } : {}),
+});
 
 function forwarded(req: BodyRequest, read: BodyRead): Pick<RoutedBody, "body" | "rewritten"> {
   return { body: read.rewritten ?? req.body, rewritten: read.rewritten !== undefined };

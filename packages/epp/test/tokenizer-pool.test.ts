@@ -446,18 +446,20 @@ describe("ext_proc with a tokenization budget", () => {
 describe("ext_proc routing on a settled prefix (the default)", () => {
   const env = eppFor(["--tokenizer-threads", "1", "--tokenize-budget-ms", "600000"], true);
   /** A document of fresh text in lines (the segmenter cuts it at line ends, so its known prefix grows as it is tokenized). */
-  const document = (seed: number) => Array.from({ length: 600 }, (_, i) => freshWords(40, seed * 1000 + i)).join("\n");
+  const document = (seed: number, lines = 600) => Array.from({ length: lines }, (_, i) => freshWords(40, seed * 1000 + i)).join("\n");
   const idsOf = (raw: string) => [...createTokenizeBody(createPreprocessor({ tokenizerDir: TOKENIZER_DIR }))({ body: new TextEncoder().encode(raw) }).tokens];
-  const workers = async () => (await (await fetch(`http://${HOST}:${env.epp.ports.selection}/workers`)).json()) as { worker_id: string; active_blocks: number }[];
+  const workers = async () =>
+    (await (await fetch(`http://${HOST}:${env.epp.ports.selection}/workers`)).json()) as { worker_id: string; active_blocks: number; active_prefill_blocks: number }[];
   /** Stores the prompt's first `blocks` full blocks on a worker, until the index holds them. */
   const hold = async (events: FakeWorkerEvents, worker: string, ids: number[], blocks: number) => {
     const score = async () => ((await (await fetch(`http://${HOST}:${env.epp.ports.selection}/score`, { method: "POST", body: JSON.stringify({ token_ids: ids }) })).json()) as
       { scores: Record<string, Record<string, number>> }).scores[worker]?.["0"];
     await events.storeUntil(ids.slice(0, blocks * 16), async () => (await score()) === blocks);
   };
-  /** A chat worker-a holds whole, and worker-b its first `bBlocks` blocks. */
+  /** A conversation's next turn (a short question after the document and a reply), which worker-a holds whole and worker-b its first `bBlocks` blocks of. */
   const heldChat = async (seed: number, bBlocks: number | "all") => {
-    const raw = JSON.stringify(chatBody("You summarize.", document(seed)));
+    // Within the routing bound (ROUTING_TEXT_CHARS), so that its new turn is routed too.
+    const raw = JSON.stringify(chatBody("You summarize.", document(seed, 400), "Noted.", "And the second paragraph, in one line?"));
     const ids = idsOf(raw);
     const blocks = Math.floor(ids.length / 16);
     await hold(env.events, "worker-a", ids, blocks);
@@ -501,6 +503,11 @@ describe("ext_proc routing on a settled prefix (the default)", () => {
     const r = await route(raw);
     expect(r.endpoint).toBe(A);
     expect({ decided: r.decided, budget: r.budget }).toEqual({ decided: 1, budget: 0 });
+    // Charged for its whole length, but as prefill only its new turn (a few blocks), not the history A holds.
+    const a = (await workers()).find((w) => w.worker_id === "worker-a")!;
+    expect(a.active_blocks).toBeGreaterThan(blocks / 4);
+    expect(a.active_prefill_blocks).toBeGreaterThan(0);
+    expect(a.active_prefill_blocks).toBeLessThanOrEqual(4);
     r.s.end();
     expect((await poolFresh()) - freshBefore).toBeLessThan(blocks * 16 / 2);
   }, 120_000);

@@ -33,6 +33,11 @@ describe("explanation", () => {
     );
   });
 
+  test("an overlap that may reach past the known prefix the pick saw is marked as a lower bound", () => {
+    const a = { ...scored("a", 0, 2, 5, 7), openEnded: true };
+    expect(explanation(picked(a, [a]))).toBe("chosen: worker=a dp_rank=0 overlap=2+/8 predicted_ttft_ms=7.0 cost=5; runner_up: none");
+  });
+
   test("a single candidate has no runner-up", () => {
     const a = scored("a", 0, 1, 5, 7);
     expect(explanation(picked(a, [a]))).toBe("chosen: worker=a dp_rank=0 overlap=1/8 predicted_ttft_ms=7.0 cost=5; runner_up: none");

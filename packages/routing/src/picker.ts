@@ -39,6 +39,12 @@ export type PickRequest = {
    * prefix is matched; the request is charged (load, predicted TTFT, the prefill/decode split) for this length.
    */
   promptTokens?: number;
+  /**
+   * With `promptTokens`: of those, the tokens at the end no worker can hold yet (a chat's turn after its last
+   * reply), estimated. A candidate holding the whole known prefix may hold everything before them (the
+   * conversation so far): its lease counts only them as prefill still to do (Decision.newTurnBlocks).
+   */
+  newTurnTokens?: number;
   /** The tokens' local block hashes in the request's identity, when the caller has them already (the simulation). */
   hashes?: BigUint64Array;
   /** Pod IPs (every endpoint of the pod) or `ip:port` endpoints the request may go to (GAIE subset hint). */
@@ -105,6 +111,8 @@ export type Decision =
       blockSize: number;
       requestBlocks: number;
       promptTokens: number;
+      /** PickRequest.newTurnTokens in blocks (rounded up), when given. */
+      newTurnBlocks?: number;
       /** With `detail`: overlap blocks per worker key, as the index reported them (all workers, not only candidates). */
       scores?: Map<string, number>;
       treeSizes?: Map<string, number>;
@@ -269,6 +277,7 @@ export class Picker {
       blockSize: indexer.blockSize,
       requestBlocks,
       promptTokens,
+      ...(req.newTurnTokens !== undefined ? { newTurnBlocks: Math.ceil(req.newTurnTokens / bs) } : {}),
       ...(req.detail ? list.toMaps() : {}),
       scored,
       prefix,

@@ -40,7 +40,7 @@ function context(o: { quality?: RoutingQuality; pending?: PendingView; temperatu
     picker, load, latency, metrics: NO_METRICS, quality: o.quality, candidates: () => CANDIDATES,
     clock: { now: () => now, after: (_ms, fn) => void timers.push(fn) },
   };
-  const route = (req: { tokens: Uint32Array; promptTokens?: number } = { tokens: TOKENS }) => {
+  const route = (req: { tokens: Uint32Array; promptTokens?: number; newTurnTokens?: number } = { tokens: TOKENS }) => {
     const r = RoutedRequest.route(ctx, req);
     if (r.kind !== "routed") throw new Error(r.reason);
     return r.request;
@@ -110,6 +110,21 @@ describe("a routed request's life", () => {
     expect(both.picker.settles(req)).toBe(false);
     // A choice sampled at a temperature may change with any cost.
     expect(context({ temperature: 0.5 }).picker.settles(req)).toBe(false);
+  });
+
+  test("a pick on a prefix its worker holds whole counts as prefill only the chat's new turn, when its length is known", () => {
+    const prefix = TOKENS.subarray(0, 2 * BLOCK);
+    const charged = (req: { tokens: Uint32Array; promptTokens: number; newTurnTokens?: number }) => {
+      const { load, route } = context();
+      route(req);
+      return load.of(workerKey(A));
+    };
+    // A holds the whole known prefix (2 blocks) of a 100-block prompt whose last turn is ~5 blocks.
+    expect(charged({ tokens: prefix, promptTokens: 100 * BLOCK, newTurnTokens: 5 * BLOCK - 1 })).toMatchObject({ blocks: 100, prefillBlocks: 5 });
+    // Without the turn's length: everything past the known prefix.
+    expect(charged({ tokens: prefix, promptTokens: 100 * BLOCK })).toMatchObject({ blocks: 100, prefillBlocks: 98 });
+    // A worker whose overlap ends inside the known prefix prefills everything past it, whatever the turn.
+    expect(charged({ tokens: TOKENS, promptTokens: 100 * BLOCK, newTurnTokens: 5 * BLOCK })).toMatchObject({ blocks: 100, prefillBlocks: 98 });
   });
 
   test("a response that shows no byte stops counting as prefill at its deadline", () => {

@@ -79,13 +79,13 @@ export class RoutedRequest {
     this.at = chosen.candidate;
     // Both leases carry the prefix: the prefill rank computes those blocks, the decode rank receives them.
     this.lease = ctx.load.acquire(chosen.candidate.key, requestBlocks, this.prefillBlocks, decision.prefix);
-    if (prefill) this.prefillLease = ctx.load.acquire(prefill.candidate.key, requestBlocks, prefillBlocksOf(requestBlocks, prefill.overlap), decision.prefix);
+    if (prefill) this.prefillLease = ctx.load.acquire(prefill.candidate.key, requestBlocks, this.stillToPrefill(prefill), decision.prefix);
     // Where the prefill runs is what the first token waits on.
     const prefilling = (this.prefilling = prefill ?? chosen);
     // A response that is not streamed (or a data plane that buffers it) shows no byte until it ends, so
     // its prefill would count as ahead of every later request for its whole decode: it stops counting
     // at twice its predicted TTFT if no byte came before.
-    if (prefillBlocksOf(requestBlocks, prefilling.overlap) > 0) {
+    if (this.stillToPrefill(prefilling) > 0) {
       const deadline = 2 * prefilling.predictedTtftMs;
       ctx.clock.after?.(prefill ? Math.max(deadline, REMOTE_PREFILL_MIN_DEADLINE_MS) : deadline, () => this.firstByte());
     }
@@ -110,7 +110,19 @@ export class RoutedRequest {
    * until its first byte. None when a prefill rank computes them (disaggregated).
    */
   private get prefillBlocks(): number {
-    return this.decision.pd?.prefill ? 0 : prefillBlocksOf(this.decision.requestBlocks, this.decision.chosen.overlap);
+    return this.decision.pd?.prefill ? 0 : this.stillToPrefill(this.decision.chosen);
+  }
+
+  /**
+   * The blocks `c` prefills for the request: those past its overlap. An open-ended overlap (a pick on a known
+   * prefix that `c` holds whole) may reach as far as the chat's new turn: then only that turn is counted, not
+   * the conversation `c` most likely holds (counted, it would make `c` look busy with a phantom prefill until
+   * the first byte, and steer the conversation's next requests away from it).
+   */
+  private stillToPrefill(c: ScoredCandidate): number {
+    const past = prefillBlocksOf(this.decision.requestBlocks, c.overlap);
+    const turn = this.decision.newTurnBlocks;
+    return c.openEnded && turn !== undefined ? Math.min(past, turn) : past;
   }
 
   /** The prefill rank named in `x-prefiller-host-port`, when disaggregated. */

@@ -33,6 +33,25 @@ export function nextTurnJob(job: Extract<TokenizeJob, { kind: "chat" }>, reply: 
   return { kind: "chat", messages, opts: { ...job.opts, addGenerationPrompt: true, continueFinalMessage: false } };
 }
 
+/** A message's text characters (content parts' texts; tool calls and the template's text left out). */
+export function messageChars(m: ChatMessage): number {
+  if (typeof m.content === "string") return m.content.length;
+  let n = 0;
+  if (Array.isArray(m.content)) for (const p of m.content) n += typeof p.text === "string" ? p.text.length : 0;
+  return n;
+}
+
+/**
+ * A chat's characters after its last assistant message (all of them before a first reply): the turn no worker
+ * can hold yet, unless the same request came before. Undefined for a completion's text, which has no turns.
+ */
+export function newTurnChars(job: TokenizeJob): number | undefined {
+  if (job.kind !== "chat") return undefined;
+  let n = 0;
+  for (let i = job.messages.length - 1; i >= 0 && job.messages[i]!.role !== "assistant"; i--) n += messageChars(job.messages[i]!);
+  return n;
+}
+
 export function encodeJob(pre: Preprocessor, job: TokenizeJob, control?: EncodeControl): Uint32Array {
   if (job.kind === "prompt") return pre.encodeCompletion(job.text, job.opts, control);
   const ids = pre.encodeChat(job.messages, job.opts, control);

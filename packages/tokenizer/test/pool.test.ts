@@ -114,6 +114,16 @@ describe("tokenizer pool", () => {
     // A caller that is never settled waits for the whole.
     const other = lines(200_000, 42);
     expect(await pool.tokenize({ kind: "prompt", text: other }, { decides: () => false })).toMatchObject({ complete: true });
+    // A completion's text has no turns; a chat answered early tells its last turn's length too, estimated.
+    expect(early.newTurnTokens).toBeUndefined();
+    const history = lines(100_000, 44);
+    const turn = lines(20_000, 45);
+    const messages = [{ role: "user", content: history }, { role: "assistant", content: "Noted." }, { role: "user", content: turn }];
+    const chatEarly = await pool.tokenize({ kind: "chat", messages, opts: { addGenerationPrompt: true } }, { decides: (known) => known.length >= 2000 });
+    expect(chatEarly.decided).toBe(true);
+    const turnTokens = createPreprocessor({ tokenizerDir: dir }).encodeCompletion(turn).length;
+    expect(chatEarly.newTurnTokens! / turnTokens).toBeGreaterThan(0.8);
+    expect(chatEarly.newTurnTokens! / turnTokens).toBeLessThan(1.25);
   }, 120_000);
 
   test("a request answered over budget and still tokenizing yields to the next request, and finishes after it", async () => {

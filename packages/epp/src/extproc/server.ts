@@ -493,14 +493,14 @@ class ProcessStream {
 
   /** The pick on the request's tokens (O(blocks)), and its answer. */
   private route(req: RequestState, read: RoutedBody, at: "headers" | "body", bodyEnds: boolean, maybeCut: boolean, started: number): void {
-    const { fields, tokens, promptTokens, body } = read;
+    const { fields, tokens, promptTokens, newTurnTokens, body } = read;
     this.release(req); // answered or handed back in this call: no longer held for a route
     if (fields.cut !== undefined) {
       this.deps.metrics.partialBodies.inc();
       this.deps.log.debug({ bytes: body.length, err: fields.cut }, "BUFFERED_PARTIAL body cut at the buffer limit: routing by load");
     }
     // x-gateway-model-name-rewrite names the model the request runs as (an adapter's identity too).
-    const pick = { model: req.cls.modelRewrite ?? fields.model, cacheSalt: fields.cacheSalt, tokens, promptTokens, subset: req.subset };
+    const pick = { model: req.cls.modelRewrite ?? fields.model, cacheSalt: fields.cacheSalt, tokens, promptTokens, newTurnTokens, subset: req.subset };
     const routing = RoutedRequest.route(this.deps.routing, pick, { explain: req.explain, batched: fields.batchedPrompts !== undefined });
     if (routing.kind === "no_endpoint") {
       this.immediate(503, `no endpoint eligible (${routing.reason})`, routing.reason, "no_endpoint");

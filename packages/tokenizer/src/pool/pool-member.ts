@@ -1,6 +1,6 @@
 // A pool member: a worker thread with its own preprocessor and segment cache, tokenizing one job at a time.
 import { parentPort, workerData } from "node:worker_threads";
-import { encodeJob, nextTurnJob, type PoolJob, type TokenizeJob } from "../job";
+import { encodeJob, newTurnChars, nextTurnJob, type PoolJob, type TokenizeJob } from "../job";
 import { isMediaPart } from "../media";
 import { createPreprocessor } from "../preprocessor";
 import { EncodeStopped, type EncodeControl, type KnownPrefix } from "../segmenter";
@@ -101,7 +101,9 @@ function tokenize(m: ToMember, job: TokenizeJob, t0: number, before: CacheStats)
       if (!telling) return;
       const ids = known.ids.slice();
       const estimatedTokens = ids.length + Math.round(known.unknownChars / charsPerToken);
-      post(...withReading({ type: "known" as const, id: m.id, ids, estimatedMs: (known.unknownChars * usPerChar) / 1000, estimatedTokens }, [ids.buffer as ArrayBuffer]));
+      const turn = newTurnChars(job);
+      const newTurnTokens = turn === undefined ? undefined : Math.round(turn / charsPerToken);
+      post(...withReading({ type: "known" as const, id: m.id, ids, estimatedMs: (known.unknownChars * usPerChar) / 1000, estimatedTokens, newTurnTokens }, [ids.buffer as ArrayBuffer]));
     },
   };
   const ids = encodeJob(pre, job, control);

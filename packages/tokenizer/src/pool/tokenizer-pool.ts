@@ -86,6 +86,8 @@ export type TokenizeOutcome = {
    * for the request is its size, not its known prefix's.
    */
   promptTokens?: number;
+  /** When not complete, of a chat: its last turn's length in tokens, estimated likewise (see newTurnChars). */
+  newTurnTokens?: number;
   /** Tokens that were not in the segment cache (0 on a fallback: not known yet). */
   freshTokens: number;
   /** Tokens found in the cache only because a background warm (a reply's, see warmReply) had put them there. */
@@ -144,8 +146,9 @@ type Pending = {
   cost: number;
   settle?: (o: TokenizeOutcome | Error) => void;
   known?: Uint32Array;
-  /** The whole prompt's length as its member estimated it with `known`. */
+  /** The whole prompt's length as its member estimated it with `known`, and its last turn's. */
   estimatedTokens?: number;
+  newTurnTokens?: number;
   decides?: Decides;
   /** Answered on a prefix `decides` accepted (then stopped). */
   decided?: boolean;
@@ -480,6 +483,7 @@ export class TokenizerPool {
     if (m.type === "known") {
       p.known = m.ids;
       p.estimatedTokens = m.estimatedTokens;
+      p.newTurnTokens = m.newTurnTokens;
       if (p.settle === undefined) return;
       if (this.settledBy(p, m.ids)) this.answerDecided(member, p);
       // Known now what would not finish in budget (or past it already): answer at once with what is known.
@@ -562,6 +566,7 @@ export class TokenizerPool {
     p.settle?.({
       tokens: p.known ?? new Uint32Array(0), complete: false, fallback: cause, freshTokens: 0, warmedTokens: 0, waitMs: (p.dispatched || performance.now()) - p.submitted,
       promptTokens: p.estimatedTokens ?? Math.ceil(jobChars(p.job) / CHARS_PER_TOKEN),
+      ...(p.newTurnTokens !== undefined ? { newTurnTokens: p.newTurnTokens } : {}),
       ...(p.read ? { read: p.read } : {}),
     });
     if (running?.current === p && running.queue.length > 0) this.preemptWarm(running);
@@ -579,6 +584,7 @@ export class TokenizerPool {
     p.settle?.({
       tokens: p.known!, complete: false, decided: true, freshTokens: 0, warmedTokens: 0, waitMs: p.dispatched - p.submitted,
       promptTokens: p.estimatedTokens,
+      ...(p.newTurnTokens !== undefined ? { newTurnTokens: p.newTurnTokens } : {}),
       ...(p.read ? { read: p.read } : {}),
     });
   }
