@@ -229,11 +229,12 @@ export class Picker {
     });
     if (d.kind === "none") return { kind: "no_endpoint", reason: d.reason };
     const knownBlocks = Math.floor(req.tokens.length / bs);
+    // A known prefix without a full block (a fallback) says nothing of what a candidate holds: not open-ended.
     const prefixOnly = promptTokens > req.tokens.length;
     const scoredOf = (s: { candidate: Known; cost: number }): ScoredCandidate => ({
       candidate: s.candidate.ref,
       overlap: overlapOf(s.candidate),
-      openEnded: prefixOnly && overlapOf(s.candidate) >= knownBlocks,
+      openEnded: prefixOnly && knownBlocks > 0 && overlapOf(s.candidate) >= knownBlocks,
       pendingOverlap: s.candidate.pendingOverlap ?? 0,
       cost: s.cost,
       waiting: s.candidate.waiting,

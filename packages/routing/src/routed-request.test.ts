@@ -94,6 +94,9 @@ describe("a routed request's life", () => {
     const d = alone.picker.pick(req);
     expect(d.kind === "picked" && d.chosen).toMatchObject({ overlap: 2, openEnded: true });
     expect(d.kind === "picked" && d.scored.find((s) => s.candidate.key === workerKey(B))).toMatchObject({ overlap: 0, openEnded: false });
+    // A known prefix without a full block tells nothing of what a candidate holds.
+    const blockless = alone.picker.pick({ model: "m", tokens: TOKENS.subarray(0, BLOCK - 1), promptTokens: 100 * BLOCK });
+    expect(blockless.kind === "picked" && blockless.scored.some((s) => s.openEnded)).toBe(false);
     // The whole prompt known: nothing is open-ended.
     const whole = alone.picker.pick({ model: "m", tokens: TOKENS });
     expect(whole.kind === "picked" && whole.chosen.openEnded).toBe(false);
