@@ -10,7 +10,7 @@ export type LoadEntry = {
   readonly workerKey: string;
   /** The request's blocks: what it adds to the worker's decode load. */
   readonly blocks: number;
-  /** Blocks still to prefill (request blocks - overlap); 0 once the first response byte came back. */
+  /** Blocks still to prefill (request blocks - overlap, see RoutedRequest); 0 once the first response byte came back. */
   prefillBlocks: number;
 };
 

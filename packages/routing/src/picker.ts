@@ -111,7 +111,7 @@ export type Decision =
       blockSize: number;
       requestBlocks: number;
       promptTokens: number;
-      /** PickRequest.newTurnTokens in blocks (rounded up), when given. */
+      /** PickRequest.newTurnTokens in blocks (rounded up, at least one), when given. */
       newTurnBlocks?: number;
       /** With `detail`: overlap blocks per worker key, as the index reported them (all workers, not only candidates). */
       scores?: Map<string, number>;
@@ -278,7 +278,8 @@ export class Picker {
       blockSize: indexer.blockSize,
       requestBlocks,
       promptTokens,
-      ...(req.newTurnTokens !== undefined ? { newTurnBlocks: Math.ceil(req.newTurnTokens / bs) } : {}),
+      // At least a block: the last one is computed whatever is cached (vLLM's last-token rule).
+      ...(req.newTurnTokens !== undefined ? { newTurnBlocks: Math.max(1, Math.ceil(req.newTurnTokens / bs)) } : {}),
       ...(req.detail ? list.toMaps() : {}),
       scored,
       prefix,

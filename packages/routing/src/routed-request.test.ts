@@ -128,6 +128,15 @@ describe("a routed request's life", () => {
     expect(charged({ tokens: prefix, promptTokens: 100 * BLOCK })).toMatchObject({ blocks: 100, prefillBlocks: 98 });
     // A worker whose overlap ends inside the known prefix prefills everything past it, whatever the turn.
     expect(charged({ tokens: TOKENS, promptTokens: 100 * BLOCK, newTurnTokens: 5 * BLOCK })).toMatchObject({ blocks: 100, prefillBlocks: 98 });
+    // A turn of no tokens still computes its last block.
+    expect(charged({ tokens: prefix, promptTokens: 100 * BLOCK, newTurnTokens: 0 })).toMatchObject({ prefillBlocks: 1 });
+    // Both hold the known prefix (a fallback on a short one): nothing says A holds the rest, all of it counts.
+    const { load, route } = context({ pending: { overlapsInto: (_keys, out) => {
+      out.clear();
+      out.set(workerKey(B), 2);
+    } } });
+    const r = route({ tokens: prefix, promptTokens: 100 * BLOCK, newTurnTokens: 5 * BLOCK });
+    expect(load.of(r.candidate.key)).toMatchObject({ blocks: 100, prefillBlocks: 98 });
   });
 
   test("a response that shows no byte stops counting as prefill at its deadline", () => {
@@ -145,7 +154,8 @@ describe("a routed request's life", () => {
     expect(load.of(workerKey(A)).requests).toBe(1);
     expect(r.servedBy("10.0.0.2:8000")).toBe("moved");
     expect(load.of(workerKey(A)).requests).toBe(0);
-    expect(load.of(workerKey(B))).toEqual({ requests: 1, blocks: 4, prefillBlocks: 2, prefillRequests: 1 });
+    // B holds none of the prompt (A held two blocks): all four are its prefill.
+    expect(load.of(workerKey(B))).toEqual({ requests: 1, blocks: 4, prefillBlocks: 4, prefillRequests: 1 });
     expect(r.servedBy("10.0.0.2:8000")).toBeUndefined();
     r.end();
     expect(load.inflight).toBe(0);

@@ -79,13 +79,13 @@ export class RoutedRequest {
     this.at = chosen.candidate;
     // Both leases carry the prefix: the prefill rank computes those blocks, the decode rank receives them.
     this.lease = ctx.load.acquire(chosen.candidate.key, requestBlocks, this.prefillBlocks, decision.prefix);
-    if (prefill) this.prefillLease = ctx.load.acquire(prefill.candidate.key, requestBlocks, this.stillToPrefill(prefill), decision.prefix);
+    if (prefill) this.prefillLease = ctx.load.acquire(prefill.candidate.key, requestBlocks, prefillBlocksOf(requestBlocks, prefill.overlap), decision.prefix);
     // Where the prefill runs is what the first token waits on.
     const prefilling = (this.prefilling = prefill ?? chosen);
     // A response that is not streamed (or a data plane that buffers it) shows no byte until it ends, so
     // its prefill would count as ahead of every later request for its whole decode: it stops counting
     // at twice its predicted TTFT if no byte came before.
-    if (this.stillToPrefill(prefilling) > 0) {
+    if ((prefill ? prefillBlocksOf(requestBlocks, prefill.overlap) : this.prefillBlocks) > 0) {
       const deadline = 2 * prefilling.predictedTtftMs;
       ctx.clock.after?.(prefill ? Math.max(deadline, REMOTE_PREFILL_MIN_DEADLINE_MS) : deadline, () => this.firstByte());
     }
@@ -106,23 +106,26 @@ export class RoutedRequest {
   }
 
   /**
-   * The blocks the destination still prefills (request blocks - overlap): what its lease counts as ahead
-   * until its first byte. None when a prefill rank computes them (disaggregated).
+   * The blocks the destination still prefills (request blocks - overlap, see stillToPrefill): what its lease
+   * counts as ahead until its first byte. None when a prefill rank computes them (disaggregated).
    */
   private get prefillBlocks(): number {
     return this.decision.pd?.prefill ? 0 : this.stillToPrefill(this.decision.chosen);
   }
 
   /**
-   * The blocks `c` prefills for the request: those past its overlap. An open-ended overlap (a pick on a known
-   * prefix that `c` holds whole) may reach as far as the chat's new turn: then only that turn is counted, not
-   * the conversation `c` most likely holds (counted, it would make `c` look busy with a phantom prefill until
-   * the first byte, and steer the conversation's next requests away from it).
+   * The blocks `c` prefills for the request: those past its overlap. Where `c` alone holds the whole known prefix
+   * the pick was made on (Picker.settles' second rule), it most likely holds the conversation up to its new turn:
+   * then only that turn is counted (Decision.newTurnBlocks), not a history that would make `c` look busy with a
+   * phantom prefill until its first byte, steering the conversation's next requests away. Where several hold the
+   * prefix (a fallback on a short one: a system prompt), nothing says which holds the rest: all of it counts.
    */
   private stillToPrefill(c: ScoredCandidate): number {
     const past = prefillBlocksOf(this.decision.requestBlocks, c.overlap);
     const turn = this.decision.newTurnBlocks;
-    return c.openEnded && turn !== undefined ? Math.min(past, turn) : past;
+    if (!c.openEnded || turn === undefined) return past;
+    const holders = this.decision.scored.reduce((n, s) => n + (s.openEnded ? 1 : 0), 0);
+    return holders === 1 ? Math.min(past, turn) : past;
   }
 
   /** The prefill rank named in `x-prefiller-host-port`, when disaggregated. */
@@ -177,12 +180,14 @@ export class RoutedRequest {
       this.ctx.metrics.servedElsewhere("unknown_endpoint");
       return "unknown_endpoint";
     }
+    // Its prefill as far as it got, as much as that rank holds of the prompt (all of it, unscored).
+    const scored = this.decision.scored.find((s) => s.candidate.key === next.key);
+    const prefill = this.prefilled || this.decision.pd?.prefill ? 0 : scored ? this.stillToPrefill(scored) : this.decision.requestBlocks;
     this.lease.release();
-    this.lease = this.ctx.load.acquire(next.key, this.decision.requestBlocks, this.prefilled ? 0 : this.prefillBlocks, this.decision.prefix);
+    this.lease = this.ctx.load.acquire(next.key, this.decision.requestBlocks, prefill, this.decision.prefix);
     this.at = next;
     // The response tells about the rank that served it: compared with what was predicted for that one
     // (disaggregated, the prefill rank's prediction stands: the decode rank did not prefill).
-    const scored = this.decision.scored.find((s) => s.candidate.key === next.key);
     if (!this.prefillLease) this.watch?.servedBy(scored && predictionOf(this.decision, scored));
     this.ctx.metrics.servedElsewhere("moved");
     return "moved";

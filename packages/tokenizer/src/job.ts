@@ -5,6 +5,7 @@ import type { EncodeControl } from "./segmenter";
 import { keepsTail } from "./truncation";
 import type { ChatMessage, ChatOptions, CompletionOptions, Preprocessor } from "./types";
 import type { BodyRequest } from "./request/read-body";
+import { messageChars } from "./request/routing-job";
 
 /** A completion's text, or a chat (rendered with the model's template). */
 export type TokenizeJob =
@@ -33,22 +34,20 @@ export function nextTurnJob(job: Extract<TokenizeJob, { kind: "chat" }>, reply: 
   return { kind: "chat", messages, opts: { ...job.opts, addGenerationPrompt: true, continueFinalMessage: false } };
 }
 
-/** A message's text characters (content parts' texts; tool calls and the template's text left out). */
-export function messageChars(m: ChatMessage): number {
-  if (typeof m.content === "string") return m.content.length;
-  let n = 0;
-  if (Array.isArray(m.content)) for (const p of m.content) n += typeof p.text === "string" ? p.text.length : 0;
-  return n;
-}
-
 /**
- * A chat's characters after its last assistant message (all of them before a first reply): the turn no worker
- * can hold yet, unless the same request came before. Undefined for a completion's text, which has no turns.
+ * A chat's characters from its last reply on (that reply and the turn after it; all of them before a first reply):
+ * what the worker that served the conversation most likely does not hold yet. Its cache ends where the reply starts:
+ * a template renders an earlier reply otherwise than the model generated it (Qwen3 drops its thinking). A final
+ * assistant message (continue_final_message) belongs to the turn. Undefined for a completion's text.
  */
 export function newTurnChars(job: TokenizeJob): number | undefined {
   if (job.kind !== "chat") return undefined;
+  const ms = job.messages;
+  let i = ms.length - 1;
+  while (i >= 0 && ms[i]!.role === "assistant") i--;
+  while (i >= 0 && ms[i]!.role !== "assistant") i--;
   let n = 0;
-  for (let i = job.messages.length - 1; i >= 0 && job.messages[i]!.role !== "assistant"; i--) n += messageChars(job.messages[i]!);
+  for (let k = Math.max(i, 0); k < ms.length; k++) n += messageChars(ms[k]!);
   return n;
 }
 

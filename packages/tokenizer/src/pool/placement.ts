@@ -2,7 +2,7 @@
 // member that tokenized its earlier turns: elsewhere every section is fresh. Measured on the agentic workload
 // (sessions to ~100k tokens), a turn sent to an idle stranger instead of its busy home re-tokenized the whole
 // conversation to save a wait of a few milliseconds, and the next turn then missed on both members.
-import { messageChars, type PoolJob } from "../job";
+import type { PoolJob } from "../job";
 import { ROUTING_TEXT_CHARS } from "../request/routing-job";
 
 /** How a request was placed: on the member holding its conversation, moved off it, or a conversation not seen. */
@@ -107,7 +107,13 @@ export function jobChars(job: PoolJob): number {
       return job.request.body.byteLength;
     case "prompt":
       return job.text.length;
-    case "chat":
-      return job.messages.reduce((n, m) => n + messageChars(m), 0);
+    case "chat": {
+      let n = 0;
+      for (const m of job.messages) {
+        if (typeof m.content === "string") n += m.content.length;
+        else if (Array.isArray(m.content)) for (const p of m.content) n += typeof p.text === "string" ? p.text.length : 0;
+      }
+      return n;
+    }
   }
 }

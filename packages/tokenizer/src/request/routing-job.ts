@@ -94,6 +94,18 @@ function routingMessages(messages: ChatMessage[], budget: number): ChatMessage[]
   return messages;
 }
 
+/**
+ * What a message counts against the bound: its content's text (or, for a part of another kind, its JSON) and the
+ * JSON of its other fields.
+ */
+export function messageChars(m: ChatMessage): number {
+  const c = m.content;
+  let n = otherFieldsChars(m);
+  if (typeof c === "string") n += c.length;
+  else if (Array.isArray(c)) for (const p of c as RequestPart[]) n += partChars(p);
+  return n;
+}
+
 /** The JSON length of a message's fields other than its role and content (a few bytes for most messages). */
 function otherFieldsChars(m: ChatMessage): number {
   let n = 0;

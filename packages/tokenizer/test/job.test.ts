@@ -1,0 +1,29 @@
+import { describe, expect, test } from "bun:test";
+import { newTurnChars, type TokenizeJob } from "../src/job";
+import type { ChatMessage } from "../src/types";
+
+const chat = (...messages: ChatMessage[]): TokenizeJob => ({ kind: "chat", messages, opts: { addGenerationPrompt: true } });
+const m = (role: string, content: ChatMessage["content"]): ChatMessage => ({ role, content });
+
+describe("a chat's new turn (what the worker that served it most likely does not hold)", () => {
+  test("from the last reply on: that reply (a template renders it otherwise than it was generated) and what follows", () => {
+    expect(newTurnChars(chat(m("system", "s".repeat(10)), m("user", "u".repeat(100)), m("assistant", "a".repeat(20)), m("user", "q".repeat(5))))).toBe(25);
+    // Tool results after the reply belong to the turn too.
+    expect(newTurnChars(chat(m("user", "u".repeat(100)), m("assistant", "a".repeat(20)), m("tool", "t".repeat(7)), m("user", "q".repeat(5))))).toBe(32);
+  });
+
+  test("before a first reply, all of it", () => {
+    expect(newTurnChars(chat(m("system", "s".repeat(10)), m("user", "u".repeat(100))))).toBe(110);
+  });
+
+  test("a final assistant message being continued (continue_final_message) belongs to the turn, with the reply before it", () => {
+    expect(newTurnChars(chat(m("user", "u".repeat(100)), m("assistant", "a".repeat(20)), m("user", "q".repeat(5)), m("assistant", "p".repeat(3))))).toBe(28);
+    expect(newTurnChars(chat(m("user", "u".repeat(100)), m("assistant", "p".repeat(3))))).toBe(103);
+  });
+
+  test("content parts count their text (bare strings too); a completion's text has no turns", () => {
+    const parts = [{ type: "text", text: "x".repeat(8) }, "y".repeat(4)] as unknown as ChatMessage["content"];
+    expect(newTurnChars(chat(m("assistant", "a"), m("user", parts)))).toBe(1 + 9 + 5);
+    expect(newTurnChars({ kind: "prompt", text: "hello" })).toBeUndefined();
+  });
+});
