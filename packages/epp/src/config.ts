@@ -86,7 +86,7 @@ export type EppConfig = {
   /** Nice value of the tokenizer pool's threads (below the decision thread's). */
   tokenizerNice: number;
   tokenizeBudgetMs: number;
-  /** Route a long text as soon as its known prefix settles the match (Picker.settles), not once it is all tokenized. */
+  /** Route a long text as soon as its known prefix settles the pick (Picker.settles), not once it is all tokenized. */
   routeOnSettledPrefix: boolean;
   workers:
     | { mode: "static"; list: StaticWorker[] }

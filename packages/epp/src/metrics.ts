@@ -35,7 +35,7 @@ export function createMetrics() {
     }),
     cachedTokensError: new Histogram({
       name: "dynamo_epp_cached_tokens_prediction_error",
-      help: "predicted minus actual cached prompt tokens per routed request (actual: the response's usage.prompt_tokens_details.cached_tokens; 0 when a prediction made on a known prefix the worker holds whole found at least that)",
+      help: "predicted minus actual cached prompt tokens per routed request (actual: the response's usage.prompt_tokens_details.cached_tokens; a prediction made on a known prefix the worker holds whole is a lower bound, below 0 there no misprediction)",
       buckets: [-16384, -4096, -1024, -256, -64, -16, 0, 16, 64, 256, 1024, 4096, 16384],
       registers: [registry],
     }),

@@ -40,8 +40,8 @@ export type PickRequest = {
    */
   promptTokens?: number;
   /**
-   * With `promptTokens`: of those, the tokens at the end no worker can hold yet (a chat's turn after its last
-   * reply), estimated. A candidate holding the whole known prefix may hold everything before them (the
+   * With `promptTokens`: of those, the tokens at the end no worker holds yet, most likely (a chat's turn from its
+   * last reply on, see newTurnChars), estimated. A candidate holding the whole known prefix may hold everything before them (the
    * conversation so far): its lease counts only them as prefill still to do (Decision.newTurnBlocks).
    */
   newTurnTokens?: number;

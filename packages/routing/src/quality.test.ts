@@ -97,13 +97,13 @@ describe("a prediction made on a known prefix the worker holds whole (a lower bo
   const bound: Prediction = { ...P, lowerBound: true };
   const usage = (cached: number) => [`data: {"choices":[],"usage":{"prompt_tokens":100,"prompt_tokens_details":{"cached_tokens":${cached}}}}\n\n`];
 
-  test("finding more cached than predicted is no error; finding less is, as for any prediction", () => {
+  test("finding more cached than predicted is no misprediction (its error still counts); finding less is, as for any prediction", () => {
     const q = new RoutingQuality(NO_METRICS);
     run(q, usage(96), "text/event-stream", bound);
     run(q, usage(64), "text/event-stream", bound);
-    expect(q.accuracy(P.workerKey)).toMatchObject({ samples: 2, mispredicted: 0, meanAbsErrorTokens: 0 });
+    expect(q.accuracy(P.workerKey)).toMatchObject({ samples: 2, mispredicted: 0, meanAbsErrorTokens: 16 });
     run(q, usage(32), "text/event-stream", bound);
-    expect(q.accuracy(P.workerKey)).toMatchObject({ samples: 3, mispredicted: 1, meanAbsErrorTokens: 32 / 3 });
+    expect(q.accuracy(P.workerKey)).toMatchObject({ samples: 3, mispredicted: 1, meanAbsErrorTokens: 64 / 3 });
     // The same response against an exact prediction is off by two blocks.
     run(q, usage(96));
     expect(q.accuracy(P.workerKey)).toMatchObject({ samples: 4, mispredicted: 2 });

@@ -16,7 +16,7 @@ export type Prediction = {
   predictedCachedTokens: number;
   /**
    * The pick saw only a known prefix of the prompt and the worker holds all of it (ScoredCandidate.openEnded):
-   * it may find more cached than predicted, which is then no error of the index.
+   * it may find more cached than predicted, which is then no misprediction.
    */
   lowerBound: boolean;
   /** Prompt tokens the prediction was made for (the uncached part sets the prefill). */
@@ -136,9 +136,9 @@ export class RoutingQuality {
     // reports the details.
     else if (!this.detailed.has(p.workerKey)) return;
     const cached = actual === "none" ? 0 : actual;
+    const error = p.predictedCachedTokens - cached;
     // A lower bound found (or passed) is what it predicted: only finding less tells of the index drifting.
-    const error = p.lowerBound && cached >= p.predictedCachedTokens ? 0 : p.predictedCachedTokens - cached;
-    const mispredicted = Math.abs(error) > p.blockSize;
+    const mispredicted = p.lowerBound ? error > p.blockSize : Math.abs(error) > p.blockSize;
     this.metrics.cachedTokens(p, error, mispredicted);
     ring(this.samples, p.workerKey).push({ absError: Math.abs(error), mispredicted });
   }

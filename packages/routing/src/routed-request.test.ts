@@ -83,6 +83,13 @@ describe("a routed request's life", () => {
     expect(settles(TOKENS.subarray(0, BLOCK - 1))).toBe(false);
     // In another identity (a cache salt) the blocks are other blocks: nothing held.
     expect(settles(TOKENS.subarray(0, 2 * BLOCK), "tenant")).toBe(true);
+    // A request in flight on B with the whole prompt keeps it open (B, loaded, is not chosen: it may still win).
+    const inFlight = context({ pending: { overlapsInto: (_keys, out) => {
+      out.clear();
+      out.set(workerKey(B), 4);
+    } } });
+    inFlight.load.acquire(workerKey(B), 400);
+    expect(inFlight.picker.settles({ model: "m", tokens: TOKENS, promptTokens: 100 * BLOCK })).toBe(false);
   });
 
   test("a prefix every full block of which is held settles only when the one candidate holding it all is chosen outright", () => {

@@ -115,10 +115,11 @@ export class RoutedRequest {
 
   /**
    * The blocks `c` prefills for the request: those past its overlap. Where `c` alone holds the whole known prefix
-   * the pick was made on (Picker.settles' second rule), it most likely holds the conversation up to its new turn:
-   * then only that turn is counted (Decision.newTurnBlocks), not a history that would make `c` look busy with a
-   * phantom prefill until its first byte, steering the conversation's next requests away. Where several hold the
-   * prefix (a fallback on a short one: a system prompt), nothing says which holds the rest: all of it counts.
+   * the pick was made on (Picker.settles' second rule, or a fallback's), it most likely holds the conversation up
+   * to its new turn: then only that turn is counted (Decision.newTurnBlocks), not a history that would make `c`
+   * look busy with a phantom prefill until its first byte, steering the conversation's next requests away. Where
+   * several hold the prefix (a fallback on a short one: a system prompt), nothing says which holds the rest: all
+   * of it counts.
    */
   private stillToPrefill(c: ScoredCandidate): number {
     const past = prefillBlocksOf(this.decision.requestBlocks, c.overlap);

@@ -10,8 +10,11 @@ import { messageChars } from "./request/routing-job";
 /** A completion's text, or a chat (rendered with the model's template). */
 export type TokenizeJob =
   | { kind: "prompt"; text: string; opts?: CompletionOptions }
-  /** `cutAtMedia`: the ids stop before the first media part (what a router can match; see media.ts). */
-  | { kind: "chat"; messages: ChatMessage[]; opts: ChatOptions; cutAtMedia?: boolean };
+  /**
+   * `cutAtMedia`: the ids stop before the first media part (what a router can match; see media.ts). `cutAtBound`:
+   * the messages stop at the routing bound (routing-job.ts), so the request's new turn lies past them.
+   */
+  | { kind: "chat"; messages: ChatMessage[]; opts: ChatOptions; cutAtMedia?: boolean; cutAtBound?: boolean };
 
 /**
  * A request body as received, for the tokenizer pool: its member reads it (readBody) and tokenizes what it
@@ -38,10 +41,11 @@ export function nextTurnJob(job: Extract<TokenizeJob, { kind: "chat" }>, reply: 
  * A chat's characters from its last reply on (that reply and the turn after it; all of them before a first reply):
  * what the worker that served the conversation most likely does not hold yet. Its cache ends where the reply starts:
  * a template renders an earlier reply otherwise than the model generated it (Qwen3 drops its thinking). A final
- * assistant message (continue_final_message) belongs to the turn. Undefined for a completion's text.
+ * assistant message (continue_final_message) belongs to the turn. Undefined for a completion's text, and for a
+ * chat cut at the routing bound (its new turn is not among the messages routed).
  */
 export function newTurnChars(job: TokenizeJob): number | undefined {
-  if (job.kind !== "chat") return undefined;
+  if (job.kind !== "chat" || job.cutAtBound) return undefined;
   const ms = job.messages;
   let i = ms.length - 1;
   while (i >= 0 && ms[i]!.role === "assistant") i--;

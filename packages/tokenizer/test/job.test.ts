@@ -1,5 +1,7 @@
 import { describe, expect, test } from "bun:test";
 import { newTurnChars, type TokenizeJob } from "../src/job";
+import type { RoutedInput } from "../src/request/openai-body";
+import { ROUTING_TEXT_CHARS, routingJob } from "../src/request/routing-job";
 import type { ChatMessage } from "../src/types";
 
 const chat = (...messages: ChatMessage[]): TokenizeJob => ({ kind: "chat", messages, opts: { addGenerationPrompt: true } });
@@ -19,6 +21,15 @@ describe("a chat's new turn (what the worker that served it most likely does not
   test("a final assistant message being continued (continue_final_message) belongs to the turn, with the reply before it", () => {
     expect(newTurnChars(chat(m("user", "u".repeat(100)), m("assistant", "a".repeat(20)), m("user", "q".repeat(5)), m("assistant", "p".repeat(3))))).toBe(28);
     expect(newTurnChars(chat(m("user", "u".repeat(100)), m("assistant", "p".repeat(3))))).toBe(103);
+  });
+
+  test("a chat cut at the routing bound has no new turn among its routed messages", () => {
+    const cut: TokenizeJob = { kind: "chat", messages: [m("user", "u".repeat(100))], opts: {}, cutAtBound: true };
+    expect(newTurnChars(cut)).toBeUndefined();
+    const routed = routingJob({ kind: "chat", messages: [m("user", "u".repeat(ROUTING_TEXT_CHARS + 10)), m("assistant", "a"), m("user", "q")] } as RoutedInput);
+    expect(routed).toMatchObject({ kind: "chat", cutAtBound: true });
+    const whole = routingJob({ kind: "chat", messages: [m("user", "u".repeat(100)), m("assistant", "a"), m("user", "q")] } as RoutedInput);
+    expect(newTurnChars(whole as TokenizeJob)).toBe(2);
   });
 
   test("content parts count their text (bare strings too); a completion's text has no turns", () => {

@@ -40,7 +40,7 @@ export type ExtProcDeps = {
   routing: RoutingContext;
   /** Reads and tokenizes a request body: in the tokenizer pool, or on this thread without one (tokens.ts). */
   tokenizeBody: TokenizeBody;
-  /** Answer a long text as soon as its known prefix settles the match (its member stops there). */
+  /** Answer a long text as soon as its known prefix settles the pick (its member stops there). */
   routeOnSettledPrefix?: boolean;
   metrics: Metrics;
   log: Logger;
@@ -468,7 +468,7 @@ class ProcessStream {
     const rewriteModel = at === "body" && !maybeCut ? req.cls.modelRewrite : undefined;
     let read: RoutedBody | Promise<RoutedBody>;
     try {
-      // A long text is answered as soon as its known prefix settles the match (the rest is not tokenized).
+      // A long text is answered as soon as its known prefix settles the pick (the rest is not tokenized).
       const picker = this.deps.routing.picker;
       const settles: Settles | undefined = this.deps.routeOnSettledPrefix
         ? (fields, tokens, promptTokens) =>

@@ -84,6 +84,7 @@ function tokenize(m: ToMember, job: TokenizeJob, t0: number, before: CacheStats)
   let unknownChars = -1;
   let telling = false;
   let firstKnown = 0;
+  const turnChars = newTurnChars(job);
   const control: EncodeControl = {
     shouldStop: () => Atomics.load(cancel, 0) === m.id,
     warm: m.discard,
@@ -101,8 +102,7 @@ function tokenize(m: ToMember, job: TokenizeJob, t0: number, before: CacheStats)
       if (!telling) return;
       const ids = known.ids.slice();
       const estimatedTokens = ids.length + Math.round(known.unknownChars / charsPerToken);
-      const turn = newTurnChars(job);
-      const newTurnTokens = turn === undefined ? undefined : Math.round(turn / charsPerToken);
+      const newTurnTokens = turnChars === undefined ? undefined : Math.round(turnChars / charsPerToken);
       post(...withReading({ type: "known" as const, id: m.id, ids, estimatedMs: (known.unknownChars * usPerChar) / 1000, estimatedTokens, newTurnTokens }, [ids.buffer as ArrayBuffer]));
     },
   };

@@ -44,7 +44,7 @@ export function routingJob(input: RoutedInput): TokenizeJob | Uint32Array {
         truncatePromptTokens: input.truncatePromptTokens,
         truncationSide: input.truncationSide,
       };
-      return { kind: "chat", messages, opts, cutAtMedia: true };
+      return { kind: "chat", messages, opts, cutAtMedia: true, ...(messages !== input.messages ? { cutAtBound: true } : {}) };
     }
   }
 }

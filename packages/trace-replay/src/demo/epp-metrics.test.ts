@@ -112,7 +112,7 @@ describe("EPP fresh tokens per pick", () => {
     const scrape = { ...base, tokenization: { fresh, warmedTokens, fallbacks, decided } };
     expect(freshTokensText("epp-a", scrape)).toStartWith("epp-a: mean 200 with reply warming, 500 without (p50 ~64, p99 ~");
     expect(freshTokensText("epp-a", scrape)).toEndWith(
-      "4 picks tokenized in full; 5 routed once their known prefix settled the match; 3 more routed on their known prefix, over the tokenization budget)");
+      "4 picks tokenized in full; 5 routed once their known prefix settled the pick; 3 more routed on their known prefix, over the tokenization budget)");
   });
 
   test("a replica without tokenization in a pool says so", () => {

@@ -54,7 +54,7 @@ export function freshTokensText(name: string, s: EppScrape): string {
   const t = s.tokenization;
   if (!t || t.fresh.count + t.fallbacks + t.decided === 0) return `${name}: no pick tokenized in the pool`;
   const n = t.fresh.count;
-  const settled = t.decided > 0 ? `; ${t.decided} routed once their known prefix settled the match` : "";
+  const settled = t.decided > 0 ? `; ${t.decided} routed once their known prefix settled the pick` : "";
   const over = `${settled}${t.fallbacks > 0 ? `; ${t.fallbacks} more routed on their known prefix, over the tokenization budget` : ""}`;
   if (n === 0) return `${name}: no pick tokenized in full${over}`;
   const q = (x: number) => Math.round(histogramQuantile(t.fresh, x));
@@ -94,7 +94,8 @@ export function routingQualityText(s: DemoStats): string {
       `mean error ${mean}, ${total(q.mispredictions)} mispredicted, ${ttfts} TTFTs observed, ${q.releasedWithoutResponseBody} released without a response body`
     );
   });
-  return `${parts.join("; ") || "not scraped"} (error: predicted - reported cached tokens, dynamo_epp_cached_tokens_prediction_error; mispredicted: off by more than one block)`;
+  return `${parts.join("; ") || "not scraped"} (error: predicted - reported cached tokens, dynamo_epp_cached_tokens_prediction_error; mispredicted: off by more than one block, ` +
+    `or under by more than one for a pick on a known prefix its worker held whole, which predicts at least)`;
 }
 
 /** Cached tokens the replicas predicted for the responses they scored, next to what the workers reported for them. */
