@@ -110,7 +110,10 @@ export function predictedCachedText(s: DemoStats): string {
     reported += s.usageByEpp.get(name)?.cachedTokens ?? 0;
   }
   if (scoredN === 0) return "no response scored";
-  return `EPPs predicted ${Math.round(reported + errorSum)} cached tokens, workers reported ${reported}, over the ${scoredN} responses the EPPs scored (${signed(errorSum / scoredN)} tokens per response)`;
+  return (
+    `EPPs predicted ${Math.round(reported + errorSum)} cached tokens, workers reported ${reported}, over the ${scoredN} responses the EPPs scored ` +
+    `(${signed(errorSum / scoredN)} tokens per response; a pick on a known prefix its worker held whole predicts only that prefix)`
+  );
 }
 
 /** Per worker, over every replica: mispredictions of the scored responses, TTFT the EPPs observed beside the client's. */
