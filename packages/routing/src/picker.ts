@@ -41,8 +41,9 @@ export type PickRequest = {
   promptTokens?: number;
   /**
    * With `promptTokens`: of those, the tokens at the end no worker holds yet, most likely (a chat's turn from its
-   * last reply on, see newTurnChars), estimated. A candidate holding the whole known prefix may hold everything before them (the
-   * conversation so far): its lease counts only them as prefill still to do (Decision.newTurnBlocks).
+   * last reply on, see newTurnChars), estimated. A candidate alone holding the whole known prefix may hold
+   * everything before them (the conversation so far): its lease counts only them as prefill still to do
+   * (Decision.newTurnBlocks).
    */
   newTurnTokens?: number;
   /** The tokens' local block hashes in the request's identity, when the caller has them already (the simulation). */
