@@ -100,10 +100,8 @@ export function createPoolWarm(pool: TokenizerPool): (request: BodyRequest, repl
   return (request, reply) => pool.warm({ kind: "body", request, reply });
 }
 
-const estimated = (o: TokenizeOutcome): Pick<RoutedBody, "promptTokens" | "newTurnTokens"> => ({
-  ...(!o.complete && o.promptTokens !== undefined ? { promptTokens: o.promptTokens } : {}),
-  ...(!o.complete && o.newTurnTokens !== undefined ? { newTurnTokens: o.newTurnTokens } : {}),
-});
+const estimated = (o: TokenizeOutcome): Pick<RoutedBody, "promptTokens" | "newTurnTokens"> =>
+  o.complete ? {} : { promptTokens: o.promptTokens, newTurnTokens: o.newTurnTokens };
 
 function forwarded(req: BodyRequest, read: BodyRead): Pick<RoutedBody, "body" | "rewritten"> {
   return { body: read.rewritten ?? req.body, rewritten: read.rewritten !== undefined };

@@ -77,15 +77,16 @@ export class RoutedRequest {
     const { chosen, requestBlocks } = decision;
     const prefill = decision.pd?.prefill?.chosen;
     this.at = chosen.candidate;
+    // Where the prefill runs is what the first token waits on: those blocks count as ahead there.
+    const prefilling = (this.prefilling = prefill ?? chosen);
+    const ahead = prefill ? prefillBlocksOf(requestBlocks, prefill.overlap) : this.prefillBlocks;
     // Both leases carry the prefix: the prefill rank computes those blocks, the decode rank receives them.
     this.lease = ctx.load.acquire(chosen.candidate.key, requestBlocks, this.prefillBlocks, decision.prefix);
-    if (prefill) this.prefillLease = ctx.load.acquire(prefill.candidate.key, requestBlocks, prefillBlocksOf(requestBlocks, prefill.overlap), decision.prefix);
-    // Where the prefill runs is what the first token waits on.
-    const prefilling = (this.prefilling = prefill ?? chosen);
+    if (prefill) this.prefillLease = ctx.load.acquire(prefill.candidate.key, requestBlocks, ahead, decision.prefix);
     // A response that is not streamed (or a data plane that buffers it) shows no byte until it ends, so
     // its prefill would count as ahead of every later request for its whole decode: it stops counting
     // at twice its predicted TTFT if no byte came before.
-    if ((prefill ? prefillBlocksOf(requestBlocks, prefill.overlap) : this.prefillBlocks) > 0) {
+    if (ahead > 0) {
       const deadline = 2 * prefilling.predictedTtftMs;
       ctx.clock.after?.(prefill ? Math.max(deadline, REMOTE_PREFILL_MIN_DEADLINE_MS) : deadline, () => this.firstByte());
     }

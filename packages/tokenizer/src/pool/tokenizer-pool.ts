@@ -566,7 +566,7 @@ export class TokenizerPool {
     p.settle?.({
       tokens: p.known ?? new Uint32Array(0), complete: false, fallback: cause, freshTokens: 0, warmedTokens: 0, waitMs: (p.dispatched || performance.now()) - p.submitted,
       promptTokens: p.estimatedTokens ?? Math.ceil(jobChars(p.job) / CHARS_PER_TOKEN),
-      ...(p.newTurnTokens !== undefined ? { newTurnTokens: p.newTurnTokens } : {}),
+      newTurnTokens: p.newTurnTokens,
       ...(p.read ? { read: p.read } : {}),
     });
     if (running?.current === p && running.queue.length > 0) this.preemptWarm(running);
@@ -584,7 +584,7 @@ export class TokenizerPool {
     p.settle?.({
       tokens: p.known!, complete: false, decided: true, freshTokens: 0, warmedTokens: 0, waitMs: p.dispatched - p.submitted,
       promptTokens: p.estimatedTokens,
-      ...(p.newTurnTokens !== undefined ? { newTurnTokens: p.newTurnTokens } : {}),
+      newTurnTokens: p.newTurnTokens,
       ...(p.read ? { read: p.read } : {}),
     });
   }
