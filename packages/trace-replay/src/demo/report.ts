@@ -95,7 +95,7 @@ export function routingQualityText(s: DemoStats): string {
     );
   });
   return `${parts.join("; ") || "not scraped"} (error: predicted - reported cached tokens, dynamo_epp_cached_tokens_prediction_error; mispredicted: off by more than one block, ` +
-    `or under by more than one for a pick on a known prefix its worker held whole, which predicts at least)`;
+    `or for a pick on a known prefix its worker held whole, which predicts at least, over by more than one)`;
 }
 
 /** Cached tokens the replicas predicted for the responses they scored, next to what the workers reported for them. */
