@@ -174,7 +174,9 @@ describe("ext_proc messages that come while a body is in the pool", () => {
     s.send({ ...headers("/v1/chat/completions"), protocol_config: DUPLEX });
     s.send(body(chatBody("reset behind", freshWords(600_000, 22))));
     s.send(headers("/v1/completions", true)); // the next request, routed on its headers
-    await waitFor(async () => (await debugPoolMembers(env.epp)).some((m) => m.busy), { timeoutMs: 60_000 });
+    // Polled closely: the member reads and tokenizes the routed part (ROUTING_TEXT_CHARS) in tens of ms, and the
+    // reset must come before it is done (once, a 20 ms poll saw it busy too late and nothing was left to cancel).
+    await waitFor(async () => (await debugPoolMembers(env.epp)).some((m) => m.busy), { timeoutMs: 60_000, intervalMs: 2 });
     s.call.cancel();
     await waitFor(async () => (await debugPool(env.epp)).cancelled > before.cancelled, { timeoutMs: 60_000, message: "tokenization cancelled" });
     expect(await inflight()).toBe(before.inflight);
