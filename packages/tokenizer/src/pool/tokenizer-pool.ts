@@ -189,6 +189,10 @@ const MAX_JOB_ID = 0x7fffffff;
  * at nice 0 gave p50 76 ms, p99 209 ms; at 10, 57 / 124 ms; at 19, 34 / 83 ms. The cost: when the decision thread
  * alone keeps a core busy, members get little of it and picks fall back on the budget (token-id bodies at 500/s,
  * whose reading is cheap, were late through the pool: the EPP now reads those itself, see readTokenIds).
+ * Under group scheduling (autogroup, a pod's cgroup) a nice-19 member alone on a core carries little of its group's
+ * weight there, so it also yields to other processes: in `bun run demo` (three EPPs beside stand-ins and the
+ * client on 2 cores, three runs each) members at nice 0 against 19 gave 1.1-9.8% against 4.4-10.6% of picks over
+ * 20 ms and p99 23-74 against 43-78 ms, no difference beyond the runs' spread, while the saturated bench above says 19.
  */
 export const DEFAULT_MEMBER_NICE = 19;
 
