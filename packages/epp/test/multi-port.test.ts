@@ -99,8 +99,10 @@ test("the subset hint matches by pod IP: naming a pod under any port makes all i
   expect((await route({ onHeaders: list(`${POD_B}:8001`) })).endpoint).toStartWith(`${POD_B}:`);
 });
 
-test("a hint that is not a list is as if absent; an empty list is a 503; non-string items are skipped", async () => {
-  expect((await route({ onHeaders: { stringValue: `${POD_B}:8000` } })).endpoint).toBe(`${POD_A}:8001`);
+test("a hint is a list or one comma-separated string (GAIE's lightweight EPP); other values are as if absent; an empty list is a 503; non-string items are skipped", async () => {
+  expect((await route({ onHeaders: { stringValue: `${POD_B}:8000` } })).endpoint).toStartWith(`${POD_B}:`);
+  expect((await route({ onHeaders: { stringValue: ` ${POD_B}:8001 , 10.9.9.9:8000` } })).endpoint).toStartWith(`${POD_B}:`);
+  expect((await route({ onHeaders: { numberValue: 1 } as unknown as Hint })).endpoint).toBe(`${POD_A}:8001`);
   expect((await route({ onHeaders: list() })).status).toBe("ServiceUnavailable");
   expect((await route({ onHeaders: { listValue: { values: [{ numberValue: 1 }, { stringValue: `${POD_B}:8000` }] } } })).endpoint).toStartWith(`${POD_B}:`);
 });

@@ -60,14 +60,15 @@ export class HfPreprocessor implements Preprocessor {
   renderChat(messages: readonly ChatMessage[], opts: ChatOptions = {}): string {
     if (this.template === null) throw new ChatTemplateError("the model's tokenizer has no chat template");
     const chat = conversation(messages, this.contentFormat);
-    // As transformers renders: the special tokens, then the request's chat_template_kwargs, then what the
-    // request's own fields say (vLLM passes tools=None and documents=None when the request has none).
+    // As transformers renders: the special tokens, apply_chat_template's default documents=None, then the request's
+    // chat_template_kwargs (with its documents, see templateKwargsOf), then what the request's own fields say (vLLM
+    // passes tools=None when the request has none).
     const vars: Record<string, unknown> = {
       ...this.templateTokens,
+      documents: null,
       ...opts.templateKwargs,
       messages: chat,
       tools: opts.tools === undefined ? null : templateTools(opts.tools),
-      documents: null,
       add_generation_prompt: opts.addGenerationPrompt ?? true,
     };
     let rendered: string;

@@ -2,7 +2,7 @@ import type { Registry } from "prom-client";
 import type { Truncation } from "./truncation";
 import type { EncodeControl } from "./segmenter";
 
-/** An OpenAI chat message; extra fields (tool_calls, reasoning_content, name, ...) reach the chat template as given. */
+/** An OpenAI chat message; of its other fields, those vLLM knows (tool_calls, reasoning, name, ...) reach the chat template (see conversation.ts). */
 export type ChatMessage = {
   role: string;
   content?: string | ContentPart[] | null;
@@ -16,7 +16,10 @@ export type CompletionOptions = Truncation & { addSpecialTokens?: boolean };
 export type ChatOptions = Truncation & {
   /** OpenAI `tools` of the request; the template sees them as `tools`. */
   tools?: unknown[];
-  /** Extra template variables, as vLLM's `chat_template_kwargs` (e.g. `{ enable_thinking: false }`). */
+  /**
+   * Extra template variables: vLLM's `chat_template_kwargs` (e.g. `{ enable_thinking: false }`) with what the request's
+   * `documents` and `reasoning_effort` add to them (see templateKwargsOf).
+   */
   templateKwargs?: Record<string, unknown>;
   /** The request's `add_generation_prompt` (vLLM's default, and ours, is true). */
   addGenerationPrompt?: boolean;

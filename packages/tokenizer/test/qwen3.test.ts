@@ -5,6 +5,7 @@ import { beforeAll, describe, expect, test } from "bun:test";
 import fc from "fast-check";
 import { Registry } from "prom-client";
 import { ChatTemplateError, createPreprocessor, type ChatMessage, type Preprocessor } from "../src/index";
+import { parseBodyBytes } from "../src/request/openai-body";
 import { qwen3Goldens, qwen3TokenizerDir, type Goldens } from "./qwen3-fixture";
 
 let cached: Preprocessor;
@@ -97,6 +98,39 @@ describe("Qwen3 golden ids", () => {
     expect(pre.renderChat([{ role: "system", content: "s" }])).toBe("ok");
     expect(() => pre.renderChat([{ role: "user", content: "x" }])).toThrow(ChatTemplateError);
     expect(() => pre.renderChat([{ role: "user", content: "x" }])).toThrow(/a system message must come first/);
+  });
+
+  test("a request's reasoning_content, reasoning_effort and documents render as vLLM renders them", async () => {
+    const chat = (body: Record<string, unknown>, pre: Preprocessor = cached) => {
+      const input = parseBodyBytes(new TextEncoder().encode(JSON.stringify(body))).input;
+      if (input.kind !== "chat") throw new Error("not a chat");
+      return pre.renderChat(input.messages, { templateKwargs: input.templateKwargs });
+    };
+    // Interleaved thinking: an assistant turn after the last user query keeps its reasoning, under either name.
+    const call = { id: "c1", type: "function", function: { name: "f", arguments: "{}" } };
+    const turns = (reasoning: Record<string, unknown>) => [
+      { role: "user", content: "q" }, { role: "assistant", content: "", tool_calls: [call], ...reasoning }, { role: "tool", content: "r", tool_call_id: "c1" },
+    ];
+    const old = chat({ messages: turns({ reasoning_content: "R" }) });
+    expect(old).toContain("<think>\nR\n</think>");
+    expect(old).toBe(chat({ messages: turns({ reasoning: "R" }) }));
+    // reasoning_effort "none" turns Qwen3's thinking off as enable_thinking=false does.
+    const msgs = [{ role: "user", content: "q" }];
+    expect(chat({ messages: msgs, reasoning_effort: "none" })).toBe(chat({ messages: msgs, chat_template_kwargs: { enable_thinking: false } }));
+    expect(chat({ messages: msgs, reasoning_effort: "none" })).not.toBe(chat({ messages: msgs }));
+    // A RAG template sees the request's documents (or chat_template_kwargs' when the request's are null).
+    const { mkdtempSync, copyFileSync, readFileSync, writeFileSync } = await import("node:fs");
+    const { join } = await import("node:path");
+    const { tmpdir } = await import("node:os");
+    const rag = mkdtempSync(join(tmpdir(), "rag-template-"));
+    copyFileSync(join(dir, "tokenizer.json"), join(rag, "tokenizer.json"));
+    const config = JSON.parse(readFileSync(join(dir, "tokenizer_config.json"), "utf8"));
+    config.chat_template = "{% if documents %}{% for d in documents %}[{{ d.text }}]{% endfor %}{% endif %}{{ messages[0].content }}";
+    writeFileSync(join(rag, "tokenizer_config.json"), JSON.stringify(config));
+    const ragPre = createPreprocessor({ tokenizerDir: rag, cache: false });
+    expect(chat({ messages: msgs }, ragPre)).toBe("q");
+    expect(chat({ messages: msgs, documents: [{ text: "d1" }, { text: "d2" }] }, ragPre)).toBe("[d1][d2]q");
+    expect(chat({ messages: msgs, documents: null, chat_template_kwargs: { documents: [{ text: "k" }] } }, ragPre)).toBe("[k]q");
   });
 
   test("a content array contributes its text parts joined by newlines, as vLLM's string format", () => {

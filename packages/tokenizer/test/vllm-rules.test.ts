@@ -7,6 +7,7 @@ import { join } from "node:path";
 import { detectContentFormat } from "../src/content-format";
 import { conversation } from "../src/conversation";
 import { createPreprocessor, parseJsonKeepingFloats, type ChatMessage, type Preprocessor } from "../src/index";
+import { parseBody } from "../src/request/openai-body";
 import { PyTemplate } from "../src/py-template";
 import { qwen3TokenizerDir } from "./qwen3-fixture";
 
@@ -29,10 +30,13 @@ beforeAll(async () => {
   pre.gemma3 = createPreprocessor({ tokenizerDir: lenml("gemma3") });
 }, 180_000); // three vocabularies (Gemma 3's tokenizer.json is 33 MB): seconds, more on a loaded machine
 
+/** A case's body read as the EPP reads a chat body (parseBody), so its fields (tools, kwargs, reasoning_effort) reach the render. */
 function chatOf(c: ChatCase) {
-  const body = parseJsonKeepingFloats(c.body) as { messages: ChatMessage[]; tools?: unknown[] };
-  const opts = { tools: body.tools, addSpecialTokens: c.add_special_tokens, truncatePromptTokens: c.truncate_prompt_tokens ?? undefined };
-  return { messages: body.messages, opts };
+  const { input } = parseBody(parseJsonKeepingFloats(c.body));
+  if (input.kind !== "chat") throw new Error(`${c.name}: not a chat body`);
+  const { messages, tools, templateKwargs, addGenerationPrompt, continueFinalMessage } = input;
+  const opts = { tools, templateKwargs, addGenerationPrompt, continueFinalMessage, addSpecialTokens: c.add_special_tokens, truncatePromptTokens: c.truncate_prompt_tokens ?? undefined };
+  return { messages, opts };
 }
 
 describe("chats as vLLM renders and tokenizes them", () => {
@@ -91,6 +95,13 @@ describe("conversation (vLLM's message rebuilding)", () => {
   test("fields vLLM does not know are dropped; reasoning is copied to reasoning_content", () => {
     const [m] = conversation([{ role: "assistant", content: "ok", reasoning: "r", reasoning_content: "old", id: "x", tool_calls: [] }], "string");
     expect(m).toEqual({ role: "assistant", content: "ok", reasoning: "r", reasoning_content: "r" });
+  });
+
+  test("a reasoning_content alone is the message's reasoning (vLLM renames the deprecated field before rendering)", () => {
+    const [m] = conversation([{ role: "assistant", content: "ok", reasoning_content: "r" }], "string");
+    expect(m).toEqual({ role: "assistant", content: "ok", reasoning: "r", reasoning_content: "r" });
+    const [n] = conversation([{ role: "assistant", content: "ok", reasoning: null, reasoning_content: "r" }], "string");
+    expect(n).toEqual({ role: "assistant", content: "ok", reasoning: "r", reasoning_content: "r" });
   });
 
   test("name, a tool's call id, a developer's tools are kept; a tool's text parts become one string", () => {

@@ -30,6 +30,26 @@ describe("OpenAI request bodies", () => {
     expect(() => parseBodyBytes(bytes({ messages: msgs, chat_template_kwargs: [1] }))).toThrow(/chat_template_kwargs/);
   });
 
+  test("chat: documents and reasoning_effort join chat_template_kwargs as vLLM's build_chat_params merges them", () => {
+    const msgs = [{ role: "user", content: "x" }];
+    const kwargs = (body: Record<string, unknown>) => {
+      const input = parseBodyBytes(bytes({ messages: msgs, ...body })).input;
+      return input.kind === "chat" ? input.templateKwargs : "not a chat";
+    };
+    const docs = [{ title: "t", text: "d" }];
+    expect(kwargs({ documents: docs })).toEqual({ documents: docs });
+    // A request field left null leaves the kwarg of that name as chat_template_kwargs gives it.
+    expect(kwargs({ documents: null, chat_template_kwargs: { documents: docs } })).toEqual({ documents: docs });
+    expect(kwargs({ documents: [{ text: "mine" }], chat_template_kwargs: { documents: docs } })).toEqual({ documents: [{ text: "mine" }] });
+    // reasoning_effort turns thinking on or off, unless chat_template_kwargs says so itself.
+    expect(kwargs({ reasoning_effort: "none" })).toEqual({ reasoning_effort: "none", enable_thinking: false });
+    expect(kwargs({ reasoning_effort: "low" })).toEqual({ reasoning_effort: "low", enable_thinking: true });
+    expect(kwargs({ reasoning_effort: "high", chat_template_kwargs: { enable_thinking: false } })).toEqual({ reasoning_effort: "high", enable_thinking: false });
+    expect(kwargs({ reasoning_effort: null })).toBeUndefined();
+    expect(() => kwargs({ documents: "d" })).toThrow(/documents must be an array/);
+    expect(() => kwargs({ reasoning_effort: 1 })).toThrow(/reasoning_effort must be a string/);
+  });
+
   test("chat: add_generation_prompt and continue_final_message reach the template, as vLLM renders with them", () => {
     const msgs = [{ role: "user", content: "x" }, { role: "assistant", content: "The answer is" }];
     const input = parseBodyBytes(bytes({ messages: msgs, add_generation_prompt: false, continue_final_message: true })).input;

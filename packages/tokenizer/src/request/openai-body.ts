@@ -206,11 +206,7 @@ function parseInput(doc: unknown, path: string | undefined): ParsedBody {
     if (o.messages.some((m) => !validContent((m as ChatMessage).content)))
       throw new BadRequest("a message's content must be a string, null, or an array of content parts (objects)");
     if (o.tools !== undefined && !Array.isArray(o.tools)) throw new BadRequest("tools must be an array");
-    const kw = o.chat_template_kwargs;
-    if (kw !== undefined && kw !== null && (typeof kw !== "object" || Array.isArray(kw)))
-      throw new BadRequest("chat_template_kwargs must be an object");
-    // vLLM renders the template with these (e.g. enable_thinking), so the route must too.
-    const templateKwargs = (kw ?? undefined) as Record<string, unknown> | undefined;
+    const templateKwargs = templateKwargsOf(o);
     const addGenerationPrompt = optionalBool(o.add_generation_prompt, "add_generation_prompt");
     const continueFinalMessage = optionalBool(o.continue_final_message, "continue_final_message");
     // vLLM's own check: continuing the final message and opening a new turn contradict each other.
@@ -273,6 +269,31 @@ function truncationOf(o: Record<string, unknown>): Truncation {
 /** A number parsed as a Python float (PyFloat) read as the number it is; pydantic takes 5.0 for an int field. */
 function plainNumber(v: unknown): unknown {
   return v instanceof PyFloat ? v.value : v;
+}
+
+/**
+ * The template variables a chat request adds, as vLLM's ChatCompletionRequest.build_chat_params merges them: its
+ * `chat_template_kwargs` (e.g. enable_thinking), then its own `documents` and `reasoning_effort` where set (a null
+ * one leaves a kwarg of that name alone); a `reasoning_effort` also sets `enable_thinking` (false for "none") unless
+ * chat_template_kwargs names it. vLLM renders with these, so the route must too: RAG templates print the documents
+ * near the prompt's start, and thinking templates change the generation prompt.
+ */
+function templateKwargsOf(o: Record<string, unknown>): Record<string, unknown> | undefined {
+  const kw = o.chat_template_kwargs;
+  if (kw !== undefined && kw !== null && (typeof kw !== "object" || Array.isArray(kw)))
+    throw new BadRequest("chat_template_kwargs must be an object");
+  const { documents, reasoning_effort: effort } = o;
+  if (documents !== undefined && documents !== null && !Array.isArray(documents)) throw new BadRequest("documents must be an array");
+  if (effort !== undefined && effort !== null && typeof effort !== "string") throw new BadRequest("reasoning_effort must be a string");
+  const given = (kw ?? undefined) as Record<string, unknown> | undefined;
+  if ((documents === undefined || documents === null) && (effort === undefined || effort === null)) return given;
+  const out: Record<string, unknown> = { ...given };
+  if (documents !== undefined && documents !== null) out.documents = documents;
+  if (typeof effort === "string") {
+    out.reasoning_effort = effort;
+    if (given === undefined || !Object.hasOwn(given, "enable_thinking")) out.enable_thinking = effort !== "none";
+  }
+  return out;
 }
 
 function optionalBool(v: unknown, field: string): boolean | undefined {

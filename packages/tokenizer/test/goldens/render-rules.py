@@ -31,12 +31,17 @@ chats = {
             {"role": "user", "content": "Weather in Oslo for two days?"},
             {"role": "assistant", "content": "", "reasoning": "  Look it up first.\n", "tool_calls": [call]},
             {"role": "tool", "content": "{\"temp_c\": 3.5}", "tool_call_id": "call_1"}]}},
-        # A field vLLM does not know (here the older reasoning_content) never reaches the template.
-        {"name": "unknown-fields-dropped", "body": {"tools": [weather], "messages": [
+        # Fields vLLM does not know (id, refusal, annotations) never reach the template; reasoning_content is the
+        # deprecated name of reasoning (renamed before rendering), so the tool loop's turn keeps its thinking.
+        {"name": "reasoning-content-and-unknown-fields", "body": {"tools": [weather], "messages": [
             {"role": "user", "content": "Weather in Oslo?", "id": "msg_1"},
             {"role": "assistant", "content": "", "reasoning_content": "Call the tool.", "tool_calls": [call],
              "refusal": None, "annotations": []},
             {"role": "tool", "content": [{"type": "text", "text": "3.5"}, {"type": "text", "text": "C"}], "tool_call_id": "call_1"}]}},
+        # reasoning_effort "none" turns thinking off (enable_thinking=False), unless chat_template_kwargs sets it.
+        {"name": "reasoning-effort-none", "body": {"reasoning_effort": "none", "messages": [{"role": "user", "content": "Hi"}]}},
+        {"name": "reasoning-effort-kwargs-win", "body": {"reasoning_effort": "high", "chat_template_kwargs": {"enable_thinking": False},
+                                                         "messages": [{"role": "user", "content": "Hi"}]}},
         {"name": "string-format-parts", "body": {"messages": [
             {"role": "user", "content": [{"type": "text", "text": "first"}, {"type": "text", "text": "second"}]}]}},
         {"name": "chat-with-special-tokens", "add_special_tokens": True, "body": {"messages": [

@@ -45,9 +45,11 @@ def conversation(messages, fmt):
         if m["role"] == "assistant":
             if m.get("tool_calls") is not None:
                 msg["tool_calls"] = [dict(c, function=dict(c["function"])) for c in m["tool_calls"]]
-            if m.get("reasoning") is not None:
-                msg["reasoning"] = m["reasoning"]
-                msg["reasoning_content"] = m["reasoning"]
+            # ChatCompletionRequest._normalize_messages_before: the deprecated reasoning_content is the reasoning.
+            reasoning = m.get("reasoning") if m.get("reasoning") is not None else m.get("reasoning_content")
+            if reasoning is not None:
+                msg["reasoning"] = reasoning
+                msg["reasoning_content"] = reasoning
         elif m["role"] == "tool":
             if "tool_call_id" in m:
                 msg["tool_call_id"] = m["tool_call_id"]
@@ -138,8 +140,14 @@ def render(config, body):
     source = config["chat_template"]
     chat = conversation(body["messages"], content_format(env, source))
     tools = None if body.get("tools") is None else [tool_dump(t) for t in body["tools"]]
-    kwargs = {**special_tokens(config), **(body.get("chat_template_kwargs") or {})}
-    text = env.from_string(source).render(messages=chat, tools=tools, documents=None,
+    # ChatCompletionRequest.build_chat_params: the request's documents and reasoning_effort over its
+    # chat_template_kwargs (merge_kwargs: a None leaves the kwarg alone), reasoning_effort implying enable_thinking.
+    user = body.get("chat_template_kwargs") or {}
+    extra = {"documents": body.get("documents"), "reasoning_effort": body.get("reasoning_effort")}
+    if body.get("reasoning_effort") is not None and "enable_thinking" not in user:
+        extra["enable_thinking"] = body["reasoning_effort"] != "none"
+    kwargs = {"documents": None, **special_tokens(config), **user, **{k: v for k, v in extra.items() if v is not None}}
+    text = env.from_string(source).render(messages=chat, tools=tools,
                                           add_generation_prompt=body.get("add_generation_prompt", True), **kwargs)
     if body.get("continue_final_message"):
         final = chat[-1]["content"]
