@@ -103,6 +103,8 @@ test("a hint is a list or one comma-separated string (GAIE's lightweight EPP); o
   expect((await route({ onHeaders: { stringValue: `${POD_B}:8000` } })).endpoint).toStartWith(`${POD_B}:`);
   expect((await route({ onHeaders: { stringValue: ` ${POD_B}:8001 , 10.9.9.9:8000` } })).endpoint).toStartWith(`${POD_B}:`);
   expect((await route({ onHeaders: { numberValue: 1 } as unknown as Hint })).endpoint).toBe(`${POD_A}:8001`);
+  expect((await route({ onHeaders: list(`${POD_B}:8000,10.9.9.9:8000`) })).endpoint).toStartWith(`${POD_B}:`);
+  expect((await route({ onHeaders: { stringValue: " , " } })).status).toBe("ServiceUnavailable");
   expect((await route({ onHeaders: list() })).status).toBe("ServiceUnavailable");
   expect((await route({ onHeaders: { listValue: { values: [{ numberValue: 1 }, { stringValue: `${POD_B}:8000` }] } } })).endpoint).toStartWith(`${POD_B}:`);
 });

@@ -43,6 +43,19 @@ test("a chat with float tools, an echoed reasoning and add_special_tokens/trunca
   expect(((await (await withTokens(', "truncate_prompt_tokens": 10')).json()) as any).usage.prompt_tokens).toBe(10);
 });
 
+test("a chat's reasoning_content and reasoning_effort are rendered as vLLM renders them (the goldens' ids), as the EPP reads them", async () => {
+  const rules = await Bun.file(join(TOKENIZER, "test/goldens/rules-cases.json")).json();
+  const ruleIds = await Bun.file(join(TOKENIZER, "test/goldens/rules-golden-ids.json")).json();
+  for (const name of ["reasoning-content-and-unknown-fields", "reasoning-effort-none"]) {
+    const c = rules.chats.find((x: { model: string; name: string }) => x.model === "qwen3" && x.name === name);
+    const ids: number[] = ruleIds.chats.find((x: { model: string; name: string }) => x.model === "qwen3" && x.name === name).ids;
+    const res = await fetch(`${w.url}/v1/chat/completions`, { method: "POST", headers: { "content-type": "application/json" }, body: `${c.body.slice(0, -1)}, "max_tokens": 1}` });
+    expect(((await res.json()) as any).usage.prompt_tokens).toBe(ids.length);
+  }
+  const bad = await post(`${w.url}/v1/chat/completions`, { messages: [{ role: "user", content: "hi" }], reasoning_effort: "auto", max_tokens: 1 });
+  expect(bad.status).toBe(400);
+});
+
 test("/v1/responses renders instructions and input items as the chat vLLM builds from them, and caches those blocks", async () => {
   const input = [
     { type: "message", role: "user", content: [{ type: "input_text", text: "What is the weather in Paris?" }] },

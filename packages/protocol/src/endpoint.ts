@@ -51,8 +51,9 @@ export function publisherBinds(endpoint: string): boolean {
   return endpoint.includes("*") || endpoint.includes("::") || endpoint.startsWith("ipc://") || endpoint.startsWith("inproc://");
 }
 
-/** "10.0.0.1:8000" -> "10.0.0.1", "[fd00::1]:8000" -> "fd00::1"; a bare host stays as it is. */
+/** "10.0.0.1:8000" -> "10.0.0.1", "[fd00::1]:8000" and "[fd00::1]" -> "fd00::1"; a bare host stays as it is. */
 export function endpointHost(endpoint: string): string {
+  if (endpoint.startsWith("[") && endpoint.endsWith("]")) return endpoint.slice(1, -1);
   const colon = endpoint.lastIndexOf(":");
   const host = colon >= 0 && (endpoint.startsWith("[") || endpoint.indexOf(":") === colon) ? endpoint.slice(0, colon) : endpoint;
   return host.startsWith("[") && host.endsWith("]") ? host.slice(1, -1) : host;

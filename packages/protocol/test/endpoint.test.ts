@@ -1,7 +1,15 @@
 import { describe, expect, test } from "bun:test";
-import { bracketHost, formatEndpoint, hostPort, parseEndpoint, publisherBinds, rankEndpoint } from "../src/index.ts";
+import { bracketHost, endpointHost, formatEndpoint, hostPort, parseEndpoint, publisherBinds, rankEndpoint } from "../src/index.ts";
 
 describe("host:port", () => {
+  test("an endpoint's host: the port dropped, an IPv6 host unbracketed (with or without its port)", () => {
+    expect(endpointHost("10.0.0.1:8000")).toBe("10.0.0.1");
+    expect(endpointHost("10.0.0.1")).toBe("10.0.0.1");
+    expect(endpointHost("[fd00::1]:8000")).toBe("fd00::1");
+    expect(endpointHost("[fd00::1]")).toBe("fd00::1");
+    expect(endpointHost("fd00::1")).toBe("fd00::1");
+  });
+
   test("brackets an IPv6 host once, leaves names and IPv4 alone", () => {
     expect(hostPort("10.0.0.2", 80)).toBe("10.0.0.2:80");
     expect(hostPort("epp.ns.svc", 9002)).toBe("epp.ns.svc:9002");

@@ -1,8 +1,8 @@
 // The messages a chat template sees, rebuilt from the request's as vLLM rebuilds them
 // (vllm/entrypoints/chat_utils.py: `_parse_chat_message_content`, `_parse_chat_message_content_part`,
 // `_postprocess_messages`). Each message is made anew from the fields vLLM knows, so anything else a client
-// sends (ids, vendor fields) never reaches the template. A `reasoning_content` is vLLM's deprecated name for
-// `reasoning` (its request validator renames it before anything reads the message), so it counts as one.
+// sends (ids, vendor fields) never reaches the template. A chat completion's deprecated `reasoning_content` was
+// renamed `reasoning` when its body was read (openai-body.ts chatMessages), as vLLM's request validator does.
 import type { ContentFormat } from "./content-format";
 import { ChatTemplateError } from "./messages";
 import { parseJsonKeepingFloats } from "./py-values";
@@ -64,12 +64,10 @@ export function conversation(messages: readonly ChatMessage[], format: ContentFo
     const out: ChatMessage = { role: m.role, content: contentOf(m.content, format) };
     if (m.role === "assistant") {
       if (m.tool_calls !== undefined && m.tool_calls !== null) out.tool_calls = toolCalls(m.tool_calls);
-      // vLLM's response field is `reasoning`; templates read `reasoning_content` (the older name), so both. A
-      // message with only `reasoning_content` (as Qwen's agents send history) has it as its `reasoning`.
-      const reasoning = m.reasoning ?? m.reasoning_content;
-      if (reasoning !== undefined && reasoning !== null) {
-        out.reasoning = reasoning;
-        out.reasoning_content = reasoning;
+      // vLLM's response field is `reasoning`; templates read `reasoning_content` (the older name), so both.
+      if (m.reasoning !== undefined && m.reasoning !== null) {
+        out.reasoning = m.reasoning;
+        out.reasoning_content = m.reasoning;
       }
     } else if (m.role === "tool") {
       if ("tool_call_id" in m) out.tool_call_id = m.tool_call_id;

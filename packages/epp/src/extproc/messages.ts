@@ -54,20 +54,21 @@ export function findHeader(map: HeaderMap | undefined, key: string): string | un
 /**
  * The GAIE subset hint as the pod IPs it names, matched by IP as GAIE's EPP does
  * (pkg/epp/requestcontrol/candidates.go): "ip:port" entries lose their port, so a pod named under any
- * of its ports makes all its endpoints eligible. A hint is a list (non-string items skipped) or, as GAIE's
- * lightweight EPP also reads it, one comma-separated string; any other value is as if absent. An empty list
- * (or string) allows nothing. Undefined: this message carries none.
+ * of its ports makes all its endpoints eligible. A hint is a list (non-string items skipped) or one string, each
+ * string comma-separated entries, as GAIE's lightweight EPP reads them; any other value is as if absent. A hint
+ * naming nothing allows nothing. Undefined: this message carries none.
  */
 export function subsetHint(req: ProcessingRequest): Set<string> | undefined {
   const v = req.metadata_context?.filter_metadata?.[SUBSET_NAMESPACE]?.fields?.[SUBSET_KEY];
   if (!v) return undefined;
   const out = new Set<string>();
-  if (v.kind === "stringValue" || (v.kind === undefined && v.stringValue !== undefined)) {
-    for (const entry of (v.stringValue ?? "").split(",")) if (entry.trim() !== "") out.add(endpointHost(entry.trim()));
-    return out;
-  }
-  if (v.kind !== "listValue" && v.listValue === undefined) return undefined;
-  for (const item of v.listValue?.values ?? []) if (item.stringValue !== undefined) out.add(endpointHost(item.stringValue.trim()));
+  const add = (entries: string) => {
+    for (const entry of entries.split(",")) if (entry.trim() !== "") out.add(endpointHost(entry.trim()));
+  };
+  if (v.kind === "stringValue" || (v.kind === undefined && v.stringValue !== undefined)) add(v.stringValue ?? "");
+  else if (v.kind === "listValue" || v.listValue !== undefined) {
+    for (const item of v.listValue?.values ?? []) if (item.stringValue !== undefined) add(item.stringValue);
+  } else return undefined;
   return out;
 }
 

@@ -1,7 +1,8 @@
 import { Hono, type Context } from "hono";
 import { createHash } from "node:crypto";
 import {
-  ChatTemplateError, mediaPositions, parseJsonKeepingFloats, responsesChat, ResponsesInputError, type ChatMessage, type ChatOptions, type Preprocessor,
+  BadRequest, chatMessages, ChatTemplateError, mediaPositions, parseJsonKeepingFloats, responsesChat, ResponsesInputError, responsesTemplateKwargs,
+  templateKwargsOf, type ChatMessage, type ChatOptions, type Preprocessor,
 } from "@kv-epp/tokenizer";
 import type { MediaItem } from "../cache/block-hash.ts";
 import type { AcquireIdentity } from "../cache/prefix-cache.ts";
@@ -89,19 +90,22 @@ export function openAiRoutes(deps: OpenAiDeps): Hono {
     if (body.continue_final_message && addGenerationPrompt)
       return openAiError(c, 400, "Cannot set both `continue_final_message` and `add_generation_prompt` to True.", "continue_final_message");
     // What the template prints is read as Python reads it: `1.0` in tools or kwargs stays a float.
-    const py = parseJsonKeepingFloats(await c.req.text()) as Pick<ChatRequest, "messages" | "tools" | "chat_template_kwargs">;
+    const py = parseJsonKeepingFloats(await c.req.text()) as Pick<ChatRequest, "messages" | "tools"> & Record<string, unknown>;
     let chat: { prompt: Uint32Array; media: MediaItem[] };
     try {
-      chat = withMedia(deps.preprocessor, py.messages as ChatMessage[], {
+      // The messages and template variables as vLLM's request validator and build_chat_params leave them (and the EPP reads them).
+      chat = withMedia(deps.preprocessor, chatMessages(py.messages as ChatMessage[]), {
         tools: py.tools ?? undefined,
-        templateKwargs: py.chat_template_kwargs ?? undefined,
+        templateKwargs: templateKwargsOf(py),
         addGenerationPrompt,
         continueFinalMessage: body.continue_final_message ?? false,
         ...tokenizeOptions(body),
       });
     } catch (e) {
-      // A chat template can reject a conversation (e.g. roles out of order): the client's fault, as in vLLM.
+      // A chat template can reject a conversation (e.g. roles out of order): the client's fault, as in vLLM; so
+      // is a documents or reasoning_effort vLLM's schema refuses.
       if (e instanceof ChatTemplateError) return openAiError(c, 400, e.message, "messages");
+      if (e instanceof BadRequest) return openAiError(c, 400, e.message, "chat_template_kwargs");
       throw e;
     }
     return run(c, "chat", body, [chat.prompt], body.max_completion_tokens ?? body.max_tokens ?? DEFAULT_MAX_TOKENS, chat.media);
@@ -113,14 +117,15 @@ export function openAiRoutes(deps: OpenAiDeps): Hono {
     const parsed = await parseBody(c, ResponsesRequest);
     if (!parsed.ok) return parsed.res;
     const body = parsed.data;
-    const py = parseJsonKeepingFloats(await c.req.text()) as Pick<ResponsesRequest, "instructions" | "input" | "tools">;
+    const py = parseJsonKeepingFloats(await c.req.text()) as Pick<ResponsesRequest, "instructions" | "input" | "tools"> & Record<string, unknown>;
     let chat: { prompt: Uint32Array; media: MediaItem[] };
     try {
       const r = responsesChat(py.instructions, py.input, py.tools);
       chat = withMedia(deps.preprocessor, r.messages, {
-        tools: r.tools, addGenerationPrompt: !r.continueFinalMessage, continueFinalMessage: r.continueFinalMessage,
+        tools: r.tools, templateKwargs: responsesTemplateKwargs(py), addGenerationPrompt: !r.continueFinalMessage, continueFinalMessage: r.continueFinalMessage,
       });
     } catch (e) {
+      if (e instanceof BadRequest) return openAiError(c, 400, e.message, "reasoning");
       if (e instanceof ResponsesInputError || e instanceof ChatTemplateError) return openAiError(c, 400, e.message, "input");
       throw e;
     }

@@ -46,8 +46,36 @@ describe("OpenAI request bodies", () => {
     expect(kwargs({ reasoning_effort: "low" })).toEqual({ reasoning_effort: "low", enable_thinking: true });
     expect(kwargs({ reasoning_effort: "high", chat_template_kwargs: { enable_thinking: false } })).toEqual({ reasoning_effort: "high", enable_thinking: false });
     expect(kwargs({ reasoning_effort: null })).toBeUndefined();
-    expect(() => kwargs({ documents: "d" })).toThrow(/documents must be an array/);
-    expect(() => kwargs({ reasoning_effort: 1 })).toThrow(/reasoning_effort must be a string/);
+    // What vLLM's schema refuses is a 400 here too.
+    expect(() => kwargs({ documents: "d" })).toThrow(/documents must be an array of objects of strings/);
+    expect(() => kwargs({ documents: [{ text: 1 }] })).toThrow(/documents must be/);
+    expect(() => kwargs({ reasoning_effort: 1 })).toThrow(/reasoning_effort must be one of/);
+    expect(() => kwargs({ reasoning_effort: "auto" })).toThrow(/reasoning_effort must be one of/);
+  });
+
+  test("chat: a message's deprecated reasoning_content is its reasoning (vLLM's validator renames it); Responses keep their items", () => {
+    const chat = (messages: unknown[]) => {
+      const input = parseBodyBytes(bytes({ messages })).input;
+      return input.kind === "chat" ? input.messages : "not a chat";
+    };
+    expect(chat([{ role: "assistant", content: "a", reasoning_content: "r" }])).toEqual([{ role: "assistant", content: "a", reasoning: "r" }]);
+    // A reasoning given wins; a null reasoning_content is dropped.
+    expect(chat([{ role: "assistant", content: "a", reasoning: "mine", reasoning_content: "r" }])).toEqual([{ role: "assistant", content: "a", reasoning: "mine" }]);
+    expect(chat([{ role: "assistant", content: "a", reasoning: null, reasoning_content: "r" }])).toEqual([{ role: "assistant", content: "a", reasoning: "r" }]);
+    expect(chat([{ role: "assistant", content: "a", reasoning_content: null }])).toEqual([{ role: "assistant", content: "a" }]);
+    const plain = [{ role: "user", content: "x" }];
+    expect(parseBodyBytes(bytes({ messages: plain })).input).toMatchObject({ messages: plain });
+  });
+
+  test("responses: reasoning.effort reaches the template as reasoning_effort (no enable_thinking, no chat_template_kwargs)", () => {
+    const kwargs = (body: Record<string, unknown>) => {
+      const input = parseBodyBytes(bytes({ input: "hi", ...body }), "/v1/responses").input;
+      return input.kind === "chat" ? input.templateKwargs : "not a chat";
+    };
+    expect(kwargs({ reasoning: { effort: "low" } })).toEqual({ reasoning_effort: "low" });
+    expect(kwargs({ reasoning: { effort: null } })).toBeUndefined();
+    expect(kwargs({ chat_template_kwargs: { enable_thinking: false } })).toBeUndefined();
+    expect(() => kwargs({ reasoning: { effort: "huge" } })).toThrow(/reasoning.effort must be one of/);
   });
 
   test("chat: add_generation_prompt and continue_final_message reach the template, as vLLM renders with them", () => {

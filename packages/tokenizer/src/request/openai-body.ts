@@ -215,7 +215,7 @@ function parseInput(doc: unknown, path: string | undefined): ParsedBody {
     return {
       model,
       input: {
-        kind: "chat", messages: o.messages as ChatMessage[], tools: o.tools as unknown[] | undefined, templateKwargs, addGenerationPrompt, continueFinalMessage,
+        kind: "chat", messages: chatMessages(o.messages as ChatMessage[]), tools: o.tools as unknown[] | undefined, templateKwargs, addGenerationPrompt, continueFinalMessage,
         addSpecialTokens: optionalBool(o.add_special_tokens, "add_special_tokens"), ...truncationOf(o),
       },
     };
@@ -231,7 +231,10 @@ function parseInput(doc: unknown, path: string | undefined): ParsedBody {
       throw new BadRequest("an input message must have a role and content as a string or content parts");
     return {
       model,
-      input: { kind: "chat", messages: chat.messages, tools: chat.tools, addGenerationPrompt: !chat.continueFinalMessage, continueFinalMessage: chat.continueFinalMessage },
+      input: {
+        kind: "chat", messages: chat.messages, tools: chat.tools, templateKwargs: responsesTemplateKwargs(o),
+        addGenerationPrompt: !chat.continueFinalMessage, continueFinalMessage: chat.continueFinalMessage,
+      },
     };
   }
   return { model, input: { kind: "none" } };
@@ -272,29 +275,66 @@ function plainNumber(v: unknown): unknown {
 }
 
 /**
+ * A chat request's messages as vLLM's ChatCompletionRequest validator leaves them: a message's deprecated
+ * `reasoning_content` becomes its `reasoning` where that is null or absent (Qwen's agents send history this
+ * way; dropped, the turn would lose its <think> block and every later block its identity). Only for
+ * /v1/chat/completions: vLLM's Responses path does not rename. Messages without it are returned as they are.
+ */
+export function chatMessages(messages: ChatMessage[]): ChatMessage[] {
+  if (!messages.some((m) => m.reasoning_content !== undefined)) return messages;
+  return messages.map((m) => {
+    if (m.reasoning_content === undefined) return m;
+    const { reasoning_content: old, ...rest } = m;
+    return old !== null && (rest.reasoning === undefined || rest.reasoning === null) ? { ...rest, reasoning: old } : rest;
+  });
+}
+
+/** vLLM's accepted reasoning_effort values (ReasoningEffort): another is a 400 there, and here. */
+const REASONING_EFFORTS = new Set(["none", "minimal", "low", "medium", "high", "xhigh", "max"]);
+
+function reasoningEffort(v: unknown, field: string): string | undefined {
+  if (v === undefined || v === null) return undefined;
+  if (typeof v !== "string" || !REASONING_EFFORTS.has(v)) throw new BadRequest(`${field} must be one of ${[...REASONING_EFFORTS].join(", ")}`);
+  return v;
+}
+
+/**
  * The template variables a chat request adds, as vLLM's ChatCompletionRequest.build_chat_params merges them: its
  * `chat_template_kwargs` (e.g. enable_thinking), then its own `documents` and `reasoning_effort` where set (a null
  * one leaves a kwarg of that name alone); a `reasoning_effort` also sets `enable_thinking` (false for "none") unless
  * chat_template_kwargs names it. vLLM renders with these, so the route must too: RAG templates print the documents
- * near the prompt's start, and thinking templates change the generation prompt.
+ * near the prompt's start, and thinking templates change the generation prompt. The mock worker renders with the same.
  */
-function templateKwargsOf(o: Record<string, unknown>): Record<string, unknown> | undefined {
+export function templateKwargsOf(o: Record<string, unknown>): Record<string, unknown> | undefined {
   const kw = o.chat_template_kwargs;
   if (kw !== undefined && kw !== null && (typeof kw !== "object" || Array.isArray(kw)))
     throw new BadRequest("chat_template_kwargs must be an object");
-  const { documents, reasoning_effort: effort } = o;
-  if (documents !== undefined && documents !== null && !Array.isArray(documents)) throw new BadRequest("documents must be an array");
-  if (effort !== undefined && effort !== null && typeof effort !== "string") throw new BadRequest("reasoning_effort must be a string");
+  const { documents } = o;
+  if (documents !== undefined && documents !== null && !(Array.isArray(documents) && documents.every(isStringRecord)))
+    throw new BadRequest("documents must be an array of objects of strings");
+  const effort = reasoningEffort(o.reasoning_effort, "reasoning_effort");
   const given = (kw ?? undefined) as Record<string, unknown> | undefined;
-  if ((documents === undefined || documents === null) && (effort === undefined || effort === null)) return given;
+  if ((documents === undefined || documents === null) && effort === undefined) return given;
   const out: Record<string, unknown> = { ...given };
   if (documents !== undefined && documents !== null) out.documents = documents;
-  if (typeof effort === "string") {
+  if (effort !== undefined) {
     out.reasoning_effort = effort;
     if (given === undefined || !Object.hasOwn(given, "enable_thinking")) out.enable_thinking = effort !== "none";
   }
   return out;
 }
+
+/** A Responses request's template variables (ResponsesRequest.build_chat_params): its `reasoning.effort` alone. */
+export function responsesTemplateKwargs(o: Record<string, unknown>): Record<string, unknown> | undefined {
+  const reasoning = o.reasoning;
+  if (reasoning === undefined || reasoning === null) return undefined;
+  if (typeof reasoning !== "object" || Array.isArray(reasoning)) throw new BadRequest("reasoning must be an object");
+  const effort = reasoningEffort((reasoning as { effort?: unknown }).effort, "reasoning.effort");
+  return effort === undefined ? undefined : { reasoning_effort: effort };
+}
+
+const isStringRecord = (d: unknown): boolean =>
+  typeof d === "object" && d !== null && !Array.isArray(d) && Object.values(d).every((v) => typeof v === "string");
 
 function optionalBool(v: unknown, field: string): boolean | undefined {
   if (v === undefined || v === null) return undefined;

@@ -117,7 +117,7 @@ describe("routingJob bounds what a message renders besides its content", () => {
   });
 });
 
-describe("routingJob bounds the tools", () => {
+describe("routingJob bounds the tools and documents", () => {
   const tool = (name: string, description: string) => ({ type: "function", function: { name, description, parameters: { type: "object", properties: {} } } });
 
   test("tools whose JSON alone is past the bound route by load", () => {
@@ -130,6 +130,15 @@ describe("routingJob bounds the tools", () => {
     const job = chatJob(chat([{ role: "user", content: words(2 * ROUTING_TEXT_CHARS) }], { tools }));
     expect(job.opts.tools).toBe(tools);
     expect(jobText(job) + JSON.stringify(tools).length).toBeLessThanOrEqual(ROUTING_TEXT_CHARS);
+  });
+
+  test("a RAG request's documents count as tools do: past the bound by load, within it the messages get the rest", () => {
+    const documents = [{ title: "a", text: words(ROUTING_TEXT_CHARS / 2, 4) }];
+    const job = chatJob(chat([{ role: "user", content: words(2 * ROUTING_TEXT_CHARS) }], { templateKwargs: { documents } }));
+    expect(job.opts.templateKwargs).toEqual({ documents });
+    expect(jobText(job) + JSON.stringify(documents).length).toBeLessThanOrEqual(ROUTING_TEXT_CHARS);
+    const many = [...documents, { title: "b", text: words(ROUTING_TEXT_CHARS / 2, 5) }, { title: "c", text: words(ROUTING_TEXT_CHARS / 4, 6) }];
+    expect(byLoad(routingJob(chat([{ role: "user", content: "hi" }], { templateKwargs: { documents: many } })))).toBe(true);
   });
 });
 

@@ -28,12 +28,14 @@ export function routingJob(input: RoutedInput): TokenizeJob | Uint32Array {
       return { kind: "prompt", text: routingPrefix(input.text, ROUTING_TEXT_CHARS), opts };
     }
     case "chat": {
-      // Tools render whole (each tool's JSON, in an order and place the template picks), so no cut of them keeps
-      // the rendering a prefix of the request's: past the bound they are routed by load; within it, the messages
-      // get what remains.
-      const toolChars = input.tools === undefined ? 0 : JSON.stringify(input.tools).length;
-      if (toolChars > ROUTING_TEXT_CHARS) return NONE;
-      const messages = routingMessages(input.messages, ROUTING_TEXT_CHARS - toolChars);
+      // Tools and a RAG request's documents render whole (each one's JSON or text, in an order and place the
+      // template picks), so no cut of them keeps the rendering a prefix of the request's: past the bound they are
+      // routed by load; within it, the messages get what remains.
+      const documents = input.templateKwargs?.documents;
+      const wholeChars = (input.tools === undefined ? 0 : JSON.stringify(input.tools).length) +
+        (documents === undefined || documents === null ? 0 : JSON.stringify(documents).length);
+      if (wholeChars > ROUTING_TEXT_CHARS) return NONE;
+      const messages = routingMessages(input.messages, ROUTING_TEXT_CHARS - wholeChars);
       if (messages !== input.messages && (keepsTail(input) || messages.length === 0)) return NONE;
       const opts = {
         tools: input.tools,
