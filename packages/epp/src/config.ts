@@ -81,6 +81,8 @@ export type EppConfig = {
   /** `loraAdapters`: names a request's `model` may give to run in an adapter's identity. */
   model: { name: string; tenant: string; blockSize: number; loraAdapters: string[] };
   tokenizerDir?: string;
+  /** The workers' vLLM --default-chat-template-kwargs: every chat renders with them unless it sets its own. */
+  defaultChatTemplateKwargs?: Record<string, unknown>;
   /** Tokenizer pool threads (undefined: the CPU limit; 0: none, tokenize on the event loop) and the pick's tokenization budget. */
   tokenizerThreads?: number;
   /** Nice value of the tokenizer pool's threads (below the decision thread's). */
@@ -232,6 +234,7 @@ export function parseConfig(argv: string[], env: Record<string, string | undefin
     healthOnExtProc: o.healthChecking,
     model: { name: o.model, tenant: o.tenant, blockSize: o.blockSize, loraAdapters: [...new Set(o.loraAdapters)] },
     tokenizerDir: o.tokenizerDir,
+    defaultChatTemplateKwargs: o.defaultChatTemplateKwargs,
     tokenizerThreads: o.tokenizerThreads,
     tokenizerNice: o.tokenizerNice,
     tokenizeBudgetMs: o.tokenizeBudgetMs,

@@ -231,7 +231,7 @@ async function tokenizationOf(cfg: EppConfig, metrics: Metrics, log: Logger): Pr
     return { bodyReader: (where) => createTokenizeBody(pre, onRead(where)) };
   }
   const pool = new TokenizerPool({
-    preprocessor: { tokenizerDir: cfg.tokenizerDir, model: cfg.model.name },
+    preprocessor: { tokenizerDir: cfg.tokenizerDir, model: cfg.model.name, defaultChatTemplateKwargs: cfg.defaultChatTemplateKwargs },
     size: cfg.tokenizerThreads,
     nice: cfg.tokenizerNice,
     budgetMs: cfg.tokenizeBudgetMs,
@@ -255,7 +255,7 @@ async function tokenizationOf(cfg: EppConfig, metrics: Metrics, log: Logger): Pr
 
 function preprocessorOf(cfg: EppConfig, metrics: Metrics): ReturnType<typeof createPreprocessor> {
   try {
-    return createPreprocessor({ tokenizerDir: cfg.tokenizerDir, registry: metrics.registry, model: cfg.model.name });
+    return createPreprocessor({ tokenizerDir: cfg.tokenizerDir, registry: metrics.registry, model: cfg.model.name, defaultChatTemplateKwargs: cfg.defaultChatTemplateKwargs });
   } catch (err) {
     throw new ConfigError(`invalid value for --tokenizer-dir: ${JSON.stringify(cfg.tokenizerDir)}: ${(err as Error).message}`);
   }

@@ -36,6 +36,17 @@ describe("every option resolves by one rule: flag > DYN_EPP_* variable > config 
     expect(c.model).toMatchObject({ name: "flag-model", loraAdapters: ["x", "y"] });
   });
 
+  test("--default-chat-template-kwargs is a JSON object from the flag or the variable, or an object in the file", () => {
+    const kwargs = { enable_thinking: false };
+    expect(parseConfig(["--config", file, "--default-chat-template-kwargs", JSON.stringify(kwargs)], {}).defaultChatTemplateKwargs).toEqual(kwargs);
+    expect(parseConfig(["--config", file], { DYN_EPP_DEFAULT_CHAT_TEMPLATE_KWARGS: '{"reasoning_effort": "low"}' }).defaultChatTemplateKwargs).toEqual({ reasoning_effort: "low" });
+    expect(parseConfig(["--config", withOptions({ defaultChatTemplateKwargs: kwargs })], {}).defaultChatTemplateKwargs).toEqual(kwargs);
+    expect(parseConfig(["--config", file], {}).defaultChatTemplateKwargs).toBeUndefined();
+    for (const bad of ["{not json", "[1]", "true"]) {
+      expect(() => parseConfig(["--config", file, "--default-chat-template-kwargs", bad], {})).toThrow(/default-chat-template-kwargs.*expected a JSON object/);
+    }
+  });
+
   test("the config file's path itself comes from a flag or the variable", () => {
     expect(parseConfig([], { DYN_EPP_CONFIG: file }).ports.grpc).toBe(7000);
   });

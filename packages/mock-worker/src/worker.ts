@@ -63,7 +63,7 @@ export async function startMockWorker(opts: MockWorkerOptions = {}): Promise<Moc
   const workerName = config.workerId ?? `${config.listen}:${config.port}`;
   const log = root.child({ component: "mock-worker", worker: workerName });
 
-  const preprocessor = await createPreprocessor({ tokenizerDir: config.tokenizerDir, model: config.model });
+  const preprocessor = await createPreprocessor({ tokenizerDir: config.tokenizerDir, model: config.model, defaultChatTemplateKwargs: config.defaultChatTemplateKwargs });
   // Warm before it serves, as the EPP's tokenizers are: its first requests would otherwise stand in for a slow engine.
   warmUp(preprocessor);
   const timing = {

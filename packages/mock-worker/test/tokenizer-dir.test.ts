@@ -56,6 +56,26 @@ test("a chat's reasoning_content and reasoning_effort are rendered as vLLM rende
   expect(bad.status).toBe(400);
 });
 
+test("--default-chat-template-kwargs: a chat renders with them unless it sets its own, as vLLM's flag does", async () => {
+  const rules = await Bun.file(join(TOKENIZER, "test/goldens/rules-cases.json")).json();
+  const ruleIds = await Bun.file(join(TOKENIZER, "test/goldens/rules-golden-ids.json")).json();
+  const off: number[] = ruleIds.chats.find((x: { model: string; name: string }) => x.model === "qwen3" && x.name === "reasoning-effort-none").ids;
+  const c = rules.chats.find((x: { model: string; name: string }) => x.model === "qwen3" && x.name === "reasoning-effort-none");
+  const messages = JSON.parse(c.body).messages;
+  const thinkingOff = await startMockWorker({
+    listen: `${LOOPBACK}.2.10`, port: 0, kvEvents: `tcp://${LOOPBACK}.2.10:0`, speed: 0, blockSize: 4, tokenizerDir, logLevel: "silent",
+    defaultChatTemplateKwargs: { enable_thinking: false },
+  });
+  try {
+    const tokens = async (extra: Record<string, unknown>) =>
+      ((await (await post(`${thinkingOff.url}/v1/chat/completions`, { messages, max_tokens: 1, ...extra })).json()) as any).usage.prompt_tokens;
+    expect(await tokens({})).toBe(off.length);
+    expect(await tokens({ chat_template_kwargs: { enable_thinking: true } })).toBeLessThan(off.length);
+  } finally {
+    await thinkingOff.close();
+  }
+});
+
 test("/v1/responses renders instructions and input items as the chat vLLM builds from them, and caches those blocks", async () => {
   const input = [
     { type: "message", role: "user", content: [{ type: "input_text", text: "What is the weather in Paris?" }] },

@@ -56,6 +56,18 @@ export const count = z.number().int().min(0).max(INT_MAX);
 export const positive = z.number().int().min(1).max(INT_MAX);
 export const port = z.number().int().min(0).max(65535);
 export const nonNegative = z.number().min(0);
+/** A JSON object: text on the command line or in a variable, an object in a config file. */
+export const jsonObject = z.union([z.string(), z.record(z.string(), z.unknown())]).transform((v, ctx) => {
+  if (typeof v !== "string") return v;
+  try {
+    const parsed: unknown = JSON.parse(v);
+    if (typeof parsed === "object" && parsed !== null && !Array.isArray(parsed)) return parsed as Record<string, unknown>;
+  } catch {
+    // worded below, as for any value that is no object
+  }
+  ctx.addIssue({ code: "custom", message: "expected a JSON object" });
+  return z.NEVER;
+});
 /** One of `values`; a wrong one reads "expected a|b". */
 export const oneOf = <const T extends readonly [string, ...string[]]>(values: T) => z.enum(values, { error: `expected ${values.join("|")}` });
 

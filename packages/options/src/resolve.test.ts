@@ -1,7 +1,7 @@
 import { describe, expect, test } from "bun:test";
 import { z } from "zod";
 import { optionsMarkdown, usageText, withOptionsSection } from "./help.ts";
-import { count, group, opt, port } from "./option.ts";
+import { count, group, jsonObject, opt, port } from "./option.ts";
 import { ConfigError, resolveOptions } from "./resolve.ts";
 
 const SPEC = {
@@ -124,5 +124,13 @@ describe("help and docs come from the spec", () => {
     expect(md).toContain("| `--body-mode auto\\|buffered` | `APP_BODY_MODE` | `\"auto\"` | body mode |");
     const readme = "# app\n<!-- options:begin -->\nold\n<!-- options:end -->\nafter\n";
     expect(withOptionsSection(readme, md)).toBe(`# app\n<!-- options:begin -->\n${md}<!-- options:end -->\nafter\n`);
+  });
+});
+
+describe("jsonObject", () => {
+  test("text parses to an object; an object (a config file's) is kept; anything else is refused", () => {
+    expect(jsonObject.parse('{"a": 1}')).toEqual({ a: 1 });
+    expect(jsonObject.parse({ a: 1 })).toEqual({ a: 1 });
+    for (const bad of ["{a", "[1]", "null", "3"]) expect(jsonObject.safeParse(bad).success).toBe(false);
   });
 });

@@ -28,7 +28,12 @@ export class HfPreprocessor implements Preprocessor {
   private readonly completionPrefix: Uint32Array;
   private readonly completionSuffix: Uint32Array;
 
-  constructor(files: TokenizerFiles, cache: CacheOptions | false, fastBpe = true) {
+  constructor(
+    files: TokenizerFiles,
+    cache: CacheOptions | false,
+    fastBpe = true,
+    private readonly defaultKwargs: Record<string, unknown> = {},
+  ) {
     const { tokenizerJson, config, chatTemplate } = files;
     this.files = files;
     this.template = chatTemplate === null ? null : new PyTemplate(chatTemplate);
@@ -61,12 +66,12 @@ export class HfPreprocessor implements Preprocessor {
     if (this.template === null) throw new ChatTemplateError("the model's tokenizer has no chat template");
     const chat = conversation(messages, this.contentFormat);
     // As transformers renders: the special tokens, apply_chat_template's default documents=None, then the request's
-    // chat_template_kwargs (with its documents, see templateKwargsOf), then what the request's own fields say (vLLM
-    // passes tools=None when the request has none).
+    // chat_template_kwargs (with its documents, see templateKwargsOf) over the server's defaults, then what the
+    // request's own fields say (vLLM passes tools=None when the request has none).
     const vars: Record<string, unknown> = {
       ...this.templateTokens,
       documents: null,
-      ...opts.templateKwargs,
+      ...withDefaults(this.defaultKwargs, opts.templateKwargs),
       messages: chat,
       tools: opts.tools === undefined ? null : templateTools(opts.tools),
       add_generation_prompt: opts.addGenerationPrompt ?? true,
@@ -183,4 +188,15 @@ function knownPrefixOf(control: EncodeControl | undefined, t: Truncation, prefix
       report({ ids, unknownChars: known.unknownChars });
     },
   };
+}
+
+/**
+ * vLLM's ChatParams.with_defaults: the request's template variables over the server's defaults, where a request's
+ * null or "auto" leaves the default (merge_kwargs' unset values); without defaults, the request's as they are.
+ */
+function withDefaults(defaults: Record<string, unknown>, request: Record<string, unknown> | undefined): Record<string, unknown> | undefined {
+  if (Object.keys(defaults).length === 0) return request;
+  const out = { ...defaults };
+  for (const [k, v] of Object.entries(request ?? {})) if (v !== null && v !== "auto") out[k] = v;
+  return out;
 }

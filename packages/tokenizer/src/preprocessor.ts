@@ -13,7 +13,7 @@ import { NO_CACHE_STATS, type ChatMessage, type ChatOptions, type Preprocessor, 
 export function createPreprocessor(opts: PreprocessorOptions = {}): Preprocessor {
   const pre: Preprocessor = opts.tokenizerDir === undefined
     ? byteFallbackPreprocessor
-    : new HfPreprocessor(loadTokenizerFiles(opts.tokenizerDir), opts.cache ?? {}, opts.fastBpe ?? true);
+    : new HfPreprocessor(loadTokenizerFiles(opts.tokenizerDir), opts.cache ?? {}, opts.fastBpe ?? true, opts.defaultChatTemplateKwargs);
   if (opts.registry !== undefined) {
     registerPreprocessorMetrics(opts.registry, { model: opts.model ?? "", kind: pre.kind, cacheStats: () => pre.cacheStats() });
   }

@@ -57,6 +57,11 @@ export type PreprocessorOptions = {
   fastBpe?: boolean;
   /** Label value for the metrics (the model name). */
   model?: string;
+  /**
+   * vLLM's `--default-chat-template-kwargs` of the server rendering these chats: template variables every chat
+   * renders with unless its own kwargs set them (to a value other than null or "auto").
+   */
+  defaultChatTemplateKwargs?: Record<string, unknown>;
 };
 
 export type CacheStats = {

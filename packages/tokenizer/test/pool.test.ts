@@ -33,6 +33,15 @@ describe("tokenizer pool", () => {
     expect([...b.tokens]).toEqual([...pre.encodeCompletion("The cat sat.")]);
   }, 60_000);
 
+  test("members render with the server's default chat template kwargs, as a preprocessor given them does", async () => {
+    const defaults = { enable_thinking: false };
+    const pool = await pools.start({ size: 1, budgetMs: 60_000 }, { defaultChatTemplateKwargs: defaults });
+    const messages = chat("You are terse.", "Hello");
+    const a = await pool.tokenize({ kind: "chat", messages, opts: {} });
+    expect([...a.tokens]).toEqual([...createPreprocessor({ tokenizerDir: dir, defaultChatTemplateKwargs: defaults }).encodeChat(messages)]);
+    expect([...a.tokens]).not.toEqual([...createPreprocessor({ tokenizerDir: dir }).encodeChat(messages)]);
+  }, 60_000);
+
   test("a long fresh chat in flight does not hold a short one back", async () => {
     const pool = await pools.start({ size: 2, budgetMs: 60_000 });
     const order: string[] = [];

@@ -26,7 +26,8 @@ export function qwen3Pools() {
     return pool;
   };
   return {
-    start: (opts: StartOptions) => ready(new TokenizerPool({ preprocessor: { tokenizerDir: QWEN3_DIR }, ...opts })),
+    start: (opts: StartOptions, preprocessor: Omit<PoolOptions["preprocessor"], "tokenizerDir"> = {}) =>
+      ready(new TokenizerPool({ preprocessor: { tokenizerDir: QWEN3_DIR, ...preprocessor }, ...opts })),
     /** A pool observed by the pool's metrics on a registry of its own, labelled model="qwen3". */
     async startWithMetrics(opts: StartOptions): Promise<{ pool: TokenizerPool; registry: Registry }> {
       const registry = new Registry();

@@ -135,6 +135,25 @@ describe("Qwen3 golden ids", () => {
     expect(chat({ messages: msgs, documents: null, chat_template_kwargs: { documents: [{ text: "k" }] } }, ragPre)).toBe("[k]q");
   });
 
+  test("the server's default chat template kwargs hold unless the request sets them (null or \"auto\" leave them)", () => {
+    const thinkingOff = createPreprocessor({ tokenizerDir: dir, cache: false, defaultChatTemplateKwargs: { enable_thinking: false } });
+    const msgs = [{ role: "user", content: "q" }];
+    const render = (pre: Preprocessor, body: Record<string, unknown>) => {
+      const input = parseBodyBytes(new TextEncoder().encode(JSON.stringify({ messages: msgs, ...body }))).input;
+      if (input.kind !== "chat") throw new Error("not a chat");
+      return pre.renderChat(input.messages, { templateKwargs: input.templateKwargs });
+    };
+    const off = render(cached, { chat_template_kwargs: { enable_thinking: false } });
+    const on = render(cached, {});
+    expect(off).not.toBe(on);
+    expect(render(thinkingOff, {})).toBe(off);
+    expect(render(thinkingOff, { chat_template_kwargs: { enable_thinking: null } })).toBe(off);
+    expect(render(thinkingOff, { chat_template_kwargs: { enable_thinking: "auto" } })).toBe(off);
+    expect(render(thinkingOff, { chat_template_kwargs: { enable_thinking: true } })).toBe(on);
+    // A reasoning_effort turns thinking on over the default (it sets enable_thinking unless the request's kwargs do).
+    expect(render(thinkingOff, { reasoning_effort: "low" })).toBe(on);
+  });
+
   test("a content array contributes its text parts joined by newlines, as vLLM's string format", () => {
     const parts: ChatMessage = { role: "user", content: [{ type: "text", text: "a" }, { type: "image_url" }, { type: "text", text: "b" }] };
     expect(cached.encodeChat([parts])).toEqual(cached.encodeChat([{ role: "user", content: "a\nb" }]));
