@@ -148,6 +148,25 @@ describe("ext_proc", () => {
     s.end();
   });
 
+  test("a gRPC request (vLLM's gRPC API) is routed by load on its headers, its protobuf body passed through unread", async () => {
+    const s = client.open();
+    const grpcHeaders = headers("/vllm.grpc.engine.VllmEngine/Generate");
+    grpcHeaders.request_headers!.headers!.headers = grpcHeaders.request_headers!.headers!.headers!.map((h) =>
+      h.key === "content-type" ? { key: "content-type", raw_value: new TextEncoder().encode("application/grpc") } : h);
+    s.send({ ...grpcHeaders, protocol_config: { request_body_mode: "FULL_DUPLEX_STREAMED" } });
+    const h = await s.next();
+    expect(setHeader(h.request_headers?.response, "x-gateway-destination-endpoint")).toBeDefined();
+    // A length-prefixed protobuf message: JSON it is not, and no 400 comes of it.
+    const frame = new Uint8Array([0, 0, 0, 0, 3, 0x0a, 0x01, 0x41]);
+    s.send({ request_body: { body: frame, end_of_stream: true } });
+    const b = await s.next();
+    expect(b.immediate_response).toBeUndefined();
+    const sr = b.request_body?.response?.body_mutation?.streamed_response;
+    expect([...(sr?.body ?? [])]).toEqual([...frame]);
+    expect(sr?.end_of_stream).toBe(true);
+    s.end();
+  });
+
   test("a buffered body larger than gRPC's 4 MiB default message size is routed", async () => {
     const s = client.open();
     const big = [...promptA, ...Array.from({ length: 700_000 }, (_, i) => i % 50000)];

@@ -373,9 +373,14 @@ class ProcessStream {
       // The path tells a /v1/responses body from an embeddings one (both carry `input`).
       path: findHeader(msg.request_headers!.headers, ":path"),
     };
+    // A gRPC request (vLLM's gRPC API: an InferencePool of appProtocol kubernetes.io/h2c) carries protobuf this EPP
+    // does not read, where an OpenAI JSON body would be refused as malformed: by load, on the headers, its body
+    // passed through.
+    const grpc = findHeader(msg.request_headers!.headers, "content-type")?.startsWith("application/grpc") === true;
+    if (grpc) warnOnce(this.shared.warned, this.deps.log, "grpc_request", { path: this.req.path }, "gRPC requests are routed by load (their protobuf bodies are not read)");
     // No body, or none before the route is taken (NONE: not sent; STREAMED: the headers go upstream
     // once answered): the decision is by load alone, on the headers.
-    if (msg.request_headers!.end_of_stream || this.mode === "NONE" || this.mode === "STREAMED") {
+    if (msg.request_headers!.end_of_stream || this.mode === "NONE" || this.mode === "STREAMED" || grpc) {
       this.decide(EMPTY, "headers");
       return;
     }
