@@ -81,8 +81,8 @@ export type EppConfig = {
   /** `loraAdapters`: names a request's `model` may give to run in an adapter's identity. */
   model: { name: string; tenant: string; blockSize: number; loraAdapters: string[] };
   tokenizerDir?: string;
-  /** The workers' vLLM --default-chat-template-kwargs: every chat renders with them unless it sets its own. */
-  defaultChatTemplateKwargs?: Record<string, unknown>;
+  /** The workers' vLLM --default-chat-template-kwargs (JSON text): every chat renders with them unless it sets its own. */
+  defaultChatTemplateKwargs?: string;
   /** Tokenizer pool threads (undefined: the CPU limit; 0: none, tokenize on the event loop) and the pick's tokenization budget. */
   tokenizerThreads?: number;
   /** Nice value of the tokenizer pool's threads (below the decision thread's). */

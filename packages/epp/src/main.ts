@@ -222,6 +222,8 @@ async function tokenizationOf(cfg: EppConfig, metrics: Metrics, log: Logger): Pr
 }> {
   const observe = poolMetrics(metrics.registry, cfg.model.name);
   const onRead = (where: BodyRoute) => (thread: ReadThread) => metrics.bodiesRead.inc({ where, thread });
+  if (cfg.defaultChatTemplateKwargs !== undefined && cfg.tokenizerDir === undefined)
+    log.warn("--default-chat-template-kwargs has no effect without --tokenizer-dir (the byte-level fallback has no chat template)");
   if (cfg.tokenizerDir === undefined || cfg.tokenizerThreads === 0) {
     const pre = preprocessorOf(cfg, metrics);
     if (cfg.tokenizerDir !== undefined) {

@@ -3,7 +3,7 @@
 // kebab-case, DYN_EPP_ + SNAKE_CASE, the config file's key itself; `env` only where a deployed name
 // predates that rule.
 import { DEFAULT_KV_MAX_MESSAGE_SIZE, LISTENER_HEARTBEAT } from "@kv-epp/kv-events";
-import { count, group, jsonObject, opt, port, positive, type Program } from "@kv-epp/options";
+import { count, group, jsonObjectText, opt, port, positive, type Program } from "@kv-epp/options";
 import { ROUTING_OPTIONS } from "@kv-epp/routing";
 import { DEFAULT_MEMBER_NICE } from "@kv-epp/tokenizer";
 import { z } from "zod";
@@ -77,7 +77,7 @@ export const EPP_OPTIONS = {
   ...group("Tokenizer", {
     tokenizerDir: opt.string(z.string().min(1).optional(), "tokenizer.json directory"),
     defaultChatTemplateKwargs: opt.string(
-      jsonObject.optional(),
+      jsonObjectText.optional(),
       "the workers' vLLM --default-chat-template-kwargs, a JSON object (e.g. {\"enable_thinking\": false}): chats render with these unless the request sets them, as on the workers (a template that prints them, such as a reasoning effort in the system prompt, otherwise differs from the first block on)",
     ),
     tokenizerThreads: opt.int(

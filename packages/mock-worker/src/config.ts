@@ -1,7 +1,7 @@
 import { parseDiscoveryConfig } from "@kv-epp/intents";
 import { WORKER_ROLES, type WorkerRole } from "@kv-epp/protocol";
 import { EVENT_ENCODINGS, type EventEncoding } from "@kv-epp/kv-events";
-import { ConfigError, count, group, jsonObject, nonNegative, opt, port, positive, resolveOptions, usageText, type Values } from "@kv-epp/options";
+import { ConfigError, count, group, jsonObjectText, nonNegative, opt, port, positive, resolveOptions, usageText, type Values } from "@kv-epp/options";
 import { z } from "zod";
 import { DEFAULT_TIMING } from "./engine/scheduler.ts";
 import { parseKvGroups, type KvGroup } from "./events/kv-groups.ts";
@@ -125,7 +125,7 @@ export const MOCK_WORKER_OPTIONS = {
   ...group("Model", {
     model: opt.string(z.string().min(1).default("Qwen/Qwen3-0.6B"), "served model name"),
     tokenizerDir: opt.string(z.string().min(1).optional(), "dir with tokenizer.json (+ tokenizer_config.json)"),
-    defaultChatTemplateKwargs: opt.string(jsonObject.optional(), "vLLM's --default-chat-template-kwargs: template variables every chat renders with unless the request sets them, a JSON object (e.g. {\"enable_thinking\": false})"),
+    defaultChatTemplateKwargs: opt.string(jsonObjectText.optional(), "vLLM's --default-chat-template-kwargs: template variables every chat renders with unless the request sets them, a JSON object (e.g. {\"enable_thinking\": false})"),
     loraModules: opt.list(loraModules.default([]), "LoRA adapters served (name[=path],...): requests name them in `model`"),
   }),
   ...group("Intents", {

@@ -63,6 +63,8 @@ export async function startMockWorker(opts: MockWorkerOptions = {}): Promise<Moc
   const workerName = config.workerId ?? `${config.listen}:${config.port}`;
   const log = root.child({ component: "mock-worker", worker: workerName });
 
+  if (config.defaultChatTemplateKwargs !== undefined && config.tokenizerDir === undefined)
+    log.warn("--default-chat-template-kwargs has no effect without --tokenizer-dir (the byte-level fallback has no chat template)");
   const preprocessor = await createPreprocessor({ tokenizerDir: config.tokenizerDir, model: config.model, defaultChatTemplateKwargs: config.defaultChatTemplateKwargs });
   // Warm before it serves, as the EPP's tokenizers are: its first requests would otherwise stand in for a slow engine.
   warmUp(preprocessor);

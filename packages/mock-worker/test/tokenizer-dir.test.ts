@@ -1,5 +1,6 @@
 import { afterAll, expect, test } from "bun:test";
 import { join } from "node:path";
+import { createPreprocessor } from "@kv-epp/tokenizer";
 import { startMockWorker } from "../src/index.ts";
 import { waitFor, LOOPBACK } from "@kv-epp/testkit";
 import { post, subscribe, syncSubscribers } from "./support.ts";
@@ -52,8 +53,9 @@ test("a chat's reasoning_content and reasoning_effort are rendered as vLLM rende
     const res = await fetch(`${w.url}/v1/chat/completions`, { method: "POST", headers: { "content-type": "application/json" }, body: `${c.body.slice(0, -1)}, "max_tokens": 1}` });
     expect(((await res.json()) as any).usage.prompt_tokens).toBe(ids.length);
   }
-  const bad = await post(`${w.url}/v1/chat/completions`, { messages: [{ role: "user", content: "hi" }], reasoning_effort: "auto", max_tokens: 1 });
+  const bad = await post(`${w.url}/v1/chat/completions`, { messages: [{ role: "user", content: "hi" }], documents: "d", max_tokens: 1 });
   expect(bad.status).toBe(400);
+  expect(((await bad.json()) as any).error.param).toBe("documents");
 });
 
 test("--default-chat-template-kwargs: a chat renders with them unless it sets its own, as vLLM's flag does", async () => {
@@ -64,13 +66,15 @@ test("--default-chat-template-kwargs: a chat renders with them unless it sets it
   const messages = JSON.parse(c.body).messages;
   const thinkingOff = await startMockWorker({
     listen: `${LOOPBACK}.2.10`, port: 0, kvEvents: `tcp://${LOOPBACK}.2.10:0`, speed: 0, blockSize: 4, tokenizerDir, logLevel: "silent",
-    defaultChatTemplateKwargs: { enable_thinking: false },
+    defaultChatTemplateKwargs: '{"enable_thinking": false}',
   });
   try {
     const tokens = async (extra: Record<string, unknown>) =>
       ((await (await post(`${thinkingOff.url}/v1/chat/completions`, { messages, max_tokens: 1, ...extra })).json()) as any).usage.prompt_tokens;
     expect(await tokens({})).toBe(off.length);
-    expect(await tokens({ chat_template_kwargs: { enable_thinking: true } })).toBeLessThan(off.length);
+    const on = createPreprocessor({ tokenizerDir }).encodeChat(messages);
+    expect(await tokens({ chat_template_kwargs: { enable_thinking: true } })).toBe(on.length);
+    expect(on.length).not.toBe(off.length);
   } finally {
     await thinkingOff.close();
   }

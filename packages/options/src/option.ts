@@ -56,18 +56,22 @@ export const count = z.number().int().min(0).max(INT_MAX);
 export const positive = z.number().int().min(1).max(INT_MAX);
 export const port = z.number().int().min(0).max(65535);
 export const nonNegative = z.number().min(0);
-/** A JSON object: text on the command line or in a variable, an object in a config file. */
-export const jsonObject = z.union([z.string(), z.record(z.string(), z.unknown())]).transform((v, ctx) => {
-  if (typeof v !== "string") return v;
+/**
+ * A JSON object, kept as its text (its reader may parse it its own way: a template's kwargs keep `1.0` a float):
+ * text on the command line or in a variable, checked to be an object; an object in a config file, written as JSON.
+ */
+export const jsonObjectText = z.union([z.string(), z.record(z.string(), z.unknown())]).transform((v, ctx) => {
+  if (typeof v !== "string") return JSON.stringify(v);
   try {
     const parsed: unknown = JSON.parse(v);
-    if (typeof parsed === "object" && parsed !== null && !Array.isArray(parsed)) return parsed as Record<string, unknown>;
+    if (typeof parsed === "object" && parsed !== null && !Array.isArray(parsed)) return v;
   } catch {
     // worded below, as for any value that is no object
   }
   ctx.addIssue({ code: "custom", message: "expected a JSON object" });
   return z.NEVER;
 });
+
 /** One of `values`; a wrong one reads "expected a|b". */
 export const oneOf = <const T extends readonly [string, ...string[]]>(values: T) => z.enum(values, { error: `expected ${values.join("|")}` });
 

@@ -1,7 +1,7 @@
 import { describe, expect, test } from "bun:test";
 import { z } from "zod";
 import { optionsMarkdown, usageText, withOptionsSection } from "./help.ts";
-import { count, group, jsonObject, opt, port } from "./option.ts";
+import { count, group, jsonObjectText, opt, port } from "./option.ts";
 import { ConfigError, resolveOptions } from "./resolve.ts";
 
 const SPEC = {
@@ -127,10 +127,10 @@ describe("help and docs come from the spec", () => {
   });
 });
 
-describe("jsonObject", () => {
-  test("text parses to an object; an object (a config file's) is kept; anything else is refused", () => {
-    expect(jsonObject.parse('{"a": 1}')).toEqual({ a: 1 });
-    expect(jsonObject.parse({ a: 1 })).toEqual({ a: 1 });
-    for (const bad of ["{a", "[1]", "null", "3"]) expect(jsonObject.safeParse(bad).success).toBe(false);
+describe("jsonObjectText", () => {
+  test("text that is a JSON object is kept as it is (1.0 stays 1.0); an object (a config file's) is written as JSON; anything else is refused", () => {
+    expect(jsonObjectText.parse('{"a": 1.0}')).toBe('{"a": 1.0}');
+    expect(jsonObjectText.parse({ a: 1 })).toBe('{"a":1}');
+    for (const bad of ["{a", "[1]", "null", "3"]) expect(jsonObjectText.safeParse(bad).success).toBe(false);
   });
 });

@@ -1,3 +1,4 @@
+import { parseJsonKeepingFloats } from "./py-values";
 import { byteFallbackDecode, byteFallbackEncode, byteFallbackRenderChat } from "./byte-fallback";
 import { HfPreprocessor } from "./hf-preprocessor";
 import { registerPreprocessorMetrics } from "./metrics";
@@ -13,7 +14,7 @@ import { NO_CACHE_STATS, type ChatMessage, type ChatOptions, type Preprocessor, 
 export function createPreprocessor(opts: PreprocessorOptions = {}): Preprocessor {
   const pre: Preprocessor = opts.tokenizerDir === undefined
     ? byteFallbackPreprocessor
-    : new HfPreprocessor(loadTokenizerFiles(opts.tokenizerDir), opts.cache ?? {}, opts.fastBpe ?? true, opts.defaultChatTemplateKwargs);
+    : new HfPreprocessor(loadTokenizerFiles(opts.tokenizerDir), opts.cache ?? {}, opts.fastBpe ?? true, defaultKwargs(opts.defaultChatTemplateKwargs));
   if (opts.registry !== undefined) {
     registerPreprocessorMetrics(opts.registry, { model: opts.model ?? "", kind: pre.kind, cacheStats: () => pre.cacheStats() });
   }
@@ -29,3 +30,11 @@ const byteFallbackPreprocessor: Preprocessor = {
   cacheStats: () => NO_CACHE_STATS,
   resetCache: () => {},
 };
+
+/** The server's default template kwargs from their JSON text (a JSON object: the options checked it). */
+function defaultKwargs(text: string | undefined): Record<string, unknown> {
+  if (text === undefined) return {};
+  const parsed = parseJsonKeepingFloats(text);
+  if (typeof parsed !== "object" || parsed === null || Array.isArray(parsed)) throw new Error("default chat template kwargs must be a JSON object");
+  return parsed as Record<string, unknown>;
+}

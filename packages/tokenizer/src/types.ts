@@ -58,10 +58,11 @@ export type PreprocessorOptions = {
   /** Label value for the metrics (the model name). */
   model?: string;
   /**
-   * vLLM's `--default-chat-template-kwargs` of the server rendering these chats: template variables every chat
-   * renders with unless its own kwargs set them (to a value other than null or "auto").
+   * vLLM's `--default-chat-template-kwargs` of the server rendering these chats, as its JSON text (parsed here as
+   * Python's json parses it, `1.0` a float): template variables every chat renders with unless its own kwargs set
+   * them (to a value other than null or "auto").
    */
-  defaultChatTemplateKwargs?: Record<string, unknown>;
+  defaultChatTemplateKwargs?: string;
 };
 
 export type CacheStats = {

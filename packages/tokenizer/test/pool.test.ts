@@ -34,7 +34,7 @@ describe("tokenizer pool", () => {
   }, 60_000);
 
   test("members render with the server's default chat template kwargs, as a preprocessor given them does", async () => {
-    const defaults = { enable_thinking: false };
+    const defaults = '{"enable_thinking": false}';
     const pool = await pools.start({ size: 1, budgetMs: 60_000 }, { defaultChatTemplateKwargs: defaults });
     const messages = chat("You are terse.", "Hello");
     const a = await pool.tokenize({ kind: "chat", messages, opts: {} });

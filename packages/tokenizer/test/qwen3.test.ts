@@ -29,13 +29,13 @@ afterAll(() => {
 });
 
 /** Qwen3's vocabulary with another chat template (a copy of its files in a temporary directory). */
-function withTemplate(template: string): Preprocessor {
+function withTemplate(template: string, defaultChatTemplateKwargs?: string): Preprocessor {
   const copy = mkdtempSync(join(tmpdir(), "chat-template-"));
   templateDirs.push(copy);
   copyFileSync(join(dir, "tokenizer.json"), join(copy, "tokenizer.json"));
   const config = JSON.parse(readFileSync(join(dir, "tokenizer_config.json"), "utf8"));
   writeFileSync(join(copy, "tokenizer_config.json"), JSON.stringify({ ...config, chat_template: template }));
-  return createPreprocessor({ tokenizerDir: copy, cache: false });
+  return createPreprocessor({ tokenizerDir: copy, cache: false, defaultChatTemplateKwargs });
 }
 
 describe("Qwen3 golden ids", () => {
@@ -136,7 +136,7 @@ describe("Qwen3 golden ids", () => {
   });
 
   test("the server's default chat template kwargs hold unless the request sets them (null or \"auto\" leave them)", () => {
-    const thinkingOff = createPreprocessor({ tokenizerDir: dir, cache: false, defaultChatTemplateKwargs: { enable_thinking: false } });
+    const thinkingOff = createPreprocessor({ tokenizerDir: dir, cache: false, defaultChatTemplateKwargs: '{"enable_thinking": false}' });
     const msgs = [{ role: "user", content: "q" }];
     const render = (pre: Preprocessor, body: Record<string, unknown>) => {
       const input = parseBodyBytes(new TextEncoder().encode(JSON.stringify({ messages: msgs, ...body }))).input;
@@ -152,6 +152,8 @@ describe("Qwen3 golden ids", () => {
     expect(render(thinkingOff, { chat_template_kwargs: { enable_thinking: true } })).toBe(on);
     // A reasoning_effort turns thinking on over the default (it sets enable_thinking unless the request's kwargs do).
     expect(render(thinkingOff, { reasoning_effort: "low" })).toBe(on);
+    // Defaults are read as Python's json reads them: 1.0 prints as 1.0.
+    expect(withTemplate("{{ x }} {{ y }}", '{"x": 1.0, "y": 2}').renderChat(msgs)).toBe("1.0 2");
   });
 
   test("a content array contributes its text parts joined by newlines, as vLLM's string format", () => {

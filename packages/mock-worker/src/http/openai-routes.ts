@@ -105,7 +105,8 @@ export function openAiRoutes(deps: OpenAiDeps): Hono {
       // A chat template can reject a conversation (e.g. roles out of order): the client's fault, as in vLLM; so
       // is a documents or reasoning_effort vLLM's schema refuses.
       if (e instanceof ChatTemplateError) return openAiError(c, 400, e.message, "messages");
-      if (e instanceof BadRequest) return openAiError(c, 400, e.message, "chat_template_kwargs");
+      // Its message opens with the field it refuses ("documents must be ...").
+      if (e instanceof BadRequest) return openAiError(c, 400, e.message, e.message.split(" ", 1)[0]!);
       throw e;
     }
     return run(c, "chat", body, [chat.prompt], body.max_completion_tokens ?? body.max_tokens ?? DEFAULT_MAX_TOKENS, chat.media);
@@ -125,7 +126,7 @@ export function openAiRoutes(deps: OpenAiDeps): Hono {
         tools: r.tools, templateKwargs: responsesTemplateKwargs(py), addGenerationPrompt: !r.continueFinalMessage, continueFinalMessage: r.continueFinalMessage,
       });
     } catch (e) {
-      if (e instanceof BadRequest) return openAiError(c, 400, e.message, "reasoning");
+      if (e instanceof BadRequest) return openAiError(c, 400, e.message, e.message.split(" ", 1)[0]!);
       if (e instanceof ResponsesInputError || e instanceof ChatTemplateError) return openAiError(c, 400, e.message, "input");
       throw e;
     }

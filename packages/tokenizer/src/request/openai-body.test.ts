@@ -49,11 +49,14 @@ describe("OpenAI request bodies", () => {
     // What vLLM's schema refuses is a 400 here too.
     expect(() => kwargs({ documents: "d" })).toThrow(/documents must be an array of objects of strings/);
     expect(() => kwargs({ documents: [{ text: 1 }] })).toThrow(/documents must be/);
-    expect(() => kwargs({ reasoning_effort: 1 })).toThrow(/reasoning_effort must be one of/);
-    expect(() => kwargs({ reasoning_effort: "auto" })).toThrow(/reasoning_effort must be one of/);
+    expect(() => kwargs({ reasoning_effort: 1 })).toThrow(/reasoning_effort must be a string/);
+    // Which strings a worker takes depends on its vLLM: any is rendered as given.
+    expect(kwargs({ reasoning_effort: "max" })).toEqual({ reasoning_effort: "max", enable_thinking: true });
+    // `1.0` where an object belongs (the body parsed keeping floats, for its tools) is no object.
+    expect(() => kwargs({ tools: [], chat_template_kwargs: 1.0 })).toThrow(/chat_template_kwargs must be an object/);
   });
 
-  test("chat: a message's deprecated reasoning_content is its reasoning (vLLM's validator renames it); Responses keep their items", () => {
+  test("chat: a message's deprecated reasoning_content is its reasoning (vLLM's validator renames it); not on Responses", () => {
     const chat = (messages: unknown[]) => {
       const input = parseBodyBytes(bytes({ messages })).input;
       return input.kind === "chat" ? input.messages : "not a chat";
@@ -65,6 +68,10 @@ describe("OpenAI request bodies", () => {
     expect(chat([{ role: "assistant", content: "a", reasoning_content: null }])).toEqual([{ role: "assistant", content: "a" }]);
     const plain = [{ role: "user", content: "x" }];
     expect(parseBodyBytes(bytes({ messages: plain })).input).toMatchObject({ messages: plain });
+    // vLLM's Responses path does not rename: an assistant input message is rebuilt from its text alone.
+    const item = { role: "assistant", content: "a", reasoning_content: "r" };
+    const responses = parseBodyBytes(bytes({ input: [{ role: "user", content: "q" }, item] }), "/v1/responses").input;
+    expect(responses.kind === "chat" ? responses.messages.at(-1) : undefined).toEqual({ role: "assistant", content: "a" });
   });
 
   test("responses: reasoning.effort reaches the template as reasoning_effort (no enable_thinking, no chat_template_kwargs)", () => {
@@ -75,7 +82,8 @@ describe("OpenAI request bodies", () => {
     expect(kwargs({ reasoning: { effort: "low" } })).toEqual({ reasoning_effort: "low" });
     expect(kwargs({ reasoning: { effort: null } })).toBeUndefined();
     expect(kwargs({ chat_template_kwargs: { enable_thinking: false } })).toBeUndefined();
-    expect(() => kwargs({ reasoning: { effort: "huge" } })).toThrow(/reasoning.effort must be one of/);
+    expect(() => kwargs({ reasoning: { effort: 3 } })).toThrow(/reasoning.effort must be a string/);
+    expect(() => kwargs({ reasoning: 1.0 })).toThrow(/reasoning must be an object/);
   });
 
   test("chat: add_generation_prompt and continue_final_message reach the template, as vLLM renders with them", () => {

@@ -289,14 +289,18 @@ export function chatMessages(messages: ChatMessage[]): ChatMessage[] {
   });
 }
 
-/** vLLM's accepted reasoning_effort values (ReasoningEffort): another is a 400 there, and here. */
-const REASONING_EFFORTS = new Set(["none", "minimal", "low", "medium", "high", "xhigh", "max"]);
-
+/**
+ * A reasoning effort: a string, or null for none. Which strings vLLM takes follows its openai package's version
+ * ("xhigh", "max" came later), so any string is rendered as given rather than refused here for a worker that takes it.
+ */
 function reasoningEffort(v: unknown, field: string): string | undefined {
   if (v === undefined || v === null) return undefined;
-  if (typeof v !== "string" || !REASONING_EFFORTS.has(v)) throw new BadRequest(`${field} must be one of ${[...REASONING_EFFORTS].join(", ")}`);
+  if (typeof v !== "string") throw new BadRequest(`${field} must be a string`);
   return v;
 }
+
+/** A JSON object, not a PyFloat (a body with tools parses `1.0` into one, an object that is no JSON object). */
+const isJsonObject = (v: unknown): v is Record<string, unknown> => typeof v === "object" && v !== null && !Array.isArray(v) && !(v instanceof PyFloat);
 
 /**
  * The template variables a chat request adds, as vLLM's ChatCompletionRequest.build_chat_params merges them: its
@@ -307,8 +311,7 @@ function reasoningEffort(v: unknown, field: string): string | undefined {
  */
 export function templateKwargsOf(o: Record<string, unknown>): Record<string, unknown> | undefined {
   const kw = o.chat_template_kwargs;
-  if (kw !== undefined && kw !== null && (typeof kw !== "object" || Array.isArray(kw)))
-    throw new BadRequest("chat_template_kwargs must be an object");
+  if (kw !== undefined && kw !== null && !isJsonObject(kw)) throw new BadRequest("chat_template_kwargs must be an object");
   const { documents } = o;
   if (documents !== undefined && documents !== null && !(Array.isArray(documents) && documents.every(isStringRecord)))
     throw new BadRequest("documents must be an array of objects of strings");
@@ -328,13 +331,12 @@ export function templateKwargsOf(o: Record<string, unknown>): Record<string, unk
 export function responsesTemplateKwargs(o: Record<string, unknown>): Record<string, unknown> | undefined {
   const reasoning = o.reasoning;
   if (reasoning === undefined || reasoning === null) return undefined;
-  if (typeof reasoning !== "object" || Array.isArray(reasoning)) throw new BadRequest("reasoning must be an object");
+  if (!isJsonObject(reasoning)) throw new BadRequest("reasoning must be an object");
   const effort = reasoningEffort((reasoning as { effort?: unknown }).effort, "reasoning.effort");
   return effort === undefined ? undefined : { reasoning_effort: effort };
 }
 
-const isStringRecord = (d: unknown): boolean =>
-  typeof d === "object" && d !== null && !Array.isArray(d) && Object.values(d).every((v) => typeof v === "string");
+const isStringRecord = (d: unknown): boolean => isJsonObject(d) && Object.values(d).every((v) => typeof v === "string");
 
 function optionalBool(v: unknown, field: string): boolean | undefined {
   if (v === undefined || v === null) return undefined;
