@@ -167,6 +167,21 @@ describe("ext_proc", () => {
     s.end();
   });
 
+  test("in buffered mode too, a gRPC request's headers answer carries the route and its body gets a CONTINUE", async () => {
+    const s = client.open();
+    const grpcHeaders = headers("/vllm.grpc.engine.VllmEngine/Generate");
+    grpcHeaders.request_headers!.headers!.headers = grpcHeaders.request_headers!.headers!.headers!.map((h) =>
+      h.key === "content-type" ? { key: "content-type", raw_value: new TextEncoder().encode("application/grpc+proto") } : h);
+    s.send({ ...grpcHeaders, protocol_config: { request_body_mode: "BUFFERED" } });
+    const h = await s.next();
+    expect(setHeader(h.request_headers?.response, "x-gateway-destination-endpoint")).toBeDefined();
+    s.send({ request_body: { body: new Uint8Array([0, 0, 0, 0, 1, 0x08]), end_of_stream: true } });
+    const b = await s.next();
+    expect(b.immediate_response).toBeUndefined();
+    expect(b.request_body?.response?.status ?? "CONTINUE").toBe("CONTINUE");
+    s.end();
+  });
+
   test("a buffered body larger than gRPC's 4 MiB default message size is routed", async () => {
     const s = client.open();
     const big = [...promptA, ...Array.from({ length: 700_000 }, (_, i) => i % 50000)];
