@@ -52,6 +52,8 @@ describe("OpenAI request bodies", () => {
     expect(() => kwargs({ reasoning_effort: 1 })).toThrow(/reasoning_effort must be a string/);
     // Which strings a worker takes depends on its vLLM: any is rendered as given.
     expect(kwargs({ reasoning_effort: "max" })).toEqual({ reasoning_effort: "max", enable_thinking: true });
+    // merge_kwargs drops an "auto" (an unset value), not the enable_thinking it implies.
+    expect(kwargs({ reasoning_effort: "auto" })).toEqual({ enable_thinking: true });
     // `1.0` where an object belongs (the body parsed keeping floats, for its tools) is no object.
     expect(() => kwargs({ tools: [], chat_template_kwargs: 1.0 })).toThrow(/chat_template_kwargs must be an object/);
   });

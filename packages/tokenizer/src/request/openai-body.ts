@@ -321,7 +321,8 @@ export function templateKwargsOf(o: Record<string, unknown>): Record<string, unk
   const out: Record<string, unknown> = { ...given };
   if (documents !== undefined && documents !== null) out.documents = documents;
   if (effort !== undefined) {
-    out.reasoning_effort = effort;
+    // merge_kwargs leaves out an "auto", as a null; enable_thinking still follows it.
+    if (effort !== "auto") out.reasoning_effort = effort;
     if (given === undefined || !Object.hasOwn(given, "enable_thinking")) out.enable_thinking = effort !== "none";
   }
   return out;
@@ -333,7 +334,7 @@ export function responsesTemplateKwargs(o: Record<string, unknown>): Record<stri
   if (reasoning === undefined || reasoning === null) return undefined;
   if (!isJsonObject(reasoning)) throw new BadRequest("reasoning must be an object");
   const effort = reasoningEffort((reasoning as { effort?: unknown }).effort, "reasoning.effort");
-  return effort === undefined ? undefined : { reasoning_effort: effort };
+  return effort === undefined || effort === "auto" ? undefined : { reasoning_effort: effort };
 }
 
 const isStringRecord = (d: unknown): boolean => isJsonObject(d) && Object.values(d).every((v) => typeof v === "string");
