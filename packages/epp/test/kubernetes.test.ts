@@ -216,6 +216,7 @@ test("podKvSource: no annotation dials the pod at --kv-events-port; a bad one ke
   };
   expect(podKvSource(withAnnotation(), 5557)).toEqual({ kvEvents: "tcp://10.0.0.9:5557", kvBind: false });
   expect(podKvSource(withAnnotation("tcp://*:6000"), 5557)).toEqual({ kvEvents: "tcp://10.0.0.9:6000", kvBind: false });
+  expect(podKvSource(withAnnotation("tcp://0.0.0.0:6000"), 5557)).toEqual({ kvEvents: "tcp://10.0.0.9:6000", kvBind: false });
   expect(podKvSource(withAnnotation("tcp://10.0.0.2:6000"), 5557)).toEqual({ kvEvents: "tcp://10.0.0.2:6000", kvBind: true });
   expect(podKvSource(withAnnotation("tcp://dynamo-epp.llm.svc:6000"), 5557)).toEqual({ kvEvents: "tcp://0.0.0.0:6000", kvBind: true });
   for (const bad of ["ipc:///tmp/kv", "tcp://10.0.0.2:0", "nonsense"])

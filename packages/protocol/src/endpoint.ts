@@ -43,12 +43,13 @@ export function rankEndpoint(endpoint: string, rank: number): string {
 }
 
 /**
- * vLLM's publisher rule (ZmqEventPublisher): a KV-event endpoint with a wildcard (`*`, `::`) or an
- * ipc/inproc one is bound by the engine; any other is one the engine's PUB connects to, so the
- * subscriber must bind it.
+ * The engines' publisher rule (ZmqEventPublisher): a KV-event endpoint with a wildcard (`*`, `::`, and for SGLang
+ * `0.0.0.0`, which its /server_info advertises as one) or an ipc/inproc one is bound by the engine; any other is
+ * one the engine's PUB connects to, so the subscriber must bind it. vLLM would connect to a `0.0.0.0`, its own
+ * host, where no subscriber elsewhere can be: read as a bind for both.
  */
 export function publisherBinds(endpoint: string): boolean {
-  return endpoint.includes("*") || endpoint.includes("::") || endpoint.startsWith("ipc://") || endpoint.startsWith("inproc://");
+  return endpoint.includes("*") || endpoint.includes("::") || endpoint.includes("0.0.0.0") || endpoint.startsWith("ipc://") || endpoint.startsWith("inproc://");
 }
 
 /** "10.0.0.1:8000" -> "10.0.0.1", "[fd00::1]:8000" and "[fd00::1]" -> "fd00::1"; a bare host stays as it is. */

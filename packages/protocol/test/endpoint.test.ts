@@ -38,15 +38,17 @@ describe("tcp endpoints", () => {
   });
 });
 
-describe("vLLM's publisher rule", () => {
-  test("binds a wildcard, ipc or inproc endpoint and connects to any other (an IPv6 literal with :: counts as a wildcard, as in vLLM)", () => {
+describe("the engines' publisher rule", () => {
+  test("binds a wildcard (0.0.0.0 too), ipc or inproc endpoint and connects to any other (an IPv6 literal with :: counts as a wildcard, as in vLLM)", () => {
     expect(publisherBinds("tcp://*:5557")).toBe(true);
+    // SGLang binds 0.0.0.0 too (the bind-all address its /server_info advertises, and ZMQ reports a * bind as);
+    // vLLM would connect to its own host there, where no subscriber in another pod can be.
+    expect(publisherBinds("tcp://0.0.0.0:5557")).toBe(true);
     expect(publisherBinds("tcp://[::]:5557")).toBe(true);
     expect(publisherBinds("tcp://[fd00::2]:5557")).toBe(true);
     expect(publisherBinds("ipc:///tmp/kv")).toBe(true);
     expect(publisherBinds("inproc://kv")).toBe(true);
     expect(publisherBinds("tcp://10.0.0.5:5557")).toBe(false);
     expect(publisherBinds("tcp://dynamo-epp.llm.svc:5557")).toBe(false);
-    expect(publisherBinds("tcp://0.0.0.0:5557")).toBe(false);
   });
 });
