@@ -7,6 +7,9 @@
 //   rank (transport, endpoint, topic, replay_endpoint, optional data_parallel_rank, encoding, ...). Its
 //   field 2 is the endpoint URI as configured (`string endpoint`); a later revision of vLLM's Rust server
 //   sends a `{host, port, protocol}` message in the same field (`endpoint_addr`): both are read.
+// SGLang reports it in `GET /server_info`'s `kv_events` descriptor (sglang #25844): one publisher host, a base
+// port and the DP size (rank r on base + r), or, where it advertises them, a `publishers` list of each rank's
+// endpoint; null when it publishes nothing. Read when a server has no `/kv_event_sources`.
 // A wildcard host (`*`, `0.0.0.0`, `::`) is not dialable from elsewhere: it becomes the host the report
 // was read from. Fields, keys and transports this reader does not know are skipped and counted.
 import * as grpc from "@grpc/grpc-js";
@@ -57,6 +60,10 @@ async function readHttp(url: URL, o: ReadOptions): Promise<ReportedSources> {
   } catch (e) {
     throw new ReportedSourcesError(`${target}: ${(e as Error).message}`);
   }
+  if (res.status === 404) {
+    await res.body?.cancel().catch(() => {});
+    return readSglang(url, o, target);
+  }
   if (!res.ok) throw new ReportedSourcesError(`${target}: HTTP ${res.status}`);
   const body = (await res.json().catch(() => undefined)) as unknown;
   // The route answers {"sources": [...]}; an earlier revision answered the list itself.
@@ -72,6 +79,62 @@ async function readHttp(url: URL, o: ReadOptions): Promise<ReportedSources> {
     }
     unknownFields += Object.keys(p.data).filter((k) => !HTTP_KEYS.has(k)).length;
     raw.push({ rank: p.data.data_parallel_rank ?? null, endpoint: p.data.endpoint, replay: p.data.replay_endpoint ?? null, topic: p.data.topic ?? "" });
+  }
+  return finish(raw, url.hostname, skipped, unknownFields);
+}
+
+// ---- SGLang's /server_info (sglang #25844) --------------------------------------------------------------
+
+const SglangPublisher = z.looseObject({ dp_rank: z.number().int().min(0), endpoint: z.string().min(1) });
+const SglangKvEvents = z.looseObject({
+  publisher: z.string(),
+  endpoint_host: z.string().min(1),
+  endpoint_port_base: z.number().int().min(1).max(65535),
+  topic: z.string().nullish(),
+  dp_size: z.number().int().min(1).max(4096).nullish(),
+  publishers: z.array(z.unknown()).nullish(),
+});
+const SGLANG_KEYS = new Set(["publisher", "endpoint_host", "endpoint_port_base", "topic", "dp_size", "publishers", "block_size"]);
+
+/** `/server_info`'s `kv_events`, for a server without `/kv_event_sources` (`missing`: that route, for the error). */
+async function readSglang(url: URL, o: ReadOptions, missing: URL): Promise<ReportedSources> {
+  const target = new URL("/server_info", url);
+  let res: Response;
+  try {
+    res = await fetch(target, { signal: AbortSignal.timeout(o.timeoutMs ?? 5000), tls: { rejectUnauthorized: false } } as RequestInit);
+  } catch (e) {
+    throw new ReportedSourcesError(`${target}: ${(e as Error).message}`);
+  }
+  if (!res.ok) throw new ReportedSourcesError(`${missing}: HTTP 404, and ${target}: HTTP ${res.status} (neither vLLM's report nor SGLang's)`);
+  const body = (await res.json().catch(() => undefined)) as { kv_events?: unknown } | undefined;
+  if (body === undefined || body === null || typeof body !== "object" || !("kv_events" in body))
+    throw new ReportedSourcesError(`${target}: no kv_events descriptor (an SGLang before #25844, or not SGLang)`);
+  // null: the server publishes no KV events.
+  if (body.kv_events === null) return { sources: [], skipped: 0, unknownFields: 0 };
+  const p = SglangKvEvents.safeParse(body.kv_events);
+  if (!p.success) throw new ReportedSourcesError(`${target}: kv_events is not a publisher descriptor: ${p.error.issues[0]?.message ?? "invalid"}`);
+  const d = p.data;
+  const unknownFields = Object.keys(d).filter((k) => !SGLANG_KEYS.has(k)).length;
+  if (d.publisher !== "zmq") return { sources: [], skipped: 1, unknownFields };
+  const topic = d.topic ?? "";
+  const raw: RawSource[] = [];
+  let skipped = 0;
+  if (d.publishers) {
+    // Each rank's own endpoint (multi-node DP ranks live on other hosts than base + rank on this one).
+    for (const item of d.publishers) {
+      const e = SglangPublisher.safeParse(item);
+      if (e.success) raw.push({ rank: e.data.dp_rank, endpoint: e.data.endpoint, replay: null, topic });
+      else skipped++;
+    }
+  } else {
+    const host = bracketHost(d.endpoint_host);
+    for (let rank = 0; rank < (d.dp_size ?? 1); rank++) {
+      if (d.endpoint_port_base + rank > 65535) {
+        skipped++;
+        continue;
+      }
+      raw.push({ rank, endpoint: `tcp://${host}:${d.endpoint_port_base + rank}`, replay: null, topic });
+    }
   }
   return finish(raw, url.hostname, skipped, unknownFields);
 }

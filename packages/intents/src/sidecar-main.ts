@@ -8,7 +8,7 @@ import { openDiscovery, parseDiscoveryConfig } from "./discovery/open.ts";
 import { registerReportedIntents } from "./reported-intents.ts";
 
 const SIDECAR_OPTIONS = group("kv-sidecar", {
-  from: opt.string(z.string().min(1), "where the worker reports its KV-event sources: http://HOST:PORT (GET /kv_event_sources) or grpc://HOST:PORT"),
+  from: opt.string(z.string().min(1), "where the worker reports its KV-event sources: http://HOST:PORT (vLLM's GET /kv_event_sources, else SGLang's GET /server_info) or grpc://HOST:PORT"),
   discovery: opt.string(z.string().min(1), "where intents are registered: kubernetes | http://HOST:PORT"),
   workerId: opt.string(z.string().min(1), "the worker's id in its intents"),
   model: opt.string(z.string().min(1), "served model name"),

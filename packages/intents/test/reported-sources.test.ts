@@ -55,6 +55,44 @@ describe("GET /kv_event_sources (vLLM #55844)", () => {
   });
 });
 
+describe("SGLang's GET /server_info kv_events (sglang #25844), for a server without /kv_event_sources", () => {
+  function sglang(kvEvents: unknown) {
+    const srv = Bun.serve({
+      hostname: `${LOOPBACK}.7.21`, port: 0,
+      fetch: (req) => (new URL(req.url).pathname === "/server_info" ? Response.json({ model_path: "m", kv_events: kvEvents }) : new Response(null, { status: 404 })),
+    });
+    cleanups.push(() => srv.stop(true));
+    return `http://${LOOPBACK}.7.21:${srv.port}`;
+  }
+
+  test("a host and a base port: rank r on base + r, a wildcard host the one the report came from", async () => {
+    const r = await readReportedSources(sglang({ publisher: "zmq", endpoint_host: "*", endpoint_port_base: 5557, topic: "kv", block_size: 64, dp_size: 2 }));
+    expect(r.sources).toEqual([
+      { rank: 0, kvEvents: `tcp://${LOOPBACK}.7.21:5557`, replay: null, topic: "kv" },
+      { rank: 1, kvEvents: `tcp://${LOOPBACK}.7.21:5558`, replay: null, topic: "kv" },
+    ]);
+    expect(r.skipped + r.unknownFields).toBe(0);
+  });
+
+  test("a publishers list (each rank's own endpoint) wins over the base port; an entry without a rank is skipped", async () => {
+    const r = await readReportedSources(sglang({
+      publisher: "zmq", endpoint_host: "*", endpoint_port_base: 5557, dp_size: 8,
+      publishers: [{ dp_rank: 4, endpoint: "tcp://10.0.0.2:5561" }, { dp_rank: 0, endpoint: "tcp://10.0.0.1:5557" }, { endpoint: "tcp://10.0.0.3:5557" }],
+    }));
+    expect(r.sources).toEqual([
+      { rank: 0, kvEvents: "tcp://10.0.0.1:5557", replay: null, topic: "" },
+      { rank: 4, kvEvents: "tcp://10.0.0.2:5561", replay: null, topic: "" },
+    ]);
+    expect(r.skipped).toBe(1);
+  });
+
+  test("null (no KV events) reports none; another publisher is skipped; a malformed descriptor is a clear error", async () => {
+    expect(await readReportedSources(sglang(null))).toEqual({ sources: [], skipped: 0, unknownFields: 0 });
+    expect(await readReportedSources(sglang({ publisher: "nats", endpoint_host: "h", endpoint_port_base: 1 }))).toMatchObject({ sources: [], skipped: 1 });
+    await expect(readReportedSources(sglang({ publisher: "zmq", endpoint_port_base: "x" }))).rejects.toThrow(/not a publisher descriptor/);
+  });
+});
+
 // ---- gRPC ----
 
 /** KvEventSource as prost writes it: fields in number order, proto3 defaults (empty, 0) left out. */
