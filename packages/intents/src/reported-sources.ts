@@ -52,14 +52,18 @@ const HttpSource = z.looseObject({
 });
 const HTTP_KEYS = new Set(["data_parallel_rank", "endpoint", "replay_endpoint", "topic"]);
 
-async function readHttp(url: URL, o: ReadOptions): Promise<ReportedSources> {
-  const target = new URL("/kv_event_sources", url);
-  let res: Response;
+/** GET `target` (a pod's own certificate is not verified); a failure to reach it is a ReportedSourcesError. */
+async function get(target: URL, o: ReadOptions): Promise<Response> {
   try {
-    res = await fetch(target, { signal: AbortSignal.timeout(o.timeoutMs ?? 5000), tls: { rejectUnauthorized: false } } as RequestInit);
+    return await fetch(target, { signal: AbortSignal.timeout(o.timeoutMs ?? 5000), tls: { rejectUnauthorized: false } } as RequestInit);
   } catch (e) {
     throw new ReportedSourcesError(`${target}: ${(e as Error).message}`);
   }
+}
+
+async function readHttp(url: URL, o: ReadOptions): Promise<ReportedSources> {
+  const target = new URL("/kv_event_sources", url);
+  const res = await get(target, o);
   if (res.status === 404) {
     await res.body?.cancel().catch(() => {});
     return readSglang(url, o, target);
@@ -99,12 +103,7 @@ const SGLANG_KEYS = new Set(["publisher", "endpoint_host", "endpoint_port_base",
 /** `/server_info`'s `kv_events`, for a server without `/kv_event_sources` (`missing`: that route, for the error). */
 async function readSglang(url: URL, o: ReadOptions, missing: URL): Promise<ReportedSources> {
   const target = new URL("/server_info", url);
-  let res: Response;
-  try {
-    res = await fetch(target, { signal: AbortSignal.timeout(o.timeoutMs ?? 5000), tls: { rejectUnauthorized: false } } as RequestInit);
-  } catch (e) {
-    throw new ReportedSourcesError(`${target}: ${(e as Error).message}`);
-  }
+  const res = await get(target, o);
   if (!res.ok) throw new ReportedSourcesError(`${missing}: HTTP 404, and ${target}: HTTP ${res.status} (neither vLLM's report nor SGLang's)`);
   const body = (await res.json().catch(() => undefined)) as { kv_events?: unknown } | undefined;
   if (body === undefined || body === null || typeof body !== "object" || !("kv_events" in body))
