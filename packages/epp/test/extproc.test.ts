@@ -150,9 +150,7 @@ describe("ext_proc", () => {
 
   test("a gRPC request (vLLM's gRPC API) is routed by load on its headers, its protobuf body passed through unread", async () => {
     const s = client.open();
-    const grpcHeaders = headers("/vllm.grpc.engine.VllmEngine/Generate");
-    grpcHeaders.request_headers!.headers!.headers = grpcHeaders.request_headers!.headers!.headers!.map((h) =>
-      h.key === "content-type" ? { key: "content-type", raw_value: new TextEncoder().encode("application/grpc") } : h);
+    const grpcHeaders = headers("/vllm.grpc.engine.VllmEngine/Generate", false, {}, "application/grpc");
     s.send({ ...grpcHeaders, protocol_config: { request_body_mode: "FULL_DUPLEX_STREAMED" } });
     const h = await s.next();
     expect(setHeader(h.request_headers?.response, "x-gateway-destination-endpoint")).toBeDefined();
@@ -169,9 +167,7 @@ describe("ext_proc", () => {
 
   test("in buffered mode too, a gRPC request's headers answer carries the route and its body gets a CONTINUE", async () => {
     const s = client.open();
-    const grpcHeaders = headers("/vllm.grpc.engine.VllmEngine/Generate");
-    grpcHeaders.request_headers!.headers!.headers = grpcHeaders.request_headers!.headers!.headers!.map((h) =>
-      h.key === "content-type" ? { key: "content-type", raw_value: new TextEncoder().encode("application/grpc+proto") } : h);
+    const grpcHeaders = headers("/vllm.grpc.engine.VllmEngine/Generate", false, {}, "application/grpc+proto");
     s.send({ ...grpcHeaders, protocol_config: { request_body_mode: "BUFFERED" } });
     const h = await s.next();
     expect(setHeader(h.request_headers?.response, "x-gateway-destination-endpoint")).toBeDefined();

@@ -121,14 +121,14 @@ export function checkHealth(c: ReturnType<typeof healthClient>, service: string)
 
 const enc = new TextEncoder();
 
-export function headers(path = "/v1/completions", endOfStream = false, extra: Partial<ProcessingRequest> = {}): ProcessingRequest {
+export function headers(path = "/v1/completions", endOfStream = false, extra: Partial<ProcessingRequest> = {}, contentType = "application/json"): ProcessingRequest {
   return {
     request_headers: {
       headers: {
         headers: [
           { key: ":method", raw_value: enc.encode("POST") },
           { key: ":path", raw_value: enc.encode(path) },
-          { key: "content-type", raw_value: enc.encode("application/json") },
+          { key: "content-type", raw_value: enc.encode(contentType) },
         ],
       },
       end_of_stream: endOfStream,

@@ -105,8 +105,7 @@ export function openAiRoutes(deps: OpenAiDeps): Hono {
       // A chat template can reject a conversation (e.g. roles out of order): the client's fault, as in vLLM; so
       // is a documents or reasoning_effort vLLM's schema refuses.
       if (e instanceof ChatTemplateError) return openAiError(c, 400, e.message, "messages");
-      // Its message opens with the field it refuses ("documents must be ...").
-      if (e instanceof BadRequest) return openAiError(c, 400, e.message, e.message.split(" ", 1)[0]!);
+      if (e instanceof BadRequest) return openAiError(c, 400, e.message, refusedField(e));
       throw e;
     }
     return run(c, "chat", body, [chat.prompt], body.max_completion_tokens ?? body.max_tokens ?? DEFAULT_MAX_TOKENS, chat.media);
@@ -126,7 +125,7 @@ export function openAiRoutes(deps: OpenAiDeps): Hono {
         tools: r.tools, templateKwargs: responsesTemplateKwargs(py), addGenerationPrompt: !r.continueFinalMessage, continueFinalMessage: r.continueFinalMessage,
       });
     } catch (e) {
-      if (e instanceof BadRequest) return openAiError(c, 400, e.message, e.message.split(" ", 1)[0]!);
+      if (e instanceof BadRequest) return openAiError(c, 400, e.message, refusedField(e));
       if (e instanceof ResponsesInputError || e instanceof ChatTemplateError) return openAiError(c, 400, e.message, "input");
       throw e;
     }
@@ -169,3 +168,6 @@ function withMedia(pre: Preprocessor, messages: ChatMessage[], opts: ChatOptions
   out.set(text.subarray(from), to);
   return { prompt: out, media };
 }
+
+/** The field a request reader refused: its message opens with it ("documents must be ..."). */
+const refusedField = (e: BadRequest): string => e.message.split(" ", 1)[0]!;
