@@ -129,6 +129,8 @@ export type EppConfig = {
   conformanceTestHooks: boolean;
   scrapeIntervalMs: number;
   maxInflight: number;
+  /** Picks this slow are logged with their breakdown (0: never). */
+  slowPickMs: number;
   /** Bound on request-body bytes held across ext_proc streams; undefined: derived from the memory limit at start. */
   extProcBufferMaxBytes?: number;
   /** Next-best distinct endpoints sent after the pick (GAIE protocol's ordered list). */
@@ -266,6 +268,7 @@ export function parseConfig(argv: string[], env: Record<string, string | undefin
     conformanceTestHooks: o.conformanceTestHooks,
     scrapeIntervalMs: o.scrapeIntervalMs,
     maxInflight: o.maxInflight,
+    slowPickMs: o.slowPickMs,
     extProcBufferMaxBytes: o.extProcBufferMaxBytes,
     fallbackEndpoints: o.fallbackEndpoints,
     objectivePriorities: parsePriorities(r),

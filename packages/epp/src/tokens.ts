@@ -23,6 +23,29 @@ export type RoutedBody = {
   /** The body to forward: as received, or naming the request's rewrite model (`rewritten`). */
   body: Uint8Array;
   rewritten: boolean;
+  /** How it was read and tokenized, and how long that took (the slow-pick log's breakdown); absent when unread. */
+  trace?: ReadTrace;
+};
+
+/**
+ * Where a body's reading and tokenization went. `outcome`: all its tokens known (`complete`), routed on a known
+ * prefix that settled the pick (`settled`), or on the prefix known when the budget ran out (`budget`: its member
+ * was still at it; `queue`: no member had taken it).
+ */
+export type ReadTrace = {
+  thread: ReadThread;
+  outcome: "complete" | "settled" | "budget" | "queue";
+  /** From handing the body over to its tokens: reading and tokenizing, with any wait. */
+  ms: number;
+  /** In the pool: queued before a member took it. */
+  waitMs?: number;
+  /**
+   * In the pool, complete or settled: the member's own time on it, to its last tokens or to the prefix that settled
+   * it (the rest of `ms` is the wait and the answer's way back).
+   */
+  busyMs?: number;
+  /** Tokens the segment cache did not hold (unknown on a fallback). */
+  freshTokens?: number;
 };
 
 /**
@@ -51,9 +74,11 @@ export type Settles = (fields: BodyFields, known: Uint32Array, promptTokens: num
  */
 export function createTokenizeBody(pre: Preprocessor, onRead: (thread: ReadThread) => void = () => {}): (req: BodyRequest) => RoutedBody {
   return (req) => {
+    const t0 = performance.now();
     onRead("event_loop");
     const read = readBody(req);
-    return { ...forwarded(req, read), fields: read.fields, tokens: encodeRouting(pre, read.job) };
+    const tokens = encodeRouting(pre, read.job);
+    return { ...forwarded(req, read), fields: read.fields, tokens, trace: { thread: "event_loop", outcome: "complete", ms: performance.now() - t0 } };
   };
 }
 
@@ -65,10 +90,11 @@ export function createTokenizeBody(pre: Preprocessor, onRead: (thread: ReadThrea
  */
 export function createPoolTokenizeBody(pool: TokenizerPool, onRead: (thread: ReadThread) => void = () => {}): TokenizeBody {
   return (req, signal, settles) => {
+    const t0 = performance.now();
     const ids = readTokenIds(req, pool.readHereMaxBytes);
     if (ids) {
       onRead("event_loop");
-      return { ...forwarded(req, ids), fields: ids.fields, tokens: ids.job };
+      return { ...forwarded(req, ids), fields: ids.fields, tokens: ids.job, trace: { thread: "event_loop", outcome: "complete", ms: performance.now() - t0 } };
     }
     return pool.tokenize({ kind: "body", request: req }, {
       signal,
@@ -78,13 +104,15 @@ export function createPoolTokenizeBody(pool: TokenizerPool, onRead: (thread: Rea
         if (o.read) {
           onRead("tokenizer_pool");
           const rewritten = o.read.rewritten;
-          return { fields: o.read.fields, tokens: o.tokens, body: rewritten ?? req.body, rewritten: rewritten !== undefined, ...estimated(o) };
+          const trace = traceOf(o, "tokenizer_pool", t0);
+          return { fields: o.read.fields, tokens: o.tokens, body: rewritten ?? req.body, rewritten: rewritten !== undefined, trace, ...estimated(o) };
         }
         onRead("event_loop");
         const read = readBody(req);
+        const trace = traceOf(o, "event_loop", t0);
         // Ids the body carries are known now; text is routed on what the pool knew (nothing: by load).
-        if (read.job instanceof Uint32Array) return { ...forwarded(req, read), fields: read.fields, tokens: read.job };
-        return { ...forwarded(req, read), fields: read.fields, tokens: o.tokens, ...estimated(o) };
+        if (read.job instanceof Uint32Array) return { ...forwarded(req, read), fields: read.fields, tokens: read.job, trace };
+        return { ...forwarded(req, read), fields: read.fields, tokens: o.tokens, trace, ...estimated(o) };
       },
       (err) => {
         // Refused by the member that read it.
@@ -98,6 +126,15 @@ export function createPoolTokenizeBody(pool: TokenizerPool, onRead: (thread: Rea
 /** After a chat's response: the pool reads its body again and tokenizes the next turn's shape in the background. */
 export function createPoolWarm(pool: TokenizerPool): (request: BodyRequest, reply: ChatMessage) => void {
   return (request, reply) => pool.warm({ kind: "body", request, reply });
+}
+
+function traceOf(o: TokenizeOutcome, thread: ReadThread, t0: number): ReadTrace {
+  const outcome = o.complete ? "complete" : o.decided ? "settled" : (o.fallback ?? "budget");
+  return {
+    thread, outcome, ms: performance.now() - t0, waitMs: o.waitMs,
+    ...(o.busyMs !== undefined ? { busyMs: o.busyMs } : {}),
+    ...(o.complete ? { freshTokens: o.freshTokens } : {}),
+  };
 }
 
 const estimated = (o: TokenizeOutcome): Pick<RoutedBody, "promptTokens" | "newTurnTokens"> =>

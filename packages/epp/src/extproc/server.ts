@@ -65,6 +65,8 @@ export type ExtProcDeps = {
   conformanceHooks?: boolean;
   /** A chat's response ended with this reply: warm the conversation's next turn from its request body (the tokenizer pool). */
   warmReply?: (request: BodyRequest, reply: ChatMessage) => void;
+  /** A pick taking this long (complete body -> decision) is logged with where its time went (0: never). */
+  slowPickMs?: number;
 };
 
 /** What one ext_proc server's streams share. */
@@ -77,6 +79,8 @@ type Shared = {
   criticalKnown: boolean;
   /** Bodies routed by load because the body budget was spent: logged at most once per interval (it comes in bursts). */
   warnOverflow: (reason: string, fields?: Record<string, unknown>) => void;
+  /** Picks over slowPickMs: at most one line per outcome per interval, with where the time went. */
+  warnSlowPick: (outcome: string, fields?: Record<string, unknown>) => void;
 };
 
 type Duplex = BidiCall<ProcessingRequest, ProcessingResponse>;
@@ -135,6 +139,7 @@ export function createProcessHandler(deps: ExtProcDeps): (call: Duplex) => void 
   const shared: Shared = { warned: new Set(), fairness: new FairnessLabels(), warnRejected: throttledWarn(deps.log, "ext_proc stream rejected"),
     criticalKnown: hasCriticalObjective(deps.priorities ?? NO_PRIORITIES),
     warnOverflow: throttledWarn(deps.log, "ext_proc body budget spent: bodies routed by load and passed through unbuffered"),
+    warnSlowPick: throttledWarn(deps.log, "slow pick (over --slow-pick-ms): where its time went"),
   };
   if (deps.conformanceHooks) deps.log.warn("GAIE conformance test hooks on (--conformance-test-hooks): any client can steer its requests with test-epp-endpoint-selection");
   return (call) => new ProcessStream(call, deps, shared).run();
@@ -488,6 +493,26 @@ class ProcessStream {
     else this.route(req, read, at, bodyEnds, maybeCut, started);
   }
 
+  /**
+   * Where a slow pick's time went: reading and tokenizing (`readMs`: in the pool, its wait for a member, the
+   * member's own time, and `answerDelayMs`, the rest: its answer's way back through a busy event loop), then
+   * the decision itself (`decideMs`: matching, costing, choosing).
+   */
+  private slowPick(read: RoutedBody, ms: number, decideMs: number): void {
+    const t = read.trace;
+    const round = (x: number) => Math.round(x * 10) / 10;
+    const answerDelayMs = t?.busyMs !== undefined && t.waitMs !== undefined ? round(t.ms - t.waitMs - t.busyMs) : undefined;
+    this.shared.warnSlowPick(t?.outcome ?? "unread", {
+      ms: round(ms), decideMs: round(decideMs), bodyBytes: read.body.length, tokens: read.tokens.length,
+      ...(read.promptTokens !== undefined ? { promptTokens: read.promptTokens } : {}),
+      ...(t ? { thread: t.thread, readMs: round(t.ms) } : {}),
+      ...(t?.waitMs !== undefined ? { waitMs: round(t.waitMs) } : {}),
+      ...(t?.busyMs !== undefined ? { busyMs: round(t.busyMs) } : {}),
+      ...(answerDelayMs !== undefined ? { answerDelayMs } : {}),
+      ...(t?.freshTokens !== undefined ? { freshTokens: t.freshTokens } : {}),
+    });
+  }
+
   /** A body the model server would refuse: 400, counted (TooDeep also by depth). False for any other error. */
   private refused(err: unknown): boolean {
     if (!(err instanceof BadRequest)) return false;
@@ -498,6 +523,7 @@ class ProcessStream {
 
   /** The pick on the request's tokens (O(blocks)), and its answer. */
   private route(req: RequestState, read: RoutedBody, at: "headers" | "body", bodyEnds: boolean, maybeCut: boolean, started: number): void {
+    const routeStarted = performance.now();
     const { fields, tokens, promptTokens, newTurnTokens, body } = read;
     this.release(req); // answered or handed back in this call: no longer held for a route
     if (fields.cut !== undefined) {
@@ -512,7 +538,9 @@ class ProcessStream {
       return;
     }
     const routed = (req.routed = routing.request);
-    this.deps.metrics.pickLatency.observe((performance.now() - started) / 1000);
+    const now = performance.now();
+    this.deps.metrics.pickLatency.observe((now - started) / 1000);
+    if (this.deps.slowPickMs && now - started >= this.deps.slowPickMs) this.slowPick(read, now - started, now - routeStarted);
     this.deps.metrics.requests.inc({ outcome: "routed" });
     // Kept to warm the next turn from the reply, when one will come through this stream.
     if (this.deps.warmReply && fields.kind === "chat" && this.responseBodies) {

@@ -103,7 +103,7 @@ function tokenize(m: ToMember, job: TokenizeJob, t0: number, before: CacheStats)
       const ids = known.ids.slice();
       const estimatedTokens = ids.length + Math.round(known.unknownChars / charsPerToken);
       const newTurnTokens = turnChars === undefined ? undefined : Math.round(turnChars / charsPerToken);
-      post(...withReading({ type: "known" as const, id: m.id, ids, estimatedMs: (known.unknownChars * usPerChar) / 1000, estimatedTokens, newTurnTokens }, [ids.buffer as ArrayBuffer]));
+      post(...withReading({ type: "known" as const, id: m.id, ids, estimatedMs: (known.unknownChars * usPerChar) / 1000, estimatedTokens, newTurnTokens, busyMs: performance.now() - t0 }, [ids.buffer as ArrayBuffer]));
     },
   };
   const ids = encodeJob(pre, job, control);

@@ -31,10 +31,10 @@ export type FromMember =
   /**
    * What the cache already knew, posted before tokenizing a large unknown rest; estimatedMs is that rest's cost,
    * estimatedTokens the whole prompt's length (the known ids and the rest at the member's characters per token),
-   * newTurnTokens a chat's last turn's (newTurnChars) at that rate. `read`: a body job's reading, when no message
-   * of the job carried it yet.
+   * newTurnTokens a chat's last turn's (newTurnChars) at that rate, busyMs the member's time on the job so far.
+   * `read`: a body job's reading, when no message of the job carried it yet.
    */
-  | { type: "known"; id: number; ids: Uint32Array; estimatedMs: number; estimatedTokens: number; newTurnTokens?: number; read?: BodyReading }
+  | { type: "known"; id: number; ids: Uint32Array; estimatedMs: number; estimatedTokens: number; newTurnTokens?: number; busyMs: number; read?: BodyReading }
   /** warmedTokens: of the job's cached tokens, those only a background warm had cached. `read` as on "known". */
   | { type: "done"; id: number; ids: Uint32Array | null; freshTokens: number; warmedTokens: number; busyMs: number; cache: CacheStats; read?: BodyReading }
   | { type: "stopped"; id: number; busyMs: number; freshTokens: number; cache: CacheStats }

@@ -95,6 +95,11 @@ export type TokenizeOutcome = {
   /** Time queued before a member took the job. */
   waitMs: number;
   /**
+   * The member's time on the job (reading and tokenizing), as it measured it: when complete, all of it; when
+   * `decided`, until it told the prefix that settled the answer.
+   */
+  busyMs?: number;
+  /**
    * A body job as its member read it; absent when no member had read it by the budget (a "queue" fallback, or a
    * "budget" one whose member was still reading; only bodies up to `readHereMaxBytes`): the caller reads its own
    * bytes, which it kept.
@@ -146,6 +151,8 @@ type Pending = {
   cost: number;
   settle?: (o: TokenizeOutcome | Error) => void;
   known?: Uint32Array;
+  /** Its member's time on it when it told `known`. */
+  knownBusyMs?: number;
   /** The whole prompt's length as its member estimated it with `known`, and its last turn's. */
   estimatedTokens?: number;
   newTurnTokens?: number;
@@ -486,6 +493,7 @@ export class TokenizerPool {
     if ((m.type === "known" || m.type === "done") && m.read) p.read = m.read;
     if (m.type === "known") {
       p.known = m.ids;
+      p.knownBusyMs = m.busyMs;
       p.estimatedTokens = m.estimatedTokens;
       p.newTurnTokens = m.newTurnTokens;
       if (p.settle === undefined) return;
@@ -505,6 +513,7 @@ export class TokenizerPool {
     if (m.type === "done") {
       p.settle?.({
         tokens: m.ids ?? new Uint32Array(0), complete: true, freshTokens: m.freshTokens, warmedTokens: m.warmedTokens, waitMs: p.dispatched - p.submitted,
+        busyMs: m.busyMs,
         ...(p.read ? { read: p.read } : {}),
       });
     } else if (m.type === "error") {
@@ -586,7 +595,7 @@ export class TokenizerPool {
     p.decided = true;
     Atomics.store(member.cancel, 0, p.id);
     p.settle?.({
-      tokens: p.known!, complete: false, decided: true, freshTokens: 0, warmedTokens: 0, waitMs: p.dispatched - p.submitted,
+      tokens: p.known!, complete: false, decided: true, freshTokens: 0, warmedTokens: 0, waitMs: p.dispatched - p.submitted, busyMs: p.knownBusyMs,
       promptTokens: p.estimatedTokens,
       newTurnTokens: p.newTurnTokens,
       ...(p.read ? { read: p.read } : {}),
