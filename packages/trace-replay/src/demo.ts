@@ -52,7 +52,8 @@ async function main(o: DemoOptions): Promise<number> {
   }
 
   try {
-    console.log(`demo: ${records.length} requests (${o.durationS} s of trace at ${o.timeScale}x), logs in ${runDir}`);
+    const arrivals = o.arrivals === "recorded" ? "each ~3 s step's requests at one instant, as recorded" : "spread over each recorded step";
+    console.log(`demo: ${records.length} requests (${o.durationS} s of trace at ${o.timeScale}x, ${arrivals}), logs in ${runDir}`);
     l.workers.forEach((_, i) => startWorker(children, l, i, runDir));
     await Promise.all(l.workers.map((w) => waitUntil(`${w.id} at ${w.ip}:${w.httpPort}`, () => workerHealthy(w.ip, w.httpPort))));
     console.log(`  ${l.workers.length} mock workers up: ${l.workers.map((w) => `${w.ip}:${w.httpPort}`).join(" ")}`);
