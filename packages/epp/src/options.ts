@@ -65,7 +65,7 @@ export const EPP_OPTIONS = {
     fallbackEndpoints: opt.int(count.default(0), "also name this many next-best distinct endpoints after the pick, for the gateway's retries"),
     objectivePriorities: opt.string(z.string().default(""), "InferenceObjective priorities, name=priority,... (x-gateway-inference-objective; < 0: sheddable)"),
     maxInflight: opt.int(count.default(0), "shed (429) above this many in-flight requests (0: off)"),
-    slowPickMs: opt.int(count.default(20), "log a pick (complete body -> decision) this slow with where its time went: reading and tokenizing (queued for a pool member, the member's work, its answer's way back), the decision (at most one line per outcome per 10 s; 0: off)"),
+    slowPickMs: opt.int(count.default(20), "log an ext_proc pick (complete body -> decision) this slow with where its time went: reading and tokenizing (queued for a pool member, the member's work, the handoff there and back), the decision (at most one line per outcome per 10 s; 0: off)"),
     extProcBufferMaxBytes: opt.int(
       positive.optional(),
       "request-body bytes all ext_proc streams together may hold while their route is not known; a body that would pass it is routed by load on what has come, the rest passed through unbuffered. Parts of gRPC messages still arriving are bounded by it too, on their own: past it, a stream's call fails with RESOURCE_EXHAUSTED, the oldest message's excepted (default: an eighth of the cgroup memory limit, else of host memory)",

@@ -29,8 +29,9 @@ export type RoutedBody = {
 
 /**
  * Where a body's reading and tokenization went. `outcome`: all its tokens known (`complete`), routed on a known
- * prefix that settled the pick (`settled`), or on the prefix known when the budget ran out (`budget`: its member
- * was still at it; `queue`: no member had taken it).
+ * prefix that settled the pick (`settled`), or on the prefix known when its member could not be done in budget
+ * (`budget`: the budget ran out, its member predicted it would, or its member was lost; `queue`: no member had
+ * taken it by the budget).
  */
 export type ReadTrace = {
   thread: ReadThread;
@@ -40,8 +41,8 @@ export type ReadTrace = {
   /** In the pool: queued before a member took it. */
   waitMs?: number;
   /**
-   * In the pool, complete or settled: the member's own time on it, to its last tokens or to the prefix that settled
-   * it (the rest of `ms` is the wait and the answer's way back).
+   * In the pool, complete or settled: the member's time on it (wall time on its thread, so a preemption counts), to
+   * its last tokens or to the prefix that settled it; the rest of `ms` is the wait and the way there and back.
    */
   busyMs?: number;
   /** Tokens the segment cache did not hold (unknown on a fallback). */
@@ -129,7 +130,7 @@ export function createPoolWarm(pool: TokenizerPool): (request: BodyRequest, repl
 }
 
 function traceOf(o: TokenizeOutcome, thread: ReadThread, t0: number): ReadTrace {
-  const outcome = o.complete ? "complete" : o.decided ? "settled" : (o.fallback ?? "budget");
+  const outcome = o.complete ? "complete" : o.decided ? "settled" : o.fallback!;
   return {
     thread, outcome, ms: performance.now() - t0, waitMs: o.waitMs,
     ...(o.busyMs !== undefined ? { busyMs: o.busyMs } : {}),

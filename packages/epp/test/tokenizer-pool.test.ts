@@ -88,9 +88,7 @@ async function debugPool(epp: EppHandle): Promise<PoolView> {
 const WHOLE = ["--route-on-settled-prefix=false"];
 
 describe("ext_proc with the tokenizer pool", () => {
-  // Every pick that tokenizes takes over a millisecond: logged as slow (one line per outcome per 10 s).
-  const logged = capturingLog();
-  const env = eppFor(["--tokenizer-threads", "2", "--tokenize-budget-ms", "600000", "--slow-pick-ms", "1", ...WHOLE], false, logged.log);
+  const env = eppFor(["--tokenizer-threads", "2", "--tokenize-budget-ms", "600000", ...WHOLE]);
 
   test("a long fresh chat in flight does not hold a short pick back, nor the event loop", async () => {
     const order: string[] = [];
@@ -152,24 +150,30 @@ describe("ext_proc with the tokenizer pool", () => {
     s.call.cancel();
     await waitFor(async () => (await debugPool(env.epp)).cancelled > before, { timeoutMs: 60_000, message: "tokenization cancelled" });
   }, 120_000);
+});
 
-  test("a slow pick is logged with where its time went: the wait for a member, the member's work, the answer's way back, the decision", async () => {
+describe("ext_proc slow picks", () => {
+  // A chat of ~20k fresh words takes milliseconds to tokenize anywhere: over a 1 ms threshold, it is logged.
+  const logged = capturingLog();
+  const env = eppFor(["--tokenizer-threads", "1", "--tokenize-budget-ms", "600000", "--slow-pick-ms", "1", ...WHOLE], false, logged.log);
+
+  test("a slow pick is logged with where its time went: the wait for a member, the member's work, the handoff, the decision", async () => {
+    const chat = chatBody(freshWords(20_000, 11), "a question");
     const s = env.client.open();
     s.send({ ...headers("/v1/chat/completions"), protocol_config: DUPLEX });
-    s.send(body(chatBody(freshWords(20_000, 11), "a question")));
+    s.send(body(chat));
     expect(lbMetadata(await s.next(60_000))).toBe(A);
     s.end();
-    // At most one line per outcome per 10 s: this pick's, or an earlier test's.
-    const line = logged.lines.find((l) => l.msg.startsWith("slow pick") && l.reason === "complete");
-    expect(line).toBeDefined();
-    const t = line as unknown as { ms: number; readMs: number; waitMs: number; busyMs: number; answerDelayMs: number; decideMs: number; freshTokens: number; tokens: number; thread: string };
-    expect(t.thread).toBe("tokenizer_pool");
+    const bytes = new TextEncoder().encode(JSON.stringify(chat)).length;
+    const line = logged.lines.find((l) => l.msg.startsWith("slow pick") && l.bodyBytes === bytes);
+    expect(line).toMatchObject({ reason: "complete", thread: "tokenizer_pool" });
+    const t = line as unknown as { ms: number; readMs: number; waitMs: number; busyMs: number; handoffMs: number; decideMs: number; freshTokens: number; tokens: number };
     // Its text was new to the member: most of its tokens fresh.
     expect(t.freshTokens).toBeGreaterThan(t.tokens / 2);
-    expect(t.readMs).toBeLessThanOrEqual(t.ms);
-    // The member's own time, measured on its thread, fits in the reading's, measured here.
     expect(t.busyMs).toBeGreaterThan(0);
-    expect(t.answerDelayMs).toBeGreaterThanOrEqual(-0.1);
+    // The member's time, measured on its thread, and the wait fit in the reading's, measured here.
+    expect(t.handoffMs).toBeGreaterThanOrEqual(-0.1);
+    expect(t.readMs).toBeLessThanOrEqual(t.ms);
     expect(t.decideMs).toBeLessThanOrEqual(t.ms);
   }, 120_000);
 });
@@ -458,19 +462,20 @@ describe("ext_proc with a tokenization budget", () => {
     const bigBody = chatBody(system, "first question", "an answer", freshWords(1_500_000, 4));
     big.send(body(bigBody));
     expect(lbMetadata(await big.next(60_000))).toBe(A);
-    // Logged once per 10 s per outcome: this pick, or the first turn's if that went over the budget too.
+    // Logged at most once per 10 s per outcome: this pick, unless the first turn's went over the budget too just before.
     const slow = logged.lines.filter((l) => l.msg.startsWith("slow pick") && l.reason === "budget");
-    expect(slow).toHaveLength(1);
+    expect(slow.length).toBeGreaterThanOrEqual(1);
     const sizes = [chatBody(system, "first question"), bigBody].map((b) => new TextEncoder().encode(JSON.stringify(b)).length);
-    expect(sizes).toContain(slow[0]!.bodyBytes as number);
-    expect(slow[0]).toMatchObject({ tokens: expect.any(Number), promptTokens: expect.any(Number) });
-    const s = slow[0] as unknown as { ms: number; readMs: number; waitMs: number; decideMs: number };
+    const line = slow.find((l) => l.bodyBytes === sizes[1]) ?? slow[0]!;
+    expect(sizes).toContain(line.bodyBytes as number);
+    expect(line).toMatchObject({ tokens: expect.any(Number), promptTokens: expect.any(Number) });
+    const s = line as unknown as { ms: number; readMs: number; waitMs: number; decideMs: number };
     expect(s.ms).toBeGreaterThanOrEqual(5);
     expect(s.readMs).toBeLessThanOrEqual(s.ms);
     expect(s.waitMs).toBeLessThanOrEqual(s.readMs);
     expect(s.decideMs).toBeLessThanOrEqual(s.ms);
     // A fallback answers before its member is done: no member time, no fresh-token count.
-    expect(slow[0]).not.toContainKey("busyMs");
+    expect(line).not.toContainKey("busyMs");
     expect(await readByPool()).toBe(readBefore + 1);
     // Charged for the whole prompt, estimated (~2500 blocks), not for its known prefix (the first turn, ~600 blocks).
     const workers = (await (await fetch(`http://${HOST}:${env.epp.ports.selection}/workers`)).json()) as { active_blocks: number }[];

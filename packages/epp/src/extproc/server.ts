@@ -495,20 +495,21 @@ class ProcessStream {
 
   /**
    * Where a slow pick's time went: reading and tokenizing (`readMs`: in the pool, its wait for a member, the
-   * member's own time, and `answerDelayMs`, the rest: its answer's way back through a busy event loop), then
-   * the decision itself (`decideMs`: matching, costing, choosing).
+   * member's own time on its thread, and `handoffMs`, the rest: the job's way to the member, which may wait for a
+   * CPU before it starts, and the answer's way back through the event loop), then the decision itself
+   * (`decideMs`: matching, costing, choosing).
    */
   private slowPick(read: RoutedBody, ms: number, decideMs: number): void {
     const t = read.trace;
     const round = (x: number) => Math.round(x * 10) / 10;
-    const answerDelayMs = t?.busyMs !== undefined && t.waitMs !== undefined ? round(t.ms - t.waitMs - t.busyMs) : undefined;
+    const handoffMs = t?.busyMs !== undefined && t.waitMs !== undefined ? round(t.ms - t.waitMs - t.busyMs) : undefined;
     this.shared.warnSlowPick(t?.outcome ?? "unread", {
       ms: round(ms), decideMs: round(decideMs), bodyBytes: read.body.length, tokens: read.tokens.length,
       ...(read.promptTokens !== undefined ? { promptTokens: read.promptTokens } : {}),
       ...(t ? { thread: t.thread, readMs: round(t.ms) } : {}),
       ...(t?.waitMs !== undefined ? { waitMs: round(t.waitMs) } : {}),
       ...(t?.busyMs !== undefined ? { busyMs: round(t.busyMs) } : {}),
-      ...(answerDelayMs !== undefined ? { answerDelayMs } : {}),
+      ...(handoffMs !== undefined ? { handoffMs } : {}),
       ...(t?.freshTokens !== undefined ? { freshTokens: t.freshTokens } : {}),
     });
   }
