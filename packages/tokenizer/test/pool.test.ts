@@ -347,6 +347,23 @@ test("a pool whose members cannot load the tokenizer fails ready(), naming the f
   await bad.close();
 });
 
+test("a pool whose member thread is gone before it was ready fails ready(), whatever message went with it", async () => {
+  const pool = new TokenizerPool({ preprocessor: { tokenizerDir: dir }, size: 1 });
+  // Gone without a word (an exit that lost its last message, a thread killed): only its exit tells.
+  await (pool as unknown as { members: { worker: { terminate(): Promise<number> } }[] }).members[0]!.worker.terminate();
+  await expect(pool.ready()).rejects.toThrow(/tokenizer pool member 0/);
+  await pool.close();
+});
+
+test("an observer that throws does not keep a request from its answer", async () => {
+  const pool = new TokenizerPool({ preprocessor: { tokenizerDir: dir }, size: 1, budgetMs: 600_000, observe: { fresh: () => { throw new Error("a metric refused the value"); } } });
+  await pool.ready();
+  const o = await pool.tokenize({ kind: "prompt", text: "an answer all the same" });
+  await pool.close();
+  expect(o.complete).toBe(true);
+  expect(o.tokens).toEqual(createPreprocessor({ tokenizerDir: dir }).encodeCompletion("an answer all the same"));
+});
+
 describe("tokenizer pool: lost members and answered requests", () => {
   // The member thread itself, as an uncaught error or an exit would end it (the pool's own handle on it).
   const memberThread = (pool: TokenizerPool, i: number) => (pool as unknown as { members: { worker: { terminate(): Promise<number> } }[] }).members[i]!.worker;
@@ -368,6 +385,19 @@ describe("tokenizer pool: lost members and answered requests", () => {
     expect(counted.misses).toBeGreaterThan(0);
     // The replacement goes on taking work.
     expect((await pool.tokenize({ kind: "prompt", text: "and the next one" })).tokens).toEqual(pre.encodeCompletion("and the next one"));
+  }, 120_000);
+
+  test("while no member is live (each being replaced), a request is answered at once on the queue fallback, and warmed later", async () => {
+    const pool = await pools.start({ size: 1, budgetMs: 600_000 });
+    await memberThread(pool, 0).terminate();
+    while (pool.stats().restarts < 1) await Bun.sleep(1); // lost, its replacement loading
+    const o = await pool.tokenize({ kind: "prompt", text: lines(2_000, 66) });
+    expect(o).toMatchObject({ complete: false, fallback: "queue", tokens: new Uint32Array(0) });
+    expect(pool.stats().fallbacks.queue).toBe(1);
+    // The replacement, once ready, tokenizes it in the background: the conversation's next turn finds it cached.
+    await pool.ready();
+    await idle(pool);
+    expect((await pool.tokenize({ kind: "prompt", text: lines(2_000, 66) })).freshTokens).toBe(0);
   }, 120_000);
 
   test("a body too large for its caller, past its budget behind a member that is lost, is answered unread", async () => {

@@ -22,13 +22,15 @@ const post = (m: FromMember, transfer: ArrayBuffer[] = []) => port.postMessage(m
 
 let pre: Preprocessor;
 try {
+  // A replacement is lowered at once: its loading and warm-up (seconds of CPU) must not take the cores from the answers.
+  const early = init.serving ? lowerThreadPriority(init.nice) : undefined;
   pre = createPreprocessor(init.preprocessor);
   // Ready only once warm: a cold member answers its first requests past the budget.
   const warm = warmUp(pre);
   Bun.gc(true);
-  // Lowered only now: the process serves nothing before its members are ready, and while it starts, its main
+  // At the start, lowered only now: the process serves nothing before its members are ready, and meanwhile its main
   // thread (loading and compiling its modules, seconds of CPU) would hold a low-priority warm-up back for as long.
-  const priority = lowerThreadPriority(init.nice);
+  const priority = early ?? lowerThreadPriority(init.nice);
   post({ type: "ready", warmUp: warm, priority });
 } catch (err) {
   post({ type: "init-failed", message: (err as Error).message });

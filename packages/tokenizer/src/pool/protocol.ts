@@ -19,6 +19,8 @@ export type MemberInit = {
   cancel: SharedArrayBuffer;
   /** The member's thread runs at this nice value (see thread-priority.ts). */
   nice: number;
+  /** The process serves already (a replacement member): lowered before it loads and warms up, not after. */
+  serving: boolean;
 };
 
 /** A body job's `request.body` is a copy the member owns (the caller keeps its own bytes). */

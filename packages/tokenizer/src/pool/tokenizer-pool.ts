@@ -172,6 +172,8 @@ type Member = {
   worker: Worker;
   cancel: Int32Array;
   ready: Promise<void>;
+  /** Fails `ready` (a member lost before it was ready; its "init-failed" may not have come). */
+  failReady: (e: Error) => void;
   queue: Pending[];
   warm: Pending[];
   current: Pending | null;
@@ -254,7 +256,12 @@ export class TokenizerPool {
     this.log = opts.log;
     this.observe = opts.observe ?? {};
     const cache = opts.preprocessor.cache;
-    const share = cache === false ? false : { ...cache, maxBytes: Math.floor((cache?.maxBytes ?? DEFAULT_CACHE_MAX_BYTES) / size) };
+    // Each member's cache a share of the bound, so that the bound holds for the pool: bytes, and entries when bounded.
+    const share = cache === false ? false : {
+      ...cache,
+      maxBytes: Math.floor((cache?.maxBytes ?? DEFAULT_CACHE_MAX_BYTES) / size),
+      ...(cache?.maxEntries !== undefined ? { maxEntries: Math.max(1, Math.floor(cache.maxEntries / size)) } : {}),
+    };
     this.memberOptions = { preprocessor: { ...opts.preprocessor, cache: share }, nice: opts.nice ?? DEFAULT_MEMBER_NICE };
     this.restartBackoffMs = opts.restartBackoffMs ?? 1000;
     this.failedStarts = Array.from({ length: size }, () => 0);
@@ -290,14 +297,22 @@ export class TokenizerPool {
         p.settle = undefined;
         clearTimeout(p.timer);
         opts.signal?.removeEventListener("abort", onAbort);
-        if (o instanceof Error) reject(o);
-        else {
+        if (o instanceof Error) return reject(o);
+        // Answered first: an observer that throws (a metric refusing a value) must not leave the request waiting.
+        resolve(o);
+        try {
           if (o.complete) this.observe.fresh?.(o.freshTokens, o.warmedTokens);
           else if (o.decided) this.observe.decided?.();
           else this.observe.fallback?.(o.fallback!);
-          resolve(o);
+        } catch (err) {
+          this.log?.warn({ err: String(err) }, "tokenizer pool observer failed");
         }
       };
+      // Every member is being replaced (a lost thread, in backoff): nothing can take it within the budget.
+      if (!this.members.some((m) => m.live)) {
+        this.fallBack(p, "queue");
+        return this.warm(job);
+      }
       opts.signal?.addEventListener("abort", onAbort, { once: true });
       p.timer = setTimeout(() => this.outOfBudget(member(), p), this.budgetMs);
       member().queue.push(p);
@@ -369,14 +384,15 @@ export class TokenizerPool {
 
   private startMember(index: number): Member {
     const cancelBuffer = new SharedArrayBuffer(4);
-    const init: MemberInit = { preprocessor: this.memberOptions.preprocessor, cancel: cancelBuffer, nice: this.memberOptions.nice };
+    // A replacement starts while the process serves: its loading and warm-up run at its low priority from the start.
+    const init: MemberInit = { preprocessor: this.memberOptions.preprocessor, cancel: cancelBuffer, nice: this.memberOptions.nice, serving: this.started[index] === true };
     const worker = new Worker(new URL("./pool-member.ts", import.meta.url), { workerData: init });
     let resolveReady!: () => void;
     let rejectReady!: (e: Error) => void;
     const ready = new Promise<void>((res, rej) => ((resolveReady = res), (rejectReady = rej)));
     ready.catch(() => {}); // observed through ready()
     const member: Member = {
-      index, worker, cancel: new Int32Array(cancelBuffer), ready, queue: [], warm: [], current: null, jobs: 0, freshTokens: 0, busyMs: 0,
+      index, worker, cancel: new Int32Array(cancelBuffer), ready, failReady: rejectReady, queue: [], warm: [], current: null, jobs: 0, freshTokens: 0, busyMs: 0,
       cache: NO_CACHE_STATS, warmUp: null, priority: null, live: false,
     };
     worker.on("message", (m: FromMember) => {
@@ -416,7 +432,8 @@ export class TokenizerPool {
     if (this.closed || this.members[member.index] !== member) return;
     member.live = false;
     if (!this.started[member.index]) {
-      // Never ready: ready() has rejected, and what was asked of it fails.
+      // Never ready: ready() fails (if its "init-failed" or "error" did not say so already), and what was asked of it.
+      member.failReady(new Error(`tokenizer pool member ${member.index}: ${why}`));
       return this.failAll(member, `tokenizer pool member ${member.index}: ${why}`);
     }
     this.restarts++;
