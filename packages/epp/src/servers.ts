@@ -9,6 +9,7 @@ import { createBidiServer } from "./extproc/grpc-h2.ts";
 import { EXT_PROC_WINDOW_BYTES } from "./extproc/http2-windows.ts";
 import { responseEncoder, type ProcessingRequest, type ProcessingResponse } from "./extproc/messages.ts";
 import { loadProtos } from "./extproc/protos.ts";
+import { bytesBesideBody } from "./extproc/request-bulk.ts";
 import { createProcessHandler, type ExtProcDeps } from "./extproc/server.ts";
 import { readCertificate, selfSignedCertificate, watchCertificate, type Certificate } from "./extproc/tls.ts";
 import { healthCheckBytes, healthHandlers, type HealthState } from "./health.ts";
@@ -46,11 +47,16 @@ export async function startExtProc(
       path: method.path,
       deserialize: method.requestDeserialize as (b: Buffer) => ProcessingRequest,
       serialize: responseEncoder(method.responseSerialize as (m: ProcessingResponse) => Buffer),
+      besideBulk: bytesBesideBody,
     },
     createProcessHandler(o.handler),
     {
       // BUFFERED mode sends the whole body as one message: allow bodies up to the 32 MiB request cap.
       maxMessageBytes: 40 * 1024 * 1024,
+      // Only a body may be large: Envoy caps headers at tens of KiB, and the rest is decoded into objects.
+      smallMessageBytes: 1024 * 1024,
+      // A message that stops arriving gives its part of the receive budget back after this.
+      stallMs: 10_000,
       windowBytes: EXT_PROC_WINDOW_BYTES,
       unary: cfg.healthOnExtProc
         ? {

@@ -43,6 +43,28 @@ export const DEEP_BODIES = [
   `{"messages":[{"role":"user","content":"hi"}],"tools":[${deepObject}]}`,
 ];
 
+/**
+ * A request_headers of `n` empty HeaderValues (2 bytes each): decoded, millions of objects per few MiB, seconds
+ * of the event loop and hundreds of MB each time.
+ */
+function tinyHeaders(n: number): Buffer {
+  const lengthDelimited = (field: number, bytes: Buffer) => {
+    const head = [(field << 3) | 2];
+    for (let v = bytes.length; ; v = Math.floor(v / 128)) {
+      if (v < 128) {
+        head.push(v);
+        break;
+      }
+      head.push((v & 127) | 128);
+    }
+    return Buffer.concat([Buffer.from(head), bytes]);
+  };
+  const entries = Buffer.alloc(2 * n);
+  for (let i = 0; i < n; i++) entries[2 * i] = 0x0a; // HeaderMap.headers, length 0
+  return lengthDelimited(2, lengthDelimited(1, entries)); // ProcessingRequest.request_headers -> HttpHeaders.headers
+}
+let manyHeaders: Buffer | undefined;
+
 export function grpcFrame(m: Uint8Array): Buffer {
   const out = Buffer.alloc(5 + m.length);
   out.writeUInt32BE(m.length, 1);
@@ -142,6 +164,11 @@ export const ATTACKS: Attack[] = [
         return [grpcFrame(i % 2 ? good.subarray(0, 1 + (i % (good.length - 1))) : crypto.getRandomValues(new Uint8Array(1 + (i % 64))))];
       },
     ),
+  },
+  {
+    // 4 MiB, within the 40 MiB a body may take, of 2 million headers.
+    name: "headers of millions of tiny entries",
+    start: grpcLoop(extProcSession, () => method().path, () => [(manyHeaders ??= grpcFrame(tinyHeaders(2 << 20)))]),
   },
   {
     name: "deep JSON on ext_proc",

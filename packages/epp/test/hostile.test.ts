@@ -60,6 +60,7 @@ afterAll(async () => {
 const COUNTED: Record<string, string[]> = {
   "empty ProcessingRequest": ['dynamo_epp_ext_proc_rejected_messages_total{reason="no_request"}'],
   "garbage and truncated protobuf": ['dynamo_epp_ext_proc_rejected_messages_total{reason="unparsable"}'],
+  "headers of millions of tiny entries": ['dynamo_epp_ext_proc_rejected_messages_total{reason="too_large_field"}'],
   "deep JSON on ext_proc": ['dynamo_epp_json_depth_refusals_total{where="ext_proc"}'],
   "deep JSON on /score and /select": ['dynamo_epp_json_depth_refusals_total{where="score"}', 'dynamo_epp_json_depth_refusals_total{where="select"}'],
   "SUBSCRIBE flood on replica-agg": ["dynamo_epp_replica_agg_refused_subscribers"],

@@ -75,6 +75,23 @@ function collect(stream: grpc.ClientDuplexStream<string, string>): Promise<{ mes
   return new Promise((resolve) => stream.on("status", (status: grpc.StatusObject) => resolve({ messages, status })));
 }
 
+/** A gRPC call on a raw HTTP/2 session, for input a gRPC client would not send. */
+function rawCall(session: http2.ClientHttp2Session): http2.ClientHttp2Stream {
+  const r = session.request({ ":method": "POST", ":path": PATH, "content-type": "application/grpc", te: "trailers" });
+  r.on("error", () => {});
+  return r;
+}
+
+/** A message's frame header: uncompressed, `n` bytes. */
+function head(n: number): Buffer {
+  const h = Buffer.alloc(5);
+  h.writeUInt32BE(n, 1);
+  return h;
+}
+
+/** The grpc-status of a raw call's trailers. */
+const grpcStatus = (r: http2.ClientHttp2Stream) => new Promise<string | undefined>((resolve) => r.on("trailers", (t) => resolve(String(t["grpc-status"]))));
+
 /** The answers of a new call on the same client that sends "still" and ends. */
 async function answersAfter(open: () => grpc.ClientDuplexStream<string, string>): Promise<string[]> {
   const again = open();
@@ -419,17 +436,7 @@ describe("createBidiServer", () => {
     }, { maxMessageBytes: 1 << 20, windowBytes: 65_535, receiveBudget: budget, onRejected: (r) => rejected.push(r) });
     const port = await server.listen(HOST, 0);
     const session = http2.connect(`http://${HOST}:${port}`);
-    const request = () => {
-      const r = session.request({ ":method": "POST", ":path": PATH, "content-type": "application/grpc", te: "trailers" });
-      r.on("error", () => {});
-      return r;
-    };
-    const head = (n: number) => {
-      const h = Buffer.alloc(5);
-      h.writeUInt32BE(n, 1);
-      return h;
-    };
-    const status = (r: http2.ClientHttp2Stream) => new Promise<string | undefined>((resolve) => r.on("trailers", (t) => resolve(String(t["grpc-status"]))));
+    const request = () => rawCall(session);
     // A: 300,000 bytes, more than the budget alone: the oldest message always goes on.
     const a = request();
     a.write(head(300_000));
@@ -437,13 +444,13 @@ describe("createBidiServer", () => {
     await waitFor(() => budget.usedBytes >= 150_000, { message: "A's first half counted" });
     // B: its first bytes pass the budget while A's message arrives: its call fails, what it held given back.
     const b = request();
-    const bStatus = status(b);
+    const bStatus = grpcStatus(b);
     b.write(head(200_000));
     b.write(Buffer.alloc(2_000, 98));
     b.write(Buffer.alloc(150_000, 98)); // in flight as B fails, more than the connection's window: read and dropped
     expect(await bStatus).toBe(String(GrpcStatus.RESOURCE_EXHAUSTED));
     expect(rejected).toEqual(["budget"]);
-    const aStatus = status(a);
+    const aStatus = grpcStatus(a);
     a.end(Buffer.alloc(150_000, 97));
     await waitFor(() => got.length === 1, { message: "A delivered" });
     expect(got).toEqual(["a:300000"]);
@@ -451,11 +458,92 @@ describe("createBidiServer", () => {
     await waitFor(() => budget.usedBytes === 0, { message: "every byte given back" });
     // A message within the budget goes through as before.
     const c = request();
-    const cStatus = status(c);
+    const cStatus = grpcStatus(c);
     c.end(Buffer.concat([head(50_000), Buffer.alloc(50_000, 99)]));
     expect(await cStatus).toBe(String(GrpcStatus.OK));
     expect(got).toEqual(["a:300000", "c:50000"]);
     expect(budget.usedBytes).toBe(0);
+    session.destroy();
+  });
+
+  test("past smallMessageBytes a message is decoded only when its bulk field holds all but them; a unary request is refused", async () => {
+    // Here a message's bulk field is what follows its first "|".
+    const decoded: number[] = [];
+    const rejected: string[] = [];
+    const bulky = {
+      ...method,
+      deserialize: (b: Buffer) => (decoded.push(b.length), method.deserialize(b)),
+      besideBulk: (b: Buffer) => (b.includes(63) ? undefined : b.indexOf(124) < 0 ? b.length : b.indexOf(124) + 1), // "?": unreadable
+    };
+    server = createBidiServer(bulky, echo, {
+      maxMessageBytes: 1 << 20,
+      smallMessageBytes: 1000,
+      windowBytes: 1 << 20,
+      onRejected: (r) => rejected.push(r),
+      unary: { "/test.Echo/Unary": (req) => req },
+    });
+    const port = await server.listen(HOST, 0);
+    const { c, open } = client(port);
+    const statusOf = async (m: string) => {
+      const s = open();
+      const done = collect(s);
+      s.write(m);
+      s.end();
+      return (await done).status;
+    };
+    expect((await statusOf(`head|${"b".repeat(100_000)}`)).code).toBe(grpc.status.OK);
+    expect(decoded).toEqual([100_005]);
+    const tooLarge = await statusOf(`${"h".repeat(1001)}|body`);
+    expect(tooLarge.code).toBe(grpc.status.RESOURCE_EXHAUSTED);
+    expect(tooLarge.details).toContain("outside its bulk field");
+    expect((await statusOf(`?${"x".repeat(1000)}`)).code).toBe(grpc.status.INTERNAL);
+    // Within smallMessageBytes nothing is asked of besideBulk.
+    expect((await statusOf("h".repeat(1000))).code).toBe(grpc.status.OK);
+    expect(decoded).toEqual([100_005, 1000]);
+    expect(rejected).toEqual(["too_large_field", "unparsable"]);
+    const unary = (m: string) =>
+      new Promise<grpc.ServiceError | null>((resolve) =>
+        c.makeUnaryRequest("/test.Echo/Unary", (s: string) => Buffer.from(s), (b: Buffer) => b.toString(), m, (err) => resolve(err)),
+      );
+    expect(await unary("x".repeat(1000))).toBeNull();
+    expect((await unary("x".repeat(1001)))?.code).toBe(grpc.status.RESOURCE_EXHAUSTED);
+    c.close();
+  });
+
+  test("a message that stops arriving fails its call (RESOURCE_EXHAUSTED) and gives back its bytes; a call idle between messages goes on", async () => {
+    const budget = new BodyBudget(1 << 20);
+    const rejected: string[] = [];
+    server = createBidiServer(method, echo, { maxMessageBytes: 1 << 20, windowBytes: 1 << 20, receiveBudget: budget, stallMs: 200, onRejected: (r) => rejected.push(r) });
+    const port = await server.listen(HOST, 0);
+    const session = http2.connect(`http://${HOST}:${port}`);
+    const request = () => rawCall(session);
+    const frame = (m: string) => Buffer.concat([head(m.length), Buffer.from(m)]);
+    // Idle between whole messages: not stalled, however long.
+    const idle = request();
+    const idleStatus = grpcStatus(idle);
+    const answers: string[] = [];
+    idle.on("data", (d: Buffer) => answers.push(d.subarray(5).toString()));
+    idle.write(frame("one"));
+    // Half of a message, then nothing.
+    const stuck = request();
+    const stuckStatus = grpcStatus(stuck);
+    stuck.write(head(300_000));
+    stuck.write(Buffer.alloc(150_000, 97));
+    await waitFor(() => budget.usedBytes >= 150_000, { message: "the half counted" });
+    expect(await stuckStatus).toBe(String(GrpcStatus.RESOURCE_EXHAUSTED));
+    expect(rejected).toEqual(["stalled"]);
+    await waitFor(() => budget.usedBytes === 0, { message: "its bytes given back" });
+    idle.end(frame("two"));
+    expect(await idleStatus).toBe(String(GrpcStatus.OK));
+    expect(answers.join("")).toBe("ONETWO");
+    session.destroy();
+  });
+
+  test("a client connection may open at most 1024 streams at once", async () => {
+    const port = await start(echo);
+    const session = http2.connect(`http://${HOST}:${port}`);
+    await new Promise((r) => session.once("remoteSettings", r));
+    expect(session.remoteSettings.maxConcurrentStreams).toBe(1024);
     session.destroy();
   });
 

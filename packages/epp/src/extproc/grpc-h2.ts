@@ -36,10 +36,28 @@ export type BidiMethod<In, Out> = {
   deserialize(bytes: Buffer): In;
   /** The encoded message, as one or more parts (written without joining them). */
   serialize(msg: Out): Uint8Array | Uint8Array[];
+  /**
+   * A request message's bytes outside its one field that may be large (a body), read from its wire format
+   * without decoding it; a number past `limit` once that is certain; undefined when it cannot be read. With
+   * it, a message over the server's smallMessageBytes is decoded only when this is within them: decoding
+   * costs what the rest holds (a 40 MiB list of tiny entries is millions of objects), a body is one view.
+   */
+  besideBulk?(msg: Buffer, limit: number): number | undefined;
 };
 
 export type BidiServerOptions = {
   maxMessageBytes: number;
+  /**
+   * Past this size, a bidi message is decoded only when its method's besideBulk is within it, and a unary
+   * request is refused. Default: maxMessageBytes.
+   */
+  smallMessageBytes?: number;
+  /**
+   * A call whose message still arriving gains less than MIN_PROGRESS_BYTES in each of two looks `stallMs / 2`
+   * apart fails ("stalled"), giving back what it holds. Without it, a stalled message is held until its
+   * stream ends.
+   */
+  stallMs?: number;
   /** HTTP/2 receive window per stream and per connection. */
   windowBytes: number;
   /** TLS (ALPN h2 only, as GAIE's EPP) with this certificate; plaintext h2c without. */
@@ -47,8 +65,9 @@ export type BidiServerOptions = {
   onError?: (where: string, err: unknown) => void;
   /**
    * A call failed because of what the client sent: `reason` is "framing" (compressed flag, a stream
-   * ending inside a message), "too_large", "unparsable", "handler" (the handler threw on a message) or
-   * "budget" (its message arrived past the receive budget).
+   * ending inside a message), "too_large", "too_large_field" (past smallMessageBytes outside its bulk
+   * field), "unparsable", "handler" (the handler threw on a message), "budget" (its message arrived past
+   * the receive budget) or "stalled" (see stallMs).
    */
   onRejected?: (reason: RejectReason, err?: unknown) => void;
   /**
@@ -88,7 +107,7 @@ export interface ReceiveBudget {
 /** The calls of one server that hold part of a message, the oldest message first (a Set keeps insertion order). */
 type Arrivals = { budget: ReceiveBudget; arriving: Set<Call<unknown, unknown>> };
 
-export type RejectReason = "framing" | "too_large" | "unparsable" | "handler" | "budget";
+export type RejectReason = "framing" | "too_large" | "too_large_field" | "unparsable" | "handler" | "budget" | "stalled";
 
 export type BidiServer = {
   listen(host: string, port: number): Promise<number>;
@@ -103,7 +122,7 @@ export function createBidiServer<In, Out>(
   handler: (call: BidiCall<In, Out>) => void,
   opts: BidiServerOptions,
 ): BidiServer {
-  const settings = { initialWindowSize: opts.windowBytes };
+  const settings = { initialWindowSize: opts.windowBytes, maxConcurrentStreams: MAX_CONCURRENT_STREAMS };
   // Session memory unbounded, as @grpc/grpc-js leaves it: http2's default (10 MB) refuses the
   // gateway's new streams (ENHANCE_YOUR_CALM) while a few large bodies are in flight on its
   // connection. The receive windows do not bound what this process holds: Call.read takes data as it
@@ -115,10 +134,19 @@ export function createBidiServer<In, Out>(
     ? http2.createSecureServer({ ...serverOpts, cert: opts.tls.cert, key: opts.tls.key, allowHTTP1: false })
     : http2.createServer(serverOpts);
   const sessions = new Set<http2.ServerHttp2Session>();
-  const calls = new Set<Call<In, Out>>();
+  const calls = new Set<Call<unknown, unknown>>();
   const onError = opts.onError ?? (() => {});
   const onRejected = opts.onRejected ?? (() => {});
   const arrivals: Arrivals | undefined = opts.receiveBudget && { budget: opts.receiveBudget, arriving: new Set() };
+  const smallBytes = Math.min(opts.smallMessageBytes ?? opts.maxMessageBytes, opts.maxMessageBytes);
+  // One timer for every call, not one per message.
+  let sweep: ReturnType<typeof setInterval> | undefined;
+  const lookForStalls = (stallMs: number) => {
+    sweep = setInterval(() => {
+      for (const c of calls) if (c.look()) c.stalled(stallMs);
+    }, stallMs / 2);
+    sweep.unref();
+  };
 
   server.on("session", (session) => {
     sessions.add(session);
@@ -148,7 +176,10 @@ export function createBidiServer<In, Out>(
     if (encoding !== undefined && encoding !== "identity")
       return refuse(stream, GrpcStatus.UNIMPLEMENTED, `compression ${encoding} is not supported`, { "grpc-accept-encoding": "identity" });
     if (unary) {
-      const call = new Call<Buffer, Buffer>(stream, { path: String(headers[":path"]), ...RAW }, opts.maxMessageBytes, onRejected, undefined);
+      // Unary requests are small (a health check names a service): no more is read of one.
+      const call = new Call<Buffer, Buffer>(stream, { path: String(headers[":path"]), ...RAW }, { maxBytes: smallBytes, smallBytes }, onRejected, undefined);
+      calls.add(call);
+      stream.on("close", () => calls.delete(call));
       let answered = false;
       call.on("data", (req) => {
         if (answered) return;
@@ -162,7 +193,7 @@ export function createBidiServer<In, Out>(
       call.on("end", () => answered || call.abort(GrpcStatus.INVALID_ARGUMENT, "no request message"));
       return;
     }
-    const call = new Call(stream, method, opts.maxMessageBytes, onRejected, arrivals);
+    const call = new Call(stream, method, { maxBytes: opts.maxMessageBytes, smallBytes }, onRejected, arrivals);
     calls.add(call);
     stream.on("close", () => calls.delete(call));
     handler(call);
@@ -179,6 +210,7 @@ export function createBidiServer<In, Out>(
         server.listen(port, host, () => {
           server.off("error", reject);
           server.on("error", (err) => onError("server", err));
+          if (opts.stallMs !== undefined && sweep === undefined) lookForStalls(opts.stallMs);
           resolve((server.address() as { port: number }).port);
         });
       }),
@@ -189,6 +221,7 @@ export function createBidiServer<In, Out>(
         while (sessions.size > 0 && Date.now() < deadline) await Bun.sleep(10);
       };
       server.close();
+      clearInterval(sweep);
       // GOAWAY: open streams go on, new ones are refused.
       for (const s of sessions) s.close();
       await drained(graceMs);
@@ -223,6 +256,17 @@ const JOIN_BELOW = 16 * 1024;
  * that connection wait with it, until it reads.
  */
 const PAUSE_READING_ABOVE = 8 * 1024 * 1024;
+/**
+ * Streams one client connection may have open at once (HTTP/2's default is unbounded). Envoy opens another
+ * connection when its streams on one reach the peer's limit.
+ */
+const MAX_CONCURRENT_STREAMS = 1024;
+/**
+ * What a message still arriving must gain between two looks of the stall sweep to count as progress: more
+ * than one byte, or a client dripping one byte now and then would hold its message's bytes as long as it
+ * likes. Any working link moves this much in far less than a stall period.
+ */
+const MIN_PROGRESS_BYTES = 64 * 1024;
 
 class Call<In, Out> extends EventEmitter implements BidiCall<In, Out> {
   private status: { code: StatusCode; message: string } | undefined;
@@ -234,11 +278,15 @@ class Call<In, Out> extends EventEmitter implements BidiCall<In, Out> {
   private paused = false;
   /** Bytes counted in the receive budget: what is buffered of a message not yet whole. */
   private counted = 0;
+  /** Bytes received in all, their count at the stall sweep's last look, and how many looks in a row saw too few. */
+  private received = 0;
+  private receivedAtLook = 0;
+  private idleLooks = 0;
 
   constructor(
     private readonly stream: http2.ServerHttp2Stream,
     private readonly method: BidiMethod<In, Out>,
-    private readonly maxMessageBytes: number,
+    private readonly limits: { maxBytes: number; smallBytes: number },
     private readonly onRejected: (reason: RejectReason, err?: unknown) => void,
     private readonly arrivals: Arrivals | undefined,
   ) {
@@ -332,6 +380,30 @@ class Call<In, Out> extends EventEmitter implements BidiCall<In, Out> {
     this.failCall(code, message);
   }
 
+  /**
+   * One look of the stall sweep: true when the message this call is receiving gained less than
+   * MIN_PROGRESS_BYTES since the last look, at the second look in a row (a first one may follow a busy event
+   * loop that read nothing for a while).
+   */
+  look(): boolean {
+    const gained = this.received - this.receivedAtLook;
+    this.receivedAtLook = this.received;
+    const arriving = this.buffered > 0 || this.messageBytes !== undefined;
+    this.idleLooks = !this.ended && arriving && gained < MIN_PROGRESS_BYTES ? this.idleLooks + 1 : 0;
+    return this.idleLooks >= 2;
+  }
+
+  /**
+   * Fails the call whose message stopped arriving, giving back what it holds of the receive budget: held, it
+   * would keep other calls' messages out of it for as long as the client likes. Whether the client stopped
+   * sending or stopped reading its answers (which stops this call's reading, PAUSE_READING_ABOVE), it holds
+   * the bytes as long. RESOURCE_EXHAUSTED, as for the budget itself: that is what the call is failed for.
+   * DEADLINE_EXCEEDED would say the caller's deadline passed, and the caller set none.
+   */
+  stalled(stallMs: number): void {
+    this.reject("stalled", GrpcStatus.RESOURCE_EXHAUSTED, `request message stalled: under ${MIN_PROGRESS_BYTES} bytes in ${stallMs} ms`);
+  }
+
   /** The client reset the stream or went away. */
   private cancel(): void {
     if (this.ended) return;
@@ -382,6 +454,7 @@ class Call<In, Out> extends EventEmitter implements BidiCall<In, Out> {
     if (this.ended) return; // ended with OK while the client still sends: nothing more is read
     this.chunks.push(chunk);
     this.buffered += chunk.length;
+    this.received += chunk.length;
     this.readMessages();
     if (!this.ended && !this.holdArriving())
       this.reject("budget", GrpcStatus.RESOURCE_EXHAUSTED, "the server's buffer for request messages is full: retry");
@@ -395,7 +468,7 @@ class Call<In, Out> extends EventEmitter implements BidiCall<In, Out> {
         const head = this.take(HEADER_BYTES);
         if (head[0] !== 0) return this.reject("framing", GrpcStatus.INTERNAL, "compressed message without grpc-encoding");
         const len = head.readUInt32BE(1);
-        if (len > this.maxMessageBytes) return this.reject("too_large", GrpcStatus.RESOURCE_EXHAUSTED, `message of ${len} bytes exceeds ${this.maxMessageBytes}`);
+        if (len > this.limits.maxBytes) return this.reject("too_large", GrpcStatus.RESOURCE_EXHAUSTED, `message of ${len} bytes exceeds ${this.limits.maxBytes}`);
         this.messageBytes = len;
       }
       // The message is joined once all of it is here (not allocated at the length the client claims).
@@ -438,6 +511,11 @@ class Call<In, Out> extends EventEmitter implements BidiCall<In, Out> {
   private deliver(bytes: Buffer): void {
     let msg: In;
     try {
+      const small = this.limits.smallBytes;
+      const beside = bytes.length > small && this.method.besideBulk ? this.method.besideBulk(bytes, small) : 0;
+      if (beside === undefined) throw new Error("not readable as its message type");
+      if (beside > small)
+        return this.reject("too_large_field", GrpcStatus.RESOURCE_EXHAUSTED, `message of ${bytes.length} bytes has more than ${small} outside its bulk field`);
       msg = this.method.deserialize(bytes);
     } catch (err) {
       return this.reject("unparsable", GrpcStatus.INTERNAL, `could not parse request message: ${(err as Error).message}`, err);
