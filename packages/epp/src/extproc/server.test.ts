@@ -44,3 +44,28 @@ test("a stream that sends more than 256 messages while its route is pending fail
   expect(call.failed?.code).toBe(GrpcStatus.RESOURCE_EXHAUSTED);
   expect(bodyBudget.usedBytes).toBe(0);
 });
+
+test("a body sent while the route is pending is held within the body budget: past it the stream fails with RESOURCE_EXHAUSTED, every byte given back", () => {
+  const bodyBudget = new BodyBudget(1 << 20);
+  const handle = createProcessHandler({
+    routing: { load: { inflight: 0 } } as unknown as RoutingContext,
+    tokenizeBody: () => new Promise(() => {}), // the route stays pending
+    metrics: createMetrics(),
+    log: pino({ level: "silent" }),
+    bodyMode: "auto",
+    maxInflight: 0,
+    bodyBudget,
+  });
+  const call = new FakeCall();
+  handle(call as never);
+  const data = (m: ProcessingRequest) => call.emit("data", m);
+  data({ request: "request_headers", request_headers: { headers: { headers: [] } }, protocol_config: { request_body_mode: "FULL_DUPLEX_STREAMED" } });
+  data({ request: "request_body", request_body: { body: new TextEncoder().encode('{"prompt":"hi"}'), end_of_stream: true } });
+  // Envoy sends nothing more of the request after its end: a client that does is held to the budget.
+  data({ request: "request_body", request_body: { body: new Uint8Array(100_000), end_of_stream: false } });
+  expect(bodyBudget.usedBytes).toBe(15 + 100_000);
+  expect(call.failed).toBeUndefined();
+  data({ request: "request_body", request_body: { body: new Uint8Array(2 << 20), end_of_stream: false } });
+  expect(call.failed?.code).toBe(GrpcStatus.RESOURCE_EXHAUSTED);
+  expect(bodyBudget.usedBytes).toBe(0);
+});

@@ -161,6 +161,8 @@ class ProcessStream {
   private started = false;
   /** Messages that came while a decision waited for its tokens (null: none waits). */
   private held: ProcessingRequest[] | null = null;
+  /** Their bodies' bytes, taken from the body budget until they are handled. */
+  private heldBytes = 0;
   /** The client half-closed while messages were held: ended once they are handled (a half-close is no reset). */
   private endHeld = false;
 
@@ -177,10 +179,7 @@ class ProcessStream {
   run(): void {
     this.call.on("data", (msg: ProcessingRequest) => {
       if (this.held === null) return this.handle(msg);
-      // Envoy sends at most the trailers (or, in observability mode, a response's first chunks) while a
-      // route is pending: a stream that keeps sending would have this process hold all of it.
-      if (this.held.length >= MAX_HELD) return this.reject("held_overflow", `more than ${MAX_HELD} messages while the route is pending`, GrpcStatus.RESOURCE_EXHAUSTED);
-      this.held.push(msg);
+      this.hold(msg);
     });
     this.call.on("end", () => {
       if (this.held !== null) this.endHeld = true;
@@ -243,6 +242,7 @@ class ProcessStream {
       // A stream reset or failed meanwhile: what it held would take load on a call nothing ends.
       const held = this.closed ? [] : (this.held ?? []);
       this.held = null;
+      this.giveHeldBytes();
       for (let i = 0; i < held.length; i++) {
         this.handle(held[i]!);
         const waiting = this.held as ProcessingRequest[] | null; // set again by a decision that now waits
@@ -258,13 +258,34 @@ class ProcessStream {
     });
   }
 
+  /**
+   * Keeps a message that came while the route is pending, to answer in order once it is known. Envoy sends at
+   * most the trailers then (or, in observability mode, a response's first chunks): a stream that keeps sending
+   * would have this process hold all of it, so what is held is bounded in messages and, its bodies' bytes
+   * taken from the body budget, in bytes.
+   */
+  private hold(msg: ProcessingRequest): void {
+    const held = this.held!;
+    if (held.length >= MAX_HELD) return this.reject("held_overflow", `more than ${MAX_HELD} messages while the route is pending`, GrpcStatus.RESOURCE_EXHAUSTED);
+    const bytes = (msg.request_body?.body?.length ?? 0) + (msg.response_body?.body?.length ?? 0);
+    if (bytes > 0 && !this.deps.bodyBudget.take(bytes))
+      return this.reject("held_overflow", `${bytes} bytes sent while the route is pending: the body budget is spent`, GrpcStatus.RESOURCE_EXHAUSTED);
+    this.heldBytes += bytes;
+    held.push(msg);
+  }
+
+  private giveHeldBytes(): void {
+    this.deps.bodyBudget.give(this.heldBytes);
+    this.heldBytes = 0;
+  }
+
   /** Ends the stream with INVALID_ARGUMENT unless told (its request's load released), counted by reason. */
   private reject(reason: "no_request" | "unexpected" | "grpc_body_mode" | "held_overflow", message: string, code: StatusCode = GrpcStatus.INVALID_ARGUMENT): void {
     this.deps.metrics.extProcRejected.inc({ reason });
     if (reason === "grpc_body_mode") warnOnce(this.shared.warned, this.deps.log, reason, { reason, err: message }, "ext_proc stream rejected");
     else this.shared.warnRejected(reason, { err: message });
-    this.finish();
     this.closed = true;
+    this.finish();
     this.call.fail(code, message);
   }
 
@@ -440,7 +461,7 @@ class ProcessStream {
     if (req && !req.decided) {
       this.decide(concat(req.chunks, req.bytes), "body", false, this.mode === "BUFFERED_PARTIAL" ? "maybe_cut" : "whole");
       // The route waits for the body's tokens: the trailers are answered after it (replayed, decided by then).
-      if (this.held !== null) return void this.held.push(msg);
+      if (this.held !== null) return this.hold(msg);
     }
     this.send(continueResponse("request_trailers"));
   }
@@ -657,6 +678,8 @@ class ProcessStream {
 
   /** Ends the current request's routing life: its load released, its response's figures recorded (idempotent). */
   private finish(): void {
+    // A stream reset or failed while messages were held: they will not be handled (see awaitTokens).
+    if (this.closed) this.giveHeldBytes();
     const req = this.req;
     if (!req) return;
     this.req = undefined;
