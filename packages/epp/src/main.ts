@@ -111,7 +111,7 @@ export async function startEpp(cfg: EppConfig, o: { log?: Logger; kubeConfig?: K
     indexers: indexers.models,
     candidates: () => workers.candidates(),
     load: replicaAgg ? sumLoad(load, replicaAgg.peers) : load,
-    signals: (endpoint) => workers.metricsOf(endpoint),
+    signals: (c) => workers.signalsOf(c),
     options: cfg.picker,
     latency,
     pending: combinedPending([pending, peerPending]),

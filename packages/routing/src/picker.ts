@@ -130,8 +130,8 @@ export type PickerDeps = {
   candidates: () => readonly Candidate[];
   /** In-flight load per worker: this replica's own plus what its peers attributed (replica-agg). */
   load: LoadView;
-  /** What the API server at a candidate's endpoint says of its queue (the EPP: its scraped /metrics). */
-  signals: (endpoint: string) => WorkerSignals | undefined;
+  /** What the rank's engine says of its queue (the EPP: its API server's scraped /metrics, that engine's series). */
+  signals: (c: Candidate) => WorkerSignals | undefined;
   options: PickerOptions;
   /** Predicts each candidate's TTFT (the latency cost, and what a decision explains). */
   latency: LatencyModel;
@@ -206,7 +206,7 @@ export class Picker {
         activeRequests: prefillSide ? load.prefillRequests : load.requests,
         prefillBlocks: load.prefillBlocks,
         prefillRequests: load.prefillRequests,
-        waiting: this.deps.signals(ref.endpoint)?.waiting ?? 0,
+        waiting: this.deps.signals(ref)?.waiting ?? 0,
       };
       // Added in place, not spread into a copy of the candidate: this runs per candidate per pick.
       return Object.assign(c, { ttft: ttftInput(c, promptTokens, bs) });

@@ -39,3 +39,17 @@ test("vLLM metrics: running, waiting and KV usage, summed over label sets", () =
   );
   expect(m).toMatchObject({ running: 5, waiting: 7, kvUsage: 0.25 });
 });
+
+test("waiting requests per engine (DP rank), from the series' engine label, beside their sum", () => {
+  const m = parseVllmMetrics(
+    [
+      'vllm:num_requests_waiting{model_name="m",engine="0"} 1.0',
+      'vllm:num_requests_waiting{model_name="m",engine="1"} 4.0',
+      'vllm:num_requests_waiting{model_name="m",engine="3"} 0.0',
+    ].join("\n"),
+  );
+  expect(m.waiting).toBe(5);
+  expect([...m.waitingByEngine]).toEqual([[0, 1], [1, 4], [3, 0]]);
+  // A series without the label counts in the sum only.
+  expect(parseVllmMetrics('vllm:num_requests_waiting{model_name="m"} 2').waitingByEngine.size).toBe(0);
+});

@@ -5,7 +5,16 @@
  * `gpuBlocks`: num_gpu_blocks per engine (= DP rank), from `vllm:cache_config_info` (empty when not exported);
  * absent where the metrics do not come from a scrape (a simulation).
  */
-export type WorkerMetrics = { running: number; waiting: number; kvUsage: number; gpuBlocks?: Map<number, number>; at: number };
+export type WorkerMetrics = {
+  running: number;
+  /** Waiting requests of every engine behind this API server, summed. */
+  waiting: number;
+  /** Waiting requests per engine (= DP rank), from the series' `engine` label (empty when none carries one). */
+  waitingByEngine: Map<number, number>;
+  kvUsage: number;
+  gpuBlocks?: Map<number, number>;
+  at: number;
+};
 
 const LABEL = /([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"/g;
 
@@ -14,25 +23,33 @@ const LABEL = /([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"/g;
  * string, plus `engine`), value 1. `num_gpu_blocks` is "None" until the engine has profiled its memory.
  */
 function cacheConfigInfo(line: string, into: Map<number, number>): void {
+  const blocks = Number(labelOf(line, "num_gpu_blocks") ?? NaN);
+  if (Number.isInteger(blocks) && blocks > 0) into.set(engineOf(line) ?? 0, blocks);
+}
+
+/** A label's value in a series line (unescaped as written), undefined when absent. */
+function labelOf(line: string, label: string): string | undefined {
   const open = line.indexOf("{");
   const close = line.lastIndexOf("}");
-  if (open < 0 || close < open) return;
-  let blocks: number | undefined;
-  let engine = 0;
-  for (const m of line.slice(open + 1, close).matchAll(LABEL)) {
-    if (m[1] === "num_gpu_blocks" && /^\d+$/.test(m[2]!)) blocks = Number(m[2]);
-    else if (m[1] === "engine" && /^\d+$/.test(m[2]!)) engine = Number(m[2]);
-  }
-  if (blocks !== undefined && blocks > 0) into.set(engine, blocks);
+  if (open < 0 || close < open) return undefined;
+  for (const m of line.slice(open + 1, close).matchAll(LABEL)) if (m[1] === label) return m[2];
+  return undefined;
+}
+
+/** The series' `engine` label (vLLM labels each engine's series with its index, its DP rank), when a number. */
+function engineOf(line: string): number | undefined {
+  const e = labelOf(line, "engine");
+  return e !== undefined && /^\d+$/.test(e) ? Number(e) : undefined;
 }
 
 /**
  * Reads the gauges vLLM exposes (`vllm:num_requests_running`, `..._waiting`, KV usage), summing label sets,
- * and each engine's `num_gpu_blocks` from `vllm:cache_config_info`.
+ * the waiting requests per engine too, and each engine's `num_gpu_blocks` from `vllm:cache_config_info`.
  */
 export function parseVllmMetrics(text: string, at = Date.now()): WorkerMetrics & { gpuBlocks: Map<number, number> } {
   const gpuBlocks = new Map<number, number>();
-  const out = { running: 0, waiting: 0, kvUsage: 0, gpuBlocks, at };
+  const waitingByEngine = new Map<number, number>();
+  const out = { running: 0, waiting: 0, waitingByEngine, kvUsage: 0, gpuBlocks, at };
   for (const line of text.split("\n")) {
     if (line.length === 0 || line.charCodeAt(0) === 35 /* # */) continue;
     const name = line.slice(0, line.search(/[{\s]/));
@@ -46,9 +63,12 @@ export function parseVllmMetrics(text: string, at = Date.now()): WorkerMetrics &
       case "vllm:num_requests_running":
         out.running += v;
         break;
-      case "vllm:num_requests_waiting":
+      case "vllm:num_requests_waiting": {
         out.waiting += v;
+        const engine = engineOf(line);
+        if (engine !== undefined) waitingByEngine.set(engine, (waitingByEngine.get(engine) ?? 0) + v);
         break;
+      }
       case "vllm:gpu_cache_usage_perc":
       case "vllm:kv_cache_usage_perc":
         out.kvUsage = Math.max(out.kvUsage, v);

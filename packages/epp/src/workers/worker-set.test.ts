@@ -22,7 +22,7 @@ function metricsServer() {
     port: 0,
     fetch: () => {
       state.scrapes++;
-      return state.ok ? new Response('vllm:num_requests_waiting{engine="0"} 2\n') : new Response("down", { status: 500 });
+      return state.ok ? new Response('vllm:num_requests_waiting{engine="0"} 2\nvllm:num_requests_waiting{engine="1"} 5\n') : new Response("down", { status: 500 });
     },
   });
   cleanup.push(() => server.stop(true));
@@ -55,14 +55,17 @@ test("a static worker whose /metrics keeps failing is not routable, and says so,
   const m = metricsServer();
   const { set, listed } = staticSet(m.url);
   await listed;
-  await waitFor(() => set.metricsOf(`${HOST}:8000`)?.waiting === 2, { message: "first scrape" });
+  await waitFor(() => set.candidates().length === 2 && set.signalsOf(set.candidates()[0]!) !== undefined, { message: "first scrape" });
   expect(set.candidates().map((c) => c.dpRank)).toEqual([0, 1]);
+  // One API server fronts both engines: each rank is told its own engine's queue, not the server's sum.
+  const [rank0] = set.candidates();
+  expect(set.candidates().map((c) => set.signalsOf(c)?.waiting)).toEqual([2, 5]);
   expect(set.ranks().map((r) => [r.dpRank, r.routable, r.failedScrapes])).toEqual([[0, true, 0], [1, true, 0]]);
 
   m.state.ok = false;
   await waitFor(() => set.candidates().length === 0, { message: "worker down" });
   expect(set.ranks().every((r) => !r.routable && r.failedScrapes >= DOWN_AFTER_FAILED_SCRAPES)).toBe(true);
-  expect(set.metricsOf(`${HOST}:8000`)).toBeUndefined();
+  expect(set.signalsOf(rank0!)).toBeUndefined();
 
   m.state.ok = true;
   await waitFor(() => set.candidates().length === 2, { message: "worker back up" });

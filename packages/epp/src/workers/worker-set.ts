@@ -10,9 +10,9 @@ import type { Logger } from "pino";
 import type { EppConfig } from "../config.ts";
 import { startIntentSource, type IntentSource } from "../intents-source.ts";
 import type { Metrics } from "../metrics.ts";
-import { scrapeTargets, WorkerMetricsScraper, type WorkerMetrics } from "./worker-metrics.ts";
+import { scrapeTargets, WorkerMetricsScraper } from "./worker-metrics.ts";
 import { startPoolWorkers } from "./kubernetes.ts";
-import type { Candidate } from "@kv-epp/routing";
+import type { Candidate, WorkerSignals } from "@kv-epp/routing";
 import { serving, WorkerRegistry, type Sink } from "./registry.ts";
 import { staticWorkers } from "./static.ts";
 
@@ -228,9 +228,15 @@ export class WorkerSet {
     return this.registry.listenerCounters(worker);
   }
 
-  /** The last scraped /metrics of the API server at a rank's endpoint (undefined: not scraped, or the last scrape failed). */
-  metricsOf(endpoint: string): WorkerMetrics | undefined {
-    return this.scraper.get(endpoint);
+  /**
+   * What a rank's engine says of itself, from the last scrape of its API server (undefined: not scraped, or the
+   * last scrape failed): its own queue where the server fronts several engines (vLLM labels each engine's
+   * series with its index, the DP rank), else the server's.
+   */
+  signalsOf(c: Candidate): WorkerSignals | undefined {
+    const m = this.scraper.get(c.endpoint);
+    if (m === undefined) return undefined;
+    return { waiting: m.waitingByEngine.size > 1 ? (m.waitingByEngine.get(c.dpRank) ?? 0) : m.waiting };
   }
 
   /** The KV blocks the rank's vLLM says it can hold (num_gpu_blocks), once scraped. */
@@ -248,7 +254,7 @@ export class WorkerSet {
   /** Every routable rank's API server has more scraped waiting requests than `threshold` (0: never). */
   queuesFull(threshold: number): boolean {
     const cs = this.candidates();
-    return threshold > 0 && cs.length > 0 && cs.every((c) => (this.scraper.get(c.endpoint)?.waiting ?? 0) > threshold);
+    return threshold > 0 && cs.length > 0 && cs.every((c) => (this.signalsOf(c)?.waiting ?? 0) > threshold);
   }
 
   /** See WorkerRegistry.waitConnected. */

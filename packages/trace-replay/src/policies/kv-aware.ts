@@ -20,7 +20,7 @@ function kvPolicy(name: PolicyName, cost: CostModel, knows: string): PolicySpec 
         candidates: () => ctx.candidates,
         load: ctx.load,
         // As if scraped at this instant (the EPP scrapes vLLM's num_requests_waiting every second).
-        signals: (endpoint) => ({ waiting: ctx.workers[workerOf.get(endpoint)!]!.waitingCount }),
+        signals: (c) => ({ waiting: ctx.workers[workerOf.get(c.endpoint)!]!.waitingCount }),
         options: { ...ctx.weights, queueThreshold: ctx.queueThreshold, cost, pdThresholdTokens: ctx.pdThresholdTokens },
         latency,
         pending: ctx.pending,
