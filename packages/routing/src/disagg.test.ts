@@ -333,4 +333,17 @@ describe("load per role across replicas", () => {
     for (const t of timers) t();
     expect(load.of(P.key).requests).toBe(0);
   });
+
+  test("a prefill rank that holds the whole prompt (nothing ahead) still has its lease released at the deadline", () => {
+    const P = rank("p", "prefill");
+    const { load, holds, route, timers, delays } = pool([P, rank("d", "decode")], { threshold: 4 });
+    const tokens = prompt(10, 2);
+    holds(P, tokens, 10);
+    const r = route(tokens);
+    expect(r.decision.pd?.prefill?.chosen.candidate.key).toBe(P.key);
+    expect(load.of(P.key)).toMatchObject({ requests: 1, prefillBlocks: 0 });
+    expect(delays).toEqual([REMOTE_PREFILL_MIN_DEADLINE_MS]);
+    for (const t of timers) t();
+    expect(load.of(P.key).requests).toBe(0);
+  });
 });

@@ -85,8 +85,9 @@ export class RoutedRequest {
     if (prefill) this.prefillLease = ctx.load.acquire(prefill.candidate.key, requestBlocks, ahead, decision.prefix);
     // A response that is not streamed (or a data plane that buffers it) shows no byte until it ends, so
     // its prefill would count as ahead of every later request for its whole decode: it stops counting
-    // at twice its predicted TTFT if no byte came before.
-    if (ahead > 0) {
+    // at twice its predicted TTFT if no byte came before. A prefill rank's lease counts the request itself
+    // there too, so it is released by then even when the rank held every block (nothing ahead).
+    if (ahead > 0 || prefill) {
       const deadline = 2 * prefilling.predictedTtftMs;
       ctx.clock.after?.(prefill ? Math.max(deadline, REMOTE_PREFILL_MIN_DEADLINE_MS) : deadline, () => this.firstByte());
     }

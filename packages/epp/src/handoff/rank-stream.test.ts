@@ -184,4 +184,24 @@ describe("the joiner's rule", () => {
     expect(live.r.cursor.complete).toBe(false);
     expect(live.outcomes).toEqual([]);
   });
+
+  test("a view the index drops while applying a batch stays incomplete, even if the batch clears the cache", () => {
+    let dropNext = false;
+    const r: RankStream = new RankStream({
+      worker: { workerId: "w", dpRank: 0 },
+      // Over capacity on this batch: the index drops the rank's blocks and says so from inside apply.
+      index: { apply: () => void (dropNext && r.viewLost()), clear: () => {}, blocks: () => 0 },
+      replay: null,
+      log: pino({ level: "silent" }),
+      onOutcome: () => {},
+    });
+    r.onSignal({ kind: "batch", seq: 0n, batch: batchOf([{ type: "BlockRemoved", blockHashes: [1n], medium: "GPU" }]) });
+    expect(r.cursor).toEqual({ seq: 0n, baseline: 0n, complete: true });
+    dropNext = true;
+    r.onSignal({ kind: "batch", seq: 1n, batch: batchOf([{ type: "AllBlocksCleared" }]) });
+    expect(r.cursor.complete).toBe(false);
+    dropNext = false;
+    r.onSignal({ kind: "batch", seq: 2n, batch: batchOf([{ type: "BlockRemoved", blockHashes: [1n], medium: "GPU" }]) });
+    expect(r.cursor).toEqual({ seq: 2n, baseline: 2n, complete: false });
+  });
 });

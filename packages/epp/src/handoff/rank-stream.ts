@@ -150,6 +150,12 @@ export class RankStream {
       return;
     }
     this.deps.index.apply(s);
+    // The index dropped the view while applying this batch (viewLost, called from inside apply): not whole,
+    // whatever the batch held; the stream goes on from the next batch.
+    if (this.cursorState !== c) {
+      this.cursorState = { seq: s.seq, baseline: null, complete: false };
+      return;
+    }
     let complete = c.complete && (c.seq === null || s.seq === c.seq + 1n);
     let baseline = c.baseline;
     // After AllBlocksCleared the worker's cache is empty: from here the view is exact whatever came before.

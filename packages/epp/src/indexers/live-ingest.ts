@@ -95,7 +95,13 @@ export class LiveIngest {
         }
     // The index's batch builder: token ids are hashed inside the index's module, no per-block objects.
     const b = ix.index.batch();
-    for (const e of signal.batch.events) this.add(b, worker, e, ix);
+    try {
+      for (const e of signal.batch.events) this.add(b, worker, e, ix);
+    } catch (err) {
+      // The builder is the index's, shared by every batch: what this one added must not go with the next.
+      b.reset();
+      throw err;
+    }
     const n = b.events;
     if (n === 0) return;
     const out = b.apply();
