@@ -18,7 +18,8 @@ const CANDIDATES = [candidate(A, "10.0.0.1:8000"), candidate(B, "10.0.0.2:8000")
 const TOKENS = Uint32Array.from({ length: 4 * BLOCK }, (_, i) => i + 1);
 
 /** Rank A holds the prompt's first two blocks; a clock whose timers the test fires. */
-function context(o: { quality?: RoutingQuality; pending?: PendingView; temperature?: number } = {}) {
+function context(o: { quality?: RoutingQuality; pending?: PendingView; temperature?: number; candidates?: Candidate[] } = {}) {
+  const candidates = o.candidates ?? CANDIDATES;
   const index = KvIndex.create({ blockSize: BLOCK });
   const hashes = computeBlockHashes(TOKENS.subarray(0, 2 * BLOCK), BLOCK);
   applyStored(index, A, null, [...hashes].map((h, i) => ({ blockHash: BigInt(i + 1), tokensHash: h })));
@@ -28,7 +29,7 @@ function context(o: { quality?: RoutingQuality; pending?: PendingView; temperatu
   let now = 0;
   const picker = new Picker({
     indexers: { lookup: () => ({ key: "m", blockSize: BLOCK, index }) },
-    candidates: () => CANDIDATES,
+    candidates: () => candidates,
     load,
     signals: () => undefined,
     options: { prefillLoadScale: 16, decodeLoadScale: 1, queueWeight: 0, temperature: o.temperature ?? 0, shape: { kind: "blocks" }, queueThreshold: 0, cost: "weights" },
@@ -37,7 +38,7 @@ function context(o: { quality?: RoutingQuality; pending?: PendingView; temperatu
     random: () => 0,
   });
   const ctx: RoutingContext = {
-    picker, load, latency, metrics: NO_METRICS, quality: o.quality, candidates: () => CANDIDATES,
+    picker, load, latency, metrics: NO_METRICS, quality: o.quality, candidates: () => candidates,
     clock: { now: () => now, after: (_ms, fn) => void timers.push(fn) },
   };
   const route = (req: { tokens: Uint32Array; promptTokens?: number; newTurnTokens?: number } = { tokens: TOKENS }) => {
@@ -173,6 +174,26 @@ describe("a routed request's life", () => {
     const r = route();
     expect(r.endpoints(0)).toEqual(["10.0.0.1:8000"]);
     expect(r.endpoints(3)).toEqual(["10.0.0.1:8000", "10.0.0.2:8000"]);
+  });
+
+  test("data-parallel ranks: the fallbacks are endpoints whose rank takes the pick's rank header, and a fallback's load lands on that rank", () => {
+    // Rank A (a:0) behind 10.0.0.1 as its server's rank 0; server 10.0.0.2 fronts global ranks 2 and 3 as its 1 and 0
+    // (listed in that order); 10.0.0.3 serves one rank, no header; 10.0.0.4's only rank is its server's rank 1.
+    const rankOf = (workerId: string, dpRank: number, endpoint: string, rankHeader: number | undefined): Candidate =>
+      ({ workerId, dpRank, key: workerKey({ workerId, dpRank }), endpoint, rankHeader });
+    const b3 = rankOf("b", 3, "10.0.0.2:8000", 1);
+    const b2 = rankOf("b", 2, "10.0.0.2:8000", 0);
+    const candidates = [
+      rankOf("a", 0, "10.0.0.1:8000", 0), b3, b2, rankOf("c", 0, "10.0.0.3:8000", undefined), rankOf("d", 1, "10.0.0.4:8000", 1),
+    ];
+    const { load, route } = context({ candidates });
+    const r = route();
+    expect(r.candidate.key).toBe(workerKey(A));
+    // The one x-data-parallel-rank the gateway sends (0) names a rank at the fallback too.
+    expect(r.endpoints(4)).toEqual(["10.0.0.1:8000", "10.0.0.2:8000"]);
+    expect(r.servedBy("10.0.0.2:8000")).toBe("moved");
+    expect(load.of(b2.key).requests).toBe(1);
+    expect(load.of(b3.key).requests).toBe(0);
   });
 
   test("its end calibrates the latency model once: from what the runner reports, or from the watched response", () => {

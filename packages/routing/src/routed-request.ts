@@ -136,12 +136,17 @@ export class RoutedRequest {
     return this.decision.pd?.prefill?.chosen.candidate;
   }
 
-  /** The pick's endpoint, then up to `n` next-best distinct endpoints, cheapest first (for the gateway's retries). */
+  /**
+   * The pick's endpoint, then up to `n` next-best distinct endpoints, cheapest first (for the gateway's retries):
+   * those with a rank the pick's rank header names (the gateway sends one `x-data-parallel-rank` with them all;
+   * vLLM refuses a rank past its own, and another server's rank of that number is another rank).
+   */
   endpoints(n: number): string[] {
-    const picked = this.decision.chosen.candidate.endpoint;
-    const out = [picked];
+    const picked = this.decision.chosen.candidate;
+    const out = [picked.endpoint];
     if (n <= 0) return out;
     for (const s of [...this.decision.scored].sort((a, b) => a.cost - b.cost)) {
+      if (s.candidate.rankHeader !== picked.rankHeader) continue;
       const ep = s.candidate.endpoint;
       if (!out.includes(ep)) out.push(ep);
       if (out.length === n + 1) break;
@@ -178,7 +183,8 @@ export class RoutedRequest {
   servedBy(endpoint: string | undefined): "moved" | "unknown_endpoint" | undefined {
     if (!endpoint || this.ended || endpoint === this.at.endpoint) return undefined;
     const there = this.ctx.candidates().filter((c) => c.endpoint === endpoint);
-    const next = there.find((c) => c.dpRank === this.at.dpRank) ?? there[0];
+    // The rank there that the request's rank header names (the header numbers a rank among its server's).
+    const next = there.find((c) => c.rankHeader === this.at.rankHeader) ?? there[0];
     if (!next) {
       this.ctx.metrics.servedElsewhere("unknown_endpoint");
       return "unknown_endpoint";
