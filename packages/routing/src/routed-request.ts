@@ -138,15 +138,15 @@ export class RoutedRequest {
 
   /**
    * The pick's endpoint, then up to `n` next-best distinct endpoints, cheapest first (for the gateway's retries):
-   * those with a rank the pick's rank header names (the gateway sends one `x-data-parallel-rank` with them all;
-   * vLLM refuses a rank past its own, and another server's rank of that number is another rank).
+   * when the pick has a rank header, those with a rank it names (the gateway sends one `x-data-parallel-rank` with
+   * them all; vLLM refuses a rank past its own). Without one, any (each server balances its own ranks).
    */
   endpoints(n: number): string[] {
     const picked = this.decision.chosen.candidate;
     const out = [picked.endpoint];
     if (n <= 0) return out;
     for (const s of [...this.decision.scored].sort((a, b) => a.cost - b.cost)) {
-      if (s.candidate.rankHeader !== picked.rankHeader) continue;
+      if (picked.rankHeader !== undefined && s.candidate.rankHeader !== picked.rankHeader) continue;
       const ep = s.candidate.endpoint;
       if (!out.includes(ep)) out.push(ep);
       if (out.length === n + 1) break;
