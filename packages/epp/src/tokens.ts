@@ -79,7 +79,7 @@ export function createTokenizeBody(pre: Preprocessor, onRead: (thread: ReadThrea
     onRead("event_loop");
     const read = readBody(req);
     const tokens = encodeRouting(pre, read.job);
-    return { ...forwarded(req, read), fields: read.fields, tokens, trace: { thread: "event_loop", outcome: "complete", ms: performance.now() - t0 } };
+    return { ...forwarded(req, read), fields: read.fields, tokens, trace: readHere(t0) };
   };
 }
 
@@ -95,7 +95,7 @@ export function createPoolTokenizeBody(pool: TokenizerPool, onRead: (thread: Rea
     const ids = readTokenIds(req, pool.readHereMaxBytes);
     if (ids) {
       onRead("event_loop");
-      return { ...forwarded(req, ids), fields: ids.fields, tokens: ids.job, trace: { thread: "event_loop", outcome: "complete", ms: performance.now() - t0 } };
+      return { ...forwarded(req, ids), fields: ids.fields, tokens: ids.job, trace: readHere(t0) };
     }
     return pool.tokenize({ kind: "body", request: req }, {
       signal,
@@ -128,6 +128,9 @@ export function createPoolTokenizeBody(pool: TokenizerPool, onRead: (thread: Rea
 export function createPoolWarm(pool: TokenizerPool): (request: BodyRequest, reply: ChatMessage) => void {
   return (request, reply) => pool.warm({ kind: "body", request, reply });
 }
+
+/** A body read and tokenized (or carrying its ids) on the event loop, whole. */
+const readHere = (t0: number): ReadTrace => ({ thread: "event_loop", outcome: "complete", ms: performance.now() - t0 });
 
 function traceOf(o: TokenizeOutcome, thread: ReadThread, t0: number): ReadTrace {
   const outcome = o.complete ? "complete" : o.decided ? "settled" : o.fallback!;
