@@ -107,6 +107,7 @@ export async function startEpp(cfg: EppConfig, o: { log?: Logger; kubeConfig?: K
   // Observed TTFTs calibrate the latency model, which the latency cost and explanations read.
   const latency = latencyModel(cfg.picker, regret);
   const quality = new RoutingQuality(routingMetrics(metrics));
+  workers.whenRemoved((w) => quality.forget(w));
   const picker = new Picker({
     indexers: indexers.models,
     candidates: () => workers.candidates(),

@@ -339,5 +339,8 @@ export function routingMetrics(m: Metrics): RoutingMetrics {
     },
     observedTtft: (r, seconds) => m.observedTtft.observe(rank(r), seconds),
     disaggregation: (disaggregated, reason) => m.pdDecisions.inc({ decision: disaggregated ? "disaggregated" : "local", reason }),
+    forgetRank: (r) => {
+      for (const series of [m.cachedTokensPredictions, m.cachedTokensMispredictions, m.observedTtft]) series.remove(rank(r));
+    },
   };
 }

@@ -44,6 +44,8 @@ export interface RoutingMetrics {
   observedTtft(rank: WorkerRef, seconds: number): void;
   /** In a pool with prefill ranks: the decider's verdict on a routed request, and why. */
   disaggregation(disaggregated: boolean, reason: DisaggReason): void;
+  /** The rank left the pool: its figures go (a pod gone for good would keep its series forever). */
+  forgetRank(rank: WorkerRef): void;
 }
 
 /** Records nothing (the simulation, tests). */
@@ -55,4 +57,5 @@ export const NO_METRICS: RoutingMetrics = {
   cachedTokens() {},
   observedTtft() {},
   disaggregation() {},
+  forgetRank() {},
 };

@@ -1,6 +1,7 @@
 import { describe, expect, test } from "bun:test";
 import { hittableBlocks, LatencyModel, uncachedTokens } from "./latency.ts";
 import type { Decision, ScoredCandidate } from "./picker.ts";
+import type { WorkerRef } from "@kv-epp/protocol";
 import { NO_METRICS } from "./ports.ts";
 import { calibrationSample, predictionOf, RoutingQuality, type Observed, type Prediction } from "./quality.ts";
 
@@ -50,6 +51,18 @@ describe("response watch", () => {
     run(q, ['{"usage":{"prompt_tokens":100,"prompt_tokens_details":{"cached_tokens":48}}}'], "application/json");
     run(q, [miss], "application/json");
     expect(q.accuracy(P.workerKey)).toMatchObject({ samples: 2, mispredicted: 1, meanAbsErrorTokens: (16 + 64) / 2 });
+  });
+
+  test("a rank that left the pool is forgotten: what was learnt of it, and its figures", () => {
+    const forgotten: WorkerRef[] = [];
+    const q = new RoutingQuality({ ...NO_METRICS, forgetRank: (r) => void forgotten.push(r) });
+    run(q, ['{"usage":{"prompt_tokens":100,"prompt_tokens_details":{"cached_tokens":64}}}'], "application/json");
+    expect(q.accuracy(P.workerKey).samples).toBe(1);
+    expect(q.reportsDetails(P.workerKey)).toBe(true);
+    q.forget({ workerId: "w", dpRank: 0 });
+    expect(q.accuracy(P.workerKey).samples).toBe(0);
+    expect(q.reportsDetails(P.workerKey)).toBe(false);
+    expect(forgotten).toEqual([{ workerId: "w", dpRank: 0 }]);
   });
 
   test("a streamed miss as vLLM writes it (no prompt_tokens_details in the final usage chunk) counts as 0 once the worker has reported details; a stream cut before that chunk says nothing", () => {

@@ -6,6 +6,7 @@
 // the index has drifted from the caches (a reset or lost events behind the EPP's back).
 import { hittableBlocks, type TtftSample } from "./latency.ts";
 import type { Decision, ScoredCandidate } from "./picker.ts";
+import { workerKey, type WorkerRef } from "@kv-epp/protocol";
 import type { RoutingMetrics } from "./ports.ts";
 
 export type Prediction = {
@@ -120,6 +121,15 @@ export class RoutingQuality {
       meanAbsErrorTokens: s.length > 0 ? s.reduce((a, x) => a + x.absError, 0) / s.length : null,
       meanTtftMs: t.length > 0 ? t.reduce((a, x) => a + x, 0) / t.length : null,
     };
+  }
+
+  /** The rank left the pool: what was learnt of it goes, and its figures (pods churn: nothing would prune them). */
+  forget(rank: WorkerRef): void {
+    const key = workerKey(rank);
+    this.samples.delete(key);
+    this.ttfts.delete(key);
+    this.detailed.delete(key);
+    this.metrics.forgetRank(rank);
   }
 
   /** The worker has reported prompt_tokens_details at least once. */
