@@ -71,8 +71,11 @@ export type ListenerCounters = DecodeStats & {
   sinkErrors: number;
 };
 
-/** `epoch`: the publisher's lifetime id when its seq frame carries one (replay.ts decodeSeqFrame), else null. */
-type Held = { seq: bigint; epoch: string | null; payload: Buffer };
+/**
+ * `epoch`: the publisher's lifetime id when its seq frame carries one (replay.ts decodeSeqFrame), else null.
+ * `first`: held during a replay as the first message of a new connection (it may come from another process).
+ */
+type Held = { seq: bigint; epoch: string | null; payload: Buffer; first?: true };
 
 type SeqState =
   | { kind: "fresh" }
@@ -235,9 +238,9 @@ export class KvEventListener {
         if (st.held.length >= MAX_HELD) {
           // Given up on the replay; this message then goes the normal way, after the held ones.
           this.finishReplay(false);
-          return this.onSequenced(m);
+          return this.resequence(firstOfConnection ? { ...m, first: true } : m);
         }
-        st.held.push(m);
+        st.held.push(firstOfConnection ? { ...m, first: true } : m);
         return;
       case "live":
         if (m.seq === st.next) {
@@ -358,6 +361,12 @@ export class KvEventListener {
     if (r.seq >= st.from && r.seq < st.held[0]!.seq && (last === undefined || r.seq > last)) st.got.push({ seq: r.seq, epoch: r.epoch, payload: r.payload });
   }
 
+  /** A held message through the normal path, as the first of its connection when it came as one. */
+  private resequence(h: Held): void {
+    if (h.first) this.reconnected = true;
+    this.onSequenced(h);
+  }
+
   /** Applies what the replay returned, then the messages held meanwhile. */
   private finishReplay(answered: boolean): void {
     const st = this.state;
@@ -378,6 +387,7 @@ export class KvEventListener {
         this.log.warn({ seq: st.check.seq.toString() }, "publisher restarted (a replayed batch differs from the one applied)");
         this.reset("restarted");
         this.state = { kind: "fresh" };
+        // The stream starts over here: a held message's mark as a connection's first has told what it could.
         for (const h of held) this.onSequenced(h);
         return;
       }
@@ -407,7 +417,7 @@ export class KvEventListener {
       }
       // Held messages came live, in increasing order: one below what the replay delivered means the
       // publisher restarted meanwhile, which onSequenced reports as such.
-      this.onSequenced(held[i]!);
+      this.resequence(held[i]!);
     }
   }
 }

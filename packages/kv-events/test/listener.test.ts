@@ -75,6 +75,24 @@ function warningsLogger(): { logger: Logger; warnings: string[] } {
 
 const seqs = (got: ListenerSignal[]) => got.map((s) => (s.kind === "batch" ? Number(s.seq) : s.reason));
 
+const E = Buffer.alloc(0);
+
+/**
+ * A publisher and a replay endpoint driven by hand, on ephemeral ports: `payload(i, ts)` a batch's bytes, and
+ * `answered` a promise the test's replay answers may wait on until it calls `release`.
+ */
+async function handDriven() {
+  const pub = new PubSocket();
+  const ep = await pub.bind(`tcp://${LOOPBACK}.1.4:0`);
+  const router = new RouterSocket();
+  const rep = await router.bind(`tcp://${LOOPBACK}.1.4:0`);
+  cleanups.push(() => pub.close(), () => router.close());
+  let release = () => {};
+  const answered = new Promise<void>((r) => (release = r));
+  const payload = (i: number, ts?: number) => encodeBatch(ts === undefined ? batch(i) : { ...batch(i), ts });
+  return { pub, ep, router, rep, payload, answered, release };
+}
+
 describe("KvEventListener", () => {
   test("the first message sets the baseline; later ones arrive in order with decoded events", async () => {
     const pub = await publisher();
@@ -253,15 +271,7 @@ describe("KvEventListener", () => {
 
   test("a publisher restart seen while a replay is in flight is reported as 'restarted', the new process's batches delivered", async () => {
     // Hand-driven publisher and replay endpoint, to restart the seqs exactly while the replay is open.
-    const pub = new PubSocket();
-    const ep = await pub.bind(`tcp://${LOOPBACK}.1.4:0`);
-    const router = new RouterSocket();
-    const rep = await router.bind(`tcp://${LOOPBACK}.1.4:0`);
-    cleanups.push(() => pub.close(), () => router.close());
-    const E = Buffer.alloc(0);
-    const payload = (i: number) => encodeBatch(batch(i));
-    let release = () => {};
-    const answered = new Promise<void>((r) => (release = r));
+    const { pub, ep, router, rep, payload, answered, release } = await handDriven();
     router.onMessage(([id]) => {
       // The replay (of seq 5) is answered once the restarted publisher's batches were held.
       void answered.then(() => {
@@ -282,6 +292,45 @@ describe("KvEventListener", () => {
     await waitUntil(() => got.length === 12);
     expect(seqs(got)).toEqual([0, 1, 2, 3, 4, 5, 6, "restarted", 0, 1, 2, 3]);
     expect(l.counters.restarts).toBe(1);
+  });
+
+  test("a new connection's first batch held behind a replay is still checked as possibly another process's", async () => {
+    // Hand-driven publisher and replay endpoint: the publisher restarts while a replay is open, and its first batch
+    // is the very seq the replay leaves us expecting (nothing in the seqs says it is another stream).
+    const first = await handDriven();
+    const { ep, router, rep, payload, answered, release } = first;
+    let pub = first.pub;
+    let requests = 0;
+    router.onMessage(([id]) => {
+      const n = ++requests;
+      void answered.then(() => {
+        // The first replay (the gap, 5 and 6) as the old process published them; the next one (the check of our
+        // last batch, 7) as the new process did.
+        if (n === 1) for (const i of [5, 6]) router.send([id!, E, encodeSeq(BigInt(i)), payload(i)]);
+        else router.send([id!, E, encodeSeq(7n), payload(7, 1000)]);
+        router.send([id!, E, END_SEQ, E]);
+      });
+    });
+    const [l, got] = listen({ endpoint: ep, replayEndpoint: rep, replayTimeoutMs: 5000 });
+    await waitUntil(() => pub.subscribedTo(E) === 1);
+    const send = (seq: number, ts = 0) => pub.send([E, encodeSeq(BigInt(seq)), payload(seq, ts)]);
+    for (let i = 0; i < 5; i++) send(i);
+    await waitUntil(() => got.length === 5);
+    send(7); // 5 and 6 lost: a replay opens
+    await waitUntil(() => l.counters.replays === 1);
+    await pub.close();
+    await waitUntil(() => !l.connected);
+    pub = new PubSocket();
+    cleanups.push(() => pub.close());
+    await pub.bind(ep);
+    await waitUntil(() => pub.subscribedTo(E) === 1);
+    send(8, 1000); // the new process's, held behind the replay
+    await waitUntil(() => l.counters.messages === 7);
+    release();
+    await waitUntil(() => got.length === 10);
+    // Taken as the next batch of the same stream, 8 would have gone on top of the old process's blocks.
+    expect(seqs(got)).toEqual([0, 1, 2, 3, 4, 5, 6, 7, "restarted", 8]);
+    expect(requests).toBe(2);
   });
 
   test("signals buffered before attach all arrive even when the sink throws on one", async () => {
