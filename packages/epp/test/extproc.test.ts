@@ -148,12 +148,17 @@ describe("ext_proc", () => {
     s.end();
   });
 
-  test("a gRPC request (vLLM's gRPC API) is routed by load on its headers, its protobuf body passed through unread", async () => {
+  /** A stream opened with a gRPC request's headers (vLLM's gRPC API), whose answer must carry the route. */
+  const grpcRouted = async (contentType: string, mode: "FULL_DUPLEX_STREAMED" | "BUFFERED") => {
     const s = client.open();
-    const grpcHeaders = headers("/vllm.grpc.engine.VllmEngine/Generate", false, {}, "application/grpc");
-    s.send({ ...grpcHeaders, protocol_config: { request_body_mode: "FULL_DUPLEX_STREAMED" } });
+    s.send({ ...headers("/vllm.grpc.engine.VllmEngine/Generate", false, {}, contentType), protocol_config: { request_body_mode: mode } });
     const h = await s.next();
     expect(setHeader(h.request_headers?.response, "x-gateway-destination-endpoint")).toBeDefined();
+    return s;
+  };
+
+  test("a gRPC request (vLLM's gRPC API) is routed by load on its headers, its protobuf body passed through unread", async () => {
+    const s = await grpcRouted("application/grpc", "FULL_DUPLEX_STREAMED");
     // A length-prefixed protobuf message: JSON it is not, and no 400 comes of it.
     const frame = new Uint8Array([0, 0, 0, 0, 3, 0x0a, 0x01, 0x41]);
     s.send({ request_body: { body: frame, end_of_stream: true } });
@@ -166,11 +171,7 @@ describe("ext_proc", () => {
   });
 
   test("in buffered mode too, a gRPC request's headers answer carries the route and its body gets a CONTINUE", async () => {
-    const s = client.open();
-    const grpcHeaders = headers("/vllm.grpc.engine.VllmEngine/Generate", false, {}, "application/grpc+proto");
-    s.send({ ...grpcHeaders, protocol_config: { request_body_mode: "BUFFERED" } });
-    const h = await s.next();
-    expect(setHeader(h.request_headers?.response, "x-gateway-destination-endpoint")).toBeDefined();
+    const s = await grpcRouted("application/grpc+proto", "BUFFERED");
     s.send({ request_body: { body: new Uint8Array([0, 0, 0, 0, 1, 0x08]), end_of_stream: true } });
     const b = await s.next();
     expect(b.immediate_response).toBeUndefined();
