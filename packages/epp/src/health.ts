@@ -1,5 +1,6 @@
-// grpc.health.v1.Health: "" and "liveness" report the process; "readiness", the ext_proc service and
-// "inference-extension" stay NOT_SERVING until recovery has ended, and go NOT_SERVING first on shutdown.
+// grpc.health.v1.Health: "liveness" reports the process; "" (a load balancer's overall check), "readiness", the
+// ext_proc service and "inference-extension" stay NOT_SERVING until recovery has ended, and go NOT_SERVING first
+// on shutdown (llm-d's router answers "" by its readiness rule too).
 import * as grpc from "@grpc/grpc-js";
 import { EXT_PROC_SERVICE } from "./extproc/protos.ts";
 
@@ -11,10 +12,11 @@ export type ServingStatus = "SERVING" | "NOT_SERVING";
  */
 export const GAIE_PROBE_SERVICE = "inference-extension";
 
-/** The services that follow readiness (NOT_SERVING until recovery has ended, and while draining). */
-const READINESS_SERVICES = ["readiness", EXT_PROC_SERVICE, GAIE_PROBE_SERVICE] as const;
-
-export const HEALTH_SERVICES = ["", "liveness", ...READINESS_SERVICES] as const;
+/**
+ * The services that follow readiness (NOT_SERVING until recovery has ended, and while draining). "" among them: a
+ * gateway's or probe's check that names no service asks whether to send traffic, not whether to restart us.
+ */
+const READINESS_SERVICES = ["", "readiness", EXT_PROC_SERVICE, GAIE_PROBE_SERVICE] as const;
 
 type Watcher = (status: ServingStatus) => void;
 
@@ -24,7 +26,6 @@ export class HealthState {
   private draining = false;
 
   constructor() {
-    this.set("", "SERVING");
     this.set("liveness", "SERVING");
     for (const name of READINESS_SERVICES) this.set(name, "NOT_SERVING");
   }
@@ -42,7 +43,7 @@ export class HealthState {
 
   /**
    * Shutdown: readiness and the ext_proc service report NOT_SERVING so probes and gateways stop
-   * sending. Liveness ("" and "liveness") stays SERVING: the process is alive and draining, and a
+   * sending. Liveness stays SERVING: the process is alive and draining, and a
    * failing liveness probe would have the kubelet kill it mid-drain.
    */
   drain(): void {

@@ -35,7 +35,7 @@ test("readiness and ext_proc stay NOT_SERVING until recovery ends, liveness serv
   cleanups.push(() => watch.cancel());
 
   expect(await checkHealth(h, "liveness")).toBe("SERVING");
-  expect(await checkHealth(h, "")).toBe("SERVING");
+  expect(await checkHealth(h, "")).toBe("NOT_SERVING"); // a load balancer's overall check: readiness
   expect(await checkHealth(h, "readiness")).toBe("NOT_SERVING");
   expect(await checkHealth(h, EXT_PROC_SERVICE)).toBe("NOT_SERVING");
   expect(await checkHealth(h, "inference-extension")).toBe("NOT_SERVING"); // what GAIE's chart and conformance probe
@@ -43,6 +43,7 @@ test("readiness and ext_proc stay NOT_SERVING until recovery ends, liveness serv
 
   release();
   expect((await epp.ready).kind).toBe("recovered");
+  expect(await checkHealth(h, "")).toBe("SERVING");
   expect(await checkHealth(h, "readiness")).toBe("SERVING");
   expect(await checkHealth(h, EXT_PROC_SERVICE)).toBe("SERVING");
   expect(await checkHealth(h, "inference-extension")).toBe("SERVING");
@@ -75,6 +76,7 @@ test("during --shutdown-delay-ms the replica reports NOT_SERVING but still route
   cleanups.push(() => c.close(), () => h.close());
   const stopping = epp.stop({ graceMs: 200 });
   expect(await checkHealth(h, "readiness")).toBe("NOT_SERVING");
+  expect(await checkHealth(h, "")).toBe("NOT_SERVING");
   // Liveness is the process: draining is alive (a failing liveness probe would kill it mid-drain).
   expect(await checkHealth(h, "liveness")).toBe("SERVING");
   const s = c.open();

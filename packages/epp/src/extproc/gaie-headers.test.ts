@@ -1,5 +1,5 @@
 import { describe, expect, test } from "bun:test";
-import { hasCriticalObjective, shedReason } from "./gaie-headers.ts";
+import { DEFAULT_FAIRNESS_ID, hasCriticalObjective, requestClass, shedReason } from "./gaie-headers.ts";
 
 describe("shedReason: lower priorities are shed first", () => {
   const at = (inflight: number, priority: number, criticalKnown: boolean, queuesFull = false) =>
@@ -28,5 +28,25 @@ describe("shedReason: lower priorities are shed first", () => {
   test("a critical objective is one with a positive priority", () => {
     expect(hasCriticalObjective(new Map([["batch", -1], ["chat", 0]]))).toBe(false);
     expect(hasCriticalObjective(new Map([["batch", -1], ["chat", 5]]))).toBe(true);
+  });
+});
+
+describe("requestClass", () => {
+  const priorities = new Map([["batch", -1], ["chat", 5]]);
+  const header = (v: string) => [{ key: "x-gateway-inference-objective", raw_value: Buffer.from(v) }];
+
+  test("an objective's priority is the configured one; an unknown objective, a number included, is standard", () => {
+    expect(requestClass({ headers: header("batch") }, priorities).priority).toBe(-1);
+    expect(requestClass({ headers: header("chat") }, priorities).priority).toBe(5);
+    expect(requestClass({ headers: header("other") }, priorities).priority).toBe(0);
+    // A client naming a number gets no priority of its own choosing (it would skip the shedding of standard traffic).
+    expect(requestClass({ headers: header("100") }, priorities).priority).toBe(0);
+    expect(requestClass({ headers: header("-1") }, priorities).priority).toBe(0);
+  });
+
+  test("the x-llm-d-* name wins over the x-gateway-* alias; no fairness id is GAIE's default flow", () => {
+    const both = { headers: [{ key: "x-llm-d-inference-objective", raw_value: Buffer.from("chat") }, ...header("batch")] };
+    expect(requestClass(both, priorities).priority).toBe(5);
+    expect(requestClass(undefined, priorities)).toEqual({ modelRewrite: undefined, priority: 0, fairnessId: DEFAULT_FAIRNESS_ID });
   });
 });

@@ -27,12 +27,12 @@ function first(map: HeaderMap | undefined, names: readonly string[]): string | u
 
 /**
  * The objective names an InferenceObjective, whose priority is given here by `--objective-priorities`
- * (name=priority); an objective given as an integer is its own priority; anything else is 0.
+ * (name=priority); one not named there is 0, as llm-d's router treats an objective it does not know. A number is a
+ * name like any other: were it its own priority, any client could send a high one and skip the shedding.
  */
 export function requestClass(headers: HeaderMap | undefined, priorities: ReadonlyMap<string, number>): RequestClass {
   const objective = first(headers, OBJECTIVE);
-  let priority = 0;
-  if (objective !== undefined) priority = priorities.get(objective) ?? (/^[+-]?\d{1,9}$/.test(objective) ? Number(objective) : 0);
+  const priority = objective === undefined ? 0 : priorities.get(objective) ?? 0;
   return { modelRewrite: first(headers, MODEL_REWRITE), priority, fairnessId: first(headers, FAIRNESS_ID) ?? DEFAULT_FAIRNESS_ID };
 }
 
