@@ -118,6 +118,16 @@ export function routedBody(r: Route): ProcessingResponse {
   return { request_body: { response: routeCommon(r) }, dynamic_metadata: routeMetadata(r.endpoint) };
 }
 
+/**
+ * The routing answer on the request-trailers response: a buffered mode's request whose headers were
+ * answered, then trailers came and no body, so Envoy waits on a trailers answer (any other kind it counts
+ * as spurious and stops asking). That answer can only mutate the trailers: the route goes as the envoy.lb
+ * metadata alone, which the data plane's load balancer reads when the request continues.
+ */
+export function routedTrailers(r: Route): ProcessingResponse {
+  return { request_trailers: {}, dynamic_metadata: routeMetadata(r.endpoint) };
+}
+
 /** Lets the response headers through with these set (an explanation the client asked for). */
 export function responseHeadersWith(headers: readonly [string, string][]): ProcessingResponse {
   return { response_headers: { response: { header_mutation: { set_headers: headers.map(([k, v]) => setHeader(k, v)) } } } };

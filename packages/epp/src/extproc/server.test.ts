@@ -1,18 +1,24 @@
 // The stream state machine on a call made here (no transport): a tokenization that never settles keeps
-// the route pending, so what a stream may send meanwhile is bounded deterministically.
+// the route pending, so what a stream may send meanwhile is bounded deterministically; a one-worker pool
+// shows which answer kind carries the route for each message sequence Envoy sends.
 import { EventEmitter } from "node:events";
 import { expect, test } from "bun:test";
-import type { RoutingContext } from "@kv-epp/routing";
+import { KvIndex } from "@kv-epp/index-wasm";
+import { workerKey } from "@kv-epp/protocol";
+import { ActiveLoad, LatencyModel, NO_METRICS, Picker, type Candidate, type RoutingContext } from "@kv-epp/routing";
 import pino from "pino";
 import { createMetrics } from "../metrics.ts";
 import { BodyBudget } from "./body-budget.ts";
 import { GrpcStatus } from "./grpc-h2.ts";
-import type { ProcessingRequest } from "./messages.ts";
+import type { BodySendMode, ProcessingRequest, ProcessingResponse } from "./messages.ts";
 import { createProcessHandler } from "./server.ts";
 
 class FakeCall extends EventEmitter {
   failed: { code: number; message: string } | undefined;
-  write(): void {}
+  readonly written: ProcessingResponse[] = [];
+  write(msg: ProcessingResponse): void {
+    this.written.push(msg);
+  }
   end(): void {}
   fail(code: number, message: string): void {
     this.failed = { code, message };
@@ -60,4 +66,66 @@ test("a body sent while the route is pending is held within the body budget: pas
   data({ request: "request_body", request_body: { body: new Uint8Array(2 << 20), end_of_stream: false } });
   expect(call.failed?.code).toBe(GrpcStatus.RESOURCE_EXHAUSTED);
   expect(bodyBudget.usedBytes).toBe(0);
+});
+
+const ENDPOINT = "10.0.0.1:8000";
+
+/** A stream against a one-worker pool (every request goes there), its answers recorded. */
+function routedStream(mode: BodySendMode) {
+  const candidates: Candidate[] = [{ workerId: "w", dpRank: 0, key: workerKey({ workerId: "w", dpRank: 0 }), endpoint: ENDPOINT, rankHeader: undefined }];
+  const index = KvIndex.create({ blockSize: 16 });
+  const load = new ActiveLoad();
+  const latency = new LatencyModel();
+  const picker = new Picker({
+    indexers: { lookup: () => ({ key: "m", blockSize: 16, index }) },
+    candidates: () => candidates,
+    load,
+    signals: () => undefined,
+    options: { prefillLoadScale: 16, decodeLoadScale: 1, queueWeight: 0, temperature: 0, shape: { kind: "blocks" }, queueThreshold: 0, cost: "weights" },
+    latency,
+  });
+  const routing: RoutingContext = { picker, load, latency, metrics: NO_METRICS, candidates: () => candidates, clock: { now: () => 0 } };
+  const handle = createProcessHandler({
+    routing,
+    tokenizeBody: () => {
+      throw new Error("no body to read");
+    },
+    metrics: createMetrics(),
+    log: pino({ level: "silent" }),
+    bodyMode: "auto",
+    maxInflight: 0,
+    bodyBudget: new BodyBudget(1 << 20),
+  });
+  const call = new FakeCall();
+  handle(call as never);
+  const data = (m: ProcessingRequest) => call.emit("data", m);
+  data({ request: "request_headers", request_headers: { headers: { headers: [] } }, protocol_config: { request_body_mode: mode } });
+  return { call, data };
+}
+
+type Answer = { request_headers?: { response?: { header_mutation?: { set_headers?: { header: { key: string } }[] } } }; dynamic_metadata?: unknown };
+const kinds = (written: ProcessingResponse[]) => written.map((m) => Object.keys(m).find((k) => k !== "dynamic_metadata"));
+const lbEndpoint = (m: ProcessingResponse | undefined) =>
+  (m?.dynamic_metadata as { fields: Record<string, { structValue: { fields: Record<string, { stringValue: string }> } }> } | undefined)?.fields["envoy.lb"]?.structValue.fields[
+    "x-gateway-destination-endpoint"
+  ]?.stringValue;
+const trailers: ProcessingRequest = { request: "request_trailers", request_trailers: { trailers: { headers: [] } } };
+
+test("BUFFERED, headers then trailers and no body: the route is the trailers' answer (envoy.lb metadata), never a body answer Envoy would drop as spurious", () => {
+  for (const mode of ["BUFFERED", "BUFFERED_PARTIAL"] as const) {
+    const { call, data } = routedStream(mode);
+    expect(kinds(call.written)).toEqual(["request_headers"]); // CONTINUE: the body is awaited
+    data(trailers);
+    expect(kinds(call.written)).toEqual(["request_headers", "request_trailers"]);
+    expect(lbEndpoint(call.written[1])).toBe(ENDPOINT);
+  }
+});
+
+test("FULL_DUPLEX_STREAMED, headers then trailers and no body: the route sets no content-length (GAIE sets it only for a non-empty body)", () => {
+  const { call, data } = routedStream("FULL_DUPLEX_STREAMED");
+  data(trailers);
+  expect(kinds(call.written)).toEqual(["request_headers", "request_trailers"]);
+  const set = (call.written[0] as Answer).request_headers?.response?.header_mutation?.set_headers ?? [];
+  expect(set.map((h) => h.header.key)).toContain("x-gateway-destination-endpoint");
+  expect(set.map((h) => h.header.key)).not.toContain("content-length");
 });

@@ -23,6 +23,7 @@ import {
   replacedBody,
   immediate,
   routedBody,
+  routedTrailers,
   responseHeadersWith,
   routedHeaders,
   streamedBody,
@@ -106,7 +107,7 @@ type RequestState = {
   routed?: RoutedRequest;
   /** A response_body message came for it (the gateway sends response bodies). */
   responseBody: boolean;
-  /** The request has no body (its headers ended the stream): nothing to rewrite. */
+  /** The request has no body (its headers ended the stream, or trailers came with none): nothing to rewrite. */
   bodyless?: boolean;
   /** Model rewrite: maps the served model's name back to the client's in the response body. */
   responseModel?: ResponseModelName;
@@ -459,7 +460,15 @@ class ProcessStream {
   private onRequestTrailers(msg: ProcessingRequest): void {
     const req = this.req;
     if (req && !req.decided) {
-      this.decide(concat(req.chunks, req.bytes), "body", false, this.mode === "BUFFERED_PARTIAL" ? "maybe_cut" : "whole");
+      // The buffered modes send a body as one message, which takes the route: none came, so the route is
+      // this trailers message's answer (Envoy's filter waits on a trailers answer here).
+      if (!this.fullDuplex) {
+        req.bodyless = true;
+        warnOnce(this.shared.warned, this.deps.log, "trailers_route", { mode: this.mode },
+          "a request with trailers and no body in a buffered body mode: its route goes as envoy.lb metadata alone (a trailers answer cannot set request headers)");
+        return this.decide(EMPTY, "trailers");
+      }
+      this.decide(concat(req.chunks, req.bytes), "body", false);
       // The route waits for the body's tokens: the trailers are answered after it (replayed, decided by then).
       if (this.held !== null) return this.hold(msg);
     }
@@ -472,7 +481,7 @@ class ProcessStream {
    * (parsed, validated, its model rewritten) and tokenized by tokenizeBody, in a pool member unless there is
    * none: this thread only sheds, picks and answers.
    */
-  private decide(body: Uint8Array, at: "headers" | "body", bodyEnds = true, cut: BodyCut = "whole"): void {
+  private decide(body: Uint8Array, at: AnswerOn, bodyEnds = true, cut: BodyCut = "whole"): void {
     const req = this.req!;
     const maybeCut = cut !== "whole";
     req.decided = true;
@@ -544,7 +553,7 @@ class ProcessStream {
   }
 
   /** The pick on the request's tokens (O(blocks)), and its answer. */
-  private route(req: RequestState, read: RoutedBody, at: "headers" | "body", bodyEnds: boolean, maybeCut: boolean, started: number): void {
+  private route(req: RequestState, read: RoutedBody, at: AnswerOn, bodyEnds: boolean, maybeCut: boolean, started: number): void {
     const routeStarted = performance.now();
     const { fields, tokens, promptTokens, newTurnTokens, body } = read;
     this.release(req); // answered or handed back in this call: no longer held for a route
@@ -583,7 +592,9 @@ class ProcessStream {
       // The destination's rank (a decode rank when disaggregated); the prefill rank goes in pd.set.
       dpRank: chosen.candidate.rankHeader,
       // Not for a prefix: the rest of the body comes after it (the client's own content-length stays right).
-      contentLength: at === "body" && !maybeCut && (this.fullDuplex || rewrite.body) ? forward.length : undefined,
+      // Nor for no body, as GAIE (only a non-empty body's length): a request with trailers and no body is no
+      // request of length 0 to a data plane that applies it (HTTP/1.1 carries trailers only in chunked coding).
+      contentLength: at === "body" && !maybeCut && forward.length > 0 && (this.fullDuplex || rewrite.body) ? forward.length : undefined,
       extraHeaders: extra.length > 0 ? extra : undefined,
       removeHeaders: pd.remove,
       body: this.fullDuplex ? undefined : rewrite.body,
@@ -596,10 +607,12 @@ class ProcessStream {
     this.sendRoute(route, at, forward, bodyEnds);
   }
 
-  /** The route goes back as the answer the body mode expects: on the headers, or on the (held back) body. */
-  private sendRoute(route: Route, at: "headers" | "body", body: Uint8Array, bodyEnds: boolean): void {
+  /** The route goes back as the answer the body mode expects: on the headers, the (held back) body, or the trailers. */
+  private sendRoute(route: Route, at: AnswerOn, body: Uint8Array, bodyEnds: boolean): void {
     if (at === "headers") {
       this.send(routedHeaders(route));
+    } else if (at === "trailers") {
+      this.send(routedTrailers(route));
     } else if (this.fullDuplex) {
       this.send(routedHeaders(route));
       // The body was held back until the route was known; hand it back in bounded chunks. Nothing to
@@ -709,6 +722,9 @@ function disaggregationHeaders(routed: RoutedRequest): { set: [string, string][]
   if (p.rankHeader !== undefined) return { set: [...set, [PREFILL_RANK_HEADER, String(p.rankHeader)]] };
   return { set, remove: [PREFILL_RANK_HEADER] };
 }
+
+/** The message whose answer carries the route. */
+type AnswerOn = "headers" | "body" | "trailers";
 
 /** Whether a body handed to decide is whole, may be cut at Envoy's buffer (BUFFERED_PARTIAL), or is a prefix (the body budget was spent). */
 type BodyCut = "whole" | "maybe_cut" | "over_budget";
