@@ -11,6 +11,7 @@ import {
   body,
   extProcClient,
   headers,
+  immediateHeader,
   lbMetadata,
   postJson,
   rawExtProcSession,
@@ -251,6 +252,8 @@ describe("ext_proc", () => {
       const r = await s.next();
       expect(r.response).toBe("immediate_response");
       expect(r.immediate_response?.status?.code).toBe("ServiceUnavailable");
+      // llm-d's reason header, so a client or gateway can tell a refusal from a model server's error.
+      expect(immediateHeader(r, "x-llm-d-request-dropped-reason")).toBe("rejected-no-endpoints");
       s.end();
     }
   });
@@ -262,6 +265,7 @@ describe("ext_proc", () => {
     const bad = await s.next();
     expect(bad.response).toBe("immediate_response");
     expect(bad.immediate_response?.status?.code).toBe("BadRequest");
+    expect(immediateHeader(bad, "x-llm-d-request-dropped-reason")).toBeUndefined();
     s.send(headers());
     s.send(body({ prompt: "not token ids but text", model: "test-model" }));
     const good = await s.next();

@@ -8,7 +8,7 @@ import { waitFor, LOOPBACK } from "@kv-epp/testkit";
 import type { ProcessingRequest } from "../src/extproc/messages.ts";
 import type { EppHandle } from "../src/main.ts";
 import { workerKeyOf } from "@kv-epp/protocol";
-import { FakeWorkerEvents, HOST, MODEL, body, extProcClient, headers, lbMetadata, postJson, scrapeMetric, setHeader, startTestEpp, tokens, type ExtProcStream, type Resp } from "./helpers.ts";
+import { FakeWorkerEvents, HOST, MODEL, body, extProcClient, headers, immediateHeader, lbMetadata, postJson, scrapeMetric, setHeader, startTestEpp, tokens, type ExtProcStream, type Resp } from "./helpers.ts";
 
 const A = `${LOOPBACK}.4.81:8000`;
 const B = `${LOOPBACK}.4.82:8000`;
@@ -110,6 +110,7 @@ test("under --max-inflight, sheddable objectives get their 429 first; the others
   for (let i = 0; i < 4; i++) held.push((await open({ prompt: tokens(32, 100 + i) })).s); // 4 of 5 in flight
   const sheddable = await open({ prompt: tokens(32, 200) }, [["x-gateway-inference-objective", "batch"]]);
   expect(sheddable.first.immediate_response?.status?.code).toBe("TooManyRequests");
+  expect(immediateHeader(sheddable.first, "x-llm-d-request-dropped-reason")).toBe("rejected-saturated");
   expect(await metric('dynamo_epp_shed_total{class="sheddable"}')).toBe(1);
   const chat = await open({ prompt: tokens(32, 201) }, [["x-gateway-inference-objective", "chat"]]);
   expect(destination(chat.first)).toBeDefined(); // the 5th slot is not sheddable traffic's

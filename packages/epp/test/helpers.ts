@@ -31,7 +31,7 @@ export type Resp = {
   request_body?: { response?: Common };
   response_headers?: { response?: Common };
   response_body?: { response?: Common };
-  immediate_response?: { status?: { code?: string | number }; body?: Buffer; details?: string };
+  immediate_response?: { status?: { code?: string | number }; headers?: Common["header_mutation"]; body?: Buffer; details?: string };
   dynamic_metadata?: { fields?: Record<string, { structValue?: { fields?: Record<string, { stringValue?: string }> } }> };
 };
 type Common = {
@@ -144,6 +144,11 @@ export function body(json: unknown, endOfStream = true): ProcessingRequest {
 export function setHeader(r: Common | undefined, key: string): string | undefined {
   const h = r?.header_mutation?.set_headers?.find((s) => s.header?.key === key);
   return h?.header?.raw_value ? Buffer.from(h.header.raw_value).toString() : undefined;
+}
+
+/** A header an ImmediateResponse sets. */
+export function immediateHeader(r: Resp, key: string): string | undefined {
+  return setHeader({ header_mutation: r.immediate_response?.headers }, key);
 }
 
 export function lbMetadata(r: Resp): string | undefined {
