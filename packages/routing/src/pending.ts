@@ -7,6 +7,7 @@
 // request ends (its lease is released: from then on the index is the truth), when it is older than
 // the TTL, or, oldest first, when the total would pass the block cap: memory stays bounded whatever
 // clients send.
+import { PrefixTree, type PrefixEntry } from "./prefix-tree.ts";
 
 /**
  * A request's blocks as prefix keys: key i names blocks 0..i together with the request's identity
@@ -72,10 +73,7 @@ export function combinedPending(maybe: readonly (PendingView | undefined)[]): Pe
 export type PendingOptions = {
   /** Most prefix keys held over all entries; the oldest entries leave first past it (> 0). */
   maxBlocks: number;
-  /**
-   * Most entries (requests) held, likewise: a pick scans the entries sharing its first block, so this
-   * bounds a pick's time however many requests a client keeps in flight with one first block.
-   */
+  /** Most entries (requests) held, likewise: each costs its bookkeeping, however few keys it has. */
   maxEntries: number;
   /** An entry older than this leaves even if its request never ended (a lease never released). */
   ttlMs: number;
@@ -90,7 +88,8 @@ export const DEFAULT_PENDING: Omit<PendingOptions, "now"> = { maxBlocks: 1 << 20
  */
 export const INFLIGHT_PREFIX_DEFAULT = true;
 
-type Entry = { readonly workerKey: string; readonly keys: PrefixKeys; readonly at: number };
+/** `tree`: where its keys are matched (none for an entry without keys, which matches nothing). */
+type Entry = { readonly keys: PrefixKeys; readonly at: number; readonly tree: PrefixEntry | undefined };
 
 /** Why entries left other than their request's end. */
 export type PendingDrops = { expired: number; evicted: number };
@@ -98,13 +97,8 @@ export type PendingDrops = { expired: number; evicted: number };
 export class PendingPrefixes implements PendingView {
   /** By id, in insertion order: the oldest first (expiry and eviction take from the front). */
   private readonly entries = new Map<number, Entry>();
-  /**
-   * Entries by their first key: only those can share a prefix with a query. Scanning them with a
-   * binary search each costs O(entries x log blocks) per pick and O(1) per add and remove; a map of
-   * every prefix key per worker measured 4x the CPU of the whole pick without in-flight prefixes (832
-   * blocks a prompt, 150 in flight), most of it adding and removing the keys.
-   */
-  private readonly byFirst = new Map<number, Set<Entry>>();
+  /** The entries' keys, matched per worker at the cost of the query's path, not of the entries (prefix-tree.ts). */
+  private readonly tree = new PrefixTree();
   private nextId = 1;
   private held = 0;
   readonly drops: PendingDrops = { expired: 0, evicted: 0 };
@@ -127,14 +121,9 @@ export class PendingPrefixes implements PendingView {
       this.drops.evicted++;
     }
     const id = this.nextId++;
-    const e: Entry = { workerKey, keys: kept, at: now };
+    const e: Entry = { keys: kept, at: now, tree: kept.length > 0 ? this.tree.add(workerKey, kept) : undefined };
     this.entries.set(id, e);
     this.held += kept.length;
-    if (kept.length > 0) {
-      let set = this.byFirst.get(kept[0]!);
-      if (!set) this.byFirst.set(kept[0]!, (set = new Set()));
-      set.add(e);
-    }
     return id;
   }
 
@@ -149,23 +138,7 @@ export class PendingPrefixes implements PendingView {
   overlapsInto(keys: PrefixKeys, out: Map<string, number>): void {
     out.clear();
     this.expire(this.now());
-    if (keys.length === 0) return;
-    const set = this.byFirst.get(keys[0]!);
-    if (!set) return;
-    for (const e of set) {
-      const best = out.get(e.workerKey) ?? 0;
-      const max = Math.min(e.keys.length, keys.length);
-      if (max <= best) continue;
-      // Key i names blocks 0..i, so the shared keys are a prefix of both: binary search its end.
-      let lo = 1; // key 0 is shared (same bucket)
-      let hi = max;
-      while (lo < hi) {
-        const mid = (lo + hi + 1) >>> 1;
-        if (e.keys[mid - 1] === keys[mid - 1]) lo = mid;
-        else hi = mid - 1;
-      }
-      if (lo > best) out.set(e.workerKey, lo);
-    }
+    this.tree.longestInto(keys, out);
   }
 
   /** Entries held (requests). */
@@ -189,9 +162,6 @@ export class PendingPrefixes implements PendingView {
   private drop(id: number, e: Entry): void {
     this.entries.delete(id);
     this.held -= e.keys.length;
-    if (e.keys.length === 0) return;
-    const set = this.byFirst.get(e.keys[0]!)!;
-    set.delete(e);
-    if (set.size === 0) this.byFirst.delete(e.keys[0]!);
+    if (e.tree) this.tree.remove(e.tree);
   }
 }

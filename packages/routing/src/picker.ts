@@ -2,13 +2,14 @@
 // index, and the leading blocks pending there (pending.ts) -> the decision (decide.ts:
 // filters, cost per eligible candidate, choice).
 import { computeBlockHashes, MatchList, requestBlockExtras } from "@kv-epp/index-wasm";
-import { DEFAULT_WEIGHTS, type Weights } from "./cost.ts";
+import type { Weights } from "./cost.ts";
 import { decide, overlapOf, ttftInput, type CandidateState } from "./decide.ts";
 import { decideDisagg, roleSets, type Disaggregation } from "./disagg.ts";
 import { AwayWorkers, type ReplicaSet } from "./home.ts";
 import type { CostInput, LatencyModel } from "./latency.ts";
 import type { LoadView } from "./load.ts";
 import { prefixKeys, type PendingView, type PrefixKeys } from "./pending.ts";
+import { planCost } from "./plan.ts";
 import type { Candidate, IndexLookup, ModelIndex, WorkerSignals } from "./ports.ts";
 
 /** `weights`: Weights in their shape (score or blocks); `latency`: the lowest predicted TTFT (latency.ts). */
@@ -90,16 +91,6 @@ export type PrefillDecision = {
   /** The prefill rank and the prefill candidates as scored: present exactly when `disagg.disaggregate`. */
   prefill?: { chosen: ScoredCandidate; scored: ScoredCandidate[] };
 };
-
-/**
- * A destination's decode load in the latency cost's ms: the blocks its in-flight requests hold, each
- * weighed as the blocks cost weighs it against a block to prefill (DEFAULT_WEIGHTS: decode/prefill =
- * 1/16, one more running request slowing every decode step of its batch, in the ms a block's prefill
- * costs), so a held block costs 1/16 of a block's prefill time at the pool's fitted rate.
- */
-function decodeLoadMs(activeBlocks: number, blockSize: number, msPerToken: number): number {
-  return (DEFAULT_WEIGHTS.decodeLoadScale / DEFAULT_WEIGHTS.prefillLoadScale) * activeBlocks * blockSize * msPerToken;
-}
 
 /** What besides its tokens names a request's blocks. */
 type Identity = { loraName: string | null; cacheSalt?: string };
@@ -215,9 +206,17 @@ export class Picker {
     const o = this.deps.options;
     const latency = this.deps.latency;
     let destinationCost: ((c: Known) => number) | undefined;
+    // The prefill ranks' states, when the latency cost read them: the prefill pick reads the same ones.
+    let prefillRanks: Known[] | undefined;
     if (o.cost === "latency") {
       const local = this.latencyCost(candidates, this.away);
-      destinationCost = sets ? this.planCost(local, sets.prefill.map(knownOf(true)), promptTokens, bs) : local;
+      if (sets) {
+        prefillRanks = sets.prefill.map(knownOf(true));
+        const prefillCost = this.latencyCost(sets.prefill, this.prefillAway);
+        const thresholdTokens = o.pdThresholdTokens ?? 0;
+        const msPerToken = latency.params().msPerToken;
+        destinationCost = planCost({ promptTokens, blockSize: bs, thresholdTokens, msPerToken, prefillRanks, prefillCosts: prefillRanks.map(prefillCost) }, local);
+      } else destinationCost = local;
     }
     const d = decide({
       requestBlocks,
@@ -261,7 +260,7 @@ export class Picker {
       if (disagg.disaggregate) {
         const p = decide({
           requestBlocks,
-          candidates: others.map(knownOf(true)),
+          candidates: prefillRanks ? prefillRanks.filter((c) => c.ref.workerId !== decodeWorker) : others.map(knownOf(true)),
           weights: o,
           queueThreshold: o.queueThreshold,
           random: this.deps.random ?? Math.random,
@@ -285,35 +284,6 @@ export class Picker {
       scored,
       prefix,
       ...(pd ? { pd } : {}),
-    };
-  }
-
-  /**
-   * A destination's latency cost in a pool with prefill ranks: the cost of the plan the decider would
-   * make with it (disagg.ts), plus its decode load. Where the decider would disaggregate, the prompt is
-   * prefilled on the cheapest prefill rank of another worker, so that rank's cost stands for the
-   * destination's own prefill (which a disaggregated decode lease never books: every destination would
-   * look idle, and the one whose cache is richest would keep winning); where it would prefill locally,
-   * its own latency cost stands. The decode load is what tells destinations apart either way.
-   */
-  private planCost(local: (c: Known) => number, prefillRanks: readonly Known[], promptTokens: number, blockSize: number): (c: Known) => number {
-    const remoteCosts = prefillRanks.map(this.latencyCost(prefillRanks.map((p) => p.ref), this.prefillAway));
-    const o = this.deps.options;
-    const msPerToken = this.deps.latency.params().msPerToken;
-    return (c) => {
-      let cheapest = Infinity;
-      let others = 0;
-      for (let i = 0; i < prefillRanks.length; i++)
-        if (prefillRanks[i]!.ref.workerId !== c.ref.workerId) {
-          others++;
-          if (remoteCosts[i]! < cheapest) cheapest = remoteCosts[i]!;
-        }
-      const v = decideDisagg({ promptTokens, decodeOverlap: overlapOf(c), blockSize, thresholdTokens: o.pdThresholdTokens ?? 0, prefillCandidates: others });
-      if (!v.disaggregate) return local(c) + decodeLoadMs(c.activeBlocks, blockSize, msPerToken);
-      // The decode rank pulls only the blocks it does not hold (vLLM's connector counts its local hits
-      // first), so its own cached prefix still counts: the pull is weighed as that many more held blocks.
-      const pulled = Math.ceil(v.uncachedTokens / blockSize);
-      return cheapest + decodeLoadMs(c.activeBlocks + pulled, blockSize, msPerToken);
     };
   }
 
