@@ -136,7 +136,7 @@ export function createMetrics() {
     }),
     eventsRejected: new Counter({
       name: "dynamo_epp_kv_events_rejected_total",
-      help: "KV events not applied, by reason: index (unknown parent, hash conflict), medium (not GPU), partial_block, unaligned (more whole blocks of token_ids than block_hashes: which blocks are left out is unknown), block_size (not the model's)",
+      help: "KV events not applied, by reason: index (unknown parent, hash conflict), medium (not GPU), partial_block, unaligned (more whole blocks of token_ids than block_hashes: which blocks are left out is unknown), block_size (not the model's), adapter_limit (a LoRA adapter name, from an event or a peer's dump, past the learned-adapter limit: the name is not learned, the event's blocks still are indexed)",
       labelNames: ["reason"] as const,
       registers: [registry],
     }),

@@ -280,13 +280,14 @@ describe("deploy/ kustomizations", () => {
     for (const [k, v] of Object.entries(pdb.spec.selector.matchLabels)) expect(epp.spec.template.metadata.labels[k]).toBe(v);
   });
 
-  test("vllm: real vLLM replaces the mock, publishing KV events over ZeroMQ on tcp://*:5557", () => {
+  test("vllm: real vLLM replaces the mock, publishing KV events over ZeroMQ on tcp://*:5557 with replay on 5558, where the EPP asks", () => {
     const objs = render("overlays/vllm");
     expect(objs.some((o) => o.metadata?.name === "vllm-mock")).toBe(false);
     const c = find<Workload>(objs, "Deployment", "vllm").spec.template.spec.containers[0]!;
     const args = c.args!;
     const cfg = JSON.parse(args[args.indexOf("--kv-events-config") + 1]!);
-    expect(cfg).toEqual({ enable_kv_cache_events: true, publisher: "zmq", endpoint: "tcp://*:5557" });
+    expect(cfg).toEqual({ enable_kv_cache_events: true, publisher: "zmq", endpoint: "tcp://*:5557", replay_endpoint: "tcp://*:5558" });
+    expect(c.ports).toContainEqual({ name: "kv-replay", containerPort: 5558 });
     expect(args).toContain("--block-size=16");
     // It registers no intents: no service account token (no Lease rights it would not use).
     const pod = find<Workload>(objs, "Deployment", "vllm").spec.template.spec as { automountServiceAccountToken?: boolean; serviceAccountName?: string };
@@ -295,6 +296,7 @@ describe("deploy/ kustomizations", () => {
     const epp = find<Workload>(objs, "Deployment", "dynamo-epp").spec.template.spec.containers.find((x) => x.name === "epp")!;
     expect(envOf(epp).get("DYN_EPP_BLOCK_SIZE")).toBe("16");
     expect(envOf(epp).get("DYN_EPP_TOKENIZER_DIR")).toBe("/tokenizer");
+    expect(envOf(epp).get("DYN_EPP_KV_REPLAY_PORT")).toBe("5558");
     expect(envOf(epp).get("POD_IP")).toBe("status.podIP"); // the patch merged env by name, it did not replace it
   });
 });
@@ -309,7 +311,7 @@ describe("deploy/Dockerfile", () => {
     for (const s of stages) expect(s.image).toBe("${BUN_IMAGE}");
   });
 
-  test("builds the WASM index, installs production dependencies only, runs as non-root with both entry points", () => {
+  test("builds the WASM index, installs production dependencies only, runs as non-root with its three entry points", () => {
     expect(text).toMatch(/index-wasm\/scripts\/build\.ts/);
     expect(text).toMatch(/bun install --frozen-lockfile --production/);
     const runtime = text.slice(text.lastIndexOf("\nFROM "));
@@ -318,6 +320,7 @@ describe("deploy/Dockerfile", () => {
     expect(["root", "0", "0:0"]).not.toContain(user!);
     expect(runtime).toMatch(/\/usr\/local\/bin\/epp/);
     expect(runtime).toMatch(/\/usr\/local\/bin\/mock-worker/);
+    expect(runtime).toMatch(/\/usr\/local\/bin\/pd-sidecar/);
     expect(runtime).toMatch(/^CMD \["epp"\]$/m);
   });
 });
