@@ -1,6 +1,6 @@
 // bun run bench:pick — what a pick costs when the body is text: the EPP (its own process, TLS ext_proc, Qwen3
 // tokenizer) against the C load generator (bench/loadgen.c), three ways in the same run: tokenization in the
-// pool of worker threads (the default, sized to the CPU limit), a long text routed once its known prefix
+// pool of worker threads (its default size), a long text routed once its known prefix
 // settles the pick; the same pool tokenizing every text whole (--route-on-settled-prefix=false); and on the
 // event loop (--tokenizer-threads 0, the old path, the baseline). Rows, each a fresh stretch of traffic for each EPP:
 //   tokens   8k-token prompts as token ids (bench:epp's workload: no tokenization at all)
@@ -301,7 +301,7 @@ async function main() {
     `Run ${new Date().toISOString()} on ${navigator.hardwareConcurrency} cores shared with other work (the figures are noisy; one run).`,
     `The EPP in its own process with the Qwen3 tokenizer, TLS ext_proc in full duplex; the load from bench/loadgen.c (C, nghttp2), open loop,`,
     `one gRPC stream per request; latency = request body sent -> route answered. "pool": tokenization in ${poolSize} worker threads`,
-    `(the default, the CPU limit), budget 50 ms, a long text routed once its known prefix settles the pick; "pool, whole": the same,`,
+    `(the default, the CPU limit less one), budget 50 ms, a long text routed once its known prefix settles the pick; "pool, whole": the same,`,
     `--route-on-settled-prefix=false (every text tokenized whole); "in-loop": --tokenizer-threads 0 (tokenization on the event loop, the baseline);`,
     `"floor": not an EPP but the transport floor, bench/floor-server.ts over TLS (Bun's HTTP/2 and this generator: each body answered`,
     `with a round-robin route and handed back, unread), what any server on this machine pays for the same bodies at the same rates.`,

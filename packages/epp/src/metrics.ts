@@ -1,13 +1,16 @@
 // Prometheus metrics of the EPP. One registry per EPP instance so in-process tests can run several.
 import type { WorkerRef } from "@kv-epp/protocol";
 import type { RoutingMetrics } from "@kv-epp/routing";
+import { cpuThrottling, type ReadFile } from "@kv-epp/tokenizer";
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from "prom-client";
 
 export type RequestOutcome = "routed" | "no_endpoint" | "shed" | "bad_request" | "error";
 
-export function createMetrics() {
+/** `readCgroup`: how the cgroup's files are read (tests pass their own; see cpuThrottling). */
+export function createMetrics(readCgroup?: ReadFile) {
   const registry = new Registry();
   collectDefaultMetrics({ register: registry, prefix: "dynamo_epp_" });
+  cpuThrottlingMetrics(registry, readCgroup);
   // v8.getHeapSpaceStatistics() took 30-55 ms of event loop per scrape on Bun (bench:hostile's
   // scrape flood): every ext_proc request waited behind it. The heap totals stay (nodejs_heap_size_*).
   for (const kind of ["total", "used", "available"]) registry.removeSingleMetric(`dynamo_epp_nodejs_heap_space_size_${kind}_bytes`);
@@ -319,6 +322,29 @@ export function createMetrics() {
 }
 
 export type Metrics = ReturnType<typeof createMetrics>;
+
+/**
+ * The cgroup's CFS throttling, read at scrape time, where the cgroup tells it: while throttled every thread of the
+ * process waits for the next period, the decision thread too (picks stall up to a period, 100 ms by default).
+ */
+function cpuThrottlingMetrics(registry: Registry, read: ReadFile | undefined): void {
+  if (cpuThrottling(read) === null) return;
+  const series = [
+    ["dynamo_epp_cpu_throttled_seconds_total", "time the process's cgroup was throttled by its CPU quota (cpu.stat throttled_usec): every thread stopped, the decision thread too", "seconds"],
+    ["dynamo_epp_cpu_throttled_periods_total", "CFS periods in which the process's cgroup was throttled by its CPU quota (cpu.stat nr_throttled)", "periods"],
+  ] as const;
+  for (const [name, help, field] of series) {
+    new Counter({
+      name, help, registers: [registry],
+      collect() {
+        const now = cpuThrottling(read);
+        if (now === null) return;
+        this.reset();
+        this.inc(now[field]);
+      },
+    });
+  }
+}
 
 /** Routing's figures as this process exports them. */
 export function routingMetrics(m: Metrics): RoutingMetrics {

@@ -25,6 +25,6 @@ export {
 export { readBody, readTokenIds, type BodyFields, type BodyRead, type BodyRequest } from "./request/read-body";
 export { rewriteBodyModel } from "./request/body-model";
 export { ROUTING_TEXT_CHARS, routingJob, routingPrefix } from "./request/routing-job";
-export { cpuLimit } from "./pool/cpu-limit";
+export { cpuThrottling, defaultPoolSize, type ReadFile } from "./pool/cpu-limit";
 export { warmUp, type WarmUp } from "./warm-up";
 export { eventLoopLag, poolMetrics } from "./pool/pool-metrics";

@@ -25,11 +25,19 @@ export type EncodeControl = {
    * that finds one counts its tokens as warmed (fresh for it, had nothing warmed the cache).
    */
   warm?: boolean;
+  /**
+   * Resumes a stopped walk over the same text (EncodeStopped.at): the pieces before it, done already, are skipped,
+   * and the ids returned are only the rest's. For a background warm, which needs the cache filled, not the ids.
+   */
+  from?: number;
 };
 
-/** Thrown by an encode that `shouldStop` stopped. */
+/**
+ * Thrown by an encode that `shouldStop` stopped: the text it walked and where the first piece it did not tokenize
+ * starts, to resume from (EncodeControl.from). The pieces before are cached.
+ */
 export class EncodeStopped extends Error {
-  constructor() {
+  constructor(readonly text: string, readonly at: number) {
     super("tokenization stopped");
   }
 }
@@ -95,7 +103,7 @@ export class Segmenter {
     let total = 0;
     // Reported so far: -1 before the first miss; then the length at which the known ids are told again.
     let nextReport = -1;
-    this.forEachPiece(text, (start, end) => {
+    this.forEachPiece(text, control?.from ?? 0, (start, end) => {
       let missed = false;
       const onMiss = report && (() => {
         missed = true;
@@ -104,6 +112,7 @@ export class Segmenter {
         nextReport = total + 1;
       });
       const ids = this.piece(start === 0 && end === text.length ? text : text.slice(start, end), start === 0, cache, control, onMiss);
+      if (ids === null) throw new EncodeStopped(text, start);
       pieces.push(ids);
       total += ids.length;
       if (missed && end < text.length && total >= nextReport) {
@@ -117,12 +126,13 @@ export class Segmenter {
     return concat(pieces, total);
   }
 
-  // Calls `piece` for each piece of the sections between split-on tokens and `token` for each of them, in order.
-  private forEachPiece(text: string, piece: (start: number, end: number) => void, token: (id: number) => void): void {
-    let start = 0;
+  // Calls `piece` for each piece of the sections between split-on tokens and `token` for each of them, in order,
+  // from `from`: a piece's start (the cuts run from a section's start, so the pieces after it are the same).
+  private forEachPiece(text: string, from: number, piece: (start: number, end: number) => void, token: (id: number) => void): void {
+    let start = from;
     if (this.pattern !== null) {
       const re = this.pattern;
-      re.lastIndex = 0;
+      re.lastIndex = from;
       for (let m = re.exec(text); m !== null; m = re.exec(text)) {
         if (m.index > start) this.cutSection(text, start, m.index, piece);
         token(this.ids.get(m[0])!);
@@ -149,14 +159,15 @@ export class Segmenter {
     return first && !this.encoder.independentSections && this.anchor !== null ? this.anchor + text : text;
   }
 
-  private piece(text: string, first: boolean, cache: SegmentCache, control: EncodeControl | undefined, onMiss?: () => void): Uint32Array {
+  /** null: not cached, and `shouldStop` said to stop before tokenizing it. */
+  private piece(text: string, first: boolean, cache: SegmentCache, control: EncodeControl | undefined, onMiss?: () => void): Uint32Array | null {
     const independent = this.encoder.independentSections;
     const key = this.key(text, first);
     const warm = control?.warm === true;
     const hit = cache.get(key, warm);
     if (hit !== undefined) return hit;
     onMiss?.();
-    if (control?.shouldStop?.() === true) throw new EncodeStopped();
+    if (control?.shouldStop?.() === true) return null;
     const ids = first || independent || this.anchor === null
       ? this.encoder.encode(text)
       : this.encoder.encode(this.anchor + text).subarray(1);

@@ -1,7 +1,8 @@
 import { describe, expect, test } from "bun:test";
 import { threadId, threadNice } from "../src/pool/thread-priority";
 import {
-  DEFAULT_MEMBER_NICE, BadRequest, ChatTemplateError, createPreprocessor, cpuLimit, TokenizeCancelled, TokenizerPool, TooDeep,
+  DEFAULT_MEMBER_NICE, BadRequest, ChatTemplateError, createPreprocessor, encodeJob, nextTurnJob, readBody, TokenizeCancelled, TokenizerPool,
+  TooDeep, type TokenizeJob,
 } from "../src/index";
 import { freshWords } from "@kv-epp/testkit";
 import { chat, freshChat, QWEN3_DIR as dir, qwen3Pools } from "./qwen3-pool";
@@ -146,10 +147,11 @@ describe("tokenizer pool", () => {
     expect(late.fallback).toBe("budget");
     await pool.tokenize({ kind: "prompt", text: "a question" });
     expect(pool.stats().warmPreempted).toBe(1);
-    // Resumed after it and finished: every piece of both tokenized once, none twice.
+    // Resumed after it, where it stopped, and finished: every piece of both tokenized once, none twice, none walked twice.
     await idle(pool);
     const pre = createPreprocessor({ tokenizerDir: dir });
     expect(pool.stats().cache.freshTokens).toBe(pre.encodeCompletion(text).length + pre.encodeCompletion("a question").length);
+    expect(pool.stats().cache.hits).toBe(pre.cacheStats().hits);
   }, 120_000);
 
   test("a request stops the warm job its member is running; the warm resumes after it and finishes", async () => {
@@ -167,6 +169,27 @@ describe("tokenizer pool", () => {
     // Resumed and finished: the whole text is cached.
     expect((await pool.tokenize({ kind: "prompt", text: long })).freshTokens).toBe(0);
     expect(pool.stats().warmDropped).toBe(0);
+  }, 120_000);
+
+  test("a warm stopped for a request resumes where it stopped: it walks none of the pieces it finished again", async () => {
+    const pool = await pools.start({ size: 1, budgetMs: 60_000 });
+    const messages = [{ role: "user", content: lines(5_000, 46) }];
+    const body = new TextEncoder().encode(JSON.stringify({ model: "qwen3", messages }));
+    const reply = { role: "assistant", content: lines(50_000, 47) };
+    await pool.tokenize({ kind: "chat", messages, opts: {} });
+    // The warm walks the turn's cached pieces, then is stopped (at its first piece to tokenize, at the latest).
+    pool.warm({ kind: "body", request: { body }, reply });
+    await pool.tokenize({ kind: "prompt", text: "a question" });
+    expect(pool.stats().warmPreempted).toBe(1);
+    await idle(pool);
+    // The same work in one preprocessor, the warm's text walked once: the pool found as many pieces cached.
+    const pre = createPreprocessor({ tokenizerDir: dir });
+    pre.encodeChat(messages);
+    pre.encodeCompletion("a question");
+    const next = nextTurnJob(readBody({ body }).job as Extract<TokenizeJob, { kind: "chat" }>, reply);
+    encodeJob(pre, next);
+    expect(pool.stats().cache.hits).toBe(pre.cacheStats().hits);
+    expect(pool.stats().cache.freshTokens).toBe(pre.cacheStats().freshTokens);
   }, 120_000);
 
   // A one-member pool that has tokenized a conversation's first turn, and the reply that turn got.
@@ -328,14 +351,6 @@ describe("tokenizer pool: request bodies as received", () => {
     expect(out.tokens.length).toBe(3_000_000);
     expect(pool.stats().members[0]!.busy).toBe(false);
   }, 120_000);
-});
-
-test("the CPU limit is the cgroup quota, rounded up, within the CPUs available", () => {
-  const files = (m: Record<string, string>) => (p: string) => m[p] ?? null;
-  expect(cpuLimit(files({ "/sys/fs/cgroup/cpu.max": "150000 100000\n" }))).toBe(Math.min(2, navigator.hardwareConcurrency));
-  expect(cpuLimit(files({ "/sys/fs/cgroup/cpu.max": "50000 100000" }))).toBe(1);
-  expect(cpuLimit(files({ "/sys/fs/cgroup/cpu.max": "max 100000" }))).toBe(cpuLimit(files({})));
-  expect(cpuLimit(files({ "/sys/fs/cgroup/cpu/cpu.cfs_quota_us": "100000", "/sys/fs/cgroup/cpu/cpu.cfs_period_us": "100000" }))).toBe(1);
 });
 
 test("a pool whose members cannot load the tokenizer fails ready(), naming the file", async () => {

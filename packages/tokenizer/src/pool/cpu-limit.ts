@@ -1,18 +1,45 @@
 import { readFileSync } from "node:fs";
 import { availableParallelism } from "node:os";
 
+/** Reads a cgroup file: its text, or null when it is absent (tests pass their own). */
+export type ReadFile = (path: string) => string | null;
+
 /**
- * The CPUs this process may really use: the cgroup's CPU quota (a Kubernetes CPU limit; cgroup v2 `cpu.max`,
- * else v1 `cpu.cfs_quota_us` / `cpu.cfs_period_us`), rounded up, never more than the CPUs the scheduler gives
- * it (os.availableParallelism, which sees the affinity mask but not the quota), at least 1.
+ * The pool's default size: the CPUs this process may really use, less one for the decision thread, at least one
+ * member. Those CPUs: the cgroup's CPU quota (a Kubernetes CPU limit; cgroup v2 `cpu.max`, else v1
+ * `cpu.cfs_quota_us` / `cpu.cfs_period_us`), never more than the CPUs the scheduler gives the process
+ * (os.availableParallelism, which sees the affinity mask but not the quota). The decision thread (the event loop
+ * answering every pick) shares the members' cgroup: with a member per CPU of the quota all busy, the cgroup spends
+ * its quota before the CFS period (100 ms) ends and is throttled whole, the decision thread with it, until the next
+ * period, so every pick stalls. So members plus the decision thread fit the quota: 1 member at 2 CPUs, and at 2.5
+ * (a second would make 3), and at 1.5 too (a pool needs one). Without a quota the same on the cores: nothing
+ * throttles, but the decision thread keeps a core of its own rather than sharing each with a busy member.
  */
-export function cpuLimit(read: (path: string) => string | null = readOrNull): number {
-  const cpus = availableParallelism();
-  const quota = cgroupV2Quota(read) ?? cgroupV1Quota(read);
-  return Math.max(1, quota === null ? cpus : Math.min(cpus, Math.ceil(quota)));
+export function defaultPoolSize(read: ReadFile = readOrNull): number {
+  return Math.max(1, Math.floor(usableCpus(read)) - 1);
 }
 
-function cgroupV2Quota(read: (path: string) => string | null): number | null {
+/**
+ * The cgroup's CFS throttling so far, from its `cpu.stat` (v2 `nr_throttled` / `throttled_usec`, else v1's
+ * `throttled_time` in ns): the periods it was throttled in and the time it was, in seconds; null where the file
+ * or its fields are absent (no cgroup, or no cpu controller).
+ */
+export function cpuThrottling(read: ReadFile = readOrNull): { periods: number; seconds: number } | null {
+  const v2 = statFields(read("/sys/fs/cgroup/cpu.stat"));
+  if (v2.nr_throttled !== undefined && v2.throttled_usec !== undefined) return { periods: v2.nr_throttled, seconds: v2.throttled_usec / 1e6 };
+  const v1 = statFields(read("/sys/fs/cgroup/cpu/cpu.stat"));
+  if (v1.nr_throttled !== undefined && v1.throttled_time !== undefined) return { periods: v1.nr_throttled, seconds: v1.throttled_time / 1e9 };
+  return null;
+}
+
+/** The quota in CPUs (maybe fractional), within the CPUs the scheduler gives the process; those CPUs without one. */
+function usableCpus(read: ReadFile): number {
+  const cpus = availableParallelism();
+  const quota = cgroupV2Quota(read) ?? cgroupV1Quota(read);
+  return quota === null ? cpus : Math.min(cpus, quota);
+}
+
+function cgroupV2Quota(read: ReadFile): number | null {
   const line = read("/sys/fs/cgroup/cpu.max");
   if (line === null) return null;
   const [quota, period] = line.trim().split(/\s+/);
@@ -22,10 +49,20 @@ function cgroupV2Quota(read: (path: string) => string | null): number | null {
   return q > 0 && p > 0 ? q / p : null;
 }
 
-function cgroupV1Quota(read: (path: string) => string | null): number | null {
+function cgroupV1Quota(read: ReadFile): number | null {
   const quota = Number(read("/sys/fs/cgroup/cpu/cpu.cfs_quota_us") ?? NaN);
   const period = Number(read("/sys/fs/cgroup/cpu/cpu.cfs_period_us") ?? NaN);
   return quota > 0 && period > 0 ? quota / period : null;
+}
+
+/** `key value` lines, the numeric ones. */
+function statFields(text: string | null): Record<string, number | undefined> {
+  const out: Record<string, number | undefined> = {};
+  for (const line of text?.split("\n") ?? []) {
+    const [key, value] = line.trim().split(/\s+/);
+    if (key && value !== undefined && Number.isFinite(Number(value))) out[key] = Number(value);
+  }
+  return out;
 }
 
 function readOrNull(path: string): string | null {

@@ -49,9 +49,12 @@ port.on("message", (m: ToMember) => {
   const t0 = performance.now();
   const before = pre.cacheStats();
   reading = null;
+  const resumed = m.discard && stopped?.id === m.id ? stopped : null;
+  if (m.discard) stopped = null;
   // Whatever a job throws (a bad body, a template's refusal, a bug) is answered as an error: a member
   // never dies of a request.
   try {
+    if (resumed !== null) return resume(m, resumed, t0, before);
     const job = jobOf(m);
     if (job instanceof Uint32Array) done(m, job, before, performance.now() - t0);
     else tokenize(m, job, t0, before);
@@ -59,6 +62,22 @@ port.on("message", (m: ToMember) => {
     failed(m, err, t0, before);
   }
 });
+
+/**
+ * The walk of the last job stopped midway, its text and where it stopped: the pool resumes a stopped job as a
+ * warm of the same id (a warm preempted by a request, or a request's rest once answered), which goes on from
+ * there. Reading its body and rendering it again, then finding each finished piece in the cache, cost about as
+ * much as tokenizing it fresh (measured once on a 0.9 MB chat: 14-31 ms, against 26 fresh), and a warm preempted
+ * again and again would pay that each time. Kept until the next warm starts (one text at most); a replacement
+ * member starts without it, and redoes the job whole.
+ */
+let stopped: { id: number; text: string; at: number } | null = null;
+
+function resume(m: ToMember, from: { text: string; at: number }, t0: number, before: CacheStats): void {
+  const control: EncodeControl = { shouldStop: () => Atomics.load(cancel, 0) === m.id, warm: true, from: from.at };
+  pre.encodeCompletion(from.text, { addSpecialTokens: false }, control);
+  done(m, NONE, before, performance.now() - t0);
+}
 
 /** The current request's reading, until the job's first message back carries it (see BodyReading). */
 let reading: BodyReading | null = null;
@@ -132,7 +151,10 @@ function failed(m: ToMember, err: unknown, t0: number, before: CacheStats): void
   const busyMs = performance.now() - t0;
   const cache = pre.cacheStats();
   const freshTokens = cache.freshTokens - before.freshTokens;
-  if (err instanceof EncodeStopped) return post({ type: "stopped", id: m.id, busyMs, freshTokens, cache });
+  if (err instanceof EncodeStopped) {
+    stopped = { id: m.id, text: err.text, at: err.at };
+    return post({ type: "stopped", id: m.id, busyMs, freshTokens, cache });
+  }
   const name = err instanceof TooDeep ? "TooDeep" : err instanceof BadRequest ? "BadRequest" : (err as Error)?.name ?? "Error";
   post({ type: "error", id: m.id, name, message: (err as Error)?.message ?? String(err), busyMs, freshTokens, cache });
 }

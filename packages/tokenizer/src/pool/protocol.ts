@@ -23,7 +23,10 @@ export type MemberInit = {
   serving: boolean;
 };
 
-/** A body job's `request.body` is a copy the member owns (the caller keeps its own bytes). */
+/**
+ * A body job's `request.body` is a copy the member owns (the caller keeps its own bytes). A warm (`discard`) with
+ * the id of the job its member last stopped resumes that job's walk where it stopped (see pool-member.ts).
+ */
 export type ToMember = { type: "job"; id: number; job: PoolJob; discard: boolean };
 
 export type FromMember =

@@ -2,7 +2,7 @@ import { Worker } from "node:worker_threads";
 import { ChatTemplateError } from "../messages";
 import { DEFAULT_CACHE_MAX_BYTES } from "../segment-cache";
 import { NO_CACHE_STATS, type CacheStats, type ChatMessage, type PreprocessorOptions } from "../types";
-import { cpuLimit } from "./cpu-limit";
+import { defaultPoolSize } from "./cpu-limit";
 import { nextTurnJob, type PoolJob, type TokenizeJob } from "../job";
 import { BadRequest } from "../request/bad-request";
 import { TooDeep } from "../request/openai-body";
@@ -17,7 +17,10 @@ import type { WarmUp } from "../warm-up";
 export type PoolOptions = {
   /** The preprocessor every member builds (its `cache.maxBytes` is the bound for the whole pool). */
   preprocessor: Omit<PreprocessorOptions, "registry">;
-  /** Members (worker threads); default: the CPU limit of the process (cgroup quota), see cpuLimit. */
+  /**
+   * Members (worker threads); default: the process's CPU limit (its cgroup quota, else its CPUs) less one for the
+   * decision thread, at least 1, so that a busy pool does not get the whole cgroup throttled (see defaultPoolSize).
+   */
   size?: number;
   /** Answer by this many ms after submission whatever is left to tokenize (default 50; Envoy's message_timeout is 200). */
   budgetMs?: number;
@@ -123,7 +126,7 @@ export type PoolStats = {
   cancelled: number; stopped: number; warmDropped: number;
   /**
    * Background jobs (warms, and requests answered already going on for the cache) a request made stop at their
-   * next section (each resumes later as a warm, its finished sections cached).
+   * next section (each resumes later as a warm, where it stopped: its member keeps the text it walked).
    */
   warmPreempted: number;
   /** Requests answered on a prefix their caller's `decides` accepted (see Decides). */
@@ -249,7 +252,7 @@ export class TokenizerPool {
   private readonly memberOptions: { preprocessor: PoolOptions["preprocessor"]; nice: number };
 
   constructor(opts: PoolOptions) {
-    const size = Math.max(1, opts.size ?? cpuLimit());
+    const size = Math.max(1, opts.size ?? defaultPoolSize());
     this.budgetMs = opts.budgetMs ?? DEFAULT_BUDGET_MS;
     this.readHereMaxBytes = opts.readHereMaxBytes ?? DEFAULT_READ_HERE_MAX_BYTES;
     this.maxWarmQueued = opts.maxWarmQueued ?? 4;
@@ -535,15 +538,14 @@ export class TokenizerPool {
       });
     } else if (m.type === "error") {
       p.settle?.(memberError(m.name, m.message));
-    } else if (p.discard) {
-      // A warm stopped for a request (preemptWarm): it goes on later, first of the warms, finding the sections it did cached.
-      member.warm.unshift(p);
-      this.trimWarm(member, true);
     } else if (p.decided) {
       // Stopped once answered (answerDecided): nothing waits for its rest.
-    } else if (p.settle === undefined && !p.cancelled) {
-      // A request answered over budget, stopped for another: the rest as a warm.
-      this.warm(p.job);
+    } else if (p.discard || (p.settle === undefined && !p.cancelled)) {
+      // A warm stopped for a request (preemptWarm), or a request answered over budget stopped for another: it goes
+      // on later, first of the warms, as a warm of the same id, which its member resumes where it stopped.
+      p.discard = true;
+      member.warm.unshift(p);
+      this.trimWarm(member, true);
     } else {
       this.stopped++;
       p.settle?.(new TokenizeCancelled("stopped"));

@@ -1,0 +1,31 @@
+import { expect, test } from "bun:test";
+import { availableParallelism } from "node:os";
+import { cpuThrottling, defaultPoolSize } from "../src/index";
+
+const files = (m: Record<string, string>) => (p: string) => m[p] ?? null;
+const v2Quota = (cpus: number) => files({ "/sys/fs/cgroup/cpu.max": `${cpus * 100_000} 100000\n` });
+const cpus = availableParallelism();
+
+test("the default pool leaves the decision thread a CPU of the quota: members plus it fit, at least one member", () => {
+  // As many busy members as the quota's CPUs would get the cgroup, decision thread included, throttled.
+  expect(defaultPoolSize(v2Quota(2))).toBe(1);
+  // A fractional quota: a member more would overrun it (2 + 1 > 2.5); below 2 CPUs, one member all the same.
+  expect(defaultPoolSize(v2Quota(2.5))).toBe(1);
+  expect(defaultPoolSize(v2Quota(1.5))).toBe(1);
+  expect(defaultPoolSize(v2Quota(0.5))).toBe(1);
+  // Within the CPUs the scheduler gives the process, and those alike when there is no quota.
+  expect(defaultPoolSize(v2Quota(64))).toBe(Math.max(1, Math.min(64, cpus) - 1));
+  expect(defaultPoolSize(files({ "/sys/fs/cgroup/cpu.max": "max 100000" }))).toBe(Math.max(1, cpus - 1));
+  expect(defaultPoolSize(files({}))).toBe(Math.max(1, cpus - 1));
+  // cgroup v1.
+  expect(defaultPoolSize(files({ "/sys/fs/cgroup/cpu/cpu.cfs_quota_us": "200000", "/sys/fs/cgroup/cpu/cpu.cfs_period_us": "100000" }))).toBe(1);
+});
+
+test("the cgroup's throttling is read from cpu.stat (v2, else v1), absent without its fields", () => {
+  const v2 = "usage_usec 9000000\nuser_usec 8000000\nsystem_usec 1000000\nnr_periods 120\nnr_throttled 7\nthrottled_usec 350000\n";
+  expect(cpuThrottling(files({ "/sys/fs/cgroup/cpu.stat": v2 }))).toEqual({ periods: 7, seconds: 0.35 });
+  expect(cpuThrottling(files({ "/sys/fs/cgroup/cpu/cpu.stat": "nr_periods 50\nnr_throttled 3\nthrottled_time 2500000000\n" }))).toEqual({ periods: 3, seconds: 2.5 });
+  // A cgroup v2 without the cpu controller tells only its usage.
+  expect(cpuThrottling(files({ "/sys/fs/cgroup/cpu.stat": "usage_usec 9000000\nuser_usec 8000000\nsystem_usec 1000000\n" }))).toBeNull();
+  expect(cpuThrottling(files({}))).toBeNull();
+});
