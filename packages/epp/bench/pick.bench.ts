@@ -301,7 +301,7 @@ async function main() {
     `Run ${new Date().toISOString()} on ${navigator.hardwareConcurrency} cores shared with other work (the figures are noisy; one run).`,
     `The EPP in its own process with the Qwen3 tokenizer, TLS ext_proc in full duplex; the load from bench/loadgen.c (C, nghttp2), open loop,`,
     `one gRPC stream per request; latency = request body sent -> route answered. "pool": tokenization in ${poolSize} worker threads`,
-    `(the default, the CPU limit less one), budget 50 ms, a long text routed once its known prefix settles the pick; "pool, whole": the same,`,
+    `(the default: a quota less one, else a member per CPU), budget 50 ms, a long text routed once its known prefix settles the pick; "pool, whole": the same,`,
     `--route-on-settled-prefix=false (every text tokenized whole); "in-loop": --tokenizer-threads 0 (tokenization on the event loop, the baseline);`,
     `"floor": not an EPP but the transport floor, bench/floor-server.ts over TLS (Bun's HTTP/2 and this generator: each body answered`,
     `with a round-robin route and handed back, unread), what any server on this machine pays for the same bodies at the same rates.`,

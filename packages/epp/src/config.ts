@@ -83,7 +83,7 @@ export type EppConfig = {
   tokenizerDir?: string;
   /** The workers' vLLM --default-chat-template-kwargs (JSON text): every chat renders with them unless it sets its own. */
   defaultChatTemplateKwargs?: string;
-  /** Tokenizer pool threads (undefined: the CPU limit less one, see defaultPoolSize; 0: none, tokenize on the event loop) and the pick's tokenization budget. */
+  /** Tokenizer pool threads (undefined: defaultPoolSize, a CPU quota less one or else the CPUs; 0: none, tokenize on the event loop) and the pick's tokenization budget. */
   tokenizerThreads?: number;
   /** Nice value of the tokenizer pool's threads (below the decision thread's). */
   tokenizerNice: number;

@@ -213,7 +213,7 @@ type BodyRoute = "ext_proc" | "select" | "score";
 
 /**
  * With a tokenizer, reading request bodies, rendering and tokenization run in a pool of worker threads (sized
- * to the CPU limit less the decision thread's CPU unless --tokenizer-threads says otherwise): the event loop that answers ext_proc streams
+ * to defaultPoolSize: a CPU quota less the decision thread's CPU, else the CPUs, unless --tokenizer-threads says otherwise): the event loop that answers ext_proc streams
  * and the selection routes only receives bodies and picks. Without one (byte fallback, cheap) or with
  * --tokenizer-threads 0, on the event loop, through the same functions. The pool's metrics exist either way.
  * `bodyReader(route)`: the one body reader, its reads counted by route and thread.

@@ -6,17 +6,18 @@ const files = (m: Record<string, string>) => (p: string) => m[p] ?? null;
 const v2Quota = (cpus: number) => files({ "/sys/fs/cgroup/cpu.max": `${cpus * 100_000} 100000\n` });
 const cpus = availableParallelism();
 
-test("the default pool leaves the decision thread a CPU of the quota: members plus it fit, at least one member", () => {
+test("under a quota the default pool leaves the decision thread a CPU of it (members plus it fit, at least one member); without one, a member per CPU", () => {
   // As many busy members as the quota's CPUs would get the cgroup, decision thread included, throttled.
   expect(defaultPoolSize(v2Quota(2))).toBe(1);
   // A fractional quota: a member more would overrun it (2 + 1 > 2.5); below 2 CPUs, one member all the same.
   expect(defaultPoolSize(v2Quota(2.5))).toBe(1);
   expect(defaultPoolSize(v2Quota(1.5))).toBe(1);
   expect(defaultPoolSize(v2Quota(0.5))).toBe(1);
-  // Within the CPUs the scheduler gives the process, and those alike when there is no quota.
+  // Within the CPUs the scheduler gives the process.
   expect(defaultPoolSize(v2Quota(64))).toBe(Math.max(1, Math.min(64, cpus) - 1));
-  expect(defaultPoolSize(files({ "/sys/fs/cgroup/cpu.max": "max 100000" }))).toBe(Math.max(1, cpus - 1));
-  expect(defaultPoolSize(files({}))).toBe(Math.max(1, cpus - 1));
+  // No quota, nothing throttles: a member per CPU (they run below the decision thread's priority).
+  expect(defaultPoolSize(files({ "/sys/fs/cgroup/cpu.max": "max 100000" }))).toBe(cpus);
+  expect(defaultPoolSize(files({}))).toBe(cpus);
   // cgroup v1.
   expect(defaultPoolSize(files({ "/sys/fs/cgroup/cpu/cpu.cfs_quota_us": "200000", "/sys/fs/cgroup/cpu/cpu.cfs_period_us": "100000" }))).toBe(1);
 });

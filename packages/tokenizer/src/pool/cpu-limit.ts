@@ -5,18 +5,19 @@ import { availableParallelism } from "node:os";
 export type ReadFile = (path: string) => string | null;
 
 /**
- * The pool's default size: the CPUs this process may really use, less one for the decision thread, at least one
- * member. Those CPUs: the cgroup's CPU quota (a Kubernetes CPU limit; cgroup v2 `cpu.max`, else v1
- * `cpu.cfs_quota_us` / `cpu.cfs_period_us`), never more than the CPUs the scheduler gives the process
- * (os.availableParallelism, which sees the affinity mask but not the quota). The decision thread (the event loop
- * answering every pick) shares the members' cgroup: with a member per CPU of the quota all busy, the cgroup spends
- * its quota before the CFS period (100 ms) ends and is throttled whole, the decision thread with it, until the next
- * period, so every pick stalls. So members plus the decision thread fit the quota: 1 member at 2 CPUs, and at 2.5
- * (a second would make 3), and at 1.5 too (a pool needs one). Without a quota the same on the cores: nothing
- * throttles, but the decision thread keeps a core of its own rather than sharing each with a busy member.
+ * The pool's default size. Under a CPU quota (a Kubernetes CPU limit; cgroup v2 `cpu.max`, else v1
+ * `cpu.cfs_quota_us` / `cpu.cfs_period_us`): its CPUs less one for the decision thread, at least one member. The
+ * decision thread (the event loop answering every pick) shares the members' cgroup: with a member per CPU of the
+ * quota all busy, the cgroup spends its quota before the CFS period (100 ms) ends and is throttled whole, the
+ * decision thread with it, until the next period, so every pick stalls. So members plus the decision thread fit
+ * the quota: 1 member at 2 CPUs, and at 2.5 (a second would make 3), and at 1.5 too (a pool needs one). Without a
+ * quota nothing throttles: a member per CPU the scheduler gives the process (os.availableParallelism), since the
+ * members run below the decision thread's priority (DEFAULT_MEMBER_NICE) and the kernel hands it a core first.
  */
 export function defaultPoolSize(read: ReadFile = readOrNull): number {
-  return Math.max(1, Math.floor(usableCpus(read)) - 1);
+  const cpus = availableParallelism();
+  const quota = cgroupV2Quota(read) ?? cgroupV1Quota(read);
+  return quota === null ? cpus : Math.max(1, Math.floor(Math.min(cpus, quota)) - 1);
 }
 
 /**
@@ -30,13 +31,6 @@ export function cpuThrottling(read: ReadFile = readOrNull): { periods: number; s
   const v1 = statFields(read("/sys/fs/cgroup/cpu/cpu.stat"));
   if (v1.nr_throttled !== undefined && v1.throttled_time !== undefined) return { periods: v1.nr_throttled, seconds: v1.throttled_time / 1e9 };
   return null;
-}
-
-/** The quota in CPUs (maybe fractional), within the CPUs the scheduler gives the process; those CPUs without one. */
-function usableCpus(read: ReadFile): number {
-  const cpus = availableParallelism();
-  const quota = cgroupV2Quota(read) ?? cgroupV1Quota(read);
-  return quota === null ? cpus : Math.min(cpus, quota);
 }
 
 function cgroupV2Quota(read: ReadFile): number | null {
