@@ -2,8 +2,8 @@
 // evict) take requests without pause while replica B recovers from replica A's /dump; once the traffic
 // stops, B's index equals A's and both equal the workers' caches, block for block and copy for copy.
 // Then the same with a hole (B's subscriptions held back past its dump, repaired by replay), without a
-// replay endpoint (the ranks dropped and counted), with a worker restarting mid-recovery, and over three
-// rounds of rolling replacement.
+// replay endpoint (the ranks dropped and counted), with a worker restarting mid-recovery or after the dump
+// before B reaches it, and over three rounds of rolling replacement.
 import { afterEach, expect, setDefaultTimeout, test } from "bun:test";
 import { createServer, connect, type Socket } from "node:net";
 import { startMockWorker, type MockWorker } from "@kv-epp/mock-worker";
@@ -77,7 +77,7 @@ function traffic(c: Cluster) {
 
 const selectionUrl = (e: EppHandle) => `http://${HOST}:${e.ports.selection}`;
 
-type WorkerRow = { worker_id: string; dp_rank: number; cursor: string | null; complete: boolean; handoff: string | null; replays: number; restarts: number; resets: number };
+type WorkerRow = { worker_id: string; dp_rank: number; connected: boolean; cursor: string | null; complete: boolean; handoff: string | null; replays: number; restarts: number; resets: number };
 const workersOf = async (e: EppHandle) => (await (await fetch(`${selectionUrl(e)}/workers`)).json()) as WorkerRow[];
 
 /** Once traffic stopped: every rank's cursor has reached the last batch the worker published. */
@@ -165,12 +165,24 @@ async function heldSubscriptions(ip: string, port: number, upstreamIp: string, u
   };
 }
 
-test("B recovers from A while workers publish without pause: both equal the workers' caches exactly", async () => {
-  const c = await cluster(`${LOOPBACK}.4.91`);
+/** The cluster on `ip`, replica A serving it, and requests under way. */
+async function servingUnderLoad(ip: string) {
+  const c = await cluster(ip);
   const a = await startTestEpp(c.direct);
   cleanups.push(() => a.stop({ graceMs: 200 }));
   const load = traffic(c);
   cleanups.push(() => load.stop());
+  return { c, a, load };
+}
+
+/** The workers as B lists them: their PUB sockets reached through proxies on `proxyIp`, held until open(). */
+async function heldWorkers(c: Cluster, ip: string, proxyIp: string) {
+  const held = [await heldSubscriptions(proxyIp, 5557, ip, 5557), await heldSubscriptions(proxyIp, 5567, ip, 5567)];
+  return { workers: c.direct.map((w) => ({ ...w, kvEvents: w.kvEvents.replace(ip, proxyIp) })), open: () => held.forEach((h) => h.open()) };
+}
+
+test("B recovers from A while workers publish without pause: both equal the workers' caches exactly", async () => {
+  const { c, a, load } = await servingUnderLoad(`${LOOPBACK}.4.91`);
   await waitFor(() => load.sent() > 100, { message: "traffic under way" });
   // The dump is taken at once and delivered 400 ms later: B's buffer then overlaps it and runs past it.
   const peer = heldPeer(() => selectionUrl(a), 400, `${LOOPBACK}.4.92`);
@@ -189,21 +201,16 @@ test("B recovers from A while workers publish without pause: both equal the work
 });
 
 test("a hole nobody buffered (B's subscriptions held back past its dump) is repaired by replay", async () => {
-  const c = await cluster(`${LOOPBACK}.4.93`);
-  const a = await startTestEpp(c.direct);
-  cleanups.push(() => a.stop({ graceMs: 200 }));
-  const load = traffic(c);
-  cleanups.push(() => load.stop());
+  const { c, a, load } = await servingUnderLoad(`${LOOPBACK}.4.93`);
   await waitFor(() => load.sent() > 100, { message: "traffic under way" });
   // B reaches the workers' PUB sockets only through proxies that open after its recovery.
-  const held = [await heldSubscriptions(`${LOOPBACK}.4.94`, 5557, `${LOOPBACK}.4.93`, 5557), await heldSubscriptions(`${LOOPBACK}.4.94`, 5567, `${LOOPBACK}.4.93`, 5567)];
-  const viaProxy = c.direct.map((w) => ({ ...w, kvEvents: w.kvEvents.replace(`${LOOPBACK}.4.93`, `${LOOPBACK}.4.94`) }));
-  const b = await startTestEpp(viaProxy, { peers: [selectionUrl(a)], flags: ["--subscribe-wait-ms", "50"] });
+  const held = await heldWorkers(c, `${LOOPBACK}.4.93`, `${LOOPBACK}.4.94`);
+  const b = await startTestEpp(held.workers, { peers: [selectionUrl(a)], flags: ["--subscribe-wait-ms", "50"] });
   cleanups.push(() => b.stop({ graceMs: 200 }));
   expect((await b.ready).kind).toBe("recovered");
   const sentAtRecovery = load.sent();
   await waitFor(() => load.sent() > sentAtRecovery + 100, { message: "events B's listeners never see" });
-  for (const h of held) h.open();
+  held.open();
   await waitFor(async () => (await workersOf(b)).every((r) => r.handoff === "replayed"), { message: "every rank's hole replayed" });
   await load.stop();
   await expectExact(c, [a, b]);
@@ -224,16 +231,15 @@ test("without a replay endpoint the hole cannot be filled: the ranks' blocks are
   const load = traffic(c);
   cleanups.push(() => load.stop());
   await waitFor(() => load.sent() > 100, { message: "traffic under way" });
-  const held = [await heldSubscriptions(`${LOOPBACK}.4.96`, 5557, `${LOOPBACK}.4.95`, 5557), await heldSubscriptions(`${LOOPBACK}.4.96`, 5567, `${LOOPBACK}.4.95`, 5567)];
-  const viaProxy = c.direct.map((w) => ({ ...w, kvEvents: w.kvEvents.replace(`${LOOPBACK}.4.95`, `${LOOPBACK}.4.96`) }));
-  const b = await startTestEpp(viaProxy, { peers: [selectionUrl(a)], flags: ["--subscribe-wait-ms", "50"] });
+  const held = await heldWorkers(c, `${LOOPBACK}.4.95`, `${LOOPBACK}.4.96`);
+  const b = await startTestEpp(held.workers, { peers: [selectionUrl(a)], flags: ["--subscribe-wait-ms", "50"] });
   cleanups.push(() => b.stop({ graceMs: 200 }));
   expect((await b.ready).kind).toBe("recovered");
   const recoveredBlocks = (await workersOf(b)).map((r) => r.cursor);
   expect(recoveredBlocks.every((x) => x !== null)).toBe(true);
   const sentAtRecovery = load.sent();
   await waitFor(() => load.sent() > sentAtRecovery + 100, { message: "events B's listeners never see" });
-  for (const h of held) h.open();
+  held.open();
   await waitFor(async () => (await workersOf(b)).every((r) => r.handoff === "dropped"), { message: "every rank dropped" });
   await load.stop();
   const rows = await workersOf(b);
@@ -254,11 +260,7 @@ test("without a replay endpoint the hole cannot be filled: the ranks' blocks are
 });
 
 test("a worker restarting mid-recovery resets its ranks on both sides; its new stream makes both exact again", async () => {
-  const c = await cluster(`${LOOPBACK}.4.97`);
-  const a = await startTestEpp(c.direct);
-  cleanups.push(() => a.stop({ graceMs: 200 }));
-  const load = traffic(c);
-  cleanups.push(() => load.stop());
+  const { c, a, load } = await servingUnderLoad(`${LOOPBACK}.4.97`);
   await waitFor(() => load.sent() > 100, { message: "traffic under way" });
   const peer = heldPeer(() => selectionUrl(a), 600, `${LOOPBACK}.4.98`);
   const b = await startTestEpp(c.direct, { peers: [peer.url], waitReady: false });
@@ -279,6 +281,39 @@ test("a worker restarting mid-recovery resets its ranks on both sides; its new s
   const rowsB = await workersOf(b);
   expect(rowsB.filter((r) => r.worker_id === "w1").every((r) => (r.handoff === "exact" && r.restarts >= 1) || r.handoff === "reset"), JSON.stringify(rowsB)).toBe(true);
   expect(rowsB.filter((r) => r.worker_id === "w0").map((r) => r.handoff)).toEqual(["exact", "exact"]);
+});
+
+test("a worker restarting after B's dump, reached by B only later: its new stream below the peer's cursor rebuilds the ranks, not skipped", async () => {
+  const { c, a, load } = await servingUnderLoad(`${LOOPBACK}.4.103`);
+  await waitFor(async () => (await workersOf(a)).every((r) => r.cursor !== null && BigInt(r.cursor) >= 10n), { message: "A's cursors past 10" });
+  // B reaches the workers only through proxies that open after its recovery (its listeners connect late).
+  const held = await heldWorkers(c, `${LOOPBACK}.4.103`, `${LOOPBACK}.4.104`);
+  const b = await startTestEpp(held.workers, { peers: [selectionUrl(a)], flags: ["--subscribe-wait-ms", "50"] });
+  cleanups.push(() => b.stop({ graceMs: 200 }));
+  expect((await b.ready).kind).toBe("recovered");
+  await load.stop();
+  // Worker 1 restarts and publishes a few batches (seqs 0.. below the cursors B took over) before B reaches it.
+  const restarted = await fetch(`${c.mocks[1]!.url}/admin/faults`, { method: "POST", body: JSON.stringify({ action: "restart" }), headers: { "content-type": "application/json" } });
+  expect(restarted.status).toBe(200);
+  const request = async (m: MockWorker, rank: number, i: number) => {
+    const prompt = Array.from({ length: BLOCK * 2 }, (_, t) => (rank * 7919 + i * 131 + t) % 50000);
+    const res = await fetch(`${m.url}/v1/completions`, { method: "POST", headers: { "content-type": "application/json", "x-data-parallel-rank": String(rank) }, body: JSON.stringify({ prompt, max_tokens: 1 }) });
+    await res.arrayBuffer();
+  };
+  for (const rank of [0, 1]) for (let i = 0; i < 2; i++) await request(c.mocks[1]!, rank, i);
+  held.open();
+  await waitFor(async () => (await workersOf(b)).every((r) => r.connected), { message: "B's listeners connected" });
+  // Until A's listeners are back too (they redial with backoff) and have seen w1's new stream.
+  let i = 2;
+  await waitFor(async () => {
+    for (const m of c.mocks) for (const rank of [0, 1]) await request(m, rank, i);
+    i++;
+    return (await workersOf(a)).filter((r) => r.worker_id === "w1").every((r) => r.restarts >= 1);
+  }, { message: "A saw w1 restart" });
+  // Skipped as "already in the dump", w1's new batches would never reach B, which would keep the old process's blocks.
+  await expectExact(c, [a, b]);
+  const rowsB = await workersOf(b);
+  expect(rowsB.filter((r) => r.worker_id === "w1").map((r) => r.handoff), JSON.stringify(rowsB)).toEqual(["reset", "reset"]);
 });
 
 test("three rounds of rolling replacement under load: each new replica recovers from the last, all exact", async () => {

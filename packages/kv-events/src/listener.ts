@@ -6,7 +6,10 @@
 //  - seq going backwards means the publisher restarted: reset ("restarted");
 //  - the first batch ever, arriving on a connection that replaced an earlier one, may come from another
 //    publisher process than the one subscribed to (nothing to compare it with): reset ("reconnected");
-//  - malformed messages are counted and skipped.
+//  - the first batch of a listener attached before it ever connected is marked (connectedAfterAttach):
+//    nothing on that connection predates what the sink held at attach;
+//  - malformed messages are counted and skipped; a batch that cannot be decoded is a hole in the stream like
+//    a gap (its stores and removes are lost): replayed by its seq when possible, else a reset ("gap-unrecovered").
 // Signals produced before a sink is attached are buffered (bounded; overflow → reset "overflow"),
 // so a consumer can subscribe first and attach after recovering a snapshot.
 import { DEFAULT_KV_MAX_MESSAGE_SIZE } from "./batch-bound.ts";
@@ -22,7 +25,12 @@ import type { Heartbeat } from "./zmtp/connection.ts";
 export type ResetReason = "restarted" | "reconnected" | "gap-unrecovered" | "overflow";
 
 export type ListenerSignal =
-  | { kind: "batch"; seq: bigint; batch: KvEventBatch }
+  /**
+   * `connectedAfterAttach`: the first batch of a listener whose first connection came up after its sink was
+   * attached. A publisher sends a subscriber only what it publishes once connected, so this stream holds
+   * nothing from before the sink's view was taken: a seq at or below that view's is another process's.
+   */
+  | { kind: "batch"; seq: bigint; batch: KvEventBatch; connectedAfterAttach?: true }
   | { kind: "reset"; reason: ResetReason };
 
 export type ListenerOptions = {
@@ -81,10 +89,11 @@ type SeqState =
   | { kind: "fresh" }
   | { kind: "live"; next: bigint }
   /**
+   * Covers [from, to): a gap up to the first held message, or one batch that could not be decoded.
    * `check`: the batch before the gap, as applied; a replay asked from its seq must return it unchanged,
    * or the publisher is another process than before (a restart that got past our seq while we reconnected).
    */
-  | { kind: "replaying"; from: bigint; held: Held[]; got: Held[]; timer: ReturnType<typeof setTimeout>; check?: Held };
+  | { kind: "replaying"; from: bigint; to: bigint; held: Held[]; got: Held[]; timer: ReturnType<typeof setTimeout>; check?: Held };
 
 const MAX_HELD = 100_000;
 
@@ -119,6 +128,10 @@ export class KvEventListener {
   private connections = 0;
   private binding: Promise<string> | undefined;
   private streamEpoch: string | null = null;
+  /** Attached before any connection came up: the first batch delivered is marked (connectedAfterAttach). */
+  private markFirstBatch = false;
+  /** Causes already logged: a publisher sending garbage would flood the log. */
+  private readonly logged = new Set<string>();
   private readonly log: Logger;
 
   constructor(readonly opts: ListenerOptions) {
@@ -181,6 +194,7 @@ export class KvEventListener {
   /** Attaches the consumer; buffered signals are delivered first, in order. */
   attach(sink: (s: ListenerSignal) => void): void {
     this.sink = sink;
+    this.markFirstBatch = this.connections === 0;
     const pending = this.buffered;
     this.buffered = [];
     // Through emit: a sink that throws on one signal is counted and the rest still arrive.
@@ -248,7 +262,7 @@ export class KvEventListener {
           // publisher that had already published as many batches as we had seen. With a replay endpoint the
           // batch applied last tells them apart (the same process replays it byte for byte); without one
           // this stays ambiguous and the batch is taken as the next (vLLM has no incarnation id).
-          if (firstOfConnection && this.last && this.opts.replayEndpoint && !this.closed) return this.startReplay(this.last.seq, m, this.last);
+          if (firstOfConnection && this.last && this.opts.replayEndpoint && !this.closed) return this.startReplay(this.last.seq, m.seq, m, this.last);
           return this.deliver(m);
         }
         if (m.seq < st.next) {
@@ -262,7 +276,7 @@ export class KvEventListener {
         // vLLM has no publisher incarnation id: after a reconnect, a restarted publisher that already got
         // past our seq looks like a gap, and its own replay buffer would "cover" it. Asking from the batch we
         // applied last tells them apart: the same process replays it byte for byte, a new one does not.
-        if (this.opts.replayEndpoint && !this.closed) return this.startReplay(firstOfConnection && this.last ? this.last.seq : st.next, m, firstOfConnection ? this.last : undefined);
+        if (this.opts.replayEndpoint && !this.closed) return this.startReplay(firstOfConnection && this.last ? this.last.seq : st.next, m.seq, m, firstOfConnection ? this.last : undefined);
         this.reset("gap-unrecovered");
         return this.deliver(m);
     }
@@ -278,7 +292,8 @@ export class KvEventListener {
     return true;
   }
 
-  private deliver(m: Held): void {
+  /** `replayed`: `m` came from a replay, so a batch that cannot be decoded is not asked for again. */
+  private deliver(m: Held, replayed = false): void {
     this.state = { kind: "live", next: m.seq + 1n };
     this.last = m;
     let batch: KvEventBatch;
@@ -287,7 +302,8 @@ export class KvEventListener {
     try {
       batch = decodeBatch(m.payload, c);
     } catch (e) {
-      return this.malformed("payload", String(e), m.seq);
+      this.malformed("payload", String(e), m.seq);
+      return this.lost(m.seq, replayed);
     }
     if (c.unknownTypes !== unknownTypes) this.tell(() => this.opts.onDropped?.("unknown_type", c.unknownTypes - unknownTypes));
     if (c.malformedEvents !== malformedEvents) this.tell(() => this.opts.onDropped?.("malformed", c.malformedEvents - malformedEvents));
@@ -295,7 +311,23 @@ export class KvEventListener {
     this.counters.batches++;
     this.counters.events += batch.events.length;
     for (const e of batch.events) if (e.type === "BlockStored") this.counters.blocks += e.blockHashes.length;
+    if (this.markFirstBatch) {
+      this.markFirstBatch = false;
+      return this.emit({ kind: "batch", seq: m.seq, batch, connectedAfterAttach: true });
+    }
     this.emit({ kind: "batch", seq: m.seq, batch });
+  }
+
+  /**
+   * A batch that arrived but could not be decoded: its stores and removes never reach the view, a hole as
+   * a gap is. Asked again by its seq (the replay path of gaps); when that cannot be done, or it comes back
+   * undecodable too, the rank resets as for a gap nobody could fill.
+   */
+  private lost(seq: bigint, replayed: boolean): void {
+    this.counters.gaps++;
+    if (!replayed && this.opts.replayEndpoint && !this.closed) return this.startReplay(seq, seq + 1n);
+    this.warnOnce("lost", { seq: seq.toString() }, "a KV-event batch could not be decoded nor replayed: rank reset");
+    this.reset("gap-unrecovered");
   }
 
   /** Calls a counting hook; a counter's failure is not the message's: the subscription goes on. */
@@ -307,10 +339,17 @@ export class KvEventListener {
     }
   }
 
-  /** Counted and skipped, never fatal; the first one is logged (a publisher sending garbage would flood). */
+  /** Counted and skipped, never fatal; the first of each kind is logged. */
   private malformed(kind: MalformedKind, why: string, seq?: bigint): void {
     this.tell(() => this.opts.onMalformed?.(kind));
-    if (this.counters.decodeErrors++ === 0) this.log.warn({ err: why, seq: seq?.toString() }, "malformed KV-event message skipped");
+    this.counters.decodeErrors++;
+    this.warnOnce(kind, { kind, err: why, seq: seq?.toString() }, "malformed KV-event message skipped");
+  }
+
+  private warnOnce(cause: string, fields: object, msg: string): void {
+    if (this.logged.has(cause)) return;
+    this.logged.add(cause);
+    this.log.warn(fields, msg);
   }
 
   private reset(reason: ResetReason): void {
@@ -337,7 +376,8 @@ export class KvEventListener {
     this.buffered.push(s);
   }
 
-  private startReplay(from: bigint, trigger: Held, check?: Held): void {
+  /** Asks for [from, to); `trigger`, the live message that showed the gap, waits behind the answer. */
+  private startReplay(from: bigint, to: bigint, trigger?: Held, check?: Held): void {
     this.counters.replays++;
     if (!this.dealer) {
       this.dealer = new DealerSocket({ logger: this.opts.logger, ...this.opts.socket, maxMessageSize: this.maxMessageSize });
@@ -346,7 +386,7 @@ export class KvEventListener {
     }
     const timer = setTimeout(() => this.finishReplay(false), this.opts.replayTimeoutMs ?? 2000);
     timer.unref?.();
-    this.state = { kind: "replaying", from, held: [trigger], got: [], timer, check };
+    this.state = { kind: "replaying", from, to, held: trigger ? [trigger] : [], got: [], timer, check };
     this.dealer.send([Buffer.alloc(0), encodeSeq(from)]);
   }
 
@@ -358,7 +398,7 @@ export class KvEventListener {
     if (r.kind === "end") return this.finishReplay(true);
     // Only the gap, in increasing order: what is kept is bounded by the gap however much is sent.
     const last = st.got.at(-1)?.seq;
-    if (r.seq >= st.from && r.seq < st.held[0]!.seq && (last === undefined || r.seq > last)) st.got.push({ seq: r.seq, epoch: r.epoch, payload: r.payload });
+    if (r.seq >= st.from && r.seq < st.to && (last === undefined || r.seq > last)) st.got.push({ seq: r.seq, epoch: r.epoch, payload: r.payload });
   }
 
   /** A held message through the normal path, as the first of its connection when it came as one. */
@@ -372,10 +412,9 @@ export class KvEventListener {
     const st = this.state;
     if (st.kind !== "replaying") return;
     clearTimeout(st.timer);
-    const firstHeld = st.held[0]!.seq;
     const got = st.got;
-    // Covered = the replay holds every seq from the gap up to the first held live message.
-    let covered = answered && got.length === Number(firstHeld - st.from);
+    // Covered = the replay holds every seq of the hole.
+    let covered = answered && got.length === Number(st.to - st.from);
     for (let i = 0; covered && i < got.length; i++) if (got[i]!.seq !== st.from + BigInt(i)) covered = false;
     const held = st.held;
     if (covered && st.check) {
@@ -396,7 +435,7 @@ export class KvEventListener {
       this.counters.replayedBatches += got.length;
       // With a check, its batch (seq `from`) was applied already and shifted out above.
       this.state = { kind: "live", next: st.check ? st.from + 1n : st.from };
-      for (const g of got) this.deliver(g);
+      for (const g of got) this.deliver(g, true);
     } else {
       if (!answered) {
         // Drop the session: a late answer to this request must not be read as the next one's.

@@ -49,6 +49,19 @@ function listen(opts: Partial<ListenerOptions> & { endpoint: string }): [KvEvent
   return [l, got];
 }
 
+/** A listener started with no sink, once it has buffered `batches` batches (published while it is connected). */
+async function buffering(pub: KvEventPublisher, batches: number, opts: Partial<ListenerOptions> = {}): Promise<KvEventListener> {
+  const l = new KvEventListener({ workerId: "w1", dpRank: 0, endpoint: pub.endpoint, ...opts });
+  cleanups.push(() => l.close());
+  l.start();
+  await waitUntil(() => {
+    if (l.counters.batches >= batches) return true;
+    if (l.connected) pub.publish(batch(Number(pub.nextSeq)));
+    return false;
+  });
+  return l;
+}
+
 /** Publishes consecutive batches until the listener has delivered `count` signals in total. */
 async function publishUntil(pub: KvEventPublisher, got: ListenerSignal[], count: number): Promise<void> {
   await waitUntil(() => {
@@ -111,13 +124,7 @@ describe("KvEventListener", () => {
 
   test("signals wait (bounded) until a sink is attached; overflow turns into a reset", async () => {
     const pub = await publisher();
-    const l = new KvEventListener({ workerId: "w1", dpRank: 0, endpoint: pub.endpoint, maxBuffered: 3 });
-    cleanups.push(() => l.close());
-    l.start();
-    await waitUntil(() => {
-      pub.publish(batch(Number(pub.nextSeq)));
-      return l.counters.batches >= 5;
-    });
+    const l = await buffering(pub, 5, { maxBuffered: 3 });
     const got: ListenerSignal[] = [];
     l.attach((s) => got.push(s));
     expect(got[0]).toEqual({ kind: "reset", reason: "overflow" });
@@ -335,14 +342,7 @@ describe("KvEventListener", () => {
 
   test("signals buffered before attach all arrive even when the sink throws on one", async () => {
     const pub = await publisher();
-    const l = new KvEventListener({ workerId: "w1", dpRank: 0, endpoint: pub.endpoint });
-    cleanups.push(() => l.close());
-    l.start();
-    await waitUntil(() => {
-      if (l.counters.batches >= 5) return true;
-      if (pub.subscriberCount > 0) pub.publish(batch(Number(pub.nextSeq)));
-      return false;
-    });
+    const l = await buffering(pub, 5);
     const seen: bigint[] = [];
     l.attach((s) => {
       if (s.kind !== "batch") return;
@@ -353,19 +353,56 @@ describe("KvEventListener", () => {
     expect(l.counters.sinkErrors).toBe(1);
   });
 
-  test("a malformed payload is counted, logged once and skipped without opening a gap", async () => {
+  test("a batch that cannot be decoded is a hole: without a replay endpoint the rank resets (gap-unrecovered), logged once per cause", async () => {
     const pub = await publisher();
     const { logger, warnings } = warningsLogger();
     const [l, got] = listen({ endpoint: pub.endpoint, logger });
     await publishUntil(pub, got, 1);
+    const k = Number((got[0] as { seq: bigint }).seq);
     pub.publishPayload(Buffer.from([0xc1, 0xff]));
     pub.publishPayload(Buffer.from([0xc1, 0xfe]));
     pub.publish(batch(99));
-    await waitUntil(() => got.length >= 2);
+    await waitUntil(() => got.length >= 4);
+    // Skipped as if nothing was lost, the rank's view would have gone on without those batches' stores and removes.
+    expect(seqs(got)).toEqual([k, "gap-unrecovered", "gap-unrecovered", k + 3]);
     expect(l.counters.decodeErrors).toBe(2);
+    expect(l.counters.gaps).toBe(2);
     expect(warnings.filter((w) => w.includes("malformed"))).toHaveLength(1);
-    expect(l.counters.gaps).toBe(0);
-    expect(got[1]!.kind).toBe("batch");
+    expect(warnings.filter((w) => w.includes("could not be decoded"))).toHaveLength(1);
+  });
+
+  test("a batch that cannot be decoded is asked again by its seq: a good copy fills the hole, a bad one resets", async () => {
+    const { pub, ep, router, rep, payload } = await handDriven();
+    const asked: bigint[] = [];
+    router.onMessage(([id, , from]) => {
+      const seq = from!.readBigUInt64BE(0);
+      asked.push(seq);
+      // seq 2 replays as it should have read; seq 5 is as broken in the replay buffer as it was live
+      router.send([id!, E, encodeSeq(seq), seq === 2n ? payload(2) : Buffer.from([0xc1])]);
+      router.send([id!, E, END_SEQ, E]);
+    });
+    const [l, got] = listen({ endpoint: ep, replayEndpoint: rep });
+    await waitUntil(() => pub.subscribedTo(E) === 1);
+    for (let i = 0; i < 7; i++) pub.send([E, encodeSeq(BigInt(i)), i === 2 || i === 5 ? Buffer.from([0x93, 0xc1]) : payload(i)]);
+    await waitUntil(() => got.length === 7);
+    expect(seqs(got)).toEqual([0, 1, 2, 3, 4, "gap-unrecovered", 6]);
+    expect(got[2]).toEqual({ kind: "batch", seq: 2n, batch: batch(2) });
+    expect(asked).toEqual([2n, 5n]);
+    expect(l.counters.replays).toBe(2);
+    expect(l.counters.replayFailures).toBe(0);
+  });
+
+  test("the first batch of a listener attached before its first connection is marked as newer than the sink's view", async () => {
+    const pub = await publisher();
+    const [, got] = listen({ endpoint: pub.endpoint });
+    await publishUntil(pub, got, 2);
+    expect(got.map((s) => s.kind === "batch" && s.connectedAfterAttach === true)).toEqual([true, false]);
+    // Connected while buffering: its batches may be older than anything the sink was given meanwhile.
+    const l = await buffering(pub, 1);
+    const late: ListenerSignal[] = [];
+    l.attach((s) => late.push(s));
+    expect(late[0]).toMatchObject({ kind: "batch" });
+    expect(late.some((s) => s.kind === "batch" && s.connectedAfterAttach)).toBe(false);
   });
 });
 

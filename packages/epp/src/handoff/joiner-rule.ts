@@ -9,7 +9,11 @@
  */
 export type ViewAt = { seq: bigint };
 
-export type FirstSignal = { kind: "batch"; seq: bigint } | { kind: "reset" };
+/**
+ * `newerThanView`: the batch came on a connection that came up after the view was taken over, so its
+ * publisher sent nothing the view could already hold (the listener's `connectedAfterAttach`).
+ */
+export type FirstSignal = { kind: "batch"; seq: bigint; newerThanView?: boolean } | { kind: "reset" };
 
 export type Step =
   /** Already in the view (seq <= cursor): drop the signal, keep waiting for the next one. */
@@ -17,8 +21,9 @@ export type Step =
   /** The next batch after the view: apply it and everything after it (exact, nothing applied twice). */
   | { kind: "apply" }
   /**
-   * The stream starts over at 0 (a publisher that started, or restarted, after the view's batch): the view is
-   * replaced by the stream from its beginning, which rebuilds the cache exactly whatever the view held.
+   * Another process's stream than the view's (a publisher that started, or restarted, after the view's batch):
+   * it starts over at 0, or it came on a connection newer than the view and does not go past it. The view is
+   * dropped and the stream decides as for a rank nobody knew (from 0 it rebuilds the cache exactly).
    */
   | { kind: "restart" }
   /** A hole: batches [from, to) reached nobody here; replay them, then apply this one (else drop the view). */
@@ -31,7 +36,9 @@ export function joinerStep(view: ViewAt, first: FirstSignal): Step {
   const s = first.seq;
   // Checked first: a batch 0 after a view at c >= 0 is a new stream (vLLM has no incarnation id to say so).
   if (s === 0n) return view.seq < 0n ? { kind: "apply" } : { kind: "restart" };
-  if (s <= view.seq) return { kind: "skip" };
+  // Already in the view, unless nothing on its connection can be: then the seq went backwards, as a live
+  // stream's does when its publisher restarts (vLLM's seq starts at 0 in every process, with no process id).
+  if (s <= view.seq) return first.newerThanView ? { kind: "restart" } : { kind: "skip" };
   if (s === view.seq + 1n) return { kind: "apply" };
   return { kind: "replay", from: view.seq + 1n, to: s };
 }

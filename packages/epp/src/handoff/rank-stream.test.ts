@@ -7,7 +7,7 @@ import fc from "fast-check";
 import type { KvEvent, ListenerSignal, ReplayRangeResult } from "@kv-epp/kv-events";
 import { encodeBatch } from "@kv-epp/kv-events";
 import pino from "pino";
-import { joinerStep } from "./joiner-rule.ts";
+import { joinerStep, type Step } from "./joiner-rule.ts";
 import { RankStream, type HandoffOutcome } from "./rank-stream.ts";
 
 type Cache = Map<bigint, number>;
@@ -77,12 +77,17 @@ const settle = async () => {
   for (let i = 0; i < 5; i++) await Promise.resolve();
 };
 const batch = (stream: KvEvent[][], i: number): ListenerSignal => ({ kind: "batch", seq: BigInt(i), batch: batchOf(stream[i]!) });
+/** A batch on a listener's first connection, made after the view was taken over. */
+const newerBatch = (stream: KvEvent[][], i: number): ListenerSignal => ({ kind: "batch", seq: BigInt(i), batch: batchOf(stream[i]!), connectedAfterAttach: true });
 
 describe("the joiner's rule", () => {
   test("the step for every (cursor, first seq) pair", () => {
     for (let c = -1n; c < 6n; c++)
       for (let s = 0n; s < 8n; s++) {
         const step = joinerStep({ seq: c }, { kind: "batch", seq: s });
+        const newer = joinerStep({ seq: c }, { kind: "batch", seq: s, newerThanView: true });
+        expect(newer.kind === "restart").toBe(c >= 0n && s <= c);
+        if (newer.kind !== "restart") expect<Step>(newer).toEqual(step);
         if (s === 0n) expect(step.kind).toBe(c < 0n ? "apply" : "restart");
         else if (s <= c) expect(step.kind).toBe("skip");
         else if (s === c + 1n) expect(step.kind).toBe("apply");
@@ -159,6 +164,37 @@ describe("the joiner's rule", () => {
       }),
       { numRuns: 200 },
     );
+  });
+
+  test("a stream on a connection newer than the view that does not get past its cursor is a new process's: the view is dropped, the stream rebuilds the rank", async () => {
+    await fc.assert(
+      // The worker restarted after the dump (or the peer's cursor was already the old process's): the joiner's
+      // listener first connected after the handoff, missed the new process's first batches, and its seqs are
+      // at or below the peer's cursor. Skipped as "already in the view", they would never reach the index.
+      fc.asyncProperty(streamArb(6), streamArb(4), fc.nat(), fc.nat(), fc.boolean(), async (before, after, cRaw, firstRaw, replayable) => {
+        fc.pre(before.length > 0 && after.length > 1);
+        const c = Math.max(cRaw % before.length, after.length - 1); // every batch of the new stream is <= c
+        const first = 1 + (firstRaw % (after.length - 1));
+        const h = harness(after, replayable ? 0 : null);
+        for (const [k, v] of truthAfter(before, before.length - 1)) h.index.set(k, v);
+        h.r.adopt({ seq: BigInt(c), baseline: 0n, complete: true });
+        h.r.onSignal(newerBatch(after, first));
+        for (let i = first + 1; i < after.length; i++) h.r.onSignal(batch(after, i));
+        await settle();
+        expect(h.outcomes).toEqual(["reset"]);
+        expect(h.index).toEqual(truthAfter(after, after.length - 1, replayable ? 0 : first));
+        expect(h.r.cursor).toMatchObject({ seq: BigInt(after.length - 1), complete: replayable });
+      }),
+      { numRuns: 100 },
+    );
+    // Past the cursor, the same connection continues the view as any first batch does.
+    const removal: KvEvent[] = [{ type: "BlockRemoved", blockHashes: [1n], medium: "GPU" }];
+    const stream = [removal, removal, removal];
+    const h = harness(stream, null);
+    h.r.adopt({ seq: 1n, baseline: 0n, complete: true });
+    h.r.onSignal(newerBatch(stream, 2));
+    expect(h.outcomes).toEqual(["exact"]);
+    expect(h.r.cursor).toEqual({ seq: 2n, baseline: 0n, complete: true });
   });
 
   test("AllBlocksCleared makes an incomplete view complete from there", () => {

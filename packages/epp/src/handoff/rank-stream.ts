@@ -110,7 +110,7 @@ export class RankStream {
     const p = this.phase;
     if (p.kind === "replaying") return void p.queue.push(s);
     if (p.kind === "live") return this.live(s);
-    const step = joinerStep({ seq: p.at }, s.kind === "batch" ? { kind: "batch", seq: s.seq } : { kind: "reset" });
+    const step = joinerStep({ seq: p.at }, s.kind === "batch" ? { kind: "batch", seq: s.seq, newerThanView: s.connectedAfterAttach } : { kind: "reset" });
     switch (step.kind) {
       case "skip":
         this.counters.skipped++;
@@ -121,13 +121,14 @@ export class RankStream {
         this.phase = { kind: "live" };
         return this.live(s);
       case "restart": {
-        // The stream starts over: whatever the view held goes, the stream from 0 rebuilds it exactly.
+        // Another process's stream: whatever the view held goes, and the stream decides as for a new rank
+        // (complete from its seq 0, or replayed from 0).
         const dropped = this.deps.index.blocks();
         this.deps.index.clear();
-        this.cursorState = { seq: null, baseline: 0n, complete: true };
+        this.cursorState = { seq: null, baseline: null, complete: false };
         if (p.fromPeer) this.decide("reset", dropped);
-        this.phase = { kind: "live" };
-        return this.live(s);
+        this.phase = { kind: "waiting", at: -1n, fromPeer: false };
+        return this.onSignal(s);
       }
       case "reset":
         if (p.fromPeer) this.decide("reset", this.deps.index.blocks());
