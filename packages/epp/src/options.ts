@@ -63,7 +63,10 @@ export const EPP_OPTIONS = {
   ...group("Requests", {
     explain: opt.bool(z.boolean().default(false), "explain every decision in an x-kv-epp-decision header (else only requests sending x-kv-epp-explain: 1)"),
     fallbackEndpoints: opt.int(count.default(0), "also name this many next-best distinct endpoints after the pick, for the gateway's retries"),
-    objectivePriorities: opt.string(z.string().default(""), "InferenceObjective priorities, name=priority,... (x-gateway-inference-objective; < 0: sheddable)"),
+    objectivePriorities: opt.string(
+      z.string().default(""),
+      "InferenceObjective priorities, name=priority,... (x-llm-d-inference-objective or x-gateway-inference-objective; < 0: sheddable); in Kubernetes mode the pool's InferenceObjective resources win, these give the names they do not",
+    ),
     maxInflight: opt.int(count.default(0), "shed (429) above this many in-flight requests (0: off)"),
     slowPickMs: opt.int(count.default(20), "log an ext_proc pick (complete body -> decision) this slow with where its time went: reading and tokenizing (queued for a pool member, the member's work, the handoff there and back), the decision (at most one line per outcome per 10 s; 0: off)"),
     extProcBufferMaxBytes: opt.int(

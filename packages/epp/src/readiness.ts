@@ -1,7 +1,8 @@
 // The readiness sequence (docs/ARCHITECTURE.md, "A recovery, from start to Ready"), in its order:
 // the worker sources read -> every KV listener subscribed, buffering (bounded wait) -> recovery from a
 // peer into the index -> the buffered live events handed off onto the recovered view -> ready.
-// Subscribing before the dump is fetched is what lets nothing published meanwhile be lost.
+// Subscribing before the dump is fetched is what lets nothing published meanwhile be lost. Once ready,
+// readiness follows the InferencePool: NOT_SERVING while it is deleted.
 import type { KubeConfig } from "@kubernetes/client-node";
 import {
   endpointSliceDiscovery,
@@ -89,7 +90,13 @@ export function recoverThenReady(o: ReadinessOptions): Promise<RecoveryOutcome> 
         }
       });
       o.onRecovered(outcome);
-      o.health.setReady(true);
+      // From here readiness follows the pool, as llm-d's follows PoolHasSynced: a deleted InferencePool
+      // (its workers cleared, requests 503) is NOT_SERVING until it is back with its pods listed.
+      o.health.setReady(workers.poolPresent);
+      workers.whenPoolPresence((present) => {
+        log.warn({ ready: present }, present ? "inference pool back: SERVING" : "inference pool gone: NOT_SERVING");
+        o.health.setReady(present);
+      });
       if (outcome.kind === "recovered") log.info({ peer: outcome.peer, events: outcome.events }, "recovered");
       else log.warn({ state: outcome.kind, reason: outcome.kind === "empty_bootstrap" ? outcome.reason : undefined }, "ready with an EMPTY KV index");
       return outcome;

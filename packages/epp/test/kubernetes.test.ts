@@ -33,6 +33,18 @@ async function fakeApi() {
   return api;
 }
 
+/** An EPP following InferencePool "pool" in llm through `api` (these flags on top), ready. */
+async function poolEpp(api: Awaited<ReturnType<typeof fakeApi>>, flags: string[] = []) {
+  const cfg = parseConfig(
+    ["--pool-name", "pool", "--listen", HOST, "--kv-events-port", String(KV_PORT), "--grpc-port", "0", "--grpc-health-port", "0", "--metrics-port", "0", "--replica-agg-port", "0", "--subscribe-wait-ms", "200", "--selection-port", "0", "--scrape-interval-ms", "0", ...flags],
+    { POD_NAMESPACE: "llm" },
+  );
+  const epp = await startEpp(cfg, { log: quietLog, kubeConfig: api.kubeConfig });
+  cleanups.push(() => epp.stop({ graceMs: 200 }));
+  await epp.ready;
+  return epp;
+}
+
 function inferencePool(name: string) {
   return {
     apiVersion: "inference.networking.k8s.io/v1",
@@ -105,6 +117,38 @@ test("an InferencePool created after the EPP started is waited for; readiness fo
   expect(epp.health.ready).toBe(true);
 });
 
+test("a deleted InferencePool clears the workers: NOT_SERVING and 503 until it is created again", async () => {
+  const api = await fakeApi();
+  api.upsert(inferencePool("pool"));
+  api.upsert(pod("vllm-0", `${LOOPBACK}.4.56`, "ready") as never);
+  const epp = await poolEpp(api);
+  const select = async () => (await postJson(`http://${HOST}:${epp.ports.selection}/select`, { token_ids: tokens(32, 3) })).status;
+  expect([epp.health.ready, await select()]).toEqual([true, 200]);
+
+  api.remove("InferencePool", "llm", "pool");
+  await waitFor(() => !epp.health.ready, { message: "NOT_SERVING once the pool is gone" });
+  expect([epp.workers.specs().length, await select()]).toEqual([0, 503]);
+
+  api.upsert(inferencePool("pool"));
+  await waitFor(() => epp.health.ready, { message: "SERVING again with the pool back" });
+  expect([epp.workers.specs().map((s) => s.id), await select()]).toEqual([["vllm-0"], 200]);
+});
+
+test("the pool's InferenceObjectives give the objectives' priorities over --objective-priorities, which keeps the names they do not give", async () => {
+  const api = await fakeApi();
+  api.upsert(inferencePool("pool"));
+  const objective = (name: string, priority: number) =>
+    ({ apiVersion: "llm-d.ai/v1alpha2", kind: "InferenceObjective", metadata: { name, namespace: "llm" }, spec: { priority, poolRef: { name: "pool" } } }) as never;
+  api.upsert(objective("chat", 10));
+  const epp = await poolEpp(api, ["--objective-priorities", "chat=1,batch=-1"]);
+  await waitFor(() => epp.workers.objectives.get("chat") === 10, { message: "chat from its InferenceObjective" });
+  expect(epp.workers.objectives.get("batch")).toBe(-1);
+  api.upsert(objective("batch", 3));
+  await waitFor(() => epp.workers.objectives.get("batch") === 3, { message: "batch created" });
+  api.remove("InferenceObjective", "llm", "chat");
+  await waitFor(() => epp.workers.objectives.get("chat") === 1, { message: "chat back to the option's" });
+});
+
 test("with --peer-service, a replica recovers from the serving peer its EndpointSlice lists, never itself", async () => {
   const api = await fakeApi();
   api.upsert(inferencePool("pool"));
@@ -153,13 +197,7 @@ test("a changed InferencePool selector moves the worker set to the newly selecte
   api.upsert(inferencePool("pool"));
   api.upsert(pod("vllm-0", `${LOOPBACK}.4.54`, "ready") as never);
   api.upsert(pod("next-0", `${LOOPBACK}.4.55`, "ready", { app: "next" } as never) as never);
-  const cfg = parseConfig(
-    ["--pool-name", "pool", "--listen", HOST, "--kv-events-port", String(KV_PORT), "--grpc-port", "0", "--grpc-health-port", "0", "--metrics-port", "0", "--replica-agg-port", "0", "--subscribe-wait-ms", "1000", "--selection-port", "0", "--scrape-interval-ms", "0"],
-    { POD_NAMESPACE: "llm" },
-  );
-  const epp = await startEpp(cfg, { log: quietLog, kubeConfig: api.kubeConfig });
-  cleanups.push(() => epp.stop({ graceMs: 200 }));
-  await epp.ready;
+  const epp = await poolEpp(api);
   const ids = async () => ((await (await fetch(`http://${HOST}:${epp.ports.selection}/workers`)).json()) as { worker_id: string; address: string }[]).map((w) => `${w.worker_id}@${w.address}`);
   expect(await ids()).toEqual([`vllm-0@${LOOPBACK}.4.54:8000`]);
   api.upsert({ ...(inferencePool("pool") as object), spec: { selector: { matchLabels: { app: "next" } }, targetPorts: [{ number: 8100 }] } } as never);

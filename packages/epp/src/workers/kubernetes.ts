@@ -4,9 +4,9 @@
 // by EPP", api/v1/inferencepool_types.go), as vLLM's external DP load balancing runs them: the API
 // server on targetPorts[i] serves ranks i*dpSize .. i*dpSize+dpSize-1, each publishing KV events on
 // the KV port + its global rank.
-import { CoreV1Api, CustomObjectsApi, KubeConfig, type V1Pod } from "@kubernetes/client-node";
+import { CoreV1Api, CustomObjectsApi, KubeConfig, type V1ObjectMeta, type V1Pod } from "@kubernetes/client-node";
 import { listWatch, type ListWatch } from "@kv-epp/kube";
-import { bracketHost, DP_LB_MODES, formatEndpoint, parseEndpoint, publisherBinds, ROLE_LABEL, roleOfLabel, type DpLbMode, type TcpEndpoint, type WorkerRole, type WorkerSpec } from "@kv-epp/protocol";
+import { bracketHost, DP_LB_MODES, formatEndpoint, parseEndpoint, publisherBinds, rankSources, ROLE_LABEL, roleOfLabel, type DpLbMode, type TcpEndpoint, type WorkerRole, type WorkerSpec } from "@kv-epp/protocol";
 import { isIP } from "node:net";
 import type { Logger } from "pino";
 import { apiServers } from "./api-servers.ts";
@@ -20,6 +20,11 @@ export type PoolWorkersOptions = {
   dpSize: number;
   log: Logger;
   onWorkers: (specs: WorkerSpec[]) => void;
+  /**
+   * The pool is there and its pods have been listed (true), or it was deleted or marked for deletion
+   * (false: the workers were just cleared). Told on changes only, the first true once the pods are listed.
+   */
+  onPoolPresence?: (present: boolean) => void;
   onError: (err: unknown) => void;
   signal?: AbortSignal;
 };
@@ -136,8 +141,53 @@ export function podRole(pod: V1Pod): { role?: WorkerRole; invalid?: string } {
   return role ? { role } : { invalid: `${ROLE_LABEL} ${JSON.stringify(v)} is not one of prefill, decode, prefill-decode` };
 }
 
-/** `dpSize` ranks per target port; with one port every rank is behind it, numbered as its LB mode says (podDpLb). */
-export function podWorker(pod: V1Pod, o: Pick<PoolWorkersOptions, "kvEventsPort" | "kvReplayPort" | "dpSize">, ports: readonly number[]): WorkerSpec {
+/**
+ * Pod annotation limiting which of the pool's target ports are endpoints on this pod (llm-d's datastore,
+ * extractActivePorts): comma-separated port numbers, e.g. `8000,8002`. The older GAIE key is read only
+ * when the llm-d one is absent.
+ */
+export const ACTIVE_PORTS_ANNOTATION = "llm-d.ai/active-ports";
+export const LEGACY_ACTIVE_PORTS_ANNOTATION = "inference.networking.k8s.io/active-ports";
+
+/**
+ * The pod's active target ports, in the pool's order. Absent annotation: every target port. Present,
+ * llm-d's rules exactly: each comma-separated item, trimmed, counts by its leading integer (Go's
+ * Sscanf %d: `8000abc` is 8000, `+8000` too) when that is > 0 and a target port; anything else is
+ * skipped (reported in `invalid`), so a value naming no target port (empty included) leaves none.
+ */
+export function podActivePorts(pod: V1Pod, ports: readonly number[]): { ports: readonly number[]; invalid?: string } {
+  const annotations = pod.metadata?.annotations ?? {};
+  const key = annotations[ACTIVE_PORTS_ANNOTATION] !== undefined ? ACTIVE_PORTS_ANNOTATION : LEGACY_ACTIVE_PORTS_ANNOTATION;
+  const v = annotations[key];
+  if (v === undefined) return { ports };
+  const active = new Set<number>();
+  const skipped: string[] = [];
+  for (const item of v.split(",")) {
+    const m = /^[+-]?\d+/.exec(item.trim());
+    const n = m ? Number(m[0]) : NaN;
+    if (n > 0 && ports.includes(n)) active.add(n);
+    else skipped.push(item.trim());
+  }
+  const invalid = skipped.length > 0 ? `${key} ${JSON.stringify(v)}: ${skipped.map((x) => JSON.stringify(x)).join(", ")} not among the target ports ${ports.join(", ")}` : undefined;
+  return { ports: ports.filter((p) => active.has(p)), ...(invalid ? { invalid } : {}) };
+}
+
+/**
+ * `dpSize` ranks per target port; with one port every rank is behind it, numbered as its LB mode says (podDpLb).
+ * `active` (podActivePorts, non-empty): the ranks behind the other ports are left out, listed rank by
+ * rank so the rest keep their global numbers (and KV ports).
+ */
+export function podWorker(pod: V1Pod, o: Pick<PoolWorkersOptions, "kvEventsPort" | "kvReplayPort" | "dpSize">, ports: readonly number[], active: readonly number[] = ports): WorkerSpec {
+  const spec = allPortsWorker(pod, o, ports);
+  if (active.length === ports.length) return spec;
+  // Several ports (one port is all active or none), so every port has its server.
+  const kept = spec.servers!.filter((_, i) => active.includes(ports[i]!));
+  const ranks = new Set(kept.flatMap((s) => s.ranks));
+  const first = kept[0]!.address;
+  return { ...spec, address: first, servers: kept, ranks: rankSources(spec).filter((r) => ranks.has(r.dpRank)), dpSize: ranks.size, metricsUrl: `http://${first}/metrics` };
+}
+
+function allPortsWorker(pod: V1Pod, o: Pick<PoolWorkersOptions, "kvEventsPort" | "kvReplayPort" | "dpSize">, ports: readonly number[]): WorkerSpec {
   const ip = pod.status!.podIP!;
   const host = bracketHost(ip);
   const start = podDpStartRank(pod);
@@ -160,12 +210,14 @@ export function podWorker(pod: V1Pod, o: Pick<PoolWorkersOptions, "kvEventsPort"
 }
 
 type Target = { selector: string; ports: number[] };
-type NamedPool = InferencePool & { apiVersion?: string; kind?: string; metadata?: { name?: string } };
+type NamedPool = InferencePool & { apiVersion?: string; kind?: string; metadata?: Pick<V1ObjectMeta, "name" | "deletionTimestamp"> };
 
 /**
  * Resolves once the pool has been seen and its pods have been listed (the initial worker set is known).
  * Level-triggered on both: the pool's list-watch follows the pool (a changed selector or port replaces
- * the pods' list-watch), and every pod change recomputes the whole worker set.
+ * the pods' list-watch), and every pod change recomputes the whole worker set. A pool that is gone
+ * (NotFound) or has a deletionTimestamp clears the workers, as llm-d's InferencePool reconciler clears
+ * its datastore; a pool created again is followed afresh.
  */
 export async function startPoolWorkers(o: PoolWorkersOptions): Promise<{ stop(): Promise<void> }> {
   const custom = o.kubeConfig.makeApiClient(CustomObjectsApi);
@@ -173,7 +225,8 @@ export async function startPoolWorkers(o: PoolWorkersOptions): Promise<{ stop():
   const group = "inference.networking.k8s.io";
   let target: Target | undefined;
   let pods: ListWatch<V1Pod> | undefined;
-  let poolSeen = false;
+  /** The pool is there and its pods were listed (onPoolPresence). */
+  let present = false;
   let firstPods!: () => void;
   const podsListed = new Promise<void>((resolve) => (firstPods = resolve));
 
@@ -205,7 +258,17 @@ export async function startPoolWorkers(o: PoolWorkersOptions): Promise<{ stop():
         if (pods !== lw) return;
         const serving = items.filter(isServingPod);
         for (const p of serving) warnBadAnnotations(p);
-        o.onWorkers(serving.map((p) => podWorker(p, o, t.ports)));
+        o.onWorkers(
+          serving.flatMap((p) => {
+            const active = podActivePorts(p, t.ports);
+            warnOnce(p, ACTIVE_PORTS_ANNOTATION, active.invalid, "pod's active-ports annotation names ports that are not target ports; those are skipped");
+            return active.ports.length > 0 ? [podWorker(p, o, t.ports, active.ports)] : [];
+          }),
+        );
+        if (!present) {
+          present = true;
+          o.onPoolPresence?.(true);
+        }
         firstPods();
       },
       onError: o.onError,
@@ -234,14 +297,18 @@ export async function startPoolWorkers(o: PoolWorkersOptions): Promise<{ stop():
     list: () => custom.listNamespacedCustomObject({ group, version: "v1", namespace: o.namespace, plural: "inferencepools" }),
     onSnapshot: (items) => {
       const pool = items.find((p) => p.metadata?.name === o.poolName);
-      // Keep routing to the last known pods: a deleted pool is an operator action, not a reason to drop traffic.
-      if (!pool) {
-        if (poolSeen) o.log.warn({ pool: o.poolName }, "inference pool deleted; keeping the last worker set");
-        poolSeen = false;
-        return;
+      if (pool && !pool.metadata?.deletionTimestamp) return onPool(pool);
+      if (!target) return; // not followed yet (never seen, or already cleared)
+      // No pool, no endpoints (llm-d: Datastore.Clear, readiness NOT_SERVING, requests 503) until it is back.
+      o.log.warn({ pool: o.poolName, deleting: pool !== undefined }, "inference pool deleted; workers cleared");
+      target = undefined;
+      void pods?.stop();
+      pods = undefined;
+      o.onWorkers([]);
+      if (present) {
+        present = false;
+        o.onPoolPresence?.(false);
       }
-      poolSeen = true;
-      onPool(pool);
     },
     onError: o.onError,
   });

@@ -12,6 +12,7 @@ import { startIntentSource, type IntentSource } from "../intents-source.ts";
 import type { Metrics } from "../metrics.ts";
 import { scrapeTargets, WorkerMetricsScraper } from "./worker-metrics.ts";
 import { startPoolWorkers } from "./kubernetes.ts";
+import { ObjectivePriorities, startObjectiveWatch } from "./objectives.ts";
 import type { Candidate, WorkerSignals } from "@kv-epp/routing";
 import { serving, WorkerRegistry, type Sink } from "./registry.ts";
 import { staticWorkers } from "./static.ts";
@@ -24,7 +25,7 @@ import { staticWorkers } from "./static.ts";
 export const DOWN_AFTER_FAILED_SCRAPES = 3;
 
 export type WorkerSetOptions = {
-  config: Pick<EppConfig, "workers" | "intents" | "kvTopic" | "kvHeartbeatMs" | "scrapeIntervalMs"> & Partial<Pick<EppConfig, "kvMaxMessageBytes">>;
+  config: Pick<EppConfig, "workers" | "intents" | "kvTopic" | "kvHeartbeatMs" | "scrapeIntervalMs"> & Partial<Pick<EppConfig, "kvMaxMessageBytes" | "objectivePriorities">>;
   kube: () => KubeConfig;
   metrics: Metrics;
   log: Logger;
@@ -56,12 +57,21 @@ export class WorkerSet {
   private lastMerge = { unroutable: "[]", aliases: "[]" };
   private pool: Promise<{ stop(): Promise<void> }> = Promise.resolve({ stop: async () => {} });
   private intentSource: IntentSource | undefined;
+  private objectiveWatch: { stop(): Promise<void> } | undefined;
+  /**
+   * Objective name -> priority, for the requests' objective header: the pool's InferenceObjectives
+   * (Kubernetes mode, followed from start) over --objective-priorities.
+   */
+  readonly objectives: ObjectivePriorities;
   private readonly removed: ((worker: WorkerRef) => void)[] = [];
   private readonly kvCapacityListeners: ((blocks: number) => void)[] = [];
+  private readonly poolPresenceListeners: ((present: boolean) => void)[] = [];
+  private present = true;
 
   constructor(o: WorkerSetOptions) {
     this.o = o;
     const { config: cfg, metrics, log } = o;
+    this.objectives = new ObjectivePriorities(cfg.objectivePriorities);
     this.scraper = new WorkerMetricsScraper({
       intervalMs: cfg.scrapeIntervalMs,
       onError: (workerId, err) => this.scrapeFailed(workerId, err),
@@ -97,6 +107,19 @@ export class WorkerSet {
     this.removed.push(f);
   }
 
+  /**
+   * Whether the worker source is there to route to: always with the static list; in Kubernetes mode,
+   * while the InferencePool exists and is not being deleted (a deleted pool clears the workers).
+   */
+  get poolPresent(): boolean {
+    return this.present;
+  }
+
+  /** Told when poolPresent changes (Kubernetes mode: the pool deleted, or back with its pods listed). */
+  whenPoolPresence(f: (present: boolean) => void): void {
+    this.poolPresenceListeners.push(f);
+  }
+
   /** Told after each scrape round of the KV blocks the set's ranks can hold together, as scraped so far (kvCapacity). */
   whenKvCapacity(f: (blocks: number) => void): void {
     this.kvCapacityListeners.push(f);
@@ -115,6 +138,7 @@ export class WorkerSet {
       this.reconcileMerged();
     } else {
       const poolLog = log.child({ component: "pool" });
+      this.present = false;
       this.pool = startPoolWorkers({
         kubeConfig: this.o.kube(),
         poolName: w.poolName,
@@ -127,11 +151,30 @@ export class WorkerSet {
           this.listed = specs;
           this.reconcileMerged();
         },
+        onPoolPresence: (present) => {
+          this.present = present;
+          for (const f of this.poolPresenceListeners) f(present);
+        },
         onError: (err) => {
           metrics.ioErrors.inc({ where: "kubernetes" });
           poolLog.warn({ err: String(err) }, "Kubernetes API error");
         },
         signal,
+      });
+      const objectiveLog = log.child({ component: "objectives" });
+      this.objectiveWatch = startObjectiveWatch({
+        kubeConfig: this.o.kube(),
+        namespace: w.namespace,
+        poolName: w.poolName,
+        log: objectiveLog,
+        onPriorities: (priorities) => {
+          this.objectives.setWatched(priorities);
+          objectiveLog.info({ objectives: Object.fromEntries(priorities) }, "InferenceObjective priorities");
+        },
+        onError: (err) => {
+          metrics.ioErrors.inc({ where: "kubernetes" });
+          objectiveLog.warn({ err: String(err) }, "Kubernetes API error");
+        },
       });
     }
     this.intentSource = cfg.intents
@@ -283,6 +326,7 @@ export class WorkerSet {
   async stop(): Promise<void> {
     this.scraper.stop();
     await this.pool.then((src) => src.stop()).catch(() => {});
+    await this.objectiveWatch?.stop();
     await this.intentSource?.stop().catch(() => {});
     await this.registry.close();
   }
