@@ -135,7 +135,8 @@ export async function startEpp(cfg: EppConfig, o: { log?: Logger; kubeConfig?: K
       maxInflight: cfg.maxInflight,
       bodyBudget,
       fallbacks: cfg.fallbackEndpoints,
-      priorities: cfg.objectivePriorities,
+      // In Kubernetes mode the pool's InferenceObjectives, over --objective-priorities.
+      priorities: workers.objectives,
       // Saturated by queues: every worker rank waits past --queue-threshold (from the scraped /metrics).
       queuesFull: () => workers.queuesFull(cfg.picker.queueThreshold),
       explainAll: cfg.explain,

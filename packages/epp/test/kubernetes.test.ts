@@ -6,7 +6,7 @@ import { parseConfig } from "../src/config.ts";
 import { startEpp } from "../src/main.ts";
 import { startMockWorker } from "@kv-epp/mock-worker";
 import { KV_EVENTS_ENDPOINT_ANNOTATION, podKvSource, podRole, startPoolWorkers } from "../src/workers/kubernetes.ts";
-import { FakeWorkerEvents, HOST, postJson, quietLog, tokens } from "./helpers.ts";
+import { FakeWorkerEvents, HOST, body, extProcClient, headers, postJson, quietLog, tokens } from "./helpers.ts";
 
 // Not the default 5557: a stray process bound to *:5557 on a shared machine would block the bind.
 const KV_PORT = 15558;
@@ -147,6 +147,31 @@ test("the pool's InferenceObjectives give the objectives' priorities over --obje
   await waitFor(() => epp.workers.objectives.get("batch") === 3, { message: "batch created" });
   api.remove("InferenceObjective", "llm", "chat");
   await waitFor(() => epp.workers.objectives.get("chat") === 1, { message: "chat back to the option's" });
+});
+
+test("a watched InferenceObjective's priority is what ext_proc sheds by", async () => {
+  const api = await fakeApi();
+  api.upsert(inferencePool("pool"));
+  api.upsert(pod("vllm-0", `${LOOPBACK}.4.57`, "ready") as never);
+  // --max-inflight 1: a sheddable request (priority < 0) is refused from 80% of it, so at once; others are routed.
+  const epp = await poolEpp(api, ["--max-inflight", "1"]);
+  const client = extProcClient(epp.ports.grpc);
+  cleanups.push(() => client.close());
+  const ask = async () => {
+    const s = client.open();
+    const h = headers();
+    h.request_headers!.headers!.headers!.push({ key: "x-gateway-inference-objective", raw_value: new TextEncoder().encode("batch") });
+    s.send(h);
+    s.send(body({ prompt: tokens(32, 4) }));
+    const r = await s.next();
+    s.end();
+    return r.response;
+  };
+  expect(await ask()).toBe("request_headers"); // "batch" named nowhere: standard, routed
+  await waitFor(() => epp.load.inflight === 0, { message: "released" });
+  api.upsert({ apiVersion: "llm-d.ai/v1alpha2", kind: "InferenceObjective", metadata: { name: "batch", namespace: "llm" }, spec: { priority: -1, poolRef: { name: "pool" } } } as never);
+  await waitFor(() => epp.workers.objectives.get("batch") === -1, { message: "batch watched" });
+  expect(await ask()).toBe("immediate_response");
 });
 
 test("with --peer-service, a replica recovers from the serving peer its EndpointSlice lists, never itself", async () => {

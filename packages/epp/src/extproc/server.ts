@@ -56,7 +56,7 @@ export type ExtProcDeps = {
   bodyBudget: BodyBudget;
   /** Explain every decision, not only those asking with x-kv-epp-explain: 1. */
   explainAll?: boolean;
-  /** InferenceObjective name -> priority (x-gateway-inference-objective). */
+  /** InferenceObjective name -> priority (x-gateway-inference-objective); a live view (watched objectives change it). */
   priorities?: ReadonlyMap<string, number>;
   /** Every worker is over --queue-threshold (saturated: sheddable requests get 429). */
   queuesFull?: () => boolean;
@@ -76,8 +76,6 @@ type Shared = {
   fairness: FairnessLabels;
   /** Rejected streams, logged at most once per reason per interval (a client may send them in a loop). */
   warnRejected: (reason: string, fields?: Record<string, unknown>) => void;
-  /** Some objective is critical: the top of --max-inflight is kept for it (shedReason). */
-  criticalKnown: boolean;
   /** Bodies routed by load because the body budget was spent: logged at most once per interval (it comes in bursts). */
   warnOverflow: (reason: string, fields?: Record<string, unknown>) => void;
   /** Picks over slowPickMs: at most one line per outcome per interval, with where the time went. */
@@ -138,7 +136,6 @@ function warnOnce(warned: Set<string>, log: Logger, key: string, fields: object,
 export function createProcessHandler(deps: ExtProcDeps): (call: Duplex) => void {
   // per server: per process as deployed
   const shared: Shared = { warned: new Set(), fairness: new FairnessLabels(), warnRejected: throttledWarn(deps.log, "ext_proc stream rejected"),
-    criticalKnown: hasCriticalObjective(deps.priorities ?? NO_PRIORITIES),
     warnOverflow: throttledWarn(deps.log, "ext_proc body budget spent: bodies routed by load and passed through unbuffered"),
     warnSlowPick: throttledWarn(deps.log, "slow pick (over --slow-pick-ms): where its time went"),
   };
@@ -491,7 +488,9 @@ class ProcessStream {
       inflight: this.deps.routing.load.inflight,
       maxInflight: this.deps.maxInflight,
       queuesFull: req.cls.priority < 0 && (this.deps.queuesFull?.() ?? false),
-      criticalKnown: this.shared.criticalKnown,
+      // Whether some objective is critical (the top of the cap is kept for it) matters to standard requests only;
+      // read each time: watched InferenceObjectives change the priorities while the process runs.
+      criticalKnown: req.cls.priority === 0 && this.deps.maxInflight > 0 && hasCriticalObjective(this.deps.priorities ?? NO_PRIORITIES),
     });
     if (shed) {
       this.deps.metrics.shedByClass.inc({ class: req.cls.priority < 0 ? "sheddable" : req.cls.priority > 0 ? "critical" : "standard" });
