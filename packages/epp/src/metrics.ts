@@ -143,7 +143,7 @@ export function createMetrics(readCgroup?: ReadFile) {
       labelNames: ["reason"] as const,
       registers: [registry],
     }),
-    listenerGaps: new Gauge({ name: "dynamo_epp_kv_listener_gaps", help: "sequence gaps seen by the KV listeners", registers: [registry] }),
+    listenerGaps: new Gauge({ name: "dynamo_epp_kv_listener_gaps", help: "sequence gaps seen by the KV listeners (a batch that fails to decode counts as one: its events are lost)", registers: [registry] }),
     listenerReplays: new Gauge({ name: "dynamo_epp_kv_listener_replays", help: "replays done by the KV listeners", registers: [registry] }),
     listenerRestarts: new Gauge({ name: "dynamo_epp_kv_listener_restarts", help: "publisher restarts seen by the KV listeners", registers: [registry] }),
     listenerHeartbeatTimeouts: new Gauge({ name: "dynamo_epp_kv_listener_heartbeat_timeouts", help: "KV publishers dropped (and redialed) for going silent past the ZMTP heartbeat timeout", registers: [registry] }),
