@@ -134,7 +134,7 @@ test("a deleted InferencePool clears the workers: NOT_SERVING and 503 until it i
   expect([epp.workers.specs().map((s) => s.id), await select()]).toEqual([["vllm-0"], 200]);
 });
 
-test("the pool's InferenceObjectives give the objectives' priorities over --objective-priorities, which keeps the names they do not give", async () => {
+test("the pool's InferenceObjectives give the objectives' priorities over --objective-priorities, which keeps the names they do not give; InferenceModelRewrites are followed too", async () => {
   const api = await fakeApi();
   api.upsert(inferencePool("pool"));
   const objective = (name: string, priority: number) =>
@@ -147,6 +147,12 @@ test("the pool's InferenceObjectives give the objectives' priorities over --obje
   await waitFor(() => epp.workers.objectives.get("batch") === 3, { message: "batch created" });
   api.remove("InferenceObjective", "llm", "chat");
   await waitFor(() => epp.workers.objectives.get("chat") === 1, { message: "chat back to the option's" });
+  // InferenceModelRewrites are followed beside them.
+  api.upsert({
+    apiVersion: "llm-d.ai/v1alpha2", kind: "InferenceModelRewrite", metadata: { name: "canary", namespace: "llm" },
+    spec: { poolRef: { name: "pool" }, rules: [{ matches: [{ model: { value: "chat" } }], targets: [{ modelRewrite: "chat-v2" }] }] },
+  } as never);
+  await waitFor(() => epp.workers.modelRewrites.target("chat")?.target === "chat-v2", { message: "the rewrite followed" });
 });
 
 test("a watched InferenceObjective's priority is what ext_proc sheds by", async () => {

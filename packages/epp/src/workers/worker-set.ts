@@ -12,6 +12,7 @@ import { startIntentSource, type IntentSource } from "../intents-source.ts";
 import type { Metrics } from "../metrics.ts";
 import { scrapeTargets, WorkerMetricsScraper } from "./worker-metrics.ts";
 import { startPoolWorkers } from "./kubernetes.ts";
+import { ModelRewrites, startModelRewriteWatch } from "./model-rewrites.ts";
 import { ObjectivePriorities, startObjectiveWatch } from "./objectives.ts";
 import type { Candidate, WorkerSignals } from "@kv-epp/routing";
 import { serving, WorkerRegistry, type Sink } from "./registry.ts";
@@ -57,12 +58,14 @@ export class WorkerSet {
   private lastMerge = { unroutable: "[]", aliases: "[]" };
   private pool: Promise<{ stop(): Promise<void> }> = Promise.resolve({ stop: async () => {} });
   private intentSource: IntentSource | undefined;
-  private objectiveWatch: { stop(): Promise<void> } | undefined;
+  private readonly llmdWatches: { stop(): Promise<void> }[] = [];
   /**
    * Objective name -> priority, for the requests' objective header: the pool's InferenceObjectives
    * (Kubernetes mode, followed from start) over --objective-priorities.
    */
   readonly objectives: ObjectivePriorities;
+  /** The pool's InferenceModelRewrites (Kubernetes mode): the model a request is sent as, by its body's model. */
+  readonly modelRewrites = new ModelRewrites();
   private readonly removed: ((worker: WorkerRef) => void)[] = [];
   private readonly kvCapacityListeners: ((blocks: number) => void)[] = [];
   private readonly poolPresenceListeners: ((present: boolean) => void)[] = [];
@@ -161,21 +164,28 @@ export class WorkerSet {
         },
         signal,
       });
-      const objectiveLog = log.child({ component: "objectives" });
-      this.objectiveWatch = startObjectiveWatch({
+      // llm-d's pool-scoped resources: followed from start, never holding readiness.
+      const llmdLog = log.child({ component: "llm-d-resources" });
+      const llmd = {
         kubeConfig: this.o.kube(),
         namespace: w.namespace,
         poolName: w.poolName,
-        log: objectiveLog,
-        onPriorities: (priorities) => {
-          this.objectives.setWatched(priorities);
-          objectiveLog.info({ objectives: Object.fromEntries(priorities) }, "InferenceObjective priorities");
-        },
-        onError: (err) => {
+        log: llmdLog,
+        onError: (err: unknown) => {
           metrics.ioErrors.inc({ where: "kubernetes" });
-          objectiveLog.warn({ err: String(err) }, "Kubernetes API error");
+          llmdLog.warn({ err: String(err) }, "Kubernetes API error");
         },
-      });
+      };
+      this.llmdWatches.push(
+        startObjectiveWatch({
+          ...llmd,
+          onPriorities: (priorities) => {
+            this.objectives.setWatched(priorities);
+            llmdLog.info({ objectives: Object.fromEntries(priorities) }, "InferenceObjective priorities");
+          },
+        }),
+        startModelRewriteWatch({ ...llmd, into: this.modelRewrites, onChange: () => llmdLog.info("InferenceModelRewrites changed") }),
+      );
     }
     this.intentSource = cfg.intents
       ? startIntentSource({
@@ -326,7 +336,7 @@ export class WorkerSet {
   async stop(): Promise<void> {
     this.scraper.stop();
     await this.pool.then((src) => src.stop()).catch(() => {});
-    await this.objectiveWatch?.stop();
+    await Promise.all(this.llmdWatches.map((w) => w.stop()));
     await this.intentSource?.stop().catch(() => {});
     await this.registry.close();
   }

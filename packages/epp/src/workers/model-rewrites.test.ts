@@ -1,0 +1,100 @@
+// InferenceModelRewrites as llm-d's router applies them: precedence among this pool's rules, and the
+// weighted pick of a target. The watch runs against the testkit's fake API server.
+import { describe, expect, test } from "bun:test";
+import { waitFor } from "@kv-epp/testkit";
+import { kubeTestScope, NS, quiet } from "./kube-test-scope.ts";
+import { ModelRewrites, startModelRewriteWatch, weightedTarget, type RewriteRule, type TargetModel } from "./model-rewrites.ts";
+
+const scope = kubeTestScope();
+
+const rewrite = (name: string, created: string, rules: RewriteRule[], poolRef: Record<string, string> | null = { name: "pool" }, meta: Record<string, unknown> = {}) =>
+  ({
+    apiVersion: "llm-d.ai/v1alpha2",
+    kind: "InferenceModelRewrite",
+    metadata: { name, namespace: NS, creationTimestamp: created, ...meta },
+    spec: { poolRef, rules },
+  }) as never;
+const exact = (model: string, ...targets: string[]): RewriteRule => ({ matches: [{ model: { type: "Exact", value: model } }], targets: targets.map((modelRewrite) => ({ modelRewrite })) });
+const generic = (...targets: string[]): RewriteRule => ({ targets: targets.map((modelRewrite) => ({ modelRewrite })) });
+const T0 = "2026-01-01T00:00:00Z";
+const T1 = "2026-01-02T00:00:00Z";
+
+describe("precedence, as llm-d's rewrite store", () => {
+  test("an exact match wins over a generic rule, whatever their age; a model no exact rule names takes the oldest generic rule", () => {
+    const r = new ModelRewrites();
+    r.setWatched([rewrite("old-generic", T0, [generic("base")]), rewrite("new-exact", T1, [exact("chat", "chat-v2")])], "pool");
+    expect(r.target("chat")).toEqual({ target: "chat-v2", rewrite: "new-exact" });
+    expect(r.target("other")).toEqual({ target: "base", rewrite: "old-generic" });
+  });
+
+  test("between resources, the oldest wins; within one, the first rule in its list", () => {
+    const r = new ModelRewrites();
+    r.setWatched(
+      [
+        rewrite("newer", T1, [exact("chat", "from-newer")]),
+        rewrite("older", T0, [exact("chat", "first"), exact("chat", "second"), { matches: [{ model: { value: "a" } }, { model: { value: "b" } }], targets: [{ modelRewrite: "ab" }] }]),
+      ],
+      "pool",
+    );
+    expect(r.target("chat")?.target).toBe("first");
+    expect([r.target("a")?.target, r.target("b")?.target]).toEqual(["ab", "ab"]); // matches are ORed
+  });
+
+  test("only this pool's rewrites (a poolRef naming it, the default group when unset), none being deleted; no rule: undefined", () => {
+    const r = new ModelRewrites();
+    r.setWatched(
+      [
+        rewrite("other-pool", T0, [exact("chat", "x")], { name: "other" }),
+        rewrite("no-ref", T0, [exact("chat", "x")], null),
+        rewrite("other-group", T0, [exact("chat", "x")], { name: "pool", group: "example.com" }),
+        rewrite("leaving", T0, [exact("chat", "x")], { name: "pool" }, { deletionTimestamp: T1 }),
+      ],
+      "pool",
+    );
+    expect(r.target("chat")).toBeUndefined();
+    r.setWatched([rewrite("mine", T0, [exact("chat", "y")], { name: "pool", group: "inference.networking.k8s.io" })], "pool");
+    expect(r.target("chat")?.target).toBe("y");
+  });
+
+  test("a rule without targets resolves to the empty model (llm-d answers 400)", () => {
+    const r = new ModelRewrites();
+    r.setWatched([rewrite("empty", T0, [{ matches: [{ model: { value: "chat" } }] }])], "pool");
+    expect(r.target("chat")).toEqual({ target: "", rewrite: "empty" });
+  });
+});
+
+describe("the weighted pick, as llm-d's selectWeightedModel", () => {
+  /** How often each target is picked over `n` evenly spread draws. */
+  const shares = (targets: TargetModel[], n = 1000) => {
+    const count: Record<string, number> = {};
+    for (let i = 0; i < n; i++) {
+      const t = weightedTarget(targets, () => (i + 0.5) / n);
+      count[t] = (count[t] ?? 0) + 1;
+    }
+    return count;
+  };
+
+  test("weight / sum of the weights", () => {
+    expect(shares([{ modelRewrite: "a", weight: 1 }, { modelRewrite: "b", weight: 3 }])).toEqual({ a: 250, b: 750 });
+  });
+
+  test("no weights: evenly; mixed weights: an unweighted target is never picked", () => {
+    expect(shares([{ modelRewrite: "a" }, { modelRewrite: "b" }])).toEqual({ a: 500, b: 500 });
+    expect(shares([{ modelRewrite: "a" }, { modelRewrite: "b", weight: 5 }, { modelRewrite: "c" }])).toEqual({ b: 1000 });
+  });
+});
+
+test("the watch follows the pool's InferenceModelRewrites as they change", async () => {
+  const api = await scope.api();
+  api.upsert(rewrite("canary", T0, [exact("chat", "chat-v1")]));
+  const into = new ModelRewrites();
+  let changes = 0;
+  const w = startModelRewriteWatch({ kubeConfig: api.kubeConfig, namespace: NS, poolName: "pool", log: quiet, into, onChange: () => changes++, onError: () => {} });
+  scope.onCleanup(() => w.stop());
+  await waitFor(() => changes > 0, { message: "the first list" });
+  expect(into.target("chat")?.target).toBe("chat-v1");
+  api.upsert(rewrite("canary", T0, [exact("chat", "chat-v2")]));
+  await waitFor(() => into.target("chat")?.target === "chat-v2", { message: "the rule changed" });
+  api.remove("InferenceModelRewrite", NS, "canary");
+  await waitFor(() => into.target("chat") === undefined, { message: "the rewrite deleted" });
+});
