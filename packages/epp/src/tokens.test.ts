@@ -133,6 +133,18 @@ describe("createPoolTokenizeBody", () => {
     }), 120_000);
 
   // truncate_prompt_tokens makes a body of ids one the event loop does not read at once (JSON.parse reads it).
+  test("InferenceModelRewrite rules go to the member with the body: a chat naming a rule's model comes back naming its target, over the header's", () =>
+    withPool(60_000, async (pool) => {
+      const threads: string[] = [];
+      const tokenizeBody = createPoolTokenizeBody(pool, (t) => threads.push(t));
+      const rewriteRules = { exact: new Map([["alias", { rewrite: "canary", targets: [{ modelRewrite: "served-v2" }] }]]) };
+      const chat = '{"model": "alias", "messages": [{"role": "user", "content": "hi"}]}';
+      const routed = await tokenizeBody({ body: enc.encode(chat), path: "/v1/chat/completions", rewriteModel: "served", rewriteRules });
+      expect({ threads, fields: routed.fields, rewritten: routed.rewritten }).toMatchObject({ threads: ["tokenizer_pool"], fields: { model: "alias", target: "served-v2", rule: "canary" }, rewritten: true });
+      expect(new TextDecoder().decode(routed.body)).toBe(chat.replace('"alias"', '"served-v2"'));
+      expect(routed.tokens.length).toBeGreaterThan(0);
+    }), 120_000);
+
   test("a body of ids no pool member took within the budget is read here and routed on its ids, counted as read on the event loop", () =>
     withPool(20, async (pool) => {
       const threads: string[] = [];

@@ -6,7 +6,7 @@ import { parseConfig } from "../src/config.ts";
 import { startEpp } from "../src/main.ts";
 import { startMockWorker } from "@kv-epp/mock-worker";
 import { KV_EVENTS_ENDPOINT_ANNOTATION, podKvSource, podRole, startPoolWorkers } from "../src/workers/kubernetes.ts";
-import { FakeWorkerEvents, HOST, body, extProcClient, headers, postJson, quietLog, tokens } from "./helpers.ts";
+import { FakeWorkerEvents, HOST, MODEL, body, extProcClient, headers, postJson, quietLog, scrapeMetric, setHeader, tokens } from "./helpers.ts";
 
 // Not the default 5557: a stray process bound to *:5557 on a shared machine would block the bind.
 const KV_PORT = 15558;
@@ -153,6 +153,66 @@ test("the pool's InferenceObjectives give the objectives' priorities over --obje
     spec: { poolRef: { name: "pool" }, rules: [{ matches: [{ model: { value: "chat" } }], targets: [{ modelRewrite: "chat-v2" }] }] },
   } as never);
   await waitFor(() => epp.workers.modelRewrites.target("chat")?.target === "chat-v2", { message: "the rewrite followed" });
+});
+
+test("an InferenceModelRewrite for the body's model sends the request as its target, scored in its identity, over the header's rewrite; the response names the client's model; a rule without targets is refused; deleted, the header's rewrite is back", async () => {
+  const api = await fakeApi();
+  api.upsert(inferencePool("pool"));
+  const ip = `${LOOPBACK}.4.174`;
+  const ev = await FakeWorkerEvents.start(ip, KV_PORT);
+  cleanups.push(() => ev.close());
+  api.upsert(pod("vllm-0", ip, "ready") as never);
+  const epp = await poolEpp(api, ["--model", MODEL, "--lora-adapters", "my-adapter"]);
+  const prompt = tokens(64, 9); // 4 blocks, stored in the base model's identity
+  await ev.storeUntil(prompt, async () => (await postJson(`http://${HOST}:${epp.ports.selection}/score`, { token_ids: prompt })).body.scores["vllm-0"]?.["0"] === 4);
+  const client = extProcClient(epp.ports.grpc);
+  cleanups.push(() => client.close());
+  const enc = new TextEncoder();
+  const text = (b: Uint8Array | undefined) => Buffer.from(b ?? []).toString();
+
+  /** A full-duplex request whose body names `model`: the blocks its pick found, the model its body went upstream naming, the one its response names. */
+  const ask = async (model: string, rewriteHeader?: string) => {
+    const s = client.open();
+    const h = headers("/v1/completions", false, { protocol_config: { request_body_mode: "FULL_DUPLEX_STREAMED", response_body_mode: "FULL_DUPLEX_STREAMED" } });
+    const extra = rewriteHeader ? [["x-kv-epp-explain", "1"], ["x-gateway-model-name-rewrite", rewriteHeader]] : [["x-kv-epp-explain", "1"]];
+    h.request_headers!.headers!.headers!.push(...extra.map(([key, v]) => ({ key: key!, raw_value: enc.encode(v) })));
+    s.send(h);
+    s.send(body({ model, prompt, max_tokens: 1 }));
+    const route = await s.next();
+    if (route.immediate_response) {
+      s.end();
+      return { refused: route.immediate_response.status?.code };
+    }
+    const overlap = /chosen: \S+ \S+ overlap=(\d+\/\d+)/.exec(setHeader(route.request_headers?.response, "x-kv-epp-decision") ?? "")?.[1];
+    const upstream = JSON.parse(text((await s.next()).request_body?.response?.body_mutation?.streamed_response?.body)).model;
+    s.send({ response_headers: { headers: { headers: [{ key: ":status", raw_value: enc.encode("200") }] } } });
+    await s.next();
+    s.send({ response_body: { body: enc.encode(JSON.stringify({ model: upstream, choices: [] })), end_of_stream: true } });
+    const answered = JSON.parse(text((await s.next()).response_body?.response?.body_mutation?.streamed_response?.body)).model;
+    s.end();
+    return { overlap, upstream, answered };
+  };
+  const rewrite = (name: string, rules: unknown[]) =>
+    api.upsert({ apiVersion: "llm-d.ai/v1alpha2", kind: "InferenceModelRewrite", metadata: { name, namespace: "llm", creationTimestamp: "2026-01-01T00:00:00Z" }, spec: { poolRef: { name: "pool" }, rules } } as never);
+  const series = (result: string) => scrapeMetric(`http://${HOST}:${epp.ports.metrics}`, `dynamo_epp_model_rewrites_total{result="${result}"}`);
+
+  // No rule: "alias" is no model this EPP knows, scored as the base model's blocks.
+  expect(await ask("alias")).toEqual({ overlap: "4/4", upstream: "alias", answered: "alias" });
+  rewrite("canary", [{ matches: [{ model: { value: "alias" } }], targets: [{ modelRewrite: "my-adapter", weight: 1 }] }]);
+  rewrite("retired", [{ matches: [{ model: { value: "old" } }], targets: [] }]);
+  await waitFor(() => epp.workers.modelRewrites.target("alias")?.target === "my-adapter" && epp.workers.modelRewrites.target("old") !== undefined, { message: "the rules watched" });
+  // The adapter's identity: the base model's blocks are not its.
+  expect(await ask("alias")).toEqual({ overlap: "0/4", upstream: "my-adapter", answered: "alias" });
+  expect(await ask("alias", MODEL)).toEqual({ overlap: "0/4", upstream: "my-adapter", answered: "alias" });
+  // A model no rule names: the header's rewrite.
+  expect(await ask("other", MODEL)).toEqual({ overlap: "4/4", upstream: MODEL, answered: "other" });
+  expect(await ask("old", MODEL)).toEqual({ refused: "BadRequest" });
+
+  api.remove("InferenceModelRewrite", "llm", "canary");
+  await waitFor(() => epp.workers.modelRewrites.target("alias") === undefined, { message: "the rule deleted" });
+  expect(await ask("alias", MODEL)).toEqual({ overlap: "4/4", upstream: MODEL, answered: "alias" });
+  expect(await ask("alias")).toEqual({ overlap: "4/4", upstream: "alias", answered: "alias" });
+  expect([await series("rule_rewritten"), await series("rule_no_targets"), await series("rewritten")]).toEqual([2, 1, 2]);
 });
 
 test("a watched InferenceObjective's priority is what ext_proc sheds by", async () => {

@@ -24,6 +24,7 @@ export {
 } from "./request/openai-body";
 export { readBody, readTokenIds, type BodyFields, type BodyRead, type BodyRequest } from "./request/read-body";
 export { rewriteBodyModel } from "./request/body-model";
+export { ruleTarget, weightedTarget, type RewriteRules, type RuleTargets, type TargetModel } from "./request/rewrite-rules";
 export { ROUTING_TEXT_CHARS, routingJob, routingPrefix } from "./request/routing-job";
 export { cpuThrottling, defaultPoolSize, type ReadFile } from "./pool/cpu-limit";
 export { warmUp, type WarmUp } from "./warm-up";

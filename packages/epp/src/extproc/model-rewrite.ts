@@ -5,6 +5,7 @@
 // another adapter than the one scored. The response's `model` is mapped back to the client's name, as
 // llm-d-router's rewriteModelName does on every response chunk (GAIE #1625: the internal name must not
 // leak to the client).
+// An InferenceModelRewrite rule for the body's model wins over the header, as in llm-d (workers/model-rewrites.ts).
 // The body is rewritten where it is read (@kv-epp/tokenizer's rewriteBodyModel: in the tokenizer pool's
 // member, or on the event loop without a pool); this module counts the outcome and maps the response.
 const encoder = new TextEncoder();
@@ -86,8 +87,11 @@ function startsWith(whole: Uint8Array, part: Uint8Array): boolean {
   return true;
 }
 
-/** What the rewrite header did to a request, counted by the EPP (dynamo_epp_model_rewrites_total). */
-export type RewriteOutcome = "rewritten" | "same_name" | "body_not_held";
+/**
+ * What a rewrite did to a request, counted by the EPP (dynamo_epp_model_rewrites_total): the header's, or with
+ * `rule_`, an InferenceModelRewrite rule's (`rule_no_targets`: refused, 400).
+ */
+export type RewriteOutcome = "rewritten" | "same_name" | "body_not_held" | "rule_rewritten" | "rule_same_name" | "rule_no_targets";
 
 /** A request's rewrite (modelRewrite): nothing to do when empty. */
 export type ModelRewrite = { outcome?: RewriteOutcome; body?: Uint8Array; response?: ResponseModelName };
@@ -96,19 +100,21 @@ export type ModelRewrite = { outcome?: RewriteOutcome; body?: Uint8Array; respon
  * The request's rewrite: the body to forward and the response mapping back to the client's name.
  * `body` undefined: the body is not held before the route is sent (NONE, STREAMED, a BUFFERED_PARTIAL
  * body cut at Envoy's limit), so it goes upstream as the client wrote it; empty: there is none.
- * `rewritten`: the held body with `target` as its model, made where it was read (readBody's rewriteModel).
+ * `rewritten`: the held body with `target` as its model, made where it was read (readBody's rewriteModel, or
+ * its rewriteRules: `byRule`, the target a rule's, which only a held body is read with).
  */
 export function modelRewrite(
   target: string | undefined,
   bodyModel: string | undefined,
   body: Uint8Array | undefined,
   rewritten: Uint8Array | undefined,
+  byRule = false,
 ): ModelRewrite {
   if (target === undefined || body?.length === 0) return {};
-  if (target === bodyModel) return { outcome: "same_name" };
+  if (target === bodyModel) return { outcome: byRule ? "rule_same_name" : "same_name" };
   if (!body || !rewritten) return { outcome: "body_not_held" };
   return {
-    outcome: "rewritten",
+    outcome: byRule ? "rule_rewritten" : "rewritten",
     body: rewritten,
     ...(bodyModel !== undefined ? { response: new ResponseModelName(target, bodyModel) } : {}),
   };

@@ -11,7 +11,7 @@ import type { RoutedBody, Settles, TokenizeBody } from "../tokens.ts";
 import type { BodyBudget } from "./body-budget.ts";
 import { FairnessLabels, hasCriticalObjective, requestClass, shedReason, type RequestClass } from "./gaie-headers.ts";
 import { GrpcStatus, type BidiCall, type StatusCode } from "./grpc-h2.ts";
-import { BadRequest, MAX_BODY_BYTES, TooDeep, type BodyRequest, type ChatMessage } from "@kv-epp/tokenizer";
+import { BadRequest, MAX_BODY_BYTES, TooDeep, type BodyFields, type BodyRequest, type ChatMessage, type RewriteRules } from "@kv-epp/tokenizer";
 import { PREFILL_RANK_HEADER, PREFILLER_HOST_PORT_HEADER } from "@kv-epp/protocol";
 import { echo, steering } from "./conformance.ts";
 import { modelRewrite, type ResponseModelName, type RewriteOutcome } from "./model-rewrite.ts";
@@ -58,6 +58,8 @@ export type ExtProcDeps = {
   explainAll?: boolean;
   /** InferenceObjective name -> priority (x-gateway-inference-objective); a live view (watched objectives change it). */
   priorities?: ReadonlyMap<string, number>;
+  /** The pool's InferenceModelRewrite rules (undefined: none), read per request: the watch replaces them. */
+  rewriteRules?: () => RewriteRules | undefined;
   /** Every worker is over --queue-threshold (saturated: sheddable requests get 429). */
   queuesFull?: () => boolean;
   /** Next-best distinct endpoints sent after the pick, for the gateway's retries (0: none). */
@@ -503,17 +505,20 @@ class ProcessStream {
     }
     req.chunks = []; // the body is `body` from here on
     req.tokenizing = new AbortController();
-    // The rewrite is made where the body is read, when this EPP forwards the body it holds.
-    const rewriteModel = at === "body" && !maybeCut ? req.cls.modelRewrite : undefined;
+    // The rewrite is made where the body is read, when this EPP forwards the body it holds: the rule for the body's
+    // model, if any, else the header's.
+    const forwards = at === "body" && !maybeCut;
+    const rewriteModel = forwards ? req.cls.modelRewrite : undefined;
+    const rewriteRules = forwards ? this.deps.rewriteRules?.() : undefined;
     let read: RoutedBody | Promise<RoutedBody>;
     try {
       // A long text is answered as soon as its known prefix settles the pick (the rest is not tokenized).
       const picker = this.deps.routing.picker;
       const settles: Settles | undefined = this.deps.routeOnSettledPrefix
         ? (fields, tokens, promptTokens) =>
-            picker.settles({ model: req.cls.modelRewrite ?? fields.model, cacheSalt: fields.cacheSalt, tokens, promptTokens, subset: req.subset })
+            picker.settles({ model: scoredModel(req.cls, fields), cacheSalt: fields.cacheSalt, tokens, promptTokens, subset: req.subset })
         : undefined;
-      read = this.deps.tokenizeBody({ body, path: req.path, rewriteModel, maybeCut }, req.tokenizing.signal, settles);
+      read = this.deps.tokenizeBody({ body, path: req.path, rewriteModel, ...(rewriteRules ? { rewriteRules } : {}), maybeCut }, req.tokenizing.signal, settles);
     } catch (err) {
       if (this.refused(err)) return;
       throw err;
@@ -560,8 +565,13 @@ class ProcessStream {
       this.deps.metrics.partialBodies.inc();
       this.deps.log.debug({ bytes: body.length, err: fields.cut }, "BUFFERED_PARTIAL body cut at the buffer limit: routing by load");
     }
-    // x-gateway-model-name-rewrite names the model the request runs as (an adapter's identity too).
-    const pick = { model: req.cls.modelRewrite ?? fields.model, cacheSalt: fields.cacheSalt, tokens, promptTokens, newTurnTokens, subset: req.subset };
+    if (fields.target === "") {
+      // A rule without targets: llm-d's answer (Director.modelRewriteIfNeeded).
+      this.countRewrite("rule_no_targets");
+      this.immediate(400, "model not found in request body", "bad_request", "bad_request");
+      return;
+    }
+    const pick = { model: scoredModel(req.cls, fields), cacheSalt: fields.cacheSalt, tokens, promptTokens, newTurnTokens, subset: req.subset };
     const routing = RoutedRequest.route(this.deps.routing, pick, { explain: req.explain, batched: fields.batchedPrompts !== undefined });
     if (routing.kind === "no_endpoint") {
       this.immediate(503, `no endpoint eligible (${routing.reason})`, routing.reason, "no_endpoint");
@@ -578,7 +588,7 @@ class ProcessStream {
     }
     // ...and the forwarded body names it, where the body is held until the route is sent (model-rewrite.ts).
     const held = at === "body" && !maybeCut ? body : undefined;
-    const rewrite = req.bodyless ? {} : modelRewrite(req.cls.modelRewrite, fields.model, held, read.rewritten ? body : undefined);
+    const rewrite = req.bodyless ? {} : modelRewrite(fields.target ?? req.cls.modelRewrite, fields.model, held, read.rewritten ? body : undefined, fields.rule !== undefined);
     if (rewrite.outcome) this.countRewrite(rewrite.outcome);
     req.responseModel = rewrite.response;
     const forward = body;
@@ -720,6 +730,14 @@ function disaggregationHeaders(routed: RoutedRequest): { set: [string, string][]
   const set: [string, string][] = [[PREFILLER_HOST_PORT_HEADER, p.endpoint]];
   if (p.rankHeader !== undefined) return { set: [...set, [PREFILL_RANK_HEADER, String(p.rankHeader)]] };
   return { set, remove: [PREFILL_RANK_HEADER] };
+}
+
+/**
+ * The model a request runs as, and is scored as (an adapter's identity too): the one its body was read to name (a
+ * rule's target, else the header's), else the header's (x-gateway-model-name-rewrite), else the body's.
+ */
+function scoredModel(cls: RequestClass, fields: BodyFields): string | undefined {
+  return fields.target ?? cls.modelRewrite ?? fields.model;
 }
 
 /** The message whose answer carries the route. */

@@ -1,9 +1,9 @@
-// InferenceModelRewrites as llm-d's router applies them: precedence among this pool's rules, and the
-// weighted pick of a target. The watch runs against the testkit's fake API server.
+// InferenceModelRewrites as llm-d's router keeps them: precedence among this pool's rules (the weighted pick
+// of a target is @kv-epp/tokenizer's rewrite-rules.test.ts). The watch runs against the testkit's fake API server.
 import { describe, expect, test } from "bun:test";
 import { waitFor } from "@kv-epp/testkit";
 import { kubeTestScope, NS, quiet } from "./kube-test-scope.ts";
-import { ModelRewrites, startModelRewriteWatch, weightedTarget, type RewriteRule, type TargetModel } from "./model-rewrites.ts";
+import { ModelRewrites, startModelRewriteWatch, type RewriteRule } from "./model-rewrites.ts";
 
 const scope = kubeTestScope();
 
@@ -60,27 +60,6 @@ describe("precedence, as llm-d's rewrite store", () => {
     const r = new ModelRewrites();
     r.setWatched([rewrite("empty", T0, [{ matches: [{ model: { value: "chat" } }] }])], "pool");
     expect(r.target("chat")).toEqual({ target: "", rewrite: "empty" });
-  });
-});
-
-describe("the weighted pick, as llm-d's selectWeightedModel", () => {
-  /** How often each target is picked over `n` evenly spread draws. */
-  const shares = (targets: TargetModel[], n = 1000) => {
-    const count: Record<string, number> = {};
-    for (let i = 0; i < n; i++) {
-      const t = weightedTarget(targets, () => (i + 0.5) / n);
-      count[t] = (count[t] ?? 0) + 1;
-    }
-    return count;
-  };
-
-  test("weight / sum of the weights", () => {
-    expect(shares([{ modelRewrite: "a", weight: 1 }, { modelRewrite: "b", weight: 3 }])).toEqual({ a: 250, b: 750 });
-  });
-
-  test("no weights: evenly; mixed weights: an unweighted target is never picked", () => {
-    expect(shares([{ modelRewrite: "a" }, { modelRewrite: "b" }])).toEqual({ a: 500, b: 500 });
-    expect(shares([{ modelRewrite: "a" }, { modelRewrite: "b", weight: 5 }, { modelRewrite: "c" }])).toEqual({ b: 1000 });
   });
 });
 

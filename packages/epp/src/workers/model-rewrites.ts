@@ -1,12 +1,12 @@
-// InferenceModelRewrites, as llm-d's router applies them (datastore/modelrewritestore.go,
-// Director.applyWeightedModelRewrite): the rewrites in the pool's namespace whose spec.poolRef names
-// this pool map the model a request's body names to a target model, picked by weight. The rule is
-// looked up by the body's model, and its target replaces the x-llm-d-model-name-rewrite header's
-// (llm-d applies the rule after reading the header).
+// InferenceModelRewrites, as llm-d's router keeps them (datastore/modelrewritestore.go): the rewrites in the
+// pool's namespace whose spec.poolRef names this pool map the model a request's body names to a target model,
+// picked by weight. The rule is looked up by the body's model where the body is read (@kv-epp/tokenizer's
+// rewrite-rules.ts, Director.applyWeightedModelRewrite), and its target replaces the
+// x-llm-d-model-name-rewrite header's (llm-d applies the rule after reading the header).
 import type { KubernetesObject } from "@kubernetes/client-node";
+import { ruleTarget, type RewriteRules, type RuleTargets, type TargetModel } from "@kv-epp/tokenizer";
 import { forPool, watchLlmdResource, type LlmdWatchOptions, type PoolRef } from "./llmd-resources.ts";
 
-export type TargetModel = { modelRewrite: string; weight?: number | null };
 export type RewriteRule = { matches?: { model?: { type?: string; value: string } | null }[] | null; targets?: TargetModel[] | null };
 export type InferenceModelRewrite = KubernetesObject & { spec?: { poolRef?: PoolRef | null; rules?: RewriteRule[] | null } };
 
@@ -19,10 +19,9 @@ type Ranked = { rule: RewriteRule; rewrite: string; created: number; index: numb
  */
 const byPrecedence = (a: Ranked, b: Ranked) => a.created - b.created || (a.rewrite < b.rewrite ? -1 : a.rewrite > b.rewrite ? 1 : 0) || a.index - b.index;
 
-/** The rule lookup requests read, replaced on every change of the watched set. */
+/** The pool's rules, as requests' bodies are read with them (readBody's rewriteRules), replaced on every change of the watched set. */
 export class ModelRewrites {
-  private exact = new Map<string, Ranked[]>();
-  private generic: Ranked[] = [];
+  private snapshot: RewriteRules | undefined;
 
   /** The pool's rewrites (others, and those being deleted, are skipped). */
   setWatched(items: readonly InferenceModelRewrite[], poolName: string): void {
@@ -42,43 +41,26 @@ export class ModelRewrites {
         }
       });
     }
-    for (const list of exact.values()) list.sort(byPrecedence);
-    this.exact = exact;
-    this.generic = generic.sort(byPrecedence);
+    // Only each model's winner goes with the bodies: the lookup where they are read is one Map get.
+    const winner = (list: Ranked[]): RuleTargets => {
+      const r = list.sort(byPrecedence)[0]!;
+      return { rewrite: r.rewrite, targets: r.rule.targets ?? [] };
+    };
+    this.snapshot = exact.size === 0 && generic.length === 0 ? undefined : {
+      exact: new Map([...exact].map(([model, list]) => [model, winner(list)])),
+      ...(generic.length > 0 ? { generic: winner(generic) } : {}),
+    };
   }
 
-  /** The rule for a body's model, and the resource it comes from. */
-  rule(model: string): { rule: RewriteRule; rewrite: string } | undefined {
-    const r = this.exact.get(model)?.[0] ?? this.generic[0];
-    return r && { rule: r.rule, rewrite: r.rewrite };
+  /** The rules to read a body with; undefined when the pool has none (nothing crosses with the body). */
+  rules(): RewriteRules | undefined {
+    return this.snapshot;
   }
 
-  /**
-   * The model a request whose body names `model` is sent as, when a rule applies (undefined: none
-   * does, the header's rewrite or the body's model stands). `target` is "" for a rule without targets,
-   * which llm-d answers with 400 ("model not found in request body").
-   */
+  /** The model a request whose body names `model` is sent as, when a rule applies (ruleTarget). */
   target(model: string, random: () => number = Math.random): { target: string; rewrite: string } | undefined {
-    const found = this.rule(model);
-    return found && { target: weightedTarget(found.rule.targets ?? [], random), rewrite: found.rewrite };
+    return this.snapshot && ruleTarget(this.snapshot, model, random);
   }
-}
-
-/**
- * llm-d's selectWeightedModel: a target is picked with probability weight / sum of the weights set;
- * with weights mixed, an unweighted target is never picked; with none set, all are equally likely.
- */
-export function weightedTarget(targets: readonly TargetModel[], random: () => number): string {
-  if (targets.length === 0) return "";
-  const total = targets.reduce((n, t) => n + (t.weight ?? 0), 0);
-  if (total === 0) return targets[Math.floor(random() * targets.length)]!.modelRewrite;
-  const r = Math.floor(random() * total);
-  let at = 0;
-  for (const t of targets) {
-    at += t.weight ?? 0;
-    if (r < at) return t.modelRewrite;
-  }
-  return targets.at(-1)!.modelRewrite;
 }
 
 export type ModelRewriteWatchOptions = Omit<LlmdWatchOptions<InferenceModelRewrite>, "plural" | "onSnapshot"> & { poolName: string; into: ModelRewrites; onChange?: () => void };

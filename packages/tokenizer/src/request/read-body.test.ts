@@ -2,6 +2,7 @@ import { describe, expect, test } from "bun:test";
 import fc from "fast-check";
 import { opensIdArray, parseBody, TooDeep } from "./openai-body";
 import { DEFAULT_READ_HERE_MAX_BYTES as MAX, readBody, readTokenIds } from "./read-body";
+import type { RewriteRules } from "./rewrite-rules";
 import { ROUTING_TEXT_CHARS } from "./routing-job";
 
 const bytes = (v: unknown) => new TextEncoder().encode(typeof v === "string" ? v : JSON.stringify(v));
@@ -21,6 +22,38 @@ test("the rewrite model is spliced in only when the body names another one", () 
   const body = '{"model": "alias", "prompt": "x"}';
   expect(new TextDecoder().decode(readBody({ body: bytes(body), rewriteModel: "served" }).rewritten)).toBe('{"model": "served", "prompt": "x"}');
   expect(readBody({ body: bytes(body), rewriteModel: "alias" }).rewritten).toBeUndefined();
+});
+
+describe("InferenceModelRewrite rules", () => {
+  const rules: RewriteRules = {
+    exact: new Map([
+      ["alias", { rewrite: "canary", targets: [{ modelRewrite: "v1", weight: 1 }, { modelRewrite: "v2", weight: 3 }] }],
+      ["retired", { rewrite: "gone", targets: [] }],
+    ]),
+  };
+  const body = '{"model": "alias", "prompt": "x"}';
+  const text = (b: Uint8Array | undefined) => new TextDecoder().decode(b);
+
+  test("a rule for the body's model wins over the header's rewrite: the body names its weighted target, the fields say so", () => {
+    const draws = [0.1, 0.3, 0.5, 0.9].map((r) => readBody({ body: bytes(body), rewriteModel: "served", rewriteRules: rules }, () => r));
+    expect(draws.map((d) => d.fields.target)).toEqual(["v1", "v2", "v2", "v2"]);
+    expect(draws[0]!.fields).toMatchObject({ model: "alias", target: "v1", rule: "canary", kind: "prompt" });
+    expect(text(draws[0]!.rewritten)).toBe('{"model": "v1", "prompt": "x"}');
+  });
+
+  test("no rule for the body's model: the header's rewrite, as without rules; a body of ids likewise where it is read", () => {
+    const other = readBody({ body: bytes('{"model": "m", "prompt": "x"}'), rewriteModel: "served", rewriteRules: rules });
+    expect(other.fields).toMatchObject({ model: "m", target: "served" });
+    expect(other.fields.rule).toBeUndefined();
+    expect(text(other.rewritten)).toBe('{"model": "served", "prompt": "x"}');
+    expect(readBody({ body: bytes(body), rewriteRules: { exact: new Map() } }).fields.target).toBeUndefined();
+    expect(text(readTokenIds({ body: bytes('{"model":"alias","prompt":[1]}'), rewriteRules: { exact: new Map([["alias", { rewrite: "r", targets: [{ modelRewrite: "v" }] }]]) } })?.rewritten)).toBe('{"model":"v","prompt":[1]}');
+  });
+
+  test("a rule without targets: target \"\" (refused by its caller), nothing to tokenize and nothing rewritten", () => {
+    const read = readBody({ body: bytes('{"model": "retired", "prompt": "x"}'), rewriteModel: "served", rewriteRules: rules });
+    expect(read).toEqual({ fields: { model: "retired", cacheSalt: undefined, batchedPrompts: undefined, kind: "prompt", target: "", rule: "gone" }, job: new Uint32Array(0) });
+  });
 });
 
 test("a body that may be cut and does not parse is routed by load, saying why; nesting too deep is refused even then", () => {

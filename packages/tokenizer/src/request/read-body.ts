@@ -6,6 +6,7 @@ import type { TokenizeJob } from "../job";
 import { BadRequest } from "./bad-request";
 import { rewriteBodyModel } from "./body-model";
 import { parseBodyBytes, parseTokenIdsBody, TooDeep, type ParsedBody, type RoutedInput } from "./openai-body";
+import { ruleTarget, type RewriteRules } from "./rewrite-rules";
 import { routingJob } from "./routing-job";
 
 export type BodyRequest = {
@@ -18,6 +19,11 @@ export type BodyRequest = {
    * another model comes back rewritten to name this one (rewriteBodyModel).
    */
   rewriteModel?: string;
+  /**
+   * The pool's InferenceModelRewrite rules, given likewise: a rule for the body's model wins over `rewriteModel`
+   * (llm-d applies it after the header), and the body comes back naming its target.
+   */
+  rewriteRules?: RewriteRules;
   /** The body may be a prefix (BUFFERED_PARTIAL, cut at Envoy's buffer limit): one that does not parse is routed by load. */
   maybeCut?: boolean;
 };
@@ -27,18 +33,28 @@ export type BodyFields = Pick<ParsedBody, "model" | "cacheSalt" | "batchedPrompt
   kind: RoutedInput["kind"];
   /** A maybe-cut body that did not parse (why): routed by load. */
   cut?: string;
+  /**
+   * The model the request is sent as, when a rule or `rewriteModel` names one: the one to score, and the one the
+   * forwarded body names. "": the rule that applies has no targets (refused, as llm-d does, with nothing tokenized).
+   */
+  target?: string;
+  /** The InferenceModelRewrite whose rule chose `target` (absent: the header's rewrite, or none). */
+  rule?: string;
 };
 
 export type BodyRead = {
   fields: BodyFields;
   /** What to tokenize for routing, or the ids already known. */
   job: TokenizeJob | Uint32Array;
-  /** The body naming `rewriteModel`, when it named another model. */
+  /** The body naming `fields.target`, when it named another model. */
   rewritten?: Uint8Array;
 };
 
-/** Throws BadRequest (TooDeep for nesting past MAX_JSON_DEPTH) for a body vLLM would refuse. */
-export function readBody(req: BodyRequest): BodyRead {
+/**
+ * Throws BadRequest (TooDeep for nesting past MAX_JSON_DEPTH) for a body vLLM would refuse. `random`: the draw
+ * a rule's weighted target is picked with.
+ */
+export function readBody(req: BodyRequest, random: () => number = Math.random): BodyRead {
   let parsed: ParsedBody;
   try {
     parsed = parseBodyBytes(req.body, req.path);
@@ -46,7 +62,7 @@ export function readBody(req: BodyRequest): BodyRead {
     if (!req.maybeCut || !(err instanceof BadRequest) || err instanceof TooDeep) throw err;
     return { fields: { kind: "none", cut: err.message }, job: new Uint32Array(0) };
   }
-  return bodyRead(req, parsed);
+  return bodyRead(req, parsed, random);
 }
 
 /**
@@ -71,8 +87,16 @@ export function readTokenIds(req: BodyRequest, maxBytes = DEFAULT_READ_HERE_MAX_
   return { ...bodyRead(req, parsed), job: parsed.input.tokens };
 }
 
-function bodyRead(req: BodyRequest, { model, cacheSalt, batchedPrompts, input }: ParsedBody): BodyRead {
+function bodyRead(req: BodyRequest, { model, cacheSalt, batchedPrompts, input }: ParsedBody, random: () => number = Math.random): BodyRead {
   const fields: BodyFields = { model, cacheSalt, batchedPrompts, kind: input.kind };
-  const rewrite = req.rewriteModel !== undefined && req.rewriteModel !== model && req.body.length > 0;
-  return { fields, job: routingJob(input), ...(rewrite ? { rewritten: rewriteBodyModel(req.body, req.rewriteModel!) } : {}) };
+  const ruled = req.rewriteRules && ruleTarget(req.rewriteRules, model, random);
+  if (ruled?.target === "") return { fields: { ...fields, target: "", rule: ruled.rewrite }, job: new Uint32Array(0) };
+  const target = ruled?.target ?? req.rewriteModel;
+  if (target === undefined) return { fields, job: routingJob(input) };
+  const rewrite = target !== model && req.body.length > 0;
+  return {
+    fields: { ...fields, target, ...(ruled ? { rule: ruled.rewrite } : {}) },
+    job: routingJob(input),
+    ...(rewrite ? { rewritten: rewriteBodyModel(req.body, target) } : {}),
+  };
 }
