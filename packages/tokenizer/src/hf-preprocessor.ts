@@ -8,7 +8,7 @@ import { PyTemplate } from "./py-template";
 import { truncatePrompt, truncates, type Truncation } from "./truncation";
 import { SegmentCache } from "./segment-cache";
 import { Segmenter, type EncodeControl, type SectionEncoder } from "./segmenter";
-import { tokenContent, type TokenizerFiles } from "./tokenizer-files";
+import { pickChatTemplate, tokenContent, type TokenizerFiles } from "./tokenizer-files";
 import { NO_CACHE_STATS, type CacheOptions, type CacheStats, type ChatMessage, type ChatOptions, type CompletionOptions, type Preprocessor } from "./types";
 
 /** A Hugging Face tokenizer (tokenizer.json + tokenizer_config.json) with its chat template and segment cache. */
@@ -17,8 +17,9 @@ export class HfPreprocessor implements Preprocessor {
   // Built on first use: decode, and encoding only when the fast BPE does not implement the tokenizer.
   private library: Tokenizer | null = null;
   private readonly files: TokenizerFiles;
-  private readonly template: PyTemplate | null;
-  /** vLLM's content format for this template (`--chat-template-content-format auto`). */
+  // Each named template compiled once, on the first request that picks it (see pickChatTemplate).
+  private readonly templates = new Map<string, ChatTemplate>();
+  /** vLLM's content format (`--chat-template-content-format auto`) of the template a request without tools gets. */
   readonly contentFormat: ContentFormat;
   private readonly templateTokens: Record<string, unknown>;
   private readonly encoder: SectionEncoder;
@@ -34,10 +35,9 @@ export class HfPreprocessor implements Preprocessor {
     fastBpe = true,
     private readonly defaultKwargs: Record<string, unknown> = {},
   ) {
-    const { tokenizerJson, config, chatTemplate } = files;
+    const { tokenizerJson, config } = files;
     this.files = files;
-    this.template = chatTemplate === null ? null : new PyTemplate(chatTemplate);
-    this.contentFormat = this.template === null ? "string" : detectContentFormat(this.template.ast);
+    this.contentFormat = this.templateFor(false)?.contentFormat ?? "string";
     // transformers hands the template the tokenizer's special tokens that are set (special_tokens_map).
     this.templateTokens = {};
     for (const name of ["bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token"] as const) {
@@ -49,6 +49,18 @@ export class HfPreprocessor implements Preprocessor {
     this.segmenter = new Segmenter(this.encoder, tokenizerJson.added_tokens, tokenizerJson.normalizer != null, cache === false ? undefined : cache.pieceChars);
     this.cache = cache === false ? null : new SegmentCache(cache);
     [this.completionPrefix, this.completionSuffix] = this.probeSpecialTokenRules(files);
+  }
+
+  // vLLM resolves the template, and from it the content format, with the request's tools (resolve_chat_template).
+  private templateFor(hasTools: boolean): ChatTemplate | null {
+    const picked = pickChatTemplate(this.files.chatTemplate, hasTools);
+    if (picked === null) return null;
+    let t = this.templates.get(picked.name);
+    if (t === undefined) {
+      const compiled = new PyTemplate(picked.source);
+      this.templates.set(picked.name, (t = { compiled, contentFormat: detectContentFormat(compiled.ast) }));
+    }
+    return t;
   }
 
   private get tokenizer(): Tokenizer {
@@ -63,8 +75,9 @@ export class HfPreprocessor implements Preprocessor {
   }
 
   renderChat(messages: readonly ChatMessage[], opts: ChatOptions = {}): string {
-    if (this.template === null) throw new ChatTemplateError("the model's tokenizer has no chat template");
-    const chat = conversation(messages, this.contentFormat);
+    const template = this.templateFor(opts.tools !== undefined);
+    if (template === null) throw new ChatTemplateError("the model's tokenizer has no chat template");
+    const chat = conversation(messages, template.contentFormat);
     // As transformers renders: the special tokens, apply_chat_template's default documents=None, then the request's
     // chat_template_kwargs (with its documents, see templateKwargsOf) over the server's defaults, then what the
     // request's own fields say (vLLM passes tools=None when the request has none).
@@ -78,7 +91,7 @@ export class HfPreprocessor implements Preprocessor {
     };
     let rendered: string;
     try {
-      rendered = this.template.render(vars);
+      rendered = template.compiled.render(vars);
     } catch (err) {
       // raise_exception() in the template, or a value it cannot handle: the request's doing.
       throw new ChatTemplateError(`chat template failed: ${(err as Error).message}`);
@@ -167,6 +180,8 @@ function tokenId(json: TokenizerFiles["tokenizerJson"], content: string): number
 }
 
 const EMPTY = new Uint32Array(0);
+
+type ChatTemplate = { compiled: PyTemplate; contentFormat: ContentFormat };
 
 /**
  * The control the encode of a text gets. Its known prefix starts with what the post-processor puts first;

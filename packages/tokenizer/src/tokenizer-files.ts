@@ -1,4 +1,4 @@
-import { existsSync, readFileSync } from "node:fs";
+import { existsSync, readdirSync, readFileSync, statSync } from "node:fs";
 import { join } from "node:path";
 
 export type AddedTokenJson = {
@@ -15,7 +15,9 @@ export type TokenizerConfig = {
   [k: string]: unknown;
 };
 
-export type TokenizerFiles = { tokenizerJson: TokenizerJson; config: TokenizerConfig; chatTemplate: string | null };
+/** The tokenizer's chat template: one, or several by name (transformers' `tokenizer.chat_template`, a str or a dict). */
+export type ChatTemplates = string | Readonly<Record<string, string>>;
+export type TokenizerFiles = { tokenizerJson: TokenizerJson; config: TokenizerConfig; chatTemplate: ChatTemplates | null };
 
 /** Reads a Hugging Face tokenizer directory from local disk; nothing is fetched. Throws naming the missing file. */
 export function loadTokenizerFiles(dir: string): TokenizerFiles {
@@ -29,20 +31,43 @@ export function loadTokenizerFiles(dir: string): TokenizerFiles {
   return { tokenizerJson, config, chatTemplate: findChatTemplate(dir, config) };
 }
 
-// Newer Hugging Face repos keep the template beside the config (chat_template.jinja, or chat_template.json)
-// instead of inside it; transformers reads all three, so do we. A named-template list uses "default".
-function findChatTemplate(dir: string, config: TokenizerConfig): string | null {
+// As transformers' tokenizer from_pretrained reads them: chat_template.jinja (the "default") and
+// additional_chat_templates/*.jinja (by file name) replace whatever the config holds, one file alone being the
+// template itself; else the config's chat_template, a string or a list of named templates.
+function findChatTemplate(dir: string, config: TokenizerConfig): ChatTemplates | null {
+  const files: Record<string, string> = {};
+  const extra = join(dir, "additional_chat_templates");
+  if (existsSync(extra) && statSync(extra).isDirectory()) {
+    for (const f of readdirSync(extra)) if (f.endsWith(".jinja")) files[f.slice(0, -".jinja".length)] = readFileSync(join(extra, f), "utf8");
+  }
+  const jinjaPath = join(dir, "chat_template.jinja");
+  if (existsSync(jinjaPath)) files.default = readFileSync(jinjaPath, "utf8");
+  const names = Object.keys(files);
+  if (names.length === 1 && files.default !== undefined) return files.default;
+  if (names.length > 0) return files;
   const t = config.chat_template;
   if (typeof t === "string") return t;
-  if (Array.isArray(t)) return t.find((x) => x.name === "default")?.template ?? null;
-  const jinjaPath = join(dir, "chat_template.jinja");
-  if (existsSync(jinjaPath)) return readFileSync(jinjaPath, "utf8");
+  if (Array.isArray(t)) return Object.fromEntries(t.map((x) => [x.name, x.template]));
+  // chat_template.json is a multimodal processor's file, which the tokenizer never reads; vLLM renders with the
+  // processor's template (when the request has no tools), so it stands in when the tokenizer has none.
   const jsonPath = join(dir, "chat_template.json");
   if (existsSync(jsonPath)) {
     const j = JSON.parse(readFileSync(jsonPath, "utf8")) as { chat_template?: unknown };
     if (typeof j.chat_template === "string") return j.chat_template;
   }
   return null;
+}
+
+/**
+ * The template a request renders with (transformers' get_chat_template, which vLLM calls with the request's tools):
+ * of named templates, "tool_use" for a request with tools when there is one, else "default"; null when none applies.
+ */
+export function pickChatTemplate(t: ChatTemplates | null, hasTools: boolean): { name: string; source: string } | null {
+  if (t === null) return null;
+  if (typeof t === "string") return { name: "default", source: t };
+  const name = hasTools && t.tool_use !== undefined ? "tool_use" : "default";
+  const source = t[name];
+  return source === undefined ? null : { name, source };
 }
 
 export function tokenContent(v: TokenValue): string | null {

@@ -12,7 +12,7 @@ import { PyTemplate } from "../src/py-template";
 import { qwen3TokenizerDir } from "./qwen3-fixture";
 
 type Model = "qwen3" | "llama3" | "gemma3";
-type ChatCase = { model: Model; name: string; body: string; add_special_tokens: boolean; truncate_prompt_tokens: number | null; rendered: string };
+type ChatCase = { model: Model; name: string; body: string; add_special_tokens: boolean; truncate_prompt_tokens: number | null; truncation_side?: "left" | "right"; rendered: string };
 type CompletionCase = { model: Model; name: string; prompt: string; add_special_tokens?: boolean; truncate_prompt_tokens?: number; truncation_side?: "left" | "right" };
 type TemplateCase = { name: string; template: string; vars: string; rendered: string };
 type Ids = { model: Model; name: string; ids: number[] };
@@ -35,7 +35,7 @@ function chatOf(c: ChatCase) {
   const { input } = parseBody(parseJsonKeepingFloats(c.body));
   if (input.kind !== "chat") throw new Error(`${c.name}: not a chat body`);
   const { messages, tools, templateKwargs, addGenerationPrompt, continueFinalMessage } = input;
-  const opts = { tools, templateKwargs, addGenerationPrompt, continueFinalMessage, addSpecialTokens: c.add_special_tokens, truncatePromptTokens: c.truncate_prompt_tokens ?? undefined };
+  const opts = { tools, templateKwargs, addGenerationPrompt, continueFinalMessage, addSpecialTokens: c.add_special_tokens, truncatePromptTokens: c.truncate_prompt_tokens ?? undefined, truncationSide: c.truncation_side };
   return { messages, opts };
 }
 

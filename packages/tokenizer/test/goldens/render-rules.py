@@ -68,6 +68,9 @@ chats = {
             {"role": "user", "content": "hi"}]}},
         {"name": "chat-special-tokens-truncated", "add_special_tokens": True, "truncate_prompt_tokens": 5, "body": {"messages": [
             {"role": "user", "content": "hi there, how are you"}]}},
+        # An explicit truncation_side: the whole ids sliced, the tokenizer's <bos> counted like any other id.
+        {"name": "chat-special-tokens-truncated-left", "add_special_tokens": True, "truncate_prompt_tokens": 5,
+         "truncation_side": "left", "body": {"messages": [{"role": "user", "content": "hi there, how are you"}]}},
         {"name": "openai-format-image", "body": {"messages": [
             {"role": "user", "content": [{"type": "text", "text": "What is this?"},
                                          {"type": "image_url", "image_url": {"url": "https://example.com/cat.png"}}]}]}},
@@ -84,6 +87,8 @@ completions = {
         {"name": "no-special-tokens", "prompt": "The quick brown fox", "add_special_tokens": False},
         {"name": "truncated-keeps-bos", "prompt": "one two three four five six seven eight", "truncate_prompt_tokens": 3},
         {"name": "truncated-right-keeps-bos", "prompt": "one two three four five six seven eight", "truncate_prompt_tokens": 3, "truncation_side": "right"},
+        # An explicit "left" slices the whole ids: the last 3, the <bos> gone (without a side the tokenizer keeps it).
+        {"name": "truncated-left-drops-bos", "prompt": "one two three four five six seven eight", "truncate_prompt_tokens": 3, "truncation_side": "left"},
     ],
 }
 
@@ -110,6 +115,7 @@ def run():
             out["chats"].append({"model": model, "name": c["name"], "body": json.dumps(body, ensure_ascii=False),
                                  "add_special_tokens": c.get("add_special_tokens", False),
                                  "truncate_prompt_tokens": c.get("truncate_prompt_tokens"),
+                                 **({"truncation_side": c["truncation_side"]} if "truncation_side" in c else {}),
                                  "rendered": vllm_rules.render(cfg, body)})
     for model, cases in completions.items():
         for c in cases:
