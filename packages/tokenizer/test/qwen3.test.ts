@@ -103,6 +103,30 @@ describe("Qwen3 golden ids", () => {
     expect(tools).toContain('{"type": "function", "function": {"name": "noop", "description": null, "parameters": null}}');
   });
 
+  test("a tool's strict and defer_loading reach the template as vLLM dumps its tools (set ones only, in its field order)", () => {
+    const render = (body: Record<string, unknown>, path?: string) => {
+      const input = parseBodyBytes(new TextEncoder().encode(JSON.stringify(body)), path).input;
+      if (input.kind !== "chat") throw new Error("not a chat");
+      return cached.renderChat(input.messages, { tools: input.tools, templateKwargs: input.templateKwargs });
+    };
+    const params = { type: "object", properties: { city: { type: "string" } }, required: ["city"], additionalProperties: false };
+    const sdkTool = { type: "function", function: { strict: true, parameters: params, name: "get_weather", description: "Weather", extra: 1 } };
+    // What vLLM's ChatCompletionToolsParam.model_dump() gives Qwen3's `tool | tojson`, written out from its models.
+    const dumped =
+      '{"type": "function", "function": {"name": "get_weather", "description": "Weather", "parameters": {"type": "object", ' +
+      '"properties": {"city": {"type": "string"}}, "required": ["city"], "additionalProperties": false}, "strict": true}}';
+    const messages = [{ role: "user", content: "Weather in Paris?" }];
+    expect(render({ messages, tools: [sdkTool] })).toContain(`<tools>\n${dumped}\n</tools>`);
+    // Unset (null) ones are left out; a tool's defer_loading is also its function's.
+    const deferred = { type: "function", defer_loading: true, function: { name: "f", strict: null } };
+    expect(render({ messages, tools: [deferred] })).toContain(
+      '<tools>\n{"type": "function", "function": {"name": "f", "description": null, "parameters": null, "defer_loading": true}, "defer_loading": true}\n</tools>',
+    );
+    // /v1/responses: a flat function tool becomes the same FunctionDefinition.
+    const flat = { type: "function", name: "get_weather", description: "Weather", parameters: params, strict: true };
+    expect(render({ model: "m", input: "Weather in Paris?", tools: [flat] }, "/v1/responses")).toContain(`<tools>\n${dumped}\n</tools>`);
+  });
+
   test("a template that raises is a ChatTemplateError (the request's fault, a 400)", () => {
     const pre = withTemplate("{% if messages[0].role != 'system' %}{{ raise_exception('a system message must come first') }}{% endif %}ok");
     expect(pre.renderChat([{ role: "system", content: "s" }])).toBe("ok");
