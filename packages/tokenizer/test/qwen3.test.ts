@@ -184,6 +184,17 @@ describe("Qwen3 golden ids", () => {
     const parts: ChatMessage = { role: "user", content: [{ type: "text", text: "a" }, { type: "image_url" }, { type: "text", text: "b" }] };
     expect(cached.encodeChat([parts])).toEqual(cached.encodeChat([{ role: "user", content: "a\nb" }]));
   });
+
+  test("a content part given as a plain string is a text part, as vLLM parses it (not a 400)", () => {
+    const chat = (content: unknown) => {
+      const input = parseBodyBytes(new TextEncoder().encode(JSON.stringify({ messages: [{ role: "user", content }] }))).input;
+      if (input.kind !== "chat") throw new Error("not a chat");
+      return cached.renderChat(input.messages);
+    };
+    // vLLM's string format joins the parts' texts with "\n": Qwen3 renders the user turn "a\nb".
+    expect(chat(["a", { type: "text", text: "b" }])).toBe("<|im_start|>user\na\nb<|im_end|>\n<|im_start|>assistant\n");
+    expect(chat(["a", "b"])).toBe(chat("a\nb"));
+  });
 });
 
 describe("segment cache", () => {

@@ -23,6 +23,13 @@ describe("OpenAI request bodies", () => {
     expect(parseBodyBytes(bytes({ messages: msgs, tools: [{ type: "function" }] })).input).toEqual({ kind: "chat", messages: msgs, tools: [{ type: "function" }] });
   });
 
+  test("chat: a content part may be a plain string (a text part), a Responses input's may not", () => {
+    const input = parseBodyBytes(bytes({ messages: [{ role: "user", content: ["a", { type: "image_url", image_url: { url: "u" } }] }] })).input;
+    expect(input.kind === "chat" && input.messages).toEqual([{ role: "user", content: [{ type: "text", text: "a" }, { type: "image_url", image_url: { url: "u" } }] }]);
+    expect(() => parseBodyBytes(bytes({ messages: [{ role: "user", content: [1] }] }))).toThrow(BadRequest);
+    expect(() => parseBodyBytes(bytes({ input: [{ role: "user", content: ["a"] }] }), "/v1/responses")).toThrow(BadRequest);
+  });
+
   test("chat: chat_template_kwargs reach the template, as vLLM renders with them", () => {
     const msgs = [{ role: "user", content: "x" }];
     const input = parseBodyBytes(bytes({ messages: msgs, chat_template_kwargs: { enable_thinking: false } })).input;

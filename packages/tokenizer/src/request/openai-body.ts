@@ -4,7 +4,7 @@ import { JsonFieldScanner, type JsonField } from "@kv-epp/index-wasm/json";
 import { parseJsonKeepingFloats, PyFloat } from "../py-values";
 import { responsesChat, ResponsesInputError, type ResponsesChat } from "../responses";
 import { truncatePrompt, type Truncation } from "../truncation";
-import type { ChatMessage } from "../types";
+import type { ChatMessage, ContentPart } from "../types";
 import { BadRequest } from "./bad-request";
 
 /**
@@ -178,9 +178,14 @@ function jsonString(body: Uint8Array, start: number, end: number): string {
   return raw.includes(0x5c) ? (JSON.parse(decoder.decode(raw)) as string) : decoder.decode(raw.subarray(1, -1));
 }
 
-/** OpenAI's shapes of `content`: absent, null, text, or parts ({type: "text", text}, images, ...). */
-function validContent(c: unknown): boolean {
-  return c === undefined || c === null || typeof c === "string" || (Array.isArray(c) && c.every((p) => typeof p === "object" && p !== null && !Array.isArray(p)));
+/**
+ * OpenAI's shapes of `content`: absent, null, text, or parts ({type: "text", text}, images, ...). A chat completion's
+ * parts may also be plain strings (vLLM's content part union has `str`, parsed as a text part); a Responses input's
+ * may not.
+ */
+function validContent(c: unknown, stringParts = false): boolean {
+  const part = (p: unknown) => (typeof p === "object" && p !== null && !Array.isArray(p)) || (stringParts && typeof p === "string");
+  return c === undefined || c === null || typeof c === "string" || (Array.isArray(c) && c.every(part));
 }
 
 /** Validates an already-decoded body (also used by POST /select); `path` as for parseBodyBytes. */
@@ -203,8 +208,8 @@ function parseInput(doc: unknown, path: string | undefined): ParsedBody {
   if (o.messages !== undefined) {
     if (!Array.isArray(o.messages) || o.messages.some((m) => typeof m !== "object" || m === null || typeof m.role !== "string"))
       throw new BadRequest("messages must be an array of {role, content}");
-    if (o.messages.some((m) => !validContent((m as ChatMessage).content)))
-      throw new BadRequest("a message's content must be a string, null, or an array of content parts (objects)");
+    if (o.messages.some((m) => !validContent((m as ChatMessage).content, true)))
+      throw new BadRequest("a message's content must be a string, null, or an array of content parts (objects or strings)");
     if (o.tools !== undefined && !Array.isArray(o.tools)) throw new BadRequest("tools must be an array");
     const templateKwargs = templateKwargsOf(o);
     const addGenerationPrompt = optionalBool(o.add_generation_prompt, "add_generation_prompt");
@@ -278,16 +283,20 @@ function plainNumber(v: unknown): unknown {
  * A chat request's messages as vLLM's ChatCompletionRequest validator leaves them: a message's deprecated
  * `reasoning_content` becomes its `reasoning` where that is null or absent (Qwen's agents send history this
  * way; dropped, the turn would lose its <think> block and every later block its identity). Only for
- * /v1/chat/completions: vLLM's Responses path does not rename. Messages without it are returned as they are.
+ * /v1/chat/completions: vLLM's Responses path does not rename. A content part given as a plain string becomes the
+ * text part vLLM parses it as. Messages needing neither are returned as they are.
  */
 export function chatMessages(messages: ChatMessage[]): ChatMessage[] {
-  if (!messages.some((m) => m.reasoning_content !== undefined)) return messages;
+  if (!messages.some((m) => m.reasoning_content !== undefined || hasStringPart(m))) return messages;
   return messages.map((m) => {
+    if (hasStringPart(m)) m = { ...m, content: (m.content as unknown[]).map((p) => (typeof p === "string" ? { type: "text", text: p } : p)) as ContentPart[] };
     if (m.reasoning_content === undefined) return m;
     const { reasoning_content: old, ...rest } = m;
     return old !== null && (rest.reasoning === undefined || rest.reasoning === null) ? { ...rest, reasoning: old } : rest;
   });
 }
+
+const hasStringPart = (m: ChatMessage) => Array.isArray(m.content) && (m.content as unknown[]).some((p) => typeof p === "string");
 
 /**
  * A reasoning effort: a string, or null for none. Which strings vLLM takes follows its openai package's version
