@@ -54,8 +54,9 @@ function contentOf(content: unknown, format: ContentFormat): string | Part[] {
     return parsed.map((p): Part => ("text" in p ? { type: "text", text: p.text } : "media" in p ? { type: p.media } : { type: "tool_reference", name: p.toolReference }));
   }
   // The "string" format: text parts joined by newlines; media leave nothing for a text tokenizer (a multimodal
-  // model's processor inserts its placeholders, see media.ts).
-  return parsed.flatMap((p) => ("text" in p ? [p.text] : "toolReference" in p ? [p.toolReference] : [])).join("\n");
+  // model's processor inserts its placeholders, see media.ts). An empty text is no part (vLLM keeps only truthy
+  // parse results), so it adds no newline.
+  return parsed.flatMap((p) => ("text" in p ? [p.text] : "toolReference" in p ? [p.toolReference] : [])).filter((t) => t !== "").join("\n");
 }
 
 /** The conversation vLLM hands to the chat template for these request messages. */

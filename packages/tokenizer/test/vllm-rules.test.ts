@@ -118,6 +118,14 @@ describe("conversation (vLLM's message rebuilding)", () => {
     expect(() => conversation([{ role: "user", content: [{ type: "hologram" }] }], "string")).toThrow(/Unsupported chat content part type/);
   });
 
+  test("an empty text part adds nothing in the string format (vLLM keeps only non-empty parts), and stays one in the openai format", () => {
+    const content = [{ type: "text", text: "a" }, { type: "text", text: "" }, "", { type: "text", text: "b" }] as ChatMessage["content"];
+    expect(conversation([{ role: "user", content }], "string")[0]!.content).toBe("a\nb");
+    expect(conversation([{ role: "user", content }], "openai")[0]!.content).toEqual([
+      { type: "text", text: "a" }, { type: "text", text: "" }, { type: "text", text: "" }, { type: "text", text: "b" },
+    ]);
+  });
+
   test("tool-call arguments: JSON parsed keeping floats, anything else {}", () => {
     const call = (args: unknown) => ({ role: "assistant", content: null, tool_calls: [{ id: "c", type: "function", function: { name: "f", arguments: args } }] });
     const argsOf = (args: unknown) => ((conversation([call(args)], "string")[0]!.tool_calls as { function: { arguments: unknown } }[])[0]!.function.arguments);
