@@ -11,6 +11,9 @@ export class PyFloat {
   }
 }
 
+/** A JSON object as Python's json gives it, a dict: not an array, nor a number kept as a PyFloat (an object here). */
+export const isPyDict = (v: unknown): v is Record<string, unknown> => typeof v === "object" && v !== null && !Array.isArray(v) && !(v instanceof PyFloat);
+
 /**
  * JSON.parse that keeps Python's float/int distinction: numbers written with `.`, `e` or `E` become PyFloat.
  * Uses the reviver's source text (JSON.parse source access), so the cost is one callback per value.

@@ -133,6 +133,16 @@ describe("conversation (vLLM's message rebuilding)", () => {
     expect(new PyTemplate("{{ a | tojson }}").render({ a: argsOf('{"a": 1.0}') })).toBe('{"a": 1.0}');
     expect(argsOf("not json")).toEqual({});
     expect(argsOf(7)).toEqual({});
-    expect(argsOf([1])).toEqual([1]);
+  });
+
+  test("tool-call arguments that are JSON but no object become {}, as vLLM's _postprocess_messages coerces them", () => {
+    const call = (args: unknown) => ({ role: "assistant", content: null, tool_calls: [{ id: "c", type: "function", function: { name: "f", arguments: args } }] });
+    const argsOf = (args: unknown) => ((conversation([call(args)], "string")[0]!.tool_calls as { function: { arguments: unknown } }[])[0]!.function.arguments);
+    for (const args of [[1], "[1]", "42", "1.5", "true", "null", '"s"', null, 0]) expect(argsOf(args)).toEqual({});
+    expect(argsOf({ a: 1 })).toEqual({ a: 1 });
+    // A call that is no object, or of another type than "function", is refused (a 400 in vLLM).
+    const calls = (tool_calls: unknown[]) => conversation([{ role: "assistant", content: null, tool_calls }], "string");
+    expect(() => calls(["c"])).toThrow(/tool_calls entries must be objects/);
+    expect(() => calls([{ type: "custom", function: { name: "f" } }])).toThrow(/of type 'function'/);
   });
 });

@@ -1,7 +1,7 @@
 // The OpenAI request bodies the EPP routes: /v1/completions, /v1/chat/completions and /v1/responses.
 // Only the fields that decide the route are read; the body itself is forwarded untouched.
 import { JsonFieldScanner, type JsonField } from "@kv-epp/index-wasm/json";
-import { parseJsonKeepingFloats, PyFloat } from "../py-values";
+import { isPyDict, parseJsonKeepingFloats, PyFloat } from "../py-values";
 import { responsesChat, ResponsesInputError, type ResponsesChat } from "../responses";
 import { truncatePrompt, type Truncation } from "../truncation";
 import type { ChatMessage, ContentPart } from "../types";
@@ -308,8 +308,6 @@ function reasoningEffort(v: unknown, field: string): string | undefined {
   return v;
 }
 
-/** A JSON object, not a PyFloat (a body with tools parses `1.0` into one, an object that is no JSON object). */
-const isJsonObject = (v: unknown): v is Record<string, unknown> => typeof v === "object" && v !== null && !Array.isArray(v) && !(v instanceof PyFloat);
 
 /**
  * The template variables a chat request adds, as vLLM's ChatCompletionRequest.build_chat_params merges them: its
@@ -320,7 +318,7 @@ const isJsonObject = (v: unknown): v is Record<string, unknown> => typeof v === 
  */
 export function templateKwargsOf(o: Record<string, unknown>): Record<string, unknown> | undefined {
   const kw = o.chat_template_kwargs;
-  if (kw !== undefined && kw !== null && !isJsonObject(kw)) throw new BadRequest("chat_template_kwargs must be an object");
+  if (kw !== undefined && kw !== null && !isPyDict(kw)) throw new BadRequest("chat_template_kwargs must be an object");
   const { documents } = o;
   if (documents !== undefined && documents !== null && !(Array.isArray(documents) && documents.every(isStringRecord)))
     throw new BadRequest("documents must be an array of objects of strings");
@@ -341,12 +339,12 @@ export function templateKwargsOf(o: Record<string, unknown>): Record<string, unk
 export function responsesTemplateKwargs(o: Record<string, unknown>): Record<string, unknown> | undefined {
   const reasoning = o.reasoning;
   if (reasoning === undefined || reasoning === null) return undefined;
-  if (!isJsonObject(reasoning)) throw new BadRequest("reasoning must be an object");
+  if (!isPyDict(reasoning)) throw new BadRequest("reasoning must be an object");
   const effort = reasoningEffort((reasoning as { effort?: unknown }).effort, "reasoning.effort");
   return effort === undefined || effort === "auto" ? undefined : { reasoning_effort: effort };
 }
 
-const isStringRecord = (d: unknown): boolean => isJsonObject(d) && Object.values(d).every((v) => typeof v === "string");
+const isStringRecord = (d: unknown): boolean => isPyDict(d) && Object.values(d).every((v) => typeof v === "string");
 
 function optionalBool(v: unknown, field: string): boolean | undefined {
   if (v === undefined || v === null) return undefined;
