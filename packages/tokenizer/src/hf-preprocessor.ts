@@ -192,10 +192,10 @@ function knownPrefixOf(control: EncodeControl | undefined, t: Truncation, prefix
 
 /**
  * vLLM's ChatParams.with_defaults: the request's template variables over the server's defaults, where a request's
- * null or "auto" leaves the default (merge_kwargs' unset values); without defaults, the request's as they are.
+ * null or "auto" leaves the default (merge_kwargs' unset values). vLLM always has defaults to merge with (it adds
+ * `tokenize` to the server's), so a request's null or "auto" is dropped even when the server sets none.
  */
-function withDefaults(defaults: Record<string, unknown>, request: Record<string, unknown> | undefined): Record<string, unknown> | undefined {
-  if (Object.keys(defaults).length === 0) return request;
+function withDefaults(defaults: Record<string, unknown>, request: Record<string, unknown> | undefined): Record<string, unknown> {
   const out = { ...defaults };
   for (const [k, v] of Object.entries(request ?? {})) if (v !== null && v !== "auto") out[k] = v;
   return out;

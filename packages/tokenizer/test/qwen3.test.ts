@@ -180,6 +180,15 @@ describe("Qwen3 golden ids", () => {
     expect(withTemplate("{{ x }} {{ y }}", '{"x": 1.0, "y": 2}').renderChat(msgs)).toBe("1.0 2");
   });
 
+  test("a request's null or \"auto\" chat template kwarg is dropped even without server defaults (vLLM always merges)", () => {
+    // The template's own default applies, as in vLLM, where merge_kwargs leaves the kwarg unset.
+    const pre = withTemplate("{{ (flag if flag is defined else 'unset') ~ '|' ~ (mode if mode is defined else 'unset') }}");
+    const input = parseBodyBytes(new TextEncoder().encode(JSON.stringify({ messages: [{ role: "user", content: "q" }], chat_template_kwargs: { flag: null, mode: "auto" } }))).input;
+    if (input.kind !== "chat") throw new Error("not a chat");
+    expect(pre.renderChat(input.messages, { templateKwargs: input.templateKwargs })).toBe("unset|unset");
+    expect(pre.renderChat(input.messages, { templateKwargs: { flag: false, mode: "x" } })).toBe("False|x");
+  });
+
   test("a content array contributes its text parts joined by newlines, as vLLM's string format", () => {
     const parts: ChatMessage = { role: "user", content: [{ type: "text", text: "a" }, { type: "image_url" }, { type: "text", text: "b" }] };
     expect(cached.encodeChat([parts])).toEqual(cached.encodeChat([{ role: "user", content: "a\nb" }]));
