@@ -317,31 +317,36 @@ function reasoningEffort(v: unknown, field: string): string | undefined {
  * near the prompt's start, and thinking templates change the generation prompt. The mock worker renders with the same.
  */
 export function templateKwargsOf(o: Record<string, unknown>): Record<string, unknown> | undefined {
-  const kw = o.chat_template_kwargs;
-  if (kw !== undefined && kw !== null && !isPyDict(kw)) throw new BadRequest("chat_template_kwargs must be an object");
   const { documents } = o;
   if (documents !== undefined && documents !== null && !(Array.isArray(documents) && documents.every(isStringRecord)))
     throw new BadRequest("documents must be an array of objects of strings");
-  const effort = reasoningEffort(o.reasoning_effort, "reasoning_effort");
+  return mergeTemplateKwargs(o.chat_template_kwargs, documents ?? undefined, reasoningEffort(o.reasoning_effort, "reasoning_effort"));
+}
+
+/**
+ * A Responses request's template variables (ResponsesRequest.build_chat_params): as a chat's, its
+ * `chat_template_kwargs` then its `reasoning.effort` (no documents).
+ */
+export function responsesTemplateKwargs(o: Record<string, unknown>): Record<string, unknown> | undefined {
+  const reasoning = o.reasoning;
+  if (reasoning !== undefined && reasoning !== null && !isPyDict(reasoning)) throw new BadRequest("reasoning must be an object");
+  const effort = reasoning === undefined || reasoning === null ? undefined : reasoningEffort(reasoning.effort, "reasoning.effort");
+  return mergeTemplateKwargs(o.chat_template_kwargs, undefined, effort);
+}
+
+/** merge_kwargs(chat_template_kwargs, the request's own fields), as both build_chat_params call it. */
+function mergeTemplateKwargs(kw: unknown, documents: unknown, effort: string | undefined): Record<string, unknown> | undefined {
+  if (kw !== undefined && kw !== null && !isPyDict(kw)) throw new BadRequest("chat_template_kwargs must be an object");
   const given = (kw ?? undefined) as Record<string, unknown> | undefined;
-  if ((documents === undefined || documents === null) && effort === undefined) return given;
+  if (documents === undefined && effort === undefined) return given;
   const out: Record<string, unknown> = { ...given };
-  if (documents !== undefined && documents !== null) out.documents = documents;
+  if (documents !== undefined) out.documents = documents;
   if (effort !== undefined) {
     // merge_kwargs leaves out an "auto", as a null; enable_thinking still follows it.
     if (effort !== "auto") out.reasoning_effort = effort;
     if (given === undefined || !Object.hasOwn(given, "enable_thinking")) out.enable_thinking = effort !== "none";
   }
   return out;
-}
-
-/** A Responses request's template variables (ResponsesRequest.build_chat_params): its `reasoning.effort` alone. */
-export function responsesTemplateKwargs(o: Record<string, unknown>): Record<string, unknown> | undefined {
-  const reasoning = o.reasoning;
-  if (reasoning === undefined || reasoning === null) return undefined;
-  if (!isPyDict(reasoning)) throw new BadRequest("reasoning must be an object");
-  const effort = reasoningEffort((reasoning as { effort?: unknown }).effort, "reasoning.effort");
-  return effort === undefined || effort === "auto" ? undefined : { reasoning_effort: effort };
 }
 
 const isStringRecord = (d: unknown): boolean => isPyDict(d) && Object.values(d).every((v) => typeof v === "string");
