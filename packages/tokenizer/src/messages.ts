@@ -16,6 +16,15 @@ export class ChatTemplateError extends Error {
 }
 
 /**
+ * A chat this process cannot render as vLLM would, through no fault of the request: the template engine here
+ * failed where the template did not raise (a gap in @huggingface/jinja, not one in the request). vLLM may serve
+ * it, so it is routed by load rather than refused (see encodeJob).
+ */
+export class ChatUnrenderable extends Error {
+  override name = "ChatUnrenderable";
+}
+
+/**
  * `tools` as vLLM passes them to the template (ChatCompletionToolsParam.model_dump): `{type, function: {name,
  * description, parameters, strict, defer_loading}, defer_loading}` in that order, description and parameters as null
  * when absent, strict and defer_loading only when set (a tool's defer_loading also reaches its function), fields

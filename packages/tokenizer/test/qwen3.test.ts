@@ -7,7 +7,9 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import fc from "fast-check";
 import { Registry } from "prom-client";
-import { ChatTemplateError, createPreprocessor, type ChatMessage, type Preprocessor } from "../src/index";
+import {
+  ChatTemplateError, ChatUnrenderable, createPreprocessor, encodeJob, readBody, TokenizerPool, type ChatMessage, type Preprocessor, type TokenizeJob,
+} from "../src/index";
 import { parseBodyBytes } from "../src/request/openai-body";
 import { qwen3Goldens, qwen3TokenizerDir, type Goldens } from "./qwen3-fixture";
 
@@ -28,14 +30,18 @@ afterAll(() => {
   for (const d of templateDirs) rmSync(d, { recursive: true, force: true });
 });
 
-/** Qwen3's vocabulary with another chat template (a copy of its files in a temporary directory). */
-function withTemplate(template: string, defaultChatTemplateKwargs?: string): Preprocessor {
+/** Qwen3's vocabulary with another chat template: a copy of its files in a temporary directory. */
+function templateDir(template: string): string {
   const copy = mkdtempSync(join(tmpdir(), "chat-template-"));
   templateDirs.push(copy);
   copyFileSync(join(dir, "tokenizer.json"), join(copy, "tokenizer.json"));
   const config = JSON.parse(readFileSync(join(dir, "tokenizer_config.json"), "utf8"));
   writeFileSync(join(copy, "tokenizer_config.json"), JSON.stringify({ ...config, chat_template: template }));
-  return createPreprocessor({ tokenizerDir: copy, cache: false, defaultChatTemplateKwargs });
+  return copy;
+}
+
+function withTemplate(template: string, defaultChatTemplateKwargs?: string): Preprocessor {
+  return createPreprocessor({ tokenizerDir: templateDir(template), cache: false, defaultChatTemplateKwargs });
 }
 
 describe("Qwen3 golden ids", () => {
@@ -133,6 +139,26 @@ describe("Qwen3 golden ids", () => {
     expect(() => pre.renderChat([{ role: "user", content: "x" }])).toThrow(ChatTemplateError);
     expect(() => pre.renderChat([{ role: "user", content: "x" }])).toThrow(/a system message must come first/);
   });
+
+  test("a template the engine here fails on without raising is no 400: a body's chat is routed by load, saying why", async () => {
+    // jinja2 has `wordcount`; @huggingface/jinja does not. vLLM renders this chat; a refusal here would refuse it.
+    const template = "{{ messages[0].content | wordcount }}";
+    expect(() => withTemplate(template).renderChat([{ role: "user", content: "two words" }])).toThrow(ChatUnrenderable);
+    const body = new TextEncoder().encode(JSON.stringify({ model: "m", messages: [{ role: "user", content: "two words" }] }));
+    const read = readBody({ body });
+    expect([...encodeJob(withTemplate(template), read.job as TokenizeJob)]).toEqual([]);
+    expect(read.fields).toMatchObject({ model: "m", kind: "chat", unrendered: { cause: "template_engine", message: expect.stringContaining("wordcount") } });
+    // Through the pool too: the cause comes back with the body's fields.
+    const pool = new TokenizerPool({ preprocessor: { tokenizerDir: templateDir(template), cache: false }, size: 1, budgetMs: 600_000 });
+    try {
+      await pool.ready();
+      const out = await pool.tokenize({ kind: "body", request: { body } });
+      expect([...out.tokens]).toEqual([]);
+      expect(out.read?.fields.unrendered?.cause).toBe("template_engine");
+    } finally {
+      await pool.close();
+    }
+  }, 60_000);
 
   test("a request's reasoning_content, reasoning_effort and documents render as vLLM renders them", () => {
     const chat = (body: Record<string, unknown>, pre: Preprocessor = cached) => {

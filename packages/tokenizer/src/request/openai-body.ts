@@ -3,6 +3,7 @@
 import { JsonFieldScanner, type JsonField } from "@kv-epp/index-wasm/json";
 import { isPyDict, parseJsonKeepingFloats, PyFloat } from "../py-values";
 import { responsesChat, ResponsesInputError, type ResponsesChat } from "../responses";
+import type { Unrendered } from "../job";
 import { truncatePrompt, type Truncation } from "../truncation";
 import type { ChatMessage, ContentPart } from "../types";
 import { BadRequest } from "./bad-request";
@@ -31,7 +32,7 @@ export type RoutedInput =
  * `batchedPrompts`: a /v1/completions batch of this many prompts (> 1); the first one is routed, while the
  * response's usage adds up the whole batch.
  */
-export type ParsedBody = { model?: string; cacheSalt?: string; batchedPrompts?: number; input: RoutedInput };
+export type ParsedBody = { model?: string; cacheSalt?: string; batchedPrompts?: number; input: RoutedInput; unrendered?: Unrendered };
 
 export { BadRequest };
 
