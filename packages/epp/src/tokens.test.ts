@@ -37,11 +37,17 @@ describe("createTokenizeBody", () => {
     expect(() => tokenizeBody(recording(new Error("bug")).pre, chat)).toThrow("bug");
   });
 
-  test("a chat the template engine here cannot render is routed by load with its fields, not refused", () => {
-    const read = (pre: Preprocessor, json: unknown) => createTokenizeBody(pre)({ body: new TextEncoder().encode(JSON.stringify(json)) });
+  test("a chat the template engine here cannot render, or a Responses continuation, is routed by load with its fields, not refused", () => {
+    const read = (pre: Preprocessor, json: unknown, path?: string) =>
+      createTokenizeBody(pre)({ body: new TextEncoder().encode(JSON.stringify(json)), path });
     const gap = read(recording(new ChatUnrenderable("no wordcount filter")).pre, { model: "m", messages: [{ role: "user", content: "x" }] });
     expect([...gap.tokens]).toEqual([]);
     expect(gap.fields).toMatchObject({ model: "m", unrendered: { cause: "template_engine", message: "no wordcount filter" } });
+    const { pre, seen } = recording();
+    const stored = read(pre, { model: "m", previous_response_id: "resp_1", input: "and now?" }, "/v1/responses");
+    expect([...stored.tokens]).toEqual([]);
+    expect(stored.fields).toMatchObject({ model: "m", unrendered: { cause: "stored_history" } });
+    expect(seen.messages).toBeUndefined();
   });
 
   test("a long prompt is tokenized up to ROUTING_TEXT_CHARS, cut at a space", () => {

@@ -24,8 +24,12 @@ export type TokenizeJob =
  */
 export type RenderVerdict = { unrendered?: Unrendered };
 
-/** Why a prompt was not rendered here, though vLLM may serve it: `template_engine`, a chat template the engine here fails on (ChatUnrenderable). */
-export type Unrendered = { cause: "template_engine"; message: string };
+/**
+ * Why a prompt was not rendered here, though vLLM may serve it: `stored_history`, a Responses request continuing a
+ * stored response (previous_response_id) whose history only the worker holds; `template_engine`, a chat template
+ * the engine here fails on (ChatUnrenderable).
+ */
+export type Unrendered = { cause: "stored_history" | "template_engine"; message: string };
 
 /**
  * A request body as received, for the tokenizer pool: its member reads it (readBody) and tokenizes what it

@@ -232,6 +232,13 @@ function parseInput(doc: unknown, path: string | undefined): ParsedBody {
     return { model, input: withText, batchedPrompts };
   }
   if (o.input !== undefined && isResponses(o, path)) {
+    const previous = o.previous_response_id;
+    if (previous !== undefined && previous !== null) {
+      if (typeof previous !== "string") throw new BadRequest("previous_response_id must be a string");
+      // vLLM renders the stored response's history before this input: a prompt only that worker can build.
+      const message = "previous_response_id: the prompt starts with history stored on the worker";
+      return { model, input: { kind: "none" }, unrendered: { cause: "stored_history", message } };
+    }
     const chat = responsesChatOf(o);
     if (chat.messages.some((m) => typeof m !== "object" || m === null || typeof m.role !== "string" || !validContent(m.content)))
       throw new BadRequest("an input message must have a role and content as a string or content parts");
