@@ -30,6 +30,13 @@ beforeAll(async () => {
   pre.gemma3 = createPreprocessor({ tokenizerDir: lenml("gemma3") });
 }, 180_000); // three vocabularies (Gemma 3's tokenizer.json is 33 MB): seconds, more on a loaded machine
 
+/** A chat body's messages and options, read as the EPP reads them. */
+function chatArgs(body: string): [ChatMessage[], { tools?: unknown[] }] {
+  const { input } = parseBody(parseJsonKeepingFloats(body));
+  if (input.kind !== "chat") throw new Error("not a chat body");
+  return [input.messages, { tools: input.tools }];
+}
+
 /** A case's body read as the EPP reads a chat body (parseBody), so its fields (tools, kwargs, reasoning_effort) reach the render. */
 function chatOf(c: ChatCase) {
   const { input } = parseBody(parseJsonKeepingFloats(c.body));
@@ -69,6 +76,15 @@ describe("template semantics are Python's", () => {
     const t = new PyTemplate("{{ x }} {{ x | tojson }} {{ y }}");
     expect(t.render(parseJsonKeepingFloats('{"x": 1.0, "y": 1}') as Record<string, unknown>)).toBe("1.0 1.0 1");
     expect(t.render(JSON.parse('{"x": 1.0, "y": 1}'))).toBe("1 1 1");
+  });
+
+  test("an integer past 2^53 keeps every digit, as Python's int does (a JSON Schema's int64 bounds)", () => {
+    const t = new PyTemplate("{{ x }} {{ x | tojson }} {{ [x] }} {{ y }}");
+    const vars = parseJsonKeepingFloats('{"x": 18446744073709551615, "y": -9223372036854775808}') as Record<string, unknown>;
+    expect(t.render(vars)).toBe("18446744073709551615 18446744073709551615 [18446744073709551615] -9223372036854775808");
+    // In a tool's parameters, as the template prints the tool.
+    const body = '{"messages": [{"role": "user", "content": "q"}], "tools": [{"type": "function", "function": {"name": "f", "parameters": {"maximum": 9223372036854775807}}}]}';
+    expect(pre.qwen3.renderChat(...chatArgs(body))).toContain('"parameters": {"maximum": 9223372036854775807}');
   });
 });
 

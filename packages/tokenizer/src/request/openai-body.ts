@@ -1,7 +1,7 @@
 // The OpenAI request bodies the EPP routes: /v1/completions, /v1/chat/completions and /v1/responses.
 // Only the fields that decide the route are read; the body itself is forwarded untouched.
 import { JsonFieldScanner, type JsonField } from "@kv-epp/index-wasm/json";
-import { isPyDict, parseJsonKeepingFloats, PyFloat } from "../py-values";
+import { isPyDict, parseJsonKeepingFloats, PyNumber } from "../py-values";
 import { responsesChat, ResponsesInputError, type ResponsesChat } from "../responses";
 import type { Unrendered } from "../job";
 import { truncatePrompt, type Truncation } from "../truncation";
@@ -282,9 +282,9 @@ function truncationOf(o: Record<string, unknown>): Truncation {
   return out;
 }
 
-/** A number parsed as a Python float (PyFloat) read as the number it is; pydantic takes 5.0 for an int field. */
+/** A number parsed as a PyNumber read as the number it is; pydantic takes 5.0 for an int field. */
 function plainNumber(v: unknown): unknown {
-  return v instanceof PyFloat ? v.value : v;
+  return v instanceof PyNumber ? v.value : v;
 }
 
 /**
