@@ -255,6 +255,12 @@ export function createMetrics(readCgroup?: ReadFile) {
       help: "BUFFERED_PARTIAL request bodies cut at Envoy's buffer limit that do not parse: routed by load alone",
       registers: [registry],
     }),
+    unrenderedBodies: new Counter({
+      name: "dynamo_epp_ext_proc_unrendered_bodies_total",
+      help: "request bodies whose prompt is not rendered here though vLLM may serve it, routed by load alone, by cause: stored_history (a Responses previous_response_id), template_engine (the chat template fails in this process's engine without raising)",
+      labelNames: ["cause"] as const,
+      registers: [registry],
+    }),
     extProcBufferOverflows: new Counter({
       name: "dynamo_epp_ext_proc_buffer_overflows_total",
       help: "request bodies that would have passed the process's body budget (--ext-proc-buffer-max-bytes): routed by load on what had come, the rest passed through unbuffered",

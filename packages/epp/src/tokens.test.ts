@@ -3,7 +3,7 @@
 import { describe, expect, test } from "bun:test";
 import { join } from "node:path";
 import { freshWords } from "@kv-epp/testkit";
-import { BadRequest, ChatTemplateError, ROUTING_TEXT_CHARS, routingPrefix, TokenizerPool, type ChatMessage, type Preprocessor } from "@kv-epp/tokenizer";
+import { BadRequest, ChatTemplateError, ChatUnrenderable, ROUTING_TEXT_CHARS, routingPrefix, TokenizerPool, type ChatMessage, type Preprocessor } from "@kv-epp/tokenizer";
 import { createPoolTokenizeBody, createTokenizeBody } from "./tokens.ts";
 
 /** The routing tokens of a body (JSON, or its raw text) read on this thread. */
@@ -35,6 +35,19 @@ describe("createTokenizeBody", () => {
     const chat = { messages: [{ role: "user", content: "x" }] };
     expect(() => tokenizeBody(recording(new ChatTemplateError("no")).pre, chat)).toThrow(BadRequest);
     expect(() => tokenizeBody(recording(new Error("bug")).pre, chat)).toThrow("bug");
+  });
+
+  test("a chat the template engine here cannot render, or a Responses continuation, is routed by load with its fields, not refused", () => {
+    const read = (pre: Preprocessor, json: unknown, path?: string) =>
+      createTokenizeBody(pre)({ body: new TextEncoder().encode(JSON.stringify(json)), path });
+    const gap = read(recording(new ChatUnrenderable("no wordcount filter")).pre, { model: "m", messages: [{ role: "user", content: "x" }] });
+    expect([...gap.tokens]).toEqual([]);
+    expect(gap.fields).toMatchObject({ model: "m", unrendered: { cause: "template_engine", message: "no wordcount filter" } });
+    const { pre, seen } = recording();
+    const stored = read(pre, { model: "m", previous_response_id: "resp_1", input: "and now?" }, "/v1/responses");
+    expect([...stored.tokens]).toEqual([]);
+    expect(stored.fields).toMatchObject({ model: "m", unrendered: { cause: "stored_history" } });
+    expect(seen.messages).toBeUndefined();
   });
 
   test("a long prompt is tokenized up to ROUTING_TEXT_CHARS, cut at a space", () => {

@@ -5,7 +5,7 @@
 // renamed `reasoning` when its body was read (openai-body.ts chatMessages), as vLLM's request validator does.
 import type { ContentFormat } from "./content-format";
 import { ChatTemplateError } from "./messages";
-import { parseJsonKeepingFloats } from "./py-values";
+import { isPyDict, parseJsonKeepingFloats } from "./py-values";
 import type { ChatMessage, ContentPart } from "./types";
 
 type Part = { type: string; text?: string; name?: string };
@@ -54,8 +54,9 @@ function contentOf(content: unknown, format: ContentFormat): string | Part[] {
     return parsed.map((p): Part => ("text" in p ? { type: "text", text: p.text } : "media" in p ? { type: p.media } : { type: "tool_reference", name: p.toolReference }));
   }
   // The "string" format: text parts joined by newlines; media leave nothing for a text tokenizer (a multimodal
-  // model's processor inserts its placeholders, see media.ts).
-  return parsed.flatMap((p) => ("text" in p ? [p.text] : "toolReference" in p ? [p.toolReference] : [])).join("\n");
+  // model's processor inserts its placeholders, see media.ts). An empty text is no part (vLLM keeps only truthy
+  // parse results), so it adds no newline.
+  return parsed.flatMap((p) => ("text" in p ? [p.text] : "toolReference" in p ? [p.toolReference] : [])).filter((t) => t !== "").join("\n");
 }
 
 /** The conversation vLLM hands to the chat template for these request messages. */
@@ -86,23 +87,25 @@ export function conversation(messages: readonly ChatMessage[], format: ContentFo
 }
 
 /**
- * An assistant's tool calls with `function.arguments` as the template expects them: a JSON string parsed
- * (Python's json, floats kept), anything unparsable or not an object/array replaced by {}.
+ * An assistant's tool calls with `function.arguments` as vLLM's _postprocess_messages leaves them: always a mapping,
+ * as chat templates require. An object is kept, a JSON string parsed (Python's json, floats kept); empty, malformed,
+ * or anything that is not a JSON object (an array, a number) becomes {}. A call that is no object, or not of type
+ * "function", is refused as vLLM refuses it.
  */
 function toolCalls(calls: unknown): unknown {
   if (!Array.isArray(calls)) return calls;
   return calls.map((call) => {
-    const fn = (call as { function?: unknown } | null)?.function;
-    if (typeof fn !== "object" || fn === null) throw new ChatTemplateError("an assistant tool call has no function");
-    const args = (fn as { arguments?: unknown }).arguments;
-    let parsed: unknown = {};
-    if (typeof args === "string") {
+    if (typeof call !== "object" || call === null || Array.isArray(call)) throw new ChatTemplateError("assistant tool_calls entries must be objects.");
+    const { type = "function", function: fn } = call as { type?: unknown; function?: unknown };
+    if (type !== "function" || !isPyDict(fn)) throw new ChatTemplateError("chat completions only support assistant tool_calls of type 'function'.");
+    let parsed: unknown = fn.arguments;
+    if (typeof parsed === "string") {
       try {
-        parsed = parseJsonKeepingFloats(args);
+        parsed = parseJsonKeepingFloats(parsed);
       } catch {
         parsed = {};
       }
-    } else if (typeof args === "object" && args !== null) parsed = args;
-    return { ...(call as object), function: { ...fn, arguments: parsed } };
+    }
+    return { ...call, function: { ...fn, arguments: isPyDict(parsed) ? parsed : {} } };
   });
 }

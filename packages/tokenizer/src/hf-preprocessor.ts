@@ -1,10 +1,10 @@
 import { Tokenizer } from "@huggingface/tokenizers";
 import { detectContentFormat, type ContentFormat } from "./content-format";
 import { conversation } from "./conversation";
-import { ChatTemplateError, continueFinalMessage, templateTools } from "./messages";
+import { ChatTemplateError, ChatUnrenderable, continueFinalMessage, templateTools } from "./messages";
 import { compileFastTokenizer } from "./fast/fast-tokenizer";
 import { postProcessorAdditions } from "./post-processor";
-import { PyTemplate } from "./py-template";
+import { PyTemplate, TemplateRaised } from "./py-template";
 import { truncatePrompt, truncates, type Truncation } from "./truncation";
 import { SegmentCache } from "./segment-cache";
 import { Segmenter, type EncodeControl, type SectionEncoder } from "./segmenter";
@@ -93,8 +93,10 @@ export class HfPreprocessor implements Preprocessor {
     try {
       rendered = template.compiled.render(vars);
     } catch (err) {
-      // raise_exception() in the template, or a value it cannot handle: the request's doing.
-      throw new ChatTemplateError(`chat template failed: ${(err as Error).message}`);
+      // raise_exception() in the template: the request's doing, a 400 as vLLM answers. Any other failure may be
+      // the engine's here (jinja2 renders what @huggingface/jinja cannot): not a reason to refuse the request.
+      if (err instanceof TemplateRaised) throw new ChatTemplateError(`chat template failed: ${err.message}`);
+      throw new ChatUnrenderable(`chat template failed here: ${(err as Error).message}`);
     }
     return opts.continueFinalMessage ? continueFinalMessage(rendered, chat) : rendered;
   }
@@ -207,10 +209,10 @@ function knownPrefixOf(control: EncodeControl | undefined, t: Truncation, prefix
 
 /**
  * vLLM's ChatParams.with_defaults: the request's template variables over the server's defaults, where a request's
- * null or "auto" leaves the default (merge_kwargs' unset values); without defaults, the request's as they are.
+ * null or "auto" leaves the default (merge_kwargs' unset values). vLLM always has defaults to merge with (it adds
+ * `tokenize` to the server's), so a request's null or "auto" is dropped even when the server sets none.
  */
-function withDefaults(defaults: Record<string, unknown>, request: Record<string, unknown> | undefined): Record<string, unknown> | undefined {
-  if (Object.keys(defaults).length === 0) return request;
+function withDefaults(defaults: Record<string, unknown>, request: Record<string, unknown> | undefined): Record<string, unknown> {
   const out = { ...defaults };
   for (const [k, v] of Object.entries(request ?? {})) if (v !== null && v !== "auto") out[k] = v;
   return out;

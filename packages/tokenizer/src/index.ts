@@ -1,7 +1,7 @@
 export { createPreprocessor } from "./preprocessor";
 export { byteFallbackEncode, byteFallbackDecode, byteFallbackRenderChat } from "./byte-fallback";
 export { SegmentCache, DEFAULT_CACHE_MAX_BYTES } from "./segment-cache";
-export { ChatTemplateError } from "./messages";
+export { ChatTemplateError, ChatUnrenderable } from "./messages";
 export { PyFloat, parseJsonKeepingFloats } from "./py-values";
 export { keepsTail, truncatePrompt, truncates, type Truncation } from "./truncation";
 export { EncodeStopped, type EncodeControl, type KnownPrefix } from "./segmenter";
@@ -15,7 +15,7 @@ export {
 } from "./pool/tokenizer-pool";
 export type { BodyReading } from "./pool/protocol";
 export { affinityKey } from "./pool/affinity";
-export { encodeJob, nextTurnJob, type BodyJob, type PoolJob, type TokenizeJob } from "./job";
+export { encodeJob, nextTurnJob, type BodyJob, type PoolJob, type RenderVerdict, type TokenizeJob, type Unrendered } from "./job";
 // OpenAI request bodies, read the same way by the EPP's event loop and by a pool member.
 export { BadRequest } from "./request/bad-request";
 export {

@@ -1,6 +1,7 @@
 // One request's tokenization as a value: what the EPP asks for, in process or through the pool, so both
 // paths give the same ids.
 import { firstMediaPosition } from "./media";
+import { ChatUnrenderable } from "./messages";
 import type { EncodeControl } from "./segmenter";
 import { keepsTail } from "./truncation";
 import type { ChatMessage, ChatOptions, CompletionOptions, Preprocessor } from "./types";
@@ -14,7 +15,21 @@ export type TokenizeJob =
    * `cutAtMedia`: the ids stop before the first media part (what a router can match; see media.ts). `cutAtBound`:
    * the messages stop at the routing bound (routing-job.ts), so the request's new turn lies past them.
    */
-  | { kind: "chat"; messages: ChatMessage[]; opts: ChatOptions; cutAtMedia?: boolean; cutAtBound?: boolean };
+  | { kind: "chat"; messages: ChatMessage[]; opts: ChatOptions; cutAtMedia?: boolean; cutAtBound?: boolean; verdict?: RenderVerdict };
+
+/**
+ * Where the encode of a body's chat says why it rendered nothing here (its BodyFields, read with the body): a chat
+ * this process cannot render (ChatUnrenderable) then has no ids and is routed by load, its cause carried back with
+ * the body's fields, to the caller's thread too. Without one, the error is thrown.
+ */
+export type RenderVerdict = { unrendered?: Unrendered };
+
+/**
+ * Why a prompt was not rendered here, though vLLM may serve it: `stored_history`, a Responses request continuing a
+ * stored response (previous_response_id) whose history only the worker holds; `template_engine`, a chat template
+ * the engine here fails on (ChatUnrenderable).
+ */
+export type Unrendered = { cause: "stored_history" | "template_engine"; message: string };
 
 /**
  * A request body as received, for the tokenizer pool: its member reads it (readBody) and tokenizes what it
@@ -57,7 +72,15 @@ export function newTurnChars(job: TokenizeJob): number | undefined {
 
 export function encodeJob(pre: Preprocessor, job: TokenizeJob, control?: EncodeControl): Uint32Array {
   if (job.kind === "prompt") return pre.encodeCompletion(job.text, job.opts, control);
-  const ids = pre.encodeChat(job.messages, job.opts, control);
+  let ids: Uint32Array;
+  try {
+    ids = pre.encodeChat(job.messages, job.opts, control);
+  } catch (err) {
+    if (!(err instanceof ChatUnrenderable) || job.verdict === undefined) throw err;
+    // By load: ids of a prompt rendered otherwise than vLLM renders it would follow another prompt's cache.
+    job.verdict.unrendered = { cause: "template_engine", message: err.message };
+    return new Uint32Array(0);
+  }
   if (!job.cutAtMedia) return ids;
   // vLLM's blocks from an image or audio part on carry the item's identifier, which a router cannot
   // compute: the ids end before the first such part.

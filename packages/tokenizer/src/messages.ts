@@ -16,15 +16,42 @@ export class ChatTemplateError extends Error {
 }
 
 /**
- * `tools` as vLLM passes them to the template (its pydantic model_dump): `{type, function: {name,
- * description, parameters}}` in that order, absent fields as null. Numbers inside keep their PyFloat marks.
+ * A chat this process cannot render as vLLM would, through no fault of the request: the template engine here
+ * failed where the template did not raise (a gap in @huggingface/jinja, not one in the request). vLLM may serve
+ * it, so it is routed by load rather than refused (see encodeJob).
+ */
+export class ChatUnrenderable extends Error {
+  override name = "ChatUnrenderable";
+}
+
+/**
+ * `tools` as vLLM passes them to the template (ChatCompletionToolsParam.model_dump): `{type, function: {name,
+ * description, parameters, strict, defer_loading}, defer_loading}` in that order, description and parameters as null
+ * when absent, strict and defer_loading only when set (a tool's defer_loading also reaches its function), fields
+ * vLLM does not know dropped. Templates print each tool with tojson, so OpenAI SDK clients' `strict: true` is in
+ * every prompt. Numbers inside keep their PyFloat marks.
  */
 export function templateTools(tools: readonly unknown[]): unknown[] {
   return tools.map((t) => {
-    const tool = (t ?? {}) as { type?: unknown; function?: { name?: unknown; description?: unknown; parameters?: unknown } };
-    const fn = tool.function ?? {};
-    return { type: tool.type ?? "function", function: { name: fn.name, description: fn.description ?? null, parameters: fn.parameters ?? null } };
+    const tool = (t ?? {}) as { type?: unknown; function?: FunctionFields; defer_loading?: unknown };
+    const fn: FunctionFields = tool.function ?? {};
+    const out: Record<string, unknown> = { type: tool.type ?? "function", function: functionDefinition(fn, tool.defer_loading) };
+    if (isSet(tool.defer_loading)) out.defer_loading = tool.defer_loading;
+    return out;
   });
+}
+
+type FunctionFields = { name?: unknown; description?: unknown; parameters?: unknown; strict?: unknown; defer_loading?: unknown };
+
+const isSet = (v: unknown) => v !== undefined && v !== null;
+
+/** vLLM's FunctionDefinition as dumped: its unset strict and defer_loading left out. */
+function functionDefinition(fn: FunctionFields, toolDeferLoading: unknown): Record<string, unknown> {
+  const out: Record<string, unknown> = { name: fn.name, description: fn.description ?? null, parameters: fn.parameters ?? null };
+  if (isSet(fn.strict)) out.strict = fn.strict;
+  const deferLoading = isSet(fn.defer_loading) ? fn.defer_loading : toolDeferLoading;
+  if (isSet(deferLoading)) out.defer_loading = deferLoading;
+  return out;
 }
 
 /** The text continue_final_message continues: the content, or its last part that has text (transformers' rule). */

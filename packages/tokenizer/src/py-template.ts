@@ -10,7 +10,7 @@
 // @huggingface/jinja 0.5.13 (latest) has the same gaps, so they are closed here, at our boundary: an Interpreter
 // subclass that evaluates those few node kinds itself and defers every other one to the library.
 import { Environment, Interpreter, Template } from "@huggingface/jinja";
-import { PyFloat, pyFloatRepr, pyStrip, pyStrRepr } from "./py-values";
+import { PyFloat, pyFloatRepr, PyInt, pyStrip, pyStrRepr } from "./py-values";
 
 type Value = { type: string; value: unknown };
 type ValueClass = new (value?: unknown) => Value;
@@ -33,6 +33,7 @@ const ObjectValue = classOf({});
 /** A request value as the template sees it; PyFloat becomes a float, other numbers by their integrality. */
 export function toTemplateValue(v: unknown): Value {
   if (v instanceof PyFloat) return new FloatValue(v.value);
+  if (v instanceof PyInt) return Object.assign(new IntegerValue(v.value), { digits: v.digits });
   if (Array.isArray(v)) return new ArrayValue(v.map(toTemplateValue));
   if (typeof v === "number") return Number.isInteger(v) ? new IntegerValue(v) : new FloatValue(v);
   if (typeof v === "string") return new StringValue(v);
@@ -59,7 +60,8 @@ export function pyRepr(v: Value): string {
     case "StringValue":
       return pyStrRepr(v.value as string);
     case "IntegerValue":
-      return Number.isSafeInteger(v.value) ? String(v.value) : BigInt(v.value as number).toString();
+      // A big integer from the request prints as written (PyInt), as Python's int does.
+      return (v as { digits?: string }).digits ?? (Number.isSafeInteger(v.value) ? String(v.value) : BigInt(v.value as number).toString());
     case "FloatValue":
       return pyFloatRepr(v.value as number);
     case "BooleanValue":

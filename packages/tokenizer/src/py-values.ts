@@ -2,8 +2,8 @@
 // (pydantic keeps a float a float), so `1.0` stays `1.0` through `tojson`, while JSON.parse makes it the number 1
 // and the template prints `1`. These helpers keep that distinction and print values as Python prints them.
 
-/** A JSON number written with a fraction or an exponent (`1.0`, `2e3`): Python's float. */
-export class PyFloat {
+/** A JSON number JavaScript would print otherwise than Python: marked with how Python reads it. */
+export abstract class PyNumber {
   constructor(readonly value: number) {}
   /** Plain JSON.stringify (logs, size estimates) sees the number. */
   toJSON(): number {
@@ -11,14 +11,29 @@ export class PyFloat {
   }
 }
 
+/** A JSON number written with a fraction or an exponent (`1.0`, `2e3`): Python's float. */
+export class PyFloat extends PyNumber {}
+
+/** An integer past 2^53 (a JSON Schema's int64 bound): Python's int keeps every digit, a JavaScript number does not. */
+export class PyInt extends PyNumber {
+  constructor(readonly digits: string) {
+    super(Number(digits));
+  }
+}
+
+/** A JSON object as Python's json gives it, a dict: not an array, nor a number kept as a PyNumber (an object here). */
+export const isPyDict = (v: unknown): v is Record<string, unknown> => typeof v === "object" && v !== null && !Array.isArray(v) && !(v instanceof PyNumber);
+
 /**
- * JSON.parse that keeps Python's float/int distinction: numbers written with `.`, `e` or `E` become PyFloat.
- * Uses the reviver's source text (JSON.parse source access), so the cost is one callback per value.
+ * JSON.parse that keeps Python's view of numbers: those written with `.`, `e` or `E` become PyFloat, integers past
+ * 2^53 PyInt (their digits as written). Uses the reviver's source text (JSON.parse source access), so the cost is
+ * one callback per value.
  */
 export function parseJsonKeepingFloats(text: string): unknown {
   return JSON.parse(text, (_key, value: unknown, context?: { source?: string }) => {
     if (typeof value !== "number" || context?.source === undefined) return value;
-    return /[.eE]/.test(context.source) ? new PyFloat(value) : value;
+    if (/[.eE]/.test(context.source)) return new PyFloat(value);
+    return Number.isSafeInteger(value) ? value : new PyInt(context.source);
   });
 }
 

@@ -7,7 +7,9 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import fc from "fast-check";
 import { Registry } from "prom-client";
-import { ChatTemplateError, createPreprocessor, type ChatMessage, type Preprocessor } from "../src/index";
+import {
+  ChatTemplateError, ChatUnrenderable, createPreprocessor, encodeJob, readBody, TokenizerPool, type ChatMessage, type Preprocessor, type TokenizeJob,
+} from "../src/index";
 import { parseBodyBytes } from "../src/request/openai-body";
 import { qwen3Goldens, qwen3TokenizerDir, type Goldens } from "./qwen3-fixture";
 
@@ -28,14 +30,18 @@ afterAll(() => {
   for (const d of templateDirs) rmSync(d, { recursive: true, force: true });
 });
 
-/** Qwen3's vocabulary with another chat template (a copy of its files in a temporary directory). */
-function withTemplate(template: string, defaultChatTemplateKwargs?: string): Preprocessor {
+/** Qwen3's vocabulary with another chat template: a copy of its files in a temporary directory. */
+function templateDir(template: string): string {
   const copy = mkdtempSync(join(tmpdir(), "chat-template-"));
   templateDirs.push(copy);
   copyFileSync(join(dir, "tokenizer.json"), join(copy, "tokenizer.json"));
   const config = JSON.parse(readFileSync(join(dir, "tokenizer_config.json"), "utf8"));
   writeFileSync(join(copy, "tokenizer_config.json"), JSON.stringify({ ...config, chat_template: template }));
-  return createPreprocessor({ tokenizerDir: copy, cache: false, defaultChatTemplateKwargs });
+  return copy;
+}
+
+function withTemplate(template: string, defaultChatTemplateKwargs?: string): Preprocessor {
+  return createPreprocessor({ tokenizerDir: templateDir(template), cache: false, defaultChatTemplateKwargs });
 }
 
 describe("Qwen3 golden ids", () => {
@@ -103,12 +109,56 @@ describe("Qwen3 golden ids", () => {
     expect(tools).toContain('{"type": "function", "function": {"name": "noop", "description": null, "parameters": null}}');
   });
 
+  test("a tool's strict and defer_loading reach the template as vLLM dumps its tools (set ones only, in its field order)", () => {
+    const render = (body: Record<string, unknown>, path?: string) => {
+      const input = parseBodyBytes(new TextEncoder().encode(JSON.stringify(body)), path).input;
+      if (input.kind !== "chat") throw new Error("not a chat");
+      return cached.renderChat(input.messages, { tools: input.tools, templateKwargs: input.templateKwargs });
+    };
+    const params = { type: "object", properties: { city: { type: "string" } }, required: ["city"], additionalProperties: false };
+    const sdkTool = { type: "function", function: { strict: true, parameters: params, name: "get_weather", description: "Weather", extra: 1 } };
+    // What vLLM's ChatCompletionToolsParam.model_dump() gives Qwen3's `tool | tojson`, written out from its models.
+    const dumped =
+      '{"type": "function", "function": {"name": "get_weather", "description": "Weather", "parameters": {"type": "object", ' +
+      '"properties": {"city": {"type": "string"}}, "required": ["city"], "additionalProperties": false}, "strict": true}}';
+    const messages = [{ role: "user", content: "Weather in Paris?" }];
+    expect(render({ messages, tools: [sdkTool] })).toContain(`<tools>\n${dumped}\n</tools>`);
+    // Unset (null) ones are left out; a tool's defer_loading is also its function's.
+    const deferred = { type: "function", defer_loading: true, function: { name: "f", strict: null } };
+    expect(render({ messages, tools: [deferred] })).toContain(
+      '<tools>\n{"type": "function", "function": {"name": "f", "description": null, "parameters": null, "defer_loading": true}, "defer_loading": true}\n</tools>',
+    );
+    // /v1/responses: a flat function tool becomes the same FunctionDefinition.
+    const flat = { type: "function", name: "get_weather", description: "Weather", parameters: params, strict: true };
+    expect(render({ model: "m", input: "Weather in Paris?", tools: [flat] }, "/v1/responses")).toContain(`<tools>\n${dumped}\n</tools>`);
+  });
+
   test("a template that raises is a ChatTemplateError (the request's fault, a 400)", () => {
     const pre = withTemplate("{% if messages[0].role != 'system' %}{{ raise_exception('a system message must come first') }}{% endif %}ok");
     expect(pre.renderChat([{ role: "system", content: "s" }])).toBe("ok");
     expect(() => pre.renderChat([{ role: "user", content: "x" }])).toThrow(ChatTemplateError);
     expect(() => pre.renderChat([{ role: "user", content: "x" }])).toThrow(/a system message must come first/);
   });
+
+  test("a template the engine here fails on without raising is no 400: a body's chat is routed by load, saying why", async () => {
+    // jinja2 has `wordcount`; @huggingface/jinja does not. vLLM renders this chat; a refusal here would refuse it.
+    const template = "{{ messages[0].content | wordcount }}";
+    expect(() => withTemplate(template).renderChat([{ role: "user", content: "two words" }])).toThrow(ChatUnrenderable);
+    const body = new TextEncoder().encode(JSON.stringify({ model: "m", messages: [{ role: "user", content: "two words" }] }));
+    const read = readBody({ body });
+    expect([...encodeJob(withTemplate(template), read.job as TokenizeJob)]).toEqual([]);
+    expect(read.fields).toMatchObject({ model: "m", kind: "chat", unrendered: { cause: "template_engine", message: expect.stringContaining("wordcount") } });
+    // Through the pool too: the cause comes back with the body's fields.
+    const pool = new TokenizerPool({ preprocessor: { tokenizerDir: templateDir(template), cache: false }, size: 1, budgetMs: 600_000 });
+    try {
+      await pool.ready();
+      const out = await pool.tokenize({ kind: "body", request: { body } });
+      expect([...out.tokens]).toEqual([]);
+      expect(out.read?.fields.unrendered?.cause).toBe("template_engine");
+    } finally {
+      await pool.close();
+    }
+  }, 60_000);
 
   test("a request's reasoning_content, reasoning_effort and documents render as vLLM renders them", () => {
     const chat = (body: Record<string, unknown>, pre: Preprocessor = cached) => {
@@ -156,9 +206,29 @@ describe("Qwen3 golden ids", () => {
     expect(withTemplate("{{ x }} {{ y }}", '{"x": 1.0, "y": 2}').renderChat(msgs)).toBe("1.0 2");
   });
 
+  test("a request's null or \"auto\" chat template kwarg is dropped even without server defaults (vLLM always merges)", () => {
+    // The template's own default applies, as in vLLM, where merge_kwargs leaves the kwarg unset.
+    const pre = withTemplate("{{ (flag if flag is defined else 'unset') ~ '|' ~ (mode if mode is defined else 'unset') }}");
+    const input = parseBodyBytes(new TextEncoder().encode(JSON.stringify({ messages: [{ role: "user", content: "q" }], chat_template_kwargs: { flag: null, mode: "auto" } }))).input;
+    if (input.kind !== "chat") throw new Error("not a chat");
+    expect(pre.renderChat(input.messages, { templateKwargs: input.templateKwargs })).toBe("unset|unset");
+    expect(pre.renderChat(input.messages, { templateKwargs: { flag: false, mode: "x" } })).toBe("False|x");
+  });
+
   test("a content array contributes its text parts joined by newlines, as vLLM's string format", () => {
     const parts: ChatMessage = { role: "user", content: [{ type: "text", text: "a" }, { type: "image_url" }, { type: "text", text: "b" }] };
     expect(cached.encodeChat([parts])).toEqual(cached.encodeChat([{ role: "user", content: "a\nb" }]));
+  });
+
+  test("a content part given as a plain string is a text part, as vLLM parses it (not a 400)", () => {
+    const chat = (content: unknown) => {
+      const input = parseBodyBytes(new TextEncoder().encode(JSON.stringify({ messages: [{ role: "user", content }] }))).input;
+      if (input.kind !== "chat") throw new Error("not a chat");
+      return cached.renderChat(input.messages);
+    };
+    // vLLM's string format joins the parts' texts with "\n": Qwen3 renders the user turn "a\nb".
+    expect(chat(["a", { type: "text", text: "b" }])).toBe("<|im_start|>user\na\nb<|im_end|>\n<|im_start|>assistant\n");
+    expect(chat(["a", "b"])).toBe(chat("a\nb"));
   });
 });
 

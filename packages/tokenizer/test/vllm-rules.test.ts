@@ -30,6 +30,13 @@ beforeAll(async () => {
   pre.gemma3 = createPreprocessor({ tokenizerDir: lenml("gemma3") });
 }, 180_000); // three vocabularies (Gemma 3's tokenizer.json is 33 MB): seconds, more on a loaded machine
 
+/** A chat body's messages and options, read as the EPP reads them. */
+function chatArgs(body: string): [ChatMessage[], { tools?: unknown[] }] {
+  const { input } = parseBody(parseJsonKeepingFloats(body));
+  if (input.kind !== "chat") throw new Error("not a chat body");
+  return [input.messages, { tools: input.tools }];
+}
+
 /** A case's body read as the EPP reads a chat body (parseBody), so its fields (tools, kwargs, reasoning_effort) reach the render. */
 function chatOf(c: ChatCase) {
   const { input } = parseBody(parseJsonKeepingFloats(c.body));
@@ -69,6 +76,15 @@ describe("template semantics are Python's", () => {
     const t = new PyTemplate("{{ x }} {{ x | tojson }} {{ y }}");
     expect(t.render(parseJsonKeepingFloats('{"x": 1.0, "y": 1}') as Record<string, unknown>)).toBe("1.0 1.0 1");
     expect(t.render(JSON.parse('{"x": 1.0, "y": 1}'))).toBe("1 1 1");
+  });
+
+  test("an integer past 2^53 keeps every digit, as Python's int does (a JSON Schema's int64 bounds)", () => {
+    const t = new PyTemplate("{{ x }} {{ x | tojson }} {{ [x] }} {{ y }}");
+    const vars = parseJsonKeepingFloats('{"x": 18446744073709551615, "y": -9223372036854775808}') as Record<string, unknown>;
+    expect(t.render(vars)).toBe("18446744073709551615 18446744073709551615 [18446744073709551615] -9223372036854775808");
+    // In a tool's parameters, as the template prints the tool.
+    const body = '{"messages": [{"role": "user", "content": "q"}], "tools": [{"type": "function", "function": {"name": "f", "parameters": {"maximum": 9223372036854775807}}}]}';
+    expect(pre.qwen3.renderChat(...chatArgs(body))).toContain('"parameters": {"maximum": 9223372036854775807}');
   });
 });
 
@@ -118,6 +134,14 @@ describe("conversation (vLLM's message rebuilding)", () => {
     expect(() => conversation([{ role: "user", content: [{ type: "hologram" }] }], "string")).toThrow(/Unsupported chat content part type/);
   });
 
+  test("an empty text part adds nothing in the string format (vLLM keeps only non-empty parts), and stays one in the openai format", () => {
+    const content = [{ type: "text", text: "a" }, { type: "text", text: "" }, "", { type: "text", text: "b" }] as ChatMessage["content"];
+    expect(conversation([{ role: "user", content }], "string")[0]!.content).toBe("a\nb");
+    expect(conversation([{ role: "user", content }], "openai")[0]!.content).toEqual([
+      { type: "text", text: "a" }, { type: "text", text: "" }, { type: "text", text: "" }, { type: "text", text: "b" },
+    ]);
+  });
+
   test("tool-call arguments: JSON parsed keeping floats, anything else {}", () => {
     const call = (args: unknown) => ({ role: "assistant", content: null, tool_calls: [{ id: "c", type: "function", function: { name: "f", arguments: args } }] });
     const argsOf = (args: unknown) => ((conversation([call(args)], "string")[0]!.tool_calls as { function: { arguments: unknown } }[])[0]!.function.arguments);
@@ -125,6 +149,16 @@ describe("conversation (vLLM's message rebuilding)", () => {
     expect(new PyTemplate("{{ a | tojson }}").render({ a: argsOf('{"a": 1.0}') })).toBe('{"a": 1.0}');
     expect(argsOf("not json")).toEqual({});
     expect(argsOf(7)).toEqual({});
-    expect(argsOf([1])).toEqual([1]);
+  });
+
+  test("tool-call arguments that are JSON but no object become {}, as vLLM's _postprocess_messages coerces them", () => {
+    const call = (args: unknown) => ({ role: "assistant", content: null, tool_calls: [{ id: "c", type: "function", function: { name: "f", arguments: args } }] });
+    const argsOf = (args: unknown) => ((conversation([call(args)], "string")[0]!.tool_calls as { function: { arguments: unknown } }[])[0]!.function.arguments);
+    for (const args of [[1], "[1]", "42", "1.5", "true", "null", '"s"', null, 0]) expect(argsOf(args)).toEqual({});
+    expect(argsOf({ a: 1 })).toEqual({ a: 1 });
+    // A call that is no object, or of another type than "function", is refused (a 400 in vLLM).
+    const calls = (tool_calls: unknown[]) => conversation([{ role: "assistant", content: null, tool_calls }], "string");
+    expect(() => calls(["c"])).toThrow(/tool_calls entries must be objects/);
+    expect(() => calls([{ type: "custom", function: { name: "f" } }])).toThrow(/of type 'function'/);
   });
 });

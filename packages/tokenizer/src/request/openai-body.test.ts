@@ -23,6 +23,13 @@ describe("OpenAI request bodies", () => {
     expect(parseBodyBytes(bytes({ messages: msgs, tools: [{ type: "function" }] })).input).toEqual({ kind: "chat", messages: msgs, tools: [{ type: "function" }] });
   });
 
+  test("chat: a content part may be a plain string (a text part), a Responses input's may not", () => {
+    const input = parseBodyBytes(bytes({ messages: [{ role: "user", content: ["a", { type: "image_url", image_url: { url: "u" } }] }] })).input;
+    expect(input.kind === "chat" && input.messages).toEqual([{ role: "user", content: [{ type: "text", text: "a" }, { type: "image_url", image_url: { url: "u" } }] }]);
+    expect(() => parseBodyBytes(bytes({ messages: [{ role: "user", content: [1] }] }))).toThrow(BadRequest);
+    expect(() => parseBodyBytes(bytes({ input: [{ role: "user", content: ["a"] }] }), "/v1/responses")).toThrow(BadRequest);
+  });
+
   test("chat: chat_template_kwargs reach the template, as vLLM renders with them", () => {
     const msgs = [{ role: "user", content: "x" }];
     const input = parseBodyBytes(bytes({ messages: msgs, chat_template_kwargs: { enable_thinking: false } })).input;
@@ -58,6 +65,21 @@ describe("OpenAI request bodies", () => {
     expect(() => kwargs({ tools: [], chat_template_kwargs: 1.0 })).toThrow(/chat_template_kwargs must be an object/);
   });
 
+  test("responses: chat_template_kwargs and reasoning.effort merge as vLLM's ResponsesRequest.build_chat_params merges them", () => {
+    const kwargs = (body: Record<string, unknown>) => {
+      const input = parseBodyBytes(bytes({ input: "x", ...body }), "/v1/responses").input;
+      return input.kind === "chat" ? input.templateKwargs : "not a chat";
+    };
+    expect(kwargs({ chat_template_kwargs: { enable_thinking: false } })).toEqual({ enable_thinking: false });
+    expect(kwargs({ reasoning: { effort: "low" } })).toEqual({ reasoning_effort: "low", enable_thinking: true });
+    expect(kwargs({ reasoning: { effort: "none" } })).toEqual({ reasoning_effort: "none", enable_thinking: false });
+    expect(kwargs({ reasoning: { effort: "high" }, chat_template_kwargs: { enable_thinking: false, x: 1 } })).toEqual({ reasoning_effort: "high", enable_thinking: false, x: 1 });
+    expect(kwargs({ reasoning: { effort: null } })).toBeUndefined();
+    expect(() => kwargs({ chat_template_kwargs: [1] })).toThrow(/chat_template_kwargs must be an object/);
+    expect(() => kwargs({ reasoning: { effort: 3 } })).toThrow(/reasoning.effort must be a string/);
+    expect(() => kwargs({ reasoning: 1.0 })).toThrow(/reasoning must be an object/);
+  });
+
   test("chat: a message's deprecated reasoning_content is its reasoning (vLLM's validator renames it); not on Responses", () => {
     const chat = (messages: unknown[]) => {
       const input = parseBodyBytes(bytes({ messages })).input;
@@ -74,18 +96,6 @@ describe("OpenAI request bodies", () => {
     const item = { role: "assistant", content: "a", reasoning_content: "r" };
     const responses = parseBodyBytes(bytes({ input: [{ role: "user", content: "q" }, item] }), "/v1/responses").input;
     expect(responses.kind === "chat" ? responses.messages.at(-1) : undefined).toEqual({ role: "assistant", content: "a" });
-  });
-
-  test("responses: reasoning.effort reaches the template as reasoning_effort (no enable_thinking, no chat_template_kwargs)", () => {
-    const kwargs = (body: Record<string, unknown>) => {
-      const input = parseBodyBytes(bytes({ input: "hi", ...body }), "/v1/responses").input;
-      return input.kind === "chat" ? input.templateKwargs : "not a chat";
-    };
-    expect(kwargs({ reasoning: { effort: "low" } })).toEqual({ reasoning_effort: "low" });
-    expect(kwargs({ reasoning: { effort: null } })).toBeUndefined();
-    expect(kwargs({ chat_template_kwargs: { enable_thinking: false } })).toBeUndefined();
-    expect(() => kwargs({ reasoning: { effort: 3 } })).toThrow(/reasoning.effort must be a string/);
-    expect(() => kwargs({ reasoning: 1.0 })).toThrow(/reasoning must be an object/);
   });
 
   test("chat: add_generation_prompt and continue_final_message reach the template, as vLLM renders with them", () => {

@@ -1,10 +1,11 @@
 // The OpenAI request bodies the EPP routes: /v1/completions, /v1/chat/completions and /v1/responses.
 // Only the fields that decide the route are read; the body itself is forwarded untouched.
 import { JsonFieldScanner, type JsonField } from "@kv-epp/index-wasm/json";
-import { parseJsonKeepingFloats, PyFloat } from "../py-values";
+import { isPyDict, parseJsonKeepingFloats, PyNumber } from "../py-values";
 import { responsesChat, ResponsesInputError, type ResponsesChat } from "../responses";
+import type { Unrendered } from "../job";
 import { truncatePrompt, type Truncation } from "../truncation";
-import type { ChatMessage } from "../types";
+import type { ChatMessage, ContentPart } from "../types";
 import { BadRequest } from "./bad-request";
 
 /**
@@ -31,7 +32,7 @@ export type RoutedInput =
  * `batchedPrompts`: a /v1/completions batch of this many prompts (> 1); the first one is routed, while the
  * response's usage adds up the whole batch.
  */
-export type ParsedBody = { model?: string; cacheSalt?: string; batchedPrompts?: number; input: RoutedInput };
+export type ParsedBody = { model?: string; cacheSalt?: string; batchedPrompts?: number; input: RoutedInput; unrendered?: Unrendered };
 
 export { BadRequest };
 
@@ -178,9 +179,14 @@ function jsonString(body: Uint8Array, start: number, end: number): string {
   return raw.includes(0x5c) ? (JSON.parse(decoder.decode(raw)) as string) : decoder.decode(raw.subarray(1, -1));
 }
 
-/** OpenAI's shapes of `content`: absent, null, text, or parts ({type: "text", text}, images, ...). */
-function validContent(c: unknown): boolean {
-  return c === undefined || c === null || typeof c === "string" || (Array.isArray(c) && c.every((p) => typeof p === "object" && p !== null && !Array.isArray(p)));
+/**
+ * OpenAI's shapes of `content`: absent, null, text, or parts ({type: "text", text}, images, ...). A chat completion's
+ * parts may also be plain strings (vLLM's content part union has `str`, parsed as a text part); a Responses input's
+ * may not.
+ */
+function validContent(c: unknown, stringParts = false): boolean {
+  const part = (p: unknown) => (typeof p === "object" && p !== null && !Array.isArray(p)) || (stringParts && typeof p === "string");
+  return c === undefined || c === null || typeof c === "string" || (Array.isArray(c) && c.every(part));
 }
 
 /** Validates an already-decoded body (also used by POST /select); `path` as for parseBodyBytes. */
@@ -203,8 +209,8 @@ function parseInput(doc: unknown, path: string | undefined): ParsedBody {
   if (o.messages !== undefined) {
     if (!Array.isArray(o.messages) || o.messages.some((m) => typeof m !== "object" || m === null || typeof m.role !== "string"))
       throw new BadRequest("messages must be an array of {role, content}");
-    if (o.messages.some((m) => !validContent((m as ChatMessage).content)))
-      throw new BadRequest("a message's content must be a string, null, or an array of content parts (objects)");
+    if (o.messages.some((m) => !validContent((m as ChatMessage).content, true)))
+      throw new BadRequest("a message's content must be a string, null, or an array of content parts (objects or strings)");
     if (o.tools !== undefined && !Array.isArray(o.tools)) throw new BadRequest("tools must be an array");
     const templateKwargs = templateKwargsOf(o);
     const addGenerationPrompt = optionalBool(o.add_generation_prompt, "add_generation_prompt");
@@ -226,6 +232,13 @@ function parseInput(doc: unknown, path: string | undefined): ParsedBody {
     return { model, input: withText, batchedPrompts };
   }
   if (o.input !== undefined && isResponses(o, path)) {
+    const previous = o.previous_response_id;
+    if (previous !== undefined && previous !== null) {
+      if (typeof previous !== "string") throw new BadRequest("previous_response_id must be a string");
+      // vLLM renders the stored response's history before this input: a prompt only that worker can build.
+      const message = "previous_response_id: the prompt starts with history stored on the worker";
+      return { model, input: { kind: "none" }, unrendered: { cause: "stored_history", message } };
+    }
     const chat = responsesChatOf(o);
     if (chat.messages.some((m) => typeof m !== "object" || m === null || typeof m.role !== "string" || !validContent(m.content)))
       throw new BadRequest("an input message must have a role and content as a string or content parts");
@@ -269,25 +282,29 @@ function truncationOf(o: Record<string, unknown>): Truncation {
   return out;
 }
 
-/** A number parsed as a Python float (PyFloat) read as the number it is; pydantic takes 5.0 for an int field. */
+/** A number parsed as a PyNumber read as the number it is; pydantic takes 5.0 for an int field. */
 function plainNumber(v: unknown): unknown {
-  return v instanceof PyFloat ? v.value : v;
+  return v instanceof PyNumber ? v.value : v;
 }
 
 /**
  * A chat request's messages as vLLM's ChatCompletionRequest validator leaves them: a message's deprecated
  * `reasoning_content` becomes its `reasoning` where that is null or absent (Qwen's agents send history this
  * way; dropped, the turn would lose its <think> block and every later block its identity). Only for
- * /v1/chat/completions: vLLM's Responses path does not rename. Messages without it are returned as they are.
+ * /v1/chat/completions: vLLM's Responses path does not rename. A content part given as a plain string becomes the
+ * text part vLLM parses it as. Messages needing neither are returned as they are.
  */
 export function chatMessages(messages: ChatMessage[]): ChatMessage[] {
-  if (!messages.some((m) => m.reasoning_content !== undefined)) return messages;
+  if (!messages.some((m) => m.reasoning_content !== undefined || hasStringPart(m))) return messages;
   return messages.map((m) => {
+    if (hasStringPart(m)) m = { ...m, content: (m.content as unknown[]).map((p) => (typeof p === "string" ? { type: "text", text: p } : p)) as ContentPart[] };
     if (m.reasoning_content === undefined) return m;
     const { reasoning_content: old, ...rest } = m;
     return old !== null && (rest.reasoning === undefined || rest.reasoning === null) ? { ...rest, reasoning: old } : rest;
   });
 }
+
+const hasStringPart = (m: ChatMessage) => Array.isArray(m.content) && (m.content as unknown[]).some((p) => typeof p === "string");
 
 /**
  * A reasoning effort: a string, or null for none. Which strings vLLM takes follows its openai package's version
@@ -299,8 +316,6 @@ function reasoningEffort(v: unknown, field: string): string | undefined {
   return v;
 }
 
-/** A JSON object, not a PyFloat (a body with tools parses `1.0` into one, an object that is no JSON object). */
-const isJsonObject = (v: unknown): v is Record<string, unknown> => typeof v === "object" && v !== null && !Array.isArray(v) && !(v instanceof PyFloat);
 
 /**
  * The template variables a chat request adds, as vLLM's ChatCompletionRequest.build_chat_params merges them: its
@@ -310,16 +325,30 @@ const isJsonObject = (v: unknown): v is Record<string, unknown> => typeof v === 
  * near the prompt's start, and thinking templates change the generation prompt. The mock worker renders with the same.
  */
 export function templateKwargsOf(o: Record<string, unknown>): Record<string, unknown> | undefined {
-  const kw = o.chat_template_kwargs;
-  if (kw !== undefined && kw !== null && !isJsonObject(kw)) throw new BadRequest("chat_template_kwargs must be an object");
   const { documents } = o;
   if (documents !== undefined && documents !== null && !(Array.isArray(documents) && documents.every(isStringRecord)))
     throw new BadRequest("documents must be an array of objects of strings");
-  const effort = reasoningEffort(o.reasoning_effort, "reasoning_effort");
+  return mergeTemplateKwargs(o.chat_template_kwargs, documents ?? undefined, reasoningEffort(o.reasoning_effort, "reasoning_effort"));
+}
+
+/**
+ * A Responses request's template variables (ResponsesRequest.build_chat_params): as a chat's, its
+ * `chat_template_kwargs` then its `reasoning.effort` (no documents).
+ */
+export function responsesTemplateKwargs(o: Record<string, unknown>): Record<string, unknown> | undefined {
+  const reasoning = o.reasoning;
+  if (reasoning !== undefined && reasoning !== null && !isPyDict(reasoning)) throw new BadRequest("reasoning must be an object");
+  const effort = reasoning === undefined || reasoning === null ? undefined : reasoningEffort(reasoning.effort, "reasoning.effort");
+  return mergeTemplateKwargs(o.chat_template_kwargs, undefined, effort);
+}
+
+/** merge_kwargs(chat_template_kwargs, the request's own fields), as both build_chat_params call it. */
+function mergeTemplateKwargs(kw: unknown, documents: unknown, effort: string | undefined): Record<string, unknown> | undefined {
+  if (kw !== undefined && kw !== null && !isPyDict(kw)) throw new BadRequest("chat_template_kwargs must be an object");
   const given = (kw ?? undefined) as Record<string, unknown> | undefined;
-  if ((documents === undefined || documents === null) && effort === undefined) return given;
+  if (documents === undefined && effort === undefined) return given;
   const out: Record<string, unknown> = { ...given };
-  if (documents !== undefined && documents !== null) out.documents = documents;
+  if (documents !== undefined) out.documents = documents;
   if (effort !== undefined) {
     // merge_kwargs leaves out an "auto", as a null; enable_thinking still follows it.
     if (effort !== "auto") out.reasoning_effort = effort;
@@ -328,16 +357,7 @@ export function templateKwargsOf(o: Record<string, unknown>): Record<string, unk
   return out;
 }
 
-/** A Responses request's template variables (ResponsesRequest.build_chat_params): its `reasoning.effort` alone. */
-export function responsesTemplateKwargs(o: Record<string, unknown>): Record<string, unknown> | undefined {
-  const reasoning = o.reasoning;
-  if (reasoning === undefined || reasoning === null) return undefined;
-  if (!isJsonObject(reasoning)) throw new BadRequest("reasoning must be an object");
-  const effort = reasoningEffort((reasoning as { effort?: unknown }).effort, "reasoning.effort");
-  return effort === undefined || effort === "auto" ? undefined : { reasoning_effort: effort };
-}
-
-const isStringRecord = (d: unknown): boolean => isJsonObject(d) && Object.values(d).every((v) => typeof v === "string");
+const isStringRecord = (d: unknown): boolean => isPyDict(d) && Object.values(d).every((v) => typeof v === "string");
 
 function optionalBool(v: unknown, field: string): boolean | undefined {
   if (v === undefined || v === null) return undefined;

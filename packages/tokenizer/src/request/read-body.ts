@@ -2,7 +2,7 @@
 // and the body to forward. One function for both places a body is read: a tokenizer pool member (the
 // default: the thread that decides does no tokenizing) and, without a pool, the event loop itself. A body of
 // token ids has nothing to tokenize: readTokenIds reads one where it is (the EPP's event loop).
-import type { TokenizeJob } from "../job";
+import type { TokenizeJob, Unrendered } from "../job";
 import { BadRequest } from "./bad-request";
 import { rewriteBodyModel } from "./body-model";
 import { parseBodyBytes, parseTokenIdsBody, TooDeep, type ParsedBody, type RoutedInput } from "./openai-body";
@@ -40,6 +40,8 @@ export type BodyFields = Pick<ParsedBody, "model" | "cacheSalt" | "batchedPrompt
   target?: string;
   /** The InferenceModelRewrite whose rule chose `target` (absent: the header's rewrite, or none). */
   rule?: string;
+  /** A prompt not rendered here though vLLM may serve it (why; set by the parse or by the chat's encode): routed by load. */
+  unrendered?: Unrendered;
 };
 
 export type BodyRead = {
@@ -87,16 +89,16 @@ export function readTokenIds(req: BodyRequest, maxBytes = DEFAULT_READ_HERE_MAX_
   return { ...bodyRead(req, parsed), job: parsed.input.tokens };
 }
 
-function bodyRead(req: BodyRequest, { model, cacheSalt, batchedPrompts, input }: ParsedBody, random: () => number = Math.random): BodyRead {
-  const fields: BodyFields = { model, cacheSalt, batchedPrompts, kind: input.kind };
+function bodyRead(req: BodyRequest, { model, cacheSalt, batchedPrompts, input, unrendered }: ParsedBody, random: () => number = Math.random): BodyRead {
+  const fields: BodyFields = { model, cacheSalt, batchedPrompts, kind: input.kind, ...(unrendered ? { unrendered } : {}) };
   const ruled = req.rewriteRules && ruleTarget(req.rewriteRules, model, random);
   if (ruled?.target === "") return { fields: { ...fields, target: "", rule: ruled.rewrite }, job: new Uint32Array(0) };
   const target = ruled?.target ?? req.rewriteModel;
-  if (target === undefined) return { fields, job: routingJob(input) };
-  const rewrite = target !== model && req.body.length > 0;
-  return {
-    fields: { ...fields, target, ...(ruled ? { rule: ruled.rewrite } : {}) },
-    job: routingJob(input),
-    ...(rewrite ? { rewritten: rewriteBodyModel(req.body, target) } : {}),
-  };
+  if (target !== undefined) fields.target = target;
+  if (ruled) fields.rule = ruled.rewrite;
+  const job = routingJob(input);
+  // A chat the encode cannot render here says so in these fields, which go back with its ids (see RenderVerdict).
+  if (!(job instanceof Uint32Array) && job.kind === "chat") job.verdict = fields;
+  const rewrite = target !== undefined && target !== model && req.body.length > 0;
+  return { fields, job, ...(rewrite ? { rewritten: rewriteBodyModel(req.body, target) } : {}) };
 }

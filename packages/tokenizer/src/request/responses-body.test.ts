@@ -3,10 +3,24 @@
 import { describe, expect, test } from "bun:test";
 import { PyFloat } from "../py-values";
 import { BadRequest, parseBodyBytes } from "./openai-body";
+import { readBody } from "./read-body";
 
 const bytes = (v: unknown) => new TextEncoder().encode(typeof v === "string" ? v : JSON.stringify(v));
 
 describe("/v1/responses bodies", () => {
+  test("previous_response_id: the prompt starts with history stored on the worker, so it is routed by load, saying why", () => {
+    const body = bytes({ model: "m", previous_response_id: "resp_1", input: [{ role: "user", content: "and now?" }] });
+    expect(parseBodyBytes(body, "/v1/responses")).toEqual({
+      model: "m", input: { kind: "none" }, unrendered: { cause: "stored_history", message: expect.stringContaining("previous_response_id") },
+    });
+    expect(readBody({ body, path: "/v1/responses" })).toEqual({
+      fields: { model: "m", kind: "none", unrendered: { cause: "stored_history", message: expect.any(String) }, cacheSalt: undefined, batchedPrompts: undefined },
+      job: new Uint32Array(0),
+    });
+    expect(parseBodyBytes(bytes({ previous_response_id: null, input: "hi" }), "/v1/responses").input.kind).toBe("chat");
+    expect(() => parseBodyBytes(bytes({ previous_response_id: 1, input: "hi" }), "/v1/responses")).toThrow(BadRequest);
+  });
+
   test("instructions become the system message and a text input the user message", () => {
     const input = parseBodyBytes(bytes({ model: "m", instructions: "Be brief.", input: "Hi" }), "/v1/responses").input;
     expect(input).toEqual({
