@@ -126,3 +126,22 @@ test("/v1/responses streams typed events ending with response.completed, and ref
   const bad = await post(`${w.url}/v1/responses`, { input: [{ type: "web_search_call" }] });
   expect(bad.status).toBe(400);
 });
+
+test("a chat template that fails to render is a 400, as vLLM answers any template failure (raised or not)", async () => {
+  const { mkdtempSync, copyFileSync, readFileSync, writeFileSync, rmSync } = await import("node:fs");
+  const { tmpdir } = await import("node:os");
+  // `wordcount` is jinja2's and not @huggingface/jinja's: the engine here fails where vLLM would render.
+  const dir = mkdtempSync(join(tmpdir(), "mock-template-"));
+  copyFileSync(join(tokenizerDir, "tokenizer.json"), join(dir, "tokenizer.json"));
+  const config = JSON.parse(readFileSync(join(tokenizerDir, "tokenizer_config.json"), "utf8"));
+  writeFileSync(join(dir, "tokenizer_config.json"), JSON.stringify({ ...config, chat_template: "{{ messages[0].content | wordcount }}" }));
+  const gap = await startMockWorker({ listen: `${LOOPBACK}.2.8`, port: 0, kvEvents: `tcp://${LOOPBACK}.2.8:0`, speed: 0, blockSize: 4, tokenizerDir: dir, logLevel: "silent" });
+  try {
+    const res = await post(`${gap.url}/v1/chat/completions`, { messages: [{ role: "user", content: "two words" }], max_tokens: 1 });
+    expect(res.status).toBe(400);
+    expect(((await res.json()) as any).error.message).toContain("wordcount");
+  } finally {
+    await gap.close();
+    rmSync(dir, { recursive: true, force: true });
+  }
+});

@@ -1,7 +1,7 @@
 import { Hono, type Context } from "hono";
 import { createHash } from "node:crypto";
 import {
-  BadRequest, chatMessages, ChatTemplateError, mediaPositions, parseJsonKeepingFloats, responsesChat, ResponsesInputError, responsesTemplateKwargs,
+  BadRequest, chatMessages, ChatTemplateError, ChatUnrenderable, mediaPositions, parseJsonKeepingFloats, responsesChat, ResponsesInputError, responsesTemplateKwargs,
   templateKwargsOf, type ChatMessage, type ChatOptions, type Preprocessor,
 } from "@kv-epp/tokenizer";
 import type { MediaItem } from "../cache/block-hash.ts";
@@ -103,8 +103,9 @@ export function openAiRoutes(deps: OpenAiDeps): Hono {
       });
     } catch (e) {
       // A chat template can reject a conversation (e.g. roles out of order): the client's fault, as in vLLM; so
-      // is a documents or reasoning_effort vLLM's schema refuses.
-      if (e instanceof ChatTemplateError) return openAiError(c, 400, e.message, "messages");
+      // is a documents or reasoning_effort vLLM's schema refuses. vLLM answers any template failure as a 400 (its
+      // renderer's errors are ValueErrors), so one our engine cannot render is a 400 here too.
+      if (e instanceof ChatTemplateError || e instanceof ChatUnrenderable) return openAiError(c, 400, e.message, "messages");
       if (e instanceof BadRequest) return openAiError(c, 400, e.message, refusedField(e));
       throw e;
     }
@@ -126,7 +127,7 @@ export function openAiRoutes(deps: OpenAiDeps): Hono {
       });
     } catch (e) {
       if (e instanceof BadRequest) return openAiError(c, 400, e.message, refusedField(e));
-      if (e instanceof ResponsesInputError || e instanceof ChatTemplateError) return openAiError(c, 400, e.message, "input");
+      if (e instanceof ResponsesInputError || e instanceof ChatTemplateError || e instanceof ChatUnrenderable) return openAiError(c, 400, e.message, "input");
       throw e;
     }
     return run(c, "responses", body, [chat.prompt], body.max_output_tokens ?? DEFAULT_MAX_TOKENS, chat.media);
