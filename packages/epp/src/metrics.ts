@@ -307,7 +307,7 @@ export function createMetrics(readCgroup?: ReadFile) {
     }),
     modelRewrites: new Counter({
       name: "dynamo_epp_model_rewrites_total",
-      help: "requests with x-gateway-model-name-rewrite: rewritten (the forwarded body names the model scored, the response maps it back), same_name (the body already names it), body_not_held (the body mode forwards the body before the route: it goes as the client wrote it); requests an InferenceModelRewrite rule matched (over the header): rule_rewritten, rule_same_name, rule_no_targets (refused, 400)",
+      help: "requests with x-gateway-model-name-rewrite: rewritten (the forwarded body names the model scored, the response maps it back), same_name (the body already names it), body_not_held (the body mode forwards the body before the route: it goes as the client wrote it); requests an InferenceModelRewrite rule matched (over the header): rule_rewritten, rule_same_name, rule_no_targets (refused, 400); rules_not_applied (the pool has rules, the body mode forwards the body before the route)",
       labelNames: ["result"] as const,
       registers: [registry],
     }),

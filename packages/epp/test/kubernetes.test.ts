@@ -2,11 +2,15 @@
 // informer keeping the workers (Running + IP + Ready) as pods appear, become ready, and go away.
 import { afterAll, describe, expect, test } from "bun:test";
 import { startFakeKubeApi, waitFor, LOOPBACK } from "@kv-epp/testkit";
+import { ruleTarget } from "@kv-epp/tokenizer";
 import { parseConfig } from "../src/config.ts";
 import { startEpp } from "../src/main.ts";
 import { startMockWorker } from "@kv-epp/mock-worker";
 import { KV_EVENTS_ENDPOINT_ANNOTATION, podKvSource, podRole, startPoolWorkers } from "../src/workers/kubernetes.ts";
 import { FakeWorkerEvents, HOST, MODEL, body, extProcClient, headers, postJson, quietLog, scrapeMetric, setHeader, tokens } from "./helpers.ts";
+
+/** No rules: every lookup misses. */
+const NO_RULES = { exact: new Map() };
 
 // Not the default 5557: a stray process bound to *:5557 on a shared machine would block the bind.
 const KV_PORT = 15558;
@@ -152,7 +156,7 @@ test("the pool's InferenceObjectives give the objectives' priorities over --obje
     apiVersion: "llm-d.ai/v1alpha2", kind: "InferenceModelRewrite", metadata: { name: "canary", namespace: "llm" },
     spec: { poolRef: { name: "pool" }, rules: [{ matches: [{ model: { value: "chat" } }], targets: [{ modelRewrite: "chat-v2" }] }] },
   } as never);
-  await waitFor(() => epp.workers.modelRewrites.target("chat")?.target === "chat-v2", { message: "the rewrite followed" });
+  await waitFor(() => ruleTarget(epp.workers.modelRewrites.rules() ?? NO_RULES, "chat")?.target === "chat-v2", { message: "the rewrite followed" });
 });
 
 test("an InferenceModelRewrite for the body's model sends the request as its target, scored in its identity, over the header's rewrite; the response names the client's model; a rule without targets is refused; deleted, the header's rewrite is back", async () => {
@@ -200,7 +204,7 @@ test("an InferenceModelRewrite for the body's model sends the request as its tar
   expect(await ask("alias")).toEqual({ overlap: "4/4", upstream: "alias", answered: "alias" });
   rewrite("canary", [{ matches: [{ model: { value: "alias" } }], targets: [{ modelRewrite: "my-adapter", weight: 1 }] }]);
   rewrite("retired", [{ matches: [{ model: { value: "old" } }], targets: [] }]);
-  await waitFor(() => epp.workers.modelRewrites.target("alias")?.target === "my-adapter" && epp.workers.modelRewrites.target("old") !== undefined, { message: "the rules watched" });
+  await waitFor(() => ruleTarget(epp.workers.modelRewrites.rules() ?? NO_RULES, "alias")?.target === "my-adapter" && ruleTarget(epp.workers.modelRewrites.rules() ?? NO_RULES, "old") !== undefined, { message: "the rules watched" });
   // The adapter's identity: the base model's blocks are not its.
   expect(await ask("alias")).toEqual({ overlap: "0/4", upstream: "my-adapter", answered: "alias" });
   expect(await ask("alias", MODEL)).toEqual({ overlap: "0/4", upstream: "my-adapter", answered: "alias" });
@@ -209,7 +213,7 @@ test("an InferenceModelRewrite for the body's model sends the request as its tar
   expect(await ask("old", MODEL)).toEqual({ refused: "BadRequest" });
 
   api.remove("InferenceModelRewrite", "llm", "canary");
-  await waitFor(() => epp.workers.modelRewrites.target("alias") === undefined, { message: "the rule deleted" });
+  await waitFor(() => ruleTarget(epp.workers.modelRewrites.rules() ?? NO_RULES, "alias") === undefined, { message: "the rule deleted" });
   expect(await ask("alias", MODEL)).toEqual({ overlap: "4/4", upstream: MODEL, answered: "alias" });
   expect(await ask("alias")).toEqual({ overlap: "4/4", upstream: "alias", answered: "alias" });
   expect([await series("rule_rewritten"), await series("rule_no_targets"), await series("rewritten")]).toEqual([2, 1, 2]);

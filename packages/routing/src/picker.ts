@@ -208,11 +208,13 @@ export class Picker {
     let destinationCost: ((c: Known) => number) | undefined;
     // The prefill ranks' states, when the latency cost read them: the prefill pick reads the same ones.
     let prefillRanks: Known[] | undefined;
+    // The prefill ranks' latency cost, likewise: the plan prices them, and the prefill pick decides on it.
+    let prefillCost: ((c: Known) => number) | undefined;
     if (o.cost === "latency") {
       const local = this.latencyCost(candidates, this.away);
       if (sets) {
         prefillRanks = sets.prefill.map(knownOf(true));
-        const prefillCost = this.latencyCost(sets.prefill, this.prefillAway);
+        prefillCost = this.latencyCost(sets.prefill, this.prefillAway);
         const thresholdTokens = o.pdThresholdTokens ?? 0;
         const msPerToken = latency.params().msPerToken;
         destinationCost = planCost({ promptTokens, blockSize: bs, thresholdTokens, msPerToken, prefillRanks, prefillCosts: prefillRanks.map(prefillCost) }, local);
@@ -265,7 +267,7 @@ export class Picker {
           queueThreshold: o.queueThreshold,
           random: this.deps.random ?? Math.random,
           // The home share is dealt over every prefill rank, so it does not change with the decode pick.
-          latency: o.cost === "latency" ? this.latencyCost(sets.prefill, this.prefillAway) : undefined,
+          latency: prefillCost,
         });
         if (p.kind === "chosen") pd.prefill = { chosen: scoredOf(p.chosen), scored: p.scored.map(scoredOf) };
         else pd.disagg = { ...disagg, disaggregate: false, reason: "no_prefill_worker" };

@@ -15,7 +15,7 @@ export {
 } from "./pool/tokenizer-pool";
 export type { BodyReading } from "./pool/protocol";
 export { affinityKey } from "./pool/affinity";
-export { encodeJob, nextTurnJob, type BodyJob, type PoolJob, type RenderVerdict, type TokenizeJob, type Unrendered } from "./job";
+export { encodeJob, nextTurnJob, type BodyJob, type PoolJob, type TokenizeJob, type Unrendered } from "./job";
 // OpenAI request bodies, read the same way by the EPP's event loop and by a pool member.
 export { BadRequest } from "./request/bad-request";
 export {
@@ -24,7 +24,7 @@ export {
 } from "./request/openai-body";
 export { readBody, readTokenIds, type BodyFields, type BodyRead, type BodyRequest } from "./request/read-body";
 export { rewriteBodyModel } from "./request/body-model";
-export { ruleTarget, weightedTarget, type RewriteRules, type RuleTargets, type TargetModel } from "./request/rewrite-rules";
+export { ruleTarget, type RewriteRules, type RuleTargets, type TargetModel } from "./request/rewrite-rules";
 export { ROUTING_TEXT_CHARS, routingJob, routingPrefix } from "./request/routing-job";
 export { cpuThrottling, defaultPoolSize, type ReadFile } from "./pool/cpu-limit";
 export { warmUp, type WarmUp } from "./warm-up";

@@ -14,7 +14,10 @@ test("under a quota the default pool leaves the decision thread a CPU of it (mem
   expect(defaultPoolSize(v2Quota(1.5))).toBe(1);
   expect(defaultPoolSize(v2Quota(0.5))).toBe(1);
   // Within the CPUs the scheduler gives the process.
-  expect(defaultPoolSize(v2Quota(64))).toBe(Math.max(1, Math.min(64, cpus) - 1));
+  // A quota a CPU or more above them leaves the decision thread room: a member per CPU.
+  expect(defaultPoolSize(v2Quota(64))).toBe(cpus);
+  expect(defaultPoolSize(v2Quota(cpus + 1))).toBe(cpus);
+  expect(defaultPoolSize(v2Quota(cpus))).toBe(Math.max(1, cpus - 1));
   // No quota, nothing throttles: a member per CPU (they run below the decision thread's priority).
   expect(defaultPoolSize(files({ "/sys/fs/cgroup/cpu.max": "max 100000" }))).toBe(cpus);
   expect(defaultPoolSize(files({}))).toBe(cpus);

@@ -91,7 +91,7 @@ function startsWith(whole: Uint8Array, part: Uint8Array): boolean {
  * What a rewrite did to a request, counted by the EPP (dynamo_epp_model_rewrites_total): the header's, or with
  * `rule_`, an InferenceModelRewrite rule's (`rule_no_targets`: refused, 400).
  */
-export type RewriteOutcome = "rewritten" | "same_name" | "body_not_held" | "rule_rewritten" | "rule_same_name" | "rule_no_targets";
+export type RewriteOutcome = "rewritten" | "same_name" | "body_not_held" | "rule_rewritten" | "rule_same_name" | "rule_no_targets" | "rules_not_applied";
 
 /** A request's rewrite (modelRewrite): nothing to do when empty. */
 export type ModelRewrite = { outcome?: RewriteOutcome; body?: Uint8Array; response?: ResponseModelName };

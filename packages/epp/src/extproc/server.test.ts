@@ -11,7 +11,7 @@ import { createMetrics } from "../metrics.ts";
 import { BodyBudget } from "./body-budget.ts";
 import { GrpcStatus } from "./grpc-h2.ts";
 import type { BodySendMode, ProcessingRequest, ProcessingResponse } from "./messages.ts";
-import { createProcessHandler } from "./server.ts";
+import { createProcessHandler, type ExtProcDeps } from "./server.ts";
 
 class FakeCall extends EventEmitter {
   failed: { code: number; message: string } | undefined;
@@ -71,7 +71,7 @@ test("a body sent while the route is pending is held within the body budget: pas
 const ENDPOINT = "10.0.0.1:8000";
 
 /** A stream against a one-worker pool (every request goes there), its answers recorded. */
-function routedStream(mode: BodySendMode) {
+function routedStream(mode: BodySendMode, deps: Partial<ExtProcDeps> = {}) {
   const candidates: Candidate[] = [{ workerId: "w", dpRank: 0, key: workerKey({ workerId: "w", dpRank: 0 }), endpoint: ENDPOINT, rankHeader: undefined }];
   const index = KvIndex.create({ blockSize: 16 });
   const load = new ActiveLoad();
@@ -95,6 +95,7 @@ function routedStream(mode: BodySendMode) {
     bodyMode: "auto",
     maxInflight: 0,
     bodyBudget: new BodyBudget(1 << 20),
+    ...deps,
   });
   const call = new FakeCall();
   handle(call as never);
@@ -128,4 +129,24 @@ test("FULL_DUPLEX_STREAMED, headers then trailers and no body: the route sets no
   const set = (call.written[0] as Answer).request_headers?.response?.header_mutation?.set_headers ?? [];
   expect(set.map((h) => h.header.key)).toContain("x-gateway-destination-endpoint");
   expect(set.map((h) => h.header.key)).not.toContain("content-length");
+});
+
+test("under InferenceModelRewrite rules, a body not held before the route is counted rules_not_applied, and one over the body budget is refused (429), not sent naming a model a rule may rewrite", async () => {
+  const rules = { exact: new Map([["alias", { rewrite: "canary", targets: [{ modelRewrite: "target" }] }]]) };
+  const metrics = createMetrics();
+  const count = async () => (await metrics.registry.getSingleMetric("dynamo_epp_model_rewrites_total")!.get()).values.find((v) => v.labels.result === "rules_not_applied")?.value ?? 0;
+  // STREAMED: the route goes on the headers, the body after it as the client wrote it.
+  const streamed = routedStream("STREAMED", { metrics, rewriteRules: () => rules });
+  expect(kinds(streamed.call.written)).toEqual(["request_headers"]);
+  expect(await count()).toBe(1);
+  // Without rules nothing is counted.
+  routedStream("STREAMED", { metrics });
+  expect(await count()).toBe(1);
+  // Full duplex, a 40-byte budget another stream's body already holds: this one's first chunk cannot be held.
+  const bodyBudget = new BodyBudget(40);
+  const chunk = (): ProcessingRequest => ({ request: "request_body", request_body: { body: new TextEncoder().encode('{"model":"alias","prompt":"hi"}'), end_of_stream: false } });
+  routedStream("FULL_DUPLEX_STREAMED", { bodyBudget }).data(chunk());
+  const over = routedStream("FULL_DUPLEX_STREAMED", { rewriteRules: () => rules, bodyBudget });
+  over.data(chunk());
+  expect((over.call.written[0] as { immediate_response?: { status?: { code?: number } } }).immediate_response?.status?.code).toBe(429);
 });

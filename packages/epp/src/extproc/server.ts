@@ -410,6 +410,8 @@ class ProcessStream {
     // No body, or none before the route is taken (NONE: not sent; STREAMED: the headers go upstream
     // once answered): the decision is by load alone, on the headers.
     if (msg.request_headers!.end_of_stream || this.mode === "NONE" || this.mode === "STREAMED" || grpc) {
+      // A body follows that goes upstream as the client wrote it, whatever the pool's rewrite rules say.
+      if (!msg.request_headers!.end_of_stream && this.deps.rewriteRules?.() !== undefined) this.countRewrite("rules_not_applied");
       this.decide(EMPTY, "headers");
       return;
     }
@@ -442,9 +444,10 @@ class ProcessStream {
       // the body passes through unbuffered (req.decided).
       this.deps.metrics.extProcBufferOverflows.inc();
       this.shared.warnOverflow("budget", { bytes: req.bytes, heldBytes: budget.usedBytes, maxBytes: budget.maxBytes });
-      // A body whose model must be rewritten cannot go on unheld (it would name a model the pool does not
-      // serve): refused as overload, for the gateway to retry, rather than sent where it fails.
-      if (req.cls.modelRewrite !== undefined) return this.immediate(429, "EPP request-body buffer full", "shed", "shed");
+      // A body whose model must (or, under the pool's rewrite rules, may) be rewritten cannot go on unheld (it
+      // would name a model the pool does not serve): refused as overload, for the gateway to retry, rather than
+      // sent where it fails.
+      if (req.cls.modelRewrite !== undefined || this.deps.rewriteRules?.() !== undefined) return this.immediate(429, "EPP request-body buffer full", "shed", "shed");
       const body = concat(req.chunks, req.bytes);
       req.chunks = []; // handed back now: nothing of it stays with the stream, uncounted, until its response ends
       this.decide(body, "body", eos, "over_budget");
@@ -513,6 +516,8 @@ class ProcessStream {
     const forwards = at === "body" && !maybeCut;
     const rewriteModel = forwards ? req.cls.modelRewrite : undefined;
     const rewriteRules = forwards ? this.deps.rewriteRules?.() : undefined;
+    // The pool has rules but this prefix goes upstream as the client wrote it (a BUFFERED_PARTIAL body cut at the limit).
+    if (maybeCut && this.deps.rewriteRules?.() !== undefined) this.countRewrite("rules_not_applied");
     let read: RoutedBody | Promise<RoutedBody>;
     try {
       // A long text is answered as soon as its known prefix settles the pick (the rest is not tokenized).
@@ -592,7 +597,8 @@ class ProcessStream {
     if (this.deps.slowPickMs && now - started >= this.deps.slowPickMs) this.slowPick(read, now - started, now - routeStarted);
     this.deps.metrics.requests.inc({ outcome: "routed" });
     // Kept to warm the next turn from the reply, when one will come through this stream.
-    if (this.deps.warmReply && fields.kind === "chat" && this.responseBodies) {
+    // Not a chat this process cannot render: its next turn would fail the same way.
+    if (this.deps.warmReply && fields.kind === "chat" && fields.unrendered === undefined && this.responseBodies) {
       if (this.keep(req, body.length)) req.reply = { request: { body, path: req.path }, capture: new ReplyCapture() };
     }
     // ...and the forwarded body names it, where the body is held until the route is sent (model-rewrite.ts).
@@ -659,9 +665,9 @@ class ProcessStream {
 
   private countRewrite(outcome: RewriteOutcome): void {
     this.deps.metrics.modelRewrites.inc({ result: outcome });
-    if (outcome === "body_not_held")
-      warnOnce(this.shared.warned, this.deps.log, "rewrite_body_not_held", { mode: this.mode },
-        "x-gateway-model-name-rewrite scored, but the body was not held before the route (request body mode NONE/STREAMED, or a BUFFERED_PARTIAL body cut at the limit): it goes upstream naming the client's model; use FULL_DUPLEX_STREAMED or BUFFERED");
+    if (outcome === "body_not_held" || outcome === "rules_not_applied")
+      warnOnce(this.shared.warned, this.deps.log, `rewrite_${outcome}`, { mode: this.mode },
+        `${outcome === "body_not_held" ? "x-gateway-model-name-rewrite scored" : "the pool has InferenceModelRewrite rules"}, but the body was not held before the route (request body mode NONE/STREAMED, or a BUFFERED_PARTIAL body cut at the limit): it goes upstream naming the client's model; use FULL_DUPLEX_STREAMED or BUFFERED`);
   }
 
   private immediate(code: ImmediateStatus, message: string, details: string, outcome: RequestOutcome): void {

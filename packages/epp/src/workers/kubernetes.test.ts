@@ -2,6 +2,7 @@
 // InferencePool. Against the testkit's fake API server (real HTTP list and watch).
 import { describe, expect, test } from "bun:test";
 import type { V1Pod } from "@kubernetes/client-node";
+import pino from "pino";
 import { rankSources, type WorkerSpec } from "@kv-epp/protocol";
 import { waitFor, type FakeKubeApi } from "@kv-epp/testkit";
 import { kubeTestScope, NS, quiet } from "./kube-test-scope.ts";
@@ -28,7 +29,7 @@ const pod = (name: string, ip: string, annotations?: Record<string, string>) =>
 /** Each worker as `id: address [rank@server ...]`, to compare whole sets. */
 const describeSpec = (s: WorkerSpec) => `${s.id}: ${s.address} [${rankSources(s).map((r) => `${r.dpRank}@${s.servers?.find((x) => x.ranks.includes(r.dpRank))?.address ?? s.address}`).join(" ")}]`;
 
-function follow(api: FakeKubeApi, dpSize = 1) {
+function follow(api: FakeKubeApi, dpSize = 1, log = quiet) {
   const seen = { sets: [] as string[][], presence: [] as boolean[] };
   const started = startPoolWorkers({
     kubeConfig: api.kubeConfig,
@@ -36,7 +37,7 @@ function follow(api: FakeKubeApi, dpSize = 1) {
     namespace: NS,
     kvEventsPort: 5557,
     dpSize,
-    log: quiet,
+    log,
     onWorkers: (specs) => seen.sets.push(specs.map(describeSpec).sort()),
     onPoolPresence: (present) => seen.presence.push(present),
     onError: () => {},
@@ -100,6 +101,26 @@ describe("the active-ports annotation (llm-d.ai/active-ports)", () => {
     api.upsert(pod("b", "10.0.0.2") as never);
     await waitFor(() => w.last() === "b: 10.0.0.2:8000 [0@10.0.0.2:8000 1@10.0.0.2:8001]", { message: "b's annotation removed" });
   });
+});
+
+test("a pod's bad annotation is warned once while the pod stays, and again once it has left and come back (its mark goes with it)", async () => {
+  const api = await scope.api();
+  api.upsert(pool([8000]));
+  const bad = () => pod("a", "10.0.0.1", { [ACTIVE_PORTS_ANNOTATION]: "8000,9000" }) as never;
+  api.upsert(bad());
+  const lines: string[] = [];
+  const w = follow(api, 1, pino({ level: "warn" }, { write: (line: string) => void lines.push(line) }));
+  await w.started;
+  const warnings = () => lines.filter((l) => l.includes("active-ports")).length;
+  expect(warnings()).toBe(1);
+  api.upsert(pod("b", "10.0.0.2") as never); // another snapshot with a still there
+  await waitFor(() => w.sets.length >= 2, { message: "b added" });
+  expect(warnings()).toBe(1);
+  api.remove("Pod", NS, "a");
+  await waitFor(() => w.last() === "b: 10.0.0.2:8000 [0@10.0.0.2:8000]", { message: "a gone" });
+  api.upsert(bad());
+  await waitFor(() => w.last()?.startsWith("a:") === true, { message: "a back" });
+  expect(warnings()).toBe(2);
 });
 
 describe("a deleted InferencePool", () => {

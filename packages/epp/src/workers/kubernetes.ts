@@ -239,6 +239,12 @@ export async function startPoolWorkers(o: PoolWorkersOptions): Promise<{ stop():
     warned.set(key, invalid);
     o.log.warn({ pod: pod.metadata!.name!, annotation, reason: invalid }, msg);
   };
+  // A pod that left takes its marks along (pods churn: the map would only grow); back, it is warned again.
+  const forgetGone = (serving: readonly V1Pod[]) => {
+    if (warned.size === 0) return;
+    const names = new Set(serving.map((p) => p.metadata!.name!));
+    for (const key of warned.keys()) if (!names.has(key.slice(0, key.indexOf("\u0000")))) warned.delete(key);
+  };
   const warnBadAnnotations = (pod: V1Pod) => {
     warnOnce(pod, KV_EVENTS_ENDPOINT_ANNOTATION, podKvSource(pod, o.kvEventsPort).invalid, "pod's KV-event endpoint annotation ignored; reading the default port");
     const lb = podDpLb(pod);
@@ -257,6 +263,7 @@ export async function startPoolWorkers(o: PoolWorkersOptions): Promise<{ stop():
       onSnapshot: (items) => {
         if (pods !== lw) return;
         const serving = items.filter(isServingPod);
+        forgetGone(serving);
         for (const p of serving) warnBadAnnotations(p);
         o.onWorkers(
           serving.flatMap((p) => {

@@ -3,9 +3,15 @@
 import { describe, expect, test } from "bun:test";
 import { waitFor } from "@kv-epp/testkit";
 import { kubeTestScope, NS, quiet } from "./kube-test-scope.ts";
+import { ruleTarget } from "@kv-epp/tokenizer";
 import { ModelRewrites, startModelRewriteWatch, type RewriteRule } from "./model-rewrites.ts";
 
 const scope = kubeTestScope();
+/** The target a body naming `model` gets from the rules `r` hands the body readers (undefined: no rule applies). */
+const target = (r: ModelRewrites, model: string) => {
+  const rules = r.rules();
+  return rules && ruleTarget(rules, model);
+};
 
 const rewrite = (name: string, created: string, rules: RewriteRule[], poolRef: Record<string, string> | null = { name: "pool" }, meta: Record<string, unknown> = {}) =>
   ({
@@ -23,8 +29,8 @@ describe("precedence, as llm-d's rewrite store", () => {
   test("an exact match wins over a generic rule, whatever their age; a model no exact rule names takes the oldest generic rule", () => {
     const r = new ModelRewrites();
     r.setWatched([rewrite("old-generic", T0, [generic("base")]), rewrite("new-exact", T1, [exact("chat", "chat-v2")])], "pool");
-    expect(r.target("chat")).toEqual({ target: "chat-v2", rewrite: "new-exact" });
-    expect(r.target("other")).toEqual({ target: "base", rewrite: "old-generic" });
+    expect(target(r, "chat")).toEqual({ target: "chat-v2", rewrite: "new-exact" });
+    expect(target(r, "other")).toEqual({ target: "base", rewrite: "old-generic" });
   });
 
   test("between resources, the oldest wins; within one, the first rule in its list", () => {
@@ -36,8 +42,8 @@ describe("precedence, as llm-d's rewrite store", () => {
       ],
       "pool",
     );
-    expect(r.target("chat")?.target).toBe("first");
-    expect([r.target("a")?.target, r.target("b")?.target]).toEqual(["ab", "ab"]); // matches are ORed
+    expect(target(r, "chat")?.target).toBe("first");
+    expect([target(r, "a")?.target, target(r, "b")?.target]).toEqual(["ab", "ab"]); // matches are ORed
   });
 
   test("only this pool's rewrites (a poolRef naming it, the default group when unset), none being deleted; no rule: undefined", () => {
@@ -51,15 +57,15 @@ describe("precedence, as llm-d's rewrite store", () => {
       ],
       "pool",
     );
-    expect(r.target("chat")).toBeUndefined();
+    expect(target(r, "chat")).toBeUndefined();
     r.setWatched([rewrite("mine", T0, [exact("chat", "y")], { name: "pool", group: "inference.networking.k8s.io" })], "pool");
-    expect(r.target("chat")?.target).toBe("y");
+    expect(target(r, "chat")?.target).toBe("y");
   });
 
   test("a rule without targets resolves to the empty model (llm-d answers 400)", () => {
     const r = new ModelRewrites();
     r.setWatched([rewrite("empty", T0, [{ matches: [{ model: { value: "chat" } }] }])], "pool");
-    expect(r.target("chat")).toEqual({ target: "", rewrite: "empty" });
+    expect(target(r, "chat")).toEqual({ target: "", rewrite: "empty" });
   });
 });
 
@@ -71,9 +77,9 @@ test("the watch follows the pool's InferenceModelRewrites as they change", async
   const w = startModelRewriteWatch({ kubeConfig: api.kubeConfig, namespace: NS, poolName: "pool", log: quiet, into, onChange: () => changes++, onError: () => {} });
   scope.onCleanup(() => w.stop());
   await waitFor(() => changes > 0, { message: "the first list" });
-  expect(into.target("chat")?.target).toBe("chat-v1");
+  expect(target(into, "chat")?.target).toBe("chat-v1");
   api.upsert(rewrite("canary", T0, [exact("chat", "chat-v2")]));
-  await waitFor(() => into.target("chat")?.target === "chat-v2", { message: "the rule changed" });
+  await waitFor(() => target(into, "chat")?.target === "chat-v2", { message: "the rule changed" });
   api.remove("InferenceModelRewrite", NS, "canary");
-  await waitFor(() => into.target("chat") === undefined, { message: "the rewrite deleted" });
+  await waitFor(() => target(into, "chat") === undefined, { message: "the rewrite deleted" });
 });

@@ -4,7 +4,7 @@
 // rewrite-rules.ts, Director.applyWeightedModelRewrite), and its target replaces the
 // x-llm-d-model-name-rewrite header's (llm-d applies the rule after reading the header).
 import type { KubernetesObject } from "@kubernetes/client-node";
-import { ruleTarget, type RewriteRules, type RuleTargets, type TargetModel } from "@kv-epp/tokenizer";
+import { type RewriteRules, type RuleTargets, type TargetModel } from "@kv-epp/tokenizer";
 import { forPool, watchLlmdResource, type LlmdWatchOptions, type PoolRef } from "./llmd-resources.ts";
 
 export type RewriteRule = { matches?: { model?: { type?: string; value: string } | null }[] | null; targets?: TargetModel[] | null };
@@ -55,11 +55,6 @@ export class ModelRewrites {
   /** The rules to read a body with; undefined when the pool has none (nothing crosses with the body). */
   rules(): RewriteRules | undefined {
     return this.snapshot;
-  }
-
-  /** The model a request whose body names `model` is sent as, when a rule applies (ruleTarget). */
-  target(model: string, random: () => number = Math.random): { target: string; rewrite: string } | undefined {
-    return this.snapshot && ruleTarget(this.snapshot, model, random);
   }
 }
 

@@ -11,13 +11,14 @@ export type ReadFile = (path: string) => string | null;
  * quota all busy, the cgroup spends its quota before the CFS period (100 ms) ends and is throttled whole, the
  * decision thread with it, until the next period, so every pick stalls. So members plus the decision thread fit
  * the quota: 1 member at 2 CPUs, and at 2.5 (a second would make 3), and at 1.5 too (a pool needs one). Without a
- * quota nothing throttles: a member per CPU the scheduler gives the process (os.availableParallelism), since the
- * members run below the decision thread's priority (DEFAULT_MEMBER_NICE) and the kernel hands it a core first.
+ * quota (or one a CPU or more above the CPUs the scheduler gives the process, os.availableParallelism) nothing
+ * throttles: a member per CPU, since the members run below the decision thread's priority (DEFAULT_MEMBER_NICE)
+ * and the kernel hands it a core first.
  */
 export function defaultPoolSize(read: ReadFile = readOrNull): number {
   const cpus = availableParallelism();
   const quota = cgroupV2Quota(read) ?? cgroupV1Quota(read);
-  return quota === null ? cpus : Math.max(1, Math.floor(Math.min(cpus, quota)) - 1);
+  return quota === null ? cpus : Math.max(1, Math.min(cpus, Math.floor(quota) - 1));
 }
 
 /**

@@ -68,10 +68,12 @@ port.on("message", (m: ToMember) => {
  * warm of the same id (a warm preempted by a request, or a request's rest once answered), which goes on from
  * there. Reading its body and rendering it again, then finding each finished piece in the cache, cost about as
  * much as tokenizing it fresh (measured once on a 0.9 MB chat: 14-31 ms, against 26 fresh), and a warm preempted
- * again and again would pay that each time. Kept until the next warm starts (one text at most); a replacement
- * member starts without it, and redoes the job whole.
+ * again and again would pay that each time. Kept until the next warm starts (one text at most, MAX_KEPT_CHARS); a
+ * replacement member starts without it, and redoes the job whole.
  */
 let stopped: { id: number; text: string; at: number } | null = null;
+/** The longest stopped text kept for its resume: 8 MiB as UTF-16 (a 0.9 MB chat renders to ~0.9 M characters). */
+const MAX_KEPT_CHARS = 4 << 20;
 
 function resume(m: ToMember, from: { text: string; at: number }, t0: number, before: CacheStats): void {
   const control: EncodeControl = { shouldStop: () => Atomics.load(cancel, 0) === m.id, warm: true, from: from.at };
@@ -152,7 +154,9 @@ function failed(m: ToMember, err: unknown, t0: number, before: CacheStats): void
   const cache = pre.cacheStats();
   const freshTokens = cache.freshTokens - before.freshTokens;
   if (err instanceof EncodeStopped) {
-    stopped = { id: m.id, text: err.text, at: err.at };
+    // A text past the bound is read again if resumed: one kept that the pool never resumes (its stream reset, its
+    // warm dropped) stays until the next warm, and must not be a body's worth of megabytes.
+    stopped = err.text.length <= MAX_KEPT_CHARS ? { id: m.id, text: err.text, at: err.at } : null;
     return post({ type: "stopped", id: m.id, busyMs, freshTokens, cache });
   }
   const name = err instanceof TooDeep ? "TooDeep" : err instanceof BadRequest ? "BadRequest" : (err as Error)?.name ?? "Error";
