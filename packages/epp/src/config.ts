@@ -6,6 +6,7 @@ import { parse as parseYaml } from "yaml";
 import { parseDiscoveryConfig, type DiscoveryConfig } from "@kv-epp/intents";
 import { ConfigError, PRECEDENCE, resolveOptions, usageText, type Layer, type Resolved, type Values } from "@kv-epp/options";
 import { routingSettings, type RoutingSettings } from "@kv-epp/routing";
+import type { PreprocessorOptions } from "@kv-epp/tokenizer";
 import { z } from "zod";
 import { DP_LB_MODES, roleOfLabel, type DpLbMode } from "@kv-epp/protocol";
 import { DEFAULT_REPLICA_AGG_PORT, EPP_OPTIONS, EPP_PROGRAM } from "./options.ts";
@@ -83,6 +84,8 @@ export type EppConfig = {
   tokenizerDir?: string;
   /** The workers' vLLM --default-chat-template-kwargs (JSON text): every chat renders with them unless it sets its own. */
   defaultChatTemplateKwargs?: string;
+  /** The workers' vLLM --exclude-tools-when-tool-choice-none. */
+  excludeToolsWhenToolChoiceNone: boolean;
   /** Tokenizer pool threads (undefined: defaultPoolSize, a CPU quota less one or else the CPUs; 0: none, tokenize on the event loop) and the pick's tokenization budget. */
   tokenizerThreads?: number;
   /** Nice value of the tokenizer pool's threads (below the decision thread's). */
@@ -237,6 +240,7 @@ export function parseConfig(argv: string[], env: Record<string, string | undefin
     model: { name: o.model, tenant: o.tenant, blockSize: o.blockSize, loraAdapters: [...new Set(o.loraAdapters)] },
     tokenizerDir: o.tokenizerDir,
     defaultChatTemplateKwargs: o.defaultChatTemplateKwargs,
+    excludeToolsWhenToolChoiceNone: o.excludeToolsWhenToolChoiceNone,
     tokenizerThreads: o.tokenizerThreads,
     tokenizerNice: o.tokenizerNice,
     tokenizeBudgetMs: o.tokenizeBudgetMs,
@@ -287,6 +291,19 @@ function parsePriorities(r: Options): Map<string, number> {
     out.set(m[1]!, Number(m[2]));
   }
   return out;
+}
+
+/**
+ * What every preprocessor of the EPP is built with, on the event loop and in each tokenizer pool member: the
+ * tokenizer and the workers' vLLM flags that change the prompt they render.
+ */
+export function preprocessorOptions(cfg: EppConfig): Omit<PreprocessorOptions, "registry"> {
+  return {
+    tokenizerDir: cfg.tokenizerDir,
+    model: cfg.model.name,
+    defaultChatTemplateKwargs: cfg.defaultChatTemplateKwargs,
+    excludeToolsWhenToolChoiceNone: cfg.excludeToolsWhenToolChoiceNone,
+  };
 }
 
 export function usage(): string {

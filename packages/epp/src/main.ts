@@ -10,7 +10,7 @@ import { listenerHeartbeat } from "@kv-epp/kv-events";
 import { parseEndpoint } from "@kv-epp/protocol";
 import { createPreprocessor, eventLoopLag, poolMetrics, TokenizerPool, warmUp } from "@kv-epp/tokenizer";
 import pino, { type Logger } from "pino";
-import { ConfigError, parseConfig, usage, type EppConfig } from "./config.ts";
+import { ConfigError, parseConfig, preprocessorOptions, usage, type EppConfig } from "./config.ts";
 import { BodyBudget } from "./extproc/body-budget.ts";
 import { HealthState } from "./health.ts";
 import { StreamHandoff } from "./handoff/handoff.ts";
@@ -237,7 +237,7 @@ async function tokenizationOf(cfg: EppConfig, metrics: Metrics, log: Logger): Pr
     return { bodyReader: (where) => createTokenizeBody(pre, onRead(where)) };
   }
   const pool = new TokenizerPool({
-    preprocessor: { tokenizerDir: cfg.tokenizerDir, model: cfg.model.name, defaultChatTemplateKwargs: cfg.defaultChatTemplateKwargs },
+    preprocessor: preprocessorOptions(cfg),
     size: cfg.tokenizerThreads,
     nice: cfg.tokenizerNice,
     budgetMs: cfg.tokenizeBudgetMs,
@@ -261,7 +261,7 @@ async function tokenizationOf(cfg: EppConfig, metrics: Metrics, log: Logger): Pr
 
 function preprocessorOf(cfg: EppConfig, metrics: Metrics): ReturnType<typeof createPreprocessor> {
   try {
-    return createPreprocessor({ tokenizerDir: cfg.tokenizerDir, registry: metrics.registry, model: cfg.model.name, defaultChatTemplateKwargs: cfg.defaultChatTemplateKwargs });
+    return createPreprocessor({ ...preprocessorOptions(cfg), registry: metrics.registry });
   } catch (err) {
     throw new ConfigError(`invalid value for --tokenizer-dir: ${JSON.stringify(cfg.tokenizerDir)}: ${(err as Error).message}`);
   }

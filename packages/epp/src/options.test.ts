@@ -4,7 +4,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { flagName, optionsMarkdown, withOptionsSection } from "@kv-epp/options";
 import { writeStaticConfig } from "../test/helpers.ts";
-import { ConfigError, parseConfig, usage } from "./config.ts";
+import { ConfigError, parseConfig, preprocessorOptions, usage } from "./config.ts";
 import { EPP_OPTIONS, EPP_PROGRAM } from "./options.ts";
 
 const worker = { id: "a", address: "127.0.4.1:8000", kvEvents: "tcp://127.0.4.1:5557" };
@@ -46,6 +46,14 @@ describe("every option resolves by one rule: flag > DYN_EPP_* variable > config 
     for (const bad of ["{not json", "[1]", "true"]) {
       expect(() => parseConfig(["--config", file, "--default-chat-template-kwargs", bad], {})).toThrow(/default-chat-template-kwargs.*expected a JSON object/);
     }
+  });
+
+  test("the workers' vLLM rendering flags reach the options every preprocessor is built with, the pool members' too", () => {
+    const flags = ["--exclude-tools-when-tool-choice-none"];
+    expect(preprocessorOptions(parseConfig(["--config", file, ...flags], {}))).toMatchObject({
+      tokenizerDir: undefined, model: "file-model", excludeToolsWhenToolChoiceNone: true,
+    });
+    expect(preprocessorOptions(parseConfig(["--config", file], {}))).toMatchObject({ excludeToolsWhenToolChoiceNone: false });
   });
 
   test("the config file's path itself comes from a flag or the variable", () => {

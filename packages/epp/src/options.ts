@@ -84,6 +84,10 @@ export const EPP_OPTIONS = {
       jsonObjectText.optional(),
       "the workers' vLLM --default-chat-template-kwargs, a JSON object (e.g. {\"enable_thinking\": false}): chats render with these unless the request sets them, as on the workers (a template that prints them, such as a reasoning effort in the system prompt, otherwise differs from the first block on)",
     ),
+    excludeToolsWhenToolChoiceNone: opt.bool(
+      z.boolean().default(false),
+      "the workers' vLLM --exclude-tools-when-tool-choice-none: a chat whose tool_choice is \"none\" renders without its tools, as on the workers",
+    ),
     tokenizerThreads: opt.int(
       count.optional(),
       "worker threads that render and tokenize off the decision thread (default: under a cgroup CPU quota its CPUs less one for the decision thread, at least 1 (members filling the quota get the whole cgroup throttled, the decision thread with it, for the rest of each CFS period); without a quota, the process's CPUs; 0: on the event loop)",

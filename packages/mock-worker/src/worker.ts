@@ -65,7 +65,10 @@ export async function startMockWorker(opts: MockWorkerOptions = {}): Promise<Moc
 
   if (config.defaultChatTemplateKwargs !== undefined && config.tokenizerDir === undefined)
     log.warn("--default-chat-template-kwargs has no effect without --tokenizer-dir (the byte-level fallback has no chat template)");
-  const preprocessor = await createPreprocessor({ tokenizerDir: config.tokenizerDir, model: config.model, defaultChatTemplateKwargs: config.defaultChatTemplateKwargs });
+  const preprocessor = await createPreprocessor({
+    tokenizerDir: config.tokenizerDir, model: config.model, defaultChatTemplateKwargs: config.defaultChatTemplateKwargs,
+    excludeToolsWhenToolChoiceNone: config.excludeToolsWhenToolChoiceNone,
+  });
   // Warm before it serves, as the EPP's tokenizers are: its first requests would otherwise stand in for a slow engine.
   warmUp(preprocessor);
   const timing = {

@@ -33,7 +33,7 @@ export class HfPreprocessor implements Preprocessor {
     files: TokenizerFiles,
     cache: CacheOptions | false,
     fastBpe = true,
-    private readonly defaultKwargs: Record<string, unknown> = {},
+    private readonly server: ServerRendering = {},
   ) {
     const { tokenizerJson, config } = files;
     this.files = files;
@@ -75,7 +75,9 @@ export class HfPreprocessor implements Preprocessor {
   }
 
   renderChat(messages: readonly ChatMessage[], opts: ChatOptions = {}): string {
-    const template = this.templateFor(opts.tools !== undefined);
+    // vLLM's --exclude-tools-when-tool-choice-none: the template gets tools=None, and resolves as for a chat without.
+    const tools = opts.toolChoice === "none" && this.server.excludeToolsWhenToolChoiceNone ? undefined : opts.tools;
+    const template = this.templateFor(tools !== undefined);
     if (template === null) throw new ChatTemplateError("the model's tokenizer has no chat template");
     const chat = conversation(messages, template.contentFormat);
     // As transformers renders: the special tokens, apply_chat_template's default documents=None, then the request's
@@ -84,9 +86,9 @@ export class HfPreprocessor implements Preprocessor {
     const vars: Record<string, unknown> = {
       ...this.templateTokens,
       documents: null,
-      ...withDefaults(this.defaultKwargs, opts.templateKwargs),
+      ...withDefaults(this.server.defaultKwargs ?? {}, opts.templateKwargs),
       messages: chat,
-      tools: opts.tools === undefined ? null : templateTools(opts.tools),
+      tools: tools === undefined ? null : templateTools(tools),
       add_generation_prompt: opts.addGenerationPrompt ?? true,
     };
     let rendered: string;
@@ -184,6 +186,13 @@ function tokenId(json: TokenizerFiles["tokenizerJson"], content: string): number
 const EMPTY = new Uint32Array(0);
 
 type ChatTemplate = { compiled: PyTemplate; contentFormat: ContentFormat };
+
+/** What the vLLM server's flags change in the chats it renders (see PreprocessorOptions). */
+export type ServerRendering = {
+  /** --default-chat-template-kwargs, parsed. */
+  defaultKwargs?: Record<string, unknown>;
+  excludeToolsWhenToolChoiceNone?: boolean;
+};
 
 /**
  * The control the encode of a text gets. Its known prefix starts with what the post-processor puts first;

@@ -14,7 +14,10 @@ import { NO_CACHE_STATS, type ChatMessage, type ChatOptions, type Preprocessor, 
 export function createPreprocessor(opts: PreprocessorOptions = {}): Preprocessor {
   const pre: Preprocessor = opts.tokenizerDir === undefined
     ? byteFallbackPreprocessor
-    : new HfPreprocessor(loadTokenizerFiles(opts.tokenizerDir), opts.cache ?? {}, opts.fastBpe ?? true, defaultKwargs(opts.defaultChatTemplateKwargs));
+    : new HfPreprocessor(loadTokenizerFiles(opts.tokenizerDir), opts.cache ?? {}, opts.fastBpe ?? true, {
+      defaultKwargs: defaultKwargs(opts.defaultChatTemplateKwargs),
+      excludeToolsWhenToolChoiceNone: opts.excludeToolsWhenToolChoiceNone,
+    });
   if (opts.registry !== undefined) {
     registerPreprocessorMetrics(opts.registry, { model: opts.model ?? "", kind: pre.kind, cacheStats: () => pre.cacheStats() });
   }

@@ -16,6 +16,8 @@ export type CompletionOptions = Truncation & { addSpecialTokens?: boolean };
 export type ChatOptions = Truncation & {
   /** OpenAI `tools` of the request; the template sees them as `tools`. */
   tools?: unknown[];
+  /** The request's `tool_choice` as sent: "none" drops the tools under --exclude-tools-when-tool-choice-none. */
+  toolChoice?: unknown;
   /**
    * Extra template variables: vLLM's `chat_template_kwargs` (e.g. `{ enable_thinking: false }`) with what the request's
    * `documents` and `reasoning_effort` add to them (see templateKwargsOf).
@@ -63,6 +65,8 @@ export type PreprocessorOptions = {
    * them (to a value other than null or "auto").
    */
   defaultChatTemplateKwargs?: string;
+  /** vLLM's `--exclude-tools-when-tool-choice-none`: a chat whose tool_choice is "none" renders without its tools. */
+  excludeToolsWhenToolChoiceNone?: boolean;
 };
 
 export type CacheStats = {

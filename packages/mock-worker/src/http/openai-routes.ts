@@ -96,6 +96,7 @@ export function openAiRoutes(deps: OpenAiDeps): Hono {
       // The messages and template variables as vLLM's request validator and build_chat_params leave them (and the EPP reads them).
       chat = withMedia(deps.preprocessor, chatMessages(py.messages as ChatMessage[]), {
         tools: py.tools ?? undefined,
+        toolChoice: py.tool_choice,
         templateKwargs: templateKwargsOf(py),
         addGenerationPrompt,
         continueFinalMessage: body.continue_final_message ?? false,
@@ -123,7 +124,7 @@ export function openAiRoutes(deps: OpenAiDeps): Hono {
     try {
       const r = responsesChat(py.instructions, py.input, py.tools);
       chat = withMedia(deps.preprocessor, r.messages, {
-        tools: r.tools, templateKwargs: responsesTemplateKwargs(py), addGenerationPrompt: !r.continueFinalMessage, continueFinalMessage: r.continueFinalMessage,
+        tools: r.tools, toolChoice: py.tool_choice, templateKwargs: responsesTemplateKwargs(py), addGenerationPrompt: !r.continueFinalMessage, continueFinalMessage: r.continueFinalMessage,
       });
     } catch (e) {
       if (e instanceof BadRequest) return openAiError(c, 400, e.message, refusedField(e));

@@ -19,6 +19,8 @@ export type RoutedInput =
       kind: "chat";
       messages: ChatMessage[];
       tools?: unknown[];
+      /** The request's tool_choice as sent (see ChatOptions). */
+      toolChoice?: unknown;
       templateKwargs?: Record<string, unknown>;
       /** The request's add_generation_prompt / continue_final_message (vLLM's defaults: true / false). */
       addGenerationPrompt?: boolean;
@@ -221,7 +223,7 @@ function parseInput(doc: unknown, path: string | undefined): ParsedBody {
     return {
       model,
       input: {
-        kind: "chat", messages: chatMessages(o.messages as ChatMessage[]), tools: o.tools as unknown[] | undefined, templateKwargs, addGenerationPrompt, continueFinalMessage,
+        kind: "chat", messages: chatMessages(o.messages as ChatMessage[]), tools: o.tools as unknown[] | undefined, toolChoice: o.tool_choice, templateKwargs, addGenerationPrompt, continueFinalMessage,
         addSpecialTokens: optionalBool(o.add_special_tokens, "add_special_tokens"), ...truncationOf(o),
       },
     };
@@ -245,7 +247,7 @@ function parseInput(doc: unknown, path: string | undefined): ParsedBody {
     return {
       model,
       input: {
-        kind: "chat", messages: chat.messages, tools: chat.tools, templateKwargs: responsesTemplateKwargs(o),
+        kind: "chat", messages: chat.messages, tools: chat.tools, toolChoice: o.tool_choice, templateKwargs: responsesTemplateKwargs(o),
         addGenerationPrompt: !chat.continueFinalMessage, continueFinalMessage: chat.continueFinalMessage,
       },
     };

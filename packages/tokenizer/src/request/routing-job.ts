@@ -39,6 +39,7 @@ export function routingJob(input: RoutedInput): TokenizeJob | Uint32Array {
       if (messages !== input.messages && (keepsTail(input) || messages.length === 0)) return NONE;
       const opts = {
         tools: input.tools,
+        toolChoice: input.toolChoice,
         templateKwargs: input.templateKwargs,
         addGenerationPrompt: input.addGenerationPrompt,
         continueFinalMessage: input.continueFinalMessage,
