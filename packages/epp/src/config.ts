@@ -86,6 +86,8 @@ export type EppConfig = {
   defaultChatTemplateKwargs?: string;
   /** The workers' vLLM --exclude-tools-when-tool-choice-none. */
   excludeToolsWhenToolChoiceNone: boolean;
+  /** The workers' vLLM --chat-template (a path or the template itself). */
+  chatTemplate?: string;
   /** Tokenizer pool threads (undefined: defaultPoolSize, a CPU quota less one or else the CPUs; 0: none, tokenize on the event loop) and the pick's tokenization budget. */
   tokenizerThreads?: number;
   /** Nice value of the tokenizer pool's threads (below the decision thread's). */
@@ -241,6 +243,7 @@ export function parseConfig(argv: string[], env: Record<string, string | undefin
     tokenizerDir: o.tokenizerDir,
     defaultChatTemplateKwargs: o.defaultChatTemplateKwargs,
     excludeToolsWhenToolChoiceNone: o.excludeToolsWhenToolChoiceNone,
+    chatTemplate: o.chatTemplate,
     tokenizerThreads: o.tokenizerThreads,
     tokenizerNice: o.tokenizerNice,
     tokenizeBudgetMs: o.tokenizeBudgetMs,
@@ -303,6 +306,7 @@ export function preprocessorOptions(cfg: EppConfig): Omit<PreprocessorOptions, "
     model: cfg.model.name,
     defaultChatTemplateKwargs: cfg.defaultChatTemplateKwargs,
     excludeToolsWhenToolChoiceNone: cfg.excludeToolsWhenToolChoiceNone,
+    chatTemplate: cfg.chatTemplate,
   };
 }
 

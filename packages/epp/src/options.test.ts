@@ -49,9 +49,9 @@ describe("every option resolves by one rule: flag > DYN_EPP_* variable > config 
   });
 
   test("the workers' vLLM rendering flags reach the options every preprocessor is built with, the pool members' too", () => {
-    const flags = ["--exclude-tools-when-tool-choice-none"];
+    const flags = ["--exclude-tools-when-tool-choice-none", "--chat-template", "{{ messages[0].content }}"];
     expect(preprocessorOptions(parseConfig(["--config", file, ...flags], {}))).toMatchObject({
-      tokenizerDir: undefined, model: "file-model", excludeToolsWhenToolChoiceNone: true,
+      tokenizerDir: undefined, model: "file-model", excludeToolsWhenToolChoiceNone: true, chatTemplate: "{{ messages[0].content }}",
     });
     expect(preprocessorOptions(parseConfig(["--config", file], {}))).toMatchObject({ excludeToolsWhenToolChoiceNone: false });
   });

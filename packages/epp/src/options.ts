@@ -88,6 +88,10 @@ export const EPP_OPTIONS = {
       z.boolean().default(false),
       "the workers' vLLM --exclude-tools-when-tool-choice-none: a chat whose tool_choice is \"none\" renders without its tools, as on the workers",
     ),
+    chatTemplate: opt.string(
+      z.string().min(1).optional(),
+      "the workers' vLLM --chat-template: a file's path, or the template itself (a value that opens as no file and holds {, } or a newline), rendering every chat in place of the tokenizer's templates, as on the workers",
+    ),
     tokenizerThreads: opt.int(
       count.optional(),
       "worker threads that render and tokenize off the decision thread (default: under a cgroup CPU quota its CPUs less one for the decision thread, at least 1 (members filling the quota get the whole cgroup throttled, the decision thread with it, for the rest of each CFS period); without a quota, the process's CPUs; 0: on the event loop)",

@@ -127,6 +127,7 @@ export const MOCK_WORKER_OPTIONS = {
     tokenizerDir: opt.string(z.string().min(1).optional(), "dir with tokenizer.json (+ tokenizer_config.json)"),
     defaultChatTemplateKwargs: opt.string(jsonObjectText.optional(), "vLLM's --default-chat-template-kwargs: template variables every chat renders with unless the request sets them, a JSON object (e.g. {\"enable_thinking\": false})"),
     excludeToolsWhenToolChoiceNone: opt.bool(z.boolean().default(false), "vLLM's --exclude-tools-when-tool-choice-none: a chat whose tool_choice is \"none\" renders without its tools"),
+    chatTemplate: opt.string(z.string().min(1).optional(), "vLLM's --chat-template: a file's path, or the template itself (a value that opens as no file and holds {, } or a newline), in place of the tokenizer's templates"),
     loraModules: opt.list(loraModules.default([]), "LoRA adapters served (name[=path],...): requests name them in `model`"),
   }),
   ...group("Intents", {

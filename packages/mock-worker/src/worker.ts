@@ -67,7 +67,7 @@ export async function startMockWorker(opts: MockWorkerOptions = {}): Promise<Moc
     log.warn("--default-chat-template-kwargs has no effect without --tokenizer-dir (the byte-level fallback has no chat template)");
   const preprocessor = await createPreprocessor({
     tokenizerDir: config.tokenizerDir, model: config.model, defaultChatTemplateKwargs: config.defaultChatTemplateKwargs,
-    excludeToolsWhenToolChoiceNone: config.excludeToolsWhenToolChoiceNone,
+    excludeToolsWhenToolChoiceNone: config.excludeToolsWhenToolChoiceNone, chatTemplate: config.chatTemplate,
   });
   // Warm before it serves, as the EPP's tokenizers are: its first requests would otherwise stand in for a slow engine.
   warmUp(preprocessor);

@@ -1,4 +1,5 @@
 export { createPreprocessor } from "./preprocessor";
+export { loadChatTemplate } from "./tokenizer-files";
 export { byteFallbackEncode, byteFallbackDecode, byteFallbackRenderChat } from "./byte-fallback";
 export { SegmentCache, DEFAULT_CACHE_MAX_BYTES } from "./segment-cache";
 export { ChatTemplateError, ChatUnrenderable } from "./messages";

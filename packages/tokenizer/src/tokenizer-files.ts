@@ -59,6 +59,21 @@ function findChatTemplate(dir: string, config: TokenizerConfig): ChatTemplates |
 }
 
 /**
+ * vLLM's `--chat-template` value as it loads it (load_chat_template): the text of the file it names when that opens,
+ * else, if it holds a `{`, `}` or newline, the template itself; else it was meant as a path (vLLM also looks in its
+ * own chat_templates directory, which is not here) and is refused.
+ */
+export function loadChatTemplate(value: string): string {
+  try {
+    return readFileSync(value, "utf8");
+  } catch (err) {
+    if (![..."{}\n"].some((c) => value.includes(c)))
+      throw new Error(`the chat template ${JSON.stringify(value)} looks like a file path, but it failed to be opened: ${(err as Error).message}`);
+    return value;
+  }
+}
+
+/**
  * The template a request renders with (transformers' get_chat_template, which vLLM calls with the request's tools):
  * of named templates, "tool_use" for a request with tools when there is one, else "default"; null when none applies.
  */

@@ -67,6 +67,11 @@ export type PreprocessorOptions = {
   defaultChatTemplateKwargs?: string;
   /** vLLM's `--exclude-tools-when-tool-choice-none`: a chat whose tool_choice is "none" renders without its tools. */
   excludeToolsWhenToolChoiceNone?: boolean;
+  /**
+   * vLLM's `--chat-template`: a file's path, or the template itself (told apart as vLLM does, see loadChatTemplate).
+   * It replaces the tokenizer's templates, for requests with tools too.
+   */
+  chatTemplate?: string;
 };
 
 export type CacheStats = {

@@ -59,3 +59,25 @@ describe("--exclude-tools-when-tool-choice-none", () => {
     expect(render(pre, responses, "/v1/responses")).toBe("T1:f;[hi]");
   });
 });
+
+describe("--chat-template", () => {
+  const chat = { messages: [{ role: "user", content: "hi" }] };
+  const OVERRIDE = "<{% for m in messages %}{{ m.role }}:{{ m.content }}{% endfor %}{% if tools %}+{{ tools | length }}{% endif %}>";
+
+  test("without it, the tokenizer's template renders", () => {
+    expect(render(server(TOOLS_TEMPLATE), chat)).toBe("[hi]");
+  });
+
+  test("the template itself (a value that opens as no file and holds a brace) replaces the tokenizer's, for a chat with tools too", () => {
+    const pre = server(TOOLS_TEMPLATE, { chatTemplate: OVERRIDE });
+    expect(render(pre, chat)).toBe("<user:hi>");
+    expect(render(pre, { ...chat, tools })).toBe("<user:hi+1>");
+  });
+
+  test("a file's path renders with the file's text; a path-like value that opens as no file is refused", () => {
+    const file = join(root, "override.jinja");
+    writeFileSync(file, OVERRIDE);
+    expect(render(server(TOOLS_TEMPLATE, { chatTemplate: file }), chat)).toBe("<user:hi>");
+    expect(() => server(TOOLS_TEMPLATE, { chatTemplate: join(root, "missing.jinja") })).toThrow(/looks like a file path/);
+  });
+});
