@@ -6,7 +6,7 @@ import { parse as parseYaml } from "yaml";
 import { parseDiscoveryConfig, type DiscoveryConfig } from "@kv-epp/intents";
 import { ConfigError, PRECEDENCE, resolveOptions, usageText, type Layer, type Resolved, type Values } from "@kv-epp/options";
 import { routingSettings, type RoutingSettings } from "@kv-epp/routing";
-import type { PreprocessorOptions } from "@kv-epp/tokenizer";
+import type { ContentFormatOption, PreprocessorOptions } from "@kv-epp/tokenizer";
 import { z } from "zod";
 import { DP_LB_MODES, roleOfLabel, type DpLbMode } from "@kv-epp/protocol";
 import { DEFAULT_REPLICA_AGG_PORT, EPP_OPTIONS, EPP_PROGRAM } from "./options.ts";
@@ -88,6 +88,8 @@ export type EppConfig = {
   excludeToolsWhenToolChoiceNone: boolean;
   /** The workers' vLLM --chat-template (a path or the template itself). */
   chatTemplate?: string;
+  /** The workers' vLLM --chat-template-content-format. */
+  chatTemplateContentFormat: ContentFormatOption;
   /** Tokenizer pool threads (undefined: defaultPoolSize, a CPU quota less one or else the CPUs; 0: none, tokenize on the event loop) and the pick's tokenization budget. */
   tokenizerThreads?: number;
   /** Nice value of the tokenizer pool's threads (below the decision thread's). */
@@ -244,6 +246,7 @@ export function parseConfig(argv: string[], env: Record<string, string | undefin
     defaultChatTemplateKwargs: o.defaultChatTemplateKwargs,
     excludeToolsWhenToolChoiceNone: o.excludeToolsWhenToolChoiceNone,
     chatTemplate: o.chatTemplate,
+    chatTemplateContentFormat: o.chatTemplateContentFormat,
     tokenizerThreads: o.tokenizerThreads,
     tokenizerNice: o.tokenizerNice,
     tokenizeBudgetMs: o.tokenizeBudgetMs,
@@ -307,6 +310,7 @@ export function preprocessorOptions(cfg: EppConfig): Omit<PreprocessorOptions, "
     defaultChatTemplateKwargs: cfg.defaultChatTemplateKwargs,
     excludeToolsWhenToolChoiceNone: cfg.excludeToolsWhenToolChoiceNone,
     chatTemplate: cfg.chatTemplate,
+    chatTemplateContentFormat: cfg.chatTemplateContentFormat,
   };
 }
 

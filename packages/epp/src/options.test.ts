@@ -49,11 +49,13 @@ describe("every option resolves by one rule: flag > DYN_EPP_* variable > config 
   });
 
   test("the workers' vLLM rendering flags reach the options every preprocessor is built with, the pool members' too", () => {
-    const flags = ["--exclude-tools-when-tool-choice-none", "--chat-template", "{{ messages[0].content }}"];
+    const flags = ["--exclude-tools-when-tool-choice-none", "--chat-template", "{{ messages[0].content }}", "--chat-template-content-format", "openai"];
     expect(preprocessorOptions(parseConfig(["--config", file, ...flags], {}))).toMatchObject({
       tokenizerDir: undefined, model: "file-model", excludeToolsWhenToolChoiceNone: true, chatTemplate: "{{ messages[0].content }}",
+      chatTemplateContentFormat: "openai",
     });
-    expect(preprocessorOptions(parseConfig(["--config", file], {}))).toMatchObject({ excludeToolsWhenToolChoiceNone: false });
+    expect(preprocessorOptions(parseConfig(["--config", file], {}))).toMatchObject({ excludeToolsWhenToolChoiceNone: false, chatTemplateContentFormat: "auto" });
+    expect(() => parseConfig(["--config", file, "--chat-template-content-format", "jinja"], {})).toThrow(/chat-template-content-format/);
   });
 
   test("the config file's path itself comes from a flag or the variable", () => {

@@ -5,7 +5,7 @@
 import { DEFAULT_KV_MAX_MESSAGE_SIZE, LISTENER_HEARTBEAT } from "@kv-epp/kv-events";
 import { count, group, jsonObjectText, opt, port, positive, type Program } from "@kv-epp/options";
 import { ROUTING_OPTIONS } from "@kv-epp/routing";
-import { DEFAULT_MEMBER_NICE } from "@kv-epp/tokenizer";
+import { CONTENT_FORMAT_OPTIONS, DEFAULT_MEMBER_NICE } from "@kv-epp/tokenizer";
 import { z } from "zod";
 
 export const EPP_PROGRAM = { envPrefix: "DYN_EPP_" } as const satisfies Program;
@@ -91,6 +91,11 @@ export const EPP_OPTIONS = {
     chatTemplate: opt.string(
       z.string().min(1).optional(),
       "the workers' vLLM --chat-template: a file's path, or the template itself (a value that opens as no file and holds {, } or a newline), rendering every chat in place of the tokenizer's templates, as on the workers",
+    ),
+    chatTemplateContentFormat: opt.choice(
+      CONTENT_FORMAT_OPTIONS,
+      "auto",
+      "the workers' vLLM --chat-template-content-format: string or openai hands every message's content to the template in that shape; auto detects it on the template, as on the workers",
     ),
     tokenizerThreads: opt.int(
       count.optional(),

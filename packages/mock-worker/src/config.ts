@@ -3,6 +3,7 @@ import { WORKER_ROLES, type WorkerRole } from "@kv-epp/protocol";
 import { EVENT_ENCODINGS, type EventEncoding } from "@kv-epp/kv-events";
 import { ConfigError, count, group, jsonObjectText, nonNegative, opt, port, positive, resolveOptions, usageText, type Values } from "@kv-epp/options";
 import { z } from "zod";
+import { CONTENT_FORMAT_OPTIONS } from "@kv-epp/tokenizer";
 import { DEFAULT_TIMING } from "./engine/scheduler.ts";
 import { parseKvGroups, type KvGroup } from "./events/kv-groups.ts";
 
@@ -128,6 +129,7 @@ export const MOCK_WORKER_OPTIONS = {
     defaultChatTemplateKwargs: opt.string(jsonObjectText.optional(), "vLLM's --default-chat-template-kwargs: template variables every chat renders with unless the request sets them, a JSON object (e.g. {\"enable_thinking\": false})"),
     excludeToolsWhenToolChoiceNone: opt.bool(z.boolean().default(false), "vLLM's --exclude-tools-when-tool-choice-none: a chat whose tool_choice is \"none\" renders without its tools"),
     chatTemplate: opt.string(z.string().min(1).optional(), "vLLM's --chat-template: a file's path, or the template itself (a value that opens as no file and holds {, } or a newline), in place of the tokenizer's templates"),
+    chatTemplateContentFormat: opt.choice(CONTENT_FORMAT_OPTIONS, "auto", "vLLM's --chat-template-content-format: string or openai forces the shape of every message's content; auto detects it on the template"),
     loraModules: opt.list(loraModules.default([]), "LoRA adapters served (name[=path],...): requests name them in `model`"),
   }),
   ...group("Intents", {

@@ -5,6 +5,10 @@
 
 export type ContentFormat = "string" | "openai";
 
+/** vLLM's `--chat-template-content-format`: "auto" detects the format from the template, the others force it. */
+export type ContentFormatOption = "auto" | ContentFormat;
+export const CONTENT_FORMAT_OPTIONS = ["auto", "string", "openai"] as const satisfies readonly ContentFormatOption[];
+
 type Node = { type: string; [k: string]: unknown };
 
 function isNode(x: unknown): x is Node {

@@ -1,5 +1,5 @@
 import { Tokenizer } from "@huggingface/tokenizers";
-import { detectContentFormat, type ContentFormat } from "./content-format";
+import { detectContentFormat, type ContentFormat, type ContentFormatOption } from "./content-format";
 import { conversation } from "./conversation";
 import { ChatTemplateError, ChatUnrenderable, continueFinalMessage, templateTools } from "./messages";
 import { compileFastTokenizer } from "./fast/fast-tokenizer";
@@ -37,7 +37,7 @@ export class HfPreprocessor implements Preprocessor {
   ) {
     const { tokenizerJson, config } = files;
     this.files = files;
-    this.contentFormat = this.templateFor(false)?.contentFormat ?? "string";
+    this.contentFormat = this.formatOf(this.templateFor(false));
     // transformers hands the template the tokenizer's special tokens that are set (special_tokens_map).
     this.templateTokens = {};
     for (const name of ["bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token"] as const) {
@@ -63,6 +63,12 @@ export class HfPreprocessor implements Preprocessor {
     return t;
   }
 
+  // --chat-template-content-format forces the format; "auto" (the default) detects it on the template rendering.
+  private formatOf(template: ChatTemplate | null): ContentFormat {
+    const forced = this.server.contentFormat ?? "auto";
+    return forced !== "auto" ? forced : (template?.contentFormat ?? "string");
+  }
+
   private get tokenizer(): Tokenizer {
     return (this.library ??= new Tokenizer(this.files.tokenizerJson, this.files.config));
   }
@@ -79,7 +85,7 @@ export class HfPreprocessor implements Preprocessor {
     const tools = opts.toolChoice === "none" && this.server.excludeToolsWhenToolChoiceNone ? undefined : opts.tools;
     const template = this.templateFor(tools !== undefined);
     if (template === null) throw new ChatTemplateError("the model's tokenizer has no chat template");
-    const chat = conversation(messages, template.contentFormat);
+    const chat = conversation(messages, this.formatOf(template));
     // As transformers renders: the special tokens, apply_chat_template's default documents=None, then the request's
     // chat_template_kwargs (with its documents, see templateKwargsOf) over the server's defaults, then what the
     // request's own fields say (vLLM passes tools=None when the request has none).
@@ -192,6 +198,8 @@ export type ServerRendering = {
   /** --default-chat-template-kwargs, parsed. */
   defaultKwargs?: Record<string, unknown>;
   excludeToolsWhenToolChoiceNone?: boolean;
+  /** --chat-template-content-format. */
+  contentFormat?: ContentFormatOption;
 };
 
 /**

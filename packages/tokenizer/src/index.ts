@@ -1,5 +1,6 @@
 export { createPreprocessor } from "./preprocessor";
 export { loadChatTemplate } from "./tokenizer-files";
+export { CONTENT_FORMAT_OPTIONS, type ContentFormatOption } from "./content-format";
 export { byteFallbackEncode, byteFallbackDecode, byteFallbackRenderChat } from "./byte-fallback";
 export { SegmentCache, DEFAULT_CACHE_MAX_BYTES } from "./segment-cache";
 export { ChatTemplateError, ChatUnrenderable } from "./messages";

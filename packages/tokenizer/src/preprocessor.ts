@@ -17,6 +17,7 @@ export function createPreprocessor(opts: PreprocessorOptions = {}): Preprocessor
     : new HfPreprocessor(tokenizerFiles(opts.tokenizerDir, opts.chatTemplate), opts.cache ?? {}, opts.fastBpe ?? true, {
       defaultKwargs: defaultKwargs(opts.defaultChatTemplateKwargs),
       excludeToolsWhenToolChoiceNone: opts.excludeToolsWhenToolChoiceNone,
+      contentFormat: opts.chatTemplateContentFormat,
     });
   if (opts.registry !== undefined) {
     registerPreprocessorMetrics(opts.registry, { model: opts.model ?? "", kind: pre.kind, cacheStats: () => pre.cacheStats() });

@@ -1,6 +1,7 @@
 import type { Registry } from "prom-client";
 import type { Truncation } from "./truncation";
 import type { EncodeControl } from "./segmenter";
+import type { ContentFormatOption } from "./content-format";
 
 /** An OpenAI chat message; of its other fields, those vLLM knows (tool_calls, reasoning, name, ...) reach the chat template (see conversation.ts). */
 export type ChatMessage = {
@@ -72,6 +73,11 @@ export type PreprocessorOptions = {
    * It replaces the tokenizer's templates, for requests with tools too.
    */
   chatTemplate?: string;
+  /**
+   * vLLM's `--chat-template-content-format`: "string" or "openai" gives every message's content to the template in
+   * that shape; "auto" (the default) detects it on the template (see content-format.ts).
+   */
+  chatTemplateContentFormat?: ContentFormatOption;
 };
 
 export type CacheStats = {

@@ -81,3 +81,23 @@ describe("--chat-template", () => {
     expect(() => server(TOOLS_TEMPLATE, { chatTemplate: join(root, "missing.jinja") })).toThrow(/looks like a file path/);
   });
 });
+
+describe("--chat-template-content-format", () => {
+  const chat = { messages: [{ role: "user", content: [{ type: "text", text: "a" }, { type: "text", text: "b" }] }] };
+  // Loops over a message's content: "openai" detected. Reads it whole: "string" detected.
+  const LOOPS = "{% for m in messages %}{% if m.content is string %}S:{{ m.content }}{% else %}P:{% for p in m.content %}{{ p.text }}|{% endfor %}{% endif %}{% endfor %}";
+  const READS = "{% for m in messages %}{% if m.content is string %}S:{{ m.content }}{% else %}P{{ m.content | length }}{% endif %}{% endfor %}";
+
+  test("auto (the default) detects the format on the template", () => {
+    expect(render(server(LOOPS), chat)).toBe("P:a|b|");
+    expect(render(server(READS), chat)).toBe("S:a\nb");
+    expect(render(server(READS, { chatTemplateContentFormat: "auto" }), chat)).toBe("S:a\nb");
+  });
+
+  test("string or openai forces that shape whatever the template reads: text parts joined by newlines, or the parts", () => {
+    expect(render(server(LOOPS, { chatTemplateContentFormat: "string" }), chat)).toBe("S:a\nb");
+    expect(render(server(READS, { chatTemplateContentFormat: "openai" }), chat)).toBe("P2");
+    // A string content becomes one text part under "openai" (vLLM wraps it before parsing).
+    expect(render(server(LOOPS, { chatTemplateContentFormat: "openai" }), { messages: [{ role: "user", content: "c" }] })).toBe("P:c|");
+  });
+});
