@@ -90,6 +90,8 @@ export type EppConfig = {
   chatTemplate?: string;
   /** The workers' vLLM --chat-template-content-format. */
   chatTemplateContentFormat: ContentFormatOption;
+  /** The workers' vLLM --trust-request-chat-template. */
+  trustRequestChatTemplate: boolean;
   /** Tokenizer pool threads (undefined: defaultPoolSize, a CPU quota less one or else the CPUs; 0: none, tokenize on the event loop) and the pick's tokenization budget. */
   tokenizerThreads?: number;
   /** Nice value of the tokenizer pool's threads (below the decision thread's). */
@@ -247,6 +249,7 @@ export function parseConfig(argv: string[], env: Record<string, string | undefin
     excludeToolsWhenToolChoiceNone: o.excludeToolsWhenToolChoiceNone,
     chatTemplate: o.chatTemplate,
     chatTemplateContentFormat: o.chatTemplateContentFormat,
+    trustRequestChatTemplate: o.trustRequestChatTemplate,
     tokenizerThreads: o.tokenizerThreads,
     tokenizerNice: o.tokenizerNice,
     tokenizeBudgetMs: o.tokenizeBudgetMs,
@@ -311,6 +314,7 @@ export function preprocessorOptions(cfg: EppConfig): Omit<PreprocessorOptions, "
     excludeToolsWhenToolChoiceNone: cfg.excludeToolsWhenToolChoiceNone,
     chatTemplate: cfg.chatTemplate,
     chatTemplateContentFormat: cfg.chatTemplateContentFormat,
+    trustRequestChatTemplate: cfg.trustRequestChatTemplate,
   };
 }
 

@@ -49,12 +49,17 @@ describe("every option resolves by one rule: flag > DYN_EPP_* variable > config 
   });
 
   test("the workers' vLLM rendering flags reach the options every preprocessor is built with, the pool members' too", () => {
-    const flags = ["--exclude-tools-when-tool-choice-none", "--chat-template", "{{ messages[0].content }}", "--chat-template-content-format", "openai"];
+    const flags = [
+      "--exclude-tools-when-tool-choice-none", "--chat-template", "{{ messages[0].content }}", "--chat-template-content-format", "openai",
+      "--trust-request-chat-template",
+    ];
     expect(preprocessorOptions(parseConfig(["--config", file, ...flags], {}))).toMatchObject({
       tokenizerDir: undefined, model: "file-model", excludeToolsWhenToolChoiceNone: true, chatTemplate: "{{ messages[0].content }}",
-      chatTemplateContentFormat: "openai",
+      chatTemplateContentFormat: "openai", trustRequestChatTemplate: true,
     });
-    expect(preprocessorOptions(parseConfig(["--config", file], {}))).toMatchObject({ excludeToolsWhenToolChoiceNone: false, chatTemplateContentFormat: "auto" });
+    expect(preprocessorOptions(parseConfig(["--config", file], {}))).toMatchObject({
+      excludeToolsWhenToolChoiceNone: false, chatTemplateContentFormat: "auto", trustRequestChatTemplate: false,
+    });
     expect(() => parseConfig(["--config", file, "--chat-template-content-format", "jinja"], {})).toThrow(/chat-template-content-format/);
   });
 

@@ -97,6 +97,10 @@ export const EPP_OPTIONS = {
       "auto",
       "the workers' vLLM --chat-template-content-format: string or openai hands every message's content to the template in that shape; auto detects it on the template, as on the workers",
     ),
+    trustRequestChatTemplate: opt.bool(
+      z.boolean().default(false),
+      "the workers' vLLM --trust-request-chat-template: a request's own template (chat_template, or chat_template_kwargs' chat_template) renders it; without it such a request is refused (400), as the workers refuse it",
+    ),
     tokenizerThreads: opt.int(
       count.optional(),
       "worker threads that render and tokenize off the decision thread (default: under a cgroup CPU quota its CPUs less one for the decision thread, at least 1 (members filling the quota get the whole cgroup throttled, the decision thread with it, for the rest of each CFS period); without a quota, the process's CPUs; 0: on the event loop)",

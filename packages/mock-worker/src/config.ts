@@ -130,6 +130,7 @@ export const MOCK_WORKER_OPTIONS = {
     excludeToolsWhenToolChoiceNone: opt.bool(z.boolean().default(false), "vLLM's --exclude-tools-when-tool-choice-none: a chat whose tool_choice is \"none\" renders without its tools"),
     chatTemplate: opt.string(z.string().min(1).optional(), "vLLM's --chat-template: a file's path, or the template itself (a value that opens as no file and holds {, } or a newline), in place of the tokenizer's templates"),
     chatTemplateContentFormat: opt.choice(CONTENT_FORMAT_OPTIONS, "auto", "vLLM's --chat-template-content-format: string or openai forces the shape of every message's content; auto detects it on the template"),
+    trustRequestChatTemplate: opt.bool(z.boolean().default(false), "vLLM's --trust-request-chat-template: a request's own template (chat_template, or chat_template_kwargs' chat_template) renders it; without it such a request is refused (400)"),
     loraModules: opt.list(loraModules.default([]), "LoRA adapters served (name[=path],...): requests name them in `model`"),
   }),
   ...group("Intents", {

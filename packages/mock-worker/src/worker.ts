@@ -68,7 +68,7 @@ export async function startMockWorker(opts: MockWorkerOptions = {}): Promise<Moc
   const preprocessor = await createPreprocessor({
     tokenizerDir: config.tokenizerDir, model: config.model, defaultChatTemplateKwargs: config.defaultChatTemplateKwargs,
     excludeToolsWhenToolChoiceNone: config.excludeToolsWhenToolChoiceNone, chatTemplate: config.chatTemplate,
-    chatTemplateContentFormat: config.chatTemplateContentFormat,
+    chatTemplateContentFormat: config.chatTemplateContentFormat, trustRequestChatTemplate: config.trustRequestChatTemplate,
   });
   // Warm before it serves, as the EPP's tokenizers are: its first requests would otherwise stand in for a slow engine.
   warmUp(preprocessor);

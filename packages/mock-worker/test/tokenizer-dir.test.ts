@@ -145,3 +145,31 @@ test("a chat template that fails to render is a 400, as vLLM answers any templat
     rmSync(dir, { recursive: true, force: true });
   }
 });
+
+test("vLLM's rendering flags render a chat as the EPP's preprocessor does with the same flags; an untrusted request template is a 400", async () => {
+  const messages = [{ role: "user", content: [{ type: "text", text: "a" }, { type: "text", text: "b" }] }];
+  const tools = [{ type: "function", function: { name: "f" } }];
+  const own = "({{ messages[0].content }})";
+  const tokens = async (url: string, extra: Record<string, unknown>) => {
+    const res = await post(`${url}/v1/chat/completions`, { messages, tools, max_tokens: 1, ...extra });
+    return res.status === 200 ? ((await res.json()) as any).usage.prompt_tokens : [res.status, ((await res.json()) as any).error.message];
+  };
+  expect(await tokens(w.url, { chat_template: own })).toEqual([400, expect.stringContaining("--trust-request-chat-template is not set")]);
+  const flags = {
+    excludeToolsWhenToolChoiceNone: true, chatTemplate: "{% if tools %}T{% endif %}{{ messages[0].content }}", chatTemplateContentFormat: "string" as const,
+    trustRequestChatTemplate: true,
+  };
+  const flagged = await startMockWorker({
+    listen: `${LOOPBACK}.2.11`, port: 0, kvEvents: `tcp://${LOOPBACK}.2.11:0`, speed: 0, blockSize: 4, tokenizerDir, logLevel: "silent", ...flags,
+  });
+  try {
+    const epp = createPreprocessor({ tokenizerDir, ...flags });
+    for (const extra of [{}, { tool_choice: "none" }, { chat_template: own }]) {
+      const { messages: _, ...opts } = { messages, tools, toolChoice: (extra as any).tool_choice, chatTemplate: (extra as any).chat_template };
+      expect(await tokens(flagged.url, extra)).toBe(epp.encodeChat(messages, opts).length);
+    }
+    expect([epp.renderChat(messages, { tools }), epp.renderChat(messages, { tools, toolChoice: "none" })]).toEqual(["Ta\nb", "a\nb"]);
+  } finally {
+    await flagged.close();
+  }
+});

@@ -6,6 +6,7 @@ import { compileFastTokenizer } from "./fast/fast-tokenizer";
 import { postProcessorAdditions } from "./post-processor";
 import { PyTemplate, TemplateRaised } from "./py-template";
 import { truncatePrompt, truncates, type Truncation } from "./truncation";
+import { Lru } from "./lru";
 import { SegmentCache } from "./segment-cache";
 import { Segmenter, type EncodeControl, type SectionEncoder } from "./segmenter";
 import { pickChatTemplate, tokenContent, type TokenizerFiles } from "./tokenizer-files";
@@ -19,6 +20,8 @@ export class HfPreprocessor implements Preprocessor {
   private readonly files: TokenizerFiles;
   // Each named template compiled once, on the first request that picks it (see pickChatTemplate).
   private readonly templates = new Map<string, ChatTemplate>();
+  // Templates requests bring (--trust-request-chat-template), compiled once per text while they stay in use.
+  private readonly requestTemplates = new Lru<string, ChatTemplate>(REQUEST_TEMPLATES_KEPT);
   /** vLLM's content format (`--chat-template-content-format auto`) of the template a request without tools gets. */
   readonly contentFormat: ContentFormat;
   private readonly templateTokens: Record<string, unknown>;
@@ -53,7 +56,8 @@ export class HfPreprocessor implements Preprocessor {
 
   // vLLM resolves the template, and from it the content format, with the request's tools (resolve_chat_template).
   private templateFor(hasTools: boolean): ChatTemplate | null {
-    const picked = pickChatTemplate(this.files.chatTemplate, hasTools);
+    const given = this.server.chatTemplate;
+    const picked = given !== undefined ? { name: "--chat-template", source: given } : pickChatTemplate(this.files.chatTemplate, hasTools);
     if (picked === null) return null;
     let t = this.templates.get(picked.name);
     if (t === undefined) {
@@ -61,6 +65,23 @@ export class HfPreprocessor implements Preprocessor {
       this.templates.set(picked.name, (t = { compiled, contentFormat: detectContentFormat(compiled.ast) }));
     }
     return t;
+  }
+
+  /**
+   * The template a request brings, as vLLM takes it: refused (400) unless --trust-request-chat-template
+   * (validate_chat_template); trusted, its `chat_template` wins, then the server's --chat-template, then its
+   * chat_template_kwargs' own (ChatParams.get_apply_chat_template_kwargs, where an unset value or "auto" does not
+   * count). Null: the server's template renders it.
+   */
+  private requestTemplate(opts: ChatOptions): ChatTemplate | null {
+    const inKwargs = opts.templateKwargs?.chat_template;
+    if (opts.chatTemplate === undefined && (inKwargs === undefined || inKwargs === null)) return null;
+    if (!this.server.trustRequestChatTemplate) throw new ChatTemplateError(UNTRUSTED_TEMPLATE);
+    const fromKwargs = inKwargs === null || inKwargs === "auto" ? undefined : inKwargs;
+    const source = opts.chatTemplate || this.server.chatTemplate || fromKwargs;
+    if (source === undefined || source === this.server.chatTemplate) return null;
+    if (typeof source !== "string") throw new ChatTemplateError("chat_template_kwargs.chat_template must be a string");
+    return this.requestTemplates.get(source) ?? this.requestTemplates.set(source, compileRequestTemplate(source));
   }
 
   // --chat-template-content-format forces the format; "auto" (the default) detects it on the template rendering.
@@ -83,7 +104,7 @@ export class HfPreprocessor implements Preprocessor {
   renderChat(messages: readonly ChatMessage[], opts: ChatOptions = {}): string {
     // vLLM's --exclude-tools-when-tool-choice-none: the template gets tools=None, and resolves as for a chat without.
     const tools = opts.toolChoice === "none" && this.server.excludeToolsWhenToolChoiceNone ? undefined : opts.tools;
-    const template = this.templateFor(tools !== undefined);
+    const template = this.requestTemplate(opts) ?? this.templateFor(tools !== undefined);
     if (template === null) throw new ChatTemplateError("the model's tokenizer has no chat template");
     const chat = conversation(messages, this.formatOf(template));
     // As transformers renders: the special tokens, apply_chat_template's default documents=None, then the request's
@@ -198,9 +219,30 @@ export type ServerRendering = {
   /** --default-chat-template-kwargs, parsed. */
   defaultKwargs?: Record<string, unknown>;
   excludeToolsWhenToolChoiceNone?: boolean;
+  /** --chat-template, loaded (the template's text). */
+  chatTemplate?: string;
   /** --chat-template-content-format. */
   contentFormat?: ContentFormatOption;
+  trustRequestChatTemplate?: boolean;
 };
+
+/** vLLM's answer (400) to a request that brings a template the server does not trust. */
+export const UNTRUSTED_TEMPLATE =
+  "Chat template is passed with request, but --trust-request-chat-template is not set. Refused request with untrusted chat template.";
+
+/** Request templates kept compiled: a client sends one or a few; a client varying it per request pays a compile each. */
+const REQUEST_TEMPLATES_KEPT = 16;
+
+// A template jinja2 parses but the engine here does not is no fault of the request: routed by load (ChatUnrenderable).
+function compileRequestTemplate(source: string): ChatTemplate {
+  let compiled: PyTemplate;
+  try {
+    compiled = new PyTemplate(source);
+  } catch (err) {
+    throw new ChatUnrenderable(`the request's chat template does not compile here: ${(err as Error).message}`);
+  }
+  return { compiled, contentFormat: detectContentFormat(compiled.ast) };
+}
 
 /**
  * The control the encode of a text gets. Its known prefix starts with what the post-processor puts first;
@@ -232,5 +274,7 @@ function knownPrefixOf(control: EncodeControl | undefined, t: Truncation, prefix
 function withDefaults(defaults: Record<string, unknown>, request: Record<string, unknown> | undefined): Record<string, unknown> {
   const out = { ...defaults };
   for (const [k, v] of Object.entries(request ?? {})) if (v !== null && v !== "auto") out[k] = v;
+  // apply_chat_template takes it as the template (see requestTemplate), not as a variable.
+  delete out.chat_template;
   return out;
 }

@@ -36,7 +36,7 @@ export function mediaPositions(pre: Preprocessor, messages: readonly ChatMessage
       const cut = [...messages.slice(0, m), { ...messages[m]!, content: c.slice(0, p) }];
       let at = 0;
       try {
-        const before = pre.encodeChat(cut, { tools: opts.tools, toolChoice: opts.toolChoice, templateKwargs: opts.templateKwargs, addGenerationPrompt: false, addSpecialTokens: opts.addSpecialTokens });
+        const before = pre.encodeChat(cut, { tools: opts.tools, toolChoice: opts.toolChoice, chatTemplate: opts.chatTemplate, templateKwargs: opts.templateKwargs, addGenerationPrompt: false, addSpecialTokens: opts.addSpecialTokens });
         while (at < full.length && at < before.length && full[at] === before[at]) at++;
       } catch {
         // A template that refuses the cut conversation (e.g. it must end with a user turn): position 0

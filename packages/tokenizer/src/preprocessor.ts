@@ -2,7 +2,7 @@ import { parseJsonKeepingFloats } from "./py-values";
 import { byteFallbackDecode, byteFallbackEncode, byteFallbackRenderChat } from "./byte-fallback";
 import { HfPreprocessor } from "./hf-preprocessor";
 import { registerPreprocessorMetrics } from "./metrics";
-import { loadChatTemplate, loadTokenizerFiles, type TokenizerFiles } from "./tokenizer-files";
+import { loadChatTemplate, loadTokenizerFiles } from "./tokenizer-files";
 import { truncatePrompt } from "./truncation";
 import { NO_CACHE_STATS, type ChatMessage, type ChatOptions, type Preprocessor, type PreprocessorOptions } from "./types";
 
@@ -14,10 +14,13 @@ import { NO_CACHE_STATS, type ChatMessage, type ChatOptions, type Preprocessor, 
 export function createPreprocessor(opts: PreprocessorOptions = {}): Preprocessor {
   const pre: Preprocessor = opts.tokenizerDir === undefined
     ? byteFallbackPreprocessor
-    : new HfPreprocessor(tokenizerFiles(opts.tokenizerDir, opts.chatTemplate), opts.cache ?? {}, opts.fastBpe ?? true, {
+    : new HfPreprocessor(loadTokenizerFiles(opts.tokenizerDir), opts.cache ?? {}, opts.fastBpe ?? true, {
       defaultKwargs: defaultKwargs(opts.defaultChatTemplateKwargs),
       excludeToolsWhenToolChoiceNone: opts.excludeToolsWhenToolChoiceNone,
+      // It wins over the tokenizer's templates, tools or not (resolve_chat_template's first choice).
+      chatTemplate: opts.chatTemplate === undefined ? undefined : loadChatTemplate(opts.chatTemplate),
       contentFormat: opts.chatTemplateContentFormat,
+      trustRequestChatTemplate: opts.trustRequestChatTemplate,
     });
   if (opts.registry !== undefined) {
     registerPreprocessorMetrics(opts.registry, { model: opts.model ?? "", kind: pre.kind, cacheStats: () => pre.cacheStats() });
@@ -34,12 +37,6 @@ const byteFallbackPreprocessor: Preprocessor = {
   cacheStats: () => NO_CACHE_STATS,
   resetCache: () => {},
 };
-
-/** The tokenizer's files, its chat template replaced by the server's --chat-template (which wins over any, tools or not). */
-function tokenizerFiles(dir: string, chatTemplate: string | undefined): TokenizerFiles {
-  const files = loadTokenizerFiles(dir);
-  return chatTemplate === undefined ? files : { ...files, chatTemplate: loadChatTemplate(chatTemplate) };
-}
 
 /** The server's default template kwargs from their JSON text (a JSON object: the options checked it). */
 function defaultKwargs(text: string | undefined): Record<string, unknown> {

@@ -19,6 +19,8 @@ export type ChatOptions = Truncation & {
   tools?: unknown[];
   /** The request's `tool_choice` as sent: "none" drops the tools under --exclude-tools-when-tool-choice-none. */
   toolChoice?: unknown;
+  /** The request's own `chat_template` (see PreprocessorOptions.trustRequestChatTemplate). */
+  chatTemplate?: string;
   /**
    * Extra template variables: vLLM's `chat_template_kwargs` (e.g. `{ enable_thinking: false }`) with what the request's
    * `documents` and `reasoning_effort` add to them (see templateKwargsOf).
@@ -78,6 +80,11 @@ export type PreprocessorOptions = {
    * that shape; "auto" (the default) detects it on the template (see content-format.ts).
    */
   chatTemplateContentFormat?: ContentFormatOption;
+  /**
+   * vLLM's `--trust-request-chat-template`: a request's own template (`chat_template`, or chat_template_kwargs'
+   * `chat_template`) renders it; without it, such a request is refused (ChatTemplateError, a 400), as vLLM refuses it.
+   */
+  trustRequestChatTemplate?: boolean;
 };
 
 export type CacheStats = {

@@ -101,3 +101,45 @@ describe("--chat-template-content-format", () => {
     expect(render(server(LOOPS, { chatTemplateContentFormat: "openai" }), { messages: [{ role: "user", content: "c" }] })).toBe("P:c|");
   });
 });
+
+describe("--trust-request-chat-template", () => {
+  const chat = { messages: [{ role: "user", content: "hi" }] };
+  const OWN = "({% for m in messages %}{{ m.content }}{% endfor %}{% if chat_template is defined %}!{% endif %})";
+  const SERVER = "<{{ messages[0].content }}>";
+  const refused = "Chat template is passed with request, but --trust-request-chat-template is not set. Refused request with untrusted chat template.";
+
+  test("without it, a request bringing a template is refused with vLLM's message (400), one with a null template is not", () => {
+    const pre = server(TOOLS_TEMPLATE);
+    expect(() => render(pre, { ...chat, chat_template: OWN })).toThrow(refused);
+    expect(() => render(pre, { ...chat, chat_template: "" })).toThrow(refused);
+    expect(() => render(pre, { ...chat, chat_template_kwargs: { chat_template: OWN } })).toThrow(refused);
+    expect(() => render(pre, { input: "hi", chat_template_kwargs: { chat_template: OWN } }, "/v1/responses")).toThrow(refused);
+    expect(render(pre, { ...chat, chat_template: null, chat_template_kwargs: { chat_template: null } })).toBe("[hi]");
+    expect(() => render(pre, { ...chat, chat_template: 1 })).toThrow("chat_template must be a string");
+  });
+
+  test("with it, the request's chat_template wins, then the server's --chat-template, then chat_template_kwargs' own", () => {
+    const trusted = server(TOOLS_TEMPLATE, { trustRequestChatTemplate: true });
+    // The template gets no `chat_template` variable: apply_chat_template takes it as the template.
+    expect(render(trusted, { ...chat, chat_template: OWN })).toBe("(hi)");
+    expect(render(trusted, { ...chat, chat_template_kwargs: { chat_template: OWN } })).toBe("(hi)");
+    expect(render(trusted, { input: "hi", chat_template_kwargs: { chat_template: OWN } }, "/v1/responses")).toBe("(hi)");
+    // An empty chat_template or an "auto" one in the kwargs leaves the server's.
+    expect(render(trusted, { ...chat, chat_template: "" })).toBe("[hi]");
+    expect(render(trusted, { ...chat, chat_template_kwargs: { chat_template: "auto" } })).toBe("[hi]");
+    const withServer = server(TOOLS_TEMPLATE, { trustRequestChatTemplate: true, chatTemplate: SERVER });
+    expect(render(withServer, { ...chat, chat_template: OWN })).toBe("(hi)");
+    expect(render(withServer, { ...chat, chat_template_kwargs: { chat_template: OWN } })).toBe("<hi>");
+  });
+
+  test("the request's template decides the content format, and is compiled once per text, a few texts kept", () => {
+    const trusted = server(TOOLS_TEMPLATE, { trustRequestChatTemplate: true });
+    const parts = { messages: [{ role: "user", content: [{ type: "text", text: "a" }, { type: "text", text: "b" }] }] };
+    const loops = "{% for m in messages %}{% for p in m.content %}{{ p.text }}|{% endfor %}{% endfor %}";
+    expect(render(trusted, { ...parts, chat_template: loops })).toBe("a|b|");
+    expect(render(trusted, { ...parts, chat_template: "{{ messages[0].content }}" })).toBe("a\nb");
+    const kept = (trusted as unknown as { requestTemplates: { size: number } }).requestTemplates;
+    for (let i = 0; i < 40; i++) expect(render(trusted, { ...chat, chat_template: `${i}{{ messages[0].content }}` })).toBe(`${i}hi`);
+    expect(kept.size).toBeLessThanOrEqual(16);
+  });
+});

@@ -97,6 +97,7 @@ export function openAiRoutes(deps: OpenAiDeps): Hono {
       chat = withMedia(deps.preprocessor, chatMessages(py.messages as ChatMessage[]), {
         tools: py.tools ?? undefined,
         toolChoice: py.tool_choice,
+        chatTemplate: typeof py.chat_template === "string" ? py.chat_template : undefined,
         templateKwargs: templateKwargsOf(py),
         addGenerationPrompt,
         continueFinalMessage: body.continue_final_message ?? false,

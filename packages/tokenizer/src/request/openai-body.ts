@@ -19,8 +19,9 @@ export type RoutedInput =
       kind: "chat";
       messages: ChatMessage[];
       tools?: unknown[];
-      /** The request's tool_choice as sent (see ChatOptions). */
+      /** The request's tool_choice as sent, and its own chat_template (see ChatOptions). */
       toolChoice?: unknown;
+      chatTemplate?: string;
       templateKwargs?: Record<string, unknown>;
       /** The request's add_generation_prompt / continue_final_message (vLLM's defaults: true / false). */
       addGenerationPrompt?: boolean;
@@ -223,7 +224,7 @@ function parseInput(doc: unknown, path: string | undefined): ParsedBody {
     return {
       model,
       input: {
-        kind: "chat", messages: chatMessages(o.messages as ChatMessage[]), tools: o.tools as unknown[] | undefined, toolChoice: o.tool_choice, templateKwargs, addGenerationPrompt, continueFinalMessage,
+        kind: "chat", messages: chatMessages(o.messages as ChatMessage[]), tools: o.tools as unknown[] | undefined, toolChoice: o.tool_choice, chatTemplate: optionalString(o.chat_template, "chat_template"), templateKwargs, addGenerationPrompt, continueFinalMessage,
         addSpecialTokens: optionalBool(o.add_special_tokens, "add_special_tokens"), ...truncationOf(o),
       },
     };
@@ -360,6 +361,12 @@ function mergeTemplateKwargs(kw: unknown, documents: unknown, effort: string | u
 }
 
 const isStringRecord = (d: unknown): boolean => isPyDict(d) && Object.values(d).every((v) => typeof v === "string");
+
+function optionalString(v: unknown, field: string): string | undefined {
+  if (v === undefined || v === null) return undefined;
+  if (typeof v !== "string") throw new BadRequest(`${field} must be a string`);
+  return v;
+}
 
 function optionalBool(v: unknown, field: string): boolean | undefined {
   if (v === undefined || v === null) return undefined;

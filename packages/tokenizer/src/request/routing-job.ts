@@ -40,6 +40,7 @@ export function routingJob(input: RoutedInput): TokenizeJob | Uint32Array {
       const opts = {
         tools: input.tools,
         toolChoice: input.toolChoice,
+        chatTemplate: input.chatTemplate,
         templateKwargs: input.templateKwargs,
         addGenerationPrompt: input.addGenerationPrompt,
         continueFinalMessage: input.continueFinalMessage,
