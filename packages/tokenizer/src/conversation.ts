@@ -47,8 +47,9 @@ function parsePart(part: unknown): { text: string } | { media: string } | { tool
   return { media: modality };
 }
 
-function contentOf(content: unknown, format: ContentFormat): string | Part[] {
-  const parts = content === undefined || content === null ? [] : typeof content === "string" ? [content] : (content as unknown[]);
+function contentOf(role: string, content: unknown, format: ContentFormat): string | Part[] {
+  let parts = content === undefined || content === null ? [] : typeof content === "string" ? [content] : (content as unknown[]);
+  if (role === "system") parts = withoutBillingHeader(parts);
   const parsed = parts.map(parsePart).filter((p) => p !== null);
   if (format === "openai") {
     return parsed.map((p): Part => ("text" in p ? { type: "text", text: p.text } : "media" in p ? { type: p.media } : { type: "tool_reference", name: p.toolReference }));
@@ -59,10 +60,30 @@ function contentOf(content: unknown, format: ContentFormat): string | Part[] {
   return parsed.flatMap((p) => ("text" in p ? [p.text] : "toolReference" in p ? [p.toolReference] : [])).filter((t) => t !== "").join("\n");
 }
 
+const BILLING_HEADER = "x-anthropic-billing-header";
+
+/**
+ * A system message's parts without Claude Code's attribution line, as vLLM drops it
+ * (_strip_claude_code_billing_header): a text part (a string, or of type "text") that starts with
+ * `x-anthropic-billing-header` keeps only what follows its first newline, and goes when nothing does. Its `cch`
+ * value changes on every request, so a prompt keeping it would share no block past it.
+ */
+function withoutBillingHeader(parts: unknown[]): unknown[] {
+  return parts.flatMap((part) => {
+    const p = part as ContentPart;
+    const text = typeof part === "string" ? part : typeof part === "object" && part !== null && p.type === "text" ? p.text : undefined;
+    if (typeof text !== "string" || !text.startsWith(BILLING_HEADER)) return [part];
+    const newline = text.indexOf("\n");
+    const rest = newline < 0 ? "" : text.slice(newline + 1);
+    if (rest === "") return [];
+    return [typeof part === "string" ? rest : { ...p, text: rest }];
+  });
+}
+
 /** The conversation vLLM hands to the chat template for these request messages. */
 export function conversation(messages: readonly ChatMessage[], format: ContentFormat): ChatMessage[] {
   return messages.map((m) => {
-    const out: ChatMessage = { role: m.role, content: contentOf(m.content, format) };
+    const out: ChatMessage = { role: m.role, content: contentOf(m.role, m.content, format) };
     if (m.role === "assistant") {
       if (m.tool_calls !== undefined && m.tool_calls !== null) out.tool_calls = toolCalls(m.tool_calls);
       // vLLM's response field is `reasoning`; templates read `reasoning_content` (the older name), so both.
