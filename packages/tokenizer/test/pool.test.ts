@@ -43,6 +43,22 @@ describe("tokenizer pool", () => {
     expect([...a.tokens]).not.toEqual([...createPreprocessor({ tokenizerDir: dir }).encodeChat(messages)]);
   }, 60_000);
 
+  test("members render with the server's rendering flags, as a preprocessor given them does", async () => {
+    const flags = {
+      excludeToolsWhenToolChoiceNone: true, chatTemplate: "{% if tools %}T{% endif %}{{ messages[0].content }}", chatTemplateContentFormat: "string" as const,
+      trustRequestChatTemplate: true,
+    };
+    const pool = await pools.start({ size: 1, budgetMs: 60_000 }, flags);
+    const pre = createPreprocessor({ tokenizerDir: dir, ...flags });
+    const messages = [{ role: "user", content: [{ type: "text", text: "a" }, { type: "text", text: "b" }] }];
+    const tools = [{ type: "function", function: { name: "f" } }];
+    for (const opts of [{ tools }, { tools, toolChoice: "none" }, { chatTemplate: "({{ messages[0].content }})" }]) {
+      const a = await pool.tokenize({ kind: "chat", messages, opts });
+      expect(pre.decode(a.tokens)).toBe(pre.renderChat(messages, opts));
+    }
+    expect(pre.renderChat(messages, { tools, toolChoice: "none" })).toBe("a\nb");
+  }, 60_000);
+
   test("a long fresh chat in flight does not hold a short one back", async () => {
     const pool = await pools.start({ size: 2, budgetMs: 60_000 });
     const order: string[] = [];
