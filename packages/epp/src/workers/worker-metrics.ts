@@ -1,15 +1,17 @@
-// Load scraped from each worker's vLLM Prometheus endpoint: an extra signal next to the load the EPP
+// Load scraped from each worker's vLLM or SGLang Prometheus endpoint: an extra signal next to the load the EPP
 // tracks itself (which misses requests that did not come through this replica).
 
+import { SglangGauges } from "./sglang-metrics.ts";
+
 /**
- * `gpuBlocks`: num_gpu_blocks per engine (= DP rank), from `vllm:cache_config_info` (empty when not exported);
- * absent where the metrics do not come from a scrape (a simulation).
+ * `gpuBlocks`: num_gpu_blocks per engine (= DP rank), from `vllm:cache_config_info`, or SGLang's
+ * max_total_num_tokens in blocks (empty when not exported); absent where the metrics do not come from a scrape (a simulation).
  */
 export type WorkerMetrics = {
   running: number;
   /** Waiting requests of every engine behind this API server, summed. */
   waiting: number;
-  /** Waiting requests per engine (= DP rank), from the series' `engine` label (empty when none carries one). */
+  /** Waiting requests per engine (= DP rank), from the series' `engine` (SGLang: `dp_rank`) label (empty when none carries one). */
   waitingByEngine: Map<number, number>;
   kvUsage: number;
   gpuBlocks?: Map<number, number>;
@@ -44,12 +46,14 @@ function engineOf(line: string): number | undefined {
 
 /**
  * Reads the gauges vLLM exposes (`vllm:num_requests_running`, `..._waiting`, KV usage), summing label sets,
- * the waiting requests per engine too, and each engine's `num_gpu_blocks` from `vllm:cache_config_info`.
+ * the waiting requests per engine too, and each engine's `num_gpu_blocks` from `vllm:cache_config_info`; and
+ * SGLang's (see SglangGauges), its KV pool counted in blocks of `blockSize` tokens (0: not counted).
  */
-export function parseVllmMetrics(text: string, at = Date.now()): WorkerMetrics & { gpuBlocks: Map<number, number> } {
+export function parseVllmMetrics(text: string, at = Date.now(), blockSize = 0): WorkerMetrics & { gpuBlocks: Map<number, number> } {
   const gpuBlocks = new Map<number, number>();
   const waitingByEngine = new Map<number, number>();
   const out = { running: 0, waiting: 0, waitingByEngine, kvUsage: 0, gpuBlocks, at };
+  const sglang = new SglangGauges();
   for (const line of text.split("\n")) {
     if (line.length === 0 || line.charCodeAt(0) === 35 /* # */) continue;
     const name = line.slice(0, line.search(/[{\s]/));
@@ -59,6 +63,7 @@ export function parseVllmMetrics(text: string, at = Date.now()): WorkerMetrics &
     }
     const v = Number(line.slice(line.lastIndexOf(" ") + 1));
     if (!Number.isFinite(v)) continue;
+    if (sglang.add(name, v, (label) => labelOf(line, label))) continue;
     switch (name) {
       case "vllm:num_requests_running":
         out.running += v;
@@ -75,6 +80,7 @@ export function parseVllmMetrics(text: string, at = Date.now()): WorkerMetrics &
         break;
     }
   }
+  sglang.addTo(out, blockSize);
   return out;
 }
 
@@ -104,6 +110,8 @@ export class WorkerMetricsScraper {
     private readonly opts: {
       intervalMs: number;
       timeoutMs?: number;
+      /** The KV block size in tokens, to count an SGLang worker's token pool in blocks. */
+      blockSize?: number;
       onError: (workerId: string, err: unknown) => void;
       onSuccess?: (workerId: string) => void;
       /** After every round of scrapes, failed or not. */
@@ -125,7 +133,7 @@ export class WorkerMetricsScraper {
   }
 
   /**
-   * The KV blocks a worker rank can hold, as its vLLM reported them: the rank's engine series, or the only
+   * The KV blocks a worker rank can hold, as its vLLM (or SGLang) reported them: the rank's engine series, or the only
    * series when the worker exports one (one engine per pod, whatever its DP rank). Undefined until scraped.
    */
   gpuBlocks(workerId: string, dpRank: number): number | undefined {
@@ -150,7 +158,7 @@ export class WorkerMetricsScraper {
           try {
             const res = await fetch(t.url, { signal: AbortSignal.timeout(this.opts.timeoutMs ?? 2000) });
             if (!res.ok) throw new Error(`HTTP ${res.status}`);
-            const m = parseVllmMetrics(await res.text());
+            const m = parseVllmMetrics(await res.text(), Date.now(), this.opts.blockSize);
             this.latest.set(t.endpoint, m);
             if (m.gpuBlocks.size > 0) {
               const byEngine = this.gpuBlocksByWorker.get(t.workerId) ?? new Map<number, number>();

@@ -14,15 +14,17 @@ afterEach(async () => {
   for (const c of cleanup.splice(0).reverse()) await c();
 });
 
-/** A vLLM /metrics stand-in that answers 200 or 500 as told. */
-function metricsServer() {
+const VLLM_BODY = 'vllm:num_requests_waiting{engine="0"} 2\nvllm:num_requests_waiting{engine="1"} 5\n';
+
+/** A vLLM (or, given its text, SGLang) /metrics stand-in that answers 200 or 500 as told. */
+function metricsServer(body = VLLM_BODY) {
   const state = { ok: true, scrapes: 0 };
   const server = Bun.serve({
     hostname: HOST,
     port: 0,
     fetch: () => {
       state.scrapes++;
-      return state.ok ? new Response('vllm:num_requests_waiting{engine="0"} 2\nvllm:num_requests_waiting{engine="1"} 5\n') : new Response("down", { status: 500 });
+      return state.ok ? new Response(body) : new Response("down", { status: 500 });
     },
   });
   cleanup.push(() => server.stop(true));
@@ -38,6 +40,7 @@ function staticSet(metricsUrl: string) {
       kvTopic: "",
       kvHeartbeatMs: 0,
       scrapeIntervalMs: 10,
+      model: { name: "m", tenant: "", blockSize: 16, loraAdapters: [] },
     },
     kube: () => {
       throw new Error("no Kubernetes in static mode");
@@ -83,4 +86,16 @@ test("the scrape failures are counted, and the listed ranks' total is exported",
   expect(text).toMatch(/^dynamo_epp_workers 2$/m);
   set.updateGauges();
   expect(await metrics.registry.metrics()).toMatch(/^dynamo_epp_kv_listeners_connected 0$/m);
+});
+
+test("an SGLang server's DP ranks are told their own queue and pool, and a full queue is seen", async () => {
+  const line = (name: string, dp: number, v: string) => `${name}{dp_rank="${dp}",engine_type="unified",model_name="m",pp_rank="0",tp_rank="${dp}"} ${v}`;
+  const body = [line("sglang:num_queue_reqs", 0, "9.0"), line("sglang:num_queue_reqs", 1, "4.0"), line("sglang:max_total_num_tokens", 0, "3200.0"), line("sglang:max_total_num_tokens", 1, "1600.0")].join("\n");
+  const { set, listed } = staticSet(metricsServer(body).url);
+  await listed;
+  await waitFor(() => set.candidates().length === 2 && set.signalsOf(set.candidates()[0]!) !== undefined, { message: "first scrape" });
+  expect(set.candidates().map((c) => set.signalsOf(c)?.waiting)).toEqual([9, 4]);
+  expect(set.candidates().map((c) => set.gpuBlocks(c))).toEqual([200, 100]);
+  // Every rank over the threshold: the queues are full (threshold 0: never).
+  expect([set.queuesFull(0), set.queuesFull(3), set.queuesFull(4)]).toEqual([false, true, false]);
 });

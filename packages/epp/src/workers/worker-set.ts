@@ -26,7 +26,7 @@ import { staticWorkers } from "./static.ts";
 export const DOWN_AFTER_FAILED_SCRAPES = 3;
 
 export type WorkerSetOptions = {
-  config: Pick<EppConfig, "workers" | "intents" | "kvTopic" | "kvHeartbeatMs" | "scrapeIntervalMs"> & Partial<Pick<EppConfig, "kvMaxMessageBytes" | "objectivePriorities">>;
+  config: Pick<EppConfig, "workers" | "intents" | "kvTopic" | "kvHeartbeatMs" | "scrapeIntervalMs"> & Partial<Pick<EppConfig, "kvMaxMessageBytes" | "objectivePriorities" | "model">>;
   kube: () => KubeConfig;
   metrics: Metrics;
   log: Logger;
@@ -77,6 +77,7 @@ export class WorkerSet {
     this.objectives = new ObjectivePriorities(cfg.objectivePriorities);
     this.scraper = new WorkerMetricsScraper({
       intervalMs: cfg.scrapeIntervalMs,
+      blockSize: cfg.model?.blockSize,
       onError: (workerId, err) => this.scrapeFailed(workerId, err),
       onSuccess: (workerId) => {
         if (this.failedScrapes.delete(workerId)) this.registry.markUp(workerId);
@@ -292,7 +293,7 @@ export class WorkerSet {
     return { waiting: m.waitingByEngine.size > 1 ? (m.waitingByEngine.get(c.dpRank) ?? 0) : m.waiting };
   }
 
-  /** The KV blocks the rank's vLLM says it can hold (num_gpu_blocks), once scraped. */
+  /** The KV blocks the rank's vLLM says it can hold (num_gpu_blocks; SGLang's token pool in blocks), once scraped. */
   gpuBlocks(worker: WorkerRef): number | undefined {
     return this.scraper.gpuBlocks(worker.workerId, worker.dpRank);
   }
