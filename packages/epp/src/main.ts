@@ -150,6 +150,7 @@ export async function startEpp(cfg: EppConfig, o: { log?: Logger; kubeConfig?: K
   const selection = startHttp(cfg, cfg.ports.selection, selectionApp({
     picker, indexers, workers, tokenizerPool, handoff, metrics, quality, latency,
     tokenizeBody: { select: bodyReader("select"), score: bodyReader("score") },
+    rewriteRules: () => workers.modelRewrites.rules(),
     dumpSource: handoff.source(),
     recoveryOutcome: () => recoveryOutcome,
     load: { own: load, peers: replicaAgg?.peers },

@@ -6,7 +6,7 @@ import { dumpHandler, type DumpSource, type RecoveryOutcome } from "@kv-epp/reco
 import { Hono } from "hono";
 import { bodyLimit } from "hono/body-limit";
 import type { Logger } from "pino";
-import { BadRequest, MAX_BODY_BYTES, TokenizeCancelled, TooDeep, type PoolStats } from "@kv-epp/tokenizer";
+import { BadRequest, MAX_BODY_BYTES, TokenizeCancelled, TooDeep, type PoolStats, type RewriteRules } from "@kv-epp/tokenizer";
 import type { StreamHandoff } from "./handoff/handoff.ts";
 import type { Indexers } from "./indexers/indexers.ts";
 import type { Metrics } from "./metrics.ts";
@@ -22,6 +22,8 @@ export type SelectionDeps = {
   workers: WorkerSet;
   /** Reads and tokenizes a request body, as ext_proc's (each route's reads counted under its own name). */
   tokenizeBody: { score: TokenizeBody; select: TokenizeBody };
+  /** The pool's InferenceModelRewrite rules, applied to the body's model as ext_proc applies them. */
+  rewriteRules?: () => RewriteRules | undefined;
   /** The tokenizer pool, when tokenization runs off the event loop (GET /debug/tokenizer). */
   tokenizerPool?: { stats(): PoolStats };
   dumpSource: DumpSource;
@@ -132,8 +134,14 @@ function qualityFields(d: SelectionDeps, key: string) {
  * The request's body read (depth-limited, validated) and tokenized by `read`, with the bytes as received; a
  * request whose client has gone cancels its tokenization. BadRequest (TooDeep) for a body vLLM would refuse.
  */
-async function readRequest(read: TokenizeBody, req: Request): Promise<RoutedBody> {
-  return read({ body: new Uint8Array(await req.arrayBuffer()) }, req.signal);
+/**
+ * The body read as ext_proc reads it, with the pool's rewrite rules: `model` is what the pick scores, a rule's
+ * target when one matches the body's model (weighted, as a request would be sent); a rule without targets is a 400.
+ */
+async function readRequest(read: TokenizeBody, req: Request, rules: RewriteRules | undefined): Promise<RoutedBody & { model: string | undefined }> {
+  const r = await read({ body: new Uint8Array(await req.arrayBuffer()), ...(rules ? { rewriteRules: rules } : {}) }, req.signal);
+  if (r.fields.target === "") throw new BadRequest("model not found in request body");
+  return { ...r, model: r.fields.target ?? r.fields.model };
 }
 
 export function selectionApp(d: SelectionDeps): Hono {
@@ -147,10 +155,10 @@ export function selectionApp(d: SelectionDeps): Hono {
   app.post("/select", limit);
 
   app.post("/score", async (c) => {
-    const { fields, tokens } = await readRequest(d.tokenizeBody.score, c.req.raw);
+    const { fields, tokens, model } = await readRequest(d.tokenizeBody.score, c.req.raw, d.rewriteRules?.());
     if (fields.kind !== "tokens") throw new BadRequest("token_ids is required");
-    const r = d.picker.score(fields.model, tokens, fields.cacheSalt);
-    if (!r) return c.json({ error: `unknown model ${JSON.stringify(fields.model)}` }, 404);
+    const r = d.picker.score(model, tokens, fields.cacheSalt);
+    if (!r) return c.json({ error: `unknown model ${JSON.stringify(model)}` }, 404);
     return c.json({
       block_size: r.indexer.blockSize,
       request_blocks: r.requestBlocks,
@@ -160,8 +168,8 @@ export function selectionApp(d: SelectionDeps): Hono {
   });
 
   app.post("/select", async (c) => {
-    const { fields, tokens } = await readRequest(d.tokenizeBody.select, c.req.raw);
-    const decision = d.picker.pick({ model: fields.model, cacheSalt: fields.cacheSalt, tokens, detail: true });
+    const { fields, tokens, model } = await readRequest(d.tokenizeBody.select, c.req.raw, d.rewriteRules?.());
+    const decision = d.picker.pick({ model, cacheSalt: fields.cacheSalt, tokens, detail: true });
     if (decision.kind === "no_endpoint") return c.json({ error: `no endpoint eligible (${decision.reason})` }, 503);
     const { chosen } = decision;
     return c.json({

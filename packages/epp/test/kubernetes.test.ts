@@ -200,8 +200,14 @@ test("an InferenceModelRewrite for the body's model sends the request as its tar
     api.upsert({ apiVersion: "llm-d.ai/v1alpha2", kind: "InferenceModelRewrite", metadata: { name, namespace: "llm", creationTimestamp: "2026-01-01T00:00:00Z" }, spec: { poolRef: { name: "pool" }, rules } } as never);
   const series = (result: string) => scrapeMetric(`http://${HOST}:${epp.ports.metrics}`, `dynamo_epp_model_rewrites_total{result="${result}"}`);
 
+  /** /select's dry run for a body naming `model`: the blocks its pick found (or the refusal's status). */
+  const selectOverlap = async (model: string) => {
+    const r = await postJson(`http://${HOST}:${epp.ports.selection}/select`, { model, token_ids: prompt });
+    return r.status === 200 ? r.body.overlap_blocks : r.status;
+  };
   // No rule: "alias" is no model this EPP knows, scored as the base model's blocks.
   expect(await ask("alias")).toEqual({ overlap: "4/4", upstream: "alias", answered: "alias" });
+  expect(await selectOverlap("alias")).toBe(4);
   rewrite("canary", [{ matches: [{ model: { value: "alias" } }], targets: [{ modelRewrite: "my-adapter", weight: 1 }] }]);
   rewrite("retired", [{ matches: [{ model: { value: "old" } }], targets: [] }]);
   await waitFor(() => ruleTarget(epp.workers.modelRewrites.rules() ?? NO_RULES, "alias")?.target === "my-adapter" && ruleTarget(epp.workers.modelRewrites.rules() ?? NO_RULES, "old") !== undefined, { message: "the rules watched" });
@@ -211,11 +217,14 @@ test("an InferenceModelRewrite for the body's model sends the request as its tar
   // A model no rule names: the header's rewrite.
   expect(await ask("other", MODEL)).toEqual({ overlap: "4/4", upstream: MODEL, answered: "other" });
   expect(await ask("old", MODEL)).toEqual({ refused: "BadRequest" });
+  // /select reads its body with the same rules.
+  expect([await selectOverlap("alias"), await selectOverlap("old")]).toEqual([0, 400]);
 
   api.remove("InferenceModelRewrite", "llm", "canary");
   await waitFor(() => ruleTarget(epp.workers.modelRewrites.rules() ?? NO_RULES, "alias") === undefined, { message: "the rule deleted" });
   expect(await ask("alias", MODEL)).toEqual({ overlap: "4/4", upstream: MODEL, answered: "alias" });
   expect(await ask("alias")).toEqual({ overlap: "4/4", upstream: "alias", answered: "alias" });
+  expect(await selectOverlap("alias")).toBe(4);
   expect([await series("rule_rewritten"), await series("rule_no_targets"), await series("rewritten")]).toEqual([2, 1, 2]);
 });
 
