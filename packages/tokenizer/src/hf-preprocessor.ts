@@ -227,7 +227,7 @@ export type ServerRendering = {
 };
 
 /** vLLM's answer (400) to a request that brings a template the server does not trust. */
-export const UNTRUSTED_TEMPLATE =
+const UNTRUSTED_TEMPLATE =
   "Chat template is passed with request, but --trust-request-chat-template is not set. Refused request with untrusted chat template.";
 
 /** Request templates kept compiled: a client sends one or a few; a client varying it per request pays a compile each. */

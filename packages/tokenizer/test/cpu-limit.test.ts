@@ -1,6 +1,7 @@
 import { expect, test } from "bun:test";
 import { availableParallelism } from "node:os";
 import { cpuThrottling, defaultPoolSize } from "../src/index";
+import { MAX_DEFAULT_MEMBERS } from "../src/pool/cpu-limit";
 
 const files = (m: Record<string, string>) => (p: string) => m[p] ?? null;
 const v2Quota = (cpus: number) => files({ "/sys/fs/cgroup/cpu.max": `${cpus * 100_000} 100000\n` });
@@ -21,6 +22,10 @@ test("under a quota the default pool leaves the decision thread a CPU of it (mem
   // No quota, nothing throttles: a member per CPU (they run below the decision thread's priority).
   expect(defaultPoolSize(files({ "/sys/fs/cgroup/cpu.max": "max 100000" }))).toBe(cpus);
   expect(defaultPoolSize(files({}))).toBe(cpus);
+  // Never past MAX_DEFAULT_MEMBERS (each member holds its own tokenizer): a 64-CPU node with no quota, or a large quota.
+  expect(defaultPoolSize(files({}), 64)).toBe(MAX_DEFAULT_MEMBERS);
+  expect(defaultPoolSize(v2Quota(32), 64)).toBe(MAX_DEFAULT_MEMBERS);
+  expect(defaultPoolSize(v2Quota(6), 64)).toBe(5);
   // cgroup v1.
   expect(defaultPoolSize(files({ "/sys/fs/cgroup/cpu/cpu.cfs_quota_us": "200000", "/sys/fs/cgroup/cpu/cpu.cfs_period_us": "100000" }))).toBe(1);
 });

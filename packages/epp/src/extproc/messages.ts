@@ -219,7 +219,7 @@ function pushVarint(out: number[], v: number): void {
 export type ImmediateStatus = 400 | 413 | 429 | 500 | 503;
 
 /** llm-d's header naming why a request never reached a model server, by our refusals' status codes. */
-export const DROPPED_REASON_HEADER = "x-llm-d-request-dropped-reason";
+const DROPPED_REASON_HEADER = "x-llm-d-request-dropped-reason";
 const DROPPED_REASON: Partial<Record<ImmediateStatus, string>> = { 429: "rejected-saturated", 503: "rejected-no-endpoints" };
 
 export function immediate(code: ImmediateStatus, message: string, details: string): ProcessingResponse {

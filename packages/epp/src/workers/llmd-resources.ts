@@ -6,7 +6,7 @@ import { listWatch, statusOf, type ListWatch } from "@kv-epp/kube";
 import type { Logger } from "pino";
 
 /** In llm-d's order of preference; it ignores the older group when both are installed. */
-export const LLMD_GROUPS = ["llm-d.ai", "inference.networking.x-k8s.io"] as const;
+const LLMD_GROUPS = ["llm-d.ai", "inference.networking.x-k8s.io"] as const;
 const VERSION = "v1alpha2";
 /** The group a poolRef names by default (the CRDs' default), and the only one this EPP's pool has. */
 const POOL_GROUP = "inference.networking.k8s.io";

@@ -13,13 +13,21 @@ export type ReadFile = (path: string) => string | null;
  * the quota: 1 member at 2 CPUs, and at 2.5 (a second would make 3), and at 1.5 too (a pool needs one). Without a
  * quota (or one a CPU or more above the CPUs the scheduler gives the process, os.availableParallelism) nothing
  * throttles: a member per CPU, since the members run below the decision thread's priority (DEFAULT_MEMBER_NICE)
- * and the kernel hands it a core first.
+ * and the kernel hands it a core first. Either way at most MAX_DEFAULT_MEMBERS.
  */
-export function defaultPoolSize(read: ReadFile = readOrNull): number {
-  const cpus = availableParallelism();
+export function defaultPoolSize(read: ReadFile = readOrNull, cpus = availableParallelism()): number {
   const quota = cgroupV2Quota(read) ?? cgroupV1Quota(read);
-  return quota === null ? cpus : Math.max(1, Math.min(cpus, Math.floor(quota) - 1));
+  const byCpu = quota === null ? cpus : Math.max(1, Math.min(cpus, Math.floor(quota) - 1));
+  return Math.min(byCpu, MAX_DEFAULT_MEMBERS);
 }
+
+/**
+ * The most members the default gives. Each holds its own tokenizer and compiled BPE, ~65 MB at rest (Qwen3,
+ * measured: a pool of 1 added 55 MB to the process, of 4, 254 MB), so a member per CPU of an unlimited 64-core
+ * node would be ~4 GB: past the deployment's 2 GiB memory limit, killed at start. Eight members tokenize ~50 M
+ * fresh tokens a second, beyond what one EPP's requests need; --tokenizer-threads sets more.
+ */
+export const MAX_DEFAULT_MEMBERS = 8;
 
 /**
  * The cgroup's CFS throttling so far, from its `cpu.stat` (v2 `nr_throttled` / `throttled_usec`, else v1's

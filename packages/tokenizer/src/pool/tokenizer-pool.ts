@@ -18,8 +18,8 @@ export type PoolOptions = {
   /** The preprocessor every member builds (its `cache.maxBytes` is the bound for the whole pool). */
   preprocessor: Omit<PreprocessorOptions, "registry">;
   /**
-   * Members (worker threads); default: the process's CPU limit (its cgroup quota, else its CPUs) less one for the
-   * decision thread, at least 1, so that a busy pool does not get the whole cgroup throttled (see defaultPoolSize).
+   * Members (worker threads); default: under a cgroup CPU quota its CPUs less one for the decision thread (a busy
+   * pool must not get the whole cgroup throttled), else the process's CPUs; at most 8 (see defaultPoolSize).
    */
   size?: number;
   /** Answer by this many ms after submission whatever is left to tokenize (default 50; Envoy's message_timeout is 200). */
