@@ -92,7 +92,7 @@ export type EppConfig = {
   chatTemplateContentFormat: ContentFormatOption;
   /** The workers' vLLM --trust-request-chat-template. */
   trustRequestChatTemplate: boolean;
-  /** Tokenizer pool threads (undefined: defaultPoolSize, a CPU quota less one or else the CPUs; 0: none, tokenize on the event loop) and the pick's tokenization budget. */
+  /** Tokenizer pool threads (undefined: defaultPoolSize, a CPU quota less one or else the CPUs, at most 8; 0: none, tokenize on the event loop) and the pick's tokenization budget. */
   tokenizerThreads?: number;
   /** Nice value of the tokenizer pool's threads (below the decision thread's). */
   tokenizerNice: number;

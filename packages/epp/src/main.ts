@@ -8,7 +8,7 @@ import type { KubeConfig } from "@kubernetes/client-node";
 import type { RecoveryOutcome } from "@kv-epp/recovery";
 import { listenerHeartbeat } from "@kv-epp/kv-events";
 import { parseEndpoint } from "@kv-epp/protocol";
-import { createPreprocessor, eventLoopLag, loadChatTemplate, poolMetrics, TokenizerPool, warmUp } from "@kv-epp/tokenizer";
+import { createPreprocessor, eventLoopLag, ignoredRenderingFlags, loadChatTemplate, poolMetrics, TokenizerPool, warmUp } from "@kv-epp/tokenizer";
 import pino, { type Logger } from "pino";
 import { ConfigError, parseConfig, preprocessorOptions, usage, type EppConfig } from "./config.ts";
 import { BodyBudget } from "./extproc/body-budget.ts";
@@ -227,10 +227,8 @@ async function tokenizationOf(cfg: EppConfig, metrics: Metrics, log: Logger): Pr
 }> {
   const observe = poolMetrics(metrics.registry, cfg.model.name);
   const onRead = (where: BodyRoute) => (thread: ReadThread) => metrics.bodiesRead.inc({ where, thread });
-  const rendering = { "--default-chat-template-kwargs": cfg.defaultChatTemplateKwargs, "--chat-template": cfg.chatTemplate };
-  for (const [flag, value] of Object.entries(rendering)) {
-    if (value !== undefined && cfg.tokenizerDir === undefined) log.warn(`${flag} has no effect without --tokenizer-dir (the byte-level fallback has no chat template)`);
-  }
+  for (const flag of ignoredRenderingFlags(preprocessorOptions(cfg)))
+    log.warn(`${flag} has no effect without --tokenizer-dir (the byte-level fallback has no chat template)`);
   // A --chat-template that names no file and is no template either is refused here, named as such.
   if (cfg.chatTemplate !== undefined && cfg.tokenizerDir !== undefined) {
     try {

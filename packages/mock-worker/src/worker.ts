@@ -1,7 +1,7 @@
 import { Hono } from "hono";
 import pino, { type Logger } from "pino";
 import { publisherBinds, rankEndpoint } from "@kv-epp/protocol";
-import { createPreprocessor, warmUp } from "@kv-epp/tokenizer";
+import { createPreprocessor, ignoredRenderingFlags, warmUp, type PreprocessorOptions } from "@kv-epp/tokenizer";
 import { PrefixCacheSim } from "./cache/prefix-cache.ts";
 import { ConfigError, resolveConfig, type MockWorkerConfig } from "./config.ts";
 import { RankEngine } from "./engine/rank-engine.ts";
@@ -63,13 +63,14 @@ export async function startMockWorker(opts: MockWorkerOptions = {}): Promise<Moc
   const workerName = config.workerId ?? `${config.listen}:${config.port}`;
   const log = root.child({ component: "mock-worker", worker: workerName });
 
-  if (config.defaultChatTemplateKwargs !== undefined && config.tokenizerDir === undefined)
-    log.warn("--default-chat-template-kwargs has no effect without --tokenizer-dir (the byte-level fallback has no chat template)");
-  const preprocessor = await createPreprocessor({
+  const rendering: PreprocessorOptions = {
     tokenizerDir: config.tokenizerDir, model: config.model, defaultChatTemplateKwargs: config.defaultChatTemplateKwargs,
     excludeToolsWhenToolChoiceNone: config.excludeToolsWhenToolChoiceNone, chatTemplate: config.chatTemplate,
     chatTemplateContentFormat: config.chatTemplateContentFormat, trustRequestChatTemplate: config.trustRequestChatTemplate,
-  });
+  };
+  for (const flag of ignoredRenderingFlags(rendering))
+    log.warn(`${flag} has no effect without --tokenizer-dir (the byte-level fallback has no chat template)`);
+  const preprocessor = await createPreprocessor(rendering);
   // Warm before it serves, as the EPP's tokenizers are: its first requests would otherwise stand in for a slow engine.
   warmUp(preprocessor);
   const timing = {

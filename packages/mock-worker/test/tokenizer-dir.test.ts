@@ -127,6 +127,12 @@ test("/v1/responses streams typed events ending with response.completed, and ref
   expect(bad.status).toBe(400);
 });
 
+test("a request chat_template that is not a string is a 400 naming it, as vLLM's schema and the EPP refuse it", async () => {
+  const res = await post(`${w.url}/v1/chat/completions`, { messages: [{ role: "user", content: "hi" }], chat_template: 5, max_tokens: 1 });
+  expect(res.status).toBe(400);
+  expect(((await res.json()) as any).error.param).toBe("chat_template");
+});
+
 test("a chat template that fails to render is a 400, as vLLM answers any template failure (raised or not)", async () => {
   const { mkdtempSync, copyFileSync, readFileSync, writeFileSync, rmSync } = await import("node:fs");
   const { tmpdir } = await import("node:os");

@@ -81,6 +81,8 @@ export class HfPreprocessor implements Preprocessor {
     const source = opts.chatTemplate || this.server.chatTemplate || fromKwargs;
     if (source === undefined || source === this.server.chatTemplate) return null;
     if (typeof source !== "string") throw new ChatTemplateError("chat_template_kwargs.chat_template must be a string");
+    // A large one is compiled for its request and not kept: 16 of a body's size each would hold megabytes.
+    if (source.length > REQUEST_TEMPLATE_KEPT_CHARS) return compileRequestTemplate(source);
     return this.requestTemplates.get(source) ?? this.requestTemplates.set(source, compileRequestTemplate(source));
   }
 
@@ -232,6 +234,8 @@ const UNTRUSTED_TEMPLATE =
 
 /** Request templates kept compiled: a client sends one or a few; a client varying it per request pays a compile each. */
 const REQUEST_TEMPLATES_KEPT = 16;
+/** The longest request template kept compiled (model templates run to ~20 k characters). */
+const REQUEST_TEMPLATE_KEPT_CHARS = 64 * 1024;
 
 // A template jinja2 parses but the engine here does not is no fault of the request: routed by load (ChatUnrenderable).
 function compileRequestTemplate(source: string): ChatTemplate {

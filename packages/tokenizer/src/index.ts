@@ -1,4 +1,4 @@
-export { createPreprocessor } from "./preprocessor";
+export { createPreprocessor, ignoredRenderingFlags } from "./preprocessor";
 export { loadChatTemplate } from "./tokenizer-files";
 export { CONTENT_FORMAT_OPTIONS, type ContentFormatOption } from "./content-format";
 export { byteFallbackEncode, byteFallbackDecode, byteFallbackRenderChat } from "./byte-fallback";

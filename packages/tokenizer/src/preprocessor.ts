@@ -28,6 +28,22 @@ export function createPreprocessor(opts: PreprocessorOptions = {}): Preprocessor
   return pre;
 }
 
+/**
+ * The vLLM rendering flags `opts` sets away from their defaults that a preprocessor without a tokenizer directory
+ * ignores (the byte-level fallback has no chat template), by their CLI names: for the caller to warn of.
+ */
+export function ignoredRenderingFlags(opts: PreprocessorOptions): string[] {
+  if (opts.tokenizerDir !== undefined) return [];
+  const set: [string, boolean][] = [
+    ["--default-chat-template-kwargs", opts.defaultChatTemplateKwargs !== undefined],
+    ["--chat-template", opts.chatTemplate !== undefined],
+    ["--exclude-tools-when-tool-choice-none", opts.excludeToolsWhenToolChoiceNone === true],
+    ["--chat-template-content-format", (opts.chatTemplateContentFormat ?? "auto") !== "auto"],
+    ["--trust-request-chat-template", opts.trustRequestChatTemplate === true],
+  ];
+  return set.filter(([, on]) => on).map(([flag]) => flag);
+}
+
 const byteFallbackPreprocessor: Preprocessor = {
   kind: "byte-fallback",
   encodeCompletion: (prompt, opts = {}) => truncatePrompt(typeof prompt === "string" ? byteFallbackEncode(prompt) : Uint32Array.from(prompt), opts),

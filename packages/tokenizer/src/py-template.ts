@@ -270,9 +270,16 @@ function strftimeNow(format: string): string {
   });
 }
 
+/**
+ * jinja2's sandbox (transformers renders chat templates in one) refuses a range longer than this: a template, a
+ * request's own under --trust-request-chat-template included, cannot ask for a billion-element list.
+ */
+const MAX_RANGE = 100_000;
+
 function range(start: number, stop?: number, step = 1): number[] {
   if (stop === undefined) [start, stop] = [0, start];
   if (step === 0) throw new Error("range() arg 3 must not be zero");
+  if (Math.ceil((stop - start) / step) > MAX_RANGE) throw new TemplateRaised(`Range too big. The sandbox blocks ranges larger than MAX_RANGE (${MAX_RANGE}).`);
   const out: number[] = [];
   for (let i = start; step > 0 ? i < stop : i > stop; i += step) out.push(i);
   return out;

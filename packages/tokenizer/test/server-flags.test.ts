@@ -5,7 +5,7 @@ import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { createPreprocessor, type Preprocessor, type PreprocessorOptions } from "../src/index";
+import { ChatTemplateError, createPreprocessor, ignoredRenderingFlags, type Preprocessor, type PreprocessorOptions } from "../src/index";
 import { parseBodyBytes } from "../src/request/openai-body";
 import { qwen3TokenizerDir } from "./qwen3-fixture";
 
@@ -141,5 +141,27 @@ describe("--trust-request-chat-template", () => {
     const kept = (trusted as unknown as { requestTemplates: { size: number } }).requestTemplates;
     for (let i = 0; i < 40; i++) expect(render(trusted, { ...chat, chat_template: `${i}{{ messages[0].content }}` })).toBe(`${i}hi`);
     expect(kept.size).toBeLessThanOrEqual(16);
+    // A large template renders but is not kept.
+    const before = kept.size;
+    const large = `${"{# pad #}".repeat(10_000)}<{{ messages[0].content }}>`;
+    expect(render(trusted, { ...chat, chat_template: large })).toBe("<hi>");
+    expect(kept.size).toBe(before);
   });
+
+  test("a range past jinja2's sandbox bound (100000) raises as the sandbox does (a 400), never builds the list", () => {
+    const trusted = server(TOOLS_TEMPLATE, { trustRequestChatTemplate: true });
+    expect(render(trusted, { ...chat, chat_template: "{{ range(3) | length }}" })).toBe("3");
+    expect(render(trusted, { ...chat, chat_template: "{{ range(100000) | length }}" })).toBe("100000");
+    expect(() => render(trusted, { ...chat, chat_template: "{% for i in range(1000000000) %}x{% endfor %}" })).toThrow(ChatTemplateError);
+    expect(() => render(trusted, { ...chat, chat_template: "{{ range(0, 300000, 2) | length }}" })).toThrow(/Range too big/);
+  });
+});
+
+test("without a tokenizer directory every rendering flag set is named as ignored (the byte-level fallback has no template)", () => {
+  const flags = { defaultChatTemplateKwargs: "{}", chatTemplate: "{{ x }}", excludeToolsWhenToolChoiceNone: true, chatTemplateContentFormat: "openai", trustRequestChatTemplate: true } as const;
+  expect(ignoredRenderingFlags(flags)).toEqual([
+    "--default-chat-template-kwargs", "--chat-template", "--exclude-tools-when-tool-choice-none", "--chat-template-content-format", "--trust-request-chat-template",
+  ]);
+  expect(ignoredRenderingFlags({ chatTemplateContentFormat: "auto", excludeToolsWhenToolChoiceNone: false })).toEqual([]);
+  expect(ignoredRenderingFlags({ ...flags, tokenizerDir: source })).toEqual([]);
 });

@@ -97,7 +97,7 @@ export function openAiRoutes(deps: OpenAiDeps): Hono {
       chat = withMedia(deps.preprocessor, chatMessages(py.messages as ChatMessage[]), {
         tools: py.tools ?? undefined,
         toolChoice: py.tool_choice,
-        chatTemplate: typeof py.chat_template === "string" ? py.chat_template : undefined,
+        chatTemplate: chatTemplateOf(py.chat_template),
         templateKwargs: templateKwargsOf(py),
         addGenerationPrompt,
         continueFinalMessage: body.continue_final_message ?? false,
@@ -174,3 +174,10 @@ function withMedia(pre: Preprocessor, messages: ChatMessage[], opts: ChatOptions
 
 /** The field a request reader refused: its message opens with it ("documents must be ..."). */
 const refusedField = (e: BadRequest): string => e.message.split(" ", 1)[0]!;
+
+/** A request's chat_template as vLLM's schema takes it: a string or null, anything else a 400 (as the EPP reads it). */
+function chatTemplateOf(value: unknown): string | undefined {
+  if (value === undefined || value === null) return undefined;
+  if (typeof value !== "string") throw new BadRequest("chat_template must be a string");
+  return value;
+}
