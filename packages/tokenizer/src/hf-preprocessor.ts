@@ -106,9 +106,13 @@ export class HfPreprocessor implements Preprocessor {
   renderChat(messages: readonly ChatMessage[], opts: ChatOptions = {}): string {
     // vLLM's --exclude-tools-when-tool-choice-none: the template gets tools=None, and resolves as for a chat without.
     const tools = opts.toolChoice === "none" && this.server.excludeToolsWhenToolChoiceNone ? undefined : opts.tools;
-    const template = this.requestTemplate(opts) ?? this.templateFor(tools !== undefined);
+    const own = this.requestTemplate(opts);
+    const served = this.templateFor(tools !== undefined);
+    const template = own ?? served;
     if (template === null) throw new ChatTemplateError("the model's tokenizer has no chat template");
-    const chat = conversation(messages, this.formatOf(template));
+    // vLLM detects the content format on ChatParams.chat_template: the request's own chat_template, else the
+    // server's; a template given only in chat_template_kwargs renders the chat but does not choose its format.
+    const chat = conversation(messages, this.formatOf(opts.chatTemplate ? template : served));
     // As transformers renders: the special tokens, apply_chat_template's default documents=None, then the request's
     // chat_template_kwargs (with its documents, see templateKwargsOf) over the server's defaults, then what the
     // request's own fields say (vLLM passes tools=None when the request has none).

@@ -138,6 +138,12 @@ describe("--trust-request-chat-template", () => {
     const loops = "{% for m in messages %}{% for p in m.content %}{{ p.text }}|{% endfor %}{% endfor %}";
     expect(render(trusted, { ...parts, chat_template: loops })).toBe("a|b|");
     expect(render(trusted, { ...parts, chat_template: "{{ messages[0].content }}" })).toBe("a\nb");
+    // A template only in chat_template_kwargs renders, but the format is the server template's (ChatParams.chat_template):
+    // served by one that loops over parts (openai), the content stays two parts; as the request's own, it is a string.
+    const served = server(loops, { trustRequestChatTemplate: true });
+    const length = "{{ messages[0].content | length }}";
+    expect(render(served, { ...parts, chat_template_kwargs: { chat_template: length } })).toBe("2");
+    expect(render(served, { ...parts, chat_template: length })).toBe("3");
     const kept = (trusted as unknown as { requestTemplates: { size: number } }).requestTemplates;
     for (let i = 0; i < 40; i++) expect(render(trusted, { ...chat, chat_template: `${i}{{ messages[0].content }}` })).toBe(`${i}hi`);
     expect(kept.size).toBeLessThanOrEqual(16);
