@@ -136,7 +136,7 @@ export async function startEpp(cfg: EppConfig, o: { log?: Logger; kubeConfig?: K
       bodyBudget,
       fallbacks: cfg.fallbackEndpoints,
       // In Kubernetes mode the pool's InferenceObjectives, over --objective-priorities.
-      priorities: workers.objectives,
+      priorities: () => workers.objectives.current(),
       // In Kubernetes mode the pool's InferenceModelRewrites, applied where each body is read.
       rewriteRules: () => workers.modelRewrites.rules(),
       // Saturated by queues: every worker rank waits past --queue-threshold (from the scraped /metrics).

@@ -145,12 +145,12 @@ test("the pool's InferenceObjectives give the objectives' priorities over --obje
     ({ apiVersion: "llm-d.ai/v1alpha2", kind: "InferenceObjective", metadata: { name, namespace: "llm" }, spec: { priority, poolRef: { name: "pool" } } }) as never;
   api.upsert(objective("chat", 10));
   const epp = await poolEpp(api, ["--objective-priorities", "chat=1,batch=-1"]);
-  await waitFor(() => epp.workers.objectives.get("chat") === 10, { message: "chat from its InferenceObjective" });
-  expect(epp.workers.objectives.get("batch")).toBe(-1);
+  await waitFor(() => epp.workers.objectives.current().get("chat") === 10, { message: "chat from its InferenceObjective" });
+  expect(epp.workers.objectives.current().get("batch")).toBe(-1);
   api.upsert(objective("batch", 3));
-  await waitFor(() => epp.workers.objectives.get("batch") === 3, { message: "batch created" });
+  await waitFor(() => epp.workers.objectives.current().get("batch") === 3, { message: "batch created" });
   api.remove("InferenceObjective", "llm", "chat");
-  await waitFor(() => epp.workers.objectives.get("chat") === 1, { message: "chat back to the option's" });
+  await waitFor(() => epp.workers.objectives.current().get("chat") === 1, { message: "chat back to the option's" });
   // InferenceModelRewrites are followed beside them.
   api.upsert({
     apiVersion: "llm-d.ai/v1alpha2", kind: "InferenceModelRewrite", metadata: { name: "canary", namespace: "llm" },
@@ -249,7 +249,7 @@ test("a watched InferenceObjective's priority is what ext_proc sheds by", async 
   expect(await ask()).toBe("request_headers"); // "batch" named nowhere: standard, routed
   await waitFor(() => epp.load.inflight === 0, { message: "released" });
   api.upsert({ apiVersion: "llm-d.ai/v1alpha2", kind: "InferenceObjective", metadata: { name: "batch", namespace: "llm" }, spec: { priority: -1, poolRef: { name: "pool" } } } as never);
-  await waitFor(() => epp.workers.objectives.get("batch") === -1, { message: "batch watched" });
+  await waitFor(() => epp.workers.objectives.current().get("batch") === -1, { message: "batch watched" });
   expect(await ask()).toBe("immediate_response");
 });
 

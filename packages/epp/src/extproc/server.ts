@@ -56,8 +56,8 @@ export type ExtProcDeps = {
   bodyBudget: BodyBudget;
   /** Explain every decision, not only those asking with x-kv-epp-explain: 1. */
   explainAll?: boolean;
-  /** InferenceObjective name -> priority (x-gateway-inference-objective); a live view (watched objectives change it). */
-  priorities?: ReadonlyMap<string, number>;
+  /** InferenceObjective name -> priority (x-gateway-inference-objective), as it is now: watched objectives change it. */
+  priorities?: () => ReadonlyMap<string, number>;
   /** The pool's InferenceModelRewrite rules (undefined: none), read per request: the watch replaces them. */
   rewriteRules?: () => RewriteRules | undefined;
   /** Every worker is over --queue-threshold (saturated: sheddable requests get 429). */
@@ -392,7 +392,7 @@ class ProcessStream {
     this.finish(); // a previous request on this stream is over
     this.started = true;
     const explain = this.deps.explainAll === true || findHeader(msg.request_headers!.headers, EXPLAIN_REQUEST_HEADER) === "1";
-    const cls = requestClass(msg.request_headers!.headers, this.deps.priorities ?? NO_PRIORITIES);
+    const cls = requestClass(msg.request_headers!.headers, this.deps.priorities?.() ?? NO_PRIORITIES);
     this.deps.metrics.fairnessRequests.inc({ fairness_id: this.shared.fairness.label(cls.fairnessId) });
     // Conformance hooks: the selection header steers the request instead of the subset hint (conformance.ts).
     const steered = this.deps.conformanceHooks ? steering(msg.request_headers!.headers, this.deps.routing.candidates().map((c) => c.endpoint)) : undefined;
@@ -498,7 +498,7 @@ class ProcessStream {
       queuesFull: req.cls.priority < 0 && (this.deps.queuesFull?.() ?? false),
       // Whether some objective is critical (the top of the cap is kept for it) matters to standard requests only;
       // read each time: watched InferenceObjectives change the priorities while the process runs.
-      criticalKnown: req.cls.priority === 0 && this.deps.maxInflight > 0 && hasCriticalObjective(this.deps.priorities ?? NO_PRIORITIES),
+      criticalKnown: req.cls.priority === 0 && this.deps.maxInflight > 0 && hasCriticalObjective(this.deps.priorities?.() ?? NO_PRIORITIES),
     });
     if (shed) {
       this.deps.metrics.shedByClass.inc({ class: req.cls.priority < 0 ? "sheddable" : req.cls.priority > 0 ? "critical" : "standard" });

@@ -49,12 +49,12 @@ test("only this pool's objectives count (poolRef name and group, the CRD's defau
 
 test("the resource wins over --objective-priorities; the option gives the names no resource gives", () => {
   const p = new ObjectivePriorities(new Map([["chat", 1], ["batch", -1]]));
-  expect([p.get("chat"), p.get("batch"), p.size]).toEqual([1, -1, 2]);
+  expect([p.current().get("chat"), p.current().get("batch"), p.current().size]).toEqual([1, -1, 2]);
   p.setWatched(new Map([["chat", 10], ["gold", 100]]));
-  expect(Object.fromEntries(p)).toEqual({ chat: 10, batch: -1, gold: 100 });
-  expect([...p.values()].some((v) => v > 50)).toBe(true);
+  expect(Object.fromEntries(p.current())).toEqual({ chat: 10, batch: -1, gold: 100 });
+  expect([...p.current().values()].some((v) => v > 50)).toBe(true);
   p.setWatched(new Map());
-  expect(Object.fromEntries(p)).toEqual({ chat: 1, batch: -1 });
+  expect(Object.fromEntries(p.current())).toEqual({ chat: 1, batch: -1 });
 });
 
 describe("startObjectiveWatch", () => {

@@ -24,11 +24,11 @@ export function objectivePriorities(items: readonly InferenceObjective[], poolNa
  * InferenceObjectives win, as in llm-d where the resource is the truth; `--objective-priorities` gives
  * the names no object of this pool gives (and everything when no InferenceObjective API is served).
  */
-export class ObjectivePriorities implements ReadonlyMap<string, number> {
-  private merged: Map<string, number>;
+export class ObjectivePriorities {
+  private merged: ReadonlyMap<string, number>;
 
   constructor(private readonly fallback: ReadonlyMap<string, number> = new Map()) {
-    this.merged = new Map(fallback);
+    this.merged = fallback;
   }
 
   /** Replaces the watched objectives' priorities. */
@@ -36,29 +36,9 @@ export class ObjectivePriorities implements ReadonlyMap<string, number> {
     this.merged = new Map([...this.fallback, ...watched]);
   }
 
-  get(name: string): number | undefined {
-    return this.merged.get(name);
-  }
-  has(name: string): boolean {
-    return this.merged.has(name);
-  }
-  get size(): number {
-    return this.merged.size;
-  }
-  forEach(f: (priority: number, name: string, map: ReadonlyMap<string, number>) => void, thisArg?: unknown): void {
-    this.merged.forEach((v, k) => f.call(thisArg, v, k, this));
-  }
-  entries(): MapIterator<[string, number]> {
-    return this.merged.entries();
-  }
-  keys(): MapIterator<string> {
-    return this.merged.keys();
-  }
-  values(): MapIterator<number> {
-    return this.merged.values();
-  }
-  [Symbol.iterator](): MapIterator<[string, number]> {
-    return this.merged.entries();
+  /** The priorities now (a map replaced, never changed, when the watched set changes). */
+  current(): ReadonlyMap<string, number> {
+    return this.merged;
   }
 }
 
