@@ -24,19 +24,17 @@ export type SglangSignals = {
   gpuBlocks: Map<number, number>;
 };
 
-const rankLabel = (value: string | undefined): number | undefined => (value !== undefined && /^\d+$/.test(value) ? Number(value) : undefined);
-
 export class SglangGauges {
   /** By dp_rank (undefined: the server's only DP rank, which SGLang leaves unlabelled). */
   private readonly ranks = new Map<number | undefined, Rank>();
 
-  /** Takes a series of one of the gauges read here; false for any other name. */
-  add(name: string, value: number, label: (name: string) => string | undefined): boolean {
+  /** Takes a series of one of the gauges read here; false for any other name. `rank`: a rank label's index, if one. */
+  add(name: string, value: number, rank: (label: string) => number | undefined): boolean {
     const gauge = GAUGES[name];
     if (gauge === undefined) return false;
-    const dp = rankLabel(label("dp_rank"));
-    const pp = rankLabel(label("pp_rank")) ?? 0;
-    const tp = rankLabel(label("tp_rank")) ?? 0;
+    const dp = rank("dp_rank");
+    const pp = rank("pp_rank") ?? 0;
+    const tp = rank("tp_rank") ?? 0;
     const r = this.ranks.get(dp);
     if (r === undefined || pp < r.pp || (pp === r.pp && tp < r.tp)) this.ranks.set(dp, { pp, tp, values: { [gauge]: value } });
     else if (pp === r.pp && tp === r.tp) r.values[gauge] = value;

@@ -38,11 +38,14 @@ function labelOf(line: string, label: string): string | undefined {
   return undefined;
 }
 
-/** The series' `engine` label (vLLM labels each engine's series with its index, its DP rank), when a number. */
-function engineOf(line: string): number | undefined {
-  const e = labelOf(line, "engine");
+/** A label holding an index (vLLM's `engine`, SGLang's `dp_rank`, `tp_rank`, `pp_rank`), when it is one. */
+function indexLabel(line: string, label: string): number | undefined {
+  const e = labelOf(line, label);
   return e !== undefined && /^\d+$/.test(e) ? Number(e) : undefined;
 }
+
+/** The series' `engine` label (vLLM labels each engine's series with its index, its DP rank), when a number. */
+const engineOf = (line: string): number | undefined => indexLabel(line, "engine");
 
 /**
  * Reads the gauges vLLM exposes (`vllm:num_requests_running`, `..._waiting`, KV usage), summing label sets,
@@ -63,7 +66,7 @@ export function parseVllmMetrics(text: string, at = Date.now(), blockSize = 0): 
     }
     const v = Number(line.slice(line.lastIndexOf(" ") + 1));
     if (!Number.isFinite(v)) continue;
-    if (sglang.add(name, v, (label) => labelOf(line, label))) continue;
+    if (sglang.add(name, v, (label) => indexLabel(line, label))) continue;
     switch (name) {
       case "vllm:num_requests_running":
         out.running += v;
