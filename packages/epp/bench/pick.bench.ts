@@ -18,6 +18,8 @@
 // Beside the three EPPs, the same rows against the transport floor (bench/floor-server.ts over TLS: Bun's HTTP/2 and
 // this load generator, each body answered with a round-robin route and handed back unread): what any server on this
 // machine pays for these bodies at these rates, the baseline the EPP's figures are read against.
+// First, a replica's first picks: two fresh EPPs (the pool; with the decision warm-up, the default, and with
+// --warm-up-picks 0), each sent three bursts of 12 of the trace's chats in 12 ms right after Ready.
 // Before the rows, each EPP takes 4 s of every kind of traffic (other conversations, documents and sessions than the
 // measured ones), so that the rows measure steady state: each pool member JIT-compiles its own copy of the code.
 // Per row p50/p99 (the generator's clock: body sent -> route answered), the EPP's CPU seconds per request
@@ -120,6 +122,27 @@ async function measure(epp: Epp, row: string, streams: { label: string; file: st
 
 type PoolMember = { busy: boolean; queued: number; warmQueued: number };
 
+const BURSTS = 3;
+const BURST_SIZE = 12;
+const BURST_GAP_MS = 1500;
+type ColdStart = { name: string; readyMs: number; bursts: { p50: number; max: number; eppMeanMs: number }[] };
+
+/** The cold-start bursts (files.bursts, one file a burst) against a fresh EPP. */
+async function bursts(epp: Epp, readyMs: number, files: string[]): Promise<ColdStart> {
+  const out: ColdStart["bursts"] = [];
+  for (const file of files) {
+    const sum0 = await scrapeSum(epp, "dynamo_epp_pick_duration_seconds_sum");
+    const count0 = await scrapeSum(epp, "dynamo_epp_pick_duration_seconds_count");
+    const run = await generate([bin, "--target", epp.target, "--rate", "1000", "--duration-ms", String(BURST_SIZE), "--warmup-ms", "0",
+      "--mode", "full-duplex", "--requests", file, "--tls"]);
+    const picks = (await scrapeSum(epp, "dynamo_epp_pick_duration_seconds_count")) - count0;
+    out.push({ p50: run.p50, max: run.max, eppMeanMs: (((await scrapeSum(epp, "dynamo_epp_pick_duration_seconds_sum")) - sum0) / picks) * 1000 });
+    console.log(`${epp.name}: burst of ${BURST_SIZE} p50 ${run.p50.toFixed(1)} ms max ${run.max.toFixed(1)} ms, EPP mean ${out.at(-1)!.eppMeanMs.toFixed(1)} ms`);
+    await Bun.sleep(BURST_GAP_MS);
+  }
+  return { name: epp.name, readyMs, bursts: out };
+}
+
 /** Until the EPP's tokenizer pool has nothing left to do (work past the budget runs on after its answer). */
 async function idle(epp: Epp): Promise<void> {
   if (epp.selection === undefined) return;
@@ -209,6 +232,9 @@ async function main() {
       Array.from({ length: warmChatCount }, (_, i) => chat(chatBodies.length + i).body)),
     warmDocs: write("warm-docs", "/v1/chat/completions", documents(perRun(DOC_RATE) + 1, wordsPerToken, 0x3a7d)),
     warmAgentic: write("warm-agentic", "/v1/chat/completions", agentic(perRun(AGENT_RATE), wordsPerToken, 0x3a7e)),
+    // The cold-start bursts: conversations of the warm-up's stretch, BURSTS x BURST_SIZE of them.
+    bursts: Array.from({ length: BURSTS }, (_, k) =>
+      write(`burst-${k}`, "/v1/chat/completions", Array.from({ length: BURST_SIZE }, (_, i) => chat(chatBodies.length + k * BURST_SIZE + i).body))),
   };
   // The sweep's stretches, as far as the trace goes.
   let nextRecord = chatBodies.length + warmChatCount;
@@ -238,6 +264,15 @@ async function main() {
     await proc.waitForLog(/"msg":"recovered"/, { timeoutMs: 60_000 });
     return { name, proc, target: `${HOST}:${ports.grpc}`, metrics: `http://${HOST}:${ports.metrics}`, selection: `http://${HOST}:${ports.selection}` };
   };
+  // A replica's first picks, before anything else ran on this machine's EPPs: two fresh EPPs, one warmed by its
+  // decision warm-up (the default), one not (--warm-up-picks 0), each sent the same bursts right after it is ready.
+  const coldStart: ColdStart[] = [];
+  for (const [name, extra] of [["warm-up (default)", []], ["no warm-up", ["--warm-up-picks", "0"]]] as const) {
+    const started = performance.now();
+    const e = await startEpp(name, [...extra]);
+    coldStart.push(await bursts(e, performance.now() - started, files.bursts));
+    await e.proc.kill();
+  }
   const pool = await startEpp("pool", []);
   const whole = await startEpp("pool, whole", ["--route-on-settled-prefix=false"]);
   const inLoop = await startEpp("in-loop", ["--tokenizer-threads", "0"]);
@@ -337,6 +372,14 @@ async function main() {
     `| row | stream | floor p50 | floor p99 | pool p50 | pool p99 | pool p99 - floor p99 |`,
     `|---|---|---|---|---|---|---|`,
     ...overFloor,
+    ``,
+    `A replica's first picks: a fresh EPP (the pool, its default size), ready, then sent ${BURSTS} bursts of ${BURST_SIZE} of the trace's chats, each burst`,
+    `in ${BURST_SIZE} ms, ${BURST_GAP_MS} ms apart; latency at the generator, and the EPP's own mean pick (dynamo_epp_pick_duration_seconds). "warm-up": the default`,
+    `decision warm-up (--warm-up-picks 500 invented exchanges through its own decision path before its servers listen); "no warm-up": --warm-up-picks 0.`,
+    ``,
+    `| EPP | start -> ready ms | ${Array.from({ length: BURSTS }, (_, k) => `burst ${k + 1} p50 / max ms | burst ${k + 1} EPP mean ms`).join(" | ")} |`,
+    `|---|---|${Array.from({ length: BURSTS }, () => "---|---|").join("")}`,
+    ...coldStart.map((c) => `| ${c.name} | ${Math.round(c.readyMs)} | ${c.bursts.map((b) => `${b.p50.toFixed(1)} / ${b.max.toFixed(1)} | ${b.eppMeanMs.toFixed(1)}`).join(" | ")} |`),
     ``,
     `| fresh text, Qwen3 | tokens | CPU s | µs/token per core | tokens/s per core |`,
     `|---|---|---|---|---|`,

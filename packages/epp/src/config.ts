@@ -140,6 +140,8 @@ export type EppConfig = {
   maxInflight: number;
   /** Picks this slow are logged with their breakdown (0: never). */
   slowPickMs: number;
+  /** Invented exchanges run through the decision path before the servers start (warm-decisions.ts; 0: none). */
+  warmUpPicks: number;
   /** Bound on request-body bytes held across ext_proc streams; undefined: derived from the memory limit at start. */
   extProcBufferMaxBytes?: number;
   /** Next-best distinct endpoints sent after the pick (GAIE protocol's ordered list). */
@@ -282,6 +284,7 @@ export function parseConfig(argv: string[], env: Record<string, string | undefin
     scrapeIntervalMs: o.scrapeIntervalMs,
     maxInflight: o.maxInflight,
     slowPickMs: o.slowPickMs,
+    warmUpPicks: o.warmUpPicks,
     extProcBufferMaxBytes: o.extProcBufferMaxBytes,
     fallbackEndpoints: o.fallbackEndpoints,
     objectivePriorities: parsePriorities(r),

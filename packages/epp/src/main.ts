@@ -1,6 +1,7 @@
 // The EPP process, wired top to bottom, each piece built from those above it (no closure reaches a
 // later one): config -> logger -> metrics -> the worker set (built, not started) -> indexes -> the
-// stream handoff -> routing (load, replica-agg, latency model, picker) -> servers (health NOT_SERVING,
+// stream handoff -> routing (load, replica-agg, latency model, picker) -> the decision warm-up (invented picks through
+// a scratch copy of the path, src/warm-decisions.ts) -> servers (health NOT_SERVING,
 // /dump 503) -> the readiness sequence (the worker set started, its KV listeners subscribed first and
 // buffering, recovery, the handoff onto the live streams, ready; src/readiness.ts).
 // SIGTERM: NOT_SERVING first, in-flight streams finish, then exit.
@@ -28,6 +29,7 @@ import {
 import { loadKubeConfig } from "./workers/kubernetes.ts";
 import { WorkerSet } from "./workers/worker-set.ts";
 import { EPP_RUNTIME_ENV } from "./runtime-env.ts";
+import { warmDecisions, type WarmDecisionsOptions } from "./warm-decisions.ts";
 
 export type EppHandle = {
   ports: { grpc: number; grpcHealth: number; metrics: number; selection: number; replicaAgg?: number };
@@ -68,7 +70,7 @@ export async function startEpp(cfg: EppConfig, o: { log?: Logger; kubeConfig?: K
   workers.whenRemoved((w) => indexers.removeWorker(w));
   // The ranks' caches together bound what the index holds: its tables are sized for that up front.
   workers.whenKvCapacity((blocks) => indexers.models.reserve(blocks));
-  const { bodyReader, tokenizerPool, warmReply } = await tokenizationOf(cfg, metrics, log);
+  const { bodyReader, tokenizerPool, warmReply, warmUpReader } = await tokenizationOf(cfg, metrics, log);
   log.info({
     model: cfg.model.name, blockSize: cfg.model.blockSize, tokenizer: cfg.tokenizerDir === undefined ? "byte-fallback" : "hf", tokenizerThreads: tokenizerPool?.size ?? 0,
     // The runtime environment it started with (runtime-env.ts): unset is Bun's default.
@@ -127,6 +129,16 @@ export async function startEpp(cfg: EppConfig, o: { log?: Logger; kubeConfig?: K
   const bodyBudget = new BodyBudget(buffer.bytes);
   log.info({ maxBytes: buffer.bytes, from: buffer.source }, "ext_proc body budget");
   let recoveryOutcome: RecoveryOutcome | null = null;
+  // Before the servers: nothing serves yet, and no scrape sees the tokenizer's counters the warm-up then zeroes.
+  // A warm-up that fails only costs the first picks their speed.
+  if (cfg.warmUpPicks > 0) {
+    try {
+      const warm = await warmDecisions({ cfg, certificate, picks: cfg.warmUpPicks, ...warmUpReader });
+      log.info({ picks: warm.picks, ms: Math.round(warm.ms), firstPickMs: round1(warm.firstPickMs), lastPicksMs: round1(warm.lastPicksMs) }, "decision path warmed up");
+    } catch (err) {
+      log.warn({ err: String(err) }, "decision path warm-up failed; serving cold");
+    }
+  }
   const extProc = await startExtProc(cfg, {
     handler: {
       routing, tokenizeBody: bodyReader("ext_proc"), warmReply, metrics, routeOnSettledPrefix: cfg.routeOnSettledPrefix, slowPickMs: cfg.slowPickMs,
@@ -212,6 +224,8 @@ export async function startEpp(cfg: EppConfig, o: { log?: Logger; kubeConfig?: K
 /** Wall time, and timers that do not hold the process open. */
 const WALL_CLOCK: Clock = { now: () => performance.now(), after: (ms, fn) => void setTimeout(fn, ms).unref() };
 
+const round1 = (ms: number) => Math.round(ms * 10) / 10;
+
 /** Where a body came: an ext_proc stream, or a dry run on the selection port. */
 type BodyRoute = "ext_proc" | "select" | "score";
 
@@ -224,6 +238,8 @@ type BodyRoute = "ext_proc" | "select" | "score";
  */
 async function tokenizationOf(cfg: EppConfig, metrics: Metrics, log: Logger): Promise<{
   bodyReader: (route: BodyRoute) => TokenizeBody; tokenizerPool?: TokenizerPool; warmReply?: ReturnType<typeof createPoolWarm>;
+  /** The decision warm-up's reader, counted nowhere, and how to forget what it cached. */
+  warmUpReader: Pick<WarmDecisionsOptions, "tokenizeBody" | "forget">;
 }> {
   const observe = poolMetrics(metrics.registry, cfg.model.name);
   const onRead = (where: BodyRoute) => (thread: ReadThread) => metrics.bodiesRead.inc({ where, thread });
@@ -243,7 +259,7 @@ async function tokenizationOf(cfg: EppConfig, metrics: Metrics, log: Logger): Pr
       const warm = warmUp(pre);
       log.info({ tokens: warm.tokens, ms: Math.round(warm.ms) }, "tokenizer warmed up");
     }
-    return { bodyReader: (where) => createTokenizeBody(pre, onRead(where)) };
+    return { bodyReader: (where) => createTokenizeBody(pre, onRead(where)), warmUpReader: { tokenizeBody: createTokenizeBody(pre), forget: () => pre.resetCache() } };
   }
   const pool = new TokenizerPool({
     preprocessor: preprocessorOptions(cfg),
@@ -265,7 +281,10 @@ async function tokenizationOf(cfg: EppConfig, metrics: Metrics, log: Logger): Pr
     await pool.close();
     throw new ConfigError(`invalid value for --tokenizer-dir: ${JSON.stringify(cfg.tokenizerDir)}: ${(err as Error).message}`);
   }
-  return { bodyReader: (where) => createPoolTokenizeBody(pool, onRead(where)), tokenizerPool: pool, warmReply: createPoolWarm(pool) };
+  return {
+    bodyReader: (where) => createPoolTokenizeBody(pool, onRead(where)), tokenizerPool: pool, warmReply: createPoolWarm(pool),
+    warmUpReader: { tokenizeBody: createPoolTokenizeBody(pool, undefined, { quiet: true }), forget: () => pool.resetCaches() },
+  };
 }
 
 function preprocessorOf(cfg: EppConfig, metrics: Metrics): ReturnType<typeof createPreprocessor> {

@@ -6,11 +6,16 @@ import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from "prom
 
 export type RequestOutcome = "routed" | "no_endpoint" | "shed" | "bad_request" | "error";
 
-/** `readCgroup`: how the cgroup's files are read (tests pass their own; see cpuThrottling). */
-export function createMetrics(readCgroup?: ReadFile) {
+/**
+ * `readCgroup`: how the cgroup's files are read (tests pass their own; see cpuThrottling). `process: false`: without
+ * the process's own figures (runtime, CPU throttling), for a registry nothing scrapes (the decision warm-up's).
+ */
+export function createMetrics(readCgroup?: ReadFile, o: { process?: boolean } = {}) {
   const registry = new Registry();
-  collectDefaultMetrics({ register: registry, prefix: "dynamo_epp_" });
-  cpuThrottlingMetrics(registry, readCgroup);
+  if (o.process !== false) {
+    collectDefaultMetrics({ register: registry, prefix: "dynamo_epp_" });
+    cpuThrottlingMetrics(registry, readCgroup);
+  }
   // v8.getHeapSpaceStatistics() took 30-55 ms of event loop per scrape on Bun (bench:hostile's
   // scrape flood): every ext_proc request waited behind it. The heap totals stay (nodejs_heap_size_*).
   for (const kind of ["total", "used", "available"]) registry.removeSingleMetric(`dynamo_epp_nodejs_heap_space_size_${kind}_bytes`);

@@ -68,6 +68,10 @@ export const EPP_OPTIONS = {
       "InferenceObjective priorities, name=priority,... (x-llm-d-inference-objective or x-gateway-inference-objective; < 0: sheddable); in Kubernetes mode the pool's InferenceObjective resources win, these give the names they do not",
     ),
     maxInflight: opt.int(count.default(0), "shed (429) above this many in-flight requests (0: off)"),
+    warmUpPicks: opt.int(
+      count.default(500),
+      "before serving, run this many invented chats and completions through the replica's own decision path (a loopback ext_proc server with its TLS, body mode and tokenizer, over a scratch index; nothing counted or kept), so that its first real picks run compiled code (at most 5 s; 0: off)",
+    ),
     slowPickMs: opt.int(count.default(20), "log an ext_proc pick (complete body -> decision) this slow with where its time went: reading and tokenizing (queued for a pool member, the member's work, the handoff there and back), the decision (at most one line per outcome per 10 s; 0: off)"),
     extProcBufferMaxBytes: opt.int(
       positive.optional(),

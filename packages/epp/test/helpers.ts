@@ -274,6 +274,8 @@ export async function startTestEpp(
       "--grpc-port", "0", "--grpc-health-port", "0", "--metrics-port", "0", "--replica-agg-port", "0", "--subscribe-wait-ms", "1000", "--selection-port", "0",
       "--scrape-interval-ms", "0",
       "--recovery-timeout-ms", "3000",
+      // Each test's EPP starts cold: the decision warm-up is tested on its own (warm-decisions.test.ts).
+      "--warm-up-picks", "0",
       ...(o.flags ?? []),
     ],
     {},

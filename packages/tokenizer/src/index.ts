@@ -29,5 +29,5 @@ export { rewriteBodyModel } from "./request/body-model";
 export { ruleTarget, type RewriteRules, type RuleTargets, type TargetModel } from "./request/rewrite-rules";
 export { ROUTING_TEXT_CHARS, routingJob, routingPrefix } from "./request/routing-job";
 export { cpuThrottling, defaultPoolSize, type ReadFile } from "./pool/cpu-limit";
-export { warmUp, type WarmUp } from "./warm-up";
+export { mixedText, seeded, warmUp, type WarmUp } from "./warm-up";
 export { eventLoopLag, poolMetrics } from "./pool/pool-metrics";

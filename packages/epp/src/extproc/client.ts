@@ -37,8 +37,8 @@ export type Routed = {
   pickMs: number;
   /** performance.now() when the request headers were written to the HTTP/2 stream */
   writtenAt: number;
-  /** tell the EPP the response has ended (releases the request's load), then close the stream */
-  finish(status: number): Promise<void>;
+  /** tell the EPP the response has ended, with its body if given (releases the request's load), then close the stream */
+  finish(status: number, body?: Uint8Array): Promise<void>;
 };
 
 /**
@@ -98,12 +98,12 @@ export class ExtProcClient {
         endpoint,
         pickMs: answeredAt - started,
         writtenAt: started,
-        finish: async (status) => {
+        finish: async (status, responseBody = new Uint8Array(0)) => {
           try {
             // Full duplex: the body chunks the EPP hands back come first; until() skips them.
             call.write({ response_headers: { headers: { headers: [header(":status", String(status))] }, end_of_stream: false } });
             await answers.until("response_headers");
-            call.write({ response_body: { body: new Uint8Array(0), end_of_stream: true } });
+            call.write({ response_body: { body: responseBody, end_of_stream: true } });
             await answers.until("response_body");
           } finally {
             call.end();

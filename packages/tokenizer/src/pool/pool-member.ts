@@ -15,6 +15,8 @@ import { lowerThreadPriority } from "./thread-priority";
 // Below this many unknown characters the whole job takes well under a millisecond: no early known prefix.
 const KNOWN_PREFIX_MIN_CHARS = 16 * 1024;
 
+type JobMessage = Extract<ToMember, { type: "job" }>;
+
 const port = parentPort!;
 const init = workerData as MemberInit;
 const cancel = new Int32Array(init.cancel);
@@ -46,6 +48,11 @@ let charsPerToken = 4;
 const LEARN_MIN_TOKENS = 256;
 
 port.on("message", (m: ToMember) => {
+  if (m.type === "reset") {
+    pre.resetCache();
+    stopped = null;
+    return post({ type: "reset", cache: pre.cacheStats() });
+  }
   const t0 = performance.now();
   const before = pre.cacheStats();
   reading = null;
@@ -75,7 +82,7 @@ let stopped: { id: number; text: string; at: number } | null = null;
 /** The longest stopped text kept for its resume: 8 MiB as UTF-16 (a 0.9 MB chat renders to ~0.9 M characters). */
 const MAX_KEPT_CHARS = 4 << 20;
 
-function resume(m: ToMember, from: { text: string; at: number }, t0: number, before: CacheStats): void {
+function resume(m: JobMessage, from: { text: string; at: number }, t0: number, before: CacheStats): void {
   const control: EncodeControl = { shouldStop: () => Atomics.load(cancel, 0) === m.id, warm: true, from: from.at };
   pre.encodeCompletion(from.text, { addSpecialTokens: false }, control);
   done(m, NONE, before, performance.now() - t0);
@@ -93,7 +100,7 @@ function withReading<T extends object>(msg: T, transfer: ArrayBuffer[] = []): [T
 }
 
 /** What to tokenize: a body job is read here first (parsed, validated, its model rewritten). */
-function jobOf(m: ToMember): TokenizeJob | Uint32Array {
+function jobOf(m: JobMessage): TokenizeJob | Uint32Array {
   const job: PoolJob = m.job;
   if (job.kind !== "body") return job;
   const read = readBody(job.request);
@@ -102,7 +109,7 @@ function jobOf(m: ToMember): TokenizeJob | Uint32Array {
   return read.job instanceof Uint32Array || read.job.kind !== "chat" ? NONE : nextTurnJob(read.job, job.reply);
 }
 
-function tokenize(m: ToMember, job: TokenizeJob, t0: number, before: CacheStats): void {
+function tokenize(m: JobMessage, job: TokenizeJob, t0: number, before: CacheStats): void {
   // The unknown rest at the first miss (-1: none yet), and whether this job tells its known ids as they grow.
   let unknownChars = -1;
   let telling = false;
@@ -136,7 +143,7 @@ function tokenize(m: ToMember, job: TokenizeJob, t0: number, before: CacheStats)
 }
 
 // The cache's figures go back with every result: the pool sums its members' for the process's metrics.
-function done(m: ToMember, ids: Uint32Array, before: CacheStats, busyMs: number): void {
+function done(m: JobMessage, ids: Uint32Array, before: CacheStats, busyMs: number): void {
   const cache = pre.cacheStats();
   const freshTokens = cache.freshTokens - before.freshTokens;
   const warmedTokens = cache.warmedHitTokens - before.warmedHitTokens;
@@ -149,7 +156,7 @@ function done(m: ToMember, ids: Uint32Array, before: CacheStats, busyMs: number)
 }
 
 // A job stopped or failed midway tokenized (and cached) what it did before: those tokens count as its member's work.
-function failed(m: ToMember, err: unknown, t0: number, before: CacheStats): void {
+function failed(m: JobMessage, err: unknown, t0: number, before: CacheStats): void {
   const busyMs = performance.now() - t0;
   const cache = pre.cacheStats();
   const freshTokens = cache.freshTokens - before.freshTokens;

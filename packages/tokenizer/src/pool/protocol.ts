@@ -27,12 +27,17 @@ export type MemberInit = {
  * A body job's `request.body` is a copy the member owns (the caller keeps its own bytes). A warm (`discard`) with
  * the id of the job its member last stopped resumes that job's walk where it stopped (see pool-member.ts).
  */
-export type ToMember = { type: "job"; id: number; job: PoolJob; discard: boolean };
+export type ToMember =
+  | { type: "job"; id: number; job: PoolJob; discard: boolean }
+  /** Empty the segment cache and zero its counters (after the decision thread's warm-up: invented text, not traffic). */
+  | { type: "reset" };
 
 export type FromMember =
   /** Loaded and warmed up (see warm-up.ts): what the warm-up tokenized and took. */
   | { type: "ready"; warmUp: WarmUp; priority: ThreadPriority }
   | { type: "init-failed"; message: string }
+  /** The cache emptied (a "reset"): its figures from now on. */
+  | { type: "reset"; cache: CacheStats }
   /**
    * What the cache already knew, posted before tokenizing a large unknown rest; estimatedMs is that rest's cost,
    * estimatedTokens the whole prompt's length (the known ids and the rest at the member's characters per token),

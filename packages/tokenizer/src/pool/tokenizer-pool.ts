@@ -9,7 +9,7 @@ import { TooDeep } from "../request/openai-body";
 import { DEFAULT_READ_HERE_MAX_BYTES } from "../request/read-body";
 import { affinityKey } from "./affinity";
 import { jobChars, jobWork, Placement, type PlacementKind } from "./placement";
-import type { BodyReading, FromMember, MemberInit } from "./protocol";
+import type { BodyReading, FromMember, MemberInit, ToMember } from "./protocol";
 import { nextDue } from "./queue-order";
 import type { ThreadPriority } from "./thread-priority";
 import type { WarmUp } from "../warm-up";
@@ -168,6 +168,8 @@ type Pending = {
   read?: BodyReading;
   /** A body too large to answer unread, past its budget: answered with its member's first message back. */
   overdue?: boolean;
+  /** Not traffic (the decision thread's warm-up): left out of the observer's figures and the placement counts. */
+  quiet?: boolean;
 };
 
 type Member = {
@@ -188,6 +190,8 @@ type Member = {
   priority: ThreadPriority | null;
   /** Ready (warmed up) and not lost: jobs are dispatched to it, and placement counts it. */
   live: boolean;
+  /** resetCaches() waiting for this member's answers, in order. */
+  resets: (() => void)[];
   /** Why it was lost (its thread's uncaught error), told when it exits. */
   failure?: string;
 };
@@ -287,11 +291,11 @@ export class TokenizerPool {
    * tokenized, from a copy: the caller keeps its bytes, to forward them and to read them itself when the budget
    * ends before the member has (see TokenizeOutcome.read).
    */
-  tokenize(job: PoolJob, opts: { signal?: AbortSignal; decides?: Decides } = {}): Promise<TokenizeOutcome> {
+  tokenize(job: PoolJob, opts: { signal?: AbortSignal; decides?: Decides; quiet?: boolean } = {}): Promise<TokenizeOutcome> {
     if (this.closed) return Promise.reject(new Error("tokenizer pool closed"));
     if (opts.signal?.aborted) return Promise.reject(new TokenizeCancelled("cancelled before it started"));
     return new Promise<TokenizeOutcome>((resolve, reject) => {
-      const p: Pending = { id: this.newId(), job, discard: false, submitted: performance.now(), dispatched: 0, cost: 0, decides: opts.decides };
+      const p: Pending = { id: this.newId(), job, discard: false, submitted: performance.now(), dispatched: 0, cost: 0, decides: opts.decides, quiet: opts.quiet };
       // Its slot's member when the time comes (a lost member's queue goes to its replacement).
       const slot = this.memberFor(p).index;
       const member = () => this.members[slot]!;
@@ -303,6 +307,7 @@ export class TokenizerPool {
         if (o instanceof Error) return reject(o);
         // Answered first: an observer that throws (a metric refusing a value) must not leave the request waiting.
         resolve(o);
+        if (p.quiet) return;
         try {
           if (o.complete) this.observe.fresh?.(o.freshTokens, o.warmedTokens);
           else if (o.decided) this.observe.decided?.();
@@ -357,6 +362,21 @@ export class TokenizerPool {
     };
   }
 
+  /**
+   * Empties every member's segment cache and zeroes its counters, after what is running, and drops the warms
+   * queued: for work that was not traffic (the decision thread's warm-up, before the replica serves, so no scrape
+   * saw the counters go back). Resolves once every live member has.
+   */
+  async resetCaches(): Promise<void> {
+    await Promise.all(this.members.filter((m) => m.live).map((m) => {
+      m.warm = [];
+      return new Promise<void>((resolve) => {
+        m.resets.push(resolve);
+        m.worker.postMessage({ type: "reset" } satisfies ToMember);
+      });
+    }));
+  }
+
   /** The members' segment caches summed, as each reported it with its last finished job. */
   cacheStats(): CacheStats {
     // Counters keep what lost members counted (exported as Prometheus counters, which must not go back);
@@ -396,7 +416,7 @@ export class TokenizerPool {
     ready.catch(() => {}); // observed through ready()
     const member: Member = {
       index, worker, cancel: new Int32Array(cancelBuffer), ready, failReady: rejectReady, queue: [], warm: [], current: null, jobs: 0, freshTokens: 0, busyMs: 0,
-      cache: NO_CACHE_STATS, warmUp: null, priority: null, live: false,
+      cache: NO_CACHE_STATS, warmUp: null, priority: null, live: false, resets: [],
     };
     worker.on("message", (m: FromMember) => {
       if (this.members[index] !== member) return; // a lost member's last words
@@ -412,6 +432,10 @@ export class TokenizerPool {
       else if (m.type === "init-failed") {
         member.failure = m.message;
         rejectReady(new Error(`tokenizer pool member ${index}: ${m.message}`));
+      }
+      else if (m.type === "reset") {
+        member.cache = m.cache;
+        member.resets.shift()?.();
       }
       else this.onResult(member, m);
     });
@@ -432,6 +456,8 @@ export class TokenizerPool {
    * that fails before it is ready is retried after a doubling delay.
    */
   private lost(member: Member, why: string): void {
+    // Its cache went with its thread: a reset it owed is done.
+    for (const done of member.resets.splice(0)) done();
     if (this.closed || this.members[member.index] !== member) return;
     member.live = false;
     if (!this.started[member.index]) {
@@ -478,7 +504,7 @@ export class TokenizerPool {
     const { chars, read } = jobWork(p.job);
     const placed = this.placement.place(affinityKey(p.job), chars, backlogs, move, read);
     p.cost = placed.cost;
-    if (!p.discard) {
+    if (!p.discard && !p.quiet) {
       this.placements[placed.kind]++;
       this.observe.placed?.(placed.kind);
     }
@@ -495,7 +521,7 @@ export class TokenizerPool {
     // The flag may still name this job (a warm stopped for a request, resumed now).
     Atomics.store(member.cancel, 0, 0);
     next.dispatched = performance.now();
-    if (!next.discard) this.observe.wait?.(next.dispatched - next.submitted);
+    if (!next.discard && !next.quiet) this.observe.wait?.(next.dispatched - next.submitted);
     member.worker.ref();
     // A body goes as a copy of its bytes alone (cloning a view would copy the whole buffer under it, a gRPC
     // frame's): the caller keeps the original, which it forwards, and reads itself if the budget ends first.
@@ -507,7 +533,7 @@ export class TokenizerPool {
     } else member.worker.postMessage({ type: "job", id: next.id, job, discard: next.discard });
   }
 
-  private onResult(member: Member, m: Exclude<FromMember, { type: "ready" | "init-failed" }>): void {
+  private onResult(member: Member, m: Exclude<FromMember, { type: "ready" | "init-failed" | "reset" }>): void {
     const p = member.current;
     if (p === null || p.id !== m.id) return;
     if ((m.type === "known" || m.type === "done") && m.read) p.read = m.read;
@@ -577,7 +603,7 @@ export class TokenizerPool {
       // that the conversation's next turn finds it cached.
       member.queue.splice(queued, 1);
       // Its wait counts as the longest a request waited (it never reached its member).
-      this.observe.wait?.(performance.now() - p.submitted);
+      if (!p.quiet) this.observe.wait?.(performance.now() - p.submitted);
       this.fallBack(p, "queue");
       // The warm holds the caller's body until it runs (at most maxWarmQueued of them a member).
       this.warm(p.job);
