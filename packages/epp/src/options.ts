@@ -111,7 +111,7 @@ export const EPP_OPTIONS = {
     ),
     tokenizerNice: opt.int(
       z.number().int().min(0).max(19).default(DEFAULT_MEMBER_NICE),
-      "nice value of the tokenizer threads (0-19, Linux): below the decision thread's, so that on a busy machine tokenization waits, not the answers",
+      "nice value of the tokenizer threads (0-19, Linux; 0: the decision thread's). Above 0 a machine running nothing else runs the decision thread first; under a pod's cgroup or a session's autogroup it also hands the threads' cores to other groups' work, and picks wait for their tokens",
     ),
     tokenizeBudgetMs: opt.int(count.default(50), "a pick whose tokenization would take longer is routed on the prefix already known (Envoy's message_timeout is 200 ms)"),
     routeOnSettledPrefix: opt.bool(z.boolean().default(true), "route a long text once its known prefix settles the pick: it holds a block no worker or in-flight request has, or the one worker holding all of it is chosen outright (the rest cannot change the pick and is not tokenized; the request is charged for its estimated length)"),

@@ -16,7 +16,7 @@ type StartOptions = Omit<PoolOptions, "preprocessor" | "observe">;
  */
 export function qwen3Pools() {
   const open: TokenizerPool[] = [];
-  // A member at nice 19 on a loaded machine can take seconds to stop: more than a hook's default 5 s.
+  // A member on a loaded machine (the more at a raised nice) can take seconds to stop: more than a hook's default 5 s.
   afterEach(async () => {
     await Promise.all(open.splice(0).map((pool) => pool.close()));
   }, 60_000);

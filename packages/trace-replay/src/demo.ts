@@ -7,7 +7,7 @@
 import { mkdirSync } from "node:fs";
 import { resolve } from "node:path";
 import { ConfigError } from "@kv-epp/options";
-import { Children } from "./demo/children.ts";
+import { Children, runAsStandIn } from "./demo/children.ts";
 import { liveFigures, pdRouted, simulatePdSlice, simulateSlice } from "./demo/compare.ts";
 import { pdSummaryRows, scrapePdFigures } from "./demo/pd-figures.ts";
 import {
@@ -178,6 +178,9 @@ try {
   console.error(`demo: ${e.message}`);
   process.exit(2);
 }
+// The client runs at --stand-in-nice too, in a session of its own (children.ts, runAsStandIn).
+const standIn = await runAsStandIn(options.standInNice);
+if (standIn !== undefined) process.exit(standIn);
 main(options).then(
   (code) => process.exit(code),
   (e: unknown) => {

@@ -12,8 +12,9 @@ export type ReadFile = (path: string) => string | null;
  * decision thread with it, until the next period, so every pick stalls. So members plus the decision thread fit
  * the quota: 1 member at 2 CPUs, and at 2.5 (a second would make 3), and at 1.5 too (a pool needs one). Without a
  * quota (or one a CPU or more above the CPUs the scheduler gives the process, os.availableParallelism) nothing
- * throttles: a member per CPU, since the members run below the decision thread's priority (DEFAULT_MEMBER_NICE)
- * and the kernel hands it a core first. Either way at most MAX_DEFAULT_MEMBERS.
+ * throttles: a member per CPU, the decision thread sharing a core with one (it sleeps between messages, and the
+ * scheduler runs a thread that wakes ahead of one that has been running; see DEFAULT_MEMBER_NICE). Either way at
+ * most MAX_DEFAULT_MEMBERS.
  */
 export function defaultPoolSize(read: ReadFile = readOrNull, cpus = availableParallelism()): number {
   const quota = cgroupV2Quota(read) ?? cgroupV1Quota(read);

@@ -30,8 +30,8 @@ export type PoolOptions = {
    */
   readHereMaxBytes?: number;
   /**
-   * Nice value of the members' threads (default DEFAULT_MEMBER_NICE): below the decision thread's priority, so that
-   * a busy machine delays tokenization, never the answers that wait on the event loop (see thread-priority.ts).
+   * Nice value of the members' threads (default DEFAULT_MEMBER_NICE: the caller's priority; above 0 a busy machine
+   * runs the decision thread first, see thread-priority.ts).
    */
   nice?: number;
   /** Queued low-priority warm jobs per member, at most; the oldest is dropped past it. */
@@ -201,16 +201,19 @@ const MAX_RESTART_BACKOFF_MS = 30_000;
 /** Job ids stay below 2^31: the member reads a job's cancel flag as an Int32 (see protocol.ts). */
 const MAX_JOB_ID = 0x7fffffff;
 /**
- * The lowest priority. Measured in bench:pick's chats row (500/s on 2 cores, the CPU saturated; one run each): members
- * at nice 0 gave p50 76 ms, p99 209 ms; at 10, 57 / 124 ms; at 19, 34 / 83 ms. The cost: when the decision thread
- * alone keeps a core busy, members get little of it and picks fall back on the budget (token-id bodies at 500/s,
- * whose reading is cheap, were late through the pool: the EPP now reads those itself, see readTokenIds).
- * Under group scheduling (autogroup, a pod's cgroup) a nice-19 member alone on a core carries little of its group's
- * weight there, so it also yields to other processes: in `bun run demo` (three EPPs beside stand-ins and the
- * client on 2 cores, three runs each) members at nice 0 against 19 gave 1.1-9.8% against 4.4-10.6% of picks over
- * 20 ms and p99 23-74 against 43-78 ms, no difference beyond the runs' spread, while the saturated bench above says 19.
+ * The decision thread's own priority. Members used to run at 19, below it, so that on a saturated node the kernel
+ * would run the answers first. Under group scheduling (a pod's cgroup, Linux's autogroup) that backfires: the CPU is
+ * shared between groups before nice values count, and a nice-19 member alone on a core carries ~1.5% of its group's
+ * weight there (15 against 1024), so it yields that core to any other pod's or session's busy thread even while its
+ * own group is owed the CPU, and every pick waiting on it waits that long. `bun run demo` (three EPPs beside the
+ * stand-ins on 2 cores, the stand-ins and the client lowered; two runs each): at 19 the replicas' pick p99 read
+ * 18.4 / 32.9 / 19.1 and 18.1 / 37.3 / 25.1 ms, at 0 14.4 / 18.3 / 11.2 and 17.2 / 19.5 / 18.2 ms. bench:pick's chats
+ * row (one EPP saturating the machine, nothing else in its way; three runs each): p99 13-37 ms at 0, 19-41 ms at 19.
+ * The decision thread keeps the CPU it needs without a lower nice beside it: it sleeps between messages, and the
+ * scheduler runs a thread that wakes ahead of one that has been running; where a quota bounds the pod, the default
+ * pool leaves it a CPU (defaultPoolSize). `--tokenizer-nice` still lowers the members where a node runs nothing else.
  */
-export const DEFAULT_MEMBER_NICE = 19;
+export const DEFAULT_MEMBER_NICE = 0;
 
 /** A prompt's length guessed from its characters (or a body's bytes) when no member has measured its text. */
 const CHARS_PER_TOKEN = 4;

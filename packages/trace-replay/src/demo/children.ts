@@ -2,7 +2,7 @@
 // signal reaches `bun run` and the process it starts; every group is signalled on stop, on Ctrl-C and
 // on exit, so nothing is left running.
 import { spawn, type ChildProcess } from "node:child_process";
-import { createWriteStream, writeFileSync, type WriteStream } from "node:fs";
+import { createWriteStream, readFileSync, writeFileSync, type WriteStream } from "node:fs";
 import { createInterface } from "node:readline";
 
 export type Child = {
@@ -75,6 +75,34 @@ function signalGroup(proc: ChildProcess, signal: NodeJS.Signals): void {
     process.kill(-proc.pid, signal);
   } catch {
     // The group is already gone.
+  }
+}
+
+/** Set in the demo's own process when it runs itself again as a stand-in (runAsStandIn). */
+const STAND_IN_SESSION = "KV_EPP_DEMO_STAND_IN";
+
+/**
+ * This process stands in for the users' machines (the demo's client builds and sends every request), as the
+ * workers and the gateway stand in for theirs: where the kernel shares the CPU between sessions first (autogroup),
+ * it runs itself again in a session of its own at `nice`, passing its output through, its signals on and its exit
+ * code back (`undefined`: this already is that process, or there is no such scheduling: go on here). The EPPs it
+ * starts are sessions of their own at nice 0 either way. A session cannot lower itself without lowering the
+ * terminal's session with it, nor a process its own nice without its children inheriting it: hence a new process.
+ */
+export async function runAsStandIn(nice: number): Promise<number | undefined> {
+  if (nice <= 0 || process.env[STAND_IN_SESSION] !== undefined || !autogroupScheduling()) return undefined;
+  const child = spawn(process.execPath, process.argv.slice(1), { detached: true, stdio: "inherit", env: { ...process.env, [STAND_IN_SESSION]: "1" } });
+  if (child.pid !== undefined) lowerSessionPriority(child.pid, nice);
+  for (const sig of ["SIGINT", "SIGTERM"] as const) process.on(sig, () => child.kill(sig));
+  return new Promise((resolve) => child.on("exit", (code, signal) => resolve(code ?? (signal === "SIGINT" ? 130 : 1))));
+}
+
+/** Whether the kernel schedules sessions as groups (Linux autogroup). */
+export function autogroupScheduling(): boolean {
+  try {
+    return readFileSync("/proc/sys/kernel/sched_autogroup_enabled", "utf8").trim() === "1";
+  } catch {
+    return false;
   }
 }
 
