@@ -136,7 +136,7 @@ async function bursts(epp: Epp, readyMs: number, files: string[]): Promise<ColdS
     const run = await generate([bin, "--target", epp.target, "--rate", "1000", "--duration-ms", String(BURST_SIZE), "--warmup-ms", "0",
       "--mode", "full-duplex", "--requests", file, "--tls"]);
     const picks = (await scrapeSum(epp, "dynamo_epp_pick_duration_seconds_count")) - count0;
-    out.push({ p50: run.p50, max: run.max, eppMeanMs: (((await scrapeSum(epp, "dynamo_epp_pick_duration_seconds_sum")) - sum0) / picks) * 1000 });
+    out.push({ p50: run.p50, max: run.max, eppMeanMs: picks > 0 ? (((await scrapeSum(epp, "dynamo_epp_pick_duration_seconds_sum")) - sum0) / picks) * 1000 : NaN });
     console.log(`${epp.name}: burst of ${BURST_SIZE} p50 ${run.p50.toFixed(1)} ms max ${run.max.toFixed(1)} ms, EPP mean ${out.at(-1)!.eppMeanMs.toFixed(1)} ms`);
     await Bun.sleep(BURST_GAP_MS);
   }

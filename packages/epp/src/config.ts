@@ -94,7 +94,7 @@ export type EppConfig = {
   trustRequestChatTemplate: boolean;
   /** Tokenizer pool threads (undefined: defaultPoolSize, a CPU quota less one or else the CPUs, at most 8; 0: none, tokenize on the event loop) and the pick's tokenization budget. */
   tokenizerThreads?: number;
-  /** Nice value of the tokenizer pool's threads (below the decision thread's). */
+  /** Nice value of the tokenizer pool's threads (0: the decision thread's). */
   tokenizerNice: number;
   tokenizeBudgetMs: number;
   /** Route a long text as soon as its known prefix settles the pick (Picker.settles), not once it is all tokenized. */

@@ -47,7 +47,6 @@ export type EppHandle = {
 export async function startEpp(cfg: EppConfig, o: { log?: Logger; kubeConfig?: KubeConfig } = {}): Promise<EppHandle> {
   const log = o.log ?? pino({ level: cfg.logLevel, base: { component: "epp" } });
   const metrics = createMetrics();
-  const stopLagSampler = eventLoopLag(metrics.registry);
   const certificate = await loadCertificate(cfg.tls);
   let kubeConfig = o.kubeConfig;
   const kube = () => (kubeConfig ??= loadKubeConfig());
@@ -122,7 +121,7 @@ export async function startEpp(cfg: EppConfig, o: { log?: Logger; kubeConfig?: K
   });
   const routing: RoutingContext = { picker, load, latency, quality, metrics: routingMetrics(metrics), clock: WALL_CLOCK, candidates: () => workers.candidates() };
 
-  // Servers come up first so liveness answers during discovery and recovery, and cold peers see
+  // Servers come up before discovery and recovery so liveness answers during them, and cold peers see
   // this replica's /dump as 503.
   const health = new HealthState();
   const buffer = extProcBufferBudget(cfg.extProcBufferMaxBytes);
@@ -139,6 +138,8 @@ export async function startEpp(cfg: EppConfig, o: { log?: Logger; kubeConfig?: K
       log.warn({ err: String(err) }, "decision path warm-up failed; serving cold");
     }
   }
+  // From here the event loop's lag is the replica's (the warm-up's busiest, least compiled seconds are not).
+  const stopLagSampler = eventLoopLag(metrics.registry);
   const extProc = await startExtProc(cfg, {
     handler: {
       routing, tokenizeBody: bodyReader("ext_proc"), warmReply, metrics, routeOnSettledPrefix: cfg.routeOnSettledPrefix, slowPickMs: cfg.slowPickMs,
@@ -275,7 +276,7 @@ async function tokenizationOf(cfg: EppConfig, metrics: Metrics, log: Logger): Pr
     const { members } = pool.stats();
     const warmed = members.map((m) => m.warmUp);
     const unlowered = members.map((m) => m.priority).find((p) => p !== null && "unsupported" in p);
-    if (unlowered) log.warn({ nice: cfg.tokenizerNice, why: unlowered.unsupported }, "tokenizer threads run at the decision thread's priority");
+    if (unlowered && cfg.tokenizerNice > 0) log.warn({ nice: cfg.tokenizerNice, why: unlowered.unsupported }, "tokenizer threads run at the decision thread's priority");
     log.info({ members: warmed.length, nice: cfg.tokenizerNice, tokens: warmed.reduce((n, w) => n + (w?.tokens ?? 0), 0), ms: Math.round(Math.max(...warmed.map((w) => w?.ms ?? 0))) }, "tokenizer pool warmed up");
   } catch (err) {
     await pool.close();
@@ -283,7 +284,7 @@ async function tokenizationOf(cfg: EppConfig, metrics: Metrics, log: Logger): Pr
   }
   return {
     bodyReader: (where) => createPoolTokenizeBody(pool, onRead(where)), tokenizerPool: pool, warmReply: createPoolWarm(pool),
-    warmUpReader: { tokenizeBody: createPoolTokenizeBody(pool, undefined, { quiet: true }), forget: () => pool.resetCaches() },
+    warmUpReader: { tokenizeBody: createPoolTokenizeBody(pool), forget: () => pool.forgetWork() },
   };
 }
 

@@ -88,9 +88,8 @@ export function createTokenizeBody(pre: Preprocessor, onRead: (thread: ReadThrea
  * budget (queued, or still being read) is read here, to route it on the ids it carries or by load. A body of
  * token ids (up to the pool's readHereMaxBytes) is read here at once: handing it to a member cost the event loop
  * about what reading it does, and its pick waited for the member (the README's ext_proc section, "Bodies and tokenization off the decision thread").
- * `quiet`: the pool leaves these bodies out of its figures (the decision warm-up's; see warm-decisions.ts).
  */
-export function createPoolTokenizeBody(pool: TokenizerPool, onRead: (thread: ReadThread) => void = () => {}, o: { quiet?: boolean } = {}): TokenizeBody {
+export function createPoolTokenizeBody(pool: TokenizerPool, onRead: (thread: ReadThread) => void = () => {}): TokenizeBody {
   return (req, signal, settles) => {
     const t0 = performance.now();
     const ids = readTokenIds(req, pool.readHereMaxBytes);
@@ -100,7 +99,6 @@ export function createPoolTokenizeBody(pool: TokenizerPool, onRead: (thread: Rea
     }
     return pool.tokenize({ kind: "body", request: req }, {
       signal,
-      quiet: o.quiet,
       decides: settles && ((known, read, estimated) => read !== undefined && settles(read.fields, known, estimated)),
     }).then(
       (o): RoutedBody => {

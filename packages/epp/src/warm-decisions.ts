@@ -5,8 +5,9 @@
 // traffic that late unless its code is warm, and pool members warming their tokenizer (warm-up.ts) leave the
 // decision thread cold. So before its servers start, the EPP runs invented chats through its own decision path:
 // an ext_proc server on loopback built by the same function and served with the same certificate and body mode,
-// its real body reader (the tokenizer pool, so members warm their body path too), and a scratch index, load and
-// metrics, so nothing of the warm-up is counted, routed or remembered. The pool's caches are emptied after.
+// its real body reader (the tokenizer pool, so members warm their body path too), and a scratch index (empty: the
+// block hashing and lookups run, on no blocks), load and metrics, so nothing of the warm-up is routed or kept; the
+// pool then forgets it (caches, counters, placements).
 import { EvictionRegret, ActiveLoad, latencyModel, pendingPrefixes, Picker, RoutingQuality, type Candidate, type RoutingContext } from "@kv-epp/routing";
 import { workerKey } from "@kv-epp/protocol";
 import { mixedText, seeded } from "@kv-epp/tokenizer";
@@ -31,19 +32,21 @@ export type DecisionWarmUp = {
 
 /** Exchanges in flight at once: a burst's worth, so held messages and the pool's queues run too. */
 const LANES = 4;
-/** The warm-up ends at its count of picks or after this long, whichever comes first. */
-const MAX_MS = 5000;
+/** The warm-up ends at its count of picks or after this long, whichever comes first (an exchange then in flight fails). */
+const DEFAULT_MAX_MS = 5000;
 /** Ranks of the scratch index: enough for the picker to weigh several. */
 const RANKS = 4;
 
 export type WarmDecisionsOptions = {
   cfg: Pick<EppConfig, "model" | "picker" | "bodyMode" | "tls" | "routeOnSettledPrefix" | "fallbackEndpoints">;
   certificate: Certificate | undefined;
-  /** The replica's body reader, told to keep the warm-up out of its figures (createPoolTokenizeBody's `quiet`). */
+  /** The replica's body reader, counting nothing (no `onRead`). */
   tokenizeBody: TokenizeBody;
   /** Forgets what the warm-up left cached (the pool's or the preprocessor's segment cache, its counters too). */
   forget: () => Promise<void> | void;
   picks: number;
+  /** Default DEFAULT_MAX_MS. */
+  maxMs?: number;
 };
 
 /** Runs `picks` invented exchanges through the decision path (see the top of this file); resolves when it is torn down. */
@@ -75,28 +78,38 @@ export async function warmDecisions(o: WarmDecisionsOptions): Promise<DecisionWa
       certificate: o.certificate, health: new HealthState(), metrics, log: silent,
     },
   );
-  const client = new ExtProcClient(`127.0.0.1:${server.port}`, o.cfg.bodyMode === "buffered" ? "buffered" : "full-duplex", { tls: o.cfg.tls.mode !== "off" });
   const latencies: number[] = [];
+  let client: ExtProcClient | undefined;
+  // Past the bound, whatever is in flight fails: the server goes, and with it every stream.
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const deadline = new Promise<void>((resolve) => (timer = setTimeout(resolve, Math.max(0, (o.maxMs ?? DEFAULT_MAX_MS) - (performance.now() - t0)))));
   try {
+    const c = (client = new ExtProcClient(`127.0.0.1:${server.port}`, o.cfg.bodyMode === "buffered" ? "buffered" : "full-duplex", { tls: o.cfg.tls.mode !== "off" }));
     const bodies = inventedBodies(o.cfg.model.name);
     let next = 0;
+    let over = false;
     const lane = async () => {
-      while (next < o.picks && performance.now() - t0 < MAX_MS) {
-        const { path, body, reply } = bodies(next++);
-        const routed = await client.route(path, body);
-        latencies.push(routed.pickMs);
+      while (next < o.picks && !over) {
+        const i = next++;
+        const { path, body, reply } = bodies(i);
+        const routed = await c.route(path, body);
+        latencies[i] = routed.pickMs;
         await routed.finish(200, reply);
       }
     };
-    await Promise.all(Array.from({ length: Math.min(LANES, o.picks) }, lane));
+    const lanes = Promise.all(Array.from({ length: Math.min(LANES, o.picks) }, lane));
+    await Promise.race([lanes, deadline.then(() => void (over = true))]);
+    if (over) lanes.catch(() => {}); // its streams fail as the server goes
   } finally {
-    client.close();
+    clearTimeout(timer);
+    client?.close();
     await server.shutdown(0);
     server.stop();
     await o.forget();
   }
-  const last = latencies.slice(-10).sort((a, b) => a - b);
-  return { picks: latencies.length, ms: performance.now() - t0, firstPickMs: latencies[0] ?? 0, lastPicksMs: last[Math.floor(last.length / 2)] ?? 0 };
+  const done = latencies.filter((x) => x !== undefined);
+  const last = done.slice(-10).sort((a, b) => a - b);
+  return { picks: done.length, ms: performance.now() - t0, firstPickMs: latencies[0] ?? 0, lastPicksMs: last[Math.floor(last.length / 2)] ?? 0 };
 }
 
 const enc = new TextEncoder();

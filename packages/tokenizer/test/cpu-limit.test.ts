@@ -19,7 +19,7 @@ test("under a quota the default pool leaves the decision thread a CPU of it (mem
   expect(defaultPoolSize(v2Quota(64))).toBe(cpus);
   expect(defaultPoolSize(v2Quota(cpus + 1))).toBe(cpus);
   expect(defaultPoolSize(v2Quota(cpus))).toBe(Math.max(1, cpus - 1));
-  // No quota, nothing throttles: a member per CPU (they run below the decision thread's priority).
+  // No quota, nothing throttles: a member per CPU.
   expect(defaultPoolSize(files({ "/sys/fs/cgroup/cpu.max": "max 100000" }))).toBe(cpus);
   expect(defaultPoolSize(files({}))).toBe(cpus);
   // Never past MAX_DEFAULT_MEMBERS (each member holds its own tokenizer): a 64-CPU node with no quota, or a large quota.

@@ -254,7 +254,7 @@ describe("tokenizer pool", () => {
     }
     expect(new Set(members.map((p) => (p as { tid: number }).tid)).size).toBe(2);
     expect(threadNice(threadId())).toBe(before);
-    // The default is below the decision thread's priority.
+    // The default is the caller's priority (DEFAULT_MEMBER_NICE).
     const dflt = await pools.start({ size: 1, budgetMs: 60_000 });
     expect(dflt.stats().members[0]!.priority).toMatchObject({ nice: DEFAULT_MEMBER_NICE });
   }, 60_000);

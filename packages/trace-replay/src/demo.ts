@@ -178,8 +178,9 @@ try {
   console.error(`demo: ${e.message}`);
   process.exit(2);
 }
-// The client runs at --stand-in-nice too, in a session of its own (children.ts, runAsStandIn).
-const standIn = await runAsStandIn(options.standInNice);
+// The client runs at --stand-in-nice too, in a session of its own (children.ts, runAsStandIn); if the process
+// that ran it is killed outright, it stops as on SIGTERM.
+const standIn = await runAsStandIn(options.standInNice, () => process.kill(process.pid, "SIGTERM"));
 if (standIn !== undefined) process.exit(standIn);
 main(options).then(
   (code) => process.exit(code),

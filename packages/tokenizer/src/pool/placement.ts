@@ -68,6 +68,11 @@ export class Placement {
     for (const [key, home] of this.homes) if (home.member === member) this.homes.delete(key);
   }
 
+  /** Forgets every conversation. */
+  clear(): void {
+    this.homes.clear();
+  }
+
   /** Conversations remembered now. */
   get remembered(): number {
     return this.homes.size;

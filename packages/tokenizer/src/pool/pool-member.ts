@@ -24,7 +24,8 @@ const post = (m: FromMember, transfer: ArrayBuffer[] = []) => port.postMessage(m
 
 let pre: Preprocessor;
 try {
-  // A replacement is lowered at once: its loading and warm-up (seconds of CPU) must not take the cores from the answers.
+  // A replacement is lowered (at a nice above 0) at once: its loading and warm-up, seconds of CPU, then take no
+  // core from the answers.
   const early = init.serving ? lowerThreadPriority(init.nice) : undefined;
   pre = createPreprocessor(init.preprocessor);
   // Ready only once warm: a cold member answers its first requests past the budget.

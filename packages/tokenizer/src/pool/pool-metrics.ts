@@ -88,6 +88,9 @@ export function poolMetrics(registry: Registry, model = ""): PoolObserver & { at
     decided: () => decided.inc(),
     placed: (kind) => placements.inc({ placement: kind }),
     restarted: () => restarts.inc(),
+    reset: () => {
+      for (const m of [wait, fresh, warmed, fallbacks, warmJobs, placements, busy, memberFresh, decided]) m.reset();
+    },
     work: (member, busyMs, freshTokens) => {
       busy.inc({ member: String(member) }, busyMs / 1000);
       memberFresh.inc({ member: String(member) }, freshTokens);

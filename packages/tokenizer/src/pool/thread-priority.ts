@@ -5,10 +5,10 @@ import { setPriority } from "node:os";
 export type ThreadPriority = { tid: number; nice: number } | { unsupported: string };
 
 /**
- * Lowers the calling thread's CPU priority to `nice` (Linux: nice is per thread). A pool member calls it, so
- * that when the process has fewer cores than runnable threads the decision thread, whose work is O(blocks) and
- * which every ext_proc stream waits on, runs first, and tokenization takes the CPU it leaves. Only this thread:
- * its id comes from /proc/thread-self, because setpriority(pid 0) means the whole process outside Linux.
+ * Lowers the calling thread's CPU priority to `nice` (Linux: nice is per thread; 0 leaves it as it is). A pool
+ * member given a nice value calls it, so that when the process has fewer cores than runnable threads the decision
+ * thread runs first (see DEFAULT_MEMBER_NICE for what that costs under group scheduling). Only this thread: its id
+ * comes from /proc/thread-self, because setpriority(pid 0) means the whole process outside Linux.
  */
 export function lowerThreadPriority(nice: number): ThreadPriority {
   if (process.platform !== "linux") return { unsupported: `per-thread priority needs Linux (this is ${process.platform})` };

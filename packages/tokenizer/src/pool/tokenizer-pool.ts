@@ -66,6 +66,8 @@ export type PoolObserver = {
   decided?(): void;
   /** A warm job stopped for a request (it resumes later), or dropped from a full warm queue. */
   warm?(outcome: "preempted" | "dropped"): void;
+  /** Everything told so far is forgotten (forgetWork): it was not traffic. */
+  reset?(): void;
   /** A member finished a job (warm jobs too): its busy time and the fresh tokens it tokenized. */
   work?(member: number, busyMs: number, freshTokens: number): void;
   /** A request was placed (see placement.ts): on its conversation's member, moved off it, or a new conversation. */
@@ -168,8 +170,6 @@ type Pending = {
   read?: BodyReading;
   /** A body too large to answer unread, past its budget: answered with its member's first message back. */
   overdue?: boolean;
-  /** Not traffic (the decision thread's warm-up): left out of the observer's figures and the placement counts. */
-  quiet?: boolean;
 };
 
 type Member = {
@@ -190,7 +190,7 @@ type Member = {
   priority: ThreadPriority | null;
   /** Ready (warmed up) and not lost: jobs are dispatched to it, and placement counts it. */
   live: boolean;
-  /** resetCaches() waiting for this member's answers, in order. */
+  /** forgetWork() waiting for this member's answers, in order. */
   resets: (() => void)[];
   /** Why it was lost (its thread's uncaught error), told when it exits. */
   failure?: string;
@@ -237,7 +237,7 @@ export class TokenizerPool {
   private readonly maxWarmQueued: number;
   private readonly log: PoolOptions["log"];
   private lastId = 0;
-  private readonly fallbacks: Record<FallbackCause, number> = { budget: 0, queue: 0 };
+  private fallbacks: Record<FallbackCause, number> = { budget: 0, queue: 0 };
   private readonly logged = new Set<string>();
   private cancelled = 0;
   private warmDropped = 0;
@@ -246,7 +246,7 @@ export class TokenizerPool {
   private stopped = 0;
   private readonly observe: PoolObserver;
   private readonly placement: Placement;
-  private readonly placements: Record<PlacementKind, number> = { affine: 0, moved: 0, new: 0 };
+  private placements: Record<PlacementKind, number> = { affine: 0, moved: 0, new: 0 };
   private closed = false;
   private restarts = 0;
   /** The cumulative cache figures of members lost (counters only: what a replacement starts from zero). */
@@ -294,11 +294,11 @@ export class TokenizerPool {
    * tokenized, from a copy: the caller keeps its bytes, to forward them and to read them itself when the budget
    * ends before the member has (see TokenizeOutcome.read).
    */
-  tokenize(job: PoolJob, opts: { signal?: AbortSignal; decides?: Decides; quiet?: boolean } = {}): Promise<TokenizeOutcome> {
+  tokenize(job: PoolJob, opts: { signal?: AbortSignal; decides?: Decides } = {}): Promise<TokenizeOutcome> {
     if (this.closed) return Promise.reject(new Error("tokenizer pool closed"));
     if (opts.signal?.aborted) return Promise.reject(new TokenizeCancelled("cancelled before it started"));
     return new Promise<TokenizeOutcome>((resolve, reject) => {
-      const p: Pending = { id: this.newId(), job, discard: false, submitted: performance.now(), dispatched: 0, cost: 0, decides: opts.decides, quiet: opts.quiet };
+      const p: Pending = { id: this.newId(), job, discard: false, submitted: performance.now(), dispatched: 0, cost: 0, decides: opts.decides };
       // Its slot's member when the time comes (a lost member's queue goes to its replacement).
       const slot = this.memberFor(p).index;
       const member = () => this.members[slot]!;
@@ -310,7 +310,6 @@ export class TokenizerPool {
         if (o instanceof Error) return reject(o);
         // Answered first: an observer that throws (a metric refusing a value) must not leave the request waiting.
         resolve(o);
-        if (p.quiet) return;
         try {
           if (o.complete) this.observe.fresh?.(o.freshTokens, o.warmedTokens);
           else if (o.decided) this.observe.decided?.();
@@ -366,18 +365,30 @@ export class TokenizerPool {
   }
 
   /**
-   * Empties every member's segment cache and zeroes its counters, after what is running, and drops the warms
-   * queued: for work that was not traffic (the decision thread's warm-up, before the replica serves, so no scrape
-   * saw the counters go back). Resolves once every live member has.
+   * Forgets the work done so far, for work that was not traffic (the decision thread's warm-up, before the replica
+   * serves, so that no scrape saw a counter go back): every member empties its segment cache and zeroes its
+   * counters after what it is running, the warms queued are dropped, and the pool's figures, its observer's
+   * (PoolObserver.reset) and its placements start over. Resolves once every live member has, or after `timeoutMs`
+   * (a member stuck in a long job: what it caches meanwhile stays).
    */
-  async resetCaches(): Promise<void> {
-    await Promise.all(this.members.filter((m) => m.live).map((m) => {
+  async forgetWork(timeoutMs = 5000): Promise<void> {
+    const resets = Promise.all(this.members.filter((m) => m.live).map((m) => {
       m.warm = [];
       return new Promise<void>((resolve) => {
         m.resets.push(resolve);
         m.worker.postMessage({ type: "reset" } satisfies ToMember);
       });
     }));
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    await Promise.race([resets, new Promise<void>((resolve) => (timer = setTimeout(resolve, timeoutMs)))]);
+    clearTimeout(timer);
+    for (const m of this.members) Object.assign(m, { jobs: 0, busyMs: 0, freshTokens: 0 });
+    this.fallbacks = { budget: 0, queue: 0 };
+    this.placements = { affine: 0, moved: 0, new: 0 };
+    this.decided = this.stopped = this.cancelled = this.warmDropped = this.warmPreempted = 0;
+    this.logged.clear();
+    this.placement.clear();
+    this.observe.reset?.();
   }
 
   /** The members' segment caches summed, as each reported it with its last finished job. */
@@ -438,6 +449,8 @@ export class TokenizerPool {
       }
       else if (m.type === "reset") {
         member.cache = m.cache;
+        // What was queued to it meanwhile (a stopped warm's rest) is of the work forgotten.
+        member.warm = [];
         member.resets.shift()?.();
       }
       else this.onResult(member, m);
@@ -507,7 +520,7 @@ export class TokenizerPool {
     const { chars, read } = jobWork(p.job);
     const placed = this.placement.place(affinityKey(p.job), chars, backlogs, move, read);
     p.cost = placed.cost;
-    if (!p.discard && !p.quiet) {
+    if (!p.discard) {
       this.placements[placed.kind]++;
       this.observe.placed?.(placed.kind);
     }
@@ -524,7 +537,7 @@ export class TokenizerPool {
     // The flag may still name this job (a warm stopped for a request, resumed now).
     Atomics.store(member.cancel, 0, 0);
     next.dispatched = performance.now();
-    if (!next.discard && !next.quiet) this.observe.wait?.(next.dispatched - next.submitted);
+    if (!next.discard) this.observe.wait?.(next.dispatched - next.submitted);
     member.worker.ref();
     // A body goes as a copy of its bytes alone (cloning a view would copy the whole buffer under it, a gRPC
     // frame's): the caller keeps the original, which it forwards, and reads itself if the budget ends first.
@@ -573,8 +586,11 @@ export class TokenizerPool {
       // A warm stopped for a request (preemptWarm), or a request answered over budget stopped for another: it goes
       // on later, first of the warms, as a warm of the same id, which its member resumes where it stopped.
       p.discard = true;
-      member.warm.unshift(p);
-      this.trimWarm(member, true);
+      // Not while its cache is being emptied: its rest is of the work forgotten (forgetWork).
+      if (member.resets.length === 0) {
+        member.warm.unshift(p);
+        this.trimWarm(member, true);
+      }
     } else {
       this.stopped++;
       p.settle?.(new TokenizeCancelled("stopped"));
@@ -606,7 +622,7 @@ export class TokenizerPool {
       // that the conversation's next turn finds it cached.
       member.queue.splice(queued, 1);
       // Its wait counts as the longest a request waited (it never reached its member).
-      if (!p.quiet) this.observe.wait?.(performance.now() - p.submitted);
+      this.observe.wait?.(performance.now() - p.submitted);
       this.fallBack(p, "queue");
       // The warm holds the caller's body until it runs (at most maxWarmQueued of them a member).
       this.warm(p.job);

@@ -47,8 +47,10 @@ test.skipIf(!autogroupScheduling())("the client runs itself again in a session o
     import { runAsStandIn } from ${JSON.stringify(join(import.meta.dir, "children.ts"))};
     const code = await runAsStandIn(Number(process.argv[2]));
     if (code !== undefined) process.exit(code);
+    await Bun.sleep(300); // its parent sets its session's nice once it runs
+    const stop = new Promise((resolve) => process.on("SIGTERM", resolve));
     console.log(JSON.stringify({ group: readFileSync("/proc/self/autogroup", "utf8").trim(), sid: Number(readFileSync("/proc/self/stat", "utf8").split(") ")[1]!.split(" ")[3]), pid: process.pid }));
-    if (process.argv[3] === "wait") await new Promise((resolve) => process.on("SIGTERM", resolve));
+    if (process.argv[3] === "wait") await stop;
     process.exit(3);
   `);
   const run = Bun.spawn([process.execPath, script, "7"], { stdout: "pipe" });

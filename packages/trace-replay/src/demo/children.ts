@@ -3,6 +3,7 @@
 // on exit, so nothing is left running.
 import { spawn, type ChildProcess } from "node:child_process";
 import { createWriteStream, readFileSync, writeFileSync, type WriteStream } from "node:fs";
+import { constants } from "node:os";
 import { createInterface } from "node:readline";
 
 export type Child = {
@@ -78,7 +79,7 @@ function signalGroup(proc: ChildProcess, signal: NodeJS.Signals): void {
   }
 }
 
-/** Set in the demo's own process when it runs itself again as a stand-in (runAsStandIn). */
+/** Set, to the parent's pid, in the demo's own process when it runs itself again as a stand-in (runAsStandIn). */
 const STAND_IN_SESSION = "KV_EPP_DEMO_STAND_IN";
 
 /**
@@ -88,13 +89,30 @@ const STAND_IN_SESSION = "KV_EPP_DEMO_STAND_IN";
  * code back (`undefined`: this already is that process, or there is no such scheduling: go on here). The EPPs it
  * starts are sessions of their own at nice 0 either way. A session cannot lower itself without lowering the
  * terminal's session with it, nor a process its own nice without its children inheriting it: hence a new process.
+ * In that process, `onOrphaned` is called if the process that ran it goes (killed outright, its signals never
+ * passed on), to stop what it started.
  */
-export async function runAsStandIn(nice: number): Promise<number | undefined> {
-  if (nice <= 0 || process.env[STAND_IN_SESSION] !== undefined || !autogroupScheduling()) return undefined;
-  const child = spawn(process.execPath, process.argv.slice(1), { detached: true, stdio: "inherit", env: { ...process.env, [STAND_IN_SESSION]: "1" } });
+export async function runAsStandIn(nice: number, onOrphaned: () => void = () => {}): Promise<number | undefined> {
+  const parent = process.env[STAND_IN_SESSION];
+  if (parent !== undefined) {
+    // Not for the processes this one starts.
+    delete process.env[STAND_IN_SESSION];
+    setInterval(() => process.ppid !== Number(parent) && onOrphaned(), 1000).unref();
+    return undefined;
+  }
+  if (nice <= 0 || !autogroupScheduling()) return undefined;
+  const child = spawn(process.execPath, [...process.execArgv, ...process.argv.slice(1)], {
+    detached: true, stdio: "inherit", env: { ...process.env, [STAND_IN_SESSION]: String(process.pid) },
+  });
   if (child.pid !== undefined) lowerSessionPriority(child.pid, nice);
-  for (const sig of ["SIGINT", "SIGTERM"] as const) process.on(sig, () => child.kill(sig));
-  return new Promise((resolve) => child.on("exit", (code, signal) => resolve(code ?? (signal === "SIGINT" ? 130 : 1))));
+  for (const sig of ["SIGINT", "SIGTERM", "SIGHUP"] as const) process.on(sig, () => child.kill(sig));
+  return new Promise((resolve) => {
+    child.on("error", (err) => {
+      console.error(`demo: could not run the client in a session of its own (${err.message})`);
+      resolve(1);
+    });
+    child.on("exit", (code, signal) => resolve(code ?? 128 + (signal ? constants.signals[signal] : 0)));
+  });
 }
 
 /** Whether the kernel schedules sessions as groups (Linux autogroup). */
