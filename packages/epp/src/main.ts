@@ -107,7 +107,8 @@ export async function startEpp(cfg: EppConfig, o: { log?: Logger; kubeConfig?: K
     : undefined;
   // Observed TTFTs calibrate the latency model, which the latency cost and explanations read.
   const latency = latencyModel(cfg.picker, regret);
-  const quality = new RoutingQuality(routingMetrics(metrics));
+  const figures = routingMetrics(metrics);
+  const quality = new RoutingQuality(figures);
   workers.whenRemoved((w) => quality.forget(w));
   const picker = new Picker({
     indexers: indexers.models,
@@ -119,7 +120,7 @@ export async function startEpp(cfg: EppConfig, o: { log?: Logger; kubeConfig?: K
     pending: combinedPending([pending, peerPending]),
     replicas: replicaAgg ? () => replicaAgg.replicas() : undefined,
   });
-  const routing: RoutingContext = { picker, load, latency, quality, metrics: routingMetrics(metrics), clock: WALL_CLOCK, candidates: () => workers.candidates() };
+  const routing: RoutingContext = { picker, load, latency, quality, metrics: figures, clock: WALL_CLOCK, candidates: () => workers.candidates() };
 
   // Servers come up before discovery and recovery so liveness answers during them, and cold peers see
   // this replica's /dump as 503.

@@ -64,9 +64,9 @@ export async function warmDecisions(o: WarmDecisionsOptions): Promise<DecisionWa
   const load = new ActiveLoad(pending);
   const latency = latencyModel(o.cfg.picker, new EvictionRegret());
   const picker = new Picker({ indexers: indexers.models, candidates: () => ranks, load, signals: () => undefined, options: o.cfg.picker, latency, pending });
+  const figures = routingMetrics(metrics);
   const routing: RoutingContext = {
-    picker, load, latency, quality: new RoutingQuality(routingMetrics(metrics)), metrics: routingMetrics(metrics),
-    clock: { now: () => performance.now() }, candidates: () => ranks,
+    picker, load, latency, quality: new RoutingQuality(figures), metrics: figures, clock: { now: () => performance.now() }, candidates: () => ranks,
   };
   const server = await startExtProc(
     { listen: "127.0.0.1", ports: { grpc: 0 } as EppConfig["ports"], tls: o.cfg.tls.mode === "off" ? o.cfg.tls : { mode: "self-signed" }, healthOnExtProc: false },
