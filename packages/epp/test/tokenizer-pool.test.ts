@@ -490,7 +490,11 @@ describe("ext_proc with a tokenization budget", () => {
 });
 
 describe("ext_proc routing on a settled prefix (the default)", () => {
-  const env = eppFor(["--tokenizer-threads", "1", "--tokenize-budget-ms", "600000"], true);
+  // The member below the decision thread's priority (the default before members ran at 0): a member stops at the
+  // piece after the decision thread has read its known prefix, and one at the same priority on an idle core
+  // tokenized 66k of a 107k-token document before the flag reached it, in one run of four; the stop, not the race,
+  // is what the test checks.
+  const env = eppFor(["--tokenizer-threads", "1", "--tokenize-budget-ms", "600000", "--tokenizer-nice", "19"], true);
   /** A document of fresh text in lines (the segmenter cuts it at line ends, so its known prefix grows as it is tokenized). */
   const document = (seed: number, lines = 600) => Array.from({ length: lines }, (_, i) => freshWords(40, seed * 1000 + i)).join("\n");
   const idsOf = (raw: string) => [...createTokenizeBody(createPreprocessor({ tokenizerDir: TOKENIZER_DIR }))({ body: new TextEncoder().encode(raw) }).tokens];
