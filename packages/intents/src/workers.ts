@@ -84,6 +84,12 @@ function unionRanks(from: readonly IntentWorker[], listed: readonly RankSource[]
   return [...byRank.values()].sort((a, b) => a.dpRank - b.dpRank);
 }
 
+/** `ranks` without those the listing leaves out (a pod's active-ports annotation): they get no listener, whatever intents state. */
+function servedRanks(base: WorkerSpec, ranks: RankSource[]): RankSource[] {
+  const out = base.inactiveRanks;
+  return out === undefined ? ranks : ranks.filter((r) => !out.includes(r.dpRank));
+}
+
 /** The host part of `ip:port`, `[v6]:port` or `tcp://ip:port`, brackets removed. */
 export function hostOf(endpoint: string): string | undefined {
   const m = /^(?:[a-z]+:\/\/)?(\[[^\]]*\]|[^:/]+)(?::\d+)?(?:\/.*)?$/.exec(endpoint);
@@ -171,7 +177,8 @@ export function mergeWorkerSets<T extends WorkerSpec>(
   }
   const workers: (T | IntentWorkerSpec)[] = pods.map((p) => {
     const from = contributions.get(p);
-    return from ? withRanks(p, unionRanks(from, rankSources(p)), from) : p;
+    const ranks = from ? servedRanks(p, unionRanks(from, rankSources(p))) : [];
+    return from && ranks.length > 0 ? withRanks(p, ranks, from) : p;
   });
   for (const [address, [first, ...rest]] of joining) {
     const metricsUrl = first!.metricsUrl ?? rest.find((w) => w.metricsUrl)?.metricsUrl ?? `http://${address}/metrics`;

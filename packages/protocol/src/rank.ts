@@ -78,6 +78,11 @@ export type WorkerSpec = {
   kvBind?: boolean;
   /** vLLM Prometheus endpoint, scraped for running/waiting/KV usage. */
   metricsUrl: string;
+  /**
+   * Ranks behind target ports the pod's active-ports annotation leaves out (numbered as `servers` numbers them):
+   * not endpoints, so intents stating them do not add them back.
+   */
+  inactiveRanks?: readonly number[];
   /** Per-rank KV sources stated by attachment intents; overrides port + r. */
   ranks?: RankSource[];
   /** Its role in disaggregated serving (absent: a destination only; see WorkerRole). */

@@ -3,6 +3,7 @@
 import { describe, expect, test } from "bun:test";
 import type { V1Pod } from "@kubernetes/client-node";
 import pino from "pino";
+import { mergeWorkerSets } from "@kv-epp/intents";
 import { rankSources, type WorkerSpec } from "@kv-epp/protocol";
 import { waitFor, type FakeKubeApi } from "@kv-epp/testkit";
 import { kubeTestScope, NS, quiet } from "./kube-test-scope.ts";
@@ -86,6 +87,17 @@ describe("the active-ports annotation (llm-d.ai/active-ports)", () => {
     expect([second.address, second.metricsUrl, second.dpSize]).toEqual(["10.0.0.1:8001", "http://10.0.0.1:8001/metrics", 1]);
     // All active: the spec is the one without the annotation.
     expect(podWorker(p, { kvEventsPort: 5557, dpSize: 2 }, ports, ports)).toEqual(podWorker(pod("p", "10.0.0.1"), { kvEventsPort: 5557, dpSize: 2 }, ports));
+  });
+
+  test("intents stating every rank of the pod do not bring back the ranks behind its inactive ports", () => {
+    const p = pod("p", "10.0.0.1", { [ACTIVE_PORTS_ANNOTATION]: "8000,8002" });
+    const spec = podWorker(p, { kvEventsPort: 5557, dpSize: 2 }, ports, podActivePorts(p, ports).ports);
+    const stated = [{ id: "p", ranks: [0, 1, 2, 3, 4, 5].map((r) => ({ dpRank: r, kvEvents: `tcp://10.0.0.1:${7000 + r}`, topic: "kv", blockSize: 16 })) }];
+    const [merged] = mergeWorkerSets([spec], stated, { mode: "kubernetes" }).workers;
+    expect(rankSources(merged!).map((r) => [r.dpRank, r.kvEvents])).toEqual([
+      [0, "tcp://10.0.0.1:7000"], [1, "tcp://10.0.0.1:7001"], [4, "tcp://10.0.0.1:7004"], [5, "tcp://10.0.0.1:7005"],
+    ]);
+    expect(merged!.servers).toEqual(spec.servers);
   });
 
   test("through the pod list-watch: a rank marked inactive gets no endpoint, and a pod with no active port is no worker", async () => {

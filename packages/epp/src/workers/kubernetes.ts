@@ -183,8 +183,9 @@ export function podWorker(pod: V1Pod, o: Pick<PoolWorkersOptions, "kvEventsPort"
   // Several ports (one port is all active or none), so every port has its server.
   const kept = spec.servers!.filter((_, i) => active.includes(ports[i]!));
   const ranks = new Set(kept.flatMap((s) => s.ranks));
+  const inactiveRanks = spec.servers!.flatMap((s) => s.ranks).filter((r) => !ranks.has(r));
   const first = kept[0]!.address;
-  return { ...spec, address: first, servers: kept, ranks: rankSources(spec).filter((r) => ranks.has(r.dpRank)), dpSize: ranks.size, metricsUrl: `http://${first}/metrics` };
+  return { ...spec, address: first, servers: kept, ranks: rankSources(spec).filter((r) => ranks.has(r.dpRank)), dpSize: ranks.size, inactiveRanks, metricsUrl: `http://${first}/metrics` };
 }
 
 function allPortsWorker(pod: V1Pod, o: Pick<PoolWorkersOptions, "kvEventsPort" | "kvReplayPort" | "dpSize">, ports: readonly number[]): WorkerSpec {
