@@ -143,6 +143,13 @@ export const MOCK_WORKER_OPTIONS = {
 
 export type MockWorkerConfig = Values<typeof MOCK_WORKER_OPTIONS>;
 
+/**
+ * The engine the worker stands for on the wire, named by its --event-encoding: an SGLang one makes it SGLang
+ * throughout (its metrics, `/server_info`, `/flush_cache`), any other vLLM.
+ */
+export type EngineKind = "vllm" | "sglang";
+export const engineKind = (c: Pick<MockWorkerConfig, "eventEncoding">): EngineKind => (c.eventEncoding.startsWith("sglang") ? "sglang" : "vllm");
+
 export { ConfigError };
 
 /** Parses `--flag value` / `--flag=value` arguments over MOCK_WORKER_* variables; throws ConfigError naming the flag or variable. */

@@ -1,11 +1,13 @@
 import { Counter, Gauge, Histogram, Registry } from "prom-client";
 import type { RankEngine } from "./engine/rank-engine.ts";
 import type { MockNixlConnector } from "./kv-transfer/connector.ts";
+import { sglangSeries, type EngineSeries, type SglangMetricsOptions } from "./sglang-metrics.ts";
 
 /**
- * vLLM-named metrics, labelled as vLLM v1 labels them (`model_name`, and `engine` = the DP rank), so
- * scrapers written for vLLM read the mock unchanged. One registry per worker: several workers can run
- * in one process (the trace benchmark).
+ * The engine's metrics as the engine the worker stands for names and labels them, so scrapers written for
+ * it read the mock unchanged: vLLM v1's (`model_name`, and `engine` = the DP rank), or SGLang's
+ * (`sglang-metrics.ts`); plus the mock's own `mock_worker_*` series. One registry per worker: several
+ * workers can run in one process (the trace benchmark).
  */
 export type WorkerMetrics = {
   registry: Registry;
@@ -17,12 +19,18 @@ export type WorkerMetrics = {
 
 const TTFT_BUCKETS = [0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10, 20, 40, 80];
 
-export function createMetrics(model: string, engines: () => readonly RankEngine[], connector?: MockNixlConnector): WorkerMetrics {
-  const registry = new Registry();
+export type MetricsOptions = {
+  model: string;
+  engines: () => readonly RankEngine[];
+  connector?: MockNixlConnector;
+  /** SGLang's series in place of vLLM's (a worker with an SGLang --event-encoding). */
+  sglang?: SglangMetricsOptions;
+};
+
+/** Series per rank labelled as vLLM's (`model_name`, `engine`), read from the engines at scrape time (level, not event counting). */
+function perRank(registry: Registry, model: string, engines: () => readonly RankEngine[]) {
   const labelNames = ["model_name", "engine"] as const;
   const labels = (rank: number) => ({ model_name: model, engine: String(rank) });
-
-  // Gauges and cache counters are read from the engines at scrape time (level, not event counting).
   const gauge = (name: string, help: string, read: (e: RankEngine) => number) =>
     new Gauge({
       name, help, labelNames, registers: [registry],
@@ -30,6 +38,54 @@ export function createMetrics(model: string, engines: () => readonly RankEngine[
         for (const e of engines()) this.set(labels(e.rank), read(e));
       },
     });
+  const counter = (name: string, help: string, read: (e: RankEngine) => number) =>
+    new Counter({
+      name, help, labelNames, registers: [registry],
+      collect() {
+        this.reset();
+        for (const e of engines()) this.inc(labels(e.rank), read(e));
+      },
+    });
+  return { labelNames, labels, gauge, counter };
+}
+
+export function createMetrics(o: MetricsOptions): WorkerMetrics {
+  const { model, engines, connector } = o;
+  const registry = new Registry();
+  const { labelNames, labels, gauge, counter } = perRank(registry, model, engines);
+  const series = o.sglang ? sglangSeries(registry, model, engines, o.sglang) : vllmSeries(registry, model, engines);
+  if (connector) {
+    counter("mock_worker_kv_transfer_pulled_blocks_total", "KV blocks read from prefill workers (decode side).", (e) => e.pulledBlocks);
+    gauge("mock_worker_kv_transfer_held_requests", "Finished prefills whose blocks wait for their decode worker (prefill side).", (e) => e.heldRequests);
+    const workerCounter = (name: string, help: string, read: () => number) =>
+      new Counter({
+        name, help, labelNames: ["model_name"], registers: [registry],
+        collect() {
+          this.reset();
+          this.inc({ model_name: model }, read());
+        },
+      });
+    workerCounter("mock_worker_kv_transfer_invalid_params_total", "do_remote_prefill requests without what a pull needs: run without a transfer.", () => connector.invalidParams);
+    workerCounter("mock_worker_kv_transfer_expired_total", "Held prefills freed at the abort timeout, never read.", () => connector.expired);
+    workerCounter("mock_worker_kv_transfer_notify_errors_total", "Notifications to a prefill worker that failed.", () => connector.notifyFailures);
+  }
+  const published = new Counter({
+    name: "mock_worker_kv_events_published_total", help: "KV events published.", labelNames, registers: [registry],
+  });
+  const failed = new Counter({
+    name: "mock_worker_kv_publish_errors_total", help: "KV-event batches that failed to publish.", labelNames, registers: [registry],
+  });
+  return {
+    registry,
+    ...series,
+    eventsPublished: (rank, n) => published.inc(labels(rank), n),
+    publishFailed: (rank) => failed.inc(labels(rank)),
+  };
+}
+
+/** vLLM v1's series. */
+function vllmSeries(registry: Registry, model: string, engines: () => readonly RankEngine[]): EngineSeries {
+  const { labelNames, labels, gauge, counter } = perRank(registry, model, engines);
   gauge("vllm:num_requests_running", "Requests in the running batch.", (e) => e.running);
   gauge("vllm:num_requests_waiting", "Requests waiting to be admitted.", (e) => e.waiting);
   gauge("vllm:gpu_cache_usage_perc", "KV-cache usage, 1 = full (legacy name).", (e) => e.cache.usage);
@@ -49,18 +105,9 @@ export function createMetrics(model: string, engines: () => readonly RankEngine[
       }
     },
   });
-
-  const cacheCounter = (name: string, help: string, read: (e: RankEngine) => number) =>
-    new Counter({
-      name, help, labelNames, registers: [registry],
-      collect() {
-        this.reset();
-        for (const e of engines()) this.inc(labels(e.rank), read(e));
-      },
-    });
-  cacheCounter("vllm:prefix_cache_queries_total", "Prompt tokens looked up in the prefix cache.", (e) => e.cache.queriedTokens);
-  cacheCounter("vllm:prefix_cache_hits_total", "Prompt tokens found in the prefix cache.", (e) => e.cache.hitTokens);
-  cacheCounter("vllm:num_preemptions_total", "Requests preempted for want of KV cache blocks.", (e) => e.preemptions);
+  counter("vllm:prefix_cache_queries_total", "Prompt tokens looked up in the prefix cache.", (e) => e.cache.queriedTokens);
+  counter("vllm:prefix_cache_hits_total", "Prompt tokens found in the prefix cache.", (e) => e.cache.hitTokens);
+  counter("vllm:num_preemptions_total", "Requests preempted for want of KV cache blocks.", (e) => e.preemptions);
   // vLLM's breakdown of prompt tokens by where their KV came from: a decode worker that pulled a
   // prefill's blocks counts them as external_kv_transfer and computes only the last token.
   new Counter({
@@ -72,21 +119,6 @@ export function createMetrics(model: string, engines: () => readonly RankEngine[
         for (const [source, n] of Object.entries(e.promptTokens)) this.inc({ ...labels(e.rank), source }, n);
     },
   });
-  if (connector) {
-    cacheCounter("mock_worker_kv_transfer_pulled_blocks_total", "KV blocks read from prefill workers (decode side).", (e) => e.pulledBlocks);
-    gauge("mock_worker_kv_transfer_held_requests", "Finished prefills whose blocks wait for their decode worker (prefill side).", (e) => e.heldRequests);
-    const workerCounter = (name: string, help: string, read: () => number) =>
-      new Counter({
-        name, help, labelNames: ["model_name"], registers: [registry],
-        collect() {
-          this.reset();
-          this.inc({ model_name: model }, read());
-        },
-      });
-    workerCounter("mock_worker_kv_transfer_invalid_params_total", "do_remote_prefill requests without what a pull needs: run without a transfer.", () => connector.invalidParams);
-    workerCounter("mock_worker_kv_transfer_expired_total", "Held prefills freed at the abort timeout, never read.", () => connector.expired);
-    workerCounter("mock_worker_kv_transfer_notify_errors_total", "Notifications to a prefill worker that failed.", () => connector.notifyFailures);
-  }
 
   const ttft = new Histogram({
     name: "vllm:time_to_first_token_seconds", help: "Time from arrival to the first token.",
@@ -94,21 +126,11 @@ export function createMetrics(model: string, engines: () => readonly RankEngine[
   });
   const success = new Counter({ name: "vllm:request_success_total", help: "Finished requests.", labelNames, registers: [registry] });
   const generated = new Counter({ name: "vllm:generation_tokens_total", help: "Output tokens.", labelNames, registers: [registry] });
-  const published = new Counter({
-    name: "mock_worker_kv_events_published_total", help: "KV events published.", labelNames, registers: [registry],
-  });
-  const failed = new Counter({
-    name: "mock_worker_kv_publish_errors_total", help: "KV-event batches that failed to publish.", labelNames, registers: [registry],
-  });
-
   return {
-    registry,
     firstToken: (rank, s) => ttft.observe(labels(rank), s),
     finished: (rank, n) => {
       success.inc(labels(rank));
       generated.inc(labels(rank), n);
     },
-    eventsPublished: (rank, n) => published.inc(labels(rank), n),
-    publishFailed: (rank) => failed.inc(labels(rank)),
   };
 }

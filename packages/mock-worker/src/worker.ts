@@ -3,7 +3,7 @@ import pino, { type Logger } from "pino";
 import { publisherBinds, rankEndpoint } from "@kv-epp/protocol";
 import { createPreprocessor, ignoredRenderingFlags, warmUp, type PreprocessorOptions } from "@kv-epp/tokenizer";
 import { PrefixCacheSim } from "./cache/prefix-cache.ts";
-import { ConfigError, resolveConfig, type MockWorkerConfig } from "./config.ts";
+import { ConfigError, engineKind, resolveConfig, type MockWorkerConfig } from "./config.ts";
 import { RankEngine } from "./engine/rank-engine.ts";
 import { RankEventStream } from "./events/event-stream.ts";
 import { Faults, type RankParts } from "./faults.ts";
@@ -12,6 +12,7 @@ import { MockNixlConnector } from "./kv-transfer/connector.ts";
 import { nixlRoutes } from "./kv-transfer/routes.ts";
 import { openAiError } from "./http/errors.ts";
 import { openAiRoutes } from "./http/openai-routes.ts";
+import { sglangRoutes } from "./http/sglang-routes.ts";
 import type { RankNumbering } from "./http/rank-header.ts";
 import { createMetrics } from "./metrics.ts";
 
@@ -55,7 +56,8 @@ export async function startMockWorker(opts: MockWorkerOptions = {}): Promise<Moc
   // vLLM hashes at one granularity (hash_block_size) and groups with larger blocks scale it by a whole factor.
   if (config.kvGroups.some((g) => g.blockSize % config.blockSize !== 0))
     throw new ConfigError(`every --kv-groups block size must be a multiple of --block-size ${config.blockSize} (vLLM's hash block size)`);
-  if (config.specBigram && (!config.eventEncoding.startsWith("sglang") || config.kvGroups.length > 0))
+  const kind = engineKind(config);
+  if (config.specBigram && (kind !== "sglang" || config.kvGroups.length > 0))
     throw new ConfigError("--spec-bigram is SGLang's: it needs --event-encoding sglang-map or sglang, and no --kv-groups");
   if (config.partialEntries && !config.kvGroups.some((g) => g.kind !== "sliding_window" && g.blockSize > config.blockSize))
     throw new ConfigError("--partial-entries needs a --kv-groups main group whose block size is above --block-size (the prefix-match unit)");
@@ -87,9 +89,13 @@ export async function startMockWorker(opts: MockWorkerOptions = {}): Promise<Moc
     msPerBlock: config.kvTransferMsPerBlock, abortTimeoutMs: config.kvTransferAbortTimeoutS * 1000,
     blockSize: config.blockSize, log: log.child({ component: "nixl" }),
   });
-  const allMetrics = createMetrics(config.model, () => ranks.map((r) => r.engine), connector);
+  // SGLang labels its scheduler series with dp_rank only on a server of several DP ranks.
+  const engineType = config.role === "prefill" || config.role === "decode" ? config.role : "unified";
+  const metricsFor = (engines: () => RankEngine[], serverRanks: number) =>
+    createMetrics({ model: config.model, engines, connector, sglang: kind === "sglang" ? { engineType, dpRankLabel: serverRanks > 1 } : undefined });
+  const allMetrics = metricsFor(() => ranks.map((r) => r.engine), config.dpSize);
   const perRank = config.rankPorts
-    ? Array.from({ length: config.dpSize }, (_, i) => createMetrics(config.model, () => (ranks[i] ? [ranks[i]!.engine] : []), connector))
+    ? Array.from({ length: config.dpSize }, (_, i) => metricsFor(() => (ranks[i] ? [ranks[i]!.engine] : []), 1))
     : undefined;
   const metricsOf = (rank: number) => perRank?.[rank - first] ?? allMetrics;
   try {
@@ -143,6 +149,7 @@ export async function startMockWorker(opts: MockWorkerOptions = {}): Promise<Moc
   /** The API server for `served` ranks (all of them, or one with --rank-ports). */
   const appFor = (served: { pick: typeof pickRank; ranks: RankNumbering }) => {
     const metrics = served.ranks.count === 1 && perRank ? metricsOf(served.ranks.first) : allMetrics;
+    const parts = ranks.filter((r) => r.engine.rank >= served.ranks.first && r.engine.rank < served.ranks.first + served.ranks.count);
     const app = new Hono();
     app.onError((err, c) => {
       // A client that hung up while queued or decoding is not an error of ours; its slot was freed.
@@ -152,21 +159,26 @@ export async function startMockWorker(opts: MockWorkerOptions = {}): Promise<Moc
     });
     app.get("/health", (c) => c.body(null, 200));
     app.get("/metrics", async (c) => c.text(await metrics.registry.metrics(), 200, { "content-type": metrics.registry.contentType }));
-    // vLLM #55844: each rank's publisher as bound (an ephemeral port with `:0`), for the ranks this server fronts.
-    app.get("/kv_event_sources", (c) =>
-      c.json({
-        sources: ranks
-          .filter((r) => r.engine.rank >= served.ranks.first && r.engine.rank < served.ranks.first + served.ranks.count)
-          .map(({ engine, events }) => ({
+    if (kind === "sglang") {
+      app.route("/", sglangRoutes({
+        model: config.model, blockSize: config.blockSize, capacityBlocks: config.capacityBlocks, kvEvents: config.kvEvents,
+        topic: config.topic, role: config.role, ranks: parts, flush: () => new Faults(parts).resetPrefixCache(),
+      }));
+    } else {
+      // vLLM #55844: each rank's publisher as bound (an ephemeral port with `:0`), for the ranks this server fronts.
+      app.get("/kv_event_sources", (c) =>
+        c.json({
+          sources: parts.map(({ engine, events }) => ({
             data_parallel_rank: engine.rank,
             endpoint: connectable(events.endpoint, host),
             replay_endpoint: events.replayEndpoint ? connectable(events.replayEndpoint, host) : null,
             topic: config.topic,
           })),
-      }));
+        }));
+    }
     app.route("/", openAiRoutes({
       model: config.model, preprocessor, pickRank: served.pick, ranks: served.ranks, loraModules: config.loraModules,
-      connector, dpSize: config.dpSize,
+      connector, dpSize: config.dpSize, ownedBy: kind === "sglang" ? "sglang" : "kv-epp-mock",
     }));
     if (connector) app.route("/", nixlRoutes(connector));
     app.route("/", adminRoutes(new Faults(ranks), ranks, config.role));

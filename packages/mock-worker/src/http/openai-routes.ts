@@ -26,6 +26,8 @@ export type OpenAiDeps = {
   /** With --role prefill|decode: vLLM's NixlConnector stand-in (absent: kv_transfer_params ignored). */
   connector?: MockNixlConnector;
   dpSize: number;
+  /** /v1/models' owned_by (SGLang's model cards say "sglang"). */
+  ownedBy: string;
 };
 
 /** vLLM's placeholder for an image in Qwen's vocabulary (<|image_pad|>) and how many stand for one item. */
@@ -63,8 +65,8 @@ export function openAiRoutes(deps: OpenAiDeps): Hono {
     c.json({
       object: "list",
       data: [
-        { id: deps.model, object: "model", created: 0, owned_by: "kv-epp-mock", root: deps.model, parent: null, max_model_len: 1 << 20 },
-        ...deps.loraModules.map((id) => ({ id, object: "model", created: 0, owned_by: "kv-epp-mock", root: id, parent: deps.model, max_model_len: 1 << 20 })),
+        { id: deps.model, object: "model", created: 0, owned_by: deps.ownedBy, root: deps.model, parent: null, max_model_len: 1 << 20 },
+        ...deps.loraModules.map((id) => ({ id, object: "model", created: 0, owned_by: deps.ownedBy, root: id, parent: deps.model, max_model_len: 1 << 20 })),
       ],
     }),
   );
