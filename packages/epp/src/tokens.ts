@@ -1,9 +1,10 @@
 // Request input -> token ids, the way the model server will see them (so block hashes line up with
 // the KV events it publishes). Text goes through the shared preprocessor (HF tokenizer + chat
 // template, or the byte-level fallback shared with the mock worker). A request body (ext_proc's, /select's,
-// /score's) is read where it is tokenized: in a tokenizer pool member by default (on a copy), so the event loop
-// receives it, copies it and picks; it reads one itself only when no member has by the budget, or when the body
-// carries token ids (nothing to tokenize: reading them costs what handing the body to a member would).
+// /score's) is read where it is tokenized: in a tokenizer pool member by default (on a copy, or on the bytes a body
+// sent in chunks was joined into, shared), so the event loop receives it, copies it once and picks; it reads one
+// itself only when no member has by the budget, or when the body carries token ids (nothing to tokenize: reading
+// them costs what handing the body to a member would).
 import {
   BadRequest, ChatTemplateError, encodeJob, readBody, readTokenIds,
   type BodyFields, type BodyRead, type BodyRequest, type ChatMessage, type Preprocessor, type TokenizeJob, type TokenizeOutcome, type TokenizerPool,
@@ -84,9 +85,10 @@ export function createTokenizeBody(pre: Preprocessor, onRead: (thread: ReadThrea
 }
 
 /**
- * A copy of the body goes to a pool member, which reads and tokenizes it. A body no member had read by the
- * budget (queued, or still being read) is read here, to route it on the ids it carries or by load. A body of
- * token ids (up to the pool's readHereMaxBytes) is read here at once: handing it to a member cost the event loop
+ * The body goes to a pool member (a copy, or its bytes themselves in shared memory: joinBody), which reads and
+ * tokenizes it. A body no member had read by the budget (queued, or still being read) is read here, to route it on
+ * the ids it carries or by load. A body of token ids (up to the pool's readHereMaxBytes) is read here at once:
+ * handing it to a member cost the event loop
  * about what reading it does, and its pick waited for the member (the README's ext_proc section, "Bodies and tokenization off the decision thread").
  */
 export function createPoolTokenizeBody(pool: TokenizerPool, onRead: (thread: ReadThread) => void = () => {}): TokenizeBody {

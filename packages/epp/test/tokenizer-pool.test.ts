@@ -240,6 +240,25 @@ describe("ext_proc bodies read in the tokenizer pool", () => {
     return { code: answer.immediate_response?.status?.code, body: Buffer.from(answer.immediate_response?.body ?? []).toString() };
   };
 
+  test("a body sent in pieces is read by a member from the bytes the event loop joined once (shared with it), and goes upstream as sent", async () => {
+    const before = await counted();
+    const json = new TextEncoder().encode(JSON.stringify(chatBody("You are terse.", freshWords(20_000, 80))));
+    const s = env.client.open();
+    s.send({ ...headers("/v1/chat/completions"), protocol_config: DUPLEX });
+    const piece = Math.ceil(json.length / 3);
+    for (let off = 0; off < json.length; off += piece) s.send({ request_body: { body: json.subarray(off, off + piece), end_of_stream: off + piece >= json.length } });
+    expect(lbMetadata(await s.next(60_000))).toBe(A);
+    const forwarded: Buffer[] = [];
+    for (;;) {
+      const c = (await s.next(60_000)).request_body?.response?.body_mutation?.streamed_response;
+      forwarded.push(Buffer.from(c?.body ?? []));
+      if (c?.end_of_stream) break;
+    }
+    expect(Buffer.concat(forwarded).equals(Buffer.from(json))).toBe(true);
+    s.end();
+    expect(await counted()).toMatchObject({ pool: before.pool + 1, loop: before.loop });
+  }, 120_000);
+
   test("a body that is not JSON, or nests too deep, is refused by the member that read it: 400, counted; the event loop parsed neither", async () => {
     const before = await counted();
     const notJson = await refusal('{"model": "m", "messages": [{"role": "user", "content": "hi"}');

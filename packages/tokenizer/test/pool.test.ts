@@ -1,7 +1,7 @@
 import { describe, expect, test } from "bun:test";
 import { threadId, threadNice } from "../src/pool/thread-priority";
 import {
-  DEFAULT_MEMBER_NICE, BadRequest, ChatTemplateError, createPreprocessor, encodeJob, nextTurnJob, readBody, TokenizeCancelled, TokenizerPool,
+  DEFAULT_MEMBER_NICE, BadRequest, ChatTemplateError, createPreprocessor, encodeJob, joinBody, nextTurnJob, readBody, TokenizeCancelled, TokenizerPool,
   TooDeep, type TokenizeJob,
 } from "../src/index";
 import { freshWords } from "@kv-epp/testkit";
@@ -337,6 +337,62 @@ describe("tokenizer pool: request bodies as received", () => {
     expect(queued.read).toBeUndefined();
     expect(new TextDecoder().decode(body)).toBe('{"prompt":"queued behind"}');
     await long;
+  }, 120_000);
+
+  /**
+   * `body` as a caller may hold it: a view of a larger buffer (plain, or shared), between bytes that would not
+   * parse with it, or joined from pieces into shared memory (joinBody, as the EPP joins a body sent in chunks).
+   */
+  const held = (body: Uint8Array): [string, Uint8Array][] => {
+    const inBuffer = (buffer: ArrayBuffer | SharedArrayBuffer) => {
+      const beside = bytes({ prompt: "beside" });
+      const all = new Uint8Array(buffer);
+      all.set(beside, 0);
+      all.set(body, beside.length);
+      all.set(beside, beside.length + body.length);
+      return all.subarray(beside.length, beside.length + body.length);
+    };
+    const size = body.length + 2 * bytes({ prompt: "beside" }).length;
+    const third = Math.floor(body.length / 3);
+    return [
+      ["a view of a plain buffer", inBuffer(new ArrayBuffer(size))],
+      ["a view of a shared buffer", inBuffer(new SharedArrayBuffer(size))],
+      ["joined from pieces", joinBody([body.subarray(0, third), body.subarray(third, 2 * third), body.subarray(2 * third)], body.length)],
+    ];
+  };
+  const same = (a: Uint8Array, b: Uint8Array) => a.byteLength === b.byteLength && Buffer.compare(a, b) === 0;
+
+  test("a member tokenizes exactly its caller's bytes, copied or shared, and leaves them as they were: answered, stopped, or fallen back", async () => {
+    const pool = await pools.start({ size: 1, budgetMs: 60_000 });
+    const pre = createPreprocessor({ tokenizerDir: dir });
+    const small = bytes({ model: "m", messages: chat("You are terse.", freshWords(2_000, 70)) });
+    const want = encodeJob(pre, readBody({ body: small }).job as TokenizeJob);
+    // ~3 MB of chat in 100k short messages: its member is still reading it when stopped, or when a 20 ms budget ends.
+    const large = bytes({ model: "m", messages: Array.from({ length: 100_000 }, (_, i) => ({ role: i % 2 === 0 ? "user" : "assistant", content: `turn ${i}` })) });
+    for (const [how, body] of held(small)) {
+      const out = await pool.tokenize({ kind: "body", request: { body } });
+      expect({ how, tokens: [...out.tokens] }).toEqual({ how, tokens: [...want] });
+      await idle(pool);
+      expect({ how, intact: same(body, small) }).toEqual({ how, intact: true });
+    }
+    for (const [how, body] of held(large)) {
+      const stop = new AbortController();
+      // Awaited, not `expect(...).rejects`: Bun's rejects matcher holds back worker messages while it waits.
+      const stopped = pool.tokenize({ kind: "body", request: { body } }, { signal: stop.signal }).then(() => undefined, (e: unknown) => e);
+      stop.abort();
+      expect(await stopped).toBeInstanceOf(TokenizeCancelled);
+      await idle(pool);
+      expect({ how, intact: same(body, large) }).toEqual({ how, intact: true });
+    }
+    const late = await pools.start({ size: 1, budgetMs: 20, readHereMaxBytes: 64 << 20 });
+    for (const [how, body] of held(large)) {
+      const out = await late.tokenize({ kind: "body", request: { body } });
+      expect({ how, fallback: out.fallback }).toEqual({ how, fallback: "budget" });
+      // Its caller reads its own bytes while the member reads on.
+      expect(readBody({ body }).fields).toMatchObject({ model: "m", kind: "chat" });
+      await idle(late);
+      expect({ how, intact: same(body, large) }).toEqual({ how, intact: true });
+    }
   }, 120_000);
 
   // ~20 MB of token ids: reading it alone takes a member far past a 20 ms budget.

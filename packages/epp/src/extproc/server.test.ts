@@ -150,3 +150,24 @@ test("under InferenceModelRewrite rules, a body not held before the route is cou
   over.data(chunk());
   expect((over.call.written[0] as { immediate_response?: { status?: { code?: number } } }).immediate_response?.status?.code).toBe(429);
 });
+
+test("FULL_DUPLEX_STREAMED, a body in chunks is joined once into shared memory for its reading (a pool member reads it without a copy), and forwarded as sent", () => {
+  const seen: Uint8Array[] = [];
+  const { call, data } = routedStream("FULL_DUPLEX_STREAMED", {
+    tokenizeBody: (req) => (seen.push(req.body), { fields: { kind: "none" }, tokens: new Uint32Array(0), body: req.body, rewritten: false }),
+  });
+  const sent = ['{"model":"m",', '"prompt":', '"hi"}'].map((s) => new TextEncoder().encode(s));
+  sent.forEach((body, i) => data({ request: "request_body", request_body: { body, end_of_stream: i === sent.length - 1 } }));
+  expect(seen).toHaveLength(1);
+  expect(seen[0]!.buffer).toBeInstanceOf(SharedArrayBuffer);
+  expect(new TextDecoder().decode(seen[0])).toBe('{"model":"m","prompt":"hi"}');
+  type Streamed = { request_body?: { response?: { body_mutation?: { streamed_response?: { body: Uint8Array } } } } };
+  const forwarded = call.written.map((m) => (m as Streamed).request_body?.response?.body_mutation?.streamed_response?.body).filter((b) => b !== undefined);
+  expect(new TextDecoder().decode(Buffer.concat(forwarded))).toBe('{"model":"m","prompt":"hi"}');
+  // A body in one chunk is that chunk, not copied here (the pool copies what it sends of one).
+  const one: Uint8Array[] = [];
+  const whole = routedStream("FULL_DUPLEX_STREAMED", { tokenizeBody: (req) => (one.push(req.body), { fields: { kind: "none" }, tokens: new Uint32Array(0), body: req.body, rewritten: false }) });
+  const body = new TextEncoder().encode('{"prompt":"hi"}');
+  whole.data({ request: "request_body", request_body: { body, end_of_stream: true } });
+  expect(one[0]).toBe(body);
+});

@@ -11,7 +11,7 @@ import type { RoutedBody, Settles, TokenizeBody } from "../tokens.ts";
 import type { BodyBudget } from "./body-budget.ts";
 import { FairnessLabels, hasCriticalObjective, requestClass, shedReason, type RequestClass } from "./gaie-headers.ts";
 import { GrpcStatus, type BidiCall, type StatusCode } from "./grpc-h2.ts";
-import { BadRequest, MAX_BODY_BYTES, TooDeep, type BodyFields, type BodyRequest, type ChatMessage, type RewriteRules } from "@kv-epp/tokenizer";
+import { BadRequest, joinBody, MAX_BODY_BYTES, TooDeep, type BodyFields, type BodyRequest, type ChatMessage, type RewriteRules } from "@kv-epp/tokenizer";
 import { PREFILL_RANK_HEADER, PREFILLER_HOST_PORT_HEADER } from "@kv-epp/protocol";
 import { echo, steering } from "./conformance.ts";
 import { modelRewrite, type ResponseModelName, type RewriteOutcome } from "./model-rewrite.ts";
@@ -95,6 +95,7 @@ type RequestState = {
   subset: Set<string> | undefined;
   /** Steered by the conformance selection header, which wins over later subset hints. */
   steered?: boolean;
+  /** The body's chunks so far, joined once into the body (joinBody: a tokenizer pool member reads it as it is). */
   chunks: Uint8Array[];
   bytes: number;
   /** Bytes of its body taken from deps.bodyBudget: given back once, when the body is handed back or dropped. */
@@ -448,7 +449,7 @@ class ProcessStream {
       // would name a model the pool does not serve): refused as overload, for the gateway to retry, rather than
       // sent where it fails.
       if (req.cls.modelRewrite !== undefined || this.deps.rewriteRules?.() !== undefined) return this.immediate(429, "EPP request-body buffer full", "shed", "shed");
-      const body = concat(req.chunks, req.bytes);
+      const body = joinBody(req.chunks, req.bytes);
       req.chunks = []; // handed back now: nothing of it stays with the stream, uncounted, until its response ends
       this.decide(body, "body", eos, "over_budget");
       return;
@@ -458,7 +459,7 @@ class ProcessStream {
     if (!eos && this.fullDuplex) return;
     // BUFFERED_PARTIAL cuts a body longer than Envoy's buffer at the limit (end_of_stream false, the
     // rest goes upstream unseen): that prefix may not parse, and then the route is by load.
-    this.decide(concat(req.chunks, req.bytes), "body", true, this.mode === "BUFFERED_PARTIAL" && !eos ? "maybe_cut" : "whole");
+    this.decide(joinBody(req.chunks, req.bytes), "body", true, this.mode === "BUFFERED_PARTIAL" && !eos ? "maybe_cut" : "whole");
   }
 
   /** Trailers end a body that never carried end_of_stream: decide now, then answer the trailers. */
@@ -473,7 +474,7 @@ class ProcessStream {
           "a request with trailers and no body in a buffered body mode: its route goes as envoy.lb metadata alone (a trailers answer cannot set request headers)");
         return this.decide(EMPTY, "trailers");
       }
-      this.decide(concat(req.chunks, req.bytes), "body", false);
+      this.decide(joinBody(req.chunks, req.bytes), "body", false);
       // The route waits for the body's tokens: the trailers are answered after it (replayed, decided by then).
       if (this.held !== null) return this.hold(msg);
     }
@@ -767,14 +768,3 @@ const MAX_HELD = 256;
 const EMPTY = new Uint8Array(0);
 const EMPTY_IDS = new Uint32Array(0);
 const NO_PRIORITIES: ReadonlyMap<string, number> = new Map();
-
-function concat(chunks: Uint8Array[], total: number): Uint8Array {
-  if (chunks.length === 1) return chunks[0]!;
-  const out = new Uint8Array(total);
-  let off = 0;
-  for (const c of chunks) {
-    out.set(c, off);
-    off += c.length;
-  }
-  return out;
-}

@@ -24,7 +24,8 @@ export type MemberInit = {
 };
 
 /**
- * A body job's `request.body` is a copy the member owns (the caller keeps its own bytes). A warm (`discard`) with
+ * A body job's `request.body` is a copy the member owns, or the caller's own bytes in shared memory (joinBody),
+ * which the member only reads (the caller forwards them, and reads them itself). A warm (`discard`) with
  * the id of the job its member last stopped resumes that job's walk where it stopped (see pool-member.ts).
  */
 export type ToMember =

@@ -11,6 +11,7 @@ import { affinityKey } from "./affinity";
 import { jobChars, jobWork, Placement, type PlacementKind } from "./placement";
 import type { BodyReading, FromMember, MemberInit, ToMember } from "./protocol";
 import { nextDue } from "./queue-order";
+import { isShared } from "./shared-body";
 import type { ThreadPriority } from "./thread-priority";
 import type { WarmUp } from "../warm-up";
 
@@ -291,7 +292,8 @@ export class TokenizerPool {
 
   /**
    * A body job (`kind: "body"`) is read by the member (parsed, validated, its model rewritten) before it is
-   * tokenized, from a copy: the caller keeps its bytes, to forward them and to read them itself when the budget
+   * tokenized, from a copy, or from the caller's own bytes when they are in shared memory (joinBody), which then
+   * must stay as they are: the caller keeps its bytes, to forward them and to read them itself when the budget
    * ends before the member has (see TokenizeOutcome.read).
    */
   tokenize(job: PoolJob, opts: { signal?: AbortSignal; decides?: Decides } = {}): Promise<TokenizeOutcome> {
@@ -539,11 +541,12 @@ export class TokenizerPool {
     next.dispatched = performance.now();
     if (!next.discard) this.observe.wait?.(next.dispatched - next.submitted);
     member.worker.ref();
-    // A body goes as a copy of its bytes alone (cloning a view would copy the whole buffer under it, a gRPC
-    // frame's): the caller keeps the original, which it forwards, and reads itself if the budget ends first.
-    // One memcpy (~5 µs for a 64 KB chat) buys an answer that never waits for a member still reading.
+    // The caller keeps its body, which it forwards, and reads itself if the budget ends first: a body in shared
+    // memory (joinBody) goes by reference, read by both threads and written by neither; any other goes as a copy
+    // of its bytes alone (cloning a view would copy the whole buffer under it, a gRPC frame's). One memcpy (~5 µs
+    // for a 64 KB chat) buys an answer that never waits for a member still reading.
     const job = next.job;
-    if (job.kind === "body") {
+    if (job.kind === "body" && !isShared(job.request.body)) {
       const body = new Uint8Array(job.request.body); // a copy (a Buffer's slice() would be a view)
       member.worker.postMessage({ type: "job", id: next.id, job: { ...job, request: { ...job.request, body } }, discard: next.discard }, [body.buffer]);
     } else member.worker.postMessage({ type: "job", id: next.id, job, discard: next.discard });
