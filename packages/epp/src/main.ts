@@ -64,8 +64,10 @@ export async function startEpp(cfg: EppConfig, o: { log?: Logger; kubeConfig?: K
     regret,
   });
   if (!cfg.indexReserve) indexers.models.disableReserve();
-  indexers.models.register(cfg.model.name, cfg.model.tenant, cfg.model.blockSize);
+  const indexer = indexers.models.register(cfg.model.name, cfg.model.tenant, cfg.model.blockSize);
   for (const a of cfg.model.loraAdapters) indexers.models.registerAdapter(a, cfg.model.name);
+  // An SGLang rank's capacity is its token pool in the index's blocks: the workers' size once their events set it.
+  workers.countPoolsIn(() => indexer.blockSize);
   workers.whenRemoved((w) => indexers.removeWorker(w));
   // The ranks' caches together bound what the index holds: its tables are sized for that up front.
   workers.whenKvCapacity((blocks) => indexers.models.reserve(blocks));

@@ -51,5 +51,5 @@ export { registerWorkerIntents, workerDescriptors, replaceHost, replaceUrlHost, 
 export { serveDiscoveryStore, type DiscoveryServer } from "./discovery/http-server.ts";
 export { connectHttpDiscovery, type HttpDiscoveryOptions } from "./discovery/http.ts";
 export { parseDiscoveryConfig, openDiscovery, type DiscoveryConfig } from "./discovery/open.ts";
-export { readReportedSources, ReportedSourcesError, GET_KV_EVENT_SOURCES, kvEventSourcesProto, type ReportedSource, type ReportedSources } from "./reported-sources.ts";
+export { readReportedSources, ReportedSourcesError, UnusableReportError, GET_KV_EVENT_SOURCES, kvEventSourcesProto, type ReportedSource, type ReportedSources } from "./reported-sources.ts";
 export { registerReportedIntents, type RegisterReportedIntentsOptions } from "./reported-intents.ts";

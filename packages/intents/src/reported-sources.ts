@@ -9,7 +9,11 @@
 //   sends a `{host, port, protocol}` message in the same field (`endpoint_addr`): both are read.
 // SGLang reports it in `GET /server_info`'s `kv_events` descriptor (sglang #25844): one publisher host, a base
 // port and the DP size (rank r on base + r), or, where it advertises them, a `publishers` list of each rank's
-// endpoint; null when it publishes nothing. Read when a server has no `/kv_event_sources`.
+// endpoint; null when it publishes nothing. Read when a server has no `/kv_event_sources`. The one host
+// cannot place a server spanning nodes: there each rank publishes on base + its global rank on the node
+// its scheduler runs on, and the descriptor says nothing of which node that is (SGLang's own note on
+// resolve_load_pub_range), so several DP ranks over several nodes (`nnodes`, beside the descriptor in
+// /server_info) are refused rather than dialed on the wrong host.
 // A wildcard host (`*`, `0.0.0.0`, `::`) is not dialable from elsewhere: it becomes the host the report
 // was read from. Fields, keys and transports this reader does not know are skipped and counted.
 import * as grpc from "@grpc/grpc-js";
@@ -28,6 +32,9 @@ export type ReportedSources = {
 };
 
 export class ReportedSourcesError extends Error {}
+
+/** A report that cannot be used as the worker made it: asking again does not help (not retried). */
+export class UnusableReportError extends Error {}
 
 export type ReadOptions = { timeoutMs?: number };
 
@@ -98,14 +105,15 @@ const SglangKvEvents = z.looseObject({
   dp_size: z.number().int().min(1).max(4096).nullish(),
   publishers: z.array(z.unknown()).nullish(),
 });
-const SGLANG_KEYS = new Set(["publisher", "endpoint_host", "endpoint_port_base", "topic", "dp_size", "publishers", "block_size"]);
+// The load range (load_endpoint_port_base, load_topic) is SGLang's load publisher's, not KV events: known, not read.
+const SGLANG_KEYS = new Set(["publisher", "endpoint_host", "endpoint_port_base", "topic", "dp_size", "publishers", "block_size", "load_endpoint_port_base", "load_topic"]);
 
 /** `/server_info`'s `kv_events`, for a server without `/kv_event_sources` (`missing`: that route, for the error). */
 async function readSglang(url: URL, o: ReadOptions, missing: URL): Promise<ReportedSources> {
   const target = new URL("/server_info", url);
   const res = await get(target, o);
   if (!res.ok) throw new ReportedSourcesError(`${missing}: HTTP 404, and ${target}: HTTP ${res.status} (neither vLLM's report nor SGLang's)`);
-  const body = (await res.json().catch(() => undefined)) as { kv_events?: unknown } | undefined;
+  const body = (await res.json().catch(() => undefined)) as { kv_events?: unknown; nnodes?: unknown } | undefined;
   if (body === undefined || body === null || typeof body !== "object" || !("kv_events" in body))
     throw new ReportedSourcesError(`${target}: no kv_events descriptor (an SGLang before #25844, or not SGLang)`);
   // null: the server publishes no KV events.
@@ -126,6 +134,11 @@ async function readSglang(url: URL, o: ReadOptions, missing: URL): Promise<Repor
       else skipped++;
     }
   } else {
+    const nodes = typeof body.nnodes === "number" ? body.nnodes : 1;
+    if (nodes > 1 && (d.dp_size ?? 1) > 1)
+      throw new UnusableReportError(
+        `${target}: ${d.dp_size} DP ranks over ${nodes} nodes, and kv_events names one host for all of them: ranks on other nodes publish there, on base + their global rank; state the ranks per node (static dpStartRank, or the pods' start-rank annotation) instead`,
+      );
     const host = bracketHost(d.endpoint_host);
     for (let rank = 0; rank < (d.dp_size ?? 1); rank++) {
       if (d.endpoint_port_base + rank > 65535) {

@@ -6,7 +6,7 @@ import { LOOPBACK } from "@kv-epp/testkit";
 import { afterAll, describe, expect, test } from "bun:test";
 import * as grpc from "@grpc/grpc-js";
 import protobuf from "protobufjs";
-import { GET_KV_EVENT_SOURCES, readReportedSources, ReportedSourcesError } from "../src/index.ts";
+import { GET_KV_EVENT_SOURCES, readReportedSources, ReportedSourcesError, UnusableReportError } from "../src/index.ts";
 
 const cleanups: (() => unknown)[] = [];
 afterAll(async () => {
@@ -56,17 +56,18 @@ describe("GET /kv_event_sources (vLLM #55844)", () => {
 });
 
 describe("SGLang's GET /server_info kv_events (sglang #25844), for a server without /kv_event_sources", () => {
-  function sglang(kvEvents: unknown) {
+  function sglang(kvEvents: unknown, serverArgs: Record<string, unknown> = {}) {
     const srv = Bun.serve({
       hostname: `${LOOPBACK}.7.21`, port: 0,
-      fetch: (req) => (new URL(req.url).pathname === "/server_info" ? Response.json({ model_path: "m", kv_events: kvEvents }) : new Response(null, { status: 404 })),
+      fetch: (req) => (new URL(req.url).pathname === "/server_info" ? Response.json({ model_path: "m", ...serverArgs, kv_events: kvEvents }) : new Response(null, { status: 404 })),
     });
     cleanups.push(() => srv.stop(true));
     return `http://${LOOPBACK}.7.21:${srv.port}`;
   }
 
   test("a host and a base port: rank r on base + r, a wildcard host the one the report came from", async () => {
-    const r = await readReportedSources(sglang({ publisher: "zmq", endpoint_host: "*", endpoint_port_base: 5557, topic: "kv", block_size: 64, dp_size: 2 }));
+    // With --load-publish-endpoint, SGLang adds its load range to the descriptor: known keys, not KV events.
+    const r = await readReportedSources(sglang({ publisher: "zmq", endpoint_host: "*", endpoint_port_base: 5557, topic: "kv", block_size: 64, dp_size: 2, load_endpoint_port_base: 5559, load_topic: "load" }));
     expect(r.sources).toEqual([
       { rank: 0, kvEvents: `tcp://${LOOPBACK}.7.21:5557`, replay: null, topic: "kv" },
       { rank: 1, kvEvents: `tcp://${LOOPBACK}.7.21:5558`, replay: null, topic: "kv" },
@@ -84,6 +85,18 @@ describe("SGLang's GET /server_info kv_events (sglang #25844), for a server with
       { rank: 4, kvEvents: "tcp://10.0.0.2:5561", replay: null, topic: "" },
     ]);
     expect(r.skipped).toBe(1);
+  });
+
+  test("DP ranks over several nodes are refused (one host cannot place them), not retried; one rank over several nodes is on the head's host", async () => {
+    // /server_info carries the server args beside the descriptor: nnodes 2, DP attention with 4 ranks.
+    const multi = sglang({ publisher: "zmq", endpoint_host: "*", endpoint_port_base: 5557, topic: "", block_size: 16, dp_size: 4 }, { nnodes: 2, node_rank: 0, dp_size: 4 });
+    const err = await readReportedSources(multi).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(UnusableReportError);
+    expect(err).not.toBeInstanceOf(ReportedSourcesError);
+    expect((err as Error).message).toMatch(/4 DP ranks over 2 nodes/);
+    // Pure TP over two nodes: the one publisher is tensor rank 0's, on the node serving /server_info.
+    const tp = await readReportedSources(sglang({ publisher: "zmq", endpoint_host: "*", endpoint_port_base: 5557, topic: "", block_size: 16, dp_size: 1 }, { nnodes: 2 }));
+    expect(tp.sources).toEqual([{ rank: 0, kvEvents: `tcp://${LOOPBACK}.7.21:5557`, replay: null, topic: "" }]);
   });
 
   test("null (no KV events) reports none; another publisher is skipped; a malformed descriptor is a clear error", async () => {

@@ -4,7 +4,7 @@
 import { describe, expect, test } from "bun:test";
 import { decodeGeneric } from "../src/codec/decode.ts";
 import { decodeFast } from "../src/codec/fast-decode.ts";
-import { decodeBatch, encodeBatch, newDecodeStats, type KvEventBatch } from "../src/index.ts";
+import { decodeBatch, encodeBatch, newDecodeStats, type KvEvent, type KvEventBatch } from "../src/index.ts";
 import { msgspecBytes } from "./msgspec-golden.ts";
 
 describe("SGLang under EAGLE speculative decoding (bigram radix keys)", () => {
@@ -57,6 +57,38 @@ describe("SGLang under EAGLE speculative decoding (bigram radix keys)", () => {
     const stats = newDecodeStats();
     expect(decodeBatch(broken, stats).events).toEqual([{ type: "AllBlocksCleared" }]);
     expect(stats).toEqual({ skippedEvents: 1, unknownTypes: 0, malformedEvents: 1, unknownFields: 0 });
+  });
+});
+
+describe("SGLang main: an adapter by lora_name, a salt, HiCache's host tier (mem_cache/events.py)", () => {
+  // KVCacheEventRecorder.record_store: lora_id is never filled; an adapter SGLang can name
+  // (KvEventLoraNames, keyed by the request's extra_key) goes in lora_name, the salt in cache_salt, both
+  // only when set (omit_defaults); medium is always written (StorageMedium.GPU, or CPU_PINNED for
+  // HiRadixCache's write-through to host memory). lora_name is written last here: the struct declaring it
+  // was not among the sources read, so that position is assumed (decoders read map keys by name).
+  const stored = { type: "BlockStored", block_hashes: [0x21, 0x22], parent_block_hash: null, token_ids: [1, 2, 3, 4], block_size: 2, lora_id: null };
+  const payload = msgspecBytes([
+    4.5,
+    [
+      { ...stored, medium: "GPU", cache_salt: "tenant-a", lora_name: "sql-lora" },
+      { ...stored, medium: "CPU_PINNED", cache_salt: "tenant-a", lora_name: "sql-lora" },
+      { type: "BlockRemoved", block_hashes: [0x22], medium: "GPU" },
+    ],
+    0,
+  ]);
+  const event = (medium: string): KvEvent => ({
+    type: "BlockStored", blockHashes: [0x21n, 0x22n], parentBlockHash: null, tokenIds: [1, 2, 3, 4], blockSize: 2, loraId: null, medium, cacheSalt: "tenant-a", loraName: "sql-lora",
+  });
+  const batch: KvEventBatch = {
+    ts: 4.5,
+    dataParallelRank: 0,
+    events: [event("GPU"), event("CPU_PINNED"), { type: "BlockRemoved", blockHashes: [0x22n], medium: "GPU" }],
+  };
+
+  test("decodes on both paths, and is what the sglang-map encoder (the mock worker's) writes", () => {
+    expect(decodeFast(payload)?.batch).toEqual(batch);
+    expect(decodeGeneric(payload)).toEqual(batch);
+    expect(Buffer.from(encodeBatch(batch, { encoding: "sglang-map" })).toString("hex")).toBe(payload.toString("hex"));
   });
 });
 

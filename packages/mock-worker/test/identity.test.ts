@@ -74,6 +74,19 @@ describe("block identity", () => {
       expect(stored(subs[0]!.messages)[2]!.cacheSalt).toBeUndefined();
     });
 
+  test("with an SGLang --event-encoding, an adapter's stores carry no lora_id (SGLang never fills it); the map form names the adapter in lora_name", async () => {
+    for (const [eventEncoding, loraName] of [["sglang-map", "chat-lora"], ["sglang", undefined]] as const) {
+      const { w, subs } = await worker({ eventEncoding, loraModules: ["chat-lora"] });
+      await cached(w, "/v1/completions", { model: "chat-lora", prompt: ids(400, 5) });
+      await waitFor(() => stored(subs[0]!.messages).length === 1, { message: `the adapter's BlockStored (${eventEncoding})` });
+      const ev = stored(subs[0]!.messages)[0]!;
+      expect(ev.loraId).toBeNull();
+      expect(ev.loraName).toBe(loraName);
+      expect(ev.extraKeys).toBeUndefined();
+      await w.close();
+    }
+  });
+
   test("an image part becomes placeholder tokens whose blocks carry (identifier, offset); another image shares only the blocks before it", async () => {
     const { w, subs } = await worker({ blockSize: BS });
     const chat = (url: string) => ({

@@ -1,9 +1,9 @@
 // What a BlockStored's blocks fold into their local hash besides their tokens (index-wasm README,
 // "Block identity"): vLLM's per-block extra_keys as published; from a vLLM that predates extra_keys,
 // its lora_name on every block; from a producer that names its adapter by lora_id alone (older vLLM), a
-// key no request carries; SGLang's salt (not in extra_keys) on the first block of a chain. SGLang's
-// BlockStored has a lora_id field and no lora_name: where it publishes none, its adapter blocks are
-// indexed as the base model's, which no request can tell apart.
+// key no request carries; SGLang's salt (not in extra_keys) on the first block of a chain. SGLang never
+// sets lora_id; a release without lora_name leaves its adapter blocks indexed as the base model's, which
+// no request can tell apart. Its radix namespace (extra_key) is on no event: README, "SGLang's KV events".
 // Domain-tagged entries (open vLLM PRs, index-wasm's wire-extra-keys.ts) fold as their bare forms.
 import { fromWireExtraKeys, type BlockExtraKeys, type ExtraKeyTally } from "@kv-epp/index-wasm";
 import type { BlockStored } from "@kv-epp/kv-events";

@@ -286,6 +286,32 @@ test("the block size is the workers': a configured size their first store contra
   expect(errors).toEqual([{ model: "m:default", configured: 16, workers: BS, worker: "w", rank: 0 }]);
 });
 
+test("SGLang's default --page-size 1 (one-token blocks) is refused, not adopted: the configured size stays and the error says what to change", async () => {
+  const metrics = createMetrics();
+  const errors: { o: unknown; msg: string }[] = [];
+  const ixs = new Indexers(metrics, { error: (o: unknown, msg: string) => errors.push({ o, msg }), warn: () => {}, info: () => {} } as unknown as import("pino").Logger);
+  const ix = ixs.models.register("m", "default", 16);
+  // SGLang's record_store at page size 1: one hash per token, a chain coalesced into one event, medium GPU.
+  const tokens = Array.from({ length: 32 }, (_, i) => 100 + i);
+  const perToken: KvEvent = { type: "BlockStored", blockHashes: tokens.map((_, i) => BigInt(i + 1)), parentBlockHash: null, tokenIds: tokens, blockSize: 1, loraId: null, medium: "GPU" };
+  const r1: WorkerRef = { workerId: "w", dpRank: 1 };
+  for (let seq = 0n; seq < 2n; seq++) ixs.live.apply("m:default", w, { kind: "batch", seq, batch: { ts: 0, dataParallelRank: 0, events: [perToken] } });
+  expect(ix.blockSize).toBe(16);
+  expect(ix.index.stats().residencies).toBe(0);
+  expect(ixs.live.rankInfo(w)).toMatchObject({ blockSize: 1, blockSizeMismatch: true });
+  expect(await counter(metrics, "dynamo_epp_kv_events_rejected_total", '{reason="block_size"}')).toBe(2);
+  expect(errors).toHaveLength(1);
+  expect(errors[0]!.msg).toContain("--page-size 16");
+  // A rank started with --page-size 16 is indexed by the configured size.
+  ixs.live.apply("m:default", r1, { kind: "batch", seq: 0n, batch: { ts: 0, dataParallelRank: 1, events: [{ ...perToken, blockHashes: [90n, 91n], blockSize: 16 } as KvEvent] } });
+  expect(findMatches(ix.index, computeBlockHashes(Uint32Array.from(tokens), 16)).scores.get("w\u00001")).toBe(2);
+  // Configured as one-token blocks, they are what the index holds.
+  const perTokenIx = new Indexers(createMetrics());
+  const one = perTokenIx.models.register("m", "default", 1);
+  perTokenIx.live.apply("m:default", w, { kind: "batch", seq: 0n, batch: { ts: 0, dataParallelRank: 0, events: [perToken] } });
+  expect(findMatches(one.index, computeBlockHashes(Uint32Array.from(tokens), 1)).scores.get("w\u00000")).toBe(32);
+});
+
 test("hybrid KV groups: only the main attention group is indexed; a sliding-window group's stores and removals never touch it", async () => {
   const metrics = createMetrics();
   const ixs = new Indexers(metrics);

@@ -89,7 +89,7 @@ export class LiveIngest {
     // which must happen before this batch's builder is taken from the index.
     if (!this.adopted.has(ix.key))
       for (const e of signal.batch.events)
-        if (e.type === "BlockStored" && e.blockSize > 0 && isGpuMedium(e.medium) && e.ownership == null && !this.partial(worker, e, ix) && this.rank(worker).groups.stored(e) === "index") {
+        if (e.type === "BlockStored" && e.blockSize > 0 && !oneTokenStream(e, ix) && isGpuMedium(e.medium) && e.ownership == null && !this.partial(worker, e, ix) && this.rank(worker).groups.stored(e) === "index") {
           this.checkBlockSize(ix, worker, e);
           break;
         }
@@ -158,6 +158,11 @@ export class LiveIngest {
       r.mismatch = false;
       return true;
     }
+    // One-token blocks (SGLang's default --page-size 1) are never adopted: indexed per token, every option
+    // stated in blocks (the prefix cap, in-flight prefixes, --max-blocks-per-rank) would mean tokens, for
+    // an index many times larger. Refused with what to change; --block-size 1 indexes them on purpose.
+    if (oneTokenStream(e, ix))
+      return this.refuse(ix, worker, r, e, `a worker rank publishes one-token KV blocks (SGLang's default --page-size 1): its blocks are not indexed; start it with --page-size ${ix.blockSize} (the EPP's --block-size), or set --block-size 1 to index every token`);
     if (ix.index.stats().residencies === 0 && !this.adopted.has(ix.key)) {
       this.log?.error({ model: ix.key, configured: ix.blockSize, workers: e.blockSize, worker: worker.workerId, rank: worker.dpRank }, "the workers' KV block size is not the configured one: indexing by the workers'");
       this.metrics.blockSizeMismatches.inc();
@@ -168,13 +173,18 @@ export class LiveIngest {
       return true;
     }
     this.adopted.add(ix.key);
+    return this.refuse(ix, worker, r, e, "a worker rank's KV block size is not its index's: its blocks are not indexed");
+  }
+
+  /** The rank's stores of another block size than the index's: counted, logged once per rank, shown in /workers. */
+  private refuse(ix: Indexer, worker: WorkerRef, r: RankState, e: BlockStored, why: string): false {
     r.mismatch = true;
     this.metrics.blockSizeMismatches.inc();
     this.metrics.eventsRejected.inc({ reason: "block_size" });
     const k = workerKey(worker);
     if (!this.loggedBlockSize.has(k) && this.loggedBlockSize.size < MAX_LOGGED) {
       this.loggedBlockSize.add(k);
-      this.log?.error({ model: ix.key, index: ix.blockSize, rank: worker.dpRank, worker: worker.workerId, events: e.blockSize }, "a worker rank's KV block size is not its index's: its blocks are not indexed");
+      this.log?.error({ model: ix.key, index: ix.blockSize, rank: worker.dpRank, worker: worker.workerId, events: e.blockSize }, why);
     }
     return false;
   }
@@ -257,4 +267,9 @@ export class LiveIngest {
         b.cleared(worker);
     }
   }
+}
+
+/** A store of one-token blocks into an index of larger ones (never adopted: see checkBlockSize). */
+function oneTokenStream(e: BlockStored, ix: Indexer): boolean {
+  return e.blockSize === 1 && ix.blockSize !== 1;
 }

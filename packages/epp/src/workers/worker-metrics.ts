@@ -113,8 +113,8 @@ export class WorkerMetricsScraper {
     private readonly opts: {
       intervalMs: number;
       timeoutMs?: number;
-      /** The KV block size in tokens, to count an SGLang worker's token pool in blocks. */
-      blockSize?: number;
+      /** The KV block size in tokens, to count an SGLang worker's token pool in blocks (asked at each scrape: the workers' events may set it). */
+      blockSize?: () => number;
       onError: (workerId: string, err: unknown) => void;
       onSuccess?: (workerId: string) => void;
       /** After every round of scrapes, failed or not. */
@@ -161,7 +161,7 @@ export class WorkerMetricsScraper {
           try {
             const res = await fetch(t.url, { signal: AbortSignal.timeout(this.opts.timeoutMs ?? 2000) });
             if (!res.ok) throw new Error(`HTTP ${res.status}`);
-            const m = parseVllmMetrics(await res.text(), Date.now(), this.opts.blockSize);
+            const m = parseVllmMetrics(await res.text(), Date.now(), this.opts.blockSize?.());
             this.latest.set(t.endpoint, m);
             if (m.gpuBlocks.size > 0) {
               const byEngine = this.gpuBlocksByWorker.get(t.workerId) ?? new Map<number, number>();

@@ -99,3 +99,16 @@ test("an SGLang server's DP ranks are told their own queue and pool, and a full 
   // Every rank over the threshold: the queues are full (threshold 0: never).
   expect([set.queuesFull(0), set.queuesFull(3), set.queuesFull(4)]).toEqual([false, true, false]);
 });
+
+test("an SGLang pool is counted in the index's blocks, which the workers' events may have set, not in the configured size", async () => {
+  const line = (name: string, dp: number, v: string) => `${name}{dp_rank="${dp}",engine_type="unified",model_name="m",pp_rank="0",tp_rank="${dp}"} ${v}`;
+  const { set, listed } = staticSet(metricsServer([line("sglang:max_total_num_tokens", 0, "3200.0"), line("sglang:max_total_num_tokens", 1, "1600.0")].join("\n")).url);
+  // Configured 16; SGLang started with --page-size 8, which its events showed the index.
+  let indexBlockSize = 8;
+  set.countPoolsIn(() => indexBlockSize);
+  await listed;
+  await waitFor(() => set.candidates().length === 2 && set.gpuBlocks(set.candidates()[1]!) !== undefined, { message: "first scrape" });
+  expect(set.candidates().map((c) => set.gpuBlocks(c))).toEqual([400, 200]);
+  indexBlockSize = 32;
+  await waitFor(() => set.gpuBlocks(set.candidates()[0]!) === 100, { message: "a scrape after the block size changed" });
+});

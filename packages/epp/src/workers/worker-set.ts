@@ -68,6 +68,7 @@ export class WorkerSet {
   readonly modelRewrites = new ModelRewrites();
   private readonly removed: ((worker: WorkerRef) => void)[] = [];
   private readonly kvCapacityListeners: ((blocks: number) => void)[] = [];
+  private indexBlockSize: (() => number) | undefined;
   private readonly poolPresenceListeners: ((present: boolean) => void)[] = [];
   private present = true;
 
@@ -77,7 +78,7 @@ export class WorkerSet {
     this.objectives = new ObjectivePriorities(cfg.objectivePriorities);
     this.scraper = new WorkerMetricsScraper({
       intervalMs: cfg.scrapeIntervalMs,
-      blockSize: cfg.model?.blockSize,
+      blockSize: () => this.blockSize(),
       onError: (workerId, err) => this.scrapeFailed(workerId, err),
       onSuccess: (workerId) => {
         if (this.failedScrapes.delete(workerId)) this.registry.markUp(workerId);
@@ -104,6 +105,18 @@ export class WorkerSet {
         metrics.workers.set(specs.reduce((n, s) => n + s.dpSize, 0));
       },
     });
+  }
+
+  /**
+   * Where the index's block size comes from once the workers' events have set it (SGLang's pool, counted
+   * in tokens, is counted in those blocks; until then, and without it, the configured size).
+   */
+  countPoolsIn(blockSize: () => number): void {
+    this.indexBlockSize = blockSize;
+  }
+
+  private blockSize(): number {
+    return this.indexBlockSize?.() ?? this.o.config.model?.blockSize ?? 0;
   }
 
   /** Told when a worker rank leaves the set (or a down worker's publisher is gone too): its blocks and stream go. */

@@ -131,9 +131,10 @@ function removedMap(w: Writer, ev: BlockRemoved, bytes: boolean): void {
 }
 
 // SGLang's map form (sgl-project/sglang#37482): tagged maps in declaration order, but medium has a
-// default (None) there, so it is omitted when unset like cache_salt and session_id; no lora_name.
+// default (None) there, so it is omitted when unset like cache_salt and session_id. lora_name (SGLang's
+// KvEventLoraNames, after #37482) likewise, last: its place among the fields is not in the sources cited.
 function storedSglangMap(w: Writer, ev: BlockStored, bytes: boolean): void {
-  storedMapHead(w, ev, bytes, setFields([["medium", ev.medium], ["cache_salt", ev.cacheSalt], ["session_id", ev.sessionId]]), true);
+  storedMapHead(w, ev, bytes, setFields([["medium", ev.medium], ["cache_salt", ev.cacheSalt], ["session_id", ev.sessionId], ["lora_name", ev.loraName]]), true);
 }
 
 function removedSglangMap(w: Writer, ev: BlockRemoved, bytes: boolean): void {

@@ -78,7 +78,9 @@ export class RankEvents {
       case "stored":
         return {
           type: "BlockStored", blockHashes: ch.hashes, parentBlockHash: ch.parent, tokenIds: ch.tokenIds,
-          blockSize: this.blockSize, loraId: ch.loraId, medium: "GPU", loraName: ch.loraName,
+          // SGLang never fills lora_id; it names an adapter by lora_name (mem_cache/events.py KvEventLoraNames),
+          // which only its map form carries.
+          blockSize: this.blockSize, loraId: this.encoding.startsWith("sglang") ? null : ch.loraId, medium: "GPU", loraName: ch.loraName,
           extraKeys: this.tagged ? ch.extraKeys.map((k) => tagged(k, ch.loraName)) : ch.extraKeys,
           // SGLang has no extra_keys: its salt travels as a field of its own (vLLM's is in extra_keys).
           ...(ch.cacheSalt !== undefined && this.encoding.startsWith("sglang") ? { cacheSalt: ch.cacheSalt } : {}),
