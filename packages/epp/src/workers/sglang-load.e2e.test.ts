@@ -49,7 +49,7 @@ test("an SGLang worker's DP ranks are seen with their own queue and KV pool, and
   cleanup.push(() => set.stop());
   cleanup.push(() => stop.abort());
   await set.start(stop.signal);
-  const scraper = new WorkerMetricsScraper({ intervalMs: 0, blockSize: BLOCK, onError: () => {} });
+  const scraper = new WorkerMetricsScraper({ intervalMs: 0, blockSize: () => BLOCK, onError: () => {} });
   scraper.setTargets([{ workerId: "sglang", endpoint: address, url: metricsUrl }]);
 
   // Requests placed on each rank's engine (what reaches the EPP is only the worker's /metrics).
