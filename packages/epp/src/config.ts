@@ -6,7 +6,7 @@ import { parse as parseYaml } from "yaml";
 import { parseDiscoveryConfig, type DiscoveryConfig } from "@kv-epp/intents";
 import { ConfigError, PRECEDENCE, resolveOptions, usageText, type Layer, type Resolved, type Values } from "@kv-epp/options";
 import { routingSettings, type RoutingSettings } from "@kv-epp/routing";
-import type { ContentFormatOption, PreprocessorOptions } from "@kv-epp/tokenizer";
+import type { ChatEngine, ContentFormatOption, PreprocessorOptions } from "@kv-epp/tokenizer";
 import { z } from "zod";
 import { DP_LB_MODES, roleOfLabel, type DpLbMode } from "@kv-epp/protocol";
 import { DEFAULT_REPLICA_AGG_PORT, EPP_OPTIONS, EPP_PROGRAM } from "./options.ts";
@@ -82,6 +82,8 @@ export type EppConfig = {
   /** `loraAdapters`: names a request's `model` may give to run in an adapter's identity. */
   model: { name: string; tenant: string; blockSize: number; loraAdapters: string[] };
   tokenizerDir?: string;
+  /** The workers' engine, whose chat rendering rules the preprocessors follow. */
+  chatRendering: ChatEngine;
   /** The workers' vLLM --default-chat-template-kwargs (JSON text): every chat renders with them unless it sets its own. */
   defaultChatTemplateKwargs?: string;
   /** The workers' vLLM --exclude-tools-when-tool-choice-none. */
@@ -247,6 +249,7 @@ export function parseConfig(argv: string[], env: Record<string, string | undefin
     healthOnExtProc: o.healthChecking,
     model: { name: o.model, tenant: o.tenant, blockSize: o.blockSize, loraAdapters: [...new Set(o.loraAdapters)] },
     tokenizerDir: o.tokenizerDir,
+    chatRendering: o.chatRendering,
     defaultChatTemplateKwargs: o.defaultChatTemplateKwargs,
     excludeToolsWhenToolChoiceNone: o.excludeToolsWhenToolChoiceNone,
     chatTemplate: o.chatTemplate,
@@ -307,11 +310,12 @@ function parsePriorities(r: Options): Map<string, number> {
 
 /**
  * What every preprocessor of the EPP is built with, on the event loop and in each tokenizer pool member: the
- * tokenizer and the workers' vLLM flags that change the prompt they render.
+ * tokenizer, the workers' engine and their flags that change the prompt they render.
  */
 export function preprocessorOptions(cfg: EppConfig): Omit<PreprocessorOptions, "registry"> {
   return {
     tokenizerDir: cfg.tokenizerDir,
+    chatRendering: cfg.chatRendering,
     model: cfg.model.name,
     defaultChatTemplateKwargs: cfg.defaultChatTemplateKwargs,
     excludeToolsWhenToolChoiceNone: cfg.excludeToolsWhenToolChoiceNone,

@@ -247,8 +247,8 @@ async function tokenizationOf(cfg: EppConfig, metrics: Metrics, log: Logger): Pr
 }> {
   const observe = poolMetrics(metrics.registry, cfg.model.name);
   const onRead = (where: BodyRoute) => (thread: ReadThread) => metrics.bodiesRead.inc({ where, thread });
-  for (const flag of ignoredRenderingFlags(preprocessorOptions(cfg)))
-    log.warn(`${flag} has no effect without --tokenizer-dir (the byte-level fallback has no chat template)`);
+  const why = cfg.tokenizerDir === undefined ? "without --tokenizer-dir (the byte-level fallback has no chat template)" : "with --chat-rendering sglang (a vLLM flag)";
+  for (const flag of ignoredRenderingFlags(preprocessorOptions(cfg))) log.warn(`${flag} has no effect ${why}`);
   // A --chat-template that names no file and is no template either is refused here, named as such.
   if (cfg.chatTemplate !== undefined && cfg.tokenizerDir !== undefined) {
     try {

@@ -63,6 +63,12 @@ describe("every option resolves by one rule: flag > DYN_EPP_* variable > config 
     expect(() => parseConfig(["--config", file, "--chat-template-content-format", "jinja"], {})).toThrow(/chat-template-content-format/);
   });
 
+  test("--chat-rendering names the workers' engine every preprocessor renders chats as, vLLM unless given", () => {
+    expect(preprocessorOptions(parseConfig(["--config", file], {})).chatRendering).toBe("vllm");
+    expect(preprocessorOptions(parseConfig(["--config", file, "--chat-rendering", "sglang"], {})).chatRendering).toBe("sglang");
+    expect(() => parseConfig(["--config", file, "--chat-rendering", "trtllm"], {})).toThrow(/chat-rendering/);
+  });
+
   test("the config file's path itself comes from a flag or the variable", () => {
     expect(parseConfig([], { DYN_EPP_CONFIG: file }).ports.grpc).toBe(7000);
   });

@@ -5,7 +5,7 @@
 import { DEFAULT_KV_MAX_MESSAGE_SIZE, LISTENER_HEARTBEAT } from "@kv-epp/kv-events";
 import { count, group, jsonObjectText, opt, port, positive, type Program } from "@kv-epp/options";
 import { ROUTING_OPTIONS } from "@kv-epp/routing";
-import { CONTENT_FORMAT_OPTIONS, DEFAULT_MEMBER_NICE } from "@kv-epp/tokenizer";
+import { CHAT_ENGINES, CONTENT_FORMAT_OPTIONS, DEFAULT_MEMBER_NICE } from "@kv-epp/tokenizer";
 import { z } from "zod";
 
 export const EPP_PROGRAM = { envPrefix: "DYN_EPP_" } as const satisfies Program;
@@ -84,6 +84,11 @@ export const EPP_OPTIONS = {
   }),
   ...group("Tokenizer", {
     tokenizerDir: opt.string(z.string().min(1).optional(), "tokenizer.json directory"),
+    chatRendering: opt.choice(
+      CHAT_ENGINES,
+      "vllm",
+      "the workers' engine, whose OpenAI server's rules chats are read and rendered by: vllm or sglang (tools, content parts, a final assistant turn and reasoning effort render differently, and a chat rendered by the other's rules hashes to blocks the workers never stored); the chat flags below are vLLM's, and sglang reads only --default-chat-template-kwargs and --chat-template",
+    ),
     defaultChatTemplateKwargs: opt.string(
       jsonObjectText.optional(),
       "the workers' vLLM --default-chat-template-kwargs, a JSON object (e.g. {\"enable_thinking\": false}): chats render with these unless the request sets them, as on the workers (a template that prints them, such as a reasoning effort in the system prompt, otherwise differs from the first block on)",

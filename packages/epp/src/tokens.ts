@@ -78,7 +78,7 @@ export function createTokenizeBody(pre: Preprocessor, onRead: (thread: ReadThrea
   return (req) => {
     const t0 = performance.now();
     onRead("event_loop");
-    const read = readBody(req);
+    const read = readBody(req, pre.rules);
     const tokens = encodeRouting(pre, read.job);
     return { ...forwarded(req, read), fields: read.fields, tokens, trace: readHere(t0) };
   };
@@ -111,7 +111,7 @@ export function createPoolTokenizeBody(pool: TokenizerPool, onRead: (thread: Rea
           return { fields: o.read.fields, tokens: o.tokens, body: rewritten ?? req.body, rewritten: rewritten !== undefined, trace, ...estimated(o) };
         }
         onRead("event_loop");
-        const read = readBody(req);
+        const read = readBody(req, pool.rules);
         const trace = traceOf(o, "event_loop", t0);
         // Ids the body carries are known now; text is routed on what the pool knew (nothing: by load).
         if (read.job instanceof Uint32Array) return { ...forwarded(req, read), fields: read.fields, tokens: read.job, trace };

@@ -67,7 +67,7 @@ export const MOCK_WORKER_OPTIONS = {
     eventEncoding: opt.choice(
       EVENT_ENCODINGS as unknown as [EventEncoding, ...EventEncoding[]],
       "vllm",
-      "KV event wire shape: vllm (today: array batch, map events), vllm-map, vllm-array (older vLLM), sglang-map (SGLang today), sglang (older SGLang, arrays)",
+      "KV event wire shape: vllm (today: array batch, map events), vllm-map, vllm-array (older vLLM), sglang-map (SGLang today), sglang (older SGLang, arrays); an SGLang shape also renders chats by SGLang's rules",
     ),
     hashMode: opt.choice(["int", "bytes"], "int", "block hashes as u64 ints or 32-byte digests"),
     hashSeed: opt.string(

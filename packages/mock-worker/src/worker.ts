@@ -65,13 +65,15 @@ export async function startMockWorker(opts: MockWorkerOptions = {}): Promise<Moc
   const workerName = config.workerId ?? `${config.listen}:${config.port}`;
   const log = root.child({ component: "mock-worker", worker: workerName });
 
+  // An SGLang mode stands in for SGLang's server: its chats render by SGLang's rules, as the EPP renders them for it.
   const rendering: PreprocessorOptions = {
+    chatRendering: config.eventEncoding.startsWith("sglang") ? "sglang" : "vllm",
     tokenizerDir: config.tokenizerDir, model: config.model, defaultChatTemplateKwargs: config.defaultChatTemplateKwargs,
     excludeToolsWhenToolChoiceNone: config.excludeToolsWhenToolChoiceNone, chatTemplate: config.chatTemplate,
     chatTemplateContentFormat: config.chatTemplateContentFormat, trustRequestChatTemplate: config.trustRequestChatTemplate,
   };
-  for (const flag of ignoredRenderingFlags(rendering))
-    log.warn(`${flag} has no effect without --tokenizer-dir (the byte-level fallback has no chat template)`);
+  const why = config.tokenizerDir === undefined ? "without --tokenizer-dir (the byte-level fallback has no chat template)" : "in an SGLang --event-encoding (a vLLM flag)";
+  for (const flag of ignoredRenderingFlags(rendering)) log.warn(`${flag} has no effect ${why}`);
   const preprocessor = await createPreprocessor(rendering);
   // Warm before it serves, as the EPP's tokenizers are: its first requests would otherwise stand in for a slow engine.
   warmUp(preprocessor);

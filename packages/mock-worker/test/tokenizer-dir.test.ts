@@ -1,6 +1,6 @@
 import { afterAll, expect, test } from "bun:test";
 import { join } from "node:path";
-import { createPreprocessor } from "@kv-epp/tokenizer";
+import { createPreprocessor, readChatBody } from "@kv-epp/tokenizer";
 import { startMockWorker } from "../src/index.ts";
 import { waitFor, LOOPBACK } from "@kv-epp/testkit";
 import { post, subscribe, syncSubscribers } from "./support.ts";
@@ -177,5 +177,28 @@ test("vLLM's rendering flags render a chat as the EPP's preprocessor does with t
     expect([epp.renderChat(messages, { tools }), epp.renderChat(messages, { tools, toolChoice: "none" })]).toEqual(["Ta\nb", "a\nb"]);
   } finally {
     await flagged.close();
+  }
+});
+
+test("in an SGLang mode, a chat renders as SGLang renders it (tools, joined text parts, a final assistant turn), as the EPP does for SGLang workers", async () => {
+  const sglang = await startMockWorker({
+    listen: `${LOOPBACK}.2.11`, port: 0, kvEvents: `tcp://${LOOPBACK}.2.11:0`, speed: 0, blockSize: 4, tokenizerDir, logLevel: "silent", eventEncoding: "sglang-map",
+  });
+  try {
+    const body = {
+      messages: [{ role: "user", content: [{ type: "text", text: "What is" }, { type: "text", text: "the weather?" }] }, { role: "assistant", content: "Let me" }],
+      tools: [{ type: "function", function: { name: "weather", parameters: { type: "object", properties: { city: { type: "string" } } } } }],
+    };
+    const tokens = async (url: string) => ((await (await post(`${url}/v1/chat/completions`, { ...body, max_tokens: 1 })).json()) as any).usage.prompt_tokens;
+    const as = (engine: "vllm" | "sglang") => {
+      const pre = createPreprocessor({ tokenizerDir, chatRendering: engine });
+      const { kind: _, messages, ...opts } = readChatBody(body, pre.rules);
+      return pre.encodeChat(messages, opts).length;
+    };
+    expect(await tokens(sglang.url)).toBe(as("sglang"));
+    expect(await tokens(w.url)).toBe(as("vllm"));
+    expect(as("sglang")).not.toBe(as("vllm"));
+  } finally {
+    await sglang.close();
   }
 });

@@ -16,7 +16,7 @@ function isNode(x: unknown): x is Node {
 }
 
 /** Every node of the tree, parents first (jinja2's find_all over the whole template, macros included). */
-function* walk(n: unknown): Generator<Node> {
+export function* walk(n: unknown): Generator<Node> {
   if (Array.isArray(n)) {
     for (const x of n) yield* walk(x);
     return;
@@ -36,7 +36,7 @@ function isKeyOf(n: Node, name: string, key: string): boolean {
 }
 
 /** `name` (or `name.key`), possibly filtered, tested or sliced: what vLLM counts as reading that variable. */
-function reads(n: unknown, name: string, key?: string): boolean {
+export function reads(n: unknown, name: string, key?: string): boolean {
   if (!isNode(n)) return false;
   if (n.type === "FilterExpression" || n.type === "TestExpression") return reads(n.operand, name, key);
   if (n.type === "SelectExpression") return reads(n.lhs, name, key);

@@ -1,10 +1,11 @@
 import { Tokenizer } from "@huggingface/tokenizers";
-import { detectContentFormat, type ContentFormat, type ContentFormatOption } from "./content-format";
-import { conversation } from "./conversation";
-import { ChatTemplateError, ChatUnrenderable, continueFinalMessage, templateTools } from "./messages";
+import type { ChatRules, ChatServer } from "./chat-rules";
+import type { ChatTemplate } from "./chat-template";
+import type { ContentFormat, ContentFormatOption } from "./content-format";
+import { ChatTemplateError, ChatUnrenderable } from "./messages";
 import { compileFastTokenizer } from "./fast/fast-tokenizer";
 import { postProcessorAdditions } from "./post-processor";
-import { PyTemplate, TemplateRaised } from "./py-template";
+import { PyTemplate } from "./py-template";
 import { truncatePrompt, truncates, type Truncation } from "./truncation";
 import { Lru } from "./lru";
 import { SegmentCache } from "./segment-cache";
@@ -12,8 +13,11 @@ import { Segmenter, type EncodeControl, type SectionEncoder } from "./segmenter"
 import { pickChatTemplate, tokenContent, type TokenizerFiles } from "./tokenizer-files";
 import { NO_CACHE_STATS, type CacheOptions, type CacheStats, type ChatMessage, type ChatOptions, type CompletionOptions, type Preprocessor } from "./types";
 
-/** A Hugging Face tokenizer (tokenizer.json + tokenizer_config.json) with its chat template and segment cache. */
-export class HfPreprocessor implements Preprocessor {
+/**
+ * A Hugging Face tokenizer (tokenizer.json + tokenizer_config.json) with its chat template and segment cache. Chats
+ * render by the workers' engine's rules (`rules`), with the templates and flags it holds (a ChatServer).
+ */
+export class HfPreprocessor implements Preprocessor, ChatServer {
   readonly kind = "hf" as const;
   // Built on first use: decode, and encoding only when the fast BPE does not implement the tokenizer.
   private library: Tokenizer | null = null;
@@ -22,49 +26,59 @@ export class HfPreprocessor implements Preprocessor {
   private readonly templates = new Map<string, ChatTemplate>();
   // Templates requests bring (--trust-request-chat-template), compiled once per text while they stay in use.
   private readonly requestTemplates = new Lru<string, ChatTemplate>(REQUEST_TEMPLATES_KEPT);
-  /** vLLM's content format (`--chat-template-content-format auto`) of the template a request without tools gets. */
+  /** The content format (by the engine's rules) of the template a request without tools gets. */
   readonly contentFormat: ContentFormat;
-  private readonly templateTokens: Record<string, unknown>;
+  readonly specialTokens: Record<string, unknown>;
   private readonly encoder: SectionEncoder;
   private readonly segmenter: Segmenter;
   private readonly cache: SegmentCache | null;
   // What the model's post-processor adds around a single text (e.g. [bos] before it), learned once by probing.
   private readonly completionPrefix: Uint32Array;
   private readonly completionSuffix: Uint32Array;
+  // The bos token's id: SGLang drops it from the front of a continued final message's ids.
+  private readonly bosId: number | undefined;
 
   constructor(
     files: TokenizerFiles,
     cache: CacheOptions | false,
     fastBpe = true,
-    private readonly server: ServerRendering = {},
+    readonly flags: ServerRendering = {},
+    readonly rules: ChatRules,
   ) {
     const { tokenizerJson, config } = files;
     this.files = files;
-    this.contentFormat = this.formatOf(this.templateFor(false));
+    this.contentFormat = rules.contentFormat(this);
     // transformers hands the template the tokenizer's special tokens that are set (special_tokens_map).
-    this.templateTokens = {};
+    this.specialTokens = {};
     for (const name of ["bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token"] as const) {
       const content = tokenContent(config[name] as Parameters<typeof tokenContent>[0]);
-      if (content !== null) this.templateTokens[name] = content;
+      if (content !== null) this.specialTokens[name] = content;
     }
-    if (config.additional_special_tokens?.length) this.templateTokens.additional_special_tokens = config.additional_special_tokens.map(tokenContent);
+    if (config.additional_special_tokens?.length) this.specialTokens.additional_special_tokens = config.additional_special_tokens.map(tokenContent);
     this.encoder = sectionEncoder(() => this.tokenizer, tokenizerJson, fastBpe);
     this.segmenter = new Segmenter(this.encoder, tokenizerJson.added_tokens, tokenizerJson.normalizer != null, cache === false ? undefined : cache.pieceChars);
     this.cache = cache === false ? null : new SegmentCache(cache);
     [this.completionPrefix, this.completionSuffix] = this.probeSpecialTokenRules(files);
+    const bos = tokenContent(config.bos_token as Parameters<typeof tokenContent>[0]);
+    this.bosId = bos === null ? undefined : tokenId(tokenizerJson, bos);
   }
 
-  // vLLM resolves the template, and from it the content format, with the request's tools (resolve_chat_template).
-  private templateFor(hasTools: boolean): ChatTemplate | null {
-    const given = this.server.chatTemplate;
+  template(hasTools: boolean): ChatTemplate | null {
+    const given = this.flags.chatTemplate;
     const picked = given !== undefined ? { name: "--chat-template", source: given } : pickChatTemplate(this.files.chatTemplate, hasTools);
     if (picked === null) return null;
     let t = this.templates.get(picked.name);
-    if (t === undefined) {
-      const compiled = new PyTemplate(picked.source);
-      this.templates.set(picked.name, (t = { compiled, contentFormat: detectContentFormat(compiled.ast) }));
-    }
+    if (t === undefined) this.templates.set(picked.name, (t = this.compile(picked.source)));
     return t;
+  }
+
+  get namedTemplates(): boolean {
+    return this.flags.chatTemplate === undefined && this.files.chatTemplate !== null && typeof this.files.chatTemplate !== "string";
+  }
+
+  private compile(source: string): ChatTemplate {
+    const compiled = new PyTemplate(source);
+    return { compiled, contentFormat: this.rules.detectFormat(source, compiled.ast) };
   }
 
   /**
@@ -73,23 +87,26 @@ export class HfPreprocessor implements Preprocessor {
    * chat_template_kwargs' own (ChatParams.get_apply_chat_template_kwargs, where an unset value or "auto" does not
    * count). Null: the server's template renders it.
    */
-  private requestTemplate(opts: ChatOptions): ChatTemplate | null {
+  requestTemplate(opts: ChatOptions): ChatTemplate | null {
     const inKwargs = opts.templateKwargs?.chat_template;
     if (opts.chatTemplate === undefined && (inKwargs === undefined || inKwargs === null)) return null;
-    if (!this.server.trustRequestChatTemplate) throw new ChatTemplateError(UNTRUSTED_TEMPLATE);
+    if (!this.flags.trustRequestChatTemplate) throw new ChatTemplateError(UNTRUSTED_TEMPLATE);
     const fromKwargs = inKwargs === null || inKwargs === "auto" ? undefined : inKwargs;
-    const source = opts.chatTemplate || this.server.chatTemplate || fromKwargs;
-    if (source === undefined || source === this.server.chatTemplate) return null;
+    const source = opts.chatTemplate || this.flags.chatTemplate || fromKwargs;
+    if (source === undefined || source === this.flags.chatTemplate) return null;
     if (typeof source !== "string") throw new ChatTemplateError("chat_template_kwargs.chat_template must be a string");
     // A large one is compiled for its request and not kept: 16 of a body's size each would hold megabytes.
-    if (source.length > REQUEST_TEMPLATE_KEPT_CHARS) return compileRequestTemplate(source);
-    return this.requestTemplates.get(source) ?? this.requestTemplates.set(source, compileRequestTemplate(source));
+    if (source.length > REQUEST_TEMPLATE_KEPT_CHARS) return this.compileRequestTemplate(source);
+    return this.requestTemplates.get(source) ?? this.requestTemplates.set(source, this.compileRequestTemplate(source));
   }
 
-  // --chat-template-content-format forces the format; "auto" (the default) detects it on the template rendering.
-  private formatOf(template: ChatTemplate | null): ContentFormat {
-    const forced = this.server.contentFormat ?? "auto";
-    return forced !== "auto" ? forced : (template?.contentFormat ?? "string");
+  // A template jinja2 parses but the engine here does not is no fault of the request: routed by load (ChatUnrenderable).
+  private compileRequestTemplate(source: string): ChatTemplate {
+    try {
+      return this.compile(source);
+    } catch (err) {
+      throw new ChatUnrenderable(`the request's chat template does not compile here: ${(err as Error).message}`);
+    }
   }
 
   private get tokenizer(): Tokenizer {
@@ -104,44 +121,28 @@ export class HfPreprocessor implements Preprocessor {
   }
 
   renderChat(messages: readonly ChatMessage[], opts: ChatOptions = {}): string {
-    // vLLM's --exclude-tools-when-tool-choice-none: the template gets tools=None, and resolves as for a chat without.
-    const tools = opts.toolChoice === "none" && this.server.excludeToolsWhenToolChoiceNone ? undefined : opts.tools;
-    const own = this.requestTemplate(opts);
-    const served = this.templateFor(tools !== undefined);
-    const template = own ?? served;
-    if (template === null) throw new ChatTemplateError("the model's tokenizer has no chat template");
-    // vLLM detects the content format on ChatParams.chat_template: the request's own chat_template, else the
-    // server's; a template given only in chat_template_kwargs renders the chat but does not choose its format.
-    const chat = conversation(messages, this.formatOf(opts.chatTemplate ? template : served));
-    // As transformers renders: the special tokens, apply_chat_template's default documents=None, then the request's
-    // chat_template_kwargs (with its documents, see templateKwargsOf) over the server's defaults, then what the
-    // request's own fields say (vLLM passes tools=None when the request has none).
-    const vars: Record<string, unknown> = {
-      ...this.templateTokens,
-      documents: null,
-      ...withDefaults(this.server.defaultKwargs ?? {}, opts.templateKwargs),
-      messages: chat,
-      tools: tools === undefined ? null : templateTools(tools),
-      add_generation_prompt: opts.addGenerationPrompt ?? true,
-    };
-    let rendered: string;
-    try {
-      rendered = template.compiled.render(vars);
-    } catch (err) {
-      // raise_exception() in the template: the request's doing, a 400 as vLLM answers. Any other failure may be
-      // the engine's here (jinja2 renders what @huggingface/jinja cannot): not a reason to refuse the request.
-      if (err instanceof TemplateRaised) throw new ChatTemplateError(`chat template failed: ${err.message}`);
-      throw new ChatUnrenderable(`chat template failed here: ${(err as Error).message}`);
-    }
-    return opts.continueFinalMessage ? continueFinalMessage(rendered, chat) : rendered;
+    const { text, continuation } = this.rules.render(messages, opts, this);
+    return continuation === undefined ? text : text + continuation;
   }
 
   encodeChat(messages: readonly ChatMessage[], opts: ChatOptions = {}, control?: EncodeControl): Uint32Array {
     // vLLM tokenizes the rendered chat with the request's add_special_tokens, false by default: the template
     // already placed them (true on a template that starts with bos gives two).
     const add = opts.addSpecialTokens ?? false;
-    const body = this.encodeText(this.renderChat(messages, opts), knownPrefixOf(control, opts, add ? this.completionPrefix : EMPTY));
-    return this.withSpecialTokens(body, add, opts);
+    const { text, continuation } = this.rules.render(messages, opts, this);
+    const body = this.encodeText(text, knownPrefixOf(control, opts, add ? this.completionPrefix : EMPTY));
+    return this.withSpecialTokens(continuation === undefined ? body : concat(body, this.encodeContinuation(continuation)), add, opts);
+  }
+
+  /**
+   * SGLang's continued final message (_append_assistant_prefix_to_prompt_ids): tokenized on its own with the
+   * tokenizer's special tokens, less a leading bos, after the rendered chat's ids.
+   */
+  private encodeContinuation(text: string): Uint32Array {
+    let prefix = this.completionPrefix;
+    if (prefix.length > 0 && prefix[0] === this.bosId) prefix = prefix.subarray(1);
+    const body = this.encodeText(text);
+    return concat(concat(prefix, body), this.completionSuffix);
   }
 
   // What the tokenizer's post-processor adds when asked to, and truncate_prompt_tokens applied around it.
@@ -218,9 +219,7 @@ function tokenId(json: TokenizerFiles["tokenizerJson"], content: string): number
 
 const EMPTY = new Uint32Array(0);
 
-type ChatTemplate = { compiled: PyTemplate; contentFormat: ContentFormat };
-
-/** What the vLLM server's flags change in the chats it renders (see PreprocessorOptions). */
+/** What the server's flags change in the chats it renders (see PreprocessorOptions); SGLang's rules read only its defaultKwargs and chatTemplate. */
 export type ServerRendering = {
   /** --default-chat-template-kwargs, parsed. */
   defaultKwargs?: Record<string, unknown>;
@@ -240,17 +239,6 @@ const UNTRUSTED_TEMPLATE =
 const REQUEST_TEMPLATES_KEPT = 16;
 /** The longest request template kept compiled (model templates run to ~20 k characters). */
 const REQUEST_TEMPLATE_KEPT_CHARS = 64 * 1024;
-
-// A template jinja2 parses but the engine here does not is no fault of the request: routed by load (ChatUnrenderable).
-function compileRequestTemplate(source: string): ChatTemplate {
-  let compiled: PyTemplate;
-  try {
-    compiled = new PyTemplate(source);
-  } catch (err) {
-    throw new ChatUnrenderable(`the request's chat template does not compile here: ${(err as Error).message}`);
-  }
-  return { compiled, contentFormat: detectContentFormat(compiled.ast) };
-}
 
 /**
  * The control the encode of a text gets. Its known prefix starts with what the post-processor puts first;
@@ -274,15 +262,10 @@ function knownPrefixOf(control: EncodeControl | undefined, t: Truncation, prefix
   };
 }
 
-/**
- * vLLM's ChatParams.with_defaults: the request's template variables over the server's defaults, where a request's
- * null or "auto" leaves the default (merge_kwargs' unset values). vLLM always has defaults to merge with (it adds
- * `tokenize` to the server's), so a request's null or "auto" is dropped even when the server sets none.
- */
-function withDefaults(defaults: Record<string, unknown>, request: Record<string, unknown> | undefined): Record<string, unknown> {
-  const out = { ...defaults };
-  for (const [k, v] of Object.entries(request ?? {})) if (v !== null && v !== "auto") out[k] = v;
-  // apply_chat_template takes it as the template (see requestTemplate), not as a variable.
-  delete out.chat_template;
+function concat(a: Uint32Array, b: Uint32Array): Uint32Array {
+  if (b.length === 0) return a;
+  const out = new Uint32Array(a.length + b.length);
+  out.set(a);
+  out.set(b, a.length);
   return out;
 }

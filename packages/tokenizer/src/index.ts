@@ -1,6 +1,7 @@
 export { createPreprocessor, ignoredRenderingFlags } from "./preprocessor";
 export { loadChatTemplate } from "./tokenizer-files";
 export { CONTENT_FORMAT_OPTIONS, type ContentFormatOption } from "./content-format";
+export { CHAT_ENGINES, chatRules, type ChatEngine, type ChatRules } from "./chat-rules";
 export { byteFallbackEncode, byteFallbackDecode, byteFallbackRenderChat } from "./byte-fallback";
 export { SegmentCache, DEFAULT_CACHE_MAX_BYTES } from "./segment-cache";
 export { ChatTemplateError, ChatUnrenderable } from "./messages";
@@ -22,7 +23,7 @@ export { encodeJob, nextTurnJob, type BodyJob, type PoolJob, type TokenizeJob, t
 // OpenAI request bodies, read the same way by the EPP's event loop and by a pool member.
 export { BadRequest } from "./request/bad-request";
 export {
-  chatMessages, MAX_BODY_BYTES, MAX_JSON_DEPTH, parseBody, parseBodyBytes, parseJson, responsesTemplateKwargs, templateKwargsOf, TooDeep,
+  chatMessages, MAX_BODY_BYTES, MAX_JSON_DEPTH, parseBody, parseBodyBytes, parseJson, readChatBody, responsesTemplateKwargs, templateKwargsOf, TooDeep,
   type ParsedBody, type RoutedInput,
 } from "./request/openai-body";
 export { readBody, readTokenIds, type BodyFields, type BodyRead, type BodyRequest } from "./request/read-body";

@@ -25,11 +25,12 @@ export type TokenizeJob =
 export type RenderVerdict = { unrendered?: Unrendered };
 
 /**
- * Why a prompt was not rendered here, though vLLM may serve it: `stored_history`, a Responses request continuing a
- * stored response (previous_response_id) whose history only the worker holds; `template_engine`, a chat template
- * the engine here fails on (ChatUnrenderable).
+ * Why a prompt was not rendered here, though the workers may serve it: `stored_history`, a Responses request
+ * continuing a stored response (previous_response_id) whose history only the worker holds; `template_engine`, a
+ * chat template the engine here fails on (ChatUnrenderable); `responses_rules`, a Responses request to workers whose
+ * engine builds its chat in ways not mirrored here (SGLang).
  */
-export type Unrendered = { cause: "stored_history" | "template_engine"; message: string };
+export type Unrendered = { cause: "stored_history" | "template_engine" | "responses_rules"; message: string };
 
 /**
  * A request body as received, for the tokenizer pool: its member reads it (readBody) and tokenizes what it

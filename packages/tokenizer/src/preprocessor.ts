@@ -1,5 +1,6 @@
 import { parseJsonKeepingFloats } from "./py-values";
 import { byteFallbackDecode, byteFallbackEncode, byteFallbackRenderChat } from "./byte-fallback";
+import { chatRules, type ChatRules } from "./chat-rules";
 import { HfPreprocessor } from "./hf-preprocessor";
 import { registerPreprocessorMetrics } from "./metrics";
 import { loadChatTemplate, loadTokenizerFiles } from "./tokenizer-files";
@@ -12,8 +13,9 @@ import { NO_CACHE_STATS, type ChatMessage, type ChatOptions, type Preprocessor, 
  * once per model at startup; a directory that is given but unreadable throws.
  */
 export function createPreprocessor(opts: PreprocessorOptions = {}): Preprocessor {
+  const rules = chatRules(opts.chatRendering);
   const pre: Preprocessor = opts.tokenizerDir === undefined
-    ? byteFallbackPreprocessor
+    ? byteFallbackPreprocessor(rules)
     : new HfPreprocessor(loadTokenizerFiles(opts.tokenizerDir), opts.cache ?? {}, opts.fastBpe ?? true, {
       defaultKwargs: defaultKwargs(opts.defaultChatTemplateKwargs),
       excludeToolsWhenToolChoiceNone: opts.excludeToolsWhenToolChoiceNone,
@@ -21,7 +23,7 @@ export function createPreprocessor(opts: PreprocessorOptions = {}): Preprocessor
       chatTemplate: opts.chatTemplate === undefined ? undefined : loadChatTemplate(opts.chatTemplate),
       contentFormat: opts.chatTemplateContentFormat,
       trustRequestChatTemplate: opts.trustRequestChatTemplate,
-    });
+    }, rules);
   if (opts.registry !== undefined) {
     registerPreprocessorMetrics(opts.registry, { model: opts.model ?? "", kind: pre.kind, cacheStats: () => pre.cacheStats() });
   }
@@ -29,30 +31,34 @@ export function createPreprocessor(opts: PreprocessorOptions = {}): Preprocessor
 }
 
 /**
- * The vLLM rendering flags `opts` sets away from their defaults that a preprocessor without a tokenizer directory
- * ignores (the byte-level fallback has no chat template), by their CLI names: for the caller to warn of.
+ * The rendering flags `opts` sets away from their defaults that are ignored, by their CLI names: for the caller to
+ * warn of. A preprocessor without a tokenizer directory ignores them all (the byte-level fallback has no chat
+ * template); SGLang's rules ignore those only vLLM has.
  */
 export function ignoredRenderingFlags(opts: PreprocessorOptions): string[] {
-  if (opts.tokenizerDir !== undefined) return [];
-  const set: [string, boolean][] = [
+  const anyEngine: [string, boolean][] = [
     ["--default-chat-template-kwargs", opts.defaultChatTemplateKwargs !== undefined],
     ["--chat-template", opts.chatTemplate !== undefined],
+  ];
+  const vllmOnly: [string, boolean][] = [
     ["--exclude-tools-when-tool-choice-none", opts.excludeToolsWhenToolChoiceNone === true],
     ["--chat-template-content-format", (opts.chatTemplateContentFormat ?? "auto") !== "auto"],
     ["--trust-request-chat-template", opts.trustRequestChatTemplate === true],
   ];
-  return set.filter(([, on]) => on).map(([flag]) => flag);
+  const ignored = opts.tokenizerDir === undefined ? [...anyEngine, ...vllmOnly] : opts.chatRendering === "sglang" ? vllmOnly : [];
+  return ignored.filter(([, on]) => on).map(([flag]) => flag);
 }
 
-const byteFallbackPreprocessor: Preprocessor = {
+const byteFallbackPreprocessor = (rules: ChatRules): Preprocessor => ({
   kind: "byte-fallback",
+  rules,
   encodeCompletion: (prompt, opts = {}) => truncatePrompt(typeof prompt === "string" ? byteFallbackEncode(prompt) : Uint32Array.from(prompt), opts),
   encodeChat: (messages: readonly ChatMessage[], opts: ChatOptions = {}) => truncatePrompt(byteFallbackEncode(byteFallbackRenderChat(messages, opts)), opts),
   renderChat: byteFallbackRenderChat,
   decode: byteFallbackDecode,
   cacheStats: () => NO_CACHE_STATS,
   resetCache: () => {},
-};
+});
 
 /** The server's default template kwargs from their JSON text (a JSON object: the options checked it). */
 function defaultKwargs(text: string | undefined): Record<string, unknown> {

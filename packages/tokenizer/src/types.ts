@@ -2,6 +2,7 @@ import type { Registry } from "prom-client";
 import type { Truncation } from "./truncation";
 import type { EncodeControl } from "./segmenter";
 import type { ContentFormatOption } from "./content-format";
+import type { ChatEngine, ChatRules } from "./chat-rules";
 
 /** An OpenAI chat message; of its other fields, those vLLM knows (tool_calls, reasoning, name, ...) reach the chat template (see conversation.ts). */
 export type ChatMessage = {
@@ -35,6 +36,8 @@ export type ChatOptions = Truncation & {
   continueFinalMessage?: boolean;
   /** The request's `add_special_tokens`: vLLM's chat default is false (the template places them). */
   addSpecialTokens?: boolean;
+  /** SGLang's request-level `reasoning_effort`, which it hands the template beside `chat_template_kwargs` (sglang-chat.ts). */
+  reasoningEffort?: unknown;
 };
 
 export type CacheOptions = {
@@ -51,6 +54,11 @@ export type CacheOptions = {
 export type PreprocessorOptions = {
   /** Directory holding tokenizer.json and tokenizer_config.json; absent → byte-level fallback. */
   tokenizerDir?: string;
+  /**
+   * The workers' engine, whose OpenAI server's rules chats are read and rendered by (chat-rules.ts): "vllm" (the
+   * default) or "sglang". The flags below are vLLM's; SGLang's rules read only defaultChatTemplateKwargs and chatTemplate.
+   */
+  chatRendering?: ChatEngine;
   /** Segment cache bounds, or false to disable it (the bench's "without cache" arm). */
   cache?: CacheOptions | false;
   /** Registry for the cache and fallback metrics; absent → no Prometheus metrics (plain numbers still kept). */
@@ -100,6 +108,8 @@ export type PreprocessorKind = "hf" | "byte-fallback";
 
 export interface Preprocessor {
   readonly kind: PreprocessorKind;
+  /** The engine's rules its chats are read and rendered by (a body's reader takes them from here). */
+  readonly rules: ChatRules;
   /** `/v1/completions`: a text prompt gets the model's special-token rules; a token-id prompt is used as given. */
   encodeCompletion(prompt: string | readonly number[], opts?: CompletionOptions, control?: EncodeControl): Uint32Array;
   /** `/v1/chat/completions`: chat template with add_generation_prompt, then tokenized without adding special tokens. */

@@ -27,7 +27,7 @@ export function warmUp(pre: Preprocessor): WarmUp {
   for (let turn = 0; turn < TURNS; turn++) {
     if (turn > 0) messages.push({ role: "assistant", content: mixedText(rand, WORDS_PER_TURN / 4) });
     messages.push({ role: "user", content: mixedText(rand, WORDS_PER_TURN) });
-    const read = readBody({ body: enc.encode(JSON.stringify({ model: "warm-up", messages, max_tokens: 1 })), path: "/v1/chat/completions" });
+    const read = readBody({ body: enc.encode(JSON.stringify({ model: "warm-up", messages, max_tokens: 1 })), path: "/v1/chat/completions" }, pre.rules);
     if (!(read.job instanceof Uint32Array)) tokens += encodeJob(pre, read.job).length;
   }
   tokens += pre.encodeCompletion(mixedText(rand, WORDS_PER_TURN)).length;

@@ -2,43 +2,26 @@
 // expected texts are what vLLM's code path gives (vllm/renderers/online_renderer.py render_chat / render_responses,
 // params.py ChatParams, hf.py resolve_chat_template), written out by hand for templates small enough to read.
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
-import { mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { ChatTemplateError, createPreprocessor, ignoredRenderingFlags, type Preprocessor, type PreprocessorOptions } from "../src/index";
-import { parseBodyBytes } from "../src/request/openai-body";
-import { qwen3TokenizerDir } from "./qwen3-fixture";
+import { ChatTemplateError, ignoredRenderingFlags, type Preprocessor, type PreprocessorOptions } from "../src/index";
+import { render, TemplateServers } from "./template-servers";
 
 // Prints the tools it gets, then each message's content.
 const TOOLS_TEMPLATE = "{% if tools %}T{{ tools | length }}:{{ tools[0].function.name }};{% endif %}{% for m in messages %}[{{ m.content }}]{% endfor %}";
 const tools = [{ type: "function", function: { name: "f", parameters: { type: "object" } } }];
 
+let servers: TemplateServers;
 let root: string;
 let source: string;
-let dirs = 0;
 beforeAll(async () => {
-  root = mkdtempSync(join(tmpdir(), "server-flags-"));
-  source = await qwen3TokenizerDir();
+  servers = await TemplateServers.open("server-flags-");
+  ({ root, source } = servers);
 });
-afterAll(() => rmSync(root, { recursive: true, force: true }));
+afterAll(() => servers.close());
 
 /** A preprocessor of Qwen3's vocabulary with `template` as its chat template, built with the server's `flags`. */
-function server(template: string, flags: Omit<PreprocessorOptions, "tokenizerDir"> = {}): Preprocessor {
-  const dir = join(root, `t${dirs++}`);
-  mkdirSync(dir);
-  symlinkSync(join(source, "tokenizer.json"), join(dir, "tokenizer.json"));
-  const config = JSON.parse(readFileSync(join(source, "tokenizer_config.json"), "utf8"));
-  writeFileSync(join(dir, "tokenizer_config.json"), JSON.stringify({ ...config, chat_template: template }));
-  return createPreprocessor({ tokenizerDir: dir, cache: false, ...flags });
-}
-
-/** A request body rendered as the EPP renders it: read as the route reads it, then rendered with what it carries. */
-function render(pre: Preprocessor, body: Record<string, unknown>, path = "/v1/chat/completions"): string {
-  const input = parseBodyBytes(new TextEncoder().encode(JSON.stringify(body)), path).input;
-  if (input.kind !== "chat") throw new Error("not a chat");
-  const { kind: _, messages, ...opts } = input;
-  return pre.renderChat(messages, opts);
-}
+const server = (template: string, flags: Omit<PreprocessorOptions, "tokenizerDir"> = {}): Preprocessor => servers.server(template, flags);
 
 describe("--exclude-tools-when-tool-choice-none", () => {
   const chat = { messages: [{ role: "user", content: "hi" }], tools };

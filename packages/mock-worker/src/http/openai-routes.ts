@@ -1,8 +1,8 @@
 import { Hono, type Context } from "hono";
 import { createHash } from "node:crypto";
 import {
-  BadRequest, chatMessages, ChatTemplateError, ChatUnrenderable, mediaPositions, parseJsonKeepingFloats, responsesChat, ResponsesInputError, responsesTemplateKwargs,
-  templateKwargsOf, type ChatMessage, type ChatOptions, type Preprocessor,
+  BadRequest, ChatTemplateError, ChatUnrenderable, mediaPositions, parseJsonKeepingFloats, readChatBody, responsesChat, ResponsesInputError, responsesTemplateKwargs,
+  type ChatMessage, type ChatOptions, type Preprocessor,
 } from "@kv-epp/tokenizer";
 import type { MediaItem } from "../cache/block-hash.ts";
 import type { AcquireIdentity } from "../cache/prefix-cache.ts";
@@ -87,24 +87,14 @@ export function openAiRoutes(deps: OpenAiDeps): Hono {
     const parsed = await parseBody(c, ChatRequest);
     if (!parsed.ok) return parsed.res;
     const body = parsed.data;
-    // vLLM's defaults (add_generation_prompt true) and its check that the two do not contradict.
-    const addGenerationPrompt = body.add_generation_prompt ?? true;
-    if (body.continue_final_message && addGenerationPrompt)
-      return openAiError(c, 400, "Cannot set both `continue_final_message` and `add_generation_prompt` to True.", "continue_final_message");
     // What the template prints is read as Python reads it: `1.0` in tools or kwargs stays a float.
-    const py = parseJsonKeepingFloats(await c.req.text()) as Pick<ChatRequest, "messages" | "tools"> & Record<string, unknown>;
+    const py = parseJsonKeepingFloats(await c.req.text()) as Record<string, unknown>;
     let chat: { prompt: Uint32Array; media: MediaItem[] };
     try {
-      // The messages and template variables as vLLM's request validator and build_chat_params leave them (and the EPP reads them).
-      chat = withMedia(deps.preprocessor, chatMessages(py.messages as ChatMessage[]), {
-        tools: py.tools ?? undefined,
-        toolChoice: py.tool_choice,
-        chatTemplate: chatTemplateOf(py.chat_template),
-        templateKwargs: templateKwargsOf(py),
-        addGenerationPrompt,
-        continueFinalMessage: body.continue_final_message ?? false,
-        ...tokenizeOptions(body),
-      });
+      // The chat as the engine stood in for reads it (the preprocessor's rules: vLLM's, or SGLang's in an SGLang
+      // mode), as the EPP reads it.
+      const { kind: _, messages, ...opts } = readChatBody(py, deps.preprocessor.rules);
+      chat = withMedia(deps.preprocessor, messages, opts);
     } catch (e) {
       // A chat template can reject a conversation (e.g. roles out of order): the client's fault, as in vLLM; so
       // is a documents or reasoning_effort vLLM's schema refuses. vLLM answers any template failure as a 400 (its
@@ -140,7 +130,7 @@ export function openAiRoutes(deps: OpenAiDeps): Hono {
   return app;
 }
 
-function tokenizeOptions(body: CompletionRequest | ChatRequest) {
+function tokenizeOptions(body: CompletionRequest) {
   return {
     addSpecialTokens: body.add_special_tokens ?? undefined,
     truncatePromptTokens: body.truncate_prompt_tokens ?? undefined,
@@ -176,10 +166,3 @@ function withMedia(pre: Preprocessor, messages: ChatMessage[], opts: ChatOptions
 
 /** The field a request reader refused: its message opens with it ("documents must be ..."). */
 const refusedField = (e: BadRequest): string => e.message.split(" ", 1)[0]!;
-
-/** A request's chat_template as vLLM's schema takes it: a string or null, anything else a 400 (as the EPP reads it). */
-function chatTemplateOf(value: unknown): string | undefined {
-  if (value === undefined || value === null) return undefined;
-  if (typeof value !== "string") throw new BadRequest("chat_template must be a string");
-  return value;
-}

@@ -104,7 +104,7 @@ function withReading<T extends object>(msg: T, transfer: ArrayBuffer[] = []): [T
 function jobOf(m: JobMessage): TokenizeJob | Uint32Array {
   const job: PoolJob = m.job;
   if (job.kind !== "body") return job;
-  const read = readBody(job.request);
+  const read = readBody(job.request, pre.rules);
   if (!m.discard) reading = read.rewritten ? { fields: read.fields, rewritten: read.rewritten } : { fields: read.fields };
   if (!job.reply) return read.job;
   return read.job instanceof Uint32Array || read.job.kind !== "chat" ? NONE : nextTurnJob(read.job, job.reply);

@@ -1,4 +1,5 @@
 import { Worker } from "node:worker_threads";
+import { chatRules, type ChatRules } from "../chat-rules";
 import { ChatTemplateError } from "../messages";
 import { DEFAULT_CACHE_MAX_BYTES } from "../segment-cache";
 import { NO_CACHE_STATS, type CacheStats, type ChatMessage, type PreprocessorOptions } from "../types";
@@ -235,6 +236,8 @@ export class TokenizerPool {
   private readonly budgetMs: number;
   /** The largest body its caller reads itself (see PoolOptions; the EPP reads token ids up to it too, readTokenIds). */
   readonly readHereMaxBytes: number;
+  /** The rules its members read bodies by, for a body its caller reads itself (readBody). */
+  readonly rules: ChatRules;
   private readonly maxWarmQueued: number;
   private readonly log: PoolOptions["log"];
   private lastId = 0;
@@ -263,6 +266,7 @@ export class TokenizerPool {
     const size = Math.max(1, opts.size ?? defaultPoolSize());
     this.budgetMs = opts.budgetMs ?? DEFAULT_BUDGET_MS;
     this.readHereMaxBytes = opts.readHereMaxBytes ?? DEFAULT_READ_HERE_MAX_BYTES;
+    this.rules = chatRules(opts.preprocessor.chatRendering);
     this.maxWarmQueued = opts.maxWarmQueued ?? 4;
     this.log = opts.log;
     this.observe = opts.observe ?? {};

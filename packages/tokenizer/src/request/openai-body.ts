@@ -6,6 +6,7 @@ import { responsesChat, ResponsesInputError, type ResponsesChat } from "../respo
 import type { Unrendered } from "../job";
 import { truncatePrompt, type Truncation } from "../truncation";
 import type { ChatMessage, ContentPart } from "../types";
+import type { ChatRules } from "../chat-rules";
 import { BadRequest } from "./bad-request";
 
 /**
@@ -27,6 +28,8 @@ export type RoutedInput =
       addGenerationPrompt?: boolean;
       continueFinalMessage?: boolean;
       addSpecialTokens?: boolean;
+      /** SGLang's top-level reasoning_effort, a template variable beside its chat_template_kwargs (see ChatOptions). */
+      reasoningEffort?: unknown;
     } & Truncation)
   | { kind: "none" };
 
@@ -55,11 +58,14 @@ export const MAX_BODY_BYTES = 32 * 1024 * 1024;
 
 const decoder = new TextDecoder();
 
-/** `path`: the request's :path when known (it tells a /v1/responses body from an embeddings one). */
-export function parseBodyBytes(body: Uint8Array, path?: string): ParsedBody {
+/**
+ * `path`: the request's :path when known (it tells a /v1/responses body from an embeddings one). `rules`: the
+ * workers' engine's, which decide how a chat's fields are read (vLLM's when absent).
+ */
+export function parseBodyBytes(body: Uint8Array, path?: string, rules?: ChatRules): ParsedBody {
   const fast = tokenIdsBody(body);
   if (fast) return fast;
-  return parseBody(parseJson(body), path);
+  return parseBody(parseJson(body), path, rules);
 }
 
 /**
@@ -192,9 +198,9 @@ function validContent(c: unknown, stringParts = false): boolean {
   return c === undefined || c === null || typeof c === "string" || (Array.isArray(c) && c.every(part));
 }
 
-/** Validates an already-decoded body (also used by POST /select); `path` as for parseBodyBytes. */
-export function parseBody(doc: unknown, path?: string): ParsedBody {
-  const parsed = parseInput(doc, path);
+/** Validates an already-decoded body (also used by POST /select); `path` and `rules` as for parseBodyBytes. */
+export function parseBody(doc: unknown, path?: string, rules?: ChatRules): ParsedBody {
+  const parsed = parseInput(doc, path, rules);
   const salt = (doc as Record<string, unknown>).cache_salt;
   if (salt !== undefined && salt !== null) {
     if (typeof salt !== "string") throw new BadRequest("cache_salt must be a string");
@@ -203,38 +209,23 @@ export function parseBody(doc: unknown, path?: string): ParsedBody {
   return parsed;
 }
 
-function parseInput(doc: unknown, path: string | undefined): ParsedBody {
+function parseInput(doc: unknown, path: string | undefined, rules: ChatRules | undefined): ParsedBody {
   if (typeof doc !== "object" || doc === null || Array.isArray(doc)) throw new BadRequest("request body must be a JSON object");
   const o = doc as Record<string, unknown>;
   if (o.model !== undefined && typeof o.model !== "string") throw new BadRequest("model must be a string");
   const model = o.model as string | undefined;
   if (o.token_ids !== undefined) return { model, input: { kind: "tokens", tokens: tokenArray(o.token_ids, "token_ids") } };
-  if (o.messages !== undefined) {
-    if (!Array.isArray(o.messages) || o.messages.some((m) => typeof m !== "object" || m === null || typeof m.role !== "string"))
-      throw new BadRequest("messages must be an array of {role, content}");
-    if (o.messages.some((m) => !validContent((m as ChatMessage).content, true)))
-      throw new BadRequest("a message's content must be a string, null, or an array of content parts (objects or strings)");
-    if (o.tools !== undefined && !Array.isArray(o.tools)) throw new BadRequest("tools must be an array");
-    const templateKwargs = templateKwargsOf(o);
-    const addGenerationPrompt = optionalBool(o.add_generation_prompt, "add_generation_prompt");
-    const continueFinalMessage = optionalBool(o.continue_final_message, "continue_final_message");
-    // vLLM's own check: continuing the final message and opening a new turn contradict each other.
-    if (continueFinalMessage && addGenerationPrompt !== false)
-      throw new BadRequest("continue_final_message requires add_generation_prompt to be false");
-    return {
-      model,
-      input: {
-        kind: "chat", messages: chatMessages(o.messages as ChatMessage[]), tools: o.tools as unknown[] | undefined, toolChoice: o.tool_choice, chatTemplate: optionalString(o.chat_template, "chat_template"), templateKwargs, addGenerationPrompt, continueFinalMessage,
-        addSpecialTokens: optionalBool(o.add_special_tokens, "add_special_tokens"), ...truncationOf(o),
-      },
-    };
-  }
+  if (o.messages !== undefined) return { model, input: readChatBody(o, rules) };
   if (o.prompt !== undefined) {
     const { input, batchedPrompts } = promptInput(o.prompt, truncationOf(o));
     const withText = input.kind === "prompt" ? { ...input, addSpecialTokens: optionalBool(o.add_special_tokens, "add_special_tokens"), ...truncationOf(o) } : input;
     return { model, input: withText, batchedPrompts };
   }
   if (o.input !== undefined && isResponses(o, path)) {
+    if (rules !== undefined && !rules.rendersResponses) {
+      const message = `a /v1/responses body: ${rules.engine} builds its chat in ways not mirrored here`;
+      return { model, input: { kind: "none" }, unrendered: { cause: "responses_rules", message } };
+    }
     const previous = o.previous_response_id;
     if (previous !== undefined && previous !== null) {
       if (typeof previous !== "string") throw new BadRequest("previous_response_id must be a string");
@@ -254,6 +245,33 @@ function parseInput(doc: unknown, path: string | undefined): ParsedBody {
     };
   }
   return { model, input: { kind: "none" } };
+}
+
+/**
+ * A /v1/chat/completions body's chat: its messages and tools checked, then its fields read as the workers' engine
+ * reads them (`rules`; vLLM's when absent). The mock worker reads its chat bodies with this too.
+ */
+export function readChatBody(o: Record<string, unknown>, rules?: ChatRules): Extract<RoutedInput, { kind: "chat" }> {
+  if (!Array.isArray(o.messages) || o.messages.some((m) => typeof m !== "object" || m === null || typeof m.role !== "string"))
+    throw new BadRequest("messages must be an array of {role, content}");
+  if (o.messages.some((m) => !validContent((m as ChatMessage).content, true)))
+    throw new BadRequest("a message's content must be a string, null, or an array of content parts (objects or strings)");
+  if (o.tools !== undefined && o.tools !== null && !Array.isArray(o.tools)) throw new BadRequest("tools must be an array");
+  return (rules?.readChat ?? vllmChat)(o);
+}
+
+/** A chat body's fields as vLLM's ChatCompletionRequest reads them. */
+export function vllmChat(o: Record<string, unknown>): Extract<RoutedInput, { kind: "chat" }> {
+  const templateKwargs = templateKwargsOf(o);
+  const addGenerationPrompt = optionalBool(o.add_generation_prompt, "add_generation_prompt");
+  const continueFinalMessage = optionalBool(o.continue_final_message, "continue_final_message");
+  // vLLM's own check: continuing the final message and opening a new turn contradict each other.
+  if (continueFinalMessage && addGenerationPrompt !== false)
+    throw new BadRequest("continue_final_message requires add_generation_prompt to be false");
+  return {
+    kind: "chat", messages: chatMessages(o.messages as ChatMessage[]), tools: (o.tools ?? undefined) as unknown[] | undefined, toolChoice: o.tool_choice, chatTemplate: optionalString(o.chat_template, "chat_template"), templateKwargs, addGenerationPrompt, continueFinalMessage,
+    addSpecialTokens: optionalBool(o.add_special_tokens, "add_special_tokens"), ...truncationOf(o),
+  };
 }
 
 // Keys only a Responses request has; /v1/embeddings also takes `input` (a string or a list of strings/ids).
@@ -368,7 +386,7 @@ function optionalString(v: unknown, field: string): string | undefined {
   return v;
 }
 
-function optionalBool(v: unknown, field: string): boolean | undefined {
+export function optionalBool(v: unknown, field: string): boolean | undefined {
   if (v === undefined || v === null) return undefined;
   if (typeof v !== "boolean") throw new BadRequest(`${field} must be a boolean`);
   return v;

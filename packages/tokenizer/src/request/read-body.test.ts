@@ -35,7 +35,7 @@ describe("InferenceModelRewrite rules", () => {
   const text = (b: Uint8Array | undefined) => new TextDecoder().decode(b);
 
   test("a rule for the body's model wins over the header's rewrite: the body names its weighted target, the fields say so", () => {
-    const draws = [0.1, 0.3, 0.5, 0.9].map((r) => readBody({ body: bytes(body), rewriteModel: "served", rewriteRules: rules }, () => r));
+    const draws = [0.1, 0.3, 0.5, 0.9].map((r) => readBody({ body: bytes(body), rewriteModel: "served", rewriteRules: rules }, undefined, () => r));
     expect(draws.map((d) => d.fields.target)).toEqual(["v1", "v2", "v2", "v2"]);
     expect(draws[0]!.fields).toMatchObject({ model: "alias", target: "v1", rule: "canary", kind: "prompt" });
     expect(text(draws[0]!.rewritten)).toBe('{"model": "v1", "prompt": "x"}');

@@ -2,6 +2,7 @@
 // and the body to forward. One function for both places a body is read: a tokenizer pool member (the
 // default: the thread that decides does no tokenizing) and, without a pool, the event loop itself. A body of
 // token ids has nothing to tokenize: readTokenIds reads one where it is (the EPP's event loop).
+import type { ChatRules } from "../chat-rules";
 import type { TokenizeJob, Unrendered } from "../job";
 import { BadRequest } from "./bad-request";
 import { rewriteBodyModel } from "./body-model";
@@ -53,13 +54,13 @@ export type BodyRead = {
 };
 
 /**
- * Throws BadRequest (TooDeep for nesting past MAX_JSON_DEPTH) for a body vLLM would refuse. `random`: the draw
- * a rule's weighted target is picked with.
+ * Throws BadRequest (TooDeep for nesting past MAX_JSON_DEPTH) for a body the workers would refuse. `rules`: the
+ * workers' engine's (its preprocessor's; vLLM's when absent). `random`: the draw a rule's weighted target is picked with.
  */
-export function readBody(req: BodyRequest, random: () => number = Math.random): BodyRead {
+export function readBody(req: BodyRequest, rules?: ChatRules, random: () => number = Math.random): BodyRead {
   let parsed: ParsedBody;
   try {
-    parsed = parseBodyBytes(req.body, req.path);
+    parsed = parseBodyBytes(req.body, req.path, rules);
   } catch (err) {
     if (!req.maybeCut || !(err instanceof BadRequest) || err instanceof TooDeep) throw err;
     return { fields: { kind: "none", cut: err.message }, job: new Uint32Array(0) };

@@ -45,6 +45,7 @@ export function routingJob(input: RoutedInput): TokenizeJob | Uint32Array {
         addGenerationPrompt: input.addGenerationPrompt,
         continueFinalMessage: input.continueFinalMessage,
         addSpecialTokens: input.addSpecialTokens,
+        reasoningEffort: input.reasoningEffort,
         truncatePromptTokens: input.truncatePromptTokens,
         truncationSide: input.truncationSide,
       };

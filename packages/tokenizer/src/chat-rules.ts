@@ -1,0 +1,50 @@
+// vLLM's and SGLang's OpenAI servers turn the same chat request into different prompts (the tools' shape, how
+// content parts join, a final assistant turn, the template's variables). The EPP must render as the pool's engine
+// renders, or its block hashes match nothing the workers store, so each engine's rules are one value, named here:
+// vllm-chat.ts and sglang-chat.ts hold them.
+import type { ChatTemplate } from "./chat-template";
+import type { ContentFormat } from "./content-format";
+import type { ServerRendering } from "./hf-preprocessor";
+import type { RoutedInput } from "./request/openai-body";
+import { SGLANG_CHAT } from "./sglang-chat";
+import type { ChatMessage, ChatOptions } from "./types";
+import { VLLM_CHAT } from "./vllm-chat";
+
+/** The workers' serving engine, whose chat rendering is mirrored. */
+export type ChatEngine = "vllm" | "sglang";
+export const CHAT_ENGINES = ["vllm", "sglang"] as const satisfies readonly ChatEngine[];
+
+export type ChatInput = Extract<RoutedInput, { kind: "chat" }>;
+
+/** A chat rendered: its text, and the final assistant message's text that SGLang tokenizes apart and appends. */
+export type RenderedChat = { text: string; continuation?: string };
+
+/** What a server renders chats with, as the rules read it (an HfPreprocessor). */
+export type ChatServer = {
+  readonly flags: ServerRendering;
+  /** The tokenizer's special tokens that are set, as transformers hands them to the template. */
+  readonly specialTokens: Record<string, unknown>;
+  /** The served template of a chat with tools or without: --chat-template, else the tokenizer's (get_chat_template). */
+  template(hasTools: boolean): ChatTemplate | null;
+  /** Whether the served templates are several, by name (transformers' `chat_template` a dict). */
+  readonly namedTemplates: boolean;
+  /** The request's own template under vLLM's trust rules, or null when a served one renders it. */
+  requestTemplate(opts: ChatOptions): ChatTemplate | null;
+};
+
+export type ChatRules = {
+  readonly engine: ChatEngine;
+  /** A validated /v1/chat/completions body's chat, with the fields this engine's request model reads (throws BadRequest). */
+  readChat(o: Record<string, unknown>): ChatInput;
+  /** Whether a /v1/responses body is rendered here; one that is not is routed by load. */
+  readonly rendersResponses: boolean;
+  /** The content format this engine detects on a template (kept with the compiled template). */
+  detectFormat(source: string, ast: unknown): ContentFormat;
+  /** The content format of a chat without tools. */
+  contentFormat(server: ChatServer): ContentFormat;
+  render(messages: readonly ChatMessage[], opts: ChatOptions, server: ChatServer): RenderedChat;
+};
+
+export function chatRules(engine: ChatEngine = "vllm"): ChatRules {
+  return engine === "sglang" ? SGLANG_CHAT : VLLM_CHAT;
+}

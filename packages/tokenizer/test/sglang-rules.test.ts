@@ -1,0 +1,235 @@
+// Where SGLang's OpenAI server renders a chat otherwise than vLLM's, each rendered here by both engines' rules. The
+// SGLang texts are what its code gives (python/sglang/srt/entrypoints/openai/serving_chat.py, protocol.py,
+// python/sglang/srt/parser/jinja_template_utils.py; each test names the function), written out by hand for
+// templates small enough to read; the vLLM texts are what the vLLM rules gave before SGLang's existed.
+import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import { BadRequest, ChatTemplateError, ChatUnrenderable, createPreprocessor, ignoredRenderingFlags, type Preprocessor } from "../src/index";
+import { parseBodyBytes } from "../src/request/openai-body";
+import { chatOf, render, TemplateServers } from "./template-servers";
+
+let servers: TemplateServers;
+beforeAll(async () => {
+  servers = await TemplateServers.open("sglang-rules-");
+});
+afterAll(() => servers.close());
+
+/** The same template served by an SGLang worker and by a vLLM one. */
+const both = (template: string, defaultChatTemplateKwargs?: string): { sglang: Preprocessor; vllm: Preprocessor } => ({
+  sglang: servers.server(template, { chatRendering: "sglang", defaultChatTemplateKwargs }),
+  vllm: servers.server(template, { defaultChatTemplateKwargs }),
+});
+
+const CONTENTS = "{% for m in messages %}[{{ m.content }}]{% endfor %}";
+const user = (content: unknown) => ({ messages: [{ role: "user", content }] });
+const fn = { type: "function", function: { name: "f", parameters: { type: "object" } } };
+
+describe("tools", () => {
+  test("the template gets each tool as Tool.model_dump gives it: description first, strict false where unset, the tool's defer_loading null", () => {
+    const { sglang, vllm } = both("{{ tools | tojson }}");
+    // _process_messages: tools = [item.model_dump() for item in request.tools] (protocol.py Tool, Function).
+    expect(render(sglang, { ...user("q"), tools: [fn] })).toBe(
+      '[{"type": "function", "function": {"description": null, "name": "f", "parameters": {"type": "object"}, "strict": false}, "defer_loading": null}]',
+    );
+    expect(render(sglang, { ...user("q"), tools: [{ ...fn, function: { ...fn.function, strict: true, description: "d" } }] })).toBe(
+      '[{"type": "function", "function": {"description": "d", "name": "f", "parameters": {"type": "object"}, "strict": true}, "defer_loading": null}]',
+    );
+    // Tool._propagate_defer_loading: the tool's reaches its function.
+    expect(render(sglang, { ...user("q"), tools: [{ ...fn, defer_loading: true }] })).toBe(
+      '[{"type": "function", "function": {"description": null, "name": "f", "parameters": {"type": "object"}, "strict": false, "defer_loading": true}, "defer_loading": true}]',
+    );
+    expect(render(vllm, { ...user("q"), tools: [fn] })).toBe('[{"type": "function", "function": {"name": "f", "description": null, "parameters": {"type": "object"}}}]');
+  });
+
+  test("tool_choice \"none\" renders without tools, a named one with that tool alone, and an empty list as none", () => {
+    const { sglang, vllm } = both("{% if tools %}{% for t in tools %}{{ t.function.name }},{% endfor %}{% endif %}|{{ tools }}");
+    const g = { type: "function", function: { name: "g" } };
+    const chat = { ...user("q"), tools: [fn, g] };
+    // _process_messages: tools only when request.tool_choice != "none"; a ToolChoice keeps the tools of its name.
+    expect(render(sglang, { ...chat, tool_choice: "none" })).toBe("|None");
+    expect(render(sglang, { ...chat, tool_choice: { type: "function", function: { name: "g" } } })).toBe("g,|" + "[{'type': 'function', 'function': {'description': None, 'name': 'g', 'parameters': None, 'strict': False}, 'defer_loading': None}]");
+    // `if effective_tools`: an empty list is no tools.
+    expect(render(sglang, { ...user("q"), tools: [] })).toBe("|None");
+    expect(render(vllm, { ...chat, tool_choice: "none" })).toBe("f,g,|" + "[{'type': 'function', 'function': {'name': 'f', 'description': None, 'parameters': {'type': 'object'}}}, {'type': 'function', 'function': {'name': 'g', 'description': None, 'parameters': None}}]");
+    expect(render(vllm, { ...user("q"), tools: [] })).toBe("|[]");
+  });
+
+  test("a template that raises with the tools as given is rendered again with each tool flattened to its function", () => {
+    const { sglang, vllm } = both('{% if tools[0].function is defined %}{{ raise_exception("flat tools only") }}{% endif %}{{ tools[0].name }}:{{ tools[0].strict }}');
+    // _apply_jinja_template: on a failed apply_chat_template, tools = [t["function"] if "function" in t else t].
+    expect(render(sglang, { ...user("q"), tools: [fn] })).toBe("f:False");
+    expect(() => render(vllm, { ...user("q"), tools: [fn] })).toThrow(ChatTemplateError);
+    // A failure again is the request's (a 400), as SGLang's retry raises it.
+    const raises = both('{{ raise_exception("never") }}').sglang;
+    expect(() => render(raises, { ...user("q"), tools: [fn] })).toThrow(ChatTemplateError);
+  });
+});
+
+describe("content parts", () => {
+  test("the string format joins text parts with a space, an empty one included", () => {
+    const { sglang, vllm } = both(CONTENTS);
+    const parts = [{ type: "text", text: "a" }, { type: "text", text: "" }, { type: "image_url", image_url: { url: "u" } }, { type: "text", text: "b" }];
+    // process_content_for_template_format, "string": " ".join(text_parts).
+    expect(render(sglang, user(parts))).toBe("[a  b]");
+    expect(render(vllm, user(parts))).toBe("[a\nb]");
+  });
+
+  test("a tool message's text parts are joined with a space in either format", () => {
+    const tool = { messages: [{ role: "user", content: "q" }, { role: "tool", tool_call_id: "c", content: [{ type: "text", text: "a" }, { type: "text", text: "b" }] }] };
+    const loops = "{% for m in messages %}{% if m.content is string %}[{{ m.content }}]{% else %}{% for p in m.content %}<{{ p.text }}>{% endfor %}{% endif %}{% endfor %}";
+    // normalize_tool_content: " ".join(text_parts). A string content stays a string in the "openai" format, where
+    // vLLM wraps it as one text part.
+    for (const [template, vllmText] of [[CONTENTS, "[q][a\nb]"], [loops, "<q>[a\nb]"]] as const) {
+      const { sglang, vllm } = both(template);
+      expect(render(sglang, tool)).toBe("[q][a b]");
+      expect(render(vllm, tool)).toBe(vllmText);
+    }
+  });
+
+  test("the format is detected once on the template's text: a media word makes it \"openai\", and so does a loop over message/msg/m.content alone", () => {
+    const parts = user([{ type: "text", text: "a" }, { type: "text", text: "b" }]);
+    // detect_jinja_template_content_format: any of image/audio/video/vision in the text is "openai".
+    const mentions = both(`{# vision #}${CONTENTS}`);
+    expect(render(mentions.sglang, parts)).toBe("[[{'type': 'text', 'text': 'a'}, {'type': 'text', 'text': 'b'}]]");
+    expect(render(mentions.vllm, parts)).toBe("[a\nb]");
+    // A loop over `msg.content` counts by the name, whatever `msg` holds; vLLM's counts a message of `messages` only.
+    const named = both("{% set msg = messages[0] %}{% if msg.content is string %}S:{{ msg.content }}{% else %}{% for p in msg.content %}<{{ p.text }}>{% endfor %}{% endif %}");
+    expect(render(named.sglang, parts)).toBe("<a><b>");
+    expect(render(named.vllm, parts)).toBe("S:a\nb");
+    // And a loop over another name's content does not count for SGLang.
+    const turn = both("{% for turn in messages %}{% if turn.content is string %}{{ turn.content }}{% else %}{% for p in turn.content %}<{{ p.text }}>{% endfor %}{% endif %}{% endfor %}");
+    expect(render(turn.sglang, parts)).toBe("a b");
+    expect(render(turn.vllm, parts)).toBe("<a><b>");
+  });
+
+  test("in the \"openai\" format, a string content stays a string and null content is an empty one", () => {
+    const { sglang, vllm } = both("{% for m in messages %}{% if m.content is string %}S{% else %}L{% for p in m.content %}{% endfor %}{{ m.content | length }}{% endif %};{% endfor %}");
+    const chat = { messages: [{ role: "user", content: "q" }, { role: "assistant", content: null, tool_calls: [{ id: "c", type: "function", function: { name: "f", arguments: "{}" } }] }, { role: "user", content: "r" }] };
+    // _apply_jinja_template: content None becomes "" before process_content_for_template_format, which leaves
+    // anything but a list as it is.
+    expect(render(sglang, chat)).toBe("S;S;S;");
+    expect(render(vllm, chat)).toBe("L1;L0;L1;");
+  });
+});
+
+describe("the final assistant message", () => {
+  const TURNS = "{% for m in messages %}<{{ m.role }}:{{ m.content }}>{% endfor %}{% if add_generation_prompt %}<assistant:{% endif %}";
+  const chat = { messages: [{ role: "user", content: "q" }, { role: "assistant", content: "Sure" }] };
+
+  test("without continue_final_message it renders as a user turn, with the generation prompt after it", () => {
+    const { sglang, vllm } = both(TURNS);
+    // _handle_last_assistant_message: messages[-1] = {"role": "user", "content": last_content}.
+    expect(render(sglang, chat)).toBe("<user:q><user:Sure><assistant:");
+    expect(render(vllm, chat)).toBe("<user:q><assistant:Sure><assistant:");
+  });
+
+  test("with continue_final_message it is left out, and its text is tokenized on its own after the generation prompt", () => {
+    const { sglang, vllm } = both(TURNS);
+    // _handle_last_assistant_message pops it; apply_chat_template(add_generation_prompt=True); then
+    // _append_assistant_prefix_to_prompt_ids appends tokenizer.encode(prefix) (less a leading bos).
+    const continued = { ...chat, continue_final_message: true };
+    expect(render(sglang, continued)).toBe("<user:q><assistant:Sure");
+    const { messages, opts } = chatOf(sglang, continued);
+    const plain = createPreprocessor({ tokenizerDir: servers.source, cache: false });
+    const ids = (text: string) => Array.from(plain.encodeCompletion(text, { addSpecialTokens: false }));
+    expect(Array.from(sglang.encodeChat(messages, opts))).toEqual([...ids("<user:q><assistant:"), ...ids("Sure")]);
+    // vLLM refuses continue_final_message with the generation prompt (its default), and cuts its rendering otherwise.
+    expect(() => render(vllm, continued)).toThrow(BadRequest);
+    const cut = { ...continued, add_generation_prompt: false };
+    expect(render(vllm, cut)).toBe("<user:q><assistant:Sure");
+    expect(Array.from(vllm.encodeChat(chatOf(vllm, cut).messages, chatOf(vllm, cut).opts))).toEqual(ids("<user:q><assistant:Sure"));
+  });
+
+  test("add_generation_prompt is not SGLang's to turn off: the generation prompt is always rendered", () => {
+    const { sglang, vllm } = both(TURNS);
+    const ask = { messages: [{ role: "user", content: "q" }], add_generation_prompt: false };
+    expect(render(sglang, ask)).toBe("<user:q><assistant:");
+    expect(render(vllm, ask)).toBe("<user:q>");
+  });
+});
+
+describe("template variables", () => {
+  const EFFORT = "{{ reasoning_effort }}|{{ enable_thinking }}|{{ thinking }}";
+
+  test("a reasoning effort sets thinking and enable_thinking alike, where the kwargs do not name them", () => {
+    const { sglang, vllm } = both(EFFORT);
+    // ChatCompletionRequest.normalize_reasoning_inputs: ctk.setdefault("thinking" / "enable_thinking", effort != "none").
+    expect(render(sglang, { ...user("q"), reasoning_effort: "low" })).toBe("low|True|True");
+    expect(render(sglang, { ...user("q"), reasoning_effort: "none" })).toBe("none|False|False");
+    expect(render(sglang, { ...user("q"), reasoning_effort: "none", chat_template_kwargs: { enable_thinking: true } })).toBe("none|True|False");
+    // `reasoning: {effort}` is read too, and `reasoning.enabled` turns thinking on.
+    expect(render(sglang, { ...user("q"), reasoning: { effort: "high" } })).toBe("high|True|True");
+    expect(render(sglang, { ...user("q"), reasoning: { enabled: "yes" } })).toBe("|True|True");
+    // _convert_to_internal_request: a reasoning_effort in the kwargs is the request's (and sets nothing else).
+    expect(render(sglang, { ...user("q"), chat_template_kwargs: { reasoning_effort: "max" } })).toBe("max||");
+    expect(render(vllm, { ...user("q"), reasoning_effort: "low" })).toBe("low|True|");
+    expect(render(vllm, { ...user("q"), reasoning_effort: "none" })).toBe("none|False|");
+    expect(render(vllm, { ...user("q"), reasoning: { effort: "high" } })).toBe("||");
+  });
+
+  test("the server's default kwargs fill only what the request's kwargs leave out: a request's null stays null", () => {
+    const { sglang, vllm } = both("{{ enable_thinking }}", '{"enable_thinking": false}');
+    // _process_messages: ctk.setdefault(k, v) for the server's default_chat_template_kwargs.
+    expect(render(sglang, { ...user("q"), chat_template_kwargs: { enable_thinking: null } })).toBe("None");
+    expect(render(sglang, user("q"))).toBe("False");
+    expect(render(vllm, { ...user("q"), chat_template_kwargs: { enable_thinking: null } })).toBe("False");
+  });
+
+  test("documents and a request's chat_template are no fields of SGLang's request; a kwargs chat_template is not mirrored", () => {
+    const { sglang, vllm } = both("{{ documents }}");
+    const docs = { ...user("q"), documents: [{ title: "t", text: "d" }] };
+    expect(render(sglang, docs)).toBe("None");
+    expect(render(vllm, docs)).toBe("[{'title': 't', 'text': 'd'}]");
+    expect(render(sglang, { ...user("q"), chat_template: "{{ 1 }}" })).toBe("None");
+    expect(() => render(sglang, { ...user("q"), chat_template_kwargs: { chat_template: "{{ 1 }}" } })).toThrow(ChatUnrenderable);
+  });
+});
+
+describe("messages", () => {
+  test("a message keeps only its model's fields: reasoning_content (not vLLM's reasoning), and no name on a user turn", () => {
+    const { sglang, vllm } = both("{% for m in messages %}{{ m.role }}:{{ m.name }}:{{ m.reasoning_content }}/{{ m.reasoning }};{% endfor %}");
+    const chat = {
+      messages: [
+        { role: "user", content: "q", name: "bob" },
+        { role: "assistant", content: "a", reasoning_content: "r1" },
+        { role: "assistant", content: "b", reasoning: "r2" },
+        { role: "user", content: "c" },
+      ],
+    };
+    // ChatCompletionMessageUserParam has role and content; the generic one reasoning_content, and no `reasoning`.
+    expect(render(sglang, chat)).toBe("user::/;assistant::r1/;assistant::/;user::/;");
+    expect(render(vllm, chat)).toBe("user:bob:/;assistant::r1/r1;assistant::r2/r2;user::/;");
+  });
+
+  test("a system message keeps a Claude Code billing header line, which vLLM strips", () => {
+    const { sglang, vllm } = both(CONTENTS);
+    const chat = { messages: [{ role: "system", content: "x-anthropic-billing-header: cch=1\nBe brief." }, { role: "user", content: "q" }] };
+    // Nothing in SGLang's chat path strips it (vLLM's _strip_claude_code_billing_header has no counterpart).
+    expect(render(sglang, chat)).toBe("[x-anthropic-billing-header: cch=1\nBe brief.][q]");
+    expect(render(vllm, chat)).toBe("[Be brief.][q]");
+  });
+
+  test("an assistant's tool-call arguments must be a JSON object, where vLLM makes anything else {}", () => {
+    const { sglang, vllm } = both("{% for m in messages %}{% for c in m.tool_calls or [] %}{{ c.function.arguments | tojson }}{% endfor %}{% endfor %}");
+    const call = (args: string) => ({ messages: [{ role: "user", content: "q" }, { role: "assistant", tool_calls: [{ id: "c", type: "function", function: { name: "f", arguments: args } }] }, { role: "user", content: "r" }] });
+    expect(render(sglang, call('{"x": 1.0}'))).toBe('{"x": 1.0}');
+    // normalize_assistant_tool_call_arguments: parse_tool_call_arguments raises ValueError (a 400).
+    expect(() => render(sglang, call("not json"))).toThrow(ChatTemplateError);
+    expect(() => render(sglang, call("[1]"))).toThrow(ChatTemplateError);
+    expect(render(vllm, call("not json"))).toBe("{}");
+  });
+});
+
+test("a /v1/responses body is routed by load for SGLang workers; vLLM's are rendered", () => {
+  const body = new TextEncoder().encode(JSON.stringify({ input: "hi" }));
+  const { sglang, vllm } = both(CONTENTS);
+  expect(parseBodyBytes(body, "/v1/responses", sglang.rules)).toMatchObject({ input: { kind: "none" }, unrendered: { cause: "responses_rules" } });
+  expect(parseBodyBytes(body, "/v1/responses", vllm.rules).input.kind).toBe("chat");
+});
+
+test("vLLM's flags that SGLang has not are reported as ignored under SGLang's rules", () => {
+  const flags = { excludeToolsWhenToolChoiceNone: true, chatTemplateContentFormat: "openai", trustRequestChatTemplate: true, defaultChatTemplateKwargs: "{}" } as const;
+  expect(ignoredRenderingFlags({ ...flags, tokenizerDir: servers.source, chatRendering: "sglang" })).toEqual([
+    "--exclude-tools-when-tool-choice-none", "--chat-template-content-format", "--trust-request-chat-template",
+  ]);
+  expect(ignoredRenderingFlags({ ...flags, tokenizerDir: servers.source })).toEqual([]);
+});
