@@ -86,5 +86,6 @@ test("an SGLang worker's DP ranks are seen with their own queue and KV pool, and
   const m = scraper.get(address)!;
   expect([m.running, m.waiting, [...m.waitingByEngine]]).toEqual([2, 2, [[0, 2], [1, 0]]]);
   expect(m.kvUsage).toBeGreaterThanOrEqual(19 / 64);
-  expect([...m.gpuBlocks!]).toEqual([[0, 64], [1, 64]]);
+  expect([...m.poolTokens!]).toEqual([[0, 1024], [1, 1024]]);
+  expect([scraper.gpuBlocks("sglang", 0), scraper.gpuBlocks("sglang", 1)]).toEqual([64, 64]);
 }, 20_000);

@@ -24,13 +24,13 @@ const SGLANG_DP2 = [
   "",
 ].join("\n");
 
-test("SGLang: running, queue per DP rank, token usage and the pool in blocks, each rank's TP copies counted once", () => {
-  const m = parseVllmMetrics(SGLANG_DP2, 0, 16);
+test("SGLang: running, queue per DP rank, token usage and the pool in tokens, each rank's TP copies counted once", () => {
+  const m = parseVllmMetrics(SGLANG_DP2, 0);
   expect(m).toMatchObject({ running: 17, waiting: 7, kvUsage: 0.52 });
   expect([...m.waitingByEngine]).toEqual([[0, 7], [1, 0]]);
-  expect([...m.gpuBlocks]).toEqual([[0, 4928], [1, 4920]]);
-  // No block size given: the token pool is not counted.
-  expect(parseVllmMetrics(SGLANG_DP2, 0).gpuBlocks.size).toBe(0);
+  expect([...m.poolTokens]).toEqual([[0, 78848], [1, 78720]]);
+  // Not vLLM's num_gpu_blocks: a pool in tokens is counted in blocks only when read, at the block size then.
+  expect(m.gpuBlocks.size).toBe(0);
 });
 
 test("SGLang with one DP rank leaves dp_rank off: the server's totals, rank 0's capacity", () => {
@@ -38,9 +38,8 @@ test("SGLang with one DP rank leaves dp_rank off: the server's totals, rank 0's 
   const m = parseVllmMetrics(
     ["sglang:num_running_reqs", "sglang:num_queue_reqs"].flatMap((n) => [line(n, 1, "9.0"), line(n, 0, "3.0")]).concat(line("sglang:max_total_num_tokens", 0, "1000.0")).join("\n"),
     0,
-    16,
   );
   expect(m).toMatchObject({ running: 3, waiting: 3 });
   expect(m.waitingByEngine.size).toBe(0);
-  expect([...m.gpuBlocks]).toEqual([[0, 62]]);
+  expect([...m.poolTokens]).toEqual([[0, 1000]]);
 });

@@ -21,7 +21,7 @@ export type SglangSignals = {
   waiting: number;
   waitingByEngine: Map<number, number>;
   kvUsage: number;
-  gpuBlocks: Map<number, number>;
+  poolTokens: Map<number, number>;
 };
 
 export class SglangGauges {
@@ -43,10 +43,10 @@ export class SglangGauges {
 
   /**
    * Adds the kept ranks into `out`: requests summed (the queue per labelled DP rank too, as vLLM's per-engine
-   * waiting), the highest token usage, and each rank's KV capacity in blocks of `blockSize` tokens (SGLang
-   * reports its pool in tokens; its pages are the blocks its KV events name, so the page size is the EPP's).
+   * waiting), the highest token usage, and each rank's KV pool in tokens, as SGLang reports it (counted in
+   * blocks when read, at the index's block size then: it may change, see WorkerMetricsScraper.gpuBlocks).
    */
-  addTo(out: SglangSignals, blockSize: number): void {
+  addTo(out: SglangSignals): void {
     for (const [dp, { values: v }] of this.ranks) {
       out.running += v.running ?? 0;
       if (v.queue !== undefined) {
@@ -54,8 +54,7 @@ export class SglangGauges {
         if (dp !== undefined) out.waitingByEngine.set(dp, (out.waitingByEngine.get(dp) ?? 0) + v.queue);
       }
       if (v.usage !== undefined) out.kvUsage = Math.max(out.kvUsage, v.usage);
-      const blocks = blockSize > 0 && v.tokens !== undefined ? Math.floor(v.tokens / blockSize) : 0;
-      if (blocks > 0) out.gpuBlocks.set(dp ?? 0, blocks);
+      if (v.tokens !== undefined && v.tokens > 0) out.poolTokens.set(dp ?? 0, v.tokens);
     }
   }
 }

@@ -1,5 +1,6 @@
 import { expect, test } from "bun:test";
-import { parseVllmMetrics } from "./worker-metrics.ts";
+import { LOOPBACK } from "@kv-epp/testkit";
+import { parseVllmMetrics, WorkerMetricsScraper } from "./worker-metrics.ts";
 
 // The line as vLLM's PrometheusStatLogger writes it: every CacheConfig field as a string label (in field
 // order), `engine` last, value 1.0 (prometheus_client's float format).
@@ -52,4 +53,25 @@ test("waiting requests per engine (DP rank), from the series' engine label, besi
   expect([...m.waitingByEngine]).toEqual([[0, 1], [1, 4], [3, 0]]);
   // A series without the label counts in the sum only.
   expect(parseVllmMetrics('vllm:num_requests_waiting{model_name="m"} 2').waitingByEngine.size).toBe(0);
+});
+
+test("an SGLang pool is counted in blocks of the block size when read, not of the size its last scrape saw", async () => {
+  // SGLang --page-size 8 under --block-size 16: a recovered dump switches the index to 8 between two scrapes,
+  // and the capacity check that follows must already count 8-token blocks.
+  const host = `${LOOPBACK}.4.141`;
+  const server = Bun.serve({ hostname: host, port: 0, fetch: () => new Response('sglang:max_total_num_tokens{engine_type="unified",model_name="m",pp_rank="0",tp_rank="0"} 3200.0\n') });
+  try {
+    let blockSize = 16;
+    const scraper = new WorkerMetricsScraper({ intervalMs: 0, blockSize: () => blockSize, onError: (_, err) => { throw err; } });
+    scraper.setTargets([{ workerId: "w", endpoint: `${host}:${server.port}`, url: `http://${host}:${server.port}/metrics` }]);
+    await scraper.scrapeOnce();
+    expect(scraper.gpuBlocks("w", 0)).toBe(200);
+    blockSize = 8;
+    expect(scraper.gpuBlocks("w", 0)).toBe(400);
+    // A pool smaller than one block is no capacity to hold a rank to.
+    blockSize = 4096;
+    expect(scraper.gpuBlocks("w", 0)).toBeUndefined();
+  } finally {
+    server.stop(true);
+  }
 });

@@ -4,8 +4,9 @@
 import { SglangGauges } from "./sglang-metrics.ts";
 
 /**
- * `gpuBlocks`: num_gpu_blocks per engine (= DP rank), from `vllm:cache_config_info`, or SGLang's
- * max_total_num_tokens in blocks (empty when not exported); absent where the metrics do not come from a scrape (a simulation).
+ * `gpuBlocks`: num_gpu_blocks per engine (= DP rank), from `vllm:cache_config_info`; `poolTokens`: SGLang's
+ * max_total_num_tokens per DP rank, its pool in tokens (each empty when not exported). Both absent where the
+ * metrics do not come from a scrape (a simulation).
  */
 export type WorkerMetrics = {
   running: number;
@@ -15,6 +16,7 @@ export type WorkerMetrics = {
   waitingByEngine: Map<number, number>;
   kvUsage: number;
   gpuBlocks?: Map<number, number>;
+  poolTokens?: Map<number, number>;
   at: number;
 };
 
@@ -47,15 +49,17 @@ function indexLabel(line: string, label: string): number | undefined {
 /** The series' `engine` label (vLLM labels each engine's series with its index, its DP rank), when a number. */
 const engineOf = (line: string): number | undefined => indexLabel(line, "engine");
 
+type Pools = { gpuBlocks: Map<number, number>; poolTokens: Map<number, number> };
+
 /**
  * Reads the gauges vLLM exposes (`vllm:num_requests_running`, `..._waiting`, KV usage), summing label sets,
  * the waiting requests per engine too, and each engine's `num_gpu_blocks` from `vllm:cache_config_info`; and
- * SGLang's (see SglangGauges), its KV pool counted in blocks of `blockSize` tokens (0: not counted).
+ * SGLang's (see SglangGauges), its KV pool in tokens.
  */
-export function parseVllmMetrics(text: string, at = Date.now(), blockSize = 0): WorkerMetrics & { gpuBlocks: Map<number, number> } {
+export function parseVllmMetrics(text: string, at = Date.now()): WorkerMetrics & Pools {
   const gpuBlocks = new Map<number, number>();
   const waitingByEngine = new Map<number, number>();
-  const out = { running: 0, waiting: 0, waitingByEngine, kvUsage: 0, gpuBlocks, at };
+  const out = { running: 0, waiting: 0, waitingByEngine, kvUsage: 0, gpuBlocks, poolTokens: new Map<number, number>(), at };
   const sglang = new SglangGauges();
   for (const line of text.split("\n")) {
     if (line.length === 0 || line.charCodeAt(0) === 35 /* # */) continue;
@@ -83,7 +87,7 @@ export function parseVllmMetrics(text: string, at = Date.now(), blockSize = 0): 
         break;
     }
   }
-  sglang.addTo(out, blockSize);
+  sglang.addTo(out);
   return out;
 }
 
@@ -100,11 +104,20 @@ export function scrapeTargets(spec: { id: string; address: string; servers?: rea
   return spec.servers.map((s) => ({ workerId: spec.id, endpoint: s.address, url: `http://${s.address}/metrics` }));
 }
 
+/** The rank's series, or the only one when a worker exports one (one engine per pod, whatever its DP rank). */
+function rankSeries(byRank: Map<number, number>, dpRank: number): number | undefined {
+  return byRank.get(dpRank) ?? (byRank.size === 1 ? byRank.values().next().value : undefined);
+}
+
 export class WorkerMetricsScraper {
   /** By endpoint: each API server's own queue. */
   private readonly latest = new Map<string, WorkerMetrics>();
-  /** num_gpu_blocks per worker and engine (from all its API servers): fixed for a worker's life, so kept across failed scrapes. */
-  private readonly gpuBlocksByWorker = new Map<string, Map<number, number>>();
+  /**
+   * Each worker's pools by engine (from all its API servers), kept across failed scrapes: vLLM's in blocks,
+   * fixed for its life; SGLang's in tokens, fixed too, but counted in blocks only when read (gpuBlocks), as
+   * the index's block size may change under it (events or a recovered dump adopting the workers' size).
+   */
+  private readonly poolsByWorker = new Map<string, Pools>();
   private targets: ScrapeTarget[] = [];
   private timer: ReturnType<typeof setInterval> | undefined;
   private running = false;
@@ -113,7 +126,7 @@ export class WorkerMetricsScraper {
     private readonly opts: {
       intervalMs: number;
       timeoutMs?: number;
-      /** The KV block size in tokens, to count an SGLang worker's token pool in blocks (asked at each scrape: the workers' events may set it). */
+      /** The KV block size in tokens, to count an SGLang worker's token pool in blocks (asked at each read: the workers' events may set it). */
       blockSize?: () => number;
       onError: (workerId: string, err: unknown) => void;
       onSuccess?: (workerId: string) => void;
@@ -127,7 +140,7 @@ export class WorkerMetricsScraper {
     const endpoints = new Set(targets.map((t) => t.endpoint));
     const ids = new Set(targets.map((t) => t.workerId));
     for (const e of this.latest.keys()) if (!endpoints.has(e)) this.latest.delete(e);
-    for (const id of this.gpuBlocksByWorker.keys()) if (!ids.has(id)) this.gpuBlocksByWorker.delete(id);
+    for (const id of this.poolsByWorker.keys()) if (!ids.has(id)) this.poolsByWorker.delete(id);
   }
 
   /** The last good scrape of the API server at `endpoint` (a candidate's endpoint). */
@@ -136,13 +149,17 @@ export class WorkerMetricsScraper {
   }
 
   /**
-   * The KV blocks a worker rank can hold, as its vLLM (or SGLang) reported them: the rank's engine series, or the only
-   * series when the worker exports one (one engine per pod, whatever its DP rank). Undefined until scraped.
+   * The KV blocks a worker rank can hold (its series, rankSeries): as its vLLM reported them, or its SGLang's
+   * token pool in blocks of the block size now. Undefined until scraped (SGLang: or without a block size).
    */
   gpuBlocks(workerId: string, dpRank: number): number | undefined {
-    const byEngine = this.gpuBlocksByWorker.get(workerId);
-    if (byEngine === undefined) return undefined;
-    return byEngine.get(dpRank) ?? (byEngine.size === 1 ? byEngine.values().next().value : undefined);
+    const pools = this.poolsByWorker.get(workerId);
+    if (pools === undefined) return undefined;
+    const blocks = rankSeries(pools.gpuBlocks, dpRank);
+    if (blocks !== undefined) return blocks;
+    const tokens = rankSeries(pools.poolTokens, dpRank);
+    const blockSize = this.opts.blockSize?.() ?? 0;
+    return tokens !== undefined && blockSize > 0 && tokens >= blockSize ? Math.floor(tokens / blockSize) : undefined;
   }
 
   start(): void {
@@ -161,12 +178,13 @@ export class WorkerMetricsScraper {
           try {
             const res = await fetch(t.url, { signal: AbortSignal.timeout(this.opts.timeoutMs ?? 2000) });
             if (!res.ok) throw new Error(`HTTP ${res.status}`);
-            const m = parseVllmMetrics(await res.text(), Date.now(), this.opts.blockSize?.());
+            const m = parseVllmMetrics(await res.text(), Date.now());
             this.latest.set(t.endpoint, m);
-            if (m.gpuBlocks.size > 0) {
-              const byEngine = this.gpuBlocksByWorker.get(t.workerId) ?? new Map<number, number>();
-              for (const [engine, blocks] of m.gpuBlocks) byEngine.set(engine, blocks);
-              this.gpuBlocksByWorker.set(t.workerId, byEngine);
+            if (m.gpuBlocks.size > 0 || m.poolTokens.size > 0) {
+              const pools = this.poolsByWorker.get(t.workerId) ?? { gpuBlocks: new Map(), poolTokens: new Map() };
+              for (const [engine, blocks] of m.gpuBlocks) pools.gpuBlocks.set(engine, blocks);
+              for (const [rank, tokens] of m.poolTokens) pools.poolTokens.set(rank, tokens);
+              this.poolsByWorker.set(t.workerId, pools);
             }
             this.opts.onSuccess?.(t.workerId);
           } catch (err) {

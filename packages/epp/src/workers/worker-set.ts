@@ -108,8 +108,8 @@ export class WorkerSet {
   }
 
   /**
-   * Where the index's block size comes from once the workers' events have set it (SGLang's pool, counted
-   * in tokens, is counted in those blocks; until then, and without it, the configured size).
+   * Where the index's block size comes from once the workers' events or a recovered dump have set it
+   * (SGLang's pool, in tokens, is counted in those blocks when read; without it, the configured size).
    */
   countPoolsIn(blockSize: () => number): void {
     this.indexBlockSize = blockSize;
