@@ -1,6 +1,6 @@
 // `bun run kv-sidecar`: runs beside a vLLM worker, reads where its ranks publish KV events (what the
 // worker reports: reported-sources.ts) and keeps one attachment intent per rank registered until it is
-// stopped (SIGTERM/SIGINT withdraws them).
+// stopped (SIGTERM/SIGINT withdraws them). A report it cannot use is logged, and the process stays up idle.
 import { ConfigError, group, opt, positive, resolveOptions, usageText } from "@kv-epp/options";
 import pino from "pino";
 import { z } from "zod";
@@ -41,17 +41,24 @@ const registered = registerReportedIntents({
   ...(o.tenant ? { tenant: o.tenant } : {}), ...(o.address ? { address: o.address } : {}), ...(o.advertiseHost ? { advertiseHost: o.advertiseHost } : {}),
   retry: true, signal: abort.signal, log,
 });
+// Kept alive while idle: nothing else may hold the event loop once registering gave up.
+let idle: ReturnType<typeof setInterval> | undefined;
 registered.then(
   ({ reported }) => log.info({ ranks: reported.sources }, "KV attachment intents registered from the worker's reported sources"),
-  async (err: unknown) => {
+  (err: unknown) => {
     if (abort.signal.aborted) return;
-    // Not retriable (an invalid descriptor, several topics): nothing this process can do about it.
-    log.error({ err: String(err) }, "KV attachment intents not registered");
-    await discovery.close();
-    process.exit(1);
+    // Not retriable (a report that cannot be used as made, several topics, an invalid descriptor): the worker
+    // reports the same after a restart, so exiting would only crash-loop the pod beside a worker that serves.
+    // This worker's ranks are just not attached through intents; the sidecar idles until it is stopped.
+    log.error(
+      { err: String(err), kind: err instanceof Error ? err.constructor.name : typeof err },
+      "KV attachment intents NOT registered, and will not be: fix the worker's report or state its ranks another way; idle until stopped",
+    );
+    idle = setInterval(() => {}, 1 << 30);
   },
 );
 const stop = async () => {
+  clearInterval(idle);
   abort.abort(new Error("sidecar stopping"));
   const r = await registered.catch(() => undefined);
   await r?.owner.close();

@@ -41,3 +41,29 @@ test("the sidecar registers the ranks' reported (ephemeral) endpoints as intents
   await sidecar.kill("SIGTERM", 10_000);
   await waitFor(() => desired.length === 0, { message: "intents withdrawn", timeoutMs: 10_000 });
 }, 60_000);
+
+test("a report it cannot use (SGLang's DP ranks over several nodes) is logged, and the sidecar stays up idle, not crash-looping", async () => {
+  const store = serveDiscoveryStore({ hostname: IP });
+  cleanups.push(() => store.close());
+  // /server_info of an SGLang server with 4 DP ranks over 2 nodes: one host cannot place them.
+  const sglang = Bun.serve({
+    hostname: IP, port: 0,
+    fetch: (req) => new URL(req.url).pathname === "/server_info"
+      ? Response.json({ model_path: MODEL, nnodes: 2, dp_size: 4, kv_events: { publisher: "zmq", endpoint_host: "*", endpoint_port_base: 5557, topic: "", block_size: 16, dp_size: 4 } })
+      : new Response(null, { status: 404 }),
+  });
+  cleanups.push(() => sglang.stop(true));
+
+  const sidecar = spawnBun(
+    [join(ROOT, "packages/intents/src/sidecar-main.ts"), "--from", `http://${IP}:${sglang.port}`, "--discovery", store.url, "--worker-id", "sglang-a", "--model", MODEL, "--block-size", "16"],
+    {},
+    { name: "kv-sidecar" },
+  );
+  const line = await sidecar.waitForLog(/intents not registered/i, { timeoutMs: 30_000 });
+  expect(line).toMatch(/4 DP ranks over 2 nodes/);
+  await Bun.sleep(500);
+  expect(sidecar.running).toBe(true);
+
+  await sidecar.kill("SIGTERM", 10_000);
+  expect(await sidecar.exited).toBe(0);
+}, 60_000);
