@@ -70,3 +70,18 @@ test("the partial entry's removal (promotion to a full block, or eviction) leave
   ixs.live.apply("m:default", w, { kind: "batch", seq: 5n, batch: { ts: 0, dataParallelRank: 0, events: [{ type: "BlockRemoved", blockHashes: [0x5n], medium: "GPU", groupIdx: 0 }] } });
   expect(overlap(prompt)).toBe(2);
 });
+
+test("a one-token store (SGLang's --page-size 1, a single-token radix node) is refused as another block size, not a partial entry", async () => {
+  const metrics = createMetrics();
+  const errors: string[] = [];
+  const ixs = new Indexers(metrics, { error: (_: unknown, msg: string) => errors.push(msg), warn: () => {}, info: () => {} } as unknown as import("pino").Logger);
+  ixs.models.register("m", "default", B);
+  const oneToken: BlockStored = { type: "BlockStored", blockHashes: [0x7n], parentBlockHash: null, tokenIds: [42], blockSize: 1, loraId: null, medium: "GPU" };
+  ixs.live.apply("m:default", w, { kind: "batch", seq: 0n, batch: { ts: 0, dataParallelRank: 0, events: [oneToken] } });
+  expect(await counter(metrics, "dynamo_epp_kv_events_ignored_total", '{reason="partial_entry"}')).toBe(0);
+  expect(await counter(metrics, "dynamo_epp_kv_events_rejected_total", '{reason="block_size"}')).toBe(1);
+  expect(await counter(metrics, "dynamo_epp_kv_block_size_mismatch_total")).toBe(1);
+  expect(ixs.live.rankInfo(w)).toMatchObject({ blockSize: 1, blockSizeMismatch: true });
+  expect(errors).toHaveLength(1);
+  expect(errors[0]).toContain("one-token KV blocks");
+});

@@ -23,9 +23,11 @@ import type { BlockStored } from "@kv-epp/kv-events";
 
 /**
  * A one-block store of a size that divides and is below `blockSize` (the store's group's block size as
- * its full stores showed it, else the index's): a partial entry. A multi-block store is never one.
+ * its full stores showed it, else the index's): a partial entry. A multi-block store is never one, nor a
+ * one-token store: a match unit is a full-attention block size (16, 32), while a one-token block is
+ * SGLang's default --page-size 1 (a single-token radix node), refused as another block size is.
  */
 export function isPartialEntry(e: BlockStored, blockSize: number): boolean {
   const u = e.blockSize;
-  return e.blockHashes.length === 1 && u > 0 && e.tokenIds.length === u && u < blockSize && blockSize % u === 0;
+  return e.blockHashes.length === 1 && u > 1 && e.tokenIds.length === u && u < blockSize && blockSize % u === 0;
 }
