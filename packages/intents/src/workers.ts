@@ -85,7 +85,7 @@ function unionRanks(from: readonly IntentWorker[], listed: readonly RankSource[]
 }
 
 /** `ranks` without those the listing leaves out (a pod's active-ports annotation): they get no listener, whatever intents state. */
-function servedRanks(base: WorkerSpec, ranks: RankSource[]): RankSource[] {
+export function servedRanks(base: WorkerSpec, ranks: RankSource[]): RankSource[] {
   const out = base.inactiveRanks;
   return out === undefined ? ranks : ranks.filter((r) => !out.includes(r.dpRank));
 }
@@ -133,7 +133,7 @@ function matcher<T extends WorkerSpec>(pods: readonly T[], mode: MergeMode): (w:
  * gives it its per-rank sources (endpoints, topic, block size), rank by rank: a listed rank no intent
  * states keeps its listed source. The listed worker keeps its id, address and metrics URL. Several
  * intent workers on one listed worker: the one of the same id first, then the others for ranks still
- * missing, so each endpoint gets one listener (an alias is reported).
+ * missing, so each endpoint gets one listener (an alias is reported for each that gives it a rank).
  *
  * `static` (the default, no pod discovery): an unmatched intent worker joins with the address its
  * intent states; one without an address is `unroutable` (`no-address`).
@@ -152,7 +152,8 @@ export function mergeWorkerSets<T extends WorkerSpec>(
   const match = matcher(pods, mode);
   const contributions = new Map<T, IntentWorker[]>();
   const unroutable: UnroutableWorker[] = [];
-  const aliases: MergedAlias[] = [];
+  /** Static mode: intent workers joined to the first of their address. */
+  const joined: MergedAlias[] = [];
   /** Static mode: intent-only workers by the address they state (two ids on one address are one worker). */
   const joining = new Map<string, IntentWorker[]>();
   for (const w of intents) {
@@ -164,22 +165,27 @@ export function mergeWorkerSets<T extends WorkerSpec>(
       if (pod.id === w.id) list.unshift(w);
       else list.push(w);
       contributions.set(pod, list);
-      if (pod.id !== w.id) aliases.push({ intentWorker: w.id, worker: pod.id });
     } else if (mode === "kubernetes") {
       unroutable.push({ id: w.id, reason: "no-ready-pod", ...(w.address ? { address: w.address } : {}) });
     } else if (!w.address) {
       unroutable.push({ id: w.id, reason: "no-address" });
     } else {
       const list = joining.get(w.address) ?? [];
-      if (list.length > 0) aliases.push({ intentWorker: w.id, worker: list[0]!.id });
+      if (list.length > 0) joined.push({ intentWorker: w.id, worker: list[0]!.id });
       joining.set(w.address, [...list, w]);
     }
   }
+  const aliases: MergedAlias[] = [];
   const workers: (T | IntentWorkerSpec)[] = pods.map((p) => {
     const from = contributions.get(p);
     const ranks = from ? servedRanks(p, unionRanks(from, rankSources(p))) : [];
-    return from && ranks.length > 0 ? withRanks(p, ranks, from) : p;
+    if (!from || ranks.length === 0) return p;
+    // An alias only for an intent worker whose ranks the worker took: not one whose ranks are all behind
+    // inactive ports or all stated by the worker's own intents.
+    for (const w of from) if (w.id !== p.id && w.ranks.some((r) => ranks.includes(r))) aliases.push({ intentWorker: w.id, worker: p.id });
+    return withRanks(p, ranks, from);
   });
+  aliases.push(...joined);
   for (const [address, [first, ...rest]] of joining) {
     const metricsUrl = first!.metricsUrl ?? rest.find((w) => w.metricsUrl)?.metricsUrl ?? `http://${address}/metrics`;
     const all = [first!, ...rest];

@@ -4,6 +4,7 @@ import { hostOf, intentWorkers, mergeWorkerSets, type AttachmentIntent } from ".
 import type { WorkerSpec } from "@kv-epp/protocol";
 import { descriptor, HOST } from "./fixtures.ts";
 import { LOOPBACK } from "@kv-epp/testkit";
+import { servedRanks } from "../src/workers.ts";
 
 /** A worker as the EPP's pod discovery lists it (Ready pods only): port convention, dpSize 1. */
 const pod = (id: string, ip: string) => ({ id, address: `${ip}:8000`, kvEvents: `tcp://${ip}:5557`, dpSize: 1, metricsUrl: `http://${ip}:8000/metrics` });
@@ -89,6 +90,27 @@ describe("kubernetes mode: pod discovery decides membership", () => {
     });
     expect(shared.workers.every((w) => !("ranks" in w))).toBe(true);
     expect(shared.unroutable).toEqual([{ id: "x", reason: "no-ready-pod" }]);
+  });
+});
+
+describe("ranks behind a pod's inactive ports", () => {
+  test("servedRanks leaves out the ranks the listing marks inactive, whatever intents state", () => {
+    const ranks = [0, 1, 2].map((r) => rank(r, "10.0.0.1"));
+    expect(servedRanks(pod("w", "10.0.0.1"), ranks)).toEqual(ranks);
+    expect(servedRanks({ ...pod("w", "10.0.0.1"), inactiveRanks: [1] }, ranks)).toEqual([rank(0, "10.0.0.1"), rank(2, "10.0.0.1")]);
+    expect(servedRanks({ ...pod("w", "10.0.0.1"), inactiveRanks: [0, 1, 2] }, ranks)).toEqual([]);
+  });
+
+  test("an intent worker whose every rank is behind an inactive port leaves the pod as listed and is no alias of it", () => {
+    // The pod serves rank 0 (rank 1's port is not active); another id's intent states rank 1 only, on the pod's IP.
+    const listed = { ...pod("vllm-a", "10.0.0.1"), inactiveRanks: [1] };
+    const { workers, aliases } = mergeWorkerSets([listed], intentWorkers([intent("alias-a", 1, "10.0.0.1")]), { mode: "kubernetes" });
+    expect(workers).toEqual([listed]);
+    expect(aliases).toEqual([]);
+    // Once it states an active rank too, it contributes, and is reported.
+    const both = mergeWorkerSets([listed], intentWorkers([intent("alias-a", 0, "10.0.0.1"), intent("alias-a", 1, "10.0.0.1")]), { mode: "kubernetes" });
+    expect(both.workers.map((w) => ("ranks" in w ? w.ranks : []))).toEqual([[rank(0, "10.0.0.1")]]);
+    expect(both.aliases).toEqual([{ intentWorker: "alias-a", worker: "vllm-a" }]);
   });
 });
 
