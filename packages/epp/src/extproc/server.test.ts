@@ -171,3 +171,17 @@ test("FULL_DUPLEX_STREAMED, a body in chunks is joined once into shared memory f
   whole.data({ request: "request_body", request_body: { body, end_of_stream: true } });
   expect(one[0]).toBe(body);
 });
+
+test("FULL_DUPLEX_STREAMED, a body past the body budget is routed unread: joined plainly, not into shared memory, and forwarded as sent", () => {
+  // A 40-byte budget another stream's 25 bytes partly hold: this one's first chunk is held, its second is not,
+  // so the route goes now, by load, on the two chunks joined.
+  const bodyBudget = new BodyBudget(40);
+  routedStream("FULL_DUPLEX_STREAMED", { bodyBudget }).data({ request: "request_body", request_body: { body: new Uint8Array(25), end_of_stream: false } });
+  const sent = ['{"model":"m",', '"prompt":', '"hi"}'].map((s) => new TextEncoder().encode(s));
+  const { call, data } = routedStream("FULL_DUPLEX_STREAMED", { bodyBudget });
+  sent.forEach((body, i) => data({ request: "request_body", request_body: { body, end_of_stream: i === sent.length - 1 } }));
+  type Streamed = { request_body?: { response?: { body_mutation?: { streamed_response?: { body: Uint8Array } } } } };
+  const forwarded = call.written.map((m) => (m as Streamed).request_body?.response?.body_mutation?.streamed_response?.body).filter((b) => b !== undefined);
+  expect(new TextDecoder().decode(Buffer.concat(forwarded))).toBe('{"model":"m","prompt":"hi"}');
+  expect(forwarded.some((b) => b.buffer instanceof SharedArrayBuffer)).toBe(false);
+});

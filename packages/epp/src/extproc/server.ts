@@ -449,7 +449,8 @@ class ProcessStream {
       // would name a model the pool does not serve): refused as overload, for the gateway to retry, rather than
       // sent where it fails.
       if (req.cls.modelRewrite !== undefined || this.deps.rewriteRules?.() !== undefined) return this.immediate(429, "EPP request-body buffer full", "shed", "shed");
-      const body = joinBody(req.chunks, req.bytes);
+      // Never tokenized: a plain join (joinBody's shared memory is for a pool member to read it without a copy).
+      const body = req.chunks.length === 1 ? req.chunks[0]! : Buffer.concat(req.chunks, req.bytes);
       req.chunks = []; // handed back now: nothing of it stays with the stream, uncounted, until its response ends
       this.decide(body, "body", eos, "over_budget");
       return;
