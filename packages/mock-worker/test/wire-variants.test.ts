@@ -1,7 +1,8 @@
 // The mock's newer-engine wire variants as events, before any socket: vLLM's partial prefix-cache
 // entries (--partial-entries) and SGLang's EAGLE bigram token_ids (--spec-bigram).
 import { expect, test } from "bun:test";
-import { decodeBatch, encodeBatch, type BlockStored, type KvEvent } from "@kv-epp/kv-events";
+import { decodeBatch, encodeBatch, EVENT_ENCODINGS, type BlockStored, type KvEvent } from "@kv-epp/kv-events";
+import { engineKind } from "../src/config.ts";
 import { parseKvGroups, PrefixCacheSim, RankEvents, startMockWorker } from "../src/index.ts";
 
 const U = 4;
@@ -51,4 +52,13 @@ test("SGLang bigram mode: a run's pages as (t, next) pairs; a page ending the pr
 test("the flags are refused where the engine they mimic would not publish them", async () => {
   await expect(startMockWorker({ port: 0, logLevel: "silent", specBigram: true })).rejects.toThrow(/sglang/);
   await expect(startMockWorker({ port: 0, logLevel: "silent", partialEntries: true })).rejects.toThrow(/--kv-groups/);
+});
+
+test("every event encoding publishes as its engine (engineKind): SGLang's stores never fill lora_id and carry the salt, vLLM's the reverse", () => {
+  const change = { kind: "stored" as const, parent: null, hashes: [1n], tokenIds: [1, 2, 3, 4], extraKeys: [null], loraName: "ad", loraId: 7, cacheSalt: "t1" };
+  for (const encoding of EVENT_ENCODINGS) {
+    const [ev] = new RankEvents(U, encoding).of([change]) as BlockStored[];
+    const sglang = engineKind({ eventEncoding: encoding }) === "sglang";
+    expect([encoding, ev!.loraId, ev!.cacheSalt]).toEqual([encoding, sglang ? null : 7, sglang ? "t1" : undefined]);
+  }
 });
