@@ -58,8 +58,25 @@ test("/metrics carries SGLang's scheduler gauges per DP rank, labelled as SGLang
   // The running request's slots: its prompt blocks and its partial tail (the decode grows it step by step).
   expect(usage[0]!.value).toBeGreaterThanOrEqual(7 / 64);
   expect(usage[1]!.value).toBeGreaterThanOrEqual(19 / 64);
-  expect(series(text, "sglang:num_used_tokens").map((s) => s.value)).toEqual(usage.map((u) => Math.round(u.value * 64) * 16));
   expect(text).toContain("# TYPE sglang:num_running_reqs gauge");
+});
+
+test("sglang:num_used_tokens counts the tokens running requests hold, not the cached blocks none holds", async () => {
+  const w = await worker({ blockSize: 16, capacityBlocks: 64 });
+  const cache = w.ranks[0]!.cache;
+  const used = async () => series(await (await fetch(`${w.url}/metrics`)).text(), "sglang:num_used_tokens").map((s) => s.value);
+  // A finished request leaves its 10 blocks cached: evictable, so free to SGLang (its evictable_size).
+  expect((await post(`${w.url}/v1/completions`, { prompt: Array.from({ length: 160 }, (_, i) => i + 1), max_tokens: 1 })).status).toBe(200);
+  expect(await used()).toEqual([0]);
+  // A request running on the rank: its 100-token prompt and first output token in 7 blocks it holds.
+  const running = cache.acquire(Uint32Array.from({ length: 100 }, (_, i) => 5000 + i));
+  expect(cache.allocate(running.lease, 101)).toBe(true);
+  const held = (running.lease.blocks.length + running.lease.anonymous) * cache.blockSize;
+  expect(held).toBe(7 * 16);
+  expect(cache.usedBlocks * cache.blockSize).toBeGreaterThan(held); // the finished request's blocks are still resident
+  expect(await used()).toEqual([held]);
+  cache.release(running.lease);
+  expect(await used()).toEqual([0]);
 });
 
 test("a server of one DP rank labels no dp_rank, and counts its tokens and requests", async () => {
