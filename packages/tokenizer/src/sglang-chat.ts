@@ -42,29 +42,31 @@ function sglangChat(o: Dict): ChatInput {
 const EFFORT_TIERS = new Set(["none", "minimal", "low", "medium", "high", "xhigh", "max"]);
 
 /**
- * The template variables a request brings. ChatCompletionRequest.normalize_reasoning_inputs: a reasoning effort
- * (`reasoning_effort`, or `reasoning.effort`, which wins) sets both `thinking` and `enable_thinking` (false for
- * "none") where chat_template_kwargs does not name them, and `reasoning.enabled` sets them true. Then
+ * The template variables a request brings. normalize_reasoning_inputs (chat_input/normalization.py), a validator
+ * that runs before the fields are validated: `reasoning.effort` replaces `reasoning_effort`, then an effort sets both
+ * `thinking` and `enable_thinking` (false for "none") where chat_template_kwargs does not name them, as does
+ * `reasoning.enabled` (true); chat_template_kwargs that is no object is then `{}`. Only then are the fields
+ * validated, so a bad `reasoning_effort` that `reasoning.effort` replaced is no error. Then
  * _convert_to_internal_request takes a `reasoning_effort` out of the kwargs as the request's own.
  */
 function sglangKwargs(o: Dict): { templateKwargs?: Dict; reasoningEffort?: unknown } {
-  const kw = o.chat_template_kwargs;
-  if (kw !== undefined && kw !== null && !isPyDict(kw)) throw new BadRequest("chat_template_kwargs must be an object");
-  let effort = o.reasoning_effort === undefined || o.reasoning_effort === null ? undefined : effortOf(o.reasoning_effort, "reasoning_effort");
+  let given = o.reasoning_effort;
   let thinking: boolean | undefined;
   const r = o.reasoning;
   if (isPyDict(r)) {
-    const given = r.effort ?? r.reasoning_effort;
-    if (given !== undefined && given !== null) effort = effortOf(given, "reasoning.effort");
+    const fromReasoning = r.effort ?? r.reasoning_effort;
+    if (fromReasoning !== undefined && fromReasoning !== null) given = effortOf(fromReasoning, "reasoning.effort");
     if (pyTruthy(enabledOf(r.enabled ?? r.enable))) thinking = true;
   }
-  if (effort !== undefined) thinking = effort !== "none";
-  let ctk = kw === undefined || kw === null ? undefined : { ...kw };
+  if (given !== undefined && given !== null) thinking = given !== "none";
+  let effort = given === undefined || given === null ? undefined : effortOf(given, "reasoning_effort");
+  const kw = o.chat_template_kwargs;
+  let ctk = isPyDict(kw) ? { ...kw } : undefined;
   if (thinking !== undefined) {
     ctk ??= {};
     if (!Object.hasOwn(ctk, "thinking")) ctk.thinking = thinking;
     if (!Object.hasOwn(ctk, "enable_thinking")) ctk.enable_thinking = thinking;
-  }
+  } else if (kw !== undefined && kw !== null && ctk === undefined) throw new BadRequest("chat_template_kwargs must be an object");
   if (ctk !== undefined && Object.hasOwn(ctk, "reasoning_effort")) {
     const inKwargs = ctk.reasoning_effort;
     delete ctk.reasoning_effort;
@@ -133,7 +135,8 @@ function renderSglangChat(messages: readonly ChatMessage[], opts: ChatOptions, s
     text = runTemplate(template, { ...vars, tools: tools ?? null });
   } catch (err) {
     // A failed render is tried once more with each tool flattened to its function (templates such as Mistral's
-    // want no wrapper). Only a template's raise is retried: a failure of this process's engine is not SGLang's.
+    // want no wrapper). SGLang retries on any exception; here only what jinja2 raises too (TemplateRaised: a
+    // raise_exception, an undefined's attribute or tojson) is: a failure of this process's engine is not SGLang's.
     if (!(err instanceof ChatTemplateError)) throw err;
     text = runTemplate(template, { ...vars, tools: tools === undefined ? null : tools.map((t) => ("function" in t ? t.function : t)) });
   }

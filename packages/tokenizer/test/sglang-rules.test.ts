@@ -62,6 +62,16 @@ describe("tools", () => {
     const raises = both('{{ raise_exception("never") }}').sglang;
     expect(() => render(raises, { ...user("q"), tools: [fn] })).toThrow(ChatTemplateError);
   });
+
+  test("a template written for flat tools, which jinja2 fails on with wrapped ones (tojson or an attribute of undefined), is rendered with flat tools", () => {
+    // SGLang retries on any exception: json.dumps' TypeError on an Undefined, jinja2's UndefinedError.
+    const { sglang, vllm } = both("{% for t in tools %}{{ t.name | tojson }}{% endfor %}");
+    expect(render(sglang, { ...user("q"), tools: [fn] })).toBe('"f"');
+    // vLLM answers a template's TypeError with a 400 (its jinja2 errors are client errors): so does the EPP.
+    expect(() => render(vllm, { ...user("q"), tools: [fn] })).toThrow(ChatTemplateError);
+    const attribute = both("{% for t in tools %}{{ t.parameters.type }}{% endfor %}").sglang;
+    expect(render(attribute, { ...user("q"), tools: [fn] })).toBe("object");
+  });
 });
 
 describe("content parts", () => {
@@ -164,6 +174,17 @@ describe("template variables", () => {
     expect(render(vllm, { ...user("q"), reasoning_effort: "low" })).toBe("low|True|");
     expect(render(vllm, { ...user("q"), reasoning_effort: "none" })).toBe("none|False|");
     expect(render(vllm, { ...user("q"), reasoning: { effort: "high" } })).toBe("||");
+  });
+
+  test("reasoning.effort replaces reasoning_effort before either is validated, and a reasoning input makes bad kwargs {}", () => {
+    const { sglang } = both(EFFORT);
+    // normalize_reasoning_inputs is a before-validator: what it replaced is never validated.
+    expect(render(sglang, { ...user("q"), reasoning_effort: "bogus", reasoning: { effort: "high" } })).toBe("high|True|True");
+    // It sets chat_template_kwargs to {} (then the defaults) when they are no dict and thinking is set.
+    expect(render(sglang, { ...user("q"), reasoning_effort: "low", chat_template_kwargs: "x" })).toBe("low|True|True");
+    expect(render(sglang, { ...user("q"), reasoning: { enabled: true }, chat_template_kwargs: [1] })).toBe("|True|True");
+    expect(() => render(sglang, { ...user("q"), reasoning_effort: "bogus" })).toThrow(BadRequest);
+    expect(() => render(sglang, { ...user("q"), chat_template_kwargs: "x" })).toThrow(BadRequest);
   });
 
   test("the server's default kwargs fill only what the request's kwargs leave out: a request's null stays null", () => {
