@@ -127,7 +127,9 @@ function renderSglangChat(messages: readonly ChatMessage[], opts: ChatOptions, s
   const tools = templateTools(opts);
   const template = server.template(tools !== undefined);
   if (template === null) throw new ChatTemplateError("the model's tokenizer has no chat template");
-  const { chat, continuation } = finalTurn(conversation(messages, sglangFormat(server)), opts.continueFinalMessage === true);
+  const rendered = conversation(messages, sglangFormat(server));
+  // A chat cut at the routing bound ends on an earlier message, which the request's prompt renders as it is.
+  const { chat, continuation } = opts.cutAtBound ? { chat: rendered } : finalTurn(rendered, opts.continueFinalMessage === true);
   // transformers' apply_chat_template, as _apply_jinja_template calls it: always with the generation prompt.
   const vars: Dict = { ...server.specialTokens, documents: null, ...templateKwargs(server.flags.defaultKwargs, opts), messages: chat, add_generation_prompt: true };
   let text: string;

@@ -36,6 +36,11 @@ export type ChatOptions = Truncation & {
   continueFinalMessage?: boolean;
   /** The request's `add_special_tokens`: vLLM's chat default is false (the template places them). */
   addSpecialTokens?: boolean;
+  /**
+   * The messages are the request's first ones, cut at the routing bound (routing-job.ts): the last is not the
+   * request's final message, so it renders as any earlier one (SGLang's final-turn rule does not apply to it).
+   */
+  cutAtBound?: boolean;
   /** SGLang's request-level `reasoning_effort`, which it hands the template beside `chat_template_kwargs` (sglang-chat.ts). */
   reasoningEffort?: unknown;
 };

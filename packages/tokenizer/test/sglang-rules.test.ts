@@ -5,6 +5,7 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { BadRequest, ChatTemplateError, ChatUnrenderable, createPreprocessor, ignoredRenderingFlags, type Preprocessor } from "../src/index";
 import { parseBodyBytes } from "../src/request/openai-body";
+import { ROUTING_TEXT_CHARS, routingJob } from "../src/request/routing-job";
 import { chatOf, render, TemplateServers } from "./template-servers";
 
 let servers: TemplateServers;
@@ -147,6 +148,24 @@ describe("the final assistant message", () => {
     const cut = { ...continued, add_generation_prompt: false };
     expect(render(vllm, cut)).toBe("<user:q><assistant:Sure");
     expect(Array.from(vllm.encodeChat(chatOf(vllm, cut).messages, chatOf(vllm, cut).opts))).toEqual(ids("<user:q><assistant:Sure"));
+  });
+
+  test("a chat cut at the routing bound renders its last message as the request's prompt does there: it is not the final one", () => {
+    const { sglang } = both(TURNS);
+    const long = "w ".repeat(ROUTING_TEXT_CHARS);
+    const routed = (body: Record<string, unknown>) => {
+      const job = routingJob(parseBodyBytes(new TextEncoder().encode(JSON.stringify(body)), "/v1/chat/completions", sglang.rules).input);
+      if (!("kind" in job) || job.kind !== "chat") throw new Error("not a chat job");
+      expect(job.opts.cutAtBound).toBe(true);
+      const cut = job.messages.at(-1)!.content as string;
+      return { text: sglang.renderChat(job.messages, job.opts), cut };
+    };
+    const messages = [{ role: "user", content: "q" }, { role: "assistant", content: long }, { role: "user", content: "r" }];
+    const plain = routed({ messages });
+    expect(plain.text).toBe(`<user:q><assistant:${plain.cut}><assistant:`);
+    // With continue_final_message the request's final message is continued, not the one the cut ends on.
+    const continued = routed({ messages: [...messages, { role: "assistant", content: "Sure" }], continue_final_message: true });
+    expect(continued.text).toBe(`<user:q><assistant:${continued.cut}><assistant:`);
   });
 
   test("add_generation_prompt is not SGLang's to turn off: the generation prompt is always rendered", () => {

@@ -48,8 +48,9 @@ export function routingJob(input: RoutedInput): TokenizeJob | Uint32Array {
         reasoningEffort: input.reasoningEffort,
         truncatePromptTokens: input.truncatePromptTokens,
         truncationSide: input.truncationSide,
+        ...(messages !== input.messages ? { cutAtBound: true } : {}),
       };
-      return { kind: "chat", messages, opts, cutAtMedia: true, ...(messages !== input.messages ? { cutAtBound: true } : {}) };
+      return { kind: "chat", messages, opts, cutAtMedia: true };
     }
   }
 }
