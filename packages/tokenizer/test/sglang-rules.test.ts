@@ -2,6 +2,8 @@
 // SGLang texts are what its code gives (python/sglang/srt/entrypoints/openai/serving_chat.py, protocol.py,
 // python/sglang/srt/parser/jinja_template_utils.py; each test names the function), written out by hand for
 // templates small enough to read; the vLLM texts are what the vLLM rules gave before SGLang's existed.
+import { writeFileSync } from "node:fs";
+import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { BadRequest, ChatTemplateError, ChatUnrenderable, createPreprocessor, ignoredRenderingFlags, type Preprocessor } from "../src/index";
 import { parseBodyBytes } from "../src/request/openai-body";
@@ -257,6 +259,16 @@ describe("messages", () => {
     expect(() => render(sglang, call("[1]"))).toThrow(ChatTemplateError);
     expect(render(vllm, call("not json"))).toBe("{}");
   });
+});
+
+test("--chat-template is a .jinja file, read as SGLang reads it: outer newlines stripped, a literal \\n a newline", () => {
+  const file = join(servers.root, "served.jinja");
+  writeFileSync(file, "\n\n{% for m in messages %}[{{ m.content }}]\\n{% endfor %}\n");
+  // TemplateManager._load_jinja_template: "".join(f.readlines()).strip("\n"), then .replace("\\n", "\n").
+  expect(render(servers.server(CONTENTS, { chatRendering: "sglang", chatTemplate: file }), user("q"))).toBe("[q]\n");
+  expect(render(servers.server(CONTENTS, { chatTemplate: file }), user("q"))).toBe("\n\n[q]\\n");
+  // Anything else is a name or JSON file of SGLang's own conversation templates, which are not rendered here.
+  expect(() => servers.server(CONTENTS, { chatRendering: "sglang", chatTemplate: "{{ 1 }}" })).toThrow(/\.jinja/);
 });
 
 test("a /v1/responses body is routed by load for SGLang workers; vLLM's are rendered", () => {
