@@ -3,7 +3,7 @@ import { ChatTemplateError, ChatUnrenderable } from "./messages";
 import { TemplateRaised, type PyTemplate } from "./py-template";
 
 /** A chat template compiled once, with the content format the engine's rules detect on it. */
-export type ChatTemplate = { compiled: PyTemplate; contentFormat: ContentFormat };
+export type ChatTemplate = { source: string; compiled: PyTemplate; contentFormat: ContentFormat };
 
 /**
  * Renders `template` with `vars`. What jinja2 raises too (raise_exception(), an undefined value's attribute or

@@ -78,7 +78,7 @@ export class HfPreprocessor implements Preprocessor, ChatServer {
 
   private compile(source: string): ChatTemplate {
     const compiled = new PyTemplate(source);
-    return { compiled, contentFormat: this.rules.detectFormat(source, compiled.ast) };
+    return { source, compiled, contentFormat: this.rules.detectFormat(source, compiled.ast) };
   }
 
   /**

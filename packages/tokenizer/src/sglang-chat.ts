@@ -8,6 +8,7 @@ import type { ChatInput, ChatRules, ChatServer, RenderedChat } from "./chat-rule
 import { runTemplate } from "./chat-template";
 import { reads, walk, type ContentFormat } from "./content-format";
 import { ChatTemplateError, ChatUnrenderable } from "./messages";
+import { checkEffortKwarg, checkSchemaTypes, checkToolResultOrder } from "./sglang-gaps";
 import { isPyDict, parseJsonKeepingFloats, PyFloat, PyNumber } from "./py-values";
 import { BadRequest } from "./request/bad-request";
 import { optionalBool } from "./request/openai-body";
@@ -127,11 +128,14 @@ function renderSglangChat(messages: readonly ChatMessage[], opts: ChatOptions, s
   const tools = templateTools(opts);
   const template = server.template(tools !== undefined);
   if (template === null) throw new ChatTemplateError("the model's tokenizer has no chat template");
+  checkSchemaTypes(tools, messages);
+  checkToolResultOrder(messages);
   const rendered = conversation(messages, sglangFormat(server));
   // A chat cut at the routing bound ends on an earlier message, which the request's prompt renders as it is.
   const { chat, continuation } = opts.cutAtBound ? { chat: rendered } : finalTurn(rendered, opts.continueFinalMessage === true);
   // transformers' apply_chat_template, as _apply_jinja_template calls it: always with the generation prompt.
   const vars: Dict = { ...server.specialTokens, documents: null, ...templateKwargs(server.flags.defaultKwargs, opts), messages: chat, add_generation_prompt: true };
+  checkEffortKwarg(template.source, vars);
   let text: string;
   try {
     text = runTemplate(template, { ...vars, tools: tools ?? null });
@@ -250,7 +254,8 @@ function openaiPart(p: unknown): Dict[] {
   return p.type === "tool_reference" ? [{ type: "tool_reference", name: p.name }] : [];
 }
 
-const MEDIA_KINDS: Record<string, string> = { image_url: "image", input_image: "image", video_url: "video", audio_url: "audio" };
+// An input_audio part is an audio_url one to SGLang (schema.py _to_audio_url_part).
+const MEDIA_KINDS: Record<string, string> = { image_url: "image", input_image: "image", video_url: "video", audio_url: "audio", input_audio: "audio" };
 
 /** normalize_tool_content: a list of text parts (or strings) is one string, joined with a space; any other list stays. */
 function joinedToolText(parts: ContentPart[]): string | ContentPart[] {

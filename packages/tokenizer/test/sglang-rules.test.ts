@@ -271,6 +271,44 @@ test("--chat-template is a .jinja file, read as SGLang reads it: outer newlines 
   expect(() => servers.server(CONTENTS, { chatRendering: "sglang", chatTemplate: "{{ 1 }}" })).toThrow(/\.jinja/);
 });
 
+describe("what SGLang does that is not mirrored is routed by load, never hashed", () => {
+  test("a tool schema with a non-standard type name (normalize_json_schema_types rewrites it)", () => {
+    const { sglang, vllm } = both("{{ tools | tojson }}");
+    const typed = (type: unknown) => ({ ...user("q"), tools: [{ type: "function", function: { name: "f", parameters: { type: "object", properties: { a: { type } } } } }] });
+    expect(() => render(sglang, typed("varchar"))).toThrow(ChatUnrenderable);
+    expect(() => render(sglang, typed(["string", "int64"]))).toThrow(ChatUnrenderable);
+    expect(render(sglang, typed("string"))).toContain('"a": {"type": "string"}');
+    expect(render(vllm, typed("varchar"))).toContain('"a": {"type": "varchar"}');
+  });
+
+  test("reasoning_effort \"low\" with a template that reads low_effort (reasoning_config.effort_kwarg)", () => {
+    const { sglang } = both("{{ low_effort }}");
+    expect(() => render(sglang, { ...user("q"), reasoning_effort: "low" })).toThrow(ChatUnrenderable);
+    expect(render(sglang, { ...user("q"), reasoning_effort: "low", chat_template_kwargs: { low_effort: false } })).toBe("False");
+    expect(render(sglang, { ...user("q"), reasoning_effort: "high" })).toBe("");
+  });
+
+  test("tool results holding media, out of their calls' order (_canonicalize_tool_message_order sorts them)", () => {
+    const { sglang } = both(CONTENTS);
+    const image = { type: "image_url", image_url: { url: "u" } };
+    const call = (id: string) => ({ id, type: "function", function: { name: "f", arguments: "{}" } });
+    const chat = (first: string, second: string) => ({
+      messages: [
+        { role: "user", content: "q" }, { role: "assistant", content: null, tool_calls: [call("a"), call("b")] },
+        { role: "tool", tool_call_id: first, content: [image] }, { role: "tool", tool_call_id: second, content: "r" }, { role: "user", content: "s" },
+      ],
+    });
+    expect(() => render(sglang, chat("b", "a"))).toThrow(ChatUnrenderable);
+    expect(render(sglang, chat("a", "b"))).toBe("[q][][][r][s]");
+  });
+});
+
+test("an input_audio part is an audio part to SGLang's \"openai\" format", () => {
+  const { sglang } = both("{% for m in messages %}{% for p in m.content %}<{{ p.type }}>{% endfor %}{% endfor %}");
+  // schema.py _to_audio_url_part: input_audio becomes audio_url, which the format keeps as {"type": "audio"}.
+  expect(render(sglang, user([{ type: "input_audio", input_audio: { data: "AAAA", format: "wav" } }, { type: "text", text: "t" }]))).toBe("<audio><text>");
+});
+
 test("a /v1/responses body is routed by load for SGLang workers; vLLM's are rendered", () => {
   const body = new TextEncoder().encode(JSON.stringify({ input: "hi" }));
   const { sglang, vllm } = both(CONTENTS);
