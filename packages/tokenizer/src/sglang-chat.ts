@@ -1,9 +1,11 @@
-// SGLang's chat rendering, for pools of SGLang workers: its OpenAI server's Jinja path
-// (python/sglang/srt/entrypoints/openai/serving_chat.py: _process_messages, _apply_jinja_template,
-// _handle_last_assistant_message; protocol.py: ChatCompletionRequest and its message and tool models;
-// python/sglang/srt/parser/jinja_template_utils.py: detect_jinja_template_content_format,
-// process_content_for_template_format). A model SGLang serves with one of its own conversation templates, or with
-// a Python encoder instead of the template (DeepSeek V3.2/V4, Kimi K3), renders otherwise and is not mirrored.
+// SGLang's chat rendering, for pools of SGLang workers: its Jinja path as of SGLang commit
+// 3ba38dc009511b7210fe62163f16dae2346cf6a7, in python/sglang/srt/entrypoints/chat_input/ (processor.py:
+// ChatInputProcessor._resolve_input, _prepare_tools; renderers.py: ChatRenderer._apply_jinja_template,
+// _handle_last_assistant_message, normalize_tool_content; normalization.py: normalize_reasoning_inputs; schema.py:
+// the message and tool models) and python/sglang/srt/parser/jinja_template_utils.py
+// (detect_jinja_template_content_format, process_content_for_template_format). What it does that is not mirrored
+// is detected in sglang-gaps.ts (routed by load). A model SGLang serves with one of its own conversation templates,
+// or with a Python encoder instead of the template (DeepSeek V3.2/V4, Kimi K3), renders otherwise and is not mirrored.
 import type { ChatInput, ChatRules, ChatServer, RenderedChat } from "./chat-rules";
 import { runTemplate } from "./chat-template";
 import { reads, walk, type ContentFormat } from "./content-format";
@@ -27,7 +29,7 @@ export const SGLANG_CHAT: ChatRules = {
 type Dict = Record<string, unknown>;
 
 /**
- * A chat body as ChatCompletionRequest reads it: the messages as sent (its assistant field is `reasoning_content`,
+ * A chat body as SGLang's request model reads it (schema.py, ChatInput): the messages as sent (its assistant field is `reasoning_content`,
  * and `reasoning` is none of its fields), tools, tool_choice, chat_template_kwargs, reasoning_effort and
  * continue_final_message. It has no add_generation_prompt, add_special_tokens, truncate_prompt_tokens, documents
  * or chat_template field: those are ignored, as SGLang ignores them.
@@ -47,8 +49,8 @@ const EFFORT_TIERS = new Set(["none", "minimal", "low", "medium", "high", "xhigh
  * that runs before the fields are validated: `reasoning.effort` replaces `reasoning_effort`, then an effort sets both
  * `thinking` and `enable_thinking` (false for "none") where chat_template_kwargs does not name them, as does
  * `reasoning.enabled` (true); chat_template_kwargs that is no object is then `{}`. Only then are the fields
- * validated, so a bad `reasoning_effort` that `reasoning.effort` replaced is no error. Then
- * _convert_to_internal_request takes a `reasoning_effort` out of the kwargs as the request's own.
+ * validated, so a bad `reasoning_effort` that `reasoning.effort` replaced is no error. Then the serving path takes
+ * a `reasoning_effort` out of the kwargs as the request's own.
  */
 function sglangKwargs(o: Dict): { templateKwargs?: Dict; reasoningEffort?: unknown } {
   let given = o.reasoning_effort;
@@ -162,7 +164,7 @@ function templateTools(opts: ChatOptions): Dict[] | undefined {
   return picked.length === 0 ? undefined : picked.map(dumpTool);
 }
 
-/** protocol.py's Tool and Function as dumped: description before name, strict a bool, a function's unset defer_loading left out. */
+/** schema.py's Tool and Function as dumped: description before name, strict a bool, a function's unset defer_loading left out. */
 function dumpTool(t: unknown): Dict {
   const tool = isPyDict(t) ? t : {};
   const fn = isPyDict(tool.function) ? tool.function : {};
@@ -175,8 +177,8 @@ function dumpTool(t: unknown): Dict {
 }
 
 /**
- * The server's --default-chat-template-kwargs under the request's (_process_messages: setdefault, a request's null
- * kept), a default reasoning_effort the request's when it has none; then _apply_jinja_template's variables: the
+ * The server's --default-chat-template-kwargs under the request's (ChatInputProcessor._resolve_input: setdefault, a
+ * request's null kept), a default reasoning_effort the request's when it has none; then _apply_jinja_template's variables: the
  * reasoning effort, with the kwargs over it.
  */
 function templateKwargs(defaults: Dict | undefined, opts: ChatOptions): Dict {

@@ -1,5 +1,5 @@
 // Where SGLang's OpenAI server renders a chat otherwise than vLLM's, each rendered here by both engines' rules. The
-// SGLang texts are what its code gives (python/sglang/srt/entrypoints/openai/serving_chat.py, protocol.py,
+// SGLang texts are what its code gives (commit 3ba38dc0: python/sglang/srt/entrypoints/chat_input/,
 // python/sglang/srt/parser/jinja_template_utils.py; each test names the function), written out by hand for
 // templates small enough to read; the vLLM texts are what the vLLM rules gave before SGLang's existed.
 import { writeFileSync } from "node:fs";
@@ -29,7 +29,7 @@ const fn = { type: "function", function: { name: "f", parameters: { type: "objec
 describe("tools", () => {
   test("the template gets each tool as Tool.model_dump gives it: description first, strict false where unset, the tool's defer_loading null", () => {
     const { sglang, vllm } = both("{{ tools | tojson }}");
-    // _process_messages: tools = [item.model_dump() for item in request.tools] (protocol.py Tool, Function).
+    // ChatInputProcessor._prepare_tools: tools = [item.model_dump() for item in request.tools] (schema.py Tool, Function).
     expect(render(sglang, { ...user("q"), tools: [fn] })).toBe(
       '[{"type": "function", "function": {"description": null, "name": "f", "parameters": {"type": "object"}, "strict": false}, "defer_loading": null}]',
     );
@@ -47,7 +47,7 @@ describe("tools", () => {
     const { sglang, vllm } = both("{% if tools %}{% for t in tools %}{{ t.function.name }},{% endfor %}{% endif %}|{{ tools }}");
     const g = { type: "function", function: { name: "g" } };
     const chat = { ...user("q"), tools: [fn, g] };
-    // _process_messages: tools only when request.tool_choice != "none"; a ToolChoice keeps the tools of its name.
+    // _prepare_tools: tools only when request.tool_choice != "none"; a ToolChoice keeps the tools of its name.
     expect(render(sglang, { ...chat, tool_choice: "none" })).toBe("|None");
     expect(render(sglang, { ...chat, tool_choice: { type: "function", function: { name: "g" } } })).toBe("g,|" + "[{'type': 'function', 'function': {'description': None, 'name': 'g', 'parameters': None, 'strict': False}, 'defer_loading': None}]");
     // `if effective_tools`: an empty list is no tools.
@@ -183,14 +183,14 @@ describe("template variables", () => {
 
   test("a reasoning effort sets thinking and enable_thinking alike, where the kwargs do not name them", () => {
     const { sglang, vllm } = both(EFFORT);
-    // ChatCompletionRequest.normalize_reasoning_inputs: ctk.setdefault("thinking" / "enable_thinking", effort != "none").
+    // normalize_reasoning_inputs: ctk.setdefault("thinking" / "enable_thinking", effort != "none").
     expect(render(sglang, { ...user("q"), reasoning_effort: "low" })).toBe("low|True|True");
     expect(render(sglang, { ...user("q"), reasoning_effort: "none" })).toBe("none|False|False");
     expect(render(sglang, { ...user("q"), reasoning_effort: "none", chat_template_kwargs: { enable_thinking: true } })).toBe("none|True|False");
     // `reasoning: {effort}` is read too, and `reasoning.enabled` turns thinking on.
     expect(render(sglang, { ...user("q"), reasoning: { effort: "high" } })).toBe("high|True|True");
     expect(render(sglang, { ...user("q"), reasoning: { enabled: "yes" } })).toBe("|True|True");
-    // _convert_to_internal_request: a reasoning_effort in the kwargs is the request's (and sets nothing else).
+    // The serving path: a reasoning_effort in the kwargs is the request's (and sets nothing else).
     expect(render(sglang, { ...user("q"), chat_template_kwargs: { reasoning_effort: "max" } })).toBe("max||");
     expect(render(vllm, { ...user("q"), reasoning_effort: "low" })).toBe("low|True|");
     expect(render(vllm, { ...user("q"), reasoning_effort: "none" })).toBe("none|False|");
@@ -210,7 +210,7 @@ describe("template variables", () => {
 
   test("the server's default kwargs fill only what the request's kwargs leave out: a request's null stays null", () => {
     const { sglang, vllm } = both("{{ enable_thinking }}", '{"enable_thinking": false}');
-    // _process_messages: ctk.setdefault(k, v) for the server's default_chat_template_kwargs.
+    // ChatInputProcessor._resolve_input: ctk.setdefault(k, v) for the server's default_chat_template_kwargs.
     expect(render(sglang, { ...user("q"), chat_template_kwargs: { enable_thinking: null } })).toBe("None");
     expect(render(sglang, user("q"))).toBe("False");
     expect(render(vllm, { ...user("q"), chat_template_kwargs: { enable_thinking: null } })).toBe("False");
