@@ -40,8 +40,6 @@ export type ChatRules = {
   readonly rendersResponses: boolean;
   /** The content format this engine detects on a template (kept with the compiled template). */
   detectFormat(source: string, ast: unknown): ContentFormat;
-  /** The content format of a chat without tools. */
-  contentFormat(server: ChatServer): ContentFormat;
   render(messages: readonly ChatMessage[], opts: ChatOptions, server: ChatServer): RenderedChat;
 };
 

@@ -22,7 +22,6 @@ export const SGLANG_CHAT: ChatRules = {
   // Its Responses path builds the chat its own way (labelled developer turns, custom tools), still changing.
   rendersResponses: false,
   detectFormat: detectSglangFormat,
-  contentFormat: sglangFormat,
   render: renderSglangChat,
 };
 

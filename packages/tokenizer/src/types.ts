@@ -119,7 +119,10 @@ export interface Preprocessor {
   encodeCompletion(prompt: string | readonly number[], opts?: CompletionOptions, control?: EncodeControl): Uint32Array;
   /** `/v1/chat/completions`: chat template with add_generation_prompt, then tokenized without adding special tokens. */
   encodeChat(messages: readonly ChatMessage[], opts?: ChatOptions, control?: EncodeControl): Uint32Array;
-  /** The rendered chat text (what encodeChat tokenizes). */
+  /**
+   * The rendered chat text. encodeChat tokenizes it, except that SGLang's continued final message (its rules'
+   * `continuation`, appended here) is tokenized on its own and its ids appended, so they may differ where they meet.
+   */
   renderChat(messages: readonly ChatMessage[], opts?: ChatOptions): string;
   decode(ids: ArrayLike<number>): string;
   cacheStats(): CacheStats;

@@ -14,7 +14,6 @@ export const VLLM_CHAT: ChatRules = {
   readChat: vllmChat,
   rendersResponses: true,
   detectFormat: (_source, ast) => detectContentFormat(ast),
-  contentFormat: (server) => formatOf(server.flags, server.template(false)),
   render: renderVllmChat,
 };
 

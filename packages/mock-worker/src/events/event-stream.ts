@@ -1,6 +1,7 @@
 import { KvEventPublisher, type EventEncoding, type ExtraKeyValue, type KvEvent } from "@kv-epp/kv-events";
 import type { Logger } from "pino";
 import type { CacheEvent } from "../cache/prefix-cache.ts";
+import { engineKind } from "../config.ts";
 import { GroupedEvents, type KvGroup } from "./kv-groups.ts";
 import { BigramEvents } from "./spec-bigram.ts";
 
@@ -56,16 +57,18 @@ export class RankEvents {
 
   constructor(
     private readonly blockSize: number,
-    private readonly encoding: EventEncoding,
+    encoding: EventEncoding,
     kvGroups?: readonly KvGroup[],
     wire: WireVariants = {},
   ) {
     this.grouped = kvGroups && kvGroups.length > 0 ? new GroupedEvents(kvGroups, blockSize, wire.partialEntries) : undefined;
     this.bigram = wire.specBigram ? new BigramEvents(blockSize) : undefined;
     this.tagged = wire.taggedExtraKeys === true;
+    this.sglang = engineKind({ eventEncoding: encoding }) === "sglang";
   }
 
   private readonly tagged: boolean;
+  private readonly sglang: boolean;
 
   of(changes: CacheEvent[]): KvEvent[] {
     const base = (ch: CacheEvent) => this.event(ch);
@@ -80,10 +83,10 @@ export class RankEvents {
           type: "BlockStored", blockHashes: ch.hashes, parentBlockHash: ch.parent, tokenIds: ch.tokenIds,
           // SGLang never fills lora_id; it names an adapter by lora_name (mem_cache/events.py KvEventLoraNames),
           // which only its map form carries.
-          blockSize: this.blockSize, loraId: this.encoding.startsWith("sglang") ? null : ch.loraId, medium: "GPU", loraName: ch.loraName,
+          blockSize: this.blockSize, loraId: this.sglang ? null : ch.loraId, medium: "GPU", loraName: ch.loraName,
           extraKeys: this.tagged ? ch.extraKeys.map((k) => tagged(k, ch.loraName)) : ch.extraKeys,
           // SGLang has no extra_keys: its salt travels as a field of its own (vLLM's is in extra_keys).
-          ...(ch.cacheSalt !== undefined && this.encoding.startsWith("sglang") ? { cacheSalt: ch.cacheSalt } : {}),
+          ...(ch.cacheSalt !== undefined && this.sglang ? { cacheSalt: ch.cacheSalt } : {}),
         };
       case "removed":
         return { type: "BlockRemoved", blockHashes: ch.hashes, medium: "GPU" };
