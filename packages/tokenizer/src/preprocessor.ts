@@ -13,7 +13,7 @@ import { NO_CACHE_STATS, type ChatMessage, type ChatOptions, type Preprocessor, 
  * once per model at startup; a directory that is given but unreadable throws.
  */
 export function createPreprocessor(opts: PreprocessorOptions = {}): Preprocessor {
-  const rules = chatRules(opts.chatRendering);
+  const rules = chatRules(opts.chatRendering, opts);
   const pre: Preprocessor = opts.tokenizerDir === undefined
     ? byteFallbackPreprocessor(rules)
     : new HfPreprocessor(loadTokenizerFiles(opts.tokenizerDir), opts.cache ?? {}, opts.fastBpe ?? true, {

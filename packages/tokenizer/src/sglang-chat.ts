@@ -23,6 +23,7 @@ export const SGLANG_CHAT: ChatRules = {
   rendersResponses: false,
   detectFormat: detectSglangFormat,
   render: renderSglangChat,
+  templateTools: pickedTools,
 };
 
 type Dict = Record<string, unknown>;
@@ -156,11 +157,14 @@ function renderSglangChat(messages: readonly ChatMessage[], opts: ChatOptions, s
  * `defer_loading`, null when unset).
  */
 function templateTools(opts: ChatOptions): Dict[] | undefined {
-  const { tools, toolChoice } = opts;
+  return pickedTools(opts)?.map(dumpTool);
+}
+
+function pickedTools({ tools, toolChoice }: Pick<ChatOptions, "tools" | "toolChoice">): unknown[] | undefined {
   if (tools === undefined || tools.length === 0 || toolChoice === "none") return undefined;
   const named = isPyDict(toolChoice) && isPyDict(toolChoice.function) ? toolChoice.function.name : undefined;
   const picked = named === undefined ? tools : tools.filter((t) => isPyDict(t) && isPyDict(t.function) && t.function.name === named);
-  return picked.length === 0 ? undefined : picked.map(dumpTool);
+  return picked.length === 0 ? undefined : picked;
 }
 
 /** schema.py's Tool and Function as dumped: description before name, strict a bool, a function's unset defer_loading left out. */
