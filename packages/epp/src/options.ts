@@ -91,7 +91,7 @@ export const EPP_OPTIONS = {
     ),
     defaultChatTemplateKwargs: opt.string(
       jsonObjectText.optional(),
-      "the workers' vLLM --default-chat-template-kwargs, a JSON object (e.g. {\"enable_thinking\": false}): chats render with these unless the request sets them, as on the workers (a template that prints them, such as a reasoning effort in the system prompt, otherwise differs from the first block on)",
+      "the workers' --default-chat-template-kwargs (vLLM's or SGLang's), a JSON object (e.g. {\"enable_thinking\": false}): chats render with these unless the request sets them, as on the workers (a template that prints them, such as a reasoning effort in the system prompt, otherwise differs from the first block on); under sglang a reasoning_effort among them is the request's when it sets none",
     ),
     excludeToolsWhenToolChoiceNone: opt.bool(
       z.boolean().default(false),
@@ -99,7 +99,7 @@ export const EPP_OPTIONS = {
     ),
     chatTemplate: opt.string(
       z.string().min(1).optional(),
-      "the workers' vLLM --chat-template: a file's path, or the template itself (a value that opens as no file and holds {, } or a newline), rendering every chat in place of the tokenizer's templates, as on the workers",
+      "the workers' --chat-template, rendering every chat in place of the tokenizer's templates, as on the workers: under vllm a file's path, or the template itself (a value that opens as no file and holds {, } or a newline); under sglang a .jinja file, read as SGLang reads it (outer newlines stripped, a literal \\n a newline)",
     ),
     chatTemplateContentFormat: opt.choice(
       CONTENT_FORMAT_OPTIONS,

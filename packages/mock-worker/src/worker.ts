@@ -67,7 +67,7 @@ export async function startMockWorker(opts: MockWorkerOptions = {}): Promise<Moc
 
   // An SGLang mode stands in for SGLang's server: its chats render by SGLang's rules, as the EPP renders them for it.
   const rendering: PreprocessorOptions = {
-    chatRendering: config.eventEncoding.startsWith("sglang") ? "sglang" : "vllm",
+    chatRendering: kind,
     tokenizerDir: config.tokenizerDir, model: config.model, defaultChatTemplateKwargs: config.defaultChatTemplateKwargs,
     excludeToolsWhenToolChoiceNone: config.excludeToolsWhenToolChoiceNone, chatTemplate: config.chatTemplate,
     chatTemplateContentFormat: config.chatTemplateContentFormat, trustRequestChatTemplate: config.trustRequestChatTemplate,

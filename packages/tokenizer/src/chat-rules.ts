@@ -8,7 +8,7 @@ import type { ServerRendering } from "./hf-preprocessor";
 import type { RoutedInput } from "./request/openai-body";
 import { SGLANG_CHAT } from "./sglang-chat";
 import type { ChatMessage, ChatOptions } from "./types";
-import { VLLM_CHAT } from "./vllm-chat";
+import { VLLM_CHAT, VLLM_CHAT_EXCLUDING_TOOLS } from "./vllm-chat";
 
 /** The workers' serving engine, whose chat rendering is mirrored. */
 export type ChatEngine = "vllm" | "sglang";
@@ -40,11 +40,13 @@ export type ChatRules = {
   readonly rendersResponses: boolean;
   /** The content format this engine detects on a template (kept with the compiled template). */
   detectFormat(source: string, ast: unknown): ContentFormat;
-  /** The content format of a chat without tools. */
-  contentFormat(server: ChatServer): ContentFormat;
   render(messages: readonly ChatMessage[], opts: ChatOptions, server: ChatServer): RenderedChat;
+  /** The request's tools that its template gets, as sent (what the routing bound counts of them); undefined for none. */
+  templateTools(chat: Pick<ChatOptions, "tools" | "toolChoice">): readonly unknown[] | undefined;
 };
 
-export function chatRules(engine: ChatEngine = "vllm"): ChatRules {
-  return engine === "sglang" ? SGLANG_CHAT : VLLM_CHAT;
+/** The rules of `engine`, under the server's flags that decide which tools reach the template (vLLM's). */
+export function chatRules(engine: ChatEngine = "vllm", flags: Pick<ServerRendering, "excludeToolsWhenToolChoiceNone"> = {}): ChatRules {
+  if (engine === "sglang") return SGLANG_CHAT;
+  return flags.excludeToolsWhenToolChoiceNone ? VLLM_CHAT_EXCLUDING_TOOLS : VLLM_CHAT;
 }

@@ -1,7 +1,7 @@
 import { Tokenizer } from "@huggingface/tokenizers";
 import type { ChatRules, ChatServer } from "./chat-rules";
 import type { ChatTemplate } from "./chat-template";
-import type { ContentFormat, ContentFormatOption } from "./content-format";
+import type { ContentFormatOption } from "./content-format";
 import { ChatTemplateError, ChatUnrenderable } from "./messages";
 import { compileFastTokenizer } from "./fast/fast-tokenizer";
 import { postProcessorAdditions } from "./post-processor";
@@ -26,8 +26,6 @@ export class HfPreprocessor implements Preprocessor, ChatServer {
   private readonly templates = new Map<string, ChatTemplate>();
   // Templates requests bring (--trust-request-chat-template), compiled once per text while they stay in use.
   private readonly requestTemplates = new Lru<string, ChatTemplate>(REQUEST_TEMPLATES_KEPT);
-  /** The content format (by the engine's rules) of the template a request without tools gets. */
-  readonly contentFormat: ContentFormat;
   readonly specialTokens: Record<string, unknown>;
   private readonly encoder: SectionEncoder;
   private readonly segmenter: Segmenter;
@@ -47,7 +45,6 @@ export class HfPreprocessor implements Preprocessor, ChatServer {
   ) {
     const { tokenizerJson, config } = files;
     this.files = files;
-    this.contentFormat = rules.contentFormat(this);
     // transformers hands the template the tokenizer's special tokens that are set (special_tokens_map).
     this.specialTokens = {};
     for (const name of ["bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token"] as const) {
@@ -78,7 +75,7 @@ export class HfPreprocessor implements Preprocessor, ChatServer {
 
   private compile(source: string): ChatTemplate {
     const compiled = new PyTemplate(source);
-    return { compiled, contentFormat: this.rules.detectFormat(source, compiled.ast) };
+    return { source, compiled, contentFormat: this.rules.detectFormat(source, compiled.ast) };
   }
 
   /**

@@ -12,10 +12,10 @@ import { messageChars } from "./request/routing-job";
 export type TokenizeJob =
   | { kind: "prompt"; text: string; opts?: CompletionOptions }
   /**
-   * `cutAtMedia`: the ids stop before the first media part (what a router can match; see media.ts). `cutAtBound`:
-   * the messages stop at the routing bound (routing-job.ts), so the request's new turn lies past them.
+   * `cutAtMedia`: the ids stop before the first media part (what a router can match; see media.ts). The messages
+   * may stop at the routing bound (opts.cutAtBound), so the request's new turn lies past them.
    */
-  | { kind: "chat"; messages: ChatMessage[]; opts: ChatOptions; cutAtMedia?: boolean; cutAtBound?: boolean; verdict?: RenderVerdict };
+  | { kind: "chat"; messages: ChatMessage[]; opts: ChatOptions; cutAtMedia?: boolean; verdict?: RenderVerdict };
 
 /**
  * Where the encode of a body's chat says why it rendered nothing here (its BodyFields, read with the body): a chat
@@ -50,7 +50,7 @@ export type PoolJob = TokenizeJob | BodyJob;
  */
 export function nextTurnJob(job: Extract<TokenizeJob, { kind: "chat" }>, reply: ChatMessage): TokenizeJob {
   const messages = [...job.messages, reply, { role: "user", content: "" }];
-  return { kind: "chat", messages, opts: { ...job.opts, addGenerationPrompt: true, continueFinalMessage: false } };
+  return { kind: "chat", messages, opts: { ...job.opts, addGenerationPrompt: true, continueFinalMessage: false, cutAtBound: undefined } };
 }
 
 /**
@@ -61,7 +61,7 @@ export function nextTurnJob(job: Extract<TokenizeJob, { kind: "chat" }>, reply: 
  * chat cut at the routing bound (its new turn is not among the messages routed).
  */
 export function newTurnChars(job: TokenizeJob): number | undefined {
-  if (job.kind !== "chat" || job.cutAtBound) return undefined;
+  if (job.kind !== "chat" || job.opts.cutAtBound) return undefined;
   const ms = job.messages;
   let i = ms.length - 1;
   while (i >= 0 && ms[i]!.role === "assistant") i--;

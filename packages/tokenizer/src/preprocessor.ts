@@ -3,7 +3,7 @@ import { byteFallbackDecode, byteFallbackEncode, byteFallbackRenderChat } from "
 import { chatRules, type ChatRules } from "./chat-rules";
 import { HfPreprocessor } from "./hf-preprocessor";
 import { registerPreprocessorMetrics } from "./metrics";
-import { loadChatTemplate, loadTokenizerFiles } from "./tokenizer-files";
+import { loadChatTemplate, loadSglangChatTemplate, loadTokenizerFiles } from "./tokenizer-files";
 import { truncatePrompt } from "./truncation";
 import { NO_CACHE_STATS, type ChatMessage, type ChatOptions, type Preprocessor, type PreprocessorOptions } from "./types";
 
@@ -13,14 +13,14 @@ import { NO_CACHE_STATS, type ChatMessage, type ChatOptions, type Preprocessor, 
  * once per model at startup; a directory that is given but unreadable throws.
  */
 export function createPreprocessor(opts: PreprocessorOptions = {}): Preprocessor {
-  const rules = chatRules(opts.chatRendering);
+  const rules = chatRules(opts.chatRendering, opts);
   const pre: Preprocessor = opts.tokenizerDir === undefined
     ? byteFallbackPreprocessor(rules)
     : new HfPreprocessor(loadTokenizerFiles(opts.tokenizerDir), opts.cache ?? {}, opts.fastBpe ?? true, {
       defaultKwargs: defaultKwargs(opts.defaultChatTemplateKwargs),
       excludeToolsWhenToolChoiceNone: opts.excludeToolsWhenToolChoiceNone,
       // It wins over the tokenizer's templates, tools or not (resolve_chat_template's first choice).
-      chatTemplate: opts.chatTemplate === undefined ? undefined : loadChatTemplate(opts.chatTemplate),
+      chatTemplate: opts.chatTemplate === undefined ? undefined : rules.engine === "sglang" ? loadSglangChatTemplate(opts.chatTemplate) : loadChatTemplate(opts.chatTemplate),
       contentFormat: opts.chatTemplateContentFormat,
       trustRequestChatTemplate: opts.trustRequestChatTemplate,
     }, rules);

@@ -137,11 +137,34 @@ function jsonString(s: string, ensureAscii: boolean): string {
 const STATEMENTS = new Set(["Set", "If", "For", "Macro", "CallStatement", "FilterStatement", "Break", "Continue", "Comment", "Program"]);
 const STRIPS: Record<string, "both" | "left" | "right"> = { strip: "both", lstrip: "left", rstrip: "right" };
 
+// Undefined values are jinja2's default Undefined, as transformers' sandbox has them: printed "", but an attribute or
+// item of one raises UndefinedError and `tojson` of one raises json.dumps' TypeError (SGLang retries a failed
+// render with flat tools on exactly these). They raise here only where the library's undefined is surely jinja2's:
+// a variable, a dict's missing key, a list's missing index, an attribute of None. Elsewhere (a Python method the
+// library lacks) jinja2 has a value, and the library's own behaviour stays.
+const SURELY_UNDEFINED_IN = new Set(["ObjectValue", "NullValue", "ArrayValue"]);
+
 class PythonInterpreter extends Interpreter {
+  /** The value type of each node evaluated as a member expression's object. */
+  private readonly objectTypes = new WeakMap<object, string>();
+  private readonly objects = new WeakSet<object>();
+
   override evaluate(node: Parameters<Interpreter["evaluate"]>[0], env: Env): ReturnType<Interpreter["evaluate"]> {
     const n = node as unknown as Node | undefined;
+    if (n?.type === "MemberExpression") this.objects.add(n.object as object);
     const own = n === undefined ? undefined : this.python(n, env);
-    return (own ?? super.evaluate(node, env)) as ReturnType<Interpreter["evaluate"]>;
+    const v = (own ?? super.evaluate(node, env)) as unknown as Value;
+    if (n !== undefined && this.objects.has(n)) {
+      this.objectTypes.set(n, v.type);
+      if (v.type === "UndefinedValue" && this.jinjaUndefined(n)) throw new TemplateRaised(`${nodeName(n)} is undefined`);
+    }
+    return v as unknown as ReturnType<Interpreter["evaluate"]>;
+  }
+
+  /** Whether an undefined value of `n` is jinja2's Undefined too (see SURELY_UNDEFINED_IN). */
+  private jinjaUndefined(n: Node): boolean {
+    if (n.type === "Identifier") return true;
+    return n.type === "MemberExpression" && SURELY_UNDEFINED_IN.has(this.objectTypes.get(n.object as object) ?? "");
   }
 
   private value(n: unknown, env: Env): Value {
@@ -175,6 +198,7 @@ class PythonInterpreter extends Interpreter {
     const arg = (i: number, key: string) => keyword.get(key) ?? positional[i];
     switch (name) {
       case "tojson":
+        if (operand.type === "UndefinedValue" && this.jinjaUndefined(n.operand as Node)) throw new TemplateRaised("Object of type Undefined is not JSON serializable");
         return new StringValue(pyJsonDumps(operand, jsonOptions(arg(0, "ensure_ascii"), arg(1, "indent"), arg(2, "separators"), arg(3, "sort_keys"))));
       case "string":
         return new StringValue(pyStr(operand));
@@ -221,6 +245,13 @@ Object.defineProperty(PythonInterpreter.prototype, BLOCK, {
   },
 });
 
+/** A name for an undefined value's expression, as jinja2's message gives it. */
+function nodeName(n: Node): string {
+  if (n.type === "Identifier") return `'${n.value as string}'`;
+  const p = n.property as Node | undefined;
+  return p?.type === "Identifier" || p?.type === "StringLiteral" ? `'${p.value as string}'` : "value";
+}
+
 function charsOf(v: Value | undefined, what: string): string | null {
   if (v === undefined || v.type === "NullValue" || v.type === "UndefinedValue") return null;
   if (v.type !== "StringValue") throw new Error(`${what} arg must be None or str`);
@@ -237,7 +268,10 @@ function jsonOptions(ensureAscii?: Value, indent?: Value, separators?: Value, so
   return { ensureAscii: truthy(ensureAscii), indent: ind, itemSep, keySep, sortKeys: truthy(sortKeys) };
 }
 
-/** The error a template raises on purpose (raise_exception): the request's fault. */
+/**
+ * An error jinja2 raises too, on this template and these values (raise_exception, an undefined value used, a sandbox
+ * limit): the request's fault, as the engines answer it.
+ */
 export class TemplateRaised extends Error {}
 
 const MONTHS = ["January", "February", "March", "April", "May", "June", "July", "August", "September", "October", "November", "December"];

@@ -1,13 +1,16 @@
-// SGLang's chat rendering, for pools of SGLang workers: its OpenAI server's Jinja path
-// (python/sglang/srt/entrypoints/openai/serving_chat.py: _process_messages, _apply_jinja_template,
-// _handle_last_assistant_message; protocol.py: ChatCompletionRequest and its message and tool models;
-// python/sglang/srt/parser/jinja_template_utils.py: detect_jinja_template_content_format,
-// process_content_for_template_format). A model SGLang serves with one of its own conversation templates, or with
-// a Python encoder instead of the template (DeepSeek V3.2/V4, Kimi K3), renders otherwise and is not mirrored.
+// SGLang's chat rendering, for pools of SGLang workers: its Jinja path as of SGLang commit
+// 3ba38dc009511b7210fe62163f16dae2346cf6a7, in python/sglang/srt/entrypoints/chat_input/ (processor.py:
+// ChatInputProcessor._resolve_input, _prepare_tools; renderers.py: ChatRenderer._apply_jinja_template,
+// _handle_last_assistant_message, normalize_tool_content; normalization.py: normalize_reasoning_inputs; schema.py:
+// the message and tool models) and python/sglang/srt/parser/jinja_template_utils.py
+// (detect_jinja_template_content_format, process_content_for_template_format). What it does that is not mirrored
+// is detected in sglang-gaps.ts (routed by load). A model SGLang serves with one of its own conversation templates,
+// or with a Python encoder instead of the template (DeepSeek V3.2/V4, Kimi K3), renders otherwise and is not mirrored.
 import type { ChatInput, ChatRules, ChatServer, RenderedChat } from "./chat-rules";
 import { runTemplate } from "./chat-template";
 import { reads, walk, type ContentFormat } from "./content-format";
 import { ChatTemplateError, ChatUnrenderable } from "./messages";
+import { checkEffortKwarg, checkSchemaTypes, checkToolResultOrder } from "./sglang-gaps";
 import { isPyDict, parseJsonKeepingFloats, PyFloat, PyNumber } from "./py-values";
 import { BadRequest } from "./request/bad-request";
 import { optionalBool } from "./request/openai-body";
@@ -19,14 +22,14 @@ export const SGLANG_CHAT: ChatRules = {
   // Its Responses path builds the chat its own way (labelled developer turns, custom tools), still changing.
   rendersResponses: false,
   detectFormat: detectSglangFormat,
-  contentFormat: sglangFormat,
   render: renderSglangChat,
+  templateTools: pickedTools,
 };
 
 type Dict = Record<string, unknown>;
 
 /**
- * A chat body as ChatCompletionRequest reads it: the messages as sent (its assistant field is `reasoning_content`,
+ * A chat body as SGLang's request model reads it (schema.py, ChatInput): the messages as sent (its assistant field is `reasoning_content`,
  * and `reasoning` is none of its fields), tools, tool_choice, chat_template_kwargs, reasoning_effort and
  * continue_final_message. It has no add_generation_prompt, add_special_tokens, truncate_prompt_tokens, documents
  * or chat_template field: those are ignored, as SGLang ignores them.
@@ -42,29 +45,31 @@ function sglangChat(o: Dict): ChatInput {
 const EFFORT_TIERS = new Set(["none", "minimal", "low", "medium", "high", "xhigh", "max"]);
 
 /**
- * The template variables a request brings. ChatCompletionRequest.normalize_reasoning_inputs: a reasoning effort
- * (`reasoning_effort`, or `reasoning.effort`, which wins) sets both `thinking` and `enable_thinking` (false for
- * "none") where chat_template_kwargs does not name them, and `reasoning.enabled` sets them true. Then
- * _convert_to_internal_request takes a `reasoning_effort` out of the kwargs as the request's own.
+ * The template variables a request brings. normalize_reasoning_inputs (chat_input/normalization.py), a validator
+ * that runs before the fields are validated: `reasoning.effort` replaces `reasoning_effort`, then an effort sets both
+ * `thinking` and `enable_thinking` (false for "none") where chat_template_kwargs does not name them, as does
+ * `reasoning.enabled` (true); chat_template_kwargs that is no object is then `{}`. Only then are the fields
+ * validated, so a bad `reasoning_effort` that `reasoning.effort` replaced is no error. Then the serving path takes
+ * a `reasoning_effort` out of the kwargs as the request's own.
  */
 function sglangKwargs(o: Dict): { templateKwargs?: Dict; reasoningEffort?: unknown } {
-  const kw = o.chat_template_kwargs;
-  if (kw !== undefined && kw !== null && !isPyDict(kw)) throw new BadRequest("chat_template_kwargs must be an object");
-  let effort = o.reasoning_effort === undefined || o.reasoning_effort === null ? undefined : effortOf(o.reasoning_effort, "reasoning_effort");
+  let given = o.reasoning_effort;
   let thinking: boolean | undefined;
   const r = o.reasoning;
   if (isPyDict(r)) {
-    const given = r.effort ?? r.reasoning_effort;
-    if (given !== undefined && given !== null) effort = effortOf(given, "reasoning.effort");
+    const fromReasoning = r.effort ?? r.reasoning_effort;
+    if (fromReasoning !== undefined && fromReasoning !== null) given = effortOf(fromReasoning, "reasoning.effort");
     if (pyTruthy(enabledOf(r.enabled ?? r.enable))) thinking = true;
   }
-  if (effort !== undefined) thinking = effort !== "none";
-  let ctk = kw === undefined || kw === null ? undefined : { ...kw };
+  if (given !== undefined && given !== null) thinking = given !== "none";
+  let effort = given === undefined || given === null ? undefined : effortOf(given, "reasoning_effort");
+  const kw = o.chat_template_kwargs;
+  let ctk = isPyDict(kw) ? { ...kw } : undefined;
   if (thinking !== undefined) {
     ctk ??= {};
     if (!Object.hasOwn(ctk, "thinking")) ctk.thinking = thinking;
     if (!Object.hasOwn(ctk, "enable_thinking")) ctk.enable_thinking = thinking;
-  }
+  } else if (kw !== undefined && kw !== null && ctk === undefined) throw new BadRequest("chat_template_kwargs must be an object");
   if (ctk !== undefined && Object.hasOwn(ctk, "reasoning_effort")) {
     const inKwargs = ctk.reasoning_effort;
     delete ctk.reasoning_effort;
@@ -125,15 +130,21 @@ function renderSglangChat(messages: readonly ChatMessage[], opts: ChatOptions, s
   const tools = templateTools(opts);
   const template = server.template(tools !== undefined);
   if (template === null) throw new ChatTemplateError("the model's tokenizer has no chat template");
-  const { chat, continuation } = finalTurn(conversation(messages, sglangFormat(server)), opts.continueFinalMessage === true);
+  checkSchemaTypes(tools, messages);
+  checkToolResultOrder(messages);
+  const rendered = conversation(messages, sglangFormat(server));
+  // A chat cut at the routing bound ends on an earlier message, which the request's prompt renders as it is.
+  const { chat, continuation } = opts.cutAtBound ? { chat: rendered } : finalTurn(rendered, opts.continueFinalMessage === true);
   // transformers' apply_chat_template, as _apply_jinja_template calls it: always with the generation prompt.
   const vars: Dict = { ...server.specialTokens, documents: null, ...templateKwargs(server.flags.defaultKwargs, opts), messages: chat, add_generation_prompt: true };
+  checkEffortKwarg(template.source, vars);
   let text: string;
   try {
     text = runTemplate(template, { ...vars, tools: tools ?? null });
   } catch (err) {
     // A failed render is tried once more with each tool flattened to its function (templates such as Mistral's
-    // want no wrapper). Only a template's raise is retried: a failure of this process's engine is not SGLang's.
+    // want no wrapper). SGLang retries on any exception; here only what jinja2 raises too (TemplateRaised: a
+    // raise_exception, an undefined's attribute or tojson) is: a failure of this process's engine is not SGLang's.
     if (!(err instanceof ChatTemplateError)) throw err;
     text = runTemplate(template, { ...vars, tools: tools === undefined ? null : tools.map((t) => ("function" in t ? t.function : t)) });
   }
@@ -146,14 +157,17 @@ function renderSglangChat(messages: readonly ChatMessage[], opts: ChatOptions, s
  * `defer_loading`, null when unset).
  */
 function templateTools(opts: ChatOptions): Dict[] | undefined {
-  const { tools, toolChoice } = opts;
+  return pickedTools(opts)?.map(dumpTool);
+}
+
+function pickedTools({ tools, toolChoice }: Pick<ChatOptions, "tools" | "toolChoice">): unknown[] | undefined {
   if (tools === undefined || tools.length === 0 || toolChoice === "none") return undefined;
   const named = isPyDict(toolChoice) && isPyDict(toolChoice.function) ? toolChoice.function.name : undefined;
   const picked = named === undefined ? tools : tools.filter((t) => isPyDict(t) && isPyDict(t.function) && t.function.name === named);
-  return picked.length === 0 ? undefined : picked.map(dumpTool);
+  return picked.length === 0 ? undefined : picked;
 }
 
-/** protocol.py's Tool and Function as dumped: description before name, strict a bool, a function's unset defer_loading left out. */
+/** schema.py's Tool and Function as dumped: description before name, strict a bool, a function's unset defer_loading left out. */
 function dumpTool(t: unknown): Dict {
   const tool = isPyDict(t) ? t : {};
   const fn = isPyDict(tool.function) ? tool.function : {};
@@ -166,8 +180,8 @@ function dumpTool(t: unknown): Dict {
 }
 
 /**
- * The server's --default-chat-template-kwargs under the request's (_process_messages: setdefault, a request's null
- * kept), a default reasoning_effort the request's when it has none; then _apply_jinja_template's variables: the
+ * The server's --default-chat-template-kwargs under the request's (ChatInputProcessor._resolve_input: setdefault, a
+ * request's null kept), a default reasoning_effort the request's when it has none; then _apply_jinja_template's variables: the
  * reasoning effort, with the kwargs over it.
  */
 function templateKwargs(defaults: Dict | undefined, opts: ChatOptions): Dict {
@@ -245,7 +259,8 @@ function openaiPart(p: unknown): Dict[] {
   return p.type === "tool_reference" ? [{ type: "tool_reference", name: p.name }] : [];
 }
 
-const MEDIA_KINDS: Record<string, string> = { image_url: "image", input_image: "image", video_url: "video", audio_url: "audio" };
+// An input_audio part is an audio_url one to SGLang (schema.py _to_audio_url_part).
+const MEDIA_KINDS: Record<string, string> = { image_url: "image", input_image: "image", video_url: "video", audio_url: "audio", input_audio: "audio" };
 
 /** normalize_tool_content: a list of text parts (or strings) is one string, joined with a space; any other list stays. */
 function joinedToolText(parts: ContentPart[]): string | ContentPart[] {

@@ -74,6 +74,17 @@ export function loadChatTemplate(value: string): string {
 }
 
 /**
+ * SGLang's `--chat-template` as TemplateManager loads it (_load_explicit_chat_template, _load_jinja_template): a
+ * `.jinja` file's text, its leading and trailing newlines stripped and each literal `\n` made a newline. Anything
+ * else is one of SGLang's own conversation templates (a built-in name, or a JSON file), not rendered here: refused.
+ */
+export function loadSglangChatTemplate(value: string): string {
+  if (!value.endsWith(".jinja"))
+    throw new Error(`SGLang takes the chat template ${JSON.stringify(value)} as one of its own conversation templates (a name or a JSON file), which is not rendered here: give a .jinja file`);
+  return readFileSync(value, "utf8").replace(/^\n+|\n+$/g, "").replaceAll("\\n", "\n");
+}
+
+/**
  * The template a request renders with (transformers' get_chat_template, which vLLM calls with the request's tools):
  * of named templates, "tool_use" for a request with tools when there is one, else "default"; null when none applies.
  */

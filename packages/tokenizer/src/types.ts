@@ -36,6 +36,11 @@ export type ChatOptions = Truncation & {
   continueFinalMessage?: boolean;
   /** The request's `add_special_tokens`: vLLM's chat default is false (the template places them). */
   addSpecialTokens?: boolean;
+  /**
+   * The messages are the request's first ones, cut at the routing bound (routing-job.ts): the last is not the
+   * request's final message, so it renders as any earlier one (SGLang's final-turn rule does not apply to it).
+   */
+  cutAtBound?: boolean;
   /** SGLang's request-level `reasoning_effort`, which it hands the template beside `chat_template_kwargs` (sglang-chat.ts). */
   reasoningEffort?: unknown;
 };
@@ -114,7 +119,10 @@ export interface Preprocessor {
   encodeCompletion(prompt: string | readonly number[], opts?: CompletionOptions, control?: EncodeControl): Uint32Array;
   /** `/v1/chat/completions`: chat template with add_generation_prompt, then tokenized without adding special tokens. */
   encodeChat(messages: readonly ChatMessage[], opts?: ChatOptions, control?: EncodeControl): Uint32Array;
-  /** The rendered chat text (what encodeChat tokenizes). */
+  /**
+   * The rendered chat text. encodeChat tokenizes it, except that SGLang's continued final message (its rules'
+   * `continuation`, appended here) is tokenized on its own and its ids appended, so they may differ where they meet.
+   */
   renderChat(messages: readonly ChatMessage[], opts?: ChatOptions): string;
   decode(ids: ArrayLike<number>): string;
   cacheStats(): CacheStats;

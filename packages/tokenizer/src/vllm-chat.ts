@@ -14,13 +14,20 @@ export const VLLM_CHAT: ChatRules = {
   readChat: vllmChat,
   rendersResponses: true,
   detectFormat: (_source, ast) => detectContentFormat(ast),
-  contentFormat: (server) => formatOf(server.flags, server.template(false)),
   render: renderVllmChat,
+  templateTools: (chat) => vllmTools(chat, false),
 };
 
+/** vLLM's rules under --exclude-tools-when-tool-choice-none. */
+export const VLLM_CHAT_EXCLUDING_TOOLS: ChatRules = { ...VLLM_CHAT, templateTools: (chat) => vllmTools(chat, true) };
+
+/** --exclude-tools-when-tool-choice-none: the template gets tools=None, and resolves as for a chat without. */
+function vllmTools(chat: Pick<ChatOptions, "tools" | "toolChoice">, exclude: boolean | undefined): unknown[] | undefined {
+  return chat.toolChoice === "none" && exclude ? undefined : chat.tools;
+}
+
 function renderVllmChat(messages: readonly ChatMessage[], opts: ChatOptions, server: ChatServer): RenderedChat {
-  // --exclude-tools-when-tool-choice-none: the template gets tools=None, and resolves as for a chat without.
-  const tools = opts.toolChoice === "none" && server.flags.excludeToolsWhenToolChoiceNone ? undefined : opts.tools;
+  const tools = vllmTools(opts, server.flags.excludeToolsWhenToolChoiceNone);
   const own = server.requestTemplate(opts);
   // vLLM resolves the template, and from it the content format, with the request's tools (resolve_chat_template).
   const served = server.template(tools !== undefined);

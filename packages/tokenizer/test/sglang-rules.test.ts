@@ -1,10 +1,13 @@
 // Where SGLang's OpenAI server renders a chat otherwise than vLLM's, each rendered here by both engines' rules. The
-// SGLang texts are what its code gives (python/sglang/srt/entrypoints/openai/serving_chat.py, protocol.py,
+// SGLang texts are what its code gives (commit 3ba38dc0: python/sglang/srt/entrypoints/chat_input/,
 // python/sglang/srt/parser/jinja_template_utils.py; each test names the function), written out by hand for
 // templates small enough to read; the vLLM texts are what the vLLM rules gave before SGLang's existed.
+import { writeFileSync } from "node:fs";
+import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { BadRequest, ChatTemplateError, ChatUnrenderable, createPreprocessor, ignoredRenderingFlags, type Preprocessor } from "../src/index";
 import { parseBodyBytes } from "../src/request/openai-body";
+import { ROUTING_TEXT_CHARS, routingJob } from "../src/request/routing-job";
 import { chatOf, render, TemplateServers } from "./template-servers";
 
 let servers: TemplateServers;
@@ -26,7 +29,7 @@ const fn = { type: "function", function: { name: "f", parameters: { type: "objec
 describe("tools", () => {
   test("the template gets each tool as Tool.model_dump gives it: description first, strict false where unset, the tool's defer_loading null", () => {
     const { sglang, vllm } = both("{{ tools | tojson }}");
-    // _process_messages: tools = [item.model_dump() for item in request.tools] (protocol.py Tool, Function).
+    // ChatInputProcessor._prepare_tools: tools = [item.model_dump() for item in request.tools] (schema.py Tool, Function).
     expect(render(sglang, { ...user("q"), tools: [fn] })).toBe(
       '[{"type": "function", "function": {"description": null, "name": "f", "parameters": {"type": "object"}, "strict": false}, "defer_loading": null}]',
     );
@@ -44,7 +47,7 @@ describe("tools", () => {
     const { sglang, vllm } = both("{% if tools %}{% for t in tools %}{{ t.function.name }},{% endfor %}{% endif %}|{{ tools }}");
     const g = { type: "function", function: { name: "g" } };
     const chat = { ...user("q"), tools: [fn, g] };
-    // _process_messages: tools only when request.tool_choice != "none"; a ToolChoice keeps the tools of its name.
+    // _prepare_tools: tools only when request.tool_choice != "none"; a ToolChoice keeps the tools of its name.
     expect(render(sglang, { ...chat, tool_choice: "none" })).toBe("|None");
     expect(render(sglang, { ...chat, tool_choice: { type: "function", function: { name: "g" } } })).toBe("g,|" + "[{'type': 'function', 'function': {'description': None, 'name': 'g', 'parameters': None, 'strict': False}, 'defer_loading': None}]");
     // `if effective_tools`: an empty list is no tools.
@@ -61,6 +64,16 @@ describe("tools", () => {
     // A failure again is the request's (a 400), as SGLang's retry raises it.
     const raises = both('{{ raise_exception("never") }}').sglang;
     expect(() => render(raises, { ...user("q"), tools: [fn] })).toThrow(ChatTemplateError);
+  });
+
+  test("a template written for flat tools, which jinja2 fails on with wrapped ones (tojson or an attribute of undefined), is rendered with flat tools", () => {
+    // SGLang retries on any exception: json.dumps' TypeError on an Undefined, jinja2's UndefinedError.
+    const { sglang, vllm } = both("{% for t in tools %}{{ t.name | tojson }}{% endfor %}");
+    expect(render(sglang, { ...user("q"), tools: [fn] })).toBe('"f"');
+    // vLLM answers a template's TypeError with a 400 (its jinja2 errors are client errors): so does the EPP.
+    expect(() => render(vllm, { ...user("q"), tools: [fn] })).toThrow(ChatTemplateError);
+    const attribute = both("{% for t in tools %}{{ t.parameters.type }}{% endfor %}").sglang;
+    expect(render(attribute, { ...user("q"), tools: [fn] })).toBe("object");
   });
 });
 
@@ -139,6 +152,24 @@ describe("the final assistant message", () => {
     expect(Array.from(vllm.encodeChat(chatOf(vllm, cut).messages, chatOf(vllm, cut).opts))).toEqual(ids("<user:q><assistant:Sure"));
   });
 
+  test("a chat cut at the routing bound renders its last message as the request's prompt does there: it is not the final one", () => {
+    const { sglang } = both(TURNS);
+    const long = "w ".repeat(ROUTING_TEXT_CHARS);
+    const routed = (body: Record<string, unknown>) => {
+      const job = routingJob(parseBodyBytes(new TextEncoder().encode(JSON.stringify(body)), "/v1/chat/completions", sglang.rules).input);
+      if (!("kind" in job) || job.kind !== "chat") throw new Error("not a chat job");
+      expect(job.opts.cutAtBound).toBe(true);
+      const cut = job.messages.at(-1)!.content as string;
+      return { text: sglang.renderChat(job.messages, job.opts), cut };
+    };
+    const messages = [{ role: "user", content: "q" }, { role: "assistant", content: long }, { role: "user", content: "r" }];
+    const plain = routed({ messages });
+    expect(plain.text).toBe(`<user:q><assistant:${plain.cut}><assistant:`);
+    // With continue_final_message the request's final message is continued, not the one the cut ends on.
+    const continued = routed({ messages: [...messages, { role: "assistant", content: "Sure" }], continue_final_message: true });
+    expect(continued.text).toBe(`<user:q><assistant:${continued.cut}><assistant:`);
+  });
+
   test("add_generation_prompt is not SGLang's to turn off: the generation prompt is always rendered", () => {
     const { sglang, vllm } = both(TURNS);
     const ask = { messages: [{ role: "user", content: "q" }], add_generation_prompt: false };
@@ -152,23 +183,34 @@ describe("template variables", () => {
 
   test("a reasoning effort sets thinking and enable_thinking alike, where the kwargs do not name them", () => {
     const { sglang, vllm } = both(EFFORT);
-    // ChatCompletionRequest.normalize_reasoning_inputs: ctk.setdefault("thinking" / "enable_thinking", effort != "none").
+    // normalize_reasoning_inputs: ctk.setdefault("thinking" / "enable_thinking", effort != "none").
     expect(render(sglang, { ...user("q"), reasoning_effort: "low" })).toBe("low|True|True");
     expect(render(sglang, { ...user("q"), reasoning_effort: "none" })).toBe("none|False|False");
     expect(render(sglang, { ...user("q"), reasoning_effort: "none", chat_template_kwargs: { enable_thinking: true } })).toBe("none|True|False");
     // `reasoning: {effort}` is read too, and `reasoning.enabled` turns thinking on.
     expect(render(sglang, { ...user("q"), reasoning: { effort: "high" } })).toBe("high|True|True");
     expect(render(sglang, { ...user("q"), reasoning: { enabled: "yes" } })).toBe("|True|True");
-    // _convert_to_internal_request: a reasoning_effort in the kwargs is the request's (and sets nothing else).
+    // The serving path: a reasoning_effort in the kwargs is the request's (and sets nothing else).
     expect(render(sglang, { ...user("q"), chat_template_kwargs: { reasoning_effort: "max" } })).toBe("max||");
     expect(render(vllm, { ...user("q"), reasoning_effort: "low" })).toBe("low|True|");
     expect(render(vllm, { ...user("q"), reasoning_effort: "none" })).toBe("none|False|");
     expect(render(vllm, { ...user("q"), reasoning: { effort: "high" } })).toBe("||");
   });
 
+  test("reasoning.effort replaces reasoning_effort before either is validated, and a reasoning input makes bad kwargs {}", () => {
+    const { sglang } = both(EFFORT);
+    // normalize_reasoning_inputs is a before-validator: what it replaced is never validated.
+    expect(render(sglang, { ...user("q"), reasoning_effort: "bogus", reasoning: { effort: "high" } })).toBe("high|True|True");
+    // It sets chat_template_kwargs to {} (then the defaults) when they are no dict and thinking is set.
+    expect(render(sglang, { ...user("q"), reasoning_effort: "low", chat_template_kwargs: "x" })).toBe("low|True|True");
+    expect(render(sglang, { ...user("q"), reasoning: { enabled: true }, chat_template_kwargs: [1] })).toBe("|True|True");
+    expect(() => render(sglang, { ...user("q"), reasoning_effort: "bogus" })).toThrow(BadRequest);
+    expect(() => render(sglang, { ...user("q"), chat_template_kwargs: "x" })).toThrow(BadRequest);
+  });
+
   test("the server's default kwargs fill only what the request's kwargs leave out: a request's null stays null", () => {
     const { sglang, vllm } = both("{{ enable_thinking }}", '{"enable_thinking": false}');
-    // _process_messages: ctk.setdefault(k, v) for the server's default_chat_template_kwargs.
+    // ChatInputProcessor._resolve_input: ctk.setdefault(k, v) for the server's default_chat_template_kwargs.
     expect(render(sglang, { ...user("q"), chat_template_kwargs: { enable_thinking: null } })).toBe("None");
     expect(render(sglang, user("q"))).toBe("False");
     expect(render(vllm, { ...user("q"), chat_template_kwargs: { enable_thinking: null } })).toBe("False");
@@ -217,6 +259,54 @@ describe("messages", () => {
     expect(() => render(sglang, call("[1]"))).toThrow(ChatTemplateError);
     expect(render(vllm, call("not json"))).toBe("{}");
   });
+});
+
+test("--chat-template is a .jinja file, read as SGLang reads it: outer newlines stripped, a literal \\n a newline", () => {
+  const file = join(servers.root, "served.jinja");
+  writeFileSync(file, "\n\n{% for m in messages %}[{{ m.content }}]\\n{% endfor %}\n");
+  // TemplateManager._load_jinja_template: "".join(f.readlines()).strip("\n"), then .replace("\\n", "\n").
+  expect(render(servers.server(CONTENTS, { chatRendering: "sglang", chatTemplate: file }), user("q"))).toBe("[q]\n");
+  expect(render(servers.server(CONTENTS, { chatTemplate: file }), user("q"))).toBe("\n\n[q]\\n");
+  // Anything else is a name or JSON file of SGLang's own conversation templates, which are not rendered here.
+  expect(() => servers.server(CONTENTS, { chatRendering: "sglang", chatTemplate: "{{ 1 }}" })).toThrow(/\.jinja/);
+});
+
+describe("what SGLang does that is not mirrored is routed by load, never hashed", () => {
+  test("a tool schema with a non-standard type name (normalize_json_schema_types rewrites it)", () => {
+    const { sglang, vllm } = both("{{ tools | tojson }}");
+    const typed = (type: unknown) => ({ ...user("q"), tools: [{ type: "function", function: { name: "f", parameters: { type: "object", properties: { a: { type } } } } }] });
+    expect(() => render(sglang, typed("varchar"))).toThrow(ChatUnrenderable);
+    expect(() => render(sglang, typed(["string", "int64"]))).toThrow(ChatUnrenderable);
+    expect(render(sglang, typed("string"))).toContain('"a": {"type": "string"}');
+    expect(render(vllm, typed("varchar"))).toContain('"a": {"type": "varchar"}');
+  });
+
+  test("reasoning_effort \"low\" with a template that reads low_effort (reasoning_config.effort_kwarg)", () => {
+    const { sglang } = both("{{ low_effort }}");
+    expect(() => render(sglang, { ...user("q"), reasoning_effort: "low" })).toThrow(ChatUnrenderable);
+    expect(render(sglang, { ...user("q"), reasoning_effort: "low", chat_template_kwargs: { low_effort: false } })).toBe("False");
+    expect(render(sglang, { ...user("q"), reasoning_effort: "high" })).toBe("");
+  });
+
+  test("tool results holding media, out of their calls' order (_canonicalize_tool_message_order sorts them)", () => {
+    const { sglang } = both(CONTENTS);
+    const image = { type: "image_url", image_url: { url: "u" } };
+    const call = (id: string) => ({ id, type: "function", function: { name: "f", arguments: "{}" } });
+    const chat = (first: string, second: string) => ({
+      messages: [
+        { role: "user", content: "q" }, { role: "assistant", content: null, tool_calls: [call("a"), call("b")] },
+        { role: "tool", tool_call_id: first, content: [image] }, { role: "tool", tool_call_id: second, content: "r" }, { role: "user", content: "s" },
+      ],
+    });
+    expect(() => render(sglang, chat("b", "a"))).toThrow(ChatUnrenderable);
+    expect(render(sglang, chat("a", "b"))).toBe("[q][][][r][s]");
+  });
+});
+
+test("an input_audio part is an audio part to SGLang's \"openai\" format", () => {
+  const { sglang } = both("{% for m in messages %}{% for p in m.content %}<{{ p.type }}>{% endfor %}{% endfor %}");
+  // schema.py _to_audio_url_part: input_audio becomes audio_url, which the format keeps as {"type": "audio"}.
+  expect(render(sglang, user([{ type: "input_audio", input_audio: { data: "AAAA", format: "wav" } }, { type: "text", text: "t" }]))).toBe("<audio><text>");
 });
 
 test("a /v1/responses body is routed by load for SGLang workers; vLLM's are rendered", () => {

@@ -4,6 +4,7 @@
 // EPP reads them (parseJsonKeepingFloats), so `1.0` is a float as in vLLM.
 import { beforeAll, describe, expect, test } from "bun:test";
 import { join } from "node:path";
+import type { ChatServer } from "../src/chat-rules";
 import { detectContentFormat } from "../src/content-format";
 import { conversation } from "../src/conversation";
 import { createPreprocessor, parseJsonKeepingFloats, type ChatMessage, type Preprocessor } from "../src/index";
@@ -92,9 +93,10 @@ describe("content format (vLLM's _detect_content_format)", () => {
   const format = (src: string) => detectContentFormat(new PyTemplate(src).ast);
 
   test("the shipped templates: Qwen3 and Llama 3 take strings, Gemma 3 loops over content parts", async () => {
-    expect((pre.qwen3 as unknown as { contentFormat: string }).contentFormat).toBe("string");
-    expect((pre.llama3 as unknown as { contentFormat: string }).contentFormat).toBe("string");
-    expect((pre.gemma3 as unknown as { contentFormat: string }).contentFormat).toBe("openai");
+    const served = (p: Preprocessor) => (p as unknown as ChatServer).template(false)?.contentFormat;
+    expect(served(pre.qwen3)).toBe("string");
+    expect(served(pre.llama3)).toBe("string");
+    expect(served(pre.gemma3)).toBe("openai");
   });
 
   test("a loop over a message's content, the message from `messages` or a variable set from it", () => {

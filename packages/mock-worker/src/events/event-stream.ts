@@ -57,7 +57,7 @@ export class RankEvents {
 
   constructor(
     private readonly blockSize: number,
-    private readonly encoding: EventEncoding,
+    encoding: EventEncoding,
     kvGroups?: readonly KvGroup[],
     wire: WireVariants = {},
   ) {

@@ -266,7 +266,7 @@ export class TokenizerPool {
     const size = Math.max(1, opts.size ?? defaultPoolSize());
     this.budgetMs = opts.budgetMs ?? DEFAULT_BUDGET_MS;
     this.readHereMaxBytes = opts.readHereMaxBytes ?? DEFAULT_READ_HERE_MAX_BYTES;
-    this.rules = chatRules(opts.preprocessor.chatRendering);
+    this.rules = chatRules(opts.preprocessor.chatRendering, opts.preprocessor);
     this.maxWarmQueued = opts.maxWarmQueued ?? 4;
     this.log = opts.log;
     this.observe = opts.observe ?? {};

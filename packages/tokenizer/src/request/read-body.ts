@@ -65,7 +65,7 @@ export function readBody(req: BodyRequest, rules?: ChatRules, random: () => numb
     if (!req.maybeCut || !(err instanceof BadRequest) || err instanceof TooDeep) throw err;
     return { fields: { kind: "none", cut: err.message }, job: new Uint32Array(0) };
   }
-  return bodyRead(req, parsed, random);
+  return bodyRead(req, parsed, rules, random);
 }
 
 /**
@@ -90,14 +90,14 @@ export function readTokenIds(req: BodyRequest, maxBytes = DEFAULT_READ_HERE_MAX_
   return { ...bodyRead(req, parsed), job: parsed.input.tokens };
 }
 
-function bodyRead(req: BodyRequest, { model, cacheSalt, batchedPrompts, input, unrendered }: ParsedBody, random: () => number = Math.random): BodyRead {
+function bodyRead(req: BodyRequest, { model, cacheSalt, batchedPrompts, input, unrendered }: ParsedBody, rules?: ChatRules, random: () => number = Math.random): BodyRead {
   const fields: BodyFields = { model, cacheSalt, batchedPrompts, kind: input.kind, ...(unrendered ? { unrendered } : {}) };
   const ruled = req.rewriteRules && ruleTarget(req.rewriteRules, model, random);
   if (ruled?.target === "") return { fields: { ...fields, target: "", rule: ruled.rewrite }, job: new Uint32Array(0) };
   const target = ruled?.target ?? req.rewriteModel;
   if (target !== undefined) fields.target = target;
   if (ruled) fields.rule = ruled.rewrite;
-  const job = routingJob(input);
+  const job = routingJob(input, rules);
   // A chat the encode cannot render here says so in these fields, which go back with its ids (see RenderVerdict).
   if (!(job instanceof Uint32Array) && job.kind === "chat") job.verdict = fields;
   const rewrite = target !== undefined && target !== model && req.body.length > 0;

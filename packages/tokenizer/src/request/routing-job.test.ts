@@ -4,6 +4,7 @@
 import { describe, expect, test } from "bun:test";
 import { freshWords } from "@kv-epp/testkit";
 import { qwen3TokenizerDir } from "../../test/qwen3-fixture";
+import { chatRules, type ChatRules } from "../chat-rules";
 import { encodeJob, type TokenizeJob } from "../job";
 import { createPreprocessor } from "../preprocessor";
 import type { ChatMessage, ContentPart } from "../types";
@@ -21,8 +22,8 @@ const words = (chars: number, seed = 1) => freshWords(Math.ceil(chars / 5), seed
 
 const byLoad = (job: TokenizeJob | Uint32Array) => job instanceof Uint32Array && job.length === 0;
 
-function chatJob(input: Chat): ChatJob {
-  const job = routingJob(input);
+function chatJob(input: Chat, rules?: ChatRules): ChatJob {
+  const job = routingJob(input, rules);
   if (job instanceof Uint32Array) throw new Error("routed by load");
   return job as ChatJob;
 }
@@ -130,6 +131,19 @@ describe("routingJob bounds the tools and documents", () => {
     const job = chatJob(chat([{ role: "user", content: words(2 * ROUTING_TEXT_CHARS) }], { tools }));
     expect(job.opts.tools).toBe(tools);
     expect(jobText(job) + JSON.stringify(tools).length).toBeLessThanOrEqual(ROUTING_TEXT_CHARS);
+  });
+
+  test("only the tools the engine's template gets count: none for tool_choice \"none\" under the flag or SGLang, one for a named choice", () => {
+    const tools = [tool("search", words(ROUTING_TEXT_CHARS, 2)), tool("fetch", "f")];
+    const ask = (toolChoice: unknown) => chat([{ role: "user", content: "hi" }], { tools, toolChoice });
+    expect(byLoad(routingJob(ask("none"), chatRules("vllm")))).toBe(true);
+    expect(byLoad(routingJob(ask("none"), chatRules("vllm", { excludeToolsWhenToolChoiceNone: true })))).toBe(false);
+    expect(byLoad(routingJob(ask("none"), chatRules("sglang")))).toBe(false);
+    const named = { type: "function", function: { name: "fetch" } };
+    expect(byLoad(routingJob(ask(named), chatRules("sglang")))).toBe(false);
+    expect(byLoad(routingJob(ask(named), chatRules("vllm")))).toBe(true);
+    // The job still carries every tool: the rendering picks them as the engine does.
+    expect(chatJob(ask("none"), chatRules("sglang")).opts.tools).toBe(tools);
   });
 
   test("a RAG request's documents count as tools do: past the bound by load, within it the messages get the rest", () => {

@@ -1,6 +1,7 @@
 // A request's input -> what to tokenize for routing: a bounded prefix of its text decides the route as well
 // as the whole, and bounds what one pick costs a tokenizer.
 import { textField } from "../conversation";
+import type { ChatRules } from "../chat-rules";
 import type { TokenizeJob } from "../job";
 import { keepsTail } from "../truncation";
 import type { ChatMessage, ContentPart } from "../types";
@@ -14,8 +15,11 @@ export const ROUTING_TEXT_CHARS = 128 * 1024;
 
 const NONE = new Uint32Array(0);
 
-/** What to tokenize for routing, or the ids already known (given, none, or a route by load). */
-export function routingJob(input: RoutedInput): TokenizeJob | Uint32Array {
+/**
+ * What to tokenize for routing, or the ids already known (given, none, or a route by load). `rules`: the engine's,
+ * which say which tools reach the template (the default: all of them, as vLLM's).
+ */
+export function routingJob(input: RoutedInput, rules?: ChatRules): TokenizeJob | Uint32Array {
   switch (input.kind) {
     case "tokens":
       return input.tokens;
@@ -30,9 +34,10 @@ export function routingJob(input: RoutedInput): TokenizeJob | Uint32Array {
     case "chat": {
       // Tools and a RAG request's documents render whole (each one's JSON or text, in an order and place the
       // template picks), so no cut of them keeps the rendering a prefix of the request's: past the bound they are
-      // routed by load; within it, the messages get what remains.
+      // routed by load; within it, the messages get what remains. Only the tools the template gets count.
       const documents = input.templateKwargs?.documents;
-      const wholeChars = (input.tools === undefined ? 0 : JSON.stringify(input.tools).length) +
+      const tools = rules === undefined ? input.tools : rules.templateTools(input);
+      const wholeChars = (tools === undefined ? 0 : JSON.stringify(tools).length) +
         (documents === undefined || documents === null ? 0 : JSON.stringify(documents).length);
       if (wholeChars > ROUTING_TEXT_CHARS) return NONE;
       const messages = routingMessages(input.messages, ROUTING_TEXT_CHARS - wholeChars);
@@ -48,8 +53,9 @@ export function routingJob(input: RoutedInput): TokenizeJob | Uint32Array {
         reasoningEffort: input.reasoningEffort,
         truncatePromptTokens: input.truncatePromptTokens,
         truncationSide: input.truncationSide,
+        ...(messages !== input.messages ? { cutAtBound: true } : {}),
       };
-      return { kind: "chat", messages, opts, cutAtMedia: true, ...(messages !== input.messages ? { cutAtBound: true } : {}) };
+      return { kind: "chat", messages, opts, cutAtMedia: true };
     }
   }
 }

@@ -1,0 +1,69 @@
+// What SGLang does to a chat that is not mirrored here, detected so that such a chat is routed by load
+// (ChatUnrenderable, counted) instead of hashed as a prompt the workers never see.
+import { isMediaPart } from "./media";
+import { ChatUnrenderable } from "./messages";
+import { isPyDict } from "./py-values";
+import type { ChatMessage, ContentPart } from "./types";
+
+type Dict = Record<string, unknown>;
+
+const STANDARD_TYPES = new Set(["null", "boolean", "object", "array", "number", "string", "integer"]);
+
+/**
+ * normalize_json_schema_types (function_call/utils.py) rewrites a tool schema's non-standard `type` names
+ * (`varchar` -> `string`, `int64` -> `integer`, ...) before the template prints the tools, from a table of aliases
+ * and prefixes that changes with SGLang. A schema naming any type outside JSON Schema's seven is not mirrored.
+ */
+export function checkSchemaTypes(tools: readonly unknown[] | undefined, messages: readonly ChatMessage[]): void {
+  const all = [...(tools ?? []), ...messages.flatMap((m) => (Array.isArray(m.tools) ? m.tools : []))];
+  for (const t of all) {
+    const parameters = isPyDict(t) && isPyDict(t.function) ? t.function.parameters : undefined;
+    if (hasNonStandardType(parameters, 0))
+      throw new ChatUnrenderable("SGLang rewrites a tool schema's non-standard type names (normalize_json_schema_types): not mirrored here");
+  }
+}
+
+function hasNonStandardType(schema: unknown, depth: number): boolean {
+  if (depth > 64) return true;
+  if (Array.isArray(schema)) return schema.some((s) => hasNonStandardType(s, depth + 1));
+  if (!isPyDict(schema)) return false;
+  const t = schema.type;
+  if (typeof t === "string" && !STANDARD_TYPES.has(t)) return true;
+  // A list is deduplicated after rewriting, so a repeated name changes it too.
+  if (Array.isArray(t) && (t.some((x) => typeof x === "string" && !STANDARD_TYPES.has(x)) || new Set(t).size !== t.length)) return true;
+  return Object.entries(schema).some(([k, v]) => k !== "type" && k !== "enum" && k !== "const" && k !== "default" && k !== "examples" && hasNonStandardType(v, depth + 1));
+}
+
+/**
+ * _apply_jinja_template: a template whose detected reasoning config has an effort kwarg (Nemotron 3 Super's
+ * `low_effort`) gets it set true for reasoning_effort "low" where the kwargs do not name it. The detection is
+ * SGLang's (detect_reasoning_pattern); a template that names `low_effort` at all is taken to have it.
+ */
+export function checkEffortKwarg(source: string, vars: Dict): void {
+  if (vars.reasoning_effort === "low" && source.includes("low_effort") && !Object.hasOwn(vars, "low_effort"))
+    throw new ChatUnrenderable("SGLang sets the template's low_effort kwarg for reasoning_effort \"low\" (reasoning_config.effort_kwarg): not mirrored here");
+}
+
+/**
+ * _canonicalize_tool_message_order: for a template that may reorder tool results, a run of tool results holding
+ * media is sorted into its assistant's tool_calls order (when each id is there once). A run that sorting would
+ * change is not mirrored (whether the template is such a one is SGLang's detection).
+ */
+export function checkToolResultOrder(messages: readonly ChatMessage[]): void {
+  for (let i = 0; i < messages.length; i++) {
+    const calls = messages[i]!.role === "assistant" ? messages[i]!.tool_calls : undefined;
+    if (!Array.isArray(calls) || calls.length === 0) continue;
+    let end = i + 1;
+    while (end < messages.length && (messages[end]!.role === "tool" || messages[end]!.role === "function")) end++;
+    const run = messages.slice(i + 1, end);
+    if (run.length < 2 || !run.some(hasMedia)) continue;
+    const order = calls.map((c) => (isPyDict(c) ? c.id : undefined));
+    const positions = run.map((m) => order.indexOf(m.tool_call_id));
+    // Ids missing, repeated or unknown: SGLang leaves the run as it is.
+    if (new Set(order).size !== order.length || order.includes(undefined) || new Set(positions).size !== positions.length || positions.includes(-1)) continue;
+    if (positions.some((p, k) => k > 0 && p < positions[k - 1]!))
+      throw new ChatUnrenderable("SGLang may reorder tool results holding media into the tool calls' order: not mirrored here");
+  }
+}
+
+const hasMedia = (m: ChatMessage) => Array.isArray(m.content) && (m.content as ContentPart[]).some((p) => isPyDict(p) && isMediaPart(p));
