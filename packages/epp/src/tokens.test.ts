@@ -50,6 +50,15 @@ describe("createTokenizeBody", () => {
     expect(seen.messages).toBeUndefined();
   });
 
+  test("a template error on the chat as cut at the routing bound routes by load: the whole request may render", () => {
+    // A first part past the bound is dropped, leaving `content: []`, which a template reading content[0] raises on.
+    const image = { type: "image_url", image_url: { url: `data:image/png;base64,${"A".repeat(ROUTING_TEXT_CHARS)}` } };
+    const body = { model: "m", messages: [{ role: "user", content: [image, { type: "text", text: "what is this?" }] }] };
+    const read = createTokenizeBody(recording(new ChatTemplateError("'list object' has no attribute 'text'")).pre)({ body: new TextEncoder().encode(JSON.stringify(body)) });
+    expect([...read.tokens]).toEqual([]);
+    expect(read.fields).toMatchObject({ model: "m", unrendered: { cause: "routing_cut" } });
+  });
+
   test("a long prompt is tokenized up to ROUTING_TEXT_CHARS, cut at a space", () => {
     const { pre, seen } = recording();
     const word = "lorem ";

@@ -7,8 +7,9 @@ export type ChatTemplate = { source: string; compiled: PyTemplate; contentFormat
 
 /**
  * Renders `template` with `vars`. What jinja2 raises too (raise_exception(), an undefined value's attribute or
- * tojson) is the request's doing: a 400, as both engines answer a jinja2 error. Any other failure may be this process's (jinja2 renders what @huggingface/jinja cannot): no reason to
- * refuse the request, so it is ChatUnrenderable (routed by load).
+ * tojson) is the request's doing: a 400, as both engines answer a jinja2 error. Any other failure may be this
+ * process's (jinja2 renders what @huggingface/jinja cannot): no reason to refuse the request, so it is
+ * ChatUnrenderable (routed by load).
  */
 export function runTemplate(template: ChatTemplate, vars: Record<string, unknown>): string {
   try {

@@ -1,7 +1,7 @@
 // One request's tokenization as a value: what the EPP asks for, in process or through the pool, so both
 // paths give the same ids.
 import { firstMediaPosition } from "./media";
-import { ChatUnrenderable } from "./messages";
+import { ChatTemplateError, ChatUnrenderable } from "./messages";
 import type { EncodeControl } from "./segmenter";
 import { keepsTail } from "./truncation";
 import type { ChatMessage, ChatOptions, CompletionOptions, Preprocessor } from "./types";
@@ -19,8 +19,9 @@ export type TokenizeJob =
 
 /**
  * Where the encode of a body's chat says why it rendered nothing here (its BodyFields, read with the body): a chat
- * this process cannot render (ChatUnrenderable) then has no ids and is routed by load, its cause carried back with
- * the body's fields, to the caller's thread too. Without one, the error is thrown.
+ * this process cannot render (ChatUnrenderable), or whose cut at the routing bound the template raises on, then has
+ * no ids and is routed by load, its cause carried back with the body's fields, to the caller's thread too. Without
+ * one, the error is thrown.
  */
 export type RenderVerdict = { unrendered?: Unrendered };
 
@@ -28,9 +29,10 @@ export type RenderVerdict = { unrendered?: Unrendered };
  * Why a prompt was not rendered here, though the workers may serve it: `stored_history`, a Responses request
  * continuing a stored response (previous_response_id) whose history only the worker holds; `template_engine`, a
  * chat template the engine here fails on (ChatUnrenderable); `responses_rules`, a Responses request to workers whose
- * engine builds its chat in ways not mirrored here (SGLang).
+ * engine builds its chat in ways not mirrored here (SGLang); `routing_cut`, a chat cut at the routing bound that the
+ * template raises on (the cut, not the request, may be at fault: a first part dropped leaves `content: []`).
  */
-export type Unrendered = { cause: "stored_history" | "template_engine" | "responses_rules"; message: string };
+export type Unrendered = { cause: "stored_history" | "template_engine" | "responses_rules" | "routing_cut"; message: string };
 
 /**
  * A request body as received, for the tokenizer pool: its member reads it (readBody) and tokenizes what it
@@ -50,7 +52,7 @@ export type PoolJob = TokenizeJob | BodyJob;
  */
 export function nextTurnJob(job: Extract<TokenizeJob, { kind: "chat" }>, reply: ChatMessage): TokenizeJob {
   const messages = [...job.messages, reply, { role: "user", content: "" }];
-  return { kind: "chat", messages, opts: { ...job.opts, addGenerationPrompt: true, continueFinalMessage: false, cutAtBound: undefined } };
+  return { kind: "chat", messages, opts: { ...job.opts, addGenerationPrompt: true, continueFinalMessage: false, cutAtBound: undefined, beforeFinal: undefined } };
 }
 
 /**
@@ -77,9 +79,11 @@ export function encodeJob(pre: Preprocessor, job: TokenizeJob, control?: EncodeC
   try {
     ids = pre.encodeChat(job.messages, job.opts, control);
   } catch (err) {
-    if (!(err instanceof ChatUnrenderable) || job.verdict === undefined) throw err;
-    // By load: ids of a prompt rendered otherwise than vLLM renders it would follow another prompt's cache.
-    job.verdict.unrendered = { cause: "template_engine", message: err.message };
+    const cause = err instanceof ChatUnrenderable ? "template_engine" : err instanceof ChatTemplateError && job.opts.cutAtBound ? "routing_cut" : undefined;
+    if (cause === undefined || job.verdict === undefined) throw err;
+    // By load: ids of a prompt rendered otherwise than vLLM renders it would follow another prompt's cache, and an
+    // error the cut raises is not the request's to answer with a 400.
+    job.verdict.unrendered = { cause, message: (err as Error).message };
     return new Uint32Array(0);
   }
   if (!job.cutAtMedia) return ids;

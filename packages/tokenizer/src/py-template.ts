@@ -6,7 +6,10 @@
 //     their fraction (`1.0`), indent/separators as Python lays them out;
 //   - str.strip/lstrip/rstrip(chars) and the `trim` filter remove only `chars` (the library ignores the argument
 //     and trims JavaScript's whitespace set);
-//   - `~` and `|string` use str(); `|join` joins str() of the items.
+//   - `~` and `|string` use str(); `|join` joins str() of the items;
+//   - an undefined value is jinja2's default Undefined: it prints "" (and is falsy, and `is defined` false), but an
+//     attribute or item of it raises UndefinedError and `tojson` of it json.dumps' TypeError (TemplateRaised, the
+//     request's error); where the library's undefined may not be jinja2's, it keeps the library's behaviour.
 // @huggingface/jinja 0.5.13 (latest) has the same gaps, so they are closed here, at our boundary: an Interpreter
 // subclass that evaluates those few node kinds itself and defers every other one to the library.
 import { Environment, Interpreter, Template } from "@huggingface/jinja";

@@ -133,11 +133,13 @@ function renderSglangChat(messages: readonly ChatMessage[], opts: ChatOptions, s
   checkSchemaTypes(tools, messages);
   checkToolResultOrder(messages);
   const rendered = conversation(messages, sglangFormat(server));
-  // A chat cut at the routing bound ends on an earlier message, which the request's prompt renders as it is.
-  const { chat, continuation } = opts.cutAtBound ? { chat: rendered } : finalTurn(rendered, opts.continueFinalMessage === true);
+  // A chat cut at the routing bound before the final message ends on an earlier one, which the request's prompt
+  // renders as it is; a cut inside the final message keeps the rule for it.
+  const { chat, continuation } = opts.beforeFinal ? { chat: rendered } : finalTurn(rendered, opts.continueFinalMessage === true);
   // transformers' apply_chat_template, as _apply_jinja_template calls it: always with the generation prompt.
-  const vars: Dict = { ...server.specialTokens, documents: null, ...templateKwargs(server.flags.defaultKwargs, opts), messages: chat, add_generation_prompt: true };
-  checkEffortKwarg(template.source, vars);
+  const { kwargs, effort } = templateKwargs(server.flags.defaultKwargs, opts);
+  const vars: Dict = { ...server.specialTokens, documents: null, ...kwargs, messages: chat, add_generation_prompt: true };
+  checkEffortKwarg(template.source, effort, vars);
   let text: string;
   try {
     text = runTemplate(template, { ...vars, tools: tools ?? null });
@@ -182,14 +184,14 @@ function dumpTool(t: unknown): Dict {
 /**
  * The server's --default-chat-template-kwargs under the request's (ChatInputProcessor._resolve_input: setdefault, a
  * request's null kept), a default reasoning_effort the request's when it has none; then _apply_jinja_template's variables: the
- * reasoning effort, with the kwargs over it.
+ * reasoning effort, with the kwargs over it. `effort`: the request's reasoning effort so resolved.
  */
-function templateKwargs(defaults: Dict | undefined, opts: ChatOptions): Dict {
+function templateKwargs(defaults: Dict | undefined, opts: ChatOptions): { kwargs: Dict; effort: unknown } {
   const ctk: Dict = { ...opts.templateKwargs };
   for (const [k, v] of Object.entries(defaults ?? {})) if (!Object.hasOwn(ctk, k)) ctk[k] = v;
   const fromKwargs = ctk.reasoning_effort;
   const effort = opts.reasoningEffort ?? (fromKwargs === null ? undefined : fromKwargs);
-  return effort === undefined ? ctk : { reasoning_effort: effort, ...ctk };
+  return { kwargs: effort === undefined ? ctk : { reasoning_effort: effort, ...ctk }, effort };
 }
 
 /**

@@ -23,6 +23,12 @@ export function checkSchemaTypes(tools: readonly unknown[] | undefined, messages
   }
 }
 
+// The keywords normalize_json_schema_types walks into, as it does: a map's values, a list's items, or one schema
+// (a list there too). Nothing else is a schema to it: a property named `type`, an `example`, an `x-` extension.
+const SCHEMA_MAPS = ["properties", "patternProperties", "$defs", "definitions", "dependentSchemas"];
+const SCHEMA_LISTS = ["anyOf", "oneOf", "allOf", "prefixItems"];
+const SCHEMAS = ["items", "additionalProperties", "not", "if", "then", "else", "contains", "propertyNames", "unevaluatedItems", "unevaluatedProperties"];
+
 function hasNonStandardType(schema: unknown, depth: number): boolean {
   if (depth > 64) return true;
   if (Array.isArray(schema)) return schema.some((s) => hasNonStandardType(s, depth + 1));
@@ -31,16 +37,20 @@ function hasNonStandardType(schema: unknown, depth: number): boolean {
   if (typeof t === "string" && !STANDARD_TYPES.has(t)) return true;
   // A list is deduplicated after rewriting, so a repeated name changes it too.
   if (Array.isArray(t) && (t.some((x) => typeof x === "string" && !STANDARD_TYPES.has(x)) || new Set(t).size !== t.length)) return true;
-  return Object.entries(schema).some(([k, v]) => k !== "type" && k !== "enum" && k !== "const" && k !== "default" && k !== "examples" && hasNonStandardType(v, depth + 1));
+  const nested = (v: unknown) => hasNonStandardType(v, depth + 1);
+  return SCHEMA_MAPS.some((k) => isPyDict(schema[k]) && Object.values(schema[k]).some(nested)) ||
+    SCHEMA_LISTS.some((k) => Array.isArray(schema[k]) && schema[k].some(nested)) ||
+    SCHEMAS.some((k) => Object.hasOwn(schema, k) && nested(schema[k]));
 }
 
 /**
  * _apply_jinja_template: a template whose detected reasoning config has an effort kwarg (Nemotron 3 Super's
  * `low_effort`) gets it set true for reasoning_effort "low" where the kwargs do not name it. The detection is
- * SGLang's (detect_reasoning_pattern); a template that names `low_effort` at all is taken to have it.
+ * SGLang's (detect_reasoning_pattern); a template that names `low_effort` at all is taken to have it. `effort`: the
+ * request's reasoning_effort, which SGLang tests (a kwargs' reasoning_effort may give the template another).
  */
-export function checkEffortKwarg(source: string, vars: Dict): void {
-  if (vars.reasoning_effort === "low" && source.includes("low_effort") && !Object.hasOwn(vars, "low_effort"))
+export function checkEffortKwarg(source: string, effort: unknown, vars: Dict): void {
+  if (effort === "low" && source.includes("low_effort") && !Object.hasOwn(vars, "low_effort"))
     throw new ChatUnrenderable("SGLang sets the template's low_effort kwarg for reasoning_effort \"low\" (reasoning_config.effort_kwarg): not mirrored here");
 }
 
@@ -51,13 +61,14 @@ export function checkEffortKwarg(source: string, vars: Dict): void {
  */
 export function checkToolResultOrder(messages: readonly ChatMessage[]): void {
   for (let i = 0; i < messages.length; i++) {
-    const calls = messages[i]!.role === "assistant" ? messages[i]!.tool_calls : undefined;
+    const calls = roleOf(messages[i]!) === "assistant" ? messages[i]!.tool_calls : undefined;
     if (!Array.isArray(calls) || calls.length === 0) continue;
     let end = i + 1;
-    while (end < messages.length && (messages[end]!.role === "tool" || messages[end]!.role === "function")) end++;
+    while (end < messages.length && (roleOf(messages[end]!) === "tool" || roleOf(messages[end]!) === "function")) end++;
     const run = messages.slice(i + 1, end);
     if (run.length < 2 || !run.some(hasMedia)) continue;
-    const order = calls.map((c) => (isPyDict(c) ? c.id : undefined));
+    // A null id is None to SGLang (`call_id is None`): no id.
+    const order: unknown[] = calls.map((c) => (isPyDict(c) ? (c.id ?? undefined) : undefined));
     const positions = run.map((m) => order.indexOf(m.tool_call_id));
     // Ids missing, repeated or unknown: SGLang leaves the run as it is.
     if (new Set(order).size !== order.length || order.includes(undefined) || new Set(positions).size !== positions.length || positions.includes(-1)) continue;
@@ -65,5 +76,8 @@ export function checkToolResultOrder(messages: readonly ChatMessage[]): void {
       throw new ChatUnrenderable("SGLang may reorder tool results holding media into the tool calls' order: not mirrored here");
   }
 }
+
+// SGLang sorts the messages as dumped, their roles lowercased.
+const roleOf = (m: ChatMessage) => (typeof m.role === "string" ? m.role.toLowerCase() : m.role);
 
 const hasMedia = (m: ChatMessage) => Array.isArray(m.content) && (m.content as ContentPart[]).some((p) => isPyDict(p) && isMediaPart(p));

@@ -59,13 +59,13 @@ function findChatTemplate(dir: string, config: TokenizerConfig): ChatTemplates |
 }
 
 /**
- * vLLM's `--chat-template` value as it loads it (load_chat_template): the text of the file it names when that opens,
- * else, if it holds a `{`, `}` or newline, the template itself; else it was meant as a path (vLLM also looks in its
- * own chat_templates directory, which is not here) and is refused.
+ * vLLM's `--chat-template` value as it loads it (_load_chat_template): the text of the file it names when that
+ * opens (read in text mode), else, if it holds a `{`, `}` or newline, the template itself; else it was meant as a
+ * path (vLLM also looks in its own chat_templates directory, which is not here) and is refused.
  */
 export function loadChatTemplate(value: string): string {
   try {
-    return readFileSync(value, "utf8");
+    return readTextMode(value);
   } catch (err) {
     if (![..."{}\n"].some((c) => value.includes(c)))
       throw new Error(`the chat template ${JSON.stringify(value)} looks like a file path, but it failed to be opened: ${(err as Error).message}`);
@@ -81,7 +81,12 @@ export function loadChatTemplate(value: string): string {
 export function loadSglangChatTemplate(value: string): string {
   if (!value.endsWith(".jinja"))
     throw new Error(`SGLang takes the chat template ${JSON.stringify(value)} as one of its own conversation templates (a name or a JSON file), which is not rendered here: give a .jinja file`);
-  return readFileSync(value, "utf8").replace(/^\n+|\n+$/g, "").replaceAll("\\n", "\n");
+  return readTextMode(value).replace(/^\n+|\n+$/g, "").replaceAll("\\n", "\n");
+}
+
+/** A file as Python's `open(path).read()` gives it: text mode reads each `\r\n` and lone `\r` as `\n`. */
+function readTextMode(path: string): string {
+  return readFileSync(path, "utf8").replace(/\r\n?/g, "\n");
 }
 
 /**

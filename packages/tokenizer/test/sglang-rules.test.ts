@@ -170,6 +170,25 @@ describe("the final assistant message", () => {
     expect(continued.text).toBe(`<user:q><assistant:${continued.cut}><assistant:`);
   });
 
+  test("a chat cut inside its final assistant message keeps the final-turn rule for what is left of it", () => {
+    const { sglang } = both(TURNS);
+    const routed = (body: Record<string, unknown>) => {
+      const job = routingJob(parseBodyBytes(new TextEncoder().encode(JSON.stringify(body)), "/v1/chat/completions", sglang.rules).input);
+      if (!("kind" in job) || job.kind !== "chat") throw new Error("not a chat job");
+      expect(job.messages.length).toBe(2);
+      const cut = job.messages.at(-1)!.content as string;
+      expect(cut.length).toBeLessThan(ROUTING_TEXT_CHARS);
+      return { text: sglang.renderChat(job.messages, job.opts), cut };
+    };
+    const messages = [{ role: "user", content: "q" }, { role: "assistant", content: "w ".repeat(ROUTING_TEXT_CHARS) }];
+    // As the whole request renders it: a user turn, then the generation prompt.
+    const plain = routed({ messages });
+    expect(plain.text).toBe(`<user:q><user:${plain.cut}><assistant:`);
+    // With continue_final_message, left out of the template and continued after the generation prompt.
+    const continued = routed({ messages, continue_final_message: true });
+    expect(continued.text).toBe(`<user:q><assistant:${continued.cut}`);
+  });
+
   test("add_generation_prompt is not SGLang's to turn off: the generation prompt is always rendered", () => {
     const { sglang, vllm } = both(TURNS);
     const ask = { messages: [{ role: "user", content: "q" }], add_generation_prompt: false };
@@ -271,6 +290,14 @@ test("--chat-template is a .jinja file, read as SGLang reads it: outer newlines 
   expect(() => servers.server(CONTENTS, { chatRendering: "sglang", chatTemplate: "{{ 1 }}" })).toThrow(/\.jinja/);
 });
 
+test("--chat-template's file is read in text mode by both engines: CRLF and a lone CR are newlines", () => {
+  const file = join(servers.root, "crlf.jinja");
+  writeFileSync(file, "\r\n{% for m in messages %}[{{ m.content }}]\r\n{% endfor %}\r|\r\n");
+  // Python's open(): universal newlines, before SGLang's strip("\n") (and jinja2's trim_blocks after endfor).
+  expect(render(servers.server(CONTENTS, { chatRendering: "sglang", chatTemplate: file }), user("q"))).toBe("[q]\n|");
+  expect(render(servers.server(CONTENTS, { chatTemplate: file }), user("q"))).toBe("\n[q]\n|");
+});
+
 describe("what SGLang does that is not mirrored is routed by load, never hashed", () => {
   test("a tool schema with a non-standard type name (normalize_json_schema_types rewrites it)", () => {
     const { sglang, vllm } = both("{{ tools | tojson }}");
@@ -281,11 +308,29 @@ describe("what SGLang does that is not mirrored is routed by load, never hashed"
     expect(render(vllm, typed("varchar"))).toContain('"a": {"type": "varchar"}');
   });
 
+  test("only schemas are walked for type names, as normalize_json_schema_types walks them: not examples or extensions", () => {
+    const { sglang } = both("{{ tools | tojson }}");
+    const params = (parameters: unknown) => ({ ...user("q"), tools: [{ type: "function", function: { name: "f", parameters } }] });
+    // A property named `type` is a schema (under `properties`), and its type is rewritten.
+    expect(() => render(sglang, params({ type: "object", properties: { type: { type: "str" } } }))).toThrow(ChatUnrenderable);
+    expect(() => render(sglang, params({ type: "array", items: [{ type: "int" }] }))).toThrow(ChatUnrenderable);
+    // An example value or an `x-` extension is no schema: left as it is.
+    const car = { type: "object", properties: { car: { type: "object", example: { type: "sedan" }, "x-kind": { type: "int" } } } };
+    expect(render(sglang, params(car))).toContain('"example": {"type": "sedan"}');
+  });
+
   test("reasoning_effort \"low\" with a template that reads low_effort (reasoning_config.effort_kwarg)", () => {
     const { sglang } = both("{{ low_effort }}");
     expect(() => render(sglang, { ...user("q"), reasoning_effort: "low" })).toThrow(ChatUnrenderable);
     expect(render(sglang, { ...user("q"), reasoning_effort: "low", chat_template_kwargs: { low_effort: false } })).toBe("False");
     expect(render(sglang, { ...user("q"), reasoning_effort: "high" })).toBe("");
+  });
+
+  test("the request's reasoning_effort \"low\" counts for low_effort, whatever reasoning_effort the kwargs give the template", () => {
+    // `if request.reasoning_effort == "low"`: a default kwarg's reasoning_effort reaches only the template.
+    const { sglang } = both("{{ reasoning_effort }}{{ low_effort }}", '{"reasoning_effort": "high"}');
+    expect(() => render(sglang, { ...user("q"), reasoning_effort: "low" })).toThrow(ChatUnrenderable);
+    expect(render(sglang, user("q"))).toBe("high");
   });
 
   test("tool results holding media, out of their calls' order (_canonicalize_tool_message_order sorts them)", () => {
@@ -300,6 +345,22 @@ describe("what SGLang does that is not mirrored is routed by load, never hashed"
     });
     expect(() => render(sglang, chat("b", "a"))).toThrow(ChatUnrenderable);
     expect(render(sglang, chat("a", "b"))).toBe("[q][][][r][s]");
+  });
+
+  test("tool results are sorted whatever their roles' case, and a null call id leaves the run as it is", () => {
+    const { sglang } = both(CONTENTS);
+    const image = { type: "image_url", image_url: { url: "u" } };
+    const call = (id: string | null) => ({ id, type: "function", function: { name: "f", arguments: "{}" } });
+    const chat = (roles: [string, string], ids: [string | null, string], results: [string | null, string | null]) => ({
+      messages: [
+        { role: "user", content: "q" }, { role: roles[0], content: null, tool_calls: ids.map(call) },
+        { role: roles[1], tool_call_id: results[0], content: [image] }, { role: roles[1], tool_call_id: results[1], content: "r" },
+      ],
+    });
+    // The messages are sorted as dumped, their roles lowercased.
+    expect(() => render(sglang, chat(["Assistant", "TOOL"], ["a", "b"], ["b", "a"]))).toThrow(ChatUnrenderable);
+    // _sort_tool_message_run: `any(call_id is None ...)` returns the run unsorted.
+    expect(render(sglang, chat(["assistant", "tool"], [null, "b"], ["b", null]))).toBe("[q][][][r]");
   });
 });
 

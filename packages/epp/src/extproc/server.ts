@@ -585,7 +585,7 @@ class ProcessStream {
       const { cause, message } = fields.unrendered;
       this.deps.metrics.unrenderedBodies.inc({ cause });
       if (cause === "template_engine") this.shared.warnUnrenderable(cause, { model: fields.model, err: message });
-      else this.deps.log.debug({ model: fields.model, cause }, "prompt holds history stored on the worker: routing by load");
+      else this.deps.log.debug({ model: fields.model, cause, err: message }, "prompt not rendered here: routing by load");
     }
     const pick = { model: scoredModel(req.cls, fields), cacheSalt: fields.cacheSalt, tokens, promptTokens, newTurnTokens, subset: req.subset };
     const routing = RoutedRequest.route(this.deps.routing, pick, { explain: req.explain, batched: fields.batchedPrompts !== undefined });

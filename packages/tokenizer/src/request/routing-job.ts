@@ -54,6 +54,8 @@ export function routingJob(input: RoutedInput, rules?: ChatRules): TokenizeJob |
         truncatePromptTokens: input.truncatePromptTokens,
         truncationSide: input.truncationSide,
         ...(messages !== input.messages ? { cutAtBound: true } : {}),
+        // The cut may fall inside the final message itself, which SGLang's final-turn rule still applies to.
+        ...(messages.length < input.messages.length ? { beforeFinal: true } : {}),
       };
       return { kind: "chat", messages, opts, cutAtMedia: true };
     }
