@@ -327,7 +327,9 @@ export class PyTemplate {
   private readonly program: Template["parsed"];
 
   constructor(source: string) {
-    this.program = new Template(source).parsed;
+    // jinja2's lexer writes every newline of the template's text and string literals as its newline_sequence
+    // ("\n"): a template with CRLF (a config's string, a file) renders as with LF.
+    this.program = new Template(source.replace(/\r\n?/g, "\n")).parsed;
   }
 
   /** The template's syntax tree (read by the content-format detection). */

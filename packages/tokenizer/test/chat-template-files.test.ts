@@ -47,6 +47,14 @@ describe("the chat template a tokenizer directory gives a request", () => {
     expect(pre.renderChat(messages, { tools })).toBe("D[hi]");
   });
 
+  test("a template's CRLF and lone CR are newlines, as jinja2's lexer writes them (a .jinja file, a config's string)", () => {
+    const crlf = "D{% for m in messages %}[{{ m.content }}]\r\n{% endfor %}\r|";
+    const pre = tokenizerDir("jinja-crlf", undefined, { "chat_template.jinja": crlf, "additional_chat_templates/tool_use.jinja": crlf });
+    expect(pre.renderChat(messages)).toBe("D[hi]\n|");
+    expect(pre.renderChat(messages, { tools })).toBe("D[hi]\n|");
+    expect(tokenizerDir("config-crlf", crlf).renderChat(messages)).toBe("D[hi]\n|");
+  });
+
   test("the config's named templates: tool_use for a request with tools, default without", () => {
     const pre = tokenizerDir("config-named", [{ name: "default", template: DEFAULT }, { name: "tool_use", template: TOOL_USE }]);
     expect(pre.renderChat(messages)).toBe("D[hi]");
