@@ -46,7 +46,7 @@ export type ChatRules = {
 };
 
 /** The rules of `engine`, under the server's flags that decide which tools reach the template (vLLM's). */
-export function chatRules(engine: ChatEngine = "vllm", flags: Pick<ServerRendering, "excludeToolsWhenToolChoiceNone"> = {}): ChatRules {
+export function chatRules(engine: ChatEngine = "vllm", flags: { excludeToolsWhenToolChoiceNone?: boolean } = {}): ChatRules {
   if (engine === "sglang") return SGLANG_CHAT;
   return flags.excludeToolsWhenToolChoiceNone ? VLLM_CHAT_EXCLUDING_TOOLS : VLLM_CHAT;
 }

@@ -216,11 +216,13 @@ function tokenId(json: TokenizerFiles["tokenizerJson"], content: string): number
 
 const EMPTY = new Uint32Array(0);
 
-/** What the server's flags change in the chats it renders (see PreprocessorOptions); SGLang's rules read only its defaultKwargs and chatTemplate. */
+/**
+ * What the server's flags change in the chats it renders (see PreprocessorOptions); SGLang's rules read only its
+ * defaultKwargs and chatTemplate. vLLM's --exclude-tools-when-tool-choice-none is in its rules (chatRules).
+ */
 export type ServerRendering = {
   /** --default-chat-template-kwargs, parsed. */
   defaultKwargs?: Record<string, unknown>;
-  excludeToolsWhenToolChoiceNone?: boolean;
   /** --chat-template, loaded (the template's text). */
   chatTemplate?: string;
   /** --chat-template-content-format. */

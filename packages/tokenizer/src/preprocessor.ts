@@ -18,7 +18,6 @@ export function createPreprocessor(opts: PreprocessorOptions = {}): Preprocessor
     ? byteFallbackPreprocessor(rules)
     : new HfPreprocessor(loadTokenizerFiles(opts.tokenizerDir), opts.cache ?? {}, opts.fastBpe ?? true, {
       defaultKwargs: defaultKwargs(opts.defaultChatTemplateKwargs),
-      excludeToolsWhenToolChoiceNone: opts.excludeToolsWhenToolChoiceNone,
       // It wins over the tokenizer's templates, tools or not (resolve_chat_template's first choice).
       chatTemplate: opts.chatTemplate === undefined ? undefined : rules.engine === "sglang" ? loadSglangChatTemplate(opts.chatTemplate) : loadChatTemplate(opts.chatTemplate),
       contentFormat: opts.chatTemplateContentFormat,

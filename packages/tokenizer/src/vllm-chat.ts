@@ -5,29 +5,31 @@ import { runTemplate, type ChatTemplate } from "./chat-template";
 import { detectContentFormat, type ContentFormat } from "./content-format";
 import { conversation } from "./conversation";
 import type { ServerRendering } from "./hf-preprocessor";
-import { ChatTemplateError, continueFinalMessage, templateTools } from "./messages";
+import { ChatTemplateError, continueFinalMessage, templateTools as dumpedTools } from "./messages";
 import { vllmChat } from "./request/openai-body";
 import type { ChatMessage, ChatOptions } from "./types";
 
-export const VLLM_CHAT: ChatRules = {
-  engine: "vllm",
-  readChat: vllmChat,
-  rendersResponses: true,
-  detectFormat: (_source, ast) => detectContentFormat(ast),
-  render: renderVllmChat,
-  templateTools: (chat) => vllmTools(chat, false),
-};
-
-/** vLLM's rules under --exclude-tools-when-tool-choice-none. */
-export const VLLM_CHAT_EXCLUDING_TOOLS: ChatRules = { ...VLLM_CHAT, templateTools: (chat) => vllmTools(chat, true) };
-
-/** --exclude-tools-when-tool-choice-none: the template gets tools=None, and resolves as for a chat without. */
-function vllmTools(chat: Pick<ChatOptions, "tools" | "toolChoice">, exclude: boolean | undefined): unknown[] | undefined {
-  return chat.toolChoice === "none" && exclude ? undefined : chat.tools;
+/**
+ * vLLM's rules, `excludeTools` its --exclude-tools-when-tool-choice-none: the template gets tools=None for a
+ * tool_choice of "none", and resolves as for a chat without. One value reads the flag, for the render and the
+ * routing bound alike.
+ */
+function vllmRules(excludeTools: boolean): ChatRules {
+  const templateTools = (chat: Pick<ChatOptions, "tools" | "toolChoice">) => (chat.toolChoice === "none" && excludeTools ? undefined : chat.tools);
+  return {
+    engine: "vllm",
+    readChat: vllmChat,
+    rendersResponses: true,
+    detectFormat: (_source, ast) => detectContentFormat(ast),
+    render: (messages, opts, server) => renderVllmChat(messages, opts, server, templateTools(opts)),
+    templateTools,
+  };
 }
 
-function renderVllmChat(messages: readonly ChatMessage[], opts: ChatOptions, server: ChatServer): RenderedChat {
-  const tools = vllmTools(opts, server.flags.excludeToolsWhenToolChoiceNone);
+export const VLLM_CHAT = vllmRules(false);
+export const VLLM_CHAT_EXCLUDING_TOOLS = vllmRules(true);
+
+function renderVllmChat(messages: readonly ChatMessage[], opts: ChatOptions, server: ChatServer, tools: unknown[] | undefined): RenderedChat {
   const own = server.requestTemplate(opts);
   // vLLM resolves the template, and from it the content format, with the request's tools (resolve_chat_template).
   const served = server.template(tools !== undefined);
@@ -44,7 +46,7 @@ function renderVllmChat(messages: readonly ChatMessage[], opts: ChatOptions, ser
     documents: null,
     ...withDefaults(server.flags.defaultKwargs ?? {}, opts.templateKwargs),
     messages: chat,
-    tools: tools === undefined ? null : templateTools(tools),
+    tools: tools === undefined ? null : dumpedTools(tools),
     add_generation_prompt: opts.addGenerationPrompt ?? true,
   };
   const rendered = runTemplate(template, vars);
