@@ -12,10 +12,23 @@ import { messageChars } from "./request/routing-job";
 export type TokenizeJob =
   | { kind: "prompt"; text: string; opts?: CompletionOptions }
   /**
-   * `cutAtMedia`: the ids stop before the first media part (what a router can match; see media.ts). The messages
-   * may stop at the routing bound (opts.cutAtBound), so the request's new turn lies past them.
+   * `cutAtMedia`: the ids stop before the first media part (what a router can match; see media.ts). `cut`: the
+   * messages stop at the routing bound, so the request's new turn lies past them.
    */
-  | { kind: "chat"; messages: ChatMessage[]; opts: ChatOptions; cutAtMedia?: boolean; verdict?: RenderVerdict };
+  | { kind: "chat"; messages: ChatMessage[]; opts: ChatOptions; cutAtMedia?: boolean; cut?: BoundCut; verdict?: RenderVerdict };
+
+type ChatJob = Extract<TokenizeJob, { kind: "chat" }>;
+
+/**
+ * Where the routing bound cut a chat's messages (routing-job.ts): inside the request's final message, or before it
+ * (the routed messages end on an earlier one, which then renders as any earlier message does).
+ */
+export type BoundCut = "in-final" | "before-final";
+
+/** The options a chat job renders with: a cut before the final message tells the renderer so. */
+export function renderOptions(job: ChatJob): ChatOptions {
+  return job.cut === "before-final" ? { ...job.opts, beforeFinal: true } : job.opts;
+}
 
 /**
  * Where the encode of a body's chat says why it rendered nothing here (its BodyFields, read with the body): a chat
@@ -50,9 +63,9 @@ export type PoolJob = TokenizeJob | BodyJob;
  * next turn, not as "the chat plus its reply": a template may render the final assistant turn differently
  * from an earlier one (Qwen3 adds an empty think block).
  */
-export function nextTurnJob(job: Extract<TokenizeJob, { kind: "chat" }>, reply: ChatMessage): TokenizeJob {
+export function nextTurnJob(job: ChatJob, reply: ChatMessage): TokenizeJob {
   const messages = [...job.messages, reply, { role: "user", content: "" }];
-  return { kind: "chat", messages, opts: { ...job.opts, addGenerationPrompt: true, continueFinalMessage: false, cutAtBound: undefined, beforeFinal: undefined } };
+  return { kind: "chat", messages, opts: { ...job.opts, addGenerationPrompt: true, continueFinalMessage: false } };
 }
 
 /**
@@ -63,7 +76,7 @@ export function nextTurnJob(job: Extract<TokenizeJob, { kind: "chat" }>, reply: 
  * chat cut at the routing bound (its new turn is not among the messages routed).
  */
 export function newTurnChars(job: TokenizeJob): number | undefined {
-  if (job.kind !== "chat" || job.opts.cutAtBound) return undefined;
+  if (job.kind !== "chat" || job.cut !== undefined) return undefined;
   const ms = job.messages;
   let i = ms.length - 1;
   while (i >= 0 && ms[i]!.role === "assistant") i--;
@@ -75,11 +88,12 @@ export function newTurnChars(job: TokenizeJob): number | undefined {
 
 export function encodeJob(pre: Preprocessor, job: TokenizeJob, control?: EncodeControl): Uint32Array {
   if (job.kind === "prompt") return pre.encodeCompletion(job.text, job.opts, control);
+  const opts = renderOptions(job);
   let ids: Uint32Array;
   try {
-    ids = pre.encodeChat(job.messages, job.opts, control);
+    ids = pre.encodeChat(job.messages, opts, control);
   } catch (err) {
-    const cause = err instanceof ChatUnrenderable ? "template_engine" : err instanceof ChatTemplateError && job.opts.cutAtBound ? "routing_cut" : undefined;
+    const cause = err instanceof ChatUnrenderable ? "template_engine" : err instanceof ChatTemplateError && job.cut !== undefined ? "routing_cut" : undefined;
     if (cause === undefined || job.verdict === undefined) throw err;
     // By load: ids of a prompt rendered otherwise than vLLM renders it would follow another prompt's cache, and an
     // error the cut raises is not the request's to answer with a 400.
@@ -89,9 +103,9 @@ export function encodeJob(pre: Preprocessor, job: TokenizeJob, control?: EncodeC
   if (!job.cutAtMedia) return ids;
   // vLLM's blocks from an image or audio part on carry the item's identifier, which a router cannot
   // compute: the ids end before the first such part.
-  const media = firstMediaPosition(pre, job.messages, job.opts);
+  const media = firstMediaPosition(pre, job.messages, opts);
   if (media === undefined) return ids;
   // The position counts tokens before truncation; keeping the tail drops some in front of it.
-  const dropped = keepsTail(job.opts) ? pre.encodeChat(job.messages, { ...job.opts, truncatePromptTokens: undefined }).length - ids.length : 0;
+  const dropped = keepsTail(opts) ? pre.encodeChat(job.messages, { ...opts, truncatePromptTokens: undefined }).length - ids.length : 0;
   return ids.subarray(0, Math.max(0, media - dropped));
 }

@@ -37,13 +37,8 @@ export type ChatOptions = Truncation & {
   /** The request's `add_special_tokens`: vLLM's chat default is false (the template places them). */
   addSpecialTokens?: boolean;
   /**
-   * The messages are the request's first ones, cut at the routing bound (routing-job.ts): the last may be cut
-   * short and the request's new turn lies past them.
-   */
-  cutAtBound?: boolean;
-  /**
-   * The routed messages stop before the request's final message (set with cutAtBound): their last renders as any
-   * earlier one (SGLang's final-turn rule is for the request's final message, which a cut inside it keeps).
+   * The messages stop before the request's final message (a chat cut at the routing bound, job.ts's renderOptions):
+   * their last renders as any earlier one (SGLang's final-turn rule is for the request's final message).
    */
   beforeFinal?: boolean;
   /** SGLang's request-level `reasoning_effort`, which it hands the template beside `chat_template_kwargs` (sglang-chat.ts). */

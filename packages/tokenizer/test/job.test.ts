@@ -24,10 +24,10 @@ describe("a chat's new turn (what the worker that served it most likely does not
   });
 
   test("a chat cut at the routing bound has no new turn among its routed messages", () => {
-    const cut: TokenizeJob = { kind: "chat", messages: [m("user", "u".repeat(100))], opts: { cutAtBound: true } };
+    const cut: TokenizeJob = { kind: "chat", messages: [m("user", "u".repeat(100))], opts: {}, cut: "in-final" };
     expect(newTurnChars(cut)).toBeUndefined();
     const routed = routingJob({ kind: "chat", messages: [m("user", "u".repeat(ROUTING_TEXT_CHARS + 10)), m("assistant", "a"), m("user", "q")] } as RoutedInput);
-    expect(routed).toMatchObject({ kind: "chat", opts: { cutAtBound: true } });
+    expect(routed).toMatchObject({ kind: "chat", cut: "before-final" });
     const whole = routingJob({ kind: "chat", messages: [m("user", "u".repeat(100)), m("assistant", "a"), m("user", "q")] } as RoutedInput);
     expect(newTurnChars(whole as TokenizeJob)).toBe(2);
   });

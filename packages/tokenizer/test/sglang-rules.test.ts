@@ -8,6 +8,7 @@ import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { BadRequest, ChatTemplateError, ChatUnrenderable, createPreprocessor, ignoredRenderingFlags, type Preprocessor } from "../src/index";
 import { parseBodyBytes } from "../src/request/openai-body";
 import { ROUTING_TEXT_CHARS, routingJob } from "../src/request/routing-job";
+import { renderOptions } from "../src/job";
 import { chatOf, render, TemplateServers } from "./template-servers";
 
 let servers: TemplateServers;
@@ -158,9 +159,9 @@ describe("the final assistant message", () => {
     const routed = (body: Record<string, unknown>) => {
       const job = routingJob(parseBodyBytes(new TextEncoder().encode(JSON.stringify(body)), "/v1/chat/completions", sglang.rules).input);
       if (!("kind" in job) || job.kind !== "chat") throw new Error("not a chat job");
-      expect(job.opts.cutAtBound).toBe(true);
+      expect(job.cut).toBe("before-final");
       const cut = job.messages.at(-1)!.content as string;
-      return { text: sglang.renderChat(job.messages, job.opts), cut };
+      return { text: sglang.renderChat(job.messages, renderOptions(job)), cut };
     };
     const messages = [{ role: "user", content: "q" }, { role: "assistant", content: long }, { role: "user", content: "r" }];
     const plain = routed({ messages });

@@ -53,11 +53,10 @@ export function routingJob(input: RoutedInput, rules?: ChatRules): TokenizeJob |
         reasoningEffort: input.reasoningEffort,
         truncatePromptTokens: input.truncatePromptTokens,
         truncationSide: input.truncationSide,
-        ...(messages !== input.messages ? { cutAtBound: true } : {}),
-        // The cut may fall inside the final message itself, which SGLang's final-turn rule still applies to.
-        ...(messages.length < input.messages.length ? { beforeFinal: true } : {}),
       };
-      return { kind: "chat", messages, opts, cutAtMedia: true };
+      if (messages === input.messages) return { kind: "chat", messages, opts, cutAtMedia: true };
+      // The cut may fall inside the final message itself, which SGLang's final-turn rule still applies to.
+      return { kind: "chat", messages, opts, cutAtMedia: true, cut: messages.length < input.messages.length ? "before-final" : "in-final" };
     }
   }
 }
