@@ -16,7 +16,7 @@ import { DEFAULT_KV_MAX_MESSAGE_SIZE } from "./batch-bound.ts";
 import { decodeBatch } from "./codec/decode.ts";
 import type { DecodeStats, DropReason, KvEventBatch } from "./codec/types.ts";
 import { childLogger, type Logger } from "./logger.ts";
-import { decodeSeqFrame, encodeSeq, parseReplayReply } from "./replay.ts";
+import { decodeSeqFrame, encodeSeq, parseReplayReply, topicEpoch } from "./replay.ts";
 import type { SocketOptions } from "./zmtp/base.ts";
 import { DealerSocket } from "./zmtp/dealer.ts";
 import { SubSocket } from "./zmtp/sub.ts";
@@ -80,7 +80,8 @@ export type ListenerCounters = DecodeStats & {
 };
 
 /**
- * `epoch`: the publisher's lifetime id when its seq frame carries one (replay.ts decodeSeqFrame), else null.
+ * `epoch`: the publisher's lifetime id when its seq frame or topic carries one (replay.ts: decodeSeqFrame, topicEpoch),
+ * else null.
  * `first`: held during a replay as the first message of a new connection (it may come from another process).
  */
 type Held = { seq: bigint; epoch: string | null; payload: Buffer; first?: true };
@@ -213,12 +214,15 @@ export class KvEventListener {
     const n = frames.length;
     const f = n === 3 || n === 2 ? decodeSeqFrame(frames[n - 2]!) : undefined;
     if (f === undefined) return this.malformed("frames", `${n} frames, or a seq frame that is neither 8 nor 24 bytes`);
+    // The epoch rides in the seq frame (vLLM's 24-byte form) or in the topic (SGLang's).
+    const epoch = f.epoch ?? (n === 3 ? topicEpoch(frames[0]!) : null);
+    if (epoch === undefined) return this.malformed("frames", "a topic whose epoch marker has an empty or overlong epoch");
     const payload = frames[n - 1]!;
     this.counters.bytes += payload.length;
-    this.onSequenced({ seq: f.seq, epoch: f.epoch, payload });
+    this.onSequenced({ seq: f.seq, epoch, payload });
   }
 
-  /** The publisher's epoch (its lifetime id) when its seq frames carry one; null: they do not (vLLM today). */
+  /** The publisher's epoch (its lifetime id) when its frames carry one; null: they do not (vLLM today, SGLang without snapshots). */
   get epoch(): string | null {
     return this.streamEpoch;
   }

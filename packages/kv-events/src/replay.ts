@@ -32,6 +32,28 @@ export function decodeSeqFrame(b: Uint8Array): { seq: bigint; epoch: string | nu
   return { seq: decodeSeq(b.subarray(0, 8))!, epoch: Buffer.from(b.buffer, b.byteOffset + 8, 16).toString("hex") };
 }
 
+const EPOCH_MARKER = Buffer.from("\x00sgl-kv-epoch=", "latin1");
+const BARRIER_MARKER = Buffer.from("\x00sgl-kv-snapshot=", "latin1");
+/** SGLang's bound on an epoch's length (its indexer bridge refuses longer ones). */
+const MAX_TOPIC_EPOCH_BYTES = 256;
+
+/**
+ * The publisher epoch a topic frame carries: SGLang, when its publisher serves snapshots, sends every batch under
+ * `<topic>\0sgl-kv-epoch=<epoch>` (a snapshot barrier appends `\0sgl-kv-snapshot=<id>` to it, an empty batch in
+ * the stream's seq order), its seq frame staying 8 bytes. Null: no epoch in the topic (vLLM; SGLang without
+ * snapshots); undefined: a marker with an empty or overlong epoch (malformed).
+ */
+export function topicEpoch(topic: Uint8Array): string | null | undefined {
+  const t = Buffer.from(topic.buffer, topic.byteOffset, topic.byteLength);
+  const at = t.indexOf(EPOCH_MARKER);
+  if (at < 0) return null;
+  const start = at + EPOCH_MARKER.length;
+  const barrier = t.indexOf(BARRIER_MARKER, start);
+  const end = barrier < 0 ? t.length : barrier;
+  if (end === start || end - start > MAX_TOPIC_EPOCH_BYTES) return undefined;
+  return t.toString("utf8", start, end);
+}
+
 export type ReplayReply = { kind: "batch"; seq: bigint; epoch: string | null; payload: Buffer } | { kind: "end" };
 
 /** Parses one DEALER-side reply (delimiter included); undefined = malformed. */
@@ -41,7 +63,8 @@ export function parseReplayReply(frames: Buffer[]): ReplayReply | undefined {
   const payload = frames[frames.length - 1]!;
   if (seqFrame.length === 8 && seqFrame.equals(END_SEQ)) return payload.length === 0 ? { kind: "end" } : undefined;
   const f = decodeSeqFrame(seqFrame);
-  return f === undefined ? undefined : { kind: "batch", seq: f.seq, epoch: f.epoch, payload };
+  const epoch = f?.epoch ?? (frames.length === 4 ? topicEpoch(frames[1]!) : null);
+  return f === undefined || epoch === undefined ? undefined : { kind: "batch", seq: f.seq, epoch, payload };
 }
 
 /** Parses a ROUTER-side request [id, "", start_seq]; undefined = malformed. */

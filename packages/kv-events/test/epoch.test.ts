@@ -53,3 +53,30 @@ test("an unchanged epoch is one stream; a seq frame of neither 8 nor 24 bytes is
   expect(seqs(got)).toEqual([0, 1]);
   expect(l.counters.restarts).toBe(0);
 });
+
+// SGLang with a snapshot endpoint: the epoch in the topic (`<topic>\0sgl-kv-epoch=<epoch>`), the seq frame 8 bytes; a
+// snapshot barrier is an empty batch in the stream's order whose topic adds `\0sgl-kv-snapshot=<id>`.
+const sglangTopic = (epoch: string, barrier?: string) => Buffer.from(`kv\0sgl-kv-epoch=${epoch}${barrier === undefined ? "" : `\0sgl-kv-snapshot=${barrier}`}`);
+
+test("SGLang: a new epoch in the topic is a restart; a snapshot barrier under the same epoch is a batch of the stream", async () => {
+  const { pub, l, got } = await rig();
+  pub.send([sglangTopic("replica-epoch-1"), encodeSeq(0n), encodeBatch(batch(0))]);
+  pub.send([sglangTopic("replica-epoch-1", "b-1"), encodeSeq(1n), encodeBatch({ ts: 1.5, dataParallelRank: 0, events: [] })]);
+  pub.send([sglangTopic("replica-epoch-1"), encodeSeq(2n), encodeBatch(batch(2))]);
+  pub.send([sglangTopic("replica-epoch-2"), encodeSeq(3n), encodeBatch(batch(3))]);
+  await waitUntil(() => got.length === 5);
+  expect(seqs(got)).toEqual([0, 1, 2, "restarted", 3]);
+  expect(l.counters.restarts).toBe(1);
+  expect(l.epoch).toBe("replica-epoch-2");
+});
+
+test("SGLang: an epoch marker with an empty or overlong epoch is malformed and skipped; a topic without one has no epoch", async () => {
+  const { pub, l, got } = await rig();
+  pub.send([Buffer.from("kv"), encodeSeq(0n), encodeBatch(batch(0))]);
+  pub.send([sglangTopic(""), encodeSeq(1n), encodeBatch(batch(1))]);
+  pub.send([sglangTopic("e".repeat(257)), encodeSeq(1n), encodeBatch(batch(1))]);
+  pub.send([Buffer.from("kv"), encodeSeq(1n), encodeBatch(batch(1))]);
+  await waitUntil(() => got.length === 2 && l.counters.decodeErrors === 2);
+  expect(seqs(got)).toEqual([0, 1]);
+  expect(l.epoch).toBeNull();
+});
