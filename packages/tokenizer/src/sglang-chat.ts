@@ -78,17 +78,22 @@ function sglangKwargs(o: Dict): { templateKwargs?: Dict; reasoningEffort?: unkno
   return { templateKwargs: ctk, reasoningEffort: effort };
 }
 
-/** A reasoning effort as pydantic takes it: a tier's name, or a number (a float; a numeric string too). */
+/**
+ * A reasoning effort as pydantic takes it: a tier's name, or a float in [0, 0.99] (SGLang's fine-grained extension;
+ * a numeric string too, range-checked the same).
+ */
 function effortOf(v: unknown, field: string): unknown {
+  let n: number | undefined;
   if (typeof v === "string") {
     if (EFFORT_TIERS.has(v)) return v;
-    const n = Number(v.trim());
-    if (v.trim() !== "" && Number.isFinite(n)) return new PyFloat(n);
-  }
-  if (typeof v === "number") return new PyFloat(v);
-  if (v instanceof PyNumber) return new PyFloat(v.value);
-  throw new BadRequest(`${field} must be a reasoning effort (none, minimal, low, medium, high, xhigh, max) or a number`);
+    if (v.trim() !== "") n = Number(v.trim());
+  } else if (typeof v === "number") n = v;
+  else if (v instanceof PyNumber) n = v.value;
+  if (n !== undefined && Number.isFinite(n) && n >= 0 && n <= MAX_NUMERIC_EFFORT) return new PyFloat(n);
+  throw new BadRequest(`${field} must be a reasoning effort (none, minimal, low, medium, high, xhigh, max) or a number from 0 to ${MAX_NUMERIC_EFFORT}`);
 }
+
+const MAX_NUMERIC_EFFORT = 0.99;
 
 /** `reasoning.enabled` as the validator reads a string: one of 1, true, yes, y, on. */
 function enabledOf(v: unknown): unknown {

@@ -228,6 +228,16 @@ describe("template variables", () => {
     expect(() => render(sglang, { ...user("q"), chat_template_kwargs: "x" })).toThrow(BadRequest);
   });
 
+  test("a numeric reasoning effort is a float in [0, 0.99] (SGLang's extension), a numeric string too; outside it, refused", () => {
+    const { sglang } = both(EFFORT);
+    expect(render(sglang, { ...user("q"), reasoning_effort: 0 })).toBe("0.0|True|True");
+    expect(render(sglang, { ...user("q"), reasoning_effort: " 0.99 " })).toBe("0.99|True|True");
+    expect(render(sglang, { ...user("q"), reasoning: { effort: "0.5" } })).toBe("0.5|True|True");
+    for (const effort of [1, -0.1, "1.5", 5])
+      expect(() => render(sglang, { ...user("q"), reasoning_effort: effort })).toThrow(BadRequest);
+    expect(() => render(sglang, { ...user("q"), reasoning: { effort: 2 } })).toThrow(BadRequest);
+  });
+
   test("the server's default kwargs fill only what the request's kwargs leave out: a request's null stays null", () => {
     const { sglang, vllm } = both("{{ enable_thinking }}", '{"enable_thinking": false}');
     // ChatInputProcessor._resolve_input: ctk.setdefault(k, v) for the server's default_chat_template_kwargs.
