@@ -18,6 +18,7 @@ import {
   scrapeMetric,
   setHeader,
   startTestEpp,
+  type Resp,
   tokens,
 } from "./helpers.ts";
 
@@ -442,6 +443,36 @@ describe("ext_proc shedding and empty pools", () => {
       expect([...ranks].sort()).toEqual(["0", "1"]);
     } finally {
       c.close();
+      await dp.stop({ graceMs: 0 });
+    }
+  });
+
+  test("a client's own x-data-parallel-rank is removed when the pick names no rank, and overridden when it does", async () => {
+    const rankOf = (r: Resp | undefined) => setHeader(r?.request_headers?.response, "x-data-parallel-rank");
+    const removedOf = (r: Resp | undefined) => r?.request_headers?.response?.header_mutation?.remove_headers ?? [];
+    const withRank = () => {
+      const h = headers();
+      h.request_headers!.headers!.headers!.push({ key: "x-data-parallel-rank", raw_value: new TextEncoder().encode("7") });
+      return h;
+    };
+    const single = await startTestEpp([{ id: "one", address: `${LOOPBACK}.4.24:8000`, kvEvents: `tcp://${LOOPBACK}.4.24:1` }]);
+    const dp = await startTestEpp([{ id: "dp", address: `${LOOPBACK}.4.25:8000`, kvEvents: `tcp://${LOOPBACK}.4.25:1`, dpSize: 2 }]);
+    const clients = [extProcClient(single.ports.grpc), extProcClient(dp.ports.grpc)];
+    try {
+      const answers: (Resp | undefined)[] = [];
+      for (const c of clients) {
+        const s = c.open();
+        s.send(withRank());
+        s.send(body({ prompt: tokens(32, 900) }));
+        answers.push(await s.next());
+      }
+      expect(rankOf(answers[0])).toBeUndefined();
+      expect(removedOf(answers[0])).toContain("x-data-parallel-rank");
+      expect(["0", "1"]).toContain(rankOf(answers[1])!);
+      expect(removedOf(answers[1])).not.toContain("x-data-parallel-rank");
+    } finally {
+      for (const c of clients) c.close();
+      await single.stop({ graceMs: 0 });
       await dp.stop({ graceMs: 0 });
     }
   });

@@ -35,7 +35,7 @@ export type Resp = {
   dynamic_metadata?: { fields?: Record<string, { structValue?: { fields?: Record<string, { stringValue?: string }> } }> };
 };
 type Common = {
-  header_mutation?: { set_headers?: { header?: { key: string; raw_value?: Buffer } }[] };
+  header_mutation?: { set_headers?: { header?: { key: string; raw_value?: Buffer } }[]; remove_headers?: string[] };
   clear_route_cache?: boolean;
   body_mutation?: { body?: Buffer; streamed_response?: { body?: Buffer; end_of_stream?: boolean } };
 };

@@ -97,10 +97,13 @@ export type Route = {
 
 function routeCommon(r: Route) {
   const set = [setHeader(DESTINATION_HEADER, r.endpoint)];
+  // Without a rank of the EPP's, a client's own rank header is removed: it would steer the request to a rank the
+  // pick did not choose (or one the server refuses), as the EPP's would override it otherwise.
+  const removed = r.dpRank === undefined ? [DP_RANK_HEADER, ...(r.removeHeaders ?? [])] : r.removeHeaders ?? [];
   if (r.dpRank !== undefined) set.push(setHeader(DP_RANK_HEADER, String(r.dpRank)));
   if (r.contentLength !== undefined) set.push(setHeader("content-length", String(r.contentLength)));
   for (const [k, v] of r.extraHeaders ?? []) set.push(setHeader(k, v));
-  const remove = r.removeHeaders && r.removeHeaders.length > 0 ? { remove_headers: r.removeHeaders } : {};
+  const remove = removed.length > 0 ? { remove_headers: removed } : {};
   return { header_mutation: { set_headers: set, ...remove }, clear_route_cache: true, ...(r.body ? { body_mutation: { body: r.body } } : {}) };
 }
 
