@@ -180,7 +180,7 @@ export async function startMockWorker(opts: MockWorkerOptions = {}): Promise<Moc
     }
     app.route("/", openAiRoutes({
       model: config.model, preprocessor, pickRank: served.pick, ranks: served.ranks, loraModules: config.loraModules,
-      connector, dpSize: config.dpSize, ownedBy: kind === "sglang" ? "sglang" : "kv-epp-mock",
+      connector, dpSize: config.dpSize, engine: kind,
     }));
     if (connector) app.route("/", nixlRoutes(connector));
     app.route("/", adminRoutes(new Faults(ranks), ranks, config.role));

@@ -1,6 +1,7 @@
 // A worker with an SGLang --event-encoding stands for SGLang on the wire: SGLang's scheduler gauges and
 // labels on /metrics (python/sglang/srt/metrics/collector.py) and no vLLM series, `GET /server_info` with the
-// kv_events descriptor a router subscribes by (and no vLLM /kv_event_sources), SGLang's /flush_cache.
+// kv_events descriptor a router subscribes by (and no vLLM /kv_event_sources), SGLang's /flush_cache, and the DP rank a
+// request names read as SGLang reads it.
 import { afterAll, afterEach, expect, test } from "bun:test";
 import { readReportedSources } from "@kv-epp/intents";
 import { LOOPBACK, waitFor } from "@kv-epp/testkit";
@@ -130,4 +131,31 @@ test("/flush_cache drops an idle server's cache and refuses a busy one, with SGL
   expect(w.ranks[0]!.cache.usedBlocks).toBe(0);
   const models = (await (await fetch(`${w.url}/v1/models`)).json()) as { data: { owned_by: string }[] };
   expect(models.data.map((m) => m.owned_by)).toEqual(["sglang"]);
+});
+
+test("the rank a request names is read as SGLang reads it: the header over the body's routed_dp_rank (or data_parallel_rank); a header int() refuses and a rank out of range are 400s", async () => {
+  const w = await worker({ dpSize: 2, blockSize: 16, capacityBlocks: 256 });
+  let seed = 0;
+  const complete = (header: string | undefined, body: Record<string, unknown> = {}) =>
+    fetch(`${w.url}/v1/completions`, {
+      method: "POST", headers: { "content-type": "application/json", ...(header === undefined ? {} : { "x-data-parallel-rank": header }) },
+      body: JSON.stringify({ prompt: Array.from({ length: 32 }, (_, i) => 1 + ++seed * 100 + i), max_tokens: 1, ...body }),
+    });
+  /** The rank a request ran on: the one whose cache grew. */
+  const ranOn = async (header: string | undefined, body: Record<string, unknown> = {}) => {
+    const before = w.ranks.map((r) => r.cache.usedBlocks);
+    expect((await complete(header, body)).status).toBe(200);
+    return w.ranks.findIndex((r, i) => r.cache.usedBlocks > before[i]!);
+  };
+  expect(await ranOn(undefined, { routed_dp_rank: 1 })).toBe(1);
+  expect(await ranOn(undefined, { data_parallel_rank: 1 })).toBe(1);
+  expect(await ranOn("0", { routed_dp_rank: 1 })).toBe(0);
+  expect(await ranOn(" +1 ")).toBe(1);
+  const message = async (res: Response) => ((await res.json()) as { error: { message: string } }).error.message;
+  const bad = await complete("one");
+  expect(bad.status).toBe(400);
+  expect(await message(bad)).toBe("Invalid X-Data-Parallel-Rank header: must be an integer, got 'one'");
+  const past = await complete(undefined, { routed_dp_rank: 2 });
+  expect(past.status).toBe(400);
+  expect(await message(past)).toBe("routed_dp_rank=2 out of range [0, 2)");
 });

@@ -11,6 +11,7 @@ import type { MockNixlConnector } from "../kv-transfer/connector.ts";
 import { transferRequest, type KvTransferParams } from "../kv-transfer/params.ts";
 import { openAiError, parseBody } from "./errors.ts";
 import { generate, type Endpoint } from "./generate.ts";
+import type { EngineKind } from "../config.ts";
 import { RANK_HEADER, requestedRank, type RankNumbering } from "./rank-header.ts";
 import { ChatRequest, CompletionRequest, DEFAULT_MAX_TOKENS, ResponsesRequest } from "./schemas.ts";
 
@@ -26,8 +27,8 @@ export type OpenAiDeps = {
   /** With --role prefill|decode: vLLM's NixlConnector stand-in (absent: kv_transfer_params ignored). */
   connector?: MockNixlConnector;
   dpSize: number;
-  /** /v1/models' owned_by (SGLang's model cards say "sglang"). */
-  ownedBy: string;
+  /** The engine stood in for: how the rank a request names is read, and /v1/models' owned_by. */
+  engine: EngineKind;
 };
 
 /** vLLM's placeholder for an image in Qwen's vocabulary (<|image_pad|>) and how many stand for one item. */
@@ -37,17 +38,19 @@ export const MEDIA_TOKENS = 64;
 export function openAiRoutes(deps: OpenAiDeps): Hono {
   const app = new Hono();
 
-  const rankPicker = (header: string | undefined): { ok: true; pick: () => RankEngine } | { ok: false; message: string } => {
-    const r = requestedRank(header, deps.ranks);
+  const ownedBy = deps.engine === "sglang" ? "sglang" : "kv-epp-mock";
+  type Common = {
+    model?: string | undefined; cache_salt?: string | null; stream: boolean; stream_options?: { include_usage?: boolean } | null;
+    kv_transfer_params?: KvTransferParams | null; routed_dp_rank?: number | null; data_parallel_rank?: number | null;
+  };
+  const rankPicker = (header: string | undefined, body: Common): { ok: true; pick: () => RankEngine } | { ok: false; message: string } => {
+    // SGLang's model validator moves a deprecated data_parallel_rank into an absent routed_dp_rank.
+    const r = requestedRank(header, deps.ranks, deps.engine, body.routed_dp_rank ?? body.data_parallel_rank);
     return r.ok ? { ok: true, pick: () => deps.pickRank(r.rank) } : r;
   };
 
-  type Common = {
-    model?: string | undefined; cache_salt?: string | null; stream: boolean; stream_options?: { include_usage?: boolean } | null;
-    kv_transfer_params?: KvTransferParams | null;
-  };
   const run = (c: Context, endpoint: Endpoint, body: Common, prompts: Uint32Array[], maxTokens: number, media: readonly MediaItem[] = []) => {
-    const rank = rankPicker(c.req.header(RANK_HEADER));
+    const rank = rankPicker(c.req.header(RANK_HEADER), body);
     if (!rank.ok) return openAiError(c, 400, rank.message, RANK_HEADER);
     // A model naming an adapter runs in its identity; any other name is the base model (echoed, not checked).
     const lora = body.model !== undefined ? deps.loraModules.indexOf(body.model) : -1;
@@ -65,8 +68,8 @@ export function openAiRoutes(deps: OpenAiDeps): Hono {
     c.json({
       object: "list",
       data: [
-        { id: deps.model, object: "model", created: 0, owned_by: deps.ownedBy, root: deps.model, parent: null, max_model_len: 1 << 20 },
-        ...deps.loraModules.map((id) => ({ id, object: "model", created: 0, owned_by: deps.ownedBy, root: id, parent: deps.model, max_model_len: 1 << 20 })),
+        { id: deps.model, object: "model", created: 0, owned_by: ownedBy, root: deps.model, parent: null, max_model_len: 1 << 20 },
+        ...deps.loraModules.map((id) => ({ id, object: "model", created: 0, owned_by: ownedBy, root: id, parent: deps.model, max_model_len: 1 << 20 })),
       ],
     }),
   );
