@@ -63,7 +63,9 @@ export type PoolJob = TokenizeJob | BodyJob;
  * next turn, not as "the chat plus its reply": a template may render the final assistant turn differently
  * from an earlier one (Qwen3 adds an empty think block).
  */
-export function nextTurnJob(job: ChatJob, reply: ChatMessage): TokenizeJob {
+export function nextTurnJob(job: ChatJob, reply: ChatMessage): TokenizeJob | undefined {
+  // Cut at the routing bound, the next turn is cut at the same place: nothing past it is routed, so none to warm.
+  if (job.cut !== undefined) return undefined;
   const messages = [...job.messages, reply, { role: "user", content: "" }];
   return { kind: "chat", messages, opts: { ...job.opts, addGenerationPrompt: true, continueFinalMessage: false } };
 }

@@ -48,7 +48,7 @@ describe("affinity key", () => {
       const reply = second![second!.length - 2]!;
       const warm: PoolJob = { kind: "body", request: (chatBody(first!) as Extract<PoolJob, { kind: "body" }>).request, reply };
       expect(affinityKey(warm)).toBe(affinityKey(chatBody(second!)));
-      expect(affinityKey(nextTurnJob(parsed(first!), reply))).toBe(affinityKey(parsed(second!)));
+      expect(affinityKey(nextTurnJob(parsed(first!), reply)!)).toBe(affinityKey(parsed(second!)));
     }
   });
 

@@ -1,5 +1,5 @@
 import { describe, expect, test } from "bun:test";
-import { newTurnChars, type TokenizeJob } from "../src/job";
+import { newTurnChars, nextTurnJob, type TokenizeJob } from "../src/job";
 import type { RoutedInput } from "../src/request/openai-body";
 import { ROUTING_TEXT_CHARS, routingJob } from "../src/request/routing-job";
 import type { ChatMessage } from "../src/types";
@@ -38,3 +38,18 @@ describe("a chat's new turn (what the worker that served it most likely does not
     expect(newTurnChars({ kind: "prompt", text: "hello" })).toBeUndefined();
   });
 });
+
+describe("the next turn warmed after a reply", () => {
+  test("the conversation, the reply, then an empty user turn rendered with a generation prompt", () => {
+    const job = { kind: "chat" as const, messages: [m("user", "q")], opts: { continueFinalMessage: true } };
+    expect(nextTurnJob(job, m("assistant", "a"))).toEqual({
+      kind: "chat", messages: [m("user", "q"), m("assistant", "a"), m("user", "")], opts: { addGenerationPrompt: true, continueFinalMessage: false },
+    });
+  });
+
+  test("none for a chat cut at the routing bound: its next turn is cut at the same place, nothing past it is routed", () => {
+    const routed = routingJob({ kind: "chat", messages: [m("user", "u".repeat(ROUTING_TEXT_CHARS + 10)), m("assistant", "a"), m("user", "q")] } as RoutedInput);
+    expect(nextTurnJob(routed as Extract<TokenizeJob, { kind: "chat" }>, m("assistant", "b"))).toBeUndefined();
+  });
+});
+

@@ -203,7 +203,7 @@ describe("tokenizer pool", () => {
     pre.encodeChat(messages);
     pre.encodeCompletion("a question");
     const next = nextTurnJob(readBody({ body }).job as Extract<TokenizeJob, { kind: "chat" }>, reply);
-    encodeJob(pre, next);
+    encodeJob(pre, next!);
     expect(pool.stats().cache.hits).toBe(pre.cacheStats().hits);
     expect(pool.stats().cache.freshTokens).toBe(pre.cacheStats().freshTokens);
   }, 120_000);

@@ -107,7 +107,7 @@ function jobOf(m: JobMessage): TokenizeJob | Uint32Array {
   const read = readBody(job.request, pre.rules);
   if (!m.discard) reading = read.rewritten ? { fields: read.fields, rewritten: read.rewritten } : { fields: read.fields };
   if (!job.reply) return read.job;
-  return read.job instanceof Uint32Array || read.job.kind !== "chat" ? NONE : nextTurnJob(read.job, job.reply);
+  return read.job instanceof Uint32Array || read.job.kind !== "chat" ? NONE : nextTurnJob(read.job, job.reply) ?? NONE;
 }
 
 function tokenize(m: JobMessage, job: TokenizeJob, t0: number, before: CacheStats): void {

@@ -344,7 +344,8 @@ export class TokenizerPool {
    * render the final assistant turn differently from an earlier one (Qwen3 adds an empty think block).
    */
   warmReply(job: Extract<TokenizeJob, { kind: "chat" }>, reply: ChatMessage): void {
-    this.warm(nextTurnJob(job, reply));
+    const next = nextTurnJob(job, reply);
+    if (next !== undefined) this.warm(next);
   }
 
   /** Tokenizes in the background at the lowest priority, only to fill the cache. */
