@@ -22,5 +22,5 @@ test("`bun run epp` starts it with the runtime environment, unless the caller se
 
 test("a spawn's environment keeps a value the caller set", () => {
   expect(eppRuntimeEnv({})).toEqual({ ...EPP_RUNTIME_ENV });
-  expect(eppRuntimeEnv({ MIMALLOC_PURGE_DELAY: "250" })).toEqual({ MIMALLOC_PURGE_DELAY: "250" });
+  expect(eppRuntimeEnv({ MIMALLOC_PURGE_DELAY: "250" })).toEqual({ ...EPP_RUNTIME_ENV, MIMALLOC_PURGE_DELAY: "250" });
 });

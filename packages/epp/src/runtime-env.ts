@@ -7,7 +7,11 @@
 // 100 ms after it is freed (Bun's default): a pick allocates and frees buffers and strings the size of its body,
 // and handed back, each reuse faulted its pages in again. The measurements and the memory it costs are in the
 // EPP's README ("Runtime environment").
-export const EPP_RUNTIME_ENV: Readonly<Record<string, string>> = { MIMALLOC_PURGE_DELAY: "-1" };
+//
+// BUN_GC_TIMER_DISABLE=1: Bun's own GC timer (one per JS thread) collects on top of JavaScriptCore's pacing, which
+// already collects as the heap grows; on the decision thread and each pool member it doubled the collections and
+// their pauses, and a member paused mid-job pushed picks past their budget (same README section).
+export const EPP_RUNTIME_ENV: Readonly<Record<string, string>> = { MIMALLOC_PURGE_DELAY: "-1", BUN_GC_TIMER_DISABLE: "1" };
 
 /** EPP_RUNTIME_ENV, each value the caller's environment already sets kept (for a child's spawn). */
 export function eppRuntimeEnv(env: Readonly<Record<string, string | undefined>> = process.env): Record<string, string> {
