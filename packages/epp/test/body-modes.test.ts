@@ -1,5 +1,5 @@
 // Every ext_proc body mode as Envoy sends it (over TLS): a BUFFERED_PARTIAL body cut at the buffer
-// limit, GRPC mode refused at stream start, headers then trailers with no body in full duplex,
+// limit, a BUFFERED request's headers answered without a client's rank headers, GRPC mode refused at stream start, headers then trailers with no body in full duplex,
 // streamed chunks within 62,000 bytes, a stream without protocol_config (Envoy < 1.34), and a
 // gateway that sends no response bodies.
 import { afterAll, beforeAll, expect, test } from "bun:test";
@@ -43,6 +43,19 @@ test("BUFFERED_PARTIAL: a body cut at the buffer limit (end_of_stream false, not
   expect(r.immediate_response).toBeUndefined();
   expect(destination(r, "request_body")).toBe(W);
   expect(await metric("dynamo_epp_ext_proc_partial_bodies_total")).toBe(before + 1);
+  s.end();
+});
+
+test("BUFFERED: the headers' CONTINUE removes a client's own rank headers (a route on a trailers answer could not), the body's answer routes", async () => {
+  const s = client.open();
+  const h = headers("/v1/completions", false, mode("BUFFERED"));
+  for (const key of ["x-data-parallel-rank", "x-override-routed-dp-rank"]) h.request_headers!.headers!.headers!.push({ key, raw_value: enc.encode("3") });
+  s.send(h);
+  const cont = await s.next();
+  expect(cont.response).toBe("request_headers");
+  expect(cont.request_headers?.response?.header_mutation?.remove_headers).toEqual(["x-data-parallel-rank", "x-override-routed-dp-rank"]);
+  s.send({ request_body: { body: enc.encode(JSON.stringify({ prompt: tokens(64, 11) })), end_of_stream: true } });
+  expect(destination(await s.next(), "request_body")).toBe(W);
   s.end();
 });
 

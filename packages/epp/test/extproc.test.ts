@@ -90,7 +90,8 @@ describe("ext_proc", () => {
     s.send({ ...headers(), protocol_config: { request_body_mode: "BUFFERED" } });
     const h = await s.next();
     expect(h.response).toBe("request_headers");
-    expect(h.request_headers?.response?.header_mutation).toBeUndefined();
+    // CONTINUE, only a client's own rank headers removed (body-modes.test.ts): no route on it.
+    expect(h.request_headers?.response?.header_mutation?.set_headers).toBeUndefined();
     s.send(body({ prompt: promptA }));
     const b = await s.next();
     expect(b.response).toBe("request_body");
@@ -447,7 +448,7 @@ describe("ext_proc shedding and empty pools", () => {
     }
   });
 
-  test("a client's own x-data-parallel-rank is removed when the pick names no rank, and overridden when it does", async () => {
+  test("a client's own x-data-parallel-rank is removed when the pick names no rank, and overridden when it does; x-override-routed-dp-rank always removed", async () => {
     const rankOf = (r: Resp | undefined) => setHeader(r?.request_headers?.response, "x-data-parallel-rank");
     const removedOf = (r: Resp | undefined) => r?.request_headers?.response?.header_mutation?.remove_headers ?? [];
     const withRank = () => {
@@ -470,6 +471,8 @@ describe("ext_proc shedding and empty pools", () => {
       expect(removedOf(answers[0])).toContain("x-data-parallel-rank");
       expect(["0", "1"]).toContain(rankOf(answers[1])!);
       expect(removedOf(answers[1])).not.toContain("x-data-parallel-rank");
+      // SGLang's header override of the rank goes either way: only the pick names a rank.
+      for (const a of answers) expect(removedOf(a)).toContain("x-override-routed-dp-rank");
     } finally {
       for (const c of clients) c.close();
       await single.stop({ graceMs: 0 });

@@ -58,7 +58,10 @@ export type ListenerOptions = {
   onUnknownFields?: (fields: number) => void;
 };
 
-/** frames: not [topic, seq, payload] with an 8-byte seq; payload: not a vLLM event batch; replay: a bad replay reply. */
+/**
+ * frames: not [topic, seq, payload] with an 8- or 24-byte seq, or a topic whose epoch marker has a bad epoch; payload:
+ * not an event batch; replay: a bad replay reply.
+ */
 export type MalformedKind = "frames" | "payload" | "replay";
 
 export type ListenerCounters = DecodeStats & {
@@ -216,7 +219,7 @@ export class KvEventListener {
     if (f === undefined) return this.malformed("frames", `${n} frames, or a seq frame that is neither 8 nor 24 bytes`);
     // The epoch rides in the seq frame (vLLM's 24-byte form) or in the topic (SGLang's).
     const epoch = f.epoch ?? (n === 3 ? topicEpoch(frames[0]!) : null);
-    if (epoch === undefined) return this.malformed("frames", "a topic whose epoch marker has an empty or overlong epoch");
+    if (epoch === undefined) return this.malformed("frames", "a topic whose epoch marker has an empty, overlong or non-UTF-8 epoch");
     const payload = frames[n - 1]!;
     this.counters.bytes += payload.length;
     this.onSequenced({ seq: f.seq, epoch, payload });

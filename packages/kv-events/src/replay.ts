@@ -41,7 +41,8 @@ const MAX_TOPIC_EPOCH_BYTES = 256;
  * The publisher epoch a topic frame carries: SGLang, when its publisher serves snapshots, sends every batch under
  * `<topic>\0sgl-kv-epoch=<epoch>` (a snapshot barrier appends `\0sgl-kv-snapshot=<id>` to it, an empty batch in
  * the stream's seq order), its seq frame staying 8 bytes. Null: no epoch in the topic (vLLM; SGLang without
- * snapshots); undefined: a marker with an empty or overlong epoch (malformed).
+ * snapshots); undefined: a marker with an empty, overlong or non-UTF-8 epoch (malformed). SGLang's replay replies
+ * carry no topic: the epoch of a replayed batch is the live stream's.
  */
 export function topicEpoch(topic: Uint8Array): string | null | undefined {
   const t = Buffer.from(topic.buffer, topic.byteOffset, topic.byteLength);
@@ -51,8 +52,14 @@ export function topicEpoch(topic: Uint8Array): string | null | undefined {
   const barrier = t.indexOf(BARRIER_MARKER, start);
   const end = barrier < 0 ? t.length : barrier;
   if (end === start || end - start > MAX_TOPIC_EPOCH_BYTES) return undefined;
-  return t.toString("utf8", start, end);
+  try {
+    return STRICT_UTF8.decode(t.subarray(start, end));
+  } catch {
+    return undefined; // SGLang's readers refuse an epoch that is not UTF-8
+  }
 }
+
+const STRICT_UTF8 = new TextDecoder("utf-8", { fatal: true });
 
 export type ReplayReply = { kind: "batch"; seq: bigint; epoch: string | null; payload: Buffer } | { kind: "end" };
 
@@ -63,8 +70,7 @@ export function parseReplayReply(frames: Buffer[]): ReplayReply | undefined {
   const payload = frames[frames.length - 1]!;
   if (seqFrame.length === 8 && seqFrame.equals(END_SEQ)) return payload.length === 0 ? { kind: "end" } : undefined;
   const f = decodeSeqFrame(seqFrame);
-  const epoch = f?.epoch ?? (frames.length === 4 ? topicEpoch(frames[1]!) : null);
-  return f === undefined || epoch === undefined ? undefined : { kind: "batch", seq: f.seq, epoch, payload };
+  return f === undefined ? undefined : { kind: "batch", seq: f.seq, epoch: f.epoch, payload };
 }
 
 /** Parses a ROUTER-side request [id, "", start_seq]; undefined = malformed. */

@@ -70,13 +70,14 @@ test("SGLang: a new epoch in the topic is a restart; a snapshot barrier under th
   expect(l.epoch).toBe("replica-epoch-2");
 });
 
-test("SGLang: an epoch marker with an empty or overlong epoch is malformed and skipped; a topic without one has no epoch", async () => {
+test("SGLang: an epoch marker with an empty, overlong or non-UTF-8 epoch is malformed and skipped; a topic without one has no epoch", async () => {
   const { pub, l, got } = await rig();
   pub.send([Buffer.from("kv"), encodeSeq(0n), encodeBatch(batch(0))]);
   pub.send([sglangTopic(""), encodeSeq(1n), encodeBatch(batch(1))]);
   pub.send([sglangTopic("e".repeat(257)), encodeSeq(1n), encodeBatch(batch(1))]);
+  pub.send([Buffer.concat([Buffer.from("kv\0sgl-kv-epoch="), Buffer.from([0xff, 0xfe])]), encodeSeq(1n), encodeBatch(batch(1))]);
   pub.send([Buffer.from("kv"), encodeSeq(1n), encodeBatch(batch(1))]);
-  await waitUntil(() => got.length === 2 && l.counters.decodeErrors === 2);
+  await waitUntil(() => got.length === 2 && l.counters.decodeErrors === 3);
   expect(seqs(got)).toEqual([0, 1]);
   expect(l.epoch).toBeNull();
 });

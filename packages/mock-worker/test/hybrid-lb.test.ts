@@ -49,5 +49,7 @@ test("the global rank is out of a hybrid node's range: 400 with vLLM's message; 
   expect((await complete(w, "2")).status).toBe(400);
   expect((await complete(w, " +0 ")).status).toBe(200); // Python's int() takes sign and whitespace
   expect((await complete(w, "one")).status).toBe(200); // not an int: as if absent
+  // SGLang's body fields are not vLLM's: ignored, whatever they hold.
+  expect((await post(`${w.url}/v1/completions`, { prompt: [1, 2, 3, 4, 5], max_tokens: 1, routed_dp_rank: "x", data_parallel_rank: 7 })).status).toBe(200);
   expect(w.ranks[0]!.cache.usedBlocks).toBeGreaterThan(0);
 });

@@ -86,7 +86,8 @@ function effortOf(v: unknown, field: string): unknown {
   let n: number | undefined;
   if (typeof v === "string") {
     if (EFFORT_TIERS.has(v)) return v;
-    if (v.trim() !== "") n = Number(v.trim());
+    // Python's float(): decimal digits with an optional exponent (JS's Number() also reads 0x.., 0b.., 0o..).
+    if (PY_FLOAT.test(v)) n = Number(v.trim());
   } else if (typeof v === "number") n = v;
   else if (v instanceof PyNumber) n = v.value;
   if (n !== undefined && Number.isFinite(n) && n >= 0 && n <= MAX_NUMERIC_EFFORT) return new PyFloat(n);
@@ -94,6 +95,7 @@ function effortOf(v: unknown, field: string): unknown {
 }
 
 const MAX_NUMERIC_EFFORT = 0.99;
+const PY_FLOAT = /^\s*[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?\s*$/;
 
 /** `reasoning.enabled` as the validator reads a string: one of 1, true, yes, y, on. */
 function enabledOf(v: unknown): unknown {

@@ -8,7 +8,7 @@ import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { BadRequest, ChatTemplateError, ChatUnrenderable, createPreprocessor, ignoredRenderingFlags, type Preprocessor } from "../src/index";
 import { parseBodyBytes } from "../src/request/openai-body";
 import { ROUTING_TEXT_CHARS, routingJob } from "../src/request/routing-job";
-import { renderOptions } from "../src/job";
+import { encodeJob, renderOptions } from "../src/job";
 import { chatOf, render, TemplateServers } from "./template-servers";
 
 let servers: TemplateServers;
@@ -161,6 +161,8 @@ describe("the final assistant message", () => {
       if (!("kind" in job) || job.kind !== "chat") throw new Error("not a chat job");
       expect(job.cut).toBe("before-final");
       const cut = job.messages.at(-1)!.content as string;
+      // The job's encode renders it so too (not by the request's options alone).
+      expect(Array.from(encodeJob(sglang, job))).toEqual(Array.from(sglang.encodeChat(job.messages, renderOptions(job))));
       return { text: sglang.renderChat(job.messages, renderOptions(job)), cut };
     };
     const messages = [{ role: "user", content: "q" }, { role: "assistant", content: long }, { role: "user", content: "r" }];
@@ -177,8 +179,10 @@ describe("the final assistant message", () => {
       const job = routingJob(parseBodyBytes(new TextEncoder().encode(JSON.stringify(body)), "/v1/chat/completions", sglang.rules).input);
       if (!("kind" in job) || job.kind !== "chat") throw new Error("not a chat job");
       expect(job.messages.length).toBe(2);
+      expect(job.cut).toBe("in-final");
       const cut = job.messages.at(-1)!.content as string;
       expect(cut.length).toBeLessThan(ROUTING_TEXT_CHARS);
+      expect(Array.from(encodeJob(sglang, job))).toEqual(Array.from(sglang.encodeChat(job.messages, job.opts)));
       return { text: sglang.renderChat(job.messages, job.opts), cut };
     };
     const messages = [{ role: "user", content: "q" }, { role: "assistant", content: "w ".repeat(ROUTING_TEXT_CHARS) }];
@@ -233,7 +237,7 @@ describe("template variables", () => {
     expect(render(sglang, { ...user("q"), reasoning_effort: 0 })).toBe("0.0|True|True");
     expect(render(sglang, { ...user("q"), reasoning_effort: " 0.99 " })).toBe("0.99|True|True");
     expect(render(sglang, { ...user("q"), reasoning: { effort: "0.5" } })).toBe("0.5|True|True");
-    for (const effort of [1, -0.1, "1.5", 5])
+    for (const effort of [1, -0.1, "1.5", 5, "0x0", "0b0"])
       expect(() => render(sglang, { ...user("q"), reasoning_effort: effort })).toThrow(BadRequest);
     expect(() => render(sglang, { ...user("q"), reasoning: { effort: 2 } })).toThrow(BadRequest);
   });

@@ -37,6 +37,11 @@ export const SUBSET_KEY = "x-gateway-destination-endpoint-subset";
 export const SERVED_KEY = "x-gateway-destination-endpoint-served";
 /** vLLM's API server routes to this data-parallel rank when the header is present. */
 export const DP_RANK_HEADER = "x-data-parallel-rank";
+/**
+ * SGLang's header override of a request's rank (with SGLANG_ENABLE_REQUEST_HEADER_OVERRIDES), which it applies
+ * over x-data-parallel-rank: removed from every request, since only the pick names a rank.
+ */
+export const SGLANG_RANK_OVERRIDE_HEADER = "x-override-routed-dp-rank";
 
 const encoder = new TextEncoder();
 const decoder = new TextDecoder();
@@ -99,11 +104,11 @@ function routeCommon(r: Route) {
   const set = [setHeader(DESTINATION_HEADER, r.endpoint)];
   // Without a rank of the EPP's, a client's own rank header is removed: it would steer the request to a rank the
   // pick did not choose (or one the server refuses), as the EPP's would override it otherwise.
-  const removed = r.dpRank === undefined ? [DP_RANK_HEADER, ...(r.removeHeaders ?? [])] : r.removeHeaders ?? [];
+  const removed = [...(r.dpRank === undefined ? [DP_RANK_HEADER] : []), SGLANG_RANK_OVERRIDE_HEADER, ...(r.removeHeaders ?? [])];
   if (r.dpRank !== undefined) set.push(setHeader(DP_RANK_HEADER, String(r.dpRank)));
   if (r.contentLength !== undefined) set.push(setHeader("content-length", String(r.contentLength)));
   for (const [k, v] of r.extraHeaders ?? []) set.push(setHeader(k, v));
-  const remove = removed.length > 0 ? { remove_headers: removed } : {};
+  const remove = { remove_headers: removed };
   return { header_mutation: { set_headers: set, ...remove }, clear_route_cache: true, ...(r.body ? { body_mutation: { body: r.body } } : {}) };
 }
 
@@ -137,6 +142,15 @@ export function responseHeadersWith(headers: readonly [string, string][]): Proce
 }
 
 export type Phase = "request_headers" | "request_body" | "response_headers" | "response_body" | "request_trailers" | "response_trailers";
+
+/**
+ * A buffered mode's answer to the request headers, before the body takes the route: a client's own rank headers
+ * removed already, since a route that comes on a trailers answer (routedTrailers) can no longer touch them; one
+ * that comes on the body sets the pick's rank again.
+ */
+export function continueRequestHeaders(): ProcessingResponse {
+  return { request_headers: { response: { header_mutation: { remove_headers: [DP_RANK_HEADER, SGLANG_RANK_OVERRIDE_HEADER] } } } };
+}
 
 export function continueResponse(phase: Phase): ProcessingResponse {
   if (phase === "request_trailers" || phase === "response_trailers") return { [phase]: {} };

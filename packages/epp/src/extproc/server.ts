@@ -22,6 +22,7 @@ import {
   findHeader,
   replacedBody,
   immediate,
+  continueRequestHeaders,
   routedBody,
   routedTrailers,
   responseHeadersWith,
@@ -418,7 +419,7 @@ class ProcessStream {
     }
     // Buffered modes wait for the headers answer before sending the body; full duplex does not,
     // and there the headers answer must carry the route, so it waits for the body.
-    if (!this.fullDuplex) this.send(continueResponse("request_headers"));
+    if (!this.fullDuplex) this.send(continueRequestHeaders());
   }
 
   private onRequestBody(chunk: Uint8Array, eos: boolean): void {
@@ -599,8 +600,8 @@ class ProcessStream {
     if (this.deps.slowPickMs && now - started >= this.deps.slowPickMs) this.slowPick(read, now - started, now - routeStarted);
     this.deps.metrics.requests.inc({ outcome: "routed" });
     // Kept to warm the next turn from the reply, when one will come through this stream.
-    // Not a chat this process cannot render: its next turn would fail the same way.
-    if (this.deps.warmReply && fields.kind === "chat" && fields.unrendered === undefined && this.responseBodies) {
+    // Not a chat this process cannot render: its next turn would fail the same way; nor one cut at the routing bound.
+    if (this.deps.warmReply && fields.kind === "chat" && fields.unrendered === undefined && !fields.boundCut && this.responseBodies) {
       if (this.keep(req, body.length)) req.reply = { request: { body, path: req.path }, capture: new ReplyCapture() };
     }
     // ...and the forwarded body names it, where the body is held until the route is sent (model-rewrite.ts).

@@ -12,7 +12,7 @@ import { transferRequest, type KvTransferParams } from "../kv-transfer/params.ts
 import { openAiError, parseBody } from "./errors.ts";
 import { generate, type Endpoint } from "./generate.ts";
 import type { EngineKind } from "../config.ts";
-import { RANK_HEADER, requestedRank, type RankNumbering } from "./rank-header.ts";
+import { RANK_HEADER, requestedRank, type BodyRanks, type RankNumbering } from "./rank-header.ts";
 import { ChatRequest, CompletionRequest, DEFAULT_MAX_TOKENS, ResponsesRequest } from "./schemas.ts";
 
 export type OpenAiDeps = {
@@ -41,11 +41,10 @@ export function openAiRoutes(deps: OpenAiDeps): Hono {
   const ownedBy = deps.engine === "sglang" ? "sglang" : "kv-epp-mock";
   type Common = {
     model?: string | undefined; cache_salt?: string | null; stream: boolean; stream_options?: { include_usage?: boolean } | null;
-    kv_transfer_params?: KvTransferParams | null; routed_dp_rank?: number | null; data_parallel_rank?: number | null;
-  };
+    kv_transfer_params?: KvTransferParams | null;
+  } & BodyRanks;
   const rankPicker = (header: string | undefined, body: Common): { ok: true; pick: () => RankEngine } | { ok: false; message: string } => {
-    // SGLang's model validator moves a deprecated data_parallel_rank into an absent routed_dp_rank.
-    const r = requestedRank(header, deps.ranks, deps.engine, body.routed_dp_rank ?? body.data_parallel_rank);
+    const r = requestedRank(header, deps.ranks, deps.engine, body);
     return r.ok ? { ok: true, pick: () => deps.pickRank(r.rank) } : r;
   };
 

@@ -26,16 +26,36 @@ const PY_INT = /^\s*([+-]?\d+(?:_\d+)*)\s*$/;
 export type RequestedRank = { ok: true; rank: number | undefined } | { ok: false; message: string };
 
 /**
- * The global rank a request names (undefined: none named), or the engine's refusal: vLLM reads the header alone;
- * SGLang the header, else `bodyRank` (the body's routed_dp_rank or data_parallel_rank, validated as an integer).
+ * The global rank a request names (undefined: none named), or the engine's refusal. vLLM reads the header alone;
+ * SGLang the header, else the body's `routed_dp_rank`, else its deprecated `data_parallel_rank` (each validated as
+ * pydantic's lax int validates it), and numbers the ranks it serves from 0.
  */
-export function requestedRank(header: string | undefined, n: RankNumbering, engine: "vllm" | "sglang" = "vllm", bodyRank?: number | null): RequestedRank {
+export function requestedRank(header: string | undefined, n: RankNumbering, engine: "vllm" | "sglang" = "vllm", body: BodyRanks = {}): RequestedRank {
   const m = header === undefined ? null : PY_INT.exec(header);
-  if (engine === "sglang" && header !== undefined && !m) return { ok: false, message: `Invalid X-Data-Parallel-Rank header: must be an integer, got '${header}'` };
-  const r = m ? Number(m[1]!.replaceAll("_", "")) : engine === "sglang" ? bodyRank ?? undefined : undefined;
-  if (r === undefined) return { ok: true, rank: undefined };
-  const lo = n.numbering === "global" ? n.first : 0;
-  if (r < lo || r >= lo + n.count)
-    return { ok: false, message: engine === "sglang" ? `routed_dp_rank=${r} out of range [${lo}, ${lo + n.count})` : `data_parallel_rank ${r} is out of range [${lo}, ${lo + n.count}).` };
+  if (engine === "vllm") return m ? checked(Number(m[1]!.replaceAll("_", "")), n, n.numbering === "global" ? n.first : 0, vllmOutOfRange) : { ok: true, rank: undefined };
+  if (header !== undefined && !m) return { ok: false, message: `Invalid X-Data-Parallel-Rank header: must be an integer, got '${header}'` };
+  const routed = laxInt("routed_dp_rank", body.routed_dp_rank);
+  const deprecated = laxInt("data_parallel_rank", body.data_parallel_rank);
+  for (const r of [routed, deprecated]) if (typeof r === "string") return { ok: false, message: r };
+  const r = m ? Number(m[1]!.replaceAll("_", "")) : (routed as number | undefined) ?? (deprecated as number | undefined);
+  return r === undefined ? { ok: true, rank: undefined } : checked(r, n, 0, sglangOutOfRange);
+}
+
+/** The body fields SGLang reads a rank from, as sent. */
+export type BodyRanks = { routed_dp_rank?: unknown; data_parallel_rank?: unknown };
+
+const vllmOutOfRange = (r: number, lo: number, hi: number) => `data_parallel_rank ${r} is out of range [${lo}, ${hi}).`;
+const sglangOutOfRange = (r: number, lo: number, hi: number) => `routed_dp_rank=${r} out of range [${lo}, ${hi})`;
+
+function checked(r: number, n: RankNumbering, lo: number, outOfRange: (r: number, lo: number, hi: number) => string): RequestedRank {
+  if (r < lo || r >= lo + n.count) return { ok: false, message: outOfRange(r, lo, lo + n.count) };
   return { ok: true, rank: n.first + (r - lo) };
+}
+
+/** A body field as pydantic's lax int takes it: absent or null, an integer (a float with no fraction too), or a string int() reads; else the refusal. */
+function laxInt(field: string, v: unknown): number | undefined | string {
+  if (v === undefined || v === null) return undefined;
+  if (typeof v === "number" && Number.isInteger(v)) return v;
+  const m = typeof v === "string" ? PY_INT.exec(v) : null;
+  return m ? Number(m[1]!.replaceAll("_", "")) : `${field}: Input should be a valid integer`;
 }

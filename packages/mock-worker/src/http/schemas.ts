@@ -22,9 +22,6 @@ const common = {
   truncation_side: z.enum(["left", "right"]).nullish(),
   /** vLLM's NixlConnector parameters (kv-transfer/params.ts); read only with --role prefill|decode. */
   kv_transfer_params: KvTransferParams.nullish(),
-  /** SGLang's rank pin in the body (x-data-parallel-rank wins over it), and its deprecated name; vLLM ignores both. */
-  routed_dp_rank: z.number().int().nullish(),
-  data_parallel_rank: z.number().int().nullish(),
 };
 
 export const CompletionRequest = z.looseObject({

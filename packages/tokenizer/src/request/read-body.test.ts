@@ -10,7 +10,9 @@ const bytes = (v: unknown) => new TextEncoder().encode(typeof v === "string" ? v
 test("a body is read into the fields a pick needs and the job to tokenize, cut to the routing bound", () => {
   const long = "word ".repeat(ROUTING_TEXT_CHARS / 2);
   const read = readBody({ body: bytes({ model: "m", cache_salt: "s", messages: [{ role: "user", content: long }] }), path: "/v1/chat/completions" });
-  expect(read.fields).toEqual({ model: "m", cacheSalt: "s", batchedPrompts: undefined, kind: "chat" });
+  // Cut at the bound: its next turn is cut at the same place (no reply to warm it with).
+  expect(read.fields).toEqual({ model: "m", cacheSalt: "s", batchedPrompts: undefined, kind: "chat", boundCut: true });
+  expect(readBody({ body: bytes({ model: "m", messages: [{ role: "user", content: "word" }] }), path: "/v1/chat/completions" }).fields.boundCut).toBeUndefined();
   expect(read.rewritten).toBeUndefined();
   const job = read.job as { kind: string; messages: { content: string }[] };
   expect(job.kind).toBe("chat");

@@ -43,6 +43,8 @@ export type BodyFields = Pick<ParsedBody, "model" | "cacheSalt" | "batchedPrompt
   rule?: string;
   /** A prompt not rendered here though vLLM may serve it (why; set by the parse or by the chat's encode): routed by load. */
   unrendered?: Unrendered;
+  /** A chat whose messages were cut at the routing bound: its next turn is cut at the same place, none to warm. */
+  boundCut?: true;
 };
 
 export type BodyRead = {
@@ -99,7 +101,10 @@ function bodyRead(req: BodyRequest, { model, cacheSalt, batchedPrompts, input, u
   if (ruled) fields.rule = ruled.rewrite;
   const job = routingJob(input, rules);
   // A chat the encode cannot render here says so in these fields, which go back with its ids (see RenderVerdict).
-  if (!(job instanceof Uint32Array) && job.kind === "chat") job.verdict = fields;
+  if (!(job instanceof Uint32Array) && job.kind === "chat") {
+    job.verdict = fields;
+    if (job.cut !== undefined) fields.boundCut = true;
+  }
   const rewrite = target !== undefined && target !== model && req.body.length > 0;
   return { fields, job, ...(rewrite ? { rewritten: rewriteBodyModel(req.body, target) } : {}) };
 }
