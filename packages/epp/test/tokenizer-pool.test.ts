@@ -634,3 +634,26 @@ describe("ext_proc reply warming within its share of the body budget", () => {
     expect(await scrapeMetric(env.metrics, "dynamo_epp_ext_proc_buffered_bytes")).toBe(0);
   }, 120_000);
 });
+
+describe("ext_proc reply warming: none for a chat past the routing bound", () => {
+  const env = eppFor(["--tokenizer-threads", "1"]);
+
+  test("a chat cut at the routing bound keeps no body for its reply (its next turn is cut at the same place); a short one does", async () => {
+    const buffered = async () => (await scrapeMetric(env.metrics, "dynamo_epp_ext_proc_buffered_bytes")) ?? 0;
+    const open = async (turns: string[]) => {
+      const s = env.client.open();
+      s.send({ ...headers("/v1/chat/completions"), protocol_config: DUPLEX });
+      s.send({ request_body: { body: new TextEncoder().encode(JSON.stringify(chatBody(...turns))), end_of_stream: true } });
+      expect(lbMetadata(await s.next(60_000))).toBe(A);
+      await s.next(60_000); // the request body handed back
+      return s;
+    };
+    const short = await open([freshWords(50, 41), freshWords(20, 42)]);
+    expect(await buffered()).toBeGreaterThan(0);
+    short.end();
+    await waitFor(async () => (await buffered()) === 0, { message: "the short chat's kept body released" });
+    const long = await open([freshWords(40_000, 43), freshWords(20, 44)]);
+    expect(await buffered()).toBe(0);
+    long.end();
+  }, 120_000);
+});

@@ -59,7 +59,8 @@ export function topicEpoch(topic: Uint8Array): string | null | undefined {
   }
 }
 
-const STRICT_UTF8 = new TextDecoder("utf-8", { fatal: true });
+// A BOM is part of the epoch, not dropped: two epochs differing by one would read equal.
+const STRICT_UTF8 = new TextDecoder("utf-8", { fatal: true, ignoreBOM: true });
 
 export type ReplayReply = { kind: "batch"; seq: bigint; epoch: string | null; payload: Buffer } | { kind: "end" };
 

@@ -153,6 +153,8 @@ test("the rank a request names is read as SGLang reads it: the header over the b
   expect(await ranOn(" +1 ")).toBe(1);
   // As pydantic's lax int: an integer string too; a deprecated rank beside a routed one is validated, not used.
   expect(await ranOn(undefined, { routed_dp_rank: "1" })).toBe(1);
+  expect(await ranOn(undefined, { routed_dp_rank: "1.0" })).toBe(1);
+  expect(await ranOn(undefined, { routed_dp_rank: true })).toBe(1);
   expect(await ranOn(undefined, { routed_dp_rank: 0, data_parallel_rank: 1 })).toBe(0);
   const message = async (res: Response) => ((await res.json()) as { error: { message: string } }).error.message;
   const bad = await complete("one");
@@ -161,7 +163,7 @@ test("the rank a request names is read as SGLang reads it: the header over the b
   const past = await complete(undefined, { routed_dp_rank: 2 });
   expect(past.status).toBe(400);
   expect(await message(past)).toBe("routed_dp_rank=2 out of range [0, 2)");
-  for (const body of [{ routed_dp_rank: "x" }, { routed_dp_rank: 0.5 }, { data_parallel_rank: true }]) {
+  for (const body of [{ routed_dp_rank: "x" }, { routed_dp_rank: 0.5 }, { data_parallel_rank: "1.5" }]) {
     const res = await complete(undefined, body);
     expect(res.status).toBe(400);
     expect(await message(res)).toMatch(/^(routed_dp_rank|data_parallel_rank): Input should be a valid integer$/);

@@ -79,14 +79,16 @@ function sglangKwargs(o: Dict): { templateKwargs?: Dict; reasoningEffort?: unkno
 }
 
 /**
- * A reasoning effort as pydantic takes it: a tier's name, or a float in [0, 0.99] (SGLang's fine-grained extension;
- * a numeric string too, range-checked the same).
+ * A reasoning effort as SGLang takes it: a tier's name, or a float in [0, 0.99] (its fine-grained extension; a
+ * numeric string too, range-checked the same).
  */
 function effortOf(v: unknown, field: string): unknown {
   let n: number | undefined;
   if (typeof v === "string") {
     if (EFFORT_TIERS.has(v)) return v;
-    // Python's float(): decimal digits with an optional exponent (JS's Number() also reads 0x.., 0b.., 0o..).
+    // Decimal notation with an optional exponent, which both of SGLang's readings take (pydantic's of reasoning_effort,
+    // Python's float() of reasoning.effort); rarer spellings one of them takes (underscores, full-width digits) are
+    // refused, as JS's Number() would read 0x.., 0b.., 0o.. that neither takes.
     if (PY_FLOAT.test(v)) n = Number(v.trim());
   } else if (typeof v === "number") n = v;
   else if (v instanceof PyNumber) n = v.value;

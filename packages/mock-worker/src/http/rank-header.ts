@@ -52,10 +52,16 @@ function checked(r: number, n: RankNumbering, lo: number, outOfRange: (r: number
   return { ok: true, rank: n.first + (r - lo) };
 }
 
-/** A body field as pydantic's lax int takes it: absent or null, an integer (a float with no fraction too), or a string int() reads; else the refusal. */
+/**
+ * A body field as pydantic's lax int takes it: absent or null, an integer (a float with no fraction too), a bool, or
+ * an integer string (decimal zeros after a point allowed); else the refusal.
+ */
 function laxInt(field: string, v: unknown): number | undefined | string {
   if (v === undefined || v === null) return undefined;
+  if (typeof v === "boolean") return v ? 1 : 0;
   if (typeof v === "number" && Number.isInteger(v)) return v;
-  const m = typeof v === "string" ? PY_INT.exec(v) : null;
+  const m = typeof v === "string" ? LAX_INT.exec(v) : null;
   return m ? Number(m[1]!.replaceAll("_", "")) : `${field}: Input should be a valid integer`;
 }
+
+const LAX_INT = /^\s*([+-]?\d+(?:_\d+)*)(?:\.0*)?\s*$/;

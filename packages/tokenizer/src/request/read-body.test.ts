@@ -13,6 +13,11 @@ test("a body is read into the fields a pick needs and the job to tokenize, cut t
   // Cut at the bound: its next turn is cut at the same place (no reply to warm it with).
   expect(read.fields).toEqual({ model: "m", cacheSalt: "s", batchedPrompts: undefined, kind: "chat", boundCut: true });
   expect(readBody({ body: bytes({ model: "m", messages: [{ role: "user", content: "word" }] }), path: "/v1/chat/completions" }).fields.boundCut).toBeUndefined();
+  // Routed by load for being past the bound whole (tools longer than it): the same for its next turn.
+  const tools = [{ type: "function", function: { name: "f", description: "d".repeat(ROUTING_TEXT_CHARS) } }];
+  const byLoad = readBody({ body: bytes({ model: "m", messages: [{ role: "user", content: "word" }], tools }), path: "/v1/chat/completions" });
+  expect(byLoad.job).toEqual(new Uint32Array(0));
+  expect(byLoad.fields.boundCut).toBe(true);
   expect(read.rewritten).toBeUndefined();
   const job = read.job as { kind: string; messages: { content: string }[] };
   expect(job.kind).toBe("chat");

@@ -43,7 +43,10 @@ export type BodyFields = Pick<ParsedBody, "model" | "cacheSalt" | "batchedPrompt
   rule?: string;
   /** A prompt not rendered here though vLLM may serve it (why; set by the parse or by the chat's encode): routed by load. */
   unrendered?: Unrendered;
-  /** A chat whose messages were cut at the routing bound: its next turn is cut at the same place, none to warm. */
+  /**
+   * A chat cut at the routing bound, or routed by load for being past it: its next turn is cut (or routed) the same
+   * way, none to warm.
+   */
   boundCut?: true;
 };
 
@@ -104,7 +107,7 @@ function bodyRead(req: BodyRequest, { model, cacheSalt, batchedPrompts, input, u
   if (!(job instanceof Uint32Array) && job.kind === "chat") {
     job.verdict = fields;
     if (job.cut !== undefined) fields.boundCut = true;
-  }
+  } else if (input.kind === "chat") fields.boundCut = true; // past the bound whole (tools, documents, a kept tail): by load
   const rewrite = target !== undefined && target !== model && req.body.length > 0;
   return { fields, job, ...(rewrite ? { rewritten: rewriteBodyModel(req.body, target) } : {}) };
 }
