@@ -31,14 +31,20 @@ export type RequestedRank = { ok: true; rank: number | undefined } | { ok: false
  * pydantic's lax int validates it), and numbers the ranks it serves from 0.
  */
 export function requestedRank(header: string | undefined, n: RankNumbering, engine: "vllm" | "sglang" = "vllm", body: BodyRanks = {}): RequestedRank {
-  const m = header === undefined ? null : PY_INT.exec(header);
-  if (engine === "vllm") return m ? checked(Number(m[1]!.replaceAll("_", "")), n, n.numbering === "global" ? n.first : 0, vllmOutOfRange) : { ok: true, rank: undefined };
-  if (header !== undefined && !m) return { ok: false, message: `Invalid X-Data-Parallel-Rank header: must be an integer, got '${header}'` };
+  const named = header === undefined ? undefined : intOf(header, PY_INT);
+  if (engine === "vllm") return named === undefined ? { ok: true, rank: undefined } : checked(named, n, n.numbering === "global" ? n.first : 0, vllmOutOfRange);
+  if (header !== undefined && named === undefined) return { ok: false, message: `Invalid X-Data-Parallel-Rank header: must be an integer, got '${header}'` };
   const routed = laxInt("routed_dp_rank", body.routed_dp_rank);
   const deprecated = laxInt("data_parallel_rank", body.data_parallel_rank);
   for (const r of [routed, deprecated]) if (typeof r === "string") return { ok: false, message: r };
-  const r = m ? Number(m[1]!.replaceAll("_", "")) : (routed as number | undefined) ?? (deprecated as number | undefined);
+  const r = named ?? (routed as number | undefined) ?? (deprecated as number | undefined);
   return r === undefined ? { ok: true, rank: undefined } : checked(r, n, 0, sglangOutOfRange);
+}
+
+/** The integer `text` holds as `pattern` reads it (its first group: sign and digits, underscores between them). */
+function intOf(text: string, pattern: RegExp): number | undefined {
+  const m = pattern.exec(text);
+  return m ? Number(m[1]!.replaceAll("_", "")) : undefined;
 }
 
 /** The body fields SGLang reads a rank from, as sent. */
@@ -60,8 +66,7 @@ function laxInt(field: string, v: unknown): number | undefined | string {
   if (v === undefined || v === null) return undefined;
   if (typeof v === "boolean") return v ? 1 : 0;
   if (typeof v === "number" && Number.isInteger(v)) return v;
-  const m = typeof v === "string" ? LAX_INT.exec(v) : null;
-  return m ? Number(m[1]!.replaceAll("_", "")) : `${field}: Input should be a valid integer`;
+  return (typeof v === "string" ? intOf(v, LAX_INT) : undefined) ?? `${field}: Input should be a valid integer`;
 }
 
 const LAX_INT = /^\s*([+-]?\d+(?:_\d+)*)(?:\.0*)?\s*$/;
