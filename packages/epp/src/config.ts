@@ -98,6 +98,8 @@ export type EppConfig = {
   tokenizerThreads?: number;
   /** Nice value of the tokenizer pool's threads (0: the decision thread's). */
   tokenizerNice: number;
+  /** The segment cache's bound for the process (the pool's members each a share); 0: no cache. */
+  tokenizerCacheBytes: number;
   tokenizeBudgetMs: number;
   /** Route a long text as soon as its known prefix settles the pick (Picker.settles), not once it is all tokenized. */
   routeOnSettledPrefix: boolean;
@@ -257,6 +259,7 @@ export function parseConfig(argv: string[], env: Record<string, string | undefin
     trustRequestChatTemplate: o.trustRequestChatTemplate,
     tokenizerThreads: o.tokenizerThreads,
     tokenizerNice: o.tokenizerNice,
+    tokenizerCacheBytes: o.tokenizerCacheBytes,
     tokenizeBudgetMs: o.tokenizeBudgetMs,
     routeOnSettledPrefix: o.routeOnSettledPrefix,
     workers,
@@ -310,7 +313,8 @@ function parsePriorities(r: Options): Map<string, number> {
 
 /**
  * What every preprocessor of the EPP is built with, on the event loop and in each tokenizer pool member: the
- * tokenizer, the workers' engine and their flags that change the prompt they render.
+ * tokenizer, the workers' engine and their flags that change the prompt they render, and the segment cache's bound
+ * (the pool splits it between its members).
  */
 export function preprocessorOptions(cfg: EppConfig): Omit<PreprocessorOptions, "registry"> {
   return {
@@ -322,6 +326,7 @@ export function preprocessorOptions(cfg: EppConfig): Omit<PreprocessorOptions, "
     chatTemplate: cfg.chatTemplate,
     chatTemplateContentFormat: cfg.chatTemplateContentFormat,
     trustRequestChatTemplate: cfg.trustRequestChatTemplate,
+    cache: cfg.tokenizerCacheBytes === 0 ? false : { maxBytes: cfg.tokenizerCacheBytes },
   };
 }
 

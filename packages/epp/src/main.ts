@@ -286,7 +286,8 @@ async function tokenizationOf(cfg: EppConfig, metrics: Metrics, log: Logger): Pr
     throw new ConfigError(`invalid value for --tokenizer-dir: ${JSON.stringify(cfg.tokenizerDir)}: ${(err as Error).message}`);
   }
   return {
-    bodyReader: (where) => createPoolTokenizeBody(pool, onRead(where)), tokenizerPool: pool, warmReply: createPoolWarm(pool),
+    // Without a cache a warm would tokenize for nothing.
+    bodyReader: (where) => createPoolTokenizeBody(pool, onRead(where)), tokenizerPool: pool, warmReply: cfg.tokenizerCacheBytes > 0 ? createPoolWarm(pool) : undefined,
     warmUpReader: { tokenizeBody: createPoolTokenizeBody(pool), forget: () => pool.forgetWork() },
   };
 }

@@ -63,6 +63,13 @@ describe("every option resolves by one rule: flag > DYN_EPP_* variable > config 
     expect(() => parseConfig(["--config", file, "--chat-template-content-format", "jinja"], {})).toThrow(/chat-template-content-format/);
   });
 
+  test("--tokenizer-cache-bytes bounds every preprocessor's segment cache (64 MiB unless given; 0: none)", () => {
+    expect(preprocessorOptions(parseConfig(["--config", file], {})).cache).toEqual({ maxBytes: 64 * 1024 * 1024 });
+    expect(preprocessorOptions(parseConfig(["--config", file, "--tokenizer-cache-bytes", "1073741824"], {})).cache).toEqual({ maxBytes: 2 ** 30 });
+    expect(preprocessorOptions(parseConfig(["--config", file], { DYN_EPP_TOKENIZER_CACHE_BYTES: "0" })).cache).toBe(false);
+    expect(() => parseConfig(["--config", file, "--tokenizer-cache-bytes", "-1"], {})).toThrow(/tokenizer-cache-bytes/);
+  });
+
   test("--chat-rendering names the workers' engine every preprocessor renders chats as, vLLM unless given", () => {
     expect(preprocessorOptions(parseConfig(["--config", file], {})).chatRendering).toBe("vllm");
     expect(preprocessorOptions(parseConfig(["--config", file, "--chat-rendering", "sglang"], {})).chatRendering).toBe("sglang");

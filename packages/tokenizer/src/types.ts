@@ -64,7 +64,7 @@ export type PreprocessorOptions = {
    * default) or "sglang". The flags below are vLLM's; SGLang's rules read only defaultChatTemplateKwargs and chatTemplate.
    */
   chatRendering?: ChatEngine;
-  /** Segment cache bounds, or false to disable it (the bench's "without cache" arm). */
+  /** Segment cache bounds, or false to disable it (the EPP's --tokenizer-cache-bytes 0, the bench's "no cache" arm). */
   cache?: CacheOptions | false;
   /** Registry for the cache and fallback metrics; absent → no Prometheus metrics (plain numbers still kept). */
   registry?: Registry;

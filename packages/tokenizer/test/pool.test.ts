@@ -277,6 +277,26 @@ describe("tokenizer pool", () => {
     expect(value("dynamo_epp_tokenizer_cache_misses_total")).toBe(stats.cache.misses);
     expect(value("dynamo_epp_tokenizer_cache_bytes")).toBe(stats.cache.bytes);
   }, 60_000);
+
+  test("the cache bound holds for the whole pool: its members' caches together stay within it, evicting", async () => {
+    const maxBytes = 256 * 1024;
+    const pool = await pools.start({ size: 2, budgetMs: 60_000 }, { cache: { maxBytes } });
+    for (let i = 0; i < 60; i++) await pool.tokenize({ kind: "chat", messages: chat(freshWords(400, 300 + 2 * i), freshWords(200, 301 + 2 * i)), opts: {} });
+    const { cache, members } = pool.stats();
+    expect(members.every((m) => m.jobs > 0)).toBe(true);
+    expect(cache.evictions).toBeGreaterThan(0);
+    expect(cache.bytes).toBeGreaterThan(maxBytes / 2);
+    expect(cache.bytes).toBeLessThanOrEqual(maxBytes);
+  }, 60_000);
+
+  test("without a cache (cache: false) the members tokenize every piece and keep nothing", async () => {
+    const pool = await pools.start({ size: 2, budgetMs: 60_000 }, { cache: false });
+    const messages = chat(freshWords(300, 41), freshWords(100, 42));
+    const first = await pool.tokenize({ kind: "chat", messages, opts: {} });
+    const again = await pool.tokenize({ kind: "chat", messages, opts: {} });
+    expect([...again.tokens]).toEqual([...first.tokens]);
+    expect(pool.stats().cache).toMatchObject({ hits: 0, entries: 0, bytes: 0 });
+  }, 60_000);
 });
 
 describe("tokenizer pool: request bodies as received", () => {
