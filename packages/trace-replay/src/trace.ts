@@ -84,7 +84,7 @@ export function arrivalTimes(trace: readonly TraceRecord[], timeScale: number, h
   for (let i = 0; i < at.length; ) {
     let j = i;
     while (j < at.length && at[j] === at[i]) j++;
-    // The last group has no next timestamp: it keeps the spacing of the group before it, or none.
+    // The last group has no next timestamp to spread to: its records stay at one instant.
     const span = j < at.length ? at[j]! - at[i]! : 0;
     for (let k = i; k < j; k++) at[k] = at[i]! + ((k - i) * span) / (j - i);
     i = j;

@@ -16,9 +16,11 @@ export const DEMO_OPTIONS = {
     duration: opt.number(z.number().positive().default(150), "seconds of trace to replay"),
     requests: opt.int(count.default(0), "cap on requests (0: all within --duration)"),
     timeScale: opt.number(z.number().positive().default(2), "arrival rate as a multiple of the trace's"),
-    // The trace's timestamps come in ~3 s steps (up to 16 records at one instant in the first minutes);
-    // "spread" spaces each step's records evenly until the next step, as bench:trace's flag does.
-    arrivals: opt.choice(["recorded", "spread"], "recorded", "arrival times: as recorded, or spread evenly over each recorded step"),
+    // The trace's timestamps come in ~3 s steps (up to 16 records at one instant in the first minutes): as
+    // recorded, each step's records reach the gateway in the same instant, which no gateway sees, and a replica's
+    // picks queue behind one another for that reason alone. "spread" (the default) spaces each step's records
+    // evenly until the next step, as bench:trace's flag does; "recorded" keeps the bursts.
+    arrivals: opt.choice(["recorded", "spread"], "spread", "arrival times: spread evenly over each recorded ~3 s step (the trace's timestamps are quantised), or as recorded (each step's records at one instant)"),
     prompt: opt.choice(["chat", "tokens"], "chat", "chat: OpenAI chat messages as text, tokenized by the EPPs and workers (Qwen3); tokens: token-id prompts"),
     killAt: opt.number(z.number().min(0).max(1).default(0.5), "fraction of the requests after which one EPP replica is killed and replaced"),
   }),
