@@ -9,7 +9,7 @@ import type { KubeConfig } from "@kubernetes/client-node";
 import type { RecoveryOutcome } from "@kv-epp/recovery";
 import { listenerHeartbeat } from "@kv-epp/kv-events";
 import { parseEndpoint } from "@kv-epp/protocol";
-import { createPreprocessor, eventLoopLag, ignoredRenderingFlags, loadChatTemplate, poolMetrics, TokenizerPool, warmUp } from "@kv-epp/tokenizer";
+import { createPreprocessor, DEFAULT_CACHE_MAX_BYTES, eventLoopLag, ignoredRenderingFlags, loadChatTemplate, poolMetrics, TokenizerPool, warmUp } from "@kv-epp/tokenizer";
 import pino, { type Logger } from "pino";
 import { ConfigError, parseConfig, preprocessorOptions, usage, type EppConfig } from "./config.ts";
 import { BodyBudget } from "./extproc/body-budget.ts";
@@ -249,6 +249,7 @@ async function tokenizationOf(cfg: EppConfig, metrics: Metrics, log: Logger): Pr
   const onRead = (where: BodyRoute) => (thread: ReadThread) => metrics.bodiesRead.inc({ where, thread });
   const why = cfg.tokenizerDir === undefined ? "without --tokenizer-dir (the byte-level fallback has no chat template)" : "with --chat-rendering sglang (a vLLM flag)";
   for (const flag of ignoredRenderingFlags(preprocessorOptions(cfg))) log.warn(`${flag} has no effect ${why}`);
+  if (cfg.tokenizerDir === undefined && cfg.tokenizerCacheBytes !== DEFAULT_CACHE_MAX_BYTES) log.warn("--tokenizer-cache-bytes has no effect without --tokenizer-dir (the byte-level fallback caches nothing)");
   // A --chat-template that names no file and is no template either is refused here, named as such.
   if (cfg.chatTemplate !== undefined && cfg.tokenizerDir !== undefined) {
     try {
@@ -286,8 +287,8 @@ async function tokenizationOf(cfg: EppConfig, metrics: Metrics, log: Logger): Pr
     throw new ConfigError(`invalid value for --tokenizer-dir: ${JSON.stringify(cfg.tokenizerDir)}: ${(err as Error).message}`);
   }
   return {
-    // Without a cache a warm would tokenize for nothing.
-    bodyReader: (where) => createPoolTokenizeBody(pool, onRead(where)), tokenizerPool: pool, warmReply: cfg.tokenizerCacheBytes > 0 ? createPoolWarm(pool) : undefined,
+    // Without a cache a warm would tokenize for nothing (and ext_proc would keep each chat's body for it).
+    bodyReader: (where) => createPoolTokenizeBody(pool, onRead(where)), tokenizerPool: pool, warmReply: pool.caches ? createPoolWarm(pool) : undefined,
     warmUpReader: { tokenizeBody: createPoolTokenizeBody(pool), forget: () => pool.forgetWork() },
   };
 }

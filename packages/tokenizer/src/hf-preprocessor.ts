@@ -11,7 +11,7 @@ import { Lru } from "./lru";
 import { SegmentCache } from "./segment-cache";
 import { Segmenter, type EncodeControl, type SectionEncoder } from "./segmenter";
 import { pickChatTemplate, tokenContent, type TokenizerFiles } from "./tokenizer-files";
-import { NO_CACHE_STATS, type CacheOptions, type CacheStats, type ChatMessage, type ChatOptions, type CompletionOptions, type Preprocessor } from "./types";
+import { type CacheOptions, type CacheStats, type ChatMessage, type ChatOptions, type CompletionOptions, type Preprocessor } from "./types";
 
 /**
  * A Hugging Face tokenizer (tokenizer.json + tokenizer_config.json) with its chat template and segment cache. Chats
@@ -29,7 +29,7 @@ export class HfPreprocessor implements Preprocessor, ChatServer {
   readonly specialTokens: Record<string, unknown>;
   private readonly encoder: SectionEncoder;
   private readonly segmenter: Segmenter;
-  private readonly cache: SegmentCache | null;
+  private readonly cache: SegmentCache;
   // What the model's post-processor adds around a single text (e.g. [bos] before it), learned once by probing.
   private readonly completionPrefix: Uint32Array;
   private readonly completionSuffix: Uint32Array;
@@ -54,7 +54,9 @@ export class HfPreprocessor implements Preprocessor, ChatServer {
     if (config.additional_special_tokens?.length) this.specialTokens.additional_special_tokens = config.additional_special_tokens.map(tokenContent);
     this.encoder = sectionEncoder(() => this.tokenizer, tokenizerJson, fastBpe);
     this.segmenter = new Segmenter(this.encoder, tokenizerJson.added_tokens, tokenizerJson.normalizer != null, cache === false ? undefined : cache.pieceChars);
-    this.cache = cache === false ? null : new SegmentCache(cache);
+    // Without a cache the text is still walked piece by piece (into a cache that keeps nothing): its known prefix
+    // is told, it stops when asked, and its fresh tokens are counted, as with one.
+    this.cache = new SegmentCache(cache === false ? { maxBytes: 0 } : cache);
     [this.completionPrefix, this.completionSuffix] = this.probeSpecialTokenRules(files);
     const bos = tokenContent(config.bos_token as Parameters<typeof tokenContent>[0]);
     this.bosId = bos === null ? undefined : tokenId(tokenizerJson, bos);
@@ -152,18 +154,14 @@ export class HfPreprocessor implements Preprocessor, ChatServer {
   }
 
   cacheStats(): CacheStats {
-    return this.cache === null ? NO_CACHE_STATS : this.cache.stats();
+    return this.cache.stats();
   }
 
   resetCache(): void {
-    this.cache?.clear();
+    this.cache.clear();
   }
 
   private encodeText(text: string, control?: EncodeControl): Uint32Array {
-    if (this.cache === null) {
-      control?.knownPrefix?.({ ids: new Uint32Array(0), unknownChars: text.length });
-      return this.encoder.encode(text);
-    }
     return this.segmenter.encode(text, this.cache, control);
   }
 

@@ -289,14 +289,34 @@ describe("tokenizer pool", () => {
     expect(cache.bytes).toBeLessThanOrEqual(maxBytes);
   }, 60_000);
 
-  test("without a cache (cache: false) the members tokenize every piece and keep nothing", async () => {
+  test("without a cache (cache: false) the members tokenize every piece, count it fresh and keep nothing", async () => {
     const pool = await pools.start({ size: 2, budgetMs: 60_000 }, { cache: false });
+    expect(pool.caches).toBe(false);
     const messages = chat(freshWords(300, 41), freshWords(100, 42));
     const first = await pool.tokenize({ kind: "chat", messages, opts: {} });
     const again = await pool.tokenize({ kind: "chat", messages, opts: {} });
     expect([...again.tokens]).toEqual([...first.tokens]);
-    expect(pool.stats().cache).toMatchObject({ hits: 0, entries: 0, bytes: 0 });
+    // Every token but the template's added ones (split off, never tokenized), each time.
+    const pre = createPreprocessor({ tokenizerDir: dir, cache: false });
+    pre.encodeChat(messages);
+    const fresh = pre.cacheStats().freshTokens;
+    expect(fresh).toBeGreaterThan(0.9 * first.tokens.length);
+    expect(again.freshTokens).toBe(fresh);
+    expect(pool.stats().cache).toMatchObject({ hits: 0, entries: 0, bytes: 0, freshTokens: 2 * fresh });
   }, 60_000);
+
+  test("without a cache nothing is warmed, and a request answered over budget stops: its rest would fill no cache", async () => {
+    const pool = await pools.start({ size: 1, budgetMs: 1 }, { cache: false });
+    const text = lines(400_000, 44);
+    expect((await pool.tokenize({ kind: "prompt", text })).fallback).toBe("budget");
+    pool.warmReply({ kind: "chat", messages: chat("a system prompt", "a question"), opts: {} }, { role: "assistant", content: "an answer" });
+    await idle(pool);
+    const pre = createPreprocessor({ tokenizerDir: dir });
+    // Stopped short of the text's end and not resumed; the warm never queued.
+    expect(pool.stats().cache.freshTokens).toBeLessThan(pre.encodeCompletion(text).length);
+    expect(pool.stats()).toMatchObject({ warmPreempted: 0, warmDropped: 0 });
+    expect(pool.stats().members[0]!.jobs).toBe(1);
+  }, 120_000);
 });
 
 describe("tokenizer pool: request bodies as received", () => {

@@ -164,7 +164,7 @@ type Pending = {
   estimatedTokens?: number;
   newTurnTokens?: number;
   decides?: Decides;
-  /** Answered on a prefix `decides` accepted (then stopped). */
+  /** Answered, and stopped: nothing waits for its rest (a prefix `decides` accepted, or a budget's answer without a cache). */
   decided?: boolean;
   /** Cancelled by its caller: stopped, it is not resumed. */
   cancelled?: boolean;
@@ -278,6 +278,7 @@ export class TokenizerPool {
       ...(cache?.maxEntries !== undefined ? { maxEntries: Math.max(1, Math.floor(cache.maxEntries / size)) } : {}),
     };
     this.memberOptions = { preprocessor: { ...opts.preprocessor, cache: share }, nice: opts.nice ?? DEFAULT_MEMBER_NICE };
+    this.caches = share !== false && share.maxBytes > 0;
     this.restartBackoffMs = opts.restartBackoffMs ?? 1000;
     this.failedStarts = Array.from({ length: size }, () => 0);
     this.started = Array.from({ length: size }, () => false);
@@ -288,6 +289,12 @@ export class TokenizerPool {
   get size(): number {
     return this.members.length;
   }
+
+  /**
+   * Whether the members keep what they tokenize (a share of the bound above 0). Without a cache nothing is
+   * warmed, and a request answered over its budget stops at its next piece: that work would only fill the cache.
+   */
+  readonly caches: boolean;
 
   /** Resolves once every member has loaded its tokenizer and warmed up (warm-up.ts); rejects if one cannot. */
   async ready(): Promise<void> {
@@ -350,7 +357,7 @@ export class TokenizerPool {
 
   /** Tokenizes in the background at the lowest priority, only to fill the cache. */
   warm(job: PoolJob): void {
-    if (this.closed) return;
+    if (this.closed || !this.caches) return;
     const p: Pending = { id: this.newId(), job, discard: true, submitted: performance.now(), dispatched: 0, cost: 0 };
     const member = this.memberFor(p, false);
     member.warm.push(p);
@@ -654,7 +661,11 @@ export class TokenizerPool {
       newTurnTokens: p.newTurnTokens,
       ...(p.read ? { read: p.read } : {}),
     });
-    if (running?.current === p && running.queue.length > 0) this.preemptWarm(running);
+    if (running?.current !== p) return;
+    if (!this.caches) {
+      p.decided = true;
+      Atomics.store(running.cancel, 0, p.id);
+    } else if (running.queue.length > 0) this.preemptWarm(running);
   }
 
   /**

@@ -12,6 +12,7 @@ describe("replay", () => {
     const run = replay(records, {
       model: "m",
       timeScale: 1,
+      arrivals: "recorded",
       // Nothing listens on port 1: the connection is refused, which is no routing or worker outcome.
       gateway: "http://127.0.0.1:1",
       workerOf: (e) => e,

@@ -20,14 +20,14 @@ export type LoadGenOptions = {
   /** called after each request is sent (to trigger the midway event) */
   onSent?: (sent: number) => void;
   signal: AbortSignal;
-  /** at the trace's (quantised) timestamps, or spread evenly within each step (default recorded) */
-  arrivals?: "recorded" | "spread";
+  /** at the trace's (quantised) timestamps, or spread evenly within each step */
+  arrivals: "recorded" | "spread";
   /** bodies built ahead of their arrival (default 64) */
   lookahead?: number;
 };
 
 export async function replay(records: readonly TraceRecord[], o: LoadGenOptions): Promise<void> {
-  const at = arrivalTimes(records, o.timeScale, o.arrivals ?? "recorded");
+  const at = arrivalTimes(records, o.timeScale, o.arrivals);
   const running: Promise<void>[] = [];
   // A request that fails unexpectedly (not a routing or worker error, which are counted) stops the
   // replay; it is caught at once so it cannot surface as an unhandled rejection while others run.
