@@ -657,3 +657,28 @@ describe("ext_proc reply warming: none for a chat past the routing bound", () =>
     long.end();
   }, 120_000);
 });
+
+describe("ext_proc without a segment cache (--tokenizer-cache-bytes 0)", () => {
+  const env = eppFor(["--tokenizer-threads", "1", "--tokenizer-cache-bytes", "0"]);
+
+  test("a chat is routed and its reply passes, but no body is kept for warming and nothing is cached or warmed", async () => {
+    const turns = [freshWords(300, 51), freshWords(100, 52)];
+    const s = env.client.open();
+    s.send({ ...headers("/v1/chat/completions"), protocol_config: DUPLEX });
+    s.send({ request_body: { body: new TextEncoder().encode(JSON.stringify(chatBody(...turns))), end_of_stream: true } });
+    expect(lbMetadata(await s.next(60_000))).toBe(A);
+    await s.next(60_000); // the request body handed back
+    // A cache would keep this body until the response ends, to warm the next turn.
+    expect(await scrapeMetric(env.metrics, "dynamo_epp_ext_proc_buffered_bytes")).toBe(0);
+    s.send({ response_headers: { headers: { headers: [{ key: ":status", raw_value: new TextEncoder().encode("200") }] } } });
+    await s.next(60_000);
+    s.send({ response_body: { body: new TextEncoder().encode(JSON.stringify({ choices: [{ message: { role: "assistant", content: freshWords(200, 53) } }] })), end_of_stream: true } });
+    await s.next(60_000);
+    s.end();
+    const members = await debugPoolMembers(env.epp);
+    expect(members.reduce((n, m) => n + m.jobs + m.warmQueued, 0)).toBe(1);
+    const view = (await (await fetch(`http://${HOST}:${env.epp.ports.selection}/debug/tokenizer`)).json()) as { pool: { cache: { entries: number; bytes: number; freshTokens: number } } };
+    expect(view.pool.cache).toMatchObject({ entries: 0, bytes: 0 });
+    expect(view.pool.cache.freshTokens).toBeGreaterThan(300);
+  }, 120_000);
+});
