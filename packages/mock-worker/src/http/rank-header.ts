@@ -10,6 +10,8 @@
 // X-Data-Parallel-Rank header: must be an integer, got '<value>'"; a rank past the DP size a 400
 // "routed_dp_rank=r out of range [0, n)".
 
+import type { EngineKind } from "../config.ts";
+
 export const RANK_HEADER = "x-data-parallel-rank";
 
 /**
@@ -30,7 +32,7 @@ export type RequestedRank = { ok: true; rank: number | undefined } | { ok: false
  * SGLang the header, else the body's `routed_dp_rank`, else its deprecated `data_parallel_rank` (each validated as
  * pydantic's lax int validates it), and numbers the ranks it serves from 0.
  */
-export function requestedRank(header: string | undefined, n: RankNumbering, engine: "vllm" | "sglang" = "vllm", body: BodyRanks = {}): RequestedRank {
+export function requestedRank(header: string | undefined, n: RankNumbering, engine: EngineKind = "vllm", body: BodyRanks = {}): RequestedRank {
   const named = header === undefined ? undefined : intOf(header, PY_INT);
   if (engine === "vllm") return named === undefined ? { ok: true, rank: undefined } : checked(named, n, n.numbering === "global" ? n.first : 0, vllmOutOfRange);
   if (header !== undefined && named === undefined) return { ok: false, message: `Invalid X-Data-Parallel-Rank header: must be an integer, got '${header}'` };

@@ -662,10 +662,8 @@ export class TokenizerPool {
       ...(p.read ? { read: p.read } : {}),
     });
     if (running?.current !== p) return;
-    if (!this.caches) {
-      p.decided = true;
-      Atomics.store(running.cancel, 0, p.id);
-    } else if (running.queue.length > 0) this.preemptWarm(running);
+    if (!this.caches) this.stopAnswered(running, p);
+    else if (running.queue.length > 0) this.preemptWarm(running);
   }
 
   /**
@@ -675,14 +673,19 @@ export class TokenizerPool {
    */
   private answerDecided(member: Member, p: Pending): void {
     this.decided++;
-    p.decided = true;
-    Atomics.store(member.cancel, 0, p.id);
+    this.stopAnswered(member, p);
     p.settle?.({
       tokens: p.known!, complete: false, decided: true, freshTokens: 0, warmedTokens: 0, waitMs: p.dispatched - p.submitted, busyMs: p.knownBusyMs,
       promptTokens: p.estimatedTokens,
       newTurnTokens: p.newTurnTokens,
       ...(p.read ? { read: p.read } : {}),
     });
+  }
+
+  /** Tells `member` to stop the answered request it runs at its next piece; nothing waits for (or resumes) its rest. */
+  private stopAnswered(member: Member, p: Pending): void {
+    p.decided = true;
+    Atomics.store(member.cancel, 0, p.id);
   }
 
   /**
