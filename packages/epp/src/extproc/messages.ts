@@ -42,6 +42,8 @@ export const DP_RANK_HEADER = "x-data-parallel-rank";
  * over x-data-parallel-rank: removed from every request, since only the pick names a rank.
  */
 export const SGLANG_RANK_OVERRIDE_HEADER = "x-override-routed-dp-rank";
+/** A client's own rank headers: each steers a request to a rank the pick did not choose. */
+const CLIENT_RANK_HEADERS = [DP_RANK_HEADER, SGLANG_RANK_OVERRIDE_HEADER];
 
 const encoder = new TextEncoder();
 const decoder = new TextDecoder();
@@ -104,7 +106,7 @@ function routeCommon(r: Route) {
   const set = [setHeader(DESTINATION_HEADER, r.endpoint)];
   // Without a rank of the EPP's, a client's own rank header is removed: it would steer the request to a rank the
   // pick did not choose (or one the server refuses), as the EPP's would override it otherwise.
-  const removed = [...(r.dpRank === undefined ? [DP_RANK_HEADER] : []), SGLANG_RANK_OVERRIDE_HEADER, ...(r.removeHeaders ?? [])];
+  const removed = [...(r.dpRank === undefined ? CLIENT_RANK_HEADERS : [SGLANG_RANK_OVERRIDE_HEADER]), ...(r.removeHeaders ?? [])];
   if (r.dpRank !== undefined) set.push(setHeader(DP_RANK_HEADER, String(r.dpRank)));
   if (r.contentLength !== undefined) set.push(setHeader("content-length", String(r.contentLength)));
   for (const [k, v] of r.extraHeaders ?? []) set.push(setHeader(k, v));
@@ -149,7 +151,7 @@ export type Phase = "request_headers" | "request_body" | "response_headers" | "r
  * that comes on the body sets the pick's rank again.
  */
 export function continueRequestHeaders(): ProcessingResponse {
-  return { request_headers: { response: { header_mutation: { remove_headers: [DP_RANK_HEADER, SGLANG_RANK_OVERRIDE_HEADER] } } } };
+  return { request_headers: { response: { header_mutation: { remove_headers: CLIENT_RANK_HEADERS } } } };
 }
 
 export function continueResponse(phase: Phase): ProcessingResponse {
