@@ -349,6 +349,21 @@ describe("tokenizer pool: request bodies as received", () => {
     }
   }, 60_000);
 
+  test("a body is read with the rewrite rules it was submitted with, as they change and go (sent to a member once per change)", async () => {
+    const pool = await pools.start({ size: 1, budgetMs: 60_000 });
+    const rulesTo = (target: string) => ({ exact: new Map([["alias", { rewrite: "canary", targets: [{ modelRewrite: target }] }]]) });
+    const v1 = rulesTo("served-v1");
+    const v2 = rulesTo("served-v2");
+    const body = bytes({ model: "alias", messages: chat("You are terse.", "Hello") });
+    const read = async (rewriteRules?: ReturnType<typeof rulesTo>) => {
+      const o = await pool.tokenize({ kind: "body", request: { body, path: "/v1/chat/completions", ...(rewriteRules ? { rewriteRules } : {}) } });
+      return o.read!.fields.target ?? null;
+    };
+    // The same rules twice, new ones, none, and the new ones again: each job as submitted, one member throughout.
+    const targets = [await read(v1), await read(v1), await read(v2), await read(), await read(v2)];
+    expect(targets).toEqual(["served-v1", "served-v1", "served-v2", null, "served-v2"]);
+  }, 60_000);
+
   test("a bad body is the member's BadRequest (TooDeep for nesting), and the member takes the next job", async () => {
     const pool = await pools.start({ size: 1, budgetMs: 60_000 });
     // Awaited, not `expect(...).rejects`: Bun's rejects matcher holds back worker messages while it waits.

@@ -8,6 +8,7 @@ import type { CacheStats, Preprocessor } from "../types";
 import { BadRequest } from "../request/bad-request";
 import { TooDeep } from "../request/openai-body";
 import { readBody } from "../request/read-body";
+import type { RewriteRules } from "../request/rewrite-rules";
 import { warmUp } from "../warm-up";
 import type { BodyReading, FromMember, MemberInit, ToMember } from "./protocol";
 import { lowerThreadPriority } from "./thread-priority";
@@ -48,7 +49,14 @@ let usPerChar = 0.25;
 let charsPerToken = 4;
 const LEARN_MIN_TOKENS = 256;
 
+/** The rewrite rules body jobs are read with: the pool's last "rules" message. */
+let rules: RewriteRules | undefined;
+
 port.on("message", (m: ToMember) => {
+  if (m.type === "rules") {
+    rules = m.rules ?? undefined;
+    return;
+  }
   if (m.type === "reset") {
     pre.resetCache();
     stopped = null;
@@ -104,7 +112,7 @@ function withReading<T extends object>(msg: T, transfer: ArrayBuffer[] = []): [T
 function jobOf(m: JobMessage): TokenizeJob | Uint32Array {
   const job: PoolJob = m.job;
   if (job.kind !== "body") return job;
-  const read = readBody(job.request, pre.rules);
+  const read = readBody(rules ? { ...job.request, rewriteRules: rules } : job.request, pre.rules);
   if (!m.discard) reading = read.rewritten ? { fields: read.fields, rewritten: read.rewritten } : { fields: read.fields };
   if (!job.reply) return read.job;
   return read.job instanceof Uint32Array || read.job.kind !== "chat" ? NONE : nextTurnJob(read.job, job.reply) ?? NONE;

@@ -1,6 +1,7 @@
 // The messages between the pool and its members.
 import type { PoolJob } from "../job";
 import type { BodyFields } from "../request/read-body";
+import type { RewriteRules } from "../request/rewrite-rules";
 import type { CacheStats, PreprocessorOptions } from "../types";
 import type { ThreadPriority } from "./thread-priority";
 import type { WarmUp } from "../warm-up";
@@ -25,11 +26,17 @@ export type MemberInit = {
 
 /**
  * A body job's `request.body` is a copy the member owns, or the caller's own bytes in shared memory (joinBody),
- * which the member only reads (the caller forwards them, and reads them itself). A warm (`discard`) with
+ * which the member only reads (the caller forwards them, and reads them itself). Its `request.rewriteRules` never
+ * rides on it: the member reads it with the rules of the last "rules" message. A warm (`discard`) with
  * the id of the job its member last stopped resumes that job's walk where it stopped (see pool-member.ts).
  */
 export type ToMember =
   | { type: "job"; id: number; job: PoolJob; discard: boolean }
+  /**
+   * The rewrite rules the body jobs that follow were submitted with (null: none), sent only when they differ from
+   * the last ones sent: a copy of the pool's rules with every job would cost the decision thread in proportion to them.
+   */
+  | { type: "rules"; rules: RewriteRules | null }
   /** Empty the segment cache and zero its counters (after the decision thread's warm-up: invented text, not traffic). */
   | { type: "reset" };
 

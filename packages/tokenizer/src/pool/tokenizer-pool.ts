@@ -8,6 +8,7 @@ import { nextTurnJob, type PoolJob, type TokenizeJob } from "../job";
 import { BadRequest } from "../request/bad-request";
 import { TooDeep } from "../request/openai-body";
 import { DEFAULT_READ_HERE_MAX_BYTES } from "../request/read-body";
+import type { RewriteRules } from "../request/rewrite-rules";
 import { affinityKey } from "./affinity";
 import { jobChars, jobWork, Placement, type PlacementKind } from "./placement";
 import type { BodyReading, FromMember, MemberInit, ToMember } from "./protocol";
@@ -196,6 +197,8 @@ type Member = {
   resets: (() => void)[];
   /** Why it was lost (its thread's uncaught error), told when it exits. */
   failure?: string;
+  /** The rewrite rules last sent to it (a "rules" message), by identity: the pool's rules change by replacement. */
+  rules: RewriteRules | undefined;
 };
 
 const DEFAULT_BUDGET_MS = 50;
@@ -444,7 +447,7 @@ export class TokenizerPool {
     ready.catch(() => {}); // observed through ready()
     const member: Member = {
       index, worker, cancel: new Int32Array(cancelBuffer), ready, failReady: rejectReady, queue: [], warm: [], current: null, jobs: 0, freshTokens: 0, busyMs: 0,
-      cache: NO_CACHE_STATS, warmUp: null, priority: null, live: false, resets: [],
+      cache: NO_CACHE_STATS, warmUp: null, priority: null, live: false, resets: [], rules: undefined,
     };
     worker.on("message", (m: FromMember) => {
       if (this.members[index] !== member) return; // a lost member's last words
@@ -558,10 +561,20 @@ export class TokenizerPool {
     // of its bytes alone (cloning a view would copy the whole buffer under it, a gRPC frame's). One memcpy (~5 µs
     // for a 64 KB chat) buys an answer that never waits for a member still reading.
     const job = next.job;
-    if (job.kind === "body" && !isShared(job.request.body)) {
-      const body = new Uint8Array(job.request.body); // a copy (a Buffer's slice() would be a view)
-      member.worker.postMessage({ type: "job", id: next.id, job: { ...job, request: { ...job.request, body } }, discard: next.discard }, [body.buffer]);
-    } else member.worker.postMessage({ type: "job", id: next.id, job, discard: next.discard });
+    if (job.kind !== "body") {
+      member.worker.postMessage({ type: "job", id: next.id, job, discard: next.discard });
+      return;
+    }
+    const { rewriteRules, ...request } = job.request;
+    if (rewriteRules !== member.rules) {
+      member.rules = rewriteRules;
+      member.worker.postMessage({ type: "rules", rules: rewriteRules ?? null });
+    }
+    if (isShared(request.body)) member.worker.postMessage({ type: "job", id: next.id, job: { ...job, request }, discard: next.discard });
+    else {
+      const body = new Uint8Array(request.body); // a copy (a Buffer's slice() would be a view)
+      member.worker.postMessage({ type: "job", id: next.id, job: { ...job, request: { ...request, body } }, discard: next.discard }, [body.buffer]);
+    }
   }
 
   private onResult(member: Member, m: Exclude<FromMember, { type: "ready" | "init-failed" | "reset" }>): void {
