@@ -9,7 +9,7 @@ import { responseEncoder, routedHeaders, streamedBody, type ProcessingRequest, t
 import { EXT_PROC_WINDOW_BYTES } from "../src/extproc/http2-windows.ts";
 import { loadProtos } from "../src/extproc/protos.ts";
 import { selfSignedCertificate } from "../src/extproc/tls.ts";
-import { framed, messageReader } from "./grpc-frames.ts";
+import { framed, messageReader } from "../src/extproc/grpc-frames.ts";
 
 const host = Bun.argv[Bun.argv.indexOf("--listen") + 1] ?? "127.0.0.1";
 const workers = Bun.argv.includes("--workers") ? Number(Bun.argv[Bun.argv.indexOf("--workers") + 1]) : 16;

@@ -10,7 +10,7 @@
 // (proto-loader's deserializer). The EPP's own tests drive it with @grpc/grpc-js.
 import http2 from "node:http2";
 import { loadProtos } from "../src/extproc/protos.ts";
-import { messageReader } from "./grpc-frames.ts";
+import { messageReader } from "../src/extproc/grpc-frames.ts";
 import { extProcRequests, type Mode } from "./requests.ts";
 
 type Args = { target: string; rate: number; durationMs: number; warmupMs: number; seed: number; mode: Mode; tls: boolean };

@@ -2,7 +2,7 @@
 // protocol_config of the mode) and the request_body message carrying a whole 8k-token body, both
 // gRPC-framed as they go on the wire.
 import { loadProtos } from "../src/extproc/protos.ts";
-import { framed } from "./grpc-frames.ts";
+import { framed } from "../src/extproc/grpc-frames.ts";
 import { requestBodies } from "./workload.ts";
 
 export type Mode = "full-duplex" | "buffered";

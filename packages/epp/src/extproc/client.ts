@@ -1,12 +1,14 @@
-// The gateway's side of ext_proc (what Envoy does), for the demo's load generator and the cluster
-// simulation: one HTTP request per stream.
+// The gateway's side of ext_proc (what Envoy does), for the EPP's decision warm-up and the cluster simulation:
+// one HTTP/2 stream per request.
 // Full duplex (GAIE's mode, the default): request headers and the whole body are written at once; the
 // route comes on the request-headers answer, followed by the body handed back in chunks (dropped here:
 // the caller sends its own copy to the worker). Buffered: headers -> CONTINUE, body -> the
 // route on the body answer. Then the response's headers and end of body, so the EPP releases the load.
 import * as grpc from "@grpc/grpc-js";
+import http2 from "node:http2";
+import { framed, messageReader } from "./grpc-frames.ts";
 import { DESTINATION_HEADER, type ProcessingRequest } from "./messages.ts";
-import { loadProtos } from "./protos.ts";
+import { EXT_PROC_SERVICE, loadProtos } from "./protos.ts";
 
 type Mutation = { header_mutation?: { set_headers?: { header?: { key: string; raw_value?: Uint8Array; value?: string } }[] } };
 type Answer = {
@@ -16,8 +18,6 @@ type Answer = {
   response_body?: unknown;
   immediate_response?: { status?: { code?: string | number }; details?: string };
 };
-type Call = grpc.ClientDuplexStream<ProcessingRequest, Answer>;
-type ExtProcStub = grpc.Client & { Process(): Call };
 
 const enc = new TextEncoder();
 const header = (key: string, value: string) => ({ key, raw_value: enc.encode(value) });
@@ -55,69 +55,80 @@ export function extProcChannel(tls: boolean): { credentials: grpc.ChannelCredent
   };
 }
 
+/**
+ * One HTTP/2 connection to an EPP's ext_proc port, a gRPC stream per request. Plain node:http2 with gRPC's framing
+ * and the server's own codec rather than a grpc-js channel: the EPP warms its decision path through this client
+ * before it serves (warm-decisions.ts), and grpc-js's call machinery cost the starting replica more CPU there than
+ * the server it warms (a third of the decision thread's samples against a fifth). The gRPC counterpart the tests
+ * hold the server to is grpc-js itself (test/helpers.ts, extProcChannel).
+ */
 export class ExtProcClient {
-  private readonly stub: ExtProcStub;
+  private session: http2.ClientHttp2Session | undefined;
+  private readonly codec = loadProtos().extProc.service.Process!;
 
   constructor(
     readonly address: string,
     readonly mode: ClientBodyMode = "full-duplex",
-    opts: { tls?: boolean } = {},
-  ) {
-    const { extProc } = loadProtos();
-    const ch = extProcChannel(opts.tls ?? true);
-    this.stub = new extProc(address, ch.credentials, ch.options) as unknown as ExtProcStub;
+    private readonly opts: { tls?: boolean } = {},
+  ) {}
+
+  /** The connection, made again once the last one closed (as a channel reconnects). */
+  private connection(): http2.ClientHttp2Session {
+    if (this.session && !this.session.closed && !this.session.destroyed) return this.session;
+    const tls = this.opts.tls ?? true;
+    // Unverified, as gateways connect (see extProcChannel); TLS refuses an IP address as the server name.
+    const s = http2.connect(`${tls ? "https" : "http"}://${this.address}`, tls ? { rejectUnauthorized: false, servername: "dynamo-epp" } : {});
+    s.on("error", () => {}); // each stream reports its own failure
+    this.session = s;
+    return s;
   }
 
   async route(path: string, body: Uint8Array): Promise<Routed> {
-    const call = this.stub.Process();
-    const answers = answerQueue(call);
+    const stream = this.connection().request({
+      ":method": "POST", ":path": `/${EXT_PROC_SERVICE}/Process`, "content-type": "application/grpc", te: "trailers",
+    });
+    const answers = answerQueue(stream, (m) => this.codec.responseDeserialize(m) as Answer);
+    const send = (m: ProcessingRequest) => stream.write(framed(this.codec.requestSerialize(m)));
     const fullDuplex = this.mode === "full-duplex";
-    // The pick clock starts when grpc-js hands the headers to the HTTP/2 stream (its write callback), not
-    // at write(): a new stream waits there for the channel, and a burst's streams for the event loop.
-    let writtenAt: number | undefined;
     const asked = performance.now();
     try {
-      call.write(
-        {
-          request_headers: {
-            headers: { headers: [header(":method", "POST"), header(":path", path), header("content-type", "application/json")] },
-            end_of_stream: false,
-          },
-          protocol_config: { request_body_mode: fullDuplex ? "FULL_DUPLEX_STREAMED" : "BUFFERED", response_body_mode: "NONE" },
+      send({
+        request_headers: {
+          headers: { headers: [header(":method", "POST"), header(":path", path), header("content-type", "application/json")] },
+          end_of_stream: false,
         },
-        () => void (writtenAt ??= performance.now()),
-      );
+        protocol_config: { request_body_mode: fullDuplex ? "FULL_DUPLEX_STREAMED" : "BUFFERED", response_body_mode: "NONE" },
+      } as ProcessingRequest);
       if (!fullDuplex) await answers.until("request_headers");
-      call.write({ request_body: { body, end_of_stream: true } });
+      send({ request_body: { body, end_of_stream: true } } as ProcessingRequest);
       const routed = await answers.until(fullDuplex ? "request_headers" : "request_body");
       const answeredAt = performance.now();
       const endpoint = destination(fullDuplex ? routed.request_headers?.response : routed.request_body?.response);
       if (!endpoint) throw new RoutingError("routing answer without a destination header");
-      const started = Math.min(writtenAt ?? asked, answeredAt);
       return {
         endpoint,
-        pickMs: answeredAt - started,
-        writtenAt: started,
+        pickMs: answeredAt - asked,
+        writtenAt: asked,
         finish: async (status, responseBody = new Uint8Array(0)) => {
           try {
             // Full duplex: the body chunks the EPP hands back come first; until() skips them.
-            call.write({ response_headers: { headers: { headers: [header(":status", String(status))] }, end_of_stream: false } });
+            send({ response_headers: { headers: { headers: [header(":status", String(status))] }, end_of_stream: false } } as ProcessingRequest);
             await answers.until("response_headers");
-            call.write({ response_body: { body: responseBody, end_of_stream: true } });
+            send({ response_body: { body: responseBody, end_of_stream: true } } as ProcessingRequest);
             await answers.until("response_body");
           } finally {
-            call.end();
+            stream.end();
           }
         },
       };
     } catch (e) {
-      call.cancel();
+      stream.close(http2.constants.NGHTTP2_CANCEL);
       throw e;
     }
   }
 
   close(): void {
-    this.stub.close();
+    this.session?.close();
   }
 }
 
@@ -135,8 +146,8 @@ function destination(m: Mutation | undefined): string | undefined {
   return h.raw_value && h.raw_value.length > 0 ? Buffer.from(h.raw_value).toString() : h.value;
 }
 
-/** Answers of one stream in order; a stream error or end rejects the waiting reader. */
-function answerQueue(call: Call, timeoutMs = 30_000) {
+/** Answers of one stream in order; a stream error, a gRPC status or the stream's end rejects the waiting reader. */
+function answerQueue(stream: http2.ClientHttp2Stream, decode: (m: Buffer) => Answer, timeoutMs = 30_000) {
   const queued: Answer[] = [];
   const waiters: { resolve: (a: Answer) => void; reject: (e: Error) => void }[] = [];
   let failure: Error | undefined;
@@ -144,13 +155,25 @@ function answerQueue(call: Call, timeoutMs = 30_000) {
     failure ??= e;
     for (const w of waiters.splice(0)) w.reject(failure);
   };
-  call.on("data", (a: Answer) => {
+  stream.on("data", messageReader((m) => {
+    let a: Answer;
+    try {
+      a = decode(m);
+    } catch (e) {
+      fail(new RoutingError(`undecodable ext_proc answer: ${(e as Error).message}`));
+      return false;
+    }
     const w = waiters.shift();
     if (w) w.resolve(a);
     else queued.push(a);
+    return true;
+  }));
+  stream.on("trailers", (t) => {
+    const code = Number(t["grpc-status"] ?? 0);
+    if (code !== 0) fail(new RoutingError(`ext_proc stream failed: gRPC status ${code} ${decodeURIComponent(String(t["grpc-message"] ?? ""))}`));
   });
-  call.on("error", (e: Error) => fail(new RoutingError(`ext_proc stream failed: ${e.message}`)));
-  call.on("end", () => fail(new RoutingError("ext_proc stream ended")));
+  stream.on("error", (e: Error) => fail(new RoutingError(`ext_proc stream failed: ${e.message}`)));
+  stream.on("close", () => fail(new RoutingError("ext_proc stream ended")));
   const next = (): Promise<Answer> => {
     const a = queued.shift();
     if (a) return Promise.resolve(a);

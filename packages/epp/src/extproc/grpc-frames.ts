@@ -1,5 +1,5 @@
-// gRPC's length-prefixed message framing (flag byte, u32 BE length, message), for the bench's
-// generator and floor server, which speak gRPC on node:http2 without a gRPC library.
+// gRPC's length-prefixed message framing (flag byte, u32 BE length, message), for the clients that speak gRPC on
+// node:http2 without a gRPC library: ExtProcClient, and the bench's generator and floor server.
 
 /** One uncompressed message. */
 export function framed(msg: Uint8Array): Buffer {
