@@ -26,11 +26,13 @@ export type ResetReason = "restarted" | "reconnected" | "gap-unrecovered" | "ove
 
 export type ListenerSignal =
   /**
-   * `connectedAfterAttach`: the first batch of a listener whose first connection came up after its sink was
-   * attached. A publisher sends a subscriber only what it publishes once connected, so this stream holds
-   * nothing from before the sink's view was taken: a seq at or below that view's is another process's.
+   * `epoch`: the publisher's lifetime id the batch came under, when its publisher sends one (a replayed batch
+   * without its own takes the live stream's). `connectedAfterAttach`: the first batch of a listener whose
+   * first connection came up after its sink was attached. A publisher sends a subscriber only what it
+   * publishes once connected, so this stream holds nothing from before the sink's view was taken: a seq at
+   * or below that view's is another process's.
    */
-  | { kind: "batch"; seq: bigint; batch: KvEventBatch; connectedAfterAttach?: true }
+  | { kind: "batch"; seq: bigint; batch: KvEventBatch; epoch?: string; connectedAfterAttach?: true }
   | { kind: "reset"; reason: ResetReason };
 
 export type ListenerOptions = {
@@ -318,11 +320,13 @@ export class KvEventListener {
     this.counters.batches++;
     this.counters.events += batch.events.length;
     for (const e of batch.events) if (e.type === "BlockStored") this.counters.blocks += e.blockHashes.length;
+    const epoch = m.epoch ?? (replayed ? this.streamEpoch : null);
+    const s = { kind: "batch" as const, seq: m.seq, batch, ...(epoch !== null && { epoch }) };
     if (this.markFirstBatch) {
       this.markFirstBatch = false;
-      return this.emit({ kind: "batch", seq: m.seq, batch, connectedAfterAttach: true });
+      return this.emit({ ...s, connectedAfterAttach: true });
     }
-    this.emit({ kind: "batch", seq: m.seq, batch });
+    this.emit(s);
   }
 
   /**

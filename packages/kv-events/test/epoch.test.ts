@@ -3,7 +3,7 @@
 // the seq says, which plain vLLM streams cannot show when a restarted publisher reaches the seq we
 // expect; frames of 8 bytes keep working beside it.
 import { afterEach, expect, test } from "bun:test";
-import { encodeBatch, encodeSeq, KvEventListener, PubSocket, type KvEventBatch, type ListenerSignal } from "../src/index.ts";
+import { encodeBatch, encodeSeq, KvEventListener, KvEventPublisher, PubSocket, type KvEventBatch, type ListenerSignal } from "../src/index.ts";
 import { waitUntil } from "./zmq-peer.ts";
 import { LOOPBACK } from "@kv-epp/testkit";
 
@@ -15,6 +15,8 @@ afterEach(async () => {
 const batch = (i: number): KvEventBatch => ({ ts: i + 0.5, dataParallelRank: 0, events: [{ type: "BlockRemoved", blockHashes: [BigInt(i)], medium: "GPU" }] });
 const epochFrame = (seq: number, epoch: number) => Buffer.concat([encodeSeq(BigInt(seq)), Buffer.alloc(16, epoch)]);
 const seqs = (got: ListenerSignal[]) => got.map((s) => (s.kind === "batch" ? Number(s.seq) : s.reason));
+/** The epoch each batch signal carries (its consumer's handoff compares them with a recovered cursor's). */
+const epochs = (got: ListenerSignal[]) => got.flatMap((s) => (s.kind === "batch" ? [s.epoch] : []));
 
 async function rig() {
   const pub = new PubSocket();
@@ -38,6 +40,7 @@ test("a new epoch at the very seq expected is a restart: the rank is reset, the 
   pub.send([E, epochFrame(4, 0xbb), encodeBatch(batch(4))]);
   await waitUntil(() => got.length === 6);
   expect(seqs(got)).toEqual([0, 1, 2, "restarted", 3, 4]);
+  expect(epochs(got)).toEqual(["aa", "aa", "aa", "bb", "bb"].map((e) => e.repeat(16)));
   expect(l.counters.restarts).toBe(1);
   expect(l.counters.decodeErrors).toBe(0);
   expect(l.epoch).toBe("bb".repeat(16));
@@ -66,8 +69,27 @@ test("SGLang: a new epoch in the topic is a restart; a snapshot barrier under th
   pub.send([sglangTopic("replica-epoch-2"), encodeSeq(3n), encodeBatch(batch(3))]);
   await waitUntil(() => got.length === 5);
   expect(seqs(got)).toEqual([0, 1, 2, "restarted", 3]);
+  expect(epochs(got)).toEqual(["replica-epoch-1", "replica-epoch-1", "replica-epoch-1", "replica-epoch-2"]);
   expect(l.counters.restarts).toBe(1);
   expect(l.epoch).toBe("replica-epoch-2");
+});
+
+test("SGLang: a batch replayed into a gap carries the live stream's epoch (its replay reply has none of its own)", async () => {
+  const pub = await KvEventPublisher.bind({ endpoint: `tcp://${LOOPBACK}.1.6:0`, replayEndpoint: `tcp://${LOOPBACK}.1.6:0`, topic: "kv\0sgl-kv-epoch=e-1" });
+  cleanups.push(() => pub.close());
+  const l = new KvEventListener({ workerId: "w", dpRank: 0, endpoint: pub.endpoint, replayEndpoint: pub.replayEndpoint, socket: { reconnectMinMs: 10, reconnectMaxMs: 50 } });
+  cleanups.push(() => l.close());
+  const got: ListenerSignal[] = [];
+  l.start();
+  l.attach((s) => got.push(s));
+  await waitUntil(() => pub.subscribedCount === 1);
+  pub.publish(batch(0));
+  pub.publish(batch(1), { drop: true });
+  pub.publish(batch(2));
+  await waitUntil(() => got.length === 3);
+  expect(seqs(got)).toEqual([0, 1, 2]);
+  expect(l.counters.replayedBatches).toBe(1);
+  expect(epochs(got)).toEqual(["e-1", "e-1", "e-1"]);
 });
 
 test("SGLang: an epoch marker with an empty, overlong or non-UTF-8 epoch is malformed and skipped; a topic without one has no epoch", async () => {
@@ -79,5 +101,6 @@ test("SGLang: an epoch marker with an empty, overlong or non-UTF-8 epoch is malf
   pub.send([Buffer.from("kv"), encodeSeq(1n), encodeBatch(batch(1))]);
   await waitUntil(() => got.length === 2 && l.counters.decodeErrors === 3);
   expect(seqs(got)).toEqual([0, 1]);
+  expect(epochs(got)).toEqual([undefined, undefined]);
   expect(l.epoch).toBeNull();
 });

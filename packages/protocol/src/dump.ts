@@ -8,7 +8,7 @@ export const DUMP_CONTENT_TYPE = "application/json";
  * The body's JSON field names: `{"<model>:<tenant>":{"block_size":n,"events":[RouterEvent...],"cursors":[...]}}`,
  * a RouterEvent `{"worker_id":s,"event":{"event_id":n,"data":{"stored":{"parent_hash":h|null,"blocks":[
  * {"block_hash":h,"tokens_hash":h,"copies":n}...]}}},"dp_rank":n}` and a cursor
- * `{"worker_id":s,"dp_rank":n,"seq":h|null,"baseline":h|null,"complete":b}`.
+ * `{"worker_id":s,"dp_rank":n,"seq":h|null,"baseline":h|null,"complete":b,"epoch":s}` (`epoch` only when known).
  */
 export const DUMP_FIELDS = {
   blockSize: "block_size",
@@ -28,6 +28,7 @@ export const DUMP_FIELDS = {
   seq: "seq",
   baseline: "baseline",
   complete: "complete",
+  epoch: "epoch",
   adapters: "adapters",
 } as const;
 
@@ -38,11 +39,13 @@ export const DUMP_FIELDS = {
  */
 export const DUMP_BINARY_CONTENT_TYPE = "application/vnd.kv-epp.dump.v1";
 export const DUMP_BINARY_MAGIC = "KVDUMP\u0000\u0001";
-export const DUMP_FRAME = { model: 1, worker: 2, events: 3, cursors: 4, adapters: 5, end: 15 } as const;
+export const DUMP_FRAME = { model: 1, worker: 2, events: 3, cursors: 4, adapters: 5, cursorEpochs: 6, end: 15 } as const;
 /** Flags of a binary stored event's header word (low u32; the high u32 is the block count). */
 export const DUMP_EVENT_FLAGS = { hasParent: 1, hasCopies: 2 } as const;
 /** Flags of a binary cursor entry. */
 export const DUMP_CURSOR_FLAGS = { complete: 1, seq: 2, baseline: 4 } as const;
+/** The longest publisher epoch a cursor carries, in UTF-8 bytes (SGLang's bound on the epochs it publishes). */
+export const DUMP_MAX_EPOCH_BYTES = 256;
 
 /** Target size of one chunk the recovery writer emits (a large event may make one bigger). */
 export const DUMP_CHUNK_BYTES = 64 * 1024;

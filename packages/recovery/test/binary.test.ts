@@ -2,10 +2,10 @@
 // and adapters exactly however it is split, refuses malformed bodies without holding more than they sent,
 // and interoperates both ways with a release that only speaks JSON (its code taken from history).
 import { afterEach, describe, expect, test } from "bun:test";
-import { DUMP_BINARY_CONTENT_TYPE, DUMP_BINARY_MAGIC, DUMP_FRAME, type RouterEvent, type StreamCursor } from "@kv-epp/protocol";
+import { DUMP_BINARY_CONTENT_TYPE, DUMP_BINARY_MAGIC, DUMP_CURSOR_FLAGS, DUMP_FRAME, type RouterEvent, type StreamCursor } from "@kv-epp/protocol";
 import { join } from "node:path";
 import { BinaryDumpParser, type BinaryDumpSinks, type DumpSource, dumpBinaryChunks, dumpHandler, dumpStream, fetchDump, stageEvents, wantsBinary, DumpParser } from "../src/index.ts";
-import { fromHistory, MapIndex, quietLogger, readAll, startPeer } from "./helpers.ts";
+import { BEFORE_EPOCHS, fromHistory, MapIndex, quietLogger, readAll, startPeer } from "./helpers.ts";
 
 const U64_MAX = 0xffff_ffff_ffff_ffffn;
 /** The last release before the binary body: its dump code only speaks JSON. */
@@ -17,8 +17,8 @@ const events: RouterEvent[] = [
   { workerId: "w-2", dpRank: 1, eventId: 2, parentHash: 1n << 63n, blocks: [{ blockHash: 9n, tokensHash: 10n, copies: 4_294_967_295 }] },
 ];
 const cursors: StreamCursor[] = [
-  { workerId: "w-1", dpRank: 0, seq: U64_MAX - 1n, baseline: 0n, complete: true },
-  { workerId: "w-2", dpRank: 1, seq: null, baseline: null, complete: false },
+  { workerId: "w-1", dpRank: 0, seq: U64_MAX - 1n, baseline: 0n, complete: true, epoch: "\uFEFFé-epoch" },
+  { workerId: "w-2", dpRank: 1, seq: null, baseline: null, complete: false, epoch: null },
 ];
 const adapters = ["lora-a", "é\"b"];
 const source: DumpSource = {
@@ -65,6 +65,9 @@ const utf8 = (s: string) => [...new TextEncoder().encode(s)];
 const model = (key = "m", blockSize = 4) => [DUMP_FRAME.model, [...u32(blockSize, 0, 0), ...utf8(key)]] as [number, number[]];
 const worker = (id = "w", rank = 0) => [DUMP_FRAME.worker, [...u32(rank), ...utf8(id)]] as [number, number[]];
 const end: [number, number[]] = [DUMP_FRAME.end, []];
+/** A CURSORS frame of one cursor (worker "w", rank 0, seq 1). */
+const oneCursor = [DUMP_FRAME.cursors, [...u32(DUMP_CURSOR_FLAGS.seq, 0), ...u64(1n, 0n), ...u32(1), ...utf8("w")]] as [number, number[]];
+const epochsFrame = (...entries: number[][]) => [DUMP_FRAME.cursorEpochs, entries.flat()] as [number, number[]];
 
 describe("binary /dump body", () => {
   test("round-trips events (copies included), cursors, adapters and announced sizes exactly, however it is split", async () => {
@@ -104,6 +107,28 @@ describe("binary /dump body", () => {
     expect(got).toEqual(events.map((e) => ["m:t", e] as [string, RouterEvent]));
   });
 
+  test("cursor epochs: a longest one (256 bytes) round-trips, and a dump whose cursors have none keeps the bytes of a writer from before epochs", async () => {
+    const longest = "\uFEFF" + "é" + "e".repeat(251);
+    const withLongest: StreamCursor[] = [{ ...cursors[0]!, epoch: longest }, cursors[1]!];
+    expect(parse(await body({ models: () => [{ key: "m:t", blockSize: 16, events, cursors: () => withLongest }] }), 3).cursors).toEqual([["m:t", withLongest]]);
+    const none: DumpSource = { models: () => [{ key: "m:t", blockSize: 16, events, cursors: () => cursors.map((c) => ({ ...c, epoch: null })) }] };
+    const dir = fromHistory(BEFORE_EPOCHS, ["src/dump/binary-writer.ts", "src/dump/chunk-buffer.ts", "src/dump/event-run.ts", "src/dump/batch.ts"]);
+    const old = (await import(join(dir, "src/dump/binary-writer.ts"))) as { dumpBinaryChunks: typeof dumpBinaryChunks };
+    expect(await body(none)).toEqual(Buffer.concat([...old.dumpBinaryChunks(none)]));
+    expect(parse(await body(none)).cursors).toEqual([["m:t", cursors.map((c) => ({ ...c, epoch: null }))]]);
+  });
+
+  test("a binary parser from before cursor epochs reads a body that has them: every event and cursor, the epochs' frame skipped as unknown", async () => {
+    const dir = fromHistory(BEFORE_EPOCHS, ["src/dump/binary-parser.ts", "src/dump/event-run.ts", "src/dump/parser.ts", "src/dump/batch.ts", "src/dump/json-tokenizer.ts"]);
+    const old = (await import(join(dir, "src/dump/binary-parser.ts"))) as { BinaryDumpParser: typeof BinaryDumpParser };
+    const out = empty();
+    const p = new old.BinaryDumpParser(sinks(out));
+    p.push(await body(source));
+    p.end();
+    expect(out.events).toEqual(events.map((e) => ["m:t", e] as [string, RouterEvent]));
+    expect(out.cursors).toEqual([["m:t", cursors.map(({ epoch: _, ...c }) => c as StreamCursor)]]);
+  });
+
   test("unknown frame types are skipped (a newer producer's); an unaccepted model is skipped unread", () => {
     const ev = [DUMP_FRAME.events, [...u64(1n << 32n), ...u64(1n, 2n)]] as [number, number[]];
     const got = parse(frames([99, [1, 2, 3]], model(), [42, []], worker(), ev, end));
@@ -131,6 +156,12 @@ describe("binary /dump body", () => {
     ["a model frame too short", frames([DUMP_FRAME.model, u32(4)], end), /needs block_size/],
     ["two cursor frames", frames(model(), [DUMP_FRAME.cursors, []], [DUMP_FRAME.cursors, []], end), /two cursor/],
     ["a cursor past its frame", frames(model(), [DUMP_FRAME.cursors, [...u32(1, 0), ...u64(1n, 0n), ...u32(50)]], end), /past its frame/],
+    ["a cursor epoch over 256 bytes", frames(model(), epochsFrame(u32(257), utf8("e".repeat(257))), oneCursor, end), /cursor epoch of 257 bytes \(limit 256\)/],
+    ["a cursor epoch that is not UTF-8", frames(model(), epochsFrame(u32(2), [0xff, 0xfe]), oneCursor, end), /cursor epoch that is not UTF-8/],
+    ["a cursor epoch past its frame", frames(model(), epochsFrame(u32(5), utf8("e")), oneCursor, end), /cursor epoch runs past/],
+    ["more cursor epochs than cursors", frames(model(), epochsFrame(u32(0), u32(0)), oneCursor, end), /2 cursor epochs for 1 cursors/],
+    ["cursor epochs after the cursors", frames(model(), oneCursor, epochsFrame(u32(0)), end), /epochs after the model's cursor frame/],
+    ["cursor epochs without cursors", frames(model(), epochsFrame(u32(0)), model("n"), end), /epochs without a cursor frame/],
     ["an adapter past its frame", frames(model(), [DUMP_FRAME.adapters, u32(9)], end), /past its frame/],
     ["invalid UTF-8", frames([DUMP_FRAME.model, [...u32(4, 0, 0), 0xff]], end), /UTF-8/],
     ["an end frame with a payload", frames([DUMP_FRAME.end, [0]]), /payload/],

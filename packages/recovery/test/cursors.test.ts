@@ -4,7 +4,7 @@ import type { RouterEvent, StreamCursor } from "@kv-epp/protocol";
 import { describe, expect, test } from "bun:test";
 import { join } from "node:path";
 import { type DumpBatch, DumpParser, dumpStream } from "../src/index.ts";
-import { fromHistory, readAll } from "./helpers.ts";
+import { BEFORE_EPOCHS, fromHistory, readAll } from "./helpers.ts";
 
 const U64_MAX = 0xffff_ffff_ffff_ffffn;
 
@@ -13,9 +13,9 @@ const events: RouterEvent[] = [
   { workerId: "w-2", dpRank: 1, eventId: 1, parentHash: 1n << 63n, blocks: [{ blockHash: 9n, tokensHash: 10n, copies: 4_294_967_295 }] },
 ];
 const cursors: StreamCursor[] = [
-  { workerId: "w-1", dpRank: 0, seq: U64_MAX - 1n, baseline: 0n, complete: true },
-  { workerId: "w-2", dpRank: 1, seq: null, baseline: null, complete: false },
-  { workerId: "w-\"3\"", dpRank: 2, seq: 12n, baseline: 4n, complete: false },
+  { workerId: "w-1", dpRank: 0, seq: U64_MAX - 1n, baseline: 0n, complete: true, epoch: null },
+  { workerId: "w-2", dpRank: 1, seq: null, baseline: null, complete: false, epoch: null },
+  { workerId: "w-\"3\"", dpRank: 2, seq: 12n, baseline: 4n, complete: false, epoch: null },
 ];
 const source = (withCursors: boolean) => ({
   models: () => [
@@ -62,9 +62,33 @@ describe("/dump cursors and copies", () => {
 
   test("cursors in any key order and with unknown fields are read; a cursor without `complete` is malformed", () => {
     const body = '{"m":{"cursors":[{"complete":true,"x":[1,{"seq":3}],"seq":5,"dp_rank":0,"worker_id":"w"}],"block_size":4,"events":[]}}';
-    expect(parse(new TextEncoder().encode(body), false).cursors).toEqual([["m", [{ workerId: "w", dpRank: 0, seq: 5n, baseline: null, complete: true }]]]);
+    expect(parse(new TextEncoder().encode(body), false).cursors).toEqual([["m", [{ workerId: "w", dpRank: 0, seq: 5n, baseline: null, complete: true, epoch: null }]]]);
     expect(() => parse(new TextEncoder().encode('{"m":{"block_size":4,"cursors":[{"worker_id":"w","dp_rank":0}]}}'), false)).toThrow(/cursor needs/);
     expect(() => parse(new TextEncoder().encode('{"m":{"block_size":4,"events":[{"worker_id":"w","dp_rank":0,"event":{"event_id":0,"data":{"stored":{"parent_hash":null,"blocks":[{"block_hash":1,"tokens_hash":2,"copies":4294967296}]}}}}]}}'), false)).toThrow(/copies/);
+  });
+
+  test("an epoch is written only where a cursor has one and read back exactly (any UTF-8, a BOM kept); an empty, overlong or non-string one is malformed", async () => {
+    const longest = "\uFEFF" + 'é"' + "e".repeat(250); // 256 bytes of UTF-8
+    const withEpochs: StreamCursor[] = [{ ...cursors[0]!, epoch: "ab".repeat(16) }, cursors[1]!, { ...cursors[2]!, epoch: longest }];
+    const body = await readAll(dumpStream({ models: () => [{ key: "m:t", blockSize: 16, events, cursors: () => withEpochs }] }));
+    expect(new TextDecoder().decode(body)).toContain(`"complete":true,"epoch":"${"ab".repeat(16)}"},{"worker_id":"w-2","dp_rank":1,"seq":null,"baseline":null,"complete":false},`);
+    for (const typed of [false, true]) for (const chunk of [Infinity, 1, 7]) expect(parse(body, typed, chunk).cursors).toEqual([["m:t", withEpochs]]);
+    const cursor = (epoch: string) => new TextEncoder().encode(`{"m":{"block_size":4,"cursors":[{"worker_id":"w","dp_rank":0,"complete":true,"epoch":${epoch}}]}}`);
+    expect(parse(cursor("null"), false).cursors).toEqual([["m", [{ workerId: "w", dpRank: 0, seq: null, baseline: null, complete: true, epoch: null }]]]);
+    expect(() => parse(cursor('""'), false)).toThrow(/an empty cursor epoch/);
+    expect(() => parse(cursor(`"${"e".repeat(257)}"`), false)).toThrow(/cursor epoch of 257 bytes \(limit 256\)/);
+    expect(() => parse(cursor("5"), false)).toThrow(/unexpected number/);
+  });
+
+  test("a parser from before epochs reads the cursors of a dump that has them, without their epochs", async () => {
+    const dir = fromHistory(BEFORE_EPOCHS, ["src/dump/parser.ts", "src/dump/batch.ts", "src/dump/json-tokenizer.ts"]);
+    const old = (await import(join(dir, "src/dump/parser.ts"))) as { DumpParser: typeof DumpParser };
+    const withEpochs = cursors.map((c, i) => ({ ...c, epoch: i === 1 ? null : `epoch-${i}` }));
+    const got: [string, StreamCursor[]][] = [];
+    const p = new old.DumpParser(() => {}, {}, undefined, (key, cs) => got.push([key, cs]));
+    p.push(await readAll(dumpStream({ models: () => [{ key: "m:t", blockSize: 16, events, cursors: () => withEpochs }] })));
+    p.end();
+    expect(got).toEqual([["m:t", cursors.map(({ epoch: _, ...c }) => c as StreamCursor)]]);
   });
 
   test("a parser from before cursors and copies still reads every event of such a dump", async () => {

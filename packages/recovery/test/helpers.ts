@@ -157,16 +157,23 @@ export async function until(pred: () => boolean, what: string, ms = 10_000): Pro
   await waitFor(pred, { message: what, timeoutMs: ms, intervalMs: 2 });
 }
 
+/** The last release before cursor epochs (its dump code reads and writes cursors without them). */
+export const BEFORE_EPOCHS = "b038d116fd94b9fae5cc5359684946cd281b0db7";
+
 /**
- * This package's files as released at `commit` (from the repository's history), in a fresh directory:
+ * This package's files as released at `commit` (from the repository's history), in a fresh directory, beside
+ * the `@kv-epp/protocol` package of the same release (when it had one) for them to import:
  * `import(join(dir, "src/..."))` runs the code a peer of that release runs.
  */
 export function fromHistory(commit: string, files: string[]): string {
   const dir = mkdtempSync(join(tmpdir(), "recovery-release-"));
-  for (const f of files) {
-    const text = execFileSync("git", ["show", `${commit}:packages/recovery/${f}`], { cwd: import.meta.dir, encoding: "utf8" });
-    mkdirSync(dirname(join(dir, f)), { recursive: true });
-    writeFileSync(join(dir, f), text);
-  }
+  const git = (...args: string[]) => execFileSync("git", args, { cwd: import.meta.dir, encoding: "utf8" });
+  const write = (path: string, text: string) => {
+    mkdirSync(dirname(path), { recursive: true });
+    writeFileSync(path, text);
+  };
+  for (const f of files) write(join(dir, f), git("show", `${commit}:packages/recovery/${f}`));
+  for (const path of git("ls-tree", "-r", "--name-only", "--full-tree", commit, "packages/protocol/").split("\n").filter(Boolean))
+    write(join(dir, "node_modules/@kv-epp/protocol", path.slice("packages/protocol/".length)), git("show", `${commit}:${path}`));
   return dir;
 }

@@ -167,14 +167,14 @@ export class StreamHandoff {
       // replay, a restart, a stream caught after its start) drops what it held or never had it, so it
       // holds only blocks the worker holds. Dropping it would make recovery from a replica that started
       // after its workers, the usual case, carry nothing; it is continued exactly and stays incomplete.
-      this.rank(w).adopt({ seq: c.seq, baseline: c.baseline, complete: c.complete });
+      this.rank(w).adopt({ seq: c.seq, baseline: c.baseline, complete: c.complete, epoch: c.epoch });
     }
     // Blocks without a position in the rank's stream cannot be continued exactly.
     for (const w of held) if (!taken.has(workerKey(w)) && this.opts.known(w)) this.rank(w).unknownToPeer();
   }
 
   private cursorOf(w: WorkerRef): StreamCursor {
-    return this.ranks.get(workerKey(w))?.streamCursor() ?? { workerId: w.workerId, dpRank: w.dpRank, seq: null, baseline: null, complete: false };
+    return this.ranks.get(workerKey(w))?.streamCursor() ?? { workerId: w.workerId, dpRank: w.dpRank, seq: null, baseline: null, complete: false, epoch: null };
   }
 
   private rank(w: WorkerRef): RankStream {
@@ -205,5 +205,5 @@ function* startingWith<T>(begin: () => void, inner: Iterable<T>): Generator<T> {
 }
 
 function incomplete(key: string): StreamCursor {
-  return { ...parseWorkerKey(key), seq: null, baseline: null, complete: false };
+  return { ...parseWorkerKey(key), seq: null, baseline: null, complete: false, epoch: null };
 }

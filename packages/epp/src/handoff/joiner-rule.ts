@@ -5,15 +5,17 @@
 /**
  * Where the view stands. `seq`: the view equals the worker's cache after batch `seq` (a peer's complete
  * cursor); `-1n` is the empty view of a publisher that has sent nothing yet (what a rank the dump did not
- * know starts from: exact if the stream turns out to begin at 0, or can be replayed from 0).
+ * know starts from: exact if the stream turns out to begin at 0, or can be replayed from 0). `epoch`: the
+ * publisher epoch `seq` belongs to, when known.
  */
-export type ViewAt = { seq: bigint };
+export type ViewAt = { seq: bigint; epoch?: string | null };
 
 /**
  * `newerThanView`: the batch came on a connection that came up after the view was taken over, so its
- * publisher sent nothing the view could already hold (the listener's `connectedAfterAttach`).
+ * publisher sent nothing the view could already hold (the listener's `connectedAfterAttach`). `epoch`: the
+ * publisher epoch the batch came under, when its publisher sends one.
  */
-export type FirstSignal = { kind: "batch"; seq: bigint; newerThanView?: boolean } | { kind: "reset" };
+export type FirstSignal = { kind: "batch"; seq: bigint; epoch?: string; newerThanView?: boolean } | { kind: "reset" };
 
 export type Step =
   /** Already in the view (seq <= cursor): drop the signal, keep waiting for the next one. */
@@ -22,7 +24,8 @@ export type Step =
   | { kind: "apply" }
   /**
    * Another process's stream than the view's (a publisher that started, or restarted, after the view's batch):
-   * it starts over at 0, or it came on a connection newer than the view and does not go past it. The view is
+   * its epoch is not the view's, or without epochs it starts over at 0, or it came on a connection newer than
+   * the view and does not go past it. The view is
    * dropped and the stream decides as for a rank nobody knew (from 0 it rebuilds the cache exactly).
    */
   | { kind: "restart" }
@@ -34,11 +37,15 @@ export type Step =
 export function joinerStep(view: ViewAt, first: FirstSignal): Step {
   if (first.kind === "reset") return { kind: "reset" };
   const s = first.seq;
-  // Checked first: a batch 0 after a view at c >= 0 is a new stream (vLLM has no incarnation id to say so).
-  if (s === 0n) return view.seq < 0n ? { kind: "apply" } : { kind: "restart" };
+  // Epochs on both sides say which process each seq is of: another epoch is a restart whatever the seqs,
+  // and under the same one the seqs compare exactly (a batch at or below the view's is in it, even a 0).
+  const epochs = first.epoch !== undefined && view.epoch != null;
+  if (epochs && first.epoch !== view.epoch) return { kind: "restart" };
+  // Without them, checked first: a batch 0 after a view at c >= 0 is a new stream (vLLM has no incarnation id to say so).
+  if (s === 0n && !epochs) return view.seq < 0n ? { kind: "apply" } : { kind: "restart" };
   // Already in the view, unless nothing on its connection can be: then the seq went backwards, as a live
   // stream's does when its publisher restarts (vLLM's seq starts at 0 in every process, with no process id).
-  if (s <= view.seq) return first.newerThanView ? { kind: "restart" } : { kind: "skip" };
+  if (s <= view.seq) return first.newerThanView && !epochs ? { kind: "restart" } : { kind: "skip" };
   if (s === view.seq + 1n) return { kind: "apply" };
   return { kind: "replay", from: view.seq + 1n, to: s };
 }

@@ -76,9 +76,10 @@ function harness(stream: KvEvent[][], replayFrom: number | null) {
 const settle = async () => {
   for (let i = 0; i < 5; i++) await Promise.resolve();
 };
-const batch = (stream: KvEvent[][], i: number): ListenerSignal => ({ kind: "batch", seq: BigInt(i), batch: batchOf(stream[i]!) });
+/** `epoch`: the publisher epoch it came under, when its publisher sends one. */
+const batch = (stream: KvEvent[][], i: number, epoch?: string): ListenerSignal => ({ kind: "batch", seq: BigInt(i), batch: batchOf(stream[i]!), epoch });
 /** A batch on a listener's first connection, made after the view was taken over. */
-const newerBatch = (stream: KvEvent[][], i: number): ListenerSignal => ({ kind: "batch", seq: BigInt(i), batch: batchOf(stream[i]!), connectedAfterAttach: true });
+const newerBatch = (stream: KvEvent[][], i: number, epoch?: string): ListenerSignal => ({ kind: "batch", seq: BigInt(i), batch: batchOf(stream[i]!), epoch, connectedAfterAttach: true });
 
 describe("the joiner's rule", () => {
   test("the step for every (cursor, first seq) pair", () => {
@@ -108,7 +109,7 @@ describe("the joiner's rule", () => {
               const fromPeer = c >= 0;
               if (fromPeer) {
                 for (const [k, v] of truthAfter(stream, c)) h.index.set(k, v);
-                h.r.adopt({ seq: BigInt(c), baseline: 0n, complete: true });
+                h.r.adopt({ seq: BigInt(c), baseline: 0n, complete: true, epoch: null });
               }
               for (let i = s0; i < n; i++) {
                 h.r.onSignal(batch(stream, i));
@@ -125,7 +126,7 @@ describe("the joiner's rule", () => {
               if (s0 === n) {
                 // nothing heard since: the view is what was taken over, at its cursor
                 expect(h.index, where).toEqual(fromPeer ? truthAfter(stream, c) : new Map());
-                expect(h.r.cursor, where).toEqual(fromPeer ? { seq: BigInt(c), baseline: 0n, complete: true } : { seq: null, baseline: null, complete: false });
+                expect(h.r.cursor, where).toEqual(fromPeer ? { seq: BigInt(c), baseline: 0n, complete: true, epoch: null } : { seq: null, baseline: null, complete: false, epoch: null });
                 expect(h.outcomes, where).toEqual([]);
               } else if (s0 === 0) expectExact(fromPeer ? "reset" : null); // the stream from its start rebuilds the view
               // everything buffered was already in the view (c = n - 1): still pending, nothing applied twice
@@ -152,7 +153,7 @@ describe("the joiner's rule", () => {
         const firstAfter = firstAfterRaw % after.length; // the joiner's listener may miss the new stream's start
         const h = harness(after, null);
         for (const [k, v] of truthAfter(before, c)) h.index.set(k, v);
-        h.r.adopt({ seq: BigInt(c), baseline: 0n, complete: true });
+        h.r.adopt({ seq: BigInt(c), baseline: 0n, complete: true, epoch: null });
         // Buffered: the old stream after c (what the listener got), the restart, the new stream.
         if (!unseen) for (let i = c + 1; i < before.length; i++) h.r.onSignal(batch(before, i));
         h.r.onSignal({ kind: "reset", reason: unseen ? "reconnected" : "restarted" });
@@ -177,7 +178,7 @@ describe("the joiner's rule", () => {
         const first = 1 + (firstRaw % (after.length - 1));
         const h = harness(after, replayable ? 0 : null);
         for (const [k, v] of truthAfter(before, before.length - 1)) h.index.set(k, v);
-        h.r.adopt({ seq: BigInt(c), baseline: 0n, complete: true });
+        h.r.adopt({ seq: BigInt(c), baseline: 0n, complete: true, epoch: null });
         h.r.onSignal(newerBatch(after, first));
         for (let i = first + 1; i < after.length; i++) h.r.onSignal(batch(after, i));
         await settle();
@@ -191,29 +192,101 @@ describe("the joiner's rule", () => {
     const removal: KvEvent[] = [{ type: "BlockRemoved", blockHashes: [1n], medium: "GPU" }];
     const stream = [removal, removal, removal];
     const h = harness(stream, null);
-    h.r.adopt({ seq: 1n, baseline: 0n, complete: true });
+    h.r.adopt({ seq: 1n, baseline: 0n, complete: true, epoch: null });
     h.r.onSignal(newerBatch(stream, 2));
     expect(h.outcomes).toEqual(["exact"]);
-    expect(h.r.cursor).toEqual({ seq: 2n, baseline: 0n, complete: true });
+    expect(h.r.cursor).toEqual({ seq: 2n, baseline: 0n, complete: true, epoch: null });
+  });
+
+  test("with epochs on both sides another epoch is a restart whatever the seq, and the same one compares seqs exactly (0 and a newer connection too); an epoch on one side only changes nothing", () => {
+    for (let c = 0n; c < 6n; c++)
+      for (let s = 0n; s < 8n; s++)
+        for (const newerThanView of [false, true]) {
+          const first = { kind: "batch" as const, seq: s, newerThanView };
+          expect(joinerStep({ seq: c, epoch: "a" }, { ...first, epoch: "b" })).toEqual({ kind: "restart" });
+          const same = joinerStep({ seq: c, epoch: "a" }, { ...first, epoch: "a" });
+          if (s <= c) expect(same.kind).toBe("skip");
+          else if (s === c + 1n) expect(same.kind).toBe("apply");
+          else expect(same).toEqual({ kind: "replay", from: c + 1n, to: s });
+          expect(joinerStep({ seq: c, epoch: null }, { ...first, epoch: "a" })).toEqual(joinerStep({ seq: c }, first));
+          expect(joinerStep({ seq: c, epoch: "a" }, first)).toEqual(joinerStep({ seq: c }, first));
+        }
+  });
+
+  test("under the peer cursor's epoch, buffered batches at or below its cursor (0 and a newer connection's too) are skipped and the stream continues exactly", async () => {
+    await fc.assert(
+      fc.asyncProperty(streamArb(6), fc.boolean(), async (stream, newer) => {
+        const n = stream.length;
+        for (let c = 0; c < n - 1; c++)
+          for (let s0 = 0; s0 <= c + 1; s0++) {
+            const h = harness(stream, null);
+            for (const [k, v] of truthAfter(stream, c)) h.index.set(k, v);
+            h.r.adopt({ seq: BigInt(c), baseline: 0n, complete: true, epoch: "e1" });
+            for (let i = s0; i < n; i++) h.r.onSignal(newer && i === s0 ? newerBatch(stream, i, "e1") : batch(stream, i, "e1"));
+            await settle();
+            const where = `c=${c} s0=${s0}`;
+            expect(h.outcomes, where).toEqual(["exact"]);
+            expect(h.index, where).toEqual(truthAfter(stream, n - 1));
+            expect(h.r.cursor, where).toEqual({ seq: BigInt(n - 1), baseline: 0n, complete: true, epoch: "e1" });
+            expect(h.r.counters.skipped, where).toBe(c + 1 - s0);
+          }
+      }),
+      { numRuns: 40 },
+    );
+  });
+
+  test("a first batch under another epoch than the peer cursor's is another process's whatever its seq: the view is dropped, the stream decides as for a new rank", async () => {
+    await fc.assert(
+      // The listener reached the restarted worker before the dump, while the peer's cursor was still the old
+      // process's: without epochs a first seq at or below the cursor is skipped as already in the view, and one
+      // above it continues or replays into a view of another stream.
+      fc.asyncProperty(streamArb(6), streamArb(4), fc.nat(), fc.nat(), fc.boolean(), async (before, after, cRaw, firstRaw, replayable) => {
+        fc.pre(before.length > 0 && after.length > 1);
+        const c = cRaw % before.length;
+        const first = 1 + (firstRaw % (after.length - 1));
+        const h = harness(after, replayable ? 0 : null);
+        for (const [k, v] of truthAfter(before, c)) h.index.set(k, v);
+        h.r.adopt({ seq: BigInt(c), baseline: 0n, complete: true, epoch: "old" });
+        for (let i = first; i < after.length; i++) h.r.onSignal(batch(after, i, "new"));
+        await settle();
+        expect(h.outcomes).toEqual(["reset"]);
+        expect(h.index).toEqual(truthAfter(after, after.length - 1, replayable ? 0 : first));
+        expect(h.r.cursor).toEqual({ seq: BigInt(after.length - 1), baseline: replayable ? 0n : BigInt(first), complete: replayable, epoch: "new" });
+      }),
+      { numRuns: 100 },
+    );
+  });
+
+  test("an epoch on one side only decides as without epochs: a batch at or below the cursor is skipped, unless a newer connection's, which drops the view", () => {
+    const removal: KvEvent[] = [{ type: "BlockRemoved", blockHashes: [1n], medium: "GPU" }];
+    const stream = [removal, removal, removal];
+    for (const [peer, live] of [[null, "e1"], ["e1", undefined]] as const) {
+      const h = harness(stream, null);
+      h.r.adopt({ seq: 2n, baseline: 0n, complete: true, epoch: peer });
+      h.r.onSignal(batch(stream, 1, live));
+      expect([h.r.counters.skipped, h.outcomes.length]).toEqual([1, 0]);
+      h.r.onSignal(newerBatch(stream, 2, live));
+      expect(h.outcomes).toEqual(["reset"]);
+    }
   });
 
   test("AllBlocksCleared makes an incomplete view complete from there", () => {
     const h = harness([], null);
     h.r.onSignal({ kind: "batch", seq: 7n, batch: batchOf([{ type: "BlockRemoved", blockHashes: [1n], medium: "GPU" }]) });
-    expect(h.r.cursor).toEqual({ seq: 7n, baseline: 7n, complete: false });
+    expect(h.r.cursor).toEqual({ seq: 7n, baseline: 7n, complete: false, epoch: null });
     h.r.onSignal({ kind: "batch", seq: 8n, batch: batchOf([{ type: "AllBlocksCleared" }]) });
-    expect(h.r.cursor).toEqual({ seq: 8n, baseline: 8n, complete: true });
+    expect(h.r.cursor).toEqual({ seq: 8n, baseline: 8n, complete: true, epoch: null });
   });
 
   test("blocks the index drops by itself (over capacity) leave the view incomplete; a view not yet handed off counts as dropped", () => {
     const stream = [[{ type: "BlockStored" as const, blockHashes: [1n], parentBlockHash: null, tokenIds: [], blockSize: 16, loraId: null, medium: "GPU" as const }]];
     const taken = harness(stream, null);
-    taken.r.adopt({ seq: 4n, baseline: 0n, complete: true });
+    taken.r.adopt({ seq: 4n, baseline: 0n, complete: true, epoch: null });
     taken.r.viewLost();
     expect(taken.outcomes).toEqual(["dropped"]);
     expect(taken.r.cursor.complete).toBe(false);
     taken.r.onSignal(batch(stream, 0)); // a new stream from seq 0 is complete again
-    expect(taken.r.cursor).toEqual({ seq: 0n, baseline: 0n, complete: true });
+    expect(taken.r.cursor).toEqual({ seq: 0n, baseline: 0n, complete: true, epoch: null });
     const live = harness(stream, null);
     live.r.onSignal(batch(stream, 0));
     live.r.viewLost();
@@ -232,12 +305,12 @@ describe("the joiner's rule", () => {
       onOutcome: () => {},
     });
     r.onSignal({ kind: "batch", seq: 0n, batch: batchOf([{ type: "BlockRemoved", blockHashes: [1n], medium: "GPU" }]) });
-    expect(r.cursor).toEqual({ seq: 0n, baseline: 0n, complete: true });
+    expect(r.cursor).toEqual({ seq: 0n, baseline: 0n, complete: true, epoch: null });
     dropNext = true;
     r.onSignal({ kind: "batch", seq: 1n, batch: batchOf([{ type: "AllBlocksCleared" }]) });
     expect(r.cursor.complete).toBe(false);
     dropNext = false;
     r.onSignal({ kind: "batch", seq: 2n, batch: batchOf([{ type: "BlockRemoved", blockHashes: [1n], medium: "GPU" }]) });
-    expect(r.cursor).toEqual({ seq: 2n, baseline: 2n, complete: false });
+    expect(r.cursor).toEqual({ seq: 2n, baseline: 2n, complete: false, epoch: null });
   });
 });

@@ -16,7 +16,7 @@ import { joinerStep } from "./joiner-rule.ts";
 export type HandoffOutcome = "exact" | "replayed" | "dropped" | "reset" | "unknown" | "overlap";
 export const HANDOFF_OUTCOMES: readonly HandoffOutcome[] = ["exact", "replayed", "dropped", "reset", "unknown", "overlap"];
 
-export type Cursor = { seq: bigint | null; baseline: bigint | null; complete: boolean };
+export type Cursor = { seq: bigint | null; baseline: bigint | null; complete: boolean; epoch: string | null };
 
 /** The rank's view in the index: apply a listener signal, drop the rank's blocks, count them. */
 export type RankIndex = { apply(signal: ListenerSignal): void; clear(): void; blocks(): number };
@@ -32,8 +32,11 @@ export type RankStreamDeps = {
 };
 
 type Phase =
-  /** Until the first signal decides: the view equals the cache after batch `at` (-1: the empty view before 0). */
-  | { kind: "waiting"; at: bigint; fromPeer: boolean }
+  /**
+   * Until the first signal decides: the view equals the cache after batch `at` (-1: the empty view before 0),
+   * of the publisher epoch `epoch` when a peer's cursor said so.
+   */
+  | { kind: "waiting"; at: bigint; fromPeer: boolean; epoch?: string | null }
   /** A hole is being replayed; signals meanwhile wait their turn. */
   | { kind: "replaying"; queue: ListenerSignal[] }
   | { kind: "live" };
@@ -42,7 +45,7 @@ export type RankCounters = { replays: number; replayedBatches: number; replayFai
 
 export class RankStream {
   private phase: Phase = { kind: "waiting", at: -1n, fromPeer: false };
-  private cursorState: Cursor = { seq: null, baseline: null, complete: false };
+  private cursorState: Cursor = NO_CURSOR;
   private closed = false;
   /** The handoff of a view taken over from a peer: undecided ("pending"), its outcome, or none taken over. */
   handoff: HandoffOutcome | "pending" | null = null;
@@ -57,16 +60,16 @@ export class RankStream {
   /** The cursor as /dump carries it, read in the same step as the rank's blocks. */
   streamCursor(): StreamCursor {
     const c = this.cursorState;
-    return { workerId: this.deps.worker.workerId, dpRank: this.deps.worker.dpRank, seq: c.seq, baseline: c.baseline, complete: c.complete };
+    return { workerId: this.deps.worker.workerId, dpRank: this.deps.worker.dpRank, seq: c.seq, baseline: c.baseline, complete: c.complete, epoch: c.epoch };
   }
 
   /**
    * The index now holds a peer's view of this rank at `peer.seq` (complete or not: this view is as complete
    * as the peer's); the next signals decide the rest.
    */
-  adopt(peer: { seq: bigint; baseline: bigint | null; complete: boolean }): void {
-    this.phase = { kind: "waiting", at: peer.seq, fromPeer: true };
-    this.cursorState = { seq: peer.seq, baseline: peer.baseline, complete: peer.complete };
+  adopt(peer: { seq: bigint; baseline: bigint | null; complete: boolean; epoch: string | null }): void {
+    this.phase = { kind: "waiting", at: peer.seq, fromPeer: true, epoch: peer.epoch };
+    this.cursorState = { seq: peer.seq, baseline: peer.baseline, complete: peer.complete, epoch: peer.epoch };
     this.handoff = "pending";
   }
 
@@ -75,7 +78,7 @@ export class RankStream {
     const dropped = this.deps.index.blocks();
     this.deps.index.clear();
     this.phase = { kind: "waiting", at: -1n, fromPeer: false };
-    this.cursorState = { seq: null, baseline: null, complete: false };
+    this.cursorState = NO_CURSOR;
     this.decide("unknown", dropped);
   }
 
@@ -86,10 +89,10 @@ export class RankStream {
    */
   viewLost(): void {
     const p = this.phase;
-    this.cursorState = { seq: this.cursorState.seq, baseline: null, complete: false };
+    this.cursorState = { ...this.cursorState, baseline: null, complete: false };
     if (p.kind === "waiting" && p.fromPeer) {
       this.phase = { kind: "waiting", at: -1n, fromPeer: false };
-      this.cursorState = { seq: null, baseline: null, complete: false };
+      this.cursorState = NO_CURSOR;
       this.decide("dropped", 0);
     }
   }
@@ -97,7 +100,7 @@ export class RankStream {
   /** A peer without cursors: its blocks stay and every buffered event goes on top (as before cursors). */
   overlap(): void {
     this.phase = { kind: "live" };
-    this.cursorState = { seq: null, baseline: null, complete: false };
+    this.cursorState = NO_CURSOR;
     this.decide("overlap", 0);
   }
 
@@ -110,13 +113,13 @@ export class RankStream {
     const p = this.phase;
     if (p.kind === "replaying") return void p.queue.push(s);
     if (p.kind === "live") return this.live(s);
-    const step = joinerStep({ seq: p.at }, s.kind === "batch" ? { kind: "batch", seq: s.seq, newerThanView: s.connectedAfterAttach } : { kind: "reset" });
+    const step = joinerStep({ seq: p.at, epoch: p.epoch }, s.kind === "batch" ? { kind: "batch", seq: s.seq, epoch: s.epoch, newerThanView: s.connectedAfterAttach } : { kind: "reset" });
     switch (step.kind) {
       case "skip":
         this.counters.skipped++;
         return;
       case "apply":
-        if (p.at < 0n) this.cursorState = { seq: null, baseline: 0n, complete: true };
+        if (p.at < 0n) this.cursorState = { seq: null, baseline: 0n, complete: true, epoch: null };
         if (p.fromPeer) this.decide("exact", 0);
         this.phase = { kind: "live" };
         return this.live(s);
@@ -125,7 +128,7 @@ export class RankStream {
         // (complete from its seq 0, or replayed from 0).
         const dropped = this.deps.index.blocks();
         this.deps.index.clear();
-        this.cursorState = { seq: null, baseline: null, complete: false };
+        this.cursorState = NO_CURSOR;
         if (p.fromPeer) this.decide("reset", dropped);
         this.phase = { kind: "waiting", at: -1n, fromPeer: false };
         return this.onSignal(s);
@@ -144,7 +147,7 @@ export class RankStream {
     if (s.kind === "reset") {
       this.counters.resets++;
       this.deps.index.apply(s);
-      this.cursorState = { seq: c.seq, baseline: null, complete: false };
+      this.cursorState = { ...c, baseline: null, complete: false };
       // A restarted (or possibly restarted) publisher's stream may still be complete from its start: look
       // again, as for a new rank.
       if (s.reason === "restarted" || s.reason === "reconnected") this.phase = { kind: "waiting", at: -1n, fromPeer: false };
@@ -153,8 +156,9 @@ export class RankStream {
     this.deps.index.apply(s);
     // The index dropped the view while applying this batch (viewLost, called from inside apply): not whole,
     // whatever the batch held; the stream goes on from the next batch.
+    const epoch = s.epoch ?? null;
     if (this.cursorState !== c) {
-      this.cursorState = { seq: s.seq, baseline: null, complete: false };
+      this.cursorState = { seq: s.seq, baseline: null, complete: false, epoch };
       return;
     }
     let complete = c.complete && (c.seq === null || s.seq === c.seq + 1n);
@@ -164,7 +168,7 @@ export class RankStream {
       complete = true;
       baseline = s.seq;
     }
-    this.cursorState = { seq: s.seq, baseline: complete ? baseline : (baseline ?? s.seq), complete };
+    this.cursorState = { seq: s.seq, baseline: complete ? baseline : (baseline ?? s.seq), complete, epoch };
   }
 
   private replay(from: bigint, to: bigint, fromPeer: boolean, trigger: ListenerSignal): void {
@@ -184,15 +188,16 @@ export class RankStream {
       }
       if (batches !== null) {
         this.counters.replayedBatches += batches.length;
-        if (!fromPeer) this.cursorState = { seq: null, baseline: 0n, complete: true };
+        if (!fromPeer) this.cursorState = { seq: null, baseline: 0n, complete: true, epoch: null };
         else this.decide("replayed", 0);
         this.phase = { kind: "live" };
-        for (const b of batches) this.live({ kind: "batch", seq: b.seq, batch: b.batch });
+        // The hole is of the stream its trigger came on: the replayed batches are of the trigger's epoch.
+        for (const b of batches) this.live({ kind: "batch", seq: b.seq, batch: b.batch, epoch: trigger.kind === "batch" ? trigger.epoch : undefined });
       } else {
         this.counters.replayFailures++;
         const dropped = this.deps.index.blocks();
         if (dropped > 0) this.deps.index.clear();
-        this.cursorState = { seq: null, baseline: to, complete: false };
+        this.cursorState = { seq: null, baseline: to, complete: false, epoch: null };
         const why = r.kind === "uncovered" ? r.reason : "malformed";
         const got = r.kind === "uncovered" ? r.got : r.batches.length;
         // Expected when a replica starts after its workers without a replay endpoint: not worth a warning then.
@@ -215,6 +220,8 @@ export class RankStream {
     this.deps.onOutcome(outcome, droppedBlocks);
   }
 }
+
+const NO_CURSOR: Cursor = { seq: null, baseline: null, complete: false, epoch: null };
 
 function clears(batch: KvEventBatch): boolean {
   for (const e of batch.events) if (e.type === "AllBlocksCleared") return true;

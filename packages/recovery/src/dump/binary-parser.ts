@@ -1,6 +1,6 @@
 import { DUMP_BINARY_MAGIC, DUMP_CURSOR_FLAGS, DUMP_EVENT_FLAGS, DUMP_FRAME, type StreamCursor, type WorkerRef } from "@kv-epp/protocol";
 import { runEvents } from "./event-run.ts";
-import { DEFAULT_PARSER_LIMITS, DumpFormatError, type DumpCursorSink, type DumpParserLimits, type DumpSink, DumpTooLargeError } from "./parser.ts";
+import { DEFAULT_PARSER_LIMITS, DumpFormatError, type DumpCursorSink, type DumpParserLimits, type DumpSink, DumpTooLargeError, readEpoch } from "./parser.ts";
 
 // Streaming parser of the binary `/dump` body (docs/CONTRACTS.md §7 "binary"). Bytes in, frames out as each
 // completes; a frame inside one chunk is handed on without a copy, one split across chunks is gathered in a
@@ -27,7 +27,7 @@ const MAGIC = new TextEncoder().encode(DUMP_BINARY_MAGIC);
 const MAX_CURSORS = 1 << 16;
 const MAX_ADAPTERS = 1 << 16;
 const CURSOR_FIXED = 28;
-const MODEL_FRAMES = new Set<number>([DUMP_FRAME.worker, DUMP_FRAME.events, DUMP_FRAME.cursors, DUMP_FRAME.adapters]);
+const MODEL_FRAMES = new Set<number>([DUMP_FRAME.worker, DUMP_FRAME.events, DUMP_FRAME.cursors, DUMP_FRAME.adapters, DUMP_FRAME.cursorEpochs]);
 
 type State = "magic" | "header" | "payload" | "skip" | "done";
 
@@ -56,6 +56,8 @@ export class BinaryDumpParser {
   private worker: WorkerRef | null = null;
   private sawCursors = false;
   private sawAdapters = false;
+  /** The epochs of the model's next CURSORS frame, one per entry (null: none), from the frame just before it. */
+  private epochs: (string | null)[] | null = null;
 
   constructor(private readonly sinks: BinaryDumpSinks, limits: Partial<DumpParserLimits> = {}) {
     this.limits = { ...DEFAULT_PARSER_LIMITS, ...limits };
@@ -154,12 +156,15 @@ export class BinaryDumpParser {
       }
       case DUMP_FRAME.events:
         return this.eventRun(p, v);
+      case DUMP_FRAME.cursorEpochs:
+        return this.epochList(p, v);
       case DUMP_FRAME.cursors:
         return this.cursorList(p, v);
       case DUMP_FRAME.adapters:
         return this.adapterList(p, v);
       case DUMP_FRAME.end:
         if (p.length !== 0) this.fail("the end frame has a payload");
+        this.epochsConsumed();
         this.state = "done";
     }
   }
@@ -176,6 +181,7 @@ export class BinaryDumpParser {
   private model(p: Uint8Array, v: DataView): void {
     if (p.length < 12) this.fail("a model frame needs block_size, blocks and residencies");
     const key = this.string(p, 12, p.length);
+    this.epochsConsumed();
     this.worker = null;
     this.sawCursors = false;
     this.sawAdapters = false;
@@ -228,6 +234,8 @@ export class BinaryDumpParser {
     if (this.sawCursors) this.fail("a model has two cursor frames");
     this.sawCursors = true;
     const out: StreamCursor[] = [];
+    const epochs = this.epochs;
+    this.epochs = null;
     let o = 0;
     while (o < p.length) {
       if (o + CURSOR_FIXED > p.length) this.fail("a cursor runs past its frame");
@@ -241,10 +249,33 @@ export class BinaryDumpParser {
         seq: flags & DUMP_CURSOR_FLAGS.seq ? v.getBigUint64(o + 8, true) : null,
         baseline: flags & DUMP_CURSOR_FLAGS.baseline ? v.getBigUint64(o + 16, true) : null,
         complete: (flags & DUMP_CURSOR_FLAGS.complete) !== 0,
+        epoch: epochs?.[out.length] ?? null,
       });
       o += CURSOR_FIXED + idLen;
     }
+    if (epochs !== null && epochs.length !== out.length) this.fail(`${epochs.length} cursor epochs for ${out.length} cursors`);
     this.sinks.cursors?.(this.key!, out);
+  }
+
+  /** The epochs of the CURSORS frame that follows, by position (length 0: none). */
+  private epochList(p: Uint8Array, v: DataView): void {
+    if (this.sawCursors || this.epochs !== null) this.fail(this.sawCursors ? "cursor epochs after the model's cursor frame" : "a model has two cursor epoch frames");
+    const epochs: (string | null)[] = [];
+    let o = 0;
+    while (o < p.length) {
+      if (o + 4 > p.length) this.fail("a cursor epoch runs past its frame");
+      if (epochs.length >= MAX_CURSORS) this.fail(`more than ${MAX_CURSORS} cursor epochs in one model`);
+      const len = v.getUint32(o, true);
+      if (o + 4 + len > p.length) this.fail("a cursor epoch runs past its frame");
+      epochs.push(len === 0 ? null : readEpoch(p.subarray(o + 4, o + 4 + len), (msg) => this.fail(msg)));
+      o += 4 + len;
+    }
+    this.epochs = epochs;
+  }
+
+  /** A model's epochs frame is followed by its cursors, or it says nothing anyone can read. */
+  private epochsConsumed(): void {
+    if (this.epochs !== null) this.fail("cursor epochs without a cursor frame after them");
   }
 
   private adapterList(p: Uint8Array, v: DataView): void {

@@ -73,8 +73,20 @@ function workerFrame(w: FrameWriter, workerId: string, dpRank: number): void {
 }
 
 function cursorsFrame(w: FrameWriter, cursors: Iterable<StreamCursor>): void {
+  const cs = [...cursors];
+  // The epochs go in a frame of their own, which a reader from before epochs skips as an unknown frame; a dump
+  // without any keeps the bytes it had before them.
+  if (cs.some((c) => c.epoch !== null)) {
+    const at = w.open(DUMP_FRAME.cursorEpochs);
+    for (const c of cs) {
+      const b = c.epoch === null ? new Uint8Array(0) : enc.encode(c.epoch);
+      w.u32(b.length);
+      w.bytes(b);
+    }
+    w.close(at);
+  }
   const at = w.open(DUMP_FRAME.cursors);
-  for (const c of cursors) {
+  for (const c of cs) {
     w.u32((c.complete ? DUMP_CURSOR_FLAGS.complete : 0) | (c.seq !== null ? DUMP_CURSOR_FLAGS.seq : 0) | (c.baseline !== null ? DUMP_CURSOR_FLAGS.baseline : 0));
     w.u32(c.dpRank);
     w.u64(c.seq ?? 0n);

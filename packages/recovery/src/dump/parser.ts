@@ -1,4 +1,4 @@
-import { DUMP_FIELDS as D, DUMP_JSON_BLOCK, DUMP_JSON_COPIES, DUMP_JSON_TOKENS, type RouterEvent, type StoredBlock, type StreamCursor, type WorkerRef } from "@kv-epp/protocol";
+import { DUMP_FIELDS as D, DUMP_JSON_BLOCK, DUMP_JSON_COPIES, DUMP_JSON_TOKENS, DUMP_MAX_EPOCH_BYTES, type RouterEvent, type StoredBlock, type StreamCursor, type WorkerRef } from "@kv-epp/protocol";
 import { DumpBatch } from "./batch.ts";
 import { type JsonHandler, JsonSyntaxError, JsonTokenizer, scanU64, type U64Parts } from "./json-tokenizer.ts";
 
@@ -66,7 +66,7 @@ const EMPTY_BLOCKS: StoredBlock[] = [];
 
 const enum F {
   None, Model, BlockSize, Events, WorkerId, DpRank, Event, EventId, Data, Stored, Parent, Blocks, BlockHash, TokensHash, Skip,
-  Copies, Cursors, Cursor, Seq, Baseline, Complete, Adapters,
+  Copies, Cursors, Cursor, Seq, Baseline, Complete, Epoch, Adapters,
 }
 
 const enc = new TextEncoder();
@@ -78,11 +78,11 @@ function keys(...entries: [string, F][]): KeyTable {
 const KEYS_BY_DEPTH: (KeyTable | undefined)[] = [];
 KEYS_BY_DEPTH[2] = keys([D.blockSize, F.BlockSize], [D.events, F.Events], [D.cursors, F.Cursors], [D.adapters, F.Adapters]);
 // depth 4 is an event or, inside "cursors", a cursor: key() keeps only the fields of the one it is in
-KEYS_BY_DEPTH[4] = keys([D.workerId, F.WorkerId], [D.dpRank, F.DpRank], [D.event, F.Event], [D.seq, F.Seq], [D.baseline, F.Baseline], [D.complete, F.Complete]);
+KEYS_BY_DEPTH[4] = keys([D.workerId, F.WorkerId], [D.dpRank, F.DpRank], [D.event, F.Event], [D.seq, F.Seq], [D.baseline, F.Baseline], [D.complete, F.Complete], [D.epoch, F.Epoch]);
 KEYS_BY_DEPTH[5] = keys([D.eventId, F.EventId], [D.data, F.Data]);
 KEYS_BY_DEPTH[7] = keys([D.parentHash, F.Parent], [D.blocks, F.Blocks]);
 KEYS_BY_DEPTH[9] = keys([D.blockHash, F.BlockHash], [D.tokensHash, F.TokensHash], [D.copies, F.Copies]);
-const CURSOR_ONLY = new Set([F.Seq, F.Baseline, F.Complete]);
+const CURSOR_ONLY = new Set([F.Seq, F.Baseline, F.Complete, F.Epoch]);
 const STORED = enc.encode(D.stored);
 // The exact block shape our writer emits; anything else (whitespace, key order, a chunk boundary) takes the
 // general path. Measured: this shape is ~90% of a dump's bytes, and the general path spends 10 tokens on it.
@@ -93,6 +93,20 @@ const BLOCK_COPIES = enc.encode(DUMP_JSON_COPIES);
 const MAX_CURSORS = 1 << 16;
 /** Adapter names in one model (same reason). */
 const MAX_ADAPTERS = 1 << 16;
+
+// A BOM is part of an epoch, as the listener reads one: two epochs differing by one must not read equal.
+const EPOCH_UTF8 = new TextDecoder("utf-8", { fatal: true, ignoreBOM: true });
+
+/** A cursor's epoch from its UTF-8 bytes (JSON and binary alike); `fail` refuses one empty, too long or not UTF-8. */
+export function readEpoch(b: Uint8Array, fail: (msg: string) => never): string {
+  if (b.length === 0) fail("an empty cursor epoch");
+  if (b.length > DUMP_MAX_EPOCH_BYTES) fail(`a cursor epoch of ${b.length} bytes (limit ${DUMP_MAX_EPOCH_BYTES})`);
+  try {
+    return EPOCH_UTF8.decode(b);
+  } catch {
+    return fail("a cursor epoch that is not UTF-8");
+  }
+}
 
 function bytesAt(pattern: Uint8Array, buf: Uint8Array, i: number): boolean {
   if (i + pattern.length > buf.length) return false;
@@ -158,6 +172,7 @@ class DumpAssembler implements JsonHandler {
   private baselineKind = 0;
   private baselineValue = 0n;
   private complete: boolean | null = null;
+  private epoch: string | null = null;
   /** Inside a model's "adapters" array. */
   private inAdapters = false;
   private adapters: string[] = [];
@@ -242,6 +257,7 @@ class DumpAssembler implements JsonHandler {
       this.seqKind = 0;
       this.baselineKind = 0;
       this.complete = null;
+      this.epoch = null;
     } else if (!((f === F.Event && this.depth === 4) || f === F.Data || f === F.Stored)) {
       this.fail(this.depth === 0 ? "the body is not a JSON object" : "unexpected object");
     }
@@ -346,7 +362,7 @@ class DumpAssembler implements JsonHandler {
     if (this.cursors.length >= MAX_CURSORS) this.fail(`more than ${MAX_CURSORS} cursors in one model`);
     this.cursors.push({
       workerId: this.workerId, dpRank: this.dpRank, complete: this.complete,
-      seq: this.seqKind === 2 ? this.seqValue : null, baseline: this.baselineKind === 2 ? this.baselineValue : null,
+      seq: this.seqKind === 2 ? this.seqValue : null, baseline: this.baselineKind === 2 ? this.baselineValue : null, epoch: this.epoch,
     });
   }
 
@@ -446,6 +462,11 @@ class DumpAssembler implements JsonHandler {
       this.adapters.push(this.decode(buf, start, end));
       return;
     }
+    if (f === F.Epoch) {
+      this.epoch = readEpoch(buf.subarray(start, end), (msg) => this.fail(msg));
+      this.field = F.None;
+      return;
+    }
     if (f !== F.WorkerId) this.fail("unexpected string");
     // Consecutive events usually share a worker: reuse the decoded string instead of decoding again.
     if (!sameBytes(this.lastWorkerBytes, buf, start, end)) {
@@ -526,6 +547,7 @@ class DumpAssembler implements JsonHandler {
     else if (f === F.Seq && value === null) this.seqKind = 1;
     else if (f === F.Baseline && value === null) this.baselineKind = 1;
     else if (f === F.Complete && typeof value === "boolean") this.complete = value;
+    else if (f === F.Epoch && value === null) this.epoch = null;
     else this.fail(`unexpected ${String(value)}`);
     this.field = F.None;
   }

@@ -38,6 +38,7 @@ const F = {
   cursorSeq: enc.encode(`,"${D.seq}":`),
   cursorBaseline: enc.encode(`,"${D.baseline}":`),
   cursorComplete: enc.encode(`,"${D.complete}":`),
+  cursorEpoch: enc.encode(`,"${D.epoch}":`),
   true: enc.encode("true"),
   false: enc.encode("false"),
   null: enc.encode("null"),
@@ -187,6 +188,11 @@ class ByteWriter extends ChunkBuffer {
       this.optionalU64(c.baseline);
       this.raw(F.cursorComplete);
       this.raw(c.complete ? F.true : F.false);
+      // Only when known: a cursor without one keeps the shape readers from before epochs know.
+      if (c.epoch !== null) {
+        this.raw(F.cursorEpoch);
+        this.string(c.epoch);
+      }
       this.raw(F.close);
     }
     this.raw(F.arrayClose);
