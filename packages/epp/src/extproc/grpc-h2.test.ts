@@ -134,6 +134,19 @@ describe("createBidiServer", () => {
     c.close();
   });
 
+  test("a message that arrives in one chunk is delivered as a view of it, one joined from several in shared memory", async () => {
+    const shared = { ...method, deserialize: (b: Buffer) => `${b.buffer instanceof SharedArrayBuffer ? "shared" : "view"}:${b.length}` };
+    server = createBidiServer(shared, echo, { maxMessageBytes: 1 << 20, windowBytes: 1 << 20 });
+    const { c, open } = client(await server.listen(HOST, 0));
+    const s = open();
+    const done = collect(s);
+    s.write("small");
+    s.write("x".repeat(300_000)); // many DATA frames
+    s.end();
+    expect((await done).messages).toEqual(["VIEW:5", "SHARED:300000"]);
+    c.close();
+  });
+
   test("an unknown method is UNIMPLEMENTED", async () => {
     const port = await start(echo);
     const { c, open } = client(port);

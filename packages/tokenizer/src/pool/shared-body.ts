@@ -5,7 +5,8 @@
 // it again. Neither side writes to it: the caller forwards and reads its bytes, the member only reads them. Its
 // memory goes once both threads have dropped it. A body that came whole (one piece, a view of its gRPC message)
 // is left where it is: the pool copies it into a buffer of its own and transfers that, which measured cheaper on
-// the sending thread than a copy into shared memory (bench/body-handoff.ts).
+// the sending thread than a copy into shared memory (bench/body-handoff.ts); unless its gRPC reader joined that
+// message from network chunks, which it does in shared memory (the EPP's grpc-h2.ts), for the same reason.
 
 /** `chunks` as one body (`total` bytes): the one chunk itself (none: empty), or more joined once into shared memory. */
 export function joinBody(chunks: Uint8Array[], total: number): Uint8Array {
