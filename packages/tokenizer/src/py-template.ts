@@ -6,7 +6,8 @@
 //     their fraction (`1.0`), indent/separators as Python lays them out;
 //   - str.strip/lstrip/rstrip(chars) and the `trim` filter remove only `chars` (the library ignores the argument
 //     and trims JavaScript's whitespace set);
-//   - `~` and `|string` use str(); `|join` joins str() of the items;
+//   - `~` and `|string` use str(); `|join` joins str() of the items (or of their `attribute`, which the library
+//     ignores);
 //   - `dictsort` gives (key, value) tuples, printed `('a', 1)` (the library's lists print `['a', 1]`);
 //   - an undefined value is jinja2's default Undefined: it prints "" (and is falsy, and `is defined` false), but an
 //     attribute or item of it raises UndefinedError and `tojson` of it json.dumps' TypeError (TemplateRaised, the
@@ -285,9 +286,11 @@ class PythonInterpreter extends Interpreter {
         return new StringValue(pyStrip(operand.value as string, charsOf(arg(0, "chars"), "trim"), "both"));
       case "join": {
         if (operand.type !== "ArrayValue" && operand.type !== "TupleValue") return undefined;
-        if (keyword.has("attribute")) return undefined;
+        const attribute = keyword.get("attribute");
+        const values = attribute === undefined ? items(operand) : attributes(items(operand), attribute);
+        if (values === undefined) return undefined;
         const sep = arg(0, "d");
-        return new StringValue(joinWithin(items(operand), (x) => pyStr(x, this.charsLeft), sep === undefined ? "" : pyStr(sep), this.charsLeft));
+        return new StringValue(joinWithin(values, (x) => pyStr(x, this.charsLeft), sep === undefined ? "" : pyStr(sep), this.charsLeft));
       }
       case "replace":
         return operand.type === "StringValue" ? this.replace(operand, positional, keyword) : undefined;
@@ -353,6 +356,26 @@ Object.defineProperty(PythonInterpreter.prototype, BLOCK, {
     return BLOCK === "renderBlock" ? out : new StringValue(out);
   },
 });
+
+/**
+ * jinja2's attribute getter over `xs` (`a.b`, `0`: an item of a dict, an index of a list); undefined where one is
+ * missing or not a dict or list, which the library's join then gets.
+ */
+function attributes(xs: Value[], attribute: Value): Value[] | undefined {
+  const path = String(attribute.value).split(".");
+  const out: Value[] = [];
+  for (const x of xs) {
+    let v: Value | undefined = x;
+    for (const part of path) {
+      if (v?.type === "ObjectValue") v = (v.value as Map<string, Value>).get(part);
+      else if ((v?.type === "ArrayValue" || v?.type === "TupleValue") && /^\d+$/.test(part)) v = items(v)[Number(part)];
+      else v = undefined;
+    }
+    if (v === undefined) return undefined;
+    out.push(v);
+  }
+  return out;
+}
 
 /** What a value built or read whole costs against the bound: a string's characters, a list's or dict's items. */
 function sizeOf(v: Value): number {

@@ -1,5 +1,5 @@
 // Undefined values as jinja2's default Undefined (transformers' ImmutableSandboxedEnvironment sets no other), each
-// expectation what jinja2 3.1 gives; dictsort's pairs; the bound on a render's work.
+// expectation what jinja2 3.1 gives; dictsort's pairs; join's attribute; the bound on a render's work.
 import { describe, expect, test } from "bun:test";
 import { PyTemplate, RenderBoundExceeded, TemplateRaised } from "../src/py-template";
 
@@ -48,6 +48,11 @@ describe("dictsort", () => {
   });
 });
 
+test("join(attribute=) joins str() of each item's attribute, a dotted path or an index, as jinja2 reads it", () => {
+  const vars = { xs: [{ a: { b: 1.5 } }, { a: { b: null } }], ys: [["a", "b"], ["c", "d"]] };
+  expect(render("{{ xs | join(', ', attribute='a.b') }} {{ ys | join(attribute=1) }}", vars)).toBe("1.5, None bd");
+});
+
 describe("the bound on a render's work", () => {
   // Each is cheap to write and would keep jinja2 busy for minutes or exhaust memory; each stops at the bound.
   const hostile: Record<string, string> = {
@@ -61,6 +66,9 @@ describe("the bound on a render's work", () => {
     "... through join": "{% set ns = namespace(a=['x']) %}{% for i in range(64) %}{% set ns.a = [ns.a, ns.a] %}{% endfor %}{{ ns.a | join(',') }}",
     "a string replaced into itself": "{% set ns = namespace(s='xxxx') %}{% for i in range(30) %}{% set ns.s = ns.s.replace('', ns.s) %}{% endfor %}",
     "... by the filter": "{% set ns = namespace(s='xxxx') %}{% for i in range(30) %}{% set ns.s = ns.s | replace('', ns.s) %}{% endfor %}",
+    "a big string joined from a long list of one dict":
+      "{% set ns = namespace(s='x', a=[]) %}{% for i in range(18) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}{% set ns.a = [{'k': ns.s}] %}" +
+      "{% for i in range(18) %}{% set ns.a = ns.a + ns.a %}{% endfor %}{{ ns.a | join(attribute='k') }}",
     "a huge indent": "{{ 'a\nb' | indent(1000000000) }}",
     "a huge tojson indent": "{{ [[1]] | tojson(indent=1000000000) }}",
   };
