@@ -41,11 +41,13 @@ export type RenderVerdict = { unrendered?: Unrendered };
 /**
  * Why a prompt was not rendered here, though the workers may serve it: `stored_history`, a Responses request
  * continuing a stored response (previous_response_id) whose history only the worker holds; `template_engine`, a
- * chat template the engine here fails on (ChatUnrenderable); `responses_rules`, a Responses request to workers whose
- * engine builds its chat in ways not mirrored here (SGLang); `routing_cut`, a chat cut at the routing bound that the
- * template raises on (the cut, not the request, may be at fault: a first part dropped leaves `content: []`).
+ * chat template the engine here fails on (ChatUnrenderable); `render_bound`, a chat template whose render passed its
+ * bound on work (ChatUnrenderable too: jinja2 would finish it, slowly); `responses_rules`, a Responses request to
+ * workers whose engine builds its chat in ways not mirrored here (SGLang); `routing_cut`, a chat cut at the routing
+ * bound that the template raises on (the cut, not the request, may be at fault: a first part dropped leaves
+ * `content: []`).
  */
-export type Unrendered = { cause: "stored_history" | "template_engine" | "responses_rules" | "routing_cut"; message: string };
+export type Unrendered = { cause: "stored_history" | "template_engine" | "render_bound" | "responses_rules" | "routing_cut"; message: string };
 
 /**
  * A request body as received, for the tokenizer pool: its member reads it (readBody) and tokenizes what it
@@ -95,7 +97,7 @@ export function encodeJob(pre: Preprocessor, job: TokenizeJob, control?: EncodeC
   try {
     ids = pre.encodeChat(job.messages, opts, control);
   } catch (err) {
-    const cause = err instanceof ChatUnrenderable ? "template_engine" : err instanceof ChatTemplateError && job.cut !== undefined ? "routing_cut" : undefined;
+    const cause = err instanceof ChatUnrenderable ? err.reason : err instanceof ChatTemplateError && job.cut !== undefined ? "routing_cut" : undefined;
     if (cause === undefined || job.verdict === undefined) throw err;
     // By load: ids of a prompt rendered otherwise than vLLM renders it would follow another prompt's cache, and an
     // error the cut raises is not the request's to answer with a 400.

@@ -17,11 +17,19 @@ export class ChatTemplateError extends Error {
 
 /**
  * A chat this process cannot render as vLLM would, through no fault of the request: the template engine here
- * failed where the template did not raise (a gap in @huggingface/jinja, not one in the request). vLLM may serve
- * it, so it is routed by load rather than refused (see encodeJob).
+ * failed where the template did not raise (`template_engine`: a gap in @huggingface/jinja, not one in the request),
+ * or the render passed its bound on work (`render_bound`: see RenderBound in py-template.ts). vLLM may serve it, so
+ * it is routed by load rather than refused (see encodeJob).
  */
 export class ChatUnrenderable extends Error {
   override name = "ChatUnrenderable";
+
+  constructor(
+    message: string,
+    readonly reason: "template_engine" | "render_bound" = "template_engine",
+  ) {
+    super(message);
+  }
 }
 
 /**

@@ -6,12 +6,15 @@
 //     their fraction (`1.0`), indent/separators as Python lays them out;
 //   - str.strip/lstrip/rstrip(chars) and the `trim` filter remove only `chars` (the library ignores the argument
 //     and trims JavaScript's whitespace set);
-//   - `~` and `|string` use str(); `|join` joins str() of the items;
+//   - `~` and `|string` use str(); `|join` joins str() of the items (or of their `attribute`, which the library
+//     ignores);
+//   - `dictsort` gives (key, value) tuples, printed `('a', 1)` (the library's lists print `['a', 1]`);
 //   - an undefined value is jinja2's default Undefined: it prints "" (and is falsy, and `is defined` false), but an
 //     attribute or item of it raises UndefinedError and `tojson` of it json.dumps' TypeError (TemplateRaised, the
 //     request's error); where the library's undefined may not be jinja2's, it keeps the library's behaviour.
 // @huggingface/jinja 0.5.13 (latest) has the same gaps, so they are closed here, at our boundary: an Interpreter
-// subclass that evaluates those few node kinds itself and defers every other one to the library.
+// subclass that evaluates those few node kinds itself and defers every other one to the library. It also bounds each
+// render's work (RenderBound), which neither jinja2 nor the library does.
 import { Environment, Interpreter, Template } from "@huggingface/jinja";
 import { PyFloat, pyFloatRepr, PyInt, pyStrip, pyStrRepr } from "./py-values";
 
@@ -50,15 +53,17 @@ export function toTemplateValue(v: unknown): Value {
 const items = (v: Value) => v.value as Value[];
 const entries = (v: Value) => [...(v.value as Map<string, Value>)];
 
-/** str(v) in Python. */
-export function pyStr(v: Value): string {
+/** str(v) in Python; a container's text past `limit` characters throws RenderBoundExceeded. */
+export function pyStr(v: Value, limit = Infinity): string {
   if (v.type === "StringValue") return v.value as string;
   if (v.type === "UndefinedValue") return "";
-  return pyRepr(v);
+  return pyRepr(v, limit);
 }
 
-/** repr(v) in Python (what containers print for their items). */
-export function pyRepr(v: Value): string {
+/** repr(v) in Python (what containers print for their items), within `limit` characters as pyStr. */
+export function pyRepr(v: Value, limit = Infinity): string {
+  const repr = (x: Value) => pyRepr(x, limit);
+  const pair = ([k, x]: [string, Value]) => `${pyStrRepr(k)}: ${repr(x)}`;
   switch (v.type) {
     case "StringValue":
       return pyStrRepr(v.value as string);
@@ -74,22 +79,39 @@ export function pyRepr(v: Value): string {
     case "UndefinedValue":
       return "";
     case "TupleValue": {
-      const xs = items(v).map(pyRepr);
-      return xs.length === 1 ? `(${xs[0]},)` : `(${xs.join(", ")})`;
+      const xs = joinWithin(items(v), repr, ", ", limit);
+      return items(v).length === 1 ? `(${xs},)` : `(${xs})`;
     }
     case "ArrayValue":
-      return `[${items(v).map(pyRepr).join(", ")}]`;
+      if (TUPLES.has(v)) return `(${joinWithin(items(v), repr, ", ", limit)})`;
+      return `[${joinWithin(items(v), repr, ", ", limit)}]`;
     case "ObjectValue":
     case "KeywordArgumentsValue":
-      return `{${entries(v).map(([k, x]) => `${pyStrRepr(k)}: ${pyRepr(x)}`).join(", ")}}`;
+      return `{${joinWithin(entries(v), pair, ", ", limit)}}`;
     case "NamespaceValue":
-      return `<Namespace {${entries(v).map(([k, x]) => `${pyStrRepr(k)}: ${pyRepr(x)}`).join(", ")}}>`;
+      return `<Namespace {${joinWithin(entries(v), pair, ", ", limit)}}>`;
     default:
       return String(v);
   }
 }
 
-type JsonOptions = { ensureAscii: boolean; indent: string | null; itemSep: string; keySep: string; sortKeys: boolean };
+/**
+ * `each` of `xs` joined by `sep`; throws RenderBoundExceeded as soon as the text passes `limit` characters, so a
+ * container holding one big value many times (`[s, s]` nested n deep is 2^n copies) is never built whole.
+ */
+function joinWithin<T>(xs: readonly T[], each: (x: T) => string, sep: string, limit: number): string {
+  const parts: string[] = [];
+  let length = 0;
+  for (const x of xs) {
+    const part = each(x);
+    length += part.length + sep.length;
+    if (length > limit) throw new RenderBoundExceeded("characters");
+    parts.push(part);
+  }
+  return parts.join(sep);
+}
+
+type JsonOptions = { ensureAscii: boolean; indent: string | null; itemSep: string; keySep: string; sortKeys: boolean; limit: number };
 
 /** json.dumps as transformers' `tojson` filter calls it. */
 export function pyJsonDumps(v: Value, o: JsonOptions, depth = 0): string {
@@ -109,24 +131,25 @@ export function pyJsonDumps(v: Value, o: JsonOptions, depth = 0): string {
       return jsonString(v.value as string, o.ensureAscii);
     case "ArrayValue":
     case "TupleValue":
-      return container("[", "]", items(v).map((x) => pyJsonDumps(x, o, depth + 1)), o, depth);
+      return container("[", "]", items(v), (x) => pyJsonDumps(x, o, depth + 1), o, depth);
     case "ObjectValue":
     case "KeywordArgumentsValue":
     case "NamespaceValue": {
       let kv = entries(v);
       if (o.sortKeys) kv = kv.sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
-      return container("{", "}", kv.map(([k, x]) => `${jsonString(k, o.ensureAscii)}${o.keySep}${pyJsonDumps(x, o, depth + 1)}`), o, depth);
+      return container("{", "}", kv, ([k, x]) => `${jsonString(k, o.ensureAscii)}${o.keySep}${pyJsonDumps(x, o, depth + 1)}`, o, depth);
     }
     default:
       throw new Error(`Object of type ${v.type} is not JSON serializable`);
   }
 }
 
-function container(open: string, close: string, parts: string[], o: JsonOptions, depth: number): string {
-  if (parts.length === 0) return open + close;
-  if (o.indent === null) return open + parts.join(o.itemSep) + close;
+function container<T>(open: string, close: string, xs: readonly T[], each: (x: T) => string, o: JsonOptions, depth: number): string {
+  if (xs.length === 0) return open + close;
+  if (o.indent === null) return open + joinWithin(xs, each, o.itemSep, o.limit) + close;
+  if (o.indent.length * (depth + 1) > o.limit) throw new RenderBoundExceeded("characters");
   const inner = "\n" + o.indent.repeat(depth + 1);
-  return open + inner + parts.join(o.itemSep + inner) + "\n" + o.indent.repeat(depth) + close;
+  return open + inner + joinWithin(xs, each, o.itemSep + inner, o.limit) + "\n" + o.indent.repeat(depth) + close;
 }
 
 function jsonString(s: string, ensureAscii: boolean): string {
@@ -147,16 +170,68 @@ const STRIPS: Record<string, "both" | "left" | "right"> = { strip: "both", lstri
 // library lacks) jinja2 has a value, and the library's own behaviour stays.
 const SURELY_UNDEFINED_IN = new Set(["ObjectValue", "NullValue", "ArrayValue"]);
 
+// The nodes whose value may be a string or list built anew (not one held by a variable): its size is what they cost.
+const BUILDS = new Set(["BinaryExpression", "FilterExpression", "CallExpression"]);
+
+// Filters that read none of a list or string but its length or an end (templates take `messages|length` per message).
+const CONSTANT_FILTERS = new Set(["length", "count", "first", "last", "default", "d"]);
+
+/**
+ * The children of a node whose values it reads whole (an operator's or filter's operands, a method's string or list,
+ * a loop's list, for which the library makes a scope per item before the first): their size is what reading costs.
+ */
+function readWhole(n: Node): unknown[] {
+  switch (n.type) {
+    case "BinaryExpression":
+      return [n.left, n.right];
+    case "FilterExpression": {
+      const f = n.filter as Node;
+      return CONSTANT_FILTERS.has((f.type === "Identifier" ? f.value : (f.callee as Node).value) as string) ? [] : [n.operand];
+    }
+    case "CallExpression":
+      return (n.callee as Node).type === "MemberExpression" ? [(n.callee as Node).object] : [];
+    case "For":
+      return [n.iterable, (n.iterable as Node).lhs];
+    default:
+      return [];
+  }
+}
+
 class PythonInterpreter extends Interpreter {
   /** The value type of each node evaluated as a member expression's object. */
   private readonly objectTypes = new WeakMap<object, string>();
   private readonly objects = new WeakSet<object>();
+  private readonly readsWhole = new WeakSet<object>();
+  private steps = 0;
+  private chars = 0;
+
+  constructor(env: Env, private readonly bound: RenderBound) {
+    super(env);
+  }
+
+  get cost(): { steps: number; chars: number } {
+    return { steps: this.steps, chars: this.chars };
+  }
+
+  /** The characters (or items) the render may still build or read. */
+  get charsLeft(): number {
+    return this.bound.chars - this.chars;
+  }
+
+  /** Counts what a value built or read whole costs; past the bound the render stops. */
+  spend(size: number): void {
+    this.chars += size;
+    if (this.chars > this.bound.chars) throw new RenderBoundExceeded("characters");
+  }
 
   override evaluate(node: Parameters<Interpreter["evaluate"]>[0], env: Env): ReturnType<Interpreter["evaluate"]> {
+    if (++this.steps > this.bound.steps) throw new RenderBoundExceeded("evaluation steps");
     const n = node as unknown as Node | undefined;
     if (n?.type === "MemberExpression") this.objects.add(n.object as object);
+    if (n !== undefined) for (const child of readWhole(n)) if (child !== undefined) this.readsWhole.add(child as object);
     const own = n === undefined ? undefined : this.python(n, env);
     const v = (own ?? super.evaluate(node, env)) as unknown as Value;
+    if (n !== undefined && (BUILDS.has(n.type) || this.readsWhole.has(n) || (n.property as Node | undefined)?.type === "SliceExpression")) this.spend(sizeOf(v));
     if (n !== undefined && this.objects.has(n)) {
       this.objectTypes.set(n, v.type);
       if (v.type === "UndefinedValue" && this.jinjaUndefined(n)) throw new TemplateRaised(`${nodeName(n)} is undefined`);
@@ -177,17 +252,18 @@ class PythonInterpreter extends Interpreter {
   /** The nodes evaluated with Python semantics; undefined hands the node to the library. */
   private python(n: Node, env: Env): Value | undefined {
     if (n.type === "BinaryExpression" && (n.operator as { value: string }).value === "~") {
-      return new StringValue(pyStr(this.value(n.left, env)) + pyStr(this.value(n.right, env)));
+      return new StringValue(pyStr(this.value(n.left, env), this.charsLeft) + pyStr(this.value(n.right, env), this.charsLeft));
     }
     if (n.type === "FilterExpression") return this.filter(n, env);
     if (n.type === "CallExpression") {
       const callee = n.callee as Node;
       const method = callee.type === "MemberExpression" && !callee.computed ? ((callee.property as Node).value as string) : undefined;
-      if (method === undefined || !(method in STRIPS)) return undefined;
+      if (method === undefined || !(method in STRIPS || method === "replace")) return undefined;
       const target = this.value(callee.object, env);
       if (target.type !== "StringValue") return undefined;
-      const [chars] = this.args(n.args as Node[], env).positional;
-      return new StringValue(pyStrip(target.value as string, charsOf(chars, method), STRIPS[method]!));
+      const { positional, keyword } = this.args(n.args as Node[], env);
+      if (method === "replace") return this.replace(target, positional, keyword);
+      return new StringValue(pyStrip(target.value as string, charsOf(positional[0], method), STRIPS[method]!));
     }
     return undefined;
   }
@@ -195,27 +271,56 @@ class PythonInterpreter extends Interpreter {
   private filter(n: Node, env: Env): Value | undefined {
     const f = n.filter as Node;
     const name = (f.type === "Identifier" ? f.value : (f.callee as Node).value) as string;
-    if (!["tojson", "string", "trim", "join"].includes(name)) return undefined;
+    if (!["tojson", "string", "trim", "join", "replace", "indent", "dictsort"].includes(name)) return undefined;
     const operand = this.value(n.operand, env);
     const { positional, keyword } = f.type === "CallExpression" ? this.args(f.args as Node[], env) : { positional: [], keyword: new Map<string, Value>() };
     const arg = (i: number, key: string) => keyword.get(key) ?? positional[i];
     switch (name) {
       case "tojson":
         if (operand.type === "UndefinedValue" && this.jinjaUndefined(n.operand as Node)) throw new TemplateRaised("Object of type Undefined is not JSON serializable");
-        return new StringValue(pyJsonDumps(operand, jsonOptions(arg(0, "ensure_ascii"), arg(1, "indent"), arg(2, "separators"), arg(3, "sort_keys"))));
+        return new StringValue(pyJsonDumps(operand, jsonOptions(this.charsLeft, arg(0, "ensure_ascii"), arg(1, "indent"), arg(2, "separators"), arg(3, "sort_keys"))));
       case "string":
-        return new StringValue(pyStr(operand));
+        return new StringValue(pyStr(operand, this.charsLeft));
       case "trim":
         if (operand.type !== "StringValue") return undefined;
         return new StringValue(pyStrip(operand.value as string, charsOf(arg(0, "chars"), "trim"), "both"));
       case "join": {
         if (operand.type !== "ArrayValue" && operand.type !== "TupleValue") return undefined;
-        if (keyword.has("attribute")) return undefined;
+        const attribute = keyword.get("attribute");
+        const values = attribute === undefined ? items(operand) : attributes(items(operand), attribute);
+        if (values === undefined) return undefined;
         const sep = arg(0, "d");
-        return new StringValue(items(operand).map(pyStr).join(sep === undefined ? "" : pyStr(sep)));
+        return new StringValue(joinWithin(values, (x) => pyStr(x, this.charsLeft), sep === undefined ? "" : pyStr(sep), this.charsLeft));
       }
+      case "replace":
+        return operand.type === "StringValue" ? this.replace(operand, positional, keyword) : undefined;
+      case "indent": {
+        if (operand.type !== "StringValue") return undefined;
+        // Each line gets the indent: width times the lines, built at once by the library. Checked here, then left to
+        // the library (which evaluates the operand again: the library's filter method is private to it).
+        const width = arg(0, "width");
+        const lines = (operand.value as string).split("\n").length;
+        if (width?.type === "IntegerValue" && (width.value as number) * lines > this.charsLeft) throw new RenderBoundExceeded("characters");
+        return undefined;
+      }
+      case "dictsort":
+        return operand.type === "ObjectValue" ? dictsort(operand, arg(0, "case_sensitive"), arg(1, "by"), arg(2, "reverse")) : undefined;
     }
     return undefined;
+  }
+
+  /** str.replace as the library does it, once what it would build fits the bound (`''` matches between every character). */
+  private replace(target: Value, positional: Value[], keyword: Map<string, Value>): Value {
+    const [old, by, count = keyword.get("count")] = positional;
+    const s = target.value as string;
+    if (old?.type === "StringValue" && by?.type === "StringValue") {
+      const [from, to] = [old.value as string, by.value as string];
+      let matches = from === "" ? s.length + 1 : Math.floor(s.length / from.length);
+      if (count?.type === "IntegerValue" && (count.value as number) >= 0) matches = Math.min(matches, count.value as number);
+      if (s.length + matches * (to.length - from.length) > this.charsLeft) throw new RenderBoundExceeded("characters");
+    }
+    const library = (target as unknown as { builtins: Map<string, { value: (args: Value[]) => Value }> }).builtins.get("replace")!;
+    return library.value(count === undefined ? positional : [old!, by!, count]);
   }
 
   private args(nodes: Node[], env: Env): { positional: Value[]; keyword: Map<string, Value> } {
@@ -239,14 +344,58 @@ Object.defineProperty(PythonInterpreter.prototype, BLOCK, {
   value(this: PythonInterpreter, statements: Node[], env: Env): unknown {
     let out = "";
     for (const s of statements) {
+      let piece: string;
       if (STATEMENTS.has(s.type)) {
         const r = libraryRender.call(this, [s], env);
-        out += typeof r === "string" ? r : String((r as Value).value);
-      } else out += pyStr(this.evaluate(s as never, env) as unknown as Value);
+        piece = typeof r === "string" ? r : String((r as Value).value);
+      } else piece = pyStr(this.evaluate(s as never, env) as unknown as Value, this.charsLeft);
+      // Every piece of output counts: a loop's text is built of its body's, each counted here.
+      this.spend(piece.length);
+      out += piece;
     }
     return BLOCK === "renderBlock" ? out : new StringValue(out);
   },
 });
+
+/**
+ * jinja2's attribute getter over `xs` (`a.b`, `0`: an item of a dict, an index of a list); undefined where one is
+ * missing or not a dict or list, which the library's join then gets.
+ */
+function attributes(xs: Value[], attribute: Value): Value[] | undefined {
+  const path = String(attribute.value).split(".");
+  const out: Value[] = [];
+  for (const x of xs) {
+    let v: Value | undefined = x;
+    for (const part of path) {
+      if (v?.type === "ObjectValue") v = (v.value as Map<string, Value>).get(part);
+      else if ((v?.type === "ArrayValue" || v?.type === "TupleValue") && /^\d+$/.test(part)) v = items(v)[Number(part)];
+      else v = undefined;
+    }
+    if (v === undefined) return undefined;
+    out.push(v);
+  }
+  return out;
+}
+
+/** What a value built or read whole costs against the bound: a string's characters, a list's or dict's items. */
+function sizeOf(v: Value): number {
+  if (v.type === "StringValue") return (v.value as string).length;
+  if (v.type === "ArrayValue" || v.type === "TupleValue") return items(v).length;
+  if (v.type === "ObjectValue") return (v.value as Map<string, Value>).size;
+  return 0;
+}
+
+// The (key, value) pairs dictsort gives, tuples in jinja2: printed `('a', 1)`. They stay the library's lists
+// otherwise, so `{% for k, v in d|dictsort %}` unpacks them (the library unpacks lists only).
+const TUPLES = new WeakSet<object>();
+
+/** jinja2's dictsort(case_sensitive=False, by="key", reverse=False): the library sorts, its pairs become tuples. */
+function dictsort(dict: Value, caseSensitive?: Value, by?: Value, reverse?: Value): Value {
+  const library = (dict as unknown as { builtins: Map<string, { value: (args: Value[]) => Value }> }).builtins.get("dictsort")!;
+  const sorted = library.value([caseSensitive ?? new BooleanValue(false), by ?? new StringValue("key"), reverse ?? new BooleanValue(false)]);
+  for (const pair of items(sorted)) TUPLES.add(pair);
+  return sorted;
+}
 
 /** A name for an undefined value's expression, as jinja2's message gives it. */
 function nodeName(n: Node): string {
@@ -261,14 +410,15 @@ function charsOf(v: Value | undefined, what: string): string | null {
   return v.value as string;
 }
 
-function jsonOptions(ensureAscii?: Value, indent?: Value, separators?: Value, sortKeys?: Value): JsonOptions {
+function jsonOptions(limit: number, ensureAscii?: Value, indent?: Value, separators?: Value, sortKeys?: Value): JsonOptions {
   const set = (v?: Value) => v !== undefined && v.type !== "NullValue" && v.type !== "UndefinedValue";
+  if (set(indent) && indent!.type !== "StringValue" && Number(indent!.value) > limit) throw new RenderBoundExceeded("characters");
   const ind = !set(indent) ? null : indent!.type === "StringValue" ? (indent!.value as string) : " ".repeat(Number(indent!.value));
   let itemSep = ind === null ? ", " : ",";
   let keySep = ": ";
   if (set(separators)) [itemSep, keySep] = items(separators!).map((x) => x.value as string) as [string, string];
   const truthy = (v?: Value) => set(v) && Boolean(v!.value);
-  return { ensureAscii: truthy(ensureAscii), indent: ind, itemSep, keySep, sortKeys: truthy(sortKeys) };
+  return { ensureAscii: truthy(ensureAscii), indent: ind, itemSep, keySep, sortKeys: truthy(sortKeys), limit };
 }
 
 /**
@@ -322,14 +472,50 @@ function range(start: number, stop?: number, step = 1): number[] {
   return out;
 }
 
+/**
+ * What one render may spend: node evaluations (`steps`) and characters or items built or read whole (`chars`),
+ * each a base plus an allowance per character of its input (see renderBound). jinja2 has no such bound: a template
+ * that passes it (a request's own, under --trust-request-chat-template: loops nested over range()) would render
+ * there, slowly, so it is no fault of the request; here the render stops, and the chat is routed by load.
+ */
+export type RenderBound = { steps: number; chars: number };
+
+// Measured on the shipped templates (Qwen3, Llama 3, Gemma 3, DeepSeek V3; test/render-bound.test.ts keeps each
+// under half its bound): 200 messages with 8 tools need at most ~11k steps and ~420k characters; per character of
+// input, at most 1.3 steps (Gemma 3) and 7.4 characters (Llama 3, Qwen3), both on thousands of empty messages, the
+// shape that costs the most per character. So the allowances leave 7x and 4x, the bases ~90x and ~10x at 200
+// messages. At the base, the library takes one to a few seconds (2-core machine, loaded): what a hostile tiny input
+// costs.
+const STEPS_BASE = 1_000_000;
+const STEPS_PER_INPUT_CHAR = 10;
+const CHARS_BASE = 4 * 1024 * 1024;
+const CHARS_PER_INPUT_CHAR = 32;
+
+/** The bound of a render whose template and variables (as JSON) are `inputChars` characters in all. */
+export function renderBound(inputChars: number): RenderBound {
+  return { steps: STEPS_BASE + STEPS_PER_INPUT_CHAR * inputChars, chars: CHARS_BASE + CHARS_PER_INPUT_CHAR * inputChars };
+}
+
+/** A render stopped at its bound (RenderBound): jinja2 would have gone on. */
+export class RenderBoundExceeded extends Error {
+  constructor(what: "evaluation steps" | "characters") {
+    super(`chat template rendering stopped: it passed its bound on ${what}, set in proportion to the template's and the chat's size`);
+  }
+}
+
+/** A render's cost, counted as it went (the tests measure the shipped templates with it). */
+export type RenderCost = { steps: number; chars: number; inputChars: number };
+
 /** A parsed chat template rendered with Python semantics. */
 export class PyTemplate {
   private readonly program: Template["parsed"];
+  private readonly sourceChars: number;
 
   constructor(source: string) {
     // jinja2's lexer writes every newline of the template's text and string literals as its newline_sequence
     // ("\n"): a template with CRLF (a config's string, a file) renders as with LF.
     this.program = new Template(source.replace(/\r\n?/g, "\n")).parsed;
+    this.sourceChars = source.length;
   }
 
   /** The template's syntax tree (read by the content-format detection). */
@@ -337,7 +523,9 @@ export class PyTemplate {
     return this.program;
   }
 
-  render(vars: Record<string, unknown>): string {
+  render(vars: Record<string, unknown>, cost?: RenderCost): string {
+    // The input's size as its JSON: one linear pass, cheap beside the tokenization that follows.
+    const inputChars = this.sourceChars + JSON.stringify(vars).length;
     const env = new Environment();
     // The globals transformers' environment has; jinja2's true/false/none literals resolve as variables here.
     for (const [k, v] of [["true", true], ["false", false], ["none", null], ["True", true], ["False", false], ["None", null]] as const) env.set(k, v);
@@ -347,7 +535,11 @@ export class PyTemplate {
     env.set("range", range);
     env.set("strftime_now", strftimeNow);
     for (const [k, v] of Object.entries(vars)) env.setVariable(k, toTemplateValue(v) as never);
-    const out = new PythonInterpreter(env).run(this.program) as unknown as Value;
-    return out.value as string;
+    const interpreter = new PythonInterpreter(env, renderBound(inputChars));
+    try {
+      return (interpreter.run(this.program) as unknown as Value).value as string;
+    } finally {
+      if (cost !== undefined) Object.assign(cost, interpreter.cost, { inputChars });
+    }
   }
 }

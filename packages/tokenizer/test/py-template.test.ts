@@ -1,7 +1,7 @@
 // Undefined values as jinja2's default Undefined (transformers' ImmutableSandboxedEnvironment sets no other), each
-// expectation what jinja2 3.1 gives.
+// expectation what jinja2 3.1 gives; dictsort's pairs; join's attribute; the bound on a render's work.
 import { describe, expect, test } from "bun:test";
-import { PyTemplate, TemplateRaised } from "../src/py-template";
+import { PyTemplate, RenderBoundExceeded, TemplateRaised } from "../src/py-template";
 
 const render = (source: string, vars: Record<string, unknown> = {}) => new PyTemplate(source).render(vars);
 
@@ -27,5 +27,60 @@ describe("an undefined value", () => {
     expect(() => render("{{ x | tojson }}")).toThrow(TemplateRaised);
     expect(() => render("{{ t.name | tojson }}", { t: { function: { name: "f" } } })).toThrow(TemplateRaised);
     expect(render("{{ n | tojson }} {{ d.get('z') | tojson }}", { n: null, d: {} })).toBe("null null");
+  });
+});
+
+describe("dictsort", () => {
+  const d = { b: 2, a: 1, C: 3 };
+
+  test("gives (key, value) tuples, printed as Python prints them and as lists by tojson", () => {
+    expect(render("{{ d | dictsort }}", { d: { b: 2, a: 1 } })).toBe("[('a', 1), ('b', 2)]");
+    expect(render("{{ d | dictsort | tojson }}", { d: { b: 2, a: 1 } })).toBe('[["a", 1], ["b", 2]]');
+    expect(render("{{ (d | dictsort)[0] }}", { d: { b: 2, a: 1 } })).toBe("('a', 1)");
+  });
+
+  test("unpacks in a for loop, and takes case_sensitive, by and reverse as jinja2 does", () => {
+    expect(render("{% for k, v in d | dictsort %}{{ k }}={{ v }};{% endfor %}", { d })).toBe("a=1;b=2;C=3;");
+    expect(render("{{ d | dictsort(true) }}", { d })).toBe("[('C', 3), ('a', 1), ('b', 2)]");
+    expect(render("{{ d | dictsort(case_sensitive=true) }}", { d })).toBe("[('C', 3), ('a', 1), ('b', 2)]");
+    expect(render("{{ d | dictsort(by='value', reverse=true) }}", { d })).toBe("[('C', 3), ('b', 2), ('a', 1)]");
+    expect(render("{{ d | dictsort(false, 'value') }}", { d })).toBe("[('a', 1), ('b', 2), ('C', 3)]");
+  });
+});
+
+test("join(attribute=) joins str() of each item's attribute, a dotted path or an index, as jinja2 reads it", () => {
+  const vars = { xs: [{ a: { b: 1.5 } }, { a: { b: null } }], ys: [["a", "b"], ["c", "d"]] };
+  expect(render("{{ xs | join(', ', attribute='a.b') }} {{ ys | join(attribute=1) }}", vars)).toBe("1.5, None bd");
+});
+
+describe("the bound on a render's work", () => {
+  // Each is cheap to write and would keep jinja2 busy for minutes or exhaust memory; each stops at the bound.
+  const hostile: Record<string, string> = {
+    "loops nested over range()": "{% for i in range(100000) %}{% for j in range(100000) %}x{% endfor %}{% endfor %}",
+    "a loop over a list made once": "{% set r = range(100000) %}{% for i in r %}{% for j in r %}{% break %}{% endfor %}{% endfor %}",
+    "a list searched in a loop": "{% set r = range(100000) %}{% for i in r %}{% if -1 in r %}{% endif %}{% endfor %}",
+    "a string doubled": "{% set ns = namespace(s='x') %}{% for i in range(64) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}",
+    "a list doubled": "{% set ns = namespace(a=[1]) %}{% for i in range(64) %}{% set ns.a = ns.a + ns.a %}{% endfor %}",
+    "a list nested in itself, printed": "{% set ns = namespace(a=['x']) %}{% for i in range(64) %}{% set ns.a = [ns.a, ns.a] %}{% endfor %}{{ ns.a }}",
+    "... through tojson": "{% set ns = namespace(a=['x']) %}{% for i in range(64) %}{% set ns.a = [ns.a, ns.a] %}{% endfor %}{{ ns.a | tojson }}",
+    "... through join": "{% set ns = namespace(a=['x']) %}{% for i in range(64) %}{% set ns.a = [ns.a, ns.a] %}{% endfor %}{{ ns.a | join(',') }}",
+    "a string replaced into itself": "{% set ns = namespace(s='xxxx') %}{% for i in range(30) %}{% set ns.s = ns.s.replace('', ns.s) %}{% endfor %}",
+    "... by the filter": "{% set ns = namespace(s='xxxx') %}{% for i in range(30) %}{% set ns.s = ns.s | replace('', ns.s) %}{% endfor %}",
+    "a big string joined from a long list of one dict":
+      "{% set ns = namespace(s='x', a=[]) %}{% for i in range(18) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}{% set ns.a = [{'k': ns.s}] %}" +
+      "{% for i in range(18) %}{% set ns.a = ns.a + ns.a %}{% endfor %}{{ ns.a | join(attribute='k') }}",
+    "a huge indent": "{{ 'a\nb' | indent(1000000000) }}",
+    "a huge tojson indent": "{{ [[1]] | tojson(indent=1000000000) }}",
+  };
+  for (const [name, source] of Object.entries(hostile)) {
+    test(`stops ${name}`, () => {
+      expect(() => render(source)).toThrow(RenderBoundExceeded);
+    });
+  }
+
+  test("leaves the same constructs alone at a template's sizes", () => {
+    expect(render("{% for i in range(3) %}{% for j in range(2) %}{{ i }}{{ j }} {% endfor %}{% endfor %}")).toBe("00 01 10 11 20 21 ");
+    expect(render("{{ 'ab'.replace('', '-') }} {{ 'a\nb' | indent(2) }} {{ [[1]] | tojson(indent=1) }}")).toBe("-a-b- a\n  b [\n [\n  1\n ]\n]");
+    expect(render("{% set ns = namespace(a=['x']) %}{% for i in range(3) %}{% set ns.a = [ns.a, ns.a] %}{% endfor %}{{ ns.a | tojson | length }}")).toBe("68");
   });
 });

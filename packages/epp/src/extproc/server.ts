@@ -83,7 +83,7 @@ type Shared = {
   warnOverflow: (reason: string, fields?: Record<string, unknown>) => void;
   /** Picks over slowPickMs: at most one line per outcome per interval, with where the time went. */
   warnSlowPick: (outcome: string, fields?: Record<string, unknown>) => void;
-  /** Chats the template engine here fails on (every one of a kind does): one line per interval. */
+  /** Chats the template engine here fails on or stops at its bound (every one of a kind does): one line per cause per interval. */
   warnUnrenderable: (reason: string, fields?: Record<string, unknown>) => void;
 };
 
@@ -144,7 +144,7 @@ export function createProcessHandler(deps: ExtProcDeps): (call: Duplex) => void 
   const shared: Shared = { warned: new Set(), fairness: new FairnessLabels(), warnRejected: throttledWarn(deps.log, "ext_proc stream rejected"),
     warnOverflow: throttledWarn(deps.log, "ext_proc body budget spent: bodies routed by load and passed through unbuffered"),
     warnSlowPick: throttledWarn(deps.log, "slow pick (over --slow-pick-ms): where its time went"),
-    warnUnrenderable: throttledWarn(deps.log, "chat template fails in this process without raising: routed by load, as vLLM may serve it"),
+    warnUnrenderable: throttledWarn(deps.log, "chat template not rendered in this process though it did not raise: routed by load, as vLLM may serve it"),
   };
   if (deps.conformanceHooks) deps.log.warn("GAIE conformance test hooks on (--conformance-test-hooks): any client can steer its requests with test-epp-endpoint-selection");
   return (call) => new ProcessStream(call, deps, shared).run();
@@ -585,7 +585,7 @@ class ProcessStream {
     if (fields.unrendered !== undefined) {
       const { cause, message } = fields.unrendered;
       this.deps.metrics.unrenderedBodies.inc({ cause });
-      if (cause === "template_engine") this.shared.warnUnrenderable(cause, { model: fields.model, err: message });
+      if (cause === "template_engine" || cause === "render_bound") this.shared.warnUnrenderable(cause, { model: fields.model, err: message });
       else this.deps.log.debug({ model: fields.model, cause, err: message }, "prompt not rendered here: routing by load");
     }
     const pick = { model: scoredModel(req.cls, fields), cacheSalt: fields.cacheSalt, tokens, promptTokens, newTurnTokens, subset: req.subset };
