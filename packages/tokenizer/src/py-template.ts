@@ -483,12 +483,12 @@ export type RenderBound = { steps: number; chars: number };
 // Measured on the shipped templates (Qwen3, Llama 3, Gemma 3, DeepSeek V3; test/render-bound.test.ts keeps each
 // under half its bound): 200 messages with 8 tools need at most ~11k steps and ~420k characters; per character of
 // input, at most 1.3 steps (Gemma 3) and 7.4 characters (Llama 3, Qwen3), both on thousands of empty messages, the
-// shape that costs the most per character. So the allowances leave 7x and 4x, the bases ~90x and ~10x at 200
-// messages. At the base, the library takes one to a few seconds (2-core machine, loaded): what a hostile tiny input
-// costs.
-const STEPS_BASE = 1_000_000;
+// shape that costs the most per character. So the allowances leave 7x and 4x, and the bases alone would cover 200
+// messages ~9x and ~2.5x over. At the base the library takes ~0.1-0.5 s (2-core machine, loaded): what a hostile tiny
+// input costs a member (a million steps took one to a few seconds).
+const STEPS_BASE = 100_000;
 const STEPS_PER_INPUT_CHAR = 10;
-const CHARS_BASE = 4 * 1024 * 1024;
+const CHARS_BASE = 1024 * 1024;
 const CHARS_PER_INPUT_CHAR = 32;
 
 /** The bound of a render whose template and variables (as JSON) are `inputChars` characters in all. */
