@@ -8,7 +8,7 @@
 // Then fresh-text tokens per CPU-second for each tokenizer candidate (bench/fresh-text.ts), for every shipped
 // tokenizer. Target: fresh tokenization <= 0.5 µs/token per core. Then the demo's trace chats with whole sections
 // against sections cut into pieces (bench/trace-chats.ts).
-import { join } from "node:path";
+import { join, relative } from "node:path";
 import { createPreprocessor, type ChatMessage, type Preprocessor } from "../src/index";
 import { FAST, freshTextRows } from "./fresh-text";
 import { traceChatRows, traceChatTable } from "./trace-chats";
@@ -121,7 +121,7 @@ const worstFast = Math.max(...fastRows.map((r) => r.usPerToken));
 const report = [
   `# bench:tokenize (${new Date().toISOString()})`,
   "",
-  `Qwen3 tokenizer (${tokenizerDir}), fast BPE, loaded in ${loadMs.toFixed(0)} ms. ${SESSIONS} sessions growing to ${TARGET_TOKENS} tokens,`,
+  `Qwen3 tokenizer (${relative(join(import.meta.dir, "../../.."), tokenizerDir)}), fast BPE, loaded in ${loadMs.toFixed(0)} ms. ${SESSIONS} sessions growing to ${TARGET_TOKENS} tokens,`,
   `${picks.length} picks, mean prompt ${Math.round(cached.tokens.reduce((a, b) => a + b, 0) / picks.length)} tokens.`,
   "",
   "| per pick (ms) | picks | p50 | p99 | max |",
