@@ -104,6 +104,8 @@ function streamFields(d: SelectionDeps, w: { workerId: string; dpRank: number })
     cursor: str(r?.cursor.seq),
     baseline: str(r?.cursor.baseline),
     complete: r?.cursor.complete ?? false,
+    // The publisher's lifetime id the cursor's seq belongs to, when its frames carry one.
+    epoch: r?.cursor.epoch ?? null,
     gaps: l?.gaps ?? 0,
     replays: (l?.replays ?? 0) + (r?.counters.replays ?? 0),
     replay_failures: (l?.replayFailures ?? 0) + (r?.counters.replayFailures ?? 0),

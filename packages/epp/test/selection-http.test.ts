@@ -64,7 +64,7 @@ test("GET /workers lists every rank with its connection state, blocks and in-fli
   const list: unknown = await res.json();
   // A rank nothing was heard from has no cursor and no complete view; worker-a's depends on which of the
   // repeated publishes its subscription caught first (a view is complete only from seq 0).
-  const SILENT = { cursor: null, baseline: null, complete: false, gaps: 0, replays: 0, replay_failures: 0, resets: 0, restarts: 0, handoff: null, handoff_skipped: 0 };
+  const SILENT = { cursor: null, baseline: null, complete: false, epoch: null, gaps: 0, replays: 0, replay_failures: 0, resets: 0, restarts: 0, handoff: null, handoff_skipped: 0 };
   const heard = { ...SILENT, cursor: expect.stringMatching(/^\d+$/), baseline: expect.stringMatching(/^\d+$/), complete: expect.any(Boolean) };
   // The block size and KV cache groups a rank's events showed (none: a silent rank; one group: no group_idx).
   const NO_EVENTS = { block_size: null, index_block_size: 16, block_size_mismatch: false, kv_groups: null };
