@@ -506,6 +506,20 @@ export class RenderBoundExceeded extends Error {
 /** A render's cost, counted as it went (the tests measure the shipped templates with it). */
 export type RenderCost = { steps: number; chars: number; inputChars: number };
 
+/**
+ * About the characters `v` takes as JSON (strings by their length, any other value a few), found by walking it
+ * without building the text: a render's input size for its bound. JSON.stringify of a 160 KB chat was half of the
+ * time a cached conversation's encode took (~1 ms of ~1.8).
+ */
+function jsonChars(v: unknown): number {
+  if (typeof v === "string") return v.length + 2;
+  if (v === null || typeof v !== "object" || v instanceof PyFloat || v instanceof PyInt) return 8;
+  let n = 2;
+  if (Array.isArray(v)) for (const x of v) n += jsonChars(x) + 1;
+  else for (const [k, x] of Object.entries(v)) n += k.length + 4 + jsonChars(x);
+  return n;
+}
+
 /** A parsed chat template rendered with Python semantics. */
 export class PyTemplate {
   private readonly program: Template["parsed"];
@@ -524,8 +538,7 @@ export class PyTemplate {
   }
 
   render(vars: Record<string, unknown>, cost?: RenderCost): string {
-    // The input's size as its JSON: one linear pass, cheap beside the tokenization that follows.
-    const inputChars = this.sourceChars + JSON.stringify(vars).length;
+    const inputChars = this.sourceChars + jsonChars(vars);
     const env = new Environment();
     // The globals transformers' environment has; jinja2's true/false/none literals resolve as variables here.
     for (const [k, v] of [["true", true], ["false", false], ["none", null], ["True", true], ["False", false], ["None", null]] as const) env.set(k, v);

@@ -69,6 +69,16 @@ describe("the shipped templates", () => {
   }
 });
 
+test("a render's input is measured as about its template and variables' JSON length, without writing that JSON", () => {
+  for (const messages of [conversation(200, (i) => `message ${i}: "quoted" ${"lorem ipsum ".repeat(8)}`, true), conversation(2000, () => "", true)]) {
+    const cost = renderShipped("qwen3", messages);
+    const config = JSON.parse(readFileSync(join(modelDir("qwen3"), "tokenizer_config.json"), "utf8"));
+    const json = config.chat_template.length + JSON.stringify({ bos_token: null, eos_token: config.eos_token, documents: null, messages, tools, add_generation_prompt: true }).length;
+    expect(cost.inputChars / json).toBeGreaterThan(0.85);
+    expect(cost.inputChars / json).toBeLessThan(1.15);
+  }
+});
+
 describe("a request's own template past the bound", () => {
   const body = (template: string) =>
     new TextEncoder().encode(JSON.stringify({ model: "m", messages: [{ role: "user", content: "hi" }], chat_template: template }));
