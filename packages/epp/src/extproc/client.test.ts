@@ -4,7 +4,11 @@ import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import type { EppHandle } from "../main.ts";
 import { FakeWorkerEvents, HOST, MODEL, startTestEpp, tokens } from "../../test/helpers.ts";
 import { ExtProcClient, RoutingError } from "./client.ts";
+import { framed, messageReader } from "./grpc-frames.ts";
+import { continueResponse, routedHeaders, type ProcessingRequest, type ProcessingResponse } from "./messages.ts";
+import { loadProtos } from "./protos.ts";
 import { waitFor } from "@kv-epp/testkit";
+import http2 from "node:http2";
 
 const enc = new TextEncoder();
 const body = (seed: number) => enc.encode(JSON.stringify({ model: MODEL, prompt: tokens(64, seed), max_tokens: 1 }));
@@ -43,6 +47,67 @@ describe("ExtProcClient", () => {
       expect(String(err)).toContain("BadRequest"); // envoy.type.v3.StatusCode 400, as its enum name
     } finally {
       client.close();
+    }
+  });
+});
+
+describe("ExtProcClient against a server that misbehaves", () => {
+  const codec = loadProtos().extProc.service.Process!;
+  /** An h2c server; `onStream` answers each stream. */
+  async function serve(onStream: (stream: http2.ServerHttp2Stream, session: http2.Http2Session) => void) {
+    const server = http2.createServer();
+    server.on("stream", (stream: http2.ServerHttp2Stream) => onStream(stream, stream.session!));
+    await new Promise<void>((resolve) => server.listen(0, HOST, resolve));
+    return { server, address: `${HOST}:${(server.address() as { port: number }).port}` };
+  }
+  const answer = (stream: http2.ServerHttp2Stream, m: ProcessingResponse) => stream.write(framed(codec.responseSerialize(m) as Buffer));
+
+  test("a gRPC status in a reply of headers alone is a RoutingError naming it; a grpc-message that does not decode is shown raw", async () => {
+    const { server, address } = await serve((stream) =>
+      stream.respond({ ":status": 200, "content-type": "application/grpc", "grpc-status": "12", "grpc-message": "no%E0such" }, { endStream: true }));
+    const client = new ExtProcClient(address, "full-duplex", { tls: false });
+    try {
+      const err = await client.route("/v1/completions", body(1)).catch((e: unknown) => e);
+      expect(err).toBeInstanceOf(RoutingError);
+      expect(String(err)).toContain("gRPC status 12 no%E0such");
+    } finally {
+      client.close();
+      server.close();
+    }
+  });
+
+  test("after the server's GOAWAY the next route opens a new connection, while the draining one still finishes", async () => {
+    const sessions = new Set<http2.Http2Session>();
+    const { server, address } = await serve((stream, session) => {
+      sessions.add(session);
+      stream.respond({ ":status": 200, "content-type": "application/grpc" }, { waitForTrailers: true });
+      stream.on("wantTrailers", () => stream.sendTrailers({ "grpc-status": "0" }));
+      stream.on("data", messageReader((bytes) => {
+        const m = codec.requestDeserialize(bytes) as ProcessingRequest;
+        if (m.request_body) {
+          answer(stream, routedHeaders({ endpoint: "10.0.0.1:8000" }));
+          session.goaway(); // draining: this stream finishes, no new one is taken
+        } else if (m.response_headers) answer(stream, continueResponse("response_headers"));
+        else if (m.response_body) {
+          answer(stream, continueResponse("response_body"));
+          stream.end();
+        }
+        return true;
+      }));
+    });
+    const client = new ExtProcClient(address, "full-duplex", { tls: false });
+    try {
+      const first = await client.route("/v1/completions", body(1));
+      await Bun.sleep(50); // the GOAWAY that followed the route is read
+      const second = await client.route("/v1/completions", body(2));
+      for (const routed of [first, second]) {
+        expect(routed.endpoint).toBe("10.0.0.1:8000");
+        await routed.finish(200);
+      }
+      expect(sessions.size).toBe(2);
+    } finally {
+      client.close();
+      server.close();
     }
   });
 });

@@ -72,7 +72,7 @@ export class ExtProcClient {
     private readonly opts: { tls?: boolean } = {},
   ) {}
 
-  /** The connection, made again once the last one closed (as a channel reconnects). */
+  /** The connection, made again once the last one closed (as a channel reconnects; a GOAWAY closes it too). */
   private connection(): http2.ClientHttp2Session {
     if (this.session && !this.session.closed && !this.session.destroyed) return this.session;
     const tls = this.opts.tls ?? true;
@@ -88,8 +88,11 @@ export class ExtProcClient {
       ":method": "POST", ":path": `/${EXT_PROC_SERVICE}/Process`, "content-type": "application/grpc", te: "trailers",
     });
     const answers = answerQueue(stream, (m) => this.codec.responseDeserialize(m) as Answer);
-    const send = (m: ProcessingRequest) => stream.write(framed(this.codec.requestSerialize(m)));
+    const send = (m: ProcessingRequest, written?: () => void) => stream.write(framed(this.codec.requestSerialize(m)), written);
     const fullDuplex = this.mode === "full-duplex";
+    // The pick clock starts when the headers message reaches the HTTP/2 stream (its write callback), not at
+    // request(): a new stream may wait there for the connection, and a burst's streams for the event loop.
+    let writtenAt: number | undefined;
     const asked = performance.now();
     try {
       send({
@@ -98,17 +101,18 @@ export class ExtProcClient {
           end_of_stream: false,
         },
         protocol_config: { request_body_mode: fullDuplex ? "FULL_DUPLEX_STREAMED" : "BUFFERED", response_body_mode: "NONE" },
-      } as ProcessingRequest);
+      } as ProcessingRequest, () => void (writtenAt ??= performance.now()));
       if (!fullDuplex) await answers.until("request_headers");
       send({ request_body: { body, end_of_stream: true } } as ProcessingRequest);
       const routed = await answers.until(fullDuplex ? "request_headers" : "request_body");
       const answeredAt = performance.now();
       const endpoint = destination(fullDuplex ? routed.request_headers?.response : routed.request_body?.response);
       if (!endpoint) throw new RoutingError("routing answer without a destination header");
+      const started = Math.min(writtenAt ?? asked, answeredAt);
       return {
         endpoint,
-        pickMs: answeredAt - asked,
-        writtenAt: asked,
+        pickMs: answeredAt - started,
+        writtenAt: started,
         finish: async (status, responseBody = new Uint8Array(0)) => {
           try {
             // Full duplex: the body chunks the EPP hands back come first; until() skips them.
@@ -129,6 +133,19 @@ export class ExtProcClient {
 
   close(): void {
     this.session?.close();
+  }
+}
+
+/** gRPC's status for trailers that carry none (as grpc-js reads them). */
+const GRPC_UNKNOWN = 2;
+
+/** A grpc-message as sent: percent-encoded, and shown raw when it does not decode (gRPC never fails on it). */
+function grpcMessage(v: string | string[] | undefined): string {
+  const raw = String(v ?? "");
+  try {
+    return decodeURIComponent(raw);
+  } catch {
+    return raw;
   }
 }
 
@@ -168,12 +185,19 @@ function answerQueue(stream: http2.ClientHttp2Stream, decode: (m: Buffer) => Ans
     else queued.push(a);
     return true;
   }));
-  stream.on("trailers", (t) => {
-    const code = Number(t["grpc-status"] ?? 0);
-    if (code !== 0) fail(new RoutingError(`ext_proc stream failed: gRPC status ${code} ${decodeURIComponent(String(t["grpc-message"] ?? ""))}`));
+  // A gRPC status comes in the trailers, or in the headers of a reply that is only headers (a refusal); an HTTP
+  // status other than 200 is no gRPC answer at all.
+  const status = (h: http2.IncomingHttpHeaders, trailers: boolean) => {
+    const code = h["grpc-status"] === undefined ? (trailers ? GRPC_UNKNOWN : 0) : Number(h["grpc-status"]);
+    if (code !== 0) fail(new RoutingError(`ext_proc stream failed: gRPC status ${code} ${grpcMessage(h["grpc-message"])}`));
+  };
+  stream.on("response", (h) => {
+    if (h[":status"] !== 200) fail(new RoutingError(`ext_proc stream failed: HTTP status ${h[":status"]}`));
+    else status(h, false);
   });
+  stream.on("trailers", (t) => status(t, true));
   stream.on("error", (e: Error) => fail(new RoutingError(`ext_proc stream failed: ${e.message}`)));
-  stream.on("close", () => fail(new RoutingError("ext_proc stream ended")));
+  stream.on("close", () => fail(new RoutingError(`ext_proc stream ended${stream.rstCode ? ` (reset, code ${stream.rstCode})` : ""}`)));
   const next = (): Promise<Answer> => {
     const a = queued.shift();
     if (a) return Promise.resolve(a);

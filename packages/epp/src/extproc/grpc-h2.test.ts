@@ -134,7 +134,7 @@ describe("createBidiServer", () => {
     c.close();
   });
 
-  test("a message that arrives in one chunk is delivered as a view of it, one joined from several in shared memory", async () => {
+  test("a message that arrives in one chunk is delivered as a view of it, a large one joined from several in shared memory", async () => {
     const shared = { ...method, deserialize: (b: Buffer) => `${b.buffer instanceof SharedArrayBuffer ? "shared" : "view"}:${b.length}` };
     server = createBidiServer(shared, echo, { maxMessageBytes: 1 << 20, windowBytes: 1 << 20 });
     const { c, open } = client(await server.listen(HOST, 0));

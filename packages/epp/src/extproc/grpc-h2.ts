@@ -250,6 +250,11 @@ const EMPTY = Buffer.alloc(0);
 /** Messages up to this size go out as one write (frame header joined to the message). */
 const JOIN_BELOW = 16 * 1024;
 /**
+ * A message from this size that arrived in pieces is joined in shared memory (take()): a body worth handing to a
+ * pool member by reference; below it (headers, small bodies) a copy costs the same and a plain buffer is cheaper.
+ */
+const SHARED_JOIN_BYTES = 64 * 1024;
+/**
  * Reading stops while this much of the call's output waits to be sent: in full duplex every body
  * byte goes back, so a client that does not read would otherwise have the server buffer all it sends.
  * The pause holds the connection's receive window too (see ReceiveBudget): the client's other streams on
@@ -483,7 +488,8 @@ class Call<In, Out> extends EventEmitter implements BidiCall<In, Out> {
   }
 
   /**
-   * The next `n` received bytes: a view when they lie in one chunk, else joined into shared memory. Joined there,
+   * The next `n` received bytes: a view when they lie in one chunk, else joined (from SHARED_JOIN_BYTES, into
+   * shared memory). Joined there,
    * the body a message carries (a view of it, see request-bulk.ts) goes to a tokenizer pool member by reference
    * instead of as another copy made on this thread (TokenizerPool.pump: ~100 µs of a 500 KiB body, against the
    * same join into an ArrayBuffer; bench:body-handoff).
@@ -498,7 +504,7 @@ class Call<In, Out> extends EventEmitter implements BidiCall<In, Out> {
       if (first.length === n) this.chunks.shift();
       else this.chunks[0] = first.subarray(n);
     } else {
-      out = Buffer.from(new SharedArrayBuffer(n));
+      out = n >= SHARED_JOIN_BYTES ? Buffer.from(new SharedArrayBuffer(n)) : Buffer.allocUnsafe(n);
       let off = 0;
       while (off < n) {
         const c = this.chunks[0]!;
