@@ -49,12 +49,12 @@ let usPerChar = 0.25;
 let charsPerToken = 4;
 const LEARN_MIN_TOKENS = 256;
 
-/** The rewrite rules body jobs are read with: the pool's last "rules" message. */
+/** The rewrite rules a body job with `rules` is read with: the pool's last "rules" message. */
 let rules: RewriteRules | undefined;
 
 port.on("message", (m: ToMember) => {
   if (m.type === "rules") {
-    rules = m.rules ?? undefined;
+    rules = m.rules;
     return;
   }
   if (m.type === "reset") {
@@ -112,7 +112,7 @@ function withReading<T extends object>(msg: T, transfer: ArrayBuffer[] = []): [T
 function jobOf(m: JobMessage): TokenizeJob | Uint32Array {
   const job: PoolJob = m.job;
   if (job.kind !== "body") return job;
-  const read = readBody(rules ? { ...job.request, rewriteRules: rules } : job.request, pre.rules);
+  const read = readBody(m.rules && rules ? { ...job.request, rewriteRules: rules } : job.request, pre.rules);
   if (!m.discard) reading = read.rewritten ? { fields: read.fields, rewritten: read.rewritten } : { fields: read.fields };
   if (!job.reply) return read.job;
   return read.job instanceof Uint32Array || read.job.kind !== "chat" ? NONE : nextTurnJob(read.job, job.reply) ?? NONE;

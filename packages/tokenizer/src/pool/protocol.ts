@@ -27,16 +27,16 @@ export type MemberInit = {
 /**
  * A body job's `request.body` is a copy the member owns, or the caller's own bytes in shared memory (joinBody),
  * which the member only reads (the caller forwards them, and reads them itself). Its `request.rewriteRules` never
- * rides on it: the member reads it with the rules of the last "rules" message. A warm (`discard`) with
+ * rides on it: `rules` says whether it had any, which are then the last "rules" message's. A warm (`discard`) with
  * the id of the job its member last stopped resumes that job's walk where it stopped (see pool-member.ts).
  */
 export type ToMember =
-  | { type: "job"; id: number; job: PoolJob; discard: boolean }
+  | { type: "job"; id: number; job: PoolJob; discard: boolean; rules?: boolean }
   /**
-   * The rewrite rules the body jobs that follow were submitted with (null: none), sent only when they differ from
-   * the last ones sent: a copy of the pool's rules with every job would cost the decision thread in proportion to them.
+   * The rewrite rules the body jobs that follow with `rules` were submitted with, sent when they differ from the
+   * last ones sent: a copy of the pool's rules with every job would cost the decision thread in proportion to them.
    */
-  | { type: "rules"; rules: RewriteRules | null }
+  | { type: "rules"; rules: RewriteRules }
   /** Empty the segment cache and zero its counters (after the decision thread's warm-up: invented text, not traffic). */
   | { type: "reset" };
 

@@ -566,14 +566,16 @@ export class TokenizerPool {
       return;
     }
     const { rewriteRules, ...request } = job.request;
-    if (rewriteRules !== member.rules) {
+    // A job without rules (none set, or a body its caller does not forward) leaves the member's as they are.
+    if (rewriteRules !== undefined && rewriteRules !== member.rules) {
+      member.worker.postMessage({ type: "rules", rules: rewriteRules });
       member.rules = rewriteRules;
-      member.worker.postMessage({ type: "rules", rules: rewriteRules ?? null });
     }
-    if (isShared(request.body)) member.worker.postMessage({ type: "job", id: next.id, job: { ...job, request }, discard: next.discard });
+    const rules = rewriteRules !== undefined;
+    if (isShared(request.body)) member.worker.postMessage({ type: "job", id: next.id, job: { ...job, request }, discard: next.discard, rules });
     else {
       const body = new Uint8Array(request.body); // a copy (a Buffer's slice() would be a view)
-      member.worker.postMessage({ type: "job", id: next.id, job: { ...job, request: { ...request, body } }, discard: next.discard }, [body.buffer]);
+      member.worker.postMessage({ type: "job", id: next.id, job: { ...job, request: { ...request, body } }, discard: next.discard, rules }, [body.buffer]);
     }
   }
 
