@@ -288,7 +288,6 @@ class PythonInterpreter extends Interpreter {
         if (operand.type !== "ArrayValue" && operand.type !== "TupleValue") return undefined;
         const attribute = keyword.get("attribute");
         const values = attribute === undefined ? items(operand) : attributes(items(operand), attribute);
-        if (values === undefined) return undefined;
         const sep = arg(0, "d");
         return new StringValue(joinWithin(values, (x) => pyStr(x, this.charsLeft), sep === undefined ? "" : pyStr(sep), this.charsLeft));
       }
@@ -361,20 +360,26 @@ Object.defineProperty(PythonInterpreter.prototype, BLOCK, {
  * jinja2's attribute getter over `xs` (`a.b`, `0`: an item of a dict, an index of a list); undefined where one is
  * missing or not a dict or list, which the library's join then gets.
  */
-function attributes(xs: Value[], attribute: Value): Value[] | undefined {
+/**
+ * jinja2's attribute getter (make_attrgetter) on each item: the path's parts by `.`, a part of digits an index (a
+ * list's, a string's; a dict's keys are strings, so it finds none there); a part not found is Undefined (printed ""),
+ * and a part read from Undefined raises UndefinedError.
+ */
+function attributes(xs: Value[], attribute: Value): Value[] {
   const path = String(attribute.value).split(".");
-  const out: Value[] = [];
-  for (const x of xs) {
-    let v: Value | undefined = x;
+  return xs.map((x) => {
+    let v: Value = x;
     for (const part of path) {
-      if (v?.type === "ObjectValue") v = (v.value as Map<string, Value>).get(part);
-      else if ((v?.type === "ArrayValue" || v?.type === "TupleValue") && /^\d+$/.test(part)) v = items(v)[Number(part)];
-      else v = undefined;
+      if (v.type === "UndefinedValue") throw new TemplateRaised(`the attribute path ${pyStrRepr(path.join("."))} reads ${pyStrRepr(part)} of an undefined value`);
+      const index = /^\d+$/.test(part) ? Number(part) : undefined;
+      let next: Value | undefined;
+      if (v.type === "ObjectValue") next = index === undefined ? (v.value as Map<string, Value>).get(part) : undefined;
+      else if ((v.type === "ArrayValue" || v.type === "TupleValue") && index !== undefined) next = items(v)[index];
+      else if (v.type === "StringValue" && index !== undefined && index < (v.value as string).length) next = new StringValue((v.value as string)[index]);
+      v = next ?? new UndefinedValue();
     }
-    if (v === undefined) return undefined;
-    out.push(v);
-  }
-  return out;
+    return v;
+  });
 }
 
 /** What a value built or read whole costs against the bound: a string's characters, a list's or dict's items. */

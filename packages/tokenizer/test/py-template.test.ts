@@ -51,6 +51,11 @@ describe("dictsort", () => {
 test("join(attribute=) joins str() of each item's attribute, a dotted path or an index, as jinja2 reads it", () => {
   const vars = { xs: [{ a: { b: 1.5 } }, { a: { b: null } }], ys: [["a", "b"], ["c", "d"]] };
   expect(render("{{ xs | join(', ', attribute='a.b') }} {{ ys | join(attribute=1) }}", vars)).toBe("1.5, None bd");
+  // An item without the attribute joins as "" (jinja2's Undefined), a dict's digit key is no index, a string's is;
+  // a part read from Undefined raises.
+  const some = { xs: [{ a: 1 }, { b: 2 }, { a: 3 }], ds: [{ "0": "x" }], ss: ["ab", "cd"] };
+  expect(render("{{ xs | join('-', attribute='a') }}|{{ ds | join(attribute='0') }}|{{ ss | join(attribute='1') }}", some)).toBe("1--3||bd");
+  expect(() => render("{{ xs | join(attribute='a.b') }}", some)).toThrow(/undefined/);
 });
 
 describe("the bound on a render's work", () => {
