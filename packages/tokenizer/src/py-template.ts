@@ -314,8 +314,11 @@ class PythonInterpreter extends Interpreter {
     const s = target.value as string;
     if (old?.type === "StringValue" && by?.type === "StringValue") {
       const [from, to] = [old.value as string, by.value as string];
-      let matches = from === "" ? s.length + 1 : Math.floor(s.length / from.length);
-      if (count?.type === "IntegerValue" && (count.value as number) >= 0) matches = Math.min(matches, count.value as number);
+      const most = count?.type === "IntegerValue" && (count.value as number) >= 0 ? (count.value as number) : Infinity;
+      let matches = 0;
+      if (from === "") matches = Math.min(s.length + 1, most);
+      // Counted, not guessed from the lengths (a rare `old` in a long message builds little): no allocation.
+      else if (to.length > from.length) for (let at = s.indexOf(from); at >= 0 && matches < most; at = s.indexOf(from, at + from.length)) matches++;
       if (s.length + matches * (to.length - from.length) > this.charsLeft) throw new RenderBoundExceeded("characters");
     }
     const library = (target as unknown as { builtins: Map<string, { value: (args: Value[]) => Value }> }).builtins.get("replace")!;
