@@ -3,6 +3,7 @@
 //   replies:  ["", topic, seq, payload] (newer vLLM) or ["", seq, payload] (older), one per
 //             buffered batch with seq >= start, then an end marker with seq = -1 (8 x 0xFF)
 //             and an empty payload.
+import { decodeEpoch } from "@kv-epp/protocol";
 
 export const END_SEQ = Buffer.alloc(8, 0xff);
 
@@ -34,9 +35,6 @@ export function decodeSeqFrame(b: Uint8Array): { seq: bigint; epoch: string | nu
 
 const EPOCH_MARKER = Buffer.from("\x00sgl-kv-epoch=", "latin1");
 const BARRIER_MARKER = Buffer.from("\x00sgl-kv-snapshot=", "latin1");
-/** SGLang's bound on an epoch's length (its indexer bridge refuses longer ones). */
-const MAX_TOPIC_EPOCH_BYTES = 256;
-
 /**
  * The publisher epoch a topic frame carries: SGLang, when its publisher serves snapshots, sends every batch under
  * `<topic>\0sgl-kv-epoch=<epoch>` (a snapshot barrier appends `\0sgl-kv-snapshot=<id>` to it, an empty batch in
@@ -51,16 +49,8 @@ export function topicEpoch(topic: Uint8Array): string | null | undefined {
   const start = at + EPOCH_MARKER.length;
   const barrier = t.indexOf(BARRIER_MARKER, start);
   const end = barrier < 0 ? t.length : barrier;
-  if (end === start || end - start > MAX_TOPIC_EPOCH_BYTES) return undefined;
-  try {
-    return STRICT_UTF8.decode(t.subarray(start, end));
-  } catch {
-    return undefined; // SGLang's readers refuse an epoch that is not UTF-8
-  }
+  return decodeEpoch(t.subarray(start, end)); // SGLang's readers refuse an epoch that is not UTF-8, or too long
 }
-
-// A BOM is part of the epoch, not dropped: two epochs differing by one would read equal.
-const STRICT_UTF8 = new TextDecoder("utf-8", { fatal: true, ignoreBOM: true });
 
 export type ReplayReply = { kind: "batch"; seq: bigint; epoch: string | null; payload: Buffer } | { kind: "end" };
 

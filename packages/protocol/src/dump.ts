@@ -44,8 +44,6 @@ export const DUMP_FRAME = { model: 1, worker: 2, events: 3, cursors: 4, adapters
 export const DUMP_EVENT_FLAGS = { hasParent: 1, hasCopies: 2 } as const;
 /** Flags of a binary cursor entry. */
 export const DUMP_CURSOR_FLAGS = { complete: 1, seq: 2, baseline: 4 } as const;
-/** The longest publisher epoch a cursor carries, in UTF-8 bytes (SGLang's bound on the epochs it publishes). */
-export const DUMP_MAX_EPOCH_BYTES = 256;
 
 /** Target size of one chunk the recovery writer emits (a large event may make one bigger). */
 export const DUMP_CHUNK_BYTES = 64 * 1024;

@@ -267,7 +267,7 @@ export class BinaryDumpParser {
       if (epochs.length >= MAX_CURSORS) this.fail(`more than ${MAX_CURSORS} cursor epochs in one model`);
       const len = v.getUint32(o, true);
       if (o + 4 + len > p.length) this.fail("a cursor epoch runs past its frame");
-      epochs.push(len === 0 ? null : readEpoch(p.subarray(o + 4, o + 4 + len), (msg) => this.fail(msg)));
+      epochs.push(len === 0 ? null : readEpoch(p.subarray(o + 4, o + 4 + len)));
       o += 4 + len;
     }
     this.epochs = epochs;

@@ -1,4 +1,4 @@
-import { DUMP_FIELDS as D, DUMP_JSON_BLOCK, DUMP_JSON_COPIES, DUMP_JSON_TOKENS, DUMP_MAX_EPOCH_BYTES, type RouterEvent, type StoredBlock, type StreamCursor, type WorkerRef } from "@kv-epp/protocol";
+import { DUMP_FIELDS as D, DUMP_JSON_BLOCK, DUMP_JSON_COPIES, DUMP_JSON_TOKENS, decodeEpoch, type RouterEvent, type StoredBlock, type StreamCursor, type WorkerRef } from "@kv-epp/protocol";
 import { DumpBatch } from "./batch.ts";
 import { type JsonHandler, JsonSyntaxError, JsonTokenizer, scanU64, type U64Parts } from "./json-tokenizer.ts";
 
@@ -94,18 +94,13 @@ const MAX_CURSORS = 1 << 16;
 /** Adapter names in one model (same reason). */
 const MAX_ADAPTERS = 1 << 16;
 
-// A BOM is part of an epoch, as the listener reads one: two epochs differing by one must not read equal.
-const EPOCH_UTF8 = new TextDecoder("utf-8", { fatal: true, ignoreBOM: true });
-
-/** A cursor's epoch from its UTF-8 bytes (JSON and binary alike); `fail` refuses one empty, too long or not UTF-8. */
-export function readEpoch(b: Uint8Array, fail: (msg: string) => never): string {
-  if (b.length === 0) fail("an empty cursor epoch");
-  if (b.length > DUMP_MAX_EPOCH_BYTES) fail(`a cursor epoch of ${b.length} bytes (limit ${DUMP_MAX_EPOCH_BYTES})`);
-  try {
-    return EPOCH_UTF8.decode(b);
-  } catch {
-    return fail("a cursor epoch that is not UTF-8");
-  }
+/**
+ * A cursor's epoch from its UTF-8 bytes (JSON and binary alike). One this release cannot read (empty, longer than
+ * MAX_EPOCH_BYTES, not UTF-8) is none: the handoff then decides that rank by its seq alone, as for a publisher
+ * without epochs, rather than the whole dump failing on it (a peer of a later release may allow longer ones).
+ */
+export function readEpoch(b: Uint8Array): string | null {
+  return decodeEpoch(b) ?? null;
 }
 
 function bytesAt(pattern: Uint8Array, buf: Uint8Array, i: number): boolean {
@@ -463,7 +458,7 @@ class DumpAssembler implements JsonHandler {
       return;
     }
     if (f === F.Epoch) {
-      this.epoch = readEpoch(buf.subarray(start, end), (msg) => this.fail(msg));
+      this.epoch = readEpoch(buf.subarray(start, end));
       this.field = F.None;
       return;
     }
