@@ -7,7 +7,8 @@ import { parseReplayReply, encodeSeq } from "./replay.ts";
 import type { SocketOptions } from "./zmtp/base.ts";
 import { DealerSocket } from "./zmtp/dealer.ts";
 
-export type ReplayedBatch = { seq: bigint; payload: Buffer };
+/** `epoch`: the publisher epoch the reply carried (vLLM's 24-byte seq frame), null when none. */
+export type ReplayedBatch = { seq: bigint; epoch: string | null; payload: Buffer };
 
 export type ReplayRangeResult =
   | { kind: "covered"; batches: ReplayedBatch[] }
@@ -51,7 +52,7 @@ export function replayRange(opts: ReplayRangeOptions): Promise<ReplayRangeResult
       }
       if (r.kind === "end") return finish(false);
       // Contiguous from `from` only: a batch missing inside the range leaves it uncovered.
-      if (r.seq === opts.from + BigInt(got.length) && r.seq < opts.to) got.push({ seq: r.seq, payload: r.payload });
+      if (r.seq === opts.from + BigInt(got.length) && r.seq < opts.to) got.push({ seq: r.seq, epoch: r.epoch, payload: r.payload });
     });
     dealer.connect(opts.endpoint);
     dealer.send([Buffer.alloc(0), encodeSeq(opts.from)]);

@@ -46,8 +46,11 @@ function truthAfter(stream: KvEvent[][], upTo: number, from = 0): Cache {
   return c;
 }
 
-/** A RankStream over a multiset index, with a replay endpoint holding [replayFrom, stream end) (null: none). */
-function harness(stream: KvEvent[][], replayFrom: number | null) {
+/**
+ * A RankStream over a multiset index, with a replay endpoint holding [replayFrom, stream end) (null: none), its
+ * replies under `replayEpoch` (null: the replies carry none).
+ */
+function harness(stream: KvEvent[][], replayFrom: number | null, replayEpoch: string | null = null) {
   const index: Cache = new Map();
   const outcomes: HandoffOutcome[] = [];
   const r = new RankStream({
@@ -63,7 +66,7 @@ function harness(stream: KvEvent[][], replayFrom: number | null) {
         : async (from, to): Promise<ReplayRangeResult> => {
             if (Number(from) < replayFrom) return { kind: "uncovered", reason: "short", got: 0 };
             const batches = [];
-            for (let i = Number(from); i < Number(to); i++) batches.push({ seq: BigInt(i), payload: Buffer.from(encodeBatch(batchOf(stream[i]!))) });
+            for (let i = Number(from); i < Number(to); i++) batches.push({ seq: BigInt(i), epoch: replayEpoch, payload: Buffer.from(encodeBatch(batchOf(stream[i]!))) });
             return { kind: "covered", batches };
           },
     log: pino({ level: "silent" }),
@@ -255,6 +258,19 @@ describe("the joiner's rule", () => {
       }),
       { numRuns: 100 },
     );
+  });
+
+  test("a hole is filled only by replayed batches of the trigger's epoch (or of none): another epoch's are another process's, and the view is dropped", async () => {
+    const stream = [[0], [1], [2], [3], [4]].map((hs) => [{ type: "BlockStored" as const, blockHashes: hs.map(BigInt), parentBlockHash: null, tokenIds: [], blockSize: 16, loraId: null, medium: "GPU" }]);
+    for (const [replayEpoch, outcome] of [["e1", "replayed"], [null, "replayed"], ["e2", "dropped"]] as const) {
+      const h = harness(stream, 0, replayEpoch);
+      for (const [k, v] of truthAfter(stream, 1)) h.index.set(k, v);
+      h.r.adopt({ seq: 1n, baseline: 0n, complete: true, epoch: "e1" });
+      h.r.onSignal(batch(stream, 4, "e1")); // 2 and 3 missing: replayed
+      await settle();
+      expect({ replayEpoch, outcomes: h.outcomes }).toEqual({ replayEpoch, outcomes: [outcome] });
+      expect(h.index).toEqual(outcome === "replayed" ? truthAfter(stream, 4) : truthAfter(stream, 4, 4));
+    }
   });
 
   test("an epoch on one side only decides as without epochs: a batch at or below the cursor is skipped, unless a newer connection's, which drops the view", () => {

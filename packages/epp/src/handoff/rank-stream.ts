@@ -179,7 +179,11 @@ export class RankStream {
     const done = (r: ReplayRangeResult) => {
       if (this.closed) return;
       let batches: { seq: bigint; batch: KvEventBatch }[] | null = null;
-      if (r.kind === "covered") {
+      // The hole is of the stream its trigger came on: a replayed batch under another epoch is another process's
+      // (the worker restarted between the two), which fills nothing of this one.
+      const epoch = trigger.kind === "batch" ? (trigger.epoch ?? null) : null;
+      const otherEpoch = r.kind === "covered" && epoch !== null && r.batches.some((b) => b.epoch !== null && b.epoch !== epoch);
+      if (r.kind === "covered" && !otherEpoch) {
         try {
           batches = r.batches.map((b) => ({ seq: b.seq, batch: decodeBatch(b.payload) }));
         } catch {
@@ -198,7 +202,7 @@ export class RankStream {
         const dropped = this.deps.index.blocks();
         if (dropped > 0) this.deps.index.clear();
         this.cursorState = { seq: null, baseline: to, complete: false, epoch: null };
-        const why = r.kind === "uncovered" ? r.reason : "malformed";
+        const why = r.kind === "uncovered" ? r.reason : otherEpoch ? "another epoch" : "malformed";
         const got = r.kind === "uncovered" ? r.got : r.batches.length;
         // Expected when a replica starts after its workers without a replay endpoint: not worth a warning then.
         this.deps.log[fromPeer || replay !== null ? "warn" : "info"](
