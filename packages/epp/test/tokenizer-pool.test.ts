@@ -659,7 +659,9 @@ describe("ext_proc reply warming: none for a chat past the routing bound", () =>
 });
 
 describe("ext_proc without a segment cache (--tokenizer-cache-bytes 0)", () => {
-  const env = eppFor(["--tokenizer-threads", "1", "--tokenizer-cache-bytes", "0"]);
+  // A generous budget, every text whole: without a cache a pick answered early stops its tokenization (that
+  // stop is the pool's own test), and this one counts what the member tokenized.
+  const env = eppFor(["--tokenizer-threads", "1", "--tokenizer-cache-bytes", "0", "--tokenize-budget-ms", "600000", ...WHOLE]);
 
   test("a chat is routed and its reply passes, but no body is kept for warming and nothing is cached or warmed", async () => {
     const turns = [freshWords(300, 51), freshWords(100, 52)];
