@@ -94,6 +94,24 @@ async function registerIntent(url: string, workerId: string, kvEvents: string, a
   cleanup.push(() => owner.close());
 }
 
+/**
+ * A discovery store on `port` again, once the port is free: the port nothing listened on may meanwhile be some
+ * socket's ephemeral source port on a busy machine (EADDRINUSE for a moment).
+ */
+async function serveStoreOn(port: number): Promise<ReturnType<typeof serveDiscoveryStore>> {
+  let store: ReturnType<typeof serveDiscoveryStore> | undefined;
+  await waitFor(() => {
+    try {
+      store = serveDiscoveryStore({ hostname: HOST, port });
+      return true;
+    } catch (err) {
+      if ((err as { code?: string }).code !== "EADDRINUSE") throw err;
+      return false;
+    }
+  }, { message: `port ${port} free for the discovery store`, timeoutMs: 10_000 });
+  return store!;
+}
+
 test("a discovery store down at start and one that restarts are reopened: intents are not lost for good", async () => {
   // A port nothing listens on yet: the store comes up there after the EPP is ready.
   const probe = serveDiscoveryStore({ hostname: HOST });
@@ -107,7 +125,7 @@ test("a discovery store down at start and one that restarts are reopened: intent
   expect(lines.some((l) => l.msg === "attachment intents unavailable, retrying in the background")).toBe(true);
   expect(await ioErrors(epp)).toBeGreaterThanOrEqual(1);
 
-  let store = serveDiscoveryStore({ hostname: HOST, port });
+  let store = await serveStoreOn(port);
   cleanup.push(() => store.close());
   await registerIntent(store.url, "late", kv.endpoint, `${HOST}:18001`);
   await waitFor(() => epp.workers.candidates().some((c) => c.workerId === "late"), { message: "the intent worker from the late store", timeoutMs: 20_000 });
@@ -115,7 +133,7 @@ test("a discovery store down at start and one that restarts are reopened: intent
 
   // The store restarts empty: the EPP's lease ends, it reopens and sees what is registered anew.
   await store.close();
-  store = serveDiscoveryStore({ hostname: HOST, port });
+  store = await serveStoreOn(port);
   cleanup.push(() => store.close());
   await waitFor(() => lines.some((l) => l.msg === "attachment intents: the discovery lease ended, reopening"), { message: "the lost lease noticed", timeoutMs: 15_000 });
   await registerIntent(store.url, "after-restart", kv.endpoint, `${HOST}:18002`);
