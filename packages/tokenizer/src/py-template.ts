@@ -321,8 +321,7 @@ class PythonInterpreter extends Interpreter {
       else if (to.length > from.length) for (let at = s.indexOf(from); at >= 0 && matches < most; at = s.indexOf(from, at + from.length)) matches++;
       if (s.length + matches * (to.length - from.length) > this.charsLeft) throw new RenderBoundExceeded("characters");
     }
-    const library = (target as unknown as { builtins: Map<string, { value: (args: Value[]) => Value }> }).builtins.get("replace")!;
-    return library.value(count === undefined ? positional : [old!, by!, count]);
+    return libraryMethod(target, "replace")(count === undefined ? positional : [old!, by!, count]);
   }
 
   private args(nodes: Node[], env: Env): { positional: Value[]; keyword: Map<string, Value> } {
@@ -360,10 +359,6 @@ Object.defineProperty(PythonInterpreter.prototype, BLOCK, {
 });
 
 /**
- * jinja2's attribute getter over `xs` (`a.b`, `0`: an item of a dict, an index of a list); undefined where one is
- * missing or not a dict or list, which the library's join then gets.
- */
-/**
  * jinja2's attribute getter (make_attrgetter) on each item: the path's parts by `.`, a part of digits an index (a
  * list's, a string's; a dict's keys are strings, so it finds none there); a part not found is Undefined (printed ""),
  * and a part read from Undefined raises UndefinedError.
@@ -385,6 +380,12 @@ function attributes(xs: Value[], attribute: Value): Value[] {
   });
 }
 
+/** The library's own method `name` of a value (its builtins, not exported), for the few this file wraps. */
+function libraryMethod(v: Value, name: string): (args: Value[]) => Value {
+  const method = (v as unknown as { builtins: Map<string, { value: (args: Value[]) => Value }> }).builtins.get(name)!;
+  return (args) => method.value(args);
+}
+
 /** What a value built or read whole costs against the bound: a string's characters, a list's or dict's items. */
 function sizeOf(v: Value): number {
   if (v.type === "StringValue") return (v.value as string).length;
@@ -399,8 +400,7 @@ const TUPLES = new WeakSet<object>();
 
 /** jinja2's dictsort(case_sensitive=False, by="key", reverse=False): the library sorts, its pairs become tuples. */
 function dictsort(dict: Value, caseSensitive?: Value, by?: Value, reverse?: Value): Value {
-  const library = (dict as unknown as { builtins: Map<string, { value: (args: Value[]) => Value }> }).builtins.get("dictsort")!;
-  const sorted = library.value([caseSensitive ?? new BooleanValue(false), by ?? new StringValue("key"), reverse ?? new BooleanValue(false)]);
+  const sorted = libraryMethod(dict, "dictsort")([caseSensitive ?? new BooleanValue(false), by ?? new StringValue("key"), reverse ?? new BooleanValue(false)]);
   for (const pair of items(sorted)) TUPLES.add(pair);
   return sorted;
 }

@@ -7,7 +7,7 @@ import { replayRange, type ListenerSignal, type SocketOptions } from "@kv-epp/kv
 import type { DumpModel, DumpSource, DumpStaging, DumpTarget } from "@kv-epp/recovery";
 import type { Logger } from "pino";
 import { Counter, type Registry } from "prom-client";
-import { HANDOFF_OUTCOMES, RankStream, type HandoffOutcome, type RankIndex } from "./rank-stream.ts";
+import { HANDOFF_OUTCOMES, NO_CURSOR, RankStream, type HandoffOutcome, type RankIndex } from "./rank-stream.ts";
 
 /** What the handoff needs from the indexers: the live model's dump (with a snapshot hook) and its index. */
 export type HandoffIndex = {
@@ -174,7 +174,7 @@ export class StreamHandoff {
   }
 
   private cursorOf(w: WorkerRef): StreamCursor {
-    return this.ranks.get(workerKey(w))?.streamCursor() ?? { workerId: w.workerId, dpRank: w.dpRank, seq: null, baseline: null, complete: false, epoch: null };
+    return this.ranks.get(workerKey(w))?.streamCursor() ?? { workerId: w.workerId, dpRank: w.dpRank, ...NO_CURSOR };
   }
 
   private rank(w: WorkerRef): RankStream {
@@ -205,5 +205,5 @@ function* startingWith<T>(begin: () => void, inner: Iterable<T>): Generator<T> {
 }
 
 function incomplete(key: string): StreamCursor {
-  return { ...parseWorkerKey(key), seq: null, baseline: null, complete: false, epoch: null };
+  return { ...parseWorkerKey(key), ...NO_CURSOR };
 }

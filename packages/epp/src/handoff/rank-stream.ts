@@ -179,10 +179,10 @@ export class RankStream {
     const done = (r: ReplayRangeResult) => {
       if (this.closed) return;
       let batches: { seq: bigint; batch: KvEventBatch }[] | null = null;
-      // The hole is of the stream its trigger came on: a replayed batch under another epoch is another process's
-      // (the worker restarted between the two), which fills nothing of this one.
-      const epoch = trigger.kind === "batch" ? (trigger.epoch ?? null) : null;
-      const otherEpoch = r.kind === "covered" && epoch !== null && r.batches.some((b) => b.epoch !== null && b.epoch !== epoch);
+      // The hole is of the stream its trigger came on, so the replayed batches are of its epoch: one under another
+      // epoch is another process's (the worker restarted between the two), which fills nothing of this one.
+      const epoch = trigger.kind === "batch" ? trigger.epoch : undefined;
+      const otherEpoch = r.kind === "covered" && epoch !== undefined && r.batches.some((b) => b.epoch !== null && b.epoch !== epoch);
       if (r.kind === "covered" && !otherEpoch) {
         try {
           batches = r.batches.map((b) => ({ seq: b.seq, batch: decodeBatch(b.payload) }));
@@ -195,8 +195,7 @@ export class RankStream {
         if (!fromPeer) this.cursorState = { seq: null, baseline: 0n, complete: true, epoch: null };
         else this.decide("replayed", 0);
         this.phase = { kind: "live" };
-        // The hole is of the stream its trigger came on: the replayed batches are of the trigger's epoch.
-        for (const b of batches) this.live({ kind: "batch", seq: b.seq, batch: b.batch, epoch: trigger.kind === "batch" ? trigger.epoch : undefined });
+        for (const b of batches) this.live({ kind: "batch", seq: b.seq, batch: b.batch, epoch });
       } else {
         this.counters.replayFailures++;
         const dropped = this.deps.index.blocks();
@@ -225,7 +224,8 @@ export class RankStream {
   }
 }
 
-const NO_CURSOR: Cursor = { seq: null, baseline: null, complete: false, epoch: null };
+/** No position in the rank's stream: nothing applied, no view known complete. */
+export const NO_CURSOR: Cursor = { seq: null, baseline: null, complete: false, epoch: null };
 
 function clears(batch: KvEventBatch): boolean {
   for (const e of batch.events) if (e.type === "AllBlocksCleared") return true;

@@ -571,12 +571,10 @@ export class TokenizerPool {
       member.worker.postMessage({ type: "rules", rules: rewriteRules });
       member.rules = rewriteRules;
     }
-    const rules = rewriteRules !== undefined;
-    if (isShared(request.body)) member.worker.postMessage({ type: "job", id: next.id, job: { ...job, request }, discard: next.discard, rules });
-    else {
-      const body = new Uint8Array(request.body); // a copy (a Buffer's slice() would be a view)
-      member.worker.postMessage({ type: "job", id: next.id, job: { ...job, request: { ...request, body } }, discard: next.discard, rules }, [body.buffer]);
-    }
+    const shared = isShared(request.body);
+    const body = shared ? request.body : new Uint8Array(request.body); // a copy (a Buffer's slice() would be a view)
+    const message: ToMember = { type: "job", id: next.id, job: { ...job, request: { ...request, body } }, discard: next.discard, rules: rewriteRules !== undefined };
+    member.worker.postMessage(message, shared ? [] : [body.buffer as ArrayBuffer]);
   }
 
   private onResult(member: Member, m: Exclude<FromMember, { type: "ready" | "init-failed" | "reset" }>): void {
