@@ -11,10 +11,10 @@
 // transport floor. EPP_BUN_FLAGS adds Bun flags to the EPP's process (e.g. "--cpu-prof-md"). Processes
 // are not pinned to cores: measured, pinning the server and the generator to one CPU each raised every
 // server's p99 (Bun's GC and JIT threads then share the main thread's core). Writes bench/REPORT.md.
-import { mkdirSync, writeFileSync } from "node:fs";
+import { writeFileSync } from "node:fs";
 import { MatchList, computeBlockHashes } from "@kv-epp/index-wasm";
 import { dumpStream } from "@kv-epp/recovery";
-import { freePort, killAll, spawnProcess, type ProcessHandle } from "@kv-epp/testkit";
+import { freePort, killAll, spawnProcess, tempDir, type ProcessHandle } from "@kv-epp/testkit";
 import pino from "pino";
 import { parseConfig } from "../src/config.ts";
 import { parseBodyBytes } from "@kv-epp/tokenizer";
@@ -116,9 +116,8 @@ async function main() {
     fetch: (req) =>
       req.method === "HEAD" ? new Response(null) : new Response(dumpStream(syntheticIndex(42)), { headers: { "content-type": "application/json" } }),
   });
-  const dir = `${Bun.env.TMPDIR ?? "/tmp"}/epp-bench-${process.pid}`;
+  const dir = tempDir("epp-bench-");
   const config = `${dir}/epp.json`;
-  mkdirSync(dir, { recursive: true });
   gen = await loadGenerator(dir, DURATION_MS, WARMUP_MS);
   console.log(`load generator: ${gen.name}`);
   await Bun.write(

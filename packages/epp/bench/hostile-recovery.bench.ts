@@ -6,10 +6,9 @@
 //
 // `--epp PATH` runs another build's main.ts (e.g. a worktree of an older commit) for a before/after in one
 // run. A child above HARD_CAP_BYTES is killed (the machine is shared); the figures then read "> cap".
-import { mkdtempSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { writeFileSync } from "node:fs";
 import { join, resolve } from "node:path";
-import { hostileDumpPeer, processMemory, spawnProcess, type HostileDump } from "@kv-epp/testkit";
+import { hostileDumpPeer, processMemory, spawnProcess, tempDir, type HostileDump } from "@kv-epp/testkit";
 import { stringify } from "yaml";
 import { eppRuntimeEnv } from "../src/runtime-env.ts";
 
@@ -29,7 +28,7 @@ type Result = { scenario: string; peakMiB: string; state: string; readyAfterS: s
 
 async function run(scenario: string, dump: HostileDump): Promise<Result> {
   const peer = hostileDumpPeer(dump, { hostname: PEER_HOST });
-  const dir = mkdtempSync(join(tmpdir(), "hostile-bench-"));
+  const dir = tempDir("hostile-bench-");
   const config = join(dir, "epp.yaml");
   writeFileSync(config, stringify({ model: "test-model", blockSize: 16, workers: [], peers: [peer.url] }));
   const started = performance.now();

@@ -9,7 +9,7 @@
 // figures come from the same run on the same machine.
 import { existsSync, lstatSync, mkdirSync, readdirSync, readlinkSync, realpathSync, symlinkSync } from "node:fs";
 import { join } from "node:path";
-import { freePort, killAll, spawnProcess, type ProcessHandle } from "@kv-epp/testkit";
+import { freePort, killAll, spawnProcess, tempDir, type ProcessHandle } from "@kv-epp/testkit";
 import { ATTACKS, rssMiB, type Attack, type Target } from "../test/hostile-peers.ts";
 import { loadGenerator, runLoad, type Generator, type Run } from "./generator.ts";
 
@@ -131,8 +131,7 @@ function show(r: Result): string {
 }
 
 async function main() {
-  const dir = `${Bun.env.TMPDIR ?? "/tmp"}/epp-hostile-${process.pid}`;
-  mkdirSync(dir, { recursive: true });
+  const dir = tempDir("epp-hostile-");
   const gen = await loadGenerator(dir, DURATION_MS, WARMUP_MS);
   console.log(`bench:hostile — ${RATE}/s good requests for ${DURATION_MS} ms beside each attack; generator: ${gen.name}`);
   const versions: [string, string][] = [];

@@ -4,8 +4,7 @@
 // ~70 KB bodies (12k token ids, the demo's size) the way the demo's client does (BUFFERED: headers,
 // wait for CONTINUE, then the body) and the way Envoy's full duplex does, sequentially and 8 at a time.
 // Times are wall-clock ms (performance.timeOrigin + now()) so both processes' marks line up.
-import { mkdtempSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { writeFileSync } from "node:fs";
 import { join } from "node:path";
 import * as grpc from "@grpc/grpc-js";
 import pino from "pino";
@@ -14,7 +13,7 @@ import { parseConfig } from "../src/config.ts";
 import { extProcChannel } from "../src/extproc/client.ts";
 import { loadProtos } from "../src/extproc/protos.ts";
 import { startEpp } from "../src/main.ts";
-import { mulberry32 } from "@kv-epp/testkit";
+import { mulberry32, tempDir } from "@kv-epp/testkit";
 
 const HOST = "127.0.4.60";
 const now = () => performance.timeOrigin + performance.now();
@@ -117,7 +116,7 @@ grpc.Server.prototype.addService = function (service, impl) {
   return addService.call(this, service, { ...impl, Process: wrapped });
 };
 
-const dir = mkdtempSync(join(tmpdir(), "epp-large-body-"));
+const dir = tempDir("epp-large-body-");
 const config = join(dir, "epp.yaml");
 writeFileSync(
   config,

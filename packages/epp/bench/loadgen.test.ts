@@ -2,14 +2,12 @@
 // Skipped where the generator does not build (no C compiler, no libnghttp2 or OpenSSL headers), as the bench
 // then falls back to bench/loadgen.ts.
 import { afterAll, expect, test } from "bun:test";
-import { mkdtempSync } from "node:fs";
-import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { startTestEpp } from "../test/helpers.ts";
 import { requestsFile, type Mode } from "./requests.ts";
-import { LOOPBACK } from "@kv-epp/testkit";
+import { LOOPBACK, tempDir } from "@kv-epp/testkit";
 
-const dir = mkdtempSync(join(tmpdir(), "loadgen-c-"));
+const dir = tempDir("loadgen-c-");
 const bin = join(dir, "loadgen");
 const built = (() => {
   try {

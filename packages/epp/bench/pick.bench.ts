@@ -29,10 +29,10 @@
 // Flags: --rate N (chats and tokens, default 500), --agent-rate N (default 50), --duration-ms N (default 3000),
 // --sweep N,N,... (chat rates below --rate; "" for none).
 // Writes bench/PICK-REPORT.md.
-import { mkdirSync, writeFileSync } from "node:fs";
+import { writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { dumpStream } from "@kv-epp/recovery";
-import { killAll, seededRandom, spawnProcess, type ProcessHandle } from "@kv-epp/testkit";
+import { killAll, seededRandom, spawnProcess, tempDir, type ProcessHandle } from "@kv-epp/testkit";
 import { createPreprocessor } from "@kv-epp/tokenizer";
 import { loadTrace, requestBuilder } from "@kv-epp/trace-replay";
 // The tokenizer package's fresh-text measurement, run here too so both figures come from one run.
@@ -187,8 +187,7 @@ function agentic(count: number, wordsPerToken: number, seed = 0xa9e7): Uint8Arra
   return out;
 }
 
-const dir = `${Bun.env.TMPDIR ?? "/tmp"}/pick-bench-${process.pid}`;
-mkdirSync(dir, { recursive: true });
+const dir = tempDir("pick-bench-");
 const built = buildCLoadgen(dir);
 if (typeof built !== "string") {
   console.error(`bench:pick needs bench/loadgen.c (${built.why}); Debian: apt-get install gcc libnghttp2-dev libssl-dev`);

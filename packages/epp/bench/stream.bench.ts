@@ -7,9 +7,8 @@
 // usage chunk. Baseline in the same run: the same requests with response_body_mode NONE (the route only).
 // Prints the EPP's CPU per request and per chunk, by thread (10 ms ticks of /proc/<pid>/task/<tid>/stat).
 // Flags: --requests N (default 200), --chunks N (default 300), --concurrency N (default 4).
-import { mkdirSync } from "node:fs";
 import * as grpc from "@grpc/grpc-js";
-import { killAll } from "@kv-epp/testkit";
+import { killAll, tempDir } from "@kv-epp/testkit";
 import { extProcChannel } from "../src/extproc/client.ts";
 import type { ProcessingRequest } from "../src/extproc/messages.ts";
 import { loadProtos } from "../src/extproc/protos.ts";
@@ -68,8 +67,7 @@ async function request(client: grpc.Client & { Process(): Call }, i: number, str
 }
 
 async function main() {
-  const dir = `${Bun.env.TMPDIR ?? "/tmp"}/stream-bench-${process.pid}`;
-  mkdirSync(dir, { recursive: true });
+  const dir = tempDir("stream-bench-");
   const config = `${dir}/epp.json`;
   await Bun.write(config, JSON.stringify({
     model: WORKLOAD.model, blockSize: WORKLOAD.blockSize,

@@ -1,8 +1,8 @@
 import { describe, expect, test } from "bun:test";
-import { mkdtempSync, readFileSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { flagName, optionsMarkdown, withOptionsSection } from "@kv-epp/options";
+import { tempDir } from "@kv-epp/testkit";
 import { writeStaticConfig } from "../test/helpers.ts";
 import { ConfigError, parseConfig, preprocessorOptions, usage } from "./config.ts";
 import { EPP_OPTIONS, EPP_PROGRAM } from "./options.ts";
@@ -109,7 +109,7 @@ describe("docs come from the declarations", () => {
   test("the README's example config file is one the EPP takes", () => {
     const readme = readFileSync(`${import.meta.dir}/../README.md`, "utf8");
     const example = /```yaml\n(# epp\.yaml[^]*?)```/.exec(readme)![1]!;
-    const path = join(mkdtempSync(join(tmpdir(), "epp-readme-")), "epp.yaml");
+    const path = join(tempDir("epp-readme-"), "epp.yaml");
     writeFileSync(path, example);
     const c = parseConfig(["--config", path], {});
     expect(c.model).toMatchObject({ name: "Qwen/Qwen3-0.6B", blockSize: 16 });

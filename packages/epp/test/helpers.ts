@@ -1,8 +1,7 @@
 // Test fixtures for the EPP: an ext_proc client over the same protos, an in-process EPP from a static
 // config, and KV event publishers standing in for workers' ZMQ endpoints.
 import { setDefaultTimeout } from "bun:test";
-import { mkdtempSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { writeFileSync } from "node:fs";
 import { join } from "node:path";
 import * as grpc from "@grpc/grpc-js";
 import http2 from "node:http2";
@@ -15,7 +14,7 @@ import type { ProcessingRequest } from "../src/extproc/messages.ts";
 import { loadProtos } from "../src/extproc/protos.ts";
 import { extProcChannel } from "../src/extproc/client.ts";
 import { startEpp, type EppHandle } from "../src/main.ts";
-import { LOOPBACK } from "@kv-epp/testkit";
+import { LOOPBACK, tempDir } from "@kv-epp/testkit";
 
 // Real processes and sockets on a shared 2-core machine: generous per-test budget (waits are polled).
 setDefaultTimeout(30_000);
@@ -246,8 +245,7 @@ export type TestWorker = {
 };
 
 export function writeStaticConfig(workers: TestWorker[], peers: string[] = [], extra: Record<string, unknown> = {}): string {
-  const dir = mkdtempSync(join(tmpdir(), "epp-test-"));
-  const path = join(dir, "epp.yaml");
+  const path = join(tempDir("epp-test-"), "epp.yaml");
   writeFileSync(path, stringify({ model: MODEL, blockSize: BLOCK, workers, peers, ...extra }));
   return path;
 }

@@ -1,10 +1,10 @@
 // Secure serving as GAIE's EPP: TLS (ALPN h2) by default with a certificate made at start, given PEM
 // files reloaded when they change, h2c only with --secure-serving=false. Every handshake is real.
 import { afterEach, expect, test } from "bun:test";
-import { mkdtempSync, renameSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { renameSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { connect, type PeerCertificate } from "node:tls";
+import { tempDir } from "@kv-epp/testkit";
 import { selfSignedCertificate } from "../src/extproc/tls.ts";
 import type { EppHandle } from "../src/main.ts";
 import { HOST, body, extProcClient, headers, scrapeMetric, startTestEpp } from "./helpers.ts";
@@ -56,7 +56,7 @@ test("--secure-serving=false serves h2c; a TLS client is refused", async () => {
 });
 
 test("given certificate files are served, and a replaced pair is served to new connections without a restart", async () => {
-  const dir = mkdtempSync(join(tmpdir(), "epp-tls-"));
+  const dir = tempDir("epp-tls-");
   const cert = join(dir, "tls.crt");
   const key = join(dir, "tls.key");
   const first = await selfSignedCertificate("first.example");

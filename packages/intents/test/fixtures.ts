@@ -1,13 +1,12 @@
 // Shared test fixtures: descriptors, a store with a live host, a sleep that records its delays.
 import { expect } from "bun:test";
-import { mkdtempSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { writeFileSync } from "node:fs";
 import { join } from "node:path";
 import pino from "pino";
 import { Writable } from "node:stream";
 import { advertiseHost, indexerDomainOf, MemoryDiscoveryStore, VLLM_KV_EVENTS_PROTOCOL, type IntentDescriptor, type Sleep } from "../src/index.ts";
 import { ControllableDiscovery } from "./double.ts";
-import { LOOPBACK } from "@kv-epp/testkit";
+import { LOOPBACK, tempDir } from "@kv-epp/testkit";
 
 export const WORKER = "worker-a";
 export const HOST = "dynamo-epp";
@@ -70,7 +69,7 @@ export const E2E_MODEL = "e2e-model";
 
 /** A static EPP config file with no listed workers: every worker comes through its intents. */
 export function emptyEppConfig(prefix: string): string {
-  const file = join(mkdtempSync(join(tmpdir(), prefix)), "epp.json");
+  const file = join(tempDir(prefix), "epp.json");
   writeFileSync(file, JSON.stringify({ model: E2E_MODEL, blockSize: 16, workers: [] }));
   return file;
 }

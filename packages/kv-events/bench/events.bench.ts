@@ -7,15 +7,15 @@
 // warm-up to the last message. Prints a table and writes bench/report.md.
 import { type ChildProcess, spawn } from "node:child_process";
 import { writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { tempDir } from "@kv-epp/testkit";
 import { KvEventListener } from "../src/index.ts";
 import { BLOCKS_PER_BATCH, makePayloads, writePayloadFile } from "./payloads.ts";
 
 const PKG = join(import.meta.dir, "..");
 const WARM = 20_000;
 const TOTAL = Number(process.env.BENCH_MESSAGES ?? 200_000);
-const file = join(tmpdir(), `kv-events-bench-${process.pid}.bin`);
+const file = join(tempDir("kv-events-bench-"), "payloads.bin");
 const payloads = makePayloads(64);
 writePayloadFile(file, payloads);
 const avgPayload = payloads.reduce((a, p) => a + p.length, 0) / payloads.length;

@@ -1,9 +1,8 @@
 import { execFileSync } from "node:child_process";
-import { mkdirSync, mkdtempSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { mkdirSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import type { RouterEvent } from "@kv-epp/protocol";
-import { waitFor, LOOPBACK } from "@kv-epp/testkit";
+import { tempDir, waitFor, LOOPBACK } from "@kv-epp/testkit";
 import pino from "pino";
 import { runEvents, type DumpModel, type DumpSource, type DumpStaging, type DumpTarget } from "../src/index.ts";
 
@@ -166,7 +165,7 @@ export const BEFORE_EPOCHS = "b038d116fd94b9fae5cc5359684946cd281b0db7";
  * `import(join(dir, "src/..."))` runs the code a peer of that release runs.
  */
 export function fromHistory(commit: string, files: string[]): string {
-  const dir = mkdtempSync(join(tmpdir(), "recovery-release-"));
+  const dir = tempDir("recovery-release-");
   const git = (...args: string[]) => execFileSync("git", args, { cwd: import.meta.dir, encoding: "utf8" });
   const write = (path: string, text: string) => {
     mkdirSync(dirname(path), { recursive: true });

@@ -6,6 +6,7 @@ export type { KubeObject, KubeMeta } from "./kube/resources.ts";
 export { parseLabelSelector, parseFieldSelector } from "./kube/selectors.ts";
 export { spawnProcess, spawnBun, killAll, type ProcessHandle, type SpawnOptions } from "./process.ts";
 export { waitFor, type WaitOptions } from "./wait.ts";
+export { tempDir } from "./temp-dir.ts";
 export { freePort, heldPorts } from "./net.ts";
 export { LOOPBACK, LOOPBACK_PATTERN } from "./loopback.ts";
 export { freshWords, mulberry32, seededRandom } from "./prng.ts";

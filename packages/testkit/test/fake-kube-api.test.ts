@@ -1,5 +1,6 @@
 import { afterEach, beforeEach, describe, expect, test } from "bun:test";
-import { join } from "node:path";
+import { existsSync } from "node:fs";
+import { dirname, join } from "node:path";
 import {
   CoreV1Api,
   CustomObjectsApi,
@@ -268,4 +269,11 @@ describe("fake kube api with @kubernetes/client-node informers", () => {
     expect(await child.waitForLog(/^pods:/)).toBe("pods: from-parent");
     expect(await child.exited).toBe(0);
   }, 30_000);
+
+  test("close() removes the kubeconfig files the server wrote", async () => {
+    const perUser = api.kubeconfigFor("system:serviceaccount:kv:epp");
+    expect([existsSync(api.kubeconfigPath), existsSync(perUser)]).toEqual([true, true]);
+    await api.close();
+    expect(existsSync(dirname(api.kubeconfigPath))).toBe(false);
+  });
 });

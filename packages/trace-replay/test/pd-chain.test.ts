@@ -3,10 +3,8 @@
 // x-prefiller-host-port: the prefill worker it chose) -> the sidecar's prefill leg to that prefill
 // mock worker -> its decode leg, with the prefill's kv_transfer_params, to the decode mock worker. The
 // workers' own figures (prompt_tokens_by_source, /admin/cache) say where each prompt was computed.
-import { LOOPBACK } from "@kv-epp/testkit";
+import { LOOPBACK, tempDir } from "@kv-epp/testkit";
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
-import { mkdtempSync } from "node:fs";
-import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { Children } from "../src/demo/children.ts";
 import { eppReady, gatewayHealthy, gatewayUrl, layout, startEppReplica, startGateway, startWorker, waitUntil, workerHealthy, type ClusterLayout } from "../src/demo/cluster.ts";
@@ -14,7 +12,7 @@ import { GATEWAY_HEADERS } from "../src/demo/gateway.ts";
 import { samples } from "../src/demo/epp-metrics.ts";
 
 const REPO_ROOT = resolve(import.meta.dir, "../../..");
-const dir = mkdtempSync(join(tmpdir(), "pd-chain-"));
+const dir = tempDir("pd-chain-");
 const children = new Children(REPO_ROOT);
 let l: ClusterLayout;
 

@@ -2,7 +2,7 @@
 // compaction), get/create/update/patch/delete (with status subresource, finalizers and
 // ownerReference garbage collection) for any resource type, plus the discovery documents.
 // It is a real HTTP server so that @kubernetes/client-node (and kubectl) are exercised for real.
-import { mkdtempSync, writeFileSync } from "node:fs";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { createServer, type ServerResponse } from "node:http";
 import type { AddressInfo, Socket } from "node:net";
 import { tmpdir } from "node:os";
@@ -36,7 +36,7 @@ export type FakeKubeApiOptions = {
 export type FakeKubeApi = {
   readonly url: string;
   readonly kubeConfig: KubeConfig;
-  /** A kubeconfig file written at start (point KUBECONFIG at it for child processes). */
+  /** A kubeconfig file written at start (point KUBECONFIG at it for child processes); close() removes it. */
   readonly kubeconfigPath: string;
   writeKubeconfig(path: string): void;
   /**
@@ -351,6 +351,7 @@ export async function startFakeKubeApi(opts: FakeKubeApiOptions = {}): Promise<F
       const closed = new Promise<void>((resolve) => server.close(() => resolve()));
       for (const s of sockets) s.destroy();
       await closed;
+      rmSync(kubeconfigDir, { recursive: true, force: true });
     },
   };
   return api;

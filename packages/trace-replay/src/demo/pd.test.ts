@@ -1,7 +1,6 @@
 import { describe, expect, test } from "bun:test";
-import { mkdtempSync, readFileSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { readFileSync } from "node:fs";
+import { tempDir } from "@kv-epp/testkit";
 import { layout, writeEppConfig } from "./cluster.ts";
 import { parseDemoArgs } from "./options.ts";
 import { pdSummaryRows } from "./pd-figures.ts";
@@ -24,7 +23,7 @@ describe("bun run demo --pd", () => {
 
   test("the EPPs' static config names each worker's role and, for a decode worker, its sidecar's address", () => {
     const l = layout({ ...parseDemoArgs(["--pd"]), subnet: "127.0.61" });
-    const config = JSON.parse(readFileSync(writeEppConfig(l, "epp-a", [], mkdtempSync(join(tmpdir(), "pd-demo-"))), "utf8")) as { workers: { id: string; role?: string; address: string; kvEvents: string }[] };
+    const config = JSON.parse(readFileSync(writeEppConfig(l, "epp-a", [], tempDir("pd-demo-")), "utf8")) as { workers: { id: string; role?: string; address: string; kvEvents: string }[] };
     expect(config.workers.find((w) => w.id === "prefill-0")).toMatchObject({ role: "prefill", address: "127.0.61.11:8000", kvEvents: "tcp://127.0.61.11:5557" });
     expect(config.workers.find((w) => w.id === "decode-1")).toMatchObject({ role: "decode", address: "127.0.61.14:8000", kvEvents: "tcp://127.0.61.14:5557" });
   });
