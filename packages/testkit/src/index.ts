@@ -8,6 +8,7 @@ export { spawnProcess, spawnBun, killAll, type ProcessHandle, type SpawnOptions 
 export { waitFor, type WaitOptions } from "./wait.ts";
 export { freePort, heldPorts } from "./net.ts";
 export { LOOPBACK, LOOPBACK_PATTERN } from "./loopback.ts";
+export { TcpProxy } from "./tcp-proxy.ts";
 export { freshWords, mulberry32, seededRandom } from "./prng.ts";
 export { renderKustomization, renderWithKubectl, rbacAuthorizer, rbacAuthorizerFor, strategicMerge } from "./kustomize.ts";
 export { SimCluster, POD_INHERITED_ENV, type SimClusterOptions, type SimPodSpec, type SimService, type PodIdentity, type Probe } from "./cluster/sim.ts";
