@@ -15,9 +15,8 @@ import {
   type ListenerSignal,
   type Logger,
 } from "../src/index.ts";
-import { TcpProxy } from "./tcp-proxy.ts";
 import { waitUntil } from "./zmq-peer.ts";
-import { LOOPBACK, LOOPBACK_PATTERN } from "@kv-epp/testkit";
+import { LOOPBACK, LOOPBACK_PATTERN, TcpProxy } from "@kv-epp/testkit";
 
 const cleanups: (() => Promise<void> | void)[] = [];
 afterEach(async () => {

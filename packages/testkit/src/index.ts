@@ -9,6 +9,7 @@ export { waitFor, type WaitOptions } from "./wait.ts";
 export { tempDir } from "./temp-dir.ts";
 export { freePort, heldPorts } from "./net.ts";
 export { LOOPBACK, LOOPBACK_PATTERN } from "./loopback.ts";
+export { TcpProxy } from "./tcp-proxy.ts";
 export { freshWords, mulberry32, seededRandom } from "./prng.ts";
 export { renderKustomization, renderWithKubectl, rbacAuthorizer, rbacAuthorizerFor, strategicMerge } from "./kustomize.ts";
 export { SimCluster, POD_INHERITED_ENV, type SimClusterOptions, type SimPodSpec, type SimService, type PodIdentity, type Probe } from "./cluster/sim.ts";

@@ -53,10 +53,11 @@ function truthAfter(stream: KvEvent[][], upTo: number, from = 0): Cache {
 function harness(stream: KvEvent[][], replayFrom: number | null, replayEpoch: string | null = null) {
   const index: Cache = new Map();
   const outcomes: HandoffOutcome[] = [];
+  let resets = 0;
   const r = new RankStream({
     worker: { workerId: "w", dpRank: 0 },
     index: {
-      apply: (s) => (s.kind === "reset" ? index.clear() : applyEvents(index, s.batch.events)),
+      apply: (s) => (s.kind === "reset" ? (resets++, index.clear()) : applyEvents(index, s.batch.events)),
       clear: () => index.clear(),
       blocks: () => index.size,
     },
@@ -72,7 +73,8 @@ function harness(stream: KvEvent[][], replayFrom: number | null, replayEpoch: st
     log: pino({ level: "silent" }),
     onOutcome: (o) => outcomes.push(o),
   });
-  return { r, index, outcomes };
+  /** `resets`: reset signals that reached the index. */
+  return { r, index, outcomes, resets: () => resets };
 }
 
 /** Lets a replay answer (the fake one resolves within a few microtasks). */
@@ -97,7 +99,8 @@ describe("the joiner's rule", () => {
         else if (s === c + 1n) expect(step.kind).toBe("apply");
         else expect(step).toEqual({ kind: "replay", from: c + 1n, to: s });
       }
-    expect(joinerStep({ seq: 3n }, { kind: "reset" }).kind).toBe("reset");
+    for (const reason of ["restarted", "gap-unrecovered", "overflow"] as const) expect(joinerStep({ seq: 3n }, { kind: "reset", reason }).kind).toBe("reset");
+    expect(joinerStep({ seq: 3n }, { kind: "reset", reason: "reconnected" }).kind).toBe("await");
   });
 
   test("every ordering of peer cursor, first buffered seq and replay coverage ends exact, or dropped and known incomplete", async () => {
@@ -165,6 +168,7 @@ describe("the joiner's rule", () => {
         expect(h.index).toEqual(truthAfter(after, after.length - 1, firstAfter));
         expect(h.r.cursor.complete).toBe(firstAfter === 0);
         expect(h.outcomes).toEqual([!unseen && c + 1 < before.length ? "exact" : "reset"]);
+        expect(h.resets()).toBe(1); // a reconnect held until the new stream's first batch reaches the index then
       }),
       { numRuns: 200 },
     );
@@ -214,6 +218,41 @@ describe("the joiner's rule", () => {
           expect(joinerStep({ seq: c, epoch: null }, { ...first, epoch: "a" })).toEqual(joinerStep({ seq: c }, first));
           expect(joinerStep({ seq: c, epoch: "a" }, first)).toEqual(joinerStep({ seq: c }, first));
         }
+  });
+
+  test("the first batch after a reconnect: under the view's epoch its seq decides as any first batch's; under another, or without epochs on both sides, the view is dropped", () => {
+    for (let c = -1n; c < 6n; c++)
+      for (let s = 0n; s < 8n; s++)
+        for (const newerThanView of [false, true]) {
+          const first = { kind: "batch" as const, seq: s, newerThanView };
+          const after = { ...first, afterReconnect: true };
+          expect(joinerStep({ seq: c, epoch: "a" }, { ...after, epoch: "a" })).toEqual(joinerStep({ seq: c, epoch: "a" }, { ...first, epoch: "a" }));
+          expect(joinerStep({ seq: c, epoch: "a" }, { ...after, epoch: "b" })).toEqual({ kind: "restart" });
+          for (const [view, epoch] of [[null, "a"], ["a", undefined], [null, undefined]] as const) expect(joinerStep({ seq: c, epoch: view }, { ...after, epoch })).toEqual({ kind: "restart" });
+        }
+  });
+
+  test("a reconnect reported before any batch keeps the view taken over until a batch decides: under its epoch the stream continues it exactly (replayed across a hole), reaching the index no reset", async () => {
+    await fc.assert(
+      fc.asyncProperty(streamArb(6), fc.nat(), fc.nat(), async (stream, cRaw, firstRaw) => {
+        fc.pre(stream.length > 1);
+        const n = stream.length;
+        const c = cRaw % (n - 1);
+        const first = c + 1 + (firstRaw % (n - 1 - c)); // past the cursor: what the link came back to
+        const h = harness(stream, 0, "e1");
+        for (const [k, v] of truthAfter(stream, c)) h.index.set(k, v);
+        h.r.adopt({ seq: BigInt(c), baseline: 0n, complete: true, epoch: "e1" });
+        h.r.onSignal({ kind: "reset", reason: "reconnected" });
+        expect(h.r.handoff).toBe("pending");
+        for (let i = first; i < n; i++) h.r.onSignal(batch(stream, i, "e1"));
+        await settle();
+        expect(h.outcomes).toEqual([first === c + 1 ? "exact" : "replayed"]);
+        expect(h.resets()).toBe(0);
+        expect(h.index).toEqual(truthAfter(stream, n - 1));
+        expect(h.r.cursor).toEqual({ seq: BigInt(n - 1), baseline: 0n, complete: true, epoch: "e1" });
+      }),
+      { numRuns: 100 },
+    );
   });
 
   test("under the peer cursor's epoch, buffered batches at or below its cursor (0 and a newer connection's too) are skipped and the stream continues exactly", async () => {

@@ -34,9 +34,10 @@ export type RankStreamDeps = {
 type Phase =
   /**
    * Until the first signal decides: the view equals the cache after batch `at` (-1: the empty view before 0),
-   * of the publisher epoch `epoch` when a peer's cursor said so.
+   * of the publisher epoch `epoch` when a peer's cursor said so. `reconnect`: the listener's reset "reconnected",
+   * held until the next batch says whether the publisher restarted (then it reaches the index).
    */
-  | { kind: "waiting"; at: bigint; fromPeer: boolean; epoch?: string | null }
+  | { kind: "waiting"; at: bigint; fromPeer: boolean; epoch?: string | null; reconnect?: ListenerSignal }
   /** A hole is being replayed; signals meanwhile wait their turn. */
   | { kind: "replaying"; queue: ListenerSignal[] }
   | { kind: "live" };
@@ -113,10 +114,17 @@ export class RankStream {
     const p = this.phase;
     if (p.kind === "replaying") return void p.queue.push(s);
     if (p.kind === "live") return this.live(s);
-    const step = joinerStep({ seq: p.at, epoch: p.epoch }, s.kind === "batch" ? { kind: "batch", seq: s.seq, epoch: s.epoch, newerThanView: s.connectedAfterAttach } : { kind: "reset" });
+    const step = joinerStep(
+      { seq: p.at, epoch: p.epoch },
+      s.kind === "batch" ? { kind: "batch", seq: s.seq, epoch: s.epoch, newerThanView: s.connectedAfterAttach, afterReconnect: p.reconnect !== undefined } : s,
+    );
     switch (step.kind) {
+      case "await":
+        this.phase = { ...p, reconnect: s };
+        return;
       case "skip":
         this.counters.skipped++;
+        this.phase = { ...p, reconnect: undefined };
         return;
       case "apply":
         if (p.at < 0n) this.cursorState = { seq: null, baseline: 0n, complete: true, epoch: null };
@@ -127,6 +135,8 @@ export class RankStream {
         // Another process's stream: whatever the view held goes, and the stream decides as for a new rank
         // (complete from its seq 0, or replayed from 0).
         const dropped = this.deps.index.blocks();
+        // A reconnect held for this batch was a restart after all: the index takes (and counts) it as the listener's reset.
+        if (p.reconnect) this.live(p.reconnect);
         this.deps.index.clear();
         this.cursorState = NO_CURSOR;
         if (p.fromPeer) this.decide("reset", dropped);

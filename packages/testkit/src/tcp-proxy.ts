@@ -1,7 +1,7 @@
 // Test helper: a TCP forwarder whose link can be cut (a network blip between worker and listener).
 import { connect, createServer, type Server, type Socket } from "node:net";
 import { parseEndpoint } from "@kv-epp/protocol";
-import { LOOPBACK } from "@kv-epp/testkit";
+import { LOOPBACK } from "./loopback.ts";
 
 export class TcpProxy {
   private readonly pairs = new Set<Socket>();
