@@ -14,7 +14,7 @@
 import { writeFileSync } from "node:fs";
 import { MatchList, computeBlockHashes } from "@kv-epp/index-wasm";
 import { dumpStream } from "@kv-epp/recovery";
-import { freePort, killAll, spawnProcess, tempDir, type ProcessHandle } from "@kv-epp/testkit";
+import { killAll, spawnProcess, tempDir, type ProcessHandle } from "@kv-epp/testkit";
 import pino from "pino";
 import { parseConfig } from "../src/config.ts";
 import { parseBodyBytes } from "@kv-epp/tokenizer";
@@ -144,17 +144,17 @@ async function main() {
   // The same EPP twice: TLS (its default, a self-signed certificate, as behind a real gateway) and h2c
   // (--secure-serving=false), so the cost of TLS is measured beside it in the same run.
   const startEppProc = async (name: string, extra: string[]) => {
-    const ports: number[] = [];
-    for (let k = 0; k < 5; k++) ports.push(await freePort(HOST));
     const t0 = performance.now();
-    const proc = spawn(name, [...(Bun.env.EPP_BUN_FLAGS?.split(" ").filter(Boolean) ?? []), `${import.meta.dir}/../src/main.ts`, ...eppArgs(ports), ...extra]);
+    // Ports it binds itself, read back (a port found free and bound later can be taken in between).
+    const proc = spawn(name, [...(Bun.env.EPP_BUN_FLAGS?.split(" ").filter(Boolean) ?? []), `${import.meta.dir}/../src/main.ts`, ...eppArgs([0, 0, 0, 0, 0]), ...extra]);
+    const ports = JSON.parse(await proc.waitForLog(/"msg":"servers listening"/, { timeoutMs: 60_000 })) as { grpc: number; metrics: number };
     const recovered = await proc.waitForLog(/"msg":"recovered"/, { timeoutMs: 60_000 });
     return { proc, ports, events: JSON.parse(recovered).events as number, ms: performance.now() - t0 };
   };
   const tlsEpp = await startEppProc("epp-tls", []);
   const h2cEpp = await startEppProc("epp-h2c", ["--secure-serving=false"]);
   const ports = tlsEpp.ports;
-  const statsText = await (await fetch(`http://${HOST}:${ports[2]}/metrics`)).text();
+  const statsText = await (await fetch(`http://${HOST}:${ports.metrics}/metrics`)).text();
   const gauge = (name: string) => Number(new RegExp(`^dynamo_epp_${name}(?:\\{[^}]*\\})? (\\S+)`, "m").exec(statsText)?.[1]);
   const stats = { blocks: gauge("kv_index_blocks"), residencies: gauge("kv_index_residencies") };
   console.log(`EPPs ready: recovered ${tlsEpp.events} events in ${tlsEpp.ms.toFixed(0)} ms — ${stats.blocks} blocks, ${stats.residencies} residencies (expected ${index.residencies})`);
@@ -164,8 +164,8 @@ async function main() {
   const floorProc = spawn("floor", [`${import.meta.dir}/floor-server.ts`, "--listen", HOST, "--workers", String(WORKLOAD.workers)]);
   const floorPort = JSON.parse(await floorProc.waitForLog(/"port"/)).port as number;
   const servers: Server[] = [
-    { name: "kv-epp/tls", target: `${HOST}:${tlsEpp.ports[0]}`, proc: tlsEpp.proc, tls: true },
-    { name: "kv-epp/h2c", target: `${HOST}:${h2cEpp.ports[0]}`, proc: h2cEpp.proc, tls: false },
+    { name: "kv-epp/tls", target: `${HOST}:${tlsEpp.ports.grpc}`, proc: tlsEpp.proc, tls: true },
+    { name: "kv-epp/h2c", target: `${HOST}:${h2cEpp.ports.grpc}`, proc: h2cEpp.proc, tls: false },
     { name: "baseline", target: `${HOST}:${baselinePort}`, proc: baselineProc, tls: false },
     { name: "floor", target: `${HOST}:${floorPort}`, proc: floorProc, tls: false },
   ];
@@ -193,7 +193,7 @@ async function main() {
   const base = runs.get("baseline")!;
   const floor = runs.get("floor")!;
 
-  const metricsText = await (await fetch(`http://${HOST}:${ports[2]}/metrics`)).text();
+  const metricsText = await (await fetch(`http://${HOST}:${ports.metrics}/metrics`)).text();
   const sum = Number(/^dynamo_epp_overlap_ratio_sum (\S+)/m.exec(metricsText)?.[1]);
   const count = Number(/^dynamo_epp_overlap_ratio_count (\S+)/m.exec(metricsText)?.[1]);
   await killAll();

@@ -1,7 +1,7 @@
 // The load generators shared by bench:epp and bench:hostile: bench/loadgen.c (C, libnghttp2, built
 // here with `cc`) standing in for Envoy, or bench/loadgen.ts where that does not build.
 import { readdirSync, readFileSync } from "node:fs";
-import { freePort, spawnProcess, type ProcessHandle } from "@kv-epp/testkit";
+import { spawnProcess, type ProcessHandle } from "@kv-epp/testkit";
 import { requestsFile, type Mode } from "./requests.ts";
 import { eppRuntimeEnv } from "../src/runtime-env.ts";
 
@@ -61,16 +61,19 @@ export function threadsText(threads: Iterable<[string, number]>): string {
   return [...threads].sort((a, b) => b[1] - a[1]).map(([name, ms]) => `${name} ${ms.toFixed(2)}`).join(", ");
 }
 
-/** An EPP process for a bench (src/main.ts, as deployed: its runtime environment too) on `host`, each of its ports free, no scraping. */
+/**
+ * An EPP process for a bench (src/main.ts, as deployed: its runtime environment too) on `host`, no scraping, once its
+ * servers listen. Its ports are the ones it bound itself (port 0, read back from its "servers listening" line): a port
+ * found free and bound later can be taken in between, on a loopback address that clients' ephemeral ports share.
+ */
 export async function spawnBenchEpp(name: string, host: string, config: string, extra: string[] = []): Promise<{
   proc: ProcessHandle; ports: { grpc: number; metrics: number; selection: number };
 }> {
-  const p: number[] = [];
-  for (let k = 0; k < 5; k++) p.push(await freePort(host));
   const proc = spawnProcess(process.execPath, [`${import.meta.dir}/../src/main.ts`, "--config", config, "--listen", host,
-    "--grpc-port", String(p[0]), "--grpc-health-port", String(p[1]), "--metrics-port", String(p[2]), "--replica-agg-port", String(p[3]),
-    "--selection-port", String(p[4]), "--scrape-interval-ms", "0", "--subscribe-wait-ms", "0", ...extra], { name, env: eppRuntimeEnv() });
-  return { proc, ports: { grpc: p[0]!, metrics: p[2]!, selection: p[4]! } };
+    "--grpc-port", "0", "--grpc-health-port", "0", "--metrics-port", "0", "--replica-agg-port", "0",
+    "--selection-port", "0", "--scrape-interval-ms", "0", "--subscribe-wait-ms", "0", ...extra], { name, env: eppRuntimeEnv() });
+  const listening = JSON.parse(await proc.waitForLog(/"msg":"servers listening"/, { timeoutMs: 60_000 })) as { grpc: number; metrics: number; selection: number };
+  return { proc, ports: { grpc: listening.grpc, metrics: listening.metrics, selection: listening.selection } };
 }
 
 /** `tls`: the generator opens TLS (ALPN h2, unverified, as gateways do); else h2c. */

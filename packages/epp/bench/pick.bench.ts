@@ -195,6 +195,22 @@ if (typeof built !== "string") {
 }
 const bin = built;
 
+type Gaps = { threads: number; durationMs: number; gaps: Record<string, number>; maxMs: number; lostShare: number };
+const GAPS_MS = 3000;
+
+const gapsBin = `${dir}/machine-gaps`;
+const gapsBuilt = Bun.spawnSync(["cc", "-O2", "-pthread", "-o", gapsBin, `${import.meta.dir}/machine-gaps.c`], { stderr: "pipe" }).exitCode === 0;
+
+/** bench/machine-gaps.c: the gaps `threads` never-yielding threads see in GAPS_MS (null when it did not build). */
+function machineGaps(threads: number): Gaps | null {
+  if (!gapsBuilt) return null;
+  const run = Bun.spawnSync([gapsBin, "--threads", String(threads), "--duration-ms", String(GAPS_MS)], { stdout: "pipe" });
+  return run.exitCode === 0 ? (JSON.parse(run.stdout.toString()) as Gaps) : null;
+}
+
+const gapsText = (g: Gaps) => `${g.threads} thread${g.threads > 1 ? "s" : ""}: gaps of >= 2 ms ${Object.entries(g.gaps).filter(([b]) => Number(b) >= 2).reduce((n, [, c]) => n + c, 0)}, ` +
+  `>= 5 ms ${Object.entries(g.gaps).filter(([b]) => Number(b) >= 5).reduce((n, [, c]) => n + c, 0)}, longest ${g.maxMs.toFixed(1)} ms, ${(g.lostShare * 100).toFixed(2)}% of the time lost`;
+
 async function main() {
   console.log(`bench:pick — ${navigator.hardwareConcurrency} cores (shared with other work: figures are noisy), Qwen3 tokenizer, TLS ext_proc, C load generator`);
   const pre = createPreprocessor({ tokenizerDir: TOKENIZER_DIR });
@@ -248,6 +264,10 @@ async function main() {
   const chatTokens = chatBodies.slice(0, 200).map((b) => pre.encodeChat(JSON.parse(new TextDecoder().decode(b)).messages).length);
   console.log(`requests built in ${((performance.now() - t0) / 1000).toFixed(1)} s: ${chatBodies.length} chats (first 200: mean ${Math.round(chatTokens.reduce((a, b) => a + b, 0) / chatTokens.length)} tokens), ` +
     `fresh text ~${charsPerToken.toFixed(2)} characters a token`);
+
+  // The machine's own floor, before any EPP runs: a core busy alone, then every core busy.
+  const gaps = [1, navigator.hardwareConcurrency].map(machineGaps).filter((g): g is Gaps => g !== null);
+  for (const g of gaps) console.log(`machine, ${gapsText(g)} (${GAPS_MS} ms, bench/machine-gaps.c)`);
 
   const peer = Bun.serve({
     hostname: HOST, port: 0, idleTimeout: 0,
@@ -372,6 +392,14 @@ async function main() {
     `|---|---|---|---|---|---|---|`,
     ...overFloor,
     ``,
+    ...(gaps.length > 0 ? [
+      `Below the floor, the machine: threads that never yield, reading the clock in a loop for ${GAPS_MS} ms before any EPP started (bench/machine-gaps.c);`,
+      `a gap is time a thread did not run (another thread, the kernel, or the hypervisor holding its virtual CPU). A p99 under these gaps`,
+      `is out of reach here whenever the load keeps every core busy:`,
+      ``,
+      ...gaps.map((g) => `- ${gapsText(g)}`),
+      ``,
+    ] : []),
     `A replica's first picks: a fresh EPP (the pool, its default size), ready, then sent ${BURSTS} bursts of ${BURST_SIZE} of the trace's chats, each burst`,
     `in ${BURST_SIZE} ms, ${BURST_GAP_MS} ms apart; latency at the generator, and the EPP's own mean pick (dynamo_epp_pick_duration_seconds). "warm-up": the default`,
     `decision warm-up (--warm-up-picks 500 invented exchanges through its own decision path before its servers listen); "no warm-up": --warm-up-picks 0.`,

@@ -52,10 +52,13 @@ function killGroup(pid: number, signal: NodeJS.Signals): void {
   }
 }
 
-// Safety net: a test runner that exits (or crashes) must not leave children behind.
-process.on("exit", () => {
+/** Kills (SIGKILL, process groups) every child still running: the safety net at a run's end. */
+export function killLeftovers(): void {
   for (const child of live) killGroup(child.pid, "SIGKILL");
-});
+}
+
+// A script that exits (or crashes) must not leave children behind (`bun test` has its own hook: test-cleanup.ts).
+process.on("exit", killLeftovers);
 
 function inherited(which: true | readonly string[]): Record<string, string | undefined> {
   if (which === true) return process.env;

@@ -13,7 +13,7 @@ export function tempDir(prefix: string): string {
   return dir;
 }
 
-/** Removes every tempDir made so far: at process exit, and by the `bun test` preload (scripts/test-temp-dirs.ts). */
+/** Removes every tempDir made so far: at process exit, and by the `bun test` preload (scripts/test-cleanup.ts). */
 export function removeTempDirs(): void {
   for (const dir of dirs) {
     try {
