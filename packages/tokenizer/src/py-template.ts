@@ -522,9 +522,9 @@ const STEPS_PER_INPUT_CHAR = 10;
 const CHARS_BASE = 1024 * 1024;
 const CHARS_PER_INPUT_CHAR = 32;
 
-/** The bound of a render whose template and variables (as JSON) are `inputChars` characters in all. */
-export function renderBound(inputChars: number): RenderBound {
-  return { steps: STEPS_BASE + STEPS_PER_INPUT_CHAR * inputChars, chars: CHARS_BASE + CHARS_PER_INPUT_CHAR * inputChars };
+/** The bound of a render whose template and variables (as JSON) are `inputChars` characters in all, `scale` times over. */
+export function renderBound(inputChars: number, scale = 1): RenderBound {
+  return { steps: scale * (STEPS_BASE + STEPS_PER_INPUT_CHAR * inputChars), chars: scale * (CHARS_BASE + CHARS_PER_INPUT_CHAR * inputChars) };
 }
 
 /** A render stopped at its bound (RenderBound): jinja2 would have gone on. */
@@ -551,12 +551,12 @@ function jsonChars(v: unknown): number {
   return n;
 }
 
-/** A parsed chat template rendered with Python semantics. */
+/** A parsed chat template rendered with Python semantics, each render within renderBound(its input, `boundScale`). */
 export class PyTemplate {
   private readonly program: Template["parsed"];
   private readonly sourceChars: number;
 
-  constructor(source: string) {
+  constructor(source: string, private readonly boundScale = 1) {
     // jinja2's lexer writes every newline of the template's text and string literals as its newline_sequence
     // ("\n"): a template with CRLF (a config's string, a file) renders as with LF.
     this.program = new Template(source.replace(/\r\n?/g, "\n")).parsed;
@@ -579,7 +579,7 @@ export class PyTemplate {
     env.set("range", range);
     env.set("strftime_now", strftimeNow);
     for (const [k, v] of Object.entries(vars)) env.setVariable(k, toTemplateValue(v) as never);
-    const interpreter = new PythonInterpreter(env, renderBound(inputChars));
+    const interpreter = new PythonInterpreter(env, renderBound(inputChars, this.boundScale));
     try {
       return (interpreter.run(this.program) as unknown as Value).value as string;
     } finally {
