@@ -46,6 +46,15 @@ function connectable(endpoint: string, host: string): string {
   return endpoint.replace(/^tcp:\/\/(\*|0\.0\.0\.0)(?=:)/, `tcp://${host}`);
 }
 
+// vLLM's (and SGLang's) jinja2 renders a chat however much work it takes, so the EPP's bound on a render's work
+// (RenderBound, which keeps hostile input off its event loop) would make this stand-in refuse chats the engine serves.
+// The library here walks a template ~100 times slower than jinja2 runs it, so no bound is both faithful and safe: 100
+// times the EPP's (10 million steps, and more per input character; the largest shipped templates need ~1.3 per
+// character) renders what jinja2 does in about half a second, and stops only a runaway template (loops nested over
+// range()) after tens of seconds rather than stalling every test and benchmark sharing this process, or exhausting its
+// memory.
+const ENGINE_RENDER_BOUND_SCALE = 100;
+
 /**
  * Starts a mock vLLM worker: `dpSize` ranks, each with its own prefix cache and KV-event publisher,
  * behind one OpenAI HTTP server. Options not given take the CLI defaults.
@@ -71,6 +80,7 @@ export async function startMockWorker(opts: MockWorkerOptions = {}): Promise<Moc
     tokenizerDir: config.tokenizerDir, model: config.model, defaultChatTemplateKwargs: config.defaultChatTemplateKwargs,
     excludeToolsWhenToolChoiceNone: config.excludeToolsWhenToolChoiceNone, chatTemplate: config.chatTemplate,
     chatTemplateContentFormat: config.chatTemplateContentFormat, trustRequestChatTemplate: config.trustRequestChatTemplate,
+    renderBoundScale: ENGINE_RENDER_BOUND_SCALE,
   };
   const why = config.tokenizerDir === undefined ? "without --tokenizer-dir (the byte-level fallback has no chat template)" : "in an SGLang --event-encoding (a vLLM flag)";
   for (const flag of ignoredRenderingFlags(rendering)) log.warn(`${flag} has no effect ${why}`);

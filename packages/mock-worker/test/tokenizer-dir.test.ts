@@ -1,6 +1,6 @@
 import { afterAll, expect, test } from "bun:test";
 import { join } from "node:path";
-import { createPreprocessor, readChatBody } from "@kv-epp/tokenizer";
+import { ChatUnrenderable, createPreprocessor, readChatBody } from "@kv-epp/tokenizer";
 import { startMockWorker } from "../src/index.ts";
 import { waitFor, LOOPBACK } from "@kv-epp/testkit";
 import { post, subscribe, syncSubscribers } from "./support.ts";
@@ -149,6 +149,31 @@ test("a chat template that fails to render is a 400, as vLLM answers any templat
   } finally {
     await gap.close();
     rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test("a chat whose render passes the EPP's bound on work is rendered, as vLLM renders it, not refused", async () => {
+  // A server template that looks back over the chat for each message: its work grows with the square of the chat.
+  const quadratic = "{% for m in messages %}{% for n in messages %}{% if n.role == m.role %}{% endif %}{% endfor %}{{ m.content }}\n{% endfor %}";
+  const messages = Array.from({ length: 300 }, (_, i) => ({ role: i % 2 ? "assistant" : "user", content: `turn ${i}` }));
+  const epp = createPreprocessor({ tokenizerDir, chatTemplate: quadratic });
+  let stopped: unknown;
+  try {
+    epp.encodeChat(messages);
+  } catch (e) {
+    stopped = e;
+  }
+  expect((stopped as ChatUnrenderable).reason).toBe("render_bound");
+  const worker = await startMockWorker({
+    listen: `${LOOPBACK}.2.12`, port: 0, kvEvents: `tcp://${LOOPBACK}.2.12:0`, speed: 0, blockSize: 4, tokenizerDir, logLevel: "silent", chatTemplate: quadratic,
+  });
+  try {
+    const res = await post(`${worker.url}/v1/chat/completions`, { messages, max_tokens: 1 });
+    expect(res.status).toBe(200);
+    const text = messages.map((m) => `${m.content}\n`).join("");
+    expect(((await res.json()) as any).usage.prompt_tokens).toBe(epp.encodeCompletion(text, { addSpecialTokens: false }).length);
+  } finally {
+    await worker.close();
   }
 });
 

@@ -76,7 +76,7 @@ export class HfPreprocessor implements Preprocessor, ChatServer {
   }
 
   private compile(source: string): ChatTemplate {
-    const compiled = new PyTemplate(source);
+    const compiled = new PyTemplate(source, this.flags.renderBoundScale);
     return { source, compiled, contentFormat: this.rules.detectFormat(source, compiled.ast) };
   }
 
@@ -226,6 +226,8 @@ export type ServerRendering = {
   /** --chat-template-content-format. */
   contentFormat?: ContentFormatOption;
   trustRequestChatTemplate?: boolean;
+  /** PreprocessorOptions.renderBoundScale. */
+  renderBoundScale?: number;
 };
 
 /** vLLM's answer (400) to a request that brings a template the server does not trust. */

@@ -22,6 +22,7 @@ export function createPreprocessor(opts: PreprocessorOptions = {}): Preprocessor
       chatTemplate: opts.chatTemplate === undefined ? undefined : rules.engine === "sglang" ? loadSglangChatTemplate(opts.chatTemplate) : loadChatTemplate(opts.chatTemplate),
       contentFormat: opts.chatTemplateContentFormat,
       trustRequestChatTemplate: opts.trustRequestChatTemplate,
+      renderBoundScale: opts.renderBoundScale,
     }, rules);
   if (opts.registry !== undefined) {
     registerPreprocessorMetrics(opts.registry, { model: opts.model ?? "", kind: pre.kind, cacheStats: () => pre.cacheStats() });

@@ -8,7 +8,9 @@
 //     and trims JavaScript's whitespace set);
 //   - `~` and `|string` use str(); `|join` joins str() of the items (or of their `attribute`, which the library
 //     ignores);
-//   - `dictsort` gives (key, value) tuples, printed `('a', 1)` (the library's lists print `['a', 1]`);
+//   - a dict's items(), the `items` filter and `dictsort` give (key, value) tuples, printed `('a', 1)` (the library's
+//     lists print `['a', 1]`); keys(), values() and items() are views, printed `dict_keys(['a'])`, which `tojson`
+//     refuses and `list` makes a list;
 //   - an undefined value is jinja2's default Undefined: it prints "" (and is falsy, and `is defined` false), but an
 //     attribute or item of it raises UndefinedError and `tojson` of it json.dumps' TypeError (TemplateRaised, the
 //     request's error); where the library's undefined may not be jinja2's, it keeps the library's behaviour.
@@ -78,13 +80,13 @@ export function pyRepr(v: Value, limit = Infinity): string {
       return "None";
     case "UndefinedValue":
       return "";
-    case "TupleValue": {
+    case "TupleValue":
+    case "ArrayValue": {
       const xs = joinWithin(items(v), repr, ", ", limit);
-      return items(v).length === 1 ? `(${xs},)` : `(${xs})`;
+      if (v.type === "TupleValue" || TUPLES.has(v)) return items(v).length === 1 ? `(${xs},)` : `(${xs})`;
+      const view = VIEWS.get(v);
+      return view === undefined ? `[${xs}]` : `${view}([${xs}])`;
     }
-    case "ArrayValue":
-      if (TUPLES.has(v)) return `(${joinWithin(items(v), repr, ", ", limit)})`;
-      return `[${joinWithin(items(v), repr, ", ", limit)}]`;
     case "ObjectValue":
     case "KeywordArgumentsValue":
       return `{${joinWithin(entries(v), pair, ", ", limit)}}`;
@@ -131,6 +133,7 @@ export function pyJsonDumps(v: Value, o: JsonOptions, depth = 0): string {
       return jsonString(v.value as string, o.ensureAscii);
     case "ArrayValue":
     case "TupleValue":
+      if (VIEWS.has(v)) throw new TemplateRaised(`Object of type ${VIEWS.get(v)} is not JSON serializable`);
       return container("[", "]", items(v), (x) => pyJsonDumps(x, o, depth + 1), o, depth);
     case "ObjectValue":
     case "KeywordArgumentsValue":
@@ -258,8 +261,9 @@ class PythonInterpreter extends Interpreter {
     if (n.type === "CallExpression") {
       const callee = n.callee as Node;
       const method = callee.type === "MemberExpression" && !callee.computed ? ((callee.property as Node).value as string) : undefined;
-      if (method === undefined || !(method in STRIPS || method === "replace")) return undefined;
+      if (method === undefined || !(method in STRIPS || method === "replace" || DICT_VIEWS.has(method))) return undefined;
       const target = this.value(callee.object, env);
+      if (DICT_VIEWS.has(method)) return target.type === "ObjectValue" && (n.args as Node[]).length === 0 ? dictView(target, method) : undefined;
       if (target.type !== "StringValue") return undefined;
       const { positional, keyword } = this.args(n.args as Node[], env);
       if (method === "replace") return this.replace(target, positional, keyword);
@@ -271,7 +275,7 @@ class PythonInterpreter extends Interpreter {
   private filter(n: Node, env: Env): Value | undefined {
     const f = n.filter as Node;
     const name = (f.type === "Identifier" ? f.value : (f.callee as Node).value) as string;
-    if (!["tojson", "string", "trim", "join", "replace", "indent", "dictsort"].includes(name)) return undefined;
+    if (!["tojson", "string", "trim", "join", "replace", "indent", "dictsort", "items", "list"].includes(name)) return undefined;
     const operand = this.value(n.operand, env);
     const { positional, keyword } = f.type === "CallExpression" ? this.args(f.args as Node[], env) : { positional: [], keyword: new Map<string, Value>() };
     const arg = (i: number, key: string) => keyword.get(key) ?? positional[i];
@@ -304,6 +308,11 @@ class PythonInterpreter extends Interpreter {
       }
       case "dictsort":
         return operand.type === "ObjectValue" ? dictsort(operand, arg(0, "case_sensitive"), arg(1, "by"), arg(2, "reverse")) : undefined;
+      case "items":
+        return operand.type === "ObjectValue" ? tuples(libraryMethod(operand, "items")([])) : undefined;
+      case "list":
+        // list() makes a list of a tuple or a view too; the library hands each back as it is.
+        return operand.type === "ArrayValue" || operand.type === "TupleValue" ? new ArrayValue(items(operand)) : undefined;
     }
     return undefined;
   }
@@ -394,15 +403,29 @@ function sizeOf(v: Value): number {
   return 0;
 }
 
-// The (key, value) pairs dictsort gives, tuples in jinja2: printed `('a', 1)`. They stay the library's lists
-// otherwise, so `{% for k, v in d|dictsort %}` unpacks them (the library unpacks lists only).
+// The (key, value) pairs of a dict (items(), `items`, dictsort), tuples in Python: printed `('a', 1)`. They stay the
+// library's lists otherwise, so `{% for k, v in d.items() %}` unpacks them (the library unpacks lists only).
 const TUPLES = new WeakSet<object>();
+
+/** `list`'s pairs marked as tuples. */
+function tuples(list: Value): Value {
+  for (const pair of items(list)) TUPLES.add(pair);
+  return list;
+}
+
+// A dict's keys(), values() and items(), views in Python: printed `dict_keys(['a'])`. The library gives lists.
+const DICT_VIEWS = new Map([["keys", "dict_keys"], ["values", "dict_values"], ["items", "dict_items"]]);
+const VIEWS = new WeakMap<object, string>();
+
+function dictView(dict: Value, method: string): Value {
+  const view = libraryMethod(dict, method)([]);
+  VIEWS.set(view, DICT_VIEWS.get(method)!);
+  return method === "items" ? tuples(view) : view;
+}
 
 /** jinja2's dictsort(case_sensitive=False, by="key", reverse=False): the library sorts, its pairs become tuples. */
 function dictsort(dict: Value, caseSensitive?: Value, by?: Value, reverse?: Value): Value {
-  const sorted = libraryMethod(dict, "dictsort")([caseSensitive ?? new BooleanValue(false), by ?? new StringValue("key"), reverse ?? new BooleanValue(false)]);
-  for (const pair of items(sorted)) TUPLES.add(pair);
-  return sorted;
+  return tuples(libraryMethod(dict, "dictsort")([caseSensitive ?? new BooleanValue(false), by ?? new StringValue("key"), reverse ?? new BooleanValue(false)]));
 }
 
 /** A name for an undefined value's expression, as jinja2's message gives it. */
@@ -499,9 +522,9 @@ const STEPS_PER_INPUT_CHAR = 10;
 const CHARS_BASE = 1024 * 1024;
 const CHARS_PER_INPUT_CHAR = 32;
 
-/** The bound of a render whose template and variables (as JSON) are `inputChars` characters in all. */
-export function renderBound(inputChars: number): RenderBound {
-  return { steps: STEPS_BASE + STEPS_PER_INPUT_CHAR * inputChars, chars: CHARS_BASE + CHARS_PER_INPUT_CHAR * inputChars };
+/** The bound of a render whose template and variables (as JSON) are `inputChars` characters in all, `scale` times over. */
+export function renderBound(inputChars: number, scale = 1): RenderBound {
+  return { steps: scale * (STEPS_BASE + STEPS_PER_INPUT_CHAR * inputChars), chars: scale * (CHARS_BASE + CHARS_PER_INPUT_CHAR * inputChars) };
 }
 
 /** A render stopped at its bound (RenderBound): jinja2 would have gone on. */
@@ -528,12 +551,12 @@ function jsonChars(v: unknown): number {
   return n;
 }
 
-/** A parsed chat template rendered with Python semantics. */
+/** A parsed chat template rendered with Python semantics, each render within renderBound(its input, `boundScale`). */
 export class PyTemplate {
   private readonly program: Template["parsed"];
   private readonly sourceChars: number;
 
-  constructor(source: string) {
+  constructor(source: string, private readonly boundScale = 1) {
     // jinja2's lexer writes every newline of the template's text and string literals as its newline_sequence
     // ("\n"): a template with CRLF (a config's string, a file) renders as with LF.
     this.program = new Template(source.replace(/\r\n?/g, "\n")).parsed;
@@ -556,7 +579,7 @@ export class PyTemplate {
     env.set("range", range);
     env.set("strftime_now", strftimeNow);
     for (const [k, v] of Object.entries(vars)) env.setVariable(k, toTemplateValue(v) as never);
-    const interpreter = new PythonInterpreter(env, renderBound(inputChars));
+    const interpreter = new PythonInterpreter(env, renderBound(inputChars, this.boundScale));
     try {
       return (interpreter.run(this.program) as unknown as Value).value as string;
     } finally {

@@ -98,6 +98,11 @@ export type PreprocessorOptions = {
    * `chat_template`) renders it; without it, such a request is refused (ChatTemplateError, a 400), as vLLM refuses it.
    */
   trustRequestChatTemplate?: boolean;
+  /**
+   * How many times over a chat template's render may spend its bound on work (RenderBound in py-template.ts, past
+   * which the chat is ChatUnrenderable): 1, the default, is the EPP's. vLLM's jinja2 has no such bound.
+   */
+  renderBoundScale?: number;
 };
 
 export type CacheStats = {

@@ -1,5 +1,5 @@
 // Undefined values as jinja2's default Undefined (transformers' ImmutableSandboxedEnvironment sets no other), each
-// expectation what jinja2 3.1 gives; dictsort's pairs; join's attribute; the bound on a render's work.
+// expectation what jinja2 3.1 gives; a dict's pairs and views, dictsort's; join's attribute; the bound on a render's work.
 import { describe, expect, test } from "bun:test";
 import { PyTemplate, RenderBoundExceeded, TemplateRaised } from "../src/py-template";
 
@@ -45,6 +45,26 @@ describe("dictsort", () => {
     expect(render("{{ d | dictsort(case_sensitive=true) }}", { d })).toBe("[('C', 3), ('a', 1), ('b', 2)]");
     expect(render("{{ d | dictsort(by='value', reverse=true) }}", { d })).toBe("[('C', 3), ('b', 2), ('a', 1)]");
     expect(render("{{ d | dictsort(false, 'value') }}", { d })).toBe("[('a', 1), ('b', 2), ('C', 3)]");
+  });
+});
+
+describe("a dict's items(), keys() and values()", () => {
+  const d = { a: 1, b: "x" };
+
+  test("items() and the items filter give (key, value) tuples: printed as Python prints them, lists by tojson, unpacked in a loop", () => {
+    expect(render("{% for p in d.items() %}{{ p }} {{ p | string }} {{ p ~ '' }} {{ [p] }} {{ p | tojson }} {{ p is sequence }} {{ p | join('=') }};{% endfor %}", { d }))
+      .toBe(`('a', 1) ('a', 1) ('a', 1) [('a', 1)] ["a", 1] True a=1;('b', 'x') ('b', 'x') ('b', 'x') [('b', 'x')] ["b", "x"] True b=x;`);
+    expect(render("{% for k, v in d.items() %}{{ k }}={{ v }};{% endfor %}{% for k, v in d | items %}{{ k }}={{ v }};{% endfor %}", { d })).toBe("a=1;b=x;a=1;b=x;");
+    expect(render("{{ d.items() | list }} {{ d | items | list }} {{ d.items() | first }} {{ (d.items() | list)[0] | list }} {{ (1, 2) | list }}", { d }))
+      .toBe("[('a', 1), ('b', 'x')] [('a', 1), ('b', 'x')] ('a', 1) ['a', 1] [1, 2]");
+  });
+
+  test("are views: printed dict_keys([...]), made lists by list, refused by tojson (json.dumps' TypeError)", () => {
+    expect(render("{{ d.keys() }} {{ d.values() }} {{ d.items() }} {{ [d.keys()] }} {{ d.keys() | string }} {{ d.keys() ~ '' }}", { d }))
+      .toBe("dict_keys(['a', 'b']) dict_values([1, 'x']) dict_items([('a', 1), ('b', 'x')]) [dict_keys(['a', 'b'])] dict_keys(['a', 'b']) dict_keys(['a', 'b'])");
+    expect(render("{{ d.keys() | list }} {{ d.values() | list | tojson }} {{ d.keys() | join(',') }} {{ d.keys() | length }} {{ 'a' in d.keys() }}", { d }))
+      .toBe(`['a', 'b'] [1, "x"] a,b 2 True`);
+    expect(() => render("{{ d.keys() | tojson }}", { d })).toThrow(TemplateRaised);
   });
 });
 
