@@ -134,11 +134,12 @@ async function main() {
       peers: [`http://${HOST}:${peer.port}`],
     }),
   );
-  const eppArgs = (ports: number[]) => [
-    "--config", config, "--listen", HOST, "--grpc-port", String(ports[0]), "--grpc-health-port", String(ports[1]), "--metrics-port", String(ports[2]),
-    "--replica-agg-port", String(ports[3]), "--selection-port", String(ports[4]), "--scrape-interval-ms", "0", "--subscribe-wait-ms", "0",
+  // Every port bound by the EPP itself (0), read back from its log where a run needs one.
+  const eppArgs = [
+    "--config", config, "--listen", HOST, "--grpc-port", "0", "--grpc-health-port", "0", "--metrics-port", "0",
+    "--replica-agg-port", "0", "--selection-port", "0", "--scrape-interval-ms", "0", "--subscribe-wait-ms", "0",
   ];
-  const hot = await hotPath(eppArgs([0, 0, 0, 0, 0]));
+  const hot = await hotPath(eppArgs);
 
   console.log("ext_proc over gRPC, servers and load generator in separate processes:");
   // The same EPP twice: TLS (its default, a self-signed certificate, as behind a real gateway) and h2c
@@ -146,7 +147,7 @@ async function main() {
   const startEppProc = async (name: string, extra: string[]) => {
     const t0 = performance.now();
     // Ports it binds itself, read back (a port found free and bound later can be taken in between).
-    const proc = spawn(name, [...(Bun.env.EPP_BUN_FLAGS?.split(" ").filter(Boolean) ?? []), `${import.meta.dir}/../src/main.ts`, ...eppArgs([0, 0, 0, 0, 0]), ...extra]);
+    const proc = spawn(name, [...(Bun.env.EPP_BUN_FLAGS?.split(" ").filter(Boolean) ?? []), `${import.meta.dir}/../src/main.ts`, ...eppArgs, ...extra]);
     const ports = JSON.parse(await proc.waitForLog(/"msg":"servers listening"/, { timeoutMs: 60_000 })) as { grpc: number; metrics: number };
     const recovered = await proc.waitForLog(/"msg":"recovered"/, { timeoutMs: 60_000 });
     return { proc, ports, events: JSON.parse(recovered).events as number, ms: performance.now() - t0 };

@@ -71,6 +71,9 @@ function checkout(rev: string, dir: string): string {
 }
 
 async function startEpp(root: string, dir: string, name: string): Promise<{ proc: ProcessHandle; target: Target }> {
+  // Ports found free here, not bound by the EPP and read back as the other benches do: this one also runs an older
+  // release (its baseline) at --log-level warn, so no "servers listening" line tells them, and the attack publishes
+  // on the KV endpoint before the EPP subscribes.
   const [grpc, grpcHealth, metrics, selection, replicaAgg, kv] = await Promise.all(Array.from({ length: 6 }, () => freePort(HOST)));
   const target: Target = { host: HOST, grpc: grpc!, grpcHealth: grpcHealth!, metrics: metrics!, selection: selection!, replicaAgg: replicaAgg!, kvEvents: `tcp://${HOST}:${kv}`, tls: false };
   const config = join(dir, "epp.json");

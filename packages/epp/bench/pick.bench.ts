@@ -37,6 +37,7 @@ import { createPreprocessor } from "@kv-epp/tokenizer";
 import { loadTrace, requestBuilder } from "@kv-epp/trace-replay";
 // The tokenizer package's fresh-text measurement, run here too so both figures come from one run.
 import { freshTextRows, mixedText } from "../../tokenizer/bench/fresh-text.ts";
+import { DEFAULT_WARM_UP_PICKS } from "../src/options.ts";
 import { eppRuntimeEnv } from "../src/runtime-env.ts";
 import { buildCLoadgen, cpuByThreadUs, cpuTimeUs, generate, spawnBenchEpp, threadsText, type Run } from "./generator.ts";
 import { extProcMessages, requestsFile, requestsFileOf } from "./requests.ts";
@@ -402,7 +403,7 @@ async function main() {
     ] : []),
     `A replica's first picks: a fresh EPP (the pool, its default size), ready, then sent ${BURSTS} bursts of ${BURST_SIZE} of the trace's chats, each burst`,
     `in ${BURST_SIZE} ms, ${BURST_GAP_MS} ms apart; latency at the generator, and the EPP's own mean pick (dynamo_epp_pick_duration_seconds). "warm-up": the default`,
-    `decision warm-up (--warm-up-picks 500 invented exchanges through its own decision path before its servers listen); "no warm-up": --warm-up-picks 0.`,
+    `decision warm-up (--warm-up-picks ${DEFAULT_WARM_UP_PICKS} invented exchanges through its own decision path before its servers listen); "no warm-up": --warm-up-picks 0.`,
     ``,
     `| EPP | start -> ready ms | ${Array.from({ length: BURSTS }, (_, k) => `burst ${k + 1} p50 / max ms | burst ${k + 1} EPP mean ms`).join(" | ")} |`,
     `|---|---|${Array.from({ length: BURSTS }, () => "---|---|").join("")}`,
