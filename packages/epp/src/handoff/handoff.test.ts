@@ -11,6 +11,8 @@ import { Registry } from "prom-client";
 import { StreamHandoff } from "./handoff.ts";
 
 const KEY = "m:t";
+/** The EPP's loopback octet (testkit README "Addresses"). */
+const HOST = `${LOOPBACK}.4`;
 const W: WorkerRef = { workerId: "w", dpRank: 0 };
 
 const cleanups: (() => unknown)[] = [];
@@ -86,10 +88,10 @@ const removal = (i: number): KvEventBatch => ({ ts: i + 0.5, dataParallelRank: 0
  * `replay`: the rank has a replay endpoint.
  */
 async function reconnectBeforeFirstBatch(o: { epoch: string | null; peerEpoch: string | null; replay: boolean; meanwhile: (p: KvEventPublisher) => Promise<KvEventPublisher> }) {
-  let pub = await publisher(`tcp://${LOOPBACK}.1.7:0`, `tcp://${LOOPBACK}.1.7:0`, o.epoch);
+  let pub = await publisher(`tcp://${HOST}.210:0`, `tcp://${HOST}.210:0`, o.epoch);
   for (let i = 0; i <= 4; i++) pub.publish(removal(i));
   const r = recovered({ ...W, seq: 4n, baseline: 0n, complete: true, epoch: o.peerEpoch }, o.replay ? pub.replayEndpoint : undefined);
-  const link = await TcpProxy.start(pub.endpoint);
+  const link = await TcpProxy.start(pub.endpoint, `${HOST}.211`);
   cleanups.push(() => link.close());
   const l = new KvEventListener({ workerId: W.workerId, dpRank: W.dpRank, endpoint: link.endpoint, socket: { reconnectMinMs: 10, reconnectMaxMs: 50 } });
   cleanups.push(() => l.close());

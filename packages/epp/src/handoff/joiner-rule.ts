@@ -40,12 +40,14 @@ export type Step =
   | { kind: "reset" }
   /**
    * The listener reconnected with nothing to compare across it: the publisher may or may not have restarted.
-   * The view stays until the next batch, which decides as one after a reconnect (`afterReconnect`).
+   * A view with an epoch stays until the next batch, which decides as one after a reconnect (`afterReconnect`).
    */
   | { kind: "await" };
 
 export function joinerStep(view: ViewAt, first: FirstSignal): Step {
-  if (first.kind === "reset") return first.reason === "reconnected" ? { kind: "await" } : { kind: "reset" };
+  // Held only for a view with an epoch: without one the next batch is a restart whatever it says, and
+  // holding would only keep a view (and a cursor claiming it complete) the index is about to lose.
+  if (first.kind === "reset") return first.reason === "reconnected" && view.epoch != null ? { kind: "await" } : { kind: "reset" };
   const s = first.seq;
   // Epochs on both sides say which process each seq is of: another epoch is a restart whatever the seqs,
   // and under the same one the seqs compare exactly (a batch at or below the view's is in it, even a 0),

@@ -8,7 +8,7 @@ import type { KvEvent, ListenerSignal, ReplayRangeResult } from "@kv-epp/kv-even
 import { encodeBatch } from "@kv-epp/kv-events";
 import pino from "pino";
 import { joinerStep, type Step } from "./joiner-rule.ts";
-import { RankStream, type HandoffOutcome } from "./rank-stream.ts";
+import { RankStream, type Cursor, type HandoffOutcome } from "./rank-stream.ts";
 
 type Cache = Map<bigint, number>;
 
@@ -54,10 +54,12 @@ function harness(stream: KvEvent[][], replayFrom: number | null, replayEpoch: st
   const index: Cache = new Map();
   const outcomes: HandoffOutcome[] = [];
   let resets = 0;
+  /** `onReset`: runs inside the index's apply of a reset, after it cleared the rank (as the index's own callbacks do). */
+  const hooks: { onReset?: () => void } = {};
   const r = new RankStream({
     worker: { workerId: "w", dpRank: 0 },
     index: {
-      apply: (s) => (s.kind === "reset" ? (resets++, index.clear()) : applyEvents(index, s.batch.events)),
+      apply: (s) => (s.kind === "reset" ? (resets++, index.clear(), hooks.onReset?.()) : applyEvents(index, s.batch.events)),
       clear: () => index.clear(),
       blocks: () => index.size,
     },
@@ -74,7 +76,7 @@ function harness(stream: KvEvent[][], replayFrom: number | null, replayEpoch: st
     onOutcome: (o) => outcomes.push(o),
   });
   /** `resets`: reset signals that reached the index. */
-  return { r, index, outcomes, resets: () => resets };
+  return { r, index, outcomes, resets: () => resets, hooks };
 }
 
 /** Lets a replay answer (the fake one resolves within a few microtasks). */
@@ -83,6 +85,10 @@ const settle = async () => {
 };
 /** `epoch`: the publisher epoch it came under, when its publisher sends one. */
 const batch = (stream: KvEvent[][], i: number, epoch?: string): ListenerSignal => ({ kind: "batch", seq: BigInt(i), batch: batchOf(stream[i]!), epoch });
+/** `n` batches, batch i storing block i: a view's blocks count its batches. */
+const stores = (n: number): KvEvent[][] =>
+  Array.from({ length: n }, (_, i) => [{ type: "BlockStored", blockHashes: [BigInt(i)], parentBlockHash: null, tokenIds: [], blockSize: 16, loraId: null, medium: "GPU" }]);
+const reconnected: ListenerSignal = { kind: "reset", reason: "reconnected" };
 /** A batch on a listener's first connection, made after the view was taken over. */
 const newerBatch = (stream: KvEvent[][], i: number, epoch?: string): ListenerSignal => ({ kind: "batch", seq: BigInt(i), batch: batchOf(stream[i]!), epoch, connectedAfterAttach: true });
 
@@ -100,7 +106,9 @@ describe("the joiner's rule", () => {
         else expect(step).toEqual({ kind: "replay", from: c + 1n, to: s });
       }
     for (const reason of ["restarted", "gap-unrecovered", "overflow"] as const) expect(joinerStep({ seq: 3n }, { kind: "reset", reason }).kind).toBe("reset");
-    expect(joinerStep({ seq: 3n }, { kind: "reset", reason: "reconnected" }).kind).toBe("await");
+    // A reconnect is held only for a view with an epoch: without one the next batch is a restart anyway.
+    expect(joinerStep({ seq: 3n, epoch: "a" }, { kind: "reset", reason: "reconnected" }).kind).toBe("await");
+    for (const epoch of [undefined, null]) expect(joinerStep({ seq: 3n, epoch }, { kind: "reset", reason: "reconnected" }).kind).toBe("reset");
   });
 
   test("every ordering of peer cursor, first buffered seq and replay coverage ends exact, or dropped and known incomplete", async () => {
@@ -168,7 +176,7 @@ describe("the joiner's rule", () => {
         expect(h.index).toEqual(truthAfter(after, after.length - 1, firstAfter));
         expect(h.r.cursor.complete).toBe(firstAfter === 0);
         expect(h.outcomes).toEqual([!unseen && c + 1 < before.length ? "exact" : "reset"]);
-        expect(h.resets()).toBe(1); // a reconnect held until the new stream's first batch reaches the index then
+        expect(h.resets()).toBe(1); // the listener's reset reaches the index once (a reconnect at once: the view has no epoch)
       }),
       { numRuns: 200 },
     );
@@ -253,6 +261,58 @@ describe("the joiner's rule", () => {
       }),
       { numRuns: 100 },
     );
+  });
+
+  test("a reconnect with a view taken over without an epoch resets the rank at once: the dumped cursor stops claiming the view complete", () => {
+    const stream = stores(3);
+    const h = harness(stream, null);
+    for (const [k, v] of truthAfter(stream, 1)) h.index.set(k, v);
+    h.r.adopt({ seq: 1n, baseline: 0n, complete: true, epoch: null });
+    h.r.onSignal({ kind: "reset", reason: "reconnected" });
+    expect([h.outcomes, h.resets(), h.index.size]).toEqual([["reset"], 1, 0]);
+    expect(h.r.cursor).toEqual({ seq: 1n, baseline: null, complete: false, epoch: null });
+    h.r.onSignal(batch(stream, 0)); // a restarted publisher's stream from its start is complete again
+    expect(h.r.cursor).toEqual({ seq: 0n, baseline: 0n, complete: true, epoch: null });
+    expect([h.outcomes, h.resets()]).toEqual([["reset"], 1]);
+  });
+
+  test("what ends a reconnect held for a view at seq 2 under epoch e1: each handoff decided once, the listener's reset reaching the index only when the view goes with a possible restart", async () => {
+    const stream = stores(4);
+    type H = ReturnType<typeof harness>;
+    const signal = (s: ListenerSignal) => (h: H) => h.r.onSignal(s);
+    // The index drops the rank's blocks by itself (over capacity) and says so.
+    const lost = (h: H) => (h.index.clear(), h.r.viewLost());
+    const lostOnReset = (h: H) => void (h.hooks.onReset = () => h.r.viewLost());
+    const restartedFrom3 = { index: truthAfter(stream, 3, 3), cursor: (epoch: string) => ({ seq: 3n, baseline: 3n, complete: false, epoch }) };
+    const rows: { when: string; steps: ((h: H) => void)[]; outcomes: HandoffOutcome[]; resets: number; index: Cache; cursor: Cursor }[] = [
+      // No view left to keep: the held reconnect reaches the index with the next batch, which decides as for a new rank.
+      { when: "the view is lost, then batch 3 under e1", steps: [lost, signal(batch(stream, 3, "e1"))], outcomes: ["dropped"], resets: 1, ...restartedFrom3, cursor: restartedFrom3.cursor("e1") },
+      { when: "the view is lost while the index takes the held reset, then batch 3 under e2", steps: [lostOnReset, signal(batch(stream, 3, "e2"))], outcomes: ["reset"], resets: 1, ...restartedFrom3, cursor: restartedFrom3.cursor("e2") },
+      { when: "a second reconnect, then batch 3 under e1", steps: [signal(reconnected), signal(batch(stream, 3, "e1"))], outcomes: ["exact"], resets: 0, index: truthAfter(stream, 3), cursor: { seq: 3n, baseline: 0n, complete: true, epoch: "e1" } },
+      { when: "a second reconnect, then batch 3 under e2", steps: [signal(reconnected), signal(batch(stream, 3, "e2"))], outcomes: ["reset"], resets: 1, ...restartedFrom3, cursor: restartedFrom3.cursor("e2") },
+      ...(["overflow", "gap-unrecovered"] as const).map((reason) => ({
+        when: `a reset '${reason}', then batch 3 under e1`,
+        steps: [signal({ kind: "reset", reason }), signal(batch(stream, 3, "e1"))],
+        outcomes: ["reset"] as HandoffOutcome[],
+        resets: 1,
+        ...restartedFrom3,
+        cursor: restartedFrom3.cursor("e1"),
+      })),
+      { when: "batch 2 under e1 (skipped), then batch 3 under e1", steps: [signal(batch(stream, 2, "e1")), signal(batch(stream, 3, "e1"))], outcomes: ["exact"], resets: 0, index: truthAfter(stream, 3), cursor: { seq: 3n, baseline: 0n, complete: true, epoch: "e1" } },
+      // The skip settled the reconnect as the same stream: a later restart drops the view, but not as the listener's reset.
+      { when: "batch 2 under e1 (skipped), then batch 3 under e2", steps: [signal(batch(stream, 2, "e1")), signal(batch(stream, 3, "e2"))], outcomes: ["reset"], resets: 0, ...restartedFrom3, cursor: restartedFrom3.cursor("e2") },
+    ];
+    for (const row of rows) {
+      const h = harness(stream, null);
+      for (const [k, v] of truthAfter(stream, 2)) h.index.set(k, v);
+      h.r.adopt({ seq: 2n, baseline: 0n, complete: true, epoch: "e1" });
+      h.r.onSignal(reconnected);
+      for (const step of row.steps) step(h);
+      await settle();
+      const { when } = row;
+      expect({ when, outcomes: h.outcomes, resets: h.resets(), cursor: h.r.cursor }).toEqual({ when, outcomes: row.outcomes, resets: row.resets, cursor: row.cursor });
+      expect(h.index, when).toEqual(row.index);
+    }
   });
 
   test("under the peer cursor's epoch, buffered batches at or below its cursor (0 and a newer connection's too) are skipped and the stream continues exactly", async () => {

@@ -92,7 +92,8 @@ export class RankStream {
     const p = this.phase;
     this.cursorState = { ...this.cursorState, baseline: null, complete: false };
     if (p.kind === "waiting" && p.fromPeer) {
-      this.phase = { kind: "waiting", at: -1n, fromPeer: false };
+      // A reconnect held for the view stays held: with no view left to keep, the next batch hands it to the index.
+      this.phase = { kind: "waiting", at: -1n, fromPeer: false, reconnect: p.reconnect };
       this.cursorState = NO_CURSOR;
       this.decide("dropped", 0);
     }
@@ -133,14 +134,16 @@ export class RankStream {
         return this.live(s);
       case "restart": {
         // Another process's stream: whatever the view held goes, and the stream decides as for a new rank
-        // (complete from its seq 0, or replayed from 0).
+        // (complete from its seq 0, or replayed from 0). Decided before anything reaches the index: a view the
+        // index drops while taking the reset (viewLost from inside apply) is then no longer one taken over, and
+        // its handoff is not counted a second time.
         const dropped = this.deps.index.blocks();
+        if (p.fromPeer) this.decide("reset", dropped);
+        this.phase = { kind: "waiting", at: -1n, fromPeer: false };
         // A reconnect held for this batch was a restart after all: the index takes (and counts) it as the listener's reset.
         if (p.reconnect) this.live(p.reconnect);
         this.deps.index.clear();
         this.cursorState = NO_CURSOR;
-        if (p.fromPeer) this.decide("reset", dropped);
-        this.phase = { kind: "waiting", at: -1n, fromPeer: false };
         return this.onSignal(s);
       }
       case "reset":
