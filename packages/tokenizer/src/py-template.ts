@@ -10,7 +10,7 @@
 //     ignores);
 //   - a dict's items(), the `items` filter and `dictsort` give (key, value) tuples, printed `('a', 1)` (the library's
 //     lists print `['a', 1]`); keys(), values() and items() are views, printed `dict_keys(['a'])`, which `tojson`
-//     refuses and `list` makes a list;
+//     refuses and `list` makes a list; the `items` filter gives a generator, as jinja2's do_items (see GENERATORS);
 //   - an undefined value is jinja2's default Undefined: it prints "" (and is falsy, and `is defined` false), but an
 //     attribute or item of it raises UndefinedError and `tojson` of it json.dumps' TypeError (TemplateRaised, the
 //     request's error); where the library's undefined may not be jinja2's, it keeps the library's behaviour.
@@ -82,6 +82,7 @@ export function pyRepr(v: Value, limit = Infinity): string {
       return "";
     case "TupleValue":
     case "ArrayValue": {
+      if (GENERATORS.has(v)) throw new Error("a generator (the items filter's) prints with its memory address in jinja2: not reproducible here");
       const xs = joinWithin(items(v), repr, ", ", limit);
       if (v.type === "TupleValue" || TUPLES.has(v)) return items(v).length === 1 ? `(${xs},)` : `(${xs})`;
       const view = VIEWS.get(v);
@@ -133,6 +134,7 @@ export function pyJsonDumps(v: Value, o: JsonOptions, depth = 0): string {
       return jsonString(v.value as string, o.ensureAscii);
     case "ArrayValue":
     case "TupleValue":
+      if (GENERATORS.has(v)) throw new TemplateRaised("Object of type generator is not JSON serializable");
       if (VIEWS.has(v)) throw new TemplateRaised(`Object of type ${VIEWS.get(v)} is not JSON serializable`);
       return container("[", "]", items(v), (x) => pyJsonDumps(x, o, depth + 1), o, depth);
     case "ObjectValue":
@@ -176,6 +178,9 @@ const SURELY_UNDEFINED_IN = new Set(["ObjectValue", "NullValue", "ArrayValue"]);
 // The nodes whose value may be a string or list built anew (not one held by a variable): its size is what they cost.
 const BUILDS = new Set(["BinaryExpression", "FilterExpression", "CallExpression"]);
 
+// The filters evaluated here (where Python's differ from the library's, or may raise where the library's do not).
+const OWN_FILTERS = new Set(["tojson", "string", "trim", "join", "replace", "indent", "dictsort", "items", "list", "length", "count", "last"]);
+
 // Filters that read none of a list or string but its length or an end (templates take `messages|length` per message).
 const CONSTANT_FILTERS = new Set(["length", "count", "first", "last", "default", "d"]);
 
@@ -207,6 +212,12 @@ class PythonInterpreter extends Interpreter {
   private readonly readsWhole = new WeakSet<object>();
   private steps = 0;
   private chars = 0;
+  // What python() evaluated of a node it then leaves to the library (a method's object, a filter's operand, their
+  // arguments): the library evaluates those again, in the same environment, and is handed the value instead, so each
+  // is evaluated, and counted against the bound, once. `holding` lists them innermost last, each node's released when
+  // the node is done.
+  private readonly held = new Map<object, { env: Env; value: Value }>();
+  private readonly holding: object[] = [];
 
   constructor(env: Env, private readonly bound: RenderBound) {
     super(env);
@@ -228,12 +239,23 @@ class PythonInterpreter extends Interpreter {
   }
 
   override evaluate(node: Parameters<Interpreter["evaluate"]>[0], env: Env): ReturnType<Interpreter["evaluate"]> {
-    if (++this.steps > this.bound.steps) throw new RenderBoundExceeded("evaluation steps");
     const n = node as unknown as Node | undefined;
+    const held = n === undefined ? undefined : this.held.get(n);
+    if (held !== undefined && held.env === env) {
+      this.held.delete(n!);
+      return held.value as unknown as ReturnType<Interpreter["evaluate"]>;
+    }
+    if (++this.steps > this.bound.steps) throw new RenderBoundExceeded("evaluation steps");
     if (n?.type === "MemberExpression") this.objects.add(n.object as object);
     if (n !== undefined) for (const child of readWhole(n)) if (child !== undefined) this.readsWhole.add(child as object);
-    const own = n === undefined ? undefined : this.python(n, env);
-    const v = (own ?? super.evaluate(node, env)) as unknown as Value;
+    const mark = this.holding.length;
+    let v: Value;
+    try {
+      const own = n === undefined ? undefined : this.python(n, env);
+      v = (own ?? super.evaluate(node, env)) as unknown as Value;
+    } finally {
+      while (this.holding.length > mark) this.held.delete(this.holding.pop()!);
+    }
     if (n !== undefined && (BUILDS.has(n.type) || this.readsWhole.has(n) || (n.property as Node | undefined)?.type === "SliceExpression")) this.spend(sizeOf(v));
     if (n !== undefined && this.objects.has(n)) {
       this.objectTypes.set(n, v.type);
@@ -248,8 +270,12 @@ class PythonInterpreter extends Interpreter {
     return n.type === "MemberExpression" && SURELY_UNDEFINED_IN.has(this.objectTypes.get(n.object as object) ?? "");
   }
 
+  /** `n`'s value, held for the library should python() leave `n`'s parent to it. */
   private value(n: unknown, env: Env): Value {
-    return this.evaluate(n as never, env) as unknown as Value;
+    const v = this.evaluate(n as never, env) as unknown as Value;
+    this.held.set(n as object, { env, value: v });
+    this.holding.push(n as object);
+    return v;
   }
 
   /** The nodes evaluated with Python semantics; undefined hands the node to the library. */
@@ -262,6 +288,8 @@ class PythonInterpreter extends Interpreter {
       const callee = n.callee as Node;
       const method = callee.type === "MemberExpression" && !callee.computed ? ((callee.property as Node).value as string) : undefined;
       if (method === undefined || !(method in STRIPS || method === "replace" || DICT_VIEWS.has(method))) return undefined;
+      // The callee's object, as the library would mark it evaluating the callee (an undefined one raises).
+      this.objects.add(callee.object as object);
       const target = this.value(callee.object, env);
       if (DICT_VIEWS.has(method)) return target.type === "ObjectValue" && (n.args as Node[]).length === 0 ? dictView(target, method) : undefined;
       if (target.type !== "StringValue") return undefined;
@@ -275,8 +303,13 @@ class PythonInterpreter extends Interpreter {
   private filter(n: Node, env: Env): Value | undefined {
     const f = n.filter as Node;
     const name = (f.type === "Identifier" ? f.value : (f.callee as Node).value) as string;
-    if (!["tojson", "string", "trim", "join", "replace", "indent", "dictsort", "items", "list"].includes(name)) return undefined;
+    if (!OWN_FILTERS.has(name)) return undefined;
     const operand = this.value(n.operand, env);
+    if (GENERATORS.has(operand)) {
+      if (name === "tojson") throw new TemplateRaised("Object of type generator is not JSON serializable");
+      if (name === "length" || name === "count") throw new TemplateRaised("object of type 'generator' has no len()");
+      if (name === "last") throw new TemplateRaised("'generator' object is not reversible");
+    }
     const { positional, keyword } = f.type === "CallExpression" ? this.args(f.args as Node[], env) : { positional: [], keyword: new Map<string, Value>() };
     const arg = (i: number, key: string) => keyword.get(key) ?? positional[i];
     switch (name) {
@@ -300,7 +333,7 @@ class PythonInterpreter extends Interpreter {
       case "indent": {
         if (operand.type !== "StringValue") return undefined;
         // Each line gets the indent: width times the lines, built at once by the library. Checked here, then left to
-        // the library (which evaluates the operand again: the library's filter method is private to it).
+        // the library.
         const width = arg(0, "width");
         const lines = (operand.value as string).split("\n").length;
         if (width?.type === "IntegerValue" && (width.value as number) * lines > this.charsLeft) throw new RenderBoundExceeded("characters");
@@ -309,7 +342,7 @@ class PythonInterpreter extends Interpreter {
       case "dictsort":
         return operand.type === "ObjectValue" ? dictsort(operand, arg(0, "case_sensitive"), arg(1, "by"), arg(2, "reverse")) : undefined;
       case "items":
-        return operand.type === "ObjectValue" ? tuples(libraryMethod(operand, "items")([])) : undefined;
+        return itemsGenerator(operand);
       case "list":
         // list() makes a list of a tuple or a view too; the library hands each back as it is.
         return operand.type === "ArrayValue" || operand.type === "TupleValue" ? new ArrayValue(items(operand)) : undefined;
@@ -397,6 +430,9 @@ function libraryMethod(v: Value, name: string): (args: Value[]) => Value {
 
 /** What a value built or read whole costs against the bound: a string's characters, a list's or dict's items. */
 function sizeOf(v: Value): number {
+  // A generator's pairs are built with it (one of a non-mapping has none, and raises when read).
+  const pairs = GENERATORS.get(v);
+  if (pairs !== undefined) return pairs;
   if (v.type === "StringValue") return (v.value as string).length;
   if (v.type === "ArrayValue" || v.type === "TupleValue") return items(v).length;
   if (v.type === "ObjectValue") return (v.value as Map<string, Value>).size;
@@ -421,6 +457,27 @@ function dictView(dict: Value, method: string): Value {
   const view = libraryMethod(dict, method)([]);
   VIEWS.set(view, DICT_VIEWS.get(method)!);
   return method === "items" ? tuples(view) : view;
+}
+
+// The `items` filter's result: a generator in jinja2 (do_items), held here as the library's list of its pairs. Only the
+// ways to read a generator work on it (a loop, list, first, join, in, map, ...); it has no length, no JSON and no last
+// item (TemplateRaised, jinja2's TypeError), it is true even when empty, and its str() holds a memory address, so a
+// render printing one is no render of ours (a plain Error: ChatUnrenderable). Each maps to the number of its pairs.
+const GENERATORS = new WeakMap<object, number>();
+
+/** jinja2's `items` filter: a dict's pairs, none of Undefined; of anything else, a generator that raises when read. */
+function itemsGenerator(v: Value): Value {
+  const gen = v.type === "ObjectValue" ? tuples(libraryMethod(v, "items")([])) : new ArrayValue([]);
+  GENERATORS.set(gen, items(gen).length);
+  Object.assign(gen, { __bool__: () => new BooleanValue(true) });
+  if (v.type !== "ObjectValue" && v.type !== "UndefinedValue") {
+    Object.defineProperty(gen, "value", {
+      get() {
+        throw new TemplateRaised("Can only get item pairs from a mapping.");
+      },
+    });
+  }
+  return gen;
 }
 
 /** jinja2's dictsort(case_sensitive=False, by="key", reverse=False): the library sorts, its pairs become tuples. */

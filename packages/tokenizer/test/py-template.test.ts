@@ -1,7 +1,9 @@
 // Undefined values as jinja2's default Undefined (transformers' ImmutableSandboxedEnvironment sets no other), each
 // expectation what jinja2 3.1 gives; a dict's pairs and views, dictsort's; join's attribute; the bound on a render's work.
 import { describe, expect, test } from "bun:test";
-import { PyTemplate, RenderBoundExceeded, TemplateRaised } from "../src/py-template";
+import { runTemplate, type ChatTemplate } from "../src/chat-template";
+import { ChatUnrenderable } from "../src/messages";
+import { PyTemplate, RenderBoundExceeded, TemplateRaised, type RenderCost } from "../src/py-template";
 
 const render = (source: string, vars: Record<string, unknown> = {}) => new PyTemplate(source).render(vars);
 
@@ -66,6 +68,29 @@ describe("a dict's items(), keys() and values()", () => {
       .toBe(`['a', 'b'] [1, "x"] a,b 2 True`);
     expect(() => render("{{ d.keys() | tojson }}", { d })).toThrow(TemplateRaised);
   });
+
+  test("the items filter is a generator: read as jinja2 reads it, no length, JSON or last item, and printing one is no render of ours", () => {
+    expect(render("{% for k, v in d | items %}{{ loop.index }}/{{ loop.length }} {{ k }}={{ v }};{% endfor %}", { d })).toBe("1/2 a=1;2/2 b=x;");
+    expect(render("{{ d | items | first }} {{ d | items | join('|') }} {{ d | items | reverse | list }}", { d })).toBe("('a', 1) ('a', 1)|('b', 'x') [('b', 'x'), ('a', 1)]");
+    // Undefined gives no pairs, and a generator is true even when empty.
+    expect(render("[{% for k, v in x | items %}{{ k }}{% endfor %}] {{ x | items | list }} {% if x | items %}T{% endif %}")).toBe("[] [] T");
+    for (const f of ["length", "count", "tojson", "tojson(indent=2)", "last"]) {
+      expect(() => render(`{{ d | items | ${f} }}`, { d })).toThrow(TemplateRaised);
+      expect(() => render(`{{ x | items | ${f} }}`)).toThrow(TemplateRaised);
+    }
+    // Of a non-mapping: TypeError once read, not before.
+    for (const v of [5, [1], "ab", null]) {
+      expect(() => render("{{ v | items | list }}", { v })).toThrow(TemplateRaised);
+      expect(() => render("{% for p in v | items %}{% endfor %}", { v })).toThrow(TemplateRaised);
+      expect(() => render("{{ v | items | first }}", { v })).toThrow(TemplateRaised);
+      expect(render("{% if v | items %}T{% endif %}", { v })).toBe("T");
+    }
+    // jinja2 prints `<generator object do_items at 0x7f...>`: an address vLLM's render has and ours cannot.
+    const compiled = (source: string): ChatTemplate => ({ source, compiled: new PyTemplate(source), contentFormat: "string" });
+    for (const source of ["{{ d | items }}", "{{ [d | items] }}", "{{ d | items | string }}", "{{ d | items ~ '' }}"]) {
+      expect(() => runTemplate(compiled(source), { d })).toThrow(ChatUnrenderable);
+    }
+  });
 });
 
 test("join(attribute=) joins str() of each item's attribute, a dotted path or an index, as jinja2 reads it", () => {
@@ -102,6 +127,20 @@ describe("the bound on a render's work", () => {
       expect(() => render(source)).toThrow(RenderBoundExceeded);
     });
   }
+
+  test("evaluates a method's object, a filter's operand and their arguments once where the library takes them over", () => {
+    const xs = Array.from({ length: 1000 }, (_, i) => i);
+    const cost = (source: string) => {
+      const c: RenderCost = { steps: 0, chars: 0, inputChars: 0 };
+      // Each raises (the library has no such method or filter of a list): the cost is counted all the same.
+      expect(() => new PyTemplate(source).render({ xs }, c)).toThrow();
+      return { steps: c.steps, chars: c.chars };
+    };
+    // Beside a method and a filter the library alone evaluates: the same steps and characters.
+    expect(cost("{{ (xs + xs).keys() }}")).toEqual(cost("{{ (xs + xs).foo() }}"));
+    expect(cost("{{ (xs + xs).strip('x' ~ 'y') }}")).toEqual(cost("{{ (xs + xs).foo('x' ~ 'y') }}"));
+    expect(cost("{{ (xs + xs) | trim }}")).toEqual(cost("{{ (xs + xs) | upper }}"));
+  });
 
   test("leaves the same constructs alone at a template's sizes", () => {
     expect(render("{% for i in range(3) %}{% for j in range(2) %}{{ i }}{{ j }} {% endfor %}{% endfor %}")).toBe("00 01 10 11 20 21 ");
