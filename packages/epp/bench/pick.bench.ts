@@ -267,7 +267,7 @@ async function main() {
     `fresh text ~${charsPerToken.toFixed(2)} characters a token`);
 
   // The machine's own floor, before any EPP runs: a core busy alone, then every core busy.
-  const gaps = [1, navigator.hardwareConcurrency].map(machineGaps).filter((g): g is Gaps => g !== null);
+  const gaps = [...new Set([1, navigator.hardwareConcurrency])].map(machineGaps).filter((g): g is Gaps => g !== null);
   for (const g of gaps) console.log(`machine, ${gapsText(g)} (${GAPS_MS} ms, bench/machine-gaps.c)`);
 
   const peer = Bun.serve({
