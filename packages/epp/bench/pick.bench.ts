@@ -18,8 +18,10 @@
 // Beside the three EPPs, the same rows against the transport floor (bench/floor-server.ts over TLS: Bun's HTTP/2 and
 // this load generator, each body answered with a round-robin route and handed back unread): what any server on this
 // machine pays for these bodies at these rates, the baseline the EPP's figures are read against.
-// First, a replica's first picks: two fresh EPPs (the pool; with the decision warm-up, the default, and with
-// --warm-up-picks 0), each sent three bursts of 12 of the trace's chats in 12 ms right after Ready.
+// First, the machine's own floor (bench/machine-gaps.c: never-yielding threads on one core, then on every core, and
+// the gaps each saw). Then a replica's first picks: after one unmeasured start, two fresh EPPs (the pool; with the
+// decision warm-up, the default, and with --warm-up-picks 0), each sent three bursts of 12 of the trace's chats in
+// 12 ms right after Ready.
 // Before the rows, each EPP takes 4 s of every kind of traffic (other conversations, documents and sessions than the
 // measured ones), so that the rows measure steady state: each pool member JIT-compiles its own copy of the code.
 // Per row p50/p99 (the generator's clock: body sent -> route answered), the EPP's CPU seconds per request

@@ -251,9 +251,9 @@ export class KvEventListener {
       case "fresh":
         // Subscribed, then the connection went before any batch came: the publisher may have restarted
         // meanwhile (vLLM has no incarnation id), so a view of its stream from before (a peer's recovered
-        // cursor) cannot be matched against this seq here. The reset says so, and the consumer decides on
-        // the batch that follows it, this one: under its view's epoch the view stays, else (another epoch,
-        // or none) it goes.
+        // cursor) cannot be matched against this seq here. The reset says so, and the consumer decides: a
+        // view without an epoch goes at the reset; one with an epoch waits for the batch that follows it,
+        // this one, and stays under the same epoch, else goes.
         if (firstOfConnection && this.connections > 1) {
           this.log.warn({ seq: m.seq.toString(), epoch: m.epoch, connections: this.connections }, "first batch after a reconnect: publisher possibly restarted, the consumer decides by this batch's epoch");
           this.reset("reconnected");
