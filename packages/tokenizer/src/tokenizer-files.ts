@@ -22,7 +22,8 @@ export type TokenizerFiles = { tokenizerJson: TokenizerJson; config: TokenizerCo
 
 // readFileSync(path, "utf8")'s text (a BOM kept), decoded from the file mapped rather than read: Qwen3's 11 MB
 // tokenizer.json in a fresh process took ~116 ms read and decoded, ~72 mapped and decoded. What cannot be mapped
-// (an empty file, a directory) is read as before, failing as before.
+// (an empty file, a directory) is read as before, failing as before. A file cut short in place while mapped would
+// fault the process; tokenizer directories are replaced whole (image layers; a ConfigMap volume swaps a symlink).
 function readMapped(path: string): string {
   let bytes: Uint8Array;
   try {
