@@ -1,4 +1,5 @@
 import { AddedTokenMatcher } from "./added-tokens";
+import { bpeModelOf, type BpeModel } from "./bpe-model";
 import { WordMerger } from "./bpe-word";
 import { cl100kDigits, scanCl100k } from "./cl100k-scanner";
 import { cutPoints, type CutPoints } from "./cut-points";
@@ -103,20 +104,15 @@ class BpeTokenizer implements FastTokenizer {
     if (model?.type !== "BPE") throw new Unsupported(`model ${model?.type}`);
     if (model.dropout != null && model.dropout !== 0) throw new Unsupported("BPE dropout");
     if (model.continuing_subword_prefix || model.end_of_word_suffix) throw new Unsupported("subword prefix/suffix");
-    const vocab = new Map(Object.entries(model.vocab as Record<string, number>)); // only while compiling
+    const vocab = bpeModelOf(model); // only while compiling
+    const missing = (token: string) => new Unsupported(`token ${JSON.stringify(token)} missing from the vocabulary`);
     const id = (token: string) => {
       const v = vocab.get(token);
-      if (v === undefined) throw new Unsupported(`token ${JSON.stringify(token)} missing from the vocabulary`);
+      if (v === undefined) throw missing(token);
       return v;
     };
-    const glue = new Uint8Array(0x10000); // code units found right before META inside a merge's result
-    const merges: [number, number, number][] = (model.merges as (string | [string, string])[]).map((m) => {
-      const [a, b] = typeof m === "string" ? splitMerge(m) : m;
-      const joined = a + b;
-      for (let at = joined.indexOf(META_CHAR, 1); at > 0; at = joined.indexOf(META_CHAR, at + 1)) glue[joined.charCodeAt(at - 1)] = 1;
-      return [id(a), id(b), id(joined)];
-    });
-    this.merger = new WordMerger(new MergeTable(merges));
+    if (vocab.missing !== null) throw missing(vocab.missing);
+    this.merger = new WordMerger(new MergeTable(vocab.merges));
     const unk = model.unk_token == null ? undefined : vocab.get(model.unk_token);
     this.unkId = unk ?? -1;
     this.fuseUnk = model.fuse_unk === true;
@@ -127,18 +123,19 @@ class BpeTokenizer implements FastTokenizer {
       if (model.byte_fallback) {
         for (let b = 0; b < 256; b++) this.byteIds[b] = id(`<0x${b.toString(16).toUpperCase().padStart(2, "0")}>`);
       } else this.byteIds.fill(-1);
-      for (const [token, tokenId] of vocab) {
+      for (const [token, tokenId] of vocab.entries()) {
         const cp = token.codePointAt(0)!;
         if (token.length === 1) this.charIds[cp] = tokenId;
         else if (token.length === 2 && cp > 0xffff) this.astralIds.set(cp, tokenId);
       }
     }
     // A table keyed by text ranges: a substring and a Map lookup per missed word were a fifth of Llama 3's time.
-    this.wholeWords = model.ignore_merges ? TextTable.of(wholeWordIds(vocab, this.byteLevel)) : null;
+    this.wholeWords = model.ignore_merges ? TextTable.of(wholeWordIds(vocab.entries(), this.byteLevel)) : null;
     this.cutBeforeMeta = null;
     if (!this.byteLevel && this.wholeWords === null && this.charIds[META]! >= 0) {
       // A character that is a token of its own ends the symbol before the cut; anything else (a byte or unknown
       // token, a surrogate half) is not cut after.
+      const glue = metaGlue(vocab);
       const cut = new Uint8Array(0x10000);
       for (let c = 0; c < 0x10000; c++) cut[c] = this.charIds[c]! >= 0 && glue[c] === 0 && (c < 0xd800 || c >= 0xe000) ? 1 : 0;
       this.cutBeforeMeta = cut;
@@ -411,11 +408,6 @@ function splitter(re: RegExp, behavior: string): Splitter {
   };
 }
 
-function splitMerge(m: string): [string, string] {
-  const at = m.indexOf(" ", 1);
-  return [m.slice(0, at), m.slice(at + 1)];
-}
-
 // GPT-2's byte-to-unicode table: printable bytes stand for themselves, the others map to U+0100 onwards.
 const BYTE_TO_CHAR: string[] = (() => {
   const printable = (b: number) => (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255);
@@ -423,8 +415,18 @@ const BYTE_TO_CHAR: string[] = (() => {
   return Array.from({ length: 256 }, (_, b) => String.fromCharCode(printable(b) ? b : next++));
 })();
 
-function wholeWordIds(vocab: Map<string, number>, byteLevel: boolean): Map<string, number> {
-  if (!byteLevel) return vocab;
+// The code units found right before META inside a merge's result.
+function metaGlue(model: BpeModel): Uint8Array {
+  const glue = new Uint8Array(0x10000);
+  for (let i = 0; i < model.merges.length / 3; i++) {
+    const joined = model.mergeParts(i).join("");
+    for (let at = joined.indexOf(META_CHAR, 1); at > 0; at = joined.indexOf(META_CHAR, at + 1)) glue[joined.charCodeAt(at - 1)] = 1;
+  }
+  return glue;
+}
+
+function wholeWordIds(vocab: Iterable<[string, number]>, byteLevel: boolean): Map<string, number> {
+  if (!byteLevel) return new Map(vocab);
   const charToByte = new Map(BYTE_TO_CHAR.map((ch, b) => [ch, b]));
   const decoder = new TextDecoder("utf-8", { fatal: true, ignoreBOM: true });
   const out = new Map<string, number>();

@@ -9,14 +9,16 @@ export class MergeTable {
   private readonly keys: Int32Array;
   private readonly vals: Int32Array;
 
-  constructor(merges: ReadonlyArray<readonly [number, number, number]>) {
+  /** `merges`: per merge in rank order, its left id, right id and merged id. */
+  constructor(merges: Int32Array) {
+    const count = merges.length / 3;
     let capacity = 16;
-    while (capacity < merges.length * 2) capacity *= 2;
+    while (capacity < count * 2) capacity *= 2;
     this.mask = capacity - 1;
     this.keys = new Int32Array(capacity * 2);
     this.vals = new Int32Array(capacity * 2);
     // Like Hugging Face's map, a pair listed twice keeps its last rank.
-    merges.forEach(([left, right, merged], rank) => this.put(left, right, rank, merged));
+    for (let rank = 0; rank < count; rank++) this.put(merges[3 * rank]!, merges[3 * rank + 1]!, rank, merges[3 * rank + 2]!);
   }
 
   /** The slot of (left, right), or -1 when the pair does not merge. */
