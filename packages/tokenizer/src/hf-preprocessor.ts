@@ -3,6 +3,7 @@ import type { ChatRules, ChatServer } from "./chat-rules";
 import type { ChatTemplate } from "./chat-template";
 import type { ContentFormatOption } from "./content-format";
 import { ChatTemplateError, ChatUnrenderable } from "./messages";
+import { vocabIdOf } from "./fast/bpe-model";
 import { compileFastTokenizer } from "./fast/fast-tokenizer";
 import { postProcessorAdditions } from "./post-processor";
 import { PyTemplate } from "./py-template";
@@ -209,7 +210,7 @@ function sectionEncoder(library: () => Tokenizer, json: TokenizerFiles["tokenize
 }
 
 function tokenId(json: TokenizerFiles["tokenizerJson"], content: string): number | undefined {
-  return json.added_tokens.find((t) => t.content === content)?.id ?? (json.model as { vocab?: Record<string, number> })?.vocab?.[content];
+  return json.added_tokens.find((t) => t.content === content)?.id ?? vocabIdOf(json.model as Record<string, unknown> | undefined, content);
 }
 
 const EMPTY = new Uint32Array(0);

@@ -1,7 +1,7 @@
 import { describe, expect, test } from "bun:test";
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
-import { bpeModelOf, parseTokenizerJson } from "../src/fast/bpe-model";
+import { bpeModelOf, parseTokenizerJson, vocabIdOf } from "../src/fast/bpe-model";
 import { compileFastTokenizer } from "../src/fast/fast-tokenizer";
 import { modelDir, MODELS } from "./reference-tokenizers";
 
@@ -118,5 +118,29 @@ describe("parseTokenizerJson agrees with JSON.parse", () => {
       const [a, b] = outcomes(bad);
       expect(a).toEqual(b);
     }
+  });
+});
+
+describe("a scanned vocabulary", () => {
+  test("past the table's first size (thousands of short tokens in a small file) still agrees with JSON.parse", () => {
+    const tokens = Array.from({ length: 5000 }, (_, i) => i.toString(36));
+    const merges = Array.from({ length: 200 }, (_, i) => `["${tokens[i]}","${tokens[i + 1]}"]`).filter((_, i) => tokens.includes(tokens[i]! + tokens[i + 1]!));
+    const text = doc(`{"type":"BPE","vocab":{${tokens.map((t, i) => `"${t}":${i}`).join(",")}},"merges":[${merges.join(",")}]}`);
+    const parsed = parseTokenizerJson(text);
+    expect(scanned(parsed)).toBe(true);
+    const m = bpeModelOf(parsed.model);
+    expect(tokens.every((t, i) => m.get(t) === i)).toBe(true);
+    expect(m.get("zzzz")).toBeUndefined();
+    expect(bpeModelFacts(parsed.model)).toEqual(bpeModelFacts(JSON.parse(text).model));
+    expect(Object.keys(parsed.model.vocab)).toEqual(Object.keys(JSON.parse(text).model.vocab));
+  });
+
+  test("vocabIdOf reads the scan without building the vocab object; a vocab written over it is what is read after", () => {
+    const parsed = parseTokenizerJson(doc(`{"type":"BPE","vocab":${VOCAB},"merges":[["a","b"]]}`));
+    expect([vocabIdOf(parsed.model, "ab"), vocabIdOf(parsed.model, "😀😀"), vocabIdOf(parsed.model, "nope")]).toEqual([2, 11, undefined]);
+    expect(scanned(parsed)).toBe(true); // still a getter: nothing built
+    parsed.model.vocab = { a: 5 };
+    expect([vocabIdOf(parsed.model, "a"), bpeModelOf({ ...parsed.model, merges: [] }).get("a"), bpeModelOf(parsed.model).get("a")]).toEqual([5, 5, 5]);
+    expect(vocabIdOf(undefined, "a")).toBeUndefined();
   });
 });

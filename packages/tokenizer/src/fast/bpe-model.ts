@@ -26,6 +26,13 @@ type Json = Record<string, any>;
 // The scanned model of each model object parseTokenizerJson made (its vocab and merges are built on first read).
 const scanned = new WeakMap<object, BpeModel>();
 
+/** A token's id in a model object's vocabulary, without building a scanned model's vocab object. */
+export function vocabIdOf(model: Json | undefined, token: string): number | undefined {
+  if (model == null) return undefined;
+  const known = scanned.get(model);
+  return known !== undefined ? known.get(token) : (model.vocab as Record<string, number> | undefined)?.[token];
+}
+
 /** The vocabulary and merges of a BPE model object (`tokenizer.json`'s `model`). */
 export function bpeModelOf(model: Json): BpeModel {
   const known = scanned.get(model);
@@ -84,7 +91,8 @@ export function parseTokenizerJson(text: string): Json {
   return rest;
 }
 
-// An own enumerable property built on first read, then an ordinary data property.
+// An own enumerable property built on first read, then an ordinary data property. A value written over it makes
+// the model's scanned form stale: bpeModelOf then reads the object.
 function lazy(target: Json, key: string, build: () => unknown): void {
   const settle = (value: unknown) => Object.defineProperty(target, key, { value, writable: true, configurable: true, enumerable: true });
   Object.defineProperty(target, key, {
@@ -95,7 +103,10 @@ function lazy(target: Json, key: string, build: () => unknown): void {
       settle(value);
       return value;
     },
-    set: settle,
+    set(value) {
+      scanned.delete(target);
+      settle(value);
+    },
   });
 }
 
@@ -197,23 +208,17 @@ function skipWs(text: string, i: number): number {
   }
 }
 
-// Whether the last string stringEnd found holds a backslash.
-let escaped = false;
-
 /**
  * The index after the JSON string starting at `at`, or -1 when there is none or it holds a raw control character
  * (which JSON.parse refuses). Escapes are stepped over, not checked: readString's JSON.parse checks them.
  */
 function stringEnd(text: string, at: number): number {
-  escaped = false;
   if (text.charCodeAt(at) !== QUOTE) return -1;
   for (let i = at + 1; i < text.length; i++) {
     const c = text.charCodeAt(i);
     if (c === QUOTE) return i + 1;
-    if (c === BACKSLASH) {
-      escaped = true;
-      i++;
-    } else if (c < 0x20) return -1;
+    if (c === BACKSLASH) i++;
+    else if (c < 0x20) return -1;
   }
   return -1;
 }
