@@ -11,6 +11,8 @@
 //   - a dict's items(), the `items` filter and `dictsort` give (key, value) tuples, printed `('a', 1)` (the library's
 //     lists print `['a', 1]`); keys(), values() and items() are views, printed `dict_keys(['a'])`, which `tojson`
 //     refuses and `list` makes a list; the `items` filter gives a generator, as jinja2's do_items (see GENERATORS);
+//   - `==`, `!=` and `in`/`not in` over a list compare as Python does (pyEquals), where the library uses JavaScript's
+//     `==` (containers by identity, "1" == 1 true) and `===` for membership;
 //   - an undefined value is jinja2's default Undefined: it prints "" (and is falsy, and `is defined` false), but an
 //     attribute or item of it raises UndefinedError and `tojson` of it json.dumps' TypeError (TemplateRaised, the
 //     request's error); where the library's undefined may not be jinja2's, it keeps the library's behaviour.
@@ -179,7 +181,7 @@ const SURELY_UNDEFINED_IN = new Set(["ObjectValue", "NullValue", "ArrayValue"]);
 const BUILDS = new Set(["BinaryExpression", "FilterExpression", "CallExpression"]);
 
 // The filters evaluated here (where Python's differ from the library's, or may raise where the library's do not).
-const OWN_FILTERS = new Set(["tojson", "string", "trim", "join", "replace", "indent", "dictsort", "items", "list", "length", "count", "last"]);
+const OWN_FILTERS = new Set(["tojson", "string", "trim", "join", "replace", "indent", "dictsort", "items", "list", "length", "count", "last", "capitalize"]);
 
 // Filters that read none of a list or string but its length or an end (templates take `messages|length` per message).
 const CONSTANT_FILTERS = new Set(["length", "count", "first", "last", "default", "d"]);
@@ -280,8 +282,21 @@ class PythonInterpreter extends Interpreter {
 
   /** The nodes evaluated with Python semantics; undefined hands the node to the library. */
   private python(n: Node, env: Env): Value | undefined {
-    if (n.type === "BinaryExpression" && (n.operator as { value: string }).value === "~") {
-      return new StringValue(pyStr(this.value(n.left, env), this.charsLeft) + pyStr(this.value(n.right, env), this.charsLeft));
+    if (n.type === "BinaryExpression") {
+      const op = (n.operator as { value: string }).value;
+      if (op === "~") return new StringValue(pyStr(this.value(n.left, env), this.charsLeft) + pyStr(this.value(n.right, env), this.charsLeft));
+      if (op === "==" || op === "!=") {
+        const equal = pyEquals(this.value(n.left, env), this.value(n.right, env), () => this.spend(1));
+        return equal === undefined ? undefined : new BooleanValue(equal === (op === "=="));
+      }
+      if (op === "in" || op === "not in") {
+        const left = this.value(n.left, env);
+        const right = this.value(n.right, env);
+        if (right.type !== "ArrayValue" && right.type !== "TupleValue") return undefined;
+        const found = items(right).some((x) => pyEquals(left, x, () => this.spend(1)) === true);
+        return new BooleanValue(found === (op === "in"));
+      }
+      return undefined;
     }
     if (n.type === "FilterExpression") return this.filter(n, env);
     if (n.type === "CallExpression") {
@@ -338,6 +353,13 @@ class PythonInterpreter extends Interpreter {
         const lines = (operand.value as string).split("\n").length;
         if (width?.type === "IntegerValue" && (width.value as number) * lines > this.charsLeft) throw new RenderBoundExceeded("characters");
         return undefined;
+      }
+      case "capitalize": {
+        // str.capitalize: the rest lowered too (the library only raises the first character). Python titlecases the
+        // first character, which differs from upper case for a few (ǆ, ß): those come out upper-cased here.
+        if (operand.type !== "StringValue") return undefined;
+        const [first = "", ...rest] = operand.value as string;
+        return new StringValue(first.toUpperCase() + rest.join("").toLowerCase());
       }
       case "dictsort":
         return operand.type === "ObjectValue" ? dictsort(operand, arg(0, "case_sensitive"), arg(1, "by"), arg(2, "reverse")) : undefined;
@@ -420,6 +442,69 @@ function attributes(xs: Value[], attribute: Value): Value[] {
     }
     return v;
   });
+}
+
+/**
+ * Python's `==` (the library compares with JavaScript's `==`: containers by identity, and "1" == 1, "" == 0 or None ==
+ * Undefined true): numbers and booleans by value (True == 1), strings by text, a list only to a list and a tuple only
+ * to a tuple, item by item, a dict to a dict with the same keys and equal values, None only to None, Undefined only
+ * to Undefined (jinja2's Undefined.__eq__). `step` is called per pair compared (the render's bound). Undefined
+ * (hands the comparison to the library) for what this does not model: dict views, functions, generators, other types.
+ */
+function pyEquals(a: Value, b: Value, step: () => void): boolean | undefined {
+  step();
+  const kind = (v: Value) => {
+    if (VIEWS.has(v) || GENERATORS.has(v)) return "other";
+    switch (v.type) {
+      case "IntegerValue":
+      case "FloatValue":
+      case "BooleanValue":
+        return "number";
+      case "ArrayValue":
+        return TUPLES.has(v) ? "tuple" : "list";
+      case "TupleValue":
+        return "tuple";
+      case "StringValue":
+      case "NullValue":
+      case "UndefinedValue":
+      case "ObjectValue":
+        return v.type;
+      default:
+        return "other";
+    }
+  };
+  const [ka, kb] = [kind(a), kind(b)];
+  if (ka === "other" || kb === "other") return a === b ? true : undefined;
+  if (ka !== kb) return false;
+  switch (ka) {
+    case "number":
+      return Number(a.value) === Number(b.value);
+    case "StringValue":
+      return a.value === b.value;
+    case "NullValue":
+    case "UndefinedValue":
+      return true;
+    case "ObjectValue": {
+      const [x, y] = [a.value as Map<string, Value>, b.value as Map<string, Value>];
+      if (x.size !== y.size) return false;
+      for (const [k, v] of x) {
+        const w = y.get(k);
+        if (w === undefined) return false;
+        const eq = pyEquals(v, w, step);
+        if (eq !== true) return eq;
+      }
+      return true;
+    }
+    default: {
+      const [x, y] = [items(a), items(b)];
+      if (x.length !== y.length) return false;
+      for (let i = 0; i < x.length; i++) {
+        const eq = pyEquals(x[i]!, y[i]!, step);
+        if (eq !== true) return eq;
+      }
+      return true;
+    }
+  }
 }
 
 /** The library's own method `name` of a value (its builtins, not exported), for the few this file wraps. */

@@ -151,3 +151,29 @@ describe("the bound on a render's work", () => {
     expect(render("{{ m.replace('Z', r) | length }} {{ m | replace('Z', r) | length }}", long)).toBe("301000 301000");
   });
 });
+
+describe("== and in, as Python compares", () => {
+  test("lists, tuples and dicts by their items, where the library compared identities", () => {
+    const vars = { l: ["a"], e: [], d: { a: 1, b: [1, 2] }, pairs: { k: 1 } };
+    expect(render("{{ l == ['a'] }} {{ e == [] }} {{ [1, 2] == [1, 2] }} {{ [1] == [2] }} {{ l != ['a'] }} {{ [] != [] }}", vars))
+      .toBe("True True True False False False");
+    expect(render("{{ d == {'a': 1, 'b': [1, 2]} }} {{ d == {'a': 1} }} {{ d == {'a': 1, 'b': [1, 3]} }}", vars)).toBe("True False False");
+    // A dict's pairs are tuples: equal to a tuple, never to a list.
+    expect(render("{% for p in pairs.items() %}{{ p == ('k', 1) }} {{ p == ['k', 1] }}{% endfor %} {{ (1, 2) == (1, 2) }}", vars)).toBe("True False True");
+  });
+
+  test("scalars by Python's rules, where the library used JavaScript's ==", () => {
+    expect(render("{{ '1' == 1 }} {{ '' == 0 }} {{ '' == false }} {{ 1 == true }} {{ 1.0 == 1 }} {{ x == none }} {{ none == none }} {{ x == y }}"))
+      .toBe("False False False True True False True True");
+    expect(render("{{ '1' != 1 }} {{ [1] == '1' }} {{ 'a' == 'a' }}")).toBe("True False True");
+  });
+
+  test("membership in a list compares the same way", () => {
+    expect(render("{{ [1] in [[1], [2]] }} {{ ('k', 1) in d.items() | list }} {{ none in [none] }} {{ x in ['a'] }} {{ [3] not in [[1]] }} {{ 'a' in ['a'] }}", { d: { k: 1 } }))
+      .toBe("True True True False True True");
+  });
+});
+
+test("capitalize lowers the rest, as str.capitalize", () => {
+  expect(render("{{ 'aB cD' | capitalize }} {{ role | capitalize }} {{ '' | capitalize }}", { role: "USER" })).toBe("Ab cd User ");
+});
