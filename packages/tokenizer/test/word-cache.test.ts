@@ -1,7 +1,7 @@
 // The fast BPE's word cache: keyed by ranges of a text, bounded in bytes, two generations.
 import { expect, test } from "bun:test";
 import fc from "fast-check";
-import { textHash, WordCache } from "../src/fast/word-cache";
+import { PROBES, TextTable, textHash, WordCache } from "../src/fast/word-cache";
 
 // A word's ids as the tokenizer would give them: a function of the word (1 to 4 ids).
 function idsOf(word: string): number[] {
@@ -68,4 +68,60 @@ test("words longer than the limit are not kept, and the limit fits the key space
   expect(lookup(cache, long, 0, long.length)).toBeNull();
   expect(cache.stats().entries).toBe(0);
   expect(cache.maxWordLength).toBeLessThanOrEqual(64);
+});
+
+// Words that all share one hash, as someone could send them: equal length, differing only in their last units
+// (so each key comparison reads the whole word).
+const COLLIDING = 2000;
+const SHARED_HASH = 0x2545f491;
+const colliding = Array.from({ length: COLLIDING }, (_, i) => `collision${String(i).padStart(5, "0")}`);
+
+// A text that counts the code units read from it: the work of a lookup, without a clock.
+function counted(text: string): { text: string; reads: () => number } {
+  let reads = 0;
+  const view = { charCodeAt: (i: number) => (reads++, text.charCodeAt(i)), length: text.length };
+  return { text: view as unknown as string, reads: () => reads };
+}
+
+test("words sharing a hash: the cache keeps the first PROBES of them with their ids, counts the rest as skipped, and a lookup reads at most PROBES keys per generation", () => {
+  const cache = new WordCache(1 << 20, 64);
+  for (const w of colliding) cache.add(w, 0, w.length, SHARED_HASH, idsOf(w), 0, idsOf(w).length);
+  expect(cache.stats().entries).toBe(PROBES);
+  expect(cache.skipped).toBe(COLLIDING - PROBES);
+  const out = new Uint32Array(cache.maxWordLength);
+  let reads = 0;
+  colliding.forEach((w, i) => {
+    const t = counted(w);
+    const n = cache.get(t.text, 0, w.length, SHARED_HASH, out, 0);
+    reads += t.reads();
+    if (i < PROBES) expect([...out.subarray(0, n)]).toEqual(idsOf(w));
+    else expect(n).toBe(-1);
+  });
+  expect(reads).toBeLessThanOrEqual(COLLIDING * 2 * PROBES * colliding[0]!.length);
+});
+
+test("the same colliding words: a table bounded at PROBES keeps PROBES of them, an unbounded one (the vocabulary's) keeps and finds every one", () => {
+  const units = COLLIDING * colliding[0]!.length;
+  const bounded = new TextTable(COLLIDING, units, COLLIDING, PROBES);
+  const unbounded = new TextTable(COLLIDING, units, COLLIDING, Infinity);
+  colliding.forEach((w, i) => {
+    expect(bounded.insert(w, 0, w.length, SHARED_HASH, [i], 0, 1)).toBe(i < PROBES);
+    expect(unbounded.insert(w, 0, w.length, SHARED_HASH, [i], 0, 1)).toBe(true);
+  });
+  expect(bounded.count).toBe(PROBES);
+  expect(unbounded.count).toBe(COLLIDING);
+  colliding.forEach((w, i) => {
+    const e = bounded.find(w, 0, w.length, SHARED_HASH);
+    expect(e >= 0 ? bounded.firstId(e) : -1).toBe(i < PROBES ? i : -1);
+    expect(unbounded.firstId(unbounded.find(w, 0, w.length, SHARED_HASH))).toBe(i);
+  });
+});
+
+test("textHash is seeded per process: two processes hash the same word differently", () => {
+  const module = new URL("../src/fast/word-cache.ts", import.meta.url).pathname;
+  const script = `import { textHash } from ${JSON.stringify(module)}; console.log(textHash("hello", 0, 5));`;
+  const run = () => Bun.spawnSync([process.execPath, "-e", script]).stdout.toString().trim();
+  const [a, b] = [run(), run()];
+  expect(a).toMatch(/^-?\d+$/);
+  expect(a).not.toBe(b);
 });

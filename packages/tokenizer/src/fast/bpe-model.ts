@@ -1,4 +1,5 @@
-import { FNV_OFFSET, FNV_PRIME, grown, hashRange, VocabTable } from "./vocab-table";
+import { FNV_OFFSET, FNV_PRIME, hashRange } from "./fnv";
+import { grown, VocabTable } from "./vocab-table";
 
 /**
  * A BPE model's vocabulary and merges as the fast BPE compiles them. `parseTokenizerJson` reads them straight out

@@ -1,3 +1,5 @@
+import { FNV_OFFSET, hashRange } from "./fnv";
+
 /**
  * Token text -> id, keyed by ranges of any string (open addressing over typed arrays, FNV-1a on code units): a
  * tokenizer.json's vocabulary read in place, and its merges' parts and results looked up without making a string
@@ -123,16 +125,8 @@ export class VocabTable {
   }
 }
 
-export const FNV_OFFSET = 0x811c9dc5 | 0;
-export const FNV_PRIME = 0x01000193;
 // String.fromCharCode's arguments per call.
 const CHUNK = 4096;
-
-/** `h` continued over src[start, end). */
-export function hashRange(h: number, src: string, start: number, end: number): number {
-  for (let i = start; i < end; i++) h = Math.imul(h ^ src.charCodeAt(i), FNV_PRIME);
-  return h;
-}
 
 /** A copy of `a` with room for at least `min` elements. */
 export function grown<T extends Int32Array | Uint16Array>(a: T, min: number): T {

@@ -1,3 +1,5 @@
+import { FNV_OFFSET, hashRange } from "./fnv";
+
 /**
  * Pre-token -> ids, bounded in bytes, keyed by a range of the text being encoded so that a lookup allocates
  * nothing (a Map<string, ...> needs a substring per pre-token, and its garbage, on every word of fresh text).
@@ -5,6 +7,8 @@
  * dropped and the young one becomes old; a word found in the old one is copied into the young one. So the
  * words used since the last turnover stay, memory is fixed at construction (`maxBytes`), and each lookup or
  * insertion costs the word's length (plus, once per turnover, clearing a table the size of the generation).
+ * The words come from request text, which anyone may write: each lookup and insertion examines at most
+ * `PROBES` slots, so words made to share a hash cost a re-tokenization each, not a walk through all the others.
  */
 export class WordCache {
   private young: TextTable;
@@ -14,11 +18,13 @@ export class WordCache {
   hits = 0;
   misses = 0;
   turnovers = 0;
+  /** Insertions dropped because the `PROBES` slots from the word's home slot were all taken. */
+  skipped = 0;
 
   constructor(maxBytes: number, maxWordLength = 256) {
     const entries = Math.max(1, Math.floor(maxBytes / 2 / BYTES_PER_ENTRY));
-    this.young = new TextTable(entries, entries * 8, entries * 3);
-    this.old = new TextTable(entries, entries * 8, entries * 3);
+    this.young = new TextTable(entries, entries * 8, entries * 3, PROBES);
+    this.old = new TextTable(entries, entries * 8, entries * 3, PROBES);
     this.maxWordLength = Math.min(maxWordLength, this.young.keyCapacity >> 2);
   }
 
@@ -55,7 +61,7 @@ export class WordCache {
       dropped.clear();
       this.turnovers++;
     }
-    this.young.insert(text, start, end, hash, ids, from, n);
+    if (!this.young.insert(text, start, end, hash, ids, from, n)) this.skipped++;
   }
 
   /** Entries and bytes in use (both generations). */
@@ -71,10 +77,22 @@ export class WordCache {
 // Per entry a generation reserves: 4 fields (16 bytes), up to 4 table slots (16), 8 key units (16), 3 ids (12).
 const BYTES_PER_ENTRY = 60;
 
-/** FNV-1a over the UTF-16 units of text[start, end), mixed. */
+/**
+ * Slots a word cache lookup or insertion examines from the word's home slot. A generation's table is at most
+ * half full, where linear probing on a well-spread hash needs 1.5 probes to find a word and 2.5 to miss on
+ * average; runs of 32 taken slots are rare enough that honest text loses nothing (no insertion dropped among 3
+ * million distinct words, caches of 64 KiB to 8 MiB), while against words sharing a hash a lookup compares at
+ * most 32 keys.
+ */
+export const PROBES = 32;
+
+// Drawn once per process (each worker thread loads its own copy of this module), so that words sharing a
+// textHash cannot be worked out offline. Every textHash of a process agrees; none is kept beyond it.
+const SEED = crypto.getRandomValues(new Int32Array(1))[0]!;
+
+/** FNV-1a over the UTF-16 units of text[start, end) from a per-process seed, mixed. */
 export function textHash(text: string, start: number, end: number): number {
-  let h = 0x811c9dc5 ^ (end - start);
-  for (let i = start; i < end; i++) h = Math.imul(h ^ text.charCodeAt(i), 0x01000193);
+  let h = hashRange(FNV_OFFSET ^ SEED ^ (end - start), text, start, end);
   h ^= h >>> 15;
   h = Math.imul(h, 0x2c1b3c6d);
   return (h ^ (h >>> 12)) | 0;
@@ -83,6 +101,9 @@ export function textHash(text: string, start: number, end: number): number {
 /**
  * Text -> ids in typed arrays of fixed capacity, looked up by a range of any string (open addressing on
  * `textHash`). A generation of the word cache, and the whole-word table of an `ignore_merges` model.
+ * Lookups and insertions examine at most `probes` slots from the home slot; an insertion finding them all taken
+ * is dropped. Entries are only added, and cleared all at once, so every slot a lookup passes on its way to an
+ * entry was taken when the entry went in: each entry kept is found within the same bound.
  */
 export class TextTable {
   count = 0;
@@ -94,25 +115,34 @@ export class TextTable {
   private keyUsed = 0;
   private idUsed = 0;
   private readonly maxEntries: number;
+  private readonly probes: number;
   readonly keyCapacity: number;
 
-  constructor(maxEntries: number, keyUnits: number, idCount: number) {
+  /** `probes`: Infinity keeps every entry (a lookup still stops at the first empty slot). */
+  constructor(maxEntries: number, keyUnits: number, idCount: number, probes: number) {
     this.maxEntries = maxEntries;
     let cap = 2;
     while (cap < maxEntries * 2) cap *= 2;
     this.slots = new Int32Array(cap);
     this.mask = cap - 1;
+    this.probes = Math.min(probes, cap);
     this.entries = new Int32Array(maxEntries * 4);
     this.keyCapacity = keyUnits;
     this.keys = new Uint16Array(keyUnits);
     this.ids = new Uint32Array(idCount);
   }
 
-  /** A table holding each word of `words` (no longer than 65535 units) with its one id. */
+  /**
+   * A table holding each word of `words` (no longer than 65535 units) with its one id. Unbounded: the
+   * vocabulary's words are the answer, not a cache of it, so none may be dropped. That costs no bound on lookups:
+   * the table is built once from the vocabulary and never written again, so its runs of taken slots are fixed
+   * before any request is read, and a lookup from any text ends at the end of one of them. (A bounded table would
+   * need a fallback for the words it refused; one that is only ever read needs none.)
+   */
   static of(words: Map<string, number>): TextTable {
     let units = 0;
     for (const w of words.keys()) units += w.length;
-    const table = new TextTable(words.size, units, words.size);
+    const table = new TextTable(words.size, units, words.size, Infinity);
     for (const [w, id] of words) table.insert(w, 0, w.length, textHash(w, 0, w.length), [id], 0, 1);
     return table;
   }
@@ -129,7 +159,7 @@ export class TextTable {
   find(text: string, start: number, end: number, hash: number): number {
     const len = end - start;
     const { slots, entries, keys, mask } = this;
-    for (let s = hash & mask; ; s = (s + 1) & mask) {
+    for (let s = hash & mask, left = this.probes; left > 0; s = (s + 1) & mask, left--) {
       const e = slots[s]! - 1;
       if (e < 0) return -1;
       const f = e * 4;
@@ -139,6 +169,7 @@ export class TextTable {
       while (i < len && keys[k + i] === text.charCodeAt(start + i)) i++;
       if (i === len) return e;
     }
+    return -1;
   }
 
   copyIds(e: number, out: Uint32Array, at: number): number {
@@ -149,7 +180,13 @@ export class TextTable {
     return n;
   }
 
-  insert(text: string, start: number, end: number, hash: number, ids: ArrayLike<number>, from: number, n: number): void {
+  /** Adds text[start, end) with ids[from, from + n) (it must fit, and not be here); false when it was dropped. */
+  insert(text: string, start: number, end: number, hash: number, ids: ArrayLike<number>, from: number, n: number): boolean {
+    const slots = this.slots;
+    const mask = this.mask;
+    let s = hash & mask;
+    for (let left = this.probes; slots[s] !== 0; s = (s + 1) & mask) if (--left === 0) return false;
+    slots[s] = this.count + 1;
     const e = this.count++;
     const f = e * 4;
     const len = end - start;
@@ -161,9 +198,7 @@ export class TextTable {
     this.keyUsed += len;
     for (let i = 0; i < n; i++) this.ids[this.idUsed + i] = ids[from + i]!;
     this.idUsed += n;
-    let s = hash & this.mask;
-    while (this.slots[s] !== 0) s = (s + 1) & this.mask;
-    this.slots[s] = e + 1;
+    return true;
   }
 
   clear(): void {

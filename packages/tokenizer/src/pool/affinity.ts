@@ -4,6 +4,7 @@
 // first two messages: without a system prompt, turn 1 ([u1]) and turn 2 ([u1, a1, u2]) would part.
 // A body's key and a parsed job's key are not equal (bytes against decoded text): each groups the same turns,
 // and a flow keeps to one kind (the EPP sends bodies and warms replies as bodies; nextTurnJob keys like its turn).
+import { FNV_OFFSET, FNV_PRIME, hashRange } from "../fast/fnv";
 import type { PoolJob } from "../job";
 import { skipSpace } from "../request/openai-body";
 
@@ -21,7 +22,7 @@ export function affinityKey(job: PoolJob): number {
   let left = 2 * WINDOW;
   const mix = (s: string) => {
     const n = Math.min(s.length, WINDOW, left);
-    for (let i = 0; i < n; i++) h = Math.imul(h ^ s.charCodeAt(i), FNV_PRIME);
+    h = hashRange(h, s, 0, n);
     left -= n;
   };
   if (job.kind === "prompt") mix(job.text);
@@ -35,8 +36,6 @@ export function affinityKey(job: PoolJob): number {
   return h >>> 0;
 }
 
-const FNV_OFFSET = 0x811c9dc5;
-const FNV_PRIME = 0x01000193;
 // The keys whose values carry a conversation's start: a chat's messages, a Responses request's input items,
 // a completion's prompt.
 const KEYS = ["messages", "input", "prompt"].map((k) => Buffer.from(`"${k}"`));
