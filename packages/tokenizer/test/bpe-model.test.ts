@@ -3,6 +3,7 @@ import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { bpeModelOf, parseTokenizerJson, vocabIdOf } from "../src/fast/bpe-model";
 import { compileFastTokenizer } from "../src/fast/fast-tokenizer";
+import { loadTokenizerFiles } from "../src/tokenizer-files";
 import { modelDir, MODELS } from "./reference-tokenizers";
 
 // Whether parseTokenizerJson read the model with its scanner (its vocab is built on first read), not JSON.parse.
@@ -34,9 +35,9 @@ function bpeModelFacts(model: Record<string, any>) {
 
 describe("parseTokenizerJson on every tokenizer the repository ships or tests with", () => {
   for (const model of MODELS) {
-    test(`${model}: the scanned vocab and merges are JSON.parse's, and so is the tokenizer`, () => {
+    test(`${model}: the scanned vocab and merges (of the file mapped, as loadTokenizerFiles reads it) are JSON.parse's (of readFileSync's text), and so is the tokenizer`, () => {
       const text = readFileSync(join(modelDir(model), "tokenizer.json"), "utf8");
-      const fast = parseTokenizerJson(text);
+      const fast = loadTokenizerFiles(modelDir(model)).tokenizerJson as Record<string, any>;
       const plain = JSON.parse(text);
       expect(scanned(fast)).toBe(true);
       const [a, b] = [bpeModelOf(fast.model), bpeModelOf(plain.model)];
