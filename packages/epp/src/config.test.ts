@@ -1,6 +1,6 @@
 import { describe, expect, test } from "bun:test";
 import { writeStaticConfig } from "../test/helpers.ts";
-import { ConfigError, parseConfig } from "./config.ts";
+import { ConfigError, parseConfig, usesKubernetes } from "./config.ts";
 import { serving } from "./workers/registry.ts";
 import { staticWorkers } from "./workers/static.ts";
 import { LOOPBACK } from "@kv-epp/testkit";
@@ -175,6 +175,16 @@ describe("config", () => {
     expect(parseConfig(["--config", w({})], {}).picker.pdThresholdTokens).toBe(512);
     expect(parseConfig(["--config", w({}), "--pd-threshold-tokens", "0"], {}).picker.pdThresholdTokens).toBe(0);
     expect(parseConfig(["--config", w({})], { DYN_EPP_PD_THRESHOLD_TOKENS: "2048" }).picker.pdThresholdTokens).toBe(2048);
+  });
+
+  test("the Kubernetes client is needed by the pool's pods, a peer Service or Lease-backed intents, by nothing of static mode", () => {
+    const uses = (args: string[]) => usesKubernetes(parseConfig(args, {}));
+    expect(uses(["--config", file])).toBe(false);
+    expect(uses(["--config", file, "--intent-discovery", `http://${LOOPBACK}.7.2:7070`])).toBe(false);
+    expect(uses(["--pool-name", "p"])).toBe(true);
+    expect(uses(["--config", file, "--peer-service", "epp-peer", "--replica-agg", "false"])).toBe(true);
+    expect(uses(["--config", file, "--peer-service", "epp-peer"])).toBe(true);
+    expect(uses(["--config", file, "--intent-discovery", "kubernetes"])).toBe(true);
   });
 
   test("a bad static file names the field and value", () => {

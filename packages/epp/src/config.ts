@@ -337,3 +337,14 @@ export function usage(): string {
     note: `Each flag also reads its variable, and the config file its camelCase key; ${PRECEDENCE}.`,
   });
 }
+
+/**
+ * Whether any source of `cfg` reads the Kubernetes API server (the pool's pods, the peer Service for recovery or
+ * replica-agg, Lease-backed intents): only then does the EPP load the Kubernetes client (kube-sources.ts).
+ */
+export function usesKubernetes(cfg: Pick<EppConfig, "workers" | "recovery" | "replicaAgg" | "intents">): boolean {
+  return cfg.workers.mode === "kubernetes"
+    || cfg.recovery.mode === "kubernetes"
+    || (cfg.replicaAgg.mode === "on" && cfg.replicaAgg.peers.mode === "kubernetes")
+    || cfg.intents?.discovery.kind === "kubernetes";
+}

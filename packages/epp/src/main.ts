@@ -11,11 +11,12 @@ import { listenerHeartbeat } from "@kv-epp/kv-events";
 import { parseEndpoint } from "@kv-epp/protocol";
 import { createPreprocessor, DEFAULT_CACHE_MAX_BYTES, eventLoopLag, ignoredRenderingFlags, loadChatTemplate, poolMetrics, TokenizerPool, warmUp } from "@kv-epp/tokenizer";
 import pino, { type Logger } from "pino";
-import { ConfigError, parseConfig, preprocessorOptions, usage, type EppConfig } from "./config.ts";
+import { ConfigError, parseConfig, preprocessorOptions, usage, usesKubernetes, type EppConfig } from "./config.ts";
 import { BodyBudget } from "./extproc/body-budget.ts";
 import { HealthState } from "./health.ts";
 import { StreamHandoff } from "./handoff/handoff.ts";
 import { indexerKey, Indexers } from "./indexers/indexers.ts";
+import type { KubeSources } from "./kube-sources.ts";
 import { extProcBufferBudget } from "./memory-budget.ts";
 import { createMetrics, routingMetrics, type Metrics } from "./metrics.ts";
 import { ActiveLoad, sumLoad, combinedPending, EvictionRegret, latencyModel, pendingPrefixes, Picker, RoutingQuality, type Clock, type RoutingContext } from "@kv-epp/routing";
@@ -26,7 +27,6 @@ import { loadCertificate, metricsFetch, startExtProc, startHealth, startHttp } f
 import {
   createPoolTokenizeBody, createPoolWarm, createTokenizeBody, type ReadThread, type TokenizeBody,
 } from "./tokens.ts";
-import { loadKubeConfig } from "./workers/kubernetes.ts";
 import { WorkerSet } from "./workers/worker-set.ts";
 import { EPP_RUNTIME_ENV } from "./runtime-env.ts";
 import { warmDecisions, type WarmDecisionsOptions } from "./warm-decisions.ts";
@@ -48,8 +48,7 @@ export async function startEpp(cfg: EppConfig, o: { log?: Logger; kubeConfig?: K
   const log = o.log ?? pino({ level: cfg.logLevel, base: { component: "epp" } });
   const metrics = createMetrics();
   const certificate = await loadCertificate(cfg.tls);
-  let kubeConfig = o.kubeConfig;
-  const kube = () => (kubeConfig ??= loadKubeConfig());
+  const kube = await kubernetesSources(cfg, o.kubeConfig);
 
   // The worker set, built and not started (readiness starts it): the facts the index and the handoff
   // read of the ranks (their capacity, their replay endpoints, which ranks there are).
@@ -223,6 +222,19 @@ export async function startEpp(cfg: EppConfig, o: { log?: Logger; kubeConfig?: K
 
   const ports = { grpc: extProc.port, grpcHealth: grpcHealth.port, metrics: metricsServer.port, selection: selection.port, replicaAgg: replicaAgg ? parseEndpoint(replicaAgg.endpoint).port : undefined };
   return { ports, health, ready, indexers, workers, picker, load, replicaAgg, stop };
+}
+
+/**
+ * The Kubernetes-backed sources (kube-sources.ts), imported only when a source of `cfg` reads the API server:
+ * static mode starts without loading @kubernetes/client-node.
+ */
+async function kubernetesSources(cfg: EppConfig, given?: KubeConfig): Promise<() => KubeSources> {
+  if (!usesKubernetes(cfg)) return () => {
+    throw new Error("no Kubernetes source is configured");
+  };
+  const { kubeSources } = await import("./kube-sources.ts");
+  const sources = kubeSources(given);
+  return () => sources;
 }
 
 /** Wall time, and timers that do not hold the process open. */

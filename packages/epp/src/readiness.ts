@@ -3,9 +3,7 @@
 // peer into the index -> the buffered live events handed off onto the recovered view -> ready.
 // Subscribing before the dump is fetched is what lets nothing published meanwhile be lost. Once ready,
 // readiness follows the InferencePool: NOT_SERVING while it is deleted.
-import type { KubeConfig } from "@kubernetes/client-node";
 import {
-  endpointSliceDiscovery,
   recoveryAttemptMetrics,
   recoveryStateMetric,
   runRecovery,
@@ -18,6 +16,7 @@ import type { EppConfig } from "./config.ts";
 import type { StreamHandoff } from "./handoff/handoff.ts";
 import type { HealthState } from "./health.ts";
 import type { Indexers } from "./indexers/indexers.ts";
+import type { KubeSources } from "./kube-sources.ts";
 import { dumpBodyLimit, recoveryBudget } from "./memory-budget.ts";
 import type { Metrics } from "./metrics.ts";
 import type { WorkerSet } from "./workers/worker-set.ts";
@@ -34,7 +33,7 @@ export type ReadinessOptions = {
   handoff: StreamHandoff;
   health: HealthState;
   metrics: Metrics;
-  kube: () => KubeConfig;
+  kube: () => KubeSources;
   log: Logger;
   /** Told how recovery ended, in the step before readiness turns SERVING (/dump serves from then on). */
   onRecovered: (outcome: RecoveryOutcome) => void;
@@ -107,15 +106,14 @@ export function recoverThenReady(o: ReadinessOptions): Promise<RecoveryOutcome> 
   return ready;
 }
 
-function peerDiscovery(cfg: ReadinessOptions["cfg"], kube: () => KubeConfig, log: Logger): PeerDiscovery | null {
+function peerDiscovery(cfg: ReadinessOptions["cfg"], kube: () => KubeSources, log: Logger): PeerDiscovery | null {
   switch (cfg.recovery.mode) {
     case "disabled":
       return null;
     case "static":
       return staticPeerDiscovery({ peers: cfg.recovery.peers, token: cfg.peerToken, logger: log });
     case "kubernetes":
-      return endpointSliceDiscovery({
-        kubeConfig: kube(),
+      return kube().endpointSlices({
         namespace: cfg.recovery.namespace,
         service: cfg.recovery.peerService,
         podIp: cfg.podIp,

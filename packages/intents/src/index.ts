@@ -3,17 +3,8 @@
 export type { Discovery, DiscoveryRecord, Query, RecordKind, RecordSpec, Registration, WatchHandle } from "./discovery/types.ts";
 export { RecordExistsError } from "./discovery/types.ts";
 export { MemoryDiscoveryStore } from "./discovery/memory.ts";
-export {
-  kubernetesDiscovery,
-  type KubernetesDiscoveryOptions,
-  RECORD_LABEL,
-  RECORD_LABEL_VALUES,
-  HOST_LABEL,
-  VERSION_LABEL,
-  PAYLOAD_ANNOTATION,
-  PRODUCER_ANNOTATION,
-  HOLDERS_ANNOTATION,
-} from "./discovery/kubernetes.ts";
+// The Kubernetes backend (kubernetesDiscovery, its label and annotation names) is `@kv-epp/intents/kubernetes`:
+// this entry does not load @kubernetes/client-node.
 export {
   VLLM_KV_EVENTS_PROTOCOL,
   HOST_PROTOCOL_VERSION,

@@ -4,17 +4,13 @@ import { createServer, request } from "node:http";
 import type { AddressInfo } from "node:net";
 import { KubeConfig } from "@kubernetes/client-node";
 import { startFakeKubeApi, waitFor, type FakeKubeApi, LOOPBACK } from "@kv-epp/testkit";
+import { HOLDERS_ANNOTATION, HOST_LABEL, kubernetesDiscovery, PAYLOAD_ANNOTATION, RECORD_LABEL, VERSION_LABEL } from "../src/discovery/kubernetes.ts";
 import {
   advertiseHost,
   findHost,
-  HOLDERS_ANNOTATION,
-  HOST_LABEL,
   intentRecordName,
   IntentWatcher,
-  kubernetesDiscovery,
-  PAYLOAD_ANNOTATION,
-  RECORD_LABEL,
-  VERSION_LABEL,
+  openDiscovery,
   RecordExistsError,
   registerIntents,
   registerWorkerIntents,
@@ -65,6 +61,14 @@ describe("Kubernetes discovery: records are Leases owned by the registering pod"
     expect(await discovery.unregister(reg)).toBe("removed");
     expect(await discovery.unregister(reg)).toBe("missing");
     await expect(discovery.register({ kind: "intent", name: "Not_A_Name", payload: {} })).rejects.toThrow("not a valid object name");
+    await discovery.close();
+  });
+
+  test("openDiscovery, told kubernetes, opens this backend (loaded only then) on the given client configuration", async () => {
+    const discovery = await openDiscovery({ kind: "kubernetes", namespace: NS }, { kubeConfig: api.kubeConfig, producer: "opened" });
+    await discovery.register({ kind: "intent", name: "kv-intent-opened", payload: 1 });
+    expect(api.get("Lease", NS, "kv-intent-opened")?.metadata?.labels?.[RECORD_LABEL]).toBe("attachment-intent");
+    expect(discovery.producer).toBe("opened");
     await discovery.close();
   });
 

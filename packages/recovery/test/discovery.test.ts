@@ -1,7 +1,8 @@
 import { afterEach, describe, expect, test } from "bun:test";
 import type { V1EndpointSlice } from "@kubernetes/client-node";
 import { type FakeKubeApi, startFakeKubeApi, LOOPBACK } from "@kv-epp/testkit";
-import { dumpHandler, endpointSliceDiscovery, peersFromSlices, type PeerDiscovery, runRecovery, staticPeerDiscovery } from "../src/index.ts";
+import { endpointSliceDiscovery, peersFromSlices } from "../src/discovery/endpoint-slices.ts";
+import { dumpHandler, type PeerDiscovery, runRecovery, staticPeerDiscovery } from "../src/index.ts";
 import { capturingLogger, MapIndex, quietLogger, sampleIndex, until } from "./helpers.ts";
 
 const NS = "llm";

@@ -3,10 +3,10 @@
 // for recovery (ready, serving, not terminating, not this pod). Static: every listed peer, whose
 // endpoint is its host with the replica-agg port unless given as {url, replicaAgg}; a static peer
 // is not probed, its SUB just keeps reconnecting until it answers.
-import type { KubeConfig } from "@kubernetes/client-node";
-import { endpointSliceDiscovery, type PeerDiscovery } from "@kv-epp/recovery";
+import type { PeerDiscovery } from "@kv-epp/recovery";
 import { parseEndpoint } from "@kv-epp/protocol";
 import type { Logger } from "pino";
+import type { KubeSources } from "../kube-sources.ts";
 import type { AggPeer } from "./peers.ts";
 
 export const REPLICA_AGG_PORT_NAME = "replica-agg";
@@ -30,14 +30,13 @@ export function staticPeers(endpoints: readonly string[], self: { hosts: readonl
   return { start: async () => {}, peers: () => list, onChange: () => {}, stop: async () => {} };
 }
 
-export function endpointSlicePeers(o: {
-  kubeConfig: KubeConfig;
+export function endpointSlicePeers(kube: KubeSources, o: {
   namespace: string;
   service: string;
   podIp?: string;
   logger: Logger;
 }): PeerSource {
-  const d: PeerDiscovery = endpointSliceDiscovery({ ...o, portName: REPLICA_AGG_PORT_NAME });
+  const d: PeerDiscovery = kube.endpointSlices({ ...o, portName: REPLICA_AGG_PORT_NAME });
   return {
     start: () => d.start(),
     // Discovery names a peer ip:port (for recovery, an HTTP base URL); here it is a ZMTP endpoint.

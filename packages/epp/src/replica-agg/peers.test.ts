@@ -6,6 +6,7 @@ import { startFakeKubeApi, waitFor, type FakeKubeApi, LOOPBACK } from "@kv-epp/t
 import pino from "pino";
 import { ActiveLoad, AGG_TOPIC, PeerLoads } from "@kv-epp/routing";
 import { workerKeyOf } from "@kv-epp/protocol";
+import { kubeSources } from "../kube-sources.ts";
 import { endpointSlicePeers, staticPeers } from "./discovery.ts";
 import { AggPublisher } from "./publisher.ts";
 import { AggSubscribers, type DropReason } from "./peers.ts";
@@ -96,7 +97,7 @@ describe("peer sets", () => {
       endpoints: ips.map((ip) => ({ addresses: [ip], conditions: { ready: true } })),
     });
     kube.upsert(slice([`${LOOPBACK}.8.30`, `${LOOPBACK}.8.31`]) as never);
-    const src = endpointSlicePeers({ kubeConfig: kube.kubeConfig, namespace: "llm", service: "dynamo-epp-peer", podIp: `${LOOPBACK}.8.30`, logger: log });
+    const src = endpointSlicePeers(kubeSources(kube.kubeConfig), { namespace: "llm", service: "dynamo-epp-peer", podIp: `${LOOPBACK}.8.30`, logger: log });
     cleanups.push(() => src.stop());
     let changes = 0;
     src.onChange(() => changes++);

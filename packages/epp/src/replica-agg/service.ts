@@ -1,9 +1,9 @@
 // replica-agg wired together: this replica's load published on --replica-agg-port, one SUB per
 // peer from peer discovery, peers' load summed into a LoadView for the picker, metrics.
-import type { KubeConfig } from "@kubernetes/client-node";
 import { formatEndpoint, parseEndpoint, parseWorkerKey } from "@kv-epp/protocol";
 import type { Logger } from "pino";
 import type { ReplicaAggConfig } from "../config.ts";
+import type { KubeSources } from "../kube-sources.ts";
 import type { Metrics } from "../metrics.ts";
 import { PeerLoads, type ActiveLoad, type LoadView, type PeerStatus, type ReplicaSet, type PendingPrefixes } from "@kv-epp/routing";
 import { endpointSlicePeers, staticPeers, type PeerSource } from "./discovery.ts";
@@ -33,7 +33,7 @@ export async function startReplicaAgg(o: {
   pending?: PendingPrefixes;
   metrics: Metrics;
   log: Logger;
-  kube: () => KubeConfig;
+  kube: () => KubeSources;
 }): Promise<ReplicaAgg> {
   const { config, metrics, log } = o;
   const replica = newReplicaId();
@@ -100,7 +100,7 @@ export async function startReplicaAgg(o: {
   };
 }
 
-function peerSource(o: { config: Extract<ReplicaAggConfig, { mode: "on" }>; listen: string; port: number; podIp?: string; log: Logger; kube: () => KubeConfig }): PeerSource {
+function peerSource(o: { config: Extract<ReplicaAggConfig, { mode: "on" }>; listen: string; port: number; podIp?: string; log: Logger; kube: () => KubeSources }): PeerSource {
   const s = o.config.peers;
   switch (s.mode) {
     case "none":
@@ -108,6 +108,6 @@ function peerSource(o: { config: Extract<ReplicaAggConfig, { mode: "on" }>; list
     case "static":
       return staticPeers(s.endpoints, { hosts: [o.listen, ...(o.podIp ? [o.podIp] : [])], port: o.port });
     case "kubernetes":
-      return endpointSlicePeers({ kubeConfig: o.kube(), namespace: s.namespace, service: s.peerService, podIp: o.podIp, logger: o.log });
+      return endpointSlicePeers(o.kube(), { namespace: s.namespace, service: s.peerService, podIp: o.podIp, logger: o.log });
   }
 }

@@ -4,7 +4,7 @@
 // by EPP", api/v1/inferencepool_types.go), as vLLM's external DP load balancing runs them: the API
 // server on targetPorts[i] serves ranks i*dpSize .. i*dpSize+dpSize-1, each publishing KV events on
 // the KV port + its global rank.
-import { CoreV1Api, CustomObjectsApi, KubeConfig, type V1ObjectMeta, type V1Pod } from "@kubernetes/client-node";
+import { CoreV1Api, CustomObjectsApi, type KubeConfig, type V1ObjectMeta, type V1Pod } from "@kubernetes/client-node";
 import { listWatch, type ListWatch } from "@kv-epp/kube";
 import { bracketHost, DP_LB_MODES, formatEndpoint, parseEndpoint, publisherBinds, rankSources, ROLE_LABEL, roleOfLabel, type DpLbMode, type TcpEndpoint, type WorkerRole, type WorkerSpec } from "@kv-epp/protocol";
 import { isIP } from "node:net";
@@ -36,12 +36,6 @@ type InferencePool = {
     targetPortNumber?: number;
   };
 };
-
-export function loadKubeConfig(): KubeConfig {
-  const kc = new KubeConfig();
-  kc.loadFromDefault(); // KUBECONFIG, ~/.kube/config, or the in-cluster service account
-  return kc;
-}
 
 /** v1 uses {matchLabels}; v1alpha2 used a plain label map. */
 export function poolSelector(pool: InferencePool): string {

@@ -1,23 +1,15 @@
-// llm-d's pool-scoped resources (InferenceObjective, InferenceModelRewrite): which API group is
-// followed and which objects name this pool, as llm-d's router decides (server/controller_config.go,
-// its reconcilers' poolRef checks).
+// llm-d's pool-scoped resources (InferenceObjective, InferenceModelRewrite) followed from the API server:
+// which API group is followed, as llm-d's router decides (server/controller_config.go). What they say is
+// read in objectives.ts and model-rewrites.ts, which static mode uses without the Kubernetes client.
 import { CustomObjectsApi, type KubeConfig, type KubernetesListObject, type KubernetesObject } from "@kubernetes/client-node";
 import { listWatch, statusOf, type ListWatch } from "@kv-epp/kube";
 import type { Logger } from "pino";
+import type { InferenceModelRewrite, ModelRewrites } from "./model-rewrites.ts";
+import { objectivePriorities, type InferenceObjective } from "./objectives.ts";
 
 /** In llm-d's order of preference; it ignores the older group when both are installed. */
 const LLMD_GROUPS = ["llm-d.ai", "inference.networking.x-k8s.io"] as const;
 const VERSION = "v1alpha2";
-/** The group a poolRef names by default (the CRDs' default), and the only one this EPP's pool has. */
-const POOL_GROUP = "inference.networking.k8s.io";
-
-export type PoolRef = { group?: string; kind?: string; name?: string };
-
-/** The object names `poolName` (its group defaulted as the CRD does) and is not being deleted. */
-export function forPool(o: KubernetesObject & { spec?: { poolRef?: PoolRef | null } }, poolName: string): boolean {
-  const ref = o.spec?.poolRef;
-  return !o.metadata?.deletionTimestamp && !!o.metadata?.name && ref?.name === poolName && (ref.group ?? POOL_GROUP) === POOL_GROUP;
-}
 
 export type LlmdWatchOptions<T extends KubernetesObject> = {
   kubeConfig: KubeConfig;
@@ -73,4 +65,28 @@ export function watchLlmdResource<T extends KubernetesObject>(o: LlmdWatchOption
       await current?.stop();
     },
   };
+}
+
+export type ObjectiveWatchOptions = Omit<LlmdWatchOptions<InferenceObjective>, "plural" | "onSnapshot"> & {
+  poolName: string;
+  onPriorities: (priorities: Map<string, number>) => void;
+};
+
+/** Follows the pool's InferenceObjectives (watchLlmdResource). Never holds readiness: until listed, the static priorities hold. */
+export function startObjectiveWatch(o: ObjectiveWatchOptions): { stop(): Promise<void> } {
+  return watchLlmdResource<InferenceObjective>({ ...o, plural: "inferenceobjectives", onSnapshot: (items) => o.onPriorities(objectivePriorities(items, o.poolName)) });
+}
+
+export type ModelRewriteWatchOptions = Omit<LlmdWatchOptions<InferenceModelRewrite>, "plural" | "onSnapshot"> & { poolName: string; into: ModelRewrites; onChange?: () => void };
+
+/** Follows the pool's InferenceModelRewrites (watchLlmdResource) into `into`. */
+export function startModelRewriteWatch(o: ModelRewriteWatchOptions): { stop(): Promise<void> } {
+  return watchLlmdResource<InferenceModelRewrite>({
+    ...o,
+    plural: "inferencemodelrewrites",
+    onSnapshot: (items) => {
+      o.into.setWatched(items, o.poolName);
+      o.onChange?.();
+    },
+  });
 }

@@ -4,7 +4,8 @@ import { describe, expect, test } from "bun:test";
 import { waitFor } from "@kv-epp/testkit";
 import { kubeTestScope, NS, quiet } from "./kube-test-scope.ts";
 import { ruleTarget } from "@kv-epp/tokenizer";
-import { ModelRewrites, startModelRewriteWatch, type RewriteRule } from "./model-rewrites.ts";
+import { startModelRewriteWatch } from "./llmd-resources.ts";
+import { ModelRewrites, type RewriteRule } from "./model-rewrites.ts";
 
 const scope = kubeTestScope();
 /** The target a body naming `model` gets from the rules `r` hands the body readers (undefined: no rule applies). */

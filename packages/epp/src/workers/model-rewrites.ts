@@ -2,10 +2,11 @@
 // pool's namespace whose spec.poolRef names this pool map the model a request's body names to a target model,
 // picked by weight. The rule is looked up by the body's model where the body is read (@kv-epp/tokenizer's
 // rewrite-rules.ts, Director.applyWeightedModelRewrite), and its target replaces the
-// x-llm-d-model-name-rewrite header's (llm-d applies the rule after reading the header).
+// x-llm-d-model-name-rewrite header's (llm-d applies the rule after reading the header). Followed by
+// startModelRewriteWatch (llmd-resources.ts).
 import type { KubernetesObject } from "@kubernetes/client-node";
 import { type RewriteRules, type RuleTargets, type TargetModel } from "@kv-epp/tokenizer";
-import { forPool, watchLlmdResource, type LlmdWatchOptions, type PoolRef } from "./llmd-resources.ts";
+import { forPool, type PoolRef } from "./pool-ref.ts";
 
 export type RewriteRule = { matches?: { model?: { type?: string; value: string } | null }[] | null; targets?: TargetModel[] | null };
 export type InferenceModelRewrite = KubernetesObject & { spec?: { poolRef?: PoolRef | null; rules?: RewriteRule[] | null } };
@@ -56,18 +57,4 @@ export class ModelRewrites {
   rules(): RewriteRules | undefined {
     return this.snapshot;
   }
-}
-
-export type ModelRewriteWatchOptions = Omit<LlmdWatchOptions<InferenceModelRewrite>, "plural" | "onSnapshot"> & { poolName: string; into: ModelRewrites; onChange?: () => void };
-
-/** Follows the pool's InferenceModelRewrites (watchLlmdResource) into `into`. */
-export function startModelRewriteWatch(o: ModelRewriteWatchOptions): { stop(): Promise<void> } {
-  return watchLlmdResource<InferenceModelRewrite>({
-    ...o,
-    plural: "inferencemodelrewrites",
-    onSnapshot: (items) => {
-      o.into.setWatched(items, o.poolName);
-      o.onChange?.();
-    },
-  });
 }

@@ -3,7 +3,8 @@
 import { describe, expect, test } from "bun:test";
 import { waitFor, type FakeKubeApi } from "@kv-epp/testkit";
 import { kubeTestScope, NS, quiet } from "./kube-test-scope.ts";
-import { ObjectivePriorities, objectivePriorities, startObjectiveWatch } from "./objectives.ts";
+import { startObjectiveWatch } from "./llmd-resources.ts";
+import { ObjectivePriorities, objectivePriorities } from "./objectives.ts";
 
 const scope = kubeTestScope();
 

@@ -2,9 +2,9 @@
 // server/controller_config.go): the objectives in the pool's namespace whose spec.poolRef names this
 // pool give the priority of the objective a request names (x-llm-d-inference-objective). llm-d.ai is
 // followed when it is served, else the older inference.networking.x-k8s.io (llm-d ignores the older one
-// when both are installed); neither served: --objective-priorities alone.
+// when both are installed; the watch is llmd-resources.ts); neither served: --objective-priorities alone.
 import type { KubernetesObject } from "@kubernetes/client-node";
-import { forPool, watchLlmdResource, type LlmdWatchOptions, type PoolRef } from "./llmd-resources.ts";
+import { forPool, type PoolRef } from "./pool-ref.ts";
 
 export type InferenceObjective = KubernetesObject & { spec?: { priority?: number | null; poolRef?: PoolRef } };
 
@@ -40,14 +40,4 @@ export class ObjectivePriorities {
   current(): ReadonlyMap<string, number> {
     return this.merged;
   }
-}
-
-export type ObjectiveWatchOptions = Omit<LlmdWatchOptions<InferenceObjective>, "plural" | "onSnapshot"> & {
-  poolName: string;
-  onPriorities: (priorities: Map<string, number>) => void;
-};
-
-/** Follows the pool's InferenceObjectives (watchLlmdResource). Never holds readiness: until listed, the static priorities hold. */
-export function startObjectiveWatch(o: ObjectiveWatchOptions): { stop(): Promise<void> } {
-  return watchLlmdResource<InferenceObjective>({ ...o, plural: "inferenceobjectives", onSnapshot: (items) => o.onPriorities(objectivePriorities(items, o.poolName)) });
 }

@@ -2,18 +2,17 @@
 // pods, plus attachment intents), how those sources merge, the KV listener per worker rank (through
 // WorkerRegistry), each worker's health (its scraped /metrics, and the rule that takes a worker out of
 // routing) and the counters of all of it. "Why is worker X not routable?" is answered by rankStatus().
-import type { KubeConfig } from "@kubernetes/client-node";
 import { rankSources, workerKeyOf, type WorkerRef, type WorkerRole, type WorkerSpec } from "@kv-epp/protocol";
 import { mergeWorkerSets, type IntentWorker } from "@kv-epp/intents";
 import { listenerHeartbeat, type ListenerCounters as KvListenerCounters } from "@kv-epp/kv-events";
 import type { Logger } from "pino";
 import type { EppConfig } from "../config.ts";
+import type { KubeSources } from "../kube-sources.ts";
 import { startIntentSource, type IntentSource } from "../intents-source.ts";
 import type { Metrics } from "../metrics.ts";
 import { scrapeTargets, WorkerMetricsScraper } from "./worker-metrics.ts";
-import { startPoolWorkers } from "./kubernetes.ts";
-import { ModelRewrites, startModelRewriteWatch } from "./model-rewrites.ts";
-import { ObjectivePriorities, startObjectiveWatch } from "./objectives.ts";
+import { ModelRewrites } from "./model-rewrites.ts";
+import { ObjectivePriorities } from "./objectives.ts";
 import type { Candidate, WorkerSignals } from "@kv-epp/routing";
 import { serving, WorkerRegistry, type Sink } from "./registry.ts";
 import { staticWorkers } from "./static.ts";
@@ -27,7 +26,8 @@ export const DOWN_AFTER_FAILED_SCRAPES = 3;
 
 export type WorkerSetOptions = {
   config: Pick<EppConfig, "workers" | "intents" | "kvTopic" | "kvHeartbeatMs" | "scrapeIntervalMs"> & Partial<Pick<EppConfig, "kvMaxMessageBytes" | "objectivePriorities" | "model">>;
-  kube: () => KubeConfig;
+  /** The Kubernetes-backed sources (Kubernetes mode, intents on Leases). */
+  kube: () => KubeSources;
   metrics: Metrics;
   log: Logger;
 };
@@ -156,8 +156,8 @@ export class WorkerSet {
     } else {
       const poolLog = log.child({ component: "pool" });
       this.present = false;
-      this.pool = startPoolWorkers({
-        kubeConfig: this.o.kube(),
+      const kube = this.o.kube();
+      this.pool = kube.poolWorkers({
         poolName: w.poolName,
         namespace: w.namespace,
         kvEventsPort: w.kvEventsPort,
@@ -181,7 +181,6 @@ export class WorkerSet {
       // llm-d's pool-scoped resources: followed from start, never holding readiness.
       const llmdLog = log.child({ component: "llm-d-resources" });
       const llmd = {
-        kubeConfig: this.o.kube(),
         namespace: w.namespace,
         poolName: w.poolName,
         log: llmdLog,
@@ -191,21 +190,21 @@ export class WorkerSet {
         },
       };
       this.llmdWatches.push(
-        startObjectiveWatch({
+        kube.objectives({
           ...llmd,
           onPriorities: (priorities) => {
             this.objectives.setWatched(priorities);
             llmdLog.info({ objectives: Object.fromEntries(priorities) }, "InferenceObjective priorities");
           },
         }),
-        startModelRewriteWatch({ ...llmd, into: this.modelRewrites, onChange: () => llmdLog.info("InferenceModelRewrites changed") }),
+        kube.modelRewrites({ ...llmd, into: this.modelRewrites, onChange: () => llmdLog.info("InferenceModelRewrites changed") }),
       );
     }
     this.intentSource = cfg.intents
       ? startIntentSource({
           where: cfg.intents.discovery,
           hostInstance: cfg.intents.hostInstance,
-          kubeConfig: this.o.kube,
+          kubeConfig: () => this.o.kube().config(),
           log: log.child({ component: "intents" }),
           countError: () => metrics.ioErrors.inc({ where: "intents" }),
           onWorkers: (workers) => {

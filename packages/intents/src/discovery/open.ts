@@ -1,9 +1,8 @@
 // One flag chooses the backend for a process: `--discovery kubernetes` (Leases in POD_NAMESPACE, owned
 // by POD_NAME/POD_UID) or `--discovery http://HOST:PORT` (an HTTP-served in-memory store).
-import { KubeConfig } from "@kubernetes/client-node";
+import type { KubeConfig } from "@kubernetes/client-node";
 import type { Logger } from "pino";
 import { connectHttpDiscovery } from "./http.ts";
-import { kubernetesDiscovery } from "./kubernetes.ts";
 import type { Discovery } from "./types.ts";
 
 export type DiscoveryConfig =
@@ -23,10 +22,7 @@ export function parseDiscoveryConfig(value: string, env: Record<string, string |
 
 export async function openDiscovery(cfg: DiscoveryConfig, o: { kubeConfig?: KubeConfig; producer?: string; log?: Logger } = {}): Promise<Discovery> {
   if (cfg.kind === "http") return connectHttpDiscovery({ url: cfg.url, producer: o.producer, log: o.log });
-  let kubeConfig = o.kubeConfig;
-  if (!kubeConfig) {
-    kubeConfig = new KubeConfig();
-    kubeConfig.loadFromDefault(); // KUBECONFIG, ~/.kube/config or the in-cluster service account
-  }
-  return kubernetesDiscovery({ kubeConfig, namespace: cfg.namespace, pod: cfg.pod, producer: o.producer, log: o.log });
+  // Loaded only when chosen: a process on the HTTP store never loads @kubernetes/client-node.
+  const [{ kubernetesDiscovery }, { defaultKubeConfig }] = await Promise.all([import("./kubernetes.ts"), import("@kv-epp/kube")]);
+  return kubernetesDiscovery({ kubeConfig: o.kubeConfig ?? defaultKubeConfig(), namespace: cfg.namespace, pod: cfg.pod, producer: o.producer, log: o.log });
 }
