@@ -42,7 +42,7 @@ const WORD = "[\\p{L}\\p{N}_]";
  * re.IGNORECASE, or `in model_path.lower()`), as of the newest conversation.py read (the one holding match_paddle_ocr
  * and match_whisper; match_points_v15_chat's whole-word `\bpoints\b` replaced a bare `points`).
  */
-export const MATCHERS: readonly Matcher[] = [
+const MATCHERS: readonly Matcher[] = [
   { fn: "match_points_v15_chat", byPath: search(new RegExp(`(?<!${WORD})points(?!${WORD})`, "iu"), "points-v15-chat"), byModelType: false },
   { fn: "match_internvl", byPath: search(/internvl/iu, "internvl-2-5"), byModelType: true },
   { fn: "match_deepseek_janus_pro", byPath: search(/janus/iu, "janus-pro"), byModelType: true },
@@ -61,7 +61,7 @@ export const MATCHERS: readonly Matcher[] = [
 ];
 
 /** conversation.py MODEL_TYPE_TO_TEMPLATE: config.json's model_type -> template, for the matchers that fall back to it. */
-export const MODEL_TYPE_TEMPLATES: Readonly<Record<string, string>> = {
+const MODEL_TYPE_TEMPLATES: Readonly<Record<string, string>> = {
   internvl_chat: "internvl-2-5",
   deepseek_vl_v2: "deepseek-vl2",
   multi_modality: "janus-pro",
@@ -106,7 +106,10 @@ export function sglangConversationTemplate(
   return { name: guessed.name, why: `SGLang guesses it from the model path ${JSON.stringify(modelPath)} (conversation.py ${guessed.fn}), before the tokenizer's template` };
 }
 
-/** The conversation template the SGLang workers a preprocessor of `opts` renders for use; null for vLLM's, or without a tokenizer. */
+/**
+ * The conversation template the SGLang workers of a preprocessor built with `opts` render with; null for vLLM's, or
+ * without a tokenizer (the byte-level fallback renders no template).
+ */
 export function servedConversationTemplate(opts: PreprocessorOptions): ConversationTemplate | null {
   if (opts.chatRendering !== "sglang" || opts.tokenizerDir === undefined) return null;
   return sglangConversationTemplate({ chatTemplate: opts.chatTemplate, modelPath: opts.modelPath });
