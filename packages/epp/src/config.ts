@@ -88,8 +88,10 @@ export type EppConfig = {
   defaultChatTemplateKwargs?: string;
   /** The workers' vLLM --exclude-tools-when-tool-choice-none. */
   excludeToolsWhenToolChoiceNone: boolean;
-  /** The workers' vLLM --chat-template (a path or the template itself). */
+  /** The workers' --chat-template (vLLM's: a path or the template itself; SGLang's: a .jinja file or a conversation template). */
   chatTemplate?: string;
+  /** The workers' SGLang --model-path (--model-path, else the model's name), from which SGLang may guess a conversation template. */
+  modelPath: string;
   /** The workers' vLLM --chat-template-content-format. */
   chatTemplateContentFormat: ContentFormatOption;
   /** The workers' vLLM --trust-request-chat-template. */
@@ -255,6 +257,7 @@ export function parseConfig(argv: string[], env: Record<string, string | undefin
     defaultChatTemplateKwargs: o.defaultChatTemplateKwargs,
     excludeToolsWhenToolChoiceNone: o.excludeToolsWhenToolChoiceNone,
     chatTemplate: o.chatTemplate,
+    modelPath: o.modelPath ?? o.model,
     chatTemplateContentFormat: o.chatTemplateContentFormat,
     trustRequestChatTemplate: o.trustRequestChatTemplate,
     tokenizerThreads: o.tokenizerThreads,
@@ -324,6 +327,7 @@ export function preprocessorOptions(cfg: EppConfig): Omit<PreprocessorOptions, "
     defaultChatTemplateKwargs: cfg.defaultChatTemplateKwargs,
     excludeToolsWhenToolChoiceNone: cfg.excludeToolsWhenToolChoiceNone,
     chatTemplate: cfg.chatTemplate,
+    modelPath: cfg.modelPath,
     chatTemplateContentFormat: cfg.chatTemplateContentFormat,
     trustRequestChatTemplate: cfg.trustRequestChatTemplate,
     cache: cfg.tokenizerCacheBytes === 0 ? false : { maxBytes: cfg.tokenizerCacheBytes },

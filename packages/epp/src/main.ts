@@ -9,7 +9,7 @@ import type { KubeConfig } from "@kubernetes/client-node";
 import type { RecoveryOutcome } from "@kv-epp/recovery";
 import { listenerHeartbeat } from "@kv-epp/kv-events";
 import { parseEndpoint } from "@kv-epp/protocol";
-import { createPreprocessor, DEFAULT_CACHE_MAX_BYTES, eventLoopLag, ignoredRenderingFlags, loadChatTemplate, poolMetrics, TokenizerPool, warmUp } from "@kv-epp/tokenizer";
+import { createPreprocessor, DEFAULT_CACHE_MAX_BYTES, eventLoopLag, ignoredRenderingFlags, loadChatTemplate, loadSglangChatTemplate, poolMetrics, servedConversationTemplate, TokenizerPool, warmUp } from "@kv-epp/tokenizer";
 import pino, { type Logger } from "pino";
 import { ConfigError, parseConfig, preprocessorOptions, usage, usesKubernetes, type EppConfig } from "./config.ts";
 import { BodyBudget } from "./extproc/body-budget.ts";
@@ -262,10 +262,15 @@ async function tokenizationOf(cfg: EppConfig, metrics: Metrics, log: Logger): Pr
   const why = cfg.tokenizerDir === undefined ? "without --tokenizer-dir (the byte-level fallback has no chat template)" : "with --chat-rendering sglang (a vLLM flag)";
   for (const flag of ignoredRenderingFlags(preprocessorOptions(cfg))) log.warn(`${flag} has no effect ${why}`);
   if (cfg.tokenizerDir === undefined && cfg.tokenizerCacheBytes !== DEFAULT_CACHE_MAX_BYTES) log.warn("--tokenizer-cache-bytes has no effect without --tokenizer-dir (the byte-level fallback caches nothing)");
-  // A --chat-template that names no file and is no template either is refused here, named as such.
-  if (cfg.chatTemplate !== undefined && cfg.tokenizerDir !== undefined) {
+  const conversation = servedConversationTemplate(preprocessorOptions(cfg));
+  if (conversation !== null)
+    log.warn({ template: conversation.name, why: conversation.why }, "the SGLang workers render this model's chats with one of SGLang's conversation templates, not mirrored here: every chat is routed by load (unrendered, cause template_engine)");
+  // A --chat-template that names no file and is no template either (vLLM's), or an unreadable .jinja file (SGLang's),
+  // is refused here, named as such.
+  if (cfg.chatTemplate !== undefined && cfg.tokenizerDir !== undefined && conversation === null) {
     try {
-      loadChatTemplate(cfg.chatTemplate);
+      if (cfg.chatRendering === "sglang") loadSglangChatTemplate(cfg.chatTemplate);
+      else loadChatTemplate(cfg.chatTemplate);
     } catch (err) {
       throw new ConfigError(`invalid value for --chat-template: ${(err as Error).message}`);
     }

@@ -63,6 +63,12 @@ describe("every option resolves by one rule: flag > DYN_EPP_* variable > config 
     expect(() => parseConfig(["--config", file, "--chat-template-content-format", "jinja"], {})).toThrow(/chat-template-content-format/);
   });
 
+  test("the workers' SGLang --model-path reaches every preprocessor, the model's name when not given", () => {
+    expect(preprocessorOptions(parseConfig(["--config", file, "--chat-rendering", "sglang"], {})).modelPath).toBe("file-model");
+    expect(preprocessorOptions(parseConfig(["--config", file, "--model-path", "/models/vicuna-7b"], {})).modelPath).toBe("/models/vicuna-7b");
+    expect(preprocessorOptions(parseConfig(["--config", file], { DYN_EPP_MODEL_PATH: "lmsys/vicuna-7b-v1.5" })).modelPath).toBe("lmsys/vicuna-7b-v1.5");
+  });
+
   test("--tokenizer-cache-bytes bounds every preprocessor's segment cache (64 MiB unless given; 0: none)", () => {
     expect(preprocessorOptions(parseConfig(["--config", file], {})).cache).toEqual({ maxBytes: 64 * 1024 * 1024 });
     expect(preprocessorOptions(parseConfig(["--config", file, "--tokenizer-cache-bytes", "1073741824"], {})).cache).toEqual({ maxBytes: 2 ** 30 });

@@ -94,7 +94,7 @@ export const EPP_OPTIONS = {
     chatRendering: opt.choice(
       CHAT_ENGINES,
       "vllm",
-      "the workers' engine, whose OpenAI server's rules chats are read and rendered by: vllm or sglang (tools, content parts, a final assistant turn and reasoning effort render differently, and a chat rendered by the other's rules hashes to blocks the workers never stored); the chat flags below are vLLM's, and sglang reads only --default-chat-template-kwargs and --chat-template",
+      "the workers' engine, whose OpenAI server's rules chats are read and rendered by: vllm or sglang (tools, content parts, a final assistant turn and reasoning effort render differently, and a chat rendered by the other's rules hashes to blocks the workers never stored); the chat flags below are vLLM's, and sglang reads only --default-chat-template-kwargs, --chat-template and --model-path",
     ),
     defaultChatTemplateKwargs: opt.string(
       jsonObjectText.optional(),
@@ -106,7 +106,11 @@ export const EPP_OPTIONS = {
     ),
     chatTemplate: opt.string(
       z.string().min(1).optional(),
-      "the workers' --chat-template, rendering every chat in place of the tokenizer's templates, as on the workers: under vllm a file's path, or the template itself (a value that opens as no file and holds {, } or a newline); under sglang a .jinja file, read as SGLang reads it (outer newlines stripped, a literal \\n a newline)",
+      "the workers' --chat-template, rendering every chat in place of the tokenizer's templates, as on the workers: under vllm a file's path, or the template itself (a value that opens as no file and holds {, } or a newline); under sglang a .jinja file, read as SGLang reads it (outer newlines stripped, a literal \\n a newline), and any other value names one of SGLang's own conversation templates, which is not mirrored: every chat is routed by load (unrendered, cause template_engine; warned at startup)",
+    ),
+    modelPath: opt.string(
+      z.string().min(1).optional(),
+      "the workers' SGLang --model-path (default: --model, as SGLang's served model name defaults to its model path). Under sglang without --chat-template, SGLang renders a model whose path it recognizes (InternVL, Janus, Vicuna and LLaVA-1.5/1.6/OneVision, DeepSeek-VL2 and -OCR, MiniCPM-V/o, Phi-4-multimodal, POINTS, PaddleOCR, Whisper; or a config.json under the path naming such a model_type) with one of its own conversation templates, which is not mirrored: every chat is routed by load (unrendered, cause template_engine; warned at startup)",
     ),
     chatTemplateContentFormat: opt.choice(
       CONTENT_FORMAT_OPTIONS,

@@ -1,7 +1,7 @@
 import { Hono } from "hono";
 import pino, { type Logger } from "pino";
 import { publisherBinds, rankEndpoint } from "@kv-epp/protocol";
-import { createPreprocessor, ignoredRenderingFlags, warmUp, type PreprocessorOptions } from "@kv-epp/tokenizer";
+import { createPreprocessor, ignoredRenderingFlags, servedConversationTemplate, warmUp, type PreprocessorOptions } from "@kv-epp/tokenizer";
 import { PrefixCacheSim } from "./cache/prefix-cache.ts";
 import { ConfigError, engineKind, resolveConfig, type MockWorkerConfig } from "./config.ts";
 import { RankEngine } from "./engine/rank-engine.ts";
@@ -82,6 +82,9 @@ export async function startMockWorker(opts: MockWorkerOptions = {}): Promise<Moc
     chatTemplateContentFormat: config.chatTemplateContentFormat, trustRequestChatTemplate: config.trustRequestChatTemplate,
     renderBoundScale: ENGINE_RENDER_BOUND_SCALE,
   };
+  // SGLang's own conversation templates are not rendered here: a stand-in for SGLang could not serve such chats.
+  const conversation = servedConversationTemplate(rendering);
+  if (conversation !== null) throw new ConfigError(`--chat-template ${JSON.stringify(conversation.name)}: ${conversation.why}, which the mock worker does not render; give a .jinja file`);
   const why = config.tokenizerDir === undefined ? "without --tokenizer-dir (the byte-level fallback has no chat template)" : "in an SGLang --event-encoding (a vLLM flag)";
   for (const flag of ignoredRenderingFlags(rendering)) log.warn(`${flag} has no effect ${why}`);
   const preprocessor = await createPreprocessor(rendering);

@@ -10,6 +10,7 @@ import { PyTemplate } from "./py-template";
 import { truncatePrompt, truncates, type Truncation } from "./truncation";
 import { Lru } from "./lru";
 import { SegmentCache } from "./segment-cache";
+import type { ConversationTemplate } from "./sglang-conversation";
 import { Segmenter, type EncodeControl, type SectionEncoder } from "./segmenter";
 import { pickChatTemplate, tokenContent, type TokenizerFiles } from "./tokenizer-files";
 import { type CacheOptions, type CacheStats, type ChatMessage, type ChatOptions, type CompletionOptions, type Preprocessor } from "./types";
@@ -217,13 +218,15 @@ const EMPTY = new Uint32Array(0);
 
 /**
  * What the server's flags change in the chats it renders (see PreprocessorOptions); SGLang's rules read only its
- * defaultKwargs and chatTemplate. vLLM's --exclude-tools-when-tool-choice-none is in its rules (chatRules).
+ * defaultKwargs, chatTemplate and conversationTemplate. vLLM's --exclude-tools-when-tool-choice-none is in its rules (chatRules).
  */
 export type ServerRendering = {
   /** --default-chat-template-kwargs, parsed. */
   defaultKwargs?: Record<string, unknown>;
   /** --chat-template, loaded (the template's text). */
   chatTemplate?: string;
+  /** SGLang's conversation template, which every chat renders with in place of a Jinja template (not mirrored). */
+  conversationTemplate?: ConversationTemplate;
   /** --chat-template-content-format. */
   contentFormat?: ContentFormatOption;
   trustRequestChatTemplate?: boolean;

@@ -2,6 +2,7 @@ import { parseJsonKeepingFloats } from "./py-values";
 import { byteFallbackDecode, byteFallbackEncode, byteFallbackRenderChat } from "./byte-fallback";
 import { chatRules, type ChatRules } from "./chat-rules";
 import { HfPreprocessor } from "./hf-preprocessor";
+import { servedConversationTemplate } from "./sglang-conversation";
 import { registerPreprocessorMetrics } from "./metrics";
 import { loadChatTemplate, loadSglangChatTemplate, loadTokenizerFiles } from "./tokenizer-files";
 import { truncatePrompt } from "./truncation";
@@ -14,12 +15,16 @@ import { NO_CACHE_STATS, type ChatMessage, type ChatOptions, type Preprocessor, 
  */
 export function createPreprocessor(opts: PreprocessorOptions = {}): Preprocessor {
   const rules = chatRules(opts.chatRendering, opts);
+  // SGLang's --chat-template naming a conversation template is no file to read here.
+  const conversation = servedConversationTemplate(opts) ?? undefined;
   const pre: Preprocessor = opts.tokenizerDir === undefined
     ? byteFallbackPreprocessor(rules)
     : new HfPreprocessor(loadTokenizerFiles(opts.tokenizerDir), opts.cache ?? {}, opts.fastBpe ?? true, {
       defaultKwargs: defaultKwargs(opts.defaultChatTemplateKwargs),
       // It wins over the tokenizer's templates, tools or not (resolve_chat_template's first choice).
-      chatTemplate: opts.chatTemplate === undefined ? undefined : rules.engine === "sglang" ? loadSglangChatTemplate(opts.chatTemplate) : loadChatTemplate(opts.chatTemplate),
+      chatTemplate: opts.chatTemplate === undefined || conversation !== undefined ? undefined
+        : rules.engine === "sglang" ? loadSglangChatTemplate(opts.chatTemplate) : loadChatTemplate(opts.chatTemplate),
+      conversationTemplate: conversation,
       contentFormat: opts.chatTemplateContentFormat,
       trustRequestChatTemplate: opts.trustRequestChatTemplate,
       renderBoundScale: opts.renderBoundScale,

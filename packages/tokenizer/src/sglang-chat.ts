@@ -4,13 +4,14 @@
 // _handle_last_assistant_message, normalize_tool_content; normalization.py: normalize_reasoning_inputs; schema.py:
 // the message and tool models) and python/sglang/srt/parser/jinja_template_utils.py
 // (detect_jinja_template_content_format, process_content_for_template_format). What it does that is not mirrored
-// is detected in sglang-gaps.ts (routed by load). A model SGLang serves with one of its own conversation templates,
-// or with a Python encoder instead of the template (DeepSeek V3.2/V4, Kimi K3), renders otherwise and is not mirrored.
+// is detected in sglang-gaps.ts (routed by load), as is a model SGLang serves with one of its own conversation
+// templates (sglang-conversation.ts). One served with a Python encoder instead of the template (DeepSeek V3.2/V4,
+// Kimi K3) renders otherwise and is not mirrored.
 import type { ChatInput, ChatRules, ChatServer, RenderedChat } from "./chat-rules";
 import { runTemplate } from "./chat-template";
 import { reads, walk, type ContentFormat } from "./content-format";
 import { ChatTemplateError, ChatUnrenderable } from "./messages";
-import { checkEffortKwarg, checkSchemaTypes, checkToolResultOrder } from "./sglang-gaps";
+import { checkEffortKwarg, checkJinjaRendered, checkSchemaTypes, checkToolResultOrder } from "./sglang-gaps";
 import { isPyDict, parseJsonKeepingFloats, PyFloat, PyNumber } from "./py-values";
 import { BadRequest } from "./request/bad-request";
 import { optionalBool } from "./request/openai-body";
@@ -134,6 +135,7 @@ function sglangFormat(server: ChatServer): ContentFormat {
 }
 
 function renderSglangChat(messages: readonly ChatMessage[], opts: ChatOptions, server: ChatServer): RenderedChat {
+  checkJinjaRendered(server.flags.conversationTemplate);
   if (opts.templateKwargs?.chat_template !== undefined)
     throw new ChatUnrenderable("SGLang renders with chat_template_kwargs' chat_template (transformers takes it as the template): not mirrored here");
   const tools = templateTools(opts);

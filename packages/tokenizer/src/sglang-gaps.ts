@@ -3,6 +3,7 @@
 import { isMediaPart } from "./media";
 import { ChatUnrenderable } from "./messages";
 import { isPyDict } from "./py-values";
+import type { ConversationTemplate } from "./sglang-conversation";
 import type { ChatMessage, ContentPart } from "./types";
 
 type Dict = Record<string, unknown>;
@@ -81,3 +82,12 @@ export function checkToolResultOrder(messages: readonly ChatMessage[]): void {
 const roleOf = (m: ChatMessage) => (typeof m.role === "string" ? m.role.toLowerCase() : m.role);
 
 const hasMedia = (m: ChatMessage) => Array.isArray(m.content) && (m.content as ContentPart[]).some((p) => isPyDict(p) && isMediaPart(p));
+
+/**
+ * ChatRenderer.render: a server with a conversation template (sglang-conversation.ts) renders every chat through
+ * _apply_conversation_template, SGLang's Python formatting, which is not mirrored here.
+ */
+export function checkJinjaRendered(conversation: ConversationTemplate | undefined): void {
+  if (conversation !== undefined)
+    throw new ChatUnrenderable(`SGLang renders this model's chats with its conversation template ${JSON.stringify(conversation.name)} (${conversation.why}), not a Jinja template: not mirrored here`);
+}

@@ -92,7 +92,8 @@ export function loadChatTemplate(value: string): string {
 /**
  * SGLang's `--chat-template` as TemplateManager loads it (_load_explicit_chat_template, _load_jinja_template): a
  * `.jinja` file's text, its leading and trailing newlines stripped and each literal `\n` made a newline. Anything
- * else is one of SGLang's own conversation templates (a built-in name, or a JSON file), not rendered here: refused.
+ * else is one of SGLang's own conversation templates (a built-in name, or a JSON file), not rendered here
+ * (sglang-conversation.ts): refused.
  */
 export function loadSglangChatTemplate(value: string): string {
   if (!value.endsWith(".jinja"))

@@ -61,7 +61,8 @@ export type PreprocessorOptions = {
   tokenizerDir?: string;
   /**
    * The workers' engine, whose OpenAI server's rules chats are read and rendered by (chat-rules.ts): "vllm" (the
-   * default) or "sglang". The flags below are vLLM's; SGLang's rules read only defaultChatTemplateKwargs and chatTemplate.
+   * default) or "sglang". The flags below are vLLM's; SGLang's rules read only defaultChatTemplateKwargs, chatTemplate
+   * and modelPath.
    */
   chatRendering?: ChatEngine;
   /** Segment cache bounds, or false to disable it (the EPP's --tokenizer-cache-bytes 0, the bench's "no cache" arm). */
@@ -85,9 +86,16 @@ export type PreprocessorOptions = {
   excludeToolsWhenToolChoiceNone?: boolean;
   /**
    * vLLM's `--chat-template`: a file's path, or the template itself (told apart as vLLM does, see loadChatTemplate).
-   * It replaces the tokenizer's templates, for requests with tools too.
+   * It replaces the tokenizer's templates, for requests with tools too. SGLang's: a `.jinja` file; any other value
+   * names one of its conversation templates, whose chats are routed by load (sglang-conversation.ts).
    */
   chatTemplate?: string;
+  /**
+   * SGLang's `--model-path` of the workers: a model whose path SGLang's conversation.py matchers recognize (or whose
+   * config.json there names a model_type they map) is served with one of SGLang's conversation templates, and its
+   * chats are routed by load (sglang-conversation.ts). Without it no such guess is made.
+   */
+  modelPath?: string;
   /**
    * vLLM's `--chat-template-content-format`: "string" or "openai" gives every message's content to the template in
    * that shape; "auto" (the default) detects it on the template (see content-format.ts).

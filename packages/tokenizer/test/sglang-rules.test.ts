@@ -5,7 +5,7 @@
 import { writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
-import { BadRequest, ChatTemplateError, ChatUnrenderable, createPreprocessor, ignoredRenderingFlags, type Preprocessor } from "../src/index";
+import { BadRequest, ChatTemplateError, ChatUnrenderable, createPreprocessor, ignoredRenderingFlags, readBody, type Preprocessor, type TokenizeJob } from "../src/index";
 import { parseBodyBytes } from "../src/request/openai-body";
 import { ROUTING_TEXT_CHARS, routingJob } from "../src/request/routing-job";
 import { encodeJob, renderOptions } from "../src/job";
@@ -301,8 +301,6 @@ test("--chat-template is a .jinja file, read as SGLang reads it: outer newlines 
   // TemplateManager._load_jinja_template: "".join(f.readlines()).strip("\n"), then .replace("\\n", "\n").
   expect(render(servers.server(CONTENTS, { chatRendering: "sglang", chatTemplate: file }), user("q"))).toBe("[q]\n");
   expect(render(servers.server(CONTENTS, { chatTemplate: file }), user("q"))).toBe("\n\n[q]\\n");
-  // Anything else is a name or JSON file of SGLang's own conversation templates, which are not rendered here.
-  expect(() => servers.server(CONTENTS, { chatRendering: "sglang", chatTemplate: "{{ 1 }}" })).toThrow(/\.jinja/);
 });
 
 test("--chat-template's file is read in text mode by both engines: CRLF and a lone CR are newlines", () => {
@@ -314,6 +312,30 @@ test("--chat-template's file is read in text mode by both engines: CRLF and a lo
 });
 
 describe("what SGLang does that is not mirrored is routed by load, never hashed", () => {
+  // Every chat of a model SGLang serves with its own conversation template (TemplateManager.load_chat_template).
+  const conversationServed = (flags: { chatTemplate?: string; modelPath?: string }) => servers.server(CONTENTS, { chatRendering: "sglang", ...flags });
+  const unrenderedCause = (pre: Preprocessor) => {
+    const read = readBody({ body: new TextEncoder().encode(JSON.stringify({ model: "m", ...user("q") })) }, pre.rules);
+    expect(Array.from(encodeJob(pre, read.job as TokenizeJob))).toEqual([]);
+    return read.fields.unrendered;
+  };
+
+  test("every chat of a model whose path SGLang guesses a conversation template for, the tokenizer's template notwithstanding", () => {
+    const guessed = conversationServed({ modelPath: "lmsys/vicuna-7b-v1.5" });
+    expect(unrenderedCause(guessed)).toEqual({ cause: "template_engine", message: expect.stringContaining('"vicuna_v1.1"') });
+    expect(() => render(guessed, { ...user("q"), tools: [fn] })).toThrow(ChatUnrenderable);
+    // A path it guesses nothing for renders with the Jinja template; vLLM guesses nothing.
+    expect(render(conversationServed({ modelPath: "Qwen/Qwen3-8B" }), user("q"))).toBe("[q]");
+    expect(render(servers.server(CONTENTS, { modelPath: "lmsys/vicuna-7b-v1.5" }), user("q"))).toBe("[q]");
+  });
+
+  test("every chat when --chat-template names a conversation template (no .jinja file); a .jinja one wins over the guess", () => {
+    expect(unrenderedCause(conversationServed({ chatTemplate: "chatml" }))).toEqual({ cause: "template_engine", message: expect.stringContaining('"chatml"') });
+    const file = join(servers.root, "over-guess.jinja");
+    writeFileSync(file, "<{% for m in messages %}{{ m.content }}{% endfor %}>");
+    expect(render(conversationServed({ chatTemplate: file, modelPath: "lmsys/vicuna-7b-v1.5" }), user("q"))).toBe("<q>");
+  });
+
   test("a tool schema with a non-standard type name (normalize_json_schema_types rewrites it)", () => {
     const { sglang, vllm } = both("{{ tools | tojson }}");
     const typed = (type: unknown) => ({ ...user("q"), tools: [{ type: "function", function: { name: "f", parameters: { type: "object", properties: { a: { type } } } } }] });
