@@ -1,5 +1,6 @@
 import { expect, test } from "bun:test";
 import fc from "fast-check";
+import { parseJsonKeepingFloats } from "../py-values";
 import { rewriteBodyModel } from "./body-model";
 
 const enc = new TextEncoder();
@@ -16,16 +17,37 @@ test("a body naming no model gets it as its first member, an empty object too", 
   expect(rewrite("{ }", "m")).toBe('{"model":"m" }');
 });
 
-test("a body the scanner leaves to JSON.parse (an escaped key, model given twice) is the same document with the model set", () => {
-  expect(JSON.parse(rewrite('{"mod\\u0065l": "a", "p": [1]}', "m"))).toEqual({ model: "m", p: [1] });
-  expect(JSON.parse(rewrite('{"model": "a", "model": "b"}', "m"))).toEqual({ model: "m" });
+// What vLLM reads (Python's json): floats stay floats, integers keep every digit. Parsed here the same way.
+const asPython = (json: string) => parseJsonKeepingFloats(json);
+// Numbers JSON.parse and JSON.stringify would alter: a tool schema's `1.0` and `1e-05` (printed by a template's
+// tojson), int64 bounds and a seed past 2^53.
+const numbers = '"seed": 18446744073709551615, "tools": [{"type": "function", "function": {"name": "f", "parameters": ' +
+  '{"type": "object", "properties": {"x": {"type": "number", "minimum": 1.0, "multipleOf": 1e-05}, ' +
+  '"n": {"type": "integer", "maximum": 9223372036854775807, "minimum": -9223372036854775808}}}}}]';
+
+test("a key written with escapes has its value spliced: every number reaches the model server as written", () => {
+  const body = `{"mod\\u0065l": "a", ${numbers}}`;
+  const out = rewrite(body, "m");
+  expect(out).toBe(body.replace('"a"', '"m"'));
+  expect(asPython(out)).toEqual({ ...(asPython(body) as object), model: "m" });
 });
 
-test("a body past the scan bound is the same document with the model set", () => {
-  const big = JSON.stringify({ model: "a", prompt: "x".repeat(5 * 1024 * 1024) });
-  const out = JSON.parse(rewrite(big, "m"));
-  expect(out.model).toBe("m");
-  expect(out.prompt.length).toBe(5 * 1024 * 1024);
+test("a model key given twice has every value spliced, so the last (Python's json's pick) names the model too", () => {
+  const body = `{"model": "a", ${numbers}, "model": "b"}`;
+  const out = rewrite(body, "m");
+  expect(out).toBe(`{"model": "m", ${numbers}, "model": "m"}`);
+  expect(asPython(out)).toEqual({ ...(asPython(body) as object), model: "m" });
+  // Escaped and plain, and a `model` nested deeper, which is not the request's.
+  expect(rewrite('{"model":"a","x":{"model":"keep"},"mod\\u0065l":"b"}', "m")).toBe('{"model":"m","x":{"model":"keep"},"mod\\u0065l":"m"}');
+});
+
+test("a body past 4 MiB is spliced too, its numbers as written", () => {
+  const prompt = "x".repeat(5 * 1024 * 1024);
+  const body = `{"model": "a", "prompt": "${prompt}", ${numbers}}`;
+  const out = rewrite(body, "m");
+  expect(out.length).toBe(body.length);
+  expect(out).toBe(body.replace('"a"', '"m"'));
+  expect(rewrite(`{"prompt": "${prompt}", ${numbers}}`, "m")).toBe(`{"model":"m","prompt": "${prompt}", ${numbers}}`);
 });
 
 test("any object rewritten parses to the same object with `model` set", () => {

@@ -99,6 +99,21 @@ export function skipSpace(b: Uint8Array, i: number, limit = b.length): number {
   return i;
 }
 
+/**
+ * The offset just past the string whose opening quote is at `i`, or -1 if it never closes. The closing quote (one
+ * preceded by an even run of backslashes) is found natively: most of a request body's bytes are inside strings.
+ */
+export function stringEnd(b: Uint8Array, i: number): number {
+  for (;;) {
+    const q = b.indexOf(0x22, i + 1);
+    if (q < 0) return -1;
+    let k = q - 1;
+    while (b[k] === 0x5c) k--;
+    if ((q - 1 - k) % 2 === 0) return q + 1;
+    i = q;
+  }
+}
+
 // Bodies that carry what a chat template prints with Python's json (tools, tool-call arguments, template
 // kwargs) are parsed keeping floats apart from integers: Python prints `1.0` where JSON.parse leaves `1`.
 const PYTHON_NUMBERS = /"(tools|tool_calls|chat_template_kwargs|input)"/;
@@ -125,16 +140,9 @@ function nestingExceeds(b: Uint8Array, max: number): number {
   for (let i = 0; i < b.length; i++) {
     const c = b[i]!;
     if (c === 0x22) {
-      // To the closing quote (one preceded by an even run of backslashes), found natively: most of a
-      // chat's bytes are inside strings.
-      for (;;) {
-        const q = b.indexOf(0x22, i + 1);
-        if (q < 0) return -1;
-        let k = q - 1;
-        while (b[k] === 0x5c) k--;
-        i = q;
-        if ((q - 1 - k) % 2 === 0) break;
-      }
+      const end = stringEnd(b, i);
+      if (end < 0) return -1;
+      i = end - 1;
     } else if (c === 0x5b || c === 0x7b) {
       if (++depth > max) return i;
     } else if (c === 0x5d || c === 0x7d) depth--;
@@ -183,7 +191,7 @@ function tokenIdsBody(body: Uint8Array, mayHoldIds: (bytes: Buffer) => boolean =
 }
 
 /** The JSON string literal at body[start, end) (quotes included). */
-function jsonString(body: Uint8Array, start: number, end: number): string {
+export function jsonString(body: Uint8Array, start: number, end: number): string {
   const raw = body.subarray(start, end);
   return raw.includes(0x5c) ? (JSON.parse(decoder.decode(raw)) as string) : decoder.decode(raw.subarray(1, -1));
 }
