@@ -22,10 +22,11 @@ import { createMetrics, routingMetrics, type Metrics } from "./metrics.ts";
 import { ActiveLoad, sumLoad, combinedPending, EvictionRegret, latencyModel, pendingPrefixes, Picker, RoutingQuality, type Clock, type RoutingContext } from "@kv-epp/routing";
 import { recoverThenReady } from "./readiness.ts";
 import { startReplicaAgg, type ReplicaAgg } from "./replica-agg/service.ts";
+import { throttledWarn } from "./log-throttle.ts";
 import { selectionApp } from "./selection-http.ts";
 import { loadCertificate, metricsFetch, startExtProc, startHealth, startHttp } from "./servers.ts";
 import {
-  createPoolTokenizeBody, createPoolWarm, createTokenizeBody, type ReadThread, type TokenizeBody,
+  createPoolTokenizeBody, createPoolWarm, createTokenizeBody, type OnRead, type TokenizeBody,
 } from "./tokens.ts";
 import { WorkerSet } from "./workers/worker-set.ts";
 import { EPP_RUNTIME_ENV } from "./runtime-env.ts";
@@ -258,7 +259,11 @@ async function tokenizationOf(cfg: EppConfig, metrics: Metrics, log: Logger): Pr
   warmUpReader: Pick<WarmDecisionsOptions, "tokenizeBody" | "forget">;
 }> {
   const observe = poolMetrics(metrics.registry, cfg.model.name);
-  const onRead = (where: BodyRoute) => (thread: ReadThread) => metrics.bodiesRead.inc({ where, thread });
+  const warnUnread = throttledWarn(log, "a body too large to read on the event loop (readHereMaxBytes) that no tokenizer pool member was live to read: routed by load on its model");
+  const onRead = (where: BodyRoute): OnRead => (thread, unread) => {
+    metrics.bodiesRead.inc({ where, thread });
+    if (thread === "unread") warnUnread(unread ?? "unknown", { where });
+  };
   const why = cfg.tokenizerDir === undefined ? "without --tokenizer-dir (the byte-level fallback has no chat template)" : "with --chat-rendering sglang (a vLLM flag)";
   for (const flag of ignoredRenderingFlags(preprocessorOptions(cfg))) log.warn(`${flag} has no effect ${why}`);
   if (cfg.tokenizerDir === undefined && cfg.tokenizerCacheBytes !== DEFAULT_CACHE_MAX_BYTES) log.warn("--tokenizer-cache-bytes has no effect without --tokenizer-dir (the byte-level fallback caches nothing)");

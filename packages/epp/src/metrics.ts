@@ -251,7 +251,7 @@ export function createMetrics(readCgroup?: ReadFile, o: { process?: boolean } = 
     }),
     bodiesRead: new Counter({
       name: "dynamo_epp_ext_proc_bodies_read_total",
-      help: "request bodies read (parsed, validated, model rewritten) by where they came (ext_proc, select, score: the selection port's dry runs) and thread: tokenizer_pool (the default), event_loop (no pool, a body of token ids, or a body of at most 1 MiB no member had read by the budget)",
+      help: "request bodies read (parsed, validated, model rewritten) by where they came (ext_proc, select, score: the selection port's dry runs) and thread: tokenizer_pool (the default), event_loop (no pool, a body of token ids, or a body of at most 1 MiB no member had read by the budget), unread (a larger body no member was live to read: routed by load on its model, found without parsing the body)",
       labelNames: ["where", "thread"] as const,
       registers: [registry],
     }),

@@ -167,6 +167,30 @@ describe("createPoolTokenizeBody", () => {
       expect(routed.tokens.length).toBeGreaterThan(0);
     }), 120_000);
 
+  test("a body too large to read here that no member was live to read is routed by load on its model, rewritten, never read on the event loop", async () => {
+    // No member live yet (loading its tokenizer): the pool answers every body unread at once.
+    const pool = new TokenizerPool({ preprocessor: { tokenizerDir: dir }, size: 1, readHereMaxBytes: 4096 });
+    try {
+      const threads: [string, string | undefined][] = [];
+      const tokenizeBody = createPoolTokenizeBody(pool, (t, cause) => threads.push([t, cause]));
+      const chat = (content: string) => JSON.stringify({ messages: [{ role: "user", content }], temperature: 1.0, model: "alias" }).replace('"temperature":1', '"temperature":1.0');
+      const large = chat("word ".repeat(2000));
+      expect(large.length).toBeGreaterThan(pool.readHereMaxBytes);
+      const routed = await tokenizeBody({ body: enc.encode(large), path: "/v1/chat/completions", rewriteModel: "served" });
+      expect(threads).toEqual([["unread", "queue"]]);
+      expect({ tokens: [...routed.tokens], fields: routed.fields, rewritten: routed.rewritten, outcome: routed.trace?.outcome })
+        .toEqual({ tokens: [], fields: { model: "alias", kind: "none", target: "served" }, rewritten: true, outcome: "queue" });
+      expect(routed.promptTokens).toBeGreaterThan(2000);
+      expect(new TextDecoder().decode(routed.body)).toBe(large.replace('"alias"', '"served"'));
+      // Under the bound it is read here, as before, to route on its fields.
+      const small = await tokenizeBody({ body: enc.encode(chat("hi")), path: "/v1/chat/completions" });
+      expect(threads[1]).toEqual(["event_loop", undefined]);
+      expect(small.fields).toMatchObject({ model: "alias", kind: "chat" });
+    } finally {
+      await pool.close();
+    }
+  });
+
   test("a body of ids no pool member took within the budget is read here and routed on its ids, counted as read on the event loop", () =>
     withPool(20, async (pool) => {
       const threads: string[] = [];

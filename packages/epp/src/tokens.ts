@@ -6,8 +6,9 @@
 // itself only when no member has by the budget, or when the body carries token ids (nothing to tokenize: reading
 // them costs what handing the body to a member would).
 import {
-  BadRequest, ChatTemplateError, encodeJob, readBody, readTokenIds,
-  type BodyFields, type BodyRead, type BodyRequest, type ChatMessage, type Preprocessor, type TokenizeJob, type TokenizeOutcome, type TokenizerPool,
+  BadRequest, ChatTemplateError, encodeJob, glanceBody, readBody, readTokenIds,
+  type BodyFields, type BodyRead, type BodyRequest, type ChatMessage, type FallbackCause, type Preprocessor, type TokenizeJob, type TokenizeOutcome,
+  type TokenizerPool,
 } from "@kv-epp/tokenizer";
 
 /** A request body read for routing. */
@@ -52,9 +53,13 @@ export type ReadTrace = {
 
 /**
  * The thread that read a body: the event loop without a pool, for a body of token ids, or when no member had read
- * it by the budget.
+ * it by the budget. `unread`: a body over the pool's readHereMaxBytes that no member read (none was live: starting,
+ * or being replaced), which no thread reads: routed by load on its `model` alone (glanceBody).
  */
-export type ReadThread = "tokenizer_pool" | "event_loop";
+export type ReadThread = "tokenizer_pool" | "event_loop" | "unread";
+
+/** Told of every body read (refused ones too), and where; for an `unread` one, the pool's fallback that left it so. */
+export type OnRead = (thread: ReadThread, unread?: FallbackCause) => void;
 
 /**
  * Reads a request body (readBody: parse, validate, rewrite the model) and tokenizes it. Throws or rejects
@@ -74,7 +79,7 @@ export type Settles = (fields: BodyFields, known: Uint32Array, promptTokens: num
  * On the calling thread: the same functions a pool member runs (readBody, routingJob, encodeJob). `onRead`:
  * told of every body read, refused ones too, and on which thread.
  */
-export function createTokenizeBody(pre: Preprocessor, onRead: (thread: ReadThread) => void = () => {}): (req: BodyRequest) => RoutedBody {
+export function createTokenizeBody(pre: Preprocessor, onRead: OnRead = () => {}): (req: BodyRequest) => RoutedBody {
   return (req) => {
     const t0 = performance.now();
     onRead("event_loop");
@@ -87,11 +92,13 @@ export function createTokenizeBody(pre: Preprocessor, onRead: (thread: ReadThrea
 /**
  * The body goes to a pool member (a copy, or its bytes themselves in shared memory: joinBody), which reads and
  * tokenizes it. A body no member had read by the budget (queued, or still being read) is read here, to route it on
- * the ids it carries or by load. A body of token ids (up to the pool's readHereMaxBytes) is read here at once:
+ * the ids it carries or by load; never one over the pool's readHereMaxBytes (~7 ms of reading a MiB, every stream
+ * waiting), which the pool leaves unread only when no member is live: glanceBody finds its model without parsing
+ * it, and it is routed by load. A body of token ids (up to the pool's readHereMaxBytes) is read here at once:
  * handing it to a member cost the event loop
  * about what reading it does, and its pick waited for the member (the README's ext_proc section, "Bodies and tokenization off the decision thread").
  */
-export function createPoolTokenizeBody(pool: TokenizerPool, onRead: (thread: ReadThread) => void = () => {}): TokenizeBody {
+export function createPoolTokenizeBody(pool: TokenizerPool, onRead: OnRead = () => {}): TokenizeBody {
   return (req, signal, settles) => {
     const t0 = performance.now();
     const ids = readTokenIds(req, pool.readHereMaxBytes);
@@ -109,6 +116,13 @@ export function createPoolTokenizeBody(pool: TokenizerPool, onRead: (thread: Rea
           const rewritten = o.read.rewritten;
           const trace = traceOf(o, "tokenizer_pool", t0);
           return { fields: o.read.fields, tokens: o.tokens, body: rewritten ?? req.body, rewritten: rewritten !== undefined, trace, ...estimated(o) };
+        }
+        if (req.body.length > pool.readHereMaxBytes) {
+          // Answered unread though too large to read here (no member was live to read it): routed by load on its
+          // model, which a walk finds without parsing the body, and forwarded naming its rewrite target.
+          onRead("unread", o.fallback);
+          const glanced = glanceBody(req);
+          return { ...forwarded(req, glanced), fields: glanced.fields, tokens: o.tokens, trace: traceOf(o, "unread", t0), ...estimated(o) };
         }
         onRead("event_loop");
         const read = readBody(req, pool.rules);

@@ -27,7 +27,7 @@ export {
   chatMessages, MAX_BODY_BYTES, MAX_JSON_DEPTH, parseBody, parseBodyBytes, parseJson, readChatBody, responsesTemplateKwargs, templateKwargsOf, TooDeep,
   type ParsedBody, type RoutedInput,
 } from "./request/openai-body";
-export { readBody, readTokenIds, type BodyFields, type BodyRead, type BodyRequest } from "./request/read-body";
+export { glanceBody, readBody, readTokenIds, type BodyFields, type BodyRead, type BodyRequest } from "./request/read-body";
 export { rewriteBodyModel } from "./request/body-model";
 export { ruleTarget, type RewriteRules, type RuleTargets, type TargetModel } from "./request/rewrite-rules";
 export { ROUTING_TEXT_CHARS, routingJob, routingPrefix } from "./request/routing-job";

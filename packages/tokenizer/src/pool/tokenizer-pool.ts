@@ -29,7 +29,8 @@ export type PoolOptions = {
   budgetMs?: number;
   /**
    * A body no member has read by the budget is answered unread, for its caller to read, up to this size (default
-   * DEFAULT_READ_HERE_MAX_BYTES); a larger one waits for its member's reading (see outOfBudget).
+   * DEFAULT_READ_HERE_MAX_BYTES); a larger one waits for its member's reading (see outOfBudget), unless no member is
+   * live to read it: then it too is answered unread, and its caller must not read it (glanceBody routes it by load).
    */
   readHereMaxBytes?: number;
   /**
@@ -110,7 +111,8 @@ export type TokenizeOutcome = {
   /**
    * A body job as its member read it; absent when no member had read it by the budget (a "queue" fallback, or a
    * "budget" one whose member was still reading; only bodies up to `readHereMaxBytes`): the caller reads its own
-   * bytes, which it kept.
+   * bytes, which it kept. Absent too for a larger body when no member was live to read it (starting, or replaced):
+   * too large to read on the caller's thread, it is routed by load (glanceBody).
    */
   read?: BodyReading;
 };
@@ -231,7 +233,7 @@ const CHARS_PER_TOKEN = 4;
  * Every job is answered within the budget: by its ids, or by the prefix the member's cache already knew
  * (counted as a fallback); work past the budget still runs and fills the cache for the next turn, after the
  * requests queued behind it. The exception: a body too large for its caller to read (readHereMaxBytes) is
- * answered once its member has read it. A job whose AbortSignal fires is dropped from the queue, or stopped at
+ * answered once its member has read it, or unread, for its caller to route by load, when no member is live. A job whose AbortSignal fires is dropped from the queue, or stopped at
  * the member's next section. A member whose thread is lost is replaced; its queue waits for the replacement.
  */
 export class TokenizerPool {
@@ -510,7 +512,7 @@ export class TokenizerPool {
     member.current = null;
     running?.settle?.(new Error(`tokenizer pool member ${member.index} failed: ${why}`));
     // A body too large for its caller to read, past its budget, was waiting for this member's reading: answered
-    // unread now (its caller reads it) rather than kept waiting for a replacement that may be a backoff away.
+    // unread now (its caller routes it by load) rather than kept waiting for a replacement that may be a backoff away.
     for (const p of member.queue.filter((q) => q.overdue && q.settle !== undefined)) {
       member.queue.splice(member.queue.indexOf(p), 1);
       this.fallBack(p, "budget");

@@ -1,7 +1,8 @@
 import { describe, expect, test } from "bun:test";
 import fc from "fast-check";
 import { opensIdArray, parseBody, TooDeep } from "./openai-body";
-import { DEFAULT_READ_HERE_MAX_BYTES as MAX, readBody, readTokenIds } from "./read-body";
+import { BadRequest } from "./bad-request";
+import { DEFAULT_READ_HERE_MAX_BYTES as MAX, glanceBody, readBody, readTokenIds } from "./read-body";
 import type { RewriteRules } from "./rewrite-rules";
 import { ROUTING_TEXT_CHARS } from "./routing-job";
 
@@ -67,6 +68,36 @@ test("a body that may be cut and does not parse is routed by load, saying why; n
   expect(readBody({ body: bytes('{"prompt": "a'), maybeCut: true }).fields).toMatchObject({ kind: "none", cut: expect.stringContaining("not JSON") });
   expect(() => readBody({ body: bytes('{"prompt": "a') })).toThrow("not JSON");
   expect(() => readBody({ body: bytes(`{"prompt": ${"[".repeat(200)}`), maybeCut: true })).toThrow(TooDeep);
+});
+
+describe("glanceBody", () => {
+  const text = (b: Uint8Array | undefined) => new TextDecoder().decode(b);
+  // Quotes, braces and a `model` key inside strings and nested objects: none of them is the request's model.
+  const chat = '{"messages": [{"role": "user", "content": "\\"model\\": \\"no\\" {["}], "x": {"model": "nested"}, "n": 1.0, "model": "alias"}';
+
+  test("the body's last top-level model, as Python's json reads it; the header's rewrite spliced in; nothing else read", () => {
+    const read = glanceBody({ body: bytes(chat), rewriteModel: "served" });
+    expect(read).toMatchObject({ fields: { model: "alias", kind: "none", target: "served" }, job: new Uint32Array(0) });
+    expect(text(read.rewritten)).toBe(chat.replace('"alias"', '"served"'));
+    const twice = '{"model": "a", "prompt": "p", "mod\\u0065l": "b"}';
+    expect(glanceBody({ body: bytes(twice) }).fields).toEqual({ model: "b", kind: "none" });
+    expect(glanceBody({ body: bytes('{"prompt": "p"}'), rewriteModel: "m" }).rewritten).toEqual(bytes('{"model":"m","prompt": "p"}'));
+  });
+
+  test("InferenceModelRewrite rules apply as readBody applies them", () => {
+    const rules: RewriteRules = { exact: new Map([["alias", { rewrite: "canary", targets: [{ modelRewrite: "v1" }] }], ["retired", { rewrite: "gone", targets: [] }]]) };
+    const read = glanceBody({ body: bytes(chat), rewriteModel: "served", rewriteRules: rules });
+    expect(read.fields).toMatchObject({ model: "alias", target: "v1", rule: "canary" });
+    expect(text(read.rewritten)).toBe(chat.replace('"alias"', '"v1"'));
+    expect(glanceBody({ body: bytes('{"model": "retired"}'), rewriteModel: "served", rewriteRules: rules })).toEqual({ fields: { model: "retired", kind: "none", target: "", rule: "gone" }, job: new Uint32Array(0) });
+  });
+
+  test("a body that is not an object is refused, or routed by load as cut when it may be; a model not a string is refused", () => {
+    expect(glanceBody({ body: bytes('{"prompt": "a'), maybeCut: true }).fields).toMatchObject({ kind: "none", cut: expect.any(String) });
+    expect(() => glanceBody({ body: bytes('{"prompt": "a') })).toThrow(BadRequest);
+    expect(() => glanceBody({ body: bytes("[1]") })).toThrow(BadRequest);
+    expect(() => glanceBody({ body: bytes('{"model": 1}') })).toThrow("model must be a string");
+  });
 });
 
 describe("readTokenIds", () => {

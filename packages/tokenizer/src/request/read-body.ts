@@ -6,7 +6,8 @@ import type { ChatRules } from "../chat-rules";
 import type { TokenizeJob, Unrendered } from "../job";
 import { BadRequest } from "./bad-request";
 import { rewriteBodyModel } from "./body-model";
-import { parseBodyBytes, parseTokenIdsBody, TooDeep, type ParsedBody, type RoutedInput } from "./openai-body";
+import { modelMembers, type Span } from "./model-members";
+import { jsonString, parseBodyBytes, parseTokenIdsBody, TooDeep, type ParsedBody, type RoutedInput } from "./openai-body";
 import { ruleTarget, type RewriteRules } from "./rewrite-rules";
 import { routingJob } from "./routing-job";
 
@@ -95,19 +96,61 @@ export function readTokenIds(req: BodyRequest, maxBytes = DEFAULT_READ_HERE_MAX_
   return { ...bodyRead(req, parsed), job: parsed.input.tokens };
 }
 
+/**
+ * A body too large for the caller's thread to read (over the pool's readHereMaxBytes) that no pool member read: what
+ * routing by load needs of it, without parsing it. Its top-level `model` (the last one, as Python's json reads a key
+ * given twice) is found by modelMembers, linear at a byte search's pace (~0.2-2 ns a byte), then the rewrite rules
+ * and header apply as readBody applies them, and the forwarded body names the target (spliced, never re-serialised).
+ * Its other fields (`cache_salt`, the batch) are not read: with no tokens there is no prefix to match. A maybe-cut
+ * body the walk rejects is `cut`; any other it rejects is refused, as a member reading it would refuse it. A body the
+ * walk accepts is not validated: the model server refuses it if it is not JSON.
+ */
+export function glanceBody(req: BodyRequest, random: () => number = Math.random): BodyRead {
+  const found = modelMembers(req.body);
+  if (!found) {
+    if (req.maybeCut) return { fields: { kind: "none", cut: "the body is not a whole JSON object" }, job: new Uint32Array(0) };
+    throw new BadRequest("request body must be a JSON object");
+  }
+  const model = lastModel(req.body, found.values);
+  const { fields, target } = targeted(req, { model, kind: "none" }, random);
+  return { fields, job: new Uint32Array(0), ...rewritten(req, model, target) };
+}
+
+/** The value of the last `model` member (Python's json keeps the last of a key given twice). */
+function lastModel(body: Uint8Array, values: readonly Span[]): string | undefined {
+  const last = values.at(-1);
+  if (last === undefined) return undefined;
+  if (body[last.start] !== 0x22) throw new BadRequest("model must be a string");
+  try {
+    return jsonString(body, last.start, last.end);
+  } catch (err) {
+    throw new BadRequest(`request body is not JSON: ${(err as Error).message}`);
+  }
+}
+
 function bodyRead(req: BodyRequest, { model, cacheSalt, batchedPrompts, input, unrendered }: ParsedBody, rules?: ChatRules, random: () => number = Math.random): BodyRead {
-  const fields: BodyFields = { model, cacheSalt, batchedPrompts, kind: input.kind, ...(unrendered ? { unrendered } : {}) };
-  const ruled = req.rewriteRules && ruleTarget(req.rewriteRules, model, random);
-  if (ruled?.target === "") return { fields: { ...fields, target: "", rule: ruled.rewrite }, job: new Uint32Array(0) };
-  const target = ruled?.target ?? req.rewriteModel;
-  if (target !== undefined) fields.target = target;
-  if (ruled) fields.rule = ruled.rewrite;
+  const { fields, target } = targeted(req, { model, cacheSalt, batchedPrompts, kind: input.kind, ...(unrendered ? { unrendered } : {}) }, random);
+  if (fields.target === "") return { fields, job: new Uint32Array(0) };
   const job = routingJob(input, rules);
   // A chat the encode cannot render here says so in these fields, which go back with its ids (see RenderVerdict).
   if (!(job instanceof Uint32Array) && job.kind === "chat") {
     job.verdict = fields;
     if (job.cut !== undefined) fields.boundCut = true;
   } else if (input.kind === "chat") fields.boundCut = true; // past the bound whole (tools, documents, a kept tail): by load
+  return { fields, job, ...rewritten(req, model, target) };
+}
+
+/** The model the request is sent as: a rule for the body's model wins over the header (`target` "": a rule without targets). */
+function targeted(req: BodyRequest, fields: BodyFields, random: () => number): { fields: BodyFields; target?: string } {
+  const ruled = req.rewriteRules && ruleTarget(req.rewriteRules, fields.model, random);
+  if (ruled?.target === "") return { fields: { ...fields, target: "", rule: ruled.rewrite } };
+  const target = ruled?.target ?? req.rewriteModel;
+  if (target !== undefined) fields.target = target;
+  if (ruled) fields.rule = ruled.rewrite;
+  return { fields, target };
+}
+
+function rewritten(req: BodyRequest, model: string | undefined, target: string | undefined): Pick<BodyRead, "rewritten"> {
   const rewrite = target !== undefined && target !== model && req.body.length > 0;
-  return { fields, job, ...(rewrite ? { rewritten: rewriteBodyModel(req.body, target) } : {}) };
+  return rewrite ? { rewritten: rewriteBodyModel(req.body, target) } : {};
 }
