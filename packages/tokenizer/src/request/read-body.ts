@@ -30,7 +30,7 @@ export type BodyRequest = {
 };
 
 /** What a decision reads of a body: small, so that it crosses threads for nothing. */
-export type BodyFields = Pick<ParsedBody, "model" | "cacheSalt" | "batchedPrompts"> & {
+export type BodyFields = Pick<ParsedBody, "model" | "cacheSalt" | "batchedPrompts" | "responses"> & {
   kind: RoutedInput["kind"];
   /** A maybe-cut body that did not parse (why): routed by load. */
   cut?: string;
@@ -95,8 +95,8 @@ export function readTokenIds(req: BodyRequest, maxBytes = DEFAULT_READ_HERE_MAX_
   return { ...bodyRead(req, parsed), job: parsed.input.tokens };
 }
 
-function bodyRead(req: BodyRequest, { model, cacheSalt, batchedPrompts, input, unrendered }: ParsedBody, rules?: ChatRules, random: () => number = Math.random): BodyRead {
-  const fields: BodyFields = { model, cacheSalt, batchedPrompts, kind: input.kind, ...(unrendered ? { unrendered } : {}) };
+function bodyRead(req: BodyRequest, { model, cacheSalt, batchedPrompts, input, unrendered, responses }: ParsedBody, rules?: ChatRules, random: () => number = Math.random): BodyRead {
+  const fields: BodyFields = { model, cacheSalt, batchedPrompts, kind: input.kind, ...(unrendered ? { unrendered } : {}), ...(responses ? { responses } : {}) };
   const ruled = req.rewriteRules && ruleTarget(req.rewriteRules, model, random);
   if (ruled?.target === "") return { fields: { ...fields, target: "", rule: ruled.rewrite }, job: new Uint32Array(0) };
   const target = ruled?.target ?? req.rewriteModel;
