@@ -273,7 +273,8 @@ export function createMetrics(readCgroup?: ReadFile, o: { process?: boolean } = 
     }),
     replyWarmsDropped: new Counter({
       name: "dynamo_epp_reply_warms_dropped_total",
-      help: "routed chats not warmed from their reply: what reply warming keeps (bodies and replies until their response ends) would have passed its share (a quarter) of --ext-proc-buffer-max-bytes",
+      help: "routed chat completions not warmed from their reply, by cause: budget (what reply warming keeps, bodies and replies until their response ends, would have passed its share, a quarter, of --ext-proc-buffer-max-bytes), too_large (a body past the largest the tokenizer pool warms, which is not kept)",
+      labelNames: ["cause"] as const,
       registers: [registry],
     }),
     extProcBufferedBytes: new Gauge({

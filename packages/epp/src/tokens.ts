@@ -7,7 +7,7 @@
 // them costs what handing the body to a member would).
 import {
   BadRequest, ChatTemplateError, encodeJob, glanceBody, readBody, readTokenIds,
-  type BodyFields, type BodyRead, type BodyRequest, type ChatMessage, type FallbackCause, type Preprocessor, type TokenizeJob, type TokenizeOutcome,
+  type BodyFields, type BodyRead, type BodyRequest, type FallbackCause, type Preprocessor, type TokenizeJob, type TokenizeOutcome,
   type TokenizerPool,
 } from "@kv-epp/tokenizer";
 
@@ -140,9 +140,15 @@ export function createPoolTokenizeBody(pool: TokenizerPool, onRead: OnRead = () 
   };
 }
 
-/** After a chat's response: the pool reads its body again and tokenizes the next turn's shape in the background. */
-export function createPoolWarm(pool: TokenizerPool): (request: BodyRequest, reply: ChatMessage) => void {
-  return (request, reply) => pool.warm({ kind: "body", request, reply });
+/**
+ * After a chat completion's response: a pool member reads the reply from the response body, reads the request body
+ * again and tokenizes the next turn's shape in the background. `maxBodyBytes`: the largest request body the pool
+ * warms (TokenizerPool.warm): a larger one is not worth keeping until its response ends.
+ */
+export type ReplyWarm = { maxBodyBytes: number; warm: (request: BodyRequest, responseBody: Uint8Array) => void };
+
+export function createPoolWarm(pool: TokenizerPool): ReplyWarm {
+  return { maxBodyBytes: pool.readHereMaxBytes, warm: (request, reply) => pool.warm({ kind: "body", request, reply }) };
 }
 
 /** A body read and tokenized (or carrying its ids) on the event loop, whole. */

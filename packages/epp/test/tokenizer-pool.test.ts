@@ -596,7 +596,7 @@ describe("ext_proc reply warming within its share of the body budget", () => {
   const env = eppFor(["--tokenizer-threads", "1", "--ext-proc-buffer-max-bytes", "16000"]);
 
   test("a chat kept for warming counts until its response ends; one past the share is routed but not kept, counted; none is kept without response bodies", async () => {
-    const dropped = async () => (await scrapeMetric(env.metrics, "dynamo_epp_reply_warms_dropped_total")) ?? 0;
+    const dropped = async () => (await scrapeMetric(env.metrics, 'dynamo_epp_reply_warms_dropped_total{cause="budget"}')) ?? 0;
     const chat = (seed: number) => new TextEncoder().encode(JSON.stringify(chatBody(freshWords(350, seed), freshWords(150, seed + 1))));
     const first = chat(21);
     const second = chat(23);
@@ -635,8 +635,19 @@ describe("ext_proc reply warming within its share of the body budget", () => {
   }, 120_000);
 });
 
-describe("ext_proc reply warming: none for a chat past the routing bound", () => {
+describe("ext_proc reply warming: none for what cannot be warmed", () => {
   const env = eppFor(["--tokenizer-threads", "1"]);
+
+  test("a /v1/responses request, read as a chat by a pool member, keeps no body for its reply (no warm reads a Responses reply)", async () => {
+    const s = env.client.open();
+    s.send({ ...headers("/v1/responses"), protocol_config: DUPLEX });
+    const input = [{ role: "system", content: freshWords(50, 45) }, { role: "user", content: freshWords(20, 46) }];
+    s.send({ request_body: { body: new TextEncoder().encode(JSON.stringify({ model: "test-model", input })), end_of_stream: true } });
+    expect(lbMetadata(await s.next(60_000))).toBe(A);
+    await s.next(60_000); // the request body handed back
+    expect(await scrapeMetric(env.metrics, "dynamo_epp_ext_proc_buffered_bytes")).toBe(0);
+    s.end();
+  }, 120_000);
 
   test("a chat cut at the routing bound keeps no body for its reply (its next turn is cut at the same place); a short one does", async () => {
     const buffered = async () => (await scrapeMetric(env.metrics, "dynamo_epp_ext_proc_buffered_bytes")) ?? 0;

@@ -190,11 +190,12 @@ describe("tokenizer pool", () => {
   test("a warm stopped for a request resumes where it stopped: it walks none of the pieces it finished again", async () => {
     const pool = await pools.start({ size: 1, budgetMs: 60_000 });
     const messages = [{ role: "user", content: lines(5_000, 46) }];
-    const body = new TextEncoder().encode(JSON.stringify({ model: "qwen3", messages }));
     const reply = { role: "assistant", content: lines(50_000, 47) };
     await pool.tokenize({ kind: "chat", messages, opts: {} });
-    // The warm walks the turn's cached pieces, then is stopped (at its first piece to tokenize, at the latest).
-    pool.warm({ kind: "body", request: { body }, reply });
+    // The warm (a job with no body to read) walks the turn's cached pieces, then is stopped (at its first piece to
+    // tokenize, at the latest).
+    const next = nextTurnJob({ kind: "chat", messages, opts: {} }, reply)!;
+    pool.warm(next);
     await pool.tokenize({ kind: "prompt", text: "a question" });
     expect(pool.stats().warmPreempted).toBe(1);
     await idle(pool);
@@ -202,11 +203,46 @@ describe("tokenizer pool", () => {
     const pre = createPreprocessor({ tokenizerDir: dir });
     pre.encodeChat(messages);
     pre.encodeCompletion("a question");
-    const next = nextTurnJob(readBody({ body }).job as Extract<TokenizeJob, { kind: "chat" }>, reply);
-    encodeJob(pre, next!);
+    encodeJob(pre, next);
     expect(pool.stats().cache.hits).toBe(pre.cacheStats().hits);
     expect(pool.stats().cache.freshTokens).toBe(pre.cacheStats().freshTokens);
   }, 120_000);
+
+  test("a warm of a body that a request stops is stopped before its render: it walks nothing first, then runs whole, reading the reply from the response body", async () => {
+    const pool = await pools.start({ size: 1, budgetMs: 60_000 });
+    const messages = [{ role: "user", content: lines(5_000, 48) }];
+    const body = new TextEncoder().encode(JSON.stringify({ model: "qwen3", messages }));
+    // vLLM's stream: the reply in delta chunks, a usage chunk, [DONE].
+    const parts = [lines(1_000, 49), "\n" + lines(1_000, 50)];
+    const sse = parts.map((content) => `data: ${JSON.stringify({ choices: [{ index: 0, delta: { content } }] })}\n\n`).join("") +
+      `data: ${JSON.stringify({ choices: [], usage: { prompt_tokens: 1 } })}\n\ndata: [DONE]\n\n`;
+    await pool.tokenize({ kind: "chat", messages, opts: {} });
+    const pre = createPreprocessor({ tokenizerDir: dir });
+    pre.encodeChat(messages);
+    const hits = { pool: pool.stats().cache.hits, pre: pre.cacheStats().hits };
+    pool.warm({ kind: "body", request: { body }, reply: new TextEncoder().encode(sse) });
+    await pool.tokenize({ kind: "prompt", text: "a question" });
+    pre.encodeCompletion("a question");
+    expect(pool.stats().warmPreempted).toBe(1);
+    // The request's hits alone: the warm was stopped once its body was read, before it rendered and walked the
+    // turn's cached pieces (a request waits out the read, not the render too).
+    expect(pool.stats().cache.hits - hits.pool).toBe(pre.cacheStats().hits - hits.pre);
+    await idle(pool);
+    // Then read and run again, whole: the next turn cached as a warm with the reply as a message would have.
+    encodeJob(pre, nextTurnJob(readBody({ body }).job as Extract<TokenizeJob, { kind: "chat" }>, { role: "assistant", content: parts.join("") })!);
+    expect(pool.stats().cache.hits).toBe(pre.cacheStats().hits);
+    expect(pool.stats().cache.freshTokens).toBe(pre.cacheStats().freshTokens);
+  }, 120_000);
+
+  test("a warm of a body past readHereMaxBytes is not run, counted: its member could not stop reading it for a request", async () => {
+    const { pool, registry } = await pools.startWithMetrics({ size: 1, budgetMs: 60_000, readHereMaxBytes: 1000 });
+    const body = new TextEncoder().encode(JSON.stringify({ model: "qwen3", messages: chat("a system prompt", lines(300, 51)) }));
+    expect(body.length).toBeGreaterThan(1000);
+    pool.warm({ kind: "body", request: { body }, reply: { role: "assistant", content: "an answer" } });
+    expect(pool.stats()).toMatchObject({ warmTooLarge: 1, warmDropped: 0 });
+    expect(pool.stats().members[0]).toMatchObject({ busy: false, warmQueued: 0 });
+    expect(await registry.metrics()).toContain('dynamo_epp_tokenizer_warm_jobs_total{outcome="too_large"} 1');
+  }, 60_000);
 
   // A one-member pool that has tokenized a conversation's first turn, and the reply that turn got.
   const answered = async (seed: number) => {

@@ -1,7 +1,8 @@
-// The assistant's reply, read from a chat completion's response body (a JSON body or an SSE stream), so
-// that the tokenizer pool can warm the conversation's next turn (TokenizerPool.warmReply). Bounded: a reply
-// longer than MAX_REPLY_BYTES is not captured (its next turn tokenizes it as it would have anyway).
-import type { ChatMessage } from "@kv-epp/tokenizer";
+// A chat completion's response body, kept as it streams back so that the tokenizer pool can warm the conversation's
+// next turn with its reply. Only the bytes are kept here: the member that warms reads the reply from them
+// (readChatReply), off the decision thread. Bounded: a reply longer than MAX_REPLY_BYTES is not kept (its next
+// turn tokenizes it as it would have anyway).
+import { joinBody } from "@kv-epp/tokenizer";
 
 const MAX_REPLY_BYTES = 1 << 20;
 
@@ -23,47 +24,13 @@ export class ReplyCapture {
       this.chunks.length = 0;
       return;
     }
+    // A copy: the chunk is a view of its gRPC message, which would otherwise stay alive whole.
     this.chunks.push(chunk.slice());
   }
 
-  /**
-   * The reply as the next turn will send it back (`{role: "assistant", content}`), or undefined when there is
-   * none to warm with: too long, not a chat completion, several choices, or tool calls (whose arguments the
-   * client re-sends in its own form).
-   */
-  message(): ChatMessage | undefined {
+  /** The response body as received (joined in shared memory, for the pool member to read), or undefined: none, or too long. */
+  body(): Uint8Array | undefined {
     if (this.overflow || this.bytes === 0) return undefined;
-    const text = Buffer.concat(this.chunks).toString("utf8");
-    try {
-      return text.trimStart().startsWith("{") ? fromJson(JSON.parse(text)) : fromStream(text);
-    } catch {
-      return undefined; // not a body we can read: nothing to warm
-    }
+    return joinBody(this.chunks, this.bytes);
   }
-}
-
-type Choice = { index?: number; message?: Delta; delta?: Delta };
-type Delta = { content?: string | null; tool_calls?: unknown[] };
-
-function fromJson(body: { choices?: Choice[] }): ChatMessage | undefined {
-  const choices = body.choices ?? [];
-  const m = choices[0]?.message;
-  if (choices.length !== 1 || m === undefined || (m.tool_calls?.length ?? 0) > 0 || typeof m.content !== "string") return undefined;
-  return { role: "assistant", content: m.content };
-}
-
-function fromStream(text: string): ChatMessage | undefined {
-  let content = "";
-  for (const line of text.split("\n")) {
-    if (!line.startsWith("data:")) continue;
-    const data = line.slice(5).trim();
-    if (data === "[DONE]") break;
-    const chunk = JSON.parse(data) as { choices?: Choice[] };
-    for (const c of chunk.choices ?? []) {
-      if ((c.index ?? 0) !== 0) return undefined;
-      if ((c.delta?.tool_calls?.length ?? 0) > 0) return undefined;
-      if (typeof c.delta?.content === "string") content += c.delta.content;
-    }
-  }
-  return content.length > 0 ? { role: "assistant", content } : undefined;
 }

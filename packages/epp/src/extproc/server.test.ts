@@ -2,8 +2,9 @@
 // the route pending, so what a stream may send meanwhile is bounded deterministically; a one-worker pool
 // shows which answer kind carries the route for each message sequence Envoy sends.
 import { EventEmitter } from "node:events";
-import { expect, test } from "bun:test";
+import { describe, expect, test } from "bun:test";
 import { KvIndex } from "@kv-epp/index-wasm";
+import type { BodyFields, BodyRequest } from "@kv-epp/tokenizer";
 import { workerKey } from "@kv-epp/protocol";
 import { ActiveLoad, LatencyModel, NO_METRICS, Picker, type Candidate, type RoutingContext } from "@kv-epp/routing";
 import pino from "pino";
@@ -70,8 +71,11 @@ test("a body sent while the route is pending is held within the body budget: pas
 
 const ENDPOINT = "10.0.0.1:8000";
 
-/** A stream against a one-worker pool (every request goes there), its answers recorded. */
-function routedStream(mode: BodySendMode, deps: Partial<ExtProcDeps> = {}) {
+/**
+ * A stream against a one-worker pool (every request goes there), its answers recorded. `responses`: the gateway's
+ * response body mode (default none sent); `path`: the request's :path.
+ */
+function routedStream(mode: BodySendMode, deps: Partial<ExtProcDeps> = {}, opts: { responses?: BodySendMode; path?: string } = {}) {
   const candidates: Candidate[] = [{ workerId: "w", dpRank: 0, key: workerKey({ workerId: "w", dpRank: 0 }), endpoint: ENDPOINT, rankHeader: undefined }];
   const index = KvIndex.create({ blockSize: 16 });
   const load = new ActiveLoad();
@@ -100,7 +104,8 @@ function routedStream(mode: BodySendMode, deps: Partial<ExtProcDeps> = {}) {
   const call = new FakeCall();
   handle(call as never);
   const data = (m: ProcessingRequest) => call.emit("data", m);
-  data({ request: "request_headers", request_headers: { headers: { headers: [] } }, protocol_config: { request_body_mode: mode } });
+  const headers = opts.path === undefined ? [] : [{ key: ":path", raw_value: new TextEncoder().encode(opts.path) }];
+  data({ request: "request_headers", request_headers: { headers: { headers } }, protocol_config: { request_body_mode: mode, ...(opts.responses ? { response_body_mode: opts.responses } : {}) } });
   return { call, data };
 }
 
@@ -184,4 +189,60 @@ test("FULL_DUPLEX_STREAMED, a body past the body budget is routed unread: joined
   const forwarded = call.written.map((m) => (m as Streamed).request_body?.response?.body_mutation?.streamed_response?.body).filter((b) => b !== undefined);
   expect(new TextDecoder().decode(Buffer.concat(forwarded))).toBe('{"model":"m","prompt":"hi"}');
   expect(forwarded.some((b) => b.buffer instanceof SharedArrayBuffer)).toBe(false);
+});
+
+describe("reply warming", () => {
+  const enc = new TextEncoder();
+  /** A full-duplex stream whose bodies read as `fields`, warming into `warmed` (bodies up to `maxBodyBytes`). */
+  const warmingStream = (path: string, fields: BodyFields, maxBodyBytes = 1 << 20) => {
+    const bodyBudget = new BodyBudget(1 << 20);
+    const metrics = createMetrics();
+    const warmed: { request: BodyRequest; reply: Uint8Array }[] = [];
+    const { data } = routedStream("FULL_DUPLEX_STREAMED", {
+      bodyBudget, metrics,
+      tokenizeBody: (req) => ({ fields, tokens: new Uint32Array(0), body: req.body, rewritten: false }),
+      warmReply: { maxBodyBytes, warm: (request, reply) => warmed.push({ request, reply }) },
+    }, { responses: "FULL_DUPLEX_STREAMED", path });
+    const respond = (...chunks: string[]) => {
+      data({ request: "response_headers", response_headers: { headers: { headers: [] } } });
+      chunks.forEach((c, i) => data({ request: "response_body", response_body: { body: enc.encode(c), end_of_stream: i === chunks.length - 1 } }));
+    };
+    const dropped = async (cause: string) => (await metrics.registry.getSingleMetric("dynamo_epp_reply_warms_dropped_total")!.get()).values.find((v) => v.labels.cause === cause)?.value ?? 0;
+    return { bodyBudget, data, respond, warmed, dropped };
+  };
+  const request = (body: Uint8Array): ProcessingRequest => ({ request: "request_body", request_body: { body, end_of_stream: true } });
+
+  test("a chat completion's body and reply are kept until its response ends, then handed to the pool as received: the decision thread reads no reply", () => {
+    const s = warmingStream("/v1/chat/completions", { kind: "chat" });
+    const body = enc.encode('{"model":"m","messages":[{"role":"user","content":"hi"}]}');
+    s.data(request(body));
+    expect(s.bodyBudget.usedBytes).toBe(body.length);
+    const chunks = [`data: ${JSON.stringify({ choices: [{ index: 0, delta: { content: "Hel" } }] })}\n\n`, `data: ${JSON.stringify({ choices: [{ index: 0, delta: { content: "lo" } }] })}\n\ndata: [DONE]\n\n`];
+    s.respond(...chunks);
+    expect(s.bodyBudget.usedBytes).toBe(0);
+    expect(s.warmed).toHaveLength(1);
+    expect(s.warmed[0]!.request).toMatchObject({ body, path: "/v1/chat/completions" });
+    expect(new TextDecoder().decode(s.warmed[0]!.reply)).toBe(chunks.join(""));
+  });
+
+  test("a /v1/responses request keeps neither its body nor its reply, whose events no warm can read", () => {
+    const s = warmingStream("/v1/responses", { kind: "chat", responses: true });
+    s.data(request(enc.encode('{"model":"m","input":"hi"}')));
+    expect(s.bodyBudget.usedBytes).toBe(0);
+    const delta = (text: string) => `event: response.output_text.delta\ndata: ${JSON.stringify({ type: "response.output_text.delta", delta: text })}\n\n`;
+    s.data({ request: "response_headers", response_headers: { headers: { headers: [] } } });
+    s.data({ request: "response_body", response_body: { body: enc.encode(delta("Hel")), end_of_stream: false } });
+    expect(s.bodyBudget.usedBytes).toBe(0);
+    s.data({ request: "response_body", response_body: { body: enc.encode(delta("lo")), end_of_stream: true } });
+    expect(s.warmed).toHaveLength(0);
+  });
+
+  test("a chat body larger than the pool warms is not kept, counted", async () => {
+    const s = warmingStream("/v1/chat/completions", { kind: "chat" }, 16);
+    s.data(request(enc.encode('{"model":"m","messages":[{"role":"user","content":"hi"}]}')));
+    expect(s.bodyBudget.usedBytes).toBe(0);
+    expect(await s.dropped("too_large")).toBe(1);
+    s.respond(JSON.stringify({ choices: [{ message: { role: "assistant", content: "ok" } }] }));
+    expect(s.warmed).toHaveLength(0);
+  });
 });

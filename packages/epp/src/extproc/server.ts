@@ -7,11 +7,11 @@ import { throttledWarn } from "../log-throttle.ts";
 import type { BodyMode } from "../config.ts";
 import type { Metrics, RequestOutcome } from "../metrics.ts";
 import { EXPLAIN_REQUEST_HEADER, EXPLANATION_HEADER, RoutedRequest, type Routing, type RoutingContext } from "@kv-epp/routing";
-import type { RoutedBody, Settles, TokenizeBody } from "../tokens.ts";
+import type { ReplyWarm, RoutedBody, Settles, TokenizeBody } from "../tokens.ts";
 import type { BodyBudget } from "./body-budget.ts";
 import { FairnessLabels, hasCriticalObjective, requestClass, shedReason, type RequestClass } from "./gaie-headers.ts";
 import { GrpcStatus, type BidiCall, type StatusCode } from "./grpc-h2.ts";
-import { BadRequest, joinBody, MAX_BODY_BYTES, TooDeep, type BodyFields, type BodyRequest, type ChatMessage, type RewriteRules } from "@kv-epp/tokenizer";
+import { BadRequest, joinBody, MAX_BODY_BYTES, TooDeep, type BodyFields, type BodyRequest, type RewriteRules } from "@kv-epp/tokenizer";
 import { PREFILL_RANK_HEADER, PREFILLER_HOST_PORT_HEADER } from "@kv-epp/protocol";
 import { echo, steering } from "./conformance.ts";
 import { modelRewrite, type ResponseModelName, type RewriteOutcome } from "./model-rewrite.ts";
@@ -67,8 +67,8 @@ export type ExtProcDeps = {
   fallbacks?: number;
   /** GAIE conformance-suite hooks (conformance.ts): steering header and served/selected echo. */
   conformanceHooks?: boolean;
-  /** A chat's response ended with this reply: warm the conversation's next turn from its request body (the tokenizer pool). */
-  warmReply?: (request: BodyRequest, reply: ChatMessage) => void;
+  /** A chat completion's response ended: warm the conversation's next turn from its request and response bodies (the tokenizer pool). */
+  warmReply?: ReplyWarm;
   /** A pick taking this long (complete body -> decision) is logged with where its time went (0: never). */
   slowPickMs?: number;
 };
@@ -599,9 +599,7 @@ class ProcessStream {
     this.deps.metrics.pickLatency.observe((now - started) / 1000);
     if (this.deps.slowPickMs && now - started >= this.deps.slowPickMs) this.slowPick(read, now - started, now - routeStarted);
     this.deps.metrics.requests.inc({ outcome: "routed" });
-    // Kept to warm the next turn from the reply, when one will come through this stream.
-    // Not a chat this process cannot render: its next turn would fail the same way; nor one cut at the routing bound.
-    if (this.deps.warmReply && fields.kind === "chat" && fields.unrendered === undefined && !fields.boundCut && this.responseBodies) {
+    if (this.warmable(fields, body)) {
       if (this.keep(req, body.length)) req.reply = { request: { body, path: req.path }, capture: new ReplyCapture() };
     }
     // ...and the forwarded body names it, where the body is held until the route is sent (model-rewrite.ts).
@@ -681,6 +679,20 @@ class ProcessStream {
   }
 
   /**
+   * Whether to keep a routed body to warm the next turn from its reply, when one will come through this stream: a
+   * chat completion's (a Responses reply is no chat completion, and is neither kept nor read). Not a chat this
+   * process cannot render (its next turn would fail the same way), nor one cut at the routing bound, nor a body
+   * larger than the pool warms (counted).
+   */
+  private warmable(fields: BodyFields, body: Uint8Array): boolean {
+    const warm = this.deps.warmReply;
+    if (!warm || fields.kind !== "chat" || fields.responses || fields.unrendered !== undefined || fields.boundCut || !this.responseBodies) return false;
+    if (body.length <= warm.maxBodyBytes) return true;
+    this.deps.metrics.replyWarmsDropped.inc({ cause: "too_large" });
+    return false;
+  }
+
+  /**
    * Adds a response chunk to the reply to warm with. The reply is dropped when what warming keeps is full
    * (counted), or when it grows past what a reply may be (ReplyCapture: its next turn tokenizes it anyway).
    */
@@ -692,16 +704,15 @@ class ProcessStream {
       req.reply = undefined;
       return;
     }
-    if (eos) {
-      const message = reply.capture.message();
-      if (message) this.deps.warmReply?.(reply.request, message);
-    }
+    // The member that warms reads the reply: the decision thread only joins its bytes.
+    const responseBody = eos ? reply.capture.body() : undefined;
+    if (responseBody) this.deps.warmReply?.warm(reply.request, responseBody);
   }
 
   /** Keeps `n` more bytes for the request's reply warming, or counts that warming has no room for it. */
   private keep(req: RequestState, n: number): boolean {
     if (!this.deps.bodyBudget.keep(n)) {
-      this.deps.metrics.replyWarmsDropped.inc();
+      this.deps.metrics.replyWarmsDropped.inc({ cause: "budget" });
       return false;
     }
     req.kept += n;

@@ -8,6 +8,7 @@ import type { CacheStats, Preprocessor } from "../types";
 import { BadRequest } from "../request/bad-request";
 import { TooDeep } from "../request/openai-body";
 import { readBody } from "../request/read-body";
+import { readChatReply } from "../request/chat-reply";
 import type { RewriteRules } from "../request/rewrite-rules";
 import { warmUp } from "../warm-up";
 import type { BodyReading, FromMember, MemberInit, ToMember } from "./protocol";
@@ -108,14 +109,30 @@ function withReading<T extends object>(msg: T, transfer: ArrayBuffer[] = []): [T
   return [{ ...msg, read }, read.rewritten ? [...transfer, ...transferable(read.rewritten)] : transfer];
 }
 
-/** What to tokenize: a body job is read here first (parsed, validated, its model rewritten). */
+/**
+ * What to tokenize: a body job is read here first (parsed, validated, its model rewritten), and a warm's reply
+ * before it (a reply with nothing to warm with spares reading the body).
+ */
 function jobOf(m: JobMessage): TokenizeJob | Uint32Array {
   const job: PoolJob = m.job;
   if (job.kind !== "body") return job;
+  const reply = job.reply instanceof Uint8Array ? readChatReply(job.reply) : job.reply;
+  if (job.reply !== undefined && reply === undefined) return NONE;
+  stopIfAsked(m);
   const read = readBody(m.rules && rules ? { ...job.request, rewriteRules: rules } : job.request, pre.rules);
   if (!m.discard) reading = read.rewritten ? { fields: read.fields, rewritten: read.rewritten } : { fields: read.fields };
-  if (!job.reply) return read.job;
-  return read.job instanceof Uint32Array || read.job.kind !== "chat" ? NONE : nextTurnJob(read.job, job.reply) ?? NONE;
+  // Reading is not stopped midway (a large body's takes milliseconds): a request that came meanwhile waits that
+  // long, not for the render and the encode's first section too.
+  stopIfAsked(m);
+  if (!reply) return read.job;
+  return read.job instanceof Uint32Array || read.job.kind !== "chat" ? NONE : nextTurnJob(read.job, reply) ?? NONE;
+}
+
+/** A job stopped before its render: nothing walked to keep, so its resume reads it again. */
+class StoppedUnread extends Error {}
+
+function stopIfAsked(m: JobMessage): void {
+  if (Atomics.load(cancel, 0) === m.id) throw new StoppedUnread();
 }
 
 function tokenize(m: JobMessage, job: TokenizeJob, t0: number, before: CacheStats): void {
@@ -169,10 +186,10 @@ function failed(m: JobMessage, err: unknown, t0: number, before: CacheStats): vo
   const busyMs = performance.now() - t0;
   const cache = pre.cacheStats();
   const freshTokens = cache.freshTokens - before.freshTokens;
-  if (err instanceof EncodeStopped) {
+  if (err instanceof EncodeStopped || err instanceof StoppedUnread) {
     // A text past the bound is read again if resumed: one kept that the pool never resumes (its stream reset, its
     // warm dropped) stays until the next warm, and must not be a body's worth of megabytes.
-    stopped = err.text.length <= MAX_KEPT_CHARS ? { id: m.id, text: err.text, at: err.at } : null;
+    stopped = err instanceof EncodeStopped && err.text.length <= MAX_KEPT_CHARS ? { id: m.id, text: err.text, at: err.at } : null;
     return post({ type: "stopped", id: m.id, busyMs, freshTokens, cache });
   }
   const name = err instanceof TooDeep ? "TooDeep" : err instanceof BadRequest ? "BadRequest" : (err as Error)?.name ?? "Error";

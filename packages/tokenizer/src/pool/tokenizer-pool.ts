@@ -68,8 +68,8 @@ export type PoolObserver = {
   fallback?(cause: FallbackCause): void;
   /** A request answered on a prefix its caller's `decides` accepted, before its tokenization finished. */
   decided?(): void;
-  /** A warm job stopped for a request (it resumes later), or dropped from a full warm queue. */
-  warm?(outcome: "preempted" | "dropped"): void;
+  /** A warm job stopped for a request (it resumes later), dropped from a full warm queue, or a body too large to warm. */
+  warm?(outcome: "preempted" | "dropped" | "too_large"): void;
   /** Everything told so far is forgotten (forgetWork): it was not traffic. */
   reset?(): void;
   /** A member finished a job (warm jobs too): its busy time and the fresh tokens it tokenized. */
@@ -131,6 +131,8 @@ export type PoolStats = {
   size: number; budgetMs: number; members: MemberStats[]; fallbacks: Record<FallbackCause, number>;
   /** Jobs cancelled by their caller, and of those the ones a member stopped midway. */
   cancelled: number; stopped: number; warmDropped: number;
+  /** Warms of a body past readHereMaxBytes, not run (see warm). */
+  warmTooLarge: number;
   /**
    * Background jobs (warms, and requests answered already going on for the cache) a request made stop at their
    * next section (each resumes later as a warm, where it stopped: its member keeps the text it walked).
@@ -250,6 +252,7 @@ export class TokenizerPool {
   private readonly logged = new Set<string>();
   private cancelled = 0;
   private warmDropped = 0;
+  private warmTooLarge = 0;
   private warmPreempted = 0;
   private decided = 0;
   private stopped = 0;
@@ -360,9 +363,18 @@ export class TokenizerPool {
     if (next !== undefined) this.warm(next);
   }
 
-  /** Tokenizes in the background at the lowest priority, only to fill the cache. */
+  /**
+   * Tokenizes in the background at the lowest priority, only to fill the cache. A body past `readHereMaxBytes` is
+   * not warmed (counted): its member could not stop reading it for a request that comes meanwhile, and that is the
+   * longest read the pool lets a pick wait on; nor, queued, does it hold such a body.
+   */
   warm(job: PoolJob): void {
     if (this.closed || !this.caches) return;
+    if (job.kind === "body" && job.request.body.byteLength > this.readHereMaxBytes) {
+      this.warmTooLarge++;
+      this.observe.warm?.("too_large");
+      return;
+    }
     const p: Pending = { id: this.newId(), job, discard: true, submitted: performance.now(), dispatched: 0, cost: 0 };
     const member = this.memberFor(p, false);
     member.warm.push(p);
@@ -377,7 +389,7 @@ export class TokenizerPool {
         member: m.index, queued: m.queue.length, warmQueued: m.warm.length, busy: m.current !== null,
         jobs: m.jobs, freshTokens: m.freshTokens, busyMs: m.busyMs, cache: { ...m.cache }, warmUp: m.warmUp, priority: m.priority,
       })),
-      fallbacks: { ...this.fallbacks }, cancelled: this.cancelled, stopped: this.stopped, warmDropped: this.warmDropped, warmPreempted: this.warmPreempted, decided: this.decided,
+      fallbacks: { ...this.fallbacks }, cancelled: this.cancelled, stopped: this.stopped, warmDropped: this.warmDropped, warmTooLarge: this.warmTooLarge, warmPreempted: this.warmPreempted, decided: this.decided,
       restarts: this.restarts,
       cache: this.cacheStats(), placement: { ...this.placements, remembered: this.placement.remembered },
     };
@@ -404,7 +416,7 @@ export class TokenizerPool {
     for (const m of this.members) Object.assign(m, { jobs: 0, busyMs: 0, freshTokens: 0 });
     this.fallbacks = { budget: 0, queue: 0 };
     this.placements = { affine: 0, moved: 0, new: 0 };
-    this.decided = this.stopped = this.cancelled = this.warmDropped = this.warmPreempted = 0;
+    this.decided = this.stopped = this.cancelled = this.warmDropped = this.warmTooLarge = this.warmPreempted = 0;
     this.logged.clear();
     this.placement.clear();
     this.observe.reset?.();
@@ -573,10 +585,12 @@ export class TokenizerPool {
       member.worker.postMessage({ type: "rules", rules: rewriteRules });
       member.rules = rewriteRules;
     }
-    const shared = isShared(request.body);
-    const body = shared ? request.body : new Uint8Array(request.body); // a copy (a Buffer's slice() would be a view)
-    const message: ToMember = { type: "job", id: next.id, job: { ...job, request: { ...request, body } }, discard: next.discard, rules: rewriteRules !== undefined };
-    member.worker.postMessage(message, shared ? [] : [body.buffer as ArrayBuffer]);
+    const body = forMember(request.body);
+    const reply = job.reply instanceof Uint8Array ? forMember(job.reply) : undefined;
+    const message: ToMember = {
+      type: "job", id: next.id, job: { ...job, request: { ...request, body }, ...(reply ? { reply } : {}) }, discard: next.discard, rules: rewriteRules !== undefined,
+    };
+    member.worker.postMessage(message, [body, ...(reply ? [reply] : [])].filter((b) => !isShared(b)).map((b) => b.buffer as ArrayBuffer));
   }
 
   private onResult(member: Member, m: Exclude<FromMember, { type: "ready" | "init-failed" | "reset" }>): void {
@@ -734,6 +748,11 @@ export class TokenizerPool {
     p.settle(new TokenizeCancelled("the request was cancelled"));
   }
 
+}
+
+/** Bytes as a member is given them: in shared memory, as they are; else a copy of their own to transfer (a Buffer's slice() would be a view). */
+function forMember(bytes: Uint8Array): Uint8Array {
+  return isShared(bytes) ? bytes : new Uint8Array(bytes);
 }
 
 /** A member's error as the caller tells it apart: a bad body (400), a template's refusal, or the pool's. */

@@ -38,7 +38,11 @@ export type RoutedInput =
  * `batchedPrompts`: a /v1/completions batch of this many prompts (> 1); the first one is routed, while the
  * response's usage adds up the whole batch.
  */
-export type ParsedBody = { model?: string; cacheSalt?: string; batchedPrompts?: number; input: RoutedInput; unrendered?: Unrendered };
+export type ParsedBody = {
+  model?: string; cacheSalt?: string; batchedPrompts?: number; input: RoutedInput; unrendered?: Unrendered;
+  /** A /v1/responses body (its chat read from `input`): its reply is no chat completion's, so none warms its next turn. */
+  responses?: true;
+};
 
 export { BadRequest };
 
@@ -250,6 +254,7 @@ function parseInput(doc: unknown, path: string | undefined, rules: ChatRules | u
         kind: "chat", messages: chat.messages, tools: chat.tools, toolChoice: o.tool_choice, templateKwargs: responsesTemplateKwargs(o),
         addGenerationPrompt: !chat.continueFinalMessage, continueFinalMessage: chat.continueFinalMessage,
       },
+      responses: true,
     };
   }
   return { model, input: { kind: "none" } };

@@ -26,6 +26,12 @@ test("a body is read into the fields a pick needs and the job to tokenize, cut t
   expect(readBody({ body: bytes({ prompt: [[1, 2], [3]] }) })).toMatchObject({ fields: { kind: "tokens", batchedPrompts: 2 }, job: new Uint32Array([1, 2]) });
 });
 
+test("a /v1/responses body, read as a chat, says so in its fields (its reply is no chat completion's); a chat completion's does not", () => {
+  const input = [{ role: "user", content: "hi" }];
+  expect(readBody({ body: bytes({ model: "m", input }), path: "/v1/responses" }).fields).toMatchObject({ kind: "chat", responses: true });
+  expect(readBody({ body: bytes({ model: "m", messages: input }), path: "/v1/chat/completions" }).fields.responses).toBeUndefined();
+});
+
 test("the rewrite model is spliced in only when the body names another one", () => {
   const body = '{"model": "alias", "prompt": "x"}';
   expect(new TextDecoder().decode(readBody({ body: bytes(body), rewriteModel: "served" }).rewritten)).toBe('{"model": "served", "prompt": "x"}');
