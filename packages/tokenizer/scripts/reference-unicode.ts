@@ -4,11 +4,14 @@
 // code point this engine calls assigned is probed in contexts that tell its class apart (` X\n \nX1 Xa`), through
 // each tokenizer with a hand-written scanner, the native binding's ids against the fast BPE's (which already
 // treats the listed ones as unassigned); a code point that differs either way toggles in the list, which is
-// printed. Run it after upgrading Bun or `tokenizers` (~20 s); with nothing to change it prints the list as is.
+// printed. Then the code points the reference's normalizers (Unicode 9.0) leave alone while this runtime's
+// String.prototype.normalize does not: REFERENCE_NORMALIZER_UNKNOWN, derived from scratch (below) and printed,
+// followed by how many probes normalizeAsReference still gets wrong with the table it has. Run it after
+// upgrading Bun or `tokenizers` (~20 s); with nothing to change it prints the lists as they are and 0.
 import { join } from "node:path";
-import { Tokenizer as NativeTokenizer } from "tokenizers";
+import { nfcNormalizer, nfdNormalizer, nfkcNormalizer, nfkdNormalizer, Tokenizer as NativeTokenizer } from "tokenizers";
 import { compileFastTokenizer } from "../src/fast/fast-tokenizer";
-import { REFERENCE_UNASSIGNED } from "../src/fast/reference-unicode";
+import { normalizeAsReference, REFERENCE_UNASSIGNED } from "../src/fast/reference-unicode";
 
 const MODELS = ["llama3", "qwen3", "deepseek_v3"];
 const BATCH = 4096;
@@ -43,12 +46,72 @@ for (const [lo, hi] of REFERENCE_UNASSIGNED) for (let cp = lo; cp <= hi; cp++) l
 const next = new Set([...listed].filter((cp) => !differing.has(cp)));
 for (const cp of differing) if (!listed.has(cp)) next.add(cp);
 console.log(`// ${differing.size} code points differed from the reference`);
-const ranges: [number, number][] = [];
-for (const cp of [...next].sort((a, b) => a - b)) {
-  const last = ranges.at(-1);
-  if (last && last[1] === cp - 1) last[1] = cp;
-  else ranges.push([cp, cp]);
+printRanges(next, () => false);
+
+// The normalizers. Probes that tell a starter from a combining mark of any class and show a decomposition:
+// X alone, "a"+X+U+0301 (a mark of class 1..229 lets a+U+0301 compose), "x"+U+0301+X (one of class 1..229
+// moves before U+0301), "x"+X+U+0334 (U+0334, class 1, moves before one of class 2..254); each compared, in
+// every form, between the binding's normalizer and String.prototype.normalize. A code point that differs there
+// is listed; so is each part of a composition this runtime makes and the reference does not (the NFD of every
+// decomposable code point, composed) that takes part in no composition the reference makes.
+const FORMS = { NFC: nfcNormalizer(), NFD: nfdNormalizer(), NFKC: nfkcNormalizer(), NFKD: nfkdNormalizer() };
+const normalizerProbes = (cp: number) => {
+  const ch = String.fromCodePoint(cp);
+  return [ch, `a${ch}\u0301`, `x\u0301${ch}`, `x${ch}\u0334`];
+};
+// "\n" is a starter nothing composes with, so texts joined by it normalize apart: one native call per batch.
+const referenceNormalized = (form: keyof typeof FORMS, texts: string[]): string[] => {
+  const out: string[] = [];
+  for (let i = 0; i < texts.length; i += BATCH) out.push(...FORMS[form].normalizeString(texts.slice(i, i + BATCH).join("\n")).split("\n"));
+  return out;
+};
+const forms = Object.keys(FORMS) as (keyof typeof FORMS)[];
+const allAssigned = [...Array(0x80).keys(), ...assigned].filter((cp) => cp !== 0x0a);
+const probeTexts = allAssigned.flatMap(normalizerProbes);
+const unknown = new Set<number>();
+for (const form of forms) {
+  referenceNormalized(form, probeTexts).forEach((want, k) => {
+    if (want !== probeTexts[k]!.normalize(form)) unknown.add(allAssigned[k >> 2]!);
+  });
 }
-const hex = (n: number) => `0x${n.toString(16)}`;
-console.log(`// ${next.size} code points in ${ranges.length} ranges (Bun ${Bun.version}, Unicode ${process.versions.unicode})`);
-console.log(ranges.map(([a, b]) => `[${hex(a)}, ${hex(b)}]`).join(", "));
+const decompositions = allAssigned.map((cp) => String.fromCodePoint(cp).normalize("NFD")).filter((d) => d.normalize("NFC") !== d);
+const composed = referenceNormalized("NFC", decompositions);
+const composing = new Set<number>();
+const notComposing = new Set<number>();
+decompositions.forEach((d, k) => {
+  for (const ch of d) (composed[k] === d.normalize("NFC") ? composing : notComposing).add(ch.codePointAt(0)!);
+});
+for (const cp of notComposing) if (!composing.has(cp)) unknown.add(cp);
+// Listing is only right for code points the reference leaves alone in every probe.
+for (const cp of unknown) {
+  for (const form of forms) {
+    const texts = normalizerProbes(cp);
+    if (referenceNormalized(form, texts).some((t, k) => t !== texts[k])) throw new Error(`U+${cp.toString(16)} is not left alone by the reference's ${form}`);
+  }
+}
+// Folding in code points unassigned here keeps the table short; they are starters to both.
+printRanges(unknown, (cp) => /\p{Cn}/u.test(String.fromCodePoint(cp)));
+const checks = [...probeTexts, ...decompositions];
+let wrong = 0;
+for (const form of forms) {
+  referenceNormalized(form, checks).forEach((want, k) => {
+    if (want !== normalizeAsReference(checks[k]!, form)) wrong++;
+  });
+}
+console.log(`// ${wrong} probes normalizeAsReference normalizes otherwise than the reference`);
+
+function printRanges(cps: Set<number>, foldable: (cp: number) => boolean): void {
+  const ranges: [number, number][] = [];
+  for (const cp of [...cps].sort((a, b) => a - b)) {
+    const last = ranges.at(-1);
+    let gap = last ? last[1] + 1 : cp;
+    while (gap < cp && foldable(gap)) gap++;
+    if (last && gap === cp) last[1] = cp;
+    else ranges.push([cp, cp]);
+  }
+  const hex = (n: number) => `0x${n.toString(16)}`;
+  const spanned = ranges.reduce((n, [a, b]) => n + b - a + 1, 0);
+  const folded = spanned > cps.size ? ` (${spanned - cps.size} unassigned ones folded in)` : "";
+  console.log(`// ${cps.size} code points${folded} in ${ranges.length} ranges (Bun ${Bun.version}, Unicode ${process.versions.unicode})`);
+  console.log(ranges.map(([a, b]) => `[${hex(a)}, ${hex(b)}]`).join(", "));
+}
