@@ -110,7 +110,7 @@ export const EPP_OPTIONS = {
     ),
     modelPath: opt.string(
       z.string().min(1).optional(),
-      "the workers' SGLang --model-path (default: --model, as SGLang's served model name defaults to its model path). Under sglang without --chat-template, SGLang renders a model whose path it recognizes (InternVL, Janus, Vicuna and LLaVA-1.5/1.6/OneVision, DeepSeek-VL2 and -OCR, MiniCPM-V/o, Phi-4-multimodal, POINTS, PaddleOCR, Whisper; or a config.json under the path naming such a model_type) with one of its own conversation templates, which is not mirrored: every chat is routed by load (unrendered, cause template_engine; warned at startup)",
+      "the workers' SGLang --model-path (default: --model, as SGLang's served model name defaults to its model path). Under sglang without --chat-template, SGLang renders a model whose path it recognizes (InternVL, Janus, Vicuna and LLaVA-1.5/1.6/OneVision, DeepSeek-VL2 and -OCR, MiniCPM-V/o, Phi-4-multimodal, POINTS, PaddleOCR, Whisper; or a config.json under the path naming such a model_type) with one of its own conversation templates, which is not mirrored: every chat is routed by load (unrendered, cause template_engine; warned at startup). Set it when --served-model-name differs from the path: by default a served name such as \"whisper-chat\" counts as the path, and a relative one is looked up for config.json under the EPP's working directory",
     ),
     chatTemplateContentFormat: opt.choice(
       CONTENT_FORMAT_OPTIONS,

@@ -182,6 +182,9 @@ describe("createPoolTokenizeBody", () => {
         .toEqual({ tokens: [], fields: { model: "alias", kind: "none", target: "served" }, rewritten: true, outcome: "queue" });
       expect(routed.promptTokens).toBeGreaterThan(2000);
       expect(new TextDecoder().decode(routed.body)).toBe(large.replace('"alias"', '"served"'));
+      // Nor is it tokenized later (a member could not stop reading it for a request): not queued as a warm, and not
+      // counted as a reply warm too large, which it is not.
+      expect({ warmQueued: pool.stats().members[0]!.warmQueued, warmTooLarge: pool.stats().warmTooLarge }).toEqual({ warmQueued: 0, warmTooLarge: 0 });
       // Under the bound it is read here, as before, to route on its fields.
       const small = await tokenizeBody({ body: enc.encode(chat("hi")), path: "/v1/chat/completions" });
       expect(threads[1]).toEqual(["event_loop", undefined]);

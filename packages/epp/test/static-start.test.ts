@@ -4,7 +4,7 @@
 import { afterAll, expect, test } from "bun:test";
 import { join } from "node:path";
 import { killAll, spawnBun } from "@kv-epp/testkit";
-import { KUBE_CLIENT_LOADED } from "./fixtures/kube-client-probe.ts";
+import { KUBE_CLIENT_LOADED } from "./fixtures/kube-client-marker.ts";
 import { HOST, writeStaticConfig } from "./helpers.ts";
 
 const PROBE = join(import.meta.dir, "fixtures/kube-client-probe.ts");

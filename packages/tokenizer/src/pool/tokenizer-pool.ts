@@ -342,7 +342,7 @@ export class TokenizerPool {
       // Every member is being replaced (a lost thread, in backoff): nothing can take it within the budget.
       if (!this.members.some((m) => m.live)) {
         this.fallBack(p, "queue");
-        return this.warm(job);
+        return this.refill(job);
       }
       opts.signal?.addEventListener("abort", onAbort, { once: true });
       p.timer = setTimeout(() => this.outOfBudget(member(), p), this.budgetMs);
@@ -380,6 +380,15 @@ export class TokenizerPool {
     member.warm.push(p);
     this.trimWarm(member);
     this.pump(member);
+  }
+
+  /**
+   * A request answered before any member read it, tokenized in the background to fill the cache; not a body past
+   * `readHereMaxBytes`, which warm would refuse (and count as a warm too large, which it was not).
+   */
+  private refill(job: PoolJob): void {
+    if (job.kind === "body" && job.request.body.byteLength > this.readHereMaxBytes) return;
+    this.warm(job);
   }
 
   stats(): PoolStats {
@@ -662,14 +671,14 @@ export class TokenizerPool {
     }
     const queued = member.queue.indexOf(p);
     if (queued >= 0) {
-      // Still waiting for its member: answered with nothing known, and tokenized later at low priority so
+      // Still waiting for its member: answered with nothing known, and tokenized later at low priority (refill) so
       // that the conversation's next turn finds it cached.
       member.queue.splice(queued, 1);
       // Its wait counts as the longest a request waited (it never reached its member).
       this.observe.wait?.(performance.now() - p.submitted);
       this.fallBack(p, "queue");
       // The warm holds the caller's body until it runs (at most maxWarmQueued of them a member).
-      this.warm(p.job);
+      this.refill(p.job);
       return;
     }
     // Answered on what is known by now; a body its member is still reading goes back unread (its caller reads its own copy).

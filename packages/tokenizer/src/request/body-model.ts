@@ -13,10 +13,9 @@ const encoder = new TextEncoder();
  * given twice, so that Python's json, where the last wins, reads the new name whichever it takes), or inserted
  * first when the body names none. Never re-serialised: a number's digits (`1.0`, an int64 bound) reach the
  * model server as the client wrote them. Linear in the body and bounded in memory whatever its size
- * (modelMembers).
+ * (modelMembers; `found`: its result, when the caller walked the body already).
  */
-export function rewriteBodyModel(body: Uint8Array, model: string): Uint8Array {
-  const found = modelMembers(body);
+export function rewriteBodyModel(body: Uint8Array, model: string, found = modelMembers(body)): Uint8Array {
   if (!found) throw new BadRequest("request body must be a JSON object");
   const value = encoder.encode(JSON.stringify(model));
   if (found.values.length > 0) return spliced(body, found.values, value);

@@ -113,7 +113,7 @@ export function glanceBody(req: BodyRequest, random: () => number = Math.random)
   }
   const model = lastModel(req.body, found.values);
   const { fields, target } = targeted(req, { model, kind: "none" }, random);
-  return { fields, job: new Uint32Array(0), ...rewritten(req, model, target) };
+  return { fields, job: new Uint32Array(0), ...rewritten(req, model, target, found) };
 }
 
 /** The value of the last `model` member (Python's json keeps the last of a key given twice). */
@@ -150,7 +150,7 @@ function targeted(req: BodyRequest, fields: BodyFields, random: () => number): {
   return { fields, target };
 }
 
-function rewritten(req: BodyRequest, model: string | undefined, target: string | undefined): Pick<BodyRead, "rewritten"> {
+function rewritten(req: BodyRequest, model: string | undefined, target: string | undefined, found?: ReturnType<typeof modelMembers>): Pick<BodyRead, "rewritten"> {
   const rewrite = target !== undefined && target !== model && req.body.length > 0;
-  return rewrite ? { rewritten: rewriteBodyModel(req.body, target) } : {};
+  return rewrite ? { rewritten: rewriteBodyModel(req.body, target, found) } : {};
 }
