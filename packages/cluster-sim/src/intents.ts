@@ -1,8 +1,17 @@
 // What the scenario reads of the KV discovery records (attachment intents, the host advertisement):
 // the Leases in the fake API server, decoded with the intents package's own codecs and label names,
 // and the attachments an EPP last logged. The records' convention is deploy/README.md's.
-import { decodeHost, decodeIntent, hostRecordName, type AttachmentIntent, type HostAdvertisement } from "@kv-epp/intents";
-import { HOLDERS_ANNOTATION, PAYLOAD_ANNOTATION, RECORD_LABEL, RECORD_LABEL_VALUES } from "@kv-epp/intents/kubernetes";
+import {
+  decodeHost,
+  decodeIntent,
+  hostRecordName,
+  HOLDERS_ANNOTATION,
+  PAYLOAD_ANNOTATION,
+  RECORD_LABEL,
+  RECORD_LABEL_VALUES,
+  type AttachmentIntent,
+  type HostAdvertisement,
+} from "@kv-epp/intents";
 import type { FakeKubeApi, KubeObject } from "@kv-epp/testkit";
 import { logRecords } from "./observe.ts";
 

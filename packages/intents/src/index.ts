@@ -3,8 +3,9 @@
 export type { Discovery, DiscoveryRecord, Query, RecordKind, RecordSpec, Registration, WatchHandle } from "./discovery/types.ts";
 export { RecordExistsError } from "./discovery/types.ts";
 export { MemoryDiscoveryStore } from "./discovery/memory.ts";
-// The Kubernetes backend (kubernetesDiscovery, its label and annotation names) is `@kv-epp/intents/kubernetes`:
-// this entry does not load @kubernetes/client-node.
+// The Kubernetes backend is loaded by openDiscovery only when chosen: this entry does not load
+// @kubernetes/client-node. Its Leases' names are here for what reads those records.
+export { HOLDERS_ANNOTATION, PAYLOAD_ANNOTATION, RECORD_LABEL, RECORD_LABEL_VALUES } from "./discovery/lease-names.ts";
 export {
   VLLM_KV_EVENTS_PROTOCOL,
   HOST_PROTOCOL_VERSION,

@@ -4,7 +4,8 @@ import { createServer, request } from "node:http";
 import type { AddressInfo } from "node:net";
 import { KubeConfig } from "@kubernetes/client-node";
 import { startFakeKubeApi, waitFor, type FakeKubeApi, LOOPBACK } from "@kv-epp/testkit";
-import { HOLDERS_ANNOTATION, HOST_LABEL, kubernetesDiscovery, PAYLOAD_ANNOTATION, RECORD_LABEL, VERSION_LABEL } from "../src/discovery/kubernetes.ts";
+import { kubernetesDiscovery } from "../src/discovery/kubernetes.ts";
+import { HOLDERS_ANNOTATION, HOST_LABEL, PAYLOAD_ANNOTATION, RECORD_LABEL, VERSION_LABEL } from "../src/discovery/lease-names.ts";
 import {
   advertiseHost,
   findHost,

@@ -1,6 +1,6 @@
 export { createPreprocessor, ignoredRenderingFlags } from "./preprocessor";
 export { loadChatTemplate, loadSglangChatTemplate } from "./tokenizer-files";
-export { servedConversationTemplate, type ConversationTemplate } from "./sglang-conversation";
+export { servedConversationTemplate } from "./sglang-conversation";
 export { CONTENT_FORMAT_OPTIONS, type ContentFormatOption } from "./content-format";
 export { CHAT_ENGINES, chatRules, type ChatEngine, type ChatRules } from "./chat-rules";
 export { byteFallbackEncode, byteFallbackDecode, byteFallbackRenderChat } from "./byte-fallback";

@@ -52,10 +52,10 @@ export type Unrendered = { cause: "stored_history" | "template_engine" | "render
 /**
  * A request body as received, for the tokenizer pool: its member reads it (readBody) and tokenizes what it
  * asks for, so the calling thread does neither. `reply`: a background warm of the conversation's next turn
- * after that reply (nextTurnJob), given as the message or as the chat completion's response body it came in
- * (JSON or an SSE stream, which the member reads: readChatReply).
+ * after that reply (nextTurnJob), given as the chat completion's response body it came in (JSON or an SSE
+ * stream, which the member reads: readChatReply).
  */
-export type BodyJob = { kind: "body"; request: BodyRequest; reply?: ChatMessage | Uint8Array };
+export type BodyJob = { kind: "body"; request: BodyRequest; reply?: Uint8Array };
 
 /** What the tokenizer pool takes. */
 export type PoolJob = TokenizeJob | BodyJob;

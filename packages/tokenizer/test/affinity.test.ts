@@ -1,6 +1,7 @@
 import { describe, expect, test } from "bun:test";
 import { freshWords } from "@kv-epp/testkit";
 import { affinityKey, nextTurnJob, type ChatMessage, type PoolJob } from "../src/index";
+import { chatReplyBody } from "./chat-reply-body";
 
 const enc = new TextEncoder();
 const body = (fields: object, indent?: number): PoolJob => ({ kind: "body", request: { body: enc.encode(JSON.stringify(fields, null, indent)) } });
@@ -46,7 +47,7 @@ describe("affinity key", () => {
     for (const lead of [[], [system]]) {
       const [first, second] = turns(60, ...lead);
       const reply = second![second!.length - 2]!;
-      const warm: PoolJob = { kind: "body", request: (chatBody(first!) as Extract<PoolJob, { kind: "body" }>).request, reply };
+      const warm: PoolJob = { kind: "body", request: (chatBody(first!) as Extract<PoolJob, { kind: "body" }>).request, reply: chatReplyBody(reply) };
       expect(affinityKey(warm)).toBe(affinityKey(chatBody(second!)));
       expect(affinityKey(nextTurnJob(parsed(first!), reply)!)).toBe(affinityKey(parsed(second!)));
     }

@@ -5,6 +5,7 @@ import {
   TooDeep, type TokenizeJob,
 } from "../src/index";
 import { freshWords } from "@kv-epp/testkit";
+import { chatReplyBody } from "./chat-reply-body";
 import { chat, freshChat, QWEN3_DIR as dir, qwen3Pools } from "./qwen3-pool";
 
 const pools = qwen3Pools();
@@ -238,7 +239,7 @@ describe("tokenizer pool", () => {
     const { pool, registry } = await pools.startWithMetrics({ size: 1, budgetMs: 60_000, readHereMaxBytes: 1000 });
     const body = new TextEncoder().encode(JSON.stringify({ model: "qwen3", messages: chat("a system prompt", lines(300, 51)) }));
     expect(body.length).toBeGreaterThan(1000);
-    pool.warm({ kind: "body", request: { body }, reply: { role: "assistant", content: "an answer" } });
+    pool.warm({ kind: "body", request: { body }, reply: chatReplyBody({ role: "assistant", content: "an answer" }) });
     expect(pool.stats()).toMatchObject({ warmTooLarge: 1, warmDropped: 0 });
     expect(pool.stats().members[0]).toMatchObject({ busy: false, warmQueued: 0 });
     expect(await registry.metrics()).toContain('dynamo_epp_tokenizer_warm_jobs_total{outcome="too_large"} 1');

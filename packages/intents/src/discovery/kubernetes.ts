@@ -9,17 +9,8 @@ import { CoordinationV1Api, V1MicroTime, type KubeConfig, type V1Lease, type V1O
 import { DEFAULT_BACKOFF, listWatch, statusOf } from "@kv-epp/kube";
 import pino, { type Logger } from "pino";
 import { nameSafe } from "../protocol.ts";
+import { HOLDERS_ANNOTATION, HOST_LABEL, PAYLOAD_ANNOTATION, PRODUCER_ANNOTATION, RECORD_LABEL, RECORD_LABEL_VALUES, VERSION_LABEL } from "./lease-names.ts";
 import { RecordExistsError, type Discovery, type DiscoveryRecord, type Query, type RecordKind, type RecordSpec, type Registration, type WatchHandle } from "./types.ts";
-
-export const RECORD_LABEL = "kv-epp.dev/record";
-export const HOST_LABEL = "kv-epp.dev/host";
-export const VERSION_LABEL = "kv-epp.dev/protocol-version";
-/** The label value of each record kind. */
-export const RECORD_LABEL_VALUES: Record<RecordKind, string> = { intent: "attachment-intent", host: "kv-host" };
-export const PAYLOAD_ANNOTATION = "kv-epp.dev/payload";
-export const PRODUCER_ANNOTATION = "kv-epp.dev/producer";
-/** Producers holding a shared record (JSON array). */
-export const HOLDERS_ANNOTATION = "kv-epp.dev/holders";
 
 export type KubernetesDiscoveryOptions = {
   kubeConfig: KubeConfig;

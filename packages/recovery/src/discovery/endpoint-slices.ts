@@ -10,7 +10,7 @@ import { ChangeListeners, type PeerDiscovery, sortedPeers } from "./types.ts";
 // every change. Eligible = ready && serving && !terminating, never this pod's own IP. The selection-http port
 // is resolved by port name from each slice, since a Service may map it to any container port.
 
-export const SELECTION_PORT_NAME = "selection-http";
+const SELECTION_PORT_NAME = "selection-http";
 
 export type EndpointSliceDiscoveryOptions = {
   kubeConfig: KubeConfig;

@@ -150,7 +150,8 @@ function findModelSpans(text: string, table: VocabTable): { vocab: Span; merges:
 
 /**
  * Walks the object at `at`, calling `value(key, start)` for each member, which returns where the value ends (or
- * -1 to give up). Returns the index after the object, or -1.
+ * -1 to give up). Returns the index after the object, or -1. Counterpart: request/model-members.ts modelMembers/valueEnd,
+ * the same walk over a request body's bytes; no shared code, as a tokenizer file is read as decoded text.
  */
 function walkObject(text: string, at: number, value: (key: string, start: number) => number): number {
   if (text.charCodeAt(at) !== 0x7b) return -1;

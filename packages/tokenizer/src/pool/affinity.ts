@@ -6,7 +6,7 @@
 // and a flow keeps to one kind (the EPP sends bodies and warms replies as bodies; nextTurnJob keys like its turn).
 import { FNV_OFFSET, FNV_PRIME, hashRange } from "../fast/fnv";
 import type { PoolJob } from "../job";
-import { skipSpace } from "../request/openai-body";
+import { skipSpace, stringEnd } from "../request/openai-body";
 
 /** Bytes of a message (or of a prompt's start) that go into the key, at most. */
 const WINDOW = 4096;
@@ -68,15 +68,19 @@ function bodyKey(body: Uint8Array): number {
  */
 function conversationStartEnd(b: Uint8Array, from: number, limit: number): number {
   const value = valueStart(b, from, limit);
-  if (value < limit && b[value] === QUOTE) return Math.min(stringEnd(b, value, limit) + 1, limit);
+  if (value < limit && b[value] === QUOTE) {
+    const end = stringEnd(b, value, limit);
+    return end < 0 ? limit : end;
+  }
   let depth = 0;
   let leading = false;
   for (let i = from; i < limit; i++) {
     const c = b[i]!;
     if (c === QUOTE) {
       const end = stringEnd(b, i, limit);
+      if (end < 0) return limit;
       if (depth === 2 && !leading) leading = isLeadingRole(b, i, end, limit);
-      i = end;
+      i = end - 1;
     } else if (c === 0x5b || c === 0x7b) depth++;
     else if (c === 0x5d || c === 0x7d) {
       depth--;
@@ -98,24 +102,20 @@ function valueStart(b: Uint8Array, from: number, limit: number): number {
   return i < limit && b[i] === COLON ? skipSpace(b, i + 1, limit) : i;
 }
 
-/** Whether the string `open`..`close` is a `"role"` key whose value is a system or developer role. */
-function isLeadingRole(b: Uint8Array, open: number, close: number, limit: number): boolean {
-  if (close - open - 1 !== ROLE.length || !ROLE.equals(b.subarray(open + 1, close))) return false;
-  const colon = skipSpace(b, close + 1, limit);
+/** Whether the string at [`open`, `end`) is a `"role"` key whose value is a system or developer role. */
+function isLeadingRole(b: Uint8Array, open: number, end: number, limit: number): boolean {
+  if (!isString(b, open, end, ROLE)) return false;
+  const colon = skipSpace(b, end, limit);
   if (colon >= limit || b[colon] !== COLON) return false;
   const value = skipSpace(b, colon + 1, limit);
   if (value >= limit || b[value] !== QUOTE) return false;
-  const end = stringEnd(b, value, limit);
-  return LEADING_ROLE_BYTES.some((r) => end - value - 1 === r.length && r.equals(b.subarray(value + 1, end)));
+  const valueEnd = stringEnd(b, value, limit);
+  return valueEnd > 0 && LEADING_ROLE_BYTES.some((r) => isString(b, value, valueEnd, r));
 }
 
-/** The offset of the quote that closes the string opening at `open` (or `limit`). */
-function stringEnd(b: Uint8Array, open: number, limit: number): number {
-  for (let i = open + 1; i < limit; i++) {
-    if (b[i] === 0x5c) i++;
-    else if (b[i] === QUOTE) return i;
-  }
-  return limit;
+/** Whether the string at [`open`, `end`) holds exactly `text` (as written, quotes excluded). */
+function isString(b: Uint8Array, open: number, end: number, text: Buffer): boolean {
+  return end - open - 2 === text.length && text.equals(b.subarray(open + 1, end - 1));
 }
 
 function mixBytes(h: number, b: Uint8Array, from: number, to: number): number {

@@ -116,7 +116,7 @@ function withReading<T extends object>(msg: T, transfer: ArrayBuffer[] = []): [T
 function jobOf(m: JobMessage): TokenizeJob | Uint32Array {
   const job: PoolJob = m.job;
   if (job.kind !== "body") return job;
-  const reply = job.reply instanceof Uint8Array ? readChatReply(job.reply) : job.reply;
+  const reply = job.reply === undefined ? undefined : readChatReply(job.reply);
   if (job.reply !== undefined && reply === undefined) return NONE;
   stopIfAsked(m);
   const read = readBody(m.rules && rules ? { ...job.request, rewriteRules: rules } : job.request, pre.rules);

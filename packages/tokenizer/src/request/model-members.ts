@@ -1,6 +1,8 @@
 // Where a JSON object's top-level `model` values are, found without parsing it: strings are passed by a native
 // search for their closing quote (most of a request body's bytes are inside strings), nested values by counting
 // brackets. Linear in the body, and no larger than it in memory: usable on a body of any size, on any thread.
+// Counterpart: fast/bpe-model.ts walkObject/skipValue, the same walk over a decoded string; no shared code, as a
+// body is walked undecoded, in bytes.
 import { skipSpace, stringEnd } from "./openai-body";
 
 const decoder = new TextDecoder();

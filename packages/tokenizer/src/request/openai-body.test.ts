@@ -1,6 +1,6 @@
 import { describe, expect, test } from "bun:test";
 import fc from "fast-check";
-import { BadRequest, MAX_JSON_DEPTH, parseBody, parseBodyBytes, TooDeep } from "./openai-body";
+import { BadRequest, MAX_JSON_DEPTH, parseBody, parseBodyBytes, stringEnd, TooDeep } from "./openai-body";
 
 const bytes = (v: unknown) => new TextEncoder().encode(typeof v === "string" ? v : JSON.stringify(v));
 
@@ -181,6 +181,19 @@ test("a body past the fast path's size limit (4 MiB, left to JSON.parse) gets th
   const parsed = parseBodyBytes(body);
   expect(parsed.model).toBe("m");
   expect(parsed.input).toEqual({ kind: "tokens", tokens: Uint32Array.from(tokens) });
+});
+
+test("stringEnd: just past a string's closing quote (escaped quotes and backslash runs counted), -1 if it does not close before the limit", () => {
+  fc.assert(
+    fc.property(fc.string({ unit: fc.constantFrom('"', "\\", "a", "é") }), (text) => {
+      const literal = bytes(JSON.stringify(text));
+      const b = bytes(`${JSON.stringify(text)}"x"`);
+      expect(stringEnd(b, 0)).toBe(literal.length);
+      expect(stringEnd(b, 0, literal.length)).toBe(literal.length);
+      expect(stringEnd(b, 0, literal.length - 1)).toBe(-1);
+    }),
+    { numRuns: 500 },
+  );
 });
 
 describe("JSON depth limit", () => {

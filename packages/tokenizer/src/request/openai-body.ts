@@ -104,15 +104,17 @@ export function skipSpace(b: Uint8Array, i: number, limit = b.length): number {
 }
 
 /**
- * The offset just past the string whose opening quote is at `i`, or -1 if it never closes. The closing quote (one
- * preceded by an even run of backslashes) is found natively: most of a request body's bytes are inside strings.
+ * The offset just past the string whose opening quote is at `i`, or -1 if it does not close before `limit`. The
+ * closing quote (one preceded by an even run of backslashes) is found natively: most of a request body's bytes are
+ * inside strings. The search never reads past `limit`, so a bounded scan stays bounded on a long string.
  */
-export function stringEnd(b: Uint8Array, i: number): number {
+export function stringEnd(b: Uint8Array, i: number, limit = b.length): number {
+  const s = limit < b.length ? b.subarray(0, limit) : b;
   for (;;) {
-    const q = b.indexOf(0x22, i + 1);
+    const q = s.indexOf(0x22, i + 1);
     if (q < 0) return -1;
     let k = q - 1;
-    while (b[k] === 0x5c) k--;
+    while (s[k] === 0x5c) k--;
     if ((q - 1 - k) % 2 === 0) return q + 1;
     i = q;
   }
