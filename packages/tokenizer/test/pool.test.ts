@@ -212,7 +212,13 @@ describe("tokenizer pool", () => {
   test("a warm of a body that a request stops is stopped before its render: it walks nothing first, then runs whole, reading the reply from the response body", async () => {
     const pool = await pools.start({ size: 1, budgetMs: 60_000 });
     const messages = [{ role: "user", content: lines(5_000, 48) }];
-    const body = new TextEncoder().encode(JSON.stringify({ model: "qwen3", messages }));
+    // A field vLLM ignores makes the body take the member milliseconds to read (~700 KB of small objects, under
+    // readHereMaxBytes), while this thread stops the warm microseconds after handing it over: had the member read it
+    // by then (this thread stalled that long), the warm would walk the turn's cached pieces before it was told to stop.
+    const ignored = Array.from({ length: 60_000 }, (_, i) => ({ k: i }));
+    const body = new TextEncoder().encode(JSON.stringify({ model: "qwen3", messages, ignored }));
+    expect(body.length).toBeGreaterThan(500_000);
+    expect(body.length).toBeLessThan(pool.readHereMaxBytes);
     // vLLM's stream: the reply in delta chunks, a usage chunk, [DONE].
     const parts = [lines(1_000, 49), "\n" + lines(1_000, 50)];
     const sse = parts.map((content) => `data: ${JSON.stringify({ choices: [{ index: 0, delta: { content } }] })}\n\n`).join("") +

@@ -595,7 +595,7 @@ export class TokenizerPool {
       member.rules = rewriteRules;
     }
     const body = forMember(request.body);
-    const reply = job.reply instanceof Uint8Array ? forMember(job.reply) : undefined;
+    const reply = job.reply === undefined ? undefined : forMember(job.reply);
     const message: ToMember = {
       type: "job", id: next.id, job: { ...job, request: { ...request, body }, ...(reply ? { reply } : {}) }, discard: next.discard, rules: rewriteRules !== undefined,
     };
