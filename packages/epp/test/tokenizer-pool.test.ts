@@ -420,11 +420,11 @@ describe("ext_proc warming the next turn from the response", () => {
     await s.next(60_000);
     const jobs = async () => (await debugPoolMembers(env.epp)).reduce((n, m) => n + m.jobs, 0);
     const jobsBefore = await jobs();
-    // vLLM's stream: the reply in delta chunks, a final usage chunk, [DONE].
+    // vLLM's stream: the reply in delta chunks (the last with its finish reason), a final usage chunk, [DONE].
     const words = reply.split(" ");
     const half = words.length / 2;
     const sse = [words.slice(0, half).join(" "), " " + words.slice(half).join(" ")]
-      .map((content) => `data: ${JSON.stringify({ choices: [{ index: 0, delta: { content } }] })}\n\n`).join("") +
+      .map((content, i) => `data: ${JSON.stringify({ choices: [{ index: 0, delta: { content }, finish_reason: i === 1 ? "stop" : null }] })}\n\n`).join("") +
       `data: ${JSON.stringify({ choices: [], usage: { prompt_tokens: 1 } })}\n\ndata: [DONE]\n\n`;
     s.send({ response_body: { body: new TextEncoder().encode(sse), end_of_stream: true } });
     await s.next(60_000);

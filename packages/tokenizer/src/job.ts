@@ -64,13 +64,28 @@ export type PoolJob = TokenizeJob | BodyJob;
  * After a chat's response: the conversation as its next turn will send it (the reply, then a user turn whose
  * text is not known yet), so that tokenizing it leaves that turn only its new message fresh. Rendered as the
  * next turn, not as "the chat plus its reply": a template may render the final assistant turn differently
- * from an earlier one (Qwen3 adds an empty think block).
+ * from an earlier one (Qwen3 adds an empty think block). A reply that continued the chat's final assistant
+ * message (continue_final_message) comes back as one message with it.
  */
 export function nextTurnJob(job: ChatJob, reply: ChatMessage): TokenizeJob | undefined {
   // Cut at the routing bound, the next turn is cut at the same place: nothing past it is routed, so none to warm.
   if (job.cut !== undefined) return undefined;
-  const messages = [...job.messages, reply, { role: "user", content: "" }];
+  const answered = withReply(job, reply);
+  if (answered === undefined) return undefined;
+  const messages = [...answered, { role: "user", content: "" }];
   return { kind: "chat", messages, opts: { ...job.opts, addGenerationPrompt: true, continueFinalMessage: false } };
+}
+
+/**
+ * The chat's messages with its reply as the client resends it. A continued final message has the reply's text
+ * appended to its own. Content parts have no one way to take it (a part added, or the last one's text extended,
+ * which vLLM joins differently): none is guessed.
+ */
+function withReply(job: ChatJob, reply: ChatMessage): ChatMessage[] | undefined {
+  const last = job.messages.at(-1);
+  if (!job.opts.continueFinalMessage || last?.role !== "assistant") return [...job.messages, reply];
+  if (typeof last.content !== "string" || typeof reply.content !== "string") return undefined;
+  return [...job.messages.slice(0, -1), { ...last, content: last.content + reply.content }];
 }
 
 /**

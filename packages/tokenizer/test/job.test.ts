@@ -47,6 +47,19 @@ describe("the next turn warmed after a reply", () => {
     });
   });
 
+  test("a reply continuing the final assistant message (continue_final_message) is merged into it: the client resends one message", () => {
+    const job = { kind: "chat" as const, messages: [m("user", "q"), m("assistant", "The answer is")], opts: { continueFinalMessage: true, addGenerationPrompt: false } };
+    expect(nextTurnJob(job, m("assistant", " 42."))).toEqual({
+      kind: "chat", messages: [m("user", "q"), m("assistant", "The answer is 42."), m("user", "")], opts: { addGenerationPrompt: true, continueFinalMessage: false },
+    });
+  });
+
+  test("none for a continued final message of content parts: how the client merges the reply into them is not known", () => {
+    const parts = [{ type: "text", text: "The answer is" }] as ChatMessage["content"];
+    const job = { kind: "chat" as const, messages: [m("user", "q"), m("assistant", parts)], opts: { continueFinalMessage: true } };
+    expect(nextTurnJob(job, m("assistant", " 42."))).toBeUndefined();
+  });
+
   test("none for a chat cut at the routing bound: its next turn is cut at the same place, nothing past it is routed", () => {
     const routed = routingJob({ kind: "chat", messages: [m("user", "u".repeat(ROUTING_TEXT_CHARS + 10)), m("assistant", "a"), m("user", "q")] } as RoutedInput);
     expect(nextTurnJob(routed as Extract<TokenizeJob, { kind: "chat" }>, m("assistant", "b"))).toBeUndefined();

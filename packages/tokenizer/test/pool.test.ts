@@ -219,9 +219,9 @@ describe("tokenizer pool", () => {
     const body = new TextEncoder().encode(JSON.stringify({ model: "qwen3", messages, ignored }));
     expect(body.length).toBeGreaterThan(500_000);
     expect(body.length).toBeLessThan(pool.readHereMaxBytes);
-    // vLLM's stream: the reply in delta chunks, a usage chunk, [DONE].
+    // vLLM's stream: the reply in delta chunks (the last with its finish reason), a usage chunk, [DONE].
     const parts = [lines(1_000, 49), "\n" + lines(1_000, 50)];
-    const sse = parts.map((content) => `data: ${JSON.stringify({ choices: [{ index: 0, delta: { content } }] })}\n\n`).join("") +
+    const sse = parts.map((content, i) => `data: ${JSON.stringify({ choices: [{ index: 0, delta: { content }, finish_reason: i === 1 ? "stop" : null }] })}\n\n`).join("") +
       `data: ${JSON.stringify({ choices: [], usage: { prompt_tokens: 1 } })}\n\ndata: [DONE]\n\n`;
     await pool.tokenize({ kind: "chat", messages, opts: {} });
     const pre = createPreprocessor({ tokenizerDir: dir });
