@@ -62,18 +62,28 @@ export type PoolJob = TokenizeJob | BodyJob;
 
 /**
  * After a chat's response: the conversation as its next turn will send it (the reply, then a user turn whose
- * text is not known yet), so that tokenizing it leaves that turn only its new message fresh. Rendered as the
- * next turn, not as "the chat plus its reply": a template may render the final assistant turn differently
- * from an earlier one (Qwen3 adds an empty think block). A reply that continued the chat's final assistant
- * message (continue_final_message) comes back as one message with it.
+ * text is not known yet; after tool calls, the first call's result, not known yet either), so that tokenizing it
+ * leaves that turn only its new message fresh. Rendered as the next turn, not as "the chat plus its reply": a
+ * template may render the final assistant turn differently from an earlier one (Qwen3 adds an empty think block).
+ * A reply that continued the chat's final assistant message (continue_final_message) comes back as one message
+ * with it.
  */
 export function nextTurnJob(job: ChatJob, reply: ChatMessage): TokenizeJob | undefined {
   // Cut at the routing bound, the next turn is cut at the same place: nothing past it is routed, so none to warm.
   if (job.cut !== undefined) return undefined;
   const answered = withReply(job, reply);
   if (answered === undefined) return undefined;
-  const messages = [...answered, { role: "user", content: "" }];
+  const messages = [...answered, nextMessage(reply)];
   return { kind: "chat", messages, opts: { ...job.opts, addGenerationPrompt: true, continueFinalMessage: false } };
+}
+
+/** The message that follows the reply, its text not known yet: a user's, or the result of the reply's first tool call. */
+function nextMessage(reply: ChatMessage): ChatMessage {
+  const calls = Array.isArray(reply.tool_calls) ? (reply.tool_calls as { id?: unknown }[]) : [];
+  if (calls.length === 0) return { role: "user", content: "" };
+  // Its id too, for a template that renders it (Qwen3's does not).
+  const id = calls[0]!.id;
+  return typeof id === "string" ? { role: "tool", tool_call_id: id, content: "" } : { role: "tool", content: "" };
 }
 
 /**
@@ -85,7 +95,7 @@ function withReply(job: ChatJob, reply: ChatMessage): ChatMessage[] | undefined 
   const last = job.messages.at(-1);
   if (!job.opts.continueFinalMessage || last?.role !== "assistant") return [...job.messages, reply];
   if (typeof last.content !== "string" || typeof reply.content !== "string") return undefined;
-  return [...job.messages.slice(0, -1), { ...last, content: last.content + reply.content }];
+  return [...job.messages.slice(0, -1), { ...last, ...reply, content: last.content + reply.content }];
 }
 
 /**

@@ -60,6 +60,14 @@ describe("the next turn warmed after a reply", () => {
     expect(nextTurnJob(job, m("assistant", " 42."))).toBeUndefined();
   });
 
+  test("after tool calls, the reply with its calls, then the first call's result, its text not known yet", () => {
+    const calls = [{ id: "chatcmpl-tool-a", type: "function", function: { name: "f", arguments: "{}" } }, { id: "chatcmpl-tool-b", type: "function", function: { name: "g", arguments: "{}" } }];
+    const reply = { role: "assistant", content: "", tool_calls: calls };
+    expect(nextTurnJob({ kind: "chat", messages: [m("user", "q")], opts: {} }, reply)).toEqual({
+      kind: "chat", messages: [m("user", "q"), reply, { role: "tool", tool_call_id: "chatcmpl-tool-a", content: "" }], opts: { addGenerationPrompt: true, continueFinalMessage: false },
+    });
+  });
+
   test("none for a chat cut at the routing bound: its next turn is cut at the same place, nothing past it is routed", () => {
     const routed = routingJob({ kind: "chat", messages: [m("user", "u".repeat(ROUTING_TEXT_CHARS + 10)), m("assistant", "a"), m("user", "q")] } as RoutedInput);
     expect(nextTurnJob(routed as Extract<TokenizeJob, { kind: "chat" }>, m("assistant", "b"))).toBeUndefined();

@@ -275,6 +275,32 @@ describe("tokenizer pool", () => {
     expect(turn2.warmedTokens).toBeGreaterThanOrEqual(pre.encodeCompletion(reply).length - 8);
   }, 60_000);
 
+  test("warming a conversation with its tool-calling reply, streamed, leaves only the tool's result fresh", async () => {
+    const { pool, turn1 } = await answered(25);
+    const query = freshWords(300, 27);
+    const args = JSON.stringify({ query });
+    // vLLM's stream of a tool call: the role, the call's id and name, its arguments in pieces, the finish reason,
+    // a usage chunk, [DONE].
+    const chunk = (delta: object, finish_reason: string | null = null) => `data: ${JSON.stringify({ choices: [{ index: 0, delta, logprobs: null, finish_reason }] })}\n\n`;
+    const call = (fn: object, head = {}) => ({ tool_calls: [{ index: 0, ...head, function: fn }] });
+    const half = args.length >> 1;
+    const sse = chunk({ role: "assistant", content: "" }) + chunk(call({ name: "search" }, { id: "chatcmpl-tool-1", type: "function" })) +
+      chunk(call({ arguments: args.slice(0, half) })) + chunk(call({ arguments: args.slice(half) }), "tool_calls") +
+      `data: ${JSON.stringify({ choices: [], usage: { prompt_tokens: 1 } })}\n\ndata: [DONE]\n\n`;
+    const body = new TextEncoder().encode(JSON.stringify({ model: "qwen3", messages: turn1 }));
+    pool.warm({ kind: "body", request: { body }, reply: new TextEncoder().encode(sse) });
+    await idle(pool);
+    // The client sends the call back in its own form (arguments as an object here), then the tool's result.
+    const result = freshWords(50, 28);
+    const assistant = { role: "assistant", content: null, tool_calls: [{ id: "chatcmpl-tool-1", type: "function", function: { name: "search", arguments: { query } } }] };
+    const turn2 = await pool.tokenize({ kind: "chat", messages: [...turn1, assistant, { role: "tool", tool_call_id: "chatcmpl-tool-1", content: result }], opts: {} });
+    const pre = createPreprocessor({ tokenizerDir: dir });
+    // The result, the end of its turn and the generation prompt: nothing of the call or earlier.
+    expect(turn2.freshTokens).toBeGreaterThan(0);
+    expect(turn2.freshTokens).toBeLessThanOrEqual(pre.encodeCompletion(result).length + 8);
+    expect(turn2.warmedTokens).toBeGreaterThanOrEqual(pre.encodeCompletion(query).length - 8);
+  }, 60_000);
+
   test("without a warm nothing counts as warmed: the next turn tokenizes the reply itself", async () => {
     const { pool, turn1, reply } = await answered(15);
     const turn2 = await pool.tokenize({ kind: "chat", messages: [...turn1, { role: "assistant", content: reply }, { role: "user", content: "ok" }], opts: {} });

@@ -52,8 +52,38 @@ test("an empty reply gives nothing to warm with, as JSON or as a stream", () => 
   expect(read(sse(first, delta({ content: "" }, "stop"), usage))).toBeUndefined();
 });
 
-test("tool calls, several choices, a Responses reply, an unreadable or an empty body give nothing to warm with", () => {
-  expect(read(sse(first, delta({ tool_calls: [{ index: 0, id: "c1", type: "function", function: { name: "f", arguments: "{}" } }] }, "tool_calls")))).toBeUndefined();
+test("a stream's finished tool calls are joined by index: id, type and name from a call's first delta, its arguments in pieces", () => {
+  const body = sse(first,
+    delta({ tool_calls: [{ index: 0, id: "chatcmpl-tool-a", type: "function", function: { name: "get_weather" } }] }),
+    delta({ tool_calls: [{ index: 0, function: { arguments: '{"city": "' } }] }),
+    delta({ tool_calls: [{ index: 0, function: { arguments: 'Paris"}' } }] }),
+    delta({ tool_calls: [{ index: 1, id: "chatcmpl-tool-b", type: "function", function: { name: "get_time", arguments: "" } }] }),
+    delta({ tool_calls: [{ index: 1, function: { arguments: '{"tz": "CET"}' } }] }, "tool_calls"),
+    usage);
+  expect(read(body)).toEqual({
+    role: "assistant", content: "", tool_calls: [
+      { id: "chatcmpl-tool-a", type: "function", function: { name: "get_weather", arguments: '{"city": "Paris"}' } },
+      { id: "chatcmpl-tool-b", type: "function", function: { name: "get_time", arguments: '{"tz": "CET"}' } },
+    ],
+  });
+  // Text before the calls is kept with them.
+  const said = sse(first, delta({ content: "Let me check." }), delta({ tool_calls: [{ index: 0, id: "t", type: "function", function: { name: "f", arguments: "{}" } }] }, "tool_calls"));
+  expect(read(said)).toEqual({ role: "assistant", content: "Let me check.", tool_calls: [{ id: "t", type: "function", function: { name: "f", arguments: "{}" } }] });
+  // Not calls cut by the token limit mid-arguments, aborted, failed, or never finished.
+  const cut = delta({ tool_calls: [{ index: 0, id: "t", type: "function", function: { name: "f", arguments: '{"a": ' } }] });
+  for (const finish of ["length", "abort", "error"]) expect(read(sse(first, cut, delta({}, finish), usage))).toBeUndefined();
+  expect(read(sse(first, cut, usage))).toBeUndefined();
+});
+
+test("a JSON reply's tool calls are taken as sent, its null content too; a named tool's calls finish with stop", () => {
+  const calls = [{ id: "chatcmpl-tool-a", type: "function", function: { name: "get_weather", arguments: '{"city": "Paris"}' } }];
+  for (const finish of ["tool_calls", "stop"]) {
+    const body = JSON.stringify({ choices: [{ index: 0, message: { role: "assistant", content: null, tool_calls: calls }, finish_reason: finish }] });
+    expect(read(body)).toEqual({ role: "assistant", content: null, tool_calls: calls });
+  }
+});
+
+test("several choices, a Responses reply, an unreadable or an empty body give nothing to warm with", () => {
   expect(read(JSON.stringify({ choices: [{ message: { content: "a" }, finish_reason: "stop" }, { message: { content: "b" }, finish_reason: "stop" }] }))).toBeUndefined();
   expect(read(sse({ choices: [{ index: 1, delta: { content: "x" }, finish_reason: "stop" }] }))).toBeUndefined();
   expect(read(JSON.stringify({ object: "response", output: [{ type: "message", content: [{ type: "output_text", text: "a" }] }] }))).toBeUndefined();

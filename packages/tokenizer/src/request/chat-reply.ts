@@ -3,10 +3,10 @@
 import type { ChatMessage } from "../types";
 
 /**
- * The reply as the next turn will send it back (`{role: "assistant", content}`), or undefined when there is none
- * to warm with: not a chat completion, several choices, tool calls (whose arguments the client re-sends in its
- * own form), an empty reply, or one that did not finish (see WARMED_FINISH; a stream must also end in `[DONE]`
- * and carry no error).
+ * The reply as the next turn will send it back (`{role: "assistant", content}`, with its `tool_calls` if it made
+ * any), or undefined when there is none to warm with: not a chat completion, several choices, an empty reply, or
+ * one that did not finish (see warmable; a stream must also end in `[DONE]` and carry no error). Reasoning is left
+ * out: clients differ in whether they send it back.
  */
 export function readChatReply(body: Uint8Array): ChatMessage | undefined {
   if (body.length === 0) return undefined;
@@ -20,15 +20,10 @@ export function readChatReply(body: Uint8Array): ChatMessage | undefined {
 
 const decoder = new TextDecoder();
 
-/**
- * The finish reasons whose reply the client resends as it got it: a reply that stopped, or ran out of tokens (its
- * text so far is the message). Not "abort" or "error" (vLLM's engine gave up on it; a client retries the turn
- * rather than continue from it), nor a reply whose choice never said it finished (cut off on the way).
- */
-const WARMED_FINISH = new Set(["stop", "length"]);
-
-type Choice = { index?: number; message?: Delta; delta?: Delta; finish_reason?: string | null };
-type Delta = { content?: string | null; tool_calls?: unknown[] };
+type Choice = { index?: number; message?: Message; delta?: Message; finish_reason?: string | null };
+type Message = { content?: string | null; tool_calls?: ToolCall[] };
+type ToolCall = { index?: number; id?: string; type?: string; function?: { name?: string; arguments?: string } };
+type StreamedCall = { id?: string; type: string; function: { name: string; arguments: string } };
 /** A JSON body or a stream's chunk; vLLM sends `{error}` in place of a chunk when the generation fails midway. */
 type Chunk = { choices?: Choice[]; error?: unknown };
 
@@ -36,23 +31,24 @@ function fromJson(body: Chunk): ChatMessage | undefined {
   const choices = body.choices ?? [];
   const c = choices[0];
   if (choices.length !== 1 || c?.message === undefined) return undefined;
-  return warmable(c.message.content, c.message.tool_calls?.length ?? 0, c.finish_reason);
+  const calls = c.message.tool_calls;
+  return warmable(c.message.content, Array.isArray(calls) ? calls : [], c.finish_reason);
 }
 
 function fromStream(text: string): ChatMessage | undefined {
   let content = "";
-  let calls = 0;
+  const calls = new Map<number, StreamedCall>();
   let finish: string | null | undefined;
   for (const line of text.split("\n")) {
     if (!line.startsWith("data:")) continue;
     const data = line.slice(5).trim();
-    if (data === "[DONE]") return warmable(content, calls, finish);
+    if (data === "[DONE]") return warmable(content, [...calls.values()], finish);
     const chunk = JSON.parse(data) as Chunk;
     // The content before an error is no reply the client keeps.
     if (chunk.error !== undefined) return undefined;
     for (const c of chunk.choices ?? []) {
       if ((c.index ?? 0) !== 0) return undefined;
-      calls += c.delta?.tool_calls?.length ?? 0;
+      for (const d of c.delta?.tool_calls ?? []) addCallDelta(calls, d);
       if (typeof c.delta?.content === "string") content += c.delta.content;
       finish = c.finish_reason ?? finish;
     }
@@ -60,8 +56,32 @@ function fromStream(text: string): ChatMessage | undefined {
   return undefined; // no [DONE]: the stream was cut
 }
 
-function warmable(content: string | null | undefined, calls: number, finish: string | null | undefined): ChatMessage | undefined {
-  if (calls > 0 || !WARMED_FINISH.has(finish ?? "")) return undefined;
+/**
+ * A tool call's delta joined to the call of its `index`: vLLM sends the id, type and name with the call's first
+ * delta and its arguments in pieces.
+ */
+function addCallDelta(calls: Map<number, StreamedCall>, d: ToolCall): void {
+  const call = calls.get(d.index ?? 0) ?? { type: "function", function: { name: "", arguments: "" } };
+  calls.set(d.index ?? 0, call);
+  if (call.id === undefined && typeof d.id === "string") call.id = d.id;
+  if (typeof d.type === "string") call.type = d.type;
+  if (call.function.name === "" && typeof d.function?.name === "string") call.function.name = d.function.name;
+  if (typeof d.function?.arguments === "string") call.function.arguments += d.function.arguments;
+}
+
+/**
+ * A reply the client resends as it got it. Text that stopped or ran out of tokens (its text so far is the
+ * message); tool calls that finished ("tool_calls", or "stop" when the request named the tool or required one),
+ * not cut off by the token limit mid-arguments. Not "abort" or "error" (the engine gave up on it; a client retries
+ * the turn rather than continue from it), nor a reply whose choice never said it finished.
+ */
+function warmable(content: string | null | undefined, calls: ToolCall[], finish: string | null | undefined): ChatMessage | undefined {
+  if (calls.length > 0) {
+    if (finish !== "tool_calls" && finish !== "stop") return undefined;
+    // The content as sent, null or "" too: the template renders either before the calls.
+    return { role: "assistant", content: content ?? null, tool_calls: calls };
+  }
+  if (finish !== "stop" && finish !== "length") return undefined;
   // An empty reply leaves the next turn nothing worth warming: its prefix is the request's own, cached already.
   if (typeof content !== "string" || content.length === 0) return undefined;
   return { role: "assistant", content };
