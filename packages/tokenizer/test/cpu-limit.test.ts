@@ -48,10 +48,10 @@ test("the quota is the tightest of the process's own cgroup (from /proc/self/cgr
   expect(defaultPoolSize(files({ ...v1Files, "/sys/fs/cgroup/cpu,cpuacct/user.slice/job/cpu.cfs_quota_us": "-1", "/sys/fs/cgroup/cpu,cpuacct/user.slice/job/cpu.cfs_period_us": "100000" }), 16)).toBe(3);
 });
 
-test("the sizing tells its basis: the quota, or the CPUs, and the limit before the cap of 8", () => {
+test("the sizing tells its basis (the quota, the CPUs, or the cap of 8) and the limit before the cap", () => {
   expect(poolSizing(v2Quota(4), 16)).toEqual({ size: 3, basis: "quota", quota: 4, cpus: 16, cpuLimit: 3 });
   expect(poolSizing(v2Quota(64), 4)).toEqual({ size: 4, basis: "cpus", quota: 64, cpus: 4, cpuLimit: 4 });
-  expect(poolSizing(files({}), 64)).toEqual({ size: MAX_DEFAULT_MEMBERS, basis: "cpus", quota: null, cpus: 64, cpuLimit: 64 });
+  expect(poolSizing(files({}), 64)).toEqual({ size: MAX_DEFAULT_MEMBERS, basis: "max_default_members", quota: null, cpus: 64, cpuLimit: 64 });
 });
 
 test("the cgroup's throttling is read from cpu.stat (v2, else v1), absent without its fields", () => {

@@ -4,10 +4,13 @@ import { availableParallelism } from "node:os";
 /** Reads a cgroup file: its text, or null when it is absent (tests pass their own). */
 export type ReadFile = (path: string) => string | null;
 
-/** Where the default pool size came from: the cgroup's CPU quota, or the CPUs the scheduler gives the process. */
+/**
+ * Where the default pool size came from: the cgroup's CPU quota, the CPUs the scheduler gives the process, or
+ * MAX_DEFAULT_MEMBERS below both.
+ */
 export interface PoolSizing {
   size: number;
-  basis: "quota" | "cpus";
+  basis: "quota" | "cpus" | "max_default_members";
   /** The tightest CPU quota of the process's cgroup and its ancestors, in CPUs; null without one. */
   quota: number | null;
   /** os.availableParallelism(): it honours the affinity mask (taskset, a cpuset; checked under Bun 1.4.5). */
@@ -32,7 +35,9 @@ export function poolSizing(read: ReadFile = readOrNull, cpus = availableParallel
   const quota = cgroupQuota(read);
   const byQuota = quota === null ? Infinity : Math.max(1, Math.floor(quota) - 1);
   const cpuLimit = Math.min(cpus, byQuota);
-  return { size: Math.min(cpuLimit, MAX_DEFAULT_MEMBERS), basis: byQuota < cpus ? "quota" : "cpus", quota, cpus, cpuLimit };
+  const size = Math.min(cpuLimit, MAX_DEFAULT_MEMBERS);
+  const basis = size < cpuLimit ? "max_default_members" : byQuota < cpus ? "quota" : "cpus";
+  return { size, basis, quota, cpus, cpuLimit };
 }
 
 /** poolSizing's size. */
