@@ -9,7 +9,7 @@ import type { KubeConfig } from "@kubernetes/client-node";
 import type { RecoveryOutcome } from "@kv-epp/recovery";
 import { listenerHeartbeat } from "@kv-epp/kv-events";
 import { parseEndpoint } from "@kv-epp/protocol";
-import { createPreprocessor, DEFAULT_CACHE_MAX_BYTES, eventLoopLag, ignoredRenderingFlags, loadChatTemplate, loadSglangChatTemplate, poolMetrics, servedConversationTemplate, TokenizerPool, warmUp } from "@kv-epp/tokenizer";
+import { createPreprocessor, DEFAULT_CACHE_MAX_BYTES, eventLoopLag, ignoredRenderingFlags, loadChatTemplate, loadSglangChatTemplate, poolMetrics, poolSizing, servedConversationTemplate, TokenizerPool, warmUp } from "@kv-epp/tokenizer";
 import pino, { type Logger } from "pino";
 import { ConfigError, parseConfig, preprocessorOptions, usage, usesKubernetes, type EppConfig } from "./config.ts";
 import { BodyBudget } from "./extproc/body-budget.ts";
@@ -18,6 +18,7 @@ import { StreamHandoff } from "./handoff/handoff.ts";
 import { indexerKey, Indexers } from "./indexers/indexers.ts";
 import type { KubeSources } from "./kube-sources.ts";
 import { extProcBufferBudget } from "./memory-budget.ts";
+import { poolSizeOf } from "./pool-size.ts";
 import { createMetrics, routingMetrics, type Metrics } from "./metrics.ts";
 import { ActiveLoad, sumLoad, combinedPending, EvictionRegret, latencyModel, pendingPrefixes, Picker, RoutingQuality, type Clock, type RoutingContext } from "@kv-epp/routing";
 import { recoverThenReady } from "./readiness.ts";
@@ -288,9 +289,11 @@ async function tokenizationOf(cfg: EppConfig, metrics: Metrics, log: Logger): Pr
     }
     return { bodyReader: (where) => createTokenizeBody(pre, onRead(where)), warmUpReader: { tokenizeBody: createTokenizeBody(pre), forget: () => pre.resetCache() } };
   }
+  const { warning, ...sized } = poolSizeOf(cfg.tokenizerThreads, poolSizing());
+  if (warning) log.warn(sized, warning);
   const pool = new TokenizerPool({
     preprocessor: preprocessorOptions(cfg),
-    size: cfg.tokenizerThreads,
+    size: sized.size,
     nice: cfg.tokenizerNice,
     budgetMs: cfg.tokenizeBudgetMs,
     observe,
@@ -303,7 +306,7 @@ async function tokenizationOf(cfg: EppConfig, metrics: Metrics, log: Logger): Pr
     const warmed = members.map((m) => m.warmUp);
     const unlowered = members.map((m) => m.priority).find((p) => p !== null && "unsupported" in p);
     if (unlowered && cfg.tokenizerNice > 0) log.warn({ nice: cfg.tokenizerNice, why: unlowered.unsupported }, "tokenizer threads run at the decision thread's priority");
-    log.info({ members: warmed.length, nice: cfg.tokenizerNice, tokens: warmed.reduce((n, w) => n + (w?.tokens ?? 0), 0), ms: Math.round(Math.max(...warmed.map((w) => w?.ms ?? 0))) }, "tokenizer pool warmed up");
+    log.info({ members: warmed.length, sizedBy: sized.sizedBy, quota: sized.quota, cpus: sized.cpus, nice: cfg.tokenizerNice, tokens: warmed.reduce((n, w) => n + (w?.tokens ?? 0), 0), ms: Math.round(Math.max(...warmed.map((w) => w?.ms ?? 0))) }, "tokenizer pool warmed up");
   } catch (err) {
     await pool.close();
     throw new ConfigError(`invalid value for --tokenizer-dir: ${JSON.stringify(cfg.tokenizerDir)}: ${(err as Error).message}`);

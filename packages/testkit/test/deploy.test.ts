@@ -59,6 +59,8 @@ const find = <T extends KubeObject>(objs: KubeObject[], kind: string, name: stri
 };
 const selects = (selector: Record<string, string>, labels: Record<string, string>) => Object.entries(selector).every(([k, v]) => labels[k] === v);
 const envOf = (c: Container) => new Map((c.env ?? []).map((e) => [e.name, e.valueFrom?.fieldRef?.fieldPath ?? e.value]));
+/** A Kubernetes CPU quantity ("500m", "2") in CPUs. */
+const cpuOf = (q: string) => (q.endsWith("m") ? Number(q.slice(0, -1)) / 1000 : Number(q));
 const portsOf = (c: Container) => Object.fromEntries((c.ports ?? []).map((p) => [p.name, p.containerPort]));
 
 /** Order-insensitive form for comparing two renderings (kubectl orders by kind, and list items by its own merge rules). */
@@ -129,6 +131,9 @@ describe("deploy/ kustomizations", () => {
       find(objs, "Service", env.get("DYN_EPP_PEER_SERVICE")!);
       find(objs, "InferencePool", env.get("DYN_EPP_POOL_NAME")!);
       expect(epp.resources?.requests?.cpu).toBeDefined();
+      // No CPU limit, so no quota to size the tokenizer pool from: it is sized with the request (less the decision thread's CPU).
+      expect(epp.resources?.limits?.cpu).toBeUndefined();
+      expect(Number(env.get("DYN_EPP_TOKENIZER_THREADS"))).toBe(Math.max(1, Math.floor(cpuOf(epp.resources!.requests!.cpu!)) - 1));
       expect(epp.resources?.limits?.memory).toBeDefined();
       const preStop = epp.lifecycle?.preStop?.exec?.command ?? [];
       expect(preStop[0]).toBe("sleep");

@@ -44,6 +44,9 @@ describe("the monitoring overlay", () => {
   });
 });
 
+/** The cgroup's CPU throttling counters (cpuThrottlingMetrics in packages/epp/src/metrics.ts). */
+const THROTTLING = ["dynamo_epp_cpu_throttled_seconds_total", "dynamo_epp_cpu_throttled_periods_total"];
+
 describe("against a live EPP process's /metrics", () => {
   const HOST = `${LOOPBACK}.4.240`;
   let epp: ProcessHandle;
@@ -64,11 +67,15 @@ describe("against a live EPP process's /metrics", () => {
   });
   afterAll(() => epp?.kill("SIGTERM", 3000));
 
-  /** The series names an expression queries; a histogram's _bucket/_sum/_count count as the histogram. */
+  /**
+   * The series names an expression queries; a histogram's _bucket/_sum/_count count as the histogram. The throttling
+   * counters may be absent here: the EPP exports them only where its cgroup's cpu.stat tells throttling.
+   */
   const missing = (expr: string) =>
     [...expr.matchAll(/\bdynamo_epp_[a-z0-9_]+/g)]
       .map((m) => m[0])
-      .filter((n) => !exported.has(n) && exported.get(n.replace(/_(bucket|sum|count)$/, "")) !== "histogram");
+      .filter((n) => !exported.has(n) && exported.get(n.replace(/_(bucket|sum|count)$/, "")) !== "histogram")
+      .filter((n) => !(THROTTLING.includes(n) && !exported.has(THROTTLING[0]!)));
 
   test("every expression of the rules and the dashboard names only metrics the EPP exports", () => {
     expect(exported.size).toBeGreaterThan(40);
@@ -79,10 +86,13 @@ describe("against a live EPP process's /metrics", () => {
     expect([...ruleExprs, ...panelExprs].filter((e) => /\b(kube_|vllm:|up\b)/.test(e.expr)).map((e) => e.where)).toEqual([]);
   });
 
-  test("every tokenization metric the EPP exports (the pool's, its members' segment caches, the decision thread's lag, body reads) has a panel", () => {
+  test("every tokenization metric the EPP exports (the pool's, its members' segment caches, the decision thread's lag, body reads, the cgroup's CPU throttling) has a panel", () => {
     const charted = new Set(panelExprs.flatMap((e) => [...e.expr.matchAll(/\bdynamo_epp_[a-z0-9_]+/g)].map((m) => m[0].replace(/_(bucket|sum|count)$/, ""))));
-    const tokenization = [...exported.keys()].filter((n) => /^dynamo_epp_(tokenizer_|event_loop_lag_seconds$|ext_proc_bodies_read_total$)/.test(n));
+    const tokenization = [...exported.keys()].filter((n) => /^dynamo_epp_(tokenizer_|cpu_throttled_|event_loop_lag_seconds$|ext_proc_bodies_read_total$)/.test(n));
     expect(tokenization).toContain("dynamo_epp_tokenizer_pool_placements_total");
     expect(tokenization.filter((n) => !charted.has(n))).toEqual([]);
+    // The throttling counters are charted even where this host's cgroup does not export them, and are all of them where it does.
+    expect(THROTTLING.filter((n) => !charted.has(n))).toEqual([]);
+    if (exported.has(THROTTLING[0]!)) expect([...exported.keys()].filter((n) => n.startsWith("dynamo_epp_cpu_throttled_")).sort()).toEqual([...THROTTLING].sort());
   });
 });

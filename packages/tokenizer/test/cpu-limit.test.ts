@@ -1,6 +1,6 @@
 import { expect, test } from "bun:test";
 import { availableParallelism } from "node:os";
-import { cpuThrottling, defaultPoolSize } from "../src/index";
+import { cpuThrottling, defaultPoolSize, poolSizing } from "../src/index";
 import { MAX_DEFAULT_MEMBERS } from "../src/pool/cpu-limit";
 
 const files = (m: Record<string, string>) => (p: string) => m[p] ?? null;
@@ -28,6 +28,30 @@ test("under a quota the default pool leaves the decision thread a CPU of it (mem
   expect(defaultPoolSize(v2Quota(6), 64)).toBe(5);
   // cgroup v1.
   expect(defaultPoolSize(files({ "/sys/fs/cgroup/cpu/cpu.cfs_quota_us": "200000", "/sys/fs/cgroup/cpu/cpu.cfs_period_us": "100000" }))).toBe(1);
+});
+
+test("the quota is the tightest of the process's own cgroup (from /proc/self/cgroup) and its ancestors", () => {
+  // A systemd service's CPUQuota= under cgroup v2, the host's cgroup namespace: the root has no quota.
+  const service = "/system.slice/kv-epp.service";
+  const v2 = { "/proc/self/cgroup": `0::${service}\n`, "/sys/fs/cgroup/cpu.max": "max 100000\n" };
+  expect(defaultPoolSize(files({ ...v2, [`/sys/fs/cgroup${service}/cpu.max`]: "300000 100000\n" }), 16)).toBe(2);
+  // A parent's quota bounds its children; the tightest wins.
+  expect(defaultPoolSize(files({ ...v2, "/sys/fs/cgroup/system.slice/cpu.max": "200000 100000\n", [`/sys/fs/cgroup${service}/cpu.max`]: "600000 100000\n" }), 16)).toBe(1);
+  // Inside a private cgroup namespace the path is "/": the root's files, as without /proc/self/cgroup.
+  expect(defaultPoolSize(files({ "/proc/self/cgroup": "0::/\n", "/sys/fs/cgroup/cpu.max": "300000 100000\n" }), 16)).toBe(2);
+  // A container without one sees its host path, its own cgroup mounted at the root: the deeper files are absent.
+  expect(defaultPoolSize(files({ "/proc/self/cgroup": "0::/kubepods/pod1/abc\n", "/sys/fs/cgroup/cpu.max": "300000 100000\n" }), 16)).toBe(2);
+  // cgroup v1: the cpu controller's line, under its mount (cpu,cpuacct), walking up likewise.
+  const v1 = "12:memory:/user.slice\n4:cpu,cpuacct:/user.slice/job\n1:name=systemd:/user.slice/job\n";
+  const v1Files = { "/proc/self/cgroup": v1, "/sys/fs/cgroup/cpu,cpuacct/user.slice/cpu.cfs_quota_us": "400000", "/sys/fs/cgroup/cpu,cpuacct/user.slice/cpu.cfs_period_us": "100000" };
+  expect(defaultPoolSize(files(v1Files), 16)).toBe(3);
+  expect(defaultPoolSize(files({ ...v1Files, "/sys/fs/cgroup/cpu,cpuacct/user.slice/job/cpu.cfs_quota_us": "-1", "/sys/fs/cgroup/cpu,cpuacct/user.slice/job/cpu.cfs_period_us": "100000" }), 16)).toBe(3);
+});
+
+test("the sizing tells its basis (the quota, the CPUs, or the cap of 8) and the limit before the cap", () => {
+  expect(poolSizing(v2Quota(4), 16)).toEqual({ size: 3, basis: "quota", quota: 4, cpus: 16, cpuLimit: 3 });
+  expect(poolSizing(v2Quota(64), 4)).toEqual({ size: 4, basis: "cpus", quota: 64, cpus: 4, cpuLimit: 4 });
+  expect(poolSizing(files({}), 64)).toEqual({ size: MAX_DEFAULT_MEMBERS, basis: "max_default_members", quota: null, cpus: 64, cpuLimit: 64 });
 });
 
 test("the cgroup's throttling is read from cpu.stat (v2, else v1), absent without its fields", () => {

@@ -29,10 +29,11 @@ export function poolMetrics(registry: Registry, model = ""): PoolObserver & { at
   });
   const wait = new Histogram({
     name: "dynamo_epp_tokenizer_pool_wait_seconds", help: "Time a request's tokenization waited for its pool member",
-    buckets: [0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1], registers: [registry],
+    // Up to seconds: --tokenize-budget-ms has no upper bound, and a body the caller reads past the budget waits longer.
+    buckets: [0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5], registers: [registry],
   });
   const fresh = new Histogram({
-    name: "dynamo_epp_tokenizer_fresh_tokens", help: "Tokens of a pick that were not in the segment cache (tokenized for it)",
+    name: "dynamo_epp_tokenizer_fresh_tokens", help: "Tokens of a pick that were not in the segment cache (tokenized for it); only picks whose tokenization completed, not budget fallbacks or picks decided early",
     buckets: [0, 16, 64, 256, 1024, 4096, 16384, 65536, 262144], registers: [registry],
   });
   const warmed = new Counter({
