@@ -354,7 +354,8 @@ export class TokenizerPool {
 
   /**
    * After a chat's response: tokenizes in the background, at the lowest priority, the conversation as its next
-   * turn will send it (the reply, then a user turn whose text is not known yet), so that turn finds everything
+   * turn will send it (the reply, then a user turn whose text is not known yet, or the result of its first tool
+   * call: nextTurnJob), so that turn finds everything
    * but its new message cached. Rendered as the next turn, not as "the chat plus its reply": a template may
    * render the final assistant turn differently from an earlier one (Qwen3 adds an empty think block).
    */
