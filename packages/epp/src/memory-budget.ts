@@ -1,9 +1,9 @@
 // How much a recovery attempt may stage, and how much request body ext_proc streams may hold. A peer
 // decides how big its dump is, clients how many bodies they send at once; this replica's memory limit
 // does not move, so each budget comes from the limit the container runs under (cgroup v2 memory.max, or
-// v1 memory.limit_in_bytes), else the host's memory, unless the operator gives one.
-import { readFileSync } from "node:fs";
+// v1 memory.limit_in_bytes, of its group or an ancestor), else the host's memory, unless the operator gives one.
 import { totalmem } from "node:os";
+import { cgroupDirs, readOrNull, tightest, type ReadFile } from "@kv-epp/tokenizer";
 
 /**
  * Share of the memory limit a recovery attempt may stage. The rest holds the live index (empty at start,
@@ -24,41 +24,24 @@ export type MemoryBudget = { bytes: number; source: "flag" | MemoryLimit["source
 /** Values at or above this mean "no limit" (v1 reports an unlimited group as ~2^63 rounded to pages). */
 const UNLIMITED = 2 ** 60;
 
-type Read = (path: string) => string | undefined;
-const readOrUndefined: Read = (path) => {
-  try {
-    return readFileSync(path, "utf8");
-  } catch {
-    return undefined;
-  }
-};
-
-function limitValue(text: string | undefined): number | undefined {
+function limitValue(text: string | null): number | null {
   const t = text?.trim();
-  if (t === undefined || t === "" || t === "max") return undefined;
+  if (t === undefined || t === "" || t === "max") return null;
   const n = Number(t);
-  return Number.isFinite(n) && n > 0 && n < UNLIMITED ? n : undefined;
+  return Number.isFinite(n) && n > 0 && n < UNLIMITED ? n : null;
 }
 
 /**
- * The memory limit of this process's cgroup: its own group's file (from /proc/self/cgroup) first, then the
- * mount root (what a container with its own cgroup namespace sees), v2 before v1; the host's memory when no
- * group has a limit. `read` and `root` are for tests.
+ * The memory limit of this process's cgroup: the tightest over its own group (from /proc/self/cgroup) and its
+ * ancestors up to the mount root (a systemd slice's MemoryMax= bounds its services), v2 before v1; the host's
+ * memory when no group has a limit. `read` is for tests.
  */
-export function memoryLimit(read: Read = readOrUndefined, root = "/sys/fs/cgroup", hostBytes = totalmem()): MemoryLimit {
-  const groups = (read("/proc/self/cgroup") ?? "").split("\n");
-  const v2 = groups.find((l) => l.startsWith("0::"))?.slice(3);
-  const v1 = groups.map((l) => l.split(":")).find((f) => f.length >= 3 && f[1]!.split(",").includes("memory"))?.[2];
-  const candidates: [string, MemoryLimit["source"]][] = [
-    ...(v2 !== undefined && v2 !== "/" ? [[`${root}${v2}/memory.max`, "cgroup v2"] as [string, "cgroup v2"]] : []),
-    [`${root}/memory.max`, "cgroup v2"],
-    ...(v1 !== undefined && v1 !== "/" ? [[`${root}/memory${v1}/memory.limit_in_bytes`, "cgroup v1"] as [string, "cgroup v1"]] : []),
-    [`${root}/memory/memory.limit_in_bytes`, "cgroup v1"],
-  ];
-  for (const [path, source] of candidates) {
-    const bytes = limitValue(read(path));
-    if (bytes !== undefined) return { bytes, source };
-  }
+export function memoryLimit(read: ReadFile = readOrNull, hostBytes = totalmem()): MemoryLimit {
+  const dirs = cgroupDirs("memory", read);
+  const v2 = tightest(dirs.v2, (dir) => limitValue(read(`${dir}/memory.max`)));
+  if (v2 !== null) return { bytes: v2.value, source: "cgroup v2" };
+  const v1 = tightest(dirs.v1, (dir) => limitValue(read(`${dir}/memory.limit_in_bytes`)));
+  if (v1 !== null) return { bytes: v1.value, source: "cgroup v1" };
   return { bytes: hostBytes, source: "host memory" };
 }
 

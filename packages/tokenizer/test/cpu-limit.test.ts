@@ -49,9 +49,11 @@ test("the quota is the tightest of the process's own cgroup (from /proc/self/cgr
 });
 
 test("the sizing tells its basis (the quota, the CPUs, or the cap of 8) and the limit before the cap", () => {
-  expect(poolSizing(v2Quota(4), 16)).toEqual({ size: 3, basis: "quota", quota: 4, cpus: 16, cpuLimit: 3 });
-  expect(poolSizing(v2Quota(64), 4)).toEqual({ size: 4, basis: "cpus", quota: 64, cpus: 4, cpuLimit: 4 });
-  expect(poolSizing(files({}), 64)).toEqual({ size: MAX_DEFAULT_MEMBERS, basis: "max_default_members", quota: null, cpus: 64, cpuLimit: 64 });
+  expect(poolSizing(v2Quota(4), 16)).toEqual({ size: 3, basis: "quota", limitedBy: "quota", quota: 4, cpus: 16, cpuLimit: 3 });
+  expect(poolSizing(v2Quota(64), 4)).toEqual({ size: 4, basis: "cpus", limitedBy: "cpus", quota: 64, cpus: 4, cpuLimit: 4 });
+  expect(poolSizing(files({}), 64)).toEqual({ size: MAX_DEFAULT_MEMBERS, basis: "max_default_members", limitedBy: "cpus", quota: null, cpus: 64, cpuLimit: 64 });
+  // Capped at 8, yet the quota is what a --tokenizer-threads above it would overrun.
+  expect(poolSizing(v2Quota(20), 64)).toEqual({ size: MAX_DEFAULT_MEMBERS, basis: "max_default_members", limitedBy: "quota", quota: 20, cpus: 64, cpuLimit: 19 });
 });
 
 test("the cgroup's throttling is read from cpu.stat (v2, else v1), absent without its fields", () => {
@@ -61,4 +63,29 @@ test("the cgroup's throttling is read from cpu.stat (v2, else v1), absent withou
   // A cgroup v2 without the cpu controller tells only its usage.
   expect(cpuThrottling(files({ "/sys/fs/cgroup/cpu.stat": "usage_usec 9000000\nuser_usec 8000000\nsystem_usec 1000000\n" }))).toBeNull();
   expect(cpuThrottling(files({}))).toBeNull();
+});
+
+test("the throttling is the tightest quota's group's: a systemd service's CPUQuota=, not the root's", () => {
+  const service = "/system.slice/kv-epp.service";
+  const stat = (throttled: number) => `nr_periods 120\nnr_throttled ${throttled}\nthrottled_usec ${throttled * 50_000}\n`;
+  const v2 = {
+    "/proc/self/cgroup": `0::${service}\n`,
+    "/sys/fs/cgroup/cpu.max": "max 100000\n",
+    "/sys/fs/cgroup/cpu.stat": stat(0),
+    "/sys/fs/cgroup/system.slice/cpu.stat": stat(0),
+    [`/sys/fs/cgroup${service}/cpu.max`]: "200000 100000\n",
+    [`/sys/fs/cgroup${service}/cpu.stat`]: stat(9),
+  };
+  expect(cpuThrottling(files(v2))).toEqual({ periods: 9, seconds: 0.45 });
+  // A slice's quota tighter than the service's: the slice is the group throttled.
+  expect(cpuThrottling(files({ ...v2, "/sys/fs/cgroup/system.slice/cpu.max": "100000 100000\n", "/sys/fs/cgroup/system.slice/cpu.stat": stat(4) }))).toEqual({ periods: 4, seconds: 0.2 });
+  // cgroup v1: the quota's directory under the cpu controller's mount, its time in ns.
+  const v1 = {
+    "/proc/self/cgroup": "4:cpu,cpuacct:/user.slice/job\n",
+    "/sys/fs/cgroup/cpu,cpuacct/user.slice/job/cpu.cfs_quota_us": "300000",
+    "/sys/fs/cgroup/cpu,cpuacct/user.slice/job/cpu.cfs_period_us": "100000",
+    "/sys/fs/cgroup/cpu,cpuacct/user.slice/job/cpu.stat": "nr_periods 40\nnr_throttled 6\nthrottled_time 1500000000\n",
+    "/sys/fs/cgroup/cpu/cpu.stat": "nr_periods 40\nnr_throttled 0\nthrottled_time 0\n",
+  };
+  expect(cpuThrottling(files(v1))).toEqual({ periods: 6, seconds: 1.5 });
 });

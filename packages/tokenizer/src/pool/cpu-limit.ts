@@ -1,8 +1,5 @@
-import { readFileSync } from "node:fs";
 import { availableParallelism } from "node:os";
-
-/** Reads a cgroup file: its text, or null when it is absent (tests pass their own). */
-export type ReadFile = (path: string) => string | null;
+import { CGROUP_ROOT, cgroupDirs, readOrNull, tightest, type ReadFile } from "./cgroup";
 
 /**
  * Where the default pool size came from: the cgroup's CPU quota, the CPUs the scheduler gives the process, or
@@ -10,7 +7,9 @@ export type ReadFile = (path: string) => string | null;
  */
 export interface PoolSizing {
   size: number;
-  basis: "quota" | "cpus" | "max_default_members";
+  basis: PoolSizing["limitedBy"] | "max_default_members";
+  /** Which bounds cpuLimit: the quota (less the decision thread's CPU), or the CPUs. */
+  limitedBy: "quota" | "cpus";
   /** The tightest CPU quota of the process's cgroup and its ancestors, in CPUs; null without one. */
   quota: number | null;
   /** os.availableParallelism(): it honours the affinity mask (taskset, a cpuset; checked under Bun 1.4.5). */
@@ -32,12 +31,12 @@ export interface PoolSizing {
  * been running; see DEFAULT_MEMBER_NICE). Either way at most MAX_DEFAULT_MEMBERS.
  */
 export function poolSizing(read: ReadFile = readOrNull, cpus = availableParallelism()): PoolSizing {
-  const quota = cgroupQuota(read);
+  const quota = cgroupQuota(read)?.value ?? null;
   const byQuota = quota === null ? Infinity : Math.max(1, Math.floor(quota) - 1);
+  const limitedBy = byQuota < cpus ? "quota" : "cpus";
   const cpuLimit = Math.min(cpus, byQuota);
   const size = Math.min(cpuLimit, MAX_DEFAULT_MEMBERS);
-  const basis = size < cpuLimit ? "max_default_members" : byQuota < cpus ? "quota" : "cpus";
-  return { size, basis, quota, cpus, cpuLimit };
+  return { size, basis: size < cpuLimit ? "max_default_members" : limitedBy, limitedBy, quota, cpus, cpuLimit };
 }
 
 /** poolSizing's size. */
@@ -54,57 +53,29 @@ export function defaultPoolSize(read: ReadFile = readOrNull, cpus = availablePar
 export const MAX_DEFAULT_MEMBERS = 8;
 
 /**
- * The cgroup's CFS throttling so far, from its `cpu.stat` (v2 `nr_throttled` / `throttled_usec`, else v1's
- * `throttled_time` in ns): the periods it was throttled in and the time it was, in seconds; null where the file
- * or its fields are absent (no cgroup, or no cpu controller).
+ * The CFS throttling so far of the group holding the tightest CPU quota (that group counts it; a child under a
+ * parent's quota, such as a systemd service under CPUQuota=, or the root above it, shows none), else of the mount
+ * root's, from its `cpu.stat` (v2 `nr_throttled` / `throttled_usec`, else v1's `throttled_time` in ns): the periods
+ * it was throttled in and the time it was, in seconds; null where the file or its fields are absent (no cgroup, or
+ * no cpu controller).
  */
 export function cpuThrottling(read: ReadFile = readOrNull): { periods: number; seconds: number } | null {
-  const v2 = statFields(read("/sys/fs/cgroup/cpu.stat"));
-  if (v2.nr_throttled !== undefined && v2.throttled_usec !== undefined) return { periods: v2.nr_throttled, seconds: v2.throttled_usec / 1e6 };
-  const v1 = statFields(read("/sys/fs/cgroup/cpu/cpu.stat"));
-  if (v1.nr_throttled !== undefined && v1.throttled_time !== undefined) return { periods: v1.nr_throttled, seconds: v1.throttled_time / 1e9 };
+  const quotaDir = cgroupQuota(read)?.dir;
+  const files = [...(quotaDir === undefined ? [] : [quotaDir]), CGROUP_ROOT, `${CGROUP_ROOT}/cpu`].map((dir) => `${dir}/cpu.stat`);
+  for (const file of files) {
+    const stat = statFields(read(file));
+    if (stat.nr_throttled === undefined) continue;
+    if (stat.throttled_usec !== undefined) return { periods: stat.nr_throttled, seconds: stat.throttled_usec / 1e6 };
+    if (stat.throttled_time !== undefined) return { periods: stat.nr_throttled, seconds: stat.throttled_time / 1e9 };
+  }
   return null;
 }
 
-/** The tightest quota of the process's cgroup v2 tree, else of its v1 cpu controller's. */
-function cgroupQuota(read: ReadFile): number | null {
-  const own = ownCgroups(read("/proc/self/cgroup"));
-  const v2 = tightest(ancestors("/sys/fs/cgroup", own.v2).map((dir) => v2Quota(read(`${dir}/cpu.max`))));
-  if (v2 !== null) return v2;
-  // v1 mounts the cpu controller as cpu,cpuacct (cpu a link to it) or cpu alone.
-  const mounts = [...new Set([`/sys/fs/cgroup/${own.v1Mount}`, "/sys/fs/cgroup/cpu"])];
-  const dirs = mounts.flatMap((mount) => ancestors(mount, own.v1));
-  return tightest(dirs.map((dir) => v1Quota(read(`${dir}/cpu.cfs_quota_us`), read(`${dir}/cpu.cfs_period_us`))));
-}
-
-/**
- * The process's cgroup paths from /proc/self/cgroup: v2's `0::<path>`, and v1's cpu controller's line, with its
- * mount's name (`cpu,cpuacct`). "/" where absent, and inside a private cgroup namespace, whose root is its own.
- */
-function ownCgroups(text: string | null): { v2: string; v1: string; v1Mount: string } {
-  const own = { v2: "/", v1: "/", v1Mount: "cpu" };
-  for (const line of text?.split("\n") ?? []) {
-    const [, controllers, path] = line.match(/^\d+:([^:]*):(.*)$/) ?? [];
-    if (controllers === undefined || path === undefined) continue;
-    if (controllers === "") own.v2 = path;
-    else if (controllers.split(",").includes("cpu")) Object.assign(own, { v1: path, v1Mount: controllers });
-  }
-  return own;
-}
-
-/**
- * `root` joined with `path`, then each parent up to `root`. A quota set on any of them bounds the process. Where
- * the mount is the process's own (a container without a cgroup namespace sees its host path, its cgroup mounted at
- * the root), the deeper directories are absent and only the root is read.
- */
-function ancestors(root: string, path: string): string[] {
-  const parts = path.split("/").filter((p) => p !== "" && p !== "." && p !== "..");
-  return parts.map((_, i) => `${root}/${parts.slice(0, parts.length - i).join("/")}`).concat(root);
-}
-
-function tightest(quotas: (number | null)[]): number | null {
-  const set = quotas.filter((q): q is number => q !== null);
-  return set.length === 0 ? null : Math.min(...set);
+/** The tightest quota of the process's cgroup v2 tree, else of its v1 cpu controller's, and where it is set. */
+function cgroupQuota(read: ReadFile): { value: number; dir: string } | null {
+  const dirs = cgroupDirs("cpu", read);
+  return tightest(dirs.v2, (dir) => v2Quota(read(`${dir}/cpu.max`)))
+    ?? tightest(dirs.v1, (dir) => v1Quota(read(`${dir}/cpu.cfs_quota_us`), read(`${dir}/cpu.cfs_period_us`)));
 }
 
 function v2Quota(line: string | null): number | null {
@@ -130,12 +101,4 @@ function statFields(text: string | null): Record<string, number | undefined> {
     if (key && value !== undefined && Number.isFinite(Number(value))) out[key] = Number(value);
   }
   return out;
-}
-
-function readOrNull(path: string): string | null {
-  try {
-    return readFileSync(path, "utf8");
-  } catch {
-    return null;
-  }
 }
