@@ -27,6 +27,8 @@ test("a stream that ends in an error gives nothing to warm with: the text before
   const error = { error: { message: "engine dead", type: "InternalServerError", param: null, code: 500 } };
   expect(read(sse(first, delta({ content: "Hel" }), error))).toBeUndefined();
   expect(read(sse(first, delta({ content: "Hel" }, "stop"), error))).toBeUndefined();
+  // An older vLLM's: the error response itself as the chunk.
+  expect(read(sse(first, delta({ content: "Hel" }, "stop"), { object: "error", message: "engine dead", type: "InternalServerError", param: null, code: 500 }))).toBeUndefined();
 });
 
 test("a stream cut before [DONE], or whose choice never finished, gives nothing to warm with", () => {

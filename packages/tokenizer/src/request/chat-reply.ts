@@ -25,7 +25,7 @@ type Message = { content?: string | null; tool_calls?: ToolCall[] };
 type ToolCall = { index?: number; id?: string; type?: string; function?: { name?: string; arguments?: string } };
 type StreamedCall = { id?: string; type: string; function: { name: string; arguments: string } };
 /** A JSON body or a stream's chunk; vLLM sends `{error}` in place of a chunk when the generation fails midway. */
-type Chunk = { choices?: Choice[]; error?: unknown };
+type Chunk = { choices?: Choice[]; error?: unknown; object?: unknown };
 
 function fromJson(body: Chunk): ChatMessage | undefined {
   const choices = body.choices ?? [];
@@ -44,8 +44,9 @@ function fromStream(text: string): ChatMessage | undefined {
     const data = line.slice(5).trim();
     if (data === "[DONE]") return warmable(content, [...calls.values()], finish);
     const chunk = JSON.parse(data) as Chunk;
-    // The content before an error is no reply the client keeps.
-    if (chunk.error !== undefined) return undefined;
+    // The content before an error is no reply the client keeps: `{"error": {...}}`, or an error response itself
+    // (`"object": "error"`, as vLLM's streams sent it before they wrapped it).
+    if (chunk.error !== undefined || chunk.object === "error") return undefined;
     for (const c of chunk.choices ?? []) {
       if ((c.index ?? 0) !== 0) return undefined;
       for (const d of c.delta?.tool_calls ?? []) addCallDelta(calls, d);
