@@ -1,13 +1,13 @@
 // Prometheus metrics of the EPP. One registry per EPP instance so in-process tests can run several.
 import type { WorkerRef } from "@kv-epp/protocol";
 import type { RoutingMetrics } from "@kv-epp/routing";
-import { cpuThrottling, type ReadFile } from "@kv-epp/tokenizer";
+import { cpuThrottlingReader, type ReadFile } from "@kv-epp/tokenizer";
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from "prom-client";
 
 export type RequestOutcome = "routed" | "no_endpoint" | "shed" | "bad_request" | "error";
 
 /**
- * `readCgroup`: how the cgroup's files are read (tests pass their own; see cpuThrottling). `process: false`: without
+ * `readCgroup`: how the cgroup's files are read (tests pass their own; see cpuThrottlingReader). `process: false`: without
  * the process's own figures (runtime, CPU throttling), for a registry nothing scrapes (the decision warm-up's).
  */
 export function createMetrics(readCgroup?: ReadFile, o: { process?: boolean } = {}) {
@@ -340,7 +340,9 @@ export type Metrics = ReturnType<typeof createMetrics>;
  * process waits for the next period, the decision thread too (picks stall up to a period, 100 ms by default).
  */
 function cpuThrottlingMetrics(registry: Registry, read: ReadFile | undefined): void {
-  if (cpuThrottling(read) === null) return;
+  // Where the throttling is counted is found once: a scrape reads that one file, on the decision thread.
+  const throttling = cpuThrottlingReader(read);
+  if (throttling === null) return;
   const series = [
     ["dynamo_epp_cpu_throttled_seconds_total", "time the process's cgroup was throttled by its CPU quota (cpu.stat throttled_usec): every thread stopped, the decision thread too", "seconds"],
     ["dynamo_epp_cpu_throttled_periods_total", "CFS periods in which the process's cgroup was throttled by its CPU quota (cpu.stat nr_throttled)", "periods"],
@@ -349,7 +351,7 @@ function cpuThrottlingMetrics(registry: Registry, read: ReadFile | undefined): v
     new Counter({
       name, help, registers: [registry],
       collect() {
-        const now = cpuThrottling(read);
+        const now = throttling();
         if (now === null) return;
         this.reset();
         this.inc(now[field]);

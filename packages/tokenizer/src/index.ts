@@ -31,7 +31,7 @@ export { glanceBody, readBody, readTokenIds, type BodyFields, type BodyRead, typ
 export { rewriteBodyModel } from "./request/body-model";
 export { ruleTarget, type RewriteRules, type RuleTargets, type TargetModel } from "./request/rewrite-rules";
 export { ROUTING_TEXT_CHARS, routingJob, routingPrefix } from "./request/routing-job";
-export { cpuThrottling, defaultPoolSize, poolSizing, type PoolSizing } from "./pool/cpu-limit";
+export { cpuThrottlingReader, defaultPoolSize, poolSizing, type PoolSizing } from "./pool/cpu-limit";
 export { cgroupDirs, readOrNull, tightest, type CgroupDirs, type ReadFile } from "./pool/cgroup";
 export { mixedText, seeded, warmUp, type WarmUp } from "./warm-up";
 export { eventLoopLag, poolMetrics } from "./pool/pool-metrics";

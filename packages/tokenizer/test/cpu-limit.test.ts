@@ -1,6 +1,9 @@
 import { expect, test } from "bun:test";
 import { availableParallelism } from "node:os";
-import { cpuThrottling, defaultPoolSize, poolSizing } from "../src/index";
+import { cpuThrottlingReader, defaultPoolSize, poolSizing } from "../src/index";
+
+// What a scrape reads: the file found once, read now.
+const cpuThrottling = (read: Parameters<typeof cpuThrottlingReader>[0]) => cpuThrottlingReader(read)?.() ?? null;
 import { MAX_DEFAULT_MEMBERS } from "../src/pool/cpu-limit";
 
 const files = (m: Record<string, string>) => (p: string) => m[p] ?? null;

@@ -52,22 +52,28 @@ export function defaultPoolSize(read: ReadFile = readOrNull, cpus = availablePar
  */
 export const MAX_DEFAULT_MEMBERS = 8;
 
+/** A cgroup's CFS throttling so far: the periods it was throttled in and the time it was, in seconds. */
+export type CpuThrottling = { periods: number; seconds: number };
+
 /**
- * The CFS throttling so far of the group holding the tightest CPU quota (that group counts it; a child under a
- * parent's quota, such as a systemd service under CPUQuota=, or the root above it, shows none), else of the mount
- * root's, from its `cpu.stat` (v2 `nr_throttled` / `throttled_usec`, else v1's `throttled_time` in ns): the periods
- * it was throttled in and the time it was, in seconds; null where the file or its fields are absent (no cgroup, or
- * no cpu controller).
+ * The CFS throttling of the group holding the tightest CPU quota (that group counts it; a child under a parent's
+ * quota, such as a systemd service under CPUQuota=, or the root above it, shows none), else of the mount root's,
+ * from its `cpu.stat` (v2 `nr_throttled` / `throttled_usec`, else v1's `throttled_time` in ns): a reader of that
+ * file, found once (finding it walks the cgroup's tree; reading it is one file), or null where no file has the
+ * fields (no cgroup, or no cpu controller).
  */
-export function cpuThrottling(read: ReadFile = readOrNull): { periods: number; seconds: number } | null {
+export function cpuThrottlingReader(read: ReadFile = readOrNull): (() => CpuThrottling | null) | null {
   const quotaDir = cgroupQuota(read)?.dir;
   const files = [...(quotaDir === undefined ? [] : [quotaDir]), CGROUP_ROOT, `${CGROUP_ROOT}/cpu`].map((dir) => `${dir}/cpu.stat`);
-  for (const file of files) {
-    const stat = statFields(read(file));
-    if (stat.nr_throttled === undefined) continue;
-    if (stat.throttled_usec !== undefined) return { periods: stat.nr_throttled, seconds: stat.throttled_usec / 1e6 };
-    if (stat.throttled_time !== undefined) return { periods: stat.nr_throttled, seconds: stat.throttled_time / 1e9 };
-  }
+  const file = files.find((f) => throttlingOf(read(f)) !== null);
+  return file === undefined ? null : () => throttlingOf(read(file));
+}
+
+function throttlingOf(text: string | null): CpuThrottling | null {
+  const stat = statFields(text);
+  if (stat.nr_throttled === undefined) return null;
+  if (stat.throttled_usec !== undefined) return { periods: stat.nr_throttled, seconds: stat.throttled_usec / 1e6 };
+  if (stat.throttled_time !== undefined) return { periods: stat.nr_throttled, seconds: stat.throttled_time / 1e9 };
   return null;
 }
 

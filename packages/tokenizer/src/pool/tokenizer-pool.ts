@@ -371,7 +371,7 @@ export class TokenizerPool {
    */
   warm(job: PoolJob): void {
     if (this.closed || !this.caches) return;
-    if (job.kind === "body" && job.request.body.byteLength > this.readHereMaxBytes) {
+    if (this.tooLargeToWarm(job)) {
       this.warmTooLarge++;
       this.observe.warm?.("too_large");
       return;
@@ -388,8 +388,12 @@ export class TokenizerPool {
    * `readHereMaxBytes`, which warm would refuse (and count as a warm too large, which it was not).
    */
   private refill(job: PoolJob): void {
-    if (job.kind === "body" && job.request.body.byteLength > this.readHereMaxBytes) return;
-    this.warm(job);
+    if (!this.tooLargeToWarm(job)) this.warm(job);
+  }
+
+  /** A body past `readHereMaxBytes`: its member could not stop reading it for a request (see warm). */
+  private tooLargeToWarm(job: PoolJob): boolean {
+    return job.kind === "body" && job.request.body.byteLength > this.readHereMaxBytes;
   }
 
   stats(): PoolStats {
