@@ -61,12 +61,12 @@ export type BodyJob = { kind: "body"; request: BodyRequest; reply?: Uint8Array }
 export type PoolJob = TokenizeJob | BodyJob;
 
 /**
- * After a chat's response: the conversation as its next turn will send it (the reply, then a user turn whose
- * text is not known yet; after tool calls, the first call's result, not known yet either), so that tokenizing it
- * leaves that turn only its new message fresh. Rendered as the next turn, not as "the chat plus its reply": a
- * template may render the final assistant turn differently from an earlier one (Qwen3 adds an empty think block).
- * A reply that continued the chat's final assistant message (continue_final_message) comes back as one message
- * with it.
+ * After a chat's response: the conversation as its next turn will send it, up to where that turn's new text starts
+ * (the reply, then a user turn whose text is not known yet; after tool calls, the first call's result, not known
+ * either), so that tokenizing it leaves that turn only its new message fresh. Rendered as the next turn, not as
+ * "the chat plus its reply": a template may render the final assistant turn differently from an earlier one (Qwen3
+ * adds an empty think block). A reply that continued the chat's final assistant message (continue_final_message)
+ * comes back as one message with it.
  */
 export function nextTurnJob(job: ChatJob, reply: ChatMessage): TokenizeJob | undefined {
   // Cut at the routing bound, the next turn is cut at the same place: nothing past it is routed, so none to warm.
@@ -77,7 +77,13 @@ export function nextTurnJob(job: ChatJob, reply: ChatMessage): TokenizeJob | und
   return { kind: "chat", messages, opts: { ...job.opts, addGenerationPrompt: true, continueFinalMessage: false } };
 }
 
-/** The message that follows the reply, its text not known yet: a user's, or the result of the reply's first tool call. */
+/**
+ * The message that follows the reply, its text not known yet: a user's, or the result of the reply's first tool
+ * call. After several calls a client sends one result a call, in the calls' order, but the first one's text is where
+ * the known prefix ends: the results after it come past text not known, and templates render a result's opening from
+ * the messages before it (Qwen3's: a user turn opened by the first, `<tool_response>` before each), so rendering them
+ * too would cache nothing more that the next turn finds.
+ */
 function nextMessage(reply: ChatMessage): ChatMessage {
   const calls = Array.isArray(reply.tool_calls) ? (reply.tool_calls as { id?: unknown }[]) : [];
   if (calls.length === 0) return { role: "user", content: "" };
@@ -86,16 +92,30 @@ function nextMessage(reply: ChatMessage): ChatMessage {
   return typeof id === "string" ? { role: "tool", tool_call_id: id, content: "" } : { role: "tool", content: "" };
 }
 
-/**
- * The chat's messages with its reply as the client resends it. A continued final message has the reply's text
- * appended to its own. Content parts have no one way to take it (a part added, or the last one's text extended,
- * which vLLM joins differently): none is guessed.
- */
+/** The chat's messages with its reply as the client resends it (see continued). */
 function withReply(job: ChatJob, reply: ChatMessage): ChatMessage[] | undefined {
   const last = job.messages.at(-1);
   if (!job.opts.continueFinalMessage || last?.role !== "assistant") return [...job.messages, reply];
-  if (typeof last.content !== "string" || typeof reply.content !== "string") return undefined;
-  return [...job.messages.slice(0, -1), { ...last, ...reply, content: last.content + reply.content }];
+  const merged = continued(last, reply);
+  return merged && [...job.messages.slice(0, -1), merged];
+}
+
+/**
+ * A continued final assistant message with the reply joined to it. vLLM renders the message's text without its end
+ * of turn and parses the generated text alone for tool calls, so a reply of tool calls only (content null, or "" when
+ * streamed) adds its calls to the message and no text: the message's content, parts too, stays as the client sent
+ * it. Text is appended to the message's own. Content parts have no one way to take text (a part added, or the last
+ * one's text extended, which vLLM joins differently), nor has a message that made calls of its own one way to take
+ * more (the render stops at its text, before them): none is guessed.
+ */
+function continued(last: ChatMessage, reply: ChatMessage): ChatMessage | undefined {
+  const text = typeof reply.content === "string" ? reply.content : "";
+  if (reply.tool_calls !== undefined) {
+    if (Array.isArray(last.tool_calls) && last.tool_calls.length > 0) return undefined;
+    if (text === "") return { ...last, tool_calls: reply.tool_calls };
+  }
+  if (typeof last.content !== "string" || text === "") return undefined;
+  return { ...last, ...reply, content: last.content + text };
 }
 
 /**

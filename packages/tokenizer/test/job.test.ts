@@ -60,6 +60,28 @@ describe("the next turn warmed after a reply", () => {
     expect(nextTurnJob(job, m("assistant", " 42."))).toBeUndefined();
   });
 
+  test("a reply of tool calls only continuing the final assistant message adds its calls to it, its text (string or parts) as sent", () => {
+    const calls = [{ id: "chatcmpl-tool-a", type: "function", function: { name: "f", arguments: "{}" } }];
+    const parts = [{ type: "text", text: "Let me look." }] as ChatMessage["content"];
+    const next = { role: "tool", tool_call_id: "chatcmpl-tool-a", content: "" };
+    const opts = { addGenerationPrompt: true, continueFinalMessage: false };
+    // vLLM's JSON reply has content null when the calls came alone; its stream's deltas join to "".
+    for (const content of [null, ""]) {
+      for (const final of ["Let me look.", parts]) {
+        const job = { kind: "chat" as const, messages: [m("user", "q"), m("assistant", final)], opts: { continueFinalMessage: true, addGenerationPrompt: false } };
+        expect(nextTurnJob(job, { role: "assistant", content, tool_calls: calls })).toEqual({
+          kind: "chat", messages: [m("user", "q"), { role: "assistant", content: final, tool_calls: calls }, next], opts,
+        });
+      }
+    }
+    // Text before the calls is joined to the message's text, as a text reply's is.
+    const job = { kind: "chat" as const, messages: [m("user", "q"), m("assistant", "Let me look.")], opts: { continueFinalMessage: true } };
+    expect(nextTurnJob(job, { role: "assistant", content: "\n", tool_calls: calls })!).toMatchObject({ messages: [m("user", "q"), { role: "assistant", content: "Let me look.\n", tool_calls: calls }, next] });
+    // None when the final message made calls of its own: the render stopped at its text, before them.
+    const own = { role: "assistant", content: "x", tool_calls: [{ id: "call-0", type: "function", function: { name: "g", arguments: "{}" } }] };
+    expect(nextTurnJob({ ...job, messages: [m("user", "q"), own] }, { role: "assistant", content: null, tool_calls: calls })).toBeUndefined();
+  });
+
   test("after tool calls, the reply with its calls, then the first call's result, its text not known yet", () => {
     const calls = [{ id: "chatcmpl-tool-a", type: "function", function: { name: "f", arguments: "{}" } }, { id: "chatcmpl-tool-b", type: "function", function: { name: "g", arguments: "{}" } }];
     const reply = { role: "assistant", content: "", tool_calls: calls };
