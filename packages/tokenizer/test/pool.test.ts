@@ -251,17 +251,30 @@ describe("tokenizer pool", () => {
     expect(await registry.metrics()).toContain('dynamo_epp_tokenizer_warm_jobs_total{outcome="too_large"} 1');
   }, 60_000);
 
-  // A one-member pool that has tokenized a conversation's first turn, and the reply that turn got.
+  test("a warm whose reply has nothing to warm with is released by its member at once, its body unread, counted", async () => {
+    const { pool, registry } = await pools.startWithMetrics({ size: 1, budgetMs: 60_000 });
+    // A body no member could read (it would fail the warm), and a stream cut before its [DONE].
+    const cut = new TextEncoder().encode(`data: ${JSON.stringify({ choices: [{ index: 0, delta: { content: "Hel" } }] })}\n\n`);
+    pool.warm({ kind: "body", request: { body: new TextEncoder().encode("not a body") }, reply: cut });
+    await idle(pool);
+    expect(pool.stats()).toMatchObject({ warmNothing: 1, warmDropped: 0 });
+    expect(pool.stats().members[0]!.jobs).toBe(1);
+    expect(await registry.metrics()).toContain('dynamo_epp_tokenizer_warm_jobs_total{outcome="nothing"} 1');
+  }, 60_000);
+
+  // A one-member pool that has tokenized a conversation's first turn, its body, and the reply that turn got.
   const answered = async (seed: number) => {
     const pool = await pools.start({ size: 1, budgetMs: 60_000 });
     const turn1 = freshChat(seed, 1, 300);
     await pool.tokenize({ kind: "chat", messages: turn1, opts: {} });
-    return { pool, turn1, reply: freshWords(400, seed + 2) };
+    const body = new TextEncoder().encode(JSON.stringify({ model: "qwen3", messages: turn1 }));
+    return { pool, turn1, body, reply: freshWords(400, seed + 2) };
   };
 
   test("warming a conversation with its reply leaves only the next user message fresh", async () => {
-    const { pool, turn1, reply } = await answered(5);
-    pool.warmReply({ kind: "chat", messages: turn1, opts: {} }, { role: "assistant", content: reply });
+    const { pool, turn1, body, reply } = await answered(5);
+    // As the EPP warms (createPoolWarm): the request's body and the response body as received.
+    pool.warm({ kind: "body", request: { body }, reply: chatReplyBody({ role: "assistant", content: reply }) });
     // The next turn comes once the user has read the reply: a request sent at once would stop the warm (it yields).
     await idle(pool);
     const next = freshWords(50, 8);
@@ -275,30 +288,32 @@ describe("tokenizer pool", () => {
     expect(turn2.warmedTokens).toBeGreaterThanOrEqual(pre.encodeCompletion(reply).length - 8);
   }, 60_000);
 
-  test("warming a conversation with its tool-calling reply, streamed, leaves only the tool's result fresh", async () => {
-    const { pool, turn1 } = await answered(25);
-    const query = freshWords(300, 27);
-    const args = JSON.stringify({ query });
-    // vLLM's stream of a tool call: the role, the call's id and name, its arguments in pieces, the finish reason,
-    // a usage chunk, [DONE].
+  test("warming a conversation with its tool-calling reply, streamed, leaves only the tools' results fresh, after several calls too", async () => {
+    const { pool, turn1, body } = await answered(25);
+    const queries = [freshWords(300, 27), freshWords(200, 29)];
+    // vLLM's stream of parallel tool calls: the role, then each call in turn by its index, its id and name first,
+    // its arguments in pieces; the finish reason, a usage chunk, [DONE].
     const chunk = (delta: object, finish_reason: string | null = null) => `data: ${JSON.stringify({ choices: [{ index: 0, delta, logprobs: null, finish_reason }] })}\n\n`;
-    const call = (fn: object, head = {}) => ({ tool_calls: [{ index: 0, ...head, function: fn }] });
-    const half = args.length >> 1;
-    const sse = chunk({ role: "assistant", content: "" }) + chunk(call({ name: "search" }, { id: "chatcmpl-tool-1", type: "function" })) +
-      chunk(call({ arguments: args.slice(0, half) })) + chunk(call({ arguments: args.slice(half) }), "tool_calls") +
-      `data: ${JSON.stringify({ choices: [], usage: { prompt_tokens: 1 } })}\n\ndata: [DONE]\n\n`;
-    const body = new TextEncoder().encode(JSON.stringify({ model: "qwen3", messages: turn1 }));
+    const call = (index: number, fn: object, head = {}) => ({ tool_calls: [{ index, ...head, function: fn }] });
+    const sse = chunk({ role: "assistant", content: "" }) + queries.map((query, i) => {
+      const args = JSON.stringify({ query });
+      const half = args.length >> 1;
+      return chunk(call(i, { name: "search" }, { id: `chatcmpl-tool-${i}`, type: "function" })) + chunk(call(i, { arguments: args.slice(0, half) })) +
+        chunk(call(i, { arguments: args.slice(half) }), i === queries.length - 1 ? "tool_calls" : null);
+    }).join("") + `data: ${JSON.stringify({ choices: [], usage: { prompt_tokens: 1 } })}\n\ndata: [DONE]\n\n`;
     pool.warm({ kind: "body", request: { body }, reply: new TextEncoder().encode(sse) });
     await idle(pool);
-    // The client sends the call back in its own form (arguments as an object here), then the tool's result.
-    const result = freshWords(50, 28);
-    const assistant = { role: "assistant", content: null, tool_calls: [{ id: "chatcmpl-tool-1", type: "function", function: { name: "search", arguments: { query } } }] };
-    const turn2 = await pool.tokenize({ kind: "chat", messages: [...turn1, assistant, { role: "tool", tool_call_id: "chatcmpl-tool-1", content: result }], opts: {} });
+    // The client sends the calls back in its own form (arguments as objects here), then one result a call.
+    const results = [freshWords(50, 28), freshWords(40, 30)];
+    const calls = queries.map((query, i) => ({ id: `chatcmpl-tool-${i}`, type: "function", function: { name: "search", arguments: { query } } }));
+    const tools = results.map((content, i) => ({ role: "tool", tool_call_id: `chatcmpl-tool-${i}`, content }));
+    const turn2 = await pool.tokenize({ kind: "chat", messages: [...turn1, { role: "assistant", content: null, tool_calls: calls }, ...tools], opts: {} });
     const pre = createPreprocessor({ tokenizerDir: dir });
-    // The result, the end of its turn and the generation prompt: nothing of the call or earlier.
+    const tokens = (texts: string[]) => texts.reduce((n, t) => n + pre.encodeCompletion(t).length, 0);
+    // The results, the ends of their turn and the generation prompt: nothing of the calls or earlier.
     expect(turn2.freshTokens).toBeGreaterThan(0);
-    expect(turn2.freshTokens).toBeLessThanOrEqual(pre.encodeCompletion(result).length + 8);
-    expect(turn2.warmedTokens).toBeGreaterThanOrEqual(pre.encodeCompletion(query).length - 8);
+    expect(turn2.freshTokens).toBeLessThanOrEqual(tokens(results) + 8);
+    expect(turn2.warmedTokens).toBeGreaterThanOrEqual(tokens(queries) - 8);
   }, 60_000);
 
   test("without a warm nothing counts as warmed: the next turn tokenizes the reply itself", async () => {
@@ -378,7 +393,8 @@ describe("tokenizer pool", () => {
     const pool = await pools.start({ size: 1, budgetMs: 1 }, { cache: false });
     const text = lines(400_000, 44);
     expect((await pool.tokenize({ kind: "prompt", text })).fallback).toBe("budget");
-    pool.warmReply({ kind: "chat", messages: chat("a system prompt", "a question"), opts: {} }, { role: "assistant", content: "an answer" });
+    const body = new TextEncoder().encode(JSON.stringify({ model: "qwen3", messages: chat("a system prompt", "a question") }));
+    pool.warm({ kind: "body", request: { body }, reply: chatReplyBody({ role: "assistant", content: "an answer" }) });
     await idle(pool);
     const pre = createPreprocessor({ tokenizerDir: dir });
     // Stopped short of the text's end and not resumed; the warm never queued.

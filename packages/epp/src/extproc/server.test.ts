@@ -225,6 +225,18 @@ describe("reply warming", () => {
     expect(new TextDecoder().decode(s.warmed[0]!.reply)).toBe(chunks.join(""));
   });
 
+  test("an error response (status not 2xx) gives back what was kept at its headers and is not warmed: its body holds no reply", () => {
+    const s = warmingStream("/v1/chat/completions", { kind: "chat" });
+    s.data(request(enc.encode('{"model":"m","messages":[{"role":"user","content":"hi"}]}')));
+    expect(s.bodyBudget.usedBytes).toBeGreaterThan(0);
+    s.data({ request: "response_headers", response_headers: { headers: { headers: [{ key: ":status", raw_value: enc.encode("400") }] } } });
+    expect(s.bodyBudget.usedBytes).toBe(0);
+    const error = JSON.stringify({ error: { message: "This model's maximum context length is 40960 tokens.", type: "BadRequestError", code: 400 } });
+    s.data({ request: "response_body", response_body: { body: enc.encode(error), end_of_stream: true } });
+    expect(s.bodyBudget.usedBytes).toBe(0);
+    expect(s.warmed).toHaveLength(0);
+  });
+
   test("a /v1/responses request keeps neither its body nor its reply, whose events no warm can read", () => {
     const s = warmingStream("/v1/responses", { kind: "chat", responses: true });
     s.data(request(enc.encode('{"model":"m","input":"hi"}')));

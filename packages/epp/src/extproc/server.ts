@@ -345,6 +345,8 @@ class ProcessStream {
     if (msg.response_headers) {
       const status = findHeader(msg.response_headers.headers, ":status");
       if (status && status !== "200") this.deps.log.debug({ status }, "upstream answered non-200");
+      // An error's body holds no reply to warm with: told by its status, it keeps nothing and takes no warm's place.
+      if (this.req?.reply && status !== undefined && !status.startsWith("2")) this.dropReply(this.req);
       this.req?.routed?.responseHeaders(findHeader(msg.response_headers.headers, "content-type"), this.responseChunked);
       if (this.req) this.req.responseLength = findHeader(msg.response_headers.headers, "content-length") !== undefined; // model rewrite
       this.served(servedEndpoint(msg) ?? findHeader(msg.response_headers.headers, SERVED_KEY));
@@ -699,14 +701,16 @@ class ProcessStream {
   private captureReply(req: RequestState, reply: NonNullable<RequestState["reply"]>, chunk: Uint8Array, eos: boolean): void {
     const kept = this.keep(req, chunk.length);
     if (kept) reply.capture.add(chunk);
-    if (!kept || reply.capture.overflowed) {
-      this.release(req);
-      req.reply = undefined;
-      return;
-    }
+    if (!kept || reply.capture.overflowed) return this.dropReply(req);
     // The member that warms reads the reply: the decision thread only joins its bytes.
     const responseBody = eos ? reply.capture.body() : undefined;
     if (responseBody) this.deps.warmReply?.warm(reply.request, responseBody);
+  }
+
+  /** The request's reply is not warmed after all: what it kept goes back. */
+  private dropReply(req: RequestState): void {
+    this.release(req);
+    req.reply = undefined;
   }
 
   /** Keeps `n` more bytes for the request's reply warming, or counts that warming has no room for it. */

@@ -73,7 +73,8 @@ port.on("message", (m: ToMember) => {
   try {
     if (resumed !== null) return resume(m, resumed, t0, before);
     const job = jobOf(m);
-    if (job instanceof Uint32Array) done(m, job, before, performance.now() - t0);
+    if (job === NO_REPLY) done(m, NONE, before, performance.now() - t0, true);
+    else if (job instanceof Uint32Array) done(m, job, before, performance.now() - t0);
     else tokenize(m, job, t0, before);
   } catch (err) {
     failed(m, err, t0, before);
@@ -111,13 +112,13 @@ function withReading<T extends object>(msg: T, transfer: ArrayBuffer[] = []): [T
 
 /**
  * What to tokenize: a body job is read here first (parsed, validated, its model rewritten), and a warm's reply
- * before it (a reply with nothing to warm with spares reading the body).
+ * before it: a reply with nothing to warm with spares reading the body (NO_REPLY).
  */
 function jobOf(m: JobMessage): TokenizeJob | Uint32Array {
   const job: PoolJob = m.job;
   if (job.kind !== "body") return job;
   const reply = job.reply === undefined ? undefined : readChatReply(job.reply);
-  if (job.reply !== undefined && reply === undefined) return NONE;
+  if (job.reply !== undefined && reply === undefined) return NO_REPLY;
   stopIfAsked(m);
   const read = readBody(m.rules && rules ? { ...job.request, rewriteRules: rules } : job.request, pre.rules);
   if (!m.discard) reading = read.rewritten ? { fields: read.fields, rewritten: read.rewritten } : { fields: read.fields };
@@ -169,11 +170,11 @@ function tokenize(m: JobMessage, job: TokenizeJob, t0: number, before: CacheStat
 }
 
 // The cache's figures go back with every result: the pool sums its members' for the process's metrics.
-function done(m: JobMessage, ids: Uint32Array, before: CacheStats, busyMs: number): void {
+function done(m: JobMessage, ids: Uint32Array, before: CacheStats, busyMs: number, nothing = false): void {
   const cache = pre.cacheStats();
   const freshTokens = cache.freshTokens - before.freshTokens;
   const warmedTokens = cache.warmedHitTokens - before.warmedHitTokens;
-  if (m.discard) post({ type: "done", id: m.id, ids: null, freshTokens, warmedTokens, busyMs, cache });
+  if (m.discard) post({ type: "done", id: m.id, ids: null, freshTokens, warmedTokens, busyMs, cache, ...(nothing ? { nothing } : {}) });
   else {
     // Transferred, so it must be a buffer of its own, and never a shared constant (an empty one is copied).
     const own = ids.length > 0 && ids.byteOffset === 0 && ids.byteLength === ids.buffer.byteLength ? ids : ids.slice();
@@ -202,6 +203,8 @@ function transferable(body: Uint8Array): ArrayBuffer[] {
 }
 
 const NONE = new Uint32Array(0);
+/** A warm whose reply has nothing to warm with: told apart from NONE by identity, to be counted. */
+const NO_REPLY = new Uint32Array(0);
 
 function hasMedia(job: TokenizeJob): boolean {
   return job.kind === "chat" && job.cutAtMedia === true && job.messages.some((msg) => Array.isArray(msg.content) && msg.content.some(isMediaPart));

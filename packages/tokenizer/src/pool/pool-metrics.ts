@@ -61,7 +61,7 @@ export function poolMetrics(registry: Registry, model = ""): PoolObserver & { at
   });
   const warmJobs = new Counter({
     name: "dynamo_epp_tokenizer_warm_jobs_total",
-    help: "Background warm jobs (replies, bodies past the budget) a request made stop midway to resume later (preempted), dropped from a full warm queue (dropped), or not run for a body past the largest the pool reads on the caller's thread (too_large)",
+    help: "Background warm jobs (replies, bodies past the budget) a request made stop midway to resume later (preempted), dropped from a full warm queue (dropped), not run for a body past the largest the pool reads on the caller's thread (too_large), or released by their member on reading a reply with nothing to warm with (nothing: not finished, several choices, empty, an error), its body unread",
     labelNames: ["outcome"], registers: [registry],
   });
   const placements = new Counter({

@@ -53,8 +53,11 @@ export type FromMember =
    * `read`: a body job's reading, when no message of the job carried it yet.
    */
   | { type: "known"; id: number; ids: Uint32Array; estimatedMs: number; estimatedTokens: number; newTurnTokens?: number; busyMs: number; read?: BodyReading }
-  /** warmedTokens: of the job's cached tokens, those only a background warm had cached. `read` as on "known". */
-  | { type: "done"; id: number; ids: Uint32Array | null; freshTokens: number; warmedTokens: number; busyMs: number; cache: CacheStats; read?: BodyReading }
+  /**
+   * warmedTokens: of the job's cached tokens, those only a background warm had cached. `read` as on "known".
+   * `nothing`: a warm whose reply had nothing to warm with, released without reading its body.
+   */
+  | { type: "done"; id: number; ids: Uint32Array | null; freshTokens: number; warmedTokens: number; busyMs: number; cache: CacheStats; read?: BodyReading; nothing?: true }
   | { type: "stopped"; id: number; busyMs: number; freshTokens: number; cache: CacheStats }
   /** `name`: the error's class, for the ones the caller tells apart (BadRequest, TooDeep, ChatTemplateError). */
   | { type: "error"; id: number; name: string; message: string; busyMs: number; freshTokens: number; cache: CacheStats };

@@ -2,9 +2,9 @@ import { Worker } from "node:worker_threads";
 import { chatRules, type ChatRules } from "../chat-rules";
 import { ChatTemplateError } from "../messages";
 import { DEFAULT_CACHE_MAX_BYTES } from "../segment-cache";
-import { NO_CACHE_STATS, type CacheStats, type ChatMessage, type PreprocessorOptions } from "../types";
+import { NO_CACHE_STATS, type CacheStats, type PreprocessorOptions } from "../types";
 import { defaultPoolSize } from "./cpu-limit";
-import { nextTurnJob, type PoolJob, type TokenizeJob } from "../job";
+import type { PoolJob } from "../job";
 import { BadRequest } from "../request/bad-request";
 import { TooDeep } from "../request/openai-body";
 import { DEFAULT_READ_HERE_MAX_BYTES } from "../request/read-body";
@@ -68,8 +68,11 @@ export type PoolObserver = {
   fallback?(cause: FallbackCause): void;
   /** A request answered on a prefix its caller's `decides` accepted, before its tokenization finished. */
   decided?(): void;
-  /** A warm job stopped for a request (it resumes later), dropped from a full warm queue, or a body too large to warm. */
-  warm?(outcome: "preempted" | "dropped" | "too_large"): void;
+  /**
+   * A warm job stopped for a request (it resumes later), dropped from a full warm queue, a body too large to warm, or
+   * one that had nothing to warm (a reply with none to warm with, read before the body: see BodyJob.reply).
+   */
+  warm?(outcome: "preempted" | "dropped" | "too_large" | "nothing"): void;
   /** Everything told so far is forgotten (forgetWork): it was not traffic. */
   reset?(): void;
   /** A member finished a job (warm jobs too): its busy time and the fresh tokens it tokenized. */
@@ -99,7 +102,7 @@ export type TokenizeOutcome = {
   newTurnTokens?: number;
   /** Tokens that were not in the segment cache (0 on a fallback: not known yet). */
   freshTokens: number;
-  /** Tokens found in the cache only because a background warm (a reply's, see warmReply) had put them there. */
+  /** Tokens found in the cache only because a background warm (a reply's, see warm) had put them there. */
   warmedTokens: number;
   /** Time queued before a member took the job. */
   waitMs: number;
@@ -133,6 +136,8 @@ export type PoolStats = {
   cancelled: number; stopped: number; warmDropped: number;
   /** Warms of a body past readHereMaxBytes, not run (see warm). */
   warmTooLarge: number;
+  /** Warms that had nothing to warm, released as soon as their member read so (see warm). */
+  warmNothing: number;
   /**
    * Background jobs (warms, and requests answered already going on for the cache) a request made stop at their
    * next section (each resumes later as a warm, where it stopped: its member keeps the text it walked).
@@ -253,6 +258,7 @@ export class TokenizerPool {
   private cancelled = 0;
   private warmDropped = 0;
   private warmTooLarge = 0;
+  private warmNothing = 0;
   private warmPreempted = 0;
   private decided = 0;
   private stopped = 0;
@@ -353,21 +359,12 @@ export class TokenizerPool {
   }
 
   /**
-   * After a chat's response: tokenizes in the background, at the lowest priority, the conversation as its next
-   * turn will send it (the reply, then a user turn whose text is not known yet, or the result of its first tool
-   * call: nextTurnJob), so that turn finds everything
-   * but its new message cached. Rendered as the next turn, not as "the chat plus its reply": a template may
-   * render the final assistant turn differently from an earlier one (Qwen3 adds an empty think block).
-   */
-  warmReply(job: Extract<TokenizeJob, { kind: "chat" }>, reply: ChatMessage): void {
-    const next = nextTurnJob(job, reply);
-    if (next !== undefined) this.warm(next);
-  }
-
-  /**
-   * Tokenizes in the background at the lowest priority, only to fill the cache. A body past `readHereMaxBytes` is
-   * not warmed (counted): its member could not stop reading it for a request that comes meanwhile, and that is the
-   * longest read the pool lets a pick wait on; nor, queued, does it hold such a body.
+   * Tokenizes in the background at the lowest priority, only to fill the cache. After a chat's response, a body job
+   * with its `reply` (the response body as received) warms the conversation as its next turn will send it
+   * (nextTurnJob), so that turn finds everything but its new message cached; its member reads the reply first, and a
+   * reply with nothing to warm with releases the warm at once, its body unread (counted). A body past
+   * `readHereMaxBytes` is not warmed (counted): its member could not stop reading it for a request that comes
+   * meanwhile, and that is the longest read the pool lets a pick wait on; nor, queued, does it hold such a body.
    */
   warm(job: PoolJob): void {
     if (this.closed || !this.caches) return;
@@ -403,7 +400,7 @@ export class TokenizerPool {
         member: m.index, queued: m.queue.length, warmQueued: m.warm.length, busy: m.current !== null,
         jobs: m.jobs, freshTokens: m.freshTokens, busyMs: m.busyMs, cache: { ...m.cache }, warmUp: m.warmUp, priority: m.priority,
       })),
-      fallbacks: { ...this.fallbacks }, cancelled: this.cancelled, stopped: this.stopped, warmDropped: this.warmDropped, warmTooLarge: this.warmTooLarge, warmPreempted: this.warmPreempted, decided: this.decided,
+      fallbacks: { ...this.fallbacks }, cancelled: this.cancelled, stopped: this.stopped, warmDropped: this.warmDropped, warmTooLarge: this.warmTooLarge, warmNothing: this.warmNothing, warmPreempted: this.warmPreempted, decided: this.decided,
       restarts: this.restarts,
       cache: this.cacheStats(), placement: { ...this.placements, remembered: this.placement.remembered },
     };
@@ -430,7 +427,7 @@ export class TokenizerPool {
     for (const m of this.members) Object.assign(m, { jobs: 0, busyMs: 0, freshTokens: 0 });
     this.fallbacks = { budget: 0, queue: 0 };
     this.placements = { affine: 0, moved: 0, new: 0 };
-    this.decided = this.stopped = this.cancelled = this.warmDropped = this.warmTooLarge = this.warmPreempted = 0;
+    this.decided = this.stopped = this.cancelled = this.warmDropped = this.warmTooLarge = this.warmNothing = this.warmPreempted = 0;
     this.logged.clear();
     this.placement.clear();
     this.observe.reset?.();
@@ -631,6 +628,10 @@ export class TokenizerPool {
     this.observe.work?.(member.index, m.busyMs, m.freshTokens);
     if (member.queue.length === 0 && member.warm.length === 0) member.worker.unref();
     if (m.type === "done") {
+      if (m.nothing) {
+        this.warmNothing++;
+        this.observe.warm?.("nothing");
+      }
       p.settle?.({
         tokens: m.ids ?? new Uint32Array(0), complete: true, freshTokens: m.freshTokens, warmedTokens: m.warmedTokens, waitMs: p.dispatched - p.submitted,
         busyMs: m.busyMs,
