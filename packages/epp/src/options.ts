@@ -123,7 +123,7 @@ export const EPP_OPTIONS = {
     ),
     tokenizerThreads: opt.int(
       count.optional(),
-      "worker threads that render and tokenize off the decision thread (default: under a cgroup CPU quota its CPUs less one for the decision thread, at least 1 (members filling the quota get the whole cgroup throttled, the decision thread with it, for the rest of each CFS period); without a quota, the process's CPUs; at most 8 either way, each member holding ~65 MB of tokenizer; 0: on the event loop). The start-up log 'tokenizer pool warmed up' says what set the size (sizedBy: quota, cpus, max_default_members or --tokenizer-threads); a value above that CPU limit is warned of",
+      "worker threads that render and tokenize off the decision thread (default: under a cgroup CPU quota its CPUs less one for the decision thread, at least 1 (members filling the quota get the whole cgroup throttled, the decision thread with it, for the rest of each CFS period); without a quota, the process's CPUs; at most 8 either way, each member holding ~25 MB beside the tokenizer model all share; 0: on the event loop). The start-up log 'tokenizer pool warmed up' says what set the size (sizedBy: quota, cpus, max_default_members or --tokenizer-threads); a value above that CPU limit is warned of",
     ),
     tokenizerNice: opt.int(
       z.number().int().min(0).max(19).default(DEFAULT_MEMBER_NICE),

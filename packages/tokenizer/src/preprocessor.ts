@@ -4,22 +4,23 @@ import { chatRules, type ChatRules } from "./chat-rules";
 import { HfPreprocessor } from "./hf-preprocessor";
 import { servedConversationTemplate } from "./sglang-conversation";
 import { registerPreprocessorMetrics } from "./metrics";
-import { loadChatTemplate, loadSglangChatTemplate, loadTokenizerFiles } from "./tokenizer-files";
+import { loadChatTemplate, loadSglangChatTemplate, loadTokenizerFiles, type TokenizerFiles } from "./tokenizer-files";
 import { truncatePrompt } from "./truncation";
 import { NO_CACHE_STATS, type ChatMessage, type ChatOptions, type Preprocessor, type PreprocessorOptions } from "./types";
 
 /**
  * The request preprocessor of one model: a Hugging Face tokenizer read from `tokenizerDir`, or the byte-level
  * fallback when no directory is given. Loading is synchronous (a few hundred ms for a 150k vocabulary) and happens
- * once per model at startup; a directory that is given but unreadable throws.
+ * once per model at startup; a directory that is given but unreadable throws. `files`: that directory as read already
+ * (a pool member's, read once for the pool), not read again.
  */
-export function createPreprocessor(opts: PreprocessorOptions = {}): Preprocessor {
+export function createPreprocessor(opts: PreprocessorOptions = {}, files?: TokenizerFiles): Preprocessor {
   const rules = chatRules(opts.chatRendering, opts);
   // SGLang's --chat-template naming a conversation template is no file to read here.
   const conversation = servedConversationTemplate(opts) ?? undefined;
   const pre: Preprocessor = opts.tokenizerDir === undefined
     ? byteFallbackPreprocessor(rules)
-    : new HfPreprocessor(loadTokenizerFiles(opts.tokenizerDir), opts.cache ?? {}, opts.fastBpe ?? true, {
+    : new HfPreprocessor(files ?? loadTokenizerFiles(opts.tokenizerDir), opts.cache ?? {}, opts.fastBpe ?? true, {
       defaultKwargs: defaultKwargs(opts.defaultChatTemplateKwargs),
       // It wins over the tokenizer's templates, tools or not (resolve_chat_template's first choice).
       chatTemplate: opts.chatTemplate === undefined || conversation !== undefined ? undefined

@@ -1,6 +1,6 @@
 import { existsSync, readdirSync, readFileSync, statSync } from "node:fs";
 import { join } from "node:path";
-import { parseTokenizerJson } from "./fast/bpe-model";
+import { adoptModel, parseTokenizerJson, shareModel, type SharedModel } from "./fast/bpe-model";
 
 export type AddedTokenJson = {
   id: number; content: string; special: boolean;
@@ -45,6 +45,24 @@ export function loadTokenizerFiles(dir: string): TokenizerFiles {
   const tokenizerJson = parseTokenizerJson(readMapped(path("tokenizer.json"))) as TokenizerJson;
   const config = JSON.parse(readFileSync(path("tokenizer_config.json"), "utf8")) as TokenizerConfig;
   return { tokenizerJson, config, chatTemplate: findChatTemplate(dir, config) };
+}
+
+/**
+ * A tokenizer directory as read once, for other threads (posted as workerData): the model's tables in shared memory
+ * (see shareModel), the rest of the files as they are, copied (small beside the tables: Gemma 3's 6k added tokens the most).
+ */
+export type SharedTokenizerFiles = Omit<TokenizerFiles, "tokenizerJson"> & { tokenizerJson: Omit<TokenizerJson, "model">; model: SharedModel | null };
+
+export function shareTokenizerFiles(files: TokenizerFiles): SharedTokenizerFiles {
+  const { model, ...rest } = files.tokenizerJson;
+  return { ...files, tokenizerJson: rest as Omit<TokenizerJson, "model">, model: model == null ? null : shareModel(model as Record<string, unknown>) };
+}
+
+/** The files a SharedTokenizerFiles was made of; the model's tables are the shared ones, never written. */
+export function adoptTokenizerFiles(shared: SharedTokenizerFiles): TokenizerFiles {
+  const tokenizerJson = { ...shared.tokenizerJson } as TokenizerJson;
+  if (shared.model !== null) tokenizerJson.model = adoptModel(shared.model);
+  return { tokenizerJson, config: shared.config, chatTemplate: shared.chatTemplate };
 }
 
 // As transformers' tokenizer from_pretrained reads them: chat_template.jinja (the "default") and

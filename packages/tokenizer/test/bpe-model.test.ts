@@ -3,7 +3,7 @@ import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { bpeModelOf, parseTokenizerJson, vocabIdOf } from "../src/fast/bpe-model";
 import { compileFastTokenizer } from "../src/fast/fast-tokenizer";
-import { loadTokenizerFiles } from "../src/tokenizer-files";
+import { adoptTokenizerFiles, loadTokenizerFiles, shareTokenizerFiles } from "../src/tokenizer-files";
 import { modelDir, MODELS } from "./reference-tokenizers";
 
 // Whether parseTokenizerJson read the model with its scanner (its vocab is built on first read), not JSON.parse.
@@ -51,6 +51,27 @@ describe("parseTokenizerJson on every tokenizer the repository ships or tests wi
       const text2 = "Hello, world! 1234 — naïve café 😀\n\tdef f(x): return x**2";
       const [ta, tb] = [compileFastTokenizer(fast), compileFastTokenizer(plain)];
       expect(ta.ok && tb.ok && Array.from(ta.tokenizer.encode(text2))).toEqual(tb.ok && Array.from(tb.tokenizer.encode(text2)));
+    }, 120_000);
+  }
+});
+
+describe("a scanned model shared with other threads (shareTokenizerFiles, as a tokenizer pool hands it to its members)", () => {
+  for (const model of MODELS) {
+    test(`${model}: posted, its tables are shared memory, and adopted, its vocab, merges, file and ids are the file's`, () => {
+      const plain = JSON.parse(readFileSync(join(modelDir(model), "tokenizer.json"), "utf8"));
+      const posted = structuredClone(shareTokenizerFiles(loadTokenizerFiles(modelDir(model)))); // as workerData is
+      const tables = posted.model!.tables!;
+      const { count: _, ...vocab } = tables.vocab;
+      const arrays = [...Object.values(vocab), tables.ids, tables.entries, ...Object.values(tables.mergeTable)];
+      expect(arrays.length).toBe(10);
+      expect(arrays.every((a) => a.buffer instanceof SharedArrayBuffer)).toBe(true);
+      const adopted = adoptTokenizerFiles(posted).tokenizerJson as Record<string, any>;
+      expect(scanned(adopted)).toBe(true);
+      expect(bpeModelFacts(adopted.model)).toEqual(bpeModelFacts(plain.model));
+      const text = "Hello, world! 1234 — naïve café 😀\n\tdef f(x): return x**2 ▁ > </";
+      const [a, b] = [compileFastTokenizer(adopted), compileFastTokenizer(plain)];
+      expect(a.ok && b.ok && Array.from(a.tokenizer.encode(text))).toEqual(b.ok && Array.from(b.tokenizer.encode(text)));
+      expect(adopted).toEqual(plain);
     }, 120_000);
   }
 });

@@ -4,7 +4,9 @@ import {
   DEFAULT_MEMBER_NICE, BadRequest, ChatTemplateError, createPreprocessor, encodeJob, joinBody, nextTurnJob, readBody, TokenizeCancelled, TokenizerPool,
   TooDeep, type TokenizeJob,
 } from "../src/index";
-import { freshWords } from "@kv-epp/testkit";
+import { copyFileSync, readdirSync, rmSync } from "node:fs";
+import { join } from "node:path";
+import { freshWords, tempDir } from "@kv-epp/testkit";
 import { chatReplyBody } from "./chat-reply-body";
 import { chat, freshChat, QWEN3_DIR as dir, qwen3Pools } from "./qwen3-pool";
 
@@ -573,6 +575,31 @@ test("a pool whose members cannot load the tokenizer fails ready(), naming the f
   expect(bad.stats().restarts).toBe(0);
   await bad.close();
 });
+
+test("members share the model the pool read once: no member, a replacement included, reads the tokenizer directory", async () => {
+  const copy = tempDir("qwen3-tokenizer-");
+  for (const f of readdirSync(dir)) copyFileSync(join(dir, f), join(copy, f));
+  const pool = new TokenizerPool({ preprocessor: { tokenizerDir: copy }, size: 2, budgetMs: 600_000 });
+  // Gone before any member thread has loaded its modules: a member reading its own copy would not find it.
+  rmSync(copy, { recursive: true });
+  try {
+    await pool.ready();
+    const pre = createPreprocessor({ tokenizerDir: dir });
+    const messages = chat("You are terse.", "Hello <think> there", "hi", "again 日本語 123");
+    expect((await pool.tokenize({ kind: "chat", messages, opts: {} })).tokens).toEqual(pre.encodeChat(messages));
+    await (pool as unknown as { members: { worker: { terminate(): Promise<number> } }[] }).members[0]!.worker.terminate();
+    while (pool.stats().restarts < 1) await Bun.sleep(1);
+    await pool.ready();
+    expect(pool.stats().members.every((m) => m.warmUp !== null)).toBe(true);
+    // Two at once: the second goes to the member the first left idle, so each member answers one.
+    const texts = [lines(2_000, 67), lines(2_000, 68)];
+    const answers = await Promise.all(texts.map((text) => pool.tokenize({ kind: "prompt", text })));
+    expect(answers.map((a) => a.tokens)).toEqual(texts.map((t) => pre.encodeCompletion(t)));
+    expect(pool.stats().members.map((m) => m.jobs > 0)).toEqual([true, true]);
+  } finally {
+    await pool.close();
+  }
+}, 120_000);
 
 test("a pool whose member thread is gone before it was ready fails ready(), whatever message went with it", async () => {
   const pool = new TokenizerPool({ preprocessor: { tokenizerDir: dir }, size: 1 });

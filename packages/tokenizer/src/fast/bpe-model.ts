@@ -1,5 +1,7 @@
 import { FNV_OFFSET, FNV_PRIME, hashRange } from "./fnv";
-import { grown, VocabTable } from "./vocab-table";
+import { MergeTable, type MergeArrays } from "./merge-table";
+import { sharedCopy } from "./shared-arrays";
+import { grown, VocabTable, type VocabArrays } from "./vocab-table";
 
 /**
  * A BPE model's vocabulary and merges as the fast BPE compiles them. `parseTokenizerJson` reads them straight out
@@ -20,12 +22,17 @@ export type BpeModel = {
   mergeParts(i: number): [string, string];
   /** The first token (in the order merges are read: left, right, merged) that the vocabulary lacks, or null. */
   missing: string | null;
+  /** The merges as the fast BPE looks them up, built on first call. */
+  mergeTable(): MergeTable;
 };
 
 type Json = Record<string, any>;
 
+/** A scanned model's tables: the vocabulary, and per merge its parts' and result's ids and its parts' entries. */
+type Tables = { vocab: VocabTable; merges: Omit<ScannedMerges, "end"> };
+
 // The scanned model of each model object parseTokenizerJson made (its vocab and merges are built on first read).
-const scanned = new WeakMap<object, BpeModel>();
+const scanned = new WeakMap<object, BpeModel & { tables: Tables }>();
 
 /** A token's id in a model object's vocabulary, without building a scanned model's vocab object. */
 export function vocabIdOf(model: Json | undefined, token: string): number | undefined {
@@ -53,7 +60,62 @@ export function bpeModelOf(model: Json): BpeModel {
     if (id === undefined) missing = token;
     else merges[k] = id;
   }
-  return { get: (t) => vocab.get(t), entries: () => vocab, merges, mergeParts: (i) => [parts[2 * i]!, parts[2 * i + 1]!], missing };
+  const mergeTable = once(() => new MergeTable(merges));
+  return { get: (t) => vocab.get(t), entries: () => vocab, merges, mergeParts: (i) => [parts[2 * i]!, parts[2 * i + 1]!], missing, mergeTable };
+}
+
+/**
+ * A tokenizer.json's `model` object for other threads (posted as workerData): a scanned one as its other fields and
+ * its tables, vocabulary and merges (and the merge table the fast BPE builds from them) in shared memory, which
+ * every thread that adopts it reads and none copies; any other as it is.
+ */
+export type SharedModel = { fields: Json; tables: SharedTables | null };
+export type SharedTables = {
+  vocab: VocabArrays; ids: Int32Array; entries: Int32Array; strings: boolean; mergeTable: MergeArrays;
+};
+
+export function shareModel(model: Json): SharedModel {
+  const known = scanned.get(model);
+  if (known === undefined) return { fields: model, tables: null };
+  // Its vocab and merges are left out, not read: they are getters building them (see lazy).
+  const fields = Object.fromEntries(Object.keys(model).filter((k) => k !== "vocab" && k !== "merges").map((k) => [k, model[k]]));
+  const { vocab, merges } = known.tables;
+  return {
+    fields,
+    tables: {
+      vocab: vocab.shared(), ids: sharedCopy(merges.ids), entries: sharedCopy(merges.entries), strings: merges.strings,
+      mergeTable: known.mergeTable().shared(),
+    },
+  };
+}
+
+/** The model object of a SharedModel, as parseTokenizerJson gives it, its tables the shared ones (read-only). */
+export function adoptModel(shared: SharedModel): Json {
+  const { fields, tables } = shared;
+  if (tables === null) return fields;
+  const merges = { ids: tables.ids, entries: tables.entries, strings: tables.strings };
+  install(fields, { vocab: new VocabTable(tables.vocab), merges }, new MergeTable(tables.mergeTable));
+  return fields;
+}
+
+// The model's vocab and merges built on first read from its tables, which the fast BPE reads directly.
+function install(model: Json, tables: Tables, mergeTable?: MergeTable): void {
+  const { vocab: table, merges } = tables;
+  const mergeParts = (i: number): [string, string] => [table.key(merges.entries[2 * i]!), table.key(merges.entries[2 * i + 1]!)];
+  lazy(model, "vocab", () => Object.fromEntries(table.entries()));
+  lazy(model, "merges", () => Array.from({ length: merges.entries.length / 2 }, (_, i) => {
+    const [a, b] = mergeParts(i);
+    return merges.strings ? `${a} ${b}` : [a, b];
+  }));
+  scanned.set(model, {
+    get: (t) => table.get(t), entries: () => table.entries(), merges: merges.ids, mergeParts, missing: null,
+    mergeTable: mergeTable === undefined ? once(() => new MergeTable(merges.ids)) : () => mergeTable, tables,
+  });
+}
+
+function once<T>(make: () => T): () => T {
+  let made: T | undefined;
+  return () => (made ??= make());
 }
 
 function splitMerge(m: string): [string, string] {
@@ -71,6 +133,8 @@ export function parseTokenizerJson(text: string): Json {
   const table = new VocabTable(text.length);
   const spans = findModelSpans(text, table);
   const merges = spans === null ? null : (spans.scanned ?? scanMerges(text, spans.merges[0], table));
+  // The scanner's last token would hold the whole text (Qwen3's: ~20 MB as UTF-16) for the life of the thread.
+  tok.src = "";
   if (spans === null || merges === null || merges.end !== spans.merges[1]) return JSON.parse(text);
   table.trim();
   const [first, second] = spans.vocab[0] < spans.merges[0] ? [spans.vocab, spans.merges] : [spans.merges, spans.vocab];
@@ -81,14 +145,7 @@ export function parseTokenizerJson(text: string): Json {
   } catch {
     return JSON.parse(text); // its own error, about the text as given
   }
-  const model = rest.model as Json;
-  const mergeParts = (i: number): [string, string] => [table.key(merges.entries[2 * i]!), table.key(merges.entries[2 * i + 1]!)];
-  lazy(model, "vocab", () => Object.fromEntries(table.entries()));
-  lazy(model, "merges", () => Array.from({ length: merges.entries.length / 2 }, (_, i) => {
-    const [a, b] = mergeParts(i);
-    return merges.strings ? `${a} ${b}` : [a, b];
-  }));
-  scanned.set(model, { get: (t) => table.get(t), entries: () => table.entries(), merges: merges.ids, mergeParts, missing: null });
+  install(rest.model as Json, { vocab: table, merges });
   return rest;
 }
 

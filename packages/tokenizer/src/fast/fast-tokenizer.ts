@@ -5,7 +5,6 @@ import { cl100kDigits, scanCl100k } from "./cl100k-scanner";
 import { cutPoints, type CutPoints } from "./cut-points";
 import { isDeepSeekV3, scanDeepSeekV3 } from "./deepseek-scanner";
 import { hfRegexToJs } from "./hf-regex";
-import { MergeTable } from "./merge-table";
 import { normalizeAsReference } from "./reference-unicode";
 import { TextTable, textHash, WordCache } from "./word-cache";
 
@@ -112,7 +111,7 @@ class BpeTokenizer implements FastTokenizer {
       return v;
     };
     if (vocab.missing !== null) throw missing(vocab.missing);
-    this.merger = new WordMerger(new MergeTable(vocab.merges));
+    this.merger = new WordMerger(vocab.mergeTable());
     const unk = model.unk_token == null ? undefined : vocab.get(model.unk_token);
     this.unkId = unk ?? -1;
     this.fuseUnk = model.fuse_unk === true;

@@ -1,3 +1,8 @@
+import { sharedCopy } from "./shared-arrays";
+
+/** A table's arrays in shared memory (`shared()`), for `new MergeTable(arrays)` on any thread. */
+export type MergeArrays = { keys: Int32Array; vals: Int32Array };
+
 /**
  * The BPE merges of a tokenizer as an open-addressing hash table over typed arrays: (left id, right id) →
  * (rank, merged id). A Map keyed by a 38-bit number (left * 2^19 + right) was the first version; a probe in
@@ -9,8 +14,17 @@ export class MergeTable {
   private readonly keys: Int32Array;
   private readonly vals: Int32Array;
 
-  /** `merges`: per merge in rank order, its left id, right id and merged id. */
-  constructor(merges: Int32Array) {
+  /**
+   * `merges`: per merge in rank order, its left id, right id and merged id; or the arrays of a table built already
+   * (`shared()`), used as they are.
+   */
+  constructor(merges: Int32Array | MergeArrays) {
+    if (!ArrayBuffer.isView(merges)) {
+      this.keys = merges.keys;
+      this.vals = merges.vals;
+      this.mask = merges.keys.length / 2 - 1;
+      return;
+    }
     const count = merges.length / 3;
     let capacity = 16;
     while (capacity < count * 2) capacity *= 2;
@@ -31,6 +45,11 @@ export class MergeTable {
       if (k === left + 1 && keys[2 * i + 1] === right) return i;
       i = (i + 1) & this.mask;
     }
+  }
+
+  /** The table's arrays copied into shared memory. */
+  shared(): MergeArrays {
+    return { keys: sharedCopy(this.keys), vals: sharedCopy(this.vals) };
   }
 
   rank(slot: number): number {

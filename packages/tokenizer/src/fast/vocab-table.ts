@@ -1,4 +1,10 @@
 import { FNV_OFFSET, hashRange } from "./fnv";
+import { sharedCopy } from "./shared-arrays";
+
+/** A finished table's arrays, in shared memory (`shared()`): a table for another thread, read-only. */
+export type VocabArrays = {
+  count: number; slots: Int32Array; hashes: Int32Array; starts: Int32Array; lengths: Int32Array; ids: Int32Array; keys: Uint16Array;
+};
 
 /**
  * Token text -> id, keyed by ranges of any string (open addressing over typed arrays, FNV-1a on code units): a
@@ -20,7 +26,13 @@ export class VocabTable {
    * Sized for a tokenizer.json of `fileChars` characters; it grows when that is short. The shipped files hold
    * 55-120 characters per token (vocabulary, merges and the rest), Qwen3's tokens 6.4 code units on average.
    */
-  constructor(fileChars = 0) {
+  constructor(from: number | VocabArrays = 0) {
+    if (typeof from !== "number") {
+      ({ count: this.count, slots: this.slots, hashes: this.hashes, starts: this.starts, lengths: this.lengths, ids: this.ids, keys: this.keys } = from);
+      this.keyUsed = from.keys.length;
+      return;
+    }
+    const fileChars = from;
     let entries = 1 << 10;
     while (entries * 64 < fileChars) entries *= 2;
     this.slots = new Int32Array(entries * 2);
@@ -94,6 +106,16 @@ export class VocabTable {
   /** Drops the spare capacity of a finished table. */
   trim(): void {
     this.keys = this.keys.slice(0, this.keyUsed);
+  }
+
+  /** A finished table's arrays copied into shared memory, for `new VocabTable(arrays)` on any thread; nothing set after. */
+  shared(): VocabArrays {
+    const n = this.count;
+    const used = (a: Int32Array) => sharedCopy(a.subarray(0, n));
+    return {
+      count: n, slots: sharedCopy(this.slots), hashes: used(this.hashes), starts: used(this.starts), lengths: used(this.lengths),
+      ids: used(this.ids), keys: sharedCopy(this.keys.subarray(0, this.keyUsed)),
+    };
   }
 
   // Every key's text, made once: one string sliced for each key costs far less than a string built for each.

@@ -45,9 +45,9 @@ export function defaultPoolSize(read: ReadFile = readOrNull, cpus = availablePar
 }
 
 /**
- * The most members the default gives. Each holds its own tokenizer and compiled BPE, ~65 MB at rest (Qwen3,
- * measured: a pool of 1 added 55 MB to the process, of 4, 254 MB), so a member per CPU of an unlimited 64-core
- * node would be ~4 GB: past the deployment's 2 GiB memory limit, killed at start. Eight members tokenize ~50 M
+ * The most members the default gives. Each holds its own preprocessor, ~20-30 MB at rest (Qwen3, its model's
+ * tables shared by the pool; measured: an EPP with 4 members 283-295 MB, in-loop 199-201), so a member per CPU of
+ * an unlimited 64-core node would be ~1.7 GB more: near the deployment's 2 GiB memory limit. Eight members tokenize ~50 M
  * fresh tokens a second, beyond what one EPP's requests need; --tokenizer-threads sets more.
  */
 export const MAX_DEFAULT_MEMBERS = 8;

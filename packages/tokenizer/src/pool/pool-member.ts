@@ -3,6 +3,7 @@ import { parentPort, workerData } from "node:worker_threads";
 import { encodeJob, newTurnChars, nextTurnJob, type PoolJob, type TokenizeJob } from "../job";
 import { isMediaPart } from "../media";
 import { createPreprocessor } from "../preprocessor";
+import { adoptTokenizerFiles } from "../tokenizer-files";
 import { EncodeStopped, type EncodeControl, type KnownPrefix } from "../segmenter";
 import type { CacheStats, Preprocessor } from "../types";
 import { BadRequest } from "../request/bad-request";
@@ -29,7 +30,7 @@ try {
   // A replacement is lowered (at a nice above 0) at once: its loading and warm-up, seconds of CPU, then take no
   // core from the answers.
   const early = init.serving ? lowerThreadPriority(init.nice) : undefined;
-  pre = createPreprocessor(init.preprocessor);
+  pre = createPreprocessor(init.preprocessor, init.files && adoptTokenizerFiles(init.files));
   // Ready only once warm: a cold member answers its first requests past the budget.
   const warm = warmUp(pre);
   Bun.gc(true);

@@ -2,6 +2,7 @@
 import type { PoolJob } from "../job";
 import type { BodyFields } from "../request/read-body";
 import type { RewriteRules } from "../request/rewrite-rules";
+import type { SharedTokenizerFiles } from "../tokenizer-files";
 import type { CacheStats, PreprocessorOptions } from "../types";
 import type { ThreadPriority } from "./thread-priority";
 import type { WarmUp } from "../warm-up";
@@ -16,6 +17,8 @@ export type BodyReading = { fields: BodyFields; rewritten?: Uint8Array };
 /** How each pool member is built (posted as workerData). */
 export type MemberInit = {
   preprocessor: Omit<PreprocessorOptions, "registry">;
+  /** `preprocessor.tokenizerDir` as the pool read it, its model's tables shared by every member; absent: read it. */
+  files?: SharedTokenizerFiles;
   /** Int32Array[0]: the id of the job the member must stop (set by the pool on cancel). */
   cancel: SharedArrayBuffer;
   /** The member's thread runs at this nice value (see thread-priority.ts). */

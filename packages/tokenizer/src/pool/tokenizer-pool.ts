@@ -2,6 +2,7 @@ import { Worker } from "node:worker_threads";
 import { chatRules, type ChatRules } from "../chat-rules";
 import { ChatTemplateError } from "../messages";
 import { DEFAULT_CACHE_MAX_BYTES } from "../segment-cache";
+import { loadTokenizerFiles, shareTokenizerFiles, type SharedTokenizerFiles } from "../tokenizer-files";
 import { NO_CACHE_STATS, type CacheStats, type PreprocessorOptions } from "../types";
 import { defaultPoolSize } from "./cpu-limit";
 import type { PoolJob } from "../job";
@@ -274,7 +275,7 @@ export class TokenizerPool {
   /** Per member slot: whether a member there was ever ready (a pool that never started is not kept trying). */
   private readonly started: boolean[];
   private readonly restartBackoffMs: number;
-  private readonly memberOptions: { preprocessor: PoolOptions["preprocessor"]; nice: number };
+  private readonly memberOptions: { preprocessor: PoolOptions["preprocessor"]; files: SharedTokenizerFiles | undefined; nice: number };
 
   constructor(opts: PoolOptions) {
     const size = Math.max(1, opts.size ?? defaultPoolSize());
@@ -291,7 +292,7 @@ export class TokenizerPool {
       maxBytes: Math.floor((cache?.maxBytes ?? DEFAULT_CACHE_MAX_BYTES) / size),
       ...(cache?.maxEntries !== undefined ? { maxEntries: Math.max(1, Math.floor(cache.maxEntries / size)) } : {}),
     };
-    this.memberOptions = { preprocessor: { ...opts.preprocessor, cache: share }, nice: opts.nice ?? DEFAULT_MEMBER_NICE };
+    this.memberOptions = { preprocessor: { ...opts.preprocessor, cache: share }, files: readOnce(opts.preprocessor.tokenizerDir), nice: opts.nice ?? DEFAULT_MEMBER_NICE };
     this.caches = share !== false && share.maxBytes > 0;
     this.restartBackoffMs = opts.restartBackoffMs ?? 1000;
     this.failedStarts = Array.from({ length: size }, () => 0);
@@ -464,7 +465,8 @@ export class TokenizerPool {
   private startMember(index: number): Member {
     const cancelBuffer = new SharedArrayBuffer(4);
     // A replacement starts while the process serves: its loading and warm-up run at its low priority from the start.
-    const init: MemberInit = { preprocessor: this.memberOptions.preprocessor, cancel: cancelBuffer, nice: this.memberOptions.nice, serving: this.started[index] === true };
+    const { preprocessor, files, nice } = this.memberOptions;
+    const init: MemberInit = { preprocessor, files, cancel: cancelBuffer, nice, serving: this.started[index] === true };
     const worker = new Worker(new URL("./pool-member.ts", import.meta.url), { workerData: init });
     let resolveReady!: () => void;
     let rejectReady!: (e: Error) => void;
@@ -768,6 +770,20 @@ export class TokenizerPool {
 /** Bytes as a member is given them: in shared memory, as they are; else a copy of their own to transfer (a Buffer's slice() would be a view). */
 function forMember(bytes: Uint8Array): Uint8Array {
   return isShared(bytes) ? bytes : new Uint8Array(bytes);
+}
+
+/**
+ * The tokenizer directory read once, here, for every member: each adopts the model's tables in shared memory instead
+ * of reading and building its own (see the README's pool section for the memory it saves). A directory that fails to
+ * read is left to the members, which fail on it with the same message.
+ */
+function readOnce(dir: string | undefined): SharedTokenizerFiles | undefined {
+  if (dir === undefined) return undefined;
+  try {
+    return shareTokenizerFiles(loadTokenizerFiles(dir));
+  } catch {
+    return undefined;
+  }
 }
 
 /** A member's error as the caller tells it apart: a bad body (400), a template's refusal, or the pool's. */
