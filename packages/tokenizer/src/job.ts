@@ -13,9 +13,10 @@ export type TokenizeJob =
   | { kind: "prompt"; text: string; opts?: CompletionOptions }
   /**
    * `cutAtMedia`: the ids stop before the first media part (what a router can match; see media.ts). `cut`: the
-   * messages stop at the routing bound, so the request's new turn lies past them.
+   * messages stop at the routing bound, so the request's new turn lies past them. `echo`: the request's reply repeats
+   * a final assistant message's text before what was generated (vLLM's `echo`), which its next turn must not repeat.
    */
-  | { kind: "chat"; messages: ChatMessage[]; opts: ChatOptions; cutAtMedia?: boolean; cut?: BoundCut; verdict?: RenderVerdict };
+  | { kind: "chat"; messages: ChatMessage[]; opts: ChatOptions; cutAtMedia?: boolean; cut?: BoundCut; verdict?: RenderVerdict; echo?: true };
 
 type ChatJob = Extract<TokenizeJob, { kind: "chat" }>;
 
@@ -93,11 +94,25 @@ function nextMessage(reply: ChatMessage): ChatMessage {
 }
 
 /** The chat's messages with its reply as the client resends it (see continued). */
-function withReply(job: ChatJob, reply: ChatMessage): ChatMessage[] | undefined {
+function withReply(job: ChatJob, echoed: ChatMessage): ChatMessage[] | undefined {
   const last = job.messages.at(-1);
+  const reply = job.echo && last?.role === "assistant" ? unechoed(last, echoed) : echoed;
+  if (reply === undefined) return undefined;
   if (!job.opts.continueFinalMessage || last?.role !== "assistant") return [...job.messages, reply];
   const merged = continued(last, reply);
   return merged && [...job.messages.slice(0, -1), merged];
+}
+
+/**
+ * The reply without the final assistant message's text that vLLM's `echo` put before it (a stream's first delta, or
+ * the front of a JSON reply's content); undefined when it does not start with that text, or the message's content
+ * is parts (vLLM echoes them as it parsed them, not as sent): not guessed.
+ */
+function unechoed(last: ChatMessage, reply: ChatMessage): ChatMessage | undefined {
+  const echo = last.content ?? "";
+  if (echo === "") return reply;
+  if (typeof echo !== "string" || typeof reply.content !== "string" || !reply.content.startsWith(echo)) return undefined;
+  return { ...reply, content: reply.content.slice(echo.length) };
 }
 
 /**

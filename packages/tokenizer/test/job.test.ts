@@ -54,6 +54,23 @@ describe("the next turn warmed after a reply", () => {
     });
   });
 
+  test("a reply that echoes the final assistant message (vLLM's echo) is merged without the echo repeated", () => {
+    const continuing = { kind: "chat" as const, messages: [m("user", "q"), m("assistant", "The answer is")], opts: { continueFinalMessage: true, addGenerationPrompt: false }, echo: true as const };
+    expect(nextTurnJob(continuing, m("assistant", "The answer is 42."))).toMatchObject({ messages: [m("user", "q"), m("assistant", "The answer is 42."), m("user", "")] });
+    // After a user's message nothing is echoed: the reply is the new message as it came.
+    const asking = { kind: "chat" as const, messages: [m("user", "q")], opts: {}, echo: true as const };
+    expect(nextTurnJob(asking, m("assistant", "a"))).toMatchObject({ messages: [m("user", "q"), m("assistant", "a"), m("user", "")] });
+    // A reply not starting with the message's text is not one vLLM echoed: nothing is guessed.
+    expect(nextTurnJob(continuing, m("assistant", " 42."))).toBeUndefined();
+  });
+
+  test("echo is read from a chat body into its job, and only when true", () => {
+    const input = (echo?: boolean): RoutedInput => ({ kind: "chat", messages: [m("user", "q")], ...(echo === undefined ? {} : { echo }) });
+    expect(routingJob(input(true))).toMatchObject({ echo: true });
+    expect(routingJob(input(false))).not.toHaveProperty("echo");
+    expect(routingJob(input())).not.toHaveProperty("echo");
+  });
+
   test("none for a continued final message of content parts: how the client merges the reply into them is not known", () => {
     const parts = [{ type: "text", text: "The answer is" }] as ChatMessage["content"];
     const job = { kind: "chat" as const, messages: [m("user", "q"), m("assistant", parts)], opts: { continueFinalMessage: true } };

@@ -105,6 +105,12 @@ describe("OpenAI request bodies", () => {
     expect(parseBodyBytes(bytes({ messages: msgs })).input).toMatchObject({ addGenerationPrompt: undefined, continueFinalMessage: undefined });
   });
 
+  test("chat: echo is read (its reply repeats a final assistant message's text), a boolean as vLLM takes it", () => {
+    const msgs = [{ role: "user", content: "x" }, { role: "assistant", content: "The answer is" }];
+    expect(parseBodyBytes(bytes({ messages: msgs, echo: true })).input).toMatchObject({ kind: "chat", echo: true });
+    expect(() => parseBodyBytes(bytes({ messages: msgs, echo: "no" }))).toThrow(/echo must be a boolean/);
+  });
+
   test.each([
     [JSON.stringify({ messages: [{ role: "user", content: "x" }], continue_final_message: true }), /add_generation_prompt to be false/],
     [JSON.stringify({ messages: [{ role: "user", content: "x" }], continue_final_message: true, add_generation_prompt: true }), /add_generation_prompt to be false/],

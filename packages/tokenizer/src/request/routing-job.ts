@@ -54,7 +54,7 @@ export function routingJob(input: RoutedInput, rules?: ChatRules): TokenizeJob |
         truncatePromptTokens: input.truncatePromptTokens,
         truncationSide: input.truncationSide,
       };
-      if (messages === input.messages) return { kind: "chat", messages, opts, cutAtMedia: true };
+      if (messages === input.messages) return { kind: "chat", messages, opts, cutAtMedia: true, ...(input.echo ? { echo: true as const } : {}) };
       // The cut may fall inside the final message itself, which SGLang's final-turn rule still applies to.
       return { kind: "chat", messages, opts, cutAtMedia: true, cut: messages.length < input.messages.length ? "before-final" : "in-final" };
     }
