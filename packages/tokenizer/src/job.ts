@@ -96,7 +96,11 @@ function nextMessage(reply: ChatMessage): ChatMessage {
 /** The chat's messages with its reply as the client resends it (see continued). */
 function withReply(job: ChatJob, echoed: ChatMessage): ChatMessage[] | undefined {
   const last = job.messages.at(-1);
-  const reply = job.echo && last?.role === "assistant" ? unechoed(last, echoed) : echoed;
+  // vLLM echoes the final message when its role is the reply's: the assistant's, or any with add_generation_prompt
+  // false (the reply then takes that message's role). A reply continuing a user's message is not guessed at.
+  const echoes = job.echo === true && last !== undefined && (last.role === "assistant" || job.opts.addGenerationPrompt === false);
+  if (echoes && last.role !== "assistant") return undefined;
+  const reply = echoes ? unechoed(last, echoed) : echoed;
   if (reply === undefined) return undefined;
   if (!job.opts.continueFinalMessage || last?.role !== "assistant") return [...job.messages, reply];
   const merged = continued(last, reply);

@@ -62,12 +62,14 @@ describe("the next turn warmed after a reply", () => {
     expect(nextTurnJob(asking, m("assistant", "a"))).toMatchObject({ messages: [m("user", "q"), m("assistant", "a"), m("user", "")] });
     // A reply not starting with the message's text is not one vLLM echoed: nothing is guessed.
     expect(nextTurnJob(continuing, m("assistant", " 42."))).toBeUndefined();
+    // With add_generation_prompt false vLLM echoes a final user message too, its reply a user's: not guessed either.
+    const userFinal = { kind: "chat" as const, messages: [m("user", "q")], opts: { addGenerationPrompt: false }, echo: true as const };
+    expect(nextTurnJob(userFinal, m("assistant", "q and more"))).toBeUndefined();
   });
 
-  test("echo is read from a chat body into its job, and only when true", () => {
-    const input = (echo?: boolean): RoutedInput => ({ kind: "chat", messages: [m("user", "q")], ...(echo === undefined ? {} : { echo }) });
+  test("a chat's echo reaches its job", () => {
+    const input = (echo?: true): RoutedInput => ({ kind: "chat", messages: [m("user", "q")], ...(echo ? { echo } : {}) });
     expect(routingJob(input(true))).toMatchObject({ echo: true });
-    expect(routingJob(input(false))).not.toHaveProperty("echo");
     expect(routingJob(input())).not.toHaveProperty("echo");
   });
 

@@ -94,8 +94,9 @@ export function adoptModel(shared: SharedModel): Json {
   const { fields, tables } = shared;
   if (tables === null) return fields;
   const merges = { ids: tables.ids, entries: tables.entries, strings: tables.strings };
-  install(fields, { vocab: new VocabTable(tables.vocab), merges }, new MergeTable(tables.mergeTable));
-  return fields;
+  const model = { ...fields };
+  install(model, { vocab: new VocabTable(tables.vocab), merges }, new MergeTable(tables.mergeTable));
+  return model;
 }
 
 // The model's vocab and merges built on first read from its tables, which the fast BPE reads directly.

@@ -2,7 +2,7 @@ import { Worker } from "node:worker_threads";
 import { chatRules, type ChatRules } from "../chat-rules";
 import { ChatTemplateError } from "../messages";
 import { DEFAULT_CACHE_MAX_BYTES } from "../segment-cache";
-import { loadTokenizerFiles, shareTokenizerFiles, type SharedTokenizerFiles } from "../tokenizer-files";
+import { loadTokenizerFiles, shareTokenizerFiles, type SharedTokenizerFiles, type TokenizerFiles } from "../tokenizer-files";
 import { NO_CACHE_STATS, type CacheStats, type PreprocessorOptions } from "../types";
 import { defaultPoolSize } from "./cpu-limit";
 import type { PoolJob } from "../job";
@@ -292,7 +292,7 @@ export class TokenizerPool {
       maxBytes: Math.floor((cache?.maxBytes ?? DEFAULT_CACHE_MAX_BYTES) / size),
       ...(cache?.maxEntries !== undefined ? { maxEntries: Math.max(1, Math.floor(cache.maxEntries / size)) } : {}),
     };
-    this.memberOptions = { preprocessor: { ...opts.preprocessor, cache: share }, files: readOnce(opts.preprocessor.tokenizerDir), nice: opts.nice ?? DEFAULT_MEMBER_NICE };
+    this.memberOptions = { preprocessor: { ...opts.preprocessor, cache: share }, files: readOnce(opts.preprocessor.tokenizerDir, opts.log), nice: opts.nice ?? DEFAULT_MEMBER_NICE };
     this.caches = share !== false && share.maxBytes > 0;
     this.restartBackoffMs = opts.restartBackoffMs ?? 1000;
     this.failedStarts = Array.from({ length: size }, () => 0);
@@ -775,13 +775,24 @@ function forMember(bytes: Uint8Array): Uint8Array {
 /**
  * The tokenizer directory read once, here, for every member: each adopts the model's tables in shared memory instead
  * of reading and building its own (see the README's pool section for the memory it saves). A directory that fails to
- * read is left to the members, which fail on it with the same message.
+ * read is left to the members, which fail on it with the same message. So is a model with no tables to share (one
+ * the scanner does not read: Unigram, WordPiece): posted whole, it would be kept here and copied to every member,
+ * a replacement's on this thread while it serves.
  */
-function readOnce(dir: string | undefined): SharedTokenizerFiles | undefined {
+function readOnce(dir: string | undefined, log: PoolOptions["log"]): SharedTokenizerFiles | undefined {
   if (dir === undefined) return undefined;
+  let files: TokenizerFiles;
   try {
-    return shareTokenizerFiles(loadTokenizerFiles(dir));
+    files = loadTokenizerFiles(dir);
   } catch {
+    return undefined;
+  }
+  try {
+    const shared = shareTokenizerFiles(files);
+    return shared.model?.tables ? shared : undefined;
+  } catch (err) {
+    // Not the members' to fail on: they still read it, each its own copy (that much more memory a member).
+    log?.warn({ err: (err as Error).message }, "tokenizer pool: the model could not be shared; each member reads its own");
     return undefined;
   }
 }

@@ -30,8 +30,12 @@ export type RoutedInput =
       addSpecialTokens?: boolean;
       /** SGLang's top-level reasoning_effort, a template variable beside its chat_template_kwargs (see ChatOptions). */
       reasoningEffort?: unknown;
-      /** vLLM's `echo`: the reply repeats the final message's text, when it is the assistant's, before what it generated. */
-      echo?: boolean;
+      /**
+       * vLLM's `echo`: the reply repeats the final message's text before what it generated (see nextTurnJob). Only
+       * warming reads it, so a value vLLM's lax bool would take otherwise (`1`, "true") is no reason to refuse the
+       * body: it is simply not read as true.
+       */
+      echo?: true;
     } & Truncation)
   | { kind: "none" };
 
@@ -287,7 +291,7 @@ export function vllmChat(o: Record<string, unknown>): Extract<RoutedInput, { kin
     throw new BadRequest("continue_final_message requires add_generation_prompt to be false");
   return {
     kind: "chat", messages: chatMessages(o.messages as ChatMessage[]), tools: (o.tools ?? undefined) as unknown[] | undefined, toolChoice: o.tool_choice, chatTemplate: optionalString(o.chat_template, "chat_template"), templateKwargs, addGenerationPrompt, continueFinalMessage,
-    addSpecialTokens: optionalBool(o.add_special_tokens, "add_special_tokens"), echo: optionalBool(o.echo, "echo"), ...truncationOf(o),
+    addSpecialTokens: optionalBool(o.add_special_tokens, "add_special_tokens"), ...(o.echo === true ? { echo: true } : {}), ...truncationOf(o),
   };
 }
 
