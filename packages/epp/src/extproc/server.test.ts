@@ -5,6 +5,7 @@ import { EventEmitter } from "node:events";
 import { describe, expect, test } from "bun:test";
 import { KvIndex } from "@kv-epp/index-wasm";
 import type { BodyFields, BodyRequest } from "@kv-epp/tokenizer";
+import type { RoutedBody } from "../tokens.ts";
 import { workerKey } from "@kv-epp/protocol";
 import { ActiveLoad, LatencyModel, NO_METRICS, Picker, type Candidate, type RoutingContext } from "@kv-epp/routing";
 import pino from "pino";
@@ -257,4 +258,27 @@ describe("reply warming", () => {
     s.respond(JSON.stringify({ choices: [{ message: { role: "assistant", content: "ok" } }] }));
     expect(s.warmed).toHaveLength(0);
   });
+});
+
+test("a tokenization is aborted when its request ends before it settles, and left alone once it has (no abort for no one)", async () => {
+  const signals: AbortSignal[] = [];
+  const settle: (() => void)[] = [];
+  const { call, data } = routedStream("FULL_DUPLEX_STREAMED", {
+    tokenizeBody: (req, signal) => {
+      signals.push(signal!);
+      return new Promise<RoutedBody>((resolve) => settle.push(() => resolve({ fields: { kind: "none" }, tokens: new Uint32Array(0), body: req.body, rewritten: false })));
+    },
+  });
+  const body = { request: "request_body" as const, request_body: { body: new TextEncoder().encode('{"prompt":"hi"}'), end_of_stream: true } };
+  data(body);
+  settle[0]!();
+  await Bun.sleep(0);
+  expect(kinds(call.written)).toEqual(["request_headers", "request_body"]);
+  call.emit("end");
+  expect(signals[0]!.aborted).toBe(false);
+
+  const next = routedStream("FULL_DUPLEX_STREAMED", { tokenizeBody: (_req, signal) => (signals.push(signal!), new Promise<RoutedBody>(() => {})) });
+  next.data(body);
+  next.call.emit("cancelled");
+  expect(signals[1]!.aborted).toBe(true);
 });

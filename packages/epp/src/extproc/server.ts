@@ -117,7 +117,10 @@ type RequestState = {
   responseModel?: ResponseModelName;
   /** The response headers carry a content-length (a replaced BUFFERED body sets the new one). */
   responseLength?: boolean;
-  /** Aborts its tokenization in the pool when the request ends first. */
+  /**
+   * Aborts its tokenization in the pool when the request ends first; dropped once the tokenization settles, when
+   * there is nothing left to abort (an abort() makes its AbortError, stack and all, for no one).
+   */
   tokenizing?: AbortController;
   /** A routed chat: its body and its reply as it streams back, to warm the next turn. */
   reply?: { request: BodyRequest; capture: ReplyCapture };
@@ -237,9 +240,11 @@ class ProcessStream {
     this.held = [];
     pending.then(
       (read) => {
+        req.tokenizing = undefined;
         if (this.req === req) route(read);
       },
       (err: unknown) => {
+        req.tokenizing = undefined;
         if (this.req !== req) return; // the stream ended: the tokenization was cancelled
         if (!this.refused(err)) this.failed(err);
       },
@@ -536,8 +541,9 @@ class ProcessStream {
       if (this.refused(err)) return;
       throw err;
     }
-    if (read instanceof Promise) this.awaitTokens(read, req, (r) => this.route(req, r, at, bodyEnds, maybeCut, started));
-    else this.route(req, read, at, bodyEnds, maybeCut, started);
+    if (read instanceof Promise) return this.awaitTokens(read, req, (r) => this.route(req, r, at, bodyEnds, maybeCut, started));
+    req.tokenizing = undefined;
+    this.route(req, read, at, bodyEnds, maybeCut, started);
   }
 
   /**
