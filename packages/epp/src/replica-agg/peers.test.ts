@@ -55,6 +55,24 @@ describe("replica-agg over ZMTP", () => {
     expect(subs.known).toBe(0);
   });
 
+  test("load changes cost no message while no one subscribes, and are sent once a subscriber has joined", async () => {
+    const load = new ActiveLoad();
+    const sent: string[] = [];
+    const pub = await AggPublisher.bind({ endpoint: `tcp://${LOOPBACK}.8.22:0`, replica: "peer", load, heartbeatMs: 60_000, log, onSent: (m) => sent.push(m.kind) });
+    cleanups.push(() => pub.close());
+    expect(sent).toEqual(["snapshot"]); // at bind, for a peer already connected
+    load.acquire(W0, 3).release();
+    await Bun.sleep(20); // a flush would have run by now (one event-loop turn)
+    expect(sent).toEqual(["snapshot"]);
+
+    const state = new PeerLoads("me");
+    const { subs } = subscribers(state);
+    subs.reconcile([{ id: "s", endpoint: pub.endpoint }]);
+    await waitFor(() => pub.subscribers === 1, { message: "subscribed" });
+    load.acquire(W0, 5);
+    await waitFor(() => sent.includes("delta"), { message: "delta sent" });
+  });
+
   test("malformed messages are counted and skipped; the session and later messages are unaffected", async () => {
     const raw = new PubSocket();
     const endpoint = await raw.bind(`tcp://${LOOPBACK}.8.21:0`);

@@ -27,7 +27,9 @@ export class AggPublisher {
   ) {
     this.outbox = new AggOutbox(replica);
     opts.load.observe((c) => {
-      if (this.closed) return;
+      // With no subscriber there is no one to tell: a joiner's first message is its baseline, and the next snapshot
+      // makes it exact, whatever was not sent before it joined. Spares every pick's turn an encode and a send.
+      if (this.closed || this.pub.subscriberCount === 0) return;
       this.pending.push(opOf(c));
       if (this.flushScheduled) return;
       this.flushScheduled = true;
