@@ -240,7 +240,13 @@ async function kubernetesSources(cfg: EppConfig, given?: KubeConfig): Promise<()
 }
 
 /** Wall time, and timers that do not hold the process open. */
-const WALL_CLOCK: Clock = { now: () => performance.now(), after: (ms, fn) => void setTimeout(fn, ms).unref() };
+const WALL_CLOCK: Clock = {
+  now: () => performance.now(),
+  after: (ms, fn) => {
+    const t = setTimeout(fn, ms).unref();
+    return () => clearTimeout(t);
+  },
+};
 
 const round1 = (ms: number) => Math.round(ms * 10) / 10;
 

@@ -43,7 +43,7 @@ function pool(candidates: Candidate[], o: { threshold?: number; cost?: "weights"
     replicas: o.replicas && (() => o.replicas),
     random: () => 0,
   });
-  const ctx: RoutingContext = { picker, load, latency, metrics: NO_METRICS, candidates: () => candidates, clock: { now: () => 0, after: (ms, fn) => void (delays.push(ms), timers.push(fn)) } };
+  const ctx: RoutingContext = { picker, load, latency, metrics: NO_METRICS, candidates: () => candidates, clock: { now: () => 0, after: (ms, fn) => (delays.push(ms), timers.push(fn), () => {}) } };
   const holds = (c: Candidate, tokens: Uint32Array, blocks: number) => {
     const hashes = computeBlockHashes(tokens.subarray(0, blocks * BLOCK), BLOCK);
     applyStored(index, c, null, [...hashes].map((h) => ({ blockHash: BigInt(next++), tokensHash: h })));

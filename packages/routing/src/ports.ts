@@ -24,8 +24,11 @@ export type WorkerSignals = { waiting: number };
 export type Clock = {
   /** ms, monotonic. */
   now(): number;
-  /** Runs `fn` after `ms` (absent: the runner keeps no timers; nothing is scheduled). */
-  after?(ms: number, fn: () => void): void;
+  /**
+   * Runs `fn` after `ms` unless the returned cancel runs first (absent: the runner keeps no timers; nothing is
+   * scheduled). A request that is answered cancels its deadline, so no timer outlives it.
+   */
+  after?(ms: number, fn: () => void): () => void;
 };
 
 /** The few figures routing records; the EPP exports them to Prometheus, the simulation drops them. */

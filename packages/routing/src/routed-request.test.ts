@@ -26,6 +26,7 @@ function context(o: { quality?: RoutingQuality; pending?: PendingView; temperatu
   const load = new ActiveLoad();
   const latency = new LatencyModel();
   const timers: (() => void)[] = [];
+  const cancelled: (() => void)[] = [];
   let now = 0;
   const picker = new Picker({
     indexers: { lookup: () => ({ key: "m", blockSize: BLOCK, index }) },
@@ -39,14 +40,14 @@ function context(o: { quality?: RoutingQuality; pending?: PendingView; temperatu
   });
   const ctx: RoutingContext = {
     picker, load, latency, metrics: NO_METRICS, quality: o.quality, candidates: () => candidates,
-    clock: { now: () => now, after: (_ms, fn) => void timers.push(fn) },
+    clock: { now: () => now, after: (_ms, fn) => (timers.push(fn), () => void cancelled.push(fn)) },
   };
   const route = (req: { tokens: Uint32Array; promptTokens?: number; newTurnTokens?: number } = { tokens: TOKENS }) => {
     const r = RoutedRequest.route(ctx, req);
     if (r.kind !== "routed") throw new Error(r.reason);
     return r.request;
   };
-  return { load, latency, timers, route, picker, tick: (ms: number) => (now += ms) };
+  return { load, latency, timers, cancelled, route, picker, tick: (ms: number) => (now += ms) };
 }
 
 describe("a routed request's life", () => {
@@ -153,6 +154,14 @@ describe("a routed request's life", () => {
     expect(timers).toHaveLength(1);
     timers[0]!();
     expect(load.of(workerKey(A))).toMatchObject({ requests: 1, prefillBlocks: 0, prefillRequests: 0 });
+  });
+
+  test("an answered request leaves no timer behind: its first byte, or its end before one, cancels its deadline", () => {
+    const { timers, cancelled, route } = context();
+    route().responseBody(new Uint8Array([1]));
+    route().end();
+    expect(timers).toHaveLength(2);
+    expect(cancelled).toEqual(timers);
   });
 
   test("served by another endpoint: the load moves to the rank there, its prefill as far as it got; an unknown endpoint leaves it", () => {

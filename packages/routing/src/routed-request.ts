@@ -58,6 +58,8 @@ export class RoutedRequest {
   private readonly prefilling: ScoredCandidate;
   private prefilled = false;
   private ended = false;
+  /** Cancels the timer that ends its prefill at the deadline, if no byte comes first (see the constructor). */
+  private cancelDeadline: (() => void) | undefined;
   private readonly watch: ResponseWatch | undefined;
   /** The decision as one header value, when asked for. */
   readonly explanation: string | undefined;
@@ -89,7 +91,7 @@ export class RoutedRequest {
     // there too, so it is released by then even when the rank held every block (nothing ahead).
     if (ahead > 0 || prefill) {
       const deadline = 2 * prefilling.predictedTtftMs;
-      ctx.clock.after?.(prefill ? Math.max(deadline, REMOTE_PREFILL_MIN_DEADLINE_MS) : deadline, () => this.firstByte());
+      this.cancelDeadline = ctx.clock.after?.(prefill ? Math.max(deadline, REMOTE_PREFILL_MIN_DEADLINE_MS) : deadline, () => this.firstByte());
     }
     ctx.metrics.inflight(ctx.load.inflight);
     ctx.metrics.routed(requestBlocks > 0 ? prefilling.overlap / requestBlocks : undefined);
@@ -170,6 +172,7 @@ export class RoutedRequest {
    * a prefill rank's lease is released (idempotent).
    */
   firstByte(): void {
+    this.dropDeadline();
     this.lease.prefilled();
     this.prefillLease?.release();
     this.prefilled = true;
@@ -202,6 +205,11 @@ export class RoutedRequest {
     return "moved";
   }
 
+  private dropDeadline(): void {
+    this.cancelDeadline?.();
+    this.cancelDeadline = undefined;
+  }
+
   /**
    * The response ended, or its stream broke (idempotent): the lease is released, and its TTFT (from the
    * watch, or `reported` by a runner that watches responses itself) calibrates the latency model.
@@ -209,6 +217,7 @@ export class RoutedRequest {
   end(reported?: Reported): void {
     if (this.ended) return;
     this.ended = true;
+    this.dropDeadline();
     const seen = this.watch ? this.watch.end() : reported && { prediction: predictionOf(this.decision, this.prefilling), ...reported };
     const sample = seen && calibrationSample(seen);
     if (sample) this.ctx.latency.observe(sample);
