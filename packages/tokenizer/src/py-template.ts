@@ -207,11 +207,34 @@ function readWhole(n: Node): unknown[] {
   }
 }
 
+// What a node's evaluation checks of it, fixed by the syntax tree (each node has one parent, evaluated before it):
+// worked out on a node's first evaluation and kept with it, so a render does not redo it per node (a chat's render
+// evaluates thousands). ANALYZED: its children are marked; READ_WHOLE: its parent reads its value whole (readWhole);
+// OBJECT: it is a member expression's (or a method call's) object; BUILT: its value is built anew (BUILDS, a slice).
+const ANALYZED = 1;
+const READ_WHOLE = 2;
+const OBJECT = 4;
+const BUILT = 8;
+const FACTS = new WeakMap<object, number>();
+
+function markFact(n: object, fact: number): void {
+  FACTS.set(n, (FACTS.get(n) ?? 0) | fact);
+}
+
+function factsOf(n: Node): number {
+  const known = FACTS.get(n) ?? 0;
+  if ((known & ANALYZED) !== 0) return known;
+  if (n.type === "MemberExpression") markFact(n.object as object, OBJECT);
+  for (const child of readWhole(n)) if (child !== undefined) markFact(child as object, READ_WHOLE);
+  const built = BUILDS.has(n.type) || (n.property as Node | undefined)?.type === "SliceExpression" ? BUILT : 0;
+  const facts = known | ANALYZED | built;
+  FACTS.set(n, facts);
+  return facts;
+}
+
 class PythonInterpreter extends Interpreter {
   /** The value type of each node evaluated as a member expression's object. */
   private readonly objectTypes = new WeakMap<object, string>();
-  private readonly objects = new WeakSet<object>();
-  private readonly readsWhole = new WeakSet<object>();
   private steps = 0;
   private chars = 0;
   // What python() evaluated of a node it then leaves to the library (a method's object, a filter's operand, their
@@ -248,8 +271,7 @@ class PythonInterpreter extends Interpreter {
       return held.value as unknown as ReturnType<Interpreter["evaluate"]>;
     }
     if (++this.steps > this.bound.steps) throw new RenderBoundExceeded("evaluation steps");
-    if (n?.type === "MemberExpression") this.objects.add(n.object as object);
-    if (n !== undefined) for (const child of readWhole(n)) if (child !== undefined) this.readsWhole.add(child as object);
+    const facts = n === undefined ? 0 : factsOf(n);
     const mark = this.holding.length;
     let v: Value;
     try {
@@ -258,8 +280,8 @@ class PythonInterpreter extends Interpreter {
     } finally {
       while (this.holding.length > mark) this.held.delete(this.holding.pop()!);
     }
-    if (n !== undefined && (BUILDS.has(n.type) || this.readsWhole.has(n) || (n.property as Node | undefined)?.type === "SliceExpression")) this.spend(sizeOf(v));
-    if (n !== undefined && this.objects.has(n)) {
+    if ((facts & (BUILT | READ_WHOLE)) !== 0) this.spend(sizeOf(v));
+    if (n !== undefined && (facts & OBJECT) !== 0) {
       this.objectTypes.set(n, v.type);
       if (v.type === "UndefinedValue" && this.jinjaUndefined(n)) throw new TemplateRaised(`${nodeName(n)} is undefined`);
     }
@@ -304,7 +326,7 @@ class PythonInterpreter extends Interpreter {
       const method = callee.type === "MemberExpression" && !callee.computed ? ((callee.property as Node).value as string) : undefined;
       if (method === undefined || !(method in STRIPS || method === "replace" || DICT_VIEWS.has(method))) return undefined;
       // The callee's object, as the library would mark it evaluating the callee (an undefined one raises).
-      this.objects.add(callee.object as object);
+      markFact(callee.object as object, OBJECT);
       const target = this.value(callee.object, env);
       if (DICT_VIEWS.has(method)) return target.type === "ObjectValue" && (n.args as Node[]).length === 0 ? dictView(target, method) : undefined;
       if (target.type !== "StringValue") return undefined;

@@ -142,6 +142,22 @@ describe("the bound on a render's work", () => {
     expect(cost("{{ (xs + xs) | trim }}")).toEqual(cost("{{ (xs + xs) | upper }}"));
   });
 
+  test("counts a template's later renders as its first, whatever ran between", () => {
+    // What a node costs is worked out once per template (see FACTS): a render after others counts as a first one.
+    const source = "{% for m in messages[::-1] %}{% if m.content is string and m.content[0] == '<' %}{{ m.content[1:] | trim }}" +
+      "{% elif m.role == 'user' %}{{ (m.content ~ '!').split('x')[0] }}{% endif %}{% endfor %}{{ messages | length }}{{ messages[0].content[-1] }}";
+    const vars = { messages: [{ role: "user", content: "<t>abc" }, { role: "assistant", content: ["x"] }, { role: "user", content: "axd" }] };
+    const costOf = (t: PyTemplate, v: Record<string, unknown>) => {
+      const c: RenderCost = { steps: 0, chars: 0, inputChars: 0 };
+      return { text: t.render(v, c), ...c };
+    };
+    const first = costOf(new PyTemplate(source), vars);
+    const reused = new PyTemplate(source);
+    costOf(reused, { messages: [{ role: "assistant", content: "" }] });
+    expect(costOf(reused, vars)).toEqual(first);
+    expect(costOf(reused, vars)).toEqual(first);
+  });
+
   test("leaves the same constructs alone at a template's sizes", () => {
     expect(render("{% for i in range(3) %}{% for j in range(2) %}{{ i }}{{ j }} {% endfor %}{% endfor %}")).toBe("00 01 10 11 20 21 ");
     expect(render("{{ 'ab'.replace('', '-') }} {{ 'a\nb' | indent(2) }} {{ [[1]] | tojson(indent=1) }}")).toBe("-a-b- a\n  b [\n [\n  1\n ]\n]");
