@@ -175,6 +175,18 @@ const STRIPS: Record<string, "both" | "left" | "right"> = { strip: "both", lstri
 // render with flat tools on exactly these). They raise here only where the library's undefined is surely jinja2's:
 // a variable, a dict's missing key, a list's missing index, an attribute of None. Elsewhere (a Python method the
 // library lacks) jinja2 has a value, and the library's own behaviour stays.
+// startswith/endswith with one string, as the library answers them, without the library's method table: it builds the
+// table of every string method for each string a method is called on (templates test each message's content), which
+// was an eighth of a chat's render. Any other call (a tuple, more arguments) is left to the library.
+const AFFIXES = new Set(["startswith", "endswith"]);
+
+function affixTest(target: Value, method: string, positional: Value[], keyword: Map<string, Value>): Value | undefined {
+  const [affix] = positional;
+  if (positional.length !== 1 || keyword.size > 0 || affix!.type !== "StringValue") return undefined;
+  const s = target.value as string;
+  return new BooleanValue(method === "startswith" ? s.startsWith(affix!.value as string) : s.endsWith(affix!.value as string));
+}
+
 const SURELY_UNDEFINED_IN = new Set(["ObjectValue", "NullValue", "ArrayValue"]);
 
 // The nodes whose value may be a string or list built anew (not one held by a variable): its size is what they cost.
@@ -324,13 +336,14 @@ class PythonInterpreter extends Interpreter {
     if (n.type === "CallExpression") {
       const callee = n.callee as Node;
       const method = callee.type === "MemberExpression" && !callee.computed ? ((callee.property as Node).value as string) : undefined;
-      if (method === undefined || !(method in STRIPS || method === "replace" || DICT_VIEWS.has(method))) return undefined;
+      if (method === undefined || !(method in STRIPS || method === "replace" || DICT_VIEWS.has(method) || AFFIXES.has(method))) return undefined;
       // The callee's object, as the library would mark it evaluating the callee (an undefined one raises).
       markFact(callee.object as object, OBJECT);
       const target = this.value(callee.object, env);
       if (DICT_VIEWS.has(method)) return target.type === "ObjectValue" && (n.args as Node[]).length === 0 ? dictView(target, method) : undefined;
       if (target.type !== "StringValue") return undefined;
       const { positional, keyword } = this.args(n.args as Node[], env);
+      if (AFFIXES.has(method)) return affixTest(target, method, positional, keyword);
       if (method === "replace") return this.replace(target, positional, keyword);
       return new StringValue(pyStrip(target.value as string, charsOf(positional[0], method), STRIPS[method]!));
     }

@@ -190,6 +190,15 @@ describe("== and in, as Python compares", () => {
   });
 });
 
+test("startswith and endswith answer as str's, one string or a tuple, and raise on an undefined object", () => {
+  const vars = { s: "abc" };
+  expect(render("{{ s.startswith('ab') }} {{ s.startswith('bc') }} {{ s.startswith('') }} {{ s.startswith('abcd') }}", vars)).toBe("True False True False");
+  expect(render("{{ s.endswith('bc') }} {{ s.endswith('ab') }} {{ s.endswith('') }} {{ 'x'.endswith('xx') }}", vars)).toBe("True False True False");
+  expect(render("{{ s.startswith(('x', 'a')) }} {{ s.endswith(('x', 'y')) }}", vars)).toBe("True False");
+  expect(() => render("{{ x.startswith('a') }}")).toThrow(TemplateRaised);
+  expect(() => render("{{ d.a.endswith('a') }}", { d: {} })).toThrow(TemplateRaised);
+});
+
 test("capitalize lowers the rest, as str.capitalize", () => {
   expect(render("{{ 'aB cD' | capitalize }} {{ role | capitalize }} {{ '' | capitalize }}", { role: "USER" })).toBe("Ab cd User ");
 });
