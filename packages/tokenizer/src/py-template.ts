@@ -175,6 +175,18 @@ const STRIPS: Record<string, "both" | "left" | "right"> = { strip: "both", lstri
 // render with flat tools on exactly these). They raise here only where the library's undefined is surely jinja2's:
 // a variable, a dict's missing key, a list's missing index, an attribute of None. Elsewhere (a Python method the
 // library lacks) jinja2 has a value, and the library's own behaviour stays.
+// startswith/endswith with one string, as the library answers them, without the library's method table: it builds the
+// table of every string method for each string a method is called on (templates test each message's content), which
+// was an eighth of a chat's render. Any other call (a tuple, more arguments) is left to the library.
+const AFFIXES = new Set(["startswith", "endswith"]);
+
+function affixTest(target: Value, method: string, positional: Value[], keyword: Map<string, Value>): Value | undefined {
+  const [affix] = positional;
+  if (positional.length !== 1 || keyword.size > 0 || affix!.type !== "StringValue") return undefined;
+  const s = target.value as string;
+  return new BooleanValue(method === "startswith" ? s.startsWith(affix!.value as string) : s.endsWith(affix!.value as string));
+}
+
 const SURELY_UNDEFINED_IN = new Set(["ObjectValue", "NullValue", "ArrayValue"]);
 
 // The nodes whose value may be a string or list built anew (not one held by a variable): its size is what they cost.
@@ -207,11 +219,34 @@ function readWhole(n: Node): unknown[] {
   }
 }
 
+// What a node's evaluation checks of it, fixed by the syntax tree (each node has one parent, evaluated before it):
+// worked out on a node's first evaluation and kept with it, so a render does not redo it per node (a chat's render
+// evaluates thousands). ANALYZED: its children are marked; READ_WHOLE: its parent reads its value whole (readWhole);
+// OBJECT: it is a member expression's (or a method call's) object; BUILT: its value is built anew (BUILDS, a slice).
+const ANALYZED = 1;
+const READ_WHOLE = 2;
+const OBJECT = 4;
+const BUILT = 8;
+const FACTS = new WeakMap<object, number>();
+
+function markFact(n: object, fact: number): void {
+  FACTS.set(n, (FACTS.get(n) ?? 0) | fact);
+}
+
+function factsOf(n: Node): number {
+  const known = FACTS.get(n) ?? 0;
+  if ((known & ANALYZED) !== 0) return known;
+  if (n.type === "MemberExpression") markFact(n.object as object, OBJECT);
+  for (const child of readWhole(n)) if (child !== undefined) markFact(child as object, READ_WHOLE);
+  const built = BUILDS.has(n.type) || (n.property as Node | undefined)?.type === "SliceExpression" ? BUILT : 0;
+  const facts = known | ANALYZED | built;
+  FACTS.set(n, facts);
+  return facts;
+}
+
 class PythonInterpreter extends Interpreter {
   /** The value type of each node evaluated as a member expression's object. */
   private readonly objectTypes = new WeakMap<object, string>();
-  private readonly objects = new WeakSet<object>();
-  private readonly readsWhole = new WeakSet<object>();
   private steps = 0;
   private chars = 0;
   // What python() evaluated of a node it then leaves to the library (a method's object, a filter's operand, their
@@ -248,8 +283,7 @@ class PythonInterpreter extends Interpreter {
       return held.value as unknown as ReturnType<Interpreter["evaluate"]>;
     }
     if (++this.steps > this.bound.steps) throw new RenderBoundExceeded("evaluation steps");
-    if (n?.type === "MemberExpression") this.objects.add(n.object as object);
-    if (n !== undefined) for (const child of readWhole(n)) if (child !== undefined) this.readsWhole.add(child as object);
+    const facts = n === undefined ? 0 : factsOf(n);
     const mark = this.holding.length;
     let v: Value;
     try {
@@ -258,8 +292,8 @@ class PythonInterpreter extends Interpreter {
     } finally {
       while (this.holding.length > mark) this.held.delete(this.holding.pop()!);
     }
-    if (n !== undefined && (BUILDS.has(n.type) || this.readsWhole.has(n) || (n.property as Node | undefined)?.type === "SliceExpression")) this.spend(sizeOf(v));
-    if (n !== undefined && this.objects.has(n)) {
+    if ((facts & (BUILT | READ_WHOLE)) !== 0) this.spend(sizeOf(v));
+    if (n !== undefined && (facts & OBJECT) !== 0) {
       this.objectTypes.set(n, v.type);
       if (v.type === "UndefinedValue" && this.jinjaUndefined(n)) throw new TemplateRaised(`${nodeName(n)} is undefined`);
     }
@@ -302,13 +336,14 @@ class PythonInterpreter extends Interpreter {
     if (n.type === "CallExpression") {
       const callee = n.callee as Node;
       const method = callee.type === "MemberExpression" && !callee.computed ? ((callee.property as Node).value as string) : undefined;
-      if (method === undefined || !(method in STRIPS || method === "replace" || DICT_VIEWS.has(method))) return undefined;
+      if (method === undefined || !(method in STRIPS || method === "replace" || DICT_VIEWS.has(method) || AFFIXES.has(method))) return undefined;
       // The callee's object, as the library would mark it evaluating the callee (an undefined one raises).
-      this.objects.add(callee.object as object);
+      markFact(callee.object as object, OBJECT);
       const target = this.value(callee.object, env);
       if (DICT_VIEWS.has(method)) return target.type === "ObjectValue" && (n.args as Node[]).length === 0 ? dictView(target, method) : undefined;
       if (target.type !== "StringValue") return undefined;
       const { positional, keyword } = this.args(n.args as Node[], env);
+      if (AFFIXES.has(method)) return affixTest(target, method, positional, keyword);
       if (method === "replace") return this.replace(target, positional, keyword);
       return new StringValue(pyStrip(target.value as string, charsOf(positional[0], method), STRIPS[method]!));
     }

@@ -4,7 +4,8 @@ import type { AddedTokenJson } from "./tokenizer-files";
 
 /**
  * What is known of a text before tokenizing anything: the ids up to the first piece the cache does not hold
- * (split-on tokens included), and the length of the text from there on.
+ * (split-on tokens included), and the length of the text from there on. Each report's `ids` is a new array of
+ * the receiver's own (the pool member transfers it as it is).
  */
 export type KnownPrefix = { ids: Uint32Array; unknownChars: number };
 

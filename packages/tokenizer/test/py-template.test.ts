@@ -142,6 +142,22 @@ describe("the bound on a render's work", () => {
     expect(cost("{{ (xs + xs) | trim }}")).toEqual(cost("{{ (xs + xs) | upper }}"));
   });
 
+  test("counts a template's later renders as its first, whatever ran between", () => {
+    // What a node costs is worked out once per template (see FACTS): a render after others counts as a first one.
+    const source = "{% for m in messages[::-1] %}{% if m.content is string and m.content[0] == '<' %}{{ m.content[1:] | trim }}" +
+      "{% elif m.role == 'user' %}{{ (m.content ~ '!').split('x')[0] }}{% endif %}{% endfor %}{{ messages | length }}{{ messages[0].content[-1] }}";
+    const vars = { messages: [{ role: "user", content: "<t>abc" }, { role: "assistant", content: ["x"] }, { role: "user", content: "axd" }] };
+    const costOf = (t: PyTemplate, v: Record<string, unknown>) => {
+      const c: RenderCost = { steps: 0, chars: 0, inputChars: 0 };
+      return { text: t.render(v, c), ...c };
+    };
+    const first = costOf(new PyTemplate(source), vars);
+    const reused = new PyTemplate(source);
+    costOf(reused, { messages: [{ role: "assistant", content: "" }] });
+    expect(costOf(reused, vars)).toEqual(first);
+    expect(costOf(reused, vars)).toEqual(first);
+  });
+
   test("leaves the same constructs alone at a template's sizes", () => {
     expect(render("{% for i in range(3) %}{% for j in range(2) %}{{ i }}{{ j }} {% endfor %}{% endfor %}")).toBe("00 01 10 11 20 21 ");
     expect(render("{{ 'ab'.replace('', '-') }} {{ 'a\nb' | indent(2) }} {{ [[1]] | tojson(indent=1) }}")).toBe("-a-b- a\n  b [\n [\n  1\n ]\n]");
@@ -172,6 +188,15 @@ describe("== and in, as Python compares", () => {
     expect(render("{{ [1] in [[1], [2]] }} {{ ('k', 1) in d.items() | list }} {{ none in [none] }} {{ x in ['a'] }} {{ [3] not in [[1]] }} {{ 'a' in ['a'] }}", { d: { k: 1 } }))
       .toBe("True True True False True True");
   });
+});
+
+test("startswith and endswith answer as str's, one string or a tuple, and raise on an undefined object", () => {
+  const vars = { s: "abc" };
+  expect(render("{{ s.startswith('ab') }} {{ s.startswith('bc') }} {{ s.startswith('') }} {{ s.startswith('abcd') }}", vars)).toBe("True False True False");
+  expect(render("{{ s.endswith('bc') }} {{ s.endswith('ab') }} {{ s.endswith('') }} {{ 'x'.endswith('xx') }}", vars)).toBe("True False True False");
+  expect(render("{{ s.startswith(('x', 'a')) }} {{ s.endswith(('x', 'y')) }}", vars)).toBe("True False");
+  expect(() => render("{{ x.startswith('a') }}")).toThrow(TemplateRaised);
+  expect(() => render("{{ d.a.endswith('a') }}", { d: {} })).toThrow(TemplateRaised);
 });
 
 test("capitalize lowers the rest, as str.capitalize", () => {

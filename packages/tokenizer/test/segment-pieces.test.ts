@@ -128,6 +128,11 @@ describe.each(MODELS)("pieces, %s", (model) => {
           // Told at the first miss, then again as the pieces tokenized extend it (each time longer, the rest
           // shorter, never the whole); not told when every piece hit. Each is an exact prefix of the ids.
           for (const k of told) same(`${model}, a known prefix of the text continued differently`, second, k.ids, want.slice(0, k.ids.length));
+          // Each an array of its own, whole (the pool member transfers its buffer as it is).
+          const buffers = new Set([got.buffer, ...told.map((k) => k.ids.buffer)]);
+          if (buffers.size !== told.length + 1 || told.some((k) => k.ids.byteOffset !== 0 || k.ids.byteLength !== k.ids.buffer.byteLength)) {
+            throw new Error(`${model}: a known prefix shares its buffer, or is a view, for ${JSON.stringify(second)}`);
+          }
           for (let i = 1; i < told.length; i++) {
             if (told[i]!.ids.length <= told[i - 1]!.ids.length || told[i]!.unknownChars >= told[i - 1]!.unknownChars || told[i]!.unknownChars === 0) {
               throw new Error(`${model}: known prefixes told out of order (${told.map((k) => `${k.ids.length}/${k.unknownChars}`).join(", ")}) for ${JSON.stringify(second)}`);

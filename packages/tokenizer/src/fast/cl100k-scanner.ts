@@ -98,9 +98,18 @@ function width(cls: number): number {
   return cls & WIDE ? 2 : 1;
 }
 
+// ASCII's classes, filled at load: a run's ASCII characters (most of most text) are read without at()'s checks.
+for (let c = 0; c < 0x80; c++) classify(c);
+
 // The end of the run of class k from i.
 function run(text: string, i: number, n: number, k: number): number {
   while (i < n) {
+    const c = text.charCodeAt(i);
+    if (c < 0x80) {
+      if (classes[c] !== k) break;
+      i++;
+      continue;
+    }
     const cls = at(text, i, n);
     if ((cls & KIND) !== k) break;
     i += width(cls);

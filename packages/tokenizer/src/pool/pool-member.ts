@@ -158,7 +158,8 @@ function tokenize(m: JobMessage, job: TokenizeJob, t0: number, before: CacheStat
         charsPerToken = 0.8 * charsPerToken + 0.2 * ((unknownChars - known.unknownChars) / (known.ids.length - firstKnown));
       }
       if (!telling) return;
-      const ids = known.ids.slice();
+      // Its own array (KnownPrefix), transferred as it is.
+      const ids = known.ids;
       const estimatedTokens = ids.length + Math.round(known.unknownChars / charsPerToken);
       const newTurnTokens = turnChars === undefined ? undefined : Math.round(turnChars / charsPerToken);
       post(...withReading({ type: "known" as const, id: m.id, ids, estimatedMs: (known.unknownChars * usPerChar) / 1000, estimatedTokens, newTurnTokens, busyMs: performance.now() - t0 }, [ids.buffer as ArrayBuffer]));
