@@ -16,7 +16,7 @@
 //   - an undefined value is jinja2's default Undefined: it prints "" (and is falsy, and `is defined` false), but an
 //     attribute or item of it raises UndefinedError and `tojson` of it json.dumps' TypeError (TemplateRaised, the
 //     request's error); where the library's undefined may not be jinja2's, it keeps the library's behaviour.
-// @huggingface/jinja 0.5.13 (latest) has the same gaps, so they are closed here, at our boundary: an Interpreter
+// @huggingface/jinja (0.5.11, the version installed; 0.5.13 too) has the same gaps, so they are closed here, at our boundary: an Interpreter
 // subclass that evaluates those few node kinds itself and defers every other one to the library. It also bounds each
 // render's work (RenderBound), which neither jinja2 nor the library does.
 import { Environment, Interpreter, Template } from "@huggingface/jinja";
@@ -170,23 +170,65 @@ function jsonString(s: string, ensureAscii: boolean): string {
 const STATEMENTS = new Set(["Set", "If", "For", "Macro", "CallStatement", "FilterStatement", "Break", "Continue", "Comment", "Program"]);
 const STRIPS: Record<string, "both" | "left" | "right"> = { strip: "both", lstrip: "left", rstrip: "right" };
 
+// str.startswith / str.endswith as Python answers them, evaluated here for every call on a string. The library's
+// differ (it ignores start and end, takes a list for a tuple, and fails otherwise than jinja2 on other types), and
+// build a table of every string method for each string a method is called on (templates test each message's
+// content): an eighth of a chat's render.
+const AFFIXES = new Set(["startswith", "endswith"]);
+
+/**
+ * The affix a string or a tuple of strings, then start and end as slice indices (int, bool or None) counted in code
+ * points, positional only; anything else raises Python's TypeError. As CPython's tailmatch: the indices are
+ * clamped as a slice's, except that a start past the end matches nothing, not even "".
+ */
+function affixTest(target: Value, method: string, positional: Value[], keyword: Map<string, Value>): Value {
+  if (keyword.size > 0) throw new TemplateRaised(`${method}() takes no keyword arguments`);
+  if (positional.length < 1 || positional.length > 3) throw new TemplateRaised(`${method}() takes at least 1 argument and at most 3 (${positional.length} given)`);
+  const [affix, start, end] = positional as [Value, Value?, Value?];
+  const tuple = affix.type === "TupleValue" || (affix.type === "ArrayValue" && TUPLES.has(affix));
+  if (!tuple && affix.type !== "StringValue") throw new TemplateRaised(`${method} first arg must be str or a tuple of str`);
+  const affixes = tuple ? items(affix) : [affix];
+  const own = target.value as string;
+  // Code points, as Python counts them: UTF-16 units differ only where a surrogate is.
+  const wide = SURROGATE.test(own) || affixes.some((a) => a.type === "StringValue" && SURROGATE.test(a.value as string));
+  const str: ArrayLike<string> = wide ? Array.from(own) : own;
+  const n = str.length;
+  let lo = sliceIndex(start, 0, method);
+  let hi = sliceIndex(end, n, method);
+  if (hi > n) hi = n;
+  else if (hi < 0) hi = Math.max(hi + n, 0);
+  if (lo < 0) lo = Math.max(lo + n, 0);
+  const matches = (text: string): boolean => {
+    const sub: ArrayLike<string> = wide ? Array.from(text) : text;
+    const last = hi - sub.length;
+    if (last < lo) return false;
+    const at = method === "startswith" ? lo : last;
+    for (let i = 0; i < sub.length; i++) if (str[at + i] !== sub[i]) return false;
+    return true;
+  };
+  // In order, as Python: a tuple's item that is not a str raises only when no item before it matched.
+  for (const a of affixes) {
+    if (a.type !== "StringValue") throw new TemplateRaised(`tuple for ${method} must only contain str`);
+    if (matches(a.value as string)) return new BooleanValue(true);
+  }
+  return new BooleanValue(false);
+}
+
+const SURROGATE = /[\uD800-\uDFFF]/;
+
+/** A slice index argument: an int (a bool is one), or None / absent for `fallback`. */
+function sliceIndex(v: Value | undefined, fallback: number, method: string): number {
+  if (v === undefined || v.type === "NullValue") return fallback;
+  if (v.type === "IntegerValue") return v.value as number;
+  if (v.type === "BooleanValue") return v.value ? 1 : 0;
+  throw new TemplateRaised(`${method}: slice indices must be integers or None or have an __index__ method`);
+}
+
 // Undefined values are jinja2's default Undefined, as transformers' sandbox has them: printed "", but an attribute or
 // item of one raises UndefinedError and `tojson` of one raises json.dumps' TypeError (SGLang retries a failed
 // render with flat tools on exactly these). They raise here only where the library's undefined is surely jinja2's:
 // a variable, a dict's missing key, a list's missing index, an attribute of None. Elsewhere (a Python method the
 // library lacks) jinja2 has a value, and the library's own behaviour stays.
-// startswith/endswith with one string, as the library answers them, without the library's method table: it builds the
-// table of every string method for each string a method is called on (templates test each message's content), which
-// was an eighth of a chat's render. Any other call (a tuple, more arguments) is left to the library.
-const AFFIXES = new Set(["startswith", "endswith"]);
-
-function affixTest(target: Value, method: string, positional: Value[], keyword: Map<string, Value>): Value | undefined {
-  const [affix] = positional;
-  if (positional.length !== 1 || keyword.size > 0 || affix!.type !== "StringValue") return undefined;
-  const s = target.value as string;
-  return new BooleanValue(method === "startswith" ? s.startsWith(affix!.value as string) : s.endsWith(affix!.value as string));
-}
-
 const SURELY_UNDEFINED_IN = new Set(["ObjectValue", "NullValue", "ArrayValue"]);
 
 // The nodes whose value may be a string or list built anew (not one held by a variable): its size is what they cost.

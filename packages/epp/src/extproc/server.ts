@@ -538,6 +538,7 @@ class ProcessStream {
         : undefined;
       read = this.deps.tokenizeBody({ body, path: req.path, rewriteModel, ...(rewriteRules ? { rewriteRules } : {}), maybeCut }, req.tokenizing.signal, settles);
     } catch (err) {
+      req.tokenizing = undefined; // nothing runs for it: its end has nothing to abort
       if (this.refused(err)) return;
       throw err;
     }

@@ -85,7 +85,8 @@ export class AggPublisher {
 
   private send(m: AggMessage): void {
     const payload = encodeAggMessage(m);
-    // Sent (and numbered) even with no subscriber: a subscriber's first message is its baseline.
+    // A snapshot is sent (and numbered) even with no subscriber (deltas are not: see the constructor); a
+    // subscriber's first message is its baseline.
     this.pub.send([TOPIC, payload]);
     this.opts.onSent(m, payload.length);
   }
