@@ -40,7 +40,7 @@ async function arm(name: string, packageDir: string, bodies: Uint8Array[]): Prom
       for (let i = 0; i < bodies.length; i++) {
         const pre = members[home[i]!]!;
         const read = readBody({ body: bodies[i]!, path: "/v1/chat/completions" }, pre.rules);
-        // The member's reports of a known prefix: the segmenter joins the known ids for each, as for a member.
+        // The member's reports of a known prefix: the segmenter joins the ids each adds, as for a member.
         const ids: Uint32Array = read.job instanceof Uint32Array ? read.job
           : encodeJob(pre, read.job, { shouldStop: () => false, knownPrefixMinChars: KNOWN_PREFIX_MIN_CHARS, knownPrefix: () => {} });
         tokens += ids.length;

@@ -254,13 +254,19 @@ function knownPrefixOf(control: EncodeControl | undefined, t: Truncation, prefix
   const { knownPrefix: _, ...rest } = control!;
   if (truncates(t)) return rest;
   if (prefix.length === 0) return control;
+  // The first report's ids follow the prefix; the later ones add to them.
+  let first = true;
   return {
     ...rest,
     knownPrefix: (known) => {
-      const ids = new Uint32Array(prefix.length + known.ids.length);
-      ids.set(prefix);
-      ids.set(known.ids, prefix.length);
-      report({ ids, unknownChars: known.unknownChars });
+      let added = known.added;
+      if (first) {
+        added = new Uint32Array(prefix.length + known.added.length);
+        added.set(prefix);
+        added.set(known.added, prefix.length);
+        first = false;
+      }
+      report({ added, tokens: prefix.length + known.tokens, unknownChars: known.unknownChars });
     },
   };
 }

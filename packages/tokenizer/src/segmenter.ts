@@ -4,21 +4,23 @@ import type { AddedTokenJson } from "./tokenizer-files";
 
 /**
  * What is known of a text before tokenizing anything: the ids up to the first piece the cache does not hold
- * (split-on tokens included), and the length of the text from there on. Each report's `ids` is a new array of
- * the receiver's own (the pool member transfers it as it is).
+ * (split-on tokens included), and the length of the text from there on. Told as it grows, each report carries only
+ * what it adds: `added`, the ids after the previous report's (the first: all those known), in a new array of the
+ * receiver's own (the pool member transfers it as it is); `tokens`, the whole prefix's length (the whole prefix each
+ * time would cost a copy of everything known per report).
  */
-export type KnownPrefix = { ids: Uint32Array; unknownChars: number };
+export type KnownPrefix = { added: Uint32Array; tokens: number; unknownChars: number };
 
 /**
  * Hooks into one tokenization, for the worker pool: `knownPrefix` is told what the cache already knows when the
  * first piece it does not hold comes up (not at all when it holds every one), before tokenizing anything, and
  * then again as the pieces tokenized extend what is known (after the first one, then each time the ids have
- * doubled: a few copies of the ids in all); `shouldStop` is asked before each piece that must be tokenized (a
+ * doubled: a few reports, each the ids it adds); `shouldStop` is asked before each piece that must be tokenized (a
  * cancelled request stops there, keeping the pieces done so far in the cache).
  */
 export type EncodeControl = {
   knownPrefix?(known: KnownPrefix): void;
-  /** Texts shorter than this skip knownPrefix (joining the known ids is not worth it for them). */
+  /** Texts shorter than this skip knownPrefix (telling the known ids is not worth it for them). */
   knownPrefixMinChars?: number;
   shouldStop?(): boolean;
   /**
@@ -104,12 +106,20 @@ export class Segmenter {
     let total = 0;
     // Reported so far: -1 before the first miss; then the length at which the known ids are told again.
     let nextReport = -1;
+    // The pieces and ids told already: a report adds what follows them.
+    let toldPieces = 0;
+    let toldIds = 0;
+    const tell = (unknownChars: number) => {
+      report!({ added: concat(pieces, toldPieces, total - toldIds), tokens: total, unknownChars });
+      toldPieces = pieces.length;
+      toldIds = total;
+    };
     this.forEachPiece(text, control?.from ?? 0, (start, end) => {
       let missed = false;
       const onMiss = report && (() => {
         missed = true;
         if (nextReport >= 0) return;
-        report({ ids: concat(pieces, total), unknownChars: text.length - start });
+        tell(text.length - start);
         nextReport = total + 1;
       });
       const ids = this.piece(start === 0 && end === text.length ? text : text.slice(start, end), start === 0, cache, control, onMiss);
@@ -117,14 +127,14 @@ export class Segmenter {
       pieces.push(ids);
       total += ids.length;
       if (missed && end < text.length && total >= nextReport) {
-        report!({ ids: concat(pieces, total), unknownChars: text.length - end });
+        tell(text.length - end);
         nextReport = 2 * total;
       }
     }, (id) => {
       pieces.push(id);
       total += 1;
     });
-    return concat(pieces, total);
+    return concat(pieces, 0, total);
   }
 
   // Calls `piece` for each piece of the sections between split-on tokens and `token` for each of them, in order,
@@ -217,10 +227,12 @@ export function overlappingContents(contents: readonly string[]): Set<string> {
   return out;
 }
 
-function concat(pieces: readonly (Uint32Array | number)[], total: number): Uint32Array {
+/** The ids of `pieces` from the `from`th on, `total` of them. */
+function concat(pieces: readonly (Uint32Array | number)[], from: number, total: number): Uint32Array {
   const out = new Uint32Array(total);
   let at = 0;
-  for (const p of pieces) {
+  for (let i = from; i < pieces.length; i++) {
+    const p = pieces[i]!;
     if (typeof p === "number") out[at++] = p;
     else {
       out.set(p, at);

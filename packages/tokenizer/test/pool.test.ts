@@ -159,6 +159,38 @@ describe("tokenizer pool", () => {
     expect(chatEarly.newTurnTokens! / turnTokens).toBeLessThan(1.25);
   }, 120_000);
 
+  test("a long chat told in several reports is answered on what they add up to: the whole encode's first ids, decided or over budget", async () => {
+    const budgetMs = 1500;
+    const pool = await pools.start({ size: 1, budgetMs });
+    const pre = createPreprocessor({ tokenizerDir: dir });
+    const system = lines(3000, 60);
+    // The system turn cached: the first report carries it, each later one the ids tokenized since.
+    await pool.tokenize({ kind: "chat", messages: chat(system, "hi"), opts: {} });
+    const reports = 3;
+    const prefixesOf = async (seed: number, decides: (told: Uint32Array[]) => boolean) => {
+      const messages = chat(system, lines(200_000, seed));
+      const told: Uint32Array[] = [];
+      const outcome = await pool.tokenize({ kind: "chat", messages, opts: {} }, { decides: (known) => (told.push(known.slice()), decides(told)) });
+      const want = pre.encodeChat(messages, {});
+      expect(told).toHaveLength(reports);
+      expect(told[0]!.length).toBeGreaterThan(0);
+      for (let i = 0; i < told.length; i++) {
+        expect(told[i]).toEqual(want.subarray(0, told[i]!.length));
+        if (i > 0) expect(told[i]!.length).toBeGreaterThan(told[i - 1]!.length);
+      }
+      expect(outcome.tokens).toEqual(told.at(-1)!);
+      return outcome;
+    };
+    expect(await prefixesOf(61, (told) => told.length === reports)).toMatchObject({ complete: false, decided: true });
+    // Over budget at the last report: held on this thread until the budget has passed (no timer fires meanwhile).
+    const t0 = performance.now();
+    const late = await prefixesOf(62, (told) => {
+      if (told.length === reports) Bun.sleepSync(Math.max(0, budgetMs + 20 - (performance.now() - t0)));
+      return false;
+    });
+    expect(late).toMatchObject({ complete: false, fallback: "budget" });
+  }, 120_000);
+
   test("a request answered over budget and still tokenizing yields to the next request, and finishes after it", async () => {
     const pool = await pools.start({ size: 1, budgetMs: 1 });
     const text = lines(400_000, 43);

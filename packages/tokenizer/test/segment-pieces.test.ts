@@ -126,20 +126,26 @@ describe.each(MODELS)("pieces, %s", (model) => {
           const after = cache.stats();
           same(`${model}, the text continued differently`, second, got, want);
           // Told at the first miss, then again as the pieces tokenized extend it (each time longer, the rest
-          // shorter, never the whole); not told when every piece hit. Each is an exact prefix of the ids.
-          for (const k of told) same(`${model}, a known prefix of the text continued differently`, second, k.ids, want.slice(0, k.ids.length));
+          // shorter, never the whole); not told when every piece hit. Each report adds to the ones before: together
+          // an exact prefix of the ids, as long as the report says.
+          const joined: number[] = [];
+          for (const k of told) {
+            joined.push(...k.added);
+            if (joined.length !== k.tokens) throw new Error(`${model}: a report of ${k.tokens} known ids adds up to ${joined.length}, for ${JSON.stringify(second)}`);
+            same(`${model}, a known prefix of the text continued differently`, second, Uint32Array.from(joined), want.slice(0, k.tokens));
+          }
           // Each an array of its own, whole (the pool member transfers its buffer as it is).
-          const buffers = new Set([got.buffer, ...told.map((k) => k.ids.buffer)]);
-          if (buffers.size !== told.length + 1 || told.some((k) => k.ids.byteOffset !== 0 || k.ids.byteLength !== k.ids.buffer.byteLength)) {
+          const buffers = new Set([got.buffer, ...told.map((k) => k.added.buffer)]);
+          if (buffers.size !== told.length + 1 || told.some((k) => k.added.byteOffset !== 0 || k.added.byteLength !== k.added.buffer.byteLength)) {
             throw new Error(`${model}: a known prefix shares its buffer, or is a view, for ${JSON.stringify(second)}`);
           }
           for (let i = 1; i < told.length; i++) {
-            if (told[i]!.ids.length <= told[i - 1]!.ids.length || told[i]!.unknownChars >= told[i - 1]!.unknownChars || told[i]!.unknownChars === 0) {
-              throw new Error(`${model}: known prefixes told out of order (${told.map((k) => `${k.ids.length}/${k.unknownChars}`).join(", ")}) for ${JSON.stringify(second)}`);
+            if (told[i]!.added.length === 0 || told[i]!.unknownChars >= told[i - 1]!.unknownChars || told[i]!.unknownChars === 0) {
+              throw new Error(`${model}: known prefixes told out of order (${told.map((k) => `${k.tokens}/${k.unknownChars}`).join(", ")}) for ${JSON.stringify(second)}`);
             }
           }
           if (told.length > 1) grown++;
-          const known = told[0] ?? { ids: got, unknownChars: 0 };
+          const known = told[0] ?? { unknownChars: 0 };
           if (fast.cuts === null) return;
           // The first text's pieces wholly before the difference whose cut was decided there (the character after
           // the cut, or its whitespace run, is in the shared part) are the second's pieces too.

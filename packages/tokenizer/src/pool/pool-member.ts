@@ -150,19 +150,19 @@ function tokenize(m: JobMessage, job: TokenizeJob, t0: number, before: CacheStat
     knownPrefix: (known: KnownPrefix) => {
       if (unknownChars < 0) {
         unknownChars = known.unknownChars;
-        firstKnown = known.ids.length;
+        firstKnown = known.tokens;
         // A chat cut at its first media part knows its cut only at the end.
         telling = !m.discard && known.unknownChars >= KNOWN_PREFIX_MIN_CHARS && !hasMedia(job);
-      } else if (known.ids.length - firstKnown >= LEARN_MIN_TOKENS) {
+      } else if (known.tokens - firstKnown >= LEARN_MIN_TOKENS) {
         // Measured on what it has tokenized so far: a job answered early is stopped before its end.
-        charsPerToken = 0.8 * charsPerToken + 0.2 * ((unknownChars - known.unknownChars) / (known.ids.length - firstKnown));
+        charsPerToken = 0.8 * charsPerToken + 0.2 * ((unknownChars - known.unknownChars) / (known.tokens - firstKnown));
       }
       if (!telling) return;
       // Its own array (KnownPrefix), transferred as it is.
-      const ids = known.ids;
-      const estimatedTokens = ids.length + Math.round(known.unknownChars / charsPerToken);
+      const added = known.added;
+      const estimatedTokens = known.tokens + Math.round(known.unknownChars / charsPerToken);
       const newTurnTokens = turnChars === undefined ? undefined : Math.round(turnChars / charsPerToken);
-      post(...withReading({ type: "known" as const, id: m.id, ids, estimatedMs: (known.unknownChars * usPerChar) / 1000, estimatedTokens, newTurnTokens, busyMs: performance.now() - t0 }, [ids.buffer as ArrayBuffer]));
+      post(...withReading({ type: "known" as const, id: m.id, added, estimatedMs: (known.unknownChars * usPerChar) / 1000, estimatedTokens, newTurnTokens, busyMs: performance.now() - t0 }, [added.buffer as ArrayBuffer]));
     },
   };
   const ids = encodeJob(pre, job, control);

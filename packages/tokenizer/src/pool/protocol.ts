@@ -50,12 +50,14 @@ export type FromMember =
   /** The cache emptied (a "reset"): its figures from now on. */
   | { type: "reset"; cache: CacheStats }
   /**
-   * What the cache already knew, posted before tokenizing a large unknown rest; estimatedMs is that rest's cost,
-   * estimatedTokens the whole prompt's length (the known ids and the rest at the member's characters per token),
+   * What the cache already knew, posted before tokenizing a large unknown rest, then again as it grows: `added`, the
+   * ids after the job's previous "known" (the first: all of them; see KnownPrefix), which the pool appends to the
+   * prefix it keeps. A job's "done" carries all its ids, transferred as the encode returned them: its tail alone
+   * would cost a copy on each side. estimatedMs is the unknown rest's cost, estimatedTokens the whole prompt's length (the known ids and the rest at the member's characters per token),
    * newTurnTokens a chat's last turn's (newTurnChars) at that rate, busyMs the member's time on the job so far.
    * `read`: a body job's reading, when no message of the job carried it yet.
    */
-  | { type: "known"; id: number; ids: Uint32Array; estimatedMs: number; estimatedTokens: number; newTurnTokens?: number; busyMs: number; read?: BodyReading }
+  | { type: "known"; id: number; added: Uint32Array; estimatedMs: number; estimatedTokens: number; newTurnTokens?: number; busyMs: number; read?: BodyReading }
   /**
    * warmedTokens: of the job's cached tokens, those only a background warm had cached. `read` as on "known".
    * `nothing`: a warm whose reply had nothing to warm with, released without reading its body.

@@ -11,6 +11,7 @@ import { TooDeep } from "../request/openai-body";
 import { DEFAULT_READ_HERE_MAX_BYTES } from "../request/read-body";
 import type { RewriteRules } from "../request/rewrite-rules";
 import { affinityKey } from "./affinity";
+import { appendIds } from "./known-ids";
 import { jobChars, jobWork, Placement, type PlacementKind } from "./placement";
 import type { BodyReading, FromMember, MemberInit, ToMember } from "./protocol";
 import { nextDue } from "./queue-order";
@@ -168,6 +169,7 @@ type Pending = {
   /** Its expected cost on its member, in fresh characters (see placement.ts). */
   cost: number;
   settle?: (o: TokenizeOutcome | Error) => void;
+  /** The exact prefix its member has told so far (appendIds: a view of a buffer with room after it). */
   known?: Uint32Array;
   /** Its member's time on it when it told `known`. */
   knownBusyMs?: number;
@@ -611,12 +613,13 @@ export class TokenizerPool {
     if (p === null || p.id !== m.id) return;
     if ((m.type === "known" || m.type === "done") && m.read) p.read = m.read;
     if (m.type === "known") {
-      p.known = m.ids;
+      // Once answered, nothing reads what its member goes on telling.
+      if (p.settle === undefined) return;
+      p.known = appendIds(p.known, m.added);
       p.knownBusyMs = m.busyMs;
       p.estimatedTokens = m.estimatedTokens;
       p.newTurnTokens = m.newTurnTokens;
-      if (p.settle === undefined) return;
-      if (this.settledBy(p, m.ids)) this.answerDecided(member, p);
+      if (this.settledBy(p, p.known)) this.answerDecided(member, p);
       // Known now what would not finish in budget (or past it already): answer at once with what is known.
       else if (p.overdue || performance.now() - p.submitted + m.estimatedMs > this.budgetMs) this.fallBack(p, "budget", member);
       return;
