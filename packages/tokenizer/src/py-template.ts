@@ -189,8 +189,10 @@ function affixTest(target: Value, method: string, positional: Value[], keyword: 
   if (!tuple && affix.type !== "StringValue") throw new TemplateRaised(`${method} first arg must be str or a tuple of str`);
   const affixes = tuple ? items(affix) : [affix];
   const own = target.value as string;
-  // Code points, as Python counts them: UTF-16 units differ only where a surrogate is.
-  const wide = SURROGATE.test(own) || affixes.some((a) => a.type === "StringValue" && SURROGATE.test(a.value as string));
+  // Python counts code points. UTF-16 offsets are the same where no surrogate is; only slice indices need a string
+  // walked as code points (an O(n) copy, which a template's plain test of a long message must not pay: see unitMatch).
+  const indexed = (start !== undefined && start.type !== "NullValue") || (end !== undefined && end.type !== "NullValue");
+  const wide = indexed && (SURROGATE.test(own) || affixes.some((a) => a.type === "StringValue" && SURROGATE.test(a.value as string)));
   const str: ArrayLike<string> = wide ? Array.from(own) : own;
   const n = str.length;
   let lo = sliceIndex(start, 0, method);
@@ -199,7 +201,8 @@ function affixTest(target: Value, method: string, positional: Value[], keyword: 
   else if (hi < 0) hi = Math.max(hi + n, 0);
   if (lo < 0) lo = Math.max(lo + n, 0);
   const matches = (text: string): boolean => {
-    const sub: ArrayLike<string> = wide ? Array.from(text) : text;
+    if (!wide) return unitMatch(own, text, lo, hi, method === "startswith");
+    const sub = Array.from(text);
     const last = hi - sub.length;
     if (last < lo) return false;
     const at = method === "startswith" ? lo : last;
@@ -215,6 +218,24 @@ function affixTest(target: Value, method: string, positional: Value[], keyword: 
 }
 
 const SURROGATE = /[\uD800-\uDFFF]/;
+
+/**
+ * `text` at the start (or end) of own[lo:hi] in UTF-16 units, as Python's code points would have it: a match that
+ * splits a surrogate pair of `own` at either edge is half a code point matched by a lone surrogate, which Python's
+ * comparison of code points never matches.
+ */
+function unitMatch(own: string, text: string, lo: number, hi: number, atStart: boolean): boolean {
+  const last = hi - text.length;
+  if (last < lo) return false;
+  const at = atStart ? lo : last;
+  if (!own.startsWith(text, at)) return false;
+  const end = at + text.length;
+  const splits = (i: number) => i > 0 && i < own.length && isHigh(own.charCodeAt(i - 1)) && isLow(own.charCodeAt(i));
+  return text.length === 0 || (!splits(at) && !splits(end));
+}
+
+const isHigh = (c: number) => c >= 0xd800 && c <= 0xdbff;
+const isLow = (c: number) => c >= 0xdc00 && c <= 0xdfff;
 
 /** A slice index argument: an int (a bool is one), or None / absent for `fallback`. */
 function sliceIndex(v: Value | undefined, fallback: number, method: string): number {

@@ -201,7 +201,7 @@ test("startswith and endswith answer as str's, one string or a tuple, and raise 
 
 test("startswith and endswith take start and end as str's do, in code points, and raise jinja2's TypeErrors", () => {
   // Expected: jinja2 3.1.6's ImmutableSandboxedEnvironment on the same templates and values.
-  const vars = { s: "abc", e: "\u{1F600}bc", l: "\uD83D" };
+  const vars = { s: "abc", e: "\u{1F600}bc", l: "\uD83D", f: "a\u{1F600}", r: "\uDE00" };
   const cases = [
     "{{ s.startswith('b', 1) }}", "{{ s.startswith('c', 1, 2) }}", "{{ s.startswith('b', 1, 2) }}",
     "{{ s.endswith('b', 0, 2) }}", "{{ s.endswith('c', 0, -1) }}", "{{ s.endswith('bc', -2) }}",
@@ -209,11 +209,11 @@ test("startswith and endswith take start and end as str's do, in code points, an
     "{{ s.startswith('a', none, 1) }}", "{{ s.startswith('b', true) }}", "{{ s.endswith('c', 1, 100) }}",
     "{{ s.endswith(('z', 'bc'), 1) }}", "{{ s.startswith('abc', 0, 2) }}",
     "{{ e.startswith('\u{1F600}b') }}", "{{ e.startswith('b', 1) }}", "{{ e.endswith('\u{1F600}', 0, 1) }}",
-    "{{ e.startswith(l) }}", "{{ s.startswith(('a', 1)) }}",
+    "{{ e.startswith(l) }}", "{{ s.startswith(('a', 1)) }}", "{{ f.endswith(r) }}", "{{ f.endswith(r, 1) }}",
   ];
   expect(cases.map((c) => render(c, vars))).toEqual([
     "True", "False", "True", "True", "False", "True", "True", "False", "False", "True", "True", "True", "True",
-    "True", "False", "True", "True", "True", "False", "True",
+    "True", "False", "True", "True", "True", "False", "True", "False", "False",
   ]);
   for (const raising of [
     "{{ s.startswith(['a']) }}", "{{ s.startswith(1) }}", "{{ s.startswith(none) }}", "{{ s.startswith('a', 1.0) }}",
