@@ -1,6 +1,7 @@
 import { existsSync, readdirSync, readFileSync, statSync } from "node:fs";
 import { join } from "node:path";
 import { adoptModel, parseTokenizerJson, shareModel, type SharedModel } from "./fast/bpe-model";
+import { isByteLevel } from "./fast/whole-words";
 
 export type AddedTokenJson = {
   id: number; content: string; special: boolean;
@@ -55,7 +56,7 @@ export type SharedTokenizerFiles = Omit<TokenizerFiles, "tokenizerJson"> & { tok
 
 export function shareTokenizerFiles(files: TokenizerFiles): SharedTokenizerFiles {
   const { model, ...rest } = files.tokenizerJson;
-  return { ...files, tokenizerJson: rest as Omit<TokenizerJson, "model">, model: model == null ? null : shareModel(model as Record<string, unknown>) };
+  return { ...files, tokenizerJson: rest as Omit<TokenizerJson, "model">, model: model == null ? null : shareModel(model as Record<string, unknown>, isByteLevel(rest.pre_tokenizer as never)) };
 }
 
 /** The files a SharedTokenizerFiles was made of; the model's tables are the shared ones, never written. */

@@ -9,6 +9,7 @@ import { join } from "node:path";
 import { freshWords, tempDir } from "@kv-epp/testkit";
 import { chatReplyBody } from "./chat-reply-body";
 import { chat, freshChat, QWEN3_DIR as dir, qwen3Pools } from "./qwen3-pool";
+import { modelDir } from "./reference-tokenizers";
 
 const pools = qwen3Pools();
 
@@ -628,6 +629,20 @@ test("members share the model the pool read once: no member, a replacement inclu
     const answers = await Promise.all(texts.map((text) => pool.tokenize({ kind: "prompt", text })));
     expect(answers.map((a) => a.tokens)).toEqual(texts.map((t) => pre.encodeCompletion(t)));
     expect(pool.stats().members.map((m) => m.jobs > 0)).toEqual([true, true]);
+  } finally {
+    await pool.close();
+  }
+}, 120_000);
+
+test("members of a Llama 3 pool find its whole words in the table the pool built, hashed with the pool's seed", async () => {
+  const llama3 = modelDir("llama3");
+  const pool = new TokenizerPool({ preprocessor: { tokenizerDir: llama3 }, size: 1, budgetMs: 600_000 });
+  try {
+    await pool.ready();
+    // Tokens of Llama 3 its merges do not make: each is one id only when the whole-word lookup finds it.
+    const text = `${lines(200, 69)} jeho mektedir lardan iyordu zdrav nhanh dikkat`;
+    const expected = createPreprocessor({ tokenizerDir: llama3 }).encodeCompletion(text);
+    expect((await pool.tokenize({ kind: "prompt", text })).tokens).toEqual(expected);
   } finally {
     await pool.close();
   }

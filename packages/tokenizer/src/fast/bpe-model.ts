@@ -2,6 +2,8 @@ import { FNV_OFFSET, FNV_PRIME, hashRange } from "./fnv";
 import { MergeTable, type MergeArrays } from "./merge-table";
 import { sharedCopy } from "./shared-arrays";
 import { grown, VocabTable, type VocabArrays } from "./vocab-table";
+import { wholeWordTable } from "./whole-words";
+import { TextTable, type TextTableArrays } from "./word-cache";
 
 /**
  * A BPE model's vocabulary and merges as the fast BPE compiles them. `parseTokenizerJson` reads them straight out
@@ -24,6 +26,8 @@ export type BpeModel = {
   missing: string | null;
   /** The merges as the fast BPE looks them up, built on first call. */
   mergeTable(): MergeTable;
+  /** The whole-word table of an `ignore_merges` model (whole-words.ts), built on first call for each kind. */
+  wholeWords(byteLevel: boolean): TextTable;
 };
 
 type Json = Record<string, any>;
@@ -61,20 +65,24 @@ export function bpeModelOf(model: Json): BpeModel {
     else merges[k] = id;
   }
   const mergeTable = once(() => new MergeTable(merges));
-  return { get: (t) => vocab.get(t), entries: () => vocab, merges, mergeParts: (i) => [parts[2 * i]!, parts[2 * i + 1]!], missing, mergeTable };
+  const wholeWords = wholeWordsOnce(() => vocab, null);
+  return { get: (t) => vocab.get(t), entries: () => vocab, merges, mergeParts: (i) => [parts[2 * i]!, parts[2 * i + 1]!], missing, mergeTable, wholeWords };
 }
 
 /**
  * A tokenizer.json's `model` object for other threads (posted as workerData): a scanned one as its other fields and
- * its tables, vocabulary and merges (and the merge table the fast BPE builds from them) in shared memory, which
- * every thread that adopts it reads and none copies; any other as it is.
+ * its tables, vocabulary and merges (and the merge table the fast BPE builds from them, and an `ignore_merges` model's
+ * whole-word table for a tokenizer `byteLevel` or not) in shared memory, which every thread that adopts it reads and
+ * none copies; any other as it is.
  */
 export type SharedModel = { fields: Json; tables: SharedTables | null };
 export type SharedTables = {
   vocab: VocabArrays; ids: Int32Array; entries: Int32Array; strings: boolean; mergeTable: MergeArrays;
+  wholeWords: SharedWholeWords | null;
 };
+type SharedWholeWords = { byteLevel: boolean; table: TextTableArrays };
 
-export function shareModel(model: Json): SharedModel {
+export function shareModel(model: Json, byteLevel: boolean): SharedModel {
   const known = scanned.get(model);
   if (known === undefined) return { fields: model, tables: null };
   // Its vocab and merges are left out, not read: they are getters building them (see lazy).
@@ -85,6 +93,7 @@ export function shareModel(model: Json): SharedModel {
     tables: {
       vocab: vocab.shared(), ids: sharedCopy(merges.ids), entries: sharedCopy(merges.entries), strings: merges.strings,
       mergeTable: known.mergeTable().shared(),
+      wholeWords: model.ignore_merges ? { byteLevel, table: known.wholeWords(byteLevel).shared() } : null,
     },
   };
 }
@@ -95,12 +104,12 @@ export function adoptModel(shared: SharedModel): Json {
   if (tables === null) return fields;
   const merges = { ids: tables.ids, entries: tables.entries, strings: tables.strings };
   const model = { ...fields };
-  install(model, { vocab: new VocabTable(tables.vocab), merges }, new MergeTable(tables.mergeTable));
+  install(model, { vocab: new VocabTable(tables.vocab), merges }, new MergeTable(tables.mergeTable), tables.wholeWords);
   return model;
 }
 
 // The model's vocab and merges built on first read from its tables, which the fast BPE reads directly.
-function install(model: Json, tables: Tables, mergeTable?: MergeTable): void {
+function install(model: Json, tables: Tables, mergeTable?: MergeTable, wholeWords: SharedWholeWords | null = null): void {
   const { vocab: table, merges } = tables;
   const mergeParts = (i: number): [string, string] => [table.key(merges.entries[2 * i]!), table.key(merges.entries[2 * i + 1]!)];
   lazy(model, "vocab", () => Object.fromEntries(table.entries()));
@@ -110,8 +119,20 @@ function install(model: Json, tables: Tables, mergeTable?: MergeTable): void {
   }));
   scanned.set(model, {
     get: (t) => table.get(t), entries: () => table.entries(), merges: merges.ids, mergeParts, missing: null,
-    mergeTable: mergeTable === undefined ? once(() => new MergeTable(merges.ids)) : () => mergeTable, tables,
+    mergeTable: mergeTable === undefined ? once(() => new MergeTable(merges.ids)) : () => mergeTable,
+    wholeWords: wholeWordsOnce(() => table.entries(), wholeWords), tables,
   });
+}
+
+// A model's whole-word tables, each built on first call; a shared one adopted as it is.
+function wholeWordsOnce(vocab: () => Iterable<[string, number]>, shared: SharedWholeWords | null): (byteLevel: boolean) => TextTable {
+  const made = new Map<boolean, TextTable>();
+  if (shared !== null) made.set(shared.byteLevel, TextTable.adopt(shared.table));
+  return (byteLevel) => {
+    let table = made.get(byteLevel);
+    if (table === undefined) made.set(byteLevel, (table = wholeWordTable(vocab(), byteLevel)));
+    return table;
+  };
 }
 
 function once<T>(make: () => T): () => T {

@@ -6,7 +6,8 @@ import { cutPoints, type CutPoints } from "./cut-points";
 import { isDeepSeekV3, scanDeepSeekV3 } from "./deepseek-scanner";
 import { hfRegexToJs } from "./hf-regex";
 import { normalizeAsReference } from "./reference-unicode";
-import { TextTable, textHash, WordCache } from "./word-cache";
+import { BYTE_TO_CHAR } from "./whole-words";
+import { SEED, TextTable, textHash, WordCache } from "./word-cache";
 
 /**
  * A byte-level (GPT-2 style: Qwen, Llama 3, DeepSeek) or SentencePiece-style (Gemma: byte fallback) BPE
@@ -129,7 +130,7 @@ class BpeTokenizer implements FastTokenizer {
       }
     }
     // A table keyed by text ranges: a substring and a Map lookup per missed word were a fifth of Llama 3's time.
-    this.wholeWords = model.ignore_merges ? TextTable.of(wholeWordIds(vocab.entries(), this.byteLevel)) : null;
+    this.wholeWords = model.ignore_merges ? vocab.wholeWords(this.byteLevel) : null;
     this.cutBeforeMeta = null;
     if (!this.byteLevel && this.wholeWords === null && this.charIds[META]! >= 0) {
       // A character that is a token of its own ends the symbol before the cut; anything else (a byte or unknown
@@ -205,7 +206,8 @@ class BpeTokenizer implements FastTokenizer {
         return;
       }
     }
-    const entry = whole === null ? -1 : whole.find(text, start, end, hash);
+    // A table shared by the pool was hashed with the seed of the thread that built it.
+    const entry = whole === null ? -1 : whole.find(text, start, end, whole.seed === SEED ? hash : textHash(text, start, end, whole.seed));
     let m: number;
     if (entry >= 0) {
       this.syms[0] = whole!.firstId(entry);
@@ -407,13 +409,6 @@ function splitter(re: RegExp, behavior: string): Splitter {
   };
 }
 
-// GPT-2's byte-to-unicode table: printable bytes stand for themselves, the others map to U+0100 onwards.
-const BYTE_TO_CHAR: string[] = (() => {
-  const printable = (b: number) => (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255);
-  let next = 256;
-  return Array.from({ length: 256 }, (_, b) => String.fromCharCode(printable(b) ? b : next++));
-})();
-
 // The code units found right before META inside a merge's result.
 function metaGlue(model: BpeModel): Uint8Array {
   const glue = new Uint8Array(0x10000);
@@ -422,23 +417,6 @@ function metaGlue(model: BpeModel): Uint8Array {
     for (let at = joined.indexOf(META_CHAR, 1); at > 0; at = joined.indexOf(META_CHAR, at + 1)) glue[joined.charCodeAt(at - 1)] = 1;
   }
   return glue;
-}
-
-function wholeWordIds(vocab: Iterable<[string, number]>, byteLevel: boolean): Map<string, number> {
-  if (!byteLevel) return new Map(vocab);
-  const charToByte = new Map(BYTE_TO_CHAR.map((ch, b) => [ch, b]));
-  const decoder = new TextDecoder("utf-8", { fatal: true, ignoreBOM: true });
-  const out = new Map<string, number>();
-  for (const [token, id] of vocab) {
-    const bytes = Uint8Array.from(token, (ch) => charToByte.get(ch) ?? -1);
-    if ([...token].some((ch) => !charToByte.has(ch))) continue;
-    try {
-      out.set(decoder.decode(bytes), id);
-    } catch {
-      // not whole UTF-8 characters: no word of text can equal it
-    }
-  }
-  return out;
 }
 
 function escapeRegExp(s: string): string {

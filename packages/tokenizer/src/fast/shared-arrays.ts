@@ -1,4 +1,4 @@
-type IntArray = Int32Array | Uint16Array;
+type IntArray = Int32Array | Uint16Array | Uint32Array;
 
 /**
  * A copy of `a` in a SharedArrayBuffer: posted to a worker (workerData, postMessage) it is the same memory there, not

@@ -1,4 +1,5 @@
 import { FNV_OFFSET, hashRange } from "./fnv";
+import { sharedCopy } from "./shared-arrays";
 
 /**
  * Pre-token -> ids, bounded in bytes, keyed by a range of the text being encoded so that a lookup allocates
@@ -88,15 +89,19 @@ export const PROBES = 32;
 
 // Drawn once per process (each worker thread loads its own copy of this module), so that words sharing a
 // textHash cannot be worked out offline. Every textHash of a process agrees; none is kept beyond it.
-const SEED = crypto.getRandomValues(new Int32Array(1))[0]!;
+// A table shared with other threads keeps the seed of the thread that built it (TextTableArrays).
+export const SEED = crypto.getRandomValues(new Int32Array(1))[0]!;
 
-/** FNV-1a over the UTF-16 units of text[start, end) from a per-process seed, mixed. */
-export function textHash(text: string, start: number, end: number): number {
-  let h = hashRange(FNV_OFFSET ^ SEED ^ (end - start), text, start, end);
+/** FNV-1a over the UTF-16 units of text[start, end) from a per-process seed (or `seed`), mixed. */
+export function textHash(text: string, start: number, end: number, seed = SEED): number {
+  let h = hashRange(FNV_OFFSET ^ seed ^ (end - start), text, start, end);
   h ^= h >>> 15;
   h = Math.imul(h, 0x2c1b3c6d);
   return (h ^ (h >>> 12)) | 0;
 }
+
+/** A finished table's arrays in shared memory (`shared()`), for `TextTable.adopt` on any thread, with the seed of its hashes. */
+export type TextTableArrays = { seed: number; count: number; slots: Int32Array; entries: Int32Array; keys: Uint16Array; ids: Uint32Array };
 
 /**
  * Text -> ids in typed arrays of fixed capacity, looked up by a range of any string (open addressing on
@@ -107,6 +112,8 @@ export function textHash(text: string, start: number, end: number): number {
  */
 export class TextTable {
   count = 0;
+  /** The seed of its hashes: `textHash(..., seed)` finds its entries. */
+  readonly seed: number = SEED;
   private readonly slots: Int32Array; // entry + 1, 0 = empty; open addressing, linear probing
   private readonly mask: number;
   private readonly entries: Int32Array; // per entry: hash, key start, key length << 16 | ids length, ids start
@@ -118,18 +125,26 @@ export class TextTable {
   private readonly probes: number;
   readonly keyCapacity: number;
 
-  /** `probes`: Infinity keeps every entry (a lookup still stops at the first empty slot). */
-  constructor(maxEntries: number, keyUnits: number, idCount: number, probes: number) {
+  /**
+   * `probes`: Infinity keeps every entry (a lookup still stops at the first empty slot). `full`: the arrays of a
+   * finished table (`shared()`), used as they are.
+   */
+  constructor(maxEntries: number, keyUnits: number, idCount: number, probes: number, full?: TextTableArrays) {
     this.maxEntries = maxEntries;
     let cap = 2;
     while (cap < maxEntries * 2) cap *= 2;
-    this.slots = new Int32Array(cap);
-    this.mask = cap - 1;
-    this.probes = Math.min(probes, cap);
-    this.entries = new Int32Array(maxEntries * 4);
+    this.slots = full?.slots ?? new Int32Array(cap);
+    this.mask = this.slots.length - 1;
+    this.probes = Math.min(probes, this.slots.length);
+    this.entries = full?.entries ?? new Int32Array(maxEntries * 4);
     this.keyCapacity = keyUnits;
-    this.keys = new Uint16Array(keyUnits);
-    this.ids = new Uint32Array(idCount);
+    this.keys = full?.keys ?? new Uint16Array(keyUnits);
+    this.ids = full?.ids ?? new Uint32Array(idCount);
+    if (full !== undefined) {
+      ({ seed: this.seed, count: this.count } = full);
+      this.keyUsed = keyUnits;
+      this.idUsed = idCount;
+    }
   }
 
   /**
@@ -145,6 +160,20 @@ export class TextTable {
     const table = new TextTable(words.size, units, words.size, Infinity);
     for (const [w, id] of words) table.insert(w, 0, w.length, textHash(w, 0, w.length), [id], 0, 1);
     return table;
+  }
+
+  /** A finished, unbounded table (`of`) made from its shared arrays; read-only. */
+  static adopt(full: TextTableArrays): TextTable {
+    return new TextTable(full.count, full.keys.length, full.ids.length, Infinity, full);
+  }
+
+  /** A finished table's arrays copied into shared memory; nothing may be inserted after. */
+  shared(): TextTableArrays {
+    const { seed, count, slots, entries, keys, ids } = this;
+    return {
+      seed, count, slots: sharedCopy(slots), entries: sharedCopy(entries.subarray(0, count * 4)),
+      keys: sharedCopy(keys.subarray(0, this.keyUsed)), ids: sharedCopy(ids.subarray(0, this.idUsed)),
+    };
   }
 
   /** The first id of entry `e`. */
