@@ -199,7 +199,7 @@ describe("reply warming", () => {
     const bodyBudget = new BodyBudget(1 << 20);
     const metrics = createMetrics();
     const warmed: { request: BodyRequest; reply: Uint8Array }[] = [];
-    const { data } = routedStream("FULL_DUPLEX_STREAMED", {
+    const { call, data } = routedStream("FULL_DUPLEX_STREAMED", {
       bodyBudget, metrics,
       tokenizeBody: (req) => ({ fields, tokens: new Uint32Array(0), body: req.body, rewritten: false }),
       warmReply: { maxBodyBytes, warm: (request, reply) => warmed.push({ request, reply }) },
@@ -208,8 +208,14 @@ describe("reply warming", () => {
       data({ request: "response_headers", response_headers: { headers: { headers: [] } } });
       chunks.forEach((c, i) => data({ request: "response_body", response_body: { body: enc.encode(c), end_of_stream: i === chunks.length - 1 } }));
     };
+    /** A response as an HTTP/2 upstream with trailers sends it: no body chunk marks the end, the trailers do (unless `trailers` is false). */
+    const respondUntilTrailers = (status: string, chunks: string[], trailers = true) => {
+      data({ request: "response_headers", response_headers: { headers: { headers: [{ key: ":status", raw_value: enc.encode(status) }] } } });
+      for (const c of chunks) data({ request: "response_body", response_body: { body: enc.encode(c), end_of_stream: false } });
+      if (trailers) data({ request: "response_trailers", response_trailers: { trailers: { headers: [] } } });
+    };
     const dropped = async (cause: string) => (await metrics.registry.getSingleMetric("dynamo_epp_reply_warms_dropped_total")!.get()).values.find((v) => v.labels.cause === cause)?.value ?? 0;
-    return { bodyBudget, data, respond, warmed, dropped };
+    return { bodyBudget, call, data, respond, respondUntilTrailers, warmed, dropped };
   };
   const request = (body: Uint8Array): ProcessingRequest => ({ request: "request_body", request_body: { body, end_of_stream: true } });
 
@@ -224,6 +230,42 @@ describe("reply warming", () => {
     expect(s.warmed).toHaveLength(1);
     expect(s.warmed[0]!.request).toMatchObject({ body, path: "/v1/chat/completions" });
     expect(new TextDecoder().decode(s.warmed[0]!.reply)).toBe(chunks.join(""));
+  });
+
+  test("a response that ends with trailers (an HTTP/2 upstream's) is warmed at them, once, as one whose body ended: what was kept is given back", () => {
+    const s = warmingStream("/v1/chat/completions", { kind: "chat" });
+    const body = enc.encode('{"model":"m","messages":[{"role":"user","content":"hi"}]}');
+    s.data(request(body));
+    const chunks = [`data: ${JSON.stringify({ choices: [{ index: 0, delta: { content: "Hel" } }] })}\n\n`, `data: ${JSON.stringify({ choices: [{ index: 0, delta: { content: "lo" }, finish_reason: "stop" }] })}\n\ndata: [DONE]\n\n`];
+    s.respondUntilTrailers("200", chunks, false);
+    expect(s.warmed).toHaveLength(0); // the body has not said it ended
+    expect(s.bodyBudget.usedBytes).toBeGreaterThan(0);
+    s.data({ request: "response_trailers", response_trailers: { trailers: { headers: [] } } });
+    expect(s.warmed).toHaveLength(1);
+    expect(s.warmed[0]!.request).toMatchObject({ body, path: "/v1/chat/completions" });
+    expect(new TextDecoder().decode(s.warmed[0]!.reply)).toBe(chunks.join(""));
+    expect(s.bodyBudget.usedBytes).toBe(0);
+    // Whatever follows (a repeated end, the stream's close) warms nothing more.
+    s.data({ request: "response_trailers", response_trailers: { trailers: { headers: [] } } });
+    s.call.emit("end");
+    expect(s.warmed).toHaveLength(1);
+    expect(s.bodyBudget.usedBytes).toBe(0);
+  });
+
+  test("a response that would end with trailers warms nothing when its status is not 2xx or its stream is reset first, and gives back what was kept", () => {
+    const reply = [JSON.stringify({ choices: [{ index: 0, message: { role: "assistant", content: "ok" }, finish_reason: "stop" }] })];
+    const failed = warmingStream("/v1/chat/completions", { kind: "chat" });
+    failed.data(request(enc.encode('{"model":"m","messages":[{"role":"user","content":"hi"}]}')));
+    failed.respondUntilTrailers("503", reply);
+    expect(failed.warmed).toHaveLength(0);
+    expect(failed.bodyBudget.usedBytes).toBe(0);
+    const reset = warmingStream("/v1/chat/completions", { kind: "chat" });
+    reset.data(request(enc.encode('{"model":"m","messages":[{"role":"user","content":"hi"}]}')));
+    reset.respondUntilTrailers("200", reply, false);
+    expect(reset.bodyBudget.usedBytes).toBeGreaterThan(0);
+    reset.call.emit("error", new Error("stream reset"));
+    expect(reset.warmed).toHaveLength(0);
+    expect(reset.bodyBudget.usedBytes).toBe(0);
   });
 
   test("an error response (status not 2xx) gives back what was kept at its headers and is not warmed: its body holds no reply", () => {

@@ -372,18 +372,28 @@ class ProcessStream {
       // Model rewrite: the client's name back in the response (model-rewrite.ts). Full duplex may hold
       // a split field's start back for the next chunk; other modes answer each message with its own bytes.
       const out = this.req?.responseModel?.map(body, eos || !this.responseStreamed) ?? body;
-      if (this.req?.reply) this.captureReply(this.req, this.req.reply, body, eos);
+      if (this.req?.reply) this.captureReply(this.req, this.req.reply, body);
       if (this.responseStreamed) this.send(streamedBody("response_body", out, eos));
       else this.send(out === body ? continueResponse("response_body") : replacedBody("response_body", out, !this.responseChunked && this.req?.responseLength ? out.length : undefined));
-      if (eos) this.finish();
+      if (eos) this.responseEnded();
       return;
     }
     if (msg.response_trailers) {
       const held = this.responseStreamed ? this.req?.responseModel?.release() : undefined; // model rewrite
       if (held && held.length > 0) this.send(streamedBody("response_body", held, false));
       this.send(continueResponse("response_trailers"));
-      this.finish();
+      // An HTTP/2 upstream's response with trailers ends here, its body never marked as ended.
+      this.responseEnded();
     }
+  }
+
+  /** The response is whole (its body's end, or its trailers): its reply is warmed, then the request ends. */
+  private responseEnded(): void {
+    const reply = this.req?.reply;
+    // The member that warms reads the reply: the decision thread only joins its bytes.
+    const responseBody = reply?.capture.body();
+    if (reply && responseBody) this.deps.warmReply?.warm(reply.request, responseBody);
+    this.finish();
   }
 
   /**
@@ -705,13 +715,10 @@ class ProcessStream {
    * Adds a response chunk to the reply to warm with. The reply is dropped when what warming keeps is full
    * (counted), or when it grows past what a reply may be (ReplyCapture: its next turn tokenizes it anyway).
    */
-  private captureReply(req: RequestState, reply: NonNullable<RequestState["reply"]>, chunk: Uint8Array, eos: boolean): void {
+  private captureReply(req: RequestState, reply: NonNullable<RequestState["reply"]>, chunk: Uint8Array): void {
     const kept = this.keep(req, chunk.length);
     if (kept) reply.capture.add(chunk);
-    if (!kept || reply.capture.overflowed) return this.dropReply(req);
-    // The member that warms reads the reply: the decision thread only joins its bytes.
-    const responseBody = eos ? reply.capture.body() : undefined;
-    if (responseBody) this.deps.warmReply?.warm(reply.request, responseBody);
+    if (!kept || reply.capture.overflowed) this.dropReply(req);
   }
 
   /** The request's reply is not warmed after all: what it kept goes back. */
