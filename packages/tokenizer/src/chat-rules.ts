@@ -43,6 +43,11 @@ export type ChatRules = {
   render(messages: readonly ChatMessage[], opts: ChatOptions, server: ChatServer): RenderedChat;
   /** The request's tools that its template gets, as sent (what the routing bound counts of them); undefined for none. */
   templateTools(chat: Pick<ChatOptions, "tools" | "toolChoice">): readonly unknown[] | undefined;
+  /**
+   * What the engine's `echo` repeats of a chat's final `message` before the reply (vLLM's; an engine that reads no
+   * echo has none), undefined where that is not mirrored (conversation.ts echoedText).
+   */
+  echoed?(message: ChatMessage, opts: ChatOptions, server: ChatServer): string | undefined;
 };
 
 /** The rules of `engine`, under the server's flags that decide which tools reach the template (vLLM's). */

@@ -47,10 +47,16 @@ function parsePart(part: unknown): { text: string } | { media: string } | { tool
   return { media: modality };
 }
 
-function contentOf(role: string, content: unknown, format: ContentFormat): string | Part[] {
+type Parsed = NonNullable<ReturnType<typeof parsePart>>;
+
+/** A message's content parts as vLLM parses them, those it skips left out. */
+function parsedParts(role: string, content: unknown): Parsed[] {
   let parts = content === undefined || content === null ? [] : typeof content === "string" ? [content] : (content as unknown[]);
   if (role === "system") parts = withoutBillingHeader(parts);
-  const parsed = parts.map(parsePart).filter((p) => p !== null);
+  return parts.map(parsePart).filter((p) => p !== null);
+}
+
+function contentOf(parsed: Parsed[], format: ContentFormat): string | Part[] {
   if (format === "openai") {
     return parsed.map((p): Part => ("text" in p ? { type: "text", text: p.text } : "media" in p ? { type: p.media } : { type: "tool_reference", name: p.toolReference }));
   }
@@ -58,6 +64,24 @@ function contentOf(role: string, content: unknown, format: ContentFormat): strin
   // model's processor inserts its placeholders, see media.ts). An empty text is no part (vLLM keeps only truthy
   // parse results), so it adds no newline.
   return parsed.flatMap((p) => ("text" in p ? [p.text] : "toolReference" in p ? [p.toolReference] : [])).filter((t) => t !== "").join("\n");
+}
+
+/**
+ * The text vLLM's `echo` repeats of a message (the final one) before the reply: its content as the template got it,
+ * a list of parts joined by newlines (serving.py, chat_completion_full_generator). In the "string" format that is
+ * the text parts' texts (text, input_text, output_text, refusal, thinking, bare strings; a tool reference's name),
+ * empty ones dropped, joined by newlines; in the "openai" format every text part's text, empty ones kept. Undefined
+ * where it is not mirrored: a "string" message with media, to whose text vLLM adds the model's placeholders (not
+ * known to a text tokenizer), and an "openai" one with a part that has no text (media, a tool reference), on which
+ * vLLM fails the request (`msg["text"]`). A stream sends the same text as its first delta in the "string" format; in
+ * the "openai" format it sends none (chat_completion_stream_generator hands the list of parts, a string's one part
+ * too, to a delta typed a string): the stream carries an error chunk there, and no reply is warmed from it.
+ */
+export function echoedText(message: ChatMessage, format: ContentFormat): string | undefined {
+  const parsed = parsedParts(message.role, message.content);
+  if (format === "string") return parsed.some((p) => "media" in p) ? undefined : (contentOf(parsed, format) as string);
+  const texts = parsed.flatMap((p) => ("text" in p ? [p.text] : []));
+  return texts.length === parsed.length ? texts.join("\n") : undefined;
 }
 
 const BILLING_HEADER = "x-anthropic-billing-header";
@@ -83,7 +107,7 @@ function withoutBillingHeader(parts: unknown[]): unknown[] {
 /** The conversation vLLM hands to the chat template for these request messages. */
 export function conversation(messages: readonly ChatMessage[], format: ContentFormat): ChatMessage[] {
   return messages.map((m) => {
-    const out: ChatMessage = { role: m.role, content: contentOf(m.role, m.content, format) };
+    const out: ChatMessage = { role: m.role, content: contentOf(parsedParts(m.role, m.content), format) };
     if (m.role === "assistant") {
       if (m.tool_calls !== undefined && m.tool_calls !== null) out.tool_calls = toolCalls(m.tool_calls);
       // vLLM's response field is `reasoning`; templates read `reasoning_content` (the older name), so both.

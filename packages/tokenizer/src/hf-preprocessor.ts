@@ -126,6 +126,10 @@ export class HfPreprocessor implements Preprocessor, ChatServer {
     return continuation === undefined ? text : text + continuation;
   }
 
+  echoed(message: ChatMessage, opts: ChatOptions): string | undefined {
+    return this.rules.echoed?.(message, opts, this);
+  }
+
   encodeChat(messages: readonly ChatMessage[], opts: ChatOptions = {}, control?: EncodeControl): Uint32Array {
     // vLLM tokenizes the rendered chat with the request's add_special_tokens, false by default: the template
     // already placed them (true on a template that starts with bos gives two).

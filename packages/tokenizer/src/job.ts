@@ -69,10 +69,10 @@ export type PoolJob = TokenizeJob | BodyJob;
  * adds an empty think block). A reply that continued the chat's final assistant message (continue_final_message)
  * comes back as one message with it.
  */
-export function nextTurnJob(job: ChatJob, reply: ChatMessage): TokenizeJob | undefined {
+export function nextTurnJob(job: ChatJob, reply: ChatMessage, pre?: Pick<Preprocessor, "echoed">): TokenizeJob | undefined {
   // Cut at the routing bound, the next turn is cut at the same place: nothing past it is routed, so none to warm.
   if (job.cut !== undefined) return undefined;
-  const answered = withReply(job, reply);
+  const answered = withReply(job, reply, pre);
   if (answered === undefined) return undefined;
   const messages = [...answered, nextMessage(reply)];
   return { kind: "chat", messages, opts: { ...job.opts, addGenerationPrompt: true, continueFinalMessage: false } };
@@ -93,14 +93,18 @@ function nextMessage(reply: ChatMessage): ChatMessage {
   return typeof id === "string" ? { role: "tool", tool_call_id: id, content: "" } : { role: "tool", content: "" };
 }
 
-/** The chat's messages with its reply as the client resends it (see continued). */
-function withReply(job: ChatJob, echoed: ChatMessage): ChatMessage[] | undefined {
+/**
+ * The chat's messages with its reply as the client resends it (see continued). `pre`: what vLLM's echo repeats of a
+ * final message of content parts depends on the chat's template (conversation.ts echoedText); without it such a
+ * reply is not unechoed.
+ */
+function withReply(job: ChatJob, echoed: ChatMessage, pre: Pick<Preprocessor, "echoed"> | undefined): ChatMessage[] | undefined {
   const last = job.messages.at(-1);
   // vLLM echoes the final message when its role is the reply's: the assistant's, or any with add_generation_prompt
   // false (the reply then takes that message's role). A reply continuing a user's message is not guessed at.
   const echoes = job.echo === true && last !== undefined && (last.role === "assistant" || job.opts.addGenerationPrompt === false);
   if (echoes && last.role !== "assistant") return undefined;
-  const reply = echoes ? unechoed(last, echoed) : echoed;
+  const reply = echoes ? unechoed(echoText(last, job.opts, pre), echoed) : echoed;
   if (reply === undefined) return undefined;
   if (!job.opts.continueFinalMessage || last?.role !== "assistant") return [...job.messages, reply];
   const merged = continued(last, reply);
@@ -108,14 +112,21 @@ function withReply(job: ChatJob, echoed: ChatMessage): ChatMessage[] | undefined
 }
 
 /**
- * The reply without the final assistant message's text that vLLM's `echo` put before it (a stream's first delta, or
- * the front of a JSON reply's content); undefined when it does not start with that text, or the message's content
- * is parts (vLLM echoes them as it parsed them, not as sent): not guessed.
+ * What vLLM's `echo` puts before the reply: a final message's text as sent (a string reaches vLLM's conversation as it
+ * is, in either content format), or for content parts, as its rules join them (undefined where not mirrored).
  */
-function unechoed(last: ChatMessage, reply: ChatMessage): ChatMessage | undefined {
-  const echo = last.content ?? "";
+function echoText(last: ChatMessage, opts: ChatOptions, pre: Pick<Preprocessor, "echoed"> | undefined): string | undefined {
+  if (last.content === undefined || last.content === null || typeof last.content === "string") return last.content ?? "";
+  return pre?.echoed(last, opts);
+}
+
+/**
+ * The reply without the text that vLLM's `echo` put before it (a stream's first delta, or the front of a JSON reply's
+ * content); undefined when that text is not known, or the reply does not start with it: not guessed.
+ */
+function unechoed(echo: string | undefined, reply: ChatMessage): ChatMessage | undefined {
   if (echo === "") return reply;
-  if (typeof echo !== "string" || typeof reply.content !== "string" || !reply.content.startsWith(echo)) return undefined;
+  if (echo === undefined || typeof reply.content !== "string" || !reply.content.startsWith(echo)) return undefined;
   return { ...reply, content: reply.content.slice(echo.length) };
 }
 

@@ -61,6 +61,8 @@ const byteFallbackPreprocessor = (rules: ChatRules): Preprocessor => ({
   encodeCompletion: (prompt, opts = {}) => truncatePrompt(typeof prompt === "string" ? byteFallbackEncode(prompt) : Uint32Array.from(prompt), opts),
   encodeChat: (messages: readonly ChatMessage[], opts: ChatOptions = {}) => truncatePrompt(byteFallbackEncode(byteFallbackRenderChat(messages, opts)), opts),
   renderChat: byteFallbackRenderChat,
+  // No template, so no engine's conversation to take an echo from.
+  echoed: () => undefined,
   decode: byteFallbackDecode,
   cacheStats: () => NO_CACHE_STATS,
   resetCache: () => {},

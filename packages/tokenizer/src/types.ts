@@ -137,6 +137,8 @@ export interface Preprocessor {
    * `continuation`, appended here) is tokenized on its own and its ids appended, so they may differ where they meet.
    */
   renderChat(messages: readonly ChatMessage[], opts?: ChatOptions): string;
+  /** What the engine's `echo` repeats of a chat's final message before its reply (ChatRules.echoed); undefined: not mirrored. */
+  echoed(message: ChatMessage, opts: ChatOptions): string | undefined;
   decode(ids: ArrayLike<number>): string;
   cacheStats(): CacheStats;
   /** Forgets every cached section and zeroes the cache's counters (after a warm-up: what it cached is not traffic). */

@@ -3,7 +3,7 @@
 import type { ChatRules, ChatServer, RenderedChat } from "./chat-rules";
 import { runTemplate, type ChatTemplate } from "./chat-template";
 import { detectContentFormat, type ContentFormat } from "./content-format";
-import { conversation } from "./conversation";
+import { conversation, echoedText } from "./conversation";
 import type { ServerRendering } from "./hf-preprocessor";
 import { ChatTemplateError, continueFinalMessage, templateTools as dumpedTools } from "./messages";
 import { vllmChat } from "./request/openai-body";
@@ -23,13 +23,15 @@ function vllmRules(excludeTools: boolean): ChatRules {
     detectFormat: (_source, ast) => detectContentFormat(ast),
     render: (messages, opts, server) => renderVllmChat(messages, opts, server, templateTools(opts)),
     templateTools,
+    echoed: (message, opts, server) => echoedText(message, templateOf(opts, server, templateTools(opts)).format),
   };
 }
 
 export const VLLM_CHAT = vllmRules(false);
 export const VLLM_CHAT_EXCLUDING_TOOLS = vllmRules(true);
 
-function renderVllmChat(messages: readonly ChatMessage[], opts: ChatOptions, server: ChatServer, tools: unknown[] | undefined): RenderedChat {
+/** The template a chat renders with, and the content format of the conversation the template gets. */
+function templateOf(opts: ChatOptions, server: ChatServer, tools: unknown[] | undefined): { template: ChatTemplate; format: ContentFormat } {
   const own = server.requestTemplate(opts);
   // vLLM resolves the template, and from it the content format, with the request's tools (resolve_chat_template).
   const served = server.template(tools !== undefined);
@@ -37,7 +39,12 @@ function renderVllmChat(messages: readonly ChatMessage[], opts: ChatOptions, ser
   if (template === null) throw new ChatTemplateError("the model's tokenizer has no chat template");
   // vLLM detects the content format on ChatParams.chat_template: the request's own chat_template, else the
   // server's; a template given only in chat_template_kwargs renders the chat but does not choose its format.
-  const chat = conversation(messages, formatOf(server.flags, opts.chatTemplate ? template : served));
+  return { template, format: formatOf(server.flags, opts.chatTemplate ? template : served) };
+}
+
+function renderVllmChat(messages: readonly ChatMessage[], opts: ChatOptions, server: ChatServer, tools: unknown[] | undefined): RenderedChat {
+  const { template, format } = templateOf(opts, server, tools);
+  const chat = conversation(messages, format);
   // As transformers renders: the special tokens, apply_chat_template's default documents=None, then the request's
   // chat_template_kwargs (with its documents, see templateKwargsOf) over the server's defaults, then what the
   // request's own fields say (vLLM passes tools=None when the request has none).

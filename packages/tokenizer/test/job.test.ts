@@ -1,8 +1,9 @@
-import { describe, expect, test } from "bun:test";
+import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { newTurnChars, nextTurnJob, type TokenizeJob } from "../src/job";
 import type { RoutedInput } from "../src/request/openai-body";
 import { ROUTING_TEXT_CHARS, routingJob } from "../src/request/routing-job";
 import type { ChatMessage } from "../src/types";
+import { TemplateServers } from "./template-servers";
 
 const chat = (...messages: ChatMessage[]): TokenizeJob => ({ kind: "chat", messages, opts: { addGenerationPrompt: true } });
 const m = (role: string, content: ChatMessage["content"]): ChatMessage => ({ role, content });
@@ -115,3 +116,34 @@ describe("the next turn warmed after a reply", () => {
   });
 });
 
+describe("vLLM's echo of a final assistant message of content parts", () => {
+  let servers: TemplateServers;
+  beforeAll(async () => {
+    servers = await TemplateServers.open("job-echo-");
+  });
+  afterAll(() => servers.close());
+  // Templates of either content format (content-format.ts): one prints a message's content, one loops over its parts.
+  const stringFormat = "{% for m in messages %}{{ m.content }}{% endfor %}";
+  const openaiFormat = "{% for m in messages %}{% for p in m.content %}{{ p.text }}{% endfor %}{% endfor %}";
+  const parts = [{ type: "text", text: "The answer" }, { type: "text", text: "" }, { type: "text", text: "is" }] as ChatMessage["content"];
+  const job = { kind: "chat" as const, messages: [m("user", "q"), m("assistant", parts)], opts: {}, echo: true as const };
+  const warmed = (generated: string) => ({ messages: [m("user", "q"), m("assistant", parts), m("assistant", generated), m("user", "")] });
+
+  test("the echo is taken off the reply as the chat's template has vLLM join the parts: empty texts dropped (string format) or kept (openai format)", () => {
+    const string = servers.server(stringFormat);
+    expect(nextTurnJob(job, m("assistant", "The answer\nis 42."), string)).toMatchObject(warmed(" 42."));
+    expect(nextTurnJob(job, m("assistant", "The answer\n\nis 42."), string)).toBeUndefined();
+    const openai = servers.server(openaiFormat);
+    expect(nextTurnJob(job, m("assistant", "The answer\n\nis 42."), openai)).toMatchObject(warmed(" 42."));
+    expect(nextTurnJob(job, m("assistant", "The answer\nis 42."), openai)).toBeUndefined();
+    // --chat-template-content-format decides over the template, as in vLLM.
+    expect(nextTurnJob(job, m("assistant", "The answer\n\nis 42."), servers.server(stringFormat, { chatTemplateContentFormat: "openai" }))).toMatchObject(warmed(" 42."));
+  });
+
+  test("not guessed without the rules that tell the format, nor for a message with media (placeholders, or a request vLLM fails)", () => {
+    expect(nextTurnJob(job, m("assistant", "The answer\nis 42."))).toBeUndefined();
+    const media = [{ type: "text", text: "See" }, { type: "image_url", image_url: { url: "https://x/y.png" } }] as ChatMessage["content"];
+    const withMedia = { ...job, messages: [m("user", "q"), m("assistant", media)] };
+    for (const template of [stringFormat, openaiFormat]) expect(nextTurnJob(withMedia, m("assistant", "See 42."), servers.server(template))).toBeUndefined();
+  });
+});

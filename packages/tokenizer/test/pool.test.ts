@@ -323,6 +323,24 @@ describe("tokenizer pool", () => {
     expect(turn2.warmedTokens).toBeGreaterThanOrEqual(pre.encodeCompletion(reply).length - 8);
   }, 60_000);
 
+  test("warming a chat with echo whose final assistant message is content parts takes the echo vLLM repeated off the reply", async () => {
+    const pool = await pools.start({ size: 1, budgetMs: 60_000 });
+    const parts = [{ type: "text", text: freshWords(40, 31) }, { type: "text", text: freshWords(40, 32) }];
+    const turn1 = [...freshChat(33, 1, 300), { role: "assistant", content: parts }];
+    await pool.tokenize({ kind: "chat", messages: turn1, opts: {} });
+    const body = new TextEncoder().encode(JSON.stringify({ model: "qwen3", messages: turn1, echo: true }));
+    const generated = freshWords(400, 35);
+    // Qwen3's template is of the string format: vLLM echoes the parts' texts joined by a newline.
+    const echoed = `${parts[0]!.text}\n${parts[1]!.text}${generated}`;
+    pool.warm({ kind: "body", request: { body }, reply: chatReplyBody({ role: "assistant", content: echoed }) });
+    await idle(pool);
+    const next = freshWords(50, 37);
+    const turn2 = await pool.tokenize({ kind: "chat", messages: [...turn1, { role: "assistant", content: generated }, { role: "user", content: next }], opts: {} });
+    const pre = createPreprocessor({ tokenizerDir: dir });
+    expect(turn2.freshTokens).toBeLessThanOrEqual(pre.encodeCompletion(next).length + 8);
+    expect(turn2.warmedTokens).toBeGreaterThanOrEqual(pre.encodeCompletion(generated).length - 8);
+  }, 60_000);
+
   test("warming a conversation with its tool-calling reply, streamed, leaves only the tools' results fresh, after several calls too", async () => {
     const { pool, turn1, body } = await answered(25);
     const queries = [freshWords(300, 27), freshWords(200, 29)];

@@ -6,7 +6,7 @@ import { beforeAll, describe, expect, test } from "bun:test";
 import { join } from "node:path";
 import type { ChatServer } from "../src/chat-rules";
 import { detectContentFormat } from "../src/content-format";
-import { conversation } from "../src/conversation";
+import { conversation, echoedText } from "../src/conversation";
 import { createPreprocessor, parseJsonKeepingFloats, type ChatMessage, type Preprocessor } from "../src/index";
 import { parseBody } from "../src/request/openai-body";
 import { PyTemplate } from "../src/py-template";
@@ -142,6 +142,23 @@ describe("conversation (vLLM's message rebuilding)", () => {
     expect(conversation([{ role: "user", content }], "openai")[0]!.content).toEqual([
       { type: "text", text: "a" }, { type: "text", text: "" }, { type: "text", text: "" }, { type: "text", text: "b" },
     ]);
+  });
+
+  test("echo: a final message's parts as vLLM's conversation holds them, joined by newlines (empty texts dropped in the string format, kept in the openai one)", () => {
+    const parts = [{ type: "text", text: "a" }, { type: "text", text: "" }, "b", { type: "output_text", text: "c" }, { type: "refusal", refusal: "r" }, { type: "thinking", thinking: "t" }, { type: "text" }];
+    const last = (content: unknown[]): ChatMessage => ({ role: "assistant", content: content as ChatMessage["content"] });
+    expect(echoedText(last(parts), "string")).toBe("a\nb\nc\nr\nt");
+    expect(echoedText(last(parts), "openai")).toBe("a\n\nb\nc\nr\nt");
+    expect(echoedText(last([]), "string")).toBe("");
+    expect(echoedText(last([]), "openai")).toBe("");
+    // A tool reference is its name in the string format; in the openai format it has no text, and vLLM fails on it.
+    const referenced = [{ type: "text", text: "a" }, { type: "tool_reference", name: "search" }];
+    expect(echoedText(last(referenced), "string")).toBe("a\nsearch");
+    expect(echoedText(last(referenced), "openai")).toBeUndefined();
+    // Media: the string format's text holds the model's placeholders, the openai format has no text for it.
+    const media = [{ type: "text", text: "a" }, { type: "image_url", image_url: { url: "u" } }];
+    expect(echoedText(last(media), "string")).toBeUndefined();
+    expect(echoedText(last(media), "openai")).toBeUndefined();
   });
 
   test("tool-call arguments: JSON parsed keeping floats, anything else {}", () => {

@@ -125,7 +125,7 @@ function jobOf(m: JobMessage): TokenizeJob | Uint32Array {
   // long, not for the render and the encode's first section too.
   stopIfAsked(m);
   if (!reply) return read.job;
-  return read.job instanceof Uint32Array || read.job.kind !== "chat" ? NONE : nextTurnJob(read.job, reply) ?? NONE;
+  return read.job instanceof Uint32Array || read.job.kind !== "chat" ? NONE : nextTurnJob(read.job, reply, pre) ?? NONE;
 }
 
 /** A job stopped before its render: nothing walked to keep, so its resume reads it again. */
