@@ -65,7 +65,7 @@ describe("a scanned model shared with other threads (shareTokenizerFiles, as a t
       // Llama 3's (ignore_merges) whole-word table too, built for its byte-level pre-tokenizer.
       const wholeWords = tables.wholeWords;
       expect(wholeWords?.byteLevel ?? null).toEqual(plain.model.ignore_merges ? true : null);
-      const { seed: _s, count: _c, ...whole } = wholeWords?.table ?? {};
+      const { count: _c, ...whole } = wholeWords?.table ?? {};
       const arrays = [...Object.values(vocab), tables.ids, tables.entries, ...Object.values(tables.mergeTable), ...Object.values(whole)];
       expect(arrays.length).toBe(wholeWords ? 14 : 10);
       expect(arrays.every((a) => a.buffer instanceof SharedArrayBuffer)).toBe(true);
@@ -81,6 +81,27 @@ describe("a scanned model shared with other threads (shareTokenizerFiles, as a t
     }, 120_000);
   }
 });
+
+test("a preprocessor keeps nothing of its decoded tokenizer.json text alive (the scanner's last token once held all of it)", () => {
+  // A fresh process, so that its largest string is this tokenizer.json's if anything holds it. Strings cannot be
+  // WeakRef targets; a heap snapshot lists the cells a full collection finds live (nodes: id, size, class, flags).
+  const preprocessor = new URL("../src/preprocessor.ts", import.meta.url).pathname;
+  const dir = modelDir("qwen3");
+  const script = `import { createPreprocessor } from ${JSON.stringify(preprocessor)};
+    const pre = createPreprocessor({ tokenizerDir: ${JSON.stringify(dir)} });
+    const ids = pre.encodeCompletion("Hello, world").length;
+    await Bun.sleep(0); // a fresh stack: no pointer left from the load for the collector to take as a root
+    const { nodes, nodeClassNames } = Bun.generateHeapSnapshot();
+    let largest = 0;
+    for (let i = 0; i < nodes.length; i += 4) if (nodeClassNames[nodes[i + 2]] === "string") largest = Math.max(largest, nodes[i + 1]);
+    console.log(JSON.stringify({ largest, ids: ids === pre.encodeCompletion("Hello, world").length }));`;
+  const run = Bun.spawnSync([process.execPath, "-e", script]);
+  expect(run.stderr.toString()).toBe("");
+  const { largest, ids } = JSON.parse(run.stdout.toString());
+  expect(ids).toBe(true);
+  // The text is ~21 MB as UTF-16 (11.4 MB of UTF-8); the preprocessor's own strings are tokens and templates.
+  expect(largest).toBeLessThan(Bun.file(join(dir, "tokenizer.json")).size / 4);
+}, 60_000);
 
 const doc = (model: string, extra = "") => `{"version":"1.0","added_tokens":[{"id":9,"content":"<s>","special":true}],${extra}"model":${model}}`;
 const VOCAB = `{"a":0,"b":1,"ab":2,"Ġ":3,"\\"":4,"\\\\":5,"\\u0120\\u0120":6,"\\ud83d\\ude00":7,"zz":8,"\\"\\\\":10,"😀😀":11}`;

@@ -1,7 +1,7 @@
 // The fast BPE's word cache: keyed by ranges of a text, bounded in bytes, two generations.
 import { expect, test } from "bun:test";
 import fc from "fast-check";
-import { PROBES, TextTable, textHash, WordCache } from "../src/fast/word-cache";
+import { hashSeed, PROBES, TextTable, textHash, WordCache } from "../src/fast/word-cache";
 
 // A word's ids as the tokenizer would give them: a function of the word (1 to 4 ids).
 function idsOf(word: string): number[] {
@@ -124,4 +124,22 @@ test("textHash is seeded per process: two processes hash the same word different
   const [a, b] = [run(), run()];
   expect(a).toMatch(/^-?\d+$/);
   expect(a).not.toBe(b);
+});
+
+test("a process given this one's seed (useSeed, as a pool member is) hashes as this one does; once it made a table, another seed is refused", () => {
+  const module = new URL("../src/fast/word-cache.ts", import.meta.url).pathname;
+  const seed = hashSeed();
+  const script = `import { textHash, TextTable, useSeed } from ${JSON.stringify(module)};
+    const own = textHash("hello", 0, 5);
+    useSeed(${seed});
+    const given = textHash("hello", 0, 5);
+    new TextTable(1, 1, 1, 1);
+    useSeed(${seed});
+    let refused = false;
+    try { useSeed(${seed ^ 1}); } catch { refused = true; }
+    console.log(JSON.stringify({ own, given, refused, after: textHash("hello", 0, 5) }));`;
+  const { own, ...given } = JSON.parse(Bun.spawnSync([process.execPath, "-e", script]).stdout.toString());
+  const hello = textHash("hello", 0, 5);
+  expect(own).not.toBe(hello);
+  expect(given).toEqual({ given: hello, refused: true, after: hello });
 });

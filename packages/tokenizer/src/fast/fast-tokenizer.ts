@@ -7,7 +7,7 @@ import { isDeepSeekV3, scanDeepSeekV3 } from "./deepseek-scanner";
 import { hfRegexToJs } from "./hf-regex";
 import { normalizeAsReference } from "./reference-unicode";
 import { BYTE_TO_CHAR } from "./whole-words";
-import { SEED, TextTable, textHash, WordCache } from "./word-cache";
+import { TextTable, textHash, WordCache } from "./word-cache";
 
 /**
  * A byte-level (GPT-2 style: Qwen, Llama 3, DeepSeek) or SentencePiece-style (Gemma: byte fallback) BPE
@@ -206,8 +206,7 @@ class BpeTokenizer implements FastTokenizer {
         return;
       }
     }
-    // A table shared by the pool was hashed with the seed of the thread that built it.
-    const entry = whole === null ? -1 : whole.find(text, start, end, whole.seed === SEED ? hash : textHash(text, start, end, whole.seed));
+    const entry = whole === null ? -1 : whole.find(text, start, end, hash);
     let m: number;
     if (entry >= 0) {
       this.syms[0] = whole!.firstId(entry);

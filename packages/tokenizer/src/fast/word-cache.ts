@@ -87,21 +87,38 @@ const BYTES_PER_ENTRY = 60;
  */
 export const PROBES = 32;
 
-// Drawn once per process (each worker thread loads its own copy of this module), so that words sharing a
-// textHash cannot be worked out offline. Every textHash of a process agrees; none is kept beyond it.
-// A table shared with other threads keeps the seed of the thread that built it (TextTableArrays).
-export const SEED = crypto.getRandomValues(new Int32Array(1))[0]!;
+// One seed per process, so that words sharing a textHash cannot be worked out offline; it is never kept beyond the
+// process. Each worker thread loads its own copy of this module and draws its own, so a tokenizer pool hands its
+// members its seed (hashSeed, then useSeed) before they make any table: a table one thread builds (Llama 3's whole
+// words, shared by the pool) is found by every thread's hashes. Module state, not a seed passed to each table: one
+// hash per word is looked up in the word cache and the whole-word table alike, so all tables must hash alike, and a
+// seed that cannot change once a table exists keeps them so without any table carrying one.
+let seed = crypto.getRandomValues(new Int32Array(1))[0]!;
+// Set by the first TextTable (hashes are kept nowhere else): from then on `seed` is fixed.
+let seedFixed = false;
 
-/** FNV-1a over the UTF-16 units of text[start, end) from a per-process seed (or `seed`), mixed. */
-export function textHash(text: string, start: number, end: number, seed = SEED): number {
+/** The seed of this thread's textHash, for a thread that must hash as this one does (`useSeed`). */
+export function hashSeed(): number {
+  return seed;
+}
+
+/** Hashes with `s` from now on; before any TextTable is made (a pool member, given its pool's seed). */
+export function useSeed(s: number): void {
+  if (s === seed) return;
+  if (seedFixed) throw new Error("textHash's seed cannot change once a table holds hashes of it");
+  seed = s;
+}
+
+/** FNV-1a over the UTF-16 units of text[start, end) from the process's seed, mixed. */
+export function textHash(text: string, start: number, end: number): number {
   let h = hashRange(FNV_OFFSET ^ seed ^ (end - start), text, start, end);
   h ^= h >>> 15;
   h = Math.imul(h, 0x2c1b3c6d);
   return (h ^ (h >>> 12)) | 0;
 }
 
-/** A finished table's arrays in shared memory (`shared()`), for `TextTable.adopt` on any thread, with the seed of its hashes. */
-export type TextTableArrays = { seed: number; count: number; slots: Int32Array; entries: Int32Array; keys: Uint16Array; ids: Uint32Array };
+/** A finished table's arrays in shared memory (`shared()`), for `TextTable.adopt` on any thread of the process. */
+export type TextTableArrays = { count: number; slots: Int32Array; entries: Int32Array; keys: Uint16Array; ids: Uint32Array };
 
 /**
  * Text -> ids in typed arrays of fixed capacity, looked up by a range of any string (open addressing on
@@ -112,8 +129,6 @@ export type TextTableArrays = { seed: number; count: number; slots: Int32Array; 
  */
 export class TextTable {
   count = 0;
-  /** The seed of its hashes: `textHash(..., seed)` finds its entries. */
-  readonly seed: number = SEED;
   private readonly slots: Int32Array; // entry + 1, 0 = empty; open addressing, linear probing
   private readonly mask: number;
   private readonly entries: Int32Array; // per entry: hash, key start, key length << 16 | ids length, ids start
@@ -130,6 +145,7 @@ export class TextTable {
    * finished table (`shared()`), used as they are.
    */
   constructor(maxEntries: number, keyUnits: number, idCount: number, probes: number, full?: TextTableArrays) {
+    seedFixed = true;
     this.maxEntries = maxEntries;
     let cap = 2;
     while (cap < maxEntries * 2) cap *= 2;
@@ -141,7 +157,7 @@ export class TextTable {
     this.keys = full?.keys ?? new Uint16Array(keyUnits);
     this.ids = full?.ids ?? new Uint32Array(idCount);
     if (full !== undefined) {
-      ({ seed: this.seed, count: this.count } = full);
+      this.count = full.count;
       this.keyUsed = keyUnits;
       this.idUsed = idCount;
     }
@@ -169,9 +185,9 @@ export class TextTable {
 
   /** A finished table's arrays copied into shared memory; nothing may be inserted after. */
   shared(): TextTableArrays {
-    const { seed, count, slots, entries, keys, ids } = this;
+    const { count, slots, entries, keys, ids } = this;
     return {
-      seed, count, slots: sharedCopy(slots), entries: sharedCopy(entries.subarray(0, count * 4)),
+      count, slots: sharedCopy(slots), entries: sharedCopy(entries.subarray(0, count * 4)),
       keys: sharedCopy(keys.subarray(0, this.keyUsed)), ids: sharedCopy(ids.subarray(0, this.idUsed)),
     };
   }

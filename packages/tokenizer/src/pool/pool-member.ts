@@ -4,6 +4,7 @@ import { encodeJob, newTurnChars, nextTurnJob, type PoolJob, type TokenizeJob } 
 import { isMediaPart } from "../media";
 import { createPreprocessor } from "../preprocessor";
 import { adoptTokenizerFiles } from "../tokenizer-files";
+import { useSeed } from "../fast/word-cache";
 import { EncodeStopped, type EncodeControl, type KnownPrefix } from "../segmenter";
 import type { CacheStats, Preprocessor } from "../types";
 import { BadRequest } from "../request/bad-request";
@@ -25,6 +26,7 @@ const post = (m: FromMember, transfer: ArrayBuffer[] = []) => port.postMessage(m
 
 let pre: Preprocessor;
 try {
+  useSeed(init.seed);
   // A replacement is lowered (at a nice above 0) at once: its loading and warm-up, seconds of CPU, then take no
   // core from the answers.
   const early = init.serving ? lowerThreadPriority(init.nice) : undefined;

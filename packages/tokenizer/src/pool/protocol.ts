@@ -22,6 +22,8 @@ export type MemberInit = {
   preprocessor: Omit<PreprocessorOptions, "registry">;
   /** `preprocessor.tokenizerDir` as the pool read it, its model's tables shared by every member; absent: read it. */
   files?: SharedTokenizerFiles;
+  /** The pool's thread's textHash seed (hashSeed), installed before the member makes any table: it uses `files`'s. */
+  seed: number;
   /** Int32Array[0]: the id of the job the member must stop (set by the pool on cancel). */
   cancel: SharedArrayBuffer;
   /** The member's thread runs at this nice value (see thread-priority.ts). */

@@ -2,6 +2,7 @@ import { Worker } from "node:worker_threads";
 import { chatRules, type ChatRules } from "../chat-rules";
 import { ChatTemplateError } from "../messages";
 import { DEFAULT_CACHE_MAX_BYTES } from "../segment-cache";
+import { hashSeed } from "../fast/word-cache";
 import { loadTokenizerFiles, shareTokenizerFiles, type SharedTokenizerFiles, type TokenizerFiles } from "../tokenizer-files";
 import { NO_CACHE_STATS, type CacheStats, type PreprocessorOptions } from "../types";
 import { defaultPoolSize } from "./cpu-limit";
@@ -468,7 +469,7 @@ export class TokenizerPool {
     const cancelBuffer = new SharedArrayBuffer(4);
     // A replacement starts while the process serves: its loading and warm-up run at its low priority from the start.
     const { preprocessor, files, nice } = this.memberOptions;
-    const init: MemberInit = { preprocessor, files, cancel: cancelBuffer, nice, serving: this.started[index] === true };
+    const init: MemberInit = { preprocessor, files, seed: hashSeed(), cancel: cancelBuffer, nice, serving: this.started[index] === true };
     const worker = new Worker(new URL("./pool-member.ts", import.meta.url), { workerData: init });
     let resolveReady!: () => void;
     let rejectReady!: (e: Error) => void;
