@@ -20,6 +20,9 @@
 // --tls: the connection is TLS (OpenSSL, ALPN h2, the certificate not verified, as the gateways
 // open it to an EPP's self-signed one); every send and read goes through the TLS session.
 //
+// --latencies FILE: each measured, answered request's index in the requests file and its latency (ms), one
+// line each, so that a tail can be read against the bodies that made it.
+//
 // Requests come pre-serialized (gRPC-framed ProcessingRequest messages) in a file the bench writes:
 // u32le count, then per request u32le headersLen, headers message, u32le bodyLen, body message.
 #include <arpa/inet.h>
@@ -266,7 +269,7 @@ static int cmp(const void *a, const void *b) {
 int main(int argc, char **argv) {
   const char *target = arg(argc, argv, "--target", NULL), *file = arg(argc, argv, "--requests", NULL);
   if (!target || !file) {
-    fprintf(stderr, "usage: loadgen --target host:port --requests FILE [--rate N] [--duration-ms N] [--warmup-ms N] [--mode full-duplex|buffered] [--tls]\n");
+    fprintf(stderr, "usage: loadgen --target host:port --requests FILE [--rate N] [--duration-ms N] [--warmup-ms N] [--mode full-duplex|buffered] [--tls] [--latencies FILE]\n");
     return 2;
   }
   double rate = atof(arg(argc, argv, "--rate", "500"));
@@ -387,6 +390,15 @@ out:
   if (measure_start == 0) measure_start = now_ms();
   if (measured_ms == 0) measured_ms = now_ms() - measure_start;
   if (measured_ms <= 0) measured_ms = 1;
+  /* Each measured request's index in the requests file and its latency, for reading a tail against its bodies. */
+  const char *per_request = arg(argc, argv, "--latencies", NULL);
+  if (per_request) {
+    FILE *out = fopen(per_request, "w");
+    if (!out) die(per_request);
+    for (size_t i = 0; i < total; i++)
+      if (streams[i].counted && streams[i].answered && !streams[i].failed) fprintf(out, "%td %.6f\n", streams[i].req - reqs, streams[i].t1 - streams[i].t0);
+    fclose(out);
+  }
   qsort(latencies, nlat, sizeof *latencies, cmp);
   printf("{\"rate\":%g,\"sent\":%zu,\"completed\":%zu,\"achieved\":%.3f", rate, measured_sent, measured_done, answered_in_window / measured_ms * 1000);
   const char *names[] = {"p50", "p90", "p99", "max"};

@@ -32,7 +32,9 @@ test.skipIf(!built)("the C generator's runs over TLS: every request answered wit
   for (const mode of ["full-duplex", "buffered"] as Mode[]) {
     const file = join(dir, `requests-${mode}.bin`);
     await Bun.write(file, requestsFile(mode, 3));
-    const p = Bun.spawn([bin, "--target", `${HOST}:${epp!.ports.grpc}`, "--requests", file, "--rate", "200", "--duration-ms", "500", "--warmup-ms", "100", "--mode", mode, "--tls"], {
+    const latencies = join(dir, `latencies-${mode}.txt`);
+    const p = Bun.spawn([bin, "--target", `${HOST}:${epp!.ports.grpc}`, "--requests", file, "--rate", "200", "--duration-ms", "500", "--warmup-ms", "100", "--mode", mode, "--tls",
+      "--latencies", latencies], {
       stdout: "pipe",
     });
     const r = JSON.parse(await new Response(p.stdout).text());
@@ -42,5 +44,9 @@ test.skipIf(!built)("the C generator's runs over TLS: every request answered wit
     expect(r.endpoints).toBeGreaterThan(1);
     expect(r.p50).toBeGreaterThan(0);
     expect(r.max).toBeGreaterThanOrEqual(r.p99);
+    // Each measured request once: its index in the file (sent in turn, the first 20 in the warm-up) and its latency.
+    const lines = (await Bun.file(latencies).text()).trim().split("\n").map((l) => l.split(" ").map(Number) as [number, number]);
+    expect(lines.map(([i]) => i).sort((a, b) => a - b)).toEqual(Array.from({ length: 100 }, (_, k) => 20 + k));
+    expect(lines.every(([, ms]) => ms > 0 && ms <= r.max)).toBe(true);
   }
 });

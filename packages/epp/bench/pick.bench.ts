@@ -14,7 +14,7 @@
 //            session (the EPP tokenizes the first 128 Ki characters of a body: see ROUTING_TEXT_CHARS)
 //   chats at N/s   the pool and the baseline at lower rates (--sweep, default 100,200,300), each rate a later
 //            stretch of the trace's conversations: where the chats row's p99 stands below saturation (at 500/s
-//            a chat's ~3 ms of EPP CPU keeps this machine's two cores busy)
+//            the EPP's ~1.7 ms of CPU a chat, the floor's and the generator's keep this machine's two cores busy)
 // Beside the three EPPs, the same rows against the transport floor (bench/floor-server.ts over TLS: Bun's HTTP/2 and
 // this load generator, each body answered with a round-robin route and handed back unread): what any server on this
 // machine pays for these bodies at these rates, the baseline the EPP's figures are read against.
@@ -24,14 +24,15 @@
 // 12 ms right after Ready.
 // Before the rows, each EPP takes 4 s of every kind of traffic (other conversations, documents and sessions than the
 // measured ones), so that the rows measure steady state: each pool member JIT-compiles its own copy of the code.
-// Per row p50/p99 (the generator's clock: body sent -> route answered), the EPP's CPU seconds per request
+// Per row p50/p99 (the generator's clock: body sent -> route answered), the chats' p99 by body size against the
+// floor's (the generator's --latencies: the trace's bodies run from 1 KB to 0.5 MB), the EPP's CPU seconds per request
 // (/proc, every thread), the pool's budget fallbacks and its picks decided on a settled prefix. Then fresh-text tokens/s per core for each tokenizer
 // candidate (packages/tokenizer/bench/fresh-text.ts). The generator closes each stream once routed, so no
 // response passes through ext_proc here and reply warming does not act (the demo shows that).
 // Flags: --rate N (chats and tokens, default 500), --agent-rate N (default 50), --duration-ms N (default 3000),
 // --sweep N,N,... (chat rates below --rate; "" for none).
 // Writes bench/PICK-REPORT.md.
-import { writeFileSync } from "node:fs";
+import { readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { dumpStream } from "@kv-epp/recovery";
 import { killAll, seededRandom, spawnProcess, tempDir, type ProcessHandle } from "@kv-epp/testkit";
@@ -78,8 +79,10 @@ const enc = new TextEncoder();
 
 /** An EPP, or the transport floor (no metrics, no tokenizer pool). */
 type Epp = { name: string; proc: ProcessHandle; target: string; metrics?: string; selection?: string };
+/** A stream's measured latencies (ms) by the size of the body each request sent. */
+type Sized = { bytes: number; ms: number }[];
 type Row = {
-  row: string; epp: string; runs: { label: string; run: Run }[]; cpuSecondsPerRequest: number; fallbacks: number;
+  row: string; epp: string; runs: { label: string; run: Run; sized: Sized }[]; cpuSecondsPerRequest: number; fallbacks: number;
   /** Picks made on a known prefix that settled the pick (dynamo_epp_tokenizer_decided_early_total). */
   decided: number;
   /** The EPP's CPU ms per request by kind of thread (see cpuByThreadUs). */
@@ -101,11 +104,12 @@ async function measure(epp: Epp, row: string, streams: { label: string; file: st
   const fb0 = await scrapeSum(epp, "dynamo_epp_tokenizer_budget_fallbacks_total");
   const decided0 = await scrapeSum(epp, "dynamo_epp_tokenizer_decided_early_total");
   const runs = await Promise.all(
-    streams.map(async (s) => ({
-      label: s.label,
-      run: await generate([bin, "--target", epp.target, "--rate", String(s.rate), "--duration-ms", String(durationMs), "--warmup-ms", String(WARMUP_MS),
-        "--mode", "full-duplex", "--requests", s.file, "--tls"]),
-    })),
+    streams.map(async (s, k) => {
+      const latencies = `${s.file}.${k}.latencies`;
+      const run = await generate([bin, "--target", epp.target, "--rate", String(s.rate), "--duration-ms", String(durationMs), "--warmup-ms", String(WARMUP_MS),
+        "--mode", "full-duplex", "--requests", s.file, "--tls", "--latencies", latencies]);
+      return { label: s.label, run, sized: sizedLatencies(latencies, s.file) };
+    }),
   );
   const requests = streams.reduce((n, s) => n + Math.round((s.rate * (durationMs + WARMUP_MS)) / 1000), 0);
   const threads = [...cpuByThreadUs(epp.proc.pid)]
@@ -121,6 +125,32 @@ async function measure(epp: Epp, row: string, streams: { label: string; file: st
   }
   console.log(`${"".padEnd(8)} ${row.padEnd(18)} EPP CPU ${(r.cpuSecondsPerRequest * 1000).toFixed(2)} ms/request (${threadsText(threads)}), budget fallbacks ${r.fallbacks}, decided on a settled prefix ${r.decided}`);
   return r;
+}
+
+/** Body bytes per request of each requests file written (see `write` in main). */
+const bodyBytes = new Map<string, number[]>();
+
+function sizedLatencies(latencies: string, file: string): Sized {
+  const bytes = bodyBytes.get(file);
+  if (bytes === undefined) return [];
+  return readFileSync(latencies, "utf8").split("\n").filter((l) => l !== "").map((l) => {
+    const [i, ms] = l.split(" ").map(Number) as [number, number];
+    return { bytes: bytes[i]!, ms };
+  });
+}
+
+/** Chat body sizes the tail is read by: its latency is mostly the body's way in and back, tokenized or not. */
+const SIZE_CLASSES = [
+  { name: "<= 16 KiB", max: 16 << 10 },
+  { name: "16-64 KiB", max: 64 << 10 },
+  { name: "64-256 KiB", max: 256 << 10 },
+  { name: "> 256 KiB", max: Infinity },
+];
+
+/** p99 (the sample at 99%) and count of the requests of a size class. */
+function classP99(sized: Sized, min: number, max: number): { p99: number; n: number } {
+  const ms = sized.filter((s) => s.bytes > min && s.bytes <= max).map((s) => s.ms).sort((a, b) => a - b);
+  return { p99: ms.length === 0 ? NaN : ms[Math.min(ms.length - 1, Math.floor(0.99 * ms.length))]!, n: ms.length };
 }
 
 type PoolMember = { busy: boolean; queued: number; warmQueued: number };
@@ -236,6 +266,7 @@ async function main() {
   const write = (name: string, path: string, bodies: Uint8Array[]) => {
     const file = `${dir}/${name}.bin`;
     writeFileSync(file, requestsFileOf(extProcMessages("full-duplex", path, bodies)));
+    bodyBytes.set(file, bodies.map((b) => b.length));
     return file;
   };
   const files = {
@@ -357,6 +388,17 @@ async function main() {
     const f = rows.find((x) => x.row === r.row && x.epp === "floor")?.runs.find((x) => x.label === label)?.run;
     return f === undefined ? [] : [`| ${r.row} | ${label} | ${f3(f.p50)} | ${f3(f.p99)} | ${f3(run.p50)} | ${f3(run.p99)} | ${f3(run.p99 - f.p99)} |`];
   }));
+  const bySize = rows.filter((r) => r.epp === "pool").flatMap((r) => r.runs.filter((x) => x.label === "chats").flatMap(({ sized }) => {
+    const f = rows.find((x) => x.row === r.row && x.epp === "floor")?.runs.find((x) => x.label === "chats")?.sized;
+    if (f === undefined) return [];
+    let min = 0;
+    const cells = SIZE_CLASSES.map((c) => {
+      const [p, q] = [classP99(sized, min, c.max), classP99(f, min, c.max)];
+      min = c.max;
+      return `${Number.isNaN(p.p99) ? "-" : f3(p.p99)} (${p.n}) | ${Number.isNaN(q.p99) ? "-" : f3(q.p99)} (${q.n})`;
+    });
+    return [`| ${r.row} | ${cells.join(" | ")} |`];
+  }));
   const lines = [
     `# bench:pick report`,
     ``,
@@ -399,6 +441,12 @@ async function main() {
     `| row | stream | floor p50 | floor p99 | pool p50 | pool p99 | pool p99 - floor p99 |`,
     `|---|---|---|---|---|---|---|`,
     ...overFloor,
+    ``,
+    `The chats' p99 by body size (bytes of JSON each request sent), the pool against the floor, in ms (requests in the class):`,
+    ``,
+    `| row | ${SIZE_CLASSES.map((c) => `${c.name} pool | ${c.name} floor`).join(" | ")} |`,
+    `|---|${SIZE_CLASSES.map(() => "---|---|").join("")}`,
+    ...bySize,
     ``,
     ...(gaps.length > 0 ? [
       `Below the floor, the machine: threads that never yield, reading the clock in a loop for ${GAPS_MS} ms before any EPP started (bench/machine-gaps.c);`,
