@@ -154,7 +154,9 @@ export type EppConfig = {
   fallbackEndpoints: number;
   /** x-gateway-inference-objective name -> priority. */
   objectivePriorities: Map<string, number>;
+  /** The filter's request and response body modes, for streams that carry no protocol_config (extproc/assumed-modes.ts). */
   bodyMode: BodyMode;
+  responseBodyMode: BodyMode;
   shutdownDelayMs: number;
   logLevel: string;
 };
@@ -298,6 +300,7 @@ export function parseConfig(argv: string[], env: Record<string, string | undefin
     fallbackEndpoints: o.fallbackEndpoints,
     objectivePriorities: parsePriorities(r),
     bodyMode: o.bodyMode,
+    responseBodyMode: o.responseBodyMode,
     shutdownDelayMs: o.shutdownDelayMs,
     logLevel: o.logLevel,
   };

@@ -149,6 +149,7 @@ export async function startEpp(cfg: EppConfig, o: { log?: Logger; kubeConfig?: K
       routing, tokenizeBody: bodyReader("ext_proc"), warmReply, metrics, routeOnSettledPrefix: cfg.routeOnSettledPrefix, slowPickMs: cfg.slowPickMs,
       log: log.child({ component: "ext_proc" }),
       bodyMode: cfg.bodyMode,
+      responseBodyMode: cfg.responseBodyMode,
       maxInflight: cfg.maxInflight,
       bodyBudget,
       fallbacks: cfg.fallbackEndpoints,

@@ -82,6 +82,15 @@ describe("every option resolves by one rule: flag > DYN_EPP_* variable > config 
     expect(() => parseConfig(["--config", file, "--chat-rendering", "trtllm"], {})).toThrow(/chat-rendering/);
   });
 
+  test("--body-mode and --response-body-mode take every Envoy body mode but GRPC, auto unless given", () => {
+    expect(parseConfig(["--config", file], {})).toMatchObject({ bodyMode: "auto", responseBodyMode: "auto" });
+    for (const mode of ["none", "streamed", "buffered", "buffered-partial", "full-duplex"]) {
+      expect(parseConfig(["--config", file, "--body-mode", mode, "--response-body-mode", mode], {})).toMatchObject({ bodyMode: mode, responseBodyMode: mode });
+    }
+    expect(parseConfig(["--config", file], { DYN_EPP_RESPONSE_BODY_MODE: "streamed" }).responseBodyMode).toBe("streamed");
+    expect(() => parseConfig(["--config", file, "--response-body-mode", "grpc"], {})).toThrow(/response-body-mode/);
+  });
+
   test("the config file's path itself comes from a flag or the variable", () => {
     expect(parseConfig([], { DYN_EPP_CONFIG: file }).ports.grpc).toBe(7000);
   });

@@ -21,6 +21,8 @@ export const DEFAULT_REPLICA_AGG_PORT = 9092;
 export const DEFAULT_WARM_UP_PICKS = 100;
 
 const LOG_LEVELS = ["fatal", "error", "warn", "info", "debug", "trace", "silent"] as const;
+/** ext_proc body send modes by flag value (extproc/assumed-modes.ts maps them to the protocol's). */
+export const BODY_MODES = ["auto", "none", "streamed", "buffered", "buffered-partial", "full-duplex"] as const;
 
 export const EPP_OPTIONS = {
   ...group("Configuration", {
@@ -64,7 +66,16 @@ export const EPP_OPTIONS = {
     secureServing: opt.bool(z.boolean().default(true), "TLS (ALPN h2) on the ext_proc port; false: h2c", { env: "DYN_SECURE_SERVING" }),
     tlsCertFile: opt.string(z.string().min(1).optional(), "PEM certificate, reloaded when it changes (unset: a self-signed one)"),
     tlsKeyFile: opt.string(z.string().min(1).optional(), "PEM private key of --tls-cert-file"),
-    bodyMode: opt.choice(["auto", "buffered", "full-duplex"], "auto", "ext_proc request body mode"),
+    bodyMode: opt.choice(
+      BODY_MODES,
+      "auto",
+      "the ext_proc filter's processing_mode.request_body_mode, used only for streams whose first message carries no protocol_config (Envoy before 1.34, its observability mode, other data planes): a protocol_config always wins. auto: full-duplex, the one mode GAIE's endpoint picker serves; a filter in another mode must be named, or its requests wait for their route until Envoy's message_timeout (warned once)",
+    ),
+    responseBodyMode: opt.choice(
+      BODY_MODES,
+      "auto",
+      "the filter's processing_mode.response_body_mode, for streams without protocol_config as --body-mode: full-duplex response chunks are answered with streamed_response, the other modes' with CONTINUE (or the chunk replaced), and Envoy refuses either in the other's mode (500); none: no response body comes, the load is held to the stream's end. auto: full-duplex when the request's mode is full-duplex, else buffered (CONTINUE answers, right for none, streamed, buffered and buffered-partial alike; the reply's first token is then not timed)",
+    ),
     shutdownDelayMs: opt.int(count.default(0), "on SIGTERM, keep serving this long after NOT_SERVING before draining"),
   }),
   ...group("Requests", {

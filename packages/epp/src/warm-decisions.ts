@@ -84,7 +84,7 @@ export async function warmDecisions(o: WarmDecisionsOptions): Promise<DecisionWa
   let timer: ReturnType<typeof setTimeout> | undefined;
   const deadline = new Promise<void>((resolve) => (timer = setTimeout(resolve, Math.max(0, (o.maxMs ?? DEFAULT_MAX_MS) - (performance.now() - t0)))));
   try {
-    const c = (client = new ExtProcClient(`127.0.0.1:${server.port}`, o.cfg.bodyMode === "buffered" ? "buffered" : "full-duplex", { tls: o.cfg.tls.mode !== "off" }));
+    const c = (client = new ExtProcClient(`127.0.0.1:${server.port}`, o.cfg.bodyMode === "buffered" || o.cfg.bodyMode === "buffered-partial" ? "buffered" : "full-duplex", { tls: o.cfg.tls.mode !== "off" }));
     const bodies = inventedBodies(o.cfg.model.name);
     let next = 0;
     let over = false;

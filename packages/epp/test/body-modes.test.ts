@@ -100,7 +100,7 @@ test("full duplex: a large body is handed back in chunks of at most 62,000 bytes
   s.end();
 });
 
-test("without protocol_config (Envoy < 1.34) one warning says which mode is assumed and how to set it", async () => {
+test("without protocol_config (Envoy < 1.34) one warning says which modes are assumed and the flags that set them", async () => {
   for (let i = 0; i < 3; i++) {
     const s = client.open();
     s.send(headers());
@@ -112,6 +112,7 @@ test("without protocol_config (Envoy < 1.34) one warning says which mode is assu
   expect(warnings).toHaveLength(1);
   expect(warnings[0]!.msg).toContain("FULL_DUPLEX_STREAMED");
   expect(warnings[0]!.msg).toContain("--body-mode");
+  expect(warnings[0]!.msg).toContain("--response-body-mode");
 });
 
 test("a gateway that sends no response bodies: the load is held until the stream ends, then released and counted", async () => {

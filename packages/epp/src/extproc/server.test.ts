@@ -4,7 +4,7 @@
 import { EventEmitter } from "node:events";
 import { describe, expect, test } from "bun:test";
 import { KvIndex } from "@kv-epp/index-wasm";
-import type { BodyFields, BodyRequest } from "@kv-epp/tokenizer";
+import { readBody, type BodyFields, type BodyRequest } from "@kv-epp/tokenizer";
 import type { RoutedBody } from "../tokens.ts";
 import { workerKey } from "@kv-epp/protocol";
 import { ActiveLoad, LatencyModel, NO_METRICS, Picker, type Candidate, type RoutingContext } from "@kv-epp/routing";
@@ -73,10 +73,11 @@ test("a body sent while the route is pending is held within the body budget: pas
 const ENDPOINT = "10.0.0.1:8000";
 
 /**
- * A stream against a one-worker pool (every request goes there), its answers recorded. `responses`: the gateway's
- * response body mode (default none sent); `path`: the request's :path.
+ * A stream against a one-worker pool (every request goes there), its answers recorded. `mode`: the request body mode
+ * its protocol_config says (undefined: it sends none, the flags' modes apply); `responses`: the gateway's response
+ * body mode (default none sent); `path`: the request's :path.
  */
-function routedStream(mode: BodySendMode, deps: Partial<ExtProcDeps> = {}, opts: { responses?: BodySendMode; path?: string } = {}) {
+function routedStream(mode: BodySendMode | undefined, deps: Partial<ExtProcDeps> = {}, opts: { responses?: BodySendMode; path?: string } = {}) {
   const candidates: Candidate[] = [{ workerId: "w", dpRank: 0, key: workerKey({ workerId: "w", dpRank: 0 }), endpoint: ENDPOINT, rankHeader: undefined }];
   const index = KvIndex.create({ blockSize: 16 });
   const load = new ActiveLoad();
@@ -106,7 +107,8 @@ function routedStream(mode: BodySendMode, deps: Partial<ExtProcDeps> = {}, opts:
   handle(call as never);
   const data = (m: ProcessingRequest) => call.emit("data", m);
   const headers = opts.path === undefined ? [] : [{ key: ":path", raw_value: new TextEncoder().encode(opts.path) }];
-  data({ request: "request_headers", request_headers: { headers: { headers } }, protocol_config: { request_body_mode: mode, ...(opts.responses ? { response_body_mode: opts.responses } : {}) } });
+  const protocolConfig = mode === undefined ? {} : { protocol_config: { request_body_mode: mode, ...(opts.responses ? { response_body_mode: opts.responses } : {}) } };
+  data({ request: "request_headers", request_headers: { headers: { headers } }, ...protocolConfig });
   return { call, data };
 }
 
@@ -323,4 +325,57 @@ test("a tokenization is aborted when its request ends before it settles, and lef
   next.data(body);
   next.call.emit("cancelled");
   expect(signals[1]!.aborted).toBe(true);
+});
+
+describe("without protocol_config, the body modes --body-mode and --response-body-mode name", () => {
+  const enc = new TextEncoder();
+  /** The body read as the EPP reads it (a cut one routed by load, a malformed one refused), nothing tokenized. */
+  const read = (req: BodyRequest): RoutedBody => ({ fields: readBody(req).fields, tokens: new Uint32Array(0), body: req.body, rewritten: false });
+  const chunk = (text: string, end_of_stream: boolean): ProcessingRequest => ({ request: "request_body", request_body: { body: enc.encode(text), end_of_stream } });
+  const status = (m: ProcessingResponse | undefined) => (m as { immediate_response?: { status?: { code?: number } } } | undefined)?.immediate_response?.status?.code;
+
+  test("none: the headers are answered at once with the route by load, where a protocol_config saying full duplex still waits for the body", () => {
+    const none = routedStream(undefined, { bodyMode: "none", tokenizeBody: read });
+    expect(kinds(none.call.written)).toEqual(["request_headers"]);
+    expect(lbEndpoint(none.call.written[0])).toBe(ENDPOINT);
+    const told = routedStream("FULL_DUPLEX_STREAMED", { bodyMode: "none", tokenizeBody: read });
+    expect(kinds(told.call.written)).toEqual([]);
+  });
+
+  test("streamed: the headers carry the route, and a body split across chunks passes with a CONTINUE each, never read nor refused", () => {
+    const { call, data } = routedStream(undefined, { bodyMode: "streamed", tokenizeBody: read });
+    expect(lbEndpoint(call.written[0])).toBe(ENDPOINT);
+    data(chunk('{"model":"m","pro', false));
+    data(chunk('mpt":"hi"}', true));
+    expect(kinds(call.written)).toEqual(["request_headers", "request_body", "request_body"]);
+    expect(call.written.map(status)).toEqual([undefined, undefined, undefined]);
+    expect(call.written.slice(1)).toEqual([{ request_body: { response: {} } }, { request_body: { response: {} } }]);
+  });
+
+  test("buffered-partial: a body cut at Envoy's buffer limit is routed by load on the body's answer, not refused as malformed", () => {
+    const { call, data } = routedStream(undefined, { bodyMode: "buffered-partial", tokenizeBody: read });
+    expect(kinds(call.written)).toEqual(["request_headers"]); // CONTINUE: the body is awaited
+    data(chunk('{"model":"m","prompt":"a long prom', false));
+    expect(kinds(call.written)).toEqual(["request_headers", "request_body"]);
+    expect(lbEndpoint(call.written[1])).toBe(ENDPOINT);
+  });
+
+  test("response chunks are answered as the response mode takes them: streamed_response under full duplex alone, CONTINUE otherwise", () => {
+    type BodyAnswer = { response_body?: { response?: { body_mutation?: { streamed_response?: unknown } } } };
+    const answers = (bodyMode: ExtProcDeps["bodyMode"], responseBodyMode: ExtProcDeps["bodyMode"]) => {
+      const { call, data } = routedStream(undefined, { bodyMode, responseBodyMode, tokenizeBody: read });
+      data({ request: "request_body", request_body: { body: enc.encode('{"model":"m","prompt":"hi"}'), end_of_stream: true } });
+      data({ request: "response_headers", response_headers: { headers: { headers: [] } } });
+      data({ request: "response_body", response_body: { body: enc.encode('{"choices":[]}'), end_of_stream: true } });
+      const last = call.written.at(-1) as BodyAnswer;
+      expect(last.response_body).toBeDefined();
+      return last.response_body?.response?.body_mutation?.streamed_response !== undefined ? "streamed_response" : "continue";
+    };
+    expect(answers("full-duplex", "streamed")).toBe("continue");
+    expect(answers("full-duplex", "buffered")).toBe("continue");
+    expect(answers("buffered", "full-duplex")).toBe("streamed_response");
+    // auto follows the request's mode.
+    expect(answers("full-duplex", "auto")).toBe("streamed_response");
+    expect(answers("buffered", "auto")).toBe("continue");
+  });
 });

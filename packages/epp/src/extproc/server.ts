@@ -16,6 +16,7 @@ import { PREFILL_RANK_HEADER, PREFILLER_HOST_PORT_HEADER } from "@kv-epp/protoco
 import { echo, steering } from "./conformance.ts";
 import { modelRewrite, type ResponseModelName, type RewriteOutcome } from "./model-rewrite.ts";
 import { ReplyCapture } from "./reply-capture.ts";
+import { streamModes, type StreamModes } from "./assumed-modes.ts";
 import {
   type BodySendMode,
   continueResponse,
@@ -46,7 +47,9 @@ export type ExtProcDeps = {
   routeOnSettledPrefix?: boolean;
   metrics: Metrics;
   log: Logger;
+  /** The filter's body modes for streams without protocol_config (--body-mode, --response-body-mode; default auto). */
   bodyMode: BodyMode;
+  responseBodyMode?: BodyMode;
   /** Shed (429) when this many requests are in flight (0: never). */
   maxInflight: number;
   maxBodyBytes?: number;
@@ -155,10 +158,10 @@ export function createProcessHandler(deps: ExtProcDeps): (call: Duplex) => void 
 
 class ProcessStream {
   private req: RequestState | undefined;
-  /** The request body mode, from the first message's protocol_config (else --body-mode). */
+  /** The request body mode, from the first message's protocol_config (else --body-mode: assumed-modes.ts). */
   private mode: BodySendMode | undefined;
   private responseStreamed = false;
-  /** Response bodies come through this stream (a response_body_mode other than NONE, or not said). */
+  /** Response bodies come through this stream (a response_body_mode other than NONE). */
   private responseBodies = true;
   /** Response body chunks come as the upstream sends them (STREAMED, FULL_DUPLEX_STREAMED). */
   private responseChunked = false;
@@ -313,23 +316,16 @@ class ProcessStream {
     if (outOfOrder) return this.reject("unexpected", outOfOrder);
     if (this.mode === undefined) {
       const pc = msg.protocol_config;
-      // NONE is proto3's zero value, absent on the wire: a protocol_config without a mode means NONE.
-      this.mode = pc ? (pc.request_body_mode ?? "NONE") : this.deps.bodyMode === "buffered" ? "BUFFERED" : "FULL_DUPLEX_STREAMED";
-      this.responseStreamed = pc ? pc.response_body_mode === "FULL_DUPLEX_STREAMED" : this.fullDuplex;
-      this.responseBodies = pc ? (pc.response_body_mode ?? "NONE") !== "NONE" : true;
+      const modes = streamModes(pc, this.deps.bodyMode, this.deps.responseBodyMode ?? "auto");
+      this.mode = modes.request;
+      this.responseStreamed = modes.response === "FULL_DUPLEX_STREAMED";
+      this.responseBodies = modes.response !== "NONE";
       // BUFFERED and BUFFERED_PARTIAL send the response body whole, at its end: no first token to time.
-      this.responseChunked = pc ? this.responseStreamed || pc.response_body_mode === "STREAMED" : this.fullDuplex;
-      if (!pc)
-        warnOnce(
-          this.shared.warned,
-          this.deps.log,
-          "no_protocol_config",
-          { assumed: this.mode, bodyMode: this.deps.bodyMode },
-          `ext_proc streams carry no protocol_config (Envoy before 1.34 does not send it): assuming request body mode ${this.mode} from --body-mode ${this.deps.bodyMode}; if the filter's processing_mode.request_body_mode differs, set --body-mode buffered|full-duplex to match it`,
-        );
+      this.responseChunked = this.responseStreamed || modes.response === "STREAMED";
+      if (!pc) this.assumed(modes);
       // The body would come as gRPC messages to be answered one by one, not as the HTTP/JSON body
       // routing reads: refused at once, with the reason, instead of answers Envoy calls spurious.
-      if (this.mode === "GRPC" || (pc && pc.response_body_mode === "GRPC"))
+      if (modes.request === "GRPC" || modes.response === "GRPC")
         return this.reject(
           "grpc_body_mode",
           "ext_proc body mode GRPC is not supported by this endpoint picker: set the filter's processing_mode request_body_mode to FULL_DUPLEX_STREAMED (or BUFFERED) and response_body_mode to NONE or FULL_DUPLEX_STREAMED",
@@ -385,6 +381,15 @@ class ProcessStream {
       // An HTTP/2 upstream's response with trailers ends here, its body never marked as ended.
       this.responseEnded();
     }
+  }
+
+  /** Modes taken from the flags: said once, with the flags that name the filter's, while either is left to auto. */
+  private assumed(modes: StreamModes): void {
+    const { bodyMode, responseBodyMode = "auto" } = this.deps;
+    const fields = { request: modes.request, response: modes.response, bodyMode, responseBodyMode };
+    if (bodyMode !== "auto" && responseBodyMode !== "auto") return this.deps.log.debug(fields, "ext_proc stream without protocol_config: body modes from the flags");
+    warnOnce(this.shared.warned, this.deps.log, "no_protocol_config", fields,
+      `ext_proc streams carry no protocol_config (Envoy before 1.34, its observability mode, or another data plane): assuming request body mode ${modes.request} and response body mode ${modes.response} (--body-mode ${bodyMode}, --response-body-mode ${responseBodyMode}); unless the filter's processing_mode has these, set --body-mode and --response-body-mode to its request_body_mode and response_body_mode (none|streamed|buffered|buffered-partial|full-duplex)`);
   }
 
   /** The response is whole (its body's end, or its trailers): its reply is warmed, then the request ends. */
