@@ -426,6 +426,26 @@ describe("tokenizer pool", () => {
     expect(cache.bytes).toBeLessThanOrEqual(maxBytes);
   }, 60_000);
 
+  test("a conversation's turn stays on its member while that member runs background work: a warm, or a request answered already", async () => {
+    // Placement would move it for work that stops at its next piece for it (preemptWarm), and tokenize it all fresh.
+    const pool = await pools.start({ size: 2, budgetMs: 60_000 });
+    const turn1 = chat(freshWords(300, 80), freshWords(100, 81));
+    await pool.tokenize({ kind: "chat", messages: turn1, opts: {} });
+    const reply = { role: "assistant", content: lines(50_000, 82) };
+    pool.warm(nextTurnJob({ kind: "chat", messages: turn1, opts: {} }, reply)!);
+    expect(pool.stats().members.filter((m) => m.busy)).toHaveLength(1);
+    await pool.tokenize({ kind: "chat", messages: [...turn1, reply, { role: "user", content: "and then?" }], opts: {} });
+    expect(pool.stats().placement).toMatchObject({ new: 1, affine: 1, moved: 0 });
+    // Answered over budget, still tokenizing (its rest fills the cache): the next turn stays too.
+    const late = await pools.start({ size: 2, budgetMs: 20 });
+    const long = chat(freshWords(300, 83), lines(800_000, 84));
+    expect((await late.tokenize({ kind: "chat", messages: long, opts: {} })).fallback).toBe("budget");
+    expect(late.stats().members.filter((m) => m.busy)).toHaveLength(1);
+    const next = late.tokenize({ kind: "chat", messages: [...long, { role: "assistant", content: "ok" }, { role: "user", content: "and then?" }], opts: {} });
+    expect(late.stats().placement).toMatchObject({ new: 1, affine: 1, moved: 0 });
+    await next;
+  }, 120_000);
+
   test("without a cache (cache: false) the members tokenize every piece, count it fresh and keep nothing", async () => {
     const pool = await pools.start({ size: 2, budgetMs: 60_000 }, { cache: false });
     expect(pool.caches).toBe(false);
@@ -616,6 +636,42 @@ describe("tokenizer pool: request bodies as received", () => {
     expect(out.tokens.length).toBe(3_000_000);
     expect(pool.stats().members[0]!.busy).toBe(false);
   }, 120_000);
+
+  test("a warm stopped once its body is read resumes from what it read: it does not read the body again", async () => {
+    const pool = await pools.start({ size: 1, budgetMs: 60_000, readHereMaxBytes: 64 << 20 });
+    // ~20 MB, of a field vLLM ignores: its member reads it for hundreds of ms, and tokenizes little.
+    const body = bytes({ model: "qwen3", messages: [{ role: "user", content: lines(2_000, 85) }], ignored: Array.from({ length: 1_500_000 }, (_, i) => ({ k: i })) });
+    const job = readBody({ body }).job as TokenizeJob;
+    const cpu = process.cpuUsage();
+    pool.warm({ kind: "body", request: { body } });
+    // Stopped while its member reads (the process's CPU time, not a clock, says it has begun: this thread sleeps).
+    while ((({ user, system }) => user + system)(process.cpuUsage(cpu)) < 100_000) await Bun.sleep(5);
+    // Its bytes changed after that read: a resume that read them again would fail on them.
+    body[0] = 0x78;
+    await pool.tokenize({ kind: "prompt", text: "a question" });
+    expect(pool.stats().warmPreempted).toBe(1);
+    await idle(pool);
+    expect((await pool.tokenize(job)).freshTokens).toBe(0);
+  }, 120_000);
+
+  test("a body too large to warm, answered and stopped, resumes only from what its member keeps of it, never read again", async () => {
+    const pool = await pools.start({ size: 1, budgetMs: 20, readHereMaxBytes: 64 << 10 });
+    const text = lines(800_000, 87); // made before either goes: this thread must be free to stop the first early
+    const large = bytes({ model: "qwen3", messages: [{ role: "user", content: lines(100_000, 86) }] });
+    expect(large.length).toBeGreaterThan(pool.readHereMaxBytes);
+    // Read, answered over budget, then stopped at once for the request queued behind it: its member keeps its walk.
+    const first = pool.tokenize({ kind: "body", request: { body: large } });
+    const second = pool.tokenize({ kind: "prompt", text });
+    expect(await first).toMatchObject({ complete: false, fallback: "budget", read: { fields: { kind: "chat" } } });
+    // The second, answered over budget and stopped for a third, takes the walk's place in its member.
+    expect((await second).fallback).toBe("budget");
+    await pool.tokenize({ kind: "prompt", text: "a question" });
+    expect(pool.stats().warmPreempted).toBe(2);
+    await idle(pool);
+    // The second resumed; the first, its walk gone and its body let go of, was not run again (nor its body read).
+    expect(pool.stats()).toMatchObject({ warmTooLarge: 1, warmDropped: 0 });
+    expect(pool.stats().members[0]!.jobs).toBe(4);
+  }, 120_000);
 });
 
 test("a pool whose members cannot load the tokenizer fails ready(), naming the file", async () => {
@@ -713,10 +769,49 @@ describe("tokenizer pool: lost members and answered requests", () => {
     const o = await pool.tokenize({ kind: "prompt", text: lines(2_000, 66) });
     expect(o).toMatchObject({ complete: false, fallback: "queue", tokens: new Uint32Array(0) });
     expect(pool.stats().fallbacks.queue).toBe(1);
+    // Placed nowhere: not counted as a placement.
+    expect(pool.stats().placement).toMatchObject({ affine: 0, moved: 0, new: 0 });
     // The replacement, once ready, tokenizes it in the background: the conversation's next turn finds it cached.
     await pool.ready();
     await idle(pool);
     expect((await pool.tokenize({ kind: "prompt", text: lines(2_000, 66) })).freshTokens).toBe(0);
+  }, 120_000);
+
+  test("the live members are told apart from the configured ones while a lost one is replaced", async () => {
+    const { pool, registry } = await pools.startWithMetrics({ size: 2, budgetMs: 600_000 });
+    const gauge = async (name: string) => Number(new RegExp(`^${name} (\\S+)$`, "m").exec(await registry.metrics())?.[1]);
+    expect([await gauge("dynamo_epp_tokenizer_pool_members"), await gauge("dynamo_epp_tokenizer_pool_members_live")]).toEqual([2, 2]);
+    await memberThread(pool, 0).terminate();
+    while (pool.stats().restarts < 1) await Bun.sleep(1); // lost, its replacement loading
+    expect([await gauge("dynamo_epp_tokenizer_pool_members"), await gauge("dynamo_epp_tokenizer_pool_members_live")]).toEqual([2, 1]);
+    expect(pool.stats().members.map((m) => m.live)).toEqual([false, true]);
+    await pool.ready();
+    expect(await gauge("dynamo_epp_tokenizer_pool_members_live")).toBe(2);
+  }, 120_000);
+
+  test("the cache counters never go back: not for a member's reset that comes after forgetWork gave up on it", async () => {
+    const pool = await pools.start({ size: 1, budgetMs: 600_000 });
+    await pool.tokenize({ kind: "prompt", text: lines(2_000, 88) });
+    const long = pool.tokenize({ kind: "prompt", text: lines(400_000, 89) });
+    // Its member busy past the timeout: the reset comes after the long job, once the process may serve.
+    await pool.forgetWork(1);
+    const counted = pool.cacheStats();
+    expect(counted.misses).toBeGreaterThan(0);
+    await long;
+    // Answered after the reset (its member answers in order).
+    await pool.tokenize({ kind: "prompt", text: "after the reset" });
+    for (const k of ["hits", "misses", "evictions", "freshTokens"] as const) expect({ k, v: pool.cacheStats()[k] >= counted[k] }).toEqual({ k, v: true });
+  }, 120_000);
+
+  test("forgetWork forgets what lost members counted too", async () => {
+    const pool = await pools.start({ size: 1, budgetMs: 600_000 });
+    await pool.tokenize({ kind: "prompt", text: lines(2_000, 90) });
+    await memberThread(pool, 0).terminate();
+    while (pool.stats().restarts < 1) await Bun.sleep(1);
+    await pool.ready();
+    expect(pool.cacheStats().misses).toBeGreaterThan(0);
+    await pool.forgetWork();
+    expect(pool.cacheStats()).toMatchObject({ hits: 0, misses: 0, evictions: 0, freshTokens: 0 });
   }, 120_000);
 
   test("a body too large for its caller, past its budget behind a member that is lost, is answered unread", async () => {

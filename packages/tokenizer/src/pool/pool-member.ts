@@ -14,10 +14,13 @@ import { readChatReply } from "../request/chat-reply";
 import type { RewriteRules } from "../request/rewrite-rules";
 import { warmUp } from "../warm-up";
 import { KNOWN_PREFIX_MIN_CHARS, type BodyReading, type FromMember, type MemberInit, type ToMember } from "./protocol";
+import { jobChars } from "./placement";
 import { lowerThreadPriority } from "./thread-priority";
 
 
 type JobMessage = Extract<ToMember, { type: "job" }>;
+/** A job as its member runs it: what the messages back name, and whether it is a warm. */
+type Run = { id: number; discard: boolean };
 
 const port = parentPort!;
 const init = workerData as MemberInit;
@@ -67,37 +70,45 @@ port.on("message", (m: ToMember) => {
   const t0 = performance.now();
   const before = pre.cacheStats();
   reading = null;
-  const resumed = m.discard && stopped?.id === m.id ? stopped : null;
-  if (m.discard) stopped = null;
+  const kept = stopped;
+  // Kept until the next warm starts (this one, if it is the resume).
+  if (m.type === "resume" || m.discard) stopped = null;
+  const run: Run = m.type === "resume" ? { id: m.id, discard: true } : m;
   // Whatever a job throws (a bad body, a template's refusal, a bug) is answered as an error: a member
   // never dies of a request.
   try {
-    if (resumed !== null) return resume(m, resumed, t0, before);
+    if (m.type === "resume") return resume(run, kept, t0, before);
     const job = jobOf(m);
     if (job === NO_REPLY) done(m, NONE, before, performance.now() - t0, true);
     else if (job instanceof Uint32Array) done(m, job, before, performance.now() - t0);
     else tokenize(m, job, t0, before);
   } catch (err) {
-    failed(m, err, t0, before);
+    failed(run, err, t0, before);
   }
 });
 
 /**
- * The walk of the last job stopped midway, its text and where it stopped: the pool resumes a stopped job as a
- * warm of the same id (a warm preempted by a request, or a request's rest once answered), which goes on from
- * there. Reading its body and rendering it again, then finding each finished piece in the cache, cost about as
- * much as tokenizing it fresh (measured once on a 0.9 MB chat: 14-31 ms, against 26 fresh), and a warm preempted
- * again and again would pay that each time. Kept until the next warm starts (one text at most, MAX_KEPT_CHARS); a
- * replacement member starts without it, and redoes the job whole.
+ * What the last job stopped midway left for its resume: the pool resumes a stopped job as a warm of the same id (a
+ * warm preempted by a request, or a request's rest once answered), which goes on from there. Stopped in its walk,
+ * its text and where it stopped; stopped once read, before its render, the job it read. Reading its body and
+ * rendering it again, then finding each finished piece in the cache, cost about as much as tokenizing it fresh
+ * (measured once on a 0.9 MB chat: 14-31 ms, against 26 fresh), and a warm preempted again and again would pay that
+ * each time; one stopped after each read, under requests coming faster than it reads, would never get past it.
+ * Kept until the next warm starts or another job's stop replaces it (one at most, MAX_KEPT_CHARS), which the pool
+ * follows (the "stopped" message's `kept`): it sends a resume only while this is kept. A replacement member starts
+ * without it.
  */
-let stopped: { id: number; text: string; at: number } | null = null;
-/** The longest stopped text kept for its resume: 8 MiB as UTF-16 (a 0.9 MB chat renders to ~0.9 M characters). */
+let stopped: { id: number; text: string; at: number } | { id: number; job: TokenizeJob } | null = null;
+/** The longest stopped text (or read job's text) kept for its resume: 8 MiB as UTF-16 (a 0.9 MB chat renders to ~0.9 M characters). */
 const MAX_KEPT_CHARS = 4 << 20;
 
-function resume(m: JobMessage, from: { text: string; at: number }, t0: number, before: CacheStats): void {
-  const control: EncodeControl = { shouldStop: () => Atomics.load(cancel, 0) === m.id, warm: true, from: from.at };
+function resume(run: Run, from: typeof stopped, t0: number, before: CacheStats): void {
+  // The pool resumes only what it was told is kept (a bug otherwise: answered as the job's error).
+  if (from?.id !== run.id) throw new Error(`job ${run.id} resumed, but its member keeps nothing of it`);
+  if ("job" in from) return tokenize(run, from.job, t0, before);
+  const control: EncodeControl = { shouldStop: () => Atomics.load(cancel, 0) === run.id, warm: true, from: from.at };
   pre.encodeCompletion(from.text, { addSpecialTokens: false }, control);
-  done(m, NONE, before, performance.now() - t0);
+  done(run, NONE, before, performance.now() - t0);
 }
 
 /** The current request's reading, until the job's first message back carries it (see BodyReading). */
@@ -123,21 +134,25 @@ function jobOf(m: JobMessage): TokenizeJob | Uint32Array {
   stopIfAsked(m);
   const read = readBody(m.rules && rules ? { ...job.request, rewriteRules: rules } : job.request, pre.rules);
   if (!m.discard) reading = read.rewritten ? { fields: read.fields, rewritten: read.rewritten } : { fields: read.fields };
+  const out = !reply ? read.job : read.job instanceof Uint32Array || read.job.kind !== "chat" ? NONE : nextTurnJob(read.job, reply, pre) ?? NONE;
   // Reading is not stopped midway (a large body's takes milliseconds): a request that came meanwhile waits that
-  // long, not for the render and the encode's first section too.
-  stopIfAsked(m);
-  if (!reply) return read.job;
-  return read.job instanceof Uint32Array || read.job.kind !== "chat" ? NONE : nextTurnJob(read.job, reply, pre) ?? NONE;
+  // long, not for the render and the encode's first section too. Ids are done at once: nothing to stop.
+  if (!(out instanceof Uint32Array)) stopIfAsked(m, out);
+  return out;
 }
 
-/** A job stopped before its render: nothing walked to keep, so its resume reads it again. */
-class StoppedUnread extends Error {}
-
-function stopIfAsked(m: JobMessage): void {
-  if (Atomics.load(cancel, 0) === m.id) throw new StoppedUnread();
+/** A job stopped before its render: nothing walked; `job`, what it read, if it had (its resume tokenizes that). */
+class StoppedUnwalked extends Error {
+  constructor(readonly job?: TokenizeJob) {
+    super("stopped before its render");
+  }
 }
 
-function tokenize(m: JobMessage, job: TokenizeJob, t0: number, before: CacheStats): void {
+function stopIfAsked(m: JobMessage, read?: TokenizeJob): void {
+  if (Atomics.load(cancel, 0) === m.id) throw new StoppedUnwalked(read);
+}
+
+function tokenize(m: Run, job: TokenizeJob, t0: number, before: CacheStats): void {
   // The unknown rest at the first miss (-1: none yet), and whether this job tells its known ids as they grow.
   let unknownChars = -1;
   let telling = false;
@@ -171,7 +186,7 @@ function tokenize(m: JobMessage, job: TokenizeJob, t0: number, before: CacheStat
 }
 
 // The cache's figures go back with every result: the pool sums its members' for the process's metrics.
-function done(m: JobMessage, ids: Uint32Array, before: CacheStats, busyMs: number, nothing = false): void {
+function done(m: Run, ids: Uint32Array, before: CacheStats, busyMs: number, nothing = false): void {
   const cache = pre.cacheStats();
   const freshTokens = cache.freshTokens - before.freshTokens;
   const warmedTokens = cache.warmedHitTokens - before.warmedHitTokens;
@@ -192,15 +207,19 @@ function ownIds(ids: Uint32Array): Uint32Array {
 }
 
 // A job stopped or failed midway tokenized (and cached) what it did before: those tokens count as its member's work.
-function failed(m: JobMessage, err: unknown, t0: number, before: CacheStats): void {
+function failed(m: Run, err: unknown, t0: number, before: CacheStats): void {
   const busyMs = performance.now() - t0;
   const cache = pre.cacheStats();
   const freshTokens = cache.freshTokens - before.freshTokens;
-  if (err instanceof EncodeStopped || err instanceof StoppedUnread) {
-    // A text past the bound is read again if resumed: one kept that the pool never resumes (its stream reset, its
-    // warm dropped) stays until the next warm, and must not be a body's worth of megabytes.
-    stopped = err instanceof EncodeStopped && err.text.length <= MAX_KEPT_CHARS ? { id: m.id, text: err.text, at: err.at } : null;
-    return post({ type: "stopped", id: m.id, busyMs, freshTokens, cache });
+  if (err instanceof EncodeStopped || err instanceof StoppedUnwalked) {
+    // Past the bound nothing is kept (the pool reads it again, if it resumes it at all): one kept that the pool never
+    // resumes (its stream reset, its warm dropped) stays until the next warm, and must not be a body's worth of
+    // megabytes. A stop with nothing to keep leaves the one kept before.
+    const kept = err instanceof EncodeStopped
+      ? err.text.length <= MAX_KEPT_CHARS ? { id: m.id, text: err.text, at: err.at } : null
+      : err.job !== undefined && jobChars(err.job) <= MAX_KEPT_CHARS ? { id: m.id, job: err.job } : null;
+    if (kept !== null) stopped = kept;
+    return post({ type: "stopped", id: m.id, busyMs, freshTokens, cache, kept: kept !== null });
   }
   const name = err instanceof TooDeep ? "TooDeep" : err instanceof BadRequest ? "BadRequest" : (err as Error)?.name ?? "Error";
   post({ type: "error", id: m.id, name, message: (err as Error)?.message ?? String(err), busyMs, freshTokens, cache });

@@ -22,9 +22,17 @@ export function poolMetrics(registry: Registry, model = ""): PoolObserver & { at
     },
   });
   new Gauge({
-    name: "dynamo_epp_tokenizer_pool_members", help: "Worker threads tokenizing for this process", registers: [registry],
+    name: "dynamo_epp_tokenizer_pool_members", help: "Worker threads configured to tokenize for this process (see ..._pool_members_live)", registers: [registry],
     collect() {
       this.set(pool?.size ?? 0);
+    },
+  });
+  new Gauge({
+    name: "dynamo_epp_tokenizer_pool_members_live",
+    help: "Worker threads ready to tokenize for this process: fewer than configured while lost ones are being replaced (starting, or in a crash loop's backoff)",
+    registers: [registry],
+    collect() {
+      this.set(pool?.stats().members.filter((m) => m.live).length ?? 0);
     },
   });
   const wait = new Histogram({
@@ -61,7 +69,7 @@ export function poolMetrics(registry: Registry, model = ""): PoolObserver & { at
   });
   const warmJobs = new Counter({
     name: "dynamo_epp_tokenizer_warm_jobs_total",
-    help: "Background warm jobs (replies, bodies past the budget) a request made stop midway to resume later (preempted), dropped from a full warm queue (dropped), not run for a body past the largest the pool reads on the caller's thread (too_large), or released by their member on reading a reply with nothing to warm with (nothing: not finished, several choices, empty, an error), its body unread",
+    help: "Background warm jobs (replies, bodies past the budget) a request made stop midway to resume later (preempted), dropped from a full warm queue (dropped), not run (or not run again once stopped, when its member kept nothing to resume from) for a body past the largest the pool reads on the caller's thread (too_large), or released by their member on reading a reply with nothing to warm with (nothing: not finished, several choices, empty, an error), its body unread",
     labelNames: ["outcome"], registers: [registry],
   });
   const placements = new Counter({

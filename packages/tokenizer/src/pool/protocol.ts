@@ -35,11 +35,16 @@ export type MemberInit = {
 /**
  * A body job's `request.body` is a copy the member owns, or the caller's own bytes in shared memory (joinBody),
  * which the member only reads (the caller forwards them, and reads them itself). Its `request.rewriteRules` never
- * rides on it: `rules` says whether it had any, which are then the last "rules" message's. A warm (`discard`) with
- * the id of the job its member last stopped resumes that job's walk where it stopped (see pool-member.ts).
+ * rides on it: `rules` says whether it had any, which are then the last "rules" message's. A warm (`discard`)
+ * lets go of what its member kept of a stopped job (see pool-member.ts).
  */
 export type ToMember =
   | { type: "job"; id: number; job: PoolJob; discard: boolean; rules?: boolean }
+  /**
+   * A stopped job resumed as a warm from what its member kept of it (its walk, or the job it read), sent only while
+   * the member keeps it (the "stopped" message's `kept`): the job itself is not sent, nor read, again.
+   */
+  | { type: "resume"; id: number }
   /**
    * The rewrite rules the body jobs that follow with `rules` were submitted with, sent when they differ from the
    * last ones sent: a copy of the pool's rules with every job would cost the decision thread in proportion to them.
@@ -68,6 +73,7 @@ export type FromMember =
    * `nothing`: a warm whose reply had nothing to warm with, released without reading its body.
    */
   | { type: "done"; id: number; ids: Uint32Array | null; freshTokens: number; warmedTokens: number; busyMs: number; cache: CacheStats; read?: BodyReading; nothing?: true }
-  | { type: "stopped"; id: number; busyMs: number; freshTokens: number; cache: CacheStats }
+  /** `kept`: the member keeps what this job's resume goes on from, in place of what it kept before (see "resume"). */
+  | { type: "stopped"; id: number; busyMs: number; freshTokens: number; cache: CacheStats; kept: boolean }
   /** `name`: the error's class, for the ones the caller tells apart (BadRequest, TooDeep, ChatTemplateError). */
   | { type: "error"; id: number; name: string; message: string; busyMs: number; freshTokens: number; cache: CacheStats };

@@ -125,7 +125,8 @@ export type TokenizeOutcome = {
 
 
 export type MemberStats = {
-  member: number; queued: number; warmQueued: number; busy: boolean; jobs: number; freshTokens: number; busyMs: number;
+  /** `live`: ready and not lost (a member being replaced is not). */
+  member: number; live: boolean; queued: number; warmQueued: number; busy: boolean; jobs: number; freshTokens: number; busyMs: number;
   /** The member's segment cache as of its last finished job. */
   cache: CacheStats;
   /** Its warm-up before it reported ready (null until then). */
@@ -137,7 +138,7 @@ export type PoolStats = {
   size: number; budgetMs: number; members: MemberStats[]; fallbacks: Record<FallbackCause, number>;
   /** Jobs cancelled by their caller, and of those the ones a member stopped midway. */
   cancelled: number; stopped: number; warmDropped: number;
-  /** Warms of a body past readHereMaxBytes, not run (see warm). */
+  /** Warms of a body past readHereMaxBytes, not run (see warm), or not resumed (see requeue). */
   warmTooLarge: number;
   /** Warms that had nothing to warm, released as soon as their member read so (see warm). */
   warmNothing: number;
@@ -163,7 +164,11 @@ export class TokenizeCancelled extends Error {
 
 type Pending = {
   id: number;
-  job: PoolJob;
+  /**
+   * null: a body too large to warm, stopped once answered, let go of: it resumes from what its member kept of it,
+   * or not at all (see requeue).
+   */
+  job: PoolJob | null;
   discard: boolean;
   submitted: number;
   dispatched: number;
@@ -206,12 +211,17 @@ type Member = {
   priority: ThreadPriority | null;
   /** Ready (warmed up) and not lost: jobs are dispatched to it, and placement counts it. */
   live: boolean;
-  /** forgetWork() waiting for this member's answers, in order. */
-  resets: (() => void)[];
+  /**
+   * forgetWork() waiting for this member's answers, in order; `late`: forgetWork gave up waiting, and the process may
+   * have served (and exported its counters) meanwhile.
+   */
+  resets: { done: () => void; late: boolean }[];
   /** Why it was lost (its thread's uncaught error), told when it exits. */
   failure?: string;
   /** The rewrite rules last sent to it (a "rules" message), by identity: the pool's rules change by replacement. */
   rules: RewriteRules | undefined;
+  /** The stopped job whose resume its thread keeps (FromMember "stopped"'s `kept`; one at most, until a warm starts). */
+  kept: number | null;
 };
 
 const DEFAULT_BUDGET_MS = 50;
@@ -330,8 +340,8 @@ export class TokenizerPool {
     if (opts.signal?.aborted) return Promise.reject(new TokenizeCancelled("cancelled before it started"));
     return new Promise<TokenizeOutcome>((resolve, reject) => {
       const p: Pending = { id: this.newId(), job, discard: false, submitted: performance.now(), dispatched: 0, cost: 0, decides: opts.decides };
-      // Its slot's member when the time comes (a lost member's queue goes to its replacement).
-      const slot = this.memberFor(p).index;
+      // Its slot's member when the time comes (a lost member's queue goes to its replacement); placed below.
+      let slot = -1;
       const member = () => this.members[slot]!;
       const onAbort = () => this.cancel(member(), p);
       p.settle = (o) => {
@@ -349,11 +359,13 @@ export class TokenizerPool {
           this.log?.warn({ err: String(err) }, "tokenizer pool observer failed");
         }
       };
-      // Every member is being replaced (a lost thread, in backoff): nothing can take it within the budget.
+      // Every member is being replaced (a lost thread, in backoff): nothing can take it within the budget. Not placed
+      // (nor counted as placed): its refill is, as the warm it is.
       if (!this.members.some((m) => m.live)) {
         this.fallBack(p, "queue");
         return this.refill(job);
       }
+      slot = this.memberFor(p, job).index;
       opts.signal?.addEventListener("abort", onAbort, { once: true });
       p.timer = setTimeout(() => this.outOfBudget(member(), p), this.budgetMs);
       member().queue.push(p);
@@ -378,7 +390,7 @@ export class TokenizerPool {
       return;
     }
     const p: Pending = { id: this.newId(), job, discard: true, submitted: performance.now(), dispatched: 0, cost: 0 };
-    const member = this.memberFor(p, false);
+    const member = this.memberFor(p, job, false);
     member.warm.push(p);
     this.trimWarm(member);
     this.pump(member);
@@ -401,7 +413,7 @@ export class TokenizerPool {
     return {
       size: this.members.length, budgetMs: this.budgetMs,
       members: this.members.map((m) => ({
-        member: m.index, queued: m.queue.length, warmQueued: m.warm.length, busy: m.current !== null,
+        member: m.index, live: m.live, queued: m.queue.length, warmQueued: m.warm.length, busy: m.current !== null,
         jobs: m.jobs, freshTokens: m.freshTokens, busyMs: m.busyMs, cache: { ...m.cache }, warmUp: m.warmUp, priority: m.priority,
       })),
       fallbacks: { ...this.fallbacks }, cancelled: this.cancelled, stopped: this.stopped, warmDropped: this.warmDropped, warmTooLarge: this.warmTooLarge, warmNothing: this.warmNothing, warmPreempted: this.warmPreempted, decided: this.decided,
@@ -415,19 +427,21 @@ export class TokenizerPool {
    * serves, so that no scrape saw a counter go back): every member empties its segment cache and zeroes its
    * counters after what it is running, the warms queued are dropped, and the pool's figures, its observer's
    * (PoolObserver.reset) and its placements start over. Resolves once every live member has, or after `timeoutMs`
-   * (a member stuck in a long job: what it caches meanwhile stays).
+   * (a member stuck in a long job: what it caches meanwhile stays, and the cache counters keep what it counted).
    */
   async forgetWork(timeoutMs = 5000): Promise<void> {
     const resets = Promise.all(this.members.filter((m) => m.live).map((m) => {
       m.warm = [];
       return new Promise<void>((resolve) => {
-        m.resets.push(resolve);
+        m.resets.push({ done: resolve, late: false });
         m.worker.postMessage({ type: "reset" } satisfies ToMember);
       });
     }));
     let timer: ReturnType<typeof setTimeout> | undefined;
     await Promise.race([resets, new Promise<void>((resolve) => (timer = setTimeout(resolve, timeoutMs)))]);
     clearTimeout(timer);
+    for (const m of this.members) for (const reset of m.resets) reset.late = true;
+    this.retired = { ...NO_CACHE_STATS };
     for (const m of this.members) Object.assign(m, { jobs: 0, busyMs: 0, freshTokens: 0 });
     this.fallbacks = { budget: 0, queue: 0 };
     this.placements = { affine: 0, moved: 0, new: 0 };
@@ -444,6 +458,11 @@ export class TokenizerPool {
     const sum = { ...this.retired, bytes: 0, entries: 0 };
     for (const m of this.members) for (const k of Object.keys(sum) as (keyof CacheStats)[]) sum[k] += m.cache[k];
     return sum;
+  }
+
+  /** Keeps the counters of cache figures about to be dropped (a lost member's, a late reset's). */
+  private retire(cache: CacheStats): void {
+    for (const k of Object.keys(this.retired) as (keyof CacheStats)[]) this.retired[k] += cache[k];
   }
 
   async close(): Promise<void> {
@@ -477,7 +496,7 @@ export class TokenizerPool {
     ready.catch(() => {}); // observed through ready()
     const member: Member = {
       index, worker, cancel: new Int32Array(cancelBuffer), ready, failReady: rejectReady, queue: [], warm: [], current: null, jobs: 0, freshTokens: 0, busyMs: 0,
-      cache: NO_CACHE_STATS, warmUp: null, priority: null, live: false, resets: [], rules: undefined,
+      cache: NO_CACHE_STATS, warmUp: null, priority: null, live: false, resets: [], rules: undefined, kept: null,
     };
     worker.on("message", (m: FromMember) => {
       if (this.members[index] !== member) return; // a lost member's last words
@@ -495,10 +514,14 @@ export class TokenizerPool {
         rejectReady(new Error(`tokenizer pool member ${index}: ${m.message}`));
       }
       else if (m.type === "reset") {
+        const reset = member.resets.shift();
+        // Too late to be forgotten: what it counted may have been exported, and counters never go back.
+        if (reset?.late) this.retire(member.cache);
         member.cache = m.cache;
+        member.kept = null;
         // What was queued to it meanwhile (a stopped warm's rest) is of the work forgotten.
         member.warm = [];
-        member.resets.shift()?.();
+        reset?.done();
       }
       else this.onResult(member, m);
     });
@@ -520,7 +543,7 @@ export class TokenizerPool {
    */
   private lost(member: Member, why: string): void {
     // Its cache went with its thread: a reset it owed is done.
-    for (const done of member.resets.splice(0)) done();
+    for (const reset of member.resets.splice(0)) reset.done();
     if (this.closed || this.members[member.index] !== member) return;
     member.live = false;
     if (!this.started[member.index]) {
@@ -530,7 +553,7 @@ export class TokenizerPool {
     }
     this.restarts++;
     this.observe.restarted?.();
-    for (const k of Object.keys(this.retired) as (keyof CacheStats)[]) this.retired[k] += member.cache[k];
+    this.retire(member.cache);
     member.cache = NO_CACHE_STATS;
     this.placement.forget(member.index);
     const failedStarts = member.warmUp === null ? ++this.failedStarts[member.index]! : 0;
@@ -561,11 +584,13 @@ export class TokenizerPool {
   // A conversation is known by its first messages (its system prompt and first user turn), or a prompt by its
   // start; placement.ts decides, from the members' backlogs, and sets the job's expected cost. A backlog counts
   // every queued request, though a cheap one passes costlier ones (queue-order.ts): for it, an over-estimate.
-  private memberFor(p: Pending, move = true): Member {
+  // Background work counts for nothing: a warm, or a request answered already, stops at its next piece for a request
+  // (preemptWarm), unless its member is still reading its body, which it does not stop.
+  private memberFor(p: Pending, job: PoolJob, move = true): Member {
     // A member not ready (replacing a lost one) looks endlessly busy: work goes elsewhere while there is elsewhere.
-    const backlogs = this.members.map((m) => (m.live ? m.queue.reduce((sum, q) => sum + q.cost, m.current?.cost ?? 0) : Infinity));
-    const { chars, read } = jobWork(p.job);
-    const placed = this.placement.place(affinityKey(p.job), chars, backlogs, move, read);
+    const backlogs = this.members.map((m) => (m.live ? m.queue.reduce((sum, q) => sum + q.cost, m.current !== null && awaited(m.current) ? m.current.cost : 0) : Infinity));
+    const { chars, read } = jobWork(job);
+    const placed = this.placement.place(affinityKey(job), chars, backlogs, move, read);
     p.cost = placed.cost;
     if (!p.discard) {
       this.placements[placed.kind]++;
@@ -576,21 +601,34 @@ export class TokenizerPool {
 
   private pump(member: Member): void {
     if (member.current !== null || !member.live) return;
-    // Requests first, the earliest due (queue-order.ts), then background work in its order.
-    const due = nextDue(member.queue);
-    const next = due >= 0 ? member.queue.splice(due, 1)[0] : member.warm.shift();
-    if (next === undefined) return;
+    let next: Pending | undefined;
+    for (;;) {
+      // Requests first, the earliest due (queue-order.ts), then background work in its order.
+      const due = nextDue(member.queue);
+      next = due >= 0 ? member.queue.splice(due, 1)[0] : member.warm.shift();
+      if (next === undefined) return;
+      if (next.job !== null || member.kept === next.id) break;
+      // Its member no longer keeps what it would resume from (another job's stop took its place, a warm started, or
+      // it was replaced), and its body, too large to read again, was let go of (requeue).
+      this.warmTooLarge++;
+      this.observe.warm?.("too_large");
+    }
     member.current = next;
     // The flag may still name this job (a warm stopped for a request, resumed now).
     Atomics.store(member.cancel, 0, 0);
     next.dispatched = performance.now();
     if (!next.discard) this.observe.wait?.(next.dispatched - next.submitted);
     member.worker.ref();
+    const resumed = member.kept === next.id;
+    // A warm's start lets go of what the member kept (see pool-member.ts), this one's own once it resumes.
+    if (next.discard) member.kept = null;
+    // Resumed from what its member kept: nothing of the job is sent (nor copied on this thread) again.
+    if (resumed) return member.worker.postMessage({ type: "resume", id: next.id } satisfies ToMember);
     // The caller keeps its body, which it forwards, and reads itself if the budget ends first: a body in shared
     // memory (joinBody) goes by reference, read by both threads and written by neither; any other goes as a copy
     // of its bytes alone (cloning a view would copy the whole buffer under it, a gRPC frame's). One memcpy (~5 µs
     // for a 64 KB chat) buys an answer that never waits for a member still reading.
-    const job = next.job;
+    const job = next.job!;
     if (job.kind !== "body") {
       member.worker.postMessage({ type: "job", id: next.id, job, discard: next.discard });
       return;
@@ -626,6 +664,7 @@ export class TokenizerPool {
       return;
     }
     member.current = null;
+    if (m.type === "stopped" && m.kept) member.kept = m.id;
     member.cache = m.cache;
     member.busyMs += m.busyMs;
     member.jobs++;
@@ -650,17 +689,36 @@ export class TokenizerPool {
     } else if (p.discard || (p.settle === undefined && !p.cancelled)) {
       // A warm stopped for a request (preemptWarm), or a request answered over budget stopped for another: it goes
       // on later, first of the warms, as a warm of the same id, which its member resumes where it stopped.
-      p.discard = true;
       // Not while its cache is being emptied: its rest is of the work forgotten (forgetWork).
-      if (member.resets.length === 0) {
-        member.warm.unshift(p);
-        this.trimWarm(member, true);
-      }
+      if (member.resets.length === 0) this.requeue(member, p, m.kept);
     } else {
       this.stopped++;
       p.settle?.(new TokenizeCancelled("stopped"));
     }
     this.pump(member);
+  }
+
+  /**
+   * A stopped job put back, first of the warms. Answered already, it no longer holds what only its answer needed
+   * (its reading, a rewritten copy of its body; its known prefix). A body too large to warm (tooLargeToWarm) is let go
+   * of too: it resumes from what its member keeps of it (its walk, or its reading), or, if its member keeps nothing
+   * of it (or no longer does when its turn comes), it is not run at all, as warm() would not run it; reading it again
+   * is a read its member could not stop for a request, of bytes its caller no longer counts against its budget. A
+   * smaller one whose member no longer keeps its resume is read again, as any warm is.
+   */
+  private requeue(member: Member, p: Pending, kept: boolean): void {
+    p.discard = true;
+    p.read = p.known = undefined;
+    if (p.job === null || this.tooLargeToWarm(p.job)) {
+      if (!kept) {
+        this.warmTooLarge++;
+        this.observe.warm?.("too_large");
+        return;
+      }
+      p.job = null;
+    }
+    member.warm.unshift(p);
+    this.trimWarm(member, true);
   }
 
   /** The caller's `decides`, which must not throw into a worker's message listener (a throw counts as no). */
@@ -674,7 +732,8 @@ export class TokenizerPool {
   }
 
   private outOfBudget(member: Member, p: Pending): void {
-    if (!p.settle) return;
+    // (A job is let go of only once answered.)
+    if (!p.settle || p.job === null) return;
     // A body too large to read on the caller's thread waits for its member's reading, queued or being read
     // (not for a slot whose member is lost: its replacement may be a backoff away).
     if (p.job.kind === "body" && !p.read && p.job.request.body.byteLength > this.readHereMaxBytes && member.live) {
@@ -707,7 +766,7 @@ export class TokenizerPool {
     }
     p.settle?.({
       tokens: p.known ?? new Uint32Array(0), complete: false, fallback: cause, freshTokens: 0, warmedTokens: 0, waitMs: (p.dispatched || performance.now()) - p.submitted,
-      promptTokens: p.estimatedTokens ?? Math.ceil(jobChars(p.job) / CHARS_PER_TOKEN),
+      promptTokens: p.estimatedTokens ?? Math.ceil((p.job === null ? 0 : jobChars(p.job)) / CHARS_PER_TOKEN),
       newTurnTokens: p.newTurnTokens,
       ...(p.read ? { read: p.read } : {}),
     });
@@ -744,7 +803,7 @@ export class TokenizerPool {
    */
   private preemptWarm(member: Member): void {
     const running = member.current;
-    if (running === null || (!running.discard && running.settle !== undefined) || Atomics.load(member.cancel, 0) === running.id) return;
+    if (running === null || awaited(running) || Atomics.load(member.cancel, 0) === running.id) return;
     this.warmPreempted++;
     this.observe.warm?.("preempted");
     Atomics.store(member.cancel, 0, running.id);
@@ -769,6 +828,11 @@ export class TokenizerPool {
     p.settle(new TokenizeCancelled("the request was cancelled"));
   }
 
+}
+
+/** A request its caller still waits on (not a warm, nor one answered already whose rest only fills the cache). */
+function awaited(p: Pending): boolean {
+  return !p.discard && p.settle !== undefined;
 }
 
 /** Bytes as a member is given them: in shared memory, as they are; else a copy of their own to transfer (a Buffer's slice() would be a view). */
