@@ -239,7 +239,7 @@ export function createMetrics(readCgroup?: ReadFile, o: { process?: boolean } = 
     }),
     extProcRejected: new Counter({
       name: "dynamo_epp_ext_proc_rejected_messages_total",
-      help: "ext_proc streams ended with a gRPC error for what the client sent, by reason: framing, too_large, too_large_field (over 1 MiB outside its body), unparsable, handler (a bug hit by the message), no_request (no request case set), unexpected (a case the stream's state does not take), grpc_body_mode (the filter set body mode GRPC, which is not supported), held_overflow (too many messages while its route was pending), budget (a message arriving past --ext-proc-buffer-max-bytes), stalled (a message that stopped arriving)",
+      help: "ext_proc streams ended with a gRPC error for what the client sent, by reason: framing, too_large, too_large_field (over 1 MiB outside its body), unparsable, handler (a bug hit by the message), no_request (no request case set), unexpected (a case the stream's state does not take), grpc_body_mode (the filter set body mode GRPC, which is not supported), held_overflow (too many messages, or too many bytes of them, while its route was pending), budget (a message arriving past --ext-proc-buffer-max-bytes), stalled (a message that stopped arriving), unread (answers the client did not read), output_budget (answers waiting to go out past --ext-proc-buffer-max-bytes)",
       labelNames: ["reason"] as const,
       registers: [registry],
     }),

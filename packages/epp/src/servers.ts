@@ -55,7 +55,7 @@ export async function startExtProc(
       maxMessageBytes: 40 * 1024 * 1024,
       // Only a body may be large: Envoy caps headers at tens of KiB, and the rest is decoded into objects.
       smallMessageBytes: 1024 * 1024,
-      // A message that stops arriving gives its part of the receive budget back after this.
+      // A message that stops arriving, or answers left unread, give their part of the receive budget back after this.
       stallMs: 10_000,
       windowBytes: EXT_PROC_WINDOW_BYTES,
       unary: cfg.healthOnExtProc

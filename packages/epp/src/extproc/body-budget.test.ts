@@ -47,3 +47,33 @@ test("what warming keeps is left out when a body is weighed against the bound", 
   expect(b.take(1)).toBe(false);
   expect(b.usedBytes).toBe(1250);
 });
+
+test("answers not yet sent count as held and against a body, but not against a body being alone", () => {
+  const b = new BodyBudget(100);
+  b.holdOutput(90);
+  expect(b.usedBytes).toBe(90);
+  expect(b.outputBytes).toBe(90);
+  expect(b.arrivingBytes).toBe(0);
+  expect(b.take(20)).toBe(true); // the only body
+  expect(b.take(5)).toBe(false); // 115 with another body's 20 held
+  b.unholdOutput(90);
+  expect(b.take(5)).toBe(true);
+  b.give(25);
+  expect(b.usedBytes).toBe(0);
+  expect(b.outputBytes).toBe(0);
+});
+
+test("messages deferred while a route is pending have a bound of their own: bodies filling the budget refuse none, and one is always let through", () => {
+  const b = new BodyBudget(100);
+  expect(b.take(100)).toBe(true);
+  expect(b.defer(30)).toBe(true); // bodies fill the bound: deferred messages are weighed apart
+  expect(b.defer(80)).toBe(false); // 110 deferred
+  expect(b.defer(70)).toBe(true);
+  expect(b.usedBytes).toBe(200);
+  expect(b.take(1)).toBe(false); // they count against bodies
+  b.undefer(100);
+  expect(b.defer(500)).toBe(true); // alone, larger than the bound
+  b.undefer(500);
+  b.give(100);
+  expect(b.usedBytes).toBe(0);
+});

@@ -3,20 +3,28 @@
 // decides how many bodies wait for their route at once: without a bound on the sum, it decides this
 // process's memory. Two kinds of holders share it: a stream that cannot take its next chunk of a body routes
 // on what it has (server.ts), and the transport counts the parts of gRPC messages still arriving, which are
-// bounded by the same number on their own (grpc-h2.ts, ReceiveBudget): held bodies and arriving parts
-// together stay under twice the bound, plus the one body and the one message always let through. A third
-// holder, reply warming, keeps a routed chat's body and reply within a share of the bound of its own (keep).
+// bounded by the same number on their own (grpc-h2.ts, ReceiveBudget), and so are the answers the transport
+// has not yet sent (a body handed back in full duplex moves here from the held bodies), and the messages a
+// stream sends while its route is pending, deferred until it is known (server.ts, defer): each kind stays under
+// the bound, bar the one body, message, answer and deferred message always let through. Reply warming keeps a
+// routed chat's body and reply within a share of the bound of its own (keep). All count in usedBytes, and a body
+// is held only while the others leave it room: memory they fill is memory a body would take.
 import type { ReceiveBudget } from "./grpc-h2.ts";
 
 /** The share of the bound that bodies and replies kept for warming may hold. */
 export const KEPT_SHARE = 0.25;
 
+/** What `held` holds besides bodies waiting for their route, each counted apart. */
+type Part = "arriving" | "kept" | "output" | "deferred";
+
 export class BodyBudget implements ReceiveBudget {
   private held = 0;
-  /** Of `held`, the transport's: parts of messages still arriving. */
-  private arriving = 0;
-  /** Of `held`, what routed chats keep to warm their next turn from the reply: at most KEPT_SHARE of the bound. */
-  private kept = 0;
+  /**
+   * Of `held`: the transport's parts of messages still arriving (`arriving`) and answers not yet sent (`output`);
+   * what routed chats keep to warm their next turn from the reply (`kept`: at most KEPT_SHARE of the bound); and
+   * messages deferred while their stream's route is pending (`deferred`).
+   */
+  private readonly parts: Record<Part, number> = { arriving: 0, kept: 0, output: 0, deferred: 0 };
 
   constructor(readonly maxBytes: number) {}
 
@@ -27,19 +35,26 @@ export class BodyBudget implements ReceiveBudget {
 
   /** Of usedBytes, parts of messages still arriving. */
   get arrivingBytes(): number {
-    return this.arriving;
+    return this.parts.arriving;
+  }
+
+  /** Of usedBytes, answers not yet sent. */
+  get outputBytes(): number {
+    return this.parts.output;
   }
 
   /**
-   * Takes `n` bytes of a body waiting for its route when they fit under the bound with the bodies and arriving
-   * parts held (what warming keeps has its own share, see keep, and never refuses a body its route), or when the
-   * taker's own `held` bytes are all the bodies the process holds (one body alone is always held, up to its own
-   * cap: a bound below a body's size must not refuse it forever; arriving parts do not count here, or the body
-   * that arrived first, over the bound, would be refused for those behind it); false (nothing taken) otherwise.
+   * Takes `n` bytes of a body waiting for its route when they fit under the bound with the bodies, arriving
+   * parts, unsent answers and deferred messages held (what warming keeps has its own share, see keep, and never
+   * refuses a body its route), or when the taker's own `held` bytes are all the bodies the process holds (one body
+   * alone is always held, up to its own cap: a bound below a body's size must not refuse it forever; the other
+   * kinds do not count here, or the body that arrived first, over the bound, would be refused for those behind
+   * it); false (nothing taken) otherwise.
    */
   take(n: number, held = 0): boolean {
-    const bodies = this.held - this.arriving - this.kept;
-    if (this.held - this.kept + n > this.maxBytes && bodies > held) return false;
+    const { arriving, kept, output, deferred } = this.parts;
+    const bodies = this.held - arriving - kept - output - deferred;
+    if (this.held - kept + n > this.maxBytes && bodies > held) return false;
     this.held += n;
     return true;
   }
@@ -50,13 +65,36 @@ export class BodyBudget implements ReceiveBudget {
 
   /** Counts `n` bytes of messages still arriving, whatever the bound (they are here). */
   hold(n: number): void {
-    this.held += n;
-    this.arriving += n;
+    this.count("arriving", n);
   }
 
   unhold(n: number): void {
-    this.held -= n;
-    this.arriving -= n;
+    this.count("arriving", -n);
+  }
+
+  /** Counts `n` bytes of answers not yet sent, whatever the bound (they are here). */
+  holdOutput(n: number): void {
+    this.count("output", n);
+  }
+
+  unholdOutput(n: number): void {
+    this.count("output", -n);
+  }
+
+  /**
+   * Takes `n` bytes for a message deferred until its stream's route is known, when deferred messages stay within
+   * the bound, or when none is deferred (one is always let through); false (nothing taken) otherwise. Bodies
+   * filling the bound do not refuse it: they route by load, and an Envoy's trailers behind them must not fail.
+   */
+  defer(n: number): boolean {
+    const deferred = this.parts.deferred;
+    if (deferred > 0 && deferred + n > this.maxBytes) return false;
+    this.count("deferred", n);
+    return true;
+  }
+
+  undefer(n: number): void {
+    this.count("deferred", -n);
   }
 
   /**
@@ -65,14 +103,17 @@ export class BodyBudget implements ReceiveBudget {
    * the rest. False (nothing kept) otherwise.
    */
   keep(n: number): boolean {
-    if (this.kept + n > this.maxBytes * KEPT_SHARE) return false;
-    this.kept += n;
-    this.held += n;
+    if (this.parts.kept + n > this.maxBytes * KEPT_SHARE) return false;
+    this.count("kept", n);
     return true;
   }
 
   unkeep(n: number): void {
-    this.kept -= n;
-    this.held -= n;
+    this.count("kept", -n);
+  }
+
+  private count(part: Part, n: number): void {
+    this.parts[part] += n;
+    this.held += n;
   }
 }

@@ -5,6 +5,7 @@ import { afterEach, describe, expect, test } from "bun:test";
 import * as grpc from "@grpc/grpc-js";
 import fc from "fast-check";
 import http2 from "node:http2";
+import net from "node:net";
 import { BodyBudget } from "./body-budget.ts";
 import { createBidiServer, GrpcStatus, type BidiCall, type BidiServer } from "./grpc-h2.ts";
 import { LOOPBACK, waitFor } from "@kv-epp/testkit";
@@ -88,6 +89,29 @@ function head(n: number): Buffer {
   h.writeUInt32BE(n, 1);
   return h;
 }
+
+/** HTTP/2 spoken frame by frame (RFC 9113), for what no client library sends: a message one byte per DATA frame. */
+const h2 = {
+  preface: Buffer.from("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"),
+  DATA: 0,
+  HEADERS: 1,
+  SETTINGS: 4,
+  END_STREAM: 1,
+  END_HEADERS: 4,
+  frame(type: number, flags: number, stream: number, payload: Uint8Array = Buffer.alloc(0)): Buffer {
+    const h = Buffer.alloc(9);
+    h.writeUIntBE(payload.length, 0, 3);
+    h[3] = type;
+    h[4] = flags;
+    h.writeUInt32BE(stream, 5);
+    return Buffer.concat([h, payload]);
+  },
+  /** A gRPC call's request headers, each an HPACK literal without indexing (RFC 7541 6.2.2), no Huffman coding. */
+  requestHeaders(path: string): Buffer {
+    const fields = [[":method", "POST"], [":scheme", "http"], [":path", path], [":authority", "epp"], ["content-type", "application/grpc"], ["te", "trailers"]];
+    return Buffer.concat(fields.map(([k, v]) => Buffer.concat([Buffer.from([0, k!.length]), Buffer.from(k!), Buffer.from([v!.length]), Buffer.from(v!)])));
+  },
+};
 
 /** The grpc-status of a raw call's trailers. */
 const grpcStatus = (r: http2.ClientHttp2Stream) => new Promise<string | undefined>((resolve) => r.on("trailers", (t) => resolve(String(t["grpc-status"]))));
@@ -477,6 +501,86 @@ describe("createBidiServer", () => {
     expect(got).toEqual(["a:300000", "c:50000"]);
     expect(budget.usedBytes).toBe(0);
     session.destroy();
+  });
+
+  test("answers a client does not read count in the receive budget: past its bound the call whose answers waited least is reset (RESOURCE_EXHAUSTED), the one waiting longest goes on; every byte given back", async () => {
+    const budget = new BodyBudget(1 << 20);
+    const rejected: string[] = [];
+    server = createBidiServer(method, echo, { maxMessageBytes: 1 << 20, windowBytes: 1 << 20, receiveBudget: budget, onRejected: (r) => rejected.push(r) });
+    const port = await server.listen(HOST, 0);
+    // A receive window of 0: not one byte of an answer can go out.
+    const session = http2.connect(`http://${HOST}:${port}`, { settings: { initialWindowSize: 0 } });
+    const ask = (m: string) => {
+      const r = rawCall(session);
+      r.write(Buffer.concat([head(m.length), Buffer.from(m)]));
+      return r;
+    };
+    const closed = (r: http2.ClientHttp2Stream) => new Promise<number>((resolve) => r.on("close", () => resolve(r.rstCode ?? -1)));
+    const a = ask("big:600000");
+    await waitFor(() => budget.outputBytes >= 600_000, { message: "A's answer counted" });
+    expect(budget.usedBytes).toBe(budget.outputBytes);
+    const b = ask("big:600000");
+    expect(await closed(b)).toBe(http2.constants.NGHTTP2_ENHANCE_YOUR_CALM);
+    expect(rejected).toEqual(["output_budget"]);
+    // B's answer dropped with its stream; A's, waiting longest, still counted.
+    expect(budget.outputBytes).toBe(600_005);
+    const aClosed = closed(a);
+    session.destroy();
+    await aClosed;
+    await waitFor(() => budget.usedBytes === 0, { message: "every byte given back" });
+    expect(budget.outputBytes).toBe(0);
+  });
+
+  test("a call whose answers stay unread fails at the stall sweep (reset, RESOURCE_EXHAUSTED), ended already or not, giving back their bytes; a client that reads is answered", async () => {
+    const budget = new BodyBudget(1 << 20);
+    const rejected: string[] = [];
+    server = createBidiServer(method, echo, { maxMessageBytes: 1 << 20, windowBytes: 1 << 20, receiveBudget: budget, stallMs: 200, onRejected: (r) => rejected.push(r) });
+    const port = await server.listen(HOST, 0);
+    const stuck = http2.connect(`http://${HOST}:${port}`, { settings: { initialWindowSize: 0 } });
+    const frame = (m: string) => Buffer.concat([head(m.length), Buffer.from(m)]);
+    const open = rawCall(stuck);
+    open.write(frame("big:100000"));
+    // Ended by the handler with OK: its trailers wait behind the answer, and would for good.
+    const ended = rawCall(stuck);
+    ended.end(frame("big:100000"));
+    const rst = (r: http2.ClientHttp2Stream) => new Promise<number>((resolve) => r.on("close", () => resolve(r.rstCode ?? -1)));
+    const [openRst, endedRst] = [rst(open), rst(ended)];
+    // A client that reads its answers, meanwhile, is not failed.
+    const reader = http2.connect(`http://${HOST}:${port}`);
+    const read = rawCall(reader);
+    const readStatus = grpcStatus(read);
+    let got = 0;
+    read.on("data", (d: Buffer) => (got += d.length));
+    read.end(frame("big:300000"));
+    expect(await readStatus).toBe("0");
+    expect(got).toBe(300_005);
+    expect(await openRst).toBe(http2.constants.NGHTTP2_ENHANCE_YOUR_CALM);
+    expect(await endedRst).toBe(http2.constants.NGHTTP2_ENHANCE_YOUR_CALM);
+    expect(rejected).toEqual(["unread", "unread"]);
+    await waitFor(() => budget.usedBytes === 0, { message: "every byte given back" });
+    stuck.destroy();
+    reader.destroy();
+  });
+
+  test("a message sent one byte per DATA frame arrives whole", async () => {
+    const got: number[] = [];
+    server = createBidiServer(method, (call) => {
+      call.on("data", (m) => got.push(m.length));
+      call.on("end", () => call.end());
+    }, { maxMessageBytes: 1 << 20, windowBytes: 1 << 20 });
+    const port = await server.listen(HOST, 0);
+    const socket = net.connect(port, HOST);
+    await new Promise((r) => socket.once("connect", r));
+    socket.on("data", () => {});
+    socket.on("error", () => {});
+    const n = 64 * 1024;
+    const message = Buffer.concat([head(n), Buffer.alloc(n, 120)]);
+    const frames: Buffer[] = [h2.preface, h2.frame(h2.SETTINGS, 0, 0), h2.frame(h2.HEADERS, h2.END_HEADERS, 1, h2.requestHeaders(PATH))];
+    for (let i = 0; i < message.length; i++) frames.push(h2.frame(h2.DATA, i === message.length - 1 ? h2.END_STREAM : 0, 1, message.subarray(i, i + 1)));
+    socket.write(Buffer.concat(frames));
+    await waitFor(() => got.length === 1, { message: "the message delivered" });
+    expect(got).toEqual([n]);
+    socket.destroy();
   });
 
   test("past smallMessageBytes a message is decoded only when its bulk field holds all but them; a unary request is refused", async () => {

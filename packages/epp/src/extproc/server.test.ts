@@ -13,6 +13,7 @@ import { createMetrics } from "../metrics.ts";
 import { BodyBudget } from "./body-budget.ts";
 import { GrpcStatus } from "./grpc-h2.ts";
 import type { BodySendMode, ProcessingRequest, ProcessingResponse } from "./messages.ts";
+import { loadProtos } from "./protos.ts";
 import { createProcessHandler, type ExtProcDeps } from "./server.ts";
 
 class FakeCall extends EventEmitter {
@@ -28,6 +29,10 @@ class FakeCall extends EventEmitter {
   }
 }
 
+const serialize = loadProtos().extProc.service.Process!.requestSerialize as (m: ProcessingRequest) => Buffer;
+/** A message's encoded length, as the transport hands it on with the message. */
+const wireBytes = (m: ProcessingRequest) => serialize(m).length;
+
 /** A full-duplex stream whose body (15 bytes) is in, its route pending for good, against a 1 MiB body budget. */
 function pendingRoute() {
   const bodyBudget = new BodyBudget(1 << 20);
@@ -42,7 +47,7 @@ function pendingRoute() {
   });
   const call = new FakeCall();
   handle(call as never);
-  const data = (m: ProcessingRequest) => call.emit("data", m);
+  const data = (m: ProcessingRequest) => call.emit("data", m, wireBytes(m));
   data({ request: "request_headers", request_headers: { headers: { headers: [] } }, protocol_config: { request_body_mode: "FULL_DUPLEX_STREAMED" } });
   data({ request: "request_body", request_body: { body: new TextEncoder().encode('{"prompt":"hi"}'), end_of_stream: true } });
   return { bodyBudget, call, data };
@@ -59,11 +64,26 @@ test("a stream that sends more than 256 messages while its route is pending fail
   expect(bodyBudget.usedBytes).toBe(0);
 });
 
+test("a message held while the route is pending is charged what it may take decoded: trailers of many entries fail the stream once the budget for such messages is spent, every byte given back", () => {
+  const { bodyBudget, call, data } = pendingRoute();
+  // A few trailers are held, charged 32 times their encoded length (header entries decode to objects).
+  const few: ProcessingRequest = { request: "request_trailers", request_trailers: { trailers: { headers: [{ key: "x-a", raw_value: new Uint8Array([49]) }] } } };
+  data(few);
+  expect(bodyBudget.usedBytes).toBe(15 + 32 * wireBytes(few));
+  expect(call.failed).toBeUndefined();
+  // 20,000 empty entries: 40 KB encoded, over 1 MiB charged, past the 1 MiB budget with the held message before it.
+  data({ request: "request_trailers", request_trailers: { trailers: { headers: Array.from({ length: 20_000 }, () => ({ key: "" })) } } });
+  expect(call.failed?.code).toBe(GrpcStatus.RESOURCE_EXHAUSTED);
+  expect(bodyBudget.usedBytes).toBe(0);
+});
+
 test("a body sent while the route is pending is held within the body budget: past it the stream fails with RESOURCE_EXHAUSTED, every byte given back", () => {
   const { bodyBudget, call, data } = pendingRoute();
   // Envoy sends nothing more of the request after its end: a client that does is held to the budget.
-  data({ request: "request_body", request_body: { body: new Uint8Array(100_000), end_of_stream: false } });
-  expect(bodyBudget.usedBytes).toBe(15 + 100_000);
+  const body: ProcessingRequest = { request: "request_body", request_body: { body: new Uint8Array(100_000), end_of_stream: false } };
+  data(body);
+  // The body's bytes, and the few around it at what they may decode to.
+  expect(bodyBudget.usedBytes).toBe(15 + 100_000 + 32 * (wireBytes(body) - 100_000));
   expect(call.failed).toBeUndefined();
   data({ request: "request_body", request_body: { body: new Uint8Array(2 << 20), end_of_stream: false } });
   expect(call.failed?.code).toBe(GrpcStatus.RESOURCE_EXHAUSTED);
@@ -105,7 +125,7 @@ function routedStream(mode: BodySendMode | undefined, deps: Partial<ExtProcDeps>
   });
   const call = new FakeCall();
   handle(call as never);
-  const data = (m: ProcessingRequest) => call.emit("data", m);
+  const data = (m: ProcessingRequest) => call.emit("data", m, wireBytes(m));
   const headers = opts.path === undefined ? [] : [{ key: ":path", raw_value: new TextEncoder().encode(opts.path) }];
   const protocolConfig = mode === undefined ? {} : { protocol_config: { request_body_mode: mode, ...(opts.responses ? { response_body_mode: opts.responses } : {}) } };
   data({ request: "request_headers", request_headers: { headers: { headers } }, ...protocolConfig });

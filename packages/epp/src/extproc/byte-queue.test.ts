@@ -1,0 +1,73 @@
+import { expect, test } from "bun:test";
+import fc from "fast-check";
+import { ByteQueue } from "./byte-queue.ts";
+
+const alloc = (n: number) => Buffer.allocUnsafe(n);
+
+test("a message received one byte per read is held in a few pieces, not one per byte, and taken whole", () => {
+  const q = new ByteQueue();
+  const n = 256 * 1024;
+  for (let i = 0; i < n; i++) q.push(Buffer.from([i & 255]));
+  expect(q.length).toBe(n);
+  // 16 KiB blocks: 16 of them, and the first byte kept as it came.
+  expect(q.pieceCount).toBeLessThanOrEqual(n / (16 * 1024) + 1);
+  const out = q.take(n, alloc);
+  expect(out.length).toBe(n);
+  expect(out.every((b, i) => b === (i & 255))).toBe(true);
+  expect(q.pieceCount).toBe(0);
+});
+
+test("pieces taken one by one, thousands of them, while small chunks keep arriving between: every byte in order", () => {
+  const q = new ByteQueue();
+  const sent: Buffer[] = [];
+  const got: Buffer[] = [];
+  let next = 0;
+  const chunk = (n: number) => {
+    const c = Buffer.allocUnsafe(n);
+    for (let i = 0; i < n; i++) c[i] = next++ & 255;
+    sent.push(c);
+    q.push(c);
+  };
+  chunk(1);
+  for (let i = 0; i < 3000; i++) {
+    chunk(4096);
+    chunk(3);
+    if (i % 2 === 1) got.push(q.take(4096 + 3 + 4096, alloc));
+  }
+  got.push(q.take(q.length, alloc));
+  expect(Buffer.concat(got).equals(Buffer.concat(sent))).toBe(true);
+  expect(q.pieceCount).toBe(0);
+});
+
+test("any chunks, any takes: the bytes come out in order; a large chunk taken alone is a view of it", () => {
+  fc.assert(
+    fc.property(
+      fc.array(fc.oneof(fc.integer({ min: 0, max: 40 }), fc.integer({ min: 4000, max: 20_000 })), { maxLength: 60 }),
+      fc.array(fc.integer({ min: 0, max: 30_000 }), { maxLength: 60 }),
+      (sizes, takes) => {
+        const q = new ByteQueue();
+        let next = 0;
+        const sent: number[] = [];
+        for (const s of sizes) {
+          const c = Buffer.allocUnsafe(s);
+          for (let i = 0; i < s; i++) sent.push((c[i] = next++ & 255));
+          q.push(c);
+        }
+        const got: number[] = [];
+        for (const t of takes) {
+          if (t > q.length) break;
+          got.push(...q.take(t, alloc));
+        }
+        got.push(...q.take(q.length, alloc));
+        expect(got).toEqual(sent);
+        expect(q.pieceCount).toBe(0);
+      },
+    ),
+  );
+  const q = new ByteQueue();
+  q.push(Buffer.from([1]));
+  const large = Buffer.alloc(5000, 2);
+  q.push(large);
+  q.take(1, alloc);
+  expect(q.take(5000, alloc).buffer).toBe(large.buffer);
+});
