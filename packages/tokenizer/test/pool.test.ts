@@ -21,6 +21,18 @@ function lines(words: number, seed: number): string {
   return Array.from({ length: Math.ceil(words / 50) }, (_, i) => freshWords(50, seed * 100_000 + i)).join("\n");
 }
 
+/**
+ * Whether member `i`'s thread keeps the process alive, as the pool last set it (a Worker does not tell), from
+ * `held` on: an idle member must not.
+ */
+function watchRef(pool: TokenizerPool, i: number, held = false): () => boolean {
+  const w = (pool as unknown as { members: { worker: { ref(): void; unref(): void } }[] }).members[i]!.worker;
+  const [ref, unref] = [w.ref.bind(w), w.unref.bind(w)];
+  w.ref = () => ((held = true), ref());
+  w.unref = () => ((held = false), unref());
+  return () => held;
+}
+
 /** Until no member is busy or has anything queued, warm jobs included. */
 async function idle(pool: TokenizerPool): Promise<void> {
   while (pool.stats().members.some((m) => m.busy || m.queued > 0 || m.warmQueued > 0)) await Bun.sleep(20);
@@ -656,6 +668,7 @@ describe("tokenizer pool: request bodies as received", () => {
 
   test("a body too large to warm, answered and stopped, resumes only from what its member keeps of it, never read again", async () => {
     const pool = await pools.start({ size: 1, budgetMs: 20, readHereMaxBytes: 64 << 10 });
+    const held = watchRef(pool, 0);
     const text = lines(800_000, 87); // made before either goes: this thread must be free to stop the first early
     const large = bytes({ model: "qwen3", messages: [{ role: "user", content: lines(100_000, 86) }] });
     expect(large.length).toBeGreaterThan(pool.readHereMaxBytes);
@@ -671,6 +684,8 @@ describe("tokenizer pool: request bodies as received", () => {
     // The second resumed; the first, its walk gone and its body let go of, was not run again (nor its body read).
     expect(pool.stats()).toMatchObject({ warmTooLarge: 1, warmDropped: 0 });
     expect(pool.stats().members[0]!.jobs).toBe(4);
+    // Dropped last, with nothing after it: its member idle, its thread no longer keeps the process alive.
+    expect(held()).toBe(false);
   }, 120_000);
 });
 
@@ -832,6 +847,25 @@ describe("tokenizer pool: lost members and answered requests", () => {
     const out = await waiting;
     expect(out).toMatchObject({ complete: false, fallback: "budget" });
     expect(out.read).toBeUndefined();
+  }, 120_000);
+
+  test("a stopped body too large to read again is lost with its member's thread, counted so; the replacement, idle, keeps nothing alive", async () => {
+    const pool = await pools.start({ size: 1, budgetMs: 20, readHereMaxBytes: 64 << 10 });
+    const text = lines(800_000, 91); // made before either goes: this thread must be free to stop the first early
+    const large = new TextEncoder().encode(JSON.stringify({ model: "qwen3", messages: [{ role: "user", content: lines(100_000, 92) }] }));
+    // Answered over budget, then stopped for a long request: only its member's walk can resume it. The request
+    // goes once the body is answered (queued with it, its own budget could end before it reached the member).
+    expect((await pool.tokenize({ kind: "body", request: { body: large } })).fallback).toBe("budget");
+    await pool.tokenize({ kind: "prompt", text }); // answered, and still running: nothing waits behind it
+    expect(pool.stats()).toMatchObject({ warmPreempted: 1, members: [{ busy: true, warmQueued: 1 }] });
+    await memberThread(pool, 0).terminate();
+    while (pool.stats().restarts < 1) await Bun.sleep(1);
+    // The replacement, as lost() left it: held while it had work waiting for it to be ready.
+    const held = watchRef(pool, 0, true);
+    await pool.ready();
+    await idle(pool);
+    expect(pool.stats()).toMatchObject({ warmLost: 1, warmTooLarge: 0, warmDropped: 0 });
+    expect(held()).toBe(false);
   }, 120_000);
 
   test("a request answered over budget stops for the requests queued behind it, and finishes after them", async () => {

@@ -71,3 +71,39 @@ test("any chunks, any takes: the bytes come out in order; a large chunk taken al
   q.take(1, alloc);
   expect(q.take(5000, alloc).buffer).toBe(large.buffer);
 });
+
+test("a piece taken is let go of at once, though what follows it stays queued", async () => {
+  const q = new ByteQueue();
+  const refs: WeakRef<Buffer>[] = [];
+  // A message of 200 large chunks whose last one also starts the next message: joined, then only that one's rest kept.
+  const fill = () => {
+    for (let i = 0; i < 200; i++) {
+      const c = Buffer.alloc(8192, i);
+      refs.push(new WeakRef(c));
+      q.push(c);
+    }
+    q.take(200 * 8192 - 100, alloc);
+  };
+  fill();
+  expect(q.length).toBe(100);
+  await Bun.sleep(0); // a WeakRef keeps its target until the current job ends
+  Bun.gc(true);
+  const alive = refs.filter((r) => r.deref() !== undefined).length;
+  // The last chunk is still queued; a stray word on the stack may keep one or two others (a conservative GC).
+  expect(alive).toBeLessThan(10);
+});
+
+test("an emptied queue keeps no block for small chunks", async () => {
+  const q = new ByteQueue();
+  const blockRef = () => {
+    q.push(Buffer.alloc(8192));
+    q.push(Buffer.alloc(10)); // copied into a block
+    q.take(8192, alloc);
+    return new WeakRef(q.take(10, alloc).buffer);
+  };
+  const block = blockRef();
+  expect(q.length).toBe(0);
+  await Bun.sleep(0);
+  Bun.gc(true);
+  expect(block.deref()).toBeUndefined();
+});

@@ -55,6 +55,7 @@ export class ByteQueue {
    */
   take(n: number, alloc: (n: number) => Buffer): Buffer {
     if (n === 0) return EMPTY;
+    this.length -= n;
     const head = this.pieces[this.first]!;
     let out: Buffer;
     if (head.length >= n) {
@@ -70,10 +71,10 @@ export class ByteQueue {
         this.consume(k);
       }
     }
-    this.length -= n;
     return out;
   }
 
+  /** Empty: nothing of it kept, the block neither (an idle call holds no 16 KiB). */
   clear(): void {
     this.pieces = [];
     this.first = 0;
@@ -92,11 +93,10 @@ export class ByteQueue {
       return;
     }
     if (this.growing === this.first) this.growing = -1;
-    this.first++;
-    if (this.first === this.pieces.length) {
-      this.pieces = [];
-      this.first = 0;
-    } else if (this.first >= 1024 && this.first * 2 >= this.pieces.length) {
+    // Let go of it now: a message's last piece may also start the next one, which keeps the array alive.
+    this.pieces[this.first++] = EMPTY;
+    if (this.first === this.pieces.length) this.clear();
+    else if (this.first >= 1024 && this.first * 2 >= this.pieces.length) {
       // Taken pieces dropped from the array now and then: each piece is moved O(1) times on average.
       this.pieces = this.pieces.slice(this.first);
       if (this.growing >= 0) this.growing -= this.first;

@@ -506,7 +506,15 @@ describe("createBidiServer", () => {
   test("answers a client does not read count in the receive budget: past its bound the call whose answers waited least is reset (RESOURCE_EXHAUSTED), the one waiting longest goes on; every byte given back", async () => {
     const budget = new BodyBudget(1 << 20);
     const rejected: string[] = [];
-    server = createBidiServer(method, echo, { maxMessageBytes: 1 << 20, windowBytes: 1 << 20, receiveBudget: budget, onRejected: (r) => rejected.push(r) });
+    // The output counted just after each answer is written: a reset call's is given back at once.
+    const afterWrite: number[] = [];
+    const answer = (call: BidiCall<string, string>) => {
+      call.on("data", (m) => {
+        call.write(m);
+        afterWrite.push(budget.outputBytes);
+      });
+    };
+    server = createBidiServer(method, answer, { maxMessageBytes: 1 << 20, windowBytes: 1 << 20, receiveBudget: budget, onRejected: (r) => rejected.push(r) });
     const port = await server.listen(HOST, 0);
     // A receive window of 0: not one byte of an answer can go out.
     const session = http2.connect(`http://${HOST}:${port}`, { settings: { initialWindowSize: 0 } });
@@ -523,6 +531,7 @@ describe("createBidiServer", () => {
     expect(await closed(b)).toBe(http2.constants.NGHTTP2_ENHANCE_YOUR_CALM);
     expect(rejected).toEqual(["output_budget"]);
     // B's answer dropped with its stream; A's, waiting longest, still counted.
+    expect(afterWrite).toEqual([600_005, 600_005]);
     expect(budget.outputBytes).toBe(600_005);
     const aClosed = closed(a);
     session.destroy();
@@ -534,7 +543,8 @@ describe("createBidiServer", () => {
   test("a call whose answers stay unread fails at the stall sweep (reset, RESOURCE_EXHAUSTED), ended already or not, giving back their bytes; a client that reads is answered", async () => {
     const budget = new BodyBudget(1 << 20);
     const rejected: string[] = [];
-    server = createBidiServer(method, echo, { maxMessageBytes: 1 << 20, windowBytes: 1 << 20, receiveBudget: budget, stallMs: 200, onRejected: (r) => rejected.push(r) });
+    // Looks 500 ms apart: a client that reads (or sends) is never that slow, even on a loaded machine.
+    server = createBidiServer(method, echo, { maxMessageBytes: 1 << 20, windowBytes: 1 << 20, receiveBudget: budget, stallMs: 1000, onRejected: (r) => rejected.push(r) });
     const port = await server.listen(HOST, 0);
     const stuck = http2.connect(`http://${HOST}:${port}`, { settings: { initialWindowSize: 0 } });
     const frame = (m: string) => Buffer.concat([head(m.length), Buffer.from(m)]);
@@ -630,7 +640,8 @@ describe("createBidiServer", () => {
   test("a message that stops arriving fails its call (RESOURCE_EXHAUSTED) and gives back its bytes; a call idle between messages goes on", async () => {
     const budget = new BodyBudget(1 << 20);
     const rejected: string[] = [];
-    server = createBidiServer(method, echo, { maxMessageBytes: 1 << 20, windowBytes: 1 << 20, receiveBudget: budget, stallMs: 200, onRejected: (r) => rejected.push(r) });
+    // Looks 500 ms apart: a client that reads (or sends) is never that slow, even on a loaded machine.
+    server = createBidiServer(method, echo, { maxMessageBytes: 1 << 20, windowBytes: 1 << 20, receiveBudget: budget, stallMs: 1000, onRejected: (r) => rejected.push(r) });
     const port = await server.listen(HOST, 0);
     const session = http2.connect(`http://${HOST}:${port}`);
     const request = () => rawCall(session);

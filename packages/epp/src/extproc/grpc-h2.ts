@@ -108,9 +108,9 @@ const RAW = { deserialize: (b: Buffer) => b, serialize: (b: Buffer) => b };
  * (`holdOutput`), under a bound of their own with the same number: counted with the arriving bytes, a client
  * that does not read would make other clients' messages fail, and it is its own calls that must. A call
  * whose write takes the output of all calls past the bound fails ("output_budget", its stream reset: answers
- * waiting to go out would keep it open), unless its output is the one that has waited longest, which always
- * goes on (an answer larger than the bound still goes out, one at a time); one that does not drain fails in
- * the stall sweep ("unread"). The count is taken at each write, at each "drain", and at each look of the
+ * waiting to go out would keep it open; the reset gives them back at once), unless its output is the one that
+ * has waited longest, which always goes on (an answer larger than the bound still goes out, one at a time); one
+ * that does not drain fails in the stall sweep ("unread"). The count is taken at each write, at each "drain", and at each look of the
  * sweep: between them, output the client read is still counted (an over-count, never an under-count).
  */
 export interface ReceiveBudget {
@@ -316,6 +316,8 @@ class Call<In, Out> extends EventEmitter implements BidiCall<In, Out> {
   private sentAtLook = 0;
   private writtenAtLook = 0;
   private unreadLooks = 0;
+  /** Reset for answers not taken: what it had not sent is dropped, though the stream may still report it. */
+  private outputDropped = false;
 
   constructor(
     private readonly stream: http2.ServerHttp2Stream,
@@ -446,7 +448,7 @@ class Call<In, Out> extends EventEmitter implements BidiCall<In, Out> {
 
   /** Bytes written to the stream and not yet sent. */
   private unsent(): number {
-    return this.stream.destroyed ? 0 : this.stream.writableLength;
+    return this.outputDropped || this.stream.destroyed ? 0 : this.stream.writableLength;
   }
 
   /** Counts the answers not yet sent as they are now; false when they take the output past the bound (see ReceiveBudget). */
@@ -461,8 +463,7 @@ class Call<In, Out> extends EventEmitter implements BidiCall<In, Out> {
       a.sending.delete(this);
       return true;
     }
-    a.sending.add(this); // where it was if it was there: how long its output has waited
-    return a.budget.outputBytes <= a.budget.maxBytes || a.sending.values().next().value === this;
+    return admitted(a.sending, this, a.budget.outputBytes, a.budget.maxBytes);
   }
 
   /**
@@ -477,9 +478,14 @@ class Call<In, Out> extends EventEmitter implements BidiCall<In, Out> {
     else this.failCall(GrpcStatus.RESOURCE_EXHAUSTED, `answers not taken (${reason})`, true);
   }
 
-  /** RST_STREAM, which gRPC clients read as RESOURCE_EXHAUSTED. */
+  /**
+   * RST_STREAM, which gRPC clients read as RESOURCE_EXHAUSTED. What was not sent is given back now, not at the
+   * stream's "close": until then it would count against, and could fail, another call's answers.
+   */
   private reset(): void {
     if (!this.stream.destroyed) this.stream.close(http2.constants.NGHTTP2_ENHANCE_YOUR_CALM);
+    this.outputDropped = true;
+    this.countOutput();
   }
 
   /** The client reset the stream or went away. */
@@ -507,8 +513,7 @@ class Call<In, Out> extends EventEmitter implements BidiCall<In, Out> {
     if (a === undefined || buffered <= this.counted) return true;
     a.budget.hold(buffered - this.counted);
     this.counted = buffered;
-    a.arriving.add(this); // where it was if it was there: the age of the message it is receiving
-    return a.budget.arrivingBytes <= a.budget.maxBytes || a.arriving.values().next().value === this;
+    return admitted(a.arriving, this, a.budget.arrivingBytes, a.budget.maxBytes);
   }
 
   /** Its message whole, or the call over: nothing of it counted, no longer arriving. */
@@ -584,6 +589,15 @@ class Call<In, Out> extends EventEmitter implements BidiCall<In, Out> {
     }
     this.emit("data", msg, bytes.length);
   }
+}
+
+/**
+ * Puts `call` in `waiting`, where it stays if it was there already (a Set keeps insertion order: the oldest
+ * first); true while `held` is within `maxBytes`, or when `call` has waited longest, which always goes on.
+ */
+function admitted(waiting: Set<Call<unknown, unknown>>, call: Call<unknown, unknown>, held: number, maxBytes: number): boolean {
+  waiting.add(call);
+  return held <= maxBytes || waiting.values().next().value === call;
 }
 
 const joined = (n: number): Buffer => (n >= SHARED_JOIN_BYTES ? Buffer.from(new SharedArrayBuffer(n)) : Buffer.allocUnsafe(n));

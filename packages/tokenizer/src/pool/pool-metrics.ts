@@ -69,7 +69,7 @@ export function poolMetrics(registry: Registry, model = ""): PoolObserver & { at
   });
   const warmJobs = new Counter({
     name: "dynamo_epp_tokenizer_warm_jobs_total",
-    help: "Background warm jobs (replies, bodies past the budget) a request made stop midway to resume later (preempted), dropped from a full warm queue (dropped), not run (or not run again once stopped, when its member kept nothing to resume from) for a body past the largest the pool reads on the caller's thread (too_large), or released by their member on reading a reply with nothing to warm with (nothing: not finished, several choices, empty, an error), its body unread",
+    help: "Background warm jobs (replies, bodies past the budget) a request made stop midway to resume later (preempted), dropped from a full warm queue (dropped), not run (or not run again once stopped, when its member kept nothing to resume from) for a body past the largest the pool reads on the caller's thread (too_large), lost with their member's thread while stopped, a body too large to read again whose resume only that thread held (lost), or released by their member on reading a reply with nothing to warm with (nothing: not finished, several choices, empty, an error), its body unread",
     labelNames: ["outcome"], registers: [registry],
   });
   const placements = new Counter({

@@ -72,10 +72,11 @@ export type PoolObserver = {
   /** A request answered on a prefix its caller's `decides` accepted, before its tokenization finished. */
   decided?(): void;
   /**
-   * A warm job stopped for a request (it resumes later), dropped from a full warm queue, a body too large to warm, or
-   * one that had nothing to warm (a reply with none to warm with, read before the body: see BodyJob.reply).
+   * A warm job stopped for a request (it resumes later), dropped from a full warm queue, a body too large to warm,
+   * one that had nothing to warm (a reply with none to warm with, read before the body: see BodyJob.reply), or one
+   * lost with its member's thread, which held all it could resume from.
    */
-  warm?(outcome: "preempted" | "dropped" | "too_large" | "nothing"): void;
+  warm?(outcome: "preempted" | "dropped" | "too_large" | "nothing" | "lost"): void;
   /** Everything told so far is forgotten (forgetWork): it was not traffic. */
   reset?(): void;
   /** A member finished a job (warm jobs too): its busy time and the fresh tokens it tokenized. */
@@ -142,6 +143,8 @@ export type PoolStats = {
   warmTooLarge: number;
   /** Warms that had nothing to warm, released as soon as their member read so (see warm). */
   warmNothing: number;
+  /** Stopped warms of a body too large to read again, lost with the member that kept what they would resume from (see lost). */
+  warmLost: number;
   /**
    * Background jobs (warms, and requests answered already going on for the cache) a request made stop at their
    * next section (each resumes later as a warm, where it stopped: its member keeps the text it walked).
@@ -273,6 +276,7 @@ export class TokenizerPool {
   private warmDropped = 0;
   private warmTooLarge = 0;
   private warmNothing = 0;
+  private warmLost = 0;
   private warmPreempted = 0;
   private decided = 0;
   private stopped = 0;
@@ -416,7 +420,7 @@ export class TokenizerPool {
         member: m.index, live: m.live, queued: m.queue.length, warmQueued: m.warm.length, busy: m.current !== null,
         jobs: m.jobs, freshTokens: m.freshTokens, busyMs: m.busyMs, cache: { ...m.cache }, warmUp: m.warmUp, priority: m.priority,
       })),
-      fallbacks: { ...this.fallbacks }, cancelled: this.cancelled, stopped: this.stopped, warmDropped: this.warmDropped, warmTooLarge: this.warmTooLarge, warmNothing: this.warmNothing, warmPreempted: this.warmPreempted, decided: this.decided,
+      fallbacks: { ...this.fallbacks }, cancelled: this.cancelled, stopped: this.stopped, warmDropped: this.warmDropped, warmTooLarge: this.warmTooLarge, warmNothing: this.warmNothing, warmLost: this.warmLost, warmPreempted: this.warmPreempted, decided: this.decided,
       restarts: this.restarts,
       cache: this.cacheStats(), placement: { ...this.placements, remembered: this.placement.remembered },
     };
@@ -445,7 +449,7 @@ export class TokenizerPool {
     for (const m of this.members) Object.assign(m, { jobs: 0, busyMs: 0, freshTokens: 0 });
     this.fallbacks = { budget: 0, queue: 0 };
     this.placements = { affine: 0, moved: 0, new: 0 };
-    this.decided = this.stopped = this.cancelled = this.warmDropped = this.warmTooLarge = this.warmNothing = this.warmPreempted = 0;
+    this.decided = this.stopped = this.cancelled = this.warmDropped = this.warmTooLarge = this.warmNothing = this.warmLost = this.warmPreempted = 0;
     this.logged.clear();
     this.placement.clear();
     this.observe.reset?.();
@@ -568,6 +572,13 @@ export class TokenizerPool {
       member.queue.splice(member.queue.indexOf(p), 1);
       this.fallBack(p, "budget");
     }
+    // A stopped warm of a body too large to read again had only what this thread kept to resume from (requeue).
+    const resumable = member.warm.filter((w) => w.job !== null);
+    for (let lostWarms = member.warm.length - resumable.length; lostWarms > 0; lostWarms--) {
+      this.warmLost++;
+      this.observe.warm?.("lost");
+    }
+    member.warm = resumable;
     const replace = () => {
       if (this.closed || this.members[member.index] !== member) return;
       const next = this.startMember(member.index);
@@ -585,7 +596,8 @@ export class TokenizerPool {
   // start; placement.ts decides, from the members' backlogs, and sets the job's expected cost. A backlog counts
   // every queued request, though a cheap one passes costlier ones (queue-order.ts): for it, an over-estimate.
   // Background work counts for nothing: a warm, or a request answered already, stops at its next piece for a request
-  // (preemptWarm), unless its member is still reading its body, which it does not stop.
+  // (preemptWarm). A body its member is still reading is read to its end first, uncounted too: the pool does not
+  // know how far that read is (readHereMaxBytes bounds it).
   private memberFor(p: Pending, job: PoolJob, move = true): Member {
     // A member not ready (replacing a lost one) looks endlessly busy: work goes elsewhere while there is elsewhere.
     const backlogs = this.members.map((m) => (m.live ? m.queue.reduce((sum, q) => sum + q.cost, m.current !== null && awaited(m.current) ? m.current.cost : 0) : Infinity));
@@ -606,10 +618,11 @@ export class TokenizerPool {
       // Requests first, the earliest due (queue-order.ts), then background work in its order.
       const due = nextDue(member.queue);
       next = due >= 0 ? member.queue.splice(due, 1)[0] : member.warm.shift();
-      if (next === undefined) return;
+      // Idle: its thread no longer keeps the process alive (a warm dropped here may have been all it had queued).
+      if (next === undefined) return member.worker.unref();
       if (next.job !== null || member.kept === next.id) break;
-      // Its member no longer keeps what it would resume from (another job's stop took its place, a warm started, or
-      // it was replaced), and its body, too large to read again, was let go of (requeue).
+      // Its member no longer keeps what it would resume from (another job's stop took its place, or a warm started),
+      // and its body, too large to read again, was let go of (requeue).
       this.warmTooLarge++;
       this.observe.warm?.("too_large");
     }
@@ -671,7 +684,6 @@ export class TokenizerPool {
     // Stopped and failed jobs count too: what they tokenized before is cached, and it took the member's time.
     member.freshTokens += m.freshTokens;
     this.observe.work?.(member.index, m.busyMs, m.freshTokens);
-    if (member.queue.length === 0 && member.warm.length === 0) member.worker.unref();
     if (m.type === "done") {
       if (m.nothing) {
         this.warmNothing++;
