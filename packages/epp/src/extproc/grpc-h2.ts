@@ -366,6 +366,10 @@ class Call<In, Out> extends EventEmitter implements BidiCall<In, Out> {
     });
   }
 
+  // Once a message's last bytes leave the stream's buffer, what is still unsent is counted again: without it the
+  // count kept answers the client had read until the next write, drain or look.
+  private readonly recount = () => void this.countOutput();
+
   write(msg: Out): void {
     if (this.ended || this.stream.destroyed) return;
     const encoded = this.method.serialize(msg);
@@ -381,14 +385,14 @@ class Call<In, Out> extends EventEmitter implements BidiCall<In, Out> {
         out.set(p, off);
         off += p.length;
       }
-      this.stream.write(out);
+      this.stream.write(out, this.recount);
     } else {
       // Large messages (a body handed back) go out part by part, without a copy.
       const header = Buffer.allocUnsafe(HEADER_BYTES);
       header[0] = 0;
       header.writeUInt32BE(len, 1);
       this.stream.write(header);
-      for (const p of parts) this.stream.write(p);
+      parts.forEach((p, i) => this.stream.write(p, i === parts.length - 1 ? this.recount : undefined));
     }
     this.written += HEADER_BYTES + len;
     if (!this.countOutput()) return this.dropOutput("output_budget");
