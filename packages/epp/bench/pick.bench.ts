@@ -139,7 +139,10 @@ function sizedLatencies(latencies: string, file: string): Sized {
   });
 }
 
-/** Chat body sizes the tail is read by: its latency is mostly the body's way in and back, tokenized or not. */
+/**
+ * Chat body sizes the tail is read by: a tail of large bodies is their own cost (the way in and back, the reading),
+ * one alike in every class is the decision thread's (a pause every pick in it waits out).
+ */
 const SIZE_CLASSES = [
   { name: "<= 16 KiB", max: 16 << 10 },
   { name: "16-64 KiB", max: 64 << 10 },
