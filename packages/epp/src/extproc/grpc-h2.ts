@@ -110,8 +110,8 @@ const RAW = { deserialize: (b: Buffer) => b, serialize: (b: Buffer) => b };
  * whose write takes the output of all calls past the bound fails ("output_budget", its stream reset: answers
  * waiting to go out would keep it open; the reset gives them back at once), unless its output is the one that
  * has waited longest, which always goes on (an answer larger than the bound still goes out, one at a time); one
- * that does not drain fails in the stall sweep ("unread"). The count is taken at each write, at each "drain", and at each look of the
- * sweep: between them, output the client read is still counted (an over-count, never an under-count).
+ * that does not drain fails in the stall sweep ("unread"). The count is taken at each write, when each message's last
+ * bytes leave the stream's buffer (their write's callback), and at each look of the sweep: never under what is unsent.
  */
 export interface ReceiveBudget {
   readonly maxBytes: number;
@@ -360,14 +360,13 @@ class Call<In, Out> extends EventEmitter implements BidiCall<In, Out> {
       this.cancel();
       this.countOutput(); // nothing left to send
     });
-    stream.on("drain", () => this.countOutput());
     stream.on("error", (err) => {
       if (!this.ended && this.listenerCount("error") > 0) this.emit("error", err);
     });
   }
 
-  // Once a message's last bytes leave the stream's buffer, what is still unsent is counted again: without it the
-  // count kept answers the client had read until the next write, drain or look.
+  // Once a message's last bytes leave the stream's buffer, what is still unsent is counted again (every message ends
+  // with this callback, so the buffer never empties without it: a "drain" would count nothing new).
   private readonly recount = () => void this.countOutput();
 
   write(msg: Out): void {
