@@ -100,6 +100,35 @@ describe("tokenizer pool", () => {
     expect(pool.stats()).toMatchObject({ cancelled: 2 });
   }, 120_000);
 
+  test("a short request queued behind a running one starts the moment that one ends, without waiting for this thread", async () => {
+    const pool = await pools.start({ size: 1, budgetMs: 60_000 });
+    const running = pool.tokenize({ kind: "prompt", text: freshWords(20_000, 5) });
+    const submitted = performance.now();
+    const behind = pool.tokenize({ kind: "prompt", text: "posted behind the running one" });
+    // This thread busy, as under load: it hears that the running job ended only once it is free again. Its member
+    // had the short one already and went on to it (posted behind, it waited there), not after this thread.
+    const freed = performance.now() + 2000;
+    while (performance.now() < freed);
+    const [first, second] = await Promise.all([running, behind]);
+    expect(first.complete && second.complete).toBe(true);
+    expect(submitted + second.waitMs).toBeLessThan(freed);
+    expect(pool.stats().members[0]!.queued).toBe(0);
+  }, 60_000);
+
+  test("a request posted behind a running one and cancelled is stopped before its member reads it", async () => {
+    const pool = await pools.start({ size: 1, budgetMs: 60_000 });
+    const running = pool.tokenize({ kind: "prompt", text: freshWords(200_000, 6) });
+    const abort = new AbortController();
+    const behind = pool.tokenize({ kind: "prompt", text: freshWords(50, 7) }, { signal: abort.signal });
+    abort.abort();
+    await expect(behind).rejects.toBeInstanceOf(TokenizeCancelled);
+    expect((await running).complete).toBe(true);
+    // Nothing of it was tokenized: the member's next job finds none of its words cached.
+    const again = await pool.tokenize({ kind: "prompt", text: freshWords(50, 7) });
+    expect(again.freshTokens).toBe(again.tokens.length);
+    expect(pool.stats()).toMatchObject({ cancelled: 1 });
+  }, 60_000);
+
   test("a body that cannot finish in budget is answered by the exact prefix already known, and counted", async () => {
     const warnings: object[] = [];
     const pool = await pools.start({ size: 1, budgetMs: 1000, log: { warn: (o) => warnings.push(o) } });

@@ -25,6 +25,10 @@ type Run = { id: number; discard: boolean };
 const port = parentPort!;
 const init = workerData as MemberInit;
 const cancel = new Int32Array(init.cancel);
+/** Whether the pool asked that job `id` stop (either slot: see MemberInit.cancel). */
+const stopAsked = (id: number) => Atomics.load(cancel, 0) === id || Atomics.load(cancel, 1) === id;
+/** The running job's start, sent with each of its messages (see FromMember's startedAt). */
+let startedAt = 0;
 const post = (m: FromMember, transfer: ArrayBuffer[] = []) => port.postMessage(m, transfer);
 
 let pre: Preprocessor;
@@ -68,6 +72,7 @@ port.on("message", (m: ToMember) => {
     return post({ type: "reset", cache: pre.cacheStats() });
   }
   const t0 = performance.now();
+  startedAt = performance.timeOrigin + t0;
   const before = pre.cacheStats();
   reading = null;
   const kept = stopped;
@@ -106,7 +111,7 @@ function resume(run: Run, from: typeof stopped, t0: number, before: CacheStats):
   // The pool resumes only what it was told is kept (a bug otherwise: answered as the job's error).
   if (from?.id !== run.id) throw new Error(`job ${run.id} resumed, but its member keeps nothing of it`);
   if ("job" in from) return tokenize(run, from.job, t0, before);
-  const control: EncodeControl = { shouldStop: () => Atomics.load(cancel, 0) === run.id, warm: true, from: from.at };
+  const control: EncodeControl = { shouldStop: () => stopAsked(run.id), warm: true, from: from.at };
   pre.encodeCompletion(from.text, { addSpecialTokens: false }, control);
   done(run, NONE, before, performance.now() - t0);
 }
@@ -149,7 +154,7 @@ class StoppedUnwalked extends Error {
 }
 
 function stopIfAsked(m: JobMessage, read?: TokenizeJob): void {
-  if (Atomics.load(cancel, 0) === m.id) throw new StoppedUnwalked(read);
+  if (stopAsked(m.id)) throw new StoppedUnwalked(read);
 }
 
 function tokenize(m: Run, job: TokenizeJob, t0: number, before: CacheStats): void {
@@ -159,7 +164,7 @@ function tokenize(m: Run, job: TokenizeJob, t0: number, before: CacheStats): voi
   let firstKnown = 0;
   const turnChars = newTurnChars(job);
   const control: EncodeControl = {
-    shouldStop: () => Atomics.load(cancel, 0) === m.id,
+    shouldStop: () => stopAsked(m.id),
     warm: m.discard,
     knownPrefixMinChars: KNOWN_PREFIX_MIN_CHARS,
     knownPrefix: (known: KnownPrefix) => {
@@ -176,7 +181,7 @@ function tokenize(m: Run, job: TokenizeJob, t0: number, before: CacheStats): voi
       const added = ownIds(known.added);
       const estimatedTokens = known.tokens + Math.round(known.unknownChars / charsPerToken);
       const newTurnTokens = turnChars === undefined ? undefined : Math.round(turnChars / charsPerToken);
-      post(...withReading({ type: "known" as const, id: m.id, added, estimatedMs: (known.unknownChars * usPerChar) / 1000, estimatedTokens, newTurnTokens, busyMs: performance.now() - t0 }, [added.buffer as ArrayBuffer]));
+      post(...withReading({ type: "known" as const, id: m.id, startedAt, added, estimatedMs: (known.unknownChars * usPerChar) / 1000, estimatedTokens, newTurnTokens, busyMs: performance.now() - t0 }, [added.buffer as ArrayBuffer]));
     },
   };
   const ids = encodeJob(pre, job, control);
@@ -190,10 +195,10 @@ function done(m: Run, ids: Uint32Array, before: CacheStats, busyMs: number, noth
   const cache = pre.cacheStats();
   const freshTokens = cache.freshTokens - before.freshTokens;
   const warmedTokens = cache.warmedHitTokens - before.warmedHitTokens;
-  if (m.discard) post({ type: "done", id: m.id, ids: null, freshTokens, warmedTokens, busyMs, cache, ...(nothing ? { nothing } : {}) });
+  if (m.discard) post({ type: "done", id: m.id, startedAt, ids: null, freshTokens, warmedTokens, busyMs, cache, ...(nothing ? { nothing } : {}) });
   else {
     const own = ownIds(ids);
-    post(...withReading({ type: "done" as const, id: m.id, ids: own, freshTokens, warmedTokens, busyMs, cache }, [own.buffer as ArrayBuffer]));
+    post(...withReading({ type: "done" as const, id: m.id, startedAt, ids: own, freshTokens, warmedTokens, busyMs, cache }, [own.buffer as ArrayBuffer]));
   }
 }
 
@@ -219,10 +224,10 @@ function failed(m: Run, err: unknown, t0: number, before: CacheStats): void {
       ? err.text.length <= MAX_KEPT_CHARS ? { id: m.id, text: err.text, at: err.at } : null
       : err.job !== undefined && jobChars(err.job) <= MAX_KEPT_CHARS ? { id: m.id, job: err.job } : null;
     if (kept !== null) stopped = kept;
-    return post({ type: "stopped", id: m.id, busyMs, freshTokens, cache, kept: kept !== null });
+    return post({ type: "stopped", id: m.id, startedAt, busyMs, freshTokens, cache, kept: kept !== null });
   }
   const name = err instanceof TooDeep ? "TooDeep" : err instanceof BadRequest ? "BadRequest" : (err as Error)?.name ?? "Error";
-  post({ type: "error", id: m.id, name, message: (err as Error)?.message ?? String(err), busyMs, freshTokens, cache });
+  post({ type: "error", id: m.id, startedAt, name, message: (err as Error)?.message ?? String(err), busyMs, freshTokens, cache });
 }
 
 /** The buffer to transfer with a rewritten body: only one it has to itself (a view's neighbours stay put). */

@@ -24,7 +24,10 @@ export type MemberInit = {
   files?: SharedTokenizerFiles;
   /** The pool's thread's textHash seed (hashSeed), installed before the member makes any table: it uses `files`'s. */
   seed: number;
-  /** Int32Array[0]: the id of the job the member must stop (set by the pool on cancel). */
+  /**
+   * Int32Array[2]: ids of jobs the member must stop (set by the pool on cancel). Two slots, one for the job it runs
+   * and one for the request posted behind it (the pool's `next`): a stop asked of one never overwrites the other's.
+   */
   cancel: SharedArrayBuffer;
   /** The member's thread runs at this nice value (see thread-priority.ts). */
   nice: number;
@@ -53,6 +56,12 @@ export type ToMember =
   /** Empty the segment cache and zero its counters (after the decision thread's warm-up: invented text, not traffic). */
   | { type: "reset" };
 
+/**
+ * When the member started the job a message is of (ms since the epoch: performance.timeOrigin + now, comparable
+ * across threads): a request posted behind another waited at its member until then, not until it was posted.
+ */
+type Started = { startedAt: number };
+
 export type FromMember =
   /** Loaded and warmed up (see warm-up.ts): what the warm-up tokenized and took. */
   | { type: "ready"; warmUp: WarmUp; priority: ThreadPriority }
@@ -67,13 +76,13 @@ export type FromMember =
    * newTurnTokens a chat's last turn's (newTurnChars) at that rate, busyMs the member's time on the job so far.
    * `read`: a body job's reading, when no message of the job carried it yet.
    */
-  | { type: "known"; id: number; added: Uint32Array; estimatedMs: number; estimatedTokens: number; newTurnTokens?: number; busyMs: number; read?: BodyReading }
+  | ({ type: "known"; id: number; added: Uint32Array; estimatedMs: number; estimatedTokens: number; newTurnTokens?: number; busyMs: number; read?: BodyReading } & Started)
   /**
    * warmedTokens: of the job's cached tokens, those only a background warm had cached. `read` as on "known".
    * `nothing`: a warm whose reply had nothing to warm with, released without reading its body.
    */
-  | { type: "done"; id: number; ids: Uint32Array | null; freshTokens: number; warmedTokens: number; busyMs: number; cache: CacheStats; read?: BodyReading; nothing?: true }
+  | ({ type: "done"; id: number; ids: Uint32Array | null; freshTokens: number; warmedTokens: number; busyMs: number; cache: CacheStats; read?: BodyReading; nothing?: true } & Started)
   /** `kept`: the member keeps what this job's resume goes on from, in place of what it kept before (see "resume"). */
-  | { type: "stopped"; id: number; busyMs: number; freshTokens: number; cache: CacheStats; kept: boolean }
+  | ({ type: "stopped"; id: number; busyMs: number; freshTokens: number; cache: CacheStats; kept: boolean } & Started)
   /** `name`: the error's class, for the ones the caller tells apart (BadRequest, TooDeep, ChatTemplateError). */
-  | { type: "error"; id: number; name: string; message: string; busyMs: number; freshTokens: number; cache: CacheStats };
+  | ({ type: "error"; id: number; name: string; message: string; busyMs: number; freshTokens: number; cache: CacheStats } & Started);

@@ -15,7 +15,7 @@ import { affinityKey } from "./affinity";
 import { appendIds } from "./known-ids";
 import { jobChars, jobWork, Placement, type PlacementKind } from "./placement";
 import type { BodyReading, FromMember, MemberInit, ToMember } from "./protocol";
-import { nextDue } from "./queue-order";
+import { dueAt, nextDue } from "./queue-order";
 import { isShared } from "./shared-body";
 import type { ThreadPriority } from "./thread-priority";
 import type { WarmUp } from "../warm-up";
@@ -174,7 +174,10 @@ type Pending = {
   job: PoolJob | null;
   discard: boolean;
   submitted: number;
+  /** When its member started it (0: not yet known; a request posted behind another starts when that one ends). */
   dispatched: number;
+  /** The member's cancel slot it runs under (see MemberInit.cancel), once posted. */
+  slot?: 0 | 1;
   /** Its expected cost on its member, in fresh characters (see placement.ts). */
   cost: number;
   settle?: (o: TokenizeOutcome | Error) => void;
@@ -206,6 +209,15 @@ type Member = {
   queue: Pending[];
   warm: Pending[];
   current: Pending | null;
+  /**
+   * A request posted while `current` runs, which its member starts the moment `current` ends: between requests the
+   * member does not wait for this thread (busy with other streams for milliseconds at a time under load) to hear
+   * that one ended and post the next. One at most: a request that comes later, however urgent, waits behind it.
+   * Never a warm: background work is posted only to an idle member.
+   */
+  next: Pending | null;
+  /** The cancel slot the last job posted took (the next takes the other). */
+  slot: 0 | 1;
   jobs: number;
   freshTokens: number;
   busyMs: number;
@@ -228,6 +240,8 @@ type Member = {
 };
 
 const DEFAULT_BUDGET_MS = 50;
+/** How far ahead of its due instant a request may be posted behind its member's running job (see postNext). */
+const POST_BEHIND_SLACK_MS = 1;
 const MAX_RESTART_BACKOFF_MS = 30_000;
 /** Job ids stay below 2^31: the member reads a job's cancel flag as an Int32 (see protocol.ts). */
 const MAX_JOB_ID = 0x7fffffff;
@@ -417,7 +431,7 @@ export class TokenizerPool {
     return {
       size: this.members.length, budgetMs: this.budgetMs,
       members: this.members.map((m) => ({
-        member: m.index, live: m.live, queued: m.queue.length, warmQueued: m.warm.length, busy: m.current !== null,
+        member: m.index, live: m.live, queued: m.queue.length + (m.next ? 1 : 0), warmQueued: m.warm.length, busy: m.current !== null,
         jobs: m.jobs, freshTokens: m.freshTokens, busyMs: m.busyMs, cache: { ...m.cache }, warmUp: m.warmUp, priority: m.priority,
       })),
       fallbacks: { ...this.fallbacks }, cancelled: this.cancelled, stopped: this.stopped, warmDropped: this.warmDropped, warmTooLarge: this.warmTooLarge, warmNothing: this.warmNothing, warmLost: this.warmLost, warmPreempted: this.warmPreempted, decided: this.decided,
@@ -477,10 +491,10 @@ export class TokenizerPool {
 
   /** Fails what a member runs and has queued, and drops its warms: nothing will run them. */
   private failAll(member: Member, message: string): void {
-    for (const p of [...member.queue, ...(member.current ? [member.current] : [])]) p.settle?.(new Error(message));
+    for (const p of [...member.queue, ...(member.current ? [member.current] : []), ...(member.next ? [member.next] : [])]) p.settle?.(new Error(message));
     member.queue = [];
     member.warm = [];
-    member.current = null;
+    member.current = member.next = null;
   }
 
   private newId(): number {
@@ -489,7 +503,7 @@ export class TokenizerPool {
   }
 
   private startMember(index: number): Member {
-    const cancelBuffer = new SharedArrayBuffer(4);
+    const cancelBuffer = new SharedArrayBuffer(8);
     // A replacement starts while the process serves: its loading and warm-up run at its low priority from the start.
     const { preprocessor, files, nice } = this.memberOptions;
     const init: MemberInit = { preprocessor, files, seed: hashSeed(), cancel: cancelBuffer, nice, serving: this.started[index] === true };
@@ -499,7 +513,7 @@ export class TokenizerPool {
     const ready = new Promise<void>((res, rej) => ((resolveReady = res), (rejectReady = rej)));
     ready.catch(() => {}); // observed through ready()
     const member: Member = {
-      index, worker, cancel: new Int32Array(cancelBuffer), ready, failReady: rejectReady, queue: [], warm: [], current: null, jobs: 0, freshTokens: 0, busyMs: 0,
+      index, worker, cancel: new Int32Array(cancelBuffer), ready, failReady: rejectReady, queue: [], warm: [], current: null, next: null, slot: 1, jobs: 0, freshTokens: 0, busyMs: 0,
       cache: NO_CACHE_STATS, warmUp: null, priority: null, live: false, resets: [], rules: undefined, kept: null,
     };
     worker.on("message", (m: FromMember) => {
@@ -566,6 +580,12 @@ export class TokenizerPool {
     const running = member.current;
     member.current = null;
     running?.settle?.(new Error(`tokenizer pool member ${member.index} failed: ${why}`));
+    // The request posted behind it never started: its replacement takes it first.
+    if (member.next !== null) {
+      member.next.dispatched = 0;
+      member.queue.unshift(member.next);
+      member.next = null;
+    }
     // A body too large for its caller to read, past its budget, was waiting for this member's reading: answered
     // unread now (its caller routes it by load) rather than kept waiting for a replacement that may be a backoff away.
     for (const p of member.queue.filter((q) => q.overdue && q.settle !== undefined)) {
@@ -600,7 +620,8 @@ export class TokenizerPool {
   // know how far that read is (readHereMaxBytes bounds it).
   private memberFor(p: Pending, job: PoolJob, move = true): Member {
     // A member not ready (replacing a lost one) looks endlessly busy: work goes elsewhere while there is elsewhere.
-    const backlogs = this.members.map((m) => (m.live ? m.queue.reduce((sum, q) => sum + q.cost, m.current !== null && awaited(m.current) ? m.current.cost : 0) : Infinity));
+    const running = (m: Member) => [m.current, m.next].reduce((sum, q) => sum + (q !== null && awaited(q) ? q.cost : 0), 0);
+    const backlogs = this.members.map((m) => (m.live ? m.queue.reduce((sum, q) => sum + q.cost, running(m)) : Infinity));
     const { chars, read } = jobWork(job);
     const placed = this.placement.place(affinityKey(job), chars, backlogs, move, read);
     p.cost = placed.cost;
@@ -612,7 +633,8 @@ export class TokenizerPool {
   }
 
   private pump(member: Member): void {
-    if (member.current !== null || !member.live) return;
+    if (!member.live) return;
+    if (member.current !== null) return this.postNext(member);
     let next: Pending | undefined;
     for (;;) {
       // Requests first, the earliest due (queue-order.ts), then background work in its order.
@@ -627,10 +649,31 @@ export class TokenizerPool {
       this.observe.warm?.("too_large");
     }
     member.current = next;
-    // The flag may still name this job (a warm stopped for a request, resumed now).
-    Atomics.store(member.cancel, 0, 0);
     next.dispatched = performance.now();
     if (!next.discard) this.observe.wait?.(next.dispatched - next.submitted);
+    this.post(member, next);
+  }
+
+  /**
+   * While `member` runs a job, the earliest due request queued to it is posted behind it (see Member.next) once it is
+   * due within POST_BEHIND_SLACK_MS: a request that comes later is then due no earlier than that, so posting it cannot
+   * let it pass one it should not (queue-order.ts). A long text due later stays queued, for a short pick to pass.
+   */
+  private postNext(member: Member): void {
+    if (member.next !== null) return;
+    const due = nextDue(member.queue);
+    if (due < 0 || dueAt(member.queue[due]!) > performance.now() + POST_BEHIND_SLACK_MS) return;
+    const next = member.queue.splice(due, 1)[0]!;
+    member.next = next;
+    this.post(member, next);
+  }
+
+  private post(member: Member, next: Pending): void {
+    member.slot = member.slot === 0 ? 1 : 0;
+    next.slot = member.slot;
+    // Its slot may name a job long done; the other, this one (a warm stopped for a request, resumed now).
+    Atomics.store(member.cancel, next.slot, 0);
+    if (Atomics.load(member.cancel, 1 - next.slot) === next.id) Atomics.store(member.cancel, 1 - next.slot, 0);
     member.worker.ref();
     const resumed = member.kept === next.id;
     // A warm's start lets go of what the member kept (see pool-member.ts), this one's own once it resumes.
@@ -663,6 +706,11 @@ export class TokenizerPool {
   private onResult(member: Member, m: Exclude<FromMember, { type: "ready" | "init-failed" | "reset" }>): void {
     const p = member.current;
     if (p === null || p.id !== m.id) return;
+    if (p.dispatched === 0) {
+      // Posted behind another job: it waited at its member until that one ended.
+      p.dispatched = Math.max(p.submitted, m.startedAt - performance.timeOrigin);
+      if (!p.discard && p.settle !== undefined) this.observe.wait?.(p.dispatched - p.submitted);
+    }
     if ((m.type === "known" || m.type === "done") && m.read) p.read = m.read;
     if (m.type === "known") {
       // Once answered, nothing reads what its member goes on telling.
@@ -676,7 +724,9 @@ export class TokenizerPool {
       else if (p.overdue || performance.now() - p.submitted + m.estimatedMs > this.budgetMs) this.fallBack(p, "budget", member);
       return;
     }
-    member.current = null;
+    // The request posted behind it has started already.
+    member.current = member.next;
+    member.next = null;
     if (m.type === "stopped" && m.kept) member.kept = m.id;
     member.cache = m.cache;
     member.busyMs += m.busyMs;
@@ -764,6 +814,11 @@ export class TokenizerPool {
       this.refill(p.job);
       return;
     }
+    if (member.next === p) {
+      // Posted behind another job, not started: as if still queued (fallBack stops it; its rest goes on as a warm).
+      this.observe.wait?.(performance.now() - p.submitted);
+      return this.fallBack(p, "queue", member);
+    }
     // Answered on what is known by now; a body its member is still reading goes back unread (its caller reads its own copy).
     this.fallBack(p, "budget", member);
   }
@@ -782,9 +837,12 @@ export class TokenizerPool {
       newTurnTokens: p.newTurnTokens,
       ...(p.read ? { read: p.read } : {}),
     });
-    if (running?.current !== p) return;
+    if (running === undefined) return;
+    // Posted behind the job its member runs, not started: stopped before it reads anything, its rest goes on as a warm.
+    if (running.next === p) return this.caches ? stop(running, p) : this.stopAnswered(running, p);
+    if (running.current !== p) return;
     if (!this.caches) this.stopAnswered(running, p);
-    else if (running.queue.length > 0) this.preemptWarm(running);
+    else if (running.queue.length > 0 || running.next !== null) this.preemptWarm(running);
   }
 
   /**
@@ -806,7 +864,7 @@ export class TokenizerPool {
   /** Tells `member` to stop the answered request it runs at its next piece; nothing waits for (or resumes) its rest. */
   private stopAnswered(member: Member, p: Pending): void {
     p.decided = true;
-    Atomics.store(member.cancel, 0, p.id);
+    stop(member, p);
   }
 
   /**
@@ -815,10 +873,10 @@ export class TokenizerPool {
    */
   private preemptWarm(member: Member): void {
     const running = member.current;
-    if (running === null || awaited(running) || Atomics.load(member.cancel, 0) === running.id) return;
+    if (running === null || awaited(running) || stopping(member, running)) return;
     this.warmPreempted++;
     this.observe.warm?.("preempted");
-    Atomics.store(member.cancel, 0, running.id);
+    stop(member, running);
   }
 
   /** Past `maxWarmQueued`, the oldest warm jobs (the queue's front) are dropped; `resumed`: but not the front, a preempted warm that goes on first. */
@@ -836,10 +894,19 @@ export class TokenizerPool {
     p.cancelled = true;
     const queued = member.queue.indexOf(p);
     if (queued >= 0) member.queue.splice(queued, 1);
-    else if (member.current === p) Atomics.store(member.cancel, 0, p.id);
+    else if (member.current === p || member.next === p) stop(member, p);
     p.settle(new TokenizeCancelled("the request was cancelled"));
   }
 
+}
+
+/** Tells `member` to stop `p` (running, or posted behind what runs) at its next piece. */
+function stop(member: Member, p: Pending): void {
+  Atomics.store(member.cancel, p.slot!, p.id);
+}
+
+function stopping(member: Member, p: Pending): boolean {
+  return Atomics.load(member.cancel, p.slot!) === p.id;
 }
 
 /** A request its caller still waits on (not a warm, nor one answered already whose rest only fills the cache). */
