@@ -129,6 +129,15 @@ describe("tokenizer pool", () => {
     expect(pool.stats()).toMatchObject({ cancelled: 1 });
   }, 60_000);
 
+  test("each request's wait is observed once: run at once, posted behind, queued, or answered out of budget", async () => {
+    const { pool, registry } = await pools.startWithMetrics({ size: 1, budgetMs: 40 });
+    const requests = [pool.tokenize({ kind: "prompt", text: freshWords(300_000, 8) })];
+    for (let i = 0; i < 5; i++) requests.push(pool.tokenize({ kind: "prompt", text: freshWords(20 + i, 9 + i) }));
+    await Promise.all(requests);
+    const count = (await registry.getSingleMetricAsString("dynamo_epp_tokenizer_pool_wait_seconds")).match(/_count(?:\{[^}]*\})? (\d+)/);
+    expect(Number(count?.[1])).toBe(requests.length);
+  }, 60_000);
+
   test("a body that cannot finish in budget is answered by the exact prefix already known, and counted", async () => {
     const warnings: object[] = [];
     const pool = await pools.start({ size: 1, budgetMs: 1000, log: { warn: (o) => warnings.push(o) } });

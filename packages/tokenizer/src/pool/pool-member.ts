@@ -220,8 +220,10 @@ function failed(m: Run, err: unknown, t0: number, before: CacheStats): void {
     // Past the bound nothing is kept (the pool reads it again, if it resumes it at all): one kept that the pool never
     // resumes (its stream reset, its warm dropped) stays until the next warm, and must not be a body's worth of
     // megabytes. A stop with nothing to keep leaves the one kept before.
+    // A job stopped before its walk began (a request posted behind another, then cancelled) keeps nothing in place of
+    // what was kept before: a preempted warm's resume.
     const kept = err instanceof EncodeStopped
-      ? err.text.length <= MAX_KEPT_CHARS ? { id: m.id, text: err.text, at: err.at } : null
+      ? err.text.length <= MAX_KEPT_CHARS && err.at > 0 ? { id: m.id, text: err.text, at: err.at } : null
       : err.job !== undefined && jobChars(err.job) <= MAX_KEPT_CHARS ? { id: m.id, job: err.job } : null;
     if (kept !== null) stopped = kept;
     return post({ type: "stopped", id: m.id, startedAt, busyMs, freshTokens, cache, kept: kept !== null });

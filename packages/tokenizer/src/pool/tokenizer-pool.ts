@@ -137,7 +137,7 @@ export type MemberStats = {
 };
 export type PoolStats = {
   size: number; budgetMs: number; members: MemberStats[]; fallbacks: Record<FallbackCause, number>;
-  /** Jobs cancelled by their caller, and of those the ones a member stopped midway. */
+  /** Jobs cancelled by their caller, and of those the ones a member stopped midway (not one stopped before it started). */
   cancelled: number; stopped: number; warmDropped: number;
   /** Warms of a body past readHereMaxBytes, not run (see warm), or not resumed (see requeue). */
   warmTooLarge: number;
@@ -178,6 +178,10 @@ type Pending = {
   dispatched: number;
   /** The member's cancel slot it runs under (see MemberInit.cancel), once posted. */
   slot?: 0 | 1;
+  /** Its wait was observed (once per request: when its member started it, or when it was answered before). */
+  waitSeen?: true;
+  /** Posted behind its member's job and stopped before it started (cancelled, or out of budget): not counted as stopped midway. */
+  unstarted?: true;
   /** Its expected cost on its member, in fresh characters (see placement.ts). */
   cost: number;
   settle?: (o: TokenizeOutcome | Error) => void;
@@ -431,7 +435,7 @@ export class TokenizerPool {
     return {
       size: this.members.length, budgetMs: this.budgetMs,
       members: this.members.map((m) => ({
-        member: m.index, live: m.live, queued: m.queue.length + (m.next ? 1 : 0), warmQueued: m.warm.length, busy: m.current !== null,
+        member: m.index, live: m.live, queued: m.queue.length + (m.next !== null && awaited(m.next) ? 1 : 0), warmQueued: m.warm.length, busy: m.current !== null,
         jobs: m.jobs, freshTokens: m.freshTokens, busyMs: m.busyMs, cache: { ...m.cache }, warmUp: m.warmUp, priority: m.priority,
       })),
       fallbacks: { ...this.fallbacks }, cancelled: this.cancelled, stopped: this.stopped, warmDropped: this.warmDropped, warmTooLarge: this.warmTooLarge, warmNothing: this.warmNothing, warmLost: this.warmLost, warmPreempted: this.warmPreempted, decided: this.decided,
@@ -580,12 +584,14 @@ export class TokenizerPool {
     const running = member.current;
     member.current = null;
     running?.settle?.(new Error(`tokenizer pool member ${member.index} failed: ${why}`));
-    // The request posted behind it never started: its replacement takes it first.
-    if (member.next !== null) {
-      member.next.dispatched = 0;
-      member.queue.unshift(member.next);
-      member.next = null;
-    }
+    // The request posted behind it may not have started: still awaited, it is queued again for the replacement. One
+    // answered already (out of budget) only fills the cache, as a warm; one cancelled or decided, not at all.
+    const behind = member.next;
+    member.next = null;
+    if (behind !== null && awaited(behind)) {
+      behind.dispatched = 0;
+      member.queue.push(behind);
+    } else if (behind !== null && behind.job !== null && !behind.cancelled && !behind.decided) this.refill(behind.job);
     // A body too large for its caller to read, past its budget, was waiting for this member's reading: answered
     // unread now (its caller routes it by load) rather than kept waiting for a replacement that may be a backoff away.
     for (const p of member.queue.filter((q) => q.overdue && q.settle !== undefined)) {
@@ -650,7 +656,7 @@ export class TokenizerPool {
     }
     member.current = next;
     next.dispatched = performance.now();
-    if (!next.discard) this.observe.wait?.(next.dispatched - next.submitted);
+    this.waited(next, next.dispatched);
     this.post(member, next);
   }
 
@@ -709,7 +715,7 @@ export class TokenizerPool {
     if (p.dispatched === 0) {
       // Posted behind another job: it waited at its member until that one ended.
       p.dispatched = Math.max(p.submitted, m.startedAt - performance.timeOrigin);
-      if (!p.discard && p.settle !== undefined) this.observe.wait?.(p.dispatched - p.submitted);
+      this.waited(p, p.dispatched);
     }
     if ((m.type === "known" || m.type === "done") && m.read) p.read = m.read;
     if (m.type === "known") {
@@ -754,10 +760,17 @@ export class TokenizerPool {
       // Not while its cache is being emptied: its rest is of the work forgotten (forgetWork).
       if (member.resets.length === 0) this.requeue(member, p, m.kept);
     } else {
-      this.stopped++;
+      if (!p.unstarted) this.stopped++;
       p.settle?.(new TokenizeCancelled("stopped"));
     }
     this.pump(member);
+  }
+
+  /** A request's wait, observed once: until its member started it, or until it was answered without (`at`). */
+  private waited(p: Pending, at: number): void {
+    if (p.discard || p.waitSeen) return;
+    p.waitSeen = true;
+    this.observe.wait?.(at - p.submitted);
   }
 
   /**
@@ -808,17 +821,18 @@ export class TokenizerPool {
       // that the conversation's next turn finds it cached.
       member.queue.splice(queued, 1);
       // Its wait counts as the longest a request waited (it never reached its member).
-      this.observe.wait?.(performance.now() - p.submitted);
+      this.waited(p, performance.now());
       this.fallBack(p, "queue");
       // The warm holds the caller's body until it runs (at most maxWarmQueued of them a member).
       this.refill(p.job);
       return;
     }
-    if (member.next === p) {
-      // Posted behind another job, not started: as if still queued (fallBack stops it; its rest goes on as a warm).
-      this.observe.wait?.(performance.now() - p.submitted);
-      return this.fallBack(p, "queue", member);
-    }
+    // Posted behind its member's job and not heard of since: it may not have started (its member tells its start
+    // with its first message), and has waited until now at least.
+    if (p.dispatched === 0) this.waited(p, performance.now());
+    // Still behind the job its member runs: as if still queued (fallBack stops it at its member's first check, before
+    // its body is read; its rest goes on as a warm).
+    if (member.next === p) return this.fallBack(p, "queue", member);
     // Answered on what is known by now; a body its member is still reading goes back unread (its caller reads its own copy).
     this.fallBack(p, "budget", member);
   }
@@ -838,8 +852,12 @@ export class TokenizerPool {
       ...(p.read ? { read: p.read } : {}),
     });
     if (running === undefined) return;
-    // Posted behind the job its member runs, not started: stopped before it reads anything, its rest goes on as a warm.
-    if (running.next === p) return this.caches ? stop(running, p) : this.stopAnswered(running, p);
+    // Posted behind the job its member runs: stopped at its member's first check (before its body is read), its rest
+    // goes on as a warm.
+    if (running.next === p) {
+      p.unstarted = true;
+      return this.caches ? stop(running, p) : this.stopAnswered(running, p);
+    }
     if (running.current !== p) return;
     if (!this.caches) this.stopAnswered(running, p);
     else if (running.queue.length > 0 || running.next !== null) this.preemptWarm(running);
@@ -894,7 +912,11 @@ export class TokenizerPool {
     p.cancelled = true;
     const queued = member.queue.indexOf(p);
     if (queued >= 0) member.queue.splice(queued, 1);
-    else if (member.current === p || member.next === p) stop(member, p);
+    else if (member.current === p) stop(member, p);
+    else if (member.next === p) {
+      p.unstarted = true;
+      stop(member, p);
+    }
     p.settle(new TokenizeCancelled("the request was cancelled"));
   }
 
