@@ -859,6 +859,32 @@ describe("tokenizer pool: lost members and answered requests", () => {
     for (const k of ["hits", "misses", "evictions", "freshTokens"] as const) expect({ k, v: pool.cacheStats()[k] >= counted[k] }).toEqual({ k, v: true });
   }, 120_000);
 
+  test("a reset that comes after forgetWork gave up on it keeps the warms queued meanwhile: they are traffic's", async () => {
+    const pool = await pools.start({ size: 1, budgetMs: 600_000 });
+    const long = pool.tokenize({ kind: "prompt", text: lines(400_000, 91) });
+    await pool.forgetWork(1);
+    // Queued behind the long job: the first warm is posted when it ends, ahead of the reset's answer; the second
+    // is still queued when that answer comes.
+    const text = lines(2_000, 92);
+    pool.warm({ kind: "prompt", text: lines(2_000, 94) });
+    pool.warm({ kind: "prompt", text });
+    await long;
+    while (pool.stats().members[0]!.busy || pool.stats().members[0]!.warmQueued > 0) await Bun.sleep(5);
+    const after = await pool.tokenize({ kind: "prompt", text });
+    expect(after.freshTokens).toBe(0);
+  }, 120_000);
+
+  test("a warm running when its member's thread is lost is counted lost, not run again", async () => {
+    const pool = await pools.start({ size: 1, budgetMs: 600_000 });
+    pool.warm({ kind: "prompt", text: lines(400_000, 93) });
+    while (!pool.stats().members[0]!.busy) await Bun.sleep(1);
+    await memberThread(pool, 0).terminate();
+    while (pool.stats().restarts < 1) await Bun.sleep(1);
+    await pool.ready();
+    expect(pool.stats()).toMatchObject({ warmLost: 1 });
+    expect(pool.stats().members[0]).toMatchObject({ busy: false, warmQueued: 0 });
+  }, 120_000);
+
   test("forgetWork forgets what lost members counted too", async () => {
     const pool = await pools.start({ size: 1, budgetMs: 600_000 });
     await pool.tokenize({ kind: "prompt", text: lines(2_000, 90) });

@@ -541,8 +541,9 @@ export class TokenizerPool {
         if (reset?.late) this.retire(member.cache);
         member.cache = m.cache;
         member.kept = null;
-        // What was queued to it meanwhile (a stopped warm's rest) is of the work forgotten.
-        member.warm = [];
+        // What was queued to it meanwhile (a stopped warm's rest) is of the work forgotten; not after forgetWork gave
+        // up waiting: the process may serve by then, and those warms are its traffic's.
+        if (!reset?.late) member.warm = [];
         reset?.done();
       }
       else this.onResult(member, m);
@@ -584,6 +585,11 @@ export class TokenizerPool {
     const running = member.current;
     member.current = null;
     running?.settle?.(new Error(`tokenizer pool member ${member.index} failed: ${why}`));
+    // A warm it ran is not run again (it may be what killed the thread): lost, counted.
+    if (running?.discard) {
+      this.warmLost++;
+      this.observe.warm?.("lost");
+    }
     // The request posted behind it may not have started: still awaited, it is queued again for the replacement. One
     // answered already (out of budget) only fills the cache, as a warm; one cancelled or decided, not at all.
     const behind = member.next;
