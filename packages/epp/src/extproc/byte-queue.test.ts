@@ -107,3 +107,20 @@ test("an emptied queue keeps no block for small chunks", async () => {
   Bun.gc(true);
   expect(block.deref()).toBeUndefined();
 });
+
+test("what it holds counts the block of small chunks at its whole size while it is kept, and nothing once let go", () => {
+  const q = new ByteQueue();
+  q.push(Buffer.alloc(2)); // into an empty queue: kept as it came, no block
+  expect(q.heldBytes).toBe(2);
+  q.push(Buffer.alloc(1)); // copied into a block
+  expect(q.heldBytes).toBe(3 + 16 * 1024);
+  q.take(2, alloc);
+  expect(q.heldBytes).toBe(1 + 16 * 1024);
+  q.take(1, alloc); // all taken: the block let go
+  expect(q.heldBytes).toBe(0);
+  q.push(Buffer.alloc(5000));
+  q.push(Buffer.alloc(10));
+  expect(q.heldBytes).toBe(5010 + 16 * 1024);
+  q.clear();
+  expect(q.heldBytes).toBe(0);
+});

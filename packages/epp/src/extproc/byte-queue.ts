@@ -1,7 +1,7 @@
 // The bytes a gRPC call has received and not yet taken as messages, kept in a number of pieces that grows with
 // their size, not with how many reads brought them: Bun's node:http2 hands on every DATA frame as its own
 // Buffer (measured), and a client may send a message one byte per frame. Kept as they come, 256 KiB so would
-// be 262,144 Buffer objects, each many times the size of its one byte, which is all the receive budget counts.
+// be 262,144 Buffer objects, each many times the size of its one byte. The receive budget counts heldBytes.
 
 /** Chunks from this size are kept as they came (a view, no copy); smaller ones are copied together. */
 const COPY_BELOW = 4 * 1024;
@@ -19,6 +19,15 @@ export class ByteQueue {
   private growingStart = 0;
   /** Bytes held. */
   length = 0;
+
+  /**
+   * What the receive budget counts for this queue: the bytes held, and the block small chunks are copied into at
+   * its whole size while it is kept (two small chunks cost a block, not their few bytes), so its bytes count
+   * twice; a full block replaced counts by the bytes still held in it.
+   */
+  get heldBytes(): number {
+    return this.length + (this.block === undefined ? 0 : BLOCK_BYTES);
+  }
 
   /** Pieces held: at most two per chunk of COPY_BELOW or more, and one per BLOCK_BYTES of smaller ones. */
   get pieceCount(): number {

@@ -503,6 +503,47 @@ describe("createBidiServer", () => {
     session.destroy();
   });
 
+  test("a receive budget counts the 16 KiB block a call copies its small chunks into: calls holding a few bytes each reach it and fail, past the budget; one that holds goes on; every byte is given back", async () => {
+    const budget = new BodyBudget(100_000);
+    const rejected: string[] = [];
+    const got: string[] = [];
+    server = createBidiServer(method, (call) => {
+      call.on("data", (m) => got.push(m));
+      call.on("end", () => call.end());
+    }, { maxMessageBytes: 1 << 20, windowBytes: 1 << 20, receiveBudget: budget, onRejected: (r) => rejected.push(r) });
+    const port = await server.listen(HOST, 0);
+    const socket = net.connect(port, HOST);
+    await new Promise((r) => socket.once("connect", r));
+    socket.on("data", () => {});
+    socket.on("error", () => {});
+    // Each call sends 3 bytes of a message header in two DATA frames: the first is kept as it came, the second
+    // copied into a block of its own. Counted by their bytes, 20 calls would hold 60 bytes of the budget.
+    const calls = 20;
+    const header = head(1);
+    const frames: Buffer[] = [h2.preface, h2.frame(h2.SETTINGS, 0, 0)];
+    for (let i = 0; i < calls; i++) {
+      const id = 1 + 2 * i;
+      frames.push(h2.frame(h2.HEADERS, h2.END_HEADERS, id, h2.requestHeaders(PATH)));
+      frames.push(h2.frame(h2.DATA, 0, id, header.subarray(0, 2)), h2.frame(h2.DATA, 0, id, header.subarray(2, 3)));
+    }
+    socket.write(Buffer.concat(frames));
+    const perCall = 3 + 16 * 1024;
+    const held = Math.floor(budget.maxBytes / perCall);
+    await waitFor(() => rejected.length === calls - held, { message: "the calls past the budget failed" });
+    expect(rejected.every((r) => r === "budget")).toBe(true);
+    expect(budget.arrivingBytes).toBe(held * perCall);
+    // A call that holds its bytes goes on. The rest of its header empties its queue: the block is given back at
+    // once, not when the message is whole.
+    socket.write(h2.frame(h2.DATA, 0, 1, header.subarray(3)));
+    await waitFor(() => budget.arrivingBytes === (held - 1) * perCall, { message: "the emptied queue's block given back" });
+    socket.write(h2.frame(h2.DATA, h2.END_STREAM, 1, Buffer.from("x")));
+    await waitFor(() => got.length === 1, { message: "the message delivered" });
+    expect(got).toEqual(["x"]);
+    expect(budget.arrivingBytes).toBe((held - 1) * perCall);
+    socket.destroy();
+    await waitFor(() => budget.usedBytes === 0, { message: "every byte given back" });
+  });
+
   test("answers a client does not read count in the receive budget: past its bound the call whose answers waited least is reset (RESOURCE_EXHAUSTED), the one waiting longest goes on; every byte given back", async () => {
     const budget = new BodyBudget(1 << 20);
     const rejected: string[] = [];

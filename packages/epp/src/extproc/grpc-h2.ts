@@ -93,7 +93,8 @@ const RAW = { deserialize: (b: Buffer) => b, serialize: (b: Buffer) => b };
 /**
  * A bound on bytes held, shared by every call of a server (in the EPP, with the handler's whole bodies, which
  * see these bytes in BodyBudget.usedBytes). A call counts what it holds of a message still arriving (`hold`:
- * those bytes are here), and gives it back (`unhold`) once the message is whole, before handing it on. When the
+ * those bytes are here, and the block its small chunks are copied into, at its whole size: ByteQueue.heldBytes),
+ * and gives it back (`unhold`) once the message is whole, before handing it on. When the
  * bytes still arriving, all calls' together (`arrivingBytes`), pass the bound, a call that receives more fails
  * with RESOURCE_EXHAUSTED ("budget"), unless its message is the one that started arriving first: that one
  * always goes on, so a message that alone exceeds the bound still arrives. Only arriving bytes are weighed
@@ -301,7 +302,7 @@ class Call<In, Out> extends EventEmitter implements BidiCall<In, Out> {
   private queue = new ByteQueue();
   private messageBytes: number | undefined;
   private paused = false;
-  /** Bytes counted in the receive budget: what is buffered of a message not yet whole. */
+  /** Bytes counted in the receive budget: what the queue holds of a message not yet whole (its heldBytes). */
   private counted = 0;
   /** Bytes received in all, their count at the stall sweep's last look, and how many looks in a row saw too few. */
   private received = 0;
@@ -509,13 +510,19 @@ class Call<In, Out> extends EventEmitter implements BidiCall<In, Out> {
     else if (!this.stream.destroyed) this.stream.end();
   }
 
-  /** Counts what is buffered now of a message still arriving; false when that passes the budget (see ReceiveBudget). */
+  /**
+   * Counts what the queue holds now of a message still arriving; false when more of it passes the budget (see
+   * ReceiveBudget). Less is given back at once (a block the queue let go once the message's header was taken).
+   */
   private holdArriving(): boolean {
     const a = this.arrivals;
-    const buffered = this.queue.length;
-    if (a === undefined || buffered <= this.counted) return true;
-    a.budget.hold(buffered - this.counted);
-    this.counted = buffered;
+    if (a === undefined) return true;
+    const held = this.queue.heldBytes;
+    const more = held - this.counted;
+    this.counted = held;
+    if (more < 0) a.budget.unhold(-more);
+    if (more <= 0) return true;
+    a.budget.hold(more);
     return admitted(a.arriving, this, a.budget.arrivingBytes, a.budget.maxBytes);
   }
 
