@@ -26,7 +26,8 @@
 // measured ones), so that the rows measure steady state: each pool member JIT-compiles its own copy of the code.
 // Per row p50/p99 (the generator's clock: body sent -> route answered), the chats' p99 by body size against the
 // floor's (the generator's --latencies: the trace's bodies run from 1 KB to 0.5 MB), the EPP's CPU seconds per request
-// (/proc, every thread), the pool's budget fallbacks and its picks decided on a settled prefix. Then fresh-text tokens/s per core for each tokenizer
+// (/proc, every thread), the pool's budget fallbacks and its picks decided on a settled prefix, and where the pool's
+// tail was by the EPP's own histograms (its picks over 10 ms, its requests' waits for a member, its event-loop lag). Then fresh-text tokens/s per core for each tokenizer
 // candidate (packages/tokenizer/bench/fresh-text.ts). The generator closes each stream once routed, so no
 // response passes through ext_proc here and reply warming does not act (the demo shows that).
 // Flags: --rate N (chats and tokens, default 500), --agent-rate N (default 50), --duration-ms N (default 3000),
@@ -87,7 +88,50 @@ type Row = {
   decided: number;
   /** The EPP's CPU ms per request by kind of thread (see cpuByThreadUs). */
   threads: [string, number][];
+  /** Where its tail was, from the EPP's own histograms (see Tail); absent for the floor. */
+  tail?: Tail;
 };
+
+/**
+ * Of a row's picks, those over TAIL_MS by the EPP's own clock (dynamo_epp_pick_duration_seconds), and of its
+ * pool's requests those that waited over TAIL_MS for their member (..._tokenizer_pool_wait_seconds); of the
+ * decision thread's lag samples (..._event_loop_lag_seconds), those late by over LAG_MS. A tail of waits is the
+ * members' backlog; lag alone, the decision thread itself (its collections, or no core free for it).
+ */
+type Tail = { picks: number; slowPicks: number; waits: number; slowWaits: number; lagSamples: number; lateSamples: number };
+const TAIL_MS = 10;
+const LAG_MS = 5;
+
+/** Observations of a histogram (summed over its labels) in all, and above `ms` (a bucket bound it has). */
+function histogramAbove(text: string, name: string, ms: number): { count: number; above: number } {
+  let count = 0;
+  let within = 0;
+  let bound = false;
+  for (const m of text.matchAll(new RegExp(`^${name}_bucket\\{([^}]*)\\} (\\S+)$`, "gm"))) {
+    const le = /le="([^"]+)"/.exec(m[1]!)?.[1];
+    if (le === "+Inf") count += Number(m[2]);
+    else if (Number(le) === ms / 1000) {
+      within += Number(m[2]);
+      bound = true;
+    }
+  }
+  // A histogram without that bound cannot tell: NaN, not a count of everything.
+  return { count, above: bound || count === 0 ? count - within : NaN };
+}
+
+async function tailOf(epp: Epp): Promise<Tail | undefined> {
+  if (epp.metrics === undefined) return undefined;
+  const text = await (await fetch(`${epp.metrics}/metrics`)).text();
+  const pick = histogramAbove(text, "dynamo_epp_pick_duration_seconds", TAIL_MS);
+  const wait = histogramAbove(text, "dynamo_epp_tokenizer_pool_wait_seconds", TAIL_MS);
+  const lag = histogramAbove(text, "dynamo_epp_event_loop_lag_seconds", LAG_MS);
+  return { picks: pick.count, slowPicks: pick.above, waits: wait.count, slowWaits: wait.above, lagSamples: lag.count, lateSamples: lag.above };
+}
+
+const tailSince = (a: Tail, b: Tail): Tail => ({
+  picks: b.picks - a.picks, slowPicks: b.slowPicks - a.slowPicks, waits: b.waits - a.waits, slowWaits: b.slowWaits - a.slowWaits,
+  lagSamples: b.lagSamples - a.lagSamples, lateSamples: b.lateSamples - a.lateSamples,
+});
 
 async function scrapeSum(epp: Epp, metric: string): Promise<number> {
   if (epp.metrics === undefined) return NaN;
@@ -103,6 +147,7 @@ async function measure(epp: Epp, row: string, streams: { label: string; file: st
   const threads0 = cpuByThreadUs(epp.proc.pid);
   const fb0 = await scrapeSum(epp, "dynamo_epp_tokenizer_budget_fallbacks_total");
   const decided0 = await scrapeSum(epp, "dynamo_epp_tokenizer_decided_early_total");
+  const tail0 = await tailOf(epp);
   const runs = await Promise.all(
     streams.map(async (s, k) => {
       const latencies = `${s.file}.${k}.latencies`;
@@ -120,6 +165,8 @@ async function measure(epp: Epp, row: string, streams: { label: string; file: st
     fallbacks: (await scrapeSum(epp, "dynamo_epp_tokenizer_budget_fallbacks_total")) - fb0, threads,
     decided: (await scrapeSum(epp, "dynamo_epp_tokenizer_decided_early_total")) - decided0,
   };
+  const tail1 = await tailOf(epp);
+  if (tail0 && tail1) r.tail = tailSince(tail0, tail1);
   for (const { label, run } of runs) {
     console.log(`${epp.name.padEnd(8)} ${row.padEnd(18)} ${label.padEnd(10)} offered ${run.rate}/s achieved ${run.achieved.toFixed(0)}/s  p50 ${run.p50.toFixed(3)} ms  p99 ${run.p99.toFixed(3)} ms  max ${run.max.toFixed(2)} ms  errors ${run.errors}`);
   }
@@ -444,6 +491,15 @@ async function main() {
     `| row | stream | floor p50 | floor p99 | pool p50 | pool p99 | pool p99 - floor p99 |`,
     `|---|---|---|---|---|---|---|`,
     ...overFloor,
+    ``,
+    `Where the pool's tail was, by the EPP's own histograms over each row (all its streams): picks over ${TAIL_MS} ms (dynamo_epp_pick_duration_seconds),`,
+    `requests that waited over ${TAIL_MS} ms for their pool member (..._tokenizer_pool_wait_seconds: the members' backlog), and the decision thread's`,
+    `lag samples late by over ${LAG_MS} ms (..._event_loop_lag_seconds: its collections, or no core free for it):`,
+    ``,
+    `| row | picks | over ${TAIL_MS} ms | pool requests | waited over ${TAIL_MS} ms | lag samples | late over ${LAG_MS} ms |`,
+    `|---|---|---|---|---|---|---|`,
+    ...rows.filter((r) => r.epp === "pool" && r.tail).map(({ row, tail: t }) =>
+      `| ${row} | ${t!.picks} | ${t!.slowPicks} | ${t!.waits} | ${t!.slowWaits} | ${t!.lagSamples} | ${t!.lateSamples} |`),
     ``,
     `The chats' p99 by body size (bytes of JSON each request sent), the pool against the floor, in ms (requests in the class):`,
     ``,
