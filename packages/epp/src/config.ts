@@ -96,6 +96,8 @@ export type EppConfig = {
   chatTemplateContentFormat: ContentFormatOption;
   /** The workers' vLLM --trust-request-chat-template. */
   trustRequestChatTemplate: boolean;
+  /** The workers' vLLM --response-role. */
+  responseRole: string;
   /** Tokenizer pool threads (undefined: defaultPoolSize, a CPU quota less one or else the CPUs, at most 8; 0: none, tokenize on the event loop) and the pick's tokenization budget. */
   tokenizerThreads?: number;
   /** Nice value of the tokenizer pool's threads (0: the decision thread's). */
@@ -262,6 +264,7 @@ export function parseConfig(argv: string[], env: Record<string, string | undefin
     modelPath: o.modelPath ?? o.model,
     chatTemplateContentFormat: o.chatTemplateContentFormat,
     trustRequestChatTemplate: o.trustRequestChatTemplate,
+    responseRole: o.responseRole,
     tokenizerThreads: o.tokenizerThreads,
     tokenizerNice: o.tokenizerNice,
     tokenizerCacheBytes: o.tokenizerCacheBytes,
@@ -333,6 +336,7 @@ export function preprocessorOptions(cfg: EppConfig): Omit<PreprocessorOptions, "
     modelPath: cfg.modelPath,
     chatTemplateContentFormat: cfg.chatTemplateContentFormat,
     trustRequestChatTemplate: cfg.trustRequestChatTemplate,
+    responseRole: cfg.responseRole,
     cache: cfg.tokenizerCacheBytes === 0 ? false : { maxBytes: cfg.tokenizerCacheBytes },
   };
 }

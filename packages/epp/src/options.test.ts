@@ -51,15 +51,16 @@ describe("every option resolves by one rule: flag > DYN_EPP_* variable > config 
   test("the workers' vLLM rendering flags reach the options every preprocessor is built with, the pool members' too", () => {
     const flags = [
       "--exclude-tools-when-tool-choice-none", "--chat-template", "{{ messages[0].content }}", "--chat-template-content-format", "openai",
-      "--trust-request-chat-template",
+      "--trust-request-chat-template", "--response-role", "model",
     ];
     expect(preprocessorOptions(parseConfig(["--config", file, ...flags], {}))).toMatchObject({
       tokenizerDir: undefined, model: "file-model", excludeToolsWhenToolChoiceNone: true, chatTemplate: "{{ messages[0].content }}",
-      chatTemplateContentFormat: "openai", trustRequestChatTemplate: true,
+      chatTemplateContentFormat: "openai", trustRequestChatTemplate: true, responseRole: "model",
     });
     expect(preprocessorOptions(parseConfig(["--config", file], {}))).toMatchObject({
-      excludeToolsWhenToolChoiceNone: false, chatTemplateContentFormat: "auto", trustRequestChatTemplate: false,
+      excludeToolsWhenToolChoiceNone: false, chatTemplateContentFormat: "auto", trustRequestChatTemplate: false, responseRole: "assistant",
     });
+    expect(() => parseConfig(["--config", file, "--response-role", ""], {})).toThrow(/response-role/);
     expect(() => parseConfig(["--config", file, "--chat-template-content-format", "jinja"], {})).toThrow(/chat-template-content-format/);
   });
 

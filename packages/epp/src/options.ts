@@ -5,7 +5,7 @@
 import { DEFAULT_KV_MAX_MESSAGE_SIZE, LISTENER_HEARTBEAT } from "@kv-epp/kv-events";
 import { count, group, jsonObjectText, opt, port, positive, type Program } from "@kv-epp/options";
 import { ROUTING_OPTIONS } from "@kv-epp/routing";
-import { CHAT_ENGINES, CONTENT_FORMAT_OPTIONS, DEFAULT_CACHE_MAX_BYTES, DEFAULT_MEMBER_NICE } from "@kv-epp/tokenizer";
+import { CHAT_ENGINES, CONTENT_FORMAT_OPTIONS, DEFAULT_CACHE_MAX_BYTES, DEFAULT_MEMBER_NICE, DEFAULT_RESPONSE_ROLE } from "@kv-epp/tokenizer";
 import { z } from "zod";
 
 export const EPP_PROGRAM = { envPrefix: "DYN_EPP_" } as const satisfies Program;
@@ -131,6 +131,10 @@ export const EPP_OPTIONS = {
     trustRequestChatTemplate: opt.bool(
       z.boolean().default(false),
       "the workers' vLLM --trust-request-chat-template: a request's own template (chat_template, or chat_template_kwargs' chat_template) renders it; without it such a request is refused (400), as the workers refuse it",
+    ),
+    responseRole: opt.string(
+      z.string().min(1).default(DEFAULT_RESPONSE_ROLE),
+      "the workers' vLLM --response-role: the role of a reply to a chat with a generation prompt, which its next turn sends back (a reply's warmed next turn renders it in that role) and which decides whether echo repeats the final message, as on the workers",
     ),
     tokenizerThreads: opt.int(
       count.optional(),

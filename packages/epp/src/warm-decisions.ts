@@ -38,7 +38,7 @@ const DEFAULT_MAX_MS = 5000;
 const RANKS = 4;
 
 export type WarmDecisionsOptions = {
-  cfg: Pick<EppConfig, "model" | "picker" | "bodyMode" | "tls" | "routeOnSettledPrefix" | "fallbackEndpoints">;
+  cfg: Pick<EppConfig, "model" | "picker" | "bodyMode" | "tls" | "routeOnSettledPrefix" | "fallbackEndpoints" | "responseRole">;
   certificate: Certificate | undefined;
   /** The replica's body reader, counting nothing (no `onRead`). */
   tokenizeBody: TokenizeBody;
@@ -85,7 +85,7 @@ export async function warmDecisions(o: WarmDecisionsOptions): Promise<DecisionWa
   const deadline = new Promise<void>((resolve) => (timer = setTimeout(resolve, Math.max(0, (o.maxMs ?? DEFAULT_MAX_MS) - (performance.now() - t0)))));
   try {
     const c = (client = new ExtProcClient(`127.0.0.1:${server.port}`, o.cfg.bodyMode === "buffered" || o.cfg.bodyMode === "buffered-partial" ? "buffered" : "full-duplex", { tls: o.cfg.tls.mode !== "off" }));
-    const bodies = inventedBodies(o.cfg.model.name);
+    const bodies = inventedBodies(o.cfg.model.name, o.cfg.responseRole);
     let next = 0;
     let over = false;
     const lane = async () => {
@@ -116,13 +116,14 @@ const enc = new TextEncoder();
 
 /**
  * The warm-up's requests: conversations growing turn by turn (each resending the earlier turns, as chats do), now and
- * then a completion of token ids (which the decision thread reads itself), each answered with a streamed reply.
+ * then a completion of token ids (which the decision thread reads itself), each answered with a streamed reply in the
+ * workers' response role.
  */
-function inventedBodies(model: string): (i: number) => { path: string; body: Uint8Array; reply: Uint8Array } {
+function inventedBodies(model: string, role: string): (i: number) => { path: string; body: Uint8Array; reply: Uint8Array } {
   const rand = seeded(0x5eed);
   const conversations = Array.from({ length: LANES * 2 }, () => [{ role: "system", content: mixedText(rand, 200) }]);
   const reply = (text: string) => enc.encode(
-    `data: ${JSON.stringify({ choices: [{ index: 0, delta: { role: "assistant", content: text } }] })}\n\n` +
+    `data: ${JSON.stringify({ choices: [{ index: 0, delta: { role, content: text } }] })}\n\n` +
     `data: ${JSON.stringify({ choices: [{ index: 0, delta: {}, finish_reason: "stop" }], usage: { prompt_tokens: 1, completion_tokens: 1, prompt_tokens_details: { cached_tokens: 0 } } })}\n\ndata: [DONE]\n\n`,
   );
   return (i) => {
@@ -135,7 +136,7 @@ function inventedBodies(model: string): (i: number) => { path: string; body: Uin
     messages.push({ role: "user", content: mixedText(rand, 100 + Math.floor(rand() * 600)) });
     const body = enc.encode(JSON.stringify({ model, messages, max_tokens: 16, stream: true, stream_options: { include_usage: true } }));
     const answer = mixedText(rand, 40);
-    messages.push({ role: "assistant", content: answer });
+    messages.push({ role, content: answer });
     return { path: "/v1/chat/completions", body, reply: reply(answer) };
   };
 }

@@ -8,7 +8,7 @@ import type { ServerRendering } from "./hf-preprocessor";
 import type { RoutedInput } from "./request/openai-body";
 import { SGLANG_CHAT } from "./sglang-chat";
 import type { ChatMessage, ChatOptions } from "./types";
-import { VLLM_CHAT, VLLM_CHAT_EXCLUDING_TOOLS } from "./vllm-chat";
+import { DEFAULT_RESPONSE_ROLE, vllmRules } from "./vllm-chat";
 
 /** The workers' serving engine, whose chat rendering is mirrored. */
 export type ChatEngine = "vllm" | "sglang";
@@ -48,10 +48,18 @@ export type ChatRules = {
    * echo has none), undefined where that is not mirrored (conversation.ts echoedText).
    */
   echoed?(message: ChatMessage, opts: ChatOptions, server: ChatServer): string | undefined;
+  /**
+   * The role of the reply to a chat rendered with a generation prompt, which its next turn sends it back with
+   * (vLLM's --response-role; SGLang's is always "assistant").
+   */
+  readonly responseRole: string;
 };
 
-/** The rules of `engine`, under the server's flags that decide which tools reach the template (vLLM's). */
-export function chatRules(engine: ChatEngine = "vllm", flags: { excludeToolsWhenToolChoiceNone?: boolean } = {}): ChatRules {
+/**
+ * The rules of `engine`, under the server's flags that decide which tools reach the template and the role its
+ * replies come with (vLLM's).
+ */
+export function chatRules(engine: ChatEngine = "vllm", flags: { excludeToolsWhenToolChoiceNone?: boolean; responseRole?: string } = {}): ChatRules {
   if (engine === "sglang") return SGLANG_CHAT;
-  return flags.excludeToolsWhenToolChoiceNone ? VLLM_CHAT_EXCLUDING_TOOLS : VLLM_CHAT;
+  return vllmRules(flags.excludeToolsWhenToolChoiceNone === true, flags.responseRole ?? DEFAULT_RESPONSE_ROLE);
 }

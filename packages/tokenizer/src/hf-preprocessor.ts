@@ -222,7 +222,8 @@ const EMPTY = new Uint32Array(0);
 
 /**
  * What the server's flags change in the chats it renders (see PreprocessorOptions); SGLang's rules read only its
- * defaultKwargs, chatTemplate and conversationTemplate. vLLM's --exclude-tools-when-tool-choice-none is in its rules (chatRules).
+ * defaultKwargs, chatTemplate and conversationTemplate. vLLM's --exclude-tools-when-tool-choice-none and
+ * --response-role are in its rules (chatRules).
  */
 export type ServerRendering = {
   /** --default-chat-template-kwargs, parsed. */

@@ -4,7 +4,10 @@ import { firstMediaPosition } from "./media";
 import { ChatTemplateError, ChatUnrenderable } from "./messages";
 import type { EncodeControl } from "./segmenter";
 import { keepsTail } from "./truncation";
+import type { ChatRules } from "./chat-rules";
 import type { ChatMessage, ChatOptions, CompletionOptions, Preprocessor } from "./types";
+import { DEFAULT_RESPONSE_ROLE } from "./vllm-chat";
+import type { ChatReply } from "./request/chat-reply";
 import type { BodyRequest } from "./request/read-body";
 import { messageChars } from "./request/routing-job";
 
@@ -61,15 +64,19 @@ export type BodyJob = { kind: "body"; request: BodyRequest; reply?: Uint8Array }
 /** What the tokenizer pool takes. */
 export type PoolJob = TokenizeJob | BodyJob;
 
+/** What the next turn after a reply is built with: the engine's echo of a final message, and its response role. */
+export type ReplyServer = Pick<Preprocessor, "echoed"> & { readonly rules: Pick<ChatRules, "responseRole"> };
+
 /**
  * After a chat's response: the conversation as its next turn will send it, up to where that turn's new text starts
  * (the reply, then a user turn whose text is not known yet; after tool calls, the first call's result, not known
  * either), so that tokenizing it leaves that turn only its new message fresh. Rendered as the next turn, not as
  * "the chat plus its reply": a template may render the final assistant turn differently from an earlier one (Qwen3
  * adds an empty think block). A reply that continued the chat's final assistant message (continue_final_message)
- * comes back as one message with it.
+ * comes back as one message with it. The reply's role is the one the server answered with (replyRole); without
+ * `pre`, a server's by default.
  */
-export function nextTurnJob(job: ChatJob, reply: ChatMessage, pre?: Pick<Preprocessor, "echoed">): TokenizeJob | undefined {
+export function nextTurnJob(job: ChatJob, reply: ChatReply, pre?: ReplyServer): TokenizeJob | undefined {
   // Cut at the routing bound, the next turn is cut at the same place: nothing past it is routed, so none to warm.
   if (job.cut !== undefined) return undefined;
   const answered = withReply(job, reply, pre);
@@ -79,13 +86,21 @@ export function nextTurnJob(job: ChatJob, reply: ChatMessage, pre?: Pick<Preproc
 }
 
 /**
+ * The role vLLM answers a chat with, which the client sends the reply back in: the server's --response-role after a
+ * generation prompt, else the final message's own (get_chat_request_role).
+ */
+function replyRole(job: ChatJob, responseRole: string): string | undefined {
+  return job.opts.addGenerationPrompt === false ? job.messages.at(-1)?.role : responseRole;
+}
+
+/**
  * The message that follows the reply, its text not known yet: a user's, or the result of the reply's first tool
  * call. After several calls a client sends one result a call, in the calls' order, but the first one's text is where
  * the known prefix ends: the results after it come past text not known, and templates render a result's opening from
  * the messages before it (Qwen3's: a user turn opened by the first, `<tool_response>` before each), so rendering them
  * too would cache nothing more that the next turn finds.
  */
-function nextMessage(reply: ChatMessage): ChatMessage {
+function nextMessage(reply: ChatReply): ChatMessage {
   const calls = Array.isArray(reply.tool_calls) ? (reply.tool_calls as { id?: unknown }[]) : [];
   if (calls.length === 0) return { role: "user", content: "" };
   // Its id too, for a template that renders it (Qwen3's does not).
@@ -98,15 +113,20 @@ function nextMessage(reply: ChatMessage): ChatMessage {
  * final message of content parts depends on the chat's template (conversation.ts echoedText); without it such a
  * reply is not unechoed.
  */
-function withReply(job: ChatJob, echoed: ChatMessage, pre: Pick<Preprocessor, "echoed"> | undefined): ChatMessage[] | undefined {
+function withReply(job: ChatJob, generated: ChatReply, pre: ReplyServer | undefined): ChatMessage[] | undefined {
   const last = job.messages.at(-1);
-  // vLLM echoes the final message when its role is the reply's: the assistant's, or any with add_generation_prompt
-  // false (the reply then takes that message's role). A reply continuing a user's message is not guessed at.
-  const echoes = job.echo === true && last !== undefined && (last.role === "assistant" || job.opts.addGenerationPrompt === false);
-  if (echoes && last.role !== "assistant") return undefined;
+  const responseRole = pre?.rules.responseRole ?? DEFAULT_RESPONSE_ROLE;
+  const role = replyRole(job, responseRole);
+  if (role === undefined) return undefined;
+  // vLLM echoes the final message when its role is the reply's: the response role's, or any with
+  // add_generation_prompt false (the reply then takes that message's role). A reply continuing a message in
+  // another role than the response role (a user's) is not guessed at.
+  const echoes = job.echo === true && last !== undefined && last.role === role;
+  if (echoes && last.role !== responseRole) return undefined;
+  const echoed = { ...generated, role };
   const reply = echoes ? unechoed(echoText(last, job.opts, pre), echoed) : echoed;
   if (reply === undefined) return undefined;
-  if (!job.opts.continueFinalMessage || last?.role !== "assistant") return [...job.messages, reply];
+  if (!job.opts.continueFinalMessage || last?.role !== responseRole) return [...job.messages, reply];
   const merged = continued(last, reply);
   return merged && [...job.messages.slice(0, -1), merged];
 }
@@ -115,7 +135,7 @@ function withReply(job: ChatJob, echoed: ChatMessage, pre: Pick<Preprocessor, "e
  * What vLLM's `echo` puts before the reply: a final message's text as sent (a string reaches vLLM's conversation as it
  * is, in either content format), or for content parts, as its rules join them (undefined where not mirrored).
  */
-function echoText(last: ChatMessage, opts: ChatOptions, pre: Pick<Preprocessor, "echoed"> | undefined): string | undefined {
+function echoText(last: ChatMessage, opts: ChatOptions, pre: ReplyServer | undefined): string | undefined {
   if (last.content === undefined || last.content === null || typeof last.content === "string") return last.content ?? "";
   return pre?.echoed(last, opts);
 }
@@ -152,15 +172,16 @@ function continued(last: ChatMessage, reply: ChatMessage): ChatMessage | undefin
  * A chat's characters from its last reply on (that reply and the turn after it; all of them before a first reply):
  * what the worker that served the conversation most likely does not hold yet. Its cache ends where the reply starts:
  * a template renders an earlier reply otherwise than the model generated it (Qwen3 drops its thinking). A final
- * assistant message (continue_final_message) belongs to the turn. Undefined for a completion's text, and for a
- * chat cut at the routing bound (its new turn is not among the messages routed).
+ * assistant message (continue_final_message) belongs to the turn. A reply is a message in the server's
+ * `responseRole` (ChatRules.responseRole). Undefined for a completion's text, and for a chat cut at the routing
+ * bound (its new turn is not among the messages routed).
  */
-export function newTurnChars(job: TokenizeJob): number | undefined {
+export function newTurnChars(job: TokenizeJob, responseRole = DEFAULT_RESPONSE_ROLE): number | undefined {
   if (job.kind !== "chat" || job.cut !== undefined) return undefined;
   const ms = job.messages;
   let i = ms.length - 1;
-  while (i >= 0 && ms[i]!.role === "assistant") i--;
-  while (i >= 0 && ms[i]!.role !== "assistant") i--;
+  while (i >= 0 && ms[i]!.role === responseRole) i--;
+  while (i >= 0 && ms[i]!.role !== responseRole) i--;
   let n = 0;
   for (let k = Math.max(i, 0); k < ms.length; k++) n += messageChars(ms[k]!);
   return n;

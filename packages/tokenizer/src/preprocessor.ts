@@ -2,6 +2,7 @@ import { parseJsonKeepingFloats } from "./py-values";
 import { byteFallbackDecode, byteFallbackEncode, byteFallbackRenderChat } from "./byte-fallback";
 import { chatRules, type ChatRules } from "./chat-rules";
 import { HfPreprocessor } from "./hf-preprocessor";
+import { DEFAULT_RESPONSE_ROLE } from "./vllm-chat";
 import { servedConversationTemplate } from "./sglang-conversation";
 import { registerPreprocessorMetrics } from "./metrics";
 import { loadChatTemplate, loadSglangChatTemplate, loadTokenizerFiles, type TokenizerFiles } from "./tokenizer-files";
@@ -39,20 +40,21 @@ export function createPreprocessor(opts: PreprocessorOptions = {}, files?: Token
 /**
  * The rendering flags `opts` sets away from their defaults that are ignored, by their CLI names: for the caller to
  * warn of. A preprocessor without a tokenizer directory ignores them all (the byte-level fallback has no chat
- * template); SGLang's rules ignore those only vLLM has.
+ * template) but the response role; SGLang's rules ignore those only vLLM has.
  */
 export function ignoredRenderingFlags(opts: PreprocessorOptions): string[] {
-  const anyEngine: [string, boolean][] = [
-    ["--default-chat-template-kwargs", opts.defaultChatTemplateKwargs !== undefined],
-    ["--chat-template", opts.chatTemplate !== undefined],
+  const fallback = opts.tokenizerDir === undefined;
+  const sglang = opts.chatRendering === "sglang";
+  const flags: [flag: string, set: boolean, ignored: boolean][] = [
+    ["--default-chat-template-kwargs", opts.defaultChatTemplateKwargs !== undefined, fallback],
+    ["--chat-template", opts.chatTemplate !== undefined, fallback],
+    ["--exclude-tools-when-tool-choice-none", opts.excludeToolsWhenToolChoiceNone === true, fallback || sglang],
+    ["--chat-template-content-format", (opts.chatTemplateContentFormat ?? "auto") !== "auto", fallback || sglang],
+    ["--trust-request-chat-template", opts.trustRequestChatTemplate === true, fallback || sglang],
+    // The fallback renders roles too, a reply's among them.
+    ["--response-role", (opts.responseRole ?? DEFAULT_RESPONSE_ROLE) !== DEFAULT_RESPONSE_ROLE, sglang],
   ];
-  const vllmOnly: [string, boolean][] = [
-    ["--exclude-tools-when-tool-choice-none", opts.excludeToolsWhenToolChoiceNone === true],
-    ["--chat-template-content-format", (opts.chatTemplateContentFormat ?? "auto") !== "auto"],
-    ["--trust-request-chat-template", opts.trustRequestChatTemplate === true],
-  ];
-  const ignored = opts.tokenizerDir === undefined ? [...anyEngine, ...vllmOnly] : opts.chatRendering === "sglang" ? vllmOnly : [];
-  return ignored.filter(([, on]) => on).map(([flag]) => flag);
+  return flags.filter(([, set, ignored]) => set && ignored).map(([flag]) => flag);
 }
 
 const byteFallbackPreprocessor = (rules: ChatRules): Preprocessor => ({

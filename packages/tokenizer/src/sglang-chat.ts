@@ -25,6 +25,8 @@ export const SGLANG_CHAT: ChatRules = {
   detectFormat: detectSglangFormat,
   render: renderSglangChat,
   templateTools: pickedTools,
+  // It has no flag for it.
+  responseRole: "assistant",
 };
 
 type Dict = Record<string, unknown>;

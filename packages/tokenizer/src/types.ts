@@ -107,6 +107,11 @@ export type PreprocessorOptions = {
    */
   trustRequestChatTemplate?: boolean;
   /**
+   * vLLM's `--response-role` ("assistant" by default): the role of the reply to a chat rendered with a generation
+   * prompt. A reply's next turn sends it back in that role, and `echo` repeats a final message of that role.
+   */
+  responseRole?: string;
+  /**
    * How many times over a chat template's render may spend its bound on work (RenderBound in py-template.ts, past
    * which the chat is ChatUnrenderable): 1, the default, is the EPP's. vLLM's jinja2 has no such bound.
    */

@@ -9,12 +9,15 @@ import { ChatTemplateError, continueFinalMessage, templateTools as dumpedTools }
 import { vllmChat } from "./request/openai-body";
 import type { ChatMessage, ChatOptions } from "./types";
 
+/** vLLM's --response-role by default. */
+export const DEFAULT_RESPONSE_ROLE = "assistant";
+
 /**
  * vLLM's rules, `excludeTools` its --exclude-tools-when-tool-choice-none: the template gets tools=None for a
  * tool_choice of "none", and resolves as for a chat without. One value reads the flag, for the render and the
- * routing bound alike.
+ * routing bound alike. `responseRole`: its --response-role.
  */
-function vllmRules(excludeTools: boolean): ChatRules {
+export function vllmRules(excludeTools: boolean, responseRole: string): ChatRules {
   const templateTools = (chat: Pick<ChatOptions, "tools" | "toolChoice">) => (chat.toolChoice === "none" && excludeTools ? undefined : chat.tools);
   return {
     engine: "vllm",
@@ -24,11 +27,9 @@ function vllmRules(excludeTools: boolean): ChatRules {
     render: (messages, opts, server) => renderVllmChat(messages, opts, server, templateTools(opts)),
     templateTools,
     echoed: (message, opts, server) => echoedText(message, templateOf(opts, server, templateTools(opts)).format),
+    responseRole,
   };
 }
-
-export const VLLM_CHAT = vllmRules(false);
-export const VLLM_CHAT_EXCLUDING_TOOLS = vllmRules(true);
 
 /** The template a chat renders with, and the content format of the conversation the template gets. */
 function templateOf(opts: ChatOptions, server: ChatServer, tools: unknown[] | undefined): { template: ChatTemplate; format: ContentFormat } {

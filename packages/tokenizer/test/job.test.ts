@@ -1,8 +1,11 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
-import { newTurnChars, nextTurnJob, type TokenizeJob } from "../src/job";
+import { encodeJob, newTurnChars, nextTurnJob, type TokenizeJob } from "../src/job";
+import { readChatReply } from "../src/request/chat-reply";
 import type { RoutedInput } from "../src/request/openai-body";
+import { readBody } from "../src/request/read-body";
 import { ROUTING_TEXT_CHARS, routingJob } from "../src/request/routing-job";
-import type { ChatMessage } from "../src/types";
+import type { ChatMessage, ChatOptions, Preprocessor } from "../src/types";
+import { chatReplyBody } from "./chat-reply-body";
 import { TemplateServers } from "./template-servers";
 
 const chat = (...messages: ChatMessage[]): TokenizeJob => ({ kind: "chat", messages, opts: { addGenerationPrompt: true } });
@@ -116,12 +119,14 @@ describe("the next turn warmed after a reply", () => {
   });
 });
 
+// Preprocessors with a test's own template, for the tests that render.
+let servers: TemplateServers;
+beforeAll(async () => {
+  servers = await TemplateServers.open("job-");
+});
+afterAll(() => servers.close());
+
 describe("vLLM's echo of a final assistant message of content parts", () => {
-  let servers: TemplateServers;
-  beforeAll(async () => {
-    servers = await TemplateServers.open("job-echo-");
-  });
-  afterAll(() => servers.close());
   // Templates of either content format (content-format.ts): one prints a message's content, one loops over its parts.
   const stringFormat = "{% for m in messages %}{{ m.content }}{% endfor %}";
   const openaiFormat = "{% for m in messages %}{% for p in m.content %}{{ p.text }}{% endfor %}{% endfor %}";
@@ -145,5 +150,46 @@ describe("vLLM's echo of a final assistant message of content parts", () => {
     const media = [{ type: "text", text: "See" }, { type: "image_url", image_url: { url: "https://x/y.png" } }] as ChatMessage["content"];
     const withMedia = { ...job, messages: [m("user", "q"), m("assistant", media)] };
     for (const template of [stringFormat, openaiFormat]) expect(nextTurnJob(withMedia, m("assistant", "See 42."), servers.server(template))).toBeUndefined();
+  });
+});
+
+describe("a server answering in another role (vLLM's --response-role)", () => {
+  // A template that prints every message's role, as chat templates do.
+  const template = "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
+  type ChatJob = Extract<TokenizeJob, { kind: "chat" }>;
+  // A body's job as the EPP reads it.
+  const read = (pre: Preprocessor, body: Record<string, unknown>) => readBody({ body: new TextEncoder().encode(JSON.stringify(body)), path: "/v1/chat/completions" }, pre.rules).job as ChatJob;
+
+  test("the next turn warmed from its reply gives the ids of the next turn a client sends, the reply in that role", () => {
+    const pre = servers.server(template, { responseRole: "model" });
+    const asked = [m("system", "Be brief."), m("user", "What is six times seven?")];
+    // vLLM's JSON reply names the role it answered in; the client sends it back so.
+    const reply = readChatReply(chatReplyBody({ role: "model", content: "42." }))!;
+    const warmed = nextTurnJob(read(pre, { messages: asked }), reply, pre) as ChatJob;
+    const next = read(pre, { messages: [...asked, m("model", "42."), m("user", "")] });
+    expect(Array.from(encodeJob(pre, warmed))).toEqual(Array.from(encodeJob(pre, next)));
+    expect(pre.renderChat(warmed.messages, warmed.opts)).toContain("<|im_start|>model\n42.<|im_end|>");
+  });
+
+  test("echo repeats a final message of the response role, not an assistant's, as vLLM compares the roles", () => {
+    const pre = servers.server(template, { responseRole: "model" });
+    const job = (final: ChatMessage, opts: ChatOptions = {}) => ({ kind: "chat" as const, messages: [m("user", "q"), final], opts, echo: true as const });
+    // A final "model" message is echoed before the reply: taken off, and the reply comes back in that role.
+    expect(nextTurnJob(job(m("model", "The answer is")), m("model", "The answer is 42."), pre))
+      .toMatchObject({ messages: [m("user", "q"), m("model", "The answer is"), m("model", " 42."), m("user", "")] });
+    // A final assistant message is not the reply's role: nothing is echoed, the reply is all generated.
+    expect(nextTurnJob(job(m("assistant", "The answer is")), m("model", "Yes."), pre))
+      .toMatchObject({ messages: [m("user", "q"), m("assistant", "The answer is"), m("model", "Yes."), m("user", "")] });
+    // Continued (add_generation_prompt false, the reply in the final message's role): echoed, then joined to it.
+    const continuing = { continueFinalMessage: true, addGenerationPrompt: false };
+    expect(nextTurnJob(job(m("model", "The answer is"), continuing), m("model", "The answer is 42."), pre))
+      .toMatchObject({ messages: [m("user", "q"), m("model", "The answer is 42."), m("user", "")] });
+    // A continued assistant message is not one the server's replies come back as: not guessed.
+    expect(nextTurnJob(job(m("assistant", "The answer is"), continuing), m("assistant", "The answer is 42."), pre)).toBeUndefined();
+  });
+
+  test("a chat's new turn starts at its last reply in the response role", () => {
+    const asked = chat(m("user", "u".repeat(100)), m("model", "a".repeat(20)), m("user", "q".repeat(5)));
+    expect(newTurnChars(asked, "model")).toBe(25);
   });
 });

@@ -146,11 +146,11 @@ describe("--trust-request-chat-template", () => {
   });
 });
 
-test("without a tokenizer directory every rendering flag set is named as ignored (the byte-level fallback has no template)", () => {
-  const flags = { defaultChatTemplateKwargs: "{}", chatTemplate: "{{ x }}", excludeToolsWhenToolChoiceNone: true, chatTemplateContentFormat: "openai", trustRequestChatTemplate: true } as const;
+test("without a tokenizer directory every rendering flag set is named as ignored (the byte-level fallback has no template) but the response role (it renders roles)", () => {
+  const flags = { defaultChatTemplateKwargs: "{}", chatTemplate: "{{ x }}", excludeToolsWhenToolChoiceNone: true, chatTemplateContentFormat: "openai", trustRequestChatTemplate: true, responseRole: "model" } as const;
   expect(ignoredRenderingFlags(flags)).toEqual([
     "--default-chat-template-kwargs", "--chat-template", "--exclude-tools-when-tool-choice-none", "--chat-template-content-format", "--trust-request-chat-template",
   ]);
-  expect(ignoredRenderingFlags({ chatTemplateContentFormat: "auto", excludeToolsWhenToolChoiceNone: false })).toEqual([]);
+  expect(ignoredRenderingFlags({ chatTemplateContentFormat: "auto", excludeToolsWhenToolChoiceNone: false, responseRole: "assistant" })).toEqual([]);
   expect(ignoredRenderingFlags({ ...flags, tokenizerDir: source })).toEqual([]);
 });

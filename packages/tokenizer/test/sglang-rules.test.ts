@@ -415,9 +415,10 @@ test("a /v1/responses body is routed by load for SGLang workers; vLLM's are rend
 });
 
 test("vLLM's flags that SGLang has not are reported as ignored under SGLang's rules", () => {
-  const flags = { excludeToolsWhenToolChoiceNone: true, chatTemplateContentFormat: "openai", trustRequestChatTemplate: true, defaultChatTemplateKwargs: "{}" } as const;
+  const flags = { excludeToolsWhenToolChoiceNone: true, chatTemplateContentFormat: "openai", trustRequestChatTemplate: true, defaultChatTemplateKwargs: "{}", responseRole: "model" } as const;
   expect(ignoredRenderingFlags({ ...flags, tokenizerDir: servers.source, chatRendering: "sglang" })).toEqual([
-    "--exclude-tools-when-tool-choice-none", "--chat-template-content-format", "--trust-request-chat-template",
+    "--exclude-tools-when-tool-choice-none", "--chat-template-content-format", "--trust-request-chat-template", "--response-role",
   ]);
+  expect(ignoredRenderingFlags({ ...flags, chatRendering: "sglang" })).toContain("--response-role");
   expect(ignoredRenderingFlags({ ...flags, tokenizerDir: servers.source })).toEqual([]);
 });

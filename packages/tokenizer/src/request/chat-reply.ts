@@ -3,12 +3,18 @@
 import type { ChatMessage } from "../types";
 
 /**
- * The reply as the next turn will send it back (`{role: "assistant", content}`, with its `tool_calls` if it made
- * any), or undefined when there is none to warm with: not a chat completion, several choices, an empty reply, or
- * one that did not finish (see warmable; a stream must also end in `[DONE]` and carry no error). Reasoning is left
- * out: clients differ in whether they send it back.
+ * A reply's message without its role: the next turn sends it back in the role the server answered with, which
+ * nextTurnJob gives it from the server's flags.
  */
-export function readChatReply(body: Uint8Array): ChatMessage | undefined {
+export type ChatReply = { content?: ChatMessage["content"]; tool_calls?: unknown; [field: string]: unknown };
+
+/**
+ * The reply as the next turn will send it back (its `content`, with its `tool_calls` if it made any), or undefined
+ * when there is none to warm with: not a chat completion, several choices, an empty reply, or one that did not
+ * finish (see warmable; a stream must also end in `[DONE]` and carry no error). Reasoning is left out: clients
+ * differ in whether they send it back.
+ */
+export function readChatReply(body: Uint8Array): ChatReply | undefined {
   if (body.length === 0) return undefined;
   const text = decoder.decode(body);
   try {
@@ -27,7 +33,7 @@ type StreamedCall = { id?: string; type: string; function: { name: string; argum
 /** A JSON body or a stream's chunk; vLLM sends `{error}` in place of a chunk when the generation fails midway. */
 type Chunk = { choices?: Choice[]; error?: unknown; object?: unknown };
 
-function fromJson(body: Chunk): ChatMessage | undefined {
+function fromJson(body: Chunk): ChatReply | undefined {
   const choices = body.choices ?? [];
   const c = choices[0];
   if (choices.length !== 1 || c?.message === undefined) return undefined;
@@ -35,7 +41,7 @@ function fromJson(body: Chunk): ChatMessage | undefined {
   return warmable(c.message.content, Array.isArray(calls) ? calls : [], c.finish_reason);
 }
 
-function fromStream(text: string): ChatMessage | undefined {
+function fromStream(text: string): ChatReply | undefined {
   let content = "";
   const calls = new Map<number, StreamedCall>();
   let finish: string | null | undefined;
@@ -76,14 +82,14 @@ function addCallDelta(calls: Map<number, StreamedCall>, d: ToolCall): void {
  * not cut off by the token limit mid-arguments. Not "abort" or "error" (the engine gave up on it; a client retries
  * the turn rather than continue from it), nor a reply whose choice never said it finished.
  */
-function warmable(content: string | null | undefined, calls: ToolCall[], finish: string | null | undefined): ChatMessage | undefined {
+function warmable(content: string | null | undefined, calls: ToolCall[], finish: string | null | undefined): ChatReply | undefined {
   if (calls.length > 0) {
     if (finish !== "tool_calls" && finish !== "stop") return undefined;
     // The content as sent, null or "" too: the template renders either before the calls.
-    return { role: "assistant", content: content ?? null, tool_calls: calls };
+    return { content: content ?? null, tool_calls: calls };
   }
   if (finish !== "stop" && finish !== "length") return undefined;
   // An empty reply leaves the next turn nothing worth warming: its prefix is the request's own, cached already.
   if (typeof content !== "string" || content.length === 0) return undefined;
-  return { role: "assistant", content };
+  return { content };
 }
