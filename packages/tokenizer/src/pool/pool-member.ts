@@ -162,7 +162,7 @@ function tokenize(m: Run, job: TokenizeJob, t0: number, before: CacheStats): voi
   let unknownChars = -1;
   let telling = false;
   let firstKnown = 0;
-  const turnChars = newTurnChars(job);
+  const turnChars = newTurnChars(job, pre.rules.responseRole);
   const control: EncodeControl = {
     shouldStop: () => stopAsked(m.id),
     warm: m.discard,
