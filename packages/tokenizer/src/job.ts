@@ -72,9 +72,10 @@ export type ReplyServer = Pick<Preprocessor, "echoed"> & { readonly rules: Pick<
  * (the reply, then a user turn whose text is not known yet; after tool calls, the first call's result, not known
  * either), so that tokenizing it leaves that turn only its new message fresh. Rendered as the next turn, not as
  * "the chat plus its reply": a template may render the final assistant turn differently from an earlier one (Qwen3
- * adds an empty think block). A reply that continued the chat's final assistant message (continue_final_message)
- * comes back as one message with it. The reply's role is the one the server answered with (replyRole); without
- * `pre`, a server's by default.
+ * adds an empty think block). A reply that continued the chat's final message (continue_final_message, in whatever
+ * role: the reply takes that message's) comes back as one message with it. The reply's role is the one the server
+ * answered with (replyRole); without `pre`, a server's by default. A reply whose response named another role (the
+ * EPP's --response-role not the workers') warms nothing.
  */
 export function nextTurnJob(job: ChatJob, reply: ChatReply, pre?: ReplyServer): TokenizeJob | undefined {
   // Cut at the routing bound, the next turn is cut at the same place: nothing past it is routed, so none to warm.
@@ -117,7 +118,7 @@ function withReply(job: ChatJob, generated: ChatReply, pre: ReplyServer | undefi
   const last = job.messages.at(-1);
   const responseRole = pre?.rules.responseRole ?? DEFAULT_RESPONSE_ROLE;
   const role = replyRole(job, responseRole);
-  if (role === undefined) return undefined;
+  if (role === undefined || (generated.role !== undefined && generated.role !== role)) return undefined;
   // vLLM echoes the final message when its role is the reply's: the response role's, or any with
   // add_generation_prompt false (the reply then takes that message's role). A reply continuing a message in
   // another role than the response role (a user's) is not guessed at.
@@ -126,7 +127,9 @@ function withReply(job: ChatJob, generated: ChatReply, pre: ReplyServer | undefi
   const echoed = { ...generated, role };
   const reply = echoes ? unechoed(echoText(last, job.opts, pre), echoed) : echoed;
   if (reply === undefined) return undefined;
-  if (!job.opts.continueFinalMessage || last?.role !== responseRole) return [...job.messages, reply];
+  // The reply continues the final message when it comes in that message's role: always under add_generation_prompt
+  // false (the reply takes that role), and after a generation prompt when that message is the response role's.
+  if (!job.opts.continueFinalMessage || last?.role !== role) return [...job.messages, reply];
   const merged = continued(last, reply);
   return merged && [...job.messages.slice(0, -1), merged];
 }

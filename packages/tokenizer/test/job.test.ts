@@ -171,6 +171,21 @@ describe("a server answering in another role (vLLM's --response-role)", () => {
     expect(pre.renderChat(warmed.messages, warmed.opts)).toContain("<|im_start|>model\n42.<|im_end|>");
   });
 
+  test("a continued final message takes the reply whatever the response role: the reply comes in that message's role", () => {
+    const pre = servers.server(template, { responseRole: "model" });
+    const continuing = { continueFinalMessage: true, addGenerationPrompt: false };
+    const job = { kind: "chat" as const, messages: [m("user", "q"), m("assistant", "The answer is")], opts: continuing };
+    const reply = readChatReply(chatReplyBody({ role: "assistant", content: " 42." }))!;
+    expect(nextTurnJob(job, reply, pre)).toMatchObject({ messages: [m("user", "q"), m("assistant", "The answer is 42."), m("user", "")] });
+  });
+
+  test("a reply in another role than the flags say (the EPP's --response-role not the workers') warms nothing", () => {
+    const pre = servers.server(template, { responseRole: "model" });
+    const reply = readChatReply(chatReplyBody({ role: "assistant", content: "42." }))!;
+    expect(reply.role).toBe("assistant");
+    expect(nextTurnJob({ kind: "chat", messages: [m("user", "q")], opts: {} }, reply, pre)).toBeUndefined();
+  });
+
   test("echo repeats a final message of the response role, not an assistant's, as vLLM compares the roles", () => {
     const pre = servers.server(template, { responseRole: "model" });
     const job = (final: ChatMessage, opts: ChatOptions = {}) => ({ kind: "chat" as const, messages: [m("user", "q"), final], opts, echo: true as const });

@@ -14,12 +14,12 @@ const json = (content: string | null, finish_reason: string | null) =>
   JSON.stringify({ object: "chat.completion", choices: [{ index: 0, message: { role: "assistant", content, tool_calls: [] }, logprobs: null, finish_reason }] });
 
 test("a JSON chat completion's single message is the reply", () => {
-  expect(read(json("Hi there.", "stop"))).toEqual({ content: "Hi there." });
+  expect(read(json("Hi there.", "stop"))).toEqual({ role: "assistant", content: "Hi there." });
 });
 
 test("a stream's deltas are joined", () => {
   const body = sse(first, delta({ content: "Hel" }), delta({ content: "lo 日本" }, "stop"), usage);
-  expect(read(body)).toEqual({ content: "Hello 日本" });
+  expect(read(body)).toEqual({ role: "assistant", content: "Hello 日本" });
 });
 
 test("a stream that ends in an error gives nothing to warm with: the text before it is no reply", () => {
@@ -39,8 +39,8 @@ test("a stream cut before [DONE], or whose choice never finished, gives nothing 
 
 test("a reply that stopped or ran out of tokens warms; one aborted or failed does not", () => {
   for (const finish of ["stop", "length"]) {
-    expect(read(sse(first, delta({ content: "Hello" }, finish), usage))).toEqual({ content: "Hello" });
-    expect(read(json("Hello", finish))).toEqual({ content: "Hello" });
+    expect(read(sse(first, delta({ content: "Hello" }, finish), usage))).toEqual({ role: "assistant", content: "Hello" });
+    expect(read(json("Hello", finish))).toEqual({ role: "assistant", content: "Hello" });
   }
   for (const finish of ["abort", "error"]) {
     expect(read(sse(first, delta({ content: "Hello" }, finish), usage))).toBeUndefined();
@@ -62,7 +62,7 @@ test("a stream's finished tool calls are joined by index: id, type and name from
     delta({ tool_calls: [{ index: 1, id: "chatcmpl-tool-b", type: "function", function: { name: "get_time", arguments: "" } }] }),
     delta({ tool_calls: [{ index: 1, function: { arguments: '{"tz": "CET"}' } }] }, "tool_calls"),
     usage);
-  expect(read(body)).toEqual({
+  expect(read(body)).toEqual({ role: "assistant",
     content: "", tool_calls: [
       { id: "chatcmpl-tool-a", type: "function", function: { name: "get_weather", arguments: '{"city": "Paris"}' } },
       { id: "chatcmpl-tool-b", type: "function", function: { name: "get_time", arguments: '{"tz": "CET"}' } },
@@ -70,7 +70,7 @@ test("a stream's finished tool calls are joined by index: id, type and name from
   });
   // Text before the calls is kept with them.
   const said = sse(first, delta({ content: "Let me check." }), delta({ tool_calls: [{ index: 0, id: "t", type: "function", function: { name: "f", arguments: "{}" } }] }, "tool_calls"));
-  expect(read(said)).toEqual({ content: "Let me check.", tool_calls: [{ id: "t", type: "function", function: { name: "f", arguments: "{}" } }] });
+  expect(read(said)).toEqual({ role: "assistant", content: "Let me check.", tool_calls: [{ id: "t", type: "function", function: { name: "f", arguments: "{}" } }] });
   // Not calls cut by the token limit mid-arguments, aborted, failed, or never finished.
   const cut = delta({ tool_calls: [{ index: 0, id: "t", type: "function", function: { name: "f", arguments: '{"a": ' } }] });
   for (const finish of ["length", "abort", "error"]) expect(read(sse(first, cut, delta({}, finish), usage))).toBeUndefined();
@@ -81,7 +81,7 @@ test("a JSON reply's tool calls are taken as sent, its null content too; a named
   const calls = [{ id: "chatcmpl-tool-a", type: "function", function: { name: "get_weather", arguments: '{"city": "Paris"}' } }];
   for (const finish of ["tool_calls", "stop"]) {
     const body = JSON.stringify({ choices: [{ index: 0, message: { role: "assistant", content: null, tool_calls: calls }, finish_reason: finish }] });
-    expect(read(body)).toEqual({ content: null, tool_calls: calls });
+    expect(read(body)).toEqual({ role: "assistant", content: null, tool_calls: calls });
   }
 });
 

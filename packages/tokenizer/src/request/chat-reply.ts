@@ -3,10 +3,11 @@
 import type { ChatMessage } from "../types";
 
 /**
- * A reply's message without its role: the next turn sends it back in the role the server answered with, which
- * nextTurnJob gives it from the server's flags.
+ * A reply's message. The next turn sends it back in the role the server answered with, which nextTurnJob gives it
+ * from the server's flags; `role`, the one the response said (vLLM always says it), tells a flag that differs from
+ * the workers' own, and then nothing is warmed.
  */
-export type ChatReply = { content?: ChatMessage["content"]; tool_calls?: unknown; [field: string]: unknown };
+export type ChatReply = { content?: ChatMessage["content"]; tool_calls?: unknown; role?: string; [field: string]: unknown };
 
 /**
  * The reply as the next turn will send it back (its `content`, with its `tool_calls` if it made any), or undefined
@@ -27,7 +28,7 @@ export function readChatReply(body: Uint8Array): ChatReply | undefined {
 const decoder = new TextDecoder();
 
 type Choice = { index?: number; message?: Message; delta?: Message; finish_reason?: string | null };
-type Message = { content?: string | null; tool_calls?: ToolCall[] };
+type Message = { role?: unknown; content?: string | null; tool_calls?: ToolCall[] };
 type ToolCall = { index?: number; id?: string; type?: string; function?: { name?: string; arguments?: string } };
 type StreamedCall = { id?: string; type: string; function: { name: string; arguments: string } };
 /** A JSON body or a stream's chunk; vLLM sends `{error}` in place of a chunk when the generation fails midway. */
@@ -38,29 +39,36 @@ function fromJson(body: Chunk): ChatReply | undefined {
   const c = choices[0];
   if (choices.length !== 1 || c?.message === undefined) return undefined;
   const calls = c.message.tool_calls;
-  return warmable(c.message.content, Array.isArray(calls) ? calls : [], c.finish_reason);
+  return withRole(warmable(c.message.content, Array.isArray(calls) ? calls : [], c.finish_reason), c.message.role);
 }
 
 function fromStream(text: string): ChatReply | undefined {
   let content = "";
   const calls = new Map<number, StreamedCall>();
   let finish: string | null | undefined;
+  // vLLM sends the role with the first delta.
+  let role: unknown;
   for (const line of text.split("\n")) {
     if (!line.startsWith("data:")) continue;
     const data = line.slice(5).trim();
-    if (data === "[DONE]") return warmable(content, [...calls.values()], finish);
+    if (data === "[DONE]") return withRole(warmable(content, [...calls.values()], finish), role);
     const chunk = JSON.parse(data) as Chunk;
     // The content before an error is no reply the client keeps: `{"error": {...}}`, or an error response itself
     // (`"object": "error"`, as vLLM's streams sent it before they wrapped it).
     if (chunk.error !== undefined || chunk.object === "error") return undefined;
     for (const c of chunk.choices ?? []) {
       if ((c.index ?? 0) !== 0) return undefined;
+      role ??= c.delta?.role;
       for (const d of c.delta?.tool_calls ?? []) addCallDelta(calls, d);
       if (typeof c.delta?.content === "string") content += c.delta.content;
       finish = c.finish_reason ?? finish;
     }
   }
   return undefined; // no [DONE]: the stream was cut
+}
+
+function withRole(reply: ChatReply | undefined, role: unknown): ChatReply | undefined {
+  return reply !== undefined && typeof role === "string" ? { ...reply, role } : reply;
 }
 
 /**
