@@ -3,7 +3,7 @@ import { WORKER_ROLES, type WorkerRole } from "@kv-epp/protocol";
 import { EVENT_ENCODINGS, type EventEncoding } from "@kv-epp/kv-events";
 import { ConfigError, count, group, jsonObjectText, nonNegative, opt, port, positive, resolveOptions, usageText, type Values } from "@kv-epp/options";
 import { z } from "zod";
-import { CONTENT_FORMAT_OPTIONS } from "@kv-epp/tokenizer";
+import { CONTENT_FORMAT_OPTIONS, DEFAULT_RESPONSE_ROLE } from "@kv-epp/tokenizer";
 import { DEFAULT_TIMING } from "./engine/scheduler.ts";
 import { parseKvGroups, type KvGroup } from "./events/kv-groups.ts";
 
@@ -131,6 +131,7 @@ export const MOCK_WORKER_OPTIONS = {
     chatTemplate: opt.string(z.string().min(1).optional(), "vLLM's --chat-template: a file's path, or the template itself (a value that opens as no file and holds {, } or a newline), in place of the tokenizer's templates"),
     chatTemplateContentFormat: opt.choice(CONTENT_FORMAT_OPTIONS, "auto", "vLLM's --chat-template-content-format: string or openai forces the shape of every message's content; auto detects it on the template"),
     trustRequestChatTemplate: opt.bool(z.boolean().default(false), "vLLM's --trust-request-chat-template: a request's own template (chat_template, or chat_template_kwargs' chat_template) renders it; without it such a request is refused (400)"),
+    responseRole: opt.string(z.string().min(1).default(DEFAULT_RESPONSE_ROLE), "vLLM's --response-role: the role a chat's reply comes in when the chat asks for a generation prompt (else the final message's own role)"),
     loraModules: opt.list(loraModules.default([]), "LoRA adapters served (name[=path],...): requests name them in `model`"),
   }),
   ...group("Intents", {

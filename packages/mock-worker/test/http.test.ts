@@ -118,6 +118,36 @@ describe("OpenAI HTTP", () => {
   });
 });
 
+describe("the role a chat's reply comes in (vLLM's --response-role)", () => {
+  let model: MockWorker;
+  beforeAll(async () => {
+    model = await startMockWorker({ listen: `${LOOPBACK}.2.5`, port: 0, kvEvents: `tcp://${LOOPBACK}.2.5:0`, speed: 0, responseRole: "model", logLevel: "silent" });
+  });
+  afterAll(() => model.close());
+
+  const roles = async (url: string, body: Record<string, unknown>) => {
+    const json = (await (await post(`${url}/v1/chat/completions`, { ...body, max_tokens: 2 })).json()) as any;
+    const chunks = (await sse(await post(`${url}/v1/chat/completions`, { ...body, max_tokens: 2, stream: true }))).slice(0, -1).map((d) => JSON.parse(d));
+    // Only the first delta names the role, as vLLM streams it.
+    expect(chunks.slice(1).every((c) => c.choices[0].delta.role === undefined)).toBe(true);
+    return { json: json.choices[0].message.role, streamed: chunks[0].choices[0].delta.role };
+  };
+  const asked = [{ role: "user", content: "hello" }];
+  const continued = [{ role: "user", content: "finish this" }, { role: "assistant", content: "Once upon a" }];
+
+  test("after a generation prompt, asked for or by default, the reply comes in the configured role", async () => {
+    expect(await roles(model.url, { messages: asked })).toEqual({ json: "model", streamed: "model" });
+    expect(await roles(model.url, { messages: asked, add_generation_prompt: true })).toEqual({ json: "model", streamed: "model" });
+    expect(await roles(w.url, { messages: asked })).toEqual({ json: "assistant", streamed: "assistant" });
+  });
+
+  test("without a generation prompt the reply takes the final message's own role, whatever the configured one", async () => {
+    expect(await roles(model.url, { messages: continued, add_generation_prompt: false })).toEqual({ json: "assistant", streamed: "assistant" });
+    expect(await roles(model.url, { messages: continued, add_generation_prompt: false, continue_final_message: true })).toEqual({ json: "assistant", streamed: "assistant" });
+    expect(await roles(w.url, { messages: asked, add_generation_prompt: false })).toEqual({ json: "user", streamed: "user" });
+  });
+});
+
 describe("engine", () => {
   test("requests beyond max-num-seqs wait, and an abandoned stream frees its slot", async () => {
     const slow = await startMockWorker({

@@ -20,6 +20,8 @@ export type GenerateRequest = {
   maxTokens: number;
   stream: boolean;
   includeUsage: boolean;
+  /** A chat's: the role its reply comes in (replyRole in openai-routes.ts). */
+  replyRole?: string;
   /** Picks the rank for each prompt. */
   pick: () => RankEngine;
   /** Adapter, salt and media the prompts' blocks are named with. */
@@ -98,7 +100,7 @@ export async function generate(c: Context, req: GenerateRequest): Promise<Respon
     );
     const choices = done.map(({ text }, index) =>
       req.endpoint === "chat"
-        ? { index, message: { role: "assistant", content: text }, logprobs: null, finish_reason: "length" }
+        ? { index, message: { role: req.replyRole, content: text }, logprobs: null, finish_reason: "length" }
         : { index, text, logprobs: null, finish_reason: "length", stop_reason: null },
     );
     const usage = usageOf(done.map((d) => d.gen));
@@ -115,7 +117,7 @@ export async function generate(c: Context, req: GenerateRequest): Promise<Respon
       const gen = await req.pick().start(req.prompts[index]!, req.maxTokens, signal, req.identity, transfer);
       gens.push(gen);
       try {
-        if (req.endpoint === "chat") await send({ ...chunkHead, choices: [{ index, delta: { role: "assistant", content: "" }, logprobs: null, finish_reason: null }] });
+        if (req.endpoint === "chat") await send({ ...chunkHead, choices: [{ index, delta: { role: req.replyRole, content: "" }, logprobs: null, finish_reason: null }] });
         let n = 0;
         for await (const t of gen.tokens()) {
           if (sse.aborted) break;

@@ -48,7 +48,7 @@ export function openAiRoutes(deps: OpenAiDeps): Hono {
     return r.ok ? { ok: true, pick: () => deps.pickRank(r.rank) } : r;
   };
 
-  const run = (c: Context, endpoint: Endpoint, body: Common, prompts: Uint32Array[], maxTokens: number, media: readonly MediaItem[] = []) => {
+  const run = (c: Context, endpoint: Endpoint, body: Common, prompts: Uint32Array[], maxTokens: number, media: readonly MediaItem[] = [], replyRole?: string) => {
     const rank = rankPicker(c.req.header(RANK_HEADER), body);
     if (!rank.ok) return openAiError(c, 400, rank.message, RANK_HEADER);
     // A model naming an adapter runs in its identity; any other name is the base model (echoed, not checked).
@@ -57,7 +57,7 @@ export function openAiRoutes(deps: OpenAiDeps): Hono {
       loraName: lora >= 0 ? body.model! : null, loraId: lora >= 0 ? lora + 1 : null, cacheSalt: body.cache_salt ?? null, media,
     };
     return generate(c, {
-      endpoint, model: body.model ?? deps.model, prompts, maxTokens, stream: body.stream,
+      endpoint, model: body.model ?? deps.model, prompts, maxTokens, stream: body.stream, replyRole,
       includeUsage: body.stream_options?.include_usage === true, pick: rank.pick, identity,
       kv: deps.connector ? { connector: deps.connector, request: transferRequest(body.kv_transfer_params), dpSize: deps.dpSize } : undefined,
     });
@@ -92,11 +92,13 @@ export function openAiRoutes(deps: OpenAiDeps): Hono {
     // What the template prints is read as Python reads it: `1.0` in tools or kwargs stays a float.
     const py = parseJsonKeepingFloats(await c.req.text()) as Record<string, unknown>;
     let chat: { prompt: Uint32Array; media: MediaItem[] };
+    let role: string;
     try {
       // The chat as the engine stood in for reads it (the preprocessor's rules: vLLM's, or SGLang's in an SGLang
       // mode), as the EPP reads it.
       const { kind: _, messages, ...opts } = readChatBody(py, deps.preprocessor.rules);
       chat = withMedia(deps.preprocessor, messages, opts);
+      role = replyRole(messages, opts, deps.preprocessor.rules.responseRole);
     } catch (e) {
       // A chat template can reject a conversation (e.g. roles out of order): the client's fault, as in vLLM; so
       // is a documents or reasoning_effort vLLM's schema refuses. vLLM answers any template failure as a 400 (its
@@ -105,7 +107,7 @@ export function openAiRoutes(deps: OpenAiDeps): Hono {
       if (e instanceof BadRequest) return openAiError(c, 400, e.message, refusedField(e));
       throw e;
     }
-    return run(c, "chat", body, [chat.prompt], body.max_completion_tokens ?? body.max_tokens ?? DEFAULT_MAX_TOKENS, chat.media);
+    return run(c, "chat", body, [chat.prompt], body.max_completion_tokens ?? body.max_tokens ?? DEFAULT_MAX_TOKENS, chat.media, role);
   });
 
   // vLLM renders a Responses request as the chat built from `instructions` and `input`, with the generation
@@ -130,6 +132,14 @@ export function openAiRoutes(deps: OpenAiDeps): Hono {
   });
 
   return app;
+}
+
+/**
+ * The role vLLM answers a chat in (get_chat_request_role): its --response-role after a generation prompt (SGLang's
+ * rules read no add_generation_prompt and answer "assistant"), else the final message's own.
+ */
+function replyRole(messages: readonly ChatMessage[], opts: ChatOptions, responseRole: string): string {
+  return opts.addGenerationPrompt === false ? messages.at(-1)!.role : responseRole;
 }
 
 function tokenizeOptions(body: CompletionRequest) {
