@@ -53,12 +53,21 @@ describe("BodyLookahead", () => {
   test("a chat turn built before its earlier turn's reply came is built again, resending that reply", async () => {
     const { source, bodies } = await twoTurnsBuiltAhead();
     bodies.take(0);
-    source.replied(0, "The reply the client received.");
+    source.replied(0, { content: "The reply the client received." });
     const next = json(bodies.take(1).body).messages!;
     expect(bodies.rebuilt).toBe(1);
     expect(next.map((m) => m.role)).toEqual(["user", "assistant", "user"]);
     expect(next[1]!.content).toBe("The reply the client received.");
     expect(source.replyCounts()).toEqual({ resent: 1, stoodIn: 0 });
+  });
+
+  test("a chat turn resends its earlier turn's reply in the role the response named", async () => {
+    const { source, bodies } = await twoTurnsBuiltAhead();
+    bodies.take(0);
+    source.replied(0, { role: "model", content: "A reply in a server's --response-role." });
+    const next = json(bodies.take(1).body).messages!;
+    expect(next[1]).toEqual({ role: "model", content: "A reply in a server's --response-role." });
+    expect(next.map((m) => m.role)).toEqual(["user", "model", "user"]);
   });
 
   test("a turn sent before its earlier turn's reply came carries the trace's text in its place, and is counted so", async () => {

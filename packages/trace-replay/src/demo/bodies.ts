@@ -6,7 +6,7 @@
 // running are never held up by more than one body.
 import { recordTokens } from "../tokens.ts";
 import type { TraceRecord } from "../trace.ts";
-import { Conversations } from "./chat.ts";
+import { Conversations, type ChatReply } from "./chat.ts";
 
 const enc = new TextEncoder();
 
@@ -31,13 +31,13 @@ export function requestBuilder(records: readonly TraceRecord[], model: string, k
 }
 
 /**
- * Requests of the trace's records as a client sends them. `replied(i, text)` tells a chat's reply, which the
- * turns continuing it then resend; `stale(i)`: a body built before is out of date (a reply it stood in for
+ * Requests of the trace's records as a client sends them. `replied(i, reply)` tells a chat's reply, which
+ * the turns continuing it then resend; `stale(i)`: a body built before is out of date (a reply it stood in for
  * has come since).
  */
 export type RequestSource = {
   build(i: number): RequestBody;
-  replied(i: number, text: string): void;
+  replied(i: number, reply: ChatReply): void;
   stale(i: number): boolean;
   /** Chat turns continuing an earlier one built so far: resending its reply, or the trace's text in its place. */
   replyCounts(): { resent: number; stoodIn: number };
@@ -58,7 +58,7 @@ export function requestSource(records: readonly TraceRecord[], model: string, ki
       path: "/v1/chat/completions",
       body: enc.encode(JSON.stringify({ model, messages: chats.messagesOf(i), ...streamed(records[i]!) })),
     }),
-    replied: (i, text) => chats.replied(i, text),
+    replied: (i, reply) => chats.replied(i, reply),
     stale: (i) => chats.stale(i),
     replyCounts: () => chats.replyCounts(),
   };

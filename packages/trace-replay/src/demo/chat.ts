@@ -6,12 +6,15 @@
 // next turn of a conversation) becomes that record's messages plus an assistant reply and a new user
 // turn, so the rendered chat of the earlier turn is a prefix of this one's, as a client resending a
 // growing conversation produces. The reply is the one the client received when it has (what a chat
-// client resends, and what an EPP that saw the response could warm), else the earlier turn's
-// output_length of the trace's text.
+// client resends, in the role the response named, and what an EPP that saw the response could warm),
+// else the earlier turn's output_length of the trace's text.
 import { mulberry32 } from "@kv-epp/testkit";
 import { TRACE_BLOCK_TOKENS, type TraceRecord } from "../trace.ts";
 
-export type ChatTurn = { role: "user" | "assistant"; content: string };
+export type ChatTurn = { role: string; content: string };
+
+/** A chat's reply as the client received it: its text, and the role the response named (none: "assistant"). */
+export type ChatReply = { content: string; role?: string | undefined };
 
 const WORDS = (
   "the of and to in is that for it as was with be by on not he this are or his from at which but have an " +
@@ -93,7 +96,7 @@ type Composed = { messages: ChatTurn[]; stoodIn: number[] };
 export class Conversations {
   private readonly links: (Link | null)[] = [];
   private readonly composed = new Map<number, Composed>();
-  private readonly replies = new Map<number, string>();
+  private readonly replies = new Map<number, ChatReply>();
   /** full hash_ids → latest record with exactly those ids */
   private readonly byIds = new Map<string, number>();
   /** hash_ids without the last (partial) block → latest record */
@@ -107,9 +110,9 @@ export class Conversations {
     return this.compose(i).messages;
   }
 
-  /** The reply the client received to record `i`: the turns continuing it resend this text. */
-  replied(i: number, text: string): void {
-    this.replies.set(i, text);
+  /** The reply the client received to record `i`: the turns continuing it resend it, in its role. */
+  replied(i: number, reply: ChatReply): void {
+    this.replies.set(i, reply);
   }
 
   /** Whether messagesOf(i) would now give other messages than before: a reply it stood in for has come. */
@@ -141,7 +144,7 @@ export class Conversations {
       c = {
         messages: [
           ...parent.messages,
-          { role: "assistant", content: reply ?? spanText(rec.hashIds, ...link.reply) },
+          { role: reply?.role ?? "assistant", content: reply?.content ?? spanText(rec.hashIds, ...link.reply) },
           { role: "user", content: spanText(rec.hashIds, ...link.user) },
         ],
         stoodIn: reply === undefined ? [...parent.stoodIn, link.parent] : parent.stoodIn,

@@ -4,6 +4,7 @@
 // of their arrival (bodies.ts), so a burst's requests all go out at their instant.
 import { arrivalTimes, type TraceRecord } from "../trace.ts";
 import { BodyLookahead, requestSource, type PromptKind, type RequestBody } from "./bodies.ts";
+import type { ChatReply } from "./chat.ts";
 import { GATEWAY_HEADERS } from "./gateway.ts";
 import type { DemoStats } from "./stats.ts";
 
@@ -57,7 +58,7 @@ export async function replay(records: readonly TraceRecord[], o: LoadGenOptions)
 }
 
 /** `due`: the arrival instant (performance.now() time), to measure how late the gateway asked the EPP. */
-async function oneRequest(req: RequestBody, due: number, o: LoadGenOptions, replied: (text: string) => void): Promise<void> {
+async function oneRequest(req: RequestBody, due: number, o: LoadGenOptions, replied: (reply: ChatReply) => void): Promise<void> {
   const started = performance.now();
   // A gateway that cannot be reached is not an outcome to count: it stops the replay (fetch throws).
   const res = await fetch(`${o.gateway}${req.path}`, { method: "POST", headers: { "content-type": "application/json" }, body: req.body, signal: o.signal });
@@ -89,17 +90,18 @@ async function oneRequest(req: RequestBody, due: number, o: LoadGenOptions, repl
 
 /**
  * `detailed`: the usage had prompt_tokens_details (vLLM writes null there when nothing was cached). `reply`:
- * the streamed text (a chat's deltas' content, a completion's text).
+ * the streamed text (a chat's deltas' content, a completion's text) and the role a chat's first delta named.
  */
-type Usage = { promptTokens: number; cachedTokens: number; detailed: boolean; ttftMs: number; reply: string };
+type Usage = { promptTokens: number; cachedTokens: number; detailed: boolean; ttftMs: number; reply: ChatReply };
 
-/** Reads a streamed answer: TTFT at the first content chunk (from the request's start), tokens from the usage chunk, the reply's text. */
-async function readStream(res: Response, started: number): Promise<Usage | undefined> {
+/** Reads a streamed answer: TTFT at the first content chunk (from the request's start), tokens from the usage chunk, the reply. */
+export async function readStream(res: Response, started: number): Promise<Usage | undefined> {
   if (!res.body) return undefined;
   let ttftMs: number | undefined;
   let usage: { prompt_tokens: number; prompt_tokens_details?: { cached_tokens?: number } } | undefined;
   let buf = "";
   let reply = "";
+  let role: string | undefined;
   const decoder = new TextDecoder();
   for await (const chunk of res.body) {
     buf += decoder.decode(chunk, { stream: true });
@@ -110,10 +112,12 @@ async function readStream(res: Response, started: number): Promise<Usage | undef
       if (!line.startsWith("data:")) continue;
       const data = line.slice(5).trim();
       if (data === "[DONE]") continue;
-      const msg = JSON.parse(data) as { choices?: { delta?: { content?: string | null }; text?: string }[]; usage?: typeof usage };
+      const msg = JSON.parse(data) as { choices?: { delta?: { role?: string; content?: string | null }; text?: string }[]; usage?: typeof usage };
       if (ttftMs === undefined && msg.choices && msg.choices.length > 0) ttftMs = performance.now() - started;
       const choice = msg.choices?.[0];
       reply += choice?.delta?.content ?? choice?.text ?? "";
+      // The first delta names it (as OpenAI and vLLM stream a chat); a client resends the reply in it.
+      role ??= choice?.delta?.role;
       if (msg.usage) usage = msg.usage;
     }
   }
@@ -123,6 +127,6 @@ async function readStream(res: Response, started: number): Promise<Usage | undef
     cachedTokens: usage.prompt_tokens_details?.cached_tokens ?? 0,
     detailed: usage.prompt_tokens_details?.cached_tokens !== undefined,
     ttftMs: ttftMs ?? performance.now() - started,
-    reply,
+    reply: { content: reply, role },
   };
 }
