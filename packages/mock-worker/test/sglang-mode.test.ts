@@ -172,3 +172,11 @@ test("the rank a request names is read as SGLang reads it: the header over the b
   const responses = await fetch(`${w.url}/v1/responses`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ input: "q", routed_dp_rank: "x" }) });
   expect(responses.status).toBe(400);
 });
+
+test("a chat's reply comes in SGLang's role, assistant, whatever --response-role (vLLM's) and add_generation_prompt say", async () => {
+  const w = await worker({ responseRole: "model" });
+  const role = async (body: object) =>
+    ((await (await post(`${w.url}/v1/chat/completions`, { messages: [{ role: "user", content: "hi" }], max_tokens: 1, ...body })).json()) as any).choices[0].message.role;
+  expect(await role({})).toBe("assistant");
+  expect(await role({ add_generation_prompt: false })).toBe("assistant");
+});
