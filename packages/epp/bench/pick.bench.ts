@@ -38,7 +38,7 @@ import { join } from "node:path";
 import { dumpStream } from "@kv-epp/recovery";
 import { killAll, seededRandom, spawnProcess, tempDir, type ProcessHandle } from "@kv-epp/testkit";
 import { createPreprocessor } from "@kv-epp/tokenizer";
-import { loadTrace, requestBuilder } from "@kv-epp/trace-replay";
+import { loadTrace, parseHistogram, parseValues, requestBuilder } from "@kv-epp/trace-replay";
 // The tokenizer package's fresh-text measurement, run here too so both figures come from one run.
 import { freshTextRows, mixedText } from "../../tokenizer/bench/fresh-text.ts";
 import { DEFAULT_WARM_UP_PICKS } from "../src/options.ts";
@@ -102,21 +102,12 @@ type Tail = { picks: number; slowPicks: number; waits: number; slowWaits: number
 const TAIL_MS = 10;
 const LAG_MS = 5;
 
-/** Observations of a histogram (summed over its labels) in all, and above `ms` (a bucket bound it has). */
+/** Observations of a histogram (summed over its labels) in all, and above `ms` (NaN: not one of its bucket bounds). */
 function histogramAbove(text: string, name: string, ms: number): { count: number; above: number } {
-  let count = 0;
-  let within = 0;
-  let bound = false;
-  for (const m of text.matchAll(new RegExp(`^${name}_bucket\\{([^}]*)\\} (\\S+)$`, "gm"))) {
-    const le = /le="([^"]+)"/.exec(m[1]!)?.[1];
-    if (le === "+Inf") count += Number(m[2]);
-    else if (Number(le) === ms / 1000) {
-      within += Number(m[2]);
-      bound = true;
-    }
-  }
-  // A histogram without that bound cannot tell: NaN, not a count of everything.
-  return { count, above: bound || count === 0 ? count - within : NaN };
+  const h = parseHistogram(text, name);
+  if (h === undefined) return { count: 0, above: 0 };
+  const bound = h.buckets.find((b) => b.le === ms / 1000);
+  return { count: h.count, above: bound === undefined ? NaN : h.count - bound.count };
 }
 
 async function tailOf(epp: Epp): Promise<Tail | undefined> {
@@ -135,10 +126,7 @@ const tailSince = (a: Tail, b: Tail): Tail => ({
 
 async function scrapeSum(epp: Epp, metric: string): Promise<number> {
   if (epp.metrics === undefined) return NaN;
-  const text = await (await fetch(`${epp.metrics}/metrics`)).text();
-  let sum = 0;
-  for (const m of text.matchAll(new RegExp(`^${metric}(?:\\{[^}]*\\})? (\\S+)$`, "gm"))) sum += Number(m[1]);
-  return sum;
+  return parseValues(await (await fetch(`${epp.metrics}/metrics`)).text(), metric).get("") ?? 0;
 }
 
 /** Generators run side by side against one EPP; its CPU over all their requests. */
@@ -492,7 +480,7 @@ async function main() {
     `|---|---|---|---|---|---|---|`,
     ...overFloor,
     ``,
-    `Where the pool's tail was, by the EPP's own histograms over each row (all its streams): picks over ${TAIL_MS} ms (dynamo_epp_pick_duration_seconds),`,
+    `Where the pool's tail was, by the EPP's own histograms over each row (all its streams, the generator's warm-up second too): picks over ${TAIL_MS} ms (dynamo_epp_pick_duration_seconds),`,
     `requests that waited over ${TAIL_MS} ms for their pool member (..._tokenizer_pool_wait_seconds: the members' backlog), and the decision thread's`,
     `lag samples late by over ${LAG_MS} ms (..._event_loop_lag_seconds: its collections, or no core free for it):`,
     ``,

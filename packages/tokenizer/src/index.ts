@@ -21,7 +21,7 @@ export {
 export type { BodyReading } from "./pool/protocol";
 export { affinityKey } from "./pool/affinity";
 export { joinBody } from "./pool/shared-body";
-export { encodeJob, nextTurnJob, type BodyJob, type PoolJob, type TokenizeJob, type Unrendered } from "./job";
+export { encodeJob, nextTurnJob, replyRole, type BodyJob, type PoolJob, type TokenizeJob, type Unrendered } from "./job";
 // OpenAI request bodies, read the same way by the EPP's event loop and by a pool member.
 export { BadRequest } from "./request/bad-request";
 export {

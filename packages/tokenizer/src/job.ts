@@ -17,7 +17,8 @@ export type TokenizeJob =
   /**
    * `cutAtMedia`: the ids stop before the first media part (what a router can match; see media.ts). `cut`: the
    * messages stop at the routing bound, so the request's new turn lies past them. `echo`: the request's reply repeats
-   * a final assistant message's text before what was generated (vLLM's `echo`), which its next turn must not repeat.
+   * a final message's text before what was generated (vLLM's `echo`, when that message has the reply's role), which
+   * its next turn must not repeat.
    */
   | { kind: "chat"; messages: ChatMessage[]; opts: ChatOptions; cutAtMedia?: boolean; cut?: BoundCut; verdict?: RenderVerdict; echo?: true };
 
@@ -88,10 +89,11 @@ export function nextTurnJob(job: ChatJob, reply: ChatReply, pre?: ReplyServer): 
 
 /**
  * The role vLLM answers a chat with, which the client sends the reply back in: the server's --response-role after a
- * generation prompt, else the final message's own (get_chat_request_role).
+ * generation prompt, else the final message's own (get_chat_request_role; none for a chat without messages). SGLang's
+ * rules read no add_generation_prompt, and their response role is "assistant".
  */
-function replyRole(job: ChatJob, responseRole: string): string | undefined {
-  return job.opts.addGenerationPrompt === false ? job.messages.at(-1)?.role : responseRole;
+export function replyRole(messages: readonly ChatMessage[], opts: Pick<ChatOptions, "addGenerationPrompt">, responseRole: string): string | undefined {
+  return opts.addGenerationPrompt === false ? messages.at(-1)?.role : responseRole;
 }
 
 /**
@@ -117,18 +119,17 @@ function nextMessage(reply: ChatReply): ChatMessage {
 function withReply(job: ChatJob, generated: ChatReply, pre: ReplyServer | undefined): ChatMessage[] | undefined {
   const last = job.messages.at(-1);
   const responseRole = pre?.rules.responseRole ?? DEFAULT_RESPONSE_ROLE;
-  const role = replyRole(job, responseRole);
+  const role = replyRole(job.messages, job.opts, responseRole);
   if (role === undefined || (generated.role !== undefined && generated.role !== role)) return undefined;
   // vLLM echoes the final message when its role is the reply's: the response role's, or any with
-  // add_generation_prompt false (the reply then takes that message's role). A reply continuing a message in
-  // another role than the response role (a user's) is not guessed at.
+  // add_generation_prompt false (the reply then takes that message's role).
   const echoes = job.echo === true && last !== undefined && last.role === role;
-  if (echoes && last.role !== responseRole) return undefined;
   const echoed = { ...generated, role };
   const reply = echoes ? unechoed(echoText(last, job.opts, pre), echoed) : echoed;
   if (reply === undefined) return undefined;
   // The reply continues the final message when it comes in that message's role: always under add_generation_prompt
-  // false (the reply takes that role), and after a generation prompt when that message is the response role's.
+  // false (the reply takes that role; vLLM refuses continue_final_message without it), and under SGLang's rules (no
+  // add_generation_prompt) when that message is an assistant's.
   if (!job.opts.continueFinalMessage || last?.role !== role) return [...job.messages, reply];
   const merged = continued(last, reply);
   return merged && [...job.messages.slice(0, -1), merged];
@@ -154,7 +155,7 @@ function unechoed(echo: string | undefined, reply: ChatMessage): ChatMessage | u
 }
 
 /**
- * A continued final assistant message with the reply joined to it. vLLM renders the message's text without its end
+ * A continued final message (in the reply's role) with the reply joined to it. vLLM renders the message's text without its end
  * of turn and parses the generated text alone for tool calls, so a reply of tool calls only (content null, or "" when
  * streamed) adds its calls to the message and no text: the message's content, parts too, stays as the client sent
  * it. Text is appended to the message's own. Content parts have no one way to take text (a part added, or the last

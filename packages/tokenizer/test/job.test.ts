@@ -199,8 +199,9 @@ describe("a server answering in another role (vLLM's --response-role)", () => {
     const continuing = { continueFinalMessage: true, addGenerationPrompt: false };
     expect(nextTurnJob(job(m("model", "The answer is"), continuing), m("model", "The answer is 42."), pre))
       .toMatchObject({ messages: [m("user", "q"), m("model", "The answer is 42."), m("user", "")] });
-    // A continued assistant message is not one the server's replies come back as: not guessed.
-    expect(nextTurnJob(job(m("assistant", "The answer is"), continuing), m("assistant", "The answer is 42."), pre)).toBeUndefined();
+    // A continued assistant message: the reply comes in its role (add_generation_prompt false), echoed, then joined.
+    expect(nextTurnJob(job(m("assistant", "The answer is"), continuing), m("assistant", "The answer is 42."), pre))
+      .toMatchObject({ messages: [m("user", "q"), m("assistant", "The answer is 42."), m("user", "")] });
   });
 
   test("a chat's new turn starts at its last reply in the response role", () => {

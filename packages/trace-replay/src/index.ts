@@ -8,3 +8,4 @@ export { renderReport } from "./report/html.ts";
 export { cdfPoints, type ReportData } from "./report/data.ts";
 export { screenshot, findChromium, type PngOutcome } from "./report/png.ts";
 export { requestBuilder, type PromptKind, type RequestBody } from "./demo/bodies.ts";
+export { parseHistogram, parseValues, type Histogram } from "./demo/epp-metrics.ts";

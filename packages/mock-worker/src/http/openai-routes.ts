@@ -1,7 +1,7 @@
 import { Hono, type Context } from "hono";
 import { createHash } from "node:crypto";
 import {
-  BadRequest, ChatTemplateError, ChatUnrenderable, mediaPositions, parseJsonKeepingFloats, readChatBody, responsesChat, ResponsesInputError, responsesTemplateKwargs,
+  BadRequest, ChatTemplateError, ChatUnrenderable, mediaPositions, parseJsonKeepingFloats, readChatBody, replyRole, responsesChat, ResponsesInputError, responsesTemplateKwargs,
   type ChatMessage, type ChatOptions, type Preprocessor,
 } from "@kv-epp/tokenizer";
 import type { MediaItem } from "../cache/block-hash.ts";
@@ -98,7 +98,8 @@ export function openAiRoutes(deps: OpenAiDeps): Hono {
       // mode), as the EPP reads it.
       const { kind: _, messages, ...opts } = readChatBody(py, deps.preprocessor.rules);
       chat = withMedia(deps.preprocessor, messages, opts);
-      role = replyRole(messages, opts, deps.preprocessor.rules.responseRole);
+      // vLLM's answer to a chat without messages is an error, not a role: the response role stands in.
+      role = replyRole(messages, opts, deps.preprocessor.rules.responseRole) ?? deps.preprocessor.rules.responseRole;
     } catch (e) {
       // A chat template can reject a conversation (e.g. roles out of order): the client's fault, as in vLLM; so
       // is a documents or reasoning_effort vLLM's schema refuses. vLLM answers any template failure as a 400 (its
@@ -132,14 +133,6 @@ export function openAiRoutes(deps: OpenAiDeps): Hono {
   });
 
   return app;
-}
-
-/**
- * The role vLLM answers a chat in (get_chat_request_role): its --response-role after a generation prompt (SGLang's
- * rules read no add_generation_prompt and answer "assistant"), else the final message's own.
- */
-function replyRole(messages: readonly ChatMessage[], opts: ChatOptions, responseRole: string): string {
-  return opts.addGenerationPrompt === false ? messages.at(-1)!.role : responseRole;
 }
 
 function tokenizeOptions(body: CompletionRequest) {

@@ -10,7 +10,8 @@ import type { ChatMessage } from "../types";
 export type ChatReply = { content?: ChatMessage["content"]; tool_calls?: unknown; role?: string; [field: string]: unknown };
 
 /**
- * The reply as the next turn will send it back (its `content`, with its `tool_calls` if it made any), or undefined
+ * The reply as the next turn will send it back (its `content`, with its `tool_calls` if it made any; `role`, the one
+ * the response named), or undefined
  * when there is none to warm with: not a chat completion, several choices, an empty reply, or one that did not
  * finish (see warmable; a stream must also end in `[DONE]` and carry no error). Reasoning is left out: clients
  * differ in whether they send it back.
