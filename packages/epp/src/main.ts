@@ -272,8 +272,8 @@ async function tokenizationOf(cfg: EppConfig, metrics: Metrics, log: Logger): Pr
     metrics.bodiesRead.inc({ where, thread });
     if (thread === "unread") warnUnread(unread ?? "unknown", { where });
   };
-  const why = cfg.tokenizerDir === undefined ? "without --tokenizer-dir (the byte-level fallback has no chat template)" : "with --chat-rendering sglang (a vLLM flag)";
-  for (const flag of ignoredRenderingFlags(preprocessorOptions(cfg))) log.warn(`${flag} has no effect ${why}`);
+  const why = { no_template: "without --tokenizer-dir (the byte-level fallback has no chat template)", vllm_only: "with --chat-rendering sglang (a vLLM flag)" };
+  for (const { flag, cause } of ignoredRenderingFlags(preprocessorOptions(cfg))) log.warn(`${flag} has no effect ${why[cause]}`);
   if (cfg.tokenizerDir === undefined && cfg.tokenizerCacheBytes !== DEFAULT_CACHE_MAX_BYTES) log.warn("--tokenizer-cache-bytes has no effect without --tokenizer-dir (the byte-level fallback caches nothing)");
   const conversation = servedConversationTemplate(preprocessorOptions(cfg));
   if (conversation !== null)

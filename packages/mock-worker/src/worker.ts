@@ -86,11 +86,8 @@ export async function startMockWorker(opts: MockWorkerOptions = {}): Promise<Moc
   // SGLang's own conversation templates are not rendered here: a stand-in for SGLang could not serve such chats.
   const conversation = servedConversationTemplate(rendering);
   if (conversation !== null) throw new ConfigError(`--chat-template ${JSON.stringify(conversation.name)}: ${conversation.why}, which the mock worker does not render; give a .jinja file`);
-  // A flag the fallback ignores under vLLM's rules too is ignored for want of a template; any other (--response-role
-  // in SGLang mode) for being vLLM's.
-  const unrendered = new Set(ignoredRenderingFlags({ ...rendering, chatRendering: "vllm" }));
-  for (const flag of ignoredRenderingFlags(rendering))
-    log.warn(`${flag} has no effect ${unrendered.has(flag) ? "without --tokenizer-dir (the byte-level fallback has no chat template)" : "in an SGLang --event-encoding (a vLLM flag)"}`);
+  const why = { no_template: "without --tokenizer-dir (the byte-level fallback has no chat template)", vllm_only: "in an SGLang --event-encoding (a vLLM flag)" };
+  for (const { flag, cause } of ignoredRenderingFlags(rendering)) log.warn(`${flag} has no effect ${why[cause]}`);
   const preprocessor = await createPreprocessor(rendering);
   // Warm before it serves, as the EPP's tokenizers are: its first requests would otherwise stand in for a slow engine.
   warmUp(preprocessor);

@@ -1,4 +1,4 @@
-export { createPreprocessor, ignoredRenderingFlags } from "./preprocessor";
+export { createPreprocessor, ignoredRenderingFlags, type IgnoredFlag } from "./preprocessor";
 export { loadChatTemplate, loadSglangChatTemplate } from "./tokenizer-files";
 export { servedConversationTemplate } from "./sglang-conversation";
 export { CONTENT_FORMAT_OPTIONS, type ContentFormatOption } from "./content-format";

@@ -38,23 +38,29 @@ export function createPreprocessor(opts: PreprocessorOptions = {}, files?: Token
 }
 
 /**
- * The rendering flags `opts` sets away from their defaults that are ignored, by their CLI names: for the caller to
- * warn of. A preprocessor without a tokenizer directory ignores them all (the byte-level fallback has no chat
- * template) but the response role; SGLang's rules ignore those only vLLM has.
+ * A rendering flag set and ignored, by its CLI name, and why: `no_template`, no tokenizer directory (the byte-level
+ * fallback has no chat template); `vllm_only`, a vLLM flag under SGLang's rules.
  */
-export function ignoredRenderingFlags(opts: PreprocessorOptions): string[] {
-  const fallback = opts.tokenizerDir === undefined;
-  const sglang = opts.chatRendering === "sglang";
-  const flags: [flag: string, set: boolean, ignored: boolean][] = [
-    ["--default-chat-template-kwargs", opts.defaultChatTemplateKwargs !== undefined, fallback],
-    ["--chat-template", opts.chatTemplate !== undefined, fallback],
-    ["--exclude-tools-when-tool-choice-none", opts.excludeToolsWhenToolChoiceNone === true, fallback || sglang],
-    ["--chat-template-content-format", (opts.chatTemplateContentFormat ?? "auto") !== "auto", fallback || sglang],
-    ["--trust-request-chat-template", opts.trustRequestChatTemplate === true, fallback || sglang],
+export type IgnoredFlag = { flag: string; cause: "no_template" | "vllm_only" };
+
+/**
+ * The rendering flags `opts` sets away from their defaults that are ignored: for the caller to warn of, in its own
+ * words for each cause. A preprocessor without a tokenizer directory ignores them all but the response role (the
+ * fallback renders roles); SGLang's rules ignore those only vLLM has.
+ */
+export function ignoredRenderingFlags(opts: PreprocessorOptions): IgnoredFlag[] {
+  const noTemplate = opts.tokenizerDir === undefined ? ("no_template" as const) : undefined;
+  const vllmOnly = noTemplate ?? (opts.chatRendering === "sglang" ? ("vllm_only" as const) : undefined);
+  const flags: [flag: string, set: boolean, cause: IgnoredFlag["cause"] | undefined][] = [
+    ["--default-chat-template-kwargs", opts.defaultChatTemplateKwargs !== undefined, noTemplate],
+    ["--chat-template", opts.chatTemplate !== undefined, noTemplate],
+    ["--exclude-tools-when-tool-choice-none", opts.excludeToolsWhenToolChoiceNone === true, vllmOnly],
+    ["--chat-template-content-format", (opts.chatTemplateContentFormat ?? "auto") !== "auto", vllmOnly],
+    ["--trust-request-chat-template", opts.trustRequestChatTemplate === true, vllmOnly],
     // The fallback renders roles too, a reply's among them.
-    ["--response-role", (opts.responseRole ?? DEFAULT_RESPONSE_ROLE) !== DEFAULT_RESPONSE_ROLE, sglang],
+    ["--response-role", (opts.responseRole ?? DEFAULT_RESPONSE_ROLE) !== DEFAULT_RESPONSE_ROLE, opts.chatRendering === "sglang" ? "vllm_only" : undefined],
   ];
-  return flags.filter(([, set, ignored]) => set && ignored).map(([flag]) => flag);
+  return flags.flatMap(([flag, set, cause]) => (set && cause !== undefined ? [{ flag, cause }] : []));
 }
 
 const byteFallbackPreprocessor = (rules: ChatRules): Preprocessor => ({

@@ -150,7 +150,7 @@ test("without a tokenizer directory every rendering flag set is named as ignored
   const flags = { defaultChatTemplateKwargs: "{}", chatTemplate: "{{ x }}", excludeToolsWhenToolChoiceNone: true, chatTemplateContentFormat: "openai", trustRequestChatTemplate: true, responseRole: "model" } as const;
   expect(ignoredRenderingFlags(flags)).toEqual([
     "--default-chat-template-kwargs", "--chat-template", "--exclude-tools-when-tool-choice-none", "--chat-template-content-format", "--trust-request-chat-template",
-  ]);
+  ].map((flag) => ({ flag, cause: "no_template" })));
   expect(ignoredRenderingFlags({ chatTemplateContentFormat: "auto", excludeToolsWhenToolChoiceNone: false, responseRole: "assistant" })).toEqual([]);
   expect(ignoredRenderingFlags({ ...flags, tokenizerDir: source })).toEqual([]);
 });

@@ -418,7 +418,8 @@ test("vLLM's flags that SGLang has not are reported as ignored under SGLang's ru
   const flags = { excludeToolsWhenToolChoiceNone: true, chatTemplateContentFormat: "openai", trustRequestChatTemplate: true, defaultChatTemplateKwargs: "{}", responseRole: "model" } as const;
   expect(ignoredRenderingFlags({ ...flags, tokenizerDir: servers.source, chatRendering: "sglang" })).toEqual([
     "--exclude-tools-when-tool-choice-none", "--chat-template-content-format", "--trust-request-chat-template", "--response-role",
-  ]);
-  expect(ignoredRenderingFlags({ ...flags, chatRendering: "sglang" })).toContain("--response-role");
+  ].map((flag) => ({ flag, cause: "vllm_only" })));
+  // Without a template too, the response role is ignored for being vLLM's, not for want of a template.
+  expect(ignoredRenderingFlags({ ...flags, chatRendering: "sglang" })).toContainEqual({ flag: "--response-role", cause: "vllm_only" });
   expect(ignoredRenderingFlags({ ...flags, tokenizerDir: servers.source })).toEqual([]);
 });
