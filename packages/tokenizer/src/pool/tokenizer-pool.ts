@@ -632,8 +632,7 @@ export class TokenizerPool {
   // know how far that read is (readHereMaxBytes bounds it).
   private memberFor(p: Pending, job: PoolJob, move = true): Member {
     // A member not ready (replacing a lost one) looks endlessly busy: work goes elsewhere while there is elsewhere.
-    const running = (m: Member) => [m.current, m.next].reduce((sum, q) => sum + (q !== null && awaited(q) ? q.cost : 0), 0);
-    const backlogs = this.members.map((m) => (m.live ? m.queue.reduce((sum, q) => sum + q.cost, running(m)) : Infinity));
+    const backlogs = this.members.map((m) => (m.live ? m.queue.reduce((sum, q) => sum + q.cost, awaitedCost(m.current) + awaitedCost(m.next)) : Infinity));
     const { chars, read } = jobWork(job);
     const placed = this.placement.place(affinityKey(job), chars, backlogs, move, read);
     p.cost = placed.cost;
@@ -935,6 +934,11 @@ function stop(member: Member, p: Pending): void {
 
 function stopping(member: Member, p: Pending): boolean {
   return Atomics.load(member.cancel, p.slot!) === p.id;
+}
+
+/** What a member's running or posted job counts in its backlog: its cost while its caller waits on it. */
+function awaitedCost(p: Pending | null): number {
+  return p !== null && awaited(p) ? p.cost : 0;
 }
 
 /** A request its caller still waits on (not a warm, nor one answered already whose rest only fills the cache). */
