@@ -6,7 +6,7 @@
 // running are never held up by more than one body.
 import { recordTokens } from "../tokens.ts";
 import type { TraceRecord } from "../trace.ts";
-import { Conversations, type ChatReply } from "./chat.ts";
+import { Conversations, type ReceivedReply } from "./chat.ts";
 
 const enc = new TextEncoder();
 
@@ -37,7 +37,7 @@ export function requestBuilder(records: readonly TraceRecord[], model: string, k
  */
 export type RequestSource = {
   build(i: number): RequestBody;
-  replied(i: number, reply: ChatReply): void;
+  replied(i: number, reply: ReceivedReply): void;
   stale(i: number): boolean;
   /** Chat turns continuing an earlier one built so far: resending its reply, or the trace's text in its place. */
   replyCounts(): { resent: number; stoodIn: number };

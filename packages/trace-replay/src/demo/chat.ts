@@ -14,7 +14,7 @@ import { TRACE_BLOCK_TOKENS, type TraceRecord } from "../trace.ts";
 export type ChatTurn = { role: string; content: string };
 
 /** A chat's reply as the client received it: its text, and the role the response named (none: "assistant"). */
-export type ChatReply = { content: string; role?: string | undefined };
+export type ReceivedReply = { content: string; role?: string | undefined };
 
 const WORDS = (
   "the of and to in is that for it as was with be by on not he this are or his from at which but have an " +
@@ -96,7 +96,7 @@ type Composed = { messages: ChatTurn[]; stoodIn: number[] };
 export class Conversations {
   private readonly links: (Link | null)[] = [];
   private readonly composed = new Map<number, Composed>();
-  private readonly replies = new Map<number, ChatReply>();
+  private readonly replies = new Map<number, ReceivedReply>();
   /** full hash_ids → latest record with exactly those ids */
   private readonly byIds = new Map<string, number>();
   /** hash_ids without the last (partial) block → latest record */
@@ -111,7 +111,7 @@ export class Conversations {
   }
 
   /** The reply the client received to record `i`: the turns continuing it resend it, in its role. */
-  replied(i: number, reply: ChatReply): void {
+  replied(i: number, reply: ReceivedReply): void {
     this.replies.set(i, reply);
   }
 

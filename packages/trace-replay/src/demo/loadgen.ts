@@ -4,7 +4,7 @@
 // of their arrival (bodies.ts), so a burst's requests all go out at their instant.
 import { arrivalTimes, type TraceRecord } from "../trace.ts";
 import { BodyLookahead, requestSource, type PromptKind, type RequestBody } from "./bodies.ts";
-import type { ChatReply } from "./chat.ts";
+import type { ReceivedReply } from "./chat.ts";
 import { GATEWAY_HEADERS } from "./gateway.ts";
 import type { DemoStats } from "./stats.ts";
 
@@ -58,7 +58,7 @@ export async function replay(records: readonly TraceRecord[], o: LoadGenOptions)
 }
 
 /** `due`: the arrival instant (performance.now() time), to measure how late the gateway asked the EPP. */
-async function oneRequest(req: RequestBody, due: number, o: LoadGenOptions, replied: (reply: ChatReply) => void): Promise<void> {
+async function oneRequest(req: RequestBody, due: number, o: LoadGenOptions, replied: (reply: ReceivedReply) => void): Promise<void> {
   const started = performance.now();
   // A gateway that cannot be reached is not an outcome to count: it stops the replay (fetch throws).
   const res = await fetch(`${o.gateway}${req.path}`, { method: "POST", headers: { "content-type": "application/json" }, body: req.body, signal: o.signal });
@@ -92,7 +92,7 @@ async function oneRequest(req: RequestBody, due: number, o: LoadGenOptions, repl
  * `detailed`: the usage had prompt_tokens_details (vLLM writes null there when nothing was cached). `reply`:
  * the streamed text (a chat's deltas' content, a completion's text) and the role a chat's first delta named.
  */
-type Usage = { promptTokens: number; cachedTokens: number; detailed: boolean; ttftMs: number; reply: ChatReply };
+type Usage = { promptTokens: number; cachedTokens: number; detailed: boolean; ttftMs: number; reply: ReceivedReply };
 
 /** Reads a streamed answer: TTFT at the first content chunk (from the request's start), tokens from the usage chunk, the reply. */
 export async function readStream(res: Response, started: number): Promise<Usage | undefined> {
