@@ -1,17 +1,19 @@
 import { Hono, type Context } from "hono";
 import pino, { type Logger } from "pino";
 import { randomUUID } from "node:crypto";
-import { hostPort, PREFILL_RANK_HEADER } from "@kv-epp/protocol";
+import { hostPort, PD_SPLIT_PATHS, PREFILL_RANK_HEADER, type PdSplitPath } from "@kv-epp/protocol";
+import { SPLIT_APIS } from "./apis.ts";
 import { resolveConfig, type SidecarConfig } from "./config.ts";
 import { createMetrics, type SidecarMetrics } from "./metrics.ts";
-import { decodeBody, prefillBody, prefillOutcome, type Body, type OpenAiPath } from "./prefill-request.ts";
+import { decodeBody, prefillBody, prefillOutcome, type Body } from "./prefill-request.ts";
 import { PREFILLER_HEADER, chosenPrefiller, isHostPort } from "./prefiller-header.ts";
 import { rewriteJson, rewriteSse } from "./usage-rewrite.ts";
 
 /**
  * The P/D sidecar in front of a decode worker, as llm-d's pd-sidecar: the gateway sends it the
  * requests an EPP routed to this decode worker. With `x-prefiller-host-port` (the prefill worker the
- * EPP chose) a completion or chat runs in two legs: the prefill leg to that worker, which computes the
+ * EPP chose) a request on a split path (@kv-epp/protocol's PD_SPLIT_PATHS: completions, chat, Responses,
+ * Messages, generate) runs in two legs: the prefill leg to that worker, which computes the
  * prompt and answers with `kv_transfer_params`, then the decode leg to the local worker with them,
  * whose answer (streamed or not) goes back to the client. Without it, or on any other route, the
  * request passes through to the local worker unchanged.
@@ -69,7 +71,7 @@ export function sidecarApp(config: SidecarConfig, log: Logger, metrics: SidecarM
     }
   };
 
-  const disaggregated = (path: OpenAiPath) => async (c: Context) => {
+  const disaggregated = (path: PdSplitPath) => async (c: Context) => {
     const prefiller = chosenPrefiller(c.req.header(PREFILLER_HEADER));
     if (prefiller === null) {
       metrics.request("local");
@@ -129,7 +131,7 @@ export function sidecarApp(config: SidecarConfig, log: Logger, metrics: SidecarM
     }
     let outcome: ReturnType<typeof prefillOutcome>;
     try {
-      outcome = prefillOutcome(JSON.parse(ptext));
+      outcome = prefillOutcome(JSON.parse(ptext), path);
     } catch {
       metrics.failed("prefill_answer");
       return errorBody(c, 502, `prefill worker ${prefiller} answered with something other than JSON`);
@@ -148,13 +150,13 @@ export function sidecarApp(config: SidecarConfig, log: Logger, metrics: SidecarM
       log.warn({ err }, "decode worker unreachable");
       return errorBody(c, 502, `decode worker unreachable: ${(err as Error).message}`);
     }
-    if (!dres.ok || !dres.body) return answer(dres, dres.body);
+    const api = SPLIT_APIS[path];
+    if (!dres.ok || !dres.body || !api.cached) return answer(dres, dres.body);
     const sse = (dres.headers.get("content-type") ?? "").includes("text/event-stream");
-    return answer(dres, sse ? rewriteSse(dres.body, outcome.cachedTokens) : rewriteJson(await dres.text(), outcome.cachedTokens));
+    return answer(dres, sse ? rewriteSse(dres.body, outcome.cachedTokens, api) : rewriteJson(await dres.text(), outcome.cachedTokens, api));
   };
 
-  app.post("/v1/completions", disaggregated("/v1/completions"));
-  app.post("/v1/chat/completions", disaggregated("/v1/chat/completions"));
+  for (const path of PD_SPLIT_PATHS) app.post(path, disaggregated(path));
   app.get("/sidecar/metrics", async (c) => c.text(await metrics.registry.metrics(), 200, { "content-type": metrics.registry.contentType }));
   app.all("*", async (c) => {
     metrics.request("passthrough");

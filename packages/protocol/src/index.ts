@@ -3,7 +3,7 @@ export {
   DP_LB_MODES, parseWorkerKey, rankSources, workerKey, workerKeyOf, type ApiServer, type DpLbMode, type RankSource, type WorkerRef, type WorkerSpec,
 } from "./rank.ts";
 export {
-  decodes, PREFILL_RANK_HEADER, PREFILLER_HOST_PORT_HEADER, prefills, ROLE_LABEL, roleOfLabel, WORKER_ROLES, type WorkerRole,
+  decodes, PD_SPLIT_PATHS, PREFILL_RANK_HEADER, PREFILLER_HOST_PORT_HEADER, prefills, ROLE_LABEL, roleOfLabel, splitPath, WORKER_ROLES, type PdSplitPath, type WorkerRole,
 } from "./disagg.ts";
 export type { BlockHash, StoredBlock, TokensHash } from "./hashes.ts";
 export type { RouterEvent, StreamCursor } from "./router-event.ts";
