@@ -71,9 +71,9 @@ afterAll(async () => {
 type Routed = { destination?: string; prefiller?: string; prefillRank?: string; decision?: string; removed: string[]; stream: ReturnType<ReturnType<typeof extProcClient>["open"]> };
 
 /** One request through a replica's ext_proc (full duplex); its stream stays open, so its load stays held. */
-async function route(client: ReturnType<typeof extProcClient>, prompt: number[], extraHeaders: [string, string][] = []): Promise<Routed> {
+async function route(client: ReturnType<typeof extProcClient>, prompt: number[], extraHeaders: [string, string][] = [], path?: string): Promise<Routed> {
   const s = client.open();
-  const h = headers();
+  const h = headers(path);
   for (const [key, v] of [["x-kv-epp-explain", "1"], ...extraHeaders]) h.request_headers!.headers!.headers!.push({ key: key!, raw_value: new TextEncoder().encode(v) });
   s.send(h);
   s.send(body({ model: "test-model", prompt, max_tokens: 4, stream: true }));
@@ -153,6 +153,21 @@ describe("the pair through ext_proc", () => {
     expect(cached.prefiller).toBeUndefined();
     expect(cached.decision).toMatch(/; pd: local reason=below_threshold uncached_tokens=32 /);
     await end(cached);
+  });
+
+  test("a path the sidecar passes through whole names no prefill worker and books no prefill load there", async () => {
+    const prompt = long(5);
+    await store("prefill-2", prompt, 32);
+    // vLLM's render endpoint: the decode worker's sidecar sends it on whole, so a remote prefill would never run.
+    const r = await route(clients[0]!, prompt, [["x-prefiller-host-port", addressOf("prefill-2")]], "/v1/completions/render");
+    expect([addressOf("decode-1"), addressOf("decode-2")]).toContain(r.destination!);
+    expect(r.prefiller).toBeUndefined();
+    expect(r.removed).toContain("x-prefiller-host-port");
+    expect(r.decision).toMatch(/; pd: local reason=path_not_split uncached_tokens=640 threshold_tokens=64$/);
+    const decode = WORKERS.find((w) => r.destination === `${w.ip}:8000`)!.id;
+    expect(await row(A_HOST, decode)).toMatchObject({ active_requests: 1, active_prefill_blocks: 40 });
+    for (const id of ["prefill-1", "prefill-2"] as const) expect(await row(A_HOST, id)).toMatchObject({ active_requests: 0, active_prefill_blocks: 0 });
+    await end(r);
   });
 });
 

@@ -48,8 +48,8 @@ function pool(candidates: Candidate[], o: { threshold?: number; cost?: "weights"
     const hashes = computeBlockHashes(tokens.subarray(0, blocks * BLOCK), BLOCK);
     applyStored(index, c, null, [...hashes].map((h) => ({ blockHash: BigInt(next++), tokensHash: h })));
   };
-  const route = (tokens: Uint32Array) => {
-    const r = RoutedRequest.route(ctx, { tokens });
+  const route = (tokens: Uint32Array, pathSplit?: boolean) => {
+    const r = RoutedRequest.route(ctx, { tokens, pathSplit });
     if (r.kind !== "routed") throw new Error(r.reason);
     return r.request;
   };
@@ -131,6 +131,22 @@ describe("the pair", () => {
     const cached = route(long);
     expect(cached.decision.pd?.disagg).toMatchObject({ disaggregate: false, reason: "below_threshold", uncachedTokens: 8 });
     expect(load.of(D.key)).toEqual({ requests: 1, blocks: 10, prefillBlocks: 2, prefillRequests: 1 });
+  });
+
+  test("a path the sidecar does not split is a plain decode pick: no prefill rank named or booked, under either cost", () => {
+    for (const cost of ["weights", "latency"] as const) {
+      const P = rank(`np-p-${cost}`, "prefill");
+      const D = rank(`np-d-${cost}`, "decode");
+      const { load, holds, route } = pool([P, D], { threshold: 8, cost });
+      const tokens = prompt(10, 4);
+      holds(P, tokens, 6);
+      const r = route(tokens, false);
+      expect(r.decision.pd?.disagg).toMatchObject({ disaggregate: false, reason: "path_not_split", uncachedTokens: 40 });
+      expect(r.prefillCandidate).toBeUndefined();
+      expect(load.of(P.key)).toEqual({ requests: 0, blocks: 0, prefillBlocks: 0, prefillRequests: 0 });
+      expect(load.of(D.key)).toEqual({ requests: 1, blocks: 10, prefillBlocks: 10, prefillRequests: 1 });
+      expect(explanation(r.decision)).toMatch(/; pd: local reason=path_not_split uncached_tokens=40 threshold_tokens=8$/);
+    }
   });
 
   test("a pool without prefill ranks decides as before: no pd part, the same choice and explanation", () => {

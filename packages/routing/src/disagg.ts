@@ -20,6 +20,8 @@ export type DisaggReason =
   | "below_threshold"
   /** The threshold is 0: never disaggregate. */
   | "threshold_off"
+  /** The decode side's sidecar sends the request's path to its decode worker whole (PD_SPLIT_PATHS). */
+  | "path_not_split"
   /** No prefill-capable rank is eligible other than the decode rank's own worker. */
   | "no_prefill_worker";
 
@@ -63,16 +65,20 @@ export type DeciderInput = {
   thresholdTokens: number;
   /** Eligible prefill ranks on other workers than the decode rank's. */
   prefillCandidates: number;
+  /** False: the sidecar would not split the request's path, so a prefill worker named would never be called. */
+  pathSplit?: boolean;
 };
 
 /**
  * llm-d's prefix-based P/D rule over this EPP's exact overlap: disaggregate when the tokens the decode
- * rank would compute itself reach the threshold, and there is a prefill rank to send them to.
+ * rank would compute itself reach the threshold, the request's path is one the sidecar splits, and there
+ * is a prefill rank to send them to.
  */
 export function decideDisagg(i: DeciderInput): Disaggregation {
   const uncached = uncachedTokens(i.promptTokens, i.decodeOverlap, i.blockSize);
   const verdict = (disaggregate: boolean, reason: DisaggReason): Disaggregation => ({ disaggregate, reason, uncachedTokens: uncached, thresholdTokens: i.thresholdTokens });
   if (i.thresholdTokens <= 0) return verdict(false, "threshold_off");
+  if (i.pathSplit === false) return verdict(false, "path_not_split");
   if (uncached < i.thresholdTokens) return verdict(false, "below_threshold");
   if (i.prefillCandidates === 0) return verdict(false, "no_prefill_worker");
   return verdict(true, "uncached_over_threshold");

@@ -53,6 +53,11 @@ export type PickRequest = {
   subset?: ReadonlySet<string>;
   /** Include every worker's overlap and tree size in the decision (POST /select); costs two Maps. */
   detail?: boolean;
+  /**
+   * False: the decode side's sidecar passes the request's path through whole (@kv-epp/protocol's
+   * splitPath), so it is a plain decode pick, never disaggregated. Absent: split.
+   */
+  pathSplit?: boolean;
 };
 
 type Match = { requestBlocks: number; scores: Map<string, number>; treeSizes: Map<string, number> };
@@ -212,7 +217,8 @@ export class Picker {
     let prefillCost: ((c: Known) => number) | undefined;
     if (o.cost === "latency") {
       const local = this.latencyCost(candidates, this.away);
-      if (sets) {
+      // A path not split is prefilled where it goes: the destination's own cost, no plan.
+      if (sets && req.pathSplit !== false) {
         prefillRanks = sets.prefill.map(knownOf(true));
         prefillCost = this.latencyCost(sets.prefill, this.prefillAway);
         const thresholdTokens = o.pdThresholdTokens ?? 0;
@@ -257,6 +263,7 @@ export class Picker {
         blockSize: bs,
         thresholdTokens: o.pdThresholdTokens ?? 0,
         prefillCandidates: others.length,
+        pathSplit: req.pathSplit,
       });
       pd = { disagg };
       if (disagg.disaggregate) {

@@ -12,7 +12,7 @@ import type { BodyBudget } from "./body-budget.ts";
 import { FairnessLabels, hasCriticalObjective, requestClass, shedReason, type RequestClass } from "./gaie-headers.ts";
 import { GrpcStatus, type BidiCall, type StatusCode } from "./grpc-h2.ts";
 import { BadRequest, joinBody, MAX_BODY_BYTES, TooDeep, type BodyFields, type BodyRequest, type RewriteRules } from "@kv-epp/tokenizer";
-import { PREFILL_RANK_HEADER, PREFILLER_HOST_PORT_HEADER } from "@kv-epp/protocol";
+import { PREFILL_RANK_HEADER, PREFILLER_HOST_PORT_HEADER, splitPath } from "@kv-epp/protocol";
 import { echo, steering } from "./conformance.ts";
 import { modelRewrite, type ResponseModelName, type RewriteOutcome } from "./model-rewrite.ts";
 import { ReplyCapture } from "./reply-capture.ts";
@@ -619,7 +619,9 @@ class ProcessStream {
       if (cause === "template_engine" || cause === "render_bound") this.shared.warnUnrenderable(cause, { model: fields.model, err: message });
       else this.deps.log.debug({ model: fields.model, cause, err: message }, "prompt not rendered here: routing by load");
     }
-    const pick = { model: scoredModel(req.cls, fields), cacheSalt: fields.cacheSalt, tokens, promptTokens, newTurnTokens, subset: req.subset };
+    // Only a path the decode side's sidecar splits may name a prefill worker: on any other the prefill is the decode worker's.
+    const pathSplit = splitPath(req.path) !== undefined;
+    const pick = { model: scoredModel(req.cls, fields), cacheSalt: fields.cacheSalt, tokens, promptTokens, newTurnTokens, subset: req.subset, pathSplit };
     const routing = RoutedRequest.route(this.deps.routing, pick, { explain: req.explain, batched: fields.batchedPrompts !== undefined });
     if (routing.kind === "no_endpoint") {
       this.immediate(503, `no endpoint eligible (${routing.reason})`, routing.reason, "no_endpoint");
