@@ -258,6 +258,34 @@ describe("tokenizer pool", () => {
     expect(pool.stats().cache.hits).toBe(pre.cacheStats().hits);
   }, 120_000);
 
+  test("a request stopped out of budget before it started goes on behind the resume of the job it preempted, which walks no piece twice", async () => {
+    const pool = await pools.start({ size: 1, budgetMs: 1 });
+    const prefix = lines(5_000, 51);
+    pool.warm({ kind: "prompt", text: prefix });
+    await idle(pool);
+    // Stopped past its cached prefix at the latest, the warm's member keeps its walk for its resume.
+    const long = prefix + "\n" + lines(400_000, 52);
+    pool.warm({ kind: "prompt", text: long });
+    // The stops the pool asks are held back, then told in the order under test: the question's before the warm's, so
+    // that its member reads the question already stopped. (Left alone, the member stops the warm at its next piece
+    // and reads the question well within its budget, unless the machine is loaded.)
+    type Posted = { id: number; slot: 0 | 1 };
+    const member = (pool as unknown as { members: { cancel: Int32Array; current: Posted | null; next: Posted | null }[] }).members[0]!;
+    const cancel = member.cancel;
+    member.cancel = new Int32Array(2);
+    const question = await pool.tokenize({ kind: "prompt", text: "a question" });
+    expect(question.fallback).toBe("queue");
+    for (const p of [member.next!, member.current!]) Atomics.store(cancel, p.slot, member.cancel[p.slot]!);
+    member.cancel = cancel;
+    await idle(pool);
+    expect(pool.stats().warmPreempted).toBe(1);
+    // The warm resumed where it stopped, and the question ran after it, whole: each text walked once.
+    const pre = createPreprocessor({ tokenizerDir: dir });
+    for (const text of [prefix, long, "a question"]) pre.encodeCompletion(text);
+    expect(pool.stats().cache.hits).toBe(pre.cacheStats().hits);
+    expect(pool.stats().cache.freshTokens).toBe(pre.cacheStats().freshTokens);
+  }, 120_000);
+
   test("a request stops the warm job its member is running; the warm resumes after it and finishes", async () => {
     const pool = await pools.start({ size: 1, budgetMs: 60_000 });
     const long = freshWords(400_000, 31);
@@ -709,7 +737,12 @@ describe("tokenizer pool: request bodies as received", () => {
   test("a body too large to warm, answered and stopped, resumes only from what its member keeps of it, never read again", async () => {
     const pool = await pools.start({ size: 1, budgetMs: 20, readHereMaxBytes: 64 << 10 });
     const held = watchRef(pool, 0);
-    const text = lines(800_000, 87);
+    // The second's start cached, its stop lands past it: it keeps its walk in the first's place wherever it lands (a
+    // stop at its first piece keeps nothing), and it is within what a member keeps of one (4 Mi characters).
+    const start = lines(2_000, 88);
+    pool.warm({ kind: "prompt", text: start });
+    await idle(pool);
+    const text = start + "\n" + lines(600_000, 87);
     const large = bytes({ model: "qwen3", messages: [{ role: "user", content: lines(100_000, 86) }] });
     expect(large.length).toBeGreaterThan(pool.readHereMaxBytes);
     // Read, answered over budget, then stopped at once for the request sent after that answer: its member keeps its
@@ -724,7 +757,9 @@ describe("tokenizer pool: request bodies as received", () => {
     await idle(pool);
     // The second resumed; the first, its walk gone and its body let go of, was not run again (nor its body read).
     expect(pool.stats()).toMatchObject({ warmTooLarge: 1, warmDropped: 0 });
-    expect(pool.stats().members[0]!.jobs).toBe(4);
+    // The jobs: the start's warm, the first and second stopped, the question, the second's resume; a question out of
+    // budget behind the second (a loaded machine) is stopped before it starts, then run as a warm: one more.
+    expect(pool.stats().members[0]!.jobs).toBe(5 + pool.stats().fallbacks.queue);
     // Dropped last, with nothing after it: its member idle, its thread no longer keeps the process alive.
     expect(held()).toBe(false);
   }, 120_000);

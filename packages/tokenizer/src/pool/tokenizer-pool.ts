@@ -779,12 +779,13 @@ export class TokenizerPool {
   }
 
   /**
-   * A stopped job put back, first of the warms. Answered already, it no longer holds what only its answer needed
-   * (its reading, a rewritten copy of its body; its known prefix). A body too large to warm (tooLargeToWarm) is let go
-   * of too: it resumes from what its member keeps of it (its walk, or its reading), or, if its member keeps nothing
-   * of it (or no longer does when its turn comes), it is not run at all, as warm() would not run it; reading it again
-   * is a read its member could not stop for a request, of bytes its caller no longer counts against its budget. A
-   * smaller one whose member no longer keeps its resume is read again, as any warm is.
+   * A stopped job put back, first of the warms (but behind another job's resume that its member keeps). Answered
+   * already, it no longer holds what only its answer needed (its reading, a rewritten copy of its body; its known
+   * prefix). A body too large to warm (tooLargeToWarm) is let go of too: it resumes from what its member keeps of it
+   * (its walk, or its reading), or, if its member keeps nothing of it (or no longer does when its turn comes), it is
+   * not run at all, as warm() would not run it; reading it again is a read its member could not stop for a request, of
+   * bytes its caller no longer counts against its budget. A smaller one whose member no longer keeps its resume is
+   * read again, as any warm is.
    */
   private requeue(member: Member, p: Pending, kept: boolean): void {
     p.discard = true;
@@ -797,7 +798,11 @@ export class TokenizerPool {
       }
       p.job = null;
     }
-    member.warm.unshift(p);
+    // One whose member kept nothing of it (a request posted behind and stopped before it started, out of budget) goes
+    // behind the job whose resume its member keeps, queued first: started ahead, it would make its member let go of
+    // that resume (a warm's start does), and that job would walk every piece it had finished again.
+    const resume = !kept && member.kept !== null && member.warm[0]?.id === member.kept;
+    member.warm.splice(resume ? 1 : 0, 0, p);
     this.trimWarm(member, true);
   }
 
