@@ -25,6 +25,8 @@ export type MetricsOptions = {
   connector?: MockNixlConnector;
   /** SGLang's series in place of vLLM's (a worker with an SGLang --event-encoding). */
   sglang?: SglangMetricsOptions;
+  /** With LoRA adapters served: the most a batch may hold, vLLM's max_lora (absent: no LoRA, no series). */
+  maxLora?: number;
 };
 
 /** Series per rank labelled as vLLM's (`model_name`, `engine`), read from the engines at scrape time (level, not event counting). */
@@ -53,7 +55,7 @@ export function createMetrics(o: MetricsOptions): WorkerMetrics {
   const { model, engines, connector } = o;
   const registry = new Registry();
   const { labelNames, labels, gauge, counter } = perRank(registry, model, engines);
-  const series = o.sglang ? sglangSeries(registry, model, engines, o.sglang) : vllmSeries(registry, model, engines);
+  const series = o.sglang ? sglangSeries(registry, model, engines, o.sglang) : vllmSeries(registry, model, engines, o.maxLora);
   if (connector) {
     counter("mock_worker_kv_transfer_pulled_blocks_total", "KV blocks read from prefill workers (decode side).", (e) => e.pulledBlocks);
     gauge("mock_worker_kv_transfer_held_requests", "Finished prefills whose blocks wait for their decode worker (prefill side).", (e) => e.heldRequests);
@@ -83,8 +85,29 @@ export function createMetrics(o: MetricsOptions): WorkerMetrics {
   };
 }
 
+/**
+ * vLLM's vllm:lora_requests_info as its engine writes it with --enable-lora: no model or engine label, the state
+ * in the labels (max_lora, the running and the waiting requests' adapters joined by ","), the time it was
+ * recorded as the value. vLLM records at every engine step and never drops a label set, so each state it passed
+ * through stays exported with its last time; here each scrape records every rank's state (several ranks on one
+ * server share the gauge, as vLLM's DP engines do: the newest series is one engine's).
+ */
+function loraInfo(registry: Registry, engines: () => readonly RankEngine[], maxLora: number): void {
+  new Gauge({
+    name: "vllm:lora_requests_info", help: "Running stats on lora requests.", registers: [registry],
+    labelNames: ["max_lora", "running_lora_adapters", "waiting_lora_adapters"],
+    collect() {
+      const now = Date.now() / 1000;
+      for (const e of engines()) {
+        const a = e.adapters();
+        this.set({ max_lora: String(maxLora), running_lora_adapters: a.running.join(","), waiting_lora_adapters: a.waiting.join(",") }, now);
+      }
+    },
+  });
+}
+
 /** vLLM v1's series. */
-function vllmSeries(registry: Registry, model: string, engines: () => readonly RankEngine[]): EngineSeries {
+function vllmSeries(registry: Registry, model: string, engines: () => readonly RankEngine[], maxLora: number | undefined): EngineSeries {
   const { labelNames, labels, gauge, counter } = perRank(registry, model, engines);
   gauge("vllm:num_requests_running", "Requests in the running batch.", (e) => e.running);
   gauge("vllm:num_requests_waiting", "Requests waiting to be admitted.", (e) => e.waiting);
@@ -105,6 +128,7 @@ function vllmSeries(registry: Registry, model: string, engines: () => readonly R
       }
     },
   });
+  if (maxLora !== undefined) loraInfo(registry, engines, maxLora);
   counter("vllm:prefix_cache_queries_total", "Prompt tokens looked up in the prefix cache.", (e) => e.cache.queriedTokens);
   counter("vllm:prefix_cache_hits_total", "Prompt tokens found in the prefix cache.", (e) => e.cache.hitTokens);
   counter("vllm:num_preemptions_total", "Requests preempted for want of KV cache blocks.", (e) => e.preemptions);

@@ -108,7 +108,11 @@ export async function startMockWorker(opts: MockWorkerOptions = {}): Promise<Moc
   // SGLang labels its scheduler series with dp_rank only on a server of several DP ranks.
   const engineType = config.role === "prefill" || config.role === "decode" ? config.role : "unified";
   const metricsFor = (engines: () => RankEngine[], serverRanks: number) =>
-    createMetrics({ model: config.model, engines, connector, sglang: kind === "sglang" ? { engineType, dpRankLabel: serverRanks > 1 } : undefined });
+    createMetrics({
+      model: config.model, engines, connector, sglang: kind === "sglang" ? { engineType, dpRankLabel: serverRanks > 1 } : undefined,
+      // The mock runs any of its adapters together: a batch holds them all.
+      maxLora: config.loraModules.length > 0 ? config.loraModules.length : undefined,
+    });
   const allMetrics = metricsFor(() => ranks.map((r) => r.engine), config.dpSize);
   const perRank = config.rankPorts
     ? Array.from({ length: config.dpSize }, (_, i) => metricsFor(() => (ranks[i] ? [ranks[i]!.engine] : []), 1))

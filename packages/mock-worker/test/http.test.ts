@@ -115,6 +115,8 @@ describe("OpenAI HTTP", () => {
     expect(text).toMatch(/vllm:prefix_cache_queries_total\{model_name="mock\/model",engine="0"\} \d+/);
     expect(text).toContain('vllm:cache_config_info{block_size="16",cache_dtype="auto",enable_prefix_caching="True",num_gpu_blocks="8192",num_cpu_blocks="None",engine="0"} 1');
     expect(text).toMatch(/vllm:time_to_first_token_seconds_count\{model_name="mock\/model",engine="1"\} [1-9]/);
+    // No adapters served: no LoRA series, as vLLM without --enable-lora.
+    expect(text).not.toContain("vllm:lora_requests_info");
   });
 });
 

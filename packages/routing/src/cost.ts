@@ -12,6 +12,8 @@ export type Weights = {
   temperature: number;
   /** How the candidates' costs are formed; absent: "blocks". */
   shape?: CostShape;
+  /** Weight of the LoRA affinity (lora.ts) for a request naming an adapter; absent: 0, none. */
+  loraWeight?: number;
 };
 
 /** Which in-flight measure the score shape balances. */

@@ -1,7 +1,7 @@
 // The routing decision as one pure function: what the EPP knows about each candidate (its overlap of the
-// request's blocks, its load, its scraped queue) in, the chosen candidate out. `Picker` calls it with
-// the live index and load; bench:trace's simulation calls it with the simulated ones, so the benchmark
-// measures the decision that ships.
+// request's blocks, its load, its scraped queue, its fit for the request's LoRA adapter) in, the chosen
+// candidate out. `Picker` calls it with the live index and load; bench:trace's simulation calls it with
+// the simulated ones, so the benchmark measures the decision that ships.
 import { endpointHost } from "@kv-epp/protocol";
 import { choose, costs, type Weights } from "./cost.ts";
 import { uncachedTokens, type CostInput } from "./latency.ts";
@@ -28,6 +28,11 @@ export type CandidateState = {
   readonly prefillRequests?: number;
   /** Waiting requests from the rank's scraped vLLM /metrics (0 when not scraped). */
   readonly waiting: number;
+  /**
+   * How well the rank fits the request's LoRA adapter (lora.ts, in [0, 1]). Absent: no charge, the
+   * request naming no adapter or the rank reporting none.
+   */
+  readonly loraAffinity?: number;
 };
 
 export type DecisionInput<C extends CandidateState> = {
@@ -46,6 +51,8 @@ export type DecisionInput<C extends CandidateState> = {
   random: () => number;
   /** The latency cost: a candidate's predicted TTFT (ms) replaces the weighted blocks. */
   latency?: (c: C) => number;
+  /** With `latency`: the request's whole prefill in ms at the pool's rate, the unit of its LoRA charge. */
+  prefillMs?: number;
 };
 
 export type Scored<C> = { candidate: C; cost: number };
@@ -67,13 +74,26 @@ export function decide<C extends CandidateState>(input: DecisionInput<C>): Decis
   const latency = input.latency;
   // In-flight prefixes count as cached under either shape (overlapOf).
   const byCost = latency ? eligible.map(latency) : costs(w, input.requestBlocks, eligible.map((c) => ({ ...c, overlap: overlapOf(c) })));
-  const scored = eligible.map((candidate, i) => ({ candidate, cost: byCost[i]! }));
+  const miss = (w.loraWeight ?? 0) * loraUnit(input);
+  const scored = eligible.map((candidate, i) => ({ candidate, cost: byCost[i]! + loraCharge(miss, candidate.loraAffinity) }));
   const i = choose(
     scored.map((s) => s.cost),
     w.temperature,
     input.random,
   );
   return { kind: "chosen", chosen: scored[i]!, scored };
+}
+
+/** What a rank of LoRA affinity 0 is charged per unit of weight, in the cost's units (lora.ts, DEFAULT_LORA_WEIGHT). */
+function loraUnit<C extends CandidateState>(input: DecisionInput<C>): number {
+  if (input.latency) return input.prefillMs ?? 0;
+  const shape = input.weights.shape;
+  return shape?.kind === "score" ? 1 : input.weights.prefillLoadScale * input.requestBlocks;
+}
+
+/** A rank's shortfall from running the adapter already, priced; nothing without an affinity. */
+function loraCharge(miss: number, affinity: number | undefined): number {
+  return affinity === undefined || miss === 0 ? 0 : miss * (1 - affinity);
 }
 
 /** The blocks the decision counts as cached on the candidate: the index's or the pending ones, whichever is longer. */

@@ -38,6 +38,11 @@ describe("explanation", () => {
     expect(explanation(picked(a, [a]))).toBe("chosen: worker=a dp_rank=0 overlap=2+/8 predicted_ttft_ms=7.0 cost=5; runner_up: none");
   });
 
+  test("a request naming a LoRA adapter shows each rank's fit for it", () => {
+    const a = { ...scored("a", 0, 1, 5, 7), loraAffinity: 0.8 };
+    expect(explanation(picked(a, [a]))).toBe("chosen: worker=a dp_rank=0 overlap=1/8 predicted_ttft_ms=7.0 lora=0.8 cost=5; runner_up: none");
+  });
+
   test("a single candidate has no runner-up", () => {
     const a = scored("a", 0, 1, 5, 7);
     expect(explanation(picked(a, [a]))).toBe("chosen: worker=a dp_rank=0 overlap=1/8 predicted_ttft_ms=7.0 cost=5; runner_up: none");

@@ -13,7 +13,7 @@ type Picked = Extract<Decision, { kind: "picked" }>;
 function describe(s: ScoredCandidate, requestBlocks: number): string {
   const c = s.candidate;
   // "+": at least that many, the pick having seen only a known prefix the rank holds whole (openEnded).
-  return `worker=${c.workerId} dp_rank=${c.dpRank} overlap=${s.overlap}${s.openEnded ? "+" : ""}/${requestBlocks}${s.pendingOverlap > 0 ? ` pending=${s.pendingOverlap}` : ""} predicted_ttft_ms=${s.predictedTtftMs.toFixed(1)} cost=${round(s.cost)}`;
+  return `worker=${c.workerId} dp_rank=${c.dpRank} overlap=${s.overlap}${s.openEnded ? "+" : ""}/${requestBlocks}${s.pendingOverlap > 0 ? ` pending=${s.pendingOverlap}` : ""} predicted_ttft_ms=${s.predictedTtftMs.toFixed(1)}${s.loraAffinity !== undefined ? ` lora=${s.loraAffinity}` : ""} cost=${round(s.cost)}`;
 }
 
 // The score shape's costs lie in [-5, 0]: one decimal would hide the differences that decided.

@@ -10,6 +10,7 @@ import { DEFAULT_AWAY_WEIGHT, DEFAULT_FOLLOWER_WEIGHT, DEFAULT_FOLLOWER_WEIGHT_M
 import { DEFAULT_PENDING, INFLIGHT_PREFIX_DEFAULT, PendingPrefixes } from "./pending.ts";
 import { DEFAULT_COST, type CostModel } from "./picker.ts";
 import { DEFAULT_PD_THRESHOLD_TOKENS } from "./disagg.ts";
+import { DEFAULT_LORA_WEIGHT } from "./lora.ts";
 
 /** How the candidates are chosen among: the cost model, the scraped queues, the temperature. */
 export const CHOICE_OPTIONS = group("Routing: choice", {
@@ -21,6 +22,10 @@ export const CHOICE_OPTIONS = group("Routing: choice", {
   queueWeight: opt.number(nonNegative.default(0), "cost per scraped waiting request"),
   queueThreshold: opt.int(count.default(0), "skip workers with more waiting requests (0: off)"),
   temperature: opt.number(nonNegative.default(0), "softmax temperature (0: argmin)"),
+  loraAffinityWeight: opt.number(
+    nonNegative.default(DEFAULT_LORA_WEIGHT),
+    "for a request naming a LoRA adapter: weight of the worker's fit for it from its vllm:lora_requests_info (running 1, room to load 0.8, queued 0.6, full 0); score shape: in score units, beside --prefix-weight and --load-weight; blocks shape and latency cost: a full worker is charged this many prefills of the request (0: off)",
+  ),
 });
 
 /** The weights cost: its shape and the shape's weights. */
@@ -93,6 +98,8 @@ export type RoutingSettings = ShapeSettings &
     queueWeight: number;
     queueThreshold: number;
     temperature: number;
+    /** Weight of a rank's fit for the request's LoRA adapter (lora.ts); 0: none. */
+    loraWeight: number;
     /** Off: the index's overlap alone. */
     inflightPrefix: { mode: "off" } | { mode: "on"; maxBlocks: number; ttlMs: number };
     /** Prefill/decode disaggregation's decider threshold, in uncached tokens on the decode worker (disagg.ts); 0: never. */
@@ -127,6 +134,7 @@ export function routingSettings(v: Values<typeof ROUTING_OPTIONS>): RoutingSetti
     queueWeight: v.queueWeight,
     queueThreshold: v.queueThreshold,
     temperature: v.temperature,
+    loraWeight: v.loraAffinityWeight,
     inflightPrefix: v.inflightPrefix ? { mode: "on", maxBlocks: v.inflightPrefixMaxBlocks, ttlMs: v.inflightPrefixTtlMs } : { mode: "off" },
     pdThresholdTokens: v.pdThresholdTokens,
   };

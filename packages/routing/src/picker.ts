@@ -9,6 +9,7 @@ import { AwayWorkers, type ReplicaSet } from "./home.ts";
 import type { CostInput, LatencyModel } from "./latency.ts";
 import type { LoadView } from "./load.ts";
 import { prefixKeys, type PendingView, type PrefixKeys } from "./pending.ts";
+import { affinityOf } from "./lora.ts";
 import { planCost } from "./plan.ts";
 import type { Candidate, IndexLookup, ModelIndex, WorkerSignals } from "./ports.ts";
 
@@ -82,6 +83,8 @@ export type ScoredCandidate = {
   aheadTokens: number;
   /** The latency model's TTFT for this request on this worker, ms. */
   predictedTtftMs: number;
+  /** How well the candidate fits the request's LoRA adapter (lora.ts); absent: no adapter, or none reported. */
+  loraAffinity?: number;
 };
 
 /** A registry candidate with what the decision reads about it, and what its TTFT is predicted from (once per pick). */
@@ -192,6 +195,7 @@ export class Picker {
     const bs = indexer.blockSize;
     const knownOf = (prefillSide: boolean) => (ref: Candidate): Known => {
       const load = this.deps.load.of(ref.key);
+      const signals = this.deps.signals(ref);
       const c = {
         ref,
         endpoint: ref.endpoint,
@@ -202,7 +206,8 @@ export class Picker {
         activeRequests: prefillSide ? load.prefillRequests : load.requests,
         prefillBlocks: load.prefillBlocks,
         prefillRequests: load.prefillRequests,
-        waiting: this.deps.signals(ref)?.waiting ?? 0,
+        waiting: signals?.waiting ?? 0,
+        loraAffinity: affinityOf(signals?.lora, id.loraName),
       };
       // Added in place, not spread into a copy of the candidate: this runs per candidate per pick.
       return Object.assign(c, { ttft: ttftInput(c, promptTokens, bs) });
@@ -210,6 +215,8 @@ export class Picker {
     const known = candidates.map(knownOf(false));
     const o = this.deps.options;
     const latency = this.deps.latency;
+    // The whole prompt's prefill at the pool's rate: what the latency cost charges a rank that cannot take the adapter.
+    const prefillMs = latency.params().msPerToken * promptTokens;
     let destinationCost: ((c: Known) => number) | undefined;
     // The prefill ranks' states, when the latency cost read them: the prefill pick reads the same ones.
     let prefillRanks: Known[] | undefined;
@@ -234,6 +241,7 @@ export class Picker {
       queueThreshold: o.queueThreshold,
       random: this.deps.random ?? Math.random,
       latency: destinationCost,
+      prefillMs,
     });
     if (d.kind === "none") return { kind: "no_endpoint", reason: d.reason };
     const knownBlocks = Math.floor(req.tokens.length / bs);
@@ -249,6 +257,7 @@ export class Picker {
       unexplainedWaiting: s.candidate.ttft.waiting,
       aheadTokens: s.candidate.ttft.aheadTokens,
       predictedTtftMs: latency.predictTtftMs(s.candidate.ttft),
+      loraAffinity: s.candidate.loraAffinity,
     });
     const scored = d.scored.map(scoredOf);
     let pd: PrefillDecision | undefined;
@@ -275,6 +284,7 @@ export class Picker {
           random: this.deps.random ?? Math.random,
           // The home share is dealt over every prefill rank, so it does not change with the decode pick.
           latency: prefillCost,
+          prefillMs,
         });
         if (p.kind === "chosen") pd.prefill = { chosen: scoredOf(p.chosen), scored: p.scored.map(scoredOf) };
         else pd.disagg = { ...disagg, disaggregate: false, reason: "no_prefill_worker" };

@@ -3,6 +3,7 @@
 // opens no socket, starts no timer of its own and reads no flag.
 import type { KvIndex } from "@kv-epp/index-wasm";
 import type { DisaggReason } from "./disagg.ts";
+import type { LoraAdapters } from "./lora.ts";
 import type { WorkerRef, WorkerRole } from "@kv-epp/protocol";
 
 /**
@@ -17,8 +18,11 @@ export type ModelIndex = { key: string; blockSize: number; index: KvIndex };
 /** Where the picker finds a request model's index, and the LoRA adapter the model names (absent: none ever does). */
 export type IndexLookup = { lookup(model?: string): ModelIndex | undefined; adapterOf?(model?: string): string | null };
 
-/** What a rank's engine says of itself beside the load routing counts: its queue (vLLM's num_requests_waiting). */
-export type WorkerSignals = { waiting: number };
+/**
+ * What a rank's engine says of itself beside the load routing counts: its queue (vLLM's num_requests_waiting)
+ * and, when it serves LoRA adapters, which it runs and queues (vLLM's lora_requests_info; absent: not reported).
+ */
+export type WorkerSignals = { waiting: number; lora?: LoraAdapters };
 
 /** Time as the runner keeps it: wall time in the EPP, virtual time in the simulation. */
 export type Clock = {

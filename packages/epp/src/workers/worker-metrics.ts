@@ -1,6 +1,8 @@
 // Load scraped from each worker's vLLM or SGLang Prometheus endpoint: an extra signal next to the load the EPP
 // tracks itself (which misses requests that did not come through this replica).
 
+import type { LoraAdapters } from "@kv-epp/routing";
+import { LORA_INFO, NewestLoraInfo } from "./lora-metrics.ts";
 import { SglangGauges } from "./sglang-metrics.ts";
 
 /**
@@ -17,6 +19,8 @@ export type WorkerMetrics = {
   kvUsage: number;
   gpuBlocks?: Map<number, number>;
   poolTokens?: Map<number, number>;
+  /** The adapters the API server's engine runs and queues (vllm:lora_requests_info); absent when not exported. */
+  lora?: LoraAdapters;
   at: number;
 };
 
@@ -53,14 +57,16 @@ type Pools = { gpuBlocks: Map<number, number>; poolTokens: Map<number, number> }
 
 /**
  * Reads the gauges vLLM exposes (`vllm:num_requests_running`, `..._waiting`, KV usage), summing label sets,
- * the waiting requests per engine too, and each engine's `num_gpu_blocks` from `vllm:cache_config_info`; and
- * SGLang's (see SglangGauges), its KV pool in tokens.
+ * the waiting requests per engine too, each engine's `num_gpu_blocks` from `vllm:cache_config_info` and the
+ * adapters it runs and queues from `vllm:lora_requests_info` (lora-metrics.ts); and SGLang's (see
+ * SglangGauges), its KV pool in tokens.
  */
 export function parseVllmMetrics(text: string, at = Date.now()): WorkerMetrics & Pools {
   const gpuBlocks = new Map<number, number>();
   const waitingByEngine = new Map<number, number>();
   const out = { running: 0, waiting: 0, waitingByEngine, kvUsage: 0, gpuBlocks, poolTokens: new Map<number, number>(), at };
   const sglang = new SglangGauges();
+  const lora = new NewestLoraInfo();
   for (const line of text.split("\n")) {
     if (line.length === 0 || line.charCodeAt(0) === 35 /* # */) continue;
     const name = line.slice(0, line.search(/[{\s]/));
@@ -70,6 +76,10 @@ export function parseVllmMetrics(text: string, at = Date.now()): WorkerMetrics &
     }
     const v = Number(line.slice(line.lastIndexOf(" ") + 1));
     if (!Number.isFinite(v)) continue;
+    if (name === LORA_INFO) {
+      lora.add(line, v);
+      continue;
+    }
     if (sglang.add(name, v, (label) => indexLabel(line, label))) continue;
     switch (name) {
       case "vllm:num_requests_running":
@@ -88,7 +98,8 @@ export function parseVllmMetrics(text: string, at = Date.now()): WorkerMetrics &
     }
   }
   sglang.addTo(out);
-  return out;
+  const adapters = lora.adapters(labelOf);
+  return adapters ? { ...out, lora: adapters } : out;
 }
 
 /** One API server's /metrics: `endpoint` is the address the gateway is told for its ranks. */

@@ -297,12 +297,14 @@ export class WorkerSet {
   /**
    * What a rank's engine says of itself, from the last scrape of its API server (undefined: not scraped, or the
    * last scrape failed): its own queue where the server fronts several engines (vLLM labels each engine's
-   * series with its index, the DP rank), else the server's.
+   * series with its index, the DP rank), else the server's; and the server's LoRA adapters, which vLLM
+   * exports once per server, not per engine.
    */
   signalsOf(c: Candidate): WorkerSignals | undefined {
     const m = this.scraper.get(c.endpoint);
     if (m === undefined) return undefined;
-    return { waiting: m.waitingByEngine.size > 1 ? (m.waitingByEngine.get(c.dpRank) ?? 0) : m.waiting };
+    const waiting = m.waitingByEngine.size > 1 ? (m.waitingByEngine.get(c.dpRank) ?? 0) : m.waiting;
+    return m.lora ? { waiting, lora: m.lora } : { waiting };
   }
 
   /** The KV blocks the rank's vLLM says it can hold (num_gpu_blocks; SGLang's token pool in blocks), once scraped. */

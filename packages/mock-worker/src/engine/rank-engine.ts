@@ -131,6 +131,15 @@ export class RankEngine {
     return this.scheduler.waitingCount;
   }
 
+  /**
+   * The LoRA adapters of the running and of the waiting requests, each named once in the order first met
+   * (vLLM's running_lora_adapters and waiting_lora_adapters, the keys of its per-adapter counts).
+   */
+  adapters(): { running: string[]; waiting: string[] } {
+    const names = (items: Live[]) => [...new Set(items.flatMap((l) => (l.identity?.loraName ? [l.identity.loraName] : [])))];
+    return { running: names(this.scheduler.runningItems()), waiting: names(this.scheduler.waitingItems()) };
+  }
+
   /** Requests running plus waiting: the load used to pick a rank. */
   get load(): number {
     return this.running + this.waiting;

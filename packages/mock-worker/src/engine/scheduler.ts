@@ -108,6 +108,16 @@ export class StepScheduler<T> {
     return this.waiting.length;
   }
 
+  /** The requests of the running batch. */
+  runningItems(): T[] {
+    return this.running.map((s) => s.item);
+  }
+
+  /** The requests waiting to be admitted (preempted ones first). */
+  waitingItems(): T[] {
+    return this.waiting.map((s) => s.item);
+  }
+
   get idle(): boolean {
     return this.running.length === 0 && this.waiting.length === 0;
   }
