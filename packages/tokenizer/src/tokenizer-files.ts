@@ -58,7 +58,7 @@ export function loadTokenizerFiles(dir: string): TokenizerFiles {
   };
   const tokenizerJson = parseTokenizerJson(readMapped(path("tokenizer.json"))) as TokenizerJson;
   const config = JSON.parse(readFileSync(path("tokenizer_config.json"), "utf8")) as TokenizerConfig;
-  return { tokenizerJson, config, chatTemplate: findChatTemplate(dir, config), processorChatTemplate: findProcessorChatTemplate(dir), modelFiles: modelFiles(dir) };
+  return { tokenizerJson, config, chatTemplate: findChatTemplate(dir, config), processorChatTemplate: findProcessorChatTemplate(dir), modelFiles: readModelFiles(dir) };
 }
 
 /**
@@ -123,7 +123,7 @@ function findProcessorChatTemplate(dir: string): string | null {
  * What vLLM reads to pick its renderer (renderers/registry.py): config.json's model_type and architectures, and the
  * files that make its "auto" tokenizer mode Mistral's (tekken.json, tokenizer.model.v*).
  */
-function modelFiles(dir: string): ModelFiles {
+export function readModelFiles(dir: string): ModelFiles {
   const config = readJson(join(dir, "config.json"));
   const mistralTokenizer = readdirSync(dir).some((f) => f === "tekken.json" || f.startsWith("tokenizer.model.v"));
   return config === undefined ? { mistralTokenizer } : { modelType: config.model_type, architectures: config.architectures, mistralTokenizer };

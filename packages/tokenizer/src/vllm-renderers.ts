@@ -2,7 +2,8 @@
 // here; the others (Harmony for gpt-oss, the renderers its tokenizer mode selects) build prompts in Python code of
 // their own, so a chat of such a model is routed by load (ChatUnrenderable) instead of hashed as a prompt the
 // workers never see.
-import type { ModelFiles } from "./tokenizer-files";
+import { readModelFiles, type ModelFiles } from "./tokenizer-files";
+import type { PreprocessorOptions } from "./types";
 
 /** vLLM's --tokenizer-mode by default. */
 export const DEFAULT_TOKENIZER_MODE = "auto";
@@ -34,4 +35,13 @@ export function vllmOtherRenderer(mode: string, files: ModelFiles): string | und
     return `through the renderer of its tokenizer mode ${JSON.stringify(ARCHITECTURE_MODES[architecture])} (which --tokenizer-mode auto picks for ${architecture})`;
   if (files.mistralTokenizer) return "through Mistral's own tokenizer (--tokenizer-mode auto picks it for a tekken.json or tokenizer.model.v* file)";
   return undefined;
+}
+
+/**
+ * How the vLLM workers of a preprocessor built with `opts` render its chats when not with a Jinja template (for a
+ * warning at startup), or null: vLLM's Jinja renderer, SGLang's rules, or no tokenizer directory.
+ */
+export function servedVllmRenderer(opts: PreprocessorOptions): string | null {
+  if ((opts.chatRendering ?? "vllm") !== "vllm" || opts.tokenizerDir === undefined) return null;
+  return vllmOtherRenderer(opts.tokenizerMode ?? DEFAULT_TOKENIZER_MODE, readModelFiles(opts.tokenizerDir)) ?? null;
 }

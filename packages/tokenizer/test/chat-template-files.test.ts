@@ -6,7 +6,7 @@ import { mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSyn
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { ChatTemplateError, ChatUnrenderable } from "../src/messages";
-import { createPreprocessor, type Preprocessor, type PreprocessorOptions } from "../src/index";
+import { createPreprocessor, servedVllmRenderer, type Preprocessor, type PreprocessorOptions } from "../src/index";
 import { qwen3TokenizerDir } from "./qwen3-fixture";
 
 // The default renders the content as a string; the tool-use template loops over the content's parts, so a request
@@ -171,5 +171,14 @@ describe("vLLM's renderers other than its Jinja one: the chat is unrenderable he
     expect(unrendered(tokenizerDir("auto-tekken", DEFAULT, { "tekken.json": "{}" }))).toContain("Mistral");
     expect(unrendered(tokenizerDir("auto-sentencepiece", DEFAULT, { "tokenizer.model.v3": "" }))).toContain("Mistral");
     expect(tokenizerDir("hf-tekken", DEFAULT, { "tekken.json": "{}" }, { tokenizerMode: "hf" }).renderChat(messages)).toBe("D[hi]");
+  });
+
+  test("the same is told once for the startup warning, from the directory and the flags", () => {
+    tokenizerDir("told-gpt-oss", DEFAULT, config({ model_type: "gpt_oss" }));
+    expect(servedVllmRenderer({ tokenizerDir: join(root, "told-gpt-oss") })).toContain("Harmony");
+    expect(servedVllmRenderer({ tokenizerDir: join(root, "told-gpt-oss"), chatRendering: "sglang" })).toBeNull();
+    expect(servedVllmRenderer({ tokenizerDir: source })).toBeNull();
+    expect(servedVllmRenderer({ tokenizerDir: source, tokenizerMode: "mistral" })).toContain('"mistral"');
+    expect(servedVllmRenderer({ tokenizerMode: "mistral" })).toBeNull();
   });
 });
