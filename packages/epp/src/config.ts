@@ -98,6 +98,8 @@ export type EppConfig = {
   trustRequestChatTemplate: boolean;
   /** The workers' vLLM --response-role. */
   responseRole: string;
+  /** The workers' vLLM --tokenizer-mode. */
+  tokenizerMode: string;
   /** Tokenizer pool threads (undefined: defaultPoolSize, a CPU quota less one or else the CPUs, at most 8; 0: none, tokenize on the event loop) and the pick's tokenization budget. */
   tokenizerThreads?: number;
   /** Nice value of the tokenizer pool's threads (0: the decision thread's). */
@@ -265,6 +267,7 @@ export function parseConfig(argv: string[], env: Record<string, string | undefin
     chatTemplateContentFormat: o.chatTemplateContentFormat,
     trustRequestChatTemplate: o.trustRequestChatTemplate,
     responseRole: o.responseRole,
+    tokenizerMode: o.tokenizerMode,
     tokenizerThreads: o.tokenizerThreads,
     tokenizerNice: o.tokenizerNice,
     tokenizerCacheBytes: o.tokenizerCacheBytes,
@@ -337,6 +340,7 @@ export function preprocessorOptions(cfg: EppConfig): Omit<PreprocessorOptions, "
     chatTemplateContentFormat: cfg.chatTemplateContentFormat,
     trustRequestChatTemplate: cfg.trustRequestChatTemplate,
     responseRole: cfg.responseRole,
+    tokenizerMode: cfg.tokenizerMode,
     cache: cfg.tokenizerCacheBytes === 0 ? false : { maxBytes: cfg.tokenizerCacheBytes },
   };
 }

@@ -9,7 +9,7 @@ import type { KubeConfig } from "@kubernetes/client-node";
 import type { RecoveryOutcome } from "@kv-epp/recovery";
 import { listenerHeartbeat } from "@kv-epp/kv-events";
 import { parseEndpoint } from "@kv-epp/protocol";
-import { createPreprocessor, DEFAULT_CACHE_MAX_BYTES, eventLoopLag, ignoredRenderingFlags, loadChatTemplate, loadSglangChatTemplate, poolMetrics, poolSizing, servedConversationTemplate, TokenizerPool, warmUp } from "@kv-epp/tokenizer";
+import { createPreprocessor, DEFAULT_CACHE_MAX_BYTES, eventLoopLag, ignoredRenderingFlags, loadChatTemplate, loadSglangChatTemplate, poolMetrics, poolSizing, servedConversationTemplate, servedVllmRenderer, TokenizerPool, warmUp } from "@kv-epp/tokenizer";
 import pino, { type Logger } from "pino";
 import { ConfigError, parseConfig, preprocessorOptions, usage, usesKubernetes, type EppConfig } from "./config.ts";
 import { BodyBudget } from "./extproc/body-budget.ts";
@@ -278,6 +278,9 @@ async function tokenizationOf(cfg: EppConfig, metrics: Metrics, log: Logger): Pr
   const conversation = servedConversationTemplate(preprocessorOptions(cfg));
   if (conversation !== null)
     log.warn({ template: conversation.name, why: conversation.why }, "the SGLang workers render this model's chats with one of SGLang's conversation templates, not mirrored here: every chat is routed by load (unrendered, cause template_engine)");
+  const renderer = servedVllmRenderer(preprocessorOptions(cfg));
+  if (renderer !== null)
+    log.warn({ how: renderer }, "the vLLM workers render this model's chats without a Jinja template, not mirrored here: every chat is routed by load (unrendered, cause template_engine)");
   // A --chat-template that names no file and is no template either (vLLM's), or an unreadable .jinja file (SGLang's),
   // is refused here, named as such.
   if (cfg.chatTemplate !== undefined && cfg.tokenizerDir !== undefined && conversation === null) {

@@ -26,6 +26,8 @@ export type ChatServer = {
   readonly specialTokens: Record<string, unknown>;
   /** The served template of a chat with tools or without: --chat-template, else the tokenizer's (get_chat_template). */
   template(hasTools: boolean): ChatTemplate | null;
+  /** A multimodal processor's own template (chat_template.json, else processor_config.json's), null without one. */
+  readonly processorTemplate: ChatTemplate | null;
   /** Whether the served templates are several, by name (transformers' `chat_template` a dict). */
   readonly namedTemplates: boolean;
   /** The request's own template under vLLM's trust rules, or null when a served one renders it. */
@@ -41,8 +43,8 @@ export type ChatRules = {
   /** The content format this engine detects on a template (kept with the compiled template). */
   detectFormat(source: string, ast: unknown): ContentFormat;
   render(messages: readonly ChatMessage[], opts: ChatOptions, server: ChatServer): RenderedChat;
-  /** The request's tools that its template gets, as sent (what the routing bound counts of them); undefined for none. */
-  templateTools(chat: Pick<ChatOptions, "tools" | "toolChoice">): readonly unknown[] | undefined;
+  /** The tools a request's template gets, as sent (what the routing bound counts of them); undefined for none. */
+  templateTools(chat: Pick<ChatOptions, "tools" | "toolChoice" | "templateKwargs">): unknown;
   /**
    * What the engine's `echo` repeats of a chat's final `message` before the reply (vLLM's; an engine that reads no
    * echo has none), undefined where that is not mirrored (conversation.ts echoedText).

@@ -66,10 +66,26 @@ export class HfPreprocessor implements Preprocessor, ChatServer {
 
   template(hasTools: boolean): ChatTemplate | null {
     const given = this.flags.chatTemplate;
-    const picked = given !== undefined ? { name: "--chat-template", source: given } : pickChatTemplate(this.files.chatTemplate, hasTools);
-    if (picked === null) return null;
-    let t = this.templates.get(picked.name);
-    if (t === undefined) this.templates.set(picked.name, (t = this.compile(picked.source)));
+    if (given !== undefined) return this.compiled("--chat-template", given);
+    const picked = pickChatTemplate(this.files.chatTemplate, hasTools);
+    return picked === null ? null : this.compiled(`tokenizer:${picked.name}`, picked.source);
+  }
+
+  get processorTemplate(): ChatTemplate | null {
+    const source = this.files.processorChatTemplate;
+    return source === null ? null : this.compiled("processor", source);
+  }
+
+  /** The tokenizer's template of that name (get_chat_template's lookup), when its templates are several. */
+  private namedTemplate(name: string): ChatTemplate | null {
+    const t = this.files.chatTemplate;
+    return t !== null && typeof t !== "string" && Object.hasOwn(t, name) ? this.compiled(`tokenizer:${name}`, t[name]!) : null;
+  }
+
+  // Keyed by where the template comes from: a tokenizer's template may be named anything.
+  private compiled(key: string, source: string): ChatTemplate {
+    let t = this.templates.get(key);
+    if (t === undefined) this.templates.set(key, (t = this.compile(source)));
     return t;
   }
 
@@ -86,7 +102,7 @@ export class HfPreprocessor implements Preprocessor, ChatServer {
    * The template a request brings, as vLLM takes it: refused (400) unless --trust-request-chat-template
    * (validate_chat_template); trusted, its `chat_template` wins, then the server's --chat-template, then its
    * chat_template_kwargs' own (ChatParams.get_apply_chat_template_kwargs, where an unset value or "auto" does not
-   * count). Null: the server's template renders it.
+   * count), the tokenizer's template of that name if it has one. Null: the server's template renders it.
    */
   requestTemplate(opts: ChatOptions): ChatTemplate | null {
     const inKwargs = opts.templateKwargs?.chat_template;
@@ -96,6 +112,9 @@ export class HfPreprocessor implements Preprocessor, ChatServer {
     const source = opts.chatTemplate || this.flags.chatTemplate || fromKwargs;
     if (source === undefined || source === this.flags.chatTemplate) return null;
     if (typeof source !== "string") throw new ChatTemplateError("chat_template_kwargs.chat_template must be a string");
+    // resolve_chat_template asks the tokenizer first: a name among its templates (e.g. "tool_use") is that template.
+    const named = this.namedTemplate(source);
+    if (named !== null) return named;
     // A large one is compiled for its request and not kept: 16 of a body's size each would hold megabytes.
     if (source.length > REQUEST_TEMPLATE_KEPT_CHARS) return this.compileRequestTemplate(source);
     return this.requestTemplates.get(source) ?? this.requestTemplates.set(source, this.compileRequestTemplate(source));
@@ -222,8 +241,8 @@ const EMPTY = new Uint32Array(0);
 
 /**
  * What the server's flags change in the chats it renders (see PreprocessorOptions); SGLang's rules read only its
- * defaultKwargs, chatTemplate and conversationTemplate. vLLM's --exclude-tools-when-tool-choice-none and
- * --response-role are in its rules (chatRules).
+ * defaultKwargs, chatTemplate and conversationTemplate, vLLM's all but conversationTemplate. vLLM's
+ * --exclude-tools-when-tool-choice-none and --response-role are in its rules (chatRules).
  */
 export type ServerRendering = {
   /** --default-chat-template-kwargs, parsed. */
@@ -232,6 +251,8 @@ export type ServerRendering = {
   chatTemplate?: string;
   /** SGLang's conversation template, which every chat renders with in place of a Jinja template (not mirrored). */
   conversationTemplate?: ConversationTemplate;
+  /** How vLLM renders this model's chats when not with a Jinja template (vllm-renderers.ts; not mirrored). */
+  otherRenderer?: string;
   /** --chat-template-content-format. */
   contentFormat?: ContentFormatOption;
   trustRequestChatTemplate?: boolean;

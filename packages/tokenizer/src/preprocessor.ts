@@ -3,6 +3,7 @@ import { byteFallbackDecode, byteFallbackEncode, byteFallbackRenderChat } from "
 import { chatRules, type ChatRules } from "./chat-rules";
 import { HfPreprocessor } from "./hf-preprocessor";
 import { DEFAULT_RESPONSE_ROLE } from "./vllm-chat";
+import { DEFAULT_TOKENIZER_MODE, vllmOtherRenderer } from "./vllm-renderers";
 import { servedConversationTemplate } from "./sglang-conversation";
 import { registerPreprocessorMetrics } from "./metrics";
 import { loadChatTemplate, loadSglangChatTemplate, loadTokenizerFiles, type TokenizerFiles } from "./tokenizer-files";
@@ -19,14 +20,16 @@ export function createPreprocessor(opts: PreprocessorOptions = {}, files?: Token
   const rules = chatRules(opts.chatRendering, opts);
   // SGLang's --chat-template naming a conversation template is no file to read here.
   const conversation = servedConversationTemplate(opts) ?? undefined;
-  const pre: Preprocessor = opts.tokenizerDir === undefined
+  const read = opts.tokenizerDir === undefined ? undefined : (files ?? loadTokenizerFiles(opts.tokenizerDir));
+  const pre: Preprocessor = read === undefined
     ? byteFallbackPreprocessor(rules)
-    : new HfPreprocessor(files ?? loadTokenizerFiles(opts.tokenizerDir), opts.cache ?? {}, opts.fastBpe ?? true, {
+    : new HfPreprocessor(read, opts.cache ?? {}, opts.fastBpe ?? true, {
       defaultKwargs: defaultKwargs(opts.defaultChatTemplateKwargs),
       // It wins over the tokenizer's templates, tools or not (resolve_chat_template's first choice).
       chatTemplate: opts.chatTemplate === undefined || conversation !== undefined ? undefined
         : rules.engine === "sglang" ? loadSglangChatTemplate(opts.chatTemplate) : loadChatTemplate(opts.chatTemplate),
       conversationTemplate: conversation,
+      otherRenderer: rules.engine === "vllm" ? vllmOtherRenderer(opts.tokenizerMode ?? DEFAULT_TOKENIZER_MODE, read.modelFiles) : undefined,
       contentFormat: opts.chatTemplateContentFormat,
       trustRequestChatTemplate: opts.trustRequestChatTemplate,
       renderBoundScale: opts.renderBoundScale,
@@ -59,6 +62,7 @@ export function ignoredRenderingFlags(opts: PreprocessorOptions): IgnoredFlag[] 
     ["--trust-request-chat-template", opts.trustRequestChatTemplate === true, vllmOnly],
     // The fallback renders roles too, a reply's among them.
     ["--response-role", (opts.responseRole ?? DEFAULT_RESPONSE_ROLE) !== DEFAULT_RESPONSE_ROLE, opts.chatRendering === "sglang" ? "vllm_only" : undefined],
+    ["--tokenizer-mode", (opts.tokenizerMode ?? DEFAULT_TOKENIZER_MODE) !== DEFAULT_TOKENIZER_MODE, vllmOnly],
   ];
   return flags.flatMap(([flag, set, cause]) => (set && cause !== undefined ? [{ flag, cause }] : []));
 }

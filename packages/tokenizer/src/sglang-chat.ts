@@ -133,15 +133,18 @@ function detectSglangFormat(source: string, ast: unknown): ContentFormat {
  * chat gets it, with tools or not. Several named templates are a dict to it, which detection fails on: "string".
  */
 function sglangFormat(server: ChatServer): ContentFormat {
-  return server.namedTemplates ? "string" : (server.template(false)?.contentFormat ?? "string");
+  return server.namedTemplates ? "string" : (servedTemplate(server, false)?.contentFormat ?? "string");
 }
+
+// A multimodal processor's own template stands in when the tokenizer has none.
+const servedTemplate = (server: ChatServer, hasTools: boolean) => server.template(hasTools) ?? server.processorTemplate;
 
 function renderSglangChat(messages: readonly ChatMessage[], opts: ChatOptions, server: ChatServer): RenderedChat {
   checkJinjaRendered(server.flags.conversationTemplate);
   if (opts.templateKwargs?.chat_template !== undefined)
     throw new ChatUnrenderable("SGLang renders with chat_template_kwargs' chat_template (transformers takes it as the template): not mirrored here");
   const tools = templateTools(opts);
-  const template = server.template(tools !== undefined);
+  const template = servedTemplate(server, tools !== undefined);
   if (template === null) throw new ChatTemplateError("the model's tokenizer has no chat template");
   checkSchemaTypes(tools, messages);
   checkToolResultOrder(messages);

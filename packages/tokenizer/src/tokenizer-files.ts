@@ -19,7 +19,20 @@ export type TokenizerConfig = {
 
 /** The tokenizer's chat template: one, or several by name (transformers' `tokenizer.chat_template`, a str or a dict). */
 export type ChatTemplates = string | Readonly<Record<string, string>>;
-export type TokenizerFiles = { tokenizerJson: TokenizerJson; config: TokenizerConfig; chatTemplate: ChatTemplates | null };
+/**
+ * A tokenizer directory as read: the tokenizer's files, its chat templates, a multimodal processor's own template
+ * (vLLM prefers it for a chat without tools), and what says which of vLLM's renderers serves the model.
+ */
+export type TokenizerFiles = {
+  tokenizerJson: TokenizerJson;
+  config: TokenizerConfig;
+  chatTemplate: ChatTemplates | null;
+  processorChatTemplate: string | null;
+  modelFiles: ModelFiles;
+};
+
+/** config.json's model_type and architectures (undefined without the file), and whether Mistral's own tokenizer files are there. */
+export type ModelFiles = { modelType?: unknown; architectures?: unknown; mistralTokenizer: boolean };
 
 // readFileSync(path, "utf8")'s text (a BOM kept), decoded from the file mapped rather than read: Qwen3's 11 MB
 // tokenizer.json in a fresh process took ~116 ms read and decoded, ~72 mapped and decoded. What cannot be mapped
@@ -45,7 +58,7 @@ export function loadTokenizerFiles(dir: string): TokenizerFiles {
   };
   const tokenizerJson = parseTokenizerJson(readMapped(path("tokenizer.json"))) as TokenizerJson;
   const config = JSON.parse(readFileSync(path("tokenizer_config.json"), "utf8")) as TokenizerConfig;
-  return { tokenizerJson, config, chatTemplate: findChatTemplate(dir, config) };
+  return { tokenizerJson, config, chatTemplate: findChatTemplate(dir, config), processorChatTemplate: findProcessorChatTemplate(dir), modelFiles: readModelFiles(dir) };
 }
 
 /**
@@ -63,7 +76,8 @@ export function shareTokenizerFiles(files: TokenizerFiles): SharedTokenizerFiles
 export function adoptTokenizerFiles(shared: SharedTokenizerFiles): TokenizerFiles {
   const tokenizerJson = { ...shared.tokenizerJson } as TokenizerJson;
   if (shared.model !== null) tokenizerJson.model = adoptModel(shared.model);
-  return { tokenizerJson, config: shared.config, chatTemplate: shared.chatTemplate };
+  const { model: _, ...files } = shared;
+  return { ...files, tokenizerJson };
 }
 
 // As transformers' tokenizer from_pretrained reads them: chat_template.jinja (the "default") and
@@ -71,10 +85,7 @@ export function adoptTokenizerFiles(shared: SharedTokenizerFiles): TokenizerFile
 // template itself; else the config's chat_template, a string or a list of named templates.
 function findChatTemplate(dir: string, config: TokenizerConfig): ChatTemplates | null {
   const files: Record<string, string> = {};
-  const extra = join(dir, "additional_chat_templates");
-  if (existsSync(extra) && statSync(extra).isDirectory()) {
-    for (const f of readdirSync(extra)) if (f.endsWith(".jinja")) files[f.slice(0, -".jinja".length)] = readFileSync(join(extra, f), "utf8");
-  }
+  for (const f of extraTemplateFiles(dir)) files[f.slice(0, -".jinja".length)] = readFileSync(join(dir, EXTRA_TEMPLATES, f), "utf8");
   const jinjaPath = join(dir, "chat_template.jinja");
   if (existsSync(jinjaPath)) files.default = readFileSync(jinjaPath, "utf8");
   const names = Object.keys(files);
@@ -83,14 +94,54 @@ function findChatTemplate(dir: string, config: TokenizerConfig): ChatTemplates |
   const t = config.chat_template;
   if (typeof t === "string") return t;
   if (Array.isArray(t)) return Object.fromEntries(t.map((x) => [x.name, x.template]));
-  // chat_template.json is a multimodal processor's file, which the tokenizer never reads; vLLM renders with the
-  // processor's template (when the request has no tools), so it stands in when the tokenizer has none.
-  const jsonPath = join(dir, "chat_template.json");
-  if (existsSync(jsonPath)) {
-    const j = JSON.parse(readFileSync(jsonPath, "utf8")) as { chat_template?: unknown };
-    if (typeof j.chat_template === "string") return j.chat_template;
-  }
   return null;
+}
+
+const EXTRA_TEMPLATES = "additional_chat_templates";
+
+function extraTemplateFiles(dir: string): string[] {
+  const extra = join(dir, EXTRA_TEMPLATES);
+  return existsSync(extra) && statSync(extra).isDirectory() ? readdirSync(extra).filter((f) => f.endsWith(".jinja")) : [];
+}
+
+/**
+ * A multimodal processor's own template, as ProcessorMixin.get_processor_dict reads it: chat_template.json (its
+ * legacy file) wins, refused beside additional_chat_templates/ (no processor then); then the .jinja files (the
+ * tokenizer's too: null here, the tokenizer's pick stands); then processor_config.json's chat_template. Only a single
+ * template counts; a directory without such files has none.
+ */
+function findProcessorChatTemplate(dir: string): string | null {
+  const extra = extraTemplateFiles(dir).length > 0;
+  const legacy = readJson(join(dir, "chat_template.json"));
+  if (legacy !== undefined) return !extra && typeof legacy.chat_template === "string" ? legacy.chat_template : null;
+  if (extra || existsSync(join(dir, "chat_template.jinja"))) return null;
+  const config = readJson(join(dir, "processor_config.json"));
+  return typeof config?.chat_template === "string" ? config.chat_template : null;
+}
+
+/**
+ * What vLLM reads to pick its renderer (renderers/registry.py): config.json's model_type and architectures, and the
+ * files that make its "auto" tokenizer mode Mistral's (tekken.json, tokenizer.model.v*).
+ */
+export function readModelFiles(dir: string): ModelFiles {
+  const config = readJson(join(dir, "config.json"));
+  const mistralTokenizer = readdirSync(dir).some((f) => f === "tekken.json" || f.startsWith("tokenizer.model.v"));
+  return config === undefined ? { mistralTokenizer } : { modelType: config.model_type, architectures: config.architectures, mistralTokenizer };
+}
+
+/**
+ * A JSON object file's fields; undefined when the file is absent or holds no object. A file that does not parse is
+ * none too: vLLM finds no processor in it (its loading errors are swallowed), and reads no model type.
+ */
+function readJson(path: string): Record<string, unknown> | undefined {
+  if (!existsSync(path)) return undefined;
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(readFileSync(path, "utf8"));
+  } catch {
+    return undefined;
+  }
+  return typeof parsed === "object" && parsed !== null && !Array.isArray(parsed) ? (parsed as Record<string, unknown>) : undefined;
 }
 
 /**

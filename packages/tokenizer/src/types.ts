@@ -112,6 +112,12 @@ export type PreprocessorOptions = {
    */
   responseRole?: string;
   /**
+   * vLLM's `--tokenizer-mode` ("auto" by default). Chats of a model vLLM renders otherwise than with a Jinja template
+   * (gpt-oss through Harmony, a tokenizer mode with a renderer of its own: vllm-renderers.ts) are routed by load
+   * (ChatUnrenderable).
+   */
+  tokenizerMode?: string;
+  /**
    * How many times over a chat template's render may spend its bound on work (RenderBound in py-template.ts, past
    * which the chat is ChatUnrenderable): 1, the default, is the EPP's. vLLM's jinja2 has no such bound.
    */

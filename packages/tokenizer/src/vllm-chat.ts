@@ -5,12 +5,15 @@ import { runTemplate, type ChatTemplate } from "./chat-template";
 import { detectContentFormat, type ContentFormat } from "./content-format";
 import { conversation, echoedText } from "./conversation";
 import type { ServerRendering } from "./hf-preprocessor";
-import { ChatTemplateError, continueFinalMessage, templateTools as dumpedTools } from "./messages";
+import { ChatTemplateError, ChatUnrenderable, continueFinalMessage, templateTools as dumpedTools } from "./messages";
+import { isPyDict } from "./py-values";
 import { vllmChat } from "./request/openai-body";
 import type { ChatMessage, ChatOptions } from "./types";
 
 /** vLLM's --response-role by default. */
 export const DEFAULT_RESPONSE_ROLE = "assistant";
+
+type ToolChat = Pick<ChatOptions, "tools" | "toolChoice" | "templateKwargs">;
 
 /**
  * vLLM's rules, `excludeTools` its --exclude-tools-when-tool-choice-none: the template gets tools=None for a
@@ -18,24 +21,52 @@ export const DEFAULT_RESPONSE_ROLE = "assistant";
  * routing bound alike. `responseRole`: its --response-role.
  */
 export function vllmRules(excludeTools: boolean, responseRole: string): ChatRules {
-  const templateTools = (chat: Pick<ChatOptions, "tools" | "toolChoice">) => (chat.toolChoice === "none" && excludeTools ? undefined : chat.tools);
+  const tools = (chat: ToolChat, server: ChatServer) => toolsOf(chat, excludeTools, server.flags.defaultKwargs);
   return {
     engine: "vllm",
     readChat: vllmChat,
     rendersResponses: true,
     detectFormat: (_source, ast) => detectContentFormat(ast),
-    render: (messages, opts, server) => renderVllmChat(messages, opts, server, templateTools(opts)),
-    templateTools,
-    echoed: (message, opts, server) => echoedText(message, templateOf(opts, server, templateTools(opts)).format),
+    render: (messages, opts, server) => renderVllmChat(messages, opts, server, tools(opts, server)),
+    templateTools: (chat) => vllmTemplateTools(chat, excludeTools),
+    echoed: (message, opts, server) =>
+      server.flags.otherRenderer === undefined ? echoedText(message, templateOf(opts, server, tools(opts, server)).format) : undefined,
     responseRole,
   };
 }
 
+/**
+ * The tools a request sends its template, as sent (undefined: none): what the routing bound counts of them.
+ */
+export function vllmTemplateTools(chat: ToolChat, excludeTools = false): unknown {
+  return toolsOf(chat, excludeTools)?.value;
+}
+
+/** The `tools` the template gets: the request's dumped as its pydantic model dumps them, the kwargs' as given. */
+type Tools = { value: unknown; dump: boolean } | undefined;
+
+/**
+ * OnlineRenderer.preprocess_chat puts the request's tools (none for a tool_choice of "none" under
+ * --exclude-tools-when-tool-choice-none) over the server's --default-chat-template-kwargs, and ChatParams.with_defaults
+ * lays the request's chat_template_kwargs over those: a `tools` there wins unless null or "auto" (merge_kwargs' unset
+ * values, which it drops from the overrides only, never from the defaults).
+ */
+function toolsOf(chat: ToolChat, excludeTools: boolean, defaults: Record<string, unknown> = {}): Tools {
+  const own = chat.templateKwargs?.tools;
+  if (own !== undefined && own !== null && own !== "auto") return { value: own, dump: false };
+  const request = chat.toolChoice === "none" && excludeTools ? undefined : chat.tools;
+  if (request !== undefined) return { value: request, dump: true };
+  const fallback = defaults.tools;
+  return fallback === undefined || fallback === null ? undefined : { value: fallback, dump: false };
+}
+
 /** The template a chat renders with, and the content format of the conversation the template gets. */
-function templateOf(opts: ChatOptions, server: ChatServer, tools: unknown[] | undefined): { template: ChatTemplate; format: ContentFormat } {
+function templateOf(opts: ChatOptions, server: ChatServer, tools: Tools): { template: ChatTemplate; format: ContentFormat } {
   const own = server.requestTemplate(opts);
-  // vLLM resolves the template, and from it the content format, with the request's tools (resolve_chat_template).
-  const served = server.template(tools !== undefined);
+  // vLLM resolves the template, and from it the content format, with the tools the template gets
+  // (resolve_chat_template): --chat-template, else the processor's own for a chat without tools, else the tokenizer's.
+  const hasTools = tools !== undefined;
+  const served = (server.flags.chatTemplate === undefined && !hasTools ? server.processorTemplate : null) ?? server.template(hasTools);
   const template = own ?? served;
   if (template === null) throw new ChatTemplateError("the model's tokenizer has no chat template");
   // vLLM detects the content format on ChatParams.chat_template: the request's own chat_template, else the
@@ -43,22 +74,36 @@ function templateOf(opts: ChatOptions, server: ChatServer, tools: unknown[] | un
   return { template, format: formatOf(server.flags, opts.chatTemplate ? template : served) };
 }
 
-function renderVllmChat(messages: readonly ChatMessage[], opts: ChatOptions, server: ChatServer, tools: unknown[] | undefined): RenderedChat {
+function renderVllmChat(messages: readonly ChatMessage[], opts: ChatOptions, server: ChatServer, tools: Tools): RenderedChat {
+  const other = server.flags.otherRenderer;
+  if (other !== undefined) throw new ChatUnrenderable(`vLLM renders this model's chats ${other}, not with a Jinja template: not mirrored here`);
   const { template, format } = templateOf(opts, server, tools);
   const chat = conversation(messages, format);
   // As transformers renders: the special tokens, apply_chat_template's default documents=None, then the request's
   // chat_template_kwargs (with its documents, see templateKwargsOf) over the server's defaults, then what the
-  // request's own fields say (vLLM passes tools=None when the request has none).
+  // request's own fields say: its add_generation_prompt wins over the kwargs' (build_chat_params).
   const vars: Record<string, unknown> = {
     ...server.specialTokens,
     documents: null,
     ...withDefaults(server.flags.defaultKwargs ?? {}, opts.templateKwargs),
     messages: chat,
-    tools: tools === undefined ? null : dumpedTools(tools),
+    tools: templateToolsValue(tools),
     add_generation_prompt: opts.addGenerationPrompt ?? true,
   };
   const rendered = runTemplate(template, vars);
   return { text: opts.continueFinalMessage ? continueFinalMessage(rendered, chat) : rendered };
+}
+
+/**
+ * The template's `tools`: transformers takes each tool that is a dict as it is and refuses any other (a ValueError,
+ * vLLM's 400); the request's own are dumped as vLLM's pydantic model dumps them.
+ */
+function templateToolsValue(tools: Tools): unknown {
+  if (tools === undefined) return null;
+  if (tools.dump) return dumpedTools(tools.value as unknown[]);
+  if (!Array.isArray(tools.value) || !tools.value.every(isPyDict))
+    throw new ChatTemplateError("Tools should either be a JSON schema, or a callable function with type hints and a docstring suitable for auto-conversion to a schema.");
+  return tools.value;
 }
 
 // --chat-template-content-format forces the format; "auto" (the default) detects it on the template rendering.
@@ -75,7 +120,10 @@ function formatOf(flags: ServerRendering, template: ChatTemplate | null): Conten
 function withDefaults(defaults: Record<string, unknown>, request: Record<string, unknown> | undefined): Record<string, unknown> {
   const out = { ...defaults };
   for (const [k, v] of Object.entries(request ?? {})) if (v !== null && v !== "auto") out[k] = v;
-  // apply_chat_template takes it as the template (see requestTemplate), not as a variable.
-  delete out.chat_template;
+  // apply_chat_template takes these as its own arguments, not as variables: the template (see requestTemplate), the
+  // tools (see toolsOf), whether to tokenize, and continue_final_message (the request's own field always sets it).
+  for (const k of APPLY_ARGUMENTS) delete out[k];
   return out;
 }
+
+const APPLY_ARGUMENTS = ["chat_template", "tools", "tokenize", "continue_final_message"];

@@ -43,6 +43,42 @@ describe("--exclude-tools-when-tool-choice-none", () => {
   });
 });
 
+describe("chat_template_kwargs beside the request's own fields (build_chat_params, then with_defaults)", () => {
+  const chat = { messages: [{ role: "user", content: "hi" }] };
+  const own = [{ type: "function", function: { name: "g" } }, { type: "function", function: { name: "h" } }];
+
+  test("its tools win over the request's and reach the template as given; null or \"auto\" leave the request's", () => {
+    const pre = server(TOOLS_TEMPLATE);
+    expect(render(pre, { ...chat, chat_template_kwargs: { tools: own } })).toBe("T2:g;[hi]");
+    expect(render(pre, { ...chat, tools, chat_template_kwargs: { tools: own } })).toBe("T2:g;[hi]");
+    expect(render(pre, { ...chat, tools, chat_template_kwargs: { tools: null } })).toBe("T1:f;[hi]");
+    expect(render(pre, { ...chat, tools, chat_template_kwargs: { tools: "auto" } })).toBe("T1:f;[hi]");
+    // Not dumped as the request's are (no description or parameters added), and kept under a tool_choice of "none".
+    const printed = server("{{ tools | tojson }}", { excludeToolsWhenToolChoiceNone: true });
+    expect(render(printed, { ...chat, tool_choice: "none", chat_template_kwargs: { tools: own } })).toBe(JSON.stringify(own).replaceAll(",", ", ").replaceAll(":", ": "));
+  });
+
+  test("kwargs' tools that are no list of objects are refused as transformers refuses them (a 400)", () => {
+    const pre = server(TOOLS_TEMPLATE);
+    expect(() => render(pre, { ...chat, chat_template_kwargs: { tools: "f" } })).toThrow(ChatTemplateError);
+    expect(() => render(pre, { ...chat, chat_template_kwargs: { tools: ["f"] } })).toThrow(ChatTemplateError);
+    expect(render(pre, { ...chat, chat_template_kwargs: { tools: [] } })).toBe("[hi]");
+  });
+
+  test("--default-chat-template-kwargs' tools render a request without any, under the request's own and its kwargs'", () => {
+    const pre = server(TOOLS_TEMPLATE, { defaultChatTemplateKwargs: JSON.stringify({ tools: own }) });
+    expect(render(pre, chat)).toBe("T2:g;[hi]");
+    expect(render(pre, { ...chat, tools })).toBe("T1:f;[hi]");
+    expect(render(pre, { ...chat, chat_template_kwargs: { tools: [own[1]] } })).toBe("T1:h;[hi]");
+  });
+
+  test("the request's add_generation_prompt and continue_final_message win; the kwargs' give the template no variable", () => {
+    const pre = server("{{ add_generation_prompt }}|{{ continue_final_message is defined }}|{{ tokenize is defined }}|{{ messages[0].content }}");
+    expect(render(pre, { ...chat, chat_template_kwargs: { add_generation_prompt: false, continue_final_message: true, tokenize: true } })).toBe("True|False|False|hi");
+    expect(render(pre, { ...chat, add_generation_prompt: false, chat_template_kwargs: { add_generation_prompt: true } })).toBe("False|False|False|hi");
+  });
+});
+
 describe("--chat-template", () => {
   const chat = { messages: [{ role: "user", content: "hi" }] };
   const OVERRIDE = "<{% for m in messages %}{{ m.role }}:{{ m.content }}{% endfor %}{% if tools %}+{{ tools | length }}{% endif %}>";
@@ -147,10 +183,10 @@ describe("--trust-request-chat-template", () => {
 });
 
 test("without a tokenizer directory every rendering flag set is named as ignored (the byte-level fallback has no template) but the response role (it renders roles)", () => {
-  const flags = { defaultChatTemplateKwargs: "{}", chatTemplate: "{{ x }}", excludeToolsWhenToolChoiceNone: true, chatTemplateContentFormat: "openai", trustRequestChatTemplate: true, responseRole: "model" } as const;
+  const flags = { defaultChatTemplateKwargs: "{}", chatTemplate: "{{ x }}", excludeToolsWhenToolChoiceNone: true, chatTemplateContentFormat: "openai", trustRequestChatTemplate: true, responseRole: "model", tokenizerMode: "mistral" } as const;
   expect(ignoredRenderingFlags(flags)).toEqual([
-    "--default-chat-template-kwargs", "--chat-template", "--exclude-tools-when-tool-choice-none", "--chat-template-content-format", "--trust-request-chat-template",
+    "--default-chat-template-kwargs", "--chat-template", "--exclude-tools-when-tool-choice-none", "--chat-template-content-format", "--trust-request-chat-template", "--tokenizer-mode",
   ].map((flag) => ({ flag, cause: "no_template" })));
-  expect(ignoredRenderingFlags({ chatTemplateContentFormat: "auto", excludeToolsWhenToolChoiceNone: false, responseRole: "assistant" })).toEqual([]);
+  expect(ignoredRenderingFlags({ chatTemplateContentFormat: "auto", excludeToolsWhenToolChoiceNone: false, responseRole: "assistant", tokenizerMode: "auto" })).toEqual([]);
   expect(ignoredRenderingFlags({ ...flags, tokenizerDir: source })).toEqual([]);
 });

@@ -146,6 +146,20 @@ describe("routingJob bounds the tools and documents", () => {
     expect(chatJob(ask("none"), chatRules("sglang")).opts.tools).toBe(tools);
   });
 
+  test("vLLM's template gets chat_template_kwargs' tools over the request's, and they count as the request's do", () => {
+    const big = [tool("search", words(ROUTING_TEXT_CHARS, 2))];
+    const ask = (templateKwargs: Record<string, unknown>, tools?: unknown[]) => chat([{ role: "user", content: "hi" }], { tools, templateKwargs });
+    expect(byLoad(routingJob(ask({ tools: big })))).toBe(true);
+    expect(byLoad(routingJob(ask({ tools: big }), chatRules("vllm")))).toBe(true);
+    // A request's own tools in its kwargs' place: only the kwargs' render.
+    expect(byLoad(routingJob(ask({ tools: [tool("fetch", "f")] }, big), chatRules("vllm")))).toBe(false);
+    // null or "auto" leave the request's own.
+    expect(byLoad(routingJob(ask({ tools: null }, big), chatRules("vllm")))).toBe(true);
+    expect(byLoad(routingJob(ask({ tools: "auto" }), chatRules("vllm")))).toBe(false);
+    // SGLang's template gets the request's tools whatever the kwargs hold.
+    expect(byLoad(routingJob(ask({ tools: big }), chatRules("sglang")))).toBe(false);
+  });
+
   test("a RAG request's documents count as tools do: past the bound by load, within it the messages get the rest", () => {
     const documents = [{ title: "a", text: words(ROUTING_TEXT_CHARS / 2, 4) }];
     const job = chatJob(chat([{ role: "user", content: words(2 * ROUTING_TEXT_CHARS) }], { templateKwargs: { documents } }));

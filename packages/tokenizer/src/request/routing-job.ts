@@ -5,6 +5,7 @@ import type { ChatRules } from "../chat-rules";
 import type { TokenizeJob } from "../job";
 import { keepsTail } from "../truncation";
 import type { ChatMessage, ContentPart } from "../types";
+import { vllmTemplateTools } from "../vllm-chat";
 import type { RoutedInput } from "./openai-body";
 
 /**
@@ -17,7 +18,7 @@ const NONE = new Uint32Array(0);
 
 /**
  * What to tokenize for routing, or the ids already known (given, none, or a route by load). `rules`: the engine's,
- * which say which tools reach the template (the default: all of them, as vLLM's).
+ * which say which tools reach the template (the default: vLLM's, without its flags).
  */
 export function routingJob(input: RoutedInput, rules?: ChatRules): TokenizeJob | Uint32Array {
   switch (input.kind) {
@@ -36,7 +37,7 @@ export function routingJob(input: RoutedInput, rules?: ChatRules): TokenizeJob |
       // template picks), so no cut of them keeps the rendering a prefix of the request's: past the bound they are
       // routed by load; within it, the messages get what remains. Only the tools the template gets count.
       const documents = input.templateKwargs?.documents;
-      const tools = rules === undefined ? input.tools : rules.templateTools(input);
+      const tools = rules === undefined ? vllmTemplateTools(input) : rules.templateTools(input);
       const wholeChars = (tools === undefined ? 0 : JSON.stringify(tools).length) +
         (documents === undefined || documents === null ? 0 : JSON.stringify(documents).length);
       if (wholeChars > ROUTING_TEXT_CHARS) return NONE;

@@ -39,6 +39,12 @@ chats = {
              "refusal": None, "annotations": []},
             {"role": "tool", "content": [{"type": "text", "text": "3.5"}, {"type": "text", "text": "C"}], "tool_call_id": "call_1"}]}},
         # reasoning_effort "none" turns thinking off (enable_thinking=False), unless chat_template_kwargs sets it.
+        # chat_template_kwargs' tools win over the request's and reach the template as given (not dumped: no null
+        # description, the float kept).
+        {"name": "kwargs-tools-win", "body": {"tools": [weather], "chat_template_kwargs": {"tools": [
+            {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object", "properties": {
+                "offset": {"type": "number", "default": 0.0}}}}}]},
+            "messages": [{"role": "user", "content": "What time is it in Oslo?"}]}},
         {"name": "reasoning-effort-none", "body": {"reasoning_effort": "none", "messages": [{"role": "user", "content": "Hi"}]}},
         {"name": "reasoning-effort-kwargs-win", "body": {"reasoning_effort": "high", "chat_template_kwargs": {"enable_thinking": False},
                                                          "messages": [{"role": "user", "content": "Hi"}]}},

@@ -142,7 +142,13 @@ def render(config, body):
     tools = None if body.get("tools") is None else [tool_dump(t) for t in body["tools"]]
     # ChatCompletionRequest.build_chat_params: the request's documents and reasoning_effort over its
     # chat_template_kwargs (merge_kwargs: a None leaves the kwarg alone), reasoning_effort implying enable_thinking.
-    user = body.get("chat_template_kwargs") or {}
+    user = dict(body.get("chat_template_kwargs") or {})
+    # OnlineRenderer.preprocess_chat puts the request's tools among the defaults, which the kwargs' own override
+    # (unless None or "auto"); apply_chat_template takes them, and these other kwargs, as arguments, not variables.
+    if user.get("tools") not in (None, "auto"):
+        tools = user["tools"]
+    for argument in ("tools", "chat_template", "tokenize", "continue_final_message"):
+        user.pop(argument, None)
     extra = {"documents": body.get("documents"), "reasoning_effort": body.get("reasoning_effort")}
     if body.get("reasoning_effort") is not None and "enable_thinking" not in user:
         extra["enable_thinking"] = body["reasoning_effort"] != "none"
