@@ -60,7 +60,7 @@ export const EPP_OPTIONS = {
     listen: opt.string(z.string().min(1).default("0.0.0.0"), "address every server binds"),
     grpcPort: opt.int(port.default(9002), "ext_proc gRPC port"),
     grpcHealthPort: opt.int(port.default(9003), "grpc-health port"),
-    healthChecking: opt.bool(z.boolean().default(false), "also serve grpc.health.v1.Health/Check on the ext_proc port (as GAIE's --health-checking)"),
+    healthChecking: opt.bool(z.boolean().default(false), "also serve grpc.health.v1.Health Check and List on the ext_proc port (as GAIE's --health-checking)"),
     metricsPort: opt.int(port.default(9090), "Prometheus port"),
     selectionPort: opt.int(port.default(9093), "selection-http port"),
     secureServing: opt.bool(z.boolean().default(true), "TLS (ALPN h2) on the ext_proc port; false: h2c", { env: "DYN_SECURE_SERVING" }),

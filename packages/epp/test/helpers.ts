@@ -110,8 +110,16 @@ export function healthClient(port: number, host = HOST, o: { tls?: boolean } = {
   // port an earlier test's server used may be this one's now.
   return new health(`${host}:${port}`, ch.credentials, { ...ch.options, "grpc.use_local_subchannel_pool": 1 }) as unknown as grpc.Client & {
     Check(req: { service: string }, cb: (err: grpc.ServiceError | null, res?: { status: string }) => void): void;
+    List(req: object, cb: (err: grpc.ServiceError | null, res?: { statuses: Record<string, { status: string }> }) => void): void;
     Watch(req: { service: string }): grpc.ClientReadableStream<{ status: string }>;
   };
+}
+
+/** Health/List's answer as name -> status. */
+export function listHealth(c: ReturnType<typeof healthClient>): Promise<Record<string, string>> {
+  return new Promise((resolve, reject) =>
+    c.List({}, (err, res) => (err ? reject(err) : resolve(Object.fromEntries(Object.entries(res!.statuses).map(([k, v]) => [k, v.status]))))),
+  );
 }
 
 export function checkHealth(c: ReturnType<typeof healthClient>, service: string): Promise<string> {
