@@ -154,6 +154,7 @@ export async function startEpp(cfg: EppConfig, o: { log?: Logger; kubeConfig?: K
       maxInflight: cfg.maxInflight,
       bodyBudget,
       fallbacks: cfg.fallbackEndpoints,
+      emitEndpointScores: cfg.emitEndpointScores,
       // In Kubernetes mode the pool's InferenceObjectives, over --objective-priorities.
       priorities: () => workers.objectives.current(),
       // In Kubernetes mode the pool's InferenceModelRewrites, applied where each body is read.

@@ -81,6 +81,7 @@ export const EPP_OPTIONS = {
   ...group("Requests", {
     explain: opt.bool(z.boolean().default(false), "explain every decision in an x-kv-epp-decision header (else only requests sending x-kv-epp-explain: 1)"),
     fallbackEndpoints: opt.int(count.default(0), "also name this many next-best distinct endpoints after the pick, for the gateway's retries"),
+    emitEndpointScores: opt.bool(z.boolean().default(false), "also send each scored endpoint's score (the negated cost of its best rank: higher is better) in the route's envoy.lb metadata, x-gateway-destination-endpoint-scores (as llm-d's --emit-endpoint-scores)"),
     objectivePriorities: opt.string(
       z.string().default(""),
       "InferenceObjective priorities, name=priority,... (x-llm-d-inference-objective or x-gateway-inference-objective; < 0: sheddable); in Kubernetes mode the pool's InferenceObjective resources win, these give the names they do not",

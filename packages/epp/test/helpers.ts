@@ -10,7 +10,7 @@ import { KvEventPublisher } from "@kv-epp/kv-events";
 import pino from "pino";
 import { stringify } from "yaml";
 import { parseConfig } from "../src/config.ts";
-import type { ProcessingRequest } from "../src/extproc/messages.ts";
+import type { ProcessingRequest, Struct } from "../src/extproc/messages.ts";
 import { loadProtos } from "../src/extproc/protos.ts";
 import { extProcChannel } from "../src/extproc/client.ts";
 import { startEpp, type EppHandle } from "../src/main.ts";
@@ -31,7 +31,7 @@ export type Resp = {
   response_headers?: { response?: Common };
   response_body?: { response?: Common };
   immediate_response?: { status?: { code?: string | number }; headers?: Common["header_mutation"]; body?: Buffer; details?: string };
-  dynamic_metadata?: { fields?: Record<string, { structValue?: { fields?: Record<string, { stringValue?: string }> } }> };
+  dynamic_metadata?: Struct;
 };
 type Common = {
   header_mutation?: { set_headers?: { header?: { key: string; raw_value?: Buffer } }[]; remove_headers?: string[] };

@@ -69,6 +69,8 @@ export type ExtProcDeps = {
   queuesFull?: () => boolean;
   /** Next-best distinct endpoints sent after the pick, for the gateway's retries (0: none). */
   fallbacks?: number;
+  /** Each scored endpoint's score in the route's metadata (llm-d's --emit-endpoint-scores). */
+  emitEndpointScores?: boolean;
   /** GAIE conformance-suite hooks (conformance.ts): steering header and served/selected echo. */
   conformanceHooks?: boolean;
   /** A chat completion's response ended: warm the conversation's next turn from its request and response bodies (the tokenizer pool). */
@@ -654,6 +656,7 @@ class ProcessStream {
     const route: Route = {
       // The protocol's ordered list: the pick first, then next-best distinct endpoints for retries.
       endpoint: routed.endpoints(this.deps.fallbacks ?? 0).join(","),
+      scores: this.deps.emitEndpointScores ? endpointScores(routed) : undefined,
       // The destination's rank (a decode rank when disaggregated); the prefill rank goes in pd.set.
       dpRank: chosen.candidate.rankHeader,
       // Not for a prefix: the rest of the body comes after it (the client's own content-length stays right).
@@ -800,6 +803,20 @@ function disaggregationHeaders(routed: RoutedRequest): { set: [string, string][]
   const set: [string, string][] = [[PREFILLER_HOST_PORT_HEADER, p.endpoint]];
   if (p.rankHeader !== undefined) return { set: [...set, [PREFILL_RANK_HEADER, String(p.rankHeader)]] };
   return { set, remove: [PREFILL_RANK_HEADER] };
+}
+
+/**
+ * llm-d's per-endpoint scores, where a higher score is preferred: here an endpoint's is its best rank's cost,
+ * negated (the pick's is the highest). Ranks that cost nothing finite are left out.
+ */
+function endpointScores(routed: RoutedRequest): Record<string, number> {
+  const scores: Record<string, number> = {};
+  for (const { candidate, cost } of routed.decision.scored) {
+    const score = -cost;
+    const other = scores[candidate.endpoint];
+    if (Number.isFinite(score) && (other === undefined || score > other)) scores[candidate.endpoint] = score;
+  }
+  return scores;
 }
 
 /**
