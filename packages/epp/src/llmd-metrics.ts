@@ -16,6 +16,10 @@ const DURATION_BUCKETS = [
 ];
 /** llm-d's TTFT buckets: the latency buckets up to two minutes. */
 const TTFT_BUCKETS = DURATION_BUCKETS.filter((b) => b <= 120);
+/** llm-d's request size buckets: every power of two from 64 B to 1 GiB. */
+const REQUEST_SIZE_BUCKETS = Array.from({ length: 25 }, (_, i) => 2 ** (i + 6));
+/** llm-d's response size buckets (32778, not 32768, is llm-d's). */
+const RESPONSE_SIZE_BUCKETS = [1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32778, 65536];
 
 /** The series, each current name with its deprecated twin where llm-d still writes one. */
 export function llmdSeries(registry: Registry) {
@@ -27,6 +31,8 @@ export function llmdSeries(registry: Registry) {
     requests: "requests routed, by the model the body names, the model it runs as, fairness id and objective priority",
     errors: "requests that failed, by error code: BadRequest, ServiceUnavailable (no endpoint), ResourceExhausted (shed), Internal, ModelServerError (the upstream answered other than 200)",
     running: "routed requests whose response has not ended",
+    requestSize: "bytes of a routed request's body as the client sent it, read before its route",
+    responseSize: "bytes of a response's body, once it has ended",
     duration: "seconds from a request's headers to the end of its response",
     ready: "endpoints (API servers) of the pool the EPP may route to",
     kv: "mean KV-cache usage (0-1) of the pool's endpoints, as each last reported it",
@@ -46,6 +52,22 @@ export function llmdSeries(registry: Registry) {
       help: deprecated("llm_d_epp_request_duration_seconds", helps.duration),
       labelNames: MODEL,
       buckets: DURATION_BUCKETS,
+      registers,
+    }),
+    requestSize: new Histogram({ name: "llm_d_epp_request_size_bytes", help: helps.requestSize, labelNames: REQUEST, buckets: REQUEST_SIZE_BUCKETS, registers }),
+    requestSizeDeprecated: new Histogram({
+      name: "inference_objective_request_sizes",
+      help: deprecated("llm_d_epp_request_size_bytes", helps.requestSize),
+      labelNames: MODEL,
+      buckets: REQUEST_SIZE_BUCKETS,
+      registers,
+    }),
+    responseSize: new Histogram({ name: "llm_d_epp_response_size_bytes", help: helps.responseSize, labelNames: REQUEST, buckets: RESPONSE_SIZE_BUCKETS, registers }),
+    responseSizeDeprecated: new Histogram({
+      name: "inference_objective_response_sizes",
+      help: deprecated("llm_d_epp_response_size_bytes", helps.responseSize),
+      labelNames: MODEL,
+      buckets: RESPONSE_SIZE_BUCKETS,
       registers,
     }),
     ttft: new Histogram({

@@ -87,6 +87,8 @@ const UPSTREAM: Record<string, [string, string[]]> = {
   llm_d_epp_request_running: ["gauge", REQ],
   llm_d_epp_request_duration_seconds: ["histogram", REQ],
   llm_d_epp_request_ttft_seconds: ["histogram", [...REQ, "streaming"]],
+  llm_d_epp_request_size_bytes: ["histogram", REQ],
+  llm_d_epp_response_size_bytes: ["histogram", REQ],
   llm_d_epp_ready_endpoints: ["gauge", ["name"]],
   llm_d_epp_average_kv_cache_utilization: ["gauge", ["name"]],
   llm_d_epp_average_queue_size: ["gauge", ["name"]],
@@ -95,18 +97,24 @@ const UPSTREAM: Record<string, [string, string[]]> = {
   inference_objective_request_error_total: ["counter", ["model_name", "target_model_name", "error_code"]],
   inference_objective_running_requests: ["gauge", ["model_name"]],
   inference_objective_request_duration_seconds: ["histogram", ["model_name", "target_model_name"]],
+  inference_objective_request_sizes: ["histogram", ["model_name", "target_model_name"]],
+  inference_objective_response_sizes: ["histogram", ["model_name", "target_model_name"]],
   inference_pool_ready_pods: ["gauge", ["name"]],
   inference_pool_average_kv_cache_utilization: ["gauge", ["name"]],
   inference_pool_average_queue_size: ["gauge", ["name"]],
   inference_pool_average_running_requests: ["gauge", ["name"]],
 };
 /** llm-d's generalLatencyBuckets (request duration); its TTFT buckets are those up to 120 s. */
+const REQUEST_SIZES = [64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072, 262144, 524288, 1048576, 2097152, 4194304, 8388608, 16777216, 33554432, 67108864, 134217728, 268435456, 536870912, 1073741824];
+const RESPONSE_SIZES = [1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32778, 65536];
 const LATENCY = [0.005, 0.025, 0.05, 0.1, 0.2, 0.4, 0.6, 0.8, 1, 1.25, 1.5, 2, 3, 4, 5, 6, 8, 10, 15, 20, 30, 45, 60, 120, 180, 240, 300, 360, 480, 600, 900, 1200, 1800, 2700, 3600];
 
 test("a routed request is counted and running under llm-d's names with its model, target model, fairness id and priority; its response times it", async () => {
   const labels = 'model_name="my-adapter",target_model_name="test-model",fairness_id="tenant-a",priority="5"';
   const gaie: [string, string][] = [["x-gateway-model-name-rewrite", MODEL], ["x-gateway-inference-fairness-id", "tenant-a"], ["x-gateway-inference-objective", "chat"]];
-  await exchange({ model: "my-adapter", prompt: tokens(32, 1) }, gaie, { status: "200", contentType: "text/event-stream", chunks: ["data: {}\n\n", "data: [DONE]\n\n"] }, async () => {
+  const json = { model: "my-adapter", prompt: tokens(32, 1) };
+  const chunks = ["data: {}\n\n", "data: [DONE]\n\n"];
+  await exchange(json, gaie, { status: "200", contentType: "text/event-stream", chunks }, async () => {
     expect(await metric(`llm_d_epp_request_running{${labels}}`)).toBe(1);
     expect(await metric('inference_objective_running_requests{model_name="my-adapter"}')).toBe(1);
   });
@@ -123,6 +131,14 @@ test("a routed request is counted and running under llm-d's names with its model
   await scrape();
   expect(bounds("llm_d_epp_request_duration_seconds")).toEqual([...LATENCY.map(String), "+Inf"]);
   expect(bounds("llm_d_epp_request_ttft_seconds")).toEqual([...LATENCY.filter((b) => b <= 120).map(String), "+Inf"]);
+  expect(bounds("llm_d_epp_request_size_bytes")).toEqual([...REQUEST_SIZES.map(String), "+Inf"]);
+  expect(bounds("llm_d_epp_response_size_bytes")).toEqual([...RESPONSE_SIZES.map(String), "+Inf"]);
+  // Its body as sent, and its response's chunks together.
+  const sent = JSON.stringify(json).length;
+  expect(await metric(`llm_d_epp_request_size_bytes_sum{${labels}}`)).toBe(sent);
+  expect(await metric('inference_objective_request_sizes_sum{model_name="my-adapter",target_model_name="test-model"}')).toBe(sent);
+  expect(await metric(`llm_d_epp_response_size_bytes_sum{${labels}}`)).toBe(chunks.join("").length);
+  expect(await metric('inference_objective_response_sizes_sum{model_name="my-adapter",target_model_name="test-model"}')).toBe(chunks.join("").length);
   // No error counted for it.
   expect(page).not.toContain(`llm_d_epp_request_error_total{${labels}`);
 });

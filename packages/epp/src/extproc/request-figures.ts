@@ -23,6 +23,7 @@ export class RequestFigures {
   private serverError = false;
   private streaming = false;
   private firstByteAt: number | undefined;
+  private responseBytes = 0;
   private responded = false;
 
   /** `at`: when its headers came (performance.now()). */
@@ -42,13 +43,18 @@ export class RequestFigures {
     this.target = target ? this.labels.models.label(target) : this.model;
   }
 
-  /** How it was answered; a routed request runs until end(). llm-d does not count a request without a model as running. */
-  outcome(outcome: RequestOutcome): void {
+  /**
+   * How it was answered (`bodyBytes`: of its body, read before the route); a routed request runs until end(). llm-d
+   * does not count a request without a model as running.
+   */
+  outcome(outcome: RequestOutcome, bodyBytes = 0): void {
     this.m.requests.inc({ outcome });
     const l = this.m.llmd;
     if (outcome !== "routed") return this.failed(ERROR_CODE[outcome]);
     l.requests.inc(this.requestLabels());
-    l.requestsDeprecated.inc({ model_name: this.model, target_model_name: this.target, priority: this.priority });
+    l.requestsDeprecated.inc({ ...this.modelLabels(), priority: this.priority });
+    l.requestSize.observe(this.requestLabels(), bodyBytes);
+    l.requestSizeDeprecated.observe(this.modelLabels(), bodyBytes);
     if (this.model === "") return;
     this.running = true;
     l.running.inc(this.requestLabels());
@@ -66,6 +72,7 @@ export class RequestFigures {
 
   responseBody(bytes: number, now = performance.now()): void {
     if (bytes > 0 && this.firstByteAt === undefined) this.firstByteAt = now;
+    this.responseBytes += bytes;
   }
 
   /**
@@ -78,7 +85,9 @@ export class RequestFigures {
     const l = this.m.llmd;
     const seconds = (now - this.at) / 1000;
     l.duration.observe(this.requestLabels(), seconds);
-    l.durationDeprecated.observe({ model_name: this.model, target_model_name: this.target }, seconds);
+    l.durationDeprecated.observe(this.modelLabels(), seconds);
+    l.responseSize.observe(this.requestLabels(), this.responseBytes);
+    l.responseSizeDeprecated.observe(this.modelLabels(), this.responseBytes);
     const first = this.firstByteAt === undefined || this.streaming ? this.firstByteAt : now;
     if (first !== undefined) l.ttft.observe({ ...this.requestLabels(), streaming: String(this.streaming) }, (first - this.at) / 1000);
   }
@@ -93,7 +102,11 @@ export class RequestFigures {
 
   private failed(code: string): void {
     this.m.llmd.errors.inc({ ...this.requestLabels(), error_code: code });
-    this.m.llmd.errorsDeprecated.inc({ model_name: this.model, target_model_name: this.target, error_code: code });
+    this.m.llmd.errorsDeprecated.inc({ ...this.modelLabels(), error_code: code });
+  }
+
+  private modelLabels() {
+    return { model_name: this.model, target_model_name: this.target };
   }
 
   private requestLabels() {

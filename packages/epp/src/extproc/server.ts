@@ -640,7 +640,7 @@ class ProcessStream {
     const now = performance.now();
     this.deps.metrics.pickLatency.observe((now - started) / 1000);
     if (this.deps.slowPickMs && now - started >= this.deps.slowPickMs) this.slowPick(read, now - started, now - routeStarted);
-    req.figures.outcome("routed");
+    req.figures.outcome("routed", req.bytes);
     if (this.warmable(fields, body)) {
       if (this.keep(req, body.length)) req.reply = { request: { body, path: req.path }, capture: new ReplyCapture() };
     }
