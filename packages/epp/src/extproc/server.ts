@@ -151,7 +151,7 @@ function warnOnce(warned: Set<string>, log: Logger, key: string, fields: object,
 
 export function createProcessHandler(deps: ExtProcDeps): (call: Duplex) => void {
   // per server: per process as deployed
-  // llm-d bounds model names at 1000 values (pkg/epp/metrics/cardinality.go)
+  // Model names are client input too: bounded at 1000 values, as llm-d bounds them.
   const labels = { fairness: new BoundedLabels(), models: new BoundedLabels(1000, 256) };
   const shared: Shared = { warned: new Set(), labels, warnRejected: throttledWarn(deps.log, "ext_proc stream rejected"),
     warnOverflow: throttledWarn(deps.log, "ext_proc body budget spent: bodies routed by load and passed through unbuffered"),
