@@ -156,6 +156,8 @@ export type EppConfig = {
   extProcBufferMaxBytes?: number;
   /** Next-best distinct endpoints sent after the pick (GAIE protocol's ordered list). */
   fallbackEndpoints: number;
+  /** Each scored endpoint's score in the route's envoy.lb metadata (llm-d's --emit-endpoint-scores). */
+  emitEndpointScores: boolean;
   /** x-gateway-inference-objective name -> priority. */
   objectivePriorities: Map<string, number>;
   /** The filter's request and response body modes, for streams that carry no protocol_config (extproc/assumed-modes.ts). */
@@ -304,6 +306,7 @@ export function parseConfig(argv: string[], env: Record<string, string | undefin
     warmUpPicks: o.warmUpPicks,
     extProcBufferMaxBytes: o.extProcBufferMaxBytes,
     fallbackEndpoints: o.fallbackEndpoints,
+    emitEndpointScores: o.emitEndpointScores,
     objectivePriorities: parsePriorities(r),
     bodyMode: o.bodyMode,
     responseBodyMode: o.responseBodyMode,

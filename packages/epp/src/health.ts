@@ -1,89 +1,83 @@
-// grpc.health.v1.Health: "liveness" reports the process; "" (a load balancer's overall check), "readiness", the
-// ext_proc service and "inference-extension" stay NOT_SERVING until recovery has ended, and go NOT_SERVING first
-// on shutdown (llm-d's router answers "" by its readiness rule too).
+// grpc.health.v1.Health as llm-d's router answers it without leader election (every replica active, as here): any
+// service name follows readiness (NOT_SERVING until recovery has ended, and first on shutdown), "liveness" excepted,
+// which is the process; no name is unknown. List names the ext_proc service alone, as llm-d's does in that mode.
 import * as grpc from "@grpc/grpc-js";
 import { EXT_PROC_SERVICE } from "./extproc/protos.ts";
 
 export type ServingStatus = "SERVING" | "NOT_SERVING";
 
 /**
- * The name GAIE's conformance manifests and its chart (one replica) probe for both liveness and
- * readiness; its EPP answers any name with the readiness rule there, so this one follows readiness.
+ * The one name that does not follow readiness. It stays SERVING while draining too: a failing liveness probe would
+ * have the kubelet kill the process mid-drain (llm-d's router keeps it so with leader election on; without, it fails
+ * it while draining).
  */
-export const GAIE_PROBE_SERVICE = "inference-extension";
-
-/**
- * The services that follow readiness (NOT_SERVING until recovery has ended, and while draining). "" among them: a
- * gateway's or probe's check that names no service asks whether to send traffic, not whether to restart us.
- */
-const READINESS_SERVICES = ["", "readiness", EXT_PROC_SERVICE, GAIE_PROBE_SERVICE] as const;
+export const LIVENESS_SERVICE = "liveness";
 
 type Watcher = (status: ServingStatus) => void;
 
 export class HealthState {
-  private readonly statusByService = new Map<string, ServingStatus>();
-  private readonly watchers = new Map<string, Set<Watcher>>();
+  private readiness: ServingStatus = "NOT_SERVING";
+  private readonly watchers = new Set<Watcher>();
   private draining = false;
-
-  constructor() {
-    this.set("liveness", "SERVING");
-    for (const name of READINESS_SERVICES) this.set(name, "NOT_SERVING");
-  }
 
   /** No effect once draining: a recovery ending during shutdown must not report SERVING again. */
   setReady(ready: boolean): void {
     if (this.draining) return;
-    const s: ServingStatus = ready ? "SERVING" : "NOT_SERVING";
-    for (const name of READINESS_SERVICES) this.set(name, s);
+    this.setReadiness(ready ? "SERVING" : "NOT_SERVING");
   }
 
   get ready(): boolean {
-    return this.statusByService.get("readiness") === "SERVING";
+    return this.readiness === "SERVING";
   }
 
-  /**
-   * Shutdown: readiness and the ext_proc service report NOT_SERVING so probes and gateways stop
-   * sending. Liveness stays SERVING: the process is alive and draining, and a
-   * failing liveness probe would have the kubelet kill it mid-drain.
-   */
+  /** Shutdown: every name but liveness reports NOT_SERVING so probes and gateways stop sending. */
   drain(): void {
     this.draining = true;
-    for (const name of READINESS_SERVICES) this.set(name, "NOT_SERVING");
+    this.setReadiness("NOT_SERVING");
   }
 
-  status(service: string): ServingStatus | undefined {
-    return this.statusByService.get(service);
+  status(service: string): ServingStatus {
+    return service === LIVENESS_SERVICE ? "SERVING" : this.readiness;
   }
 
+  /** What List answers. */
+  list(): Record<string, ServingStatus> {
+    return { [EXT_PROC_SERVICE]: this.status(EXT_PROC_SERVICE) };
+  }
+
+  /** Told each change of `service`'s status (liveness never changes). */
   watch(service: string, w: Watcher): () => void {
-    let set = this.watchers.get(service);
-    if (!set) this.watchers.set(service, (set = new Set()));
-    set.add(w);
-    return () => set.delete(w);
+    if (service === LIVENESS_SERVICE) return () => {};
+    this.watchers.add(w);
+    return () => this.watchers.delete(w);
   }
 
-  private set(service: string, s: ServingStatus): void {
-    if (this.statusByService.get(service) === s) return;
-    this.statusByService.set(service, s);
-    for (const w of this.watchers.get(service) ?? []) w(s);
+  private setReadiness(s: ServingStatus): void {
+    if (this.readiness === s) return;
+    this.readiness = s;
+    for (const w of this.watchers) w(s);
   }
 }
 
 type Req = { service?: string };
-type Res = { status: ServingStatus | "SERVICE_UNKNOWN" };
+type Res = { status: ServingStatus };
+type ListRes = { statuses: Record<string, Res> };
+
+function listed(state: HealthState): ListRes {
+  return { statuses: Object.fromEntries(Object.entries(state.list()).map(([name, status]) => [name, { status }])) };
+}
 
 export function healthHandlers(state: HealthState): grpc.UntypedServiceImplementation {
   return {
     Check(call: grpc.ServerUnaryCall<Req, Res>, cb: grpc.sendUnaryData<Res>) {
-      const s = state.status(call.request.service ?? "");
-      if (s === undefined) cb({ code: grpc.status.NOT_FOUND, details: `unknown service ${JSON.stringify(call.request.service)}` });
-      else cb(null, { status: s });
+      cb(null, { status: state.status(call.request.service ?? "") });
+    },
+    List(_call: grpc.ServerUnaryCall<object, ListRes>, cb: grpc.sendUnaryData<ListRes>) {
+      cb(null, listed(state));
     },
     Watch(call: grpc.ServerWritableStream<Req, Res>) {
       const service = call.request.service ?? "";
-      const s = state.status(service);
-      call.write({ status: s ?? "SERVICE_UNKNOWN" });
-      if (s === undefined) return;
+      call.write({ status: state.status(service) });
       const stop = state.watch(service, (next) => call.write({ status: next }));
       call.on("cancelled", stop);
       call.on("close", stop);
@@ -91,17 +85,15 @@ export function healthHandlers(state: HealthState): grpc.UntypedServiceImplement
   };
 }
 
+type Method<I, O> = Pick<grpc.MethodDefinition<I, O>, "requestDeserialize" | "responseSerialize">;
+
 /**
- * grpc.health.v1.Health/Check as a unary handler over raw bytes, for the ext_proc port (`--health-checking`,
- * as GAIE's EPP registers health on its ext_proc server): an unknown service is NOT_FOUND.
+ * grpc.health.v1.Health/Check and List as unary handlers over raw bytes, for the ext_proc port (`--health-checking`,
+ * as GAIE's EPP registers health on its ext_proc server).
  */
-export function healthCheckBytes(
-  state: HealthState,
-  codec: { decode(b: Buffer): Req; encode(r: Res): Buffer },
-): (request: Buffer) => Buffer | { code: 5; message: string } {
-  return (request) => {
-    const service = codec.decode(request).service ?? "";
-    const s = state.status(service);
-    return s === undefined ? { code: 5, message: `unknown service ${JSON.stringify(service)}` } : codec.encode({ status: s });
+export function healthBytes(state: HealthState, check: Method<Req, Res>, list: Method<object, ListRes>): { check: (b: Buffer) => Buffer; list: (b: Buffer) => Buffer } {
+  return {
+    check: (request) => check.responseSerialize({ status: state.status(check.requestDeserialize(request).service ?? "") }),
+    list: () => list.responseSerialize(listed(state)),
   };
 }

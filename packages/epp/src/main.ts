@@ -20,6 +20,7 @@ import type { KubeSources } from "./kube-sources.ts";
 import { extProcBufferBudget } from "./memory-budget.ts";
 import { poolSizeOf } from "./pool-size.ts";
 import { createMetrics, routingMetrics, type Metrics } from "./metrics.ts";
+import { poolFigures } from "./llmd-metrics.ts";
 import { ActiveLoad, sumLoad, combinedPending, EvictionRegret, latencyModel, pendingPrefixes, Picker, RoutingQuality, type Clock, type RoutingContext } from "@kv-epp/routing";
 import { recoverThenReady } from "./readiness.ts";
 import { startReplicaAgg, type ReplicaAgg } from "./replica-agg/service.ts";
@@ -153,6 +154,7 @@ export async function startEpp(cfg: EppConfig, o: { log?: Logger; kubeConfig?: K
       maxInflight: cfg.maxInflight,
       bodyBudget,
       fallbacks: cfg.fallbackEndpoints,
+      emitEndpointScores: cfg.emitEndpointScores,
       // In Kubernetes mode the pool's InferenceObjectives, over --objective-priorities.
       priorities: () => workers.objectives.current(),
       // In Kubernetes mode the pool's InferenceModelRewrites, applied where each body is read.
@@ -176,9 +178,12 @@ export async function startEpp(cfg: EppConfig, o: { log?: Logger; kubeConfig?: K
     peerToken: cfg.peerToken,
     log: log.child({ component: "selection-http" }),
   }).fetch, { idleTimeout: 0 }); // a large /dump may stream for longer than Bun's default idle timeout
+  // llm-d's pool gauges are named by the InferencePool; a static pool has no name.
+  const poolName = cfg.workers.mode === "kubernetes" ? cfg.workers.poolName : "";
   const metricsServer = startHttp(cfg, cfg.ports.metrics, metricsFetch(metrics, () => {
     indexers.models.updateGauges();
     workers.updateGauges();
+    poolFigures(metrics.llmd, poolName, workers.endpointLoads());
     metrics.ready.set(health.ready ? 1 : 0);
     metrics.extProcBufferedBytes.set(bodyBudget.usedBytes);
     replicaAgg?.updateGauges();

@@ -3,6 +3,7 @@ import type { WorkerRef } from "@kv-epp/protocol";
 import type { RoutingMetrics } from "@kv-epp/routing";
 import { cpuThrottlingReader, type ReadFile } from "@kv-epp/tokenizer";
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from "prom-client";
+import { llmdSeries } from "./llmd-metrics.ts";
 
 export type RequestOutcome = "routed" | "no_endpoint" | "shed" | "bad_request" | "error";
 
@@ -329,6 +330,8 @@ export function createMetrics(readCgroup?: ReadFile, o: { process?: boolean } = 
       labelNames: ["where"] as const,
       registers: [registry],
     }),
+    /** The same figures under llm-d's names (llmd-metrics.ts). */
+    llmd: llmdSeries(registry),
   };
   return m;
 }

@@ -60,7 +60,7 @@ export const EPP_OPTIONS = {
     listen: opt.string(z.string().min(1).default("0.0.0.0"), "address every server binds"),
     grpcPort: opt.int(port.default(9002), "ext_proc gRPC port"),
     grpcHealthPort: opt.int(port.default(9003), "grpc-health port"),
-    healthChecking: opt.bool(z.boolean().default(false), "also serve grpc.health.v1.Health/Check on the ext_proc port (as GAIE's --health-checking)"),
+    healthChecking: opt.bool(z.boolean().default(false), "also serve grpc.health.v1.Health Check and List on the ext_proc port (as GAIE's --health-checking)"),
     metricsPort: opt.int(port.default(9090), "Prometheus port"),
     selectionPort: opt.int(port.default(9093), "selection-http port"),
     secureServing: opt.bool(z.boolean().default(true), "TLS (ALPN h2) on the ext_proc port; false: h2c", { env: "DYN_SECURE_SERVING" }),
@@ -81,6 +81,7 @@ export const EPP_OPTIONS = {
   ...group("Requests", {
     explain: opt.bool(z.boolean().default(false), "explain every decision in an x-kv-epp-decision header (else only requests sending x-kv-epp-explain: 1)"),
     fallbackEndpoints: opt.int(count.default(0), "also name this many next-best distinct endpoints after the pick, for the gateway's retries"),
+    emitEndpointScores: opt.bool(z.boolean().default(false), "also send each scored endpoint's score (the negated cost of its best rank: higher is better) in the route's envoy.lb metadata, x-gateway-destination-endpoint-scores (as llm-d's --emit-endpoint-scores)"),
     objectivePriorities: opt.string(
       z.string().default(""),
       "InferenceObjective priorities, name=priority,... (x-llm-d-inference-objective or x-gateway-inference-objective; < 0: sheddable); in Kubernetes mode the pool's InferenceObjective resources win, these give the names they do not",

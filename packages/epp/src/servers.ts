@@ -12,7 +12,7 @@ import { loadProtos } from "./extproc/protos.ts";
 import { bytesBesideBody } from "./extproc/request-bulk.ts";
 import { createProcessHandler, type ExtProcDeps } from "./extproc/server.ts";
 import { readCertificate, selfSignedCertificate, watchCertificate, type Certificate } from "./extproc/tls.ts";
-import { healthCheckBytes, healthHandlers, type HealthState } from "./health.ts";
+import { healthBytes, healthHandlers, type HealthState } from "./health.ts";
 import { throttledWarn } from "./log-throttle.ts";
 import type { Metrics } from "./metrics.ts";
 
@@ -38,7 +38,6 @@ export async function startExtProc(
 ): Promise<ExtProcServer> {
   const protos = loadProtos();
   const method = protos.extProc.service.Process!;
-  const healthCheck = protos.health.service.Check!;
   const metrics = o.metrics;
   const log = o.log.child({ component: "ext_proc" });
   const warnRejected = throttledWarn(log, "ext_proc stream rejected");
@@ -58,14 +57,7 @@ export async function startExtProc(
       // A message that stops arriving, or answers left unread, give their part of the receive budget back after this.
       stallMs: 10_000,
       windowBytes: EXT_PROC_WINDOW_BYTES,
-      unary: cfg.healthOnExtProc
-        ? {
-            [healthCheck.path]: healthCheckBytes(o.health, {
-              decode: healthCheck.requestDeserialize as (b: Buffer) => { service?: string },
-              encode: healthCheck.responseSerialize as (r: { status: string }) => Buffer,
-            }),
-          }
-        : undefined,
+      unary: cfg.healthOnExtProc ? healthOnExtProc(o.health) : undefined,
       tls: o.certificate,
       onError: (where, err) => log.debug({ where, err: String(err) }, "ext_proc transport error"),
       receiveBudget: o.handler.bodyBudget,
@@ -107,6 +99,13 @@ export async function startHealth(cfg: Pick<EppConfig, "listen" | "ports">, heal
     server.bindAsync(hostPort(cfg.listen, cfg.ports.grpcHealth), grpc.ServerCredentials.createInsecure(), (err, p) => (err ? reject(err) : resolve(p))),
   );
   return { port, stop: () => server.forceShutdown() };
+}
+
+/** grpc.health.v1.Health's Check and List on the ext_proc port (`--health-checking`), over its TLS. */
+function healthOnExtProc(health: HealthState): Record<string, (b: Buffer) => Buffer> {
+  const { Check: check, List: list } = loadProtos().health.service;
+  const bytes = healthBytes(health, check!, list!);
+  return { [check!.path]: bytes.check, [list!.path]: bytes.list };
 }
 
 export function startHttp(

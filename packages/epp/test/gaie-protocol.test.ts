@@ -24,7 +24,7 @@ beforeAll(async () => {
   evs = await Promise.all([0, 1, 2].map(() => FakeWorkerEvents.start()));
   epp = await startTestEpp(
     [A, B, C].map((address, i) => ({ id: `w${i}`, address, kvEvents: evs[i]!.endpoint })),
-    { flags: ["--fallback-endpoints", "2", "--max-inflight", "5", "--objective-priorities", "batch=-1,chat=5", "--lora-adapters", "my-adapter"] },
+    { flags: ["--fallback-endpoints", "2", "--max-inflight", "5", "--objective-priorities", "batch=-1,chat=5", "--lora-adapters", "my-adapter", "--emit-endpoint-scores"] },
   );
   await evs[0]!.storeUntil(prefix, async () => (await postJson(`http://${HOST}:${epp.ports.selection}/score`, { token_ids: prefix })).body.scores["w0"]?.["0"] === 4);
   client = extProcClient(epp.ports.grpc);
@@ -57,6 +57,11 @@ async function answerFor(s: ExtProcStream, phase: string): Promise<Resp> {
   }
 }
 const destination = (r: Resp) => setHeader(r.request_headers?.response, "x-gateway-destination-endpoint");
+/** envoy.lb x-gateway-destination-endpoint-scores as endpoint -> score (undefined when absent). */
+function lbScores(r: Resp): Record<string, number> | undefined {
+  const v = r.dynamic_metadata?.fields?.["envoy.lb"]?.structValue?.fields?.["x-gateway-destination-endpoint-scores"]?.structValue?.fields;
+  return v && Object.fromEntries(Object.entries(v).map(([e, s]) => [e, s.numberValue!]));
+}
 
 test("--fallback-endpoints: the pick, then next-best distinct endpoints, in the header and envoy.lb alike", async () => {
   const { s, first } = await open({ prompt: prefix });
@@ -67,6 +72,32 @@ test("--fallback-endpoints: the pick, then next-best distinct endpoints, in the 
   expect(lbMetadata(first)).toBe(destination(first));
   s.end();
   await waitFor(() => epp.load.inflight === 0, { message: "released" });
+});
+
+test("--emit-endpoint-scores: every scored endpoint's score beside the destination in envoy.lb, the pick's the highest; absent without the flag", async () => {
+  const { s, first } = await open({ prompt: prefix });
+  const scores = lbScores(first)!;
+  expect(Object.keys(scores).sort()).toEqual([A, B, C]);
+  expect(Object.values(scores).every(Number.isFinite)).toBe(true);
+  expect(Math.max(...Object.values(scores))).toBe(scores[A]!);
+  expect(destination(first)!.split(",")[0]).toBe(A);
+  s.end();
+  await waitFor(() => epp.load.inflight === 0, { message: "released" });
+
+  const plain = await startTestEpp([{ id: "w", address: A, kvEvents: evs[0]!.endpoint }]);
+  const c = extProcClient(plain.ports.grpc);
+  try {
+    const p = c.open();
+    p.send(headers());
+    p.send(body({ prompt: prefix }));
+    const r = await p.next();
+    expect(lbMetadata(r)).toBe(A);
+    expect(lbScores(r)).toBeUndefined();
+    p.end();
+  } finally {
+    c.close();
+    await plain.stop({ graceMs: 200 });
+  }
 });
 
 test("the served endpoint reported on the response path moves the request's load there, counted, and its response is compared with what was predicted for that endpoint", async () => {

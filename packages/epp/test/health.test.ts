@@ -2,7 +2,7 @@
 import { afterAll, expect, test } from "bun:test";
 import { waitFor, LOOPBACK } from "@kv-epp/testkit";
 import { EXT_PROC_SERVICE } from "../src/extproc/protos.ts";
-import { HOST, body, checkHealth, extProcClient, headers, healthClient, setHeader, startTestEpp } from "./helpers.ts";
+import { HOST, body, checkHealth, extProcClient, headers, healthClient, listHealth, setHeader, startTestEpp } from "./helpers.ts";
 
 const cleanups: (() => unknown)[] = [];
 afterAll(async () => {
@@ -39,6 +39,7 @@ test("readiness and ext_proc stay NOT_SERVING until recovery ends, liveness serv
   expect(await checkHealth(h, "readiness")).toBe("NOT_SERVING");
   expect(await checkHealth(h, EXT_PROC_SERVICE)).toBe("NOT_SERVING");
   expect(await checkHealth(h, "inference-extension")).toBe("NOT_SERVING"); // what GAIE's chart and conformance probe
+  expect(await listHealth(h)).toEqual({ [EXT_PROC_SERVICE]: "NOT_SERVING" });
   expect((await fetch(`http://${HOST}:${epp.ports.selection}/dump`)).status).toBe(503);
 
   release();
@@ -47,6 +48,7 @@ test("readiness and ext_proc stay NOT_SERVING until recovery ends, liveness serv
   expect(await checkHealth(h, "readiness")).toBe("SERVING");
   expect(await checkHealth(h, EXT_PROC_SERVICE)).toBe("SERVING");
   expect(await checkHealth(h, "inference-extension")).toBe("SERVING");
+  expect(await listHealth(h)).toEqual({ [EXT_PROC_SERVICE]: "SERVING" });
   expect((await fetch(`http://${HOST}:${epp.ports.selection}/dump`)).status).toBe(200);
   await waitFor(() => seen.length >= 2, { message: "watch saw the transition" });
   expect(seen.slice(0, 2)).toEqual(["NOT_SERVING", "SERVING"]);
@@ -57,13 +59,24 @@ test("readiness and ext_proc stay NOT_SERVING until recovery ends, liveness serv
   await stopping;
 });
 
-test("an unknown service is NOT_FOUND; no peers configured means recovery_disabled and ready", async () => {
-  const epp = await startTestEpp([]);
+test("any other service name answers readiness, as llm-d's router without leader election; no peers configured means recovery_disabled and ready", async () => {
+  const epp = await startTestEpp([], { waitReady: false });
   cleanups.push(() => epp.stop({ graceMs: 500 }));
   const h = healthClient(epp.ports.grpcHealth);
   cleanups.push(() => h.close());
-  await expect(checkHealth(h, "nope")).rejects.toThrow(/NOT_FOUND|unknown service/);
+  const watch = h.Watch({ service: "nope" });
+  const seen: string[] = [];
+  watch.on("data", (r) => seen.push(r.status));
+  watch.on("error", () => {});
+  cleanups.push(() => watch.cancel());
+  await epp.ready;
+  expect(await checkHealth(h, "nope")).toBe("SERVING");
   expect(await checkHealth(h, "readiness")).toBe("SERVING");
+  await waitFor(() => seen.at(-1) === "SERVING", { message: "a watch of an unknown name follows readiness" });
+  epp.health.drain();
+  expect(await checkHealth(h, "nope")).toBe("NOT_SERVING");
+  expect(await checkHealth(h, "liveness")).toBe("SERVING");
+  await waitFor(() => seen.at(-1) === "NOT_SERVING", { message: "and its drain" });
   const text = await (await fetch(`http://${HOST}:${epp.ports.metrics}/metrics`)).text();
   expect(text).toContain('dynamo_epp_kv_recovery_state{state="recovery_disabled"} 1');
   expect(text).toContain('dynamo_epp_kv_recovery_state{state="recovered"} 0');
@@ -103,17 +116,19 @@ test("a stop while the replica is still getting ready keeps it NOT_SERVING (reco
   await stopping;
 });
 
-test("--health-checking also answers grpc.health.v1 Check on the ext_proc port, over its TLS, with the same rules", async () => {
+test("--health-checking also answers grpc.health.v1 Check and List on the ext_proc port, over its TLS, with the same rules", async () => {
   const epp = await startTestEpp([], { flags: ["--health-checking"] });
   cleanups.push(() => epp.stop({ graceMs: 500 }));
   const h = healthClient(epp.ports.grpc, HOST, { tls: true });
   cleanups.push(() => h.close());
-  for (const service of ["", "liveness", "readiness", "inference-extension", EXT_PROC_SERVICE]) expect(await checkHealth(h, service)).toBe("SERVING");
+  for (const service of ["", "liveness", "readiness", "inference-extension", EXT_PROC_SERVICE, "nope"]) expect(await checkHealth(h, service)).toBe("SERVING");
+  expect(await listHealth(h)).toEqual({ [EXT_PROC_SERVICE]: "SERVING" });
   const code = (e: { code?: number }) => e.code;
-  expect(await checkHealth(h, "nope").catch(code)).toBe(5); // NOT_FOUND
   epp.health.drain();
   expect(await checkHealth(h, "inference-extension")).toBe("NOT_SERVING");
+  expect(await checkHealth(h, "nope")).toBe("NOT_SERVING");
   expect(await checkHealth(h, "liveness")).toBe("SERVING");
+  expect(await listHealth(h)).toEqual({ [EXT_PROC_SERVICE]: "NOT_SERVING" });
 
   // Without the flag the ext_proc port serves ext_proc alone.
   const plain = await startTestEpp([]);

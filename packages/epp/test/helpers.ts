@@ -10,7 +10,7 @@ import { KvEventPublisher } from "@kv-epp/kv-events";
 import pino from "pino";
 import { stringify } from "yaml";
 import { parseConfig } from "../src/config.ts";
-import type { ProcessingRequest } from "../src/extproc/messages.ts";
+import type { ProcessingRequest, Struct } from "../src/extproc/messages.ts";
 import { loadProtos } from "../src/extproc/protos.ts";
 import { extProcChannel } from "../src/extproc/client.ts";
 import { startEpp, type EppHandle } from "../src/main.ts";
@@ -31,7 +31,7 @@ export type Resp = {
   response_headers?: { response?: Common };
   response_body?: { response?: Common };
   immediate_response?: { status?: { code?: string | number }; headers?: Common["header_mutation"]; body?: Buffer; details?: string };
-  dynamic_metadata?: { fields?: Record<string, { structValue?: { fields?: Record<string, { stringValue?: string }> } }> };
+  dynamic_metadata?: Struct;
 };
 type Common = {
   header_mutation?: { set_headers?: { header?: { key: string; raw_value?: Buffer } }[]; remove_headers?: string[] };
@@ -110,8 +110,16 @@ export function healthClient(port: number, host = HOST, o: { tls?: boolean } = {
   // port an earlier test's server used may be this one's now.
   return new health(`${host}:${port}`, ch.credentials, { ...ch.options, "grpc.use_local_subchannel_pool": 1 }) as unknown as grpc.Client & {
     Check(req: { service: string }, cb: (err: grpc.ServiceError | null, res?: { status: string }) => void): void;
+    List(req: object, cb: (err: grpc.ServiceError | null, res?: { statuses: Record<string, { status: string }> }) => void): void;
     Watch(req: { service: string }): grpc.ClientReadableStream<{ status: string }>;
   };
+}
+
+/** Health/List's answer as name -> status. */
+export function listHealth(c: ReturnType<typeof healthClient>): Promise<Record<string, string>> {
+  return new Promise((resolve, reject) =>
+    c.List({}, (err, res) => (err ? reject(err) : resolve(Object.fromEntries(Object.entries(res!.statuses).map(([k, v]) => [k, v.status]))))),
+  );
 }
 
 export function checkHealth(c: ReturnType<typeof healthClient>, service: string): Promise<string> {

@@ -86,6 +86,9 @@ test("pods selected by the InferencePool become workers when ready and leave whe
   api.upsert(pod("vllm-1", `${LOOPBACK}.4.52`, "ready") as never);
   await waitFor(async () => (await workers()).length === 2, { message: "vllm-1 became ready" });
   await waitFor(() => ev.every((e) => e.pub.subscriberCount === 1), { message: "listeners on tcp://<podIP>:<kv port>" });
+  // llm-d's pool gauges are named by the InferencePool.
+  const readyEndpoints = () => scrapeMetric(`http://${HOST}:${epp.ports.metrics}`, 'llm_d_epp_ready_endpoints{name="pool"}');
+  expect(await readyEndpoints()).toBe(2);
 
   const prompt = tokens(64, 5);
   const score = async () => (await postJson(`http://${HOST}:${epp.ports.selection}/score`, { token_ids: prompt })).body.scores;
@@ -97,6 +100,7 @@ test("pods selected by the InferencePool become workers when ready and leave whe
   api.upsert(pod("vllm-1", `${LOOPBACK}.4.52`, "unready") as never);
   await waitFor(async () => (await workers()).join() === `vllm-0@${LOOPBACK}.4.51:8000`, { message: "vllm-1 left" });
   expect(await score()).toEqual({});
+  expect(await readyEndpoints()).toBe(1);
   await waitFor(() => ev[1]!.pub.subscriberCount === 0, { message: "vllm-1's listener closed" });
 
   api.remove("Pod", "llm", "vllm-0");

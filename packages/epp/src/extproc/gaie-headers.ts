@@ -63,13 +63,16 @@ export function hasCriticalObjective(priorities: ReadonlyMap<string, number>): b
   return false;
 }
 
-/** Label values for the fairness id: bounded, so a client inventing ids cannot grow the series without end. */
-export class FairnessLabels {
+/**
+ * Label values a client chooses (a fairness id, a model name): bounded in number and length, so a client inventing
+ * them cannot grow the series without end. Past `max` distinct values, a new one is "other" (as llm-d's router).
+ */
+export class BoundedLabels {
   private readonly seen = new Set<string>();
-  constructor(private readonly max = 64) {}
+  constructor(private readonly max = 64, private readonly maxLength = 64) {}
 
   label(id: string): string {
-    const v = id.length > 64 ? id.slice(0, 64) : id;
+    const v = id.length > this.maxLength ? id.slice(0, this.maxLength) : id;
     if (this.seen.has(v)) return v;
     if (this.seen.size >= this.max) return "other";
     this.seen.add(v);

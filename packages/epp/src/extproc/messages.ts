@@ -6,6 +6,7 @@ export type HeaderValue = { key: string; value?: string; raw_value?: Uint8Array 
 export type HeaderMap = { headers?: HeaderValue[] };
 export type StructValue = {
   stringValue?: string;
+  numberValue?: number;
   listValue?: { values?: StructValue[] };
   structValue?: Struct;
   kind?: string;
@@ -33,6 +34,8 @@ export const DESTINATION_HEADER = "x-gateway-destination-endpoint";
 export const METADATA_NAMESPACE = "envoy.lb";
 export const SUBSET_NAMESPACE = "envoy.lb.subset_hint";
 export const SUBSET_KEY = "x-gateway-destination-endpoint-subset";
+/** Each scored endpoint's score, beside the destination (llm-d's --emit-endpoint-scores). */
+export const SCORES_KEY = "x-gateway-destination-endpoint-scores";
 /** Where the data plane reports which endpoint served a request (on the response path). */
 export const SERVED_KEY = "x-gateway-destination-endpoint-served";
 /** vLLM's API server routes to this data-parallel rank when the header is present. */
@@ -100,6 +103,8 @@ export type Route = {
   extraHeaders?: readonly [string, string][];
   removeHeaders?: readonly string[];
   body?: Uint8Array;
+  /** Endpoint -> score, in the envoy.lb metadata beside the destination (llm-d's --emit-endpoint-scores). */
+  scores?: Readonly<Record<string, number>>;
 };
 
 function routeCommon(r: Route) {
@@ -114,18 +119,20 @@ function routeCommon(r: Route) {
   return { header_mutation: { set_headers: set, ...remove }, clear_route_cache: true, ...(r.body ? { body_mutation: { body: r.body } } : {}) };
 }
 
-function routeMetadata(endpoint: string): Struct {
-  return { fields: { [METADATA_NAMESPACE]: { structValue: { fields: { [DESTINATION_HEADER]: { stringValue: endpoint } } } } } };
+function routeMetadata(r: Route): Struct {
+  const fields: Struct["fields"] = { [DESTINATION_HEADER]: { stringValue: r.endpoint } };
+  if (r.scores) fields[SCORES_KEY] = { structValue: { fields: Object.fromEntries(Object.entries(r.scores).map(([e, s]) => [e, { numberValue: s }])) } };
+  return { fields: { [METADATA_NAMESPACE]: { structValue: { fields } } } };
 }
 
 /** The routing answer, on the request-headers response (streamed mode, or a body-less request). */
 export function routedHeaders(r: Route): ProcessingResponse {
-  return { request_headers: { response: routeCommon(r) }, dynamic_metadata: routeMetadata(r.endpoint) };
+  return { request_headers: { response: routeCommon(r) }, dynamic_metadata: routeMetadata(r) };
 }
 
 /** The routing answer on the request-body response (buffered mode: header mutations apply there). */
 export function routedBody(r: Route): ProcessingResponse {
-  return { request_body: { response: routeCommon(r) }, dynamic_metadata: routeMetadata(r.endpoint) };
+  return { request_body: { response: routeCommon(r) }, dynamic_metadata: routeMetadata(r) };
 }
 
 /**
@@ -135,7 +142,7 @@ export function routedBody(r: Route): ProcessingResponse {
  * metadata alone, which the data plane's load balancer reads when the request continues.
  */
 export function routedTrailers(r: Route): ProcessingResponse {
-  return { request_trailers: {}, dynamic_metadata: routeMetadata(r.endpoint) };
+  return { request_trailers: {}, dynamic_metadata: routeMetadata(r) };
 }
 
 /** Lets the response headers through with these set (an explanation the client asked for). */

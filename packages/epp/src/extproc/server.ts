@@ -9,7 +9,8 @@ import type { Metrics, RequestOutcome } from "../metrics.ts";
 import { EXPLAIN_REQUEST_HEADER, EXPLANATION_HEADER, RoutedRequest, type Routing, type RoutingContext } from "@kv-epp/routing";
 import type { ReplyWarm, RoutedBody, Settles, TokenizeBody } from "../tokens.ts";
 import type { BodyBudget } from "./body-budget.ts";
-import { FairnessLabels, hasCriticalObjective, requestClass, shedReason, type RequestClass } from "./gaie-headers.ts";
+import { BoundedLabels, DEFAULT_FAIRNESS_ID, hasCriticalObjective, requestClass, shedReason, type RequestClass } from "./gaie-headers.ts";
+import { RequestFigures, type ClientLabels } from "./request-figures.ts";
 import { GrpcStatus, type BidiCall, type StatusCode } from "./grpc-h2.ts";
 import { BadRequest, joinBody, MAX_BODY_BYTES, TooDeep, type BodyFields, type BodyRequest, type RewriteRules } from "@kv-epp/tokenizer";
 import { PREFILL_RANK_HEADER, PREFILLER_HOST_PORT_HEADER, splitPath } from "@kv-epp/protocol";
@@ -68,6 +69,8 @@ export type ExtProcDeps = {
   queuesFull?: () => boolean;
   /** Next-best distinct endpoints sent after the pick, for the gateway's retries (0: none). */
   fallbacks?: number;
+  /** Each scored endpoint's score in the route's metadata (llm-d's --emit-endpoint-scores). */
+  emitEndpointScores?: boolean;
   /** GAIE conformance-suite hooks (conformance.ts): steering header and served/selected echo. */
   conformanceHooks?: boolean;
   /** A chat completion's response ended: warm the conversation's next turn from its request and response bodies (the tokenizer pool). */
@@ -79,7 +82,7 @@ export type ExtProcDeps = {
 /** What one ext_proc server's streams share. */
 type Shared = {
   warned: Set<string>;
-  fairness: FairnessLabels;
+  labels: ClientLabels;
   /** Rejected streams, logged at most once per reason per interval (a client may send them in a loop). */
   warnRejected: (reason: string, fields?: Record<string, unknown>) => void;
   /** Bodies routed by load because the body budget was spent: logged at most once per interval (it comes in bursts). */
@@ -112,6 +115,7 @@ type RequestState = {
   cls: RequestClass;
   /** Its routing life, once routed. */
   routed?: RoutedRequest;
+  figures: RequestFigures;
   /** A response_body message came for it (the gateway sends response bodies). */
   responseBody: boolean;
   /** The request has no body (its headers ended the stream, or trailers came with none): nothing to rewrite. */
@@ -147,7 +151,9 @@ function warnOnce(warned: Set<string>, log: Logger, key: string, fields: object,
 
 export function createProcessHandler(deps: ExtProcDeps): (call: Duplex) => void {
   // per server: per process as deployed
-  const shared: Shared = { warned: new Set(), fairness: new FairnessLabels(), warnRejected: throttledWarn(deps.log, "ext_proc stream rejected"),
+  // Model names are client input too: bounded at 1000 values, as llm-d bounds them.
+  const labels = { fairness: new BoundedLabels(), models: new BoundedLabels(1000, 256) };
+  const shared: Shared = { warned: new Set(), labels, warnRejected: throttledWarn(deps.log, "ext_proc stream rejected"),
     warnOverflow: throttledWarn(deps.log, "ext_proc body budget spent: bodies routed by load and passed through unbuffered"),
     warnSlowPick: throttledWarn(deps.log, "slow pick (over --slow-pick-ms): where its time went"),
     warnUnrenderable: throttledWarn(deps.log, "chat template not rendered in this process though it did not raise: routed by load, as vLLM may serve it"),
@@ -353,6 +359,7 @@ class ProcessStream {
     if (msg.response_headers) {
       const status = findHeader(msg.response_headers.headers, ":status");
       if (status && status !== "200") this.deps.log.debug({ status }, "upstream answered non-200");
+      this.req?.figures.responseHeaders(status, findHeader(msg.response_headers.headers, "content-type"));
       // An error's body holds no reply to warm with: told by its status, it keeps nothing and takes no warm's place.
       if (this.req?.reply && status !== undefined && !status.startsWith("2")) this.dropReply(this.req);
       this.req?.routed?.responseHeaders(findHeader(msg.response_headers.headers, "content-type"), this.responseChunked);
@@ -370,6 +377,7 @@ class ProcessStream {
       const eos = msg.response_body.end_of_stream === true;
       if (this.req) {
         this.req.responseBody = true;
+        this.req.figures.responseBody(body.length);
         this.req.routed?.responseBody(body);
       }
       // Model rewrite: the client's name back in the response (model-rewrite.ts). Full duplex may hold
@@ -405,6 +413,7 @@ class ProcessStream {
     // The member that warms reads the reply: the decision thread only joins its bytes.
     const responseBody = reply?.capture.body();
     if (reply && responseBody) this.deps.warmReply?.warm(reply.request, responseBody);
+    this.req?.figures.responseEnded();
     this.finish();
   }
 
@@ -424,11 +433,12 @@ class ProcessStream {
     this.started = true;
     const explain = this.deps.explainAll === true || findHeader(msg.request_headers!.headers, EXPLAIN_REQUEST_HEADER) === "1";
     const cls = requestClass(msg.request_headers!.headers, this.deps.priorities?.() ?? NO_PRIORITIES);
-    this.deps.metrics.fairnessRequests.inc({ fairness_id: this.shared.fairness.label(cls.fairnessId) });
+    this.deps.metrics.fairnessRequests.inc({ fairness_id: this.shared.labels.fairness.label(cls.fairnessId) });
     // Conformance hooks: the selection header steers the request instead of the subset hint (conformance.ts).
     const steered = this.deps.conformanceHooks ? steering(msg.request_headers!.headers, this.deps.routing.candidates().map((c) => c.endpoint)) : undefined;
     this.req = {
       subset: steered ? steered.subset : subsetHint(msg), steered: steered !== undefined, chunks: [], bytes: 0, budgeted: 0, kept: 0, decided: false, explain, responseBody: false, cls,
+      figures: new RequestFigures(this.deps.metrics, this.shared.labels, cls),
       bodyless: msg.request_headers!.end_of_stream === true,
       // The path tells a /v1/responses body from an embeddings one (both carry `input`).
       path: findHeader(msg.request_headers!.headers, ":path"),
@@ -603,6 +613,7 @@ class ProcessStream {
     const routeStarted = performance.now();
     const { fields, tokens, promptTokens, newTurnTokens, body } = read;
     this.release(req); // answered or handed back in this call: no longer held for a route
+    req.figures.models(fields.model, scoredModel(req.cls, fields));
     if (fields.cut !== undefined) {
       this.deps.metrics.partialBodies.inc();
       this.deps.log.debug({ bytes: body.length, err: fields.cut }, "BUFFERED_PARTIAL body cut at the buffer limit: routing by load");
@@ -631,7 +642,7 @@ class ProcessStream {
     const now = performance.now();
     this.deps.metrics.pickLatency.observe((now - started) / 1000);
     if (this.deps.slowPickMs && now - started >= this.deps.slowPickMs) this.slowPick(read, now - started, now - routeStarted);
-    this.deps.metrics.requests.inc({ outcome: "routed" });
+    req.figures.outcome("routed", req.bytes);
     if (this.warmable(fields, body)) {
       if (this.keep(req, body.length)) req.reply = { request: { body, path: req.path }, capture: new ReplyCapture() };
     }
@@ -647,6 +658,7 @@ class ProcessStream {
     const route: Route = {
       // The protocol's ordered list: the pick first, then next-best distinct endpoints for retries.
       endpoint: routed.endpoints(this.deps.fallbacks ?? 0).join(","),
+      scores: this.deps.emitEndpointScores ? endpointScores(routed) : undefined,
       // The destination's rank (a decode rank when disaggregated); the prefill rank goes in pd.set.
       dpRank: chosen.candidate.rankHeader,
       // Not for a prefix: the rest of the body comes after it (the client's own content-length stays right).
@@ -706,7 +718,7 @@ class ProcessStream {
   }
 
   private immediate(code: ImmediateStatus, message: string, details: string, outcome: RequestOutcome): void {
-    this.deps.metrics.requests.inc({ outcome });
+    (this.req?.figures ?? new RequestFigures(this.deps.metrics, this.shared.labels, UNCLASSED)).outcome(outcome);
     this.send(immediate(code, message, details));
     // The HTTP request is answered; the stream stays up for whatever comes next.
     this.finish();
@@ -768,6 +780,7 @@ class ProcessStream {
     if (!req) return;
     this.req = undefined;
     this.release(req);
+    req.figures.end();
     req.tokenizing?.abort();
     if (req.routed) {
       // No response body seen (the gateway's response_body_mode is NONE, or the response had none):
@@ -792,6 +805,20 @@ function disaggregationHeaders(routed: RoutedRequest): { set: [string, string][]
   const set: [string, string][] = [[PREFILLER_HOST_PORT_HEADER, p.endpoint]];
   if (p.rankHeader !== undefined) return { set: [...set, [PREFILL_RANK_HEADER, String(p.rankHeader)]] };
   return { set, remove: [PREFILL_RANK_HEADER] };
+}
+
+/**
+ * llm-d's per-endpoint scores, where a higher score is preferred: here an endpoint's is its best rank's cost,
+ * negated (the pick's is the highest). Ranks that cost nothing finite are left out.
+ */
+function endpointScores(routed: RoutedRequest): Record<string, number> {
+  const scores: Record<string, number> = {};
+  for (const { candidate, cost } of routed.decision.scored) {
+    const score = -cost;
+    const other = scores[candidate.endpoint];
+    if (Number.isFinite(score) && (other === undefined || score > other)) scores[candidate.endpoint] = score;
+  }
+  return scores;
 }
 
 /**
@@ -830,3 +857,5 @@ function heldCost(msg: ProcessingRequest, wireBytes: number): number {
 const EMPTY = new Uint8Array(0);
 const EMPTY_IDS = new Uint32Array(0);
 const NO_PRIORITIES: ReadonlyMap<string, number> = new Map();
+/** A failure outside any request's headers: the class a request without GAIE headers has. */
+const UNCLASSED = { fairnessId: DEFAULT_FAIRNESS_ID, priority: 0 };

@@ -10,7 +10,7 @@ import type { EppConfig } from "../config.ts";
 import type { KubeSources } from "../kube-sources.ts";
 import { startIntentSource, type IntentSource } from "../intents-source.ts";
 import type { Metrics } from "../metrics.ts";
-import { scrapeTargets, WorkerMetricsScraper } from "./worker-metrics.ts";
+import { scrapeTargets, WorkerMetricsScraper, type WorkerMetrics } from "./worker-metrics.ts";
 import { ModelRewrites } from "./model-rewrites.ts";
 import { ObjectivePriorities } from "./objectives.ts";
 import type { Candidate, WorkerSignals } from "@kv-epp/routing";
@@ -305,6 +305,12 @@ export class WorkerSet {
     if (m === undefined) return undefined;
     const waiting = m.waitingByEngine.size > 1 ? (m.waitingByEngine.get(c.dpRank) ?? 0) : m.waiting;
     return m.lora ? { waiting, lora: m.lora } : { waiting };
+  }
+
+  /** Each routable API server's last scrape, once (undefined: not scraped, or the last scrape failed). */
+  endpointLoads(): (WorkerMetrics | undefined)[] {
+    const endpoints = new Set(this.candidates().map((c) => c.endpoint));
+    return [...endpoints].map((e) => this.scraper.get(e));
   }
 
   /** The KV blocks the rank's vLLM says it can hold (num_gpu_blocks; SGLang's token pool in blocks), once scraped. */

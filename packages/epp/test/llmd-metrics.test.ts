@@ -1,0 +1,179 @@
+// llm-d's EPP metrics (llm-d-router at ebab687: docs/metrics.md, pkg/epp/metrics/llm_d_router_metrics.go, and
+// pkg/epp/metrics/metrics.go for the deprecated twins), scraped from a real EPP's /metrics after requests through
+// ext_proc: their names, types, label names and values, and bucket bounds as llm-d fixes them.
+import { afterAll, beforeAll, expect, test } from "bun:test";
+import { waitFor } from "@kv-epp/testkit";
+import type { ProcessingRequest } from "../src/extproc/messages.ts";
+import type { EppHandle } from "../src/main.ts";
+import { HOST, MODEL, body, extProcClient, headers, scrapeMetric, setHeader, startTestEpp, tokens, type ExtProcStream, type Resp } from "./helpers.ts";
+
+const enc = new TextEncoder();
+/** Two vLLM stand-ins' /metrics (the routed upstream is never dialled: the test plays the response). */
+const VLLM = [
+  { kv: 0.5, waiting: 3, running: 2 },
+  { kv: 0.25, waiting: 0, running: 1 },
+];
+const servers = VLLM.map((m) =>
+  Bun.serve({
+    hostname: HOST,
+    port: 0,
+    fetch: () =>
+      new Response(
+        `vllm:num_requests_running{model_name="m"} ${m.running}\nvllm:num_requests_waiting{model_name="m"} ${m.waiting}\nvllm:kv_cache_usage_perc{model_name="m"} ${m.kv}\n`,
+      ),
+  }),
+);
+let epp: EppHandle;
+let client: ReturnType<typeof extProcClient>;
+let page = "";
+const scrape = async () => (page = await (await fetch(`http://${HOST}:${epp.ports.metrics}/metrics`)).text());
+const metric = async (series: string) => (await scrapeMetric(`http://${HOST}:${epp.ports.metrics}`, series)) ?? 0;
+
+beforeAll(async () => {
+  epp = await startTestEpp(
+    servers.map((s, i) => ({ id: `w${i}`, address: `${HOST}:${s.port}`, kvEvents: `tcp://${HOST}:1` })),
+    { flags: ["--scrape-interval-ms", "100", "--objective-priorities", "chat=5", "--lora-adapters", "my-adapter", "--subscribe-wait-ms", "0"] },
+  );
+  client = extProcClient(epp.ports.grpc);
+});
+afterAll(async () => {
+  client?.close();
+  await epp?.stop({ graceMs: 200 });
+  for (const s of servers) s.stop(true);
+});
+
+const header = (key: string, value: string) => ({ key, raw_value: enc.encode(value) });
+function requestHeaders(extra: [string, string][]): ProcessingRequest {
+  const h = headers();
+  h.request_headers!.headers!.headers!.push(...extra.map(([k, v]) => header(k, v)));
+  return h;
+}
+async function answerFor(s: ExtProcStream, phase: string): Promise<Resp> {
+  for (;;) {
+    const r = await s.next();
+    if (r.response === phase || r.immediate_response) return r;
+  }
+}
+/** A request through ext_proc, routed, then answered by the upstream as the test plays it. */
+async function exchange(json: unknown, extra: [string, string][], response: { status: string; contentType: string; chunks: string[] }, whileRunning?: () => Promise<void>) {
+  const s = client.open();
+  s.send(requestHeaders(extra));
+  s.send(body(json));
+  expect(setHeader((await s.next()).request_headers?.response, "x-gateway-destination-endpoint")).toBeDefined();
+  await whileRunning?.();
+  s.send({ response_headers: { headers: { headers: [header(":status", response.status), header("content-type", response.contentType)] }, end_of_stream: false } });
+  await answerFor(s, "response_headers");
+  response.chunks.forEach((c, i) => s.send({ response_body: { body: enc.encode(c), end_of_stream: i === response.chunks.length - 1 } }));
+  for (let i = 0; i < response.chunks.length; i++) await answerFor(s, "response_body");
+  s.end();
+}
+
+/** Each series' label names on the page, by metric family (a histogram's _bucket/_sum/_count under its name). */
+function families(text: string): Map<string, { type: string; labels: Set<string> }> {
+  const out = new Map<string, { type: string; labels: Set<string> }>();
+  for (const m of text.matchAll(/^# TYPE (\S+) (\S+)$/gm)) out.set(m[1]!, { type: m[2]!, labels: new Set() });
+  for (const m of text.matchAll(/^([a-z_:][a-z0-9_:]*)\{([^}]*)\} /gm)) {
+    const name = out.has(m[1]!) ? m[1]! : m[1]!.replace(/_(bucket|sum|count)$/, "");
+    for (const l of m[2]!.matchAll(/([a-z_]+)="/g)) if (l[1] !== "le") out.get(name)?.labels.add(l[1]!);
+  }
+  return out;
+}
+
+const REQ = ["model_name", "target_model_name", "fairness_id", "priority"];
+/** As llm-d declares them: type and label names. */
+const UPSTREAM: Record<string, [string, string[]]> = {
+  llm_d_epp_request_total: ["counter", REQ],
+  llm_d_epp_request_error_total: ["counter", [...REQ, "error_code"]],
+  llm_d_epp_request_running: ["gauge", REQ],
+  llm_d_epp_request_duration_seconds: ["histogram", REQ],
+  llm_d_epp_request_ttft_seconds: ["histogram", [...REQ, "streaming"]],
+  llm_d_epp_request_size_bytes: ["histogram", REQ],
+  llm_d_epp_response_size_bytes: ["histogram", REQ],
+  llm_d_epp_ready_endpoints: ["gauge", ["name"]],
+  llm_d_epp_average_kv_cache_utilization: ["gauge", ["name"]],
+  llm_d_epp_average_queue_size: ["gauge", ["name"]],
+  llm_d_epp_average_running_requests: ["gauge", ["name"]],
+  inference_objective_request_total: ["counter", ["model_name", "target_model_name", "priority"]],
+  inference_objective_request_error_total: ["counter", ["model_name", "target_model_name", "error_code"]],
+  inference_objective_running_requests: ["gauge", ["model_name"]],
+  inference_objective_request_duration_seconds: ["histogram", ["model_name", "target_model_name"]],
+  inference_objective_request_sizes: ["histogram", ["model_name", "target_model_name"]],
+  inference_objective_response_sizes: ["histogram", ["model_name", "target_model_name"]],
+  inference_pool_ready_pods: ["gauge", ["name"]],
+  inference_pool_average_kv_cache_utilization: ["gauge", ["name"]],
+  inference_pool_average_queue_size: ["gauge", ["name"]],
+  inference_pool_average_running_requests: ["gauge", ["name"]],
+};
+/** llm-d's generalLatencyBuckets (request duration); its TTFT buckets are those up to 120 s. */
+const REQUEST_SIZES = [64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072, 262144, 524288, 1048576, 2097152, 4194304, 8388608, 16777216, 33554432, 67108864, 134217728, 268435456, 536870912, 1073741824];
+const RESPONSE_SIZES = [1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32778, 65536];
+const LATENCY = [0.005, 0.025, 0.05, 0.1, 0.2, 0.4, 0.6, 0.8, 1, 1.25, 1.5, 2, 3, 4, 5, 6, 8, 10, 15, 20, 30, 45, 60, 120, 180, 240, 300, 360, 480, 600, 900, 1200, 1800, 2700, 3600];
+
+test("a routed request is counted and running under llm-d's names with its model, target model, fairness id and priority; its response times it", async () => {
+  const labels = 'model_name="my-adapter",target_model_name="test-model",fairness_id="tenant-a",priority="5"';
+  const gaie: [string, string][] = [["x-gateway-model-name-rewrite", MODEL], ["x-gateway-inference-fairness-id", "tenant-a"], ["x-gateway-inference-objective", "chat"]];
+  const json = { model: "my-adapter", prompt: tokens(32, 1) };
+  const chunks = ["data: {}\n\n", "data: [DONE]\n\n"];
+  await exchange(json, gaie, { status: "200", contentType: "text/event-stream", chunks }, async () => {
+    expect(await metric(`llm_d_epp_request_running{${labels}}`)).toBe(1);
+    expect(await metric('inference_objective_running_requests{model_name="my-adapter"}')).toBe(1);
+  });
+  await waitFor(async () => (await metric(`llm_d_epp_request_running{${labels}}`)) === 0, { message: "no longer running" });
+  expect(await metric('inference_objective_running_requests{model_name="my-adapter"}')).toBe(0);
+  expect(await metric(`llm_d_epp_request_total{${labels}}`)).toBe(1);
+  expect(await metric('inference_objective_request_total{model_name="my-adapter",target_model_name="test-model",priority="5"}')).toBe(1);
+  expect(await metric(`llm_d_epp_request_duration_seconds_count{${labels}}`)).toBe(1);
+  expect(await metric('inference_objective_request_duration_seconds_count{model_name="my-adapter",target_model_name="test-model"}')).toBe(1);
+  expect(await metric(`llm_d_epp_request_ttft_seconds_count{${labels},streaming="true"}`)).toBe(1);
+  // The first chunk came before the end: the streamed TTFT is at most the duration.
+  expect(await metric(`llm_d_epp_request_ttft_seconds_sum{${labels},streaming="true"}`)).toBeLessThanOrEqual(await metric(`llm_d_epp_request_duration_seconds_sum{${labels}}`));
+  const bounds = (name: string) => page.split("\n").filter((l) => l.startsWith(`${name}_bucket{`) && l.includes(labels)).map((l) => /le="([^"]+)"/.exec(l)![1]);
+  await scrape();
+  expect(bounds("llm_d_epp_request_duration_seconds")).toEqual([...LATENCY.map(String), "+Inf"]);
+  expect(bounds("llm_d_epp_request_ttft_seconds")).toEqual([...LATENCY.filter((b) => b <= 120).map(String), "+Inf"]);
+  expect(bounds("llm_d_epp_request_size_bytes")).toEqual([...REQUEST_SIZES.map(String), "+Inf"]);
+  expect(bounds("llm_d_epp_response_size_bytes")).toEqual([...RESPONSE_SIZES.map(String), "+Inf"]);
+  // Its body as sent, and its response's chunks together.
+  const sent = JSON.stringify(json).length;
+  expect(await metric(`llm_d_epp_request_size_bytes_sum{${labels}}`)).toBe(sent);
+  expect(await metric('inference_objective_request_sizes_sum{model_name="my-adapter",target_model_name="test-model"}')).toBe(sent);
+  expect(await metric(`llm_d_epp_response_size_bytes_sum{${labels}}`)).toBe(chunks.join("").length);
+  expect(await metric('inference_objective_response_sizes_sum{model_name="my-adapter",target_model_name="test-model"}')).toBe(chunks.join("").length);
+  // No error counted for it.
+  expect(page).not.toContain(`llm_d_epp_request_error_total{${labels}`);
+});
+
+test("errors are counted under llm-d's codes: the upstream's non-200 (ModelServerError, timed as a response not streamed) and a request refused here (BadRequest, its model unread)", async () => {
+  const labels = 'model_name="test-model",target_model_name="test-model",fairness_id="default-flow",priority="0"';
+  await exchange({ model: MODEL, prompt: tokens(32, 2) }, [], { status: "500", contentType: "application/json", chunks: ['{"error":"boom"}'] });
+  await waitFor(async () => (await metric(`llm_d_epp_request_error_total{${labels},error_code="ModelServerError"}`)) === 1, { message: "the model server's error" });
+  expect(await metric('inference_objective_request_error_total{model_name="test-model",target_model_name="test-model",error_code="ModelServerError"}')).toBe(1);
+  expect(await metric(`llm_d_epp_request_ttft_seconds_count{${labels},streaming="false"}`)).toBe(1);
+
+  const s = client.open();
+  s.send(headers());
+  s.send(body("not json"));
+  expect((await s.next()).immediate_response?.status?.code).toBe("BadRequest");
+  s.end();
+  const unread = 'model_name="",target_model_name="",fairness_id="default-flow",priority="0"';
+  expect(await metric(`llm_d_epp_request_error_total{${unread},error_code="BadRequest"}`)).toBe(1);
+  expect(await metric('inference_objective_request_error_total{model_name="",target_model_name="",error_code="BadRequest"}')).toBe(1);
+  expect(await metric('dynamo_epp_requests_total{outcome="bad_request"}')).toBe(1);
+});
+
+test("the pool's gauges: its routable endpoints, and the means of what they last reported, rounded as llm-d rounds them", async () => {
+  await waitFor(async () => (await metric('llm_d_epp_average_queue_size{name=""}')) === 1.5, { message: "both workers scraped" });
+  for (const prefix of ["llm_d_epp_", "inference_pool_"]) {
+    expect(await metric(`${prefix}average_kv_cache_utilization{name=""}`)).toBe(0.38);
+    expect(await metric(`${prefix}average_queue_size{name=""}`)).toBe(1.5);
+    expect(await metric(`${prefix}average_running_requests{name=""}`)).toBe(1.5);
+  }
+  expect(await metric('llm_d_epp_ready_endpoints{name=""}')).toBe(2);
+  expect(await metric('inference_pool_ready_pods{name=""}')).toBe(2);
+});
+
+test("every llm-d series has llm-d's type and label names", async () => {
+  const seen = families(await scrape());
+  const got = Object.fromEntries(Object.keys(UPSTREAM).map((n) => [n, seen.has(n) ? [seen.get(n)!.type, [...seen.get(n)!.labels].sort()] : "absent"]));
+  expect(got).toEqual(Object.fromEntries(Object.entries(UPSTREAM).map(([n, [type, labels]]) => [n, [type, [...labels].sort()]])));
+});
