@@ -263,7 +263,7 @@ export function createMetrics(readCgroup?: ReadFile, o: { process?: boolean } = 
     }),
     unrenderedBodies: new Counter({
       name: "dynamo_epp_ext_proc_unrendered_bodies_total",
-      help: "request bodies whose prompt is not rendered here though the workers may serve it, routed by load alone, by cause: stored_history (a Responses previous_response_id), template_engine (the chat template fails in this process's engine without raising), render_bound (the chat template's render passed this process's bound on work, set in proportion to its input), responses_rules (a Responses request to SGLang workers, whose Responses chat is not mirrored), routing_cut (the chat template raises on the chat as cut at the routing bound)",
+      help: "request bodies whose prompt is not rendered here though the workers may serve it, routed by load alone, by cause: stored_history (a Responses previous_response_id), template_engine (the chat template fails in this process's engine without raising), render_bound (the chat template's render passed this process's bound on work, set in proportion to its input), responses_rules (a Responses request to SGLang workers, whose Responses chat is not mirrored), messages_rules (a /v1/messages request to SGLang workers, whose Messages chat is not mirrored), routing_cut (the chat template raises on the chat as cut at the routing bound)",
       labelNames: ["cause"] as const,
       registers: [registry],
     }),

@@ -404,28 +404,23 @@ describe("ext_proc warming the next turn from the response", () => {
 
   const freshSum = async () => (await scrapeMetric(env.metrics, "dynamo_epp_tokenizer_fresh_tokens_sum")) ?? 0;
 
-  test("after a streamed response, the next turn tokenizes only its new message", async () => {
-    const system = freshWords(800, 5);
-    const question = freshWords(300, 6);
-    const reply = freshWords(600, 7);
+  /**
+   * Sends `first` on `path`, answers it with the response body `sse`, waits for the reply's warm, then sends `next`:
+   * the fresh tokens `next` cost.
+   */
+  async function freshAfterWarm(path: string, first: object, sse: string, next: object): Promise<number> {
     const s = env.client.open();
-    s.send({ ...headers("/v1/chat/completions"), protocol_config: DUPLEX });
-    const first = new TextEncoder().encode(JSON.stringify(chatBody(system, question)));
-    s.send({ request_body: { body: first, end_of_stream: true } });
+    s.send({ ...headers(path), protocol_config: DUPLEX });
+    const firstBytes = new TextEncoder().encode(JSON.stringify(first));
+    s.send({ request_body: { body: firstBytes, end_of_stream: true } });
     expect(lbMetadata(await s.next(60_000))).toBe(A);
     await s.next(60_000); // the request body handed back
     // Kept, and counted in the body budget, until its response ends.
-    expect(await scrapeMetric(env.metrics, "dynamo_epp_ext_proc_buffered_bytes")).toBe(first.length);
+    expect(await scrapeMetric(env.metrics, "dynamo_epp_ext_proc_buffered_bytes")).toBe(firstBytes.length);
     s.send({ response_headers: { headers: { headers: [{ key: ":status", raw_value: new TextEncoder().encode("200") }] } } });
     await s.next(60_000);
     const jobs = async () => (await debugPoolMembers(env.epp)).reduce((n, m) => n + m.jobs, 0);
     const jobsBefore = await jobs();
-    // vLLM's stream: the reply in delta chunks (the last with its finish reason), a final usage chunk, [DONE].
-    const words = reply.split(" ");
-    const half = words.length / 2;
-    const sse = [words.slice(0, half).join(" "), " " + words.slice(half).join(" ")]
-      .map((content, i) => `data: ${JSON.stringify({ choices: [{ index: 0, delta: { content }, finish_reason: i === 1 ? "stop" : null }] })}\n\n`).join("") +
-      `data: ${JSON.stringify({ choices: [], usage: { prompt_tokens: 1 } })}\n\ndata: [DONE]\n\n`;
     s.send({ response_body: { body: new TextEncoder().encode(sse), end_of_stream: true } });
     await s.next(60_000);
     expect(await scrapeMetric(env.metrics, "dynamo_epp_ext_proc_buffered_bytes")).toBe(0);
@@ -434,15 +429,27 @@ describe("ext_proc warming the next turn from the response", () => {
     // sooner preempts it and finds the reply uncached, which a busy CI machine made this test do).
     await waitFor(async () => (await jobs()) > jobsBefore && (await debugPoolMembers(env.epp)).every((m) => !m.busy && m.queued === 0 && m.warmQueued === 0),
       { timeoutMs: 60_000, message: "the reply's warm ran" });
-
-    const next = freshWords(40, 8);
     const before = await freshSum();
     const t = env.client.open();
-    t.send({ ...headers("/v1/chat/completions"), protocol_config: DUPLEX });
-    t.send(body(chatBody(system, question, reply, next)));
+    t.send({ ...headers(path), protocol_config: DUPLEX });
+    t.send(body(next));
     expect(lbMetadata(await t.next(60_000))).toBe(A);
     t.end();
-    const fresh = (await freshSum()) - before;
+    return (await freshSum()) - before;
+  }
+
+  test("after a streamed response, the next turn tokenizes only its new message", async () => {
+    const system = freshWords(800, 5);
+    const question = freshWords(300, 6);
+    const reply = freshWords(600, 7);
+    // vLLM's stream: the reply in delta chunks (the last with its finish reason), a final usage chunk, [DONE].
+    const words = reply.split(" ");
+    const half = words.length / 2;
+    const sse = [words.slice(0, half).join(" "), " " + words.slice(half).join(" ")]
+      .map((content, i) => `data: ${JSON.stringify({ choices: [{ index: 0, delta: { content }, finish_reason: i === 1 ? "stop" : null }] })}\n\n`).join("") +
+      `data: ${JSON.stringify({ choices: [], usage: { prompt_tokens: 1 } })}\n\ndata: [DONE]\n\n`;
+    const next = freshWords(40, 8);
+    const fresh = await freshAfterWarm("/v1/chat/completions", chatBody(system, question), sse, chatBody(system, question, reply, next));
     // The new user message and its role line; the system prompt, the question and the reply (thousands of
     // tokens) come from the cache.
     const pre = createPreprocessor({ tokenizerDir: TOKENIZER_DIR });
@@ -454,6 +461,33 @@ describe("ext_proc warming the next turn from the response", () => {
     const view = (await (await fetch(`http://${HOST}:${env.epp.ports.selection}/debug/tokenizer`)).json()) as { pool: { cache: { hits: number; bytes: number } } };
     expect(view.pool.cache.hits).toBeGreaterThan(0);
     expect(await scrapeMetric(env.metrics, 'dynamo_epp_tokenizer_cache_hits_total{model="test-model"}')).toBe(view.pool.cache.hits);
+  }, 180_000);
+
+  test("after a streamed /v1/messages response (Anthropic events), the next turn tokenizes only its new message", async () => {
+    const system = freshWords(800, 15);
+    const question = freshWords(300, 16);
+    const reply = freshWords(600, 17);
+    const messagesBody = (...turns: object[]) => ({ model: "test-model", max_tokens: 64, system, messages: [{ role: "user", content: question }, ...turns] });
+    // vLLM's Anthropic stream: each event named on its own line, the text in text_delta pieces.
+    const words = reply.split(" ");
+    const half = words.length / 2;
+    const events = [
+      { type: "message_start", message: { id: "m1", type: "message", role: "assistant", content: [], model: "test-model", usage: { input_tokens: 1, output_tokens: 0 } } },
+      { type: "content_block_start", index: 0, content_block: { type: "text", text: "" } },
+      { type: "content_block_delta", index: 0, delta: { type: "text_delta", text: words.slice(0, half).join(" ") } },
+      { type: "content_block_delta", index: 0, delta: { type: "text_delta", text: " " + words.slice(half).join(" ") } },
+      { type: "content_block_stop", index: 0 },
+      { type: "message_delta", delta: { stop_reason: "end_turn" }, usage: { input_tokens: 1, output_tokens: 2 } },
+      { type: "message_stop" },
+    ];
+    const sse = events.map((e) => `event: ${e.type}\ndata: ${JSON.stringify(e)}\n\n`).join("");
+    const next = freshWords(40, 18);
+    const answered = messagesBody({ role: "assistant", content: [{ type: "text", text: reply }] }, { role: "user", content: [{ type: "text", text: next }] });
+    const fresh = await freshAfterWarm("/v1/messages", messagesBody(), sse, answered);
+    const pre = createPreprocessor({ tokenizerDir: TOKENIZER_DIR });
+    expect(fresh).toBeGreaterThan(0);
+    expect(fresh).toBeLessThanOrEqual(pre.encodeCompletion(next).length + 8);
+    expect(pre.encodeCompletion(reply).length).toBeGreaterThan(4 * fresh);
   }, 180_000);
 });
 

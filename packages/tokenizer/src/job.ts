@@ -48,11 +48,12 @@ export type RenderVerdict = { unrendered?: Unrendered };
  * continuing a stored response (previous_response_id) whose history only the worker holds; `template_engine`, a
  * chat template the engine here fails on (ChatUnrenderable); `render_bound`, a chat template whose render passed its
  * bound on work (ChatUnrenderable too: jinja2 would finish it, slowly); `responses_rules`, a Responses request to
- * workers whose engine builds its chat in ways not mirrored here (SGLang); `routing_cut`, a chat cut at the routing
+ * workers whose engine builds its chat in ways not mirrored here (SGLang); `messages_rules`, the same
+ * for a /v1/messages request (anthropic-body.ts); `routing_cut`, a chat cut at the routing
  * bound that the template raises on (the cut, not the request, may be at fault: a first part dropped leaves
  * `content: []`).
  */
-export type Unrendered = { cause: "stored_history" | "template_engine" | "render_bound" | "responses_rules" | "routing_cut"; message: string };
+export type Unrendered = { cause: "stored_history" | "template_engine" | "render_bound" | "responses_rules" | "messages_rules" | "routing_cut"; message: string };
 
 /**
  * A request body as received, for the tokenizer pool: its member reads it (readBody) and tokenizes what it

@@ -440,7 +440,7 @@ class ProcessStream {
       subset: steered ? steered.subset : subsetHint(msg), steered: steered !== undefined, chunks: [], bytes: 0, budgeted: 0, kept: 0, decided: false, explain, responseBody: false, cls,
       figures: new RequestFigures(this.deps.metrics, this.shared.labels, cls),
       bodyless: msg.request_headers!.end_of_stream === true,
-      // The path tells a /v1/responses body from an embeddings one (both carry `input`).
+      // The path tells a /v1/responses body from an embeddings one (both carry `input`), a /v1/messages body from a chat's.
       path: findHeader(msg.request_headers!.headers, ":path"),
     };
     // A gRPC request (vLLM's gRPC API: an InferencePool of appProtocol kubernetes.io/h2c) carries protobuf this EPP

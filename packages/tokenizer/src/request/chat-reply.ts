@@ -1,6 +1,7 @@
 // The assistant's reply, read from a chat completion's response body (a JSON body or an SSE stream) by the pool
 // member that warms the conversation's next turn with it (BodyJob.reply), not by the thread that routes.
 import type { ChatMessage } from "../types";
+import { anthropicReply, anthropicStreamReply, isAnthropicMessage, isAnthropicStream } from "./anthropic-reply";
 
 /**
  * A reply's message. The next turn sends it back in the role the server answered with, which nextTurnJob gives it
@@ -14,13 +15,16 @@ export type ChatReply = { content?: ChatMessage["content"]; tool_calls?: unknown
  * the response named), or undefined
  * when there is none to warm with: not a chat completion, several choices, an empty reply, or one that did not
  * finish (see warmable; a stream must also end in `[DONE]` and carry no error). Reasoning is left out: clients
- * differ in whether they send it back.
+ * differ in whether they send it back. A /v1/messages response (vLLM's Anthropic message or event stream) is read
+ * as the chat message its next request's conversion makes of it (anthropic-reply.ts).
  */
 export function readChatReply(body: Uint8Array): ChatReply | undefined {
   if (body.length === 0) return undefined;
   const text = decoder.decode(body);
   try {
-    return text.trimStart().startsWith("{") ? fromJson(JSON.parse(text)) : fromStream(text);
+    if (!text.trimStart().startsWith("{")) return isAnthropicStream(text) ? anthropicStreamReply(text) : fromStream(text);
+    const doc = JSON.parse(text);
+    return isAnthropicMessage(doc) ? anthropicReply(doc) : fromJson(doc);
   } catch {
     return undefined; // not a body we can read: nothing to warm
   }

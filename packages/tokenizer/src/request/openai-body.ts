@@ -8,6 +8,7 @@ import { truncatePrompt, type Truncation } from "../truncation";
 import type { ChatMessage, ContentPart } from "../types";
 import type { ChatRules } from "../chat-rules";
 import { BadRequest } from "./bad-request";
+import { isMessagesPath, messagesBody } from "./anthropic-body";
 
 /**
  * Text inputs carry the request's `add_special_tokens` (vLLM's default: true for a completion, false for a
@@ -69,11 +70,13 @@ export const MAX_BODY_BYTES = 32 * 1024 * 1024;
 const decoder = new TextDecoder();
 
 /**
- * `path`: the request's :path when known (it tells a /v1/responses body from an embeddings one). `rules`: the
- * workers' engine's, which decide how a chat's fields are read (vLLM's when absent).
+ * `path`: the request's :path when known (it tells a /v1/responses body from an embeddings one, and a /v1/messages
+ * body from a chat completion's). `rules`: the workers' engine's, which decide how a chat's fields are read (vLLM's
+ * when absent).
  */
 export function parseBodyBytes(body: Uint8Array, path?: string, rules?: ChatRules): ParsedBody {
-  const fast = tokenIdsBody(body);
+  // A Messages body's `prompt` or `token_ids` is no field of vLLM's Anthropic request: never read as ids.
+  const fast = isMessagesPath(path) ? undefined : tokenIdsBody(body);
   if (fast) return fast;
   return parseBody(parseJson(body), path, rules);
 }
@@ -221,6 +224,8 @@ function validContent(c: unknown, stringParts = false): boolean {
 /** Validates an already-decoded body (also used by POST /select); `path` and `rules` as for parseBodyBytes. */
 export function parseBody(doc: unknown, path?: string, rules?: ChatRules): ParsedBody {
   const parsed = parseInput(doc, path, rules);
+  // vLLM's Anthropic request has no cache_salt: its chat is built without one.
+  if (isMessagesPath(path)) return parsed;
   const salt = (doc as Record<string, unknown>).cache_salt;
   if (salt !== undefined && salt !== null) {
     if (typeof salt !== "string") throw new BadRequest("cache_salt must be a string");
@@ -234,6 +239,7 @@ function parseInput(doc: unknown, path: string | undefined, rules: ChatRules | u
   const o = doc as Record<string, unknown>;
   if (o.model !== undefined && typeof o.model !== "string") throw new BadRequest("model must be a string");
   const model = o.model as string | undefined;
+  if (isMessagesPath(path)) return messagesBody(o, path, rules);
   if (o.token_ids !== undefined) return { model, input: { kind: "tokens", tokens: tokenArray(o.token_ids, "token_ids") } };
   if (o.messages !== undefined) return { model, input: readChatBody(o, rules) };
   if (o.prompt !== undefined) {

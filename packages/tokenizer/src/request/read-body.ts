@@ -14,7 +14,7 @@ import { routingJob } from "./routing-job";
 export type BodyRequest = {
   /** The whole body (BUFFERED_PARTIAL: maybe its start). */
   body: Uint8Array;
-  /** The request's :path, when known: it tells a /v1/responses body from an embeddings one. */
+  /** The request's :path, when known: it tells a /v1/responses body from an embeddings one, a /v1/messages body from a chat's. */
   path?: string;
   /**
    * x-gateway-model-name-rewrite, given when the body is forwarded by the reader's caller: a body naming

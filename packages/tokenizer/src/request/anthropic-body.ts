@@ -1,0 +1,286 @@
+// A /v1/messages body (Anthropic's Messages API) as the chat vLLM renders for it. vLLM's Anthropic server checks the
+// body against its request model (vllm/entrypoints/anthropic/protocol.py), turns it into a ChatCompletionRequest
+// (serving.py, AnthropicServingMessages._convert_anthropic_to_openai_request) and renders that as any chat. The EPP
+// routes by those tokens, so it builds the same chat here, field for field; what vLLM refuses is a BadRequest.
+import { isPyDict, PyNumber } from "../py-values";
+import { pyJsonDumps, pyStr, toTemplateValue } from "../py-template";
+import type { ChatRules } from "../chat-rules";
+import type { ChatMessage, ContentPart } from "../types";
+import { BadRequest } from "./bad-request";
+import { templateKwargsOf, type ParsedBody, type RoutedInput } from "./openai-body";
+
+type Dict = Record<string, unknown>;
+type Block = Dict & { type: string };
+type ToolCall = { id: string; type: "function"; function: { name: string; arguments: string } };
+
+const MESSAGES_PATH = /\/messages(\/count_tokens)?\/?$/;
+
+/** Whether the request's :path is a Messages request, or its count_tokens (its query aside). */
+export function isMessagesPath(path: string | undefined): path is string {
+  return path !== undefined && MESSAGES_PATH.test(path.split("?")[0]!);
+}
+
+/**
+ * A /v1/messages body read as vLLM reads it: the chat its conversion gives, with the fields that change the
+ * rendering (tools, tool_choice, chat_template_kwargs, output_config.effort). Fields of the body vLLM's Anthropic
+ * request has no place for (cache_salt, add_generation_prompt, a `prompt`...) are dropped there, so none is read here.
+ * A count_tokens body (`path`) is rendered the same way, without max_tokens or an effort (its request has neither).
+ * Under rules other than vLLM's the body is routed by load.
+ */
+export function messagesBody(o: Dict, path: string, rules?: ChatRules): ParsedBody {
+  const model = requiredModel(o.model);
+  const counting = MESSAGES_PATH.exec(path.split("?")[0]!)?.[1] !== undefined;
+  if (!counting) positiveInt(o.max_tokens, "max_tokens");
+  if (rules !== undefined && rules.engine !== "vllm") {
+    const message = `a /v1/messages body: ${rules.engine} builds its chat in ways not mirrored here`;
+    return { model, input: { kind: "none" }, unrendered: { cause: "messages_rules", message } };
+  }
+  return { model, input: anthropicChat(o, counting) };
+}
+
+/**
+ * The chat vLLM's conversion makes of a Messages body (throws BadRequest where its request model refuses the body);
+ * of a count_tokens body (`counting`), without the effort its request has no field for.
+ */
+export function anthropicChat(o: Dict, counting = false): Extract<RoutedInput, { kind: "chat" }> {
+  if (!Array.isArray(o.messages)) throw new BadRequest("messages must be an array of {role, content}");
+  const anthropic = o.messages.map(anthropicMessage);
+  const system = optionalBlocks(o.system, "system");
+  const messages: ChatMessage[] = [];
+  const systemText = systemParts(system, anthropic);
+  if (systemText !== undefined) messages.push({ role: "system", content: systemText });
+  for (const m of anthropic) {
+    if (m.role === "system") continue;
+    const converted = chatMessage(m.role, m.content, messages);
+    if (converted !== undefined) messages.push(converted);
+  }
+  const toolChoice = chatToolChoice(o.tool_choice);
+  const tools = chatTools(o.tools);
+  const effort = counting ? undefined : reasoningEffort(o.output_config);
+  return {
+    kind: "chat", messages, tools, toolChoice: tools !== undefined && toolChoice === undefined ? "auto" : toolChoice,
+    templateKwargs: templateKwargsOf({ chat_template_kwargs: o.chat_template_kwargs, reasoning_effort: effort }),
+  };
+}
+
+/**
+ * An assistant message as a client sends it back (content blocks) in the chat message vLLM makes of it: the reply
+ * warming of Messages traffic builds the next turn with this, as that turn's conversion will.
+ */
+export function assistantChatMessage(blocks: Block[]): ChatMessage | undefined {
+  return chatMessage("assistant", blocks, []);
+}
+
+type AnthropicMessage = { role: "user" | "assistant" | "system"; content: string | Block[] };
+
+// Claude Code sends these roles since 2.1.154; vLLM's request model reads them as the user's.
+const ROLE_ALIASES: Dict = { ctx: "user", msg: "user" };
+const ROLES = new Set(["user", "assistant", "system"]);
+const BLOCK_TYPES = new Set(["text", "image", "tool_use", "tool_result", "tool_reference", "thinking", "redacted_thinking"]);
+// Claude Code's per-request attribution, which vLLM leaves out of the system prompt so that its prefix stays cached.
+const BILLING_HEADER = "x-anthropic-billing-header";
+
+function anthropicMessage(m: unknown, i: number): AnthropicMessage {
+  if (!isPyDict(m)) throw new BadRequest(`messages[${i}] must be an object`);
+  const role = typeof m.role === "string" && Object.hasOwn(ROLE_ALIASES, m.role) ? ROLE_ALIASES[m.role] : m.role;
+  if (typeof role !== "string" || !ROLES.has(role)) throw new BadRequest(`messages[${i}].role must be "user", "assistant" or "system"`);
+  if (typeof m.content === "string") return { role: role as AnthropicMessage["role"], content: m.content };
+  return { role: role as AnthropicMessage["role"], content: blocks(m.content, `messages[${i}].content`) };
+}
+
+function optionalBlocks(v: unknown, field: string): string | Block[] | undefined {
+  if (v === undefined || v === null) return undefined;
+  return typeof v === "string" ? v : blocks(v, field);
+}
+
+/** A list of content blocks as vLLM's AnthropicContentBlock validates each (its type, and its fields' types). */
+function blocks(v: unknown, field: string): Block[] {
+  if (!Array.isArray(v)) throw new BadRequest(`${field} must be a string or an array of content blocks`);
+  return v.map((b, i) => {
+    const at = `${field}[${i}]`;
+    if (!isPyDict(b) || typeof b.type !== "string" || !BLOCK_TYPES.has(b.type)) throw new BadRequest(`${at} must be a content block of a known type`);
+    for (const key of ["text", "id", "tool_use_id", "name", "tool_name", "thinking", "signature", "data"]) optionalString(b[key], `${at}.${key}`);
+    for (const key of ["source", "input"]) if (b[key] !== undefined && b[key] !== null && !isPyDict(b[key])) throw new BadRequest(`${at}.${key} must be an object`);
+    const c = b.content;
+    if (c !== undefined && c !== null && typeof c !== "string" && !(Array.isArray(c) && c.every(isPyDict))) throw new BadRequest(`${at}.content must be a string or an array of objects`);
+    return b as Block;
+  });
+}
+
+/**
+ * The system prompt: the top-level `system` (a string, or its non-empty text blocks), then every system message's
+ * text, joined with nothing between, the billing header's blocks left out. Undefined when there is no part at all
+ * (an empty top-level string is none; an empty system message's string is one).
+ */
+function systemParts(system: string | Block[] | undefined, messages: AnthropicMessage[]): string | undefined {
+  const parts: string[] = [];
+  const texts = (bs: Block[]) => {
+    for (const b of bs) if (b.type === "text" && isText(b.text) && !b.text.startsWith(BILLING_HEADER)) parts.push(b.text);
+  };
+  if (typeof system === "string") {
+    if (system !== "") parts.push(system);
+  } else if (system !== undefined && system.length > 0) texts(system);
+  for (const m of messages) {
+    if (m.role !== "system") continue;
+    if (typeof m.content === "string") parts.push(m.content);
+    else texts(m.content);
+  }
+  return parts.length > 0 ? parts.join("") : undefined;
+}
+
+const isText = (t: unknown): t is string => typeof t === "string" && t !== "";
+
+/**
+ * A user or assistant message: a string stays the content; blocks become text and image parts (one text part is
+ * its string), `reasoning` from thinking blocks, `tool_calls` from tool_use blocks. A user's tool_result blocks
+ * become tool messages pushed to `out` as they come, before the message itself; a user message left with nothing
+ * else is dropped, an assistant's is kept bare.
+ */
+function chatMessage(role: "user" | "assistant", content: string | Block[], out: ChatMessage[]): ChatMessage | undefined {
+  if (typeof content === "string") return { role, content };
+  const parts: ContentPart[] = [];
+  const calls: ToolCall[] = [];
+  const reasoning: string[] = [];
+  for (const b of content) {
+    if (b.type === "text" && isText(b.text)) parts.push({ type: "text", text: b.text });
+    else if (b.type === "image" && isPyDict(b.source) && Object.keys(b.source).length > 0) parts.push(imagePart(b.source));
+    else if (b.type === "thinking" && typeof b.thinking === "string") reasoning.push(b.thinking);
+    else if (b.type === "tool_use") calls.push(toolCall(b));
+    else if (b.type === "tool_result") {
+      if (role === "user") out.push(...toolResultMessages(b));
+      else parts.push({ type: "text", text: `Tool result: ${isSet(b.content) ? pyStr(toTemplateValue(b.content)) : ""}` });
+    }
+  }
+  const m: ChatMessage = { role };
+  if (reasoning.length > 0) m.reasoning = reasoning.join("");
+  if (calls.length > 0) m.tool_calls = calls;
+  if (parts.length > 0) m.content = parts.length === 1 && parts[0]!.type === "text" ? parts[0]!.text : parts;
+  return role === "user" && !("content" in m) ? undefined : m;
+}
+
+/** Python truthiness of a block's optional content: neither absent, null, "" nor []. */
+const isSet = (v: unknown) => v !== undefined && v !== null && v !== "" && !(Array.isArray(v) && v.length === 0);
+
+/** An image source as the URL vLLM's media loader takes: a `url` source's own, else a base64 data URI. */
+function imageUrl(source: Dict): unknown {
+  if (source.type === "url") return source.url ?? "";
+  const media = Object.hasOwn(source, "media_type") ? pyText(source.media_type) : "image/jpeg";
+  return `data:${media};base64,${Object.hasOwn(source, "data") ? pyText(source.data) : ""}`;
+}
+
+const imagePart = (source: Dict): ContentPart => ({ type: "image_url", image_url: { url: imageUrl(source) } });
+
+/** str(v) as an f-string prints a JSON value. */
+const pyText = (v: unknown) => pyStr(toTemplateValue(v));
+
+/**
+ * A tool_use block as the call vLLM makes of it: its input printed by Python's json.dumps (", " and ": ", non-ASCII
+ * escaped); a missing id is vLLM's `call_<unix seconds>`, a missing name "".
+ */
+function toolCall(b: Block): ToolCall {
+  const id = isText(b.id) ? b.id : `call_${Math.floor(Date.now() / 1000)}`;
+  const input = isPyDict(b.input) ? b.input : {};
+  return { id, type: "function", function: { name: isText(b.name) ? b.name : "", arguments: pythonJson(input) } };
+}
+
+export function pythonJson(v: unknown): string {
+  return pyJsonDumps(toTemplateValue(v), { ensureAscii: true, indent: null, itemSep: ", ", keySep: ": ", sortKeys: false, limit: Infinity });
+}
+
+/**
+ * A user's tool_result: a tool message with its text (a string, or its text items joined by "\n"), then a user
+ * message of the images it returned, then a tool message of the tools it names by reference, as vLLM orders them.
+ */
+function toolResultMessages(b: Block): ChatMessage[] {
+  const id = isText(b.tool_use_id) ? b.tool_use_id : "";
+  let text = "";
+  const images: ContentPart[] = [];
+  const refs: ContentPart[] = [];
+  if (typeof b.content === "string") text = b.content;
+  else if (Array.isArray(b.content)) {
+    const texts: string[] = [];
+    for (const item of b.content as Dict[]) {
+      // vLLM reads these with dict.get and a default for a missing key, and fails on a null one.
+      if (item.type === "text") {
+        const t = Object.hasOwn(item, "text") ? item.text : "";
+        if (typeof t !== "string") throw new BadRequest("a tool_result's text item must have a string text");
+        texts.push(t);
+      } else if (item.type === "image") {
+        const source = Object.hasOwn(item, "source") ? item.source : {};
+        if (!isPyDict(source)) throw new BadRequest("a tool_result's image item must have an object source");
+        const url = imageUrl(source);
+        if (url) images.push({ type: "image_url", image_url: { url } });
+      } else if (item.type === "tool_reference") {
+        const name = item.tool_name || item.name;
+        if (name) refs.push({ type: "tool_reference", name });
+      }
+    }
+    text = texts.join("\n");
+  }
+  const out: ChatMessage[] = [{ role: "tool", tool_call_id: id, content: text }];
+  if (images.length > 0) out.push({ role: "user", content: images });
+  if (refs.length > 0) out.push({ role: "tool", tool_call_id: id, content: refs });
+  return out;
+}
+
+/** tool_choice: auto, any (OpenAI's "required"), none, or a named tool. */
+function chatToolChoice(v: unknown): unknown {
+  if (v === undefined || v === null) return undefined;
+  if (!isPyDict(v)) throw new BadRequest("tool_choice must be an object");
+  switch (v.type) {
+    case "auto":
+    case "none":
+      return v.type;
+    case "any":
+      return "required";
+    case "tool":
+      if (!isText(v.name)) throw new BadRequest("tool_choice.name is required when type is 'tool'");
+      return { type: "function", function: { name: v.name } };
+  }
+  throw new BadRequest('tool_choice.type must be "auto", "any", "tool" or "none"');
+}
+
+/**
+ * Tools ({name, description, input_schema}) as the function tools vLLM renders: a schema without a `type` gets
+ * "object" (added last, as vLLM's validator sets it), and a tool's defer_loading reaches its function.
+ */
+function chatTools(v: unknown): unknown[] | undefined {
+  if (v === undefined || v === null) return undefined;
+  if (!Array.isArray(v)) throw new BadRequest("tools must be an array");
+  return v.map((t, i) => {
+    if (!isPyDict(t) || typeof t.name !== "string") throw new BadRequest(`tools[${i}] must have a string name`);
+    if (!isPyDict(t.input_schema)) throw new BadRequest(`tools[${i}].input_schema must be an object`);
+    optionalString(t.description, `tools[${i}].description`);
+    const parameters = Object.hasOwn(t.input_schema, "type") ? t.input_schema : { ...t.input_schema, type: "object" };
+    const fn: Dict = { name: t.name, description: t.description ?? null, parameters };
+    if (t.defer_loading !== undefined && t.defer_loading !== null) fn.defer_loading = t.defer_loading;
+    return { type: "function", function: fn };
+  });
+}
+
+const EFFORTS = new Set(["low", "medium", "high", "xhigh", "max"]);
+
+/** output_config.effort, which vLLM sets as the chat's reasoning_effort. */
+function reasoningEffort(config: unknown): string | undefined {
+  if (config === undefined || config === null) return undefined;
+  if (!isPyDict(config)) throw new BadRequest("output_config must be an object");
+  const effort = config.effort;
+  if (effort === undefined || effort === null) return undefined;
+  if (typeof effort !== "string" || !EFFORTS.has(effort)) throw new BadRequest('output_config.effort must be "low", "medium", "high", "xhigh" or "max"');
+  return effort;
+}
+
+function requiredModel(v: unknown): string {
+  if (typeof v !== "string" || v === "") throw new BadRequest("model is required");
+  return v;
+}
+
+/** An int field as pydantic reads it in lax mode (5, 5.0 or "5"), which must be positive. */
+function positiveInt(v: unknown, field: string): void {
+  const n = v instanceof PyNumber ? v.value : typeof v === "string" && /^\s*[+-]?\d+\s*$/.test(v) ? Number(v) : v;
+  if (typeof n !== "number" || !Number.isInteger(n) || n <= 0) throw new BadRequest(`${field} must be a positive integer`);
+}
+
+function optionalString(v: unknown, field: string): void {
+  if (v !== undefined && v !== null && typeof v !== "string") throw new BadRequest(`${field} must be a string`);
+}
