@@ -2,7 +2,7 @@
 // index, and the leading blocks pending there (pending.ts) -> the decision (decide.ts:
 // filters, cost per eligible candidate, choice).
 import { computeBlockHashes, MatchList, requestBlockExtras } from "@kv-epp/index-wasm";
-import type { Weights } from "./cost.ts";
+import { prefixLeadLoss, type Weights } from "./cost.ts";
 import { decide, overlapOf, ttftInput, type CandidateState } from "./decide.ts";
 import { decideDisagg, roleSets, type Disaggregation } from "./disagg.ts";
 import { AwayWorkers, type ReplicaSet } from "./home.ts";
@@ -324,11 +324,14 @@ export class Picker {
    *   all of it: later tokens can lengthen its overlap alone, and no cost (either shape, or the latency cost)
    *   rises with a candidate's own overlap, so it stays chosen. A long conversation whose earlier turns one worker
    *   holds is then routed once its known prefix reaches past what the others share (a system prompt), not after
-   *   its whole history is tokenized. The LoRA charge (decide.ts) grows with the prompt under the blocks shape and
-   *   the latency cost, and `promptTokens` may fall short of the prompt, so no other candidate may fit the
-   *   request's adapter better than the chosen one: each other's charge then exceeds the chosen one's by an amount
-   *   that a longer prompt only widens. Not where the choice is sampled (a temperature), nor in a pool with
-   *   prefill ranks (whether to split a request reads its destination's overlap against the whole prompt).
+   *   its whole history is tokenized. A few terms move with the prompt's length, which `promptTokens` may misjudge
+   *   either way, so the chosen candidate's lead must hold at any length: under the score shape the prefix term's
+   *   share (its divisor, the request's blocks, grows up to the cap) is taken at the cap (cost.ts prefixLeadLoss);
+   *   the LoRA charge (decide.ts) and, under the latency cost, the away charge (home.ts) grow with the prompt, so
+   *   no other candidate may fit the request's adapter better than the chosen one, nor be home when the chosen one
+   *   is away: each other's charge then exceeds the chosen one's by an amount a longer prompt only widens. Not
+   *   where the choice is sampled (a temperature), nor in a pool with prefill ranks (whether to split a request
+   *   reads its destination's overlap against the whole prompt).
    * The chosen candidate's overlap is then a lower bound (`ScoredCandidate.openEnded`).
    */
   settles(req: PickRequest): boolean {
@@ -349,8 +352,18 @@ export class Picker {
     const d = this.pick({ ...req, hashes, detail: false });
     if (d.kind !== "picked") return true;
     const { chosen, scored } = d;
+    const o = this.deps.options;
     const fit = chosen.loraAffinity ?? 0;
-    return scored.every((s) => s.candidate.key === chosen.candidate.key || (s.cost > chosen.cost && s.overlap < n && (s.loraAffinity ?? 0) <= fit));
+    // The terms that move with the prompt's length, which `promptTokens` may misjudge (see above).
+    const shape = o.cost !== "latency" && o.shape?.kind === "score" ? o.shape : undefined;
+    const away = o.cost === "latency" ? this.away.of(this.deps.candidates(), this.deps.replicas?.()) : () => false;
+    const awayChosen = away(chosen.candidate.key);
+    const loss = (s: ScoredCandidate) => (shape ? prefixLeadLoss(shape, d.requestBlocks, chosen.overlap, s.overlap) : 0);
+    return scored.every(
+      (s) =>
+        s.candidate.key === chosen.candidate.key ||
+        (s.cost - loss(s) > chosen.cost && s.overlap < n && (s.loraAffinity ?? 0) <= fit && (away(s.candidate.key) || !awayChosen)),
+    );
   }
 
   /** Overlap per worker for the request's tokens, read-only (POST /score). */
