@@ -1,5 +1,5 @@
 import { Counter, Gauge, Histogram, Registry } from "prom-client";
-import type { RankEngine } from "./engine/rank-engine.ts";
+import type { RankEngine, StepAdapters } from "./engine/rank-engine.ts";
 import type { MockNixlConnector } from "./kv-transfer/connector.ts";
 import { sglangSeries, type EngineSeries, type SglangMetricsOptions } from "./sglang-metrics.ts";
 
@@ -15,6 +15,8 @@ export type WorkerMetrics = {
   finished(rank: number, outputTokens: number): void;
   eventsPublished(rank: number, events: number): void;
   publishFailed(rank: number): void;
+  /** Records an engine step's LoRA adapters (RankObserver.onStep); absent without the LoRA series. */
+  loraStep?: (adapters: StepAdapters) => void;
 };
 
 const TTFT_BUCKETS = [0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10, 20, 40, 80];
@@ -88,26 +90,21 @@ export function createMetrics(o: MetricsOptions): WorkerMetrics {
 /**
  * vLLM's vllm:lora_requests_info as its engine writes it with --enable-lora: no model or engine label, the state
  * in the labels (max_lora, the running and the waiting requests' adapters joined by ","), the time it was
- * recorded as the value. vLLM records at every engine step and never drops a label set, so each state it passed
- * through stays exported with its last time; here each scrape records every rank's state (several ranks on one
- * server share the gauge, as vLLM's DP engines do: the newest series is one engine's).
+ * recorded as the value. vLLM records after each engine step, never at a scrape, and never drops a label set:
+ * before its first step there is no sample, an idle engine keeps the state of its last step, and every state
+ * it passed through stays exported with its last time. Several ranks on one server share the gauge, as vLLM's
+ * DP engines do: the newest series is whichever engine stepped last.
  */
-function loraInfo(registry: Registry, engines: () => readonly RankEngine[], maxLora: number): void {
-  new Gauge({
+function loraInfo(registry: Registry, maxLora: number): (adapters: StepAdapters) => void {
+  const gauge = new Gauge({
     name: "vllm:lora_requests_info", help: "Running stats on lora requests.", registers: [registry],
     labelNames: ["max_lora", "running_lora_adapters", "waiting_lora_adapters"],
-    collect() {
-      const now = Date.now() / 1000;
-      for (const e of engines()) {
-        const a = e.adapters();
-        this.set({ max_lora: String(maxLora), running_lora_adapters: a.running.join(","), waiting_lora_adapters: a.waiting.join(",") }, now);
-      }
-    },
   });
+  return (a) => gauge.set({ max_lora: String(maxLora), running_lora_adapters: a.running.join(","), waiting_lora_adapters: a.waiting.join(",") }, Date.now() / 1000);
 }
 
 /** vLLM v1's series. */
-function vllmSeries(registry: Registry, model: string, engines: () => readonly RankEngine[], maxLora: number | undefined): EngineSeries {
+function vllmSeries(registry: Registry, model: string, engines: () => readonly RankEngine[], maxLora: number | undefined): EngineSeries & Pick<WorkerMetrics, "loraStep"> {
   const { labelNames, labels, gauge, counter } = perRank(registry, model, engines);
   gauge("vllm:num_requests_running", "Requests in the running batch.", (e) => e.running);
   gauge("vllm:num_requests_waiting", "Requests waiting to be admitted.", (e) => e.waiting);
@@ -128,7 +125,6 @@ function vllmSeries(registry: Registry, model: string, engines: () => readonly R
       }
     },
   });
-  if (maxLora !== undefined) loraInfo(registry, engines, maxLora);
   counter("vllm:prefix_cache_queries_total", "Prompt tokens looked up in the prefix cache.", (e) => e.cache.queriedTokens);
   counter("vllm:prefix_cache_hits_total", "Prompt tokens found in the prefix cache.", (e) => e.cache.hitTokens);
   counter("vllm:num_preemptions_total", "Requests preempted for want of KV cache blocks.", (e) => e.preemptions);
@@ -151,6 +147,7 @@ function vllmSeries(registry: Registry, model: string, engines: () => readonly R
   const success = new Counter({ name: "vllm:request_success_total", help: "Finished requests.", labelNames, registers: [registry] });
   const generated = new Counter({ name: "vllm:generation_tokens_total", help: "Output tokens.", labelNames, registers: [registry] });
   return {
+    ...(maxLora !== undefined ? { loraStep: loraInfo(registry, maxLora) } : {}),
     firstToken: (rank, s) => ttft.observe(labels(rank), s),
     finished: (rank, n) => {
       success.inc(labels(rank));

@@ -131,6 +131,7 @@ export async function startMockWorker(opts: MockWorkerOptions = {}): Promise<Moc
       const engine = new RankEngine(rank, cache, timing, {
         onFirstToken: (s) => metricsOf(rank).firstToken(rank, s),
         onFinished: (n) => metricsOf(rank).finished(rank, n),
+        onStep: metricsOf(rank).loraStep,
       });
       const events = await RankEventStream.open({
         rank,

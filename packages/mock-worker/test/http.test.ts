@@ -120,6 +120,29 @@ describe("OpenAI HTTP", () => {
   });
 });
 
+describe("vllm:lora_requests_info with --lora-modules", () => {
+  test("recorded at engine steps as vLLM records it: no sample before the first step, the last step's state kept while idle", async () => {
+    const lw = await startMockWorker({ listen: `${LOOPBACK}.2.5`, port: 0, kvEvents: `tcp://${LOOPBACK}.2.5:0`, speed: 0, blockSize: 16, loraModules: ["sql-lora", "chat-lora"], logLevel: "silent" });
+    try {
+      const series = async () => (await (await fetch(`${lw.url}/metrics`)).text()).split("\n").filter((l) => l.startsWith("vllm:lora_requests_info{"));
+      // No step yet: no sample, however often it is scraped.
+      expect(await series()).toEqual([]);
+      expect(await series()).toEqual([]);
+      const res = await post(`${lw.url}/v1/completions`, { model: "sql-lora", prompt: "x".repeat(40), max_tokens: 2 });
+      expect(res.status).toBe(200);
+      await res.json();
+      // Idle again: the one state its steps recorded (the batch ran sql-lora, to the step that finished it) stays,
+      // and a scrape records nothing (its time does not move).
+      const after = await series();
+      expect(after).toHaveLength(1);
+      expect(after[0]).toMatch(/^vllm:lora_requests_info\{max_lora="2",running_lora_adapters="sql-lora",waiting_lora_adapters=""\} \S+$/);
+      expect(await series()).toEqual(after);
+    } finally {
+      await lw.close();
+    }
+  });
+});
+
 describe("the role a chat's reply comes in (vLLM's --response-role)", () => {
   let model: MockWorker;
   beforeAll(async () => {

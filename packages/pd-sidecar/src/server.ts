@@ -2,7 +2,7 @@ import { Hono, type Context } from "hono";
 import pino, { type Logger } from "pino";
 import { randomUUID } from "node:crypto";
 import { hostPort, PD_SPLIT_PATHS, PREFILL_RANK_HEADER, type PdSplitPath } from "@kv-epp/protocol";
-import { SPLIT_APIS } from "./apis.ts";
+import { isObject, SPLIT_APIS } from "./apis.ts";
 import { resolveConfig, type SidecarConfig } from "./config.ts";
 import { createMetrics, type SidecarMetrics } from "./metrics.ts";
 import { decodeBody, prefillBody, prefillOutcome, type Body } from "./prefill-request.ts";
@@ -89,8 +89,8 @@ export function sidecarApp(config: SidecarConfig, log: Logger, metrics: SidecarM
     let client: Body;
     try {
       const parsed: unknown = await c.req.json();
-      if (typeof parsed !== "object" || parsed === null || Array.isArray(parsed)) throw new Error("expected a JSON object");
-      client = parsed as Body;
+      if (!isObject(parsed)) throw new Error("expected a JSON object");
+      client = parsed;
     } catch (e) {
       metrics.failed("bad_body");
       return errorBody(c, 400, `request body is not a JSON object: ${(e as Error).message}`);

@@ -1,10 +1,31 @@
 import { describe, expect, test } from "bun:test";
 import fc from "fast-check";
-import { choose, cost, costs, SCORE_SHAPE, type CostShape, type ShapedLoad } from "./cost.ts";
+import { choose, cost, costs, prefixLeadLoss, SCORE_SHAPE, type CostShape, type ShapedLoad } from "./cost.ts";
 
 const W = { prefillLoadScale: 1, decodeLoadScale: 1, queueWeight: 0, temperature: 0 };
 
 describe("cost and choice", () => {
+  test("score shape: prefixLeadLoss bounds what a holder's prefix lead loses on a prompt of any other length", () => {
+    fc.assert(
+      fc.property(
+        fc.record({ cap: fc.nat(40), held: fc.integer({ min: 1, max: 60 }), other: fc.nat(59), est: fc.nat(80), whole: fc.nat(400), more: fc.nat(400) }),
+        ({ cap, held, other, est, whole, more }) => {
+          const shape = { ...SCORE_SHAPE, prefixCapBlocks: cap };
+          const o = Math.min(other, held - 1);
+          const at = (overlap: number) => ({ overlap, activeBlocks: 0, waiting: 0, activeRequests: 0 });
+          // The lead of the rank holding `h` blocks over the one holding o, on a request of R blocks (loads equal).
+          const lead = (R: number, h: number) => {
+            const [c, s] = costs({ ...W, shape }, R, [at(h), at(o)]);
+            return s! - c!;
+          };
+          // Estimated at held + est blocks; the whole prompt has at least the known prefix, and its holder may hold more.
+          const R = held + whole;
+          expect(lead(R, Math.min(held + more, R))).toBeGreaterThanOrEqual(lead(held + est, held) - prefixLeadLoss(shape, held + est, held, o) - 1e-9);
+        },
+      ),
+    );
+  });
+
   test("cost = prefill_load_scale * max(request_blocks - overlap, 0) + decode load", () => {
     expect(cost({ ...W, prefillLoadScale: 2 }, 10, { overlap: 4, activeBlocks: 3, waiting: 0 })).toBe(2 * 6 + 3);
     expect(cost(W, 10, { overlap: 12, activeBlocks: 0, waiting: 0 })).toBe(0);

@@ -85,6 +85,19 @@ export function costs(w: Weights, requestBlocks: number, cs: readonly ShapedLoad
 
 const BLOCKS: CostShape = { kind: "blocks" };
 
+/**
+ * Score shape: how much of the lead that holding `held` of the request's leading blocks gives over a candidate
+ * holding `other` (fewer) the prefix term can lose if the request is longer than `requestBlocks` (more held blocks
+ * only add to it). The term divides by min(request blocks, cap), which grows with the request up to the cap, and
+ * the lead's share shrinks as it grows past `held`: at worst it is the share at the cap (none without a cap).
+ */
+export function prefixLeadLoss(shape: Extract<CostShape, { kind: "score" }>, requestBlocks: number, held: number, other: number): number {
+  const share = (of: number) => (of > 0 ? (Math.min(held, of) - Math.min(other, of)) / of : 0);
+  const cap = shape.prefixCapBlocks;
+  const now = share(cap > 0 ? Math.min(requestBlocks, cap) : requestBlocks);
+  return shape.prefix * (now - (cap > 0 ? share(cap) : 0));
+}
+
 /** Index of the chosen candidate; `random` returns [0, 1). */
 export function choose(costs: readonly number[], temperature: number, random: () => number): number {
   if (costs.length === 0) return -1;

@@ -1,7 +1,9 @@
 // The routing decision as one pure function: what the EPP knows about each candidate (its overlap of the
 // request's blocks, its load, its scraped queue, its fit for the request's LoRA adapter) in, the chosen
 // candidate out. `Picker` calls it with the live index and load; bench:trace's simulation calls it with
-// the simulated ones, so the benchmark measures the decision that ships.
+// the simulated ones, so the benchmark measures the decision that ships, except the LoRA charge: the
+// simulated workers hold any mix of adapters at once (no max_lora, no loading), so the simulation gives no
+// adapter state and its LoRA-mix scenario runs without the charge (routing README, "LoRA affinity").
 import { endpointHost } from "@kv-epp/protocol";
 import { choose, costs, type Weights } from "./cost.ts";
 import { uncachedTokens, type CostInput } from "./latency.ts";
@@ -29,8 +31,8 @@ export type CandidateState = {
   /** Waiting requests from the rank's scraped vLLM /metrics (0 when not scraped). */
   readonly waiting: number;
   /**
-   * How well the rank fits the request's LoRA adapter (lora.ts, in [0, 1]). Absent: no charge, the
-   * request naming no adapter or the rank reporting none.
+   * How well the rank fits the request's LoRA adapter (lora.ts, in [0, 1]). Absent: the request names no
+   * adapter, or the rank reports none, which counts as no fit (0) beside candidates that report (decide()).
    */
   readonly loraAffinity?: number;
 };
@@ -58,7 +60,8 @@ export type DecisionInput<C extends CandidateState> = {
 export type Scored<C> = { candidate: C; cost: number };
 
 export type DecisionOutcome<C> =
-  | { kind: "chosen"; chosen: Scored<C>; scored: Scored<C>[] }
+  /** `lora`: the LoRA charge was made (some candidate has an affinity, at a weight above 0). */
+  | { kind: "chosen"; chosen: Scored<C>; scored: Scored<C>[]; lora: boolean }
   | { kind: "none"; reason: "no_workers" | "subset_empty" };
 
 export function decide<C extends CandidateState>(input: DecisionInput<C>): DecisionOutcome<C> {
@@ -74,14 +77,18 @@ export function decide<C extends CandidateState>(input: DecisionInput<C>): Decis
   const latency = input.latency;
   // In-flight prefixes count as cached under either shape (overlapOf).
   const byCost = latency ? eligible.map(latency) : costs(w, input.requestBlocks, eligible.map((c) => ({ ...c, overlap: overlapOf(c) })));
-  const miss = (w.loraWeight ?? 0) * loraUnit(input);
-  const scored = eligible.map((candidate, i) => ({ candidate, cost: byCost[i]! + loraCharge(miss, candidate.loraAffinity) }));
+  // A rank reporting no adapters (a failed scrape, an engine before its first step, LoRA off) fits the adapter
+  // not at all, as llm-d scores it, so it cannot beat the ranks that report and are charged. Where none
+  // reports, the charges would all be equal and none is made: the costs stay exactly those without the term
+  // (an equal charge added in floating point can still merge near-equal costs and moves the explained ones).
+  const miss = eligible.some((c) => c.loraAffinity !== undefined) ? (w.loraWeight ?? 0) * loraUnit(input) : 0;
+  const scored = eligible.map((candidate, i) => ({ candidate, cost: miss === 0 ? byCost[i]! : byCost[i]! + miss * (1 - (candidate.loraAffinity ?? 0)) }));
   const i = choose(
     scored.map((s) => s.cost),
     w.temperature,
     input.random,
   );
-  return { kind: "chosen", chosen: scored[i]!, scored };
+  return { kind: "chosen", chosen: scored[i]!, scored, lora: miss !== 0 };
 }
 
 /** What a rank of LoRA affinity 0 is charged per unit of weight, in the cost's units (lora.ts, DEFAULT_LORA_WEIGHT). */
@@ -89,11 +96,6 @@ function loraUnit<C extends CandidateState>(input: DecisionInput<C>): number {
   if (input.latency) return input.prefillMs ?? 0;
   const shape = input.weights.shape;
   return shape?.kind === "score" ? 1 : input.weights.prefillLoadScale * input.requestBlocks;
-}
-
-/** A rank's shortfall from running the adapter already, priced; nothing without an affinity. */
-function loraCharge(miss: number, affinity: number | undefined): number {
-  return affinity === undefined || miss === 0 ? 0 : miss * (1 - affinity);
 }
 
 /** The blocks the decision counts as cached on the candidate: the index's or the pending ones, whichever is longer. */

@@ -16,7 +16,8 @@ function describe(s: ScoredCandidate, requestBlocks: number): string {
   return `worker=${c.workerId} dp_rank=${c.dpRank} overlap=${s.overlap}${s.openEnded ? "+" : ""}/${requestBlocks}${s.pendingOverlap > 0 ? ` pending=${s.pendingOverlap}` : ""} predicted_ttft_ms=${s.predictedTtftMs.toFixed(1)}${s.loraAffinity !== undefined ? ` lora=${s.loraAffinity}` : ""} cost=${round(s.cost)}`;
 }
 
-// The score shape's costs lie in [-5, 0]: one decimal would hide the differences that decided.
+// The score shape's costs lie in [-5, 0], up to the LoRA charge's weight more: one decimal would hide the
+// differences that decided.
 const round = (x: number) => (Number.isInteger(x) ? String(x) : x.toFixed(Math.abs(x) < 10 ? 3 : 1));
 
 function runnerUp(chosen: ScoredCandidate, scored: readonly ScoredCandidate[]): ScoredCandidate | undefined {

@@ -1,7 +1,9 @@
 import { describe, expect, test } from "bun:test";
-import { KvIndex } from "@kv-epp/index-wasm";
+import { computeBlockHashes, KvIndex, requestBlockExtras } from "@kv-epp/index-wasm";
+import { applyStored } from "@kv-epp/index-wasm/helpers";
 import { workerKey } from "@kv-epp/protocol";
 import { SCORE_SHAPE } from "./cost.ts";
+import { explanation } from "./explain.ts";
 import { LatencyModel } from "./latency.ts";
 import { ActiveLoad } from "./load.ts";
 import { loraAffinity, type LoraAdapters } from "./lora.ts";
@@ -43,7 +45,7 @@ function pick(ids: string[], options: PickerOptions, model = "sql", signals: (id
   });
   const d = picker.pick({ model, tokens: TOKENS });
   if (d.kind !== "picked") throw new Error(d.kind);
-  return { chosen: d.chosen.candidate.workerId, costs: d.scored.map((s) => s.cost), affinities: d.scored.map((s) => s.loraAffinity) };
+  return { chosen: d.chosen.candidate.workerId, costs: d.scored.map((s) => s.cost), affinities: d.scored.map((s) => s.loraAffinity), explained: explanation(d) };
 }
 
 describe("LoRA affinity", () => {
@@ -65,7 +67,7 @@ describe("LoRA affinity", () => {
       expect(pick(["running", "room", "queued", "full"], o).affinities).toEqual([1, 0.8, 0.6, 0]);
     });
 
-    test(`${cost}: no charge without an adapter, from a rank that exports no adapters, or at weight 0`, () => {
+    test(`${cost}: no charge without an adapter, where no rank exports adapters, or at weight 0`, () => {
       const ids = ["full", "queued", "room", "running", "silent"];
       const o = { ...options, loraWeight: 1 };
       const none = pick(ids, { ...options, loraWeight: 0 });
@@ -74,13 +76,24 @@ describe("LoRA affinity", () => {
       expect(base.costs).toEqual(none.costs);
       expect(new Set(base.costs).size).toBe(1);
       expect(base.affinities).toEqual([undefined, undefined, undefined, undefined, undefined]);
-      // No rank exports the metric: the adapter's request is costed as if it named none.
-      expect(pick(ids, o, "sql", () => ({ waiting: 0 })).costs).toEqual(none.costs);
-      // The rank without the metric keeps its cost while the others are charged their shortfall.
-      const some = pick(ids, o);
-      expect(some.costs[4]).toBe(none.costs[4]!);
-      expect(some.costs[3]).toBe(none.costs[3]!);
-      expect(some.costs[0]).toBeGreaterThan(none.costs[0]!);
+      // No rank exports the metric: the adapter's request is costed and explained as if it named none.
+      const silent = pick(ids, o, "sql", () => ({ waiting: 0 }));
+      expect(silent.costs).toEqual(none.costs);
+      expect(silent.affinities).toEqual(none.affinities);
+      expect(silent.explained).toBe(none.explained);
+    });
+
+    test(`${cost}: a rank that reports no adapters (a failed scrape, a fresh engine) fits as badly as a full one beside ranks that report`, () => {
+      const o = { ...options, loraWeight: 1 };
+      const some = pick(["full", "queued", "room", "running", "silent"], o);
+      expect(some.costs[4]).toBe(some.costs[0]!);
+      expect(some.affinities[4]).toBe(0);
+      // The silent rank is last, where a tie would go: it loses to a rank that only queues the adapter.
+      const pair = pick(["queued", "silent"], o);
+      expect(pair.chosen).toBe("queued");
+      expect(pair.explained).toMatch(/; runner_up: worker=silent .* lora=0 cost=/);
+      // Unscraped altogether (no signals) likewise.
+      expect(pick(["queued", "silent"], o, "sql", (id) => (id === "silent" ? undefined : { waiting: 0, lora: RANKS[id] })).chosen).toBe("queued");
     });
   }
 
@@ -96,4 +109,40 @@ describe("LoRA affinity", () => {
     // 24 tokens at the latency line's prior 0.1 ms a token, twice.
     expect(charge(OPTIONS.latency!)).toBeCloseTo(2 * 0.1 * 24);
   });
+
+  // A settled pick is made on a known prefix charged as `promptTokens`, which may fall short of the prompt;
+  // under these costs the LoRA charge grows with the prompt, so it must not decide another pick on the whole one.
+  for (const cost of ["blocks", "latency"] as const) {
+    test(`${cost}: a prefix settles only where the whole prompt is picked the same, whatever the fits and an underestimated length`, () => {
+      const whole = Uint32Array.from({ length: 24 * BLOCK }, (_, i) => i + 1);
+      const prefix = whole.subarray(0, 2 * BLOCK);
+      const run = (fits: Record<string, LoraAdapters>) => {
+        const index = KvIndex.create({ blockSize: BLOCK });
+        // "holder" holds the prefix, in the adapter's identity; "other" nothing.
+        const hashes = computeBlockHashes(prefix, BLOCK, requestBlockExtras(2, BLOCK, { loraName: "sql" }));
+        applyStored(index, { workerId: "holder", dpRank: 0 }, null, [...hashes].map((h, i) => ({ blockHash: BigInt(i + 1), tokensHash: h })));
+        const picker = new Picker({
+          indexers: { lookup: () => ({ key: "base", blockSize: BLOCK, index }), adapterOf: (m) => (m === "sql" ? "sql" : null) },
+          candidates: () => ["holder", "other"].map(candidate),
+          load: new ActiveLoad(),
+          signals: (c) => ({ waiting: 0, lora: fits[c.workerId] }),
+          options: { ...OPTIONS[cost]!, shape: { kind: "blocks" }, loraWeight: 0.25 },
+          latency: new LatencyModel(),
+          random: () => 0,
+        });
+        const chosen = (req: { tokens: Uint32Array; promptTokens?: number }) => {
+          const d = picker.pick({ model: "sql", ...req });
+          return d.kind === "picked" ? d.chosen.candidate.workerId : d.kind;
+        };
+        // The prompt's length estimated at a sixth of its 24 blocks.
+        const req = { model: "sql", tokens: prefix, promptTokens: 4 * BLOCK };
+        return { settles: picker.settles(req), onPrefix: chosen(req), onWhole: chosen({ tokens: whole }) };
+      };
+      // The holder cannot take the adapter, the other runs it: the prefix's pick is the holder, the whole prompt's
+      // the other (its charge, a share of the whole prefill, outgrows the cached prefix). The prefix does not settle.
+      expect(run({ holder: RANKS.full!, other: RANKS.running! })).toEqual({ settles: false, onPrefix: "holder", onWhole: "other" });
+      // The holder fits best: a longer prompt only widens its lead, and the prefix settles.
+      expect(run({ holder: RANKS.running!, other: RANKS.full! })).toEqual({ settles: true, onPrefix: "holder", onWhole: "holder" });
+    });
+  }
 });

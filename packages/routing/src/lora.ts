@@ -26,8 +26,9 @@ export function loraAffinity(adapters: LoraAdapters, adapter: string): number {
 }
 
 /**
- * The affinity decide() reads for a candidate: undefined, no charge at all, when the request names no
- * adapter or the rank reports none (an engine without LoRA enabled, a failed scrape).
+ * The affinity decide() reads for a candidate: undefined when the request names no adapter (no charge at
+ * all) or the rank reports none (an engine without LoRA enabled, a failed scrape, a vLLM before its first
+ * engine step), which decide() charges as no fit, 0, as llm-d scores it, unless no candidate reports.
  */
 export function affinityOf(adapters: LoraAdapters | undefined, adapter: string | null): number | undefined {
   return adapter !== null && adapters !== undefined ? loraAffinity(adapters, adapter) : undefined;

@@ -2,7 +2,7 @@
 // index, and the leading blocks pending there (pending.ts) -> the decision (decide.ts:
 // filters, cost per eligible candidate, choice).
 import { computeBlockHashes, MatchList, requestBlockExtras } from "@kv-epp/index-wasm";
-import type { Weights } from "./cost.ts";
+import { prefixLeadLoss, type Weights } from "./cost.ts";
 import { decide, overlapOf, ttftInput, type CandidateState } from "./decide.ts";
 import { decideDisagg, roleSets, type Disaggregation } from "./disagg.ts";
 import { AwayWorkers, type ReplicaSet } from "./home.ts";
@@ -83,7 +83,7 @@ export type ScoredCandidate = {
   aheadTokens: number;
   /** The latency model's TTFT for this request on this worker, ms. */
   predictedTtftMs: number;
-  /** How well the candidate fits the request's LoRA adapter (lora.ts); absent: no adapter, or none reported. */
+  /** How well the candidate fits the request's LoRA adapter as charged (lora.ts; 0 when it reports none); absent: no charge. */
   loraAffinity?: number;
 };
 
@@ -247,7 +247,8 @@ export class Picker {
     const knownBlocks = Math.floor(req.tokens.length / bs);
     // A known prefix without a full block (a fallback) says nothing of what a candidate holds: not open-ended.
     const prefixOnly = promptTokens > req.tokens.length;
-    const scoredOf = (s: { candidate: Known; cost: number }): ScoredCandidate => ({
+    // `lora`: the decision charged the adapter's fit, a rank that reports none counted as no fit (decide()).
+    const scoredOf = (s: { candidate: Known; cost: number }, lora: boolean): ScoredCandidate => ({
       candidate: s.candidate.ref,
       overlap: overlapOf(s.candidate),
       openEnded: prefixOnly && knownBlocks > 0 && overlapOf(s.candidate) >= knownBlocks,
@@ -257,9 +258,9 @@ export class Picker {
       unexplainedWaiting: s.candidate.ttft.waiting,
       aheadTokens: s.candidate.ttft.aheadTokens,
       predictedTtftMs: latency.predictTtftMs(s.candidate.ttft),
-      loraAffinity: s.candidate.loraAffinity,
+      loraAffinity: lora ? (s.candidate.loraAffinity ?? 0) : undefined,
     });
-    const scored = d.scored.map(scoredOf);
+    const scored = d.scored.map((s) => scoredOf(s, d.lora));
     let pd: PrefillDecision | undefined;
     if (sets) {
       // Decode first (llm-d's order): the decider reads what the chosen destination holds. A prefill on
@@ -286,13 +287,13 @@ export class Picker {
           latency: prefillCost,
           prefillMs,
         });
-        if (p.kind === "chosen") pd.prefill = { chosen: scoredOf(p.chosen), scored: p.scored.map(scoredOf) };
+        if (p.kind === "chosen") pd.prefill = { chosen: scoredOf(p.chosen, p.lora), scored: p.scored.map((s) => scoredOf(s, p.lora)) };
         else pd.disagg = { ...disagg, disaggregate: false, reason: "no_prefill_worker" };
       }
     }
     return {
       kind: "picked",
-      chosen: scoredOf(d.chosen),
+      chosen: scoredOf(d.chosen, d.lora),
       model: indexer.key,
       blockSize: indexer.blockSize,
       requestBlocks,
@@ -323,8 +324,14 @@ export class Picker {
    *   all of it: later tokens can lengthen its overlap alone, and no cost (either shape, or the latency cost)
    *   rises with a candidate's own overlap, so it stays chosen. A long conversation whose earlier turns one worker
    *   holds is then routed once its known prefix reaches past what the others share (a system prompt), not after
-   *   its whole history is tokenized. Not where the choice is sampled (a temperature), nor in a pool with
-   *   prefill ranks (whether to split a request reads its destination's overlap against the whole prompt).
+   *   its whole history is tokenized. A few terms move with the prompt's length, which `promptTokens` may misjudge
+   *   either way, so the chosen candidate's lead must hold at any length: under the score shape the prefix term's
+   *   share (its divisor, the request's blocks, grows up to the cap) is taken at the cap (cost.ts prefixLeadLoss);
+   *   the LoRA charge (decide.ts) and, under the latency cost, the away charge (home.ts) grow with the prompt, so
+   *   no other candidate may fit the request's adapter better than the chosen one, nor be home when the chosen one
+   *   is away: each other's charge then exceeds the chosen one's by an amount a longer prompt only widens. Not
+   *   where the choice is sampled (a temperature), nor in a pool with prefill ranks (whether to split a request
+   *   reads its destination's overlap against the whole prompt).
    * The chosen candidate's overlap is then a lower bound (`ScoredCandidate.openEnded`).
    */
   settles(req: PickRequest): boolean {
@@ -345,7 +352,18 @@ export class Picker {
     const d = this.pick({ ...req, hashes, detail: false });
     if (d.kind !== "picked") return true;
     const { chosen, scored } = d;
-    return scored.every((s) => s.candidate.key === chosen.candidate.key || (s.cost > chosen.cost && s.overlap < n));
+    const o = this.deps.options;
+    const fit = chosen.loraAffinity ?? 0;
+    // The terms that move with the prompt's length, which `promptTokens` may misjudge (see above).
+    const shape = o.cost !== "latency" && o.shape?.kind === "score" ? o.shape : undefined;
+    const away = o.cost === "latency" ? this.away.of(this.deps.candidates(), this.deps.replicas?.()) : () => false;
+    const awayChosen = away(chosen.candidate.key);
+    const loss = (s: ScoredCandidate) => (shape ? prefixLeadLoss(shape, d.requestBlocks, chosen.overlap, s.overlap) : 0);
+    return scored.every(
+      (s) =>
+        s.candidate.key === chosen.candidate.key ||
+        (s.cost - loss(s) > chosen.cost && s.overlap < n && (s.loraAffinity ?? 0) <= fit && (away(s.candidate.key) || !awayChosen)),
+    );
   }
 
   /** Overlap per worker for the request's tokens, read-only (POST /score). */

@@ -5,7 +5,9 @@ import { workerKey, type WorkerRef } from "@kv-epp/protocol";
 import { LatencyModel } from "./latency.ts";
 import { ActiveLoad } from "./load.ts";
 import type { PendingView } from "./pending.ts";
-import { Picker } from "./picker.ts";
+import { SCORE_SHAPE } from "./cost.ts";
+import type { ReplicaSet } from "./home.ts";
+import { Picker, type PickerOptions, type PickRequest } from "./picker.ts";
 import { NO_METRICS, type Candidate } from "./ports.ts";
 import { RoutingQuality } from "./quality.ts";
 import { RoutedRequest, type RoutingContext } from "./routed-request.ts";
@@ -122,6 +124,49 @@ describe("a routed request's life", () => {
     expect(both.picker.settles(req)).toBe(false);
     // A choice sampled at a temperature may change with any cost.
     expect(context({ temperature: 0.5 }).picker.settles(req)).toBe(false);
+  });
+
+  // Terms of the costs that move with the prompt's length: a prefix charged at an underestimated length settles
+  // only where the whole prompt is picked the same. A holds the 4-block known prefix; the prompt is estimated at
+  // 5 blocks and is 40.
+  const lengthCase = (options: Partial<PickerOptions>, replicas?: ReplicaSet, loadA = 0) => {
+    const whole = Uint32Array.from({ length: 40 * BLOCK }, (_, i) => i + 1);
+    const prefix = whole.subarray(0, 4 * BLOCK);
+    const index = KvIndex.create({ blockSize: BLOCK });
+    applyStored(index, A, null, [...computeBlockHashes(prefix, BLOCK)].map((h, i) => ({ blockHash: BigInt(i + 1), tokensHash: h })));
+    const load = new ActiveLoad();
+    if (loadA > 0) load.acquire(workerKey(A), loadA);
+    const picker = new Picker({
+      indexers: { lookup: () => ({ key: "m", blockSize: BLOCK, index }) },
+      candidates: () => CANDIDATES,
+      load,
+      signals: () => undefined,
+      options: { prefillLoadScale: 16, decodeLoadScale: 1, queueWeight: 0, temperature: 0, queueThreshold: 0, ...options },
+      latency: new LatencyModel(),
+      replicas: () => replicas,
+      random: () => 0,
+    });
+    const chosen = (req: PickRequest) => {
+      const d = picker.pick(req);
+      return d.kind === "picked" ? d.chosen.candidate.workerId : d.kind;
+    };
+    const req = { model: "m", tokens: prefix, promptTokens: 5 * BLOCK };
+    return { settles: picker.settles(req), onPrefix: chosen(req), onWhole: chosen({ model: "m", tokens: whole }) };
+  };
+
+  test("score shape: a prefix settles only if its holder's lead survives the prefix share of a longer prompt (taken at the cap)", () => {
+    const score = { cost: "weights", shape: SCORE_SHAPE } as const;
+    // A is the busier: its 4/5 share outweighs B's load lead on the estimate, its 4/40 share does not on the whole prompt.
+    expect(lengthCase(score, undefined, 100)).toEqual({ settles: false, onPrefix: "a", onWhole: "b" });
+    // Loads equal: A's lead is its share alone, which stays above 0 at the cap.
+    expect(lengthCase(score)).toEqual({ settles: true, onPrefix: "a", onWhole: "a" });
+  });
+
+  test("latency cost: a prefix settles only if its holder is home or the others are away too (the away charge grows with the prompt)", () => {
+    const latency = { cost: "latency", shape: { kind: "blocks" } } as const;
+    // Two replicas deal the ranks out by key: a to r1, b to r2. Seen from r2, the holder A is away and B home.
+    expect(lengthCase(latency, { self: "r2", peers: ["r1"] })).toEqual({ settles: false, onPrefix: "a", onWhole: "b" });
+    expect(lengthCase(latency, { self: "r1", peers: ["r2"] })).toEqual({ settles: true, onPrefix: "a", onWhole: "a" });
   });
 
   test("a pick on a prefix its worker holds whole counts as prefill only the chat's new turn, when its length is known", () => {

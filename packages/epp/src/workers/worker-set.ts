@@ -298,7 +298,7 @@ export class WorkerSet {
    * What a rank's engine says of itself, from the last scrape of its API server (undefined: not scraped, or the
    * last scrape failed): its own queue where the server fronts several engines (vLLM labels each engine's
    * series with its index, the DP rank), else the server's; and the server's LoRA adapters, which vLLM
-   * exports once per server, not per engine.
+   * exports once per server, not per engine (none when it exports no sample: routing counts that as no fit).
    */
   signalsOf(c: Candidate): WorkerSignals | undefined {
     const m = this.scraper.get(c.endpoint);

@@ -25,7 +25,18 @@ export type Generation = {
   finish(): void;
 };
 
-export type RankObserver = { onFirstToken?: (seconds: number) => void; onFinished?: (outputTokens: number) => void };
+/** LoRA adapter names, each once in the order first met (vLLM's running_lora_adapters and waiting_lora_adapters). */
+export type StepAdapters = { running: string[]; waiting: string[] };
+
+export type RankObserver = {
+  onFirstToken?: (seconds: number) => void;
+  onFinished?: (outputTokens: number) => void;
+  /**
+   * After each engine step: the adapters of the batch it ran (the requests it finished included) and of the
+   * requests left waiting, what vLLM records after each step. No step, no call: an idle engine is not asked.
+   */
+  onStep?: (adapters: StepAdapters) => void;
+};
 
 /**
  * What vLLM's NixlConnector does with a request (kv-transfer/params.ts builds it from `kv_transfer_params`):
@@ -129,15 +140,6 @@ export class RankEngine {
 
   get waiting(): number {
     return this.scheduler.waitingCount;
-  }
-
-  /**
-   * The LoRA adapters of the running and of the waiting requests, each named once in the order first met
-   * (vLLM's running_lora_adapters and waiting_lora_adapters, the keys of its per-adapter counts).
-   */
-  adapters(): { running: string[]; waiting: string[] } {
-    const names = (items: Live[]) => [...new Set(items.flatMap((l) => (l.identity?.loraName ? [l.identity.loraName] : [])))];
-    return { running: names(this.scheduler.runningItems()), waiting: names(this.scheduler.waitingItems()) };
   }
 
   /** Requests running plus waiting: the load used to pick a rank. */
@@ -247,6 +249,12 @@ export class RankEngine {
     live.wake?.();
   }
 
+  /** A step's adapters, just after it was scheduled: its batch (still running, or finished in it) and the queue. */
+  private stepAdapters(finished: readonly Live[]): StepAdapters {
+    const names = (items: readonly Live[]) => [...new Set(items.flatMap((l) => (l.identity?.loraName ? [l.identity.loraName] : [])))];
+    return { running: names([...this.scheduler.runningItems(), ...finished]), waiting: names(this.scheduler.waitingItems()) };
+  }
+
   private kick(): void {
     if (this.looping) return;
     this.looping = true;
@@ -256,8 +264,11 @@ export class RankEngine {
   private async loop(): Promise<void> {
     try {
       let deadline = performance.now();
+      const onStep = this.observer.onStep;
       for (let r = this.scheduler.step(); r; r = this.scheduler.step()) {
         deadline += r.ms;
+        // What the step runs, taken before its wait lets requests arrive and leave; recorded once it has run.
+        const adapters = onStep && this.stepAdapters(r.finished);
         await sleepUntil(deadline);
         for (const live of r.first) {
           if (live.ended) continue;
@@ -282,6 +293,7 @@ export class RankEngine {
           } else if (live.lease) this.cache.release(live.lease);
           live.wake?.();
         }
+        if (adapters) onStep?.(adapters);
       }
     } catch (e) {
       // A step that threw (a cache listener, say) must not leave its requests waiting forever.

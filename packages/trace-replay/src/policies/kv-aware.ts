@@ -19,7 +19,8 @@ function kvPolicy(name: PolicyName, cost: CostModel, knows: string): PolicySpec 
         indexers: { lookup: () => model },
         candidates: () => ctx.candidates,
         load: ctx.load,
-        // As if scraped at this instant (the EPP scrapes vLLM's num_requests_waiting every second).
+        // As if scraped at this instant (the EPP scrapes vLLM's num_requests_waiting every second). No LoRA
+        // adapters: a simulated worker holds any mix at once, so it has no fit to report (no LoRA charge).
         signals: (c) => ({ waiting: ctx.workers[workerOf.get(c.endpoint)!]!.waitingCount }),
         options: { ...ctx.weights, queueThreshold: ctx.queueThreshold, cost, pdThresholdTokens: ctx.pdThresholdTokens },
         latency,
