@@ -4,7 +4,8 @@ import { beforeAll, describe, expect, test } from "bun:test";
 import { qwen3TokenizerDir } from "../../test/qwen3-fixture";
 import { createPreprocessor } from "../preprocessor";
 import type { PreprocessorOptions } from "../types";
-import { HfPreprocessor } from "../hf-preprocessor";
+import type { HfPreprocessor } from "../hf-preprocessor";
+import { adoptTokenizerFiles, loadTokenizerFiles, shareTokenizerFiles } from "../tokenizer-files";
 import { insertion, probeInlineSystem } from "./inline-system-probe";
 
 let dir: string;
@@ -53,6 +54,9 @@ describe("the inline system probe", () => {
     // The default option runs it when the preprocessor is made; a mode given is taken as it is.
     expect(createPreprocessor({ tokenizerDir: dir }).rules.inlineSystem).toBe("preserve");
     expect(createPreprocessor({ tokenizerDir: dir, anthropicInlineSystem: "fold" }).rules.inlineSystem).toBe("fold");
+    // A pool member's, made from the files as shared between threads, reaches it too.
+    const member = createPreprocessor({ tokenizerDir: dir }, adoptTokenizerFiles(shareTokenizerFiles(loadTokenizerFiles(dir))));
+    expect(member.rules.inlineSystem).toBe("preserve");
   }, 60_000);
 
   test("a template that prints only the first system message drops it", async () => {
