@@ -6,7 +6,7 @@ import { parse as parseYaml } from "yaml";
 import { parseDiscoveryConfig, type DiscoveryConfig } from "@kv-epp/intents";
 import { ConfigError, PRECEDENCE, resolveOptions, usageText, type Layer, type Resolved, type Values } from "@kv-epp/options";
 import { routingSettings, type RoutingSettings } from "@kv-epp/routing";
-import type { ChatEngine, ContentFormatOption, PreprocessorOptions } from "@kv-epp/tokenizer";
+import type { ChatEngine, ContentFormatOption, InlineSystemOption, PreprocessorOptions } from "@kv-epp/tokenizer";
 import { z } from "zod";
 import { DP_LB_MODES, roleOfLabel, type DpLbMode } from "@kv-epp/protocol";
 import { DEFAULT_REPLICA_AGG_PORT, EPP_OPTIONS, EPP_PROGRAM } from "./options.ts";
@@ -100,6 +100,8 @@ export type EppConfig = {
   responseRole: string;
   /** The workers' vLLM --tokenizer-mode. */
   tokenizerMode: string;
+  /** Where the workers' vLLM puts a Messages body's inline system messages. */
+  anthropicInlineSystem: InlineSystemOption;
   /** Tokenizer pool threads (undefined: defaultPoolSize, a CPU quota less one or else the CPUs, at most 8; 0: none, tokenize on the event loop) and the pick's tokenization budget. */
   tokenizerThreads?: number;
   /** Nice value of the tokenizer pool's threads (0: the decision thread's). */
@@ -270,6 +272,7 @@ export function parseConfig(argv: string[], env: Record<string, string | undefin
     trustRequestChatTemplate: o.trustRequestChatTemplate,
     responseRole: o.responseRole,
     tokenizerMode: o.tokenizerMode,
+    anthropicInlineSystem: o.anthropicInlineSystem,
     tokenizerThreads: o.tokenizerThreads,
     tokenizerNice: o.tokenizerNice,
     tokenizerCacheBytes: o.tokenizerCacheBytes,
@@ -344,6 +347,7 @@ export function preprocessorOptions(cfg: EppConfig): Omit<PreprocessorOptions, "
     trustRequestChatTemplate: cfg.trustRequestChatTemplate,
     responseRole: cfg.responseRole,
     tokenizerMode: cfg.tokenizerMode,
+    anthropicInlineSystem: cfg.anthropicInlineSystem,
     cache: cfg.tokenizerCacheBytes === 0 ? false : { maxBytes: cfg.tokenizerCacheBytes },
   };
 }

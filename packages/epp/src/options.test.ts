@@ -51,19 +51,21 @@ describe("every option resolves by one rule: flag > DYN_EPP_* variable > config 
   test("the workers' vLLM rendering flags reach the options every preprocessor is built with, the pool members' too", () => {
     const flags = [
       "--exclude-tools-when-tool-choice-none", "--chat-template", "{{ messages[0].content }}", "--chat-template-content-format", "openai",
-      "--trust-request-chat-template", "--response-role", "model", "--tokenizer-mode", "mistral",
+      "--trust-request-chat-template", "--response-role", "model", "--tokenizer-mode", "mistral", "--anthropic-inline-system", "fold",
     ];
     expect(preprocessorOptions(parseConfig(["--config", file, ...flags], {}))).toMatchObject({
       tokenizerDir: undefined, model: "file-model", excludeToolsWhenToolChoiceNone: true, chatTemplate: "{{ messages[0].content }}",
-      chatTemplateContentFormat: "openai", trustRequestChatTemplate: true, responseRole: "model", tokenizerMode: "mistral",
+      chatTemplateContentFormat: "openai", trustRequestChatTemplate: true, responseRole: "model", tokenizerMode: "mistral", anthropicInlineSystem: "fold",
     });
     expect(preprocessorOptions(parseConfig(["--config", file], {}))).toMatchObject({
-      excludeToolsWhenToolChoiceNone: false, chatTemplateContentFormat: "auto", trustRequestChatTemplate: false, responseRole: "assistant", tokenizerMode: "auto",
+      excludeToolsWhenToolChoiceNone: false, chatTemplateContentFormat: "auto", trustRequestChatTemplate: false, responseRole: "assistant", tokenizerMode: "auto", anthropicInlineSystem: "auto",
     });
     expect(preprocessorOptions(parseConfig(["--config", file], { DYN_EPP_TOKENIZER_MODE: "hf" })).tokenizerMode).toBe("hf");
     expect(() => parseConfig(["--config", file, "--response-role", ""], {})).toThrow(/response-role/);
     expect(() => parseConfig(["--config", file, "--tokenizer-mode", ""], {})).toThrow(/tokenizer-mode/);
     expect(() => parseConfig(["--config", file, "--chat-template-content-format", "jinja"], {})).toThrow(/chat-template-content-format/);
+    expect(preprocessorOptions(parseConfig(["--config", file], { DYN_EPP_ANTHROPIC_INLINE_SYSTEM: "preserve" })).anthropicInlineSystem).toBe("preserve");
+    expect(() => parseConfig(["--config", file, "--anthropic-inline-system", "hoist"], {})).toThrow(/anthropic-inline-system/);
   });
 
   test("the workers' SGLang --model-path reaches every preprocessor, the model's name when not given", () => {

@@ -5,7 +5,7 @@
 import { DEFAULT_KV_MAX_MESSAGE_SIZE, LISTENER_HEARTBEAT } from "@kv-epp/kv-events";
 import { count, group, jsonObjectText, opt, port, positive, type Program } from "@kv-epp/options";
 import { ROUTING_OPTIONS } from "@kv-epp/routing";
-import { CHAT_ENGINES, CONTENT_FORMAT_OPTIONS, DEFAULT_CACHE_MAX_BYTES, DEFAULT_MEMBER_NICE, DEFAULT_RESPONSE_ROLE, DEFAULT_TOKENIZER_MODE } from "@kv-epp/tokenizer";
+import { CHAT_ENGINES, CONTENT_FORMAT_OPTIONS, DEFAULT_CACHE_MAX_BYTES, DEFAULT_INLINE_SYSTEM, DEFAULT_MEMBER_NICE, DEFAULT_RESPONSE_ROLE, DEFAULT_TOKENIZER_MODE, INLINE_SYSTEM_OPTIONS } from "@kv-epp/tokenizer";
 import { z } from "zod";
 
 export const EPP_PROGRAM = { envPrefix: "DYN_EPP_" } as const satisfies Program;
@@ -140,6 +140,11 @@ export const EPP_OPTIONS = {
     tokenizerMode: opt.string(
       z.string().min(1).default(DEFAULT_TOKENIZER_MODE),
       "the workers' vLLM --tokenizer-mode: auto, hf and slow render chats with the tokenizer's Jinja template, as mirrored here; any other mode (mistral, deepseek_v32, grok2, ...) renders them in vLLM's own code, which is not mirrored: every chat is routed by load (unrendered, cause template_engine; warned at startup). Under auto, as vLLM's, a model whose config.json names model_type gpt_oss (Harmony), an architecture given its own mode (Grok1ForCausalLM, DeepseekV32ForCausalLM, DeepseekV4ForCausalLM) or a tokenizer directory holding tekken.json or tokenizer.model.v* (Mistral's) is routed by load too; gpt_oss whatever the mode",
+    ),
+    anthropicInlineSystem: opt.choice(
+      INLINE_SYSTEM_OPTIONS,
+      DEFAULT_INLINE_SYSTEM,
+      "where the workers' vLLM puts the system messages a /v1/messages body has among its messages (Claude Code appends one most turns), as their Anthropic server is set to: those that open the messages always join the system prompt; preserve keeps the others in place as system turns (folding them when the body has no system prompt at all), fold merges each into the user message beside it; auto, vLLM's default, probes the served template at startup as vLLM does (preserve where an inline system message renders as a turn of its own, else fold)",
     ),
     tokenizerThreads: opt.int(
       count.optional(),

@@ -5,10 +5,12 @@
 import type { ChatTemplate } from "./chat-template";
 import type { ContentFormat } from "./content-format";
 import type { ServerRendering } from "./hf-preprocessor";
+import type { InlineSystemMode, InlineSystemOption } from "./request/inline-system";
 import type { RoutedInput } from "./request/openai-body";
 import { SGLANG_CHAT } from "./sglang-chat";
 import type { ChatMessage, ChatOptions } from "./types";
 import { DEFAULT_RESPONSE_ROLE, vllmRules } from "./vllm-chat";
+import { DEFAULT_INLINE_SYSTEM } from "./request/inline-system";
 
 /** The workers' serving engine, whose chat rendering is mirrored. */
 export type ChatEngine = "vllm" | "sglang";
@@ -55,13 +57,23 @@ export type ChatRules = {
    * (vLLM's --response-role; SGLang's is always "assistant").
    */
   readonly responseRole: string;
+  /**
+   * Where a /v1/messages body's inline system messages go (request/inline-system.ts): vLLM's mode, the one its
+   * server is set to, or the one its probe of the served renderer picks (inline-system-probe.ts).
+   * Absent for an engine whose Messages bodies are not rendered here.
+   */
+  readonly inlineSystem?: InlineSystemMode;
 };
 
+type RuleFlags = { excludeToolsWhenToolChoiceNone?: boolean; responseRole?: string; anthropicInlineSystem?: InlineSystemOption };
+
 /**
- * The rules of `engine`, under the server's flags that decide which tools reach the template and the role its
- * replies come with (vLLM's).
+ * The rules of `engine`, under the server's flags that decide which tools reach the template, the role its replies
+ * come with and where a Messages body's inline system messages go (vLLM's). "auto" places them as "fold", as vLLM
+ * does when its probe cannot decide, until a probe of the renderer decides (createPreprocessor).
  */
-export function chatRules(engine: ChatEngine = "vllm", flags: { excludeToolsWhenToolChoiceNone?: boolean; responseRole?: string } = {}): ChatRules {
+export function chatRules(engine: ChatEngine = "vllm", flags: RuleFlags = {}): ChatRules {
   if (engine === "sglang") return SGLANG_CHAT;
-  return vllmRules(flags.excludeToolsWhenToolChoiceNone === true, flags.responseRole ?? DEFAULT_RESPONSE_ROLE);
+  const inline = flags.anthropicInlineSystem ?? DEFAULT_INLINE_SYSTEM;
+  return vllmRules(flags.excludeToolsWhenToolChoiceNone === true, flags.responseRole ?? DEFAULT_RESPONSE_ROLE, inline === "auto" ? "fold" : inline);
 }

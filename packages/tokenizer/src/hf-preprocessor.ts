@@ -43,13 +43,14 @@ export class HfPreprocessor implements Preprocessor, ChatServer {
     cache: CacheOptions | false,
     fastBpe = true,
     readonly flags: ServerRendering = {},
-    readonly rules: ChatRules,
+    // Settled once after construction, by a probe that renders with this preprocessor (createPreprocessor).
+    public rules: ChatRules,
   ) {
     const { tokenizerJson, config } = files;
     this.files = files;
     // transformers hands the template the tokenizer's special tokens that are set (special_tokens_map).
     this.specialTokens = {};
-    for (const name of ["bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token"] as const) {
+    for (const name of SPECIAL_TOKEN_NAMES) {
       const content = tokenContent(config[name] as Parameters<typeof tokenContent>[0]);
       if (content !== null) this.specialTokens[name] = content;
     }
@@ -174,6 +175,19 @@ export class HfPreprocessor implements Preprocessor, ChatServer {
     return add ? truncatePrompt(body, opts, this.completionPrefix, this.completionSuffix) : truncatePrompt(body, opts);
   }
 
+  /** The ids of the special tokens set and of every added token (transformers' all_special_ids and get_added_vocab). */
+  get markerIds(): ReadonlySet<number> {
+    const { tokenizerJson, config } = this.files;
+    const ids = new Set(tokenizerJson.added_tokens.map((t) => t.id));
+    const named = [...SPECIAL_TOKEN_NAMES.map((n) => config[n]), ...(config.additional_special_tokens ?? [])];
+    for (const token of named) {
+      const content = tokenContent(token as Parameters<typeof tokenContent>[0]);
+      const id = content === null ? undefined : tokenId(tokenizerJson, content);
+      if (id !== undefined) ids.add(id);
+    }
+    return ids;
+  }
+
   decode(ids: ArrayLike<number>): string {
     return ids.length === 0 ? "" : this.tokenizer.decode(Array.from(ids), { skip_special_tokens: false });
   }
@@ -238,6 +252,7 @@ function tokenId(json: TokenizerFiles["tokenizerJson"], content: string): number
 }
 
 const EMPTY = new Uint32Array(0);
+const SPECIAL_TOKEN_NAMES = ["bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token"] as const;
 
 /**
  * What the server's flags change in the chats it renders (see PreprocessorOptions); SGLang's rules read only its

@@ -1,4 +1,5 @@
 import { parseJsonKeepingFloats } from "./py-values";
+import { byteLevelDecoder } from "./byte-level-decode";
 import { byteFallbackDecode, byteFallbackEncode, byteFallbackRenderChat } from "./byte-fallback";
 import { chatRules, type ChatRules } from "./chat-rules";
 import { HfPreprocessor } from "./hf-preprocessor";
@@ -8,6 +9,8 @@ import { servedConversationTemplate } from "./sglang-conversation";
 import { registerPreprocessorMetrics } from "./metrics";
 import { loadChatTemplate, loadSglangChatTemplate, loadTokenizerFiles, type TokenizerFiles } from "./tokenizer-files";
 import { truncatePrompt } from "./truncation";
+import { DEFAULT_INLINE_SYSTEM } from "./request/inline-system";
+import { probeInlineSystem } from "./request/inline-system-probe";
 import { NO_CACHE_STATS, type ChatMessage, type ChatOptions, type Preprocessor, type PreprocessorOptions } from "./types";
 
 /**
@@ -34,10 +37,28 @@ export function createPreprocessor(opts: PreprocessorOptions = {}, files?: Token
       trustRequestChatTemplate: opts.trustRequestChatTemplate,
       renderBoundScale: opts.renderBoundScale,
     }, rules);
+  if (pre instanceof HfPreprocessor && rules.engine === "vllm" && (opts.anthropicInlineSystem ?? DEFAULT_INLINE_SYSTEM) === "auto") settleInlineSystem(pre, read!);
   if (opts.registry !== undefined) {
     registerPreprocessorMetrics(opts.registry, { model: opts.model ?? "", kind: pre.kind, cacheStats: () => pre.cacheStats() });
   }
   return pre;
+}
+
+/**
+ * vLLM's "auto": the mode its probe picks on the served renderer, which this one mirrors. The probe's renders are
+ * no traffic: the cache forgets them.
+ */
+function settleInlineSystem(pre: HfPreprocessor, files: TokenizerFiles): void {
+  const { mode } = probeInlineSystem({
+    encodeBody: (body) => {
+      const { kind: _, messages, ...opts } = pre.rules.readChat(body);
+      return pre.encodeChat(messages, opts);
+    },
+    decode: byteLevelDecoder(files.tokenizerJson) ?? ((ids) => pre.decode(ids)),
+    markerIds: pre.markerIds,
+  });
+  pre.rules = { ...pre.rules, inlineSystem: mode };
+  pre.resetCache();
 }
 
 /**
@@ -63,6 +84,8 @@ export function ignoredRenderingFlags(opts: PreprocessorOptions): IgnoredFlag[] 
     // The fallback renders roles too, a reply's among them.
     ["--response-role", (opts.responseRole ?? DEFAULT_RESPONSE_ROLE) !== DEFAULT_RESPONSE_ROLE, opts.chatRendering === "sglang" ? "vllm_only" : undefined],
     ["--tokenizer-mode", (opts.tokenizerMode ?? DEFAULT_TOKENIZER_MODE) !== DEFAULT_TOKENIZER_MODE, vllmOnly],
+    // The fallback converts Messages bodies too, so a mode set is kept there.
+    ["--anthropic-inline-system", (opts.anthropicInlineSystem ?? DEFAULT_INLINE_SYSTEM) !== DEFAULT_INLINE_SYSTEM, opts.chatRendering === "sglang" ? "vllm_only" : undefined],
   ];
   return flags.flatMap(([flag, set, cause]) => (set && cause !== undefined ? [{ flag, cause }] : []));
 }

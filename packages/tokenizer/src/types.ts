@@ -3,6 +3,7 @@ import type { Truncation } from "./truncation";
 import type { EncodeControl } from "./segmenter";
 import type { ContentFormatOption } from "./content-format";
 import type { ChatEngine, ChatRules } from "./chat-rules";
+import type { InlineSystemOption } from "./request/inline-system";
 
 /** An OpenAI chat message; of its other fields, those vLLM knows (tool_calls, reasoning, name, ...) reach the chat template (see conversation.ts). */
 export type ChatMessage = {
@@ -117,6 +118,12 @@ export type PreprocessorOptions = {
    * (ChatUnrenderable).
    */
   tokenizerMode?: string;
+  /**
+   * Where vLLM's Anthropic server puts a /v1/messages body's inline system messages (request/inline-system.ts):
+   * "preserve", "fold", or "auto" (the default), which probes the served template at startup as vLLM's server does
+   * (request/inline-system-probe.ts).
+   */
+  anthropicInlineSystem?: InlineSystemOption;
   /**
    * How many times over a chat template's render may spend its bound on work (RenderBound in py-template.ts, past
    * which the chat is ChatUnrenderable): 1, the default, is the EPP's. vLLM's jinja2 has no such bound.

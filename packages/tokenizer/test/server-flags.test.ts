@@ -182,8 +182,8 @@ describe("--trust-request-chat-template", () => {
   });
 });
 
-test("without a tokenizer directory every rendering flag set is named as ignored (the byte-level fallback has no template) but the response role (it renders roles)", () => {
-  const flags = { defaultChatTemplateKwargs: "{}", chatTemplate: "{{ x }}", excludeToolsWhenToolChoiceNone: true, chatTemplateContentFormat: "openai", trustRequestChatTemplate: true, responseRole: "model", tokenizerMode: "mistral" } as const;
+test("without a tokenizer directory every rendering flag set is named as ignored (the byte-level fallback has no template) but the response role (it renders roles) and the inline system mode (it converts Messages bodies)", () => {
+  const flags = { defaultChatTemplateKwargs: "{}", chatTemplate: "{{ x }}", excludeToolsWhenToolChoiceNone: true, chatTemplateContentFormat: "openai", trustRequestChatTemplate: true, responseRole: "model", tokenizerMode: "mistral", anthropicInlineSystem: "preserve" } as const;
   expect(ignoredRenderingFlags(flags)).toEqual([
     "--default-chat-template-kwargs", "--chat-template", "--exclude-tools-when-tool-choice-none", "--chat-template-content-format", "--trust-request-chat-template", "--tokenizer-mode",
   ].map((flag) => ({ flag, cause: "no_template" })));

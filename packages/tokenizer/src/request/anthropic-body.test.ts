@@ -26,7 +26,7 @@ describe("/v1/messages bodies", () => {
     });
   });
 
-  test("system text blocks and inline system messages join, in that order with nothing between, without Claude Code's billing header", () => {
+  test("system text blocks join with nothing between, without Claude Code's billing header; leading system messages follow after a blank line", () => {
     const input = chatOf({
       system: [
         { type: "text", text: "x-anthropic-billing-header: cc_version=2.1.37.abc; cc_entrypoint=cli;" },
@@ -35,15 +35,23 @@ describe("/v1/messages bodies", () => {
         { type: "text", text: " Be concise." },
       ],
       messages: [
+        { role: "system", content: [{ type: "text", text: "Leading." }, { type: "text", text: "x-anthropic-billing-header: x" }] },
+        { role: "system", content: "Also leading." },
         { role: "user", content: "Hi" },
-        { role: "system", content: [{ type: "text", text: " Reminder." }, { type: "text", text: "x-anthropic-billing-header: x" }] },
-        { role: "system", content: " Later." },
+        { role: "system", content: "Later." },
       ],
     });
-    expect(input).toMatchObject({ messages: [{ role: "system", content: "You are Claude Code. Be concise. Reminder. Later." }, { role: "user", content: "Hi" }] });
-    // An empty string system is none; an inline system message's empty string is still a (empty) system prompt.
+    // Without rules the conversion keeps later ones in place (to_chat_completion_request's default, "preserve").
+    expect(input).toMatchObject({
+      messages: [
+        { role: "system", content: "You are Claude Code. Be concise.\n\nLeading.\n\nAlso leading." },
+        { role: "user", content: "Hi" },
+        { role: "system", content: "Later." },
+      ],
+    });
+    // An empty system prompt, or leading system messages with no text, make no system message.
     expect(chatOf({ system: "", messages: [{ role: "user", content: "Hi" }] })).toMatchObject({ messages: [{ role: "user", content: "Hi" }] });
-    expect(chatOf({ messages: [{ role: "system", content: "" }, { role: "user", content: "Hi" }] })).toMatchObject({ messages: [{ role: "system", content: "" }, { role: "user", content: "Hi" }] });
+    expect(chatOf({ messages: [{ role: "system", content: "" }, { role: "user", content: "Hi" }] })).toMatchObject({ messages: [{ role: "user", content: "Hi" }] });
   });
 
   test("a tool loop: thinking becomes reasoning, tool_use a call whose arguments are Python's json.dumps, tool_result a tool message before the user's text", () => {

@@ -8,9 +8,9 @@ import type { ChatRules } from "../chat-rules";
 import type { ChatMessage, ContentPart } from "../types";
 import { BadRequest } from "./bad-request";
 import { templateKwargsOf, type ParsedBody, type RoutedInput } from "./openai-body";
+import { normalizeInlineSystem, systemPromptText, systemText, type AnthropicMessage, type Block, type InlineSystemMode } from "./inline-system";
 
 type Dict = Record<string, unknown>;
-type Block = Dict & { type: string };
 type ToolCall = { id: string; type: "function"; function: { name: string; arguments: string } };
 
 const MESSAGES_PATH = /\/messages(\/count_tokens)?\/?$/;
@@ -35,22 +35,30 @@ export function messagesBody(o: Dict, path: string, rules?: ChatRules): ParsedBo
     const message = `a /v1/messages body: ${rules.engine} builds its chat in ways not mirrored here`;
     return { model, input: { kind: "none" }, unrendered: { cause: "messages_rules", message } };
   }
-  return { model, input: anthropicChat(o, counting) };
+  return { model, input: anthropicChat(o, counting, rules?.inlineSystem) };
 }
 
 /**
  * The chat vLLM's conversion makes of a Messages body (throws BadRequest where its request model refuses the body);
- * of a count_tokens body (`counting`), without the effort its request has no field for.
+ * of a count_tokens body (`counting`), without the effort its request has no field for. Inline system messages are
+ * placed as `inlineSystem` says (inline-system.ts; "preserve", to_chat_completion_request's default, when no rules
+ * say), then one system message opens the chat: the top-level system's text and the leading system messages',
+ * joined by a blank line, when there is any.
  */
-export function anthropicChat(o: Dict, counting = false): Extract<RoutedInput, { kind: "chat" }> {
+export function anthropicChat(o: Dict, counting = false, inlineSystem: InlineSystemMode = "preserve"): Extract<RoutedInput, { kind: "chat" }> {
   if (!Array.isArray(o.messages)) throw new BadRequest("messages must be an array of {role, content}");
   const anthropic = o.messages.map(anthropicMessage);
   const system = optionalBlocks(o.system, "system");
+  const placed = normalizeInlineSystem(system, anthropic, inlineSystem);
   const messages: ChatMessage[] = [];
-  const systemText = systemParts(system, anthropic);
-  if (systemText !== undefined) messages.push({ role: "system", content: systemText });
-  for (const m of anthropic) {
-    if (m.role === "system") continue;
+  const head = [systemPromptText(system), placed.leading].filter((t) => t !== "").join("\n\n");
+  if (head !== "") messages.push({ role: "system", content: head });
+  for (const m of placed.messages) {
+    if (m.role === "system") {
+      const text = systemText(m);
+      if (text !== "") messages.push({ role: "system", content: text });
+      continue;
+    }
     const converted = chatMessage(m.role, m.content, messages);
     if (converted !== undefined) messages.push(converted);
   }
@@ -71,14 +79,10 @@ export function assistantChatMessage(blocks: Block[]): ChatMessage | undefined {
   return chatMessage("assistant", blocks, []);
 }
 
-type AnthropicMessage = { role: "user" | "assistant" | "system"; content: string | Block[] };
-
 // Claude Code sends these roles since 2.1.154; vLLM's request model reads them as the user's.
 const ROLE_ALIASES: Dict = { ctx: "user", msg: "user" };
 const ROLES = new Set(["user", "assistant", "system"]);
 const BLOCK_TYPES = new Set(["text", "image", "tool_use", "tool_result", "tool_reference", "thinking", "redacted_thinking"]);
-// Claude Code's per-request attribution, which vLLM leaves out of the system prompt so that its prefix stays cached.
-const BILLING_HEADER = "x-anthropic-billing-header";
 
 function anthropicMessage(m: unknown, i: number): AnthropicMessage {
   if (!isPyDict(m)) throw new BadRequest(`messages[${i}] must be an object`);
@@ -105,27 +109,6 @@ function blocks(v: unknown, field: string): Block[] {
     if (c !== undefined && c !== null && typeof c !== "string" && !(Array.isArray(c) && c.every(isPyDict))) throw new BadRequest(`${at}.content must be a string or an array of objects`);
     return b as Block;
   });
-}
-
-/**
- * The system prompt: the top-level `system` (a string, or its non-empty text blocks), then every system message's
- * text, joined with nothing between, the billing header's blocks left out. Undefined when there is no part at all
- * (an empty top-level string is none; an empty system message's string is one).
- */
-function systemParts(system: string | Block[] | undefined, messages: AnthropicMessage[]): string | undefined {
-  const parts: string[] = [];
-  const texts = (bs: Block[]) => {
-    for (const b of bs) if (b.type === "text" && isText(b.text) && !b.text.startsWith(BILLING_HEADER)) parts.push(b.text);
-  };
-  if (typeof system === "string") {
-    if (system !== "") parts.push(system);
-  } else if (system !== undefined && system.length > 0) texts(system);
-  for (const m of messages) {
-    if (m.role !== "system") continue;
-    if (typeof m.content === "string") parts.push(m.content);
-    else texts(m.content);
-  }
-  return parts.length > 0 ? parts.join("") : undefined;
 }
 
 const isText = (t: unknown): t is string => typeof t === "string" && t !== "";
