@@ -49,6 +49,9 @@ type Usage = {
 
 let nextId = 0;
 
+/** A response id: `prefix-mock<n>`, n counted across every endpoint. */
+export const newId = (prefix: string) => `${prefix}-mock${(++nextId).toString(16)}`;
+
 function usageOf(gens: { promptTokens: number; cachedTokens: number; outputTokens: number }[]): Usage {
   let prompt = 0, cached = 0, output = 0;
   for (const g of gens) {
@@ -59,7 +62,7 @@ function usageOf(gens: { promptTokens: number; cachedTokens: number; outputToken
   return { prompt_tokens: prompt, completion_tokens: output, total_tokens: prompt + output, prompt_tokens_details: cached > 0 ? { cached_tokens: cached } : null };
 }
 
-async function collect(gen: Generation): Promise<string> {
+export async function collect(gen: Generation): Promise<string> {
   let text = "";
   try {
     for await (const t of gen.tokens()) text += t;
@@ -72,7 +75,7 @@ async function collect(gen: Generation): Promise<string> {
 export async function generate(c: Context, req: GenerateRequest): Promise<Response> {
   if (req.endpoint === "responses") return respond(c, req);
   const signal = c.req.raw.signal;
-  const id = `${req.endpoint === "chat" ? "chatcmpl" : "cmpl"}-mock${(++nextId).toString(16)}`;
+  const id = newId(req.endpoint === "chat" ? "chatcmpl" : "cmpl");
   const created = Math.floor(Date.now() / 1000);
   const head = { id, object: req.endpoint === "chat" ? "chat.completion" : "text_completion", created, model: req.model };
 

@@ -1,7 +1,7 @@
 import { Hono, type Context } from "hono";
 import { createHash } from "node:crypto";
 import {
-  BadRequest, ChatTemplateError, ChatUnrenderable, mediaPositions, parseJsonKeepingFloats, readChatBody, replyRole, responsesChat, ResponsesInputError, responsesTemplateKwargs,
+  BadRequest, ChatTemplateError, ChatUnrenderable, mediaPositions, parseBody as parseRequestBody, parseJsonKeepingFloats, readChatBody, replyRole, responsesChat, ResponsesInputError, responsesTemplateKwargs,
   type ChatMessage, type ChatOptions, type Preprocessor,
 } from "@kv-epp/tokenizer";
 import type { MediaItem } from "../cache/block-hash.ts";
@@ -10,10 +10,11 @@ import type { RankEngine } from "../engine/rank-engine.ts";
 import type { MockNixlConnector } from "../kv-transfer/connector.ts";
 import { transferRequest, type KvTransferParams } from "../kv-transfer/params.ts";
 import { openAiError, parseBody } from "./errors.ts";
-import { generate, type Endpoint } from "./generate.ts";
+import { generate, type Endpoint, type GenerateRequest } from "./generate.ts";
 import type { EngineKind } from "../config.ts";
 import { RANK_HEADER, requestedRank, type BodyRanks, type RankNumbering } from "./rank-header.ts";
-import { ChatRequest, CompletionRequest, DEFAULT_MAX_TOKENS, ResponsesRequest } from "./schemas.ts";
+import { answerMessages, anthropicError, refusedBody } from "./messages.ts";
+import { ChatRequest, CompletionRequest, DEFAULT_MAX_TOKENS, MAX_OUTPUT_TOKENS, ResponsesRequest } from "./schemas.ts";
 
 export type OpenAiDeps = {
   model: string;
@@ -48,19 +49,29 @@ export function openAiRoutes(deps: OpenAiDeps): Hono {
     return r.ok ? { ok: true, pick: () => deps.pickRank(r.rank) } : r;
   };
 
-  const run = (c: Context, endpoint: Endpoint, body: Common, prompts: Uint32Array[], maxTokens: number, media: readonly MediaItem[] = [], replyRole?: string) => {
+  /** What generate() runs for a request, or why the rank it names cannot serve it. */
+  const generation = (
+    c: Context, endpoint: Endpoint, body: Common, prompts: Uint32Array[], maxTokens: number, media: readonly MediaItem[] = [], replyRole?: string,
+  ): { ok: true; req: GenerateRequest } | { ok: false; message: string } => {
     const rank = rankPicker(c.req.header(RANK_HEADER), body);
-    if (!rank.ok) return openAiError(c, 400, rank.message, RANK_HEADER);
+    if (!rank.ok) return rank;
     // A model naming an adapter runs in its identity; any other name is the base model (echoed, not checked).
     const lora = body.model !== undefined ? deps.loraModules.indexOf(body.model) : -1;
     const identity: AcquireIdentity = {
       loraName: lora >= 0 ? body.model! : null, loraId: lora >= 0 ? lora + 1 : null, cacheSalt: body.cache_salt ?? null, media,
     };
-    return generate(c, {
-      endpoint, model: body.model ?? deps.model, prompts, maxTokens, stream: body.stream, replyRole,
-      includeUsage: body.stream_options?.include_usage === true, pick: rank.pick, identity,
-      kv: deps.connector ? { connector: deps.connector, request: transferRequest(body.kv_transfer_params), dpSize: deps.dpSize } : undefined,
-    });
+    return {
+      ok: true,
+      req: {
+        endpoint, model: body.model ?? deps.model, prompts, maxTokens, stream: body.stream, replyRole,
+        includeUsage: body.stream_options?.include_usage === true, pick: rank.pick, identity,
+        kv: deps.connector ? { connector: deps.connector, request: transferRequest(body.kv_transfer_params), dpSize: deps.dpSize } : undefined,
+      },
+    };
+  };
+  const run = (...args: Parameters<typeof generation>) => {
+    const g = generation(...args);
+    return g.ok ? generate(args[0], g.req) : openAiError(args[0], 400, g.message, RANK_HEADER);
   };
 
   app.get("/v1/models", (c) =>
@@ -132,7 +143,56 @@ export function openAiRoutes(deps: OpenAiDeps): Hono {
     return run(c, "responses", body, [chat.prompt], body.max_output_tokens ?? DEFAULT_MAX_TOKENS, chat.media);
   });
 
+  // vLLM's Anthropic endpoints (SGLang mode has none): the body is read as the chat vLLM converts it to, by
+  // @kv-epp/tokenizer's converter (the EPP's own reading), and runs as a chat; messages.ts shapes the answer.
+  if (deps.engine === "vllm") {
+    app.post("/v1/messages", async (c) => {
+      const read = await readMessages(c, deps.preprocessor);
+      if (!read.ok) return read.res;
+      if (read.maxTokens > MAX_OUTPUT_TOKENS) return anthropicError(c, 400, `max_tokens must be at most ${MAX_OUTPUT_TOKENS}`);
+      // vLLM's Anthropic request has no cache_salt in the converter's reading, so none is passed on.
+      const g = generation(c, "chat", { model: read.model, stream: read.stream }, [read.chat.prompt], read.maxTokens, read.chat.media);
+      return g.ok ? answerMessages(c, g.req) : anthropicError(c, 400, g.message);
+    });
+    app.post("/v1/messages/count_tokens", async (c) => {
+      const read = await readMessages(c, deps.preprocessor);
+      if (!read.ok) return read.res;
+      const n = read.chat.prompt.length;
+      return c.json({ input_tokens: n, context_management: { original_input_tokens: n } });
+    });
+  }
+
   return app;
+}
+
+type MessagesRead = { ok: true; model: string; stream: boolean; maxTokens: number; chat: { prompt: Uint32Array; media: MediaItem[] } } | { ok: false; res: Response };
+
+/**
+ * A /v1/messages (or count_tokens) body, converted and tokenized. What vLLM's request model refuses is answered as
+ * its validation handler answers it; a chat the template cannot render, in Anthropic's error shape.
+ */
+async function readMessages(c: Context, pre: Preprocessor): Promise<MessagesRead> {
+  let doc: unknown;
+  try {
+    doc = parseJsonKeepingFloats(await c.req.text());
+  } catch (e) {
+    return { ok: false, res: refusedBody(c, `request body is not valid JSON: ${(e as Error).message}`) };
+  }
+  try {
+    const parsed = parseRequestBody(doc, c.req.path, pre.rules);
+    // Only under SGLang's rules is a Messages body no chat, and SGLang mode serves no /v1/messages.
+    if (parsed.input.kind !== "chat") throw new Error(`a /v1/messages body read as ${parsed.input.kind}`);
+    const o = doc as Record<string, unknown>;
+    if (o.stream !== undefined && o.stream !== null && typeof o.stream !== "boolean") throw new BadRequest("stream must be a boolean");
+    // Checked a positive int by the converter (count_tokens reads none); a float 5.0 reaches here as a PyFloat.
+    const max = o.max_tokens === undefined ? 0 : ((o.max_tokens as { value?: number }).value ?? Number(o.max_tokens));
+    const { kind: _, messages, ...opts } = parsed.input;
+    return { ok: true, model: parsed.model!, stream: o.stream === true, maxTokens: max, chat: withMedia(pre, messages, opts) };
+  } catch (e) {
+    if (e instanceof BadRequest) return { ok: false, res: refusedBody(c, e.message, /^(\S+) (?:must|is) /.exec(e.message)?.[1]) };
+    if (e instanceof ChatTemplateError || e instanceof ChatUnrenderable) return { ok: false, res: anthropicError(c, 400, e.message) };
+    throw e;
+  }
 }
 
 function tokenizeOptions(body: CompletionRequest) {
