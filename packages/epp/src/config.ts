@@ -6,7 +6,7 @@ import { parse as parseYaml } from "yaml";
 import { parseDiscoveryConfig, type DiscoveryConfig } from "@kv-epp/intents";
 import { ConfigError, PRECEDENCE, resolveOptions, usageText, type Layer, type Resolved, type Values } from "@kv-epp/options";
 import { routingSettings, type RoutingSettings } from "@kv-epp/routing";
-import type { ChatEngine, ContentFormatOption, InlineSystemOption, PreprocessorOptions } from "@kv-epp/tokenizer";
+import type { ChatEngine, ContentFormatOption, DisabledThinkingOption, InlineSystemOption, PreprocessorOptions } from "@kv-epp/tokenizer";
 import { z } from "zod";
 import { DP_LB_MODES, roleOfLabel, type DpLbMode } from "@kv-epp/protocol";
 import { DEFAULT_REPLICA_AGG_PORT, EPP_OPTIONS, EPP_PROGRAM } from "./options.ts";
@@ -102,6 +102,8 @@ export type EppConfig = {
   tokenizerMode: string;
   /** Where the workers' vLLM puts a Messages body's inline system messages. */
   anthropicInlineSystem: InlineSystemOption;
+  /** The reasoning_effort the workers' vLLM gives a Messages body's disabled thinking. */
+  anthropicDisabledThinkingEffort: DisabledThinkingOption;
   /** Tokenizer pool threads (undefined: defaultPoolSize, a CPU quota less one or else the CPUs, at most 8; 0: none, tokenize on the event loop) and the pick's tokenization budget. */
   tokenizerThreads?: number;
   /** Nice value of the tokenizer pool's threads (0: the decision thread's). */
@@ -273,6 +275,7 @@ export function parseConfig(argv: string[], env: Record<string, string | undefin
     responseRole: o.responseRole,
     tokenizerMode: o.tokenizerMode,
     anthropicInlineSystem: o.anthropicInlineSystem,
+    anthropicDisabledThinkingEffort: o.anthropicDisabledThinkingEffort,
     tokenizerThreads: o.tokenizerThreads,
     tokenizerNice: o.tokenizerNice,
     tokenizerCacheBytes: o.tokenizerCacheBytes,
@@ -348,6 +351,7 @@ export function preprocessorOptions(cfg: EppConfig): Omit<PreprocessorOptions, "
     responseRole: cfg.responseRole,
     tokenizerMode: cfg.tokenizerMode,
     anthropicInlineSystem: cfg.anthropicInlineSystem,
+    anthropicDisabledThinkingEffort: cfg.anthropicDisabledThinkingEffort,
     cache: cfg.tokenizerCacheBytes === 0 ? false : { maxBytes: cfg.tokenizerCacheBytes },
   };
 }

@@ -52,13 +52,16 @@ describe("every option resolves by one rule: flag > DYN_EPP_* variable > config 
     const flags = [
       "--exclude-tools-when-tool-choice-none", "--chat-template", "{{ messages[0].content }}", "--chat-template-content-format", "openai",
       "--trust-request-chat-template", "--response-role", "model", "--tokenizer-mode", "mistral", "--anthropic-inline-system", "fold",
+      "--anthropic-disabled-thinking-effort", "low",
     ];
     expect(preprocessorOptions(parseConfig(["--config", file, ...flags], {}))).toMatchObject({
       tokenizerDir: undefined, model: "file-model", excludeToolsWhenToolChoiceNone: true, chatTemplate: "{{ messages[0].content }}",
       chatTemplateContentFormat: "openai", trustRequestChatTemplate: true, responseRole: "model", tokenizerMode: "mistral", anthropicInlineSystem: "fold",
+      anthropicDisabledThinkingEffort: "low",
     });
     expect(preprocessorOptions(parseConfig(["--config", file], {}))).toMatchObject({
       excludeToolsWhenToolChoiceNone: false, chatTemplateContentFormat: "auto", trustRequestChatTemplate: false, responseRole: "assistant", tokenizerMode: "auto", anthropicInlineSystem: "auto",
+      anthropicDisabledThinkingEffort: "auto",
     });
     expect(preprocessorOptions(parseConfig(["--config", file], { DYN_EPP_TOKENIZER_MODE: "hf" })).tokenizerMode).toBe("hf");
     expect(() => parseConfig(["--config", file, "--response-role", ""], {})).toThrow(/response-role/);
@@ -66,6 +69,7 @@ describe("every option resolves by one rule: flag > DYN_EPP_* variable > config 
     expect(() => parseConfig(["--config", file, "--chat-template-content-format", "jinja"], {})).toThrow(/chat-template-content-format/);
     expect(preprocessorOptions(parseConfig(["--config", file], { DYN_EPP_ANTHROPIC_INLINE_SYSTEM: "preserve" })).anthropicInlineSystem).toBe("preserve");
     expect(() => parseConfig(["--config", file, "--anthropic-inline-system", "hoist"], {})).toThrow(/anthropic-inline-system/);
+    expect(() => parseConfig(["--config", file, "--anthropic-disabled-thinking-effort", "minimal"], {})).toThrow(/anthropic-disabled-thinking-effort/);
   });
 
   test("the workers' SGLang --model-path reaches every preprocessor, the model's name when not given", () => {

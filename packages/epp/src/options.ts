@@ -5,7 +5,10 @@
 import { DEFAULT_KV_MAX_MESSAGE_SIZE, LISTENER_HEARTBEAT } from "@kv-epp/kv-events";
 import { count, group, jsonObjectText, opt, port, positive, type Program } from "@kv-epp/options";
 import { ROUTING_OPTIONS } from "@kv-epp/routing";
-import { CHAT_ENGINES, CONTENT_FORMAT_OPTIONS, DEFAULT_CACHE_MAX_BYTES, DEFAULT_INLINE_SYSTEM, DEFAULT_MEMBER_NICE, DEFAULT_RESPONSE_ROLE, DEFAULT_TOKENIZER_MODE, INLINE_SYSTEM_OPTIONS } from "@kv-epp/tokenizer";
+import {
+  CHAT_ENGINES, CONTENT_FORMAT_OPTIONS, DEFAULT_CACHE_MAX_BYTES, DEFAULT_DISABLED_THINKING, DEFAULT_INLINE_SYSTEM, DEFAULT_MEMBER_NICE, DEFAULT_RESPONSE_ROLE,
+  DEFAULT_TOKENIZER_MODE, DISABLED_THINKING_OPTIONS, INLINE_SYSTEM_OPTIONS,
+} from "@kv-epp/tokenizer";
 import { z } from "zod";
 
 export const EPP_PROGRAM = { envPrefix: "DYN_EPP_" } as const satisfies Program;
@@ -145,6 +148,11 @@ export const EPP_OPTIONS = {
       INLINE_SYSTEM_OPTIONS,
       DEFAULT_INLINE_SYSTEM,
       "where the workers' vLLM puts the system messages a /v1/messages body has among its messages (Claude Code appends one most turns), as their Anthropic server is set to: those that open the messages always join the system prompt; preserve keeps the others in place as system turns (folding them when the body has no system prompt at all), fold merges each into the user message beside it; auto, vLLM's default, probes the served template at startup as vLLM does (preserve where an inline system message renders as a turn of its own, else fold)",
+    ),
+    anthropicDisabledThinkingEffort: opt.choice(
+      DISABLED_THINKING_OPTIONS,
+      DEFAULT_DISABLED_THINKING,
+      "the reasoning_effort the workers' vLLM gives a /v1/messages body with thinking {type: disabled} (over its output_config.effort), as their Anthropic server is set to; templates read it and the enable_thinking it sets (false only for none), so it changes the prompt; auto, vLLM's default, probes the served template at startup as vLLM does (none where the template renders none unlike every other effort, else low)",
     ),
     tokenizerThreads: opt.int(
       count.optional(),

@@ -229,21 +229,30 @@ describe("ext_proc", () => {
     s.end();
   });
 
-  test("a /v1/messages request (Anthropic's system and content blocks) is routed by the chat vLLM converts it to", async () => {
-    const s = client.open();
-    const h0 = headers("/v1/messages");
-    h0.request_headers!.headers!.headers!.push({ key: "x-kv-epp-explain", raw_value: new TextEncoder().encode("1") });
-    s.send(h0);
-    s.send(body({
-      model: "test-model", max_tokens: 64, cache_salt: "not read by vLLM's Messages API",
-      system: [{ type: "text", text: "x-anthropic-billing-header: cc_version=1;" }, { type: "text", text: chatMessages[0]!.content }],
-      messages: [{ role: "user", content: [{ type: "text", text: chatMessages[1]!.content }] }],
-    }));
+  test("a /v1/messages request (Anthropic's system and content blocks) is routed by the chat vLLM converts it to, salted by its cache_salt", async () => {
+    const messages = (salt: object) => {
+      const h0 = headers("/v1/messages");
+      h0.request_headers!.headers!.headers!.push({ key: "x-kv-epp-explain", raw_value: new TextEncoder().encode("1") });
+      const s = client.open();
+      s.send(h0);
+      s.send(body({
+        model: "test-model", max_tokens: 64, ...salt,
+        system: [{ type: "text", text: "x-anthropic-billing-header: cc_version=1;" }, { type: "text", text: chatMessages[0]!.content }],
+        messages: [{ role: "user", content: [{ type: "text", text: chatMessages[1]!.content }] }],
+      }));
+      return s;
+    };
+    const blocks = Math.floor(createPreprocessor({}).encodeChat(chatMessages).length / 16);
+    const s = messages({});
     const h = await s.next();
     expect(setHeader(h.request_headers?.response, "x-gateway-destination-endpoint")).toBe(B);
-    const blocks = Math.floor(createPreprocessor({}).encodeChat(chatMessages).length / 16);
     expect(setHeader(h.request_headers?.response, "x-kv-epp-decision")).toContain(`overlap=${blocks}/${blocks}`);
     s.end();
+    // vLLM's Messages request passes its cache_salt to the chat, so its blocks are no unsalted chat's.
+    const salted = messages({ cache_salt: "tenant-a" });
+    const decision = setHeader((await salted.next()).request_headers?.response, "x-kv-epp-decision");
+    expect(decision).toMatch(new RegExp(`chosen: [^;]* overlap=0/${blocks} `));
+    salted.end();
   });
 
   test("the subset hint (a list of ip:port) restricts candidates", async () => {

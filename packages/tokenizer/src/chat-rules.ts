@@ -11,6 +11,7 @@ import { SGLANG_CHAT } from "./sglang-chat";
 import type { ChatMessage, ChatOptions } from "./types";
 import { DEFAULT_RESPONSE_ROLE, vllmRules } from "./vllm-chat";
 import { DEFAULT_INLINE_SYSTEM } from "./request/inline-system";
+import { DEFAULT_DISABLED_THINKING, UNPROBED_DISABLED_THINKING, type DisabledThinkingEffort, type DisabledThinkingOption } from "./request/anthropic-thinking";
 
 /** The workers' serving engine, whose chat rendering is mirrored. */
 export type ChatEngine = "vllm" | "sglang";
@@ -63,17 +64,30 @@ export type ChatRules = {
    * Absent for an engine whose Messages bodies are not rendered here.
    */
   readonly inlineSystem?: InlineSystemMode;
+  /**
+   * The reasoning_effort a /v1/messages body's `thinking: {type: "disabled"}` becomes (request/anthropic-thinking.ts):
+   * vLLM's setting, or the one its probe of the served renderer picks (disabled-thinking-probe.ts). Absent as above.
+   */
+  readonly disabledThinkingEffort?: DisabledThinkingEffort;
 };
 
-type RuleFlags = { excludeToolsWhenToolChoiceNone?: boolean; responseRole?: string; anthropicInlineSystem?: InlineSystemOption };
+type RuleFlags = {
+  excludeToolsWhenToolChoiceNone?: boolean; responseRole?: string; anthropicInlineSystem?: InlineSystemOption;
+  anthropicDisabledThinkingEffort?: DisabledThinkingOption;
+};
 
 /**
  * The rules of `engine`, under the server's flags that decide which tools reach the template, the role its replies
- * come with and where a Messages body's inline system messages go (vLLM's). "auto" places them as "fold", as vLLM
- * does when its probe cannot decide, until a probe of the renderer decides (createPreprocessor).
+ * come with, where a Messages body's inline system messages go and what its disabled thinking becomes (vLLM's).
+ * "auto" means what vLLM's probes answer when they cannot decide ("fold", "low") until a probe of the renderer
+ * decides (createPreprocessor).
  */
 export function chatRules(engine: ChatEngine = "vllm", flags: RuleFlags = {}): ChatRules {
   if (engine === "sglang") return SGLANG_CHAT;
   const inline = flags.anthropicInlineSystem ?? DEFAULT_INLINE_SYSTEM;
-  return vllmRules(flags.excludeToolsWhenToolChoiceNone === true, flags.responseRole ?? DEFAULT_RESPONSE_ROLE, inline === "auto" ? "fold" : inline);
+  const disabled = flags.anthropicDisabledThinkingEffort ?? DEFAULT_DISABLED_THINKING;
+  return vllmRules(flags.excludeToolsWhenToolChoiceNone === true, flags.responseRole ?? DEFAULT_RESPONSE_ROLE, {
+    inlineSystem: inline === "auto" ? "fold" : inline,
+    disabledThinkingEffort: disabled === "auto" ? UNPROBED_DISABLED_THINKING : disabled,
+  });
 }

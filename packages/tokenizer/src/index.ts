@@ -5,6 +5,7 @@ export { CONTENT_FORMAT_OPTIONS, type ContentFormatOption } from "./content-form
 export { CHAT_ENGINES, chatRules, type ChatEngine, type ChatRules } from "./chat-rules";
 export { DEFAULT_RESPONSE_ROLE } from "./vllm-chat";
 export { DEFAULT_INLINE_SYSTEM, INLINE_SYSTEM_OPTIONS, type InlineSystemMode, type InlineSystemOption } from "./request/inline-system";
+export { DEFAULT_DISABLED_THINKING, DISABLED_THINKING_OPTIONS, type DisabledThinkingEffort, type DisabledThinkingOption } from "./request/anthropic-thinking";
 export { DEFAULT_TOKENIZER_MODE, servedVllmRenderer } from "./vllm-renderers";
 export { byteFallbackEncode, byteFallbackDecode, byteFallbackRenderChat } from "./byte-fallback";
 export { SegmentCache, DEFAULT_CACHE_MAX_BYTES } from "./segment-cache";

@@ -11,6 +11,8 @@ import { loadChatTemplate, loadSglangChatTemplate, loadTokenizerFiles, type Toke
 import { truncatePrompt } from "./truncation";
 import { DEFAULT_INLINE_SYSTEM } from "./request/inline-system";
 import { probeInlineSystem } from "./request/inline-system-probe";
+import { DEFAULT_DISABLED_THINKING } from "./request/anthropic-thinking";
+import { probeDisabledThinkingEffort } from "./request/disabled-thinking-probe";
 import { NO_CACHE_STATS, type ChatMessage, type ChatOptions, type Preprocessor, type PreprocessorOptions } from "./types";
 
 /**
@@ -37,7 +39,7 @@ export function createPreprocessor(opts: PreprocessorOptions = {}, files?: Token
       trustRequestChatTemplate: opts.trustRequestChatTemplate,
       renderBoundScale: opts.renderBoundScale,
     }, rules);
-  if (pre instanceof HfPreprocessor && rules.engine === "vllm" && (opts.anthropicInlineSystem ?? DEFAULT_INLINE_SYSTEM) === "auto") settleInlineSystem(pre, read!);
+  if (pre instanceof HfPreprocessor && rules.engine === "vllm") settleMessagesRules(pre, read!, opts);
   if (opts.registry !== undefined) {
     registerPreprocessorMetrics(opts.registry, { model: opts.model ?? "", kind: pre.kind, cacheStats: () => pre.cacheStats() });
   }
@@ -45,19 +47,22 @@ export function createPreprocessor(opts: PreprocessorOptions = {}, files?: Token
 }
 
 /**
- * vLLM's "auto": the mode its probe picks on the served renderer, which this one mirrors. The probe's renders are
- * no traffic: the cache forgets them.
+ * vLLM's "auto" for how its Anthropic server converts a Messages body: what its probes pick on the served renderer,
+ * which this one mirrors. The probes' renders are no traffic: the cache forgets them.
  */
-function settleInlineSystem(pre: HfPreprocessor, files: TokenizerFiles): void {
-  const { mode } = probeInlineSystem({
-    encodeBody: (body) => {
-      const { kind: _, messages, ...opts } = pre.rules.readChat(body);
-      return pre.encodeChat(messages, opts);
-    },
-    decode: byteLevelDecoder(files.tokenizerJson) ?? ((ids) => pre.decode(ids)),
-    markerIds: pre.markerIds,
-  });
-  pre.rules = { ...pre.rules, inlineSystem: mode };
+function settleMessagesRules(pre: HfPreprocessor, files: TokenizerFiles, opts: PreprocessorOptions): void {
+  const inline = (opts.anthropicInlineSystem ?? DEFAULT_INLINE_SYSTEM) === "auto";
+  const disabled = (opts.anthropicDisabledThinkingEffort ?? DEFAULT_DISABLED_THINKING) === "auto";
+  if (!inline && !disabled) return;
+  const encodeBody = (body: Record<string, unknown>) => {
+    const { kind: _, messages, ...chat } = pre.rules.readChat(body);
+    return pre.encodeChat(messages, chat);
+  };
+  const settled = {
+    ...(inline ? { inlineSystem: probeInlineSystem({ encodeBody, decode: byteLevelDecoder(files.tokenizerJson) ?? ((ids) => pre.decode(ids)), markerIds: pre.markerIds }).mode } : {}),
+    ...(disabled ? { disabledThinkingEffort: probeDisabledThinkingEffort(encodeBody) } : {}),
+  };
+  pre.rules = { ...pre.rules, ...settled };
   pre.resetCache();
 }
 
@@ -86,6 +91,7 @@ export function ignoredRenderingFlags(opts: PreprocessorOptions): IgnoredFlag[] 
     ["--tokenizer-mode", (opts.tokenizerMode ?? DEFAULT_TOKENIZER_MODE) !== DEFAULT_TOKENIZER_MODE, vllmOnly],
     // The fallback converts Messages bodies too, so a mode set is kept there.
     ["--anthropic-inline-system", (opts.anthropicInlineSystem ?? DEFAULT_INLINE_SYSTEM) !== DEFAULT_INLINE_SYSTEM, opts.chatRendering === "sglang" ? "vllm_only" : undefined],
+    ["--anthropic-disabled-thinking-effort", (opts.anthropicDisabledThinkingEffort ?? DEFAULT_DISABLED_THINKING) !== DEFAULT_DISABLED_THINKING, opts.chatRendering === "sglang" ? "vllm_only" : undefined],
   ];
   return flags.flatMap(([flag, set, cause]) => (set && cause !== undefined ? [{ flag, cause }] : []));
 }

@@ -4,6 +4,7 @@ import type { EncodeControl } from "./segmenter";
 import type { ContentFormatOption } from "./content-format";
 import type { ChatEngine, ChatRules } from "./chat-rules";
 import type { InlineSystemOption } from "./request/inline-system";
+import type { DisabledThinkingOption } from "./request/anthropic-thinking";
 
 /** An OpenAI chat message; of its other fields, those vLLM knows (tool_calls, reasoning, name, ...) reach the chat template (see conversation.ts). */
 export type ChatMessage = {
@@ -124,6 +125,12 @@ export type PreprocessorOptions = {
    * (request/inline-system-probe.ts).
    */
   anthropicInlineSystem?: InlineSystemOption;
+  /**
+   * The reasoning_effort vLLM's Anthropic server gives a /v1/messages body's `thinking: {type: "disabled"}`
+   * (request/anthropic-thinking.ts): "none", an effort, or "auto" (the default), which probes the served template at
+   * startup as vLLM's server does (request/disabled-thinking-probe.ts).
+   */
+  anthropicDisabledThinkingEffort?: DisabledThinkingOption;
   /**
    * How many times over a chat template's render may spend its bound on work (RenderBound in py-template.ts, past
    * which the chat is ChatUnrenderable): 1, the default, is the EPP's. vLLM's jinja2 has no such bound.

@@ -7,7 +7,6 @@ import { conversation, echoedText } from "./conversation";
 import type { ServerRendering } from "./hf-preprocessor";
 import { ChatTemplateError, ChatUnrenderable, continueFinalMessage, templateTools as dumpedTools } from "./messages";
 import { isPyDict } from "./py-values";
-import type { InlineSystemMode } from "./request/inline-system";
 import { vllmChat } from "./request/openai-body";
 import type { ChatMessage, ChatOptions } from "./types";
 
@@ -19,10 +18,10 @@ type ToolChat = Pick<ChatOptions, "tools" | "toolChoice" | "templateKwargs">;
 /**
  * vLLM's rules, `excludeTools` its --exclude-tools-when-tool-choice-none: the template gets tools=None for a
  * tool_choice of "none", and resolves as for a chat without. One value reads the flag, for the render and the
- * routing bound alike. `responseRole`: its --response-role; `inlineSystem`: where its Anthropic server puts inline
- * system messages.
+ * routing bound alike. `responseRole`: its --response-role; `messages`: how its Anthropic server converts a
+ * /v1/messages body (inline system messages, disabled thinking).
  */
-export function vllmRules(excludeTools: boolean, responseRole: string, inlineSystem: InlineSystemMode): ChatRules {
+export function vllmRules(excludeTools: boolean, responseRole: string, messages: Pick<ChatRules, "inlineSystem" | "disabledThinkingEffort">): ChatRules {
   const tools = (chat: ToolChat, server: ChatServer) => toolsOf(chat, excludeTools, server.flags.defaultKwargs);
   return {
     engine: "vllm",
@@ -34,7 +33,7 @@ export function vllmRules(excludeTools: boolean, responseRole: string, inlineSys
     echoed: (message, opts, server) =>
       server.flags.otherRenderer === undefined ? echoedText(message, templateOf(opts, server, tools(opts, server)).format) : undefined,
     responseRole,
-    inlineSystem,
+    ...messages,
   };
 }
 

@@ -415,12 +415,15 @@ test("a /v1/responses body is routed by load for SGLang workers; vLLM's are rend
 });
 
 test("vLLM's flags that SGLang has not are reported as ignored under SGLang's rules", () => {
-  const flags = { excludeToolsWhenToolChoiceNone: true, chatTemplateContentFormat: "openai", trustRequestChatTemplate: true, defaultChatTemplateKwargs: "{}", responseRole: "model", tokenizerMode: "hf", anthropicInlineSystem: "fold" } as const;
+  const flags = { excludeToolsWhenToolChoiceNone: true, chatTemplateContentFormat: "openai", trustRequestChatTemplate: true, defaultChatTemplateKwargs: "{}", responseRole: "model", tokenizerMode: "hf", anthropicInlineSystem: "fold",
+    anthropicDisabledThinkingEffort: "low" } as const;
   expect(ignoredRenderingFlags({ ...flags, tokenizerDir: servers.source, chatRendering: "sglang" })).toEqual([
     "--exclude-tools-when-tool-choice-none", "--chat-template-content-format", "--trust-request-chat-template", "--response-role", "--tokenizer-mode", "--anthropic-inline-system",
+    "--anthropic-disabled-thinking-effort",
   ].map((flag) => ({ flag, cause: "vllm_only" })));
   // Without a template too, the response role is ignored for being vLLM's, not for want of a template.
   expect(ignoredRenderingFlags({ ...flags, chatRendering: "sglang" })).toContainEqual({ flag: "--response-role", cause: "vllm_only" });
   expect(ignoredRenderingFlags({ ...flags, chatRendering: "sglang" })).toContainEqual({ flag: "--anthropic-inline-system", cause: "vllm_only" });
+  expect(ignoredRenderingFlags({ ...flags, chatRendering: "sglang" })).toContainEqual({ flag: "--anthropic-disabled-thinking-effort", cause: "vllm_only" });
   expect(ignoredRenderingFlags({ ...flags, tokenizerDir: servers.source })).toEqual([]);
 });

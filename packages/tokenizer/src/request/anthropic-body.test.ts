@@ -134,11 +134,11 @@ describe("/v1/messages bodies", () => {
   test("messages left empty: a user's of only tool results is dropped, an assistant's is kept bare; an assistant's tool_result is text", () => {
     const input = chatOf({
       messages: [
-        { role: "ctx", content: "Context." },
+        { role: "user", content: "Context." },
         { role: "assistant", content: [{ type: "redacted_thinking", data: "x" }, { type: "text", text: "" }] },
         { role: "user", content: [{ type: "tool_result", tool_use_id: "a" }] },
         { role: "assistant", content: [{ type: "tool_result", tool_use_id: "b", content: [{ type: "text", text: "x", flag: true, n: null }] }] },
-        { role: "msg", content: [{ type: "tool_reference", tool_name: "f" }] },
+        { role: "user", content: [{ type: "tool_reference", tool_name: "f" }] },
       ],
     });
     if (input.kind !== "chat") throw new Error("not a chat");
@@ -150,25 +150,25 @@ describe("/v1/messages bodies", () => {
     ]);
   });
 
-  test("tools become function tools (a schema without a type gets \"object\", last); tool_choice maps, defaulting to auto with tools", () => {
+  test("tools become function tools (a schema without a type gets \"object\", last; strict and defer_loading as pydantic's bools); tool_choice maps, defaulting to auto with tools", () => {
     const tools = [
-      { name: "search", description: "Find", input_schema: { type: "object", properties: { q: { type: "string", minimum: FLOAT } } }, defer_loading: true },
-      { name: "noop", input_schema: { properties: {} }, strict: true },
+      { name: "search", description: "Find", input_schema: { type: "object", properties: { q: { type: "string", minimum: FLOAT } } }, defer_loading: true, cache_control: { type: "ephemeral" } },
+      { name: "noop", input_schema: { properties: {} }, strict: true, input_examples: [{}] },
+      { name: "lax", input_schema: { type: "object" }, strict: "off", defer_loading: 1 },
     ];
     const input = chatOf({ messages: [{ role: "user", content: "x" }], tools });
-    expect(input).toMatchObject({
-      tools: [
-        { type: "function", function: { name: "search", description: "Find", parameters: { type: "object", properties: { q: { type: "string", minimum: new PyFloat(2) } } }, defer_loading: true } },
-        { type: "function", function: { name: "noop", description: null, parameters: { properties: {}, type: "object" } } },
-      ],
-      toolChoice: "auto",
-    });
+    expect((input as { tools?: unknown }).tools).toEqual([
+      { type: "function", function: { name: "search", description: "Find", parameters: { type: "object", properties: { q: { type: "string", minimum: new PyFloat(2) } } }, defer_loading: true } },
+      { type: "function", function: { name: "noop", description: null, parameters: { properties: {}, type: "object" }, strict: true } },
+      { type: "function", function: { name: "lax", description: null, parameters: { type: "object" }, strict: false, defer_loading: true } },
+    ]);
+    expect(input).toMatchObject({ toolChoice: "auto" });
     const noop = (input as { tools: { function: { parameters: object } }[] }).tools[1]!.function.parameters;
     expect(Object.keys(noop)).toEqual(["properties", "type"]);
     const choice = (tool_choice: unknown, withTools = true) => (chatOf({ messages: [{ role: "user", content: "x" }], tool_choice, ...(withTools ? { tools } : {}) }) as { toolChoice?: unknown }).toolChoice;
     expect(choice({ type: "any" })).toBe("required");
     expect(choice({ type: "none" })).toBe("none");
-    expect(choice({ type: "tool", name: "search" })).toEqual({ type: "function", function: { name: "search" } });
+    expect(choice({ type: "tool", name: "search", disable_parallel_tool_use: true })).toEqual({ type: "function", function: { name: "search" } });
     expect(choice({ type: "auto" }, false)).toBe("auto");
     expect(choice(undefined, false)).toBeUndefined();
   });
@@ -182,11 +182,30 @@ describe("/v1/messages bodies", () => {
     expect(chatOf({ ...chat, chat_template_kwargs: { enable_thinking: false } })).toMatchObject({ templateKwargs: { enable_thinking: false } });
   });
 
-  test("fields vLLM's Anthropic request has no place for are not read: cache_salt, add_generation_prompt, a prompt of ids", () => {
+  test("thinking: disabled sets the server's effort for it over output_config's; enabled (a budget) and adaptive leave output_config's", () => {
+    const chat = { max_tokens: 4096, messages: [{ role: "user", content: "x" }] };
+    const kwargs = (body: Record<string, unknown>, rules = chatRules("vllm", { anthropicDisabledThinkingEffort: "none" })) =>
+      (parseBodyBytes(bytes({ model: "m", ...chat, ...body }), MESSAGES, rules).input as { templateKwargs?: unknown }).templateKwargs;
+    expect(kwargs({ thinking: { type: "disabled" } })).toEqual({ reasoning_effort: "none", enable_thinking: false });
+    expect(kwargs({ thinking: { type: "disabled" }, output_config: { effort: "high" } })).toEqual({ reasoning_effort: "none", enable_thinking: false });
+    expect(kwargs({ thinking: { type: "disabled" } }, chatRules("vllm", { anthropicDisabledThinkingEffort: "low" }))).toEqual({ reasoning_effort: "low", enable_thinking: true });
+    // Without rules, to_chat_completion_request's default.
+    expect(chatOf({ messages: [{ role: "user", content: "x" }], thinking: { type: "disabled" } })).toMatchObject({ templateKwargs: { reasoning_effort: "none", enable_thinking: false } });
+    expect(kwargs({ thinking: { type: "enabled", budget_tokens: 2048 } })).toBeUndefined();
+    expect(kwargs({ thinking: { type: "enabled", budget_tokens: "2048", display: "omitted" }, output_config: { effort: "max" } })).toEqual({ reasoning_effort: "max", enable_thinking: true });
+    // Claude Code's: an effort ceiling, adaptive thinking with its display omitted.
+    expect(kwargs({ thinking: { type: "adaptive", display: "omitted" }, output_config: { effort: "high" } })).toEqual({ reasoning_effort: "high", enable_thinking: true });
+    // A count_tokens request has no thinking field: it is not read.
+    const counted = parseBodyBytes(bytes({ model: "m", messages: chat.messages, thinking: { type: "disabled", budget_tokens: 1 } }), "/v1/messages/count_tokens");
+    expect((counted.input as { templateKwargs?: unknown }).templateKwargs).toBeUndefined();
+  });
+
+  test("cache_salt salts a Messages body's blocks as a chat's; count_tokens has none; add_generation_prompt and a prompt of ids are not read", () => {
     const body = { model: "m", max_tokens: 8, messages: [{ role: "user", content: "x" }], cache_salt: "s", add_generation_prompt: false, token_ids: [1, 2, 3] };
     const parsed = parseBodyBytes(bytes(body), MESSAGES);
-    expect(parsed.cacheSalt).toBeUndefined();
+    expect(parsed.cacheSalt).toBe("s");
     expect(parsed.input).toEqual({ kind: "chat", messages: [{ role: "user", content: "x" }], tools: undefined, toolChoice: undefined, templateKwargs: undefined });
+    expect(parseBodyBytes(bytes(body), "/v1/messages/count_tokens").cacheSalt).toBeUndefined();
     // The same body on /v1/chat/completions is read as the chat API reads it.
     expect(parseBodyBytes(bytes(body), "/v1/chat/completions").input.kind).toBe("tokens");
     expect(parseBodyBytes(bytes(body), "/v1/messages?beta=true").input.kind).toBe("chat");
@@ -206,6 +225,22 @@ describe("/v1/messages bodies", () => {
     expect(refused({ tools: [{ name: "f" }] })).toThrow(/input_schema/);
     expect(refused({ output_config: { effort: "extreme" } })).toThrow(/effort/);
     expect(() => parseBodyBytes(bytes({ ...ok, max_tokens: "8" }), MESSAGES)).not.toThrow();
+    // Roles its AnthropicMessage has no place for, Claude Code's ctx and msg among them.
+    expect(refused({ messages: [{ role: "ctx", content: "x" }] })).toThrow(/role/);
+    expect(refused({ messages: [{ role: "msg", content: "x" }] })).toThrow(/role/);
+    // Each variant of its thinking union, and the budget below max_tokens.
+    expect(refused({ thinking: { budget_tokens: 2048 } })).toThrow(/thinking.type/);
+    expect(refused({ max_tokens: 4096, thinking: { type: "enabled" } })).toThrow(/budget_tokens/);
+    expect(refused({ max_tokens: 4096, thinking: { type: "enabled", budget_tokens: 1023 } })).toThrow(/budget_tokens/);
+    expect(refused({ max_tokens: 4096, thinking: { type: "enabled", budget_tokens: 4096 } })).toThrow(/less than max_tokens/);
+    expect(refused({ thinking: { type: "adaptive", display: "full" } })).toThrow(/display/);
+    expect(refused({ thinking: "off" })).toThrow(/thinking/);
+    expect(refused({ tools: [{ name: "f", input_schema: {}, strict: "maybe" }] })).toThrow(/strict/);
+    expect(refused({ tool_choice: { type: "auto", name: 5 } })).toThrow(/tool_choice.name/);
+    expect(refused({ tool_choice: { type: "auto", disable_parallel_tool_use: "sometimes" } })).toThrow(/disable_parallel_tool_use/);
+    expect(refused({ messages: [{ role: "user", content: [{ type: "tool_result", tool_use_id: "a", is_error: "sometimes" }] }] })).toThrow(/is_error/);
+    expect(refused({ cache_salt: "" })).toThrow(/cache_salt/);
+    expect(refused({ cache_salt: "s".repeat(1025) })).toThrow(/cache_salt/);
   });
 
   test("a count_tokens body is read the same way, without max_tokens and without an effort (its request has neither)", () => {
@@ -242,7 +277,7 @@ describe("a Messages body renders to the ids of the chat vLLM converts it to (Qw
     pre = createPreprocessor({ tokenizerDir: await qwen3TokenizerDir() });
   }, 60_000);
   const ids = (body: unknown, path?: string) => {
-    const read = readBody({ body: bytes(body), path });
+    const read = readBody({ body: bytes(body), path }, pre.rules);
     if (read.job instanceof Uint32Array) throw new Error("nothing rendered");
     return [...encodeJob(pre, read.job as TokenizeJob)];
   };
@@ -283,5 +318,17 @@ describe("a Messages body renders to the ids of the chat vLLM converts it to (Qw
     expect(fromMessages).toEqual(ids(chat, "/v1/chat/completions"));
     // Read as a chat completion (what the EPP did before), its blocks are content parts no chat has.
     expect(() => ids(anthropic, "/v1/chat/completions")).toThrow(/tool_use/);
+  });
+
+  test("thinking disabled renders as the chat with reasoning_effort \"none\" that the probe picks for Qwen3: an empty think block opens the reply", () => {
+    expect(pre.rules.disabledThinkingEffort).toBe("none");
+    const turn = { model: "m", max_tokens: 64, messages: [{ role: "user", content: "Hi" }] };
+    const disabled = ids({ ...turn, thinking: { type: "disabled" }, output_config: { effort: "high" } }, MESSAGES);
+    expect(disabled).toEqual(ids({ model: "m", messages: turn.messages, reasoning_effort: "none" }, "/v1/chat/completions"));
+    expect(pre.decode(disabled.slice(-6))).toContain("<think>\n\n</think>\n\n");
+    // Without it, the same prompt up to that block.
+    const plain = ids(turn, MESSAGES);
+    expect(plain.length).toBeLessThan(disabled.length);
+    expect(disabled.slice(0, plain.length)).toEqual(plain);
   });
 });

@@ -9,6 +9,7 @@ import type { ChatMessage, ContentPart } from "../types";
 import { BadRequest } from "./bad-request";
 import { templateKwargsOf, type ParsedBody, type RoutedInput } from "./openai-body";
 import { normalizeInlineSystem, systemPromptText, systemText, type AnthropicMessage, type Block, type InlineSystemMode } from "./inline-system";
+import { chatReasoningEffort, laxInt, type DisabledThinkingEffort } from "./anthropic-thinking";
 
 type Dict = Record<string, unknown>;
 type ToolCall = { id: string; type: "function"; function: { name: string; arguments: string } };
@@ -22,30 +23,37 @@ export function isMessagesPath(path: string | undefined): path is string {
 
 /**
  * A /v1/messages body read as vLLM reads it: the chat its conversion gives, with the fields that change the
- * rendering (tools, tool_choice, chat_template_kwargs, output_config.effort). Fields of the body vLLM's Anthropic
- * request has no place for (cache_salt, add_generation_prompt, a `prompt`...) are dropped there, so none is read here.
- * A count_tokens body (`path`) is rendered the same way, without max_tokens or an effort (its request has neither).
- * Under rules other than vLLM's the body is routed by load.
+ * rendering (tools, tool_choice, chat_template_kwargs, the reasoning effort of output_config and thinking), and its
+ * cache_salt. Fields of the body vLLM's Anthropic request has no place for (add_generation_prompt, a `prompt`...)
+ * are dropped there, so none is read here. A count_tokens body (`path`) is rendered the same way, without
+ * max_tokens, an effort or a salt (its request has none of them). Under rules other than vLLM's the body is routed
+ * by load.
  */
 export function messagesBody(o: Dict, path: string, rules?: ChatRules): ParsedBody {
   const model = requiredModel(o.model);
   const counting = MESSAGES_PATH.exec(path.split("?")[0]!)?.[1] !== undefined;
-  if (!counting) positiveInt(o.max_tokens, "max_tokens");
+  const request = counting ? undefined : { maxTokens: positiveInt(o.max_tokens, "max_tokens"), cacheSalt: cacheSalt(o.cache_salt) };
   if (rules !== undefined && rules.engine !== "vllm") {
     const message = `a /v1/messages body: ${rules.engine} builds its chat in ways not mirrored here`;
     return { model, input: { kind: "none" }, unrendered: { cause: "messages_rules", message } };
   }
-  return { model, input: anthropicChat(o, counting, rules?.inlineSystem) };
+  const input = anthropicChat(o, { maxTokens: request?.maxTokens, inlineSystem: rules?.inlineSystem, disabledThinkingEffort: rules?.disabledThinkingEffort });
+  return request?.cacheSalt === undefined ? { model, input } : { model, input, cacheSalt: request.cacheSalt };
 }
 
 /**
- * The chat vLLM's conversion makes of a Messages body (throws BadRequest where its request model refuses the body);
- * of a count_tokens body (`counting`), without the effort its request has no field for. Inline system messages are
- * placed as `inlineSystem` says (inline-system.ts; "preserve", to_chat_completion_request's default, when no rules
- * say), then one system message opens the chat: the top-level system's text and the leading system messages',
- * joined by a blank line, when there is any.
+ * How the conversion reads a body: `maxTokens`, a /v1/messages body's (undefined for a count_tokens one, whose
+ * request has no effort); where inline system messages go (inline-system.ts); the effort a disabled thinking
+ * becomes. Without rules, to_chat_completion_request's defaults: "preserve" and "none".
  */
-export function anthropicChat(o: Dict, counting = false, inlineSystem: InlineSystemMode = "preserve"): Extract<RoutedInput, { kind: "chat" }> {
+export type ConversionOptions = { maxTokens?: number; inlineSystem?: InlineSystemMode; disabledThinkingEffort?: DisabledThinkingEffort };
+
+/**
+ * The chat vLLM's conversion makes of a Messages body (throws BadRequest where its request model refuses the body).
+ * Inline system messages are placed as `inlineSystem` says, then one system message opens the chat: the top-level
+ * system's text and the leading system messages', joined by a blank line, when there is any.
+ */
+export function anthropicChat(o: Dict, { maxTokens, inlineSystem = "preserve", disabledThinkingEffort = "none" }: ConversionOptions = {}): Extract<RoutedInput, { kind: "chat" }> {
   if (!Array.isArray(o.messages)) throw new BadRequest("messages must be an array of {role, content}");
   const anthropic = o.messages.map(anthropicMessage);
   const system = optionalBlocks(o.system, "system");
@@ -64,7 +72,7 @@ export function anthropicChat(o: Dict, counting = false, inlineSystem: InlineSys
   }
   const toolChoice = chatToolChoice(o.tool_choice);
   const tools = chatTools(o.tools);
-  const effort = counting ? undefined : reasoningEffort(o.output_config);
+  const effort = maxTokens === undefined ? undefined : chatReasoningEffort(o, maxTokens, disabledThinkingEffort);
   return {
     kind: "chat", messages, tools, toolChoice: tools !== undefined && toolChoice === undefined ? "auto" : toolChoice,
     templateKwargs: templateKwargsOf({ chat_template_kwargs: o.chat_template_kwargs, reasoning_effort: effort }),
@@ -79,17 +87,14 @@ export function assistantChatMessage(blocks: Block[]): ChatMessage | undefined {
   return chatMessage("assistant", blocks, []);
 }
 
-// Claude Code sends these roles since 2.1.154; vLLM's request model reads them as the user's.
-const ROLE_ALIASES: Dict = { ctx: "user", msg: "user" };
 const ROLES = new Set(["user", "assistant", "system"]);
 const BLOCK_TYPES = new Set(["text", "image", "tool_use", "tool_result", "tool_reference", "thinking", "redacted_thinking"]);
 
 function anthropicMessage(m: unknown, i: number): AnthropicMessage {
   if (!isPyDict(m)) throw new BadRequest(`messages[${i}] must be an object`);
-  const role = typeof m.role === "string" && Object.hasOwn(ROLE_ALIASES, m.role) ? ROLE_ALIASES[m.role] : m.role;
-  if (typeof role !== "string" || !ROLES.has(role)) throw new BadRequest(`messages[${i}].role must be "user", "assistant" or "system"`);
-  if (typeof m.content === "string") return { role: role as AnthropicMessage["role"], content: m.content };
-  return { role: role as AnthropicMessage["role"], content: blocks(m.content, `messages[${i}].content`) };
+  if (typeof m.role !== "string" || !ROLES.has(m.role)) throw new BadRequest(`messages[${i}].role must be "user", "assistant" or "system"`);
+  const role = m.role as AnthropicMessage["role"];
+  return { role, content: typeof m.content === "string" ? m.content : blocks(m.content, `messages[${i}].content`) };
 }
 
 function optionalBlocks(v: unknown, field: string): string | Block[] | undefined {
@@ -105,6 +110,7 @@ function blocks(v: unknown, field: string): Block[] {
     if (!isPyDict(b) || typeof b.type !== "string" || !BLOCK_TYPES.has(b.type)) throw new BadRequest(`${at} must be a content block of a known type`);
     for (const key of ["text", "id", "tool_use_id", "name", "tool_name", "thinking", "signature", "data"]) optionalString(b[key], `${at}.${key}`);
     for (const key of ["source", "input"]) if (b[key] !== undefined && b[key] !== null && !isPyDict(b[key])) throw new BadRequest(`${at}.${key} must be an object`);
+    laxBool(b.is_error, `${at}.is_error`);
     const c = b.content;
     if (c !== undefined && c !== null && typeof c !== "string" && !(Array.isArray(c) && c.every(isPyDict))) throw new BadRequest(`${at}.content must be a string or an array of objects`);
     return b as Block;
@@ -210,6 +216,8 @@ function toolResultMessages(b: Block): ChatMessage[] {
 function chatToolChoice(v: unknown): unknown {
   if (v === undefined || v === null) return undefined;
   if (!isPyDict(v)) throw new BadRequest("tool_choice must be an object");
+  optionalString(v.name, "tool_choice.name");
+  laxBool(v.disable_parallel_tool_use, "tool_choice.disable_parallel_tool_use");
   switch (v.type) {
     case "auto":
     case "none":
@@ -224,8 +232,10 @@ function chatToolChoice(v: unknown): unknown {
 }
 
 /**
- * Tools ({name, description, input_schema}) as the function tools vLLM renders: a schema without a `type` gets
- * "object" (added last, as vLLM's validator sets it), and a tool's defer_loading reaches its function.
+ * Tools ({name, description, input_schema, strict, defer_loading}) as the function tools vLLM renders: a schema
+ * without a `type` gets "object" (added last, as vLLM's validator sets it); strict and defer_loading reach the
+ * function as the booleans pydantic reads them as. Other fields of a tool (cache_control, input_examples...) are
+ * dropped, as vLLM's tool model ignores them.
  */
 function chatTools(v: unknown): unknown[] | undefined {
   if (v === undefined || v === null) return undefined;
@@ -236,21 +246,12 @@ function chatTools(v: unknown): unknown[] | undefined {
     optionalString(t.description, `tools[${i}].description`);
     const parameters = Object.hasOwn(t.input_schema, "type") ? t.input_schema : { ...t.input_schema, type: "object" };
     const fn: Dict = { name: t.name, description: t.description ?? null, parameters };
-    if (t.defer_loading !== undefined && t.defer_loading !== null) fn.defer_loading = t.defer_loading;
+    const strict = laxBool(t.strict, `tools[${i}].strict`);
+    if (strict !== undefined) fn.strict = strict;
+    const deferLoading = laxBool(t.defer_loading, `tools[${i}].defer_loading`);
+    if (deferLoading !== undefined) fn.defer_loading = deferLoading;
     return { type: "function", function: fn };
   });
-}
-
-const EFFORTS = new Set(["low", "medium", "high", "xhigh", "max"]);
-
-/** output_config.effort, which vLLM sets as the chat's reasoning_effort. */
-function reasoningEffort(config: unknown): string | undefined {
-  if (config === undefined || config === null) return undefined;
-  if (!isPyDict(config)) throw new BadRequest("output_config must be an object");
-  const effort = config.effort;
-  if (effort === undefined || effort === null) return undefined;
-  if (typeof effort !== "string" || !EFFORTS.has(effort)) throw new BadRequest('output_config.effort must be "low", "medium", "high", "xhigh" or "max"');
-  return effort;
 }
 
 function requiredModel(v: unknown): string {
@@ -258,10 +259,32 @@ function requiredModel(v: unknown): string {
   return v;
 }
 
-/** An int field as pydantic reads it in lax mode (5, 5.0 or "5"), which must be positive. */
-function positiveInt(v: unknown, field: string): void {
-  const n = v instanceof PyNumber ? v.value : typeof v === "string" && /^\s*[+-]?\d+\s*$/.test(v) ? Number(v) : v;
-  if (typeof n !== "number" || !Number.isInteger(n) || n <= 0) throw new BadRequest(`${field} must be a positive integer`);
+/** An int field (pydantic's lax reading) that must be positive. */
+function positiveInt(v: unknown, field: string): number {
+  const n = laxInt(v);
+  if (n === undefined || n <= 0) throw new BadRequest(`${field} must be a positive integer`);
+  return n;
+}
+
+/** cache_salt, which vLLM's Messages request passes to its chat: a string of 1 to 1024 characters. */
+function cacheSalt(v: unknown): string | undefined {
+  if (v === undefined || v === null) return undefined;
+  if (typeof v !== "string" || v === "" || [...v].length > 1024) throw new BadRequest("cache_salt must be a string of 1 to 1024 characters");
+  return v;
+}
+
+const TRUE_TEXT = new Set(["1", "t", "y", "on", "yes", "true"]);
+const FALSE_TEXT = new Set(["0", "f", "n", "no", "off", "false"]);
+
+/** A bool field as pydantic reads it in lax mode (true, 1, 1.0, "yes"...); undefined when absent or null. */
+function laxBool(v: unknown, field: string): boolean | undefined {
+  if (v === undefined || v === null) return undefined;
+  if (typeof v === "boolean") return v;
+  const n = v instanceof PyNumber ? v.value : v;
+  if (n === 0 || n === 1) return n === 1;
+  if (typeof v === "string" && TRUE_TEXT.has(v.toLowerCase())) return true;
+  if (typeof v === "string" && FALSE_TEXT.has(v.toLowerCase())) return false;
+  throw new BadRequest(`${field} must be a boolean`);
 }
 
 function optionalString(v: unknown, field: string): void {

@@ -10,7 +10,7 @@ import { normalizeInlineSystem, type InlineSystemMode } from "./inline-system";
 import { readBody } from "./read-body";
 
 const chat = (mode: InlineSystemMode, messages: unknown[], system: unknown = "Top.") =>
-  anthropicChat({ model: "m", max_tokens: 8, system, messages }, false, mode).messages;
+  anthropicChat({ model: "m", max_tokens: 8, system, messages }, { inlineSystem: mode }).messages;
 
 const sys = (content: unknown) => ({ role: "system", content });
 const user = (content: unknown) => ({ role: "user", content });

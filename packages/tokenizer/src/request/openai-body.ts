@@ -224,7 +224,7 @@ function validContent(c: unknown, stringParts = false): boolean {
 /** Validates an already-decoded body (also used by POST /select); `path` and `rules` as for parseBodyBytes. */
 export function parseBody(doc: unknown, path?: string, rules?: ChatRules): ParsedBody {
   const parsed = parseInput(doc, path, rules);
-  // vLLM's Anthropic request has no cache_salt: its chat is built without one.
+  // A Messages body's salt is its conversion's to read (a count_tokens request has none).
   if (isMessagesPath(path)) return parsed;
   const salt = (doc as Record<string, unknown>).cache_salt;
   if (salt !== undefined && salt !== null) {
