@@ -123,3 +123,15 @@ test("SGLang mode serves no /v1/messages", async () => {
     await s.close();
   }
 });
+
+test("a Messages body's cache_salt salts its first block as the salted chat's does", async () => {
+  const question = "A salted question about prefix caching.";
+  const salted = { ...messages, messages: [{ role: "user", content: question }] };
+  const saltedChat = { ...chat, messages: [chat.messages[0]!, { role: "user", content: question }] };
+  const chatUsage = ((await (await post(`${w.url}/v1/chat/completions`, { ...saltedChat, cache_salt: "tenant-a" })).json()) as any).usage;
+  // The same salt reads the salted chat's whole blocks; another salt shares none of them.
+  const same = ((await (await post(`${w.url}/v1/messages`, { ...salted, cache_salt: "tenant-a" })).json()) as any).usage;
+  expect(same).toEqual({ input_tokens: 1, output_tokens: 3, cache_read_input_tokens: chatUsage.prompt_tokens - 1 });
+  const other = ((await (await post(`${w.url}/v1/messages`, { ...salted, cache_salt: "tenant-b" })).json()) as any).usage;
+  expect(other).toEqual({ input_tokens: chatUsage.prompt_tokens, output_tokens: 3 });
+});

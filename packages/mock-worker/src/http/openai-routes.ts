@@ -150,8 +150,8 @@ export function openAiRoutes(deps: OpenAiDeps): Hono {
       const read = await readMessages(c, deps.preprocessor);
       if (!read.ok) return read.res;
       if (read.maxTokens > MAX_OUTPUT_TOKENS) return anthropicError(c, 400, `max_tokens must be at most ${MAX_OUTPUT_TOKENS}`);
-      // vLLM's Anthropic request has no cache_salt in the converter's reading, so none is passed on.
-      const g = generation(c, "chat", { model: read.model, stream: read.stream }, [read.chat.prompt], read.maxTokens, read.chat.media);
+      // vLLM passes the body's cache_salt on to the chat it runs: it salts the first block, as a chat's does.
+      const g = generation(c, "chat", { model: read.model, stream: read.stream, cache_salt: read.cacheSalt }, [read.chat.prompt], read.maxTokens, read.chat.media);
       return g.ok ? answerMessages(c, g.req) : anthropicError(c, 400, g.message);
     });
     app.post("/v1/messages/count_tokens", async (c) => {
@@ -165,7 +165,9 @@ export function openAiRoutes(deps: OpenAiDeps): Hono {
   return app;
 }
 
-type MessagesRead = { ok: true; model: string; stream: boolean; maxTokens: number; chat: { prompt: Uint32Array; media: MediaItem[] } } | { ok: false; res: Response };
+type MessagesRead =
+  | { ok: true; model: string; stream: boolean; maxTokens: number; cacheSalt?: string; chat: { prompt: Uint32Array; media: MediaItem[] } }
+  | { ok: false; res: Response };
 
 /**
  * A /v1/messages (or count_tokens) body, converted and tokenized. What vLLM's request model refuses is answered as
@@ -187,7 +189,7 @@ async function readMessages(c: Context, pre: Preprocessor): Promise<MessagesRead
     // Checked a positive int by the converter (count_tokens reads none); a float 5.0 reaches here as a PyFloat.
     const max = o.max_tokens === undefined ? 0 : ((o.max_tokens as { value?: number }).value ?? Number(o.max_tokens));
     const { kind: _, messages, ...opts } = parsed.input;
-    return { ok: true, model: parsed.model!, stream: o.stream === true, maxTokens: max, chat: withMedia(pre, messages, opts) };
+    return { ok: true, model: parsed.model!, stream: o.stream === true, maxTokens: max, cacheSalt: parsed.cacheSalt, chat: withMedia(pre, messages, opts) };
   } catch (e) {
     if (e instanceof BadRequest) return { ok: false, res: refusedBody(c, e.message, /^(\S+) (?:must|is) /.exec(e.message)?.[1]) };
     if (e instanceof ChatTemplateError || e instanceof ChatUnrenderable) return { ok: false, res: anthropicError(c, 400, e.message) };
