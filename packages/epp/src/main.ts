@@ -283,7 +283,12 @@ async function tokenizationOf(cfg: EppConfig, metrics: Metrics, log: Logger): Pr
   const conversation = servedConversationTemplate(preprocessorOptions(cfg));
   if (conversation !== null)
     log.warn({ template: conversation.name, why: conversation.why }, "the SGLang workers render this model's chats with one of SGLang's conversation templates, not mirrored here: every chat is routed by load (unrendered, cause template_engine)");
-  const renderer = servedVllmRenderer(preprocessorOptions(cfg));
+  let renderer: ReturnType<typeof servedVllmRenderer>;
+  try {
+    renderer = servedVllmRenderer(preprocessorOptions(cfg));
+  } catch (err) {
+    throw badTokenizerDir(cfg, err);
+  }
   if (renderer !== null)
     log.warn({ how: renderer }, "the vLLM workers render this model's chats without a Jinja template, not mirrored here: every chat is routed by load (unrendered, cause template_engine)");
   // A --chat-template that names no file and is no template either (vLLM's), or an unreadable .jinja file (SGLang's),
@@ -324,7 +329,7 @@ async function tokenizationOf(cfg: EppConfig, metrics: Metrics, log: Logger): Pr
     log.info({ members: warmed.length, sizedBy: sized.sizedBy, quota: sized.quota, cpus: sized.cpus, nice: cfg.tokenizerNice, tokens: warmed.reduce((n, w) => n + (w?.tokens ?? 0), 0), ms: Math.round(Math.max(...warmed.map((w) => w?.ms ?? 0))) }, "tokenizer pool warmed up");
   } catch (err) {
     await pool.close();
-    throw new ConfigError(`invalid value for --tokenizer-dir: ${JSON.stringify(cfg.tokenizerDir)}: ${(err as Error).message}`);
+    throw badTokenizerDir(cfg, err);
   }
   return {
     // Without a cache a warm would tokenize for nothing (and ext_proc would keep each chat's body for it).
@@ -333,11 +338,16 @@ async function tokenizationOf(cfg: EppConfig, metrics: Metrics, log: Logger): Pr
   };
 }
 
+/** A tokenizer directory that could not be read, refused as the flag's value (exit 2, the flag named). */
+function badTokenizerDir(cfg: EppConfig, err: unknown): ConfigError {
+  return new ConfigError(`invalid value for --tokenizer-dir: ${JSON.stringify(cfg.tokenizerDir)}: ${(err as Error).message}`);
+}
+
 function preprocessorOf(cfg: EppConfig, metrics: Metrics): ReturnType<typeof createPreprocessor> {
   try {
     return createPreprocessor({ ...preprocessorOptions(cfg), registry: metrics.registry });
   } catch (err) {
-    throw new ConfigError(`invalid value for --tokenizer-dir: ${JSON.stringify(cfg.tokenizerDir)}: ${(err as Error).message}`);
+    throw badTokenizerDir(cfg, err);
   }
 }
 
