@@ -125,8 +125,20 @@ function findProcessorChatTemplate(dir: string): string | null {
  */
 export function readModelFiles(dir: string): ModelFiles {
   const config = readJson(join(dir, "config.json"));
-  const mistralTokenizer = readdirSync(dir).some((f) => f === "tekken.json" || f.startsWith("tokenizer.model.v"));
+  const mistralTokenizer = hasMistralTokenizer(dir);
   return config === undefined ? { mistralTokenizer } : { modelType: config.model_type, architectures: config.architectures, mistralTokenizer };
+}
+
+/**
+ * A Mistral tokenizer file anywhere under `dir`, as vLLM looks for one (list_repo_files of a local directory: every
+ * file under it, each matched by its base name). A link to a file counts, as in a Hugging Face cache's snapshot.
+ */
+function hasMistralTokenizer(dir: string): boolean {
+  for (const e of readdirSync(dir, { recursive: true, withFileTypes: true })) {
+    if (e.name !== "tekken.json" && !e.name.startsWith("tokenizer.model.v")) continue;
+    if (e.isFile() || (e.isSymbolicLink() && statSync(join(e.parentPath, e.name), { throwIfNoEntry: false })?.isFile())) return true;
+  }
+  return false;
 }
 
 /**

@@ -168,9 +168,17 @@ describe("vLLM's renderers other than its Jinja one: the chat is unrenderable he
   test("under auto: the architectures given a mode of their own, and Mistral's tokenizer files; an explicit hf renders them", () => {
     expect(unrendered(tokenizerDir("auto-v32", DEFAULT, config({ model_type: "deepseek_v32", architectures: ["DeepseekV32ForCausalLM"] })))).toContain("deepseek_v32");
     expect(unrendered(tokenizerDir("auto-grok", DEFAULT, config({ architectures: ["Grok1ForCausalLM"] })))).toContain("grok2");
+    expect(unrendered(tokenizerDir("auto-kimi-audio", DEFAULT, config({ architectures: ["MoonshotKimiaForCausalLM"] })))).toContain("kimi_audio");
+    expect(unrendered(tokenizerDir("auto-qwen-vl", DEFAULT, config({ architectures: ["QwenVLForConditionalGeneration"] })))).toContain("qwen_vl");
     expect(unrendered(tokenizerDir("auto-tekken", DEFAULT, { "tekken.json": "{}" }))).toContain("Mistral");
     expect(unrendered(tokenizerDir("auto-sentencepiece", DEFAULT, { "tokenizer.model.v3": "" }))).toContain("Mistral");
     expect(tokenizerDir("hf-tekken", DEFAULT, { "tekken.json": "{}" }, { tokenizerMode: "hf" }).renderChat(messages)).toBe("D[hi]");
+  });
+
+  test("Mistral's tokenizer files count anywhere under the directory, as vLLM lists a local model's files; a directory so named does not", () => {
+    expect(unrendered(tokenizerDir("auto-tekken-nested", DEFAULT, { "mistral/tekken.json": "{}" }))).toContain("Mistral");
+    expect(unrendered(tokenizerDir("auto-sentencepiece-nested", DEFAULT, { "a/b/tokenizer.model.v7": "" }))).toContain("Mistral");
+    expect(tokenizerDir("tekken-dir", DEFAULT, { "tekken.json/x": "" }).renderChat(messages)).toBe("D[hi]");
   });
 
   test("the same is told once for the startup warning, from the directory and the flags", () => {
