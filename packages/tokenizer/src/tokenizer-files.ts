@@ -105,12 +105,21 @@ function extraTemplateFiles(dir: string): string[] {
 }
 
 /**
+ * The files a multimodal processor loads its image, video or audio half from. vLLM takes a processor's template only
+ * when AutoProcessor gives a ProcessorMixin, which needs one of them: without, it falls back to the tokenizer (or
+ * fails to load the processor's other half), and the template is the tokenizer's. A processor class named in
+ * tokenizer_config.json or config.json, or given by the model type, does not load without them either.
+ */
+const PROCESSOR_FILES = ["processor_config.json", "preprocessor_config.json", "video_preprocessor_config.json"];
+
+/**
  * A multimodal processor's own template, as ProcessorMixin.get_processor_dict reads it: chat_template.json (its
  * legacy file) wins, refused beside additional_chat_templates/ (no processor then); then the .jinja files (the
  * tokenizer's too: null here, the tokenizer's pick stands); then processor_config.json's chat_template. Only a single
- * template counts; a directory without such files has none.
+ * template counts; a directory without such files, or without a processor (PROCESSOR_FILES), has none.
  */
 function findProcessorChatTemplate(dir: string): string | null {
+  if (!PROCESSOR_FILES.some((f) => existsSync(join(dir, f)))) return null;
   const extra = extraTemplateFiles(dir).length > 0;
   const legacy = readJson(join(dir, "chat_template.json"));
   if (legacy !== undefined) return !extra && typeof legacy.chat_template === "string" ? legacy.chat_template : null;
