@@ -22,7 +22,7 @@ type ToolChat = Pick<ChatOptions, "tools" | "toolChoice" | "templateKwargs">;
  * routing bound alike. `responseRole`: its --response-role; `inlineSystem`: where its Anthropic server puts inline
  * system messages.
  */
-export function vllmRules(excludeTools: boolean, responseRole: string, inlineSystem: InlineSystemMode): ChatRules {
+export function vllmRules(excludeTools: boolean, responseRole: string, inlineSystem: InlineSystemMode, defaultKwargs: Record<string, unknown> = {}): ChatRules {
   const tools = (chat: ToolChat, server: ChatServer) => toolsOf(chat, excludeTools, server.flags.defaultKwargs);
   return {
     engine: "vllm",
@@ -30,7 +30,8 @@ export function vllmRules(excludeTools: boolean, responseRole: string, inlineSys
     rendersResponses: true,
     detectFormat: (_source, ast) => detectContentFormat(ast),
     render: (messages, opts, server) => renderVllmChat(messages, opts, server, tools(opts, server)),
-    templateTools: (chat) => vllmTemplateTools(chat, excludeTools),
+    templateTools: (chat) => vllmTemplateTools(chat, excludeTools, defaultKwargs),
+    defaultKwargs,
     echoed: (message, opts, server) =>
       server.flags.otherRenderer === undefined ? echoedText(message, templateOf(opts, server, tools(opts, server)).format) : undefined,
     responseRole,
@@ -39,10 +40,11 @@ export function vllmRules(excludeTools: boolean, responseRole: string, inlineSys
 }
 
 /**
- * The tools a request sends its template, as sent (undefined: none): what the routing bound counts of them.
+ * The tools a request's template gets, as sent, the server's default ones (`defaults`' tools) when the request has
+ * none (undefined: none): what the routing bound counts of them.
  */
-export function vllmTemplateTools(chat: ToolChat, excludeTools = false): unknown {
-  return toolsOf(chat, excludeTools)?.value;
+export function vllmTemplateTools(chat: ToolChat, excludeTools = false, defaults: Record<string, unknown> = {}): unknown {
+  return toolsOf(chat, excludeTools, defaults)?.value;
 }
 
 /** The `tools` the template gets: the request's dumped as its pydantic model dumps them, the kwargs' as given. */
