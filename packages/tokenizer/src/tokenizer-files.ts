@@ -1,5 +1,5 @@
 import { existsSync, readdirSync, readFileSync, statSync } from "node:fs";
-import { join } from "node:path";
+import { join, resolve } from "node:path";
 import { adoptModel, parseTokenizerJson, shareModel, type SharedModel } from "./fast/bpe-model";
 import { isByteLevel } from "./fast/whole-words";
 
@@ -130,13 +130,21 @@ function findProcessorChatTemplate(dir: string): string | null {
 
 /**
  * What vLLM reads to pick its renderer (renderers/registry.py): config.json's model_type and architectures, and the
- * files that make its "auto" tokenizer mode Mistral's (tekken.json, tokenizer.model.v*).
+ * files that make its "auto" tokenizer mode Mistral's (tekken.json, tokenizer.model.v*). Read once per directory:
+ * the startup warning (servedVllmRenderer) and the preprocessor both ask, and the search walks the whole directory.
  */
 export function readModelFiles(dir: string): ModelFiles {
-  const config = readJson(join(dir, "config.json"));
-  const mistralTokenizer = hasMistralTokenizer(dir);
-  return config === undefined ? { mistralTokenizer } : { modelType: config.model_type, architectures: config.architectures, mistralTokenizer };
+  const key = resolve(dir);
+  let files = modelFilesRead.get(key);
+  if (files === undefined) {
+    const config = readJson(join(dir, "config.json"));
+    const mistralTokenizer = hasMistralTokenizer(dir);
+    files = config === undefined ? { mistralTokenizer } : { modelType: config.model_type, architectures: config.architectures, mistralTokenizer };
+    modelFilesRead.set(key, files);
+  }
+  return files;
 }
+const modelFilesRead = new Map<string, ModelFiles>();
 
 /**
  * A Mistral tokenizer file anywhere under `dir`, as vLLM looks for one (list_repo_files of a local directory: every

@@ -199,4 +199,10 @@ describe("vLLM's renderers other than its Jinja one: the chat is unrenderable he
     expect(servedVllmRenderer({ tokenizerDir: source, tokenizerMode: "mistral" })).toContain('"mistral"');
     expect(servedVllmRenderer({ tokenizerMode: "mistral" })).toBeNull();
   });
+
+  test("the directory is read for it once: the startup warning tells what the preprocessor read", () => {
+    tokenizerDir("told-once", DEFAULT, config({ model_type: "gpt_oss" }));
+    writeFileSync(join(root, "told-once", "config.json"), JSON.stringify({ model_type: "qwen3" }));
+    expect(servedVllmRenderer({ tokenizerDir: join(root, "told-once") })).toContain("Harmony");
+  });
 });
