@@ -177,6 +177,11 @@ describe("routingJob bounds the tools and documents", () => {
     expect(jobText(job) + JSON.stringify(documents).length).toBeLessThanOrEqual(ROUTING_TEXT_CHARS);
     const many = [...documents, { title: "b", text: words(ROUTING_TEXT_CHARS / 2, 5) }, { title: "c", text: words(ROUTING_TEXT_CHARS / 4, 6) }];
     expect(byLoad(routingJob(chat([{ role: "user", content: "hi" }], { templateKwargs: { documents: many } })))).toBe(true);
+    // The server's default documents render when the request sets none (or null), and count the same.
+    const rules = chatRules("vllm", { defaultChatTemplateKwargs: JSON.stringify({ documents: many }) });
+    expect(byLoad(routingJob(chat([{ role: "user", content: "hi" }]), rules))).toBe(true);
+    expect(byLoad(routingJob(chat([{ role: "user", content: "hi" }], { templateKwargs: { documents: null } }), rules))).toBe(true);
+    expect(byLoad(routingJob(chat([{ role: "user", content: "hi" }], { templateKwargs: { documents } }), rules))).toBe(false);
   });
 });
 
