@@ -159,6 +159,8 @@ export async function startEpp(cfg: EppConfig, o: { log?: Logger; kubeConfig?: K
       priorities: () => workers.objectives.current(),
       // In Kubernetes mode the pool's InferenceModelRewrites, applied where each body is read.
       rewriteRules: () => workers.modelRewrites.rules(),
+      rewriteModelNames: () => workers.modelRewrites.modelNames(),
+      servedModels: [cfg.model.name, ...cfg.model.loraAdapters],
       // Saturated by queues: every worker rank waits past --queue-threshold (from the scraped /metrics).
       queuesFull: () => workers.queuesFull(cfg.picker.queueThreshold),
       explainAll: cfg.explain,

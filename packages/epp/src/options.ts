@@ -142,7 +142,7 @@ export const EPP_OPTIONS = {
     ),
     tokenizerMode: opt.string(
       z.string().min(1).default(DEFAULT_TOKENIZER_MODE),
-      "the workers' vLLM --tokenizer-mode: auto, hf and slow render chats with the tokenizer's Jinja template, as mirrored here; any other mode (mistral, deepseek_v32, grok2, ...) renders them in vLLM's own code, which is not mirrored: every chat is routed by load (unrendered, cause template_engine; warned at startup). Under auto, as vLLM's, a model whose config.json names model_type gpt_oss (Harmony), an architecture given its own mode (Grok1ForCausalLM, DeepseekV32ForCausalLM, DeepseekV4ForCausalLM) or a tokenizer directory holding tekken.json or tokenizer.model.v* (Mistral's) is routed by load too; gpt_oss whatever the mode",
+      "the workers' vLLM --tokenizer-mode: auto, hf and slow render chats with the tokenizer's Jinja template, as mirrored here; any other mode (mistral, deepseek_v32, grok2, ...) renders them in vLLM's own code, which is not mirrored: every chat is routed by load (unrendered, cause template_engine; warned at startup). Under auto, as vLLM's, a model whose config.json names model_type gpt_oss (Harmony), an architecture given its own mode (Grok1ForCausalLM, DeepseekV32ForCausalLM, DeepseekV4ForCausalLM, MoonshotKimiaForCausalLM, ... as the tokenizer README lists) or a tokenizer directory holding tekken.json or tokenizer.model.v* anywhere under it (Mistral's) is routed by load too; gpt_oss whatever the mode",
     ),
     anthropicInlineSystem: opt.choice(
       INLINE_SYSTEM_OPTIONS,

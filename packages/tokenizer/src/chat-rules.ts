@@ -12,6 +12,7 @@ import type { ChatMessage, ChatOptions } from "./types";
 import { DEFAULT_RESPONSE_ROLE, vllmRules } from "./vllm-chat";
 import { DEFAULT_INLINE_SYSTEM } from "./request/inline-system";
 import { DEFAULT_DISABLED_THINKING, UNPROBED_DISABLED_THINKING, type DisabledThinkingEffort, type DisabledThinkingOption } from "./request/anthropic-thinking";
+import { parseJsonKeepingFloats } from "./py-values";
 
 /** The workers' serving engine, whose chat rendering is mirrored. */
 export type ChatEngine = "vllm" | "sglang";
@@ -46,8 +47,13 @@ export type ChatRules = {
   /** The content format this engine detects on a template (kept with the compiled template). */
   detectFormat(source: string, ast: unknown): ContentFormat;
   render(messages: readonly ChatMessage[], opts: ChatOptions, server: ChatServer): RenderedChat;
-  /** The tools a request's template gets, as sent (what the routing bound counts of them); undefined for none. */
+  /**
+   * The tools a request's template gets, as sent, the server's default ones included (what the routing bound counts
+   * of them); undefined for none.
+   */
   templateTools(chat: Pick<ChatOptions, "tools" | "toolChoice" | "templateKwargs">): unknown;
+  /** The server's --default-chat-template-kwargs, parsed once for the rules and the renders alike. */
+  readonly defaultKwargs: Record<string, unknown>;
   /**
    * What the engine's `echo` repeats of a chat's final `message` before the reply (vLLM's; an engine that reads no
    * echo has none), undefined where that is not mirrored (conversation.ts echoedText).
@@ -73,7 +79,7 @@ export type ChatRules = {
 
 type RuleFlags = {
   excludeToolsWhenToolChoiceNone?: boolean; responseRole?: string; anthropicInlineSystem?: InlineSystemOption;
-  anthropicDisabledThinkingEffort?: DisabledThinkingOption;
+  anthropicDisabledThinkingEffort?: DisabledThinkingOption; defaultChatTemplateKwargs?: string;
 };
 
 /**
@@ -83,11 +89,20 @@ type RuleFlags = {
  * decides (createPreprocessor).
  */
 export function chatRules(engine: ChatEngine = "vllm", flags: RuleFlags = {}): ChatRules {
-  if (engine === "sglang") return SGLANG_CHAT;
+  const defaults = defaultKwargs(flags.defaultChatTemplateKwargs);
+  if (engine === "sglang") return { ...SGLANG_CHAT, defaultKwargs: defaults };
   const inline = flags.anthropicInlineSystem ?? DEFAULT_INLINE_SYSTEM;
   const disabled = flags.anthropicDisabledThinkingEffort ?? DEFAULT_DISABLED_THINKING;
   return vllmRules(flags.excludeToolsWhenToolChoiceNone === true, flags.responseRole ?? DEFAULT_RESPONSE_ROLE, {
     inlineSystem: inline === "auto" ? "fold" : inline,
     disabledThinkingEffort: disabled === "auto" ? UNPROBED_DISABLED_THINKING : disabled,
-  });
+  }, defaults);
+}
+
+/** The server's default template kwargs from their JSON text (a JSON object: the options checked it). */
+function defaultKwargs(text: string | undefined): Record<string, unknown> {
+  if (text === undefined) return {};
+  const parsed = parseJsonKeepingFloats(text);
+  if (typeof parsed !== "object" || parsed === null || Array.isArray(parsed)) throw new Error("default chat template kwargs must be a JSON object");
+  return parsed as Record<string, unknown>;
 }

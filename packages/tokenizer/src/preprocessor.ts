@@ -1,4 +1,3 @@
-import { parseJsonKeepingFloats } from "./py-values";
 import { byteLevelDecoder } from "./byte-level-decode";
 import { byteFallbackDecode, byteFallbackEncode, byteFallbackRenderChat } from "./byte-fallback";
 import { chatRules, type ChatRules } from "./chat-rules";
@@ -29,7 +28,7 @@ export function createPreprocessor(opts: PreprocessorOptions = {}, files?: Token
   const pre: Preprocessor = read === undefined
     ? byteFallbackPreprocessor(rules)
     : new HfPreprocessor(read, opts.cache ?? {}, opts.fastBpe ?? true, {
-      defaultKwargs: defaultKwargs(opts.defaultChatTemplateKwargs),
+      defaultKwargs: rules.defaultKwargs,
       // It wins over the tokenizer's templates, tools or not (resolve_chat_template's first choice).
       chatTemplate: opts.chatTemplate === undefined || conversation !== undefined ? undefined
         : rules.engine === "sglang" ? loadSglangChatTemplate(opts.chatTemplate) : loadChatTemplate(opts.chatTemplate),
@@ -109,10 +108,3 @@ const byteFallbackPreprocessor = (rules: ChatRules): Preprocessor => ({
   resetCache: () => {},
 });
 
-/** The server's default template kwargs from their JSON text (a JSON object: the options checked it). */
-function defaultKwargs(text: string | undefined): Record<string, unknown> {
-  if (text === undefined) return {};
-  const parsed = parseJsonKeepingFloats(text);
-  if (typeof parsed !== "object" || parsed === null || Array.isArray(parsed)) throw new Error("default chat template kwargs must be a JSON object");
-  return parsed as Record<string, unknown>;
-}

@@ -17,7 +17,7 @@ import { BadRequest } from "./request/bad-request";
 import { optionalBool } from "./request/openai-body";
 import type { ChatMessage, ChatOptions, ContentPart } from "./types";
 
-export const SGLANG_CHAT: ChatRules = {
+export const SGLANG_CHAT: Omit<ChatRules, "defaultKwargs"> = {
   engine: "sglang",
   readChat: sglangChat,
   // Its Responses path builds the chat its own way (labelled developer turns, custom tools), still changing.

@@ -1,5 +1,5 @@
 import { existsSync, readdirSync, readFileSync, statSync } from "node:fs";
-import { join } from "node:path";
+import { join, resolve } from "node:path";
 import { adoptModel, parseTokenizerJson, shareModel, type SharedModel } from "./fast/bpe-model";
 import { isByteLevel } from "./fast/whole-words";
 
@@ -105,12 +105,21 @@ function extraTemplateFiles(dir: string): string[] {
 }
 
 /**
+ * The files a multimodal processor loads its image, video or audio half from. vLLM takes a processor's template only
+ * when AutoProcessor gives a ProcessorMixin, which needs one of them: without, it falls back to the tokenizer (or
+ * fails to load the processor's other half), and the template is the tokenizer's. A processor class named in
+ * tokenizer_config.json or config.json, or given by the model type, does not load without them either.
+ */
+const PROCESSOR_FILES = ["processor_config.json", "preprocessor_config.json", "video_preprocessor_config.json"];
+
+/**
  * A multimodal processor's own template, as ProcessorMixin.get_processor_dict reads it: chat_template.json (its
  * legacy file) wins, refused beside additional_chat_templates/ (no processor then); then the .jinja files (the
  * tokenizer's too: null here, the tokenizer's pick stands); then processor_config.json's chat_template. Only a single
- * template counts; a directory without such files has none.
+ * template counts; a directory without such files, or without a processor (PROCESSOR_FILES), has none.
  */
 function findProcessorChatTemplate(dir: string): string | null {
+  if (!PROCESSOR_FILES.some((f) => existsSync(join(dir, f)))) return null;
   const extra = extraTemplateFiles(dir).length > 0;
   const legacy = readJson(join(dir, "chat_template.json"));
   if (legacy !== undefined) return !extra && typeof legacy.chat_template === "string" ? legacy.chat_template : null;
@@ -121,12 +130,32 @@ function findProcessorChatTemplate(dir: string): string | null {
 
 /**
  * What vLLM reads to pick its renderer (renderers/registry.py): config.json's model_type and architectures, and the
- * files that make its "auto" tokenizer mode Mistral's (tekken.json, tokenizer.model.v*).
+ * files that make its "auto" tokenizer mode Mistral's (tekken.json, tokenizer.model.v*). Read once per directory:
+ * the startup warning (servedVllmRenderer) and the preprocessor both ask, and the search walks the whole directory.
  */
 export function readModelFiles(dir: string): ModelFiles {
-  const config = readJson(join(dir, "config.json"));
-  const mistralTokenizer = readdirSync(dir).some((f) => f === "tekken.json" || f.startsWith("tokenizer.model.v"));
-  return config === undefined ? { mistralTokenizer } : { modelType: config.model_type, architectures: config.architectures, mistralTokenizer };
+  const key = resolve(dir);
+  let files = modelFilesRead.get(key);
+  if (files === undefined) {
+    const config = readJson(join(dir, "config.json"));
+    const mistralTokenizer = hasMistralTokenizer(dir);
+    files = config === undefined ? { mistralTokenizer } : { modelType: config.model_type, architectures: config.architectures, mistralTokenizer };
+    modelFilesRead.set(key, files);
+  }
+  return files;
+}
+const modelFilesRead = new Map<string, ModelFiles>();
+
+/**
+ * A Mistral tokenizer file anywhere under `dir`, as vLLM looks for one (list_repo_files of a local directory: every
+ * file under it, each matched by its base name). A link to a file counts, as in a Hugging Face cache's snapshot.
+ */
+function hasMistralTokenizer(dir: string): boolean {
+  for (const e of readdirSync(dir, { recursive: true, withFileTypes: true })) {
+    if (e.name !== "tekken.json" && !e.name.startsWith("tokenizer.model.v")) continue;
+    if (e.isFile() || (e.isSymbolicLink() && statSync(join(e.parentPath, e.name), { throwIfNoEntry: false })?.isFile())) return true;
+  }
+  return false;
 }
 
 /**

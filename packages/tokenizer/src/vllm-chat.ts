@@ -21,7 +21,9 @@ type ToolChat = Pick<ChatOptions, "tools" | "toolChoice" | "templateKwargs">;
  * routing bound alike. `responseRole`: its --response-role; `messages`: how its Anthropic server converts a
  * /v1/messages body (inline system messages, disabled thinking).
  */
-export function vllmRules(excludeTools: boolean, responseRole: string, messages: Pick<ChatRules, "inlineSystem" | "disabledThinkingEffort">): ChatRules {
+export function vllmRules(
+  excludeTools: boolean, responseRole: string, messages: Pick<ChatRules, "inlineSystem" | "disabledThinkingEffort">, defaultKwargs: Record<string, unknown> = {},
+): ChatRules {
   const tools = (chat: ToolChat, server: ChatServer) => toolsOf(chat, excludeTools, server.flags.defaultKwargs);
   return {
     engine: "vllm",
@@ -29,7 +31,8 @@ export function vllmRules(excludeTools: boolean, responseRole: string, messages:
     rendersResponses: true,
     detectFormat: (_source, ast) => detectContentFormat(ast),
     render: (messages, opts, server) => renderVllmChat(messages, opts, server, tools(opts, server)),
-    templateTools: (chat) => vllmTemplateTools(chat, excludeTools),
+    templateTools: (chat) => vllmTemplateTools(chat, excludeTools, defaultKwargs),
+    defaultKwargs,
     echoed: (message, opts, server) =>
       server.flags.otherRenderer === undefined ? echoedText(message, templateOf(opts, server, tools(opts, server)).format) : undefined,
     responseRole,
@@ -38,10 +41,11 @@ export function vllmRules(excludeTools: boolean, responseRole: string, messages:
 }
 
 /**
- * The tools a request sends its template, as sent (undefined: none): what the routing bound counts of them.
+ * The tools a request's template gets, as sent, the server's default ones (`defaults`' tools) when the request has
+ * none (undefined: none): what the routing bound counts of them.
  */
-export function vllmTemplateTools(chat: ToolChat, excludeTools = false): unknown {
-  return toolsOf(chat, excludeTools)?.value;
+export function vllmTemplateTools(chat: ToolChat, excludeTools = false, defaults: Record<string, unknown> = {}): unknown {
+  return toolsOf(chat, excludeTools, defaults)?.value;
 }
 
 /** The `tools` the template gets: the request's dumped as its pydantic model dumps them, the kwargs' as given. */

@@ -14,11 +14,20 @@ export const DEFAULT_TOKENIZER_MODE = "auto";
  */
 const JINJA_MODES = new Set([DEFAULT_TOKENIZER_MODE, "hf", "slow"]);
 
-/** Architectures ModelConfig gives a tokenizer mode of their own under "auto", each selecting a renderer that is not HF's. */
+/**
+ * Architectures ModelConfig gives a tokenizer mode of their own under "auto", each selecting a renderer that is not
+ * HF's, or HF's over a tokenizer not read here (kimi_audio and qwen_vl tokenize with tiktoken). The list changes
+ * between vLLM releases: this is every release's, as routing such a chat by load is never wrong.
+ */
 const ARCHITECTURE_MODES: Readonly<Record<string, string>> = {
   Grok1ForCausalLM: "grok2",
+  MoonshotKimiaForCausalLM: "kimi_audio",
+  QwenVLForConditionalGeneration: "qwen_vl",
+  KimiK3ForConditionalGeneration: "kimi_k3",
   DeepseekV32ForCausalLM: "deepseek_v32",
   DeepseekV4ForCausalLM: "deepseek_v4",
+  DeepseekV4ForConditionalGeneration: "deepseek_v4",
+  DeepseekV41ForCausalLM: "deepseek_v41",
 };
 
 /**

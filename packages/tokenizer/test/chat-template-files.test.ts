@@ -14,6 +14,8 @@ import { qwen3TokenizerDir } from "./qwen3-fixture";
 const DEFAULT = "D{% for m in messages %}[{{ m.content }}]{% endfor %}";
 const TOOL_USE = "T{{ tools | length }}{% for m in messages %}{% for p in m.content %}({{ p.text }}){% endfor %}{% endfor %}";
 const messages = [{ role: "user", content: "hi" }];
+/** What makes a directory's processor load (its image half), beside its template files. */
+const IMAGE_PROCESSOR = { "preprocessor_config.json": JSON.stringify({ image_processor_type: "Qwen2VLImageProcessor" }) };
 const tools = [{ type: "function", function: { name: "f" } }];
 
 let root: string;
@@ -81,9 +83,11 @@ describe("the chat template a tokenizer directory gives a request", () => {
     expect(() => toolsOnly.renderChat(messages)).toThrow(ChatTemplateError);
   });
 
-  test("without a template in the tokenizer's files, a processor's chat_template.json", () => {
-    const pre = tokenizerDir("processor-json", undefined, { "chat_template.json": JSON.stringify({ chat_template: DEFAULT }) });
+  test("without a template in the tokenizer's files, a processor's chat_template.json; no processor, no template", () => {
+    const pre = tokenizerDir("processor-json", undefined, { "chat_template.json": JSON.stringify({ chat_template: DEFAULT }), ...IMAGE_PROCESSOR });
     expect(pre.renderChat(messages)).toBe("D[hi]");
+    // transformers' tokenizer does not read chat_template.json, and without its image half there is no processor.
+    expect(() => tokenizerDir("processor-json-alone", undefined, { "chat_template.json": JSON.stringify({ chat_template: DEFAULT }) }).renderChat(messages)).toThrow(ChatTemplateError);
   });
 
   test("a chat_template_kwargs' tools pick the template as the request's would: tool_use", () => {
@@ -98,7 +102,7 @@ describe("a multimodal processor's own template (resolve_chat_template: before t
   const PROCESSOR = "P{% for m in messages %}{% for p in m.content %}<{{ p.text }}>{% endfor %}{% endfor %}";
 
   test("chat_template.json renders a chat without tools, with its own content format; a chat with tools gets the tokenizer's", () => {
-    const pre = tokenizerDir("processor-first", DEFAULT, { "chat_template.json": JSON.stringify({ chat_template: PROCESSOR }) });
+    const pre = tokenizerDir("processor-first", DEFAULT, { "chat_template.json": JSON.stringify({ chat_template: PROCESSOR }), ...IMAGE_PROCESSOR });
     expect(pre.renderChat(messages)).toBe("P<hi>");
     expect(pre.renderChat(messages, { tools })).toBe("D[hi]");
     // An empty list is tools all the same (not None); the kwargs' tools too.
@@ -106,18 +110,24 @@ describe("a multimodal processor's own template (resolve_chat_template: before t
     expect(pre.renderChat(messages, { templateKwargs: { tools } })).toBe("D[hi]");
     expect(pre.decode(pre.encodeChat(messages))).toBe("P<hi>");
     // --chat-template wins over it.
-    const flagged = tokenizerDir("processor-flag", DEFAULT, { "chat_template.json": JSON.stringify({ chat_template: PROCESSOR }) }, { chatTemplate: "F{{ messages[0].content }}" });
+    const flagged = tokenizerDir("processor-flag", DEFAULT, { "chat_template.json": JSON.stringify({ chat_template: PROCESSOR }), ...IMAGE_PROCESSOR }, { chatTemplate: "F{{ messages[0].content }}" });
     expect(flagged.renderChat(messages)).toBe("Fhi");
   });
 
   test("it wins over chat_template.jinja too; processor_config.json's counts only without either file", () => {
     const json = JSON.stringify({ chat_template: PROCESSOR });
-    expect(tokenizerDir("processor-over-jinja", undefined, { "chat_template.json": json, "chat_template.jinja": DEFAULT }).renderChat(messages)).toBe("P<hi>");
+    expect(tokenizerDir("processor-over-jinja", undefined, { "chat_template.json": json, "chat_template.jinja": DEFAULT, ...IMAGE_PROCESSOR }).renderChat(messages)).toBe("P<hi>");
     expect(tokenizerDir("processor-config", DEFAULT, { "processor_config.json": json }).renderChat(messages)).toBe("P<hi>");
     expect(tokenizerDir("processor-config-jinja", undefined, { "processor_config.json": json, "chat_template.jinja": DEFAULT }).renderChat(messages)).toBe("D[hi]");
     // Beside additional_chat_templates/ the legacy file makes transformers refuse the processor: the tokenizer's render.
-    const conflict = tokenizerDir("processor-conflict", undefined, { "chat_template.json": json, "chat_template.jinja": DEFAULT, "additional_chat_templates/tool_use.jinja": TOOL_USE });
+    const conflict = tokenizerDir("processor-conflict", undefined, { "chat_template.json": json, "chat_template.jinja": DEFAULT, "additional_chat_templates/tool_use.jinja": TOOL_USE, ...IMAGE_PROCESSOR });
     expect(conflict.renderChat(messages)).toBe("D[hi]");
+  });
+
+  test("only a directory with a processor's image, video or audio half has a processor: else the tokenizer's template renders", () => {
+    const json = JSON.stringify({ chat_template: PROCESSOR });
+    expect(tokenizerDir("no-processor", DEFAULT, { "chat_template.json": json }).renderChat(messages)).toBe("D[hi]");
+    expect(tokenizerDir("video-processor", DEFAULT, { "chat_template.json": json, "video_preprocessor_config.json": "{}" }).renderChat(messages)).toBe("P<hi>");
   });
 });
 
@@ -168,9 +178,17 @@ describe("vLLM's renderers other than its Jinja one: the chat is unrenderable he
   test("under auto: the architectures given a mode of their own, and Mistral's tokenizer files; an explicit hf renders them", () => {
     expect(unrendered(tokenizerDir("auto-v32", DEFAULT, config({ model_type: "deepseek_v32", architectures: ["DeepseekV32ForCausalLM"] })))).toContain("deepseek_v32");
     expect(unrendered(tokenizerDir("auto-grok", DEFAULT, config({ architectures: ["Grok1ForCausalLM"] })))).toContain("grok2");
+    expect(unrendered(tokenizerDir("auto-kimi-audio", DEFAULT, config({ architectures: ["MoonshotKimiaForCausalLM"] })))).toContain("kimi_audio");
+    expect(unrendered(tokenizerDir("auto-qwen-vl", DEFAULT, config({ architectures: ["QwenVLForConditionalGeneration"] })))).toContain("qwen_vl");
     expect(unrendered(tokenizerDir("auto-tekken", DEFAULT, { "tekken.json": "{}" }))).toContain("Mistral");
     expect(unrendered(tokenizerDir("auto-sentencepiece", DEFAULT, { "tokenizer.model.v3": "" }))).toContain("Mistral");
     expect(tokenizerDir("hf-tekken", DEFAULT, { "tekken.json": "{}" }, { tokenizerMode: "hf" }).renderChat(messages)).toBe("D[hi]");
+  });
+
+  test("Mistral's tokenizer files count anywhere under the directory, as vLLM lists a local model's files; a directory so named does not", () => {
+    expect(unrendered(tokenizerDir("auto-tekken-nested", DEFAULT, { "mistral/tekken.json": "{}" }))).toContain("Mistral");
+    expect(unrendered(tokenizerDir("auto-sentencepiece-nested", DEFAULT, { "a/b/tokenizer.model.v7": "" }))).toContain("Mistral");
+    expect(tokenizerDir("tekken-dir", DEFAULT, { "tekken.json/x": "" }).renderChat(messages)).toBe("D[hi]");
   });
 
   test("the same is told once for the startup warning, from the directory and the flags", () => {
@@ -180,5 +198,11 @@ describe("vLLM's renderers other than its Jinja one: the chat is unrenderable he
     expect(servedVllmRenderer({ tokenizerDir: source })).toBeNull();
     expect(servedVllmRenderer({ tokenizerDir: source, tokenizerMode: "mistral" })).toContain('"mistral"');
     expect(servedVllmRenderer({ tokenizerMode: "mistral" })).toBeNull();
+  });
+
+  test("the directory is read for it once: the startup warning tells what the preprocessor read", () => {
+    tokenizerDir("told-once", DEFAULT, config({ model_type: "gpt_oss" }));
+    writeFileSync(join(root, "told-once", "config.json"), JSON.stringify({ model_type: "qwen3" }));
+    expect(servedVllmRenderer({ tokenizerDir: join(root, "told-once") })).toContain("Harmony");
   });
 });

@@ -1,5 +1,5 @@
 import { describe, expect, test } from "bun:test";
-import { DEFAULT_FAIRNESS_ID, hasCriticalObjective, requestClass, shedReason } from "./gaie-headers.ts";
+import { BoundedLabels, DEFAULT_FAIRNESS_ID, hasCriticalObjective, requestClass, shedReason } from "./gaie-headers.ts";
 
 describe("shedReason: lower priorities are shed first", () => {
   const at = (inflight: number, priority: number, criticalKnown: boolean, queuesFull = false) =>
@@ -48,5 +48,17 @@ describe("requestClass", () => {
     const both = { headers: [{ key: "x-llm-d-inference-objective", raw_value: Buffer.from("chat") }, ...header("batch")] };
     expect(requestClass(both, priorities).priority).toBe(5);
     expect(requestClass(undefined, priorities)).toEqual({ modelRewrite: undefined, priority: 0, fairnessId: DEFAULT_FAIRNESS_ID });
+  });
+});
+
+describe("BoundedLabels", () => {
+  test("pinned names stay themselves through a flood of invented ones, and take no place in the bound", () => {
+    const labels = new BoundedLabels(3, 8);
+    labels.pin(["served", "rewrite-target-long", ""]);
+    expect(["a", "b", "c", "d"].map((n) => labels.label(n))).toEqual(["a", "b", "c", "other"]);
+    expect(labels.label("served")).toBe("served");
+    // A pinned name is bounded in length as any other, and stays pinned at that length.
+    expect(labels.label("rewrite-target-long")).toBe("rewrite-");
+    expect(labels.label("")).toBe("other");
   });
 });

@@ -66,16 +66,28 @@ export function hasCriticalObjective(priorities: ReadonlyMap<string, number>): b
 /**
  * Label values a client chooses (a fairness id, a model name): bounded in number and length, so a client inventing
  * them cannot grow the series without end. Past `max` distinct values, a new one is "other" (as llm-d's router).
+ * Pinned values (configured model names) are always themselves and take no place in `max`, so invented names cannot
+ * crowd a served model into "other" (llm-d's PreAdmitModelLabels). A pin is never taken back: a running request's
+ * gauge is decremented under the label it was incremented under.
  */
 export class BoundedLabels {
   private readonly seen = new Set<string>();
+  private readonly pinned = new Set<string>();
   constructor(private readonly max = 64, private readonly maxLength = 64) {}
 
   label(id: string): string {
-    const v = id.length > this.maxLength ? id.slice(0, this.maxLength) : id;
-    if (this.seen.has(v)) return v;
+    const v = this.cut(id);
+    if (this.pinned.has(v) || this.seen.has(v)) return v;
     if (this.seen.size >= this.max) return "other";
     this.seen.add(v);
     return v;
+  }
+
+  pin(ids: Iterable<string>): void {
+    for (const id of ids) if (id !== "") this.pinned.add(this.cut(id));
+  }
+
+  private cut(id: string): string {
+    return id.length > this.maxLength ? id.slice(0, this.maxLength) : id;
   }
 }

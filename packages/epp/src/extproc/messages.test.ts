@@ -1,6 +1,6 @@
 import { describe, expect, test } from "bun:test";
 import fc from "fast-check";
-import { responseEncoder, routedHeaders, streamedBody, type ProcessingResponse } from "./messages.ts";
+import { METADATA_NAMESPACE, responseEncoder, routedHeaders, SCORES_KEY, streamedBody, type ProcessingResponse, type Struct } from "./messages.ts";
 import { loadProtos } from "./protos.ts";
 
 const method = loadProtos().extProc.service.Process!;
@@ -37,5 +37,18 @@ describe("responseEncoder", () => {
   test("other answers go through the serializer", () => {
     const m = routedHeaders({ endpoint: "10.0.0.1:8000" });
     expect(Buffer.from(encode(m) as Uint8Array).toString("hex")).toBe(serialize(m).toString("hex"));
+  });
+});
+
+describe("route metadata", () => {
+  const lb = (m: ProcessingResponse) => (m.dynamic_metadata as Struct | undefined)?.fields?.[METADATA_NAMESPACE]?.structValue?.fields;
+
+  test("endpoint scores go beside the destination; with none scored the key is left out, not sent empty (as llm-d)", () => {
+    expect(lb(routedHeaders({ endpoint: "10.0.0.1:8000", scores: { "10.0.0.1:8000": -1.5 } }))?.[SCORES_KEY]).toEqual({
+      structValue: { fields: { "10.0.0.1:8000": { numberValue: -1.5 } } },
+    });
+    const none = lb(routedHeaders({ endpoint: "10.0.0.1:8000", scores: {} }));
+    expect(none).toBeDefined();
+    expect(Object.keys(none!)).not.toContain(SCORES_KEY);
   });
 });

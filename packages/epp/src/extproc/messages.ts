@@ -121,7 +121,8 @@ function routeCommon(r: Route) {
 
 function routeMetadata(r: Route): Struct {
   const fields: Struct["fields"] = { [DESTINATION_HEADER]: { stringValue: r.endpoint } };
-  if (r.scores) fields[SCORES_KEY] = { structValue: { fields: Object.fromEntries(Object.entries(r.scores).map(([e, s]) => [e, { numberValue: s }])) } };
+  // No endpoint with a finite score: the key is left out, as llm-d leaves it, rather than sent empty.
+  if (r.scores && Object.keys(r.scores).length > 0) fields[SCORES_KEY] = { structValue: { fields: Object.fromEntries(Object.entries(r.scores).map(([e, s]) => [e, { numberValue: s }])) } };
   return { fields: { [METADATA_NAMESPACE]: { structValue: { fields } } } };
 }
 

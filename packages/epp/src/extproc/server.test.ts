@@ -97,7 +97,8 @@ const ENDPOINT = "10.0.0.1:8000";
  * its protocol_config says (undefined: it sends none, the flags' modes apply); `responses`: the gateway's response
  * body mode (default none sent); `path`: the request's :path.
  */
-function routedStream(mode: BodySendMode | undefined, deps: Partial<ExtProcDeps> = {}, opts: { responses?: BodySendMode; path?: string } = {}) {
+/** `opts.handle`: another stream of a handler routedStream returned (its server's shared state with it). */
+function routedStream(mode: BodySendMode | undefined, deps: Partial<ExtProcDeps> = {}, opts: { responses?: BodySendMode; path?: string; handle?: (call: never) => void } = {}) {
   const candidates: Candidate[] = [{ workerId: "w", dpRank: 0, key: workerKey({ workerId: "w", dpRank: 0 }), endpoint: ENDPOINT, rankHeader: undefined }];
   const index = KvIndex.create({ blockSize: 16 });
   const load = new ActiveLoad();
@@ -111,7 +112,7 @@ function routedStream(mode: BodySendMode | undefined, deps: Partial<ExtProcDeps>
     latency,
   });
   const routing: RoutingContext = { picker, load, latency, metrics: NO_METRICS, candidates: () => candidates, clock: { now: () => 0 } };
-  const handle = createProcessHandler({
+  const handle = opts.handle ?? createProcessHandler({
     routing,
     tokenizeBody: () => {
       throw new Error("no body to read");
@@ -129,7 +130,7 @@ function routedStream(mode: BodySendMode | undefined, deps: Partial<ExtProcDeps>
   const headers = opts.path === undefined ? [] : [{ key: ":path", raw_value: new TextEncoder().encode(opts.path) }];
   const protocolConfig = mode === undefined ? {} : { protocol_config: { request_body_mode: mode, ...(opts.responses ? { response_body_mode: opts.responses } : {}) } };
   data({ request: "request_headers", request_headers: { headers: { headers } }, ...protocolConfig });
-  return { call, data };
+  return { call, data, handle };
 }
 
 type Answer = { request_headers?: { response?: { header_mutation?: { set_headers?: { header: { key: string } }[] } } }; dynamic_metadata?: unknown };
@@ -398,4 +399,30 @@ describe("without protocol_config, the body modes --body-mode and --response-bod
     expect(answers("full-duplex", "auto")).toBe("streamed_response");
     expect(answers("buffered", "auto")).toBe("continue");
   });
+});
+
+test("configured model names keep their own labels after a flood of invented ones fills the bound: the served model, its adapters, the rewrite rules' models", async () => {
+  const metrics = createMetrics();
+  const bodyBudget = new BodyBudget(1 << 20);
+  let ruleNames: readonly string[] = [];
+  let model = "";
+  let handle: ((call: never) => void) | undefined;
+  const routeOne = (name: string) => {
+    model = name;
+    const stream = routedStream("FULL_DUPLEX_STREAMED", {
+      metrics, bodyBudget, servedModels: ["served", "adapter"], rewriteModelNames: () => ruleNames,
+      tokenizeBody: (req) => ({ fields: { kind: "none", model }, tokens: new Uint32Array(0), body: req.body, rewritten: false }),
+    }, { handle });
+    handle = stream.handle;
+    stream.data({ request: "request_body", request_body: { body: new TextEncoder().encode("{}"), end_of_stream: true } });
+  };
+  for (let i = 0; i < 1000; i++) routeOne(`invented-${i}`);
+  ruleNames = ["canary"]; // the watch brought a rule rewriting to "canary"
+  for (const name of ["served", "adapter", "canary", "late-invented"]) routeOne(name);
+  const labels = (await metrics.registry.getSingleMetric("llm_d_epp_request_total")!.get()).values.map((v) => v.labels.model_name);
+  expect(labels).toContain("served");
+  expect(labels).toContain("adapter");
+  expect(labels).toContain("canary");
+  expect(labels).not.toContain("late-invented");
+  expect(labels).toContain("other");
 });

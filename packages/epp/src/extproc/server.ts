@@ -65,6 +65,10 @@ export type ExtProcDeps = {
   priorities?: () => ReadonlyMap<string, number>;
   /** The pool's InferenceModelRewrite rules (undefined: none), read per request: the watch replaces them. */
   rewriteRules?: () => RewriteRules | undefined;
+  /** The model names those rules match and rewrite to (the same array until they change): never "other" as labels. */
+  rewriteModelNames?: () => readonly string[];
+  /** The served model and its LoRA adapters: never "other" as labels. */
+  servedModels?: readonly string[];
   /** Every worker is over --queue-threshold (saturated: sheddable requests get 429). */
   queuesFull?: () => boolean;
   /** Next-best distinct endpoints sent after the pick, for the gateway's retries (0: none). */
@@ -83,6 +87,8 @@ export type ExtProcDeps = {
 type Shared = {
   warned: Set<string>;
   labels: ClientLabels;
+  /** The rewrite rules' model names last pinned in labels.models. */
+  pinnedRewriteNames?: readonly string[];
   /** Rejected streams, logged at most once per reason per interval (a client may send them in a loop). */
   warnRejected: (reason: string, fields?: Record<string, unknown>) => void;
   /** Bodies routed by load because the body budget was spent: logged at most once per interval (it comes in bursts). */
@@ -153,6 +159,7 @@ export function createProcessHandler(deps: ExtProcDeps): (call: Duplex) => void 
   // per server: per process as deployed
   // Model names are client input too: bounded at 1000 values, as llm-d bounds them.
   const labels = { fairness: new BoundedLabels(), models: new BoundedLabels(1000, 256) };
+  labels.models.pin(deps.servedModels ?? []);
   const shared: Shared = { warned: new Set(), labels, warnRejected: throttledWarn(deps.log, "ext_proc stream rejected"),
     warnOverflow: throttledWarn(deps.log, "ext_proc body budget spent: bodies routed by load and passed through unbuffered"),
     warnSlowPick: throttledWarn(deps.log, "slow pick (over --slow-pick-ms): where its time went"),
@@ -600,6 +607,14 @@ class ProcessStream {
     });
   }
 
+  /** The rewrite rules' model names pinned as labels before a request is labelled, whenever the rules have changed. */
+  private pinRewriteNames(): void {
+    const names = this.deps.rewriteModelNames?.();
+    if (names === undefined || names === this.shared.pinnedRewriteNames) return;
+    this.shared.labels.models.pin(names);
+    this.shared.pinnedRewriteNames = names;
+  }
+
   /** A body the model server would refuse: 400, counted (TooDeep also by depth). False for any other error. */
   private refused(err: unknown): boolean {
     if (!(err instanceof BadRequest)) return false;
@@ -613,6 +628,7 @@ class ProcessStream {
     const routeStarted = performance.now();
     const { fields, tokens, promptTokens, newTurnTokens, body } = read;
     this.release(req); // answered or handed back in this call: no longer held for a route
+    this.pinRewriteNames();
     req.figures.models(fields.model, scoredModel(req.cls, fields));
     if (fields.cut !== undefined) {
       this.deps.metrics.partialBodies.inc();

@@ -63,6 +63,20 @@ describe("precedence, as llm-d's rewrite store", () => {
     expect(target(r, "chat")?.target).toBe("y");
   });
 
+  test("the model names of every rule of the pool, winning or not, are its configured names (kept out of the label bound)", () => {
+    const r = new ModelRewrites();
+    r.setWatched(
+      [
+        rewrite("newer", T1, [exact("chat", "from-newer")]),
+        rewrite("older", T0, [exact("chat", "first"), generic("base", "base-canary")]),
+        rewrite("other-pool", T0, [exact("elsewhere", "x")], { name: "other" }),
+      ],
+      "pool",
+    );
+    expect([...r.modelNames()].sort()).toEqual(["base", "base-canary", "chat", "first", "from-newer"]);
+    expect(r.modelNames()).toBe(r.modelNames());
+  });
+
   test("a rule without targets resolves to the empty model (llm-d answers 400)", () => {
     const r = new ModelRewrites();
     r.setWatched([rewrite("empty", T0, [{ matches: [{ model: { value: "chat" } }] }])], "pool");

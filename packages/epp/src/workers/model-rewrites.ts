@@ -23,16 +23,20 @@ const byPrecedence = (a: Ranked, b: Ranked) => a.created - b.created || (a.rewri
 /** The pool's rules, as requests' bodies are read with them (readBody's rewriteRules), replaced on every change of the watched set. */
 export class ModelRewrites {
   private snapshot: RewriteRules | undefined;
+  private names: readonly string[] = [];
 
   /** The pool's rewrites (others, and those being deleted, are skipped). */
   setWatched(items: readonly InferenceModelRewrite[], poolName: string): void {
     const exact = new Map<string, Ranked[]>();
     const generic: Ranked[] = [];
+    const names = new Set<string>();
     for (const o of items) {
       if (!forPool(o, poolName)) continue;
       const created = Date.parse(String(o.metadata?.creationTimestamp ?? "")) || 0;
       (o.spec?.rules ?? []).forEach((rule, index) => {
         const r = { rule, rewrite: o.metadata!.name!, created, index };
+        for (const m of rule.matches ?? []) if (m.model) names.add(m.model.value);
+        for (const t of rule.targets ?? []) names.add(t.modelRewrite);
         if (!rule.matches?.length) return void generic.push(r);
         // A match without a model matches nothing (llm-d's exactModels skips it).
         for (const model of new Set(rule.matches.flatMap((m) => (m.model ? [m.model.value] : [])))) {
@@ -51,6 +55,15 @@ export class ModelRewrites {
       exact: new Map([...exact].map(([model, list]) => [model, winner(list)])),
       ...(generic.length > 0 ? { generic: winner(generic) } : {}),
     };
+    this.names = [...names];
+  }
+
+  /**
+   * The model names the pool's rules match and rewrite to, every rule's (llm-d's configuredModelNames): labels kept
+   * from the bound on client-chosen names. The same array until the watched set changes.
+   */
+  modelNames(): readonly string[] {
+    return this.names;
   }
 
   /** The rules to read a body with; undefined when the pool has none (nothing crosses with the body). */

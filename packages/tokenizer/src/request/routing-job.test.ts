@@ -160,6 +160,16 @@ describe("routingJob bounds the tools and documents", () => {
     expect(byLoad(routingJob(ask({ tools: big }), chatRules("sglang")))).toBe(false);
   });
 
+  test("the server's default tools (--default-chat-template-kwargs) count when the request's template gets them", () => {
+    const big = [tool("search", words(ROUTING_TEXT_CHARS, 2))];
+    const rules = chatRules("vllm", { defaultChatTemplateKwargs: JSON.stringify({ tools: big }) });
+    const ask = (opts: Record<string, unknown> = {}) => chat([{ role: "user", content: "hi" }], opts);
+    expect(byLoad(routingJob(ask(), rules))).toBe(true);
+    // The request's own tools (or its kwargs') render instead of the defaults.
+    expect(byLoad(routingJob(ask({ tools: [tool("fetch", "f")] }), rules))).toBe(false);
+    expect(byLoad(routingJob(ask({ templateKwargs: { tools: [] } }), rules))).toBe(false);
+  });
+
   test("a RAG request's documents count as tools do: past the bound by load, within it the messages get the rest", () => {
     const documents = [{ title: "a", text: words(ROUTING_TEXT_CHARS / 2, 4) }];
     const job = chatJob(chat([{ role: "user", content: words(2 * ROUTING_TEXT_CHARS) }], { templateKwargs: { documents } }));
@@ -167,6 +177,11 @@ describe("routingJob bounds the tools and documents", () => {
     expect(jobText(job) + JSON.stringify(documents).length).toBeLessThanOrEqual(ROUTING_TEXT_CHARS);
     const many = [...documents, { title: "b", text: words(ROUTING_TEXT_CHARS / 2, 5) }, { title: "c", text: words(ROUTING_TEXT_CHARS / 4, 6) }];
     expect(byLoad(routingJob(chat([{ role: "user", content: "hi" }], { templateKwargs: { documents: many } })))).toBe(true);
+    // The server's default documents render when the request sets none (or null), and count the same.
+    const rules = chatRules("vllm", { defaultChatTemplateKwargs: JSON.stringify({ documents: many }) });
+    expect(byLoad(routingJob(chat([{ role: "user", content: "hi" }]), rules))).toBe(true);
+    expect(byLoad(routingJob(chat([{ role: "user", content: "hi" }], { templateKwargs: { documents: null } }), rules))).toBe(true);
+    expect(byLoad(routingJob(chat([{ role: "user", content: "hi" }], { templateKwargs: { documents } }), rules))).toBe(false);
   });
 });
 

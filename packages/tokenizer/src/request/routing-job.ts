@@ -36,7 +36,7 @@ export function routingJob(input: RoutedInput, rules?: ChatRules): TokenizeJob |
       // Tools and a RAG request's documents render whole (each one's JSON or text, in an order and place the
       // template picks), so no cut of them keeps the rendering a prefix of the request's: past the bound they are
       // routed by load; within it, the messages get what remains. Only the tools the template gets count.
-      const documents = input.templateKwargs?.documents;
+      const documents = templateDocuments(input, rules);
       const tools = rules === undefined ? vllmTemplateTools(input) : rules.templateTools(input);
       const wholeChars = (tools === undefined ? 0 : JSON.stringify(tools).length) +
         (documents === undefined || documents === null ? 0 : JSON.stringify(documents).length);
@@ -60,6 +60,15 @@ export function routingJob(input: RoutedInput, rules?: ChatRules): TokenizeJob |
       return { kind: "chat", messages, opts, cutAtMedia: true, cut: messages.length < input.messages.length ? "before-final" : "in-final" };
     }
   }
+}
+
+/**
+ * The documents the template gets: the request's kwargs', else (unset, null or "auto": vLLM's ChatParams.with_defaults
+ * keeps the default then) the server's default kwargs'.
+ */
+function templateDocuments(input: { templateKwargs?: Record<string, unknown> }, rules: ChatRules | undefined): unknown {
+  const own = input.templateKwargs?.documents;
+  return own === undefined || own === null || own === "auto" ? rules?.defaultKwargs.documents : own;
 }
 
 /** `text`, or its start up to the last whitespace before `max` (tokens before a space do not depend on what follows). */
