@@ -9,7 +9,7 @@ import type { KubeConfig } from "@kubernetes/client-node";
 import type { RecoveryOutcome } from "@kv-epp/recovery";
 import { listenerHeartbeat } from "@kv-epp/kv-events";
 import { parseEndpoint } from "@kv-epp/protocol";
-import { createPreprocessor, DEFAULT_CACHE_MAX_BYTES, eventLoopLag, ignoredRenderingFlags, loadChatTemplate, loadSglangChatTemplate, poolMetrics, poolSizing, servedConversationTemplate, servedVllmRenderer, TokenizerPool, warmUp } from "@kv-epp/tokenizer";
+import { createPreprocessor, DEFAULT_CACHE_MAX_BYTES, eventLoopLag, ignoredRenderingFlags, loadChatTemplate, loadSglangChatTemplate, poolMetrics, poolSizing, servedConversationTemplate, servedVllmRenderer, TokenizerPool, warmUp, type PreprocessorOptions } from "@kv-epp/tokenizer";
 import pino, { type Logger } from "pino";
 import { ConfigError, parseConfig, preprocessorOptions, usage, usesKubernetes, type EppConfig } from "./config.ts";
 import { BodyBudget } from "./extproc/body-budget.ts";
@@ -304,7 +304,7 @@ async function tokenizationOf(cfg: EppConfig, metrics: Metrics, log: Logger): Pr
     }
   }
   if (cfg.tokenizerDir === undefined || cfg.tokenizerThreads === 0) {
-    const pre = preprocessorOf(cfg, metrics);
+    const pre = preprocessorOf(cfg, metrics, log);
     if (cfg.tokenizerDir !== undefined) {
       const warm = warmUp(pre);
       log.info({ tokens: warm.tokens, ms: Math.round(warm.ms) }, "tokenizer warmed up");
@@ -345,9 +345,9 @@ function badTokenizerDir(cfg: EppConfig, err: unknown): ConfigError {
   return new ConfigError(`invalid value for --tokenizer-dir: ${JSON.stringify(cfg.tokenizerDir)}: ${(err as Error).message}`);
 }
 
-function preprocessorOf(cfg: EppConfig, metrics: Metrics): ReturnType<typeof createPreprocessor> {
+function preprocessorOf(cfg: EppConfig, metrics: Metrics, log: PreprocessorOptions["log"]): ReturnType<typeof createPreprocessor> {
   try {
-    return createPreprocessor({ ...preprocessorOptions(cfg), registry: metrics.registry });
+    return createPreprocessor({ ...preprocessorOptions(cfg), registry: metrics.registry, log });
   } catch (err) {
     throw badTokenizerDir(cfg, err);
   }

@@ -12,7 +12,7 @@ export { choose, DEFAULT_SHAPE, DEFAULT_WEIGHTS, SCORE_SHAPE, type CostShape, ty
 export { LatencyModel, DEFAULT_AWAY_WEIGHT, DEFAULT_FOLLOWER_WEIGHT, DEFAULT_FOLLOWER_WEIGHT_MAX, uncachedTokens } from "./latency.ts";
 export { EvictionRegret, FollowerWeight, followerRange, type FollowerRange } from "./eviction-regret.ts";
 export type { ReplicaSet } from "./home.ts";
-export { DEFAULT_LORA_WEIGHT, loraAffinity, type LoraAdapters } from "./lora.ts";
+export type { LoraAdapters } from "./lora.ts";
 export { EXPLAIN_REQUEST_HEADER, EXPLANATION_HEADER, explanation } from "./explain.ts";
 // One request's routing life: route -> decision + lease, first byte, served by, end -> calibration.
 export { RoutedRequest, type Reported, type RouteOptions, type Routing, type RoutingContext } from "./routed-request.ts";

@@ -7,10 +7,10 @@ import type { ContentFormat } from "./content-format";
 import type { ServerRendering } from "./hf-preprocessor";
 import type { InlineSystemMode, InlineSystemOption } from "./request/inline-system";
 import type { RoutedInput } from "./request/openai-body";
-import { SGLANG_CHAT } from "./sglang-chat";
+import { sglangRules } from "./sglang-chat";
 import type { ChatMessage, ChatOptions } from "./types";
 import { DEFAULT_RESPONSE_ROLE, vllmRules } from "./vllm-chat";
-import { DEFAULT_INLINE_SYSTEM } from "./request/inline-system";
+import { DEFAULT_INLINE_SYSTEM, UNPROBED_INLINE_SYSTEM } from "./request/inline-system";
 import { DEFAULT_DISABLED_THINKING, UNPROBED_DISABLED_THINKING, type DisabledThinkingEffort, type DisabledThinkingOption } from "./request/anthropic-thinking";
 import { parseJsonKeepingFloats } from "./py-values";
 
@@ -86,15 +86,15 @@ type RuleFlags = {
  * The rules of `engine`, under the server's flags that decide which tools reach the template, the role its replies
  * come with, where a Messages body's inline system messages go and what its disabled thinking becomes (vLLM's).
  * "auto" means what vLLM's probes answer when they cannot decide ("fold", "low") until a probe of the renderer
- * decides (createPreprocessor).
+ * decides (createPreprocessor; a pool's, settledMessagesOptions).
  */
 export function chatRules(engine: ChatEngine = "vllm", flags: RuleFlags = {}): ChatRules {
   const defaults = defaultKwargs(flags.defaultChatTemplateKwargs);
-  if (engine === "sglang") return { ...SGLANG_CHAT, defaultKwargs: defaults };
+  if (engine === "sglang") return sglangRules(defaults);
   const inline = flags.anthropicInlineSystem ?? DEFAULT_INLINE_SYSTEM;
   const disabled = flags.anthropicDisabledThinkingEffort ?? DEFAULT_DISABLED_THINKING;
   return vllmRules(flags.excludeToolsWhenToolChoiceNone === true, flags.responseRole ?? DEFAULT_RESPONSE_ROLE, {
-    inlineSystem: inline === "auto" ? "fold" : inline,
+    inlineSystem: inline === "auto" ? UNPROBED_INLINE_SYSTEM : inline,
     disabledThinkingEffort: disabled === "auto" ? UNPROBED_DISABLED_THINKING : disabled,
   }, defaults);
 }

@@ -256,12 +256,10 @@ const SPECIAL_TOKEN_NAMES = ["bos_token", "eos_token", "unk_token", "sep_token",
 
 /**
  * What the server's flags change in the chats it renders (see PreprocessorOptions); SGLang's rules read only its
- * defaultKwargs, chatTemplate and conversationTemplate, vLLM's all but conversationTemplate. vLLM's
- * --exclude-tools-when-tool-choice-none and --response-role are in its rules (chatRules).
+ * chatTemplate and conversationTemplate, vLLM's all but conversationTemplate. --default-chat-template-kwargs, vLLM's
+ * --exclude-tools-when-tool-choice-none and --response-role are in the rules (chatRules).
  */
 export type ServerRendering = {
-  /** --default-chat-template-kwargs, parsed. */
-  defaultKwargs?: Record<string, unknown>;
   /** --chat-template, loaded (the template's text). */
   chatTemplate?: string;
   /** SGLang's conversation template, which every chat renders with in place of a Jinja template (not mirrored). */

@@ -28,7 +28,6 @@ export function createPreprocessor(opts: PreprocessorOptions = {}, files?: Token
   const pre: Preprocessor = read === undefined
     ? byteFallbackPreprocessor(rules)
     : new HfPreprocessor(read, opts.cache ?? {}, opts.fastBpe ?? true, {
-      defaultKwargs: rules.defaultKwargs,
       // It wins over the tokenizer's templates, tools or not (resolve_chat_template's first choice).
       chatTemplate: opts.chatTemplate === undefined || conversation !== undefined ? undefined
         : rules.engine === "sglang" ? loadSglangChatTemplate(opts.chatTemplate) : loadChatTemplate(opts.chatTemplate),
@@ -47,7 +46,8 @@ export function createPreprocessor(opts: PreprocessorOptions = {}, files?: Token
 
 /**
  * vLLM's "auto" for how its Anthropic server converts a Messages body: what its probes pick on the served renderer,
- * which this one mirrors. The probes' renders are no traffic: the cache forgets them.
+ * which this one mirrors. The probes' renders are no traffic: the cache forgets them. A probe that cannot even be
+ * prepared (a tokenizer config the marker ids cannot be read from) leaves the unprobed modes, told to `opts.log`.
  */
 function settleMessagesRules(pre: HfPreprocessor, files: TokenizerFiles, opts: PreprocessorOptions): void {
   const inline = (opts.anthropicInlineSystem ?? DEFAULT_INLINE_SYSTEM) === "auto";
@@ -57,12 +57,33 @@ function settleMessagesRules(pre: HfPreprocessor, files: TokenizerFiles, opts: P
     const { kind: _, messages, ...chat } = pre.rules.readChat(body);
     return pre.encodeChat(messages, chat);
   };
-  const settled = {
-    ...(inline ? { inlineSystem: probeInlineSystem({ encodeBody, decode: byteLevelDecoder(files.tokenizerJson) ?? ((ids) => pre.decode(ids)), markerIds: pre.markerIds }).mode } : {}),
-    ...(disabled ? { disabledThinkingEffort: probeDisabledThinkingEffort(encodeBody) } : {}),
-  };
-  pre.rules = { ...pre.rules, ...settled };
+  try {
+    const settled = {
+      ...(inline ? { inlineSystem: probeInlineSystem({ encodeBody, decode: byteLevelDecoder(files.tokenizerJson) ?? ((ids) => pre.decode(ids)), markerIds: pre.markerIds }).mode } : {}),
+      ...(disabled ? { disabledThinkingEffort: probeDisabledThinkingEffort(encodeBody) } : {}),
+    };
+    pre.rules = { ...pre.rules, ...settled };
+  } catch (err) {
+    opts.log?.warn({ err: (err as Error).message }, "the Messages probes could not run: their unprobed modes are kept");
+  }
   pre.resetCache();
+}
+
+/**
+ * `opts` with the Messages modes it leaves to "auto" made concrete, by one probe of the preprocessor they describe:
+ * for a pool, whose members and own reading then share that one verdict instead of each probing. `files`: the
+ * tokenizer directory as read already; `log`: told if the probes cannot run. A preprocessor that cannot be built leaves the unprobed modes (its members
+ * fail on it the same way).
+ */
+export function settledMessagesOptions<T extends Omit<PreprocessorOptions, "log">>(opts: T, files?: TokenizerFiles, log?: PreprocessorOptions["log"]): T {
+  let rules: ChatRules;
+  try {
+    rules = createPreprocessor({ ...opts, registry: undefined, cache: false, log }, files).rules;
+  } catch {
+    rules = chatRules(opts.chatRendering, opts);
+  }
+  if (rules.inlineSystem === undefined || rules.disabledThinkingEffort === undefined) return opts;
+  return { ...opts, anthropicInlineSystem: rules.inlineSystem, anthropicDisabledThinkingEffort: rules.disabledThinkingEffort };
 }
 
 /**

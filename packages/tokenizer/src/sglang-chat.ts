@@ -17,17 +17,19 @@ import { BadRequest } from "./request/bad-request";
 import { optionalBool } from "./request/openai-body";
 import type { ChatMessage, ChatOptions, ContentPart } from "./types";
 
-export const SGLANG_CHAT: Omit<ChatRules, "defaultKwargs"> = {
+/** SGLang's rules, `defaultKwargs` its --default-chat-template-kwargs, parsed. */
+export const sglangRules = (defaultKwargs: Dict): ChatRules => ({
   engine: "sglang",
   readChat: sglangChat,
   // Its Responses path builds the chat its own way (labelled developer turns, custom tools), still changing.
   rendersResponses: false,
   detectFormat: detectSglangFormat,
-  render: renderSglangChat,
+  render: (messages, opts, server) => renderSglangChat(messages, opts, server, defaultKwargs),
   templateTools: pickedTools,
+  defaultKwargs,
   // It has no flag for it.
   responseRole: "assistant",
-};
+});
 
 type Dict = Record<string, unknown>;
 
@@ -139,7 +141,7 @@ function sglangFormat(server: ChatServer): ContentFormat {
 // A multimodal processor's own template stands in when the tokenizer has none.
 const servedTemplate = (server: ChatServer, hasTools: boolean) => server.template(hasTools) ?? server.processorTemplate;
 
-function renderSglangChat(messages: readonly ChatMessage[], opts: ChatOptions, server: ChatServer): RenderedChat {
+function renderSglangChat(messages: readonly ChatMessage[], opts: ChatOptions, server: ChatServer, defaults: Dict): RenderedChat {
   checkJinjaRendered(server.flags.conversationTemplate);
   if (opts.templateKwargs?.chat_template !== undefined)
     throw new ChatUnrenderable("SGLang renders with chat_template_kwargs' chat_template (transformers takes it as the template): not mirrored here");
@@ -153,7 +155,7 @@ function renderSglangChat(messages: readonly ChatMessage[], opts: ChatOptions, s
   // renders as it is; a cut inside the final message keeps the rule for it.
   const { chat, continuation } = opts.beforeFinal ? { chat: rendered } : finalTurn(rendered, opts.continueFinalMessage === true);
   // transformers' apply_chat_template, as _apply_jinja_template calls it: always with the generation prompt.
-  const { kwargs, effort } = templateKwargs(server.flags.defaultKwargs, opts);
+  const { kwargs, effort } = templateKwargs(defaults, opts);
   const vars: Dict = { ...server.specialTokens, documents: null, ...kwargs, messages: chat, add_generation_prompt: true };
   checkEffortKwarg(template.source, effort, vars);
   let text: string;
@@ -202,9 +204,9 @@ function dumpTool(t: unknown): Dict {
  * request's null kept), a default reasoning_effort the request's when it has none; then _apply_jinja_template's variables: the
  * reasoning effort, with the kwargs over it. `effort`: the request's reasoning effort so resolved.
  */
-function templateKwargs(defaults: Dict | undefined, opts: ChatOptions): { kwargs: Dict; effort: unknown } {
+function templateKwargs(defaults: Dict, opts: ChatOptions): { kwargs: Dict; effort: unknown } {
   const ctk: Dict = { ...opts.templateKwargs };
-  for (const [k, v] of Object.entries(defaults ?? {})) if (!Object.hasOwn(ctk, k)) ctk[k] = v;
+  for (const [k, v] of Object.entries(defaults)) if (!Object.hasOwn(ctk, k)) ctk[k] = v;
   const fromKwargs = ctk.reasoning_effort;
   const effort = opts.reasoningEffort ?? (fromKwargs === null ? undefined : fromKwargs);
   return { kwargs: effort === undefined ? ctk : { reasoning_effort: effort, ...ctk }, effort };

@@ -71,6 +71,8 @@ export type PreprocessorOptions = {
   cache?: CacheOptions | false;
   /** Registry for the cache and fallback metrics; absent → no Prometheus metrics (plain numbers still kept). */
   registry?: Registry;
+  /** Told when the Messages probes cannot run (their unprobed modes are kept): once, at startup. */
+  log?: { warn(obj: object, msg: string): void };
   /**
    * Tokenize with the purpose-built BPE (src/fast) when it implements the model's tokenizer.json (default true);
    * false keeps `@huggingface/tokenizers` (the bench's baseline). Both give the same ids.

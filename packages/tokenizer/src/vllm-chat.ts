@@ -19,22 +19,23 @@ type ToolChat = Pick<ChatOptions, "tools" | "toolChoice" | "templateKwargs">;
  * vLLM's rules, `excludeTools` its --exclude-tools-when-tool-choice-none: the template gets tools=None for a
  * tool_choice of "none", and resolves as for a chat without. One value reads the flag, for the render and the
  * routing bound alike. `responseRole`: its --response-role; `messages`: how its Anthropic server converts a
- * /v1/messages body (inline system messages, disabled thinking).
+ * /v1/messages body (inline system messages, disabled thinking); `defaultKwargs`: its --default-chat-template-kwargs,
+ * parsed, which the render, the echo and the routing bound all read from here.
  */
 export function vllmRules(
-  excludeTools: boolean, responseRole: string, messages: Pick<ChatRules, "inlineSystem" | "disabledThinkingEffort">, defaultKwargs: Record<string, unknown> = {},
+  excludeTools: boolean, responseRole: string, messages: Pick<ChatRules, "inlineSystem" | "disabledThinkingEffort">, defaultKwargs: Record<string, unknown>,
 ): ChatRules {
-  const tools = (chat: ToolChat, server: ChatServer) => toolsOf(chat, excludeTools, server.flags.defaultKwargs);
+  const tools = (chat: ToolChat) => toolsOf(chat, excludeTools, defaultKwargs);
   return {
     engine: "vllm",
     readChat: vllmChat,
     rendersResponses: true,
     detectFormat: (_source, ast) => detectContentFormat(ast),
-    render: (messages, opts, server) => renderVllmChat(messages, opts, server, tools(opts, server)),
-    templateTools: (chat) => vllmTemplateTools(chat, excludeTools, defaultKwargs),
+    render: (messages, opts, server) => renderVllmChat(messages, opts, server, tools(opts), defaultKwargs),
+    templateTools: (chat) => tools(chat)?.value,
     defaultKwargs,
     echoed: (message, opts, server) =>
-      server.flags.otherRenderer === undefined ? echoedText(message, templateOf(opts, server, tools(opts, server)).format) : undefined,
+      server.flags.otherRenderer === undefined ? echoedText(message, templateOf(opts, server, tools(opts)).format) : undefined,
     responseRole,
     ...messages,
   };
@@ -80,7 +81,7 @@ function templateOf(opts: ChatOptions, server: ChatServer, tools: Tools): { temp
   return { template, format: formatOf(server.flags, opts.chatTemplate ? template : served) };
 }
 
-function renderVllmChat(messages: readonly ChatMessage[], opts: ChatOptions, server: ChatServer, tools: Tools): RenderedChat {
+function renderVllmChat(messages: readonly ChatMessage[], opts: ChatOptions, server: ChatServer, tools: Tools, defaults: Record<string, unknown>): RenderedChat {
   const other = server.flags.otherRenderer;
   if (other !== undefined) throw new ChatUnrenderable(`vLLM renders this model's chats ${other}, not with a Jinja template: not mirrored here`);
   const { template, format } = templateOf(opts, server, tools);
@@ -91,7 +92,7 @@ function renderVllmChat(messages: readonly ChatMessage[], opts: ChatOptions, ser
   const vars: Record<string, unknown> = {
     ...server.specialTokens,
     documents: null,
-    ...withDefaults(server.flags.defaultKwargs ?? {}, opts.templateKwargs),
+    ...withDefaults(defaults, opts.templateKwargs),
     messages: chat,
     tools: templateToolsValue(tools),
     add_generation_prompt: opts.addGenerationPrompt ?? true,

@@ -59,6 +59,23 @@ describe("tokenizer pool", () => {
     expect([...a.tokens]).not.toEqual([...createPreprocessor({ tokenizerDir: dir }).encodeChat(messages)]);
   }, 60_000);
 
+  // vLLM's "auto" Messages modes are probed once, by the pool at startup: its members (a replacement too) are handed
+  // the verdict, and the pool's own reading of a body on the event loop is by the same modes.
+  test("the Messages modes are probed once for the pool, and its members and its own reading share the verdict", async () => {
+    const pool = await pools.start({ size: 2, budgetMs: 60_000 });
+    expect(pool.rules.inlineSystem).toBe("preserve");
+    expect(pool.rules.disabledThinkingEffort).toBe("none");
+    const given = (pool as unknown as { memberOptions: { preprocessor: Record<string, unknown> } }).memberOptions.preprocessor;
+    expect([given.anthropicInlineSystem, given.anthropicDisabledThinkingEffort]).toEqual(["preserve", "none"]);
+    const body = {
+      model: "m", max_tokens: 10, thinking: { type: "disabled" },
+      messages: [{ role: "user", content: "Hi" }, { role: "assistant", content: "Hello" }, { role: "system", content: "Be brief." }, { role: "user", content: "Why?" }],
+    };
+    const request = { body: new TextEncoder().encode(JSON.stringify(body)), path: "/v1/messages" };
+    const here = encodeJob(createPreprocessor({ tokenizerDir: dir }), readBody(request, pool.rules).job as TokenizeJob);
+    expect([...(await pool.tokenize({ kind: "body", request })).tokens]).toEqual([...here]);
+  }, 60_000);
+
   test("members render with the server's rendering flags, as a preprocessor given them does", async () => {
     const flags = {
       excludeToolsWhenToolChoiceNone: true, chatTemplate: "{% if tools %}T{% endif %}{{ messages[0].content }}", chatTemplateContentFormat: "string" as const,
@@ -285,6 +302,27 @@ describe("tokenizer pool", () => {
     expect(pool.stats().cache.hits).toBe(pre.cacheStats().hits);
     expect(pool.stats().cache.freshTokens).toBe(pre.cacheStats().freshTokens);
   }, 120_000);
+
+  // A stopped request's rest put back behind the resume its member keeps goes on next: the queue's bound drops the
+  // oldest plain warm behind them, not the job just put back to go on.
+  test("a full warm queue drops its oldest plain warm for a stopped job put back, not that job", async () => {
+    const pool = await pools.start({ size: 1, budgetMs: 60_000, maxWarmQueued: 2 });
+    type Queued = { id: number; job: PoolJob; discard: boolean; submitted: number; dispatched: number; cost: number };
+    const internals = pool as unknown as {
+      members: { warm: Queued[]; kept: number | null }[];
+      requeue(member: unknown, p: Queued, kept: boolean): void;
+    };
+    const member = internals.members[0]!;
+    const queued = (id: number): Queued => ({ id, job: { kind: "prompt", text: `warm ${id}` }, discard: true, submitted: 0, dispatched: 0, cost: 0 });
+    // Set up as the pool leaves it, unpumped: the kept resume first, then an older plain warm.
+    member.warm = [queued(1_000_001), queued(1_000_002)];
+    member.kept = 1_000_001;
+    internals.requeue(member, { ...queued(1_000_003), discard: false }, false);
+    expect(member.warm.map((p) => p.id)).toEqual([1_000_001, 1_000_003]);
+    expect(pool.stats().warmDropped).toBe(1);
+    member.warm = [];
+    member.kept = null;
+  }, 60_000);
 
   test("a request stops the warm job its member is running; the warm resumes after it and finishes", async () => {
     const pool = await pools.start({ size: 1, budgetMs: 60_000 });

@@ -1,5 +1,6 @@
 import { Worker } from "node:worker_threads";
 import { chatRules, type ChatRules } from "../chat-rules";
+import { settledMessagesOptions } from "../preprocessor";
 import { ChatTemplateError } from "../messages";
 import { DEFAULT_CACHE_MAX_BYTES } from "../segment-cache";
 import { hashSeed } from "../fast/word-cache";
@@ -22,7 +23,7 @@ import type { WarmUp } from "../warm-up";
 
 export type PoolOptions = {
   /** The preprocessor every member builds (its `cache.maxBytes` is the bound for the whole pool). */
-  preprocessor: Omit<PreprocessorOptions, "registry">;
+  preprocessor: Omit<PreprocessorOptions, "registry" | "log">;
   /**
    * Members (worker threads); default: under a cgroup CPU quota its CPUs less one for the decision thread (a busy
    * pool must not get the whole cgroup throttled), else the process's CPUs; at most 8 (see defaultPoolSize).
@@ -316,7 +317,6 @@ export class TokenizerPool {
     const size = Math.max(1, opts.size ?? defaultPoolSize());
     this.budgetMs = opts.budgetMs ?? DEFAULT_BUDGET_MS;
     this.readHereMaxBytes = opts.readHereMaxBytes ?? DEFAULT_READ_HERE_MAX_BYTES;
-    this.rules = chatRules(opts.preprocessor.chatRendering, opts.preprocessor);
     this.maxWarmQueued = opts.maxWarmQueued ?? 4;
     this.log = opts.log;
     this.observe = opts.observe ?? {};
@@ -327,7 +327,11 @@ export class TokenizerPool {
       maxBytes: Math.floor((cache?.maxBytes ?? DEFAULT_CACHE_MAX_BYTES) / size),
       ...(cache?.maxEntries !== undefined ? { maxEntries: Math.max(1, Math.floor(cache.maxEntries / size)) } : {}),
     };
-    this.memberOptions = { preprocessor: { ...opts.preprocessor, cache: share }, files: readOnce(opts.preprocessor.tokenizerDir, opts.log), nice: opts.nice ?? DEFAULT_MEMBER_NICE };
+    const { files, shared } = readOnce(opts.preprocessor.tokenizerDir, opts.log);
+    // Probed once, here, at startup: every member, a replacement too, and the pool's own reading share one verdict.
+    const preprocessor = settledMessagesOptions({ ...opts.preprocessor, cache: share }, files, opts.log);
+    this.memberOptions = { preprocessor, files: shared, nice: opts.nice ?? DEFAULT_MEMBER_NICE };
+    this.rules = chatRules(preprocessor.chatRendering, preprocessor);
     this.caches = share !== false && share.maxBytes > 0;
     this.restartBackoffMs = opts.restartBackoffMs ?? 1000;
     this.failedStarts = Array.from({ length: size }, () => 0);
@@ -802,8 +806,9 @@ export class TokenizerPool {
     // behind the job whose resume its member keeps, queued first: started ahead, it would make its member let go of
     // that resume (a warm's start does), and that job would walk every piece it had finished again.
     const resume = !kept && member.kept !== null && member.warm[0]?.id === member.kept;
-    member.warm.splice(resume ? 1 : 0, 0, p);
-    this.trimWarm(member, true);
+    const at = resume ? 1 : 0;
+    member.warm.splice(at, 0, p);
+    this.trimWarm(member, at + 1);
   }
 
   /** The caller's `decides`, which must not throw into a worker's message listener (a throw counts as no). */
@@ -907,10 +912,13 @@ export class TokenizerPool {
     stop(member, running);
   }
 
-  /** Past `maxWarmQueued`, the oldest warm jobs (the queue's front) are dropped; `resumed`: but not the front, a preempted warm that goes on first. */
-  private trimWarm(member: Member, resumed = false): void {
+  /**
+   * Past `maxWarmQueued`, the oldest warm jobs (the queue's front) are dropped, but not the first `keep`: a stopped
+   * job just put back to go on first, and the resume its member keeps ahead of it (requeue), unless nothing else is left.
+   */
+  private trimWarm(member: Member, keep = 0): void {
     while (member.warm.length > this.maxWarmQueued) {
-      member.warm.splice(resumed && member.warm.length > 1 ? 1 : 0, 1);
+      member.warm.splice(Math.min(keep, member.warm.length - 1), 1);
       this.warmDropped++;
       this.observe.warm?.("dropped");
     }
@@ -957,27 +965,27 @@ function forMember(bytes: Uint8Array): Uint8Array {
 }
 
 /**
- * The tokenizer directory read once, here, for every member: each adopts the model's tables in shared memory instead
- * of reading and building its own (see the README's pool section for the memory it saves). A directory that fails to
- * read is left to the members, which fail on it with the same message. So is a model with no tables to share (one
- * the scanner does not read: Unigram, WordPiece): posted whole, it would be kept here and copied to every member,
- * a replacement's on this thread while it serves.
+ * The tokenizer directory read once, here: `files` for the pool's probe, `shared` for every member, which adopts the
+ * model's tables in shared memory instead of reading and building its own (see the README's pool section for the
+ * memory it saves). A directory that fails to read is left to the members, which fail on it with the same message.
+ * So is a model with no tables to share (one the scanner does not read: Unigram, WordPiece): posted whole, it would
+ * be kept here and copied to every member, a replacement's on this thread while it serves.
  */
-function readOnce(dir: string | undefined, log: PoolOptions["log"]): SharedTokenizerFiles | undefined {
-  if (dir === undefined) return undefined;
+function readOnce(dir: string | undefined, log: PoolOptions["log"]): { files?: TokenizerFiles; shared?: SharedTokenizerFiles } {
+  if (dir === undefined) return {};
   let files: TokenizerFiles;
   try {
     files = loadTokenizerFiles(dir);
   } catch {
-    return undefined;
+    return {};
   }
   try {
     const shared = shareTokenizerFiles(files);
-    return shared.model?.tables ? shared : undefined;
+    return { files, shared: shared.model?.tables ? shared : undefined };
   } catch (err) {
     // Not the members' to fail on: they still read it, each its own copy (that much more memory a member).
     log?.warn({ err: (err as Error).message }, "tokenizer pool: the model could not be shared; each member reads its own");
-    return undefined;
+    return { files };
   }
 }
 

@@ -27,7 +27,7 @@ describe("/v1/messages bodies", () => {
   });
 
   test("system text blocks join with nothing between, without Claude Code's billing header; leading system messages follow after a blank line", () => {
-    const input = chatOf({
+    const body = {
       system: [
         { type: "text", text: "x-anthropic-billing-header: cc_version=2.1.37.abc; cc_entrypoint=cli;" },
         { type: "text", text: "You are Claude Code.", cache_control: { type: "ephemeral" } },
@@ -40,14 +40,13 @@ describe("/v1/messages bodies", () => {
         { role: "user", content: "Hi" },
         { role: "system", content: "Later." },
       ],
-    });
-    // Without rules the conversion keeps later ones in place (to_chat_completion_request's default, "preserve").
-    expect(input).toMatchObject({
-      messages: [
-        { role: "system", content: "You are Claude Code. Be concise.\n\nLeading.\n\nAlso leading." },
-        { role: "user", content: "Hi" },
-        { role: "system", content: "Later." },
-      ],
+    };
+    const head = { role: "system", content: "You are Claude Code. Be concise.\n\nLeading.\n\nAlso leading." };
+    // "preserve" keeps later ones in place; without rules they are folded (what "auto" means where no probe runs).
+    const preserved = parseBodyBytes(bytes({ model: "m", max_tokens: 64, ...body }), MESSAGES, chatRules("vllm", { anthropicInlineSystem: "preserve" })).input;
+    expect(preserved).toMatchObject({ messages: [head, { role: "user", content: "Hi" }, { role: "system", content: "Later." }] });
+    expect(chatOf(body)).toMatchObject({
+      messages: [head, { role: "user", content: "Hi\n\nLater." }],
     });
     // An empty system prompt, or leading system messages with no text, make no system message.
     expect(chatOf({ system: "", messages: [{ role: "user", content: "Hi" }] })).toMatchObject({ messages: [{ role: "user", content: "Hi" }] });
@@ -189,8 +188,8 @@ describe("/v1/messages bodies", () => {
     expect(kwargs({ thinking: { type: "disabled" } })).toEqual({ reasoning_effort: "none", enable_thinking: false });
     expect(kwargs({ thinking: { type: "disabled" }, output_config: { effort: "high" } })).toEqual({ reasoning_effort: "none", enable_thinking: false });
     expect(kwargs({ thinking: { type: "disabled" } }, chatRules("vllm", { anthropicDisabledThinkingEffort: "low" }))).toEqual({ reasoning_effort: "low", enable_thinking: true });
-    // Without rules, to_chat_completion_request's default.
-    expect(chatOf({ messages: [{ role: "user", content: "x" }], thinking: { type: "disabled" } })).toMatchObject({ templateKwargs: { reasoning_effort: "none", enable_thinking: false } });
+    // Without rules, what "auto" means where no probe runs.
+    expect(chatOf({ messages: [{ role: "user", content: "x" }], thinking: { type: "disabled" } })).toMatchObject({ templateKwargs: { reasoning_effort: "low", enable_thinking: true } });
     expect(kwargs({ thinking: { type: "enabled", budget_tokens: 2048 } })).toBeUndefined();
     expect(kwargs({ thinking: { type: "enabled", budget_tokens: "2048", display: "omitted" }, output_config: { effort: "max" } })).toEqual({ reasoning_effort: "max", enable_thinking: true });
     // Claude Code's: an effort ceiling, adaptive thinking with its display omitted.

@@ -8,8 +8,8 @@ import type { ChatRules } from "../chat-rules";
 import type { ChatMessage, ContentPart } from "../types";
 import { BadRequest } from "./bad-request";
 import { templateKwargsOf, type ParsedBody, type RoutedInput } from "./openai-body";
-import { normalizeInlineSystem, systemPromptText, systemText, type AnthropicMessage, type Block, type InlineSystemMode } from "./inline-system";
-import { chatReasoningEffort, laxInt, type DisabledThinkingEffort } from "./anthropic-thinking";
+import { normalizeInlineSystem, systemPromptText, systemText, UNPROBED_INLINE_SYSTEM, type AnthropicMessage, type Block, type InlineSystemMode } from "./inline-system";
+import { chatReasoningEffort, laxInt, UNPROBED_DISABLED_THINKING, type DisabledThinkingEffort } from "./anthropic-thinking";
 
 type Dict = Record<string, unknown>;
 type ToolCall = { id: string; type: "function"; function: { name: string; arguments: string } };
@@ -44,7 +44,7 @@ export function messagesBody(o: Dict, path: string, rules?: ChatRules): ParsedBo
 /**
  * How the conversion reads a body: `maxTokens`, a /v1/messages body's (undefined for a count_tokens one, whose
  * request has no effort); where inline system messages go (inline-system.ts); the effort a disabled thinking
- * becomes. Without rules, to_chat_completion_request's defaults: "preserve" and "none".
+ * becomes. Without rules, what vLLM's default "auto" means where no probe runs (chat-rules.ts): "fold" and "low".
  */
 export type ConversionOptions = { maxTokens?: number; inlineSystem?: InlineSystemMode; disabledThinkingEffort?: DisabledThinkingEffort };
 
@@ -53,7 +53,7 @@ export type ConversionOptions = { maxTokens?: number; inlineSystem?: InlineSyste
  * Inline system messages are placed as `inlineSystem` says, then one system message opens the chat: the top-level
  * system's text and the leading system messages', joined by a blank line, when there is any.
  */
-export function anthropicChat(o: Dict, { maxTokens, inlineSystem = "preserve", disabledThinkingEffort = "none" }: ConversionOptions = {}): Extract<RoutedInput, { kind: "chat" }> {
+export function anthropicChat(o: Dict, { maxTokens, inlineSystem = UNPROBED_INLINE_SYSTEM, disabledThinkingEffort = UNPROBED_DISABLED_THINKING }: ConversionOptions = {}): Extract<RoutedInput, { kind: "chat" }> {
   if (!Array.isArray(o.messages)) throw new BadRequest("messages must be an array of {role, content}");
   const anthropic = o.messages.map(anthropicMessage);
   const system = optionalBlocks(o.system, "system");

@@ -4,11 +4,7 @@
 // "low" (a template that rejects "none", or reads an unknown effort as its highest). The EPP renders with its own
 // mirror of that renderer, so it runs the same probe on it and reaches the workers' answer for the served template.
 import { EFFORTS, UNPROBED_DISABLED_THINKING, type DisabledThinkingEffort } from "./anthropic-thinking";
-
-/** A /v1/chat/completions body's chat encoded as the workers would; throws where they refuse or cannot render it. */
-export type EncodeBody = (body: Record<string, unknown>) => Uint32Array;
-
-const sameIds = (a: Uint32Array, b: Uint32Array) => a.length === b.length && a.every((v, i) => v === b[i]);
+import { sameIds, type EncodeBody } from "./probe-render";
 
 export function probeDisabledThinkingEffort(encodeBody: EncodeBody): DisabledThinkingEffort {
   const render = (effort: string) => {

@@ -2,7 +2,10 @@
 // here on the EPP's own renderer: the served template decides between keeping inline system messages and folding them.
 import { beforeAll, describe, expect, test } from "bun:test";
 import { qwen3TokenizerDir } from "../../test/qwen3-fixture";
-import { createPreprocessor } from "../preprocessor";
+import { cp, mkdtemp, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { createPreprocessor, settledMessagesOptions } from "../preprocessor";
 import type { PreprocessorOptions } from "../types";
 import type { HfPreprocessor } from "../hf-preprocessor";
 import { adoptTokenizerFiles, loadTokenizerFiles, shareTokenizerFiles } from "../tokenizer-files";
@@ -79,5 +82,27 @@ describe("the inline system probe", () => {
   test("a template that refuses every probe chat", async () => {
     const chatTemplate = `{{ raise_exception("no") }}`;
     expect(verdict({ chatTemplate })).toEqual({ mode: "fold", reason: "the probe conversations could not be rendered" });
+  }, 60_000);
+
+  // The probe reads the marker ids off tokenizer_config.json: one that cannot give them (additional_special_tokens
+  // not a list) is no reason to refuse the tokenizer directory, only to keep the modes vLLM takes when it cannot tell.
+  test("a probe that cannot be prepared keeps the unprobed modes, and says so once", async () => {
+    const broken = await mkdtemp(join(tmpdir(), "probe-"));
+    await cp(dir, broken, { recursive: true });
+    const config = await Bun.file(`${dir}/tokenizer_config.json`).json();
+    await writeFile(join(broken, "tokenizer_config.json"), JSON.stringify({ ...config, additional_special_tokens: { content: "<|im_start|>" } }));
+    const warned: object[] = [];
+    const pre = createPreprocessor({ tokenizerDir: broken, log: { warn: (obj) => warned.push(obj) } });
+    expect(pre.rules.inlineSystem).toBe("fold");
+    expect(pre.rules.disabledThinkingEffort).toBe("low");
+    expect(warned).toHaveLength(1);
+  }, 60_000);
+
+  test("settledMessagesOptions hands on the probed modes as options that need no probe", () => {
+    const settle = (opts: PreprocessorOptions): PreprocessorOptions => settledMessagesOptions(opts);
+    expect(settle({ tokenizerDir: dir })).toEqual({ tokenizerDir: dir, anthropicInlineSystem: "preserve", anthropicDisabledThinkingEffort: "none" });
+    // Under SGLang's rules there is nothing to settle; without a directory, the unprobed modes.
+    expect(settle({ tokenizerDir: dir, chatRendering: "sglang" })).toEqual({ tokenizerDir: dir, chatRendering: "sglang" });
+    expect(settle({})).toEqual({ anthropicInlineSystem: "fold", anthropicDisabledThinkingEffort: "low" });
   }, 60_000);
 });

@@ -4,11 +4,11 @@
 // reaches the verdict the workers reach for the served template.
 import type { ChatMessage } from "../types";
 import type { InlineSystemMode } from "./inline-system";
+import { sameIds, type EncodeBody } from "./probe-render";
 
 /** What the probe renders with: a preprocessor's chat reading and encoding, and its role-marker ids. */
 export type ProbeRenderer = {
-  /** A /v1/chat/completions body's chat encoded as the workers would; throws where they refuse or cannot render it. */
-  encodeBody(body: Record<string, unknown>): Uint32Array;
+  readonly encodeBody: EncodeBody;
   decode(ids: ArrayLike<number>): string;
   /** The tokenizer's special and added tokens' ids (transformers' all_special_ids and get_added_vocab). */
   readonly markerIds: ReadonlySet<number>;
@@ -57,8 +57,6 @@ export function insertion(base: ArrayLike<number>, next: ArrayLike<number>): { a
   if (p + s !== base.length) return undefined;
   return { at: p, span: Array.from({ length: next.length - s - p }, (_, i) => next[p + i]!) };
 }
-
-const sameIds = (a: ArrayLike<number>, b: ArrayLike<number>) => a.length === b.length && Array.prototype.every.call(a, (v, i) => v === b[i]);
 
 const occurrences = (text: string, part: string) => text.split(part).length - 1;
 

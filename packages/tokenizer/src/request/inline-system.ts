@@ -12,6 +12,8 @@ export type InlineSystemOption = "auto" | InlineSystemMode;
 export const INLINE_SYSTEM_OPTIONS = ["auto", "preserve", "fold"] as const satisfies readonly InlineSystemOption[];
 /** vLLM's default. */
 export const DEFAULT_INLINE_SYSTEM: InlineSystemOption = "auto";
+/** What vLLM's probe answers when it fails: where no probe runs, "auto" means this. */
+export const UNPROBED_INLINE_SYSTEM: InlineSystemMode = "fold";
 
 export type Block = Record<string, unknown> & { type: string };
 export type AnthropicMessage = { role: "user" | "assistant" | "system"; content: string | Block[] };
