@@ -69,6 +69,8 @@ export type ExtProcDeps = {
   rewriteModelNames?: () => readonly string[];
   /** The served model and its LoRA adapters: never "other" as labels. */
   servedModels?: readonly string[];
+  /** Model names labelled as themselves before the rest are "other" (default MODEL_LABELS_MAX). */
+  modelLabelsMax?: number;
   /** Every worker is over --queue-threshold (saturated: sheddable requests get 429). */
   queuesFull?: () => boolean;
   /** Next-best distinct endpoints sent after the pick, for the gateway's retries (0: none). */
@@ -155,10 +157,12 @@ function warnOnce(warned: Set<string>, log: Logger, key: string, fields: object,
   log.warn(fields, msg);
 }
 
+/** Model names are client input too: bounded at 1000 values, as llm-d bounds them. */
+const MODEL_LABELS_MAX = 1000;
+
 export function createProcessHandler(deps: ExtProcDeps): (call: Duplex) => void {
   // per server: per process as deployed
-  // Model names are client input too: bounded at 1000 values, as llm-d bounds them.
-  const labels = { fairness: new BoundedLabels(), models: new BoundedLabels(1000, 256) };
+  const labels = { fairness: new BoundedLabels(), models: new BoundedLabels(deps.modelLabelsMax ?? MODEL_LABELS_MAX, 256) };
   labels.models.pin(deps.servedModels ?? []);
   const shared: Shared = { warned: new Set(), labels, warnRejected: throttledWarn(deps.log, "ext_proc stream rejected"),
     warnOverflow: throttledWarn(deps.log, "ext_proc body budget spent: bodies routed by load and passed through unbuffered"),
