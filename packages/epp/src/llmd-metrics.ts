@@ -26,6 +26,8 @@ export function llmdSeries(registry: Registry) {
   const registers = [registry];
   const counter = <L extends string>(name: string, help: string, labelNames: readonly L[]) => new Counter({ name, help, labelNames, registers });
   const gauge = <L extends string>(name: string, help: string, labelNames: readonly L[]) => new Gauge({ name, help, labelNames, registers });
+  const histogram = <L extends string>(name: string, help: string, labelNames: readonly L[], buckets: number[]) =>
+    new Histogram({ name, help, labelNames, buckets, registers });
   const deprecated = (current: string, help: string) => `deprecated name of ${current}: ${help}`;
   const helps = {
     requests: "requests routed, by the model the body names, the model it runs as, fairness id and objective priority",
@@ -46,37 +48,18 @@ export function llmdSeries(registry: Registry) {
     errorsDeprecated: counter("inference_objective_request_error_total", deprecated("llm_d_epp_request_error_total", helps.errors), [...MODEL, "error_code"]),
     running: gauge("llm_d_epp_request_running", helps.running, REQUEST),
     runningDeprecated: gauge("inference_objective_running_requests", deprecated("llm_d_epp_request_running", helps.running), ["model_name"]),
-    duration: new Histogram({ name: "llm_d_epp_request_duration_seconds", help: helps.duration, labelNames: REQUEST, buckets: DURATION_BUCKETS, registers }),
-    durationDeprecated: new Histogram({
-      name: "inference_objective_request_duration_seconds",
-      help: deprecated("llm_d_epp_request_duration_seconds", helps.duration),
-      labelNames: MODEL,
-      buckets: DURATION_BUCKETS,
-      registers,
-    }),
-    requestSize: new Histogram({ name: "llm_d_epp_request_size_bytes", help: helps.requestSize, labelNames: REQUEST, buckets: REQUEST_SIZE_BUCKETS, registers }),
-    requestSizeDeprecated: new Histogram({
-      name: "inference_objective_request_sizes",
-      help: deprecated("llm_d_epp_request_size_bytes", helps.requestSize),
-      labelNames: MODEL,
-      buckets: REQUEST_SIZE_BUCKETS,
-      registers,
-    }),
-    responseSize: new Histogram({ name: "llm_d_epp_response_size_bytes", help: helps.responseSize, labelNames: REQUEST, buckets: RESPONSE_SIZE_BUCKETS, registers }),
-    responseSizeDeprecated: new Histogram({
-      name: "inference_objective_response_sizes",
-      help: deprecated("llm_d_epp_response_size_bytes", helps.responseSize),
-      labelNames: MODEL,
-      buckets: RESPONSE_SIZE_BUCKETS,
-      registers,
-    }),
-    ttft: new Histogram({
-      name: "llm_d_epp_request_ttft_seconds",
-      help: "seconds from a request's headers to its first response byte (streaming=\"true\": an event stream; otherwise the whole response's end)",
-      labelNames: [...REQUEST, "streaming"],
-      buckets: TTFT_BUCKETS,
-      registers,
-    }),
+    duration: histogram("llm_d_epp_request_duration_seconds", helps.duration, REQUEST, DURATION_BUCKETS),
+    durationDeprecated: histogram("inference_objective_request_duration_seconds", deprecated("llm_d_epp_request_duration_seconds", helps.duration), MODEL, DURATION_BUCKETS),
+    requestSize: histogram("llm_d_epp_request_size_bytes", helps.requestSize, REQUEST, REQUEST_SIZE_BUCKETS),
+    requestSizeDeprecated: histogram("inference_objective_request_sizes", deprecated("llm_d_epp_request_size_bytes", helps.requestSize), MODEL, REQUEST_SIZE_BUCKETS),
+    responseSize: histogram("llm_d_epp_response_size_bytes", helps.responseSize, REQUEST, RESPONSE_SIZE_BUCKETS),
+    responseSizeDeprecated: histogram("inference_objective_response_sizes", deprecated("llm_d_epp_response_size_bytes", helps.responseSize), MODEL, RESPONSE_SIZE_BUCKETS),
+    ttft: histogram(
+      "llm_d_epp_request_ttft_seconds",
+      "seconds from a request's headers to its first response byte (streaming=\"true\": an event stream; otherwise the whole response's end)",
+      [...REQUEST, "streaming"],
+      TTFT_BUCKETS,
+    ),
     readyEndpoints: gauge("llm_d_epp_ready_endpoints", helps.ready, POOL),
     readyPodsDeprecated: gauge("inference_pool_ready_pods", deprecated("llm_d_epp_ready_endpoints", helps.ready), POOL),
     kvUsage: gauge("llm_d_epp_average_kv_cache_utilization", helps.kv, POOL),
