@@ -99,7 +99,9 @@ export type IgnoredFlag = { flag: string; cause: "no_template" | "vllm_only" };
  */
 export function ignoredRenderingFlags(opts: PreprocessorOptions): IgnoredFlag[] {
   const noTemplate = opts.tokenizerDir === undefined ? ("no_template" as const) : undefined;
-  const vllmOnly = noTemplate ?? (opts.chatRendering === "sglang" ? ("vllm_only" as const) : undefined);
+  // What the fallback mirrors too (roles, Messages bodies) is ignored only under SGLang's rules.
+  const underSglang = opts.chatRendering === "sglang" ? ("vllm_only" as const) : undefined;
+  const vllmOnly = noTemplate ?? underSglang;
   const flags: [flag: string, set: boolean, cause: IgnoredFlag["cause"] | undefined][] = [
     ["--default-chat-template-kwargs", opts.defaultChatTemplateKwargs !== undefined, noTemplate],
     ["--chat-template", opts.chatTemplate !== undefined, noTemplate],
@@ -107,11 +109,11 @@ export function ignoredRenderingFlags(opts: PreprocessorOptions): IgnoredFlag[] 
     ["--chat-template-content-format", (opts.chatTemplateContentFormat ?? "auto") !== "auto", vllmOnly],
     ["--trust-request-chat-template", opts.trustRequestChatTemplate === true, vllmOnly],
     // The fallback renders roles too, a reply's among them.
-    ["--response-role", (opts.responseRole ?? DEFAULT_RESPONSE_ROLE) !== DEFAULT_RESPONSE_ROLE, opts.chatRendering === "sglang" ? "vllm_only" : undefined],
+    ["--response-role", (opts.responseRole ?? DEFAULT_RESPONSE_ROLE) !== DEFAULT_RESPONSE_ROLE, underSglang],
     ["--tokenizer-mode", (opts.tokenizerMode ?? DEFAULT_TOKENIZER_MODE) !== DEFAULT_TOKENIZER_MODE, vllmOnly],
     // The fallback converts Messages bodies too, so a mode set is kept there.
-    ["--anthropic-inline-system", (opts.anthropicInlineSystem ?? DEFAULT_INLINE_SYSTEM) !== DEFAULT_INLINE_SYSTEM, opts.chatRendering === "sglang" ? "vllm_only" : undefined],
-    ["--anthropic-disabled-thinking-effort", (opts.anthropicDisabledThinkingEffort ?? DEFAULT_DISABLED_THINKING) !== DEFAULT_DISABLED_THINKING, opts.chatRendering === "sglang" ? "vllm_only" : undefined],
+    ["--anthropic-inline-system", (opts.anthropicInlineSystem ?? DEFAULT_INLINE_SYSTEM) !== DEFAULT_INLINE_SYSTEM, underSglang],
+    ["--anthropic-disabled-thinking-effort", (opts.anthropicDisabledThinkingEffort ?? DEFAULT_DISABLED_THINKING) !== DEFAULT_DISABLED_THINKING, underSglang],
   ];
   return flags.flatMap(([flag, set, cause]) => (set && cause !== undefined ? [{ flag, cause }] : []));
 }
