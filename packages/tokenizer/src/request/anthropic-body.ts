@@ -7,7 +7,7 @@ import { pyJsonDumps, pyStr, toTemplateValue } from "../py-template";
 import type { ChatRules } from "../chat-rules";
 import type { ChatMessage, ContentPart } from "../types";
 import { BadRequest } from "./bad-request";
-import { templateKwargsOf, type ParsedBody, type RoutedInput } from "./openai-body";
+import { optionalString, templateKwargsOf, type ParsedBody, type RoutedInput } from "./openai-body";
 import { normalizeInlineSystem, systemPromptText, systemText, UNPROBED_INLINE_SYSTEM, type AnthropicMessage, type Block, type InlineSystemMode } from "./inline-system";
 import { chatReasoningEffort, laxInt, UNPROBED_DISABLED_THINKING, type DisabledThinkingEffort } from "./anthropic-thinking";
 
@@ -285,8 +285,4 @@ function laxBool(v: unknown, field: string): boolean | undefined {
   if (typeof v === "string" && TRUE_TEXT.has(v.toLowerCase())) return true;
   if (typeof v === "string" && FALSE_TEXT.has(v.toLowerCase())) return false;
   throw new BadRequest(`${field} must be a boolean`);
-}
-
-function optionalString(v: unknown, field: string): void {
-  if (v !== undefined && v !== null && typeof v !== "string") throw new BadRequest(`${field} must be a string`);
 }

@@ -407,7 +407,7 @@ function mergeTemplateKwargs(kw: unknown, documents: unknown, effort: string | u
 
 const isStringRecord = (d: unknown): boolean => isPyDict(d) && Object.values(d).every((v) => typeof v === "string");
 
-function optionalString(v: unknown, field: string): string | undefined {
+export function optionalString(v: unknown, field: string): string | undefined {
   if (v === undefined || v === null) return undefined;
   if (typeof v !== "string") throw new BadRequest(`${field} must be a string`);
   return v;
