@@ -22,7 +22,7 @@ import {
 } from "@kv-epp/testkit";
 
 export const REPO_ROOT = join(import.meta.dir, "..", "..", "..");
-export const DEPLOY_BASE = join(REPO_ROOT, "deploy", "base");
+const DEPLOY_BASE = join(REPO_ROOT, "deploy", "base");
 
 const EPP_DEPLOYMENT = "dynamo-epp";
 const WORKER_DEPLOYMENT = "vllm-mock";
@@ -36,7 +36,7 @@ const WORKER_PORTS = [8000];
 const MAX_PODS = 16;
 
 /** The readiness gate that holds replicas started together out of the EndpointSlices (see `coldStart`). */
-export const COLD_START_GATE = "kv-epp.dev/cold-start";
+const COLD_START_GATE = "kv-epp.dev/cold-start";
 
 const byKindName = (objs: KubeObject[], kind: string, name: string): KubeObject => {
   const o = objs.find((x) => x.kind === kind && x.metadata?.name === name);

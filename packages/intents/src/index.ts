@@ -39,9 +39,9 @@ export {
   type MergedAlias,
   type UnroutableWorker,
   type IntentWorker, type IntentWorkerSpec } from "./workers.ts";
-export { registerWorkerIntents, workerDescriptors, replaceHost, replaceUrlHost, withdrawStaleIntents, type RegisterWorkerIntentsOptions, type WorkerRankInfo } from "./worker-side.ts";
+export { registerWorkerIntents, workerDescriptors, replaceHost, type RegisterWorkerIntentsOptions, type WorkerRankInfo } from "./worker-side.ts";
 export { serveDiscoveryStore, type DiscoveryServer } from "./discovery/http-server.ts";
 export { connectHttpDiscovery, type HttpDiscoveryOptions } from "./discovery/http.ts";
 export { parseDiscoveryConfig, openDiscovery, type DiscoveryConfig } from "./discovery/open.ts";
-export { readReportedSources, ReportedSourcesError, UnusableReportError, GET_KV_EVENT_SOURCES, kvEventSourcesProto, type ReportedSource, type ReportedSources } from "./reported-sources.ts";
+export { readReportedSources, ReportedSourcesError, UnusableReportError, GET_KV_EVENT_SOURCES, type ReportedSource, type ReportedSources } from "./reported-sources.ts";
 export { registerReportedIntents, type RegisterReportedIntentsOptions } from "./reported-intents.ts";

@@ -179,8 +179,6 @@ const Response_ = root.lookupType("vllm.GetKvEventSourcesResponse");
 const Endpoint = root.lookupType("vllm.KvEventEndpoint");
 /** The RPC's full path, for a server in tests too. */
 export const GET_KV_EVENT_SOURCES = "/vllm.Control/GetKvEventSources";
-/** The protobuf types of the RPC (a test server encodes its answers with them). */
-export const kvEventSourcesProto = root;
 
 type GrpcSource = { transport?: string; endpoint?: Uint8Array; topic?: string; replay_endpoint?: string; data_parallel_rank?: number };
 

@@ -50,7 +50,7 @@ export function replaceHost(endpoint: string, host: string): string {
 }
 
 /** `http://1.2.3.4:8000/metrics` with its host replaced (IPv6 bracketed); left as is if not a URL. */
-export function replaceUrlHost(url: string, host: string): string {
+function replaceUrlHost(url: string, host: string): string {
   let u: URL;
   try {
     u = new URL(url);
@@ -91,7 +91,7 @@ export function workerDescriptors(o: Omit<RegisterWorkerIntentsOptions, "discove
  * pod, so the pod-owned records of its previous incarnation outlive it, possibly for ranks it no longer
  * has. Best effort: a failure is logged, and the host prefers the newest intent per rank anyway.
  */
-export async function withdrawStaleIntents(discovery: Discovery, workerId: string, host: string, log: Logger): Promise<number> {
+async function withdrawStaleIntents(discovery: Discovery, workerId: string, host: string, log: Logger): Promise<number> {
   let withdrawn = 0;
   try {
     for (const rec of await discovery.list({ kind: "intent" })) {

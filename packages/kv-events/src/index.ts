@@ -12,7 +12,7 @@ export { PubSocket } from "./zmtp/pub.ts";
 export { SubSocket } from "./zmtp/sub.ts";
 export { RouterSocket } from "./zmtp/router.ts";
 export { DealerSocket } from "./zmtp/dealer.ts";
-export { DEFAULT_MAX_MESSAGE_SIZE, type SocketCounters, type SocketOptions } from "./zmtp/base.ts";
+export { type SocketCounters, type SocketOptions } from "./zmtp/base.ts";
 export type { Heartbeat } from "./zmtp/connection.ts";
 export { KvEventPublisher, type PublisherOptions, type PublishOptions } from "./publisher.ts";
 export {

@@ -51,7 +51,7 @@ export function group<const O extends Record<string, Entry>>(title: string, opti
 }
 
 /** Timers wrap past 2^31-1 ms and fire at once: bounds every integer option, milliseconds included. */
-export const INT_MAX = 2 ** 31 - 1;
+const INT_MAX = 2 ** 31 - 1;
 export const count = z.number().int().min(0).max(INT_MAX);
 export const positive = z.number().int().min(1).max(INT_MAX);
 export const port = z.number().int().min(0).max(65535);

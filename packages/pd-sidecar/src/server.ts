@@ -47,7 +47,7 @@ function answer(res: Response, body: ReadableStream<Uint8Array> | string | null)
   return new Response(body, { status: res.status, headers });
 }
 
-export function sidecarApp(config: SidecarConfig, log: Logger, metrics: SidecarMetrics): Hono {
+function sidecarApp(config: SidecarConfig, log: Logger, metrics: SidecarMetrics): Hono {
   const decoder = config.decoder.replace(/\/$/, "");
   const allowed = new Set(config.allowedPrefillers);
   const app = new Hono();

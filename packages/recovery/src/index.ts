@@ -14,5 +14,5 @@ export { dumpHandler, wantsBinary, type DumpHandlerOptions } from "./dump/handle
 export { PeerSet, type FailureRecord } from "./peer-set.ts";
 export type { PeerDiscovery } from "./discovery/types.ts";
 export { staticPeerDiscovery, probePeer, type StaticDiscoveryOptions } from "./discovery/static.ts";
-export { runRecovery, DEFAULT_MAX_PEER_FAILURES, type RecoveryState, type RunRecoveryOptions } from "./recovery.ts";
-export { recoveryStateMetric, recoveryAttemptMetrics, RECOVERY_STATE_METRIC } from "./metrics.ts";
+export { runRecovery, type RecoveryState, type RunRecoveryOptions } from "./recovery.ts";
+export { recoveryStateMetric, recoveryAttemptMetrics } from "./metrics.ts";

@@ -2,7 +2,7 @@ import { Counter, Gauge, type Registry } from "prom-client";
 import type { RecoveryState } from "./recovery.ts";
 import { RECOVERY_STATES, type RecoveryOutcome } from "./types.ts";
 
-export const RECOVERY_STATE_METRIC = "dynamo_epp_kv_recovery_state";
+const RECOVERY_STATE_METRIC = "dynamo_epp_kv_recovery_state";
 
 /**
  * `dynamo_epp_kv_recovery_state{state}` (docs/CONTRACTS.md §8 rule 7): registered on the EPP's registry, set once when

@@ -20,7 +20,7 @@ export type RecoveryState =
   | { kind: "disabled" };
 
 /** Consecutive failed attempts after which a peer is set aside (DYN_EPP_RECOVERY_PEER_MAX_FAILURES). */
-export const DEFAULT_MAX_PEER_FAILURES = 3;
+const DEFAULT_MAX_PEER_FAILURES = 3;
 /** Between cycles in which every eligible peer failed (CONTRACTS §8 rule 5). */
 export const DEFAULT_BACKOFF = { initialMs: 500, maxMs: 30_000, jitter: 0.2 } as const satisfies BackoffPolicy;
 

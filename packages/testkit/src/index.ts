@@ -11,7 +11,7 @@ export { freePort, heldPorts } from "./net.ts";
 export { LOOPBACK, LOOPBACK_PATTERN } from "./loopback.ts";
 export { TcpProxy } from "./tcp-proxy.ts";
 export { freshWords, mulberry32, seededRandom } from "./prng.ts";
-export { renderKustomization, renderWithKubectl, rbacAuthorizer, rbacAuthorizerFor, strategicMerge } from "./kustomize.ts";
+export { renderKustomization, renderWithKubectl, rbacAuthorizer, rbacAuthorizerFor } from "./kustomize.ts";
 export { SimCluster, POD_INHERITED_ENV, type SimClusterOptions, type SimPodSpec, type SimService, type PodIdentity, type Probe } from "./cluster/sim.ts";
 export { HealthProbe, healthServiceDefinition, type HealthCheckRequest, type ServingStatus, type ProbeResult } from "./cluster/grpc-health.ts";
 export { SimDeployment, type SimDeploymentOptions } from "./cluster/deployment.ts";

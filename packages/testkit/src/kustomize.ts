@@ -64,7 +64,7 @@ function mergeList(base: unknown[], patch: unknown[], key: string | undefined): 
   return [...added, ...out];
 }
 
-export function strategicMerge(base: unknown, patch: unknown): unknown {
+function strategicMerge(base: unknown, patch: unknown): unknown {
   if (!isObject(patch) || !isObject(base)) return structuredClone(patch);
   const out: Record<string, unknown> = { ...base };
   for (const [k, v] of Object.entries(patch)) {

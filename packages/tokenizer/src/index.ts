@@ -28,7 +28,7 @@ export { encodeJob, nextTurnJob, replyRole, type BodyJob, type PoolJob, type Tok
 // OpenAI request bodies, read the same way by the EPP's event loop and by a pool member.
 export { BadRequest } from "./request/bad-request";
 export {
-  chatMessages, MAX_BODY_BYTES, MAX_JSON_DEPTH, parseBody, parseBodyBytes, parseJson, readChatBody, responsesTemplateKwargs, templateKwargsOf, TooDeep,
+  chatMessages, MAX_BODY_BYTES, MAX_JSON_DEPTH, parseBody, parseBodyBytes, readChatBody, responsesTemplateKwargs, templateKwargsOf, TooDeep,
   type ParsedBody, type RoutedInput,
 } from "./request/openai-body";
 export { glanceBody, readBody, readTokenIds, type BodyFields, type BodyRead, type BodyRequest } from "./request/read-body";

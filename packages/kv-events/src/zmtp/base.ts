@@ -38,7 +38,7 @@ export type SocketCounters = {
   messagesOut: number;
 };
 
-export const DEFAULT_MAX_MESSAGE_SIZE = 8 * 1024 * 1024;
+const DEFAULT_MAX_MESSAGE_SIZE = 8 * 1024 * 1024;
 
 type Dialer = { endpoint: string; backoff: Backoff; timer?: ReturnType<typeof setTimeout>; conn?: Connection; socket?: Socket };
 

@@ -134,7 +134,7 @@ export function stringEnd(b: Uint8Array, i: number, limit = b.length): number {
 const PYTHON_NUMBERS = /"(tools|tool_calls|chat_template_kwargs|input)"/;
 
 /** JSON.parse of a request body, refusing one nested past MAX_JSON_DEPTH before parsing it. */
-export function parseJson(body: Uint8Array): unknown {
+function parseJson(body: Uint8Array): unknown {
   const depth = nestingExceeds(body, MAX_JSON_DEPTH);
   if (depth >= 0) throw new TooDeep(`request body nests arrays/objects deeper than ${MAX_JSON_DEPTH} (at byte ${depth})`);
   try {

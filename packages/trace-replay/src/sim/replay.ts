@@ -93,7 +93,7 @@ export type RunResult = {
   series: RunSeries;
 };
 
-export function runLabel(policy: PolicyName, replicas: number, replicaAgg: boolean): string {
+function runLabel(policy: PolicyName, replicas: number, replicaAgg: boolean): string {
   if (replicas <= 1) return policy;
   return `${policy} x${replicas}${POLICIES[policy].usesRouterLoad ? (replicaAgg ? " agg" : " no-agg") : ""}`;
 }
