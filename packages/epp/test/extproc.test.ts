@@ -230,8 +230,8 @@ describe("ext_proc", () => {
   });
 
   test("a /v1/messages request (Anthropic's system and content blocks) is routed by the chat vLLM converts it to, salted by its cache_salt", async () => {
-    const messages = (salt: object) => {
-      const h0 = headers("/v1/messages");
+    const messages = (salt: object, path = "/v1/messages") => {
+      const h0 = headers(path);
       h0.request_headers!.headers!.headers!.push({ key: "x-kv-epp-explain", raw_value: new TextEncoder().encode("1") });
       const s = client.open();
       s.send(h0);
@@ -243,11 +243,14 @@ describe("ext_proc", () => {
       return s;
     };
     const blocks = Math.floor(createPreprocessor({}).encodeChat(chatMessages).length / 16);
-    const s = messages({});
-    const h = await s.next();
-    expect(setHeader(h.request_headers?.response, "x-gateway-destination-endpoint")).toBe(B);
-    expect(setHeader(h.request_headers?.response, "x-kv-epp-decision")).toContain(`overlap=${blocks}/${blocks}`);
-    s.end();
+    // Claude Code's query, and a gateway prefix the route rewrites away after ext_proc: the same Messages body.
+    for (const path of ["/v1/messages", "/llm/v1/messages?beta=true"]) {
+      const s = messages({}, path);
+      const h = await s.next();
+      expect(setHeader(h.request_headers?.response, "x-gateway-destination-endpoint")).toBe(B);
+      expect(setHeader(h.request_headers?.response, "x-kv-epp-decision")).toContain(`overlap=${blocks}/${blocks}`);
+      s.end();
+    }
     // vLLM's Messages request passes its cache_salt to the chat, so its blocks are no unsalted chat's.
     const salted = messages({ cache_salt: "tenant-a" });
     const decision = setHeader((await salted.next()).request_headers?.response, "x-kv-epp-decision");

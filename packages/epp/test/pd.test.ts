@@ -169,6 +169,16 @@ describe("the pair through ext_proc", () => {
     for (const id of ["prefill-1", "prefill-2"] as const) expect(await row(A_HOST, id)).toMatchObject({ active_requests: 0, active_prefill_blocks: 0 });
     await end(r);
   });
+
+  test("a split path under a gateway prefix and with a query is disaggregated: ext_proc sees the path before the route's rewrite", async () => {
+    const prompt = long(6);
+    await store("prefill-1", prompt, 32);
+    const r = await route(clients[0]!, prompt, [], "/llm/v1/completions?tenant=a");
+    expect([addressOf("decode-1"), addressOf("decode-2")]).toContain(r.destination!);
+    expect(r.prefiller).toBe(addressOf("prefill-1"));
+    expect(r.decision).toMatch(/; pd: disaggregated reason=uncached_over_threshold uncached_tokens=640 threshold_tokens=64; prefill: worker=prefill-1 /);
+    await end(r);
+  });
 });
 
 describe("recovery and load across replicas", () => {

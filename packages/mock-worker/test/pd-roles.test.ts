@@ -98,6 +98,30 @@ describe("prefill and decode roles (vLLM's NixlConnector)", () => {
     expect(await metric(both, source("local_compute"))).toBe(40);
   });
 
+  test("/v1/messages honours them as a chat does, in the message's shape: the prefill's parameters at its top, none when null", async () => {
+    const request = { model: "mock/model", messages: [{ role: "user", content: "what does a decode worker read? ".repeat(8) }] };
+    const pres = await post(`${prefill.url}/v1/messages`, { ...request, max_tokens: 1, kv_transfer_params: PREFILL_PARAMS });
+    expect(pres.status).toBe(200);
+    const p = (await pres.json()) as any;
+    expect(Object.keys(p)).toEqual(["id", "type", "role", "content", "model", "stop_reason", "usage", "kv_transfer_params"]);
+    expect(p.kv_transfer_params).toMatchObject({ do_remote_prefill: true, do_remote_decode: false, remote_host: `${LOOPBACK}.2.60`, tp_size: 1 });
+    expect(p.kv_transfer_params.remote_request_id).toStartWith("chatcmpl-");
+    const n = p.usage.input_tokens;
+    const external = await metric(decode, source("external_kv_transfer"));
+    // A streamed decode pulls as a JSON one does.
+    const d = await post(`${decode.url}/v1/messages`, { ...request, max_tokens: 2, stream: true, kv_transfer_params: p.kv_transfer_params });
+    const events = (await d.text()).split("\n").filter((l) => l.startsWith("data: ")).map((l) => JSON.parse(l.slice(6)));
+    expect(events.map((e) => e.type).at(-1)).toBe("message_stop");
+    expect(events[0].message).not.toHaveProperty("kv_transfer_params");
+    expect(events.find((e) => e.type === "message_delta").usage).toEqual({ input_tokens: 1, output_tokens: 2, cache_read_input_tokens: n - 1 });
+    expect((await metric(decode, source("external_kv_transfer"))) - external).toBe(n - 1);
+    await waitFor(async () => (await metric(prefill, `mock_worker_kv_transfer_held_requests{model_name="mock/model",engine="0"}`)) === 0, { message: "the prefill's blocks freed" });
+    // Parameters that are no object are refused as vLLM's request model refuses them.
+    const bad = await post(`${decode.url}/v1/messages`, { ...request, max_tokens: 1, kv_transfer_params: 3 });
+    expect(bad.status).toBe(400);
+    expect(((await bad.json()) as any).error.param).toBe("body.kv_transfer_params");
+  });
+
   test("a streamed decode of a remote prefill streams as usual", async () => {
     const prompt = ids(50, 30000);
     const p = await completion(prefill, { prompt, max_tokens: 1, kv_transfer_params: PREFILL_PARAMS });

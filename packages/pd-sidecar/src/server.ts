@@ -1,7 +1,7 @@
 import { Hono, type Context } from "hono";
 import pino, { type Logger } from "pino";
 import { randomUUID } from "node:crypto";
-import { hostPort, PD_SPLIT_PATHS, PREFILL_RANK_HEADER, type PdSplitPath } from "@kv-epp/protocol";
+import { hostPort, PREFILL_RANK_HEADER, splitPath, type PdSplitPath } from "@kv-epp/protocol";
 import { isObject, SPLIT_APIS } from "./apis.ts";
 import { resolveConfig, type SidecarConfig } from "./config.ts";
 import { createMetrics, type SidecarMetrics } from "./metrics.ts";
@@ -12,11 +12,12 @@ import { rewriteJson, rewriteSse } from "./usage-rewrite.ts";
 /**
  * The P/D sidecar in front of a decode worker, as llm-d's pd-sidecar: the gateway sends it the
  * requests an EPP routed to this decode worker. With `x-prefiller-host-port` (the prefill worker the
- * EPP chose) a request on a split path (@kv-epp/protocol's PD_SPLIT_PATHS: completions, chat, Responses,
- * Messages, generate) runs in two legs: the prefill leg to that worker, which computes the
- * prompt and answers with `kv_transfer_params`, then the decode leg to the local worker with them,
- * whose answer (streamed or not) goes back to the client. Without it, or on any other route, the
- * request passes through to the local worker unchanged.
+ * EPP chose) a request on a split path (@kv-epp/protocol's splitPath, the rule the EPP names a prefill
+ * worker by: completions, chat, Responses, Messages, generate) runs in two legs, each to the path and
+ * query the client sent: the prefill leg to that worker, which computes the prompt and answers with
+ * `kv_transfer_params`, then the decode leg to the local worker with them, whose answer (streamed or
+ * not) goes back to the client. Without it, or on any other route, the request passes through to the
+ * local worker unchanged.
  */
 
 const REQUEST_ID = "x-request-id";
@@ -71,7 +72,8 @@ function sidecarApp(config: SidecarConfig, log: Logger, metrics: SidecarMetrics)
     }
   };
 
-  const disaggregated = (path: PdSplitPath) => async (c: Context) => {
+  /** `api`: the split API the request's path names; `target`: that path with its query, as the client sent it. */
+  const disaggregated = async (c: Context, api: PdSplitPath, target: string) => {
     const prefiller = chosenPrefiller(c.req.header(PREFILLER_HEADER));
     if (prefiller === null) {
       metrics.request("local");
@@ -111,8 +113,8 @@ function sidecarApp(config: SidecarConfig, log: Logger, metrics: SidecarMetrics)
     const started = performance.now();
     let pres: Response, ptext: string;
     try {
-      pres = await fetch(`http://${prefiller}${path}`, {
-        method: "POST", headers: prefillHeaders, body: JSON.stringify(prefillBody(client, path)),
+      pres = await fetch(`http://${prefiller}${target}`, {
+        method: "POST", headers: prefillHeaders, body: JSON.stringify(prefillBody(client, api)),
         signal: AbortSignal.any([signal, AbortSignal.timeout(config.prefillTimeoutMs)]),
       });
       ptext = await pres.text();
@@ -131,7 +133,7 @@ function sidecarApp(config: SidecarConfig, log: Logger, metrics: SidecarMetrics)
     }
     let outcome: ReturnType<typeof prefillOutcome>;
     try {
-      outcome = prefillOutcome(JSON.parse(ptext), path);
+      outcome = prefillOutcome(JSON.parse(ptext), api);
     } catch {
       metrics.failed("prefill_answer");
       return errorBody(c, 502, `prefill worker ${prefiller} answered with something other than JSON`);
@@ -141,7 +143,7 @@ function sidecarApp(config: SidecarConfig, log: Logger, metrics: SidecarMetrics)
 
     let dres: Response;
     try {
-      dres = await fetch(`${decoder}${path}`, {
+      dres = await fetch(`${decoder}${target}`, {
         method: "POST", headers, body: JSON.stringify(decodeBody(client, outcome.kvTransferParams)), signal,
       });
     } catch (err) {
@@ -150,13 +152,17 @@ function sidecarApp(config: SidecarConfig, log: Logger, metrics: SidecarMetrics)
       log.warn({ err }, "decode worker unreachable");
       return errorBody(c, 502, `decode worker unreachable: ${(err as Error).message}`);
     }
-    const api = SPLIT_APIS[path];
-    if (!dres.ok || !dres.body || !api.cached) return answer(dres, dres.body);
+    const spec = SPLIT_APIS[api];
+    if (!dres.ok || !dres.body || !spec.cached) return answer(dres, dres.body);
     const sse = (dres.headers.get("content-type") ?? "").includes("text/event-stream");
-    return answer(dres, sse ? rewriteSse(dres.body, outcome.cachedTokens, api) : rewriteJson(await dres.text(), outcome.cachedTokens, api));
+    return answer(dres, sse ? rewriteSse(dres.body, outcome.cachedTokens, spec) : rewriteJson(await dres.text(), outcome.cachedTokens, spec));
   };
 
-  for (const path of PD_SPLIT_PATHS) app.post(path, disaggregated(path));
+  app.post("*", async (c, next) => {
+    const { pathname, search } = new URL(c.req.url);
+    const api = splitPath(pathname);
+    return api === undefined ? next() : disaggregated(c, api, pathname + search);
+  });
   app.get("/sidecar/metrics", async (c) => c.text(await metrics.registry.metrics(), 200, { "content-type": metrics.registry.contentType }));
   app.all("*", async (c) => {
     metrics.request("passthrough");

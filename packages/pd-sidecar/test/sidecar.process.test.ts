@@ -81,6 +81,23 @@ describe("the P/D sidecar as a process", () => {
     expect(usage.prompt_tokens_details).toEqual({ cached_tokens: 0 });
   });
 
+  test("an Anthropic /v1/messages request (Claude Code's ?beta=true) is split too: the decode worker reads the prefill's blocks", async () => {
+    const request = { model: "mock/model", system: "You are terse.", messages: [{ role: "user", content: "how does a prefix cache save prefill work? ".repeat(10) }] };
+    // count_tokens goes through whole (nothing to prefill); it says how long the prompt is.
+    const counted = await post("/v1/messages/count_tokens?beta=true", request, { "x-prefiller-host-port": prefiller() });
+    const n = ((await counted.json()) as { input_tokens: number }).input_tokens;
+    expect(n).toBeGreaterThan(64);
+    const before = { external: await metric(decode.url, source("external_kv_transfer")), compute: await metric(decode.url, source("local_compute")) };
+    const res = await post("/v1/messages?beta=true", { ...request, max_tokens: 3 }, { "x-prefiller-host-port": prefiller() });
+    expect(res.status).toBe(200);
+    const body = (await res.json()) as any;
+    expect(body).toMatchObject({ type: "message", role: "assistant", stop_reason: "max_tokens", usage: { output_tokens: 3 } });
+    expect(body).not.toHaveProperty("kv_transfer_params"); // the decode leg's are null, which vLLM leaves out
+    expect((await metric(decode.url, source("external_kv_transfer"))) - before.external).toBe(n - 1);
+    expect((await metric(decode.url, source("local_compute"))) - before.compute).toBe(1);
+    await waitFor(async () => (await metric(prefill.url, `mock_worker_kv_transfer_held_requests{model_name="mock/model",engine="0"}`)) === 0, { message: "the prefill's blocks released" });
+  });
+
   test("a prefill worker's error is the client's answer, an unreachable one a 502, a malformed header a 400", async () => {
     const bad = await post("/v1/completions", { model: "mock/model" }, { "x-prefiller-host-port": prefiller() });
     expect(bad.status).toBe(400);

@@ -38,9 +38,9 @@ beforeAll(async () => {
   const serve = (side: "prefill" | "decode") => Bun.serve({
     hostname: HOST, port: 0,
     fetch: async (req) => {
-      const path = new URL(req.url).pathname;
+      const { pathname: path, search } = new URL(req.url);
       const body = req.method === "POST" ? await req.json() : null;
-      legs[side].push({ path, body });
+      legs[side].push({ path: path + search, body });
       if (path === "/v1/embeddings") return Response.json({ object: "list", data: [] });
       // The prefill worker found 32 tokens cached; the decode worker, which read the rest over NIXL, says 79.
       return side === "prefill" ? answer(path, body, 32, KV) : answer(path, body, 79, null);
@@ -97,6 +97,16 @@ describe("the sidecar splits every API llm-d's splits", () => {
     expect(start.message.usage.cache_read_input_tokens).toBe(32);
   });
 
+  test("/v1/messages?beta=true (Claude Code's), under a gateway prefix or with a trailing slash is split, each leg sent the path and query the client sent", async () => {
+    const client = { model: "m", messages: [{ role: "user", content: "hi" }], max_tokens: 20 };
+    for (const path of ["/v1/messages?beta=true", "/llm/v1/messages", "/v1/messages/"]) {
+      const res = await send(path, client);
+      expect(res.status).toBe(200);
+      expect(legs.prefill).toEqual([{ path, body: { ...client, max_tokens: 1, stream: false, kv_transfer_params: KV_PREFILL } }]);
+      expect(legs.decode).toEqual([{ path, body: { ...client, kv_transfer_params: KV } }]);
+    }
+  });
+
   test("/inference/v1/generate: the limits in sampling_params on the prefill leg, the client's on the decode leg, the answer as the decode worker gave it", async () => {
     const client = { model: "m", token_ids: [1, 2, 3, 4], sampling_params: { max_tokens: 20, min_tokens: 2, temperature: 0 } };
     const res = await send("/inference/v1/generate", client);
@@ -110,5 +120,9 @@ describe("the sidecar splits every API llm-d's splits", () => {
     expect(res.status).toBe(200);
     expect(legs.prefill).toEqual([]);
     expect(legs.decode).toEqual([{ path: "/v1/embeddings", body: { model: "m", input: "hi" } }]);
+    // count_tokens is no Messages request: nothing to prefill.
+    await send("/v1/messages/count_tokens?beta=true", { model: "m", messages: [{ role: "user", content: "hi" }] });
+    expect(legs.prefill).toEqual([]);
+    expect(legs.decode).toEqual([{ path: "/v1/messages/count_tokens?beta=true", body: { model: "m", messages: [{ role: "user", content: "hi" }] } }]);
   });
 });

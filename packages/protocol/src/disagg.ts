@@ -1,5 +1,6 @@
 // Prefill/decode disaggregation as llm-d's P/D path spells it: a worker's role (its pod label), and the
 // request headers an EPP answers with for the decode side's sidecar to read.
+import { apiOfPath, type ApiPath } from "./api-path.ts";
 
 /**
  * What a worker does in disaggregated serving: `prefill` computes prompts for other workers (it is only
@@ -56,18 +57,16 @@ export const PREFILLER_HOST_PORT_HEADER = "x-prefiller-host-port";
 export const PREFILL_RANK_HEADER = "x-kv-epp-prefill-data-parallel-rank";
 
 /**
- * The request paths the decode side's sidecar runs in two legs (prefill worker, then decode worker), as
- * llm-d's sidecar does: OpenAI completions, chat and Responses, Anthropic Messages and vLLM's token-in
- * generate. Any other path goes to the decode worker whole, so an EPP names a prefill worker only for these.
+ * The APIs the decode side's sidecar runs in two legs (prefill worker, then decode worker), as llm-d's sidecar
+ * does: OpenAI completions, chat and Responses, Anthropic Messages and vLLM's token-in generate. Any other path
+ * goes to the decode worker whole, so an EPP names a prefill worker only for these.
  */
-export const PD_SPLIT_PATHS = ["/v1/completions", "/v1/chat/completions", "/v1/responses", "/v1/messages", "/inference/v1/generate"] as const;
+export const PD_SPLIT_PATHS = ["/v1/completions", "/v1/chat/completions", "/v1/responses", "/v1/messages", "/inference/v1/generate"] as const satisfies readonly ApiPath[];
 
 export type PdSplitPath = (typeof PD_SPLIT_PATHS)[number];
 
-/** The split path a request's `:path` is (its query ignored), or undefined for a path the sidecar passes through whole. */
+/** The split API a request's `:path` names (by apiOfPath's rule), or undefined for a path the sidecar passes through whole. */
 export function splitPath(path: string | undefined): PdSplitPath | undefined {
-  if (path === undefined) return undefined;
-  const q = path.indexOf("?");
-  const bare = q < 0 ? path : path.slice(0, q);
-  return (PD_SPLIT_PATHS as readonly string[]).includes(bare) ? (bare as PdSplitPath) : undefined;
+  const api = apiOfPath(path);
+  return PD_SPLIT_PATHS.find((p) => p === api);
 }

@@ -29,8 +29,8 @@ export type GenerateRequest = {
   /**
    * With `--role prefill|decode`: the worker's connector and what the request's `kv_transfer_params`
    * ask. A JSON answer then carries `kv_transfer_params` (null unless it is a prefill for a remote
-   * decode), as vLLM's does. Only a single prompt transfers; a streamed prefill is not held (the P/D
-   * sidecar asks for a JSON one).
+   * decode), as vLLM's does (a Messages one only when not null: messages.ts). Only a single prompt
+   * transfers; a streamed prefill is not held (the P/D sidecar asks for a JSON one).
    */
   kv?: { connector: MockNixlConnector; request: TransferRequest; dpSize: number };
 };
@@ -72,6 +72,31 @@ export async function collect(gen: Generation): Promise<string> {
   return text;
 }
 
+/** What the request's `kv_transfer_params` ask of its generation (see GenerateRequest.kv); undefined: no transfer. */
+export function transferPlan(req: GenerateRequest, stream: boolean): TransferPlan | undefined {
+  if (!req.kv || req.prompts.length !== 1 || (stream && req.kv.request.kind === "send")) return undefined;
+  return req.kv.connector.plan(req.kv.request);
+}
+
+/**
+ * One prompt run to its end under `transfer`. A prefill for a remote decode holds its blocks for the decode worker
+ * and answers with the `kvTransferParams` naming them (`requestId`: vLLM's request id, which the decode worker's
+ * notification names); null for any other.
+ */
+export async function runToEnd(req: GenerateRequest, prompt: Uint32Array, transfer: TransferPlan | undefined, requestId: string, signal: AbortSignal) {
+  const engine = req.pick();
+  const gen = await engine.start(prompt, req.maxTokens, signal, req.identity, transfer);
+  let kvTransferParams: object | null = null;
+  try {
+    const text = await collect(gen);
+    if (transfer?.kind === "send") kvTransferParams = req.kv!.connector.offer(gen, requestId, engine.rank, req.kv!.dpSize);
+    return { gen, text, kvTransferParams };
+  } finally {
+    // Not offered (the client left): nobody will read the blocks.
+    if (kvTransferParams === null) gen.held?.release();
+  }
+}
+
 export async function generate(c: Context, req: GenerateRequest): Promise<Response> {
   if (req.endpoint === "responses") return respond(c, req);
   const signal = c.req.raw.signal;
@@ -79,28 +104,11 @@ export async function generate(c: Context, req: GenerateRequest): Promise<Respon
   const created = Math.floor(Date.now() / 1000);
   const head = { id, object: req.endpoint === "chat" ? "chat.completion" : "text_completion", created, model: req.model };
 
-  const plan = (stream: boolean): TransferPlan | undefined => {
-    if (!req.kv || req.prompts.length !== 1 || (stream && req.kv.request.kind === "send")) return undefined;
-    return req.kv.connector.plan(req.kv.request);
-  };
-
   if (!req.stream) {
-    const transfer = plan(false);
-    let kvTransferParams: object | null = null;
-    const done = await Promise.all(
-      req.prompts.map(async (p) => {
-        const engine = req.pick();
-        const gen = await engine.start(p, req.maxTokens, signal, req.identity, transfer);
-        try {
-          const text = await collect(gen);
-          if (transfer?.kind === "send") kvTransferParams = req.kv!.connector.offer(gen, `${id}-0`, engine.rank, req.kv!.dpSize);
-          return { gen, text };
-        } finally {
-          // Not offered (the client left): nobody will read the blocks.
-          if (kvTransferParams === null) gen.held?.release();
-        }
-      }),
-    );
+    const transfer = transferPlan(req, false);
+    const done = await Promise.all(req.prompts.map((p) => runToEnd(req, p, transfer, `${id}-0`, signal)));
+    // Only a single prompt transfers.
+    const kvTransferParams = done[0]?.kvTransferParams ?? null;
     const choices = done.map(({ text }, index) =>
       req.endpoint === "chat"
         ? { index, message: { role: req.replyRole, content: text }, logprobs: null, finish_reason: "length" }
@@ -115,7 +123,7 @@ export async function generate(c: Context, req: GenerateRequest): Promise<Respon
     const send = (body: object) => sse.writeSSE({ data: JSON.stringify(body) });
     const gens: Generation[] = [];
     // Prompts of a list are streamed one after another, each chunk tagged with its choice index.
-    const transfer = plan(true);
+    const transfer = transferPlan(req, true);
     for (let index = 0; index < req.prompts.length && !sse.aborted; index++) {
       const gen = await req.pick().start(req.prompts[index]!, req.maxTokens, signal, req.identity, transfer);
       gens.push(gen);

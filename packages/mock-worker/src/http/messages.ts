@@ -1,7 +1,7 @@
 import type { Context } from "hono";
 import { streamSSE } from "hono/streaming";
 import type { ContentfulStatusCode } from "hono/utils/http-status";
-import { collect, newId, type GenerateRequest } from "./generate.ts";
+import { newId, runToEnd, transferPlan, type GenerateRequest } from "./generate.ts";
 
 /**
  * The answer of vLLM's Anthropic server (vllm/entrypoints/anthropic/serving.py) to a /v1/messages request: it runs
@@ -38,24 +38,31 @@ export function refusedBody(c: Context, message: string, field?: string) {
   return c.json({ error: { message, type: "Bad Request", param, code: 400 } }, 400);
 }
 
-/** The message as JSON, or with `stream` vLLM's named events (one text block: the mock's reply is text only). */
+/**
+ * The message as JSON, or with `stream` vLLM's named events (one text block: the mock's reply is text only). The
+ * chat runs with the body's `kv_transfer_params` as a chat completion's (GenerateRequest.kv): a prefill for a remote
+ * decode answers with the parameters naming its held blocks at the message's top, after `usage`, as vLLM's
+ * AnthropicMessagesResponse carries them (absent when null, the message being dumped without its None fields); a
+ * decode of a remote prefill pulls the prompt's blocks, JSON or streamed. Its events carry none (their message is
+ * built from the chat's first chunk, which has none).
+ */
 export function answerMessages(c: Context, req: GenerateRequest): Promise<Response> | Response {
   const signal = c.req.raw.signal;
   const id = newId("chatcmpl");
   if (!req.stream) {
     return (async () => {
-      const gen = await req.pick().start(req.prompts[0]!, req.maxTokens, signal, req.identity);
-      const text = await collect(gen);
+      const { gen, text, kvTransferParams } = await runToEnd(req, req.prompts[0]!, transferPlan(req, false), `${id}-0`, signal);
       // Dumped without its None fields: no stop_sequence.
       return c.json({
         id, type: "message", role: "assistant", content: [{ type: "text", text }], model: req.model, stop_reason: "max_tokens", usage: anthropicUsage(gen),
+        ...(kvTransferParams === null ? {} : { kv_transfer_params: kvTransferParams }),
       });
     })();
   }
   return streamSSE(c, async (sse) => {
     // Each event's fields in the order vLLM's models declare them (type, message, delta, content_block, index, usage).
     const send = (type: string, body: object = {}) => sse.writeSSE({ event: type, data: JSON.stringify({ type, ...body }) });
-    const gen = await req.pick().start(req.prompts[0]!, req.maxTokens, signal, req.identity);
+    const gen = await req.pick().start(req.prompts[0]!, req.maxTokens, signal, req.identity, transferPlan(req, true));
     let opened = false;
     try {
       // From the chat's first chunk, whose running usage has the prompt and no cache details yet.

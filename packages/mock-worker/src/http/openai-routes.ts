@@ -8,7 +8,7 @@ import type { MediaItem } from "../cache/block-hash.ts";
 import type { AcquireIdentity } from "../cache/prefix-cache.ts";
 import type { RankEngine } from "../engine/rank-engine.ts";
 import type { MockNixlConnector } from "../kv-transfer/connector.ts";
-import { transferRequest, type KvTransferParams } from "../kv-transfer/params.ts";
+import { KvTransferParams, transferRequest } from "../kv-transfer/params.ts";
 import { openAiError, parseBody } from "./errors.ts";
 import { generate, type Endpoint, type GenerateRequest } from "./generate.ts";
 import type { EngineKind } from "../config.ts";
@@ -150,8 +150,12 @@ export function openAiRoutes(deps: OpenAiDeps): Hono {
       const read = await readMessages(c, deps.preprocessor);
       if (!read.ok) return read.res;
       if (read.maxTokens > MAX_OUTPUT_TOKENS) return anthropicError(c, 400, `max_tokens must be at most ${MAX_OUTPUT_TOKENS}`);
+      // vLLM's Anthropic request has kv_transfer_params (its P/D sidecar's two legs), passed on to the chat it runs.
+      const kv = KvTransferParams.nullish().safeParse(read.kvTransferParams);
+      if (!kv.success) return refusedBody(c, `kv_transfer_params: ${kv.error.issues[0]!.message}`, "kv_transfer_params");
       // vLLM passes the body's cache_salt on to the chat it runs: it salts the first block, as a chat's does.
-      const g = generation(c, "chat", { model: read.model, stream: read.stream, cache_salt: read.cacheSalt }, [read.chat.prompt], read.maxTokens, read.chat.media);
+      const body = { model: read.model, stream: read.stream, cache_salt: read.cacheSalt, kv_transfer_params: kv.data };
+      const g = generation(c, "chat", body, [read.chat.prompt], read.maxTokens, read.chat.media);
       return g.ok ? answerMessages(c, g.req) : anthropicError(c, 400, g.message);
     });
     app.post("/v1/messages/count_tokens", async (c) => {
@@ -166,7 +170,7 @@ export function openAiRoutes(deps: OpenAiDeps): Hono {
 }
 
 type MessagesRead =
-  | { ok: true; model: string; stream: boolean; maxTokens: number; cacheSalt?: string; chat: { prompt: Uint32Array; media: MediaItem[] } }
+  | { ok: true; model: string; stream: boolean; maxTokens: number; cacheSalt?: string; kvTransferParams: unknown; chat: { prompt: Uint32Array; media: MediaItem[] } }
   | { ok: false; res: Response };
 
 /**
@@ -189,7 +193,10 @@ async function readMessages(c: Context, pre: Preprocessor): Promise<MessagesRead
     // Checked a positive int by the converter (count_tokens reads none); a float 5.0 reaches here as a PyFloat.
     const max = o.max_tokens === undefined ? 0 : ((o.max_tokens as { value?: number }).value ?? Number(o.max_tokens));
     const { kind: _, messages, ...opts } = parsed.input;
-    return { ok: true, model: parsed.model!, stream: o.stream === true, maxTokens: max, cacheSalt: parsed.cacheSalt, chat: withMedia(pre, messages, opts) };
+    return {
+      ok: true, model: parsed.model!, stream: o.stream === true, maxTokens: max, cacheSalt: parsed.cacheSalt, kvTransferParams: o.kv_transfer_params,
+      chat: withMedia(pre, messages, opts),
+    };
   } catch (e) {
     if (e instanceof BadRequest) return { ok: false, res: refusedBody(c, e.message, /^(\S+) (?:must|is) /.exec(e.message)?.[1]) };
     if (e instanceof ChatTemplateError || e instanceof ChatUnrenderable) return { ok: false, res: anthropicError(c, 400, e.message) };

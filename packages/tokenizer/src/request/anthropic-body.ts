@@ -2,6 +2,7 @@
 // body against its request model (vllm/entrypoints/anthropic/protocol.py), turns it into a ChatCompletionRequest
 // (serving.py, AnthropicServingMessages._convert_anthropic_to_openai_request) and renders that as any chat. The EPP
 // routes by those tokens, so it builds the same chat here, field for field; what vLLM refuses is a BadRequest.
+import { apiOfPath } from "@kv-epp/protocol";
 import { isPyDict, PyNumber } from "../py-values";
 import { pyJsonDumps, pyStr, toTemplateValue } from "../py-template";
 import type { ChatRules } from "../chat-rules";
@@ -14,11 +15,10 @@ import { chatReasoningEffort, laxInt, UNPROBED_DISABLED_THINKING, type DisabledT
 type Dict = Record<string, unknown>;
 type ToolCall = { id: string; type: "function"; function: { name: string; arguments: string } };
 
-const MESSAGES_PATH = /\/messages(\/count_tokens)?\/?$/;
-
-/** Whether the request's :path is a Messages request, or its count_tokens (its query aside). */
+/** Whether the request's :path names a Messages request, or its count_tokens (@kv-epp/protocol's apiOfPath). */
 export function isMessagesPath(path: string | undefined): path is string {
-  return path !== undefined && MESSAGES_PATH.test(path.split("?")[0]!);
+  const api = apiOfPath(path);
+  return api === "/v1/messages" || api === "/v1/messages/count_tokens";
 }
 
 /**
@@ -31,7 +31,7 @@ export function isMessagesPath(path: string | undefined): path is string {
  */
 export function messagesBody(o: Dict, path: string, rules?: ChatRules): ParsedBody {
   const model = requiredModel(o.model);
-  const counting = MESSAGES_PATH.exec(path.split("?")[0]!)?.[1] !== undefined;
+  const counting = apiOfPath(path) === "/v1/messages/count_tokens";
   const request = counting ? undefined : { maxTokens: positiveInt(o.max_tokens, "max_tokens"), cacheSalt: cacheSalt(o.cache_salt) };
   if (rules !== undefined && rules.engine !== "vllm") {
     const message = `a /v1/messages body: ${rules.engine} builds its chat in ways not mirrored here`;

@@ -1,6 +1,7 @@
 // The OpenAI request bodies the EPP routes: /v1/completions, /v1/chat/completions and /v1/responses.
 // Only the fields that decide the route are read; the body itself is forwarded untouched.
 import { JsonFieldScanner, type JsonField } from "@kv-epp/index-wasm/json";
+import { apiOfPath } from "@kv-epp/protocol";
 import { isPyDict, parseJsonKeepingFloats, PyNumber } from "../py-values";
 import { responsesChat, ResponsesInputError, type ResponsesChat } from "../responses";
 import type { Unrendered } from "../job";
@@ -305,11 +306,13 @@ export function vllmChat(o: Record<string, unknown>): Extract<RoutedInput, { kin
 const RESPONSES_KEYS = ["instructions", "previous_response_id", "max_output_tokens", "reasoning", "store", "include", "background", "text", "truncation"];
 
 /**
- * Whether a body with `input` is a /v1/responses request: the path says so when it is known; otherwise an
- * input of items (objects), or a Responses-only field.
+ * Whether a body with `input` is a /v1/responses request: the path says so when it names an API (@kv-epp/protocol's
+ * apiOfPath); otherwise (no path, or one a gateway rewrites past that rule) an input of items (objects), or a
+ * Responses-only field.
  */
 function isResponses(o: Record<string, unknown>, path: string | undefined): boolean {
-  if (path !== undefined) return /\/responses\/?$/.test(path.split("?")[0]!);
+  const api = apiOfPath(path);
+  if (api !== undefined) return api === "/v1/responses";
   if (Array.isArray(o.input)) return o.input.length > 0 && o.input.every((x) => typeof x === "object" && x !== null && !Array.isArray(x));
   return typeof o.input === "string" && RESPONSES_KEYS.some((k) => o[k] !== undefined);
 }

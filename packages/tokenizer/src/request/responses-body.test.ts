@@ -59,13 +59,17 @@ describe("/v1/responses bodies", () => {
     expect(parseBodyBytes(bytes(body), "/v1/responses").input).toMatchObject({ addGenerationPrompt: false, continueFinalMessage: true });
   });
 
-  test("without the path, an input of items or a Responses-only field marks the body; an embeddings body is not one", () => {
+  test("the path names a Responses body; without one naming an API, an input of items or a Responses-only field marks it; an embeddings body is not one", () => {
     expect(parseBodyBytes(bytes({ input: [{ role: "user", content: "x" }] })).input.kind).toBe("chat");
     expect(parseBodyBytes(bytes({ input: "x", instructions: "y" })).input.kind).toBe("chat");
     expect(parseBodyBytes(bytes({ input: "x" })).input.kind).toBe("none");
     expect(parseBodyBytes(bytes({ input: ["a", "b"], encoding_format: "float" })).input.kind).toBe("none");
     expect(parseBodyBytes(bytes({ input: "x" }), "/v1/embeddings").input.kind).toBe("none");
     expect(parseBodyBytes(bytes({ input: "x" }), "/v1/responses?stream=true").input.kind).toBe("chat");
+    expect(parseBodyBytes(bytes({ input: "x" }), "/llm/v1/responses/").input.kind).toBe("chat");
+    // A path naming no API (a gateway that rewrites /openai to /v1) leaves it to the fields.
+    expect(parseBodyBytes(bytes({ input: [{ role: "user", content: "x" }] }), "/openai/responses").input.kind).toBe("chat");
+    expect(parseBodyBytes(bytes({ input: "x" }), "/openai/embeddings").input.kind).toBe("none");
   });
 
   test("what vLLM refuses is a bad request", () => {
