@@ -69,6 +69,28 @@ function settleMessagesRules(pre: HfPreprocessor, files: TokenizerFiles, opts: P
   pre.resetCache();
 }
 
+/** How a preprocessor converts /v1/messages bodies (vLLM's rules; absent under rules that do not convert them). */
+export type MessagesModes = Required<Pick<ChatRules, "inlineSystem" | "disabledThinkingEffort">>;
+
+/** The modes `rules` convert Messages bodies by, or undefined where they convert none (SGLang's). */
+export function messagesModes(rules: ChatRules): MessagesModes | undefined {
+  const { inlineSystem, disabledThinkingEffort } = rules;
+  return inlineSystem === undefined || disabledThinkingEffort === undefined ? undefined : { inlineSystem, disabledThinkingEffort };
+}
+
+/**
+ * `pre` converts Messages bodies by `modes` from now on: a pool member started before its pool's probe decided, told
+ * the verdict before its first job.
+ */
+export function adoptMessagesModes(pre: Preprocessor, modes: MessagesModes): void {
+  (pre as { rules: ChatRules }).rules = { ...pre.rules, ...modes };
+}
+
+/** `opts` with its Messages modes set to `modes`, concrete options that need no probe; as they are without. */
+function withModes<T extends Omit<PreprocessorOptions, "log">>(opts: T, modes: MessagesModes | undefined): T {
+  return modes === undefined ? opts : { ...opts, anthropicInlineSystem: modes.inlineSystem, anthropicDisabledThinkingEffort: modes.disabledThinkingEffort };
+}
+
 /**
  * `opts` with the Messages modes it leaves to "auto" made concrete, by one probe of the preprocessor they describe:
  * for a pool, whose members and own reading then share that one verdict instead of each probing. `files`: the
@@ -82,8 +104,16 @@ export function settledMessagesOptions<T extends Omit<PreprocessorOptions, "log"
   } catch {
     rules = chatRules(opts.chatRendering, opts);
   }
-  if (rules.inlineSystem === undefined || rules.disabledThinkingEffort === undefined) return opts;
-  return { ...opts, anthropicInlineSystem: rules.inlineSystem, anthropicDisabledThinkingEffort: rules.disabledThinkingEffort };
+  return withModes(opts, messagesModes(rules));
+}
+
+/**
+ * `opts` with the Messages modes it leaves to "auto" at what they mean unprobed ("fold", "low"), so that a
+ * preprocessor made by them does not probe: a pool member that starts while its pool probes, and adopts the verdict
+ * (adoptMessagesModes) before any job.
+ */
+export function unprobedMessagesOptions<T extends Omit<PreprocessorOptions, "log">>(opts: T): T {
+  return withModes(opts, messagesModes(chatRules(opts.chatRendering, opts)));
 }
 
 /**

@@ -59,21 +59,28 @@ describe("tokenizer pool", () => {
     expect([...a.tokens]).not.toEqual([...createPreprocessor({ tokenizerDir: dir }).encodeChat(messages)]);
   }, 60_000);
 
-  // vLLM's "auto" Messages modes are probed once, by the pool at startup: its members (a replacement too) are handed
-  // the verdict, and the pool's own reading of a body on the event loop is by the same modes.
+  // vLLM's "auto" Messages modes are probed once, by the pool at startup, while its members start: each member is told
+  // the verdict before its first job (a replacement starts by it), and the pool's own reading of a body on the event
+  // loop is by the same modes.
   test("the Messages modes are probed once for the pool, and its members and its own reading share the verdict", async () => {
     const pool = await pools.start({ size: 2, budgetMs: 60_000 });
     expect(pool.rules.inlineSystem).toBe("preserve");
     expect(pool.rules.disabledThinkingEffort).toBe("none");
     const given = (pool as unknown as { memberOptions: { preprocessor: Record<string, unknown> } }).memberOptions.preprocessor;
     expect([given.anthropicInlineSystem, given.anthropicDisabledThinkingEffort]).toEqual(["preserve", "none"]);
-    const body = {
+    const body = (question: string) => ({
       model: "m", max_tokens: 10, thinking: { type: "disabled" },
-      messages: [{ role: "user", content: "Hi" }, { role: "assistant", content: "Hello" }, { role: "system", content: "Be brief." }, { role: "user", content: "Why?" }],
-    };
-    const request = { body: new TextEncoder().encode(JSON.stringify(body)), path: "/v1/messages" };
-    const here = encodeJob(createPreprocessor({ tokenizerDir: dir }), readBody(request, pool.rules).job as TokenizeJob);
-    expect([...(await pool.tokenize({ kind: "body", request })).tokens]).toEqual([...here]);
+      messages: [{ role: "user", content: question }, { role: "assistant", content: "Hello" }, { role: "system", content: "Be brief." }, { role: "user", content: "Why?" }],
+    });
+    const requests = ["Hi", "Hey"].map((q) => ({ body: new TextEncoder().encode(JSON.stringify(body(q))), path: "/v1/messages" }));
+    const pre = createPreprocessor({ tokenizerDir: dir });
+    const here = requests.map((request) => [...encodeJob(pre, readBody(request, pool.rules).job as TokenizeJob)]);
+    const unprobed = createPreprocessor({ tokenizerDir: dir, anthropicInlineSystem: "fold", anthropicDisabledThinkingEffort: "low" });
+    expect([...encodeJob(unprobed, readBody(requests[0]!, unprobed.rules).job as TokenizeJob)]).not.toEqual(here[0]);
+    // Submitted together as soon as the pool is ready, one to each member (the second goes to the idle one).
+    const outcomes = await Promise.all(requests.map((request) => pool.tokenize({ kind: "body", request })));
+    expect(outcomes.map((o) => [...o.tokens])).toEqual(here);
+    expect(pool.stats().members.map((m) => m.jobs)).toEqual([1, 1]);
   }, 60_000);
 
   test("members render with the server's rendering flags, as a preprocessor given them does", async () => {

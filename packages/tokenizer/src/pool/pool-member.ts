@@ -2,7 +2,7 @@
 import { parentPort, workerData } from "node:worker_threads";
 import { encodeJob, newTurnChars, nextTurnJob, type PoolJob, type TokenizeJob } from "../job";
 import { isMediaPart } from "../media";
-import { createPreprocessor } from "../preprocessor";
+import { adoptMessagesModes, createPreprocessor } from "../preprocessor";
 import { adoptTokenizerFiles } from "../tokenizer-files";
 import { useSeed } from "../fast/word-cache";
 import { EncodeStopped, type EncodeControl, type KnownPrefix } from "../segmenter";
@@ -64,6 +64,10 @@ let rules: RewriteRules | undefined;
 port.on("message", (m: ToMember) => {
   if (m.type === "rules") {
     rules = m.rules;
+    return;
+  }
+  if (m.type === "messages-modes") {
+    adoptMessagesModes(pre, m.modes);
     return;
   }
   if (m.type === "reset") {

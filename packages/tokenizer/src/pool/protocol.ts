@@ -4,6 +4,7 @@ import type { BodyFields } from "../request/read-body";
 import type { RewriteRules } from "../request/rewrite-rules";
 import type { SharedTokenizerFiles } from "../tokenizer-files";
 import type { CacheStats, PreprocessorOptions } from "../types";
+import type { MessagesModes } from "../preprocessor";
 import type { ThreadPriority } from "./thread-priority";
 import type { WarmUp } from "../warm-up";
 
@@ -54,7 +55,12 @@ export type ToMember =
    */
   | { type: "rules"; rules: RewriteRules }
   /** Empty the segment cache and zero its counters (after the decision thread's warm-up: invented text, not traffic). */
-  | { type: "reset" };
+  | { type: "reset" }
+  /**
+   * The pool's verdict on the Messages modes, posted to each member it started before its probe decided (those start
+   * by the unprobed modes) ahead of any job: a member takes its messages in order.
+   */
+  | { type: "messages-modes"; modes: MessagesModes };
 
 /**
  * When the member started the job a message is of (ms since the epoch: performance.timeOrigin + now, comparable

@@ -1,6 +1,6 @@
 import { Worker } from "node:worker_threads";
 import { chatRules, type ChatRules } from "../chat-rules";
-import { settledMessagesOptions } from "../preprocessor";
+import { messagesModes, settledMessagesOptions, unprobedMessagesOptions } from "../preprocessor";
 import { ChatTemplateError } from "../messages";
 import { DEFAULT_CACHE_MAX_BYTES } from "../segment-cache";
 import { hashSeed } from "../fast/word-cache";
@@ -311,7 +311,7 @@ export class TokenizerPool {
   /** Per member slot: whether a member there was ever ready (a pool that never started is not kept trying). */
   private readonly started: boolean[];
   private readonly restartBackoffMs: number;
-  private readonly memberOptions: { preprocessor: PoolOptions["preprocessor"]; files: SharedTokenizerFiles | undefined; nice: number };
+  private readonly memberOptions: { preprocessor: PoolOptions["preprocessor"]; readonly files: SharedTokenizerFiles | undefined; readonly nice: number };
 
   constructor(opts: PoolOptions) {
     const size = Math.max(1, opts.size ?? defaultPoolSize());
@@ -328,16 +328,22 @@ export class TokenizerPool {
       ...(cache?.maxEntries !== undefined ? { maxEntries: Math.max(1, Math.floor(cache.maxEntries / size)) } : {}),
     };
     const { files, shared } = readOnce(opts.preprocessor.tokenizerDir, opts.log);
-    // Probed once, here, at startup: every member, a replacement too, and the pool's own reading share one verdict.
-    const preprocessor = settledMessagesOptions({ ...opts.preprocessor, cache: share }, files, opts.log);
-    this.memberOptions = { preprocessor, files: shared, nice: opts.nice ?? DEFAULT_MEMBER_NICE };
-    this.rules = chatRules(preprocessor.chatRendering, preprocessor);
+    const given: PoolOptions["preprocessor"] = { ...opts.preprocessor, cache: share };
+    this.memberOptions = { preprocessor: unprobedMessagesOptions(given), files: shared, nice: opts.nice ?? DEFAULT_MEMBER_NICE };
     this.caches = share !== false && share.maxBytes > 0;
     this.restartBackoffMs = opts.restartBackoffMs ?? 1000;
     this.failedStarts = Array.from({ length: size }, () => 0);
     this.started = Array.from({ length: size }, () => false);
     this.members = Array.from({ length: size }, (_, index) => this.startMember(index));
     this.placement = new Placement(size);
+    // Probed once, here, while the members load on their threads: every member, a replacement too, and the pool's own
+    // reading share one verdict. The members started by the unprobed modes; each is told the verdict before this
+    // constructor returns, so before any job can be posted to it.
+    const preprocessor = settledMessagesOptions(given, files, opts.log);
+    this.memberOptions.preprocessor = preprocessor;
+    this.rules = chatRules(preprocessor.chatRendering, preprocessor);
+    const modes = messagesModes(this.rules);
+    if (modes !== undefined) for (const m of this.members) m.worker.postMessage({ type: "messages-modes", modes } satisfies ToMember);
   }
 
   get size(): number {

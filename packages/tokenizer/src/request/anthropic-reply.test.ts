@@ -55,6 +55,8 @@ describe("a /v1/messages reply", () => {
   test("nothing to warm with: no stop reason (aborted), a call cut by the token limit, an error event, a stream cut before message_stop, no text", () => {
     expect(read(message([text], null))).toBeUndefined();
     expect(read(message([text, toolUse], "max_tokens"))).toBeUndefined();
+    // An input that is no object, a float among them (read as Python reads it, an object here).
+    expect(read(message([text, { ...toolUse, input: "@" }], "tool_use").replace('"@"', "1.0"))).toBeUndefined();
     expect(read(message([thinking], "end_turn"))).toBeUndefined();
     expect(read(message([], "end_turn"))).toBeUndefined();
     expect(read(stream(...streamed(null, messageStop)))).toBeUndefined();
@@ -95,5 +97,37 @@ describe("the next turn warmed from a Messages reply is the next request's prefi
     expect(known).toContain("<think>\nRead it first.\n</think>\n\nLet me look.");
     expect(known.endsWith("<|im_start|>user\n<tool_response>")).toBe(true);
     expect(pre.decode([...nextIds.subarray(shared)]).trimStart().startsWith("console.log(1)")).toBe(true);
+  });
+
+  // vLLM reads the next request's tool_use input with Python's json, which keeps `1.0` and `1e5` floats and every
+  // digit of an integer past 2^53, and prints the call's arguments from it: the warm reads the reply's input so too.
+  test("a tool call's input keeps Python's numbers (1.0, 1e5, an integer past 2^53), as a JSON message or a stream", () => {
+    const input = '{"scale": 1.0, "id": 9007199254740993, "limit": 1e5}';
+    const call = { type: "tool_use", id: "chatcmpl-tool-1", name: "fetch", input: "@input" };
+    const withInput = (o: object) => JSON.stringify(o).replace('"@input"', input);
+    const first = { model: "m", max_tokens: 256, messages: [{ role: "user", content: "Fetch it" }] };
+    const next = withInput({
+      ...first,
+      messages: [...first.messages, { role: "assistant", content: [text, call] }, { role: "user", content: [{ type: "tool_result", tool_use_id: call.id, content: "fetched" }] }],
+    });
+    const nextIds = encodeJob(pre, readBody({ body: utf8(next), path: "/v1/messages" }).job as TokenizeJob);
+    const replies = {
+      json: withInput(JSON.parse(message([text, call], "tool_use"))),
+      stream: stream(
+        start, blockStart(0, text), stop(0), blockStart(1, { ...call, input: {} }),
+        delta(1, { type: "input_json_delta", partial_json: input.slice(0, 20) }), delta(1, { type: "input_json_delta", partial_json: input.slice(20) }), stop(1),
+        end("tool_use"), messageStop,
+      ),
+      // A server that sends the whole input with the block's opening.
+      opening: stream(start, blockStart(0, text), stop(0), blockStart(1, call), stop(1), end("tool_use"), messageStop).replace('"@input"', input),
+    };
+    for (const [kind, body] of Object.entries(replies)) {
+      const warmIds = encodeJob(pre, nextTurnJob(job(first) as Extract<TokenizeJob, { kind: "chat" }>, read(body)!, pre)!);
+      let shared = 0;
+      while (shared < warmIds.length && warmIds[shared] === nextIds[shared]) shared++;
+      const known = pre.decode([...nextIds.subarray(0, shared)]);
+      expect({ kind, known }).toEqual({ kind, known: expect.stringContaining('"scale": 1.0, "id": 9007199254740993, "limit": 100000.0') });
+      expect({ kind, end: known.endsWith("<|im_start|>user\n<tool_response>") }).toEqual({ kind, end: true });
+    }
   });
 });

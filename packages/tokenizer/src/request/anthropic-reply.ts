@@ -5,6 +5,7 @@
 // is that message, built by the same conversion (anthropic-body.ts).
 import type { ChatReply } from "./chat-reply";
 import { assistantChatMessage } from "./anthropic-body";
+import { isPyDict, parseJsonKeepingFloats } from "../py-values";
 
 type Block = Record<string, unknown> & { type: string };
 type Event = { type?: unknown; index?: unknown; content_block?: Block; delta?: Record<string, unknown>; message?: { role?: unknown } };
@@ -35,7 +36,9 @@ export function anthropicStreamReply(text: string): ChatReply | undefined {
   let role: unknown;
   for (const line of text.split("\n")) {
     if (!line.startsWith("data:")) continue;
-    const e = JSON.parse(line.slice(5).trim()) as Event;
+    const data = line.slice(5).trim();
+    // A block's opening may hold a tool's input (vLLM's comes in deltas), read as the next request's is (see warmable).
+    const e = (data.includes('"content_block_start"') ? parseJsonKeepingFloats(data) : JSON.parse(data)) as Event;
     switch (e.type) {
       case "message_start":
         role = e.message?.role;
@@ -61,7 +64,7 @@ export function anthropicStreamReply(text: string): ChatReply | undefined {
       case "message_stop": {
         for (const [i, args] of json) {
           const b = blocks.get(i)!;
-          b.input = JSON.parse(args);
+          b.input = parseJsonKeepingFloats(args);
         }
         return warmable([...blocks.values()], stop, role);
       }
@@ -73,12 +76,13 @@ export function anthropicStreamReply(text: string): ChatReply | undefined {
 /**
  * The reply as its next turn sends it back, when the client keeps it: text that ended its turn or ran out of tokens,
  * tool calls that ended in tool_use (or end_turn), as a chat completion's reply is warmed (chat-reply.ts). Not a
- * reply vLLM gave no stop reason (aborted), nor one without text or calls.
+ * reply vLLM gave no stop reason (aborted), nor one without text or calls. A tool's input must have been read with
+ * Python's numbers (parseJsonKeepingFloats), as vLLM reads it in the next request, whose arguments print it.
  */
 function warmable(blocks: Block[], stop: unknown, role: unknown): ChatReply | undefined {
   const calls = blocks.some((b) => b.type === "tool_use");
   if (calls ? stop !== "tool_use" && stop !== "end_turn" : stop !== "end_turn" && stop !== "max_tokens" && stop !== "stop_sequence") return undefined;
-  if (calls && blocks.some((b) => b.type === "tool_use" && (typeof b.input !== "object" || b.input === null || Array.isArray(b.input)))) return undefined;
+  if (calls && blocks.some((b) => b.type === "tool_use" && !isPyDict(b.input))) return undefined;
   const message = assistantChatMessage(blocks);
   if (message === undefined || (!calls && message.content === undefined)) return undefined;
   // In the role the response names (always the assistant's): under another --response-role nextTurnJob warms nothing.

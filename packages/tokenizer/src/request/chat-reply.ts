@@ -2,6 +2,7 @@
 // member that warms the conversation's next turn with it (BodyJob.reply), not by the thread that routes.
 import type { ChatMessage } from "../types";
 import { anthropicReply, anthropicStreamReply, isAnthropicMessage, isAnthropicStream } from "./anthropic-reply";
+import { parseJsonKeepingFloats } from "../py-values";
 
 /**
  * A reply's message. The next turn sends it back in the role the server answered with, which nextTurnJob gives it
@@ -23,8 +24,9 @@ export function readChatReply(body: Uint8Array): ChatReply | undefined {
   const text = decoder.decode(body);
   try {
     if (!text.trimStart().startsWith("{")) return isAnthropicStream(text) ? anthropicStreamReply(text) : fromStream(text);
-    const doc = JSON.parse(text);
-    return isAnthropicMessage(doc) ? anthropicReply(doc) : fromJson(doc);
+    // Python's numbers: a Messages reply's tool input is printed from them (anthropic-reply.ts warmable).
+    const doc = parseJsonKeepingFloats(text);
+    return isAnthropicMessage(doc) ? anthropicReply(doc) : fromJson(doc as Chunk);
   } catch {
     return undefined; // not a body we can read: nothing to warm
   }
