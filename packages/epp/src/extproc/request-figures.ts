@@ -1,5 +1,7 @@
 // One ext_proc request's figures: its outcome (dynamo_epp_requests_total, and llm-d's request or error counter from
-// the same call), whether it is running, and its response's timing, labelled as llm-d's router labels them.
+// the same call), whether it is running, and its response's timing and reported usage, labelled as llm-d's router
+// labels them.
+import type { ReportedUsage } from "@kv-epp/routing";
 import type { Metrics, RequestOutcome } from "../metrics.ts";
 import type { BoundedLabels } from "./gaie-headers.ts";
 
@@ -21,6 +23,8 @@ export class RequestFigures {
   private readonly priority: string;
   private running = false;
   private serverError = false;
+  /** Its body asked for a streamed answer. */
+  private streamAsked = false;
   private streaming = false;
   private firstByteAt: number | undefined;
   private responseBytes = 0;
@@ -37,10 +41,14 @@ export class RequestFigures {
     this.priority = String(cls.priority);
   }
 
-  /** The model its body names, and the one it runs as (a rewrite's target, else the same); unread: "". */
-  models(model: string | undefined, target: string | undefined): void {
+  /**
+   * What its body says: the model it names, the one it runs as (a rewrite's target, else the same), unread: "";
+   * and whether it asked for its answer streamed.
+   */
+  body(model: string | undefined, target: string | undefined, stream = false): void {
     this.model = model ? this.labels.models.label(model) : "";
     this.target = target ? this.labels.models.label(target) : this.model;
+    this.streamAsked = stream;
   }
 
   /**
@@ -61,9 +69,13 @@ export class RequestFigures {
     l.runningDeprecated.inc({ model_name: this.model });
   }
 
-  /** The upstream's answer: other than 200 is a model server error; an event stream is a streamed response. */
+  /**
+   * The upstream's answer: other than 200 is a model server error. The response is streamed when its body asked for
+   * a stream or it is an event stream, as llm-d decides (the request's `stream`, then the content type, which can
+   * only set it).
+   */
   responseHeaders(status: string | undefined, contentType: string | undefined): void {
-    this.streaming = contentType?.includes("text/event-stream") === true;
+    this.streaming = this.streamAsked || contentType?.includes("text/event-stream") === true;
     if (status !== undefined && status !== "200" && !this.serverError) {
       this.serverError = true;
       this.failed("ModelServerError");
@@ -77,9 +89,12 @@ export class RequestFigures {
 
   /**
    * Its response is whole: how long it took, and, when it had a body, its TTFT, which for a response not streamed is
-   * its end (the whole answer is its first token, as llm-d times it). Once.
+   * its end (the whole answer is its first token, as llm-d times it); and the token counts its usage reported (a
+   * stream's last usage: llm-d observes every usage a chunk carries, so a stream with vLLM's continuous usage counts
+   * once per chunk there, once here). As llm-d, prompt and output counts of 0 are not observed, a cached count of 0
+   * is. Once.
    */
-  responseEnded(now = performance.now()): void {
+  responseEnded(usage: ReportedUsage = {}, now = performance.now()): void {
     if (this.responded) return;
     this.responded = true;
     const l = this.m.llmd;
@@ -90,6 +105,17 @@ export class RequestFigures {
     l.responseSizeDeprecated.observe(this.modelLabels(), this.responseBytes);
     const first = this.firstByteAt === undefined || this.streaming ? this.firstByteAt : now;
     if (first !== undefined) l.ttft.observe({ ...this.requestLabels(), streaming: String(this.streaming) }, (first - this.at) / 1000);
+    const { promptTokens = 0, completionTokens = 0, cachedTokens } = usage;
+    const counts = [
+      [l.inputTokens, l.inputTokensDeprecated, promptTokens > 0 ? promptTokens : undefined],
+      [l.outputTokens, l.outputTokensDeprecated, completionTokens > 0 ? completionTokens : undefined],
+      [l.cachedTokens, l.cachedTokensDeprecated, cachedTokens],
+    ] as const;
+    for (const [current, twin, n] of counts) {
+      if (n === undefined) continue;
+      current.observe(this.requestLabels(), n);
+      twin.observe(this.modelLabels(), n);
+    }
   }
 
   /** The request is over (answered, its response ended, or its stream broke): it no longer runs. */
