@@ -2,10 +2,11 @@
 // and pkg/epp/metrics/metrics.go for the deprecated names it still writes beside them): the subset this EPP has the
 // values of, so llm-d's dashboards and its multicluster scorer (which reads a remote EPP's pool averages) read it as
 // they read llm-d's. Each is written where this EPP records its own figure of the same fact (RequestFigures,
-// poolFigures), never counted on a path of its own. The token histograms hold what a response's usage reports (read
-// by routing's UsageScan, which its quality watch shares), never this EPP's own counts: those are the prompt as routed
-// (cut at the routing bound, or unread), not as served; where no usage comes through (no response bodies, a stream
-// without usage, a gRPC pool's protobuf) they stay empty rather than be filled from those.
+// poolFigures), never counted on a path of its own. The token histograms, and the times per output token, hold what a
+// response's usage reports (read by routing's UsageScan, which its quality watch shares), never this EPP's own counts:
+// those are the prompt as routed (cut at the routing bound, or unread), not as served; where no usage comes through
+// (no response bodies, a stream without usage, a gRPC pool's protobuf) they stay empty rather than be filled from
+// those.
 import { Counter, Gauge, Histogram, type Registry } from "prom-client";
 
 const MODEL = ["model_name", "target_model_name"] as const;
@@ -27,6 +28,12 @@ const RESPONSE_SIZE_BUCKETS = [1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096
 const PROMPT_TOKEN_BUCKETS = [...RESPONSE_SIZE_BUCKETS, 131072, 262144, 524288, 1048576];
 /** llm-d's output token buckets: the response size buckets up to 8192. */
 const OUTPUT_TOKEN_BUCKETS = RESPONSE_SIZE_BUCKETS.filter((b) => b <= 8192);
+/** llm-d's normalized time per output token buckets: a millisecond to ten seconds a token. */
+const NTPOT_BUCKETS = [0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10];
+/** llm-d's streamed time per output token buckets (0.00205 is llm-d's). */
+const TPOT_BUCKETS = [0.0005, 0.00205, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.125, 0.15, 0.2, 0.3, 0.4, 0.5, 0.6, 0.8, 1, 2];
+/** llm-d's inter-token latency buckets. */
+const ITL_BUCKETS = [0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1, 2];
 
 /** The series, each current name with its deprecated twin where llm-d still writes one. */
 export function llmdSeries(registry: Registry) {
@@ -46,6 +53,7 @@ export function llmdSeries(registry: Registry) {
     inputTokens: "prompt tokens of a request, as the usage in its response reports them",
     outputTokens: "output tokens of a request, as the usage in its response reports them",
     cachedTokens: "prompt tokens a request found cached, as the usage in its response reports them",
+    ntpot: "seconds from a request's headers to its response's end, over the output tokens its usage reports",
     ready: "endpoints (API servers) the EPP may route to whose last /metrics scrape succeeded (every routable one when it scrapes none)",
     kv: "mean KV-cache usage (0-1) of the pool's endpoints, as each last reported it",
     queue: "mean waiting requests of the pool's endpoints, as each last reported them",
@@ -61,6 +69,7 @@ export function llmdSeries(registry: Registry) {
   const [inputTokens, inputTokensDeprecated] = twins("llm_d_epp_request_input_tokens", "inference_objective_input_tokens", helps.inputTokens, PROMPT_TOKEN_BUCKETS);
   const [outputTokens, outputTokensDeprecated] = twins("llm_d_epp_request_output_tokens", "inference_objective_output_tokens", helps.outputTokens, OUTPUT_TOKEN_BUCKETS);
   const [cachedTokens, cachedTokensDeprecated] = twins("llm_d_epp_request_cached_tokens", "inference_objective_prompt_cached_tokens", helps.cachedTokens, PROMPT_TOKEN_BUCKETS);
+  const [ntpot, ntpotDeprecated] = twins("llm_d_epp_request_ntpot_seconds", "inference_objective_normalized_time_per_output_token_seconds", helps.ntpot, NTPOT_BUCKETS);
   return {
     requests: counter("llm_d_epp_request_total", helps.requests, REQUEST),
     requestsDeprecated: counter("inference_objective_request_total", deprecated("llm_d_epp_request_total", helps.requests), [...MODEL, "priority"]),
@@ -69,7 +78,14 @@ export function llmdSeries(registry: Registry) {
     running: gauge("llm_d_epp_request_running", helps.running, REQUEST),
     runningDeprecated: gauge("inference_objective_running_requests", deprecated("llm_d_epp_request_running", helps.running), ["model_name"]),
     duration, durationDeprecated, requestSize, requestSizeDeprecated, responseSize, responseSizeDeprecated,
-    inputTokens, inputTokensDeprecated, outputTokens, outputTokensDeprecated, cachedTokens, cachedTokensDeprecated,
+    inputTokens, inputTokensDeprecated, outputTokens, outputTokensDeprecated, cachedTokens, cachedTokensDeprecated, ntpot, ntpotDeprecated,
+    tpot: histogram(
+      "llm_d_epp_request_streaming_tpot_seconds",
+      "seconds per output token after the first of a streamed response: from its first byte to its end, over its output tokens less one",
+      REQUEST,
+      TPOT_BUCKETS,
+    ),
+    itl: histogram("llm_d_epp_request_streaming_itl_seconds", "seconds between consecutive body chunks of a streamed response, as the data plane passes them on", REQUEST, ITL_BUCKETS),
     ttft: histogram(
       "llm_d_epp_request_ttft_seconds",
       "seconds from a request's headers to its first response byte (streaming=\"true\": its body asked for a stream or the response is an event stream; otherwise the whole response's end)",

@@ -1,6 +1,7 @@
 // deploy/overlays/monitoring: the alert rules pass `promtool test rules` (rules.test.yaml), every metric
 // the rules and the Grafana dashboard query is one a real EPP process exports on /metrics (its own and llm-d's
-// names), and every tokenization metric it exports, and llm-d's token and load-spread series, are charted.
+// names), and every tokenization metric it exports, and llm-d's token, per-token latency and load-spread series,
+// are charted.
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
@@ -99,11 +100,12 @@ describe("against a live EPP process's /metrics", () => {
     if (exported.has(THROTTLING[0]!)) expect([...exported.keys()].filter((n) => n.startsWith("dynamo_epp_cpu_throttled_")).sort()).toEqual([...THROTTLING].sort());
   });
 
-  test("llm-d's token histograms and load spreads the EPP exports are charted", () => {
+  test("llm-d's token histograms, times per output token and load spreads the EPP exports are charted", () => {
     const charted = new Set(panelExprs.flatMap((e) => [...e.expr.matchAll(EPP_METRIC)].map((m) => m[0].replace(/_(bucket|sum|count)$/, ""))));
-    const llmd = [...exported.keys()].filter((n) => /^llm_d_epp_(request_\w+_tokens|std_dev_\w+)$/.test(n));
+    const llmd = [...exported.keys()].filter((n) => /^llm_d_epp_(request_\w+_tokens|request_ntpot_seconds|request_streaming_\w+|std_dev_\w+)$/.test(n));
     expect(llmd.sort()).toEqual([
-      "llm_d_epp_request_cached_tokens", "llm_d_epp_request_input_tokens", "llm_d_epp_request_output_tokens",
+      "llm_d_epp_request_cached_tokens", "llm_d_epp_request_input_tokens", "llm_d_epp_request_ntpot_seconds", "llm_d_epp_request_output_tokens",
+      "llm_d_epp_request_streaming_itl_seconds", "llm_d_epp_request_streaming_tpot_seconds",
       "llm_d_epp_std_dev_kv_cache_utilization", "llm_d_epp_std_dev_queue_size", "llm_d_epp_std_dev_running_requests",
     ]);
     expect(llmd.filter((n) => !charted.has(n))).toEqual([]);

@@ -27,6 +27,10 @@ export class RequestFigures {
   private streamAsked = false;
   private streaming = false;
   private firstByteAt: number | undefined;
+  /** The first byte came in the message that ended the response: no time passed between its tokens here. */
+  private firstByteEnded = false;
+  /** When the last non-empty body chunk came. */
+  private lastChunkAt: number | undefined;
   private responseBytes = 0;
   private responded = false;
 
@@ -82,9 +86,20 @@ export class RequestFigures {
     }
   }
 
-  responseBody(bytes: number, now = performance.now()): void {
-    if (bytes > 0 && this.firstByteAt === undefined) this.firstByteAt = now;
+  /**
+   * A response body chunk (`ends`: its message ends the response). A streamed response's chunks after the first are
+   * timed from the one before (llm-d's inter-token latency: between chunks as the data plane passes them on, each
+   * of which may carry several tokens).
+   */
+  responseBody(bytes: number, ends = false, now = performance.now()): void {
     this.responseBytes += bytes;
+    if (bytes === 0) return;
+    if (this.firstByteAt === undefined) {
+      this.firstByteAt = now;
+      this.firstByteEnded = ends;
+    }
+    if (this.streaming && this.lastChunkAt !== undefined) this.m.llmd.itl.observe(this.requestLabels(), (now - this.lastChunkAt) / 1000);
+    this.lastChunkAt = now;
   }
 
   /**
@@ -92,7 +107,9 @@ export class RequestFigures {
    * its end (the whole answer is its first token, as llm-d times it); and the token counts its usage reported (a
    * stream's last usage: llm-d observes every usage a chunk carries, so a stream with vLLM's continuous usage counts
    * once per chunk there, once here). As llm-d, prompt and output counts of 0 are not observed, a cached count of 0
-   * is. Once.
+   * is. With its output count, the time per output token: normalized (the whole duration over every output token),
+   * and for a streamed response whose first byte came before its end, the time after the first token over the
+   * tokens after it. Once.
    */
   responseEnded(usage: ReportedUsage = {}, now = performance.now()): void {
     if (this.responded) return;
@@ -116,6 +133,11 @@ export class RequestFigures {
       current.observe(this.requestLabels(), n);
       twin.observe(this.modelLabels(), n);
     }
+    if (completionTokens === 0) return;
+    l.ntpot.observe(this.requestLabels(), seconds / completionTokens);
+    l.ntpotDeprecated.observe(this.modelLabels(), seconds / completionTokens);
+    if (this.streaming && first !== undefined && !this.firstByteEnded && completionTokens > 1)
+      l.tpot.observe(this.requestLabels(), (now - first) / 1000 / (completionTokens - 1));
   }
 
   /** The request is over (answered, its response ended, or its stream broke): it no longer runs. */

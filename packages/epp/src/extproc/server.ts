@@ -388,7 +388,7 @@ class ProcessStream {
       const eos = msg.response_body.end_of_stream === true;
       if (this.req) {
         this.req.responseBody = true;
-        this.req.figures.responseBody(body.length);
+        this.req.figures.responseBody(body.length, eos);
         this.req.routed?.responseBody(body);
       }
       // Model rewrite: the client's name back in the response (model-rewrite.ts). Full duplex may hold
