@@ -187,6 +187,15 @@ test("a body asking for a stream is a streaming request whatever the response's 
   await waitFor(async () => (await metric(`llm_d_epp_request_duration_seconds_count{${labels}}`)) === 1, { message: "the response timed" });
   expect(await metric(`llm_d_epp_request_ttft_seconds_count{${labels},streaming="true"}`)).toBe(1);
   expect(await metric(`llm_d_epp_request_ttft_seconds_count{${labels},streaming="false"}`)).toBe(0);
+  // A filter that skips response headers: the body's ask alone makes it streamed.
+  const s = client.open();
+  s.send(requestHeaders([["x-gateway-inference-fairness-id", "asks-stream"]]));
+  s.send(body({ ...json, prompt: tokens(32, 10) }));
+  await answerFor(s, "request_headers");
+  s.send({ response_body: { body: enc.encode("data: [DONE]\n\n"), end_of_stream: true } });
+  await answerFor(s, "response_body");
+  s.end();
+  await waitFor(async () => (await metric(`llm_d_epp_request_ttft_seconds_count{${labels},streaming="true"}`)) === 2, { message: "streamed without response headers" });
 });
 
 test("the token counts a response's usage reports (a chat's JSON body, a stream's last usage, the Messages API's names) under llm-d's token histograms", async () => {

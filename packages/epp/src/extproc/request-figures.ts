@@ -25,7 +25,8 @@ export class RequestFigures {
   private serverError = false;
   /** Its body asked for a streamed answer. */
   private streamAsked = false;
-  private streaming = false;
+  /** Its response is an event stream. */
+  private eventStream = false;
   private firstByteAt: number | undefined;
   /** The first byte came in the message that ended the response: no time passed between its tokens here. */
   private firstByteEnded = false;
@@ -73,13 +74,9 @@ export class RequestFigures {
     l.runningDeprecated.inc({ model_name: this.model });
   }
 
-  /**
-   * The upstream's answer: other than 200 is a model server error. The response is streamed when its body asked for
-   * a stream or it is an event stream, as llm-d decides (the request's `stream`, then the content type, which can
-   * only set it).
-   */
+  /** The upstream's answer: other than 200 is a model server error. */
   responseHeaders(status: string | undefined, contentType: string | undefined): void {
-    this.streaming = this.streamAsked || contentType?.includes("text/event-stream") === true;
+    this.eventStream = contentType?.includes("text/event-stream") === true;
     if (status !== undefined && status !== "200" && !this.serverError) {
       this.serverError = true;
       this.failed("ModelServerError");
@@ -138,6 +135,14 @@ export class RequestFigures {
     l.ntpotDeprecated.observe(this.modelLabels(), seconds / completionTokens);
     if (this.streaming && first !== undefined && !this.firstByteEnded && completionTokens > 1)
       l.tpot.observe(this.requestLabels(), (now - first) / 1000 / (completionTokens - 1));
+  }
+
+  /**
+   * Its response is streamed when its body asked for a stream or the response is an event stream, as llm-d decides
+   * (the request's `stream`, then the content type, which can only set it).
+   */
+  private get streaming(): boolean {
+    return this.streamAsked || this.eventStream;
   }
 
   /** The request is over (answered, its response ended, or its stream broke): it no longer runs. */
