@@ -185,7 +185,7 @@ export async function startEpp(cfg: EppConfig, o: { log?: Logger; kubeConfig?: K
   const metricsServer = startHttp(cfg, cfg.ports.metrics, metricsFetch(metrics, () => {
     indexers.models.updateGauges();
     workers.updateGauges();
-    poolFigures(metrics.llmd, poolName, workers.endpointLoads());
+    poolFigures(metrics.llmd, poolName, workers.endpointLoads(), cfg.scrapeIntervalMs > 0);
     metrics.ready.set(health.ready ? 1 : 0);
     metrics.extProcBufferedBytes.set(bodyBudget.usedBytes);
     replicaAgg?.updateGauges();

@@ -23,6 +23,7 @@ export { combinedPending, PendingPrefixes, DEFAULT_PENDING, INFLIGHT_PREFIX_DEFA
 export { CHOICE_OPTIONS, DEFAULT_LATENCY_SETTINGS, DISAGG_OPTIONS, LATENCY_OPTIONS, PENDING_OPTIONS, ROUTING_OPTIONS, SHAPE_OPTIONS, latencyModel, latencySettings, pendingPrefixes, routingSettings, shapeSettings, type LatencySettings, type RoutingSettings, type ShapeSettings } from "./options.ts";
 // What the responses tell of the predictions.
 export { RoutingQuality } from "./quality.ts";
+export type { ReportedUsage } from "./usage-scan.ts";
 // replica-agg as state and wire format (the EPP's sockets carry it; the simulation delivers it in virtual time).
 export { AGG_TOPIC, AggDecodeError, decodeAggMessage, encodeAggMessage, opOf, type AggMessage, type AggOp } from "./replica-agg/codec.ts";
 export { AggOutbox, deltaParts } from "./replica-agg/outbox.ts";

@@ -8,6 +8,7 @@ import { hittableBlocks, type TtftSample } from "./latency.ts";
 import type { Decision, ScoredCandidate } from "./picker.ts";
 import { workerKey, type WorkerRef } from "@kv-epp/protocol";
 import type { RoutingMetrics } from "./ports.ts";
+import { UsageScan } from "./usage-scan.ts";
 
 export type Prediction = {
   workerKey: string;
@@ -78,14 +79,6 @@ type Sample = { absError: number; mispredicted: boolean };
 
 // Responses kept per worker for /workers: enough to smooth, few enough to show a reset within a minute.
 const WINDOW = 64;
-// The counts are found in the last part of the body; a usage object is far shorter than this.
-const CARRY = 256;
-
-const CACHED_RE = /"cached_tokens"\s*:\s*(\d+)/g;
-const PROMPT_RE = /"prompt_tokens"\s*:\s*(\d+)/g;
-// The final usage chunk of a stream is the one with no choices (vLLM, OpenAI): usage seen before it
-// (vLLM's continuous_usage_stats on every chunk) carries no prompt_tokens_details.
-const FINAL_USAGE_RE = /"choices"\s*:\s*\[\s*\]/;
 
 class Ring<T> {
   readonly items: T[] = [];
@@ -105,9 +98,12 @@ export class RoutingQuality {
 
   constructor(private readonly metrics: RoutingMetrics) {}
 
-  /** Starts watching the response of a routed request; `decidedAt` is performance.now() at the pick. */
-  watch(p: Prediction, decidedAt: number): ResponseWatch {
-    return new ResponseWatch(this, p, decidedAt);
+  /**
+   * Starts watching the response of a routed request; `decidedAt` is performance.now() at the pick. `usage`: the
+   * scan its body chunks go into (body()), when another reader shares it.
+   */
+  watch(p: Prediction, decidedAt: number, usage = new UsageScan()): ResponseWatch {
+    return new ResponseWatch(this, p, decidedAt, usage);
   }
 
   accuracy(workerKey: string): WorkerAccuracy {
@@ -165,25 +161,19 @@ function ring<T>(m: Map<string, Ring<T>>, key: string): Ring<T> {
   return r;
 }
 
-/**
- * One response's watch. Bodies are scanned as they pass, carrying a short tail across chunks so a
- * number split between two chunks is read whole: O(bytes), no buffering of the response.
- */
+/** One response's watch: its bodies are scanned as they pass (UsageScan), none of it kept. */
 export class ResponseWatch {
   private streamed = false;
   /** The first body chunk is the first token: an SSE stream the data plane passes on as it comes. */
   private timed = false;
   private firstBodyAt: number | undefined;
-  private carry = "";
-  private cached: number | undefined;
-  private prompt: number | undefined;
-  private finalUsage = false;
   private done = false;
 
   constructor(
     private readonly quality: RoutingQuality,
     private prediction: Prediction,
     private readonly decidedAt: number,
+    private readonly usage: UsageScan,
   ) {}
 
   /**
@@ -207,12 +197,7 @@ export class ResponseWatch {
   /** A response body chunk, as the data plane passed it. */
   body(chunk: Uint8Array, now = performance.now()): void {
     if (this.firstBodyAt === undefined && chunk.length > 0) this.firstBodyAt = now;
-    if (chunk.length === 0) return;
-    const text = this.carry + Buffer.from(chunk.buffer, chunk.byteOffset, chunk.byteLength).toString("latin1");
-    this.cached = lastNumber(CACHED_RE, text) ?? this.cached;
-    this.prompt = lastNumber(PROMPT_RE, text) ?? this.prompt;
-    if (this.streamed && FINAL_USAGE_RE.test(text)) this.finalUsage = true;
-    this.carry = text.length > CARRY ? text.slice(text.length - CARRY) : text;
+    this.usage.add(chunk);
   }
 
   /** The response ended (or the stream broke): record what it told (idempotent); its TTFT, when it was timed. */
@@ -220,25 +205,20 @@ export class ResponseWatch {
     if (this.done) return undefined;
     this.done = true;
     const p = this.prediction;
+    // vLLM's OpenAI names: what its chat and text completions report.
+    const cached = this.usage.field("cached_tokens");
     // Only a response that carried its usage says anything about the cache: a JSON body's, or a
     // stream's final usage chunk (one cut before it says nothing).
-    const usageEnded = this.prompt !== undefined && (!this.streamed || this.finalUsage);
-    if (this.cached !== undefined) this.quality.recordActual(p, this.cached);
+    const usageEnded = this.usage.field("prompt_tokens") !== undefined && (!this.streamed || this.usage.finalUsage);
+    if (cached !== undefined) this.quality.recordActual(p, cached);
     else if (usageEnded) this.quality.recordActual(p, "none");
     if (this.timed && this.firstBodyAt !== undefined) {
       // A miss is 0 cached tokens only from a worker known to report them; else the prediction stands.
-      const cachedTokens = this.cached ?? (usageEnded && this.quality.reportsDetails(p.workerKey) ? 0 : undefined);
+      const cachedTokens = cached ?? (usageEnded && this.quality.reportsDetails(p.workerKey) ? 0 : undefined);
       const ttftMs = this.firstBodyAt - this.decidedAt;
       this.quality.recordTtft(p, ttftMs);
       return { prediction: p, ttftMs, cachedTokens };
     }
     return undefined;
   }
-}
-
-function lastNumber(re: RegExp, text: string): number | undefined {
-  let last: string | undefined;
-  re.lastIndex = 0;
-  for (let m = re.exec(text); m; m = re.exec(text)) last = m[1];
-  return last === undefined ? undefined : Number(last);
 }

@@ -264,4 +264,15 @@ describe("a routed request's life", () => {
     r.end();
     expect(watched.latency.params().samples).toBe(1);
   });
+
+  test("its response's usage is read once, with or without a quality watch", () => {
+    const usage = '{"usage":{"prompt_tokens":64,"completion_tokens":5,"prompt_tokens_details":{"cached_tokens":32}}}';
+    for (const quality of [undefined, new RoutingQuality(NO_METRICS)]) {
+      const r = context({ quality }).route();
+      r.responseHeaders("application/json", true);
+      r.responseBody(new TextEncoder().encode(usage));
+      expect(r.usage()).toEqual({ promptTokens: 64, completionTokens: 5, cachedTokens: 32 });
+      r.end();
+    }
+  });
 });

@@ -12,6 +12,7 @@ import type { ActiveLoad, Lease } from "./load.ts";
 import type { Decision, Picker, PickRequest, ScoredCandidate } from "./picker.ts";
 import type { Candidate, Clock, RoutingMetrics } from "./ports.ts";
 import { calibrationSample, predictionOf, type ResponseWatch, type RoutingQuality } from "./quality.ts";
+import { UsageScan, type ReportedUsage } from "./usage-scan.ts";
 
 /**
  * The least time a disaggregated request's prefill lease is held when no response byte shows: its first
@@ -61,6 +62,8 @@ export class RoutedRequest {
   /** Cancels the timer that ends its prefill at the deadline, if no byte comes first (see the constructor). */
   private cancelDeadline: (() => void) | undefined;
   private readonly watch: ResponseWatch | undefined;
+  /** Its response's usage, read once for the watch and for usage(). */
+  private readonly scan = new UsageScan();
   /** The decision as one header value, when asked for. */
   readonly explanation: string | undefined;
 
@@ -99,7 +102,7 @@ export class RoutedRequest {
     // A batch's usage adds up all its prompts, its first token is any prompt's: nothing to compare with
     // the prediction made for the first prompt. A disaggregated request's TTFT and cached tokens are its
     // prefill rank's: the prediction compared is that rank's.
-    if (!o.batched) this.watch = ctx.quality?.watch(predictionOf(decision, prefilling), ctx.clock.now());
+    if (!o.batched) this.watch = ctx.quality?.watch(predictionOf(decision, prefilling), ctx.clock.now(), this.scan);
     else if (ctx.quality) ctx.metrics.unscored("batched_prompts");
     this.explanation = o.explain ? explanation(decision) : undefined;
   }
@@ -164,7 +167,14 @@ export class RoutedRequest {
   /** A response body chunk: the first one means the rank has finished this request's prefill. */
   responseBody(chunk: Uint8Array): void {
     this.firstByte();
-    this.watch?.body(chunk, this.ctx.clock.now());
+    // The watch puts the chunk into the scan it shares.
+    if (this.watch) this.watch.body(chunk, this.ctx.clock.now());
+    else this.scan.add(chunk);
+  }
+
+  /** What its response's body has reported of its usage so far (a batch's: all its prompts together). */
+  usage(): ReportedUsage {
+    return this.scan.usage();
   }
 
   /**

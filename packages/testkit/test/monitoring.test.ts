@@ -1,6 +1,7 @@
 // deploy/overlays/monitoring: the alert rules pass `promtool test rules` (rules.test.yaml), every metric
-// the rules and the Grafana dashboard query is one a real EPP process exports on /metrics, and every
-// tokenization metric it exports is charted.
+// the rules and the Grafana dashboard query is one a real EPP process exports on /metrics (its own and llm-d's
+// names), and every tokenization metric it exports, and llm-d's token, per-token latency and load-spread series,
+// are charted.
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
@@ -44,6 +45,9 @@ describe("the monitoring overlay", () => {
   });
 });
 
+/** A metric of the EPP's: its own, or one of llm-d's it writes under llm-d's name (packages/epp/src/llmd-metrics.ts). */
+const EPP_METRIC = /\b(?:dynamo_epp|llm_d_epp)_[a-z0-9_]+/g;
+
 /** The cgroup's CPU throttling counters (cpuThrottlingMetrics in packages/epp/src/metrics.ts). */
 const THROTTLING = ["dynamo_epp_cpu_throttled_seconds_total", "dynamo_epp_cpu_throttled_periods_total"];
 
@@ -72,7 +76,7 @@ describe("against a live EPP process's /metrics", () => {
    * counters may be absent here: the EPP exports them only where its cgroup's cpu.stat tells throttling.
    */
   const missing = (expr: string) =>
-    [...expr.matchAll(/\bdynamo_epp_[a-z0-9_]+/g)]
+    [...expr.matchAll(EPP_METRIC)]
       .map((m) => m[0])
       .filter((n) => !exported.has(n) && exported.get(n.replace(/_(bucket|sum|count)$/, "")) !== "histogram")
       .filter((n) => !(THROTTLING.includes(n) && !exported.has(THROTTLING[0]!)));
@@ -82,17 +86,28 @@ describe("against a live EPP process's /metrics", () => {
     const bad = [...ruleExprs, ...panelExprs].map((e) => ({ ...e, missing: missing(e.expr) })).filter((e) => e.missing.length > 0);
     expect(bad).toEqual([]);
     // And each queries at least one EPP metric (nothing from another exporter the kit does not install).
-    expect([...ruleExprs, ...panelExprs].filter((e) => !/dynamo_epp_/.test(e.expr)).map((e) => e.where)).toEqual([]);
+    expect([...ruleExprs, ...panelExprs].filter((e) => !/\b(?:dynamo_epp|llm_d_epp)_/.test(e.expr)).map((e) => e.where)).toEqual([]);
     expect([...ruleExprs, ...panelExprs].filter((e) => /\b(kube_|vllm:|up\b)/.test(e.expr)).map((e) => e.where)).toEqual([]);
   });
 
   test("every tokenization metric the EPP exports (the pool's, its members' segment caches, the decision thread's lag, body reads, the cgroup's CPU throttling) has a panel", () => {
-    const charted = new Set(panelExprs.flatMap((e) => [...e.expr.matchAll(/\bdynamo_epp_[a-z0-9_]+/g)].map((m) => m[0].replace(/_(bucket|sum|count)$/, ""))));
+    const charted = new Set(panelExprs.flatMap((e) => [...e.expr.matchAll(EPP_METRIC)].map((m) => m[0].replace(/_(bucket|sum|count)$/, ""))));
     const tokenization = [...exported.keys()].filter((n) => /^dynamo_epp_(tokenizer_|cpu_throttled_|event_loop_lag_seconds$|ext_proc_bodies_read_total$)/.test(n));
     expect(tokenization).toContain("dynamo_epp_tokenizer_pool_placements_total");
     expect(tokenization.filter((n) => !charted.has(n))).toEqual([]);
     // The throttling counters are charted even where this host's cgroup does not export them, and are all of them where it does.
     expect(THROTTLING.filter((n) => !charted.has(n))).toEqual([]);
     if (exported.has(THROTTLING[0]!)) expect([...exported.keys()].filter((n) => n.startsWith("dynamo_epp_cpu_throttled_")).sort()).toEqual([...THROTTLING].sort());
+  });
+
+  test("llm-d's token histograms, times per output token and load spreads the EPP exports are charted", () => {
+    const charted = new Set(panelExprs.flatMap((e) => [...e.expr.matchAll(EPP_METRIC)].map((m) => m[0].replace(/_(bucket|sum|count)$/, ""))));
+    const llmd = [...exported.keys()].filter((n) => /^llm_d_epp_(request_\w+_tokens|request_ntpot_seconds|request_streaming_\w+|std_dev_\w+)$/.test(n));
+    expect(llmd.sort()).toEqual([
+      "llm_d_epp_request_cached_tokens", "llm_d_epp_request_input_tokens", "llm_d_epp_request_ntpot_seconds", "llm_d_epp_request_output_tokens",
+      "llm_d_epp_request_streaming_itl_seconds", "llm_d_epp_request_streaming_tpot_seconds",
+      "llm_d_epp_std_dev_kv_cache_utilization", "llm_d_epp_std_dev_queue_size", "llm_d_epp_std_dev_running_requests",
+    ]);
+    expect(llmd.filter((n) => !charted.has(n))).toEqual([]);
   });
 });

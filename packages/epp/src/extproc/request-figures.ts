@@ -1,5 +1,7 @@
 // One ext_proc request's figures: its outcome (dynamo_epp_requests_total, and llm-d's request or error counter from
-// the same call), whether it is running, and its response's timing, labelled as llm-d's router labels them.
+// the same call), whether it is running, and its response's timing and reported usage, labelled as llm-d's router
+// labels them.
+import type { ReportedUsage } from "@kv-epp/routing";
 import type { Metrics, RequestOutcome } from "../metrics.ts";
 import type { BoundedLabels } from "./gaie-headers.ts";
 
@@ -21,8 +23,15 @@ export class RequestFigures {
   private readonly priority: string;
   private running = false;
   private serverError = false;
-  private streaming = false;
+  /** Its body asked for a streamed answer. */
+  private streamAsked = false;
+  /** Its response is an event stream. */
+  private eventStream = false;
   private firstByteAt: number | undefined;
+  /** The first byte came in the message that ended the response: no time passed between its tokens here. */
+  private firstByteEnded = false;
+  /** When the last non-empty body chunk came. */
+  private lastChunkAt: number | undefined;
   private responseBytes = 0;
   private responded = false;
 
@@ -37,10 +46,14 @@ export class RequestFigures {
     this.priority = String(cls.priority);
   }
 
-  /** The model its body names, and the one it runs as (a rewrite's target, else the same); unread: "". */
-  models(model: string | undefined, target: string | undefined): void {
+  /**
+   * What its body says: the model it names, the one it runs as (a rewrite's target, else the same), unread: "";
+   * and whether it asked for its answer streamed.
+   */
+  body(model: string | undefined, target: string | undefined, stream = false): void {
     this.model = model ? this.labels.models.label(model) : "";
     this.target = target ? this.labels.models.label(target) : this.model;
+    this.streamAsked = stream;
   }
 
   /**
@@ -61,25 +74,41 @@ export class RequestFigures {
     l.runningDeprecated.inc({ model_name: this.model });
   }
 
-  /** The upstream's answer: other than 200 is a model server error; an event stream is a streamed response. */
+  /** The upstream's answer: other than 200 is a model server error. */
   responseHeaders(status: string | undefined, contentType: string | undefined): void {
-    this.streaming = contentType?.includes("text/event-stream") === true;
+    this.eventStream = contentType?.includes("text/event-stream") === true;
     if (status !== undefined && status !== "200" && !this.serverError) {
       this.serverError = true;
       this.failed("ModelServerError");
     }
   }
 
-  responseBody(bytes: number, now = performance.now()): void {
-    if (bytes > 0 && this.firstByteAt === undefined) this.firstByteAt = now;
+  /**
+   * A response body chunk (`ends`: its message ends the response). A streamed response's chunks after the first are
+   * timed from the one before (llm-d's inter-token latency: between chunks as the data plane passes them on, each
+   * of which may carry several tokens).
+   */
+  responseBody(bytes: number, ends = false, now = performance.now()): void {
     this.responseBytes += bytes;
+    if (bytes === 0) return;
+    if (this.firstByteAt === undefined) {
+      this.firstByteAt = now;
+      this.firstByteEnded = ends;
+    }
+    if (this.streaming && this.lastChunkAt !== undefined) this.m.llmd.itl.observe(this.requestLabels(), (now - this.lastChunkAt) / 1000);
+    this.lastChunkAt = now;
   }
 
   /**
    * Its response is whole: how long it took, and, when it had a body, its TTFT, which for a response not streamed is
-   * its end (the whole answer is its first token, as llm-d times it). Once.
+   * its end (the whole answer is its first token, as llm-d times it); and the token counts its usage reported (a
+   * stream's last usage: llm-d observes every usage a chunk carries, so a stream with vLLM's continuous usage counts
+   * once per chunk there, once here). As llm-d, prompt and output counts of 0 are not observed, a cached count of 0
+   * is. With its output count, the time per output token: normalized (the whole duration over every output token),
+   * and for a streamed response whose first byte came before its end, the time after the first token over the
+   * tokens after it. Once.
    */
-  responseEnded(now = performance.now()): void {
+  responseEnded(usage: ReportedUsage = {}, now = performance.now()): void {
     if (this.responded) return;
     this.responded = true;
     const l = this.m.llmd;
@@ -90,6 +119,30 @@ export class RequestFigures {
     l.responseSizeDeprecated.observe(this.modelLabels(), this.responseBytes);
     const first = this.firstByteAt === undefined || this.streaming ? this.firstByteAt : now;
     if (first !== undefined) l.ttft.observe({ ...this.requestLabels(), streaming: String(this.streaming) }, (first - this.at) / 1000);
+    const { promptTokens = 0, completionTokens = 0, cachedTokens } = usage;
+    const counts = [
+      [l.inputTokens, l.inputTokensDeprecated, promptTokens > 0 ? promptTokens : undefined],
+      [l.outputTokens, l.outputTokensDeprecated, completionTokens > 0 ? completionTokens : undefined],
+      [l.cachedTokens, l.cachedTokensDeprecated, cachedTokens],
+    ] as const;
+    for (const [current, twin, n] of counts) {
+      if (n === undefined) continue;
+      current.observe(this.requestLabels(), n);
+      twin.observe(this.modelLabels(), n);
+    }
+    if (completionTokens === 0) return;
+    l.ntpot.observe(this.requestLabels(), seconds / completionTokens);
+    l.ntpotDeprecated.observe(this.modelLabels(), seconds / completionTokens);
+    if (this.streaming && first !== undefined && !this.firstByteEnded && completionTokens > 1)
+      l.tpot.observe(this.requestLabels(), (now - first) / 1000 / (completionTokens - 1));
+  }
+
+  /**
+   * Its response is streamed when its body asked for a stream or the response is an event stream, as llm-d decides
+   * (the request's `stream`, then the content type, which can only set it).
+   */
+  private get streaming(): boolean {
+    return this.streamAsked || this.eventStream;
   }
 
   /** The request is over (answered, its response ended, or its stream broke): it no longer runs. */

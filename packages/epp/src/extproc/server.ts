@@ -388,7 +388,7 @@ class ProcessStream {
       const eos = msg.response_body.end_of_stream === true;
       if (this.req) {
         this.req.responseBody = true;
-        this.req.figures.responseBody(body.length);
+        this.req.figures.responseBody(body.length, eos);
         this.req.routed?.responseBody(body);
       }
       // Model rewrite: the client's name back in the response (model-rewrite.ts). Full duplex may hold
@@ -424,7 +424,7 @@ class ProcessStream {
     // The member that warms reads the reply: the decision thread only joins its bytes.
     const responseBody = reply?.capture.body();
     if (reply && responseBody) this.deps.warmReply?.warm(reply.request, responseBody);
-    this.req?.figures.responseEnded();
+    this.req?.figures.responseEnded(this.req.routed?.usage());
     this.finish();
   }
 
@@ -633,7 +633,7 @@ class ProcessStream {
     const { fields, tokens, promptTokens, newTurnTokens, body } = read;
     this.release(req); // answered or handed back in this call: no longer held for a route
     this.pinRewriteNames();
-    req.figures.models(fields.model, scoredModel(req.cls, fields));
+    req.figures.body(fields.model, scoredModel(req.cls, fields), fields.stream);
     if (fields.cut !== undefined) {
       this.deps.metrics.partialBodies.inc();
       this.deps.log.debug({ bytes: body.length, err: fields.cut }, "BUFFERED_PARTIAL body cut at the buffer limit: routing by load");

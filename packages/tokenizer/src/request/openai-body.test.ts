@@ -257,6 +257,21 @@ describe("JSON depth limit", () => {
   });
 });
 
+describe("stream", () => {
+  const enc = (o: unknown) => new TextEncoder().encode(JSON.stringify(o));
+  test("a body asking for its answer streamed says so, on the token-id fast path, the JSON path and a Messages body alike", () => {
+    expect(parseBodyBytes(enc({ prompt: [1, 2], stream: true })).stream).toBe(true);
+    expect(parseBodyBytes(enc({ messages: [{ role: "user", content: "hi" }], stream: true })).stream).toBe(true);
+    expect(parseBodyBytes(enc({ model: "m", max_tokens: 8, messages: [{ role: "user", content: "hi" }], stream: true }), "/v1/messages").stream).toBe(true);
+    // Only the JSON true: vLLM's own reading of the field (a string or false streams nothing).
+    for (const stream of [false, "true", 1, null]) {
+      expect(parseBodyBytes(enc({ prompt: [1, 2], stream })).stream).toBeUndefined();
+      expect(parseBodyBytes(enc({ prompt: "text", stream })).stream).toBeUndefined();
+    }
+    expect(parseBodyBytes(enc({ prompt: [1], stream_options: { include_usage: true } })).stream).toBeUndefined();
+  });
+});
+
 describe("cache_salt", () => {
   const enc = (o: unknown) => new TextEncoder().encode(JSON.stringify(o));
   test("is read on the token-id fast path and the JSON path alike; absent or null means none", () => {

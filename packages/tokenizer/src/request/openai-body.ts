@@ -50,6 +50,8 @@ export type ParsedBody = {
   model?: string; cacheSalt?: string; batchedPrompts?: number; input: RoutedInput; unrendered?: Unrendered;
   /** A /v1/responses body (its chat read from `input`): its reply is no chat completion's, so none warms its next turn. */
   responses?: true;
+  /** The body asks for its answer streamed (`"stream": true`, the key every API here spells alike). */
+  stream?: true;
 };
 
 export { BadRequest };
@@ -166,7 +168,7 @@ function nestingExceeds(b: Uint8Array, max: number): number {
   return -1;
 }
 
-const FIELDS = ["model", "token_ids", "messages", "prompt", "cache_salt"] as const;
+const FIELDS = ["model", "token_ids", "messages", "prompt", "cache_salt", "stream"] as const;
 // A token prompt with truncate_prompt_tokens takes the JSON.parse path, which reads it.
 const TRUNCATE_FIELD = new TextEncoder().encode('"truncate_prompt_tokens"');
 // A body without either key as written (an escaped key is left to JSON.parse anyway) carries no ids: a chat or a
@@ -194,7 +196,7 @@ function tokenIdsBody(body: Uint8Array, mayHoldIds: (bytes: Buffer) => boolean =
   if (!mayHoldIds(bytes) || bytes.includes(TRUNCATE_FIELD)) return undefined;
   const f = (scanner ??= new JsonFieldScanner(FIELDS)).scan(body);
   if (!f) return undefined;
-  const [model, tokenIds, messages, prompt, salt] = f as [JsonField, JsonField, JsonField, JsonField, JsonField];
+  const [model, tokenIds, messages, prompt, salt, stream] = f as [JsonField, JsonField, JsonField, JsonField, JsonField, JsonField];
   if (model.kind !== "absent" && model.kind !== "string") return undefined;
   if (salt.kind !== "absent" && salt.kind !== "string") return undefined;
   let tokens: Uint32Array;
@@ -203,6 +205,7 @@ function tokenIdsBody(body: Uint8Array, mayHoldIds: (bytes: Buffer) => boolean =
   else return undefined;
   const out: ParsedBody = { model: model.kind === "string" ? jsonString(body, model.start, model.end) : undefined, input: { kind: "tokens", tokens } };
   if (salt.kind === "string") out.cacheSalt = jsonString(body, salt.start, salt.end);
+  if (stream.kind === "other" && stream.end - stream.start === 4 && bytes.toString("latin1", stream.start, stream.end) === "true") out.stream = true;
   return out;
 }
 
@@ -225,6 +228,7 @@ function validContent(c: unknown, stringParts = false): boolean {
 /** Validates an already-decoded body (also used by POST /select); `path` and `rules` as for parseBodyBytes. */
 export function parseBody(doc: unknown, path?: string, rules?: ChatRules): ParsedBody {
   const parsed = parseInput(doc, path, rules);
+  if ((doc as Record<string, unknown>).stream === true) parsed.stream = true;
   // A Messages body's salt is its conversion's to read (a count_tokens request has none).
   if (isMessagesPath(path)) return parsed;
   const salt = (doc as Record<string, unknown>).cache_salt;

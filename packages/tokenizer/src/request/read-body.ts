@@ -31,7 +31,7 @@ export type BodyRequest = {
 };
 
 /** What a decision reads of a body: small, so that it crosses threads for nothing. */
-export type BodyFields = Pick<ParsedBody, "model" | "cacheSalt" | "batchedPrompts" | "responses"> & {
+export type BodyFields = Pick<ParsedBody, "model" | "cacheSalt" | "batchedPrompts" | "responses" | "stream"> & {
   kind: RoutedInput["kind"];
   /** A maybe-cut body that did not parse (why): routed by load. */
   cut?: string;
@@ -128,8 +128,9 @@ function lastModel(body: Uint8Array, values: readonly Span[]): string | undefine
   }
 }
 
-function bodyRead(req: BodyRequest, { model, cacheSalt, batchedPrompts, input, unrendered, responses }: ParsedBody, rules?: ChatRules, random: () => number = Math.random): BodyRead {
-  const { fields, target } = targeted(req, { model, cacheSalt, batchedPrompts, kind: input.kind, ...(unrendered ? { unrendered } : {}), ...(responses ? { responses } : {}) }, random);
+function bodyRead(req: BodyRequest, { model, cacheSalt, batchedPrompts, input, unrendered, responses, stream }: ParsedBody, rules?: ChatRules, random: () => number = Math.random): BodyRead {
+  const optional = { ...(unrendered ? { unrendered } : {}), ...(responses ? { responses } : {}), ...(stream ? { stream } : {}) };
+  const { fields, target } = targeted(req, { model, cacheSalt, batchedPrompts, kind: input.kind, ...optional }, random);
   if (fields.target === "") return { fields, job: new Uint32Array(0) };
   const job = routingJob(input, rules);
   // A chat the encode cannot render here says so in these fields, which go back with its ids (see RenderVerdict).
