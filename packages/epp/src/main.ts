@@ -68,6 +68,7 @@ export async function startEpp(cfg: EppConfig, o: { log?: Logger; kubeConfig?: K
   if (!cfg.indexReserve) indexers.models.disableReserve();
   const indexer = indexers.models.register(cfg.model.name, cfg.model.tenant, cfg.model.blockSize);
   for (const a of cfg.model.loraAdapters) indexers.models.registerAdapter(a, cfg.model.name);
+  indexers.models.readAdaptersAs(cfg.chatRendering);
   // An SGLang rank's capacity is its token pool in the index's blocks: the workers' size once their events set it.
   workers.countPoolsIn(() => indexer.blockSize);
   workers.whenRemoved((w) => indexers.removeWorker(w));
@@ -148,6 +149,7 @@ export async function startEpp(cfg: EppConfig, o: { log?: Logger; kubeConfig?: K
   const extProc = await startExtProc(cfg, {
     handler: {
       routing, tokenizeBody: bodyReader("ext_proc"), warmReply, metrics, routeOnSettledPrefix: cfg.routeOnSettledPrefix, slowPickMs: cfg.slowPickMs,
+      sglangBodies: cfg.chatRendering === "sglang",
       log: log.child({ component: "ext_proc" }),
       bodyMode: cfg.bodyMode,
       responseBodyMode: cfg.responseBodyMode,
@@ -173,6 +175,7 @@ export async function startEpp(cfg: EppConfig, o: { log?: Logger; kubeConfig?: K
     picker, indexers, workers, tokenizerPool, handoff, metrics, quality, latency,
     tokenizeBody: { select: bodyReader("select"), score: bodyReader("score") },
     rewriteRules: () => workers.modelRewrites.rules(),
+    sglangBodies: cfg.chatRendering === "sglang",
     dumpSource: handoff.source(),
     recoveryOutcome: () => recoveryOutcome,
     load: { own: load, peers: replicaAgg?.peers },

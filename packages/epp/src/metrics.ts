@@ -62,7 +62,7 @@ export function createMetrics(readCgroup?: ReadFile, o: { process?: boolean } = 
     }),
     cachedTokensUnscored: new Counter({
       name: "dynamo_epp_cached_tokens_unscored_total",
-      help: "routed requests whose response is not compared with the prediction, by reason (batched_prompts: a /v1/completions batch, whose usage adds up all its prompts)",
+      help: "routed requests whose response is not compared with the prediction, by reason (batched_prompts: a /v1/completions batch, whose usage adds up all its prompts; cache_namespace: a request to SGLang workers with an extra_key, routed by load since no KV event names its namespace)",
       labelNames: ["reason"] as const,
       registers: [registry],
     }),

@@ -109,7 +109,7 @@ export const EPP_OPTIONS = {
     chatRendering: opt.choice(
       CHAT_ENGINES,
       "vllm",
-      "the workers' engine, whose OpenAI server's rules chats are read and rendered by: vllm or sglang (tools, content parts, a final assistant turn and reasoning effort render differently, and a chat rendered by the other's rules hashes to blocks the workers never stored); the chat flags below are vLLM's, and sglang reads only --default-chat-template-kwargs, --chat-template and --model-path",
+      "the workers' engine, whose OpenAI server's rules chats are read and rendered by: vllm or sglang (tools, content parts, a final assistant turn and reasoning effort render differently, and a chat rendered by the other's rules hashes to blocks the workers never stored); the chat flags below are vLLM's, and sglang reads only --default-chat-template-kwargs, --chat-template and --model-path. Under sglang a request's LoRA adapter is SGLang's (a model \"<model>:<adapter>\", else the body's lora_path), and a body with an extra_key (a cache namespace no KV event names) is routed by load",
     ),
     defaultChatTemplateKwargs: opt.string(
       jsonObjectText.optional(),

@@ -12,6 +12,7 @@ import type { Indexers } from "./indexers/indexers.ts";
 import type { Metrics } from "./metrics.ts";
 import type { LoadView, LatencyModel, Picker, PrefillDecision, RoutingQuality } from "@kv-epp/routing";
 import type { RoutedBody, TokenizeBody } from "./tokens.ts";
+import { sglangFields, sglangModel } from "./extproc/sglang-body.ts";
 import { DUMP_PATH, parseWorkerKey, workerKeyOf } from "@kv-epp/protocol";
 import type { WorkerSet } from "./workers/worker-set.ts";
 
@@ -24,6 +25,8 @@ export type SelectionDeps = {
   tokenizeBody: { score: TokenizeBody; select: TokenizeBody };
   /** The pool's InferenceModelRewrite rules, applied to the body's model as ext_proc applies them. */
   rewriteRules?: () => RewriteRules | undefined;
+  /** The workers are SGLang's: a body's `lora_path` and `extra_key` count as ext_proc counts them (sglang-body.ts). */
+  sglangBodies?: boolean;
   /** The tokenizer pool, when tokenization runs off the event loop (GET /debug/tokenizer). */
   tokenizerPool?: { stats(): PoolStats };
   dumpSource: DumpSource;
@@ -138,12 +141,16 @@ function qualityFields(d: SelectionDeps, key: string) {
  */
 /**
  * The body read as ext_proc reads it, with the pool's rewrite rules: `model` is what the pick scores, a rule's
- * target when one matches the body's model (weighted, as a request would be sent); a rule without targets is a 400.
+ * target when one matches the body's model (weighted, as a request would be sent), and to SGLang workers its
+ * `lora_path` adapter; `namespaced`: SGLang keeps its blocks in a namespace of its own (routed by load). A rule
+ * without targets is a 400.
  */
-async function readRequest(read: TokenizeBody, req: Request, rules: RewriteRules | undefined): Promise<RoutedBody & { model: string | undefined }> {
-  const r = await read({ body: new Uint8Array(await req.arrayBuffer()), ...(rules ? { rewriteRules: rules } : {}) }, req.signal);
+async function readRequest(read: TokenizeBody, req: Request, rules: RewriteRules | undefined, sglang: boolean): Promise<RoutedBody & { model: string | undefined; namespaced: boolean }> {
+  const body = new Uint8Array(await req.arrayBuffer());
+  const r = await read({ body, ...(rules ? { rewriteRules: rules } : {}) }, req.signal);
   if (r.fields.target === "") throw new BadRequest("model not found in request body");
-  return { ...r, model: r.fields.target ?? r.fields.model };
+  const s = sglang ? sglangFields(body) : undefined;
+  return { ...r, model: sglangModel(r.fields.target ?? r.fields.model, s?.loraPath), namespaced: s?.namespaced === true };
 }
 
 export function selectionApp(d: SelectionDeps): Hono {
@@ -157,7 +164,7 @@ export function selectionApp(d: SelectionDeps): Hono {
   app.post("/select", limit);
 
   app.post("/score", async (c) => {
-    const { fields, tokens, model } = await readRequest(d.tokenizeBody.score, c.req.raw, d.rewriteRules?.());
+    const { fields, tokens, model } = await readRequest(d.tokenizeBody.score, c.req.raw, d.rewriteRules?.(), d.sglangBodies === true);
     if (fields.kind !== "tokens") throw new BadRequest("token_ids is required");
     const r = d.picker.score(model, tokens, fields.cacheSalt);
     if (!r) return c.json({ error: `unknown model ${JSON.stringify(model)}` }, 404);
@@ -170,8 +177,9 @@ export function selectionApp(d: SelectionDeps): Hono {
   });
 
   app.post("/select", async (c) => {
-    const { fields, tokens, model } = await readRequest(d.tokenizeBody.select, c.req.raw, d.rewriteRules?.());
-    const decision = d.picker.pick({ model, cacheSalt: fields.cacheSalt, tokens, detail: true });
+    const { fields, tokens, model, namespaced } = await readRequest(d.tokenizeBody.select, c.req.raw, d.rewriteRules?.(), d.sglangBodies === true);
+    const prompt = namespaced ? { tokens: new Uint32Array(0), promptTokens: tokens.length } : { tokens };
+    const decision = d.picker.pick({ model, cacheSalt: fields.cacheSalt, ...prompt, detail: true });
     if (decision.kind === "no_endpoint") return c.json({ error: `no endpoint eligible (${decision.reason})` }, 503);
     const { chosen } = decision;
     return c.json({

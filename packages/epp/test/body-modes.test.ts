@@ -49,11 +49,12 @@ test("BUFFERED_PARTIAL: a body cut at the buffer limit (end_of_stream false, not
 test("BUFFERED: the headers' CONTINUE removes a client's own rank headers (a route on a trailers answer could not), the body's answer routes", async () => {
   const s = client.open();
   const h = headers("/v1/completions", false, mode("BUFFERED"));
-  for (const key of ["x-data-parallel-rank", "x-override-routed-dp-rank"]) h.request_headers!.headers!.headers!.push({ key, raw_value: enc.encode("3") });
+  const rankHeaders = ["x-data-parallel-rank", "x-override-routed-dp-rank", "x-override-disagg-prefill-dp-rank"];
+  for (const key of rankHeaders) h.request_headers!.headers!.headers!.push({ key, raw_value: enc.encode("3") });
   s.send(h);
   const cont = await s.next();
   expect(cont.response).toBe("request_headers");
-  expect(cont.request_headers?.response?.header_mutation?.remove_headers).toEqual(["x-data-parallel-rank", "x-override-routed-dp-rank"]);
+  expect(cont.request_headers?.response?.header_mutation?.remove_headers).toEqual(rankHeaders);
   s.send({ request_body: { body: enc.encode(JSON.stringify({ prompt: tokens(64, 11) })), end_of_stream: true } });
   expect(destination(await s.next(), "request_body")).toBe(W);
   s.end();

@@ -477,7 +477,7 @@ describe("ext_proc shedding and empty pools", () => {
     }
   });
 
-  test("a client's own x-data-parallel-rank is removed when the pick names no rank, and overridden when it does; x-override-routed-dp-rank always removed", async () => {
+  test("a client's own x-data-parallel-rank is removed when the pick names no rank, and overridden when it does; SGLang's rank overrides always removed", async () => {
     const rankOf = (r: Resp | undefined) => setHeader(r?.request_headers?.response, "x-data-parallel-rank");
     const removedOf = (r: Resp | undefined) => r?.request_headers?.response?.header_mutation?.remove_headers ?? [];
     const withRank = () => {
@@ -500,8 +500,8 @@ describe("ext_proc shedding and empty pools", () => {
       expect(removedOf(answers[0])).toContain("x-data-parallel-rank");
       expect(["0", "1"]).toContain(rankOf(answers[1])!);
       expect(removedOf(answers[1])).not.toContain("x-data-parallel-rank");
-      // SGLang's header override of the rank goes either way: only the pick names a rank.
-      for (const a of answers) expect(removedOf(a)).toContain("x-override-routed-dp-rank");
+      // SGLang's header overrides of its rank and of its prefill server's go either way: only the pick names a rank.
+      for (const a of answers) expect(removedOf(a)).toEqual(expect.arrayContaining(["x-override-routed-dp-rank", "x-override-disagg-prefill-dp-rank"]));
     } finally {
       for (const c of clients) c.close();
       await single.stop({ graceMs: 0 });

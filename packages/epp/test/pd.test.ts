@@ -134,7 +134,7 @@ describe("the pair through ext_proc", () => {
     expect(r.prefiller).toBe(addressOf("prefill-2"));
     // one rank behind each server: no prefill rank header, and none a client sent gets through
     expect(r.prefillRank).toBeUndefined();
-    expect(r.removed).toEqual(["x-data-parallel-rank", "x-override-routed-dp-rank", "x-kv-epp-prefill-data-parallel-rank"]);
+    expect(r.removed).toEqual(["x-data-parallel-rank", "x-override-routed-dp-rank", "x-override-disagg-prefill-dp-rank", "x-kv-epp-prefill-data-parallel-rank"]);
     expect(r.decision).toMatch(/^chosen: worker=decode-\d .*; pd: disaggregated reason=uncached_over_threshold uncached_tokens=640 threshold_tokens=64; prefill: worker=prefill-2 dp_rank=0 overlap=32\/40 /);
     await end(r);
   });
@@ -142,7 +142,7 @@ describe("the pair through ext_proc", () => {
   test("a short prompt, or one the decode worker mostly holds, is not disaggregated, and a client's own x-prefiller-host-port is removed", async () => {
     const short = await route(clients[0]!, tokens(48, 2), [["x-prefiller-host-port", "169.254.169.254:80"]]);
     expect(short.prefiller).toBeUndefined();
-    expect(short.removed).toEqual(["x-data-parallel-rank", "x-override-routed-dp-rank", "x-prefiller-host-port", "x-kv-epp-prefill-data-parallel-rank"]);
+    expect(short.removed).toEqual(["x-data-parallel-rank", "x-override-routed-dp-rank", "x-override-disagg-prefill-dp-rank", "x-prefiller-host-port", "x-kv-epp-prefill-data-parallel-rank"]);
     expect(short.decision).toMatch(/; pd: local reason=below_threshold uncached_tokens=48 threshold_tokens=64$/);
     await end(short);
 

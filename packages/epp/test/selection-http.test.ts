@@ -102,3 +102,32 @@ test("bodies nested past the JSON depth limit get 400, counted per route; bodies
   expect(huge.status).toBe(413);
   expect((await postJson(url("/score"), { token_ids: prompt })).body.scores["worker-a"]["0"]).toBe(4);
 });
+
+test("to SGLang workers (--chat-rendering sglang): /select picks a body with an extra_key by load, and a lora_path names the identity scored", async () => {
+  const sglangEv = await FakeWorkerEvents.start();
+  const sglang = await startTestEpp(
+    [
+      { id: "held", address: `${LOOPBACK}.4.34:8000`, kvEvents: sglangEv.endpoint },
+      { id: "empty", address: `${LOOPBACK}.4.35:8000`, kvEvents: `tcp://${LOOPBACK}.4.35:1` },
+    ],
+    { flags: ["--chat-rendering", "sglang"] },
+  );
+  const at = (p: string) => `http://${HOST}:${sglang.ports.selection}${p}`;
+  try {
+    await waitFor(() => sglangEv.pub.subscriberCount > 0);
+    await sglangEv.storeUntil(prompt, async () => (await postJson(at("/score"), { token_ids: prompt })).body.scores.held?.["0"] === 4);
+    const held = await postJson(at("/select"), { model: MODEL, token_ids: prompt });
+    expect(held.body).toMatchObject({ worker_id: "held", overlap_blocks: 4, request_blocks: 4 });
+    // Its own namespace: no worker's blocks are counted for it, its length still is.
+    const namespaced = await postJson(at("/select"), { model: MODEL, token_ids: prompt, extra_key: "tenant-a" });
+    expect(namespaced.body).toMatchObject({ overlap_blocks: 0, request_blocks: 4, scores: {} });
+    // The blocks are the base model's: in the adapter's identity nothing matches.
+    expect((await postJson(at("/score"), { model: MODEL, token_ids: prompt, lora_path: "sql" })).body.scores).toEqual({});
+    expect((await postJson(at("/score"), { model: `${MODEL}:sql`, token_ids: prompt })).body.scores).toEqual({});
+  } finally {
+    await sglang.stop({ graceMs: 0 });
+    await sglangEv.close();
+  }
+  // vLLM's workers read neither field.
+  expect((await postJson(url("/select"), { model: MODEL, token_ids: prompt, extra_key: "tenant-a", lora_path: "sql" })).body.overlap_blocks).toBe(4);
+});

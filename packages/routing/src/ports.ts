@@ -24,6 +24,12 @@ export type IndexLookup = { lookup(model?: string): ModelIndex | undefined; adap
  */
 export type WorkerSignals = { waiting: number; lora?: LoraAdapters };
 
+/**
+ * Why a routed request's response is not compared with its prediction: `batched_prompts`, its usage adds up a batch's
+ * prompts; `cache_namespace`, it was routed by load into a cache namespace no event names (SGLang's extra_key).
+ */
+export type UnscoredReason = "batched_prompts" | "cache_namespace";
+
 /** Time as the runner keeps it: wall time in the EPP, virtual time in the simulation. */
 export type Clock = {
   /** ms, monotonic. */
@@ -44,7 +50,7 @@ export interface RoutingMetrics {
   /** The data plane reported another endpoint served the request: its load moved, or the endpoint is unknown. */
   servedElsewhere(result: "moved" | "unknown_endpoint"): void;
   /** A response that is not compared with its prediction, and why. */
-  unscored(reason: "batched_prompts"): void;
+  unscored(reason: UnscoredReason): void;
   /** A response reported its cached tokens: the prediction's error (predicted - reported), and whether it is off by more than a block. */
   cachedTokens(rank: WorkerRef, error: number, mispredicted: boolean): void;
   /** A streamed response's first token came `seconds` after its decision. */

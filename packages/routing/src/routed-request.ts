@@ -10,7 +10,7 @@ import { explanation } from "./explain.ts";
 import type { LatencyModel } from "./latency.ts";
 import type { ActiveLoad, Lease } from "./load.ts";
 import type { Decision, Picker, PickRequest, ScoredCandidate } from "./picker.ts";
-import type { Candidate, Clock, RoutingMetrics } from "./ports.ts";
+import type { Candidate, Clock, RoutingMetrics, UnscoredReason } from "./ports.ts";
 import { calibrationSample, predictionOf, type ResponseWatch, type RoutingQuality } from "./quality.ts";
 import { UsageScan, type ReportedUsage } from "./usage-scan.ts";
 
@@ -38,8 +38,8 @@ export type RoutingContext = {
 export type RouteOptions = {
   /** Explain the decision (the explanation header). */
   explain?: boolean;
-  /** The body batches several prompts: its usage adds them up, so nothing is compared with the prediction. */
-  batched?: boolean;
+  /** Nothing is compared with the prediction, and why (a batch's usage adds up its prompts; a namespace the pick did not see). */
+  unscored?: UnscoredReason;
 };
 
 type Picked = Extract<Decision, { kind: "picked" }>;
@@ -100,10 +100,11 @@ export class RoutedRequest {
     ctx.metrics.routed(requestBlocks > 0 ? prefilling.overlap / requestBlocks : undefined);
     if (decision.pd) ctx.metrics.disaggregation(decision.pd.disagg.disaggregate, decision.pd.disagg.reason);
     // A batch's usage adds up all its prompts, its first token is any prompt's: nothing to compare with
-    // the prediction made for the first prompt. A disaggregated request's TTFT and cached tokens are its
-    // prefill rank's: the prediction compared is that rank's.
-    if (!o.batched) this.watch = ctx.quality?.watch(predictionOf(decision, prefilling), ctx.clock.now(), this.scan);
-    else if (ctx.quality) ctx.metrics.unscored("batched_prompts");
+    // the prediction made for the first prompt; nor for a request routed by load into a cache namespace the index
+    // does not see. A disaggregated request's TTFT and cached tokens are its prefill rank's: the prediction
+    // compared is that rank's.
+    if (o.unscored === undefined) this.watch = ctx.quality?.watch(predictionOf(decision, prefilling), ctx.clock.now(), this.scan);
+    else if (ctx.quality) ctx.metrics.unscored(o.unscored);
     this.explanation = o.explain ? explanation(decision) : undefined;
   }
 

@@ -41,12 +41,13 @@ export const SERVED_KEY = "x-gateway-destination-endpoint-served";
 /** vLLM's API server routes to this data-parallel rank when the header is present. */
 export const DP_RANK_HEADER = "x-data-parallel-rank";
 /**
- * SGLang's header override of a request's rank (with SGLANG_ENABLE_REQUEST_HEADER_OVERRIDES), which it applies
- * over x-data-parallel-rank: removed from every request, since only the pick names a rank.
+ * SGLang's header overrides of a request's ranks (with SGLANG_ENABLE_REQUEST_HEADER_OVERRIDES): its own rank, applied
+ * over x-data-parallel-rank, and under P/D disaggregation the rank of the prefill server that computes its prompt.
+ * Removed from every request, since only the pick names a rank (the EPP sets neither).
  */
-export const SGLANG_RANK_OVERRIDE_HEADER = "x-override-routed-dp-rank";
+export const SGLANG_RANK_OVERRIDE_HEADERS = ["x-override-routed-dp-rank", "x-override-disagg-prefill-dp-rank"];
 /** A client's own rank headers: each steers a request to a rank the pick did not choose. */
-const CLIENT_RANK_HEADERS = [DP_RANK_HEADER, SGLANG_RANK_OVERRIDE_HEADER];
+const CLIENT_RANK_HEADERS = [DP_RANK_HEADER, ...SGLANG_RANK_OVERRIDE_HEADERS];
 
 const encoder = new TextEncoder();
 const decoder = new TextDecoder();
@@ -111,7 +112,7 @@ function routeCommon(r: Route) {
   const set = [setHeader(DESTINATION_HEADER, r.endpoint)];
   // Without a rank of the EPP's, a client's own rank header is removed: it would steer the request to a rank the
   // pick did not choose (or one the server refuses), as the EPP's would override it otherwise.
-  const removed = [...(r.dpRank === undefined ? CLIENT_RANK_HEADERS : [SGLANG_RANK_OVERRIDE_HEADER]), ...(r.removeHeaders ?? [])];
+  const removed = [...(r.dpRank === undefined ? CLIENT_RANK_HEADERS : SGLANG_RANK_OVERRIDE_HEADERS), ...(r.removeHeaders ?? [])];
   if (r.dpRank !== undefined) set.push(setHeader(DP_RANK_HEADER, String(r.dpRank)));
   if (r.contentLength !== undefined) set.push(setHeader("content-length", String(r.contentLength)));
   for (const [k, v] of r.extraHeaders ?? []) set.push(setHeader(k, v));

@@ -38,6 +38,7 @@ import {
   type ProcessingResponse,
   type Route,
 } from "./messages.ts";
+import { sglangFields, sglangModel, type SglangFields } from "./sglang-body.ts";
 
 export type ExtProcDeps = {
   /** The decision, its load and its calibration: each request is one RoutedRequest of it. */
@@ -81,6 +82,8 @@ export type ExtProcDeps = {
   conformanceHooks?: boolean;
   /** A chat completion's response ended: warm the conversation's next turn from its request and response bodies (the tokenizer pool). */
   warmReply?: ReplyWarm;
+  /** The workers are SGLang's: a body's `lora_path` and `extra_key` are read as SGLang reads them (sglang-body.ts). */
+  sglangBodies?: boolean;
   /** A pick taking this long (complete body -> decision) is logged with where its time went (0: never). */
   slowPickMs?: number;
 };
@@ -141,6 +144,8 @@ type RequestState = {
   reply?: { request: BodyRequest; capture: ReplyCapture };
   /** Bytes of `reply` (body and reply so far) kept in deps.bodyBudget: given back once, when the request ends. */
   kept: number;
+  /** Under deps.sglangBodies, its body's adapter and cache namespace. */
+  sglang?: SglangFields;
 };
 
 /**
@@ -563,6 +568,7 @@ class ProcessStream {
       return;
     }
     req.chunks = []; // the body is `body` from here on
+    if (this.deps.sglangBodies) req.sglang = sglangFields(body);
     req.tokenizing = new AbortController();
     // The rewrite is made where the body is read, when this EPP forwards the body it holds: the rule for the body's
     // model, if any, else the header's.
@@ -575,9 +581,10 @@ class ProcessStream {
     try {
       // A long text is answered as soon as its known prefix settles the pick (the rest is not tokenized).
       const picker = this.deps.routing.picker;
+      // A request in a cache namespace of its own is routed by load: no prefix changes its pick.
       const settles: Settles | undefined = this.deps.routeOnSettledPrefix
         ? (fields, tokens, promptTokens) =>
-            picker.settles({ model: scoredModel(req.cls, fields), cacheSalt: fields.cacheSalt, tokens, promptTokens, subset: req.subset })
+            req.sglang?.namespaced === true || picker.settles({ model: pickModel(req, fields), cacheSalt: fields.cacheSalt, tokens, promptTokens, subset: req.subset })
         : undefined;
       read = this.deps.tokenizeBody({ body, path: req.path, rewriteModel, ...(rewriteRules ? { rewriteRules } : {}), maybeCut }, req.tokenizing.signal, settles);
     } catch (err) {
@@ -633,7 +640,8 @@ class ProcessStream {
     const { fields, tokens, promptTokens, newTurnTokens, body } = read;
     this.release(req); // answered or handed back in this call: no longer held for a route
     this.pinRewriteNames();
-    req.figures.body(fields.model, scoredModel(req.cls, fields), fields.stream);
+    const model = pickModel(req, fields);
+    req.figures.body(fields.model, model, fields.stream);
     if (fields.cut !== undefined) {
       this.deps.metrics.partialBodies.inc();
       this.deps.log.debug({ bytes: body.length, err: fields.cut }, "BUFFERED_PARTIAL body cut at the buffer limit: routing by load");
@@ -652,8 +660,13 @@ class ProcessStream {
     }
     // Only a path the decode side's sidecar splits may name a prefill worker: on any other the prefill is the decode worker's.
     const pathSplit = splitPath(req.path) !== undefined;
-    const pick = { model: scoredModel(req.cls, fields), cacheSalt: fields.cacheSalt, tokens, promptTokens, newTurnTokens, subset: req.subset, pathSplit };
-    const routing = RoutedRequest.route(this.deps.routing, pick, { explain: req.explain, batched: fields.batchedPrompts !== undefined });
+    // SGLang keeps an extra_key's blocks apart and no event names them: matched on nothing, charged for its length.
+    const namespaced = req.sglang?.namespaced === true;
+    const pick = namespaced
+      ? { model, cacheSalt: fields.cacheSalt, tokens: EMPTY_IDS, promptTokens: Math.max(promptTokens ?? 0, tokens.length), subset: req.subset, pathSplit }
+      : { model, cacheSalt: fields.cacheSalt, tokens, promptTokens, newTurnTokens, subset: req.subset, pathSplit };
+    const unscored = fields.batchedPrompts !== undefined ? "batched_prompts" : namespaced ? "cache_namespace" : undefined;
+    const routing = RoutedRequest.route(this.deps.routing, pick, { explain: req.explain, unscored });
     if (routing.kind === "no_endpoint") {
       this.immediate(503, `no endpoint eligible (${routing.reason})`, routing.reason, "no_endpoint");
       return;
@@ -843,10 +856,11 @@ function endpointScores(routed: RoutedRequest): Record<string, number> {
 
 /**
  * The model a request runs as, and is scored as (an adapter's identity too): the one its body was read to name (a
- * rule's target, else the header's), else the header's (x-gateway-model-name-rewrite), else the body's.
+ * rule's target, else the header's), else the header's (x-gateway-model-name-rewrite), else the body's; to SGLang
+ * workers, with its body's `lora_path` as the adapter when that model names none.
  */
-function scoredModel(cls: RequestClass, fields: BodyFields): string | undefined {
-  return fields.target ?? cls.modelRewrite ?? fields.model;
+function pickModel(req: RequestState, fields: BodyFields): string | undefined {
+  return sglangModel(fields.target ?? req.cls.modelRewrite ?? fields.model, req.sglang?.loraPath);
 }
 
 /** The message whose answer carries the route. */

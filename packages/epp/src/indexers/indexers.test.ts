@@ -229,6 +229,24 @@ test("adapters: configured or learned from lora_name resolve to their base model
   expect(warned).toEqual([{ model: "chat", fallback: "m:default" }, { model: "nope", fallback: "m:default" }]); // chat: before it was learned
 });
 
+test("SGLang's rules: a served model's \"<base>:<adapter>\" is scored on the base's index in the adapter's identity; vLLM's read it as a name", () => {
+  const ixs = new Indexers(createMetrics());
+  const ix = ixs.models.register("m", "default", BS);
+  const other = ixs.models.register("n", "default", BS);
+  ixs.models.readAdaptersAs("sglang");
+  // Split at the first colon and trimmed, as SGLang's _parse_model_parameter; the adapter need not be known here.
+  expect(ixs.models.resolve("n:sql")).toEqual({ indexer: other, loraName: "sql" });
+  expect(ixs.models.resolve(" m : a:b ")).toEqual({ indexer: ix, loraName: "a:b" });
+  expect(ixs.models.adapterOf("n:sql")).toBe("sql");
+  // No adapter after the colon: the base model itself; a base SGLang does not serve (it answers 404): the default.
+  expect(ixs.models.resolve("n:")).toEqual({ indexer: other, loraName: null });
+  expect(ixs.models.resolve("x:sql")).toEqual({ indexer: ix, loraName: null });
+  expect(ixs.models.adapterOf("x:sql")).toBeNull();
+  ixs.models.readAdaptersAs("vllm");
+  expect(ixs.models.resolve("n:sql")).toEqual({ indexer: ix, loraName: null });
+  expect(ixs.models.adapterOf("n:sql")).toBeNull();
+});
+
 test("a rank the index sees above its capacity is reset and counted; other ranks keep their blocks", async () => {
   const metrics = createMetrics();
   const ixs = new Indexers(metrics, undefined, { rankCapacity: (r) => (r.dpRank === 0 ? 5 : undefined) });

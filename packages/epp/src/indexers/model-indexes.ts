@@ -22,6 +22,20 @@ export function indexerKey(model: string, tenant: string): string {
   return `${model}:${tenant}`;
 }
 
+/**
+ * SGLang's "<base>:<adapter>" model (serving_base.py _parse_model_parameter): split at the first colon, each side
+ * trimmed, an empty adapter none. Undefined for a model without a colon. SGLang refuses the request (404) unless
+ * `base` is a name it serves.
+ */
+export function sglangAdapterForm(model: string): { base: string; adapter: string | null } | undefined {
+  const colon = model.indexOf(":");
+  if (colon < 0) return undefined;
+  return { base: model.slice(0, colon).trim(), adapter: model.slice(colon + 1).trim() || null };
+}
+
+/** How requests name a LoRA adapter: vLLM's `model` is the adapter's name, SGLang's `model` "<base>:<adapter>". */
+export type AdapterRules = "vllm" | "sglang";
+
 /** Adapter names learned from events, at most (a stream naming ever new adapters must not grow this without bound). */
 export const MAX_ADAPTERS = 4096;
 /** Names and ranks logged once each, at most. */
@@ -37,6 +51,7 @@ export class ModelIndexes {
   private readonly adapterKeys = new Map<string, string>();
   private readonly loggedUnknown = new Set<string>();
   private default: string | undefined;
+  private adapterRules: AdapterRules = "vllm";
   private readonly metrics: Metrics;
   private readonly log: Logger | undefined;
   private readonly onViewLost: ViewLost | undefined;
@@ -58,6 +73,11 @@ export class ModelIndexes {
     this.byModel.set(model, key);
     this.default ??= key;
     return ix;
+  }
+
+  /** The workers' engine's rule for a request's adapter (vLLM's until told). */
+  readAdaptersAs(rules: AdapterRules): void {
+    this.adapterRules = rules;
   }
 
   /** Declares an adapter of a registered model (from config); events' lora_name add more. */
@@ -91,20 +111,16 @@ export class ModelIndexes {
   }
 
   /**
-   * A request's model: a served model's own index; an adapter's name: the index of the model it
-   * adapts, scored in the adapter's identity; absent or unknown: the default model (an unknown name is
-   * logged once), as requests were always routed.
+   * A request's model: a served model's own index; an adapter's name (vLLM's rule), or under SGLang's a served
+   * model's "<base>:<adapter>": the index of the model it adapts, scored in the adapter's identity (an SGLang adapter
+   * need not be known here: its name is what SGLang's events call its blocks); absent or unknown: the default model
+   * (an unknown name is logged once), as requests were always routed.
    */
   resolve(model?: string): Resolved | undefined {
-    let key = model !== undefined ? this.byModel.get(model) : undefined;
-    let loraName: string | null = null;
-    if (key === undefined && model !== undefined) {
-      key = this.adapterKeys.get(model);
-      if (key !== undefined) loraName = model;
-      else this.unknownModel(model);
-    }
-    const indexer = this.sound(this.byKey.get(key ?? this.default ?? ""));
-    return indexer ? { indexer, loraName } : undefined;
+    const named = this.named(model);
+    if (named === undefined && model !== undefined) this.unknownModel(model);
+    const indexer = this.sound(this.byKey.get(named?.key ?? this.default ?? ""));
+    return indexer ? { indexer, loraName: named?.loraName ?? null } : undefined;
   }
 
   /** The indexer for a request's model (see resolve); unknown or absent names fall back to the default model. */
@@ -114,7 +130,19 @@ export class ModelIndexes {
 
   /** The LoRA adapter a request's model names, or null (the picker's IndexLookup). */
   adapterOf(model?: string): string | null {
-    return model !== undefined && !this.byModel.has(model) && this.adapterKeys.has(model) ? model : null;
+    return this.named(model)?.loraName ?? null;
+  }
+
+  /** The index key and adapter a request's model names (see resolve); undefined when it names no model known here. */
+  private named(model: string | undefined): { key: string; loraName: string | null } | undefined {
+    if (model === undefined) return undefined;
+    const served = this.byModel.get(model);
+    if (served !== undefined) return { key: served, loraName: null };
+    const form = this.adapterRules === "sglang" ? sglangAdapterForm(model) : undefined;
+    const base = form && this.byModel.get(form.base);
+    if (base !== undefined) return { key: base, loraName: form!.adapter };
+    const adapted = this.adapterKeys.get(model);
+    return adapted !== undefined ? { key: adapted, loraName: model } : undefined;
   }
 
   private unknownModel(model: string): void {

@@ -43,3 +43,29 @@ test("SGLang with one DP rank leaves dp_rank off: the server's totals, rank 0's 
   expect(m.waitingByEngine.size).toBe(0);
   expect([...m.poolTokens]).toEqual([[0, 1000]]);
 });
+
+// A P/D pair's scrapes as SGLang writes them (one DP rank each, so no dp_rank), with every queue gauge its collector
+// exports: each server writes all of them, the other side's at 0.
+const disaggregated = (mode: "prefill" | "decode", values: Record<string, string>) =>
+  Object.entries({ num_running_reqs: "2.0", num_queue_reqs: "1.0", num_grammar_queue_reqs: "0.0", num_prefill_prealloc_queue_reqs: "0.0", num_prefill_inflight_queue_reqs: "0.0", num_decode_prealloc_queue_reqs: "0.0", num_decode_transfer_queue_reqs: "0.0", ...values })
+    .flatMap(([name, v]) => [`# HELP sglang:${name} The number of requests.`, `# TYPE sglang:${name} gauge`, `sglang:${name}{engine_type="${mode}",model_name="qwen",pp_rank="0",tp_rank="0"} ${v}`])
+    .join("\n");
+
+test("SGLang: requests waiting in its grammar, bootstrap, preallocation and transfer queues count as waiting; a prefill server's KV sends do not", () => {
+  const prefill = parseVllmMetrics(disaggregated("prefill", { num_grammar_queue_reqs: "3.0", num_prefill_prealloc_queue_reqs: "4.0", num_prefill_inflight_queue_reqs: "9.0" }), 0);
+  expect(prefill).toMatchObject({ running: 2, waiting: 1 + 3 + 4 });
+  const decode = parseVllmMetrics(disaggregated("decode", { num_decode_prealloc_queue_reqs: "5.0", num_decode_transfer_queue_reqs: "6.0" }), 0);
+  expect(decode).toMatchObject({ running: 2, waiting: 1 + 5 + 6 });
+});
+
+test("SGLang: every queue of a DP rank adds to that rank's waiting", () => {
+  const m = parseVllmMetrics(
+    [
+      ...series("sglang:num_queue_reqs", "The number of requests in the waiting queue.", copies("7.0", "0.0")),
+      ...series("sglang:num_decode_transfer_queue_reqs", "The number of requests in the decode transfer queue.", copies("2.0", "3.0")),
+    ].join("\n"),
+    0,
+  );
+  expect(m.waiting).toBe(12);
+  expect([...m.waitingByEngine]).toEqual([[0, 9], [1, 3]]);
+});

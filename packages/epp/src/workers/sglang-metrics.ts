@@ -4,13 +4,36 @@
 // every TP (and PP) rank writes its own copy of the same numbers: a DP rank's lowest (pp_rank, tp_rank) series
 // is kept so they are not counted twice.
 
-type Gauge = "running" | "queue" | "usage" | "tokens";
+type Gauge = "running" | "usage" | "tokens" | Queue;
+
+/**
+ * The queues whose requests wait on this rank for their turn, each beside the others (a request is in one at a time,
+ * and in none of them once running): all of them are ahead of a request routed here.
+ * - `num_queue_reqs`: the scheduler's waiting queue, ready to be scheduled.
+ * - `num_grammar_queue_reqs`: requests whose grammar (structured output) is still compiling; they enter the waiting
+ *   queue once it is.
+ * - `num_prefill_prealloc_queue_reqs` (a prefill server): the bootstrap queue, requests waiting for their decode
+ *   server's handshake and its KV memory before they may be prefilled.
+ * - `num_decode_prealloc_queue_reqs` (a decode server): requests waiting for KV memory to receive their prompt's KV into.
+ * - `num_decode_transfer_queue_reqs` (a decode server): requests whose KV is still arriving from their prefill
+ *   server; they join the waiting queue once it has.
+ * Not `num_prefill_inflight_queue_reqs`: a prefill server's requests whose prompt is computed and whose KV is being
+ * sent; they wait for nothing of this rank's compute.
+ */
+const QUEUES = {
+  "sglang:num_queue_reqs": "queue",
+  "sglang:num_grammar_queue_reqs": "grammar",
+  "sglang:num_prefill_prealloc_queue_reqs": "prefillPrealloc",
+  "sglang:num_decode_prealloc_queue_reqs": "decodePrealloc",
+  "sglang:num_decode_transfer_queue_reqs": "decodeTransfer",
+} as const;
+type Queue = (typeof QUEUES)[keyof typeof QUEUES];
 
 const GAUGES: Readonly<Record<string, Gauge>> = {
   "sglang:num_running_reqs": "running",
-  "sglang:num_queue_reqs": "queue",
   "sglang:token_usage": "usage",
   "sglang:max_total_num_tokens": "tokens",
+  ...QUEUES,
 };
 
 type Rank = { pp: number; tp: number; values: Partial<Record<Gauge, number>> };
@@ -42,16 +65,18 @@ export class SglangGauges {
   }
 
   /**
-   * Adds the kept ranks into `out`: requests summed (the queue per labelled DP rank too, as vLLM's per-engine
-   * waiting), the highest token usage, and each rank's KV pool in tokens, as SGLang reports it (counted in
+   * Adds the kept ranks into `out`: requests summed (those waiting in any of QUEUES per labelled DP rank too, as
+   * vLLM's per-engine waiting), the highest token usage, and each rank's KV pool in tokens, as SGLang reports it (counted in
    * blocks when read, at the index's block size then: it may change, see WorkerMetricsScraper.gpuBlocks).
    */
   addTo(out: SglangSignals): void {
     for (const [dp, { values: v }] of this.ranks) {
       out.running += v.running ?? 0;
-      if (v.queue !== undefined) {
-        out.waiting += v.queue;
-        if (dp !== undefined) out.waitingByEngine.set(dp, (out.waitingByEngine.get(dp) ?? 0) + v.queue);
+      const queued = Object.values(QUEUES).filter((q) => v[q] !== undefined);
+      if (queued.length > 0) {
+        const waiting = queued.reduce((sum, q) => sum + v[q]!, 0);
+        out.waiting += waiting;
+        if (dp !== undefined) out.waitingByEngine.set(dp, (out.waitingByEngine.get(dp) ?? 0) + waiting);
       }
       if (v.usage !== undefined) out.kvUsage = Math.max(out.kvUsage, v.usage);
       if (v.tokens !== undefined && v.tokens > 0) out.poolTokens.set(dp ?? 0, v.tokens);

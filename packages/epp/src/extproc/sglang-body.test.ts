@@ -1,0 +1,131 @@
+import { EventEmitter } from "node:events";
+import { describe, expect, test } from "bun:test";
+import type { KvEvent } from "@kv-epp/kv-events";
+import { workerKey } from "@kv-epp/protocol";
+import { ActiveLoad, LatencyModel, NO_METRICS, Picker, type Candidate, type RoutingContext } from "@kv-epp/routing";
+import { readBody } from "@kv-epp/tokenizer";
+import pino from "pino";
+import { Indexers } from "../indexers/indexers.ts";
+import { createMetrics } from "../metrics.ts";
+import { BodyBudget } from "./body-budget.ts";
+import type { ProcessingRequest, ProcessingResponse } from "./messages.ts";
+import { createProcessHandler } from "./server.ts";
+import { SCAN_MAX_BYTES, sglangFields, sglangModel } from "./sglang-body.ts";
+
+const enc = new TextEncoder();
+const fieldsOf = (body: object | string) => sglangFields(enc.encode(typeof body === "string" ? body : JSON.stringify(body)));
+
+describe("sglangFields", () => {
+  test("a top-level lora_path string is the adapter, a non-empty extra_key string a namespace; other values and nested keys are neither", () => {
+    expect(fieldsOf({ model: "m", prompt: "hi" })).toEqual({ namespaced: false });
+    expect(fieldsOf({ model: "m", lora_path: "sql", extra_key: "tenant-a" })).toEqual({ loraPath: "sql", namespaced: true });
+    expect(fieldsOf({ lora_path: "", extra_key: "" })).toEqual({ namespaced: false });
+    expect(fieldsOf({ lora_path: ["sql"], extra_key: null })).toEqual({ namespaced: false });
+    expect(fieldsOf({ messages: [{ role: "user", content: 'say "extra_key" and "lora_path"' }], metadata: { extra_key: "x", lora_path: "y" } })).toEqual({ namespaced: false });
+    expect(fieldsOf('{"lora_path":"a\\u0062"}')).toEqual({ loraPath: "ab", namespaced: false });
+  });
+
+  test("a body the scan cannot read counts as namespaced when it holds \"extra_key\": over the scan's bound, or a key given twice", () => {
+    const large = JSON.stringify({ prompt: "x".repeat(SCAN_MAX_BYTES), extra_key: "k", lora_path: "sql" });
+    expect(fieldsOf(large)).toEqual({ namespaced: true });
+    expect(fieldsOf('{"extra_key":"a","extra_key":"b"}')).toEqual({ namespaced: true });
+    expect(fieldsOf('{"lora_path":"a","lora_path":"b"}')).toEqual({ namespaced: false });
+  });
+});
+
+test("sglangModel: the model's own adapter wins, else lora_path is the adapter, as SGLang's _resolve_lora_path", () => {
+  expect(sglangModel("m", undefined)).toBe("m");
+  expect(sglangModel("m", "sql")).toBe("m:sql");
+  expect(sglangModel("m:chat", "sql")).toBe("m:chat");
+  expect(sglangModel("m:", "sql")).toBe("m:sql");
+  expect(sglangModel(undefined, "sql")).toBeUndefined();
+});
+
+describe("ext_proc to SGLang workers", () => {
+  const BS = 4;
+  const ADAPTED = [1, 2, 3, 4, 5, 6, 7, 8];
+  const BASE = [11, 12, 13, 14, 15, 16, 17, 18];
+  const stored = (hashes: bigint[], tokenIds: number[], lora?: string): KvEvent =>
+    ({ type: "BlockStored", blockHashes: hashes, parentBlockHash: null, tokenIds, blockSize: BS, loraId: null, medium: "GPU", ...(lora ? { loraName: lora, extraKeys: hashes.map(() => [lora]) } : {}) }) as KvEvent;
+
+  /**
+   * One worker holding ADAPTED's two blocks in adapter "sql"'s identity (as SGLang's events name them) and BASE's in
+   * the base model's; every body is tokenized as `tokens`. Returns the decision explained, and why responses went
+   * unscored.
+   */
+  function pool(sglang: boolean) {
+    const ixs = new Indexers(createMetrics());
+    ixs.models.register("m", "default", BS);
+    ixs.models.readAdaptersAs(sglang ? "sglang" : "vllm");
+    const w = { workerId: "w", dpRank: 0 };
+    ixs.live.apply("m:default", w, { kind: "batch", seq: 0n, batch: { ts: 0, dataParallelRank: 0, events: [stored([1n, 2n], ADAPTED, "sql"), stored([3n, 4n], BASE)] } });
+    const candidates: Candidate[] = [{ ...w, key: workerKey(w), endpoint: "10.0.0.1:8000", rankHeader: undefined }];
+    const load = new ActiveLoad();
+    const latency = new LatencyModel();
+    const unscored: string[] = [];
+    const picker = new Picker({
+      indexers: { lookup: (m) => ixs.models.lookup(m), adapterOf: (m) => ixs.models.adapterOf(m) },
+      candidates: () => candidates,
+      load,
+      signals: () => undefined,
+      options: { prefillLoadScale: 16, decodeLoadScale: 1, queueWeight: 0, temperature: 0, shape: { kind: "blocks" }, queueThreshold: 0, cost: "weights" },
+      latency,
+    });
+    const routing: RoutingContext = {
+      picker, load, latency, candidates: () => candidates, clock: { now: () => 0 },
+      metrics: { ...NO_METRICS, unscored: (r) => unscored.push(r) },
+      quality: { watch: () => undefined } as unknown as RoutingContext["quality"], // no response comes here
+    };
+    const decision = (body: object, tokens: number[]): string => {
+      const handle = createProcessHandler({
+        routing,
+        tokenizeBody: (req) => ({ fields: readBody(req).fields, tokens: Uint32Array.from(tokens), body: req.body, rewritten: false }),
+        metrics: createMetrics(),
+        log: pino({ level: "silent" }),
+        bodyMode: "auto",
+        maxInflight: 0,
+        bodyBudget: new BodyBudget(1 << 20),
+        explainAll: true,
+        sglangBodies: sglang,
+      });
+      const call = new (class extends EventEmitter {
+        readonly written: ProcessingResponse[] = [];
+        write(m: ProcessingResponse) {
+          this.written.push(m);
+        }
+        end() {}
+      })();
+      handle(call as never);
+      const send = (m: ProcessingRequest) => call.emit("data", m, 0);
+      send({ request: "request_headers", request_headers: { headers: { headers: [] } }, protocol_config: { request_body_mode: "FULL_DUPLEX_STREAMED" } });
+      send({ request: "request_body", request_body: { body: enc.encode(JSON.stringify(body)), end_of_stream: true } });
+      type Set = { header: { key: string; raw_value: Uint8Array } }[];
+      const sets = call.written.flatMap((m) => Object.values(m).flatMap((p) => ((p as { response?: { header_mutation?: { set_headers?: Set } } })?.response?.header_mutation?.set_headers ?? [])));
+      const explained = sets.find((h) => h.header.key === "x-kv-epp-decision");
+      return new TextDecoder().decode(explained?.header.raw_value);
+    };
+    return { decision, unscored };
+  }
+  const overlap = (explanation: string) => /^chosen: worker=w dp_rank=0 overlap=(\d+\/\d+)/.exec(explanation)?.[1];
+
+  test("a request naming an adapter by lora_path or \"<model>:<adapter>\" is scored in the adapter's identity; to vLLM workers, neither names one", () => {
+    const sglang = pool(true);
+    expect(overlap(sglang.decision({ model: "m", prompt: "p", lora_path: "sql" }, ADAPTED))).toBe("2/2");
+    expect(overlap(sglang.decision({ model: "m:sql", prompt: "p" }, ADAPTED))).toBe("2/2");
+    expect(overlap(sglang.decision({ model: "m:sql", prompt: "p" }, BASE))).toBe("0/2");
+    expect(overlap(sglang.decision({ model: "m", prompt: "p" }, ADAPTED))).toBe("0/2");
+    const vllm = pool(false);
+    expect(overlap(vllm.decision({ model: "m", prompt: "p", lora_path: "sql" }, ADAPTED))).toBe("0/2");
+    expect(overlap(vllm.decision({ model: "m", prompt: "p", lora_path: "sql" }, BASE))).toBe("2/2");
+  });
+
+  test("a request with an extra_key is routed by load, charged for its length and unscored; the same without one is matched", () => {
+    const sglang = pool(true);
+    expect(overlap(sglang.decision({ model: "m", prompt: "p" }, BASE))).toBe("2/2");
+    expect(sglang.unscored).toEqual([]);
+    expect(overlap(sglang.decision({ model: "m", prompt: "p", extra_key: "tenant-a" }, BASE))).toBe("0/2");
+    expect(sglang.unscored).toEqual(["cache_namespace"]);
+    // vLLM has no such field: the same body is matched.
+    expect(overlap(pool(false).decision({ model: "m", prompt: "p", extra_key: "tenant-a" }, BASE))).toBe("2/2");
+  });
+});
