@@ -12,7 +12,7 @@ import type { Indexers } from "./indexers/indexers.ts";
 import type { Metrics } from "./metrics.ts";
 import type { LoadView, LatencyModel, Picker, PrefillDecision, RoutingQuality } from "@kv-epp/routing";
 import type { RoutedBody, TokenizeBody } from "./tokens.ts";
-import { sglangFields, sglangModel } from "./extproc/sglang-body.ts";
+import { sglangModel } from "./indexers/sglang-adapter.ts";
 import { DUMP_PATH, parseWorkerKey, workerKeyOf } from "@kv-epp/protocol";
 import type { WorkerSet } from "./workers/worker-set.ts";
 
@@ -25,7 +25,7 @@ export type SelectionDeps = {
   tokenizeBody: { score: TokenizeBody; select: TokenizeBody };
   /** The pool's InferenceModelRewrite rules, applied to the body's model as ext_proc applies them. */
   rewriteRules?: () => RewriteRules | undefined;
-  /** The workers are SGLang's: a body's `lora_path` and `extra_key` count as ext_proc counts them (sglang-body.ts). */
+  /** The workers are SGLang's: a body's `lora_path` and `extra_key` (BodyFields `loraPath`, `namespaced`) count as ext_proc counts them. */
   sglangBodies?: boolean;
   /** The tokenizer pool, when tokenization runs off the event loop (GET /debug/tokenizer). */
   tokenizerPool?: { stats(): PoolStats };
@@ -136,21 +136,18 @@ function qualityFields(d: SelectionDeps, key: string) {
 }
 
 /**
- * The request's body read (depth-limited, validated) and tokenized by `read`, with the bytes as received; a
- * request whose client has gone cancels its tokenization. BadRequest (TooDeep) for a body vLLM would refuse.
- */
-/**
- * The body read as ext_proc reads it, with the pool's rewrite rules: `model` is what the pick scores, a rule's
- * target when one matches the body's model (weighted, as a request would be sent), and to SGLang workers its
- * `lora_path` adapter; `namespaced`: SGLang keeps its blocks in a namespace of its own (routed by load). A rule
- * without targets is a 400.
+ * The body read as ext_proc reads it (depth-limited, validated, tokenized by `read`; a request whose client has gone
+ * cancels its tokenization), with the pool's rewrite rules: `model` is what the pick scores, a rule's target when one
+ * matches the body's model (weighted, as a request would be sent), and to SGLang workers its `lora_path` adapter;
+ * `namespaced`: to SGLang workers, its `extra_key` puts its blocks in a namespace of its own (matched on nothing).
+ * BadRequest (TooDeep) for a body vLLM would refuse, or when a rule without targets applies.
  */
 async function readRequest(read: TokenizeBody, req: Request, rules: RewriteRules | undefined, sglang: boolean): Promise<RoutedBody & { model: string | undefined; namespaced: boolean }> {
-  const body = new Uint8Array(await req.arrayBuffer());
-  const r = await read({ body, ...(rules ? { rewriteRules: rules } : {}) }, req.signal);
+  const r = await read({ body: new Uint8Array(await req.arrayBuffer()), ...(rules ? { rewriteRules: rules } : {}) }, req.signal);
   if (r.fields.target === "") throw new BadRequest("model not found in request body");
-  const s = sglang ? sglangFields(body) : undefined;
-  return { ...r, model: sglangModel(r.fields.target ?? r.fields.model, s?.loraPath), namespaced: s?.namespaced === true };
+  const model = r.fields.target ?? r.fields.model;
+  if (!sglang) return { ...r, model, namespaced: false };
+  return { ...r, model: sglangModel(model, r.fields.loraPath), namespaced: r.fields.namespaced === true };
 }
 
 export function selectionApp(d: SelectionDeps): Hono {
@@ -164,13 +161,14 @@ export function selectionApp(d: SelectionDeps): Hono {
   app.post("/select", limit);
 
   app.post("/score", async (c) => {
-    const { fields, tokens, model } = await readRequest(d.tokenizeBody.score, c.req.raw, d.rewriteRules?.(), d.sglangBodies === true);
+    const { fields, tokens, model, namespaced } = await readRequest(d.tokenizeBody.score, c.req.raw, d.rewriteRules?.(), d.sglangBodies === true);
     if (fields.kind !== "tokens") throw new BadRequest("token_ids is required");
-    const r = d.picker.score(model, tokens, fields.cacheSalt);
+    // In a namespace of its own no worker's blocks count for it, as on /select.
+    const r = d.picker.score(model, namespaced ? EMPTY_IDS : tokens, fields.cacheSalt);
     if (!r) return c.json({ error: `unknown model ${JSON.stringify(model)}` }, 404);
     return c.json({
       block_size: r.indexer.blockSize,
-      request_blocks: r.requestBlocks,
+      request_blocks: namespaced ? Math.floor(tokens.length / r.indexer.blockSize) : r.requestBlocks,
       scores: byWorker(r.scores),
       tree_sizes: byWorker(r.treeSizes),
     });
@@ -178,7 +176,7 @@ export function selectionApp(d: SelectionDeps): Hono {
 
   app.post("/select", async (c) => {
     const { fields, tokens, model, namespaced } = await readRequest(d.tokenizeBody.select, c.req.raw, d.rewriteRules?.(), d.sglangBodies === true);
-    const prompt = namespaced ? { tokens: new Uint32Array(0), promptTokens: tokens.length } : { tokens };
+    const prompt = namespaced ? { tokens: EMPTY_IDS, promptTokens: tokens.length } : { tokens };
     const decision = d.picker.pick({ model, cacheSalt: fields.cacheSalt, ...prompt, detail: true });
     if (decision.kind === "no_endpoint") return c.json({ error: `no endpoint eligible (${decision.reason})` }, 503);
     const { chosen } = decision;
@@ -237,3 +235,5 @@ export function selectionApp(d: SelectionDeps): Hono {
   });
   return app;
 }
+
+const EMPTY_IDS = new Uint32Array(0);

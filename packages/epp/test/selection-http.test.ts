@@ -103,7 +103,7 @@ test("bodies nested past the JSON depth limit get 400, counted per route; bodies
   expect((await postJson(url("/score"), { token_ids: prompt })).body.scores["worker-a"]["0"]).toBe(4);
 });
 
-test("to SGLang workers (--chat-rendering sglang): /select picks a body with an extra_key by load, and a lora_path names the identity scored", async () => {
+test("to SGLang workers (--chat-rendering sglang): /select picks a body with an extra_key by load, /score counts no blocks for it, and a lora_path names the identity scored", async () => {
   const sglangEv = await FakeWorkerEvents.start();
   const sglang = await startTestEpp(
     [
@@ -121,6 +121,7 @@ test("to SGLang workers (--chat-rendering sglang): /select picks a body with an 
     // Its own namespace: no worker's blocks are counted for it, its length still is.
     const namespaced = await postJson(at("/select"), { model: MODEL, token_ids: prompt, extra_key: "tenant-a" });
     expect(namespaced.body).toMatchObject({ overlap_blocks: 0, request_blocks: 4, scores: {} });
+    expect((await postJson(at("/score"), { model: MODEL, token_ids: prompt, extra_key: "tenant-a" })).body).toMatchObject({ request_blocks: 4, scores: {} });
     // The blocks are the base model's: in the adapter's identity nothing matches.
     expect((await postJson(at("/score"), { model: MODEL, token_ids: prompt, lora_path: "sql" })).body.scores).toEqual({});
     expect((await postJson(at("/score"), { model: `${MODEL}:sql`, token_ids: prompt })).body.scores).toEqual({});

@@ -38,7 +38,7 @@ import {
   type ProcessingResponse,
   type Route,
 } from "./messages.ts";
-import { sglangFields, sglangModel, type SglangFields } from "./sglang-body.ts";
+import { sglangModel } from "../indexers/sglang-adapter.ts";
 
 export type ExtProcDeps = {
   /** The decision, its load and its calibration: each request is one RoutedRequest of it. */
@@ -82,7 +82,7 @@ export type ExtProcDeps = {
   conformanceHooks?: boolean;
   /** A chat completion's response ended: warm the conversation's next turn from its request and response bodies (the tokenizer pool). */
   warmReply?: ReplyWarm;
-  /** The workers are SGLang's: a body's `lora_path` and `extra_key` are read as SGLang reads them (sglang-body.ts). */
+  /** The workers are SGLang's: a body's `lora_path` and `extra_key` (BodyFields `loraPath`, `namespaced`) count as SGLang counts them. */
   sglangBodies?: boolean;
   /** A pick taking this long (complete body -> decision) is logged with where its time went (0: never). */
   slowPickMs?: number;
@@ -144,8 +144,6 @@ type RequestState = {
   reply?: { request: BodyRequest; capture: ReplyCapture };
   /** Bytes of `reply` (body and reply so far) kept in deps.bodyBudget: given back once, when the request ends. */
   kept: number;
-  /** Under deps.sglangBodies, its body's adapter and cache namespace. */
-  sglang?: SglangFields;
 };
 
 /**
@@ -568,7 +566,6 @@ class ProcessStream {
       return;
     }
     req.chunks = []; // the body is `body` from here on
-    if (this.deps.sglangBodies) req.sglang = sglangFields(body);
     req.tokenizing = new AbortController();
     // The rewrite is made where the body is read, when this EPP forwards the body it holds: the rule for the body's
     // model, if any, else the header's.
@@ -584,7 +581,7 @@ class ProcessStream {
       // A request in a cache namespace of its own is routed by load: no prefix changes its pick.
       const settles: Settles | undefined = this.deps.routeOnSettledPrefix
         ? (fields, tokens, promptTokens) =>
-            req.sglang?.namespaced === true || picker.settles({ model: pickModel(req, fields), cacheSalt: fields.cacheSalt, tokens, promptTokens, subset: req.subset })
+            this.namespaced(fields) || picker.settles({ model: this.pickModel(req, fields), cacheSalt: fields.cacheSalt, tokens, promptTokens, subset: req.subset })
         : undefined;
       read = this.deps.tokenizeBody({ body, path: req.path, rewriteModel, ...(rewriteRules ? { rewriteRules } : {}), maybeCut }, req.tokenizing.signal, settles);
     } catch (err) {
@@ -640,7 +637,7 @@ class ProcessStream {
     const { fields, tokens, promptTokens, newTurnTokens, body } = read;
     this.release(req); // answered or handed back in this call: no longer held for a route
     this.pinRewriteNames();
-    const model = pickModel(req, fields);
+    const model = this.pickModel(req, fields);
     req.figures.body(fields.model, model, fields.stream);
     if (fields.cut !== undefined) {
       this.deps.metrics.partialBodies.inc();
@@ -661,7 +658,7 @@ class ProcessStream {
     // Only a path the decode side's sidecar splits may name a prefill worker: on any other the prefill is the decode worker's.
     const pathSplit = splitPath(req.path) !== undefined;
     // SGLang keeps an extra_key's blocks apart and no event names them: matched on nothing, charged for its length.
-    const namespaced = req.sglang?.namespaced === true;
+    const namespaced = this.namespaced(fields);
     const pick = namespaced
       ? { model, cacheSalt: fields.cacheSalt, tokens: EMPTY_IDS, promptTokens: Math.max(promptTokens ?? 0, tokens.length), subset: req.subset, pathSplit }
       : { model, cacheSalt: fields.cacheSalt, tokens, promptTokens, newTurnTokens, subset: req.subset, pathSplit };
@@ -755,6 +752,21 @@ class ProcessStream {
     this.send(immediate(code, message, details));
     // The HTTP request is answered; the stream stays up for whatever comes next.
     this.finish();
+  }
+
+  /**
+   * The model a request runs as, and is scored as (an adapter's identity too): the one its body was read to name (a
+   * rule's target, else the header's), else the header's (x-gateway-model-name-rewrite), else the body's; to SGLang
+   * workers, with its body's `lora_path` as the adapter when that model names none.
+   */
+  private pickModel(req: RequestState, fields: BodyFields): string | undefined {
+    const model = fields.target ?? req.cls.modelRewrite ?? fields.model;
+    return this.deps.sglangBodies ? sglangModel(model, fields.loraPath) : model;
+  }
+
+  /** SGLang keeps the blocks of a request with an `extra_key` in a namespace of its own, which no KV event names. */
+  private namespaced(fields: BodyFields): boolean {
+    return this.deps.sglangBodies === true && fields.namespaced === true;
   }
 
   /**
@@ -852,15 +864,6 @@ function endpointScores(routed: RoutedRequest): Record<string, number> {
     if (Number.isFinite(score) && (other === undefined || score > other)) scores[candidate.endpoint] = score;
   }
   return scores;
-}
-
-/**
- * The model a request runs as, and is scored as (an adapter's identity too): the one its body was read to name (a
- * rule's target, else the header's), else the header's (x-gateway-model-name-rewrite), else the body's; to SGLang
- * workers, with its body's `lora_path` as the adapter when that model names none.
- */
-function pickModel(req: RequestState, fields: BodyFields): string | undefined {
-  return sglangModel(fields.target ?? req.cls.modelRewrite ?? fields.model, req.sglang?.loraPath);
 }
 
 /** The message whose answer carries the route. */

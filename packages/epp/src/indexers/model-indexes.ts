@@ -5,6 +5,7 @@ import { KvIndex, MAX_RESERVE } from "@kv-epp/index-wasm";
 import type { WorkerRef } from "@kv-epp/protocol";
 import type { Logger } from "pino";
 import type { Metrics } from "../metrics.ts";
+import { sglangAdapterForm } from "./sglang-adapter.ts";
 
 export type Indexer = { key: string; blockSize: number; index: KvIndex };
 
@@ -20,17 +21,6 @@ export type ViewLost = (key: string, worker: WorkerRef | null) => void;
 
 export function indexerKey(model: string, tenant: string): string {
   return `${model}:${tenant}`;
-}
-
-/**
- * SGLang's "<base>:<adapter>" model (serving_base.py _parse_model_parameter): split at the first colon, each side
- * trimmed, an empty adapter none. Undefined for a model without a colon. SGLang refuses the request (404) unless
- * `base` is a name it serves.
- */
-export function sglangAdapterForm(model: string): { base: string; adapter: string | null } | undefined {
-  const colon = model.indexOf(":");
-  if (colon < 0) return undefined;
-  return { base: model.slice(0, colon).trim(), adapter: model.slice(colon + 1).trim() || null };
 }
 
 /** How requests name a LoRA adapter: vLLM's `model` is the adapter's name, SGLang's `model` "<base>:<adapter>". */

@@ -285,3 +285,38 @@ describe("cache_salt", () => {
     expect(() => parseBodyBytes(enc({ prompt: [1], cache_salt: 7 }))).toThrow(BadRequest);
   });
 });
+
+describe("SGLang's lora_path and extra_key", () => {
+  const sglang = (body: unknown, path?: string) => {
+    const { loraPath, namespaced } = parseBodyBytes(bytes(body), path);
+    return { loraPath, namespaced };
+  };
+  const none = { loraPath: undefined, namespaced: undefined };
+  test("a top-level lora_path string is the adapter, a non-empty extra_key string a namespace, on the token-id path and JSON.parse's alike", () => {
+    for (const input of [{ prompt: [1, 2] }, { prompt: "text" }, { messages: [{ role: "user", content: "hi" }] }, { input: "x", instructions: "y" }]) {
+      expect(sglang({ model: "m", ...input, lora_path: "sql", extra_key: "tenant-a" })).toEqual({ loraPath: "sql", namespaced: true });
+      expect(sglang({ model: "m", ...input })).toEqual(none);
+    }
+    expect(sglang({ model: "m", max_tokens: 8, messages: [{ role: "user", content: "hi" }], extra_key: "k" }, "/v1/messages").namespaced).toBe(true);
+  });
+
+  test("other values are neither and are not refused; keys inside other values are not the body's", () => {
+    for (const prompt of [[1], "text"]) {
+      expect(sglang({ prompt, lora_path: "", extra_key: "" })).toEqual(none);
+      expect(sglang({ prompt, lora_path: ["sql"], extra_key: null })).toEqual(none);
+      expect(sglang({ prompt, lora_path: null, extra_key: ["a"] })).toEqual(none);
+      expect(sglang({ prompt, metadata: { extra_key: "x", lora_path: "y" } })).toEqual(none);
+      expect(sglang({ prompt, note: 'say "extra_key": "x"' })).toEqual(none);
+    }
+  });
+
+  test("read as JSON reads them: escapes in a value or a key, and the last of a key given twice", () => {
+    for (const prompt of ["[1, 2]", '"text"']) {
+      expect(sglang(`{"prompt": ${prompt}, "lora_path": "a\\u0062"}`).loraPath).toBe("ab");
+      expect(sglang(`{"prompt": ${prompt}, "extra\\u005fkey": "k", "lora\\u005fpath": "sql"}`)).toEqual({ loraPath: "sql", namespaced: true });
+      expect(sglang(`{"prompt": ${prompt}, "extra_key": "\\u0000"}`).namespaced).toBe(true);
+      expect(sglang(`{"prompt": ${prompt}, "extra_key": "a", "extra_key": ""}`)).toEqual(none);
+      expect(sglang(`{"prompt": ${prompt}, "lora_path": "a", "lora_path": "b"}`).loraPath).toBe("b");
+    }
+  });
+});

@@ -48,6 +48,16 @@ export type RoutedInput =
  */
 export type ParsedBody = {
   model?: string; cacheSalt?: string; batchedPrompts?: number; input: RoutedInput; unrendered?: Unrendered;
+  /**
+   * SGLang's `lora_path`, when a non-empty string: the adapter the request runs in when its `model` names none. Read
+   * from every body (vLLM ignores the field); only an SGLang pool's decision uses it.
+   */
+  loraPath?: string;
+  /**
+   * SGLang's `extra_key` is a non-empty string: the request's cache namespace, kept apart from every other's. Only
+   * that it is set is carried: no KV event names a namespace, so nothing is matched on its value.
+   */
+  namespaced?: true;
   /** A /v1/responses body (its chat read from `input`): its reply is no chat completion's, so none warms its next turn. */
   responses?: true;
   /** The body asks for its answer streamed (`"stream": true`, the key every API here spells alike). */
@@ -168,7 +178,7 @@ function nestingExceeds(b: Uint8Array, max: number): number {
   return -1;
 }
 
-const FIELDS = ["model", "token_ids", "messages", "prompt", "cache_salt", "stream"] as const;
+const FIELDS = ["model", "token_ids", "messages", "prompt", "cache_salt", "stream", "lora_path", "extra_key"] as const;
 // A token prompt with truncate_prompt_tokens takes the JSON.parse path, which reads it.
 const TRUNCATE_FIELD = new TextEncoder().encode('"truncate_prompt_tokens"');
 // A body without either key as written (an escaped key is left to JSON.parse anyway) carries no ids: a chat or a
@@ -196,7 +206,7 @@ function tokenIdsBody(body: Uint8Array, mayHoldIds: (bytes: Buffer) => boolean =
   if (!mayHoldIds(bytes) || bytes.includes(TRUNCATE_FIELD)) return undefined;
   const f = (scanner ??= new JsonFieldScanner(FIELDS)).scan(body);
   if (!f) return undefined;
-  const [model, tokenIds, messages, prompt, salt, stream] = f as [JsonField, JsonField, JsonField, JsonField, JsonField, JsonField];
+  const [model, tokenIds, messages, prompt, salt, stream, loraPath, extraKey] = f as [JsonField, JsonField, JsonField, JsonField, JsonField, JsonField, JsonField, JsonField];
   if (model.kind !== "absent" && model.kind !== "string") return undefined;
   if (salt.kind !== "absent" && salt.kind !== "string") return undefined;
   let tokens: Uint32Array;
@@ -206,7 +216,8 @@ function tokenIdsBody(body: Uint8Array, mayHoldIds: (bytes: Buffer) => boolean =
   const out: ParsedBody = { model: model.kind === "string" ? jsonString(body, model.start, model.end) : undefined, input: { kind: "tokens", tokens } };
   if (salt.kind === "string") out.cacheSalt = jsonString(body, salt.start, salt.end);
   if (stream.kind === "other" && stream.end - stream.start === 4 && bytes.toString("latin1", stream.start, stream.end) === "true") out.stream = true;
-  return out;
+  // A string literal longer than its quotes is never empty, escapes or not: the key's value is not decoded.
+  return sglangFields(out, loraPath.kind === "string" ? jsonString(body, loraPath.start, loraPath.end) : undefined, extraKey.kind === "string" && extraKey.end - extraKey.start > 2);
 }
 
 /** The JSON string literal at body[start, end) (quotes included). */
@@ -228,15 +239,27 @@ function validContent(c: unknown, stringParts = false): boolean {
 /** Validates an already-decoded body (also used by POST /select); `path` and `rules` as for parseBodyBytes. */
 export function parseBody(doc: unknown, path?: string, rules?: ChatRules): ParsedBody {
   const parsed = parseInput(doc, path, rules);
-  if ((doc as Record<string, unknown>).stream === true) parsed.stream = true;
+  const o = doc as Record<string, unknown>;
+  if (o.stream === true) parsed.stream = true;
+  sglangFields(parsed, typeof o.lora_path === "string" ? o.lora_path : undefined, typeof o.extra_key === "string" && o.extra_key !== "");
   // A Messages body's salt is its conversion's to read (a count_tokens request has none).
   if (isMessagesPath(path)) return parsed;
-  const salt = (doc as Record<string, unknown>).cache_salt;
+  const salt = o.cache_salt;
   if (salt !== undefined && salt !== null) {
     if (typeof salt !== "string") throw new BadRequest("cache_salt must be a string");
     parsed.cacheSalt = salt;
   }
   return parsed;
+}
+
+/**
+ * ParsedBody's `loraPath` and `namespaced`, read alike on both paths. A value that is not a string (a batch's list,
+ * null) is neither and is not refused: vLLM takes any value of a field it does not know.
+ */
+function sglangFields(out: ParsedBody, loraPath: string | undefined, namespaced: boolean): ParsedBody {
+  if (loraPath) out.loraPath = loraPath;
+  if (namespaced) out.namespaced = true;
+  return out;
 }
 
 function parseInput(doc: unknown, path: string | undefined, rules: ChatRules | undefined): ParsedBody {

@@ -116,10 +116,12 @@ describe("readTokenIds", () => {
     salt: fc.option(fc.string({ maxLength: 8 }), { nil: undefined }),
     // Each key once: a key the scan reads (stream) given twice sends the body to JSON.parse, which keeps the last.
     others: fc.uniqueArray(fc.tuple(fc.constantFrom("max_tokens", "stream", "temperature"), fc.constantFrom("16", "true", "0.5")), { maxLength: 3, selector: ([k]) => k }),
+    // SGLang's fields, read by the same scan: strings (empty, escaped) and values that are none.
+    sglang: fc.uniqueArray(fc.tuple(fc.constantFrom("lora_path", "extra_key"), fc.constantFrom('"sql"', '""', '"a\\u0062"', "null", '["x"]')), { maxLength: 2, selector: ([k]) => k }),
     space: fc.tuple(ws, ws, ws),
     shuffle: fc.integer({ min: 0, max: 1000 }),
-  }).map(({ ids, key, model, salt, others, space: [a, b, c], shuffle }) => {
-    const fields = [`"${key}"${a}:${b}[${c}${ids.join(`,${a}`)}]`, ...others.map(([k, v]) => `"${k}":${a}${v}`)];
+  }).map(({ ids, key, model, salt, others, sglang, space: [a, b, c], shuffle }) => {
+    const fields = [`"${key}"${a}:${b}[${c}${ids.join(`,${a}`)}]`, ...[...others, ...sglang].map(([k, v]) => `"${k}":${a}${v}`)];
     if (model !== undefined) fields.push(`"model":${b}"${model}"`);
     if (salt !== undefined) fields.push(`"cache_salt": ${JSON.stringify(salt)}`);
     const at = shuffle % fields.length;
@@ -136,6 +138,7 @@ describe("readTokenIds", () => {
       expect(parsed.input).toEqual({ kind: "tokens", tokens: here!.job });
       expect(here!.fields).toMatchObject({ model: parsed.model, cacheSalt: parsed.cacheSalt });
       expect(here!.fields.stream).toBe(parsed.stream);
+      expect([here!.fields.loraPath, here!.fields.namespaced]).toEqual([parsed.loraPath, parsed.namespaced]);
       expect(opensIdArray(Buffer.from(req.body))).toBe(true);
     }));
   });

@@ -31,7 +31,7 @@ export type BodyRequest = {
 };
 
 /** What a decision reads of a body: small, so that it crosses threads for nothing. */
-export type BodyFields = Pick<ParsedBody, "model" | "cacheSalt" | "batchedPrompts" | "responses" | "stream"> & {
+export type BodyFields = Pick<ParsedBody, "model" | "cacheSalt" | "loraPath" | "namespaced" | "batchedPrompts" | "responses" | "stream"> & {
   kind: RoutedInput["kind"];
   /** A maybe-cut body that did not parse (why): routed by load. */
   cut?: string;
@@ -101,9 +101,9 @@ export function readTokenIds(req: BodyRequest, maxBytes = DEFAULT_READ_HERE_MAX_
  * routing by load needs of it, without parsing it. Its top-level `model` (the last one, as Python's json reads a key
  * given twice) is found by modelMembers, linear at a byte search's pace (~0.2-2 ns a byte), then the rewrite rules
  * and header apply as readBody applies them, and the forwarded body names the target (spliced, never re-serialised).
- * Its other fields (`cache_salt`, the batch) are not read: with no tokens there is no prefix to match. A maybe-cut
- * body the walk rejects is `cut`; any other it rejects is refused, as a member reading it would refuse it. A body the
- * walk accepts is not validated: the model server refuses it if it is not JSON.
+ * Its other fields (`cache_salt`, the batch, SGLang's `lora_path` and `extra_key`) are not read: with no tokens there
+ * is no prefix to match. A maybe-cut body the walk rejects is `cut`; any other it rejects is refused, as a member
+ * reading it would refuse it. A body the walk accepts is not validated: the model server refuses it if it is not JSON.
  */
 export function glanceBody(req: BodyRequest, random: () => number = Math.random): BodyRead {
   const found = modelMembers(req.body);
@@ -128,8 +128,11 @@ function lastModel(body: Uint8Array, values: readonly Span[]): string | undefine
   }
 }
 
-function bodyRead(req: BodyRequest, { model, cacheSalt, batchedPrompts, input, unrendered, responses, stream }: ParsedBody, rules?: ChatRules, random: () => number = Math.random): BodyRead {
-  const optional = { ...(unrendered ? { unrendered } : {}), ...(responses ? { responses } : {}), ...(stream ? { stream } : {}) };
+function bodyRead(req: BodyRequest, { model, cacheSalt, batchedPrompts, input, unrendered, responses, stream, loraPath, namespaced }: ParsedBody, rules?: ChatRules, random: () => number = Math.random): BodyRead {
+  const optional = {
+    ...(unrendered ? { unrendered } : {}), ...(responses ? { responses } : {}), ...(stream ? { stream } : {}),
+    ...(loraPath ? { loraPath } : {}), ...(namespaced ? { namespaced } : {}),
+  };
   const { fields, target } = targeted(req, { model, cacheSalt, batchedPrompts, kind: input.kind, ...optional }, random);
   if (fields.target === "") return { fields, job: new Uint32Array(0) };
   const job = routingJob(input, rules);

@@ -10,36 +10,8 @@ import { createMetrics } from "../metrics.ts";
 import { BodyBudget } from "./body-budget.ts";
 import type { ProcessingRequest, ProcessingResponse } from "./messages.ts";
 import { createProcessHandler } from "./server.ts";
-import { SCAN_MAX_BYTES, sglangFields, sglangModel } from "./sglang-body.ts";
 
 const enc = new TextEncoder();
-const fieldsOf = (body: object | string) => sglangFields(enc.encode(typeof body === "string" ? body : JSON.stringify(body)));
-
-describe("sglangFields", () => {
-  test("a top-level lora_path string is the adapter, a non-empty extra_key string a namespace; other values and nested keys are neither", () => {
-    expect(fieldsOf({ model: "m", prompt: "hi" })).toEqual({ namespaced: false });
-    expect(fieldsOf({ model: "m", lora_path: "sql", extra_key: "tenant-a" })).toEqual({ loraPath: "sql", namespaced: true });
-    expect(fieldsOf({ lora_path: "", extra_key: "" })).toEqual({ namespaced: false });
-    expect(fieldsOf({ lora_path: ["sql"], extra_key: null })).toEqual({ namespaced: false });
-    expect(fieldsOf({ messages: [{ role: "user", content: 'say "extra_key" and "lora_path"' }], metadata: { extra_key: "x", lora_path: "y" } })).toEqual({ namespaced: false });
-    expect(fieldsOf('{"lora_path":"a\\u0062"}')).toEqual({ loraPath: "ab", namespaced: false });
-  });
-
-  test("a body the scan cannot read counts as namespaced when it holds \"extra_key\": over the scan's bound, or a key given twice", () => {
-    const large = JSON.stringify({ prompt: "x".repeat(SCAN_MAX_BYTES), extra_key: "k", lora_path: "sql" });
-    expect(fieldsOf(large)).toEqual({ namespaced: true });
-    expect(fieldsOf('{"extra_key":"a","extra_key":"b"}')).toEqual({ namespaced: true });
-    expect(fieldsOf('{"lora_path":"a","lora_path":"b"}')).toEqual({ namespaced: false });
-  });
-});
-
-test("sglangModel: the model's own adapter wins, else lora_path is the adapter, as SGLang's _resolve_lora_path", () => {
-  expect(sglangModel("m", undefined)).toBe("m");
-  expect(sglangModel("m", "sql")).toBe("m:sql");
-  expect(sglangModel("m:chat", "sql")).toBe("m:chat");
-  expect(sglangModel("m:", "sql")).toBe("m:sql");
-  expect(sglangModel(undefined, "sql")).toBeUndefined();
-});
 
 describe("ext_proc to SGLang workers", () => {
   const BS = 4;
@@ -76,7 +48,7 @@ describe("ext_proc to SGLang workers", () => {
       metrics: { ...NO_METRICS, unscored: (r) => unscored.push(r) },
       quality: { watch: () => undefined } as unknown as RoutingContext["quality"], // no response comes here
     };
-    const decision = (body: object, tokens: number[]): string => {
+    const decision = (body: object | string, tokens: number[]): string => {
       const handle = createProcessHandler({
         routing,
         tokenizeBody: (req) => ({ fields: readBody(req).fields, tokens: Uint32Array.from(tokens), body: req.body, rewritten: false }),
@@ -84,7 +56,7 @@ describe("ext_proc to SGLang workers", () => {
         log: pino({ level: "silent" }),
         bodyMode: "auto",
         maxInflight: 0,
-        bodyBudget: new BodyBudget(1 << 20),
+        bodyBudget: new BodyBudget(8 << 20),
         explainAll: true,
         sglangBodies: sglang,
       });
@@ -98,7 +70,7 @@ describe("ext_proc to SGLang workers", () => {
       handle(call as never);
       const send = (m: ProcessingRequest) => call.emit("data", m, 0);
       send({ request: "request_headers", request_headers: { headers: { headers: [] } }, protocol_config: { request_body_mode: "FULL_DUPLEX_STREAMED" } });
-      send({ request: "request_body", request_body: { body: enc.encode(JSON.stringify(body)), end_of_stream: true } });
+      send({ request: "request_body", request_body: { body: enc.encode(typeof body === "string" ? body : JSON.stringify(body)), end_of_stream: true } });
       type Set = { header: { key: string; raw_value: Uint8Array } }[];
       const sets = call.written.flatMap((m) => Object.values(m).flatMap((p) => ((p as { response?: { header_mutation?: { set_headers?: Set } } })?.response?.header_mutation?.set_headers ?? [])));
       const explained = sets.find((h) => h.header.key === "x-kv-epp-decision");
@@ -127,5 +99,24 @@ describe("ext_proc to SGLang workers", () => {
     expect(sglang.unscored).toEqual(["cache_namespace"]);
     // vLLM has no such field: the same body is matched.
     expect(overlap(pool(false).decision({ model: "m", prompt: "p", extra_key: "tenant-a" }, BASE))).toBe("2/2");
+  });
+
+  // Read with the body (its top-level members, as JSON reads them), whatever its size: 1 MiB was the old byte
+  // search's bound, past which a body holding the text "extra_key" anywhere was routed by load.
+  test("a body over 1 MiB is routed by its top-level lora_path and extra_key, not by where their names appear", () => {
+    const sglang = pool(true);
+    const long = "x".repeat(1 << 20);
+    expect(overlap(sglang.decision({ model: "m", prompt: long, metadata: { extra_key: "k" } }, BASE))).toBe("2/2");
+    expect(overlap(sglang.decision({ model: "m", prompt: long, lora_path: "sql" }, ADAPTED))).toBe("2/2");
+    expect(sglang.unscored).toEqual([]);
+    expect(overlap(sglang.decision({ model: "m", prompt: long, extra_key: "k" }, BASE))).toBe("0/2");
+    expect(sglang.unscored).toEqual(["cache_namespace"]);
+  });
+
+  test("a key written with JSON escapes is the key JSON reads", () => {
+    const sglang = pool(true);
+    expect(overlap(sglang.decision('{"model": "m", "prompt": "p", "extra\\u005fkey": "k"}', BASE))).toBe("0/2");
+    expect(sglang.unscored).toEqual(["cache_namespace"]);
+    expect(overlap(sglang.decision('{"model": "m", "prompt": "p", "lora\\u005fpath": "sql"}', ADAPTED))).toBe("2/2");
   });
 });
