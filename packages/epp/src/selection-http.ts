@@ -12,7 +12,7 @@ import type { Indexers } from "./indexers/indexers.ts";
 import type { Metrics } from "./metrics.ts";
 import type { LoadView, LatencyModel, Picker, PrefillDecision, RoutingQuality } from "@kv-epp/routing";
 import type { RoutedBody, TokenizeBody } from "./tokens.ts";
-import { sglangModel } from "./indexers/sglang-adapter.ts";
+import { scoredAs, unmatched } from "./indexers/sglang-adapter.ts";
 import { DUMP_PATH, parseWorkerKey, workerKeyOf } from "@kv-epp/protocol";
 import type { WorkerSet } from "./workers/worker-set.ts";
 
@@ -145,9 +145,7 @@ function qualityFields(d: SelectionDeps, key: string) {
 async function readRequest(read: TokenizeBody, req: Request, rules: RewriteRules | undefined, sglang: boolean): Promise<RoutedBody & { model: string | undefined; namespaced: boolean }> {
   const r = await read({ body: new Uint8Array(await req.arrayBuffer()), ...(rules ? { rewriteRules: rules } : {}) }, req.signal);
   if (r.fields.target === "") throw new BadRequest("model not found in request body");
-  const model = r.fields.target ?? r.fields.model;
-  if (!sglang) return { ...r, model, namespaced: false };
-  return { ...r, model: sglangModel(model, r.fields.loraPath), namespaced: r.fields.namespaced === true };
+  return { ...r, ...scoredAs(r.fields.target ?? r.fields.model, r.fields, sglang) };
 }
 
 export function selectionApp(d: SelectionDeps): Hono {
@@ -164,7 +162,7 @@ export function selectionApp(d: SelectionDeps): Hono {
     const { fields, tokens, model, namespaced } = await readRequest(d.tokenizeBody.score, c.req.raw, d.rewriteRules?.(), d.sglangBodies === true);
     if (fields.kind !== "tokens") throw new BadRequest("token_ids is required");
     // In a namespace of its own no worker's blocks count for it, as on /select.
-    const r = d.picker.score(model, namespaced ? EMPTY_IDS : tokens, fields.cacheSalt);
+    const r = d.picker.score(model, namespaced ? unmatched(tokens).tokens : tokens, fields.cacheSalt);
     if (!r) return c.json({ error: `unknown model ${JSON.stringify(model)}` }, 404);
     return c.json({
       block_size: r.indexer.blockSize,
@@ -176,7 +174,7 @@ export function selectionApp(d: SelectionDeps): Hono {
 
   app.post("/select", async (c) => {
     const { fields, tokens, model, namespaced } = await readRequest(d.tokenizeBody.select, c.req.raw, d.rewriteRules?.(), d.sglangBodies === true);
-    const prompt = namespaced ? { tokens: EMPTY_IDS, promptTokens: tokens.length } : { tokens };
+    const prompt = namespaced ? unmatched(tokens) : { tokens };
     const decision = d.picker.pick({ model, cacheSalt: fields.cacheSalt, ...prompt, detail: true });
     if (decision.kind === "no_endpoint") return c.json({ error: `no endpoint eligible (${decision.reason})` }, 503);
     const { chosen } = decision;
@@ -236,4 +234,3 @@ export function selectionApp(d: SelectionDeps): Hono {
   return app;
 }
 
-const EMPTY_IDS = new Uint32Array(0);

@@ -43,8 +43,8 @@ afterAll(async () => {
 });
 
 const header = (key: string, value: string) => ({ key, raw_value: enc.encode(value) });
-function requestHeaders(extra: [string, string][]): ProcessingRequest {
-  const h = headers();
+function requestHeaders(extra: [string, string][], path?: string): ProcessingRequest {
+  const h = headers(path);
   h.request_headers!.headers!.headers!.push(...extra.map(([k, v]) => header(k, v)));
   return h;
 }
@@ -55,9 +55,9 @@ async function answerFor(s: ExtProcStream, phase: string): Promise<Resp> {
   }
 }
 /** A request through ext_proc, routed, then answered by the upstream as the test plays it. */
-async function exchange(json: unknown, extra: [string, string][], response: { status: string; contentType: string; chunks: string[] }, whileRunning?: () => Promise<void>) {
+async function exchange(json: unknown, extra: [string, string][], response: { status: string; contentType: string; chunks: string[] }, whileRunning?: () => Promise<void>, path?: string) {
   const s = client.open();
-  s.send(requestHeaders(extra));
+  s.send(requestHeaders(extra, path));
   s.send(body(json));
   expect(setHeader((await s.next()).request_headers?.response, "x-gateway-destination-endpoint")).toBeDefined();
   await whileRunning?.();
@@ -212,13 +212,18 @@ test("the token counts a response's usage reports (a chat's JSON body, a stream'
   // A usage of 0 output tokens is not observed; 0 cached tokens is.
   const zero = '{"usage":{"input_tokens":12,"output_tokens":0,"cache_read_input_tokens":0}}';
   await exchange({ model: MODEL, prompt: tokens(12, 6) }, [["x-gateway-inference-fairness-id", "usage-zero"]], { status: "200", contentType: "application/json", chunks: [zero] });
+  // A count_tokens answer reports a prompt that ran nowhere: its response is not read for usage (llm-d's skips it).
+  const count = { model: MODEL, messages: [{ role: "user", content: "how long am I?" }], max_tokens: 1 };
+  await exchange(count, [["x-gateway-inference-fairness-id", "count-tokens"]], { status: "200", contentType: "application/json", chunks: ['{"input_tokens":7}'] }, undefined, "/v1/messages/count_tokens");
   await waitFor(async () => (await metric(`llm_d_epp_request_duration_seconds_count{${labels("usage-zero")}}`)) === 1, { message: "the responses ended" });
+  await waitFor(async () => (await metric(`llm_d_epp_request_duration_seconds_count{${labels("count-tokens")}}`)) === 1, { message: "count_tokens ended" });
 
   const sums = async (id: string) =>
     Promise.all(["input", "output", "cached"].map(async (k) => [await metric(`llm_d_epp_request_${k}_tokens_count{${labels(id)}}`), await metric(`llm_d_epp_request_${k}_tokens_sum{${labels(id)}}`)]));
   expect(await sums("usage-json")).toEqual([[1, 40], [1, 9], [1, 32]]);
   expect(await sums("usage-stream")).toEqual([[1, 48], [1, 17], [0, 0]]);
   expect(await sums("usage-zero")).toEqual([[1, 12], [0, 0], [1, 0]]);
+  expect(await sums("count-tokens")).toEqual([[0, 0], [0, 0], [0, 0]]);
   // The deprecated twins, summed over the three requests (they carry no fairness id).
   expect(await metric(`inference_objective_input_tokens_sum{${model}}`)).toBe(40 + 48 + 12);
   expect(await metric(`inference_objective_output_tokens_sum{${model}}`)).toBe(9 + 17);

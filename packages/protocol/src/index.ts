@@ -2,7 +2,7 @@
 export {
   DP_LB_MODES, parseWorkerKey, rankSources, workerKey, workerKeyOf, type ApiServer, type DpLbMode, type RankSource, type WorkerRef, type WorkerSpec,
 } from "./rank.ts";
-export { API_PATHS, apiOfPath, type ApiPath } from "./api-path.ts";
+export { apiOfPath } from "./api-path.ts";
 export {
   decodes, PD_SPLIT_PATHS, PREFILL_RANK_HEADER, PREFILLER_HOST_PORT_HEADER, prefills, ROLE_LABEL, roleOfLabel, splitPath, WORKER_ROLES, type PdSplitPath, type WorkerRole,
 } from "./disagg.ts";

@@ -1,5 +1,5 @@
 import { expect, test } from "bun:test";
-import { API_PATHS, apiOfPath } from "../src/index.ts";
+import { API_PATHS, apiOfPath } from "../src/api-path.ts";
 
 test("apiOfPath: each API path names itself", () => {
   for (const p of API_PATHS) expect(apiOfPath(p)).toBe(p);

@@ -1,4 +1,4 @@
-import { describe, expect, test } from "bun:test";
+import { describe, expect, spyOn, test } from "bun:test";
 import { computeBlockHashes, KvIndex } from "@kv-epp/index-wasm";
 import { applyStored } from "@kv-epp/index-wasm/helpers";
 import { workerKey, type WorkerRef } from "@kv-epp/protocol";
@@ -11,6 +11,7 @@ import { Picker, type PickerOptions, type PickRequest } from "./picker.ts";
 import { NO_METRICS, type Candidate } from "./ports.ts";
 import { RoutingQuality } from "./quality.ts";
 import { RoutedRequest, type RoutingContext } from "./routed-request.ts";
+import { UsageScan } from "./usage-scan.ts";
 
 const BLOCK = 4;
 const A: WorkerRef = { workerId: "a", dpRank: 0 };
@@ -267,12 +268,19 @@ describe("a routed request's life", () => {
 
   test("its response's usage is read once, with or without a quality watch", () => {
     const usage = '{"usage":{"prompt_tokens":64,"completion_tokens":5,"prompt_tokens_details":{"cached_tokens":32}}}';
-    for (const quality of [undefined, new RoutingQuality(NO_METRICS)]) {
-      const r = context({ quality }).route();
-      r.responseHeaders("application/json", true);
-      r.responseBody(new TextEncoder().encode(usage));
-      expect(r.usage()).toEqual({ promptTokens: 64, completionTokens: 5, cachedTokens: 32 });
-      r.end();
+    const add = spyOn(UsageScan.prototype, "add");
+    try {
+      for (const quality of [undefined, new RoutingQuality(NO_METRICS)]) {
+        add.mockClear();
+        const r = context({ quality }).route();
+        r.responseHeaders("application/json", true);
+        r.responseBody(new TextEncoder().encode(usage));
+        expect(r.usage()).toEqual({ promptTokens: 64, completionTokens: 5, cachedTokens: 32 });
+        expect(add).toHaveBeenCalledTimes(1);
+        r.end();
+      }
+    } finally {
+      add.mockRestore();
     }
   });
 });

@@ -18,7 +18,10 @@ type Field = "prompt_tokens" | "input_tokens" | "completion_tokens" | "output_to
  * continuous usage counts up, Anthropic's message_delta carries the final output count). Undefined: not reported.
  */
 export type ReportedUsage = {
-  /** prompt_tokens (chat and text completions), input_tokens (Responses, Messages). */
+  /**
+   * prompt_tokens (chat and text completions), input_tokens (Responses, Messages). A Messages input_tokens leaves its
+   * cache reads out (Anthropic's usage): read as given, as llm-d's parser reads it into the same histograms.
+   */
   promptTokens?: number;
   /** completion_tokens, output_tokens. */
   completionTokens?: number;

@@ -45,7 +45,7 @@ export const DP_RANK_HEADER = "x-data-parallel-rank";
  * over x-data-parallel-rank, and under P/D disaggregation the rank of the prefill server that computes its prompt.
  * Removed from every request, since only the pick names a rank (the EPP sets neither).
  */
-export const SGLANG_RANK_OVERRIDE_HEADERS = ["x-override-routed-dp-rank", "x-override-disagg-prefill-dp-rank"];
+const SGLANG_RANK_OVERRIDE_HEADERS = ["x-override-routed-dp-rank", "x-override-disagg-prefill-dp-rank"];
 /** A client's own rank headers: each steers a request to a rank the pick did not choose. */
 const CLIENT_RANK_HEADERS = [DP_RANK_HEADER, ...SGLANG_RANK_OVERRIDE_HEADERS];
 

@@ -34,6 +34,10 @@ export class RequestFigures {
   private lastChunkAt: number | undefined;
   private responseBytes = 0;
   private responded = false;
+  /** Its request labels, built once its body named its models (body()). */
+  private labelsOfRequest: Record<"model_name" | "target_model_name" | "fairness_id" | "priority", string> | undefined;
+  /** Its inter-chunk latency series. */
+  private itl: { observe(v: number): void } | undefined;
 
   /** `at`: when its headers came (performance.now()). */
   constructor(
@@ -53,6 +57,7 @@ export class RequestFigures {
   body(model: string | undefined, target: string | undefined, stream = false): void {
     this.model = model ? this.labels.models.label(model) : "";
     this.target = target ? this.labels.models.label(target) : this.model;
+    this.labelsOfRequest = undefined;
     this.streamAsked = stream;
   }
 
@@ -95,7 +100,8 @@ export class RequestFigures {
       this.firstByteAt = now;
       this.firstByteEnded = ends;
     }
-    if (this.streaming && this.lastChunkAt !== undefined) this.m.llmd.itl.observe(this.requestLabels(), (now - this.lastChunkAt) / 1000);
+    // Once per chunk, on the decision thread: the labelled series is looked up once per response.
+    if (this.streaming && this.lastChunkAt !== undefined) (this.itl ??= this.m.llmd.itl.labels(this.requestLabels())).observe((now - this.lastChunkAt) / 1000);
     this.lastChunkAt = now;
   }
 
@@ -163,6 +169,6 @@ export class RequestFigures {
   }
 
   private requestLabels() {
-    return { model_name: this.model, target_model_name: this.target, fairness_id: this.fairnessId, priority: this.priority };
+    return (this.labelsOfRequest ??= { model_name: this.model, target_model_name: this.target, fairness_id: this.fairnessId, priority: this.priority });
   }
 }

@@ -13,7 +13,7 @@ import { BoundedLabels, DEFAULT_FAIRNESS_ID, hasCriticalObjective, requestClass,
 import { RequestFigures, type ClientLabels } from "./request-figures.ts";
 import { GrpcStatus, type BidiCall, type StatusCode } from "./grpc-h2.ts";
 import { BadRequest, joinBody, MAX_BODY_BYTES, TooDeep, type BodyFields, type BodyRequest, type RewriteRules } from "@kv-epp/tokenizer";
-import { PREFILL_RANK_HEADER, PREFILLER_HOST_PORT_HEADER, splitPath } from "@kv-epp/protocol";
+import { apiOfPath, PREFILL_RANK_HEADER, PREFILLER_HOST_PORT_HEADER, splitPath } from "@kv-epp/protocol";
 import { echo, steering } from "./conformance.ts";
 import { modelRewrite, type ResponseModelName, type RewriteOutcome } from "./model-rewrite.ts";
 import { ReplyCapture } from "./reply-capture.ts";
@@ -38,7 +38,7 @@ import {
   type ProcessingResponse,
   type Route,
 } from "./messages.ts";
-import { sglangModel } from "../indexers/sglang-adapter.ts";
+import { scoredAs, unmatched } from "../indexers/sglang-adapter.ts";
 
 export type ExtProcDeps = {
   /** The decision, its load and its calibration: each request is one RoutedRequest of it. */
@@ -427,7 +427,9 @@ class ProcessStream {
     // The member that warms reads the reply: the decision thread only joins its bytes.
     const responseBody = reply?.capture.body();
     if (reply && responseBody) this.deps.warmReply?.warm(reply.request, responseBody);
-    this.req?.figures.responseEnded(this.req.routed?.usage());
+    // A count_tokens answer's input_tokens counts a prompt that ran nowhere: llm-d skips those responses too.
+    const counted = this.req && apiOfPath(this.req.path) !== "/v1/messages/count_tokens";
+    this.req?.figures.responseEnded(counted ? this.req?.routed?.usage() : undefined);
     this.finish();
   }
 
@@ -580,8 +582,10 @@ class ProcessStream {
       const picker = this.deps.routing.picker;
       // A request in a cache namespace of its own is routed by load: no prefix changes its pick.
       const settles: Settles | undefined = this.deps.routeOnSettledPrefix
-        ? (fields, tokens, promptTokens) =>
-            this.namespaced(fields) || picker.settles({ model: this.pickModel(req, fields), cacheSalt: fields.cacheSalt, tokens, promptTokens, subset: req.subset })
+        ? (fields, tokens, promptTokens) => {
+            const as = this.scoredAs(req, fields);
+            return as.namespaced || picker.settles({ model: as.model, cacheSalt: fields.cacheSalt, tokens, promptTokens, subset: req.subset });
+          }
         : undefined;
       read = this.deps.tokenizeBody({ body, path: req.path, rewriteModel, ...(rewriteRules ? { rewriteRules } : {}), maybeCut }, req.tokenizing.signal, settles);
     } catch (err) {
@@ -637,8 +641,9 @@ class ProcessStream {
     const { fields, tokens, promptTokens, newTurnTokens, body } = read;
     this.release(req); // answered or handed back in this call: no longer held for a route
     this.pinRewriteNames();
-    const model = this.pickModel(req, fields);
-    req.figures.body(fields.model, model, fields.stream);
+    const { model, namespaced } = this.scoredAs(req, fields);
+    // The model it runs as, not the adapter form SGLang's lora_path gives the pick: llm-d labels the model named.
+    req.figures.body(fields.model, runsAs(req, fields), fields.stream);
     if (fields.cut !== undefined) {
       this.deps.metrics.partialBodies.inc();
       this.deps.log.debug({ bytes: body.length, err: fields.cut }, "BUFFERED_PARTIAL body cut at the buffer limit: routing by load");
@@ -658,9 +663,8 @@ class ProcessStream {
     // Only a path the decode side's sidecar splits may name a prefill worker: on any other the prefill is the decode worker's.
     const pathSplit = splitPath(req.path) !== undefined;
     // SGLang keeps an extra_key's blocks apart and no event names them: matched on nothing, charged for its length.
-    const namespaced = this.namespaced(fields);
     const pick = namespaced
-      ? { model, cacheSalt: fields.cacheSalt, tokens: EMPTY_IDS, promptTokens: Math.max(promptTokens ?? 0, tokens.length), subset: req.subset, pathSplit }
+      ? { model, cacheSalt: fields.cacheSalt, ...unmatched(tokens, promptTokens), subset: req.subset, pathSplit }
       : { model, cacheSalt: fields.cacheSalt, tokens, promptTokens, newTurnTokens, subset: req.subset, pathSplit };
     const unscored = fields.batchedPrompts !== undefined ? "batched_prompts" : namespaced ? "cache_namespace" : undefined;
     const routing = RoutedRequest.route(this.deps.routing, pick, { explain: req.explain, unscored });
@@ -754,19 +758,9 @@ class ProcessStream {
     this.finish();
   }
 
-  /**
-   * The model a request runs as, and is scored as (an adapter's identity too): the one its body was read to name (a
-   * rule's target, else the header's), else the header's (x-gateway-model-name-rewrite), else the body's; to SGLang
-   * workers, with its body's `lora_path` as the adapter when that model names none.
-   */
-  private pickModel(req: RequestState, fields: BodyFields): string | undefined {
-    const model = fields.target ?? req.cls.modelRewrite ?? fields.model;
-    return this.deps.sglangBodies ? sglangModel(model, fields.loraPath) : model;
-  }
-
-  /** SGLang keeps the blocks of a request with an `extra_key` in a namespace of its own, which no KV event names. */
-  private namespaced(fields: BodyFields): boolean {
-    return this.deps.sglangBodies === true && fields.namespaced === true;
+  /** What a request is scored as (scoredAs): the model it runs as, to SGLang workers with its adapter and namespace. */
+  private scoredAs(req: RequestState, fields: BodyFields): ReturnType<typeof scoredAs> {
+    return scoredAs(runsAs(req, fields), fields, this.deps.sglangBodies === true);
   }
 
   /**
@@ -893,6 +887,14 @@ function heldCost(msg: ProcessingRequest, wireBytes: number): number {
 
 const EMPTY = new Uint8Array(0);
 const EMPTY_IDS = new Uint32Array(0);
+
+/**
+ * The model a request runs as: the one its body was read to name (a rule's target, else the header's), else the
+ * header's (x-gateway-model-name-rewrite), else the body's.
+ */
+function runsAs(req: RequestState, fields: BodyFields): string | undefined {
+  return fields.target ?? req.cls.modelRewrite ?? fields.model;
+}
 const NO_PRIORITIES: ReadonlyMap<string, number> = new Map();
 /** A failure outside any request's headers: the class a request without GAIE headers has. */
 const UNCLASSED = { fairnessId: DEFAULT_FAIRNESS_ID, priority: 0 };

@@ -3,6 +3,7 @@
 // an index (the picker, live ingestion, recovery) finds it here.
 import { KvIndex, MAX_RESERVE } from "@kv-epp/index-wasm";
 import type { WorkerRef } from "@kv-epp/protocol";
+import type { ChatEngine } from "@kv-epp/tokenizer";
 import type { Logger } from "pino";
 import type { Metrics } from "../metrics.ts";
 import { sglangAdapterForm } from "./sglang-adapter.ts";
@@ -23,9 +24,6 @@ export function indexerKey(model: string, tenant: string): string {
   return `${model}:${tenant}`;
 }
 
-/** How requests name a LoRA adapter: vLLM's `model` is the adapter's name, SGLang's `model` "<base>:<adapter>". */
-export type AdapterRules = "vllm" | "sglang";
-
 /** Adapter names learned from events, at most (a stream naming ever new adapters must not grow this without bound). */
 export const MAX_ADAPTERS = 4096;
 /** Names and ranks logged once each, at most. */
@@ -41,7 +39,8 @@ export class ModelIndexes {
   private readonly adapterKeys = new Map<string, string>();
   private readonly loggedUnknown = new Set<string>();
   private default: string | undefined;
-  private adapterRules: AdapterRules = "vllm";
+  /** How requests name a LoRA adapter: vLLM's `model` is the adapter's name, SGLang's `model` "<base>:<adapter>". */
+  private adapterRules: ChatEngine = "vllm";
   private readonly metrics: Metrics;
   private readonly log: Logger | undefined;
   private readonly onViewLost: ViewLost | undefined;
@@ -66,7 +65,7 @@ export class ModelIndexes {
   }
 
   /** The workers' engine's rule for a request's adapter (vLLM's until told). */
-  readAdaptersAs(rules: AdapterRules): void {
+  readAdaptersAs(rules: ChatEngine): void {
     this.adapterRules = rules;
   }
 

@@ -1,5 +1,7 @@
 // How a request to SGLang workers names its LoRA adapter (SGLang's OpenAI server, serving_base.py): in its `model`
-// as "<base>:<adapter>", else in the body's `lora_path` (read with the body, @kv-epp/tokenizer's BodyFields).
+// as "<base>:<adapter>", else in the body's `lora_path` (read with the body, @kv-epp/tokenizer's BodyFields); and its
+// `extra_key`, which keeps its blocks in a namespace of its own that no KV event names.
+import type { BodyFields } from "@kv-epp/tokenizer";
 
 /**
  * SGLang's "<base>:<adapter>" model (_parse_model_parameter): split at the first colon, each side trimmed, an empty
@@ -21,4 +23,21 @@ export function sglangModel(model: string | undefined, loraPath: string | undefi
   const form = sglangAdapterForm(model);
   if (form?.adapter) return model;
   return `${form?.base ?? model}:${loraPath}`;
+}
+
+/**
+ * What a request is scored as: `model` (what it runs as) and, to SGLang workers (`sglang`), with its `lora_path`
+ * adapter; `namespaced`: to SGLang workers, its `extra_key` keeps its blocks where the index sees none, so it is
+ * matched on nothing (unmatched) and charged for its length.
+ */
+export function scoredAs(model: string | undefined, fields: Pick<BodyFields, "loraPath" | "namespaced">, sglang: boolean): { model: string | undefined; namespaced: boolean } {
+  if (!sglang) return { model, namespaced: false };
+  return { model: sglangModel(model, fields.loraPath), namespaced: fields.namespaced === true };
+}
+
+const NO_IDS = new Uint32Array(0);
+
+/** A prompt matched on no worker's blocks, charged for its length (the longer of its ids and its known length). */
+export function unmatched(tokens: Uint32Array, promptTokens?: number): { tokens: Uint32Array; promptTokens: number } {
+  return { tokens: NO_IDS, promptTokens: Math.max(promptTokens ?? 0, tokens.length) };
 }

@@ -24,8 +24,9 @@ export function readChatReply(body: Uint8Array): ChatReply | undefined {
   const text = decoder.decode(body);
   try {
     if (!text.trimStart().startsWith("{")) return isAnthropicStream(text) ? anthropicStreamReply(text) : fromStream(text);
-    // Python's numbers: a Messages reply's tool input is printed from them (anthropic-reply.ts warmable).
-    const doc = parseJsonKeepingFloats(text);
+    // Python's numbers, where a Messages reply's tool input is printed from them (anthropic-reply.ts warmable); any
+    // other reply (logprobs: thousands of floats) is read by plain JSON.parse, a callback per value cheaper.
+    const doc = text.includes('"tool_use"') ? parseJsonKeepingFloats(text) : JSON.parse(text);
     return isAnthropicMessage(doc) ? anthropicReply(doc) : fromJson(doc as Chunk);
   } catch {
     return undefined; // not a body we can read: nothing to warm
