@@ -58,6 +58,7 @@ export class RequestFigures {
     this.model = model ? this.labels.models.label(model) : "";
     this.target = target ? this.labels.models.label(target) : this.model;
     this.labelsOfRequest = undefined;
+    this.itl = undefined;
     this.streamAsked = stream;
   }
 
@@ -100,7 +101,7 @@ export class RequestFigures {
       this.firstByteAt = now;
       this.firstByteEnded = ends;
     }
-    // Once per chunk, on the decision thread: the labelled series is looked up once per response.
+    // Once per chunk, on the decision thread: the labels are checked once per response, not per chunk.
     if (this.streaming && this.lastChunkAt !== undefined) (this.itl ??= this.m.llmd.itl.labels(this.requestLabels())).observe((now - this.lastChunkAt) / 1000);
     this.lastChunkAt = now;
   }

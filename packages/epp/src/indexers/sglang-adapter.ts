@@ -11,15 +11,24 @@ import type { BodyFields } from "@kv-epp/tokenizer";
 export function sglangAdapterForm(model: string): { base: string; adapter: string | null } | undefined {
   const colon = model.indexOf(":");
   if (colon < 0) return undefined;
-  return { base: model.slice(0, colon).trim(), adapter: model.slice(colon + 1).trim() || null };
+  const adapter = model.slice(colon + 1).trim();
+  if (adapter.length > MAX_ADAPTER_NAME) return undefined;
+  return { base: model.slice(0, colon).trim(), adapter: adapter || null };
 }
+
+/**
+ * Longest adapter name a request may give. An SGLang adapter need not be known here, and its name goes into every
+ * block's hash on the decision thread: a client's megabyte of name would cost that per block. A longer one is no
+ * adapter (its model unknown: scored as the default, logged once); SGLang itself refuses names it does not serve.
+ */
+export const MAX_ADAPTER_NAME = 256;
 
 /**
  * The model a request to SGLang workers runs as, in SGLang's own form: its `model`'s adapter wins (an adapter in
  * "<model>:<adapter>"), else its `lora_path` is the adapter ("<model>:<lora_path>", as _resolve_lora_path reads it).
  */
 export function sglangModel(model: string | undefined, loraPath: string | undefined): string | undefined {
-  if (model === undefined || loraPath === undefined) return model;
+  if (model === undefined || loraPath === undefined || loraPath.length > MAX_ADAPTER_NAME) return model;
   const form = sglangAdapterForm(model);
   if (form?.adapter) return model;
   return `${form?.base ?? model}:${loraPath}`;
