@@ -122,6 +122,30 @@ describe("prefill and decode roles (vLLM's NixlConnector)", () => {
     expect(((await bad.json()) as any).error.param).toBe("body.kv_transfer_params");
   });
 
+  test("/v1/responses honours them as a chat does: the prefill's parameters at the Response's top, null otherwise, streamed too", async () => {
+    const request = { model: "mock/model", input: "what does a decode worker pull? ".repeat(8) };
+    const pres = await post(`${prefill.url}/v1/responses`, { ...request, max_output_tokens: 1, kv_transfer_params: PREFILL_PARAMS });
+    expect(pres.status).toBe(200);
+    const p = (await pres.json()) as any;
+    expect(Object.keys(p).slice(-2)).toEqual(["usage", "kv_transfer_params"]);
+    expect(p.kv_transfer_params).toMatchObject({ do_remote_prefill: true, do_remote_decode: false, remote_host: `${LOOPBACK}.2.60`, tp_size: 1 });
+    expect(p.kv_transfer_params.remote_request_id).toBe(p.id);
+    const n = p.usage.input_tokens;
+    const pulledOrHeld = async () => (await metric(decode, source("external_kv_transfer"))) + (await metric(decode, source("local_cache_hit")));
+    const before = await pulledOrHeld();
+    // A streamed decode pulls (what it does not hold: the template's opening it has from the tests before) as a JSON
+    // one does; its Response objects carry null.
+    const d = await post(`${decode.url}/v1/responses`, { ...request, max_output_tokens: 2, stream: true, kv_transfer_params: p.kv_transfer_params });
+    const events = (await d.text()).split("\n").filter((l) => l.startsWith("data: ")).map((l) => JSON.parse(l.slice(6)));
+    const completed = events.at(-1);
+    expect(completed.type).toBe("response.completed");
+    expect(events[0].response.kv_transfer_params).toBeNull();
+    expect(completed.response.kv_transfer_params).toBeNull();
+    expect(completed.response.usage).toMatchObject({ input_tokens: n, input_tokens_details: { cached_tokens: n - 1 }, output_tokens: 2 });
+    expect((await pulledOrHeld()) - before).toBe(n - 1);
+    await waitFor(async () => (await metric(prefill, `mock_worker_kv_transfer_held_requests{model_name="mock/model",engine="0"}`)) === 0, { message: "the prefill's blocks freed" });
+  });
+
   test("a streamed decode of a remote prefill streams as usual", async () => {
     const prompt = ids(50, 30000);
     const p = await completion(prefill, { prompt, max_tokens: 1, kv_transfer_params: PREFILL_PARAMS });

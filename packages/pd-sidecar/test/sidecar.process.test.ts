@@ -98,6 +98,25 @@ describe("the P/D sidecar as a process", () => {
     await waitFor(async () => (await metric(prefill.url, `mock_worker_kv_transfer_held_requests{model_name="mock/model",engine="0"}`)) === 0, { message: "the prefill's blocks released" });
   });
 
+  test("an OpenAI /v1/responses request is split too: the decode worker reads the prefill's blocks", async () => {
+    const request = { model: "mock/model", instructions: "Answer in a word.", input: "why split prefill from decode? ".repeat(12), max_output_tokens: 3 };
+    const sources = ["external_kv_transfer", "local_cache_hit", "local_compute"] as const;
+    const read = async () => Object.fromEntries(await Promise.all(sources.map(async (s) => [s, await metric(decode.url, source(s))] as const)));
+    const before = await read();
+    const res = await post("/v1/responses", request, { "x-prefiller-host-port": prefiller() });
+    expect(res.status).toBe(200);
+    const body = (await res.json()) as any;
+    expect(body).toMatchObject({ object: "response", status: "completed", usage: { output_tokens: 3 }, kv_transfer_params: null });
+    const n = body.usage.input_tokens as number;
+    expect(n).toBeGreaterThan(64);
+    // The decode worker computes the last token alone: the rest it read from the prefill, past the template's opening
+    // block it already held from the requests before.
+    const after = await read();
+    expect(after.local_compute! - before.local_compute!).toBe(1);
+    expect(after.external_kv_transfer! + after.local_cache_hit! - before.external_kv_transfer! - before.local_cache_hit!).toBe(n - 1);
+    await waitFor(async () => (await metric(prefill.url, `mock_worker_kv_transfer_held_requests{model_name="mock/model",engine="0"}`)) === 0, { message: "the prefill's blocks released" });
+  });
+
   test("a prefill worker's error is the client's answer, an unreachable one a 502, a malformed header a 400", async () => {
     const bad = await post("/v1/completions", { model: "mock/model" }, { "x-prefiller-host-port": prefiller() });
     expect(bad.status).toBe(400);

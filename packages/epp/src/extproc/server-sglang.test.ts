@@ -10,6 +10,7 @@ import { createMetrics } from "../metrics.ts";
 import { BodyBudget } from "./body-budget.ts";
 import type { ProcessingRequest, ProcessingResponse } from "./messages.ts";
 import { createProcessHandler } from "./server.ts";
+import type { TokenizeBody } from "../tokens.ts";
 
 const enc = new TextEncoder();
 
@@ -25,7 +26,7 @@ describe("ext_proc to SGLang workers", () => {
    * the base model's; every body is tokenized as `tokens`. Returns the decision explained, and why responses went
    * unscored.
    */
-  function pool(sglang: boolean) {
+  function pool(sglang: boolean, tokenizeBody?: TokenizeBody) {
     const ixs = new Indexers(createMetrics());
     ixs.models.register("m", "default", BS);
     ixs.models.readAdaptersAs(sglang ? "sglang" : "vllm");
@@ -51,7 +52,7 @@ describe("ext_proc to SGLang workers", () => {
     const decision = (body: object | string, tokens: number[]): string => {
       const handle = createProcessHandler({
         routing,
-        tokenizeBody: (req) => ({ fields: readBody(req).fields, tokens: Uint32Array.from(tokens), body: req.body, rewritten: false }),
+        tokenizeBody: tokenizeBody ?? ((req) => ({ fields: readBody(req).fields, tokens: Uint32Array.from(tokens), body: req.body, rewritten: false })),
         metrics: createMetrics(),
         log: pino({ level: "silent" }),
         bodyMode: "auto",
@@ -76,7 +77,7 @@ describe("ext_proc to SGLang workers", () => {
       const explained = sets.find((h) => h.header.key === "x-kv-epp-decision");
       return new TextDecoder().decode(explained?.header.raw_value);
     };
-    return { decision, unscored };
+    return { decision, unscored, blocks: () => load.of(workerKey(w)).blocks };
   }
   const overlap = (explanation: string) => /^chosen: worker=w dp_rank=0 overlap=(\d+\/\d+)/.exec(explanation)?.[1];
 
@@ -111,6 +112,39 @@ describe("ext_proc to SGLang workers", () => {
     expect(sglang.unscored).toEqual([]);
     expect(overlap(sglang.decision({ model: "m", prompt: long, extra_key: "k" }, BASE))).toBe("0/2");
     expect(sglang.unscored).toEqual(["cache_namespace"]);
+  });
+
+  /**
+   * Tokenizes every body as `ids`, a block at a time as a pool member tells its known prefix, and stops where the
+   * caller's `settles` says the pick is settled, answering with the whole length estimated; `told` is how far it went.
+   */
+  function member(ids: number[]) {
+    const seen = { told: 0 };
+    const tokenizeBody: TokenizeBody = (req, _signal, settles) => {
+      const { fields } = readBody(req);
+      for (seen.told = BS; seen.told < ids.length; seen.told += BS) {
+        const known = Uint32Array.from(ids.slice(0, seen.told));
+        if (settles?.(fields, known, ids.length)) return { fields, tokens: known, promptTokens: ids.length, body: req.body, rewritten: false };
+      }
+      return { fields, tokens: Uint32Array.from(ids), body: req.body, rewritten: false };
+    };
+    return { seen, tokenizeBody };
+  }
+
+  test("with --route-on-settled-prefix=false a long text with an extra_key is still answered once its fields are read, charged for its whole length", () => {
+    const long = Array.from({ length: 40 }, (_, i) => 100 + i); // 10 blocks
+    const text = member(long);
+    const sglang = pool(true, text.tokenizeBody);
+    const charged = sglang.blocks();
+    expect(overlap(sglang.decision({ model: "m", prompt: "p", extra_key: "tenant-a" }, long))).toBe("0/10");
+    expect(text.seen.told).toBe(BS);
+    expect(sglang.blocks() - charged).toBe(10);
+    // Without the key (or to vLLM workers, for which it is no field) the option holds: tokenized whole.
+    sglang.decision({ model: "m", prompt: "p" }, long);
+    expect(text.seen.told).toBe(long.length);
+    const vllmText = member(long);
+    pool(false, vllmText.tokenizeBody).decision({ model: "m", prompt: "p", extra_key: "tenant-a" }, long);
+    expect(vllmText.seen.told).toBe(long.length);
   });
 
   test("a key written with JSON escapes is the key JSON reads", () => {

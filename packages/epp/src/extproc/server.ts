@@ -45,7 +45,10 @@ export type ExtProcDeps = {
   routing: RoutingContext;
   /** Reads and tokenizes a request body: in the tokenizer pool, or on this thread without one (tokens.ts). */
   tokenizeBody: TokenizeBody;
-  /** Answer a long text as soon as its known prefix settles the pick (its member stops there). */
+  /**
+   * Answer a long text as soon as its known prefix settles the pick (its member stops there). A body in an SGLang
+   * cache namespace (`sglangBodies`, an `extra_key`) is answered once its fields are read, whatever this says.
+   */
   routeOnSettledPrefix?: boolean;
   metrics: Metrics;
   log: Logger;
@@ -580,11 +583,13 @@ class ProcessStream {
     try {
       // A long text is answered as soon as its known prefix settles the pick (the rest is not tokenized).
       const picker = this.deps.routing.picker;
-      // A request in a cache namespace of its own is routed by load: no prefix changes its pick.
-      const settles: Settles | undefined = this.deps.routeOnSettledPrefix
+      const onPrefix = this.deps.routeOnSettledPrefix === true;
+      // A request in a cache namespace of its own is routed by load whatever the option: no prefix changes its pick,
+      // and the estimated whole length it is answered with is what it is charged for (unmatched).
+      const settles: Settles | undefined = onPrefix || this.deps.sglangBodies === true
         ? (fields, tokens, promptTokens) => {
             const as = this.scoredAs(req, fields);
-            return as.namespaced || picker.settles({ model: as.model, cacheSalt: fields.cacheSalt, tokens, promptTokens, subset: req.subset });
+            return as.namespaced || (onPrefix && picker.settles({ model: as.model, cacheSalt: fields.cacheSalt, tokens, promptTokens, subset: req.subset }));
           }
         : undefined;
       read = this.deps.tokenizeBody({ body, path: req.path, rewriteModel, ...(rewriteRules ? { rewriteRules } : {}), maybeCut }, req.tokenizing.signal, settles);

@@ -154,30 +154,35 @@ export async function generate(c: Context, req: GenerateRequest): Promise<Respon
   });
 }
 
-/** A /v1/responses answer (one prompt): vLLM's Response object, its usage in Responses terms. */
+/**
+ * A /v1/responses answer (one prompt): vLLM's Response object, its usage in Responses terms. With a role it carries
+ * `kv_transfer_params` at its top, after `usage`, as vLLM's ResponsesResponse does (null unless a prefill for a
+ * remote decode); streamed, in the responses of `response.created` and `response.completed`, which are never a held
+ * prefill's (GenerateRequest.kv). The request id a prefill's blocks are offered under is the response's, as vLLM's is.
+ */
 function respond(c: Context, req: GenerateRequest): Promise<Response> | Response {
   const signal = c.req.raw.signal;
   const id = `resp_mock${(++nextId).toString(16)}`;
   const created_at = Math.floor(Date.now() / 1000);
-  const shape = (status: "in_progress" | "completed", text: string, gen?: Generation) => ({
+  const shape = (status: "in_progress" | "completed", text: string, gen?: Generation, kvTransferParams: object | null = null) => ({
     id, object: "response", created_at, model: req.model, status,
     output: text === "" && status === "in_progress" ? [] : [{
       id: `msg_${id}`, type: "message", role: "assistant", status,
       content: [{ type: "output_text", text, annotations: [] }],
     }],
     usage: gen ? responsesUsage(gen) : null,
+    ...(req.kv ? { kv_transfer_params: kvTransferParams } : {}),
   });
   if (!req.stream) {
     return (async () => {
-      const gen = await req.pick().start(req.prompts[0]!, req.maxTokens, signal, req.identity);
-      const text = await collect(gen);
-      return c.json(shape("completed", text, gen));
+      const { gen, text, kvTransferParams } = await runToEnd(req, req.prompts[0]!, transferPlan(req, false), id, signal);
+      return c.json(shape("completed", text, gen, kvTransferParams));
     })();
   }
   return streamSSE(c, async (sse) => {
     let seq = 0;
     const send = (type: string, body: object) => sse.writeSSE({ event: type, data: JSON.stringify({ type, sequence_number: seq++, ...body }) });
-    const gen = await req.pick().start(req.prompts[0]!, req.maxTokens, signal, req.identity);
+    const gen = await req.pick().start(req.prompts[0]!, req.maxTokens, signal, req.identity, transferPlan(req, true));
     let text = "";
     try {
       await send("response.created", { response: shape("in_progress", "") });

@@ -59,6 +59,7 @@ export const ResponsesRequest = z.looseObject({
   model: common.model,
   cache_salt: common.cache_salt,
   stream: common.stream,
+  kv_transfer_params: common.kv_transfer_params,
   instructions: z.string().nullish(),
   input: z.union([z.string(), z.array(z.looseObject({}))], { error: "must be a string or a list of input items" }),
   tools: z.array(z.unknown()).nullish(),
