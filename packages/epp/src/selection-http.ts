@@ -161,15 +161,11 @@ export function selectionApp(d: SelectionDeps): Hono {
   app.post("/score", async (c) => {
     const { fields, tokens, model, namespaced } = await readRequest(d.tokenizeBody.score, c.req.raw, d.rewriteRules?.(), d.sglangBodies === true);
     if (fields.kind !== "tokens") throw new BadRequest("token_ids is required");
-    // In a namespace of its own no worker's blocks count for it, as on /select.
-    const r = d.picker.score(model, namespaced ? unmatched(tokens).tokens : tokens, fields.cacheSalt);
+    const r = d.picker.score(model, tokens, fields.cacheSalt);
     if (!r) return c.json({ error: `unknown model ${JSON.stringify(model)}` }, 404);
-    return c.json({
-      block_size: r.indexer.blockSize,
-      request_blocks: namespaced ? Math.floor(tokens.length / r.indexer.blockSize) : r.requestBlocks,
-      scores: byWorker(r.scores),
-      tree_sizes: byWorker(r.treeSizes),
-    });
+    // In a namespace of its own no worker's blocks count for it, as on /select.
+    const { scores, treeSizes } = namespaced ? NO_MATCHES : r;
+    return c.json({ block_size: r.indexer.blockSize, request_blocks: r.requestBlocks, scores: byWorker(scores), tree_sizes: byWorker(treeSizes) });
   });
 
   app.post("/select", async (c) => {
@@ -234,3 +230,4 @@ export function selectionApp(d: SelectionDeps): Hono {
   return app;
 }
 
+const NO_MATCHES = { scores: new Map<string, number>(), treeSizes: new Map<string, number>() };

@@ -431,8 +431,8 @@ class ProcessStream {
     const responseBody = reply?.capture.body();
     if (reply && responseBody) this.deps.warmReply?.warm(reply.request, responseBody);
     // A count_tokens answer's input_tokens counts a prompt that ran nowhere: llm-d skips those responses too.
-    const counted = this.req && apiOfPath(this.req.path) !== "/v1/messages/count_tokens";
-    this.req?.figures.responseEnded(counted ? this.req?.routed?.usage() : undefined);
+    const req = this.req;
+    req?.figures.responseEnded(apiOfPath(req.path) === "/v1/messages/count_tokens" ? undefined : req.routed?.usage());
     this.finish();
   }
 
@@ -900,6 +900,7 @@ const EMPTY_IDS = new Uint32Array(0);
 function runsAs(req: RequestState, fields: BodyFields): string | undefined {
   return fields.target ?? req.cls.modelRewrite ?? fields.model;
 }
+
 const NO_PRIORITIES: ReadonlyMap<string, number> = new Map();
 /** A failure outside any request's headers: the class a request without GAIE headers has. */
 const UNCLASSED = { fairnessId: DEFAULT_FAIRNESS_ID, priority: 0 };
