@@ -1,7 +1,7 @@
 // The sidecar's options, declared once on @kv-epp/options: each flag `--some-name` also reads
 // `PD_SIDECAR_SOME_NAME`; flag > variable > default (a library caller's options stand between the
 // variable and the default); a bad value stops the start naming the flag (or variable) and the value.
-import { ConfigError, group, opt, port, positive, resolveOptions, usageText, type Values } from "@kv-epp/options";
+import { ConfigError, count, group, opt, port, positive, resolveOptions, usageText, type Values } from "@kv-epp/options";
 import { z } from "zod";
 import { isHostPort } from "./prefiller-header.ts";
 
@@ -19,7 +19,10 @@ export const PD_SIDECAR_OPTIONS = {
       z.array(z.string()).default([]).refine((list) => list.every(isHostPort), "expected host:port,..."),
       "host:port list the prefill leg may call (others: 403); empty: any host:port (llm-d's SSRF protection off)",
     ),
-    prefillTimeoutMs: opt.int(positive.default(300_000), "longest wait for a prefill worker's answer"),
+    prefillTimeoutMs: opt.int(positive.default(300_000), "longest wait for a prefill worker's answer, every retry and pause included"),
+    prefillMaxRetries: opt.int(count.default(0), "attempts after the first when the prefill worker answers 502, 503 or 504 or cannot be reached (llm-d's --prefill-max-retries); 0: none"),
+    prefillRetryBackoffMs: opt.int(positive.default(200), "pause before each prefill retry (llm-d's --prefill-retry-backoff)"),
+    prefillerSampling: opt.bool(z.boolean().default(false), "draw the prefill worker among the header's candidates, not the first (llm-d's --enable-prefiller-sampling)"),
   }),
 };
 

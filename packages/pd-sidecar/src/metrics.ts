@@ -1,12 +1,15 @@
 import { Counter, Histogram, Registry } from "prom-client";
+import type { RetryReason } from "./prefill-leg.ts";
 
 /** The sidecar's own metrics (`GET /sidecar/metrics`; `/metrics` is the decode worker's, passed through). */
 export type SidecarMetrics = {
   registry: Registry;
   /** disaggregated: prefilled remotely; local: no prefiller named; passthrough: any other route */
   request(mode: "disaggregated" | "local" | "passthrough"): void;
-  /** a request refused or failed before its decode leg */
-  failed(reason: "forbidden" | "bad_header" | "bad_body" | "prefill_unreachable" | "prefill_status" | "prefill_answer" | "decoder_unreachable" | "passthrough_unreachable"): void;
+  /** a request refused or failed before its decode leg (client_closed: its client went away during the prefill leg) */
+  failed(reason: "forbidden" | "bad_header" | "bad_body" | "prefill_unreachable" | "prefill_status" | "prefill_answer" | "client_closed" | "decoder_unreachable" | "passthrough_unreachable"): void;
+  /** a prefill attempt sent again, by what the one before it got */
+  retried(reason: RetryReason): void;
   prefillSeconds(s: number): void;
 };
 
@@ -14,14 +17,16 @@ export function createMetrics(): SidecarMetrics {
   const registry = new Registry();
   const requests = new Counter({ name: "pd_sidecar_requests_total", help: "Requests by how they were served.", labelNames: ["mode"], registers: [registry] });
   const failures = new Counter({ name: "pd_sidecar_failures_total", help: "Requests refused or failed before the decode leg.", labelNames: ["reason"], registers: [registry] });
+  const retries = new Counter({ name: "pd_sidecar_prefill_retries_total", help: "Prefill attempts sent again, by what the attempt before got.", labelNames: ["reason"], registers: [registry] });
   const prefill = new Histogram({
-    name: "pd_sidecar_prefill_duration_seconds", help: "Prefill leg, from sending it to its answer.",
+    name: "pd_sidecar_prefill_duration_seconds", help: "Prefill leg, from sending it to its answer, retries included.",
     buckets: [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30], registers: [registry],
   });
   return {
     registry,
     request: (mode) => requests.inc({ mode }),
     failed: (reason) => failures.inc({ reason }),
+    retried: (reason) => retries.inc({ reason }),
     prefillSeconds: (s) => prefill.observe(s),
   };
 }

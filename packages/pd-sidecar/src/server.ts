@@ -6,7 +6,8 @@ import { isObject, SPLIT_APIS } from "./apis.ts";
 import { resolveConfig, type SidecarConfig } from "./config.ts";
 import { createMetrics, type SidecarMetrics } from "./metrics.ts";
 import { decodeBody, prefillBody, prefillOutcome, type Body } from "./prefill-request.ts";
-import { PREFILLER_HEADER, chosenPrefiller, isHostPort } from "./prefiller-header.ts";
+import { sendPrefill } from "./prefill-leg.ts";
+import { PREFILLER_HEADER, isHostPort, pickPrefiller, prefillerCandidates } from "./prefiller-header.ts";
 import { rewriteJson, rewriteSse } from "./usage-rewrite.ts";
 
 /**
@@ -74,20 +75,25 @@ function sidecarApp(config: SidecarConfig, log: Logger, metrics: SidecarMetrics)
 
   /** `api`: the split API the request's path names; `target`: that path with its query, as the client sent it. */
   const disaggregated = async (c: Context, api: PdSplitPath, target: string) => {
-    const prefiller = chosenPrefiller(c.req.header(PREFILLER_HEADER));
-    if (prefiller === null) {
+    const candidates = prefillerCandidates(c.req.header(PREFILLER_HEADER));
+    if (candidates.length === 0) {
       metrics.request("local");
       return passThrough(c);
     }
-    if (!isHostPort(prefiller)) {
+    // Every candidate is checked, not only the one taken: the answer does not depend on the draw, and a
+    // header naming a target it may not name is refused whole.
+    const malformed = candidates.find((t) => !isHostPort(t));
+    if (malformed !== undefined) {
       metrics.failed("bad_header");
-      return errorBody(c, 400, `${PREFILLER_HEADER} must be host:port, got ${JSON.stringify(prefiller)}`);
+      return errorBody(c, 400, `${PREFILLER_HEADER} must be host:port, got ${JSON.stringify(malformed)}`);
     }
-    if (allowed.size > 0 && !allowed.has(prefiller)) {
+    const refused = allowed.size > 0 ? candidates.find((t) => !allowed.has(t)) : undefined;
+    if (refused !== undefined) {
       metrics.failed("forbidden");
-      log.warn({ peer: prefiller }, "prefill target not in --allowed-prefillers");
-      return errorBody(c, 403, `prefill target ${prefiller} is not allowed`);
+      log.warn({ peer: refused }, "prefill target not in --allowed-prefillers");
+      return errorBody(c, 403, `prefill target ${refused} is not allowed`);
     }
+    const prefiller = pickPrefiller(candidates, config.prefillerSampling)!;
     let client: Body;
     try {
       const parsed: unknown = await c.req.json();
@@ -106,27 +112,33 @@ function sidecarApp(config: SidecarConfig, log: Logger, metrics: SidecarMetrics)
     // is the prefill leg's rank header. Without it the prefill worker picks a rank itself.
     const prefillHeaders = new Headers(headers);
     prefillHeaders.delete(DP_RANK_HEADER);
+    // It names a rank of the EPP's prefill worker, the first candidate: another one drawn picks its own.
     const prefillRank = c.req.header(PREFILL_RANK_HEADER);
-    if (prefillRank !== undefined) prefillHeaders.set(DP_RANK_HEADER, prefillRank);
+    if (prefillRank !== undefined && prefiller === candidates[0]) prefillHeaders.set(DP_RANK_HEADER, prefillRank);
 
     // The prefill leg: its answer is read whole (it is one token, and carries the transfer parameters).
     const started = performance.now();
-    let pres: Response, ptext: string;
-    try {
-      pres = await fetch(`http://${prefiller}${target}`, {
-        method: "POST", headers: prefillHeaders, body: JSON.stringify(prefillBody(client, api)),
-        signal: AbortSignal.any([signal, AbortSignal.timeout(config.prefillTimeoutMs)]),
-      });
-      ptext = await pres.text();
-    } catch (err) {
-      if (signal.aborted) return c.body(null, 499 as never);
+    const leg = await sendPrefill(
+      `http://${prefiller}${target}`, { headers: prefillHeaders, body: JSON.stringify(prefillBody(client, api)) }, signal,
+      { maxRetries: config.prefillMaxRetries, backoffMs: config.prefillRetryBackoffMs, timeoutMs: config.prefillTimeoutMs },
+      (reason) => {
+        metrics.retried(reason);
+        log.info({ peer: prefiller, reason, requestId: headers.get(REQUEST_ID) }, "retrying prefill leg");
+      },
+    );
+    if (leg.kind === "client_gone") {
+      metrics.failed("client_closed");
+      return c.body(null, 499 as never);
+    }
+    if (leg.kind === "unreachable") {
       metrics.failed("prefill_unreachable");
-      log.warn({ err, peer: prefiller }, "prefill worker unreachable");
-      return errorBody(c, 502, `prefill worker ${prefiller} unreachable: ${(err as Error).message}`);
+      log.warn({ err: leg.error, peer: prefiller }, "prefill worker unreachable");
+      return errorBody(c, 502, `prefill worker ${prefiller} unreachable: ${(leg.error as Error)?.message ?? String(leg.error)}`);
     }
     metrics.prefillSeconds((performance.now() - started) / 1000);
+    const { res: pres, text: ptext } = leg;
     if (!pres.ok) {
-      // The prefill worker's own error (a 400 for a bad request, say) is the client's answer.
+      // The prefill worker's own error (a 400 for a bad request, say; the last one when retries ran out) is the client's answer.
       metrics.failed("prefill_status");
       log.warn({ peer: prefiller, status: pres.status }, "prefill leg failed");
       return answer(pres, ptext);

@@ -7,7 +7,20 @@ import { isObject, type SplitApi } from "./apis.ts";
  * `prompt_tokens_details.cached_tokens`, Responses' `input_tokens_details.cached_tokens`, Messages'
  * `cache_read_input_tokens`). A JSON answer is rewritten whole; an SSE stream line by line (only
  * `data:` lines that carry `"usage"`, so token chunks pass through untouched and unparsed).
+ *
+ * OpenAI's counts (prompt_tokens, Responses' input_tokens) are the whole prompt, cached tokens included:
+ * only the cached count changes. Anthropic's input_tokens is the part no cache supplied. What vLLM's
+ * Messages server writes (vllm-project/vllm, vllm/entrypoints/anthropic/serving.py): the stored versions
+ * 0001948bc769 and 82df3f491008 set input_tokens to the chat's prompt_tokens and no cache field; the
+ * description of its later merged change "Report cache usage in Anthropic /v1/messages API" says it sets
+ * input_tokens = prompt_tokens - cached_tokens, cache_read_input_tokens = cached_tokens and
+ * cache_creation_input_tokens = 0 when the chat's usage has prompt_tokens_details, and leaves the cache
+ * fields out (input_tokens the whole prompt) when it has not. Either way the prompt is input_tokens plus cache_read_input_tokens (0 when absent),
+ * so input_tokens is recomputed from that sum: the client reads the prefill's cache hits as read and the
+ * rest of the prompt as input, as Anthropic counts them.
  */
+
+const isCount = (n: unknown): n is number => typeof n === "number" && Number.isInteger(n) && n >= 0;
 
 /** The cached-token count in a usage object, where the API keeps it. */
 export function cachedIn(usage: unknown, api: SplitApi): number | undefined {
@@ -15,7 +28,7 @@ export function cachedIn(usage: unknown, api: SplitApi): number | undefined {
   const { details, key } = api.cached;
   const holder = details === undefined ? usage : usage[details];
   const n = isObject(holder) ? holder[key] : undefined;
-  return typeof n === "number" && Number.isInteger(n) ? n : undefined;
+  return isCount(n) ? n : undefined;
 }
 
 /**
@@ -32,9 +45,16 @@ function usageOf(answer: unknown): Record<string, unknown> | undefined {
 function setCached(answer: unknown, cachedTokens: number, api: SplitApi): boolean {
   const usage = usageOf(answer);
   if (!api.cached || !usage) return false;
-  const { details, key } = api.cached;
-  if (details === undefined) usage[key] = cachedTokens;
-  else {
+  const { details, key, uncached } = api.cached;
+  if (details === undefined) {
+    const rest = uncached === undefined ? undefined : usage[uncached];
+    if (uncached !== undefined && isCount(rest)) {
+      const prompt = rest + (isCount(usage[key]) ? usage[key] : 0);
+      const read = Math.min(cachedTokens, prompt);
+      usage[uncached] = prompt - read;
+      usage[key] = read;
+    } else usage[key] = cachedTokens; // a usage without the other count (a bare delta): nothing to keep in step
+  } else {
     // vLLM leaves the details null (or out) when nothing was cached: they are made.
     const d = usage[details];
     usage[details] = isObject(d) ? { ...d, [key]: cachedTokens } : { [key]: cachedTokens };

@@ -1,5 +1,5 @@
 import { describe, expect, test } from "bun:test";
-import { chosenPrefiller, decodeBody, prefillBody, prefillOutcome } from "../src/index.ts";
+import { chosenPrefiller, decodeBody, pickPrefiller, prefillBody, prefillerCandidates, prefillOutcome } from "../src/index.ts";
 import { isHostPort } from "../src/prefiller-header.ts";
 import { SPLIT_APIS } from "../src/apis.ts";
 import { rewriteJson, rewriteSse } from "../src/usage-rewrite.ts";
@@ -45,6 +45,16 @@ describe("the two legs of a disaggregated request", () => {
     expect(prefillOutcome({ choices: [{ index: 0, token_ids: [7] }], kv_transfer_params: { x: 1 } }, "/inference/v1/generate")).toEqual({ kvTransferParams: { x: 1 }, cachedTokens: 0 });
   });
 
+  test("with sampling a candidate is drawn uniformly; without, the first; blank entries are none", () => {
+    const list = prefillerCandidates(" 10.0.0.7:8000, ,10.0.0.8:8000 ,");
+    expect(list).toEqual(["10.0.0.7:8000", "10.0.0.8:8000"]);
+    expect(pickPrefiller(list, false, () => 0.99)).toBe("10.0.0.7:8000");
+    expect(pickPrefiller(list, true, () => 0.49)).toBe("10.0.0.7:8000");
+    expect(pickPrefiller(list, true, () => 0.5)).toBe("10.0.0.8:8000");
+    expect(pickPrefiller(list, true, () => 0.999999)).toBe("10.0.0.8:8000");
+    expect(pickPrefiller([], true)).toBeNull();
+  });
+
   test("x-prefiller-host-port names the first of its candidates; absent or blank means no disaggregation", () => {
     expect(chosenPrefiller("10.0.0.7:8000")).toBe("10.0.0.7:8000");
     expect(chosenPrefiller(" 10.0.0.7:8000 , 10.0.0.8:8000")).toBe("10.0.0.7:8000");
@@ -66,13 +76,19 @@ describe("the client is told the prefill's cached tokens", () => {
   test("in a Responses or Messages answer, in its own field, never as prompt_tokens_details", () => {
     const responses = JSON.parse(rewriteJson(JSON.stringify({ object: "response", usage: { input_tokens: 80, input_tokens_details: { cached_tokens: 79 }, output_tokens: 2 } }), 32, SPLIT_APIS["/v1/responses"]));
     expect(responses.usage).toEqual({ input_tokens: 80, input_tokens_details: { cached_tokens: 32 }, output_tokens: 2 });
+    // Anthropic's input_tokens leaves out the cache reads: it is recomputed so that the two still make the prompt,
+    // whether the decode worker's vLLM wrote no cache field (input_tokens the whole prompt) or its own cache reads.
     const messages = JSON.parse(rewriteJson(JSON.stringify({ type: "message", usage: { input_tokens: 80, output_tokens: 2 } }), 16, SPLIT_APIS["/v1/messages"]));
-    expect(messages.usage).toEqual({ input_tokens: 80, output_tokens: 2, cache_read_input_tokens: 16 });
+    expect(messages.usage).toEqual({ input_tokens: 64, output_tokens: 2, cache_read_input_tokens: 16 });
+    const read = { input_tokens: 1, output_tokens: 2, cache_read_input_tokens: 79, cache_creation_input_tokens: 0 };
+    expect(JSON.parse(rewriteJson(JSON.stringify({ usage: read }), 16, SPLIT_APIS["/v1/messages"])).usage).toEqual({ ...read, input_tokens: 64, cache_read_input_tokens: 16 });
+    // A bare delta without input_tokens gets the count alone.
+    expect(JSON.parse(rewriteJson(JSON.stringify({ type: "message_delta", usage: { output_tokens: 2 } }), 16, SPLIT_APIS["/v1/messages"])).usage).toEqual({ output_tokens: 2, cache_read_input_tokens: 16 });
     // Streamed, the usage is inside the event's object: Responses' response.completed, Anthropic's message_start.
     const completed = JSON.stringify({ type: "response.completed", response: { usage: { input_tokens: 80, input_tokens_details: { cached_tokens: 79 } } } });
     expect(JSON.parse(rewriteJson(completed, 8, SPLIT_APIS["/v1/responses"])).response.usage.input_tokens_details).toEqual({ cached_tokens: 8 });
     const start = JSON.stringify({ type: "message_start", message: { usage: { input_tokens: 80, output_tokens: 0 } } });
-    expect(JSON.parse(rewriteJson(start, 8, SPLIT_APIS["/v1/messages"])).message.usage.cache_read_input_tokens).toBe(8);
+    expect(JSON.parse(rewriteJson(start, 8, SPLIT_APIS["/v1/messages"])).message.usage).toEqual({ input_tokens: 72, output_tokens: 0, cache_read_input_tokens: 8 });
   });
 
   test("in an SSE stream split anywhere, touching only the usage chunk", async () => {

@@ -92,6 +92,8 @@ describe("the P/D sidecar as a process", () => {
     expect(res.status).toBe(200);
     const body = (await res.json()) as any;
     expect(body).toMatchObject({ type: "message", role: "assistant", stop_reason: "max_tokens", usage: { output_tokens: 3 } });
+    // The decode worker read n - 1 tokens; told the prefill's cache reads instead, the client still counts the whole prompt.
+    expect(body.usage.input_tokens + (body.usage.cache_read_input_tokens ?? 0)).toBe(n);
     expect(body).not.toHaveProperty("kv_transfer_params"); // the decode leg's are null, which vLLM leaves out
     expect((await metric(decode.url, source("external_kv_transfer"))) - before.external).toBe(n - 1);
     expect((await metric(decode.url, source("local_compute"))) - before.compute).toBe(1);

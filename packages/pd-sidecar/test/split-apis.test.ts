@@ -15,7 +15,8 @@ const KV_PREFILL = { do_remote_decode: true, do_remote_prefill: false, remote_en
 /** A usage in the API's own terms, `cached` of its 80 prompt tokens cached. */
 function usage(path: string, cached: number): object | undefined {
   if (path === "/v1/responses") return { input_tokens: 80, input_tokens_details: { cached_tokens: cached }, output_tokens: 2, output_tokens_details: { reasoning_tokens: 0 }, total_tokens: 82 };
-  if (path === "/v1/messages") return { input_tokens: 80, output_tokens: 2, cache_read_input_tokens: cached };
+  // vLLM's Messages usage: input_tokens is the prompt less its cache reads (usage-rewrite.ts).
+  if (path === "/v1/messages") return { input_tokens: 80 - cached, output_tokens: 2, cache_read_input_tokens: cached, cache_creation_input_tokens: 0 };
   return undefined;
 }
 
@@ -28,7 +29,7 @@ function answer(path: string, body: any, cached: number, kv: object | null): Res
   if (!body.stream) return Response.json(whole);
   const events = path === "/v1/responses"
     ? [["response.created", { type: "response.created", response: { ...whole, status: "in_progress", usage: null } }], ["response.output_text.delta", { type: "response.output_text.delta", delta: "ok" }], ["response.completed", { type: "response.completed", response: whole }]]
-    : [["message_start", { type: "message_start", message: { ...whole, content: [], usage: { input_tokens: 80, output_tokens: 0, cache_read_input_tokens: cached } } }], ["content_block_delta", { type: "content_block_delta", index: 0, delta: { type: "text_delta", text: "ok" } }], ["message_delta", { type: "message_delta", delta: { stop_reason: "max_tokens" }, usage: { output_tokens: 2 } }], ["message_stop", { type: "message_stop" }]];
+    : [["message_start", { type: "message_start", message: { ...whole, content: [], usage: { input_tokens: 80, output_tokens: 0 } } }], ["content_block_delta", { type: "content_block_delta", index: 0, delta: { type: "text_delta", text: "ok" } }], ["message_delta", { type: "message_delta", delta: { stop_reason: "max_tokens" }, usage: usage(path, cached) }], ["message_stop", { type: "message_stop" }]];
   const text = events.map(([event, data]) => `event: ${event}\ndata: ${JSON.stringify(data)}\n\n`).join("");
   return new Response(text, { headers: { "content-type": "text/event-stream" } });
 }
@@ -86,15 +87,18 @@ describe("the sidecar splits every API llm-d's splits", () => {
     expect(data[2].response.usage.input_tokens_details).toEqual({ cached_tokens: 32 });
   });
 
-  test("/v1/messages: max_tokens 1 on the prefill leg; cache_read_input_tokens is the prefill's, JSON or streamed", async () => {
+  test("/v1/messages: max_tokens 1 on the prefill leg; cache_read_input_tokens is the prefill's and input_tokens the rest of the prompt, JSON or streamed", async () => {
     const client = { model: "m", system: "be brief", messages: [{ role: "user", content: "hi" }], max_tokens: 20 };
     const res = await send("/v1/messages", client);
     expect(legs.prefill).toEqual([{ path: "/v1/messages", body: { ...client, max_tokens: 1, stream: false, kv_transfer_params: KV_PREFILL } }]);
     expect(legs.decode).toEqual([{ path: "/v1/messages", body: { ...client, kv_transfer_params: KV } }]);
-    expect(((await res.json()) as any).usage).toEqual({ input_tokens: 80, output_tokens: 2, cache_read_input_tokens: 32 });
+    // The decode worker read 79 of the 80 tokens; the client is told the prefill's 32 and the other 48 as input.
+    expect(((await res.json()) as any).usage).toEqual({ input_tokens: 48, output_tokens: 2, cache_read_input_tokens: 32, cache_creation_input_tokens: 0 });
     const streamed = await send("/v1/messages", { ...client, stream: true });
-    const start = (await streamed.text()).split("\n").filter((l) => l.startsWith("data: ")).map((l) => JSON.parse(l.slice(6)))[0];
-    expect(start.message.usage.cache_read_input_tokens).toBe(32);
+    const events = (await streamed.text()).split("\n").filter((l) => l.startsWith("data: ")).map((l) => JSON.parse(l.slice(6)));
+    // message_start before the decode worker's cache counts (input_tokens the whole prompt), message_delta with them.
+    expect(events[0].message.usage).toEqual({ input_tokens: 48, output_tokens: 0, cache_read_input_tokens: 32 });
+    expect(events.find((e) => e.type === "message_delta").usage).toEqual({ input_tokens: 48, output_tokens: 2, cache_read_input_tokens: 32, cache_creation_input_tokens: 0 });
   });
 
   test("/v1/messages?beta=true (Claude Code's), under a gateway prefix or with a trailing slash is split, each leg sent the path and query the client sent", async () => {
