@@ -20,6 +20,12 @@ export const PD_SIDECAR_OPTIONS = {
       "host:port list the prefill leg may call (others: 403); empty: any host:port (llm-d's SSRF protection off)",
     ),
     prefillTimeoutMs: opt.int(positive.default(300_000), "longest wait for a prefill worker's answer"),
+    kvConnector: opt.choice(
+      ["nixlv2", "sglang"],
+      "nixlv2",
+      "the KV protocol between the workers (llm-d's --kv-connector): nixlv2, vLLM's NixlConnector (prefill leg, then decode leg with its kv_transfer_params); sglang, SGLang's bootstrap rooms (both legs at once)",
+    ),
+    sglangBootstrapPort: opt.int(port.default(8998), "with --kv-connector sglang: the prefill workers' bootstrap port (SGLang's --disaggregation-bootstrap-port; llm-d reads SGLANG_BOOTSTRAP_PORT)"),
   }),
 };
 
