@@ -122,6 +122,20 @@ export const MOCK_WORKER_OPTIONS = {
       z.number().positive().default(480),
       "prefill side: vLLM's VLLM_NIXL_ABORT_REQUEST_TIMEOUT, how long a prefilled request's blocks wait for the decode worker to read them",
     ),
+    disaggregationMode: opt.choice(
+      ["null", "prefill", "decode"],
+      "null",
+      "SGLang's --disaggregation-mode (needs an SGLang --event-encoding, no --role): prefill or decode, paired per request by bootstrap_host/bootstrap_port/bootstrap_room; null: not disaggregated",
+    ),
+    disaggregationBootstrapPort: opt.int(port.default(8998), "SGLang's --disaggregation-bootstrap-port: where a prefill-mode worker's bootstrap server listens (0: ephemeral)"),
+    disaggregationWaitingTimeoutS: opt.number(
+      z.number().positive().default(300),
+      "decode mode: SGLang's SGLANG_DISAGGREGATION_WAITING_TIMEOUT, how long a request waits for its room's KV before it fails (500)",
+    ),
+    disaggregationBootstrapTimeoutS: opt.number(
+      z.number().positive().default(300),
+      "prefill mode: SGLang's SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT, how long a computed room waits for its decode server before it fails (500)",
+    ),
   }),
   ...group("Model", {
     model: opt.string(z.string().min(1).default("Qwen/Qwen3-0.6B"), "served model name"),
@@ -150,6 +164,14 @@ export type MockWorkerConfig = Values<typeof MOCK_WORKER_OPTIONS>;
  */
 export type EngineKind = "vllm" | "sglang";
 export const engineKind = (c: Pick<MockWorkerConfig, "eventEncoding">): EngineKind => (c.eventEncoding.startsWith("sglang") ? "sglang" : "vllm");
+
+/**
+ * The worker's P/D role, whichever way it was given: vLLM's NixlConnector (`--role`) or SGLang's
+ * `--disaggregation-mode`; undefined for neither.
+ */
+export function poolRole(c: Pick<MockWorkerConfig, "role" | "disaggregationMode">): WorkerRole | undefined {
+  return c.role ?? (c.disaggregationMode === "null" ? undefined : c.disaggregationMode);
+}
 
 export { ConfigError };
 

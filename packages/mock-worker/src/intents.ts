@@ -2,6 +2,7 @@
 // retrying in the background until the EPP is advertised; close() withdraws them.
 import { openDiscovery, parseDiscoveryConfig, registerWorkerIntents } from "@kv-epp/intents";
 import pino from "pino";
+import { poolRole } from "./config.ts";
 import type { MockWorker } from "./worker.ts";
 
 const CLOSE_BUDGET_MS = 5_000;
@@ -28,7 +29,7 @@ export function registerIntents(worker: MockWorker, env: Record<string, string |
       // A hybrid-LB node's server numbers its ranks from 0: the EPP must know to send that numbering.
       ...(config.dataParallelHybridLb ? { dpLb: "hybrid" as const } : {}),
       // The EPP sorts a P/D pool's workers by it (a prefill worker is never a destination).
-      ...(config.role ? { role: config.role } : {}),
+      ...(poolRole(config) ? { role: poolRole(config) } : {}),
       retry: true,
       signal: abort.signal,
       log,

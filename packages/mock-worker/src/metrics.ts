@@ -1,6 +1,7 @@
 import { Counter, Gauge, Histogram, Registry } from "prom-client";
 import type { RankEngine, StepAdapters } from "./engine/rank-engine.ts";
 import type { MockNixlConnector } from "./kv-transfer/connector.ts";
+import type { MockSglangConnector } from "./kv-transfer/sglang-connector.ts";
 import { sglangSeries, type EngineSeries, type SglangMetricsOptions } from "./sglang-metrics.ts";
 
 /**
@@ -25,6 +26,8 @@ export type MetricsOptions = {
   model: string;
   engines: () => readonly RankEngine[];
   connector?: MockNixlConnector;
+  /** With --disaggregation-mode prefill|decode: SGLang's disaggregation stand-in. */
+  sglangConnector?: MockSglangConnector;
   /** SGLang's series in place of vLLM's (a worker with an SGLang --event-encoding). */
   sglang?: SglangMetricsOptions;
   /** With LoRA adapters served: the most a batch may hold, vLLM's max_lora (absent: no LoRA, no series). */
@@ -58,17 +61,28 @@ export function createMetrics(o: MetricsOptions): WorkerMetrics {
   const registry = new Registry();
   const { labelNames, labels, gauge, counter } = perRank(registry, model, engines);
   const series = o.sglang ? sglangSeries(registry, model, engines, o.sglang) : vllmSeries(registry, model, engines, o.maxLora);
+  const workerCounter = (name: string, help: string, read: () => number) =>
+    new Counter({
+      name, help, labelNames: ["model_name"], registers: [registry],
+      collect() {
+        this.reset();
+        this.inc({ model_name: model }, read());
+      },
+    });
+  if (connector || o.sglangConnector) counter("mock_worker_kv_transfer_pulled_blocks_total", "KV blocks read from prefill workers (decode side).", (e) => e.pulledBlocks);
+  const sglang = o.sglangConnector;
+  if (sglang) {
+    new Gauge({
+      name: "mock_worker_sglang_held_rooms", help: "Computed bootstrap rooms whose blocks wait for their decode server (prefill mode).", labelNames: ["model_name"], registers: [registry],
+      collect() {
+        this.set({ model_name: model }, sglang.heldRooms);
+      },
+    });
+    workerCounter("mock_worker_sglang_transfers_total", "Bootstrap rooms handed to (prefill mode) or taken from (decode mode) a peer.", () => sglang.transferred);
+    workerCounter("mock_worker_sglang_transfer_failures_total", "Bootstrap rooms that failed: not taken in time, never received, or no prefill server (500s).", () => sglang.failed);
+  }
   if (connector) {
-    counter("mock_worker_kv_transfer_pulled_blocks_total", "KV blocks read from prefill workers (decode side).", (e) => e.pulledBlocks);
     gauge("mock_worker_kv_transfer_held_requests", "Finished prefills whose blocks wait for their decode worker (prefill side).", (e) => e.heldRequests);
-    const workerCounter = (name: string, help: string, read: () => number) =>
-      new Counter({
-        name, help, labelNames: ["model_name"], registers: [registry],
-        collect() {
-          this.reset();
-          this.inc({ model_name: model }, read());
-        },
-      });
     workerCounter("mock_worker_kv_transfer_invalid_params_total", "do_remote_prefill requests without what a pull needs: run without a transfer.", () => connector.invalidParams);
     workerCounter("mock_worker_kv_transfer_expired_total", "Held prefills freed at the abort timeout, never read.", () => connector.expired);
     workerCounter("mock_worker_kv_transfer_notify_errors_total", "Notifications to a prefill worker that failed.", () => connector.notifyFailures);

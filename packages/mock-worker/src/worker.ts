@@ -3,13 +3,15 @@ import pino, { type Logger } from "pino";
 import { publisherBinds, rankEndpoint } from "@kv-epp/protocol";
 import { createPreprocessor, ignoredRenderingFlags, servedConversationTemplate, warmUp, type PreprocessorOptions } from "@kv-epp/tokenizer";
 import { PrefixCacheSim } from "./cache/prefix-cache.ts";
-import { ConfigError, engineKind, resolveConfig, type MockWorkerConfig } from "./config.ts";
+import { ConfigError, engineKind, poolRole, resolveConfig, type MockWorkerConfig } from "./config.ts";
 import { RankEngine } from "./engine/rank-engine.ts";
 import { RankEventStream } from "./events/event-stream.ts";
 import { Faults, type RankParts } from "./faults.ts";
 import { adminRoutes } from "./http/admin-routes.ts";
 import { MockNixlConnector } from "./kv-transfer/connector.ts";
 import { nixlRoutes } from "./kv-transfer/routes.ts";
+import { bootstrapRoutes } from "./kv-transfer/sglang-bootstrap.ts";
+import { MockSglangConnector } from "./kv-transfer/sglang-connector.ts";
 import { openAiError } from "./http/errors.ts";
 import { openAiRoutes } from "./http/openai-routes.ts";
 import { sglangRoutes } from "./http/sglang-routes.ts";
@@ -34,6 +36,8 @@ export type MockWorker = {
   urls: string[];
   config: MockWorkerConfig;
   ranks: MockWorkerRank[];
+  /** With --disaggregation-mode prefill: the port its bootstrap server listens on (as bound); else null. */
+  bootstrapPort: number | null;
   close(): Promise<void>;
 };
 
@@ -68,6 +72,8 @@ export async function startMockWorker(opts: MockWorkerOptions = {}): Promise<Moc
   const kind = engineKind(config);
   if (config.specBigram && (kind !== "sglang" || config.kvGroups.length > 0))
     throw new ConfigError("--spec-bigram is SGLang's: it needs --event-encoding sglang-map or sglang, and no --kv-groups");
+  if (config.disaggregationMode !== "null" && (kind !== "sglang" || config.role !== undefined))
+    throw new ConfigError("--disaggregation-mode is SGLang's: it needs --event-encoding sglang-map or sglang, and no --role (vLLM's NixlConnector)");
   if (config.partialEntries && !config.kvGroups.some((g) => g.kind !== "sliding_window" && g.blockSize > config.blockSize))
     throw new ConfigError("--partial-entries needs a --kv-groups main group whose block size is above --block-size (the prefix-match unit)");
   const root = logger ?? pino({ level: config.logLevel });
@@ -105,11 +111,19 @@ export async function startMockWorker(opts: MockWorkerOptions = {}): Promise<Moc
     msPerBlock: config.kvTransferMsPerBlock, abortTimeoutMs: config.kvTransferAbortTimeoutS * 1000,
     blockSize: config.blockSize, log: log.child({ component: "nixl" }),
   });
+  // SGLang's disaggregation (--disaggregation-mode): rooms paired through the prefill's bootstrap port.
+  const sglangMode = config.disaggregationMode === "null" ? undefined : config.disaggregationMode;
+  const sglangConnector = sglangMode === undefined ? undefined : new MockSglangConnector({
+    mode: sglangMode, msPerBlock: config.kvTransferMsPerBlock, blockSize: config.blockSize,
+    waitingTimeoutMs: config.disaggregationWaitingTimeoutS * 1000, bootstrapTimeoutMs: config.disaggregationBootstrapTimeoutS * 1000,
+    log: log.child({ component: "sglang-disaggregation" }),
+  });
+  const role = poolRole(config);
   // SGLang labels its scheduler series with dp_rank only on a server of several DP ranks.
-  const engineType = config.role === "prefill" || config.role === "decode" ? config.role : "unified";
+  const engineType = role === "prefill" || role === "decode" ? role : "unified";
   const metricsFor = (engines: () => RankEngine[], serverRanks: number) =>
     createMetrics({
-      model: config.model, engines, connector, sglang: kind === "sglang" ? { engineType, dpRankLabel: serverRanks > 1 } : undefined,
+      model: config.model, engines, connector, sglangConnector, sglang: kind === "sglang" ? { engineType, dpRankLabel: serverRanks > 1 } : undefined,
       // The mock runs any of its adapters together: a batch holds them all.
       maxLora: config.loraModules.length > 0 ? config.loraModules.length : undefined,
     });
@@ -183,7 +197,7 @@ export async function startMockWorker(opts: MockWorkerOptions = {}): Promise<Moc
     if (kind === "sglang") {
       app.route("/", sglangRoutes({
         model: config.model, blockSize: config.blockSize, capacityBlocks: config.capacityBlocks, kvEvents: config.kvEvents,
-        topic: config.topic, role: config.role, ranks: parts, flush: () => new Faults(parts).resetPrefixCache(),
+        topic: config.topic, role, ranks: parts, flush: () => new Faults(parts).resetPrefixCache(),
       }));
     } else {
       // vLLM #55844: each rank's publisher as bound (an ephemeral port with `:0`), for the ranks this server fronts.
@@ -199,10 +213,10 @@ export async function startMockWorker(opts: MockWorkerOptions = {}): Promise<Moc
     }
     app.route("/", openAiRoutes({
       model: config.model, preprocessor, pickRank: served.pick, ranks: served.ranks, loraModules: config.loraModules,
-      connector, dpSize: config.dpSize, engine: kind,
+      connector, sglang: sglangConnector, dpSize: config.dpSize, engine: kind,
     }));
     if (connector) app.route("/", nixlRoutes(connector));
-    app.route("/", adminRoutes(new Faults(ranks), ranks, config.role));
+    app.route("/", adminRoutes(new Faults(ranks), ranks, role));
     return app;
   };
   // --rank-ports: rank i's own API server on port + i, which runs everything on rank i (vLLM's external
@@ -215,12 +229,17 @@ export async function startMockWorker(opts: MockWorkerOptions = {}): Promise<Moc
   const servers: ReturnType<typeof Bun.serve>[] = [];
   try {
     for (const s of served) servers.push(Bun.serve({ hostname: config.listen, port: s.port, fetch: appFor(s).fetch, idleTimeout: 0 }));
+    // A decode server's request for a room waits here until the prefill computed it: no idle timeout.
+    if (sglangMode === "prefill")
+      servers.push(Bun.serve({ hostname: config.listen, port: config.disaggregationBootstrapPort, fetch: bootstrapRoutes(sglangConnector!).fetch, idleTimeout: 0 }));
   } catch (e) {
     for (const s of servers) void s.stop(true);
     await Promise.allSettled(ranks.map((r) => r.events.close()));
     throw e;
   }
-  const urls = servers.map((s) => `http://${host}:${s.port}`);
+  const apiServers = sglangMode === "prefill" ? servers.slice(0, -1) : servers;
+  const bootstrapPort = sglangMode === "prefill" ? servers.at(-1)!.port! : null;
+  const urls = apiServers.map((s) => `http://${host}:${s.port}`);
   const url = urls[0]!;
   if (connector) connector.sideChannel = { host: config.advertiseHost ?? host, port: servers[0]!.port! };
   const view = ranks.map(({ engine, events }) => ({
@@ -230,7 +249,7 @@ export async function startMockWorker(opts: MockWorkerOptions = {}): Promise<Moc
     kvEvents: connectable(events.endpoint, host),
     replay: events.replayEndpoint ? connectable(events.replayEndpoint, host) : null,
   }));
-  log.info({ url, urls, ranks: view.map((r) => ({ rank: r.rank, kvEvents: r.kvEvents, replay: r.replay })), tokenizer: preprocessor.kind }, "mock worker listening");
+  log.info({ url, urls, bootstrapPort, ranks: view.map((r) => ({ rank: r.rank, kvEvents: r.kvEvents, replay: r.replay })), tokenizer: preprocessor.kind }, "mock worker listening");
 
   let closed: Promise<void> | undefined;
   return {
@@ -238,6 +257,7 @@ export async function startMockWorker(opts: MockWorkerOptions = {}): Promise<Moc
     urls,
     config,
     ranks: view,
+    bootstrapPort,
     close: () =>
       (closed ??= (async () => {
         await Promise.all(servers.map((s) => s.stop(true)));

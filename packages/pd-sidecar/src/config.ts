@@ -23,6 +23,12 @@ export const PD_SIDECAR_OPTIONS = {
     prefillMaxRetries: opt.int(count.default(0), "attempts after the first when the prefill worker answers 502, 503 or 504 or cannot be reached (llm-d's --prefill-max-retries); 0: none"),
     prefillRetryBackoffMs: opt.int(positive.default(200), "pause before each prefill retry (llm-d's --prefill-retry-backoff)"),
     prefillerSampling: opt.bool(z.boolean().default(false), "draw the prefill worker among the header's candidates, not the first (llm-d's --enable-prefiller-sampling)"),
+    kvConnector: opt.choice(
+      ["nixlv2", "sglang"],
+      "nixlv2",
+      "the KV protocol between the workers (llm-d's --kv-connector): nixlv2, vLLM's NixlConnector (prefill leg, then decode leg with its kv_transfer_params); sglang, SGLang's bootstrap rooms (both legs at once)",
+    ),
+    sglangBootstrapPort: opt.int(port.default(8998), "with --kv-connector sglang: the prefill workers' bootstrap port (SGLang's --disaggregation-bootstrap-port; llm-d reads SGLANG_BOOTSTRAP_PORT)"),
   }),
 };
 

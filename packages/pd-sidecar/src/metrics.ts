@@ -6,8 +6,15 @@ export type SidecarMetrics = {
   registry: Registry;
   /** disaggregated: prefilled remotely; local: no prefiller named; passthrough: any other route */
   request(mode: "disaggregated" | "local" | "passthrough"): void;
-  /** a request refused or failed before its decode leg (client_closed: its client went away during the prefill leg) */
-  failed(reason: "forbidden" | "bad_header" | "bad_body" | "prefill_unreachable" | "prefill_status" | "prefill_answer" | "client_closed" | "decoder_unreachable" | "passthrough_unreachable"): void;
+  /**
+   * a request refused or failed before its decode leg (client_closed: its client went away during the prefill leg);
+   * with --kv-connector sglang (legs at once, sglang.ts) also a prefill leg that failed beside its decode leg
+   * (`prefill_timeout` there) and a decode answer not 2xx
+   */
+  failed(
+    reason: "forbidden" | "bad_header" | "bad_body" | "prefill_unreachable" | "prefill_status" | "prefill_answer" | "client_closed" | "decoder_unreachable"
+      | "passthrough_unreachable" | "prefill_timeout" | "decode_status",
+  ): void;
   /** a prefill attempt sent again, by what the one before it got */
   retried(reason: RetryReason): void;
   prefillSeconds(s: number): void;
@@ -16,7 +23,7 @@ export type SidecarMetrics = {
 export function createMetrics(): SidecarMetrics {
   const registry = new Registry();
   const requests = new Counter({ name: "pd_sidecar_requests_total", help: "Requests by how they were served.", labelNames: ["mode"], registers: [registry] });
-  const failures = new Counter({ name: "pd_sidecar_failures_total", help: "Requests refused or failed before the decode leg.", labelNames: ["reason"], registers: [registry] });
+  const failures = new Counter({ name: "pd_sidecar_failures_total", help: "Requests refused or failed, by reason (before the decode leg; with --kv-connector sglang either leg).", labelNames: ["reason"], registers: [registry] });
   const retries = new Counter({ name: "pd_sidecar_prefill_retries_total", help: "Prefill attempts sent again, by what the attempt before got.", labelNames: ["reason"], registers: [registry] });
   const prefill = new Histogram({
     name: "pd_sidecar_prefill_duration_seconds", help: "Prefill leg, from sending it to its answer, retries included.",

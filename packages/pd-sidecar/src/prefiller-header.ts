@@ -22,11 +22,6 @@ export function pickPrefiller(candidates: readonly string[], sample: boolean, ra
   return candidates[sample ? Math.min(candidates.length - 1, Math.floor(random() * candidates.length)) : 0]!;
 }
 
-/** The first candidate: the prefill worker the header names, with sampling off. */
-export function chosenPrefiller(value: string | null | undefined): string | null {
-  return pickPrefiller(prefillerCandidates(value), false);
-}
-
 /** `host:port` (an IPv6 host in brackets) with a port; anything else is not a target we call. */
 export function isHostPort(target: string): boolean {
   const m = /^(\[[0-9a-fA-F:.]+\]|[^\s:/[\]@?#]+):(\d{1,5})$/.exec(target);

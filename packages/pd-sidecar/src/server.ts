@@ -8,6 +8,7 @@ import { createMetrics, type SidecarMetrics } from "./metrics.ts";
 import { decodeBody, prefillBody, prefillOutcome, type Body } from "./prefill-request.ts";
 import { sendPrefill } from "./prefill-leg.ts";
 import { PREFILLER_HEADER, isHostPort, pickPrefiller, prefillerCandidates } from "./prefiller-header.ts";
+import { sglangLegs } from "./sglang.ts";
 import { rewriteJson, rewriteSse } from "./usage-rewrite.ts";
 
 /**
@@ -18,7 +19,8 @@ import { rewriteJson, rewriteSse } from "./usage-rewrite.ts";
  * query the client sent: the prefill leg to that worker, which computes the prompt and answers with
  * `kv_transfer_params`, then the decode leg to the local worker with them, whose answer (streamed or
  * not) goes back to the client. Without it, or on any other route, the request passes through to the
- * local worker unchanged.
+ * local worker unchanged. With `--kv-connector sglang` both legs go at once instead, paired by an SGLang
+ * bootstrap room (sglang.ts).
  */
 
 const REQUEST_ID = "x-request-id";
@@ -115,6 +117,21 @@ function sidecarApp(config: SidecarConfig, log: Logger, metrics: SidecarMetrics)
     // It names a rank of the EPP's prefill worker, the first candidate: another one drawn picks its own.
     const prefillRank = c.req.header(PREFILL_RANK_HEADER);
     if (prefillRank !== undefined && prefiller === candidates[0]) prefillHeaders.set(DP_RANK_HEADER, prefillRank);
+
+    if (config.kvConnector === "sglang") {
+      try {
+        const res = await sglangLegs({
+          prefiller, target, client, decoder, decodeHeaders: headers, prefillHeaders, bootstrapPort: config.sglangBootstrapPort,
+          prefillTimeoutMs: config.prefillTimeoutMs, signal, metrics, log,
+        });
+        return answer(res, res.body);
+      } catch (err) {
+        if (signal.aborted) return c.body(null, 499 as never);
+        metrics.failed("decoder_unreachable");
+        log.warn({ err }, "decode worker unreachable");
+        return errorBody(c, 502, `decode worker unreachable: ${(err as Error).message}`);
+      }
+    }
 
     // The prefill leg: its answer is read whole (it is one token, and carries the transfer parameters).
     const started = performance.now();

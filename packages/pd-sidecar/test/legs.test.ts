@@ -1,5 +1,5 @@
 import { describe, expect, test } from "bun:test";
-import { chosenPrefiller, decodeBody, pickPrefiller, prefillBody, prefillerCandidates, prefillOutcome } from "../src/index.ts";
+import { decodeBody, pickPrefiller, prefillBody, prefillerCandidates, prefillOutcome } from "../src/index.ts";
 import { isHostPort } from "../src/prefiller-header.ts";
 import { SPLIT_APIS } from "../src/apis.ts";
 import { rewriteJson, rewriteSse } from "../src/usage-rewrite.ts";
@@ -56,10 +56,11 @@ describe("the two legs of a disaggregated request", () => {
   });
 
   test("x-prefiller-host-port names the first of its candidates; absent or blank means no disaggregation", () => {
-    expect(chosenPrefiller("10.0.0.7:8000")).toBe("10.0.0.7:8000");
-    expect(chosenPrefiller(" 10.0.0.7:8000 , 10.0.0.8:8000")).toBe("10.0.0.7:8000");
-    expect(chosenPrefiller(null)).toBeNull();
-    expect(chosenPrefiller(" ")).toBeNull();
+    const first = (value: string | null) => pickPrefiller(prefillerCandidates(value), false);
+    expect(first("10.0.0.7:8000")).toBe("10.0.0.7:8000");
+    expect(first(" 10.0.0.7:8000 , 10.0.0.8:8000")).toBe("10.0.0.7:8000");
+    expect(first(null)).toBeNull();
+    expect(first(" ")).toBeNull();
     expect(isHostPort("[fd00::1]:8000")).toBe(true);
     for (const bad of ["10.0.0.7", "10.0.0.7:0", "http://10.0.0.7:8000", "a@b:1", "10.0.0.7:8000/x"]) expect(isHostPort(bad)).toBe(false);
   });

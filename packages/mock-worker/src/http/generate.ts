@@ -4,6 +4,9 @@ import type { AcquireIdentity } from "../cache/prefix-cache.ts";
 import type { Generation, RankEngine, TransferPlan } from "../engine/rank-engine.ts";
 import type { MockNixlConnector } from "../kv-transfer/connector.ts";
 import type { TransferRequest } from "../kv-transfer/params.ts";
+import { KvTransferFailed, type MockSglangConnector } from "../kv-transfer/sglang-connector.ts";
+import type { Bootstrap } from "../kv-transfer/sglang-params.ts";
+import { openAiError } from "./errors.ts";
 
 /**
  * Runs prompts on ranks and shapes the OpenAI answer: a JSON body, or SSE chunks ending with
@@ -33,6 +36,12 @@ export type GenerateRequest = {
    * transfers; a streamed prefill is not held (the P/D sidecar asks for a JSON one).
    */
   kv?: { connector: MockNixlConnector; request: TransferRequest; dpSize: number };
+  /**
+   * With `--disaggregation-mode prefill|decode` (a completion or chat of one prompt): the room it is paired by. A
+   * prefill holds its blocks under the room and answers once a decode server took them; a decode takes the room's
+   * KV before it runs. Either failure is SGLang's 500 (sglang-connector.ts).
+   */
+  sglang?: { connector: MockSglangConnector; bootstrap: Bootstrap };
 };
 
 type Usage = {
@@ -89,12 +98,21 @@ export async function runToEnd(req: GenerateRequest, prompt: Uint32Array, transf
   let kvTransferParams: object | null = null;
   try {
     const text = await collect(gen);
-    if (transfer?.kind === "send") kvTransferParams = req.kv!.connector.offer(gen, requestId, engine.rank, req.kv!.dpSize);
+    if (transfer?.kind === "send" && req.sglang) await req.sglang.connector.offer(req.sglang.bootstrap.room, gen, requestId, signal);
+    else if (transfer?.kind === "send") kvTransferParams = req.kv!.connector.offer(gen, requestId, engine.rank, req.kv!.dpSize);
     return { gen, text, kvTransferParams };
   } finally {
     // Not offered (the client left): nobody will read the blocks.
     if (kvTransferParams === null) gen.held?.release();
   }
+}
+
+/**
+ * The SGLang room's part before the engine: a prefill's blocks are to be held (`send`), a decode takes the room's KV
+ * from the prefill server first (`receive`, or SGLang's 500 when it cannot).
+ */
+async function sglangPlan(sglang: NonNullable<GenerateRequest["sglang"]>, rid: string, signal: AbortSignal): Promise<TransferPlan> {
+  return sglang.connector.opts.mode === "prefill" ? { kind: "send" } : sglang.connector.receive(sglang.bootstrap, rid, signal);
 }
 
 export async function generate(c: Context, req: GenerateRequest): Promise<Response> {
@@ -103,10 +121,24 @@ export async function generate(c: Context, req: GenerateRequest): Promise<Respon
   const id = newId(req.endpoint === "chat" ? "chatcmpl" : "cmpl");
   const created = Math.floor(Date.now() / 1000);
   const head = { id, object: req.endpoint === "chat" ? "chat.completion" : "text_completion", created, model: req.model };
+  // An SGLang room's transfer failure aborts the request with a 500, as SGLang's prepare_abort does.
+  let sglangTransfer: TransferPlan | undefined;
+  try {
+    if (req.sglang) sglangTransfer = await sglangPlan(req.sglang, id, signal);
+  } catch (e) {
+    if (e instanceof KvTransferFailed) return openAiError(c, 500, e.message);
+    throw e;
+  }
 
   if (!req.stream) {
-    const transfer = transferPlan(req, false);
-    const done = await Promise.all(req.prompts.map((p) => runToEnd(req, p, transfer, `${id}-0`, signal)));
+    const transfer = req.sglang ? sglangTransfer : transferPlan(req, false);
+    let done: Awaited<ReturnType<typeof runToEnd>>[];
+    try {
+      done = await Promise.all(req.prompts.map((p) => runToEnd(req, p, transfer, `${id}-0`, signal)));
+    } catch (e) {
+      if (e instanceof KvTransferFailed) return openAiError(c, 500, e.message);
+      throw e;
+    }
     // Only a single prompt transfers.
     const kvTransferParams = done[0]?.kvTransferParams ?? null;
     const choices = done.map(({ text }, index) =>
@@ -123,7 +155,7 @@ export async function generate(c: Context, req: GenerateRequest): Promise<Respon
     const send = (body: object) => sse.writeSSE({ data: JSON.stringify(body) });
     const gens: Generation[] = [];
     // Prompts of a list are streamed one after another, each chunk tagged with its choice index.
-    const transfer = transferPlan(req, true);
+    const transfer = req.sglang ? sglangTransfer : transferPlan(req, true);
     for (let index = 0; index < req.prompts.length && !sse.aborted; index++) {
       const gen = await req.pick().start(req.prompts[index]!, req.maxTokens, signal, req.identity, transfer);
       gens.push(gen);
@@ -142,6 +174,17 @@ export async function generate(c: Context, req: GenerateRequest): Promise<Respon
       } finally {
         gen.finish();
       }
+      // A streamed SGLang prefill ends once a decode server took its room; failing that, the stream ends with the error.
+      if (req.sglang && transfer?.kind === "send" && !sse.aborted) {
+        try {
+          await req.sglang.connector.offer(req.sglang.bootstrap.room, gen, id, signal);
+        } catch (e) {
+          if (!(e instanceof KvTransferFailed)) throw e;
+          await send({ error: { message: e.message, type: "InternalServerError", param: null, code: 500 } });
+          return;
+        }
+      }
+      gen.held?.release();
     }
     if (sse.aborted) return;
     if (req.includeUsage) {

@@ -9,6 +9,8 @@ import type { AcquireIdentity } from "../cache/prefix-cache.ts";
 import type { RankEngine } from "../engine/rank-engine.ts";
 import type { MockNixlConnector } from "../kv-transfer/connector.ts";
 import { KvTransferParams, transferRequest } from "../kv-transfer/params.ts";
+import type { MockSglangConnector } from "../kv-transfer/sglang-connector.ts";
+import { NO_ROOM_MESSAGE, readBootstrap } from "../kv-transfer/sglang-params.ts";
 import { openAiError, parseBody } from "./errors.ts";
 import { generate, type Endpoint, type GenerateRequest } from "./generate.ts";
 import type { EngineKind } from "../config.ts";
@@ -27,6 +29,8 @@ export type OpenAiDeps = {
   loraModules: readonly string[];
   /** With --role prefill|decode: vLLM's NixlConnector stand-in (absent: kv_transfer_params ignored). */
   connector?: MockNixlConnector;
+  /** With --disaggregation-mode prefill|decode: SGLang's disaggregation stand-in (requests must carry a room). */
+  sglang?: MockSglangConnector;
   dpSize: number;
   /** The engine stood in for: how the rank a request names is read, and /v1/models' owned_by. */
   engine: EngineKind;
@@ -69,9 +73,21 @@ export function openAiRoutes(deps: OpenAiDeps): Hono {
       },
     };
   };
-  const run = (...args: Parameters<typeof generation>) => {
+  const run = async (...args: Parameters<typeof generation>) => {
+    const [c, endpoint] = args;
     const g = generation(...args);
-    return g.ok ? generate(args[0], g.req) : openAiError(args[0], 400, g.message, RANK_HEADER);
+    if (!g.ok) return openAiError(c, 400, g.message, RANK_HEADER);
+    if (!deps.sglang) return generate(c, g.req);
+    // A disaggregated SGLang server serves only requests paired by a room; its Responses request model has no
+    // bootstrap fields (pydantic drops them), so a Responses request never has one.
+    const b = endpoint === "responses" ? ({ kind: "none" } as const) : readBootstrap(await c.req.text());
+    if (b.kind === "none") return openAiError(c, 400, NO_ROOM_MESSAGE);
+    if (b.kind === "invalid") return openAiError(c, 400, `${b.param}: ${b.why}`, b.param);
+    if (g.req.prompts.length !== 1) return openAiError(c, 400, "a batch of prompts needs one bootstrap_room each, which the mock does not model", "prompt");
+    const mode = deps.sglang.opts.mode;
+    // SGLang's prefill server ends a request after its first token (FINISH_LENGTH(length=0)), whatever it asked.
+    const req = { ...g.req, maxTokens: mode === "prefill" ? 1 : g.req.maxTokens, sglang: { connector: deps.sglang, bootstrap: b.bootstrap } };
+    return generate(c, req);
   };
 
   app.get("/v1/models", (c) =>

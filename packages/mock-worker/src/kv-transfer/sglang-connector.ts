@@ -1,0 +1,165 @@
+import type { Logger } from "pino";
+import { hostPort } from "@kv-epp/protocol";
+import type { Generation, TransferPlan } from "../engine/rank-engine.ts";
+import type { Bootstrap } from "./sglang-params.ts";
+
+/**
+ * One worker's stand-in for SGLang's disaggregation (`--disaggregation-mode prefill|decode`), the flow of
+ * SGLang's `disaggregation/prefill.py` and `decode.py` over its KV managers (Mooncake, NIXL, ...):
+ *
+ * - Prefill side: a request carrying a bootstrap room computes its prompt and one output token, and its
+ *   blocks stay held under the room until the decode server that names the same room takes them; only then
+ *   does the prefill answer (SGLang ends a prefill with `FINISH_LENGTH(length=0)` once its KV transfer
+ *   succeeded). A room no decode server asks for fails after `bootstrapTimeoutMs`
+ *   (SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT) with a 500, and its blocks are freed.
+ * - Decode side: a request carrying `bootstrap_host`, `bootstrap_port` and `bootstrap_room` asks the prefill
+ *   server's bootstrap port for the room's KV, then reads the blocks it lacks (`msPerBlock` each) and computes
+ *   only the last prompt token, as the vLLM-style pull does (rank-engine.ts). A room that never arrives fails
+ *   after `waitingTimeoutMs` (SGLANG_DISAGGREGATION_WAITING_TIMEOUT), a prefill server that cannot be reached at
+ *   once; both are SGLang's 500 (`prepare_abort` with INTERNAL_SERVER_ERROR), its message included.
+ *
+ * Real SGLang moves the KV over RDMA (Mooncake, NIXL, ...) after a handshake through the prefill server's
+ * bootstrap server; here the bootstrap port itself hands the room over (`GET /kv/<room>`, sglang-bootstrap.ts),
+ * which carries only the counts a simulated cache needs. The decode reads the blocks it lacks by their hashes,
+ * as the NIXL stand-in does: its cache then holds the prompt's blocks under the same hashes.
+ */
+export type SglangConnectorOptions = {
+  mode: "prefill" | "decode";
+  msPerBlock: number;
+  blockSize: number;
+  /** decode side: SGLANG_DISAGGREGATION_WAITING_TIMEOUT */
+  waitingTimeoutMs: number;
+  /** prefill side: SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT */
+  bootstrapTimeoutMs: number;
+  log: Logger;
+};
+
+/** What the bootstrap port hands a decode server for a room. */
+export type RoomKv = { bootstrap_room: string; prompt_tokens: number; blocks: number };
+
+/** A transfer SGLang aborts with a 500 (`prepare_abort(..., INTERNAL_SERVER_ERROR)`). */
+export class KvTransferFailed extends Error {}
+
+type Offered = { kv: RoomKv; taken(): void };
+
+export class MockSglangConnector {
+  /** prefill side: rooms whose KV is ready and not yet taken */
+  private readonly offered = new Map<string, Offered>();
+  /** prefill side: decode servers waiting on the bootstrap port for a room not yet computed */
+  private readonly waiters = new Map<string, Set<(o: Offered) => void>>();
+  /** rooms handed to (prefill side) or taken from (decode side) a peer */
+  transferred = 0;
+  /** rooms that failed: not taken in time (prefill side), not received or no prefill server (decode side) */
+  failed = 0;
+
+  constructor(readonly opts: SglangConnectorOptions) {}
+
+  /** Rooms held for a decode server (prefill side). */
+  get heldRooms(): number {
+    return this.offered.size;
+  }
+
+  /**
+   * Prefill side, after the request's engine run: its blocks are held under the room until a decode server
+   * takes them (resolves) or the bootstrap timeout passes (rejects with SGLang's message); freed either way.
+   */
+  async offer(room: bigint, gen: Generation, rid: string, signal: AbortSignal): Promise<void> {
+    const key = room.toString();
+    const kv: RoomKv = { bootstrap_room: key, prompt_tokens: gen.promptTokens, blocks: Math.ceil(gen.promptTokens / this.opts.blockSize) };
+    const started = performance.now();
+    try {
+      await new Promise<void>((resolve, reject) => {
+        const done = () => {
+          clearTimeout(timer);
+          signal.removeEventListener("abort", onAbort);
+          this.offered.delete(key);
+        };
+        const timer = setTimeout(() => {
+          done();
+          this.failed++;
+          const s = ((performance.now() - started) / 1000).toFixed(1);
+          this.opts.log.warn({ room: key }, "no decode server took the room: freed at the bootstrap timeout");
+          reject(new KvTransferFailed(`Prefill transfer failed for request rank=0 req.rid='${rid}' req.bootstrap_room=${key} with exception Request ${key} timed out after ${s}s waiting for decode handshake`));
+        }, this.opts.bootstrapTimeoutMs);
+        timer.unref?.();
+        const onAbort = () => {
+          done();
+          reject(signal.reason);
+        };
+        signal.addEventListener("abort", onAbort, { once: true });
+        const offered: Offered = {
+          kv,
+          taken: () => {
+            done();
+            this.transferred++;
+            resolve();
+          },
+        };
+        const waiting = this.waiters.get(key);
+        const first = waiting?.values().next().value;
+        if (first) first(offered);
+        else this.offered.set(key, offered);
+      });
+    } finally {
+      gen.held?.release();
+    }
+  }
+
+  /** The bootstrap port's side: the room's KV once the prefill computed it, or the caller's abort. */
+  take(key: string, signal: AbortSignal): Promise<RoomKv> {
+    const ready = this.offered.get(key);
+    if (ready) {
+      ready.taken();
+      return Promise.resolve(ready.kv);
+    }
+    return new Promise<RoomKv>((resolve, reject) => {
+      let set = this.waiters.get(key);
+      if (!set) this.waiters.set(key, (set = new Set()));
+      const leave = () => {
+        set.delete(waiter);
+        if (set.size === 0 && this.waiters.get(key) === set) this.waiters.delete(key);
+      };
+      const waiter = (o: Offered) => {
+        leave();
+        signal.removeEventListener("abort", onAbort);
+        o.taken();
+        resolve(o.kv);
+      };
+      const onAbort = () => {
+        leave();
+        reject(signal.reason);
+      };
+      set.add(waiter);
+      signal.addEventListener("abort", onAbort, { once: true });
+    });
+  }
+
+  /**
+   * Decode side, before the engine: the room's KV from the prefill server's bootstrap port, as the engine's
+   * pull plan. Rejects with SGLang's message when it never arrives or the prefill server cannot be reached,
+   * with the signal's reason when the client left.
+   */
+  async receive(b: Bootstrap, rid: string, signal: AbortSignal): Promise<TransferPlan> {
+    const key = b.room.toString();
+    const started = performance.now();
+    const fail = (why: string) => {
+      this.failed++;
+      this.opts.log.warn({ room: key, peer: hostPort(b.host, b.port), why }, "decode transfer failed");
+      return new KvTransferFailed(`Decode transfer failed for request rank=0 decode_req.req.rid='${rid}' decode_req.req.bootstrap_room=${key} with exception KVTransferError(bootstrap_room=${key}): ${why}`);
+    };
+    const timeout = AbortSignal.timeout(this.opts.waitingTimeoutMs);
+    let kv: RoomKv;
+    try {
+      const res = await fetch(`http://${hostPort(b.host.replace(/^\[(.*)\]$/, "$1"), b.port)}/kv/${key}`, { signal: AbortSignal.any([signal, timeout]) });
+      if (!res.ok) throw fail(`Failed to get prefill server info: ${res.status}, ${await res.text()}`);
+      kv = (await res.json()) as RoomKv;
+    } catch (e) {
+      if (e instanceof KvTransferFailed) throw e;
+      if (signal.aborted) throw signal.reason;
+      if (timeout.aborted) throw fail(`Request ${key} timed out after ${((performance.now() - started) / 1000).toFixed(1)}s waiting for KV transfer`);
+      throw fail("Failed to get kvcache from prefill instance, it might be dead");
+    }
+    this.transferred++;
+    return { kind: "receive", remoteBlocks: kv.blocks, msPerBlock: this.opts.msPerBlock, onPulled: () => {} };
+  }
+}
