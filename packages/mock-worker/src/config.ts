@@ -117,10 +117,16 @@ export const MOCK_WORKER_OPTIONS = {
       z.enum(WORKER_ROLES as unknown as [WorkerRole, ...WorkerRole[]]).optional(),
       "prefill, decode or both (llm-d's prefill-decode): a P/D pool's worker with vLLM's NixlConnector (kv_transfer_params honoured both ways), its role in its intents; absent: no connector (kv_transfer_params ignored)",
     ),
+    kvConnector: opt.choice(
+      ["nixl", "mooncake"],
+      "nixl",
+      "with --role: the vLLM connector stood in for, nixl (NixlConnector: the prefill answers with the parameters the decode reads) or mooncake (MooncakeConnector: legs paired by transfer_id, engine ids on a bootstrap port)",
+    ),
+    mooncakeBootstrapPort: opt.int(port.default(8998), "with --kv-connector mooncake and --role prefill or both: where the Mooncake bootstrap server listens (vLLM's VLLM_MOONCAKE_BOOTSTRAP_PORT; 0: ephemeral)"),
     kvTransferMsPerBlock: opt.number(nonNegative.default(0.1), "decode side: simulated time to pull one KV block from the prefill worker (scaled by --speed)"),
     kvTransferAbortTimeoutS: opt.number(
       z.number().positive().default(480),
-      "prefill side: vLLM's VLLM_NIXL_ABORT_REQUEST_TIMEOUT, how long a prefilled request's blocks wait for the decode worker to read them",
+      "prefill side: vLLM's VLLM_NIXL_ABORT_REQUEST_TIMEOUT (VLLM_MOONCAKE_ABORT_REQUEST_TIMEOUT with mooncake, which also bounds a decode's wait for its prefill), how long a prefilled request's blocks wait for the decode worker to read them",
     ),
     disaggregationMode: opt.choice(
       ["null", "prefill", "decode"],

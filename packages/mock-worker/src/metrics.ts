@@ -2,6 +2,7 @@ import { Counter, Gauge, Histogram, Registry } from "prom-client";
 import type { RankEngine, StepAdapters } from "./engine/rank-engine.ts";
 import type { MockNixlConnector } from "./kv-transfer/connector.ts";
 import type { MockSglangConnector } from "./kv-transfer/sglang-connector.ts";
+import type { MockMooncakeConnector } from "./kv-transfer/mooncake-connector.ts";
 import { sglangSeries, type EngineSeries, type SglangMetricsOptions } from "./sglang-metrics.ts";
 
 /**
@@ -28,6 +29,8 @@ export type MetricsOptions = {
   connector?: MockNixlConnector;
   /** With --disaggregation-mode prefill|decode: SGLang's disaggregation stand-in. */
   sglangConnector?: MockSglangConnector;
+  /** With --kv-connector mooncake: vLLM's MooncakeConnector stand-in. */
+  mooncake?: MockMooncakeConnector;
   /** SGLang's series in place of vLLM's (a worker with an SGLang --event-encoding). */
   sglang?: SglangMetricsOptions;
   /** With LoRA adapters served: the most a batch may hold, vLLM's max_lora (absent: no LoRA, no series). */
@@ -69,7 +72,7 @@ export function createMetrics(o: MetricsOptions): WorkerMetrics {
         this.inc({ model_name: model }, read());
       },
     });
-  if (connector || o.sglangConnector) counter("mock_worker_kv_transfer_pulled_blocks_total", "KV blocks read from prefill workers (decode side).", (e) => e.pulledBlocks);
+  if (connector || o.sglangConnector || o.mooncake) counter("mock_worker_kv_transfer_pulled_blocks_total", "KV blocks read from prefill workers (decode side).", (e) => e.pulledBlocks);
   const sglang = o.sglangConnector;
   if (sglang) {
     new Gauge({
@@ -81,11 +84,19 @@ export function createMetrics(o: MetricsOptions): WorkerMetrics {
     workerCounter("mock_worker_sglang_transfers_total", "Bootstrap rooms handed to (prefill mode) or taken from (decode mode) a peer.", () => sglang.transferred);
     workerCounter("mock_worker_sglang_transfer_failures_total", "Bootstrap rooms that failed: not taken in time, never received, or no prefill server (500s).", () => sglang.failed);
   }
-  if (connector) {
+  // vLLM's connectors (NIXL or Mooncake) share what they both do.
+  const vllmConnector = connector ?? o.mooncake;
+  if (vllmConnector) {
     gauge("mock_worker_kv_transfer_held_requests", "Finished prefills whose blocks wait for their decode worker (prefill side).", (e) => e.heldRequests);
-    workerCounter("mock_worker_kv_transfer_invalid_params_total", "do_remote_prefill requests without what a pull needs: run without a transfer.", () => connector.invalidParams);
-    workerCounter("mock_worker_kv_transfer_expired_total", "Held prefills freed at the abort timeout, never read.", () => connector.expired);
-    workerCounter("mock_worker_kv_transfer_notify_errors_total", "Notifications to a prefill worker that failed.", () => connector.notifyFailures);
+    workerCounter("mock_worker_kv_transfer_invalid_params_total", "Requests whose kv_transfer_params the connector warns about and ignores: run without a transfer.", () => vllmConnector.invalidParams);
+    workerCounter("mock_worker_kv_transfer_expired_total", "Held prefills freed at the abort timeout, never read.", () => vllmConnector.expired);
+  }
+  if (connector) workerCounter("mock_worker_kv_transfer_notify_errors_total", "Notifications to a prefill worker that failed.", () => connector.notifyFailures);
+  const mooncake = o.mooncake;
+  if (mooncake) {
+    workerCounter("mock_worker_mooncake_bootstrap_queries_total", "GET /query answered by this worker's Mooncake bootstrap server.", () => mooncake.queries);
+    workerCounter("mock_worker_mooncake_transfers_total", "Transfers handed to (prefill side) or taken from (decode side) a peer.", () => mooncake.transferred);
+    workerCounter("mock_worker_mooncake_load_failures_total", "KV loads that failed (decode side): the request failed with a 500.", () => mooncake.failed);
   }
   const published = new Counter({
     name: "mock_worker_kv_events_published_total", help: "KV events published.", labelNames, registers: [registry],

@@ -12,6 +12,8 @@ import { MockNixlConnector } from "./kv-transfer/connector.ts";
 import { nixlRoutes } from "./kv-transfer/routes.ts";
 import { bootstrapRoutes } from "./kv-transfer/sglang-bootstrap.ts";
 import { MockSglangConnector } from "./kv-transfer/sglang-connector.ts";
+import { MockMooncakeConnector } from "./kv-transfer/mooncake-connector.ts";
+import { mooncakeBootstrapRoutes } from "./kv-transfer/mooncake-bootstrap.ts";
 import { openAiError } from "./http/errors.ts";
 import { openAiRoutes } from "./http/openai-routes.ts";
 import { sglangRoutes } from "./http/sglang-routes.ts";
@@ -36,7 +38,10 @@ export type MockWorker = {
   urls: string[];
   config: MockWorkerConfig;
   ranks: MockWorkerRank[];
-  /** With --disaggregation-mode prefill: the port its bootstrap server listens on (as bound); else null. */
+  /**
+   * The port its bootstrap server listens on (as bound): SGLang's with --disaggregation-mode prefill, Mooncake's with
+   * --kv-connector mooncake and --role prefill or both; else null.
+   */
   bootstrapPort: number | null;
   close(): Promise<void>;
 };
@@ -74,6 +79,8 @@ export async function startMockWorker(opts: MockWorkerOptions = {}): Promise<Moc
     throw new ConfigError("--spec-bigram is SGLang's: it needs --event-encoding sglang-map or sglang, and no --kv-groups");
   if (config.disaggregationMode !== "null" && (kind !== "sglang" || config.role !== undefined))
     throw new ConfigError("--disaggregation-mode is SGLang's: it needs --event-encoding sglang-map or sglang, and no --role (vLLM's NixlConnector)");
+  if (config.kvConnector === "mooncake" && (config.role === undefined || kind !== "vllm" || config.rankPorts))
+    throw new ConfigError("--kv-connector mooncake is vLLM's MooncakeConnector: it needs --role, a vLLM --event-encoding, and no --rank-ports (one bootstrap server per worker is modelled)");
   if (config.partialEntries && !config.kvGroups.some((g) => g.kind !== "sliding_window" && g.blockSize > config.blockSize))
     throw new ConfigError("--partial-entries needs a --kv-groups main group whose block size is above --block-size (the prefix-match unit)");
   const root = logger ?? pino({ level: config.logLevel });
@@ -107,10 +114,17 @@ export async function startMockWorker(opts: MockWorkerOptions = {}): Promise<Moc
   // shows its own engine only. Otherwise one server shows every rank.
   const first = config.dataParallelStartRank;
   // A P/D pool's worker runs vLLM's NixlConnector (kv_role kv_both: it serves either side of a transfer).
-  const connector = config.role === undefined ? undefined : new MockNixlConnector({
+  const connector = config.role === undefined || config.kvConnector !== "nixl" ? undefined : new MockNixlConnector({
     msPerBlock: config.kvTransferMsPerBlock, abortTimeoutMs: config.kvTransferAbortTimeoutS * 1000,
     blockSize: config.blockSize, log: log.child({ component: "nixl" }),
   });
+  // --kv-connector mooncake: vLLM's MooncakeConnector, transfers paired by id through the prefill's bootstrap port.
+  const mooncake = config.role === undefined || config.kvConnector !== "mooncake" ? undefined : new MockMooncakeConnector({
+    msPerBlock: config.kvTransferMsPerBlock, abortTimeoutMs: config.kvTransferAbortTimeoutS * 1000,
+    blockSize: config.blockSize, dpSize: config.dpSize, log: log.child({ component: "mooncake" }),
+  });
+  // A kv_producer or kv_both runs the bootstrap server (a decode-only worker is vLLM's kv_consumer).
+  const mooncakeBootstrap = mooncake !== undefined && config.role !== "decode";
   // SGLang's disaggregation (--disaggregation-mode): rooms paired through the prefill's bootstrap port.
   const sglangMode = config.disaggregationMode === "null" ? undefined : config.disaggregationMode;
   const sglangConnector = sglangMode === undefined ? undefined : new MockSglangConnector({
@@ -123,7 +137,7 @@ export async function startMockWorker(opts: MockWorkerOptions = {}): Promise<Moc
   const engineType = role === "prefill" || role === "decode" ? role : "unified";
   const metricsFor = (engines: () => RankEngine[], serverRanks: number) =>
     createMetrics({
-      model: config.model, engines, connector, sglangConnector, sglang: kind === "sglang" ? { engineType, dpRankLabel: serverRanks > 1 } : undefined,
+      model: config.model, engines, connector, sglangConnector, mooncake, sglang: kind === "sglang" ? { engineType, dpRankLabel: serverRanks > 1 } : undefined,
       // The mock runs any of its adapters together: a batch holds them all.
       maxLora: config.loraModules.length > 0 ? config.loraModules.length : undefined,
     });
@@ -213,7 +227,7 @@ export async function startMockWorker(opts: MockWorkerOptions = {}): Promise<Moc
     }
     app.route("/", openAiRoutes({
       model: config.model, preprocessor, pickRank: served.pick, ranks: served.ranks, loraModules: config.loraModules,
-      connector, sglang: sglangConnector, dpSize: config.dpSize, engine: kind,
+      connector, sglang: sglangConnector, mooncake, dpSize: config.dpSize, engine: kind,
     }));
     if (connector) app.route("/", nixlRoutes(connector));
     app.route("/", adminRoutes(new Faults(ranks), ranks, role));
@@ -232,16 +246,24 @@ export async function startMockWorker(opts: MockWorkerOptions = {}): Promise<Moc
     // A decode server's request for a room waits here until the prefill computed it: no idle timeout.
     if (sglangMode === "prefill")
       servers.push(Bun.serve({ hostname: config.listen, port: config.disaggregationBootstrapPort, fetch: bootstrapRoutes(sglangConnector!).fetch, idleTimeout: 0 }));
+    // The same for a decode worker's transfer waiting for its prefill.
+    if (mooncakeBootstrap) {
+      const served = ranks.map((r) => r.engine.rank);
+      const key = (rank: number) => (config.dataParallelHybridLb ? rank - first : rank);
+      servers.push(Bun.serve({ hostname: config.listen, port: config.mooncakeBootstrapPort, fetch: mooncakeBootstrapRoutes(mooncake!, served, key).fetch, idleTimeout: 0 }));
+    }
   } catch (e) {
     for (const s of servers) void s.stop(true);
     await Promise.allSettled(ranks.map((r) => r.events.close()));
     throw e;
   }
-  const apiServers = sglangMode === "prefill" ? servers.slice(0, -1) : servers;
-  const bootstrapPort = sglangMode === "prefill" ? servers.at(-1)!.port! : null;
+  const bootstrapped = sglangMode === "prefill" || mooncakeBootstrap;
+  const apiServers = bootstrapped ? servers.slice(0, -1) : servers;
+  const bootstrapPort = bootstrapped ? servers.at(-1)!.port! : null;
   const urls = apiServers.map((s) => `http://${host}:${s.port}`);
   const url = urls[0]!;
   if (connector) connector.sideChannel = { host: config.advertiseHost ?? host, port: servers[0]!.port! };
+  if (mooncakeBootstrap) mooncake!.workerAddr = { host: config.advertiseHost ?? host, port: bootstrapPort! };
   const view = ranks.map(({ engine, events }) => ({
     rank: engine.rank,
     cache: engine.cache,
@@ -262,6 +284,7 @@ export async function startMockWorker(opts: MockWorkerOptions = {}): Promise<Moc
       (closed ??= (async () => {
         await Promise.all(servers.map((s) => s.stop(true)));
         connector?.close();
+        mooncake?.close();
         await Promise.allSettled(ranks.map((r) => r.events.close()));
       })()),
   };

@@ -6,6 +6,8 @@ import type { MockNixlConnector } from "../kv-transfer/connector.ts";
 import type { TransferRequest } from "../kv-transfer/params.ts";
 import { KvTransferFailed, type MockSglangConnector } from "../kv-transfer/sglang-connector.ts";
 import type { Bootstrap } from "../kv-transfer/sglang-params.ts";
+import type { MockMooncakeConnector } from "../kv-transfer/mooncake-connector.ts";
+import type { MooncakeRequest } from "../kv-transfer/mooncake-params.ts";
 import { openAiError } from "./errors.ts";
 
 /**
@@ -42,6 +44,14 @@ export type GenerateRequest = {
    * KV before it runs. Either failure is SGLang's 500 (sglang-connector.ts).
    */
   sglang?: { connector: MockSglangConnector; bootstrap: Bootstrap };
+  /**
+   * With `--kv-connector mooncake`: the worker's MooncakeConnector and what the request's `kv_transfer_params` ask. A
+   * JSON answer carries `kv_transfer_params: null` (a Mooncake prefill names nothing: the router pairs the legs by
+   * transfer id). A prefill's blocks are held under its transfer id (a streamed one's are not); a decode on a
+   * completion or chat takes the prompt's KV first, and fails with a 500 when it cannot (on Responses and Messages
+   * the mock does not pull: the decode computes the prompt itself).
+   */
+  mooncake?: { connector: MockMooncakeConnector; request: MooncakeRequest };
 };
 
 type Usage = {
@@ -83,6 +93,7 @@ export async function collect(gen: Generation): Promise<string> {
 
 /** What the request's `kv_transfer_params` ask of its generation (see GenerateRequest.kv); undefined: no transfer. */
 export function transferPlan(req: GenerateRequest, stream: boolean): TransferPlan | undefined {
+  if (req.mooncake) return req.prompts.length !== 1 || (stream && req.mooncake.request.kind === "send") ? undefined : req.mooncake.connector.plan(req.mooncake.request);
   if (!req.kv || req.prompts.length !== 1 || (stream && req.kv.request.kind === "send")) return undefined;
   return req.kv.connector.plan(req.kv.request);
 }
@@ -96,14 +107,17 @@ export async function runToEnd(req: GenerateRequest, prompt: Uint32Array, transf
   const engine = req.pick();
   const gen = await engine.start(prompt, req.maxTokens, signal, req.identity, transfer);
   let kvTransferParams: object | null = null;
+  let kept = false;
   try {
     const text = await collect(gen);
+    const mooncake = req.mooncake?.request;
     if (transfer?.kind === "send" && req.sglang) await req.sglang.connector.offer(req.sglang.bootstrap.room, gen, requestId, signal);
-    else if (transfer?.kind === "send") kvTransferParams = req.kv!.connector.offer(gen, requestId, engine.rank, req.kv!.dpSize);
+    else if (transfer?.kind === "send" && mooncake?.kind === "send") kept = req.mooncake!.connector.offer(mooncake.transferId, gen, engine.rank);
+    else if (transfer?.kind === "send") kept = (kvTransferParams = req.kv!.connector.offer(gen, requestId, engine.rank, req.kv!.dpSize)) !== null;
     return { gen, text, kvTransferParams };
   } finally {
     // Not offered (the client left): nobody will read the blocks.
-    if (kvTransferParams === null) gen.held?.release();
+    if (!kept) gen.held?.release();
   }
 }
 
@@ -121,17 +135,21 @@ export async function generate(c: Context, req: GenerateRequest): Promise<Respon
   const id = newId(req.endpoint === "chat" ? "chatcmpl" : "cmpl");
   const created = Math.floor(Date.now() / 1000);
   const head = { id, object: req.endpoint === "chat" ? "chat.completion" : "text_completion", created, model: req.model };
-  // An SGLang room's transfer failure aborts the request with a 500, as SGLang's prepare_abort does.
-  let sglangTransfer: TransferPlan | undefined;
+  // An SGLang room's transfer failure aborts the request with a 500, as SGLang's prepare_abort does; a Mooncake
+  // load's fails it (vLLM's kv_load_failure_policy "fail").
+  let pulledTransfer: TransferPlan | undefined;
+  const mooncakePull = req.mooncake?.request.kind === "receive" && req.prompts.length === 1 ? req.mooncake.request : undefined;
   try {
-    if (req.sglang) sglangTransfer = await sglangPlan(req.sglang, id, signal);
+    if (req.sglang) pulledTransfer = await sglangPlan(req.sglang, id, signal);
+    else if (mooncakePull) pulledTransfer = await req.mooncake!.connector.receive(mooncakePull, signal);
   } catch (e) {
     if (e instanceof KvTransferFailed) return openAiError(c, 500, e.message);
     throw e;
   }
+  const pulled = req.sglang !== undefined || mooncakePull !== undefined;
 
   if (!req.stream) {
-    const transfer = req.sglang ? sglangTransfer : transferPlan(req, false);
+    const transfer = pulled ? pulledTransfer : transferPlan(req, false);
     let done: Awaited<ReturnType<typeof runToEnd>>[];
     try {
       done = await Promise.all(req.prompts.map((p) => runToEnd(req, p, transfer, `${id}-0`, signal)));
@@ -147,7 +165,7 @@ export async function generate(c: Context, req: GenerateRequest): Promise<Respon
         : { index, text, logprobs: null, finish_reason: "length", stop_reason: null },
     );
     const usage = usageOf(done.map((d) => d.gen));
-    return c.json(req.kv ? { ...head, choices, usage, kv_transfer_params: kvTransferParams } : { ...head, choices, usage });
+    return c.json(req.kv || req.mooncake ? { ...head, choices, usage, kv_transfer_params: kvTransferParams } : { ...head, choices, usage });
   }
 
   const chunkHead = { ...head, object: req.endpoint === "chat" ? "chat.completion.chunk" : "text_completion" };
@@ -155,7 +173,7 @@ export async function generate(c: Context, req: GenerateRequest): Promise<Respon
     const send = (body: object) => sse.writeSSE({ data: JSON.stringify(body) });
     const gens: Generation[] = [];
     // Prompts of a list are streamed one after another, each chunk tagged with its choice index.
-    const transfer = req.sglang ? sglangTransfer : transferPlan(req, true);
+    const transfer = pulled ? pulledTransfer : transferPlan(req, true);
     for (let index = 0; index < req.prompts.length && !sse.aborted; index++) {
       const gen = await req.pick().start(req.prompts[index]!, req.maxTokens, signal, req.identity, transfer);
       gens.push(gen);
@@ -214,7 +232,7 @@ function respond(c: Context, req: GenerateRequest): Promise<Response> | Response
       content: [{ type: "output_text", text, annotations: [] }],
     }],
     usage: gen ? responsesUsage(gen) : null,
-    ...(req.kv ? { kv_transfer_params: kvTransferParams } : {}),
+    ...(req.kv || req.mooncake ? { kv_transfer_params: kvTransferParams } : {}),
   });
   if (!req.stream) {
     return (async () => {

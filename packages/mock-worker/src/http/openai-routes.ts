@@ -10,6 +10,8 @@ import type { RankEngine } from "../engine/rank-engine.ts";
 import type { MockNixlConnector } from "../kv-transfer/connector.ts";
 import { KvTransferParams, transferRequest } from "../kv-transfer/params.ts";
 import type { MockSglangConnector } from "../kv-transfer/sglang-connector.ts";
+import type { MockMooncakeConnector } from "../kv-transfer/mooncake-connector.ts";
+import { mooncakeRequest } from "../kv-transfer/mooncake-params.ts";
 import { NO_ROOM_MESSAGE, readBootstrap } from "../kv-transfer/sglang-params.ts";
 import { openAiError, parseBody } from "./errors.ts";
 import { generate, type Endpoint, type GenerateRequest } from "./generate.ts";
@@ -31,6 +33,8 @@ export type OpenAiDeps = {
   connector?: MockNixlConnector;
   /** With --disaggregation-mode prefill|decode: SGLang's disaggregation stand-in (requests must carry a room). */
   sglang?: MockSglangConnector;
+  /** With --role and --kv-connector mooncake: vLLM's MooncakeConnector stand-in. */
+  mooncake?: MockMooncakeConnector;
   dpSize: number;
   /** The engine stood in for: how the rank a request names is read, and /v1/models' owned_by. */
   engine: EngineKind;
@@ -70,6 +74,7 @@ export function openAiRoutes(deps: OpenAiDeps): Hono {
         endpoint, model: body.model ?? deps.model, prompts, maxTokens, stream: body.stream, replyRole,
         includeUsage: body.stream_options?.include_usage === true, pick: rank.pick, identity,
         kv: deps.connector ? { connector: deps.connector, request: transferRequest(body.kv_transfer_params), dpSize: deps.dpSize } : undefined,
+        mooncake: deps.mooncake ? { connector: deps.mooncake, request: mooncakeRequest(body.kv_transfer_params) } : undefined,
       },
     };
   };

@@ -29,6 +29,9 @@ export const KvTransferParams = z.looseObject({
   remote_request_id: z.string().nullish(),
   remote_host: z.string().nullish(),
   remote_port: z.union([z.number().int().min(0).max(65535), z.string().regex(/^\d{1,5}$/).transform(Number)]).nullish(),
+  // vLLM's MooncakeConnector's (mooncake-params.ts)
+  transfer_id: z.string().nullish(),
+  remote_bootstrap_addr: z.string().nullish(),
 });
 export type KvTransferParams = z.output<typeof KvTransferParams>;
 
