@@ -24,11 +24,12 @@ export const PD_SIDECAR_OPTIONS = {
     prefillRetryBackoffMs: opt.int(positive.default(200), "pause before each prefill retry (llm-d's --prefill-retry-backoff)"),
     prefillerSampling: opt.bool(z.boolean().default(false), "draw the prefill worker among the header's candidates, not the first (llm-d's --enable-prefiller-sampling)"),
     kvConnector: opt.choice(
-      ["nixlv2", "sglang"],
+      ["nixlv2", "sglang", "mooncake"],
       "nixlv2",
-      "the KV protocol between the workers (llm-d's --kv-connector): nixlv2, vLLM's NixlConnector (prefill leg, then decode leg with its kv_transfer_params); sglang, SGLang's bootstrap rooms (both legs at once)",
+      "the KV protocol between the workers (llm-d's --kv-connector): nixlv2, vLLM's NixlConnector (prefill leg, then decode leg with its kv_transfer_params); sglang, SGLang's bootstrap rooms (both legs at once); mooncake, vLLM's MooncakeConnector (engine id from the prefill's bootstrap server, both legs at once)",
     ),
     sglangBootstrapPort: opt.int(port.default(8998), "with --kv-connector sglang: the prefill workers' bootstrap port (SGLang's --disaggregation-bootstrap-port; llm-d reads SGLANG_BOOTSTRAP_PORT)"),
+    mooncakeBootstrapPort: opt.int(port.default(8998), "with --kv-connector mooncake: the prefill workers' Mooncake bootstrap port (vLLM's VLLM_MOONCAKE_BOOTSTRAP_PORT; llm-d's --mooncake-bootstrap-port reads MOONCAKE_BOOTSTRAP_PORT)"),
   }),
 };
 

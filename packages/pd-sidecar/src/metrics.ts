@@ -8,12 +8,13 @@ export type SidecarMetrics = {
   request(mode: "disaggregated" | "local" | "passthrough"): void;
   /**
    * a request refused or failed before its decode leg (client_closed: its client went away during the prefill leg);
-   * with --kv-connector sglang (legs at once, sglang.ts) also a prefill leg that failed beside its decode leg
-   * (`prefill_timeout` there) and a decode answer not 2xx
+   * with --kv-connector sglang or mooncake (legs at once, concurrent-legs.ts) also a prefill leg that failed beside
+   * its decode leg (`prefill_timeout` there) and a decode answer not 2xx; with mooncake, a prefill worker's bootstrap
+   * server that did not answer /query (`bootstrap_unreachable`) or gave no usable engine id (`bootstrap_answer`)
    */
   failed(
     reason: "forbidden" | "bad_header" | "bad_body" | "prefill_unreachable" | "prefill_status" | "prefill_answer" | "client_closed" | "decoder_unreachable"
-      | "passthrough_unreachable" | "prefill_timeout" | "decode_status",
+      | "passthrough_unreachable" | "prefill_timeout" | "decode_status" | "bootstrap_unreachable" | "bootstrap_answer",
   ): void;
   /** a prefill attempt sent again, by what the one before it got */
   retried(reason: RetryReason): void;
@@ -23,7 +24,7 @@ export type SidecarMetrics = {
 export function createMetrics(): SidecarMetrics {
   const registry = new Registry();
   const requests = new Counter({ name: "pd_sidecar_requests_total", help: "Requests by how they were served.", labelNames: ["mode"], registers: [registry] });
-  const failures = new Counter({ name: "pd_sidecar_failures_total", help: "Requests refused or failed, by reason (before the decode leg; with --kv-connector sglang either leg).", labelNames: ["reason"], registers: [registry] });
+  const failures = new Counter({ name: "pd_sidecar_failures_total", help: "Requests refused or failed, by reason (before the decode leg; with --kv-connector sglang or mooncake either leg).", labelNames: ["reason"], registers: [registry] });
   const retries = new Counter({ name: "pd_sidecar_prefill_retries_total", help: "Prefill attempts sent again, by what the attempt before got.", labelNames: ["reason"], registers: [registry] });
   const prefill = new Histogram({
     name: "pd_sidecar_prefill_duration_seconds", help: "Prefill leg, from sending it to its answer, retries included.",

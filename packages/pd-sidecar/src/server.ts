@@ -8,6 +8,7 @@ import { createMetrics, type SidecarMetrics } from "./metrics.ts";
 import { decodeBody, prefillBody, prefillOutcome, type Body } from "./prefill-request.ts";
 import { sendPrefill } from "./prefill-leg.ts";
 import { PREFILLER_HEADER, isHostPort, pickPrefiller, prefillerCandidates } from "./prefiller-header.ts";
+import { BootstrapError, EngineMapCache, mooncakeLegs } from "./mooncake.ts";
 import { sglangLegs } from "./sglang.ts";
 import { rewriteJson, rewriteSse } from "./usage-rewrite.ts";
 
@@ -20,7 +21,8 @@ import { rewriteJson, rewriteSse } from "./usage-rewrite.ts";
  * `kv_transfer_params`, then the decode leg to the local worker with them, whose answer (streamed or
  * not) goes back to the client. Without it, or on any other route, the request passes through to the
  * local worker unchanged. With `--kv-connector sglang` both legs go at once instead, paired by an SGLang
- * bootstrap room (sglang.ts).
+ * bootstrap room (sglang.ts); with `--kv-connector mooncake` too, paired by a transfer id once the prefill
+ * worker's engine id is known (mooncake.ts).
  */
 
 const REQUEST_ID = "x-request-id";
@@ -54,6 +56,7 @@ function answer(res: Response, body: ReadableStream<Uint8Array> | string | null)
 function sidecarApp(config: SidecarConfig, log: Logger, metrics: SidecarMetrics): Hono {
   const decoder = config.decoder.replace(/\/$/, "");
   const allowed = new Set(config.allowedPrefillers);
+  const engines = new EngineMapCache();
   const app = new Hono();
 
   const passThrough = async (c: Context) => {
@@ -118,14 +121,23 @@ function sidecarApp(config: SidecarConfig, log: Logger, metrics: SidecarMetrics)
     const prefillRank = c.req.header(PREFILL_RANK_HEADER);
     if (prefillRank !== undefined && prefiller === candidates[0]) prefillHeaders.set(DP_RANK_HEADER, prefillRank);
 
-    if (config.kvConnector === "sglang") {
+    if (config.kvConnector === "sglang" || config.kvConnector === "mooncake") {
+      const legs = { prefiller, target, client, decoder, decodeHeaders: headers, prefillHeaders, prefillTimeoutMs: config.prefillTimeoutMs, signal, metrics, log };
       try {
-        const res = await sglangLegs({
-          prefiller, target, client, decoder, decodeHeaders: headers, prefillHeaders, bootstrapPort: config.sglangBootstrapPort,
-          prefillTimeoutMs: config.prefillTimeoutMs, signal, metrics, log,
-        });
+        const res = config.kvConnector === "sglang"
+          ? await sglangLegs({ ...legs, bootstrapPort: config.sglangBootstrapPort })
+          : await mooncakeLegs({
+            ...legs, api, bootstrapPort: config.mooncakeBootstrapPort, engines,
+            // The EPP's rank is for its prefill worker, the first candidate (as above).
+            prefillRank: prefiller === candidates[0] ? prefillRank : undefined,
+          });
         return answer(res, res.body);
       } catch (err) {
+        if (err instanceof BootstrapError) {
+          metrics.failed(err.reason);
+          log.warn({ err, peer: prefiller }, "Mooncake bootstrap query failed");
+          return errorBody(c, 502, err.message);
+        }
         if (signal.aborted) return c.body(null, 499 as never);
         metrics.failed("decoder_unreachable");
         log.warn({ err }, "decode worker unreachable");

@@ -1,41 +1,22 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
-import { startMockWorker, type CacheTruth, type MockWorker } from "@kv-epp/mock-worker";
-import { freePort, spawnBun, waitFor, type ProcessHandle, LOOPBACK } from "@kv-epp/testkit";
+import { startMockWorker, type MockWorker } from "@kv-epp/mock-worker";
+import { freePort, waitFor, type ProcessHandle, LOOPBACK } from "@kv-epp/testkit";
+import { expectStreamedChatPrefilledRemotely, failures, metric, post, startSidecarProcess } from "./process-support.ts";
 
 // `bun run pd-sidecar --kv-connector sglang` as a process in front of a decode-mode SGLang mock worker, a
 // prefill-mode one as the prefiller: both legs at once, paired by bootstrap_room, the workers' ground truth
 // showing where the prompt was computed; then between two capturing servers, for the exact bodies.
 
-const ROOT = `${import.meta.dir}/../../..`;
 const P = `${LOOPBACK}.2.114`, D = `${LOOPBACK}.2.115`, S = `${LOOPBACK}.2.116`, DOWN = `${LOOPBACK}.2.117`, C = `${LOOPBACK}.2.118`;
 const common = { port: 0, speed: 0, blockSize: 16, model: "mock/model", logLevel: "silent" as const, eventEncoding: "sglang-map" as const };
 let prefill: MockWorker, decode: MockWorker;
 const sidecars: ProcessHandle[] = [];
 
-async function startSidecar(host: string, decoder: string, extra: string[]): Promise<string> {
-  const port = await freePort(host);
-  sidecars.push(spawnBun(
-    [`${ROOT}/packages/pd-sidecar/src/main.ts`, "--listen", host, "--port", String(port), "--decoder", decoder, "--kv-connector", "sglang", ...extra],
-    { PD_SIDECAR_LOG_LEVEL: "silent" }, { name: `pd-sidecar ${host}` },
-  ));
-  const url = `http://${host}:${port}`;
-  await waitFor(() => fetch(`${url}/sidecar/metrics`).then((r) => r.ok, () => false), { message: `${url} up` });
-  return url;
-}
+const startSidecar = (host: string, decoder: string, extra: string[]) => startSidecarProcess(host, decoder, ["--kv-connector", "sglang", ...extra], sidecars);
 afterAll(async () => {
   await Promise.all(sidecars.map((s) => s.kill()));
   await Promise.all([prefill?.close(), decode?.close()]);
 });
-
-const post = (url: string, path: string, body: object, prefiller: string) =>
-  fetch(`${url}${path}`, { method: "POST", headers: { "content-type": "application/json", "x-prefiller-host-port": prefiller }, body: JSON.stringify(body) });
-async function metric(base: string, line: string): Promise<number> {
-  const text = await (await fetch(base)).text();
-  const found = text.split("\n").find((l) => l.startsWith(line + " "));
-  return found === undefined ? 0 : Number(found.slice(line.length + 1));
-}
-const failures = (url: string, reason: string) => metric(`${url}/sidecar/metrics`, `pd_sidecar_failures_total{reason="${reason}"}`);
-const hashes = async (w: MockWorker) => new Set(((await (await fetch(`${w.url}/admin/cache`)).json()) as CacheTruth).ranks[0]!.blocks.map((b) => b.block_hash));
 
 describe("the P/D sidecar with --kv-connector sglang, between SGLang mock workers", () => {
   let url: string;
@@ -46,28 +27,8 @@ describe("the P/D sidecar with --kv-connector sglang, between SGLang mock worker
   });
 
   test("a streamed chat: the prefill worker computes the prompt, the decode worker takes its blocks by room and answers", async () => {
-    const before = { prefill: await hashes(prefill), decode: await hashes(decode) };
-    const pulled = await metric(`${decode.url}/metrics`, `mock_worker_kv_transfer_pulled_blocks_total{model_name="mock/model",engine="0"}`);
-    const messages = [{ role: "user", content: "how do a prefill and a decode server meet? ".repeat(8) }];
-    const res = await post(url, "/v1/chat/completions", { model: "mock/model", messages, max_tokens: 4, stream: true, stream_options: { include_usage: true } }, new URL(prefill.url).host);
-    expect(res.status).toBe(200);
-    expect(res.headers.get("content-type")).toContain("text/event-stream");
-    const data = (await res.text()).split("\n").filter((l) => l.startsWith("data: ")).map((l) => l.slice(6));
-    expect(data.at(-1)).toBe("[DONE]");
-    const chunks = data.slice(0, -1).map((d) => JSON.parse(d));
-    expect(chunks.filter((c) => c.choices[0]?.delta?.content).length).toBe(4);
-    const usage = chunks.at(-1).usage;
-    expect(usage.completion_tokens).toBe(4);
-    // The decode worker computed the last prompt token alone: every block before it came by the room.
-    expect(usage.prompt_tokens_details).toEqual({ cached_tokens: usage.prompt_tokens - 1 });
-    expect(await metric(`${decode.url}/metrics`, `mock_worker_kv_transfer_pulled_blocks_total{model_name="mock/model",engine="0"}`)).toBe(pulled + Math.ceil(usage.prompt_tokens / 16));
-    // Ground truth: the prompt's blocks are new in the prefill worker's cache, and the decode worker's holds them all.
-    const newOnPrefill = [...(await hashes(prefill))].filter((h) => !before.prefill.has(h));
-    expect(newOnPrefill.length).toBe(Math.floor(usage.prompt_tokens / 16));
-    const onDecode = await hashes(decode);
-    for (const h of newOnPrefill) expect(onDecode.has(h)).toBe(true);
+    await expectStreamedChatPrefilledRemotely(url, prefill, decode, "how do a prefill and a decode server meet? ".repeat(8));
     // The prefill leg ends once its room was taken.
-    await waitFor(async () => (await metric(`${url}/sidecar/metrics`, "pd_sidecar_prefill_duration_seconds_count")) >= 1, { message: "the prefill leg answered" });
     expect(await metric(`${prefill.url}/metrics`, `mock_worker_sglang_held_rooms{model_name="mock/model"}`)).toBe(0);
   });
 
