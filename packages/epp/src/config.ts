@@ -108,6 +108,8 @@ export type EppConfig = {
   tokenizerThreads?: number;
   /** Nice value of the tokenizer pool's threads (0: the decision thread's). */
   tokenizerNice: number;
+  /** Time slice the decision thread and the tokenizer threads ask the kernel for, µs (0: its default). */
+  threadSliceUs: number;
   /** The segment cache's bound for the process (the pool's members each a share); 0: no cache. */
   tokenizerCacheBytes: number;
   tokenizeBudgetMs: number;
@@ -278,6 +280,7 @@ export function parseConfig(argv: string[], env: Record<string, string | undefin
     anthropicDisabledThinkingEffort: o.anthropicDisabledThinkingEffort,
     tokenizerThreads: o.tokenizerThreads,
     tokenizerNice: o.tokenizerNice,
+    threadSliceUs: o.threadSliceUs,
     tokenizerCacheBytes: o.tokenizerCacheBytes,
     tokenizeBudgetMs: o.tokenizeBudgetMs,
     routeOnSettledPrefix: o.routeOnSettledPrefix,

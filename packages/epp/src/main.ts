@@ -9,7 +9,7 @@ import type { KubeConfig } from "@kubernetes/client-node";
 import type { RecoveryOutcome } from "@kv-epp/recovery";
 import { listenerHeartbeat } from "@kv-epp/kv-events";
 import { parseEndpoint } from "@kv-epp/protocol";
-import { createPreprocessor, DEFAULT_CACHE_MAX_BYTES, eventLoopLag, ignoredRenderingFlags, loadChatTemplate, loadSglangChatTemplate, poolMetrics, poolSizing, servedConversationTemplate, servedVllmRenderer, TokenizerPool, warmUp, type PreprocessorOptions } from "@kv-epp/tokenizer";
+import { createPreprocessor, DEFAULT_CACHE_MAX_BYTES, eventLoopLag, ignoredRenderingFlags, loadChatTemplate, loadSglangChatTemplate, poolMetrics, poolSizing, servedConversationTemplate, servedVllmRenderer, setThreadPriority, TokenizerPool, warmUp, type PreprocessorOptions } from "@kv-epp/tokenizer";
 import pino, { type Logger } from "pino";
 import { ConfigError, parseConfig, preprocessorOptions, usage, usesKubernetes, type EppConfig } from "./config.ts";
 import { BodyBudget } from "./extproc/body-budget.ts";
@@ -143,6 +143,12 @@ export async function startEpp(cfg: EppConfig, o: { log?: Logger; kubeConfig?: K
     } catch (err) {
       log.warn({ err: String(err) }, "decision path warm-up failed; serving cold");
     }
+  }
+  // The decision thread's short slice only now (as the members' once warm): the warm-up is seconds of CPU.
+  if (cfg.threadSliceUs > 0) {
+    const own = setThreadPriority(0, cfg.threadSliceUs);
+    if ("unsupported" in own || own.sliceUnsupported) log.info({ sliceUs: cfg.threadSliceUs, why: "unsupported" in own ? own.unsupported : own.sliceUnsupported }, "the kernel's default time slice is kept");
+    else log.info({ tid: own.tid, sliceUs: own.sliceUs }, "decision thread's time slice");
   }
   // From here the event loop's lag is the replica's (the warm-up's busiest, least compiled seconds are not).
   const stopLagSampler = eventLoopLag(metrics.registry);
@@ -320,6 +326,7 @@ async function tokenizationOf(cfg: EppConfig, metrics: Metrics, log: Logger): Pr
     preprocessor: preprocessorOptions(cfg),
     size: sized.size,
     nice: cfg.tokenizerNice,
+    sliceUs: cfg.threadSliceUs,
     budgetMs: cfg.tokenizeBudgetMs,
     observe,
     log: log.child({ component: "tokenizer-pool" }),

@@ -23,6 +23,14 @@ export const DEFAULT_REPLICA_AGG_PORT = 9092;
  */
 export const DEFAULT_WARM_UP_PICKS = 100;
 
+/**
+ * The decision thread's and the tokenizer threads' time slice, µs: the kernel's shortest. Each wakes for a message, works
+ * well under a millisecond and sleeps; with the kernel's default slice a woken one waited behind a thread still in its
+ * slice (a member's long text, the generator, the JIT), which slow picks logged as their handoff. Measured in bench:pick
+ * (see packages/epp/README.md, "Scheduler slice").
+ */
+export const DEFAULT_THREAD_SLICE_US = 100;
+
 const LOG_LEVELS = ["fatal", "error", "warn", "info", "debug", "trace", "silent"] as const;
 /** ext_proc body send modes by flag value (extproc/assumed-modes.ts maps them to the protocol's). */
 export const BODY_MODES = ["auto", "none", "streamed", "buffered", "buffered-partial", "full-duplex"] as const;
@@ -161,6 +169,10 @@ export const EPP_OPTIONS = {
     tokenizerNice: opt.int(
       z.number().int().min(0).max(19).default(DEFAULT_MEMBER_NICE),
       "nice value of the tokenizer threads (0-19, Linux; 0: the decision thread's). Above 0 a machine running nothing else runs the decision thread first; under a pod's cgroup or a session's autogroup it also hands the threads' cores to other groups' work, and picks wait for their tokens",
+    ),
+    threadSliceUs: opt.int(
+      z.number().int().refine((us) => us === 0 || (us >= 100 && us <= 100_000), "0, or 100-100000 (the kernel's bounds)").default(DEFAULT_THREAD_SLICE_US),
+      "time slice, µs, that the decision thread and the tokenizer threads ask the kernel for (Linux 6.12+, EEVDF; 0: the kernel's default, 2.8 ms on 2 CPUs): a thread woken by a message then preempts a busier thread instead of waiting out its slice, its share of the CPU unchanged. On older kernels nothing changes (logged at start-up)",
     ),
     tokenizerCacheBytes: opt.int(
       count.default(DEFAULT_CACHE_MAX_BYTES),

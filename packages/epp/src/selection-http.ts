@@ -6,7 +6,7 @@ import { dumpHandler, type DumpSource, type RecoveryOutcome } from "@kv-epp/reco
 import { Hono } from "hono";
 import { bodyLimit } from "hono/body-limit";
 import type { Logger } from "pino";
-import { BadRequest, MAX_BODY_BYTES, TokenizeCancelled, TooDeep, type PoolStats, type RewriteRules } from "@kv-epp/tokenizer";
+import { BadRequest, MAX_BODY_BYTES, threadScheduling, TokenizeCancelled, TooDeep, type PoolStats, type RewriteRules } from "@kv-epp/tokenizer";
 import type { StreamHandoff } from "./handoff/handoff.ts";
 import type { Indexers } from "./indexers/indexers.ts";
 import type { Metrics } from "./metrics.ts";
@@ -214,7 +214,11 @@ export function selectionApp(d: SelectionDeps): Hono {
   });
 
   // The tokenizer pool: members, their queues and work, budget fallbacks, cancellations.
-  app.get("/debug/tokenizer", (c) => c.json(d.tokenizerPool ? { pool: d.tokenizerPool.stats() } : { pool: null, note: "tokenization runs on the event loop (--tokenizer-threads 0 or no --tokenizer-dir)" }));
+  // The decision thread (the process's main thread: its tid is the pid) as the kernel schedules it now.
+  app.get("/debug/tokenizer", (c) => c.json({
+    decisionThread: threadScheduling(process.pid),
+    ...(d.tokenizerPool ? { pool: d.tokenizerPool.stats() } : { pool: null, note: "tokenization runs on the event loop (--tokenizer-threads 0 or no --tokenizer-dir)" }),
+  }));
   // How recovery ended and what became of every rank taken over from the peer, as data.
   app.get("/recovery", (c) => c.json({ outcome: d.recoveryOutcome(), handoff: d.handoff.summary() }));
 

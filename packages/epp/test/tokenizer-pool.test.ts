@@ -5,10 +5,12 @@
 // selection port's /select and /score read their bodies the same way (over HTTP, against an in-loop EPP).
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { readFileSync } from "node:fs";
+import { release } from "node:os";
 import { join } from "node:path";
 import { freshWords, seededRandom, waitFor, LOOPBACK } from "@kv-epp/testkit";
 import { createPreprocessor } from "@kv-epp/tokenizer";
 import type { EppHandle } from "../src/main.ts";
+import { DEFAULT_THREAD_SLICE_US } from "../src/options.ts";
 import { createTokenizeBody } from "../src/tokens.ts";
 import type pino from "pino";
 import { FakeWorkerEvents, HOST, body, capturingLog, extProcClient, headers, lbMetadata, scrapeMetric, setHeader, startTestEpp } from "./helpers.ts";
@@ -89,6 +91,21 @@ const WHOLE = ["--route-on-settled-prefix=false"];
 
 describe("ext_proc with the tokenizer pool", () => {
   const env = eppFor(["--tokenizer-threads", "2", "--tokenize-budget-ms", "600000", ...WHOLE]);
+
+  test.skipIf(process.platform !== "linux")("the decision thread and the members ask the kernel for the default time slice: /debug/tokenizer shows what it holds", async () => {
+    type Scheduling = { tid: number; sliceUs: number | null };
+    const seen = (await (await fetch(`http://${HOST}:${env.epp.ports.selection}/debug/tokenizer`)).json()) as {
+      decisionThread: Scheduling; pool: { members: { priority: Scheduling & { sliceUnsupported?: string } }[] };
+    };
+    const [major = 0, minor = 0] = release().split(".").map(Number);
+    // EEVDF keeps a slice per thread from Linux 6.12; before, the threads keep the kernel's and the members say why.
+    if (major > 6 || (major === 6 && minor >= 12)) {
+      expect(seen.decisionThread).toMatchObject({ tid: process.pid, sliceUs: DEFAULT_THREAD_SLICE_US });
+      expect(seen.pool.members.map((m) => m.priority.sliceUs)).toEqual([DEFAULT_THREAD_SLICE_US, DEFAULT_THREAD_SLICE_US]);
+    } else {
+      expect(seen.pool.members.every((m) => typeof m.priority.sliceUnsupported === "string")).toBe(true);
+    }
+  });
 
   test("a long fresh chat in flight does not hold a short pick back, nor the event loop", async () => {
     const order: string[] = [];

@@ -1,5 +1,6 @@
 import { describe, expect, test } from "bun:test";
-import { threadId, threadNice } from "../src/pool/thread-priority";
+import { release } from "node:os";
+import { threadId, threadNice, threadSliceUs } from "../src/pool/thread-priority";
 import {
   DEFAULT_MEMBER_NICE, BadRequest, ChatTemplateError, createPreprocessor, encodeJob, joinBody, nextTurnJob, readBody, TokenizeCancelled, TokenizerPool,
   TooDeep, type PoolJob, type TokenizeJob,
@@ -519,6 +520,33 @@ describe("tokenizer pool", () => {
     // The default is the caller's priority (DEFAULT_MEMBER_NICE).
     const dflt = await pools.start({ size: 1, budgetMs: 60_000 });
     expect(dflt.stats().members[0]!.priority).toMatchObject({ nice: DEFAULT_MEMBER_NICE });
+  }, 60_000);
+
+  // EEVDF keeps a slice per thread from Linux 6.12 (sched_attr.sched_runtime of a SCHED_OTHER thread).
+  const [major = 0, minor = 0] = release().split(".").map(Number);
+  const slices = major > 6 || (major === 6 && minor >= 12);
+  test.skipIf(process.platform !== "linux")(`members ask the kernel for the configured time slice once warm (kernel ${release()}: ${slices ? "held" : "not kept, said so"}); the calling thread keeps its own`, async () => {
+    const callerSlice = threadSliceUs(threadId());
+    const pool = await pools.start({ size: 2, budgetMs: 60_000, sliceUs: 100 });
+    const dflt = await pools.start({ size: 1, budgetMs: 60_000 });
+    for (const p of pool.stats().members.map((m) => m.priority)) {
+      if (p === null || "unsupported" in p) throw new Error(`member priority not set: ${JSON.stringify(p)}`);
+      if (slices) {
+        expect(p).toMatchObject({ sliceUs: 100 });
+        expect(p.sliceUnsupported).toBeUndefined();
+        // What the kernel says of that thread, not what the member reported.
+        expect(threadSliceUs(p.tid)).toBe(100);
+      } else {
+        expect(p.sliceUs).toBe(0);
+        expect(p.sliceUnsupported).toBeString();
+      }
+    }
+    // Without a slice asked for, a member keeps the kernel's (the one this thread has), and reports none of its own.
+    const own = dflt.stats().members[0]!.priority;
+    if (own === null || "unsupported" in own) throw new Error(`member priority not set: ${JSON.stringify(own)}`);
+    expect(own.sliceUs).toBe(0);
+    expect(threadSliceUs(own.tid)).toBe(callerSlice);
+    expect(threadSliceUs(threadId())).toBe(callerSlice);
   }, 60_000);
 
   test("the members' segment caches are summed in the pool's stats and in the process's cache metrics", async () => {

@@ -56,7 +56,7 @@ describe("a pool member", () => {
     const ids = (pre: typeof probed) => [...encodeJob(pre, readBody(request, pre.rules).job as TokenizeJob)];
     expect(ids(unprobed)).not.toEqual(ids(probed));
 
-    const m = member({ preprocessor: unprobedMessagesOptions({ tokenizerDir: dir }), seed: hashSeed(), cancel: new SharedArrayBuffer(8), nice: 0, serving: false });
+    const m = member({ preprocessor: unprobedMessagesOptions({ tokenizerDir: dir }), seed: hashSeed(), cancel: new SharedArrayBuffer(8), nice: 0, sliceUs: 0, serving: false });
     m.post({ type: "messages-modes", modes });
     m.post({ type: "job", id: 1, job: { kind: "body", request }, discard: false });
     const done = await m.next("done");

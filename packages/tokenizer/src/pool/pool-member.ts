@@ -15,7 +15,7 @@ import type { RewriteRules } from "../request/rewrite-rules";
 import { warmUp } from "../warm-up";
 import { KNOWN_PREFIX_MIN_CHARS, type BodyReading, type FromMember, type MemberInit, type ToMember } from "./protocol";
 import { jobChars } from "./placement";
-import { lowerThreadPriority } from "./thread-priority";
+import { setThreadPriority } from "./thread-priority";
 
 
 type JobMessage = Extract<ToMember, { type: "job" }>;
@@ -36,14 +36,15 @@ try {
   useSeed(init.seed);
   // A replacement is lowered (at a nice above 0) at once: its loading and warm-up, seconds of CPU, then take no
   // core from the answers.
-  const early = init.serving ? lowerThreadPriority(init.nice) : undefined;
+  if (init.serving) setThreadPriority(init.nice);
   pre = createPreprocessor(init.preprocessor, init.files && adoptTokenizerFiles(init.files));
   // Ready only once warm: a cold member answers its first requests past the budget.
   const warm = warmUp(pre);
   Bun.gc(true);
   // At the start, lowered only now: the process serves nothing before its members are ready, and meanwhile its main
   // thread (loading and compiling its modules, seconds of CPU) would hold a low-priority warm-up back for as long.
-  const priority = early ?? lowerThreadPriority(init.nice);
+  // The short slice only now in either case: with it, seconds of warm-up would preempt the answers at every wake-up.
+  const priority = setThreadPriority(init.nice, init.sliceUs);
   post({ type: "ready", warmUp: warm, priority });
 } catch (err) {
   post({ type: "init-failed", message: (err as Error).message });

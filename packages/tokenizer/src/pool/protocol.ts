@@ -32,6 +32,8 @@ export type MemberInit = {
   cancel: SharedArrayBuffer;
   /** The member's thread runs at this nice value (see thread-priority.ts). */
   nice: number;
+  /** Once warmed up, the member asks the kernel for this time slice, µs (0: the kernel's default; requestThreadSlice). */
+  sliceUs: number;
   /** The process serves already (a replacement member): lowered before it loads and warms up, not after. */
   serving: boolean;
 };

@@ -42,6 +42,11 @@ export type PoolOptions = {
    * runs the decision thread first, see thread-priority.ts).
    */
   nice?: number;
+  /**
+   * Time slice the members' threads ask the kernel for once warmed up, µs (requestThreadSlice in thread-priority.ts;
+   * default 0: the kernel's own): woken with a job, a member then preempts a thread that has run longer.
+   */
+  sliceUs?: number;
   /** Queued low-priority warm jobs per member, at most; the oldest is dropped past it. */
   maxWarmQueued?: number;
   /** Told as things happen, for metrics (see pool-metrics.ts). */
@@ -311,7 +316,7 @@ export class TokenizerPool {
   /** Per member slot: whether a member there was ever ready (a pool that never started is not kept trying). */
   private readonly started: boolean[];
   private readonly restartBackoffMs: number;
-  private readonly memberOptions: { preprocessor: PoolOptions["preprocessor"]; readonly files: SharedTokenizerFiles | undefined; readonly nice: number };
+  private readonly memberOptions: { preprocessor: PoolOptions["preprocessor"]; readonly files: SharedTokenizerFiles | undefined; readonly nice: number; readonly sliceUs: number };
 
   constructor(opts: PoolOptions) {
     const size = Math.max(1, opts.size ?? defaultPoolSize());
@@ -329,7 +334,7 @@ export class TokenizerPool {
     };
     const { files, shared } = readOnce(opts.preprocessor.tokenizerDir, opts.log);
     const given: PoolOptions["preprocessor"] = { ...opts.preprocessor, cache: share };
-    this.memberOptions = { preprocessor: unprobedMessagesOptions(given), files: shared, nice: opts.nice ?? DEFAULT_MEMBER_NICE };
+    this.memberOptions = { preprocessor: unprobedMessagesOptions(given), files: shared, nice: opts.nice ?? DEFAULT_MEMBER_NICE, sliceUs: opts.sliceUs ?? 0 };
     this.caches = share !== false && share.maxBytes > 0;
     this.restartBackoffMs = opts.restartBackoffMs ?? 1000;
     this.failedStarts = Array.from({ length: size }, () => 0);
@@ -519,8 +524,8 @@ export class TokenizerPool {
   private startMember(index: number): Member {
     const cancelBuffer = new SharedArrayBuffer(8);
     // A replacement starts while the process serves: its loading and warm-up run at its low priority from the start.
-    const { preprocessor, files, nice } = this.memberOptions;
-    const init: MemberInit = { preprocessor, files, seed: hashSeed(), cancel: cancelBuffer, nice, serving: this.started[index] === true };
+    const { preprocessor, files, nice, sliceUs } = this.memberOptions;
+    const init: MemberInit = { preprocessor, files, seed: hashSeed(), cancel: cancelBuffer, nice, sliceUs, serving: this.started[index] === true };
     const worker = new Worker(new URL("./pool-member.ts", import.meta.url), { workerData: init });
     let resolveReady!: () => void;
     let rejectReady!: (e: Error) => void;
