@@ -38,10 +38,17 @@ export function threadNice(tid: number): number {
 
 /**
  * The slice the scheduler gives thread `tid` of this process, in µs, as /proc/self/task/<tid>/sched reports it
- * (`se.slice`, ns); null where the kernel does not report it.
+ * (`se.slice`, ns); null where the kernel does not report it (that file needs CONFIG_SCHED_DEBUG; older kernels have
+ * no such line).
  */
 export function threadSliceUs(tid: number): number | null {
-  const m = /^se\.slice\s*:\s*(\d+)/m.exec(readFileSync(`/proc/self/task/${tid}/sched`, "utf8"));
+  let sched: string;
+  try {
+    sched = readFileSync(`/proc/self/task/${tid}/sched`, "utf8");
+  } catch {
+    return null;
+  }
+  const m = /^se\.slice\s*:\s*(\d+)/m.exec(sched);
   return m ? Number(m[1]) / 1000 : null;
 }
 
