@@ -172,7 +172,7 @@ export const EPP_OPTIONS = {
     ),
     threadSliceUs: opt.int(
       z.number().int().refine((us) => us === 0 || (us >= 100 && us <= 100_000), "0, or 100-100000 (the kernel's bounds)").default(DEFAULT_THREAD_SLICE_US),
-      "time slice, µs, that the decision thread and the tokenizer threads ask the kernel for (Linux 6.12+, EEVDF; 0: the kernel's default, 2.8 ms on 2 CPUs): a thread woken by a message then preempts a busier thread instead of waiting out its slice, its share of the CPU unchanged. On older kernels nothing changes (logged at start-up)",
+      "time slice, µs, that the decision thread and the tokenizer threads ask the kernel for (Linux 6.12+, EEVDF; 0: the kernel's default, 1.4 ms on 2 CPUs under Linux 6.18): a thread woken by a message then preempts a busier thread instead of waiting out its slice, its share of the CPU unchanged. On older kernels nothing changes (logged at start-up)",
     ),
     tokenizerCacheBytes: opt.int(
       count.default(DEFAULT_CACHE_MAX_BYTES),

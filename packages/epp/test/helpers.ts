@@ -282,6 +282,8 @@ export async function startTestEpp(
       "--recovery-timeout-ms", "3000",
       // Each test's EPP starts cold: the decision warm-up is tested on its own (warm-decisions.test.ts).
       "--warm-up-picks", "0",
+      // The EPP runs on the test's own thread: a short slice would stay with it for every later test (tested on its own).
+      "--thread-slice-us", "0",
       ...(o.flags ?? []),
     ],
     {},

@@ -1,6 +1,6 @@
 import { describe, expect, test } from "bun:test";
 import { release } from "node:os";
-import { threadId, threadNice, threadSliceUs } from "../src/pool/thread-priority";
+import { requestThreadSlice, threadId, threadNice, threadSliceUs } from "../src/pool/thread-priority";
 import {
   DEFAULT_MEMBER_NICE, BadRequest, ChatTemplateError, createPreprocessor, encodeJob, joinBody, nextTurnJob, readBody, TokenizeCancelled, TokenizerPool,
   TooDeep, type PoolJob, type TokenizeJob,
@@ -522,9 +522,11 @@ describe("tokenizer pool", () => {
     expect(dflt.stats().members[0]!.priority).toMatchObject({ nice: DEFAULT_MEMBER_NICE });
   }, 60_000);
 
-  // EEVDF keeps a slice per thread from Linux 6.12 (sched_attr.sched_runtime of a SCHED_OTHER thread).
+  // EEVDF keeps a slice per thread from Linux 6.12 (sched_attr.sched_runtime of a SCHED_OTHER thread); the kernel's
+  // own view of a thread's slice is in /proc/<tid>/sched where it has that file (CONFIG_SCHED_DEBUG).
   const [major = 0, minor = 0] = release().split(".").map(Number);
-  const slices = major > 6 || (major === 6 && minor >= 12);
+  const slices = process.platform === "linux" && (major > 6 || (major === 6 && minor >= 12));
+  const kernelView = process.platform === "linux" && threadSliceUs(threadId()) !== null;
   test.skipIf(process.platform !== "linux")(`members ask the kernel for the configured time slice once warm (kernel ${release()}: ${slices ? "held" : "not kept, said so"}); the calling thread keeps its own`, async () => {
     const callerSlice = threadSliceUs(threadId());
     const pool = await pools.start({ size: 2, budgetMs: 60_000, sliceUs: 100 });
@@ -535,7 +537,7 @@ describe("tokenizer pool", () => {
         expect(p).toMatchObject({ sliceUs: 100 });
         expect(p.sliceUnsupported).toBeUndefined();
         // What the kernel says of that thread, not what the member reported.
-        expect(threadSliceUs(p.tid)).toBe(100);
+        if (kernelView) expect(threadSliceUs(p.tid)).toBe(100);
       } else {
         expect(p.sliceUs).toBe(0);
         expect(p.sliceUnsupported).toBeString();
@@ -547,6 +549,22 @@ describe("tokenizer pool", () => {
     expect(own.sliceUs).toBe(0);
     expect(threadSliceUs(own.tid)).toBe(callerSlice);
     expect(threadSliceUs(threadId())).toBe(callerSlice);
+  }, 60_000);
+
+  test.skipIf(!slices || !kernelView)("a thread started after its starter took a short slice gets the kernel's default, not the starter's (RESET_ON_FORK)", async () => {
+    const kernelDefault = threadSliceUs(threadId());
+    try {
+      expect(requestThreadSlice(100)).toEqual({ sliceUs: 100 });
+      expect(threadSliceUs(threadId())).toBe(100);
+      // A pool started now: its members are threads this one starts (as a replacement member is, after the EPP took its slice).
+      const pool = await pools.start({ size: 1, budgetMs: 60_000 });
+      const member = pool.stats().members[0]!.priority;
+      if (member === null || "unsupported" in member) throw new Error(`member priority not set: ${JSON.stringify(member)}`);
+      expect(threadSliceUs(member.tid)).toBe(kernelDefault);
+    } finally {
+      requestThreadSlice(0);
+    }
+    expect(threadSliceUs(threadId())).toBe(kernelDefault);
   }, 60_000);
 
   test("the members' segment caches are summed in the pool's stats and in the process's cache metrics", async () => {

@@ -55,7 +55,11 @@ export function threadSliceUs(tid: number): number | null {
 /** Thread `tid` of this process as the kernel reports it now (Linux; null elsewhere): its nice value and slice. */
 export function threadScheduling(tid: number): { tid: number; nice: number; sliceUs: number | null } | null {
   if (process.platform !== "linux") return null;
-  return { tid, nice: threadNice(tid), sliceUs: threadSliceUs(tid) };
+  try {
+    return { tid, nice: threadNice(tid), sliceUs: threadSliceUs(tid) };
+  } catch {
+    return null;
+  }
 }
 
 // sched_setattr(2) / sched_getattr(2): no Node or Bun API reaches them, so they are called through libc's
@@ -63,7 +67,14 @@ export function threadScheduling(tid: number): { tid: number; nice: number; slic
 const SCHED_ATTR = { x64: { set: 314n, get: 315n }, arm64: { set: 274n, get: 275n } } as const;
 /** struct sched_attr (SCHED_ATTR_SIZE_VER1): size u32, policy u32, flags u64, nice s32, priority u32, runtime u64 at 24, ... */
 const ATTR_BYTES = 56;
+const FLAGS_AT = 8;
 const RUNTIME_AT = 24;
+/**
+ * SCHED_FLAG_RESET_ON_FORK: a thread this one starts later (a replacement pool member, a runtime helper thread) gets the
+ * kernel's default slice, not this one's: since Linux 6.12 a custom slice is otherwise inherited. Any thread may set it;
+ * only clearing it needs CAP_SYS_NICE.
+ */
+const RESET_ON_FORK = 0x01n;
 
 type Syscall = (nr: bigint, pid: bigint, attr: number, a: number, b: number) => bigint;
 let syscall: Syscall | string | undefined;
@@ -84,7 +95,8 @@ function libcSyscall(): Syscall | string {
 
 /**
  * Asks the kernel for a time slice of `us` for the calling thread (Linux 6.12+, EEVDF: sched_attr.sched_runtime of a
- * SCHED_OTHER thread, clamped by the kernel to 0.1-100 ms), its policy and nice value kept. A shorter slice gives the
+ * SCHED_OTHER thread, clamped by the kernel to 0.1-100 ms; 0: back to the kernel's default), its policy and nice value
+ * kept, and not passed on to the threads it starts later (RESET_ON_FORK). A shorter slice gives the
  * thread an earlier deadline each time it wakes, so it preempts a thread that has been running for longer instead of
  * waiting out that thread's slice; its share of the CPU is unchanged (that is the nice value's weight). For threads
  * that sleep between short bursts of work and whose wake-ups hold a request: the decision thread and the tokenizer
@@ -101,8 +113,11 @@ export function requestThreadSlice(us: number): { sliceUs: number; sliceUnsuppor
   const at = ptr(attr);
   if (call(numbers.get, 0n, at, ATTR_BYTES, 0) !== 0n) return { sliceUs: 0, sliceUnsupported: "sched_getattr failed" };
   view.setBigUint64(RUNTIME_AT, BigInt(Math.round(us * 1000)), true);
-  // size = ATTR_BYTES as read; flags 0: the policy and nice read back are written as they were.
+  // The size, policy, nice and flags read back are written as they were (dropping a RESET_ON_FORK already set would
+  // need CAP_SYS_NICE), plus RESET_ON_FORK; the syscall's own flags argument is 0.
+  view.setBigUint64(FLAGS_AT, view.getBigUint64(FLAGS_AT, true) | RESET_ON_FORK, true);
   if (call(numbers.set, 0n, at, 0, 0) !== 0n) return { sliceUs: 0, sliceUnsupported: "sched_setattr refused (seccomp or an older kernel)" };
+  if (us === 0) return { sliceUs: 0 };
   attr.fill(0);
   if (call(numbers.get, 0n, at, ATTR_BYTES, 0) !== 0n) return { sliceUs: 0, sliceUnsupported: "sched_getattr failed" };
   const held = Number(view.getBigUint64(RUNTIME_AT, true)) / 1000;
