@@ -130,7 +130,7 @@ export async function startMockWorker(opts: MockWorkerOptions = {}): Promise<Moc
   const sglangConnector = sglangMode === undefined ? undefined : new MockSglangConnector({
     mode: sglangMode, msPerBlock: config.kvTransferMsPerBlock, blockSize: config.blockSize,
     waitingTimeoutMs: config.disaggregationWaitingTimeoutS * 1000, bootstrapTimeoutMs: config.disaggregationBootstrapTimeoutS * 1000,
-    log: log.child({ component: "sglang-disaggregation" }),
+    log: log.child({ component: "sglang-disaggregation" }), bootstrapPort: config.disaggregationBootstrapPort,
   });
   const role = poolRole(config);
   // SGLang labels its scheduler series with dp_rank only on a server of several DP ranks.
@@ -264,6 +264,8 @@ export async function startMockWorker(opts: MockWorkerOptions = {}): Promise<Moc
   const url = urls[0]!;
   if (connector) connector.sideChannel = { host: config.advertiseHost ?? host, port: servers[0]!.port! };
   if (mooncakeBootstrap) mooncake!.workerAddr = { host: config.advertiseHost ?? host, port: bootstrapPort! };
+  // An ephemeral bootstrap port (0) is known once bound.
+  if (sglangMode === "prefill") sglangConnector!.ownBootstrapPort = bootstrapPort!;
   const view = ranks.map(({ engine, events }) => ({
     rank: engine.rank,
     cache: engine.cache,

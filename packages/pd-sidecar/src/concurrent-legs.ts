@@ -4,10 +4,13 @@ import type { SidecarMetrics } from "./metrics.ts";
 /**
  * Both legs of a request at once, for the connectors whose decode worker fetches the KV itself (SGLang's
  * bootstrap rooms, sglang.ts; vLLM's MooncakeConnector, mooncake.ts): llm-d runs the prefill leg in the
- * background and answers the client with the decode leg. The prefill leg is not cancelled when the client or
- * the decode leg finishes first (llm-d detaches it from the client's context: a cut connection would make the
- * prefill worker abort it and free the KV the decode worker is about to read), only bounded by
- * `--prefill-timeout-ms`; its answer is read and dropped.
+ * background and answers the client with the decode leg. The prefill leg is not cancelled when the client
+ * hangs up after the decode leg started answering (llm-d detaches it from the client's context: a cut
+ * connection would make the prefill worker abort it and free the KV the decode worker is about to read), only
+ * bounded by `--prefill-timeout-ms`; its answer is read and dropped. It is cancelled when the decode leg fails
+ * before streaming (the decode worker cannot be reached, or answers non-2xx): no decode will read its KV, and
+ * the prefill worker would otherwise hold it until its own timeout (SGLang's bootstrap timeout, vLLM's abort
+ * timeout) and this leg stay open up to `--prefill-timeout-ms`.
  */
 export type ConcurrentLegs = {
   /** full URLs */
@@ -20,6 +23,8 @@ export type ConcurrentLegs = {
   prefillTimeoutMs: number;
   /** the client's: ends the decode leg only */
   signal: AbortSignal;
+  /** the sidecar's close(): ends a prefill leg still running in the background */
+  closing?: AbortSignal;
   metrics: SidecarMetrics;
   log: Logger;
   /** called once when the prefill leg failed or the decode worker answered non-2xx (a connector may then forget what it cached about the prefill worker) */
@@ -38,10 +43,19 @@ export async function concurrentLegs(p: ConcurrentLegs): Promise<Response> {
     failed = true;
     p.onFailure?.();
   };
-  void prefillLeg(p, fail);
-  // An unreachable decode worker rejects here: no fault of the prefill side's.
-  const res = await fetch(p.decodeUrl, { method: "POST", headers: p.decodeHeaders, body: p.decodeBody, signal: p.signal });
+  const cancel = new AbortController();
+  void prefillLeg(p, fail, cancel.signal);
+  let res: Response;
+  try {
+    res = await fetch(p.decodeUrl, { method: "POST", headers: p.decodeHeaders, body: p.decodeBody, signal: p.signal });
+  } catch (err) {
+    // An unreachable decode worker (or the client gone before it answered): no fault of the prefill side's,
+    // and nobody will read the prefill's KV.
+    cancel.abort(new DecodeLegFailed());
+    throw err;
+  }
   if (!res.ok) {
+    cancel.abort(new DecodeLegFailed());
     fail();
     p.metrics.failed("decode_status");
     p.log.warn({ status: res.status }, "decode leg failed");
@@ -49,11 +63,19 @@ export async function concurrentLegs(p: ConcurrentLegs): Promise<Response> {
   return res;
 }
 
-async function prefillLeg(p: ConcurrentLegs, fail: () => void): Promise<void> {
+/** Why a prefill leg was cancelled: its decode leg failed before streaming. */
+class DecodeLegFailed extends Error {
+  override name = "AbortError";
+  constructor() {
+    super("the decode leg failed: the prefill leg is cancelled");
+  }
+}
+
+async function prefillLeg(p: ConcurrentLegs, fail: () => void, cancelled: AbortSignal): Promise<void> {
   const started = performance.now();
   const timeout = AbortSignal.timeout(p.prefillTimeoutMs);
   try {
-    const res = await fetch(p.prefillUrl, { method: "POST", headers: p.prefillHeaders, body: p.prefillBody, signal: timeout });
+    const res = await fetch(p.prefillUrl, { method: "POST", headers: p.prefillHeaders, body: p.prefillBody, signal: AbortSignal.any([timeout, cancelled, ...(p.closing ? [p.closing] : [])]) });
     // Read to its end (JSON, or a stream if the client asked for one): the answer itself is not needed.
     await res.arrayBuffer();
     if (!res.ok) {
@@ -64,6 +86,13 @@ async function prefillLeg(p: ConcurrentLegs, fail: () => void): Promise<void> {
     }
     p.metrics.prefillSeconds((performance.now() - started) / 1000);
   } catch (err) {
+    // Cut by a failed decode leg (counted there): not the prefill side's failure. A leg that failed on its own
+    // before the cut (its connection refused) is still counted as such.
+    if (cancelled.aborted && !timeout.aborted && (err === cancelled.reason || (err as Error)?.name === "AbortError")) {
+      p.log.debug("prefill leg cancelled: its decode leg failed");
+      return;
+    }
+    if (p.closing?.aborted) return;
     fail();
     const timedOut = timeout.aborted;
     p.metrics.failed(timedOut ? "prefill_timeout" : "prefill_unreachable");

@@ -6,6 +6,8 @@ import { z } from "zod";
 import { isHostPort } from "./prefiller-header.ts";
 
 const PD_SIDECAR_PROGRAM = { envPrefix: "PD_SIDECAR_" } as const;
+/** A port the sidecar connects to (the shared `port` allows 0, an ephemeral port to bind, which no peer listens on). */
+const peerPort = z.number().int().min(1).max(65535);
 
 export const PD_SIDECAR_OPTIONS = {
   ...group("Server", {
@@ -28,8 +30,8 @@ export const PD_SIDECAR_OPTIONS = {
       "nixlv2",
       "the KV protocol between the workers (llm-d's --kv-connector): nixlv2, vLLM's NixlConnector (prefill leg, then decode leg with its kv_transfer_params); sglang, SGLang's bootstrap rooms (both legs at once); mooncake, vLLM's MooncakeConnector (engine id from the prefill's bootstrap server, both legs at once)",
     ),
-    sglangBootstrapPort: opt.int(port.default(8998), "with --kv-connector sglang: the prefill workers' bootstrap port (SGLang's --disaggregation-bootstrap-port; llm-d reads SGLANG_BOOTSTRAP_PORT)"),
-    mooncakeBootstrapPort: opt.int(port.default(8998), "with --kv-connector mooncake: the prefill workers' Mooncake bootstrap port (vLLM's VLLM_MOONCAKE_BOOTSTRAP_PORT; llm-d's --mooncake-bootstrap-port reads MOONCAKE_BOOTSTRAP_PORT)"),
+    sglangBootstrapPort: opt.int(peerPort.default(8998), "with --kv-connector sglang: the prefill workers' bootstrap port (SGLang's --disaggregation-bootstrap-port; llm-d reads SGLANG_BOOTSTRAP_PORT)"),
+    mooncakeBootstrapPort: opt.int(peerPort.default(8998), "with --kv-connector mooncake: the prefill workers' Mooncake bootstrap port (vLLM's VLLM_MOONCAKE_BOOTSTRAP_PORT; llm-d's --mooncake-bootstrap-port reads MOONCAKE_BOOTSTRAP_PORT)"),
   }),
 };
 

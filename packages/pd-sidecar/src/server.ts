@@ -53,7 +53,7 @@ function answer(res: Response, body: ReadableStream<Uint8Array> | string | null)
   return new Response(body, { status: res.status, headers });
 }
 
-function sidecarApp(config: SidecarConfig, log: Logger, metrics: SidecarMetrics): Hono {
+function sidecarApp(config: SidecarConfig, log: Logger, metrics: SidecarMetrics, closing: AbortSignal): Hono {
   const decoder = config.decoder.replace(/\/$/, "");
   const allowed = new Set(config.allowedPrefillers);
   const engines = new EngineMapCache();
@@ -122,7 +122,7 @@ function sidecarApp(config: SidecarConfig, log: Logger, metrics: SidecarMetrics)
     if (prefillRank !== undefined && prefiller === candidates[0]) prefillHeaders.set(DP_RANK_HEADER, prefillRank);
 
     if (config.kvConnector === "sglang" || config.kvConnector === "mooncake") {
-      const legs = { prefiller, target, client, decoder, decodeHeaders: headers, prefillHeaders, prefillTimeoutMs: config.prefillTimeoutMs, signal, metrics, log };
+      const legs = { prefiller, target, client, decoder, decodeHeaders: headers, prefillHeaders, prefillTimeoutMs: config.prefillTimeoutMs, signal, closing, metrics, log };
       try {
         const res = config.kvConnector === "sglang"
           ? await sglangLegs({ ...legs, bootstrapPort: config.sglangBootstrapPort })
@@ -217,9 +217,16 @@ export async function startSidecar(opts: SidecarOptions = {}): Promise<Sidecar> 
   const { logger, ...given } = opts;
   const config = resolveConfig(given);
   const log = (logger ?? pino({ level: config.logLevel })).child({ component: "pd-sidecar" });
-  const server = Bun.serve({ hostname: config.listen, port: config.port, fetch: sidecarApp(config, log, createMetrics()).fetch, idleTimeout: 0 });
+  // close() also ends the prefill legs still running in the background (concurrent-legs.ts).
+  const closing = new AbortController();
+  const server = Bun.serve({ hostname: config.listen, port: config.port, fetch: sidecarApp(config, log, createMetrics(), closing.signal).fetch, idleTimeout: 0 });
   const host = config.listen === "0.0.0.0" ? "127.0.0.1" : config.listen === "::" ? "::1" : config.listen;
   const url = `http://${hostPort(host, server.port!)}`;
   log.info({ url, decoder: config.decoder, allowedPrefillers: config.allowedPrefillers }, "pd sidecar listening");
-  return { url, config, close: async () => void (await server.stop(true)) };
+  return {
+    url, config, close: async () => {
+      closing.abort();
+      await server.stop(true);
+    },
+  };
 }

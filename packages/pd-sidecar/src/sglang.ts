@@ -5,7 +5,8 @@ import { concurrentLegs, type ConcurrentLegs } from "./concurrent-legs.ts";
  * `--kv-connector sglang`: SGLang's prefill/decode disaggregation, as llm-d's sidecar (connector_sglang.go) and
  * SGLang's own router (mini_lb.py) drive it. No leg waits for the other: the client's body, plus
  *
- * - `bootstrap_host`: the prefill worker's host (an IPv6 one in brackets, as SGLang's router writes it),
+ * - `bootstrap_host`: the prefill worker's host (an IPv6 one in brackets, as SGLang's router writes it; llm-d's
+ *   sidecar strips them),
  * - `bootstrap_port`: its bootstrap server's port (`--sglang-bootstrap-port`, SGLang's
  *   `--disaggregation-bootstrap-port`, 8998 by default on both sides),
  * - `bootstrap_room`: a random integer in [0, 2^63), SGLang's `random.randint(0, 2**63 - 1)`,
@@ -13,7 +14,7 @@ import { concurrentLegs, type ConcurrentLegs } from "./concurrent-legs.ts";
  * goes to the prefill worker and to the decode worker at once (concurrent-legs.ts). The decode worker finds the
  * prefill's KV by the room through that bootstrap server and streams the answer; the prefill worker answers (one
  * token) once its KV was taken. A failed prefill leg shows to the client as the decode worker's own error (SGLang
- * fails a room it never receives with a 500 after its waiting timeout).
+ * fails a room it never receives with a 500 after its waiting timeout); a failed decode leg cancels the prefill leg.
  *
  * The room is a Python int on SGLang's side (pydantic, exact at any size) but most rooms exceed 2^53, past which a
  * double rounds: it is a bigint here and written into the JSON text as its digits, so both legs carry the same

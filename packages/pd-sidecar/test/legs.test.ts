@@ -1,5 +1,6 @@
 import { describe, expect, test } from "bun:test";
-import { decodeBody, pickPrefiller, prefillBody, prefillerCandidates, prefillOutcome } from "../src/index.ts";
+import { decodeBody, prefillBody, prefillOutcome } from "../src/index.ts";
+import { pickPrefiller, prefillerCandidates } from "../src/prefiller-header.ts";
 import { isHostPort } from "../src/prefiller-header.ts";
 import { SPLIT_APIS } from "../src/apis.ts";
 import { rewriteJson, rewriteSse } from "../src/usage-rewrite.ts";

@@ -43,7 +43,8 @@ describe("the P/D sidecar with --kv-connector sglang, between SGLang mock worker
     const before = { decode: await failures(url, "decode_status"), prefill: await failures(url, "prefill_unreachable") };
     const res = await post(url, "/v1/completions", { model: "mock/model", prompt: "nobody prefills this", max_tokens: 2 }, `${DOWN}:${await freePort(DOWN)}`);
     expect(res.status).toBe(500);
-    expect(((await res.json()) as any).error.message).toContain("Failed to get kvcache from prefill instance, it might be dead");
+    // SGLang's decode server gets no parallel info from the prefill's bootstrap server (at once, as older SGLang).
+    expect(((await res.json()) as any).error.message).toContain(`Could not fetch prefill parallel info from bootstrap_addr: ${DOWN}:${prefill.bootstrapPort}`);
     expect(await failures(url, "decode_status")).toBe(before.decode + 1);
     await waitFor(async () => (await failures(url, "prefill_unreachable")) === before.prefill + 1, { message: "the prefill leg's failure counted" });
   });

@@ -111,12 +111,16 @@ export async function runToEnd(req: GenerateRequest, prompt: Uint32Array, transf
   try {
     const text = await collect(gen);
     const mooncake = req.mooncake?.request;
-    if (transfer?.kind === "send" && req.sglang) await req.sglang.connector.offer(req.sglang.bootstrap.room, gen, requestId, signal);
-    else if (transfer?.kind === "send" && mooncake?.kind === "send") kept = req.mooncake!.connector.offer(mooncake.transferId, gen, engine.rank);
+    if (transfer?.kind === "send" && req.sglang) {
+      // offer() frees the blocks itself once the room is taken, timed out or abandoned.
+      kept = true;
+      await req.sglang.connector.offer(req.sglang.bootstrap.room, gen, requestId, signal);
+    } else if (transfer?.kind === "send" && mooncake?.kind === "send") kept = req.mooncake!.connector.offer(mooncake.transferId, gen, engine.rank);
     else if (transfer?.kind === "send") kept = (kvTransferParams = req.kv!.connector.offer(gen, requestId, engine.rank, req.kv!.dpSize)) !== null;
     return { gen, text, kvTransferParams };
   } finally {
-    // Not offered (the client left): nobody will read the blocks.
+    // Not handed to a connector (nothing to transfer, a NIXL offer refused, or a failure before the offer): nobody
+    // will read the blocks.
     if (!kept) gen.held?.release();
   }
 }
@@ -174,17 +178,22 @@ export async function generate(c: Context, req: GenerateRequest): Promise<Respon
     const gens: Generation[] = [];
     // Prompts of a list are streamed one after another, each chunk tagged with its choice index.
     const transfer = pulled ? pulledTransfer : transferPlan(req, true);
+    // An SGLang prefill sends its output only once a decode server took its room (its scheduler streams a
+    // disaggregated prefill when the transfer is done): its chunks wait until then.
+    const heldBack = req.sglang !== undefined && transfer?.kind === "send";
+    const pending: object[] = [];
+    const emit = (body: object) => (heldBack ? void pending.push(body) : send(body));
     for (let index = 0; index < req.prompts.length && !sse.aborted; index++) {
       const gen = await req.pick().start(req.prompts[index]!, req.maxTokens, signal, req.identity, transfer);
       gens.push(gen);
       try {
-        if (req.endpoint === "chat") await send({ ...chunkHead, choices: [{ index, delta: { role: req.replyRole, content: "" }, logprobs: null, finish_reason: null }] });
+        if (req.endpoint === "chat") await emit({ ...chunkHead, choices: [{ index, delta: { role: req.replyRole, content: "" }, logprobs: null, finish_reason: null }] });
         let n = 0;
         for await (const t of gen.tokens()) {
           if (sse.aborted) break;
           const last = ++n === gen.outputTokens;
           const finish_reason = last ? "length" : null;
-          await send({
+          await emit({
             ...chunkHead,
             choices: [req.endpoint === "chat" ? { index, delta: { content: t }, logprobs: null, finish_reason } : { index, text: t, logprobs: null, finish_reason }],
           });
@@ -192,17 +201,18 @@ export async function generate(c: Context, req: GenerateRequest): Promise<Respon
       } finally {
         gen.finish();
       }
-      // A streamed SGLang prefill ends once a decode server took its room; failing that, the stream ends with the error.
-      if (req.sglang && transfer?.kind === "send" && !sse.aborted) {
+      // A streamed SGLang prefill's chunks go out once a decode server took its room (offer() frees the blocks
+      // either way); failing that, the stream is the error alone.
+      if (heldBack && !sse.aborted) {
         try {
-          await req.sglang.connector.offer(req.sglang.bootstrap.room, gen, id, signal);
+          await req.sglang!.connector.offer(req.sglang!.bootstrap.room, gen, id, signal);
         } catch (e) {
           if (!(e instanceof KvTransferFailed)) throw e;
           await send({ error: { message: e.message, type: "InternalServerError", param: null, code: 500 } });
           return;
         }
-      }
-      gen.held?.release();
+        for (const body of pending.splice(0)) await send(body);
+      } else gen.held?.release();
     }
     if (sse.aborted) return;
     if (req.includeUsage) {

@@ -85,7 +85,7 @@ export function openAiRoutes(deps: OpenAiDeps): Hono {
     if (!deps.sglang) return generate(c, g.req);
     // A disaggregated SGLang server serves only requests paired by a room; its Responses request model has no
     // bootstrap fields (pydantic drops them), so a Responses request never has one.
-    const b = endpoint === "responses" ? ({ kind: "none" } as const) : readBootstrap(await c.req.text());
+    const b = endpoint === "responses" ? ({ kind: "none" } as const) : readBootstrap(await c.req.text(), deps.sglang.ownBootstrapPort);
     if (b.kind === "none") return openAiError(c, 400, NO_ROOM_MESSAGE);
     if (b.kind === "invalid") return openAiError(c, 400, `${b.param}: ${b.why}`, b.param);
     if (g.req.prompts.length !== 1) return openAiError(c, 400, "a batch of prompts needs one bootstrap_room each, which the mock does not model", "prompt");

@@ -1,6 +1,7 @@
 import { Hono } from "hono";
 import { openAiError } from "../http/errors.ts";
 import type { MockSglangConnector } from "./sglang-connector.ts";
+import { ROOM_LIMIT } from "./sglang-params.ts";
 
 /**
  * A prefill-mode worker's bootstrap port (SGLang's `--disaggregation-bootstrap-port`, 8998 by default), where
@@ -14,7 +15,7 @@ export function bootstrapRoutes(connector: MockSglangConnector): Hono {
   app.get("/health", (c) => c.text("OK"));
   app.get("/kv/:room", async (c) => {
     const room = c.req.param("room");
-    if (!/^\d{1,40}$/.test(room)) return openAiError(c, 400, "the room must be a non-negative integer", "room");
+    if (!/^\d{1,40}$/.test(room) || BigInt(room) >= ROOM_LIMIT) return openAiError(c, 400, "the room must be an integer in [0, 2^63)", "room");
     const signal = c.req.raw.signal;
     try {
       return c.json(await connector.take(BigInt(room).toString(), signal));

@@ -9,14 +9,17 @@ import type { Bootstrap } from "./sglang-params.ts";
  *
  * - Prefill side: a request carrying a bootstrap room computes its prompt and one output token, and its
  *   blocks stay held under the room until the decode server that names the same room takes them; only then
- *   does the prefill answer (SGLang ends a prefill with `FINISH_LENGTH(length=0)` once its KV transfer
- *   succeeded). A room no decode server asks for fails after `bootstrapTimeoutMs`
- *   (SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT) with a 500, and its blocks are freed.
+ *   does the prefill answer, streamed or not (SGLang ends a prefill with `FINISH_LENGTH(length=0)` once its KV
+ *   transfer succeeded, and sends its output only then). A room no decode server asks for fails after
+ *   `bootstrapTimeoutMs` (SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT) with a 500, and its blocks are freed. (SGLang
+ *   waits for the decode's handshake before it computes the prompt; the mock computes first, then waits.)
  * - Decode side: a request carrying `bootstrap_host`, `bootstrap_port` and `bootstrap_room` asks the prefill
  *   server's bootstrap port for the room's KV, then reads the blocks it lacks (`msPerBlock` each) and computes
  *   only the last prompt token, as the vLLM-style pull does (rank-engine.ts). A room that never arrives fails
- *   after `waitingTimeoutMs` (SGLANG_DISAGGREGATION_WAITING_TIMEOUT), a prefill server that cannot be reached at
- *   once; both are SGLang's 500 (`prepare_abort` with INTERNAL_SERVER_ERROR), its message included.
+ *   after `waitingTimeoutMs` (SGLANG_DISAGGREGATION_WAITING_TIMEOUT), a bootstrap server that cannot be reached (or
+ *   answers an error) at once; both are SGLang's 500 (`prepare_abort` with INTERNAL_SERVER_ERROR) with SGLang's
+ *   message (`KVTransferError(bootstrap_room=N): ...`). At once is older SGLang's: newer releases ask the bootstrap
+ *   server again, up to 15 times 1 s apart, before they fail the request.
  *
  * Real SGLang moves the KV over RDMA (Mooncake, NIXL, ...) after a handshake through the prefill server's
  * bootstrap server; here the bootstrap port itself hands the room over (`GET /kv/<room>`, sglang-bootstrap.ts),
@@ -31,6 +34,8 @@ export type SglangConnectorOptions = {
   waitingTimeoutMs: number;
   /** prefill side: SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT */
   bootstrapTimeoutMs: number;
+  /** --disaggregation-bootstrap-port as configured (0 on a prefill server: set ownBootstrapPort once bound) */
+  bootstrapPort: number;
   log: Logger;
 };
 
@@ -51,8 +56,15 @@ export class MockSglangConnector {
   transferred = 0;
   /** rooms that failed: not taken in time (prefill side), not received or no prefill server (decode side) */
   failed = 0;
+  /**
+   * This server's own `--disaggregation-bootstrap-port` (as bound, on a prefill server): SGLang's scheduler puts it in
+   * place of a request's null `bootstrap_port`.
+   */
+  ownBootstrapPort: number;
 
-  constructor(readonly opts: SglangConnectorOptions) {}
+  constructor(readonly opts: SglangConnectorOptions) {
+    this.ownBootstrapPort = opts.bootstrapPort;
+  }
 
   /** Rooms held for a decode server (prefill side). */
   get heldRooms(): number {
@@ -79,13 +91,16 @@ export class MockSglangConnector {
           this.failed++;
           const s = ((performance.now() - started) / 1000).toFixed(1);
           this.opts.log.warn({ room: key }, "no decode server took the room: freed at the bootstrap timeout");
-          reject(new KvTransferFailed(`Prefill transfer failed for request rank=0 req.rid='${rid}' req.bootstrap_room=${key} with exception Request ${key} timed out after ${s}s waiting for decode handshake`));
+          // SGLang's prefill fails a room while bootstrapping (its bootstrap queue, before the prompt is computed).
+          reject(new KvTransferFailed(`Prefill bootstrap failed for request rank=0 req.rid='${rid}' req.bootstrap_room=${key} with exception KVTransferError(bootstrap_room=${key}): Request ${key} timed out after ${s}s in KVPoll.Bootstrapping`));
         }, this.opts.bootstrapTimeoutMs);
         timer.unref?.();
         const onAbort = () => {
           done();
           reject(signal.reason);
         };
+        // Aborted already (the client left during the engine run): nothing to hold.
+        if (signal.aborted) return onAbort();
         signal.addEventListener("abort", onAbort, { once: true });
         const offered: Offered = {
           kv,
@@ -112,6 +127,7 @@ export class MockSglangConnector {
       ready.taken();
       return Promise.resolve(ready.kv);
     }
+    if (signal.aborted) return Promise.reject(signal.reason);
     return new Promise<RoomKv>((resolve, reject) => {
       let set = this.waiters.get(key);
       if (!set) this.waiters.set(key, (set = new Set()));
@@ -142,22 +158,26 @@ export class MockSglangConnector {
   async receive(b: Bootstrap, rid: string, signal: AbortSignal): Promise<TransferPlan> {
     const key = b.room.toString();
     const started = performance.now();
-    const fail = (why: string) => {
+    const addr = hostPort(b.host.replace(/^\[(.*)\]$/, "$1"), b.port);
+    // SGLang's phases: the handshake (the bootstrap server's answer) and the transfer (the KV itself).
+    const fail = (phase: "handshake" | "transfer", why: string) => {
       this.failed++;
-      this.opts.log.warn({ room: key, peer: hostPort(b.host, b.port), why }, "decode transfer failed");
-      return new KvTransferFailed(`Decode transfer failed for request rank=0 decode_req.req.rid='${rid}' decode_req.req.bootstrap_room=${key} with exception KVTransferError(bootstrap_room=${key}): ${why}`);
+      this.opts.log.warn({ room: key, peer: addr, why }, "decode transfer failed");
+      return new KvTransferFailed(`Decode ${phase} failed for request rank=0 decode_req.req.rid='${rid}' decode_req.req.bootstrap_room=${key} with exception KVTransferError(bootstrap_room=${key}): ${why}`);
     };
+    const unreachable = () => fail("handshake", `Could not fetch prefill parallel info from bootstrap_addr: ${addr}`);
     const timeout = AbortSignal.timeout(this.opts.waitingTimeoutMs);
     let kv: RoomKv;
     try {
-      const res = await fetch(`http://${hostPort(b.host.replace(/^\[(.*)\]$/, "$1"), b.port)}/kv/${key}`, { signal: AbortSignal.any([signal, timeout]) });
-      if (!res.ok) throw fail(`Failed to get prefill server info: ${res.status}, ${await res.text()}`);
+      const res = await fetch(`http://${addr}/kv/${key}`, { signal: AbortSignal.any([signal, timeout]) });
+      // A bootstrap server that answers an error is one SGLang gets no parallel info from.
+      if (!res.ok) throw unreachable();
       kv = (await res.json()) as RoomKv;
     } catch (e) {
       if (e instanceof KvTransferFailed) throw e;
       if (signal.aborted) throw signal.reason;
-      if (timeout.aborted) throw fail(`Request ${key} timed out after ${((performance.now() - started) / 1000).toFixed(1)}s waiting for KV transfer`);
-      throw fail("Failed to get kvcache from prefill instance, it might be dead");
+      if (timeout.aborted) throw fail("transfer", `Request ${key} timed out after ${((performance.now() - started) / 1000).toFixed(1)}s in KVPoll.WaitingForInput`);
+      throw unreachable();
     }
     this.transferred++;
     return { kind: "receive", remoteBlocks: kv.blocks, msPerBlock: this.opts.msPerBlock, onPulled: () => {} };

@@ -19,8 +19,14 @@ export type BootstrapRequest = { kind: "none" } | { kind: "room"; bootstrap: Boo
 /** SGLang's answer to a request without a room on a prefill or decode server. */
 export const NO_ROOM_MESSAGE = "Disaggregated request received without bootstrap room id";
 
-/** The three fields of a body given as JSON text. */
-export function readBootstrap(text: string): BootstrapRequest {
+/** Rooms are below this: SGLang keeps a room as a signed 64-bit integer (its metadata buffers, its KV managers' tables). */
+export const ROOM_LIMIT = 2n ** 63n;
+
+/**
+ * The three fields of a body given as JSON text. `ownBootstrapPort`: the receiving server's own
+ * `--disaggregation-bootstrap-port`, which SGLang's scheduler puts in place of a null or missing `bootstrap_port`.
+ */
+export function readBootstrap(text: string, ownBootstrapPort: number): BootstrapRequest {
   let body: unknown;
   try {
     // The reviver sees the room's source digits before they are rounded to a double (only the top-level field is read).
@@ -36,14 +42,12 @@ export function readBootstrap(text: string): BootstrapRequest {
   if (Array.isArray(room)) return { kind: "invalid", why: "one bootstrap_room per prompt of a batch is not modelled", param: "bootstrap_room" };
   const source = typeof room === "object" && room !== null && "source" in room ? String((room as { source: unknown }).source) : undefined;
   if (source === undefined || !/^\d+$/.test(source)) return { kind: "invalid", why: "bootstrap_room must be a non-negative integer", param: "bootstrap_room" };
+  if (BigInt(source) >= ROOM_LIMIT) return { kind: "invalid", why: "bootstrap_room must be below 2^63 (a signed 64-bit integer)", param: "bootstrap_room" };
   const host = o.bootstrap_host;
   if (typeof host !== "string" || host.length === 0) return { kind: "invalid", why: "bootstrap_host must be a host name or address", param: "bootstrap_host" };
   const port = o.bootstrap_port;
-  // SGLang's CompletionRequest allows a null port (its default bootstrap port is then assumed).
+  // SGLang's request models allow a null port: its scheduler then takes the server's own bootstrap port.
   if (port !== undefined && port !== null && !(typeof port === "number" && Number.isInteger(port) && port > 0 && port <= 65535))
     return { kind: "invalid", why: "bootstrap_port must be a port number", param: "bootstrap_port" };
-  return { kind: "room", bootstrap: { host, port: typeof port === "number" ? port : DEFAULT_BOOTSTRAP_PORT, room: BigInt(source) } };
+  return { kind: "room", bootstrap: { host, port: typeof port === "number" ? port : ownBootstrapPort, room: BigInt(source) } };
 }
-
-/** SGLang's `--disaggregation-bootstrap-port` default (and llm-d's SGLANG_BOOTSTRAP_PORT). */
-export const DEFAULT_BOOTSTRAP_PORT = 8998;
