@@ -19,6 +19,8 @@ export type SidecarMetrics = {
   /** a prefill attempt sent again, by what the one before it got */
   retried(reason: RetryReason): void;
   prefillSeconds(s: number): void;
+  /** with --kv-connector mooncake: the EPP named a prefill rank the engine map lacks, and a drawn rank served the request */
+  rankFallback(): void;
 };
 
 export function createMetrics(): SidecarMetrics {
@@ -30,11 +32,16 @@ export function createMetrics(): SidecarMetrics {
     name: "pd_sidecar_prefill_duration_seconds", help: "Prefill leg, from sending it to its answer, retries included.",
     buckets: [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30], registers: [registry],
   });
+  const fallbacks = new Counter({
+    name: "pd_sidecar_prefill_rank_fallbacks_total", registers: [registry],
+    help: "Mooncake requests whose EPP-named prefill rank was not in the prefill worker's engine map, served on a drawn rank.",
+  });
   return {
     registry,
     request: (mode) => requests.inc({ mode }),
     failed: (reason) => failures.inc({ reason }),
     retried: (reason) => retries.inc({ reason }),
     prefillSeconds: (s) => prefill.observe(s),
+    rankFallback: () => fallbacks.inc(),
   };
 }

@@ -51,6 +51,24 @@ describe("EngineMapCache", () => {
     expect(queries).toBe(2);
   });
 
+  test("a rank the map lacks asks it again once, not for every request; true the first time for each rank", async () => {
+    const cache = new EngineMapCache(() => 0);
+    queries = 0;
+    const first = cache.get("p:1", addr());
+    await first;
+    expect(cache.missingRank("p:1", addr(), first, "7")).toBe(true);
+    const second = cache.get("p:1", addr());
+    expect(second).not.toBe(first);
+    await second;
+    expect(queries).toBe(2);
+    // The second answer lacks it too: not asked a third time, nor logged again; another rank is logged once.
+    expect(cache.missingRank("p:1", addr(), second, "7")).toBe(false);
+    expect(cache.missingRank("p:1", addr(), first, "7")).toBe(false);
+    expect(cache.missingRank("p:1", addr(), second, "8")).toBe(true);
+    expect(cache.get("p:1", addr())).toBe(second);
+    expect(queries).toBe(2);
+  });
+
   test("a failed query is not kept, and says why", async () => {
     const cache = new EngineMapCache(() => 0);
     queries = 0;
@@ -73,11 +91,11 @@ describe("engineMap and chooseRank", () => {
     expect(() => engineMap([])).toThrow("not a JSON object");
   });
 
-  test("the named rank's engine, else one drawn uniformly", () => {
+  test("the named rank's engine, else one drawn uniformly; a named rank the map lacks is drawn over, as a fallback", () => {
     const map = new Map([["0", "a"], ["1", "b"]]);
-    expect(chooseRank(map, "1")).toEqual({ rank: "1", engineId: "b" });
-    expect(() => chooseRank(map, "2")).toThrow("the prefill rank 2 is not in the bootstrap /query answer (ranks 0, 1)");
-    expect(chooseRank(map, undefined, () => 0)).toEqual({ rank: "0", engineId: "a" });
-    expect(chooseRank(map, undefined, () => 0.99)).toEqual({ rank: "1", engineId: "b" });
+    expect(chooseRank(map, "1")).toEqual({ rank: "1", engineId: "b", fallback: false });
+    expect(chooseRank(map, "2", () => 0.99)).toEqual({ rank: "1", engineId: "b", fallback: true });
+    expect(chooseRank(map, undefined, () => 0)).toEqual({ rank: "0", engineId: "a", fallback: false });
+    expect(chooseRank(map, undefined, () => 0.99)).toEqual({ rank: "1", engineId: "b", fallback: false });
   });
 });

@@ -13,12 +13,16 @@ import { bootstrapHost } from "./sglang.ts";
  *    VLLM_MOONCAKE_BOOTSTRAP_PORT, 8998 by default on both sides) is asked `GET /query`: it answers one entry per
  *    DP rank, `{"<rank>": {"engine_id": ..., "worker_addr": {...}}}`. The rank -> engine id map is cached per
  *    prefill worker (`host:port`), as llm-d's is; unlike llm-d's (an LRU of 1024 that never forgets), an entry
- *    lives at most ENGINE_MAP_TTL_MS and is dropped when a request through it fails, since vLLM draws a new
- *    engine id each time a prefill worker starts and a stale one fails every transfer. The query is bounded by 5 s
- *    (llm-d's); concurrent requests share one query.
- * 2. A rank is chosen: the EPP's prefill rank when it names one (that rank's engine), else one drawn uniformly
- *    (llm-d takes the first of a Go map, whose order is random). The prefill leg carries it as
- *    `x-data-parallel-rank`, so the KV lands on the engine the decode worker pulls from.
+ *    lives at most ENGINE_MAP_TTL_MS and is dropped when a request through it fails on the prefill worker's side
+ *    (its prefill leg fails, or its decode worker answers 5xx: a stale engine id fails the transfer), since vLLM
+ *    draws a new engine id each time a prefill worker starts and a stale one fails every transfer; a 4xx (a
+ *    client's 400, a 429) keeps it. The query is bounded by 5 s (llm-d's); concurrent requests share one query.
+ * 2. A rank is chosen: the EPP's prefill rank when it names one the map has (that rank's engine), else one drawn
+ *    uniformly (llm-d takes the first of a Go map, whose order is random). A named rank the map lacks is drawn
+ *    over too, not refused: the EPP numbers ranks by what it scrapes, vLLM's bootstrap server by dp_rank, and if
+ *    the two disagree a refusal would fail every request. It is counted, logged once per prefill worker and rank,
+ *    and the map is asked again once (a rank that registered after the query), not on every request. The prefill
+ *    leg carries the rank as `x-data-parallel-rank`, so the KV lands on the engine the decode worker pulls from.
  * 3. Both legs go at once (concurrent-legs.ts), paired by a `transfer_id` (`xfer-<uuid>`, llm-d's):
  *    - prefill: the client's body for one token (prefill-request.ts) with `kv_transfer_params`
  *      `{do_remote_prefill: false, do_remote_decode: true, transfer_id}`; vLLM's prefill holds its blocks under the
@@ -27,7 +31,9 @@ import { bootstrapHost } from "./sglang.ts";
  *      remote_bootstrap_addr: "http://<prefill host>:<port>", remote_engine_id}`; vLLM's decode asks that bootstrap
  *      server where the engine's workers listen and pulls the blocks, waiting for the prefill if it is not done yet.
  *    The decode answer streams back unchanged (llm-d rewrites no usage for Mooncake: the prefill's count may come
- *    after the decode's first bytes).
+ *    after the decode's first bytes). A prefill leg that fails before the decode's first byte cuts the decode leg
+ *    (concurrent-legs.ts): vLLM's prefill would never hold the transfer id, and the decode's pull would wait
+ *    VLLM_MOONCAKE_ABORT_REQUEST_TIMEOUT (480 s) for it.
  */
 
 /** llm-d's bootstrap query timeout ("the same value as the other timeout on vllm"). */
@@ -60,7 +66,10 @@ export function engineMap(answer: unknown): EngineMap {
 
 /** The prefill workers' engine maps, by `host:port`: queried once, shared while in flight, forgotten on expiry or failure. */
 export class EngineMapCache {
-  private readonly entries = new Map<string, { map: Promise<EngineMap>; until: number }>();
+  /** `refreshed`: this map was asked for a rank the one before lacked (it is not asked again for that reason) */
+  private readonly entries = new Map<string, { map: Promise<EngineMap>; until: number; refreshed: boolean }>();
+  /** `prefiller#rank` named by the EPP and found in no map, already logged */
+  private readonly missing = new Set<string>();
 
   constructor(private readonly now: () => number = performance.now.bind(performance)) {}
 
@@ -72,19 +81,37 @@ export class EngineMapCache {
       this.entries.set(prefiller, hit);
       return hit.map;
     }
+    return this.query(prefiller, bootstrapAddr, false);
+  }
+
+  /** Drops the prefill worker's map (only `which`, when given: a newer query's is kept). */
+  forget(prefiller: string, which?: Promise<EngineMap>): void {
+    if (which === undefined || this.entries.get(prefiller)?.map === which) this.entries.delete(prefiller);
+  }
+
+  /**
+   * The EPP named `rank`, which `which` lacks: the map is asked again, once (not when `which` is itself such a
+   * second answer, nor when a newer one replaced it). True the first time this prefill worker lacked this rank.
+   */
+  missingRank(prefiller: string, bootstrapAddr: string, which: Promise<EngineMap>, rank: string): boolean {
+    const hit = this.entries.get(prefiller);
+    if (hit?.map === which && !hit.refreshed) void this.query(prefiller, bootstrapAddr, true).catch(() => undefined);
+    const key = `${prefiller}#${rank}`;
+    if (this.missing.has(key)) return false;
+    if (this.missing.size >= ENGINE_MAP_ENTRIES) this.missing.clear();
+    this.missing.add(key);
+    return true;
+  }
+
+  private query(prefiller: string, bootstrapAddr: string, refreshed: boolean): Promise<EngineMap> {
     const map = queryEngineMap(bootstrapAddr);
-    const entry = { map, until: this.now() + ENGINE_MAP_TTL_MS };
+    const entry = { map, until: this.now() + ENGINE_MAP_TTL_MS, refreshed };
     this.entries.delete(prefiller);
     this.entries.set(prefiller, entry);
     if (this.entries.size > ENGINE_MAP_ENTRIES) this.entries.delete(this.entries.keys().next().value!);
     // A failed query is not kept: the next request asks again.
     map.catch(() => this.forget(prefiller, entry.map));
     return map;
-  }
-
-  /** Drops the prefill worker's map (only `which`, when given: a newer query's is kept). */
-  forget(prefiller: string, which?: Promise<EngineMap>): void {
-    if (which === undefined || this.entries.get(prefiller)?.map === which) this.entries.delete(prefiller);
   }
 }
 
@@ -106,16 +133,16 @@ async function queryEngineMap(bootstrapAddr: string): Promise<EngineMap> {
   return engineMap(answer);
 }
 
-/** The rank the prefill leg is pinned to: `named` when given (it must be in the map), else one drawn uniformly. */
-export function chooseRank(map: EngineMap, named: string | undefined, random: () => number = Math.random): { rank: string; engineId: string } {
-  if (named !== undefined) {
-    const engineId = map.get(named);
-    if (engineId === undefined) throw new BootstrapError("bootstrap_answer", `the prefill rank ${named} is not in the bootstrap /query answer (ranks ${[...map.keys()].join(", ")})`);
-    return { rank: named, engineId };
-  }
+/**
+ * The rank the prefill leg is pinned to: `named` when the map has it, else one drawn uniformly (`fallback`: the
+ * EPP named a rank the map lacks).
+ */
+export function chooseRank(map: EngineMap, named: string | undefined, random: () => number = Math.random): { rank: string; engineId: string; fallback: boolean } {
+  const engineId = named === undefined ? undefined : map.get(named);
+  if (named !== undefined && engineId !== undefined) return { rank: named, engineId, fallback: false };
   const ranks = [...map.keys()];
   const rank = ranks[Math.min(ranks.length - 1, Math.floor(random() * ranks.length))]!;
-  return { rank, engineId: map.get(rank)! };
+  return { rank, engineId: map.get(rank)!, fallback: named !== undefined };
 }
 
 /** Both legs' bodies for one transfer. */
@@ -144,18 +171,18 @@ export type MooncakeLegs = Omit<ConcurrentLegs, "prefillUrl" | "decodeUrl" | "pr
 
 /**
  * The engine map (rejects with a BootstrapError before any leg is sent), then both legs: resolves with the decode
- * worker's answer, to stream; rejects when the decode worker cannot be reached.
+ * worker's answer, to stream; rejects when the prefill leg failed before it (PrefillLegFailed) or the decode
+ * worker cannot be reached.
  */
 export async function mooncakeLegs(p: MooncakeLegs): Promise<Response> {
   const bootstrapAddr = `http://${bootstrapHost(p.prefiller)}:${p.bootstrapPort}`;
   const map = p.engines.get(p.prefiller, bootstrapAddr);
-  let chosen: ReturnType<typeof chooseRank>;
-  try {
-    chosen = chooseRank(await map, p.prefillRank);
-  } catch (err) {
-    // A rank the map lacks may be a stale map: the next request asks again.
-    p.engines.forget(p.prefiller, map);
-    throw err;
+  const chosen = chooseRank(await map, p.prefillRank);
+  if (chosen.fallback) {
+    p.metrics.rankFallback();
+    if (p.engines.missingRank(p.prefiller, bootstrapAddr, map, p.prefillRank!)) {
+      p.log.warn({ peer: p.prefiller, rank: p.prefillRank, ranks: [...(await map).keys()], drawn: chosen.rank }, "the EPP's prefill rank is not in the Mooncake bootstrap /query answer: a drawn rank serves it (logged once)");
+    }
   }
   // The client left while the map was looked up: no leg is sent.
   if (p.signal.aborted) throw p.signal.reason;

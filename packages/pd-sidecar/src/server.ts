@@ -9,6 +9,7 @@ import { decodeBody, prefillBody, prefillOutcome, type Body } from "./prefill-re
 import { sendPrefill } from "./prefill-leg.ts";
 import { PREFILLER_HEADER, isHostPort, pickPrefiller, prefillerCandidates } from "./prefiller-header.ts";
 import { BootstrapError, EngineMapCache, mooncakeLegs } from "./mooncake.ts";
+import { PrefillLegFailed } from "./concurrent-legs.ts";
 import { sglangLegs } from "./sglang.ts";
 import { rewriteJson, rewriteSse } from "./usage-rewrite.ts";
 
@@ -139,6 +140,8 @@ function sidecarApp(config: SidecarConfig, log: Logger, metrics: SidecarMetrics,
           return errorBody(c, 502, err.message);
         }
         if (signal.aborted) return c.body(null, 499 as never);
+        // Counted and logged by the prefill leg (concurrent-legs.ts), its decode leg cut.
+        if (err instanceof PrefillLegFailed) return errorBody(c, 502, err.message);
         metrics.failed("decoder_unreachable");
         log.warn({ err }, "decode worker unreachable");
         return errorBody(c, 502, `decode worker unreachable: ${(err as Error).message}`);

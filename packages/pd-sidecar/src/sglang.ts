@@ -13,8 +13,9 @@ import { concurrentLegs, type ConcurrentLegs } from "./concurrent-legs.ts";
  *
  * goes to the prefill worker and to the decode worker at once (concurrent-legs.ts). The decode worker finds the
  * prefill's KV by the room through that bootstrap server and streams the answer; the prefill worker answers (one
- * token) once its KV was taken. A failed prefill leg shows to the client as the decode worker's own error (SGLang
- * fails a room it never receives with a 500 after its waiting timeout); a failed decode leg cancels the prefill leg.
+ * token) once its KV was taken. A prefill leg that fails before the decode worker answers cuts the decode leg and
+ * fails the request with a 502 (SGLang would fail a room it never receives with a 500 only after
+ * SGLANG_DISAGGREGATION_WAITING_TIMEOUT, 300 s); a failed decode leg cancels the prefill leg.
  *
  * The room is a Python int on SGLang's side (pydantic, exact at any size) but most rooms exceed 2^53, past which a
  * double rounds: it is a bigint here and written into the JSON text as its digits, so both legs carry the same

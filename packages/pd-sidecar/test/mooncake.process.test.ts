@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { startMockWorker, type MockWorker } from "@kv-epp/mock-worker";
 import { freePort, waitFor, type ProcessHandle, LOOPBACK } from "@kv-epp/testkit";
-import { expectStreamedChatPrefilledRemotely, failures, metric, post, startSidecarProcess } from "./process-support.ts";
+import { expectRefusedPrefillAnswered502, expectStreamedChatPrefilledRemotely, failures, metric, post, startSidecarProcess } from "./process-support.ts";
 
 // `bun run pd-sidecar --kv-connector mooncake` as a process in front of a decode-role mock worker in Mooncake mode,
 // a prefill-role one as the prefiller: the engine id from the prefill's bootstrap server, both legs at once paired
@@ -61,20 +61,50 @@ describe("the P/D sidecar with --kv-connector mooncake, between Mooncake mock wo
     expect(await failures(url, "bootstrap_unreachable")).toBe(before + 1);
     expect(await metric(`${decode.url}/metrics`, `vllm:request_success_total{model_name="mock/model",engine="0",finished_reason="length"}`)).toBe(decoded);
   });
+
+  test("a prefill leg refused while the decode worker waits for the transfer: a 502 naming it at once, counted once", async () => {
+    // The prefill worker's host: its bootstrap server answers, so the decode worker waits for the transfer id (up
+    // to VLLM_MOONCAKE_ABORT_REQUEST_TIMEOUT, 480 s) unless the sidecar cuts it.
+    await expectRefusedPrefillAnswered502(url, P);
+  });
 });
 
 describe("the P/D sidecar with --kv-connector mooncake, between capturing servers", () => {
   type Seen = { body: any; headers: Headers };
   const seen: { prefill: Seen[]; decode: Seen[] } = { prefill: [], decode: [] };
   let queries = 0;
+  /** decode requests the sidecar cut; those still waiting, and the first one's arrival */
+  let decodeCut = 0, waiting = 0;
+  let waitArrived = Promise.withResolvers<void>();
   let servers: ReturnType<typeof Bun.serve>[] = [];
   let url: string, prefiller: string, bootstrapPort: number;
   beforeAll(async () => {
     const answer = { id: "x", object: "chat.completion", choices: [{ index: 0, message: { role: "assistant", content: "hi" }, finish_reason: "length" }] };
-    const capture = (into: Seen[]) => Bun.serve({
-      hostname: C, port: 0,
+    // The prompt says how a leg answers: the prefill fails with a 503 ("prefill 503"); the decode waits for KV
+    // that never comes ("decode waits"), or answers an error ("decode 429", "decode 500").
+    const capture = (into: Seen[], role: "prefill" | "decode") => Bun.serve({
+      hostname: C, port: 0, idleTimeout: 0,
       fetch: async (req) => {
-        into.push({ body: await req.json(), headers: req.headers });
+        const body: any = await req.json();
+        into.push({ body, headers: req.headers });
+        const says = String(body.prompt ?? "");
+        if (role === "prefill" && says.includes("prefill 503")) {
+          // Fails once its decode leg waits, so that the cut is seen.
+          await waitArrived.promise;
+          return Response.json({ error: { message: "overloaded" } }, { status: 503 });
+        }
+        if (role === "decode" && says.includes("decode waits")) {
+          // Cut while its body was read, the abort event has been and gone.
+          if (req.signal.aborted) decodeCut++;
+          else {
+            waiting++;
+            req.signal.addEventListener("abort", () => (decodeCut++, waiting--));
+          }
+          waitArrived.resolve();
+          return new Promise<Response>(() => {});
+        }
+        const status = role === "decode" ? /decode (\d{3})/.exec(says)?.[1] : undefined;
+        if (status) return Response.json({ error: { message: "no" } }, { status: Number(status) });
         return Response.json(answer);
       },
     });
@@ -89,7 +119,7 @@ describe("the P/D sidecar with --kv-connector mooncake, between capturing server
         });
       },
     });
-    const [pserver, dserver] = [capture(seen.prefill), capture(seen.decode)];
+    const [pserver, dserver] = [capture(seen.prefill, "prefill"), capture(seen.decode, "decode")];
     servers = [pserver, dserver, bootstrap];
     prefiller = `${C}:${pserver.port}`;
     bootstrapPort = bootstrap.port!;
@@ -140,14 +170,61 @@ describe("the P/D sidecar with --kv-connector mooncake, between capturing server
     expect(queries).toBe(asked === 0 ? 1 : asked);
   });
 
-  test("a rank the map lacks: a 502 counted, and the map is asked again next time", async () => {
+  test("a rank the map lacks: served on a drawn rank, counted, and the map asked again once, not per request", async () => {
     const asked = queries;
-    const before = await failures(url, "bootstrap_answer");
-    const res = await post(url, "/v1/completions", { model: "m", prompt: "x", max_tokens: 2 }, prefiller, { "x-kv-epp-prefill-data-parallel-rank": "5" });
-    expect(res.status).toBe(502);
-    expect(((await res.json()) as any).error.message).toContain("the prefill rank 5 is not in the bootstrap /query answer");
-    expect(await failures(url, "bootstrap_answer")).toBe(before + 1);
-    expect((await post(url, "/v1/completions", { model: "m", prompt: "x", max_tokens: 2 }, prefiller)).status).toBe(200);
+    const fallbacks = () => metric(`${url}/sidecar/metrics`, "pd_sidecar_prefill_rank_fallbacks_total");
+    const before = await fallbacks();
+    const from = seen.prefill.length;
+    for (let i = 0; i < 3; i++) {
+      const res = await post(url, "/v1/completions", { model: "m", prompt: `r${i}`, max_tokens: 2 }, prefiller, { "x-kv-epp-prefill-data-parallel-rank": "5" });
+      expect(res.status).toBe(200);
+    }
+    await waitFor(() => seen.prefill.length === from + 3, { message: "three prefill legs" });
+    for (let i = from; i < from + 3; i++) {
+      const rank = seen.prefill[i]!.headers.get("x-data-parallel-rank")!;
+      expect(["0", "1"]).toContain(rank);
+      const transferId = seen.prefill[i]!.body.kv_transfer_params.transfer_id;
+      expect(seen.decode.find((x) => x.body.kv_transfer_params.transfer_id === transferId)!.body.kv_transfer_params.remote_engine_id).toBe(`engine-dp${rank}`);
+    }
+    expect(await fallbacks()).toBe(before + 3);
+    expect(await failures(url, "bootstrap_answer")).toBe(0);
     expect(queries).toBe(asked + 1);
+  });
+
+  test("a decode worker's 4xx keeps the engine map; a 5xx drops it", async () => {
+    const asked = queries;
+    const ask = (prompt: string) => post(url, "/v1/completions", { model: "m", prompt, max_tokens: 2 }, prefiller);
+    expect((await ask("decode 429")).status).toBe(429);
+    expect((await ask("decode 400")).status).toBe(400);
+    expect((await ask("fine")).status).toBe(200);
+    expect(queries).toBe(asked);
+    expect((await ask("decode 500")).status).toBe(500);
+    expect((await ask("fine")).status).toBe(200);
+    expect(queries).toBe(asked + 1);
+  });
+
+  test("a prefill worker that answers 503 while the decode worker waits for the KV: the decode leg cut, a 502 naming the prefill's failure, counted once", async () => {
+    const cut = decodeCut;
+    waitArrived = Promise.withResolvers();
+    const before = { prefill: await failures(url, "prefill_status"), decode: await failures(url, "decode_status"), decoder: await failures(url, "decoder_unreachable") };
+    const res = await post(url, "/v1/completions", { model: "m", prompt: "prefill 503, decode waits", max_tokens: 2, stream: true }, prefiller);
+    expect(res.status).toBe(502);
+    expect(((await res.json()) as any).error.message).toBe(`the prefill leg failed (prefill worker ${prefiller} answered 503): the decode leg was cancelled`);
+    await waitFor(() => decodeCut === cut + 1, { message: "the decode leg cut" });
+    expect(await failures(url, "prefill_status")).toBe(before.prefill + 1);
+    expect(await failures(url, "decode_status")).toBe(before.decode);
+    expect(await failures(url, "decoder_unreachable")).toBe(before.decoder);
+  });
+
+  test("a prefill worker that refuses the connection: the same, counted as prefill_unreachable", async () => {
+    const before = await failures(url, "prefill_unreachable");
+    // The same host, so the same bootstrap server answers /query; nothing listens on the port.
+    const refused = `${C}:${await freePort(C)}`;
+    const res = await post(url, "/v1/chat/completions", { model: "m", prompt: "decode waits", messages: [{ role: "user", content: "x" }] }, refused);
+    expect(res.status).toBe(502);
+    expect(((await res.json()) as any).error.message).toContain(`the prefill leg failed (prefill worker ${refused} unreachable`);
+    // Refused at once, the decode leg may be cut before it reaches its worker: none is left waiting.
+    await waitFor(() => waiting === 0, { message: "no decode leg left waiting" });
+    expect(await failures(url, "prefill_unreachable")).toBe(before + 1);
   });
 });

@@ -61,3 +61,18 @@ export async function expectStreamedChatPrefilledRemotely(url: string, prefill: 
   for (const h of newOnPrefill) expect(onDecode.has(h)).toBe(true);
   await waitFor(async () => (await metric(`${url}/sidecar/metrics`, "pd_sidecar_prefill_duration_seconds_count")) >= 1, { message: "the prefill leg answered" });
 }
+
+/**
+ * A completion through the sidecar at `url` whose prefill leg goes to `host` on a port nothing listens on, while
+ * `host`'s bootstrap server is up, so the decode worker waits for KV that never comes: the client gets a 502
+ * naming the refused prefill worker (not the decode worker's wait), counted once as `prefill_unreachable`.
+ */
+export async function expectRefusedPrefillAnswered502(url: string, host: string): Promise<void> {
+  const counts = () => Promise.all(["prefill_unreachable", "decode_status", "decoder_unreachable"].map((r) => failures(url, r)));
+  const [prefill, decode, decoder] = await counts();
+  const refused = `${host}:${await freePort(host)}`;
+  const res = await post(url, "/v1/completions", { model: "mock/model", prompt: "nobody prefills this", max_tokens: 2 }, refused);
+  expect(res.status).toBe(502);
+  expect(((await res.json()) as any).error.message).toContain(`the prefill leg failed (prefill worker ${refused} unreachable`);
+  expect(await counts()).toEqual([prefill! + 1, decode!, decoder!]);
+}
