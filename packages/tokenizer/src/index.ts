@@ -22,7 +22,7 @@ export {
   DEFAULT_MEMBER_NICE, TokenizerPool, TokenizeCancelled, type Decides, type FallbackCause, type PoolObserver, type PoolOptions, type PoolStats, type TokenizeOutcome,
 } from "./pool/tokenizer-pool";
 export type { BodyReading } from "./pool/protocol";
-export { setThreadPriority, threadScheduling, type ThreadPriority } from "./pool/thread-priority";
+export { setThreadPriority, threadScheduling } from "./pool/thread-priority";
 export { affinityKey } from "./pool/affinity";
 export { joinBody } from "./pool/shared-body";
 export { encodeJob, nextTurnJob, replyRole, type BodyJob, type PoolJob, type TokenizeJob, type Unrendered } from "./job";

@@ -265,7 +265,8 @@ const MAX_JOB_ID = 0x7fffffff;
  * 18.4 / 32.9 / 19.1 and 18.1 / 37.3 / 25.1 ms, at 0 14.4 / 18.3 / 11.2 and 17.2 / 19.5 / 18.2 ms. bench:pick's chats
  * row (one EPP saturating the machine, nothing else in its way; three runs each): p99 13-37 ms at 0, 19-41 ms at 19.
  * The decision thread keeps the CPU it needs without a lower nice beside it: it sleeps between messages, and the
- * scheduler runs a thread that wakes ahead of one that has been running; where a quota bounds the pod, the default
+ * scheduler runs a thread that wakes ahead of one that has been running, at once when the waking one asked for a short
+ * slice (`sliceUs`, the EPP's --thread-slice-us); where a quota bounds the pod, the default
  * pool leaves it a CPU (defaultPoolSize). `--tokenizer-nice` still lowers the members where a node runs nothing else.
  */
 export const DEFAULT_MEMBER_NICE = 0;
