@@ -1,4 +1,4 @@
-// The environment an EPP process starts with. Bun's allocator (mimalloc) reads it once, when the process starts,
+// The environment an EPP process starts with. Bun, its allocator (mimalloc) and JavaScriptCore read it once, when the process starts,
 // so whatever starts the EPP sets it: the image's `epp` entry point (deploy/Dockerfile), `bun run epp`
 // (package.json, which the demo runs too), the benches and the tests that measure memory. Each keeps a value the
 // caller set. runtime-env.test.ts checks the entry point and the script; main.ts logs the value it started with.
@@ -15,7 +15,7 @@
 // BUN_JSC_useFTLJIT=0: JavaScriptCore's top tier (FTL) off, its DFG tier the highest. At steady state the FTL kept
 // compiling (a JIT thread busy ~10% of a core at 500 chats/s) and its compilations held the collector's pauses; with
 // the DFG alone the EPP spends less CPU a request and its pick tail is shorter, while a member's tight loops (the BPE
-// on text it never saw) run up to 1.4x slower. JavaScriptCore reads its options once, for every thread of the process.
+// on text it never saw) run up to 1.6x slower. JavaScriptCore reads its options once, for every thread of the process.
 export const EPP_RUNTIME_ENV: Readonly<Record<string, string>> = { MIMALLOC_PURGE_DELAY: "-1", BUN_GC_TIMER_DISABLE: "1", BUN_JSC_useFTLJIT: "0" };
 
 /** EPP_RUNTIME_ENV, each value the caller's environment already sets kept (for a child's spawn). */
