@@ -169,7 +169,7 @@ describe("ext_proc with the tokenizer pool", () => {
     const before = (await debugPool(env.epp)).cancelled;
     const s = env.client.open();
     s.send({ ...headers("/v1/chat/completions"), protocol_config: DUPLEX });
-    s.send(body(chatBody("reset me", freshWords(600_000, 2))));
+    s.send(body(chatBody("reset me", freshCjk(120_000, 2)))); // slow to tokenize for its size: the reset comes before the end
     s.call.on("error", () => {});
     await waitFor(async () => (await scrapeMetric(env.metrics, 'dynamo_epp_tokenizer_pool_queue_depth{priority="request"}')) !== undefined);
     s.call.cancel();
@@ -224,10 +224,11 @@ describe("ext_proc messages that come while a body is in the pool", () => {
     const s = env.client.open();
     s.call.on("error", () => {});
     s.send({ ...headers("/v1/chat/completions"), protocol_config: DUPLEX });
-    s.send(body(chatBody("reset behind", freshWords(600_000, 22))));
+    // Random CJK, slow to tokenize for its size (long words, no two alike), as in the test above: the reset must come
+    // before the member is done, and English words of the routed part (ROUTING_TEXT_CHARS) took it only tens of ms
+    // (a 20 ms poll, and once a 2 ms one in the full suite, saw it busy too late and nothing was left to cancel).
+    s.send(body(chatBody("reset behind", freshCjk(120_000, 22))));
     s.send(headers("/v1/completions", true)); // the next request, routed on its headers
-    // Polled closely: the member reads and tokenizes the routed part (ROUTING_TEXT_CHARS) in tens of ms, and the
-    // reset must come before it is done (once, a 20 ms poll saw it busy too late and nothing was left to cancel).
     await waitFor(async () => (await debugPoolMembers(env.epp)).some((m) => m.busy), { timeoutMs: 60_000, intervalMs: 2 });
     s.call.cancel();
     await waitFor(async () => (await debugPool(env.epp)).cancelled > before.cancelled, { timeoutMs: 60_000, message: "tokenization cancelled" });
