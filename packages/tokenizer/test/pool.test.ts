@@ -715,7 +715,9 @@ describe("tokenizer pool: request bodies as received", () => {
   }, 60_000);
 
   test("a body no member took within the budget is answered unread (a queue fallback), its bytes still the caller's", async () => {
-    const pool = await pools.start({ size: 1, budgetMs: 20, readHereMaxBytes: 1 << 20 });
+    // A budget well under the long body's reading: JSON.parse of its ~20 MB took ~10 ms on a quick day here, and a
+    // 20 ms budget then saw the queued body read in time.
+    const pool = await pools.start({ size: 1, budgetMs: 3, readHereMaxBytes: 1 << 20 });
     // Its member busy reading ~20 MB of chat, too large for the caller to read: not answered (so not stopped for
     // the body queued behind it, as a request answered over budget would be) before its member has read it.
     const long = pool.tokenize({ kind: "body", request: { body: bytes({ messages: [{ role: "user", content: freshWords(100_000, 9).repeat(30) }] }) } });
