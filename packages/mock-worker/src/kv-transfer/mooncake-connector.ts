@@ -2,6 +2,7 @@ import { randomUUID } from "node:crypto";
 import type { Logger } from "pino";
 import { hostPort } from "@kv-epp/protocol";
 import type { Generation, TransferPlan } from "../engine/rank-engine.ts";
+import { Handoff } from "./handoff.ts";
 import type { MooncakeRequest } from "./mooncake-params.ts";
 import { KvTransferFailed } from "./sglang-connector.ts";
 
@@ -53,10 +54,8 @@ type Held = { kv: MooncakeKv; release(): void; timer: ReturnType<typeof setTimeo
 
 export class MockMooncakeConnector {
   private readonly engineUuid = randomUUID();
-  /** prefill side: finished prefills' blocks, by `<rank>/<transfer id>` */
-  private readonly held = new Map<string, Held>();
-  /** prefill side: decode workers waiting for a transfer not yet computed */
-  private readonly waiters = new Map<string, Set<(h: Held) => void>>();
+  /** prefill side: finished prefills' blocks, and decode workers waiting for a transfer not yet computed, by `<rank>/<transfer id>` */
+  private readonly held = new Handoff<Held>();
   /** decode side: remote engine id -> its worker's address (vLLM's _remote_agents) */
   private readonly agents = new Map<string, string>();
   /** decode side: bootstrap queries in flight, by address */
@@ -106,17 +105,14 @@ export class MockMooncakeConnector {
       kv: { transfer_id: transferId, prompt_tokens: gen.promptTokens, blocks: Math.ceil(gen.promptTokens / this.opts.blockSize) },
       release: () => held.release(),
       timer: setTimeout(() => {
-        if (this.held.get(key) !== entry) return;
-        this.held.delete(key);
+        if (!this.held.withdraw(key, entry)) return;
         this.expired++;
         this.opts.log.warn({ transferId }, "prefilled blocks never taken by a decode worker: freed at the abort timeout");
         held.release();
       }, this.opts.abortTimeoutMs),
     };
     entry.timer.unref?.();
-    const waiting = this.waiters.get(key)?.values().next().value;
-    if (waiting) waiting(entry);
-    else this.held.set(key, entry);
+    this.held.put(key, entry);
     return true;
   }
 
@@ -124,47 +120,22 @@ export class MockMooncakeConnector {
    * Prefill side, for a decode worker: the transfer's KV once the prefill on the engine's rank finished (its blocks
    * are then freed: sent), or a refusal.
    */
-  take(transferId: string, engineId: string, ranks: readonly number[], signal: AbortSignal): Promise<MooncakeKv> {
+  async take(transferId: string, engineId: string, ranks: readonly number[], signal: AbortSignal): Promise<MooncakeKv> {
     const rank = ranks.find((r) => this.engineId(r) === engineId);
-    if (rank === undefined) return Promise.reject(new TransferRefused(404, `engine ${engineId} is not served here`));
-    const key = `${rank}/${transferId}`;
-    const send = (h: Held) => {
-      clearTimeout(h.timer);
-      h.release();
-      this.transferred++;
-      return h.kv;
-    };
-    const ready = this.held.get(key);
-    if (ready) {
-      this.held.delete(key);
-      return Promise.resolve(send(ready));
+    if (rank === undefined) throw new TransferRefused(404, `engine ${engineId} is not served here`);
+    const timeout = AbortSignal.timeout(this.opts.abortTimeoutMs);
+    let h: Held;
+    try {
+      h = await this.held.take(`${rank}/${transferId}`, AbortSignal.any([signal, timeout]));
+    } catch (e) {
+      if (signal.aborted || !timeout.aborted) throw e;
+      this.opts.log.warn({ transferId }, "no prefill for the transfer: timed out waiting for P side ready");
+      throw new TransferRefused(504, "Timeout waiting for P side ready.");
     }
-    return new Promise<MooncakeKv>((resolve, reject) => {
-      let set = this.waiters.get(key);
-      if (!set) this.waiters.set(key, (set = new Set()));
-      const leave = () => {
-        clearTimeout(timer);
-        signal.removeEventListener("abort", onAbort);
-        set.delete(waiter);
-        if (set.size === 0 && this.waiters.get(key) === set) this.waiters.delete(key);
-      };
-      const waiter = (h: Held) => {
-        leave();
-        resolve(send(h));
-      };
-      const onAbort = () => {
-        leave();
-        reject(signal.reason);
-      };
-      const timer = setTimeout(() => {
-        leave();
-        this.opts.log.warn({ transferId }, "no prefill for the transfer: timed out waiting for P side ready");
-        reject(new TransferRefused(504, "Timeout waiting for P side ready."));
-      }, this.opts.abortTimeoutMs);
-      timer.unref?.();
-      set.add(waiter);
-      signal.addEventListener("abort", onAbort, { once: true });
-    });
+    clearTimeout(h.timer);
+    h.release();
+    this.transferred++;
+    return h.kv;
   }
 
   /** Decode side, before the engine: the pull plan for a `receive` request, or KvTransferFailed (the request fails). */
@@ -222,10 +193,9 @@ export class MockMooncakeConnector {
 
   /** Frees everything held (the worker is closing). */
   close(): void {
-    for (const h of this.held.values()) {
+    for (const h of this.held.drain()) {
       clearTimeout(h.timer);
       h.release();
     }
-    this.held.clear();
   }
 }

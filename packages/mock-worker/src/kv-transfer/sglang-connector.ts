@@ -1,6 +1,7 @@
 import type { Logger } from "pino";
 import { hostPort } from "@kv-epp/protocol";
 import type { Generation, TransferPlan } from "../engine/rank-engine.ts";
+import { Handoff } from "./handoff.ts";
 import type { Bootstrap } from "./sglang-params.ts";
 
 /**
@@ -48,10 +49,8 @@ export class KvTransferFailed extends Error {}
 type Offered = { kv: RoomKv; taken(): void };
 
 export class MockSglangConnector {
-  /** prefill side: rooms whose KV is ready and not yet taken */
-  private readonly offered = new Map<string, Offered>();
-  /** prefill side: decode servers waiting on the bootstrap port for a room not yet computed */
-  private readonly waiters = new Map<string, Set<(o: Offered) => void>>();
+  /** prefill side: rooms whose KV is ready and not yet taken, and decode servers waiting for a room not yet computed */
+  private readonly rooms = new Handoff<Offered>();
   /** rooms handed to (prefill side) or taken from (decode side) a peer */
   transferred = 0;
   /** rooms that failed: not taken in time (prefill side), not received or no prefill server (decode side) */
@@ -68,7 +67,7 @@ export class MockSglangConnector {
 
   /** Rooms held for a decode server (prefill side). */
   get heldRooms(): number {
-    return this.offered.size;
+    return this.rooms.size;
   }
 
   /**
@@ -84,7 +83,7 @@ export class MockSglangConnector {
         const done = () => {
           clearTimeout(timer);
           signal.removeEventListener("abort", onAbort);
-          this.offered.delete(key);
+          this.rooms.withdraw(key, offered);
         };
         const timer = setTimeout(() => {
           done();
@@ -99,9 +98,6 @@ export class MockSglangConnector {
           done();
           reject(signal.reason);
         };
-        // Aborted already (the client left during the engine run): nothing to hold.
-        if (signal.aborted) return onAbort();
-        signal.addEventListener("abort", onAbort, { once: true });
         const offered: Offered = {
           kv,
           taken: () => {
@@ -110,10 +106,10 @@ export class MockSglangConnector {
             resolve();
           },
         };
-        const waiting = this.waiters.get(key);
-        const first = waiting?.values().next().value;
-        if (first) first(offered);
-        else this.offered.set(key, offered);
+        // Aborted already (the client left during the engine run): nothing to hold.
+        if (signal.aborted) return onAbort();
+        signal.addEventListener("abort", onAbort, { once: true });
+        this.rooms.put(key, offered);
       });
     } finally {
       gen.held?.release();
@@ -121,33 +117,10 @@ export class MockSglangConnector {
   }
 
   /** The bootstrap port's side: the room's KV once the prefill computed it, or the caller's abort. */
-  take(key: string, signal: AbortSignal): Promise<RoomKv> {
-    const ready = this.offered.get(key);
-    if (ready) {
-      ready.taken();
-      return Promise.resolve(ready.kv);
-    }
-    if (signal.aborted) return Promise.reject(signal.reason);
-    return new Promise<RoomKv>((resolve, reject) => {
-      let set = this.waiters.get(key);
-      if (!set) this.waiters.set(key, (set = new Set()));
-      const leave = () => {
-        set.delete(waiter);
-        if (set.size === 0 && this.waiters.get(key) === set) this.waiters.delete(key);
-      };
-      const waiter = (o: Offered) => {
-        leave();
-        signal.removeEventListener("abort", onAbort);
-        o.taken();
-        resolve(o.kv);
-      };
-      const onAbort = () => {
-        leave();
-        reject(signal.reason);
-      };
-      set.add(waiter);
-      signal.addEventListener("abort", onAbort, { once: true });
-    });
+  async take(key: string, signal: AbortSignal): Promise<RoomKv> {
+    const offered = await this.rooms.take(key, signal);
+    offered.taken();
+    return offered.kv;
   }
 
   /**
