@@ -6,9 +6,8 @@
 // round on new caches; ids checked equal across arms. Arms: this checkout, and with MEMBER_JOB_BASELINE=<another
 // checkout's packages/tokenizer>, that one (a branch against main's build in one run).
 // Alone: bun packages/tokenizer/bench/member-job.ts (env MEMBER_JOB_RECORDS, default 2000; MEMBER_JOB_ROUNDS, 3).
-// Run it with the EPP's runtime environment (MIMALLOC_PURGE_DELAY=-1 BUN_GC_TIMER_DISABLE=1 BUN_JSC_useFTLJIT=0, see
-// the EPP's runtime-env.ts): without the first two a chat's buffers are handed back to the system and faulted in again, which doubled
-// the figure here.
+// Run it with the EPP's runtime environment (the EPP's runtime-env.ts): without MIMALLOC_PURGE_DELAY=-1 and
+// BUN_GC_TIMER_DISABLE=1 a chat's buffers are handed back to the system and faulted in again, which doubled the figure here.
 import { join } from "node:path";
 import { loadTrace, requestBuilder } from "@kv-epp/trace-replay";
 import { KNOWN_PREFIX_MIN_CHARS } from "../src/pool/protocol";
@@ -90,11 +89,16 @@ export async function memberJobRows(
   });
 }
 
+/** The allocator's and the runtime's variables this process started with (the EPP's runtime environment, when set). */
+const runtimeEnvText = () =>
+  Object.entries(process.env).filter(([k]) => k.startsWith("MIMALLOC_") || k.startsWith("BUN_JSC_") || k === "BUN_GC_TIMER_DISABLE")
+    .map(([k, v]) => `${k}=${v}`).join(" ") || "no runtime environment set";
+
 export function memberJobTable(rows: MemberJobRow[]): string[] {
   return [
     `A pool member's job per chat (bench/member-job.ts): the trace's first ${rows[0]?.chats} records as chat bodies, read, rendered and ` +
       `tokenized as a member does, two members' caches; this thread's CPU µs per chat over ${rows[0]?.rounds} rounds ` +
-      `(MIMALLOC_PURGE_DELAY ${process.env.MIMALLOC_PURGE_DELAY ?? "unset"}, BUN_GC_TIMER_DISABLE ${process.env.BUN_GC_TIMER_DISABLE ?? "unset"}, BUN_JSC_useFTLJIT ${process.env.BUN_JSC_useFTLJIT ?? "unset"}).`,
+      `(${runtimeEnvText()}).`,
     "",
     "| arm | tokens/chat | fresh share | CPU µs/chat, median | min |",
     "|---|---|---|---|---|",
