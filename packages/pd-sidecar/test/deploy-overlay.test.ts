@@ -1,6 +1,7 @@
 // deploy/overlays/pd: the P/D pool's manifests render (the testkit's renderer, and kubectl where it
 // exists, agreeing), label each pod with its llm-d role, put the sidecar on the pool's target port of
-// every decode pod, and pass flags the programs accept.
+// every decode pod, pass flags the programs accept, and have the sidecar's metrics scraped;
+// deploy/overlays/pd-monitoring adds the monitoring kit to that pool.
 import { describe, expect, test } from "bun:test";
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
@@ -10,7 +11,9 @@ import { parseConfig as parseSidecarConfig } from "../src/index.ts";
 
 const DEPLOY = join(import.meta.dir, "..", "..", "..", "deploy");
 type Container = { name: string; command?: string[]; args?: string[]; env?: { name: string; value?: string }[]; ports?: { name?: string; containerPort: number }[] };
-type Deployment = KubeObject & { spec: { selector: { matchLabels: Record<string, string> }; template: { metadata: { labels: Record<string, string> }; spec: { containers: Container[] } } } };
+type Deployment = KubeObject & {
+  spec: { selector: { matchLabels: Record<string, string> }; template: { metadata: { labels: Record<string, string>; annotations?: Record<string, string> }; spec: { containers: Container[] } } };
+};
 type Pool = KubeObject & { spec: { selector: { matchLabels: Record<string, string> }; targetPorts: { number: number }[] } };
 
 const objs = renderKustomization(join(DEPLOY, "overlays", "pd"));
@@ -58,9 +61,41 @@ describe("deploy/overlays/pd", () => {
     expect(parseWorkerConfig(container(deployment("vllm-prefill"), "vllm").args!).port).toBe(8000);
   });
 
+  test("a decode pod is scraped as the EPP's pods are, at the sidecar's own metrics", () => {
+    const sidecar = container(deployment("vllm-decode"), "pd-sidecar");
+    const annotations = deployment("vllm-decode").spec.template.metadata.annotations ?? {};
+    // The same annotation-driven discovery as deploy/base's EPP pods.
+    const epp = renderKustomization(join(DEPLOY, "base")).find((o) => o.kind === "Deployment" && o.metadata?.name === "dynamo-epp") as Deployment;
+    expect(epp.spec.template.metadata.annotations?.["prometheus.io/scrape"]).toBe("true");
+    expect(annotations["prometheus.io/scrape"]).toBe("true");
+    // The sidecar's port (its /metrics is the worker's, passed through): the sidecar serves its own under this path.
+    expect(Number(annotations["prometheus.io/port"])).toBe(parseSidecarConfig(sidecar.args!).port);
+    expect(sidecar.ports!.map((p) => p.containerPort)).toContain(Number(annotations["prometheus.io/port"]));
+    expect(annotations["prometheus.io/path"]).toBe("/sidecar/metrics");
+  });
+
   test("the image has the sidecar's entry point", () => {
     const dockerfile = readFileSync(join(DEPLOY, "Dockerfile"), "utf8");
     expect(dockerfile).toContain("/usr/local/bin/pd-sidecar");
     expect(dockerfile).toContain("--filter @kv-epp/pd-sidecar");
+  });
+});
+
+describe("deploy/overlays/pd-monitoring", () => {
+  const dir = join(DEPLOY, "overlays", "pd-monitoring");
+  const withKit = renderKustomization(dir);
+  const key = (o: KubeObject) => `${o.kind}/${o.metadata?.namespace}/${o.metadata?.name}`;
+
+  test("is the P/D pool plus the monitoring kit (its alerts and dashboard), with no base workers back", () => {
+    const kit = renderKustomization(join(DEPLOY, "overlays", "monitoring", "kit"));
+    expect(kit.map((o) => o.kind).sort()).toEqual(["ConfigMap", "PrometheusRule"]);
+    expect(withKit.map(key).sort()).toEqual([...objs, ...kit].map(key).sort());
+    expect(withKit.some((o) => o.metadata?.name === "vllm-mock")).toBe(false);
+  });
+
+  test("renders as kubectl renders it", () => {
+    const kubectl = renderWithKubectl(dir);
+    if (kubectl === null) return; // no kubectl here: the testkit's renderer alone
+    expect(kubectl.map(key).sort()).toEqual(withKit.map(key).sort());
   });
 });

@@ -1,15 +1,17 @@
-// deploy/overlays/monitoring: the alert rules pass `promtool test rules` (rules.test.yaml), every metric
+// deploy/overlays/monitoring: the alert rules pass `promtool test rules` (kit/rules.test.yaml), every metric
 // the rules and the Grafana dashboard query is one a real EPP process exports on /metrics (its own and llm-d's
-// names), and every tokenization metric it exports, and llm-d's token, per-token latency and load-spread series,
-// are charted.
+// names) or a real P/D sidecar process on /sidecar/metrics, and every tokenization metric the EPP exports, llm-d's
+// token, per-token latency and load-spread series, and every metric of the sidecar's are charted.
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import YAML from "yaml";
-import { freePort, renderKustomization, spawnBun, tempDir, type KubeObject, type ProcessHandle, LOOPBACK } from "../src/index.ts";
+import { freePort, renderKustomization, spawnBun, tempDir, waitFor, type KubeObject, type ProcessHandle, LOOPBACK } from "../src/index.ts";
 
 const REPO = join(import.meta.dir, "..", "..", "..");
 const OVERLAY = join(REPO, "deploy", "overlays", "monitoring");
+/** The kit itself (rules, their unit tests, the dashboard), a kustomization other overlays add too. */
+const KIT = join(OVERLAY, "kit");
 const objects = renderKustomization(OVERLAY);
 const rule = objects.find((o) => o.kind === "PrometheusRule") as KubeObject & { spec: { groups: { rules: { alert?: string; expr: string }[] }[] } };
 const configMap = objects.find((o) => o.kind === "ConfigMap" && o.metadata?.name === "dynamo-epp-dashboard") as KubeObject & { data: Record<string, string> };
@@ -17,7 +19,7 @@ const promtool = Bun.which("promtool");
 if (!promtool) console.warn("monitoring.test.ts: promtool not found (Debian: apt-get install prometheus); the rule unit tests are SKIPPED");
 
 type Panel = { title: string; targets?: { expr: string }[]; panels?: Panel[] };
-const dashboard = JSON.parse(readFileSync(join(OVERLAY, "dashboard.json"), "utf8")) as { panels: Panel[] };
+const dashboard = JSON.parse(readFileSync(join(KIT, "dashboard.json"), "utf8")) as { panels: Panel[] };
 const panelExprs = dashboard.panels.flatMap((p) => [p, ...(p.panels ?? [])]).flatMap((p) => (p.targets ?? []).map((t) => ({ where: `panel "${p.title}"`, expr: t.expr })));
 const ruleExprs = rule.spec.groups.flatMap((g) => g.rules.map((r) => ({ where: `alert ${r.alert}`, expr: r.expr })));
 
@@ -34,13 +36,13 @@ describe("the monitoring overlay", () => {
   test.skipIf(!promtool)("the alert rules pass promtool check rules and promtool test rules (rules.test.yaml)", () => {
     const dir = tempDir("epp-rules-");
     writeFileSync(join(dir, "rules.yaml"), YAML.stringify({ groups: rule.spec.groups }));
-    writeFileSync(join(dir, "rules.test.yaml"), readFileSync(join(OVERLAY, "rules.test.yaml")));
+    writeFileSync(join(dir, "rules.test.yaml"), readFileSync(join(KIT, "rules.test.yaml")));
     for (const args of [["check", "rules", "rules.yaml"], ["test", "rules", "rules.test.yaml"]]) {
       const r = Bun.spawnSync([promtool!, ...args], { cwd: dir, stdout: "pipe", stderr: "pipe" });
       expect({ args: args.join(" "), exit: r.exitCode, out: r.exitCode === 0 ? "" : `${r.stdout}${r.stderr}` }).toEqual({ args: args.join(" "), exit: 0, out: "" });
     }
     // Every alert the rules define has a unit test.
-    const tested = new Set([...readFileSync(join(OVERLAY, "rules.test.yaml"), "utf8").matchAll(/alertname: (\w+)/g)].map((m) => m[1]));
+    const tested = new Set([...readFileSync(join(KIT, "rules.test.yaml"), "utf8").matchAll(/alertname: (\w+)/g)].map((m) => m[1]));
     expect(ruleExprs.map((r) => r.where.replace("alert ", "")).filter((a) => !tested.has(a))).toEqual([]);
   });
 });
@@ -85,8 +87,8 @@ describe("against a live EPP process's /metrics", () => {
     expect(exported.size).toBeGreaterThan(40);
     const bad = [...ruleExprs, ...panelExprs].map((e) => ({ ...e, missing: missing(e.expr) })).filter((e) => e.missing.length > 0);
     expect(bad).toEqual([]);
-    // And each queries at least one EPP metric (nothing from another exporter the kit does not install).
-    expect([...ruleExprs, ...panelExprs].filter((e) => !/\b(?:dynamo_epp|llm_d_epp)_/.test(e.expr)).map((e) => e.where)).toEqual([]);
+    // And each queries at least one metric of the EPP's or the P/D sidecar's (nothing from another exporter the kit does not install).
+    expect([...ruleExprs, ...panelExprs].filter((e) => !/\b(?:dynamo_epp|llm_d_epp|pd_sidecar)_/.test(e.expr)).map((e) => e.where)).toEqual([]);
     expect([...ruleExprs, ...panelExprs].filter((e) => /\b(kube_|vllm:|up\b)/.test(e.expr)).map((e) => e.where)).toEqual([]);
   });
 
@@ -109,5 +111,42 @@ describe("against a live EPP process's /metrics", () => {
       "llm_d_epp_std_dev_kv_cache_utilization", "llm_d_epp_std_dev_queue_size", "llm_d_epp_std_dev_running_requests",
     ]);
     expect(llmd.filter((n) => !charted.has(n))).toEqual([]);
+  });
+});
+
+/** A metric of the P/D sidecar's (packages/pd-sidecar/src/metrics.ts), scraped from the decode pods of deploy/overlays/pd. */
+const SIDECAR_METRIC = /\bpd_sidecar_[a-z0-9_]+/g;
+
+describe("against a live P/D sidecar process's /sidecar/metrics", () => {
+  const HOST = `${LOOPBACK}.4.241`;
+  let sidecar: ProcessHandle;
+  let exported: Map<string, string>;
+  beforeAll(async () => {
+    // Its decode worker need not run: /sidecar/metrics is the sidecar's own, and every metric is declared at start.
+    const port = await freePort(HOST);
+    sidecar = spawnBun(
+      [join(REPO, "packages", "pd-sidecar", "src", "main.ts"), "--listen", HOST, "--port", String(port), "--decoder", `http://${HOST}:1`],
+      { PD_SIDECAR_LOG_LEVEL: "silent" },
+      { name: "pd-sidecar" },
+    );
+    const url = `http://${HOST}:${port}/sidecar/metrics`;
+    const text = await waitFor(() => fetch(url).then((r) => (r.ok ? r.text() : null), () => null), { message: `${url} up` });
+    exported = new Map([...text.matchAll(/^# TYPE (\S+) (\S+)$/gm)].map((m) => [m[1]!, m[2]!]));
+  });
+  afterAll(() => sidecar?.kill("SIGTERM", 3000));
+
+  const names = (expr: string) => [...expr.matchAll(SIDECAR_METRIC)].map((m) => m[0]);
+  const known = (n: string) => exported.has(n) || exported.get(n.replace(/_(bucket|sum|count)$/, "")) === "histogram";
+
+  test("every sidecar metric the rules and the dashboard name is one it exports", () => {
+    expect(exported.size).toBeGreaterThan(4);
+    const bad = [...ruleExprs, ...panelExprs].map((e) => ({ ...e, missing: names(e.expr).filter((n) => !known(n)) })).filter((e) => e.missing.length > 0);
+    expect(bad).toEqual([]);
+  });
+
+  test("every metric the sidecar exports has a panel, and its prefill failures an alert", () => {
+    const charted = new Set(panelExprs.flatMap((e) => names(e.expr).map((n) => n.replace(/_(bucket|sum|count)$/, ""))));
+    expect([...exported.keys()].filter((n) => !charted.has(n))).toEqual([]);
+    expect(ruleExprs.filter((e) => names(e.expr).includes("pd_sidecar_failures_total")).map((e) => e.where)).toEqual(["alert PdSidecarPrefillFailing"]);
   });
 });
