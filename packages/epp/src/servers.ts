@@ -9,7 +9,7 @@ import { createBidiServer } from "./extproc/grpc-h2.ts";
 import { EXT_PROC_WINDOW_BYTES } from "./extproc/http2-windows.ts";
 import { responseEncoder, type ProcessingRequest, type ProcessingResponse } from "./extproc/messages.ts";
 import { loadProtos } from "./extproc/protos.ts";
-import { bytesBesideBody } from "./extproc/request-bulk.ts";
+import { besideBodyOverSoFar, bytesBesideBody } from "./extproc/request-bulk.ts";
 import { createProcessHandler, type ExtProcDeps } from "./extproc/server.ts";
 import { readCertificate, selfSignedCertificate, watchCertificate, type Certificate } from "./extproc/tls.ts";
 import { healthBytes, healthHandlers, type HealthState } from "./health.ts";
@@ -47,6 +47,7 @@ export async function startExtProc(
       deserialize: method.requestDeserialize as (b: Buffer) => ProcessingRequest,
       serialize: responseEncoder(method.responseSerialize as (m: ProcessingResponse) => Buffer),
       besideBulk: bytesBesideBody,
+      besideBulkOverSoFar: besideBodyOverSoFar,
     },
     createProcessHandler(o.handler),
     {

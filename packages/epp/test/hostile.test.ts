@@ -14,7 +14,7 @@ const B = `${LOOPBACK}.4.72:8000`;
 /**
  * Far below the 854 MB one SUBSCRIBE flood added, above what serving these requests and the attacks' garbage take:
  * the runtime environment leaves nursery collections to the heap's growth, so an attack's garbage lives longer
- * (after all nine attacks the EPP measured +305 MiB, against +181 with JavaScriptCore's eden timer at its default).
+ * (after all nine attacks the EPP measured +236 MiB, against +179 with JavaScriptCore's eden timer at its default).
  */
 const RSS_GROWTH_MIB = 400;
 const ATTACK_MS = 1500;

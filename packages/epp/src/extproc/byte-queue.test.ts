@@ -124,3 +124,18 @@ test("what it holds counts the block of small chunks at its whole size while it 
   q.clear();
   expect(q.heldBytes).toBe(0);
 });
+
+test("peek shows the first bytes held, across pieces, and leaves them to be taken", () => {
+  fc.assert(
+    fc.property(fc.array(fc.uint8Array({ minLength: 1, maxLength: 6000 }), { minLength: 1, maxLength: 12 }), fc.nat(), (chunks, at) => {
+      const q = new ByteQueue();
+      for (const c of chunks) q.push(Buffer.from(c));
+      const all = Buffer.concat(chunks.map((c) => Buffer.from(c)));
+      const n = at % (all.length + 1);
+      expect(q.peek(n)).toEqual(all.subarray(0, n));
+      expect(q.length).toBe(all.length);
+      expect(q.take(all.length, alloc)).toEqual(all);
+    }),
+    { numRuns: 200 },
+  );
+});

@@ -83,6 +83,21 @@ export class ByteQueue {
     return out;
   }
 
+  /** The first `n` bytes held (n <= length), left in place: a view when they lie in one piece, else a copy. */
+  peek(n: number): Buffer {
+    if (n === 0) return EMPTY;
+    const head = this.pieces[this.first]!;
+    if (head.length >= n) return head.subarray(0, n);
+    const out = Buffer.allocUnsafe(n);
+    for (let i = this.first, off = 0; off < n; i++) {
+      const p = this.pieces[i]!;
+      const k = Math.min(p.length, n - off);
+      p.copy(out, off, 0, k);
+      off += k;
+    }
+    return out;
+  }
+
   /** Empty: nothing of it kept, the block neither (an idle call holds no 16 KiB). */
   clear(): void {
     this.pieces = [];

@@ -678,6 +678,39 @@ describe("createBidiServer", () => {
     c.close();
   });
 
+  test("a large message whose first bytes say it is over smallMessageBytes outside its bulk field is refused before the rest arrives", async () => {
+    // Here a message that opens with "H" declares a head past the limit (request-bulk.ts reads a request_headers'
+    // length so); any other is read whole.
+    const asked: number[] = [];
+    const rejected: string[] = [];
+    const budget = new BodyBudget(1 << 20);
+    const early = { ...method, besideBulk: () => 0, besideBulkOverSoFar: (p: Buffer) => (asked.push(p.length), p[0] === 72) };
+    // No stall sweep (no stallMs) to end a call whose message stops arriving: only the early refusal can.
+    server = createBidiServer(early, echo, { maxMessageBytes: 1 << 20, smallMessageBytes: 1000, windowBytes: 1 << 20, receiveBudget: budget, onRejected: (r) => rejected.push(r) });
+    const port = await server.listen(HOST, 0);
+    const session = http2.connect(`http://${HOST}:${port}`);
+    const refused = rawCall(session);
+    const refusedStatus = grpcStatus(refused);
+    refused.write(Buffer.concat([head(300_000), Buffer.from("H".repeat(100))])); // and never the rest
+    expect(await refusedStatus).toBe(String(GrpcStatus.RESOURCE_EXHAUSTED));
+    expect(rejected).toEqual(["too_large_field"]);
+    await waitFor(() => budget.usedBytes === 0, { message: "its bytes given back" });
+    // One that opens otherwise is held until it is whole, then read: asked once, of its first 64 bytes.
+    asked.length = 0;
+    const whole = rawCall(session);
+    const wholeStatus = grpcStatus(whole);
+    const answers: Buffer[] = [];
+    whole.on("data", (d: Buffer) => answers.push(d));
+    whole.write(Buffer.concat([head(3000), Buffer.from("b".repeat(1500))]));
+    await waitFor(() => asked.length > 0, { message: "its first bytes looked at" });
+    whole.end(Buffer.from("c".repeat(1500)));
+    expect(await wholeStatus).toBe(String(GrpcStatus.OK));
+    expect(Buffer.concat(answers).length).toBe(5 + 3000);
+    expect(asked).toEqual([64]);
+    expect(rejected).toEqual(["too_large_field"]);
+    session.destroy();
+  });
+
   test("a message that stops arriving fails its call (RESOURCE_EXHAUSTED) and gives back its bytes; a call idle between messages goes on", async () => {
     const budget = new BodyBudget(1 << 20);
     const rejected: string[] = [];

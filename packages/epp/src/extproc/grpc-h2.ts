@@ -45,6 +45,12 @@ export type BidiMethod<In, Out> = {
    * costs what the rest holds (a 40 MiB list of tiny entries is millions of objects), a body is one view.
    */
   besideBulk?(msg: Buffer, limit: number): number | undefined;
+  /**
+   * Whether a request message of `length` bytes, of which `prefix` (its first bytes) has arrived, is certain to have
+   * more than `limit` bytes outside its bulk field (what besideBulk would say once all of it is here): with it, such
+   * a message is refused as soon as its first bytes tell, instead of once the server holds all of it.
+   */
+  besideBulkOverSoFar?(prefix: Buffer, length: number, limit: number): boolean;
 };
 
 export type BidiServerOptions = {
@@ -276,6 +282,8 @@ const JOIN_BELOW = 16 * 1024;
  * pool member by reference; below it (headers, small bodies) a copy costs the same and a plain buffer is cheaper.
  */
 const SHARED_JOIN_BYTES = 64 * 1024;
+/** Of a message past smallBytes still arriving, the first bytes asked of besideBulkOverSoFar (a field's tag and length, and a few more). */
+const EARLY_LOOK_BYTES = 64;
 /**
  * Reading stops while this much of the call's output waits to be sent: in full duplex every body
  * byte goes back, so a client that does not read would otherwise have the server buffer all it sends.
@@ -301,6 +309,8 @@ class Call<In, Out> extends EventEmitter implements BidiCall<In, Out> {
   /** Bytes received and not yet delivered, and the length of the message they start (once known). */
   private queue = new ByteQueue();
   private messageBytes: number | undefined;
+  /** Of the message arriving, the bytes besideBulkOverSoFar has been asked about (see refusedEarly). */
+  private lookedBytes = 0;
   private paused = false;
   /** Bytes counted in the receive budget: what the queue holds of a message not yet whole (its heldBytes). */
   private counted = 0;
@@ -563,9 +573,10 @@ class Call<In, Out> extends EventEmitter implements BidiCall<In, Out> {
         const len = head.readUInt32BE(1);
         if (len > this.limits.maxBytes) return this.reject("too_large", GrpcStatus.RESOURCE_EXHAUSTED, `message of ${len} bytes exceeds ${this.limits.maxBytes}`);
         this.messageBytes = len;
+        this.lookedBytes = 0;
       }
       // The message is joined once all of it is here (not allocated at the length the client claims).
-      if (this.queue.length < this.messageBytes) return;
+      if (this.queue.length < this.messageBytes) return void this.refusedEarly(this.messageBytes);
       const bytes = this.take(this.messageBytes);
       this.messageBytes = undefined;
       // Whole: its bytes leave the receive budget before the handler may count them as its own. What follows
@@ -585,6 +596,22 @@ class Call<In, Out> extends EventEmitter implements BidiCall<In, Out> {
     return this.queue.take(n, joined);
   }
 
+  /**
+   * A message past smallBytes whose first bytes already say it holds more than that outside its bulk field (a
+   * request_headers of millions of tiny entries declares its length up front) is refused now, with the answer
+   * deliver would give it whole: its bytes are not held meanwhile. True when refused.
+   */
+  private refusedEarly(len: number): boolean {
+    const small = this.limits.smallBytes;
+    if (len <= small || this.method.besideBulkOverSoFar === undefined || this.lookedBytes >= EARLY_LOOK_BYTES) return false;
+    const n = Math.min(this.queue.length, EARLY_LOOK_BYTES);
+    if (n <= this.lookedBytes) return false;
+    this.lookedBytes = n;
+    if (!this.method.besideBulkOverSoFar(this.queue.peek(n), len, small)) return false;
+    this.reject("too_large_field", GrpcStatus.RESOURCE_EXHAUSTED, besideMessage(len, small));
+    return true;
+  }
+
   private deliver(bytes: Buffer): void {
     let msg: In;
     try {
@@ -592,7 +619,7 @@ class Call<In, Out> extends EventEmitter implements BidiCall<In, Out> {
       const beside = bytes.length > small && this.method.besideBulk ? this.method.besideBulk(bytes, small) : 0;
       if (beside === undefined) throw new Error("not readable as its message type");
       if (beside > small)
-        return this.reject("too_large_field", GrpcStatus.RESOURCE_EXHAUSTED, `message of ${bytes.length} bytes has more than ${small} outside its bulk field`);
+        return this.reject("too_large_field", GrpcStatus.RESOURCE_EXHAUSTED, besideMessage(bytes.length, small));
       msg = this.method.deserialize(bytes);
     } catch (err) {
       return this.reject("unparsable", GrpcStatus.INTERNAL, `could not parse request message: ${(err as Error).message}`, err);
@@ -609,5 +636,7 @@ function admitted(waiting: Set<Call<unknown, unknown>>, call: Call<unknown, unkn
   waiting.add(call);
   return held <= maxBytes || waiting.values().next().value === call;
 }
+
+const besideMessage = (len: number, small: number) => `message of ${len} bytes has more than ${small} outside its bulk field`;
 
 const joined = (n: number): Buffer => (n >= SHARED_JOIN_BYTES ? Buffer.from(new SharedArrayBuffer(n)) : Buffer.allocUnsafe(n));

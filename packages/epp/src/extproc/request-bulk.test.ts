@@ -2,7 +2,7 @@ import { describe, expect, test } from "bun:test";
 import fc from "fast-check";
 import type { ProcessingRequest } from "./messages.ts";
 import { loadProtos } from "./protos.ts";
-import { bytesBesideBody } from "./request-bulk.ts";
+import { besideBodyOverSoFar, bytesBesideBody } from "./request-bulk.ts";
 
 const method = loadProtos().extProc.service.Process!;
 const encode = (m: ProcessingRequest) => Buffer.from(method.requestSerialize(m));
@@ -92,5 +92,42 @@ describe("bytesBesideBody", () => {
     const hidden = tinyHeaders(1 << 20);
     const msg = Buffer.concat([Buffer.from([(10 << 3) | 2, ...varint(hidden.length)]), hidden]);
     expect(bytesBesideBody(msg, 1 << 20)).toBeUndefined();
+  });
+});
+
+describe("besideBodyOverSoFar", () => {
+  test("headers of millions of entries say so in their first bytes; a large body never does", () => {
+    const headers = tinyHeaders(2 << 20);
+    // The field's tag and length (1 + 4 bytes) are enough, whatever follows.
+    for (const n of [5, 6, 64]) expect(besideBodyOverSoFar(headers.subarray(0, n), headers.length, 1 << 20)).toBe(true);
+    for (const n of [0, 1, 4]) expect(besideBodyOverSoFar(headers.subarray(0, n), headers.length, 1 << 20)).toBe(false);
+    const body = encode({ request_body: { body: new Uint8Array(4 << 20), end_of_stream: true } });
+    for (const n of [1, 6, 64]) expect(besideBodyOverSoFar(body.subarray(0, n), body.length, 1 << 20)).toBe(false);
+    // A length past the message's end is left to the whole walk (which reads it as unreadable, not too large).
+    expect(besideBodyOverSoFar(headers.subarray(0, 64), headers.length - 1, 1 << 20)).toBe(false);
+  });
+
+  test("says over only where bytesBesideBody of the whole message is over, for every prefix of any message", () => {
+    const header = fc.record({ key: fc.string({ maxLength: 30 }), raw_value: fc.uint8Array({ maxLength: 30 }) });
+    const headers = fc.record({ headers: fc.record({ headers: fc.array(header, { maxLength: 20 }) }) });
+    const body = fc.record({ body: fc.uint8Array({ maxLength: 500 }), end_of_stream: fc.boolean() });
+    const request = fc.oneof(fc.record({ request_headers: headers }), fc.record({ request_body: body }), fc.record({ response_body: body }));
+    const extra = fc.record({ observability_mode: fc.boolean(), protocol_config: fc.record({ request_body_mode: fc.constantFrom("NONE", "FULL_DUPLEX_STREAMED") }) }, { requiredKeys: [] });
+    let early = 0;
+    fc.assert(
+      fc.property(request, extra, fc.nat(300), fc.uint8Array({ maxLength: 8 }), (r, x, limit, junk) => {
+        // Messages as the serializer writes them, and the same with bytes of junk after them (unreadable or not).
+        for (const msg of [encode({ ...x, ...r } as ProcessingRequest), Buffer.concat([encode({ ...x, ...r } as ProcessingRequest), junk])]) {
+          const whole = bytesBesideBody(msg, limit);
+          for (let cut = 0; cut <= Math.min(msg.length, 64); cut++) {
+            if (!besideBodyOverSoFar(msg.subarray(0, cut), msg.length, limit)) continue;
+            early++;
+            expect(whole).toBeGreaterThan(limit);
+          }
+        }
+      }),
+      { numRuns: 300 },
+    );
+    expect(early).toBeGreaterThan(0);
   });
 });

@@ -36,6 +36,18 @@ export function bytesBesideBody(msg: Uint8Array, limit: number): number | undefi
   return w.over() ? w.other : msg.length - w.largest;
 }
 
+/**
+ * Whether a ProcessingRequest of `length` bytes, of which `prefix` (its first bytes) has arrived, is certain to have
+ * more than `limit` bytes beside its body: the length-delimited fields ahead of its first body, as far as their tags
+ * and lengths have arrived, already count more (a request_headers of millions of tiny entries declares its size in its
+ * first bytes). bytesBesideBody of the whole message is then past `limit` too, since its count only grows. False
+ * while the prefix cannot tell, and wherever the whole walk might read the message otherwise (a varint or a wire type
+ * that is not the field's, a length past the message's end): those are left to it.
+ */
+export function besideBodyOverSoFar(prefix: Uint8Array, length: number, limit: number): boolean {
+  return new Walk(prefix, limit).prefixOver(length);
+}
+
 class Walk {
   pos = 0;
   /** Bytes seen that are not a body's: tags, lengths, every other field. */
@@ -81,6 +93,27 @@ class Walk {
       this.other += this.pos - start;
     }
     return true;
+  }
+
+  /** Over a message's first bytes (the buffer, of a message of `length`): see besideBodyOverSoFar. */
+  prefixOver(length: number): boolean {
+    const end = this.buf.length;
+    while (this.pos < end) {
+      const start = this.pos;
+      const tag = this.uint32(end);
+      if (tag < 0) return false;
+      const field = tag >>> 3;
+      const declared = REQUEST[field];
+      if ((tag & 7) !== LEN || (declared !== undefined && declared !== LEN)) return false;
+      const n = this.uint32(end);
+      if (n < 0 || this.pos + n > length) return false;
+      this.other += this.pos - start;
+      if (BODY_FIELDS.has(field)) return this.over();
+      this.other += n;
+      if (this.over()) return true;
+      this.pos += n;
+    }
+    return false;
   }
 
   /** protobufjs's Reader.uint32: a 32-bit varint, or -1 past `end`. Past 5 bytes it skips 5 more (a negative int32's 10). */
