@@ -115,6 +115,8 @@ const h2 = {
 
 /** The grpc-status of a raw call's trailers. */
 const grpcStatus = (r: http2.ClientHttp2Stream) => new Promise<string | undefined>((resolve) => r.on("trailers", (t) => resolve(String(t["grpc-status"]))));
+const trailersOf = (r: http2.ClientHttp2Stream) =>
+  new Promise<{ status: string; message: string }>((resolve) => r.on("trailers", (t) => resolve({ status: String(t["grpc-status"]), message: decodeURIComponent(String(t["grpc-message"])) })));
 
 /** The answers of a new call on the same client that sends "still" and ends. */
 async function answersAfter(open: () => grpc.ClientDuplexStream<string, string>): Promise<string[]> {
@@ -690,24 +692,30 @@ describe("createBidiServer", () => {
     const port = await server.listen(HOST, 0);
     const session = http2.connect(`http://${HOST}:${port}`);
     const refused = rawCall(session);
-    const refusedStatus = grpcStatus(refused);
+    const refusedTrailers = trailersOf(refused);
     refused.write(Buffer.concat([head(300_000), Buffer.from("H".repeat(100))])); // and never the rest
-    expect(await refusedStatus).toBe(String(GrpcStatus.RESOURCE_EXHAUSTED));
+    expect(await refusedTrailers).toEqual({ status: String(GrpcStatus.RESOURCE_EXHAUSTED), message: "message of 300000 bytes has more than 1000 outside its bulk field" });
     expect(rejected).toEqual(["too_large_field"]);
     await waitFor(() => budget.usedBytes === 0, { message: "its bytes given back" });
-    // One that opens otherwise is held until it is whole, then read: asked once, of its first 64 bytes.
+    // On one call: a message that opens otherwise is held until it is whole, then read, asked of its first bytes until
+    // 64 of them were seen (20, then 64); the next message is looked at afresh, and refused.
     asked.length = 0;
-    const whole = rawCall(session);
-    const wholeStatus = grpcStatus(whole);
+    const call = rawCall(session);
+    const callTrailers = trailersOf(call);
     const answers: Buffer[] = [];
-    whole.on("data", (d: Buffer) => answers.push(d));
-    whole.write(Buffer.concat([head(3000), Buffer.from("b".repeat(1500))]));
-    await waitFor(() => asked.length > 0, { message: "its first bytes looked at" });
-    whole.end(Buffer.from("c".repeat(1500)));
-    expect(await wholeStatus).toBe(String(GrpcStatus.OK));
-    expect(Buffer.concat(answers).length).toBe(5 + 3000);
-    expect(asked).toEqual([64]);
-    expect(rejected).toEqual(["too_large_field"]);
+    call.on("data", (d: Buffer) => answers.push(d));
+    call.write(Buffer.concat([head(3000), Buffer.from("b".repeat(20))]));
+    await waitFor(() => asked.length === 1, { message: "its first bytes looked at" });
+    call.write(Buffer.from("b".repeat(1000)));
+    await waitFor(() => asked.length === 2, { message: "its first 64 bytes looked at" });
+    call.write(Buffer.from("b".repeat(500)));
+    call.write(Buffer.from("c".repeat(1480)));
+    await waitFor(() => Buffer.concat(answers).length === 5 + 3000, { message: "the whole message answered" });
+    expect(asked).toEqual([20, 64]);
+    call.write(Buffer.concat([head(300_000), Buffer.from("H".repeat(100))]));
+    expect((await callTrailers).status).toBe(String(GrpcStatus.RESOURCE_EXHAUSTED));
+    expect(asked).toEqual([20, 64, 64]);
+    expect(rejected).toEqual(["too_large_field", "too_large_field"]);
     session.destroy();
   });
 

@@ -47,8 +47,8 @@ export type BidiMethod<In, Out> = {
   besideBulk?(msg: Buffer, limit: number): number | undefined;
   /**
    * Whether a request message of `length` bytes, of which `prefix` (its first bytes) has arrived, is certain to have
-   * more than `limit` bytes outside its bulk field (what besideBulk would say once all of it is here): with it, such
-   * a message is refused as soon as its first bytes tell, instead of once the server holds all of it.
+   * more than `limit` bytes outside its bulk field (what besideBulk would say once all of it is here): with it, and
+   * besideBulk, such a message is refused as soon as its first bytes tell, instead of once the server holds all of it.
    */
   besideBulkOverSoFar?(prefix: Buffer, length: number, limit: number): boolean;
 };
@@ -603,11 +603,13 @@ class Call<In, Out> extends EventEmitter implements BidiCall<In, Out> {
    */
   private refusedEarly(len: number): boolean {
     const small = this.limits.smallBytes;
-    if (len <= small || this.method.besideBulkOverSoFar === undefined || this.lookedBytes >= EARLY_LOOK_BYTES) return false;
+    // Only where deliver would ask besideBulk of the whole message: the early answer is the one it would give.
+    const { besideBulk, besideBulkOverSoFar } = this.method;
+    if (len <= small || !besideBulk || !besideBulkOverSoFar || this.lookedBytes >= EARLY_LOOK_BYTES) return false;
     const n = Math.min(this.queue.length, EARLY_LOOK_BYTES);
     if (n <= this.lookedBytes) return false;
     this.lookedBytes = n;
-    if (!this.method.besideBulkOverSoFar(this.queue.peek(n), len, small)) return false;
+    if (!besideBulkOverSoFar(this.queue.peek(n), len, small)) return false;
     this.reject("too_large_field", GrpcStatus.RESOURCE_EXHAUSTED, besideMessage(len, small));
     return true;
   }

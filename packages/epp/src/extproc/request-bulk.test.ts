@@ -95,6 +95,18 @@ describe("bytesBesideBody", () => {
   });
 });
 
+/** How many of `msg`'s prefixes (up to 64 bytes, as the transport looks) are said over `limit`, each checked against the whole. */
+function earlyOvers(msg: Buffer, limit: number): number {
+  const whole = bytesBesideBody(msg, limit);
+  let early = 0;
+  for (let cut = 0; cut <= Math.min(msg.length, 64); cut++) {
+    if (!besideBodyOverSoFar(msg.subarray(0, cut), msg.length, limit)) continue;
+    early++;
+    expect(whole).toBeGreaterThan(limit);
+  }
+  return early;
+}
+
 describe("besideBodyOverSoFar", () => {
   test("headers of millions of entries say so in their first bytes; a large body never does", () => {
     const headers = tinyHeaders(2 << 20);
@@ -117,17 +129,45 @@ describe("besideBodyOverSoFar", () => {
     fc.assert(
       fc.property(request, extra, fc.nat(300), fc.uint8Array({ maxLength: 8 }), (r, x, limit, junk) => {
         // Messages as the serializer writes them, and the same with bytes of junk after them (unreadable or not).
-        for (const msg of [encode({ ...x, ...r } as ProcessingRequest), Buffer.concat([encode({ ...x, ...r } as ProcessingRequest), junk])]) {
-          const whole = bytesBesideBody(msg, limit);
-          for (let cut = 0; cut <= Math.min(msg.length, 64); cut++) {
-            if (!besideBodyOverSoFar(msg.subarray(0, cut), msg.length, limit)) continue;
-            early++;
-            expect(whole).toBeGreaterThan(limit);
-          }
-        }
+        const msg = encode({ ...x, ...r } as ProcessingRequest);
+        early += earlyOvers(msg, limit) + earlyOvers(Buffer.concat([msg, junk]), limit);
       }),
       { numRuns: 300 },
     );
     expect(early).toBeGreaterThan(0);
+  });
+
+  test("and for messages of any fields, wire types and varints, well formed or not", () => {
+    // Fields built by hand: any number, any wire type (a known field's own or not), varints up to 10 bytes (protobufjs
+    // reads 5 and skips 5 more), lengths that may run past the message's end.
+    const longVarint = (v: number, extra: number) => [...varint(v).slice(0, -1).map((b) => b | 128), varint(v).at(-1)! | (extra > 0 ? 128 : 0), ...Array.from({ length: extra }, (_, i) => (i < extra - 1 ? 128 : 0))];
+    const field = fc.record({
+      number: fc.integer({ min: 1, max: 14 }),
+      wire: fc.constantFrom(0, 1, 2, 3, 4, 5, 6),
+      value: fc.nat(400),
+      pad: fc.integer({ min: 0, max: 5 }),
+      short: fc.boolean(),
+    }).map(({ number, wire, value, pad, short }) => {
+      const tag = varint((number << 3) | wire);
+      if (wire === 0) return [...tag, ...longVarint(value, pad)];
+      if (wire === 1) return [...tag, ...new Array(8).fill(7)];
+      if (wire === 5) return [...tag, ...new Array(4).fill(7)];
+      if (wire === 2) return [...tag, ...longVarint(value, Math.min(pad, 3)), ...new Array(short ? value >> 1 : value).fill(0x0a)];
+      return tag;
+    });
+    let early = 0;
+    fc.assert(
+      fc.property(fc.array(field, { maxLength: 6 }), fc.nat(200), (fields, limit) => {
+        early += earlyOvers(Buffer.from(fields.flat()), limit);
+      }),
+      { numRuns: 2000 },
+    );
+    expect(early).toBeGreaterThan(0);
+    // A request_headers whose length is written in 10 bytes (4 of value, 6 of continuation): read as protobufjs reads it, in both walks.
+    const headers = tinyHeaders(2 << 20);
+    const inner = headers.subarray(1 + varint(headers.length - 5).length);
+    const padded = Buffer.concat([Buffer.from([0x12, ...longVarint(inner.length, 6)]), inner]);
+    expect(besideBodyOverSoFar(padded.subarray(0, 64), padded.length, 1 << 20)).toBe(true);
+    expect(bytesBesideBody(padded, 1 << 20)).toBeGreaterThan(1 << 20);
   });
 });

@@ -38,11 +38,12 @@ export function bytesBesideBody(msg: Uint8Array, limit: number): number | undefi
 
 /**
  * Whether a ProcessingRequest of `length` bytes, of which `prefix` (its first bytes) has arrived, is certain to have
- * more than `limit` bytes beside its body: the length-delimited fields ahead of its first body, as far as their tags
- * and lengths have arrived, already count more (a request_headers of millions of tiny entries declares its size in its
- * first bytes). bytesBesideBody of the whole message is then past `limit` too, since its count only grows. False
- * while the prefix cannot tell, and wherever the whole walk might read the message otherwise (a varint or a wire type
- * that is not the field's, a length past the message's end): those are left to it.
+ * more than `limit` bytes beside its body: the fields ahead of its first body, as far as the prefix holds them (a
+ * length-delimited one by its tag and declared length), already count more (a request_headers of millions of tiny
+ * entries declares its size in its first bytes). bytesBesideBody of the whole message is then past `limit` too: it
+ * reads those fields alike and stops as soon as its count is past. False while the prefix cannot tell (a body first,
+ * a group), and wherever the whole walk might refuse the message as unreadable instead (a wire type that is not the
+ * field's, a length past the message's end): those are left to it.
  */
 export function besideBodyOverSoFar(prefix: Uint8Array, length: number, limit: number): boolean {
   return new Walk(prefix, limit).prefixOver(length);
@@ -103,15 +104,24 @@ class Walk {
       const tag = this.uint32(end);
       if (tag < 0) return false;
       const field = tag >>> 3;
+      const wire = tag & 7;
       const declared = REQUEST[field];
-      if ((tag & 7) !== LEN || (declared !== undefined && declared !== LEN)) return false;
-      const n = this.uint32(end);
-      if (n < 0 || this.pos + n > length) return false;
+      if (declared !== undefined && declared !== wire) return false;
+      if (wire === LEN) {
+        const n = this.uint32(end);
+        if (n < 0 || this.pos + n > length) return false;
+        this.other += this.pos - start;
+        // What a body holds besides its bytes is not counted here: a body first ends the look.
+        if (BODY_FIELDS.has(field)) return this.over();
+        this.other += n;
+        if (this.over()) return true;
+        this.pos += n;
+        continue;
+      }
+      // Another field read as the whole walk reads it, as far as the prefix holds it (a group is left to that walk).
+      if (wire === SGROUP || (declared === VARINT ? this.uint32(end) < 0 : !this.skip(wire, end, 0))) return false;
       this.other += this.pos - start;
-      if (BODY_FIELDS.has(field)) return this.over();
-      this.other += n;
       if (this.over()) return true;
-      this.pos += n;
     }
     return false;
   }
