@@ -68,12 +68,10 @@ class Walk {
   message(end: number, known: Record<number, number>, inBody: boolean): boolean {
     while (this.pos < end && !this.over()) {
       const start = this.pos;
-      const tag = this.uint32(end);
+      const tag = this.tag(end, known);
       if (tag < 0) return false;
       const field = tag >>> 3;
       const wire = tag & 7;
-      const declared = known[field];
-      if (declared !== undefined && declared !== wire) return false;
       if (wire === LEN) {
         const n = this.uint32(end);
         if (n < 0 || this.pos + n > end) return false;
@@ -89,8 +87,7 @@ class Walk {
         }
         continue;
       }
-      // A known varint is read as protobufjs reads a bool; an unknown one is skipped.
-      if (declared === VARINT ? this.uint32(end) < 0 : !this.skip(wire, end, 0)) return false;
+      if (!this.scalar(wire, known[field], end)) return false;
       this.other += this.pos - start;
     }
     return true;
@@ -101,12 +98,10 @@ class Walk {
     const end = this.buf.length;
     while (this.pos < end) {
       const start = this.pos;
-      const tag = this.uint32(end);
+      const tag = this.tag(end, REQUEST);
       if (tag < 0) return false;
       const field = tag >>> 3;
       const wire = tag & 7;
-      const declared = REQUEST[field];
-      if (declared !== undefined && declared !== wire) return false;
       if (wire === LEN) {
         const n = this.uint32(end);
         if (n < 0 || this.pos + n > length) return false;
@@ -119,11 +114,23 @@ class Walk {
         continue;
       }
       // Another field read as the whole walk reads it, as far as the prefix holds it (a group is left to that walk).
-      if (wire === SGROUP || (declared === VARINT ? this.uint32(end) < 0 : !this.skip(wire, end, 0))) return false;
+      if (wire === SGROUP || !this.scalar(wire, REQUEST[field], end)) return false;
       this.other += this.pos - start;
       if (this.over()) return true;
     }
     return false;
+  }
+
+  /** A field's tag, or -1 past `end` or when its wire type is not the one `known` declares for it. */
+  private tag(end: number, known: Record<number, number>): number {
+    const tag = this.uint32(end);
+    const declared = tag < 0 ? undefined : known[tag >>> 3];
+    return declared !== undefined && declared !== (tag & 7) ? -1 : tag;
+  }
+
+  /** A field's value that is not length-delimited: a known varint read as protobufjs reads a bool, anything else skipped. */
+  private scalar(wire: number, declared: number | undefined, end: number): boolean {
+    return declared === VARINT ? this.uint32(end) >= 0 : this.skip(wire, end, 0);
   }
 
   /** protobufjs's Reader.uint32: a 32-bit varint, or -1 past `end`. Past 5 bytes it skips 5 more (a negative int32's 10). */
